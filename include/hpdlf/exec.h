@@ -1,0 +1,60 @@
+/* hpdlf executor: compile a graph and run it, in core or under a budget.
+ *
+ *   struct hp_exec_opts o;
+ *   hp_exec_opts_init(&o, sizeof o);
+ *   o.threads = 2;
+ *   struct hp_session *s;
+ *   if (hp_session_create(g, &o, &s) < 0) die(hp_errmsg());   // g inferred
+ *   hp_session_set_input(s, "input", &x);                      // copied
+ *   if (hp_session_run(s) < 0) die(hp_errmsg());
+ *   struct hp_tensor y;
+ *   hp_session_get_output(s, "logits", &y);                    // malloc'd copy
+ *   hp_tensor_free(&y);
+ *   hp_session_destroy(s);
+ */
+#ifndef HPDLF_EXEC_H
+#define HPDLF_EXEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hpdlf/graph.h"
+#include "hpdlf/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct hp_exec_opts {
+	size_t size;            /* sizeof the struct the caller knows (growth) */
+	int threads;            /* 0: all online cores */
+	uint64_t budget;        /* DRAM bytes for tensors; 0: unlimited (in core) */
+	uint64_t seed;          /* for random inputs, dropout */
+	const char *trace_path; /* Chrome trace JSON, or NULL */
+};
+
+void hp_exec_opts_init(struct hp_exec_opts *o, size_t size);
+
+struct hp_session;
+
+/* The graph must have passed hp_graph_infer; it must outlive the session. */
+int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_session **out);
+void hp_session_destroy(struct hp_session *s);
+
+/* Copy an input (dtype and shape must match the inferred input). */
+int hp_session_set_input(struct hp_session *s, const char *name, const struct hp_tensor *t);
+int hp_session_run(struct hp_session *s);
+/* Copy an output into freshly allocated memory (free with hp_tensor_free). */
+int hp_session_get_output(struct hp_session *s, const char *name, struct hp_tensor *out);
+
+struct hp_run_stats {
+	double ms;              /* last run */
+	double flops;           /* floating-point operations of one run */
+	uint64_t peak_bytes;    /* tensor memory high-water mark */
+};
+void hp_session_stats(const struct hp_session *s, struct hp_run_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,165 @@
+/* hpdlf graph IR: values, nodes and attributes, imported from ONNX.
+ *
+ *   struct hp_graph *g;
+ *   if (hp_graph_load("model.onnx", &g) < 0) die(hp_errmsg());
+ *   struct hp_shape s = { 4, { 1, 1, 48, 48 } };
+ *   hp_graph_set_input_shape(g, "input", &s);
+ *   if (hp_graph_infer(g) < 0) die(hp_errmsg());     // shapes + constant folding
+ *   ...
+ *   hp_graph_free(g);
+ *
+ * The graph owns names, attributes and small constants (shape tensors, folded
+ * values).  Weights are not read at load time: an initializer records where
+ * its bytes are (hp_blob) and hp_graph_read_init() copies them on request, so
+ * a model of many GB opens in milliseconds and never sits in memory whole.
+ *
+ * Import normalizes operators to their newest form: attributes that later
+ * opsets moved to inputs (Split 'split', Squeeze/Unsqueeze 'axes', Clip
+ * min/max, Reduce* 'axes', Pad 'pads', Resize/Upsample 'scales', Slice
+ * starts/ends/axes, ...) become constant inputs, so kernels see one form.
+ */
+#ifndef HPDLF_GRAPH_H
+#define HPDLF_GRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hpdlf/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum hp_attr_type {
+	HP_ATTR_FLOAT = 1,
+	HP_ATTR_INT = 2,
+	HP_ATTR_STRING = 3,
+	HP_ATTR_TENSOR = 4,
+	HP_ATTR_FLOATS = 6,
+	HP_ATTR_INTS = 7,
+	HP_ATTR_STRINGS = 8,
+};
+
+struct hp_attr {
+	char *name;
+	enum hp_attr_type type;
+	int64_t i;
+	float f;
+	char *s;           /* STRING (NUL-terminated; bytes may contain NUL: see slen) */
+	size_t slen;
+	int64_t *ints;     /* INTS */
+	float *floats;     /* FLOATS */
+	char **strings;    /* STRINGS */
+	int n;             /* element count of INTS/FLOATS/STRINGS */
+	struct hp_tensor t; /* TENSOR (data owned by the graph) */
+};
+
+/* Where an initializer's bytes live. */
+enum hp_blob_kind {
+	HP_BLOB_NONE = 0,
+	HP_BLOB_FILE = 1,   /* raw little-endian bytes at offset in a file */
+	HP_BLOB_MEMORY = 2, /* already in graph-owned memory (value->data) */
+};
+
+struct hp_blob {
+	enum hp_blob_kind kind;
+	int file;          /* index into hp_graph.files */
+	uint64_t offset;
+	uint64_t length;
+};
+
+enum hp_value_kind {
+	HP_VALUE_INPUT = 1,        /* graph input fed by the user */
+	HP_VALUE_INITIALIZER = 2,  /* weight from the model */
+	HP_VALUE_CONSTANT = 3,     /* Constant node or folded: data is set */
+	HP_VALUE_ACTIVATION = 4,   /* produced by a node at run time */
+};
+
+struct hp_value {
+	char *name;
+	enum hp_value_kind kind;
+	enum hp_dtype dtype;
+	struct hp_shape shape;     /* -1 dims until inference resolves them */
+	char *dim_param[HP_MAX_RANK]; /* symbolic dim names from the model, or NULL */
+	void *data;                /* materialized constant data, graph-owned, or NULL */
+	struct hp_blob src;        /* initializer bytes not yet materialized */
+	int producer;              /* node index, -1 if none */
+	int nconsumers;            /* number of (node, slot) uses */
+	int is_output;             /* a graph output */
+	int trainable;             /* initializer that training updates */
+};
+
+struct hp_node {
+	char *name;
+	char *op_type;
+	char *domain;              /* "" for ai.onnx */
+	const struct hp_op *op;    /* resolved by hp_graph_infer */
+	int ninputs, noutputs;
+	int *inputs;               /* value indices; -1 for an omitted optional input */
+	int *outputs;              /* value indices; -1 for an omitted optional output */
+	int nattrs;
+	struct hp_attr *attrs;
+	void *priv;                /* op parameters set by op->prepare (freed by op->release or free()) */
+	size_t workspace;          /* scratch bytes the kernel needs, set by prepare */
+	int folded;                /* outputs were computed at compile time */
+};
+
+struct hp_graph {
+	char *path;                /* model file */
+	int64_t opset;             /* ai.onnx opset version */
+	char *producer;            /* producer_name */
+	int nvalues, nnodes;
+	struct hp_value *values;
+	struct hp_node *nodes;     /* topologically sorted */
+	int ninputs, noutputs;
+	int *inputs;               /* user-fed values, in model order */
+	int *outputs;              /* graph outputs, in model order */
+	int nfiles;
+	char **files;              /* files blobs refer to: [0] the model, then external data */
+	int values_cap, nodes_cap; /* internal growth */
+};
+
+/* Import an ONNX model (any opset 7..17 of ai.onnx). Errors: -ENOENT etc. for
+ * I/O, HP_EMODEL for malformed protobuf or graph, HP_EUNSUPPORTED. */
+int hp_graph_load(const char *path, struct hp_graph **out);
+/* Same from a memory buffer; `base_dir` resolves external data (may be NULL). */
+int hp_graph_load_buffer(const void *buf, size_t len, const char *name, const char *base_dir,
+			 struct hp_graph **out);
+void hp_graph_free(struct hp_graph *g);
+
+int hp_graph_find_value(const struct hp_graph *g, const char *name); /* index or -1 */
+/* Fix the shape of a graph input with dynamic dims (checked against known dims). */
+int hp_graph_set_input_shape(struct hp_graph *g, const char *name, const struct hp_shape *s);
+/* Shape/dtype inference over all nodes plus constant folding of everything
+ * computable from constants (PyTorch's Shape->Gather->Concat->Reshape chains).
+ * Every input shape must be concrete; errors name node and op. */
+int hp_graph_infer(struct hp_graph *g);
+
+/* Copy an initializer's bytes (hp_tensor_bytes of its dtype/shape) into dst,
+ * converting typed-field storage; works for HP_BLOB_FILE and MEMORY. */
+int hp_graph_read_init(const struct hp_graph *g, int value, void *dst);
+
+/* Attribute lookup; NULL if absent. */
+const struct hp_attr *hp_node_attr(const struct hp_node *n, const char *name);
+int64_t hp_attr_int(const struct hp_node *n, const char *name, int64_t dflt);
+float hp_attr_float(const struct hp_node *n, const char *name, float dflt);
+const char *hp_attr_string(const struct hp_node *n, const char *name, const char *dflt);
+/* INTS attribute: count, or -1 if absent; *v points into the graph. */
+int hp_attr_ints(const struct hp_node *n, const char *name, const int64_t **v);
+
+/* Graph building (used by the importer, autodiff and tests). Returns the new
+ * index or a negative error. Names are copied. */
+int hp_graph_add_value(struct hp_graph *g, const char *name, enum hp_value_kind kind,
+		       enum hp_dtype dtype, const struct hp_shape *shape);
+int hp_graph_add_node(struct hp_graph *g, const char *name, const char *op_type, int ninputs,
+		      const int *inputs, int noutputs, const int *outputs);
+/* Attach a copy of an attribute to node `node`. */
+int hp_graph_add_attr(struct hp_graph *g, int node, const struct hp_attr *a);
+struct hp_graph *hp_graph_new(const char *name);
+/* Re-sort nodes topologically and recount consumers/producers. */
+int hp_graph_finalize(struct hp_graph *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
