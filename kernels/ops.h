@@ -1,0 +1,19 @@
+/* Internal to kernels/: each operator family exports a NULL-terminated
+ * table of its ops; registry.c gathers them. */
+#ifndef HPDLF_KERNELS_OPS_H
+#define HPDLF_KERNELS_OPS_H
+
+#include "hpdlf/kernels.h"
+
+extern const struct hp_op *const hp_ops_conv[];    /* conv.c: Conv, ConvTranspose */
+extern const struct hp_op *const hp_ops_gemm[];    /* gemm.c: Gemm, MatMul */
+extern const struct hp_op *const hp_ops_pool[];    /* pooling.c: MaxPool, AveragePool, Global* */
+extern const struct hp_op *const hp_ops_eltwise[]; /* eltwise.c: unary, binary, Clip, Where, ... */
+extern const struct hp_op *const hp_ops_norm[];    /* norm.c: BatchNormalization, LayerNormalization */
+extern const struct hp_op *const hp_ops_softmax[]; /* softmax.c: Softmax, LogSoftmax */
+extern const struct hp_op *const hp_ops_shape[];   /* shape_ops.c: Reshape, Concat, Gather, ... */
+extern const struct hp_op *const hp_ops_reduce[];  /* reduce.c: ReduceMean, ReduceSum, ... */
+extern const struct hp_op *const hp_ops_resize[];  /* resize.c: Resize */
+extern const struct hp_op *const hp_ops_train[];   /* train ops (ai.hpdlf): backward, losses, optimizers */
+
+#endif
