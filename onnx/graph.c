@@ -1,0 +1,376 @@
+/* Graph IR construction, lookup, topological order and destruction. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "hpdlf/graph.h"
+#include "hpdlf/kernels.h"
+
+static char *dupstr(const char *s)
+{
+	return strdup(s ? s : "");
+}
+
+struct hp_graph *hp_graph_new(const char *name)
+{
+	struct hp_graph *g = calloc(1, sizeof *g);
+
+	if (!g)
+		return NULL;
+	g->path = dupstr(name);
+	g->producer = dupstr("");
+	g->opset = 17;
+	if (!g->path || !g->producer) {
+		hp_graph_free(g);
+		return NULL;
+	}
+	return g;
+}
+
+static void attr_clear(struct hp_attr *a)
+{
+	free(a->name);
+	free(a->s);
+	free(a->ints);
+	free(a->floats);
+	if (a->strings)
+		for (int i = 0; i < a->n; i++)
+			free(a->strings[i]);
+	free(a->strings);
+	free(a->t.data);
+}
+
+static void node_clear(struct hp_node *n)
+{
+	if (n->op && n->op->release)
+		n->op->release(n);
+	else
+		free(n->priv);
+	free(n->name);
+	free(n->op_type);
+	free(n->domain);
+	free(n->inputs);
+	free(n->outputs);
+	for (int i = 0; i < n->nattrs; i++)
+		attr_clear(&n->attrs[i]);
+	free(n->attrs);
+}
+
+void hp_graph_free(struct hp_graph *g)
+{
+	if (!g)
+		return;
+	for (int i = 0; i < g->nnodes; i++)
+		node_clear(&g->nodes[i]);
+	for (int i = 0; i < g->nvalues; i++) {
+		free(g->values[i].name);
+		free(g->values[i].data);
+		for (int d = 0; d < HP_MAX_RANK; d++)
+			free(g->values[i].dim_param[d]);
+	}
+	for (int i = 0; i < g->nfiles; i++)
+		free(g->files[i]);
+	free(g->files);
+	free(g->nodes);
+	free(g->values);
+	free(g->inputs);
+	free(g->outputs);
+	free(g->path);
+	free(g->producer);
+	free(g);
+}
+
+int hp_graph_find_value(const struct hp_graph *g, const char *name)
+{
+	/* Linear: graphs are looked up by name only at import and on the command line. */
+	for (int i = 0; i < g->nvalues; i++)
+		if (!strcmp(g->values[i].name, name))
+			return i;
+	return -1;
+}
+
+int hp_graph_add_value(struct hp_graph *g, const char *name, enum hp_value_kind kind,
+		       enum hp_dtype dtype, const struct hp_shape *shape)
+{
+	struct hp_value *v;
+
+	if (g->nvalues == g->values_cap) {
+		int cap = g->values_cap ? 2 * g->values_cap : 64;
+		void *p = realloc(g->values, (size_t)cap * sizeof *g->values);
+		if (!p)
+			return hp_error(-ENOMEM, "out of memory growing the graph");
+		g->values = p;
+		g->values_cap = cap;
+	}
+	v = &g->values[g->nvalues];
+	memset(v, 0, sizeof *v);
+	v->name = dupstr(name);
+	if (!v->name)
+		return hp_error(-ENOMEM, "out of memory");
+	v->kind = kind;
+	v->dtype = dtype;
+	if (shape)
+		v->shape = *shape;
+	else
+		v->shape.rank = -1; /* unknown rank */
+	v->producer = -1;
+	return g->nvalues++;
+}
+
+int hp_graph_add_node(struct hp_graph *g, const char *name, const char *op_type, int ninputs,
+		      const int *inputs, int noutputs, const int *outputs)
+{
+	struct hp_node *n;
+
+	if (g->nnodes == g->nodes_cap) {
+		int cap = g->nodes_cap ? 2 * g->nodes_cap : 64;
+		void *p = realloc(g->nodes, (size_t)cap * sizeof *g->nodes);
+		if (!p)
+			return hp_error(-ENOMEM, "out of memory growing the graph");
+		g->nodes = p;
+		g->nodes_cap = cap;
+	}
+	n = &g->nodes[g->nnodes];
+	memset(n, 0, sizeof *n);
+	n->name = dupstr(name);
+	n->op_type = dupstr(op_type);
+	n->domain = dupstr("");
+	n->inputs = calloc((size_t)(ninputs ? ninputs : 1), sizeof(int));
+	n->outputs = calloc((size_t)(noutputs ? noutputs : 1), sizeof(int));
+	if (!n->name || !n->op_type || !n->domain || !n->inputs || !n->outputs) {
+		node_clear(n);
+		return hp_error(-ENOMEM, "out of memory");
+	}
+	n->ninputs = ninputs;
+	n->noutputs = noutputs;
+	if (ninputs)
+		memcpy(n->inputs, inputs, (size_t)ninputs * sizeof(int));
+	if (noutputs)
+		memcpy(n->outputs, outputs, (size_t)noutputs * sizeof(int));
+	return g->nnodes++;
+}
+
+static int copy_attr(struct hp_attr *d, const struct hp_attr *s)
+{
+	memset(d, 0, sizeof *d);
+	d->type = s->type;
+	d->i = s->i;
+	d->f = s->f;
+	d->n = s->n;
+	d->slen = s->slen;
+	d->name = dupstr(s->name);
+	if (!d->name)
+		return -ENOMEM;
+	if (s->s) {
+		d->s = malloc(s->slen + 1);
+		if (!d->s)
+			return -ENOMEM;
+		memcpy(d->s, s->s, s->slen);
+		d->s[s->slen] = 0;
+	}
+	if (s->ints && s->n) {
+		d->ints = malloc((size_t)s->n * sizeof *d->ints);
+		if (!d->ints)
+			return -ENOMEM;
+		memcpy(d->ints, s->ints, (size_t)s->n * sizeof *d->ints);
+	}
+	if (s->floats && s->n) {
+		d->floats = malloc((size_t)s->n * sizeof *d->floats);
+		if (!d->floats)
+			return -ENOMEM;
+		memcpy(d->floats, s->floats, (size_t)s->n * sizeof *d->floats);
+	}
+	if (s->strings && s->n) {
+		d->strings = calloc((size_t)s->n, sizeof *d->strings);
+		if (!d->strings)
+			return -ENOMEM;
+		for (int i = 0; i < s->n; i++)
+			if (!(d->strings[i] = dupstr(s->strings[i])))
+				return -ENOMEM;
+	}
+	d->t.dtype = s->t.dtype;
+	d->t.shape = s->t.shape;
+	if (s->t.data) {
+		size_t b = hp_tensor_bytes(&s->t);
+		d->t.data = malloc(b ? b : 1);
+		if (!d->t.data)
+			return -ENOMEM;
+		memcpy(d->t.data, s->t.data, b);
+	}
+	return 0;
+}
+
+int hp_graph_add_attr(struct hp_graph *g, int node, const struct hp_attr *a)
+{
+	struct hp_node *n = &g->nodes[node];
+	void *p = realloc(n->attrs, (size_t)(n->nattrs + 1) * sizeof *n->attrs);
+
+	if (!p)
+		return hp_error(-ENOMEM, "out of memory");
+	n->attrs = p;
+	if (copy_attr(&n->attrs[n->nattrs], a) < 0) {
+		attr_clear(&n->attrs[n->nattrs]);
+		return hp_error(-ENOMEM, "out of memory");
+	}
+	n->nattrs++;
+	return 0;
+}
+
+const struct hp_attr *hp_node_attr(const struct hp_node *n, const char *name)
+{
+	for (int i = 0; i < n->nattrs; i++)
+		if (!strcmp(n->attrs[i].name, name))
+			return &n->attrs[i];
+	return NULL;
+}
+
+int64_t hp_attr_int(const struct hp_node *n, const char *name, int64_t dflt)
+{
+	const struct hp_attr *a = hp_node_attr(n, name);
+
+	return a && a->type == HP_ATTR_INT ? a->i : dflt;
+}
+
+float hp_attr_float(const struct hp_node *n, const char *name, float dflt)
+{
+	const struct hp_attr *a = hp_node_attr(n, name);
+
+	if (a && a->type == HP_ATTR_FLOAT)
+		return a->f;
+	if (a && a->type == HP_ATTR_INT)
+		return (float)a->i;
+	return dflt;
+}
+
+const char *hp_attr_string(const struct hp_node *n, const char *name, const char *dflt)
+{
+	const struct hp_attr *a = hp_node_attr(n, name);
+
+	return a && a->type == HP_ATTR_STRING ? a->s : dflt;
+}
+
+int hp_attr_ints(const struct hp_node *n, const char *name, const int64_t **v)
+{
+	const struct hp_attr *a = hp_node_attr(n, name);
+
+	if (!a || a->type != HP_ATTR_INTS)
+		return -1;
+	*v = a->ints;
+	return a->n;
+}
+
+/* Recompute producers and consumer counts from the node lists. */
+static int link_values(struct hp_graph *g)
+{
+	for (int v = 0; v < g->nvalues; v++) {
+		g->values[v].producer = -1;
+		g->values[v].nconsumers = 0;
+	}
+	for (int i = 0; i < g->nnodes; i++) {
+		struct hp_node *n = &g->nodes[i];
+		for (int o = 0; o < n->noutputs; o++) {
+			int v = n->outputs[o];
+			if (v < 0)
+				continue;
+			if (v >= g->nvalues)
+				return hp_error(HP_EINTERNAL, "node '%s': bad output index", n->name);
+			if (g->values[v].producer >= 0)
+				return hp_error(HP_EMODEL, "%s: value '%s' is produced by two nodes ('%s' and '%s')",
+						g->path, g->values[v].name, g->nodes[g->values[v].producer].name, n->name);
+			g->values[v].producer = i;
+		}
+		for (int j = 0; j < n->ninputs; j++) {
+			int v = n->inputs[j];
+			if (v >= g->nvalues)
+				return hp_error(HP_EINTERNAL, "node '%s': bad input index", n->name);
+			if (v >= 0)
+				g->values[v].nconsumers++;
+		}
+	}
+	for (int i = 0; i < g->noutputs; i++)
+		g->values[g->outputs[i]].is_output = 1;
+	return 0;
+}
+
+/* Kahn's algorithm over a consumer CSR; FIFO order keeps the model's order
+ * among ready nodes, so the result is reproducible. */
+static int topo_sort(struct hp_graph *g)
+{
+	int *indeg, *start, *adj, *fill, *queue, head = 0, tail = 0, rc = 0, nedges = 0;
+	struct hp_node *sorted;
+
+	indeg = calloc((size_t)g->nnodes + 1, sizeof *indeg);
+	start = calloc((size_t)g->nvalues + 1, sizeof *start);
+	fill = calloc((size_t)g->nvalues + 1, sizeof *fill);
+	queue = calloc((size_t)g->nnodes + 1, sizeof *queue);
+	sorted = malloc(((size_t)g->nnodes + 1) * sizeof *sorted);
+	for (int i = 0; i < g->nnodes; i++)
+		nedges += g->nodes[i].ninputs;
+	adj = calloc((size_t)nedges + 1, sizeof *adj);
+	if (!indeg || !start || !fill || !queue || !sorted || !adj) {
+		rc = hp_error(-ENOMEM, "out of memory sorting the graph");
+		goto out;
+	}
+	for (int i = 0; i < g->nnodes; i++)
+		for (int j = 0; j < g->nodes[i].ninputs; j++) {
+			int v = g->nodes[i].inputs[j];
+			if (v >= 0 && g->values[v].producer >= 0) {
+				indeg[i]++;
+				start[v + 1]++;
+			}
+		}
+	for (int v = 0; v < g->nvalues; v++)
+		start[v + 1] += start[v];
+	for (int i = 0; i < g->nnodes; i++)
+		for (int j = 0; j < g->nodes[i].ninputs; j++) {
+			int v = g->nodes[i].inputs[j];
+			if (v >= 0 && g->values[v].producer >= 0)
+				adj[start[v] + fill[v]++] = i;
+		}
+	for (int i = 0; i < g->nnodes; i++)
+		if (!indeg[i])
+			queue[tail++] = i;
+	while (head < tail) {
+		const struct hp_node *n = &g->nodes[queue[head++]];
+		for (int o = 0; o < n->noutputs; o++) {
+			int v = n->outputs[o];
+			if (v < 0)
+				continue;
+			for (int k = start[v]; k < start[v + 1]; k++)
+				if (--indeg[adj[k]] == 0)
+					queue[tail++] = adj[k];
+		}
+	}
+	if (tail != g->nnodes) {
+		for (int i = 0; i < g->nnodes; i++)
+			if (indeg[i]) {
+				rc = hp_error(HP_EMODEL, "%s: graph has a cycle or a missing producer (node '%s' (%s))",
+					      g->path, g->nodes[i].name, g->nodes[i].op_type);
+				goto out;
+			}
+	}
+	for (int i = 0; i < g->nnodes; i++)
+		sorted[i] = g->nodes[queue[i]];
+	memcpy(g->nodes, sorted, (size_t)g->nnodes * sizeof *sorted);
+out:
+	free(indeg);
+	free(start);
+	free(fill);
+	free(queue);
+	free(sorted);
+	free(adj);
+	return rc;
+}
+
+int hp_graph_finalize(struct hp_graph *g)
+{
+	int rc = link_values(g);
+
+	if (rc < 0)
+		return rc;
+	rc = topo_sort(g);
+	if (rc < 0)
+		return rc;
+	return link_values(g);
+}

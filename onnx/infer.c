@@ -1,0 +1,170 @@
+/* Shape inference and constant folding over the whole graph. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "hpdlf/graph.h"
+#include "hpdlf/kernels.h"
+
+/* Folded results larger than this stay run-time work: folding is for shape
+ * arithmetic and small constants, not for precomputing weights in DRAM. */
+#define FOLD_MAX_BYTES (16u << 20)
+
+int hp_graph_set_input_shape(struct hp_graph *g, const char *name, const struct hp_shape *s)
+{
+	int v = hp_graph_find_value(g, name);
+	struct hp_value *val;
+	char want[128], got[128];
+
+	if (v < 0 || g->values[v].kind != HP_VALUE_INPUT)
+		return hp_error(HP_EUSAGE, "%s: no graph input named '%s'", g->path, name);
+	val = &g->values[v];
+	hp_shape_str(&val->shape, want, sizeof want);
+	hp_shape_str(s, got, sizeof got);
+	if (val->shape.rank >= 0 && val->shape.rank != s->rank)
+		return hp_error(HP_ESHAPE, "%s: input '%s' has shape %s, given %s (rank %d, expected %d)", g->path,
+				name, want, got, s->rank, val->shape.rank);
+	for (int i = 0; val->shape.rank >= 0 && i < s->rank; i++)
+		if (val->shape.dims[i] >= 0 && val->shape.dims[i] != s->dims[i])
+			return hp_error(HP_ESHAPE, "%s: input '%s' has shape %s, given %s (dim %d must be %" PRId64 ")",
+					g->path, name, want, got, i, val->shape.dims[i]);
+	val->shape = *s;
+	return 0;
+}
+
+static int inputs_constant(const struct hp_graph *g, const struct hp_node *n)
+{
+	for (int i = 0; i < n->ninputs; i++)
+		if (n->inputs[i] >= 0 && !g->values[n->inputs[i]].data)
+			return 0;
+	return 1;
+}
+
+static int fold(struct hp_graph *g, struct hp_node *n)
+{
+	struct hp_tensor in[n->ninputs + 1], out[n->noutputs + 1];
+	struct hp_kargs a = { .nin = n->ninputs, .nout = n->noutputs, .in = in, .out = out };
+	size_t total = 0;
+	void *ws = NULL;
+	int rc;
+
+	for (int o = 0; o < n->noutputs; o++) {
+		struct hp_value *v = n->outputs[o] >= 0 ? &g->values[n->outputs[o]] : NULL;
+		struct hp_tensor t = { .dtype = v ? v->dtype : HP_UNDEFINED, .shape = v ? v->shape : (struct hp_shape){ 0 } };
+		if (v && v->data)
+			return 0; /* the op folded itself in prepare */
+		total += v ? hp_tensor_bytes(&t) : 0;
+	}
+	if (total > FOLD_MAX_BYTES || n->workspace > FOLD_MAX_BYTES)
+		return 0;
+	for (int i = 0; i < n->ninputs; i++) {
+		const struct hp_value *v = n->inputs[i] >= 0 ? &g->values[n->inputs[i]] : NULL;
+		in[i] = (struct hp_tensor){ .dtype = v ? v->dtype : HP_UNDEFINED, .data = v ? v->data : NULL };
+		if (v)
+			in[i].shape = v->shape;
+	}
+	memset(out, 0, sizeof out);
+	for (int o = 0; o < n->noutputs; o++) {
+		struct hp_value *v = n->outputs[o] >= 0 ? &g->values[n->outputs[o]] : NULL;
+		if (!v)
+			continue;
+		rc = hp_tensor_alloc(&out[o], v->dtype, &v->shape);
+		if (rc < 0)
+			goto fail;
+	}
+	if (n->workspace && !(ws = aligned_alloc(64, (n->workspace + 63) / 64 * 64))) {
+		rc = hp_error(-ENOMEM, "out of memory folding node '%s'", n->name);
+		goto fail;
+	}
+	a.ws = ws;
+	a.ws_size = n->workspace;
+	rc = n->op->run(n, &a);
+	free(ws);
+	if (rc < 0)
+		goto fail;
+	for (int o = 0; o < n->noutputs; o++) {
+		struct hp_value *v = n->outputs[o] >= 0 ? &g->values[n->outputs[o]] : NULL;
+		if (!v)
+			continue;
+		v->data = out[o].data;
+		v->kind = HP_VALUE_CONSTANT;
+		v->src.kind = HP_BLOB_MEMORY;
+	}
+	n->folded = 1;
+	return 0;
+fail:
+	for (int o = 0; o < n->noutputs; o++)
+		hp_tensor_free(&out[o]);
+	return rc;
+}
+
+static int infer_node(struct hp_graph *g, struct hp_node *n)
+{
+	int rc, all_folded = 1;
+
+	if (!n->op) {
+		n->op = hp_op_find(n->domain, n->op_type);
+		if (!n->op)
+			return hp_node_error(g, n, HP_EUNSUPPORTED, "operator %s%s%s is not supported",
+					     n->domain[0] ? n->domain : "", n->domain[0] ? "." : "", n->op_type);
+	}
+	if (n->ninputs < n->op->min_inputs || n->ninputs > n->op->max_inputs)
+		return hp_node_error(g, n, HP_EMODEL, "has %d inputs, expected %d to %d", n->ninputs,
+				     n->op->min_inputs, n->op->max_inputs);
+	if (n->noutputs < n->op->min_outputs || n->noutputs > n->op->max_outputs)
+		return hp_node_error(g, n, HP_EMODEL, "has %d outputs, expected %d to %d", n->noutputs,
+				     n->op->min_outputs, n->op->max_outputs);
+	for (int i = 0; i < n->ninputs; i++) {
+		const struct hp_value *v = n->inputs[i] >= 0 ? &g->values[n->inputs[i]] : NULL;
+		if (v && hp_shape_numel(&v->shape) < 0)
+			return hp_node_error(g, n, HP_ESHAPE,
+					     "input '%s' has no concrete shape (give it with --shape NAME=DIMS)",
+					     v->name);
+	}
+	if (n->op->release)
+		n->op->release(n);
+	else
+		free(n->priv);
+	n->priv = NULL;
+	n->workspace = 0;
+	rc = n->op->prepare(g, n);
+	if (rc < 0)
+		return rc;
+	for (int o = 0; o < n->noutputs; o++) {
+		const struct hp_value *v = n->outputs[o] >= 0 ? &g->values[n->outputs[o]] : NULL;
+		if (!v)
+			continue;
+		if (hp_shape_numel(&v->shape) < 0 || !hp_dtype_size(v->dtype))
+			return hp_node_error(g, n, HP_EINTERNAL, "prepare left output '%s' without shape or dtype",
+					     v->name);
+		if (!v->data)
+			all_folded = 0;
+	}
+	if (all_folded) {
+		n->folded = 1;
+		return 0;
+	}
+	if (!(n->op->flags & HP_OP_NO_FOLD) && inputs_constant(g, n))
+		return fold(g, n);
+	return 0;
+}
+
+int hp_graph_infer(struct hp_graph *g)
+{
+	for (int i = 0; i < g->ninputs; i++) {
+		const struct hp_value *v = &g->values[g->inputs[i]];
+		if (hp_shape_numel(&v->shape) < 0) {
+			char s[128];
+			return hp_error(HP_ESHAPE, "%s: input '%s' has dynamic shape %s; give it with --shape %s=DIMS or an input file",
+					g->path, v->name, hp_shape_str(&v->shape, s, sizeof s), v->name);
+		}
+	}
+	for (int i = 0; i < g->nnodes; i++) {
+		int rc = infer_node(g, &g->nodes[i]);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
