@@ -75,6 +75,11 @@ int hp_npy_read(const char *path, struct hp_tensor *t);
 int hp_npy_header(const char *path, enum hp_dtype *dtype, struct hp_shape *shape, uint64_t *data_offset);
 int hp_npy_write(const char *path, const struct hp_tensor *t);
 
+/* "16G" -> bytes (K/M/G/T binary suffixes, optional "iB"/"B"; decimals ok). */
+int hp_parse_size(const char *text, uint64_t *out);
+/* bytes -> "1.5 GiB"; returns buf. */
+char *hp_format_size(uint64_t bytes, char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif
