@@ -1,0 +1,48 @@
+#!/bin/sh
+# Install what is missing (Debian 12, as root), build, then run the demo or the tests.
+#   tools/setup.sh run     build, then run the main job on the embedded store
+#   tools/setup.sh test    build, then run the whole test suite
+# Idempotent: installs nothing and stays quiet when everything is there.
+set -eu
+cd "$(dirname "$0")/.."
+mode=${1:-run}
+BUILD=${HPDLF_BUILD:-build}
+
+PACKAGES="meson ninja-build pkg-config gcc protobuf-c-compiler libprotobuf-c-dev libopenblas-dev
+libcmocka-dev libonnx-dev liburing-dev libpmem-dev libfabric-dev libisal-dev libjson-c-dev
+libsodium-dev python3 python3-numpy python3-onnx fio clang libclang-rt-14-dev"
+
+missing=""
+for p in $PACKAGES; do
+	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+	echo "setup: installing:$missing"
+	SUDO=""
+	[ "$(id -u)" -eq 0 ] || SUDO=sudo
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+if [ ! -f "$BUILD/build.ninja" ]; then
+	meson setup "$BUILD" -Dwerror=true >/dev/null
+fi
+ninja -C "$BUILD" >/dev/null || ninja -C "$BUILD"
+
+case "$mode" in
+run)
+	model="$BUILD/demo/unet3d.onnx"
+	if [ ! -f "$model" ]; then
+		mkdir -p "$BUILD/demo"
+		/usr/bin/python3 tools/make_unet3d.py "$model" >/dev/null
+	fi
+	exec "$BUILD/tools/hpdlf-exec" "$model" --shape input=1x1x48x48x48 --iterations 5
+	;;
+test)
+	exec meson test -C "$BUILD" --print-errorlogs --num-processes 2 ${HPDLF_TEST_ARGS:-}
+	;;
+*)
+	echo "usage: tools/setup.sh run|test" >&2
+	exit 2
+	;;
+esac
