@@ -87,6 +87,10 @@ struct hp_value {
 	int nconsumers;            /* number of (node, slot) uses */
 	int is_output;             /* a graph output */
 	int trainable;             /* initializer that training updates */
+	int next;                  /* run-to-run state (weights, optimizer moments, BN running
+				    * stats): after each run this value takes the contents of
+				    * value `next`, which lives to the end of the run; -1: none.
+				    * An initializer without bytes (src.kind NONE) starts zeroed. */
 };
 
 struct hp_node {
