@@ -1,0 +1,43 @@
+/* hpdlf-exec's parsed command line, shared by its inference and training paths. */
+#ifndef HPDLF_TOOLS_EXEC_CLI_H
+#define HPDLF_TOOLS_EXEC_CLI_H
+
+#include <stdint.h>
+
+#define MAX_NAMED 64
+
+struct named {
+	char *name;
+	char *value;
+};
+
+struct cli {
+	const char *model;
+	uint64_t budget;
+	int threads, iterations;
+	uint64_t seed;
+	int seed_given;
+	struct named shapes[MAX_NAMED], inputs[MAX_NAMED], outputs[MAX_NAMED];
+	int nshapes, ninputs, noutputs;
+	const char *output_dir, *log_json, *stats_json, *trace, *plan_dot;
+	int plan, quiet;
+	/* training (--train) */
+	int train;
+	const char *data, *labels, *loss, *optimizer;
+	double lr, momentum, weight_decay;
+	int lr_given, momentum_given, weight_decay_given, nesterov;
+	long batch, steps, epochs;
+	int shuffle;                 /* -1: default (no shuffle), 0, 1 */
+	const char *checkpoint, *export_onnx;
+	long checkpoint_every;
+	int resume;
+	/* stores and tiers */
+	const char *tiers[16];
+	int ntiers;
+	const char *store, *hostfile, *token_file;
+};
+
+/* The training path (tools/exec_train.c): returns a process exit status. */
+int exec_train_main(struct cli *c);
+
+#endif

@@ -1,0 +1,460 @@
+/* hpdlf-exec: run (and, with --train, train) an ONNX model under a memory budget. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include "hpdlf/error.h"
+#include "hpdlf/exec.h"
+#include "hpdlf/graph.h"
+#include "hpdlf/tensor.h"
+#include "tools/exec_cli.h"
+
+static const char usage_text[] =
+	"usage: hpdlf-exec MODEL.onnx [options]\n"
+	"Run an ONNX model (inference) on the CPU under a memory budget.\n"
+	"\n"
+	"  --budget SIZE              DRAM for all tensors and staging buffers (K/M/G/T suffixes)\n"
+	"  --shape NAME=D0xD1x...     concrete shape for an input with dynamic dims\n"
+	"  --input NAME=FILE.npy      an inference input (repeatable); inputs not given are random, seeded\n"
+	"  --output NAME=FILE.npy     write one output (repeatable)\n"
+	"  --output-dir DIR           write every output as DIR/NAME.npy\n"
+	"  --iterations N             repeat and print a timing summary (median, min)\n"
+	"  --seed N                   seed of random inputs (default 1)\n"
+	"  --threads N                worker threads (default: all cores)\n"
+	"  --log-json FILE            one JSON object per iteration\n"
+	"  --stats-json FILE          final run statistics as JSON\n"
+	"  --quiet                    no summary on stderr\n"
+	"\n"
+	"training (--train):\n"
+	"  --data FILE.npy --labels FILE.npy   (or --data FILE.npz holding x and y)\n"
+	"  --loss cross-entropy|mse|output:NAME\n"
+	"  --optimizer sgd|adam|adamw  --lr F  --momentum F  --nesterov  --weight-decay F\n"
+	"  --batch N  --steps N | --epochs N  --shuffle | --no-shuffle  --seed N\n"
+	"  --checkpoint DIR  --checkpoint-every N  --resume  --export-onnx FILE\n"
+	"  --help                     this text\n"
+	"exit status: 0 success, 1 run-time failure, 2 bad usage / bad model / bad data\n";
+
+static int fail(int rc)
+{
+	fprintf(stderr, "hpdlf-exec: %s\n", hp_errmsg()[0] ? hp_errmsg() : hp_strerror(rc));
+	return hp_exit_status(rc);
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "hpdlf-exec: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n(see hpdlf-exec --help)\n");
+	return 2;
+}
+
+static int add_named(struct named *list, int *n, const char *arg, const char *flag)
+{
+	const char *eq = strchr(arg, '=');
+
+	if (!eq || eq == arg || !eq[1])
+		return usage_error("expected NAME=VALUE, got '%s'", arg);
+	if (*n == MAX_NAMED)
+		return usage_error("too many %s options", flag);
+	list[*n].name = strndup(arg, (size_t)(eq - arg));
+	list[*n].value = strdup(eq + 1);
+	(*n)++;
+	return 0;
+}
+
+static int parse_int(const char *arg, const char *flag, long lo, long *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtol(arg, &end, 10);
+	if (end == arg || *end || errno || *out < lo) {
+		fprintf(stderr, "hpdlf-exec: %s wants an integer >= %ld, got '%s'\n", flag, lo, arg);
+		return 2;
+	}
+	return 0;
+}
+
+enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER, OPT_SEED, OPT_THREADS,
+       OPT_LOG, OPT_STATS, OPT_TRACE, OPT_PLAN, OPT_TRAIN, OPT_QUIET, OPT_HELP, OPT_PLAN_DOT,
+       OPT_DATA, OPT_LABELS, OPT_LOSS, OPT_OPTIM, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BATCH,
+       OPT_STEPS, OPT_EPOCHS, OPT_SHUFFLE, OPT_NO_SHUFFLE, OPT_CKPT, OPT_CKPT_EVERY, OPT_RESUME,
+       OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN };
+
+static const struct option long_opts[] = {
+	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
+	{ "input", required_argument, 0, OPT_INPUT },	  { "output", required_argument, 0, OPT_OUTPUT },
+	{ "output-dir", required_argument, 0, OPT_OUTDIR }, { "iterations", required_argument, 0, OPT_ITER },
+	{ "seed", required_argument, 0, OPT_SEED },	  { "threads", required_argument, 0, OPT_THREADS },
+	{ "log-json", required_argument, 0, OPT_LOG },	  { "stats-json", required_argument, 0, OPT_STATS },
+	{ "trace", required_argument, 0, OPT_TRACE },	  { "plan", no_argument, 0, OPT_PLAN },
+	{ "train", no_argument, 0, OPT_TRAIN },		  { "quiet", no_argument, 0, OPT_QUIET },
+	{ "help", no_argument, 0, OPT_HELP },		  { "plan-dot", required_argument, 0, OPT_PLAN_DOT },
+	{ "data", required_argument, 0, OPT_DATA },	  { "labels", required_argument, 0, OPT_LABELS },
+	{ "loss", required_argument, 0, OPT_LOSS },	  { "optimizer", required_argument, 0, OPT_OPTIM },
+	{ "lr", required_argument, 0, OPT_LR },		  { "momentum", required_argument, 0, OPT_MOMENTUM },
+	{ "nesterov", no_argument, 0, OPT_NESTEROV },	  { "weight-decay", required_argument, 0, OPT_WD },
+	{ "batch", required_argument, 0, OPT_BATCH },	  { "steps", required_argument, 0, OPT_STEPS },
+	{ "epochs", required_argument, 0, OPT_EPOCHS },	  { "shuffle", no_argument, 0, OPT_SHUFFLE },
+	{ "no-shuffle", no_argument, 0, OPT_NO_SHUFFLE }, { "checkpoint", required_argument, 0, OPT_CKPT },
+	{ "checkpoint-every", required_argument, 0, OPT_CKPT_EVERY },
+	{ "resume", no_argument, 0, OPT_RESUME },	  { "export-onnx", required_argument, 0, OPT_EXPORT },
+	{ "tier", required_argument, 0, OPT_TIER },	  { "store", required_argument, 0, OPT_STORE },
+	{ "hostfile", required_argument, 0, OPT_HOSTFILE }, { "token-file", required_argument, 0, OPT_TOKEN },
+	{ 0, 0, 0, 0 },
+};
+
+static int parse_double(const char *arg, const char *flag, double *out, int *given)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtod(arg, &end);
+	if (end == arg || *end || errno || !isfinite(*out) || *out < 0) {
+		fprintf(stderr, "hpdlf-exec: %s wants a non-negative number, got '%s'\n", flag, arg);
+		return 2;
+	}
+	*given = 1;
+	return 0;
+}
+
+/* Options of training and of the store tiers. */
+static int parse_more(int o, struct cli *c)
+{
+	switch (o) {
+	case OPT_PLAN_DOT: c->plan_dot = optarg; return 0;
+	case OPT_DATA: c->data = optarg; return 0;
+	case OPT_LABELS: c->labels = optarg; return 0;
+	case OPT_LOSS: c->loss = optarg; return 0;
+	case OPT_OPTIM: c->optimizer = optarg; return 0;
+	case OPT_LR: return parse_double(optarg, "--lr", &c->lr, &c->lr_given);
+	case OPT_MOMENTUM: return parse_double(optarg, "--momentum", &c->momentum, &c->momentum_given);
+	case OPT_WD: return parse_double(optarg, "--weight-decay", &c->weight_decay, &c->weight_decay_given);
+	case OPT_NESTEROV: c->nesterov = 1; return 0;
+	case OPT_BATCH: return parse_int(optarg, "--batch", 1, &c->batch);
+	case OPT_STEPS: return parse_int(optarg, "--steps", 1, &c->steps);
+	case OPT_EPOCHS: return parse_int(optarg, "--epochs", 1, &c->epochs);
+	case OPT_SHUFFLE: c->shuffle = 1; return 0;
+	case OPT_NO_SHUFFLE: c->shuffle = 0; return 0;
+	case OPT_CKPT: c->checkpoint = optarg; return 0;
+	case OPT_CKPT_EVERY: return parse_int(optarg, "--checkpoint-every", 1, &c->checkpoint_every);
+	case OPT_RESUME: c->resume = 1; return 0;
+	case OPT_EXPORT: c->export_onnx = optarg; return 0;
+	case OPT_TIER:
+		if (c->ntiers == (int)(sizeof c->tiers / sizeof c->tiers[0]))
+			return usage_error("%s", "too many --tier options");
+		c->tiers[c->ntiers++] = optarg;
+		return 0;
+	case OPT_STORE: c->store = optarg; return 0;
+	case OPT_HOSTFILE: c->hostfile = optarg; return 0;
+	case OPT_TOKEN: c->token_file = optarg; return 0;
+	default: return usage_error("%s", "unknown option");
+	}
+}
+
+static int parse_args(int argc, char **argv, struct cli *c)
+{
+	long v;
+	int o, rc;
+
+	c->iterations = 1;
+	c->seed = 1;
+	c->shuffle = -1;
+	while ((o = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+		rc = 0;
+		switch (o) {
+		case OPT_BUDGET:
+			if (hp_parse_size(optarg, &c->budget) < 0)
+				return usage_error("--budget: %s", hp_errmsg());
+			break;
+		case OPT_SHAPE: rc = add_named(c->shapes, &c->nshapes, optarg, "--shape"); break;
+		case OPT_INPUT: rc = add_named(c->inputs, &c->ninputs, optarg, "--input"); break;
+		case OPT_OUTPUT: rc = add_named(c->outputs, &c->noutputs, optarg, "--output"); break;
+		case OPT_OUTDIR: c->output_dir = optarg; break;
+		case OPT_ITER: rc = parse_int(optarg, "--iterations", 1, &v); c->iterations = (int)v; break;
+		case OPT_SEED: rc = parse_int(optarg, "--seed", 0, &v); c->seed = (uint64_t)v; c->seed_given = 1; break;
+		case OPT_THREADS: rc = parse_int(optarg, "--threads", 1, &v); c->threads = (int)v; break;
+		case OPT_LOG: c->log_json = optarg; break;
+		case OPT_STATS: c->stats_json = optarg; break;
+		case OPT_TRACE: c->trace = optarg; break;
+		case OPT_PLAN: c->plan = 1; break;
+		case OPT_TRAIN: c->train = 1; break;
+		case OPT_QUIET: c->quiet = 1; break;
+		case 'h':
+		case OPT_HELP: fputs(usage_text, stdout); exit(0);
+		case '?': return usage_error("%s", "unknown option or missing argument");
+		default: rc = parse_more(o, c); break;
+		}
+		if (rc)
+			return rc;
+	}
+	if (optind != argc - 1)
+		return usage_error("%s", optind >= argc ? "no model given" : "more than one model given");
+	c->model = argv[optind];
+	return 0;
+}
+
+/* Resolve every input's shape: --shape, then the input file, then 1 for a
+ * remaining dynamic dim (said on stderr). */
+static int resolve_shapes(struct hp_graph *g, const struct cli *c)
+{
+	for (int i = 0; i < c->nshapes; i++) {
+		struct hp_shape s;
+		int rc = hp_shape_parse(c->shapes[i].value, &s);
+		if (rc == 0)
+			rc = hp_graph_set_input_shape(g, c->shapes[i].name, &s);
+		if (rc < 0)
+			return hp_error_prefix(rc, "--shape %s", c->shapes[i].name);
+	}
+	for (int i = 0; i < c->ninputs; i++) {
+		enum hp_dtype dt;
+		struct hp_shape s;
+		uint64_t off;
+		int rc = hp_npy_header(c->inputs[i].value, &dt, &s, &off);
+		if (rc == 0)
+			rc = hp_graph_set_input_shape(g, c->inputs[i].name, &s);
+		if (rc < 0)
+			return rc;
+	}
+	for (int i = 0; i < g->ninputs; i++) {
+		struct hp_value *v = &g->values[g->inputs[i]];
+		for (int d = 0; d < v->shape.rank; d++)
+			if (v->shape.dims[d] < 0) {
+				if (!c->quiet)
+					fprintf(stderr, "hpdlf-exec: input '%s' dim %d ('%s') is dynamic; using 1 (set it with --shape %s=...)\n",
+						v->name, d, v->dim_param[d] ? v->dim_param[d] : "?", v->name);
+				v->shape.dims[d] = 1;
+			}
+	}
+	return 0;
+}
+
+static void fill_random(struct hp_tensor *t, uint64_t seed)
+{
+	int64_t n = hp_shape_numel(&t->shape);
+	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+
+	for (int64_t i = 0; i < n; i++) {
+		x ^= x >> 12;
+		x ^= x << 25;
+		x ^= x >> 27;
+		double u = (double)((x * 0x2545F4914F6CDD1Dull) >> 11) / (double)(1ull << 53);
+		switch (t->dtype) {
+		case HP_F32: ((float *)t->data)[i] = (float)(2 * u - 1); break;
+		case HP_F64: ((double *)t->data)[i] = 2 * u - 1; break;
+		case HP_BOOL: ((uint8_t *)t->data)[i] = u < 0.5; break;
+		default: break; /* integer inputs (indices) stay 0: always in range */
+		}
+	}
+}
+
+static int set_inputs(struct hp_session *s, const struct hp_graph *g, const struct cli *c)
+{
+	for (int i = 0; i < g->ninputs; i++) {
+		const struct hp_value *v = &g->values[g->inputs[i]];
+		const char *file = NULL;
+		struct hp_tensor t;
+		int rc;
+
+		for (int k = 0; k < c->ninputs; k++)
+			if (!strcmp(c->inputs[k].name, v->name))
+				file = c->inputs[k].value;
+		if (file) {
+			rc = hp_npy_read(file, &t);
+		} else {
+			rc = hp_tensor_alloc(&t, v->dtype, &v->shape);
+			if (rc == 0)
+				fill_random(&t, c->seed + (uint64_t)i);
+		}
+		if (rc == 0)
+			rc = hp_session_set_input(s, v->name, &t);
+		hp_tensor_free(&t);
+		if (rc < 0)
+			return file ? hp_error_prefix(rc, "%s", file) : rc;
+	}
+	for (int k = 0; k < c->ninputs; k++) {
+		int v = hp_graph_find_value(g, c->inputs[k].name);
+		if (v < 0 || g->values[v].kind != HP_VALUE_INPUT)
+			return hp_error(HP_EUSAGE, "--input %s: the model has no input of that name", c->inputs[k].name);
+	}
+	return 0;
+}
+
+static int write_outputs(struct hp_session *s, const struct hp_graph *g, const struct cli *c)
+{
+	char path[4096];
+
+	for (int k = 0; k < c->noutputs; k++) {
+		int v = hp_graph_find_value(g, c->outputs[k].name);
+		if (v < 0 || !g->values[v].is_output)
+			return hp_error(HP_EUSAGE, "--output %s: the model has no output of that name", c->outputs[k].name);
+	}
+	for (int i = 0; i < g->noutputs; i++) {
+		const char *name = g->values[g->outputs[i]].name;
+		struct hp_tensor t;
+		int rc;
+
+		rc = hp_session_get_output(s, name, &t);
+		if (rc < 0)
+			return rc;
+		for (int k = 0; k < c->noutputs && rc == 0; k++)
+			if (!strcmp(c->outputs[k].name, name))
+				rc = hp_npy_write(c->outputs[k].value, &t);
+		if (rc == 0 && c->output_dir) {
+			mkdir(c->output_dir, 0777);
+			snprintf(path, sizeof path, "%s/%s.npy", c->output_dir, name);
+			for (char *p = path + strlen(c->output_dir) + 1; *p; p++)
+				if (*p == '/')
+					*p = '_';
+			rc = hp_npy_write(path, &t);
+		}
+		hp_tensor_free(&t);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static uint64_t peak_rss_bytes(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (uint64_t)ru.ru_maxrss * 1024;
+}
+
+static int run_iterations(struct hp_session *s, const struct cli *c, double *ms)
+{
+	FILE *log = NULL;
+	int rc = 0;
+
+	if (c->log_json && !(log = fopen(c->log_json, "w")))
+		return hp_error(-errno, "%s: %s", c->log_json, strerror(errno));
+	for (int it = 0; it < c->iterations; it++) {
+		struct hp_run_stats st;
+
+		rc = hp_session_run(s);
+		if (rc < 0)
+			break;
+		hp_session_stats(s, &st);
+		ms[it] = st.ms;
+		if (log) {
+			json_object *o = json_object_new_object();
+			json_object_object_add(o, "iteration", json_object_new_int(it));
+			json_object_object_add(o, "ms", json_object_new_double(st.ms));
+			json_object_object_add(o, "gflops", json_object_new_double(st.flops / st.ms / 1e6));
+			fprintf(log, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+			json_object_put(o);
+			fflush(log);
+		}
+	}
+	if (log && fclose(log) != 0 && rc == 0)
+		rc = hp_error(-errno, "%s: %s", c->log_json, strerror(errno));
+	return rc;
+}
+
+static int summarize(struct hp_session *s, const struct cli *c, double *ms)
+{
+	struct hp_run_stats st;
+	char peak[32], rss[32];
+	double med;
+
+	hp_session_stats(s, &st);
+	qsort(ms, (size_t)c->iterations, sizeof *ms, cmp_double);
+	med = ms[c->iterations / 2];
+	if (!c->quiet)
+		fprintf(stderr, "hpdlf-exec: %s: %d iteration%s, median %.3f ms, min %.3f ms, %.1f GFLOP/s, "
+				"tensor memory %s, peak RSS %s\n",
+			c->model, c->iterations, c->iterations > 1 ? "s" : "", med, ms[0], st.flops / med / 1e6,
+			hp_format_size(st.peak_bytes, peak, sizeof peak), hp_format_size(peak_rss_bytes(), rss, sizeof rss));
+	if (c->stats_json) {
+		json_object *o = json_object_new_object();
+		json_object_object_add(o, "model", json_object_new_string(c->model));
+		json_object_object_add(o, "iterations", json_object_new_int(c->iterations));
+		json_object_object_add(o, "ms_median", json_object_new_double(med));
+		json_object_object_add(o, "ms_min", json_object_new_double(ms[0]));
+		json_object_object_add(o, "gflops", json_object_new_double(st.flops / med / 1e6));
+		json_object_object_add(o, "tensor_peak_bytes", json_object_new_int64((int64_t)st.peak_bytes));
+		json_object_object_add(o, "peak_rss_bytes", json_object_new_int64((int64_t)peak_rss_bytes()));
+		int rc = json_object_to_file_ext(c->stats_json, o, JSON_C_TO_STRING_PRETTY);
+		json_object_put(o);
+		if (rc < 0)
+			return hp_error(-EIO, "%s: cannot write statistics", c->stats_json);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct cli c = { 0 };
+	struct hp_exec_opts o;
+	struct hp_session *s = NULL;
+	struct hp_graph *g = NULL;
+	double *ms = NULL;
+	int rc;
+
+	rc = parse_args(argc, argv, &c);
+	if (rc)
+		return rc;
+	if (c.train)
+		return exec_train_main(&c);
+	if (c.plan || c.trace || c.plan_dot || c.ntiers || c.store || c.hostfile) {
+		fprintf(stderr, "hpdlf-exec: %s is not available in this version yet\n",
+			c.plan ? "--plan" : c.trace ? "--trace" : c.plan_dot ? "--plan-dot" :
+			c.ntiers ? "--tier" : "--store/--hostfile");
+		return 2;
+	}
+	rc = hp_graph_load(c.model, &g);
+	if (rc == 0)
+		rc = resolve_shapes(g, &c);
+	if (rc == 0)
+		rc = hp_graph_infer(g);
+	if (rc < 0)
+		goto out;
+	hp_exec_opts_init(&o, sizeof o);
+	o.threads = c.threads;
+	o.budget = c.budget;
+	o.seed = c.seed;
+	rc = hp_session_create(g, &o, &s);
+	if (rc == 0)
+		rc = set_inputs(s, g, &c);
+	if (rc < 0)
+		goto out;
+	ms = calloc((size_t)c.iterations, sizeof *ms);
+	if (!ms) {
+		rc = hp_error(-ENOMEM, "out of memory");
+		goto out;
+	}
+	rc = run_iterations(s, &c, ms);
+	if (rc == 0)
+		rc = write_outputs(s, g, &c);
+	if (rc == 0)
+		rc = summarize(s, &c, ms);
+out:
+	free(ms);
+	hp_session_destroy(s);
+	hp_graph_free(g);
+	for (int i = 0; i < c.nshapes; i++)
+		free(c.shapes[i].name), free(c.shapes[i].value);
+	for (int i = 0; i < c.ninputs; i++)
+		free(c.inputs[i].name), free(c.inputs[i].value);
+	for (int i = 0; i < c.noutputs; i++)
+		free(c.outputs[i].name), free(c.outputs[i].value);
+	return rc < 0 ? fail(rc) : 0;
+}
