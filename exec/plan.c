@@ -1,0 +1,472 @@
+/* Static memory planner: Belady eviction, write-back of live dirty values,
+ * budget-aware load hoisting and a pipeline time model.  See plan.h. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "hpdlf/kernels.h"
+#include "exec/plan.h"
+
+#define NEVER (1 << 30)
+
+struct rec {
+	int step, order, seq;
+	struct hp_plan_act_rec a;
+};
+
+struct sim {
+	const struct hp_graph *g;
+	const struct hp_plan_opts *o;
+	struct hp_plan *p;
+	uint64_t *size;
+	int *use_start, *uses, *cursor; /* CSR of read steps per value */
+	char *resident, *dirty, *below, *pinned, *persist;
+	int *resident_list, nresident;
+	int *last_evict;                /* step of a value's latest eviction, -1 */
+	uint64_t cur, *step_peak;
+	struct rec *recs;
+	int nrecs, caprecs;
+	uint64_t budget;
+};
+
+static int push(struct sim *m, int step, int order, int value, enum hp_plan_act act, int for_step)
+{
+	if (m->nrecs == m->caprecs) {
+		int cap = m->caprecs ? 2 * m->caprecs : 256;
+		void *q = realloc(m->recs, (size_t)cap * sizeof *m->recs);
+		if (!q)
+			return hp_error(-ENOMEM, "out of memory planning");
+		m->recs = q;
+		m->caprecs = cap;
+	}
+	m->recs[m->nrecs] = (struct rec){ step, order, m->nrecs, { value, act, for_step } };
+	m->nrecs++;
+	return 0;
+}
+
+/* A value the planner manages: it lives in the store (constants folded into
+ * graph memory do not). */
+static int managed(const struct hp_graph *g, int v)
+{
+	return v >= 0 && g->values[v].kind != HP_VALUE_CONSTANT;
+}
+
+static int next_use(struct sim *m, int v, int step)
+{
+	while (m->cursor[v] < m->use_start[v + 1] && m->uses[m->cursor[v]] <= step)
+		m->cursor[v]++;
+	if (m->cursor[v] < m->use_start[v + 1])
+		return m->uses[m->cursor[v]];
+	return m->persist[v] ? NEVER - 1 : NEVER;
+}
+
+static void set_resident(struct sim *m, int v, int on)
+{
+	if (on) {
+		m->resident[v] = 1;
+		m->resident_list[m->nresident++] = v;
+		m->cur += m->size[v];
+		return;
+	}
+	m->resident[v] = 0;
+	m->cur -= m->size[v];
+	for (int i = 0; i < m->nresident; i++)
+		if (m->resident_list[i] == v) {
+			m->resident_list[i] = m->resident_list[--m->nresident];
+			break;
+		}
+}
+
+static int make_room(struct sim *m, uint64_t bytes, int step)
+{
+	while (m->cur + bytes > m->budget) {
+		int victim = -1, far = -1;
+		for (int i = 0; i < m->nresident; i++) {
+			int v = m->resident_list[i], nu;
+			if (m->pinned[v])
+				continue;
+			nu = next_use(m, v, step);
+			/* farthest next use; ties by value index for determinism */
+			if (nu > far || (nu == far && v < victim)) {
+				far = nu;
+				victim = v;
+			}
+		}
+		if (victim < 0)
+			return HP_EBUDGET;
+		if (m->dirty[victim] && far < NEVER) {
+			if (push(m, step, 0, victim, HP_ACT_WRITEBACK, -1) < 0)
+				return -ENOMEM;
+			m->p->bytes_written += m->size[victim];
+			m->below[victim] = 1;
+			m->dirty[victim] = 0;
+		} else if (push(m, step, 0, victim, HP_ACT_EVICT, -1) < 0) {
+			return -ENOMEM;
+		}
+		set_resident(m, victim, 0);
+	}
+	return 0;
+}
+
+static uint64_t value_size(const struct hp_graph *g, int v, uint64_t align)
+{
+	struct hp_tensor t = { .dtype = g->values[v].dtype, .shape = g->values[v].shape };
+	uint64_t b = hp_tensor_bytes(&t);
+
+	return align > 1 ? (b + align - 1) / align * align : b;
+}
+
+static int build_schedule(struct sim *m)
+{
+	const struct hp_graph *g = m->g;
+	struct hp_plan *p = m->p;
+	int nuses = 0;
+
+	p->node = malloc(((size_t)g->nnodes + 1) * sizeof *p->node);
+	p->last_use = malloc(((size_t)g->nvalues + 1) * sizeof *p->last_use);
+	m->use_start = calloc((size_t)g->nvalues + 2, sizeof *m->use_start);
+	if (!p->node || !p->last_use || !m->use_start)
+		return hp_error(-ENOMEM, "out of memory planning");
+	for (int i = 0; i < g->nnodes; i++)
+		if (!g->nodes[i].folded)
+			p->node[p->nsteps++] = i;
+	for (int v = 0; v < g->nvalues; v++) {
+		const struct hp_value *val = &g->values[v];
+		m->persist[v] = val->is_output || val->next >= 0 || val->kind == HP_VALUE_INPUT ||
+				val->kind == HP_VALUE_INITIALIZER;
+		m->size[v] = value_size(g, v, m->o->align);
+		m->last_evict[v] = -1;
+		p->last_use[v] = -1;
+	}
+	for (int v = 0; v < g->nvalues; v++)
+		if (g->values[v].next >= 0)
+			m->persist[g->values[v].next] = 1;
+	for (int s = 0; s < p->nsteps; s++) {
+		const struct hp_node *n = &g->nodes[p->node[s]];
+		for (int j = 0; j < n->ninputs; j++)
+			if (managed(g, n->inputs[j])) {
+				m->use_start[n->inputs[j] + 1]++;
+				p->last_use[n->inputs[j]] = s;
+				nuses++;
+			}
+	}
+	for (int v = 0; v < g->nvalues; v++) {
+		m->use_start[v + 1] += m->use_start[v];
+		if (m->persist[v])
+			p->last_use[v] = p->nsteps;
+	}
+	m->uses = malloc(((size_t)nuses + 1) * sizeof *m->uses);
+	if (!m->uses)
+		return hp_error(-ENOMEM, "out of memory planning");
+	memcpy(m->cursor, m->use_start, (size_t)g->nvalues * sizeof *m->cursor);
+	for (int s = 0; s < p->nsteps; s++) {
+		const struct hp_node *n = &g->nodes[p->node[s]];
+		for (int j = 0; j < n->ninputs; j++) {
+			int v = n->inputs[j];
+			/* a value read twice by one node is one use */
+			if (managed(g, v) && (m->cursor[v] == m->use_start[v] || m->uses[m->cursor[v] - 1] != s))
+				m->uses[m->cursor[v]++] = s;
+		}
+	}
+	for (int v = 0; v < g->nvalues; v++) {
+		/* compact: duplicates left holes at the end of each range */
+		int end = m->cursor[v];
+		for (int k = end; k < m->use_start[v + 1]; k++)
+			m->uses[k] = NEVER;
+		m->cursor[v] = m->use_start[v];
+	}
+	return 0;
+}
+
+/* Bytes step s needs resident at once: distinct inputs, outputs, workspace. */
+static uint64_t step_need(struct sim *m, int s)
+{
+	const struct hp_node *n = &m->g->nodes[m->p->node[s]];
+	uint64_t need = n->workspace;
+
+	for (int j = 0; j < n->ninputs; j++) {
+		int v = n->inputs[j], dup = 0;
+		for (int k = 0; k < j; k++)
+			dup |= n->inputs[k] == v;
+		if (managed(m->g, v) && !dup)
+			need += m->size[v];
+	}
+	for (int o = 0; o < n->noutputs; o++)
+		if (managed(m->g, n->outputs[o]))
+			need += m->size[n->outputs[o]];
+	return need;
+}
+
+static void pin_step(struct sim *m, const struct hp_node *n, int on)
+{
+	for (int j = 0; j < n->ninputs; j++)
+		if (managed(m->g, n->inputs[j]))
+			m->pinned[n->inputs[j]] = (char)on;
+	for (int o = 0; o < n->noutputs; o++)
+		if (managed(m->g, n->outputs[o]))
+			m->pinned[n->outputs[o]] = (char)on;
+}
+
+static int simulate_step(struct sim *m, int s)
+{
+	const struct hp_graph *g = m->g;
+	struct hp_plan *p = m->p;
+	const struct hp_node *n = &g->nodes[p->node[s]];
+	int rc;
+
+	pin_step(m, n, 1);
+	for (int j = 0; j < n->ninputs; j++) {
+		int v = n->inputs[j];
+		if (!managed(g, v) || m->resident[v])
+			continue;
+		if ((rc = make_room(m, m->size[v], s)) != 0)
+			return rc;
+		set_resident(m, v, 1);
+		if ((rc = push(m, s, 1, v, HP_ACT_LOAD, s)) < 0)
+			return rc;
+		p->bytes_loaded += m->size[v];
+		p->loads++;
+	}
+	for (int o = 0; o < n->noutputs; o++) {
+		int v = n->outputs[o];
+		if (!managed(g, v) || m->resident[v])
+			continue;
+		if ((rc = make_room(m, m->size[v], s)) != 0)
+			return rc;
+		set_resident(m, v, 1);
+		m->dirty[v] = 1;
+		m->below[v] = 0;
+	}
+	if ((rc = make_room(m, n->workspace, s)) != 0)
+		return rc;
+	m->step_peak[s] = m->cur + n->workspace;
+	if (m->step_peak[s] > p->peak_bytes)
+		p->peak_bytes = m->step_peak[s];
+	pin_step(m, n, 0);
+	for (int j = 0; j < n->ninputs; j++) {
+		int v = n->inputs[j];
+		if (managed(g, v) && m->resident[v] && p->last_use[v] == s)
+			set_resident(m, v, 0);
+	}
+	for (int o = 0; o < n->noutputs; o++) {
+		int v = n->outputs[o];
+		if (managed(g, v) && m->resident[v] && p->last_use[v] < 0)
+			set_resident(m, v, 0);
+	}
+	return 0;
+}
+
+/* Move each load to the earliest step whose simulated peak still leaves room
+ * for it, never before the value's latest eviction. */
+static void hoist_loads(struct sim *m)
+{
+	const struct hp_plan *p = m->p;
+
+	/* recs are in simulation order: last_evict tracks evictions seen so far */
+	for (int v = 0; v < m->g->nvalues; v++)
+		m->last_evict[v] = -1;
+	for (int r = 0; r < m->nrecs; r++) {
+		struct rec *x = &m->recs[r];
+		int v = x->a.value, s = x->step, j = s, lo;
+		if (x->a.act != HP_ACT_LOAD) {
+			m->last_evict[v] = s;
+			continue;
+		}
+		lo = m->last_evict[v] + 1;
+		if (m->o->max_lookahead > 0 && s - m->o->max_lookahead > lo)
+			lo = s - m->o->max_lookahead;
+		while (j > lo && m->step_peak[j - 1] + m->size[v] <= m->budget)
+			j--;
+		for (int k = j; k < s; k++)
+			m->step_peak[k] += m->size[v];
+		if (j < s) {
+			x->step = j;
+			((struct hp_plan *)p)->prefetched++;
+		}
+	}
+}
+
+static int cmp_rec(const void *a, const void *b)
+{
+	const struct rec *x = a, *y = b;
+
+	if (x->step != y->step)
+		return x->step - y->step;
+	if (x->order != y->order)
+		return x->order - y->order;
+	return x->seq - y->seq;
+}
+
+static int emit_acts(struct sim *m)
+{
+	struct hp_plan *p = m->p;
+
+	qsort(m->recs, (size_t)m->nrecs, sizeof *m->recs, cmp_rec);
+	p->acts = malloc(((size_t)m->nrecs + 1) * sizeof *p->acts);
+	p->act_begin = calloc((size_t)p->nsteps + 2, sizeof *p->act_begin);
+	if (!p->acts || !p->act_begin)
+		return hp_error(-ENOMEM, "out of memory planning");
+	for (int r = 0; r < m->nrecs; r++) {
+		p->acts[r] = m->recs[r].a;
+		p->act_begin[m->recs[r].step + 1]++;
+	}
+	for (int s = 0; s <= p->nsteps; s++)
+		p->act_begin[s + 1] += p->act_begin[s];
+	p->nacts = m->nrecs;
+	return 0;
+}
+
+/* One compute lane and one I/O lane; a step waits for its loads and for the
+ * write-backs issued before it. */
+static void time_model(struct sim *m)
+{
+	struct hp_plan *p = m->p;
+	const struct hp_graph *g = m->g;
+	double gf = m->o->gflops > 0 ? m->o->gflops : 50, rd = m->o->read_MBps > 0 ? m->o->read_MBps : 1000,
+	       wr = m->o->write_MBps > 0 ? m->o->write_MBps : 1000;
+	double t = 0, io = 0, *ready = calloc((size_t)p->nsteps + 1, sizeof *ready);
+
+	if (!ready)
+		return;
+	for (int s = 0; s < p->nsteps; s++) {
+		const struct hp_node *n = &g->nodes[p->node[s]];
+		double f = n->op->flops ? n->op->flops(g, n) : 0, c = f / gf / 1e6, wait = 0;
+		for (int a = p->act_begin[s]; a < p->act_begin[s + 1]; a++) {
+			const struct hp_plan_act_rec *x = &p->acts[a];
+			double mb = (double)m->size[x->value] / 1e6;
+			if (x->act == HP_ACT_WRITEBACK) {
+				io = (io > t ? io : t) + mb / wr * 1e3;
+				p->io_ms += mb / wr * 1e3;
+				wait = io;
+			} else if (x->act == HP_ACT_LOAD) {
+				io = (io > t ? io : t) + mb / rd * 1e3;
+				p->io_ms += mb / rd * 1e3;
+				if (io > ready[x->for_step])
+					ready[x->for_step] = io;
+			}
+		}
+		if (ready[s] > wait)
+			wait = ready[s];
+		t = (t > wait ? t : wait) + c;
+		p->compute_ms += c;
+	}
+	p->predicted_ms = t;
+	free(ready);
+}
+
+static int min_budget(struct sim *m)
+{
+	for (int s = 0; s < m->p->nsteps; s++) {
+		uint64_t need = step_need(m, s);
+		if (need > m->p->min_budget) {
+			m->p->min_budget = need;
+			m->p->min_step = s;
+		}
+	}
+	m->p->min_budget += m->o->workspace;
+	return 0;
+}
+
+static void sim_free(struct sim *m)
+{
+	free(m->size);
+	free(m->use_start);
+	free(m->uses);
+	free(m->cursor);
+	free(m->resident);
+	free(m->dirty);
+	free(m->below);
+	free(m->pinned);
+	free(m->persist);
+	free(m->resident_list);
+	free(m->last_evict);
+	free(m->step_peak);
+	free(m->recs);
+}
+
+static int sim_alloc(struct sim *m, int nv, int nn)
+{
+	size_t v = (size_t)nv + 1;
+
+	m->size = calloc(v, sizeof *m->size);
+	m->cursor = calloc(v, sizeof *m->cursor);
+	m->resident = calloc(v, 1);
+	m->dirty = calloc(v, 1);
+	m->below = calloc(v, 1);
+	m->pinned = calloc(v, 1);
+	m->persist = calloc(v, 1);
+	m->resident_list = calloc(v, sizeof *m->resident_list);
+	m->last_evict = calloc(v, sizeof *m->last_evict);
+	m->step_peak = calloc((size_t)nn + 1, sizeof *m->step_peak);
+	if (!m->size || !m->cursor || !m->resident || !m->dirty || !m->below || !m->pinned || !m->persist ||
+	    !m->resident_list || !m->last_evict || !m->step_peak)
+		return hp_error(-ENOMEM, "out of memory planning");
+	return 0;
+}
+
+int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out)
+{
+	struct sim m = { .g = g, .o = o };
+	struct hp_plan *p = calloc(1, sizeof *p);
+	int rc;
+
+	*out = NULL;
+	if (!p)
+		return hp_error(-ENOMEM, "out of memory planning");
+	m.p = p;
+	rc = sim_alloc(&m, g->nvalues, g->nnodes);
+	if (rc == 0)
+		rc = build_schedule(&m);
+	if (rc < 0)
+		goto fail;
+	min_budget(&m);
+	m.budget = o->budget ? o->budget - (o->budget > o->workspace ? o->workspace : o->budget) : UINT64_MAX / 2;
+	if (o->budget && p->min_budget > o->budget) {
+		const struct hp_node *n = &g->nodes[p->node[p->min_step]];
+		rc = hp_node_error(g, n, HP_EBUDGET, "needs %llu bytes at once (inputs, outputs and workspace); "
+				   "the smallest budget that works is %llu bytes (%.1f MiB)",
+				   (unsigned long long)(p->min_budget - o->workspace),
+				   (unsigned long long)p->min_budget, (double)p->min_budget / 1048576.0);
+		goto fail;
+	}
+	/* Inputs start resident where they fit (the user just wrote them). */
+	for (int i = 0; i < g->ninputs; i++) {
+		int v = g->inputs[i];
+		if (m.cur + m.size[v] <= m.budget) {
+			set_resident(&m, v, 1);
+			m.dirty[v] = 1;
+		}
+	}
+	for (int s = 0; s < p->nsteps; s++) {
+		rc = simulate_step(&m, s);
+		if (rc != 0) {
+			rc = rc == HP_EBUDGET ? hp_node_error(g, &g->nodes[p->node[s]], HP_EBUDGET,
+							    "does not fit in the budget (planner)") : rc;
+			goto fail;
+		}
+	}
+	hoist_loads(&m);
+	rc = emit_acts(&m);
+	if (rc < 0)
+		goto fail;
+	time_model(&m);
+	sim_free(&m);
+	*out = p;
+	return 0;
+fail:
+	sim_free(&m);
+	hp_plan_free(p);
+	return rc;
+}
+
+void hp_plan_free(struct hp_plan *p)
+{
+	if (!p)
+		return;
+	free(p->node);
+	free(p->last_use);
+	free(p->act_begin);
+	free(p->acts);
+	free(p);
+}

@@ -1,0 +1,58 @@
+/* The static memory planner (internal to exec/).
+ *
+ * The schedule is the graph's topological order without folded nodes.  The
+ * planner simulates it once under the budget: a value's memory is released
+ * at its last use; when room is needed the resident value whose next use is
+ * farthest is evicted (Belady), written back only if it is dirty and needed
+ * again; loads are then hoisted as early as the budget allows so they
+ * overlap the compute of earlier steps.  The runtime follows the plan; the
+ * store stays the authority on residency, so a plan can only make a run
+ * slower, never wrong. */
+#ifndef HPDLF_EXEC_PLAN_H
+#define HPDLF_EXEC_PLAN_H
+
+#include <stdint.h>
+
+#include "hpdlf/graph.h"
+
+enum hp_plan_act {
+	HP_ACT_LOAD = 1,      /* bring value into DRAM (issued before step) */
+	HP_ACT_EVICT = 2,     /* drop a clean copy */
+	HP_ACT_WRITEBACK = 3, /* write a dirty value below, then drop it */
+	HP_ACT_FREE = 4,      /* last use passed: release */
+};
+
+struct hp_plan_act_rec {
+	int value;
+	enum hp_plan_act act;
+	int for_step;         /* LOAD: the step that needs it */
+};
+
+struct hp_plan_opts {
+	uint64_t budget;       /* bytes; 0 = unlimited */
+	uint64_t align;        /* tensors occupy sizes rounded up to this */
+	uint64_t workspace;    /* bytes the runtime reserves for kernel scratch */
+	double gflops;         /* compute speed model */
+	double read_MBps, write_MBps; /* tier bandwidth model */
+	int max_lookahead;     /* steps a load may be hoisted (0: unlimited) */
+};
+
+struct hp_plan {
+	int nsteps;
+	int *node;             /* node index per step */
+	int *last_use;         /* per value: last step reading it; nsteps = kept to the end; -1 unused */
+	int *act_begin;        /* acts before step s: acts[act_begin[s] .. act_begin[s+1]) */
+	struct hp_plan_act_rec *acts;
+	int nacts;
+	uint64_t peak_bytes;   /* simulated high-water mark */
+	uint64_t min_budget;   /* the largest single-step need */
+	int min_step;          /* the step with that need */
+	uint64_t bytes_loaded, bytes_written;
+	uint64_t loads, prefetched; /* loads, and those hoisted before their step */
+	double compute_ms, io_ms, predicted_ms;
+};
+
+int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
+void hp_plan_free(struct hp_plan *p);
+
+#endif
