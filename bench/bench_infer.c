@@ -1,0 +1,213 @@
+/* Inference benchmark: ms per inference and GFLOP/s of hpdlf in core, and the
+ * ratio to ONNX Runtime measured in the same run when it is available.
+ *
+ *   hpdlf-bench-infer [--reps N] [--threads N] [MODEL.onnx[:NAME=DIMS] ...]
+ *
+ * Without models it generates the 3D U-Net of the README (48^3, batch 1)
+ * and a small one.  ONNX Runtime runs when `node` finds onnxruntime-node
+ * (NODE_PATH, e.g. after `npm install --ignore-scripts onnxruntime-node@1.20.1`).
+ * Ends with one JSON line. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include "hpdlf/error.h"
+#include "hpdlf/exec.h"
+#include "hpdlf/graph.h"
+#include "hpdlf/tensor.h"
+
+#ifndef HPDLF_SOURCE_DIR
+#define HPDLF_SOURCE_DIR "."
+#endif
+
+static int cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double ort_ms(const char *model, const char *input, int reps, int threads)
+{
+	char cmd[8192], line[1024];
+	double ms = -1;
+	FILE *f;
+
+	snprintf(cmd, sizeof cmd, "node %s/bench/ort_run.js '%s' '%s' %d %d 2>/dev/null", HPDLF_SOURCE_DIR, model,
+		 input, reps, threads);
+	f = popen(cmd, "r");
+	if (!f)
+		return -1;
+	if (fgets(line, sizeof line, f)) {
+		json_object *o = json_tokener_parse(line), *v;
+		if (o && json_object_object_get_ex(o, "ms_median", &v))
+			ms = json_object_get_double(v);
+		json_object_put(o);
+	}
+	pclose(f);
+	return ms;
+}
+
+static void fill(struct hp_tensor *t)
+{
+	int64_t n = hp_shape_numel(&t->shape);
+	uint32_t x = 12345;
+
+	for (int64_t i = 0; i < n && t->dtype == HP_F32; i++) {
+		x = x * 1664525u + 1013904223u;
+		((float *)t->data)[i] = (float)(x >> 8) / 16777216.0f * 2 - 1;
+	}
+}
+
+/* Run one model spec "PATH[:NAME=DIMS]"; adds a JSON object to `out`. */
+static int bench_model(const char *spec, int reps, int threads, json_object *out)
+{
+	char path[4096], *colon, inpath[] = "/tmp/hpdlf-bench-XXXXXX.npy";
+	struct hp_graph *g = NULL;
+	struct hp_session *s = NULL;
+	struct hp_exec_opts o;
+	struct hp_tensor x = { 0 };
+	struct hp_run_stats st;
+	double *ms = calloc((size_t)reps, sizeof *ms), med, ort;
+	int rc, fd;
+
+	snprintf(path, sizeof path, "%s", spec);
+	colon = strrchr(path, ':');
+	if (colon && strchr(colon, '='))
+		*colon++ = 0;
+	else
+		colon = NULL;
+	rc = hp_graph_load(path, &g);
+	if (rc == 0 && colon) {
+		struct hp_shape sh;
+		char *eq = strchr(colon, '=');
+		*eq = 0;
+		rc = hp_shape_parse(eq + 1, &sh);
+		if (rc == 0)
+			rc = hp_graph_set_input_shape(g, colon, &sh);
+	}
+	for (int i = 0; rc == 0 && i < g->ninputs; i++) {
+		struct hp_value *v = &g->values[g->inputs[i]];
+		for (int d = 0; d < v->shape.rank; d++)
+			if (v->shape.dims[d] < 0)
+				v->shape.dims[d] = 1;
+	}
+	if (rc == 0)
+		rc = hp_graph_infer(g);
+	hp_exec_opts_init(&o, sizeof o);
+	o.threads = threads;
+	if (rc == 0)
+		rc = hp_session_create(g, &o, &s);
+	if (rc == 0) {
+		const struct hp_value *v = &g->values[g->inputs[0]];
+		rc = hp_tensor_alloc(&x, v->dtype, &v->shape);
+	}
+	if (rc == 0) {
+		fill(&x);
+		rc = hp_session_set_input(s, g->values[g->inputs[0]].name, &x);
+	}
+	if (rc == 0)
+		rc = hp_session_run(s); /* warm-up */
+	for (int i = 0; rc == 0 && i < reps; i++) {
+		rc = hp_session_run(s);
+		hp_session_stats(s, &st);
+		ms[i] = st.ms;
+	}
+	if (rc < 0) {
+		fprintf(stderr, "hpdlf-bench-infer: %s\n", hp_errmsg());
+		goto out;
+	}
+	qsort(ms, (size_t)reps, sizeof *ms, cmp);
+	med = ms[reps / 2];
+	fd = mkstemps(inpath, 4);
+	if (fd >= 0) {
+		close(fd);
+		hp_npy_write(inpath, &x);
+	}
+	ort = fd >= 0 ? ort_ms(path, inpath, reps, threads) : -1;
+	unlink(inpath);
+	json_object *m = json_object_new_object();
+	json_object_object_add(m, "model", json_object_new_string(spec));
+	json_object_object_add(m, "ms_median", json_object_new_double(med));
+	json_object_object_add(m, "ms_min", json_object_new_double(ms[0]));
+	json_object_object_add(m, "gflops", json_object_new_double(st.flops / med / 1e6));
+	if (ort > 0) {
+		json_object_object_add(m, "ort_ms_median", json_object_new_double(ort));
+		json_object_object_add(m, "ratio_vs_ort", json_object_new_double(med / ort));
+	}
+	fprintf(stderr, "%s: %.3f ms median (min %.3f), %.1f GFLOP/s%s", spec, med, ms[0], st.flops / med / 1e6,
+		ort > 0 ? "" : ", ONNX Runtime not found\n");
+	if (ort > 0)
+		fprintf(stderr, ", ONNX Runtime %.3f ms: ratio %.3f\n", ort, med / ort);
+	json_object_array_add(out, m);
+out:
+	hp_tensor_free(&x);
+	hp_session_destroy(s);
+	hp_graph_free(g);
+	free(ms);
+	return rc;
+}
+
+static int make_default(char *dir, char *specs[2])
+{
+	char cmd[8192];
+
+	if (!mkdtemp(dir))
+		return -errno;
+	snprintf(cmd, sizeof cmd,
+		 "/usr/bin/python3 %s/tools/make_unet3d.py %s/unet3d.onnx >/dev/null && "
+		 "/usr/bin/python3 %s/tools/make_unet3d.py %s/unet3d_tiny.onnx --base 4 --levels 2 >/dev/null",
+		 HPDLF_SOURCE_DIR, dir, HPDLF_SOURCE_DIR, dir);
+	if (system(cmd) != 0)
+		return -EIO;
+	if (asprintf(&specs[0], "%s/unet3d.onnx:input=1x1x48x48x48", dir) < 0 ||
+	    asprintf(&specs[1], "%s/unet3d_tiny.onnx:input=2x1x16x16x16", dir) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int reps = 10, threads = 0, o, rc = 0, nspec = 0;
+	char dir[] = "/tmp/hpdlf-bench-models-XXXXXX", *defaults[2] = { 0 }, **specs = argv;
+	json_object *models = json_object_new_array(), *top = json_object_new_object();
+
+	for (o = 1; o < argc; o++) {
+		if (!strcmp(argv[o], "--reps") && o + 1 < argc)
+			reps = atoi(argv[++o]);
+		else if (!strcmp(argv[o], "--threads") && o + 1 < argc)
+			threads = atoi(argv[++o]);
+		else
+			specs[nspec++] = argv[o];
+	}
+	if (reps < 1)
+		reps = 1;
+	if (!threads)
+		threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	if (!nspec) {
+		if (make_default(dir, defaults) < 0) {
+			fprintf(stderr, "hpdlf-bench-infer: cannot generate the default models (python3 with onnx)\n");
+			return 1;
+		}
+		specs = defaults;
+		nspec = 2;
+	}
+	for (int i = 0; i < nspec && rc == 0; i++)
+		rc = bench_model(specs[i], reps, threads, models);
+	json_object_object_add(top, "bench", json_object_new_string("infer"));
+	json_object_object_add(top, "threads", json_object_new_int(threads));
+	json_object_object_add(top, "models", models);
+	printf("%s\n", json_object_to_json_string_ext(top, JSON_C_TO_STRING_PLAIN));
+	json_object_put(top);
+	if (defaults[0]) {
+		char cmd[256];
+		snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "hpdlf-bench-infer: could not remove %s\n", dir);
+	}
+	return rc < 0 ? 1 : 0;
+}

@@ -1,0 +1,33 @@
+// ONNX Runtime (CPU) timing for hpdlf's benchmarks:
+//   node ort_run.js model.onnx in.npy [reps] [threads]
+// Prints one JSON line {ms_median, ms_min, reps}. Needs onnxruntime-node in NODE_PATH.
+const fs = require('fs');
+const ort = require('onnxruntime-node');
+
+function readNpy(path) {
+  const b = fs.readFileSync(path);
+  const hlen = b.readUInt16LE(8);
+  const hdr = b.toString('latin1', 10, 10 + hlen);
+  const descr = /'descr':\s*'([^']+)'/.exec(hdr)[1];
+  const shape = /'shape':\s*\(([^)]*)\)/.exec(hdr)[1].split(',').filter(s => s.trim()).map(Number);
+  const buf = b.buffer.slice(b.byteOffset + 10 + hlen, b.byteOffset + b.length);
+  if (descr === '<f4') return new ort.Tensor('float32', new Float32Array(buf), shape);
+  if (descr === '<i8') return new ort.Tensor('int64', new BigInt64Array(buf), shape);
+  throw new Error('unsupported dtype ' + descr);
+}
+
+(async () => {
+  const [model, inp, repsS, thrS] = process.argv.slice(2);
+  const reps = Number(repsS || 5), threads = Number(thrS || 2);
+  const s = await ort.InferenceSession.create(model, { intraOpNumThreads: threads, interOpNumThreads: 1 });
+  const feeds = { [s.inputNames[0]]: readNpy(inp) };
+  await s.run(feeds);
+  const ms = [];
+  for (let i = 0; i < reps; i++) {
+    const t0 = process.hrtime.bigint();
+    await s.run(feeds);
+    ms.push(Number(process.hrtime.bigint() - t0) / 1e6);
+  }
+  ms.sort((a, b) => a - b);
+  console.log(JSON.stringify({ ms_median: ms[Math.floor(ms.length / 2)], ms_min: ms[0], reps }));
+})().catch(e => { console.error(e.message); process.exit(1); });
