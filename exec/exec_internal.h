@@ -21,5 +21,7 @@ struct hp_session {
 };
 
 int hp_exec_online_cpus(void);
+/* Measured sgemm speed (GFLOP/s) with `threads` BLAS threads, for the time model. */
+double hp_exec_measure_gflops(int threads);
 
 #endif

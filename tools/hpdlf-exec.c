@@ -400,6 +400,33 @@ static int summarize(struct hp_session *s, const struct cli *c, double *ms)
 	return 0;
 }
 
+static int plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c)
+{
+	struct hp_plan_summary p;
+	char a[32], b[32], d[32], e[32];
+	int rc;
+
+	if (c->plan_dot && (rc = hp_plan_write_dot(g, o, c->plan_dot)) < 0)
+		return rc;
+	if (!c->plan)
+		return 0;
+	rc = hp_plan_summarize(g, o, &p);
+	if (rc < 0)
+		return rc;
+	printf("plan for %s: %d kernels, budget %s\n", c->model, p.steps,
+	       p.budget ? hp_format_size(p.budget, a, sizeof a) : "unlimited (in core)");
+	printf("  peak tensor memory   %s\n", hp_format_size(p.peak_bytes, a, sizeof a));
+	printf("  smallest budget      %s (node '%s')\n", hp_format_size(p.min_budget, b, sizeof b), p.min_node);
+	printf("  loaded from below    %s in %llu loads (%llu prefetched early)\n",
+	       hp_format_size(p.bytes_loaded, d, sizeof d), (unsigned long long)p.loads,
+	       (unsigned long long)p.prefetched);
+	printf("  written back         %s\n", hp_format_size(p.bytes_written, e, sizeof e));
+	printf("  predicted step time  %.2f ms (compute %.2f ms at %.0f GFLOP/s measured, I/O %.2f ms at "
+	       "%.0f/%.0f MB/s read/write)\n",
+	       p.predicted_ms, p.compute_ms, p.gflops, p.io_ms, p.read_MBps, p.write_MBps);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct cli c = { 0 };
@@ -414,10 +441,9 @@ int main(int argc, char **argv)
 		return rc;
 	if (c.train)
 		return exec_train_main(&c);
-	if (c.plan || c.trace || c.plan_dot || c.ntiers || c.store || c.hostfile) {
+	if (c.trace || c.ntiers || c.store || c.hostfile) {
 		fprintf(stderr, "hpdlf-exec: %s is not available in this version yet\n",
-			c.plan ? "--plan" : c.trace ? "--trace" : c.plan_dot ? "--plan-dot" :
-			c.ntiers ? "--tier" : "--store/--hostfile");
+			c.trace ? "--trace" : c.ntiers ? "--tier" : "--store/--hostfile");
 		return 2;
 	}
 	rc = hp_graph_load(c.model, &g);
@@ -431,6 +457,10 @@ int main(int argc, char **argv)
 	o.threads = c.threads;
 	o.budget = c.budget;
 	o.seed = c.seed;
+	if (c.plan || c.plan_dot) {
+		rc = plan_only(g, &o, &c);
+		goto out;
+	}
 	rc = hp_session_create(g, &o, &s);
 	if (rc == 0)
 		rc = set_inputs(s, g, &c);

@@ -54,6 +54,29 @@ struct hp_run_stats {
 };
 void hp_session_stats(const struct hp_session *s, struct hp_run_stats *st);
 
+/* ---- planning ------------------------------------------------------- */
+
+struct hp_plan_summary {
+	int steps;               /* kernels to run (folded nodes excluded) */
+	uint64_t budget;         /* 0: unlimited */
+	uint64_t peak_bytes;     /* planned tensor-memory high-water mark */
+	uint64_t min_budget;     /* smallest budget any schedule of this graph needs */
+	const char *min_node;    /* the node that needs it (graph-owned) */
+	uint64_t bytes_loaded, bytes_written;
+	uint64_t loads, prefetched;
+	double gflops;           /* speed model used */
+	double read_MBps, write_MBps;
+	double compute_ms, io_ms, predicted_ms;
+};
+
+/* Plan one run of the inferred graph under o->budget (without running it).
+ * HP_EBUDGET (with a message naming the operator and the smallest budget
+ * that works) when an operator alone does not fit. */
+int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out);
+/* Write the task net as Graphviz: transitions (kernels, loads, write-backs)
+ * and places (values), with the plan's actions. */
+int hp_plan_write_dot(const struct hp_graph *g, const struct hp_exec_opts *o, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

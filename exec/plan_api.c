@@ -1,0 +1,153 @@
+/* Public planning entry points: summary for --plan, Graphviz for --plan-dot. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cblas.h>
+
+#include "hpdlf/error.h"
+#include "hpdlf/exec.h"
+#include "exec/exec_internal.h"
+#include "exec/plan.h"
+
+/* Default tier bandwidths until the store measures its own (the development
+ * machine's NVMe under fio: ~2.2 GB/s read, ~1.5 GB/s write). */
+#define DEFAULT_READ_MBPS 2200.0
+#define DEFAULT_WRITE_MBPS 1500.0
+
+static double seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+double hp_exec_measure_gflops(int threads)
+{
+	enum { N = 384 };
+	float *a = aligned_alloc(64, sizeof(float) * N * N * 3), *b, *c;
+	double best = 0;
+
+	if (!a)
+		return 50;
+	b = a + N * N;
+	c = b + N * N;
+	for (int i = 0; i < N * N; i++)
+		a[i] = b[i] = (float)(i % 7) * 0.1f;
+	hp_blas_set_threads(threads);
+	for (int r = 0; r < 4; r++) {
+		double t0 = seconds(), dt;
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1, a, N, b, N, 0, c, N);
+		dt = seconds() - t0;
+		if (dt > 0 && 2.0 * N * N * N / dt / 1e9 > best)
+			best = 2.0 * N * N * N / dt / 1e9;
+	}
+	free(a);
+	return best > 0 ? best : 50;
+}
+
+static void plan_opts(const struct hp_exec_opts *o, struct hp_plan_opts *po)
+{
+	memset(po, 0, sizeof *po);
+	po->budget = o ? o->budget : 0;
+	po->align = 64;
+	po->gflops = hp_exec_measure_gflops(o && o->threads > 0 ? o->threads : hp_exec_online_cpus());
+	po->read_MBps = DEFAULT_READ_MBPS;
+	po->write_MBps = DEFAULT_WRITE_MBPS;
+}
+
+int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out)
+{
+	struct hp_plan_opts po;
+	struct hp_plan *p;
+	int rc;
+
+	memset(out, 0, sizeof *out);
+	plan_opts(o, &po);
+	rc = hp_plan_build(g, &po, &p);
+	if (rc < 0)
+		return rc;
+	out->steps = p->nsteps;
+	out->budget = po.budget;
+	out->peak_bytes = p->peak_bytes;
+	out->min_budget = p->min_budget;
+	out->min_node = p->nsteps ? g->nodes[p->node[p->min_step]].name : "";
+	out->bytes_loaded = p->bytes_loaded;
+	out->bytes_written = p->bytes_written;
+	out->loads = p->loads;
+	out->prefetched = p->prefetched;
+	out->gflops = po.gflops;
+	out->read_MBps = po.read_MBps;
+	out->write_MBps = po.write_MBps;
+	out->compute_ms = p->compute_ms;
+	out->io_ms = p->io_ms;
+	out->predicted_ms = p->predicted_ms;
+	hp_plan_free(p);
+	return 0;
+}
+
+static void dot_escape(FILE *f, const char *s)
+{
+	for (; *s; s++)
+		fprintf(f, *s == '"' || *s == '\\' ? "\\%c" : "%c", *s);
+}
+
+int hp_plan_write_dot(const struct hp_graph *g, const struct hp_exec_opts *o, const char *path)
+{
+	struct hp_plan_opts po;
+	struct hp_plan *p;
+	FILE *f;
+	int rc;
+
+	plan_opts(o, &po);
+	rc = hp_plan_build(g, &po, &p);
+	if (rc < 0)
+		return rc;
+	f = fopen(path, "w");
+	if (!f) {
+		rc = hp_error(-errno, "%s: %s", path, strerror(errno));
+		goto out;
+	}
+	/* Places are values (ellipses), transitions are kernels (boxes) and the
+	 * planned I/O (loads, write-backs) as diamonds on the value's place. */
+	fprintf(f, "digraph tasknet {\n  rankdir=TB;\n  node [fontsize=10];\n");
+	for (int v = 0; v < g->nvalues; v++) {
+		if (p->last_use[v] < 0 && !g->values[v].is_output && g->values[v].producer < 0)
+			continue;
+		if (g->values[v].kind == HP_VALUE_CONSTANT)
+			continue;
+		fprintf(f, "  v%d [shape=ellipse,label=\"", v);
+		dot_escape(f, g->values[v].name);
+		fprintf(f, "\"];\n");
+	}
+	for (int s = 0; s < p->nsteps; s++) {
+		const struct hp_node *n = &g->nodes[p->node[s]];
+		fprintf(f, "  k%d [shape=box,style=filled,fillcolor=lightblue,label=\"%d: ", s, s);
+		dot_escape(f, n->op_type);
+		fprintf(f, "\\n");
+		dot_escape(f, n->name);
+		fprintf(f, "\"];\n");
+		for (int j = 0; j < n->ninputs; j++)
+			if (n->inputs[j] >= 0 && g->values[n->inputs[j]].kind != HP_VALUE_CONSTANT)
+				fprintf(f, "  v%d -> k%d;\n", n->inputs[j], s);
+		for (int j = 0; j < n->noutputs; j++)
+			if (n->outputs[j] >= 0)
+				fprintf(f, "  k%d -> v%d;\n", s, n->outputs[j]);
+		for (int a = p->act_begin[s]; a < p->act_begin[s + 1]; a++) {
+			const struct hp_plan_act_rec *x = &p->acts[a];
+			const char *what = x->act == HP_ACT_LOAD ? "load" : x->act == HP_ACT_WRITEBACK ? "write-back" : "evict";
+			fprintf(f, "  a%d [shape=diamond,style=filled,fillcolor=%s,label=\"%s\"];\n  v%d -> a%d;\n  a%d -> k%d [style=dashed];\n",
+				a, x->act == HP_ACT_LOAD ? "palegreen" : "lightsalmon", what, x->value, a, a,
+				x->act == HP_ACT_LOAD ? x->for_step : s);
+		}
+	}
+	fprintf(f, "}\n");
+	if (fclose(f) != 0)
+		rc = hp_error(-errno, "%s: write failed: %s", path, strerror(errno));
+out:
+	hp_plan_free(p);
+	return rc;
+}
