@@ -1,0 +1,218 @@
+/* hpdlf tensor store: tensors paged in chunks between DRAM and lower tiers.
+ *
+ *   struct hs_store_opts o;
+ *   hs_store_opts_init(&o, sizeof o);
+ *   o.budget = 1ull << 30;                      // DRAM cap, staging included
+ *   struct hs_store *st;
+ *   if (hs_store_open(&o, &st) < 0) ...;        // default: DRAM + spill file in $TMPDIR
+ *
+ *   struct hs_tensor_info ti = { .bytes = n * 4, .dtype = HP_F32, .name = NULL };
+ *   struct hs_tensor *t;
+ *   hs_tensor_create(st, &ti, &t);
+ *   float *p;
+ *   hs_pin(t, 0, HS_ALL, HS_PIN_OVERWRITE, (void **)&p);   // no read-in
+ *   ...fill p...;
+ *   hs_unpin(t, 0, HS_ALL);
+ *   hs_hint(t, 42);                             // next used at step 42
+ *   hs_evict(t, 0, HS_ALL, HS_TIER_ANY);        // write back, free DRAM
+ *   struct hs_prefetch *pf;
+ *   hs_prefetch(t, 0, HS_ALL, &pf);             // read back while computing
+ *   hs_prefetch_wait(pf);
+ *   hs_pin(t, 0, HS_ALL, HS_PIN_READ, (void **)&p);
+ *   ...
+ *   hs_tensor_drop(t);
+ *   hs_store_close(st);
+ *
+ * A tensor is a run of fixed-size chunks (opts.chunk_size, default 4 MiB).
+ * Pinning a chunk range gives a pointer to CONTIGUOUS DRAM holding exactly
+ * those bytes (each tensor owns a reserved address range; chunks are paged in
+ * and out of it), valid until the matching unpin.  Pins nest (counted).
+ * Resident DRAM never exceeds opts.budget: pins that cannot fit fail with
+ * HP_EBUDGET and a message with the sizes.
+ *
+ * Everything written below DRAM carries a crc32c checked when read back.
+ * Named tensors on persistent tiers (pmem=, nvme= paths given by the user)
+ * survive a crash once hs_store_commit() returned: reopening with the same
+ * tier paths finds each named tensor in its last committed version (format:
+ * docs/store-format.md).  The default spill file is anonymous: nothing in it
+ * outlives the process.
+ *
+ * All functions are thread-safe.  Errors: 0 (or a count) on success, a
+ * negative errno or HP_E* code on failure, with hp_errmsg() saying what and
+ * where.
+ */
+#ifndef HPDLF_STORE_H
+#define HPDLF_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "hpdlf/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct hs_store;
+struct hs_tensor;
+struct hs_prefetch;
+struct hs_tier; /* implementers: store/tier.h */
+
+enum hs_tier_kind { HS_TIER_DRAM = 0, HS_TIER_PMEM = 1, HS_TIER_NVME = 2, HS_TIER_REMOTE = 3 };
+
+#define HS_MAX_TIERS 8          /* lower tiers (below the DRAM cache) */
+#define HS_ALL UINT64_MAX        /* "to the last chunk" in chunk ranges */
+#define HS_TIER_ANY (-1)         /* evict: to wherever the policy places it */
+#define HS_TIER_NONE (-2)        /* evict: only drop clean chunks, write nothing */
+#define HS_NO_HINT INT64_MAX     /* next use unknown (LRU decides) */
+#define HS_DEFAULT_CHUNK (4u << 20)
+
+/* One lower tier, in demotion order (e.g. pmem then nvme). */
+struct hs_tier_spec {
+	enum hs_tier_kind kind;
+	const char *path;       /* pmem/nvme file or device; NULL for nvme: anonymous
+	                           spill file in $TMPDIR (or /tmp) */
+	uint64_t size;          /* capacity; 0: the existing file's size (or 64 GiB
+	                           sparse for a new spill file, 1 GiB for a new pmem pool) */
+	struct hs_tier *tier;   /* instead of kind/path: a tier already opened by an
+	                           implementer (e.g. the remote tier); the store owns it */
+};
+
+/* Eviction policy.  The store calls victim() with the resident, unpinned,
+ * idle chunks and evicts the one whose index it returns (negative: none). */
+struct hs_candidate {
+	const struct hs_tensor *tensor;
+	uint64_t chunk;
+	int64_t next_use;       /* HS_NO_HINT if none */
+	uint64_t last_use;      /* store-wide tick of the last pin/unpin */
+	uint64_t bytes;
+	int dirty;              /* must be written back before it can be dropped */
+};
+struct hs_policy {
+	const char *name;
+	long (*victim)(void *arg, const struct hs_candidate *c, size_t n);
+	void *arg;
+};
+/* The default: farthest next use first, then least recently used for
+ * unhinted chunks (unhinted counts as farther than any hint), clean before
+ * dirty on ties. */
+extern const struct hs_policy hs_policy_default;
+
+struct hs_store_opts {
+	size_t size;            /* sizeof the caller's struct (set by _init) */
+	uint64_t budget;        /* DRAM cap in bytes (>= one chunk); default 1 GiB */
+	uint64_t chunk_size;    /* power of two >= 4096; default 4 MiB */
+	int ntiers;
+	struct hs_tier_spec tiers[HS_MAX_TIERS];
+	int default_spill;      /* ntiers == 0: add the $TMPDIR spill file (default 1) */
+	unsigned queue_depth;   /* nvme queue depth (default 32) */
+	int verify_crc;         /* check crc32c on read-back (default 1) */
+	int reset;              /* ignore and overwrite existing data in tier files */
+	int stats_page;         /* publish /dev/shm/hpdlf-store.<pid> (default 0) */
+	const struct hs_policy *policy; /* NULL: hs_policy_default */
+};
+
+void hs_store_opts_init(struct hs_store_opts *o, size_t size);
+int hs_store_open(const struct hs_store_opts *o, struct hs_store **out);
+/* Frees everything; removes the stats page.  Does not commit. Accepts NULL. */
+void hs_store_close(struct hs_store *st);
+
+struct hs_tensor_info {
+	uint64_t bytes;
+	enum hp_dtype dtype;
+	struct hp_shape shape;  /* metadata only (rank 0 allowed) */
+	const char *name;       /* NULL: anonymous; names are unique per store */
+};
+
+int hs_tensor_create(struct hs_store *st, const struct hs_tensor_info *info, struct hs_tensor **out);
+/* A read-only tensor whose clean copy is bytes [offset, offset + info->bytes)
+ * of an existing file (e.g. ONNX external data).  Read on demand with
+ * O_DIRECT (unaligned ranges through an aligned staging buffer; filesystems
+ * refusing O_DIRECT are read buffered and dropped from the page cache with
+ * POSIX_FADV_DONTNEED); never written back; only resident chunks count
+ * against the budget.  Pins must be HS_PIN_READ. */
+int hs_tensor_create_backed(struct hs_store *st, const struct hs_tensor_info *info, const char *path,
+			    uint64_t offset, struct hs_tensor **out);
+/* A named tensor of this store (e.g. found again after reopening). */
+int hs_tensor_open(struct hs_store *st, const char *name, struct hs_tensor **out);
+/* Forget the tensor and free its DRAM and tier space.  Fails with -EBUSY if
+ * pinned.  For a named tensor, the committed copy disappears at the next
+ * hs_store_commit(). */
+int hs_tensor_drop(struct hs_tensor *t);
+int hs_tensor_get_info(const struct hs_tensor *t, struct hs_tensor_info *out); /* name stays owned */
+uint64_t hs_tensor_nchunks(const struct hs_tensor *t);
+uint64_t hs_chunk_size(const struct hs_store *st);
+
+enum hs_pin_mode {
+	HS_PIN_READ = 0,        /* contents read in; must not be modified */
+	HS_PIN_WRITE = 1,       /* contents read in; marked dirty */
+	HS_PIN_OVERWRITE = 2,   /* no read-in; caller writes every byte; marked dirty */
+};
+
+/* Pin chunks [first, first + n) (n = HS_ALL: to the end); *ptr points at
+ * byte first * chunk_size of the tensor.  Blocks while chunks are read in. */
+int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mode, void **ptr);
+int hs_unpin(struct hs_tensor *t, uint64_t first, uint64_t n);
+
+/* Start reading chunks into DRAM (unpinned: they stay evictable).  *h is
+ * waited on (returns the status and frees h) or polled (1 done, 0 not yet;
+ * still call wait).  Chunks that cannot fit the budget fail with HP_EBUDGET. */
+int hs_prefetch(struct hs_tensor *t, uint64_t first, uint64_t n, struct hs_prefetch **h);
+int hs_prefetch_wait(struct hs_prefetch *h);
+int hs_prefetch_poll(struct hs_prefetch *h);
+
+/* Write dirty unpinned chunks of the range to lower tier `tier` (index in
+ * opts.tiers, or HS_TIER_ANY / HS_TIER_NONE) and free their DRAM. Pinned
+ * chunks are skipped; returns the number of chunks evicted. */
+int hs_evict(struct hs_tensor *t, uint64_t first, uint64_t n, int tier);
+/* Next use as a caller-defined time (smaller: sooner); HS_NO_HINT clears. */
+int hs_hint(struct hs_tensor *t, int64_t next_use);
+
+/* Make every named tensor durable on the first persistent tier, atomically:
+ * after a crash the store reopens with all of them at this commit or all at
+ * the previous one.  HP_EUSAGE if the store has no persistent tier or a
+ * named chunk is pinned for writing. */
+int hs_store_commit(struct hs_store *st);
+
+/* Statistics.  Tier 0 is the DRAM cache (hits: pins that found chunks
+ * resident); tiers 1.. are opts.tiers.  Latencies in log2 microsecond
+ * buckets: bucket i counts requests that took [2^i, 2^(i+1)) us (bucket 0:
+ * < 2 us). */
+#define HS_LAT_BUCKETS 32
+struct hs_tier_stats {
+	char name[16];
+	uint64_t capacity, used, chunks;
+	uint64_t reads, writes, bytes_read, bytes_written;
+	uint64_t hits, misses, evictions, promotions, demotions;
+	uint64_t prefetches, prefetch_hits, prefetch_late;
+	uint64_t errors, crc_errors;
+	uint64_t lat_hist[HS_LAT_BUCKETS];
+};
+struct hs_store_stats {
+	uint64_t budget, resident, pinned, staging, chunk_size;
+	uint64_t tensors;
+	int ntiers;             /* entries in tier[], DRAM included */
+	struct hs_tier_stats tier[HS_MAX_TIERS + 1];
+};
+int hs_store_stats(struct hs_store *st, struct hs_store_stats *out);
+/* Latency percentile (0 < q < 1) in microseconds from a histogram. */
+double hs_lat_percentile(const struct hs_tier_stats *s, double q);
+
+/* The stats page of another process (opts.stats_page): a consistent
+ * snapshot.  -ENOENT: no page; -ESRCH: a stale page left by a dead process
+ * (the snapshot is still filled in); HP_EFORMAT: unknown layout version. */
+struct hs_statpage_info {
+	pid_t pid;
+	uint32_t version;
+	uint64_t updated_ns;    /* CLOCK_REALTIME of the last update */
+	struct hs_store_stats stats;
+};
+int hs_statpage_read(pid_t pid, struct hs_statpage_info *out);
+/* Path of the page of `pid` ("/dev/shm/hpdlf-store.<pid>"); returns buf. */
+char *hs_statpage_path(pid_t pid, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,179 @@
+/* Implementer interface of a storage tier below DRAM (users never see it).
+ *
+ * A tier is a flat byte-addressed space (a file, a PMEM pool, a device, the
+ * DRAM of a remote daemon) that hands out extents and moves bytes between
+ * them and DRAM buffers asynchronously.  The store owns placement, chunk
+ * metadata, checksums, statistics and persistence; a tier only stores bytes.
+ *
+ * Plugging a tier in (tier_fabric.c is the model for new ones):
+ *
+ *   struct my_tier { struct hs_tier base; ...; };       // base FIRST
+ *   static const struct hs_tier_ops my_ops = {
+ *           .kind = "remote", .close = my_close, .alloc = my_alloc,
+ *           .free = my_free, .submit = my_submit, .stats = my_stats,
+ *           // .claim and .flush are optional: leave NULL (the store then
+ *           // treats them as -ENOTSUP) or return -ENOTSUP.
+ *   };
+ *   int hs_tier_my_open(const struct hs_tier_config *cfg, struct hs_tier **out)
+ *   {
+ *           struct my_tier *m = calloc(1, sizeof *m);
+ *           hs_tier_init(&m->base, &my_ops, cfg);   // name, capacity, flags
+ *           ...; *out = &m->base; return 0;
+ *   }
+ *
+ * and a user hands the opened tier to the store through
+ * `struct hs_tier_spec { .kind = HS_TIER_REMOTE, .tier = t }` in
+ * hs_store_opts (include/hpdlf/store.h); the store takes ownership and calls
+ * ops->close at hs_store_close.  Nothing in the store or the planner changes.
+ *
+ * Asynchronous completions:
+ *   - submit() takes a batch of requests.  It returns the number it accepted
+ *     (all of them, or a negative error when it accepted none).  Every accepted
+ *     request completes EXACTLY ONCE by the tier setting io->res (0, or a
+ *     negative errno / HP_E* code) and then calling io->done(io).
+ *   - done() may run on any thread: inside submit() itself (synchronous tiers
+ *     such as dram and pmem complete inline), or on a completion thread the tier
+ *     owns (nvme: a thread waiting on the io_uring CQ; remote: a thread in
+ *     fi_cq_sread, which also gives libfabric the progress it needs).  The
+ *     store therefore never calls submit() while holding its own lock, and
+ *     done() never calls back into the same tier's submit().
+ *   - done() is short and never blocks on I/O; after done() returns the tier
+ *     must not touch io again (the store may reuse or free it).
+ *   - A short transfer is not success: report -ENODATA for a short read and
+ *     -ENOSPC / -EIO for a short write.
+ *   - After close() returns, no done() is running or will run; close() waits
+ *     for requests in flight (or completes them with -ECANCELED).
+ *
+ * Durability: a completed write is visible to later reads of the same tier.
+ * It is durable (survives a crash of this process and, for real media, power
+ * loss) only after flush() returns 0.  Tiers without persistence leave flush
+ * NULL and do not set HS_TIER_F_PERSISTENT.
+ *
+ * Addresses and alignment: alloc() returns extents that never overlap any
+ * extent in use, and never inside [0, cfg->reserved) (the head the store
+ * keeps for superblocks, reached with plain submit()).  Lengths and
+ * addresses handed to submit() are multiples of HS_IO_ALIGN, and buffers are
+ * HS_IO_ALIGN-aligned, so O_DIRECT tiers need no bounce buffer.
+ *
+ * Thread safety: alloc, free, claim, submit, flush and stats may be called
+ * concurrently from several threads; the tier serialises internally.
+ */
+#ifndef HPDLF_STORE_TIER_H
+#define HPDLF_STORE_TIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hpdlf/store.h"
+
+#define HS_IO_ALIGN 4096u
+
+enum hs_io_op { HS_IO_READ = 0, HS_IO_WRITE = 1 };
+
+/* One asynchronous transfer between a DRAM buffer and a tier extent. */
+struct hs_io {
+	enum hs_io_op op;
+	uint64_t addr;          /* tier address (from alloc, plus an offset) */
+	void *buf;              /* DRAM, HS_IO_ALIGN-aligned */
+	size_t len;             /* multiple of HS_IO_ALIGN */
+	int res;                /* set by the tier before done() */
+	void (*done)(struct hs_io *io);
+	void *arg;              /* the submitter's */
+	uint64_t t_submit_ns;   /* the store's (latency histogram) */
+	void *tier_priv;        /* the tier's, while the request is in flight */
+};
+
+enum hs_tier_flags {
+	HS_TIER_F_PERSISTENT = 1u << 0,  /* flush() makes writes survive a crash */
+	HS_TIER_F_CREATE = 1u << 1,      /* config: create the file if missing */
+	HS_TIER_F_UNLINK = 1u << 2,      /* config: anonymous (unlinked) spill file */
+	HS_TIER_F_BUFFERED_OK = 1u << 3, /* config: may fall back to buffered I/O
+	                                    (with a logged warning) if O_DIRECT is refused */
+};
+
+/* What a tier constructor gets. Unused fields are ignored by a tier. */
+struct hs_tier_config {
+	const char *name;       /* for messages and statistics: "nvme0", "pmem0" */
+	const char *path;       /* file, device, pool; or "host:port,..." for remote */
+	uint64_t capacity;      /* bytes (0: the existing file's size) */
+	uint64_t reserved;      /* head bytes alloc() never returns */
+	unsigned queue_depth;   /* nvme: SQ/CQ depth (default 32) */
+	unsigned flags;         /* enum hs_tier_flags */
+	void *ext;              /* tier-specific extra configuration */
+};
+
+struct hs_tier;
+
+struct hs_tier_ops {
+	const char *kind;       /* "dram", "pmem", "nvme", "remote" */
+	void (*close)(struct hs_tier *t);
+	/* Extent of `len` bytes (multiple of HS_IO_ALIGN): 0 and *addr, or -ENOSPC. */
+	int (*alloc)(struct hs_tier *t, uint64_t len, uint64_t *addr);
+	/* Return an extent; freeing what was not allocated is HP_EINTERNAL. */
+	int (*free)(struct hs_tier *t, uint64_t addr, uint64_t len);
+	/* Optional: mark a known extent in use again (reopen of persistent data). */
+	int (*claim)(struct hs_tier *t, uint64_t addr, uint64_t len);
+	int (*submit)(struct hs_tier *t, struct hs_io **ios, int n);
+	/* Optional: make completed writes durable. */
+	int (*flush)(struct hs_tier *t);
+	/* Fill capacity, used and chunks (the store fills the counters). */
+	int (*stats)(struct hs_tier *t, struct hs_tier_stats *st);
+};
+
+/* The common head of every tier object. */
+struct hs_tier {
+	const struct hs_tier_ops *ops;
+	char name[32];
+	char path[512];
+	uint64_t capacity;      /* usable bytes including the reserved head */
+	uint64_t reserved;
+	unsigned flags;         /* HS_TIER_F_PERSISTENT if the tier is */
+	enum hs_tier_kind kind;
+};
+
+void hs_tier_init(struct hs_tier *t, const struct hs_tier_ops *ops, enum hs_tier_kind kind,
+		  const struct hs_tier_config *cfg);
+
+/* Helpers for the store and tests: submit one request and wait for it. */
+int hs_tier_rw(struct hs_tier *t, enum hs_io_op op, uint64_t addr, void *buf, size_t len);
+/* ops->flush if present, else 0 (non-persistent tiers). */
+int hs_tier_flush(struct hs_tier *t);
+
+/* Constructors of the local tiers (each compiled only with its library). */
+int hs_tier_dram_open(const struct hs_tier_config *cfg, struct hs_tier **out);
+int hs_tier_pmem_open(const struct hs_tier_config *cfg, struct hs_tier **out);
+int hs_tier_nvme_open(const struct hs_tier_config *cfg, struct hs_tier **out);
+
+/* Extent allocator shared by the local tiers: first fit over a sorted free
+ * list, coalescing on free; refuses double frees and overlapping claims. */
+struct hs_extents;
+int hs_extents_create(uint64_t start, uint64_t end, struct hs_extents **out);
+void hs_extents_destroy(struct hs_extents *x);
+int hs_extents_alloc(struct hs_extents *x, uint64_t len, uint64_t *addr);
+int hs_extents_free(struct hs_extents *x, uint64_t addr, uint64_t len);
+int hs_extents_claim(struct hs_extents *x, uint64_t addr, uint64_t len);
+uint64_t hs_extents_used(const struct hs_extents *x);
+uint64_t hs_extents_count(const struct hs_extents *x); /* extents in use */
+
+/* Fault injection (tests): the nth (1-based) call at `site` fails with err. */
+enum hs_fault_site {
+	HS_FAULT_ALLOC = 0,     /* DRAM allocation of chunk memory / staging: ENOMEM */
+	HS_FAULT_READ,          /* tier read completes with err (EIO) */
+	HS_FAULT_SHORT_READ,    /* tier read transfers half: -ENODATA */
+	HS_FAULT_WRITE,         /* tier write completes with err (EIO, ENOSPC) */
+	HS_FAULT_TIER_ALLOC,    /* tier extent allocation: ENOSPC */
+	HS_FAULT_NSITES
+};
+void hs_fault_set(enum hs_fault_site site, long nth, int err);
+void hs_fault_clear(void);
+/* 0, or the error to inject at this call of `site`. */
+int hs_fault_check(enum hs_fault_site site);
+/* For tiers: the result to inject into this request (READ, SHORT_READ or
+ * WRITE site by io->op), or 0 to do it for real. */
+int hs_fault_io(const struct hs_io *io);
+
+/* Force the pmem write path: 0 auto (pmem_is_pmem), 1 persist path
+ * (pmem_memcpy_persist), 2 msync path.  Tests use it to cover both. */
+extern int hs_pmem_force_mode;
+
+#endif
