@@ -7,6 +7,11 @@
 #include "hpdlf/exec.h"
 #include "hpdlf/kernels.h"
 
+struct hs_store;
+struct hs_tensor;
+struct hs_prefetch;
+struct hp_plan;
+
 struct hp_session {
 	struct hp_graph *g;
 	struct hp_exec_opts opts;
@@ -17,8 +22,21 @@ struct hp_session {
 	void *ws;
 	size_t ws_size;
 	size_t cur_bytes, peak_bytes, weight_bytes;
-	double flops, last_ms;
+	double flops, last_ms, kernel_ms;
+	/* out of core (opts.budget set): every managed value is a store tensor */
+	struct hs_store *store;
+	struct hs_tensor **ten;      /* per value */
+	struct hs_prefetch **pf;     /* per value: load in flight */
+	struct hs_tensor *ws_tensor; /* kernel workspace */
+	struct hp_plan *plan;
 };
+
+int hp_rt_create(struct hp_session *s);
+int hp_rt_run(struct hp_session *s);
+int hp_rt_set_input(struct hp_session *s, int v, const void *data);
+int hp_rt_get_output(struct hp_session *s, int v, void *dst);
+void hp_rt_destroy(struct hp_session *s);
+uint64_t hp_rt_peak(const struct hp_session *s);
 
 int hp_exec_online_cpus(void);
 /* Measured sgemm speed (GFLOP/s) with `threads` BLAS threads, for the time model. */

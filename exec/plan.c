@@ -8,7 +8,7 @@
 #include "hpdlf/kernels.h"
 #include "exec/plan.h"
 
-#define NEVER (1 << 30)
+#define NEVER HP_PLAN_NEVER
 
 struct rec {
 	int step, order, seq;
@@ -150,6 +150,12 @@ static int build_schedule(struct sim *m)
 				p->last_use[n->inputs[j]] = s;
 				nuses++;
 			}
+	}
+	for (int v = 0; v < g->nvalues; v++) {
+		/* weights only folded away are not the runtime's business */
+		if (g->values[v].kind == HP_VALUE_INITIALIZER && !m->use_start[v + 1] && g->values[v].next < 0 &&
+		    !g->values[v].is_output)
+			m->persist[v] = 0;
 	}
 	for (int v = 0; v < g->nvalues; v++) {
 		m->use_start[v + 1] += m->use_start[v];
@@ -371,8 +377,6 @@ static int min_budget(struct sim *m)
 static void sim_free(struct sim *m)
 {
 	free(m->size);
-	free(m->use_start);
-	free(m->uses);
 	free(m->cursor);
 	free(m->resident);
 	free(m->dirty);
@@ -415,9 +419,12 @@ int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct
 	if (!p)
 		return hp_error(-ENOMEM, "out of memory planning");
 	m.p = p;
+	/* the plan owns the use lists; the simulation borrows them */
 	rc = sim_alloc(&m, g->nvalues, g->nnodes);
 	if (rc == 0)
 		rc = build_schedule(&m);
+	p->use_start = m.use_start;
+	p->uses = m.uses;
 	if (rc < 0)
 		goto fail;
 	min_budget(&m);
@@ -466,7 +473,23 @@ void hp_plan_free(struct hp_plan *p)
 		return;
 	free(p->node);
 	free(p->last_use);
+	free(p->use_start);
+	free(p->uses);
 	free(p->act_begin);
 	free(p->acts);
 	free(p);
+}
+
+int hp_plan_next_use(const struct hp_plan *p, int v, int step)
+{
+	int lo = p->use_start[v], hi = p->use_start[v + 1];
+
+	while (lo < hi) {
+		int mid = (lo + hi) / 2;
+		if (p->uses[mid] <= step)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < p->use_start[v + 1] ? p->uses[lo] : HP_PLAN_NEVER;
 }

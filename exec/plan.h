@@ -41,6 +41,8 @@ struct hp_plan {
 	int nsteps;
 	int *node;             /* node index per step */
 	int *last_use;         /* per value: last step reading it; nsteps = kept to the end; -1 unused */
+	int *use_start, *uses; /* per value v: the steps reading it, ascending, in
+				* uses[use_start[v] .. use_start[v+1]) (padded with HP_PLAN_NEVER) */
 	int *act_begin;        /* acts before step s: acts[act_begin[s] .. act_begin[s+1]) */
 	struct hp_plan_act_rec *acts;
 	int nacts;
@@ -51,6 +53,11 @@ struct hp_plan {
 	uint64_t loads, prefetched; /* loads, and those hoisted before their step */
 	double compute_ms, io_ms, predicted_ms;
 };
+
+#define HP_PLAN_NEVER (1 << 30)
+
+/* First step after `step` that reads v, or HP_PLAN_NEVER. */
+int hp_plan_next_use(const struct hp_plan *p, int v, int step);
 
 int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
 void hp_plan_free(struct hp_plan *p);

@@ -10,6 +10,7 @@
 #include "hpdlf/exec.h"
 #include "hpdlf/kernels.h"
 #include "exec/exec_internal.h"
+#include "exec/plan.h"
 
 void hp_exec_opts_init(struct hp_exec_opts *o, size_t size)
 {
@@ -176,21 +177,23 @@ int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct h
 		rc = hp_error(-ENOMEM, "out of memory for %zu bytes of kernel workspace", s->ws_size);
 		goto fail;
 	}
-	if (o->budget && simulate_peak(s) > o->budget) {
-		char need[32], have[32];
-		rc = hp_error(HP_EBUDGET, "%s: in-core execution needs %s of tensor memory, budget is %s "
-			      "(out-of-core execution is not available in this version)", g->path,
-			      hp_format_size(simulate_peak(s), need, sizeof need),
-			      hp_format_size(o->budget, have, sizeof have));
-		goto fail;
+	if (o->budget) {
+		/* out of core: the store holds every tensor under the budget */
+		rc = hp_rt_create(s);
+		if (rc < 0)
+			goto fail;
+		goto done;
 	}
+	s->peak_bytes = simulate_peak(s);
+	s->cur_bytes = 0;
 	rc = load_weights(s);
 	if (rc < 0)
 		goto fail;
+	s->weight_bytes = s->cur_bytes;
+done:
 	for (int i = 0; i < g->nnodes; i++)
 		if (!g->nodes[i].folded && g->nodes[i].op->flops)
 			s->flops += g->nodes[i].op->flops(g, &g->nodes[i]);
-	s->weight_bytes = s->cur_bytes;
 	*out = s;
 	return 0;
 fail:
@@ -202,6 +205,8 @@ void hp_session_destroy(struct hp_session *s)
 {
 	if (!s)
 		return;
+	if (s->store)
+		hp_rt_destroy(s);
 	if (s->buf)
 		for (int v = 0; v < s->g->nvalues; v++)
 			free(s->buf[v]);
@@ -226,6 +231,8 @@ int hp_session_set_input(struct hp_session *s, const char *name, const struct hp
 		return hp_error(HP_ESHAPE, "%s: input '%s' must be %s %s, got %s %s", g->path, name,
 				hp_dtype_name(val->dtype), hp_shape_str(&val->shape, want, sizeof want),
 				hp_dtype_name(t->dtype), hp_shape_str(&t->shape, got, sizeof got));
+	if (s->store)
+		return hp_rt_set_input(s, v, t->data);
 	if (!s->buf[v] && !(s->buf[v] = buf_alloc(s, value_bytes(val))))
 		return hp_error(-ENOMEM, "out of memory for input '%s'", name);
 	memcpy(s->buf[v], t->data, value_bytes(val));
@@ -275,6 +282,11 @@ int hp_session_run(struct hp_session *s)
 	const struct hp_graph *g = s->g;
 	double t0 = now_ms();
 
+	if (s->store) {
+		int rc = hp_rt_run(s);
+		s->last_ms = now_ms() - t0;
+		return rc;
+	}
 	for (int i = 0; i < g->nnodes; i++) {
 		const struct hp_node *n = &g->nodes[i];
 		int rc;
@@ -321,6 +333,12 @@ int hp_session_get_output(struct hp_session *s, const char *name, struct hp_tens
 	memset(out, 0, sizeof *out);
 	if (v < 0 || !g->values[v].is_output)
 		return hp_error(HP_EUSAGE, "%s: the model has no output named '%s'", g->path, name);
+	if (s->store) {
+		rc = hp_tensor_alloc(out, g->values[v].dtype, &g->values[v].shape);
+		if (rc == 0 && (rc = hp_rt_get_output(s, v, out->data)) < 0)
+			hp_tensor_free(out);
+		return rc;
+	}
 	src = value_data(s, v);
 	if (!src)
 		return hp_error(HP_EUSAGE, "%s: output '%s' is not computed yet (run first)", g->path, name);
@@ -335,5 +353,5 @@ void hp_session_stats(const struct hp_session *s, struct hp_run_stats *st)
 {
 	st->ms = s->last_ms;
 	st->flops = s->flops;
-	st->peak_bytes = s->peak_bytes + s->ws_size;
+	st->peak_bytes = s->store ? hp_rt_peak(s) : s->peak_bytes + s->ws_size;
 }
