@@ -2,6 +2,7 @@
 #ifndef HPDLF_EXEC_INTERNAL_H
 #define HPDLF_EXEC_INTERNAL_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "hpdlf/exec.h"
@@ -11,6 +12,7 @@ struct hs_store;
 struct hs_tensor;
 struct hs_prefetch;
 struct hp_plan;
+struct hp_trace;
 
 struct hp_session {
 	struct hp_graph *g;
@@ -26,7 +28,11 @@ struct hp_session {
 	/* out of core (opts.budget set): every managed value is a store tensor */
 	struct hs_store *store;
 	struct hs_tensor **ten;      /* per value */
-	struct hs_prefetch **pf;     /* per value: load in flight */
+	pthread_t io_tid;            /* the I/O engine */
+	pthread_mutex_t io_mu;       /* guards ten[] against the engine, io_* */
+	pthread_cond_t io_cv;
+	int io_posted, io_done, io_quit, io_started;
+	struct hp_trace *trace;      /* --trace, or NULL */
 	struct hs_tensor *ws_tensor; /* kernel workspace */
 	struct hp_plan *plan;
 };

@@ -4,6 +4,7 @@
  * store's own eviction, and values are dropped at their last use.  The store
  * enforces the budget; the plan only decides when I/O happens. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -12,6 +13,7 @@
 #include "hpdlf/store.h"
 #include "exec/exec_internal.h"
 #include "exec/plan.h"
+#include "exec/trace.h"
 
 static double now_ms(void)
 {
@@ -91,6 +93,8 @@ static int place_initializer(struct hp_session *s, int v)
 	return rc;
 }
 
+static void *io_thread(void *arg);
+
 int hp_rt_create(struct hp_session *s)
 {
 	const struct hp_graph *g = s->g;
@@ -100,6 +104,9 @@ int hp_rt_create(struct hp_session *s)
 
 	hs_store_opts_init(&so, sizeof so);
 	so.budget = s->opts.budget;
+	/* small budgets get small chunks so paging stays fine-grained */
+	while (so.chunk_size > 65536 && so.chunk_size * 16 > so.budget)
+		so.chunk_size /= 2;
 	so.stats_page = 1;
 	rc = hs_store_open(&so, &s->store);
 	if (rc < 0)
@@ -114,9 +121,15 @@ int hp_rt_create(struct hp_session *s)
 	if (rc < 0)
 		return rc;
 	s->ten = calloc((size_t)g->nvalues + 1, sizeof *s->ten);
-	s->pf = calloc((size_t)g->nvalues + 1, sizeof *s->pf);
-	if (!s->ten || !s->pf)
+	if (!s->ten)
 		return hp_error(-ENOMEM, "out of memory");
+	pthread_mutex_init(&s->io_mu, NULL);
+	pthread_cond_init(&s->io_cv, NULL);
+	s->io_posted = s->io_done = -1;
+	rc = pthread_create(&s->io_tid, NULL, io_thread, s);
+	if (rc)
+		return hp_error(-rc, "cannot start the I/O engine thread");
+	s->io_started = 1;
 	if (s->ws_size) {
 		struct hs_tensor_info ti = { .bytes = s->ws_size, .dtype = HP_U8, .shape = { 1, { (int64_t)s->ws_size } } };
 		rc = hs_tensor_create(s->store, &ti, &s->ws_tensor);
@@ -130,23 +143,94 @@ int hp_rt_create(struct hp_session *s)
 	return 0;
 }
 
-static void issue_acts(struct hp_session *s, int step)
+/* ---- the I/O engine ---------------------------------------------------
+ * One thread executes the plan's acts of step s once the compute thread has
+ * posted s (the plan placed them against the memory state after step s-1's
+ * releases).  Loads are asynchronous prefetches; the thread waits for them
+ * in order, which keeps them a serial queue as the plan's time model
+ * assumes, while the compute thread runs the kernels.  Pins never depend
+ * on the engine: the store reads whatever is not resident yet. */
+
+struct io_load {
+	int value;
+	struct hs_prefetch *h;
+	double t0;
+};
+
+static void io_step(struct hp_session *s, int step, struct io_load *loads)
 {
 	const struct hp_plan *p = s->plan;
+	int nl = 0;
 
 	for (int a = p->act_begin[step]; a < p->act_begin[step + 1]; a++) {
 		const struct hp_plan_act_rec *x = &p->acts[a];
-		struct hs_tensor *t = s->ten[x->value];
+		struct hs_tensor *t;
+		double t0 = hp_trace_now_us(s->trace);
+
+		pthread_mutex_lock(&s->io_mu);
+		t = s->ten[x->value];
+		pthread_mutex_unlock(&s->io_mu);
 		if (!t)
 			continue;
 		if (x->act == HP_ACT_LOAD) {
-			if (!s->pf[x->value] && hs_prefetch(t, 0, HS_ALL, &s->pf[x->value]) < 0)
-				s->pf[x->value] = NULL; /* the pin will read it */
-		} else {
-			/* best effort: a failed eviction leaves the store to choose */
-			hs_evict(t, 0, HS_ALL, x->act == HP_ACT_WRITEBACK ? HS_TIER_ANY : HS_TIER_NONE);
+			struct hs_prefetch *h;
+			if (hs_prefetch(t, 0, HS_ALL, &h) == 0)
+				loads[nl++] = (struct io_load){ x->value, h, t0 };
+			continue;
 		}
+		/* best effort: a failed eviction leaves the choice to the store */
+		hs_evict(t, 0, HS_ALL, x->act == HP_ACT_WRITEBACK ? HS_TIER_ANY : HS_TIER_NONE);
+		if (s->trace && x->act == HP_ACT_WRITEBACK)
+			hp_trace_span(s->trace, HP_LANE_IO, "write-back", s->g->values[x->value].name, t0,
+				      hp_trace_now_us(s->trace));
 	}
+	for (int i = 0; i < nl; i++) {
+		hs_prefetch_wait(loads[i].h); /* a failed prefetch is retried by the pin */
+		if (s->trace)
+			hp_trace_span(s->trace, HP_LANE_IO, "load", s->g->values[loads[i].value].name, loads[i].t0,
+				      hp_trace_now_us(s->trace));
+	}
+}
+
+static void *io_thread(void *arg)
+{
+	struct hp_session *s = arg;
+	struct io_load *loads = calloc((size_t)s->plan->nacts + 1, sizeof *loads);
+
+	pthread_mutex_lock(&s->io_mu);
+	for (;;) {
+		while (s->io_posted == s->io_done && !s->io_quit)
+			pthread_cond_wait(&s->io_cv, &s->io_mu);
+		if (s->io_posted == s->io_done)
+			break; /* quit with nothing pending */
+		int step = s->io_done + 1;
+		pthread_mutex_unlock(&s->io_mu);
+		if (loads && step >= 0 && step < s->plan->nsteps)
+			io_step(s, step, loads);
+		pthread_mutex_lock(&s->io_mu);
+		s->io_done = step;
+		pthread_cond_broadcast(&s->io_cv);
+	}
+	pthread_mutex_unlock(&s->io_mu);
+	free(loads);
+	return NULL;
+}
+
+static void io_post(struct hp_session *s, int step)
+{
+	pthread_mutex_lock(&s->io_mu);
+	s->io_posted = step;
+	pthread_cond_broadcast(&s->io_cv);
+	pthread_mutex_unlock(&s->io_mu);
+}
+
+/* Wait until the engine has finished every posted step (end of a run). */
+static void io_drain(struct hp_session *s)
+{
+	pthread_mutex_lock(&s->io_mu);
+	while (s->io_done != s->io_posted)
+		pthread_cond_wait(&s->io_cv, &s->io_mu);
+	pthread_mutex_unlock(&s->io_mu);
 }
 
 /* Next use of v after `step` in schedule time, for the store's policy;
@@ -179,11 +263,6 @@ static int pin_io(struct hp_session *s, const struct hp_node *n, struct hp_tenso
 		}
 		if (!s->ten[v])
 			return hp_node_error(g, n, HP_EUSAGE, "input '%s' was not set", g->values[v].name);
-		if (s->pf[v]) {
-			rc = hs_prefetch_wait(s->pf[v]);
-			s->pf[v] = NULL;
-			(void)rc; /* a failed prefetch is retried by the pin */
-		}
 		rc = hs_pin(s->ten[v], 0, HS_ALL, HS_PIN_READ, &in[j].data);
 		if (rc < 0)
 			return hp_error_prefix(rc, "%s: node '%s' (%s): input '%s'", g->path, n->name, n->op_type,
@@ -217,14 +296,18 @@ static void unpin_io(struct hp_session *s, const struct hp_node *n, const struct
 			hs_unpin(s->ten[n->outputs[o]], 0, HS_ALL);
 }
 
+/* The engine may be reading the tensor: it is unlinked under the engine's
+ * lock and dropped when no prefetch holds it (-EBUSY while pinned by one). */
 static void drop_value(struct hp_session *s, int v)
 {
-	if (s->pf[v]) {
-		hs_prefetch_wait(s->pf[v]);
-		s->pf[v] = NULL;
-	}
-	hs_tensor_drop(s->ten[v]);
+	struct hs_tensor *t;
+
+	pthread_mutex_lock(&s->io_mu);
+	t = s->ten[v];
 	s->ten[v] = NULL;
+	pthread_mutex_unlock(&s->io_mu);
+	if (t)
+		hs_tensor_drop(t);
 }
 
 static int run_step(struct hp_session *s, int step)
@@ -236,14 +319,16 @@ static int run_step(struct hp_session *s, int step)
 			      .ws_size = n->workspace, .pool = s->pool };
 	int rc;
 
-	issue_acts(s, step);
+	io_post(s, step);
 	rc = pin_io(s, n, in, out);
 	if (rc == 0 && n->workspace)
 		rc = hs_pin(s->ws_tensor, 0, HS_ALL, HS_PIN_OVERWRITE, &a.ws);
 	if (rc == 0) {
-		double t0 = now_ms();
+		double t0 = now_ms(), u0 = hp_trace_now_us(s->trace);
 		rc = n->op->run(n, &a);
 		s->kernel_ms += now_ms() - t0;
+		if (s->trace)
+			hp_trace_span(s->trace, HP_LANE_COMPUTE, n->op_type, n->name, u0, hp_trace_now_us(s->trace));
 	}
 	if (a.ws)
 		hs_unpin(s->ws_tensor, 0, HS_ALL);
@@ -276,13 +361,12 @@ int hp_rt_run(struct hp_session *s)
 	const struct hp_graph *g = s->g;
 	int rc = 0;
 
+	pthread_mutex_lock(&s->io_mu);
+	s->io_posted = s->io_done = -1;
+	pthread_mutex_unlock(&s->io_mu);
 	for (int step = 0; step < s->plan->nsteps && rc == 0; step++)
 		rc = run_step(s, step);
-	for (int v = 0; v < g->nvalues; v++)
-		if (s->pf[v]) {
-			hs_prefetch_wait(s->pf[v]);
-			s->pf[v] = NULL;
-		}
+	io_drain(s);
 	if (rc < 0)
 		return rc;
 	for (int v = 0; v < g->nvalues; v++) {
@@ -318,6 +402,15 @@ int hp_rt_get_output(struct hp_session *s, int v, void *dst)
 
 void hp_rt_destroy(struct hp_session *s)
 {
+	if (s->io_started) {
+		pthread_mutex_lock(&s->io_mu);
+		s->io_quit = 1;
+		pthread_cond_broadcast(&s->io_cv);
+		pthread_mutex_unlock(&s->io_mu);
+		pthread_join(s->io_tid, NULL);
+		pthread_mutex_destroy(&s->io_mu);
+		pthread_cond_destroy(&s->io_cv);
+	}
 	if (s->ten)
 		for (int v = 0; v < s->g->nvalues; v++)
 			if (s->ten[v])
@@ -325,7 +418,6 @@ void hp_rt_destroy(struct hp_session *s)
 	if (s->ws_tensor)
 		hs_tensor_drop(s->ws_tensor);
 	free(s->ten);
-	free(s->pf);
 	hp_plan_free(s->plan);
 	hs_store_close(s->store);
 }

@@ -11,6 +11,7 @@
 #include "hpdlf/kernels.h"
 #include "exec/exec_internal.h"
 #include "exec/plan.h"
+#include "exec/trace.h"
 
 void hp_exec_opts_init(struct hp_exec_opts *o, size_t size)
 {
@@ -173,6 +174,8 @@ int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct h
 	rc = compute_lifetimes(s);
 	if (rc < 0)
 		goto fail;
+	if (o->trace_path && (rc = hp_trace_open(o->trace_path, &s->trace)) < 0)
+		goto fail;
 	if (s->ws_size && !(s->ws = aligned_alloc(64, (s->ws_size + 63) / 64 * 64))) {
 		rc = hp_error(-ENOMEM, "out of memory for %zu bytes of kernel workspace", s->ws_size);
 		goto fail;
@@ -214,6 +217,7 @@ void hp_session_destroy(struct hp_session *s)
 	free(s->last_use);
 	free(s->ws);
 	hp_pool_destroy(s->pool);
+	hp_trace_close(s->trace);
 	free(s);
 }
 
@@ -293,9 +297,12 @@ int hp_session_run(struct hp_session *s)
 
 		if (n->folded)
 			continue;
+		double u0 = hp_trace_now_us(s->trace);
 		rc = run_node(s, i);
 		if (rc < 0)
 			return rc;
+		if (s->trace)
+			hp_trace_span(s->trace, HP_LANE_COMPUTE, n->op_type, n->name, u0, hp_trace_now_us(s->trace));
 		/* Free what this node was the last user of (never inputs or weights:
 		 * they are needed by the next run). */
 		for (int j = 0; j < n->ninputs; j++) {

@@ -1,0 +1,21 @@
+/* Chrome trace events (internal to exec/): kernels on the compute lane,
+ * loads and write-backs on the I/O lane.  Written as the JSON array format
+ * that chrome://tracing and Perfetto open. */
+#ifndef HPDLF_EXEC_TRACE_H
+#define HPDLF_EXEC_TRACE_H
+
+#include <stdint.h>
+
+enum hp_trace_lane { HP_LANE_COMPUTE = 1, HP_LANE_IO = 100 };
+
+struct hp_trace;
+
+int hp_trace_open(const char *path, struct hp_trace **out);
+/* name is copied; times in microseconds since hp_trace_open. */
+void hp_trace_span(struct hp_trace *t, int lane, const char *cat, const char *name, double begin_us, double end_us);
+void hp_trace_counter(struct hp_trace *t, const char *name, double at_us, double value);
+double hp_trace_now_us(const struct hp_trace *t);
+/* Write and free; returns the write status. Accepts NULL. */
+int hp_trace_close(struct hp_trace *t);
+
+#endif

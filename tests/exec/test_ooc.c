@@ -1,0 +1,246 @@
+/* Out-of-core execution: outputs bitwise equal to in-core at budgets from
+ * generous down to the planner's minimum, peak RSS of the hpdlf-exec process
+ * within budget + 128 MiB, and the documented error below the minimum.
+ * Models are generated at test time (make_models.py). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "hpdlf/error.h"
+#include "hpdlf/exec.h"
+#include "hpdlf/graph.h"
+#include "hpdlf/tensor.h"
+
+#define RSS_SLACK (128ull << 20)
+
+extern char **environ;
+static char dir[] = "/tmp/hpdlf-test-ooc-XXXXXX";
+static const char *exe;
+
+struct child {
+	int status;           /* exit status, or 128 + signal */
+	uint64_t maxrss;      /* bytes */
+};
+
+static struct child run_exec(char *const argv[])
+{
+	struct child c = { -1, 0 };
+	struct rusage ru;
+	pid_t pid;
+	int st;
+
+	if (posix_spawn(&pid, exe, NULL, NULL, argv, environ) != 0)
+		return c;
+	if (wait4(pid, &st, 0, &ru) < 0)
+		return c;
+	c.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	c.maxrss = (uint64_t)ru.ru_maxrss * 1024;
+	return c;
+}
+
+static int same_file(const char *a, const char *b)
+{
+	struct hp_tensor x, y;
+	int same;
+
+	if (hp_npy_read(a, &x) < 0)
+		return 0;
+	if (hp_npy_read(b, &y) < 0) {
+		hp_tensor_free(&x);
+		return 0;
+	}
+	same = x.dtype == y.dtype && hp_shape_equal(&x.shape, &y.shape) &&
+	       !memcmp(x.data, y.data, hp_tensor_bytes(&x));
+	hp_tensor_free(&x);
+	hp_tensor_free(&y);
+	return same;
+}
+
+static void write_input(const char *model, const char *path)
+{
+	struct hp_graph *g;
+	struct hp_tensor t;
+	uint32_t r = 99;
+
+	assert_int_equal(hp_graph_load(model, &g), 0);
+	const struct hp_value *v = &g->values[g->inputs[0]];
+	assert_int_equal(hp_tensor_alloc(&t, v->dtype, &v->shape), 0);
+	for (int64_t i = 0; i < hp_shape_numel(&t.shape); i++) {
+		r = r * 1664525u + 1013904223u;
+		((float *)t.data)[i] = (float)(r >> 8) / 16777216.0f - 0.5f;
+	}
+	assert_int_equal(hp_npy_write(path, &t), 0);
+	hp_tensor_free(&t);
+	hp_graph_free(g);
+}
+
+static void plan_of(const char *model, uint64_t budget, struct hp_plan_summary *p)
+{
+	struct hp_graph *g;
+	struct hp_exec_opts o;
+
+	assert_int_equal(hp_graph_load(model, &g), 0);
+	assert_int_equal(hp_graph_infer(g), 0);
+	hp_exec_opts_init(&o, sizeof o);
+	o.budget = budget;
+	assert_int_equal(hp_plan_summarize(g, &o, p), 0);
+	hp_graph_free(g);
+}
+
+/* Run at `budget` (0: in core) and return the child's result; output in out. */
+static struct child run_at(const char *model, const char *in, const char *out, uint64_t budget, const char *threads)
+{
+	char ibuf[4200], obuf[4200], bbuf[64];
+	char *argv[16];
+	int n = 0;
+
+	snprintf(ibuf, sizeof ibuf, "x=%s", in);
+	snprintf(obuf, sizeof obuf, "y=%s", out);
+	argv[n++] = (char *)exe;
+	argv[n++] = (char *)model;
+	argv[n++] = "--input";
+	argv[n++] = ibuf;
+	argv[n++] = "--output";
+	argv[n++] = obuf;
+	argv[n++] = "--threads";
+	argv[n++] = (char *)threads;
+	argv[n++] = "--quiet";
+	if (budget) {
+		snprintf(bbuf, sizeof bbuf, "%llu", (unsigned long long)budget);
+		argv[n++] = "--budget";
+		argv[n++] = bbuf;
+	}
+	argv[n] = NULL;
+	return run_exec(argv);
+}
+
+static void check_model(const char *name, int min_ratio_ok)
+{
+	char model[4200], in[4200], ref[4200], out[4200];
+	struct hp_plan_summary p;
+	struct child c;
+
+	snprintf(model, sizeof model, "%s/%s.onnx", dir, name);
+	snprintf(in, sizeof in, "%s/%s.in.npy", dir, name);
+	snprintf(ref, sizeof ref, "%s/%s.ref.npy", dir, name);
+	write_input(model, in);
+	for (int th = 1; th <= 2; th++) {
+		const char *threads = th == 1 ? "1" : "2";
+		c = run_at(model, in, ref, 0, threads);
+		assert_int_equal(c.status, 0);
+		plan_of(model, 0, &p);
+		uint64_t budgets[] = { p.peak_bytes * 2, p.peak_bytes, p.peak_bytes / 2, p.peak_bytes / 4,
+				       p.min_budget };
+		for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
+			uint64_t b = budgets[i] < p.min_budget ? p.min_budget : budgets[i];
+			snprintf(out, sizeof out, "%s/%s.%zu.npy", dir, name, i);
+			c = run_at(model, in, out, b, threads);
+			print_message("%s threads %s budget %llu (min %llu): exit %d, peak RSS %llu\n", name, threads,
+				      (unsigned long long)b, (unsigned long long)p.min_budget, c.status,
+				      (unsigned long long)c.maxrss);
+			assert_int_equal(c.status, 0);
+			assert_true(same_file(ref, out));
+			assert_true(c.maxrss <= b + RSS_SLACK);
+		}
+	}
+	if (min_ratio_ok) {
+		/* below the minimum: exit 2, one clear line */
+		c = run_at(model, in, out, p.min_budget / 2, "1");
+		assert_int_equal(c.status, 2);
+	}
+}
+
+static void test_mlp(void **state)
+{
+	(void)state;
+	check_model("mlp", 1);
+}
+
+static void test_convnet(void **state)
+{
+	(void)state;
+	check_model("convnet", 1);
+}
+
+static void test_branches(void **state)
+{
+	(void)state;
+	check_model("branches", 1);
+}
+
+/* Weights ten times the budget, paged from the external-data file itself. */
+static void test_big_external(void **state)
+{
+	char model[4200], in[4200], ref[4200], out[4200];
+	struct hp_plan_summary p;
+	struct child c;
+	uint64_t budget;
+
+	(void)state;
+	snprintf(model, sizeof model, "%s/big_ext.onnx", dir);
+	snprintf(in, sizeof in, "%s/big_ext.in.npy", dir);
+	snprintf(ref, sizeof ref, "%s/big_ext.ref.npy", dir);
+	snprintf(out, sizeof out, "%s/big_ext.out.npy", dir);
+	write_input(model, in);
+	plan_of(model, 0, &p);
+	budget = p.peak_bytes / 10;
+	if (budget < p.min_budget)
+		budget = p.min_budget;
+	print_message("big_ext: in-core peak %llu, budget %llu\n", (unsigned long long)p.peak_bytes,
+		      (unsigned long long)budget);
+	assert_true(p.peak_bytes >= 9 * budget);
+	c = run_at(model, in, ref, 0, "2");
+	assert_int_equal(c.status, 0);
+	c = run_at(model, in, out, budget, "2");
+	print_message("big_ext: exit %d, peak RSS %llu\n", c.status, (unsigned long long)c.maxrss);
+	assert_int_equal(c.status, 0);
+	assert_true(same_file(ref, out));
+	assert_true(c.maxrss <= budget + RSS_SLACK);
+}
+
+static int setup(void **state)
+{
+	char cmd[8192];
+	const char *py = getenv("HPDLF_PYTHON"), *src = getenv("HPDLF_SOURCE_DIR");
+
+	(void)state;
+	exe = getenv("HPDLF_EXEC");
+	if (!exe || !src || !mkdtemp(dir))
+		return -1;
+	snprintf(cmd, sizeof cmd, "%s %s/tests/exec/make_models.py %s", py ? py : "/usr/bin/python3", src, dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	char cmd[4200];
+
+	(void)state;
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_mlp),
+		cmocka_unit_test(test_convnet),
+		cmocka_unit_test(test_branches),
+		cmocka_unit_test(test_big_external),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
