@@ -426,3 +426,10 @@ uint64_t hp_rt_peak(const struct hp_session *s)
 {
 	return s->plan->peak_bytes;
 }
+
+int hp_session_store_stats(const struct hp_session *s, struct hs_store_stats *out)
+{
+	if (!s->store)
+		return -ENOENT;
+	return hs_store_stats(s->store, out);
+}

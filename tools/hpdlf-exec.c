@@ -15,6 +15,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/exec.h"
 #include "hpdlf/graph.h"
+#include "hpdlf/store.h"
 #include "hpdlf/tensor.h"
 #include "tools/exec_cli.h"
 
@@ -369,6 +370,42 @@ static int run_iterations(struct hp_session *s, const struct cli *c, double *ms)
 	return rc;
 }
 
+/* Bytes moved per tier and the prefetch hit rate, out of core. */
+static void tier_summary(struct hp_session *s, const struct cli *c, json_object *o)
+{
+	struct hs_store_stats st;
+	char a[32], b[32];
+	uint64_t pf = 0, pfh = 0, late = 0;
+
+	if (hp_session_store_stats(s, &st) < 0)
+		return;
+	for (int i = 0; i < st.ntiers; i++) {
+		const struct hs_tier_stats *t = &st.tier[i];
+		pf += t->prefetches;
+		pfh += t->prefetch_hits;
+		late += t->prefetch_late;
+		if (i == 0)
+			continue;
+		if (!c->quiet)
+			fprintf(stderr, "hpdlf-exec:   tier %-8s read %s, written %s\n", t->name,
+				hp_format_size(t->bytes_read, a, sizeof a), hp_format_size(t->bytes_written, b, sizeof b));
+		if (o) {
+			json_object *j = json_object_new_object();
+			json_object_object_add(j, "bytes_read", json_object_new_int64((int64_t)t->bytes_read));
+			json_object_object_add(j, "bytes_written", json_object_new_int64((int64_t)t->bytes_written));
+			json_object_object_add(o, t->name, j);
+		}
+	}
+	if (!c->quiet)
+		fprintf(stderr, "hpdlf-exec:   prefetches %llu, hits %llu (%.0f%%), late %llu\n", (unsigned long long)pf,
+			(unsigned long long)pfh, pf ? 100.0 * (double)pfh / (double)pf : 0.0, (unsigned long long)late);
+	if (o) {
+		json_object_object_add(o, "prefetches", json_object_new_int64((int64_t)pf));
+		json_object_object_add(o, "prefetch_hits", json_object_new_int64((int64_t)pfh));
+		json_object_object_add(o, "prefetch_late", json_object_new_int64((int64_t)late));
+	}
+}
+
 static int summarize(struct hp_session *s, const struct cli *c, double *ms)
 {
 	struct hp_run_stats st;
@@ -383,6 +420,13 @@ static int summarize(struct hp_session *s, const struct cli *c, double *ms)
 				"tensor memory %s, peak RSS %s\n",
 			c->model, c->iterations, c->iterations > 1 ? "s" : "", med, ms[0], st.flops / med / 1e6,
 			hp_format_size(st.peak_bytes, peak, sizeof peak), hp_format_size(peak_rss_bytes(), rss, sizeof rss));
+	if (!c->quiet && c->budget) {
+		char b[32];
+		fprintf(stderr, "hpdlf-exec:   budget %s: peak RSS is %.0f%% of it\n", hp_format_size(c->budget, b, sizeof b),
+			100.0 * (double)peak_rss_bytes() / (double)c->budget);
+	}
+	if (!c->stats_json)
+		tier_summary(s, c, NULL);
 	if (c->stats_json) {
 		json_object *o = json_object_new_object();
 		json_object_object_add(o, "model", json_object_new_string(c->model));
@@ -392,6 +436,10 @@ static int summarize(struct hp_session *s, const struct cli *c, double *ms)
 		json_object_object_add(o, "gflops", json_object_new_double(st.flops / med / 1e6));
 		json_object_object_add(o, "tensor_peak_bytes", json_object_new_int64((int64_t)st.peak_bytes));
 		json_object_object_add(o, "peak_rss_bytes", json_object_new_int64((int64_t)peak_rss_bytes()));
+		json_object_object_add(o, "budget_bytes", json_object_new_int64((int64_t)c->budget));
+		json_object *tiers = json_object_new_object();
+		tier_summary(s, c, tiers);
+		json_object_object_add(o, "tiers", tiers);
 		int rc = json_object_to_file_ext(c->stats_json, o, JSON_C_TO_STRING_PRETTY);
 		json_object_put(o);
 		if (rc < 0)
@@ -441,9 +489,9 @@ int main(int argc, char **argv)
 		return rc;
 	if (c.train)
 		return exec_train_main(&c);
-	if (c.trace || c.ntiers || c.store || c.hostfile) {
+	if (c.ntiers || c.store || c.hostfile) {
 		fprintf(stderr, "hpdlf-exec: %s is not available in this version yet\n",
-			c.trace ? "--trace" : c.ntiers ? "--tier" : "--store/--hostfile");
+			c.ntiers ? "--tier" : "--store/--hostfile");
 		return 2;
 	}
 	rc = hp_graph_load(c.model, &g);
@@ -457,6 +505,7 @@ int main(int argc, char **argv)
 	o.threads = c.threads;
 	o.budget = c.budget;
 	o.seed = c.seed;
+	o.trace_path = c.trace;
 	if (c.plan || c.plan_dot) {
 		rc = plan_only(g, &o, &c);
 		goto out;

@@ -54,6 +54,10 @@ struct hp_run_stats {
 };
 void hp_session_stats(const struct hp_session *s, struct hp_run_stats *st);
 
+struct hs_store_stats;
+/* Tiering statistics of the session's store (out of core); -ENOENT in core. */
+int hp_session_store_stats(const struct hp_session *s, struct hs_store_stats *out);
+
 /* ---- planning ------------------------------------------------------- */
 
 struct hp_plan_summary {
