@@ -1,0 +1,202 @@
+/* PMEM tier: a pool file mapped with libpmem.  On real persistent memory
+ * (pmem_is_pmem) writes use pmem_memcpy_persist (CPU cache flush, no
+ * syscall); on anything else (a file on /dev/shm or a disk) memcpy followed
+ * by pmem_msync.  Every write is durable when it completes. */
+#include <errno.h>
+#include <libpmem.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "hpdlf/error.h"
+#include "store/tier.h"
+
+int hs_pmem_force_mode;
+
+struct pmem_tier {
+	struct hs_tier base;
+	unsigned char *mem;
+	size_t mapped;
+	int is_pmem;
+	pthread_mutex_t mu;
+	struct hs_extents *ext;
+};
+
+static void pmem_tier_close(struct hs_tier *t)
+{
+	struct pmem_tier *p = (struct pmem_tier *)t;
+
+	pmem_unmap(p->mem, p->mapped);
+	hs_extents_destroy(p->ext);
+	pthread_mutex_destroy(&p->mu);
+	free(p);
+}
+
+static int pmem_tier_alloc(struct hs_tier *t, uint64_t len, uint64_t *addr)
+{
+	struct pmem_tier *p = (struct pmem_tier *)t;
+	int rc = hs_fault_check(HS_FAULT_TIER_ALLOC);
+
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&p->mu);
+	rc = hs_extents_alloc(p->ext, len, addr);
+	pthread_mutex_unlock(&p->mu);
+	return rc;
+}
+
+static int pmem_tier_free(struct hs_tier *t, uint64_t addr, uint64_t len)
+{
+	struct pmem_tier *p = (struct pmem_tier *)t;
+	int rc;
+
+	pthread_mutex_lock(&p->mu);
+	rc = hs_extents_free(p->ext, addr, len);
+	pthread_mutex_unlock(&p->mu);
+	return rc;
+}
+
+static int pmem_tier_claim(struct hs_tier *t, uint64_t addr, uint64_t len)
+{
+	struct pmem_tier *p = (struct pmem_tier *)t;
+	int rc;
+
+	pthread_mutex_lock(&p->mu);
+	rc = hs_extents_claim(p->ext, addr, len);
+	pthread_mutex_unlock(&p->mu);
+	return rc;
+}
+
+/* The persist decision, separate so tests can force either branch. */
+static int use_persist_path(const struct pmem_tier *p)
+{
+	if (hs_pmem_force_mode == 1)
+		return 1;
+	if (hs_pmem_force_mode == 2)
+		return 0;
+	return p->is_pmem;
+}
+
+static int pmem_write(struct pmem_tier *p, const struct hs_io *io)
+{
+	void *dst = p->mem + io->addr;
+
+	if (use_persist_path(p)) {
+		pmem_memcpy_persist(dst, io->buf, io->len);
+		return 0;
+	}
+	memcpy(dst, io->buf, io->len);
+	if (pmem_msync(dst, io->len) < 0)
+		return -errno;
+	return 0;
+}
+
+static int pmem_tier_submit(struct hs_tier *t, struct hs_io **ios, int n)
+{
+	struct pmem_tier *p = (struct pmem_tier *)t;
+
+	for (int i = 0; i < n; i++) {
+		struct hs_io *io = ios[i];
+		if (io->addr + io->len > p->mapped || io->addr + io->len < io->addr)
+			io->res = -EINVAL;
+		else if ((io->res = hs_fault_io(io)) != 0)
+			;
+		else if (io->op == HS_IO_READ)
+			memcpy(io->buf, p->mem + io->addr, io->len);
+		else
+			io->res = pmem_write(p, io);
+		io->done(io);
+	}
+	return n;
+}
+
+static int pmem_tier_flush(struct hs_tier *t)
+{
+	(void)t;
+	pmem_drain();
+	return 0;
+}
+
+static int pmem_tier_stats(struct hs_tier *t, struct hs_tier_stats *st)
+{
+	struct pmem_tier *p = (struct pmem_tier *)t;
+
+	pthread_mutex_lock(&p->mu);
+	st->capacity = t->capacity - t->reserved;
+	st->used = hs_extents_used(p->ext);
+	st->chunks = hs_extents_count(p->ext);
+	pthread_mutex_unlock(&p->mu);
+	return 0;
+}
+
+static const struct hs_tier_ops pmem_ops = {
+	.kind = "pmem",
+	.close = pmem_tier_close,
+	.alloc = pmem_tier_alloc,
+	.free = pmem_tier_free,
+	.claim = pmem_tier_claim,
+	.submit = pmem_tier_submit,
+	.flush = pmem_tier_flush,
+	.stats = pmem_tier_stats,
+};
+
+static int map_pool(struct pmem_tier *p, const struct hs_tier_config *cfg)
+{
+	struct stat sb;
+	uint64_t size = cfg->capacity;
+	int flags = 0;
+
+	if (stat(cfg->path, &sb) == 0 && sb.st_size > 0) {
+		if (size == 0 || (uint64_t)sb.st_size == size)
+			size = 0; /* map the existing file as it is */
+		else if ((uint64_t)sb.st_size < size)
+			flags = PMEM_FILE_CREATE; /* grow it */
+		else
+			size = 0;
+	} else if (cfg->flags & HS_TIER_F_CREATE) {
+		flags = PMEM_FILE_CREATE;
+		if (size == 0)
+			size = 1ull << 30;
+	} else {
+		return hp_error(-ENOENT, "%s: pmem pool does not exist", cfg->path);
+	}
+	p->mem = pmem_map_file(cfg->path, size, flags, 0600, &p->mapped, &p->is_pmem);
+	if (!p->mem)
+		return hp_error(errno ? -errno : -EIO, "%s: cannot map pmem pool: %s", cfg->path, pmem_errormsg());
+	return 0;
+}
+
+int hs_tier_pmem_open(const struct hs_tier_config *cfg, struct hs_tier **out)
+{
+	struct pmem_tier *p;
+	int rc;
+
+	if (!cfg->path || !cfg->path[0])
+		return hp_error(HP_EUSAGE, "pmem tier: no pool path given");
+	p = calloc(1, sizeof *p);
+	if (!p)
+		return -ENOMEM;
+	hs_tier_init(&p->base, &pmem_ops, HS_TIER_PMEM, cfg);
+	pthread_mutex_init(&p->mu, NULL);
+	rc = map_pool(p, cfg);
+	if (rc < 0)
+		goto fail;
+	p->base.capacity = p->mapped & ~(uint64_t)(HS_IO_ALIGN - 1);
+	if (p->base.capacity <= cfg->reserved) {
+		rc = hp_error(HP_EUSAGE, "%s: pmem pool of %zu bytes is smaller than its header", cfg->path, p->mapped);
+		goto fail_map;
+	}
+	rc = hs_extents_create(cfg->reserved, p->base.capacity, &p->ext);
+	if (rc < 0)
+		goto fail_map;
+	p->base.flags |= HS_TIER_F_PERSISTENT;
+	*out = &p->base;
+	return 0;
+fail_map:
+	pmem_unmap(p->mem, p->mapped);
+fail:
+	pthread_mutex_destroy(&p->mu);
+	free(p);
+	return rc;
+}

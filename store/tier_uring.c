@@ -1,0 +1,368 @@
+/* NVMe tier: a file or block device driven through io_uring with O_DIRECT.
+ * Submissions are batched (one io_uring_enter per submit() call) and
+ * completions are reaped by a thread that sleeps in io_uring_wait_cqe and
+ * calls each request's done().  The file descriptor is registered (fixed
+ * file); no I/O goes through the page cache unless the filesystem refuses
+ * O_DIRECT and the caller allowed the buffered fallback. */
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include "hpdlf/error.h"
+#include "store/tier.h"
+
+#define SPILL_DEFAULT_SIZE (64ull << 30)
+
+struct uring_tier {
+	struct hs_tier base;
+	int fd;
+	int direct;
+	struct io_uring ring;
+	unsigned depth;
+	unsigned inflight;
+	pthread_mutex_t sq_mu;          /* SQ side, inflight */
+	pthread_cond_t sq_cv;           /* inflight dropped / all done */
+	pthread_t cq_thread;
+	int stopping;
+	pthread_mutex_t ext_mu;
+	struct hs_extents *ext;
+};
+
+static void finish(struct uring_tier *u, struct hs_io *io, int res)
+{
+	if (res >= 0 && (size_t)res == io->len)
+		io->res = 0;
+	else if (res >= 0)
+		io->res = io->op == HS_IO_READ ? -ENODATA : -ENOSPC;
+	else
+		io->res = res;
+	if (!u->direct && io->op == HS_IO_READ)
+		posix_fadvise(u->fd, io->addr, io->len, POSIX_FADV_DONTNEED);
+	io->done(io);
+}
+
+static void *cq_main(void *arg)
+{
+	struct uring_tier *u = arg;
+	struct io_uring_cqe *cqe;
+
+	for (;;) {
+		int rc = io_uring_wait_cqe(&u->ring, &cqe);
+		if (rc == -EINTR)
+			continue;
+		if (rc < 0)
+			break;
+		struct hs_io *io = io_uring_cqe_get_data(cqe);
+		int res = cqe->res;
+		io_uring_cqe_seen(&u->ring, cqe);
+		if (!io)
+			break; /* the stop NOP */
+		finish(u, io, res);
+		pthread_mutex_lock(&u->sq_mu);
+		u->inflight--;
+		pthread_cond_broadcast(&u->sq_cv);
+		pthread_mutex_unlock(&u->sq_mu);
+	}
+	return NULL;
+}
+
+static void uring_close(struct hs_tier *t)
+{
+	struct uring_tier *u = (struct uring_tier *)t;
+	struct io_uring_sqe *sqe;
+
+	pthread_mutex_lock(&u->sq_mu);
+	while (u->inflight)
+		pthread_cond_wait(&u->sq_cv, &u->sq_mu);
+	u->stopping = 1;
+	while (!(sqe = io_uring_get_sqe(&u->ring)))
+		io_uring_submit(&u->ring);
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data(sqe, NULL);
+	io_uring_submit(&u->ring);
+	pthread_mutex_unlock(&u->sq_mu);
+	pthread_join(u->cq_thread, NULL);
+	io_uring_queue_exit(&u->ring);
+	close(u->fd);
+	hs_extents_destroy(u->ext);
+	pthread_mutex_destroy(&u->sq_mu);
+	pthread_cond_destroy(&u->sq_cv);
+	pthread_mutex_destroy(&u->ext_mu);
+	free(u);
+}
+
+static int uring_alloc(struct hs_tier *t, uint64_t len, uint64_t *addr)
+{
+	struct uring_tier *u = (struct uring_tier *)t;
+	int rc = hs_fault_check(HS_FAULT_TIER_ALLOC);
+
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&u->ext_mu);
+	rc = hs_extents_alloc(u->ext, len, addr);
+	pthread_mutex_unlock(&u->ext_mu);
+	return rc;
+}
+
+static int uring_free(struct hs_tier *t, uint64_t addr, uint64_t len)
+{
+	struct uring_tier *u = (struct uring_tier *)t;
+	int rc;
+
+	pthread_mutex_lock(&u->ext_mu);
+	rc = hs_extents_free(u->ext, addr, len);
+	pthread_mutex_unlock(&u->ext_mu);
+	return rc;
+}
+
+static int uring_claim(struct hs_tier *t, uint64_t addr, uint64_t len)
+{
+	struct uring_tier *u = (struct uring_tier *)t;
+	int rc;
+
+	pthread_mutex_lock(&u->ext_mu);
+	rc = hs_extents_claim(u->ext, addr, len);
+	pthread_mutex_unlock(&u->ext_mu);
+	return rc;
+}
+
+/* Queue one request; the caller holds sq_mu. */
+static void queue_one(struct uring_tier *u, struct hs_io *io)
+{
+	struct io_uring_sqe *sqe;
+
+	while (u->inflight >= 2 * u->depth)
+		pthread_cond_wait(&u->sq_cv, &u->sq_mu);
+	while (!(sqe = io_uring_get_sqe(&u->ring)))
+		io_uring_submit(&u->ring);
+	if (io->op == HS_IO_READ)
+		io_uring_prep_read(sqe, 0, io->buf, io->len, io->addr);
+	else
+		io_uring_prep_write(sqe, 0, io->buf, io->len, io->addr);
+	sqe->flags |= IOSQE_FIXED_FILE;
+	io_uring_sqe_set_data(sqe, io);
+	u->inflight++;
+}
+
+/* io_uring_enter until the kernel took every queued SQE (sq_mu held).  A
+ * hard failure here means the ring itself is broken. */
+static int submit_all(struct uring_tier *u)
+{
+	for (int tries = 0; io_uring_sq_ready(&u->ring) > 0; tries++) {
+		int rc = io_uring_submit(&u->ring);
+		if (rc >= 0 || rc == -EINTR)
+			continue;
+		if ((rc == -EAGAIN || rc == -EBUSY) && tries < 1000) {
+			/* CQ overflow pressure: completions drain on the CQ thread */
+			pthread_mutex_unlock(&u->sq_mu);
+			usleep(100);
+			pthread_mutex_lock(&u->sq_mu);
+			continue;
+		}
+		return hp_error(rc, "%s: io_uring_submit: %s", u->base.path, strerror(-rc));
+	}
+	return 0;
+}
+
+static int uring_submit(struct hs_tier *t, struct hs_io **ios, int n)
+{
+	struct uring_tier *u = (struct uring_tier *)t;
+	int queued = 0, rc;
+
+	pthread_mutex_lock(&u->sq_mu);
+	for (int i = 0; i < n; i++) {
+		struct hs_io *io = ios[i];
+		int inj = hs_fault_io(io);
+		if (inj || io->addr + io->len > t->capacity) {
+			pthread_mutex_unlock(&u->sq_mu);
+			io->res = inj ? inj : -EINVAL;
+			io->done(io);
+			pthread_mutex_lock(&u->sq_mu);
+			continue;
+		}
+		queue_one(u, io);
+		queued++;
+	}
+	rc = queued ? submit_all(u) : 0;
+	pthread_mutex_unlock(&u->sq_mu);
+	return rc < 0 ? rc : n;
+}
+
+static int uring_flush(struct hs_tier *t)
+{
+	struct uring_tier *u = (struct uring_tier *)t;
+
+	if (fdatasync(u->fd) < 0)
+		return hp_error(-errno, "%s: fdatasync: %s", t->path, strerror(errno));
+	return 0;
+}
+
+static int uring_stats(struct hs_tier *t, struct hs_tier_stats *st)
+{
+	struct uring_tier *u = (struct uring_tier *)t;
+
+	pthread_mutex_lock(&u->ext_mu);
+	st->capacity = t->capacity - t->reserved;
+	st->used = hs_extents_used(u->ext);
+	st->chunks = hs_extents_count(u->ext);
+	pthread_mutex_unlock(&u->ext_mu);
+	return 0;
+}
+
+static const struct hs_tier_ops uring_ops = {
+	.kind = "nvme",
+	.close = uring_close,
+	.alloc = uring_alloc,
+	.free = uring_free,
+	.claim = uring_claim,
+	.submit = uring_submit,
+	.flush = uring_flush,
+	.stats = uring_stats,
+};
+
+static int open_spill(struct uring_tier *u, const struct hs_tier_config *cfg)
+{
+	const char *dir = getenv("TMPDIR");
+	char tmpl[512];
+
+	if (!dir || !dir[0])
+		dir = "/tmp";
+	snprintf(tmpl, sizeof tmpl, "%s/hpdlf-spill-XXXXXX", dir);
+	u->fd = mkstemp(tmpl);
+	if (u->fd < 0)
+		return hp_error(-errno, "%s: cannot create the spill file: %s", tmpl, strerror(errno));
+	unlink(tmpl);
+	snprintf(u->base.path, sizeof u->base.path, "%s", tmpl);
+	(void)cfg;
+	return 0;
+}
+
+/* A file on tmpfs/ramfs is memory, whatever O_DIRECT says (recent kernels
+ * accept O_DIRECT on tmpfs): it is not a tier below DRAM. */
+static int memory_backed(int fd)
+{
+	struct statfs sf;
+
+	return fstatfs(fd, &sf) == 0 && (sf.f_type == TMPFS_MAGIC || sf.f_type == RAMFS_MAGIC);
+}
+
+/* Switch fd to O_DIRECT, or fall back (warned) when allowed. */
+static int set_direct(struct uring_tier *u, const struct hs_tier_config *cfg)
+{
+	int fl = fcntl(u->fd, F_GETFL), mem = memory_backed(u->fd);
+
+	if (!mem && fl >= 0 && fcntl(u->fd, F_SETFL, fl | O_DIRECT) == 0) {
+		u->direct = 1;
+		return 0;
+	}
+	if (!(cfg->flags & HS_TIER_F_BUFFERED_OK))
+		return hp_error(-EINVAL, "%s: %s: put the nvme tier on a disk-backed directory, or use a pmem= tier "
+				"for memory-backed files", u->base.path,
+				mem ? "a memory-backed filesystem (tmpfs) is not a tier below DRAM"
+				    : "the filesystem refuses O_DIRECT");
+	hp_log(HP_LOG_WARN, "%s: %s; spilling through the page cache, which is memory outside the budget "
+	       "(set TMPDIR to a disk-backed directory)", u->base.path,
+	       mem ? "memory-backed filesystem" : "the filesystem refuses O_DIRECT");
+	return 0;
+}
+
+static int open_file(struct uring_tier *u, const struct hs_tier_config *cfg)
+{
+	struct stat sb;
+	int rc;
+
+	if (!cfg->path || !cfg->path[0] || (cfg->flags & HS_TIER_F_UNLINK))
+		rc = open_spill(u, cfg);
+	else if ((u->fd = open(cfg->path, O_RDWR | O_CLOEXEC | ((cfg->flags & HS_TIER_F_CREATE) ? O_CREAT : 0), 0600)) < 0)
+		rc = hp_error(-errno, "%s: cannot open the nvme tier file: %s", cfg->path, strerror(errno));
+	else
+		rc = 0;
+	if (rc < 0)
+		return rc;
+	rc = set_direct(u, cfg);
+	if (rc < 0)
+		return rc;
+	if (fstat(u->fd, &sb) < 0)
+		return hp_error(-errno, "%s: fstat: %s", u->base.path, strerror(errno));
+	uint64_t cap = cfg->capacity;
+	if (S_ISBLK(sb.st_mode)) {
+		off_t end = lseek(u->fd, 0, SEEK_END);
+		cap = cap && cap < (uint64_t)end ? cap : (uint64_t)end;
+	} else {
+		if (cap == 0)
+			cap = sb.st_size > 0 ? (uint64_t)sb.st_size : SPILL_DEFAULT_SIZE;
+		if ((uint64_t)sb.st_size < cap && ftruncate(u->fd, cap) < 0)
+			return hp_error(-errno, "%s: cannot size the tier file to %llu bytes: %s", u->base.path,
+					(unsigned long long)cap, strerror(errno));
+	}
+	u->base.capacity = cap & ~(uint64_t)(HS_IO_ALIGN - 1);
+	if (u->base.capacity <= cfg->reserved)
+		return hp_error(HP_EUSAGE, "%s: nvme tier of %llu bytes is smaller than its header", u->base.path,
+				(unsigned long long)u->base.capacity);
+	return 0;
+}
+
+static int start_ring(struct uring_tier *u)
+{
+	int rc = io_uring_queue_init(u->depth, &u->ring, 0);
+
+	if (rc < 0)
+		return hp_error(rc, "%s: io_uring_queue_init(%u): %s", u->base.path, u->depth, strerror(-rc));
+	rc = io_uring_register_files(&u->ring, &u->fd, 1);
+	if (rc < 0) {
+		io_uring_queue_exit(&u->ring);
+		return hp_error(rc, "%s: io_uring_register_files: %s", u->base.path, strerror(-rc));
+	}
+	rc = pthread_create(&u->cq_thread, NULL, cq_main, u);
+	if (rc) {
+		io_uring_queue_exit(&u->ring);
+		return hp_error(-rc, "%s: cannot start the completion thread", u->base.path);
+	}
+	return 0;
+}
+
+int hs_tier_nvme_open(const struct hs_tier_config *cfg, struct hs_tier **out)
+{
+	struct uring_tier *u = calloc(1, sizeof *u);
+	int rc;
+
+	if (!u)
+		return -ENOMEM;
+	hs_tier_init(&u->base, &uring_ops, HS_TIER_NVME, cfg);
+	u->fd = -1;
+	u->depth = cfg->queue_depth ? cfg->queue_depth : 32;
+	pthread_mutex_init(&u->sq_mu, NULL);
+	pthread_cond_init(&u->sq_cv, NULL);
+	pthread_mutex_init(&u->ext_mu, NULL);
+	rc = open_file(u, cfg);
+	if (rc < 0)
+		goto fail;
+	rc = hs_extents_create(cfg->reserved, u->base.capacity, &u->ext);
+	if (rc < 0)
+		goto fail;
+	rc = start_ring(u);
+	if (rc < 0)
+		goto fail_ext;
+	if (cfg->path && cfg->path[0] && !(cfg->flags & HS_TIER_F_UNLINK))
+		u->base.flags |= HS_TIER_F_PERSISTENT;
+	*out = &u->base;
+	return 0;
+fail_ext:
+	hs_extents_destroy(u->ext);
+fail:
+	if (u->fd >= 0)
+		close(u->fd);
+	pthread_mutex_destroy(&u->sq_mu);
+	pthread_cond_destroy(&u->sq_cv);
+	pthread_mutex_destroy(&u->ext_mu);
+	free(u);
+	return rc;
+}

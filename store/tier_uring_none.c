@@ -1,0 +1,10 @@
+/* Built without liburing: the nvme tier is refused with a clear message. */
+#include "hpdlf/error.h"
+#include "store/tier.h"
+
+int hs_tier_nvme_open(const struct hs_tier_config *cfg, struct hs_tier **out)
+{
+	(void)out;
+	return hp_error(HP_EUNSUPPORTED, "%s: hpdlf was built without liburing (meson -During=enabled)",
+			cfg->path ? cfg->path : "nvme");
+}
