@@ -58,6 +58,10 @@ struct cat_chunk {
 	uint64_t addr;
 };
 
+_Static_assert(sizeof(struct sb) == 88 && offsetof(struct sb, sb_crc) == 84, "format 1 (docs/store-format.md)");
+_Static_assert(sizeof(struct cat_head) == 32 && sizeof(struct cat_tensor) == 96 && sizeof(struct cat_chunk) == 16,
+	       "format 1 (docs/store-format.md)");
+
 static uint64_t round_io(uint64_t n)
 {
 	return (n + HS_IO_ALIGN - 1) & ~(uint64_t)(HS_IO_ALIGN - 1);

@@ -36,6 +36,7 @@ struct statpage {
 };
 
 _Static_assert(sizeof(struct hs_store_stats) % 8 == 0, "stats are 64-bit words");
+_Static_assert(offsetof(struct statpage, stats) == 80, "layout version 1 (docs/store-format.md)");
 
 char *hs_statpage_path(pid_t pid, char *buf, size_t len)
 {
