@@ -456,6 +456,44 @@ static void test_statpage(void **state)
 	unlink(path);
 }
 
+/* ---- file-backed tensors ---- */
+
+static void test_backed(void **state)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *t[2];
+	const uint64_t bytes = 3 * CS + 777;
+	const uint64_t offs[2] = { 4096, 1234 }; /* aligned, and through the staging buffer */
+	unsigned char *file = malloc(bytes + 8192), *p;
+	const char *path = tu_path(tu_disk_dir(), "backing.bin");
+	struct hs_tensor_info ti = { .bytes = bytes, .dtype = HP_U8 };
+	uint64_t s = seed;
+
+	(void)state;
+	for (uint64_t i = 0; i < bytes + 8192; i++)
+		file[i] = (unsigned char)tu_rand(&s);
+	FILE *f = fopen(path, "w");
+	assert_int_equal(fwrite(file, 1, bytes + 8192, f), bytes + 8192);
+	fclose(f);
+	tu_opts(&o, CFG_DRAM, CS, 5, 0, "backed"); /* staging counts against the budget */
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(hs_tensor_create_backed(st, &ti, path, offs[k], &t[k]), 0);
+		for (int rep = 0; rep < 2; rep++) { /* read, drop (clean), read again */
+			assert_int_equal(hs_pin(t[k], 1, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+			assert_memory_equal(p, file + offs[k] + CS, bytes - CS);
+			assert_int_equal(hs_unpin(t[k], 1, HS_ALL), 0);
+			assert_int_equal(hs_evict(t[k], 0, HS_ALL, HS_TIER_NONE), 3);
+		}
+		assert_int_equal(hs_pin(t[k], 0, 1, HS_PIN_WRITE, (void **)&p), HP_EUSAGE); /* read-only */
+	}
+	struct hs_tensor *bad;
+	assert_int_equal(hs_tensor_create_backed(st, &ti, path, 8192 + 1, &bad), HP_EDATA); /* past the end */
+	hs_store_close(st);
+	free(file);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -470,6 +508,7 @@ int main(void)
 		cmocka_unit_test(test_prefetch_stats),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_statpage),
+		cmocka_unit_test(test_backed),
 	};
 	int rc;
 
