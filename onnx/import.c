@@ -437,11 +437,10 @@ static int attr_lists(const Onnx__AttributeProto *a, struct hp_attr *out)
 	return 0;
 }
 
-static int convert_attr(struct imp *im, const char *where, const Onnx__AttributeProto *a, struct hp_attr *out)
+static int attr_value(struct imp *im, const char *where, const Onnx__AttributeProto *a, struct hp_attr *out)
 {
 	int type = attr_type(a), rc = 0;
 
-	memset(out, 0, sizeof *out);
 	if (!a->name || !a->name[0])
 		return hp_error(HP_EMODEL, "%s: %s: an attribute has no name", im->g->path, where);
 	if (type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH || type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS)
@@ -472,6 +471,18 @@ static int convert_attr(struct imp *im, const char *where, const Onnx__Attribute
 		rc = attr_lists(a, out);
 	}
 	return rc < 0 ? hp_error(-ENOMEM, "out of memory") : 0;
+}
+
+/* One AttributeProto as an hp_attr; on failure *out holds nothing. */
+static int convert_attr(struct imp *im, const char *where, const Onnx__AttributeProto *a, struct hp_attr *out)
+{
+	int rc;
+
+	memset(out, 0, sizeof *out);
+	rc = attr_value(im, where, a, out);
+	if (rc < 0)
+		attr_free(out);
+	return rc;
 }
 
 /* A Constant node becomes a constant value; the node itself is dropped. */
@@ -554,10 +565,8 @@ static int node_prepare(struct imp *im, const Onnx__NodeProto *np, const char *w
 	}
 	for (size_t i = 0; i < np->n_attribute; i++) {
 		rc = convert_attr(im, where, np->attribute[i], &n->attrs[n->nattrs]);
-		if (rc < 0) {
-			attr_free(&n->attrs[n->nattrs]);
+		if (rc < 0)
 			return rc;
-		}
 		n->nattrs++;
 	}
 	return 0;

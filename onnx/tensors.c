@@ -310,7 +310,7 @@ int imp_tensor_bytes(struct imp *im, const Onnx__TensorProto *t, const struct im
 		return hp_error(-ENOMEM, "%s: %s: out of memory (%" PRIu64 " bytes)", im->g->path, what, bytes);
 	if (blob->kind == HP_BLOB_FILE && blob->file > 0)
 		rc = read_blob(im->g, what, blob, *data, bytes);
-	else if (raw->present)
+	else if (raw->present && bytes)
 		memcpy(*data, raw->p, (size_t)bytes);
 	else if (numel)
 		rc = typed(im, t, what, desc, numel, *data);

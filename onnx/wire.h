@@ -40,7 +40,7 @@ enum pb_msg {
 	PB_MSG_ATTR,       /* g, graphs, tp, tensors, sparse_* dropped (type still says) */
 	PB_MSG_VALUE_INFO,
 	PB_MSG_TYPE,       /* only tensor_type kept */
-	PB_MSG_TENSOR,     /* raw_data (9) and doc_string dropped */
+	PB_MSG_TENSOR,     /* top-level initializers: raw_data (9) and doc_string dropped */
 };
 
 struct pb_buf {
