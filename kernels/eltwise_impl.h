@@ -17,6 +17,15 @@
 #include "hpdlf/error.h"
 #include "kernels/ops.h"
 
+/* Compute-bound loops get AVX2/AVX-512 clones picked at load time (ifunc).
+ * ISO C mode keeps FP contraction off, so every clone rounds exactly like
+ * the SSE2 default: results are the same bits on every x86-64 machine. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define HPK_SIMD __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define HPK_SIMD
+#endif
+
 /* Items per parallel range: below this a tensor runs on the calling thread. */
 #define HPK_GRAIN 32768
 
@@ -143,6 +152,106 @@ static inline float hpk_tanhf(float x)
 	q = 1.0f - 2.0f / (hpk_expf(2.0f * a) + 1.0f);
 	q = x < 0 ? -q : q;
 	return a < 0.625f ? p : q;
+}
+
+/* erf: odd Taylor series below 0.5 (relative error < 1e-7), Numerical
+ * Recipes' erfc Chebyshev fit above (fractional error < 1.2e-7). */
+static inline float hpk_erff(float x)
+{
+	float a = x < 0 ? -x : x, z = x * x, p, t, q, c;
+
+	p = -1.0f / 1320;
+	p = p * z + 1.0f / 216;
+	p = p * z - 1.0f / 42;
+	p = p * z + 1.0f / 10;
+	p = p * z - 1.0f / 3;
+	p = (p * z + 1.0f) * x * 1.12837916709551257f;
+	t = 1.0f / (1.0f + 0.5f * a);
+	q = 0.17087277f;
+	q = q * t - 0.82215223f;
+	q = q * t + 1.48851587f;
+	q = q * t - 1.13520398f;
+	q = q * t + 0.27886807f;
+	q = q * t - 0.18628806f;
+	q = q * t + 0.09678418f;
+	q = q * t + 0.37409196f;
+	q = q * t + 1.00002368f;
+	q = q * t - 1.26551223f;
+	c = 1.0f - t * hpk_expf(q - z);
+	c = x < 0 ? -c : c;
+	return a < 0.5f ? p : c;
+}
+
+/* ---- fixed-order vector reductions ------------------------------------
+ * GCC vector extensions pin the lane count (8) whatever the ISA, so sums
+ * and maxima come out bit-identical on SSE2, AVX2 and AVX-512. */
+
+typedef float hpk_f4 __attribute__((vector_size(16)));
+typedef float hpk_f8 __attribute__((vector_size(32)));
+typedef double hpk_d4 __attribute__((vector_size(32)));
+typedef int32_t hpk_i8 __attribute__((vector_size(32)));
+
+/* Sum of n floats accumulated in double, eight lanes then a fixed tree. */
+static inline double hpk_sum_f(const float *x, int64_t n)
+{
+	hpk_d4 lo = { 0 }, hi = { 0 };
+	double l[8];
+	int64_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		hpk_f4 a, b;
+		memcpy(&a, x + i, sizeof a);
+		memcpy(&b, x + i + 4, sizeof b);
+		lo += __builtin_convertvector(a, hpk_d4);
+		hi += __builtin_convertvector(b, hpk_d4);
+	}
+	memcpy(l, &lo, sizeof lo);
+	memcpy(l + 4, &hi, sizeof hi);
+	for (int k = 0; i < n; i++, k++)
+		l[k] += x[i];
+	return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+}
+
+/* Sum of squares of (x - c) in double (variance, L2). */
+static inline double hpk_sumsq_f(const float *x, float c, int64_t n)
+{
+	hpk_d4 lo = { 0 }, hi = { 0 };
+	double l[8];
+	int64_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		hpk_f4 a, b;
+		memcpy(&a, x + i, sizeof a);
+		memcpy(&b, x + i + 4, sizeof b);
+		hpk_d4 da = __builtin_convertvector(a, hpk_d4) - c, db = __builtin_convertvector(b, hpk_d4) - c;
+		lo += da * da;
+		hi += db * db;
+	}
+	memcpy(l, &lo, sizeof lo);
+	memcpy(l + 4, &hi, sizeof hi);
+	for (int k = 0; i < n; i++, k++)
+		l[k] += ((double)x[i] - c) * ((double)x[i] - c);
+	return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+}
+
+/* Largest of n >= 1 floats (NaN ignored unless every element is NaN... as -inf). */
+static inline float hpk_max_f(const float *x, int64_t n)
+{
+	hpk_f8 m = { -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY };
+	float r = -INFINITY;
+	int64_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		hpk_f8 v;
+		memcpy(&v, x + i, sizeof v);
+		hpk_i8 gt = v > m;
+		m = (hpk_f8)(((hpk_i8)v & gt) | ((hpk_i8)m & ~gt));
+	}
+	for (int k = 0; k < 8; k++)
+		r = m[k] > r ? m[k] : r;
+	for (; i < n; i++)
+		r = x[i] > r ? x[i] : r;
+	return r;
 }
 
 #endif

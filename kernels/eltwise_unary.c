@@ -31,7 +31,7 @@ struct upriv {
 };
 
 #define LOOP(NAME, TX, TY, EXPR)                                                    \
-	static void NAME(const struct upar *pv, const void *vx, void *vy, int64_t n) \
+	HPK_SIMD static void NAME(const struct upar *pv, const void *vx, void *vy, int64_t n) \
 	{                                                                           \
 		const struct upar par = *pv, *p = &par; /* not aliased by y */      \
 		const TX *x = vx;                                                   \
@@ -60,7 +60,7 @@ static inline float sat01(float t)
 
 LOOP_F(hsig_f, sat01(p->alpha * v + p->beta))
 LOOP_F(hswish_f, v * sat01(v * (1.0f / 6.0f) + 0.5f))
-LOOP_F(erf_f, erff(v))
+LOOP_F(erf_f, hpk_erff(v))
 LOOP_F(exp_f, hpk_expf(v))
 LOOP_F(log_f, logf(v))
 LOOP_F(neg_f, -v)
