@@ -13,18 +13,21 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
+static const int64_t no_dims[1] = { 0 }; /* dims of a scalar */
+
 static struct hp_tensor vec64(int n, const int64_t *v)
 {
 	int64_t d = n;
 	struct hp_tensor t = kt_tensor(HP_I64, 1, &d);
 
-	memcpy(t.data, v, (size_t)n * sizeof *v);
+	if (n)
+		memcpy(t.data, v, (size_t)n * sizeof *v);
 	return t;
 }
 
 static struct hp_tensor scalar64(int64_t v)
 {
-	struct hp_tensor t = kt_tensor(HP_I64, 0, NULL);
+	struct hp_tensor t = kt_tensor(HP_I64, 0, no_dims);
 
 	*(int64_t *)t.data = v;
 	return t;
@@ -494,7 +497,7 @@ static void test_gather(void **state)
 	check_gather(HP_F32, HP_I64, (int64_t[]){ 5, 4, 3 }, 3, (int64_t[]){ 2, 3 }, 2, 0, 1);
 	check_gather(HP_F32, HP_I32, (int64_t[]){ 5, 4, 3 }, 3, (int64_t[]){ 7 }, 1, 1, 2);
 	check_gather(HP_I64, HP_I64, (int64_t[]){ 5, 4, 3 }, 3, (int64_t[]){ 4 }, 1, -1, 3);
-	check_gather(HP_U8, HP_I32, (int64_t[]){ 6 }, 1, NULL, 0, 0, 4); /* scalar index */
+	check_gather(HP_U8, HP_I32, (int64_t[]){ 6 }, 1, no_dims, 0, 0, 4); /* scalar index */
 	check_gather(HP_I64, HP_I64, (int64_t[]){ 3 }, 1, (int64_t[]){ 0 }, 1, 0, 5); /* no index */
 	{
 		struct hp_tensor in[2] = { rnd(HP_F32, 2, (int64_t[]){ 3, 2 }, 1), vec64(2, (int64_t[]){ 1, 3 }) }, out;
@@ -625,7 +628,7 @@ static int64_t map_pad(const void *ctx, const struct hp_shape *xs, const int64_t
 static void check_pad(int mode, const int64_t *dims, int rank, const int64_t *pads, int as_attr)
 {
 	static const char *names[] = { "constant", "reflect", "edge", "wrap" };
-	struct hp_tensor in[3] = { rnd(HP_F32, rank, dims, 5), vec64(2 * rank, pads), kt_tensor(HP_F32, 0, NULL) };
+	struct hp_tensor in[3] = { rnd(HP_F32, rank, dims, 5), vec64(2 * rank, pads), kt_tensor(HP_F32, 0, no_dims) };
 	struct hp_tensor out, ref;
 	struct hp_attr at[3] = { kt_string("mode", names[mode]), kt_ints("pads", 2 * rank, pads),
 				 kt_float("value", 2.5f) };
@@ -821,7 +824,7 @@ static void test_constants(void **state)
 	{
 		float fr[3] = { 0.5f, 2.1f, 0.4f };
 		for (int i = 0; i < 3; i++) {
-			in[i] = kt_tensor(HP_F32, 0, NULL);
+			in[i] = kt_tensor(HP_F32, 0, no_dims);
 			*(float *)in[i].data = fr[i];
 		}
 		assert_int_equal(run("Range", 3, in, 7, 0, NULL, 1, &out), 0);
@@ -836,8 +839,8 @@ static void test_constants(void **state)
 
 static void test_dropout(void **state)
 {
-	struct hp_tensor in[3] = { rnd(HP_F32, 2, (int64_t[]){ 3, 5 }, 1), kt_tensor(HP_F32, 0, NULL),
-				   kt_tensor(HP_BOOL, 0, NULL) }, out[2];
+	struct hp_tensor in[3] = { rnd(HP_F32, 2, (int64_t[]){ 3, 5 }, 1), kt_tensor(HP_F32, 0, no_dims),
+				   kt_tensor(HP_BOOL, 0, no_dims) }, out[2];
 
 	(void)state;
 	*(float *)in[1].data = 0.3f;
