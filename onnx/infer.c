@@ -34,6 +34,32 @@ int hp_graph_set_input_shape(struct hp_graph *g, const char *name, const struct 
 	return 0;
 }
 
+int hp_graph_bind_input(struct hp_graph *g, const char *name, const struct hp_tensor *t)
+{
+	int v = hp_graph_find_value(g, name), rc;
+	struct hp_value *val;
+	size_t bytes = hp_tensor_bytes(t);
+
+	rc = hp_graph_set_input_shape(g, name, &t->shape);
+	if (rc < 0)
+		return rc;
+	val = &g->values[v];
+	if (val->dtype != t->dtype)
+		return hp_error(HP_ESHAPE, "%s: input '%s' is %s, given %s", g->path, name, hp_dtype_name(val->dtype),
+				hp_dtype_name(t->dtype));
+	val->data = malloc(bytes ? bytes : 1);
+	if (!val->data)
+		return hp_error(-ENOMEM, "out of memory binding input '%s'", name);
+	memcpy(val->data, t->data, bytes);
+	val->kind = HP_VALUE_CONSTANT;
+	val->src.kind = HP_BLOB_MEMORY;
+	for (int i = 0, k = 0; i < g->ninputs; i++)
+		if (g->inputs[i] != v)
+			g->inputs[k++] = g->inputs[i];
+	g->ninputs--;
+	return 0;
+}
+
 static int inputs_constant(const struct hp_graph *g, const struct hp_node *n)
 {
 	for (int i = 0; i < n->ninputs; i++)

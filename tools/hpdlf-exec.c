@@ -204,6 +204,27 @@ static int parse_args(int argc, char **argv, struct cli *c)
 	return 0;
 }
 
+/* Small integer inputs are shape arguments (Reshape's shape, Expand's...)
+ * or indices; scalars are bounds (Range, Clip).  Given as files, they are
+ * bound as compile-time constants so that the operators they steer fold. */
+static int bindable(enum hp_dtype dt, const struct hp_shape *s)
+{
+	int64_t n = hp_shape_numel(s);
+
+	return n <= 1 || ((dt == HP_I64 || dt == HP_I32) && n <= 64);
+}
+
+static int bind_input(struct hp_graph *g, const struct named *in)
+{
+	struct hp_tensor t;
+	int rc = hp_npy_read(in->value, &t);
+
+	if (rc == 0)
+		rc = hp_graph_bind_input(g, in->name, &t);
+	hp_tensor_free(&t);
+	return rc < 0 ? hp_error_prefix(rc, "--input %s", in->name) : 0;
+}
+
 /* Resolve every input's shape: --shape, then the input file, then 1 for a
  * remaining dynamic dim (said on stderr). */
 static int resolve_shapes(struct hp_graph *g, const struct cli *c)
@@ -221,7 +242,9 @@ static int resolve_shapes(struct hp_graph *g, const struct cli *c)
 		struct hp_shape s;
 		uint64_t off;
 		int rc = hp_npy_header(c->inputs[i].value, &dt, &s, &off);
-		if (rc == 0)
+		if (rc == 0 && bindable(dt, &s))
+			rc = bind_input(g, &c->inputs[i]);
+		else if (rc == 0)
 			rc = hp_graph_set_input_shape(g, c->inputs[i].name, &s);
 		if (rc < 0)
 			return rc;
@@ -284,7 +307,7 @@ static int set_inputs(struct hp_session *s, const struct hp_graph *g, const stru
 	}
 	for (int k = 0; k < c->ninputs; k++) {
 		int v = hp_graph_find_value(g, c->inputs[k].name);
-		if (v < 0 || g->values[v].kind != HP_VALUE_INPUT)
+		if (v < 0 || (g->values[v].kind != HP_VALUE_INPUT && g->values[v].kind != HP_VALUE_CONSTANT))
 			return hp_error(HP_EUSAGE, "--input %s: the model has no input of that name", c->inputs[k].name);
 	}
 	return 0;

@@ -134,6 +134,11 @@ void hp_graph_free(struct hp_graph *g);
 int hp_graph_find_value(const struct hp_graph *g, const char *name); /* index or -1 */
 /* Fix the shape of a graph input with dynamic dims (checked against known dims). */
 int hp_graph_set_input_shape(struct hp_graph *g, const char *name, const struct hp_shape *s);
+/* Turn graph input `name` into a compile-time constant holding a copy of t
+ * (dtype and shape must fit the input).  For shape arguments that a model
+ * takes as inputs (Reshape's shape, Expand's shape...): the nodes reading it
+ * then fold.  The input leaves g->inputs. */
+int hp_graph_bind_input(struct hp_graph *g, const char *name, const struct hp_tensor *t);
 /* Shape/dtype inference over all nodes plus constant folding of everything
  * computable from constants (PyTorch's Shape->Gather->Concat->Reshape chains).
  * Every input shape must be concrete; errors name node and op. */

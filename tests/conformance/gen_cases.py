@@ -58,7 +58,7 @@ def convert_case(src, dst):
                 if arr.dtype.kind in "OUS":
                     return ["skip %s %d has dtype %s" % (kind, k, arr.dtype)]
                 fname = "%s_%d_%d.npy" % (kind, s, k)
-                np.save(os.path.join(dst, fname), np.ascontiguousarray(arr))
+                np.save(os.path.join(dst, fname), np.require(arr, requirements="C"))  # keeps 0-d arrays 0-d
                 lines.append("%s %d %s %s" % (kind, s, name, fname))
     return lines
 
