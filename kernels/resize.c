@@ -375,12 +375,27 @@ static void rs_row(const struct rs_priv *p, const char *x, char *y, const int64_
 			hpks_put_f(y, p->dtype, ow, p->extrap);
 		return;
 	}
+	if (nc == 1 && T == 1 && p->es == 4 && !p->any_outside) {
+		for (ow = 0; ow < OW; ow++)
+			yf[ow] = xf[coff[0] + L->off[ow * 4]];
+		return;
+	}
 	if (nc == 1 && T == 1) { /* nearest: a gather, any dtype */
 		for (ow = 0; ow < OW; ow++)
 			if (L->outside[ow])
 				hpks_put_f(y, p->dtype, ow, p->extrap);
 			else
 				put_elem(y + ow * p->es, x + (coff[0] + L->off[ow * 4]) * (int64_t)p->es, p->es);
+		return;
+	}
+	if (T == 2 && !p->any_outside) { /* n-linear: the common case, kept tight */
+		for (ow = 0; ow < OW; ow++) {
+			const float *x0 = xf + L->off[ow * 4], *x1 = xf + L->off[ow * 4 + 1];
+			double w0 = L->w[ow * 4], w1 = L->w[ow * 4 + 1], acc = 0;
+			for (int c = 0; c < nc; c++)
+				acc += cw[c] * (w0 * x0[coff[c]] + w1 * x1[coff[c]]);
+			yf[ow] = (float)acc;
+		}
 		return;
 	}
 	for (ow = 0; ow < OW; ow++) {
