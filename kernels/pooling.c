@@ -175,12 +175,13 @@ static int pool_prepare(struct hp_graph *g, struct hp_node *n)
 	return 0;
 }
 
-static inline float max_skip_nan(float a, float b)
+/* NaN-skipping max that compiles to maxps: m = v > m ? v : m from -inf. */
+static inline float vmax(float v, float m)
 {
-	return (b > a || a != a) ? b : a;
+	return v > m ? v : m;
 }
 
-/* MaxPool with kernel = stride = 2 on every pooled dim: 2 or 4 or 8 rows. */
+/* MaxPool with kernel = stride = 2 on every pooled dim (1 on unit dims). */
 static void max2_plane(const struct pool_p *p, const float *x, float *y)
 {
 	int64_t H = p->in[1], W = p->in[2], OW = p->out[2];
@@ -194,15 +195,25 @@ static void max2_plane(const struct pool_p *p, const float *x, float *y)
 			for (int a = 0; a < kd; a++)
 				for (int b = 0; b < kh; b++)
 					r[nr++] = x + ((od * kd + a) * H + oh * kh + b) * W;
-			for (int64_t ow = 0; ow < OW; ow++) {
-				float m = r[0][ow * kw];
-				if (kw == 2)
-					m = max_skip_nan(m, r[0][2 * ow + 1]);
-				for (int q = 1; q < nr; q++) {
-					m = max_skip_nan(m, r[q][ow * kw]);
-					if (kw == 2)
-						m = max_skip_nan(m, r[q][2 * ow + 1]);
+			if (nr == 4 && kw == 2) {
+				const float *r0 = r[0], *r1 = r[1], *r2 = r[2], *r3 = r[3];
+				for (int64_t ow = 0; ow < OW; ow++) {
+					float m = vmax(r0[2 * ow], -INFINITY);
+					m = vmax(r0[2 * ow + 1], m);
+					m = vmax(r1[2 * ow], m);
+					m = vmax(r1[2 * ow + 1], m);
+					m = vmax(r2[2 * ow], m);
+					m = vmax(r2[2 * ow + 1], m);
+					m = vmax(r3[2 * ow], m);
+					yo[ow] = vmax(r3[2 * ow + 1], m);
 				}
+				continue;
+			}
+			for (int64_t ow = 0; ow < OW; ow++) {
+				float m = -INFINITY;
+				for (int q = 0; q < nr; q++)
+					for (int c = 0; c < kw; c++)
+						m = vmax(r[q][ow * kw + c], m);
 				yo[ow] = m;
 			}
 		}
@@ -216,44 +227,53 @@ static int64_t spatial_index(const struct pool_p *p, int64_t d, int64_t h, int64
 	return (d * p->in[1] + h) * p->in[2] + w;
 }
 
+#define WINDOW_LOOP(BODY)                                                                        \
+	for (int64_t a = p->lo[0][od]; a < p->hi[0][od]; a++) {                                  \
+		int64_t d = sd + a * p->dl[0];                                                   \
+		for (int64_t b = p->lo[1][oh]; b < p->hi[1][oh]; b++) {                          \
+			int64_t h = sh + b * p->dl[1];                                           \
+			const float *row = x + (d * p->in[1] + h) * p->in[2];                    \
+			for (int64_t c = p->lo[2][ow]; c < p->hi[2][ow]; c++) {                  \
+				int64_t w = sw + c * p->dl[2];                                   \
+				float v = row[w];                                                \
+				BODY;                                                            \
+			}                                                                        \
+		}                                                                                \
+	}
+
 static float window(const struct pool_p *p, const float *x, int64_t od, int64_t oh, int64_t ow, int64_t *arg)
 {
-	float m = -INFINITY;
-	double acc = 0;
-	int64_t cnt = 0, best = -1;
 	int64_t sd = od * p->s[0] - p->pb[0], sh = oh * p->s[1] - p->pb[1], sw = ow * p->s[2] - p->pb[2];
+	int64_t cnt;
+	double acc = 0;
+	float m = -INFINITY;
 
-	for (int64_t a = p->lo[0][od]; a < p->hi[0][od]; a++) {
-		int64_t d = sd + a * p->dl[0];
-		for (int64_t b = p->lo[1][oh]; b < p->hi[1][oh]; b++) {
-			int64_t h = sh + b * p->dl[1];
-			const float *row = x + (d * p->in[1] + h) * p->in[2];
-			for (int64_t c = p->lo[2][ow]; c < p->hi[2][ow]; c++) {
-				int64_t w = sw + c * p->dl[2];
-				float v = row[w];
-				if (p->kind == P_MAX) {
-					/* first maximum wins; NaN is skipped */
-					if (best < 0 || v > m) {
-						m = v != v ? -INFINITY : v;
-						best = spatial_index(p, d, h, w);
-					}
-				} else if (p->kind == P_AVG) {
-					acc += v;
-				} else {
-					acc += p->lp == 1 ? fabs(v) : p->lp == 2 ? (double)v * v : pow(fabs(v), p->lp);
-				}
-				cnt++;
-			}
-		}
+	if (p->kind == P_MAX && !arg) {
+		WINDOW_LOOP(m = vmax(v, m));
+		return m;
 	}
 	if (p->kind == P_MAX) {
+		int64_t best = -1;
+		/* first maximum wins; NaN is skipped */
+		WINDOW_LOOP(if (best < 0 || v > m) {
+			m = v != v ? -INFINITY : v;
+			best = spatial_index(p, d, h, w);
+		});
 		*arg = best;
 		return m;
 	}
-	if (p->kind == P_LP)
-		return (float)(p->lp == 1 ? acc : p->lp == 2 ? sqrt(acc) : pow(acc, 1.0 / p->lp));
+	if (p->kind == P_LP) {
+		if (p->lp == 2)
+			WINDOW_LOOP(acc += (double)v * v)
+		else
+			WINDOW_LOOP(acc += pow(fabs(v), p->lp))
+		return (float)(p->lp == 2 ? sqrt(acc) : pow(acc, 1.0 / p->lp));
+	}
+	WINDOW_LOOP(acc += v);
 	if (p->count_include_pad)
 		cnt = p->cnt_pad[0][od] * p->cnt_pad[1][oh] * p->cnt_pad[2][ow];
+	else
+		cnt = (p->hi[0][od] - p->lo[0][od]) * (p->hi[1][oh] - p->lo[1][oh]) * (p->hi[2][ow] - p->lo[2][ow]);
 	return cnt ? (float)(acc / (double)cnt) : 0.f;
 }
 
@@ -282,7 +302,7 @@ static void pool_planes(void *arg, int64_t b, int64_t e, int tid)
 			for (int64_t oh = 0; oh < p->out[1]; oh++)
 				for (int64_t ow = 0; ow < p->out[2]; ow++, o++) {
 					int64_t arg = 0;
-					y[o] = window(p, x, od, oh, ow, &arg);
+					y[o] = window(p, x, od, oh, ow, j->idx ? &arg : NULL);
 					if (j->idx)
 						j->idx[pl * op + o] = pl * ip + arg;
 				}
@@ -344,7 +364,7 @@ static void global_planes(void *arg, int64_t b, int64_t e, int tid)
 		float m = -INFINITY;
 		for (int64_t i = 0; i < j->plane; i++) {
 			if (j->kind == P_MAX)
-				m = max_skip_nan(m, x[i]);
+				m = vmax(x[i], m);
 			else if (j->kind == P_AVG)
 				acc += x[i];
 			else

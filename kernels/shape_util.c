@@ -284,10 +284,28 @@ void hpks_copy_finish(struct hpks_copy *c)
 {
 	const int64_t *o = c->off[c->rank - 1];
 
+	int64_t n = c->dims[c->rank - 1], lo = 0, hi;
+
 	c->inner_contig = 1;
-	for (int64_t i = 0; i < c->dims[c->rank - 1]; i++)
+	for (int64_t i = 0; i < n; i++)
 		if (o[i] < 0 || o[i] != o[0] + i)
 			c->inner_contig = 0;
+	/* constant padding: fill, one contiguous run, fill */
+	while (lo < n && o[lo] < 0)
+		lo++;
+	hi = lo;
+	while (hi < n && o[hi] >= 0 && o[hi] == o[lo] + (hi - lo))
+		hi++;
+	c->inner_lo = c->inner_hi = -1;
+	if (lo < hi) {
+		int64_t i = hi;
+		while (i < n && o[i] < 0)
+			i++;
+		if (i == n) {
+			c->inner_lo = lo;
+			c->inner_hi = hi;
+		}
+	}
 }
 
 struct copy_job {
@@ -344,7 +362,13 @@ static void copy_rows(void *arg, int64_t begin, int64_t end, int tid)
 			fill_elems(c, dst, inner);
 		else if (c->inner_contig)
 			memcpy(dst, j->src + (base + c->off[r][0]) * (int64_t)c->esize, rowb);
-		else
+		else if (c->inner_lo >= 0) {
+			size_t es = c->esize;
+			fill_elems(c, dst, c->inner_lo);
+			memcpy(dst + c->inner_lo * es, j->src + (base + c->off[r][c->inner_lo]) * (int64_t)es,
+			       (size_t)(c->inner_hi - c->inner_lo) * es);
+			fill_elems(c, dst + c->inner_hi * es, inner - c->inner_hi);
+		} else
 			copy_elems(c, j->src + base * (int64_t)c->esize, dst, c->off[r], inner);
 		for (int d = r - 1; d >= 0; d--) {
 			if (++idx[d] < c->dims[d])

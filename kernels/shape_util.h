@@ -65,6 +65,7 @@ struct hpks_copy {
 	int64_t *off[HP_MAX_RANK];
 	size_t esize;
 	int inner_contig;               /* off[rank-1][i] == off[rank-1][0] + i, no fill */
+	int64_t inner_lo, inner_hi;     /* else if >= 0: fill outside [lo, hi), contiguous inside */
 	unsigned char fill[16];
 };
 
