@@ -20,6 +20,9 @@ struct hp_session {
 	int threads;
 	struct hp_pool *pool;
 	void **buf;            /* per value: run-time buffer or NULL */
+	unsigned char *arena;  /* in core: every activation at a planned offset */
+	uint64_t arena_size;
+	unsigned char *owned;  /* per value: buf[v] was malloc'd (inputs, weights, state) */
 	int *last_use;         /* per value: last schedule index using it, -1 unused */
 	void *ws;
 	size_t ws_size;
@@ -43,6 +46,16 @@ int hp_rt_set_input(struct hp_session *s, int v, const void *data);
 int hp_rt_get_output(struct hp_session *s, int v, void *dst);
 void hp_rt_destroy(struct hp_session *s);
 uint64_t hp_rt_peak(const struct hp_session *s);
+
+/* One value to place in the arena: alive over steps [start, end]. */
+struct hp_arena_item {
+	uint64_t size;
+	int start, end;
+	uint64_t offset;       /* out */
+};
+/* Offsets such that items alive at the same step never overlap; *total is
+ * the arena size.  Sizes are rounded up to `align`. */
+int hp_arena_place(struct hp_arena_item *items, int n, uint64_t align, uint64_t *total);
 
 int hp_exec_online_cpus(void);
 /* Measured sgemm speed (GFLOP/s) with `threads` BLAS threads, for the time model. */

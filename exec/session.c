@@ -35,25 +35,16 @@ static size_t value_bytes(const struct hp_value *v)
 	return hp_tensor_bytes(&t);
 }
 
-static void *buf_alloc(struct hp_session *s, size_t bytes)
+/* A buffer the session owns outright (inputs, weights, run-to-run state). */
+static void *buf_alloc(struct hp_session *s, int v, size_t bytes)
 {
 	void *p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
 
 	if (p) {
 		s->cur_bytes += bytes;
-		if (s->cur_bytes > s->peak_bytes)
-			s->peak_bytes = s->cur_bytes;
+		s->owned[v] = 1;
 	}
 	return p;
-}
-
-static void buf_release(struct hp_session *s, int v)
-{
-	if (!s->buf[v])
-		return;
-	free(s->buf[v]);
-	s->buf[v] = NULL;
-	s->cur_bytes -= value_bytes(&s->g->values[v]);
 }
 
 /* Last schedule position using each value; graph outputs live to the end. */
@@ -63,7 +54,8 @@ static int compute_lifetimes(struct hp_session *s)
 
 	s->last_use = malloc((size_t)g->nvalues * sizeof *s->last_use);
 	s->buf = calloc((size_t)g->nvalues, sizeof *s->buf);
-	if (!s->last_use || !s->buf)
+	s->owned = calloc((size_t)g->nvalues + 1, 1);
+	if (!s->last_use || !s->buf || !s->owned)
 		return hp_error(-ENOMEM, "out of memory");
 	for (int v = 0; v < g->nvalues; v++)
 		s->last_use[v] = g->values[v].is_output ? g->nnodes : -1;
@@ -85,69 +77,138 @@ static int compute_lifetimes(struct hp_session *s)
 	return 0;
 }
 
-/* Weights stay resident across runs in core: load each one used. */
+/* Values computed by the schedule each run; everything else (inputs,
+ * weights, constants, state carried between runs) lives outside the arena. */
+static int in_arena(const struct hp_graph *g, const char *is_state, int v)
+{
+	const struct hp_value *val = &g->values[v];
+
+	return val->kind == HP_VALUE_ACTIVATION && !val->data && val->producer >= 0 && !is_state[v];
+}
+
+static int find_root(int *up, int v)
+{
+	while (up[v] != v)
+		v = up[v] = up[up[v]];
+	return v;
+}
+
+/* An output may take its input's bytes when the op allows it and the
+ * input dies at this node: same size, activations on both sides. */
+static void merge_inplace(struct hp_session *s, const char *is_state, int *up, int i)
+{
+	const struct hp_graph *g = s->g;
+	const struct hp_node *n = &g->nodes[i];
+	int a, b;
+
+	if (!(n->op->flags & (HP_OP_INPLACE | HP_OP_ALIAS)) || n->ninputs < 1 || n->noutputs < 1)
+		return;
+	a = n->inputs[0];
+	b = n->outputs[0];
+	if (a < 0 || b < 0 || !in_arena(g, is_state, a) || !in_arena(g, is_state, b) || s->last_use[a] != i)
+		return;
+	if (value_bytes(&g->values[a]) != value_bytes(&g->values[b]) || g->values[a].dtype != g->values[b].dtype)
+		return;
+	for (int j = 1; j < n->ninputs; j++)
+		if (n->inputs[j] == a && !(n->op->flags & HP_OP_INPLACE))
+			return;
+	up[find_root(up, b)] = find_root(up, a);
+}
+
+/* Plan the arena: one item per group of values sharing bytes in place. */
+static int plan_arena(struct hp_session *s)
+{
+	const struct hp_graph *g = s->g;
+	int nv = g->nvalues, rc = -ENOMEM;
+	int *up = malloc((size_t)(nv + 1) * sizeof *up), *item = malloc((size_t)(nv + 1) * sizeof *item);
+	char *is_state = calloc((size_t)nv + 1, 1);
+	struct hp_arena_item *it = calloc((size_t)nv + 1, sizeof *it);
+	int nit = 0;
+
+	if (!up || !item || !is_state || !it)
+		goto out;
+	for (int v = 0; v < nv; v++) {
+		up[v] = v;
+		item[v] = -1;
+		if (g->values[v].next >= 0)
+			is_state[v] = is_state[g->values[v].next] = 1;
+	}
+	for (int i = 0; i < g->nnodes; i++)
+		if (!g->nodes[i].folded)
+			merge_inplace(s, is_state, up, i);
+	for (int v = 0; v < nv; v++) {
+		int r, start, end;
+		if (!in_arena(g, is_state, v))
+			continue;
+		r = find_root(up, v);
+		start = g->values[v].producer;
+		end = s->last_use[v] < start ? start : s->last_use[v];
+		if (item[r] < 0) {
+			item[r] = nit++;
+			it[item[r]] = (struct hp_arena_item){ value_bytes(&g->values[v]), start, end, 0 };
+		}
+		struct hp_arena_item *x = &it[item[r]];
+		if (start < x->start)
+			x->start = start;
+		if (end > x->end)
+			x->end = end;
+		if (value_bytes(&g->values[v]) > x->size)
+			x->size = value_bytes(&g->values[v]);
+	}
+	rc = hp_arena_place(it, nit, 64, &s->arena_size);
+	if (rc < 0)
+		goto out;
+	s->arena = aligned_alloc(64, s->arena_size + 64);
+	if (!s->arena) {
+		rc = hp_error(-ENOMEM, "out of memory for the %llu-byte tensor arena", (unsigned long long)s->arena_size);
+		goto out;
+	}
+	for (int v = 0; v < nv; v++)
+		if (in_arena(g, is_state, v))
+			s->buf[v] = s->arena + it[item[find_root(up, v)]].offset;
+	rc = 0;
+out:
+	if (rc == -ENOMEM && !hp_errmsg()[0])
+		hp_error(rc, "out of memory planning the tensor arena");
+	free(up), free(item), free(is_state), free(it);
+	return rc;
+}
+
+/* Weights stay resident across runs in core: load each one used, and give
+ * run-to-run state its own buffers (their pointers swap after each run). */
 static int load_weights(struct hp_session *s)
 {
 	const struct hp_graph *g = s->g;
+	char *is_state = calloc((size_t)g->nvalues + 1, 1);
+	int rc = 0;
 
-	for (int v = 0; v < g->nvalues; v++) {
+	if (!is_state)
+		return hp_error(-ENOMEM, "out of memory");
+	for (int v = 0; v < g->nvalues; v++)
+		if (g->values[v].next >= 0)
+			is_state[v] = is_state[g->values[v].next] = 1;
+	for (int v = 0; v < g->nvalues && rc == 0; v++) {
 		const struct hp_value *val = &g->values[v];
-		int rc;
+		int state = is_state[v];
 
-		if (val->kind != HP_VALUE_INITIALIZER || s->last_use[v] < 0)
+		if (s->buf[v] || s->last_use[v] < 0 || val->kind == HP_VALUE_INPUT ||
+		    (val->kind != HP_VALUE_INITIALIZER && !state))
 			continue;
-		s->buf[v] = buf_alloc(s, value_bytes(val));
+		s->buf[v] = buf_alloc(s, v, value_bytes(val));
 		if (!s->buf[v])
-			return hp_error(-ENOMEM, "out of memory loading initializer '%s' (%zu bytes)", val->name,
-					value_bytes(val));
-		if (val->data) {
-			/* materialized at import; copied so training can update it */
-			memcpy(s->buf[v], val->data, value_bytes(val));
-			continue;
-		}
-		if (val->src.kind == HP_BLOB_NONE) {
+			rc = hp_error(-ENOMEM, "out of memory loading initializer '%s' (%zu bytes)", val->name,
+				      value_bytes(val));
+		else if (val->kind != HP_VALUE_INITIALIZER)
+			continue; /* computed each run */
+		else if (val->data)
+			memcpy(s->buf[v], val->data, value_bytes(val)); /* copied: training updates it */
+		else if (val->src.kind == HP_BLOB_NONE)
 			memset(s->buf[v], 0, value_bytes(val)); /* fresh optimizer state */
-			continue;
-		}
-		rc = hp_graph_read_init(g, v, s->buf[v]);
-		if (rc < 0)
-			return rc;
+		else
+			rc = hp_graph_read_init(g, v, s->buf[v]);
 	}
-	return 0;
-}
-
-/* Tensor bytes the in-core schedule holds at its high-water mark. */
-static size_t simulate_peak(const struct hp_session *s)
-{
-	const struct hp_graph *g = s->g;
-	size_t cur = 0, peak;
-
-	for (int v = 0; v < g->nvalues; v++) {
-		const struct hp_value *val = &g->values[v];
-		if ((val->kind == HP_VALUE_INITIALIZER && s->last_use[v] >= 0) ||
-		    val->kind == HP_VALUE_INPUT)
-			cur += value_bytes(val);
-	}
-	peak = cur;
-	for (int i = 0; i < g->nnodes; i++) {
-		const struct hp_node *n = &g->nodes[i];
-		if (n->folded)
-			continue;
-		for (int o = 0; o < n->noutputs; o++)
-			if (n->outputs[o] >= 0)
-				cur += value_bytes(&g->values[n->outputs[o]]);
-		if (cur + s->ws_size > peak)
-			peak = cur + s->ws_size;
-		for (int j = 0; j < n->ninputs; j++) {
-			int v = n->inputs[j];
-			if (v >= 0 && s->last_use[v] == i && g->values[v].kind == HP_VALUE_ACTIVATION)
-				cur -= value_bytes(&g->values[v]);
-		}
-		for (int o = 0; o < n->noutputs; o++)
-			if (n->outputs[o] >= 0 && s->last_use[n->outputs[o]] < 0)
-				cur -= value_bytes(&g->values[n->outputs[o]]);
-	}
-	return peak;
+	free(is_state);
+	return rc;
 }
 
 int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_session **out)
@@ -187,12 +248,16 @@ int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct h
 			goto fail;
 		goto done;
 	}
-	s->peak_bytes = simulate_peak(s);
 	s->cur_bytes = 0;
 	rc = load_weights(s);
+	if (rc == 0)
+		rc = plan_arena(s);
 	if (rc < 0)
 		goto fail;
 	s->weight_bytes = s->cur_bytes;
+	for (int i = 0; i < g->ninputs; i++)
+		s->weight_bytes += value_bytes(&g->values[g->inputs[i]]);
+	s->peak_bytes = s->weight_bytes + s->arena_size;
 done:
 	for (int i = 0; i < g->nnodes; i++)
 		if (!g->nodes[i].folded && g->nodes[i].op->flops)
@@ -212,8 +277,11 @@ void hp_session_destroy(struct hp_session *s)
 		hp_rt_destroy(s);
 	if (s->buf)
 		for (int v = 0; v < s->g->nvalues; v++)
-			free(s->buf[v]);
+			if (s->owned[v])
+				free(s->buf[v]);
 	free(s->buf);
+	free(s->owned);
+	free(s->arena);
 	free(s->last_use);
 	free(s->ws);
 	hp_pool_destroy(s->pool);
@@ -237,7 +305,7 @@ int hp_session_set_input(struct hp_session *s, const char *name, const struct hp
 				hp_dtype_name(t->dtype), hp_shape_str(&t->shape, got, sizeof got));
 	if (s->store)
 		return hp_rt_set_input(s, v, t->data);
-	if (!s->buf[v] && !(s->buf[v] = buf_alloc(s, value_bytes(val))))
+	if (!s->buf[v] && !(s->buf[v] = buf_alloc(s, v, value_bytes(val))))
 		return hp_error(-ENOMEM, "out of memory for input '%s'", name);
 	memcpy(s->buf[v], t->data, value_bytes(val));
 	return 0;
@@ -274,10 +342,14 @@ static int run_node(struct hp_session *s, int i)
 			continue;
 		out[o].dtype = g->values[v].dtype;
 		out[o].shape = g->values[v].shape;
-		if (!s->buf[v] && !(s->buf[v] = buf_alloc(s, value_bytes(&g->values[v]))))
-			return hp_node_error(g, n, -ENOMEM, "out of memory for output '%s'", g->values[v].name);
 		out[o].data = s->buf[v];
+		if (!out[o].data)
+			return hp_node_error(g, n, HP_EINTERNAL, "output '%s' has no buffer", g->values[v].name);
 	}
+	/* An aliasing op (Reshape, Identity...) placed on its input's bytes has
+	 * nothing to do. */
+	if ((n->op->flags & HP_OP_ALIAS) && n->ninputs && n->noutputs && in[0].data == out[0].data)
+		return 0;
 	return n->op->run(n, &a);
 }
 
@@ -303,18 +375,6 @@ int hp_session_run(struct hp_session *s)
 			return rc;
 		if (s->trace)
 			hp_trace_span(s->trace, HP_LANE_COMPUTE, n->op_type, n->name, u0, hp_trace_now_us(s->trace));
-		/* Free what this node was the last user of (never inputs or weights:
-		 * they are needed by the next run). */
-		for (int j = 0; j < n->ninputs; j++) {
-			int v = n->inputs[j];
-			if (v >= 0 && s->last_use[v] == i && g->values[v].kind == HP_VALUE_ACTIVATION)
-				buf_release(s, v);
-		}
-		for (int o = 0; o < n->noutputs; o++) {
-			int v = n->outputs[o];
-			if (v >= 0 && s->last_use[v] < 0)
-				buf_release(s, v); /* unused optional output */
-		}
 	}
 	/* Carry state to the next run: the updated value's buffer becomes the
 	 * state's, and the old one is reused for the next update. */
