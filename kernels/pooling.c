@@ -1,4 +1,388 @@
-/* Placeholder until the family lands. */
-#include "kernels/ops.h"
+/* Pooling: MaxPool (with Indices), AveragePool, LpPool over 1..3 spatial
+ * dims, and the Global* variants.  Spatial dims are handled as 3-D with
+ * leading unit dims; work is split over the N*C planes. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
-const struct hp_op *const hp_ops_pool[] = { NULL };
+#include "kernels/ops.h"
+#include "kernels/shape_util.h"
+
+enum pool_kind { P_MAX, P_AVG, P_LP };
+
+struct pool_p {
+	int kind;
+	int64_t planes, c;                 /* N*C, C */
+	int64_t in[3], out[3], k[3], s[3], dl[3], pb[3], pe[3];
+	int count_include_pad, storage_order, lp;
+	int fast2;                         /* max, kernel = stride = 2, no pad: fast path */
+	/* per dim and output index: valid tap range [lo, hi) and taps inside the
+	 * padded extent (count_include_pad divisor) */
+	int64_t *lo[3], *hi[3], *cnt_pad[3];
+};
+
+static int pool_kind_of(const struct hp_node *n)
+{
+	return strstr(n->op_type, "Max") ? P_MAX : strstr(n->op_type, "Lp") ? P_LP : P_AVG;
+}
+
+/* Output size and begin/end pads of one spatial dim. */
+static int pool_dim(const struct hp_graph *g, const struct hp_node *n, const char *ap, int ceil_mode,
+		    int64_t in, int64_t k, int64_t s, int64_t dl, int64_t *pb, int64_t *pe, int64_t *out)
+{
+	int64_t dk = (k - 1) * dl + 1, o;
+
+	if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
+		int64_t total;
+		o = (in + s - 1) / s;
+		total = (o - 1) * s + dk - in;
+		if (total < 0)
+			total = 0;
+		*pb = ap[5] == 'U' ? total / 2 : total - total / 2;
+		*pe = total - *pb;
+	} else if (!strcmp(ap, "VALID")) {
+		*pb = *pe = 0;
+		o = in >= dk ? (in - dk) / s + 1 : 0;
+	} else if (!strcmp(ap, "NOTSET") || !ap[0]) {
+		int64_t span = in + *pb + *pe - dk;
+		o = span < 0 ? 0 : ceil_mode ? (span + s - 1) / s + 1 : span / s + 1;
+		if (ceil_mode && o > 0 && (o - 1) * s >= in + *pb)
+			o--; /* the last window would start in the end padding */
+	} else {
+		return hp_node_error(g, n, HP_EUNSUPPORTED, "auto_pad '%s' is not supported", ap);
+	}
+	if (o < 1)
+		return hp_node_error(g, n, HP_ESHAPE, "input dim %lld is too small for kernel %lld (dilation %lld)",
+				     (long long)in, (long long)k, (long long)dl);
+	*out = o;
+	return 0;
+}
+
+static int get_list(const struct hp_graph *g, const struct hp_node *n, const char *name, int want,
+		    int64_t dflt, int64_t *v)
+{
+	const int64_t *a;
+	int na = hp_attr_ints(n, name, &a);
+
+	for (int i = 0; i < want; i++)
+		v[i] = dflt;
+	if (na < 0)
+		return 0;
+	if (na != want)
+		return hp_node_error(g, n, HP_ESHAPE, "%s has %d values, expected %d", name, na, want);
+	for (int i = 0; i < want; i++) {
+		if (a[i] < (strcmp(name, "pads") ? 1 : 0))
+			return hp_node_error(g, n, HP_ESHAPE, "%s[%d] = %lld is invalid", name, i, (long long)a[i]);
+		v[i] = a[i];
+	}
+	return 0;
+}
+
+/* Attributes into p (spatial dims right-aligned into 3). */
+static int pool_attrs(const struct hp_graph *g, const struct hp_node *n, const struct hp_value *x,
+		      struct pool_p *p)
+{
+	int64_t k[3], s[3], dl[3], pads[6];
+	const int64_t *ks;
+	int nsp = hp_attr_ints(n, "kernel_shape", &ks), rc, off;
+	const char *ap = hp_attr_string(n, "auto_pad", "NOTSET");
+
+	if (nsp < 1 || nsp > 3 || nsp != x->shape.rank - 2)
+		return hp_node_error(g, n, nsp < 0 ? HP_EMODEL : HP_EUNSUPPORTED,
+				     "kernel_shape has %d dims for input rank %d (1..3 spatial dims supported)", nsp,
+				     x->shape.rank);
+	if ((rc = get_list(g, n, "kernel_shape", nsp, 1, k)) < 0 || (rc = get_list(g, n, "strides", nsp, 1, s)) < 0 ||
+	    (rc = get_list(g, n, "dilations", nsp, 1, dl)) < 0 || (rc = get_list(g, n, "pads", 2 * nsp, 0, pads)) < 0)
+		return rc;
+	off = 3 - nsp;
+	for (int d = 0; d < 3; d++) {
+		p->in[d] = p->out[d] = p->k[d] = p->s[d] = p->dl[d] = 1;
+		p->pb[d] = p->pe[d] = 0;
+	}
+	for (int d = 0; d < nsp; d++) {
+		int D = d + off;
+		p->in[D] = x->shape.dims[2 + d];
+		p->k[D] = k[d];
+		p->s[D] = s[d];
+		p->dl[D] = dl[d];
+		p->pb[D] = pads[d];
+		p->pe[D] = pads[d + nsp];
+		rc = pool_dim(g, n, ap, (int)hp_attr_int(n, "ceil_mode", 0), p->in[D], k[d], s[d], dl[d], &p->pb[D],
+			      &p->pe[D], &p->out[D]);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static void pool_tables(struct pool_p *p, int64_t *mem)
+{
+	for (int d = 0; d < 3; d++) {
+		p->lo[d] = mem;
+		p->hi[d] = mem + p->out[d];
+		p->cnt_pad[d] = mem + 2 * p->out[d];
+		mem += 3 * p->out[d];
+		for (int64_t o = 0; o < p->out[d]; o++) {
+			int64_t st = o * p->s[d] - p->pb[d], lo = p->k[d], hi = 0, cp = 0;
+			for (int64_t j = 0; j < p->k[d]; j++) {
+				int64_t pos = st + j * p->dl[d];
+				if (pos >= 0 && pos < p->in[d]) {
+					lo = j < lo ? j : lo;
+					hi = j + 1;
+				}
+				cp += pos < p->in[d] + p->pe[d];
+			}
+			p->lo[d][o] = lo < hi ? lo : 0;
+			p->hi[d][o] = lo < hi ? hi : 0;
+			p->cnt_pad[d][o] = cp;
+		}
+	}
+}
+
+static int pool_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	const struct hp_value *x = hpks_in(g, n, 0);
+	struct pool_p tmp = { .kind = pool_kind_of(n) }, *p;
+	struct hp_shape os = x->shape;
+	int rc, nsp = x->shape.rank - 2;
+
+	if (x->dtype != HP_F32)
+		return hp_node_error(g, n, HP_EUNSUPPORTED, "input type %s (float32 only)", hp_dtype_name(x->dtype));
+	if ((rc = pool_attrs(g, n, x, &tmp)) < 0)
+		return rc;
+	tmp.planes = x->shape.dims[0] * x->shape.dims[1];
+	tmp.c = x->shape.dims[1];
+	tmp.count_include_pad = (int)hp_attr_int(n, "count_include_pad", 0);
+	tmp.storage_order = (int)hp_attr_int(n, "storage_order", 0);
+	tmp.lp = (int)hp_attr_int(n, "p", 2);
+	tmp.fast2 = tmp.kind == P_MAX && !(n->noutputs > 1 && n->outputs[1] >= 0);
+	for (int d = 0; d < 3; d++) {
+		int unit = tmp.k[d] == 1 && tmp.s[d] == 1 && d < 3 - nsp;
+		tmp.fast2 &= unit || (tmp.k[d] == 2 && tmp.s[d] == 2 && tmp.dl[d] == 1 && !tmp.pb[d] &&
+				      tmp.out[d] == tmp.in[d] / 2);
+		if (d >= 3 - nsp)
+			os.dims[2 + d - (3 - nsp)] = tmp.out[d];
+	}
+	p = calloc(1, sizeof *p + 3 * sizeof(int64_t) * (size_t)(tmp.out[0] + tmp.out[1] + tmp.out[2]));
+	if (!p)
+		return -ENOMEM;
+	*p = tmp;
+	pool_tables(p, (int64_t *)(p + 1));
+	n->priv = p;
+	hpks_set_out(g, n, 0, x->dtype, &os);
+	hpks_set_out(g, n, 1, HP_I64, &os);
+	return 0;
+}
+
+static inline float max_skip_nan(float a, float b)
+{
+	return (b > a || a != a) ? b : a;
+}
+
+/* MaxPool with kernel = stride = 2 on every pooled dim: 2 or 4 or 8 rows. */
+static void max2_plane(const struct pool_p *p, const float *x, float *y)
+{
+	int64_t H = p->in[1], W = p->in[2], OW = p->out[2];
+	int kd = (int)p->k[0], kh = (int)p->k[1], kw = (int)p->k[2];
+
+	for (int64_t od = 0; od < p->out[0]; od++)
+		for (int64_t oh = 0; oh < p->out[1]; oh++) {
+			const float *r[4];
+			int nr = 0;
+			float *yo = y + (od * p->out[1] + oh) * OW;
+			for (int a = 0; a < kd; a++)
+				for (int b = 0; b < kh; b++)
+					r[nr++] = x + ((od * kd + a) * H + oh * kh + b) * W;
+			for (int64_t ow = 0; ow < OW; ow++) {
+				float m = r[0][ow * kw];
+				if (kw == 2)
+					m = max_skip_nan(m, r[0][2 * ow + 1]);
+				for (int q = 1; q < nr; q++) {
+					m = max_skip_nan(m, r[q][ow * kw]);
+					if (kw == 2)
+						m = max_skip_nan(m, r[q][2 * ow + 1]);
+				}
+				yo[ow] = m;
+			}
+		}
+}
+
+/* Spatial index of input position (d, h, w) as the Indices output wants. */
+static int64_t spatial_index(const struct pool_p *p, int64_t d, int64_t h, int64_t w)
+{
+	if (p->storage_order)
+		return d + h * p->in[0] + w * p->in[0] * p->in[1];
+	return (d * p->in[1] + h) * p->in[2] + w;
+}
+
+static float window(const struct pool_p *p, const float *x, int64_t od, int64_t oh, int64_t ow, int64_t *arg)
+{
+	float m = -INFINITY;
+	double acc = 0;
+	int64_t cnt = 0, best = -1;
+	int64_t sd = od * p->s[0] - p->pb[0], sh = oh * p->s[1] - p->pb[1], sw = ow * p->s[2] - p->pb[2];
+
+	for (int64_t a = p->lo[0][od]; a < p->hi[0][od]; a++) {
+		int64_t d = sd + a * p->dl[0];
+		for (int64_t b = p->lo[1][oh]; b < p->hi[1][oh]; b++) {
+			int64_t h = sh + b * p->dl[1];
+			const float *row = x + (d * p->in[1] + h) * p->in[2];
+			for (int64_t c = p->lo[2][ow]; c < p->hi[2][ow]; c++) {
+				int64_t w = sw + c * p->dl[2];
+				float v = row[w];
+				if (p->kind == P_MAX) {
+					/* first maximum wins; NaN is skipped */
+					if (best < 0 || v > m) {
+						m = v != v ? -INFINITY : v;
+						best = spatial_index(p, d, h, w);
+					}
+				} else if (p->kind == P_AVG) {
+					acc += v;
+				} else {
+					acc += p->lp == 1 ? fabs(v) : p->lp == 2 ? (double)v * v : pow(fabs(v), p->lp);
+				}
+				cnt++;
+			}
+		}
+	}
+	if (p->kind == P_MAX) {
+		*arg = best;
+		return m;
+	}
+	if (p->kind == P_LP)
+		return (float)(p->lp == 1 ? acc : p->lp == 2 ? sqrt(acc) : pow(acc, 1.0 / p->lp));
+	if (p->count_include_pad)
+		cnt = p->cnt_pad[0][od] * p->cnt_pad[1][oh] * p->cnt_pad[2][ow];
+	return cnt ? (float)(acc / (double)cnt) : 0.f;
+}
+
+struct pool_job {
+	const struct pool_p *p;
+	const float *x;
+	float *y;
+	int64_t *idx;
+};
+
+static void pool_planes(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct pool_job *j = arg;
+	const struct pool_p *p = j->p;
+	int64_t ip = p->in[0] * p->in[1] * p->in[2], op = p->out[0] * p->out[1] * p->out[2];
+
+	(void)tid;
+	for (int64_t pl = b; pl < e; pl++) {
+		const float *x = j->x + pl * ip;
+		float *y = j->y + pl * op;
+		if (p->fast2) {
+			max2_plane(p, x, y);
+			continue;
+		}
+		for (int64_t od = 0, o = 0; od < p->out[0]; od++)
+			for (int64_t oh = 0; oh < p->out[1]; oh++)
+				for (int64_t ow = 0; ow < p->out[2]; ow++, o++) {
+					int64_t arg = 0;
+					y[o] = window(p, x, od, oh, ow, &arg);
+					if (j->idx)
+						j->idx[pl * op + o] = pl * ip + arg;
+				}
+	}
+}
+
+static int pool_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	const struct pool_p *p = n->priv;
+	struct pool_job j = { p, a->in[0].data, a->out[0].data, a->nout > 1 ? a->out[1].data : NULL };
+	int64_t op = p->out[0] * p->out[1] * p->out[2];
+
+	hp_parallel_for(a->pool, p->planes, 1 + 16384 / (op + 1), pool_planes, &j);
+	return 0;
+}
+
+static double pool_flops(const struct hp_graph *g, const struct hp_node *n)
+{
+	const struct pool_p *p = n->priv;
+
+	(void)g;
+	return p ? (double)p->planes * (double)(p->out[0] * p->out[1] * p->out[2]) *
+			   (double)(p->k[0] * p->k[1] * p->k[2])
+		 : 0;
+}
+
+/* ---- Global pools ------------------------------------------------------ */
+
+static int global_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	const struct hp_value *x = hpks_in(g, n, 0);
+	struct hp_shape s = x->shape;
+
+	if (x->dtype != HP_F32)
+		return hp_node_error(g, n, HP_EUNSUPPORTED, "input type %s (float32 only)", hp_dtype_name(x->dtype));
+	if (s.rank < 2)
+		return hp_node_error(g, n, HP_ESHAPE, "input rank %d < 2", s.rank);
+	for (int d = 2; d < s.rank; d++)
+		s.dims[d] = 1;
+	hpks_set_out(g, n, 0, x->dtype, &s);
+	return 0;
+}
+
+struct global_job {
+	const float *x;
+	float *y;
+	int64_t plane;
+	int kind, p;
+};
+
+static void global_planes(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct global_job *j = arg;
+
+	(void)tid;
+	for (int64_t pl = b; pl < e; pl++) {
+		const float *x = j->x + pl * j->plane;
+		double acc = 0;
+		float m = -INFINITY;
+		for (int64_t i = 0; i < j->plane; i++) {
+			if (j->kind == P_MAX)
+				m = max_skip_nan(m, x[i]);
+			else if (j->kind == P_AVG)
+				acc += x[i];
+			else
+				acc += j->p == 2 ? (double)x[i] * x[i] : pow(fabs(x[i]), j->p);
+		}
+		j->y[pl] = j->kind == P_MAX ? m
+			 : j->kind == P_AVG ? (float)(acc / (double)j->plane)
+					    : (float)(j->p == 2 ? sqrt(acc) : pow(acc, 1.0 / j->p));
+	}
+}
+
+static int global_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	const struct hp_shape *s = &a->in[0].shape;
+	struct global_job j = { a->in[0].data, a->out[0].data, 1, pool_kind_of(n), (int)hp_attr_int(n, "p", 2) };
+
+	for (int d = 2; d < s->rank; d++)
+		j.plane *= s->dims[d];
+	hp_parallel_for(a->pool, s->dims[0] * s->dims[1], 1 + 16384 / (j.plane + 1), global_planes, &j);
+	return 0;
+}
+
+#define POOL_OP(var, nm, nout)                                                                    \
+	static const struct hp_op var = { .domain = "", .name = nm, .min_inputs = 1, .max_inputs = 1, \
+					  .min_outputs = 1, .max_outputs = nout, .prepare = pool_prepare, \
+					  .run = pool_run, .flops = pool_flops }
+#define GLOBAL_OP(var, nm)                                                                        \
+	static const struct hp_op var = { .domain = "", .name = nm, .min_inputs = 1, .max_inputs = 1, \
+					  .min_outputs = 1, .max_outputs = 1, .prepare = global_prepare,  \
+					  .run = global_run }
+
+POOL_OP(op_maxpool, "MaxPool", 2);
+POOL_OP(op_avgpool, "AveragePool", 1);
+POOL_OP(op_lppool, "LpPool", 1);
+GLOBAL_OP(op_gmax, "GlobalMaxPool");
+GLOBAL_OP(op_gavg, "GlobalAveragePool");
+GLOBAL_OP(op_glp, "GlobalLpPool");
+
+const struct hp_op *const hp_ops_pool[] = {
+	&op_maxpool, &op_avgpool, &op_lppool, &op_gmax, &op_gavg, &op_glp, NULL,
+};

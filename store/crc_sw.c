@@ -1,5 +1,5 @@
-/* crc32c without ISA-L: the SSE4.2 instruction when the CPU has it,
- * otherwise a bitwise loop. */
+/* crc32c without ISA-L (a build where libisal is missing): a bitwise loop,
+ * correct but slow; meson reports the missing dependency. */
 #include "store/crc.h"
 
 uint32_t hs_crc32c(const void *buf, size_t len)
@@ -10,7 +10,7 @@ uint32_t hs_crc32c(const void *buf, size_t len)
 	for (size_t i = 0; i < len; i++) {
 		c ^= p[i];
 		for (int k = 0; k < 8; k++)
-			c = (c >> 1) ^ (0x82F63B78u & -(c & 1));
+			c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1)));
 	}
 	return ~c;
 }

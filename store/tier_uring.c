@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "hpdlf/error.h"
@@ -150,6 +152,26 @@ static void queue_one(struct uring_tier *u, struct hs_io *io)
 	u->inflight++;
 }
 
+/* io_uring_enter until the kernel took every queued SQE (sq_mu held).  A
+ * hard failure here means the ring itself is broken. */
+static int submit_all(struct uring_tier *u)
+{
+	for (int tries = 0; io_uring_sq_ready(&u->ring) > 0; tries++) {
+		int rc = io_uring_submit(&u->ring);
+		if (rc >= 0 || rc == -EINTR)
+			continue;
+		if ((rc == -EAGAIN || rc == -EBUSY) && tries < 1000) {
+			/* CQ overflow pressure: completions drain on the CQ thread */
+			pthread_mutex_unlock(&u->sq_mu);
+			usleep(100);
+			pthread_mutex_lock(&u->sq_mu);
+			continue;
+		}
+		return hp_error(rc, "%s: io_uring_submit: %s", u->base.path, strerror(-rc));
+	}
+	return 0;
+}
+
 static int uring_submit(struct hs_tier *t, struct hs_io **ios, int n)
 {
 	struct uring_tier *u = (struct uring_tier *)t;
@@ -169,12 +191,9 @@ static int uring_submit(struct hs_tier *t, struct hs_io **ios, int n)
 		queue_one(u, io);
 		queued++;
 	}
-	rc = queued ? io_uring_submit(&u->ring) : 0;
+	rc = queued ? submit_all(u) : 0;
 	pthread_mutex_unlock(&u->sq_mu);
-	/* Queued SQEs stay in the ring and go with the next submit if this one
-	 * failed transiently; a hard failure leaves them for close to drain. */
-	(void)rc;
-	return n;
+	return rc < 0 ? rc : n;
 }
 
 static int uring_flush(struct hs_tier *t)
@@ -226,20 +245,32 @@ static int open_spill(struct uring_tier *u, const struct hs_tier_config *cfg)
 	return 0;
 }
 
+/* A file on tmpfs/ramfs is memory, whatever O_DIRECT says (recent kernels
+ * accept O_DIRECT on tmpfs): it is not a tier below DRAM. */
+static int memory_backed(int fd)
+{
+	struct statfs sf;
+
+	return fstatfs(fd, &sf) == 0 && (sf.f_type == TMPFS_MAGIC || sf.f_type == RAMFS_MAGIC);
+}
+
 /* Switch fd to O_DIRECT, or fall back (warned) when allowed. */
 static int set_direct(struct uring_tier *u, const struct hs_tier_config *cfg)
 {
-	int fl = fcntl(u->fd, F_GETFL);
+	int fl = fcntl(u->fd, F_GETFL), mem = memory_backed(u->fd);
 
-	if (fl >= 0 && fcntl(u->fd, F_SETFL, fl | O_DIRECT) == 0) {
+	if (!mem && fl >= 0 && fcntl(u->fd, F_SETFL, fl | O_DIRECT) == 0) {
 		u->direct = 1;
 		return 0;
 	}
 	if (!(cfg->flags & HS_TIER_F_BUFFERED_OK))
-		return hp_error(-EINVAL, "%s: the filesystem refuses O_DIRECT (tmpfs?): put the nvme tier on a disk-backed "
-				"directory, or use a pmem= tier for memory-backed files", u->base.path);
-	hp_log(HP_LOG_WARN, "%s: the filesystem refuses O_DIRECT; spilling through the page cache, "
-	       "which is memory outside the --budget (set TMPDIR to a disk-backed directory)", u->base.path);
+		return hp_error(-EINVAL, "%s: %s: put the nvme tier on a disk-backed directory, or use a pmem= tier "
+				"for memory-backed files", u->base.path,
+				mem ? "a memory-backed filesystem (tmpfs) is not a tier below DRAM"
+				    : "the filesystem refuses O_DIRECT");
+	hp_log(HP_LOG_WARN, "%s: %s; spilling through the page cache, which is memory outside the budget "
+	       "(set TMPDIR to a disk-backed directory)", u->base.path,
+	       mem ? "memory-backed filesystem" : "the filesystem refuses O_DIRECT");
 	return 0;
 }
 

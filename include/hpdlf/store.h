@@ -94,9 +94,9 @@ struct hs_policy {
 	long (*victim)(void *arg, const struct hs_candidate *c, size_t n);
 	void *arg;
 };
-/* The default: farthest next use first, then least recently used for
- * unhinted chunks (unhinted counts as farther than any hint), clean before
- * dirty on ties. */
+/* The default: farthest next use first (unhinted counts as farther than
+ * any hint); least recently used among unhinted chunks; among chunks with
+ * the same hint, clean before dirty, then least recently used. */
 extern const struct hs_policy hs_policy_default;
 
 struct hs_store_opts {

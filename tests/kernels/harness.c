@@ -99,6 +99,8 @@ int kt_run(const struct kt_case *c, struct hp_tensor *out)
 	memset(out, 0, (size_t)c->nout * sizeof *out);
 	if (!g)
 		return -1;
+	if (c->opset)
+		g->opset = c->opset;
 	rc = add_inputs(g, c, ids);
 	if (rc < 0)
 		goto out;

@@ -24,6 +24,7 @@ struct kt_case {
 	const struct hp_attr *attrs;
 	int nout;
 	struct hp_pool *pool;        /* NULL: single thread */
+	int opset;                   /* ai.onnx opset of the graph; 0: hp_graph_new's default */
 };
 
 /* Run; out[0..nout) receive freshly allocated results (hp_tensor_free them).

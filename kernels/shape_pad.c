@@ -1,0 +1,215 @@
+/* Expand, Tile and Pad: copies through per-dimension offset tables built at
+ * prepare time (the shapes are static), so run is one hpks_copy_run. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/shape_util.h"
+
+/* priv of these ops: the copy descriptor at the head of its table block */
+static int table_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	hpks_copy_run(n->priv, a->in[0].data, a->out[0].data, a->pool);
+	return 0;
+}
+
+static int finish(struct hp_graph *g, struct hp_node *n, struct hpks_copy *c, void *blk,
+		  const struct hp_value *x, const struct hp_shape *s)
+{
+	hpks_copy_finish(c);
+	memcpy(blk, c, sizeof *c);
+	n->priv = blk;
+	hpks_set_out(g, n, 0, x->dtype, s);
+	return 0;
+}
+
+static int expand_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	const struct hp_value *x = hpks_in(g, n, 0);
+	int64_t sh[HP_MAX_RANK], xs[HP_MAX_RANK];
+	int cnt, rc, r, xr = x->shape.rank;
+	struct hp_shape s;
+	struct hpks_copy c;
+	void *blk;
+
+	if ((rc = hpks_const_ints(g, n, 1, "shape", sh, HP_MAX_RANK, &cnt)) < 0)
+		return rc;
+	r = cnt > xr ? cnt : xr;
+	s.rank = r;
+	for (int d = 0; d < r; d++) {
+		int64_t a = d - (r - xr) >= 0 ? x->shape.dims[d - (r - xr)] : 1;
+		int64_t b = d - (r - cnt) >= 0 ? sh[d - (r - cnt)] : 1;
+		if (a != b && a != 1 && b != 1)
+			return hp_node_error(g, n, HP_ESHAPE, "cannot broadcast dim %lld to %lld", (long long)a,
+					     (long long)b);
+		s.dims[d] = a == 1 ? b : a;
+	}
+	hpks_strides(&x->shape, xs);
+	if (!(blk = hpks_copy_alloc(&c, r, s.dims, hp_dtype_size(x->dtype), sizeof c)))
+		return -ENOMEM;
+	for (int d = 0; d < r; d++) {
+		int xd = d - (r - xr);
+		for (int64_t i = 0; i < s.dims[d]; i++)
+			c.off[d][i] = xd >= 0 && x->shape.dims[xd] != 1 ? i * xs[xd] : 0;
+	}
+	if (r == 0)
+		c.off[0][0] = 0;
+	return finish(g, n, &c, blk, x, &s);
+}
+
+static int tile_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	const struct hp_value *x = hpks_in(g, n, 0);
+	int64_t rep[HP_MAX_RANK], xs[HP_MAX_RANK];
+	int cnt, rc, r = x->shape.rank;
+	struct hp_shape s = x->shape;
+	struct hpks_copy c;
+	void *blk;
+
+	if ((rc = hpks_const_ints(g, n, 1, "repeats", rep, HP_MAX_RANK, &cnt)) < 0)
+		return rc;
+	if (cnt != r)
+		return hp_node_error(g, n, HP_ESHAPE, "repeats has %d entries, input rank is %d", cnt, r);
+	for (int d = 0; d < r; d++) {
+		if (rep[d] < 0)
+			return hp_node_error(g, n, HP_ESHAPE, "repeats[%d] = %lld is negative", d, (long long)rep[d]);
+		s.dims[d] *= rep[d];
+	}
+	hpks_strides(&x->shape, xs);
+	if (!(blk = hpks_copy_alloc(&c, r, s.dims, hp_dtype_size(x->dtype), sizeof c)))
+		return -ENOMEM;
+	for (int d = 0; d < r; d++)
+		for (int64_t i = 0; i < s.dims[d]; i++)
+			c.off[d][i] = (i % x->shape.dims[d]) * xs[d];
+	if (r == 0)
+		c.off[0][0] = 0;
+	return finish(g, n, &c, blk, x, &s);
+}
+
+enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_WRAP };
+
+static int64_t pad_src(int mode, int64_t j, int64_t dim)
+{
+	if (j >= 0 && j < dim)
+		return j;
+	switch (mode) {
+	case PAD_CONSTANT:
+		return -1;
+	case PAD_EDGE:
+		return j < 0 ? 0 : dim - 1;
+	case PAD_WRAP:
+		return ((j % dim) + dim) % dim;
+	default: {
+		int64_t per = 2 * (dim - 1);
+		if (dim == 1)
+			return 0;
+		j = ((j % per) + per) % per;
+		return j >= dim ? per - j : j;
+	}
+	}
+}
+
+static int pad_params(struct hp_graph *g, struct hp_node *n, int r, int64_t *pb, int64_t *pe)
+{
+	int64_t p[2 * HP_MAX_RANK], axes[HP_MAX_RANK];
+	int cnt = 0, na = 0, rc;
+
+	rc = hpks_ints_input_or_attr(g, n, 1, "pads", p, 2 * HP_MAX_RANK, &cnt);
+	if (rc == 0)
+		rc = hpks_ints_input_or_attr(g, n, 99, "paddings", p, 2 * HP_MAX_RANK, &cnt);
+	if (rc <= 0)
+		return rc < 0 ? rc : hp_node_error(g, n, HP_EMODEL, "needs 'pads'");
+	if (hpks_in(g, n, 3)) {
+		if ((rc = hpks_const_ints(g, n, 3, "axes", axes, HP_MAX_RANK, &na)) < 0)
+			return rc;
+	} else {
+		for (na = 0; na < r; na++)
+			axes[na] = na;
+	}
+	if (cnt != 2 * na)
+		return hp_node_error(g, n, HP_ESHAPE, "pads has %d entries, expected %d", cnt, 2 * na);
+	for (int d = 0; d < r; d++)
+		pb[d] = pe[d] = 0;
+	for (int i = 0; i < na; i++) {
+		int ax;
+		if ((rc = hpks_axis(g, n, axes[i], r, &ax)) < 0)
+			return rc;
+		pb[ax] = p[i];
+		pe[ax] = p[i + na];
+	}
+	return 0;
+}
+
+static int pad_fill(struct hp_graph *g, struct hp_node *n, const struct hp_value *x, struct hpks_copy *c)
+{
+	const struct hp_value *cv = hpks_in(g, n, 2);
+
+	memset(c->fill, 0, sizeof c->fill);
+	if (cv && cv->data) {
+		if (cv->dtype != x->dtype)
+			return hp_node_error(g, n, HP_ESHAPE, "constant_value is %s, data is %s",
+					     hp_dtype_name(cv->dtype), hp_dtype_name(x->dtype));
+		memcpy(c->fill, cv->data, hp_dtype_size(x->dtype));
+	} else if (!cv) {
+		hpks_put_f(c->fill, x->dtype, 0, hp_attr_float(n, "value", 0.0f));
+	}
+	return 0;
+}
+
+static int pad_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	const struct hp_value *x = hpks_in(g, n, 0);
+	const char *ms = hp_attr_string(n, "mode", "constant");
+	int r = x->shape.rank, rc, mode;
+	int64_t pb[HP_MAX_RANK], pe[HP_MAX_RANK], xs[HP_MAX_RANK];
+	struct hp_shape s = x->shape;
+	struct hpks_copy c;
+	void *blk;
+
+	mode = !strcmp(ms, "constant") ? PAD_CONSTANT : !strcmp(ms, "reflect") ? PAD_REFLECT
+		: !strcmp(ms, "edge") ? PAD_EDGE : !strcmp(ms, "wrap") ? PAD_WRAP : -1;
+	if (mode < 0)
+		return hp_node_error(g, n, HP_EUNSUPPORTED, "mode '%s' is not supported", ms);
+	if ((rc = pad_params(g, n, r, pb, pe)) < 0)
+		return rc;
+	for (int d = 0; d < r; d++) {
+		s.dims[d] += pb[d] + pe[d];
+		if (s.dims[d] < 0)
+			return hp_node_error(g, n, HP_ESHAPE, "pads make dim %d negative", d);
+		if (mode != PAD_CONSTANT && x->shape.dims[d] == 0 && s.dims[d] > 0)
+			return hp_node_error(g, n, HP_ESHAPE, "cannot %s-pad an empty dim %d", ms, d);
+	}
+	hpks_strides(&x->shape, xs);
+	if (!(blk = hpks_copy_alloc(&c, r, s.dims, hp_dtype_size(x->dtype), sizeof c)))
+		return -ENOMEM;
+	for (int d = 0; d < r; d++)
+		for (int64_t i = 0; i < s.dims[d]; i++) {
+			int64_t j = pad_src(mode, i - pb[d], x->shape.dims[d]);
+			c.off[d][i] = j < 0 ? -1 : j * xs[d];
+		}
+	if (r == 0)
+		c.off[0][0] = 0;
+	if ((rc = pad_fill(g, n, x, &c)) < 0) {
+		free(blk);
+		return rc;
+	}
+	return finish(g, n, &c, blk, x, &s);
+}
+
+static int pad_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	struct hpks_copy c = *(const struct hpks_copy *)n->priv;
+
+	if (a->nin > 2 && a->in[2].data)
+		memcpy(c.fill, a->in[2].data, c.esize);
+	hpks_copy_run(&c, a->in[0].data, a->out[0].data, a->pool);
+	return 0;
+}
+
+#define OP(var, nm, lo, hi, prep, rn)                                                                  \
+	const struct hp_op var = { .domain = "", .name = nm, .min_inputs = lo, .max_inputs = hi,         \
+				   .min_outputs = 1, .max_outputs = 1, .prepare = prep, .run = rn }
+
+OP(hpks_op_expand, "Expand", 2, 2, expand_prepare, table_run);
+OP(hpks_op_tile, "Tile", 2, 2, tile_prepare, table_run);
+OP(hpks_op_pad, "Pad", 1, 4, pad_prepare, pad_run);

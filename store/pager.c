@@ -1,0 +1,760 @@
+/* Paging: pin, unpin, prefetch, evict; making room under the budget;
+ * batched read-in and write-back with crc32c. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "hpdlf/error.h"
+#include "store/crc.h"
+#include "store/store_internal.h"
+
+/* A set of requests somebody waits for (a pin's loads, a prefetch, a
+ * write-back batch).  pending/err are protected by st->mu. */
+struct hs_prefetch {
+	struct hs_store *st;
+	int pending;
+	int err;
+	char msg[300];
+	struct io_req *reqs;
+};
+
+struct io_req {
+	struct hs_io io;
+	struct hs_tensor *t;
+	uint64_t chunk;
+	int tier;
+	uint64_t stage;         /* staging bytes held for a backed read */
+	struct hs_prefetch *g;
+};
+
+static const char *tname(const struct hs_tensor *t, char *buf, size_t len)
+{
+	if (t->name)
+		snprintf(buf, len, "'%s'", t->name);
+	else
+		snprintf(buf, len, "#%" PRIu64, t->id);
+	return buf;
+}
+
+static void group_fail(struct hs_prefetch *g, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void group_fail(struct hs_prefetch *g, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (g->err)
+		return;
+	g->err = err;
+	va_start(ap, fmt);
+	vsnprintf(g->msg, sizeof g->msg, fmt, ap);
+	va_end(ap);
+}
+
+static int norm_range(const struct hs_tensor *t, uint64_t *first, uint64_t *n, const char *what)
+{
+	char nb[96];
+
+	if (*first > t->nchunks || (*n != HS_ALL && *n > t->nchunks - *first))
+		return hp_error(HP_EUSAGE, "store: %s of tensor %s: chunks [%" PRIu64 ", +%" PRIu64 ") outside its %" PRIu64
+				" chunks", what, tname(t, nb, sizeof nb), *first, *n, t->nchunks);
+	if (*n == HS_ALL)
+		*n = t->nchunks - *first;
+	return 0;
+}
+
+static void drop_chunk(struct hs_store *st, struct hs_tensor *t, uint64_t i)
+{
+	struct hs_chunk *c = &t->ch[i];
+
+	madvise(t->base + i * st->cs, hs_chunk_iolen(t, i), MADV_DONTNEED);
+	c->state = CH_ABSENT;
+	c->prefetched = 0;
+	st->resident -= hs_chunk_iolen(t, i);
+	st->stats.tier[0].evictions++;
+}
+
+/* ---- read-in ---- */
+
+static void load_finish(struct io_req *r, int rc)
+{
+	struct hs_tensor *t = r->t;
+	struct hs_store *st = t->st;
+	struct hs_chunk *c = &t->ch[r->chunk];
+	char nb[96];
+	uint32_t crc = 0;
+
+	if (rc == 0 && st->o.verify_crc && r->tier != NO_TIER) {
+		crc = hs_crc32c(t->base + r->chunk * st->cs, hs_chunk_len(t, r->chunk));
+		if (crc != c->crc)
+			rc = HP_ECORRUPT;
+	}
+	pthread_mutex_lock(&st->mu);
+	if (r->tier != NO_TIER)
+		hs_stat_io(st, r->tier, &r->io);
+	if (rc == HP_ECORRUPT) {
+		st->stats.tier[r->tier + 1].crc_errors++;
+		group_fail(r->g, rc, "store: tensor %s chunk %" PRIu64 " on tier %s at offset %" PRIu64
+			   ": crc32c mismatch (stored %08x, read %08x)", tname(t, nb, sizeof nb), r->chunk,
+			   st->tiers[r->tier]->name, c->addr, c->crc, crc);
+	} else if (rc < 0) {
+		if (r->tier != NO_TIER)
+			st->stats.tier[r->tier + 1].errors++;
+		group_fail(r->g, rc, "store: tensor %s chunk %" PRIu64 ": read from %s failed: %s",
+			   tname(t, nb, sizeof nb), r->chunk,
+			   r->tier != NO_TIER ? st->tiers[r->tier]->name : t->bpath,
+			   rc == -ENODATA ? "short read" : hp_strerror(rc));
+	}
+	if (rc < 0) {
+		madvise(t->base + r->chunk * st->cs, hs_chunk_iolen(t, r->chunk), MADV_DONTNEED);
+		c->state = CH_ABSENT;
+		c->prefetched = 0;
+		st->resident -= hs_chunk_iolen(t, r->chunk);
+	} else {
+		c->state = CH_RESIDENT;
+		if (r->tier != NO_TIER)
+			st->stats.tier[r->tier + 1].promotions++;
+	}
+	r->g->pending--;
+	pthread_cond_broadcast(&st->cv);
+	pthread_mutex_unlock(&st->mu);
+}
+
+static void load_done(struct hs_io *io)
+{
+	load_finish(io->arg, io->res);
+}
+
+static int pread_full(int fd, void *buf, size_t len, uint64_t off, size_t *got)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t k = pread(fd, (char *)buf + done, len - done, off + done);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -errno;
+		if (k == 0)
+			break;
+		done += k;
+	}
+	*got = done;
+	return 0;
+}
+
+/* Read chunk r->chunk of a backed tensor from its file, synchronously. */
+static int backed_read(struct io_req *r)
+{
+	struct hs_tensor *t = r->t;
+	uint64_t i = r->chunk, cs = t->st->cs;
+	uint64_t off = t->boff + i * cs, len = hs_chunk_len(t, i);
+	unsigned char *dst = t->base + i * cs;
+	size_t got = 0;
+	int rc = hs_fault_check(HS_FAULT_READ);
+
+	if (rc)
+		return rc;
+	if (hs_fault_check(HS_FAULT_SHORT_READ))
+		return -ENODATA;
+	if (t->bdirect && off % HS_IO_ALIGN == 0) {
+		rc = pread_full(t->bfd, dst, hs_chunk_iolen(t, i), off, &got);
+	} else if (t->bdirect) {
+		uint64_t a0 = off & ~(uint64_t)(HS_IO_ALIGN - 1);
+		size_t span = (off + len - a0 + HS_IO_ALIGN - 1) & ~(size_t)(HS_IO_ALIGN - 1);
+		void *b = aligned_alloc(HS_IO_ALIGN, span);
+		if (!b)
+			return -ENOMEM;
+		rc = pread_full(t->bfd, b, span, a0, &got);
+		got = got > off - a0 ? got - (off - a0) : 0;
+		if (rc == 0)
+			memcpy(dst, (char *)b + (off - a0), got < len ? got : len);
+		free(b);
+	} else {
+		rc = pread_full(t->bfd, dst, len, off, &got);
+		posix_fadvise(t->bfd, off, len, POSIX_FADV_DONTNEED);
+	}
+	if (rc == 0 && got < len)
+		rc = -ENODATA;
+	return rc;
+}
+
+/* Staging bytes a backed chunk needs while it is read. */
+static uint64_t stage_bytes(const struct hs_tensor *t, uint64_t i)
+{
+	uint64_t off = t->boff + i * t->st->cs;
+
+	if (!t->bpath || !t->bdirect || off % HS_IO_ALIGN == 0)
+		return 0;
+	return ((off % HS_IO_ALIGN) + hs_chunk_len(t, i) + 2 * HS_IO_ALIGN - 1) & ~(uint64_t)(HS_IO_ALIGN - 1);
+}
+
+static void submit_batches(struct hs_store *st, struct io_req *reqs, int n);
+
+/* Issue the reads of reqs[0..n) (lock NOT held); completions run load_finish. */
+static void submit_loads(struct hs_store *st, struct io_req *reqs, int n)
+{
+	submit_batches(st, reqs, n);
+	for (int j = 0; j < n; j++) {
+		if (reqs[j].tier != NO_TIER)
+			continue;
+		int rc = backed_read(&reqs[j]);
+		pthread_mutex_lock(&st->mu);
+		st->resident -= reqs[j].stage;
+		st->staging -= reqs[j].stage;
+		pthread_mutex_unlock(&st->mu);
+		load_finish(&reqs[j], rc);
+	}
+}
+
+static void req_init(struct io_req *r, struct hs_tensor *t, uint64_t i, struct hs_prefetch *g)
+{
+	struct hs_chunk *c = &t->ch[i];
+
+	memset(r, 0, sizeof *r);
+	r->t = t;
+	r->chunk = i;
+	r->g = g;
+	r->tier = t->bpath && c->tier == NO_TIER ? NO_TIER : c->tier;
+	r->stage = r->tier == NO_TIER ? stage_bytes(t, i) : 0;
+	r->io.op = HS_IO_READ;
+	r->io.addr = c->addr;
+	r->io.buf = t->base + i * t->st->cs;
+	r->io.len = hs_chunk_iolen(t, i);
+	r->io.done = load_done;
+	r->io.arg = r;
+	r->io.t_submit_ns = hs_now_ns();
+	g->pending++;
+}
+
+/* ---- write-back ---- */
+
+/* A tier that refuses a batch accepted none of it: complete them here. */
+static void submit_batch(struct hs_tier *t, struct hs_io **batch, int k)
+{
+	int rc = t->ops->submit(t, batch, k);
+
+	for (int j = 0; rc < 0 && j < k; j++) {
+		batch[j]->res = rc;
+		batch[j]->done(batch[j]);
+	}
+}
+
+/* Submit the requests of reqs[0..n) that have a tier, batched per tier. */
+static void submit_batches(struct hs_store *st, struct io_req *reqs, int n)
+{
+	struct hs_io *batch[64];
+
+	for (int tier = 0; tier < st->ntiers; tier++) {
+		int k = 0;
+		for (int j = 0; j < n; j++) {
+			if (reqs[j].tier != tier)
+				continue;
+			reqs[j].io.t_submit_ns = hs_now_ns();
+			batch[k++] = &reqs[j].io;
+			if (k == 64) {
+				submit_batch(st->tiers[tier], batch, k);
+				k = 0;
+			}
+		}
+		if (k)
+			submit_batch(st->tiers[tier], batch, k);
+	}
+}
+
+
+static void wb_done(struct hs_io *io)
+{
+	struct io_req *r = io->arg;
+	struct hs_store *st = r->t->st;
+
+	pthread_mutex_lock(&st->mu);
+	hs_stat_io(st, r->tier, io);
+	if (io->res < 0) {
+		char nb[96];
+		st->stats.tier[r->tier + 1].errors++;
+		group_fail(r->g, io->res, "store: tensor %s chunk %" PRIu64 ": write to %s failed: %s",
+			   tname(r->t, nb, sizeof nb), r->chunk, st->tiers[r->tier]->name, hp_strerror(io->res));
+	}
+	r->g->pending--;
+	pthread_cond_broadcast(&st->cv);
+	pthread_mutex_unlock(&st->mu);
+}
+
+/* Allocate an extent on `target` (or the first tier with room, in demotion
+ * order) and fill the request. */
+static int wb_prepare(struct hs_store *st, struct io_req *r, int target)
+{
+	uint64_t len = hs_chunk_iolen(r->t, r->chunk);
+	int rc = -ENOSPC;
+
+	for (int k = target >= 0 ? target : 0; k < st->ntiers; k++) {
+		rc = st->tiers[k]->ops->alloc(st->tiers[k], len, &r->io.addr);
+		if (rc == 0) {
+			r->tier = k;
+			break;
+		}
+		if (target >= 0)
+			break;
+	}
+	return rc;
+}
+
+/* Write the chunks of items[] (marked CH_WRITING by the caller, lock held)
+ * to `target`; the lock is released during I/O.  Chunks written become
+ * clean with their new copy; failed ones stay dirty. */
+int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
+{
+	struct hs_prefetch g = { .st = st };
+	struct io_req *reqs = calloc(n, sizeof *reqs);
+	char nb[96];
+
+	if (!reqs)
+		return -ENOMEM;
+	pthread_mutex_unlock(&st->mu);
+	int ok = 0;
+	for (int j = 0; j < n; j++) {
+		struct io_req *r = &reqs[j];
+		struct hs_tensor *t = items[j].t;
+		r->t = t;
+		r->chunk = items[j].chunk;
+		r->g = &g;
+		r->tier = NO_TIER;
+		r->io = (struct hs_io){ .op = HS_IO_WRITE, .buf = t->base + r->chunk * st->cs,
+					.len = hs_chunk_iolen(t, r->chunk), .done = wb_done, .arg = r };
+		int rc = wb_prepare(st, r, target);
+		if (rc < 0) {
+			pthread_mutex_lock(&st->mu);
+			group_fail(&g, rc, "store: tensor %s chunk %" PRIu64 ": no room on %s: %s", tname(t, nb, sizeof nb),
+				   r->chunk, target >= 0 ? st->tiers[target]->name : "any lower tier", hp_strerror(rc));
+			pthread_mutex_unlock(&st->mu);
+			continue;
+		}
+		r->stage = hs_crc32c(r->io.buf, hs_chunk_len(t, r->chunk)); /* the new crc */
+		ok++;
+	}
+	pthread_mutex_lock(&st->mu);
+	g.pending += ok;
+	pthread_mutex_unlock(&st->mu);
+	submit_batches(st, reqs, n);
+	pthread_mutex_lock(&st->mu);
+	while (g.pending)
+		pthread_cond_wait(&st->cv, &st->mu);
+	for (int j = 0; j < n; j++) {
+		struct io_req *r = &reqs[j];
+		struct hs_chunk *c = &r->t->ch[r->chunk];
+		c->state = CH_RESIDENT;
+		if (r->tier == NO_TIER)
+			continue;
+		if (r->io.res < 0) {
+			st->tiers[r->tier]->ops->free(st->tiers[r->tier], r->io.addr, r->io.len);
+			continue;
+		}
+		hs_chunk_release_copy(st, r->t, c);
+		c->tier = r->tier;
+		c->addr = r->io.addr;
+		c->crc = (uint32_t)r->stage;
+		c->dirty = 0;
+		st->stats.tier[r->tier + 1].demotions++;
+	}
+	pthread_cond_broadcast(&st->cv);
+	free(reqs);
+	if (g.err)
+		return hp_error(g.err, "%s", g.msg);
+	return 0;
+}
+
+/* ---- making room ---- */
+
+struct cand_set {
+	struct hs_candidate *c;
+	size_t n, cap;
+};
+
+static int collect(struct hs_store *st, struct cand_set *cs)
+{
+	cs->n = 0;
+	for (struct hs_tensor *t = st->list; t; t = t->next) {
+		for (uint64_t i = 0; i < t->nchunks; i++) {
+			struct hs_chunk *c = &t->ch[i];
+			if (c->state != CH_RESIDENT || c->pins)
+				continue;
+			if (c->dirty && (st->ntiers == 0 || (st->committing && t->name)))
+				continue;
+			if (cs->n == cs->cap) {
+				size_t cap = cs->cap ? 2 * cs->cap : 256;
+				void *p = realloc(cs->c, cap * sizeof *cs->c);
+				if (!p)
+					return -ENOMEM;
+				cs->c = p;
+				cs->cap = cap;
+			}
+			cs->c[cs->n++] = (struct hs_candidate){ .tensor = t, .chunk = i, .next_use = t->next_use,
+				.last_use = c->last_use, .bytes = hs_chunk_iolen(t, i), .dirty = c->dirty };
+		}
+	}
+	return 0;
+}
+
+/* `own`: bytes the failing request itself already counts as pinned. */
+static int budget_error(struct hs_store *st, const char *what, const struct hs_tensor *t, uint64_t asked, uint64_t own)
+{
+	char nb[96];
+
+	return hp_error(HP_EBUDGET, "store: %s of tensor %s needs %" PRIu64 " more bytes of DRAM; %" PRIu64
+			" are pinned and %" PRIu64 " resident (%" PRIu64 " staging) under a budget of %" PRIu64
+			" (nothing else can be evicted%s)", what, tname(t, nb, sizeof nb), asked, st->pinned - own,
+			st->resident, st->staging, st->o.budget, st->ntiers ? "" : "; no tier below DRAM to write to");
+}
+
+/* Evict until `need` more bytes fit the budget (lock held; released while
+ * dirty victims are written back). */
+static int make_room(struct hs_store *st, uint64_t need, const char *what, const struct hs_tensor *who, uint64_t own)
+{
+	struct cand_set cs = { 0 };
+	struct wb_item *wb = NULL;
+	int rc = 0;
+
+	while (st->resident + need > st->o.budget) {
+		uint64_t deficit = st->resident + need - st->o.budget, freed = 0;
+		int nwb = 0;
+		rc = collect(st, &cs);
+		if (rc < 0)
+			break;
+		if (cs.n == 0) {
+			rc = budget_error(st, what, who, need, own);
+			break;
+		}
+		free(wb);
+		wb = malloc(cs.n * sizeof *wb);
+		if (!wb) {
+			rc = -ENOMEM;
+			break;
+		}
+		while (freed < deficit && cs.n) {
+			long v = st->policy.victim(st->policy.arg, cs.c, cs.n);
+			if (v < 0 || (size_t)v >= cs.n)
+				break;
+			struct hs_candidate *c = &cs.c[v];
+			struct hs_tensor *t = (struct hs_tensor *)c->tensor;
+			freed += c->bytes;
+			if (c->dirty) {
+				t->ch[c->chunk].state = CH_WRITING;
+				wb[nwb++] = (struct wb_item){ t, c->chunk };
+			} else {
+				drop_chunk(st, t, c->chunk);
+			}
+			cs.c[v] = cs.c[--cs.n];
+		}
+		if (freed == 0) {
+			rc = budget_error(st, what, who, need, own);
+			break;
+		}
+		if (nwb) {
+			rc = hs_write_back(st, wb, nwb, HS_TIER_ANY);
+			for (int j = 0; j < nwb; j++) {
+				struct hs_chunk *c = &wb[j].t->ch[wb[j].chunk];
+				if (!c->dirty && c->state == CH_RESIDENT && !c->pins)
+					drop_chunk(st, wb[j].t, wb[j].chunk);
+			}
+			if (rc < 0)
+				break;
+		}
+	}
+	free(cs.c);
+	free(wb);
+	return rc;
+}
+
+/* ---- pin / unpin ---- */
+
+/* Wait (lock held) until no chunk of the range is being moved. */
+static void wait_idle(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n, int count_late)
+{
+	for (;;) {
+		int busy = 0;
+		for (uint64_t i = first; i < first + n; i++) {
+			struct hs_chunk *c = &t->ch[i];
+			if (c->state == CH_LOADING || c->state == CH_WRITING) {
+				if (count_late && c->prefetched) {
+					st->stats.tier[0].prefetch_late++;
+					c->prefetched = 0;
+				}
+				busy = 1;
+			}
+		}
+		if (!busy)
+			return;
+		pthread_cond_wait(&st->cv, &st->mu);
+	}
+}
+
+static void unpin_range(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n, int undo_loading)
+{
+	for (uint64_t i = first; i < first + n; i++) {
+		struct hs_chunk *c = &t->ch[i];
+		if (undo_loading && c->state == CH_LOADING)
+			c->state = CH_ABSENT;
+		if (c->wpins > c->pins - 1)
+			c->wpins = c->pins - 1;
+		if (--c->pins == 0)
+			st->pinned -= hs_chunk_iolen(t, i);
+		c->last_use = ++st->tick;
+	}
+	pthread_cond_broadcast(&st->cv);
+}
+
+/* Claim the range for a pin: count pins, mark absent chunks loading, make
+ * room, account them.  Returns the bytes claimed or an error (rolled back). */
+static int pin_claim(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n)
+{
+	uint64_t need = 0, own = 0;
+	int rc;
+
+	for (uint64_t i = first; i < first + n; i++) {
+		struct hs_chunk *c = &t->ch[i];
+		if (c->pins++ == 0) {
+			st->pinned += hs_chunk_iolen(t, i);
+			own += hs_chunk_iolen(t, i);
+		}
+		if (c->state == CH_ABSENT) {
+			c->state = CH_LOADING;
+			need += hs_chunk_iolen(t, i) + stage_bytes(t, i);
+			st->stats.tier[0].misses++;
+		} else {
+			st->stats.tier[0].hits++;
+			if (c->prefetched)
+				st->stats.tier[0].prefetch_hits++;
+		}
+		c->prefetched = 0;
+	}
+	rc = make_room(st, need, "pin", t, own);
+	if (rc == 0 && need && (rc = hs_fault_check(HS_FAULT_ALLOC)) != 0)
+		rc = hp_error(rc, "store: pin: cannot allocate %" PRIu64 " bytes of DRAM", need);
+	if (rc < 0) {
+		unpin_range(st, t, first, n, 1);
+		return rc;
+	}
+	st->resident += need;
+	return 0;
+}
+
+int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mode, void **ptr)
+{
+	struct hs_store *st = t->st;
+	struct hs_prefetch g = { .st = st };
+	struct io_req *reqs = NULL;
+	int nreq = 0, rc;
+
+	rc = norm_range(t, &first, &n, "pin");
+	if (rc < 0)
+		return rc;
+	if (mode < HS_PIN_READ || mode > HS_PIN_OVERWRITE || (t->bpath && mode != HS_PIN_READ))
+		return hp_error(HP_EUSAGE, "store: pin of tensor '%s': %s", t->name ? t->name : "?",
+				t->bpath ? "a file-backed tensor is read-only" : "bad pin mode");
+	if (n && !(reqs = calloc(n, sizeof *reqs)))
+		return -ENOMEM;
+	pthread_mutex_lock(&st->mu);
+	while (st->committing && t->name && mode != HS_PIN_READ)
+		pthread_cond_wait(&st->cv, &st->mu);
+	wait_idle(st, t, first, n, 1);
+	rc = pin_claim(st, t, first, n);
+	if (rc < 0)
+		goto out;
+	for (uint64_t i = first; i < first + n; i++) {
+		struct hs_chunk *c = &t->ch[i];
+		if (c->state != CH_LOADING)
+			continue;
+		if (mode == HS_PIN_OVERWRITE || (c->tier == NO_TIER && !t->bpath))
+			c->state = CH_RESIDENT; /* nothing to read: zeros or overwritten */
+		else {
+			req_init(&reqs[nreq], t, i, &g);
+			st->staging += reqs[nreq++].stage;
+		}
+	}
+	pthread_mutex_unlock(&st->mu);
+	submit_loads(st, reqs, nreq);
+	pthread_mutex_lock(&st->mu);
+	while (g.pending)
+		pthread_cond_wait(&st->cv, &st->mu);
+	if (g.err) {
+		unpin_range(st, t, first, n, 0);
+		rc = hp_error(g.err, "%s", g.msg);
+		goto out;
+	}
+	for (uint64_t i = first; i < first + n; i++) {
+		struct hs_chunk *c = &t->ch[i];
+		c->last_use = ++st->tick;
+		if (mode == HS_PIN_READ)
+			continue;
+		c->dirty = 1;
+		c->wpins++;
+		hs_chunk_release_copy(st, t, c);
+	}
+	*ptr = t->base + first * st->cs;
+out:
+	pthread_mutex_unlock(&st->mu);
+	free(reqs);
+	hs_statpage_publish(st, 0);
+	return rc;
+}
+
+int hs_unpin(struct hs_tensor *t, uint64_t first, uint64_t n)
+{
+	struct hs_store *st = t->st;
+	int rc = norm_range(t, &first, &n, "unpin");
+
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&st->mu);
+	for (uint64_t i = first; i < first + n; i++) {
+		if (t->ch[i].pins == 0) {
+			pthread_mutex_unlock(&st->mu);
+			return hp_error(HP_EUSAGE, "store: unpin of tensor '%s' chunk %" PRIu64 ": not pinned",
+					t->name ? t->name : "(anonymous)", i);
+		}
+	}
+	unpin_range(st, t, first, n, 0);
+	pthread_mutex_unlock(&st->mu);
+	hs_statpage_publish(st, 0);
+	return 0;
+}
+
+/* ---- prefetch ---- */
+
+int hs_prefetch(struct hs_tensor *t, uint64_t first, uint64_t n, struct hs_prefetch **h)
+{
+	struct hs_store *st = t->st;
+	struct hs_prefetch *g;
+	uint64_t need = 0;
+	int nreq = 0, rc;
+
+	rc = norm_range(t, &first, &n, "prefetch");
+	if (rc < 0)
+		return rc;
+	g = calloc(1, sizeof *g);
+	if (!g || (n && !(g->reqs = calloc(n, sizeof *g->reqs)))) {
+		free(g);
+		return -ENOMEM;
+	}
+	g->st = st;
+	pthread_mutex_lock(&st->mu);
+	for (uint64_t i = first; i < first + n; i++) {
+		struct hs_chunk *c = &t->ch[i];
+		if (c->state != CH_ABSENT || (c->tier == NO_TIER && !t->bpath))
+			continue;
+		c->state = CH_LOADING;
+		c->prefetched = 1;
+		c->last_use = ++st->tick;
+		need += hs_chunk_iolen(t, i) + stage_bytes(t, i);
+		req_init(&g->reqs[nreq++], t, i, g);
+	}
+	rc = make_room(st, need, "prefetch", t, 0);
+	if (rc < 0) {
+		for (int j = 0; j < nreq; j++) {
+			t->ch[g->reqs[j].chunk].state = CH_ABSENT;
+			t->ch[g->reqs[j].chunk].prefetched = 0;
+		}
+		pthread_cond_broadcast(&st->cv);
+		pthread_mutex_unlock(&st->mu);
+		free(g->reqs);
+		free(g);
+		return rc;
+	}
+	st->resident += need;
+	for (int j = 0; j < nreq; j++)
+		st->staging += g->reqs[j].stage;
+	st->stats.tier[0].prefetches += nreq;
+	pthread_mutex_unlock(&st->mu);
+	submit_loads(st, g->reqs, nreq);
+	*h = g;
+	return 0;
+}
+
+int hs_prefetch_poll(struct hs_prefetch *h)
+{
+	int done;
+
+	pthread_mutex_lock(&h->st->mu);
+	done = h->pending == 0;
+	pthread_mutex_unlock(&h->st->mu);
+	return done;
+}
+
+int hs_prefetch_wait(struct hs_prefetch *h)
+{
+	struct hs_store *st;
+	int rc;
+
+	if (!h)
+		return 0;
+	st = h->st;
+	pthread_mutex_lock(&st->mu);
+	while (h->pending)
+		pthread_cond_wait(&st->cv, &st->mu);
+	pthread_mutex_unlock(&st->mu);
+	rc = h->err ? hp_error(h->err, "%s", h->msg) : 0;
+	free(h->reqs);
+	free(h);
+	hs_statpage_publish(st, 0);
+	return rc;
+}
+
+/* ---- evict, hints ---- */
+
+int hs_evict(struct hs_tensor *t, uint64_t first, uint64_t n, int tier)
+{
+	struct hs_store *st = t->st;
+	struct wb_item *wb = NULL;
+	int nwb = 0, count = 0, rc;
+
+	rc = norm_range(t, &first, &n, "evict");
+	if (rc < 0)
+		return rc;
+	if (tier < HS_TIER_NONE || tier >= st->ntiers)
+		return hp_error(HP_EUSAGE, "store: evict to tier %d: the store has %d tiers below DRAM", tier, st->ntiers);
+	if (n && !(wb = malloc(n * sizeof *wb)))
+		return -ENOMEM;
+	pthread_mutex_lock(&st->mu);
+	while (st->committing && t->name)
+		pthread_cond_wait(&st->cv, &st->mu);
+	for (uint64_t i = first; i < first + n; i++) {
+		struct hs_chunk *c = &t->ch[i];
+		if (c->state != CH_RESIDENT || c->pins)
+			continue;
+		int move = !c->dirty && tier >= 0 && c->tier != NO_TIER && c->tier != tier;
+		if ((c->dirty && tier != HS_TIER_NONE && st->ntiers) || move) {
+			c->state = CH_WRITING;
+			wb[nwb++] = (struct wb_item){ t, i };
+		} else if (!c->dirty) {
+			drop_chunk(st, t, i);
+			count++;
+		}
+	}
+	if (nwb) {
+		rc = hs_write_back(st, wb, nwb, tier);
+		for (int j = 0; j < nwb; j++) {
+			struct hs_chunk *c = &t->ch[wb[j].chunk];
+			if (!c->dirty && c->state == CH_RESIDENT && !c->pins) {
+				drop_chunk(st, t, wb[j].chunk);
+				count++;
+			}
+		}
+	}
+	pthread_mutex_unlock(&st->mu);
+	free(wb);
+	hs_statpage_publish(st, 0);
+	return rc < 0 ? rc : count;
+}
+
+int hs_hint(struct hs_tensor *t, int64_t next_use)
+{
+	pthread_mutex_lock(&t->st->mu);
+	t->next_use = next_use;
+	pthread_mutex_unlock(&t->st->mu);
+	return 0;
+}

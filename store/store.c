@@ -1,0 +1,494 @@
+/* Store lifecycle, tensors, statistics. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hpdlf/error.h"
+#include "store/store_internal.h"
+
+uint64_t hs_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+uint64_t hs_chunk_len(const struct hs_tensor *t, uint64_t i)
+{
+	uint64_t cs = t->st->cs, off = i * cs;
+
+	return t->bytes - off < cs ? t->bytes - off : cs;
+}
+
+uint64_t hs_chunk_iolen(const struct hs_tensor *t, uint64_t i)
+{
+	return (hs_chunk_len(t, i) + HS_IO_ALIGN - 1) & ~(uint64_t)(HS_IO_ALIGN - 1);
+}
+
+uint64_t hs_chunk_size(const struct hs_store *st)
+{
+	return st->cs;
+}
+
+uint64_t hs_tensor_nchunks(const struct hs_tensor *t)
+{
+	return t->nchunks;
+}
+
+/* Account one completed tier request (lock held). */
+void hs_stat_io(struct hs_store *st, int tier, const struct hs_io *io)
+{
+	struct hs_tier_stats *s = &st->stats.tier[tier + 1];
+	uint64_t us = (hs_now_ns() - io->t_submit_ns) / 1000;
+	int b = 0;
+
+	while (us >= 2 && b < HS_LAT_BUCKETS - 1) {
+		us >>= 1;
+		b++;
+	}
+	s->lat_hist[b]++;
+	if (io->res < 0)
+		return;
+	if (io->op == HS_IO_READ) {
+		s->reads++;
+		s->bytes_read += io->len;
+	} else {
+		s->writes++;
+		s->bytes_written += io->len;
+	}
+}
+
+double hs_lat_percentile(const struct hs_tier_stats *s, double q)
+{
+	uint64_t total = 0, acc = 0;
+
+	for (int i = 0; i < HS_LAT_BUCKETS; i++)
+		total += s->lat_hist[i];
+	if (total == 0)
+		return 0;
+	for (int i = 0; i < HS_LAT_BUCKETS; i++) {
+		acc += s->lat_hist[i];
+		if ((double)acc >= q * (double)total)
+			return (double)(2ull << i); /* upper edge of the bucket */
+	}
+	return (double)(1ull << HS_LAT_BUCKETS);
+}
+
+/* Forget the current copy below DRAM (the chunk was modified or moved).
+ * The committed copy stays allocated until the next commit replaces it. */
+void hs_chunk_release_copy(struct hs_store *st, struct hs_tensor *t, struct hs_chunk *c)
+{
+	uint64_t i = (uint64_t)(c - t->ch);
+
+	if (c->tier == NO_TIER)
+		return;
+	if (!(c->tier == c->ctier && c->addr == c->caddr))
+		st->tiers[c->tier]->ops->free(st->tiers[c->tier], c->addr, hs_chunk_iolen(t, i));
+	c->tier = NO_TIER;
+}
+
+void hs_store_opts_init(struct hs_store_opts *o, size_t size)
+{
+	struct hs_store_opts d = {
+		.size = sizeof d,
+		.budget = 1ull << 30,
+		.chunk_size = HS_DEFAULT_CHUNK,
+		.default_spill = 1,
+		.queue_depth = 32,
+		.verify_crc = 1,
+	};
+
+	if (size > sizeof d)
+		size = sizeof d;
+	memcpy(o, &d, size);
+	o->size = size;
+}
+
+static int open_tier(struct hs_store *st, int k, const struct hs_tier_spec *sp)
+{
+	static const char *kinds[] = { "dram", "pmem", "nvme", "remote" };
+	char name[32];
+	struct hs_tier_config cfg = { .name = name, .path = sp->path, .capacity = sp->size,
+				      .reserved = HS_RESERVED, .queue_depth = st->o.queue_depth,
+				      .flags = HS_TIER_F_CREATE };
+	int rc;
+
+	if (sp->tier) {
+		st->tiers[k] = sp->tier;
+		return 0;
+	}
+	if ((unsigned)sp->kind > HS_TIER_REMOTE)
+		return hp_error(HP_EUSAGE, "store: tier %d: unknown kind %d", k, sp->kind);
+	snprintf(name, sizeof name, "%s%d", kinds[sp->kind], k);
+	switch (sp->kind) {
+	case HS_TIER_PMEM:
+		rc = hs_tier_pmem_open(&cfg, &st->tiers[k]);
+		break;
+	case HS_TIER_NVME:
+		if (!sp->path)
+			cfg.flags |= HS_TIER_F_UNLINK | HS_TIER_F_BUFFERED_OK;
+		rc = hs_tier_nvme_open(&cfg, &st->tiers[k]);
+		break;
+	case HS_TIER_DRAM:
+		if (!cfg.capacity)
+			return hp_error(HP_EUSAGE, "store: dram tier %d needs a size", k);
+		rc = hs_tier_dram_open(&cfg, &st->tiers[k]);
+		break;
+	default:
+		return hp_error(HP_EUSAGE, "store: a remote tier must be opened by its module and passed as .tier");
+	}
+	return rc < 0 ? hp_error_prefix(rc, "store: tier %d (%s)", k, kinds[sp->kind]) : 0;
+}
+
+static int check_opts(const struct hs_store_opts *o)
+{
+	if (o->chunk_size < HS_IO_ALIGN || (o->chunk_size & (o->chunk_size - 1)))
+		return hp_error(HP_EUSAGE, "store: chunk size %" PRIu64 " is not a power of two >= 4096", o->chunk_size);
+	if (o->budget < o->chunk_size)
+		return hp_error(HP_EBUDGET, "store: budget of %" PRIu64 " bytes is smaller than one chunk (%" PRIu64 " bytes)",
+				o->budget, o->chunk_size);
+	if (o->ntiers < 0 || o->ntiers > HS_MAX_TIERS)
+		return hp_error(HP_EUSAGE, "store: %d tiers (at most %d)", o->ntiers, HS_MAX_TIERS);
+	return 0;
+}
+
+static int open_tiers(struct hs_store *st)
+{
+	struct hs_tier_spec spill = { .kind = HS_TIER_NVME };
+	int rc;
+
+	for (int k = 0; k < st->o.ntiers; k++) {
+		rc = open_tier(st, k, &st->o.tiers[k]);
+		if (rc < 0)
+			return rc;
+		st->ntiers = k + 1;
+	}
+	if (st->o.ntiers == 0 && st->o.default_spill) {
+		rc = open_tier(st, 0, &spill);
+		if (rc < 0)
+			return rc;
+		st->ntiers = 1;
+	}
+	st->home = NO_TIER;
+	for (int k = 0; k < st->ntiers; k++) {
+		if (st->tiers[k]->flags & HS_TIER_F_PERSISTENT) {
+			st->home = k;
+			break;
+		}
+	}
+	return 0;
+}
+
+int hs_store_open(const struct hs_store_opts *o, struct hs_store **out)
+{
+	struct hs_store *st;
+	int rc;
+
+	if (!o || o->size < offsetof(struct hs_store_opts, policy))
+		return hp_error(HP_EUSAGE, "store: options not initialised with hs_store_opts_init");
+	rc = check_opts(o);
+	if (rc < 0)
+		return rc;
+	st = calloc(1, sizeof *st);
+	if (!st)
+		return -ENOMEM;
+	hs_store_opts_init(&st->o, sizeof st->o);
+	memcpy(&st->o, o, o->size < sizeof st->o ? o->size : sizeof st->o);
+	st->policy = st->o.policy ? *st->o.policy : hs_policy_default;
+	st->cs = st->o.chunk_size;
+	st->next_id = 1;
+	pthread_mutex_init(&st->mu, NULL);
+	pthread_cond_init(&st->cv, NULL);
+	rc = open_tiers(st);
+	if (rc < 0)
+		goto fail;
+	snprintf(st->stats.tier[0].name, sizeof st->stats.tier[0].name, "dram");
+	for (int k = 0; k < st->ntiers; k++)
+		snprintf(st->stats.tier[k + 1].name, sizeof st->stats.tier[0].name, "%s", st->tiers[k]->name);
+	if (st->home != NO_TIER) {
+		rc = hs_catalog_open(st);
+		if (rc < 0)
+			goto fail;
+	}
+	if (st->o.stats_page) {
+		rc = hs_statpage_create(st);
+		if (rc < 0)
+			goto fail;
+	}
+	*out = st;
+	return 0;
+fail:
+	hs_store_close(st);
+	return rc;
+}
+
+static void tensor_free(struct hs_store *st, struct hs_tensor *t, int keep_committed)
+{
+	for (uint64_t i = 0; i < t->nchunks; i++) {
+		struct hs_chunk *c = &t->ch[i];
+		if (c->state == CH_RESIDENT)
+			st->resident -= hs_chunk_iolen(t, i);
+		hs_chunk_release_copy(st, t, c);
+		if (c->ctier == NO_TIER)
+			continue;
+		struct freed_ext *f = keep_committed ? malloc(sizeof *f) : NULL;
+		if (f) {
+			*f = (struct freed_ext){ c->ctier, c->caddr, hs_chunk_iolen(t, i), st->graveyard };
+			st->graveyard = f;
+		}
+	}
+	if (t->prev)
+		t->prev->next = t->next;
+	else if (st->list == t)
+		st->list = t->next;
+	if (t->next)
+		t->next->prev = t->prev;
+	st->ntensors--;
+	if (t->base)
+		munmap(t->base, t->maplen);
+	if (t->bfd >= 0)
+		close(t->bfd);
+	free(t->ch);
+	free(t->name);
+	free(t->bpath);
+	free(t);
+}
+
+void hs_store_close(struct hs_store *st)
+{
+	if (!st)
+		return;
+	pthread_mutex_lock(&st->mu);
+	while (st->list)
+		tensor_free(st, st->list, 0);
+	pthread_mutex_unlock(&st->mu);
+	while (st->graveyard) {
+		struct freed_ext *f = st->graveyard;
+		st->graveyard = f->next;
+		free(f);
+	}
+	hs_statpage_destroy(st);
+	for (int k = 0; k < st->ntiers; k++)
+		st->tiers[k]->ops->close(st->tiers[k]);
+	pthread_mutex_destroy(&st->mu);
+	pthread_cond_destroy(&st->cv);
+	free(st);
+}
+
+static struct hs_tensor *find_name(struct hs_store *st, const char *name)
+{
+	for (struct hs_tensor *t = st->list; t; t = t->next)
+		if (t->name && strcmp(t->name, name) == 0)
+			return t;
+	return NULL;
+}
+
+#define HUGE_PAGE (2ull << 20)
+
+/* Reserve the tensor's address range.  With chunks of whole huge pages the
+ * range is aligned to 2 MiB and asks for transparent huge pages: a chunk
+ * read back into freshly dropped memory then costs two page faults instead
+ * of a thousand (the faults, not the disk, bounded read-back bandwidth). */
+static int reserve_range(struct hs_store *st, struct hs_tensor *t)
+{
+	int huge = st->cs >= HUGE_PAGE && t->maplen >= HUGE_PAGE;
+	size_t len = t->maplen + (huge ? HUGE_PAGE : 0);
+	unsigned char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	if (p == MAP_FAILED)
+		return -ENOMEM;
+	if (huge) {
+		uintptr_t a = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+		size_t head = a - (uintptr_t)p;
+		if (head)
+			munmap(p, head);
+		if (len - head > t->maplen)
+			munmap((unsigned char *)a + t->maplen, len - head - t->maplen);
+		p = (unsigned char *)a;
+		madvise(p, t->maplen, MADV_HUGEPAGE);
+	}
+	t->base = p;
+	return 0;
+}
+
+/* A new tensor with its address range reserved (lock held). */
+int hs_tensor_new(struct hs_store *st, const struct hs_tensor_info *info, struct hs_tensor **out)
+{
+	struct hs_tensor *t;
+
+	if (info->name && find_name(st, info->name))
+		return hp_error(-EEXIST, "store: a tensor named '%s' already exists", info->name);
+	if (info->shape.rank < 0 || info->shape.rank > HP_MAX_RANK)
+		return hp_error(HP_EUSAGE, "store: tensor rank %d out of range", info->shape.rank);
+	t = calloc(1, sizeof *t);
+	if (!t)
+		return -ENOMEM;
+	t->st = st;
+	t->bfd = -1;
+	t->id = st->next_id++;
+	t->bytes = info->bytes;
+	t->dtype = info->dtype;
+	t->shape = info->shape;
+	t->next_use = HS_NO_HINT;
+	t->nchunks = (info->bytes + st->cs - 1) / st->cs;
+	t->maplen = (info->bytes + HS_IO_ALIGN - 1) & ~(uint64_t)(HS_IO_ALIGN - 1);
+	t->ch = calloc(t->nchunks ? t->nchunks : 1, sizeof *t->ch);
+	t->name = info->name ? strdup(info->name) : NULL;
+	if (!t->ch || (info->name && !t->name))
+		goto nomem;
+	if (t->maplen && reserve_range(st, t) < 0)
+		goto nomem;
+	for (uint64_t i = 0; i < t->nchunks; i++)
+		t->ch[i].tier = t->ch[i].ctier = NO_TIER;
+	t->next = st->list;
+	if (st->list)
+		st->list->prev = t;
+	st->list = t;
+	st->ntensors++;
+	*out = t;
+	return 0;
+nomem:
+	free(t->ch);
+	free(t->name);
+	free(t);
+	return hp_error(-ENOMEM, "store: cannot reserve %" PRIu64 " bytes of address space for a tensor", info->bytes);
+}
+
+int hs_tensor_create(struct hs_store *st, const struct hs_tensor_info *info, struct hs_tensor **out)
+{
+	int rc;
+
+	pthread_mutex_lock(&st->mu);
+	rc = hs_tensor_new(st, info, out);
+	pthread_mutex_unlock(&st->mu);
+	return rc;
+}
+
+static int open_backing(struct hs_tensor *t, const char *path, uint64_t offset)
+{
+	struct stat sb;
+
+	t->bpath = strdup(path);
+	if (!t->bpath)
+		return -ENOMEM;
+	t->boff = offset;
+	t->bfd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+	t->bdirect = t->bfd >= 0;
+	if (t->bfd < 0)
+		t->bfd = open(path, O_RDONLY | O_CLOEXEC);
+	if (t->bfd < 0)
+		return hp_error(-errno, "%s: cannot open the backing file: %s", path, strerror(errno));
+	if (fstat(t->bfd, &sb) < 0)
+		return hp_error(-errno, "%s: fstat: %s", path, strerror(errno));
+	if (offset > (uint64_t)sb.st_size || t->bytes > (uint64_t)sb.st_size - offset)
+		return hp_error(HP_EDATA, "%s: tensor of %" PRIu64 " bytes at offset %" PRIu64
+				" runs past the end of the file (%" PRIu64 " bytes)", path, t->bytes, offset,
+				(uint64_t)sb.st_size);
+	return 0;
+}
+
+int hs_tensor_create_backed(struct hs_store *st, const struct hs_tensor_info *info, const char *path,
+			    uint64_t offset, struct hs_tensor **out)
+{
+	struct hs_tensor *t;
+	int rc;
+
+	pthread_mutex_lock(&st->mu);
+	rc = hs_tensor_new(st, info, &t);
+	if (rc == 0) {
+		rc = open_backing(t, path, offset);
+		if (rc < 0)
+			tensor_free(st, t, 0);
+		else
+			*out = t;
+	}
+	pthread_mutex_unlock(&st->mu);
+	return rc;
+}
+
+int hs_tensor_open(struct hs_store *st, const char *name, struct hs_tensor **out)
+{
+	struct hs_tensor *t;
+
+	pthread_mutex_lock(&st->mu);
+	t = find_name(st, name);
+	pthread_mutex_unlock(&st->mu);
+	if (!t)
+		return hp_error(-ENOENT, "store: no tensor named '%s'", name);
+	*out = t;
+	return 0;
+}
+
+int hs_tensor_drop(struct hs_tensor *t)
+{
+	struct hs_store *st;
+
+	if (!t)
+		return 0;
+	st = t->st;
+	pthread_mutex_lock(&st->mu);
+	for (;;) {
+		int busy = st->committing && t->name;
+		for (uint64_t i = 0; i < t->nchunks && !busy; i++) {
+			if (t->ch[i].pins) {
+				pthread_mutex_unlock(&st->mu);
+				return hp_error(-EBUSY, "store: drop of tensor '%s': chunk %" PRIu64 " is pinned",
+						t->name ? t->name : "(anonymous)", i);
+			}
+			busy = t->ch[i].state == CH_LOADING || t->ch[i].state == CH_WRITING;
+		}
+		if (!busy)
+			break;
+		pthread_cond_wait(&st->cv, &st->mu);
+	}
+	tensor_free(st, t, 1);
+	pthread_cond_broadcast(&st->cv);
+	pthread_mutex_unlock(&st->mu);
+	hs_statpage_publish(st, 0);
+	return 0;
+}
+
+int hs_tensor_get_info(const struct hs_tensor *t, struct hs_tensor_info *out)
+{
+	out->bytes = t->bytes;
+	out->dtype = t->dtype;
+	out->shape = t->shape;
+	out->name = t->name;
+	return 0;
+}
+
+void hs_store_fill_stats(struct hs_store *st, struct hs_store_stats *out)
+{
+	*out = st->stats;
+	out->budget = st->o.budget;
+	out->resident = st->resident;
+	out->pinned = st->pinned;
+	out->staging = st->staging;
+	out->chunk_size = st->cs;
+	out->tensors = st->ntensors;
+	out->ntiers = st->ntiers + 1;
+	out->tier[0].capacity = st->o.budget;
+	out->tier[0].used = st->resident;
+	out->tier[0].chunks = 0;
+	for (struct hs_tensor *t = st->list; t; t = t->next)
+		for (uint64_t i = 0; i < t->nchunks; i++)
+			out->tier[0].chunks += t->ch[i].state == CH_RESIDENT;
+	for (int k = 0; k < st->ntiers; k++)
+		st->tiers[k]->ops->stats(st->tiers[k], &out->tier[k + 1]);
+}
+
+int hs_store_stats(struct hs_store *st, struct hs_store_stats *out)
+{
+	pthread_mutex_lock(&st->mu);
+	hs_store_fill_stats(st, out);
+	pthread_mutex_unlock(&st->mu);
+	return 0;
+}

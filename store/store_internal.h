@@ -1,0 +1,110 @@
+/* Internal structures of the tensor store (store.c, catalog.c, statpage.c). */
+#ifndef HPDLF_STORE_INTERNAL_H
+#define HPDLF_STORE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "hpdlf/store.h"
+#include "store/tier.h"
+
+enum chunk_state { CH_ABSENT = 0, CH_LOADING, CH_RESIDENT, CH_WRITING };
+
+#define NO_TIER (-1)
+
+/* One chunk.  "Copy" is the current copy below DRAM (valid when the chunk is
+ * clean); "committed" is the copy the persistent catalog points at (named
+ * tensors), which is never overwritten or freed before the next commit. */
+struct hs_chunk {
+	uint8_t state;
+	uint8_t dirty;
+	uint8_t prefetched;     /* loaded by a prefetch, not pinned since */
+	uint32_t pins, wpins;
+	int8_t tier;            /* current copy: tier index or NO_TIER */
+	int8_t ctier;           /* committed copy: tier index or NO_TIER */
+	uint32_t crc, ccrc;
+	uint64_t addr, caddr;
+	uint64_t last_use;
+};
+
+struct hs_tensor {
+	struct hs_store *st;
+	uint64_t id;
+	char *name;
+	uint64_t bytes;
+	enum hp_dtype dtype;
+	struct hp_shape shape;
+	uint64_t nchunks;
+	unsigned char *base;    /* reserved address range, chunk i at i * chunk_size */
+	size_t maplen;
+	struct hs_chunk *ch;
+	int64_t next_use;
+	int committed;          /* appears in the committed catalog */
+	/* backing file (read-only tensors) */
+	char *bpath;
+	int bfd, bdirect;
+	uint64_t boff;
+	struct hs_tensor *prev, *next;
+};
+
+struct hs_store {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct hs_store_opts o;
+	struct hs_policy policy;
+	uint64_t cs;
+	uint64_t resident;      /* DRAM bytes held: resident chunks + staging */
+	uint64_t pinned;        /* bytes of chunks with pins > 0 */
+	uint64_t staging;
+	int ntiers;
+	struct hs_tier *tiers[HS_MAX_TIERS];
+	int home;               /* first persistent tier (catalog), or NO_TIER */
+	struct hs_tensor *list;
+	uint64_t ntensors, next_id, tick;
+	struct hs_store_stats stats;    /* counters; tier[0] = DRAM */
+	/* persistence */
+	int committing;
+	uint64_t uuid[2];
+	uint64_t generation;
+	uint64_t cat_addr, cat_len;
+	struct freed_ext *graveyard;    /* committed extents of dropped tensors */
+	/* stats page */
+	void *page;
+	uint64_t page_last_ns;
+};
+
+struct freed_ext {
+	int tier;
+	uint64_t addr, len;
+	struct freed_ext *next;
+};
+
+/* store.c */
+uint64_t hs_chunk_len(const struct hs_tensor *t, uint64_t i);
+uint64_t hs_chunk_iolen(const struct hs_tensor *t, uint64_t i);
+int hs_tensor_new(struct hs_store *st, const struct hs_tensor_info *info, struct hs_tensor **out);
+void hs_chunk_release_copy(struct hs_store *st, struct hs_tensor *t, struct hs_chunk *c);
+uint64_t hs_now_ns(void);
+void hs_stat_io(struct hs_store *st, int tier, const struct hs_io *io);
+
+/* pager.c: write chunks marked CH_WRITING to `target` (HS_TIER_ANY: first
+ * tier with room); lock held, released during the I/O. */
+struct wb_item {
+	struct hs_tensor *t;
+	uint64_t chunk;
+};
+int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target);
+
+/* catalog.c */
+#define HS_SB_SIZE 4096u
+#define HS_RESERVED (2 * HS_SB_SIZE)
+int hs_catalog_open(struct hs_store *st);
+int hs_catalog_commit(struct hs_store *st);
+
+/* statpage.c */
+int hs_statpage_create(struct hs_store *st);
+void hs_statpage_publish(struct hs_store *st, int force);
+void hs_statpage_destroy(struct hs_store *st);
+void hs_store_fill_stats(struct hs_store *st, struct hs_store_stats *out);
+
+#endif

@@ -1,0 +1,291 @@
+/* Pooling kernels against a naive per-output reference. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "hpdlf/error.h"
+#include "tests/kernels/harness.h"
+
+struct pcfg {
+	const char *op;              /* MaxPool, AveragePool, LpPool */
+	int nsp;
+	int64_t in[3], k[3], s[3], dl[3], pads[6];
+	const char *auto_pad;        /* NULL: NOTSET */
+	int ceil_mode, count_include_pad, storage_order, p, with_idx, explicit_pads, dil_attr;
+};
+
+/* Output size and pads exactly as the ONNX operator text states them. */
+static int64_t ref_out_dim(const struct pcfg *c, int d, int64_t *pb, int64_t *pe)
+{
+	int64_t dk = (c->k[d] - 1) * c->dl[d] + 1, o;
+
+	*pb = c->pads[d];
+	*pe = c->pads[d + c->nsp];
+	if (c->auto_pad && strncmp(c->auto_pad, "SAME", 4) == 0) {
+		int64_t total;
+		o = (int64_t)ceil((double)c->in[d] / (double)c->s[d]);
+		total = (o - 1) * c->s[d] + dk - c->in[d];
+		total = total > 0 ? total : 0;
+		*pb = strcmp(c->auto_pad, "SAME_UPPER") == 0 ? total / 2 : (total + 1) / 2;
+		*pe = total - *pb;
+		return o;
+	}
+	if (c->auto_pad && strcmp(c->auto_pad, "VALID") == 0) {
+		*pb = *pe = 0;
+		return (int64_t)ceil((double)(c->in[d] - dk + 1) / (double)c->s[d]);
+	}
+	if (!c->ceil_mode)
+		return (int64_t)floor((double)(c->in[d] + *pb + *pe - dk) / (double)c->s[d]) + 1;
+	o = (int64_t)ceil((double)(c->in[d] + *pb + *pe - dk) / (double)c->s[d]) + 1;
+	if ((o - 1) * c->s[d] >= c->in[d] + *pb)
+		o--;
+	return o;
+}
+
+/* Naive pooling of one output element of one plane. */
+static float ref_window(const struct pcfg *c, const float *x, const int64_t *o, const int64_t *pb,
+			const int64_t *pe, int64_t *arg)
+{
+	int64_t kk[3] = { 0 }, taps = 1, valid = 0, inpad = 0;
+	double acc = 0;
+	float m = -INFINITY;
+
+	*arg = -1;
+	for (int d = 0; d < c->nsp; d++)
+		taps *= c->k[d];
+	for (int64_t t = 0; t < taps; t++) {
+		int64_t rem = t, pos[3], flat = 0, colmaj = 0, mul = 1;
+		int ok = 1, inside_pad = 1;
+		for (int d = c->nsp - 1; d >= 0; d--) {
+			kk[d] = rem % c->k[d];
+			rem /= c->k[d];
+		}
+		for (int d = 0; d < c->nsp; d++) {
+			pos[d] = o[d] * c->s[d] - pb[d] + kk[d] * c->dl[d];
+			ok &= pos[d] >= 0 && pos[d] < c->in[d];
+			inside_pad &= pos[d] < c->in[d] + pe[d];
+			flat = flat * c->in[d] + pos[d];
+			colmaj += pos[d] * mul;
+			mul *= c->in[d];
+		}
+		inpad += inside_pad;
+		if (!ok)
+			continue;
+		valid++;
+		float v = x[flat];
+		if (!strcmp(c->op, "MaxPool")) {
+			if (*arg < 0 || v > m) {
+				m = v;
+				*arg = c->storage_order ? colmaj : flat;
+			}
+		} else if (!strcmp(c->op, "AveragePool")) {
+			acc += v;
+		} else {
+			acc += pow(fabs(v), c->p);
+		}
+	}
+	if (!strcmp(c->op, "MaxPool"))
+		return m;
+	if (!strcmp(c->op, "LpPool"))
+		return (float)pow(acc, 1.0 / c->p);
+	return (float)(acc / (double)(c->count_include_pad ? inpad : valid));
+}
+
+static void check_pool(const struct pcfg *cfg, int64_t n, int64_t ch, unsigned seed, struct hp_pool *pool)
+{
+	struct pcfg cc = *cfg, *c = &cc;
+	int64_t dims[5] = { n, ch }, odims[5] = { n, ch }, pb[3], pe[3], plane = 1, oplane = 1;
+	struct hp_tensor x, out[2], ref, ridx;
+	struct hp_attr at[9];
+	int na = 0;
+
+	for (int d = 0; d < c->nsp; d++) {
+		c->dl[d] = c->dl[d] ? c->dl[d] : 1;
+		dims[2 + d] = c->in[d];
+		odims[2 + d] = ref_out_dim(c, d, &pb[d], &pe[d]);
+		plane *= c->in[d];
+		oplane *= odims[2 + d];
+	}
+	x = kt_tensor(HP_F32, 2 + c->nsp, dims);
+	kt_fill_random(&x, seed, -3, 3);
+	ref = kt_tensor(HP_F32, 2 + c->nsp, odims);
+	ridx = kt_tensor(HP_I64, 2 + c->nsp, odims);
+	for (int64_t pl = 0; pl < n * ch; pl++)
+		for (int64_t i = 0; i < oplane; i++) {
+			int64_t o[3], rem = i, arg;
+			for (int d = c->nsp - 1; d >= 0; d--) {
+				o[d] = rem % odims[2 + d];
+				rem /= odims[2 + d];
+			}
+			((float *)ref.data)[pl * oplane + i] = ref_window(c, (float *)x.data + pl * plane, o, pb, pe, &arg);
+			((int64_t *)ridx.data)[pl * oplane + i] = pl * plane + arg;
+		}
+	at[na++] = kt_ints("kernel_shape", c->nsp, c->k);
+	at[na++] = kt_ints("strides", c->nsp, c->s);
+	if (c->dil_attr)
+		at[na++] = kt_ints("dilations", c->nsp, c->dl);
+	if (c->explicit_pads)
+		at[na++] = kt_ints("pads", 2 * c->nsp, c->pads);
+	if (c->auto_pad)
+		at[na++] = kt_string("auto_pad", c->auto_pad);
+	at[na++] = kt_int("ceil_mode", c->ceil_mode);
+	if (!strcmp(c->op, "AveragePool"))
+		at[na++] = kt_int("count_include_pad", c->count_include_pad);
+	if (!strcmp(c->op, "MaxPool"))
+		at[na++] = kt_int("storage_order", c->storage_order);
+	if (!strcmp(c->op, "LpPool"))
+		at[na++] = kt_int("p", c->p);
+	{
+		struct kt_case kc = { .op = c->op, .nin = 1, .in = &x, .nattrs = na, .attrs = at,
+				      .nout = c->with_idx ? 2 : 1, .pool = pool };
+		assert_int_equal(kt_run(&kc, out), 0);
+	}
+	assert_true(kt_rel_err(&out[0], &ref) <= 1e-6);
+	if (c->with_idx) {
+		assert_int_equal(out[1].dtype, HP_I64);
+		assert_memory_equal(out[1].data, ridx.data, hp_tensor_bytes(&ridx));
+		hp_tensor_free(&out[1]);
+	}
+	hp_tensor_free(&out[0]);
+	hp_tensor_free(&ref);
+	hp_tensor_free(&ridx);
+	hp_tensor_free(&x);
+}
+
+#define CFG(...) (&(struct pcfg){ __VA_ARGS__ })
+
+static void test_maxpool(void **state)
+{
+	(void)state;
+	check_pool(CFG(.op = "MaxPool", .nsp = 2, .in = { 7, 8 }, .k = { 3, 3 }, .s = { 1, 1 },
+		       .pads = { 1, 1, 1, 1 }, .explicit_pads = 1, .with_idx = 1), 2, 3, 1, NULL);
+	check_pool(CFG(.op = "MaxPool", .nsp = 2, .in = { 7, 8 }, .k = { 2, 3 }, .s = { 2, 2 },
+		       .pads = { 0, 1, 1, 0 }, .explicit_pads = 1, .with_idx = 1, .storage_order = 1), 1, 2, 2, NULL);
+	check_pool(CFG(.op = "MaxPool", .nsp = 2, .in = { 4, 4 }, .k = { 3, 3 }, .s = { 2, 2 }, .ceil_mode = 1,
+		       .with_idx = 1), 1, 1, 3, NULL);
+	check_pool(CFG(.op = "MaxPool", .nsp = 2, .in = { 9, 10 }, .k = { 2, 3 }, .s = { 3, 2 }, .ceil_mode = 1,
+		       .pads = { 1, 0, 1, 2 }, .explicit_pads = 1), 1, 2, 4, NULL);
+	check_pool(CFG(.op = "MaxPool", .nsp = 2, .in = { 9, 10 }, .k = { 3, 2 }, .s = { 1, 2 },
+		       .dl = { 2, 3 }, .dil_attr = 1, .with_idx = 1), 1, 2, 5, NULL);
+	check_pool(CFG(.op = "MaxPool", .nsp = 2, .in = { 7, 6 }, .k = { 3, 2 }, .s = { 2, 2 },
+		       .auto_pad = "SAME_UPPER", .with_idx = 1), 1, 2, 6, NULL);
+	check_pool(CFG(.op = "MaxPool", .nsp = 2, .in = { 7, 6 }, .k = { 3, 4 }, .s = { 2, 1 },
+		       .auto_pad = "SAME_LOWER"), 1, 2, 7, NULL);
+	check_pool(CFG(.op = "MaxPool", .nsp = 2, .in = { 7, 6 }, .k = { 3, 4 }, .s = { 2, 1 },
+		       .auto_pad = "VALID"), 1, 2, 8, NULL);
+	check_pool(CFG(.op = "MaxPool", .nsp = 1, .in = { 11 }, .k = { 3 }, .s = { 2 }, .pads = { 2, 1 },
+		       .explicit_pads = 1, .with_idx = 1), 2, 3, 9, NULL);
+	check_pool(CFG(.op = "MaxPool", .nsp = 3, .in = { 5, 6, 7 }, .k = { 2, 3, 2 }, .s = { 1, 2, 2 },
+		       .pads = { 1, 0, 1, 0, 1, 1 }, .explicit_pads = 1, .with_idx = 1, .storage_order = 1), 1, 2, 10,
+		   NULL);
+}
+
+static void test_maxpool_fast(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	/* the U-Net case (2x2x2 stride 2), odd sizes drop the last row */
+	check_pool(CFG(.op = "MaxPool", .nsp = 3, .in = { 8, 8, 8 }, .k = { 2, 2, 2 }, .s = { 2, 2, 2 }), 1, 4, 11,
+		   pool);
+	check_pool(CFG(.op = "MaxPool", .nsp = 3, .in = { 7, 9, 5 }, .k = { 2, 2, 2 }, .s = { 2, 2, 2 }), 2, 3, 12,
+		   NULL);
+	check_pool(CFG(.op = "MaxPool", .nsp = 2, .in = { 10, 7 }, .k = { 2, 2 }, .s = { 2, 2 }), 2, 3, 13, pool);
+	check_pool(CFG(.op = "MaxPool", .nsp = 1, .in = { 9 }, .k = { 2 }, .s = { 2 }), 2, 3, 14, NULL);
+	/* same kernel with indices goes through the general path */
+	check_pool(CFG(.op = "MaxPool", .nsp = 3, .in = { 6, 4, 6 }, .k = { 2, 2, 2 }, .s = { 2, 2, 2 },
+		       .with_idx = 1), 1, 2, 15, pool);
+	hp_pool_destroy(pool);
+}
+
+static void test_avgpool(void **state)
+{
+	(void)state;
+	for (int cip = 0; cip < 2; cip++) {
+		check_pool(CFG(.op = "AveragePool", .nsp = 2, .in = { 7, 8 }, .k = { 3, 3 }, .s = { 1, 1 },
+			       .pads = { 1, 1, 1, 1 }, .explicit_pads = 1, .count_include_pad = cip), 2, 3, 20, NULL);
+		check_pool(CFG(.op = "AveragePool", .nsp = 2, .in = { 9, 10 }, .k = { 2, 3 }, .s = { 3, 2 },
+			       .ceil_mode = 1, .pads = { 1, 0, 1, 2 }, .explicit_pads = 1, .count_include_pad = cip),
+			   1, 2, 21, NULL);
+		check_pool(CFG(.op = "AveragePool", .nsp = 2, .in = { 5, 5 }, .k = { 3, 3 }, .s = { 2, 2 },
+			       .ceil_mode = 1, .count_include_pad = cip), 1, 1, 22, NULL);
+		check_pool(CFG(.op = "AveragePool", .nsp = 2, .in = { 7, 6 }, .k = { 3, 2 }, .s = { 2, 2 },
+			       .auto_pad = "SAME_LOWER", .count_include_pad = cip), 1, 2, 23, NULL);
+		check_pool(CFG(.op = "AveragePool", .nsp = 3, .in = { 4, 5, 6 }, .k = { 2, 2, 3 }, .s = { 2, 1, 2 },
+			       .pads = { 0, 1, 1, 1, 0, 1 }, .explicit_pads = 1, .count_include_pad = cip), 1, 3, 24,
+			   NULL);
+		check_pool(CFG(.op = "AveragePool", .nsp = 1, .in = { 12 }, .k = { 3 }, .s = { 2 }, .dl = { 2 },
+			       .dil_attr = 1, .pads = { 2, 2 }, .explicit_pads = 1, .count_include_pad = cip), 2, 2,
+			   25, NULL);
+	}
+	check_pool(CFG(.op = "LpPool", .nsp = 2, .in = { 6, 7 }, .k = { 3, 2 }, .s = { 1, 2 }, .p = 2,
+		       .pads = { 1, 0, 1, 1 }, .explicit_pads = 1), 1, 2, 26, NULL);
+	check_pool(CFG(.op = "LpPool", .nsp = 1, .in = { 9 }, .k = { 3 }, .s = { 2 }, .p = 3), 1, 2, 27, NULL);
+}
+
+static void test_global(void **state)
+{
+	static const char *ops[] = { "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool" };
+	int64_t dims[] = { 2, 3, 4, 5, 6 };
+	struct hp_tensor x = kt_tensor(HP_F32, 5, dims), out;
+
+	(void)state;
+	kt_fill_random(&x, 3, -2, 2);
+	for (int k = 0; k < 3; k++) {
+		struct kt_case c = { .op = ops[k], .nin = 1, .in = &x, .nout = 1 };
+		assert_int_equal(kt_run(&c, &out), 0);
+		assert_int_equal(out.shape.rank, 5);
+		assert_int_equal(out.shape.dims[1], 3);
+		assert_int_equal(out.shape.dims[4], 1);
+		for (int pl = 0; pl < 6; pl++) {
+			const float *p = (const float *)x.data + pl * 120;
+			double s = 0, m = -INFINITY;
+			for (int i = 0; i < 120; i++) {
+				s += k == 2 ? (double)p[i] * p[i] : p[i];
+				m = p[i] > m ? p[i] : m;
+			}
+			double want = k == 0 ? s / 120 : k == 1 ? m : sqrt(s);
+			assert_float_equal(((float *)out.data)[pl], want, 1e-5);
+		}
+		hp_tensor_free(&out);
+	}
+	hp_tensor_free(&x);
+}
+
+static void test_pool_errors(void **state)
+{
+	int64_t dims[] = { 1, 1, 2, 2 };
+	struct hp_tensor x = kt_tensor(HP_F32, 4, dims), out;
+	struct hp_attr at[2] = { kt_ints("kernel_shape", 2, (int64_t[]){ 3, 3 }), kt_string("auto_pad", "BAD") };
+	struct kt_case c = { .op = "MaxPool", .nin = 1, .in = &x, .nattrs = 1, .attrs = at, .nout = 1 };
+
+	(void)state;
+	assert_int_equal(kt_run(&c, &out), HP_ESHAPE); /* kernel larger than the input */
+	assert_non_null(strstr(hp_errmsg(), "node0"));
+	c.nattrs = 2;
+	assert_int_equal(kt_run(&c, &out), HP_EUNSUPPORTED);
+	at[0] = kt_ints("kernel_shape", 1, (int64_t[]){ 1 });
+	c.nattrs = 1;
+	assert_int_equal(kt_run(&c, &out), HP_EUNSUPPORTED);
+	hp_tensor_free(&x);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_maxpool),
+		cmocka_unit_test(test_maxpool_fast),
+		cmocka_unit_test(test_avgpool),
+		cmocka_unit_test(test_global),
+		cmocka_unit_test(test_pool_errors),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,519 @@
+/* The store over every tier configuration (DRAM only, +PMEM, +NVMe, all):
+ * random pin/unpin/evict/prefetch/drop sequences checked against a plain
+ * in-memory model; the eviction policy; budget errors; threads; stats page. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "hpdlf/error.h"
+#include "hpdlf/store.h"
+#include "store/tier.h"
+#include "util.h"
+
+#define CS 65536u
+#define NT 6
+
+static uint64_t seed;
+
+struct model {
+	struct hs_tensor *t;
+	unsigned char *data;    /* what the tensor must hold */
+	uint64_t bytes, nch;
+};
+
+static void model_new(struct hs_store *st, struct model *m, uint64_t bytes, const char *name)
+{
+	struct hs_tensor_info ti = { .bytes = bytes, .dtype = HP_U8, .shape = { 1, { (int64_t)bytes } }, .name = name };
+
+	assert_int_equal(hs_tensor_create(st, &ti, &m->t), 0);
+	m->data = calloc(1, bytes ? bytes : 1);
+	m->bytes = bytes;
+	m->nch = (bytes + CS - 1) / CS;
+	assert_int_equal(hs_tensor_nchunks(m->t), m->nch);
+}
+
+static uint64_t range_bytes(const struct model *m, uint64_t first, uint64_t n)
+{
+	uint64_t end = (first + n) * CS < m->bytes ? (first + n) * CS : m->bytes;
+	return end - first * CS;
+}
+
+static void check_stats(struct hs_store *st)
+{
+	struct hs_store_stats s;
+
+	assert_int_equal(hs_store_stats(st, &s), 0);
+	assert_true(s.resident <= s.budget);
+	assert_true(s.pinned <= s.resident);
+	assert_int_equal(s.tier[0].used, s.resident);
+}
+
+/* One random operation on tensor m; `pins` counts chunks we hold pinned. */
+static void random_op(struct hs_store *st, struct model *m, enum cfg c, uint64_t *s)
+{
+	uint64_t first = m->nch ? tu_rand(s) % m->nch : 0, n = m->nch ? 1 + tu_rand(s) % (m->nch - first) : 0;
+	uint64_t len = range_bytes(m, first, n);
+	int op = (int)(tu_rand(s) % 10), rc;
+	unsigned char *p;
+
+	if (op < 5) { /* pin, check, maybe modify, unpin */
+		enum hs_pin_mode mode = (enum hs_pin_mode)(tu_rand(s) % 3);
+		rc = hs_pin(m->t, first, n, mode, (void **)&p);
+		if (rc == HP_EBUDGET) {
+			/* only legitimate when dirty data cannot leave DRAM */
+			assert_int_equal(c, CFG_DRAM);
+			assert_non_null(strstr(hp_errmsg(), "budget"));
+			return;
+		}
+		assert_int_equal(rc, 0);
+		if (mode != HS_PIN_OVERWRITE)
+			assert_memory_equal(p, m->data + first * CS, len);
+		if (mode != HS_PIN_READ) {
+			uint64_t a = mode == HS_PIN_OVERWRITE ? 0 : tu_rand(s) % len;
+			uint64_t b = mode == HS_PIN_OVERWRITE ? len : a + 1 + tu_rand(s) % (len - a);
+			unsigned char v = (unsigned char)tu_rand(s);
+			for (uint64_t i = a; i < b; i++)
+				p[i] = m->data[first * CS + i] = (unsigned char)(v + i * 7);
+		}
+		assert_int_equal(hs_unpin(m->t, first, n), 0);
+	} else if (op < 7) { /* evict somewhere */
+		int ntiers = c == CFG_ALL ? 2 : c == CFG_DRAM ? 0 : 1;
+		int tier = (int)(tu_rand(s) % (ntiers + 2)) - 2;
+		rc = hs_evict(m->t, first, n, tier);
+		assert_true(rc >= 0);
+	} else if (op < 8) { /* prefetch, poll or wait */
+		struct hs_prefetch *h;
+		rc = hs_prefetch(m->t, first, n, &h);
+		if (rc == HP_EBUDGET)
+			return;
+		assert_int_equal(rc, 0);
+		while (tu_rand(s) % 2 && hs_prefetch_poll(h) == 0)
+			;
+		assert_int_equal(hs_prefetch_wait(h), 0);
+	} else if (op < 9) {
+		assert_int_equal(hs_hint(m->t, tu_rand(s) % 3 ? (int64_t)(tu_rand(s) % 100) : HS_NO_HINT), 0);
+	} else { /* drop and recreate */
+		uint64_t bytes = 1 + tu_rand(s) % (5 * CS);
+		assert_int_equal(hs_tensor_drop(m->t), 0);
+		free(m->data);
+		model_new(st, m, bytes, NULL);
+	}
+}
+
+static void model_run(enum cfg c)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct model m[NT];
+	uint64_t s = seed + (uint64_t)c;
+	unsigned char *p;
+
+	tu_opts(&o, c, CS, 12, 64, cfg_names[c]);
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	for (int i = 0; i < NT; i++)
+		model_new(st, &m[i], 1 + tu_rand(&s) % (5 * CS), NULL);
+	for (int step = 0; step < 3000; step++) {
+		random_op(st, &m[tu_rand(&s) % NT], c, &s);
+		check_stats(st);
+	}
+	for (int i = 0; i < NT; i++) { /* everything reads back */
+		if (hs_pin(m[i].t, 0, HS_ALL, HS_PIN_READ, (void **)&p) == 0) {
+			assert_memory_equal(p, m[i].data, m[i].bytes);
+			assert_int_equal(hs_unpin(m[i].t, 0, HS_ALL), 0);
+		} else {
+			assert_int_equal(c, CFG_DRAM);
+		}
+		hs_tensor_drop(m[i].t);
+		free(m[i].data);
+	}
+	struct hs_store_stats ss;
+	assert_int_equal(hs_store_stats(st, &ss), 0);
+	assert_int_equal(ss.resident, 0);
+	assert_int_equal(ss.tensors, 0);
+	for (int k = 1; k < ss.ntiers; k++) { /* every extent was given back */
+		assert_int_equal(ss.tier[k].used, 0);
+		assert_true(ss.tier[k].writes > 0);
+		assert_true(ss.tier[k].reads > 0);
+		assert_int_equal(ss.tier[k].crc_errors, 0);
+	}
+	hs_store_close(st);
+}
+
+static void test_model_dram(void **state) { (void)state; model_run(CFG_DRAM); }
+static void test_model_pmem(void **state) { (void)state; model_run(CFG_PMEM); }
+static void test_model_nvme(void **state) { (void)state; model_run(CFG_NVME); }
+static void test_model_all(void **state) { (void)state; model_run(CFG_ALL); }
+
+/* ---- policy ---- */
+
+static void fill(struct hs_tensor *t, unsigned char v)
+{
+	unsigned char *p;
+
+	assert_int_equal(hs_pin(t, 0, HS_ALL, HS_PIN_OVERWRITE, (void **)&p), 0);
+	memset(p, v, CS);
+	assert_int_equal(hs_unpin(t, 0, HS_ALL), 0);
+}
+
+static uint64_t misses(struct hs_store *st)
+{
+	struct hs_store_stats s;
+
+	hs_store_stats(st, &s);
+	return s.tier[0].misses;
+}
+
+/* Pin t for reading; returns 1 if it had to be read back (a miss). */
+static int touch(struct hs_store *st, struct hs_tensor *t, unsigned char v)
+{
+	uint64_t m0 = misses(st);
+	unsigned char *p;
+
+	assert_int_equal(hs_pin(t, 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+	assert_int_equal(p[CS - 1], v);
+	assert_int_equal(hs_unpin(t, 0, HS_ALL), 0);
+	return misses(st) != m0;
+}
+
+static void policy_run(enum cfg c)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *t[4];
+	struct hs_tensor_info ti = { .bytes = CS, .dtype = HP_U8 };
+
+	tu_opts(&o, c, CS, 3, 16, "policy");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(hs_tensor_create(st, &ti, &t[i]), 0);
+	/* Belady: with hints 10, 5, 20 the tensor used at 20 goes */
+	fill(t[0], 1), hs_hint(t[0], 10);
+	fill(t[1], 2), hs_hint(t[1], 5);
+	fill(t[2], 3), hs_hint(t[2], 20);
+	fill(t[3], 4), hs_hint(t[3], 1);
+	assert_int_equal(touch(st, t[0], 1), 0);
+	assert_int_equal(touch(st, t[1], 2), 0);
+	assert_int_equal(touch(st, t[3], 4), 0);
+	assert_int_equal(touch(st, t[2], 3), 1); /* evicted, read back; now t[0] (10) is farthest */
+	assert_int_equal(touch(st, t[1], 2), 0);
+	assert_int_equal(touch(st, t[3], 4), 0);
+	assert_int_equal(touch(st, t[0], 1), 1);
+	/* LRU without hints: the least recently used goes */
+	for (int i = 0; i < 4; i++)
+		hs_hint(t[i], HS_NO_HINT);
+	touch(st, t[1], 2), touch(st, t[2], 3), touch(st, t[3], 4); /* t[0] evicted: LRU */
+	assert_int_equal(touch(st, t[1], 2), 0);
+	assert_int_equal(touch(st, t[0], 1), 1); /* read back, evicting t[2], the LRU now */
+	assert_int_equal(touch(st, t[3], 4), 0);
+	assert_int_equal(touch(st, t[2], 3), 1);
+	/* a hinted chunk stays over an unhinted one */
+	hs_hint(t[0], 7);
+	touch(st, t[0], 1), touch(st, t[1], 2);
+	assert_int_equal(touch(st, t[3], 4), 1); /* evicts unhinted LRU t[2] */
+	assert_int_equal(touch(st, t[0], 1), 0);
+	hs_store_close(st);
+}
+
+static void test_policy_pmem(void **state) { (void)state; policy_run(CFG_PMEM); }
+static void test_policy_nvme(void **state) { (void)state; policy_run(CFG_NVME); }
+
+/* Candidates handed straight to the default policy. */
+static void test_policy_victim(void **state)
+{
+	struct hs_candidate c[4] = {
+		{ .chunk = 0, .next_use = 5, .last_use = 1, .dirty = 0 },
+		{ .chunk = 1, .next_use = 9, .last_use = 2, .dirty = 1 },
+		{ .chunk = 2, .next_use = 9, .last_use = 3, .dirty = 0 },
+		{ .chunk = 3, .next_use = 2, .last_use = 0, .dirty = 0 },
+	};
+
+	(void)state;
+	assert_int_equal(hs_policy_default.victim(hs_policy_default.arg, c, 4), 2); /* farthest, clean first */
+	c[3].next_use = HS_NO_HINT;
+	assert_int_equal(hs_policy_default.victim(hs_policy_default.arg, c, 4), 3); /* unhinted is farthest */
+	c[0].next_use = HS_NO_HINT;
+	c[0].last_use = 7;
+	assert_int_equal(hs_policy_default.victim(hs_policy_default.arg, c, 4), 3); /* then LRU */
+	assert_int_equal(hs_policy_default.victim(hs_policy_default.arg, c, 0), -1);
+}
+
+/* ---- budget ---- */
+
+static void test_budget(void **state)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *a, *b;
+	struct hs_tensor_info ti = { .bytes = 3 * CS, .dtype = HP_U8 };
+	void *p, *q;
+
+	(void)state;
+	tu_opts(&o, CFG_DRAM, CS, 4, 0, "budget");
+	o.budget = CS - 1;
+	assert_int_equal(hs_store_open(&o, &st), HP_EBUDGET);
+	assert_non_null(strstr(hp_errmsg(), "smaller than one chunk"));
+	tu_opts(&o, CFG_NVME, CS, 4, 16, "budget");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_create(st, &ti, &a), 0);
+	assert_int_equal(hs_tensor_create(st, &ti, &b), 0);
+	assert_int_equal(hs_pin(a, 0, HS_ALL, HS_PIN_OVERWRITE, &p), 0);
+	assert_int_equal(hs_pin(b, 0, 2, HS_PIN_OVERWRITE, &q), HP_EBUDGET);
+	char want[200];
+	snprintf(want, sizeof want, "needs %u more bytes of DRAM; %u are pinned", 2 * CS, 3 * CS);
+	assert_non_null(strstr(hp_errmsg(), want));
+	snprintf(want, sizeof want, "budget of %u", 4 * CS);
+	assert_non_null(strstr(hp_errmsg(), want));
+	assert_int_equal(hs_pin(b, 0, 1, HS_PIN_OVERWRITE, &q), 0); /* one chunk still fits */
+	assert_int_equal(hs_tensor_drop(a), -EBUSY);
+	assert_int_equal(hs_unpin(a, 0, HS_ALL), 0);
+	assert_int_equal(hs_unpin(a, 0, HS_ALL), HP_EUSAGE); /* not pinned */
+	assert_int_equal(hs_pin(b, 1, 2, HS_PIN_OVERWRITE, &q), 0); /* a is written back */
+	assert_int_equal(hs_pin(a, 3, 1, HS_PIN_READ, &p), HP_EUSAGE); /* out of range */
+	hs_store_close(st);
+}
+
+/* ---- prefetch statistics ---- */
+
+static void test_prefetch_stats(void **state)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *t;
+	struct hs_tensor_info ti = { .bytes = 4 * CS, .dtype = HP_U8 };
+	struct hs_prefetch *h;
+	struct hs_store_stats s;
+	unsigned char *p;
+
+	(void)state;
+	tu_opts(&o, CFG_NVME, CS, 8, 16, "prefetch");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_create(st, &ti, &t), 0);
+	assert_int_equal(hs_pin(t, 0, HS_ALL, HS_PIN_OVERWRITE, (void **)&p), 0);
+	for (int i = 0; i < 4 * (int)CS; i++)
+		p[i] = (unsigned char)(i * 13);
+	assert_int_equal(hs_unpin(t, 0, HS_ALL), 0);
+	assert_int_equal(hs_evict(t, 0, HS_ALL, HS_TIER_ANY), 4);
+	assert_int_equal(hs_prefetch(t, 0, HS_ALL, &h), 0);
+	assert_int_equal(hs_prefetch_wait(h), 0);
+	assert_int_equal(hs_pin(t, 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+	for (int i = 0; i < 4 * (int)CS; i++)
+		assert_int_equal(p[i], (unsigned char)(i * 13));
+	assert_int_equal(hs_unpin(t, 0, HS_ALL), 0);
+	assert_int_equal(hs_store_stats(st, &s), 0);
+	assert_int_equal(s.tier[0].prefetches, 4);
+	assert_int_equal(s.tier[0].prefetch_hits, 4);
+	assert_int_equal(s.tier[1].reads, 4);
+	assert_int_equal(s.tier[1].writes, 4);
+	assert_int_equal(s.tier[1].bytes_written, 4 * CS);
+	assert_int_equal(s.tier[1].demotions, 4);
+	assert_int_equal(s.tier[1].promotions, 4);
+	uint64_t n = 0;
+	for (int i = 0; i < HS_LAT_BUCKETS; i++)
+		n += s.tier[1].lat_hist[i];
+	assert_int_equal(n, 8);
+	assert_true(hs_lat_percentile(&s.tier[1], 0.5) >= 1);
+	assert_true(hs_lat_percentile(&s.tier[1], 0.999) >= hs_lat_percentile(&s.tier[1], 0.5));
+	hs_store_close(st);
+}
+
+/* ---- threads ---- */
+
+struct worker {
+	struct hs_store *st;
+	struct hs_tensor *own, *shared;
+	uint64_t seed;
+	int ok;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	unsigned char *p;
+
+	w->ok = 1;
+	for (int it = 0; it < 300 && w->ok; it++) {
+		uint64_t ch = tu_rand(&w->seed) % 4;
+		if (hs_pin(w->own, ch, 1, HS_PIN_WRITE, (void **)&p) < 0) {
+			w->ok = 0;
+			break;
+		}
+		memset(p, (int)(ch + it), CS);
+		hs_unpin(w->own, ch, 1);
+		if (hs_pin(w->own, ch, 1, HS_PIN_READ, (void **)&p) < 0 || p[CS / 2] != (unsigned char)(ch + it))
+			w->ok = 0;
+		else
+			hs_unpin(w->own, ch, 1);
+		if (hs_pin(w->shared, ch, 1, HS_PIN_READ, (void **)&p) < 0 || p[CS - 1] != (unsigned char)(0x40 + ch))
+			w->ok = 0;
+		else
+			hs_unpin(w->shared, ch, 1);
+		if (tu_rand(&w->seed) % 4 == 0)
+			hs_evict(w->own, 0, HS_ALL, HS_TIER_ANY);
+	}
+	return NULL;
+}
+
+static void test_threads(void **state)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor_info ti = { .bytes = 4 * CS, .dtype = HP_U8 };
+	struct hs_tensor *shared;
+	struct worker w[3];
+	pthread_t th[3];
+	unsigned char *p;
+
+	(void)state;
+	tu_opts(&o, CFG_ALL, CS, 6, 64, "threads");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_create(st, &ti, &shared), 0);
+	assert_int_equal(hs_pin(shared, 0, HS_ALL, HS_PIN_OVERWRITE, (void **)&p), 0);
+	for (int c = 0; c < 4; c++)
+		memset(p + c * CS, 0x40 + c, CS);
+	assert_int_equal(hs_unpin(shared, 0, HS_ALL), 0);
+	for (int i = 0; i < 3; i++) {
+		w[i] = (struct worker){ .st = st, .shared = shared, .seed = seed + i };
+		assert_int_equal(hs_tensor_create(st, &ti, &w[i].own), 0);
+		assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+	}
+	for (int i = 0; i < 3; i++) {
+		pthread_join(th[i], NULL);
+		assert_true(w[i].ok);
+	}
+	check_stats(st);
+	hs_store_close(st);
+}
+
+/* ---- stats page ---- */
+
+static void test_statpage(void **state)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_statpage_info si;
+	struct hs_tensor *t;
+	struct hs_tensor_info ti = { .bytes = 3 * CS, .dtype = HP_U8 };
+	char path[64];
+	void *p;
+	pid_t pid;
+	int status;
+
+	(void)state;
+	tu_opts(&o, CFG_NVME, CS, 8, 16, "page");
+	o.stats_page = 1;
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_create(st, &ti, &t), 0);
+	assert_int_equal(hs_pin(t, 0, HS_ALL, HS_PIN_OVERWRITE, &p), 0);
+	assert_int_equal(hs_unpin(t, 0, HS_ALL), 0);
+	assert_int_equal(hs_evict(t, 0, HS_ALL, 0), 3);
+	assert_int_equal(hs_store_commit(st), 0);
+	usleep(20000);
+	assert_int_equal(hs_pin(t, 0, 1, HS_PIN_READ, &p), 0); /* publishes (rate limit passed) */
+	assert_int_equal(hs_unpin(t, 0, 1), 0);
+	assert_int_equal(hs_statpage_read(getpid(), &si), 0);
+	assert_int_equal(si.pid, getpid());
+	assert_int_equal(si.version, 1);
+	assert_int_equal(si.stats.ntiers, 2);
+	assert_int_equal(si.stats.budget, 8 * CS);
+	assert_int_equal(si.stats.tier[1].writes, 3);
+	assert_int_equal(si.stats.tier[1].reads, 1);
+	assert_string_equal(si.stats.tier[0].name, "dram");
+	hs_store_close(st);
+	assert_int_equal(hs_statpage_read(getpid(), &si), -ENOENT); /* removed at close */
+
+	/* a child that dies without closing leaves a stale page */
+	pid = fork();
+	if (pid == 0) {
+		o.tiers[0].path = NULL;
+		o.ntiers = 0;
+		if (hs_store_open(&o, &st) < 0)
+			_exit(1);
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(hs_statpage_read(pid, &si), -ESRCH);
+	assert_int_equal(si.pid, pid);
+	assert_int_equal(si.stats.budget, 8 * CS);
+	/* an unknown layout version is refused */
+	FILE *f = fopen(hs_statpage_path(pid, path, sizeof path), "r+");
+	assert_non_null(f);
+	fseek(f, 8, SEEK_SET);
+	fputc(99, f);
+	fclose(f);
+	assert_int_equal(hs_statpage_read(pid, &si), HP_EFORMAT);
+	unlink(path);
+}
+
+/* ---- file-backed tensors ---- */
+
+static void test_backed(void **state)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *t[2];
+	const uint64_t bytes = 3 * CS + 777;
+	const uint64_t offs[2] = { 4096, 1234 }; /* aligned, and through the staging buffer */
+	unsigned char *file = malloc(bytes + 8192), *p;
+	const char *path = tu_path(tu_disk_dir(), "backing.bin");
+	struct hs_tensor_info ti = { .bytes = bytes, .dtype = HP_U8 };
+	uint64_t s = seed;
+
+	(void)state;
+	for (uint64_t i = 0; i < bytes + 8192; i++)
+		file[i] = (unsigned char)tu_rand(&s);
+	FILE *f = fopen(path, "w");
+	assert_int_equal(fwrite(file, 1, bytes + 8192, f), bytes + 8192);
+	fclose(f);
+	tu_opts(&o, CFG_DRAM, CS, 5, 0, "backed"); /* staging counts against the budget */
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(hs_tensor_create_backed(st, &ti, path, offs[k], &t[k]), 0);
+		for (int rep = 0; rep < 2; rep++) { /* read, drop (clean), read again */
+			assert_int_equal(hs_pin(t[k], 1, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+			assert_memory_equal(p, file + offs[k] + CS, bytes - CS);
+			assert_int_equal(hs_unpin(t[k], 1, HS_ALL), 0);
+			assert_int_equal(hs_evict(t[k], 0, HS_ALL, HS_TIER_NONE), 3);
+		}
+		assert_int_equal(hs_pin(t[k], 0, 1, HS_PIN_WRITE, (void **)&p), HP_EUSAGE); /* read-only */
+	}
+	struct hs_tensor *bad;
+	assert_int_equal(hs_tensor_create_backed(st, &ti, path, 8192 + 1, &bad), HP_EDATA); /* past the end */
+	hs_store_close(st);
+	free(file);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_model_dram),
+		cmocka_unit_test(test_model_pmem),
+		cmocka_unit_test(test_model_nvme),
+		cmocka_unit_test(test_model_all),
+		cmocka_unit_test(test_policy_victim),
+		cmocka_unit_test(test_policy_pmem),
+		cmocka_unit_test(test_policy_nvme),
+		cmocka_unit_test(test_budget),
+		cmocka_unit_test(test_prefetch_stats),
+		cmocka_unit_test(test_threads),
+		cmocka_unit_test(test_statpage),
+		cmocka_unit_test(test_backed),
+	};
+	int rc;
+
+	seed = tu_seed("test_store");
+	rc = cmocka_run_group_tests(tests, NULL, NULL);
+	tu_cleanup();
+	return rc;
+}

@@ -1,0 +1,328 @@
+/* Tier layer: the extent allocator against a byte map, crc32c against a
+ * bitwise reference, and every local tier (dram, pmem on both write paths,
+ * nvme over io_uring) moving random data, with injected faults. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hpdlf/error.h"
+#include "store/crc.h"
+#include "store/tier.h"
+#include "util.h"
+
+static uint64_t seed;
+
+/* ---- extents ---- */
+
+#define SPACE 4096u
+
+static void test_extents_random(void **state)
+{
+	struct hs_extents *x;
+	unsigned char map[SPACE] = { 0 }; /* 1: in use */
+	struct { uint64_t a, l; } live[512];
+	int nlive = 0;
+	uint64_t s = seed, used = 0;
+
+	(void)state;
+	assert_int_equal(hs_extents_create(64, SPACE, &x), 0);
+	for (int step = 0; step < 20000; step++) {
+		if (nlive < 512 && (tu_rand(&s) % 3 || nlive == 0)) {
+			uint64_t len = 1 + tu_rand(&s) % 64, a;
+			int rc = hs_extents_alloc(x, len, &a);
+			/* first fit: it fails only if no free run of len exists */
+			uint64_t run = 0, best = 0;
+			for (uint64_t i = 64; i < SPACE; i++) {
+				run = map[i] ? 0 : run + 1;
+				best = run > best ? run : best;
+			}
+			if (rc < 0) {
+				assert_int_equal(rc, -ENOSPC);
+				assert_true(best < len);
+				continue;
+			}
+			assert_true(a >= 64 && a + len <= SPACE);
+			for (uint64_t i = a; i < a + len; i++) {
+				assert_int_equal(map[i], 0); /* never overlapping */
+				map[i] = 1;
+			}
+			live[nlive].a = a;
+			live[nlive++].l = len;
+			used += len;
+		} else {
+			int k = (int)(tu_rand(&s) % nlive);
+			assert_int_equal(hs_extents_free(x, live[k].a, live[k].l), 0);
+			memset(map + live[k].a, 0, live[k].l);
+			used -= live[k].l;
+			/* a second free of the same extent is refused */
+			assert_int_equal(hs_extents_free(x, live[k].a, live[k].l), HP_EINTERNAL);
+			live[k] = live[--nlive];
+		}
+		assert_int_equal(hs_extents_used(x), used);
+		assert_int_equal(hs_extents_count(x), (uint64_t)nlive);
+	}
+	hs_extents_destroy(x);
+}
+
+static void test_extents_claim(void **state)
+{
+	struct hs_extents *x;
+	uint64_t a;
+
+	(void)state;
+	assert_int_equal(hs_extents_create(0, 100, &x), 0);
+	assert_int_equal(hs_extents_claim(x, 10, 10), 0);
+	assert_int_equal(hs_extents_claim(x, 15, 10), HP_ECORRUPT); /* overlaps */
+	assert_int_equal(hs_extents_claim(x, 95, 10), HP_ECORRUPT); /* past the end */
+	assert_int_equal(hs_extents_claim(x, 0, 10), 0);
+	assert_int_equal(hs_extents_alloc(x, 5, &a), 0);
+	assert_int_equal(a, 20); /* reuses the first free space */
+	assert_int_equal(hs_extents_free(x, 10, 10), 0);
+	assert_int_equal(hs_extents_alloc(x, 10, &a), 0);
+	assert_int_equal(a, 10); /* freed space is reused */
+	assert_int_equal(hs_extents_alloc(x, 76, &a), -ENOSPC);
+	assert_int_equal(hs_extents_alloc(x, 75, &a), 0);
+	assert_int_equal(hs_extents_used(x), 100);
+	hs_extents_destroy(x);
+}
+
+/* ---- crc32c ---- */
+
+static uint32_t crc_ref(const unsigned char *p, size_t n)
+{
+	uint32_t c = ~0u;
+
+	for (size_t i = 0; i < n; i++) {
+		c ^= p[i];
+		for (int k = 0; k < 8; k++)
+			c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1)));
+	}
+	return ~c;
+}
+
+static void test_crc(void **state)
+{
+	unsigned char buf[10000];
+	uint64_t s = seed;
+
+	(void)state;
+	assert_int_equal(hs_crc32c("123456789", 9), 0xE3069283u); /* the published check value */
+	for (int r = 0; r < 50; r++) {
+		size_t n = tu_rand(&s) % sizeof buf;
+		for (size_t i = 0; i < n; i++)
+			buf[i] = (unsigned char)tu_rand(&s);
+		assert_int_equal(hs_crc32c(buf, n), crc_ref(buf, n));
+	}
+}
+
+/* ---- tiers ---- */
+
+static int open_kind(int kind, const char *name, uint64_t cap, struct hs_tier **t)
+{
+	struct hs_tier_config cfg = { .name = name, .capacity = cap, .reserved = 8192, .queue_depth = 8,
+				      .flags = HS_TIER_F_CREATE };
+	switch (kind) {
+	case HS_TIER_DRAM:
+		return hs_tier_dram_open(&cfg, t);
+	case HS_TIER_PMEM:
+		cfg.path = tu_path(tu_shm_dir(), name);
+		return hs_tier_pmem_open(&cfg, t);
+	default:
+		cfg.path = tu_path(tu_disk_dir(), name);
+		return hs_tier_nvme_open(&cfg, t);
+	}
+}
+
+struct batch {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int left;
+};
+
+static void batch_done(struct hs_io *io)
+{
+	struct batch *b = io->arg;
+
+	pthread_mutex_lock(&b->mu);
+	b->left--;
+	pthread_cond_broadcast(&b->cv);
+	pthread_mutex_unlock(&b->mu);
+}
+
+/* Write n random blocks in one batch, read them back in another, compare. */
+static void roundtrip(struct hs_tier *t, int n, uint64_t *s)
+{
+	enum { BL = 3 * HS_IO_ALIGN };
+	struct batch b = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, n };
+	struct hs_io io[16], *p[16];
+	unsigned char *src = aligned_alloc(HS_IO_ALIGN, (size_t)n * BL), *dst = aligned_alloc(HS_IO_ALIGN, (size_t)n * BL);
+
+	for (size_t i = 0; i < (size_t)n * BL; i++)
+		src[i] = (unsigned char)tu_rand(s);
+	for (int op = HS_IO_WRITE; op >= HS_IO_READ; op--) {
+		b.left = n;
+		for (int i = 0; i < n; i++) {
+			uint64_t a;
+			if (op == HS_IO_WRITE)
+				assert_int_equal(t->ops->alloc(t, BL, &a), 0);
+			else
+				a = io[i].addr;
+			io[i] = (struct hs_io){ .op = op, .addr = a, .buf = (op == HS_IO_WRITE ? src : dst) + (size_t)i * BL,
+						.len = BL, .done = batch_done, .arg = &b, .res = 1 };
+			p[i] = &io[i];
+		}
+		assert_int_equal(t->ops->submit(t, p, n), n);
+		pthread_mutex_lock(&b.mu);
+		while (b.left)
+			pthread_cond_wait(&b.cv, &b.mu);
+		pthread_mutex_unlock(&b.mu);
+		for (int i = 0; i < n; i++)
+			assert_int_equal(io[i].res, 0);
+	}
+	assert_memory_equal(src, dst, (size_t)n * BL);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(t->ops->free(t, io[i].addr, BL), 0);
+	free(src);
+	free(dst);
+}
+
+static void faults(struct hs_tier *t)
+{
+	unsigned char *buf = aligned_alloc(HS_IO_ALIGN, HS_IO_ALIGN);
+	uint64_t a;
+
+	memset(buf, 7, HS_IO_ALIGN);
+	assert_int_equal(t->ops->alloc(t, HS_IO_ALIGN, &a), 0);
+	hs_fault_set(HS_FAULT_WRITE, 1, -EIO);
+	assert_int_equal(hs_tier_rw(t, HS_IO_WRITE, a, buf, HS_IO_ALIGN), -EIO);
+	hs_fault_set(HS_FAULT_WRITE, 1, -ENOSPC);
+	assert_int_equal(hs_tier_rw(t, HS_IO_WRITE, a, buf, HS_IO_ALIGN), -ENOSPC);
+	assert_int_equal(hs_tier_rw(t, HS_IO_WRITE, a, buf, HS_IO_ALIGN), 0); /* only the first call */
+	hs_fault_set(HS_FAULT_READ, 2, -EIO);
+	assert_int_equal(hs_tier_rw(t, HS_IO_READ, a, buf, HS_IO_ALIGN), 0);
+	assert_int_equal(hs_tier_rw(t, HS_IO_READ, a, buf, HS_IO_ALIGN), -EIO);
+	hs_fault_set(HS_FAULT_SHORT_READ, 1, 1);
+	assert_int_equal(hs_tier_rw(t, HS_IO_READ, a, buf, HS_IO_ALIGN), -ENODATA);
+	hs_fault_set(HS_FAULT_TIER_ALLOC, 1, -ENOSPC);
+	uint64_t b;
+	assert_int_equal(t->ops->alloc(t, HS_IO_ALIGN, &b), -ENOSPC);
+	hs_fault_clear();
+	assert_int_equal(t->ops->free(t, a, HS_IO_ALIGN), 0);
+	/* past the end of the tier */
+	assert_true(hs_tier_rw(t, HS_IO_READ, t->capacity, buf, HS_IO_ALIGN) < 0);
+	free(buf);
+}
+
+static void tier_test(int kind, const char *name)
+{
+	struct hs_tier *t;
+	struct hs_tier_stats ts = { 0 };
+	uint64_t s = seed, a;
+
+	assert_int_equal(open_kind(kind, name, 1 << 20, &t), 0);
+	assert_int_equal(t->ops->stats(t, &ts), 0);
+	assert_int_equal(ts.capacity, (1 << 20) - 8192);
+	roundtrip(t, 1, &s);
+	roundtrip(t, 16, &s);
+	faults(t);
+	/* capacity is a hard limit; freed space comes back */
+	int n = 0;
+	while (t->ops->alloc(t, 65536, &a) == 0)
+		n++;
+	assert_int_equal(n, ((1 << 20) - 8192) / 65536);
+	assert_int_equal(t->ops->free(t, a = 8192, 65536), 0);
+	assert_int_equal(t->ops->alloc(t, 65536, &a), 0);
+	assert_int_equal(a, 8192);
+	assert_int_equal(hs_tier_flush(t), 0);
+	t->ops->close(t);
+}
+
+static void test_dram_tier(void **state)
+{
+	(void)state;
+	tier_test(HS_TIER_DRAM, "dram0");
+}
+
+static void test_pmem_tier_persist_path(void **state)
+{
+	(void)state;
+	hs_pmem_force_mode = 1;
+	tier_test(HS_TIER_PMEM, "pool1");
+	hs_pmem_force_mode = 0;
+}
+
+static void test_pmem_tier_msync_path(void **state)
+{
+	(void)state;
+	hs_pmem_force_mode = 2;
+	tier_test(HS_TIER_PMEM, "pool2");
+	hs_pmem_force_mode = 0;
+}
+
+static void test_nvme_tier(void **state)
+{
+	(void)state;
+	tier_test(HS_TIER_NVME, "nvme0");
+}
+
+static void test_nvme_refuses_tmpfs(void **state)
+{
+	struct hs_tier_config cfg = { .name = "nvme", .capacity = 1 << 20, .reserved = 8192,
+				      .flags = HS_TIER_F_CREATE };
+	struct hs_tier *t;
+	int rc;
+
+	(void)state;
+	cfg.path = tu_path(tu_shm_dir(), "direct");
+	rc = hs_tier_nvme_open(&cfg, &t);
+	assert_int_equal(rc, -EINVAL);
+	assert_non_null(strstr(hp_errmsg(), "tmpfs"));
+	cfg.flags |= HS_TIER_F_BUFFERED_OK; /* the explicit fallback */
+	assert_int_equal(hs_tier_nvme_open(&cfg, &t), 0);
+	uint64_t s = seed;
+	roundtrip(t, 4, &s);
+	t->ops->close(t);
+}
+
+static void test_bad_paths(void **state)
+{
+	struct hs_tier_config cfg = { .name = "x", .capacity = 1 << 20, .reserved = 8192, .flags = HS_TIER_F_CREATE };
+	struct hs_tier *t;
+
+	(void)state;
+	cfg.path = "/proc/hpdlf-no-such/tier"; /* unwritable even for root */
+	assert_true(hs_tier_nvme_open(&cfg, &t) < 0);
+	assert_non_null(strstr(hp_errmsg(), "/proc/hpdlf-no-such/tier"));
+	assert_true(hs_tier_pmem_open(&cfg, &t) < 0);
+	assert_non_null(strstr(hp_errmsg(), "/proc/hpdlf-no-such/tier"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_extents_random),
+		cmocka_unit_test(test_extents_claim),
+		cmocka_unit_test(test_crc),
+		cmocka_unit_test(test_dram_tier),
+		cmocka_unit_test(test_pmem_tier_persist_path),
+		cmocka_unit_test(test_pmem_tier_msync_path),
+		cmocka_unit_test(test_nvme_tier),
+		cmocka_unit_test(test_nvme_refuses_tmpfs),
+		cmocka_unit_test(test_bad_paths),
+	};
+	int rc;
+
+	seed = tu_seed("test_tiers");
+	rc = cmocka_run_group_tests(tests, NULL, NULL);
+	tu_cleanup();
+	return rc;
+}
