@@ -1,4 +1,521 @@
-/* Placeholder until the family lands. */
-#include "kernels/ops.h"
+/* Training ops (domain ai.hpdlf): gradient sums, the step counter, losses
+ * and optimizer updates, plus the table of every backward op. */
+#include <math.h>
+#include <string.h>
 
-const struct hp_op *const hp_ops_train[] = { NULL };
+#include "hpdlf/error.h"
+#include "kernels/train_util.h"
+
+void tk_set_out(struct hp_graph *g, const struct hp_node *n, int o, enum hp_dtype dt, const struct hp_shape *s)
+{
+	if (o < n->noutputs && n->outputs[o] >= 0) {
+		g->values[n->outputs[o]].dtype = dt;
+		g->values[n->outputs[o]].shape = *s;
+	}
+}
+
+int tk_need_f32(struct hp_graph *g, const struct hp_node *n, int i, int optional)
+{
+	const struct hp_value *v = tk_in(g, n, i);
+
+	if (!v)
+		return optional ? 0 : hp_node_error(g, n, HP_EMODEL, "input %d is required", i);
+	if (v->dtype != HP_F32)
+		return hp_node_error(g, n, HP_EUNSUPPORTED, "input %d ('%s') is %s, expected float32", i, v->name,
+				     hp_dtype_name(v->dtype));
+	return 0;
+}
+
+int tk_attr_shape(struct hp_graph *g, const struct hp_node *n, const char *name, struct hp_shape *s,
+		  int required)
+{
+	const int64_t *v;
+	int k = hp_attr_ints(n, name, &v);
+
+	if (k < 0)
+		return required ? hp_node_error(g, n, HP_EMODEL, "attribute '%s' is required", name) : 1;
+	if (k > HP_MAX_RANK)
+		return hp_node_error(g, n, HP_EUNSUPPORTED, "attribute '%s' has rank %d > %d", name, k, HP_MAX_RANK);
+	s->rank = k;
+	for (int i = 0; i < k; i++) {
+		if (v[i] < 0)
+			return hp_node_error(g, n, HP_EMODEL, "attribute '%s' has a negative dim", name);
+		s->dims[i] = v[i];
+	}
+	return 0;
+}
+
+int tk_broadcast(struct hp_graph *g, const struct hp_node *n, const struct hp_shape *a,
+		 const struct hp_shape *b, struct hp_shape *out)
+{
+	int r = a->rank > b->rank ? a->rank : b->rank;
+
+	out->rank = r;
+	for (int i = 0; i < r; i++) {
+		int ia = i - (r - a->rank), ib = i - (r - b->rank);
+		int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+		if (da != db && da != 1 && db != 1)
+			return hp_node_error(g, n, HP_ESHAPE, "shapes do not broadcast (dim %d: %lld vs %lld)", i,
+					     (long long)da, (long long)db);
+		out->dims[i] = da == 1 ? db : da;
+	}
+	return 0;
+}
+
+void tk_strides(const struct hp_shape *s, int64_t *st)
+{
+	int64_t acc = 1;
+
+	for (int i = s->rank - 1; i >= 0; i--) {
+		st[i] = acc;
+		acc *= s->dims[i];
+	}
+}
+
+void tk_bcast_strides(const struct hp_shape *out, const struct hp_shape *in, int64_t *st)
+{
+	int64_t own[HP_MAX_RANK];
+	int off = out->rank - in->rank;
+
+	tk_strides(in, own);
+	for (int i = 0; i < out->rank; i++) {
+		int j = i - off;
+		st[i] = j < 0 || in->dims[j] == 1 ? 0 : own[j];
+	}
+}
+
+int64_t tk_offset(const struct hp_shape *s, const int64_t *st, int64_t i)
+{
+	int64_t off = 0;
+
+	for (int d = s->rank - 1; d >= 0 && i; d--) {
+		off += (i % s->dims[d]) * st[d];
+		i /= s->dims[d];
+	}
+	return off;
+}
+
+/* ---- GradSum(g1, ..., gk): the gradient of a value that fans out ------- */
+
+static int grad_sum_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	const struct hp_value *a = tk_in(g, n, 0);
+
+	for (int i = 0; i < n->ninputs; i++) {
+		int rc = tk_need_f32(g, n, i, 0);
+		if (rc < 0)
+			return rc;
+		if (!hp_shape_equal(&g->values[n->inputs[i]].shape, &a->shape))
+			return hp_node_error(g, n, HP_ESHAPE, "input %d has a different shape", i);
+	}
+	tk_set_out(g, n, 0, HP_F32, &a->shape);
+	return 0;
+}
+
+static int grad_sum_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	int64_t len = hp_shape_numel(&a->out[0].shape);
+	float *y = a->out[0].data;
+
+	memcpy(y, a->in[0].data, (size_t)len * sizeof *y);
+	for (int i = 1; i < n->ninputs; i++) {
+		const float *x = a->in[i].data;
+		for (int64_t j = 0; j < len; j++)
+			y[j] += x[j];
+	}
+	return 0;
+}
+
+const struct hp_op tk_op_grad_sum = {
+	.domain = TK_DOMAIN, .name = "GradSum", .min_inputs = 1, .max_inputs = 1 << 20,
+	.min_outputs = 1, .max_outputs = 1, .prepare = grad_sum_prepare, .run = grad_sum_run,
+};
+
+/* ---- StepInc(step): step + 1 (int64 scalar) ---------------------------- */
+
+static int step_inc_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	const struct hp_value *s = tk_in(g, n, 0);
+
+	if (!s || s->dtype != HP_I64 || hp_shape_numel(&s->shape) != 1)
+		return hp_node_error(g, n, HP_EMODEL, "the step counter must be one int64");
+	tk_set_out(g, n, 0, HP_I64, &s->shape);
+	return 0;
+}
+
+static int step_inc_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	(void)n;
+	*(int64_t *)a->out[0].data = *(const int64_t *)a->in[0].data + 1;
+	return 0;
+}
+
+const struct hp_op tk_op_step_inc = {
+	.domain = TK_DOMAIN, .name = "StepInc", .min_inputs = 1, .max_inputs = 1,
+	.min_outputs = 1, .max_outputs = 1, .flags = HP_OP_NO_FOLD,
+	.prepare = step_inc_prepare, .run = step_inc_run,
+};
+
+/* ---- SoftmaxCrossEntropy(logits [N,C,d...], labels int64 [N,d...]) -----
+ * The mean over label positions not equal to ignore_index (default -100),
+ * as torch.nn.functional.cross_entropy.  The backward recomputes softmax. */
+
+struct sce_geom {
+	int64_t outer, classes, inner;
+};
+
+static int sce_check(struct hp_graph *g, struct hp_node *n, int first)
+{
+	const struct hp_value *x = tk_in(g, n, first), *l = tk_in(g, n, first + 1);
+	int rc = tk_need_f32(g, n, first, 0);
+
+	if (rc < 0)
+		return rc;
+	if (!l || (l->dtype != HP_I64 && l->dtype != HP_I32))
+		return hp_node_error(g, n, HP_EMODEL, "labels must be int64 or int32");
+	if (x->shape.rank < 1 || l->shape.rank != (x->shape.rank == 1 ? 0 : x->shape.rank - 1))
+		return hp_node_error(g, n, HP_ESHAPE, "labels must have the logits' shape without the class dim");
+	for (int i = 0, j = 0; i < x->shape.rank; i++) {
+		if (i == 1 || (x->shape.rank == 1 && i == 0))
+			continue;
+		if (l->shape.dims[j++] != x->shape.dims[i])
+			return hp_node_error(g, n, HP_ESHAPE, "labels dim %d does not match logits dim %d", j - 1, i);
+	}
+	return 0;
+}
+
+static struct sce_geom sce_geom(const struct hp_shape *s)
+{
+	struct sce_geom gm = { 1, s->rank == 1 ? s->dims[0] : s->dims[1], 1 };
+
+	if (s->rank > 1)
+		gm.outer = s->dims[0];
+	for (int i = 2; i < s->rank; i++)
+		gm.inner *= s->dims[i];
+	return gm;
+}
+
+static int64_t label_at(const struct hp_tensor *l, int64_t i)
+{
+	return l->dtype == HP_I64 ? ((const int64_t *)l->data)[i] : ((const int32_t *)l->data)[i];
+}
+
+static int sce_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	struct hp_shape s = { 0 };
+	int rc = sce_check(g, n, 0);
+
+	if (rc < 0)
+		return rc;
+	tk_set_out(g, n, 0, HP_F32, &s);
+	return 0;
+}
+
+/* Log-sum-exp of one position (stride `inner` between classes) in double. */
+static double sce_lse(const float *x, int64_t classes, int64_t inner)
+{
+	double m = -INFINITY, s = 0;
+
+	for (int64_t c = 0; c < classes; c++)
+		if (x[c * inner] > m)
+			m = x[c * inner];
+	for (int64_t c = 0; c < classes; c++)
+		s += exp(x[c * inner] - m);
+	return m + log(s);
+}
+
+static int sce_label(const struct hp_node *n, int64_t lab, int64_t classes, int64_t ignore)
+{
+	if (lab == ignore)
+		return 0;
+	if (lab < 0 || lab >= classes)
+		return hp_error(HP_EDATA, "node '%s' (%s): label %lld is out of range [0, %lld)", n->name,
+				n->op_type, (long long)lab, (long long)classes);
+	return 1;
+}
+
+static int sce_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	struct sce_geom gm = sce_geom(&a->in[0].shape);
+	int64_t ignore = hp_attr_int(n, "ignore_index", -100), count = 0;
+	const float *x = a->in[0].data;
+	double sum = 0;
+
+	for (int64_t o = 0; o < gm.outer; o++)
+		for (int64_t i = 0; i < gm.inner; i++) {
+			int64_t lab = label_at(&a->in[1], o * gm.inner + i);
+			const float *p = x + o * gm.classes * gm.inner + i;
+			int rc = sce_label(n, lab, gm.classes, ignore);
+			if (rc <= 0) {
+				if (rc < 0)
+					return rc;
+				continue;
+			}
+			sum += sce_lse(p, gm.classes, gm.inner) - p[lab * gm.inner];
+			count++;
+		}
+	*(float *)a->out[0].data = (float)(count ? sum / (double)count : NAN);
+	return 0;
+}
+
+static double sce_flops(const struct hp_graph *g, const struct hp_node *n)
+{
+	return 4.0 * (double)hp_shape_numel(&g->values[n->inputs[n->ninputs - 2]].shape);
+}
+
+const struct hp_op tk_op_sce = {
+	.domain = TK_DOMAIN, .name = "SoftmaxCrossEntropy", .min_inputs = 2, .max_inputs = 2,
+	.min_outputs = 1, .max_outputs = 1, .prepare = sce_prepare, .run = sce_run, .flops = sce_flops,
+};
+
+/* SoftmaxCrossEntropyGrad(dLoss, logits, labels) -> dLogits */
+static int sce_grad_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	int rc = tk_need_f32(g, n, 0, 0);
+
+	if (rc == 0)
+		rc = sce_check(g, n, 1);
+	if (rc < 0)
+		return rc;
+	if (hp_shape_numel(&tk_in(g, n, 0)->shape) != 1)
+		return hp_node_error(g, n, HP_ESHAPE, "dLoss must be a scalar");
+	tk_set_out(g, n, 0, HP_F32, &tk_in(g, n, 1)->shape);
+	return 0;
+}
+
+static int sce_grad_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	struct sce_geom gm = sce_geom(&a->in[1].shape);
+	int64_t ignore = hp_attr_int(n, "ignore_index", -100), count = 0, npos = gm.outer * gm.inner;
+	const float *x = a->in[1].data;
+	float *dx = a->out[0].data;
+	double scale;
+
+	for (int64_t p = 0; p < npos; p++) {
+		int rc = sce_label(n, label_at(&a->in[2], p), gm.classes, ignore);
+		if (rc < 0)
+			return rc;
+		count += rc;
+	}
+	scale = count ? *(const float *)a->in[0].data / (double)count : NAN;
+	for (int64_t o = 0; o < gm.outer; o++)
+		for (int64_t i = 0; i < gm.inner; i++) {
+			int64_t lab = label_at(&a->in[2], o * gm.inner + i), base = o * gm.classes * gm.inner + i;
+			double lse = sce_lse(x + base, gm.classes, gm.inner);
+			for (int64_t c = 0; c < gm.classes; c++) {
+				int64_t k = base + c * gm.inner;
+				dx[k] = lab == ignore ? 0.0f
+						      : (float)(scale * (exp(x[k] - lse) - (c == lab ? 1.0 : 0.0)));
+			}
+		}
+	return 0;
+}
+
+const struct hp_op tk_op_sce_grad = {
+	.domain = TK_DOMAIN, .name = "SoftmaxCrossEntropyGrad", .min_inputs = 3, .max_inputs = 3,
+	.min_outputs = 1, .max_outputs = 1, .prepare = sce_grad_prepare, .run = sce_grad_run,
+	.flops = sce_flops,
+};
+
+/* ---- MSELoss(pred, target): mean((pred - target)^2) --------------------- */
+
+static int mse_check(struct hp_graph *g, struct hp_node *n, int first)
+{
+	int rc = tk_need_f32(g, n, first, 0);
+
+	if (rc == 0)
+		rc = tk_need_f32(g, n, first + 1, 0);
+	if (rc < 0)
+		return rc;
+	if (!hp_shape_equal(&tk_in(g, n, first)->shape, &tk_in(g, n, first + 1)->shape))
+		return hp_node_error(g, n, HP_ESHAPE, "prediction and target shapes differ");
+	return 0;
+}
+
+static int mse_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	struct hp_shape s = { 0 };
+	int rc = mse_check(g, n, 0);
+
+	if (rc < 0)
+		return rc;
+	tk_set_out(g, n, 0, HP_F32, &s);
+	return 0;
+}
+
+static int mse_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	int64_t len = hp_shape_numel(&a->in[0].shape);
+	const float *p = a->in[0].data, *t = a->in[1].data;
+	double s = 0;
+
+	(void)n;
+	for (int64_t i = 0; i < len; i++)
+		s += ((double)p[i] - t[i]) * ((double)p[i] - t[i]);
+	*(float *)a->out[0].data = (float)(s / (double)len);
+	return 0;
+}
+
+const struct hp_op tk_op_mse = {
+	.domain = TK_DOMAIN, .name = "MSELoss", .min_inputs = 2, .max_inputs = 2,
+	.min_outputs = 1, .max_outputs = 1, .prepare = mse_prepare, .run = mse_run,
+};
+
+/* MSELossGrad(dLoss, pred, target) -> dPred */
+static int mse_grad_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	int rc = tk_need_f32(g, n, 0, 0);
+
+	if (rc == 0)
+		rc = mse_check(g, n, 1);
+	if (rc < 0)
+		return rc;
+	tk_set_out(g, n, 0, HP_F32, &tk_in(g, n, 1)->shape);
+	return 0;
+}
+
+static int mse_grad_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	int64_t len = hp_shape_numel(&a->in[1].shape);
+	const float *p = a->in[1].data, *t = a->in[2].data;
+	double scale = 2.0 * *(const float *)a->in[0].data / (double)len;
+	float *d = a->out[0].data;
+
+	(void)n;
+	for (int64_t i = 0; i < len; i++)
+		d[i] = (float)(scale * ((double)p[i] - t[i]));
+	return 0;
+}
+
+const struct hp_op tk_op_mse_grad = {
+	.domain = TK_DOMAIN, .name = "MSELossGrad", .min_inputs = 3, .max_inputs = 3,
+	.min_outputs = 1, .max_outputs = 1, .prepare = mse_grad_prepare, .run = mse_grad_run,
+};
+
+/* ---- optimizers ---------------------------------------------------------
+ * Formulas transcribed from the torch.optim docs (single-tensor path);
+ * float32 state, scalars in double as Python computes them. */
+
+static int update_prepare(struct hp_graph *g, struct hp_node *n, int nstate)
+{
+	const struct hp_value *w = tk_in(g, n, 0);
+
+	for (int i = 0; i < 2 + nstate; i++) {
+		int rc = tk_need_f32(g, n, i, 0);
+		if (rc < 0)
+			return rc;
+		if (!hp_shape_equal(&g->values[n->inputs[i]].shape, &w->shape))
+			return hp_node_error(g, n, HP_ESHAPE, "input %d does not have the parameter's shape", i);
+	}
+	for (int o = 0; o < n->noutputs; o++)
+		tk_set_out(g, n, o, HP_F32, &w->shape);
+	return 0;
+}
+
+/* SGDUpdate(W, G [, B]) -> W' [, B']: momentum buffer B (starts zero, so the
+ * first step's B' = G as torch's clone); dampening is not supported. */
+static int sgd_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	int mom = hp_attr_float(n, "momentum", 0) != 0;
+
+	if (hp_attr_float(n, "dampening", 0) != 0)
+		return hp_node_error(g, n, HP_EUNSUPPORTED, "dampening is not supported");
+	if (mom != (n->ninputs == 3) || n->noutputs != n->ninputs - 1)
+		return hp_node_error(g, n, HP_EMODEL, "momentum needs the buffer as input 2 and output 1");
+	return update_prepare(g, n, mom);
+}
+
+static int sgd_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	int64_t len = hp_shape_numel(&a->in[0].shape);
+	float lr = hp_attr_float(n, "lr", 0.01f), mu = hp_attr_float(n, "momentum", 0);
+	float wd = hp_attr_float(n, "weight_decay", 0);
+	int nesterov = (int)hp_attr_int(n, "nesterov", 0);
+	const float *w = a->in[0].data, *gr = a->in[1].data, *b = n->ninputs > 2 ? a->in[2].data : NULL;
+	float *w2 = a->out[0].data, *b2 = n->noutputs > 1 ? a->out[1].data : NULL;
+
+	for (int64_t i = 0; i < len; i++) {
+		float d = gr[i];
+		if (wd != 0)
+			d = d + wd * w[i];
+		if (b) {
+			float buf = mu * b[i] + d;
+			b2[i] = buf;
+			d = nesterov ? d + mu * buf : buf;
+		}
+		w2[i] = w[i] - lr * d;
+	}
+	return 0;
+}
+
+static double update_flops(const struct hp_graph *g, const struct hp_node *n)
+{
+	return 8.0 * (double)hp_shape_numel(&g->values[n->inputs[0]].shape);
+}
+
+const struct hp_op tk_op_sgd = {
+	.domain = TK_DOMAIN, .name = "SGDUpdate", .min_inputs = 2, .max_inputs = 3,
+	.min_outputs = 1, .max_outputs = 2, .flags = HP_OP_NO_FOLD,
+	.prepare = sgd_prepare, .run = sgd_run, .flops = update_flops,
+};
+
+/* AdamUpdate(W, G, M, V, step) -> W', M', V'; `step` is the 1-based step of
+ * this update.  decoupled=1 is AdamW (decay applied to W, not to G). */
+static int adam_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	const struct hp_value *s = tk_in(g, n, 4);
+
+	if (!s || s->dtype != HP_I64 || hp_shape_numel(&s->shape) != 1)
+		return hp_node_error(g, n, HP_EMODEL, "input 4 must be the int64 step counter");
+	return update_prepare(g, n, 2);
+}
+
+static int adam_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	int64_t len = hp_shape_numel(&a->in[0].shape), step = *(const int64_t *)a->in[4].data;
+	double lr = hp_attr_float(n, "lr", 0.001f), b1 = hp_attr_float(n, "beta1", 0.9f);
+	double b2 = hp_attr_float(n, "beta2", 0.999f), eps = hp_attr_float(n, "epsilon", 1e-8f);
+	float wd = hp_attr_float(n, "weight_decay", 0);
+	int decoupled = (int)hp_attr_int(n, "decoupled", 0);
+	const float *w = a->in[0].data, *gr = a->in[1].data, *m = a->in[2].data, *v = a->in[3].data;
+	float *w2 = a->out[0].data, *m2 = a->out[1].data, *v2 = a->out[2].data;
+	double bc1 = 1 - pow(b1, (double)step), bc2 = 1 - pow(b2, (double)step);
+	float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+	float decay = (float)(1 - lr * wd), fb1 = (float)b1, fb2 = (float)b2;
+
+	if (step < 1)
+		return hp_error(HP_EINTERNAL, "node '%s' (AdamUpdate): step %lld < 1", n->name, (long long)step);
+	for (int64_t i = 0; i < len; i++) {
+		float wi = w[i], gi = gr[i];
+		if (decoupled)
+			wi *= decay;
+		else if (wd != 0)
+			gi = gi + wd * wi;
+		float mi = fb1 * m[i] + (1 - fb1) * gi;
+		float vi = fb2 * v[i] + (1 - fb2) * gi * gi;
+		float denom = sqrtf(vi) / bc2_sqrt + (float)eps;
+		m2[i] = mi;
+		v2[i] = vi;
+		w2[i] = wi - step_size * (mi / denom);
+	}
+	return 0;
+}
+
+const struct hp_op tk_op_adam = {
+	.domain = TK_DOMAIN, .name = "AdamUpdate", .min_inputs = 5, .max_inputs = 5,
+	.min_outputs = 3, .max_outputs = 3, .flags = HP_OP_NO_FOLD,
+	.prepare = adam_prepare, .run = adam_run, .flops = update_flops,
+};
+
+const struct hp_op *const hp_ops_train[] = {
+	&tk_op_grad_sum, &tk_op_step_inc, &tk_op_sce, &tk_op_sce_grad, &tk_op_mse, &tk_op_mse_grad,
+	&tk_op_sgd, &tk_op_adam,
+	&tk_op_unary_grad, &tk_op_binary_grad, &tk_op_where_grad, &tk_op_dropout_train, &tk_op_dropout_grad,
+	&tk_op_matmul_grad, &tk_op_gemm_grad,
+	&tk_op_conv_grad_data, &tk_op_conv_grad_filter, &tk_op_convt_grad_data, &tk_op_bias_grad,
+	&tk_op_maxpool_grad, &tk_op_avgpool_grad,
+	&tk_op_bn_train, &tk_op_bn_grad, &tk_op_ln_grad, &tk_op_softmax_grad, &tk_op_logsoftmax_grad,
+	&tk_op_reshape_grad, &tk_op_transpose_grad, &tk_op_concat_grad, &tk_op_split_grad,
+	&tk_op_slice_grad, &tk_op_gather_grad, &tk_op_reduce_grad, &tk_op_resize_grad,
+	NULL,
+};

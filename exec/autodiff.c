@@ -1,0 +1,556 @@
+/* Autodiff: training-mode rewrite, loss, reverse-mode gradient graph with
+ * accumulation at fan-outs, and per-parameter optimizer updates linked to
+ * their state through value.next.  Per-op rules are in autodiff_rules.c. */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "hpdlf/kernels.h"
+#include "exec/autodiff_internal.h"
+
+void hp_train_spec_init(struct hp_train_spec *s, size_t size)
+{
+	memset(s, 0, size);
+	s->size = size;
+	s->loss = HP_LOSS_CROSS_ENTROPY;
+	s->ignore_index = -100;
+	s->optimizer = HP_OPT_SGD;
+	s->lr = 0.01;
+	s->weight_decay = -1;
+	s->beta1 = 0.9;
+	s->beta2 = 0.999;
+	s->eps = 1e-8;
+	s->seed = 1;
+}
+
+struct hp_attr ad_int(const char *name, int64_t v)
+{
+	return (struct hp_attr){ .name = (char *)name, .type = HP_ATTR_INT, .i = v };
+}
+
+struct hp_attr ad_float(const char *name, float v)
+{
+	return (struct hp_attr){ .name = (char *)name, .type = HP_ATTR_FLOAT, .f = v };
+}
+
+struct hp_attr ad_str(const char *name, const char *s)
+{
+	return (struct hp_attr){ .name = (char *)name, .type = HP_ATTR_STRING, .s = (char *)s, .slen = strlen(s) };
+}
+
+struct hp_attr ad_ints(const char *name, int n, const int64_t *v)
+{
+	return (struct hp_attr){ .name = (char *)name, .type = HP_ATTR_INTS, .n = n, .ints = (int64_t *)v };
+}
+
+struct hp_attr ad_shape(const char *name, const struct hp_shape *s)
+{
+	return ad_ints(name, s->rank, s->dims);
+}
+
+int ad_copy_attr(const struct hp_node *n, const char *name, struct hp_attr *out)
+{
+	const struct hp_attr *a = hp_node_attr(n, name);
+
+	if (!a)
+		return 0;
+	*out = *a;
+	return 1;
+}
+
+static int new_value(struct ad *ad, const char *name, enum hp_value_kind kind, enum hp_dtype dt,
+		     const struct hp_shape *s)
+{
+	char buf[256];
+
+	snprintf(buf, sizeof buf, "%s#%d", name, ad->counter++);
+	return hp_graph_add_value(ad->g, buf, kind, dt, s);
+}
+
+int ad_emit(struct ad *ad, const char *op, int internal, const char *hint, int nin, const int *in, int nout,
+	    int *out, int nattrs, const struct hp_attr *attrs)
+{
+	char name[256];
+	int node, rc;
+
+	for (int o = 0; o < nout; o++) {
+		if (!out[o]) {
+			out[o] = -1;
+			continue;
+		}
+		snprintf(name, sizeof name, "%s/%s.%d", hint, op, o);
+		out[o] = new_value(ad, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+		if (out[o] < 0)
+			return out[o];
+	}
+	snprintf(name, sizeof name, "%s/%s#%d", hint, op, ad->counter++);
+	node = hp_graph_add_node(ad->g, name, op, nin, in, nout, out);
+	if (node < 0)
+		return node;
+	if (internal) {
+		char *d = strdup("ai.hpdlf");
+		if (!d)
+			return hp_error(-ENOMEM, "out of memory");
+		free(ad->g->nodes[node].domain);
+		ad->g->nodes[node].domain = d;
+	}
+	for (int i = 0; i < nattrs; i++)
+		if ((rc = hp_graph_add_attr(ad->g, node, &attrs[i])) < 0)
+			return rc;
+	return node;
+}
+
+int ad_contrib(struct ad *ad, int v, int gv)
+{
+	if (v < 0 || v >= ad->nv0 || gv < 0 || !ad->need[v])
+		return 0;
+	if (ad->ncontrib[v] == ad->capcontrib[v]) {
+		int cap = ad->capcontrib[v] ? 2 * ad->capcontrib[v] : 2;
+		int *p = realloc(ad->contrib[v], (size_t)cap * sizeof *p);
+		if (!p)
+			return hp_error(-ENOMEM, "out of memory");
+		ad->contrib[v] = p;
+		ad->capcontrib[v] = cap;
+	}
+	ad->contrib[v][ad->ncontrib[v]++] = gv;
+	return 0;
+}
+
+int ad_needs(const struct ad *ad, const struct hp_node *n, int i)
+{
+	return i < n->ninputs && n->inputs[i] >= 0 && n->inputs[i] < ad->nv0 && ad->need[n->inputs[i]];
+}
+
+/* The complete gradient of v: its contributions summed pairwise in arrival
+ * order (a chain, so each partial sum frees its operands early); -1 if none. */
+static int combine(struct ad *ad, int v)
+{
+	int acc;
+
+	if (v < 0 || v >= ad->nv0 || !ad->ncontrib[v])
+		return -1;
+	acc = ad->contrib[v][0];
+	for (int k = 1; k < ad->ncontrib[v]; k++) {
+		int in[2] = { acc, ad->contrib[v][k] }, out[1] = { 1 };
+		int rc = ad_emit(ad, "GradSum", 1, ad->g->values[v].name, 2, in, 1, out, 0, NULL);
+		if (rc < 0)
+			return rc;
+		acc = out[0];
+	}
+	ad->ncontrib[v] = 1;
+	ad->contrib[v][0] = acc;
+	return acc;
+}
+
+/* Values through which a gradient reaches a trainable float parameter. */
+static void mark_need(struct ad *ad)
+{
+	struct hp_graph *g = ad->g;
+
+	for (int v = 0; v < ad->nv0; v++)
+		ad->need[v] = g->values[v].trainable && g->values[v].kind == HP_VALUE_INITIALIZER &&
+			      g->values[v].dtype == HP_F32;
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct hp_node *n = &g->nodes[i];
+		int any = 0;
+		if (n->folded)
+			continue;
+		for (int j = 0; j < n->ninputs; j++)
+			any |= ad_needs(ad, n, j);
+		for (int o = 0; any && o < n->noutputs; o++)
+			if (n->outputs[o] >= 0 && g->values[n->outputs[o]].dtype == HP_F32)
+				ad->need[n->outputs[o]] = 1;
+	}
+}
+
+/* State value (initializer without bytes: starts zeroed) and its successor. */
+static int add_state(struct ad *ad, const char *name, enum hp_dtype dt, const struct hp_shape *s)
+{
+	int v = hp_graph_add_value(ad->g, name, HP_VALUE_INITIALIZER, dt, s);
+
+	if (v >= 0)
+		ad->g->values[v].src.kind = HP_BLOB_NONE;
+	return v;
+}
+
+/* The int64 step counter: `step` counts completed runs, `step_next` = step + 1. */
+static int need_step(struct ad *ad)
+{
+	struct hp_shape s = { 0 };
+	int out[1] = { 1 }, rc;
+
+	if (ad->step >= 0)
+		return 0;
+	ad->step = add_state(ad, "train.step", HP_I64, &s);
+	if (ad->step < 0)
+		return ad->step;
+	rc = ad_emit(ad, "StepInc", 1, "train.step", 1, &ad->step, 1, out, 0, NULL);
+	if (rc < 0)
+		return rc;
+	ad->step_next = out[0];
+	ad->g->values[ad->step].next = out[0];
+	return 0;
+}
+
+static int set_op(struct hp_node *n, const char *op)
+{
+	char *t = strdup(op), *d = strdup("ai.hpdlf");
+
+	if (!t || !d) {
+		free(t);
+		free(d);
+		return hp_error(-ENOMEM, "out of memory");
+	}
+	if (n->op && n->op->release)
+		n->op->release(n);
+	else
+		free(n->priv);
+	n->priv = NULL;
+	n->op = NULL;
+	free(n->op_type);
+	free(n->domain);
+	n->op_type = t;
+	n->domain = d;
+	return 0;
+}
+
+/* BatchNormalization -> BatchNormTrain(X, scale, B, mean, var) -> Y, mean', var'. */
+static int rewrite_bn(struct ad *ad, int i)
+{
+	struct hp_graph *g = ad->g;
+	int *outs, st[2];
+	char name[256];
+
+	for (int k = 3; k < 5; k++) {
+		int v = g->nodes[i].inputs[k];
+		if (v < 0 || g->values[v].kind != HP_VALUE_INITIALIZER)
+			return hp_node_error(g, &g->nodes[i], HP_EUNSUPPORTED,
+					     "training needs the running statistics as initializers");
+		g->values[v].trainable = 0;
+		st[k - 3] = v;
+	}
+	if (!(outs = calloc(3, sizeof *outs)))
+		return hp_error(-ENOMEM, "out of memory");
+	outs[0] = g->nodes[i].outputs[0];
+	for (int k = 1; k < 3; k++) {
+		int old = k < g->nodes[i].noutputs ? g->nodes[i].outputs[k] : -1;
+		snprintf(name, sizeof name, "%s.next", g->values[st[k - 1]].name);
+		outs[k] = old >= 0 ? old : new_value(ad, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+		if (outs[k] < 0) {
+			int rc = outs[k];
+			free(outs);
+			return rc;
+		}
+		g->values[st[k - 1]].next = outs[k];
+	}
+	free(g->nodes[i].outputs);
+	g->nodes[i].outputs = outs;
+	g->nodes[i].noutputs = 3;
+	return set_op(&g->nodes[i], "BatchNormTrain");
+}
+
+/* Dropout(X, ratio?, training_mode?) -> DropoutTrain(X, step) -> Y, mask. */
+static int rewrite_dropout(struct ad *ad, int i)
+{
+	struct hp_graph *g = ad->g;
+	struct hp_node *n = &g->nodes[i];
+	float ratio = hp_attr_float(n, "ratio", 0.5f);
+	int *outs, rc, ri = n->ninputs > 1 ? n->inputs[1] : -1;
+	struct hp_attr a[2];
+
+	if (ri >= 0) {
+		if (!g->values[ri].data || g->values[ri].dtype != HP_F32)
+			return hp_node_error(g, n, HP_EUNSUPPORTED, "training needs a constant float ratio");
+		ratio = *(const float *)g->values[ri].data;
+	}
+	if ((rc = need_step(ad)) < 0)
+		return rc;
+	n = &g->nodes[i];
+	if (!(outs = calloc(2, sizeof *outs)))
+		return hp_error(-ENOMEM, "out of memory");
+	outs[0] = n->outputs[0];
+	outs[1] = n->noutputs > 1 && n->outputs[1] >= 0 ? n->outputs[1]
+		  : new_value(ad, "dropout.mask", HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+	n = &g->nodes[i];
+	free(n->outputs);
+	n->outputs = outs;
+	n->noutputs = 2;
+	n->ninputs = 2;
+	n->inputs[1] = ad->step; /* inputs holds at least the original count (>= 1): grow */
+	a[0] = ad_float("ratio", ratio);
+	a[1] = ad_int("seed", (int64_t)(ad->spec->seed * 1000003u + (uint64_t)i));
+	if ((rc = set_op(n, "DropoutTrain")) < 0)
+		return rc;
+	for (int k = 0; k < 2; k++)
+		if ((rc = hp_graph_add_attr(g, i, &a[k])) < 0)
+			return rc;
+	return 0;
+}
+
+static int train_rewrite(struct ad *ad)
+{
+	for (int i = 0; i < ad->g->nnodes; i++) {
+		const char *op = ad->g->nodes[i].op_type, *dom = ad->g->nodes[i].domain;
+		int rc = 0;
+		if (dom[0] && strcmp(dom, "ai.onnx"))
+			continue;
+		if (!strcmp(op, "BatchNormalization"))
+			rc = rewrite_bn(ad, i);
+		else if (!strcmp(op, "Dropout")) {
+			int *in = realloc(ad->g->nodes[i].inputs, 2 * sizeof(int));
+			if (!in)
+				return hp_error(-ENOMEM, "out of memory");
+			ad->g->nodes[i].inputs = in;
+			rc = rewrite_dropout(ad, i);
+		}
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static int add_io(int **list, int *count, int v)
+{
+	int *p = realloc(*list, (size_t)(*count + 1) * sizeof *p);
+
+	if (!p)
+		return hp_error(-ENOMEM, "out of memory");
+	*list = p;
+	p[(*count)++] = v;
+	return 0;
+}
+
+static int seed_constant(struct ad *ad, const struct hp_shape *s)
+{
+	int v = new_value(ad, "loss.grad", HP_VALUE_CONSTANT, HP_F32, s);
+	float *one;
+
+	if (v < 0)
+		return v;
+	if (!(one = malloc(sizeof *one)))
+		return hp_error(-ENOMEM, "out of memory");
+	*one = 1.0f;
+	ad->g->values[v].data = one;
+	ad->g->values[v].src.kind = HP_BLOB_MEMORY;
+	return v;
+}
+
+/* Labels/target input for a loss over value x. */
+static int add_labels(struct ad *ad, int x)
+{
+	struct hp_graph *g = ad->g;
+	const char *name = ad->spec->labels ? ad->spec->labels : "labels";
+	struct hp_shape s = g->values[x].shape;
+	enum hp_dtype dt = HP_F32;
+	int v, rc;
+
+	if (hp_graph_find_value(g, name) >= 0)
+		return hp_error(HP_EUSAGE, "%s: the model already has a value named '%s'", g->path, name);
+	if (ad->spec->loss == HP_LOSS_CROSS_ENTROPY) {
+		int drop = s.rank == 1 ? 0 : 1;
+		if (s.rank < 1)
+			return hp_error(HP_EUSAGE, "%s: cross-entropy needs logits with a class dim, '%s' is a scalar",
+					g->path, g->values[x].name);
+		memmove(s.dims + drop, s.dims + drop + 1, (size_t)(s.rank - drop - 1) * sizeof s.dims[0]);
+		s.rank--;
+		dt = HP_I64;
+	}
+	v = hp_graph_add_value(g, name, HP_VALUE_INPUT, dt, &s);
+	if (v < 0)
+		return v;
+	rc = add_io(&g->inputs, &g->ninputs, v);
+	return rc < 0 ? rc : v;
+}
+
+/* Loss node and the seed of the backward pass. */
+static int add_loss(struct ad *ad)
+{
+	struct hp_graph *g = ad->g;
+	const struct hp_train_spec *sp = ad->spec;
+	int x = sp->output ? hp_graph_find_value(g, sp->output) : g->noutputs ? g->outputs[0] : -1;
+	struct hp_shape scalar = { 0 };
+	int lab, seed, loss, in[3], out[1] = { 1 }, rc;
+	const char *op = sp->loss == HP_LOSS_MSE ? "MSELoss" : "SoftmaxCrossEntropy";
+	struct hp_attr ig = ad_int("ignore_index", sp->ignore_index);
+
+	if (x < 0)
+		return hp_error(HP_EUSAGE, "%s: no output named '%s' to train on", g->path, sp->output ? sp->output : "?");
+	if (g->values[x].dtype != HP_F32)
+		return hp_error(HP_EUSAGE, "%s: the loss needs a float output, '%s' is %s", g->path, g->values[x].name,
+				hp_dtype_name(g->values[x].dtype));
+	if (sp->loss == HP_LOSS_OUTPUT) {
+		if (hp_shape_numel(&g->values[x].shape) != 1)
+			return hp_error(HP_EUSAGE, "%s: output '%s' is not a scalar loss", g->path, g->values[x].name);
+		if ((seed = seed_constant(ad, &g->values[x].shape)) < 0)
+			return seed;
+		if (!g->values[x].is_output && (rc = add_io(&g->outputs, &g->noutputs, x)) < 0)
+			return rc;
+		return ad_contrib(ad, x, seed);
+	}
+	if (sp->loss != HP_LOSS_CROSS_ENTROPY && sp->loss != HP_LOSS_MSE)
+		return hp_error(HP_EUSAGE, "unknown loss kind %d", (int)sp->loss);
+	if ((lab = add_labels(ad, x)) < 0 || (seed = seed_constant(ad, &scalar)) < 0)
+		return lab < 0 ? lab : seed;
+	in[0] = x;
+	in[1] = lab;
+	if ((rc = ad_emit(ad, op, 1, "loss", 2, in, 1, out, sp->loss == HP_LOSS_MSE ? 0 : 1, &ig)) < 0)
+		return rc;
+	loss = out[0];
+	free(g->values[loss].name);
+	if (!(g->values[loss].name = strdup(hp_graph_find_value(g, "loss") < 0 ? "loss" : "train.loss")))
+		return hp_error(-ENOMEM, "out of memory");
+	if ((rc = add_io(&g->outputs, &g->noutputs, loss)) < 0)
+		return rc;
+	in[0] = seed;
+	in[1] = x;
+	in[2] = lab;
+	out[0] = 1;
+	op = sp->loss == HP_LOSS_MSE ? "MSELossGrad" : "SoftmaxCrossEntropyGrad";
+	if ((rc = ad_emit(ad, op, 1, "loss", 3, in, 1, out, sp->loss == HP_LOSS_MSE ? 0 : 1, &ig)) < 0)
+		return rc;
+	return ad_contrib(ad, x, out[0]);
+}
+
+static int backward(struct ad *ad, int nfwd)
+{
+	for (int i = nfwd - 1; i >= 0; i--) {
+		struct hp_node n = ad->g->nodes[i];
+		int dy[n.noutputs + 1], any = 0, need = 0, rc;
+		if (n.folded)
+			continue;
+		for (int j = 0; j < n.ninputs; j++)
+			need |= ad_needs(ad, &n, j);
+		if (!need)
+			continue;
+		for (int o = 0; o < n.noutputs; o++) {
+			dy[o] = combine(ad, n.outputs[o]);
+			if (dy[o] < -1)
+				return dy[o];
+			any |= dy[o] >= 0;
+		}
+		if (any && (rc = ad_rule(ad, &n, dy)) < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static int add_update(struct ad *ad, int p, int grad)
+{
+	struct hp_graph *g = ad->g;
+	const struct hp_train_spec *sp = ad->spec;
+	int adam = sp->optimizer != HP_OPT_SGD, mom = sp->momentum != 0, in[5], out[3] = { 1, 1, 1 }, nst, rc;
+	double wd = sp->weight_decay >= 0 ? sp->weight_decay : sp->optimizer == HP_OPT_ADAMW ? 0.01 : 0;
+	struct hp_shape s = g->values[p].shape;
+	const char *pname = g->values[p].name;
+	char name[256];
+	struct hp_attr a[8];
+	int na = 0;
+
+	nst = adam ? 2 : mom;
+	in[0] = p;
+	in[1] = grad;
+	for (int k = 0; k < nst; k++) {
+		snprintf(name, sizeof name, "%s.%s", g->values[p].name, adam ? (k ? "exp_avg_sq" : "exp_avg") : "momentum");
+		if ((in[2 + k] = add_state(ad, name, HP_F32, &s)) < 0)
+			return in[2 + k];
+	}
+	if (adam) {
+		if ((rc = need_step(ad)) < 0)
+			return rc;
+		in[4] = ad->step_next;
+	}
+	a[na++] = ad_float("lr", (float)sp->lr);
+	a[na++] = ad_float("weight_decay", (float)wd);
+	if (adam) {
+		a[na++] = ad_float("beta1", (float)sp->beta1);
+		a[na++] = ad_float("beta2", (float)sp->beta2);
+		a[na++] = ad_float("epsilon", (float)sp->eps);
+		a[na++] = ad_int("decoupled", sp->optimizer == HP_OPT_ADAMW);
+	} else {
+		a[na++] = ad_float("momentum", (float)sp->momentum);
+		a[na++] = ad_int("nesterov", sp->nesterov);
+	}
+	pname = g->values[p].name;
+	rc = ad_emit(ad, adam ? "AdamUpdate" : "SGDUpdate", 1, pname, adam ? 5 : 2 + nst, in, 1 + nst, out, na, a);
+	if (rc < 0)
+		return rc;
+	g = ad->g;
+	g->values[p].next = out[0];
+	for (int k = 0; k < nst; k++)
+		g->values[in[2 + k]].next = out[1 + k];
+	return 0;
+}
+
+static int check_spec(const struct hp_graph *g, const struct hp_train_spec *sp)
+{
+	if (!sp)
+		return hp_error(HP_EUSAGE, "hp_autodiff: no spec (use hp_train_spec_init)");
+	if (sp->optimizer < HP_OPT_SGD || sp->optimizer > HP_OPT_ADAMW)
+		return hp_error(HP_EUSAGE, "hp_autodiff: unknown optimizer %d", (int)sp->optimizer);
+	if (!(sp->lr > 0) || sp->momentum < 0 || (sp->nesterov && sp->momentum <= 0))
+		return hp_error(HP_EUSAGE, "hp_autodiff: lr must be > 0, momentum >= 0 (> 0 for Nesterov)");
+	for (int v = 0; v < g->nvalues; v++)
+		if (g->values[v].next >= 0)
+			return hp_error(HP_EUSAGE, "%s: the graph is already a training graph", g->path);
+	return 0;
+}
+
+static int run_autodiff(struct ad *ad)
+{
+	struct hp_graph *g = ad->g;
+	int nfwd, rc;
+
+	if ((rc = train_rewrite(ad)) < 0 || (rc = hp_graph_finalize(g)) < 0 || (rc = hp_graph_infer(g)) < 0)
+		return rc;
+	nfwd = g->nnodes;
+	ad->nv0 = g->nvalues;
+	ad->need = calloc((size_t)ad->nv0 + 1, 1);
+	ad->contrib = calloc((size_t)ad->nv0 + 1, sizeof *ad->contrib);
+	ad->ncontrib = calloc((size_t)ad->nv0 + 1, sizeof *ad->ncontrib);
+	ad->capcontrib = calloc((size_t)ad->nv0 + 1, sizeof *ad->capcontrib);
+	if (!ad->need || !ad->contrib || !ad->ncontrib || !ad->capcontrib)
+		return hp_error(-ENOMEM, "out of memory");
+	mark_need(ad);
+	if ((rc = add_loss(ad)) < 0 || (rc = backward(ad, nfwd)) < 0)
+		return rc;
+	for (int p = 0; p < ad->nv0; p++) {
+		const struct hp_value *v = &ad->g->values[p];
+		if (!v->trainable || v->kind != HP_VALUE_INITIALIZER || v->dtype != HP_F32)
+			continue;
+		int gr = combine(ad, p);
+		if (gr < -1)
+			return gr;
+		if (gr >= 0 && (rc = add_update(ad, p, gr)) < 0)
+			return rc;
+	}
+	if ((rc = hp_graph_finalize(ad->g)) < 0)
+		return rc;
+	return hp_graph_infer(ad->g);
+}
+
+int hp_autodiff(struct hp_graph *g, const struct hp_train_spec *spec)
+{
+	struct hp_train_spec full;
+	struct ad ad = { .g = g, .spec = &full, .step = -1, .step_next = -1 };
+	int rc;
+
+	/* A caller built against an older, smaller spec gets defaults for the rest. */
+	hp_train_spec_init(&full, sizeof full);
+	if (spec && spec->size >= offsetof(struct hp_train_spec, loss))
+		memcpy(&full, spec, spec->size < sizeof full ? spec->size : sizeof full);
+	full.size = sizeof full;
+	rc = check_spec(g, spec ? &full : NULL);
+
+	if (rc == 0)
+		rc = run_autodiff(&ad);
+	for (int v = 0; ad.contrib && v < ad.nv0; v++)
+		free(ad.contrib[v]);
+	free(ad.contrib);
+	free(ad.ncontrib);
+	free(ad.capcontrib);
+	free(ad.need);
+	return rc;
+}

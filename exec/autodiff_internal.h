@@ -1,0 +1,44 @@
+/* Internal to exec/autodiff*.c: the state of one differentiation and the
+ * helpers gradient rules use to append nodes. */
+#ifndef HPDLF_EXEC_AUTODIFF_INTERNAL_H
+#define HPDLF_EXEC_AUTODIFF_INTERNAL_H
+
+#include "exec/autodiff.h"
+#include "hpdlf/graph.h"
+
+struct ad {
+	struct hp_graph *g;
+	const struct hp_train_spec *spec;
+	int nv0;              /* values of the forward graph (contributions are tracked for these) */
+	char *need;           /* per forward value: a gradient flows to a trainable parameter */
+	int **contrib;        /* per forward value: gradient contributions (value indices) */
+	int *ncontrib, *capcontrib;
+	int step;             /* the step counter (int64 state), -1 until needed */
+	int step_next;
+	int counter;          /* for unique names */
+};
+
+/* Attribute constructors (emit copies them). */
+struct hp_attr ad_int(const char *name, int64_t v);
+struct hp_attr ad_float(const char *name, float v);
+struct hp_attr ad_str(const char *name, const char *s);
+struct hp_attr ad_ints(const char *name, int n, const int64_t *v);
+struct hp_attr ad_shape(const char *name, const struct hp_shape *s);
+
+/* Append node `op` (domain ai.hpdlf if internal, else "") reading in[0..nin).
+ * For each output o, out[o] = 1 asks for a new value (named after `hint`),
+ * 0 leaves it omitted; on return out[o] is the value index or -1. */
+int ad_emit(struct ad *ad, const char *op, int internal, const char *hint, int nin, const int *in, int nout,
+	    int *out, int nattrs, const struct hp_attr *attrs);
+/* Record gv as a gradient contribution to forward value v (ignored unless needed). */
+int ad_contrib(struct ad *ad, int v, int gv);
+/* Does forward input slot i of n need a gradient? */
+int ad_needs(const struct ad *ad, const struct hp_node *n, int i);
+/* Copy an attribute of the forward node if present (for passing through). */
+int ad_copy_attr(const struct hp_node *n, const char *name, struct hp_attr *out);
+
+/* The gradient rule of forward node n (a copy: g->nodes may move while
+ * emitting), given dy[o], the gradient of each output (-1: none). */
+int ad_rule(struct ad *ad, const struct hp_node *n, const int *dy);
+
+#endif

@@ -1,0 +1,369 @@
+/* Backward of elementwise ops (domain ai.hpdlf): unary activations and math,
+ * broadcasting binary arithmetic (summing over broadcast dims), Where, and
+ * training-mode Dropout with a counter-based seeded mask. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "kernels/train_util.h"
+
+/* ---- UnaryGrad(dY, X) -> dX = dY * f'(X); attribute op names f ---------- */
+
+enum unary {
+	U_RELU, U_LEAKY, U_ELU, U_SELU, U_SIGMOID, U_HARDSIGMOID, U_HARDSWISH, U_TANH, U_SOFTPLUS,
+	U_SOFTSIGN, U_EXP, U_LOG, U_SQRT, U_RECIP, U_NEG, U_ABS, U_ERF, U_GELU, U_GELU_TANH, U_IDENTITY,
+	U_CLIP, U_SIN, U_COS, U_MISH, U_COUNT
+};
+
+static const char *const unary_names[U_COUNT] = {
+	"Relu", "LeakyRelu", "Elu", "Selu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Softplus",
+	"Softsign", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Erf", "Gelu", "GeluTanh", "Identity",
+	"Clip", "Sin", "Cos", "Mish",
+};
+
+struct unary_priv {
+	enum unary op;
+	double alpha, beta, lo, hi;
+};
+
+static int unary_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	const char *name = hp_attr_string(n, "op", "");
+	struct unary_priv *p;
+	int rc = tk_need_f32(g, n, 0, 0), k;
+
+	if (rc == 0)
+		rc = tk_need_f32(g, n, 1, 0);
+	if (rc < 0)
+		return rc;
+	for (k = 0; k < U_COUNT && strcmp(unary_names[k], name); k++)
+		;
+	if (k == U_COUNT)
+		return hp_node_error(g, n, HP_EUNSUPPORTED, "no gradient for unary op '%s'", name);
+	if (!hp_shape_equal(&tk_in(g, n, 0)->shape, &tk_in(g, n, 1)->shape))
+		return hp_node_error(g, n, HP_ESHAPE, "dY and X shapes differ");
+	p = calloc(1, sizeof *p);
+	if (!p)
+		return hp_node_error(g, n, -ENOMEM, "out of memory");
+	p->op = (enum unary)k;
+	p->alpha = hp_attr_float(n, "alpha", k == U_LEAKY ? 0.01f : k == U_SELU ? 1.67326319217681884765625f
+					     : k == U_HARDSIGMOID ? 0.2f : 1.0f);
+	p->beta = hp_attr_float(n, "beta", 0.5f);
+	if (k == U_SELU)
+		p->beta = hp_attr_float(n, "gamma", 1.05070102214813232421875f);
+	p->lo = hp_attr_float(n, "min", -INFINITY);
+	p->hi = hp_attr_float(n, "max", INFINITY);
+	n->priv = p;
+	tk_set_out(g, n, 0, HP_F32, &tk_in(g, n, 1)->shape);
+	return 0;
+}
+
+static double sigmoid(double x)
+{
+	return 1 / (1 + exp(-x));
+}
+
+/* f'(x) in double. */
+static double unary_deriv(const struct unary_priv *p, double x)
+{
+	switch (p->op) {
+	case U_RELU: return x > 0;
+	case U_LEAKY: return x > 0 ? 1 : p->alpha;
+	case U_ELU: return x > 0 ? 1 : p->alpha * exp(x);
+	case U_SELU: return x > 0 ? p->beta : p->beta * p->alpha * exp(x);
+	case U_SIGMOID: return sigmoid(x) * (1 - sigmoid(x));
+	case U_HARDSIGMOID: {
+		double y = p->alpha * x + p->beta;
+		return y > 0 && y < 1 ? p->alpha : 0;
+	}
+	case U_HARDSWISH: return x < -3 ? 0 : x > 3 ? 1 : (2 * x + 3) / 6;
+	case U_TANH: return 1 - tanh(x) * tanh(x);
+	case U_SOFTPLUS: return sigmoid(x);
+	case U_SOFTSIGN: return 1 / ((1 + fabs(x)) * (1 + fabs(x)));
+	case U_EXP: return exp(x);
+	case U_LOG: return 1 / x;
+	case U_SQRT: return 0.5 / sqrt(x);
+	case U_RECIP: return -1 / (x * x);
+	case U_NEG: return -1;
+	case U_ABS: return x > 0 ? 1 : x < 0 ? -1 : 0;
+	case U_ERF: return 2 / sqrt(M_PI) * exp(-x * x);
+	case U_GELU: return 0.5 * (1 + erf(x / sqrt(2))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
+	case U_GELU_TANH: {
+		double c = sqrt(2 / M_PI), u = c * (x + 0.044715 * x * x * x), t = tanh(u);
+		return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
+	}
+	case U_IDENTITY: return 1;
+	case U_CLIP: return x >= p->lo && x <= p->hi;
+	case U_SIN: return cos(x);
+	case U_COS: return -sin(x);
+	case U_MISH: {
+		double sp = log1p(exp(x)), t = tanh(sp);
+		return t + x * (1 - t * t) * sigmoid(x);
+	}
+	default: return 0;
+	}
+}
+
+static int unary_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	const struct unary_priv *p = n->priv;
+	int64_t len = hp_shape_numel(&a->in[1].shape);
+	const float *dy = a->in[0].data, *x = a->in[1].data;
+	float *dx = a->out[0].data;
+
+	for (int64_t i = 0; i < len; i++)
+		dx[i] = (float)(dy[i] * unary_deriv(p, x[i]));
+	return 0;
+}
+
+const struct hp_op tk_op_unary_grad = {
+	.domain = TK_DOMAIN, .name = "UnaryGrad", .min_inputs = 2, .max_inputs = 2,
+	.min_outputs = 1, .max_outputs = 1, .prepare = unary_prepare, .run = unary_run,
+};
+
+/* ---- BinaryGrad(dY, A?, B?) -> dA?, dB?  (attrs op, a_shape, b_shape, scale)
+ * A and B broadcast to Y; each gradient is summed back over the dims its
+ * operand was broadcast along.  Add and Sub need neither operand. */
+
+enum binary { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN, B_COUNT };
+static const char *const binary_names[B_COUNT] = { "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min" };
+
+struct binary_priv {
+	enum binary op;
+	struct hp_shape a, b, y;
+	double scale;
+};
+
+static int binary_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	const char *name = hp_attr_string(n, "op", "");
+	struct binary_priv p = { .scale = hp_attr_float(n, "scale", 1) };
+	int rc, k;
+
+	for (k = 0; k < B_COUNT && strcmp(binary_names[k], name); k++)
+		;
+	if (k == B_COUNT)
+		return hp_node_error(g, n, HP_EUNSUPPORTED, "no gradient for binary op '%s'", name);
+	p.op = (enum binary)k;
+	if ((rc = tk_attr_shape(g, n, "a_shape", &p.a, 1)) < 0 || (rc = tk_attr_shape(g, n, "b_shape", &p.b, 1)) < 0 ||
+	    (rc = tk_broadcast(g, n, &p.a, &p.b, &p.y)) < 0 || (rc = tk_need_f32(g, n, 0, 0)) < 0)
+		return rc;
+	if (!hp_shape_equal(&tk_in(g, n, 0)->shape, &p.y))
+		return hp_node_error(g, n, HP_ESHAPE, "dY does not have the broadcast shape of A and B");
+	for (int i = 1; i < 3; i++) {
+		const struct hp_value *v = tk_in(g, n, i);
+		if (k >= B_MUL && !v)
+			return hp_node_error(g, n, HP_EMODEL, "%s needs both operands", name);
+		if (v && ((rc = tk_need_f32(g, n, i, 0)) < 0 || !hp_shape_equal(&v->shape, i == 1 ? &p.a : &p.b)))
+			return rc < 0 ? rc : hp_node_error(g, n, HP_ESHAPE, "operand %d does not match its shape attribute", i);
+	}
+	if (!(n->priv = malloc(sizeof p)))
+		return hp_node_error(g, n, -ENOMEM, "out of memory");
+	memcpy(n->priv, &p, sizeof p);
+	tk_set_out(g, n, 0, HP_F32, &p.a);
+	tk_set_out(g, n, 1, HP_F32, &p.b);
+	n->workspace = (size_t)(hp_shape_numel(&p.a) + hp_shape_numel(&p.b)) * sizeof(double);
+	return 0;
+}
+
+/* Partial derivatives of y = a op b. */
+static void binary_partials(enum binary op, double a, double b, double *da, double *db)
+{
+	switch (op) {
+	case B_ADD: *da = 1; *db = 1; break;
+	case B_SUB: *da = 1; *db = -1; break;
+	case B_MUL: *da = b; *db = a; break;
+	case B_DIV: *da = 1 / b; *db = -a / (b * b); break;
+	case B_POW:
+		*da = b == 0 ? 0 : b * pow(a, b - 1);
+		*db = a > 0 ? pow(a, b) * log(a) : 0;
+		break;
+	case B_MAX: *da = a > b ? 1 : a == b ? 0.5 : 0; *db = 1 - *da; break;
+	case B_MIN: *da = a < b ? 1 : a == b ? 0.5 : 0; *db = 1 - *da; break;
+	default: *da = *db = 0;
+	}
+}
+
+static void store_sum(float *dst, const double *acc, int64_t len)
+{
+	if (dst)
+		for (int64_t i = 0; i < len; i++)
+			dst[i] = (float)acc[i];
+}
+
+static int binary_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	const struct binary_priv *p = n->priv;
+	int64_t na = hp_shape_numel(&p->a), nb = hp_shape_numel(&p->b), ny = hp_shape_numel(&p->y);
+	int64_t sa[HP_MAX_RANK], sb[HP_MAX_RANK];
+	const float *dy = a->in[0].data, *x = a->in[1].data, *z = a->in[2].data;
+	double *acca = a->ws, *accb = acca + na;
+
+	tk_bcast_strides(&p->y, &p->a, sa);
+	tk_bcast_strides(&p->y, &p->b, sb);
+	memset(a->ws, 0, (size_t)(na + nb) * sizeof(double));
+	for (int64_t i = 0; i < ny; i++) {
+		int64_t oa = tk_offset(&p->y, sa, i), ob = tk_offset(&p->y, sb, i);
+		double da, db, d = dy[i] * p->scale;
+		binary_partials(p->op, x ? x[oa] : 0, z ? z[ob] : 0, &da, &db);
+		acca[oa] += d * da;
+		accb[ob] += d * db;
+	}
+	store_sum(n->noutputs > 0 ? a->out[0].data : NULL, acca, na);
+	store_sum(n->noutputs > 1 ? a->out[1].data : NULL, accb, nb);
+	return 0;
+}
+
+const struct hp_op tk_op_binary_grad = {
+	.domain = TK_DOMAIN, .name = "BinaryGrad", .min_inputs = 1, .max_inputs = 3,
+	.min_outputs = 1, .max_outputs = 2, .prepare = binary_prepare, .run = binary_run,
+};
+
+/* ---- WhereGrad(dY, cond) -> dA?, dB?  (attrs a_shape, b_shape) ---------- */
+
+struct where_priv {
+	struct hp_shape a, b, c, y;
+};
+
+static int where_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	struct where_priv p;
+	const struct hp_value *c = tk_in(g, n, 1);
+	struct hp_shape ab;
+	int rc;
+
+	if ((rc = tk_attr_shape(g, n, "a_shape", &p.a, 1)) < 0 || (rc = tk_attr_shape(g, n, "b_shape", &p.b, 1)) < 0 ||
+	    (rc = tk_need_f32(g, n, 0, 0)) < 0)
+		return rc;
+	if (!c || c->dtype != HP_BOOL)
+		return hp_node_error(g, n, HP_EMODEL, "condition must be bool");
+	p.c = c->shape;
+	if ((rc = tk_broadcast(g, n, &p.a, &p.b, &ab)) < 0 || (rc = tk_broadcast(g, n, &ab, &p.c, &p.y)) < 0)
+		return rc;
+	if (!hp_shape_equal(&tk_in(g, n, 0)->shape, &p.y))
+		return hp_node_error(g, n, HP_ESHAPE, "dY does not have the broadcast shape");
+	if (!(n->priv = malloc(sizeof p)))
+		return hp_node_error(g, n, -ENOMEM, "out of memory");
+	memcpy(n->priv, &p, sizeof p);
+	tk_set_out(g, n, 0, HP_F32, &p.a);
+	tk_set_out(g, n, 1, HP_F32, &p.b);
+	n->workspace = (size_t)(hp_shape_numel(&p.a) + hp_shape_numel(&p.b)) * sizeof(double);
+	return 0;
+}
+
+static int where_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	const struct where_priv *p = n->priv;
+	int64_t na = hp_shape_numel(&p->a), nb = hp_shape_numel(&p->b), ny = hp_shape_numel(&p->y);
+	int64_t sa[HP_MAX_RANK], sb[HP_MAX_RANK], sc[HP_MAX_RANK];
+	const float *dy = a->in[0].data;
+	const uint8_t *c = a->in[1].data;
+	double *acca = a->ws, *accb = acca + na;
+
+	tk_bcast_strides(&p->y, &p->a, sa);
+	tk_bcast_strides(&p->y, &p->b, sb);
+	tk_bcast_strides(&p->y, &p->c, sc);
+	memset(a->ws, 0, (size_t)(na + nb) * sizeof(double));
+	for (int64_t i = 0; i < ny; i++) {
+		if (c[tk_offset(&p->y, sc, i)])
+			acca[tk_offset(&p->y, sa, i)] += dy[i];
+		else
+			accb[tk_offset(&p->y, sb, i)] += dy[i];
+	}
+	store_sum(n->noutputs > 0 ? a->out[0].data : NULL, acca, na);
+	store_sum(n->noutputs > 1 ? a->out[1].data : NULL, accb, nb);
+	return 0;
+}
+
+const struct hp_op tk_op_where_grad = {
+	.domain = TK_DOMAIN, .name = "WhereGrad", .min_inputs = 2, .max_inputs = 2,
+	.min_outputs = 1, .max_outputs = 2, .prepare = where_prepare, .run = where_run,
+};
+
+/* ---- DropoutTrain(X, step) -> Y, mask  (attrs ratio, seed) -------------
+ * Element i of run `step` is kept when a hash of (seed, step, i) is >= ratio,
+ * so the mask is seeded, new every step and independent of threads. */
+
+static uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static int dropout_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	const struct hp_value *x = tk_in(g, n, 0), *s = tk_in(g, n, 1);
+	float ratio = hp_attr_float(n, "ratio", 0.5f);
+	int rc = tk_need_f32(g, n, 0, 0);
+
+	if (rc < 0)
+		return rc;
+	if (!s || s->dtype != HP_I64 || hp_shape_numel(&s->shape) != 1)
+		return hp_node_error(g, n, HP_EMODEL, "input 1 must be the int64 step counter");
+	if (!(ratio >= 0 && ratio < 1))
+		return hp_node_error(g, n, HP_EMODEL, "ratio %g is not in [0, 1)", ratio);
+	tk_set_out(g, n, 0, HP_F32, &x->shape);
+	tk_set_out(g, n, 1, HP_BOOL, &x->shape);
+	return 0;
+}
+
+static int dropout_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	int64_t len = hp_shape_numel(&a->in[0].shape), step = *(const int64_t *)a->in[1].data;
+	double ratio = hp_attr_float(n, "ratio", 0.5f);
+	float scale = (float)(1 / (1 - ratio));
+	uint64_t base = mix64((uint64_t)hp_attr_int(n, "seed", 0) ^ mix64((uint64_t)step + 0x9e3779b97f4a7c15ull));
+	const float *x = a->in[0].data;
+	float *y = a->out[0].data;
+	uint8_t *mask = n->noutputs > 1 ? a->out[1].data : NULL;
+
+	for (int64_t i = 0; i < len; i++) {
+		double u = (double)(mix64(base + (uint64_t)i * 0x9e3779b97f4a7c15ull) >> 11) * 0x1.0p-53;
+		int keep = u >= ratio;
+		y[i] = keep ? x[i] * scale : 0.0f;
+		if (mask)
+			mask[i] = (uint8_t)keep;
+	}
+	return 0;
+}
+
+const struct hp_op tk_op_dropout_train = {
+	.domain = TK_DOMAIN, .name = "DropoutTrain", .min_inputs = 2, .max_inputs = 2,
+	.min_outputs = 1, .max_outputs = 2, .flags = HP_OP_NO_FOLD,
+	.prepare = dropout_prepare, .run = dropout_run,
+};
+
+/* DropoutGrad(dY, mask) -> dX  (attr ratio) */
+static int dropout_grad_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	const struct hp_value *m = tk_in(g, n, 1);
+	int rc = tk_need_f32(g, n, 0, 0);
+
+	if (rc < 0)
+		return rc;
+	if (!m || m->dtype != HP_BOOL || !hp_shape_equal(&m->shape, &tk_in(g, n, 0)->shape))
+		return hp_node_error(g, n, HP_EMODEL, "mask must be bool with dY's shape");
+	tk_set_out(g, n, 0, HP_F32, &m->shape);
+	return 0;
+}
+
+static int dropout_grad_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	int64_t len = hp_shape_numel(&a->in[0].shape);
+	float scale = (float)(1 / (1 - (double)hp_attr_float(n, "ratio", 0.5f)));
+	const float *dy = a->in[0].data;
+	const uint8_t *m = a->in[1].data;
+	float *dx = a->out[0].data;
+
+	for (int64_t i = 0; i < len; i++)
+		dx[i] = m[i] ? dy[i] * scale : 0.0f;
+	return 0;
+}
+
+const struct hp_op tk_op_dropout_grad = {
+	.domain = TK_DOMAIN, .name = "DropoutGrad", .min_inputs = 2, .max_inputs = 2,
+	.min_outputs = 1, .max_outputs = 1, .prepare = dropout_grad_prepare, .run = dropout_grad_run,
+};

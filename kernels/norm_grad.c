@@ -1,0 +1,315 @@
+/* Training-mode BatchNormalization, and the backward of BatchNormalization,
+ * LayerNormalization, Softmax and LogSoftmax (domain ai.hpdlf).  Statistics
+ * are accumulated in double in a fixed order. */
+#include <math.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "kernels/train_util.h"
+
+/* Per-channel mean and biased variance of X [N, C, ...]. */
+static void channel_stats(const float *x, int64_t nb, int64_t ch, int64_t inner, int64_t c, double *mean,
+			  double *var)
+{
+	double s = 0, q = 0, cnt = (double)(nb * inner);
+
+	for (int64_t b = 0; b < nb; b++)
+		for (int64_t i = 0; i < inner; i++)
+			s += x[(b * ch + c) * inner + i];
+	*mean = s / cnt;
+	for (int64_t b = 0; b < nb; b++)
+		for (int64_t i = 0; i < inner; i++) {
+			double d = x[(b * ch + c) * inner + i] - *mean;
+			q += d * d;
+		}
+	*var = q / cnt;
+}
+
+static int check_channels(struct hp_graph *g, struct hp_node *n, int first, int last, int64_t ch)
+{
+	for (int i = first; i <= last; i++) {
+		const struct hp_value *v = tk_in(g, n, i);
+		int rc = tk_need_f32(g, n, i, 0);
+		if (rc < 0)
+			return rc;
+		if (hp_shape_numel(&v->shape) != ch)
+			return hp_node_error(g, n, HP_ESHAPE, "input %d must have %lld elements", i, (long long)ch);
+	}
+	return 0;
+}
+
+/* ---- BatchNormTrain(X, scale, B, mean, var) -> Y, mean', var' ----------
+ * Normalizes with batch statistics; running statistics move as PyTorch's
+ * train mode (ONNX momentum m: run = m run + (1 - m) batch; unbiased var). */
+
+static int bn_train_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	const struct hp_value *x = tk_in(g, n, 0);
+	int rc = tk_need_f32(g, n, 0, 0);
+
+	if (rc < 0)
+		return rc;
+	if (x->shape.rank < 2)
+		return hp_node_error(g, n, HP_ESHAPE, "X needs a channel dim");
+	if ((rc = check_channels(g, n, 1, 4, x->shape.dims[1])) < 0)
+		return rc;
+	if (hp_shape_numel(&x->shape) / x->shape.dims[1] < 2)
+		return hp_node_error(g, n, HP_ESHAPE, "training needs more than one value per channel");
+	tk_set_out(g, n, 0, HP_F32, &x->shape);
+	tk_set_out(g, n, 1, HP_F32, &tk_in(g, n, 3)->shape);
+	tk_set_out(g, n, 2, HP_F32, &tk_in(g, n, 4)->shape);
+	return 0;
+}
+
+static int bn_train_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	const struct hp_shape *s = &a->in[0].shape;
+	int64_t nb = s->dims[0], ch = s->dims[1], inner = hp_shape_numel(s) / (nb * ch);
+	double eps = hp_attr_float(n, "epsilon", 1e-5f), mom = hp_attr_float(n, "momentum", 0.9f);
+	double cnt = (double)(nb * inner);
+	const float *x = a->in[0].data, *sc = a->in[1].data, *bi = a->in[2].data;
+	const float *rm = a->in[3].data, *rv = a->in[4].data;
+	float *y = a->out[0].data;
+	float *rm2 = a->nout > 1 ? a->out[1].data : NULL, *rv2 = a->nout > 2 ? a->out[2].data : NULL;
+
+	for (int64_t c = 0; c < ch; c++) {
+		double mean, var, inv;
+		channel_stats(x, nb, ch, inner, c, &mean, &var);
+		inv = 1 / sqrt(var + eps);
+		for (int64_t b = 0; b < nb; b++)
+			for (int64_t i = 0; i < inner; i++) {
+				int64_t k = (b * ch + c) * inner + i;
+				y[k] = (float)((x[k] - mean) * inv * sc[c] + bi[c]);
+			}
+		if (rm2)
+			rm2[c] = (float)(mom * rm[c] + (1 - mom) * mean);
+		if (rv2)
+			rv2[c] = (float)(mom * rv[c] + (1 - mom) * var * cnt / (cnt - 1));
+	}
+	return 0;
+}
+
+const struct hp_op tk_op_bn_train = {
+	.domain = TK_DOMAIN, .name = "BatchNormTrain", .min_inputs = 5, .max_inputs = 5,
+	.min_outputs = 1, .max_outputs = 3, .prepare = bn_train_prepare, .run = bn_train_run,
+};
+
+/* ---- BatchNormGrad(dY, X, scale) -> dX?, dScale?, dB?  (attr epsilon) ---
+ * Batch statistics are recomputed from X. */
+
+static int bn_grad_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	const struct hp_value *x = tk_in(g, n, 1);
+	int rc;
+
+	if ((rc = tk_need_f32(g, n, 0, 0)) < 0 || (rc = tk_need_f32(g, n, 1, 0)) < 0)
+		return rc;
+	if (x->shape.rank < 2 || !hp_shape_equal(&x->shape, &tk_in(g, n, 0)->shape))
+		return hp_node_error(g, n, HP_ESHAPE, "dY and X must have equal shapes with a channel dim");
+	if ((rc = check_channels(g, n, 2, 2, x->shape.dims[1])) < 0)
+		return rc;
+	tk_set_out(g, n, 0, HP_F32, &x->shape);
+	tk_set_out(g, n, 1, HP_F32, &tk_in(g, n, 2)->shape);
+	tk_set_out(g, n, 2, HP_F32, &tk_in(g, n, 2)->shape);
+	return 0;
+}
+
+static int bn_grad_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	const struct hp_shape *s = &a->in[1].shape;
+	int64_t nb = s->dims[0], ch = s->dims[1], inner = hp_shape_numel(s) / (nb * ch);
+	double eps = hp_attr_float(n, "epsilon", 1e-5f), cnt = (double)(nb * inner);
+	const float *dy = a->in[0].data, *x = a->in[1].data, *sc = a->in[2].data;
+	float *dx = a->nout > 0 ? a->out[0].data : NULL, *ds = a->nout > 1 ? a->out[1].data : NULL;
+	float *db = a->nout > 2 ? a->out[2].data : NULL;
+
+	for (int64_t c = 0; c < ch; c++) {
+		double mean, var, inv, sdy = 0, sdyx = 0;
+		channel_stats(x, nb, ch, inner, c, &mean, &var);
+		inv = 1 / sqrt(var + eps);
+		for (int64_t b = 0; b < nb; b++)
+			for (int64_t i = 0; i < inner; i++) {
+				int64_t k = (b * ch + c) * inner + i;
+				sdy += dy[k];
+				sdyx += dy[k] * (x[k] - mean) * inv;
+			}
+		if (ds)
+			ds[c] = (float)sdyx;
+		if (db)
+			db[c] = (float)sdy;
+		if (!dx)
+			continue;
+		for (int64_t b = 0; b < nb; b++)
+			for (int64_t i = 0; i < inner; i++) {
+				int64_t k = (b * ch + c) * inner + i;
+				double xh = (x[k] - mean) * inv;
+				dx[k] = (float)(sc[c] * inv * (dy[k] - sdy / cnt - xh * sdyx / cnt));
+			}
+	}
+	return 0;
+}
+
+const struct hp_op tk_op_bn_grad = {
+	.domain = TK_DOMAIN, .name = "BatchNormGrad", .min_inputs = 3, .max_inputs = 3,
+	.min_outputs = 1, .max_outputs = 3, .prepare = bn_grad_prepare, .run = bn_grad_run,
+};
+
+/* ---- LayerNormGrad(dY, X, scale) -> dX?, dScale?, dB?  (attrs axis, epsilon) */
+
+static int64_t ln_rows(const struct hp_shape *s, int64_t axis, int64_t *inner)
+{
+	int64_t rows = 1;
+
+	*inner = 1;
+	for (int i = 0; i < s->rank; i++)
+		*(i < axis ? &rows : inner) *= s->dims[i];
+	return rows;
+}
+
+static int ln_grad_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	const struct hp_value *x = tk_in(g, n, 1);
+	int64_t axis = hp_attr_int(n, "axis", -1), inner;
+	int rc;
+
+	if ((rc = tk_need_f32(g, n, 0, 0)) < 0 || (rc = tk_need_f32(g, n, 1, 0)) < 0)
+		return rc;
+	if (!hp_shape_equal(&x->shape, &tk_in(g, n, 0)->shape))
+		return hp_node_error(g, n, HP_ESHAPE, "dY and X shapes differ");
+	if (axis < -x->shape.rank || axis >= x->shape.rank)
+		return hp_node_error(g, n, HP_EMODEL, "axis %lld out of range", (long long)axis);
+	ln_rows(&x->shape, axis < 0 ? axis + x->shape.rank : axis, &inner);
+	if ((rc = check_channels(g, n, 2, 2, inner)) < 0)
+		return rc;
+	tk_set_out(g, n, 0, HP_F32, &x->shape);
+	tk_set_out(g, n, 1, HP_F32, &tk_in(g, n, 2)->shape);
+	tk_set_out(g, n, 2, HP_F32, &tk_in(g, n, 2)->shape);
+	n->workspace = 2 * (size_t)inner * sizeof(double);
+	return 0;
+}
+
+static int ln_grad_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	const struct hp_shape *s = &a->in[1].shape;
+	int64_t axis = hp_attr_int(n, "axis", -1), d;
+	int64_t rows = ln_rows(s, axis < 0 ? axis + s->rank : axis, &d);
+	double eps = hp_attr_float(n, "epsilon", 1e-5f), *acs = a->ws, *acb = acs + d;
+	const float *dy = a->in[0].data, *x = a->in[1].data, *sc = a->in[2].data;
+	float *dx = a->nout > 0 ? a->out[0].data : NULL, *ds = a->nout > 1 ? a->out[1].data : NULL;
+	float *db = a->nout > 2 ? a->out[2].data : NULL;
+
+	memset(a->ws, 0, 2 * (size_t)d * sizeof(double));
+	for (int64_t r = 0; r < rows; r++) {
+		const float *xr = x + r * d, *gr = dy + r * d;
+		double mean = 0, var = 0, inv, s1 = 0, s2 = 0;
+		for (int64_t i = 0; i < d; i++)
+			mean += xr[i];
+		mean /= (double)d;
+		for (int64_t i = 0; i < d; i++)
+			var += (xr[i] - mean) * (xr[i] - mean);
+		inv = 1 / sqrt(var / (double)d + eps);
+		for (int64_t i = 0; i < d; i++) {
+			double xh = (xr[i] - mean) * inv, gx = gr[i] * sc[i];
+			s1 += gx;
+			s2 += gx * xh;
+			acs[i] += gr[i] * xh;
+			acb[i] += gr[i];
+		}
+		for (int64_t i = 0; dx && i < d; i++) {
+			double xh = (xr[i] - mean) * inv;
+			dx[r * d + i] = (float)(inv * (gr[i] * sc[i] - s1 / (double)d - xh * s2 / (double)d));
+		}
+	}
+	for (int64_t i = 0; i < d; i++) {
+		if (ds)
+			ds[i] = (float)acs[i];
+		if (db)
+			db[i] = (float)acb[i];
+	}
+	return 0;
+}
+
+const struct hp_op tk_op_ln_grad = {
+	.domain = TK_DOMAIN, .name = "LayerNormGrad", .min_inputs = 3, .max_inputs = 3,
+	.min_outputs = 1, .max_outputs = 3, .prepare = ln_grad_prepare, .run = ln_grad_run,
+};
+
+/* ---- SoftmaxGrad / LogSoftmaxGrad(dY, Y) -> dX  (attrs axis, flatten) ---
+ * flatten=1 is the opset < 13 meaning (softmax over all dims from axis). */
+
+struct sm_geom {
+	int64_t outer, len, inner;
+};
+
+static int sm_geom(const struct hp_node *n, const struct hp_shape *s, struct sm_geom *gm)
+{
+	int64_t axis = hp_attr_int(n, "axis", -1);
+	int flat = (int)hp_attr_int(n, "flatten", 0);
+
+	if (axis < 0)
+		axis += s->rank;
+	if (axis < 0 || axis >= (s->rank ? s->rank : 1))
+		return -1;
+	gm->outer = gm->len = gm->inner = 1;
+	for (int i = 0; i < s->rank; i++)
+		*(i < axis ? &gm->outer : i == axis || flat ? &gm->len : &gm->inner) *= s->dims[i];
+	return 0;
+}
+
+static int sm_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	struct sm_geom gm;
+	int rc;
+
+	if ((rc = tk_need_f32(g, n, 0, 0)) < 0 || (rc = tk_need_f32(g, n, 1, 0)) < 0)
+		return rc;
+	if (!hp_shape_equal(&tk_in(g, n, 0)->shape, &tk_in(g, n, 1)->shape))
+		return hp_node_error(g, n, HP_ESHAPE, "dY and Y shapes differ");
+	if (sm_geom(n, &tk_in(g, n, 1)->shape, &gm) < 0)
+		return hp_node_error(g, n, HP_EMODEL, "axis out of range");
+	tk_set_out(g, n, 0, HP_F32, &tk_in(g, n, 1)->shape);
+	return 0;
+}
+
+static int sm_run_common(const struct hp_node *n, const struct hp_kargs *a, int logsm)
+{
+	struct sm_geom gm;
+	const float *dy = a->in[0].data, *y = a->in[1].data;
+	float *dx = a->out[0].data;
+
+	sm_geom(n, &a->in[1].shape, &gm);
+	for (int64_t o = 0; o < gm.outer; o++)
+		for (int64_t i = 0; i < gm.inner; i++) {
+			int64_t base = o * gm.len * gm.inner + i;
+			double dot = 0;
+			for (int64_t c = 0; c < gm.len; c++) {
+				int64_t k = base + c * gm.inner;
+				dot += logsm ? dy[k] : (double)dy[k] * y[k];
+			}
+			for (int64_t c = 0; c < gm.len; c++) {
+				int64_t k = base + c * gm.inner;
+				dx[k] = (float)(logsm ? dy[k] - exp(y[k]) * dot : y[k] * (dy[k] - dot));
+			}
+		}
+	return 0;
+}
+
+static int softmax_grad_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	return sm_run_common(n, a, 0);
+}
+
+static int logsoftmax_grad_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	return sm_run_common(n, a, 1);
+}
+
+const struct hp_op tk_op_softmax_grad = {
+	.domain = TK_DOMAIN, .name = "SoftmaxGrad", .min_inputs = 2, .max_inputs = 2,
+	.min_outputs = 1, .max_outputs = 1, .prepare = sm_prepare, .run = softmax_grad_run,
+};
+
+const struct hp_op tk_op_logsoftmax_grad = {
+	.domain = TK_DOMAIN, .name = "LogSoftmaxGrad", .min_inputs = 2, .max_inputs = 2,
+	.min_outputs = 1, .max_outputs = 1, .prepare = sm_prepare, .run = logsoftmax_grad_run,
+};

@@ -1,0 +1,55 @@
+/* Internal to the training kernels (kernels/train.c and the kernels/..._grad.c files):
+ * the ops they define and small shape helpers they share. */
+#ifndef HPDLF_KERNELS_TRAIN_UTIL_H
+#define HPDLF_KERNELS_TRAIN_UTIL_H
+
+#include <stdint.h>
+
+#include "hpdlf/graph.h"
+#include "kernels/ops.h"
+
+#define TK_DOMAIN "ai.hpdlf"
+
+/* train.c: losses, optimizers, gradient sums, step counter */
+extern const struct hp_op tk_op_grad_sum, tk_op_step_inc, tk_op_sce, tk_op_sce_grad, tk_op_mse,
+	tk_op_mse_grad, tk_op_sgd, tk_op_adam;
+/* eltwise_grad.c */
+extern const struct hp_op tk_op_unary_grad, tk_op_binary_grad, tk_op_where_grad, tk_op_dropout_train,
+	tk_op_dropout_grad;
+/* gemm_grad.c */
+extern const struct hp_op tk_op_matmul_grad, tk_op_gemm_grad;
+/* conv_grad.c */
+extern const struct hp_op tk_op_conv_grad_data, tk_op_conv_grad_filter, tk_op_convt_grad_data,
+	tk_op_bias_grad;
+/* pool_grad.c */
+extern const struct hp_op tk_op_maxpool_grad, tk_op_avgpool_grad;
+/* norm_grad.c */
+extern const struct hp_op tk_op_bn_train, tk_op_bn_grad, tk_op_ln_grad, tk_op_softmax_grad,
+	tk_op_logsoftmax_grad;
+/* shape_grad.c */
+extern const struct hp_op tk_op_reshape_grad, tk_op_transpose_grad, tk_op_concat_grad, tk_op_split_grad,
+	tk_op_slice_grad, tk_op_gather_grad, tk_op_reduce_grad, tk_op_resize_grad;
+
+/* Input value i of n, or NULL when omitted. */
+static inline struct hp_value *tk_in(struct hp_graph *g, const struct hp_node *n, int i)
+{
+	return i < n->ninputs && n->inputs[i] >= 0 ? &g->values[n->inputs[i]] : NULL;
+}
+
+/* Set output o's dtype and shape if the output is present. */
+void tk_set_out(struct hp_graph *g, const struct hp_node *n, int o, enum hp_dtype dt, const struct hp_shape *s);
+/* Fail unless input i is present and float32 (or absent when optional). */
+int tk_need_f32(struct hp_graph *g, const struct hp_node *n, int i, int optional);
+/* INTS attribute `name` as a shape; `required` fails when absent. */
+int tk_attr_shape(struct hp_graph *g, const struct hp_node *n, const char *name, struct hp_shape *s,
+		  int required);
+/* Numpy broadcast of a and b into out; HP_ESHAPE (with message) if impossible. */
+int tk_broadcast(struct hp_graph *g, const struct hp_node *n, const struct hp_shape *a,
+		 const struct hp_shape *b, struct hp_shape *out);
+/* Strides of `in` aligned right against `out` (0 on broadcast dims). */
+void tk_bcast_strides(const struct hp_shape *out, const struct hp_shape *in, int64_t *st);
+/* Offset into a tensor of strides st for the element at flat index i of shape s. */
+int64_t tk_offset(const struct hp_shape *s, const int64_t *st, int64_t i);
+void tk_strides(const struct hp_shape *s, int64_t *st);
+
+#endif

@@ -1,0 +1,1304 @@
+/* Training ops: every backward kernel against central finite differences of
+ * a naive float64 forward written here, losses against their formula and
+ * FD, optimizers against a transcription of the torch.optim docs. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "hpdlf/error.h"
+#include "tests/kernels/harness.h"
+
+#define D "ai.hpdlf"
+
+static struct hp_tensor T(int rank, ...)
+{
+	int64_t d[HP_MAX_RANK];
+	va_list ap;
+
+	va_start(ap, rank);
+	for (int i = 0; i < rank; i++)
+		d[i] = va_arg(ap, int);
+	va_end(ap);
+	return kt_tensor(HP_F32, rank, d);
+}
+
+static struct hp_tensor rnd(struct hp_tensor t, unsigned seed, float lo, float hi)
+{
+	kt_fill_random(&t, seed, lo, hi);
+	return t;
+}
+
+static int64_t numel(const struct hp_tensor *t)
+{
+	return hp_shape_numel(&t->shape);
+}
+
+static double *dbl(const struct hp_tensor *t)
+{
+	int64_t n = numel(t);
+	double *d = malloc((size_t)(n ? n : 1) * sizeof *d);
+
+	for (int64_t i = 0; i < n; i++)
+		d[i] = ((const float *)t->data)[i];
+	return d;
+}
+
+static void run(const char *op, int nin, const struct hp_tensor *in, int na, const struct hp_attr *a, int nout,
+		struct hp_tensor *out)
+{
+	struct kt_case c = { .domain = D, .op = op, .nin = nin, .in = in, .nattrs = na, .attrs = a, .nout = nout };
+	int rc = kt_run(&c, out);
+
+	if (rc < 0)
+		fail_msg("%s: %s", op, hp_errmsg());
+}
+
+/* Compare a float tensor with a double reference: max error relative to
+ * max(1, max |want|). */
+static void close_to(const struct hp_tensor *got, const double *want, double tol, const char *what)
+{
+	int64_t n = numel(got);
+	double err = 0, scale = 1;
+	int64_t at = -1;
+
+	for (int64_t i = 0; i < n; i++) {
+		double e = fabs(((const float *)got->data)[i] - want[i]);
+		if (!(e <= err)) {
+			err = e;
+			at = i;
+		}
+		if (fabs(want[i]) > scale)
+			scale = fabs(want[i]);
+	}
+	if (!(err / scale <= tol))
+		fail_msg("%s: error %.3g at %lld (got %.7g, want %.7g)", what, err / scale, (long long)at,
+			 ((const float *)got->data)[at], want[at]);
+}
+
+/* Central differences of loss() with respect to x[0..n). */
+typedef double (*loss_fn)(void *ctx);
+
+static void fd_check(loss_fn loss, void *ctx, double *x, const struct hp_tensor *got, double tol, const char *what)
+{
+	int64_t n = numel(got);
+	double *g = malloc((size_t)(n ? n : 1) * sizeof *g);
+
+	for (int64_t i = 0; i < n; i++) {
+		double s = x[i], h = 1e-6 * (fabs(s) > 1 ? fabs(s) : 1), lp, lm;
+		x[i] = s + h;
+		lp = loss(ctx);
+		x[i] = s - h;
+		lm = loss(ctx);
+		x[i] = s;
+		g[i] = (lp - lm) / (2 * h);
+	}
+	close_to(got, g, tol, what);
+	free(g);
+}
+
+static void free_all(struct hp_tensor *t, int n)
+{
+	for (int i = 0; i < n; i++)
+		hp_tensor_free(&t[i]);
+}
+
+/* ---- UnaryGrad ---------------------------------------------------------- */
+
+struct un_ctx {
+	const char *op;
+	double *x, *dy, *y;
+	int64_t n;
+};
+
+static double un_f(const char *op, double x)
+{
+	if (!strcmp(op, "Relu")) return x > 0 ? x : 0;
+	if (!strcmp(op, "LeakyRelu")) return x > 0 ? x : 0.1 * x;
+	if (!strcmp(op, "Elu")) return x > 0 ? x : 0.7 * (exp(x) - 1);
+	if (!strcmp(op, "Selu")) return 1.0507009873554805 * (x > 0 ? x : 1.6732632423543772 * (exp(x) - 1));
+	if (!strcmp(op, "Sigmoid")) return 1 / (1 + exp(-x));
+	if (!strcmp(op, "HardSigmoid")) return fmax(0, fmin(1, 0.2 * x + 0.5));
+	if (!strcmp(op, "HardSwish")) return x * fmax(0, fmin(6, x + 3)) / 6;
+	if (!strcmp(op, "Tanh")) return tanh(x);
+	if (!strcmp(op, "Softplus")) return log(1 + exp(x));
+	if (!strcmp(op, "Softsign")) return x / (1 + fabs(x));
+	if (!strcmp(op, "Exp")) return exp(x);
+	if (!strcmp(op, "Log")) return log(x);
+	if (!strcmp(op, "Sqrt")) return sqrt(x);
+	if (!strcmp(op, "Reciprocal")) return 1 / x;
+	if (!strcmp(op, "Neg")) return -x;
+	if (!strcmp(op, "Abs")) return fabs(x);
+	if (!strcmp(op, "Erf")) return erf(x);
+	if (!strcmp(op, "Gelu")) return 0.5 * x * erfc(-x / sqrt(2.0));
+	if (!strcmp(op, "GeluTanh")) return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+	if (!strcmp(op, "Identity")) return x;
+	if (!strcmp(op, "Clip")) return fmin(0.8, fmax(-0.5, x));
+	if (!strcmp(op, "Sin")) return sin(x);
+	if (!strcmp(op, "Cos")) return cos(x);
+	if (!strcmp(op, "Mish")) return x * tanh(log1p(exp(x)));
+	return NAN;
+}
+
+static double un_loss(void *p)
+{
+	struct un_ctx *c = p;
+	double s = 0;
+
+	for (int64_t i = 0; i < c->n; i++)
+		s += c->dy[i] * un_f(c->op, c->x[i]);
+	return s;
+}
+
+static void test_unary_grad(void **state)
+{
+	static const char *const ops[] = { "Relu", "LeakyRelu", "Elu", "Selu", "Sigmoid", "HardSigmoid",
+					   "HardSwish", "Tanh", "Softplus", "Softsign", "Exp", "Log", "Sqrt",
+					   "Reciprocal", "Neg", "Abs", "Erf", "Gelu", "GeluTanh", "Identity",
+					   "Clip", "Sin", "Cos", "Mish" };
+	(void)state;
+	for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+		int pos = !strcmp(ops[k], "Log") || !strcmp(ops[k], "Sqrt") || !strcmp(ops[k], "Reciprocal");
+		struct hp_tensor in[2] = { rnd(T(2, 3, 7), 1, -1, 1), rnd(T(2, 3, 7), 2, pos ? 0.3f : -3, 3) };
+		struct hp_attr a[3] = { kt_string("op", ops[k]) };
+		int na = 1;
+		struct hp_tensor out;
+		struct un_ctx c = { ops[k], dbl(&in[1]), dbl(&in[0]), NULL, numel(&in[0]) };
+		if (!strcmp(ops[k], "LeakyRelu") || !strcmp(ops[k], "Elu"))
+			a[na++] = kt_float("alpha", !strcmp(ops[k], "Elu") ? 0.7f : 0.1f);
+		if (!strcmp(ops[k], "Clip")) {
+			a[na++] = kt_float("min", -0.5f);
+			a[na++] = kt_float("max", 0.8f);
+		}
+		run("UnaryGrad", 2, in, na, a, 1, &out);
+		fd_check(un_loss, &c, c.x, &out, 1e-5, ops[k]);
+		free(c.x);
+		free(c.dy);
+		hp_tensor_free(&out);
+		free_all(in, 2);
+	}
+}
+
+/* ---- BinaryGrad and WhereGrad: a [2,3,1], b [3,4] -> y [2,3,4] ----------- */
+
+struct bin_ctx {
+	const char *op;
+	double *a, *b, *dy, scale;
+	unsigned char *cond; /* Where: cond [2,1,4] */
+};
+
+static double bin_f(const char *op, double a, double b)
+{
+	if (!strcmp(op, "Add")) return a + b;
+	if (!strcmp(op, "Sub")) return a - b;
+	if (!strcmp(op, "Mul")) return a * b;
+	if (!strcmp(op, "Div")) return a / b;
+	if (!strcmp(op, "Pow")) return pow(a, b);
+	if (!strcmp(op, "Max")) return fmax(a, b);
+	return fmin(a, b);
+}
+
+static double bin_loss(void *p)
+{
+	struct bin_ctx *c = p;
+	double s = 0;
+
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < 3; j++)
+			for (int k = 0; k < 4; k++) {
+				double a = c->a[i * 3 + j], b = c->b[j * 4 + k], y;
+				if (c->cond)
+					y = c->cond[i * 4 + k] ? a : b;
+				else
+					y = bin_f(c->op, a, b);
+				s += c->scale * c->dy[(i * 3 + j) * 4 + k] * y;
+			}
+	return s;
+}
+
+static void test_binary_grad(void **state)
+{
+	static const char *const ops[] = { "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min" };
+	int64_t as[3] = { 2, 3, 1 }, bs[2] = { 3, 4 };
+
+	(void)state;
+	for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+		struct hp_tensor in[3] = { rnd(T(3, 2, 3, 4), 3, -1, 1), rnd(T(3, 2, 3, 1), 4, 0.5f, 2),
+					   rnd(T(2, 3, 4), 5, 0.5f, 2) };
+		struct hp_attr a[4] = { kt_string("op", ops[k]), kt_ints("a_shape", 3, as), kt_ints("b_shape", 2, bs),
+					kt_float("scale", 0.5f) };
+		struct hp_tensor out[2];
+		struct bin_ctx c = { ops[k], dbl(&in[1]), dbl(&in[2]), dbl(&in[0]), 0.5, NULL };
+		char what[64];
+		run("BinaryGrad", 3, in, 4, a, 2, out);
+		snprintf(what, sizeof what, "%s dA", ops[k]);
+		fd_check(bin_loss, &c, c.a, &out[0], 1e-5, what);
+		snprintf(what, sizeof what, "%s dB", ops[k]);
+		fd_check(bin_loss, &c, c.b, &out[1], 1e-5, what);
+		free(c.a);
+		free(c.b);
+		free(c.dy);
+		free_all(out, 2);
+		free_all(in, 3);
+	}
+}
+
+static void test_where_grad(void **state)
+{
+	int64_t as[3] = { 2, 3, 1 }, bs[2] = { 3, 4 }, cs[3] = { 2, 1, 4 };
+	struct hp_tensor in[2] = { rnd(T(3, 2, 3, 4), 6, -1, 1), kt_tensor(HP_BOOL, 3, cs) };
+	struct hp_attr a[2] = { kt_ints("a_shape", 3, as), kt_ints("b_shape", 2, bs) };
+	struct hp_tensor out[2], ta = rnd(T(3, 2, 3, 1), 7, -1, 1), tb = rnd(T(2, 3, 4), 8, -1, 1);
+	unsigned char *cond = in[1].data;
+	struct bin_ctx c = { "Where", dbl(&ta), dbl(&tb), dbl(&in[0]), 1, cond };
+
+	(void)state;
+	for (int i = 0; i < 8; i++)
+		cond[i] = (unsigned char)((i * 5 + 1) % 3 != 0);
+	run("WhereGrad", 2, in, 2, a, 2, out);
+	fd_check(bin_loss, &c, c.a, &out[0], 1e-5, "Where dA");
+	fd_check(bin_loss, &c, c.b, &out[1], 1e-5, "Where dB");
+	free(c.a);
+	free(c.b);
+	free(c.dy);
+	free_all(out, 2);
+	free_all(in, 2);
+	hp_tensor_free(&ta);
+	hp_tensor_free(&tb);
+}
+
+/* ---- DropoutTrain / DropoutGrad ----------------------------------------- */
+
+static void test_dropout(void **state)
+{
+	int64_t one[1] = { 1 };
+	struct hp_tensor in[2] = { rnd(T(1, 4000), 9, 0.5f, 1.5f), kt_tensor(HP_I64, 0, one) };
+	struct hp_attr a[2] = { kt_float("ratio", 0.3f), kt_int("seed", 42) };
+	struct hp_tensor o1[2], o2[2], o3[2], g, gin[2];
+	const float *x = in[0].data;
+	int kept = 0, differ = 0;
+
+	(void)state;
+	run("DropoutTrain", 2, in, 2, a, 2, o1);
+	run("DropoutTrain", 2, in, 2, a, 2, o2);
+	*(int64_t *)in[1].data = 1;
+	run("DropoutTrain", 2, in, 2, a, 2, o3);
+	for (int i = 0; i < 4000; i++) {
+		const unsigned char *m = o1[1].data;
+		float y = ((const float *)o1[0].data)[i];
+		kept += m[i];
+		differ += m[i] != ((const unsigned char *)o3[1].data)[i];
+		assert_true(m[i] ? fabs(y - x[i] / 0.7) < 1e-5 : y == 0.0f);
+	}
+	assert_memory_equal(o1[1].data, o2[1].data, 4000); /* same seed and step: same mask */
+	assert_true(differ > 1000);                        /* next step: a new mask */
+	assert_true(kept > 4000 * 0.7 - 150 && kept < 4000 * 0.7 + 150);
+	gin[0] = rnd(T(1, 4000), 10, -1, 1);
+	gin[1] = o1[1];
+	run("DropoutGrad", 2, gin, 1, a, 1, &g);
+	for (int i = 0; i < 4000; i++) {
+		float want = ((const unsigned char *)o1[1].data)[i] ? ((const float *)gin[0].data)[i] / 0.7f : 0.0f;
+		assert_true(fabs(((const float *)g.data)[i] - want) < 1e-5);
+	}
+	hp_tensor_free(&g);
+	hp_tensor_free(&gin[0]);
+	free_all(o1, 2);
+	free_all(o2, 2);
+	free_all(o3, 2);
+	free_all(in, 2);
+}
+
+/* ---- MatMulGrad and GemmGrad -------------------------------------------- */
+
+struct mm_ctx {
+	double *a, *b, *dy;
+	int ra, rb;          /* ranks as numpy sees them */
+	int64_t ad[4], bd[4], yd[4];
+	int ry;
+};
+
+/* Naive numpy matmul for the shapes of the test cases (rank <= 4). */
+static double mm_loss(void *p)
+{
+	struct mm_ctx *c = p;
+	int64_t a4[4], b4[4], y4[4], m, k, n, s = 0;
+	double sum = 0;
+
+	/* promote to [B0,B1,M,K] x [B0,B1,K,N] with broadcasting */
+	for (int i = 0; i < 4; i++)
+		a4[i] = b4[i] = y4[i] = 1;
+	if (c->ra == 1) {
+		a4[3] = c->ad[0];
+	} else {
+		for (int i = 0; i < c->ra; i++)
+			a4[4 - c->ra + i] = c->ad[i];
+	}
+	if (c->rb == 1) {
+		b4[2] = c->bd[0];
+	} else {
+		for (int i = 0; i < c->rb; i++)
+			b4[4 - c->rb + i] = c->bd[i];
+	}
+	m = a4[2];
+	k = a4[3];
+	n = b4[3];
+	y4[0] = a4[0] > b4[0] ? a4[0] : b4[0];
+	y4[1] = a4[1] > b4[1] ? a4[1] : b4[1];
+	for (int64_t i0 = 0; i0 < y4[0]; i0++)
+		for (int64_t i1 = 0; i1 < y4[1]; i1++)
+			for (int64_t r = 0; r < m; r++)
+				for (int64_t q = 0; q < n; q++) {
+					double v = 0;
+					int64_t ab = ((a4[0] > 1 ? i0 : 0) * a4[1] + (a4[1] > 1 ? i1 : 0)) * m * k;
+					int64_t bb = ((b4[0] > 1 ? i0 : 0) * b4[1] + (b4[1] > 1 ? i1 : 0)) * k * n;
+					for (int64_t j = 0; j < k; j++)
+						v += c->a[ab + r * k + j] * c->b[bb + j * n + q];
+					sum += c->dy[s++] * v;
+				}
+	return sum;
+}
+
+static void mm_case(int ra, const int *ad, int rb, const int *bd, int ry, const int *yd)
+{
+	int64_t a64[4], b64[4], y64[4];
+	struct hp_tensor in[3], out[2];
+	struct mm_ctx c = { .ra = ra, .rb = rb, .ry = ry };
+
+	for (int i = 0; i < 4; i++) {
+		a64[i] = c.ad[i] = i < ra ? ad[i] : 0;
+		b64[i] = c.bd[i] = i < rb ? bd[i] : 0;
+		y64[i] = c.yd[i] = i < ry ? yd[i] : 0;
+	}
+	in[0] = kt_tensor(HP_F32, ry, y64);
+	in[1] = kt_tensor(HP_F32, ra, a64);
+	in[2] = kt_tensor(HP_F32, rb, b64);
+	for (int i = 0; i < 3; i++)
+		kt_fill_random(&in[i], 20 + (unsigned)i, -1, 1);
+	c.dy = dbl(&in[0]);
+	c.a = dbl(&in[1]);
+	c.b = dbl(&in[2]);
+	run("MatMulGrad", 3, in, 0, NULL, 2, out);
+	fd_check(mm_loss, &c, c.a, &out[0], 1e-5, "MatMul dA");
+	fd_check(mm_loss, &c, c.b, &out[1], 1e-5, "MatMul dB");
+	free(c.a);
+	free(c.b);
+	free(c.dy);
+	free_all(out, 2);
+	free_all(in, 3);
+}
+
+static void test_matmul_grad(void **state)
+{
+	(void)state;
+	mm_case(3, (int[]){ 2, 3, 4 }, 2, (int[]){ 4, 5 }, 3, (int[]){ 2, 3, 5 });
+	mm_case(1, (int[]){ 4 }, 3, (int[]){ 2, 4, 3 }, 2, (int[]){ 2, 3 });
+	mm_case(2, (int[]){ 3, 4 }, 1, (int[]){ 4 }, 1, (int[]){ 3 });
+	mm_case(4, (int[]){ 2, 1, 3, 4 }, 3, (int[]){ 3, 4, 2 }, 4, (int[]){ 2, 3, 3, 2 });
+}
+
+struct gemm_ctx {
+	double *a, *b, *dy, alpha;
+	int ta, tb;
+	int64_t m, k, n;
+};
+
+static double gemm_loss(void *p)
+{
+	struct gemm_ctx *c = p;
+	double s = 0;
+
+	for (int64_t i = 0; i < c->m; i++)
+		for (int64_t j = 0; j < c->n; j++) {
+			double v = 0;
+			for (int64_t q = 0; q < c->k; q++)
+				v += c->a[c->ta ? q * c->m + i : i * c->k + q] * c->b[c->tb ? j * c->k + q : q * c->n + j];
+			s += c->dy[i * c->n + j] * c->alpha * v;
+		}
+	return s;
+}
+
+static void test_gemm_grad(void **state)
+{
+	(void)state;
+	for (int t = 0; t < 4; t++) {
+		struct gemm_ctx c = { .alpha = 0.75, .ta = t & 1, .tb = t >> 1, .m = 3, .k = 5, .n = 4 };
+		struct hp_tensor in[3] = { rnd(T(2, 3, 4), 30, -1, 1), rnd(c.ta ? T(2, 5, 3) : T(2, 3, 5), 31, -1, 1),
+					   rnd(c.tb ? T(2, 4, 5) : T(2, 5, 4), 32, -1, 1) };
+		struct hp_attr a[3] = { kt_float("alpha", 0.75f), kt_int("transA", c.ta), kt_int("transB", c.tb) };
+		struct hp_tensor out[2];
+		c.dy = dbl(&in[0]);
+		c.a = dbl(&in[1]);
+		c.b = dbl(&in[2]);
+		run("GemmGrad", 3, in, 3, a, 2, out);
+		fd_check(gemm_loss, &c, c.a, &out[0], 1e-5, "Gemm dA");
+		fd_check(gemm_loss, &c, c.b, &out[1], 1e-5, "Gemm dB");
+		free(c.a);
+		free(c.b);
+		free(c.dy);
+		free_all(out, 2);
+		free_all(in, 3);
+	}
+}
+
+/* ---- convolution -------------------------------------------------------- */
+
+/* Geometry shared by the naive Conv and ConvTranspose below; spatial dims
+ * beyond nsp are 1.  Conv: x is the big side; ConvTranspose: y is. */
+struct cv_ctx {
+	int nsp, transpose;
+	int64_t n, cx, cy, group, xs[3], ys[3], k[3], s[3], d[3], p[3];
+	double *x, *w, *b, *dy;
+};
+
+static int64_t vol(const int64_t *a)
+{
+	return a[0] * a[1] * a[2];
+}
+
+static double cv_loss(void *p)
+{
+	struct cv_ctx *c = p;
+	int64_t cxg = c->cx / c->group, cyg = c->cy / c->group;
+	const int64_t *big = c->transpose ? c->ys : c->xs, *small = c->transpose ? c->xs : c->ys;
+	double *y = calloc((size_t)(c->n * c->cy * vol(c->ys)), sizeof *y), s = 0;
+
+	for (int64_t n = 0; n < c->n; n++)
+		for (int64_t g = 0; g < c->group; g++)
+			for (int64_t co = 0; co < cyg; co++)
+				for (int64_t ci = 0; ci < cxg; ci++)
+					for (int64_t o = 0; o < vol(small); o++)
+						for (int64_t kk = 0; kk < vol(c->k); kk++) {
+							int64_t os[3] = { o / (small[1] * small[2]), o / small[2] % small[1], o % small[2] };
+							int64_t ks[3] = { kk / (c->k[1] * c->k[2]), kk / c->k[2] % c->k[1], kk % c->k[2] };
+							int64_t bi = 0, ok = 1;
+							for (int q = 0; q < 3; q++) {
+								int64_t i = os[q] * c->s[q] - c->p[q] + ks[q] * c->d[q];
+								ok &= i >= 0 && i < big[q];
+								bi = bi * big[q] + i;
+							}
+							if (!ok)
+								continue;
+							int64_t xc = g * cxg + ci, yc = g * cyg + co;
+							if (!c->transpose) /* W [cy, cx/g, k] */
+								y[(n * c->cy + yc) * vol(c->ys) + o] +=
+									c->w[(yc * cxg + ci) * vol(c->k) + kk] *
+									c->x[(n * c->cx + xc) * vol(c->xs) + bi];
+							else /* W [cx, cy/g, k] */
+								y[(n * c->cy + yc) * vol(c->ys) + bi] +=
+									c->w[(xc * cyg + co) * vol(c->k) + kk] *
+									c->x[(n * c->cx + xc) * vol(c->xs) + o];
+						}
+	for (int64_t n = 0; n < c->n; n++)
+		for (int64_t co = 0; co < c->cy; co++)
+			for (int64_t o = 0; o < vol(c->ys); o++) {
+				int64_t i = (n * c->cy + co) * vol(c->ys) + o;
+				s += c->dy[i] * (y[i] + c->b[co]);
+			}
+	free(y);
+	return s;
+}
+
+static struct hp_tensor nd(int nsp, int64_t a, int64_t b, const int64_t *sp)
+{
+	int64_t d[5] = { a, b, sp[0], sp[1], sp[2] };
+
+	if (nsp < 3) /* spatial dims live at the end in the [3] arrays */
+		memmove(d + 2, sp + 3 - nsp, (size_t)nsp * sizeof *d);
+	return kt_tensor(HP_F32, 2 + nsp, d);
+}
+
+static void cv_case(int transpose, int nsp, int group, const int *in_sp, const int *k, const int *s, const int *d,
+		    const int *pb, const int *pe, const int *opad)
+{
+	struct cv_ctx c = { .nsp = nsp, .transpose = transpose, .n = 2, .cx = 4, .cy = 6, .group = group };
+	int64_t st[3], dl[3], pads[6], ks[3], xsh[5];
+	struct hp_tensor x, w, dy, out;
+	char what[64];
+
+	for (int q = 0; q < 3; q++) {
+		int real = q >= 3 - nsp, j = q - (3 - nsp);
+		c.xs[q] = real ? in_sp[j] : 1;
+		c.k[q] = real ? k[j] : 1;
+		c.s[q] = real ? s[j] : 1;
+		c.d[q] = real ? d[j] : 1;
+		c.p[q] = real ? pb[j] : 0;
+		int64_t eff = (c.k[q] - 1) * c.d[q] + 1;
+		c.ys[q] = !real ? 1 : transpose ? c.s[q] * (c.xs[q] - 1) + opad[j] + eff - pb[j] - pe[j]
+					   : (c.xs[q] + pb[j] + pe[j] - eff) / c.s[q] + 1;
+		if (real) {
+			st[j] = c.s[q];
+			dl[j] = c.d[q];
+			pads[j] = pb[j];
+			pads[nsp + j] = pe[j];
+			ks[j] = c.k[q];
+		}
+	}
+	x = rnd(nd(nsp, c.n, c.cx, c.xs), 40, -1, 1);
+	w = rnd(transpose ? nd(nsp, c.cx, c.cy / group, c.k) : nd(nsp, c.cy, c.cx / group, c.k), 41, -1, 1);
+	dy = rnd(nd(nsp, c.n, c.cy, c.ys), 42, -1, 1);
+	c.x = dbl(&x);
+	c.w = dbl(&w);
+	c.dy = dbl(&dy);
+	c.b = calloc((size_t)c.cy, sizeof *c.b);
+	memcpy(xsh, x.shape.dims, sizeof xsh);
+	struct hp_attr a[5] = { kt_int("group", group), kt_ints("strides", nsp, st), kt_ints("dilations", nsp, dl),
+				kt_ints("pads", 2 * nsp, pads), kt_ints("x_shape", 2 + nsp, xsh) };
+	struct hp_tensor din[2] = { dy, w };
+	run(transpose ? "ConvTransposeGradData" : "ConvGradData", 2, din, 5, a, 1, &out);
+	snprintf(what, sizeof what, "%s %dD dX", transpose ? "ConvTranspose" : "Conv", nsp);
+	fd_check(cv_loss, &c, c.x, &out, 1e-5, what);
+	hp_tensor_free(&out);
+	a[4] = kt_ints("kernel_shape", nsp, ks);
+	struct hp_tensor fin[2] = { dy, x };
+	if (transpose) {
+		fin[0] = x;
+		fin[1] = dy;
+	}
+	run("ConvGradFilter", 2, fin, 5, a, 1, &out);
+	snprintf(what, sizeof what, "%s %dD dW", transpose ? "ConvTranspose" : "Conv", nsp);
+	fd_check(cv_loss, &c, c.w, &out, 1e-5, what);
+	hp_tensor_free(&out);
+	run("BiasGrad", 1, &dy, 0, NULL, 1, &out);
+	fd_check(cv_loss, &c, c.b, &out, 1e-5, "dB");
+	hp_tensor_free(&out);
+	free(c.x);
+	free(c.w);
+	free(c.dy);
+	free(c.b);
+	hp_tensor_free(&x);
+	hp_tensor_free(&w);
+	hp_tensor_free(&dy);
+}
+
+static void test_conv_grad(void **state)
+{
+	(void)state;
+	cv_case(0, 2, 2, (int[]){ 7, 6 }, (int[]){ 3, 2 }, (int[]){ 2, 1 }, (int[]){ 1, 2 }, (int[]){ 1, 0 },
+		(int[]){ 1, 1 }, NULL);
+	cv_case(0, 1, 1, (int[]){ 9 }, (int[]){ 3 }, (int[]){ 2 }, (int[]){ 2 }, (int[]){ 2 }, (int[]){ 1 }, NULL);
+	cv_case(0, 3, 2, (int[]){ 4, 5, 4 }, (int[]){ 2, 3, 2 }, (int[]){ 1, 2, 1 }, (int[]){ 1, 1, 2 },
+		(int[]){ 1, 1, 0 }, (int[]){ 0, 1, 1 }, NULL);
+	cv_case(1, 2, 2, (int[]){ 4, 3 }, (int[]){ 3, 2 }, (int[]){ 2, 2 }, (int[]){ 1, 2 }, (int[]){ 1, 0 },
+		(int[]){ 0, 1 }, (int[]){ 1, 0 });
+	cv_case(1, 1, 1, (int[]){ 5 }, (int[]){ 4 }, (int[]){ 3 }, (int[]){ 1 }, (int[]){ 1 }, (int[]){ 2 },
+		(int[]){ 2 });
+	cv_case(1, 3, 1, (int[]){ 2, 3, 2 }, (int[]){ 2, 2, 3 }, (int[]){ 2, 1, 2 }, (int[]){ 1, 1, 1 },
+		(int[]){ 0, 1, 1 }, (int[]){ 1, 0, 1 }, (int[]){ 1, 0, 0 });
+}
+
+/* ---- pooling ------------------------------------------------------------- */
+
+struct pool_ctx {
+	int max, include_pad;
+	int64_t planes, xs[2], ys[2], k[2], s[2], d[2], p[2], pe[2];
+	double *x, *dy;
+};
+
+static double pool_loss(void *pp)
+{
+	struct pool_ctx *c = pp;
+	double s = 0;
+
+	for (int64_t pl = 0; pl < c->planes; pl++)
+		for (int64_t oh = 0; oh < c->ys[0]; oh++)
+			for (int64_t ow = 0; ow < c->ys[1]; ow++) {
+				double m = -INFINITY, sum = 0;
+				int64_t cnt = 0, h0 = oh * c->s[0] - c->p[0], w0 = ow * c->s[1] - c->p[1];
+				int64_t h1 = h0 + c->k[0] < c->xs[0] + c->pe[0] ? h0 + c->k[0] : c->xs[0] + c->pe[0];
+				int64_t w1 = w0 + c->k[1] < c->xs[1] + c->pe[1] ? w0 + c->k[1] : c->xs[1] + c->pe[1];
+				for (int64_t a = 0; a < c->k[0]; a++)
+					for (int64_t b = 0; b < c->k[1]; b++) {
+						int64_t ih = h0 + a * c->d[0], iw = w0 + b * c->d[1];
+						if (ih < 0 || iw < 0 || ih >= c->xs[0] || iw >= c->xs[1])
+							continue;
+						double v = c->x[(pl * c->xs[0] + ih) * c->xs[1] + iw];
+						m = v > m ? v : m;
+						sum += v;
+						cnt++;
+					}
+				double y = c->max ? m : sum / (double)(c->include_pad ? (h1 - h0) * (w1 - w0) : cnt);
+				s += c->dy[(pl * c->ys[0] + oh) * c->ys[1] + ow] * y;
+			}
+	return s;
+}
+
+static void pool_case(int max, int include_pad, int ceil_mode, int dil)
+{
+	struct pool_ctx c = { .max = max, .include_pad = include_pad, .planes = 6, .xs = { 7, 8 }, .k = { 3, 2 },
+			      .s = { 2, 3 }, .d = { dil, 1 }, .p = { 1, 0 }, .pe = { 1, 1 } };
+	int64_t xsh[4] = { 2, 3, 7, 8 }, pads[4] = { 1, 0, 1, 1 };
+	struct hp_tensor x = rnd(T(4, 2, 3, 7, 8), 50, -1, 1), dy, out;
+
+	for (int q = 0; q < 2; q++) {
+		int64_t num = c.xs[q] + c.p[q] + c.pe[q] - ((c.k[q] - 1) * c.d[q] + 1);
+		c.ys[q] = (ceil_mode ? (num + c.s[q] - 1) / c.s[q] : num / c.s[q]) + 1;
+		if (ceil_mode && (c.ys[q] - 1) * c.s[q] >= c.xs[q] + c.p[q])
+			c.ys[q]--; /* torch: the last window must start inside */
+	}
+	dy = rnd(T(4, 2, 3, (int)c.ys[0], (int)c.ys[1]), 51, -1, 1);
+	c.x = dbl(&x);
+	c.dy = dbl(&dy);
+	struct hp_attr a[6] = { kt_ints("kernel_shape", 2, c.k), kt_ints("strides", 2, c.s), kt_ints("pads", 4, pads),
+				kt_ints("dilations", 2, c.d), kt_ints("x_shape", 4, xsh),
+				kt_int("count_include_pad", include_pad) };
+	struct hp_tensor in[2] = { dy, x };
+	if (max)
+		run("MaxPoolGrad", 2, in, 4, a, 1, &out);
+	else
+		run("AveragePoolGrad", 1, in, 6, a, 1, &out);
+	fd_check(pool_loss, &c, c.x, &out, 1e-5, max ? "MaxPool dX" : "AveragePool dX");
+	hp_tensor_free(&out);
+	free(c.x);
+	free(c.dy);
+	hp_tensor_free(&x);
+	hp_tensor_free(&dy);
+}
+
+static void test_pool_grad(void **state)
+{
+	(void)state;
+	pool_case(1, 0, 0, 1);
+	pool_case(1, 0, 1, 2);
+	pool_case(0, 0, 0, 1);
+	pool_case(0, 1, 0, 1);
+	pool_case(0, 1, 1, 1);
+	pool_case(0, 0, 1, 1);
+}
+
+/* ---- normalization and softmax ------------------------------------------ */
+
+struct bn_ctx {
+	int64_t n, c, inner;
+	double *x, *sc, *b, *dy, eps;
+	int layer; /* LayerNorm over the last `inner` values of each of n*c rows */
+};
+
+static double bn_loss(void *p)
+{
+	struct bn_ctx *c = p;
+	double s = 0;
+
+	for (int64_t ch = 0; ch < (c->layer ? c->n * c->c : c->c); ch++) {
+		double mean = 0, var = 0, cnt = (double)(c->layer ? c->inner : c->n * c->inner);
+		for (int pass = 0; pass < 3; pass++)
+			for (int64_t b = 0; b < (c->layer ? 1 : c->n); b++)
+				for (int64_t i = 0; i < c->inner; i++) {
+					int64_t k = c->layer ? ch * c->inner + i : (b * c->c + ch) * c->inner + i;
+					int64_t pi = c->layer ? i : ch;
+					if (pass == 0)
+						mean += c->x[k] / cnt;
+					else if (pass == 1)
+						var += (c->x[k] - mean) * (c->x[k] - mean) / cnt;
+					else
+						s += c->dy[k] * ((c->x[k] - mean) / sqrt(var + c->eps) * c->sc[pi] + c->b[pi]);
+				}
+	}
+	return s;
+}
+
+static void test_batchnorm(void **state)
+{
+	struct hp_tensor in[5] = { rnd(T(4, 3, 4, 2, 3), 60, -2, 3), rnd(T(1, 4), 61, 0.5f, 1.5f),
+				   rnd(T(1, 4), 62, -1, 1), rnd(T(1, 4), 63, -1, 1), rnd(T(1, 4), 64, 0.5f, 2) };
+	struct hp_attr a[2] = { kt_float("epsilon", 1e-3f), kt_float("momentum", 0.8f) };
+	struct hp_tensor out[3], dy = rnd(T(4, 3, 4, 2, 3), 65, -1, 1), g[3];
+	struct bn_ctx c = { 3, 4, 6, dbl(&in[0]), dbl(&in[1]), dbl(&in[2]), dbl(&dy), 1e-3, 0 };
+	double ym[72], rm[4], rv[4];
+
+	(void)state;
+	run("BatchNormTrain", 5, in, 2, a, 3, out);
+	for (int ch = 0; ch < 4; ch++) { /* running stats as torch: 0.2 batch + 0.8 old, unbiased var */
+		double mean = 0, var = 0;
+		for (int b = 0; b < 3; b++)
+			for (int i = 0; i < 6; i++)
+				mean += c.x[(b * 4 + ch) * 6 + i] / 18;
+		for (int b = 0; b < 3; b++)
+			for (int i = 0; i < 6; i++)
+				var += pow(c.x[(b * 4 + ch) * 6 + i] - mean, 2);
+		rm[ch] = 0.8 * ((float *)in[3].data)[ch] + 0.2 * mean;
+		rv[ch] = 0.8 * ((float *)in[4].data)[ch] + 0.2 * var / 17;
+		for (int b = 0; b < 3; b++)
+			for (int i = 0; i < 6; i++) {
+				int k = (b * 4 + ch) * 6 + i;
+				ym[k] = (c.x[k] - mean) / sqrt(var / 18 + 1e-3) * c.sc[ch] + c.b[ch];
+			}
+	}
+	close_to(&out[0], ym, 1e-5, "BatchNormTrain Y");
+	close_to(&out[1], rm, 1e-6, "BatchNormTrain running mean");
+	close_to(&out[2], rv, 1e-6, "BatchNormTrain running var");
+	struct hp_tensor gin[3] = { dy, in[0], in[1] };
+	run("BatchNormGrad", 3, gin, 1, a, 3, g);
+	fd_check(bn_loss, &c, c.x, &g[0], 1e-4, "BatchNorm dX");
+	fd_check(bn_loss, &c, c.sc, &g[1], 1e-5, "BatchNorm dScale");
+	fd_check(bn_loss, &c, c.b, &g[2], 1e-5, "BatchNorm dB");
+	free(c.x);
+	free(c.sc);
+	free(c.b);
+	free(c.dy);
+	free_all(g, 3);
+	free_all(out, 3);
+	free_all(in, 5);
+	hp_tensor_free(&dy);
+}
+
+static void test_layernorm_grad(void **state)
+{
+	struct hp_tensor in[3] = { rnd(T(3, 2, 3, 5), 70, -1, 1), rnd(T(3, 2, 3, 5), 71, -2, 2), rnd(T(1, 5), 72, 0.5f, 1.5f) };
+	struct hp_tensor bias = rnd(T(1, 5), 73, -1, 1), g[3];
+	struct hp_attr a[2] = { kt_int("axis", -1), kt_float("epsilon", 1e-4f) };
+	struct bn_ctx c = { 2, 3, 5, dbl(&in[1]), dbl(&in[2]), dbl(&bias), dbl(&in[0]), 1e-4, 1 };
+
+	(void)state;
+	run("LayerNormGrad", 3, in, 2, a, 3, g);
+	fd_check(bn_loss, &c, c.x, &g[0], 1e-4, "LayerNorm dX");
+	fd_check(bn_loss, &c, c.sc, &g[1], 1e-5, "LayerNorm dScale");
+	fd_check(bn_loss, &c, c.b, &g[2], 1e-5, "LayerNorm dB");
+	free(c.x);
+	free(c.sc);
+	free(c.b);
+	free(c.dy);
+	free_all(g, 3);
+	free_all(in, 3);
+	hp_tensor_free(&bias);
+}
+
+struct sm_ctx {
+	double *x, *dy;
+	int64_t outer, len, inner;
+	int log;
+};
+
+static double sm_loss(void *p)
+{
+	struct sm_ctx *c = p;
+	double s = 0;
+
+	for (int64_t o = 0; o < c->outer; o++)
+		for (int64_t i = 0; i < c->inner; i++) {
+			double m = -INFINITY, z = 0;
+			for (int64_t k = 0; k < c->len; k++)
+				m = fmax(m, c->x[(o * c->len + k) * c->inner + i]);
+			for (int64_t k = 0; k < c->len; k++)
+				z += exp(c->x[(o * c->len + k) * c->inner + i] - m);
+			for (int64_t k = 0; k < c->len; k++) {
+				int64_t q = (o * c->len + k) * c->inner + i;
+				double lp = c->x[q] - m - log(z);
+				s += c->dy[q] * (c->log ? lp : exp(lp));
+			}
+		}
+	return s;
+}
+
+static void test_softmax_grad(void **state)
+{
+	(void)state;
+	for (int t = 0; t < 4; t++) {
+		int logsm = t & 1, flat = t >> 1;
+		struct hp_tensor x = rnd(T(3, 2, 3, 4), 80, -2, 2), dy = rnd(T(3, 2, 3, 4), 81, -1, 1), y, out;
+		struct sm_ctx c = { dbl(&x), dbl(&dy), 2, flat ? 12 : 3, flat ? 1 : 4, logsm };
+		struct hp_attr a[2] = { kt_int("axis", 1), kt_int("flatten", flat) };
+		/* Y from the naive forward (the backward reads the forward's output):
+		 * y[q] is the loss with dy = e_q. */
+		y = T(3, 2, 3, 4);
+		memset(c.dy, 0, 24 * sizeof *c.dy);
+		for (int q = 0; q < 24; q++) {
+			c.dy[q] = 1;
+			((float *)y.data)[q] = (float)sm_loss(&c);
+			c.dy[q] = 0;
+		}
+		free(c.dy);
+		c.dy = dbl(&dy);
+		struct hp_tensor in[2] = { dy, y };
+		run(logsm ? "LogSoftmaxGrad" : "SoftmaxGrad", 2, in, 2, a, 1, &out);
+		fd_check(sm_loss, &c, c.x, &out, 2e-5, logsm ? "LogSoftmax dX" : "Softmax dX");
+		free(c.x);
+		free(c.dy);
+		hp_tensor_free(&out);
+		hp_tensor_free(&x);
+		hp_tensor_free(&dy);
+		hp_tensor_free(&y);
+	}
+}
+
+/* ---- shape ops -------------------------------------------------------- */
+
+/* Linear maps y = A x given as a gather list: y[i] = sum of x[src] * w;
+ * the loss is dy . y, so the FD check covers any index mapping. */
+struct lin_ctx {
+	double *x, *dy;
+	int64_t ny;
+	int64_t *src;   /* per y element, up to 8 sources (-1: none) */
+	double *w;
+};
+
+static double lin_loss(void *p)
+{
+	struct lin_ctx *c = p;
+	double s = 0;
+
+	for (int64_t i = 0; i < c->ny; i++)
+		for (int k = 0; k < 8; k++)
+			if (c->src[i * 8 + k] >= 0)
+				s += c->dy[i] * c->w[i * 8 + k] * c->x[c->src[i * 8 + k]];
+	return s;
+}
+
+static struct lin_ctx lin_new(const struct hp_tensor *x, const struct hp_tensor *dy)
+{
+	struct lin_ctx c = { dbl(x), dbl(dy), numel(dy), NULL, NULL };
+
+	c.src = malloc((size_t)c.ny * 8 * sizeof *c.src);
+	c.w = calloc((size_t)c.ny * 8, sizeof *c.w);
+	for (int64_t i = 0; i < c.ny * 8; i++)
+		c.src[i] = -1;
+	return c;
+}
+
+static void lin_free(struct lin_ctx *c)
+{
+	free(c->x);
+	free(c->dy);
+	free(c->src);
+	free(c->w);
+}
+
+static void lin_set(struct lin_ctx *c, int64_t i, int k, int64_t src, double w)
+{
+	c->src[i * 8 + k] = src;
+	c->w[i * 8 + k] = w;
+}
+
+static void test_transpose_reshape_grad(void **state)
+{
+	int64_t perm[4] = { 2, 0, 3, 1 }, xs[4] = { 2, 3, 4, 5 };
+	struct hp_tensor x = rnd(T(4, 2, 3, 4, 5), 90, -1, 1), dy = rnd(T(4, 4, 2, 5, 3), 91, -1, 1), out;
+	struct lin_ctx c = lin_new(&x, &dy);
+	struct hp_attr a[1] = { kt_ints("perm", 4, perm) };
+
+	(void)state;
+	for (int64_t i = 0; i < 120; i++) { /* y[a,b,c,d] = x[b,d,a,c] */
+		int64_t y0 = i / 30, y1 = i / 15 % 2, y2 = i / 3 % 5, y3 = i % 3;
+		lin_set(&c, i, 0, ((y1 * 3 + y3) * 4 + y0) * 5 + y2, 1);
+	}
+	run("TransposeGrad", 1, &dy, 1, a, 1, &out);
+	fd_check(lin_loss, &c, c.x, &out, 1e-6, "Transpose dX");
+	hp_tensor_free(&out);
+	a[0] = kt_ints("shape", 4, xs);
+	run("ReshapeGrad", 1, &dy, 1, a, 1, &out);
+	assert_int_equal(out.shape.rank, 4);
+	assert_int_equal(out.shape.dims[3], 5);
+	assert_memory_equal(out.data, dy.data, 120 * sizeof(float));
+	hp_tensor_free(&out);
+	lin_free(&c);
+	hp_tensor_free(&x);
+	hp_tensor_free(&dy);
+}
+
+static void test_concat_split_grad(void **state)
+{
+	int64_t sizes[3] = { 1, 3, 2 }, xs[3] = { 2, 6, 3 };
+	struct hp_tensor dy = rnd(T(3, 2, 6, 3), 100, -1, 1), out[3], whole;
+	struct hp_attr a[3] = { kt_int("axis", -2), kt_ints("sizes", 3, sizes), kt_ints("x_shape", 3, xs) };
+	const float *y = dy.data;
+
+	(void)state;
+	run("ConcatGrad", 1, &dy, 2, a, 3, out);
+	for (int p = 0, off = 0; p < 3; off += (int)sizes[p], p++)
+		for (int b = 0; b < 2; b++)
+			for (int j = 0; j < sizes[p]; j++)
+				for (int k = 0; k < 3; k++)
+					assert_true(((float *)out[p].data)[(b * sizes[p] + j) * 3 + k] == y[(b * 6 + off + j) * 3 + k]);
+	hp_tensor_free(&out[1]);
+	out[1] = (struct hp_tensor){ .dtype = HP_F32 }; /* omitted piece: zeros */
+	run("SplitGrad", 3, out, 3, a, 1, &whole);
+	for (int b = 0; b < 2; b++)
+		for (int j = 0; j < 6; j++)
+			for (int k = 0; k < 3; k++) {
+				float w = ((float *)whole.data)[(b * 6 + j) * 3 + k];
+				assert_true(j >= 1 && j < 4 ? w == 0.0f : w == y[(b * 6 + j) * 3 + k]);
+			}
+	hp_tensor_free(&out[0]);
+	hp_tensor_free(&out[2]);
+	hp_tensor_free(&whole);
+	hp_tensor_free(&dy);
+}
+
+static void test_slice_grad(void **state)
+{
+	/* x [5, 7]: axis 1 from 6 down to 1 step -2 (6, 4, 2), axis 0 from 1 to end (1..4) */
+	int64_t xs[2] = { 5, 7 }, st[2] = { -1, 1 }, en[2] = { 0, 1000 }, ax[2] = { 1, 0 }, sp[2] = { -2, 1 };
+	struct hp_tensor x = rnd(T(2, 5, 7), 110, -1, 1), dy = rnd(T(2, 4, 3), 111, -1, 1), out;
+	struct hp_attr a[5] = { kt_ints("x_shape", 2, xs), kt_ints("starts", 2, st), kt_ints("ends", 2, en),
+				kt_ints("axes", 2, ax), kt_ints("steps", 2, sp) };
+	struct lin_ctx c = lin_new(&x, &dy);
+
+	(void)state;
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < 3; j++)
+			lin_set(&c, i * 3 + j, 0, (i + 1) * 7 + (6 - 2 * j), 1);
+	run("SliceGrad", 1, &dy, 5, a, 1, &out);
+	fd_check(lin_loss, &c, c.x, &out, 1e-6, "Slice dX");
+	hp_tensor_free(&out);
+	lin_free(&c);
+	hp_tensor_free(&x);
+	hp_tensor_free(&dy);
+}
+
+static void test_gather_grad(void **state)
+{
+	int64_t xs[3] = { 2, 5, 3 }, id[2] = { 2, 2 };
+	struct hp_tensor x = rnd(T(3, 2, 5, 3), 120, -1, 1), dy = rnd(T(4, 2, 2, 2, 3), 121, -1, 1), out;
+	struct hp_tensor ix = kt_tensor(HP_I64, 2, id);
+	int64_t idx[4] = { 1, -1, 4, 1 }; /* repeated and negative indices accumulate */
+	struct hp_attr a[2] = { kt_int("axis", 1), kt_ints("x_shape", 3, xs) };
+	struct lin_ctx c = lin_new(&x, &dy);
+
+	(void)state;
+	memcpy(ix.data, idx, sizeof idx);
+	for (int o = 0; o < 2; o++)
+		for (int j = 0; j < 4; j++)
+			for (int i = 0; i < 3; i++)
+				lin_set(&c, (o * 4 + j) * 3 + i, 0, (o * 5 + (idx[j] + 5) % 5) * 3 + i, 1);
+	struct hp_tensor in[2] = { dy, ix };
+	run("GatherGrad", 2, in, 2, a, 1, &out);
+	fd_check(lin_loss, &c, c.x, &out, 1e-6, "Gather dX");
+	hp_tensor_free(&out);
+	lin_free(&c);
+	hp_tensor_free(&x);
+	hp_tensor_free(&dy);
+	hp_tensor_free(&ix);
+}
+
+static void test_reduce_grad(void **state)
+{
+	int64_t xs[3] = { 2, 3, 4 }, axes[2] = { 0, -1 };
+	struct hp_tensor x = rnd(T(3, 2, 3, 4), 130, -1, 1), dy = rnd(T(1, 3), 131, -1, 1), out;
+	struct hp_tensor s = rnd(T(0), 132, -1, 1);
+	struct hp_attr a[3] = { kt_ints("x_shape", 3, xs), kt_float("scale", 0.125f), kt_ints("axes", 2, axes) };
+	struct lin_ctx c = lin_new(&x, &dy), c2 = lin_new(&x, &s);
+
+	(void)state;
+	for (int j = 0; j < 3; j++) /* y[j] = mean over i, k of x[i, j, k] */
+		for (int q = 0; q < 8; q++)
+			lin_set(&c, j, q, ((q / 4) * 3 + j) * 4 + q % 4, 0.125);
+	run("ReduceGrad", 1, &dy, 3, a, 1, &out);
+	fd_check(lin_loss, &c, c.x, &out, 1e-6, "ReduceMean dX");
+	hp_tensor_free(&out);
+	/* no axes: all of them (a scalar dY), here scaled as a mean of 24 */
+	a[1] = kt_float("scale", 1.0f / 24);
+	run("ReduceGrad", 1, &s, 2, a, 1, &out);
+	for (int i = 0; i < 24; i++)
+		assert_true(fabs(((float *)out.data)[i] - *(float *)s.data / 24) < 1e-7);
+	hp_tensor_free(&out);
+	hp_tensor_free(&s);
+	lin_free(&c);
+	lin_free(&c2);
+	hp_tensor_free(&x);
+	hp_tensor_free(&dy);
+}
+
+/* Resize forward (naive, per the ONNX formulas) as a linear map. */
+static double rz_src(const char *ctm, int64_t o, double scale, int64_t in, int64_t out)
+{
+	if (!strcmp(ctm, "asymmetric"))
+		return (double)o / scale;
+	if (!strcmp(ctm, "align_corners"))
+		return out > 1 ? (double)o * (double)(in - 1) / (double)(out - 1) : 0;
+	return ((double)o + 0.5) / scale - 0.5;
+}
+
+static void rz_taps(const char *mode, const char *ctm, const char *nm, int64_t o, double scale, int64_t in,
+		    int64_t out, int64_t *i, double *w)
+{
+	double x = rz_src(ctm, o, scale, in, out);
+
+	if (!strcmp(mode, "nearest")) {
+		double r = !strcmp(nm, "floor") ? floor(x) : x - floor(x) == 0.5 ? floor(x) : round(x);
+		i[0] = i[1] = r < 0 ? 0 : r > in - 1 ? in - 1 : (int64_t)r;
+		w[0] = 1;
+		w[1] = 0;
+		return;
+	}
+	x = fmin(fmax(x, 0), (double)(in - 1));
+	i[0] = (int64_t)floor(x);
+	i[1] = i[0] + 1 < in ? i[0] + 1 : in - 1;
+	w[1] = x - (double)i[0];
+	w[0] = 1 - w[1];
+}
+
+static void rz_case(const char *mode, const char *ctm, const char *nm, int oh, int ow)
+{
+	int64_t xs[4] = { 1, 2, 3, 4 };
+	struct hp_tensor x = rnd(T(4, 1, 2, 3, 4), 140, -1, 1), dy = rnd(T(4, 1, 2, oh, ow), 141, -1, 1), out;
+	struct hp_attr a[4] = { kt_ints("x_shape", 4, xs), kt_string("mode", mode),
+				kt_string("coordinate_transformation_mode", ctm), kt_string("nearest_mode", nm) };
+	struct lin_ctx c = lin_new(&x, &dy);
+	char what[96];
+
+	for (int p = 0; p < 2; p++)
+		for (int h = 0; h < oh; h++)
+			for (int w = 0; w < ow; w++) {
+				int64_t ih[2], iw[2];
+				double wh[2], ww[2];
+				rz_taps(mode, ctm, nm, h, (double)oh / 3, 3, oh, ih, wh);
+				rz_taps(mode, ctm, nm, w, (double)ow / 4, 4, ow, iw, ww);
+				for (int k = 0; k < 4; k++)
+					lin_set(&c, (p * oh + h) * ow + w, k, (p * 3 + ih[k >> 1]) * 4 + iw[k & 1],
+						wh[k >> 1] * ww[k & 1]);
+			}
+	run("ResizeGrad", 1, &dy, 4, a, 1, &out);
+	snprintf(what, sizeof what, "Resize %s %s dX", mode, ctm);
+	fd_check(lin_loss, &c, c.x, &out, 1e-6, what);
+	hp_tensor_free(&out);
+	lin_free(&c);
+	hp_tensor_free(&x);
+	hp_tensor_free(&dy);
+}
+
+static void test_resize_grad(void **state)
+{
+	(void)state;
+	rz_case("nearest", "asymmetric", "floor", 6, 8);
+	rz_case("nearest", "half_pixel", "round_prefer_floor", 5, 7);
+	rz_case("linear", "half_pixel", "", 6, 8);
+	rz_case("linear", "align_corners", "", 5, 9);
+	rz_case("linear", "pytorch_half_pixel", "", 7, 3);
+}
+
+/* ---- losses ------------------------------------------------------------ */
+
+struct ce_ctx {
+	double *x;
+	const int64_t *lab;
+	int64_t n, c, inner, ignore;
+};
+
+static double ce_loss(void *p)
+{
+	struct ce_ctx *c = p;
+	double s = 0;
+	int64_t cnt = 0;
+
+	for (int64_t b = 0; b < c->n; b++)
+		for (int64_t i = 0; i < c->inner; i++) {
+			int64_t l = c->lab[b * c->inner + i];
+			double z = 0;
+			if (l == c->ignore)
+				continue;
+			for (int64_t k = 0; k < c->c; k++)
+				z += exp(c->x[(b * c->c + k) * c->inner + i]);
+			s += log(z) - c->x[(b * c->c + l) * c->inner + i];
+			cnt++;
+		}
+	return s / (double)cnt;
+}
+
+static void test_cross_entropy(void **state)
+{
+	int64_t ld[2] = { 3, 4 }, one[1] = { 1 };
+	struct hp_tensor in[3], out, g;
+	int64_t labels[12] = { 0, 4, 2, -100, 1, 1, 3, 0, 4, 2, -100, 3 };
+	struct ce_ctx c;
+
+	(void)state;
+	in[0] = kt_tensor(HP_F32, 0, one);
+	*(float *)in[0].data = 1.0f;
+	in[1] = rnd(T(3, 3, 5, 4), 150, -3, 3);
+	in[2] = kt_tensor(HP_I64, 2, ld);
+	memcpy(in[2].data, labels, sizeof labels);
+	c = (struct ce_ctx){ dbl(&in[1]), labels, 3, 5, 4, -100 };
+	run("SoftmaxCrossEntropy", 2, in + 1, 0, NULL, 1, &out);
+	double want = ce_loss(&c);
+	assert_true(fabs(*(float *)out.data - want) < 1e-5 * fmax(1, fabs(want)));
+	run("SoftmaxCrossEntropyGrad", 3, in, 0, NULL, 1, &g);
+	fd_check(ce_loss, &c, c.x, &g, 1e-5, "SoftmaxCrossEntropy dLogits");
+	labels[5] = 7; /* out of range: a data error naming the node */
+	memcpy(in[2].data, labels, sizeof labels);
+	struct kt_case kc = { .domain = D, .op = "SoftmaxCrossEntropy", .nin = 2, .in = in + 1, .nout = 1 };
+	struct hp_tensor bad;
+	assert_int_equal(kt_run(&kc, &bad), HP_EDATA);
+	assert_non_null(strstr(hp_errmsg(), "label 7"));
+	free(c.x);
+	hp_tensor_free(&out);
+	hp_tensor_free(&g);
+	free_all(in, 3);
+}
+
+struct mse_ctx {
+	double *p, *t;
+	int64_t n;
+};
+
+static double mse_loss(void *p)
+{
+	struct mse_ctx *c = p;
+	double s = 0;
+
+	for (int64_t i = 0; i < c->n; i++)
+		s += (c->p[i] - c->t[i]) * (c->p[i] - c->t[i]);
+	return s / (double)c->n;
+}
+
+static void test_mse(void **state)
+{
+	int64_t one[1] = { 1 };
+	struct hp_tensor in[3] = { kt_tensor(HP_F32, 0, one), rnd(T(2, 4, 5), 160, -1, 1), rnd(T(2, 4, 5), 161, -1, 1) };
+	struct hp_tensor out, g;
+	struct mse_ctx c = { dbl(&in[1]), dbl(&in[2]), 20 };
+
+	(void)state;
+	*(float *)in[0].data = 0.5f; /* a non-unit upstream gradient scales the result */
+	run("MSELoss", 2, in + 1, 0, NULL, 1, &out);
+	assert_true(fabs(*(float *)out.data - mse_loss(&c)) < 1e-6);
+	run("MSELossGrad", 3, in, 0, NULL, 1, &g);
+	for (int i = 0; i < 20; i++)
+		((float *)g.data)[i] *= 2; /* compare d(0.5 L) * 2 with dL */
+	fd_check(mse_loss, &c, c.p, &g, 1e-5, "MSE dPred");
+	free(c.p);
+	free(c.t);
+	hp_tensor_free(&out);
+	hp_tensor_free(&g);
+	free_all(in, 3);
+}
+
+static void test_grad_sum(void **state)
+{
+	struct hp_tensor in[3] = { rnd(T(2, 3, 4), 170, -1, 1), rnd(T(2, 3, 4), 171, -1, 1), rnd(T(2, 3, 4), 172, -1, 1) };
+	struct hp_tensor out;
+	double want[12];
+
+	(void)state;
+	for (int i = 0; i < 12; i++)
+		want[i] = (double)((float *)in[0].data)[i] + ((float *)in[1].data)[i] + ((float *)in[2].data)[i];
+	run("GradSum", 3, in, 0, NULL, 1, &out);
+	close_to(&out, want, 1e-6, "GradSum");
+	hp_tensor_free(&out);
+	free_all(in, 3);
+}
+
+/* ---- optimizers: several steps against the torch.optim docs ------------ */
+
+static void test_sgd(void **state)
+{
+	(void)state;
+	for (int t = 0; t < 4; t++) {
+		double lr = 0.1, mu = t ? 0.9 : 0, wd = t >= 2 ? 0.01 : 0;
+		int nesterov = t == 3, nst = mu != 0;
+		struct hp_tensor w = rnd(T(1, 10), 180, -1, 1), b = T(1, 10), out[2];
+		double rw[10], rb[10] = { 0 };
+		struct hp_attr a[4] = { kt_float("lr", (float)lr), kt_float("momentum", (float)mu),
+					kt_float("weight_decay", (float)wd), kt_int("nesterov", nesterov) };
+		for (int i = 0; i < 10; i++)
+			rw[i] = ((float *)w.data)[i];
+		for (int step = 1; step <= 4; step++) {
+			struct hp_tensor gr = rnd(T(1, 10), 190 + (unsigned)step, -1, 1);
+			struct hp_tensor in[3] = { w, gr, b };
+			for (int i = 0; i < 10; i++) { /* torch.optim.SGD, algorithm box */
+				double g = ((float *)gr.data)[i] + wd * rw[i];
+				if (mu != 0) {
+					rb[i] = step > 1 ? mu * rb[i] + g : g;
+					g = nesterov ? g + mu * rb[i] : rb[i];
+				}
+				rw[i] -= lr * g;
+			}
+			run("SGDUpdate", 2 + nst, in, 4, a, 1 + nst, out);
+			close_to(&out[0], rw, 1e-6, "SGD param");
+			if (nst)
+				close_to(&out[1], rb, 1e-6, "SGD momentum buffer");
+			hp_tensor_free(&w);
+			w = out[0];
+			if (nst) {
+				hp_tensor_free(&b);
+				b = out[1];
+			}
+			hp_tensor_free(&gr);
+		}
+		hp_tensor_free(&w);
+		hp_tensor_free(&b);
+	}
+}
+
+static void test_adam(void **state)
+{
+	(void)state;
+	for (int t = 0; t < 3; t++) {
+		int decoupled = t == 2;
+		double lr = 0.01, b1 = 0.8, b2 = 0.95, eps = 1e-6, wd = t ? 0.05 : 0;
+		int64_t one[1] = { 1 };
+		struct hp_tensor w = rnd(T(1, 10), 200, -1, 1), m = T(1, 10), v = T(1, 10), s = kt_tensor(HP_I64, 0, one);
+		struct hp_tensor out[3];
+		double rw[10], rm[10] = { 0 }, rv[10] = { 0 };
+		struct hp_attr a[6] = { kt_float("lr", (float)lr), kt_float("beta1", (float)b1), kt_float("beta2", (float)b2),
+					kt_float("epsilon", (float)eps), kt_float("weight_decay", (float)wd),
+					kt_int("decoupled", decoupled) };
+		for (int i = 0; i < 10; i++)
+			rw[i] = ((float *)w.data)[i];
+		for (int step = 1; step <= 5; step++) {
+			struct hp_tensor gr = rnd(T(1, 10), 210 + (unsigned)step, -1, 1);
+			struct hp_tensor in[5] = { w, gr, m, v, s };
+			*(int64_t *)s.data = step;
+			for (int i = 0; i < 10; i++) { /* torch.optim.Adam / AdamW, algorithm boxes */
+				double g = ((float *)gr.data)[i];
+				if (decoupled)
+					rw[i] *= 1 - lr * wd;
+				else
+					g += wd * rw[i];
+				rm[i] = b1 * rm[i] + (1 - b1) * g;
+				rv[i] = b2 * rv[i] + (1 - b2) * g * g;
+				double mh = rm[i] / (1 - pow(b1, step)), vh = rv[i] / (1 - pow(b2, step));
+				rw[i] -= lr * mh / (sqrt(vh) + eps);
+			}
+			run("AdamUpdate", 5, in, 6, a, 3, out);
+			close_to(&out[0], rw, 1e-5, decoupled ? "AdamW param" : "Adam param");
+			close_to(&out[1], rm, 1e-6, "Adam exp_avg");
+			close_to(&out[2], rv, 1e-6, "Adam exp_avg_sq");
+			hp_tensor_free(&w);
+			hp_tensor_free(&m);
+			hp_tensor_free(&v);
+			w = out[0];
+			m = out[1];
+			v = out[2];
+			hp_tensor_free(&gr);
+		}
+		hp_tensor_free(&w);
+		hp_tensor_free(&m);
+		hp_tensor_free(&v);
+		hp_tensor_free(&s);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_unary_grad),
+		cmocka_unit_test(test_binary_grad),
+		cmocka_unit_test(test_where_grad),
+		cmocka_unit_test(test_dropout),
+		cmocka_unit_test(test_matmul_grad),
+		cmocka_unit_test(test_gemm_grad),
+		cmocka_unit_test(test_conv_grad),
+		cmocka_unit_test(test_pool_grad),
+		cmocka_unit_test(test_batchnorm),
+		cmocka_unit_test(test_layernorm_grad),
+		cmocka_unit_test(test_softmax_grad),
+		cmocka_unit_test(test_transpose_reshape_grad),
+		cmocka_unit_test(test_concat_split_grad),
+		cmocka_unit_test(test_slice_grad),
+		cmocka_unit_test(test_gather_grad),
+		cmocka_unit_test(test_reduce_grad),
+		cmocka_unit_test(test_resize_grad),
+		cmocka_unit_test(test_cross_entropy),
+		cmocka_unit_test(test_mse),
+		cmocka_unit_test(test_grad_sum),
+		cmocka_unit_test(test_sgd),
+		cmocka_unit_test(test_adam),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

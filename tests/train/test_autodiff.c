@@ -1,0 +1,447 @@
+/* Autodiff over whole graphs: every parameter's gradient (the input of its
+ * update node) against central differences of the loss the same graph
+ * computes, the update and state wiring through value.next, training-mode
+ * BatchNormalization statistics, and loss decreasing over steps.  The graph
+ * is run by a small in-test executor (node order, value.next carried). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "exec/autodiff.h"
+#include "hpdlf/error.h"
+#include "hpdlf/graph.h"
+#include "hpdlf/kernels.h"
+
+/* ---- graph building -------------------------------------------------- */
+
+static struct hp_shape shp(int rank, ...)
+{
+	struct hp_shape s = { .rank = rank };
+	va_list ap;
+
+	va_start(ap, rank);
+	for (int i = 0; i < rank; i++)
+		s.dims[i] = va_arg(ap, int);
+	va_end(ap);
+	return s;
+}
+
+static int value(struct hp_graph *g, const char *name, enum hp_value_kind kind, enum hp_dtype dt, struct hp_shape s)
+{
+	int v = hp_graph_add_value(g, name, kind, dt, &s);
+
+	assert_true(v >= 0);
+	if (kind == HP_VALUE_INPUT) {
+		g->inputs = realloc(g->inputs, (size_t)(g->ninputs + 1) * sizeof(int));
+		g->inputs[g->ninputs++] = v;
+	}
+	return v;
+}
+
+/* Float initializer filled from a fixed LCG, trainable. */
+static int param(struct hp_graph *g, const char *name, struct hp_shape s, unsigned seed, float lo, float hi)
+{
+	int v = value(g, name, HP_VALUE_INITIALIZER, HP_F32, s);
+	int64_t n = hp_shape_numel(&s);
+	float *d = malloc((size_t)n * sizeof *d);
+	uint64_t x = seed * 2654435761u + 1;
+
+	for (int64_t i = 0; i < n; i++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		d[i] = lo + (hi - lo) * (float)((double)(x >> 11) / 9007199254740992.0);
+	}
+	g->values[v].data = d;
+	g->values[v].src.kind = HP_BLOB_MEMORY;
+	g->values[v].trainable = 1;
+	return v;
+}
+
+static int const_i64(struct hp_graph *g, const char *name, int n, const int64_t *vals)
+{
+	int v = value(g, name, HP_VALUE_CONSTANT, HP_I64, shp(1, n));
+	int64_t *d = malloc((size_t)n * sizeof *d);
+
+	memcpy(d, vals, (size_t)n * sizeof *d);
+	g->values[v].data = d;
+	g->values[v].src.kind = HP_BLOB_MEMORY;
+	return v;
+}
+
+static int act(struct hp_graph *g, const char *name)
+{
+	return hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+}
+
+static int node(struct hp_graph *g, const char *op, int nin, const int *in, int out, int nattrs,
+		const struct hp_attr *a)
+{
+	int k = hp_graph_add_node(g, op, op, nin, in, 1, &out);
+
+	assert_true(k >= 0);
+	for (int i = 0; i < nattrs; i++)
+		assert_int_equal(hp_graph_add_attr(g, k, &a[i]), 0);
+	return out;
+}
+
+static void set_output(struct hp_graph *g, int v)
+{
+	g->outputs = realloc(g->outputs, (size_t)(g->noutputs + 1) * sizeof(int));
+	g->outputs[g->noutputs++] = v;
+}
+
+/* ---- a small executor -------------------------------------------------- */
+
+struct mini {
+	struct hp_graph *g;
+	void **buf;
+};
+
+static size_t vbytes(const struct hp_value *v)
+{
+	struct hp_tensor t = { .dtype = v->dtype, .shape = v->shape };
+
+	return hp_tensor_bytes(&t);
+}
+
+static void mini_init(struct mini *m, struct hp_graph *g)
+{
+	m->g = g;
+	m->buf = calloc((size_t)g->nvalues, sizeof *m->buf);
+	for (int v = 0; v < g->nvalues; v++) {
+		const struct hp_value *val = &g->values[v];
+		if (val->kind != HP_VALUE_INITIALIZER && val->kind != HP_VALUE_INPUT)
+			continue;
+		m->buf[v] = calloc(1, vbytes(val) + 8);
+		if (val->data)
+			memcpy(m->buf[v], val->data, vbytes(val));
+	}
+}
+
+static void *mini_data(struct mini *m, int v)
+{
+	return m->buf[v] ? m->buf[v] : m->g->values[v].data;
+}
+
+static void mini_run(struct mini *m)
+{
+	struct hp_graph *g = m->g;
+
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct hp_node *n = &g->nodes[i];
+		struct hp_tensor in[n->ninputs + 1], out[n->noutputs + 1];
+		struct hp_kargs a = { .nin = n->ninputs, .nout = n->noutputs, .in = in, .out = out };
+		if (n->folded)
+			continue;
+		for (int j = 0; j < n->ninputs; j++) {
+			int v = n->inputs[j];
+			in[j] = (struct hp_tensor){ 0 };
+			if (v >= 0)
+				in[j] = (struct hp_tensor){ g->values[v].dtype, g->values[v].shape, mini_data(m, v) };
+		}
+		for (int o = 0; o < n->noutputs; o++) {
+			int v = n->outputs[o];
+			out[o] = (struct hp_tensor){ 0 };
+			if (v < 0)
+				continue;
+			if (!m->buf[v])
+				m->buf[v] = calloc(1, vbytes(&g->values[v]) + 8);
+			out[o] = (struct hp_tensor){ g->values[v].dtype, g->values[v].shape, m->buf[v] };
+		}
+		a.ws_size = n->workspace;
+		a.ws = n->workspace ? aligned_alloc(64, (n->workspace + 63) / 64 * 64) : NULL;
+		if (n->op->run(n, &a) < 0)
+			fail_msg("node %s: %s", n->name, hp_errmsg());
+		free(a.ws);
+	}
+}
+
+static void mini_carry(struct mini *m)
+{
+	for (int v = 0; v < m->g->nvalues; v++) {
+		int nx = m->g->values[v].next;
+		if (nx >= 0) {
+			void *t = m->buf[v];
+			m->buf[v] = m->buf[nx];
+			m->buf[nx] = t;
+		}
+	}
+}
+
+static void mini_free(struct mini *m)
+{
+	for (int v = 0; v < m->g->nvalues; v++)
+		free(m->buf[v]);
+	free(m->buf);
+}
+
+static float loss_of(struct mini *m)
+{
+	mini_run(m);
+	return *(float *)mini_data(m, hp_graph_find_value(m->g, "loss"));
+}
+
+/* The update node of parameter p (input 0), or NULL. */
+static const struct hp_node *update_of(const struct hp_graph *g, int p)
+{
+	for (int i = 0; i < g->nnodes; i++)
+		if (strstr(g->nodes[i].op_type, "Update") && g->nodes[i].inputs[0] == p)
+			return &g->nodes[i];
+	return NULL;
+}
+
+/* Each trainable parameter's gradient against central differences of the
+ * loss in float32 (h = 1e-2 keeps rounding noise below the tolerance). */
+static void check_gradients(struct mini *m, int nparams)
+{
+	struct hp_graph *g = m->g;
+	int checked = 0;
+
+	for (int p = 0; p < g->nvalues; p++) {
+		const struct hp_node *u;
+		if (!g->values[p].trainable)
+			continue;
+		u = update_of(g, p);
+		assert_non_null(u);
+		mini_run(m);
+		int64_t n = hp_shape_numel(&g->values[p].shape);
+		float *w = m->buf[p], *grad = malloc((size_t)n * sizeof *grad);
+		double err = 0, scale = 1e-3;
+		memcpy(grad, mini_data(m, u->inputs[1]), (size_t)n * sizeof *grad);
+		for (int64_t i = 0; i < n; i++) {
+			float s = w[i], h = 1e-2f;
+			w[i] = s + h;
+			double lp = loss_of(m);
+			w[i] = s - h;
+			double lm = loss_of(m);
+			w[i] = s;
+			double fd = (lp - lm) / (2.0 * h);
+			err = fmax(err, fabs(fd - grad[i]));
+			scale = fmax(scale, fabs(fd));
+		}
+		if (!(err / scale < 2e-2))
+			fail_msg("gradient of '%s': error %.3g (scale %.3g)", g->values[p].name, err, scale);
+		free(grad);
+		checked++;
+	}
+	assert_int_equal(checked, nparams);
+}
+
+static void fill_inputs(struct mini *m, const char *name, unsigned seed, float lo, float hi)
+{
+	int v = hp_graph_find_value(m->g, name);
+	const struct hp_value *val = &m->g->values[v];
+	int64_t n = hp_shape_numel(&val->shape);
+	uint64_t x = seed;
+
+	for (int64_t i = 0; i < n; i++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		double u = (double)(x >> 11) / 9007199254740992.0;
+		if (val->dtype == HP_F32)
+			((float *)m->buf[v])[i] = (float)(lo + (hi - lo) * u);
+		else
+			((int64_t *)m->buf[v])[i] = (int64_t)(lo + (hi - lo) * u);
+	}
+}
+
+/* ---- graphs ------------------------------------------------------------ */
+
+/* ids -> Gather(E) ; a = x * W1 + e + B1 ; h = Tanh(a) ; h2 = h * W1 (W1 fans
+ * out) ; Concat(h, h2) -> Slice -> Reshape [4, 2, 5] -> Dropout -> logits. */
+static struct hp_graph *mlp_graph(int dropout)
+{
+	struct hp_graph *g = hp_graph_new("mlp");
+	int64_t st[1] = { 1 }, en[1] = { 11 }, ax[1] = { 1 }, rs[3] = { 4, 2, 5 };
+	int x = value(g, "x", HP_VALUE_INPUT, HP_F32, shp(2, 4, 6));
+	int ids = value(g, "ids", HP_VALUE_INPUT, HP_I64, shp(1, 4));
+	int e = param(g, "E", shp(2, 10, 6), 1, -0.5f, 0.5f);
+	int w1 = param(g, "W1", shp(1, 6), 2, -1, 1);
+	int b1 = param(g, "B1", shp(2, 1, 6), 3, -0.5f, 0.5f);
+	struct hp_attr axis1 = { .name = "axis", .type = HP_ATTR_INT, .i = 1 };
+	struct hp_attr axis0 = { .name = "axis", .type = HP_ATTR_INT, .i = 0 };
+	int ge, xw, a, a2, h, h2, c, s, r;
+
+	ge = node(g, "Gather", 2, (int[]){ e, ids }, act(g, "e"), 1, &axis0);
+	xw = node(g, "Mul", 2, (int[]){ x, w1 }, act(g, "xw"), 0, NULL);
+	a = node(g, "Add", 2, (int[]){ xw, ge }, act(g, "a"), 0, NULL);
+	a2 = node(g, "Add", 2, (int[]){ a, b1 }, act(g, "a2"), 0, NULL);
+	h = node(g, "Tanh", 1, &a2, act(g, "h"), 0, NULL);
+	h2 = node(g, "Mul", 2, (int[]){ h, w1 }, act(g, "h2"), 0, NULL);
+	c = node(g, "Concat", 2, (int[]){ h, h2 }, act(g, "c"), 1, &axis1);
+	s = node(g, "Slice", 4, (int[]){ c, const_i64(g, "st", 1, st), const_i64(g, "en", 1, en), const_i64(g, "ax", 1, ax) },
+		 act(g, "s"), 0, NULL);
+	r = node(g, "Reshape", 2, (int[]){ s, const_i64(g, "shape", 3, rs) }, act(g, dropout ? "r" : "logits"), 0, NULL);
+	if (dropout) {
+		struct hp_attr ratio = { .name = "ratio", .type = HP_ATTR_FLOAT, .f = 0.25f };
+		r = node(g, "Dropout", 1, &r, act(g, "logits"), 1, &ratio);
+	}
+	set_output(g, r);
+	assert_int_equal(hp_graph_finalize(g), 0);
+	return g;
+}
+
+static void test_mlp_cross_entropy_grads(void **state)
+{
+	struct hp_graph *g = mlp_graph(1);
+	struct hp_train_spec t;
+	struct mini m;
+	int grad_sums = 0;
+
+	(void)state;
+	hp_train_spec_init(&t, sizeof t);
+	t.lr = 0.1;
+	if (hp_autodiff(g, &t) < 0)
+		fail_msg("%s", hp_errmsg());
+	for (int i = 0; i < g->nnodes; i++)
+		grad_sums += !strcmp(g->nodes[i].op_type, "GradSum");
+	assert_true(grad_sums >= 2); /* W1 and h fan out */
+	assert_int_equal(g->values[hp_graph_find_value(g, "labels")].dtype, HP_I64);
+	mini_init(&m, g);
+	fill_inputs(&m, "x", 5, -1, 1);
+	fill_inputs(&m, "ids", 6, -10, 10); /* negative ids index from the end */
+	fill_inputs(&m, "labels", 7, 0, 2);
+	check_gradients(&m, 3);
+	mini_free(&m);
+	hp_graph_free(g);
+}
+
+/* SGD with momentum and Nesterov: after a run, W = W - lr * (g + mu * b). */
+static void test_sgd_wiring_and_descent(void **state)
+{
+	struct hp_graph *g = mlp_graph(0);
+	struct hp_train_spec t;
+	struct mini m;
+	float first = 0, last = 0;
+
+	(void)state;
+	hp_train_spec_init(&t, sizeof t);
+	t.lr = 0.2;
+	t.momentum = 0.5;
+	t.nesterov = 1;
+	assert_int_equal(hp_autodiff(g, &t), 0);
+	mini_init(&m, g);
+	fill_inputs(&m, "x", 5, -1, 1);
+	fill_inputs(&m, "ids", 6, 0, 10);
+	fill_inputs(&m, "labels", 7, 0, 2);
+	int w1 = hp_graph_find_value(g, "W1");
+	const struct hp_node *u = update_of(g, w1);
+	float before[6], grad[6];
+	memcpy(before, m.buf[w1], sizeof before);
+	for (int step = 0; step < 30; step++) {
+		float l = loss_of(&m);
+		if (step == 0) {
+			memcpy(grad, mini_data(&m, u->inputs[1]), sizeof grad);
+			first = l;
+		}
+		last = l;
+		mini_carry(&m);
+		if (step == 0)
+			for (int i = 0; i < 6; i++) /* b1 = g; d = g + mu b1 */
+				assert_true(fabsf(((float *)m.buf[w1])[i] - (before[i] - 0.2f * (grad[i] + 0.5f * grad[i]))) < 1e-6f);
+	}
+	if (!(last < 0.8f * first))
+		fail_msg("loss %g -> %g after 30 steps", first, last);
+	mini_free(&m);
+	hp_graph_free(g);
+}
+
+/* BatchNormalization in training: batch statistics, running statistics
+ * moving by 1 - momentum, gradients through the batch statistics; MSE loss
+ * and Adam with its step counter. */
+static void test_batchnorm_mse_adam(void **state)
+{
+	struct hp_graph *g = hp_graph_new("bn");
+	struct hp_train_spec t;
+	struct mini m;
+	int x = value(g, "x", HP_VALUE_INPUT, HP_F32, shp(3, 5, 3, 4));
+	int sc = param(g, "scale", shp(1, 3), 11, 0.5f, 1.5f), b = param(g, "bias", shp(1, 3), 12, -0.5f, 0.5f);
+	int mean = param(g, "mean", shp(1, 3), 13, -0.5f, 0.5f), var = param(g, "var", shp(1, 3), 14, 0.5f, 1.5f);
+	int w = param(g, "W", shp(2, 1, 4), 15, -1, 1);
+	struct hp_attr mom = { .name = "momentum", .type = HP_ATTR_FLOAT, .f = 0.75f };
+	float rm0[3], rv0[3];
+
+	(void)state;
+	int y = node(g, "BatchNormalization", 5, (int[]){ x, sc, b, mean, var }, act(g, "y"), 1, &mom);
+	int z = node(g, "Tanh", 1, &y, act(g, "z"), 0, NULL);
+	set_output(g, node(g, "Mul", 2, (int[]){ z, w }, act(g, "out"), 0, NULL));
+	assert_int_equal(hp_graph_finalize(g), 0);
+	hp_train_spec_init(&t, sizeof t);
+	t.loss = HP_LOSS_MSE;
+	t.optimizer = HP_OPT_ADAM;
+	t.lr = 0.05;
+	if (hp_autodiff(g, &t) < 0)
+		fail_msg("%s", hp_errmsg());
+	assert_int_equal(g->values[mean].trainable, 0);
+	assert_true(g->values[mean].next >= 0 && g->values[var].next >= 0);
+	mini_init(&m, g);
+	fill_inputs(&m, "x", 21, -2, 3);
+	fill_inputs(&m, "labels", 22, -1, 1);
+	check_gradients(&m, 3);
+	memcpy(rm0, m.buf[mean], sizeof rm0);
+	memcpy(rv0, m.buf[var], sizeof rv0);
+	mini_run(&m);
+	mini_carry(&m);
+	for (int c = 0; c < 3; c++) { /* torch train mode with momentum 0.25 */
+		const float *xv = m.buf[x];
+		double s = 0, q = 0;
+		for (int n = 0; n < 5; n++)
+			for (int i = 0; i < 4; i++)
+				s += xv[(n * 3 + c) * 4 + i];
+		s /= 20;
+		for (int n = 0; n < 5; n++)
+			for (int i = 0; i < 4; i++)
+				q += pow(xv[(n * 3 + c) * 4 + i] - s, 2);
+		assert_true(fabs(((float *)m.buf[mean])[c] - (0.75 * rm0[c] + 0.25 * s)) < 1e-5);
+		assert_true(fabs(((float *)m.buf[var])[c] - (0.75 * rv0[c] + 0.25 * q / 19)) < 1e-5);
+	}
+	assert_int_equal(*(int64_t *)m.buf[hp_graph_find_value(g, "train.step")], 1);
+	mini_free(&m);
+	hp_graph_free(g);
+}
+
+/* output:NAME on a graph computing its own scalar; and clear errors. */
+static void test_output_loss_and_errors(void **state)
+{
+	struct hp_graph *g = mlp_graph(0);
+	struct hp_train_spec t;
+
+	(void)state;
+	hp_train_spec_init(&t, sizeof t);
+	t.loss = HP_LOSS_OUTPUT;
+	t.output = "logits";
+	assert_int_equal(hp_autodiff(g, &t), HP_EUSAGE); /* not a scalar */
+	assert_non_null(strstr(hp_errmsg(), "not a scalar"));
+	t.output = "nope";
+	assert_int_equal(hp_autodiff(g, &t), HP_EUSAGE);
+	hp_graph_free(g);
+
+	g = hp_graph_new("unsupported");
+	int x = value(g, "x", HP_VALUE_INPUT, HP_F32, shp(2, 2, 3));
+	int w = param(g, "W", shp(2, 2, 3), 1, -1, 1);
+	int y = node(g, "Mul", 2, (int[]){ x, w }, act(g, "y"), 0, NULL);
+	set_output(g, node(g, "Floor", 1, &y, act(g, "f"), 0, NULL));
+	assert_int_equal(hp_graph_finalize(g), 0);
+	hp_train_spec_init(&t, sizeof t);
+	t.loss = HP_LOSS_MSE;
+	assert_int_equal(hp_autodiff(g, &t), HP_EUNSUPPORTED);
+	assert_non_null(strstr(hp_errmsg(), "Floor"));
+	hp_graph_free(g);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_mlp_cross_entropy_grads),
+		cmocka_unit_test(test_sgd_wiring_and_descent),
+		cmocka_unit_test(test_batchnorm_mse_adam),
+		cmocka_unit_test(test_output_loss_and_errors),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
