@@ -255,7 +255,7 @@ int main(int argc, char **argv)
 		rc = insp_plot(c.targets[0], c.plot, c.title);
 		if (rc < 0)
 			fprintf(stderr, PROG ": %s\n", hp_errmsg()[0] ? hp_errmsg() : hp_strerror(rc));
-		return rc < 0 ? (rc == -ENOENT || rc == HP_EFORMAT || rc == HP_EDATA ? 2 : 1) : 0;
+		return rc < 0 ? (rc == HP_EUSAGE || rc == HP_EFORMAT || rc == HP_EDATA ? 2 : 1) : 0;
 	}
 	if (c.ntargets && !(t = calloc((size_t)c.ntargets, sizeof *t)))
 		return 1;

@@ -271,7 +271,8 @@ static int read_file(const char *path, char **out)
 		free(buf);
 		if (f)
 			fclose(f);
-		return hp_error(-e, "%s: %s", path, strerror(e));
+		/* An input that cannot be opened is the caller's mistake. */
+		return hp_error(e == ENOMEM ? -ENOMEM : HP_EUSAGE, "%s: %s", path, strerror(e));
 	}
 	for (size_t r; (r = fread(buf + len, 1, cap - len, f)) > 0;) {
 		len += r;
