@@ -17,7 +17,10 @@ import tempfile
 import time
 
 INSPECT = os.environ["INSPECT"]
-FAKE = os.environ["FAKE_PAGE"]
+# REAL_PAGE (a writer through the real store) replaces the fake writer for
+# the live and stale checks.
+FAKE = os.environ.get("REAL_PAGE") or os.environ["FAKE_PAGE"]
+REAL = "REAL_PAGE" in os.environ
 failures = []
 
 
@@ -103,7 +106,7 @@ def check_target(t, w, state, t_spawn=None, live_rate=False):
             check(close(a[key], percentile(b["lat_hist"], q)), f"tier {i} {key}: {a[key]}")
         if live_rate:
             now = a["read_bytes_per_s_now"]
-            if i == 1:
+            if i == 1 and w["rate"] > 0:
                 check(now is not None and abs(now - w["rate"]) < 0.35 * w["rate"],
                       f"tier 1 read now {now} vs written rate {w['rate']}")
             else:
@@ -197,10 +200,10 @@ def test_live(tmp):
         check(f"{pid} (pid {pid}): live" in out, "table header says live")
         check(f"budget {format_size(w['budget'])}," in out, "table budget size")
         lines = {ln.split("  ")[1].strip(): ln for ln in out.split("\n") if ln.startswith("  ") and "  " in ln[2:]}
-        hr = lines.get("hit ratio", "").split()
-        t0 = w["tiers"][0]
-        check(hr[2:] and hr[2] == f"{100 * t0['hits'] / (t0['hits'] + t0['misses']):.1f}%", f"hit ratio row {hr}")
-        check(hr[-1] == "-", "tier without requests shows '-'")
+        hr = lines.get("hit ratio", "").split()[2:]
+        want = [f"{100 * t['hits'] / (t['hits'] + t['misses']):.1f}%" if t["hits"] + t["misses"] else "-"
+                for t in w["tiers"]]
+        check(hr == want, f"hit ratio row {hr}, want {want} ('-': no requests)")
         check(lines.get("tier", "").split()[1:] == [t["name"] for t in w["tiers"]], "tier columns")
 
         rc, out, err = run("--prometheus", pid)
@@ -229,7 +232,7 @@ def test_live(tmp):
         check(rc == 0 and len(docs) == 3, f"--watch --count 3: exit {rc}, {len(docs)} documents")
         check(all(d["targets"][0]["state"] == "live" for d in docs), "watch documents live")
         grow = [d["targets"][0]["tiers"][1]["bytes_read"] for d in docs]
-        check(grow == sorted(grow) and grow[0] < grow[-1], f"watch sees the counter grow {grow}")
+        check(grow == sorted(grow) and (grow[0] < grow[-1]) == (w["rate"] > 0), f"watch: counter {grow}")
 
         rc, out, err = run("--json")
         doc = json.loads(out)
@@ -298,7 +301,8 @@ def main():
         try:
             w = test_live(tmp)
             test_stale(w)
-            test_errors(tmp)
+            if not REAL:
+                test_errors(tmp)
         finally:
             if w and os.path.exists(page_path(w["pid"])):
                 os.unlink(page_path(w["pid"]))
