@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""hpdlf-store-inspect against statistics pages written by a test process
+(tests/inspect/fake_page.c): live, then stale after the writer is killed,
+then of an unknown layout version; plus usage errors and exit statuses.
+
+Expected figures are computed here from the values the writer recorded,
+following the definitions in include/hpdlf/store.h and the docs page, not
+from the inspector's code."""
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+INSPECT = os.environ["INSPECT"]
+# REAL_PAGE (a writer through the real store) replaces the fake writer for
+# the live and stale checks.
+FAKE = os.environ.get("REAL_PAGE") or os.environ["FAKE_PAGE"]
+REAL = "REAL_PAGE" in os.environ
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+
+
+def run(*args, timeout=30):
+    r = subprocess.run([INSPECT, *args], capture_output=True, text=True, timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
+
+
+def start_writer(tmp, seed, rate, version=None):
+    out = os.path.join(tmp, f"written{seed}.json")
+    args = [FAKE, str(seed), str(rate), out] + ([str(version)] if version else [])
+    t_spawn = time.time()
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    check(p.stdout.readline().strip() == "ready", "writer did not start")
+    with open(out) as f:
+        return p, json.load(f), t_spawn
+
+
+def kill(p):
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+
+
+def page_path(pid):
+    return f"/dev/shm/hpdlf-store.{pid}"
+
+
+# ---- independent references ----
+
+def percentile(hist, q):
+    """Upper edge (us) of the log2 bucket holding quantile q; None: no data."""
+    total = sum(hist)
+    if total == 0:
+        return None
+    acc = 0
+    for i, c in enumerate(hist):
+        acc += c
+        if acc >= q * total:
+            return float(2 ** (i + 1))
+    return float(2 ** 32)
+
+
+def ratio(a, b):
+    return a / b if b else None
+
+
+def close(a, b, rel=1e-9):
+    if a is None or b is None:
+        return a is None and b is None
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-300)
+
+
+COUNTERS = ["capacity", "used", "chunks", "reads", "writes", "bytes_read", "bytes_written", "hits",
+            "misses", "evictions", "promotions", "demotions", "prefetches", "prefetch_hits",
+            "prefetch_late", "errors", "crc_errors"]
+STORE = ["budget", "resident", "pinned", "staging", "chunk_size", "tensors"]
+
+
+def check_target(t, w, state, t_spawn=None, live_rate=False):
+    check(t["state"] == state, f"state {t['state']} != {state}")
+    check(t["pid"] == w["pid"], "pid")
+    check(t["page_version"] == 1, "page_version")
+    for k in STORE:
+        check(t[k] == w[k], f"store field {k}: {t[k]} != {w[k]}")
+    check(len(t["tiers"]) == len(w["tiers"]), "tier count")
+    for i, (a, b) in enumerate(zip(t["tiers"], w["tiers"])):
+        check(a["index"] == i and a["name"] == b["name"], f"tier {i} name")
+        for k in COUNTERS:
+            if i == 1 and k == "bytes_read":
+                check(a[k] >= b[k], "tier 1 bytes_read grows")
+            else:
+                check(a[k] == b[k], f"tier {i} {k}: {a[k]} != {b[k]}")
+        check(a["latency_log2us_histogram"] == b["lat_hist"], f"tier {i} histogram")
+        check(close(a["hit_ratio"], ratio(b["hits"], b["hits"] + b["misses"])), f"tier {i} hit ratio")
+        check(close(a["prefetch_hit_rate"], ratio(b["prefetch_hits"], b["prefetches"])), f"tier {i} pf rate")
+        for key, q in (("latency_us_p50", 0.5), ("latency_us_p99", 0.99), ("latency_us_p999", 0.999)):
+            check(close(a[key], percentile(b["lat_hist"], q)), f"tier {i} {key}: {a[key]}")
+        if live_rate:
+            now = a["read_bytes_per_s_now"]
+            if i == 1 and w["rate"] > 0:
+                check(now is not None and abs(now - w["rate"]) < 0.35 * w["rate"],
+                      f"tier 1 read now {now} vs written rate {w['rate']}")
+            else:
+                check(now == 0, f"tier {i} read now {now} != 0 (fixed counters)")
+            check(a["write_bytes_per_s_now"] == 0, f"tier {i} write now")
+            # average since the process started: the writer started at t_spawn (+ exec time)
+            up = t["updated_ns"] / 1e9 - t_spawn
+            avg = a["write_bytes_per_s_avg"]
+            check(avg is not None and abs(avg * up - b["bytes_written"]) <= 0.1 * b["bytes_written"] + 1,
+                  f"tier {i} write avg {avg} over {up:.3f} s vs {b['bytes_written']} bytes")
+        else:
+            check(a["read_bytes_per_s_now"] is None, f"tier {i}: stale page has no 'now' rate")
+
+
+def format_size(n):
+    """hp_format_size's documented format: 1024-based, one decimal."""
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    v, u = float(n), 0
+    while v >= 1024 and u < 4:
+        v /= 1024
+        u += 1
+    return f"{n} B" if u == 0 else f"{v:.1f} {units[u]}"
+
+
+# ---- Prometheus text format ----
+
+NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
+SAMPLE = re.compile(rf"^({NAME})(?:\{{({LABEL}(?:,{LABEL})*)?\}})? (\S+)(?: -?\d+)?$")
+
+
+def parse_prometheus(text):
+    """Validate line by line; return {(name, frozenset(labels)): value}."""
+    samples, types, seen_done, current = {}, {}, set(), None
+    for n, line in enumerate(text.split("\n"), 1):
+        if line == "":
+            continue
+        m = re.match(rf"^# (HELP|TYPE) ({NAME}) (.+)$", line)
+        if m:
+            kind, name, rest = m.groups()
+            if name != current:
+                check(name not in seen_done, f"line {n}: family {name} split in two")
+                if current:
+                    seen_done.add(current)
+                current = name
+            if kind == "TYPE":
+                check(rest in ("counter", "gauge", "histogram", "summary", "untyped"), f"line {n}: type {rest}")
+                check(name not in types, f"line {n}: second TYPE for {name}")
+                types[name] = rest
+            continue
+        check(not line.startswith("#"), f"line {n}: bad comment {line!r}")
+        m = SAMPLE.match(line)
+        check(m is not None, f"line {n}: not a sample: {line!r}")
+        if not m:
+            continue
+        name, labels, value = m.groups()
+        check(name == current and name in types, f"line {n}: {name} without its # TYPE before it")
+        if types.get(name) == "counter":
+            check(name.endswith("_total"), f"line {n}: counter {name} without _total")
+        try:
+            v = float(value)
+        except ValueError:
+            check(False, f"line {n}: value {value!r}")
+            continue
+        check(not math.isnan(v), f"line {n}: NaN")
+        lab = frozenset(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', labels or ""))
+        check((name, lab) not in samples, f"line {n}: duplicate sample")
+        samples[(name, lab)] = v
+    return samples
+
+
+def prom(samples, name, **labels):
+    return samples.get((name, frozenset(labels.items())))
+
+
+def test_live(tmp):
+    p, w, t_spawn = start_writer(tmp, 7, 200e6)
+    pid = str(w["pid"])
+    try:
+        time.sleep(0.6)
+        rc, out, err = run("--json", pid)
+        check(rc == 0, f"--json live: exit {rc}: {err}")
+        doc = json.loads(out)
+        check(doc["schema"] == "hpdlf-store-inspect" and doc["version"] == 1, "schema and version")
+        check(len(doc["targets"]) == 1, "one target")
+        check_target(doc["targets"][0], w, "live", t_spawn, live_rate=True)
+        check(doc["targets"][0]["error"] is None, "no error when live")
+
+        rc, out, err = run(pid)
+        check(rc == 0 and err == "", f"table: exit {rc}, stderr {err!r}")
+        check(f"{pid} (pid {pid}): live" in out, "table header says live")
+        check(f"budget {format_size(w['budget'])}," in out, "table budget size")
+        lines = {ln.split("  ")[1].strip(): ln for ln in out.split("\n") if ln.startswith("  ") and "  " in ln[2:]}
+        hr = lines.get("hit ratio", "").split()[2:]
+        want = [f"{100 * t['hits'] / (t['hits'] + t['misses']):.1f}%" if t["hits"] + t["misses"] else "-"
+                for t in w["tiers"]]
+        check(hr == want, f"hit ratio row {hr}, want {want} ('-': no requests)")
+        check(lines.get("tier", "").split()[1:] == [t["name"] for t in w["tiers"]], "tier columns")
+
+        rc, out, err = run("--prometheus", pid)
+        check(rc == 0, f"--prometheus: exit {rc}")
+        s = parse_prometheus(out)
+        check(prom(s, "hpdlf_store_up", target=pid) == 1, "up 1")
+        check(prom(s, "hpdlf_store_stale", target=pid) == 0, "stale 0")
+        check(prom(s, "hpdlf_store_budget_bytes", target=pid) == w["budget"], "budget sample")
+        for i, t in enumerate(w["tiers"]):
+            lab = dict(target=pid, tier=t["name"], tier_index=str(i))
+            check(prom(s, "hpdlf_store_tier_hits_total", **lab) == t["hits"], f"tier {i} hits sample")
+            check(prom(s, "hpdlf_store_tier_evictions_total", **lab) == t["evictions"], f"tier {i} evictions")
+            p99 = percentile(t["lat_hist"], 0.99)
+            got = prom(s, "hpdlf_store_tier_latency_microseconds", quantile="0.99", **lab)
+            check(got == p99, f"tier {i} p99 sample {got} != {p99}")
+
+        rc, out, err = run("--tensors", "--json", pid)
+        t = json.loads(out)["targets"][0]
+        check(rc == 0 and t["tensor_residency"] is None and "not available" in t["tensor_residency_note"],
+              "--tensors says the page has no per-tensor data")
+        rc, out, err = run("--tensors", pid)
+        check("per-tensor residency is not available" in out, "--tensors table note")
+
+        rc, out, err = run("--watch", "0.2", "--count", "3", "--json", pid)
+        docs = [json.loads(ln) for ln in out.strip().split("\n")]
+        check(rc == 0 and len(docs) == 3, f"--watch --count 3: exit {rc}, {len(docs)} documents")
+        check(all(d["targets"][0]["state"] == "live" for d in docs), "watch documents live")
+        grow = [d["targets"][0]["tiers"][1]["bytes_read"] for d in docs]
+        check(grow == sorted(grow) and (grow[0] < grow[-1]) == (w["rate"] > 0), f"watch: counter {grow}")
+
+        rc, out, err = run("--json")
+        doc = json.loads(out)
+        mine = [t for t in doc["targets"] if t["target"] == pid]
+        check(rc == 0 and len(mine) == 1 and mine[0]["state"] == "live", "scan mode finds the writer")
+    finally:
+        kill(p)
+    return w
+
+
+def test_stale(w):
+    pid = str(w["pid"])
+    check(os.path.exists(page_path(pid)), "killed writer leaves its page")
+    rc, out, err = run("--json", pid)
+    check(rc == 1, f"stale explicit target: exit {rc}")
+    t = json.loads(out)["targets"][0]
+    check_target(t, w, "stale")
+    check("gone" in (t["error"] or ""), f"stale error says the process is gone: {t['error']}")
+    check("stale" in err, f"stale message on stderr: {err!r}")
+    rc, out, err = run(pid)
+    check(rc == 1 and "STALE" in out and "not live" in out, "table marks the stale page")
+    check(" live," not in out, "stale page not shown as live")
+    rc, out, err = run("--prometheus", pid)
+    s = parse_prometheus(out)
+    check(prom(s, "hpdlf_store_up", target=pid) == 0 and prom(s, "hpdlf_store_stale", target=pid) == 1,
+          "prometheus up 0, stale 1")
+    rc, out, err = run("--json")
+    mine = [t for t in json.loads(out)["targets"] if t["target"] == pid]
+    check(rc == 0 and mine and mine[0]["state"] == "stale", "scan mode lists the stale page as stale")
+
+
+def test_errors(tmp):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    rc, out, err = run(str(dead.pid))
+    check(rc == 1 and "no statistics page" in err, f"pid without page: exit {rc}, {err!r}")
+    rc, out, err = run("--json", str(dead.pid))
+    check(rc == 1 and json.loads(out)["targets"][0]["state"] == "missing", "json state missing")
+    for bad in ("foo", "12ab", "host:", ":80", "host:99999", "0"):
+        rc, out, err = run(bad)
+        check(rc == 2 and "bad target" in err, f"target {bad!r}: exit {rc}, {err!r}")
+    rc, out, err = run("127.0.0.1:7411")
+    check(rc == 1 and "remote targets need the hpdlf-store daemon support" in err, f"remote: {rc} {err!r}")
+    for args in (["--bogus"], ["--json", "--prometheus"], ["--watch", "0"], ["--watch", "x"],
+                 ["--count", "2"], ["--plot", "x.svg"], ["--watch"]):
+        rc, out, err = run(*args)
+        check(rc == 2 and err.strip(), f"{args}: exit {rc}, {err!r}")
+    rc, out, err = run("--token-file", os.path.join(tmp, "none"), "127.0.0.1:7411")
+    check(rc == 2 and "token-file" in err, f"unreadable token file: {rc} {err!r}")
+    rc, out, err = run("--help")
+    check(rc == 0 and out.startswith("usage: hpdlf-store-inspect"), "--help")
+
+    p, w, _ = start_writer(tmp, 9, 0, version=99)
+    try:
+        rc, out, err = run("--json", str(w["pid"]))
+        t = json.loads(out)["targets"][0]
+        check(rc == 1 and t["state"] == "error" and "version" in t["error"], f"unknown version: {rc} {t}")
+    finally:
+        kill(p)
+        os.unlink(page_path(w["pid"]))
+
+
+def main():
+    w = None
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            w = test_live(tmp)
+            test_stale(w)
+            if not REAL:
+                test_errors(tmp)
+        finally:
+            if w and os.path.exists(page_path(w["pid"])):
+                os.unlink(page_path(w["pid"]))
+    if failures:
+        print(f"{len(failures)} checks failed", file=sys.stderr)
+        return 1
+    print("all inspect checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

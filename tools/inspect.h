@@ -1,0 +1,67 @@
+/* hpdlf-store-inspect internals: targets, their snapshots, and the output
+ * formats (table, JSON, Prometheus) and the --plot SVG writer. */
+#ifndef HPDLF_TOOLS_INSPECT_H
+#define HPDLF_TOOLS_INSPECT_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "hpdlf/store.h"
+
+/* Version of the --json document; bump when a field changes meaning or
+ * disappears (adding fields keeps the version). docs/hpdlf-store-inspect.md */
+#define INSPECT_JSON_SCHEMA "hpdlf-store-inspect"
+#define INSPECT_JSON_VERSION 1
+
+enum insp_kind { INSP_LOCAL, INSP_REMOTE };
+enum insp_state {
+	INSP_LIVE,      /* a consistent snapshot of a running process */
+	INSP_STALE,     /* the page of a dead process: last data, not live */
+	INSP_MISSING,   /* no page for this PID */
+	INSP_ERROR,     /* anything else (unknown layout, network, ...) */
+};
+
+struct insp_target {
+	char spec[128];         /* as given: "1234" or "host:port" */
+	enum insp_kind kind;
+	int explicit_target;    /* named on the command line (not found by the scan) */
+	pid_t pid;
+	enum insp_state state;
+	int rc;                 /* status of the last read */
+	char err[512];
+	struct hs_statpage_info cur, prev;
+	double cur_t, prev_t;   /* CLOCK_MONOTONIC seconds of the reads */
+	int have_prev;          /* prev holds an earlier read of the same process */
+	uint64_t start_ns;      /* CLOCK_REALTIME the process started, 0: unknown */
+};
+
+/* Derived per-tier figures; negative values mean "not known". */
+struct insp_tier_view {
+	double hit_ratio, prefetch_hit_rate;
+	double read_now, write_now, read_avg, write_avg; /* bytes/s */
+	double p50, p99, p999;  /* microseconds; < 0 with no samples */
+};
+
+/* inspect_local.c */
+int insp_scan_local(struct insp_target **list, int *n);
+void insp_read(struct insp_target *t);
+void insp_tier_view(const struct insp_target *t, int tier, struct insp_tier_view *v);
+const char *insp_state_name(enum insp_state s);
+double insp_mono_s(void);
+
+/* inspect_out.c */
+struct insp_opts {
+	int tensors;            /* --tensors */
+	int color;              /* unused for now: plain text */
+};
+void insp_print_table(FILE *f, const struct insp_target *t, int n, const struct insp_opts *o);
+int insp_print_json(FILE *f, const struct insp_target *t, int n, const struct insp_opts *o, int pretty);
+void insp_print_prometheus(FILE *f, const struct insp_target *t, int n);
+extern const char insp_no_tensor_data[];
+
+/* inspect_plot.c: 0, or an error with hp_errmsg() set (HP_EFORMAT/HP_EDATA
+ * for an unreadable input, -errno for I/O). */
+int insp_plot(const char *in_path, const char *svg_path, const char *title);
+
+#endif

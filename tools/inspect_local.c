@@ -1,0 +1,208 @@
+/* Local targets: the statistics pages of hpdlf processes on this node, read
+ * through hs_statpage_read(), and the figures derived from two reads. */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hpdlf/error.h"
+#include "tools/inspect.h"
+
+#define SHM_DIR "/dev/shm"
+#define PAGE_PREFIX "hpdlf-store."
+
+double insp_mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+const char *insp_state_name(enum insp_state s)
+{
+	switch (s) {
+	case INSP_LIVE: return "live";
+	case INSP_STALE: return "stale";
+	case INSP_MISSING: return "missing";
+	default: return "error";
+	}
+}
+
+static int is_pid_name(const char *s)
+{
+	if (!*s || strlen(s) > 9)
+		return 0;
+	for (; *s; s++)
+		if (!isdigit((unsigned char)*s))
+			return 0;
+	return 1;
+}
+
+static int cmp_pid(const void *a, const void *b)
+{
+	pid_t x = ((const struct insp_target *)a)->pid, y = ((const struct insp_target *)b)->pid;
+
+	return (x > y) - (x < y);
+}
+
+/* Every page in /dev/shm ("hpdlf-store.<pid>"), sorted by PID. */
+int insp_scan_local(struct insp_target **list, int *n)
+{
+	DIR *d = opendir(SHM_DIR);
+	struct dirent *e;
+	struct insp_target *v = NULL;
+	int cnt = 0, cap = 0;
+
+	*list = NULL;
+	*n = 0;
+	if (!d)
+		return hp_error(-errno, "%s: %s", SHM_DIR, strerror(errno));
+	while ((e = readdir(d))) {
+		const char *p = e->d_name;
+		if (strncmp(p, PAGE_PREFIX, strlen(PAGE_PREFIX)) != 0 || !is_pid_name(p + strlen(PAGE_PREFIX)))
+			continue;
+		if (cnt == cap) {
+			struct insp_target *nv = realloc(v, (size_t)(cap = cap ? 2 * cap : 8) * sizeof *v);
+			if (!nv) {
+				free(v);
+				closedir(d);
+				return -ENOMEM;
+			}
+			v = nv;
+		}
+		memset(&v[cnt], 0, sizeof v[cnt]);
+		v[cnt].kind = INSP_LOCAL;
+		v[cnt].pid = (pid_t)atol(p + strlen(PAGE_PREFIX));
+		snprintf(v[cnt].spec, sizeof v[cnt].spec, "%ld", (long)v[cnt].pid);
+		cnt++;
+	}
+	closedir(d);
+	if (cnt)
+		qsort(v, (size_t)cnt, sizeof *v, cmp_pid);
+	*list = v;
+	*n = cnt;
+	return 0;
+}
+
+/* CLOCK_REALTIME nanoseconds at which `pid` started, 0 if unknown: its
+ * start in clock ticks after boot (/proc/PID/stat field 22), carried over
+ * from CLOCK_BOOTTIME (10 ms resolution, unlike btime's whole seconds). */
+static uint64_t proc_start_ns(pid_t pid)
+{
+	char path[64], line[1024];
+	unsigned long long ticks = 0;
+	struct timespec boot, real;
+	double hz = (double)sysconf(_SC_CLK_TCK), age;
+	FILE *f;
+	int ok = 0;
+
+	snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+	if (!(f = fopen(path, "r")))
+		return 0;
+	if (fgets(line, sizeof line, f)) {
+		char *p = strrchr(line, ')'); /* the command name may hold spaces */
+		ok = p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+				 &ticks) == 1;
+	}
+	fclose(f);
+	if (!ok || hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot) < 0 || clock_gettime(CLOCK_REALTIME, &real) < 0)
+		return 0;
+	age = (double)boot.tv_sec + (double)boot.tv_nsec / 1e9 - (double)ticks / hz;
+	return (uint64_t)(((double)real.tv_sec + (double)real.tv_nsec / 1e9 - age) * 1e9);
+}
+
+static void read_local(struct insp_target *t)
+{
+	struct hs_statpage_info info;
+	int rc;
+
+	memset(&info, 0, sizeof info);
+	rc = hs_statpage_read(t->pid, &info);
+	t->rc = rc;
+	t->err[0] = 0;
+	if (rc == 0 || rc == -ESRCH) {
+		if (t->state == INSP_LIVE && t->cur.pid == info.pid && t->cur_t > 0) {
+			t->prev = t->cur;
+			t->prev_t = t->cur_t;
+			t->have_prev = 1;
+		}
+		t->cur = info;
+		t->cur_t = insp_mono_s();
+	}
+	if (rc == 0) {
+		t->state = INSP_LIVE;
+		if (!t->start_ns)
+			t->start_ns = proc_start_ns(t->pid);
+		return;
+	}
+	snprintf(t->err, sizeof t->err, "%s", hp_errmsg()[0] ? hp_errmsg() : hp_strerror(rc));
+	if (rc == -ESRCH) {
+		t->state = INSP_STALE;
+		t->have_prev = 0;
+	} else if (rc == -ENOENT) {
+		t->state = INSP_MISSING;
+		snprintf(t->err, sizeof t->err,
+			 "pid %ld: no statistics page (no hpdlf process with a store runs as this PID, or it "
+			 "publishes none)", (long)t->pid);
+	} else {
+		t->state = INSP_ERROR;
+	}
+}
+
+void insp_read(struct insp_target *t)
+{
+	if (t->kind == INSP_LOCAL) {
+		read_local(t);
+		return;
+	}
+	/* The hpdlf-store daemon client offers no statistics call yet. */
+	t->state = INSP_ERROR;
+	t->rc = HP_EUNSUPPORTED;
+	snprintf(t->err, sizeof t->err,
+		 "%s: remote targets need the hpdlf-store daemon support, which this build of "
+		 "hpdlf-store-inspect does not have", t->spec);
+}
+
+static double ratio(uint64_t a, uint64_t b)
+{
+	return b ? (double)a / (double)b : -1;
+}
+
+static double pct(const struct hs_tier_stats *s, double q)
+{
+	uint64_t n = 0;
+
+	for (int i = 0; i < HS_LAT_BUCKETS; i++)
+		n += s->lat_hist[i];
+	return n ? hs_lat_percentile(s, q) : -1;
+}
+
+void insp_tier_view(const struct insp_target *t, int tier, struct insp_tier_view *v)
+{
+	const struct hs_tier_stats *s = &t->cur.stats.tier[tier];
+
+	v->hit_ratio = ratio(s->hits, s->hits + s->misses);
+	v->prefetch_hit_rate = ratio(s->prefetch_hits, s->prefetches);
+	v->p50 = pct(s, 0.5);
+	v->p99 = pct(s, 0.99);
+	v->p999 = pct(s, 0.999);
+	v->read_now = v->write_now = v->read_avg = v->write_avg = -1;
+	if (t->state == INSP_LIVE && t->have_prev && t->cur_t > t->prev_t &&
+	    tier < t->prev.stats.ntiers) {
+		const struct hs_tier_stats *p = &t->prev.stats.tier[tier];
+		double dt = t->cur_t - t->prev_t;
+		v->read_now = s->bytes_read >= p->bytes_read ? (double)(s->bytes_read - p->bytes_read) / dt : 0;
+		v->write_now = s->bytes_written >= p->bytes_written ?
+			(double)(s->bytes_written - p->bytes_written) / dt : 0;
+	}
+	if (t->start_ns && t->cur.updated_ns > t->start_ns) {
+		double up = (double)(t->cur.updated_ns - t->start_ns) / 1e9;
+		v->read_avg = (double)s->bytes_read / up;
+		v->write_avg = (double)s->bytes_written / up;
+	}
+}
