@@ -19,30 +19,8 @@
 #include "hpdlf/tensor.h"
 #include "tools/exec_cli.h"
 
-static const char usage_text[] =
-	"usage: hpdlf-exec MODEL.onnx [options]\n"
-	"Run an ONNX model (inference) on the CPU under a memory budget.\n"
-	"\n"
-	"  --budget SIZE              DRAM for all tensors and staging buffers (K/M/G/T suffixes)\n"
-	"  --shape NAME=D0xD1x...     concrete shape for an input with dynamic dims\n"
-	"  --input NAME=FILE.npy      an inference input (repeatable); inputs not given are random, seeded\n"
-	"  --output NAME=FILE.npy     write one output (repeatable)\n"
-	"  --output-dir DIR           write every output as DIR/NAME.npy\n"
-	"  --iterations N             repeat and print a timing summary (median, min)\n"
-	"  --seed N                   seed of random inputs (default 1)\n"
-	"  --threads N                worker threads (default: all cores)\n"
-	"  --log-json FILE            one JSON object per iteration\n"
-	"  --stats-json FILE          final run statistics as JSON\n"
-	"  --quiet                    no summary on stderr\n"
-	"\n"
-	"training (--train):\n"
-	"  --data FILE.npy --labels FILE.npy   (or --data FILE.npz holding x and y)\n"
-	"  --loss cross-entropy|mse|output:NAME\n"
-	"  --optimizer sgd|adam|adamw  --lr F  --momentum F  --nesterov  --weight-decay F\n"
-	"  --batch N  --steps N | --epochs N  --shuffle | --no-shuffle  --seed N\n"
-	"  --checkpoint DIR  --checkpoint-every N  --resume  --export-onnx FILE\n"
-	"  --help                     this text\n"
-	"exit status: 0 success, 1 run-time failure, 2 bad usage / bad model / bad data\n";
+/* usage_text: generated from docs/hpdlf-exec.md, the one source of --help and the man page. */
+#include "hpdlf-exec.help.h"
 
 static int fail(int rc)
 {
