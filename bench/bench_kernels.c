@@ -3,7 +3,7 @@
  * 3 levels, 48^3, batch 1), each layer run as a one-node graph through
  * prepare and run like the executor does.
  *
- *   hpdlf-bench-kernels [--reps N] [--threads N] [--size S]
+ *   hpdlf-bench-kernels [--reps N] [--threads N] [--size S] [--tile-kb K]
  *
  * Two threading modes are measured per layer: "pool" (the pool's workers
  * take tiles, BLAS single-threaded) and "blas" (the caller alone, BLAS with
@@ -182,10 +182,12 @@ int main(int argc, char **argv)
 			reps = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
 			threads = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--tile-kb") && i + 1 < argc)
+			hp_conv_set_tile_bytes((size_t)atoll(argv[++i]) << 10);
 		else if (!strcmp(argv[i], "--size") && i + 1 < argc)
 			size = atoll(argv[++i]);
 		else {
-			fprintf(stderr, "usage: %s [--reps N] [--threads N] [--size S (multiple of 8)]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--reps N] [--threads N] [--size S (multiple of 8)] [--tile-kb K]\n", argv[0]);
 			return 2;
 		}
 	}

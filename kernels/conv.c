@@ -23,10 +23,25 @@
 #include "kernels/ops.h"
 
 static int policy; /* 0 auto, 1 pool + 1-thread BLAS, 2 caller + BLAS threads */
+static size_t tile_bytes = HP_CONV_TILE_BYTES;
 
 void hp_conv_set_policy(int p)
 {
 	policy = p;
+}
+
+void hp_conv_set_tile_bytes(size_t b)
+{
+	tile_bytes = b ? b : HP_CONV_TILE_BYTES;
+}
+
+int64_t hp_conv_tile_cols(int64_t kdim, int64_t ws_cols, int threads)
+{
+	int64_t cap = (int64_t)(tile_bytes / ((size_t)kdim * sizeof(float)));
+
+	if (cap < HP_CONV_TILE_MIN_COLS)
+		cap = HP_CONV_TILE_MIN_COLS;
+	return cap < ws_cols / threads ? cap : ws_cols / threads;
 }
 
 int hp_conv_threads_enter(struct hp_pool *pool, int *saved)
@@ -136,7 +151,7 @@ static int conv_run(const struct hp_node *n, const struct hp_kargs *a)
 
 	if (cv->has_bias && a->nin > 2)
 		r.b = a->in[2].data;
-	cap = cv->direct ? 16384 : cv->ws_cols / threads;
+	cap = cv->direct ? 16384 : hp_conv_tile_cols(cv->kdim, cv->ws_cols, threads);
 	if (cap < 1) {
 		threads = 1;
 		cap = cv->ws_cols;

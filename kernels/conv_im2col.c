@@ -47,30 +47,39 @@ static int64_t line_offset(const struct hp_colgeom *c, int64_t r, int64_t kd, in
 	return (id * c->img[1] + ih) * c->img[2];
 }
 
-static void gather_line(const struct hp_colgeom *c, const float *src, int64_t kw, int64_t a, int64_t b,
-			int64_t lo, int64_t hi, float *dst)
+/* Inline loops rather than memset/memcpy: the segments are short (one
+ * image line), where call overhead dominates. */
+static void zero(float *dst, int64_t n)
 {
-	int64_t s = c->stride[2], base;
+	for (int64_t i = 0; i < n; i++)
+		dst[i] = 0.0f;
+}
+
+static void gather_line(const struct hp_colgeom *c, const float *src, int64_t kw, int64_t a, int64_t b,
+			int64_t lo, int64_t hi, float *restrict dst)
+{
+	int64_t s = c->stride[2];
+	const float *restrict p;
 
 	if (lo < a)
 		lo = a;
 	if (hi > b)
 		hi = b;
 	if (hi <= lo) {
-		memset(dst, 0, (size_t)(b - a) * sizeof *dst);
+		zero(dst, b - a);
 		return;
 	}
-	memset(dst, 0, (size_t)(lo - a) * sizeof *dst);
-	base = kw * c->dil[2] - c->pad[2];
+	zero(dst, lo - a);
+	p = src + lo * s + kw * c->dil[2] - c->pad[2];
+	dst += lo - a;
 	if (s == 1) {
-		memcpy(dst + (lo - a), src + lo + base, (size_t)(hi - lo) * sizeof *dst);
+		for (int64_t i = 0; i < hi - lo; i++)
+			dst[i] = p[i];
 	} else {
-		const float *p = src + lo * s + base;
-		float *q = dst + (lo - a);
-		for (int64_t w = lo; w < hi; w++, p += s)
-			*q++ = *p;
+		for (int64_t i = 0; i < hi - lo; i++)
+			dst[i] = p[i * s];
 	}
-	memset(dst + (hi - a), 0, (size_t)(b - hi) * sizeof *dst);
+	zero(dst + (hi - lo), b - hi);
 }
 
 static void scatter_line(const struct hp_colgeom *c, float *img, int64_t kw, int64_t a, int64_t b, int64_t lo,
@@ -122,7 +131,7 @@ void hp_im2col(const struct hp_colgeom *c, int64_t ch, const float *img, int64_t
 						off = line_offset(c, r, kd, kh);
 						float *dst = row + r * c->grid[2] + a - j0;
 						if (off < 0)
-							memset(dst, 0, (size_t)(b - a) * sizeof *dst);
+							zero(dst, b - a);
 						else
 							gather_line(c, im + off, kw, a, b, lo, hi, dst);
 					}

@@ -61,6 +61,15 @@ double hp_conv_flops(const struct hp_conv *cv);
 /* Column-buffer budget of one conv node (bytes); the kernel tiles within it. */
 #define HP_CONV_WS_MAX ((size_t)16 << 20)
 
+/* Per-thread column tile target (bytes): small enough that the tile im2col
+ * writes is still in cache when sgemm reads it; at least MIN_COLS columns
+ * so each sgemm call amortizes packing the weights. */
+#define HP_CONV_TILE_BYTES ((size_t)1 << 20)
+#define HP_CONV_TILE_MIN_COLS 256
+int64_t hp_conv_tile_cols(int64_t kdim, int64_t ws_cols, int threads);
+/* Benchmarks only: override the tile target (0 restores the default). */
+void hp_conv_set_tile_bytes(size_t b);
+
 /* Threading of conv-like kernels (see conv.c).  enter returns how many pool
  * workers take tiles (1: the caller alone, with the BLAS threads the
  * executor set); with more, BLAS runs single-threaded until leave(saved). */
