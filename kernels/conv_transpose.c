@@ -81,7 +81,7 @@ static int convt_run(const struct hp_node *n, const struct hp_kargs *a)
 	const struct hp_conv *cv = n->priv;
 	struct convt_run r = { .cv = cv, .x = a->in[0].data, .w = a->in[1].data, .y = a->out[0].data, .ws = a->ws };
 	int saved, threads = hp_conv_threads_enter(a->pool, &saved);
-	int64_t items = cv->batch * cv->group, floats = cv->ws_cols * cv->kdim;
+	int64_t items = cv->batch * cv->group, floats = cv->ws_cols * cv->kdim, cap;
 
 	if (cv->has_bias && a->nin > 2)
 		r.b = a->in[2].data;
@@ -89,6 +89,8 @@ static int convt_run(const struct hp_node *n, const struct hp_kargs *a)
 	r.cs = (cv->cout_g + r.nchunk - 1) / r.nchunk;
 	r.per_thread = floats / threads;
 	r.tc = r.per_thread / (r.cs * cv->g.kvol);
+	cap = hp_conv_tile_cols(r.cs * cv->g.kvol, r.tc, 1);
+	r.tc = cap < r.tc ? cap : r.tc;
 	if (r.tc < 1) {
 		threads = 1;
 		r.nchunk = 1;
