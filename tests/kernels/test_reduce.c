@@ -80,7 +80,8 @@ static int run(const char *op, const struct hp_tensor *x, int naxes, const int64
 	struct hp_attr at[3];
 	int nat = 0, rc;
 
-	memcpy(in[1].data, axes, (size_t)naxes * sizeof *axes);
+	if (naxes)
+		memcpy(in[1].data, axes, (size_t)naxes * sizeof *axes);
 	at[nat++] = kt_int("keepdims", keep);
 	if (noop)
 		at[nat++] = kt_int("noop_with_empty_axes", 1);
