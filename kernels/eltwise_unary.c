@@ -145,7 +145,8 @@ static ufn pick(const struct udesc *d, enum hp_dtype t)
 	}
 }
 
-/* Clip: min/max as attributes (opset < 11) or scalar inputs 1 and 2. */
+/* Clip: min/max as attributes (opset < 11) or scalar inputs 1 and 2, of
+ * X's type or (as the importer makes them from attributes) float32. */
 static int clip_prepare(const struct hp_graph *g, const struct hp_node *n, struct upriv *u, enum hp_dtype t)
 {
 	u->p.lo = hp_attr_float(n, "min", -FLT_MAX);
@@ -156,7 +157,7 @@ static int clip_prepare(const struct hp_graph *g, const struct hp_node *n, struc
 		const struct hp_value *v = hpk_in(g, n, i);
 		if (!v)
 			continue;
-		if (v->dtype != t || hp_shape_numel(&v->shape) != 1)
+		if ((v->dtype != t && v->dtype != HP_F32) || hp_shape_numel(&v->shape) != 1)
 			return hp_node_error(g, n, HP_ESHAPE, "%s must be a scalar %s, got %s of %" PRId64 " elements",
 					     i == 1 ? "min" : "max", hp_dtype_name(t), hp_dtype_name(v->dtype),
 					     hp_shape_numel(&v->shape));
@@ -216,14 +217,22 @@ static void urange(void *arg, int64_t b, int64_t e, int tid)
 static void clip_bounds(const struct hp_kargs *a, struct upar *p)
 {
 	for (int i = 1; i < a->nin; i++) {
-		const void *v = a->in[i].data;
-		if (!v)
+		const struct hp_tensor *b = &a->in[i];
+		double v;
+		if (!b->data)
 			continue;
-		switch (a->in[0].dtype) {
-		case HP_F32: *(i == 1 ? &p->lo : &p->hi) = *(const float *)v; break;
-		case HP_I32: *(i == 1 ? &p->ilo : &p->ihi) = *(const int32_t *)v; break;
-		default: *(i == 1 ? &p->ilo : &p->ihi) = *(const int64_t *)v; break;
-		}
+		if (b->dtype == HP_F32)
+			v = *(const float *)b->data;
+		else if (b->dtype == HP_I32)
+			v = *(const int32_t *)b->data;
+		else
+			v = (double)*(const int64_t *)b->data;
+		if (a->in[0].dtype == HP_F32)
+			*(i == 1 ? &p->lo : &p->hi) = (float)v;
+		else if (b->dtype == HP_I64) /* exact beyond 2^53 */
+			*(i == 1 ? &p->ilo : &p->ihi) = *(const int64_t *)b->data;
+		else
+			*(i == 1 ? &p->ilo : &p->ihi) = i == 1 ? (int64_t)ceil(v) : (int64_t)floor(v);
 	}
 }
 

@@ -412,11 +412,20 @@ static void test_clip_int(void **state)
 	assert_int_equal(run1("Clip", 3, in, 0, NULL, &y, NULL), 0);
 	clip_check(&x, &y, -7, INFINITY);
 	free_all(1, &y);
-	/* Mismatched bound dtype is refused. */
-	struct hp_tensor flo = kt_tensor(HP_F32, 0, &one);
+	/* A float32 bound (the importer's form of attributes) converts to X's type. */
+	struct hp_tensor flo = kt_tensor(HP_F32, 0, &one), blo = kt_tensor(HP_BOOL, 0, &one);
+	*(float *)flo.data = -7.5f;
 	in[1] = flo;
+	assert_int_equal(run1("Clip", 2, in, 0, NULL, &y, NULL), 0);
+	clip_check(&x, &y, -7, INFINITY);
+	free_all(1, &y);
+	/* Other bound types and non-scalars are refused. */
+	in[1] = blo;
+	assert_int_equal(run1("Clip", 2, in, 0, NULL, &y, NULL), HP_ESHAPE);
+	in[1] = x;
 	assert_int_equal(run1("Clip", 2, in, 0, NULL, &y, NULL), HP_ESHAPE);
 	free_all(1, &flo);
+	free_all(1, &blo);
 	free_all(1, &lo);
 	free_all(1, &x);
 }
