@@ -298,11 +298,10 @@ int imp_tensor_bytes(struct imp *im, const Onnx__TensorProto *t, const struct im
 			return rc;
 	} else if (raw->present) {
 		if (raw->len != bytes)
-			return hp_error(HP_EMODEL, "%s: %s has %zu bytes of raw_data, expected %" PRIu64 " (%s, %" PRIu64 " elements)",
+			return hp_error(HP_EMODEL, "%s: %s has %" PRIu64 " bytes of raw_data, expected %" PRIu64 " (%s, %" PRIu64 " elements)",
 					im->g->path, what, raw->len, bytes, hp_dtype_name(desc->dtype), numel);
-		if (!im->in_memory)
-			*blob = (struct hp_blob){ .kind = HP_BLOB_FILE, .file = 0,
-						  .offset = (uint64_t)(raw->p - im->base), .length = bytes };
+		if (!raw->p)
+			*blob = (struct hp_blob){ .kind = HP_BLOB_FILE, .file = 0, .offset = raw->off, .length = bytes };
 	}
 	if (blob->kind == HP_BLOB_FILE && may_defer && bytes > IMP_INLINE_MAX)
 		return 0;
@@ -310,9 +309,11 @@ int imp_tensor_bytes(struct imp *im, const Onnx__TensorProto *t, const struct im
 		return hp_error(-ENOMEM, "%s: %s: out of memory (%" PRIu64 " bytes)", im->g->path, what, bytes);
 	if (blob->kind == HP_BLOB_FILE && blob->file > 0)
 		rc = read_blob(im->g, what, blob, *data, bytes);
-	else if (raw->present && bytes)
+	else if (raw->present && raw->p && bytes)
 		memcpy(*data, raw->p, (size_t)bytes);
-	else if (numel)
+	else if (raw->present && bytes)
+		rc = pb_src_read(&im->src, raw->off, *data, (size_t)bytes) < 0 ? imp_src_error(im, -2, what) : 0;
+	else if (!raw->present && numel)
 		rc = typed(im, t, what, desc, numel, *data);
 	if (rc < 0) {
 		free(*data);
@@ -335,20 +336,6 @@ int imp_tensor_load(struct imp *im, const Onnx__TensorProto *t, const struct imp
 		return hp_error(HP_EUNSUPPORTED, "%s: %s has dtype %s, not supported (" SUPPORTED_LIST ")", im->g->path,
 				what, dtype_name(out->dtype));
 	return imp_tensor_bytes(im, t, raw, what, out, 0, &blob, &out->data);
-}
-
-/* The raw_data field of a TensorProto's wire bytes (the last one wins). */
-static int find_raw(const uint8_t *p, size_t len, struct imp_raw *raw)
-{
-	struct pb_reader r = { p, p + len };
-	struct pb_field f;
-	int rc;
-
-	memset(raw, 0, sizeof *raw);
-	while ((rc = pb_next(&r, &f)) > 0)
-		if (f.num == 9 && f.wt == PB_LEN)
-			*raw = (struct imp_raw){ .present = 1, .p = f.data, .len = f.len };
-	return rc;
 }
 
 static int add_initializer(struct imp *im, const Onnx__TensorProto *t, const struct imp_raw *raw)
@@ -385,23 +372,27 @@ static int add_initializer(struct imp *im, const Onnx__TensorProto *t, const str
 	return 0;
 }
 
-int imp_initializer(struct imp *im, const uint8_t *p, size_t len)
+int imp_initializer(struct imp *im, uint64_t off, uint64_t len)
 {
-	struct pb_buf fb = { 0 };
-	struct imp_raw raw;
+	struct pb_buf tb = { 0 };
+	struct pb_sfield f;
+	struct imp_raw raw = { 0 };
 	Onnx__TensorProto *t = NULL;
-	int rc = find_raw(p, len, &raw);
+	uint64_t pos = off;
+	int rc;
 
-	if (rc == 0)
-		rc = pb_filter(p, len, PB_MSG_TENSOR, &fb);
-	if (rc == -ENOMEM)
-		return hp_error(rc, "out of memory");
-	if (rc == 0 && !(t = onnx__tensor_proto__unpack(NULL, fb.len, fb.p ? fb.p : (const uint8_t *)"")))
+	while ((rc = pb_src_next(&im->src, &pos, off + len, &f)) > 0) {
+		if (f.num == 9 && f.wt == PB_LEN) /* raw_data: the last one wins, as in protobuf */
+			raw = (struct imp_raw){ .present = 1, .off = f.off, .len = f.len,
+						.p = im->src.fd < 0 ? im->src.mem + f.off : NULL };
+		else if (f.num != 12 && (rc = pb_src_append(&im->src, f.start, f.next - f.start, &tb)) < 0)
+			break; /* everything else but doc_string is small: read it */
+	}
+	if (rc == 0 && !(t = onnx__tensor_proto__unpack(NULL, tb.len, tb.p ? tb.p : (const uint8_t *)"")))
 		rc = -1;
-	pb_buf_free(&fb);
+	pb_buf_free(&tb);
 	if (rc < 0)
-		return hp_error(HP_EMODEL, "%s: corrupt initializer at byte %zu (bad protobuf)", im->g->path,
-				(size_t)(p - im->base));
+		return imp_src_error(im, rc, "initializer");
 	rc = add_initializer(im, t, &raw);
 	onnx__tensor_proto__free_unpacked(t, NULL);
 	return rc;

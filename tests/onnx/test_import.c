@@ -660,7 +660,7 @@ static void timed_load(const char *name, struct hp_graph **g, double *secs, long
 	print_message("%s: loaded in %.1f ms, peak RSS grew %lld KiB\n", name, *secs * 1e3, *grown_kb);
 }
 
-/* 72 MiB of embedded raw_data: the mapping is walked, not read. */
+/* 72 MiB of embedded raw_data: walked around, never read. */
 static void test_embedded_memory(void **state)
 {
 	struct hp_graph *g;
@@ -670,7 +670,7 @@ static void test_embedded_memory(void **state)
 	(void)state;
 	timed_load("emb.onnx", &g, &secs, &grown);
 	assert_true(secs < TIME_LIMIT);
-	assert_true(grown < 16 * 1024);
+	assert_true(grown < 4 * 1024);
 	for (int i = 0; i < 3; i++) {
 		char name[8];
 		snprintf(name, sizeof name, "emb%d", i);
