@@ -605,23 +605,36 @@ static int node_prepare(struct imp *im, const Onnx__NodeProto *np, const char *w
 static int node_commit(struct imp *im, const Onnx__NodeProto *np, struct imp_node *n, const char *name)
 {
 	struct hp_graph *g = im->g;
-	int outs[np->n_output + 1], idx, rc;
+	struct hp_node *hn;
+	int *outs = malloc((np->n_output + 1) * sizeof *outs), idx, k = 0;
 
+	if (!outs)
+		return hp_error(-ENOMEM, "out of memory");
 	for (size_t o = 0; o < np->n_output; o++)
 		outs[o] = np->output[o] && *np->output[o] ? imp_find(im, np->output[o]) : -1;
 	idx = hp_graph_add_node(g, name, n->op_type, n->ninputs, n->inputs, n->noutputs, outs);
+	free(outs);
 	if (idx < 0)
 		return idx;
+	hn = &g->nodes[idx];
 	if (!is_default_domain(np->domain)) {
 		char *d = strdup(np->domain);
 		if (!d)
 			return hp_error(-ENOMEM, "out of memory");
-		free(g->nodes[idx].domain);
-		g->nodes[idx].domain = d;
+		free(hn->domain);
+		hn->domain = d;
 	}
-	for (int i = 0; i < n->nattrs; i++)
-		if (!n->drop[i] && (rc = hp_graph_add_attr(g, idx, &n->attrs[i])) < 0)
-			return rc;
+	/* the kept attributes move into the node: no copies */
+	for (int i = 0; i < n->nattrs; i++) {
+		if (n->drop[i])
+			attr_free(&n->attrs[i]);
+		else
+			n->attrs[k++] = n->attrs[i];
+	}
+	hn->attrs = n->attrs;
+	hn->nattrs = k;
+	n->attrs = NULL;
+	n->nattrs = 0;
 	return 0;
 }
 

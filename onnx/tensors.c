@@ -255,9 +255,9 @@ static int read_blob(const struct hp_graph *g, const char *what, const struct hp
 	return 0;
 }
 
-/* Typed fields to the dtype's raw little-endian layout (the host's). */
-static int typed(struct imp *im, const Onnx__TensorProto *t, const char *what, const struct hp_tensor *d,
-		 uint64_t numel, void *dst)
+/* The typed field for the dtype holds one value per element. */
+static int typed_count(struct imp *im, const Onnx__TensorProto *t, const char *what, const struct hp_tensor *d,
+		       uint64_t numel)
 {
 	const char *field;
 	size_t have;
@@ -271,6 +271,12 @@ static int typed(struct imp *im, const Onnx__TensorProto *t, const char *what, c
 	if (have != numel)
 		return hp_error(HP_EMODEL, "%s: %s has %zu values in %s, expected %" PRIu64 " (%s)", im->g->path, what,
 				have, field, numel, hp_dtype_name(d->dtype));
+	return 0;
+}
+
+/* Typed fields to the dtype's raw little-endian layout (the host's). */
+static void typed(const Onnx__TensorProto *t, const struct hp_tensor *d, uint64_t numel, void *dst)
+{
 	switch (d->dtype) {
 	case HP_F32: memcpy(dst, t->float_data, numel * 4); break;
 	case HP_F64: memcpy(dst, t->double_data, numel * 8); break;
@@ -280,7 +286,6 @@ static int typed(struct imp *im, const Onnx__TensorProto *t, const char *what, c
 		for (uint64_t i = 0; i < numel; i++)
 			((uint8_t *)dst)[i] = (uint8_t)t->int32_data[i];
 	}
-	return 0;
 }
 
 int imp_tensor_bytes(struct imp *im, const Onnx__TensorProto *t, const struct imp_raw *raw, const char *what,
@@ -305,6 +310,8 @@ int imp_tensor_bytes(struct imp *im, const Onnx__TensorProto *t, const struct im
 	}
 	if (blob->kind == HP_BLOB_FILE && may_defer && bytes > IMP_INLINE_MAX)
 		return 0;
+	if (!external_data && !raw->present && (rc = typed_count(im, t, what, desc, numel)) < 0)
+		return rc; /* before allocating: the declared shape is not trusted */
 	if (bytes > SIZE_MAX - 64 || !(*data = malloc(bytes ? (size_t)bytes : 1)))
 		return hp_error(-ENOMEM, "%s: %s: out of memory (%" PRIu64 " bytes)", im->g->path, what, bytes);
 	if (blob->kind == HP_BLOB_FILE && blob->file > 0)
@@ -314,7 +321,7 @@ int imp_tensor_bytes(struct imp *im, const Onnx__TensorProto *t, const struct im
 	else if (raw->present && bytes)
 		rc = pb_src_read(&im->src, raw->off, *data, (size_t)bytes) < 0 ? imp_src_error(im, -2, what) : 0;
 	else if (!raw->present && numel)
-		rc = typed(im, t, what, desc, numel, *data);
+		typed(t, desc, numel, *data);
 	if (rc < 0) {
 		free(*data);
 		*data = NULL;
