@@ -264,8 +264,8 @@ static int input_type(struct imp *im, const Onnx__ValueInfoProto *vi, enum hp_dt
 	tt = tp->tensor_type;
 	*dtype = tt->has_elem_type ? (enum hp_dtype)tt->elem_type : HP_UNDEFINED;
 	if (!imp_dtype_supported(*dtype))
-		return hp_error(HP_EUNSUPPORTED, "%s: input '%s' has element type %d, not supported (float32, float64, int64, int32, int8, uint8, bool)",
-				im->g->path, vi->name, (int)*dtype);
+		return hp_error(HP_EUNSUPPORTED, "%s: input '%s' has element type %s, not supported (" IMP_SUPPORTED_LIST ")",
+				im->g->path, vi->name, imp_dtype_name(*dtype));
 	shape->rank = -1;
 	if (!tt->shape)
 		return 0;
@@ -674,9 +674,8 @@ static int check_used(struct imp *im)
 		const struct hp_value *val = &g->values[v];
 		if (val->kind == HP_VALUE_INITIALIZER && !imp_dtype_supported(val->dtype) &&
 		    (val->nconsumers || val->is_output))
-			return hp_error(HP_EUNSUPPORTED, "%s: initializer '%s' has dtype %s, not supported (float32, float64, int64, int32, int8, uint8, bool)",
-					g->path, val->name,
-					val->dtype > 0 && val->dtype <= HP_BF16 ? hp_dtype_name(val->dtype) : "unknown");
+			return hp_error(HP_EUNSUPPORTED, "%s: initializer '%s' has dtype %s, not supported (" IMP_SUPPORTED_LIST ")",
+					g->path, val->name, imp_dtype_name(val->dtype));
 	}
 	return 0;
 }

@@ -14,8 +14,6 @@
 #include "onnx/import.h"
 #include "onnx/wire.h"
 
-#define SUPPORTED_LIST "float32, float64, int64, int32, int8, uint8, bool"
-
 int imp_dtype_supported(int32_t dtype)
 {
 	switch (dtype) {
@@ -25,7 +23,7 @@ int imp_dtype_supported(int32_t dtype)
 	return 0;
 }
 
-static const char *dtype_name(int32_t dtype)
+const char *imp_dtype_name(int32_t dtype)
 {
 	static const char *const names[] = {
 		[0] = "undefined", [8] = "string", [14] = "complex64", [15] = "complex128",
@@ -340,8 +338,8 @@ int imp_tensor_load(struct imp *im, const Onnx__TensorProto *t, const struct imp
 	if (rc < 0)
 		return rc;
 	if (!imp_dtype_supported(out->dtype))
-		return hp_error(HP_EUNSUPPORTED, "%s: %s has dtype %s, not supported (" SUPPORTED_LIST ")", im->g->path,
-				what, dtype_name(out->dtype));
+		return hp_error(HP_EUNSUPPORTED, "%s: %s has dtype %s, not supported (" IMP_SUPPORTED_LIST ")", im->g->path,
+				what, imp_dtype_name(out->dtype));
 	return imp_tensor_bytes(im, t, raw, what, out, 0, &blob, &out->data);
 }
 
@@ -416,8 +414,8 @@ int hp_graph_read_init(const struct hp_graph *g, int value, void *dst)
 		return hp_error(HP_EUSAGE, "hp_graph_read_init: bad value index %d", value);
 	v = &g->values[value];
 	if (!imp_dtype_supported(v->dtype))
-		return hp_error(HP_EUNSUPPORTED, "%s: value '%s' has dtype %s, not supported (" SUPPORTED_LIST ")",
-				g->path, v->name, dtype_name(v->dtype));
+		return hp_error(HP_EUNSUPPORTED, "%s: value '%s' has dtype %s, not supported (" IMP_SUPPORTED_LIST ")",
+				g->path, v->name, imp_dtype_name(v->dtype));
 	desc = (struct hp_tensor){ .dtype = v->dtype, .shape = v->shape };
 	if (hp_shape_numel(&v->shape) < 0)
 		return hp_error(HP_EUSAGE, "%s: value '%s' has no concrete shape", g->path, v->name);
