@@ -235,6 +235,9 @@ static int set_opset(struct imp *im, const Onnx__ModelProto *m)
 			found = 1;
 		}
 	}
+	if (!found && m->n_opset_import)
+		return hp_error(HP_EUNSUPPORTED, "%s: the model uses only operator domain '%s' (hpdlf runs ai.onnx)",
+				im->g->path, m->opset_import[0]->domain ? m->opset_import[0]->domain : "");
 	if (!found)
 		return hp_error(HP_EMODEL, "%s: the model imports no ai.onnx opset", im->g->path);
 	if (im->g->opset < OPSET_MIN || im->g->opset > OPSET_MAX)
