@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "hpdlf/error.h"
@@ -71,7 +70,7 @@ static void drop_chunk(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 {
 	struct hs_chunk *c = &t->ch[i];
 
-	madvise(t->base + i * st->cs, hs_chunk_iolen(t, i), MADV_DONTNEED);
+	hs_chunk_detach(st, t, i);
 	c->state = CH_ABSENT;
 	c->prefetched = 0;
 	st->resident -= hs_chunk_iolen(t, i);
@@ -110,7 +109,7 @@ static void load_finish(struct io_req *r, int rc)
 			   rc == -ENODATA ? "short read" : hp_strerror(rc));
 	}
 	if (rc < 0) {
-		madvise(t->base + r->chunk * st->cs, hs_chunk_iolen(t, r->chunk), MADV_DONTNEED);
+		hs_chunk_detach(st, t, r->chunk);
 		c->state = CH_ABSENT;
 		c->prefetched = 0;
 		st->resident -= hs_chunk_iolen(t, r->chunk);
@@ -225,6 +224,7 @@ static void req_init(struct io_req *r, struct hs_tensor *t, uint64_t i, struct h
 	r->io.addr = c->addr;
 	r->io.buf = t->base + i * t->st->cs;
 	r->io.len = hs_chunk_iolen(t, i);
+	hs_chunk_io_mem(t->st, c, &r->io);
 	r->io.done = load_done;
 	r->io.arg = r;
 	r->io.t_submit_ns = hs_now_ns();
@@ -326,6 +326,9 @@ int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
 		r->tier = NO_TIER;
 		r->io = (struct hs_io){ .op = HS_IO_WRITE, .buf = t->base + r->chunk * st->cs,
 					.len = hs_chunk_iolen(t, r->chunk), .done = wb_done, .arg = r };
+		pthread_mutex_lock(&st->mu);
+		hs_chunk_io_mem(st, &t->ch[r->chunk], &r->io);
+		pthread_mutex_unlock(&st->mu);
 		int rc = wb_prepare(st, r, target);
 		if (rc < 0) {
 			pthread_mutex_lock(&st->mu);
@@ -510,7 +513,7 @@ static void unpin_range(struct hs_store *st, struct hs_tensor *t, uint64_t first
 
 /* Claim the range for a pin: count pins, mark absent chunks loading, make
  * room, account them.  Returns the bytes claimed or an error (rolled back). */
-static int pin_claim(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n)
+static int pin_claim(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mode)
 {
 	uint64_t need = 0, own = 0;
 	int rc;
@@ -533,9 +536,16 @@ static int pin_claim(struct hs_store *st, struct hs_tensor *t, uint64_t first, u
 		c->prefetched = 0;
 	}
 	rc = make_room(st, need, "pin", t, own);
-	if (rc == 0 && need && (rc = hs_fault_check(HS_FAULT_ALLOC)) != 0)
-		rc = hp_error(rc, "store: pin: cannot allocate %" PRIu64 " bytes of DRAM", need);
+	for (uint64_t i = first; rc == 0 && i < first + n; i++) {
+		struct hs_chunk *c = &t->ch[i];
+		int fresh = c->tier == NO_TIER && !t->bpath; /* nothing to read: zeros */
+		if (c->state == CH_LOADING)
+			rc = hs_chunk_attach(st, t, i, fresh && mode != HS_PIN_OVERWRITE);
+	}
 	if (rc < 0) {
+		for (uint64_t i = first; i < first + n; i++)
+			if (t->ch[i].state == CH_LOADING)
+				hs_chunk_detach(st, t, i);
 		unpin_range(st, t, first, n, 1);
 		return rc;
 	}
@@ -562,7 +572,7 @@ int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mod
 	while (st->committing && t->name && mode != HS_PIN_READ)
 		pthread_cond_wait(&st->cv, &st->mu);
 	wait_idle(st, t, first, n, 1);
-	rc = pin_claim(st, t, first, n);
+	rc = pin_claim(st, t, first, n, mode);
 	if (rc < 0)
 		goto out;
 	for (uint64_t i = first; i < first + n; i++) {
@@ -654,8 +664,13 @@ int hs_prefetch(struct hs_tensor *t, uint64_t first, uint64_t n, struct hs_prefe
 		req_init(&g->reqs[nreq++], t, i, g);
 	}
 	rc = make_room(st, need, "prefetch", t, 0);
+	for (int j = 0; rc == 0 && j < nreq; j++) {
+		rc = hs_chunk_attach(st, t, g->reqs[j].chunk, 0);
+		hs_chunk_io_mem(st, &t->ch[g->reqs[j].chunk], &g->reqs[j].io);
+	}
 	if (rc < 0) {
 		for (int j = 0; j < nreq; j++) {
+			hs_chunk_detach(st, t, g->reqs[j].chunk);
 			t->ch[g->reqs[j].chunk].state = CH_ABSENT;
 			t->ch[g->reqs[j].chunk].prefetched = 0;
 		}

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "hpdlf/store.h"
+#include "store/frames.h"
 #include "store/tier.h"
 
 enum chunk_state { CH_ABSENT = 0, CH_LOADING, CH_RESIDENT, CH_WRITING };
@@ -25,6 +26,11 @@ struct hs_chunk {
 	uint32_t crc, ccrc;
 	uint64_t addr, caddr;
 	uint64_t last_use;
+	/* frames holding the chunk while it is LOADING or RESIDENT */
+	uint32_t npieces;
+	uint32_t zq;            /* its range waits in the unmap queue (frames.h) */
+	struct hs_piece one;    /* npieces == 1 */
+	struct hs_piece *many;  /* npieces > 1 */
 };
 
 struct hs_tensor {
@@ -60,6 +66,8 @@ struct hs_store {
 	struct hs_tier *tiers[HS_MAX_TIERS];
 	int home;               /* first persistent tier (catalog), or NO_TIER */
 	struct hs_tensor *list;
+	struct hs_frames *frames;       /* DRAM of resident chunks (frames.h) */
+	int reg_logged;
 	uint64_t ntensors, next_id, tick;
 	struct hs_store_stats stats;    /* counters; tier[0] = DRAM */
 	/* persistence */
@@ -86,6 +94,12 @@ int hs_tensor_new(struct hs_store *st, const struct hs_tensor_info *info, struct
 void hs_chunk_release_copy(struct hs_store *st, struct hs_tensor *t, struct hs_chunk *c);
 uint64_t hs_now_ns(void);
 void hs_stat_io(struct hs_store *st, int tier, const struct hs_io *io);
+/* Frames of chunk i: attach allocates and maps them (zeroed unless the
+ * caller overwrites), detach frees them and queues the range for
+ * unmapping; io_mem points a request at the registered region. Lock held. */
+int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int zero);
+void hs_chunk_detach(struct hs_store *st, struct hs_tensor *t, uint64_t i);
+void hs_chunk_io_mem(struct hs_store *st, const struct hs_chunk *c, struct hs_io *io);
 
 /* pager.c: write chunks marked CH_WRITING to `target` (HS_TIER_ANY: first
  * tier with room); lock held, released during the I/O. */
