@@ -17,6 +17,7 @@
 struct hs_prefetch {
 	struct hs_store *st;
 	int pending;
+	int tpending[HS_MAX_TIERS];     /* of pending, requests on each tier */
 	int err;
 	char msg[300];
 	struct io_req *reqs;
@@ -77,6 +78,42 @@ static void drop_chunk(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 	st->stats.tier[0].evictions++;
 }
 
+/* One request of its group finished (lock held). */
+static void group_done(struct io_req *r)
+{
+	if (r->tier != NO_TIER)
+		r->g->tpending[r->tier]--;
+	r->g->pending--;
+	pthread_cond_broadcast(&r->t->st->cv);
+}
+
+static void group_add(struct io_req *r)
+{
+	if (r->tier != NO_TIER)
+		r->g->tpending[r->tier]++;
+	r->g->pending++;
+}
+
+/* Wait (lock held) until nothing of g is pending.  A tier that can reap
+ * completions on this thread is polled instead of sleeping: the waiter
+ * completes its own requests and nobody has to wake it. */
+static void group_wait(struct hs_store *st, struct hs_prefetch *g)
+{
+	while (g->pending) {
+		struct hs_tier *pt = NULL;
+		for (int k = 0; k < st->ntiers && !pt; k++)
+			if (g->tpending[k] && st->tiers[k]->ops->poll)
+				pt = st->tiers[k];
+		if (!pt) {
+			pthread_cond_wait(&st->cv, &st->mu);
+			continue;
+		}
+		pthread_mutex_unlock(&st->mu);
+		pt->ops->poll(pt, 1);
+		pthread_mutex_lock(&st->mu);
+	}
+}
+
 /* ---- read-in ---- */
 
 static void load_finish(struct io_req *r, int rc)
@@ -118,8 +155,7 @@ static void load_finish(struct io_req *r, int rc)
 		if (r->tier != NO_TIER)
 			st->stats.tier[r->tier + 1].promotions++;
 	}
-	r->g->pending--;
-	pthread_cond_broadcast(&st->cv);
+	group_done(r);
 	pthread_mutex_unlock(&st->mu);
 }
 
@@ -228,7 +264,7 @@ static void req_init(struct io_req *r, struct hs_tensor *t, uint64_t i, struct h
 	r->io.done = load_done;
 	r->io.arg = r;
 	r->io.t_submit_ns = hs_now_ns();
-	g->pending++;
+	group_add(r);
 }
 
 /* ---- write-back ---- */
@@ -280,8 +316,7 @@ static void wb_done(struct hs_io *io)
 		group_fail(r->g, io->res, "store: tensor %s chunk %" PRIu64 ": write to %s failed: %s",
 			   tname(r->t, nb, sizeof nb), r->chunk, st->tiers[r->tier]->name, hp_strerror(io->res));
 	}
-	r->g->pending--;
-	pthread_cond_broadcast(&st->cv);
+	group_done(r);
 	pthread_mutex_unlock(&st->mu);
 }
 
@@ -316,7 +351,6 @@ int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
 	if (!reqs)
 		return -ENOMEM;
 	pthread_mutex_unlock(&st->mu);
-	int ok = 0;
 	for (int j = 0; j < n; j++) {
 		struct io_req *r = &reqs[j];
 		struct hs_tensor *t = items[j].t;
@@ -338,15 +372,15 @@ int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
 			continue;
 		}
 		r->stage = hs_crc32c(r->io.buf, hs_chunk_len(t, r->chunk)); /* the new crc */
-		ok++;
 	}
 	pthread_mutex_lock(&st->mu);
-	g.pending += ok;
+	for (int j = 0; j < n; j++)
+		if (reqs[j].tier != NO_TIER)
+			group_add(&reqs[j]);
 	pthread_mutex_unlock(&st->mu);
 	submit_batches(st, reqs, n);
 	pthread_mutex_lock(&st->mu);
-	while (g.pending)
-		pthread_cond_wait(&st->cv, &st->mu);
+	group_wait(st, &g);
 	for (int j = 0; j < n; j++) {
 		struct io_req *r = &reqs[j];
 		struct hs_chunk *c = &r->t->ch[r->chunk];
@@ -485,6 +519,8 @@ static void wait_idle(struct hs_store *st, struct hs_tensor *t, uint64_t first, 
 			if (c->state == CH_LOADING || c->state == CH_WRITING) {
 				if (count_late && c->prefetched) {
 					st->stats.tier[0].prefetch_late++;
+					if (c->tier != NO_TIER)
+						st->stats.tier[c->tier + 1].prefetch_late++;
 					c->prefetched = 0;
 				}
 				busy = 1;
@@ -530,8 +566,11 @@ static int pin_claim(struct hs_store *st, struct hs_tensor *t, uint64_t first, u
 			st->stats.tier[0].misses++;
 		} else {
 			st->stats.tier[0].hits++;
-			if (c->prefetched)
+			if (c->prefetched) {
 				st->stats.tier[0].prefetch_hits++;
+				if (c->tier != NO_TIER)
+					st->stats.tier[c->tier + 1].prefetch_hits++;
+			}
 		}
 		c->prefetched = 0;
 	}
@@ -589,8 +628,7 @@ int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mod
 	pthread_mutex_unlock(&st->mu);
 	submit_loads(st, reqs, nreq);
 	pthread_mutex_lock(&st->mu);
-	while (g.pending)
-		pthread_cond_wait(&st->cv, &st->mu);
+	group_wait(st, &g);
 	if (g.err) {
 		unpin_range(st, t, first, n, 0);
 		rc = hp_error(g.err, "%s", g.msg);
@@ -636,23 +674,10 @@ int hs_unpin(struct hs_tensor *t, uint64_t first, uint64_t n)
 
 /* ---- prefetch ---- */
 
-int hs_prefetch(struct hs_tensor *t, uint64_t first, uint64_t n, struct hs_prefetch **h)
+/* Mark the absent chunks of a range loading and prepare their reads (lock held). */
+static void prefetch_range(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n,
+			   struct hs_prefetch *g, int *nreq, uint64_t *need)
 {
-	struct hs_store *st = t->st;
-	struct hs_prefetch *g;
-	uint64_t need = 0;
-	int nreq = 0, rc;
-
-	rc = norm_range(t, &first, &n, "prefetch");
-	if (rc < 0)
-		return rc;
-	g = calloc(1, sizeof *g);
-	if (!g || (n && !(g->reqs = calloc(n, sizeof *g->reqs)))) {
-		free(g);
-		return -ENOMEM;
-	}
-	g->st = st;
-	pthread_mutex_lock(&st->mu);
 	for (uint64_t i = first; i < first + n; i++) {
 		struct hs_chunk *c = &t->ch[i];
 		if (c->state != CH_ABSENT || (c->tier == NO_TIER && !t->bpath))
@@ -660,21 +685,70 @@ int hs_prefetch(struct hs_tensor *t, uint64_t first, uint64_t n, struct hs_prefe
 		c->state = CH_LOADING;
 		c->prefetched = 1;
 		c->last_use = ++st->tick;
-		need += hs_chunk_iolen(t, i) + stage_bytes(t, i);
-		req_init(&g->reqs[nreq++], t, i, g);
+		*need += hs_chunk_iolen(t, i) + stage_bytes(t, i);
+		req_init(&g->reqs[(*nreq)++], t, i, g);
+		if (c->tier != NO_TIER)
+			st->stats.tier[c->tier + 1].prefetches++;
 	}
-	rc = make_room(st, need, "prefetch", t, 0);
+}
+
+/* Give the prepared reads frames, or undo them all (lock held). */
+static int prefetch_attach(struct hs_store *st, struct hs_prefetch *g, int nreq, uint64_t need)
+{
+	int rc = make_room(st, need, "prefetch", g->reqs[0].t, 0);
+
 	for (int j = 0; rc == 0 && j < nreq; j++) {
-		rc = hs_chunk_attach(st, t, g->reqs[j].chunk, 0);
-		hs_chunk_io_mem(st, &t->ch[g->reqs[j].chunk], &g->reqs[j].io);
+		struct io_req *r = &g->reqs[j];
+		rc = hs_chunk_attach(st, r->t, r->chunk, 0);
+		hs_chunk_io_mem(st, &r->t->ch[r->chunk], &r->io);
 	}
+	if (rc == 0)
+		return 0;
+	for (int j = 0; j < nreq; j++) {
+		struct io_req *r = &g->reqs[j];
+		struct hs_chunk *c = &r->t->ch[r->chunk];
+		hs_chunk_detach(st, r->t, r->chunk);
+		c->state = CH_ABSENT;
+		c->prefetched = 0;
+		if (c->tier != NO_TIER)
+			st->stats.tier[c->tier + 1].prefetches--;
+	}
+	pthread_cond_broadcast(&st->cv);
+	return rc;
+}
+
+int hs_prefetch_many(const struct hs_range *rs, size_t nr, struct hs_prefetch **h)
+{
+	struct hs_store *st;
+	struct hs_prefetch *g;
+	uint64_t need = 0, total = 0;
+	int nreq = 0, rc;
+
+	if (nr == 0 || !rs[0].tensor)
+		return hp_error(HP_EUSAGE, "store: prefetch of no ranges");
+	st = rs[0].tensor->st;
+	for (size_t k = 0; k < nr; k++) {
+		uint64_t first = rs[k].first, n = rs[k].n;
+		if (rs[k].tensor->st != st)
+			return hp_error(HP_EUSAGE, "store: prefetch of tensors of different stores");
+		if ((rc = norm_range(rs[k].tensor, &first, &n, "prefetch")) < 0)
+			return rc;
+		total += n;
+	}
+	g = calloc(1, sizeof *g);
+	if (!g || (total && !(g->reqs = calloc(total, sizeof *g->reqs)))) {
+		free(g);
+		return -ENOMEM;
+	}
+	g->st = st;
+	pthread_mutex_lock(&st->mu);
+	for (size_t k = 0; k < nr; k++) {
+		uint64_t first = rs[k].first, n = rs[k].n;
+		norm_range(rs[k].tensor, &first, &n, "prefetch");
+		prefetch_range(st, rs[k].tensor, first, n, g, &nreq, &need);
+	}
+	rc = nreq ? prefetch_attach(st, g, nreq, need) : 0;
 	if (rc < 0) {
-		for (int j = 0; j < nreq; j++) {
-			hs_chunk_detach(st, t, g->reqs[j].chunk);
-			t->ch[g->reqs[j].chunk].state = CH_ABSENT;
-			t->ch[g->reqs[j].chunk].prefetched = 0;
-		}
-		pthread_cond_broadcast(&st->cv);
 		pthread_mutex_unlock(&st->mu);
 		free(g->reqs);
 		free(g);
@@ -690,12 +764,28 @@ int hs_prefetch(struct hs_tensor *t, uint64_t first, uint64_t n, struct hs_prefe
 	return 0;
 }
 
+int hs_prefetch(struct hs_tensor *t, uint64_t first, uint64_t n, struct hs_prefetch **h)
+{
+	struct hs_range r = { t, first, n };
+
+	return hs_prefetch_many(&r, 1, h);
+}
+
 int hs_prefetch_poll(struct hs_prefetch *h)
 {
 	int done;
 
 	pthread_mutex_lock(&h->st->mu);
 	done = h->pending == 0;
+	for (int k = 0; k < h->st->ntiers && !done; k++) {
+		struct hs_tier *t = h->st->tiers[k];
+		if (!h->tpending[k] || !t->ops->poll)
+			continue;
+		pthread_mutex_unlock(&h->st->mu);
+		t->ops->poll(t, 0);
+		pthread_mutex_lock(&h->st->mu);
+		done = h->pending == 0;
+	}
 	pthread_mutex_unlock(&h->st->mu);
 	return done;
 }
@@ -709,8 +799,7 @@ int hs_prefetch_wait(struct hs_prefetch *h)
 		return 0;
 	st = h->st;
 	pthread_mutex_lock(&st->mu);
-	while (h->pending)
-		pthread_cond_wait(&st->cv, &st->mu);
+	group_wait(st, h);
 	pthread_mutex_unlock(&st->mu);
 	rc = h->err ? hp_error(h->err, "%s", h->msg) : 0;
 	free(h->reqs);

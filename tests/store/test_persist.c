@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,10 +218,17 @@ static void crash_run(enum cfg c, int iterations)
 			crash_child(&o, fds[1], s + (uint64_t)it);
 		}
 		close(fds[1]);
-		/* wait for one commit or none, then a random delay */
+		/* kill at once (every third time), or after the child's first
+		 * commit plus a random delay: a loaded machine may take longer
+		 * than any fixed delay to reach the first commit */
 		struct timespec d = { 0, (long)(tu_rand(&s) % 60000000) };
-		if (it % 3)
+		if (it % 3) {
+			struct pollfd pf = { .fd = fds[0], .events = POLLIN };
+			unsigned char b0;
+			if (poll(&pf, 1, 20000) == 1 && read(fds[0], &b0, 1) == 1)
+				last = b0;
 			nanosleep(&d, NULL);
+		}
 		kill(pid, SIGKILL);
 		int status;
 		waitpid(pid, &status, 0);
