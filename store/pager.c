@@ -124,12 +124,15 @@ static void load_finish(struct io_req *r, int rc)
 	char nb[96];
 	uint32_t crc = 0;
 
-	if (rc == 0 && st->o.verify_crc && r->tier != NO_TIER) {
+	/* c->mapped is stable while the chunk loads */
+	if (rc == 0 && st->o.verify_crc && r->tier != NO_TIER && c->mapped) {
 		crc = hs_crc32c(t->base + r->chunk * st->cs, hs_chunk_len(t, r->chunk));
 		if (crc != c->crc)
 			rc = HP_ECORRUPT;
 	}
 	pthread_mutex_lock(&st->mu);
+	if (rc == 0 && st->o.verify_crc && r->tier != NO_TIER && !c->mapped)
+		c->unverified = 1;
 	if (r->tier != NO_TIER)
 		hs_stat_io(st, r->tier, &r->io);
 	if (rc == HP_ECORRUPT) {
@@ -361,9 +364,11 @@ int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
 		r->io = (struct hs_io){ .op = HS_IO_WRITE, .buf = t->base + r->chunk * st->cs,
 					.len = hs_chunk_iolen(t, r->chunk), .done = wb_done, .arg = r };
 		pthread_mutex_lock(&st->mu);
+		int rc = hs_chunk_map(st, t, r->chunk); /* crc and non-fixed tiers read it */
 		hs_chunk_io_mem(st, &t->ch[r->chunk], &r->io);
 		pthread_mutex_unlock(&st->mu);
-		int rc = wb_prepare(st, r, target);
+		if (rc == 0)
+			rc = wb_prepare(st, r, target);
 		if (rc < 0) {
 			pthread_mutex_lock(&st->mu);
 			group_fail(&g, rc, "store: tensor %s chunk %" PRIu64 ": no room on %s: %s", tname(t, nb, sizeof nb),
@@ -579,7 +584,7 @@ static int pin_claim(struct hs_store *st, struct hs_tensor *t, uint64_t first, u
 		struct hs_chunk *c = &t->ch[i];
 		int fresh = c->tier == NO_TIER && !t->bpath; /* nothing to read: zeros */
 		if (c->state == CH_LOADING)
-			rc = hs_chunk_attach(st, t, i, fresh && mode != HS_PIN_OVERWRITE);
+			rc = hs_chunk_attach(st, t, i, HS_ATTACH_MAP | (fresh && mode != HS_PIN_OVERWRITE ? HS_ATTACH_ZERO : 0));
 	}
 	if (rc < 0) {
 		for (uint64_t i = first; i < first + n; i++)
@@ -590,6 +595,37 @@ static int pin_claim(struct hs_store *st, struct hs_tensor *t, uint64_t first, u
 	}
 	st->resident += need;
 	return 0;
+}
+
+/* Map a resident chunk a prefetch left unmapped and check the crc32c it
+ * deferred (lock held).  A mismatch drops the chunk: the next pin reads it
+ * again (and fails again if the copy is bad). */
+static int chunk_ready(struct hs_store *st, struct hs_tensor *t, uint64_t i)
+{
+	struct hs_chunk *c = &t->ch[i];
+	char nb[96];
+	uint32_t crc;
+	int rc;
+
+	if (c->state != CH_RESIDENT)
+		return hp_error(HP_ECORRUPT, "store: tensor %s chunk %" PRIu64 " was dropped after a crc32c mismatch",
+				tname(t, nb, sizeof nb), i);
+	rc = hs_chunk_map(st, t, i);
+	if (rc < 0 || !c->unverified)
+		return rc;
+	c->unverified = 0;
+	crc = hs_crc32c(t->base + i * st->cs, hs_chunk_len(t, i));
+	if (crc == c->crc)
+		return 0;
+	st->stats.tier[c->tier + 1].crc_errors++;
+	rc = hp_error(HP_ECORRUPT, "store: tensor %s chunk %" PRIu64 " on tier %s at offset %" PRIu64
+		      ": crc32c mismatch (stored %08x, read %08x)", tname(t, nb, sizeof nb), i,
+		      st->tiers[c->tier]->name, c->addr, c->crc, crc);
+	hs_chunk_detach(st, t, i);
+	c->state = CH_ABSENT;
+	c->prefetched = 0;
+	st->resident -= hs_chunk_iolen(t, i);
+	return rc;
 }
 
 int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mode, void **ptr)
@@ -632,6 +668,12 @@ int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mod
 	if (g.err) {
 		unpin_range(st, t, first, n, 0);
 		rc = hp_error(g.err, "%s", g.msg);
+		goto out;
+	}
+	for (uint64_t i = first; i < first + n && rc == 0; i++)
+		rc = chunk_ready(st, t, i);
+	if (rc < 0) {
+		unpin_range(st, t, first, n, 0);
 		goto out;
 	}
 	for (uint64_t i = first; i < first + n; i++) {

@@ -82,10 +82,37 @@ double hs_lat_percentile(const struct hs_tier_stats *s, double q)
 	return (double)(1ull << HS_LAT_BUCKETS);
 }
 
-int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int zero)
+/* The chunk is read from a tier that registered its (single-piece) frames. */
+static int fixed_read(const struct hs_store *st, const struct hs_tensor *t, const struct hs_chunk *c)
+{
+	uint64_t off;
+	uint32_t slot;
+
+	if (c->tier == NO_TIER || t->bpath)
+		return 0;
+	slot = hs_frames_slot(st->frames, &c->one, c->npieces, &off);
+	return slot && (st->regmask[slot - 1] >> c->tier & 1);
+}
+
+int hs_chunk_map(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 {
 	struct hs_chunk *c = &t->ch[i];
-	unsigned char *va = t->base + i * st->cs;
+	int rc;
+
+	if (c->mapped || !c->npieces)
+		return 0;
+	hs_frames_unqueue(st->frames, &c->zq); /* mapped again right here */
+	rc = hs_frames_map(st->frames, t->base + i * st->cs, c->npieces > 1 ? c->many : &c->one, c->npieces);
+	if (rc < 0) /* a partial mapping goes with the range */
+		hs_frames_queue_unmap(st->frames, t->base + i * st->cs, hs_chunk_iolen(t, i), &c->zq);
+	else
+		c->mapped = 1;
+	return rc;
+}
+
+int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int flags)
+{
+	struct hs_chunk *c = &t->ch[i];
 	uint64_t len = hs_chunk_iolen(t, i);
 	int rc;
 
@@ -96,17 +123,18 @@ int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int ze
 	rc = hs_frames_alloc(st->frames, len / HS_PAGE, &c->one, &c->many, &c->npieces);
 	if (rc < 0)
 		return rc;
-	hs_frames_unqueue(st->frames, &c->zq); /* mapped again below */
-	rc = hs_frames_map(st->frames, va, c->npieces > 1 ? c->many : &c->one, c->npieces);
+	c->mapped = 0;
+	c->unverified = 0;
+	if (flags || !fixed_read(st, t, c))
+		rc = hs_chunk_map(st, t, i);
 	if (rc < 0) {
 		hs_frames_free(st->frames, &c->one, c->many, c->npieces);
 		c->npieces = 0;
 		c->many = NULL;
-		hs_frames_queue_unmap(st->frames, va, len, &c->zq);
 		return rc;
 	}
-	if (zero)
-		memset(va, 0, len); /* frames are reused: no fresh zero pages */
+	if (flags & HS_ATTACH_ZERO)
+		memset(t->base + i * st->cs, 0, len); /* frames are reused: no fresh zero pages */
 	return 0;
 }
 
@@ -119,7 +147,10 @@ void hs_chunk_detach(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 	hs_frames_free(st->frames, &c->one, c->many, c->npieces);
 	c->npieces = 0;
 	c->many = NULL;
-	hs_frames_queue_unmap(st->frames, t->base + i * st->cs, hs_chunk_iolen(t, i), &c->zq);
+	c->unverified = 0;
+	if (c->mapped)
+		hs_frames_queue_unmap(st->frames, t->base + i * st->cs, hs_chunk_iolen(t, i), &c->zq);
+	c->mapped = 0;
 }
 
 void hs_chunk_io_mem(struct hs_store *st, const struct hs_chunk *c, struct hs_io *io)
@@ -134,8 +165,10 @@ static void frames_grown(void *arg, unsigned slot, void *addr, size_t len)
 
 	for (int k = 0; k < st->ntiers; k++) {
 		struct hs_tier *t = st->tiers[k];
-		int rc = t->ops->register_mem ? t->ops->register_mem(t, slot, addr, len) : 0;
-		if (rc < 0 && !st->reg_logged) {
+		int rc = t->ops->register_mem ? t->ops->register_mem(t, slot, addr, len) : -ENOTSUP;
+		if (rc == 0)
+			st->regmask[slot] |= (uint8_t)(1u << k);
+		else if (rc != -ENOTSUP && !st->reg_logged) {
 			st->reg_logged = 1;
 			hp_log(HP_LOG_INFO, "store: %s: DRAM frames not registered as fixed buffers (%s); "
 			       "I/O maps the pages per request", t->name, strerror(-rc));
