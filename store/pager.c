@@ -18,6 +18,7 @@ struct hs_prefetch {
 	struct hs_store *st;
 	int pending;
 	int tpending[HS_MAX_TIERS];     /* of pending, requests on each tier */
+	uint64_t stage;                 /* staging held for its unaligned file reads */
 	int err;
 	char msg[300];
 	struct io_req *reqs;
@@ -28,7 +29,7 @@ struct io_req {
 	struct hs_tensor *t;
 	uint64_t chunk;
 	int tier;
-	uint64_t stage;         /* staging bytes held for a backed read */
+	uint64_t stage;         /* write-back: the new crc32c */
 	struct hs_prefetch *g;
 };
 
@@ -186,7 +187,7 @@ static int pread_full(int fd, void *buf, size_t len, uint64_t off, size_t *got)
 }
 
 /* Read chunk r->chunk of a backed tensor from its file, synchronously. */
-static int backed_read(struct io_req *r)
+static int backed_read(struct io_req *r, void *stagebuf)
 {
 	struct hs_tensor *t = r->t;
 	uint64_t i = r->chunk, cs = t->st->cs;
@@ -204,14 +205,12 @@ static int backed_read(struct io_req *r)
 	} else if (t->bdirect) {
 		uint64_t a0 = off & ~(uint64_t)(HS_IO_ALIGN - 1);
 		size_t span = (off + len - a0 + HS_IO_ALIGN - 1) & ~(size_t)(HS_IO_ALIGN - 1);
-		void *b = aligned_alloc(HS_IO_ALIGN, span);
-		if (!b)
+		if (!stagebuf)
 			return -ENOMEM;
-		rc = pread_full(t->bfd, b, span, a0, &got);
+		rc = pread_full(t->bfd, stagebuf, span, a0, &got);
 		got = got > off - a0 ? got - (off - a0) : 0;
 		if (rc == 0)
-			memcpy(dst, (char *)b + (off - a0), got < len ? got : len);
-		free(b);
+			memcpy(dst, (char *)stagebuf + (off - a0), got < len ? got : len);
 	} else {
 		rc = pread_full(t->bfd, dst, len, off, &got);
 		posix_fadvise(t->bfd, off, len, POSIX_FADV_DONTNEED);
@@ -233,20 +232,33 @@ static uint64_t stage_bytes(const struct hs_tensor *t, uint64_t i)
 
 static void submit_batches(struct hs_store *st, struct io_req *reqs, int n);
 
-/* Issue the reads of reqs[0..n) (lock NOT held); completions run load_finish. */
-static void submit_loads(struct hs_store *st, struct io_req *reqs, int n)
+/* Issue the reads of g's reqs[0..n) (lock NOT held); completions run
+ * load_finish.  File reads run here, one at a time, through the single
+ * staging buffer the group reserved (released before they complete). */
+static void submit_loads(struct hs_store *st, struct hs_prefetch *g, struct io_req *reqs, int n)
 {
+	void *stagebuf = NULL;
+	int nb = 0;
+
 	submit_batches(st, reqs, n);
-	for (int j = 0; j < n; j++) {
-		if (reqs[j].tier != NO_TIER)
-			continue;
-		int rc = backed_read(&reqs[j]);
-		pthread_mutex_lock(&st->mu);
-		st->resident -= reqs[j].stage;
-		st->staging -= reqs[j].stage;
-		pthread_mutex_unlock(&st->mu);
-		load_finish(&reqs[j], rc);
-	}
+	for (int j = 0; j < n; j++)
+		nb += reqs[j].tier == NO_TIER;
+	if (nb == 0)
+		return;
+	if (g->stage)
+		stagebuf = aligned_alloc(HS_IO_ALIGN, g->stage);
+	for (int j = 0; j < n; j++)
+		if (reqs[j].tier == NO_TIER)
+			reqs[j].io.res = backed_read(&reqs[j], stagebuf);
+	free(stagebuf);
+	pthread_mutex_lock(&st->mu);
+	st->resident -= g->stage;
+	st->staging -= g->stage;
+	g->stage = 0;
+	pthread_mutex_unlock(&st->mu);
+	for (int j = 0; j < n; j++)
+		if (reqs[j].tier == NO_TIER)
+			load_finish(&reqs[j], reqs[j].io.res);
 }
 
 static void req_init(struct io_req *r, struct hs_tensor *t, uint64_t i, struct hs_prefetch *g)
@@ -258,7 +270,6 @@ static void req_init(struct io_req *r, struct hs_tensor *t, uint64_t i, struct h
 	r->chunk = i;
 	r->g = g;
 	r->tier = t->bpath && c->tier == NO_TIER ? NO_TIER : c->tier;
-	r->stage = r->tier == NO_TIER ? stage_bytes(t, i) : 0;
 	r->io.op = HS_IO_READ;
 	r->io.addr = c->addr;
 	r->io.buf = t->base + i * t->st->cs;
@@ -445,11 +456,15 @@ static int collect(struct hs_store *st, struct cand_set *cs)
 /* `own`: bytes the failing request itself already counts as pinned. */
 static int budget_error(struct hs_store *st, const char *what, const struct hs_tensor *t, uint64_t asked, uint64_t own)
 {
-	char nb[96];
+	char nb[96], wb[160];
 
-	return hp_error(HP_EBUDGET, "store: %s of tensor %s needs %" PRIu64 " more bytes of DRAM; %" PRIu64
+	if (t)
+		snprintf(wb, sizeof wb, "%s of tensor %s", what, tname(t, nb, sizeof nb));
+	else
+		snprintf(wb, sizeof wb, "%s", what);
+	return hp_error(HP_EBUDGET, "store: %s needs %" PRIu64 " more bytes of DRAM; %" PRIu64
 			" are pinned and %" PRIu64 " resident (%" PRIu64 " staging) under a budget of %" PRIu64
-			" (nothing else can be evicted%s)", what, tname(t, nb, sizeof nb), asked, st->pinned - own,
+			" (nothing else can be evicted%s)", wb, asked, st->pinned - own,
 			st->resident, st->staging, st->o.budget, st->ntiers ? "" : "; no tier below DRAM to write to");
 }
 
@@ -512,6 +527,24 @@ static int make_room(struct hs_store *st, uint64_t need, const char *what, const
 	return rc;
 }
 
+int hs_staging_reserve(struct hs_store *st, uint64_t bytes, const char *what)
+{
+	int rc = make_room(st, bytes, what, NULL, 0);
+
+	if (rc < 0)
+		return rc;
+	st->resident += bytes;
+	st->staging += bytes;
+	return 0;
+}
+
+void hs_staging_release(struct hs_store *st, uint64_t bytes)
+{
+	st->resident -= bytes;
+	st->staging -= bytes;
+	pthread_cond_broadcast(&st->cv);
+}
+
 /* ---- pin / unpin ---- */
 
 /* Wait (lock held) until no chunk of the range is being moved. */
@@ -554,9 +587,10 @@ static void unpin_range(struct hs_store *st, struct hs_tensor *t, uint64_t first
 
 /* Claim the range for a pin: count pins, mark absent chunks loading, make
  * room, account them.  Returns the bytes claimed or an error (rolled back). */
-static int pin_claim(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mode)
+static int pin_claim(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mode,
+		     uint64_t *stage)
 {
-	uint64_t need = 0, own = 0;
+	uint64_t need = 0, own = 0, sb = 0;
 	int rc;
 
 	for (uint64_t i = first; i < first + n; i++) {
@@ -567,7 +601,8 @@ static int pin_claim(struct hs_store *st, struct hs_tensor *t, uint64_t first, u
 		}
 		if (c->state == CH_ABSENT) {
 			c->state = CH_LOADING;
-			need += hs_chunk_iolen(t, i) + stage_bytes(t, i);
+			need += hs_chunk_iolen(t, i);
+			sb = stage_bytes(t, i) > sb ? stage_bytes(t, i) : sb;
 			st->stats.tier[0].misses++;
 		} else {
 			st->stats.tier[0].hits++;
@@ -579,6 +614,7 @@ static int pin_claim(struct hs_store *st, struct hs_tensor *t, uint64_t first, u
 		}
 		c->prefetched = 0;
 	}
+	need += sb; /* file reads share one staging buffer */
 	rc = make_room(st, need, "pin", t, own);
 	for (uint64_t i = first; rc == 0 && i < first + n; i++) {
 		struct hs_chunk *c = &t->ch[i];
@@ -594,6 +630,8 @@ static int pin_claim(struct hs_store *st, struct hs_tensor *t, uint64_t first, u
 		return rc;
 	}
 	st->resident += need;
+	st->staging += sb;
+	*stage = sb;
 	return 0;
 }
 
@@ -647,7 +685,7 @@ int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mod
 	while (st->committing && t->name && mode != HS_PIN_READ)
 		pthread_cond_wait(&st->cv, &st->mu);
 	wait_idle(st, t, first, n, 1);
-	rc = pin_claim(st, t, first, n, mode);
+	rc = pin_claim(st, t, first, n, mode, &g.stage);
 	if (rc < 0)
 		goto out;
 	for (uint64_t i = first; i < first + n; i++) {
@@ -656,13 +694,11 @@ int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mod
 			continue;
 		if (mode == HS_PIN_OVERWRITE || (c->tier == NO_TIER && !t->bpath))
 			c->state = CH_RESIDENT; /* nothing to read: zeros or overwritten */
-		else {
-			req_init(&reqs[nreq], t, i, &g);
-			st->staging += reqs[nreq++].stage;
-		}
+		else
+			req_init(&reqs[nreq++], t, i, &g);
 	}
 	pthread_mutex_unlock(&st->mu);
-	submit_loads(st, reqs, nreq);
+	submit_loads(st, &g, reqs, nreq);
 	pthread_mutex_lock(&st->mu);
 	group_wait(st, &g);
 	if (g.err) {
@@ -727,7 +763,8 @@ static void prefetch_range(struct hs_store *st, struct hs_tensor *t, uint64_t fi
 		c->state = CH_LOADING;
 		c->prefetched = 1;
 		c->last_use = ++st->tick;
-		*need += hs_chunk_iolen(t, i) + stage_bytes(t, i);
+		*need += hs_chunk_iolen(t, i);
+		g->stage = stage_bytes(t, i) > g->stage ? stage_bytes(t, i) : g->stage;
 		req_init(&g->reqs[(*nreq)++], t, i, g);
 		if (c->tier != NO_TIER)
 			st->stats.tier[c->tier + 1].prefetches++;
@@ -789,6 +826,7 @@ int hs_prefetch_many(const struct hs_range *rs, size_t nr, struct hs_prefetch **
 		norm_range(rs[k].tensor, &first, &n, "prefetch");
 		prefetch_range(st, rs[k].tensor, first, n, g, &nreq, &need);
 	}
+	need += g->stage; /* file reads share one staging buffer */
 	rc = nreq ? prefetch_attach(st, g, nreq, need) : 0;
 	if (rc < 0) {
 		pthread_mutex_unlock(&st->mu);
@@ -797,11 +835,10 @@ int hs_prefetch_many(const struct hs_range *rs, size_t nr, struct hs_prefetch **
 		return rc;
 	}
 	st->resident += need;
-	for (int j = 0; j < nreq; j++)
-		st->staging += g->reqs[j].stage;
+	st->staging += g->stage;
 	st->stats.tier[0].prefetches += nreq;
 	pthread_mutex_unlock(&st->mu);
-	submit_loads(st, g->reqs, nreq);
+	submit_loads(st, g, g->reqs, nreq);
 	*h = g;
 	return 0;
 }

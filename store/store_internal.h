@@ -116,6 +116,10 @@ struct wb_item {
 	uint64_t chunk;
 };
 int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target);
+/* DRAM for a bounce buffer or a catalog blob, under the budget like chunks
+ * (evicting to make room; HP_EBUDGET if it cannot).  Lock held. */
+int hs_staging_reserve(struct hs_store *st, uint64_t bytes, const char *what);
+void hs_staging_release(struct hs_store *st, uint64_t bytes);
 
 /* catalog.c */
 #define HS_SB_SIZE 4096u

@@ -614,6 +614,16 @@ static void test_backed(void **state)
 			assert_int_equal(hs_evict(t[k], 0, HS_ALL, HS_TIER_NONE), 3);
 		}
 		assert_int_equal(hs_pin(t[k], 0, 1, HS_PIN_WRITE, (void **)&p), HP_EUSAGE); /* read-only */
+		/* all four chunks and ONE chunk of staging fit the budget of five
+		 * (a staging buffer per chunk would not); none is held after */
+		struct hs_store_stats ss;
+		assert_int_equal(hs_pin(t[k], 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+		assert_memory_equal(p, file + offs[k], bytes);
+		assert_int_equal(hs_store_stats(st, &ss), 0);
+		assert_int_equal(ss.staging, 0);
+		assert_int_equal(ss.resident, 3 * CS + 4096);
+		assert_int_equal(hs_unpin(t[k], 0, HS_ALL), 0);
+		assert_int_equal(hs_evict(t[k], 0, HS_ALL, HS_TIER_NONE), 4);
 	}
 	struct hs_tensor *bad;
 	assert_int_equal(hs_tensor_create_backed(st, &ti, path, 8192 + 1, &bad), HP_EDATA); /* past the end */
