@@ -109,6 +109,14 @@ static int make_room(struct sim *m, uint64_t bytes, int step)
 	return 0;
 }
 
+/* Kernel scratch, rounded like a tensor (the runtime makes it one). */
+static uint64_t ws_size(const struct sim *m, const struct hp_node *n)
+{
+	uint64_t a = m->o->align > 1 ? m->o->align : 1;
+
+	return (n->workspace + a - 1) / a * a;
+}
+
 static uint64_t value_size(const struct hp_graph *g, int v, uint64_t align)
 {
 	struct hp_tensor t = { .dtype = g->values[v].dtype, .shape = g->values[v].shape };
@@ -189,7 +197,7 @@ static int build_schedule(struct sim *m)
 static uint64_t step_need(struct sim *m, int s)
 {
 	const struct hp_node *n = &m->g->nodes[m->p->node[s]];
-	uint64_t need = n->workspace;
+	uint64_t need = ws_size(m, n);
 
 	for (int j = 0; j < n->ninputs; j++) {
 		int v = n->inputs[j], dup = 0;
@@ -244,9 +252,9 @@ static int simulate_step(struct sim *m, int s)
 		m->dirty[v] = 1;
 		m->below[v] = 0;
 	}
-	if ((rc = make_room(m, n->workspace, s)) != 0)
+	if ((rc = make_room(m, ws_size(m, n), s)) != 0)
 		return rc;
-	m->step_peak[s] = m->cur + n->workspace;
+	m->step_peak[s] = m->cur + ws_size(m, n);
 	if (m->step_peak[s] > p->peak_bytes)
 		p->peak_bytes = m->step_peak[s];
 	pin_step(m, n, 0);
@@ -409,6 +417,78 @@ static int sim_alloc(struct sim *m, int nv, int nn)
 	return 0;
 }
 
+/* Inputs start resident where they fit (the user just wrote them). */
+static void cold_start(struct sim *m)
+{
+	const struct hp_graph *g = m->g;
+
+	for (int i = 0; i < g->ninputs; i++) {
+		int v = g->inputs[i];
+		if (m->persist[v] && !m->resident[v] && m->cur + m->size[v] <= m->budget) {
+			set_resident(m, v, 1);
+			m->dirty[v] = 1;
+		}
+	}
+}
+
+/* Steady state: the next run starts with what this one kept resident.
+ * The runtime reconciles at the start of each run (loads what the plan
+ * expects resident, writes back or drops what it does not). */
+static void warm_start(struct sim *m)
+{
+	struct hp_plan *p = m->p;
+
+	for (int v = 0; v < m->g->nvalues; v++) {
+		p->start_resident[v] = m->resident[v] && m->persist[v];
+		if (m->resident[v] && !m->persist[v])
+			set_resident(m, v, 0);
+		if (p->start_resident[v])
+			p->start_bytes += m->size[v];
+	}
+	memcpy(m->cursor, m->use_start, (size_t)m->g->nvalues * sizeof *m->cursor);
+	m->nrecs = 0;
+	p->peak_bytes = p->bytes_loaded = p->bytes_written = p->loads = 0;
+	memset(m->step_peak, 0, ((size_t)p->nsteps + 1) * sizeof *m->step_peak);
+}
+
+/* What the next run's reconciliation moves, counted into this run. */
+static void count_reconcile(struct sim *m)
+{
+	struct hp_plan *p = m->p;
+
+	for (int v = 0; v < m->g->nvalues; v++) {
+		if (m->resident[v] && !p->start_resident[v] && m->dirty[v])
+			p->bytes_written += m->size[v];
+		if (!m->resident[v] && p->start_resident[v]) {
+			p->bytes_loaded += m->size[v];
+			p->loads++;
+		}
+	}
+}
+
+/* One simulated run: cold (pass 0, from the inputs) or warm (pass 1, from
+ * what the cold run left resident: the plan the runtime follows). */
+static int simulate(struct sim *m, int pass)
+{
+	const struct hp_graph *g = m->g;
+	int rc;
+
+	if (pass == 0)
+		cold_start(m);
+	else
+		warm_start(m);
+	for (int s = 0; s < m->p->nsteps; s++) {
+		rc = simulate_step(m, s);
+		if (rc == HP_EBUDGET)
+			return hp_node_error(g, &g->nodes[m->p->node[s]], HP_EBUDGET, "does not fit in the budget (planner)");
+		if (rc != 0)
+			return rc;
+	}
+	if (pass == 1)
+		count_reconcile(m);
+	return 0;
+}
+
 int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out)
 {
 	struct sim m = { .g = g, .o = o };
@@ -419,6 +499,11 @@ int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct
 	if (!p)
 		return hp_error(-ENOMEM, "out of memory planning");
 	m.p = p;
+	p->start_resident = calloc((size_t)g->nvalues + 1, 1);
+	if (!p->start_resident) {
+		free(p);
+		return hp_error(-ENOMEM, "out of memory planning");
+	}
 	/* the plan owns the use lists; the simulation borrows them */
 	rc = sim_alloc(&m, g->nvalues, g->nnodes);
 	if (rc == 0)
@@ -431,28 +516,18 @@ int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct
 	m.budget = o->budget ? o->budget - (o->budget > o->workspace ? o->workspace : o->budget) : UINT64_MAX / 2;
 	if (o->budget && p->min_budget > o->budget) {
 		const struct hp_node *n = &g->nodes[p->node[p->min_step]];
-		rc = hp_node_error(g, n, HP_EBUDGET, "needs %llu bytes at once (inputs, outputs and workspace); "
-				   "the smallest budget that works is %llu bytes (%.1f MiB)",
-				   (unsigned long long)(p->min_budget - o->workspace),
-				   (unsigned long long)p->min_budget, (double)p->min_budget / 1048576.0);
+		rc = hp_node_error(g, n, HP_EBUDGET, "needs %llu bytes at once (inputs, outputs and workspace), "
+				   "more than the budget of %llu bytes; the smallest budget that works is %llu bytes "
+				   "(--budget %lluK)", (unsigned long long)(p->min_budget - o->workspace),
+				   (unsigned long long)o->budget, (unsigned long long)p->min_budget,
+				   (unsigned long long)((p->min_budget + 1023) / 1024));
 		goto fail;
 	}
-	/* Inputs start resident where they fit (the user just wrote them). */
-	for (int i = 0; i < g->ninputs; i++) {
-		int v = g->inputs[i];
-		if (m.cur + m.size[v] <= m.budget) {
-			set_resident(&m, v, 1);
-			m.dirty[v] = 1;
-		}
-	}
-	for (int s = 0; s < p->nsteps; s++) {
-		rc = simulate_step(&m, s);
-		if (rc != 0) {
-			rc = rc == HP_EBUDGET ? hp_node_error(g, &g->nodes[p->node[s]], HP_EBUDGET,
-							    "does not fit in the budget (planner)") : rc;
-			goto fail;
-		}
-	}
+	rc = simulate(&m, 0);
+	if (rc == 0)
+		rc = simulate(&m, 1);
+	if (rc != 0)
+		goto fail;
 	hoist_loads(&m);
 	rc = emit_acts(&m);
 	if (rc < 0)
@@ -472,6 +547,7 @@ void hp_plan_free(struct hp_plan *p)
 	if (!p)
 		return;
 	free(p->node);
+	free(p->start_resident);
 	free(p->last_use);
 	free(p->use_start);
 	free(p->uses);
