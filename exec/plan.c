@@ -12,6 +12,8 @@
 
 struct rec {
 	int step, order, seq;
+	int free_after;       /* evictions: the victim's last pin before it */
+	int nvictims;         /* loads: evictions made for it (the recs just before) */
 	struct hp_plan_act_rec a;
 };
 
@@ -24,6 +26,7 @@ struct sim {
 	char *resident, *dirty, *below, *pinned, *persist;
 	int *resident_list, nresident;
 	int *last_evict;                /* step of a value's latest eviction, -1 */
+	int *last_pin;                  /* step a value was last pinned, -1 */
 	uint64_t cur, *step_peak;
 	struct rec *recs;
 	int nrecs, caprecs;
@@ -40,7 +43,7 @@ static int push(struct sim *m, int step, int order, int value, enum hp_plan_act 
 		m->recs = q;
 		m->caprecs = cap;
 	}
-	m->recs[m->nrecs] = (struct rec){ step, order, m->nrecs, { value, act, for_step } };
+	m->recs[m->nrecs] = (struct rec){ step, order, m->nrecs, m->last_pin[value], 0, { value, act, for_step } };
 	m->nrecs++;
 	return 0;
 }
@@ -58,6 +61,9 @@ static int next_use(struct sim *m, int v, int step)
 		m->cursor[v]++;
 	if (m->cursor[v] < m->use_start[v + 1])
 		return m->uses[m->cursor[v]];
+	/* kept for the next run: its first use there (cyclic Belady) */
+	if (m->persist[v] && m->use_start[v] < m->use_start[v + 1] && m->uses[m->use_start[v]] < NEVER)
+		return m->p->nsteps + m->uses[m->use_start[v]];
 	return m->persist[v] ? NEVER - 1 : NEVER;
 }
 
@@ -145,6 +151,7 @@ static int build_schedule(struct sim *m)
 				val->kind == HP_VALUE_INITIALIZER;
 		m->size[v] = value_size(g, v, m->o->align);
 		m->last_evict[v] = -1;
+		m->last_pin[v] = -1;
 		p->last_use[v] = -1;
 	}
 	for (int v = 0; v < g->nvalues; v++)
@@ -212,14 +219,18 @@ static uint64_t step_need(struct sim *m, int s)
 	return need;
 }
 
-static void pin_step(struct sim *m, const struct hp_node *n, int on)
+static void pin_step(struct sim *m, const struct hp_node *n, int on, int s)
 {
 	for (int j = 0; j < n->ninputs; j++)
-		if (managed(m->g, n->inputs[j]))
+		if (managed(m->g, n->inputs[j])) {
 			m->pinned[n->inputs[j]] = (char)on;
+			m->last_pin[n->inputs[j]] = s;
+		}
 	for (int o = 0; o < n->noutputs; o++)
-		if (managed(m->g, n->outputs[o]))
+		if (managed(m->g, n->outputs[o])) {
 			m->pinned[n->outputs[o]] = (char)on;
+			m->last_pin[n->outputs[o]] = s;
+		}
 }
 
 static int simulate_step(struct sim *m, int s)
@@ -229,9 +240,10 @@ static int simulate_step(struct sim *m, int s)
 	const struct hp_node *n = &g->nodes[p->node[s]];
 	int rc;
 
-	pin_step(m, n, 1);
+	pin_step(m, n, 1, s);
 	for (int j = 0; j < n->ninputs; j++) {
 		int v = n->inputs[j];
+		int first = m->nrecs;
 		if (!managed(g, v) || m->resident[v])
 			continue;
 		if ((rc = make_room(m, m->size[v], s)) != 0)
@@ -239,6 +251,7 @@ static int simulate_step(struct sim *m, int s)
 		set_resident(m, v, 1);
 		if ((rc = push(m, s, 1, v, HP_ACT_LOAD, s)) < 0)
 			return rc;
+		m->recs[m->nrecs - 1].nvictims = m->nrecs - 1 - first;
 		p->bytes_loaded += m->size[v];
 		p->loads++;
 	}
@@ -257,7 +270,7 @@ static int simulate_step(struct sim *m, int s)
 	m->step_peak[s] = m->cur + ws_size(m, n);
 	if (m->step_peak[s] > p->peak_bytes)
 		p->peak_bytes = m->step_peak[s];
-	pin_step(m, n, 0);
+	pin_step(m, n, 0, s);
 	for (int j = 0; j < n->ninputs; j++) {
 		int v = n->inputs[j];
 		if (managed(g, v) && m->resident[v] && p->last_use[v] == s)
@@ -271,11 +284,13 @@ static int simulate_step(struct sim *m, int s)
 	return 0;
 }
 
-/* Move each load to the earliest step whose simulated peak still leaves room
- * for it, never before the value's latest eviction. */
+/* Move each load to the earliest step where the budget leaves room for it,
+ * never before the value's latest eviction.  The evictions made to room it
+ * move along when their victims were last pinned earlier still: memory full
+ * of values that wait to be evicted does not keep a load from starting. */
 static void hoist_loads(struct sim *m)
 {
-	const struct hp_plan *p = m->p;
+	struct hp_plan *p = m->p;
 
 	/* recs are in simulation order: last_evict tracks evictions seen so far */
 	for (int v = 0; v < m->g->nvalues; v++)
@@ -283,21 +298,29 @@ static void hoist_loads(struct sim *m)
 	for (int r = 0; r < m->nrecs; r++) {
 		struct rec *x = &m->recs[r];
 		int v = x->a.value, s = x->step, j = s, lo;
+		int64_t delta = (int64_t)m->size[v];
 		if (x->a.act != HP_ACT_LOAD) {
 			m->last_evict[v] = s;
 			continue;
 		}
 		lo = m->last_evict[v] + 1;
+		for (int k = r - x->nvictims; k < r; k++) {
+			if (m->recs[k].free_after + 1 > lo)
+				lo = m->recs[k].free_after + 1;
+			delta -= (int64_t)m->size[m->recs[k].a.value];
+		}
 		if (m->o->max_lookahead > 0 && s - m->o->max_lookahead > lo)
 			lo = s - m->o->max_lookahead;
-		while (j > lo && m->step_peak[j - 1] + m->size[v] <= m->budget)
+		while (j > lo && (int64_t)m->step_peak[j - 1] + delta <= (int64_t)m->budget)
 			j--;
 		for (int k = j; k < s; k++)
-			m->step_peak[k] += m->size[v];
-		if (j < s) {
-			x->step = j;
-			((struct hp_plan *)p)->prefetched++;
-		}
+			m->step_peak[k] = (uint64_t)((int64_t)m->step_peak[k] + delta);
+		if (j == s)
+			continue;
+		x->step = j;
+		p->prefetched++;
+		for (int k = r - x->nvictims; k < r; k++)
+			m->recs[k].step = j;
 	}
 }
 
@@ -393,6 +416,7 @@ static void sim_free(struct sim *m)
 	free(m->persist);
 	free(m->resident_list);
 	free(m->last_evict);
+	free(m->last_pin);
 	free(m->step_peak);
 	free(m->recs);
 }
@@ -410,9 +434,10 @@ static int sim_alloc(struct sim *m, int nv, int nn)
 	m->persist = calloc(v, 1);
 	m->resident_list = calloc(v, sizeof *m->resident_list);
 	m->last_evict = calloc(v, sizeof *m->last_evict);
+	m->last_pin = calloc(v, sizeof *m->last_pin);
 	m->step_peak = calloc((size_t)nn + 1, sizeof *m->step_peak);
 	if (!m->size || !m->cursor || !m->resident || !m->dirty || !m->below || !m->pinned || !m->persist ||
-	    !m->resident_list || !m->last_evict || !m->step_peak)
+	    !m->resident_list || !m->last_evict || !m->last_pin || !m->step_peak)
 		return hp_error(-ENOMEM, "out of memory planning");
 	return 0;
 }
@@ -439,6 +464,7 @@ static void warm_start(struct sim *m)
 	struct hp_plan *p = m->p;
 
 	for (int v = 0; v < m->g->nvalues; v++) {
+		m->last_pin[v] = -1;
 		p->start_resident[v] = m->resident[v] && m->persist[v];
 		if (m->resident[v] && !m->persist[v])
 			set_resident(m, v, 0);
