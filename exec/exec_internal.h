@@ -46,7 +46,7 @@ void hp_rt_destroy(struct hp_session *s);
 uint64_t hp_rt_peak(const struct hp_session *s);
 /* The task net's transitions (net.c calls them on its workers). */
 int hp_rt_fire_kernel(struct hp_session *s, int step, struct hp_pool *pool, int lane);
-int hp_rt_fire_io(struct hp_session *s, int kind, int v, int lane);
+int hp_rt_fire_io(struct hp_session *s, int kind, int v, uint64_t first, uint64_t nchunks, int lane);
 
 /* One value to place in the arena: alive over steps [start, end]. */
 struct hp_arena_item {

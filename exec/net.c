@@ -20,6 +20,7 @@ struct tr {
 	uint8_t kind;
 	uint8_t reconcile;      /* prologue: need/release depend on what is held */
 	int value;              /* LOAD/WRITEBACK/EVICT/DROP */
+	uint32_t first, nchunks; /* LOAD: chunk range (nchunks 0: all) */
 	int step;               /* KERNEL: its step; others: the step they precede */
 	int64_t need, release;  /* budget tokens taken when granted / given back when fired */
 	int ndeps;
@@ -108,6 +109,7 @@ struct builder {
 	int cap;
 	int *efrom, *eto, nedges, capedges;
 	int *maker, *remover;   /* per value: transition index or -1 */
+	int *maker_first;       /* a load split in parts: maker_first..maker */
 	int **readers, *nreaders, *capreaders;
 	char *res;              /* residency as the walk goes */
 };
@@ -170,9 +172,28 @@ static int new_tr(struct builder *b, int kind, int v, int step)
 
 /* v leaves DRAM (write-back, eviction, drop): after it was made resident
  * and after every kernel that read it since. */
+/* Arcs from whatever last made v resident (all parts of a split load). */
+static int arcs_made(struct builder *b, int t, int v)
+{
+	int rc = 0;
+
+	if (b->maker[v] < 0)
+		return 0;
+	for (int k = b->maker_first[v]; k <= b->maker[v] && rc == 0; k++)
+		rc = edge(b, k, t);
+	return rc;
+}
+
+static void set_maker(struct builder *b, int v, int first, int last)
+{
+	b->maker_first[v] = first;
+	b->maker[v] = last;
+	b->nreaders[v] = 0;
+}
+
 static int arcs_remove(struct builder *b, int t, int v)
 {
-	int rc = edge(b, b->maker[v], t);
+	int rc = arcs_made(b, t, v);
 
 	for (int i = 0; i < b->nreaders[v] && rc == 0; i++)
 		rc = edge(b, b->readers[v][i], t);
@@ -184,21 +205,45 @@ static int arcs_remove(struct builder *b, int t, int v)
 	return rc;
 }
 
+/* A load of a large tensor is split in chunk ranges, one per I/O queue:
+ * the store reads a file-backed tensor one chunk at a time per call. */
+static int add_load(struct builder *b, int v, int step)
+{
+	struct hs_tensor *ten = b->n->s->ten[v];
+	uint64_t nch = ten ? hs_tensor_nchunks(ten) : 1, cs = hs_chunk_size(b->n->s->store);
+	int parts = nch >= 2 && !b->res[v] ? (nch < (uint64_t)b->n->nio ? (int)nch : b->n->nio) : 1;
+	int first = b->n->ntr, rc = 0;
+	uint64_t at = 0;
+
+	for (int k = 0; k < parts && rc == 0; k++) {
+		uint64_t n = nch / (uint64_t)parts + ((uint64_t)k < nch % (uint64_t)parts);
+		int t = new_tr(b, HP_TR_LOAD, v, step);
+		if (t < 0)
+			return t;
+		if (parts > 1) {
+			uint64_t end = (at + n) * cs < b->n->vsize[v] ? (at + n) * cs : b->n->vsize[v];
+			b->n->tr[t].first = (uint32_t)at;
+			b->n->tr[t].nchunks = (uint32_t)n;
+			b->n->tr[t].need = (int64_t)(end - at * cs);
+		} else if (!b->res[v]) {
+			b->n->tr[t].need = (int64_t)b->n->vsize[v];
+		}
+		at += n;
+		rc = edge(b, b->remover[v], t);
+	}
+	b->res[v] = 1;
+	set_maker(b, v, first, b->n->ntr - 1);
+	return rc;
+}
+
 static int add_io(struct builder *b, int kind, int v, int step)
 {
-	int t = new_tr(b, kind, v, step), rc;
+	int t;
 
-	if (t < 0)
-		return t;
-	if (kind != HP_TR_LOAD)
-		return arcs_remove(b, t, v);
-	rc = edge(b, b->remover[v], t);
-	if (!b->res[v])
-		b->n->tr[t].need = (int64_t)b->n->vsize[v];
-	b->res[v] = 1;
-	b->maker[v] = t;
-	b->nreaders[v] = 0;
-	return rc;
+	if (kind == HP_TR_LOAD)
+		return add_load(b, v, step);
+	t = new_tr(b, kind, v, step);
+	return t < 0 ? t : arcs_remove(b, t, v);
 }
 
 static int add_kernel(struct builder *b, int step)
@@ -215,7 +260,7 @@ static int add_kernel(struct builder *b, int step)
 		int v = nd->inputs[j];
 		if (!managed(b->g, v))
 			continue;
-		rc = edge(b, b->maker[v], t);
+		rc = arcs_made(b, t, v);
 		if (rc == 0 && (b->nreaders[v] == 0 || b->readers[v][b->nreaders[v] - 1] != t))
 			rc = add_reader(b, v, t);
 	}
@@ -229,8 +274,7 @@ static int add_kernel(struct builder *b, int step)
 		if (!b->res[v])
 			b->n->tr[t].need += (int64_t)b->n->vsize[v];
 		b->res[v] = 1;
-		b->maker[v] = t;
-		b->nreaders[v] = 0;
+		set_maker(b, v, t, t);
 	}
 	return rc;
 }
@@ -271,7 +315,7 @@ static int add_prologue(struct builder *b)
 				return t;
 			b->n->tr[t].reconcile = 1;
 			if (pass)
-				b->maker[v] = t;
+				set_maker(b, v, t, t);
 			else
 				b->remover[v] = t;
 			b->res[v] = (char)pass;
@@ -331,6 +375,7 @@ static void builder_free(struct builder *b, int nv)
 	free(b->efrom);
 	free(b->eto);
 	free(b->maker);
+	free(b->maker_first);
 	free(b->remover);
 	if (b->readers)
 		for (int v = 0; v < nv; v++)
@@ -351,15 +396,16 @@ static int compile(struct hp_net *n)
 
 	n->tr = malloc(((size_t)b.cap + 1) * sizeof *n->tr);
 	b.maker = malloc(nv * sizeof *b.maker);
+	b.maker_first = malloc(nv * sizeof *b.maker_first);
 	b.remover = malloc(nv * sizeof *b.remover);
 	b.readers = calloc(nv, sizeof *b.readers);
 	b.nreaders = calloc(nv, sizeof *b.nreaders);
 	b.capreaders = calloc(nv, sizeof *b.capreaders);
 	b.res = calloc(nv, 1);
-	if (!n->tr || !b.maker || !b.remover || !b.readers || !b.nreaders || !b.capreaders || !b.res)
+	if (!n->tr || !b.maker || !b.maker_first || !b.remover || !b.readers || !b.nreaders || !b.capreaders || !b.res)
 		goto out;
 	for (int v = 0; v < g->nvalues; v++)
-		b.maker[v] = b.remover[v] = -1;
+		b.maker[v] = b.maker_first[v] = b.remover[v] = -1;
 	rc = build_walk(&b);
 	if (rc == 0)
 		rc = build_csr(&b);
@@ -436,7 +482,7 @@ static int fire(struct hp_net *n, int i, int worker, int cls)
 
 	if (t->kind == HP_TR_KERNEL)
 		return hp_rt_fire_kernel(n->s, t->step, n->pools[worker], lane);
-	return hp_rt_fire_io(n->s, t->kind, t->value, lane);
+	return hp_rt_fire_io(n->s, t->kind, t->value, t->first, t->nchunks, lane);
 }
 
 /* A worker's loop for one run (lock held on entry and exit). */

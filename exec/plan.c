@@ -233,6 +233,76 @@ static void pin_step(struct sim *m, const struct hp_node *n, int on, int s)
 		}
 }
 
+/* Inputs of step t that are below DRAM now and can be read in early. */
+static int loadable(struct sim *m, int v)
+{
+	enum hp_value_kind k = m->g->values[v].kind;
+
+	return managed(m->g, v) && !m->resident[v] && (m->below[v] || k == HP_VALUE_INITIALIZER || k == HP_VALUE_INPUT);
+}
+
+/* While step s runs, read in the inputs of the next step that loads
+ * anything, when the budget holds them beside step s's own values by
+ * evicting only values needed after that step (Belady's choice, made a
+ * step early).  Without this, memory full of values kept for later runs
+ * would leave no room to overlap loads with compute. */
+static int preload(struct sim *m, int s, uint64_t ws)
+{
+	const struct hp_graph *g = m->g;
+	struct hp_plan *p = m->p;
+	uint64_t bytes = 0;
+	int t, rc, first = m->nrecs;
+
+	for (t = s + 1; t < p->nsteps && t <= s + 8; t++) {
+		const struct hp_node *n = &g->nodes[p->node[t]];
+		for (int j = 0; j < n->ninputs; j++)
+			if (n->inputs[j] >= 0 && loadable(m, n->inputs[j]))
+				bytes += m->size[n->inputs[j]];
+		if (bytes)
+			break;
+	}
+	if (!bytes || t >= p->nsteps)
+		return 0;
+	const struct hp_node *n = &g->nodes[p->node[t]];
+	while (m->cur + ws + bytes > m->budget) {
+		int victim = -1, far = -1;
+		for (int i = 0; i < m->nresident; i++) {
+			int v = m->resident_list[i], nu;
+			if (m->pinned[v])
+				continue;
+			nu = next_use(m, v, s);
+			if (nu > far || (nu == far && v < victim)) {
+				far = nu;
+				victim = v;
+			}
+		}
+		if (victim < 0 || far <= t)
+			return 0; /* evictions made so far were due anyway */
+		int wb = m->dirty[victim] && far < NEVER;
+		if ((rc = push(m, s, 0, victim, wb ? HP_ACT_WRITEBACK : HP_ACT_EVICT, -1)) < 0)
+			return rc;
+		if (wb) {
+			p->bytes_written += m->size[victim];
+			m->below[victim] = 1;
+			m->dirty[victim] = 0;
+		}
+		set_resident(m, victim, 0);
+	}
+	for (int j = 0; j < n->ninputs; j++) {
+		int v = n->inputs[j];
+		if (v < 0 || !loadable(m, v))
+			continue;
+		set_resident(m, v, 1);
+		if ((rc = push(m, s, 1, v, HP_ACT_LOAD, t)) < 0)
+			return rc;
+		m->recs[m->nrecs - 1].nvictims = m->nrecs - 1 - first;
+		first = m->nrecs;
+		p->bytes_loaded += m->size[v];
+		p->loads++;
+	}
+	return 0;
+}
+
 static int simulate_step(struct sim *m, int s)
 {
 	const struct hp_graph *g = m->g;
@@ -266,6 +336,8 @@ static int simulate_step(struct sim *m, int s)
 		m->below[v] = 0;
 	}
 	if ((rc = make_room(m, ws_size(m, n), s)) != 0)
+		return rc;
+	if ((rc = preload(m, s, ws_size(m, n))) < 0)
 		return rc;
 	m->step_peak[s] = m->cur + ws_size(m, n);
 	if (m->step_peak[s] > p->peak_bytes)

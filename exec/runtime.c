@@ -159,7 +159,7 @@ int hp_rt_create(struct hp_session *s)
 {
 	const struct hp_graph *g = s->g;
 	struct hp_plan_opts po;
-	int workers = s->opts.workers > 0 ? s->opts.workers : 1, nio = s->opts.io_threads > 0 ? s->opts.io_threads : 2;
+	int workers = s->opts.workers > 0 ? s->opts.workers : 1, nio = s->opts.io_threads > 0 ? s->opts.io_threads : 4;
 	int rc;
 
 	if (workers > s->threads)
@@ -300,7 +300,17 @@ static const char *io_name(int kind)
 	return kind == HP_TR_LOAD ? "load" : kind == HP_TR_WRITEBACK ? "write-back" : kind == HP_TR_EVICT ? "evict" : "drop";
 }
 
-int hp_rt_fire_io(struct hp_session *s, int kind, int v, int lane)
+static uint64_t io_bytes(struct hp_session *s, int v, uint64_t first, uint64_t nchunks)
+{
+	uint64_t b = vbytes(s->g, v), cs = hs_chunk_size(s->store);
+
+	if (!nchunks)
+		return b;
+	b = b > first * cs ? b - first * cs : 0;
+	return b < nchunks * cs ? b : nchunks * cs;
+}
+
+int hp_rt_fire_io(struct hp_session *s, int kind, int v, uint64_t first, uint64_t nchunks, int lane)
 {
 	struct hs_tensor *t = s->ten[v];
 	struct hs_prefetch *h;
@@ -310,7 +320,7 @@ int hp_rt_fire_io(struct hp_session *s, int kind, int v, int lane)
 	if (!t)
 		return 0; /* not written yet (an input or output before the first run) */
 	if (kind == HP_TR_LOAD) {
-		rc = hs_prefetch(t, 0, HS_ALL, &h);
+		rc = hs_prefetch(t, first, nchunks ? nchunks : HS_ALL, &h);
 		if (rc == 0)
 			rc = hs_prefetch_wait(h);
 	} else if (kind == HP_TR_DROP) {
@@ -324,7 +334,7 @@ int hp_rt_fire_io(struct hp_session *s, int kind, int v, int lane)
 	if (s->trace) {
 		if (kind != HP_TR_DROP)
 			hp_trace_span_bytes(s->trace, lane, io_name(kind), s->g->values[v].name, u0,
-					    hp_trace_now_us(s->trace), vbytes(s->g, v));
+					    hp_trace_now_us(s->trace), io_bytes(s, v, first, nchunks));
 		trace_resident(s);
 	}
 	return 0;

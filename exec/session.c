@@ -443,7 +443,7 @@ int hp_session_run_info(const struct hp_session *s, struct hp_run_info *info)
 		r.evictions = st.fired[HP_TR_EVICT];
 		r.drops = st.fired[HP_TR_DROP];
 		r.workers = s->opts.workers > 0 ? s->opts.workers : 1;
-		r.io_threads = s->opts.io_threads > 0 ? s->opts.io_threads : 2;
+		r.io_threads = s->opts.io_threads > 0 ? s->opts.io_threads : 4;
 		r.transitions = hp_net_transitions(s->net);
 	} else {
 		r.kernel_ms = s->kernel_ms;

@@ -35,7 +35,7 @@ struct hp_exec_opts {
 	int workers;            /* task-net compute workers (0: 1); each kernel gets
 				 * threads / workers threads, so results equal in-core
 				 * ones at that thread count */
-	int io_threads;         /* I/O queues of the task net (0: 2) */
+	int io_threads;         /* I/O queues of the task net (0: 4) */
 	int ntiers;             /* lower tiers of the store (0: a spill file in $TMPDIR) */
 	const struct hs_tier_spec *tiers;
 };
