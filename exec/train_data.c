@@ -314,6 +314,7 @@ static int store_read(struct hp_darray *a, uint64_t off, uint64_t len, unsigned 
 			return hp_error_prefix(rc, "%s", a->what);
 		memcpy(dst, p + in, n);
 		hs_unpin(a->ten, c, 1);
+		hs_evict(a->ten, c, 1, HS_TIER_NONE); /* clean: dropping it is free */
 		dst += n;
 		off += n;
 		len -= n;
