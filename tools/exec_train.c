@@ -258,7 +258,8 @@ int exec_train_main(struct cli *c)
 	if (rc == 0)
 		rc = train(c, t);
 	if (rc == 0 && c->export_onnx)
-		rc = hp_trainer_export_onnx(t, c->export_onnx, 0);
+		rc = hp_trainer_export_onnx(t, c->export_onnx, getenv("HPDLF_EXPORT_EXTERNAL_DATA") &&
+							       !strcmp(getenv("HPDLF_EXPORT_EXTERNAL_DATA"), "1"));
 	hp_trainer_destroy(t);
 	if (rc == HP_ECANCELED) {
 		fprintf(stderr, "hpdlf-exec: interrupted: %s%s\n", hp_errmsg(),
