@@ -2,6 +2,7 @@
  * buffer lifetimes.  The out-of-core runtime (task net + store) replaces the
  * memory management here; kernels and the API stay the same. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -11,6 +12,7 @@
 #include "hpdlf/kernels.h"
 #include "hpdlf/store.h"
 #include "exec/exec_internal.h"
+#include "exec/net.h"
 #include "exec/plan.h"
 #include "exec/trace.h"
 
@@ -274,7 +276,7 @@ void hp_session_destroy(struct hp_session *s)
 {
 	if (!s)
 		return;
-	if (s->store)
+	if (s->store || s->plan)
 		hp_rt_destroy(s);
 	if (s->buf)
 		for (int v = 0; v < s->g->nvalues; v++)
@@ -422,6 +424,34 @@ void hp_session_stats(const struct hp_session *s, struct hp_run_stats *st)
 	st->ms = s->last_ms;
 	st->flops = s->flops;
 	st->peak_bytes = s->store ? hp_rt_peak(s) : s->peak_bytes + s->ws_size;
+}
+
+int hp_session_run_info(const struct hp_session *s, struct hp_run_info *info)
+{
+	struct hp_run_info r = { .size = sizeof r, .ms = s->last_ms, .workers = 1 };
+	size_t n = info->size < sizeof r ? info->size : sizeof r;
+
+	if (info->size < offsetof(struct hp_run_info, transitions) + sizeof(int))
+		return hp_error(HP_EUSAGE, "hp_session_run_info: set info->size");
+	if (s->net) {
+		struct hp_net_stats st;
+		hp_net_stats(s->net, &st);
+		r.kernel_ms = st.busy_ms;
+		r.stall_ms = st.stall_ms;
+		r.kernels = st.fired[HP_TR_KERNEL];
+		r.loads = st.fired[HP_TR_LOAD];
+		r.writebacks = st.fired[HP_TR_WRITEBACK];
+		r.evictions = st.fired[HP_TR_EVICT];
+		r.drops = st.fired[HP_TR_DROP];
+		r.workers = s->opts.workers > 0 ? s->opts.workers : 1;
+		r.io_threads = s->opts.io_threads > 0 ? s->opts.io_threads : 4;
+		r.transitions = hp_net_transitions(s->net);
+	} else {
+		r.kernel_ms = s->kernel_ms;
+	}
+	memcpy(info, &r, n);
+	info->size = n;
+	return 0;
 }
 
 static int value_range(const struct hp_session *s, int v, uint64_t offset, uint64_t len)

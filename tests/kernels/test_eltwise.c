@@ -291,7 +291,7 @@ static void test_unary_special(void **state)
 	hp_tensor_free(&y);
 	assert_int_equal(run1("Relu", 1, &x, 0, NULL, &y, NULL), 0);
 	e = y.data;
-	assert_true(e[1] == INFINITY && e[2] == 0.0f && e[3] == 100.0f);
+	assert_true(isnan(e[0]) && e[1] == INFINITY && e[2] == 0.0f && e[3] == 100.0f);
 	hp_tensor_free(&y);
 	assert_int_equal(run1("IsNaN", 1, &x, 0, NULL, &y, NULL), 0);
 	assert_int_equal(y.dtype, HP_BOOL);
@@ -412,11 +412,20 @@ static void test_clip_int(void **state)
 	assert_int_equal(run1("Clip", 3, in, 0, NULL, &y, NULL), 0);
 	clip_check(&x, &y, -7, INFINITY);
 	free_all(1, &y);
-	/* Mismatched bound dtype is refused. */
-	struct hp_tensor flo = kt_tensor(HP_F32, 0, &one);
+	/* A float32 bound (the importer's form of attributes) converts to X's type. */
+	struct hp_tensor flo = kt_tensor(HP_F32, 0, &one), blo = kt_tensor(HP_BOOL, 0, &one);
+	*(float *)flo.data = -7.5f;
 	in[1] = flo;
+	assert_int_equal(run1("Clip", 2, in, 0, NULL, &y, NULL), 0);
+	clip_check(&x, &y, -7, INFINITY);
+	free_all(1, &y);
+	/* Other bound types and non-scalars are refused. */
+	in[1] = blo;
+	assert_int_equal(run1("Clip", 2, in, 0, NULL, &y, NULL), HP_ESHAPE);
+	in[1] = x;
 	assert_int_equal(run1("Clip", 2, in, 0, NULL, &y, NULL), HP_ESHAPE);
 	free_all(1, &flo);
+	free_all(1, &blo);
 	free_all(1, &lo);
 	free_all(1, &x);
 }
@@ -762,7 +771,8 @@ static void test_errors(void **state)
 	assert_int_equal(run1("PRelu", 2, pr, 0, NULL, &y, NULL), HP_ESHAPE);
 	/* unsupported dtype */
 	struct hp_tensor f64 = mk(HP_F64, 1, 3);
-	assert_int_equal(run1("Relu", 1, &f64, 0, NULL, &y, NULL), HP_EUNSUPPORTED);
+	assert_int_equal(run1("Sigmoid", 1, &f64, 0, NULL, &y, NULL), HP_EUNSUPPORTED);
+	assert_int_equal(run1("Pow", 2, (struct hp_tensor[]){ f64, f64 }, 0, NULL, &y, NULL), HP_EUNSUPPORTED);
 	hp_tensor_free(&f64);
 	free_all(1, &in[0]);
 	free_all(1, &in[2]);

@@ -1,0 +1,122 @@
+/* ConvTranspose: sgemm (W_g^T x X_g over tiles of input positions) into a
+ * bounded column buffer, then hp_col2im adds the columns into Y.
+ *
+ * Work is split over (batch, group, chunk of output channels): chunks write
+ * disjoint channels of Y, so overlapping kernels (k > stride) never race and
+ * the accumulation order into each output element is fixed (tile by tile,
+ * kernel offset by kernel offset) for a given thread count.
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "kernels/conv_impl.h"
+#include "kernels/ops.h"
+
+struct convt_run {
+	const struct hp_conv *cv;
+	const float *x, *w, *b;
+	float *y, *ws;
+	int64_t nchunk, cs, tc, per_thread;
+};
+
+static void convt_item(const struct convt_run *r, int64_t item, float *col)
+{
+	const struct hp_conv *cv = r->cv;
+	int64_t bg = item / r->nchunk, ci = item % r->nchunk, nb = bg / cv->group, g = bg % cv->group;
+	int64_t c0 = ci * r->cs, c1 = c0 + r->cs < cv->cout_g ? c0 + r->cs : cv->cout_g, kv = cv->g.kvol;
+	const float *x = r->x + (nb * cv->cin + g * cv->cin_g) * cv->xvol;
+	const float *w = r->w + g * cv->cin_g * cv->kdim + c0 * kv;
+	float *y = r->y + (nb * cv->cout + g * cv->cout_g + c0) * cv->yvol;
+
+	if (c0 >= c1)
+		return;
+	for (int64_t c = c0; c < c1; c++) {
+		float bias = r->b ? r->b[g * cv->cout_g + c] : 0.0f, *row = y + (c - c0) * cv->yvol;
+		for (int64_t j = 0; j < cv->yvol; j++)
+			row[j] = bias;
+	}
+	for (int64_t j0 = 0; j0 < cv->xvol; j0 += r->tc) {
+		int64_t j1 = j0 + r->tc < cv->xvol ? j0 + r->tc : cv->xvol, nc = j1 - j0;
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)((c1 - c0) * kv), (int)nc, (int)cv->cin_g,
+			    1.0f, w, (int)cv->kdim, x + j0, (int)cv->xvol, 0.0f, col, (int)nc);
+		hp_col2im(&cv->g, c1 - c0, col, j0, j1, y);
+	}
+}
+
+static void convt_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct convt_run *r = arg;
+
+	for (int64_t i = b; i < e; i++)
+		convt_item(r, i, r->ws + tid * r->per_thread);
+}
+
+static int convt_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	struct hp_conv *cv = malloc(sizeof *cv);
+	int64_t cap;
+	int rc;
+
+	if (!cv)
+		return hp_node_error(g, n, -ENOMEM, "out of memory");
+	rc = hp_conv_parse(g, n, 1, cv);
+	if (rc < 0) {
+		free(cv);
+		return rc;
+	}
+	cap = (int64_t)(hp_conv_ws_max() / ((size_t)cv->kdim * sizeof(float)));
+	if (cap < 64)
+		cap = 64;
+	cv->ws_cols = cap < cv->xvol ? cap : cv->xvol;
+	n->workspace = (size_t)cv->ws_cols * (size_t)cv->kdim * sizeof(float);
+	n->priv = cv;
+	return 0;
+}
+
+static int convt_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	const struct hp_conv *cv = n->priv;
+	struct convt_run r = { .cv = cv, .x = a->in[0].data, .w = a->in[1].data, .y = a->out[0].data, .ws = a->ws };
+	int saved, threads = hp_conv_threads_enter(a->pool, &saved);
+	int64_t items = cv->batch * cv->group, floats = cv->ws_cols * cv->kdim, cap;
+
+	if (cv->has_bias && a->nin > 2)
+		r.b = a->in[2].data;
+	r.nchunk = threads < cv->cout_g ? threads : cv->cout_g;
+	r.cs = (cv->cout_g + r.nchunk - 1) / r.nchunk;
+	r.per_thread = floats / threads;
+	r.tc = r.per_thread / (r.cs * cv->g.kvol);
+	cap = hp_conv_tile_cols(r.cs * cv->g.kvol, r.tc, 1);
+	r.tc = cap < r.tc ? cap : r.tc;
+	if (r.tc < 1) {
+		threads = 1;
+		r.nchunk = 1;
+		r.cs = cv->cout_g;
+		r.per_thread = floats;
+		r.tc = cv->ws_cols;
+	}
+	hp_parallel_for(threads > 1 ? a->pool : NULL, items * r.nchunk, 1, convt_range, &r);
+	hp_conv_threads_leave(saved);
+	return 0;
+}
+
+static double convt_flops(const struct hp_graph *g, const struct hp_node *n)
+{
+	(void)g;
+	return n->priv ? hp_conv_flops(n->priv) : 0;
+}
+
+const struct hp_op hp_op_conv_transpose = {
+	.domain = "",
+	.name = "ConvTranspose",
+	.min_inputs = 2,
+	.max_inputs = 3,
+	.min_outputs = 1,
+	.max_outputs = 1,
+	.prepare = convt_prepare,
+	.run = convt_run,
+	.flops = convt_flops,
+};

@@ -1,0 +1,457 @@
+/* Conv and ConvTranspose against direct nested-loop references, over 1-D,
+ * 2-D and 3-D shapes, groups, strides, dilations, asymmetric pads, every
+ * auto_pad mode, output_padding and output_shape; determinism with a pool;
+ * error messages. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "hpdlf/error.h"
+#include "kernels/conv_impl.h"
+#include "tests/kernels/harness.h"
+
+struct cc {
+	int nd, transpose;
+	int64_t n, c, m, group;
+	int64_t in[3], k[3], s[3], d[3], pb[3], pe[3], op[3], os[3];
+	const char *autopad;  /* NULL: attribute absent */
+	int bias, ks_attr, pads_attr, os_attr;
+};
+
+/* Expected output size and begin pad of one axis, straight from the ONNX
+ * operator documentation. */
+static int64_t ref_axis(const struct cc *t, int i, int64_t *pb)
+{
+	int64_t ek = (t->k[i] - 1) * t->d[i] + 1, in = t->in[i], total, out, half;
+	const char *ap = t->autopad ? t->autopad : "NOTSET";
+	int same = !strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER");
+
+	if (!t->transpose) {
+		if (!strcmp(ap, "VALID")) {
+			*pb = 0;
+			return (in - ek) / t->s[i] + 1;
+		}
+		if (same) {
+			out = (in + t->s[i] - 1) / t->s[i];
+			total = (out - 1) * t->s[i] + ek - in;
+			total = total < 0 ? 0 : total;
+			*pb = !strcmp(ap, "SAME_UPPER") ? total / 2 : (total + 1) / 2;
+			return out;
+		}
+		*pb = t->pb[i];
+		return (in + t->pb[i] + t->pe[i] - ek) / t->s[i] + 1;
+	}
+	if (!t->os_attr && !same) {
+		int valid = !strcmp(ap, "VALID");
+		*pb = valid ? 0 : t->pb[i];
+		return t->s[i] * (in - 1) + t->op[i] + ek - (valid ? 0 : t->pb[i] + t->pe[i]);
+	}
+	out = t->os_attr ? t->os[i] : in * t->s[i];
+	total = t->s[i] * (in - 1) + t->op[i] + ek - out;
+	/* ONNX's reference halves with Python's floor division (total may be < 0) */
+	half = total >= 0 ? total / 2 : -((1 - total) / 2);
+	*pb = !strcmp(ap, "SAME_UPPER") ? half : total - half;
+	return out;
+}
+
+static float at(const struct hp_tensor *t, int64_t i)
+{
+	return ((const float *)t->data)[i];
+}
+
+/* Direct convolution on 3-D-normalized dims (o: output dims, pb: begin pads). */
+static void ref_conv(const struct cc *t, const int64_t *x3, const int64_t *o3, const int64_t *k3, const int64_t *s3,
+		     const int64_t *d3, const int64_t *p3, const struct hp_tensor *x, const struct hp_tensor *w,
+		     const struct hp_tensor *b, float *y)
+{
+	int64_t cg = t->c / t->group, mg = t->m / t->group, ov = o3[0] * o3[1] * o3[2];
+	int64_t kv = k3[0] * k3[1] * k3[2];
+
+	for (int64_t n = 0; n < t->n; n++)
+		for (int64_t m = 0; m < t->m; m++)
+			for (int64_t o = 0; o < ov; o++) {
+				int64_t od = o / (o3[1] * o3[2]), oh = o / o3[2] % o3[1], ow = o % o3[2], g = m / mg;
+				double acc = b ? at(b, m) : 0;
+				for (int64_t c = 0; c < cg; c++)
+					for (int64_t kd = 0; kd < k3[0]; kd++)
+						for (int64_t kh = 0; kh < k3[1]; kh++)
+							for (int64_t kw = 0; kw < k3[2]; kw++) {
+								int64_t id = od * s3[0] - p3[0] + kd * d3[0];
+								int64_t ih = oh * s3[1] - p3[1] + kh * d3[1];
+								int64_t iw = ow * s3[2] - p3[2] + kw * d3[2];
+								if (id < 0 || id >= x3[0] || ih < 0 || ih >= x3[1] ||
+								    iw < 0 || iw >= x3[2])
+									continue;
+								acc += (double)at(x, ((n * t->c + g * cg + c) * x3[0] + id) * x3[1] * x3[2] + ih * x3[2] + iw) *
+								       at(w, ((m * cg + c) * kv) + (kd * k3[1] + kh) * k3[2] + kw);
+							}
+				y[(n * t->m + m) * ov + o] = (float)acc;
+			}
+}
+
+/* Direct transposed convolution: every input element scatters its kernel. */
+static void ref_convt(const struct cc *t, const int64_t *x3, const int64_t *o3, const int64_t *k3, const int64_t *s3,
+		      const int64_t *d3, const int64_t *p3, const struct hp_tensor *x, const struct hp_tensor *w,
+		      const struct hp_tensor *b, float *y)
+{
+	int64_t cg = t->c / t->group, mg = t->m / t->group, xv = x3[0] * x3[1] * x3[2], ov = o3[0] * o3[1] * o3[2];
+	int64_t kv = k3[0] * k3[1] * k3[2];
+	double *acc = calloc((size_t)(t->n * t->m * ov), sizeof *acc);
+
+	for (int64_t n = 0; n < t->n; n++)
+		for (int64_t c = 0; c < t->c; c++)
+			for (int64_t i = 0; i < xv; i++) {
+				int64_t id = i / (x3[1] * x3[2]), ih = i / x3[2] % x3[1], iw = i % x3[2], g = c / cg;
+				float xv_ = at(x, (n * t->c + c) * xv + i);
+				for (int64_t m = 0; m < mg; m++)
+					for (int64_t kd = 0; kd < k3[0]; kd++)
+						for (int64_t kh = 0; kh < k3[1]; kh++)
+							for (int64_t kw = 0; kw < k3[2]; kw++) {
+								int64_t od = id * s3[0] - p3[0] + kd * d3[0];
+								int64_t oh = ih * s3[1] - p3[1] + kh * d3[1];
+								int64_t ow = iw * s3[2] - p3[2] + kw * d3[2];
+								if (od < 0 || od >= o3[0] || oh < 0 || oh >= o3[1] ||
+								    ow < 0 || ow >= o3[2])
+									continue;
+								acc[(n * t->m + g * mg + m) * ov + (od * o3[1] + oh) * o3[2] + ow] +=
+									(double)xv_ * at(w, (c * mg + m) * kv + (kd * k3[1] + kh) * k3[2] + kw);
+							}
+			}
+	for (int64_t i = 0; i < t->n * t->m * ov; i++)
+		y[i] = (float)(acc[i] + (b ? at(b, (i / ov) % t->m) : 0));
+	free(acc);
+}
+
+struct built {
+	struct hp_tensor x, w, b;
+	struct hp_attr attrs[10];
+	int nattrs;
+	int64_t pads[6];
+};
+
+static void build(const struct cc *t, unsigned seed, struct built *bt)
+{
+	int64_t xd[5] = { t->n, t->c }, wd[5];
+	int nd = t->nd;
+
+	memset(bt, 0, sizeof *bt);
+	wd[0] = t->transpose ? t->c : t->m;
+	wd[1] = t->transpose ? t->m / t->group : t->c / t->group;
+	for (int i = 0; i < nd; i++) {
+		xd[2 + i] = t->in[i];
+		wd[2 + i] = t->k[i];
+		bt->pads[i] = t->pb[i];
+		bt->pads[nd + i] = t->pe[i];
+	}
+	bt->x = kt_tensor(HP_F32, nd + 2, xd);
+	bt->w = kt_tensor(HP_F32, nd + 2, wd);
+	kt_fill_random(&bt->x, seed, -1, 1);
+	kt_fill_random(&bt->w, seed + 1, -1, 1);
+	if (t->bias) {
+		bt->b = kt_tensor(HP_F32, 1, &t->m);
+		kt_fill_random(&bt->b, seed + 2, -1, 1);
+	}
+	bt->attrs[bt->nattrs++] = kt_ints("strides", nd, t->s);
+	bt->attrs[bt->nattrs++] = kt_ints("dilations", nd, t->d);
+	if (t->group != 1)
+		bt->attrs[bt->nattrs++] = kt_int("group", t->group);
+	if (t->ks_attr)
+		bt->attrs[bt->nattrs++] = kt_ints("kernel_shape", nd, t->k);
+	if (t->pads_attr)
+		bt->attrs[bt->nattrs++] = kt_ints("pads", 2 * nd, bt->pads);
+	if (t->autopad)
+		bt->attrs[bt->nattrs++] = kt_string("auto_pad", t->autopad);
+	if (t->transpose && (t->op[0] || t->op[1] || t->op[2]))
+		bt->attrs[bt->nattrs++] = kt_ints("output_padding", nd, t->op);
+	if (t->os_attr)
+		bt->attrs[bt->nattrs++] = kt_ints("output_shape", nd, t->os);
+}
+
+static void unbuild(struct built *bt)
+{
+	hp_tensor_free(&bt->x);
+	hp_tensor_free(&bt->w);
+	hp_tensor_free(&bt->b);
+}
+
+static int run_case(const struct cc *t, const struct built *bt, struct hp_pool *pool, struct hp_tensor *out)
+{
+	struct hp_tensor in[3] = { bt->x, bt->w, bt->b };
+	struct kt_case c = { .op = t->transpose ? "ConvTranspose" : "Conv", .nin = t->bias ? 3 : 2, .in = in,
+			     .nattrs = bt->nattrs, .attrs = bt->attrs, .nout = 1, .pool = pool };
+
+	return kt_run(&c, out);
+}
+
+/* Run one case through the op and compare with the reference. */
+static void check(const struct cc *t, unsigned seed, struct hp_pool *pool)
+{
+	int64_t x3[3] = { 1, 1, 1 }, o3[3] = { 1, 1, 1 }, k3[3] = { 1, 1, 1 }, s3[3] = { 1, 1, 1 }, d3[3] = { 1, 1, 1 };
+	int64_t p3[3] = { 0, 0, 0 }, yd[5] = { t->n, t->m };
+	struct hp_tensor out, ref;
+	struct built bt;
+	int off = 3 - t->nd, rc;
+	double err;
+
+	build(t, seed, &bt);
+	for (int i = 0; i < t->nd; i++) {
+		x3[off + i] = t->in[i];
+		o3[off + i] = yd[2 + i] = ref_axis(t, i, &p3[off + i]);
+		k3[off + i] = t->k[i];
+		s3[off + i] = t->s[i];
+		d3[off + i] = t->d[i];
+	}
+	rc = run_case(t, &bt, pool, &out);
+	if (rc < 0)
+		fail_msg("%s", hp_errmsg());
+	ref = kt_tensor(HP_F32, t->nd + 2, yd);
+	(t->transpose ? ref_convt : ref_conv)(t, x3, o3, k3, s3, d3, p3, &bt.x, &bt.w, t->bias ? &bt.b : NULL,
+					      ref.data);
+	err = kt_rel_err(&out, &ref);
+	if (err < 0 || err > 1e-5)
+		fail_msg("%s nd=%d c=%lld m=%lld g=%lld ap=%s: rel err %g", t->transpose ? "ConvTranspose" : "Conv",
+			 t->nd, (long long)t->c, (long long)t->m, (long long)t->group,
+			 t->autopad ? t->autopad : "-", err);
+	hp_tensor_free(&out);
+	hp_tensor_free(&ref);
+	unbuild(&bt);
+}
+
+#define V3(a, b, c) { a, b, c }
+
+static const struct cc conv_cases[] = {
+	/* nd tr  n  c  m  g   in            k            s            d            pb           pe           op  os  ap  bias ks pads os */
+	{ 1, 0, 2, 3, 4, 1, V3(11, 0, 0), V3(3, 0, 0), V3(1, 0, 0), V3(1, 0, 0), V3(1, 0, 0), V3(1, 0, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 1, 0, 1, 4, 6, 2, V3(13, 0, 0), V3(3, 0, 0), V3(2, 0, 0), V3(2, 0, 0), V3(0, 0, 0), V3(2, 0, 0), {0}, {0}, NULL, 0, 0, 1, 0 },
+	{ 1, 0, 1, 3, 2, 1, V3(9, 0, 0), V3(4, 0, 0), V3(3, 0, 0), V3(1, 0, 0), {0}, {0}, {0}, {0}, "SAME_LOWER", 1, 0, 0, 0 },
+	{ 2, 0, 2, 3, 5, 1, V3(7, 9, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 4, 4, 4, V3(8, 7, 0), V3(3, 3, 0), V3(2, 1, 0), V3(1, 2, 0), V3(1, 0, 0), V3(2, 1, 0), {0}, {0}, NULL, 1, 0, 1, 0 },
+	{ 2, 0, 1, 6, 4, 2, V3(9, 10, 0), V3(2, 3, 0), V3(2, 3, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, "SAME_UPPER", 0, 1, 0, 0 },
+	{ 2, 0, 1, 6, 4, 2, V3(9, 10, 0), V3(2, 3, 0), V3(2, 3, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, "SAME_LOWER", 1, 0, 0, 0 },
+	{ 2, 0, 2, 3, 3, 1, V3(10, 8, 0), V3(3, 2, 0), V3(3, 2, 0), V3(2, 1, 0), {0}, {0}, {0}, {0}, "VALID", 1, 1, 0, 0 },
+	{ 2, 0, 1, 5, 7, 1, V3(6, 6, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 0, 0, 0 },
+	{ 2, 0, 1, 5, 7, 1, V3(7, 6, 0), V3(1, 1, 0), V3(2, 2, 0), V3(1, 1, 0), V3(1, 0, 0), V3(0, 1, 0), {0}, {0}, NULL, 1, 0, 1, 0 },
+	{ 2, 0, 1, 3, 2, 1, V3(5, 5, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, "NOTSET", 0, 1, 0, 0 },
+	{ 3, 0, 1, 2, 4, 1, V3(6, 7, 5), V3(3, 3, 3), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 3, 0, 2, 4, 4, 2, V3(7, 6, 8), V3(3, 2, 3), V3(2, 1, 2), V3(1, 2, 1), V3(0, 1, 2), V3(1, 0, 1), {0}, {0}, NULL, 1, 0, 1, 0 },
+	{ 3, 0, 1, 3, 3, 3, V3(5, 6, 7), V3(3, 3, 3), V3(1, 2, 1), V3(2, 1, 1), {0}, {0}, {0}, {0}, "SAME_UPPER", 1, 0, 0, 0 },
+	{ 3, 0, 1, 2, 5, 1, V3(6, 5, 4), V3(2, 2, 2), V3(2, 2, 2), V3(1, 1, 1), {0}, {0}, {0}, {0}, "VALID", 0, 1, 0, 0 },
+	{ 3, 0, 1, 4, 2, 1, V3(4, 5, 6), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+};
+
+static const struct cc convt_cases[] = {
+	{ 1, 1, 2, 3, 4, 1, V3(7, 0, 0), V3(3, 0, 0), V3(2, 0, 0), V3(1, 0, 0), V3(1, 0, 0), V3(0, 0, 0), V3(1, 0, 0), {0}, NULL, 1, 1, 1, 0 },
+	{ 1, 1, 1, 4, 6, 2, V3(6, 0, 0), V3(3, 0, 0), V3(1, 0, 0), V3(2, 0, 0), V3(0, 0, 0), V3(0, 0, 0), {0}, {0}, NULL, 0, 0, 0, 0 },
+	{ 2, 1, 1, 3, 2, 1, V3(4, 5, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), V3(1, 0, 0), V3(1, 2, 0), V3(1, 0, 0), {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 1, 2, 4, 4, 4, V3(5, 4, 0), V3(3, 2, 0), V3(1, 2, 0), V3(2, 1, 0), V3(1, 1, 0), V3(1, 0, 0), {0}, {0}, NULL, 1, 0, 1, 0 },
+	{ 2, 1, 1, 4, 6, 2, V3(4, 5, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, "SAME_UPPER", 1, 0, 0, 0 },
+	{ 2, 1, 1, 4, 6, 2, V3(4, 5, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, "SAME_LOWER", 1, 0, 0, 0 },
+	{ 2, 1, 1, 3, 3, 1, V3(4, 3, 0), V3(3, 2, 0), V3(3, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, "VALID", 0, 1, 0, 0 },
+	{ 2, 1, 1, 3, 2, 1, V3(4, 4, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, V3(8, 9, 0), NULL, 1, 0, 0, 1 },
+	{ 2, 1, 1, 3, 2, 1, V3(4, 4, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, V3(7, 10, 0), "SAME_UPPER", 1, 0, 0, 1 },
+	{ 3, 1, 1, 4, 2, 1, V3(3, 4, 3), V3(2, 2, 2), V3(2, 2, 2), V3(1, 1, 1), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 3, 1, 2, 2, 4, 2, V3(3, 3, 4), V3(3, 2, 3), V3(2, 1, 2), V3(1, 2, 1), V3(1, 0, 1), V3(0, 1, 2), V3(1, 0, 1), {0}, NULL, 1, 0, 1, 0 },
+	{ 3, 1, 1, 3, 3, 3, V3(3, 4, 3), V3(3, 3, 3), V3(2, 2, 2), V3(1, 1, 1), {0}, {0}, {0}, V3(6, 8, 7), NULL, 0, 1, 0, 1 },
+};
+
+static void test_conv_cases(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof conv_cases / sizeof conv_cases[0]; i++)
+		check(&conv_cases[i], 10 + (unsigned)i, NULL);
+}
+
+static void test_convt_cases(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof convt_cases / sizeof convt_cases[0]; i++)
+		check(&convt_cases[i], 50 + (unsigned)i, NULL);
+}
+
+/* Shapes that cut into several tiles and thread slices: channels * k^3 large
+ * enough that the 16 MiB column budget holds fewer columns than the volume. */
+static void test_conv_tiled_pool(void **state)
+{
+	static const struct cc big[] = {
+		{ 3, 0, 1, 160, 8, 1, V3(8, 16, 17), V3(3, 3, 3), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
+		{ 3, 0, 2, 6, 8, 2, V3(9, 10, 11), V3(3, 3, 3), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
+		{ 3, 1, 1, 12, 10, 1, V3(5, 6, 7), V3(2, 2, 2), V3(2, 2, 2), V3(1, 1, 1), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+		{ 3, 1, 1, 4, 8, 1, V3(12, 12, 12), V3(3, 3, 3), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
+		{ 2, 1, 1, 4, 3, 1, V3(6, 5, 0), V3(4, 4, 0), V3(2, 2, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+		{ 2, 0, 1, 8, 6, 1, V3(33, 35, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 0, 0, 0 },
+	};
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+		check(&big[i], 90 + (unsigned)i, NULL);
+		check(&big[i], 90 + (unsigned)i, pool);
+	}
+	hp_pool_destroy(pool);
+}
+
+/* Stride-1 convolutions on the padded-slab path (forced, whatever the
+ * heuristics): asymmetric and oversized pads, dilation, groups, 1-D/2-D,
+ * with tiles inside a plane or across planes, slabs cut into chunks by a
+ * small workspace, one and two threads; and the same cases on im2col. */
+static const struct cc shift_cases[] = {
+	{ 3, 0, 1, 8, 5, 1, V3(5, 6, 7), V3(3, 3, 3), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 3, 0, 2, 16, 6, 2, V3(4, 5, 9), V3(3, 2, 3), V3(1, 1, 1), V3(2, 1, 1), V3(2, 0, 1), V3(1, 1, 3), {0}, {0}, NULL, 1, 0, 1, 0 },
+	{ 3, 0, 1, 9, 4, 1, V3(6, 5, 4), V3(2, 2, 2), V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, {0}, {0}, "SAME_LOWER", 0, 1, 0, 0 },
+	{ 3, 0, 1, 8, 3, 1, V3(5, 7, 6), V3(3, 3, 3), V3(1, 1, 1), V3(1, 1, 1), V3(3, 0, 2), V3(0, 3, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 3, 0, 1, 10, 7, 1, V3(6, 6, 6), V3(3, 3, 3), V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, {0}, {0}, "VALID", 1, 1, 0, 0 },
+	{ 3, 0, 1, 3, 4, 1, V3(7, 4, 5), V3(3, 1, 3), V3(1, 1, 1), V3(1, 1, 1), V3(1, 0, 1), V3(1, 0, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 2, 8, 4, 1, V3(9, 11, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 1, 0, 2, 8, 3, 1, V3(13, 0, 0), V3(5, 0, 0), V3(1, 0, 0), V3(2, 0, 0), V3(2, 0, 0), V3(4, 0, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+};
+
+static void test_conv_shift(void **state)
+{
+	static const int64_t tile_cols[] = { 0, 7, 40, 150 };
+	static const size_t ws[] = { 0, 6000 * sizeof(float) };
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < sizeof shift_cases / sizeof shift_cases[0]; i++) {
+		hp_conv_set_shift(1);
+		for (size_t tc = 0; tc < 4; tc++)
+			for (size_t w = 0; w < 2; w++) {
+				hp_shift_set_tile_cols(tile_cols[tc]);
+				hp_conv_set_ws_max(ws[w]);
+				check(&shift_cases[i], 110 + (unsigned)i, NULL);
+				check(&shift_cases[i], 110 + (unsigned)i, pool);
+			}
+		hp_shift_set_tile_cols(0);
+		hp_conv_set_ws_max(0);
+		hp_conv_set_shift(-1);
+		check(&shift_cases[i], 110 + (unsigned)i, pool);
+		hp_conv_set_shift(0);
+	}
+	hp_pool_destroy(pool);
+}
+
+/* The planner's choices on the U-Net's shapes: slabs for wide stride-1 3x3x3
+ * layers, im2col for one input channel and for small planes. */
+static void test_shift_choice(void **state)
+{
+	struct hp_colgeom g = { .img = { 48, 48, 48 }, .grid = { 48, 48, 48 }, .k = { 3, 3, 3 },
+				.stride = { 1, 1, 1 }, .dil = { 1, 1, 1 }, .pad = { 1, 1, 1 } };
+	struct hp_shift s;
+
+	(void)state;
+	hp_colgeom_finish(&g);
+	assert_int_equal(hp_shift_init(&s, &g, 16, 16), 0);
+	assert_true(hp_shift_useful(&s) >= HP_SHIFT_MIN_USEFUL);
+	for (int i = 0; i < 3; i++)
+		g.img[i] = g.grid[i] = 6;
+	hp_colgeom_finish(&g);
+	assert_int_equal(hp_shift_init(&s, &g, 64, 64), 0);
+	assert_true(hp_shift_useful(&s) < HP_SHIFT_MIN_USEFUL);
+	g.stride[2] = 2;
+	assert_int_equal(hp_shift_init(&s, &g, 64, 64), -1);
+}
+
+static void test_determinism(void **state)
+{
+	static const struct cc t[] = {
+		{ 3, 0, 1, 16, 16, 1, V3(12, 12, 12), V3(3, 3, 3), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
+		{ 3, 1, 1, 16, 8, 1, V3(6, 6, 6), V3(2, 2, 2), V3(2, 2, 2), V3(1, 1, 1), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	};
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < 2; i++) {
+		struct hp_tensor a, b;
+		struct built bt;
+		build(&t[i], 7, &bt);
+		assert_int_equal(run_case(&t[i], &bt, pool, &a), 0);
+		assert_int_equal(run_case(&t[i], &bt, pool, &b), 0);
+		assert_memory_equal(a.data, b.data, hp_tensor_bytes(&a));
+		hp_tensor_free(&a);
+		hp_tensor_free(&b);
+		unbuild(&bt);
+	}
+	hp_pool_destroy(pool);
+}
+
+static void expect_error(const struct cc *t, int err, const char *needle)
+{
+	struct hp_tensor out;
+	struct built bt;
+
+	build(t, 3, &bt);
+	assert_int_equal(run_case(t, &bt, NULL, &out), err);
+	if (!strstr(hp_errmsg(), "node0") || !strstr(hp_errmsg(), needle))
+		fail_msg("message '%s' lacks node0 or '%s'", hp_errmsg(), needle);
+	unbuild(&bt);
+}
+
+static void test_errors(void **state)
+{
+	struct cc t = { 2, 0, 1, 4, 4, 1, V3(5, 5, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 };
+	int64_t xd[4] = { 1, 3, 5, 5 };
+	struct hp_tensor out;
+	struct built bt;
+
+	(void)state;
+	/* input with 3 channels, weight for 4 */
+	build(&t, 1, &bt);
+	hp_tensor_free(&bt.x);
+	bt.x = kt_tensor(HP_F32, 4, xd);
+	assert_int_equal(run_case(&t, &bt, NULL, &out), HP_ESHAPE);
+	assert_non_null(strstr(hp_errmsg(), "node0"));
+	assert_non_null(strstr(hp_errmsg(), "channel mismatch"));
+	t.transpose = 1;
+	assert_int_equal(run_case(&t, &bt, NULL, &out), HP_ESHAPE);
+	assert_non_null(strstr(hp_errmsg(), "channel mismatch"));
+	unbuild(&bt);
+	t.transpose = 0;
+	t.group = 3;
+	expect_error(&t, HP_ESHAPE, "group 3 does not divide");
+	t.group = 1;
+	t.in[0] = 2;
+	t.autopad = "VALID";
+	expect_error(&t, HP_ESHAPE, "output size");
+	t.autopad = "SAME";
+	expect_error(&t, HP_EMODEL, "auto_pad 'SAME'");
+}
+
+static void test_kernel_shape_dims(void **state)
+{
+	struct cc t = { 2, 0, 1, 2, 2, 1, V3(5, 5, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 0, 0, 0, 0 };
+	int64_t k3[3] = { 3, 3, 3 };
+	struct hp_tensor out;
+	struct built bt;
+
+	(void)state;
+	build(&t, 1, &bt);
+	bt.attrs[bt.nattrs++] = kt_ints("kernel_shape", 3, k3);
+	assert_int_equal(run_case(&t, &bt, NULL, &out), HP_ESHAPE);
+	assert_non_null(strstr(hp_errmsg(), "kernel_shape has 3 dims, input has 2 spatial dims"));
+	assert_non_null(strstr(hp_errmsg(), "node0"));
+	unbuild(&bt);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_conv_cases),
+		cmocka_unit_test(test_convt_cases),
+		cmocka_unit_test(test_conv_tiled_pool),
+		cmocka_unit_test(test_conv_shift),
+		cmocka_unit_test(test_shift_choice),
+		cmocka_unit_test(test_determinism),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_kernel_shape_dims),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
