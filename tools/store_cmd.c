@@ -84,7 +84,7 @@ static int do_put(struct hs_tier *t, const char *name, const char *path)
 
 	if (rc < 0)
 		return rc;
-	rc = t->ops->alloc(t, padded, &addr);
+	rc = hs_remote_alloc(t, padded, 1, &addr);
 	if (rc == 0) {
 		rc = hs_tier_rw(t, HS_IO_WRITE, addr, buf, padded);
 		if (rc == 0)

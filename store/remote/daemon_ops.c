@@ -84,13 +84,15 @@ static int record(struct hs_daemon *d, uint64_t addr, uint64_t len, uint64_t own
 {
 	struct dalloc *a = calloc(1, sizeof *a);
 
-	if (!a || !tsearch(a, &d->by_addr, by_addr)) {
-		free(a);
+	if (!a)
 		return -ENOMEM;
-	}
 	a->addr = addr;
 	a->len = len;
 	a->owner = owner;
+	if (!tsearch(a, &d->by_addr, by_addr)) {
+		free(a);
+		return -ENOMEM;
+	}
 	d->used += len;
 	d->nallocs++;
 	*out = a;

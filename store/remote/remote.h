@@ -71,6 +71,8 @@ struct hs_remote_named {
 	size_t meta_len;
 	char daemon[128];
 };
+/* alloc() preferring the daemons' persistent regions (--pmem) when asked. */
+int hs_remote_alloc(struct hs_tier *t, uint64_t len, int persistent, uint64_t *addr);
 int hs_remote_publish(struct hs_tier *t, const char *name, uint64_t addr, uint64_t len,
 		      const void *meta, size_t meta_len);
 /* -ENOENT if no daemon has it. */

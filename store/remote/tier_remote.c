@@ -45,10 +45,13 @@ const struct replica *hs_rt_replica_of(struct rtier *t, uint64_t a)
 static int rpc(struct rtier *t, int i, hs_msg *m, hs_msg **rep, int try)
 {
 	struct rdaemon *d = &t->d[i];
+	hs_msg *mine = NULL;
 	int rc;
 
 	if (d->dead || !d->conn)
 		return hp_error(-EHOSTDOWN, "daemon %s is gone (%s)", d->where, d->why);
+	if (!rep)
+		rep = &mine; /* the reply still tells the free capacity */
 	rc = try ? hs_rconn_trycall(d->conn, m, rep, (int)t->o.dead_ms)
 		 : hs_rconn_call(d->conn, m, rep, (int)t->o.dead_ms);
 	if (rc < 0 && d->conn->broken) {
@@ -59,13 +62,15 @@ static int rpc(struct rtier *t, int i, hs_msg *m, hs_msg **rep, int try)
 		hs_rt_mark_dead(t, i, why, &done);
 		pthread_mutex_unlock(&t->mu);
 		hs_rt_deliver(t, done);
-		fi_cq_signal(t->fab.cq);
+		if (t->fab.cq)
+			fi_cq_signal(t->fab.cq);
 		return hp_error(-EHOSTDOWN, "daemon %s is gone (%s)", d->where, why);
 	}
-	if (rc == 0 && rep && (*rep)->reply->free_bytes <= d->capacity)
+	if (rc == 0 && (*rep)->reply->free_bytes <= d->capacity)
 		d->free_bytes = (*rep)->reply->free_bytes;
 	if (rc == 0)
 		d->last_ok_ms = hs_now_ms();
+	hs_wire_free(mine);
 	return rc;
 }
 
@@ -228,6 +233,13 @@ static int rt_alloc(struct hs_tier *base, uint64_t len, uint64_t *addr)
 	if (len == 0 || len % HS_IO_ALIGN)
 		return hp_error(HP_EUSAGE, "remote tier: extent of %" PRIu64 " bytes", len);
 	return place(t, len, 0, addr);
+}
+
+int hs_remote_alloc(struct hs_tier *base, uint64_t len, int persistent, uint64_t *addr)
+{
+	if (len == 0 || len % HS_IO_ALIGN)
+		return hp_error(HP_EUSAGE, "remote tier: extent of %" PRIu64 " bytes", len);
+	return place((struct rtier *)base, len, persistent, addr);
 }
 
 static int rt_free(struct hs_tier *base, uint64_t addr, uint64_t len)
@@ -421,8 +433,13 @@ static int rt_setup(struct rtier *t, const struct hs_tier_config *cfg)
 	free(found);
 	if (rc < 0)
 		return rc;
-	if ((rc = hs_secret_load(t->o.token_file, &t->secret)) < 0 || (rc = connect_all(t)) < 0 ||
-	    (rc = open_fabric(t)) < 0)
+	if ((rc = hs_secret_load(t->o.token_file, &t->secret)) < 0 || (rc = connect_all(t)) < 0)
+		return rc;
+	/* Keep the leases alive while the fabric opens (provider start-up is slow). */
+	if ((rc = pthread_create(&t->keepalive, NULL, keepalive_main, t)))
+		return hp_error(-rc, "remote tier: cannot start the keepalive thread");
+	t->keepalive_started = 1;
+	if ((rc = open_fabric(t)) < 0)
 		return rc;
 	if (t->o.replicas == 2 && t->nd < 2)
 		return hp_error(HP_EUSAGE, "remote tier: 2 replicas need at least 2 daemons, %d given", t->nd);
@@ -431,12 +448,7 @@ static int rt_setup(struct rtier *t, const struct hs_tier_config *cfg)
 		if (t->d[i].conn)
 			hs_rt_check(t, i, 1); /* learn the free capacity */
 	}
-	if ((rc = hs_rt_rma_start(t)) < 0)
-		return rc;
-	if ((rc = pthread_create(&t->keepalive, NULL, keepalive_main, t)))
-		return hp_error(-rc, "remote tier: cannot start the keepalive thread");
-	t->keepalive_started = 1;
-	return 0;
+	return hs_rt_rma_start(t);
 }
 
 int hs_tier_remote_open(const struct hs_tier_config *cfg, struct hs_tier **out)
