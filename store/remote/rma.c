@@ -270,7 +270,9 @@ static void *progress_main(void *arg)
 		struct rreq *done = NULL;
 		pthread_mutex_lock(&t->mu);
 		post_queued(t, &done);
-		int idle = !t->qhead || t->posted >= t->o.max_inflight;
+		/* Poll while transfers are in flight: with manual progress (tcp)
+		 * fi_cq_sread does not move them; sleep only when nothing is. */
+		int idle = t->posted == 0;
 		if (hs_now_ms() - last_check > 100) {
 			check_stalls(t, &done);
 			last_check = hs_now_ms();
