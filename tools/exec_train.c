@@ -14,6 +14,7 @@
 
 #include "hpdlf/error.h"
 #include "hpdlf/train.h"
+#include "hpdlf/store.h"
 #include "tools/exec_cli.h"
 #include "tools/train_progress.h"
 
@@ -67,8 +68,10 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 
 	if (c->ninputs || c->noutputs || c->output_dir)
 		return usage("%s", "--input/--output/--output-dir are for inference; training reads --data/--labels");
-	if (c->ntiers || c->store || c->hostfile)
-		return usage("%s is not available in this version yet", c->ntiers ? "--tier" : "--store/--hostfile");
+	static struct hs_tier_spec tiers[HS_MAX_TIERS];
+	if ((rc = exec_store_tiers(c, tiers, &o->ntiers)) != 0)
+		return rc;
+	o->tiers = tiers;
 	if (c->plan || c->plan_dot)
 		return usage("%s", "--plan/--plan-dot are not available with --train yet");
 	if (!c->data)
