@@ -36,6 +36,7 @@ struct hp_session {
 	struct hp_trace *trace;      /* --trace, or NULL */
 	struct hp_plan *plan;
 	struct hp_net *net;
+	uint64_t run_written;        /* bytes written below DRAM by the last run */
 };
 
 int hp_rt_create(struct hp_session *s);

@@ -505,6 +505,8 @@ static void work(struct hp_net *n, int cls, int worker)
 		rc = fire(n, i, worker, cls);
 		pthread_mutex_lock(&n->mu);
 		n->st.fired[n->tr[i].kind]++;
+		if (n->tr[i].kind == HP_TR_LOAD && rc == 0)
+			n->st.bytes_loaded += (uint64_t)n->need[i];
 		if (n->tr[i].kind == HP_TR_KERNEL)
 			n->st.busy_ms += now_ms() - t0;
 		complete(n, i, rc);

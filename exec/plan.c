@@ -394,6 +394,9 @@ static void hoist_loads(struct sim *m)
 		for (int k = r - x->nvictims; k < r; k++)
 			m->recs[k].step = j;
 	}
+	for (int s = 0; s < p->nsteps; s++)
+		if (m->step_peak[s] > p->peak_bytes)
+			p->peak_bytes = m->step_peak[s];
 }
 
 static int cmp_rec(const void *a, const void *b)

@@ -345,8 +345,18 @@ int hp_rt_fire_io(struct hp_session *s, int kind, int v, uint64_t first, uint64_
 int hp_rt_run(struct hp_session *s)
 {
 	const struct hp_graph *g = s->g;
-	int rc = hp_net_run(s->net);
+	struct hs_store_stats a, b;
+	uint64_t wa = 0, wb = 0;
+	int rc;
 
+	hs_store_stats(s->store, &a);
+	rc = hp_net_run(s->net);
+	hs_store_stats(s->store, &b);
+	for (int i = 1; i < a.ntiers; i++) {
+		wa += a.tier[i].bytes_written;
+		wb += b.tier[i].bytes_written;
+	}
+	s->run_written = wb - wa;
 	if (rc < 0)
 		return rc;
 	for (int v = 0; v < g->nvalues; v++) {

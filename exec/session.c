@@ -445,6 +445,8 @@ int hp_session_run_info(const struct hp_session *s, struct hp_run_info *info)
 		r.workers = s->opts.workers > 0 ? s->opts.workers : 1;
 		r.io_threads = s->opts.io_threads > 0 ? s->opts.io_threads : 4;
 		r.transitions = hp_net_transitions(s->net);
+		r.bytes_loaded = st.bytes_loaded;
+		r.bytes_written = s->run_written;
 	} else {
 		r.kernel_ms = s->kernel_ms;
 	}
