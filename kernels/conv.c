@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "hpdlf/error.h"
 #include "kernels/conv_impl.h"
@@ -24,6 +25,23 @@
 
 static int policy; /* 0 auto, 1 pool + 1-thread BLAS, 2 caller + BLAS threads */
 static size_t tile_bytes = HP_CONV_TILE_BYTES;
+static size_t ws_max = HP_CONV_WS_MAX;
+static int shift_mode; /* 0 auto, 1 whenever possible, -1 never */
+
+void hp_conv_set_shift(int mode)
+{
+	shift_mode = mode;
+}
+
+size_t hp_conv_ws_max(void)
+{
+	return ws_max;
+}
+
+void hp_conv_set_ws_max(size_t b)
+{
+	ws_max = b ? b : HP_CONV_WS_MAX;
+}
 
 void hp_conv_set_policy(int p)
 {
@@ -81,6 +99,8 @@ struct conv_run {
 	const float *x, *w, *b;
 	float *y, *ws;
 	int64_t nt, tc, per_thread;
+	int64_t chunk;   /* shift: output planes per slab */
+	size_t tmp;      /* shift: floats of the tile buffer */
 };
 
 static void conv_tile(const struct conv_run *r, int64_t item, float *col)
@@ -116,11 +136,116 @@ static void conv_range(void *arg, int64_t b, int64_t e, int tid)
 		conv_tile(r, i, r->ws + tid * r->per_thread);
 }
 
+/* Shift path: items are (batch, group, output plane); a worker takes its
+ * run of planes in chunks, one slab each. */
+static void shift_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct conv_run *r = arg;
+	const struct hp_conv *cv = r->cv;
+	const struct hp_shift *s = &cv->sh;
+	float *tmp = r->ws + tid * r->per_thread, *slab = tmp + r->tmp;
+	int64_t planes = s->out[0];
+
+	while (b < e) {
+		int64_t bg = b / planes, d0 = b % planes, nb = bg / cv->group, g = bg % cv->group;
+		int64_t d1 = d0 + r->chunk, r0, r1;
+		const float *x = r->x + (nb * cv->cin + g * cv->cin_g) * cv->xvol;
+		float *y = r->y + (nb * cv->cout + g * cv->cout_g) * cv->yvol;
+
+		if (d1 > planes)
+			d1 = planes;
+		if (d1 > d0 + e - b)
+			d1 = d0 + e - b;
+		hp_shift_slab(s, x, d0, d1, slab);
+		for (int64_t t = 0; t < hp_shift_ntiles(s, d1 - d0); t++) {
+			hp_shift_tile_rows(s, d0, d1, t, &r0, &r1);
+			hp_shift_tile(s, r->w + g * cv->cout_g * cv->kdim, slab, d0, d1, r0, r1, tmp, y, cv->yvol,
+				      r->b ? r->b + g * cv->cout_g : NULL);
+		}
+		b += d1 - d0;
+	}
+}
+
+/* Shift path weights: wk[g][k][m][c] from W [cout][cin_g][kvol], or with
+ * flip from a weight [cin][cout_g][kvol] read transposed and mirrored
+ * (the input gradient of a stride-1 Conv). */
+static void shift_weights(const struct hp_conv *cv, const float *w, float *wk)
+{
+	int64_t kv = cv->g.kvol, og = cv->cout_g, ig = cv->cin_g;
+
+	for (int64_t g = 0; g < cv->group; g++)
+		for (int64_t k = 0; k < kv; k++)
+			for (int64_t m = 0; m < og; m++) {
+				float *dst = wk + ((g * kv + k) * og + m) * ig;
+				for (int64_t c = 0; c < ig; c++)
+					dst[c] = cv->wflip ? w[((g * ig + c) * og + m) * kv + kv - 1 - k]
+							   : w[((g * og + m) * ig + c) * kv + k];
+			}
+}
+
+static int shift_fit(const struct hp_conv *cv, size_t floats, int threads, int64_t *chunk)
+{
+	size_t tmp = (size_t)(cv->cout_g * cv->sh.tcols);
+
+	for (; threads > 1; threads--)
+		if ((*chunk = hp_shift_chunk(&cv->sh, floats / (size_t)threads, tmp)) > 0)
+			return threads;
+	*chunk = hp_shift_chunk(&cv->sh, floats, tmp);
+	return 1;
+}
+
+static int workspace_threads(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 1 ? 1 : n > 8 ? 8 : (int)n;
+}
+
+/* Shift-path workspace: reordered weights plus, per expected thread, a tile
+ * buffer and a slab of its share of planes (within HP_CONV_WS_MAX). */
+static size_t shift_ws(const struct hp_conv *cv)
+{
+	const struct hp_shift *s = &cv->sh;
+	int nt = workspace_threads();
+	int64_t items = cv->batch * cv->group * s->out[0], share = (items + nt - 1) / nt;
+	size_t wk = (size_t)(cv->cout * cv->kdim), tmp = (size_t)(cv->cout_g * s->tcols);
+	size_t one = tmp + hp_shift_slab_floats(s, s->tplanes ? s->tplanes : 1);
+	size_t want = tmp + hp_shift_slab_floats(s, share < s->out[0] ? share : s->out[0]);
+	size_t cap = ws_max / sizeof(float);
+
+	if (wk + (size_t)nt * one > cap)
+		return 0;
+	want = wk + (size_t)nt * want;
+	return (want < cap ? want : cap) * sizeof(float);
+}
+
+void hp_conv_setup(struct hp_conv *cv)
+{
+	const struct hp_colgeom *c = &cv->g;
+	int64_t cap;
+
+	cv->direct = c->kvol == 1 && c->pad[0] == 0 && c->pad[1] == 0 && c->pad[2] == 0 && c->stride[0] == 1 &&
+		     c->stride[1] == 1 && c->stride[2] == 1 && c->grid_vol == c->img_vol;
+	cv->shift = 0;
+	cv->workspace = 0;
+	if (!cv->direct && shift_mode >= 0 && hp_shift_init(&cv->sh, c, cv->cin_g, cv->cout_g) == 0 &&
+	    (shift_mode > 0 || (c->kvol > 1 && cv->cin_g >= HP_SHIFT_MIN_CH && cv->batch * cv->group * c->grid[0] >= 2 &&
+				hp_shift_useful(&cv->sh) >= HP_SHIFT_MIN_USEFUL))) {
+		cv->workspace = shift_ws(cv);
+		cv->shift = cv->workspace > 0;
+	}
+	if (cv->shift || cv->direct)
+		return;
+	cap = (int64_t)(ws_max / ((size_t)cv->kdim * sizeof(float)));
+	if (cap < 64)
+		cap = 64;
+	cv->ws_cols = cap < cv->yvol ? cap : cv->yvol;
+	cv->workspace = (size_t)cv->ws_cols * (size_t)cv->kdim * sizeof(float);
+}
+
 static int conv_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	struct hp_conv *cv = malloc(sizeof *cv);
-	const struct hp_colgeom *c;
-	int64_t cap;
 	int rc;
 
 	if (!cv)
@@ -130,27 +255,37 @@ static int conv_prepare(struct hp_graph *g, struct hp_node *n)
 		free(cv);
 		return rc;
 	}
-	c = &cv->g;
-	cv->direct = c->kvol == 1 && c->pad[0] == 0 && c->pad[1] == 0 && c->pad[2] == 0 && c->stride[0] == 1 &&
-		     c->stride[1] == 1 && c->stride[2] == 1 && c->grid_vol == c->img_vol;
-	cap = (int64_t)(HP_CONV_WS_MAX / ((size_t)cv->kdim * sizeof(float)));
-	if (cap < 64)
-		cap = 64;
-	cv->ws_cols = cap < cv->yvol ? cap : cv->yvol;
-	n->workspace = cv->direct ? 0 : (size_t)cv->ws_cols * (size_t)cv->kdim * sizeof(float);
+	hp_conv_setup(cv);
+	n->workspace = cv->workspace;
 	n->priv = cv;
 	return 0;
 }
 
-static int conv_run(const struct hp_node *n, const struct hp_kargs *a)
+static void run_shift(const struct hp_conv *cv, struct conv_run *r, struct hp_pool *pool, int threads)
 {
-	const struct hp_conv *cv = n->priv;
-	struct conv_run r = { .cv = cv, .x = a->in[0].data, .w = a->in[1].data, .y = a->out[0].data, .ws = a->ws };
-	int saved, threads = hp_conv_threads_enter(a->pool, &saved);
+	size_t wk = (size_t)(cv->cout * cv->kdim), floats = cv->workspace / sizeof(float) - wk;
+
+	shift_weights(cv, r->w, r->ws);
+	r->w = r->ws;
+	threads = shift_fit(cv, floats, threads, &r->chunk);
+	r->tmp = (size_t)(cv->cout_g * cv->sh.tcols);
+	r->per_thread = (int64_t)(floats / (size_t)threads);
+	r->ws += wk;
+	hp_parallel_for(threads > 1 ? pool : NULL, cv->batch * cv->group * cv->sh.out[0], 1, shift_range, r);
+}
+
+void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		     struct hp_pool *pool)
+{
+	struct conv_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws };
+	int saved, threads = hp_conv_threads_enter(pool, &saved);
 	int64_t items = cv->batch * cv->group, cap;
 
-	if (cv->has_bias && a->nin > 2)
-		r.b = a->in[2].data;
+	if (cv->shift) {
+		run_shift(cv, &r, pool, threads);
+		hp_conv_threads_leave(saved);
+		return;
+	}
 	cap = cv->direct ? 16384 : hp_conv_tile_cols(cv->kdim, cv->ws_cols, threads);
 	if (cap < 1) {
 		threads = 1;
@@ -158,8 +293,16 @@ static int conv_run(const struct hp_node *n, const struct hp_kargs *a)
 	}
 	hp_conv_plan(cv->yvol, cap, items, threads, &r.nt, &r.tc);
 	r.per_thread = cv->direct ? 0 : r.tc * cv->kdim;
-	hp_parallel_for(threads > 1 ? a->pool : NULL, items * r.nt, 1, conv_range, &r);
+	hp_parallel_for(threads > 1 ? pool : NULL, items * r.nt, 1, conv_range, &r);
 	hp_conv_threads_leave(saved);
+}
+
+static int conv_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	const struct hp_conv *cv = n->priv;
+
+	hp_conv_forward(cv, a->in[0].data, a->in[1].data, cv->has_bias && a->nin > 2 ? a->in[2].data : NULL,
+			a->out[0].data, a->ws, a->pool);
 	return 0;
 }
 

@@ -37,6 +37,51 @@ void hp_col2im(const struct hp_colgeom *c, int64_t ch, const float *col, int64_t
 
 extern const struct hp_op hp_op_conv_transpose; /* conv_transpose.c */
 
+/* Stride-1 convolution over a zero-padded slab (conv_shift.c): an output
+ * grid `out` of `m` channels from an image `in` of `ch` channels. */
+struct hp_shift {
+	int64_t out[3], in[3], pad[3], k[3], dil[3];
+	int64_t ext0;          /* (k[0] - 1) * dil[0]: extra slab planes */
+	int64_t ph, pw, pplane; /* padded plane */
+	int64_t kvol, ch, m;
+	int64_t tplanes;       /* whole output planes per tile, or 0: ... */
+	int64_t trows;         /* ... output rows of one plane per tile */
+	int64_t tcols;         /* columns of the widest tile */
+};
+
+#define HP_SHIFT_TILE_COLS 2048
+/* Fewer input channels per group than this: im2col (K per sgemm too short). */
+#define HP_SHIFT_MIN_CH 8
+
+/* 0 if the geometry is stride 1 (else -1). */
+int hp_shift_init(struct hp_shift *s, const struct hp_colgeom *g, int64_t ch, int64_t m);
+/* Fraction of a tile's columns that are output positions (the rest is padding). */
+double hp_shift_useful(const struct hp_shift *s);
+#define HP_SHIFT_MIN_USEFUL 0.8
+size_t hp_shift_slab_floats(const struct hp_shift *s, int64_t planes);
+int64_t hp_shift_chunk(const struct hp_shift *s, size_t floats, size_t tmp);
+/* Slab of the output planes [d0, d1) from image x [ch][in volume]. */
+void hp_shift_slab(const struct hp_shift *s, const float *x, int64_t d0, int64_t d1, float *slab);
+/* Tiles of a chunk of `planes` output planes; tile t covers output rows
+ * (d * out[1] + h) [*r0, *r1); its span of slab columns. */
+int64_t hp_shift_ntiles(const struct hp_shift *s, int64_t planes);
+void hp_shift_tile_rows(const struct hp_shift *s, int64_t d0, int64_t d1, int64_t t, int64_t *r0, int64_t *r1);
+int64_t hp_shift_tile_span(const struct hp_shift *s, int64_t d0, int64_t r0, int64_t r1, int64_t *start);
+/* y[m][rows r0..r1) = bias + sum_k wk[k] ([m][ch]) x shifted slab; tmp holds m * tcols. */
+void hp_shift_tile(const struct hp_shift *s, const float *wk, const float *slab, int64_t d0, int64_t d1,
+		   int64_t r0, int64_t r1, float *tmp, float *y, int64_t ldy, const float *bias);
+/* col[ch * kvol][span] = flat im2col of the tile (padding columns included). */
+void hp_shift_flat_col(const struct hp_shift *s, const float *slab, int64_t d0, int64_t d1, int64_t r0, int64_t r1,
+		       float *col);
+/* tmp[m][span] = rows r0..r1 of y [m][ldy] at their slab columns, zeros between. */
+void hp_shift_pack_rows(const struct hp_shift *s, const float *y, int64_t ldy, int64_t d0, int64_t r0, int64_t r1,
+			float *tmp);
+/* Tests and benchmarks only: 0 auto, 1 shift path whenever the geometry
+ * allows (stride 1), -1 never; read when a Conv is prepared. */
+void hp_conv_set_shift(int mode);
+/* Benchmarks only: tile width target (0 restores the default). */
+void hp_shift_set_tile_cols(int64_t c);
+
 /* Parsed Conv / ConvTranspose node, kept in n->priv. */
 struct hp_conv {
 	int nd;                /* spatial dims of the ONNX tensors (1..3) */
@@ -46,6 +91,10 @@ struct hp_conv {
 	int64_t xvol, yvol;    /* spatial volume of X and Y */
 	int has_bias;
 	int direct;            /* Conv 1x1, stride 1, no pad: X is the column matrix */
+	int shift;             /* stride-1 Conv over padded slabs (struct hp_shift) */
+	struct hp_shift sh;
+	int wflip;             /* shift only: W is [cin][cout_g][k], used transposed and mirrored */
+	size_t workspace;      /* bytes (hp_conv_setup) */
 	struct hp_colgeom g;
 	int64_t ws_cols;       /* column-buffer capacity, in columns of kdim floats */
 	int64_t kdim;          /* rows of the column matrix (cin_g or cout_g) * kvol */
@@ -55,11 +104,20 @@ struct hp_conv {
  * set the output shape; errors name the node. */
 int hp_conv_parse(struct hp_graph *g, struct hp_node *n, int transpose, struct hp_conv *cv);
 
+/* Choose the path (direct, shift, im2col) and the workspace of a Conv. */
+void hp_conv_setup(struct hp_conv *cv);
+/* Y = Conv(X, W) + B (b may be NULL) with cv->workspace bytes at ws. */
+void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		     struct hp_pool *pool);
+
 /* 2 * MACs of a parsed node. */
 double hp_conv_flops(const struct hp_conv *cv);
 
 /* Column-buffer budget of one conv node (bytes); the kernel tiles within it. */
 #define HP_CONV_WS_MAX ((size_t)16 << 20)
+size_t hp_conv_ws_max(void);
+/* Tests and benchmarks only: override the budget (0 restores the default). */
+void hp_conv_set_ws_max(size_t b);
 
 /* Per-thread column tile target (bytes): small enough that the tile im2col
  * writes is still in cache when sgemm reads it; at least MIN_COLS columns

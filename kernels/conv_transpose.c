@@ -67,7 +67,7 @@ static int convt_prepare(struct hp_graph *g, struct hp_node *n)
 		free(cv);
 		return rc;
 	}
-	cap = (int64_t)(HP_CONV_WS_MAX / ((size_t)cv->kdim * sizeof(float)));
+	cap = (int64_t)(hp_conv_ws_max() / ((size_t)cv->kdim * sizeof(float)));
 	if (cap < 64)
 		cap = 64;
 	cv->ws_cols = cap < cv->xvol ? cap : cv->xvol;

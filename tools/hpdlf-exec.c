@@ -240,12 +240,16 @@ int exec_parse_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n)
 
 /* Small integer inputs are shape arguments (Reshape's shape, Expand's...)
  * or indices; scalars are bounds (Range, Clip).  Given as files, they are
- * bound as compile-time constants so that the operators they steer fold. */
+ * bound as compile-time constants so that the operators they steer fold.
+ * Level 1 (a retry when an operator needs a constant input) also binds
+ * any input of at most 64 elements (Resize's scales, roi). */
+static int bind_level;
+
 static int bindable(enum hp_dtype dt, const struct hp_shape *s)
 {
 	int64_t n = hp_shape_numel(s);
 
-	return n <= 1 || ((dt == HP_I64 || dt == HP_I32) && n <= 64);
+	return n <= 1 || ((dt == HP_I64 || dt == HP_I32 || bind_level > 0) && n <= 64);
 }
 
 static int bind_input(struct hp_graph *g, const struct named *in)
@@ -617,6 +621,25 @@ static int plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, con
 	return 0;
 }
 
+/* Load, fix input shapes and infer; when an operator needs a constant that
+ * the user gave as a small input file, once more with those bound. */
+static int load_model(const struct cli *c, struct hp_graph **g)
+{
+	int rc = hp_graph_load(c->model, g);
+
+	if (rc == 0)
+		rc = resolve_shapes(*g, c);
+	if (rc == 0)
+		rc = hp_graph_infer(*g);
+	if (rc == HP_EUNSUPPORTED && strstr(hp_errmsg(), "compile-time constant") && c->ninputs && !bind_level) {
+		hp_graph_free(*g);
+		*g = NULL;
+		bind_level = 1;
+		return load_model(c, g);
+	}
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	struct cli c = { 0 };
@@ -638,11 +661,7 @@ int main(int argc, char **argv)
 	}
 	if ((rc = exec_parse_tiers(&c, tiers, &ntiers)) != 0)
 		return rc;
-	rc = hp_graph_load(c.model, &g);
-	if (rc == 0)
-		rc = resolve_shapes(g, &c);
-	if (rc == 0)
-		rc = hp_graph_infer(g);
+	rc = load_model(&c, &g);
 	if (rc < 0)
 		goto out;
 	hp_exec_opts_init(&o, sizeof o);

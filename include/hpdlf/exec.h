@@ -61,6 +61,14 @@ struct hp_run_stats {
 };
 void hp_session_stats(const struct hp_session *s, struct hp_run_stats *st);
 
+/* Copy bytes [offset, offset + len) of value v (an index of the session's
+ * graph) out of or into the session: any value kept between runs (weights,
+ * optimizer and other run-to-run state, inputs, computed outputs).  Out of
+ * core the bytes are pinned a chunk at a time, so a value larger than the
+ * budget can be copied in pieces.  Used by checkpoints. */
+int hp_session_read_value(struct hp_session *s, int v, uint64_t offset, uint64_t len, void *dst);
+int hp_session_write_value(struct hp_session *s, int v, uint64_t offset, uint64_t len, const void *src);
+
 struct hs_store_stats;
 struct hs_tier_spec;
 /* Tiering statistics of the session's store (out of core); -ENOENT in core. */

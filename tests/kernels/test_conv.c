@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "hpdlf/error.h"
+#include "kernels/conv_impl.h"
 #include "tests/kernels/harness.h"
 
 struct cc {
@@ -295,6 +296,68 @@ static void test_conv_tiled_pool(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* Stride-1 convolutions on the padded-slab path (forced, whatever the
+ * heuristics): asymmetric and oversized pads, dilation, groups, 1-D/2-D,
+ * with tiles inside a plane or across planes, slabs cut into chunks by a
+ * small workspace, one and two threads; and the same cases on im2col. */
+static const struct cc shift_cases[] = {
+	{ 3, 0, 1, 8, 5, 1, V3(5, 6, 7), V3(3, 3, 3), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 3, 0, 2, 16, 6, 2, V3(4, 5, 9), V3(3, 2, 3), V3(1, 1, 1), V3(2, 1, 1), V3(2, 0, 1), V3(1, 1, 3), {0}, {0}, NULL, 1, 0, 1, 0 },
+	{ 3, 0, 1, 9, 4, 1, V3(6, 5, 4), V3(2, 2, 2), V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, {0}, {0}, "SAME_LOWER", 0, 1, 0, 0 },
+	{ 3, 0, 1, 8, 3, 1, V3(5, 7, 6), V3(3, 3, 3), V3(1, 1, 1), V3(1, 1, 1), V3(3, 0, 2), V3(0, 3, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 3, 0, 1, 10, 7, 1, V3(6, 6, 6), V3(3, 3, 3), V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, {0}, {0}, "VALID", 1, 1, 0, 0 },
+	{ 3, 0, 1, 3, 4, 1, V3(7, 4, 5), V3(3, 1, 3), V3(1, 1, 1), V3(1, 1, 1), V3(1, 0, 1), V3(1, 0, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 2, 8, 4, 1, V3(9, 11, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 1, 0, 2, 8, 3, 1, V3(13, 0, 0), V3(5, 0, 0), V3(1, 0, 0), V3(2, 0, 0), V3(2, 0, 0), V3(4, 0, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+};
+
+static void test_conv_shift(void **state)
+{
+	static const int64_t tile_cols[] = { 0, 7, 40, 150 };
+	static const size_t ws[] = { 0, 6000 * sizeof(float) };
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < sizeof shift_cases / sizeof shift_cases[0]; i++) {
+		hp_conv_set_shift(1);
+		for (size_t tc = 0; tc < 4; tc++)
+			for (size_t w = 0; w < 2; w++) {
+				hp_shift_set_tile_cols(tile_cols[tc]);
+				hp_conv_set_ws_max(ws[w]);
+				check(&shift_cases[i], 110 + (unsigned)i, NULL);
+				check(&shift_cases[i], 110 + (unsigned)i, pool);
+			}
+		hp_shift_set_tile_cols(0);
+		hp_conv_set_ws_max(0);
+		hp_conv_set_shift(-1);
+		check(&shift_cases[i], 110 + (unsigned)i, pool);
+		hp_conv_set_shift(0);
+	}
+	hp_pool_destroy(pool);
+}
+
+/* The planner's choices on the U-Net's shapes: slabs for wide stride-1 3x3x3
+ * layers, im2col for one input channel and for small planes. */
+static void test_shift_choice(void **state)
+{
+	struct hp_colgeom g = { .img = { 48, 48, 48 }, .grid = { 48, 48, 48 }, .k = { 3, 3, 3 },
+				.stride = { 1, 1, 1 }, .dil = { 1, 1, 1 }, .pad = { 1, 1, 1 } };
+	struct hp_shift s;
+
+	(void)state;
+	hp_colgeom_finish(&g);
+	assert_int_equal(hp_shift_init(&s, &g, 16, 16), 0);
+	assert_true(hp_shift_useful(&s) >= HP_SHIFT_MIN_USEFUL);
+	for (int i = 0; i < 3; i++)
+		g.img[i] = g.grid[i] = 6;
+	hp_colgeom_finish(&g);
+	assert_int_equal(hp_shift_init(&s, &g, 64, 64), 0);
+	assert_true(hp_shift_useful(&s) < HP_SHIFT_MIN_USEFUL);
+	g.stride[2] = 2;
+	assert_int_equal(hp_shift_init(&s, &g, 64, 64), -1);
+}
+
 static void test_determinism(void **state)
 {
 	static const struct cc t[] = {
@@ -383,6 +446,8 @@ int main(void)
 		cmocka_unit_test(test_conv_cases),
 		cmocka_unit_test(test_convt_cases),
 		cmocka_unit_test(test_conv_tiled_pool),
+		cmocka_unit_test(test_conv_shift),
+		cmocka_unit_test(test_shift_choice),
 		cmocka_unit_test(test_determinism),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_kernel_shape_dims),
