@@ -264,9 +264,22 @@ static int add_kernel(struct builder *b, int step)
 		if (rc == 0 && (b->nreaders[v] == 0 || b->readers[v][b->nreaders[v] - 1] != t))
 			rc = add_reader(b, v, t);
 	}
+	if (hp_plan_inplace(b->g, b->p, step)) {
+		/* writes over input 0: after every other reader of it; its
+		 * budget passes to output 0 */
+		int a = nd->inputs[0];
+		rc = arcs_made(b, t, a);
+		for (int i = 0; i < b->nreaders[a] && rc == 0; i++)
+			rc = edge(b, b->readers[a][i], t);
+		b->nreaders[a] = 0;
+		b->remover[a] = t;
+		b->res[a] = 0;
+		b->res[nd->outputs[0]] = 1;
+		set_maker(b, nd->outputs[0], t, t);
+	}
 	for (int o = 0; o < nd->noutputs && rc == 0; o++) {
 		int v = nd->outputs[o];
-		if (!managed(b->g, v))
+		if (!managed(b->g, v) || (o == 0 && b->maker[v] == t))
 			continue;
 		rc = edge(b, b->remover[v], t);
 		for (int i = 0; i < b->nreaders[v] && rc == 0; i++)
@@ -456,6 +469,8 @@ static void complete(struct hp_net *n, int i, int rc)
 		for (int o = 0; o < nd->noutputs; o++)
 			if (managed(g, nd->outputs[o]))
 				n->held[nd->outputs[o]] = 1;
+		if (hp_plan_inplace(g, n->s->plan, t->step))
+			n->held[nd->inputs[0]] = 0;
 	} else {
 		n->held[t->value] = t->kind == HP_TR_LOAD;
 	}

@@ -200,6 +200,31 @@ static int build_schedule(struct sim *m)
 	return 0;
 }
 
+int hp_plan_inplace(const struct hp_graph *g, const struct hp_plan *p, int s)
+{
+	const struct hp_node *n = &g->nodes[p->node[s]];
+	int a, b;
+
+	if (!(n->op->flags & (HP_OP_INPLACE | HP_OP_ALIAS)) || n->ninputs < 1 || n->noutputs < 1)
+		return 0;
+	a = n->inputs[0];
+	b = n->outputs[0];
+	if (a < 0 || b < 0 || g->values[a].kind != HP_VALUE_ACTIVATION || g->values[b].kind != HP_VALUE_ACTIVATION)
+		return 0;
+	if (p->last_use[a] != s || p->last_use[b] >= p->nsteps || g->values[a].next >= 0 || g->values[b].next >= 0)
+		return 0;
+	if (g->values[a].dtype != g->values[b].dtype)
+		return 0;
+	struct hp_tensor ta = { .dtype = g->values[a].dtype, .shape = g->values[a].shape };
+	struct hp_tensor tb = { .dtype = g->values[b].dtype, .shape = g->values[b].shape };
+	if (hp_tensor_bytes(&ta) != hp_tensor_bytes(&tb) || !hp_tensor_bytes(&ta))
+		return 0;
+	for (int j = 1; j < n->ninputs; j++)
+		if (n->inputs[j] == a && !(n->op->flags & HP_OP_INPLACE))
+			return 0;
+	return 1;
+}
+
 /* Bytes step s needs resident at once: distinct inputs, outputs, workspace. */
 static uint64_t step_need(struct sim *m, int s)
 {
@@ -214,7 +239,7 @@ static uint64_t step_need(struct sim *m, int s)
 			need += m->size[v];
 	}
 	for (int o = 0; o < n->noutputs; o++)
-		if (managed(m->g, n->outputs[o]))
+		if (managed(m->g, n->outputs[o]) && !(o == 0 && hp_plan_inplace(m->g, m->p, s)))
 			need += m->size[n->outputs[o]];
 	return need;
 }
@@ -233,12 +258,17 @@ static void pin_step(struct sim *m, const struct hp_node *n, int on, int s)
 		}
 }
 
-/* Inputs of step t that are below DRAM now and can be read in early. */
-static int loadable(struct sim *m, int v)
+/* Values below DRAM now that can be read in early (while step s runs):
+ * weights, inputs, and activations this run already produced and wrote. */
+static int loadable(struct sim *m, int v, int s)
 {
-	enum hp_value_kind k = m->g->values[v].kind;
+	const struct hp_value *val = &m->g->values[v];
 
-	return managed(m->g, v) && !m->resident[v] && (m->below[v] || k == HP_VALUE_INITIALIZER || k == HP_VALUE_INPUT);
+	if (!managed(m->g, v) || m->resident[v])
+		return 0;
+	if (val->kind == HP_VALUE_INITIALIZER || val->kind == HP_VALUE_INPUT)
+		return 1;
+	return m->below[v] && val->producer >= 0 && val->producer <= m->p->node[s];
 }
 
 /* While step s runs, read in the inputs of the next step that loads
@@ -256,7 +286,7 @@ static int preload(struct sim *m, int s, uint64_t ws)
 	for (t = s + 1; t < p->nsteps && t <= s + 8; t++) {
 		const struct hp_node *n = &g->nodes[p->node[t]];
 		for (int j = 0; j < n->ninputs; j++)
-			if (n->inputs[j] >= 0 && loadable(m, n->inputs[j]))
+			if (n->inputs[j] >= 0 && loadable(m, n->inputs[j], s))
 				bytes += m->size[n->inputs[j]];
 		if (bytes)
 			break;
@@ -290,7 +320,7 @@ static int preload(struct sim *m, int s, uint64_t ws)
 	}
 	for (int j = 0; j < n->ninputs; j++) {
 		int v = n->inputs[j];
-		if (v < 0 || !loadable(m, v))
+		if (v < 0 || !loadable(m, v, s))
 			continue;
 		set_resident(m, v, 1);
 		if ((rc = push(m, s, 1, v, HP_ACT_LOAD, t)) < 0)
@@ -324,6 +354,14 @@ static int simulate_step(struct sim *m, int s)
 		m->recs[m->nrecs - 1].nvictims = m->nrecs - 1 - first;
 		p->bytes_loaded += m->size[v];
 		p->loads++;
+	}
+	if (hp_plan_inplace(g, p, s)) {
+		/* output 0 takes input 0's bytes over */
+		set_resident(m, n->inputs[0], 0);
+		set_resident(m, n->outputs[0], 1);
+		m->dirty[n->outputs[0]] = 1;
+		m->below[n->outputs[0]] = 0;
+		m->pinned[n->outputs[0]] = 1;
 	}
 	for (int o = 0; o < n->noutputs; o++) {
 		int v = n->outputs[o];
@@ -540,6 +578,8 @@ static void warm_start(struct sim *m)
 
 	for (int v = 0; v < m->g->nvalues; v++) {
 		m->last_pin[v] = -1;
+		if (!m->persist[v])
+			m->below[v] = 0; /* this run's activations are written anew */
 		p->start_resident[v] = m->resident[v] && m->persist[v];
 		if (m->resident[v] && !m->persist[v])
 			set_resident(m, v, 0);

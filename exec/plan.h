@@ -66,6 +66,11 @@ struct hp_exec_opts;
  * store, measured speed model) for these session options. */
 void hp_plan_default_opts(const struct hp_exec_opts *o, struct hp_plan_opts *po);
 
+/* Step s writes its output 0 into input 0's tensor (the op allows it, the
+ * input dies there, same bytes, both activations of this run): the output
+ * takes the input's memory over. */
+int hp_plan_inplace(const struct hp_graph *g, const struct hp_plan *p, int s);
+
 int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
 void hp_plan_free(struct hp_plan *p);
 

@@ -276,12 +276,16 @@ int hp_rt_fire_kernel(struct hp_session *s, int step, struct hp_pool *pool, int 
 	struct hs_tensor *ws = NULL;
 	int rc;
 
+	int inplace = hp_plan_inplace(s->g, s->plan, step);
+
 	memset(in, 0, sizeof in);
 	memset(out, 0, sizeof out);
+	if (inplace)
+		s->ten[n->outputs[0]] = s->ten[n->inputs[0]];
 	rc = pin_io(s, n, in, out);
 	if (rc == 0 && n->workspace)
 		rc = pin_workspace(s, n, &ws, &a.ws);
-	if (rc == 0) {
+	if (rc == 0 && !(inplace && (n->op->flags & HP_OP_ALIAS))) {
 		double u0 = hp_trace_now_us(s->trace);
 		rc = n->op->run(n, &a);
 		if (s->trace)
@@ -292,6 +296,8 @@ int hp_rt_fire_kernel(struct hp_session *s, int step, struct hp_pool *pool, int 
 		hs_tensor_drop(ws);
 	}
 	unpin_io(s, n, in, out);
+	if (inplace)
+		s->ten[n->inputs[0]] = NULL;
 	return rc;
 }
 
