@@ -35,6 +35,7 @@ struct result {
 	double ms;
 	uint64_t peak_tensor, peak_rss, bytes_read, bytes_written;
 	double stall_ms;
+	double cpu_ms;          /* the child's user + system CPU time per iteration (robust on a busy machine) */
 	int ok;
 };
 
@@ -101,6 +102,9 @@ static struct result run(const char *model, const char *shape, uint64_t budget, 
 		res.ms = json_object_get_double(v);
 	res.peak_tensor = (uint64_t)jget(o, "tensor_peak_bytes");
 	res.peak_rss = (uint64_t)ru.ru_maxrss * 1024; /* measured by the kernel for the child */
+	res.cpu_ms = ((double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec) * 1e3 +
+		     ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) / 1e3;
+	res.cpu_ms /= reps;
 	/* bytes of the last (steady-state) run: loads from the spill tier and
 	 * from the model's own files, write-backs */
 	res.bytes_read = (uint64_t)jget(o, "run_bytes_loaded");
@@ -198,6 +202,7 @@ static void bench_model(const char *spec, int reps, int threads, double rd, doub
 		return;
 	}
 	json_object_object_add(m, "incore_ms", json_object_new_double(in.ms));
+	json_object_object_add(m, "incore_cpu_ms_per_iteration", json_object_new_double(in.cpu_ms));
 	json_object_object_add(m, "incore_peak_tensor_bytes", json_object_new_int64((int64_t)in.peak_tensor));
 	json_object_object_add(m, "incore_peak_rss_bytes", json_object_new_int64((int64_t)in.peak_rss));
 	fprintf(stderr, "%s: in core %.2f ms, tensor peak %.1f MiB, RSS %.1f MiB\n", spec, in.ms,
@@ -228,14 +233,16 @@ static void bench_model(const char *spec, int reps, int threads, double rd, doub
 		json_object_object_add(j, "io_limited", json_object_new_boolean(io_ms > in.ms));
 		json_object_object_add(j, "peak_rss_bytes", json_object_new_int64((int64_t)r.peak_rss));
 		json_object_object_add(j, "stall_ms", json_object_new_double(r.stall_ms));
+		json_object_object_add(j, "cpu_ms_per_iteration", json_object_new_double(r.cpu_ms));
+		json_object_object_add(j, "cpu_ratio_vs_incore", json_object_new_double(r.cpu_ms / in.cpu_ms));
 		json_object_object_add(j, "rss_over_budget_bytes",
 				       json_object_new_int64((int64_t)r.peak_rss - (int64_t)budget));
 		json_object_object_add(j, "bytes_read_per_run", json_object_new_double(per_run_rd));
 		json_object_object_add(j, "bytes_written_per_run", json_object_new_double(per_run_wr));
 		json_object_array_add(runs, j);
-		fprintf(stderr, "  budget %.0f%% (%.1f MiB): %.2f ms = %.3fx in core, bound %.2f ms (%s), RSS %.1f MiB, "
-				"read %.1f MiB/run, written %.1f MiB/run\n",
-			fractions[i] * 100, (double)budget / 1048576, r.ms, r.ms / in.ms, bound,
+		fprintf(stderr, "  budget %.0f%% (%.1f MiB): %.2f ms = %.3fx in core (CPU %.3fx), bound %.2f ms (%s), "
+				"RSS %.1f MiB, read %.1f MiB/run, written %.1f MiB/run\n",
+			fractions[i] * 100, (double)budget / 1048576, r.ms, r.ms / in.ms, r.cpu_ms / in.cpu_ms, bound,
 			io_ms > in.ms ? "I/O" : "compute", (double)r.peak_rss / 1048576, per_run_rd / 1048576,
 			per_run_wr / 1048576);
 	}
