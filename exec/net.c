@@ -504,7 +504,10 @@ static int fire(struct hp_net *n, int i, int worker, int cls)
 static void work(struct hp_net *n, int cls, int worker)
 {
 	while (!run_done(n)) {
-		struct heap *h = n->ready[CL_ANY].n ? &n->ready[CL_ANY] : &n->ready[cls];
+		/* drops (cheap, but munmap) go to the I/O queues first: kernels
+		 * never wait behind them while an I/O thread is idle */
+		struct heap *h = cls == CL_IO ? (n->ready[CL_ANY].n ? &n->ready[CL_ANY] : &n->ready[cls])
+					      : (n->ready[cls].n ? &n->ready[cls] : &n->ready[CL_ANY]);
 		if (!h->n || n->err) {
 			double t0 = now_ms();
 			pthread_cond_wait(&n->cv, &n->mu);

@@ -443,9 +443,13 @@ static void progress(const struct cli *c, int done, double elapsed_ms, int tty)
 {
 	double per = elapsed_ms / done, eta = per * (c->iterations - done) / 1e3;
 	int width = 30, fill = done * width / c->iterations;
+	static double last = -1e9;
 
 	if (c->quiet || c->iterations < 2)
 		return;
+	if (tty && done < c->iterations && elapsed_ms - last < 100)
+		return; /* redraw at most ten times a second */
+	last = elapsed_ms;
 	if (tty) {
 		fprintf(stderr, "\r[%.*s%*s] %d/%d  %.2f ms/it  ETA %d:%02d ", fill, "==============================",
 			width - fill, "", done, c->iterations, per, (int)eta / 60, (int)eta % 60);
