@@ -53,6 +53,7 @@ struct hp_net {
 	int nworkers, nio;
 	struct hp_pool **pools; /* per compute worker; [0] is the session's with one worker */
 	int own_pool0;
+	uint64_t reserved;      /* budget held apart: the workers' kernel scratch */
 	pthread_t *threads;
 	int nthreads;
 	struct hp_net_stats st;
@@ -250,12 +251,9 @@ static int add_kernel(struct builder *b, int step)
 {
 	const struct hp_node *nd = &b->g->nodes[b->p->node[step]];
 	int t = new_tr(b, HP_TR_KERNEL, -1, step), rc = 0;
-	int64_t ws = (int64_t)((nd->workspace + 4095) / 4096 * 4096);
 
 	if (t < 0)
-		return t;
-	b->n->tr[t].need = ws;
-	b->n->tr[t].release = ws;
+		return t; /* scratch is the workers' own, reserved apart */
 	for (int j = 0; j < nd->ninputs && rc == 0; j++) {
 		int v = nd->inputs[j];
 		if (!managed(b->g, v))
@@ -496,7 +494,7 @@ static int fire(struct hp_net *n, int i, int worker, int cls)
 	int lane = cls == CL_COMPUTE ? HP_LANE_COMPUTE + worker : HP_LANE_IO + worker;
 
 	if (t->kind == HP_TR_KERNEL)
-		return hp_rt_fire_kernel(n->s, t->step, n->pools[worker], lane);
+		return hp_rt_fire_kernel(n->s, t->step, worker, n->pools[worker], lane);
 	return hp_rt_fire_io(n->s, t->kind, t->value, t->first, t->nchunks, lane);
 }
 
@@ -565,7 +563,7 @@ int hp_net_run(struct hp_net *n)
 	for (int v = 0; v < n->s->g->nvalues; v++)
 		if (n->held[v])
 			held += (int64_t)n->vsize[v];
-	n->free_tokens = (int64_t)n->s->opts.budget - held;
+	n->free_tokens = (int64_t)n->s->opts.budget - (int64_t)n->reserved - held;
 	for (int i = 0; i < n->ntr; i++) {
 		const struct tr *t = &n->tr[i];
 		n->deps_left[i] = t->ndeps;
@@ -644,6 +642,7 @@ int hp_net_create(struct hp_session *s, int workers, int io_threads, struct hp_n
 		return hp_error(-ENOMEM, "out of memory");
 	n->s = s;
 	n->nworkers = workers < 1 ? 1 : workers;
+	n->reserved = hp_plan_max_workspace(s->g) * (uint64_t)n->nworkers;
 	n->nio = io_threads < 1 ? 1 : io_threads;
 	pthread_mutex_init(&n->mu, NULL);
 	pthread_cond_init(&n->cv, NULL);

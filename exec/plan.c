@@ -120,6 +120,8 @@ static uint64_t ws_size(const struct sim *m, const struct hp_node *n)
 {
 	uint64_t a = m->o->align > 1 ? m->o->align : 1;
 
+	if (m->o->workspace)
+		return 0; /* reserved once for all steps */
 	return (n->workspace + a - 1) / a * a;
 }
 
@@ -657,9 +659,10 @@ int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct
 	m.budget = o->budget ? o->budget - (o->budget > o->workspace ? o->workspace : o->budget) : UINT64_MAX / 2;
 	if (o->budget && p->min_budget > o->budget) {
 		const struct hp_node *n = &g->nodes[p->node[p->min_step]];
-		rc = hp_node_error(g, n, HP_EBUDGET, "needs %llu bytes at once (inputs, outputs and workspace), "
-				   "more than the budget of %llu bytes; the smallest budget that works is %llu bytes "
-				   "(--budget %lluK)", (unsigned long long)(p->min_budget - o->workspace),
+		rc = hp_node_error(g, n, HP_EBUDGET, "needs %llu bytes at once (inputs, outputs and workspace) "
+				   "beside %llu bytes of kernel scratch, more than the budget of %llu bytes; the smallest "
+				   "budget that works is %llu bytes (--budget %lluK)",
+				   (unsigned long long)(p->min_budget - o->workspace), (unsigned long long)o->workspace,
 				   (unsigned long long)o->budget, (unsigned long long)p->min_budget,
 				   (unsigned long long)((p->min_budget + 1023) / 1024));
 		goto fail;
@@ -670,6 +673,7 @@ int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct
 	if (rc != 0)
 		goto fail;
 	hoist_loads(&m);
+	p->peak_bytes += o->workspace;
 	rc = emit_acts(&m);
 	if (rc < 0)
 		goto fail;

@@ -240,7 +240,7 @@ int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct h
 		goto fail;
 	if (o->trace_path && (rc = hp_trace_open(o->trace_path, &s->trace)) < 0)
 		goto fail;
-	if (s->ws_size && !(s->ws = aligned_alloc(64, (s->ws_size + 63) / 64 * 64))) {
+	if (s->ws_size && !o->budget && !(s->ws = aligned_alloc(64, (s->ws_size + 63) / 64 * 64))) {
 		rc = hp_error(-ENOMEM, "out of memory for %zu bytes of kernel workspace", s->ws_size);
 		goto fail;
 	}
