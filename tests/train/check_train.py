@@ -8,8 +8,8 @@ train_adam.json: the loss of every step of the same training in PyTorch
 1.13 (made outside this project).  Checks:
   - every step's loss within 1e-3 relative of PyTorch's, in core;
   - out of core at 25% of the in-core tensor peak (or, where one operator
-    alone needs more than that, at 1.5x the smallest budget the planner
-    names; HPDLF_TRAIN_STRICT_BUDGET=1 refuses that fallback) the losses
+    alone needs more than that, at the smallest budget the planner
+    names: at that one; HPDLF_TRAIN_STRICT_BUDGET=1 refuses that fallback) the losses
     are bitwise the in-core ones;
   - --resume from a checkpoint continues with bitwise the same losses, in
     core, out of core and with --shuffle;
@@ -72,7 +72,7 @@ def ooc_budget(exe, args, peak, tmp):
     if rc == 0 or not m or os.environ.get("HPDLF_TRAIN_STRICT_BUDGET") == "1":
         return b, ""
     need = int(m.group(1))
-    return need * 3 // 2, " (25%% = %d B is below the %d B one operator needs: 1.5x that)" % (b, need)
+    return need, " (25%% = %d B is below the %d B one operator needs: that)" % (b, need)
 
 
 def check_model(exe, folder, opt, tmp):
