@@ -253,7 +253,12 @@ static int add_kernel(struct builder *b, int step)
 	int t = new_tr(b, HP_TR_KERNEL, -1, step), rc = 0;
 
 	if (t < 0)
-		return t; /* scratch is the workers' own, reserved apart */
+		return t;
+	if (!b->n->reserved) { /* scratch per kernel, else the workers' own */
+		int64_t ws = (int64_t)((nd->workspace + 4095) / 4096 * 4096);
+		b->n->tr[t].need = ws;
+		b->n->tr[t].release = ws;
+	}
 	for (int j = 0; j < nd->ninputs && rc == 0; j++) {
 		int v = nd->inputs[j];
 		if (!managed(b->g, v))
@@ -642,7 +647,7 @@ int hp_net_create(struct hp_session *s, int workers, int io_threads, struct hp_n
 		return hp_error(-ENOMEM, "out of memory");
 	n->s = s;
 	n->nworkers = workers < 1 ? 1 : workers;
-	n->reserved = hp_plan_max_workspace(s->g) * (uint64_t)n->nworkers;
+	n->reserved = s->nscratch ? hp_plan_max_workspace(s->g) * (uint64_t)n->nworkers : 0;
 	n->nio = io_threads < 1 ? 1 : io_threads;
 	pthread_mutex_init(&n->mu, NULL);
 	pthread_cond_init(&n->cv, NULL);

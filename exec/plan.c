@@ -1,6 +1,7 @@
 /* Static memory planner: Belady eviction, write-back of live dirty values,
  * budget-aware load hoisting and a pipeline time model.  See plan.h. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -659,10 +660,13 @@ int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct
 	m.budget = o->budget ? o->budget - (o->budget > o->workspace ? o->workspace : o->budget) : UINT64_MAX / 2;
 	if (o->budget && p->min_budget > o->budget) {
 		const struct hp_node *n = &g->nodes[p->node[p->min_step]];
-		rc = hp_node_error(g, n, HP_EBUDGET, "needs %llu bytes at once (inputs, outputs and workspace) "
-				   "beside %llu bytes of kernel scratch, more than the budget of %llu bytes; the smallest "
-				   "budget that works is %llu bytes (--budget %lluK)",
-				   (unsigned long long)(p->min_budget - o->workspace), (unsigned long long)o->workspace,
+		char scratch[96] = "";
+		if (o->workspace)
+			snprintf(scratch, sizeof scratch, " beside %llu bytes of kernel scratch",
+				 (unsigned long long)o->workspace);
+		rc = hp_node_error(g, n, HP_EBUDGET, "needs %llu bytes at once (inputs, outputs and workspace)%s, "
+				   "more than the budget of %llu bytes; the smallest budget that works is %llu bytes "
+				   "(--budget %lluK)", (unsigned long long)(p->min_budget - o->workspace), scratch,
 				   (unsigned long long)o->budget, (unsigned long long)p->min_budget,
 				   (unsigned long long)((p->min_budget + 1023) / 1024));
 		goto fail;
@@ -685,6 +689,28 @@ fail:
 	sim_free(&m);
 	hp_plan_free(p);
 	return rc;
+}
+
+uint64_t hp_plan_min_budget(const struct hp_graph *g, const struct hp_plan_opts *o, int *step)
+{
+	struct sim m = { .g = g, .o = o };
+	struct hp_plan *p = calloc(1, sizeof *p);
+	uint64_t minb = 0;
+
+	if (!p)
+		return 0;
+	m.p = p;
+	if (sim_alloc(&m, g->nvalues, g->nnodes) == 0 && build_schedule(&m) == 0) {
+		min_budget(&m);
+		minb = p->min_budget;
+		if (step)
+			*step = p->min_step;
+	}
+	p->use_start = m.use_start;
+	p->uses = m.uses;
+	sim_free(&m);
+	hp_plan_free(p);
+	return minb;
 }
 
 void hp_plan_free(struct hp_plan *p)

@@ -68,6 +68,8 @@ struct hp_exec_opts;
 void hp_plan_default_opts(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_opts *po);
 /* Task-net compute workers for these options and thread count. */
 int hp_exec_workers(const struct hp_exec_opts *o, int threads);
+/* The smallest budget under these options (the largest single step's need). */
+uint64_t hp_plan_min_budget(const struct hp_graph *g, const struct hp_plan_opts *o, int *step);
 /* Largest kernel workspace of the graph, rounded to the store's 4 KiB. */
 uint64_t hp_plan_max_workspace(const struct hp_graph *g);
 

@@ -77,6 +77,10 @@ void hp_plan_default_opts(const struct hp_graph *g, const struct hp_exec_opts *o
 	 * kernels never fault fresh scratch pages in */
 	po->workspace = hp_plan_max_workspace(g) * (uint64_t)hp_exec_workers(o, threads);
 	po->align = 4096; /* the store's unit of DRAM accounting */
+	/* ...unless the budget is too tight for that: then each kernel's
+	 * scratch is its own, counted with the kernel's step */
+	if (po->workspace && po->budget && po->budget < hp_plan_min_budget(g, po, NULL))
+		po->workspace = 0;
 	po->gflops = hp_exec_measure_gflops(o && o->threads > 0 ? o->threads : hp_exec_online_cpus());
 	po->read_MBps = DEFAULT_READ_MBPS;
 	po->write_MBps = DEFAULT_WRITE_MBPS;
@@ -98,6 +102,17 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 	out->peak_bytes = p->peak_bytes;
 	out->min_budget = p->min_budget;
 	out->min_node = p->nsteps ? g->nodes[p->node[p->min_step]].name : "";
+	if (po.workspace) { /* per-kernel scratch may fit a smaller budget */
+		uint64_t ws = po.workspace, m;
+		int step = 0;
+		po.workspace = 0;
+		m = hp_plan_min_budget(g, &po, &step);
+		if (m && m < out->min_budget) {
+			out->min_budget = m;
+			out->min_node = g->nodes[p->node[step]].name;
+		}
+		po.workspace = ws;
+	}
 	out->bytes_loaded = p->bytes_loaded;
 	out->bytes_written = p->bytes_written;
 	out->loads = p->loads;

@@ -203,7 +203,7 @@ int hp_rt_create(struct hp_session *s)
 		if (g->values[v].kind == HP_VALUE_INITIALIZER && s->plan->last_use[v] >= 0 &&
 		    (rc = place_initializer(s, v)) < 0)
 			return rc;
-	rc = create_scratch(s, workers);
+	rc = po.workspace ? create_scratch(s, workers) : 0;
 	if (rc == 0)
 		rc = hp_net_create(s, workers, nio, &s->net);
 	if (rc == 0 && s->trace)
@@ -280,12 +280,27 @@ static void unpin_io(struct hp_session *s, const struct hp_node *n, const struct
 			hs_unpin(s->ten[n->outputs[o]], 0, HS_ALL);
 }
 
+/* Per-kernel scratch (tight budgets): a store tensor of exactly this node's
+ * size for the kernel's duration, counted with its step like the net does. */
+static int pin_workspace(struct hp_session *s, const struct hp_node *n, struct hs_tensor **t, void **p)
+{
+	struct hs_tensor_info ti = { .bytes = n->workspace, .dtype = HP_U8, .shape = { 1, { (int64_t)n->workspace } } };
+	int rc = hs_tensor_create(s->store, &ti, t);
+
+	if (rc == 0 && (rc = hs_pin(*t, 0, HS_ALL, HS_PIN_OVERWRITE, p)) < 0) {
+		hs_tensor_drop(*t);
+		*t = NULL;
+	}
+	return rc < 0 ? hp_node_error(s->g, n, rc, "workspace of %zu bytes: %s", n->workspace, hp_errmsg()) : 0;
+}
+
 int hp_rt_fire_kernel(struct hp_session *s, int step, int worker, struct hp_pool *pool, int lane)
 {
 	const struct hp_node *n = &s->g->nodes[s->plan->node[step]];
 	struct hp_tensor in[n->ninputs + 1], out[n->noutputs + 1];
 	struct hp_kargs a = { .nin = n->ninputs, .in = in, .nout = n->noutputs, .out = out,
 			      .ws_size = n->workspace, .pool = pool };
+	struct hs_tensor *ws = NULL;
 	int rc;
 
 	int inplace = hp_plan_inplace(s->g, s->plan, step);
@@ -295,13 +310,19 @@ int hp_rt_fire_kernel(struct hp_session *s, int step, int worker, struct hp_pool
 	if (inplace)
 		s->ten[n->outputs[0]] = s->ten[n->inputs[0]];
 	rc = pin_io(s, n, in, out);
-	if (n->workspace)
+	if (rc == 0 && n->workspace && s->nscratch)
 		a.ws = s->scratch_ptr[worker];
+	else if (rc == 0 && n->workspace)
+		rc = pin_workspace(s, n, &ws, &a.ws);
 	if (rc == 0 && !(inplace && (n->op->flags & HP_OP_ALIAS))) {
 		double u0 = hp_trace_now_us(s->trace);
 		rc = n->op->run(n, &a);
 		if (s->trace)
 			hp_trace_span(s->trace, lane, n->op_type, n->name, u0, hp_trace_now_us(s->trace));
+	}
+	if (ws) {
+		hs_unpin(ws, 0, HS_ALL);
+		hs_tensor_drop(ws);
 	}
 	unpin_io(s, n, in, out);
 	if (inplace)
