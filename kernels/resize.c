@@ -256,7 +256,10 @@ static int rs_inputs(struct hp_graph *g, struct hp_node *n, const struct hp_valu
 static int rs_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	const struct hp_value *x = hpks_in(g, n, 0);
-	int legacy = !strcmp(n->op_type, "Upsample") || n->ninputs == 2 || g->opset < 11, rc, rank = x->shape.rank;
+	/* The input layout tells the form: (X, scales) or Upsample is opset <= 10;
+	 * (X, roi, scales, sizes) is 11+, also what the importer rewrites
+	 * Upsample and Resize-10 into, whatever the graph's opset. */
+	int legacy = !strcmp(n->op_type, "Upsample") || n->ninputs <= 2, rc, rank = x->shape.rank;
 	struct rs_cfg c;
 	struct hp_shape os = x->shape;
 	struct rs_priv *p;

@@ -14,6 +14,7 @@
 
 #include "hpdlf/error.h"
 #include "hpdlf/train.h"
+#include "hpdlf/store.h"
 #include "tools/exec_cli.h"
 #include "tools/train_progress.h"
 
@@ -63,12 +64,11 @@ static int parse_optimizer(const char *s, struct hp_train_spec *sp)
 
 static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 {
+	static struct hs_tier_spec tiers[HS_MAX_TIERS];
 	int rc;
 
 	if (c->ninputs || c->noutputs || c->output_dir)
 		return usage("%s", "--input/--output/--output-dir are for inference; training reads --data/--labels");
-	if (c->ntiers || c->store || c->hostfile)
-		return usage("%s is not available in this version yet", c->ntiers ? "--tier" : "--store/--hostfile");
 	if (c->plan || c->plan_dot)
 		return usage("%s", "--plan/--plan-dot are not available with --train yet");
 	if (!c->data)
@@ -84,6 +84,9 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	hp_trainer_opts_init(o, sizeof *o);
 	if ((rc = parse_loss(c->loss, &o->spec)) || (rc = parse_optimizer(c->optimizer, &o->spec)))
 		return rc;
+	if ((rc = exec_store_tiers(c, tiers, &o->ntiers)) != 0)
+		return rc;
+	o->tiers = tiers;
 	o->spec.lr = c->lr_given ? c->lr : o->spec.optimizer == HP_OPT_SGD ? 0.01 : 0.001;
 	o->spec.momentum = c->momentum_given ? c->momentum : 0;
 	o->spec.weight_decay = c->weight_decay_given ? c->weight_decay : -1;

@@ -659,11 +659,7 @@ int main(int argc, char **argv)
 		return rc;
 	if (c.train)
 		return exec_train_main(&c);
-	if (c.store || c.hostfile) {
-		fprintf(stderr, "hpdlf-exec: --store/--hostfile is not available in this version yet\n");
-		return 2;
-	}
-	if ((rc = exec_parse_tiers(&c, tiers, &ntiers)) != 0)
+	if ((rc = exec_store_tiers(&c, tiers, &ntiers)) != 0)
 		return rc;
 	rc = load_model(&c, &g);
 	if (rc < 0)

@@ -101,11 +101,16 @@ struct hp_trainer_opts {
 	/* Called while a checkpoint is written (bytes done, total); a test hook. */
 	void (*checkpoint_progress)(void *arg, uint64_t done, uint64_t total);
 	void *checkpoint_arg;
+	/* Lower tiers of the store out of core (0: a spill file in $TMPDIR);
+	 * as struct hp_exec_opts's. */
+	int ntiers;
+	const struct hs_tier_spec *tiers;
 };
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size);
 
 struct hp_trainer;
+struct hs_tier_spec;
 
 /* Load the model, fix its input's batch dim, check the data against it
  * (HP_EDATA / HP_ESHAPE name the file, the dims and dtypes that differ),
