@@ -443,9 +443,13 @@ static void progress(const struct cli *c, int done, double elapsed_ms, int tty)
 {
 	double per = elapsed_ms / done, eta = per * (c->iterations - done) / 1e3;
 	int width = 30, fill = done * width / c->iterations;
+	static double last = -1e9;
 
 	if (c->quiet || c->iterations < 2)
 		return;
+	if (tty && done < c->iterations && elapsed_ms - last < 100)
+		return; /* redraw at most ten times a second */
+	last = elapsed_ms;
 	if (tty) {
 		fprintf(stderr, "\r[%.*s%*s] %d/%d  %.2f ms/it  ETA %d:%02d ", fill, "==============================",
 			width - fill, "", done, c->iterations, per, (int)eta / 60, (int)eta % 60);
@@ -544,11 +548,13 @@ static void print_summary(struct hp_session *s, const struct cli *c, const struc
 		fprintf(stderr, " vs budget %s (%.0f%%)", hp_format_size(c->budget, b, sizeof b),
 			100.0 * (double)peak_rss_bytes() / (double)c->budget);
 	fputc('\n', stderr);
-	if (hp_session_run_info(s, &ri) == 0 && ri.transitions)
+	if (hp_session_run_info(s, &ri) == 0 && ri.transitions) {
+		char l[32], w[32];
 		fprintf(stderr, "hpdlf-exec:   task net: %d transitions, %d worker%s + %d I/O queues; last run: "
-				"stalled on I/O %.3f ms, %llu loads, %llu write-backs, %llu evictions\n",
+				"stalled on I/O %.3f ms, loaded %s, written %s\n",
 			ri.transitions, ri.workers, ri.workers > 1 ? "s" : "", ri.io_threads, ri.stall_ms,
-			(unsigned long long)ri.loads, (unsigned long long)ri.writebacks, (unsigned long long)ri.evictions);
+			hp_format_size(ri.bytes_loaded, l, sizeof l), hp_format_size(ri.bytes_written, w, sizeof w));
+	}
 }
 
 static int summarize(struct hp_session *s, const struct cli *c, double *ms, double wall)
@@ -579,6 +585,8 @@ static int summarize(struct hp_session *s, const struct cli *c, double *ms, doub
 	if (hp_session_run_info(s, &ri) == 0 && ri.transitions) {
 		json_object_object_add(o, "stall_ms", json_object_new_double(ri.stall_ms));
 		json_object_object_add(o, "transitions", json_object_new_int(ri.transitions));
+		json_object_object_add(o, "run_bytes_loaded", json_object_new_int64((int64_t)ri.bytes_loaded));
+		json_object_object_add(o, "run_bytes_written", json_object_new_int64((int64_t)ri.bytes_written));
 	}
 	json_object *tiers = json_object_new_object();
 	tier_summary(s, c, tiers);
