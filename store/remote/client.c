@@ -5,8 +5,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "hpdlf/error.h"
 #include "store/remote/client.h"
+#include "store/remote/remote.h"
 
 static int reply_error(const char *where, const hs_msg *m, const char *what)
 {
@@ -187,5 +190,84 @@ int hs_rconn_trycall(struct hs_rconn *c, hs_msg *req, hs_msg **rep, int timeout_
 		return -EBUSY;
 	int rc = call_locked(c, req, rep, timeout_ms);
 	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+static void take_stat(const Hpdlf__Store__StatInfo *s, struct hs_remote_stat *o)
+{
+	o->stat_version = s->stat_version;
+	o->capacity = s->capacity;
+	o->used = s->used;
+	o->extents = s->chunks;
+	o->named = s->named;
+	o->rss = s->rss;
+	o->clients = s->clients;
+	o->clients_ready = s->clients_ready;
+	o->uptime_ms = s->uptime_ms;
+	snprintf(o->provider, sizeof o->provider, "%s", s->provider ? s->provider : "");
+	o->connections = s->connections;
+	o->auth_failures = s->auth_failures;
+	o->leases_expired = s->leases_expired;
+	o->allocs = s->allocs;
+	o->alloc_failures = s->alloc_failures;
+	o->frees = s->frees;
+	o->lease_frees = s->lease_frees;
+	o->bytes_allocated = s->bytes_allocated;
+	o->bytes_freed = s->bytes_freed;
+	o->publishes = s->publishes;
+	o->lookups = s->lookups;
+	o->lookup_misses = s->lookup_misses;
+	o->removes = s->removes;
+	o->lists = s->lists;
+	o->stats = s->stats;
+	o->errors = s->errors;
+	for (size_t i = 0; i < s->n_tiers && o->ntiers < HS_REMOTE_STAT_MAX_TIERS; i++) {
+		const Hpdlf__Store__TierStat *t = s->tiers[i];
+		struct hs_remote_tier_stat *d = &o->tier[o->ntiers++];
+		snprintf(d->kind, sizeof d->kind, "%s", t->kind ? t->kind : "");
+		d->capacity = t->capacity;
+		d->used = t->used;
+		d->extents = t->extents;
+		d->named = t->named;
+		d->allocs = t->allocs;
+		d->frees = t->frees;
+		d->bytes_allocated = t->bytes_allocated;
+		d->bytes_freed = t->bytes_freed;
+	}
+}
+
+int hs_remote_stat(const char *endpoint, const char *token_file, int timeout_ms, struct hs_remote_stat *out)
+{
+	Hpdlf__Store__Stat st = HPDLF__STORE__STAT__INIT;
+	hs_msg m = HPDLF__STORE__MSG__INIT, *rep = NULL;
+	struct hs_secret s;
+	struct hs_rconn *c;
+	char host[256];
+	unsigned port;
+	int rc;
+
+	memset(out, 0, sizeof *out);
+	if (timeout_ms <= 0)
+		timeout_ms = 3000;
+	if ((rc = hs_split_hostport(endpoint, host, sizeof host, &port, 0)) < 0)
+		return rc;
+	snprintf(out->daemon, sizeof out->daemon, "%s", endpoint);
+	if ((rc = hs_secret_load(token_file, &s)) < 0)
+		return rc;
+	rc = hs_rconn_open(endpoint, &s, timeout_ms, &c);
+	sodium_memzero(&s, sizeof s);
+	if (rc < 0)
+		return rc;
+	m.body_case = HPDLF__STORE__MSG__BODY_STAT;
+	m.stat = &st;
+	rc = hs_rconn_call(c, &m, &rep, timeout_ms);
+	if (rc >= 0 && !rep->reply->stat)
+		rc = hp_error(HP_EPROTO, "daemon %s: Stat answered without statistics", endpoint);
+	if (rc >= 0) {
+		take_stat(rep->reply->stat, out);
+		rc = 0;
+	}
+	hs_wire_free(rep);
+	hs_rconn_close(c);
 	return rc;
 }

@@ -131,6 +131,7 @@ int hs_daemon_open(const struct hs_daemon_config *c, struct hs_daemon **out)
 		return -ENOMEM;
 	d->cfg = *c;
 	d->lfd = -1;
+	d->start_ms = hs_now_ms();
 	d->stop_pipe[0] = d->stop_pipe[1] = -1;
 	snprintf(d->listen, sizeof d->listen, "%s", c->listen ? c->listen : "");
 	if (!d->cfg.lease_ms)
@@ -208,6 +209,7 @@ static void accept_one(struct hs_daemon *d)
 		return;
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	d->n.connections++;
 	c->fd = fd;
 	c->last_ms = hs_now_ms();
 	snprintf(c->peer, sizeof c->peer, "%s:%u", host,
@@ -236,6 +238,7 @@ static int on_hello(struct hs_daemon *d, struct dclient *c, const hs_msg *m)
 		snprintf(text, sizeof text, "daemon %s speaks protocol version %d, the client %u", d->bound,
 			 HS_WIRE_VERSION, h->version);
 		hp_log(HP_LOG_WARN, "client %s refused: %s", c->peer, text);
+		d->n.auth_failures++;
 		send_reply(c, m->seq, HP_EPROTO, text);
 		return -1;
 	}
@@ -300,12 +303,14 @@ static int on_auth(struct hs_daemon *d, struct dclient *c, const hs_msg *m)
 		snprintf(text, sizeof text, "authentication refused by daemon %s: the client sent no token "
 			 "(give it --token-file F or HPDLF_TOKEN_FILE)", d->bound);
 		hp_log(HP_LOG_WARN, "client %s refused: no token", c->peer);
+		d->n.auth_failures++;
 		send_reply(c, m->seq, HP_EAUTH, text);
 		return -1;
 	}
 	if (!hs_auth_check(&d->secret, "hpdlf-c1", c->cnonce, c->snonce, a->mac.data, a->mac.len)) {
 		snprintf(text, sizeof text, "authentication refused by daemon %s: wrong token", d->bound);
 		hp_log(HP_LOG_WARN, "client %s refused: wrong token", c->peer);
+		d->n.auth_failures++;
 		send_reply(c, m->seq, HP_EAUTH, text);
 		return -1;
 	}
@@ -420,6 +425,7 @@ static void expire(struct hs_daemon *d)
 		struct dclient *c = d->cl[i];
 		uint64_t limit = c->state == C_READY ? d->cfg.lease_ms : AUTH_TIMEOUT_MS;
 		if (now - c->last_ms > limit) {
+			d->n.leases_expired += c->state == C_READY;
 			drop_client(d, i, c->state == C_READY ? "lease expired (silent client)"
 							      : "no authentication in time");
 			continue;

@@ -20,6 +20,16 @@ struct dregion {
 	const char *kind;       /* "dram", "pmem" */
 	struct hs_extents *ext;
 	int fd;                 /* pmem: the mapped file */
+	/* Counters for Stat: extents and bytes now, and since the start. */
+	uint64_t used, extents, named;
+	uint64_t allocs, frees, bytes_allocated, bytes_freed;
+};
+
+/* Daemon-wide counters for Stat (only the control thread touches them). */
+struct dcounters {
+	uint64_t connections, auth_failures, leases_expired;
+	uint64_t allocs, alloc_failures, frees, lease_frees, bytes_allocated, bytes_freed;
+	uint64_t publishes, lookups, lookup_misses, removes, lists, stats, errors;
 };
 
 /* One extent handed out: owned by a client (lease) or named (owner 0). */
@@ -64,6 +74,8 @@ struct hs_daemon {
 	void *by_addr;          /* tsearch tree of struct dalloc by addr */
 	void *by_name;          /* tsearch tree of named struct dalloc by name */
 	uint64_t nallocs, nnamed, used;
+	struct dcounters n;     /* request counters */
+	uint64_t start_ms;      /* hs_now_ms() at open */
 	char catalog[600];      /* pmem: PATH.names, the named extents */
 };
 

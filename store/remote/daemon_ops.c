@@ -67,7 +67,16 @@ static void release(struct hs_daemon *d, struct dalloc *a)
 	if (a->name) {
 		tdelete(a, &d->by_name, by_name);
 		d->nnamed--;
+		if (r)
+			r->named--;
 	}
+	if (r) {
+		r->used -= a->len;
+		r->extents--;
+		r->frees++;
+		r->bytes_freed += a->len;
+	}
+	d->n.bytes_freed += a->len;
 	if (r && hs_extents_free(r->ext, a->addr, a->len) == 0 && r->fd < 0 &&
 	    !(d->fab.mr_mode & (FI_MR_ALLOCATED | FI_MR_LOCAL)))
 		/* Pages go back to the node (and the next owner sees zeroes); not for
@@ -83,6 +92,7 @@ static void release(struct hs_daemon *d, struct dalloc *a)
 static int record(struct hs_daemon *d, uint64_t addr, uint64_t len, uint64_t owner, struct dalloc **out)
 {
 	struct dalloc *a = calloc(1, sizeof *a);
+	struct dregion *r = region_of(d, addr);
 
 	if (!a)
 		return -ENOMEM;
@@ -95,6 +105,10 @@ static int record(struct hs_daemon *d, uint64_t addr, uint64_t len, uint64_t own
 	}
 	d->used += len;
 	d->nallocs++;
+	if (r) {
+		r->used += len;
+		r->extents++;
+	}
 	*out = a;
 	return 0;
 }
@@ -138,6 +152,7 @@ void hs_daemon_release_client(struct hs_daemon *d, struct dclient *c)
 		bytes += col.v[i]->len;
 		release(d, col.v[i]);
 	}
+	d->n.lease_frees += col.n;
 	free(col.v);
 	if (col.n)
 		hp_log(HP_LOG_INFO, "lease of client %" PRIu64 " ended: %zu extents (%" PRIu64 " bytes) freed", c->id,
@@ -173,6 +188,8 @@ static int do_alloc(struct hs_daemon *d, struct dclient *c, const Hpdlf__Store__
 	struct dalloc *a;
 	int rc = -ENOSPC;
 
+	struct dregion *g;
+
 	if (m->len == 0 || m->len % HS_IO_ALIGN || m->len > hs_daemon_capacity(d)) {
 		snprintf(text, tlen, "alloc: length %" PRIu64 " must be a positive multiple of 4096 up to %" PRIu64,
 			 m->len, hs_daemon_capacity(d));
@@ -193,6 +210,11 @@ static int do_alloc(struct hs_daemon *d, struct dclient *c, const Hpdlf__Store__
 		hs_extents_free(region_of(d, addr)->ext, addr, m->len);
 		return rc;
 	}
+	g = region_of(d, addr);
+	g->allocs++;
+	g->bytes_allocated += m->len;
+	d->n.allocs++;
+	d->n.bytes_allocated += m->len;
 	r->addr = addr;
 	r->len = m->len;
 	return 0;
@@ -219,6 +241,7 @@ static int do_free(struct hs_daemon *d, struct dclient *c, const Hpdlf__Store__F
 	if (!a)
 		return HP_EINTERNAL;
 	release(d, a);
+	d->n.frees++;
 	return 0;
 }
 
@@ -235,12 +258,56 @@ static uint64_t rss_bytes(void)
 	return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
+/* One allocation freed by a single free(r->stat): the message comes first. */
+struct stat_block {
+	Hpdlf__Store__StatInfo s;
+	Hpdlf__Store__TierStat t[HS_DAEMON_MAX_REGIONS];
+	Hpdlf__Store__TierStat *tp[HS_DAEMON_MAX_REGIONS];
+};
+
+static void stat_tier(const struct dregion *g, Hpdlf__Store__TierStat *t)
+{
+	hpdlf__store__tier_stat__init(t);
+	t->kind = (char *)g->kind;
+	t->capacity = g->size;
+	t->used = g->used;
+	t->extents = g->extents;
+	t->named = (uint32_t)g->named;
+	t->allocs = g->allocs;
+	t->frees = g->frees;
+	t->bytes_allocated = g->bytes_allocated;
+	t->bytes_freed = g->bytes_freed;
+}
+
+static void stat_counters(const struct dcounters *n, Hpdlf__Store__StatInfo *s)
+{
+	s->connections = n->connections;
+	s->auth_failures = n->auth_failures;
+	s->leases_expired = n->leases_expired;
+	s->allocs = n->allocs;
+	s->alloc_failures = n->alloc_failures;
+	s->frees = n->frees;
+	s->lease_frees = n->lease_frees;
+	s->bytes_allocated = n->bytes_allocated;
+	s->bytes_freed = n->bytes_freed;
+	s->publishes = n->publishes;
+	s->lookups = n->lookups;
+	s->lookup_misses = n->lookup_misses;
+	s->removes = n->removes;
+	s->lists = n->lists;
+	s->stats = n->stats;
+	s->errors = n->errors;
+}
+
 static int do_stat(struct hs_daemon *d, Hpdlf__Store__Reply *r)
 {
-	Hpdlf__Store__StatInfo *s = malloc(sizeof *s);
+	struct stat_block *b = malloc(sizeof *b);
+	Hpdlf__Store__StatInfo *s;
+	uint32_t ready = 0;
 
-	if (!s)
+	if (!b)
 		return -ENOMEM;
+	s = &b->s;
 	hpdlf__store__stat_info__init(s);
 	s->capacity = hs_daemon_capacity(d);
 	s->used = d->used;
@@ -248,6 +315,19 @@ static int do_stat(struct hs_daemon *d, Hpdlf__Store__Reply *r)
 	s->clients = d->ncl;
 	s->named = (uint32_t)d->nnamed;
 	s->rss = rss_bytes();
+	s->stat_version = 2;
+	s->uptime_ms = hs_now_ms() - d->start_ms;
+	s->provider = d->fab.prov;
+	for (unsigned i = 0; i < d->ncl; i++)
+		ready += d->cl[i]->state == C_READY;
+	s->clients_ready = ready;
+	stat_counters(&d->n, s);
+	for (int i = 0; i < d->nreg; i++) {
+		stat_tier(&d->reg[i], &b->t[i]);
+		b->tp[i] = &b->t[i];
+	}
+	s->n_tiers = (size_t)d->nreg;
+	s->tiers = b->tp;
 	r->stat = s;
 	return 0;
 }
@@ -292,6 +372,8 @@ static int do_publish(struct hs_daemon *d, struct dclient *c, const Hpdlf__Store
 	a->meta_len = m->meta.len;
 	a->owner = 0;
 	d->nnamed++;
+	region_of(d, a->addr)->named++;
+	d->n.publishes++;
 	persist_extent(d, a);
 	if (d->catalog[0])
 		return hs_daemon_catalog_save(d);
@@ -319,7 +401,9 @@ static int do_lookup(struct hs_daemon *d, const char *name, Hpdlf__Store__Reply 
 {
 	struct dalloc *a = hs_name_ok(name) ? find_name(d, name) : NULL;
 
+	d->n.lookups++;
 	if (!a) {
+		d->n.lookup_misses++;
 		snprintf(text, tlen, "no tensor '%.255s' on daemon %s", name, d->bound);
 		return -ENOENT;
 	}
@@ -341,6 +425,7 @@ static int do_remove(struct hs_daemon *d, const char *name, char *text, size_t t
 		return -ENOENT;
 	}
 	release(d, a);
+	d->n.removes++;
 	return d->catalog[0] ? hs_daemon_catalog_save(d) : 0;
 }
 
@@ -350,6 +435,7 @@ static int do_list(struct hs_daemon *d, Hpdlf__Store__Reply *r, char *text, size
 	size_t bytes = 64;
 	int rc = collect_all(d, &col);
 
+	d->n.lists++;
 	if (rc < 0)
 		return rc;
 	r->named = calloc(col.n + 1, sizeof *r->named);
@@ -376,7 +462,10 @@ int hs_daemon_request(struct hs_daemon *d, struct dclient *c, const hs_msg *m, h
 	switch (m->body_case) {
 	case HPDLF__STORE__MSG__BODY_ALLOC: rc = do_alloc(d, c, m->alloc, r, text, tlen); break;
 	case HPDLF__STORE__MSG__BODY_FREE: rc = do_free(d, c, m->free, text, tlen); break;
-	case HPDLF__STORE__MSG__BODY_STAT: rc = do_stat(d, r); break;
+	case HPDLF__STORE__MSG__BODY_STAT:
+		d->n.stats++;
+		rc = do_stat(d, r);
+		break;
 	case HPDLF__STORE__MSG__BODY_PUBLISH: rc = do_publish(d, c, m->publish, text, tlen); break;
 	case HPDLF__STORE__MSG__BODY_LOOKUP: rc = do_lookup(d, m->lookup->name, r, text, tlen); break;
 	case HPDLF__STORE__MSG__BODY_REMOVE: rc = do_remove(d, m->remove->name, text, tlen); break;
@@ -386,6 +475,11 @@ int hs_daemon_request(struct hs_daemon *d, struct dclient *c, const hs_msg *m, h
 		snprintf(text, tlen, "unexpected message %d after authentication", m->body_case);
 		rc = HP_EPROTO;
 		break;
+	}
+	if (rc < 0) {
+		d->n.errors++;
+		if (m->body_case == HPDLF__STORE__MSG__BODY_ALLOC)
+			d->n.alloc_failures++;
 	}
 	r->status = rc;
 	r->free_bytes = hs_daemon_capacity(d) - d->used;
@@ -465,6 +559,7 @@ static int catalog_entry(struct hs_daemon *d, uint64_t addr, uint64_t len, const
 	if (!tsearch(a, &d->by_name, by_name))
 		return -ENOMEM;
 	d->nnamed++;
+	r->named++;
 	return 0;
 }
 

@@ -83,6 +83,37 @@ int hs_remote_list(struct hs_tier *t, struct hs_remote_named **out);
 /* Stop every daemon of the tier (authenticated Shutdown). */
 int hs_remote_shutdown_all(struct hs_tier *t);
 
+/* Statistics of one daemon (hpdlf-store-inspect HOST:PORT).  The daemon
+ * cannot see the bytes clients move: RMA is one-sided, the target's CPU
+ * takes no part in it; so it counts requests, extents and allocated bytes. */
+#define HS_REMOTE_STAT_MAX_TIERS 4
+struct hs_remote_tier_stat {
+	char kind[8];           /* "dram", "pmem" */
+	uint64_t capacity, used, extents, named;
+	uint64_t allocs, frees, bytes_allocated, bytes_freed; /* since the start */
+};
+struct hs_remote_stat {
+	char daemon[128];       /* the endpoint asked */
+	char provider[64];
+	unsigned stat_version;  /* 0: a daemon older than the counters below the
+				 * first block (they are then 0), 2: all filled in */
+	uint64_t capacity, used, extents, named, rss;
+	uint64_t clients;       /* connections open now, the asking one included */
+	uint64_t clients_ready; /* of which authenticated */
+	uint64_t uptime_ms;
+	uint64_t connections, auth_failures, leases_expired;
+	uint64_t allocs, alloc_failures, frees, lease_frees, bytes_allocated, bytes_freed;
+	uint64_t publishes, lookups, lookup_misses, removes, lists, stats, errors;
+	int ntiers;
+	struct hs_remote_tier_stat tier[HS_REMOTE_STAT_MAX_TIERS];
+};
+/* Connect to endpoint ("host:port"), authenticate with token_file (NULL:
+ * $HPDLF_TOKEN_FILE), ask Stat, close.  timeout_ms 0: 3000.  Errors name
+ * the endpoint (hp_errmsg()): -ECONNREFUSED and other -errno for the
+ * network, HP_EAUTH with the daemon's refusal, HP_EUSAGE for a bad endpoint
+ * or token file, HP_EPROTO for a version mismatch. */
+int hs_remote_stat(const char *endpoint, const char *token_file, int timeout_ms, struct hs_remote_stat *out);
+
 /* The daemon (tools/hpdlf-store.c is its command line). */
 struct hs_daemon_config {
 	const char *listen;     /* HOST:PORT; port 0 picks a free one */
