@@ -40,6 +40,10 @@ static int open_tier(const struct cmd_opts *co, struct hs_tier **t)
 	ro.endpoints = eps;
 	ro.token_file = co->token;
 	ro.replicas = co->replicas;
+	/* A one-shot command waits longer for an answer than a running job's
+	 * tier: on a loaded node a slow reply is not a dead daemon (a killed
+	 * one still shows at once, by its closed connection). */
+	ro.dead_ms = 10000;
 	cfg.ext = &ro;
 	rc = hs_tier_remote_open(&cfg, t);
 	free(eps);
