@@ -36,6 +36,7 @@ struct cli {
 	int ntiers;
 	int workers;                 /* --workers: task-net compute workers */
 	const char *store, *hostfile, *token_file;
+	int replicas;                /* copies of every chunk on distinct daemons (0: 1) */
 };
 
 struct hs_tier_spec;

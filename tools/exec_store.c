@@ -33,6 +33,7 @@ static int open_remote(const struct cli *c, int optional, struct hs_tier **t)
 	hs_remote_opts_init(&ro);
 	ro.endpoints = eps;
 	ro.token_file = c->token_file;
+	ro.replicas = c->replicas > 0 ? c->replicas : 1;
 	ro.skip_unreachable = optional;
 	cfg.ext = &ro;
 	rc = hs_tier_remote_open(&cfg, t);

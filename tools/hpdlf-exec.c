@@ -68,7 +68,7 @@ enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER,
        OPT_LOG, OPT_STATS, OPT_TRACE, OPT_PLAN, OPT_TRAIN, OPT_QUIET, OPT_HELP, OPT_PLAN_DOT,
        OPT_DATA, OPT_LABELS, OPT_LOSS, OPT_OPTIM, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BATCH,
        OPT_STEPS, OPT_EPOCHS, OPT_SHUFFLE, OPT_NO_SHUFFLE, OPT_CKPT, OPT_CKPT_EVERY, OPT_RESUME,
-       OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS };
+       OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS };
 
 static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
@@ -90,6 +90,7 @@ static const struct option long_opts[] = {
 	{ "resume", no_argument, 0, OPT_RESUME },	  { "export-onnx", required_argument, 0, OPT_EXPORT },
 	{ "tier", required_argument, 0, OPT_TIER },	  { "store", required_argument, 0, OPT_STORE },
 	{ "hostfile", required_argument, 0, OPT_HOSTFILE }, { "token-file", required_argument, 0, OPT_TOKEN },
+	{ "replicas", required_argument, 0, OPT_REPLICAS },
 	{ "workers", required_argument, 0, OPT_WORKERS },
 	{ 0, 0, 0, 0 },
 };
@@ -138,6 +139,14 @@ static int parse_more(int o, struct cli *c)
 	case OPT_STORE: c->store = optarg; return 0;
 	case OPT_HOSTFILE: c->hostfile = optarg; return 0;
 	case OPT_TOKEN: c->token_file = optarg; return 0;
+	case OPT_REPLICAS: {
+		long v;
+		int rc = parse_int(optarg, "--replicas", 1, &v);
+		if (rc == 0 && v > 2)
+			return usage_error("--replicas: 1 or 2, got '%s'", optarg);
+		c->replicas = (int)v;
+		return rc;
+	}
 	case OPT_WORKERS: {
 		long v;
 		int rc = parse_int(optarg, "--workers", 1, &v);

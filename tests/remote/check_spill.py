@@ -118,6 +118,25 @@ def main():
             r = run([model, "--input", "input=" + x, "--store", eps, "--token-file", bad, "--quiet"] + env_budget)
             check(r.returncode == 1 and ("auth" in r.stderr.lower() or "token" in r.stderr.lower()),
                   "wrong token refused, exit 1", "exit %d: %s" % (r.returncode, r.stderr.strip()))
+            # with 2 replicas, a daemon killed mid-training changes nothing
+            steps12 = train[:train.index("--steps") + 1] + ["12"] + train[train.index("--steps") + 2:]
+            r0 = run(steps12 + ["--log-json", p(tmp, "l4.jsonl")])
+            args = steps12 + ["--store", ",".join(e for _, e in daemons[1:]) + "," + daemons[0][1], "--token-file",
+                              token, "--replicas", "2", "--log-json", p(tmp, "l5.jsonl")]
+            proc = subprocess.Popen([exe] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for _ in range(300):
+                if os.path.exists(p(tmp, "l5.jsonl")) and len(open(p(tmp, "l5.jsonl")).readlines()) >= 3:
+                    break
+                time.sleep(0.1)
+            victim = daemons.pop(1)
+            victim[0].send_signal(signal.SIGKILL)
+            victim[0].wait()
+            _, err = proc.communicate(timeout=300)
+            check(proc.returncode == 0 and r0.returncode == 0, "--replicas 2: training survives a killed daemon",
+                  "exit %s: %s" % (proc.returncode, err.strip()[-300:]))
+            if proc.returncode == 0 and r0.returncode == 0:
+                check(losses(p(tmp, "l4.jsonl")) == losses(p(tmp, "l5.jsonl")),
+                      "--replicas 2: losses bitwise equal to the local run")
             # a daemon killed during a long training run (weights and optimizer
             # state live on it): fail fast with exit 1, never hang
             args = train[:train.index("--steps") + 1] + ["100000"] + train[train.index("--steps") + 2:]
