@@ -80,6 +80,15 @@ void hp_conv_threads_leave(int saved)
 		openblas_set_num_threads(saved);
 }
 
+void hp_conv_parallel(struct hp_pool *pool, int threads, int64_t n, hp_range_fn fn, void *arg)
+{
+	if (threads <= 1 || n <= 1) {
+		fn(arg, 0, n, 0);
+		return;
+	}
+	hp_parallel_for(pool, n, (n + threads - 1) / threads, fn, arg);
+}
+
 void hp_conv_plan(int64_t total, int64_t cap, int64_t items, int threads, int64_t *ntiles, int64_t *tcols)
 {
 	int64_t nt = cap > 0 ? (total + cap - 1) / cap : total;
@@ -194,7 +203,7 @@ static int shift_fit(const struct hp_conv *cv, size_t floats, int threads, int64
 	return 1;
 }
 
-static int workspace_threads(void)
+int hp_conv_ws_threads(void)
 {
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 
@@ -206,7 +215,7 @@ static int workspace_threads(void)
 static size_t shift_ws(const struct hp_conv *cv)
 {
 	const struct hp_shift *s = &cv->sh;
-	int nt = workspace_threads();
+	int nt = hp_conv_ws_threads();
 	int64_t items = cv->batch * cv->group * s->out[0], share = (items + nt - 1) / nt;
 	size_t wk = (size_t)(cv->cout * cv->kdim), tmp = (size_t)(cv->cout_g * s->tcols);
 	size_t one = tmp + hp_shift_slab_floats(s, s->tplanes ? s->tplanes : 1);
@@ -271,7 +280,7 @@ static void run_shift(const struct hp_conv *cv, struct conv_run *r, struct hp_po
 	r->tmp = (size_t)(cv->cout_g * cv->sh.tcols);
 	r->per_thread = (int64_t)(floats / (size_t)threads);
 	r->ws += wk;
-	hp_parallel_for(threads > 1 ? pool : NULL, cv->batch * cv->group * cv->sh.out[0], 1, shift_range, r);
+	hp_conv_parallel(pool, threads, cv->batch * cv->group * cv->sh.out[0], shift_range, r);
 }
 
 void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
@@ -293,7 +302,7 @@ void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, c
 	}
 	hp_conv_plan(cv->yvol, cap, items, threads, &r.nt, &r.tc);
 	r.per_thread = cv->direct ? 0 : r.tc * cv->kdim;
-	hp_parallel_for(threads > 1 ? pool : NULL, items * r.nt, 1, conv_range, &r);
+	hp_conv_parallel(pool, threads, items * r.nt, conv_range, &r);
 	hp_conv_threads_leave(saved);
 }
 

@@ -110,12 +110,20 @@ void hp_conv_setup(struct hp_conv *cv);
 void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		     struct hp_pool *pool);
 
+/* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
+void hp_convt_setup(struct hp_conv *cv);
+void hp_convt_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		      struct hp_pool *pool);
+
 /* 2 * MACs of a parsed node. */
 double hp_conv_flops(const struct hp_conv *cv);
 
 /* Column-buffer budget of one conv node (bytes); the kernel tiles within it. */
 #define HP_CONV_WS_MAX ((size_t)16 << 20)
 size_t hp_conv_ws_max(void);
+/* Threads a workspace is sized for (the cores, at most 8); fewer at run
+ * time is fine, more run with fewer workers or smaller chunks. */
+int hp_conv_ws_threads(void);
 /* Tests and benchmarks only: override the budget (0 restores the default). */
 void hp_conv_set_ws_max(size_t b);
 
@@ -135,6 +143,10 @@ int hp_conv_threads_enter(struct hp_pool *pool, int *saved);
 void hp_conv_threads_leave(int saved);
 /* Benchmarks only: 0 auto, 1 always pool tiles, 2 always caller + BLAS threads. */
 void hp_conv_set_policy(int p);
+
+/* hp_parallel_for over at most `threads` workers (tid < threads), or the
+ * caller alone when threads <= 1. */
+void hp_conv_parallel(struct hp_pool *pool, int threads, int64_t n, hp_range_fn fn, void *arg);
 
 /* Cut `total` columns into *ntiles tiles of *tcols (<= cap) columns, the
  * count of items * ntiles a multiple of `threads` where possible. */

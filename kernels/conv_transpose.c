@@ -54,10 +54,19 @@ static void convt_range(void *arg, int64_t b, int64_t e, int tid)
 		convt_item(r, i, r->ws + tid * r->per_thread);
 }
 
+void hp_convt_setup(struct hp_conv *cv)
+{
+	int64_t cap = (int64_t)(hp_conv_ws_max() / ((size_t)cv->kdim * sizeof(float)));
+
+	if (cap < 64)
+		cap = 64;
+	cv->ws_cols = cap < cv->xvol ? cap : cv->xvol;
+	cv->workspace = (size_t)cv->ws_cols * (size_t)cv->kdim * sizeof(float);
+}
+
 static int convt_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	struct hp_conv *cv = malloc(sizeof *cv);
-	int64_t cap;
 	int rc;
 
 	if (!cv)
@@ -67,24 +76,19 @@ static int convt_prepare(struct hp_graph *g, struct hp_node *n)
 		free(cv);
 		return rc;
 	}
-	cap = (int64_t)(hp_conv_ws_max() / ((size_t)cv->kdim * sizeof(float)));
-	if (cap < 64)
-		cap = 64;
-	cv->ws_cols = cap < cv->xvol ? cap : cv->xvol;
-	n->workspace = (size_t)cv->ws_cols * (size_t)cv->kdim * sizeof(float);
+	hp_convt_setup(cv);
+	n->workspace = cv->workspace;
 	n->priv = cv;
 	return 0;
 }
 
-static int convt_run(const struct hp_node *n, const struct hp_kargs *a)
+void hp_convt_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		      struct hp_pool *pool)
 {
-	const struct hp_conv *cv = n->priv;
-	struct convt_run r = { .cv = cv, .x = a->in[0].data, .w = a->in[1].data, .y = a->out[0].data, .ws = a->ws };
-	int saved, threads = hp_conv_threads_enter(a->pool, &saved);
+	struct convt_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws };
+	int saved, threads = hp_conv_threads_enter(pool, &saved);
 	int64_t items = cv->batch * cv->group, floats = cv->ws_cols * cv->kdim, cap;
 
-	if (cv->has_bias && a->nin > 2)
-		r.b = a->in[2].data;
 	r.nchunk = threads < cv->cout_g ? threads : cv->cout_g;
 	r.cs = (cv->cout_g + r.nchunk - 1) / r.nchunk;
 	r.per_thread = floats / threads;
@@ -98,8 +102,16 @@ static int convt_run(const struct hp_node *n, const struct hp_kargs *a)
 		r.per_thread = floats;
 		r.tc = cv->ws_cols;
 	}
-	hp_parallel_for(threads > 1 ? a->pool : NULL, items * r.nchunk, 1, convt_range, &r);
+	hp_conv_parallel(pool, threads, items * r.nchunk, convt_range, &r);
 	hp_conv_threads_leave(saved);
+}
+
+static int convt_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	const struct hp_conv *cv = n->priv;
+
+	hp_convt_forward(cv, a->in[0].data, a->in[1].data, cv->has_bias && a->nin > 2 ? a->in[2].data : NULL,
+			 a->out[0].data, a->ws, a->pool);
 	return 0;
 }
 
