@@ -399,9 +399,12 @@ static int add_loss(struct ad *ad)
 	if ((rc = ad_emit(ad, op, 1, "loss", 2, in, 1, out, sp->loss == HP_LOSS_MSE ? 0 : 1, &ig)) < 0)
 		return rc;
 	loss = out[0];
-	free(g->values[loss].name);
-	if (!(g->values[loss].name = strdup(hp_graph_find_value(g, "loss") < 0 ? "loss" : "train.loss")))
+	/* decided before the old name goes: the lookup walks every name */
+	char *lname = strdup(hp_graph_find_value(g, "loss") < 0 ? "loss" : "train.loss");
+	if (!lname)
 		return hp_error(-ENOMEM, "out of memory");
+	free(g->values[loss].name);
+	g->values[loss].name = lname;
 	if ((rc = add_io(&g->outputs, &g->noutputs, loss)) < 0)
 		return rc;
 	in[0] = seed;

@@ -13,6 +13,8 @@ struct hs_tensor;
 struct hs_prefetch;
 struct hp_plan;
 struct hp_trace;
+struct hp_net;
+struct hp_pool;
 
 struct hp_session {
 	struct hp_graph *g;
@@ -30,14 +32,10 @@ struct hp_session {
 	double flops, last_ms, kernel_ms;
 	/* out of core (opts.budget set): every managed value is a store tensor */
 	struct hs_store *store;
-	struct hs_tensor **ten;      /* per value */
-	pthread_t io_tid;            /* the I/O engine */
-	pthread_mutex_t io_mu;       /* guards ten[] against the engine, io_* */
-	pthread_cond_t io_cv;
-	int io_posted, io_done, io_quit, io_started;
+	struct hs_tensor **ten;      /* per value; the task net orders all access */
 	struct hp_trace *trace;      /* --trace, or NULL */
-	struct hs_tensor *ws_tensor; /* kernel workspace */
 	struct hp_plan *plan;
+	struct hp_net *net;
 };
 
 int hp_rt_create(struct hp_session *s);
@@ -46,6 +44,9 @@ int hp_rt_set_input(struct hp_session *s, int v, const void *data);
 int hp_rt_get_output(struct hp_session *s, int v, void *dst);
 void hp_rt_destroy(struct hp_session *s);
 uint64_t hp_rt_peak(const struct hp_session *s);
+/* The task net's transitions (net.c calls them on its workers). */
+int hp_rt_fire_kernel(struct hp_session *s, int step, struct hp_pool *pool, int lane);
+int hp_rt_fire_io(struct hp_session *s, int kind, int v, uint64_t first, uint64_t nchunks, int lane);
 
 /* One value to place in the arena: alive over steps [start, end]. */
 struct hp_arena_item {

@@ -12,6 +12,8 @@
 
 struct rec {
 	int step, order, seq;
+	int free_after;       /* evictions: the victim's last pin before it */
+	int nvictims;         /* loads: evictions made for it (the recs just before) */
 	struct hp_plan_act_rec a;
 };
 
@@ -24,6 +26,7 @@ struct sim {
 	char *resident, *dirty, *below, *pinned, *persist;
 	int *resident_list, nresident;
 	int *last_evict;                /* step of a value's latest eviction, -1 */
+	int *last_pin;                  /* step a value was last pinned, -1 */
 	uint64_t cur, *step_peak;
 	struct rec *recs;
 	int nrecs, caprecs;
@@ -40,7 +43,7 @@ static int push(struct sim *m, int step, int order, int value, enum hp_plan_act 
 		m->recs = q;
 		m->caprecs = cap;
 	}
-	m->recs[m->nrecs] = (struct rec){ step, order, m->nrecs, { value, act, for_step } };
+	m->recs[m->nrecs] = (struct rec){ step, order, m->nrecs, m->last_pin[value], 0, { value, act, for_step } };
 	m->nrecs++;
 	return 0;
 }
@@ -58,6 +61,9 @@ static int next_use(struct sim *m, int v, int step)
 		m->cursor[v]++;
 	if (m->cursor[v] < m->use_start[v + 1])
 		return m->uses[m->cursor[v]];
+	/* kept for the next run: its first use there (cyclic Belady) */
+	if (m->persist[v] && m->use_start[v] < m->use_start[v + 1] && m->uses[m->use_start[v]] < NEVER)
+		return m->p->nsteps + m->uses[m->use_start[v]];
 	return m->persist[v] ? NEVER - 1 : NEVER;
 }
 
@@ -109,6 +115,14 @@ static int make_room(struct sim *m, uint64_t bytes, int step)
 	return 0;
 }
 
+/* Kernel scratch, rounded like a tensor (the runtime makes it one). */
+static uint64_t ws_size(const struct sim *m, const struct hp_node *n)
+{
+	uint64_t a = m->o->align > 1 ? m->o->align : 1;
+
+	return (n->workspace + a - 1) / a * a;
+}
+
 static uint64_t value_size(const struct hp_graph *g, int v, uint64_t align)
 {
 	struct hp_tensor t = { .dtype = g->values[v].dtype, .shape = g->values[v].shape };
@@ -137,6 +151,7 @@ static int build_schedule(struct sim *m)
 				val->kind == HP_VALUE_INITIALIZER;
 		m->size[v] = value_size(g, v, m->o->align);
 		m->last_evict[v] = -1;
+		m->last_pin[v] = -1;
 		p->last_use[v] = -1;
 	}
 	for (int v = 0; v < g->nvalues; v++)
@@ -189,7 +204,7 @@ static int build_schedule(struct sim *m)
 static uint64_t step_need(struct sim *m, int s)
 {
 	const struct hp_node *n = &m->g->nodes[m->p->node[s]];
-	uint64_t need = n->workspace;
+	uint64_t need = ws_size(m, n);
 
 	for (int j = 0; j < n->ninputs; j++) {
 		int v = n->inputs[j], dup = 0;
@@ -204,14 +219,88 @@ static uint64_t step_need(struct sim *m, int s)
 	return need;
 }
 
-static void pin_step(struct sim *m, const struct hp_node *n, int on)
+static void pin_step(struct sim *m, const struct hp_node *n, int on, int s)
 {
 	for (int j = 0; j < n->ninputs; j++)
-		if (managed(m->g, n->inputs[j]))
+		if (managed(m->g, n->inputs[j])) {
 			m->pinned[n->inputs[j]] = (char)on;
+			m->last_pin[n->inputs[j]] = s;
+		}
 	for (int o = 0; o < n->noutputs; o++)
-		if (managed(m->g, n->outputs[o]))
+		if (managed(m->g, n->outputs[o])) {
 			m->pinned[n->outputs[o]] = (char)on;
+			m->last_pin[n->outputs[o]] = s;
+		}
+}
+
+/* Inputs of step t that are below DRAM now and can be read in early. */
+static int loadable(struct sim *m, int v)
+{
+	enum hp_value_kind k = m->g->values[v].kind;
+
+	return managed(m->g, v) && !m->resident[v] && (m->below[v] || k == HP_VALUE_INITIALIZER || k == HP_VALUE_INPUT);
+}
+
+/* While step s runs, read in the inputs of the next step that loads
+ * anything, when the budget holds them beside step s's own values by
+ * evicting only values needed after that step (Belady's choice, made a
+ * step early).  Without this, memory full of values kept for later runs
+ * would leave no room to overlap loads with compute. */
+static int preload(struct sim *m, int s, uint64_t ws)
+{
+	const struct hp_graph *g = m->g;
+	struct hp_plan *p = m->p;
+	uint64_t bytes = 0;
+	int t, rc, first = m->nrecs;
+
+	for (t = s + 1; t < p->nsteps && t <= s + 8; t++) {
+		const struct hp_node *n = &g->nodes[p->node[t]];
+		for (int j = 0; j < n->ninputs; j++)
+			if (n->inputs[j] >= 0 && loadable(m, n->inputs[j]))
+				bytes += m->size[n->inputs[j]];
+		if (bytes)
+			break;
+	}
+	if (!bytes || t >= p->nsteps)
+		return 0;
+	const struct hp_node *n = &g->nodes[p->node[t]];
+	while (m->cur + ws + bytes > m->budget) {
+		int victim = -1, far = -1;
+		for (int i = 0; i < m->nresident; i++) {
+			int v = m->resident_list[i], nu;
+			if (m->pinned[v])
+				continue;
+			nu = next_use(m, v, s);
+			if (nu > far || (nu == far && v < victim)) {
+				far = nu;
+				victim = v;
+			}
+		}
+		if (victim < 0 || far <= t)
+			return 0; /* evictions made so far were due anyway */
+		int wb = m->dirty[victim] && far < NEVER;
+		if ((rc = push(m, s, 0, victim, wb ? HP_ACT_WRITEBACK : HP_ACT_EVICT, -1)) < 0)
+			return rc;
+		if (wb) {
+			p->bytes_written += m->size[victim];
+			m->below[victim] = 1;
+			m->dirty[victim] = 0;
+		}
+		set_resident(m, victim, 0);
+	}
+	for (int j = 0; j < n->ninputs; j++) {
+		int v = n->inputs[j];
+		if (v < 0 || !loadable(m, v))
+			continue;
+		set_resident(m, v, 1);
+		if ((rc = push(m, s, 1, v, HP_ACT_LOAD, t)) < 0)
+			return rc;
+		m->recs[m->nrecs - 1].nvictims = m->nrecs - 1 - first;
+		first = m->nrecs;
+		p->bytes_loaded += m->size[v];
+		p->loads++;
+	}
+	return 0;
 }
 
 static int simulate_step(struct sim *m, int s)
@@ -221,9 +310,10 @@ static int simulate_step(struct sim *m, int s)
 	const struct hp_node *n = &g->nodes[p->node[s]];
 	int rc;
 
-	pin_step(m, n, 1);
+	pin_step(m, n, 1, s);
 	for (int j = 0; j < n->ninputs; j++) {
 		int v = n->inputs[j];
+		int first = m->nrecs;
 		if (!managed(g, v) || m->resident[v])
 			continue;
 		if ((rc = make_room(m, m->size[v], s)) != 0)
@@ -231,6 +321,7 @@ static int simulate_step(struct sim *m, int s)
 		set_resident(m, v, 1);
 		if ((rc = push(m, s, 1, v, HP_ACT_LOAD, s)) < 0)
 			return rc;
+		m->recs[m->nrecs - 1].nvictims = m->nrecs - 1 - first;
 		p->bytes_loaded += m->size[v];
 		p->loads++;
 	}
@@ -244,12 +335,14 @@ static int simulate_step(struct sim *m, int s)
 		m->dirty[v] = 1;
 		m->below[v] = 0;
 	}
-	if ((rc = make_room(m, n->workspace, s)) != 0)
+	if ((rc = make_room(m, ws_size(m, n), s)) != 0)
 		return rc;
-	m->step_peak[s] = m->cur + n->workspace;
+	if ((rc = preload(m, s, ws_size(m, n))) < 0)
+		return rc;
+	m->step_peak[s] = m->cur + ws_size(m, n);
 	if (m->step_peak[s] > p->peak_bytes)
 		p->peak_bytes = m->step_peak[s];
-	pin_step(m, n, 0);
+	pin_step(m, n, 0, s);
 	for (int j = 0; j < n->ninputs; j++) {
 		int v = n->inputs[j];
 		if (managed(g, v) && m->resident[v] && p->last_use[v] == s)
@@ -263,11 +356,13 @@ static int simulate_step(struct sim *m, int s)
 	return 0;
 }
 
-/* Move each load to the earliest step whose simulated peak still leaves room
- * for it, never before the value's latest eviction. */
+/* Move each load to the earliest step where the budget leaves room for it,
+ * never before the value's latest eviction.  The evictions made to room it
+ * move along when their victims were last pinned earlier still: memory full
+ * of values that wait to be evicted does not keep a load from starting. */
 static void hoist_loads(struct sim *m)
 {
-	const struct hp_plan *p = m->p;
+	struct hp_plan *p = m->p;
 
 	/* recs are in simulation order: last_evict tracks evictions seen so far */
 	for (int v = 0; v < m->g->nvalues; v++)
@@ -275,21 +370,29 @@ static void hoist_loads(struct sim *m)
 	for (int r = 0; r < m->nrecs; r++) {
 		struct rec *x = &m->recs[r];
 		int v = x->a.value, s = x->step, j = s, lo;
+		int64_t delta = (int64_t)m->size[v];
 		if (x->a.act != HP_ACT_LOAD) {
 			m->last_evict[v] = s;
 			continue;
 		}
 		lo = m->last_evict[v] + 1;
+		for (int k = r - x->nvictims; k < r; k++) {
+			if (m->recs[k].free_after + 1 > lo)
+				lo = m->recs[k].free_after + 1;
+			delta -= (int64_t)m->size[m->recs[k].a.value];
+		}
 		if (m->o->max_lookahead > 0 && s - m->o->max_lookahead > lo)
 			lo = s - m->o->max_lookahead;
-		while (j > lo && m->step_peak[j - 1] + m->size[v] <= m->budget)
+		while (j > lo && (int64_t)m->step_peak[j - 1] + delta <= (int64_t)m->budget)
 			j--;
 		for (int k = j; k < s; k++)
-			m->step_peak[k] += m->size[v];
-		if (j < s) {
-			x->step = j;
-			((struct hp_plan *)p)->prefetched++;
-		}
+			m->step_peak[k] = (uint64_t)((int64_t)m->step_peak[k] + delta);
+		if (j == s)
+			continue;
+		x->step = j;
+		p->prefetched++;
+		for (int k = r - x->nvictims; k < r; k++)
+			m->recs[k].step = j;
 	}
 }
 
@@ -385,6 +488,7 @@ static void sim_free(struct sim *m)
 	free(m->persist);
 	free(m->resident_list);
 	free(m->last_evict);
+	free(m->last_pin);
 	free(m->step_peak);
 	free(m->recs);
 }
@@ -402,10 +506,84 @@ static int sim_alloc(struct sim *m, int nv, int nn)
 	m->persist = calloc(v, 1);
 	m->resident_list = calloc(v, sizeof *m->resident_list);
 	m->last_evict = calloc(v, sizeof *m->last_evict);
+	m->last_pin = calloc(v, sizeof *m->last_pin);
 	m->step_peak = calloc((size_t)nn + 1, sizeof *m->step_peak);
 	if (!m->size || !m->cursor || !m->resident || !m->dirty || !m->below || !m->pinned || !m->persist ||
-	    !m->resident_list || !m->last_evict || !m->step_peak)
+	    !m->resident_list || !m->last_evict || !m->last_pin || !m->step_peak)
 		return hp_error(-ENOMEM, "out of memory planning");
+	return 0;
+}
+
+/* Inputs start resident where they fit (the user just wrote them). */
+static void cold_start(struct sim *m)
+{
+	const struct hp_graph *g = m->g;
+
+	for (int i = 0; i < g->ninputs; i++) {
+		int v = g->inputs[i];
+		if (m->persist[v] && !m->resident[v] && m->cur + m->size[v] <= m->budget) {
+			set_resident(m, v, 1);
+			m->dirty[v] = 1;
+		}
+	}
+}
+
+/* Steady state: the next run starts with what this one kept resident.
+ * The runtime reconciles at the start of each run (loads what the plan
+ * expects resident, writes back or drops what it does not). */
+static void warm_start(struct sim *m)
+{
+	struct hp_plan *p = m->p;
+
+	for (int v = 0; v < m->g->nvalues; v++) {
+		m->last_pin[v] = -1;
+		p->start_resident[v] = m->resident[v] && m->persist[v];
+		if (m->resident[v] && !m->persist[v])
+			set_resident(m, v, 0);
+		if (p->start_resident[v])
+			p->start_bytes += m->size[v];
+	}
+	memcpy(m->cursor, m->use_start, (size_t)m->g->nvalues * sizeof *m->cursor);
+	m->nrecs = 0;
+	p->peak_bytes = p->bytes_loaded = p->bytes_written = p->loads = 0;
+	memset(m->step_peak, 0, ((size_t)p->nsteps + 1) * sizeof *m->step_peak);
+}
+
+/* What the next run's reconciliation moves, counted into this run. */
+static void count_reconcile(struct sim *m)
+{
+	struct hp_plan *p = m->p;
+
+	for (int v = 0; v < m->g->nvalues; v++) {
+		if (m->resident[v] && !p->start_resident[v] && m->dirty[v])
+			p->bytes_written += m->size[v];
+		if (!m->resident[v] && p->start_resident[v]) {
+			p->bytes_loaded += m->size[v];
+			p->loads++;
+		}
+	}
+}
+
+/* One simulated run: cold (pass 0, from the inputs) or warm (pass 1, from
+ * what the cold run left resident: the plan the runtime follows). */
+static int simulate(struct sim *m, int pass)
+{
+	const struct hp_graph *g = m->g;
+	int rc;
+
+	if (pass == 0)
+		cold_start(m);
+	else
+		warm_start(m);
+	for (int s = 0; s < m->p->nsteps; s++) {
+		rc = simulate_step(m, s);
+		if (rc == HP_EBUDGET)
+			return hp_node_error(g, &g->nodes[m->p->node[s]], HP_EBUDGET, "does not fit in the budget (planner)");
+		if (rc != 0)
+			return rc;
+	}
+	if (pass == 1)
+		count_reconcile(m);
 	return 0;
 }
 
@@ -419,6 +597,11 @@ int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct
 	if (!p)
 		return hp_error(-ENOMEM, "out of memory planning");
 	m.p = p;
+	p->start_resident = calloc((size_t)g->nvalues + 1, 1);
+	if (!p->start_resident) {
+		free(p);
+		return hp_error(-ENOMEM, "out of memory planning");
+	}
 	/* the plan owns the use lists; the simulation borrows them */
 	rc = sim_alloc(&m, g->nvalues, g->nnodes);
 	if (rc == 0)
@@ -431,28 +614,18 @@ int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct
 	m.budget = o->budget ? o->budget - (o->budget > o->workspace ? o->workspace : o->budget) : UINT64_MAX / 2;
 	if (o->budget && p->min_budget > o->budget) {
 		const struct hp_node *n = &g->nodes[p->node[p->min_step]];
-		rc = hp_node_error(g, n, HP_EBUDGET, "needs %llu bytes at once (inputs, outputs and workspace); "
-				   "the smallest budget that works is %llu bytes (%.1f MiB)",
-				   (unsigned long long)(p->min_budget - o->workspace),
-				   (unsigned long long)p->min_budget, (double)p->min_budget / 1048576.0);
+		rc = hp_node_error(g, n, HP_EBUDGET, "needs %llu bytes at once (inputs, outputs and workspace), "
+				   "more than the budget of %llu bytes; the smallest budget that works is %llu bytes "
+				   "(--budget %lluK)", (unsigned long long)(p->min_budget - o->workspace),
+				   (unsigned long long)o->budget, (unsigned long long)p->min_budget,
+				   (unsigned long long)((p->min_budget + 1023) / 1024));
 		goto fail;
 	}
-	/* Inputs start resident where they fit (the user just wrote them). */
-	for (int i = 0; i < g->ninputs; i++) {
-		int v = g->inputs[i];
-		if (m.cur + m.size[v] <= m.budget) {
-			set_resident(&m, v, 1);
-			m.dirty[v] = 1;
-		}
-	}
-	for (int s = 0; s < p->nsteps; s++) {
-		rc = simulate_step(&m, s);
-		if (rc != 0) {
-			rc = rc == HP_EBUDGET ? hp_node_error(g, &g->nodes[p->node[s]], HP_EBUDGET,
-							    "does not fit in the budget (planner)") : rc;
-			goto fail;
-		}
-	}
+	rc = simulate(&m, 0);
+	if (rc == 0)
+		rc = simulate(&m, 1);
+	if (rc != 0)
+		goto fail;
 	hoist_loads(&m);
 	rc = emit_acts(&m);
 	if (rc < 0)
@@ -472,6 +645,7 @@ void hp_plan_free(struct hp_plan *p)
 	if (!p)
 		return;
 	free(p->node);
+	free(p->start_resident);
 	free(p->last_use);
 	free(p->use_start);
 	free(p->uses);

@@ -40,6 +40,8 @@ struct hp_plan_opts {
 struct hp_plan {
 	int nsteps;
 	int *node;             /* node index per step */
+	char *start_resident;  /* per value: resident when a run starts (steady state) */
+	uint64_t start_bytes;  /* their bytes */
 	int *last_use;         /* per value: last step reading it; nsteps = kept to the end; -1 unused */
 	int *use_start, *uses; /* per value v: the steps reading it, ascending, in
 				* uses[use_start[v] .. use_start[v+1]) (padded with HP_PLAN_NEVER) */
@@ -58,6 +60,11 @@ struct hp_plan {
 
 /* First step after `step` that reads v, or HP_PLAN_NEVER. */
 int hp_plan_next_use(const struct hp_plan *p, int v, int step);
+
+struct hp_exec_opts;
+/* The options the runtime plans with (budget, tensor alignment of the
+ * store, measured speed model) for these session options. */
+void hp_plan_default_opts(const struct hp_exec_opts *o, struct hp_plan_opts *po);
 
 int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
 void hp_plan_free(struct hp_plan *p);

@@ -49,11 +49,11 @@ double hp_exec_measure_gflops(int threads)
 	return best > 0 ? best : 50;
 }
 
-static void plan_opts(const struct hp_exec_opts *o, struct hp_plan_opts *po)
+void hp_plan_default_opts(const struct hp_exec_opts *o, struct hp_plan_opts *po)
 {
 	memset(po, 0, sizeof *po);
 	po->budget = o ? o->budget : 0;
-	po->align = 64;
+	po->align = 4096; /* the store's unit of DRAM accounting */
 	po->gflops = hp_exec_measure_gflops(o && o->threads > 0 ? o->threads : hp_exec_online_cpus());
 	po->read_MBps = DEFAULT_READ_MBPS;
 	po->write_MBps = DEFAULT_WRITE_MBPS;
@@ -66,7 +66,7 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 	int rc;
 
 	memset(out, 0, sizeof *out);
-	plan_opts(o, &po);
+	hp_plan_default_opts(o, &po);
 	rc = hp_plan_build(g, &po, &p);
 	if (rc < 0)
 		return rc;
@@ -102,7 +102,7 @@ int hp_plan_write_dot(const struct hp_graph *g, const struct hp_exec_opts *o, co
 	FILE *f;
 	int rc;
 
-	plan_opts(o, &po);
+	hp_plan_default_opts(o, &po);
 	rc = hp_plan_build(g, &po, &p);
 	if (rc < 0)
 		return rc;

@@ -1,27 +1,24 @@
-/* Out-of-core runtime: every managed value is a store tensor; the plan's
- * loads are issued as asynchronous prefetches ahead of the kernels that need
- * them, its evictions write back live dirty values, next-use hints steer the
- * store's own eviction, and values are dropped at their last use.  The store
- * enforces the budget; the plan only decides when I/O happens. */
+/* Out-of-core runtime: every managed value is a store tensor.  The plan is
+ * compiled into a task net (net.c) whose transitions call back here: a
+ * kernel pins its inputs and outputs (already resident: the net loaded
+ * them), a load prefetches, a write-back or eviction hs_evict()s, a drop
+ * frees the tensor.  The net hands out the budget so that the store never
+ * has to evict on its own; the store stays the authority on residency, so a
+ * mistaken plan only costs time, never data. */
 #include <errno.h>
-#include <pthread.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hpdlf/error.h"
 #include "hpdlf/store.h"
 #include "exec/exec_internal.h"
+#include "exec/net.h"
 #include "exec/plan.h"
 #include "exec/trace.h"
-
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static uint64_t vbytes(const struct hp_graph *g, int v)
 {
@@ -45,7 +42,7 @@ static int new_tensor(struct hp_session *s, int v)
 	return hs_tensor_create(s->store, &ti, &s->ten[v]);
 }
 
-/* Write `src` (or zeros) into a fresh tensor for value v. */
+/* Write `src` (or zeros) into value v's tensor, creating it. */
 static int fill_tensor(struct hp_session *s, int v, const void *src)
 {
 	void *p;
@@ -62,44 +59,69 @@ static int fill_tensor(struct hp_session *s, int v, const void *src)
 	return hs_unpin(s->ten[v], 0, HS_ALL);
 }
 
-/* Weights are paged from the model's own files when they lie there;
- * otherwise copied into the store once. */
+/* Copy raw bytes from a file into the store one chunk at a time, writing
+ * each below DRAM at once: weights that are not 4 KiB aligned in their
+ * file (embedded raw_data) never sit in DRAM whole, nor in the page cache. */
+static int stream_initializer(struct hp_session *s, int v, const char *path, uint64_t off)
+{
+	uint64_t bytes = vbytes(s->g, v), cs = hs_chunk_size(s->store), done = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), rc = 0;
+
+	if (fd < 0)
+		return hp_error(-errno, "%s: %s", path, strerror(errno));
+	rc = new_tensor(s, v);
+	for (uint64_t i = 0; rc == 0 && done < bytes; i++) {
+		uint64_t len = bytes - done < cs ? bytes - done : cs;
+		void *p;
+		ssize_t got;
+		rc = hs_pin(s->ten[v], i, 1, HS_PIN_OVERWRITE, &p);
+		if (rc < 0)
+			break;
+		got = pread(fd, p, len, (off_t)(off + done));
+		hs_unpin(s->ten[v], i, 1);
+		if (got != (ssize_t)len)
+			rc = hp_error(got < 0 ? -errno : -EIO, "%s: short read of initializer '%s'", path,
+				      s->g->values[v].name);
+		else if ((rc = hs_evict(s->ten[v], i, 1, HS_TIER_ANY)) > 0)
+			rc = 0;
+		posix_fadvise(fd, (off_t)(off + done), (off_t)len, POSIX_FADV_DONTNEED);
+		done += len;
+	}
+	close(fd);
+	return rc;
+}
+
+/* Weights are paged from the model's own files when they lie there 4 KiB
+ * aligned (external data); otherwise streamed into the store once. */
 static int place_initializer(struct hp_session *s, int v)
 {
 	const struct hp_graph *g = s->g;
 	const struct hp_value *val = &g->values[v];
 	struct hs_tensor_info ti = { .bytes = vbytes(g, v), .dtype = val->dtype, .shape = val->shape };
-	void *tmp;
 	int rc;
 
 	if (val->data)
-		return fill_tensor(s, v, val->data);
-	if (val->src.kind == HP_BLOB_NONE)
-		return fill_tensor(s, v, NULL);
-	if (val->src.kind == HP_BLOB_FILE && val->next < 0) {
+		rc = fill_tensor(s, v, val->data);
+	else if (val->src.kind == HP_BLOB_NONE)
+		rc = fill_tensor(s, v, NULL);
+	else if (val->src.kind == HP_BLOB_FILE && val->src.length < ti.bytes)
+		return hp_error(HP_EMODEL, "%s: initializer '%s' holds %llu bytes, its shape needs %llu", g->path,
+				val->name, (unsigned long long)val->src.length, (unsigned long long)ti.bytes);
+	else if (val->src.kind == HP_BLOB_FILE && val->next < 0 && val->src.offset % 4096 == 0 && ti.bytes) {
 		rc = hs_tensor_create_backed(s->store, &ti, g->files[val->src.file], val->src.offset, &s->ten[v]);
 		return rc < 0 ? hp_error_prefix(rc, "initializer '%s'", val->name) : 0;
-	}
-	/* Trainable weights get a writable copy, streamed in one pin. */
-	rc = new_tensor(s, v);
-	if (rc == 0)
-		rc = hs_pin(s->ten[v], 0, HS_ALL, HS_PIN_OVERWRITE, &tmp);
-	if (rc < 0)
-		return hp_error_prefix(rc, "initializer '%s'", val->name);
-	rc = hp_graph_read_init(g, v, tmp);
-	hs_unpin(s->ten[v], 0, HS_ALL);
-	if (rc == 0)
-		rc = hs_evict(s->ten[v], 0, HS_ALL, HS_TIER_ANY) < 0 ? -EIO : 0;
+	} else if (val->src.kind == HP_BLOB_FILE)
+		return stream_initializer(s, v, g->files[val->src.file], val->src.offset);
+	else
+		return hp_error(HP_EINTERNAL, "initializer '%s' has no bytes", val->name);
+	if (rc == 0 && (rc = hs_evict(s->ten[v], 0, HS_ALL, HS_TIER_ANY)) > 0)
+		rc = 0;
 	return rc;
 }
 
-static void *io_thread(void *arg);
-
-int hp_rt_create(struct hp_session *s)
+static int open_store(struct hp_session *s)
 {
-	const struct hp_graph *g = s->g;
 	struct hs_store_opts so;
-	struct hp_plan_opts po = { 0 };
 	int rc;
 
 	hs_store_opts_init(&so, sizeof so);
@@ -108,141 +130,78 @@ int hp_rt_create(struct hp_session *s)
 	while (so.chunk_size > 65536 && so.chunk_size * 16 > so.budget)
 		so.chunk_size /= 2;
 	so.stats_page = 1;
+	if (s->opts.size >= offsetof(struct hp_exec_opts, tiers) + sizeof s->opts.tiers && s->opts.ntiers > 0) {
+		if (s->opts.ntiers > HS_MAX_TIERS)
+			return hp_error(HP_EUSAGE, "at most %d tiers", HS_MAX_TIERS);
+		so.ntiers = s->opts.ntiers;
+		memcpy(so.tiers, s->opts.tiers, (size_t)so.ntiers * sizeof *so.tiers);
+		so.reset = 1; /* a run's tensors are scratch: never resume a stale tier file */
+	}
 	rc = hs_store_open(&so, &s->store);
-	if (rc < 0)
-		return hp_error_prefix(rc, "opening the tensor store");
-	po.budget = s->opts.budget;
-	po.align = 4096;
-	po.workspace = 0;
-	po.gflops = hp_exec_measure_gflops(s->threads);
-	po.read_MBps = 2200;
-	po.write_MBps = 1500;
+	return rc < 0 ? hp_error_prefix(rc, "opening the tensor store") : 0;
+}
+
+static void name_lanes(struct hp_session *s, int workers, int nio)
+{
+	char name[64];
+
+	for (int w = 0; w < workers; w++) {
+		snprintf(name, sizeof name, "compute worker %d", w);
+		hp_trace_lane(s->trace, HP_LANE_COMPUTE + w, name);
+	}
+	for (int q = 0; q < nio; q++) {
+		snprintf(name, sizeof name, "I/O queue %d (loads, write-backs)", q);
+		hp_trace_lane(s->trace, HP_LANE_IO + q, name);
+	}
+}
+
+int hp_rt_create(struct hp_session *s)
+{
+	const struct hp_graph *g = s->g;
+	struct hp_plan_opts po;
+	int workers = s->opts.workers > 0 ? s->opts.workers : 1, nio = s->opts.io_threads > 0 ? s->opts.io_threads : 4;
+	int rc;
+
+	if (workers > s->threads)
+		workers = s->threads;
+	hp_plan_default_opts(&s->opts, &po);
 	rc = hp_plan_build(g, &po, &s->plan);
+	if (rc < 0)
+		return rc;
+	rc = open_store(s);
 	if (rc < 0)
 		return rc;
 	s->ten = calloc((size_t)g->nvalues + 1, sizeof *s->ten);
 	if (!s->ten)
 		return hp_error(-ENOMEM, "out of memory");
-	pthread_mutex_init(&s->io_mu, NULL);
-	pthread_cond_init(&s->io_cv, NULL);
-	s->io_posted = s->io_done = -1;
-	rc = pthread_create(&s->io_tid, NULL, io_thread, s);
-	if (rc)
-		return hp_error(-rc, "cannot start the I/O engine thread");
-	s->io_started = 1;
-	if (s->ws_size) {
-		struct hs_tensor_info ti = { .bytes = s->ws_size, .dtype = HP_U8, .shape = { 1, { (int64_t)s->ws_size } } };
-		rc = hs_tensor_create(s->store, &ti, &s->ws_tensor);
-		if (rc < 0)
-			return rc;
-	}
 	for (int v = 0; v < g->nvalues; v++)
 		if (g->values[v].kind == HP_VALUE_INITIALIZER && s->plan->last_use[v] >= 0 &&
 		    (rc = place_initializer(s, v)) < 0)
 			return rc;
-	return 0;
+	rc = hp_net_create(s, workers, nio, &s->net);
+	if (rc == 0 && s->trace)
+		name_lanes(s, workers, nio);
+	return rc;
 }
 
-/* ---- the I/O engine ---------------------------------------------------
- * One thread executes the plan's acts of step s once the compute thread has
- * posted s (the plan placed them against the memory state after step s-1's
- * releases).  Loads are asynchronous prefetches; the thread waits for them
- * in order, which keeps them a serial queue as the plan's time model
- * assumes, while the compute thread runs the kernels.  Pins never depend
- * on the engine: the store reads whatever is not resident yet. */
+/* ---- transitions ---- */
 
-struct io_load {
-	int value;
-	struct hs_prefetch *h;
-	double t0;
-};
-
-static void io_step(struct hp_session *s, int step, struct io_load *loads)
+/* "resident bytes" per tier, for the trace's memory track. */
+static void trace_resident(struct hp_session *s)
 {
-	const struct hp_plan *p = s->plan;
-	int nl = 0;
+	struct hs_store_stats st;
+	const char *keys[HS_MAX_TIERS + 1];
+	double vals[HS_MAX_TIERS + 1];
 
-	for (int a = p->act_begin[step]; a < p->act_begin[step + 1]; a++) {
-		const struct hp_plan_act_rec *x = &p->acts[a];
-		struct hs_tensor *t;
-		double t0 = hp_trace_now_us(s->trace);
-
-		pthread_mutex_lock(&s->io_mu);
-		t = s->ten[x->value];
-		pthread_mutex_unlock(&s->io_mu);
-		if (!t)
-			continue;
-		if (x->act == HP_ACT_LOAD) {
-			struct hs_prefetch *h;
-			if (hs_prefetch(t, 0, HS_ALL, &h) == 0)
-				loads[nl++] = (struct io_load){ x->value, h, t0 };
-			continue;
-		}
-		/* best effort: a failed eviction leaves the choice to the store */
-		hs_evict(t, 0, HS_ALL, x->act == HP_ACT_WRITEBACK ? HS_TIER_ANY : HS_TIER_NONE);
-		if (s->trace && x->act == HP_ACT_WRITEBACK)
-			hp_trace_span(s->trace, HP_LANE_IO, "write-back", s->g->values[x->value].name, t0,
-				      hp_trace_now_us(s->trace));
+	if (!s->trace || hs_store_stats(s->store, &st) < 0)
+		return;
+	keys[0] = "dram";
+	vals[0] = (double)st.resident;
+	for (int i = 1; i < st.ntiers; i++) {
+		keys[i] = st.tier[i].name;
+		vals[i] = (double)st.tier[i].used;
 	}
-	for (int i = 0; i < nl; i++) {
-		hs_prefetch_wait(loads[i].h); /* a failed prefetch is retried by the pin */
-		if (s->trace)
-			hp_trace_span(s->trace, HP_LANE_IO, "load", s->g->values[loads[i].value].name, loads[i].t0,
-				      hp_trace_now_us(s->trace));
-	}
-}
-
-static void *io_thread(void *arg)
-{
-	struct hp_session *s = arg;
-	struct io_load *loads = calloc((size_t)s->plan->nacts + 1, sizeof *loads);
-
-	pthread_mutex_lock(&s->io_mu);
-	for (;;) {
-		while (s->io_posted == s->io_done && !s->io_quit)
-			pthread_cond_wait(&s->io_cv, &s->io_mu);
-		if (s->io_posted == s->io_done)
-			break; /* quit with nothing pending */
-		int step = s->io_done + 1;
-		pthread_mutex_unlock(&s->io_mu);
-		if (loads && step >= 0 && step < s->plan->nsteps)
-			io_step(s, step, loads);
-		pthread_mutex_lock(&s->io_mu);
-		s->io_done = step;
-		pthread_cond_broadcast(&s->io_cv);
-	}
-	pthread_mutex_unlock(&s->io_mu);
-	free(loads);
-	return NULL;
-}
-
-static void io_post(struct hp_session *s, int step)
-{
-	pthread_mutex_lock(&s->io_mu);
-	s->io_posted = step;
-	pthread_cond_broadcast(&s->io_cv);
-	pthread_mutex_unlock(&s->io_mu);
-}
-
-/* Wait until the engine has finished every posted step (end of a run). */
-static void io_drain(struct hp_session *s)
-{
-	pthread_mutex_lock(&s->io_mu);
-	while (s->io_done != s->io_posted)
-		pthread_cond_wait(&s->io_cv, &s->io_mu);
-	pthread_mutex_unlock(&s->io_mu);
-}
-
-/* Next use of v after `step` in schedule time, for the store's policy;
- * values kept for the next run count as used after this run's last step. */
-static void hint_next(struct hp_session *s, int v, int step)
-{
-	int nu = hp_plan_next_use(s->plan, v, step);
-
-	if (nu < HP_PLAN_NEVER)
-		hs_hint(s->ten[v], nu);
-	else
-		hs_hint(s->ten[v], s->plan->last_use[v] >= s->plan->nsteps ? (int64_t)s->plan->nsteps + 1 : HS_NO_HINT);
+	hp_trace_counters(s->trace, "resident bytes", hp_trace_now_us(s->trace), st.ntiers, keys, vals);
 }
 
 static int pin_io(struct hp_session *s, const struct hp_node *n, struct hp_tensor *in, struct hp_tensor *out)
@@ -252,7 +211,6 @@ static int pin_io(struct hp_session *s, const struct hp_node *n, struct hp_tenso
 
 	for (int j = 0; j < n->ninputs; j++) {
 		int v = n->inputs[j];
-		in[j] = (struct hp_tensor){ 0 };
 		if (v < 0)
 			continue;
 		in[j].dtype = g->values[v].dtype;
@@ -270,7 +228,6 @@ static int pin_io(struct hp_session *s, const struct hp_node *n, struct hp_tenso
 	}
 	for (int o = 0; o < n->noutputs; o++) {
 		int v = n->outputs[o];
-		out[o] = (struct hp_tensor){ 0 };
 		if (v < 0)
 			continue;
 		out[o].dtype = g->values[v].dtype;
@@ -296,77 +253,100 @@ static void unpin_io(struct hp_session *s, const struct hp_node *n, const struct
 			hs_unpin(s->ten[n->outputs[o]], 0, HS_ALL);
 }
 
-/* The engine may be reading the tensor: it is unlinked under the engine's
- * lock and dropped when no prefetch holds it (-EBUSY while pinned by one). */
-static void drop_value(struct hp_session *s, int v)
+/* Kernel scratch is a store tensor of exactly this node's size, for the
+ * kernel's duration: the budget counts it like the net does. */
+static int pin_workspace(struct hp_session *s, const struct hp_node *n, struct hs_tensor **t, void **p)
 {
-	struct hs_tensor *t;
+	struct hs_tensor_info ti = { .bytes = n->workspace, .dtype = HP_U8, .shape = { 1, { (int64_t)n->workspace } } };
+	int rc = hs_tensor_create(s->store, &ti, t);
 
-	pthread_mutex_lock(&s->io_mu);
-	t = s->ten[v];
-	s->ten[v] = NULL;
-	pthread_mutex_unlock(&s->io_mu);
-	if (t)
-		hs_tensor_drop(t);
+	if (rc == 0 && (rc = hs_pin(*t, 0, HS_ALL, HS_PIN_OVERWRITE, p)) < 0) {
+		hs_tensor_drop(*t);
+		*t = NULL;
+	}
+	return rc < 0 ? hp_node_error(s->g, n, rc, "workspace of %zu bytes: %s", n->workspace, hp_errmsg()) : 0;
 }
 
-static int run_step(struct hp_session *s, int step)
+int hp_rt_fire_kernel(struct hp_session *s, int step, struct hp_pool *pool, int lane)
 {
-	const struct hp_graph *g = s->g;
-	const struct hp_node *n = &g->nodes[s->plan->node[step]];
+	const struct hp_node *n = &s->g->nodes[s->plan->node[step]];
 	struct hp_tensor in[n->ninputs + 1], out[n->noutputs + 1];
 	struct hp_kargs a = { .nin = n->ninputs, .in = in, .nout = n->noutputs, .out = out,
-			      .ws_size = n->workspace, .pool = s->pool };
+			      .ws_size = n->workspace, .pool = pool };
+	struct hs_tensor *ws = NULL;
 	int rc;
 
-	io_post(s, step);
+	memset(in, 0, sizeof in);
+	memset(out, 0, sizeof out);
 	rc = pin_io(s, n, in, out);
 	if (rc == 0 && n->workspace)
-		rc = hs_pin(s->ws_tensor, 0, HS_ALL, HS_PIN_OVERWRITE, &a.ws);
+		rc = pin_workspace(s, n, &ws, &a.ws);
 	if (rc == 0) {
-		double t0 = now_ms(), u0 = hp_trace_now_us(s->trace);
+		double u0 = hp_trace_now_us(s->trace);
 		rc = n->op->run(n, &a);
-		s->kernel_ms += now_ms() - t0;
 		if (s->trace)
-			hp_trace_span(s->trace, HP_LANE_COMPUTE, n->op_type, n->name, u0, hp_trace_now_us(s->trace));
+			hp_trace_span(s->trace, lane, n->op_type, n->name, u0, hp_trace_now_us(s->trace));
 	}
-	if (a.ws)
-		hs_unpin(s->ws_tensor, 0, HS_ALL);
+	if (ws) {
+		hs_unpin(ws, 0, HS_ALL);
+		hs_tensor_drop(ws);
+	}
 	unpin_io(s, n, in, out);
-	if (rc < 0)
-		return rc;
-	for (int j = 0; j < n->ninputs; j++) {
-		int v = n->inputs[j];
-		if (managed(g, v) && s->ten[v]) {
-			if (s->plan->last_use[v] == step)
-				drop_value(s, v);
-			else
-				hint_next(s, v, step);
-		}
+	return rc;
+}
+
+static const char *io_name(int kind)
+{
+	return kind == HP_TR_LOAD ? "load" : kind == HP_TR_WRITEBACK ? "write-back" : kind == HP_TR_EVICT ? "evict" : "drop";
+}
+
+static uint64_t io_bytes(struct hp_session *s, int v, uint64_t first, uint64_t nchunks)
+{
+	uint64_t b = vbytes(s->g, v), cs = hs_chunk_size(s->store);
+
+	if (!nchunks)
+		return b;
+	b = b > first * cs ? b - first * cs : 0;
+	return b < nchunks * cs ? b : nchunks * cs;
+}
+
+int hp_rt_fire_io(struct hp_session *s, int kind, int v, uint64_t first, uint64_t nchunks, int lane)
+{
+	struct hs_tensor *t = s->ten[v];
+	struct hs_prefetch *h;
+	double u0 = hp_trace_now_us(s->trace);
+	int rc = 0;
+
+	if (!t)
+		return 0; /* not written yet (an input or output before the first run) */
+	if (kind == HP_TR_LOAD) {
+		rc = hs_prefetch(t, first, nchunks ? nchunks : HS_ALL, &h);
+		if (rc == 0)
+			rc = hs_prefetch_wait(h);
+	} else if (kind == HP_TR_DROP) {
+		s->ten[v] = NULL;
+		rc = hs_tensor_drop(t);
+	} else if ((rc = hs_evict(t, 0, HS_ALL, HS_TIER_ANY)) > 0) {
+		rc = 0;
 	}
-	for (int o = 0; o < n->noutputs; o++) {
-		int v = n->outputs[o];
-		if (v >= 0 && s->ten[v]) {
-			if (s->plan->last_use[v] < 0)
-				drop_value(s, v);
-			else
-				hint_next(s, v, step);
-		}
+	if (rc < 0)
+		return hp_error_prefix(rc, "%s of '%s'", io_name(kind), s->g->values[v].name);
+	if (s->trace) {
+		if (kind != HP_TR_DROP)
+			hp_trace_span_bytes(s->trace, lane, io_name(kind), s->g->values[v].name, u0,
+					    hp_trace_now_us(s->trace), io_bytes(s, v, first, nchunks));
+		trace_resident(s);
 	}
 	return 0;
 }
 
+/* ---- runs ---- */
+
 int hp_rt_run(struct hp_session *s)
 {
 	const struct hp_graph *g = s->g;
-	int rc = 0;
+	int rc = hp_net_run(s->net);
 
-	pthread_mutex_lock(&s->io_mu);
-	s->io_posted = s->io_done = -1;
-	pthread_mutex_unlock(&s->io_mu);
-	for (int step = 0; step < s->plan->nsteps && rc == 0; step++)
-		rc = run_step(s, step);
-	io_drain(s);
 	if (rc < 0)
 		return rc;
 	for (int v = 0; v < g->nvalues; v++) {
@@ -382,7 +362,11 @@ int hp_rt_run(struct hp_session *s)
 
 int hp_rt_set_input(struct hp_session *s, int v, const void *data)
 {
-	return fill_tensor(s, v, data);
+	int rc = fill_tensor(s, v, data);
+
+	if (rc == 0)
+		hp_net_note_resident(s->net, v);
+	return rc;
 }
 
 int hp_rt_get_output(struct hp_session *s, int v, void *dst)
@@ -402,21 +386,12 @@ int hp_rt_get_output(struct hp_session *s, int v, void *dst)
 
 void hp_rt_destroy(struct hp_session *s)
 {
-	if (s->io_started) {
-		pthread_mutex_lock(&s->io_mu);
-		s->io_quit = 1;
-		pthread_cond_broadcast(&s->io_cv);
-		pthread_mutex_unlock(&s->io_mu);
-		pthread_join(s->io_tid, NULL);
-		pthread_mutex_destroy(&s->io_mu);
-		pthread_cond_destroy(&s->io_cv);
-	}
+	hp_net_destroy(s->net);
+	s->net = NULL;
 	if (s->ten)
 		for (int v = 0; v < s->g->nvalues; v++)
 			if (s->ten[v])
-				drop_value(s, v);
-	if (s->ws_tensor)
-		hs_tensor_drop(s->ws_tensor);
+				hs_tensor_drop(s->ten[v]);
 	free(s->ten);
 	hp_plan_free(s->plan);
 	hs_store_close(s->store);

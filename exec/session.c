@@ -2,6 +2,7 @@
  * buffer lifetimes.  The out-of-core runtime (task net + store) replaces the
  * memory management here; kernels and the API stay the same. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -9,7 +10,9 @@
 #include "hpdlf/error.h"
 #include "hpdlf/exec.h"
 #include "hpdlf/kernels.h"
+#include "hpdlf/store.h"
 #include "exec/exec_internal.h"
+#include "exec/net.h"
 #include "exec/plan.h"
 #include "exec/trace.h"
 
@@ -273,7 +276,7 @@ void hp_session_destroy(struct hp_session *s)
 {
 	if (!s)
 		return;
-	if (s->store)
+	if (s->store || s->plan)
 		hp_rt_destroy(s);
 	if (s->buf)
 		for (int v = 0; v < s->g->nvalues; v++)
@@ -421,4 +424,102 @@ void hp_session_stats(const struct hp_session *s, struct hp_run_stats *st)
 	st->ms = s->last_ms;
 	st->flops = s->flops;
 	st->peak_bytes = s->store ? hp_rt_peak(s) : s->peak_bytes + s->ws_size;
+}
+
+int hp_session_run_info(const struct hp_session *s, struct hp_run_info *info)
+{
+	struct hp_run_info r = { .size = sizeof r, .ms = s->last_ms, .workers = 1 };
+	size_t n = info->size < sizeof r ? info->size : sizeof r;
+
+	if (info->size < offsetof(struct hp_run_info, transitions) + sizeof(int))
+		return hp_error(HP_EUSAGE, "hp_session_run_info: set info->size");
+	if (s->net) {
+		struct hp_net_stats st;
+		hp_net_stats(s->net, &st);
+		r.kernel_ms = st.busy_ms;
+		r.stall_ms = st.stall_ms;
+		r.kernels = st.fired[HP_TR_KERNEL];
+		r.loads = st.fired[HP_TR_LOAD];
+		r.writebacks = st.fired[HP_TR_WRITEBACK];
+		r.evictions = st.fired[HP_TR_EVICT];
+		r.drops = st.fired[HP_TR_DROP];
+		r.workers = s->opts.workers > 0 ? s->opts.workers : 1;
+		r.io_threads = s->opts.io_threads > 0 ? s->opts.io_threads : 4;
+		r.transitions = hp_net_transitions(s->net);
+	} else {
+		r.kernel_ms = s->kernel_ms;
+	}
+	memcpy(info, &r, n);
+	info->size = n;
+	return 0;
+}
+
+static int value_range(const struct hp_session *s, int v, uint64_t offset, uint64_t len)
+{
+	const struct hp_graph *g = s->g;
+
+	if (v < 0 || v >= g->nvalues)
+		return hp_error(HP_EUSAGE, "%s: no value %d", g->path, v);
+	if (offset > value_bytes(&g->values[v]) || len > value_bytes(&g->values[v]) - offset)
+		return hp_error(HP_EUSAGE, "%s: value '%s': bytes [%llu, +%llu) outside its %zu bytes", g->path,
+				g->values[v].name, (unsigned long long)offset, (unsigned long long)len,
+				value_bytes(&g->values[v]));
+	return 0;
+}
+
+/* Out of core: copy a chunk at a time through pins of the value's tensor. */
+static int store_copy(struct hp_session *s, int v, uint64_t offset, uint64_t len, void *mem, int write)
+{
+	uint64_t cs = hs_chunk_size(s->store);
+	unsigned char *m = mem;
+
+	if (!s->ten[v])
+		return hp_error(HP_EUSAGE, "%s: value '%s' is not held by the session", s->g->path, s->g->values[v].name);
+	while (len) {
+		uint64_t c = offset / cs, in = offset - c * cs, n = cs - in < len ? cs - in : len;
+		unsigned char *p;
+		int rc = hs_pin(s->ten[v], c, 1, write ? HS_PIN_WRITE : HS_PIN_READ, (void **)&p);
+		if (rc < 0)
+			return hp_error_prefix(rc, "value '%s'", s->g->values[v].name);
+		if (write)
+			memcpy(p + in, m, n);
+		else
+			memcpy(m, p + in, n);
+		hs_unpin(s->ten[v], c, 1);
+		m += n;
+		offset += n;
+		len -= n;
+	}
+	return 0;
+}
+
+int hp_session_read_value(struct hp_session *s, int v, uint64_t offset, uint64_t len, void *dst)
+{
+	const unsigned char *src;
+	int rc = value_range(s, v, offset, len);
+
+	if (rc < 0)
+		return rc;
+	if (s->store && s->g->values[v].kind != HP_VALUE_CONSTANT)
+		return store_copy(s, v, offset, len, dst, 0);
+	src = value_data(s, v);
+	if (!src)
+		return hp_error(HP_EUSAGE, "%s: value '%s' is not held by the session", s->g->path, s->g->values[v].name);
+	memcpy(dst, src + offset, len);
+	return 0;
+}
+
+int hp_session_write_value(struct hp_session *s, int v, uint64_t offset, uint64_t len, const void *src)
+{
+	int rc = value_range(s, v, offset, len);
+
+	if (rc < 0)
+		return rc;
+	if (s->store && s->g->values[v].kind != HP_VALUE_CONSTANT)
+		return store_copy(s, v, offset, len, (void *)src, 1);
+	if (!s->buf[v] || !s->owned[v])
+		return hp_error(HP_EUSAGE, "%s: value '%s' cannot be written (not owned by the session)", s->g->path,
+				s->g->values[v].name);
+	memcpy((unsigned char *)s->buf[v] + offset, src, len);
+	return 0;
 }

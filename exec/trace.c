@@ -51,6 +51,15 @@ static void lane_name(struct hp_trace *t, int lane, const char *name)
 	t->first = 0;
 }
 
+void hp_trace_lane(struct hp_trace *t, int lane, const char *name)
+{
+	if (!t)
+		return;
+	pthread_mutex_lock(&t->mu);
+	lane_name(t, lane, name);
+	pthread_mutex_unlock(&t->mu);
+}
+
 int hp_trace_open(const char *path, struct hp_trace **out)
 {
 	struct hp_trace *t = calloc(1, sizeof *t);
@@ -69,8 +78,7 @@ int hp_trace_open(const char *path, struct hp_trace **out)
 	t->first = 1;
 	pthread_mutex_init(&t->mu, NULL);
 	fprintf(t->f, "[\n");
-	lane_name(t, HP_LANE_COMPUTE, "compute (kernels)");
-	lane_name(t, HP_LANE_IO, "I/O queue (loads, write-backs)");
+	lane_name(t, HP_LANE_COMPUTE, "compute worker 0");
 	*out = t;
 	return 0;
 }
@@ -91,6 +99,39 @@ void hp_trace_span(struct hp_trace *t, int lane, const char *cat, const char *na
 	fprintf(t->f, ",\"name\":");
 	put_string(t->f, name);
 	fputc('}', t->f);
+	pthread_mutex_unlock(&t->mu);
+}
+
+void hp_trace_span_bytes(struct hp_trace *t, int lane, const char *cat, const char *name, double begin_us,
+			 double end_us, uint64_t bytes)
+{
+	if (!t)
+		return;
+	pthread_mutex_lock(&t->mu);
+	fprintf(t->f, ",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"cat\":", (int)getpid(), lane,
+		begin_us, end_us > begin_us ? end_us - begin_us : 0);
+	put_string(t->f, cat);
+	fprintf(t->f, ",\"name\":");
+	put_string(t->f, name);
+	fprintf(t->f, ",\"args\":{\"bytes\":%llu}}", (unsigned long long)bytes);
+	pthread_mutex_unlock(&t->mu);
+}
+
+void hp_trace_counters(struct hp_trace *t, const char *name, double at_us, int n, const char *const *keys,
+		       const double *vals)
+{
+	if (!t)
+		return;
+	pthread_mutex_lock(&t->mu);
+	fprintf(t->f, ",\n{\"ph\":\"C\",\"pid\":%d,\"ts\":%.3f,\"name\":", (int)getpid(), at_us);
+	put_string(t->f, name);
+	fprintf(t->f, ",\"args\":{");
+	for (int i = 0; i < n; i++) {
+		fprintf(t->f, "%s", i ? "," : "");
+		put_string(t->f, keys[i]);
+		fprintf(t->f, ":%.0f", vals[i]);
+	}
+	fprintf(t->f, "}}");
 	pthread_mutex_unlock(&t->mu);
 }
 

@@ -1,5 +1,6 @@
-/* Chrome trace events (internal to exec/): kernels on the compute lane,
- * loads and write-backs on the I/O lane.  Written as the JSON array format
+/* Chrome trace events (internal to exec/): kernels on one lane per compute
+ * worker, loads and write-backs on one lane per I/O queue, and a
+ * "resident bytes" counter per tier.  Written as the JSON array format
  * that chrome://tracing and Perfetto open. */
 #ifndef HPDLF_EXEC_TRACE_H
 #define HPDLF_EXEC_TRACE_H
@@ -14,6 +15,14 @@ int hp_trace_open(const char *path, struct hp_trace **out);
 /* name is copied; times in microseconds since hp_trace_open. */
 void hp_trace_span(struct hp_trace *t, int lane, const char *cat, const char *name, double begin_us, double end_us);
 void hp_trace_counter(struct hp_trace *t, const char *name, double at_us, double value);
+/* A span on an I/O lane with "args":{"bytes":N}. */
+void hp_trace_span_bytes(struct hp_trace *t, int lane, const char *cat, const char *name, double begin_us,
+			 double end_us, uint64_t bytes);
+/* One counter event with several series: "args":{keys[i]: vals[i], ...}. */
+void hp_trace_counters(struct hp_trace *t, const char *name, double at_us, int n, const char *const *keys,
+		       const double *vals);
+/* Name a lane (thread_name metadata). */
+void hp_trace_lane(struct hp_trace *t, int lane, const char *name);
 double hp_trace_now_us(const struct hp_trace *t);
 /* Write and free; returns the write status. Accepts NULL. */
 int hp_trace_close(struct hp_trace *t);

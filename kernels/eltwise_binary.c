@@ -48,39 +48,47 @@ struct bpriv {
 		}                                                                          \
 	}
 
-/* Same-type arithmetic for float, int32 and int64 (integers wrap). */
-#define ARITH3(NAME, FEXPR, IEXPR32, IEXPR64)                   \
-	BLOOP(NAME##_f, float, float, float, FEXPR)             \
-	BLOOP(NAME##_i32, int32_t, int32_t, int32_t, IEXPR32)   \
-	BLOOP(NAME##_i64, int64_t, int64_t, int64_t, IEXPR64)
+/* Same-type arithmetic over every numeric dtype (typegen.h): integers wrap
+ * (computed in the unsigned type W), floats round as usual. */
+#define DEF_WRAP(A, S, T, D, W, LO, HI)                       \
+	BLOOP(add_##S, T, T, T, (T)((W)a + (W)b))             \
+	BLOOP(sub_##S, T, T, T, (T)((W)a - (W)b))             \
+	BLOOP(mul_##S, T, T, T, (T)((W)a * (W)b))
+HPK_NUM(DEF_WRAP, _)
 
-#define WRAP32(op) ((int32_t)((uint32_t)a op (uint32_t)b))
-#define WRAP64(op) ((int64_t)((uint64_t)a op (uint64_t)b))
 /* Integer division truncates; x/0 gives 0 and MIN/-1 wraps instead of trapping. */
-#define IDIV(T) (b == 0 ? (T)0 : b == -1 ? (T)(0u - (uint64_t)a) : (T)(a / b))
-/* NaN-propagating max/min, as numpy's maximum/minimum. */
-#define FMAX (a >= b || a != a ? a : b)
-#define FMIN (a <= b || a != a ? a : b)
+#define DEF_DIV_S(A, S, T, D, W, LO, HI) \
+	BLOOP(div_##S, T, T, T, b == 0 ? (T)0 : b == -1 ? (T)((W)0 - (W)a) : (T)(a / b))
+#define DEF_DIV_U(A, S, T, D, W, LO, HI) BLOOP(div_##S, T, T, T, b == 0 ? (T)0 : (T)(a / b))
+#define DEF_DIV_F(A, S, T, D, W, LO, HI) BLOOP(div_##S, T, T, T, a / b)
+HPK_SINT(DEF_DIV_S, _)
+HPK_UINT(DEF_DIV_U, _)
+HPK_FLT(DEF_DIV_F, _)
 
-ARITH3(add, a + b, WRAP32(+), WRAP64(+))
-ARITH3(sub, a - b, WRAP32(-), WRAP64(-))
-ARITH3(mul, a * b, WRAP32(*), WRAP64(*))
-ARITH3(div, a / b, IDIV(int32_t), IDIV(int64_t))
-ARITH3(max, FMAX, a > b ? a : b, a > b ? a : b)
-ARITH3(min, FMIN, a < b ? a : b, a < b ? a : b)
-BLOOP(prelu_f, float, float, float, a < 0.0f ? a * b : a)
+/* Max/Min; floats propagate NaN, as numpy's maximum/minimum. */
+#define DEF_MINMAX_I(A, S, T, D, W, LO, HI)           \
+	BLOOP(max_##S, T, T, T, a > b ? a : b)        \
+	BLOOP(min_##S, T, T, T, a < b ? a : b)
+#define DEF_MINMAX_F(A, S, T, D, W, LO, HI)                   \
+	BLOOP(max_##S, T, T, T, a >= b || a != a ? a : b)     \
+	BLOOP(min_##S, T, T, T, a <= b || a != a ? a : b)
+HPK_INT(DEF_MINMAX_I, _)
+HPK_FLT(DEF_MINMAX_F, _)
 
-#define CMP4(NAME, EXPR)                                        \
-	BLOOP(NAME##_f, float, float, uint8_t, EXPR)            \
-	BLOOP(NAME##_i32, int32_t, int32_t, uint8_t, EXPR)      \
-	BLOOP(NAME##_i64, int64_t, int64_t, uint8_t, EXPR)      \
-	BLOOP(NAME##_b, uint8_t, uint8_t, uint8_t, EXPR)
+/* PRelu for the signed types (an unsigned x is never negative: identity). */
+#define DEF_PRELU_S(A, S, T, D, W, LO, HI) BLOOP(prelu_##S, T, T, T, a < 0 ? (T)((W)a * (W)b) : a)
+#define DEF_PRELU_F(A, S, T, D, W, LO, HI) BLOOP(prelu_##S, T, T, T, a < 0 ? a * b : a)
+HPK_SINT(DEF_PRELU_S, _)
+HPK_FLT(DEF_PRELU_F, _)
 
-CMP4(eq, a == b)
-CMP4(lt, a < b)
-CMP4(gt, a > b)
-CMP4(le, a <= b)
-CMP4(ge, a >= b)
+#define DEF_CMP(A, S, T, D, W, LO, HI)                \
+	BLOOP(eq_##S, T, T, uint8_t, a == b)          \
+	BLOOP(lt_##S, T, T, uint8_t, a < b)           \
+	BLOOP(gt_##S, T, T, uint8_t, a > b)           \
+	BLOOP(le_##S, T, T, uint8_t, a <= b)          \
+	BLOOP(ge_##S, T, T, uint8_t, a >= b)
+HPK_NUM(DEF_CMP, _)
+DEF_CMP(_, b, uint8_t, HP_BOOL, uint32_t, 0, 1)
 BLOOP(and_b, uint8_t, uint8_t, uint8_t, (uint8_t)(a && b))
 BLOOP(or_b, uint8_t, uint8_t, uint8_t, (uint8_t)(a || b))
 BLOOP(xor_b, uint8_t, uint8_t, uint8_t, (uint8_t)(!a != !b))
@@ -98,11 +106,16 @@ static inline int64_t imod(int64_t a, int64_t b, int c_style)
 	return r;
 }
 
-BLOOP(fmod_f, float, float, float, fmodf(a, b))
-BLOOP(mod_i32, int32_t, int32_t, int32_t, (int32_t)imod(a, b, 0))
-BLOOP(mod_i64, int64_t, int64_t, int64_t, imod(a, b, 0))
-BLOOP(cmod_i32, int32_t, int32_t, int32_t, (int32_t)imod(a, b, 1))
-BLOOP(cmod_i64, int64_t, int64_t, int64_t, imod(a, b, 1))
+#define DEF_MOD_S(A, S, T, D, W, LO, HI)                               \
+	BLOOP(mod_##S, T, T, T, (T)imod(a, b, 0))                      \
+	BLOOP(cmod_##S, T, T, T, (T)imod(a, b, 1))
+#define DEF_MOD_U(A, S, T, D, W, LO, HI)                               \
+	BLOOP(mod_##S, T, T, T, b == 0 ? (T)0 : (T)(a % b))            \
+	BLOOP(cmod_##S, T, T, T, b == 0 ? (T)0 : (T)(a % b))
+HPK_SINT(DEF_MOD_S, _)
+HPK_UINT(DEF_MOD_U, _)
+BLOOP(cmod_f32, float, float, float, fmodf(a, b))
+BLOOP(cmod_f64, double, double, double, fmod(a, b))
 
 BLOOP(pow_ff, float, float, float, powf(a, b))
 static void pow_f2(const void *ctx, char *const *p, const int64_t *s, int64_t n)
@@ -191,42 +204,43 @@ enum bkind { BK_BINARY, BK_CMP, BK_LOGIC, BK_VARIADIC, BK_PRELU, BK_POW, BK_MOD,
 struct bdesc {
 	const char *name;
 	enum bkind kind;
-	hpk_seg_fn f32, i32, i64, b8;
+	hpk_seg_fn fn[HPK_NDTYPES]; /* by input dtype */
 	float flops;
 };
 
+#define NUM(A) { HPK_NUM(HPK_FN_ENTRY, A) }
+#define SIGNED(A) { HPK_SINT(HPK_FN_ENTRY, A) HPK_FLT(HPK_FN_ENTRY, A) }
+#define CMP(A) { HPK_NUM(HPK_FN_ENTRY, A) [HP_BOOL] = A##_b }
+
 static const struct bdesc bdescs[] = {
-	{ "Add", BK_BINARY, add_f, add_i32, add_i64, NULL, 1 },
-	{ "Sub", BK_BINARY, sub_f, sub_i32, sub_i64, NULL, 1 },
-	{ "Mul", BK_BINARY, mul_f, mul_i32, mul_i64, NULL, 1 },
-	{ "Div", BK_BINARY, div_f, div_i32, div_i64, NULL, 1 },
-	{ "Pow", BK_POW, pow_ff, pow_any, pow_any, NULL, 8 },
-	{ "Mod", BK_MOD, fmod_f, mod_i32, mod_i64, NULL, 4 },
-	{ "PRelu", BK_PRELU, prelu_f, NULL, NULL, NULL, 2 },
-	{ "Equal", BK_CMP, eq_f, eq_i32, eq_i64, eq_b, 1 },
-	{ "Less", BK_CMP, lt_f, lt_i32, lt_i64, lt_b, 1 },
-	{ "Greater", BK_CMP, gt_f, gt_i32, gt_i64, gt_b, 1 },
-	{ "LessOrEqual", BK_CMP, le_f, le_i32, le_i64, le_b, 1 },
-	{ "GreaterOrEqual", BK_CMP, ge_f, ge_i32, ge_i64, ge_b, 1 },
-	{ "And", BK_LOGIC, NULL, NULL, NULL, and_b, 1 },
-	{ "Or", BK_LOGIC, NULL, NULL, NULL, or_b, 1 },
-	{ "Xor", BK_LOGIC, NULL, NULL, NULL, xor_b, 1 },
-	{ "Max", BK_VARIADIC, max_f, max_i32, max_i64, NULL, 1 },
-	{ "Min", BK_VARIADIC, min_f, min_i32, min_i64, NULL, 1 },
-	{ "Sum", BK_VARIADIC, add_f, NULL, NULL, NULL, 1 },
-	{ "Mean", BK_VARIADIC, add_f, NULL, NULL, NULL, 1 },
-	{ "Where", BK_WHERE, NULL, NULL, NULL, NULL, 1 },
+	{ "Add", BK_BINARY, NUM(add), 1 },
+	{ "Sub", BK_BINARY, NUM(sub), 1 },
+	{ "Mul", BK_BINARY, NUM(mul), 1 },
+	{ "Div", BK_BINARY, NUM(div), 1 },
+	{ "Pow", BK_POW, { [HP_F32] = pow_ff, [HP_I32] = pow_any, [HP_I64] = pow_any }, 8 },
+	{ "Mod", BK_MOD, { HPK_INT(HPK_FN_ENTRY, mod) }, 4 },
+	{ "PRelu", BK_PRELU, SIGNED(prelu), 2 },
+	{ "Equal", BK_CMP, CMP(eq), 1 },
+	{ "Less", BK_CMP, CMP(lt), 1 },
+	{ "Greater", BK_CMP, CMP(gt), 1 },
+	{ "LessOrEqual", BK_CMP, CMP(le), 1 },
+	{ "GreaterOrEqual", BK_CMP, CMP(ge), 1 },
+	{ "And", BK_LOGIC, { [HP_BOOL] = and_b }, 1 },
+	{ "Or", BK_LOGIC, { [HP_BOOL] = or_b }, 1 },
+	{ "Xor", BK_LOGIC, { [HP_BOOL] = xor_b }, 1 },
+	{ "Max", BK_VARIADIC, NUM(max), 1 },
+	{ "Min", BK_VARIADIC, NUM(min), 1 },
+	{ "Sum", BK_VARIADIC, NUM(add), 1 },
+	{ "Mean", BK_VARIADIC, { [HP_F32] = add_f32, [HP_F64] = add_f64 }, 1 },
+	{ "Where", BK_WHERE, { 0 }, 1 },
 };
 
-static hpk_seg_fn pick(const struct bdesc *d, enum hp_dtype t)
+/* Mod with fmod=1: C's truncating remainder (the only form floats have). */
+static const hpk_seg_fn cmod_fns[HPK_NDTYPES] = NUM(cmod);
+
+static hpk_seg_fn pick(const hpk_seg_fn *fn, enum hp_dtype t)
 {
-	switch (t) {
-	case HP_F32: return d->f32;
-	case HP_I32: return d->i32;
-	case HP_I64: return d->i64;
-	case HP_BOOL: return d->b8;
-	default: return NULL;
-	}
+	return (unsigned)t < HPK_NDTYPES ? fn[t] : NULL;
 }
 
 static hpk_seg_fn pick_where(size_t z)
@@ -234,13 +248,17 @@ static hpk_seg_fn pick_where(size_t z)
 	return z == 1 ? where_1 : z == 2 ? where_2 : z == 4 ? where_4 : z == 8 ? where_8 : NULL;
 }
 
+/* A dtype no loop exists for is unsupported; inputs that disagree are a
+ * malformed model. */
 static int dtype_error(const struct hp_graph *g, const struct hp_node *n, int i)
 {
 	const struct hp_value *v = hpk_in(g, n, i), *v0 = hpk_in(g, n, 0);
 
-	return hp_node_error(g, n, HP_ESHAPE, "input %d ('%s') has dtype %s, which %s", i, v->name,
-			     hp_dtype_name(v->dtype),
-			     i && v->dtype != v0->dtype ? "differs from the other inputs'" : "is not supported");
+	if (i && v->dtype != v0->dtype)
+		return hp_node_error(g, n, HP_ESHAPE, "input %d ('%s') has dtype %s, which differs from input 0's (%s)",
+				     i, v->name, hp_dtype_name(v->dtype), hp_dtype_name(v0->dtype));
+	return hp_node_error(g, n, HP_EUNSUPPORTED, "input %d ('%s') has dtype %s, which is not supported", i,
+			     v->name, hp_dtype_name(v->dtype));
 }
 
 /* Input dtypes and the loop; returns the output dtype or an error. */
@@ -255,25 +273,27 @@ static int check_types(const struct hp_graph *g, const struct hp_node *n, struct
 			return dtype_error(g, n, i);
 	if (d->kind == BK_WHERE) {
 		if (hpk_in(g, n, 0)->dtype != HP_BOOL)
-			return dtype_error(g, n, 0);
+			return hp_node_error(g, n, HP_ESHAPE, "condition has dtype %s, not bool",
+					     hp_dtype_name(hpk_in(g, n, 0)->dtype));
 		b->f = pick_where(hp_dtype_size(t));
 		return b->f ? (int)t : dtype_error(g, n, 1);
 	}
 	b->ta = t;
 	b->tb = hpk_in(g, n, n->ninputs - 1)->dtype;
 	if (d->kind == BK_POW) {
-		if ((t != HP_F32 && t != HP_I32 && t != HP_I64) ||
-		    (b->tb != HP_F32 && b->tb != HP_I32 && b->tb != HP_I64))
-			return dtype_error(g, n, t == HP_F32 || t == HP_I32 || t == HP_I64 ? 1 : 0);
+		if (!pick(d->fn, t))
+			return dtype_error(g, n, 0);
+		if (!pick(d->fn, b->tb))
+			return dtype_error(g, n, 1);
 		b->f = t == HP_F32 && b->tb == HP_F32 ? pow_ff : pow_any;
 		return t;
 	}
-	if (d->kind == BK_MOD && t != HP_F32 && hp_attr_int(n, "fmod", 0))
-		b->f = t == HP_I32 ? cmod_i32 : t == HP_I64 ? cmod_i64 : NULL;
-	else if (d->kind == BK_MOD && t == HP_F32 && !hp_attr_int(n, "fmod", 0))
-		return hp_node_error(g, n, HP_EMODEL, "float Mod needs fmod=1");
+	if (d->kind == BK_MOD && hp_attr_int(n, "fmod", 0))
+		b->f = pick(cmod_fns, t);
+	else if (d->kind == BK_MOD && (t == HP_F32 || t == HP_F64))
+		return hp_node_error(g, n, HP_EMODEL, "floating-point Mod needs fmod=1");
 	else
-		b->f = pick(d, t);
+		b->f = pick(d->fn, t);
 	if (!b->f)
 		return dtype_error(g, n, 0);
 	return d->kind == BK_CMP ? HP_BOOL : (int)t;
@@ -340,9 +360,15 @@ static void run_variadic(const struct bpriv *b, const struct hp_kargs *a)
 static void div_n(void *arg, int64_t begin, int64_t end, int tid)
 {
 	const struct hp_kargs *a = arg;
-	float *y = a->out[0].data, d = (float)a->nin;
 
 	(void)tid;
+	if (a->out[0].dtype == HP_F64) {
+		double *y = a->out[0].data, d = a->nin;
+		for (int64_t i = begin; i < end; i++)
+			y[i] /= d;
+		return;
+	}
+	float *y = a->out[0].data, d = (float)a->nin;
 	for (int64_t i = begin; i < end; i++)
 		y[i] /= d;
 }

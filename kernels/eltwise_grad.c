@@ -198,7 +198,7 @@ static int binary_run(const struct hp_node *n, const struct hp_kargs *a)
 	const struct binary_priv *p = n->priv;
 	int64_t na = hp_shape_numel(&p->a), nb = hp_shape_numel(&p->b), ny = hp_shape_numel(&p->y);
 	int64_t sa[HP_MAX_RANK], sb[HP_MAX_RANK];
-	const float *dy = a->in[0].data, *x = a->in[1].data, *z = a->in[2].data;
+	const float *dy = a->in[0].data, *x = a->nin > 1 ? a->in[1].data : NULL, *z = a->nin > 2 ? a->in[2].data : NULL;
 	double *acca = a->ws, *accb = acca + na;
 
 	tk_bcast_strides(&p->y, &p->a, sa);

@@ -16,6 +16,7 @@
 
 #include "hpdlf/error.h"
 #include "kernels/ops.h"
+#include "kernels/typegen.h"
 
 /* Compute-bound loops get AVX2/AVX-512 clones picked at load time (ifunc).
  * ISO C mode keeps FP contraction off, so every clone rounds exactly like

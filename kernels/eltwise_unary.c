@@ -9,16 +9,15 @@
 
 struct upar {
 	float alpha, beta, gamma;
-	float lo, hi;        /* Clip, float */
-	int64_t ilo, ihi;    /* Clip, integers */
-	int neg, pos;        /* IsInf */
+	union hpk_scalar lo, hi; /* Clip, in X's dtype */
+	int neg, pos;            /* IsInf */
 };
 
 typedef void (*ufn)(const struct upar *p, const void *x, void *y, int64_t n);
 
 struct udesc {
 	const char *name;
-	ufn f32, i32, i64, b8;
+	ufn fn[HPK_NDTYPES]; /* by input dtype */
 	enum hp_dtype out;  /* HP_UNDEFINED: the input's dtype */
 	float flops;        /* per element */
 	float alpha, beta, gamma; /* attribute defaults */
@@ -45,9 +44,8 @@ struct upriv {
 
 #define LOOP_F(NAME, EXPR) LOOP(NAME, float, float, EXPR)
 
-LOOP_F(relu_f, v > 0.0f ? v : 0.0f)
-LOOP(relu_i32, int32_t, int32_t, v > 0 ? v : 0)
-LOOP(relu_i64, int64_t, int64_t, v > 0 ? v : 0)
+/* max(0, x) keeping NaN (as ONNX's np.clip reference): one maxps */
+LOOP_F(relu_f, v < 0.0f ? 0.0f : v)
 LOOP_F(leaky_f, v * (v >= 0.0f ? 1.0f : p->alpha))
 LOOP_F(sigmoid_f, hpk_sigmoidf(v))
 LOOP_F(tanh_f, hpk_tanhf(v))
@@ -64,11 +62,7 @@ LOOP_F(erf_f, hpk_erff(v))
 LOOP_F(exp_f, hpk_expf(v))
 LOOP_F(log_f, logf(v))
 LOOP_F(neg_f, -v)
-LOOP(neg_i32, int32_t, int32_t, (int32_t)(0u - (uint32_t)v))
-LOOP(neg_i64, int64_t, int64_t, (int64_t)(0u - (uint64_t)v))
 LOOP_F(abs_f, fabsf(v))
-LOOP(abs_i32, int32_t, int32_t, v < 0 ? (int32_t)(0u - (uint32_t)v) : v)
-LOOP(abs_i64, int64_t, int64_t, v < 0 ? (int64_t)(0u - (uint64_t)v) : v)
 LOOP_F(sqrt_f, sqrtf(v))
 LOOP_F(recip_f, 1.0f / v)
 LOOP_F(floor_f, floorf(v))
@@ -80,50 +74,69 @@ LOOP_F(softplus_f, fmaxf(v, 0.0f) + log1pf(expf(-fabsf(v))))
 LOOP_F(softsign_f, v / (1.0f + fabsf(v)))
 LOOP_F(thrrelu_f, v > p->alpha ? v : 0.0f)
 LOOP_F(sign_f, v > 0.0f ? 1.0f : v < 0.0f ? -1.0f : v) /* keeps NaN and -0 */
-LOOP(sign_i32, int32_t, int32_t, (int32_t)((v > 0) - (v < 0)))
-LOOP(sign_i64, int64_t, int64_t, (int64_t)((v > 0) - (v < 0)))
 LOOP_F(sin_f, sinf(v))
 LOOP_F(cos_f, cosf(v))
+
+/* Integer and float64 forms over typegen.h's types; signed integers wrap
+ * (-MIN is MIN) through the unsigned type W. */
+#define DEF_SIGNED(A, S, T, D, W, LO, HI)                                   \
+	LOOP(relu_##S, T, T, v < 0 ? 0 : v)                                 \
+	LOOP(neg_##S, T, T, (T)((W)0 - (W)v))                               \
+	LOOP(abs_##S, T, T, v < 0 ? (T)((W)0 - (W)v) : v)                   \
+	LOOP(sign_##S, T, T, (T)((v > 0) - (v < 0)))
+#define DEF_UNSIGNED(A, S, T, D, W, LO, HI)                                 \
+	LOOP(relu_##S, T, T, v)                                             \
+	LOOP(abs_##S, T, T, v)                                              \
+	LOOP(sign_##S, T, T, (T)(v > 0))
+HPK_SINT(DEF_SIGNED, _)
+HPK_UINT(DEF_UNSIGNED, _)
+LOOP(relu_f64, double, double, v < 0.0 ? 0.0 : v)
+LOOP(neg_f64, double, double, -v)
+LOOP(abs_f64, double, double, fabs(v))
+LOOP(sign_f64, double, double, v > 0.0 ? 1.0 : v < 0.0 ? -1.0 : v)
+
 /* Clip is min(max(x, lo), hi): hi wins when lo > hi; NaN passes through. */
 #define CLIP(v, lo, hi) ((v) < (lo) ? ((lo) > (hi) ? (hi) : (lo)) : (v) > (hi) ? (hi) : (v))
-LOOP_F(clip_f, CLIP(v, p->lo, p->hi))
-LOOP(clip_i32, int32_t, int32_t, (int32_t)CLIP((int64_t)v, p->ilo, p->ihi))
-LOOP(clip_i64, int64_t, int64_t, CLIP(v, p->ilo, p->ihi))
+#define DEF_CLIP(A, S, T, D, W, LO, HI) LOOP(clip_##S, T, T, CLIP(v, p->lo.S, p->hi.S))
+HPK_NUM(DEF_CLIP, _)
 LOOP(not_b, uint8_t, uint8_t, !v)
 LOOP(isnan_f, float, uint8_t, isnan(v) ? 1 : 0)
 LOOP(isinf_f, float, uint8_t, isinf(v) && (v > 0 ? p->pos : p->neg))
 
 static const float selu_alpha = 1.67326319217681884765625f, selu_gamma = 1.05070102214813232421875f;
 
+#define F32(f) { [HP_F32] = f }
+#define INTS(A) HPK_INT(HPK_FN_ENTRY, A) [HP_F64] = A##_f64
+
 static const struct udesc udescs[] = {
-	{ "Relu", relu_f, relu_i32, relu_i64, NULL, 0, 1, 0, 0, 0 },
-	{ "LeakyRelu", leaky_f, NULL, NULL, NULL, 0, 2, 0.01f, 0, 0 },
-	{ "Sigmoid", sigmoid_f, NULL, NULL, NULL, 0, 8, 0, 0, 0 },
-	{ "Tanh", tanh_f, NULL, NULL, NULL, 0, 12, 0, 0, 0 },
-	{ "HardSigmoid", hsig_f, NULL, NULL, NULL, 0, 4, 0.2f, 0.5f, 0 },
-	{ "HardSwish", hswish_f, NULL, NULL, NULL, 0, 5, 0, 0, 0 },
-	{ "Erf", erf_f, NULL, NULL, NULL, 0, 16, 0, 0, 0 },
-	{ "Exp", exp_f, NULL, NULL, NULL, 0, 8, 0, 0, 0 },
-	{ "Log", log_f, NULL, NULL, NULL, 0, 8, 0, 0, 0 },
-	{ "Neg", neg_f, neg_i32, neg_i64, NULL, 0, 1, 0, 0, 0 },
-	{ "Abs", abs_f, abs_i32, abs_i64, NULL, 0, 1, 0, 0, 0 },
-	{ "Sqrt", sqrt_f, NULL, NULL, NULL, 0, 4, 0, 0, 0 },
-	{ "Reciprocal", recip_f, NULL, NULL, NULL, 0, 1, 0, 0, 0 },
-	{ "Floor", floor_f, NULL, NULL, NULL, 0, 1, 0, 0, 0 },
-	{ "Ceil", ceil_f, NULL, NULL, NULL, 0, 1, 0, 0, 0 },
-	{ "Round", round_f, NULL, NULL, NULL, 0, 1, 0, 0, 0 },
-	{ "Elu", elu_f, NULL, NULL, NULL, 0, 8, 1.0f, 0, 0 },
-	{ "Selu", selu_f, NULL, NULL, NULL, 0, 9, selu_alpha, 0, selu_gamma },
-	{ "Softplus", softplus_f, NULL, NULL, NULL, 0, 16, 0, 0, 0 },
-	{ "Softsign", softsign_f, NULL, NULL, NULL, 0, 3, 0, 0, 0 },
-	{ "ThresholdedRelu", thrrelu_f, NULL, NULL, NULL, 0, 1, 1.0f, 0, 0 },
-	{ "Sign", sign_f, sign_i32, sign_i64, NULL, 0, 1, 0, 0, 0 },
-	{ "Sin", sin_f, NULL, NULL, NULL, 0, 8, 0, 0, 0 },
-	{ "Cos", cos_f, NULL, NULL, NULL, 0, 8, 0, 0, 0 },
-	{ "Clip", clip_f, clip_i32, clip_i64, NULL, 0, 1, 0, 0, 0 },
-	{ "Not", NULL, NULL, NULL, not_b, 0, 1, 0, 0, 0 },
-	{ "IsNaN", isnan_f, NULL, NULL, NULL, HP_BOOL, 1, 0, 0, 0 },
-	{ "IsInf", isinf_f, NULL, NULL, NULL, HP_BOOL, 1, 0, 0, 0 },
+	{ "Relu", { [HP_F32] = relu_f, INTS(relu) }, 0, 1, 0, 0, 0 },
+	{ "LeakyRelu", F32(leaky_f), 0, 2, 0.01f, 0, 0 },
+	{ "Sigmoid", F32(sigmoid_f), 0, 8, 0, 0, 0 },
+	{ "Tanh", F32(tanh_f), 0, 12, 0, 0, 0 },
+	{ "HardSigmoid", F32(hsig_f), 0, 4, 0.2f, 0.5f, 0 },
+	{ "HardSwish", F32(hswish_f), 0, 5, 0, 0, 0 },
+	{ "Erf", F32(erf_f), 0, 16, 0, 0, 0 },
+	{ "Exp", F32(exp_f), 0, 8, 0, 0, 0 },
+	{ "Log", F32(log_f), 0, 8, 0, 0, 0 },
+	{ "Neg", { [HP_F32] = neg_f, HPK_SINT(HPK_FN_ENTRY, neg) [HP_F64] = neg_f64 }, 0, 1, 0, 0, 0 },
+	{ "Abs", { [HP_F32] = abs_f, INTS(abs) }, 0, 1, 0, 0, 0 },
+	{ "Sqrt", F32(sqrt_f), 0, 4, 0, 0, 0 },
+	{ "Reciprocal", F32(recip_f), 0, 1, 0, 0, 0 },
+	{ "Floor", F32(floor_f), 0, 1, 0, 0, 0 },
+	{ "Ceil", F32(ceil_f), 0, 1, 0, 0, 0 },
+	{ "Round", F32(round_f), 0, 1, 0, 0, 0 },
+	{ "Elu", F32(elu_f), 0, 8, 1.0f, 0, 0 },
+	{ "Selu", F32(selu_f), 0, 9, selu_alpha, 0, selu_gamma },
+	{ "Softplus", F32(softplus_f), 0, 16, 0, 0, 0 },
+	{ "Softsign", F32(softsign_f), 0, 3, 0, 0, 0 },
+	{ "ThresholdedRelu", F32(thrrelu_f), 0, 1, 1.0f, 0, 0 },
+	{ "Sign", { [HP_F32] = sign_f, INTS(sign) }, 0, 1, 0, 0, 0 },
+	{ "Sin", F32(sin_f), 0, 8, 0, 0, 0 },
+	{ "Cos", F32(cos_f), 0, 8, 0, 0, 0 },
+	{ "Clip", { HPK_NUM(HPK_FN_ENTRY, clip) }, 0, 1, 0, 0, 0 },
+	{ "Not", { [HP_BOOL] = not_b }, 0, 1, 0, 0, 0 },
+	{ "IsNaN", F32(isnan_f), HP_BOOL, 1, 0, 0, 0 },
+	{ "IsInf", F32(isinf_f), HP_BOOL, 1, 0, 0, 0 },
 };
 
 static const struct udesc *find_desc(const char *name)
@@ -136,12 +149,37 @@ static const struct udesc *find_desc(const char *name)
 
 static ufn pick(const struct udesc *d, enum hp_dtype t)
 {
+	return (unsigned)t < HPK_NDTYPES ? d->fn[t] : NULL;
+}
+
+/* Clip's default bounds: the range of dtype t. */
+static void type_range(enum hp_dtype t, union hpk_scalar *lo, union hpk_scalar *hi)
+{
 	switch (t) {
-	case HP_F32: return d->f32;
-	case HP_I32: return d->i32;
-	case HP_I64: return d->i64;
-	case HP_BOOL: return d->b8;
-	default: return NULL;
+#define RANGE(A, S, T, D, W, LO, HI) case D: lo->S = LO; hi->S = HI; break;
+	HPK_NUM(RANGE, _)
+#undef RANGE
+	default: break;
+	}
+}
+
+/* A float bound v as dtype t; integers take the nearest value inside the
+ * clip range (ceil for min, floor for max), saturated to the type.  NaN
+ * leaves the bound as it was. */
+static void bound_from_double(enum hp_dtype t, double v, int is_lo, union hpk_scalar *s)
+{
+	if (isnan(v))
+		return;
+	if (t == HP_F32 || t == HP_F64) {
+		*s = t == HP_F32 ? (union hpk_scalar){ .f32 = (float)v } : (union hpk_scalar){ .f64 = v };
+		return;
+	}
+	v = is_lo ? ceil(v) : floor(v);
+	switch (t) {
+#define SAT(A, S, T, D, W, LO, HI) case D: s->S = v <= (double)LO ? LO : v >= (double)HI ? HI : (T)v; break;
+	HPK_INT(SAT, _)
+#undef SAT
+	default: break;
 	}
 }
 
@@ -149,10 +187,13 @@ static ufn pick(const struct udesc *d, enum hp_dtype t)
  * X's type or (as the importer makes them from attributes) float32. */
 static int clip_prepare(const struct hp_graph *g, const struct hp_node *n, struct upriv *u, enum hp_dtype t)
 {
-	u->p.lo = hp_attr_float(n, "min", -FLT_MAX);
-	u->p.hi = hp_attr_float(n, "max", FLT_MAX);
-	u->p.ilo = t == HP_I32 ? INT32_MIN : INT64_MIN;
-	u->p.ihi = t == HP_I32 ? INT32_MAX : INT64_MAX;
+	const struct hp_attr *amin = hp_node_attr(n, "min"), *amax = hp_node_attr(n, "max");
+
+	type_range(t, &u->p.lo, &u->p.hi);
+	if (amin)
+		bound_from_double(t, hp_attr_float(n, "min", 0), 1, &u->p.lo);
+	if (amax)
+		bound_from_double(t, hp_attr_float(n, "max", 0), 0, &u->p.hi);
 	for (int i = 1; i < n->ninputs; i++) {
 		const struct hp_value *v = hpk_in(g, n, i);
 		if (!v)
@@ -216,23 +257,17 @@ static void urange(void *arg, int64_t b, int64_t e, int tid)
 
 static void clip_bounds(const struct hp_kargs *a, struct upar *p)
 {
+	enum hp_dtype t = a->in[0].dtype;
+
 	for (int i = 1; i < a->nin; i++) {
 		const struct hp_tensor *b = &a->in[i];
-		double v;
+		union hpk_scalar *s = i == 1 ? &p->lo : &p->hi;
 		if (!b->data)
 			continue;
-		if (b->dtype == HP_F32)
-			v = *(const float *)b->data;
-		else if (b->dtype == HP_I32)
-			v = *(const int32_t *)b->data;
+		if (b->dtype == t)
+			memcpy(s, b->data, hp_dtype_size(t));
 		else
-			v = (double)*(const int64_t *)b->data;
-		if (a->in[0].dtype == HP_F32)
-			*(i == 1 ? &p->lo : &p->hi) = (float)v;
-		else if (b->dtype == HP_I64) /* exact beyond 2^53 */
-			*(i == 1 ? &p->ilo : &p->ihi) = *(const int64_t *)b->data;
-		else
-			*(i == 1 ? &p->ilo : &p->ihi) = i == 1 ? (int64_t)ceil(v) : (int64_t)floor(v);
+			bound_from_double(t, *(const float *)b->data, i == 1, s);
 	}
 }
 

@@ -353,7 +353,8 @@ static int topo_sort(struct hp_graph *g)
 	}
 	for (int i = 0; i < g->nnodes; i++)
 		sorted[i] = g->nodes[queue[i]];
-	memcpy(g->nodes, sorted, (size_t)g->nnodes * sizeof *sorted);
+	if (g->nnodes)
+		memcpy(g->nodes, sorted, (size_t)g->nnodes * sizeof *sorted);
 out:
 	free(indeg);
 	free(start);

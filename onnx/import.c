@@ -1,14 +1,16 @@
 /* ONNX ModelProto -> struct hp_graph.
  *
- * Memory: the model file is mapped read-only and walked at the wire level
- * (wire.c).  Each initializer TensorProto is decoded on its own with its
- * raw_data field cut out; only the byte offset of raw_data in the file is
- * kept (HP_BLOB_FILE), so initializer bytes are never copied while loading
- * and pages of the mapping holding them are never touched.  The rest of the
- * graph (nodes, attributes, inputs, outputs) is filtered to the fields used
- * here and decoded with the generated protobuf-c code; it is small next to
- * the weights.  The mapping is dropped before returning: blobs are read later
- * with pread (hp_graph_read_init) or mapped by the store.
+ * Memory: the model file is walked at the wire level with pread through a
+ * 64 KiB window (wire.c), never mapped or read whole.  Each initializer
+ * TensorProto is read without its raw_data field, whose byte offset in the
+ * file is all that is kept (HP_BLOB_FILE): initializer bytes are not read at
+ * load time (nor brought into the page cache or the RSS).  The rest of the
+ * graph (nodes, attributes, inputs, outputs) is read, filtered to the fields
+ * used here and decoded with the generated protobuf-c code; it is small next
+ * to the weights.  Blobs are read later by hp_graph_read_init() or the store.
+ * (A mapping was tried first: the kernel maps whole large folios of the page
+ * cache on a fault, so touching each initializer's header put megabytes per
+ * initializer in the RSS.)
  *
  * Loading from a buffer (hp_graph_load_buffer) copies embedded raw_data into
  * the graph instead, since the caller's buffer need not outlive the graph.
@@ -20,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -129,69 +130,97 @@ static int corrupt(struct imp *im, const char *where)
 	return hp_error(HP_EMODEL, "%s: truncated or corrupt protobuf (%s)", im->g->path, where);
 }
 
-/* One GraphProto occurrence: initializers are imported on the spot, the rest
- * is filtered into gb (several occurrences concatenate = protobuf merge). */
-static int walk_graph(struct imp *im, const uint8_t *p, size_t len, struct pb_buf *gb)
+int imp_src_error(struct imp *im, int rc, const char *where)
 {
-	struct pb_reader r = { p, p + len };
-	struct pb_field f;
+	if (rc == -ENOMEM)
+		return hp_error(rc, "%s: out of memory reading the %s", im->g->path, where);
+	if (rc == -2)
+		return hp_error(im->src.err, "%s: reading the %s: %s", im->g->path, where, strerror(-im->src.err));
+	return corrupt(im, where);
+}
+
+static int append(struct imp *im, const struct pb_sfield *f, struct pb_buf *out, const char *where)
+{
+	int rc = pb_src_append(&im->src, f->start, f->next - f->start, out);
+
+	return rc < 0 ? imp_src_error(im, rc, where) : 0;
+}
+
+/* One GraphProto occurrence: initializers are imported on the spot, the
+ * fields the importer uses (node, name, input, output) are read into gr
+ * (several occurrences concatenate, which is protobuf's merge). */
+static int walk_graph(struct imp *im, uint64_t off, uint64_t len, struct pb_buf *gr)
+{
+	uint64_t pos = off;
+	struct pb_sfield f;
 	int rc;
 
-	while ((rc = pb_next(&r, &f)) > 0) {
+	while ((rc = pb_src_next(&im->src, &pos, off + len, &f)) > 0) {
 		if (f.num == 5 && f.wt == PB_LEN)
-			rc = imp_initializer(im, f.data, f.len);
-		else if (f.num == 15)
-			rc = hp_error(HP_EUNSUPPORTED, "%s: sparse initializers are not supported", im->g->path);
+			rc = imp_initializer(im, f.off, f.len);
 		else if (f.num == 5)
 			rc = corrupt(im, "initializer");
+		else if (f.num == 15)
+			rc = hp_error(HP_EUNSUPPORTED, "%s: sparse initializers are not supported", im->g->path);
+		else if (f.num == 1 || f.num == 2 || f.num == 11 || f.num == 12)
+			rc = append(im, &f, gr, "graph");
 		if (rc < 0)
 			return rc;
 	}
+	return rc < 0 ? imp_src_error(im, rc, "graph") : 0;
+}
+
+static int unpack(struct imp *im, struct pb_buf *raw, enum pb_msg kind, void **out)
+{
+	struct pb_buf fb = { 0 };
+	const char *where = kind == PB_MSG_MODEL ? "model" : "graph";
+	int rc = pb_filter(raw->p ? raw->p : (const uint8_t *)"", raw->len, kind, &fb);
+
 	if (rc < 0)
-		return corrupt(im, "graph");
-	rc = pb_filter(p, len, PB_MSG_GRAPH, gb);
-	if (rc == -ENOMEM)
-		return hp_error(rc, "out of memory reading the graph");
-	return rc < 0 ? corrupt(im, "graph") : 0;
+		rc = rc == -ENOMEM ? hp_error(rc, "out of memory") : corrupt(im, where);
+	else if (kind == PB_MSG_MODEL)
+		*out = onnx__model_proto__unpack(NULL, fb.len, fb.p ? fb.p : (const uint8_t *)"");
+	else
+		*out = onnx__graph_proto__unpack(NULL, fb.len, fb.p ? fb.p : (const uint8_t *)"");
+	if (rc == 0 && !*out)
+		rc = corrupt(im, where);
+	pb_buf_free(&fb);
+	return rc;
 }
 
 static int read_model(struct imp *im, Onnx__ModelProto **model, Onnx__GraphProto **graph)
 {
-	struct pb_reader r = { im->base, im->base + im->len };
-	struct pb_buf mb = { 0 }, gb = { 0 };
-	struct pb_field f;
+	struct pb_buf mr = { 0 }, gr = { 0 };
+	struct pb_sfield f;
+	uint64_t pos = 0;
 	int rc, ngraphs = 0;
 
-	while ((rc = pb_next(&r, &f)) > 0) {
-		if (f.num != 7)
-			continue;
-		if (f.wt != PB_LEN)
-			return corrupt(im, "model");
-		rc = walk_graph(im, f.data, f.len, &gb);
+	while ((rc = pb_src_next(&im->src, &pos, im->src.size, &f)) > 0) {
+		if (f.num == 7 && f.wt == PB_LEN) {
+			rc = walk_graph(im, f.off, f.len, &gr);
+			ngraphs++;
+		} else if (f.num == 7) {
+			rc = corrupt(im, "model");
+		} else if ((f.num >= 1 && f.num <= 5) || f.num == 8) {
+			rc = append(im, &f, &mr, "model"); /* doc_string, functions, ... are skipped unread */
+		}
 		if (rc < 0)
 			goto out;
-		ngraphs++;
 	}
 	if (rc < 0) {
-		rc = corrupt(im, "model");
+		rc = imp_src_error(im, rc, "model");
 		goto out;
 	}
 	if (!ngraphs) {
 		rc = hp_error(HP_EMODEL, "%s: not an ONNX model (no graph)", im->g->path);
 		goto out;
 	}
-	rc = pb_filter(im->base, im->len, PB_MSG_MODEL, &mb);
-	if (rc < 0) {
-		rc = rc == -ENOMEM ? hp_error(rc, "out of memory") : corrupt(im, "model");
-		goto out;
-	}
-	*model = onnx__model_proto__unpack(NULL, mb.len, mb.p ? mb.p : (const uint8_t *)"");
-	*graph = onnx__graph_proto__unpack(NULL, gb.len, gb.p ? gb.p : (const uint8_t *)"");
-	if (!*model || !*graph)
-		rc = corrupt(im, *model ? "graph" : "model");
+	rc = unpack(im, &mr, PB_MSG_MODEL, (void **)model);
+	if (rc == 0)
+		rc = unpack(im, &gr, PB_MSG_GRAPH, (void **)graph);
 out:
-	pb_buf_free(&mb);
-	pb_buf_free(&gb);
+	pb_buf_free(&mr);
+	pb_buf_free(&gr);
 	return rc;
 }
 
@@ -206,6 +235,9 @@ static int set_opset(struct imp *im, const Onnx__ModelProto *m)
 			found = 1;
 		}
 	}
+	if (!found && m->n_opset_import)
+		return hp_error(HP_EUNSUPPORTED, "%s: the model uses only operator domain '%s' (hpdlf runs ai.onnx)",
+				im->g->path, m->opset_import[0]->domain ? m->opset_import[0]->domain : "");
 	if (!found)
 		return hp_error(HP_EMODEL, "%s: the model imports no ai.onnx opset", im->g->path);
 	if (im->g->opset < OPSET_MIN || im->g->opset > OPSET_MAX)
@@ -235,8 +267,8 @@ static int input_type(struct imp *im, const Onnx__ValueInfoProto *vi, enum hp_dt
 	tt = tp->tensor_type;
 	*dtype = tt->has_elem_type ? (enum hp_dtype)tt->elem_type : HP_UNDEFINED;
 	if (!imp_dtype_supported(*dtype))
-		return hp_error(HP_EUNSUPPORTED, "%s: input '%s' has element type %d, not supported (float32, float64, int64, int32, int8, uint8, bool)",
-				im->g->path, vi->name, (int)*dtype);
+		return hp_error(HP_EUNSUPPORTED, "%s: input '%s' has element type %s, not supported (" IMP_SUPPORTED_LIST ")",
+				im->g->path, vi->name, imp_dtype_name(*dtype));
 	shape->rank = -1;
 	if (!tt->shape)
 		return 0;
@@ -459,8 +491,9 @@ static int attr_value(struct imp *im, const char *where, const Onnx__AttributePr
 		if (!(out->s = bytes_dup(&a->s)))
 			rc = -ENOMEM;
 	} else if (type == HP_ATTR_TENSOR) {
-		struct imp_raw raw = { a->t && a->t->has_raw_data, a->t ? a->t->raw_data.data : NULL,
-				       a->t ? a->t->raw_data.len : 0 };
+		struct imp_raw raw = { .present = a->t && a->t->has_raw_data,
+				       .p = a->t && a->t->raw_data.data ? a->t->raw_data.data : (const uint8_t *)"",
+				       .len = a->t ? a->t->raw_data.len : 0 };
 		char what[320];
 
 		snprintf(what, sizeof what, "%s: attribute '%s'", where, a->name);
@@ -575,23 +608,36 @@ static int node_prepare(struct imp *im, const Onnx__NodeProto *np, const char *w
 static int node_commit(struct imp *im, const Onnx__NodeProto *np, struct imp_node *n, const char *name)
 {
 	struct hp_graph *g = im->g;
-	int outs[np->n_output + 1], idx, rc;
+	struct hp_node *hn;
+	int *outs = malloc((np->n_output + 1) * sizeof *outs), idx, k = 0;
 
+	if (!outs)
+		return hp_error(-ENOMEM, "out of memory");
 	for (size_t o = 0; o < np->n_output; o++)
 		outs[o] = np->output[o] && *np->output[o] ? imp_find(im, np->output[o]) : -1;
 	idx = hp_graph_add_node(g, name, n->op_type, n->ninputs, n->inputs, n->noutputs, outs);
+	free(outs);
 	if (idx < 0)
 		return idx;
+	hn = &g->nodes[idx];
 	if (!is_default_domain(np->domain)) {
 		char *d = strdup(np->domain);
 		if (!d)
 			return hp_error(-ENOMEM, "out of memory");
-		free(g->nodes[idx].domain);
-		g->nodes[idx].domain = d;
+		free(hn->domain);
+		hn->domain = d;
 	}
-	for (int i = 0; i < n->nattrs; i++)
-		if (!n->drop[i] && (rc = hp_graph_add_attr(g, idx, &n->attrs[i])) < 0)
-			return rc;
+	/* the kept attributes move into the node: no copies */
+	for (int i = 0; i < n->nattrs; i++) {
+		if (n->drop[i])
+			attr_free(&n->attrs[i]);
+		else
+			n->attrs[k++] = n->attrs[i];
+	}
+	hn->attrs = n->attrs;
+	hn->nattrs = k;
+	n->attrs = NULL;
+	n->nattrs = 0;
 	return 0;
 }
 
@@ -631,9 +677,8 @@ static int check_used(struct imp *im)
 		const struct hp_value *val = &g->values[v];
 		if (val->kind == HP_VALUE_INITIALIZER && !imp_dtype_supported(val->dtype) &&
 		    (val->nconsumers || val->is_output))
-			return hp_error(HP_EUNSUPPORTED, "%s: initializer '%s' has dtype %s, not supported (float32, float64, int64, int32, int8, uint8, bool)",
-					g->path, val->name,
-					val->dtype > 0 && val->dtype <= HP_BF16 ? hp_dtype_name(val->dtype) : "unknown");
+			return hp_error(HP_EUNSUPPORTED, "%s: initializer '%s' has dtype %s, not supported (" IMP_SUPPORTED_LIST ")",
+					g->path, val->name, imp_dtype_name(val->dtype));
 	}
 	return 0;
 }
@@ -678,7 +723,7 @@ static int import(struct imp *im, const char *name, struct hp_graph **out)
 		goto out;
 	}
 	im->g->nfiles = 1;
-	im->file_size[0] = im->len;
+	im->file_size[0] = im->src.size;
 	rc = build(im);
 out:
 	free(im->slots);
@@ -694,7 +739,7 @@ out:
 int hp_graph_load_buffer(const void *buf, size_t len, const char *name, const char *base_dir,
 			 struct hp_graph **out)
 {
-	struct imp im = { .base = buf, .len = len, .in_memory = 1 };
+	struct imp im = { .in_memory = 1 };
 
 	if (!out || (!buf && len))
 		return hp_error(HP_EUSAGE, "hp_graph_load_buffer: NULL argument");
@@ -702,8 +747,7 @@ int hp_graph_load_buffer(const void *buf, size_t len, const char *name, const ch
 		name = "model";
 	if (base_dir && !(im.dir = strdup(base_dir)))
 		return hp_error(-ENOMEM, "out of memory");
-	if (!buf)
-		im.base = (const uint8_t *)"";
+	im.src = (struct pb_src){ .fd = -1, .mem = buf ? buf : (const uint8_t *)"", .size = len };
 	return import(&im, name, out);
 }
 
@@ -722,7 +766,6 @@ int hp_graph_load(const char *path, struct hp_graph **out)
 {
 	struct imp im = { 0 };
 	struct stat st;
-	void *map;
 	int fd, rc;
 
 	if (!path || !out)
@@ -732,31 +775,27 @@ int hp_graph_load(const char *path, struct hp_graph **out)
 	if (fd < 0)
 		return hp_error(-errno, "%s: %s", path, strerror(errno));
 	if (fstat(fd, &st) < 0) {
-		rc = -errno;
-		close(fd);
-		return hp_error(rc, "%s: %s", path, strerror(-rc));
+		rc = hp_error(-errno, "%s: %s", path, strerror(errno));
+		goto out;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		close(fd);
-		return hp_error(S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL, "%s: not a regular file", path);
+		rc = hp_error(S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL, "%s: not a regular file", path);
+		goto out;
 	}
 	if (st.st_size == 0) {
-		close(fd);
-		return hp_error(HP_EMODEL, "%s: empty file, not an ONNX model", path);
+		rc = hp_error(HP_EMODEL, "%s: empty file, not an ONNX model", path);
+		goto out;
 	}
-	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-	rc = -errno;
-	close(fd);
-	if (map == MAP_FAILED)
-		return hp_error(rc, "%s: cannot map the model: %s", path, strerror(-rc));
-	im.base = map;
-	im.len = (size_t)st.st_size;
+	im.src = (struct pb_src){ .fd = fd, .size = (uint64_t)st.st_size, .win = malloc(PB_WINDOW) };
 	im.dir = dir_of(path);
-	if (!im.dir) {
-		munmap(map, im.len);
-		return hp_error(-ENOMEM, "out of memory");
+	if (!im.src.win || !im.dir) {
+		free(im.dir);
+		rc = hp_error(-ENOMEM, "out of memory");
+		goto out;
 	}
 	rc = import(&im, path, out);
-	munmap(map, (size_t)st.st_size);
+out:
+	free(im.src.win);
+	close(fd);
 	return rc;
 }

@@ -7,6 +7,7 @@
 
 #include "hpdlf/graph.h"
 #include "onnx/onnx.pb-c.h"
+#include "onnx/wire.h"
 
 /* Initializers up to this size are read at load time into value->data: shape
  * tensors, axes, scales and scalars must be compile-time constants for the
@@ -19,8 +20,7 @@
 
 struct imp {
 	struct hp_graph *g;
-	const uint8_t *base;   /* the model's bytes (mapped file or caller's buffer) */
-	size_t len;
+	struct pb_src src;     /* the model file (pread) or the caller's buffer */
 	int in_memory;         /* loaded from a buffer: embedded bytes are copied */
 	char *dir;             /* directory external data is relative to, or NULL */
 	uint64_t *file_size;   /* size of each g->files entry (0: the model) */
@@ -29,11 +29,13 @@ struct imp {
 	int serial;            /* counter for generated names */
 };
 
-/* An embedded raw_data field: where its bytes are. */
+/* An embedded raw_data field: where its bytes are (in memory at p, or at
+ * byte off of the model file when p is NULL). */
 struct imp_raw {
 	int present;
 	const uint8_t *p;
-	size_t len;
+	uint64_t off;
+	uint64_t len;
 };
 
 /* Values by name (hash on top of hp_graph_add_value). */
@@ -45,6 +47,9 @@ int imp_fresh_name(struct imp *im, const char *base, const char *suffix, char *o
 
 /* Is dtype one the importer reads (float32/64, int64/32, int8, uint8, bool)? */
 int imp_dtype_supported(int32_t dtype);
+/* ONNX element type name ("float16", "string", "unknown"). */
+const char *imp_dtype_name(int32_t dtype);
+#define IMP_SUPPORTED_LIST "float32, float64, int64, int32, int8, uint8, bool"
 /* Tensor dtype and dims, checked (rank, sizes). `what` names it in errors. */
 int imp_tensor_desc(struct imp *im, const Onnx__TensorProto *t, const char *what, struct hp_tensor *desc);
 /* Where the tensor's bytes are: blob FILE for external or (when allowed) raw
@@ -54,8 +59,11 @@ int imp_tensor_bytes(struct imp *im, const Onnx__TensorProto *t, const struct im
 /* A whole tensor in memory (Constant values, TENSOR attributes). */
 int imp_tensor_load(struct imp *im, const Onnx__TensorProto *t, const struct imp_raw *raw, const char *what,
 		    struct hp_tensor *out);
-/* One top-level initializer, given its TensorProto wire bytes. */
-int imp_initializer(struct imp *im, const uint8_t *p, size_t len);
+/* One top-level initializer: its TensorProto is at [off, off+len) of the
+ * model; everything but raw_data is read. */
+int imp_initializer(struct imp *im, uint64_t off, uint64_t len);
+/* Error for a failed pb_src_* call (-1 malformed, -2 read error, -ENOMEM). */
+int imp_src_error(struct imp *im, int rc, const char *where);
 
 /* A constant value with data (takes ownership of data). Returns its index. */
 int imp_add_constant(struct imp *im, const char *name, enum hp_dtype dtype, const struct hp_shape *shape,

@@ -68,9 +68,22 @@ static int inputs_constant(const struct hp_graph *g, const struct hp_node *n)
 	return 1;
 }
 
+static int fold_run(struct hp_graph *g, struct hp_node *n, struct hp_tensor *in, struct hp_tensor *out);
+
+/* Heap arrays: a node may have more inputs than a stack frame should hold. */
 static int fold(struct hp_graph *g, struct hp_node *n)
 {
-	struct hp_tensor in[n->ninputs + 1], out[n->noutputs + 1];
+	struct hp_tensor *in = calloc((size_t)n->ninputs + 1, sizeof *in);
+	struct hp_tensor *out = calloc((size_t)n->noutputs + 1, sizeof *out);
+	int rc = in && out ? fold_run(g, n, in, out) : hp_error(-ENOMEM, "out of memory folding node '%s'", n->name);
+
+	free(in);
+	free(out);
+	return rc;
+}
+
+static int fold_run(struct hp_graph *g, struct hp_node *n, struct hp_tensor *in, struct hp_tensor *out)
+{
 	struct hp_kargs a = { .nin = n->ninputs, .nout = n->noutputs, .in = in, .out = out };
 	size_t total = 0;
 	void *ws = NULL;
@@ -91,7 +104,7 @@ static int fold(struct hp_graph *g, struct hp_node *n)
 		if (v)
 			in[i].shape = v->shape;
 	}
-	memset(out, 0, sizeof out);
+	memset(out, 0, ((size_t)n->noutputs + 1) * sizeof *out);
 	for (int o = 0; o < n->noutputs; o++) {
 		struct hp_value *v = n->outputs[o] >= 0 ? &g->values[n->outputs[o]] : NULL;
 		if (!v)

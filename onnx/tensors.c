@@ -14,8 +14,6 @@
 #include "onnx/import.h"
 #include "onnx/wire.h"
 
-#define SUPPORTED_LIST "float32, float64, int64, int32, int8, uint8, bool"
-
 int imp_dtype_supported(int32_t dtype)
 {
 	switch (dtype) {
@@ -25,7 +23,7 @@ int imp_dtype_supported(int32_t dtype)
 	return 0;
 }
 
-static const char *dtype_name(int32_t dtype)
+const char *imp_dtype_name(int32_t dtype)
 {
 	static const char *const names[] = {
 		[0] = "undefined", [8] = "string", [14] = "complex64", [15] = "complex128",
@@ -255,9 +253,9 @@ static int read_blob(const struct hp_graph *g, const char *what, const struct hp
 	return 0;
 }
 
-/* Typed fields to the dtype's raw little-endian layout (the host's). */
-static int typed(struct imp *im, const Onnx__TensorProto *t, const char *what, const struct hp_tensor *d,
-		 uint64_t numel, void *dst)
+/* The typed field for the dtype holds one value per element. */
+static int typed_count(struct imp *im, const Onnx__TensorProto *t, const char *what, const struct hp_tensor *d,
+		       uint64_t numel)
 {
 	const char *field;
 	size_t have;
@@ -271,6 +269,12 @@ static int typed(struct imp *im, const Onnx__TensorProto *t, const char *what, c
 	if (have != numel)
 		return hp_error(HP_EMODEL, "%s: %s has %zu values in %s, expected %" PRIu64 " (%s)", im->g->path, what,
 				have, field, numel, hp_dtype_name(d->dtype));
+	return 0;
+}
+
+/* Typed fields to the dtype's raw little-endian layout (the host's). */
+static void typed(const Onnx__TensorProto *t, const struct hp_tensor *d, uint64_t numel, void *dst)
+{
 	switch (d->dtype) {
 	case HP_F32: memcpy(dst, t->float_data, numel * 4); break;
 	case HP_F64: memcpy(dst, t->double_data, numel * 8); break;
@@ -280,7 +284,6 @@ static int typed(struct imp *im, const Onnx__TensorProto *t, const char *what, c
 		for (uint64_t i = 0; i < numel; i++)
 			((uint8_t *)dst)[i] = (uint8_t)t->int32_data[i];
 	}
-	return 0;
 }
 
 int imp_tensor_bytes(struct imp *im, const Onnx__TensorProto *t, const struct imp_raw *raw, const char *what,
@@ -298,22 +301,25 @@ int imp_tensor_bytes(struct imp *im, const Onnx__TensorProto *t, const struct im
 			return rc;
 	} else if (raw->present) {
 		if (raw->len != bytes)
-			return hp_error(HP_EMODEL, "%s: %s has %zu bytes of raw_data, expected %" PRIu64 " (%s, %" PRIu64 " elements)",
+			return hp_error(HP_EMODEL, "%s: %s has %" PRIu64 " bytes of raw_data, expected %" PRIu64 " (%s, %" PRIu64 " elements)",
 					im->g->path, what, raw->len, bytes, hp_dtype_name(desc->dtype), numel);
-		if (!im->in_memory)
-			*blob = (struct hp_blob){ .kind = HP_BLOB_FILE, .file = 0,
-						  .offset = (uint64_t)(raw->p - im->base), .length = bytes };
+		if (!raw->p)
+			*blob = (struct hp_blob){ .kind = HP_BLOB_FILE, .file = 0, .offset = raw->off, .length = bytes };
 	}
 	if (blob->kind == HP_BLOB_FILE && may_defer && bytes > IMP_INLINE_MAX)
 		return 0;
+	if (!external_data && !raw->present && (rc = typed_count(im, t, what, desc, numel)) < 0)
+		return rc; /* before allocating: the declared shape is not trusted */
 	if (bytes > SIZE_MAX - 64 || !(*data = malloc(bytes ? (size_t)bytes : 1)))
 		return hp_error(-ENOMEM, "%s: %s: out of memory (%" PRIu64 " bytes)", im->g->path, what, bytes);
 	if (blob->kind == HP_BLOB_FILE && blob->file > 0)
 		rc = read_blob(im->g, what, blob, *data, bytes);
-	else if (raw->present && bytes)
+	else if (raw->present && raw->p && bytes)
 		memcpy(*data, raw->p, (size_t)bytes);
-	else if (numel)
-		rc = typed(im, t, what, desc, numel, *data);
+	else if (raw->present && bytes)
+		rc = pb_src_read(&im->src, raw->off, *data, (size_t)bytes) < 0 ? imp_src_error(im, -2, what) : 0;
+	else if (!raw->present && numel)
+		typed(t, desc, numel, *data);
 	if (rc < 0) {
 		free(*data);
 		*data = NULL;
@@ -332,23 +338,9 @@ int imp_tensor_load(struct imp *im, const Onnx__TensorProto *t, const struct imp
 	if (rc < 0)
 		return rc;
 	if (!imp_dtype_supported(out->dtype))
-		return hp_error(HP_EUNSUPPORTED, "%s: %s has dtype %s, not supported (" SUPPORTED_LIST ")", im->g->path,
-				what, dtype_name(out->dtype));
+		return hp_error(HP_EUNSUPPORTED, "%s: %s has dtype %s, not supported (" IMP_SUPPORTED_LIST ")", im->g->path,
+				what, imp_dtype_name(out->dtype));
 	return imp_tensor_bytes(im, t, raw, what, out, 0, &blob, &out->data);
-}
-
-/* The raw_data field of a TensorProto's wire bytes (the last one wins). */
-static int find_raw(const uint8_t *p, size_t len, struct imp_raw *raw)
-{
-	struct pb_reader r = { p, p + len };
-	struct pb_field f;
-	int rc;
-
-	memset(raw, 0, sizeof *raw);
-	while ((rc = pb_next(&r, &f)) > 0)
-		if (f.num == 9 && f.wt == PB_LEN)
-			*raw = (struct imp_raw){ .present = 1, .p = f.data, .len = f.len };
-	return rc;
 }
 
 static int add_initializer(struct imp *im, const Onnx__TensorProto *t, const struct imp_raw *raw)
@@ -385,23 +377,27 @@ static int add_initializer(struct imp *im, const Onnx__TensorProto *t, const str
 	return 0;
 }
 
-int imp_initializer(struct imp *im, const uint8_t *p, size_t len)
+int imp_initializer(struct imp *im, uint64_t off, uint64_t len)
 {
-	struct pb_buf fb = { 0 };
-	struct imp_raw raw;
+	struct pb_buf tb = { 0 };
+	struct pb_sfield f;
+	struct imp_raw raw = { 0 };
 	Onnx__TensorProto *t = NULL;
-	int rc = find_raw(p, len, &raw);
+	uint64_t pos = off;
+	int rc;
 
-	if (rc == 0)
-		rc = pb_filter(p, len, PB_MSG_TENSOR, &fb);
-	if (rc == -ENOMEM)
-		return hp_error(rc, "out of memory");
-	if (rc == 0 && !(t = onnx__tensor_proto__unpack(NULL, fb.len, fb.p ? fb.p : (const uint8_t *)"")))
+	while ((rc = pb_src_next(&im->src, &pos, off + len, &f)) > 0) {
+		if (f.num == 9 && f.wt == PB_LEN) /* raw_data: the last one wins, as in protobuf */
+			raw = (struct imp_raw){ .present = 1, .off = f.off, .len = f.len,
+						.p = im->src.fd < 0 ? im->src.mem + f.off : NULL };
+		else if (f.num != 12 && (rc = pb_src_append(&im->src, f.start, f.next - f.start, &tb)) < 0)
+			break; /* everything else but doc_string is small: read it */
+	}
+	if (rc == 0 && !(t = onnx__tensor_proto__unpack(NULL, tb.len, tb.p ? tb.p : (const uint8_t *)"")))
 		rc = -1;
-	pb_buf_free(&fb);
+	pb_buf_free(&tb);
 	if (rc < 0)
-		return hp_error(HP_EMODEL, "%s: corrupt initializer at byte %zu (bad protobuf)", im->g->path,
-				(size_t)(p - im->base));
+		return imp_src_error(im, rc, "initializer");
 	rc = add_initializer(im, t, &raw);
 	onnx__tensor_proto__free_unpacked(t, NULL);
 	return rc;
@@ -418,8 +414,8 @@ int hp_graph_read_init(const struct hp_graph *g, int value, void *dst)
 		return hp_error(HP_EUSAGE, "hp_graph_read_init: bad value index %d", value);
 	v = &g->values[value];
 	if (!imp_dtype_supported(v->dtype))
-		return hp_error(HP_EUNSUPPORTED, "%s: value '%s' has dtype %s, not supported (" SUPPORTED_LIST ")",
-				g->path, v->name, dtype_name(v->dtype));
+		return hp_error(HP_EUNSUPPORTED, "%s: value '%s' has dtype %s, not supported (" IMP_SUPPORTED_LIST ")",
+				g->path, v->name, imp_dtype_name(v->dtype));
 	desc = (struct hp_tensor){ .dtype = v->dtype, .shape = v->shape };
 	if (hp_shape_numel(&v->shape) < 0)
 		return hp_error(HP_EUSAGE, "%s: value '%s' has no concrete shape", g->path, v->name);

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "onnx/wire.h"
 
@@ -26,13 +27,12 @@ static int read_varint(struct pb_reader *r, uint64_t *out)
 	return -1;
 }
 
-int pb_next(struct pb_reader *r, struct pb_field *f)
+/* Key and value (VARINT, FIXED*) or length (LEN) of the field at r->p;
+ * r->p is left at the payload of a LEN field, after the field otherwise. */
+static int read_header(struct pb_reader *r, struct pb_field *f, uint64_t *len)
 {
 	uint64_t key;
 
-	if (r->p >= r->end)
-		return 0;
-	f->start = r->p;
 	if (read_varint(r, &key) < 0 || (key >> 3) == 0 || (key >> 3) > 0x1fffffff)
 		return -1;
 	f->num = (uint32_t)(key >> 3);
@@ -40,11 +40,10 @@ int pb_next(struct pb_reader *r, struct pb_field *f)
 	f->data = NULL;
 	f->len = 0;
 	f->v = 0;
+	*len = 0;
 	switch (f->wt) {
 	case PB_VARINT:
-		if (read_varint(r, &f->v) < 0)
-			return -1;
-		break;
+		return read_varint(r, &f->v);
 	case PB_FIXED64:
 	case PB_FIXED32: {
 		size_t n = f->wt == PB_FIXED64 ? 8 : 4;
@@ -53,19 +52,30 @@ int pb_next(struct pb_reader *r, struct pb_field *f)
 		for (size_t i = 0; i < n; i++)
 			f->v |= (uint64_t)r->p[i] << (8 * i);
 		r->p += n;
-		break;
+		return 0;
 	}
-	case PB_LEN: {
-		uint64_t len;
-		if (read_varint(r, &len) < 0 || len > (uint64_t)(r->end - r->p))
+	case PB_LEN:
+		return read_varint(r, len);
+	default:
+		return -1; /* groups (3, 4) and reserved wire types */
+	}
+}
+
+int pb_next(struct pb_reader *r, struct pb_field *f)
+{
+	uint64_t len;
+
+	if (r->p >= r->end)
+		return 0;
+	f->start = r->p;
+	if (read_header(r, f, &len) < 0)
+		return -1;
+	if (f->wt == PB_LEN) {
+		if (len > (uint64_t)(r->end - r->p))
 			return -1;
 		f->data = r->p;
 		f->len = (size_t)len;
 		r->p += len;
-		break;
-	}
-	default:
-		return -1; /* groups (3, 4) and reserved wire types */
 	}
 	f->next = r->p;
 	return 1;
@@ -178,4 +188,99 @@ int pb_filter(const uint8_t *in, size_t len, enum pb_msg kind, struct pb_buf *ou
 			return rc;
 	}
 	return rc;
+}
+
+static int pread_full(struct pb_src *s, uint64_t off, void *dst, size_t len)
+{
+	uint8_t *p = dst;
+
+	while (len) {
+		ssize_t r = pread(s->fd, p, len, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			s->err = r < 0 ? -errno : -EIO; /* EIO: the file shrank under us */
+			return -2;
+		}
+		p += r;
+		len -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+int pb_src_read(struct pb_src *s, uint64_t off, void *dst, size_t len)
+{
+	if (!len)
+		return 0;
+	if (off > s->size || s->size - off < len) {
+		s->err = -EIO;
+		return -2;
+	}
+	if (s->fd < 0) {
+		memcpy(dst, s->mem + off, len);
+		return 0;
+	}
+	if (off >= s->win_off && off - s->win_off + len <= s->win_len) {
+		memcpy(dst, s->win + (off - s->win_off), len);
+		return 0;
+	}
+	if (len > PB_WINDOW / 4)
+		return pread_full(s, off, dst, len); /* big reads bypass the window */
+	s->win_len = s->size - off < PB_WINDOW ? (size_t)(s->size - off) : PB_WINDOW;
+	s->win_off = off;
+	if (pread_full(s, off, s->win, s->win_len) < 0) {
+		s->win_len = 0;
+		return -2;
+	}
+	memcpy(dst, s->win, len);
+	return 0;
+}
+
+int pb_src_next(struct pb_src *s, uint64_t *pos, uint64_t end, struct pb_sfield *f)
+{
+	uint8_t hdr[24]; /* key (<= 5 bytes) + varint or length (<= 10) */
+	size_t n = end - *pos < sizeof hdr ? (size_t)(end - *pos) : sizeof hdr;
+	struct pb_reader r = { hdr, hdr + n };
+	struct pb_field mf;
+	uint64_t len;
+
+	if (*pos >= end)
+		return 0;
+	if (pb_src_read(s, *pos, hdr, n) < 0)
+		return -2;
+	if (read_header(&r, &mf, &len) < 0)
+		return -1;
+	f->num = mf.num;
+	f->wt = mf.wt;
+	f->v = mf.v;
+	f->start = *pos;
+	f->off = *pos + (uint64_t)(r.p - hdr);
+	if (len > end - f->off)
+		return -1;
+	f->len = len;
+	f->next = f->off + len;
+	*pos = f->next;
+	return 1;
+}
+
+int pb_src_append(struct pb_src *s, uint64_t off, uint64_t len, struct pb_buf *out)
+{
+	if (len > SIZE_MAX / 4)
+		return -ENOMEM;
+	if (out->cap - out->len < len) {
+		size_t cap = out->cap ? out->cap : 256;
+		void *q;
+
+		while (cap - out->len < len)
+			cap *= 2;
+		if (!(q = realloc(out->p, cap)))
+			return -ENOMEM;
+		out->p = q;
+		out->cap = cap;
+	}
+	if (pb_src_read(s, off, out->p + out->len, (size_t)len) < 0)
+		return -2;
+	out->len += (size_t)len;
+	return 0;
 }

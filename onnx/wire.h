@@ -2,11 +2,12 @@
  *
  * The importer never hands a whole ModelProto to protobuf-c: initializer
  * bytes would be copied into RAM and nested graphs/types would recurse
- * without bound.  It walks the top-level wire format itself to find the
- * graph and initializer ranges, and filters everything else through a small
- * schema (pb_filter) that keeps only the fields the importer reads and drops
- * every recursive field, so protobuf-c only ever unpacks small, flat-enough
- * messages.
+ * without bound.  It walks the top levels of the file itself (pb_src: pread
+ * through a small window, no mapping) to find the graph and initializer
+ * ranges, reads every field except raw_data, and filters what it read
+ * through a small schema (pb_filter) that keeps only the fields the importer
+ * uses and drops every recursive field, so protobuf-c only ever unpacks
+ * small, shallow messages.
  */
 #ifndef HPDLF_ONNX_WIRE_H
 #define HPDLF_ONNX_WIRE_H
@@ -32,6 +33,35 @@ struct pb_field {
 /* Next field: 1 = got one, 0 = end of message, -1 = malformed. */
 int pb_next(struct pb_reader *r, struct pb_field *f);
 
+/* A model being walked: a file read with pread through a window, or a
+ * caller's buffer. */
+#define PB_WINDOW (64u << 10)
+
+struct pb_src {
+	int fd;              /* -1: read from mem */
+	const uint8_t *mem;
+	uint64_t size;
+	uint8_t *win;        /* PB_WINDOW bytes of the file at win_off */
+	uint64_t win_off;
+	size_t win_len;
+	int err;             /* -errno of the last failed read, 0 if none */
+};
+
+/* A field found by pb_src_next: positions are offsets into the source. */
+struct pb_sfield {
+	uint32_t num;
+	enum pb_wire wt;
+	uint64_t v;                /* VARINT / FIXED* value */
+	uint64_t start, off, next; /* key, payload (LEN), end of field */
+	uint64_t len;              /* LEN payload length */
+};
+
+/* Field at *pos within [*pos, end): 1 = got one (*pos advanced), 0 = end,
+ * -1 = malformed, -2 = read error (s->err). */
+int pb_src_next(struct pb_src *s, uint64_t *pos, uint64_t end, struct pb_sfield *f);
+/* Copy bytes [off, off+len) of the source to dst: 0, or -2 on read error. */
+int pb_src_read(struct pb_src *s, uint64_t off, void *dst, size_t len);
+
 /* Messages the filter knows; everything not listed in its table is dropped. */
 enum pb_msg {
 	PB_MSG_MODEL,      /* graph (7) dropped: walked separately */
@@ -52,5 +82,7 @@ struct pb_buf {
  * Returns 0, -1 if malformed, -ENOMEM. */
 int pb_filter(const uint8_t *in, size_t len, enum pb_msg kind, struct pb_buf *out);
 void pb_buf_free(struct pb_buf *b);
+/* Append bytes [off, off+len) of the source: 0, -ENOMEM, or -2 (read error). */
+int pb_src_append(struct pb_src *s, uint64_t off, uint64_t len, struct pb_buf *out);
 
 #endif

@@ -216,9 +216,16 @@ static int load_catalog(struct hs_store *st, const struct sb *s)
 
 	if (s->cat_len < sizeof h + 4 || s->cat_addr + alen > home->capacity || s->cat_len > (1ull << 34))
 		return hp_error(HP_ECORRUPT, "%s: superblock points at an impossible catalog", home->path);
+	pthread_mutex_lock(&st->mu);
+	rc = hs_staging_reserve(st, alen, "open: reading the catalog");
+	pthread_mutex_unlock(&st->mu);
+	if (rc < 0)
+		return rc;
 	blob = aligned_alloc(HS_IO_ALIGN, alen);
-	if (!blob)
-		return -ENOMEM;
+	if (!blob) {
+		rc = -ENOMEM;
+		goto out;
+	}
 	rc = hs_tier_rw(home, HS_IO_READ, s->cat_addr, blob, alen);
 	if (rc < 0) {
 		rc = hp_error(rc, "%s: cannot read the catalog: %s", home->path, hp_strerror(rc));
@@ -241,6 +248,9 @@ static int load_catalog(struct hs_store *st, const struct sb *s)
 	st->generation = s->generation;
 out:
 	free(blob);
+	pthread_mutex_lock(&st->mu);
+	hs_staging_release(st, alen);
+	pthread_mutex_unlock(&st->mu);
 	return rc;
 }
 
@@ -332,6 +342,21 @@ static int bounce_chunk(struct hs_store *st, struct hs_tensor *t, uint64_t i, vo
 	return 0;
 }
 
+/* The bounce buffer of a commit pass, counted as staging (lock held). */
+static int bounce_get(struct hs_store *st, void **out)
+{
+	int rc = hs_staging_reserve(st, st->cs, "commit: bounce buffer");
+
+	if (rc < 0)
+		return rc;
+	*out = aligned_alloc(HS_IO_ALIGN, st->cs);
+	if (!*out) {
+		hs_staging_release(st, st->cs);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 /* One pass bringing the chunks of the commit onto a persistent tier (lock
  * held, released during I/O): the number of chunks moved, or an error. */
 static int commit_pass(struct hs_store *st, uint64_t max_id)
@@ -357,9 +382,9 @@ static int commit_pass(struct hs_store *st, uint64_t max_id)
 				c->state = CH_WRITING;
 				wb[nwb++] = (struct wb_item){ t, i };
 			} else if (c->state == CH_ABSENT && c->tier != NO_TIER && !persistent(st, c->tier)) {
-				if (!bounce && !(bounce = aligned_alloc(HS_IO_ALIGN, st->cs)))
-					rc = -ENOMEM;
-				else if ((rc = bounce_chunk(st, t, i, bounce)) == 0)
+				if (!bounce)
+					rc = bounce_get(st, &bounce);
+				if (rc == 0 && (rc = bounce_chunk(st, t, i, bounce)) == 0)
 					nbounce++;
 			}
 		}
@@ -371,24 +396,37 @@ static int commit_pass(struct hs_store *st, uint64_t max_id)
 	} else if (nwb) {
 		rc = hs_write_back(st, wb, (int)nwb, st->home);
 	}
-	free(bounce);
+	if (bounce) {
+		free(bounce);
+		hs_staging_release(st, st->cs);
+	}
 	free(wb);
 	return rc < 0 ? rc : (int)nwb + nbounce;
 }
 
 /* Serialise the catalog of the commit into an aligned blob. */
-static int build_catalog(struct hs_store *st, uint64_t max_id, unsigned char **out, uint64_t *outlen)
+static uint64_t catalog_len(struct hs_store *st, uint64_t max_id, uint32_t *ntensors)
 {
-	struct cat_head h = { .version = FORMAT_VERSION, .generation = st->generation + 1 };
-	uint64_t len = sizeof h + 4;
-	unsigned char *blob, *p;
+	uint64_t len = sizeof(struct cat_head) + 4;
 
+	*ntensors = 0;
 	for (struct hs_tensor *t = st->list; t; t = t->next) {
 		if (!in_commit(t, max_id))
 			continue;
 		len += sizeof(struct cat_tensor) + strlen(t->name) + t->nchunks * sizeof(struct cat_chunk);
-		h.ntensors++;
+		(*ntensors)++;
 	}
+	return len;
+}
+
+/* Serialise the catalog into an aligned blob of catalog_len() bytes,
+ * whose DRAM the caller reserved. */
+static int build_catalog(struct hs_store *st, uint64_t max_id, unsigned char **out, uint64_t *outlen)
+{
+	struct cat_head h = { .version = FORMAT_VERSION, .generation = st->generation + 1 };
+	uint64_t len = catalog_len(st, max_id, &h.ntensors);
+	unsigned char *blob, *p;
+
 	blob = aligned_alloc(HS_IO_ALIGN, round_io(len));
 	if (!blob)
 		return -ENOMEM;
@@ -548,15 +586,19 @@ int hs_store_commit(struct hs_store *st)
 	rc = check_pins(st, max_id);
 	if (rc == 0)
 		rc = commit_chunks(st, max_id);
+	uint32_t nt;
+	uint64_t held = rc == 0 ? round_io(catalog_len(st, max_id, &nt)) : 0;
+	if (rc == 0 && (rc = hs_staging_reserve(st, held, "commit: the catalog")) < 0)
+		held = 0; /* fits first, or the commit fails before writing anything */
 	if (rc == 0)
 		rc = build_catalog(st, max_id, &blob, &len);
 	if (rc == 0) {
-		st->staging += round_io(len);
 		pthread_mutex_unlock(&st->mu);
 		rc = write_catalog(st, blob, len, &addr);
 		pthread_mutex_lock(&st->mu);
-		st->staging -= round_io(len);
 	}
+	if (held)
+		hs_staging_release(st, held);
 	if (rc == 0)
 		commit_done(st, max_id, addr, len);
 	st->committing = 0;

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "hpdlf/error.h"
@@ -18,6 +17,8 @@
 struct hs_prefetch {
 	struct hs_store *st;
 	int pending;
+	int tpending[HS_MAX_TIERS];     /* of pending, requests on each tier */
+	uint64_t stage;                 /* staging held for its unaligned file reads */
 	int err;
 	char msg[300];
 	struct io_req *reqs;
@@ -28,7 +29,7 @@ struct io_req {
 	struct hs_tensor *t;
 	uint64_t chunk;
 	int tier;
-	uint64_t stage;         /* staging bytes held for a backed read */
+	uint64_t stage;         /* write-back: the new crc32c */
 	struct hs_prefetch *g;
 };
 
@@ -71,11 +72,47 @@ static void drop_chunk(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 {
 	struct hs_chunk *c = &t->ch[i];
 
-	madvise(t->base + i * st->cs, hs_chunk_iolen(t, i), MADV_DONTNEED);
+	hs_chunk_detach(st, t, i);
 	c->state = CH_ABSENT;
 	c->prefetched = 0;
 	st->resident -= hs_chunk_iolen(t, i);
 	st->stats.tier[0].evictions++;
+}
+
+/* One request of its group finished (lock held). */
+static void group_done(struct io_req *r)
+{
+	if (r->tier != NO_TIER)
+		r->g->tpending[r->tier]--;
+	r->g->pending--;
+	pthread_cond_broadcast(&r->t->st->cv);
+}
+
+static void group_add(struct io_req *r)
+{
+	if (r->tier != NO_TIER)
+		r->g->tpending[r->tier]++;
+	r->g->pending++;
+}
+
+/* Wait (lock held) until nothing of g is pending.  A tier that can reap
+ * completions on this thread is polled instead of sleeping: the waiter
+ * completes its own requests and nobody has to wake it. */
+static void group_wait(struct hs_store *st, struct hs_prefetch *g)
+{
+	while (g->pending) {
+		struct hs_tier *pt = NULL;
+		for (int k = 0; k < st->ntiers && !pt; k++)
+			if (g->tpending[k] && st->tiers[k]->ops->poll)
+				pt = st->tiers[k];
+		if (!pt) {
+			pthread_cond_wait(&st->cv, &st->mu);
+			continue;
+		}
+		pthread_mutex_unlock(&st->mu);
+		pt->ops->poll(pt, 1);
+		pthread_mutex_lock(&st->mu);
+	}
 }
 
 /* ---- read-in ---- */
@@ -88,12 +125,15 @@ static void load_finish(struct io_req *r, int rc)
 	char nb[96];
 	uint32_t crc = 0;
 
-	if (rc == 0 && st->o.verify_crc && r->tier != NO_TIER) {
+	/* c->mapped is stable while the chunk loads */
+	if (rc == 0 && st->o.verify_crc && r->tier != NO_TIER && c->mapped) {
 		crc = hs_crc32c(t->base + r->chunk * st->cs, hs_chunk_len(t, r->chunk));
 		if (crc != c->crc)
 			rc = HP_ECORRUPT;
 	}
 	pthread_mutex_lock(&st->mu);
+	if (rc == 0 && st->o.verify_crc && r->tier != NO_TIER && !c->mapped)
+		c->unverified = 1;
 	if (r->tier != NO_TIER)
 		hs_stat_io(st, r->tier, &r->io);
 	if (rc == HP_ECORRUPT) {
@@ -110,7 +150,7 @@ static void load_finish(struct io_req *r, int rc)
 			   rc == -ENODATA ? "short read" : hp_strerror(rc));
 	}
 	if (rc < 0) {
-		madvise(t->base + r->chunk * st->cs, hs_chunk_iolen(t, r->chunk), MADV_DONTNEED);
+		hs_chunk_detach(st, t, r->chunk);
 		c->state = CH_ABSENT;
 		c->prefetched = 0;
 		st->resident -= hs_chunk_iolen(t, r->chunk);
@@ -119,8 +159,7 @@ static void load_finish(struct io_req *r, int rc)
 		if (r->tier != NO_TIER)
 			st->stats.tier[r->tier + 1].promotions++;
 	}
-	r->g->pending--;
-	pthread_cond_broadcast(&st->cv);
+	group_done(r);
 	pthread_mutex_unlock(&st->mu);
 }
 
@@ -148,7 +187,7 @@ static int pread_full(int fd, void *buf, size_t len, uint64_t off, size_t *got)
 }
 
 /* Read chunk r->chunk of a backed tensor from its file, synchronously. */
-static int backed_read(struct io_req *r)
+static int backed_read(struct io_req *r, void *stagebuf)
 {
 	struct hs_tensor *t = r->t;
 	uint64_t i = r->chunk, cs = t->st->cs;
@@ -166,14 +205,12 @@ static int backed_read(struct io_req *r)
 	} else if (t->bdirect) {
 		uint64_t a0 = off & ~(uint64_t)(HS_IO_ALIGN - 1);
 		size_t span = (off + len - a0 + HS_IO_ALIGN - 1) & ~(size_t)(HS_IO_ALIGN - 1);
-		void *b = aligned_alloc(HS_IO_ALIGN, span);
-		if (!b)
+		if (!stagebuf)
 			return -ENOMEM;
-		rc = pread_full(t->bfd, b, span, a0, &got);
+		rc = pread_full(t->bfd, stagebuf, span, a0, &got);
 		got = got > off - a0 ? got - (off - a0) : 0;
 		if (rc == 0)
-			memcpy(dst, (char *)b + (off - a0), got < len ? got : len);
-		free(b);
+			memcpy(dst, (char *)stagebuf + (off - a0), got < len ? got : len);
 	} else {
 		rc = pread_full(t->bfd, dst, len, off, &got);
 		posix_fadvise(t->bfd, off, len, POSIX_FADV_DONTNEED);
@@ -195,20 +232,33 @@ static uint64_t stage_bytes(const struct hs_tensor *t, uint64_t i)
 
 static void submit_batches(struct hs_store *st, struct io_req *reqs, int n);
 
-/* Issue the reads of reqs[0..n) (lock NOT held); completions run load_finish. */
-static void submit_loads(struct hs_store *st, struct io_req *reqs, int n)
+/* Issue the reads of g's reqs[0..n) (lock NOT held); completions run
+ * load_finish.  File reads run here, one at a time, through the single
+ * staging buffer the group reserved (released before they complete). */
+static void submit_loads(struct hs_store *st, struct hs_prefetch *g, struct io_req *reqs, int n)
 {
+	void *stagebuf = NULL;
+	int nb = 0;
+
 	submit_batches(st, reqs, n);
-	for (int j = 0; j < n; j++) {
-		if (reqs[j].tier != NO_TIER)
-			continue;
-		int rc = backed_read(&reqs[j]);
-		pthread_mutex_lock(&st->mu);
-		st->resident -= reqs[j].stage;
-		st->staging -= reqs[j].stage;
-		pthread_mutex_unlock(&st->mu);
-		load_finish(&reqs[j], rc);
-	}
+	for (int j = 0; j < n; j++)
+		nb += reqs[j].tier == NO_TIER;
+	if (nb == 0)
+		return;
+	if (g->stage)
+		stagebuf = aligned_alloc(HS_IO_ALIGN, g->stage);
+	for (int j = 0; j < n; j++)
+		if (reqs[j].tier == NO_TIER)
+			reqs[j].io.res = backed_read(&reqs[j], stagebuf);
+	free(stagebuf);
+	pthread_mutex_lock(&st->mu);
+	st->resident -= g->stage;
+	st->staging -= g->stage;
+	g->stage = 0;
+	pthread_mutex_unlock(&st->mu);
+	for (int j = 0; j < n; j++)
+		if (reqs[j].tier == NO_TIER)
+			load_finish(&reqs[j], reqs[j].io.res);
 }
 
 static void req_init(struct io_req *r, struct hs_tensor *t, uint64_t i, struct hs_prefetch *g)
@@ -220,15 +270,15 @@ static void req_init(struct io_req *r, struct hs_tensor *t, uint64_t i, struct h
 	r->chunk = i;
 	r->g = g;
 	r->tier = t->bpath && c->tier == NO_TIER ? NO_TIER : c->tier;
-	r->stage = r->tier == NO_TIER ? stage_bytes(t, i) : 0;
 	r->io.op = HS_IO_READ;
 	r->io.addr = c->addr;
 	r->io.buf = t->base + i * t->st->cs;
 	r->io.len = hs_chunk_iolen(t, i);
+	hs_chunk_io_mem(t->st, c, &r->io);
 	r->io.done = load_done;
 	r->io.arg = r;
 	r->io.t_submit_ns = hs_now_ns();
-	g->pending++;
+	group_add(r);
 }
 
 /* ---- write-back ---- */
@@ -280,8 +330,7 @@ static void wb_done(struct hs_io *io)
 		group_fail(r->g, io->res, "store: tensor %s chunk %" PRIu64 ": write to %s failed: %s",
 			   tname(r->t, nb, sizeof nb), r->chunk, st->tiers[r->tier]->name, hp_strerror(io->res));
 	}
-	r->g->pending--;
-	pthread_cond_broadcast(&st->cv);
+	group_done(r);
 	pthread_mutex_unlock(&st->mu);
 }
 
@@ -316,7 +365,6 @@ int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
 	if (!reqs)
 		return -ENOMEM;
 	pthread_mutex_unlock(&st->mu);
-	int ok = 0;
 	for (int j = 0; j < n; j++) {
 		struct io_req *r = &reqs[j];
 		struct hs_tensor *t = items[j].t;
@@ -326,7 +374,12 @@ int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
 		r->tier = NO_TIER;
 		r->io = (struct hs_io){ .op = HS_IO_WRITE, .buf = t->base + r->chunk * st->cs,
 					.len = hs_chunk_iolen(t, r->chunk), .done = wb_done, .arg = r };
-		int rc = wb_prepare(st, r, target);
+		pthread_mutex_lock(&st->mu);
+		int rc = hs_chunk_map(st, t, r->chunk); /* crc and non-fixed tiers read it */
+		hs_chunk_io_mem(st, &t->ch[r->chunk], &r->io);
+		pthread_mutex_unlock(&st->mu);
+		if (rc == 0)
+			rc = wb_prepare(st, r, target);
 		if (rc < 0) {
 			pthread_mutex_lock(&st->mu);
 			group_fail(&g, rc, "store: tensor %s chunk %" PRIu64 ": no room on %s: %s", tname(t, nb, sizeof nb),
@@ -335,15 +388,15 @@ int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
 			continue;
 		}
 		r->stage = hs_crc32c(r->io.buf, hs_chunk_len(t, r->chunk)); /* the new crc */
-		ok++;
 	}
 	pthread_mutex_lock(&st->mu);
-	g.pending += ok;
+	for (int j = 0; j < n; j++)
+		if (reqs[j].tier != NO_TIER)
+			group_add(&reqs[j]);
 	pthread_mutex_unlock(&st->mu);
 	submit_batches(st, reqs, n);
 	pthread_mutex_lock(&st->mu);
-	while (g.pending)
-		pthread_cond_wait(&st->cv, &st->mu);
+	group_wait(st, &g);
 	for (int j = 0; j < n; j++) {
 		struct io_req *r = &reqs[j];
 		struct hs_chunk *c = &r->t->ch[r->chunk];
@@ -403,11 +456,15 @@ static int collect(struct hs_store *st, struct cand_set *cs)
 /* `own`: bytes the failing request itself already counts as pinned. */
 static int budget_error(struct hs_store *st, const char *what, const struct hs_tensor *t, uint64_t asked, uint64_t own)
 {
-	char nb[96];
+	char nb[96], wb[160];
 
-	return hp_error(HP_EBUDGET, "store: %s of tensor %s needs %" PRIu64 " more bytes of DRAM; %" PRIu64
+	if (t)
+		snprintf(wb, sizeof wb, "%s of tensor %s", what, tname(t, nb, sizeof nb));
+	else
+		snprintf(wb, sizeof wb, "%s", what);
+	return hp_error(HP_EBUDGET, "store: %s needs %" PRIu64 " more bytes of DRAM; %" PRIu64
 			" are pinned and %" PRIu64 " resident (%" PRIu64 " staging) under a budget of %" PRIu64
-			" (nothing else can be evicted%s)", what, tname(t, nb, sizeof nb), asked, st->pinned - own,
+			" (nothing else can be evicted%s)", wb, asked, st->pinned - own,
 			st->resident, st->staging, st->o.budget, st->ntiers ? "" : "; no tier below DRAM to write to");
 }
 
@@ -470,6 +527,24 @@ static int make_room(struct hs_store *st, uint64_t need, const char *what, const
 	return rc;
 }
 
+int hs_staging_reserve(struct hs_store *st, uint64_t bytes, const char *what)
+{
+	int rc = make_room(st, bytes, what, NULL, 0);
+
+	if (rc < 0)
+		return rc;
+	st->resident += bytes;
+	st->staging += bytes;
+	return 0;
+}
+
+void hs_staging_release(struct hs_store *st, uint64_t bytes)
+{
+	st->resident -= bytes;
+	st->staging -= bytes;
+	pthread_cond_broadcast(&st->cv);
+}
+
 /* ---- pin / unpin ---- */
 
 /* Wait (lock held) until no chunk of the range is being moved. */
@@ -482,6 +557,8 @@ static void wait_idle(struct hs_store *st, struct hs_tensor *t, uint64_t first, 
 			if (c->state == CH_LOADING || c->state == CH_WRITING) {
 				if (count_late && c->prefetched) {
 					st->stats.tier[0].prefetch_late++;
+					if (c->tier != NO_TIER)
+						st->stats.tier[c->tier + 1].prefetch_late++;
 					c->prefetched = 0;
 				}
 				busy = 1;
@@ -510,9 +587,10 @@ static void unpin_range(struct hs_store *st, struct hs_tensor *t, uint64_t first
 
 /* Claim the range for a pin: count pins, mark absent chunks loading, make
  * room, account them.  Returns the bytes claimed or an error (rolled back). */
-static int pin_claim(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n)
+static int pin_claim(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mode,
+		     uint64_t *stage)
 {
-	uint64_t need = 0, own = 0;
+	uint64_t need = 0, own = 0, sb = 0;
 	int rc;
 
 	for (uint64_t i = first; i < first + n; i++) {
@@ -523,24 +601,69 @@ static int pin_claim(struct hs_store *st, struct hs_tensor *t, uint64_t first, u
 		}
 		if (c->state == CH_ABSENT) {
 			c->state = CH_LOADING;
-			need += hs_chunk_iolen(t, i) + stage_bytes(t, i);
+			need += hs_chunk_iolen(t, i);
+			sb = stage_bytes(t, i) > sb ? stage_bytes(t, i) : sb;
 			st->stats.tier[0].misses++;
 		} else {
 			st->stats.tier[0].hits++;
-			if (c->prefetched)
+			if (c->prefetched) {
 				st->stats.tier[0].prefetch_hits++;
+				if (c->tier != NO_TIER)
+					st->stats.tier[c->tier + 1].prefetch_hits++;
+			}
 		}
 		c->prefetched = 0;
 	}
+	need += sb; /* file reads share one staging buffer */
 	rc = make_room(st, need, "pin", t, own);
-	if (rc == 0 && need && (rc = hs_fault_check(HS_FAULT_ALLOC)) != 0)
-		rc = hp_error(rc, "store: pin: cannot allocate %" PRIu64 " bytes of DRAM", need);
+	for (uint64_t i = first; rc == 0 && i < first + n; i++) {
+		struct hs_chunk *c = &t->ch[i];
+		int fresh = c->tier == NO_TIER && !t->bpath; /* nothing to read: zeros */
+		if (c->state == CH_LOADING)
+			rc = hs_chunk_attach(st, t, i, HS_ATTACH_MAP | (fresh && mode != HS_PIN_OVERWRITE ? HS_ATTACH_ZERO : 0));
+	}
 	if (rc < 0) {
+		for (uint64_t i = first; i < first + n; i++)
+			if (t->ch[i].state == CH_LOADING)
+				hs_chunk_detach(st, t, i);
 		unpin_range(st, t, first, n, 1);
 		return rc;
 	}
 	st->resident += need;
+	st->staging += sb;
+	*stage = sb;
 	return 0;
+}
+
+/* Map a resident chunk a prefetch left unmapped and check the crc32c it
+ * deferred (lock held).  A mismatch drops the chunk: the next pin reads it
+ * again (and fails again if the copy is bad). */
+static int chunk_ready(struct hs_store *st, struct hs_tensor *t, uint64_t i)
+{
+	struct hs_chunk *c = &t->ch[i];
+	char nb[96];
+	uint32_t crc;
+	int rc;
+
+	if (c->state != CH_RESIDENT)
+		return hp_error(HP_ECORRUPT, "store: tensor %s chunk %" PRIu64 " was dropped after a crc32c mismatch",
+				tname(t, nb, sizeof nb), i);
+	rc = hs_chunk_map(st, t, i);
+	if (rc < 0 || !c->unverified)
+		return rc;
+	c->unverified = 0;
+	crc = hs_crc32c(t->base + i * st->cs, hs_chunk_len(t, i));
+	if (crc == c->crc)
+		return 0;
+	st->stats.tier[c->tier + 1].crc_errors++;
+	rc = hp_error(HP_ECORRUPT, "store: tensor %s chunk %" PRIu64 " on tier %s at offset %" PRIu64
+		      ": crc32c mismatch (stored %08x, read %08x)", tname(t, nb, sizeof nb), i,
+		      st->tiers[c->tier]->name, c->addr, c->crc, crc);
+	hs_chunk_detach(st, t, i);
+	c->state = CH_ABSENT;
+	c->prefetched = 0;
+	st->resident -= hs_chunk_iolen(t, i);
+	return rc;
 }
 
 int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mode, void **ptr)
@@ -562,7 +685,7 @@ int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mod
 	while (st->committing && t->name && mode != HS_PIN_READ)
 		pthread_cond_wait(&st->cv, &st->mu);
 	wait_idle(st, t, first, n, 1);
-	rc = pin_claim(st, t, first, n);
+	rc = pin_claim(st, t, first, n, mode, &g.stage);
 	if (rc < 0)
 		goto out;
 	for (uint64_t i = first; i < first + n; i++) {
@@ -571,19 +694,22 @@ int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mod
 			continue;
 		if (mode == HS_PIN_OVERWRITE || (c->tier == NO_TIER && !t->bpath))
 			c->state = CH_RESIDENT; /* nothing to read: zeros or overwritten */
-		else {
-			req_init(&reqs[nreq], t, i, &g);
-			st->staging += reqs[nreq++].stage;
-		}
+		else
+			req_init(&reqs[nreq++], t, i, &g);
 	}
 	pthread_mutex_unlock(&st->mu);
-	submit_loads(st, reqs, nreq);
+	submit_loads(st, &g, reqs, nreq);
 	pthread_mutex_lock(&st->mu);
-	while (g.pending)
-		pthread_cond_wait(&st->cv, &st->mu);
+	group_wait(st, &g);
 	if (g.err) {
 		unpin_range(st, t, first, n, 0);
 		rc = hp_error(g.err, "%s", g.msg);
+		goto out;
+	}
+	for (uint64_t i = first; i < first + n && rc == 0; i++)
+		rc = chunk_ready(st, t, i);
+	if (rc < 0) {
+		unpin_range(st, t, first, n, 0);
 		goto out;
 	}
 	for (uint64_t i = first; i < first + n; i++) {
@@ -626,23 +752,10 @@ int hs_unpin(struct hs_tensor *t, uint64_t first, uint64_t n)
 
 /* ---- prefetch ---- */
 
-int hs_prefetch(struct hs_tensor *t, uint64_t first, uint64_t n, struct hs_prefetch **h)
+/* Mark the absent chunks of a range loading and prepare their reads (lock held). */
+static void prefetch_range(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n,
+			   struct hs_prefetch *g, int *nreq, uint64_t *need)
 {
-	struct hs_store *st = t->st;
-	struct hs_prefetch *g;
-	uint64_t need = 0;
-	int nreq = 0, rc;
-
-	rc = norm_range(t, &first, &n, "prefetch");
-	if (rc < 0)
-		return rc;
-	g = calloc(1, sizeof *g);
-	if (!g || (n && !(g->reqs = calloc(n, sizeof *g->reqs)))) {
-		free(g);
-		return -ENOMEM;
-	}
-	g->st = st;
-	pthread_mutex_lock(&st->mu);
 	for (uint64_t i = first; i < first + n; i++) {
 		struct hs_chunk *c = &t->ch[i];
 		if (c->state != CH_ABSENT || (c->tier == NO_TIER && !t->bpath))
@@ -650,29 +763,91 @@ int hs_prefetch(struct hs_tensor *t, uint64_t first, uint64_t n, struct hs_prefe
 		c->state = CH_LOADING;
 		c->prefetched = 1;
 		c->last_use = ++st->tick;
-		need += hs_chunk_iolen(t, i) + stage_bytes(t, i);
-		req_init(&g->reqs[nreq++], t, i, g);
+		*need += hs_chunk_iolen(t, i);
+		g->stage = stage_bytes(t, i) > g->stage ? stage_bytes(t, i) : g->stage;
+		req_init(&g->reqs[(*nreq)++], t, i, g);
+		if (c->tier != NO_TIER)
+			st->stats.tier[c->tier + 1].prefetches++;
 	}
-	rc = make_room(st, need, "prefetch", t, 0);
+}
+
+/* Give the prepared reads frames, or undo them all (lock held). */
+static int prefetch_attach(struct hs_store *st, struct hs_prefetch *g, int nreq, uint64_t need)
+{
+	int rc = make_room(st, need, "prefetch", g->reqs[0].t, 0);
+
+	for (int j = 0; rc == 0 && j < nreq; j++) {
+		struct io_req *r = &g->reqs[j];
+		rc = hs_chunk_attach(st, r->t, r->chunk, 0);
+		hs_chunk_io_mem(st, &r->t->ch[r->chunk], &r->io);
+	}
+	if (rc == 0)
+		return 0;
+	for (int j = 0; j < nreq; j++) {
+		struct io_req *r = &g->reqs[j];
+		struct hs_chunk *c = &r->t->ch[r->chunk];
+		hs_chunk_detach(st, r->t, r->chunk);
+		c->state = CH_ABSENT;
+		c->prefetched = 0;
+		if (c->tier != NO_TIER)
+			st->stats.tier[c->tier + 1].prefetches--;
+	}
+	pthread_cond_broadcast(&st->cv);
+	return rc;
+}
+
+int hs_prefetch_many(const struct hs_range *rs, size_t nr, struct hs_prefetch **h)
+{
+	struct hs_store *st;
+	struct hs_prefetch *g;
+	uint64_t need = 0, total = 0;
+	int nreq = 0, rc;
+
+	if (nr == 0 || !rs[0].tensor)
+		return hp_error(HP_EUSAGE, "store: prefetch of no ranges");
+	st = rs[0].tensor->st;
+	for (size_t k = 0; k < nr; k++) {
+		uint64_t first = rs[k].first, n = rs[k].n;
+		if (rs[k].tensor->st != st)
+			return hp_error(HP_EUSAGE, "store: prefetch of tensors of different stores");
+		if ((rc = norm_range(rs[k].tensor, &first, &n, "prefetch")) < 0)
+			return rc;
+		total += n;
+	}
+	g = calloc(1, sizeof *g);
+	if (!g || (total && !(g->reqs = calloc(total, sizeof *g->reqs)))) {
+		free(g);
+		return -ENOMEM;
+	}
+	g->st = st;
+	pthread_mutex_lock(&st->mu);
+	for (size_t k = 0; k < nr; k++) {
+		uint64_t first = rs[k].first, n = rs[k].n;
+		norm_range(rs[k].tensor, &first, &n, "prefetch");
+		prefetch_range(st, rs[k].tensor, first, n, g, &nreq, &need);
+	}
+	need += g->stage; /* file reads share one staging buffer */
+	rc = nreq ? prefetch_attach(st, g, nreq, need) : 0;
 	if (rc < 0) {
-		for (int j = 0; j < nreq; j++) {
-			t->ch[g->reqs[j].chunk].state = CH_ABSENT;
-			t->ch[g->reqs[j].chunk].prefetched = 0;
-		}
-		pthread_cond_broadcast(&st->cv);
 		pthread_mutex_unlock(&st->mu);
 		free(g->reqs);
 		free(g);
 		return rc;
 	}
 	st->resident += need;
-	for (int j = 0; j < nreq; j++)
-		st->staging += g->reqs[j].stage;
+	st->staging += g->stage;
 	st->stats.tier[0].prefetches += nreq;
 	pthread_mutex_unlock(&st->mu);
-	submit_loads(st, g->reqs, nreq);
+	submit_loads(st, g, g->reqs, nreq);
 	*h = g;
 	return 0;
+}
+
+int hs_prefetch(struct hs_tensor *t, uint64_t first, uint64_t n, struct hs_prefetch **h)
+{
+	struct hs_range r = { t, first, n };
+
+	return hs_prefetch_many(&r, 1, h);
 }
 
 int hs_prefetch_poll(struct hs_prefetch *h)
@@ -681,6 +856,15 @@ int hs_prefetch_poll(struct hs_prefetch *h)
 
 	pthread_mutex_lock(&h->st->mu);
 	done = h->pending == 0;
+	for (int k = 0; k < h->st->ntiers && !done; k++) {
+		struct hs_tier *t = h->st->tiers[k];
+		if (!h->tpending[k] || !t->ops->poll)
+			continue;
+		pthread_mutex_unlock(&h->st->mu);
+		t->ops->poll(t, 0);
+		pthread_mutex_lock(&h->st->mu);
+		done = h->pending == 0;
+	}
 	pthread_mutex_unlock(&h->st->mu);
 	return done;
 }
@@ -694,8 +878,7 @@ int hs_prefetch_wait(struct hs_prefetch *h)
 		return 0;
 	st = h->st;
 	pthread_mutex_lock(&st->mu);
-	while (h->pending)
-		pthread_cond_wait(&st->cv, &st->mu);
+	group_wait(st, h);
 	pthread_mutex_unlock(&st->mu);
 	rc = h->err ? hp_error(h->err, "%s", h->msg) : 0;
 	free(h->reqs);

@@ -82,6 +82,100 @@ double hs_lat_percentile(const struct hs_tier_stats *s, double q)
 	return (double)(1ull << HS_LAT_BUCKETS);
 }
 
+/* The chunk is read from a tier that registered its (single-piece) frames. */
+static int fixed_read(const struct hs_store *st, const struct hs_tensor *t, const struct hs_chunk *c)
+{
+	uint64_t off;
+	uint32_t slot;
+
+	if (c->tier == NO_TIER || t->bpath)
+		return 0;
+	slot = hs_frames_slot(st->frames, &c->one, c->npieces, &off);
+	return slot && (st->regmask[slot - 1] >> c->tier & 1);
+}
+
+int hs_chunk_map(struct hs_store *st, struct hs_tensor *t, uint64_t i)
+{
+	struct hs_chunk *c = &t->ch[i];
+	int rc;
+
+	if (c->mapped || !c->npieces)
+		return 0;
+	hs_frames_unqueue(st->frames, &c->zq); /* mapped again right here */
+	rc = hs_frames_map(st->frames, t->base + i * st->cs, c->npieces > 1 ? c->many : &c->one, c->npieces);
+	if (rc < 0) /* a partial mapping goes with the range */
+		hs_frames_queue_unmap(st->frames, t->base + i * st->cs, hs_chunk_iolen(t, i), &c->zq);
+	else
+		c->mapped = 1;
+	return rc;
+}
+
+int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int flags)
+{
+	struct hs_chunk *c = &t->ch[i];
+	uint64_t len = hs_chunk_iolen(t, i);
+	int rc;
+
+	if (c->npieces)
+		return 0;
+	if ((rc = hs_fault_check(HS_FAULT_ALLOC)) != 0)
+		return hp_error(rc, "store: cannot allocate %" PRIu64 " bytes of DRAM frames", len);
+	rc = hs_frames_alloc(st->frames, len / HS_PAGE, &c->one, &c->many, &c->npieces);
+	if (rc < 0)
+		return rc;
+	c->mapped = 0;
+	c->unverified = 0;
+	if (flags || !fixed_read(st, t, c))
+		rc = hs_chunk_map(st, t, i);
+	if (rc < 0) {
+		hs_frames_free(st->frames, &c->one, c->many, c->npieces);
+		c->npieces = 0;
+		c->many = NULL;
+		return rc;
+	}
+	if (flags & HS_ATTACH_ZERO)
+		memset(t->base + i * st->cs, 0, len); /* frames are reused: no fresh zero pages */
+	return 0;
+}
+
+void hs_chunk_detach(struct hs_store *st, struct hs_tensor *t, uint64_t i)
+{
+	struct hs_chunk *c = &t->ch[i];
+
+	if (!c->npieces)
+		return;
+	hs_frames_free(st->frames, &c->one, c->many, c->npieces);
+	c->npieces = 0;
+	c->many = NULL;
+	c->unverified = 0;
+	if (c->mapped)
+		hs_frames_queue_unmap(st->frames, t->base + i * st->cs, hs_chunk_iolen(t, i), &c->zq);
+	c->mapped = 0;
+}
+
+void hs_chunk_io_mem(struct hs_store *st, const struct hs_chunk *c, struct hs_io *io)
+{
+	io->mem_slot = hs_frames_slot(st->frames, &c->one, c->npieces, &io->mem_off);
+}
+
+/* A new slab of frames: offer it to the tiers that register memory. */
+static void frames_grown(void *arg, unsigned slot, void *addr, size_t len)
+{
+	struct hs_store *st = arg;
+
+	for (int k = 0; k < st->ntiers; k++) {
+		struct hs_tier *t = st->tiers[k];
+		int rc = t->ops->register_mem ? t->ops->register_mem(t, slot, addr, len) : -ENOTSUP;
+		if (rc == 0)
+			st->regmask[slot] |= (uint8_t)(1u << k);
+		else if (rc != -ENOTSUP && !st->reg_logged) {
+			st->reg_logged = 1;
+			hp_log(HP_LOG_INFO, "store: %s: DRAM frames not registered as fixed buffers (%s); "
+			       "I/O maps the pages per request", t->name, strerror(-rc));
+		}
+	}
+}
+
 /* Forget the current copy below DRAM (the chunk was modified or moved).
  * The committed copy stays allocated until the next commit replaces it. */
 void hs_chunk_release_copy(struct hs_store *st, struct hs_tensor *t, struct hs_chunk *c)
@@ -210,6 +304,9 @@ int hs_store_open(const struct hs_store_opts *o, struct hs_store **out)
 	rc = open_tiers(st);
 	if (rc < 0)
 		goto fail;
+	rc = hs_frames_create(st->o.budget, st->cs, frames_grown, st, &st->frames);
+	if (rc < 0)
+		goto fail;
 	snprintf(st->stats.tier[0].name, sizeof st->stats.tier[0].name, "dram");
 	for (int k = 0; k < st->ntiers; k++)
 		snprintf(st->stats.tier[k + 1].name, sizeof st->stats.tier[0].name, "%s", st->tiers[k]->name);
@@ -236,6 +333,9 @@ static void tensor_free(struct hs_store *st, struct hs_tensor *t, int keep_commi
 		struct hs_chunk *c = &t->ch[i];
 		if (c->state == CH_RESIDENT)
 			st->resident -= hs_chunk_iolen(t, i);
+		if (c->npieces)
+			hs_frames_free(st->frames, &c->one, c->many, c->npieces);
+		hs_frames_unqueue(st->frames, &c->zq); /* the whole range goes below */
 		hs_chunk_release_copy(st, t, c);
 		if (c->ctier == NO_TIER)
 			continue;
@@ -278,6 +378,7 @@ void hs_store_close(struct hs_store *st)
 	hs_statpage_destroy(st);
 	for (int k = 0; k < st->ntiers; k++)
 		st->tiers[k]->ops->close(st->tiers[k]);
+	hs_frames_destroy(st->frames); /* after the tiers let go of the pages */
 	pthread_mutex_destroy(&st->mu);
 	pthread_cond_destroy(&st->cv);
 	free(st);
@@ -291,30 +392,17 @@ static struct hs_tensor *find_name(struct hs_store *st, const char *name)
 	return NULL;
 }
 
-#define HUGE_PAGE (2ull << 20)
-
-/* Reserve the tensor's address range.  With chunks of whole huge pages the
- * range is aligned to 2 MiB and asks for transparent huge pages: a chunk
- * read back into freshly dropped memory then costs two page faults instead
- * of a thousand (the faults, not the disk, bounded read-back bandwidth). */
+/* Reserve the tensor's address range.  Resident chunks are frames mapped
+ * over it (frames.h); the flags match what frames.c maps back when it
+ * unmaps them, so the reservation merges into one mapping again. */
 static int reserve_range(struct hs_store *st, struct hs_tensor *t)
 {
-	int huge = st->cs >= HUGE_PAGE && t->maplen >= HUGE_PAGE;
-	size_t len = t->maplen + (huge ? HUGE_PAGE : 0);
-	unsigned char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	unsigned char *p = mmap(NULL, t->maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+				-1, 0);
 
+	(void)st;
 	if (p == MAP_FAILED)
 		return -ENOMEM;
-	if (huge) {
-		uintptr_t a = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
-		size_t head = a - (uintptr_t)p;
-		if (head)
-			munmap(p, head);
-		if (len - head > t->maplen)
-			munmap((unsigned char *)a + t->maplen, len - head - t->maplen);
-		p = (unsigned char *)a;
-		madvise(p, t->maplen, MADV_HUGEPAGE);
-	}
 	t->base = p;
 	return 0;
 }

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "hpdlf/store.h"
+#include "store/frames.h"
 #include "store/tier.h"
 
 enum chunk_state { CH_ABSENT = 0, CH_LOADING, CH_RESIDENT, CH_WRITING };
@@ -19,12 +20,19 @@ struct hs_chunk {
 	uint8_t state;
 	uint8_t dirty;
 	uint8_t prefetched;     /* loaded by a prefetch, not pinned since */
+	uint8_t mapped;         /* its frames appear in the tensor's range */
+	uint8_t unverified;     /* read into unmapped frames: crc32c checked at the next pin */
 	uint32_t pins, wpins;
 	int8_t tier;            /* current copy: tier index or NO_TIER */
 	int8_t ctier;           /* committed copy: tier index or NO_TIER */
 	uint32_t crc, ccrc;
 	uint64_t addr, caddr;
 	uint64_t last_use;
+	/* frames holding the chunk while it is LOADING or RESIDENT */
+	uint32_t npieces;
+	uint32_t zq;            /* its range waits in the unmap queue (frames.h) */
+	struct hs_piece one;    /* npieces == 1 */
+	struct hs_piece *many;  /* npieces > 1 */
 };
 
 struct hs_tensor {
@@ -60,6 +68,9 @@ struct hs_store {
 	struct hs_tier *tiers[HS_MAX_TIERS];
 	int home;               /* first persistent tier (catalog), or NO_TIER */
 	struct hs_tensor *list;
+	struct hs_frames *frames;       /* DRAM of resident chunks (frames.h) */
+	uint8_t regmask[HS_MEM_SLOTS];  /* tiers that registered each frame slab */
+	int reg_logged;
 	uint64_t ntensors, next_id, tick;
 	struct hs_store_stats stats;    /* counters; tier[0] = DRAM */
 	/* persistence */
@@ -86,6 +97,17 @@ int hs_tensor_new(struct hs_store *st, const struct hs_tensor_info *info, struct
 void hs_chunk_release_copy(struct hs_store *st, struct hs_tensor *t, struct hs_chunk *c);
 uint64_t hs_now_ns(void);
 void hs_stat_io(struct hs_store *st, int tier, const struct hs_io *io);
+/* Frames of chunk i (lock held).  attach allocates them; it maps them into
+ * the tensor's range too (zeroed with HS_ATTACH_ZERO) unless the chunk is
+ * read from a tier that registered them and the caller does not need the
+ * memory now (a prefetch): such a chunk is mapped by hs_chunk_map at its
+ * first pin.  detach frees them and queues the range for unmapping; io_mem
+ * points a request at the registered region. */
+enum { HS_ATTACH_MAP = 1, HS_ATTACH_ZERO = 2 };
+int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int flags);
+int hs_chunk_map(struct hs_store *st, struct hs_tensor *t, uint64_t i);
+void hs_chunk_detach(struct hs_store *st, struct hs_tensor *t, uint64_t i);
+void hs_chunk_io_mem(struct hs_store *st, const struct hs_chunk *c, struct hs_io *io);
 
 /* pager.c: write chunks marked CH_WRITING to `target` (HS_TIER_ANY: first
  * tier with room); lock held, released during the I/O. */
@@ -94,6 +116,10 @@ struct wb_item {
 	uint64_t chunk;
 };
 int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target);
+/* DRAM for a bounce buffer or a catalog blob, under the budget like chunks
+ * (evicting to make room; HP_EBUDGET if it cannot).  Lock held. */
+int hs_staging_reserve(struct hs_store *st, uint64_t bytes, const char *what);
+void hs_staging_release(struct hs_store *st, uint64_t bytes);
 
 /* catalog.c */
 #define HS_SB_SIZE 4096u

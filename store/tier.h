@@ -67,6 +67,7 @@
 #include "hpdlf/store.h"
 
 #define HS_IO_ALIGN 4096u
+#define HS_MEM_SLOTS 1024u      /* regions the store offers through register_mem */
 
 enum hs_io_op { HS_IO_READ = 0, HS_IO_WRITE = 1 };
 
@@ -81,6 +82,10 @@ struct hs_io {
 	void *arg;              /* the submitter's */
 	uint64_t t_submit_ns;   /* the store's (latency histogram) */
 	void *tier_priv;        /* the tier's, while the request is in flight */
+	/* Set by the store when buf lies in one region it offered through
+	 * register_mem: mem_slot = slot + 1 (0: none), at byte mem_off of it. */
+	uint32_t mem_slot;
+	uint64_t mem_off;
 };
 
 enum hs_tier_flags {
@@ -118,6 +123,18 @@ struct hs_tier_ops {
 	int (*flush)(struct hs_tier *t);
 	/* Fill capacity, used and chunks (the store fills the counters). */
 	int (*stats)(struct hs_tier *t, struct hs_tier_stats *st);
+	/* Optional: the store's DRAM frames, one region (slot < HS_MEM_SLOTS) at
+	 * a time, before any request points into it.  The region is mapped at
+	 * addr only during the call; afterwards its pages are reached through
+	 * io->buf, so only a tier that keeps the PAGES (io_uring fixed buffers)
+	 * may implement this.  0: registered; otherwise requests into the region
+	 * still come, with mem_slot set, and must be served through io->buf. */
+	int (*register_mem)(struct hs_tier *t, unsigned slot, void *addr, size_t len);
+	/* Optional: reap completed requests (calling their done()) on the
+	 * calling thread; with `wait`, block until at least one completed if
+	 * any is in flight.  Returns the number reaped.  Lets a thread that
+	 * waits anyway skip the completion thread's wake-up. */
+	int (*poll)(struct hs_tier *t, int wait);
 };
 
 /* The common head of every tier object. */
@@ -143,6 +160,8 @@ int hs_tier_flush(struct hs_tier *t);
 int hs_tier_dram_open(const struct hs_tier_config *cfg, struct hs_tier **out);
 int hs_tier_pmem_open(const struct hs_tier_config *cfg, struct hs_tier **out);
 int hs_tier_nvme_open(const struct hs_tier_config *cfg, struct hs_tier **out);
+/* Requests an nvme tier served from registered buffers (0 for other tiers). */
+uint64_t hs_tier_nvme_fixed_ios(struct hs_tier *t);
 
 /* Extent allocator shared by the local tiers: first fit over a sorted free
  * list, coalescing on free; refuses double frees and overlapping claims. */

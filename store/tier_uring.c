@@ -1,9 +1,13 @@
 /* NVMe tier: a file or block device driven through io_uring with O_DIRECT.
- * Submissions are batched (one io_uring_enter per submit() call) and
- * completions are reaped by a thread that sleeps in io_uring_wait_cqe and
- * calls each request's done().  The file descriptor is registered (fixed
- * file); no I/O goes through the page cache unless the filesystem refuses
- * O_DIRECT and the caller allowed the buffered fallback. */
+ * Submissions are batched (one io_uring_enter per submit() call).  The file
+ * descriptor is registered (fixed file) and so are the store's DRAM frames
+ * (fixed buffers, READ_FIXED/WRITE_FIXED: no page pinning per request).
+ * Completions are reaped by whichever thread gets there first: a thread
+ * waiting for its own requests (poll), or the completion thread, which
+ * sleeps in io_uring_wait_cqe but stays off the ring while waiters are
+ * reaping, so a waiter's completion costs no extra wake-up.  No I/O goes
+ * through the page cache unless the filesystem refuses O_DIRECT and the
+ * caller allowed the buffered fallback. */
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
@@ -11,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -20,6 +25,8 @@
 #include "store/tier.h"
 
 #define SPILL_DEFAULT_SIZE (64ull << 30)
+#define REAP_BATCH 64
+#define POLL_QUIET_NS 2000000ull        /* the CQ thread stays off the ring this long after a poll */
 
 struct uring_tier {
 	struct hs_tier base;
@@ -28,13 +35,29 @@ struct uring_tier {
 	struct io_uring ring;
 	unsigned depth;
 	unsigned inflight;
-	pthread_mutex_t sq_mu;          /* SQ side, inflight */
+	pthread_mutex_t sq_mu;          /* SQ side, inflight, regbase */
 	pthread_cond_t sq_cv;           /* inflight dropped / all done */
+	pthread_mutex_t cq_mu;          /* CQ consumption */
+	pthread_cond_t cq_cv;
+	unsigned pollers;               /* threads inside poll (cq_mu) */
+	uint64_t last_poll_ns;          /* (cq_mu) */
+	int stop_seen;                  /* (cq_mu) the stop NOP was reaped */
 	pthread_t cq_thread;
 	int stopping;
+	int sparse;                     /* a sparse fixed-buffer table exists */
+	void *regbase[HS_MEM_SLOTS];    /* address each region was registered at */
+	uint64_t fixed_ios;
 	pthread_mutex_t ext_mu;
 	struct hs_extents *ext;
 };
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static void finish(struct uring_tier *u, struct hs_io *io, int res)
 {
@@ -49,29 +72,91 @@ static void finish(struct uring_tier *u, struct hs_io *io, int res)
 	io->done(io);
 }
 
+/* Consume the CQEs ready now and complete their requests (cq_mu held). */
+static int reap(struct uring_tier *u)
+{
+	struct io_uring_cqe *cqes[REAP_BATCH];
+	struct hs_io *ios[REAP_BATCH];
+	int res[REAP_BATCH], k = 0;
+	unsigned n = io_uring_peek_batch_cqe(&u->ring, cqes, REAP_BATCH);
+
+	for (unsigned i = 0; i < n; i++) {
+		struct hs_io *io = io_uring_cqe_get_data(cqes[i]);
+		if (!io) {
+			u->stop_seen = 1;
+			continue;
+		}
+		ios[k] = io;
+		res[k++] = cqes[i]->res;
+	}
+	io_uring_cq_advance(&u->ring, n);
+	for (int i = 0; i < k; i++)
+		finish(u, ios[i], res[i]);
+	if (k) {
+		pthread_mutex_lock(&u->sq_mu);
+		u->inflight -= (unsigned)k;
+		pthread_cond_broadcast(&u->sq_cv);
+		pthread_mutex_unlock(&u->sq_mu);
+	}
+	return k;
+}
+
 static void *cq_main(void *arg)
 {
 	struct uring_tier *u = arg;
 	struct io_uring_cqe *cqe;
 
 	for (;;) {
-		int rc = io_uring_wait_cqe(&u->ring, &cqe);
-		if (rc == -EINTR)
-			continue;
-		if (rc < 0)
+		pthread_mutex_lock(&u->cq_mu);
+		while (!u->stop_seen && (u->pollers || mono_ns() - u->last_poll_ns < POLL_QUIET_NS)) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 1000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&u->cq_cv, &u->cq_mu, &ts);
+			if (!u->pollers)
+				reap(u); /* completions nobody polls for */
+		}
+		int n = reap(u);
+		int stop = u->stop_seen;
+		pthread_mutex_unlock(&u->cq_mu);
+		if (stop)
 			break;
-		struct hs_io *io = io_uring_cqe_get_data(cqe);
-		int res = cqe->res;
-		io_uring_cqe_seen(&u->ring, cqe);
-		if (!io)
-			break; /* the stop NOP */
-		finish(u, io, res);
-		pthread_mutex_lock(&u->sq_mu);
-		u->inflight--;
-		pthread_cond_broadcast(&u->sq_cv);
-		pthread_mutex_unlock(&u->sq_mu);
+		if (n == 0 && io_uring_wait_cqe(&u->ring, &cqe) < 0)
+			usleep(100); /* -EINTR or a broken ring: look again */
 	}
 	return NULL;
+}
+
+static int uring_poll(struct hs_tier *t, int wait)
+{
+	struct uring_tier *u = (struct uring_tier *)t;
+	struct io_uring_cqe *cqe;
+	int n;
+
+	pthread_mutex_lock(&u->cq_mu);
+	u->pollers++;
+	n = reap(u);
+	pthread_mutex_unlock(&u->cq_mu);
+	if (n == 0 && wait) {
+		struct __kernel_timespec ts = { 0, 10000000 };
+		pthread_mutex_lock(&u->sq_mu);
+		unsigned inflight = u->inflight;
+		pthread_mutex_unlock(&u->sq_mu);
+		if (inflight)
+			io_uring_wait_cqe_timeout(&u->ring, &cqe, &ts);
+		pthread_mutex_lock(&u->cq_mu);
+		n = reap(u);
+		pthread_mutex_unlock(&u->cq_mu);
+	}
+	pthread_mutex_lock(&u->cq_mu);
+	u->pollers--;
+	u->last_poll_ns = mono_ns();
+	pthread_mutex_unlock(&u->cq_mu);
+	return n;
 }
 
 static void uring_close(struct hs_tier *t)
@@ -89,12 +174,15 @@ static void uring_close(struct hs_tier *t)
 	io_uring_sqe_set_data(sqe, NULL);
 	io_uring_submit(&u->ring);
 	pthread_mutex_unlock(&u->sq_mu);
+	pthread_cond_signal(&u->cq_cv);
 	pthread_join(u->cq_thread, NULL);
 	io_uring_queue_exit(&u->ring);
 	close(u->fd);
 	hs_extents_destroy(u->ext);
 	pthread_mutex_destroy(&u->sq_mu);
 	pthread_cond_destroy(&u->sq_cv);
+	pthread_mutex_destroy(&u->cq_mu);
+	pthread_cond_destroy(&u->cq_cv);
 	pthread_mutex_destroy(&u->ext_mu);
 	free(u);
 }
@@ -143,10 +231,19 @@ static void queue_one(struct uring_tier *u, struct hs_io *io)
 		pthread_cond_wait(&u->sq_cv, &u->sq_mu);
 	while (!(sqe = io_uring_get_sqe(&u->ring)))
 		io_uring_submit(&u->ring);
-	if (io->op == HS_IO_READ)
+	unsigned slot = io->mem_slot;
+	if (slot && slot <= HS_MEM_SLOTS && u->regbase[slot - 1]) {
+		char *a = (char *)u->regbase[slot - 1] + io->mem_off;
+		if (io->op == HS_IO_READ)
+			io_uring_prep_read_fixed(sqe, 0, a, io->len, io->addr, (int)slot - 1);
+		else
+			io_uring_prep_write_fixed(sqe, 0, a, io->len, io->addr, (int)slot - 1);
+		u->fixed_ios++;
+	} else if (io->op == HS_IO_READ) {
 		io_uring_prep_read(sqe, 0, io->buf, io->len, io->addr);
-	else
+	} else {
 		io_uring_prep_write(sqe, 0, io->buf, io->len, io->addr);
+	}
 	sqe->flags |= IOSQE_FIXED_FILE;
 	io_uring_sqe_set_data(sqe, io);
 	u->inflight++;
@@ -217,6 +314,35 @@ static int uring_stats(struct hs_tier *t, struct hs_tier_stats *st)
 	return 0;
 }
 
+static int uring_register_mem(struct hs_tier *t, unsigned slot, void *addr, size_t len)
+{
+	struct uring_tier *u = (struct uring_tier *)t;
+	struct iovec iov = { addr, len };
+	int rc;
+
+	if (!u->sparse || slot >= HS_MEM_SLOTS)
+		return -ENOTSUP;
+	pthread_mutex_lock(&u->sq_mu);
+	rc = io_uring_register_buffers_update_tag(&u->ring, slot, &iov, NULL, 1);
+	if (rc >= 0)
+		u->regbase[slot] = addr;
+	pthread_mutex_unlock(&u->sq_mu);
+	return rc < 0 ? rc : 0;
+}
+
+uint64_t hs_tier_nvme_fixed_ios(struct hs_tier *t)
+{
+	struct uring_tier *u = (struct uring_tier *)t;
+	uint64_t n;
+
+	if (t->ops->submit != uring_submit)
+		return 0;
+	pthread_mutex_lock(&u->sq_mu);
+	n = u->fixed_ios;
+	pthread_mutex_unlock(&u->sq_mu);
+	return n;
+}
+
 static const struct hs_tier_ops uring_ops = {
 	.kind = "nvme",
 	.close = uring_close,
@@ -226,6 +352,8 @@ static const struct hs_tier_ops uring_ops = {
 	.submit = uring_submit,
 	.flush = uring_flush,
 	.stats = uring_stats,
+	.register_mem = uring_register_mem,
+	.poll = uring_poll,
 };
 
 static int open_spill(struct uring_tier *u, const struct hs_tier_config *cfg)
@@ -321,6 +449,8 @@ static int start_ring(struct uring_tier *u)
 		io_uring_queue_exit(&u->ring);
 		return hp_error(rc, "%s: io_uring_register_files: %s", u->base.path, strerror(-rc));
 	}
+	/* Room for the store's frame regions (filled by register_mem). */
+	u->sparse = io_uring_register_buffers_sparse(&u->ring, HS_MEM_SLOTS) == 0;
 	rc = pthread_create(&u->cq_thread, NULL, cq_main, u);
 	if (rc) {
 		io_uring_queue_exit(&u->ring);
@@ -341,6 +471,8 @@ int hs_tier_nvme_open(const struct hs_tier_config *cfg, struct hs_tier **out)
 	u->depth = cfg->queue_depth ? cfg->queue_depth : 32;
 	pthread_mutex_init(&u->sq_mu, NULL);
 	pthread_cond_init(&u->sq_cv, NULL);
+	pthread_mutex_init(&u->cq_mu, NULL);
+	pthread_cond_init(&u->cq_cv, NULL);
 	pthread_mutex_init(&u->ext_mu, NULL);
 	rc = open_file(u, cfg);
 	if (rc < 0)
@@ -362,6 +494,8 @@ fail:
 		close(u->fd);
 	pthread_mutex_destroy(&u->sq_mu);
 	pthread_cond_destroy(&u->sq_cv);
+	pthread_mutex_destroy(&u->cq_mu);
+	pthread_cond_destroy(&u->cq_cv);
 	pthread_mutex_destroy(&u->ext_mu);
 	free(u);
 	return rc;

@@ -34,8 +34,14 @@ struct cli {
 	/* stores and tiers */
 	const char *tiers[16];
 	int ntiers;
+	int workers;                 /* --workers: task-net compute workers */
 	const char *store, *hostfile, *token_file;
 };
+
+struct hs_tier_spec;
+/* --tier KIND=PATH[:SIZE] options as store tier specs (paths point into c);
+ * returns 0 or a process exit status (2) after saying why on stderr. */
+int exec_parse_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n);
 
 /* The training path (tools/exec_train.c): returns a process exit status. */
 int exec_train_main(struct cli *c);

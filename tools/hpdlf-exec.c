@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -67,7 +68,7 @@ enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER,
        OPT_LOG, OPT_STATS, OPT_TRACE, OPT_PLAN, OPT_TRAIN, OPT_QUIET, OPT_HELP, OPT_PLAN_DOT,
        OPT_DATA, OPT_LABELS, OPT_LOSS, OPT_OPTIM, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BATCH,
        OPT_STEPS, OPT_EPOCHS, OPT_SHUFFLE, OPT_NO_SHUFFLE, OPT_CKPT, OPT_CKPT_EVERY, OPT_RESUME,
-       OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN };
+       OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS };
 
 static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
@@ -89,6 +90,7 @@ static const struct option long_opts[] = {
 	{ "resume", no_argument, 0, OPT_RESUME },	  { "export-onnx", required_argument, 0, OPT_EXPORT },
 	{ "tier", required_argument, 0, OPT_TIER },	  { "store", required_argument, 0, OPT_STORE },
 	{ "hostfile", required_argument, 0, OPT_HOSTFILE }, { "token-file", required_argument, 0, OPT_TOKEN },
+	{ "workers", required_argument, 0, OPT_WORKERS },
 	{ 0, 0, 0, 0 },
 };
 
@@ -136,6 +138,12 @@ static int parse_more(int o, struct cli *c)
 	case OPT_STORE: c->store = optarg; return 0;
 	case OPT_HOSTFILE: c->hostfile = optarg; return 0;
 	case OPT_TOKEN: c->token_file = optarg; return 0;
+	case OPT_WORKERS: {
+		long v;
+		int rc = parse_int(optarg, "--workers", 1, &v);
+		c->workers = (int)v;
+		return rc;
+	}
 	default: return usage_error("%s", "unknown option");
 	}
 }
@@ -182,14 +190,66 @@ static int parse_args(int argc, char **argv, struct cli *c)
 	return 0;
 }
 
+/* nvme=PATH[:SIZE] or pmem=PATH[:SIZE]; SIZE is taken only when what
+ * follows the last ':' reads as a size (paths may hold colons). */
+static int parse_tier(const char *arg, struct hs_tier_spec *t)
+{
+	const char *eq = strchr(arg, '='), *colon;
+	static char paths[16][4096];
+	static int used;
+	uint64_t size = 0;
+	size_t len;
+
+	memset(t, 0, sizeof *t);
+	if (!eq || !eq[1])
+		return usage_error("--tier: expected nvme=PATH[:SIZE] or pmem=PATH[:SIZE], got '%s'", arg);
+	if (!strncmp(arg, "nvme=", 5))
+		t->kind = HS_TIER_NVME;
+	else if (!strncmp(arg, "pmem=", 5))
+		t->kind = HS_TIER_PMEM;
+	else
+		return usage_error("--tier: unknown tier kind in '%s' (nvme= or pmem=)", arg);
+	len = strlen(eq + 1);
+	colon = strrchr(eq + 1, ':');
+	if (colon && colon[1] && hp_parse_size(colon + 1, &size) == 0)
+		len = (size_t)(colon - (eq + 1));
+	if (!len || len >= sizeof paths[0] || used == 16)
+		return usage_error("--tier: bad path in '%s'", arg);
+	memcpy(paths[used], eq + 1, len);
+	paths[used][len] = 0;
+	t->path = paths[used++];
+	t->size = size;
+	return 0;
+}
+
+int exec_parse_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n)
+{
+	*n = 0;
+	if (c->ntiers > HS_MAX_TIERS) {
+		fprintf(stderr, "hpdlf-exec: at most %d --tier options\n", HS_MAX_TIERS);
+		return 2;
+	}
+	for (int i = 0; i < c->ntiers; i++) {
+		int rc = parse_tier(c->tiers[i], &specs[i]);
+		if (rc)
+			return rc;
+		(*n)++;
+	}
+	return 0;
+}
+
 /* Small integer inputs are shape arguments (Reshape's shape, Expand's...)
  * or indices; scalars are bounds (Range, Clip).  Given as files, they are
- * bound as compile-time constants so that the operators they steer fold. */
+ * bound as compile-time constants so that the operators they steer fold.
+ * Level 1 (a retry when an operator needs a constant input) also binds
+ * any input of at most 64 elements (Resize's scales, roi). */
+static int bind_level;
+
 static int bindable(enum hp_dtype dt, const struct hp_shape *s)
 {
 	int64_t n = hp_shape_numel(s);
 
-	return n <= 1 || ((dt == HP_I64 || dt == HP_I32) && n <= 64);
+	return n <= 1 || ((dt == HP_I64 || dt == HP_I32 || bind_level > 0) && n <= 64);
 }
 
 static int bind_input(struct hp_graph *g, const struct named *in)
@@ -341,10 +401,74 @@ static uint64_t peak_rss_bytes(void)
 	return (uint64_t)ru.ru_maxrss * 1024;
 }
 
-static int run_iterations(struct hp_session *s, const struct cli *c, double *ms)
+/* "tiers":{NAME:{"used","bytes_read","bytes_written"}} (out of core). */
+static json_object *tiers_json(struct hp_session *s)
+{
+	struct hs_store_stats st;
+	json_object *o;
+
+	if (hp_session_store_stats(s, &st) < 0)
+		return NULL;
+	o = json_object_new_object();
+	for (int i = 0; i < st.ntiers; i++) {
+		const struct hs_tier_stats *t = &st.tier[i];
+		json_object *j = json_object_new_object();
+		json_object_object_add(j, "used", json_object_new_int64((int64_t)(i ? t->used : st.resident)));
+		json_object_object_add(j, "bytes_read", json_object_new_int64((int64_t)t->bytes_read));
+		json_object_object_add(j, "bytes_written", json_object_new_int64((int64_t)t->bytes_written));
+		json_object_object_add(o, i ? t->name : "dram", j);
+	}
+	return o;
+}
+
+static void log_iteration(FILE *log, struct hp_session *s, int it, const struct hp_run_stats *st)
+{
+	json_object *o = json_object_new_object(), *tiers = tiers_json(s);
+	struct hp_run_info ri = { .size = sizeof ri };
+
+	json_object_object_add(o, "iteration", json_object_new_int(it));
+	json_object_object_add(o, "ms", json_object_new_double(st->ms));
+	json_object_object_add(o, "gflops", json_object_new_double(st->flops / st->ms / 1e6));
+	if (hp_session_run_info(s, &ri) == 0 && ri.transitions)
+		json_object_object_add(o, "stall_ms", json_object_new_double(ri.stall_ms));
+	if (tiers)
+		json_object_object_add(o, "tiers", tiers);
+	fprintf(log, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+	json_object_put(o);
+	fflush(log);
+}
+
+/* A bar with ETA on a terminal; otherwise a plain line about every 10%. */
+static void progress(const struct cli *c, int done, double elapsed_ms, int tty)
+{
+	double per = elapsed_ms / done, eta = per * (c->iterations - done) / 1e3;
+	int width = 30, fill = done * width / c->iterations;
+
+	if (c->quiet || c->iterations < 2)
+		return;
+	if (tty) {
+		fprintf(stderr, "\r[%.*s%*s] %d/%d  %.2f ms/it  ETA %d:%02d ", fill, "==============================",
+			width - fill, "", done, c->iterations, per, (int)eta / 60, (int)eta % 60);
+		if (done == c->iterations)
+			fputc('\n', stderr);
+	} else if (done == c->iterations || done * 10 / c->iterations != (done - 1) * 10 / c->iterations) {
+		fprintf(stderr, "hpdlf-exec: iteration %d/%d, %.2f ms/it, ETA %.0f s\n", done, c->iterations, per, eta);
+	}
+}
+
+static double wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int run_iterations(struct hp_session *s, const struct cli *c, double *ms, double *wall)
 {
 	FILE *log = NULL;
-	int rc = 0;
+	int rc = 0, tty = isatty(2);
+	double t0 = wall_ms();
 
 	if (c->log_json && !(log = fopen(c->log_json, "w")))
 		return hp_error(-errno, "%s: %s", c->log_json, strerror(errno));
@@ -356,16 +480,11 @@ static int run_iterations(struct hp_session *s, const struct cli *c, double *ms)
 			break;
 		hp_session_stats(s, &st);
 		ms[it] = st.ms;
-		if (log) {
-			json_object *o = json_object_new_object();
-			json_object_object_add(o, "iteration", json_object_new_int(it));
-			json_object_object_add(o, "ms", json_object_new_double(st.ms));
-			json_object_object_add(o, "gflops", json_object_new_double(st.flops / st.ms / 1e6));
-			fprintf(log, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
-			json_object_put(o);
-			fflush(log);
-		}
+		if (log)
+			log_iteration(log, s, it, &st);
+		progress(c, it + 1, wall_ms() - t0, tty);
 	}
+	*wall = wall_ms() - t0;
 	if (log && fclose(log) != 0 && rc == 0)
 		rc = hp_error(-errno, "%s: %s", c->log_json, strerror(errno));
 	return rc;
@@ -375,7 +494,7 @@ static int run_iterations(struct hp_session *s, const struct cli *c, double *ms)
 static void tier_summary(struct hp_session *s, const struct cli *c, json_object *o)
 {
 	struct hs_store_stats st;
-	char a[32], b[32];
+	char a[32], b[32], u[32];
 	uint64_t pf = 0, pfh = 0, late = 0;
 
 	if (hp_session_store_stats(s, &st) < 0)
@@ -388,10 +507,12 @@ static void tier_summary(struct hp_session *s, const struct cli *c, json_object 
 		if (i == 0)
 			continue;
 		if (!c->quiet)
-			fprintf(stderr, "hpdlf-exec:   tier %-8s read %s, written %s\n", t->name,
-				hp_format_size(t->bytes_read, a, sizeof a), hp_format_size(t->bytes_written, b, sizeof b));
+			fprintf(stderr, "hpdlf-exec:   tier %-8s read %s, written %s, holds %s\n", t->name,
+				hp_format_size(t->bytes_read, a, sizeof a), hp_format_size(t->bytes_written, b, sizeof b),
+				hp_format_size(t->used, u, sizeof u));
 		if (o) {
 			json_object *j = json_object_new_object();
+			json_object_object_add(j, "used", json_object_new_int64((int64_t)t->used));
 			json_object_object_add(j, "bytes_read", json_object_new_int64((int64_t)t->bytes_read));
 			json_object_object_add(j, "bytes_written", json_object_new_int64((int64_t)t->bytes_written));
 			json_object_object_add(o, t->name, j);
@@ -404,48 +525,68 @@ static void tier_summary(struct hp_session *s, const struct cli *c, json_object 
 		json_object_object_add(o, "prefetches", json_object_new_int64((int64_t)pf));
 		json_object_object_add(o, "prefetch_hits", json_object_new_int64((int64_t)pfh));
 		json_object_object_add(o, "prefetch_late", json_object_new_int64((int64_t)late));
+		json_object_object_add(o, "prefetch_hit_rate", json_object_new_double(pf ? (double)pfh / (double)pf : 0));
 	}
 }
 
-static int summarize(struct hp_session *s, const struct cli *c, double *ms)
+static void print_summary(struct hp_session *s, const struct cli *c, const struct hp_run_stats *st, double med,
+			  double min, double wall)
+{
+	struct hp_run_info ri = { .size = sizeof ri };
+	char peak[32], rss[32], b[32];
+
+	fprintf(stderr, "hpdlf-exec: %s: %d iteration%s in %.3f s (%.2f/s), median %.3f ms, min %.3f ms, %.1f GFLOP/s\n",
+		c->model, c->iterations, c->iterations > 1 ? "s" : "", wall / 1e3, c->iterations / (wall / 1e3), med, min,
+		st->flops / med / 1e6);
+	fprintf(stderr, "hpdlf-exec:   tensor memory %s, peak RSS %s", hp_format_size(st->peak_bytes, peak, sizeof peak),
+		hp_format_size(peak_rss_bytes(), rss, sizeof rss));
+	if (c->budget)
+		fprintf(stderr, " vs budget %s (%.0f%%)", hp_format_size(c->budget, b, sizeof b),
+			100.0 * (double)peak_rss_bytes() / (double)c->budget);
+	fputc('\n', stderr);
+	if (hp_session_run_info(s, &ri) == 0 && ri.transitions)
+		fprintf(stderr, "hpdlf-exec:   task net: %d transitions, %d worker%s + %d I/O queues; last run: "
+				"stalled on I/O %.3f ms, %llu loads, %llu write-backs, %llu evictions\n",
+			ri.transitions, ri.workers, ri.workers > 1 ? "s" : "", ri.io_threads, ri.stall_ms,
+			(unsigned long long)ri.loads, (unsigned long long)ri.writebacks, (unsigned long long)ri.evictions);
+}
+
+static int summarize(struct hp_session *s, const struct cli *c, double *ms, double wall)
 {
 	struct hp_run_stats st;
-	char peak[32], rss[32];
+	struct hp_run_info ri = { .size = sizeof ri };
 	double med;
 
 	hp_session_stats(s, &st);
 	qsort(ms, (size_t)c->iterations, sizeof *ms, cmp_double);
 	med = ms[c->iterations / 2];
 	if (!c->quiet)
-		fprintf(stderr, "hpdlf-exec: %s: %d iteration%s, median %.3f ms, min %.3f ms, %.1f GFLOP/s, "
-				"tensor memory %s, peak RSS %s\n",
-			c->model, c->iterations, c->iterations > 1 ? "s" : "", med, ms[0], st.flops / med / 1e6,
-			hp_format_size(st.peak_bytes, peak, sizeof peak), hp_format_size(peak_rss_bytes(), rss, sizeof rss));
-	if (!c->quiet && c->budget) {
-		char b[32];
-		fprintf(stderr, "hpdlf-exec:   budget %s: peak RSS is %.0f%% of it\n", hp_format_size(c->budget, b, sizeof b),
-			100.0 * (double)peak_rss_bytes() / (double)c->budget);
-	}
-	if (!c->stats_json)
+		print_summary(s, c, &st, med, ms[0], wall);
+	if (!c->stats_json) {
 		tier_summary(s, c, NULL);
-	if (c->stats_json) {
-		json_object *o = json_object_new_object();
-		json_object_object_add(o, "model", json_object_new_string(c->model));
-		json_object_object_add(o, "iterations", json_object_new_int(c->iterations));
-		json_object_object_add(o, "ms_median", json_object_new_double(med));
-		json_object_object_add(o, "ms_min", json_object_new_double(ms[0]));
-		json_object_object_add(o, "gflops", json_object_new_double(st.flops / med / 1e6));
-		json_object_object_add(o, "tensor_peak_bytes", json_object_new_int64((int64_t)st.peak_bytes));
-		json_object_object_add(o, "peak_rss_bytes", json_object_new_int64((int64_t)peak_rss_bytes()));
-		json_object_object_add(o, "budget_bytes", json_object_new_int64((int64_t)c->budget));
-		json_object *tiers = json_object_new_object();
-		tier_summary(s, c, tiers);
-		json_object_object_add(o, "tiers", tiers);
-		int rc = json_object_to_file_ext(c->stats_json, o, JSON_C_TO_STRING_PRETTY);
-		json_object_put(o);
-		if (rc < 0)
-			return hp_error(-EIO, "%s: cannot write statistics", c->stats_json);
+		return 0;
 	}
+	json_object *o = json_object_new_object();
+	json_object_object_add(o, "model", json_object_new_string(c->model));
+	json_object_object_add(o, "iterations", json_object_new_int(c->iterations));
+	json_object_object_add(o, "wall_ms", json_object_new_double(wall));
+	json_object_object_add(o, "ms_median", json_object_new_double(med));
+	json_object_object_add(o, "ms_min", json_object_new_double(ms[0]));
+	json_object_object_add(o, "gflops", json_object_new_double(st.flops / med / 1e6));
+	json_object_object_add(o, "tensor_peak_bytes", json_object_new_int64((int64_t)st.peak_bytes));
+	json_object_object_add(o, "peak_rss_bytes", json_object_new_int64((int64_t)peak_rss_bytes()));
+	json_object_object_add(o, "budget_bytes", json_object_new_int64((int64_t)c->budget));
+	if (hp_session_run_info(s, &ri) == 0 && ri.transitions) {
+		json_object_object_add(o, "stall_ms", json_object_new_double(ri.stall_ms));
+		json_object_object_add(o, "transitions", json_object_new_int(ri.transitions));
+	}
+	json_object *tiers = json_object_new_object();
+	tier_summary(s, c, tiers);
+	json_object_object_add(o, "tiers", tiers);
+	int rc = json_object_to_file_ext(c->stats_json, o, JSON_C_TO_STRING_PRETTY);
+	json_object_put(o);
+	if (rc < 0)
+		return hp_error(-EIO, "%s: cannot write statistics", c->stats_json);
 	return 0;
 }
 
@@ -476,30 +617,47 @@ static int plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, con
 	return 0;
 }
 
+/* Load, fix input shapes and infer; when an operator needs a constant that
+ * the user gave as a small input file, once more with those bound. */
+static int load_model(const struct cli *c, struct hp_graph **g)
+{
+	int rc = hp_graph_load(c->model, g);
+
+	if (rc == 0)
+		rc = resolve_shapes(*g, c);
+	if (rc == 0)
+		rc = hp_graph_infer(*g);
+	if (rc == HP_EUNSUPPORTED && strstr(hp_errmsg(), "compile-time constant") && c->ninputs && !bind_level) {
+		hp_graph_free(*g);
+		*g = NULL;
+		bind_level = 1;
+		return load_model(c, g);
+	}
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	struct cli c = { 0 };
 	struct hp_exec_opts o;
 	struct hp_session *s = NULL;
 	struct hp_graph *g = NULL;
-	double *ms = NULL;
-	int rc;
+	double *ms = NULL, wall = 0;
+	struct hs_tier_spec tiers[HS_MAX_TIERS];
+	int rc, ntiers = 0;
 
 	rc = parse_args(argc, argv, &c);
 	if (rc)
 		return rc;
 	if (c.train)
 		return exec_train_main(&c);
-	if (c.ntiers || c.store || c.hostfile) {
-		fprintf(stderr, "hpdlf-exec: %s is not available in this version yet\n",
-			c.ntiers ? "--tier" : "--store/--hostfile");
+	if (c.store || c.hostfile) {
+		fprintf(stderr, "hpdlf-exec: --store/--hostfile is not available in this version yet\n");
 		return 2;
 	}
-	rc = hp_graph_load(c.model, &g);
-	if (rc == 0)
-		rc = resolve_shapes(g, &c);
-	if (rc == 0)
-		rc = hp_graph_infer(g);
+	if ((rc = exec_parse_tiers(&c, tiers, &ntiers)) != 0)
+		return rc;
+	rc = load_model(&c, &g);
 	if (rc < 0)
 		goto out;
 	hp_exec_opts_init(&o, sizeof o);
@@ -507,6 +665,9 @@ int main(int argc, char **argv)
 	o.budget = c.budget;
 	o.seed = c.seed;
 	o.trace_path = c.trace;
+	o.workers = c.workers;
+	o.ntiers = ntiers;
+	o.tiers = tiers;
 	if (c.plan || c.plan_dot) {
 		rc = plan_only(g, &o, &c);
 		goto out;
@@ -521,11 +682,11 @@ int main(int argc, char **argv)
 		rc = hp_error(-ENOMEM, "out of memory");
 		goto out;
 	}
-	rc = run_iterations(s, &c, ms);
+	rc = run_iterations(s, &c, ms, &wall);
 	if (rc == 0)
 		rc = write_outputs(s, g, &c);
 	if (rc == 0)
-		rc = summarize(s, &c, ms);
+		rc = summarize(s, &c, ms, wall);
 out:
 	free(ms);
 	hp_session_destroy(s);

@@ -31,6 +31,13 @@ struct hp_exec_opts {
 	uint64_t budget;        /* DRAM bytes for tensors; 0: unlimited (in core) */
 	uint64_t seed;          /* for random inputs, dropout */
 	const char *trace_path; /* Chrome trace JSON, or NULL */
+	/* out of core (fields added later: check size) */
+	int workers;            /* task-net compute workers (0: 1); each kernel gets
+				 * threads / workers threads, so results equal in-core
+				 * ones at that thread count */
+	int io_threads;         /* I/O queues of the task net (0: 4) */
+	int ntiers;             /* lower tiers of the store (0: a spill file in $TMPDIR) */
+	const struct hs_tier_spec *tiers;
 };
 
 void hp_exec_opts_init(struct hp_exec_opts *o, size_t size);
@@ -54,9 +61,31 @@ struct hp_run_stats {
 };
 void hp_session_stats(const struct hp_session *s, struct hp_run_stats *st);
 
+/* Copy bytes [offset, offset + len) of value v (an index of the session's
+ * graph) out of or into the session: any value kept between runs (weights,
+ * optimizer and other run-to-run state, inputs, computed outputs).  Out of
+ * core the bytes are pinned a chunk at a time, so a value larger than the
+ * budget can be copied in pieces.  Used by checkpoints. */
+int hp_session_read_value(struct hp_session *s, int v, uint64_t offset, uint64_t len, void *dst);
+int hp_session_write_value(struct hp_session *s, int v, uint64_t offset, uint64_t len, const void *src);
+
 struct hs_store_stats;
+struct hs_tier_spec;
 /* Tiering statistics of the session's store (out of core); -ENOENT in core. */
 int hp_session_store_stats(const struct hp_session *s, struct hs_store_stats *out);
+
+/* Details of the last run (out of core: the task net's figures).  Set
+ * info->size = sizeof *info before the call. */
+struct hp_run_info {
+	size_t size;
+	double ms;              /* wall time of the last run */
+	double kernel_ms;       /* kernel time summed over workers */
+	double stall_ms;        /* compute workers waiting for loads or budget */
+	uint64_t kernels, loads, writebacks, evictions, drops; /* transitions fired */
+	int workers, io_threads;
+	int transitions;        /* in the task net (0 in core) */
+};
+int hp_session_run_info(const struct hp_session *s, struct hp_run_info *info);
 
 /* ---- planning ------------------------------------------------------- */
 

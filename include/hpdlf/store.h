@@ -161,6 +161,14 @@ int hs_unpin(struct hs_tensor *t, uint64_t first, uint64_t n);
 int hs_prefetch(struct hs_tensor *t, uint64_t first, uint64_t n, struct hs_prefetch **h);
 int hs_prefetch_wait(struct hs_prefetch *h);
 int hs_prefetch_poll(struct hs_prefetch *h);
+/* Several ranges (of tensors of one store) as one prefetch: one handle, one
+ * submission per tier, which is what small random reads need.  A chunk named
+ * twice is read once. */
+struct hs_range {
+	struct hs_tensor *tensor;
+	uint64_t first, n;      /* n = HS_ALL: to the end */
+};
+int hs_prefetch_many(const struct hs_range *r, size_t nr, struct hs_prefetch **h);
 
 /* Write dirty unpinned chunks of the range to lower tier `tier` (index in
  * opts.tiers, or HS_TIER_ANY / HS_TIER_NONE) and free their DRAM. Pinned
@@ -176,7 +184,9 @@ int hs_hint(struct hs_tensor *t, int64_t next_use);
 int hs_store_commit(struct hs_store *st);
 
 /* Statistics.  Tier 0 is the DRAM cache (hits: pins that found chunks
- * resident); tiers 1.. are opts.tiers.  Latencies in log2 microsecond
+ * resident); tiers 1.. are opts.tiers.  prefetches, prefetch_hits and
+ * prefetch_late count on tier 0 for all chunks and on the lower tier each
+ * prefetched chunk was read from.  Latencies in log2 microsecond
  * buckets: bucket i counts requests that took [2^i, 2^(i+1)) us (bucket 0:
  * < 2 us). */
 #define HS_LAT_BUCKETS 32

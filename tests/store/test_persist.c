@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +175,59 @@ static void test_commit_needs_persistence(void **state)
 	hs_store_close(st);
 }
 
+/* The catalog blob and the commit's bounce buffer count against the budget:
+ * they fit (evicting what can go) or the commit fails before writing. */
+static void test_commit_budget(void **state)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *t[5], *a;
+	struct hs_tensor_info ti = { .bytes = 1000ull * CS, .dtype = HP_U8 };
+	char name[8];
+	void *p;
+
+	(void)state;
+	/* five named tensors of 1000 chunks: a catalog of ~80 KB, one chunk of budget */
+	tu_opts(&o, CFG_NVME, CS, 1, 16, "catbudget");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	for (int k = 0; k < 5; k++) {
+		snprintf(name, sizeof name, "big%d", k);
+		ti.name = name;
+		assert_int_equal(hs_tensor_create(st, &ti, &t[k]), 0);
+	}
+	assert_int_equal(hs_store_commit(st), HP_EBUDGET);
+	assert_non_null(strstr(hp_errmsg(), "commit: the catalog needs"));
+	for (int k = 2; k < 5; k++)
+		assert_int_equal(hs_tensor_drop(t[k]), 0);
+	assert_int_equal(hs_store_commit(st), 0); /* ~32 KB now */
+	hs_store_close(st);
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_open(st, "big1", &t[1]), 0);
+	assert_int_equal(hs_tensor_open(st, "big2", &t[2]), -ENOENT);
+	hs_store_close(st);
+
+	/* a named chunk on the (non-persistent) spill tier is bounced to pmem */
+	tu_opts(&o, CFG_PMEM, CS, 2, 16, "bounce");
+	o.tiers[1] = o.tiers[0];
+	o.tiers[0] = (struct hs_tier_spec){ .kind = HS_TIER_NVME, .path = NULL, .size = 64 * CS };
+	o.ntiers = 2;
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	write_gen(st, 0, 7, 0);
+	assert_int_equal(hs_tensor_open(st, "w0", &t[0]), 0);
+	assert_int_equal(hs_evict(t[0], 0, HS_ALL, 0), 2); /* to the spill file */
+	ti = (struct hs_tensor_info){ .bytes = 2 * CS, .dtype = HP_U8 };
+	assert_int_equal(hs_tensor_create(st, &ti, &a), 0);
+	assert_int_equal(hs_pin(a, 0, HS_ALL, HS_PIN_OVERWRITE, &p), 0); /* the whole budget */
+	assert_int_equal(hs_store_commit(st), HP_EBUDGET);
+	assert_non_null(strstr(hp_errmsg(), "commit: bounce buffer"));
+	assert_int_equal(hs_unpin(a, 0, HS_ALL), 0);
+	assert_int_equal(hs_store_commit(st), 0);
+	hs_store_close(st);
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(read_gen(st, 0), 7);
+	hs_store_close(st);
+}
+
 /* ---- crash consistency ---- */
 
 /* The child writes generations 1, 2, ... of every tensor, commits each and
@@ -217,10 +271,17 @@ static void crash_run(enum cfg c, int iterations)
 			crash_child(&o, fds[1], s + (uint64_t)it);
 		}
 		close(fds[1]);
-		/* wait for one commit or none, then a random delay */
+		/* kill at once (every third time), or after the child's first
+		 * commit plus a random delay: a loaded machine may take longer
+		 * than any fixed delay to reach the first commit */
 		struct timespec d = { 0, (long)(tu_rand(&s) % 60000000) };
-		if (it % 3)
+		if (it % 3) {
+			struct pollfd pf = { .fd = fds[0], .events = POLLIN };
+			unsigned char b0;
+			if (poll(&pf, 1, 20000) == 1 && read(fds[0], &b0, 1) == 1)
+				last = b0;
 			nanosleep(&d, NULL);
+		}
 		kill(pid, SIGKILL);
 		int status;
 		waitpid(pid, &status, 0);
@@ -319,7 +380,14 @@ static void test_checksum_flip(void **state)
 	write_gen(st, 1, 6, 1);
 	flip_in_file(o.tiers[0].path, 1, 6);
 	assert_int_equal(hs_tensor_open(st, "w1", &t), 0);
+	/* a prefetch into registered frames leaves the check to the first pin */
+	struct hs_prefetch *h;
+	assert_int_equal(hs_prefetch(t, 1, 1, &h), 0);
+	int rc = hs_prefetch_wait(h);
+	assert_true(rc == 0 || rc == HP_ECORRUPT);
 	assert_int_equal(hs_pin(t, 1, 1, HS_PIN_READ, &p), HP_ECORRUPT);
+	assert_non_null(strstr(hp_errmsg(), "tensor 'w1' chunk 1"));
+	assert_int_equal(hs_pin(t, 1, 1, HS_PIN_READ, &p), HP_ECORRUPT); /* read again, still bad */
 	hs_store_close(st);
 }
 
@@ -490,6 +558,7 @@ int main(void)
 		cmocka_unit_test(test_persist_nvme),
 		cmocka_unit_test(test_persist_all),
 		cmocka_unit_test(test_commit_needs_persistence),
+		cmocka_unit_test(test_commit_budget),
 		cmocka_unit_test(test_crash_nvme),
 		cmocka_unit_test(test_crash_all),
 		cmocka_unit_test(test_checksum_flip),

@@ -18,6 +18,7 @@
 
 #include "hpdlf/error.h"
 #include "hpdlf/store.h"
+#include "store/store_internal.h"
 #include "store/tier.h"
 #include "util.h"
 
@@ -313,6 +314,8 @@ static void test_prefetch_stats(void **state)
 	assert_int_equal(hs_store_stats(st, &s), 0);
 	assert_int_equal(s.tier[0].prefetches, 4);
 	assert_int_equal(s.tier[0].prefetch_hits, 4);
+	assert_int_equal(s.tier[1].prefetches, 4); /* per tier: where they were read from */
+	assert_int_equal(s.tier[1].prefetch_hits, 4);
 	assert_int_equal(s.tier[1].reads, 4);
 	assert_int_equal(s.tier[1].writes, 4);
 	assert_int_equal(s.tier[1].bytes_written, 4 * CS);
@@ -324,6 +327,130 @@ static void test_prefetch_stats(void **state)
 	assert_int_equal(n, 8);
 	assert_true(hs_lat_percentile(&s.tier[1], 0.5) >= 1);
 	assert_true(hs_lat_percentile(&s.tier[1], 0.999) >= hs_lat_percentile(&s.tier[1], 0.5));
+	hs_store_close(st);
+}
+
+/* Several ranges of two tensors in one prefetch, a chunk named twice. */
+static void test_prefetch_many(void **state)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *t[2];
+	struct hs_tensor_info ti = { .bytes = 4 * CS, .dtype = HP_U8 };
+	struct hs_prefetch *h;
+	struct hs_store_stats s;
+	unsigned char *p;
+
+	(void)state;
+	tu_opts(&o, CFG_ALL, CS, 8, 32, "many");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(hs_tensor_create(st, &ti, &t[k]), 0);
+		assert_int_equal(hs_pin(t[k], 0, HS_ALL, HS_PIN_OVERWRITE, (void **)&p), 0);
+		for (unsigned i = 0; i < 4 * CS; i++)
+			p[i] = (unsigned char)(i * 7 + k);
+		assert_int_equal(hs_unpin(t[k], 0, HS_ALL), 0);
+		assert_int_equal(hs_evict(t[k], 0, HS_ALL, k), 4); /* t0 on pmem, t1 on nvme */
+	}
+	struct hs_range r[3] = { { t[0], 1, 2 }, { t[1], 0, HS_ALL }, { t[0], 2, 1 } };
+	assert_int_equal(hs_prefetch_many(r, 3, &h), 0);
+	while (hs_prefetch_poll(h) == 0)
+		;
+	assert_int_equal(hs_prefetch_wait(h), 0);
+	assert_int_equal(hs_store_stats(st, &s), 0);
+	assert_int_equal(s.tier[0].prefetches, 6);
+	assert_int_equal(s.tier[1].prefetches, 2);
+	assert_int_equal(s.tier[2].prefetches, 4);
+	assert_int_equal(s.resident, 6 * CS);
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(hs_pin(t[k], 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+		for (unsigned i = 0; i < 4 * CS; i++)
+			assert_int_equal(p[i], (unsigned char)(i * 7 + k));
+		assert_int_equal(hs_unpin(t[k], 0, HS_ALL), 0);
+	}
+	assert_int_equal(hs_store_stats(st, &s), 0);
+	assert_int_equal(s.tier[0].prefetch_hits, 6);
+	assert_int_equal(s.tier[1].prefetch_hits, 2);
+	assert_int_equal(s.tier[2].prefetch_hits, 4);
+	assert_int_equal(hs_prefetch_many(r, 0, &h), HP_EUSAGE);
+	hs_store_close(st);
+}
+
+/* ---- memory: the budget bounds the process, chunk I/O uses fixed buffers ---- */
+
+static uint64_t vm_rss(void)
+{
+	char line[256];
+	uint64_t kb = 0;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "VmRSS: %" SCNu64, &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb << 10;
+}
+
+static unsigned char rpat(uint64_t chunk, uint64_t i)
+{
+	return (unsigned char)((chunk * 131 + i * 7) ^ (i >> 9));
+}
+
+static void test_rss(void **state)
+{
+	const uint64_t cs = 1u << 20, budget = 32u << 20, nch = 192;
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *t, *z;
+	struct hs_tensor_info ti = { .bytes = nch * cs, .dtype = HP_U8 };
+	uint64_t s = seed, rss0, peak = 0;
+	unsigned char *p;
+
+	(void)state;
+	tu_opts(&o, CFG_NVME, cs, budget / cs, nch + 16, "rss");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_create(st, &ti, &t), 0);
+	rss0 = vm_rss();
+	for (uint64_t c = 0; c < nch; c += 4) { /* 6x the budget goes through DRAM */
+		assert_int_equal(hs_pin(t, c, 4, HS_PIN_OVERWRITE, (void **)&p), 0);
+		for (uint64_t i = 0; i < 4 * cs; i++)
+			p[i] = rpat(c + i / cs, i % cs);
+		assert_int_equal(hs_unpin(t, c, 4), 0);
+		uint64_t r = vm_rss();
+		peak = r > peak ? r : peak;
+	}
+	for (int k = 0; k < 300; k++) { /* random reads and prefetches */
+		uint64_t c = tu_rand(&s) % nch, n = 1 + tu_rand(&s) % 3;
+		if (c + n > nch)
+			n = nch - c;
+		if (k % 3 == 0) {
+			struct hs_prefetch *h;
+			assert_int_equal(hs_prefetch(t, c, n, &h), 0);
+			assert_int_equal(hs_prefetch_wait(h), 0);
+		}
+		assert_int_equal(hs_pin(t, c, n, HS_PIN_READ, (void **)&p), 0);
+		for (uint64_t i = 0; i < n * cs; i += 4093)
+			assert_int_equal(p[i], rpat(c + i / cs, i % cs));
+		assert_int_equal(hs_unpin(t, c, n), 0);
+		uint64_t r = vm_rss();
+		peak = r > peak ? r : peak;
+	}
+	fprintf(stderr, "rss: budget %" PRIu64 " MiB, VmRSS grew by at most %" PRIu64 " MiB, frames %" PRIu64 " MiB, "
+			"%" PRIu64 " fixed-buffer I/Os\n", budget >> 20, (peak - rss0) >> 20,
+		hs_frames_grown(st->frames) >> 20, hs_tier_nvme_fixed_ios(st->tiers[0]));
+	/* resident frames plus the unmap queue (budget/8) plus small change */
+	assert_true(peak - rss0 <= budget + budget / 8 + (4u << 20));
+	assert_true(hs_frames_grown(st->frames) <= budget);
+	if (geteuid() == 0) /* others may lack the RLIMIT_MEMLOCK to register */
+		assert_true(hs_tier_nvme_fixed_ios(st->tiers[0]) >= nch);
+	/* frames are reused: a new tensor still reads as zeros */
+	assert_int_equal(hs_tensor_create(st, &ti, &z), 0);
+	assert_int_equal(hs_pin(z, 0, 16, HS_PIN_READ, (void **)&p), 0);
+	for (uint64_t i = 0; i < 16 * cs; i++)
+		if (p[i])
+			fail_msg("byte %" PRIu64 " of a new tensor is %d", i, p[i]);
+	assert_int_equal(hs_unpin(z, 0, 16), 0);
 	hs_store_close(st);
 }
 
@@ -487,6 +614,16 @@ static void test_backed(void **state)
 			assert_int_equal(hs_evict(t[k], 0, HS_ALL, HS_TIER_NONE), 3);
 		}
 		assert_int_equal(hs_pin(t[k], 0, 1, HS_PIN_WRITE, (void **)&p), HP_EUSAGE); /* read-only */
+		/* all four chunks and ONE chunk of staging fit the budget of five
+		 * (a staging buffer per chunk would not); none is held after */
+		struct hs_store_stats ss;
+		assert_int_equal(hs_pin(t[k], 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+		assert_memory_equal(p, file + offs[k], bytes);
+		assert_int_equal(hs_store_stats(st, &ss), 0);
+		assert_int_equal(ss.staging, 0);
+		assert_int_equal(ss.resident, 3 * CS + 4096);
+		assert_int_equal(hs_unpin(t[k], 0, HS_ALL), 0);
+		assert_int_equal(hs_evict(t[k], 0, HS_ALL, HS_TIER_NONE), 4);
 	}
 	struct hs_tensor *bad;
 	assert_int_equal(hs_tensor_create_backed(st, &ti, path, 8192 + 1, &bad), HP_EDATA); /* past the end */
@@ -506,6 +643,8 @@ int main(void)
 		cmocka_unit_test(test_policy_nvme),
 		cmocka_unit_test(test_budget),
 		cmocka_unit_test(test_prefetch_stats),
+		cmocka_unit_test(test_prefetch_many),
+		cmocka_unit_test(test_rss),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_statpage),
 		cmocka_unit_test(test_backed),

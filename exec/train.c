@@ -1,0 +1,376 @@
+/* The trainer: the model turned into a training step over batches of a
+ * dataset, run step after step with checkpoints. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hpdlf/error.h"
+#include "hpdlf/store.h"
+#include "exec/exec_internal.h"
+#include "exec/train_internal.h"
+
+void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size)
+{
+	memset(o, 0, size);
+	o->size = size;
+	if (size >= offsetof(struct hp_trainer_opts, spec) + sizeof o->spec)
+		hp_train_spec_init(&o->spec, sizeof o->spec);
+	o->seed = 1;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static char *dims_str(const struct hp_shape *s, int from, char *buf, size_t len)
+{
+	struct hp_shape t = { 0 };
+
+	for (int i = from; i < s->rank; i++)
+		t.dims[t.rank++] = s->dims[i];
+	return hp_shape_str(&t, buf, len);
+}
+
+/* The model input fed by the data: its sample dims and dtype must be the
+ * data's; dim 0 becomes the batch. */
+static int fit_input(struct hp_trainer *t)
+{
+	struct hp_graph *g = t->g;
+	const struct hp_darray *x = &t->data.x;
+	struct hp_value *in;
+	struct hp_shape s;
+	char a[128], b[128];
+
+	t->vin = t->o.input ? hp_graph_find_value(g, t->o.input) : g->ninputs ? g->inputs[0] : -1;
+	if (t->vin < 0 || g->values[t->vin].kind != HP_VALUE_INPUT)
+		return hp_error(HP_EUSAGE, "%s: no input named '%s' to feed the data to", t->model,
+				t->o.input ? t->o.input : "?");
+	for (int i = 0; i < g->ninputs; i++)
+		if (g->inputs[i] != t->vin)
+			return hp_error(HP_EUSAGE, "%s: input '%s' would not be fed (training feeds one input, '%s')",
+					t->model, g->values[g->inputs[i]].name, g->values[t->vin].name);
+	in = &g->values[t->vin];
+	if (in->dtype != x->dtype)
+		return hp_error(HP_EDATA, "%s is %s but the model's input '%s' is %s", x->what, hp_dtype_name(x->dtype),
+				in->name, hp_dtype_name(in->dtype));
+	s = x->shape;
+	s.dims[0] = t->o.batch;
+	int ok = in->shape.rank == s.rank;
+	for (int i = 1; ok && i < s.rank; i++)
+		ok = in->shape.dims[i] < 0 || in->shape.dims[i] == s.dims[i];
+	if (!ok)
+		return hp_error(HP_EDATA, "%s samples are %s but the model's input '%s' takes %s (per sample)", x->what,
+				dims_str(&x->shape, 1, a, sizeof a), in->name, dims_str(&in->shape, 1, b, sizeof b));
+	if (in->shape.dims[0] >= 0 && in->shape.dims[0] != t->o.batch)
+		return hp_error(HP_EDATA, "%s: input '%s' has a fixed batch of %lld; --batch is %lld", t->model,
+				in->name, (long long)in->shape.dims[0], (long long)t->o.batch);
+	return hp_graph_set_input_shape(g, in->name, &s);
+}
+
+/* The labels input autodiff added must take the label file's samples. */
+static int fit_labels(struct hp_trainer *t)
+{
+	const struct hp_graph *g = t->g;
+	const struct hp_darray *y = &t->data.y;
+	const char *name = t->o.spec.labels ? t->o.spec.labels : "labels";
+	const struct hp_value *lv;
+	char a[128], b[128];
+
+	t->vlab = hp_graph_find_value(g, name);
+	t->vloss = g->noutputs ? g->outputs[g->noutputs - 1] : -1;
+	if (t->vloss < 0 || g->values[t->vloss].dtype != HP_F32)
+		return hp_error(HP_EINTERNAL, "%s: the training graph has no loss output", t->model);
+	if (t->vlab < 0)
+		return 0; /* output:NAME: the graph computes its own loss */
+	lv = &g->values[t->vlab];
+	t->widen_labels = lv->dtype == HP_I64 && y->dtype == HP_I32;
+	if (lv->dtype != y->dtype && !t->widen_labels)
+		return hp_error(HP_EDATA, "%s is %s but the loss wants %s labels", y->what, hp_dtype_name(y->dtype),
+				hp_dtype_name(lv->dtype));
+	int ok = lv->shape.rank == y->shape.rank;
+	for (int i = 1; ok && i < y->shape.rank; i++)
+		ok = lv->shape.dims[i] == y->shape.dims[i];
+	if (!ok)
+		return hp_error(HP_EDATA, "%s samples are %s but the loss wants labels of %s per sample (from output '%s')",
+				y->what, dims_str(&y->shape, 1, a, sizeof a), dims_str(&lv->shape, 1, b, sizeof b),
+				t->o.spec.output ? t->o.spec.output : g->values[g->outputs[0]].name);
+	return 0;
+}
+
+static int alloc_batch(struct hp_trainer *t)
+{
+	const struct hp_graph *g = t->g;
+	int rc = hp_tensor_alloc(&t->xb, g->values[t->vin].dtype, &g->values[t->vin].shape);
+
+	if (rc == 0 && t->vlab >= 0)
+		rc = hp_tensor_alloc(&t->yb, g->values[t->vlab].dtype, &g->values[t->vlab].shape);
+	t->rows = calloc((size_t)t->o.batch, sizeof *t->rows);
+	t->ytmp = t->widen_labels ? calloc((size_t)t->o.batch, t->data.y.row_bytes) : NULL;
+	if (rc == 0 && (!t->rows || (t->widen_labels && !t->ytmp)))
+		rc = hp_error(-ENOMEM, "out of memory");
+	return rc;
+}
+
+static int check_opts(const struct hp_trainer_opts *o)
+{
+	if (o->batch < 1)
+		return hp_error(HP_EUSAGE, "training needs a batch size (--batch)");
+	if (o->steps < 0 || o->epochs < 0 || (!o->steps && !o->epochs))
+		return hp_error(HP_EUSAGE, "training needs --steps or --epochs");
+	if (o->resume && !o->checkpoint_dir)
+		return hp_error(HP_EUSAGE, "--resume needs --checkpoint DIR");
+	return 0;
+}
+
+static int build(struct hp_trainer *t)
+{
+	struct hp_exec_opts eo;
+	int rc;
+
+	if ((rc = hp_dataset_open(&t->data, t->o.data, t->o.labels)) < 0 || (rc = hp_graph_load(t->model, &t->g)) < 0)
+		return rc;
+	if ((rc = fit_input(t)) < 0 || (rc = hp_graph_infer(t->g)) < 0)
+		return rc;
+	if ((rc = hp_autodiff(t->g, &t->o.spec)) < 0 || (rc = fit_labels(t)) < 0)
+		return rc;
+	hp_exec_opts_init(&eo, sizeof eo);
+	eo.threads = t->o.threads;
+	eo.budget = t->o.budget;
+	eo.seed = t->o.seed;
+	eo.trace_path = t->o.trace_path;
+	if ((rc = hp_session_create(t->g, &eo, &t->s)) < 0)
+		return rc;
+	if ((rc = hp_dataset_attach(&t->data, t->s->store)) < 0 || (rc = alloc_batch(t)) < 0)
+		return rc;
+	t->shuffle_seed = t->o.seed;
+	t->total = t->o.steps ? t->o.steps : (t->o.epochs * t->data.n + t->o.batch - 1) / t->o.batch;
+	t->perm_epoch = -1;
+	return t->o.resume ? hp_ckpt_read(t) : 0;
+}
+
+int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct hp_trainer **out)
+{
+	struct hp_trainer *t;
+	int rc;
+
+	*out = NULL;
+	if (!o || o->size < offsetof(struct hp_trainer_opts, cancel))
+		return hp_error(HP_EUSAGE, "hp_trainer_create: options missing (use hp_trainer_opts_init)");
+	if ((rc = check_opts(o)) < 0)
+		return rc;
+	if (!(t = calloc(1, sizeof *t)))
+		return hp_error(-ENOMEM, "out of memory");
+	hp_trainer_opts_init(&t->o, sizeof t->o);
+	memcpy(&t->o, o, o->size < sizeof t->o ? o->size : sizeof t->o);
+	t->o.size = sizeof t->o;
+	if (!t->o.spec.seed)
+		t->o.spec.seed = t->o.seed;
+	t->model = strdup(model);
+	rc = t->model ? build(t) : hp_error(-ENOMEM, "out of memory");
+	if (rc < 0) {
+		hp_trainer_destroy(t);
+		return rc;
+	}
+	*out = t;
+	return 0;
+}
+
+void hp_trainer_destroy(struct hp_trainer *t)
+{
+	if (!t)
+		return;
+	hp_dataset_close(&t->data); /* data tensors live in the session's store */
+	hp_session_destroy(t->s);
+	hp_graph_free(t->g);
+	hp_tensor_free(&t->xb);
+	hp_tensor_free(&t->yb);
+	free(t->ytmp);
+	free(t->rows);
+	free(t->perm);
+	free(t->model);
+	free(t);
+}
+
+static uint64_t splitmix(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+/* The permutation of epoch e: Fisher-Yates from (seed, e) alone, so any
+ * step can be recomputed after a resume. */
+static int epoch_perm(struct hp_trainer *t, int64_t e)
+{
+	int64_t n = t->data.n;
+	uint64_t x = t->shuffle_seed * 0xD1B54A32D192ED03ull ^ (uint64_t)e;
+
+	if (t->perm_epoch == e)
+		return 0;
+	if (!t->perm && !(t->perm = malloc((size_t)n * sizeof *t->perm)))
+		return hp_error(-ENOMEM, "out of memory for the permutation of %lld samples", (long long)n);
+	for (int64_t i = 0; i < n; i++)
+		t->perm[i] = i;
+	for (int64_t i = n - 1; i > 0; i--) {
+		int64_t j = (int64_t)(splitmix(&x) % (uint64_t)(i + 1)), tmp = t->perm[i];
+		t->perm[i] = t->perm[j];
+		t->perm[j] = tmp;
+	}
+	t->perm_epoch = e;
+	return 0;
+}
+
+int hp_train_rows(struct hp_trainer *t, int64_t step)
+{
+	int64_t n = t->data.n, b = t->o.batch;
+
+	for (int64_t k = 0; k < b; k++) {
+		int64_t p = step * b + k, e = p / n, i = p % n;
+		if (t->o.shuffle) {
+			int rc = epoch_perm(t, e);
+			if (rc < 0)
+				return rc;
+			i = t->perm[i];
+		}
+		t->rows[k] = i;
+	}
+	return 0;
+}
+
+static int load_batch(struct hp_trainer *t, int64_t step)
+{
+	const char *lname;
+	int rc = hp_train_rows(t, step);
+
+	if (rc == 0)
+		rc = hp_darray_gather(&t->data.x, t->rows, t->o.batch, t->xb.data);
+	if (rc == 0)
+		rc = hp_session_set_input(t->s, t->g->values[t->vin].name, &t->xb);
+	if (rc < 0 || t->vlab < 0)
+		return rc;
+	lname = t->g->values[t->vlab].name;
+	if (!t->widen_labels) {
+		rc = hp_darray_gather(&t->data.y, t->rows, t->o.batch, t->yb.data);
+	} else {
+		int64_t n = hp_shape_numel(&t->yb.shape);
+		rc = hp_darray_gather(&t->data.y, t->rows, t->o.batch, t->ytmp);
+		for (int64_t i = 0; rc == 0 && i < n; i++)
+			((int64_t *)t->yb.data)[i] = ((const int32_t *)t->ytmp)[i];
+	}
+	return rc < 0 ? rc : hp_session_set_input(t->s, lname, &t->yb);
+}
+
+/* Bytes each store tier moved since the last call. */
+static void tier_delta(struct hp_trainer *t, struct hp_step_info *info)
+{
+	struct hs_store_stats st;
+
+	info->ntiers = 0;
+	if (hp_session_store_stats(t->s, &st) < 0)
+		return;
+	info->ntiers = st.ntiers < 8 ? st.ntiers : 8;
+	for (int i = 0; i < info->ntiers; i++) {
+		memcpy(t->tier_names[i], st.tier[i].name, sizeof t->tier_names[i]);
+		t->tier_names[i][sizeof t->tier_names[i] - 1] = 0;
+		info->tier_name[i] = t->tier_names[i];
+		info->tier_read[i] = st.tier[i].bytes_read - t->last_read[i];
+		info->tier_written[i] = st.tier[i].bytes_written - t->last_written[i];
+		t->last_read[i] = st.tier[i].bytes_read;
+		t->last_written[i] = st.tier[i].bytes_written;
+	}
+}
+
+int hp_trainer_step(struct hp_trainer *t, struct hp_step_info *info)
+{
+	double t0 = now_ms();
+	float loss;
+	int rc;
+
+	memset(info, 0, sizeof *info);
+	if (t->step >= t->total)
+		return 0;
+	tier_delta(t, info); /* count from here */
+	rc = load_batch(t, t->step);
+	if (rc == 0)
+		rc = hp_session_run(t->s);
+	if (rc == 0)
+		rc = hp_session_read_value(t->s, t->vloss, 0, sizeof loss, &loss);
+	if (rc < 0)
+		return hp_error_prefix(rc, "step %lld", (long long)t->step);
+	info->step = t->step;
+	info->steps = t->total;
+	info->epoch = t->step * t->o.batch / t->data.n;
+	info->loss = loss;
+	info->samples = t->o.batch;
+	info->flops = t->s->flops;
+	tier_delta(t, info);
+	info->ms = now_ms() - t0;
+	t->step++;
+	return 1;
+}
+
+int hp_trainer_checkpoint(struct hp_trainer *t)
+{
+	if (!t->o.checkpoint_dir)
+		return hp_error(HP_EUSAGE, "no checkpoint directory was given");
+	return hp_ckpt_write(t);
+}
+
+int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
+{
+	struct hp_step_info info;
+	int rc = 0, stop = 0;
+
+	while (!stop && t->step < t->total) {
+		if (t->o.cancel && *t->o.cancel) {
+			rc = HP_ECANCELED;
+			break;
+		}
+		rc = hp_trainer_step(t, &info);
+		if (rc < 0)
+			return rc;
+		rc = 0;
+		if (t->o.checkpoint_dir && t->o.checkpoint_every > 0 && t->step % t->o.checkpoint_every == 0 &&
+		    t->step < t->total) {
+			if ((rc = hp_ckpt_write(t)) < 0)
+				return rc;
+			info.checkpointed = 1;
+		}
+		if (fn && fn(arg, &info))
+			stop = 1;
+		if (stop || (t->o.cancel && *t->o.cancel))
+			rc = HP_ECANCELED;
+	}
+	if (t->o.checkpoint_dir) {
+		int r = hp_ckpt_write(t);
+		if (r < 0)
+			return r;
+	}
+	return rc == HP_ECANCELED ? hp_error(rc, "training stopped at step %lld of %lld", (long long)t->step,
+					     (long long)t->total) : rc;
+}
+
+int64_t hp_trainer_current_step(const struct hp_trainer *t)
+{
+	return t->step;
+}
+
+int64_t hp_trainer_total_steps(const struct hp_trainer *t)
+{
+	return t->total;
+}
+
+uint64_t hp_trainer_peak_bytes(const struct hp_trainer *t)
+{
+	struct hp_run_stats st;
+
+	hp_session_stats(t->s, &st);
+	return st.peak_bytes;
+}

@@ -1,0 +1,362 @@
+/* Training data: .npy files and uncompressed .npz members read in place.
+ * In core the files are mapped; out of core each array is a store tensor
+ * backed by its file, so a dataset larger than the budget is paged from the
+ * disk a chunk at a time (unhinted chunks are the store's first victims,
+ * so data pages never push out the planned tensors for long). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hpdlf/error.h"
+#include "hpdlf/store.h"
+#include "exec/train_internal.h"
+
+static int read_at(int fd, void *buf, size_t len, uint64_t off)
+{
+	unsigned char *p = buf;
+
+	while (len) {
+		ssize_t r = pread(fd, p, len, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : HP_EDATA;
+		p += r;
+		len -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+static uint64_t le(const unsigned char *p, int n)
+{
+	uint64_t v = 0;
+
+	for (int i = n - 1; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* ---- .npz: the zip's central directory --------------------------------- */
+
+struct zip_dir {
+	uint64_t off, size, count;
+};
+
+static int zip_find_dir(int fd, uint64_t fsize, const char *path, struct zip_dir *zd)
+{
+	unsigned char buf[65536 + 22], z[56];
+	uint64_t tail = fsize < sizeof buf ? fsize : sizeof buf, base = fsize - tail;
+	int64_t e = -1;
+
+	if (read_at(fd, buf, tail, base) < 0)
+		return hp_error(HP_EDATA, "%s: cannot read the zip directory", path);
+	for (int64_t i = (int64_t)tail - 22; i >= 0 && e < 0; i--)
+		if (le(buf + i, 4) == 0x06054b50)
+			e = i;
+	if (e < 0)
+		return hp_error(HP_EDATA, "%s: not a .npz (zip) file", path);
+	zd->count = le(buf + e + 10, 2);
+	zd->size = le(buf + e + 12, 4);
+	zd->off = le(buf + e + 16, 4);
+	if (zd->count != 0xffff && zd->off != 0xffffffffu)
+		return 0;
+	/* zip64: the locator sits right before the end record */
+	if (e < 20 || le(buf + e - 20, 4) != 0x07064b50)
+		return hp_error(HP_EDATA, "%s: malformed zip64 directory", path);
+	if (read_at(fd, z, sizeof z, le(buf + e - 20 + 8, 8)) < 0 || le(z, 4) != 0x06064b50)
+		return hp_error(HP_EDATA, "%s: malformed zip64 directory", path);
+	zd->count = le(z + 32, 8);
+	zd->size = le(z + 40, 8);
+	zd->off = le(z + 48, 8);
+	return 0;
+}
+
+/* Sizes and offset of a central-directory entry, zip64 extra applied. */
+static void zip64_fix(const unsigned char *extra, size_t elen, uint64_t *usize, uint64_t *csize, uint64_t *lho)
+{
+	for (size_t i = 0; i + 4 <= elen;) {
+		uint64_t id = le(extra + i, 2), n = le(extra + i + 2, 2);
+		const unsigned char *p = extra + i + 4, *end = p + n;
+		if (i + 4 + n > elen)
+			return;
+		if (id == 1) {
+			uint64_t *f[3] = { usize, csize, lho };
+			for (int k = 0; k < 3; k++)
+				if (*f[k] == 0xffffffffu && p + 8 <= end) {
+					*f[k] = le(p, 8);
+					p += 8;
+				}
+			return;
+		}
+		i += 4 + n;
+	}
+}
+
+/* Offset in the zip of member `name`'s bytes (stored, not compressed). */
+static int zip_member(int fd, uint64_t fsize, const char *path, const char *name, uint64_t *off, uint64_t *len)
+{
+	struct zip_dir zd;
+	unsigned char *dir, lh[30];
+	int rc = zip_find_dir(fd, fsize, path, &zd);
+
+	if (rc < 0)
+		return rc;
+	if (zd.size > (64u << 20) || zd.off + zd.size > fsize)
+		return hp_error(HP_EDATA, "%s: malformed zip directory", path);
+	if (!(dir = malloc(zd.size + 1)))
+		return hp_error(-ENOMEM, "out of memory");
+	rc = read_at(fd, dir, zd.size, zd.off);
+	for (uint64_t p = 0, k = 0; rc == 0 && k < zd.count && p + 46 <= zd.size; k++) {
+		uint64_t method = le(dir + p + 10, 2), csize = le(dir + p + 20, 4), usize = le(dir + p + 24, 4);
+		uint64_t nlen = le(dir + p + 28, 2), elen = le(dir + p + 30, 2), clen = le(dir + p + 32, 2);
+		uint64_t lho = le(dir + p + 42, 4);
+		if (le(dir + p, 4) != 0x02014b50 || p + 46 + nlen + elen > zd.size)
+			break;
+		if (nlen == strlen(name) && !memcmp(dir + p + 46, name, nlen)) {
+			zip64_fix(dir + p + 46 + nlen, elen, &usize, &csize, &lho);
+			free(dir);
+			if (method != 0)
+				return hp_error(HP_EDATA, "%s: member '%s' is compressed; save the data with np.savez, "
+						"not np.savez_compressed", path, name);
+			if (read_at(fd, lh, sizeof lh, lho) < 0 || le(lh, 4) != 0x04034b50)
+				return hp_error(HP_EDATA, "%s: malformed zip member '%s'", path, name);
+			*off = lho + 30 + le(lh + 26, 2) + le(lh + 28, 2);
+			*len = usize;
+			return *off + usize <= fsize ? 0 : hp_error(HP_EDATA, "%s: member '%s' truncated", path, name);
+		}
+		p += 46 + nlen + elen + clen;
+	}
+	free(dir);
+	return rc < 0 ? hp_error(HP_EDATA, "%s: cannot read the zip directory", path)
+		      : hp_error(HP_EDATA, "%s: no member '%s' (an .npz for training holds x and y)", path, name);
+}
+
+/* ---- .npy headers (of a member) --------------------------------------- */
+
+static const struct {
+	const char *descr;
+	enum hp_dtype dt;
+} npy_types[] = {
+	{ "f4", HP_F32 }, { "f8", HP_F64 }, { "f2", HP_F16 }, { "u1", HP_U8 }, { "i1", HP_I8 }, { "u2", HP_U16 },
+	{ "i2", HP_I16 }, { "i4", HP_I32 }, { "i8", HP_I64 }, { "b1", HP_BOOL }, { "u4", HP_U32 }, { "u8", HP_U64 },
+};
+
+static const char *dict_at(const char *h, const char *key)
+{
+	const char *p = strstr(h, key);
+
+	if (!p)
+		return NULL;
+	p += strlen(key);
+	while (*p == ' ' || *p == ':')
+		p++;
+	return p;
+}
+
+static int parse_dict(const char *what, const char *h, enum hp_dtype *dt, struct hp_shape *s)
+{
+	const char *d = dict_at(h, "'descr'"), *f = dict_at(h, "'fortran_order'"), *sh = dict_at(h, "'shape'");
+	char *end;
+
+	if (!d || !f || !sh || *d != '\'' || *sh != '(' || strlen(d) < 5)
+		return hp_error(HP_EDATA, "%s: malformed .npy header", what);
+	if (!strncmp(f, "True", 4))
+		return hp_error(HP_EDATA, "%s: Fortran-order arrays are not supported", what);
+	*dt = HP_UNDEFINED;
+	for (size_t i = 0; i < sizeof npy_types / sizeof npy_types[0]; i++)
+		if (strchr("<|=", d[1]) && !strncmp(d + 2, npy_types[i].descr, 2) && d[4] == '\'')
+			*dt = npy_types[i].dt;
+	if (*dt == HP_UNDEFINED)
+		return hp_error(HP_EDATA, "%s: unsupported .npy dtype %.8s", what, d);
+	memset(s, 0, sizeof *s);
+	for (sh++;;) {
+		while (*sh == ' ' || *sh == ',')
+			sh++;
+		if (*sh == ')')
+			return 0;
+		long long v = strtoll(sh, &end, 10);
+		if (end == sh || v < 0 || s->rank == HP_MAX_RANK)
+			return hp_error(HP_EDATA, "%s: malformed shape in .npy header", what);
+		s->dims[s->rank++] = v;
+		sh = end;
+	}
+}
+
+static int npy_member(int fd, uint64_t off, uint64_t len, struct hp_darray *a)
+{
+	unsigned char pre[12];
+	uint64_t hl, ho;
+	char *h;
+	int rc;
+
+	if (len < 12 || read_at(fd, pre, 12, off) < 0 || memcmp(pre, "\x93NUMPY", 6))
+		return hp_error(HP_EDATA, "%s: not a .npy array", a->what);
+	ho = pre[6] == 1 ? 10 : 12;
+	hl = pre[6] == 1 ? le(pre + 8, 2) : le(pre + 8, 4);
+	if (hl > (1u << 20) || ho + hl > len)
+		return hp_error(HP_EDATA, "%s: truncated .npy header", a->what);
+	if (!(h = calloc(1, hl + 1)))
+		return hp_error(-ENOMEM, "out of memory");
+	rc = read_at(fd, h, hl, off + ho);
+	if (rc == 0)
+		rc = parse_dict(a->what, h, &a->dtype, &a->shape);
+	free(h);
+	a->offset = off + ho + hl;
+	return rc;
+}
+
+static int open_array(struct hp_darray *a, const char *path, const char *member)
+{
+	char what[4096];
+	struct stat st;
+	uint64_t off = 0, len = 0;
+	int fd, rc;
+
+	snprintf(what, sizeof what, member ? "%s:%.1s" : "%s", path, member);
+	a->path = strdup(path);
+	a->what = strdup(what);
+	if (!a->path || !a->what)
+		return hp_error(-ENOMEM, "out of memory");
+	if (!member) {
+		rc = hp_npy_header(path, &a->dtype, &a->shape, &a->offset);
+		if (rc < 0)
+			return rc;
+	} else {
+		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+			return hp_error(-errno, "%s: %s", path, strerror(errno));
+		rc = fstat(fd, &st) < 0 ? hp_error(-errno, "%s: %s", path, strerror(errno)) : 0;
+		if (rc == 0)
+			rc = zip_member(fd, (uint64_t)st.st_size, path, member, &off, &len);
+		if (rc == 0)
+			rc = npy_member(fd, off, len, a);
+		close(fd);
+		struct hp_tensor t = { .dtype = a->dtype, .shape = a->shape };
+		if (rc == 0 && a->offset + hp_tensor_bytes(&t) > off + len)
+			rc = hp_error(HP_EDATA, "%s: truncated array", a->what);
+		if (rc < 0)
+			return rc;
+	}
+	if (a->shape.rank < 1 || a->shape.dims[0] < 1)
+		return hp_error(HP_EDATA, "%s: needs at least one sample along dim 0", a->what);
+	struct hp_tensor row = { .dtype = a->dtype, .shape = a->shape };
+	row.shape.dims[0] = 1;
+	a->row_bytes = hp_tensor_bytes(&row);
+	return 0;
+}
+
+int hp_dataset_open(struct hp_dataset *d, const char *data, const char *labels)
+{
+	int rc;
+
+	memset(d, 0, sizeof *d);
+	if (!data)
+		return hp_error(HP_EUSAGE, "training needs data (--data)");
+	if (!labels && !(strlen(data) > 4 && !strcmp(data + strlen(data) - 4, ".npz")))
+		return hp_error(HP_EUSAGE, "%s: labels missing (--labels FILE.npy, or --data FILE.npz holding x and y)",
+				data);
+	rc = open_array(&d->x, data, labels ? NULL : "x.npy");
+	if (rc == 0)
+		rc = open_array(&d->y, labels ? labels : data, labels ? NULL : "y.npy");
+	if (rc < 0)
+		return rc;
+	if (d->x.shape.dims[0] != d->y.shape.dims[0])
+		return hp_error(HP_EDATA, "%s has %lld samples but %s has %lld", d->x.what, (long long)d->x.shape.dims[0],
+				d->y.what, (long long)d->y.shape.dims[0]);
+	d->n = d->x.shape.dims[0];
+	return 0;
+}
+
+static int attach_array(struct hp_darray *a, struct hs_store *st)
+{
+	uint64_t bytes = a->row_bytes * (uint64_t)a->shape.dims[0];
+	int fd, rc;
+
+	if (st) {
+		struct hs_tensor_info ti = { .bytes = bytes, .dtype = a->dtype, .shape = a->shape };
+		rc = hs_tensor_create_backed(st, &ti, a->path, a->offset, &a->ten);
+		a->chunk = hs_chunk_size(st);
+		return rc < 0 ? hp_error_prefix(rc, "%s", a->what) : 0;
+	}
+	if ((fd = open(a->path, O_RDONLY | O_CLOEXEC)) < 0)
+		return hp_error(-errno, "%s: %s", a->path, strerror(errno));
+	a->map_len = a->offset + bytes;
+	a->map = mmap(NULL, a->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
+	rc = errno;
+	close(fd);
+	if (a->map == MAP_FAILED) {
+		a->map = NULL;
+		return hp_error(-rc, "%s: cannot map: %s", a->path, strerror(rc));
+	}
+	return 0;
+}
+
+int hp_dataset_attach(struct hp_dataset *d, struct hs_store *st)
+{
+	int rc = attach_array(&d->x, st);
+
+	return rc < 0 ? rc : attach_array(&d->y, st);
+}
+
+/* Bytes [off, off + len) of a store-backed array, a chunk pinned at a time. */
+static int store_read(struct hp_darray *a, uint64_t off, uint64_t len, unsigned char *dst)
+{
+	while (len) {
+		uint64_t c = off / a->chunk, in = off - c * a->chunk, n = a->chunk - in < len ? a->chunk - in : len;
+		unsigned char *p;
+		int rc = hs_pin(a->ten, c, 1, HS_PIN_READ, (void **)&p);
+		if (rc < 0)
+			return hp_error_prefix(rc, "%s", a->what);
+		memcpy(dst, p + in, n);
+		hs_unpin(a->ten, c, 1);
+		hs_evict(a->ten, c, 1, HS_TIER_NONE); /* clean: dropping it is free */
+		dst += n;
+		off += n;
+		len -= n;
+	}
+	return 0;
+}
+
+int hp_darray_gather(struct hp_darray *a, const int64_t *rows, int64_t n, void *dst)
+{
+	unsigned char *out = dst;
+
+	for (int64_t i = 0; i < n;) {
+		int64_t k = 1;
+		while (i + k < n && rows[i + k] == rows[i] + k)
+			k++;
+		uint64_t off = (uint64_t)rows[i] * a->row_bytes, len = (uint64_t)k * a->row_bytes;
+		if (a->ten) {
+			int rc = store_read(a, off, len, out);
+			if (rc < 0)
+				return rc;
+		} else {
+			memcpy(out, (const unsigned char *)a->map + a->offset + off, len);
+		}
+		out += len;
+		i += k;
+	}
+	return 0;
+}
+
+static void close_array(struct hp_darray *a)
+{
+	if (a->ten)
+		hs_tensor_drop(a->ten);
+	if (a->map)
+		munmap(a->map, a->map_len);
+	free(a->path);
+	free(a->what);
+	memset(a, 0, sizeof *a);
+}
+
+void hp_dataset_close(struct hp_dataset *d)
+{
+	close_array(&d->x);
+	close_array(&d->y);
+}

@@ -1,0 +1,316 @@
+/* ONNX export of the trained model: the original ModelProto copied field by
+ * field, with every initializer that training changed (weights, running
+ * statistics) re-encoded from the session's current values, inline as
+ * raw_data or as external data in FILE.data.  The graph's length prefix is
+ * computed before its bytes are streamed, so no weight is held in memory
+ * whole; the file is written under a temporary name and renamed. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hpdlf/error.h"
+#include "exec/exec_internal.h"
+#include "exec/train_internal.h"
+#include "onnx/wire.h"
+
+#define EX_PIECE (4u << 20)
+#define EX_INLINE_MAX (1ull << 30)
+
+struct ex {
+	struct hp_trainer *t;
+	FILE *out, *data;           /* the model, the external data (or NULL) */
+	const char *path;
+	char *data_name;            /* location written in the model */
+	uint64_t data_off;
+	unsigned char *buf;
+	int err;
+};
+
+static size_t varint_len(uint64_t v)
+{
+	size_t n = 1;
+
+	while (v >= 0x80) {
+		v >>= 7;
+		n++;
+	}
+	return n;
+}
+
+static void put_varint(struct ex *e, uint64_t v)
+{
+	while (v >= 0x80) {
+		fputc((int)(v & 0x7f) | 0x80, e->out);
+		v >>= 7;
+	}
+	fputc((int)v, e->out);
+}
+
+static void put_key(struct ex *e, uint32_t num, int wt)
+{
+	put_varint(e, (uint64_t)num << 3 | (uint64_t)wt);
+}
+
+static void put_bytes(struct ex *e, uint32_t num, const void *p, size_t len)
+{
+	put_key(e, num, PB_LEN);
+	put_varint(e, len);
+	fwrite(p, 1, len, e->out);
+}
+
+static size_t len_field(uint32_t num, size_t len)
+{
+	return varint_len((uint64_t)num << 3) + varint_len(len) + len;
+}
+
+static uint64_t vbytes(const struct hp_value *v)
+{
+	struct hp_tensor t = { .dtype = v->dtype, .shape = v->shape };
+
+	return hp_tensor_bytes(&t);
+}
+
+/* A trained initializer of the model (weights, running statistics): state
+ * that came from the file, not optimizer state created by autodiff. */
+static int trained_value(const struct hp_graph *g, const uint8_t *name, size_t len)
+{
+	char buf[1024];
+
+	if (len >= sizeof buf)
+		return -1;
+	memcpy(buf, name, len);
+	buf[len] = 0;
+	int v = hp_graph_find_value(g, buf);
+	if (v < 0 || g->values[v].next < 0 || g->values[v].kind != HP_VALUE_INITIALIZER ||
+	    g->values[v].src.kind == HP_BLOB_NONE)
+		return -1;
+	return v;
+}
+
+/* Value index of TensorProto `t` if training changed it, else -1. */
+static int tensor_value(const struct hp_graph *g, const uint8_t *t, size_t len)
+{
+	struct pb_reader r = { t, t + len };
+	struct pb_field f;
+
+	while (pb_next(&r, &f) == 1)
+		if (f.num == 8 && f.wt == PB_LEN)
+			return trained_value(g, f.data, f.len);
+	return -1;
+}
+
+static char dec_buf[32];
+
+static const char *dec(uint64_t v)
+{
+	snprintf(dec_buf, sizeof dec_buf, "%llu", (unsigned long long)v);
+	return dec_buf;
+}
+
+static size_t entry_len(const char *k, const char *v)
+{
+	return len_field(1, strlen(k)) + len_field(2, strlen(v));
+}
+
+/* The encoded TensorProto of value v (data at external offset `off`). */
+static size_t tensor_len(const struct ex *e, int v, uint64_t off)
+{
+	const struct hp_value *val = &e->t->g->values[v];
+	size_t n = 0, bytes = vbytes(val);
+
+	for (int i = 0; i < val->shape.rank; i++)
+		n += 1 + varint_len((uint64_t)val->shape.dims[i]);
+	n += 1 + varint_len((uint64_t)val->dtype) + len_field(8, strlen(val->name));
+	if (!e->data)
+		return n + len_field(9, bytes);
+	n += len_field(13, entry_len("location", e->data_name)) + len_field(13, entry_len("offset", dec(off)));
+	n += len_field(13, entry_len("length", dec(bytes))) + 2;
+	return n;
+}
+
+static void put_entry(struct ex *e, const char *k, const char *v)
+{
+	put_key(e, 13, PB_LEN);
+	put_varint(e, entry_len(k, v));
+	put_bytes(e, 1, k, strlen(k));
+	put_bytes(e, 2, v, strlen(v));
+}
+
+/* The value's bytes from the session into f, in pieces. */
+static int copy_value(struct ex *e, int v, FILE *f)
+{
+	uint64_t n = vbytes(&e->t->g->values[v]);
+
+	for (uint64_t at = 0; at < n;) {
+		size_t len = n - at < EX_PIECE ? (size_t)(n - at) : EX_PIECE;
+		int rc = hp_session_read_value(e->t->s, v, at, len, e->buf);
+		if (rc < 0)
+			return rc;
+		if (fwrite(e->buf, 1, len, f) != len)
+			return hp_error(-EIO, "%s: write failed", e->path);
+		at += len;
+	}
+	return 0;
+}
+
+static int put_tensor(struct ex *e, int v)
+{
+	const struct hp_value *val = &e->t->g->values[v];
+	uint64_t bytes = vbytes(val), off = (e->data_off + 4095) / 4096 * 4096;
+
+	put_key(e, 5, PB_LEN);
+	put_varint(e, tensor_len(e, v, off));
+	for (int i = 0; i < val->shape.rank; i++) {
+		put_key(e, 1, PB_VARINT);
+		put_varint(e, (uint64_t)val->shape.dims[i]);
+	}
+	put_key(e, 2, PB_VARINT);
+	put_varint(e, (uint64_t)val->dtype);
+	put_bytes(e, 8, val->name, strlen(val->name));
+	if (!e->data) {
+		put_key(e, 9, PB_LEN);
+		put_varint(e, bytes);
+		return copy_value(e, v, e->out);
+	}
+	put_entry(e, "location", e->data_name);
+	put_entry(e, "offset", dec(off));
+	put_entry(e, "length", dec(bytes));
+	put_key(e, 14, PB_VARINT);
+	put_varint(e, 1); /* EXTERNAL */
+	while (e->data_off < off) {
+		fputc(0, e->data);
+		e->data_off++;
+	}
+	e->data_off += bytes;
+	return copy_value(e, v, e->data);
+}
+
+/* Walk GraphProto g[0..len): size (write = 0) or write it. */
+static int graph_pass(struct ex *e, const uint8_t *gp, size_t len, int write, uint64_t *size)
+{
+	struct pb_reader r = { gp, gp + len };
+	struct pb_field f;
+	uint64_t off = (e->data_off + 4095) / 4096 * 4096, n = 0;
+	int rc, v;
+
+	while ((rc = pb_next(&r, &f)) == 1) {
+		v = f.num == 5 && f.wt == PB_LEN ? tensor_value(e->t->g, f.data, f.len) : -1;
+		if (v < 0) {
+			n += (uint64_t)(f.next - f.start);
+			if (write)
+				fwrite(f.start, 1, (size_t)(f.next - f.start), e->out);
+			continue;
+		}
+		if (write && (rc = put_tensor(e, v)) < 0)
+			return rc;
+		n += len_field(5, tensor_len(e, v, off));
+		off = (off + vbytes(&e->t->g->values[v]) + 4095) / 4096 * 4096;
+	}
+	if (rc < 0)
+		return hp_error(HP_EMODEL, "%s: malformed graph", e->t->model);
+	*size = n;
+	return 0;
+}
+
+static int model_pass(struct ex *e, const uint8_t *m, size_t len)
+{
+	struct pb_reader r = { m, m + len };
+	struct pb_field f;
+	uint64_t glen = 0;
+	int rc;
+
+	while ((rc = pb_next(&r, &f)) == 1) {
+		if (f.num != 7 || f.wt != PB_LEN) {
+			fwrite(f.start, 1, (size_t)(f.next - f.start), e->out);
+			continue;
+		}
+		uint64_t save = e->data_off;
+		if ((rc = graph_pass(e, f.data, f.len, 0, &glen)) < 0)
+			return rc;
+		e->data_off = save;
+		put_key(e, 7, PB_LEN);
+		put_varint(e, glen);
+		if ((rc = graph_pass(e, f.data, f.len, 1, &glen)) < 0)
+			return rc;
+	}
+	return rc < 0 ? hp_error(HP_EMODEL, "%s: malformed model", e->t->model) : 0;
+}
+
+static uint64_t trained_bytes(const struct hp_graph *g)
+{
+	uint64_t n = 0;
+
+	for (int v = 0; v < g->nvalues; v++)
+		if (g->values[v].next >= 0 && g->values[v].kind == HP_VALUE_INITIALIZER &&
+		    g->values[v].src.kind != HP_BLOB_NONE)
+			n += vbytes(&g->values[v]);
+	return n;
+}
+
+static int open_outputs(struct ex *e, const char *tmp, const char *dtmp, int external)
+{
+	if (!(e->out = fopen(tmp, "wb")))
+		return hp_error(-errno, "%s: %s", tmp, strerror(errno));
+	if (!external)
+		return 0;
+	if (!(e->data = fopen(dtmp, "wb")))
+		return hp_error(-errno, "%s: %s", dtmp, strerror(errno));
+	return 0;
+}
+
+static int finish(FILE *f, const char *tmp, const char *final, int rc)
+{
+	if (!f)
+		return rc;
+	if (fflush(f) != 0 || fsync(fileno(f)) < 0) {
+		if (rc == 0)
+			rc = hp_error(-errno, "%s: %s", tmp, strerror(errno));
+	}
+	if (fclose(f) != 0 && rc == 0)
+		rc = hp_error(-errno, "%s: %s", tmp, strerror(errno));
+	if (rc == 0 && rename(tmp, final) < 0)
+		rc = hp_error(-errno, "%s: %s", final, strerror(errno));
+	if (rc < 0)
+		unlink(tmp);
+	return rc;
+}
+
+int hp_trainer_export_onnx(struct hp_trainer *t, const char *path, int external)
+{
+	char tmp[4096], dpath[4096], dtmp[4096], base[4096];
+	struct ex e = { .t = t, .path = path };
+	struct stat st;
+	void *m = MAP_FAILED;
+	int fd, rc;
+
+	external |= trained_bytes(t->g) > EX_INLINE_MAX;
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	snprintf(dpath, sizeof dpath, "%s.data", path);
+	snprintf(dtmp, sizeof dtmp, "%s.data.tmp", path);
+	snprintf(base, sizeof base, "%s", dpath);
+	e.data_name = basename(base);
+	if ((fd = open(t->g->files[0], O_RDONLY | O_CLOEXEC)) < 0)
+		return hp_error(-errno, "%s: %s", t->g->files[0], strerror(errno));
+	if (fstat(fd, &st) == 0 && st.st_size > 0)
+		m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED)
+		return hp_error(-EIO, "%s: cannot map the model", t->g->files[0]);
+	e.buf = malloc(EX_PIECE);
+	rc = e.buf ? open_outputs(&e, tmp, dtmp, external) : hp_error(-ENOMEM, "out of memory");
+	if (rc == 0)
+		rc = model_pass(&e, m, (size_t)st.st_size);
+	if (rc == 0 && (ferror(e.out) || (e.data && ferror(e.data))))
+		rc = hp_error(-EIO, "%s: write failed", path);
+	rc = finish(e.data, dtmp, dpath, rc);
+	rc = finish(e.out, tmp, path, rc);
+	munmap(m, (size_t)st.st_size);
+	free(e.buf);
+	return rc < 0 ? hp_error_prefix(rc, "--export-onnx %s", path) : 0;
+}

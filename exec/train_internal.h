@@ -1,0 +1,66 @@
+/* Internal to exec/train*.c: the dataset, the trainer, checkpoints. */
+#ifndef HPDLF_EXEC_TRAIN_INTERNAL_H
+#define HPDLF_EXEC_TRAIN_INTERNAL_H
+
+#include <stdint.h>
+
+#include "hpdlf/exec.h"
+#include "hpdlf/train.h"
+
+struct hs_store;
+struct hs_tensor;
+
+/* One array of the dataset: rows along dim 0 of a .npy (or an uncompressed
+ * .npz member), read in place from its file. */
+struct hp_darray {
+	char *path;            /* the file holding the bytes */
+	char *what;            /* for messages: "x.npy" or "train.npz:x" */
+	enum hp_dtype dtype;
+	struct hp_shape shape;
+	uint64_t offset;       /* of the first row in the file */
+	uint64_t row_bytes;
+	void *map;             /* in core: the file mapped */
+	size_t map_len;
+	struct hs_tensor *ten; /* out of core: a store tensor backed by the file */
+	uint64_t chunk;
+};
+
+struct hp_dataset {
+	struct hp_darray x, y;
+	int64_t n;             /* samples */
+};
+
+/* Read the headers of data/labels (labels NULL: data is an .npz with x, y). */
+int hp_dataset_open(struct hp_dataset *d, const char *data, const char *labels);
+/* Make the bytes readable: map them (st NULL) or back store tensors by the files. */
+int hp_dataset_attach(struct hp_dataset *d, struct hs_store *st);
+/* Copy rows[0..n) of array a into dst (n * row_bytes). */
+int hp_darray_gather(struct hp_darray *a, const int64_t *rows, int64_t n, void *dst);
+void hp_dataset_close(struct hp_dataset *d);
+
+struct hp_trainer {
+	struct hp_trainer_opts o;
+	char *model;
+	struct hp_graph *g;
+	struct hp_session *s;
+	struct hp_dataset data;
+	int vin, vlab, vloss;  /* the data input, the labels input, the loss */
+	int widen_labels;      /* int32 label file fed to an int64 input */
+	int64_t step, total;
+	uint64_t shuffle_seed;
+	int64_t *perm, perm_epoch;
+	int64_t *rows;
+	struct hp_tensor xb, yb;
+	void *ytmp;
+	uint64_t last_read[8], last_written[8];
+	char tier_names[8][16];
+};
+
+/* Checkpoints (train_ckpt.c): the file under dir, written atomically. */
+int hp_ckpt_write(struct hp_trainer *t);
+int hp_ckpt_read(struct hp_trainer *t);
+
+/* The samples of step `step` into t->rows. */
+int hp_train_rows(struct hp_trainer *t, int64_t step);
+
+#endif

@@ -1,0 +1,157 @@
+/* hpdlf training: autodiff of an ONNX graph, the training loop over a
+ * dataset, checkpoints and ONNX export of the trained model.
+ *
+ *   struct hp_trainer_opts o;
+ *   hp_trainer_opts_init(&o, sizeof o);
+ *   o.spec.optimizer = HP_OPT_ADAM;           // loss: cross-entropy by default
+ *   o.spec.lr = 1e-3;
+ *   o.data = "x.npy"; o.labels = "y.npy";      // or o.data = "train.npz" (x, y)
+ *   o.batch = 32; o.steps = 1000;
+ *   o.checkpoint_dir = "ckpt"; o.checkpoint_every = 100; o.resume = 1;
+ *   o.budget = 1ull << 30;                     // 0: in core
+ *   struct hp_trainer *t;
+ *   if (hp_trainer_create("model.onnx", &o, &t) < 0) die(hp_errmsg());
+ *   if (hp_trainer_run(t, on_step, arg) < 0) die(hp_errmsg());   // on_step: one call per step
+ *   hp_trainer_export_onnx(t, "trained.onnx", 0);
+ *   hp_trainer_destroy(t);
+ *
+ * The dataset's rows are samples (dim 0); step i trains on samples
+ * [(i*B) mod N, +B) (wrapping), or with `shuffle` on the same positions of
+ * a permutation drawn anew for every epoch from `seed`.  Out of core, the
+ * data files are store tensors read in place (the dataset may exceed the
+ * budget); in core they are mapped.
+ *
+ * Checkpoints hold the weights, optimizer state, running statistics, the
+ * step and the shuffle seed; a checkpoint is written to a temporary file and
+ * renamed over the previous one, so a crash leaves the previous one whole.
+ * A resumed run computes bit for bit the losses the uninterrupted run would.
+ */
+#ifndef HPDLF_TRAIN_H
+#define HPDLF_TRAIN_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hpdlf/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the training graph ------------------------------------------------ */
+
+enum hp_loss_kind {
+	HP_LOSS_CROSS_ENTROPY = 1, /* mean softmax CE: logits [N,C,...], int64 labels [N,...] */
+	HP_LOSS_MSE = 2,           /* mean squared error against a float target of the output's shape */
+	HP_LOSS_OUTPUT = 3,        /* minimize a scalar the graph computes (output:NAME) */
+};
+
+enum hp_optimizer_kind {
+	HP_OPT_SGD = 1,
+	HP_OPT_ADAM = 2,
+	HP_OPT_ADAMW = 3,
+};
+
+struct hp_train_spec {
+	size_t size;                  /* sizeof the struct the caller knows (growth) */
+	enum hp_loss_kind loss;
+	const char *output;           /* value the loss reads (OUTPUT: the scalar); NULL: first graph output */
+	const char *labels;           /* name of the labels/target input added; NULL: "labels" */
+	int64_t ignore_index;         /* cross-entropy label to skip (torch default -100) */
+	enum hp_optimizer_kind optimizer;
+	double lr, momentum, weight_decay; /* weight_decay < 0: the optimizer's torch default */
+	int nesterov;
+	double beta1, beta2, eps;     /* Adam/AdamW */
+	uint64_t seed;                /* Dropout masks */
+};
+
+/* Defaults: cross-entropy, SGD, lr 0.01, no momentum, torch's default decay,
+ * betas 0.9/0.999, eps 1e-8, seed 1. */
+void hp_train_spec_init(struct hp_train_spec *s, size_t size);
+
+/* Rewrite g (inferred) into one training step: BatchNormalization uses batch
+ * statistics and updates its running statistics, Dropout draws a seeded
+ * mask; then loss, backward and optimizer updates, and g is re-inferred.
+ * The graph gets an input "labels" (spec.labels) and an output "loss"; each
+ * run of a session over g is one step (state moves through value.next).
+ * Errors: HP_EUSAGE (bad spec, unknown output), HP_EUNSUPPORTED (an op on
+ * the gradient path has no gradient; the message names node and op). */
+int hp_autodiff(struct hp_graph *g, const struct hp_train_spec *spec);
+
+/* ---- the trainer ------------------------------------------------------- */
+
+struct hp_trainer_opts {
+	size_t size;                  /* sizeof the struct the caller knows (growth) */
+	struct hp_train_spec spec;
+	const char *input;            /* model input fed with the data; NULL: the first */
+	const char *data, *labels;    /* .npy files, or data = .npz holding x and y (labels NULL) */
+	int64_t batch;                /* samples per step (required) */
+	int64_t steps;                /* total steps, counted from step 0 (resume included) */
+	int64_t epochs;               /* instead of steps: ceil(epochs * N / batch) steps */
+	int shuffle;                  /* draw a permutation per epoch */
+	uint64_t seed;                /* shuffle seed (and spec.seed if that is 0) */
+	int threads;                  /* 0: all online cores */
+	uint64_t budget;              /* DRAM bytes; 0: in core */
+	const char *trace_path;       /* Chrome trace of the steps, or NULL */
+	const char *checkpoint_dir;   /* NULL: none */
+	int64_t checkpoint_every;     /* steps between checkpoints (0: only at the end) */
+	int resume;                   /* continue from checkpoint_dir's checkpoint */
+	volatile sig_atomic_t *cancel; /* set (e.g. by SIGINT) to stop after the current step */
+	/* Called while a checkpoint is written (bytes done, total); a test hook. */
+	void (*checkpoint_progress)(void *arg, uint64_t done, uint64_t total);
+	void *checkpoint_arg;
+};
+
+void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size);
+
+struct hp_trainer;
+
+/* Load the model, fix its input's batch dim, check the data against it
+ * (HP_EDATA / HP_ESHAPE name the file, the dims and dtypes that differ),
+ * build the training graph and its session, and load the checkpoint when
+ * resuming (HP_EDATA if it does not fit the model). */
+int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct hp_trainer **out);
+void hp_trainer_destroy(struct hp_trainer *t);
+
+struct hp_step_info {
+	int64_t step;                 /* 0-based index of the step just done */
+	int64_t steps;                /* total */
+	int64_t epoch;                /* epoch of the step's first sample */
+	double loss;
+	double ms;                    /* wall time of the step, data loading included */
+	double flops;                 /* floating-point operations of one step */
+	int64_t samples;              /* batch */
+	uint64_t tier_read[8], tier_written[8]; /* bytes moved this step per store tier (0: DRAM) */
+	const char *tier_name[8];
+	int ntiers;                   /* 0 in core */
+	int checkpointed;             /* a checkpoint was committed after this step */
+};
+
+/* Called after every step; a nonzero return stops the run (like cancel). */
+typedef int (*hp_step_fn)(void *arg, const struct hp_step_info *info);
+
+/* Train from the current step to opts.steps, checkpointing every
+ * checkpoint_every steps and at the end (also when stopped early).
+ * HP_ECANCELED if stopped by opts.cancel or the callback (the final
+ * checkpoint is written first). */
+int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg);
+/* One step (no checkpoint).  1: done, 0: no steps left. */
+int hp_trainer_step(struct hp_trainer *t, struct hp_step_info *info);
+/* Commit a checkpoint of the current state now. */
+int hp_trainer_checkpoint(struct hp_trainer *t);
+int64_t hp_trainer_current_step(const struct hp_trainer *t);
+int64_t hp_trainer_total_steps(const struct hp_trainer *t);
+/* Tensor-memory high-water mark of a step (planned out of core). */
+uint64_t hp_trainer_peak_bytes(const struct hp_trainer *t);
+
+/* Write the model with its trained weights and running statistics as
+ * ONNX: the original file with those initializers replaced.  Weights go to
+ * FILE.data as external data when `external` is set or the model is too
+ * large for one protobuf (> 1 GiB of weights). */
+int hp_trainer_export_onnx(struct hp_trainer *t, const char *path, int external);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
