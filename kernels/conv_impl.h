@@ -93,6 +93,7 @@ struct hp_conv {
 	int direct;            /* Conv 1x1, stride 1, no pad: X is the column matrix */
 	int shift;             /* stride-1 Conv over padded slabs (struct hp_shift) */
 	struct hp_shift sh;
+	int blocked;           /* ConvTranspose, kernel == stride, no pad: blocks tile Y */
 	int wflip;             /* shift only: W is [cin][cout_g][k], used transposed and mirrored */
 	size_t workspace;      /* bytes (hp_conv_setup) */
 	struct hp_colgeom g;
@@ -112,6 +113,7 @@ void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, c
 
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
 void hp_convt_setup(struct hp_conv *cv);
+int hp_convt_blocked(const struct hp_colgeom *g);
 void hp_convt_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		      struct hp_pool *pool);
 

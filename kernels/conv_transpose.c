@@ -22,6 +22,41 @@ struct convt_run {
 	int64_t nchunk, cs, tc, per_thread;
 };
 
+/* Kernel == stride, no padding or dilation: the output blocks of the input
+ * positions tile Y, so each column is stored once (with the bias) and the
+ * rows of Y are written whole, without a bias pass or col2im sums. */
+static void scatter_blocked(const struct hp_colgeom *g, int64_t ch, const float *col, int64_t j0, int64_t j1,
+			    float *y, const float *bias)
+{
+	int64_t n = j1 - j0, W = g->grid[2], k0 = g->k[0], k1 = g->k[1], k2 = g->k[2];
+
+	for (int64_t c = 0; c < ch; c++)
+		for (int64_t kd = 0; kd < k0; kd++)
+			for (int64_t kh = 0; kh < k1; kh++) {
+				const float *src = col + ((c * k0 + kd) * k1 + kh) * k2 * n;
+				float b = bias ? bias[c] : 0.0f;
+				for (int64_t r = j0 / W; r * W < j1; r++) {
+					int64_t d = r / g->grid[1], h = r % g->grid[1];
+					int64_t a = j0 > r * W ? j0 - r * W : 0, e = j1 - r * W < W ? j1 - r * W : W;
+					float *restrict out = y + c * g->img_vol + ((d * k0 + kd) * g->img[1] + h * k1 + kh) * g->img[2];
+					for (int64_t kw = 0; kw < k2; kw++) {
+						const float *restrict s = src + kw * n + r * W - j0;
+						for (int64_t w = a; w < e; w++)
+							out[w * k2 + kw] = s[w] + b;
+					}
+				}
+			}
+}
+
+int hp_convt_blocked(const struct hp_colgeom *g)
+{
+	for (int i = 0; i < 3; i++)
+		if (g->stride[i] != g->k[i] || g->pad[i] || (g->dil[i] != 1 && g->k[i] > 1) ||
+		    g->img[i] != g->grid[i] * g->k[i])
+			return 0;
+	return 1;
+}
+
 static void convt_item(const struct convt_run *r, int64_t item, float *col)
 {
 	const struct hp_conv *cv = r->cv;
@@ -33,7 +68,7 @@ static void convt_item(const struct convt_run *r, int64_t item, float *col)
 
 	if (c0 >= c1)
 		return;
-	for (int64_t c = c0; c < c1; c++) {
+	for (int64_t c = c0; c < c1 && !cv->blocked; c++) {
 		float bias = r->b ? r->b[g * cv->cout_g + c] : 0.0f, *row = y + (c - c0) * cv->yvol;
 		for (int64_t j = 0; j < cv->yvol; j++)
 			row[j] = bias;
@@ -42,7 +77,10 @@ static void convt_item(const struct convt_run *r, int64_t item, float *col)
 		int64_t j1 = j0 + r->tc < cv->xvol ? j0 + r->tc : cv->xvol, nc = j1 - j0;
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)((c1 - c0) * kv), (int)nc, (int)cv->cin_g,
 			    1.0f, w, (int)cv->kdim, x + j0, (int)cv->xvol, 0.0f, col, (int)nc);
-		hp_col2im(&cv->g, c1 - c0, col, j0, j1, y);
+		if (cv->blocked)
+			scatter_blocked(&cv->g, c1 - c0, col, j0, j1, y, r->b ? r->b + g * cv->cout_g + c0 : NULL);
+		else
+			hp_col2im(&cv->g, c1 - c0, col, j0, j1, y);
 	}
 }
 
@@ -62,6 +100,7 @@ void hp_convt_setup(struct hp_conv *cv)
 		cap = 64;
 	cv->ws_cols = cap < cv->xvol ? cap : cv->xvol;
 	cv->workspace = (size_t)cv->ws_cols * (size_t)cv->kdim * sizeof(float);
+	cv->blocked = hp_convt_blocked(&cv->g);
 }
 
 static int convt_prepare(struct hp_graph *g, struct hp_node *n)
