@@ -185,8 +185,8 @@ const struct hp_op tk_op_conv_grad_data = {
 /* ---- ConvGradFilter(dY, X) -> dW [csmall, cbig/group, k...]  (attrs kernel_shape, ...)
  * dW_g += dY_g [mg x cols] x col^T [cols x cg*kvol] over tiles of dY's
  * positions; the column tile is a flat copy from a padded slab (stride 1)
- * or hp_im2col.  Each worker sums its tiles into its own copy of dW (the
- * first worker into dW itself), added up in worker order. */
+ * or hp_im2col.  Each worker sums its tiles into its own copy of dW, and
+ * the copies are added up in worker order. */
 
 struct cg_filter {
 	struct cgeom c;
@@ -206,21 +206,23 @@ struct filter_run {
 	int64_t chunk, ntile;
 };
 
+/* part[g] ([cg*kvol][mg], dW_g transposed: the sgemm shape OpenBLAS runs
+ * fastest here) += col [cg*kvol x nc] x dY_g^T. */
 static void filter_gemm(const struct cg_filter *f, int64_t g, const float *dy, int64_t lddy, const float *col,
 			int64_t nc, float *part)
 {
 	int64_t mg = f->c.csmall / f->c.group, rows = f->c.cbig / f->c.group * f->c.kvol;
 
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)mg, (int)rows, (int)nc, 1.0f, dy, (int)lddy, col,
-		    (int)nc, 1.0f, part + g * mg * rows, (int)rows);
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)mg, (int)nc, 1.0f, col, (int)nc, dy,
+		    (int)lddy, 1.0f, part + g * mg * rows, (int)mg);
 }
 
 static float *filter_part(const struct filter_run *r, int tid, float **buf)
 {
 	float *base = r->ws + (size_t)tid * r->per_thread;
 
-	*buf = base + (tid ? r->dwn : 0);
-	return tid ? base : r->dw;
+	*buf = base + r->dwn;
+	return base;
 }
 
 /* im2col tiles: items (batch, group, tile of dY's positions). */
@@ -333,6 +335,24 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 	return 0;
 }
 
+/* dW[g*mg + m][j] = sum over workers (in order) of part[g][j][m]. */
+static void filter_reduce(const struct cg_filter *f, const struct filter_run *r, int threads)
+{
+	int64_t mg = f->c.csmall / f->c.group, rows = f->c.cbig / f->c.group * f->c.kvol;
+
+	for (int64_t g = 0; g < f->c.group; g++)
+		for (int64_t m = 0; m < mg; m++) {
+			float *dw = r->dw + (g * mg + m) * rows;
+			for (int64_t j = 0; j < rows; j++) {
+				const float *p = r->ws + (g * rows + j) * mg + m;
+				float acc = p[0];
+				for (int t = 1; t < threads; t++)
+					acc += p[(size_t)t * r->per_thread];
+				dw[j] = acc;
+			}
+		}
+}
+
 /* Workers that fit the workspace, and the slab chunk for them. */
 static int filter_threads(const struct cg_filter *f, size_t floats, int threads, int64_t *chunk)
 {
@@ -368,11 +388,7 @@ static int conv_filter_run(const struct hp_node *n, const struct hp_kargs *a)
 		memset(part, 0, r.dwn * sizeof *part);
 	}
 	hp_conv_parallel(a->pool, threads, items, f->slab ? filter_slab_range : filter_cols_range, &r);
-	for (int t = 1; t < threads; t++) {
-		const float *p = r.ws + (size_t)t * r.per_thread;
-		for (size_t i = 0; i < r.dwn; i++)
-			r.dw[i] += p[i];
-	}
+	filter_reduce(f, &r, threads);
 	hp_conv_threads_leave(saved);
 	return 0;
 }
