@@ -18,7 +18,6 @@
 #include "hpdlf/error.h"
 #include "hpdlf/exec.h"
 #include "hpdlf/graph.h"
-#include "hpdlf/kernels.h"
 #include "hpdlf/tensor.h"
 
 #ifndef HPDLF_SOURCE_DIR
@@ -177,8 +176,6 @@ int main(int argc, char **argv)
 	char dir[] = "/tmp/hpdlf-bench-models-XXXXXX", *defaults[2] = { 0 }, **specs = argv;
 	json_object *models = json_object_new_array(), *top = json_object_new_object();
 
-	if (hp_blas_coretype_env() == 1) /* OpenBLAS reads it at load: start again */
-		execv("/proc/self/exe", argv);
 	for (o = 1; o < argc; o++) {
 		if (!strcmp(argv[o], "--reps") && o + 1 < argc)
 			reps = atoi(argv[++o]);

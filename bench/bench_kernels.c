@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "hpdlf/error.h"
 #include "hpdlf/graph.h"
@@ -241,8 +240,6 @@ int main(int argc, char **argv)
 	struct result results[sizeof layers / sizeof layers[0]];
 	struct hp_pool *pool;
 
-	if (hp_blas_coretype_env() == 1) /* OpenBLAS reads it at load: start again */
-		execv("/proc/self/exe", argv);
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--reps") && i + 1 < argc)
 			reps = atoi(argv[++i]);

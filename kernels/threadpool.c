@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include <cblas.h>
 
@@ -150,22 +149,4 @@ void hp_parallel_for(struct hp_pool *p, int64_t n, int64_t grain, hp_range_fn fn
 void hp_blas_set_threads(int n)
 {
 	openblas_set_num_threads(n < 1 ? 1 : n);
-}
-
-int hp_blas_coretype_env(void)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-	const char *core = openblas_get_corename();
-
-	if (getenv("OPENBLAS_CORETYPE") || !core || (strcmp(core, "Haswell") && strcmp(core, "Zen")))
-		return 0;
-	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512cd") ||
-	    !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512dq") ||
-	    !__builtin_cpu_supports("avx512vl"))
-		return 0;
-	return setenv("OPENBLAS_CORETYPE", "SkylakeX", 0) == 0;
-#else
-	return 0;
-#endif
 }

@@ -93,15 +93,6 @@ void hp_parallel_for(struct hp_pool *p, int64_t n, int64_t grain, hp_range_fn fn
 /* Threads BLAS calls may use (OpenBLAS is global state; the executor sets it). */
 void hp_blas_set_threads(int n);
 
-/* OpenBLAS picks its kernels once, when it loads, from the CPU model; a
- * version that does not know the CPU falls back to older kernels (0.3.21
- * runs its AVX2 "Haswell" kernels on AVX-512 Zen 5, half the sgemm rate).
- * When OPENBLAS_CORETYPE is unset and OpenBLAS runs AVX2 kernels on a CPU
- * with AVX-512 (F, CD, BW, DQ, VL), this sets OPENBLAS_CORETYPE=SkylakeX
- * in the environment and returns 1: the setting acts only at load, so a
- * program that wants it re-executes itself.  Otherwise returns 0. */
-int hp_blas_coretype_env(void);
-
 #ifdef __cplusplus
 }
 #endif

@@ -226,35 +226,6 @@ static void test_errors(void **state)
 	hp_tensor_free(&in[1]);
 }
 
-/* hp_blas_coretype_env leaves an explicit OPENBLAS_CORETYPE alone, and
- * only ever proposes SkylakeX on a CPU with AVX-512. */
-static void test_coretype_env(void **state)
-{
-	char *old = getenv("OPENBLAS_CORETYPE") ? strdup(getenv("OPENBLAS_CORETYPE")) : NULL;
-	int r;
-
-	(void)state;
-	setenv("OPENBLAS_CORETYPE", "Haswell", 1);
-	assert_int_equal(hp_blas_coretype_env(), 0);
-	assert_string_equal(getenv("OPENBLAS_CORETYPE"), "Haswell");
-	unsetenv("OPENBLAS_CORETYPE");
-	r = hp_blas_coretype_env();
-	if (r) {
-		assert_string_equal(getenv("OPENBLAS_CORETYPE"), "SkylakeX");
-#if defined(__x86_64__)
-		__builtin_cpu_init();
-		assert_true(__builtin_cpu_supports("avx512f"));
-#endif
-	} else {
-		assert_null(getenv("OPENBLAS_CORETYPE"));
-	}
-	if (old)
-		setenv("OPENBLAS_CORETYPE", old, 1);
-	else
-		unsetenv("OPENBLAS_CORETYPE");
-	free(old);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -262,7 +233,6 @@ int main(void)
 		cmocka_unit_test(test_matmul_all),
 		cmocka_unit_test(test_determinism),
 		cmocka_unit_test(test_errors),
-		cmocka_unit_test(test_coretype_env),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
