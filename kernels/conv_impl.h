@@ -49,7 +49,7 @@ struct hp_shift {
 	int64_t tcols;         /* columns of the widest tile */
 };
 
-#define HP_SHIFT_TILE_COLS 2048
+#define HP_SHIFT_TILE_COLS 1024
 /* Fewer input channels per group than this: im2col (K per sgemm too short). */
 #define HP_SHIFT_MIN_CH 8
 
@@ -57,7 +57,7 @@ struct hp_shift {
 int hp_shift_init(struct hp_shift *s, const struct hp_colgeom *g, int64_t ch, int64_t m);
 /* Fraction of a tile's columns that are output positions (the rest is padding). */
 double hp_shift_useful(const struct hp_shift *s);
-#define HP_SHIFT_MIN_USEFUL 0.8
+#define HP_SHIFT_MIN_USEFUL 0.7
 size_t hp_shift_slab_floats(const struct hp_shift *s, int64_t planes);
 int64_t hp_shift_chunk(const struct hp_shift *s, size_t floats, size_t tmp);
 /* Slab of the output planes [d0, d1) from image x [ch][in volume]. */
