@@ -33,6 +33,11 @@ void hp_conv_set_shift(int mode)
 	shift_mode = mode;
 }
 
+int hp_conv_shift_mode(void)
+{
+	return shift_mode;
+}
+
 size_t hp_conv_ws_max(void)
 {
 	return ws_max;

@@ -288,8 +288,9 @@ static void filter_plan(struct cg_filter *f)
 		f->geo.pad[i] = c->p[i];
 	}
 	hp_colgeom_finish(&f->geo);
-	f->slab = hp_shift_init(&f->sh, &f->geo, cg, mg) == 0 && hp_shift_useful(&f->sh) >= HP_SHIFT_MIN_USEFUL &&
-		  c->n * c->group * c->small[0] >= 2;
+	f->slab = hp_conv_shift_mode() >= 0 && hp_shift_init(&f->sh, &f->geo, cg, mg) == 0 &&
+		  (hp_conv_shift_mode() > 0 ||
+		   (hp_shift_useful(&f->sh) >= HP_SHIFT_MIN_USEFUL && c->n * c->group * c->small[0] >= 2));
 	if (f->slab) {
 		int64_t items = c->n * c->group * c->small[0], share = (items + nt - 1) / nt;
 		size_t want;

@@ -79,6 +79,7 @@ void hp_shift_pack_rows(const struct hp_shift *s, const float *y, int64_t ldy, i
 /* Tests and benchmarks only: 0 auto, 1 shift path whenever the geometry
  * allows (stride 1), -1 never; read when a Conv is prepared. */
 void hp_conv_set_shift(int mode);
+int hp_conv_shift_mode(void);
 /* Benchmarks only: tile width target (0 restores the default). */
 void hp_shift_set_tile_cols(int64_t c);
 
