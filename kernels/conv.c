@@ -1,17 +1,22 @@
-/* Conv: im2col over tiles of output positions + OpenBLAS sgemm.
+/* Conv over OpenBLAS sgemm, three paths (hp_conv_setup picks one):
+ *  - direct: a 1x1 convolution with unit strides and no padding multiplies X;
+ *  - shift (conv_shift.c): stride 1 with at least HP_SHIFT_MIN_CH input
+ *    channels per group and planes wide enough that padding columns waste
+ *    little: kvol accumulated sgemms over shifted views of a padded slab,
+ *    no im2col; workers take runs of output planes (batch, group, plane);
+ *  - im2col, below, for everything else.
  *
- * The output of each (batch, group) is cut into tiles of columns; a tile's
+ * im2col: the output of each (batch, group) is cut into tiles of columns; a tile's
  * column matrix [cin_g * kvol][tile] fits a bounded workspace (at most
  * HP_CONV_WS_MAX bytes whatever the volume), is built by hp_im2col and
  * multiplied by the group's weights straight into Y (ldc = output volume).
- * A 1x1 convolution with unit strides and no padding multiplies X itself.
  *
  * Threading (measured in bench/bench_kernels.c): the pool's workers take
  * disjoint runs of tiles, each with its own slice of the workspace and
  * single-threaded BLAS, so im2col and sgemm of different tiles overlap and
- * there is one join per node.  Every output element is one sgemm dot product
- * over the full K in a fixed order, so results are bitwise reproducible for
- * a given thread count.
+ * there is one join per node.  Every output element is computed by the same
+ * sequence of sgemm calls whatever the worker, so results are bitwise
+ * reproducible for a given thread count.
  */
 #include <cblas.h>
 #include <errno.h>
