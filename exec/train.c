@@ -371,6 +371,11 @@ int64_t hp_trainer_total_steps(const struct hp_trainer *t)
 	return t->total;
 }
 
+struct hp_session *hp_trainer_session(struct hp_trainer *t)
+{
+	return t->s;
+}
+
 uint64_t hp_trainer_peak_bytes(const struct hp_trainer *t)
 {
 	struct hp_run_stats st;

@@ -47,6 +47,12 @@ int exec_parse_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n);
  * HPDLF_STORE, Slurm), in demotion order; 0, or an exit status. */
 int exec_store_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n);
 
+struct hp_session;
+struct json_object;
+/* Bytes moved per tier and the prefetch hit rate, on stderr (unless
+ * --quiet) and into `o` when given; nothing in core. */
+void exec_tier_summary(struct hp_session *s, const struct cli *c, struct json_object *o);
+
 /* The training path (tools/exec_train.c): returns a process exit status. */
 int exec_train_main(struct cli *c);
 

@@ -211,6 +211,22 @@ static int summarize(const struct cli *c, struct hp_trainer *t, struct run_state
 		fprintf(stderr, "hpdlf-exec: %s: trained steps %lld..%lld, final loss %.6g, median step %.3f ms, "
 				"tensor memory %s\n", c->model, (long long)r->first, (long long)hp_trainer_current_step(t) - 1,
 			r->last_loss, med, hp_format_size(hp_trainer_peak_bytes(t), peak, sizeof peak));
+	if (!c->quiet && r->nms) {
+		struct rusage ru;
+		char rss[32], b[32];
+		double total = 0;
+		for (int64_t i = 0; i < r->nms; i++)
+			total += r->ms[i];
+		getrusage(RUSAGE_SELF, &ru);
+		fprintf(stderr, "hpdlf-exec:   %lld steps in %.1f s (%.2f samples/s), peak RSS %s",
+			(long long)r->nms, total / 1e3, (double)(r->nms * c->batch) / (total / 1e3),
+			hp_format_size((uint64_t)ru.ru_maxrss * 1024, rss, sizeof rss));
+		if (c->budget)
+			fprintf(stderr, " vs budget %s (%.0f%%)", hp_format_size(c->budget, b, sizeof b),
+				100.0 * (double)ru.ru_maxrss * 1024 / (double)c->budget);
+		fputc('\n', stderr);
+		exec_tier_summary(hp_trainer_session(t), c, NULL);
+	}
 	return c->stats_json ? write_stats(c, t, r, med) : 0;
 }
 

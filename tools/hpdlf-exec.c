@@ -504,7 +504,7 @@ static int run_iterations(struct hp_session *s, const struct cli *c, double *ms,
 }
 
 /* Bytes moved per tier and the prefetch hit rate, out of core. */
-static void tier_summary(struct hp_session *s, const struct cli *c, json_object *o)
+void exec_tier_summary(struct hp_session *s, const struct cli *c, json_object *o)
 {
 	struct hs_store_stats st;
 	char a[32], b[32], u[32];
@@ -578,7 +578,7 @@ static int summarize(struct hp_session *s, const struct cli *c, double *ms, doub
 	if (!c->quiet)
 		print_summary(s, c, &st, med, ms[0], wall);
 	if (!c->stats_json) {
-		tier_summary(s, c, NULL);
+		exec_tier_summary(s, c, NULL);
 		return 0;
 	}
 	json_object *o = json_object_new_object();
@@ -598,7 +598,7 @@ static int summarize(struct hp_session *s, const struct cli *c, double *ms, doub
 		json_object_object_add(o, "run_bytes_written", json_object_new_int64((int64_t)ri.bytes_written));
 	}
 	json_object *tiers = json_object_new_object();
-	tier_summary(s, c, tiers);
+	exec_tier_summary(s, c, tiers);
 	json_object_object_add(o, "tiers", tiers);
 	int rc = json_object_to_file_ext(c->stats_json, o, JSON_C_TO_STRING_PRETTY);
 	json_object_put(o);

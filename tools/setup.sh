@@ -42,7 +42,7 @@ run)
 	[ -f "$demo/y.npy" ] || /usr/bin/python3 tools/make_volumes.py "$demo/x.npy" "$demo/y.npy" --n 8
 	exec "$BUILD/tools/hpdlf-exec" "$demo/unet3d.onnx" --train --data "$demo/x.npy" --labels "$demo/y.npy" \
 		--loss cross-entropy --optimizer adam --lr 0.001 --batch 1 --steps ${HPDLF_DEMO_STEPS:-20} \
-		--budget ${HPDLF_DEMO_BUDGET:-400M} --log-json "$demo/train.jsonl"
+		--budget ${HPDLF_DEMO_BUDGET:-48M} --log-json "$demo/train.jsonl"
 	;;
 exports)
 	exec /usr/bin/python3 tools/make_exports.py

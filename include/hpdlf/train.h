@@ -110,6 +110,7 @@ struct hp_trainer_opts {
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size);
 
 struct hp_trainer;
+struct hp_session;
 struct hs_tier_spec;
 
 /* Load the model, fix its input's batch dim, check the data against it
@@ -146,6 +147,8 @@ int hp_trainer_step(struct hp_trainer *t, struct hp_step_info *info);
 /* Commit a checkpoint of the current state now. */
 int hp_trainer_checkpoint(struct hp_trainer *t);
 int64_t hp_trainer_current_step(const struct hp_trainer *t);
+/* The session that runs the training graph (its store statistics, ...). */
+struct hp_session *hp_trainer_session(struct hp_trainer *t);
 int64_t hp_trainer_total_steps(const struct hp_trainer *t);
 /* Tensor-memory high-water mark of a step (planned out of core). */
 uint64_t hp_trainer_peak_bytes(const struct hp_trainer *t);
