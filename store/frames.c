@@ -1,13 +1,12 @@
-/* DRAM frame pool: memfd slabs, a buddy allocator over their pages, mapping
- * into tensor ranges and batched unmapping (design: frames.h). */
+/* DRAM frame pool: an anonymous huge-page pool populated in slabs, a buddy
+ * allocator over its pages, pages moved into tensor ranges and home again,
+ * emptied ranges reserved again in batches (design: frames.h). */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
+#include <linux/mman.h>
 
 #include "hpdlf/error.h"
 #include "store/frames.h"
@@ -15,7 +14,9 @@
 #define NIL UINT32_MAX
 #define MAX_ORDER 31
 #define SLAB_MIN (64ull << 20)
+#define HUGE (2ull << 20)
 #define ZQ_MAX 256
+#define MOVE (MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP)
 
 struct zap {
 	unsigned char *va;
@@ -24,7 +25,8 @@ struct zap {
 };
 
 struct hs_frames {
-	int fd, pidfd;
+	unsigned char *pool;    /* home of page p: pool + p * HS_PAGE */
+	uint64_t pool_len;
 	uint64_t pages, grown, slab_pages;
 	unsigned maxord;
 	uint32_t *next, *prev;
@@ -35,9 +37,8 @@ struct hs_frames {
 	void *arg;
 	struct hs_piece *scratch;
 	size_t scratch_cap;
-	struct zap zq[ZQ_MAX];
+	struct zap zq[ZQ_MAX];  /* emptied tensor ranges to reserve again */
 	unsigned nzq;
-	uint64_t zq_bytes, zq_cap;
 };
 
 static void push(struct hs_frames *f, uint32_t p, unsigned k)
@@ -111,27 +112,30 @@ static uint32_t alloc_block(struct hs_frames *f, unsigned k)
 	return p;
 }
 
-/* Allocate, populate and offer the next slab. */
+/* Populate and offer the next slab.  Huge pages are asked for while it is
+ * populated only: afterwards nothing may fault memory in behind the
+ * budget's back (khugepaged filling emptied ranges, a stray touch of an
+ * emptied range taking 2 MiB), and fork() leaves the pool to the parent
+ * (pinned pages would otherwise be copied for the child). */
 static int grow(struct hs_frames *f)
 {
 	uint64_t n = f->pages - f->grown < f->slab_pages ? f->pages - f->grown : f->slab_pages;
 	size_t len = n * HS_PAGE;
 	unsigned slot = (unsigned)(f->grown / f->slab_pages);
-	void *va;
+	unsigned char *va = f->pool + f->grown * HS_PAGE;
 
 	if (n == 0)
 		return -ENOMEM;
-	va = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, (off_t)(f->grown * HS_PAGE));
-	if (va == MAP_FAILED)
-		return hp_error(-ENOMEM, "store: cannot map %zu bytes of the frame pool: %s", len, strerror(errno));
+	madvise(va, len, MADV_HUGEPAGE); /* advice only: 4 KiB pages work too */
 	if (madvise(va, len, MADV_POPULATE_WRITE) < 0) {
 		int e = errno;
-		munmap(va, len);
+		madvise(va, len, MADV_DONTNEED);
+		madvise(va, len, MADV_NOHUGEPAGE);
 		return hp_error(-e, "store: cannot allocate %zu bytes of DRAM for the frame pool: %s", len, strerror(e));
 	}
+	madvise(va, len, MADV_NOHUGEPAGE);
 	if (f->grow && f->slab_pages * HS_PAGE <= (1ull << 30))
 		f->grow(f->arg, slot, va, len);
-	munmap(va, len);
 	uint64_t p = f->grown;
 	f->grown += n;
 	free_range(f, p, n);
@@ -239,56 +243,72 @@ void hs_frames_free(struct hs_frames *f, struct hs_piece *one, struct hs_piece *
 	free(many);
 }
 
-int hs_frames_map(struct hs_frames *f, unsigned char *va, const struct hs_piece *p, uint32_t n)
+static int move(unsigned char *from, unsigned char *to, size_t len)
 {
-	for (uint32_t i = 0; i < n; i++) {
-		size_t len = (size_t)p[i].n * HS_PAGE;
-		void *r = mmap(va, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, f->fd,
-			       (off_t)p[i].page * HS_PAGE);
-		if (r == MAP_FAILED)
-			return hp_error(-errno, "store: cannot map %zu bytes of frames into a tensor: %s "
-					"(vm.max_map_count too low for this chunk size?)", len, strerror(errno));
-		va += len;
-	}
-	return 0;
+	return mremap(from, len, len, MOVE, to) == to ? 0 : -errno;
 }
 
-static void reserve(unsigned char *va, uint64_t len)
+int hs_frames_map(struct hs_frames *f, unsigned char *va, const struct hs_piece *p, uint32_t n)
 {
-	/* Same flags as the tensor's reservation, so the mapping merges back. */
-	mmap(va, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+	unsigned char *at = va;
+	uint32_t i;
+	int rc = 0;
+
+	for (i = 0; i < n && rc == 0; i++) {
+		size_t len = (size_t)p[i].n * HS_PAGE;
+		rc = move(f->pool + (size_t)p[i].page * HS_PAGE, at, len);
+		at += len;
+	}
+	if (rc == 0)
+		return 0;
+	for (uint32_t k = 0, done = i - 1; k < done; k++) { /* undo the pieces moved */
+		size_t len = (size_t)p[k].n * HS_PAGE;
+		move(va, f->pool + (size_t)p[k].page * HS_PAGE, len);
+		va += len;
+	}
+	return hp_error(rc, "store: cannot move %zu bytes of frames into a tensor: %s "
+			"(vm.max_map_count too low for this chunk size?)", (size_t)p[i - 1].n * HS_PAGE, strerror(-rc));
+}
+
+static void queue_range(struct hs_frames *f, unsigned char *va, uint64_t len, uint32_t *ref)
+{
+	if (f->nzq == ZQ_MAX)
+		hs_frames_flush(f);
+	f->zq[f->nzq] = (struct zap){ va, len, ref };
+	*ref = ++f->nzq;
+}
+
+int hs_frames_unmap(struct hs_frames *f, unsigned char *va, const struct hs_piece *p, uint32_t n, uint32_t *ref)
+{
+	unsigned char *at = va;
+	int rc = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		size_t len = (size_t)p[i].n * HS_PAGE;
+		int e = move(at, f->pool + (size_t)p[i].page * HS_PAGE, len);
+		if (e < 0 && rc == 0)
+			rc = hp_error(e, "store: cannot move %zu bytes of frames home from a tensor: %s; "
+				      "they stay out of the pool", len, strerror(-e));
+		at += len;
+	}
+	if (rc == 0)
+		queue_range(f, va, (uint64_t)(at - va), ref);
+	return rc;
+}
+
+/* The flags of a tensor's reservation, so an emptied range merges back. */
+static void *reserve_at(void *va, uint64_t len, int flags)
+{
+	return mmap(va, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | flags, -1, 0);
 }
 
 void hs_frames_flush(struct hs_frames *f)
 {
-	struct iovec iov[ZQ_MAX];
-	int zapped = 0;
-
-	if (!f->nzq)
-		return;
-	for (unsigned i = 0; i < f->nzq; i++)
-		iov[i] = (struct iovec){ f->zq[i].va, f->zq[i].len };
-#ifdef SYS_process_madvise
-	/* One TLB flush for the batch (Linux >= 6.13 allows it on oneself). */
-	if (f->pidfd >= 0)
-		zapped = syscall(SYS_process_madvise, f->pidfd, iov, (size_t)f->nzq, MADV_DONTNEED, 0u) >= 0;
-#endif
-	(void)zapped; /* without it, each reserve() below flushes on its own */
 	for (unsigned i = 0; i < f->nzq; i++) {
-		reserve(f->zq[i].va, f->zq[i].len);
+		reserve_at(f->zq[i].va, f->zq[i].len, MAP_FIXED); /* replaces the empty range in place */
 		*f->zq[i].ref = 0;
 	}
 	f->nzq = 0;
-	f->zq_bytes = 0;
-}
-
-void hs_frames_queue_unmap(struct hs_frames *f, unsigned char *va, uint64_t len, uint32_t *ref)
-{
-	if (f->nzq == ZQ_MAX || f->zq_bytes + len > f->zq_cap)
-		hs_frames_flush(f);
-	f->zq[f->nzq] = (struct zap){ va, len, ref };
-	*ref = ++f->nzq;
-	f->zq_bytes += len;
 }
 
 void hs_frames_unqueue(struct hs_frames *f, uint32_t *ref)
@@ -297,11 +317,29 @@ void hs_frames_unqueue(struct hs_frames *f, uint32_t *ref)
 
 	if (!*ref)
 		return;
-	f->zq_bytes -= f->zq[i].len;
 	f->zq[i] = f->zq[--f->nzq];
 	if (i < f->nzq)
 		*f->zq[i].ref = i + 1;
 	*ref = 0;
+}
+
+/* len bytes at an address aligned to `align` (a power of two), or NULL. */
+static unsigned char *reserve_aligned(uint64_t len, uint64_t align)
+{
+	unsigned char *raw = reserve_at(NULL, len + align, 0), *p;
+
+	if (raw == MAP_FAILED)
+		return NULL;
+	p = (unsigned char *)(((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1));
+	if (p > raw)
+		munmap(raw, (size_t)(p - raw));
+	munmap(p + len, (size_t)(raw + len + align - (p + len)));
+	return p;
+}
+
+void *hs_frames_reserve(uint64_t len)
+{
+	return reserve_aligned(len, len >= HUGE ? HUGE : HS_PAGE);
 }
 
 uint32_t hs_frames_slot(const struct hs_frames *f, const struct hs_piece *p, uint32_t n, uint64_t *off)
@@ -344,7 +382,6 @@ int hs_frames_create(uint64_t bytes, uint64_t chunk_size, hs_frames_grow_fn grow
 
 	if (!f)
 		return -ENOMEM;
-	f->fd = f->pidfd = -1;
 	f->pages = bytes / HS_PAGE;
 	if (f->pages >= NIL)
 		f->pages = NIL - 1;
@@ -352,18 +389,17 @@ int hs_frames_create(uint64_t bytes, uint64_t chunk_size, hs_frames_grow_fn grow
 	f->slab_pages = slab_pages(f->pages, 1ull << f->maxord);
 	f->grow = growfn;
 	f->arg = arg;
-	f->zq_cap = bytes / 8 > chunk_size ? bytes / 8 : chunk_size;
 	for (unsigned k = 0; k <= MAX_ORDER; k++)
 		f->head[k] = NIL;
 	f->next = malloc(f->pages * sizeof *f->next);
 	f->prev = malloc(f->pages * sizeof *f->prev);
 	f->ord = calloc(f->pages, 1);
-	f->fd = memfd_create("hpdlf-frames", MFD_CLOEXEC);
-	if (!f->next || !f->prev || !f->ord || f->fd < 0)
+	f->pool_len = (f->pages * HS_PAGE + HUGE - 1) & ~(HUGE - 1);
+	f->pool = reserve_aligned(f->pool_len, HUGE);
+	if (!f->next || !f->prev || !f->ord || !f->pool)
 		goto fail;
-	if (ftruncate(f->fd, (off_t)(f->pages * HS_PAGE)) < 0)
-		goto fail;
-	f->pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0u);
+	madvise(f->pool, f->pool_len, MADV_DONTFORK);
+	madvise(f->pool, f->pool_len, MADV_NOHUGEPAGE);
 	*out = f;
 	return 0;
 fail:
@@ -375,10 +411,8 @@ void hs_frames_destroy(struct hs_frames *f)
 {
 	if (!f)
 		return;
-	if (f->fd >= 0)
-		close(f->fd);
-	if (f->pidfd >= 0)
-		close(f->pidfd);
+	if (f->pool)
+		munmap(f->pool, f->pool_len);
 	free(f->next);
 	free(f->prev);
 	free(f->ord);

@@ -1,20 +1,27 @@
 /* DRAM frame pool of the store (frames.c).
  *
- * One memfd as large as the budget holds the bytes of every resident chunk.
- * It grows in slabs, each offered to the tiers once (io_uring registers it
- * as a fixed buffer), and never shrinks while the store is open: the DRAM
- * the store holds for chunks never exceeds the budget, and reloading a
- * chunk never page-faults.  A buddy allocator hands out 4 KiB pages; a
- * chunk takes exactly its rounded length, as one piece when it can (a full
- * chunk is one naturally aligned block, so it lies in one slab).
+ * One anonymous mapping as large as the budget, 2 MiB aligned and backed by
+ * transparent huge pages where the kernel has them, holds the bytes of every
+ * resident chunk.  It is populated in slabs, each offered to the tiers once
+ * (io_uring registers it as a fixed buffer: the registration pins the PAGES,
+ * whatever address they are mapped at later), and never shrinks while the
+ * store is open: the DRAM the store holds for chunks never exceeds the
+ * budget.  A buddy allocator hands out 4 KiB pages; a chunk takes exactly
+ * its rounded length, as one piece when it can (a full chunk is one
+ * naturally aligned block, so it lies in one slab).
  *
- * A resident chunk's pieces are mapped (MAP_SHARED | MAP_FIXED) into its
- * tensor's reserved range, so a pin sees contiguous memory.  Unmapping needs
- * a TLB shootdown (an IPI to every CPU running the process; tens of
- * microseconds in a VM), so ranges of evicted chunks are queued and zapped
- * together, one process_madvise(MADV_DONTNEED) and one flush per batch,
- * then re-reserved.  Until then a queued range may alias a frame another
- * chunk reuses: touching an unpinned chunk is undefined anyway. */
+ * Page p of the pool has a home, pool + p * 4096.  A resident chunk's pages
+ * are MOVED (mremap) from their home into its tensor's reserved range, so a
+ * pin sees contiguous memory, and moved home when the chunk leaves DRAM.
+ * Moving keeps the pages themselves: huge pages stay huge when both ends are
+ * 2 MiB aligned (a 4 MiB chunk is then two page-table entries to move, and
+ * one block request of 4 MiB to the device, where 4 KiB pages scattered by
+ * a shared-memory pool split it into five or more), and fixed-buffer I/O
+ * keeps reaching them through the registered region.  MREMAP_DONTUNMAP
+ * leaves an empty range behind at either end, so no address is ever free
+ * for another mmap to take; the empty ranges left in tensor ranges are
+ * queued and reserved again in batches (keeping the number of mappings
+ * low), or simply replaced when the chunk comes back first. */
 #ifndef HPDLF_STORE_FRAMES_H
 #define HPDLF_STORE_FRAMES_H
 
@@ -29,7 +36,7 @@ struct hs_piece {
 	uint32_t page, n;       /* pages [page, page + n) of the pool */
 };
 
-/* Called once per slab while it is mapped at addr (unmapped afterwards). */
+/* Called once per slab, mapped at addr (its pages move away afterwards). */
 typedef void (*hs_frames_grow_fn)(void *arg, unsigned slot, void *addr, size_t len);
 
 struct hs_frames;
@@ -44,15 +51,22 @@ int hs_frames_alloc(struct hs_frames *f, uint64_t npages, struct hs_piece *one, 
 		    uint32_t *n);
 void hs_frames_free(struct hs_frames *f, struct hs_piece *one, struct hs_piece *many, uint32_t n);
 
-/* Map the pieces contiguously at va (populated: no fault on first touch). */
+/* Move the pieces' pages from home to va, contiguously (nothing moved on
+ * error).  The range must not be queued (hs_frames_unqueue first). */
 int hs_frames_map(struct hs_frames *f, unsigned char *va, const struct hs_piece *p, uint32_t n);
 
-/* Queue va..va+len for unmapping; *ref (0 while not queued) tracks the
- * entry so hs_frames_unqueue can take it back (the range is mapped again,
- * or its tensor unmapped).  Flushes when the queue is full. */
-void hs_frames_queue_unmap(struct hs_frames *f, unsigned char *va, uint64_t len, uint32_t *ref);
+/* Move them home again and queue the emptied va range for re-reservation;
+ * *ref (0 while not queued) tracks the entry so hs_frames_unqueue can take
+ * it back (the range is mapped again, or its tensor unmapped).  Flushes
+ * when the queue is full.  On error the pages that could not move stay at
+ * va: the caller must not free those frames. */
+int hs_frames_unmap(struct hs_frames *f, unsigned char *va, const struct hs_piece *p, uint32_t n, uint32_t *ref);
 void hs_frames_unqueue(struct hs_frames *f, uint32_t *ref);
 void hs_frames_flush(struct hs_frames *f);
+
+/* Reserve len bytes of address space for a tensor (2 MiB aligned when it
+ * spans that much, so huge pages move into it whole); free with munmap. */
+void *hs_frames_reserve(uint64_t len);
 
 /* Slab of a single-piece chunk: 1 + slot (0: several pieces) and offset. */
 uint32_t hs_frames_slot(const struct hs_frames *f, const struct hs_piece *p, uint32_t n, uint64_t *off);

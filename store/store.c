@@ -103,10 +103,7 @@ int hs_chunk_map(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 		return 0;
 	hs_frames_unqueue(st->frames, &c->zq); /* mapped again right here */
 	rc = hs_frames_map(st->frames, t->base + i * st->cs, c->npieces > 1 ? c->many : &c->one, c->npieces);
-	if (rc < 0) /* a partial mapping goes with the range */
-		hs_frames_queue_unmap(st->frames, t->base + i * st->cs, hs_chunk_iolen(t, i), &c->zq);
-	else
-		c->mapped = 1;
+	c->mapped = rc == 0;
 	return rc;
 }
 
@@ -144,12 +141,14 @@ void hs_chunk_detach(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 
 	if (!c->npieces)
 		return;
-	hs_frames_free(st->frames, &c->one, c->many, c->npieces);
+	if (c->mapped && hs_frames_unmap(st->frames, t->base + i * st->cs, c->npieces > 1 ? c->many : &c->one,
+					 c->npieces, &c->zq) < 0)
+		free(c->many); /* stranded: the frames are lost to the pool, never handed out twice */
+	else
+		hs_frames_free(st->frames, &c->one, c->many, c->npieces);
 	c->npieces = 0;
 	c->many = NULL;
 	c->unverified = 0;
-	if (c->mapped)
-		hs_frames_queue_unmap(st->frames, t->base + i * st->cs, hs_chunk_iolen(t, i), &c->zq);
 	c->mapped = 0;
 }
 
@@ -333,9 +332,8 @@ static void tensor_free(struct hs_store *st, struct hs_tensor *t, int keep_commi
 		struct hs_chunk *c = &t->ch[i];
 		if (c->state == CH_RESIDENT)
 			st->resident -= hs_chunk_iolen(t, i);
-		if (c->npieces)
-			hs_frames_free(st->frames, &c->one, c->many, c->npieces);
-		hs_frames_unqueue(st->frames, &c->zq); /* the whole range goes below */
+		hs_chunk_detach(st, t, i); /* its pages go home before the range goes */
+		hs_frames_unqueue(st->frames, &c->zq);
 		hs_chunk_release_copy(st, t, c);
 		if (c->ctier == NO_TIER)
 			continue;
@@ -392,19 +390,13 @@ static struct hs_tensor *find_name(struct hs_store *st, const char *name)
 	return NULL;
 }
 
-/* Reserve the tensor's address range.  Resident chunks are frames mapped
- * over it (frames.h); the flags match what frames.c maps back when it
- * unmaps them, so the reservation merges into one mapping again. */
+/* Reserve the tensor's address range: resident chunks are frames moved
+ * into it (frames.h). */
 static int reserve_range(struct hs_store *st, struct hs_tensor *t)
 {
-	unsigned char *p = mmap(NULL, t->maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-				-1, 0);
-
 	(void)st;
-	if (p == MAP_FAILED)
-		return -ENOMEM;
-	t->base = p;
-	return 0;
+	t->base = hs_frames_reserve(t->maplen);
+	return t->base ? 0 : -ENOMEM;
 }
 
 /* A new tensor with its address range reserved (lock held). */

@@ -37,11 +37,19 @@ static void sync_done(struct hs_io *io)
 
 int hs_tier_rw(struct hs_tier *t, enum hs_io_op op, uint64_t addr, void *buf, size_t len)
 {
+	struct hs_io io = { .op = op, .addr = addr, .buf = buf, .len = len };
+
+	return hs_tier_rw_io(t, &io);
+}
+
+int hs_tier_rw_io(struct hs_tier *t, struct hs_io *io)
+{
 	struct sync_wait w = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
-	struct hs_io io = { .op = op, .addr = addr, .buf = buf, .len = len, .done = sync_done, .arg = &w };
-	struct hs_io *p = &io;
+	struct hs_io *p = io;
 	int rc;
 
+	io->done = sync_done;
+	io->arg = &w;
 	rc = t->ops->submit(t, &p, 1);
 	if (rc < 0)
 		return rc;
@@ -51,7 +59,7 @@ int hs_tier_rw(struct hs_tier *t, enum hs_io_op op, uint64_t addr, void *buf, si
 	pthread_mutex_unlock(&w.mu);
 	pthread_mutex_destroy(&w.mu);
 	pthread_cond_destroy(&w.cv);
-	return io.res;
+	return io->res;
 }
 
 int hs_tier_flush(struct hs_tier *t)

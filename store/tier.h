@@ -153,6 +153,8 @@ void hs_tier_init(struct hs_tier *t, const struct hs_tier_ops *ops, enum hs_tier
 
 /* Helpers for the store and tests: submit one request and wait for it. */
 int hs_tier_rw(struct hs_tier *t, enum hs_io_op op, uint64_t addr, void *buf, size_t len);
+/* The same for a prepared request (op, addr, buf, len, mem_slot/mem_off). */
+int hs_tier_rw_io(struct hs_tier *t, struct hs_io *io);
 /* ops->flush if present, else 0 (non-persistent tiers). */
 int hs_tier_flush(struct hs_tier *t);
 
