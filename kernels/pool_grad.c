@@ -95,16 +95,61 @@ static int64_t window_argmax(const struct pgeom *c, const float *x, const int64_
 	return best;
 }
 
-static int maxpool_run(const struct hp_node *n, const struct hp_kargs *a)
+/* Windows that tile X without overlap, padding or dilation (the usual
+ * k = s = 2): each window is scanned at fixed offsets. */
+static int disjoint(const struct pgeom *c)
 {
-	const struct pgeom *c = n->priv;
-	const float *dy = a->in[0].data, *x = a->in[1].data;
-	float *dx = a->out[0].data;
+	for (int q = 0; q < 3; q++)
+		if (c->s[q] < c->k[q] || c->p[q] || c->pe[q] || c->d[q] != 1 ||
+		    (c->small[q] - 1) * c->s[q] + c->k[q] > c->big[q])
+			return 0;
+	return 1;
+}
 
-	memset(dx, 0, hp_tensor_bytes(&a->out[0]));
-	for (int64_t pl = 0; pl < c->planes; pl++) {
-		const float *xp = x + pl * c->bvol, *dyp = dy + pl * c->svol;
-		float *dxp = dx + pl * c->bvol;
+/* One plane of the disjoint case: dX is zero but at each window's first maximum. */
+static void maxpool_plane_tiled(const struct pgeom *c, const float *x, const float *dy, float *dx)
+{
+	int64_t j = 0, b12 = c->big[1] * c->big[2];
+
+	for (int64_t o0 = 0; o0 < c->small[0]; o0++)
+		for (int64_t o1 = 0; o1 < c->small[1]; o1++)
+			for (int64_t o2 = 0; o2 < c->small[2]; o2++, j++) {
+				int64_t base = o0 * c->s[0] * b12 + o1 * c->s[1] * c->big[2] + o2 * c->s[2], best = base;
+				float bv = x[base];
+				for (int64_t a = 0; a < c->k[0]; a++)
+					for (int64_t b = 0; b < c->k[1]; b++)
+						for (int64_t e = 0; e < c->k[2]; e++) {
+							int64_t f = base + a * b12 + b * c->big[2] + e;
+							if (x[f] > bv || (isnan(x[f]) && !isnan(bv))) {
+								best = f;
+								bv = x[f];
+							}
+						}
+				dx[best] += dy[j];
+			}
+}
+
+struct maxpool_job {
+	const struct pgeom *c;
+	const float *dy, *x;
+	float *dx;
+	int tiled;
+};
+
+static void maxpool_planes(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct maxpool_job *m = arg;
+	const struct pgeom *c = m->c;
+
+	(void)tid;
+	memset(m->dx + b * c->bvol, 0, (size_t)((e - b) * c->bvol) * sizeof(float));
+	for (int64_t pl = b; pl < e; pl++) {
+		const float *xp = m->x + pl * c->bvol, *dyp = m->dy + pl * c->svol;
+		float *dxp = m->dx + pl * c->bvol;
+		if (m->tiled) {
+			maxpool_plane_tiled(c, xp, dyp, dxp);
+			continue;
+		}
 		for (int64_t j = 0; j < c->svol; j++) {
 			int64_t o[3] = { j / (c->small[1] * c->small[2]), j / c->small[2] % c->small[1], j % c->small[2] };
 			int64_t f = window_argmax(c, xp, o);
@@ -112,6 +157,15 @@ static int maxpool_run(const struct hp_node *n, const struct hp_kargs *a)
 				dxp[f] += dyp[j];
 		}
 	}
+}
+
+/* Planes are independent, so any split over them gives the same bits. */
+static int maxpool_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	const struct pgeom *c = n->priv;
+	struct maxpool_job m = { c, a->in[0].data, a->in[1].data, a->out[0].data, disjoint(c) };
+
+	hp_parallel_for(a->pool, c->planes, 1 + 32768 / (c->bvol + 1), maxpool_planes, &m);
 	return 0;
 }
 
