@@ -14,7 +14,9 @@
  * all four.  Step time is the median over the steps after the first
  * (warm-up) of every round; each round runs hpdlf in core, torch and hpdlf
  * under the budget one after the other, so load on a shared machine hits
- * all three alike.  Ends with one JSON line. */
+ * all three alike.  The fastest step of each is reported too (*_min): on a
+ * loaded machine short steps are often preempted, and the fastest is the
+ * least disturbed.  Ends with one JSON line. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -61,6 +63,15 @@ struct cfg {
 	const char *optimizer;
 	char dir[4096];
 };
+
+static double min_of(const double *v, int n)
+{
+	double m = n > 0 ? v[0] : 0;
+
+	for (int i = 1; i < n; i++)
+		m = v[i] < m ? v[i] : m;
+	return m;
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -268,7 +279,7 @@ static int model_from_tests(const struct cfg *c, struct model *m)
 	if (json_object_object_get_ex(o, "lr", &v))
 		m->lr = json_object_get_double(v);
 	json_object_put(o);
-	m->steps = c->steps ? c->steps : 30;
+	m->steps = c->steps ? c->steps : 60;
 	return m->batch > 0 ? 0 : -1;
 }
 
@@ -341,6 +352,7 @@ static void report(const struct cfg *c, const struct model *m, const struct seri
 	json_object_object_add(j, "flops_per_step", jd(in->flops));
 	json_object_object_add(j, "incore_ms", jd(ims));
 	json_object_object_add(j, "incore_gflops", jd(in->flops / ims / 1e6));
+	json_object_object_add(j, "incore_ms_min", jd(min_of(in->ms, in->n)));
 	json_object_object_add(j, "incore_peak_tensor_bytes", json_object_new_int64((int64_t)in->peak));
 	fprintf(stderr, "%s (batch %lld): in core %.3f ms/step, %.2f GFLOP/s", m->name, (long long)m->batch, ims,
 		in->flops / ims / 1e6);
@@ -349,9 +361,11 @@ static void report(const struct cfg *c, const struct model *m, const struct seri
 		json_object_object_add(j, "torch_ms", jd(tms));
 		json_object_object_add(j, "torch_gflops", jd(in->flops / tms / 1e6));
 		json_object_object_add(j, "ratio_vs_torch", jd(ims / tms));
+		json_object_object_add(j, "torch_ms_min", jd(min_of(th->ms, th->n)));
+		json_object_object_add(j, "ratio_vs_torch_min", jd(min_of(in->ms, in->n) / min_of(th->ms, th->n)));
 		json_object_object_add(j, "loss_max_abs_diff_vs_torch", jd(max_loss_diff(in, th)));
-		fprintf(stderr, "; torch %.3f ms/step (hpdlf/torch %.3fx, losses within %.2g)", tms, ims / tms,
-			max_loss_diff(in, th));
+		fprintf(stderr, "; torch %.3f ms/step (hpdlf/torch %.3fx, fastest steps %.3fx, losses within %.2g)", tms,
+			ims / tms, min_of(in->ms, in->n) / min_of(th->ms, th->n), max_loss_diff(in, th));
 	} else if (c->torch) {
 		json_object_object_add(j, "torch_error", json_object_new_string("torch run failed"));
 	}
@@ -365,6 +379,8 @@ static void report(const struct cfg *c, const struct model *m, const struct seri
 		json_object_object_add(b, "ms", jd(bms));
 		json_object_object_add(b, "gflops", jd(in->flops / bms / 1e6));
 		json_object_object_add(b, "ratio_vs_incore", jd(bms / ims));
+		json_object_object_add(b, "ms_min", jd(min_of(bud->ms, bud->n)));
+		json_object_object_add(b, "ratio_vs_incore_min", jd(min_of(bud->ms, bud->n) / min_of(in->ms, in->n)));
 		json_object_object_add(b, "loss_max_abs_diff_vs_incore", jd(max_loss_diff(in, bud)));
 		fprintf(stderr, "; budget %.1f MiB (%.0f%% of %.1f MiB%s) %.3f ms/step = %.3fx in core\n",
 			(double)budget / 1048576, 100.0 * (double)budget / (double)in->peak, (double)in->peak / 1048576,
