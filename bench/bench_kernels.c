@@ -3,11 +3,13 @@
  * 3 levels, 48^3, batch 1), each layer run as a one-node graph through
  * prepare and run like the executor does.
  *
- *   hpdlf-bench-kernels [--reps N] [--threads N] [--size S] [--tile-kb K]
+ *   hpdlf-bench-kernels [--reps N] [--threads N] [--size S] [--tile-kb K] [--shift-cols C]
+ *                       [--shift 0|1|-1] [--backward]
  *
  * Two threading modes are measured per layer: "pool" (the pool's workers
  * take tiles, BLAS single-threaded) and "blas" (the caller alone, BLAS with
- * N threads).  Prints a table and ends with one JSON line (medians). */
+ * N threads).  --backward adds the gradient ops of every layer.  Prints
+ * tables and JSON lines (medians). */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,34 +88,56 @@ static double sgemm_peak(int n, int reps, int threads)
 	return 2.0 * n * n * n / (median(t, reps) * 1e6);
 }
 
-/* One-node graph for a layer; returns the node (graph owns it). */
-static struct hp_graph *layer_graph(const struct layer *l, int64_t size)
+enum pass { FWD, BWD_DATA, BWD_FILTER };
+
+/* One-node graph of a layer's forward, input-gradient or filter-gradient
+ * op (ai.hpdlf ConvGrad*), with the inputs the executor would feed it. */
+static struct hp_graph *layer_graph(const struct layer *l, int64_t size, enum pass pass)
 {
 	struct hp_graph *g = hp_graph_new("bench");
-	struct hp_shape xs = { 5, { 1, l->cin, size, size, size } };
-	struct hp_shape ws = { 5, { l->transpose ? l->cin : l->cout, l->transpose ? l->cout : l->cin, l->k, l->k, l->k } };
-	struct hp_shape bs = { 1, { l->cout } };
-	int64_t ks[3] = { l->k, l->k, l->k }, pads[6], st[3] = { 2, 2, 2 };
-	int in[3], out, node;
+	int64_t os = l->transpose ? size * 2 : size, k = l->k;
+	struct hp_shape xs = { 5, { 1, l->cin, size, size, size } }, ys = { 5, { 1, l->cout, os, os, os } };
+	struct hp_shape ws = { 5, { l->transpose ? l->cin : l->cout, l->transpose ? l->cout : l->cin, k, k, k } };
+	struct hp_shape bs = { 1, { l->cout } }, sh[3];
+	int64_t ks[3] = { k, k, k }, pads[6], st[3] = { 2, 2, 2 };
+	const char *op = l->transpose ? "ConvTranspose" : "Conv";
+	int in[3], out, node, nin = 3;
 	struct hp_attr a;
 
 	for (int i = 0; i < 6; i++)
-		pads[i] = l->transpose ? 0 : l->k / 2;
-	in[0] = hp_graph_add_value(g, "x", HP_VALUE_INPUT, HP_F32, &xs);
-	in[1] = hp_graph_add_value(g, "w", HP_VALUE_INPUT, HP_F32, &ws);
-	in[2] = hp_graph_add_value(g, "b", HP_VALUE_INPUT, HP_F32, &bs);
+		pads[i] = l->transpose ? 0 : k / 2;
+	sh[0] = xs, sh[1] = ws, sh[2] = bs;
+	if (pass == BWD_DATA) {
+		op = l->transpose ? "ConvTransposeGradData" : "ConvGradData";
+		sh[0] = ys, sh[1] = ws, nin = 2;
+	} else if (pass == BWD_FILTER) {
+		op = "ConvGradFilter";
+		sh[0] = l->transpose ? xs : ys, sh[1] = l->transpose ? ys : xs, nin = 2;
+	}
+	for (int i = 0; i < nin; i++) {
+		char name[8] = { 'i', (char)('0' + i), 0 };
+		in[i] = hp_graph_add_value(g, name, HP_VALUE_INPUT, HP_F32, &sh[i]);
+	}
 	out = hp_graph_add_value(g, "y", HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
 	g->inputs = calloc(3, sizeof(int));
 	g->outputs = calloc(1, sizeof(int));
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < nin; i++)
 		g->inputs[g->ninputs++] = in[i];
 	g->outputs[g->noutputs++] = out;
-	node = hp_graph_add_node(g, l->name, l->transpose ? "ConvTranspose" : "Conv", 3, in, 1, &out);
+	node = hp_graph_add_node(g, l->name, op, nin, in, 1, &out);
+	if (pass != FWD) {
+		free(g->nodes[node].domain);
+		g->nodes[node].domain = strdup("ai.hpdlf");
+	}
 	a = (struct hp_attr){ .name = "kernel_shape", .type = HP_ATTR_INTS, .n = 3, .ints = ks };
 	hp_graph_add_attr(g, node, &a);
 	a = (struct hp_attr){ .name = l->transpose ? "strides" : "pads", .type = HP_ATTR_INTS,
 			      .n = l->transpose ? 3 : 6, .ints = l->transpose ? st : pads };
 	hp_graph_add_attr(g, node, &a);
+	if (pass == BWD_DATA) {
+		a = (struct hp_attr){ .name = "x_shape", .type = HP_ATTR_INTS, .n = 5, .ints = xs.dims };
+		hp_graph_add_attr(g, node, &a);
+	}
 	if (hp_graph_finalize(g) < 0 || hp_graph_infer(g) < 0) {
 		fprintf(stderr, "bench: %s\n", hp_errmsg());
 		exit(1);
@@ -125,12 +149,13 @@ static struct hp_graph *layer_graph(const struct layer *l, int64_t size)
 static double time_layer(struct hp_graph *g, struct hp_pool *pool, int policy, int threads, int reps)
 {
 	const struct hp_node *n = &g->nodes[0];
+	int nin = n->ninputs;
 	struct hp_tensor t[4];
-	struct hp_kargs a = { .nin = 3, .in = t, .nout = 1, .out = &t[3], .pool = pool };
+	struct hp_kargs a = { .nin = nin, .in = t, .nout = 1, .out = &t[nin], .pool = pool };
 	double ms[64];
 
-	for (int i = 0; i < 4; i++) {
-		const struct hp_value *v = &g->values[i < 3 ? n->inputs[i] : n->outputs[0]];
+	for (int i = 0; i <= nin; i++) {
+		const struct hp_value *v = &g->values[i < nin ? n->inputs[i] : n->outputs[0]];
 		hp_tensor_alloc(&t[i], HP_F32, &v->shape);
 		fill(t[i].data, (size_t)hp_shape_numel(&v->shape), (unsigned)i + 3);
 	}
@@ -146,7 +171,7 @@ static double time_layer(struct hp_graph *g, struct hp_pool *pool, int policy, i
 	}
 	hp_conv_set_policy(0);
 	free(a.ws);
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i <= nin; i++)
 		hp_tensor_free(&t[i]);
 	return median(ms, reps);
 }
@@ -169,9 +194,47 @@ static const struct layer layers[] = {
 	{ "head 16->2 1x1 @48", 0, 16, 2, 48, 1, 1 },
 };
 
+/* Input- and filter-gradient ops of every layer (the first layer has no
+ * input gradient): 1-thread CPU GFLOP/s and pool wall ms. */
+static void bench_backward(struct hp_pool *pool, int threads, int reps, double scale)
+{
+	static const char *names[2] = { "dX", "dW" };
+	double flops = 0, cpu = 0, wall = 0;
+	int nl = (int)(sizeof layers / sizeof layers[0]);
+
+	printf("\nbackward (ai.hpdlf ConvGradData / ConvTransposeGradData / ConvGradFilter):\n");
+	printf("%-22s %4s %7s %9s %8s %8s\n", "layer", "op", "GFLOP", "pool GF/s", "1T cpu", "pool ms");
+	for (int i = 0; i < nl; i++)
+		for (int p = 0; p < 2; p++) {
+			const struct layer *l = &layers[i];
+			int64_t s = (int64_t)(l->size * scale + 0.5);
+			struct hp_graph *g;
+			double f, tp, t1;
+			if (i == 0 && p == 0)
+				continue;
+			g = layer_graph(l, s < 1 ? 1 : s, p ? BWD_FILTER : BWD_DATA);
+			f = g->nodes[0].op->flops(g, &g->nodes[0]);
+			tp = time_layer(g, pool, 1, 1, reps);
+			clock_id = CLOCK_THREAD_CPUTIME_ID;
+			t1 = time_layer(g, NULL, 1, 1, reps);
+			clock_id = CLOCK_MONOTONIC;
+			flops += f * l->count;
+			cpu += t1 * l->count;
+			wall += tp * l->count;
+			printf("%-22s %4s %7.3f %9.1f %8.1f %8.2f\n", l->name, names[p], f * 1e-9, f / (tp * 1e6), f / (t1 * 1e6),
+			       tp);
+			hp_graph_free(g);
+		}
+	printf("U-Net conv backward (x counts): %.2f GFLOP; pool %.1f ms on %d threads; 1 thread CPU %.1f ms (%.1f GF/s)\n",
+	       flops * 1e-9, wall, threads, cpu, flops / (cpu * 1e6));
+	printf("{\"bench\":\"kernels_backward\",\"threads\":%d,\"gflop\":%.3f,\"ms_pool\":%.2f,\"ms_cpu_1t\":%.2f,"
+	       "\"gflops_1t_cpu\":%.1f}\n",
+	       threads, flops * 1e-9, wall, cpu, flops / (cpu * 1e6));
+}
+
 int main(int argc, char **argv)
 {
-	int reps = 5, threads = 2, nl = (int)(sizeof layers / sizeof layers[0]);
+	int reps = 5, threads = 2, nl = (int)(sizeof layers / sizeof layers[0]), backward = 0;
 	double peak, peak1, flops_total = 0, ms_pool = 0, ms_blas = 0, ms_best = 0, ms_cpu1 = 0, scale = 1;
 	int64_t size = 48;
 	struct result results[sizeof layers / sizeof layers[0]];
@@ -186,8 +249,17 @@ int main(int argc, char **argv)
 			hp_conv_set_tile_bytes((size_t)atoll(argv[++i]) << 10);
 		else if (!strcmp(argv[i], "--size") && i + 1 < argc)
 			size = atoll(argv[++i]);
+		else if (!strcmp(argv[i], "--shift-cols") && i + 1 < argc)
+			hp_shift_set_tile_cols(atoll(argv[++i]));
+		else if (!strcmp(argv[i], "--shift") && i + 1 < argc)
+			hp_conv_set_shift(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--backward"))
+			backward = 1;
 		else {
-			fprintf(stderr, "usage: %s [--reps N] [--threads N] [--size S (multiple of 8)] [--tile-kb K]\n", argv[0]);
+			fprintf(stderr,
+				"usage: %s [--reps N] [--threads N] [--size S (multiple of 8)] [--tile-kb K] [--shift-cols C]\n"
+				"          [--shift 0|1|-1] [--backward]\n",
+				argv[0]);
 			return 2;
 		}
 	}
@@ -209,7 +281,7 @@ int main(int argc, char **argv)
 		const struct layer *l = &layers[i];
 		struct result *res = &results[i];
 		int64_t s = (int64_t)(l->size * scale + 0.5);
-		struct hp_graph *g = layer_graph(l, s < 1 ? 1 : s);
+		struct hp_graph *g = layer_graph(l, s < 1 ? 1 : s, FWD);
 		double f = g->nodes[0].op->flops(g, &g->nodes[0]);
 		double tp = time_layer(g, pool, 1, 1, reps), tb = time_layer(g, pool, 2, threads, reps), t1;
 		clock_id = CLOCK_THREAD_CPUTIME_ID;
@@ -248,6 +320,8 @@ int main(int argc, char **argv)
 		       i ? "," : "", layers[i].name, results[i].gf_pool, results[i].gf_blas, results[i].gf_pool / peak,
 		       results[i].gf_blas / peak, results[i].gf_cpu1, results[i].gf_cpu1 / peak1);
 	printf("]}\n");
+	if (backward)
+		bench_backward(pool, threads, reps, scale);
 	hp_pool_destroy(pool);
 	return 0;
 }

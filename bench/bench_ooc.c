@@ -20,6 +20,10 @@
 
 #include <json-c/json.h>
 
+#include "hpdlf/exec.h"
+#include "hpdlf/graph.h"
+#include "hpdlf/tensor.h"
+
 #ifndef HPDLF_SOURCE_DIR
 #define HPDLF_SOURCE_DIR "."
 #endif
@@ -30,6 +34,8 @@
 struct result {
 	double ms;
 	uint64_t peak_tensor, peak_rss, bytes_read, bytes_written;
+	double stall_ms;
+	double cpu_ms;          /* the child's user + system CPU time per iteration (robust on a busy machine) */
 	int ok;
 };
 
@@ -59,6 +65,7 @@ static struct result run(const char *model, const char *shape, uint64_t budget, 
 	struct result res = { 0 };
 	int n = 0, st;
 	pid_t pid;
+	struct rusage ru;
 
 	snprintf(stats, sizeof stats, "%s/stats.json", tmpdir);
 	snprintf(b, sizeof b, "%llu", (unsigned long long)budget);
@@ -84,26 +91,27 @@ static struct result run(const char *model, const char *shape, uint64_t budget, 
 		execv(exe, (char *const *)argv);
 		_exit(127);
 	}
-	if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+	if (pid < 0 || wait4(pid, &st, 0, &ru) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
 		fprintf(stderr, "hpdlf-bench-ooc: %s at budget %s failed\n", model, budget ? b : "in core");
 		return res;
 	}
-	json_object *o = json_object_from_file(stats), *v, *tiers;
+	json_object *o = json_object_from_file(stats), *v, *tiers = NULL;
 	if (!o)
 		return res;
 	if (json_object_object_get_ex(o, "ms_median", &v))
 		res.ms = json_object_get_double(v);
 	res.peak_tensor = (uint64_t)jget(o, "tensor_peak_bytes");
-	res.peak_rss = (uint64_t)jget(o, "peak_rss_bytes");
-	if (json_object_object_get_ex(o, "tiers", &tiers)) {
-		json_object_object_foreach(tiers, key, val) {
-			(void)key;
-			if (json_object_is_type(val, json_type_object)) {
-				res.bytes_read += (uint64_t)jget(val, "bytes_read");
-				res.bytes_written += (uint64_t)jget(val, "bytes_written");
-			}
-		}
-	}
+	res.peak_rss = (uint64_t)ru.ru_maxrss * 1024; /* measured by the kernel for the child */
+	res.cpu_ms = ((double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec) * 1e3 +
+		     ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) / 1e3;
+	res.cpu_ms /= reps;
+	/* bytes of the last (steady-state) run: loads from the spill tier and
+	 * from the model's own files, write-backs */
+	res.bytes_read = (uint64_t)jget(o, "run_bytes_loaded");
+	res.bytes_written = (uint64_t)jget(o, "run_bytes_written");
+	if (json_object_object_get_ex(o, "stall_ms", &v))
+		res.stall_ms = json_object_get_double(v);
+	(void)tiers;
 	json_object_put(o);
 	res.ok = 1;
 	return res;
@@ -146,6 +154,31 @@ out:
 	free(buf);
 }
 
+/* The planner's smallest budget for the model (0 if it cannot tell). */
+static uint64_t min_budget(const char *model, const char *shape)
+{
+	struct hp_graph *g;
+	struct hp_exec_opts o;
+	struct hp_plan_summary p = { 0 };
+	char name[256];
+	const char *eq = shape ? strchr(shape, '=') : NULL;
+	struct hp_shape s;
+
+	if (hp_graph_load(model, &g) < 0)
+		return 0;
+	if (eq && (size_t)(eq - shape) < sizeof name) {
+		memcpy(name, shape, (size_t)(eq - shape));
+		name[eq - shape] = 0;
+		if (hp_shape_parse(eq + 1, &s) == 0)
+			hp_graph_set_input_shape(g, name, &s);
+	}
+	hp_exec_opts_init(&o, sizeof o);
+	if (hp_graph_infer(g) == 0)
+		hp_plan_summarize(g, &o, &p);
+	hp_graph_free(g);
+	return p.min_budget;
+}
+
 static void bench_model(const char *spec, int reps, int threads, double rd, double wr, json_object *out)
 {
 	char model[4096], *shape = NULL, *colon;
@@ -160,6 +193,7 @@ static void bench_model(const char *spec, int reps, int threads, double rd, doub
 		shape = colon + 1;
 	}
 	in = run(model, shape, 0, reps, threads);
+	uint64_t minb = min_budget(model, shape);
 	json_object_object_add(m, "model", json_object_new_string(spec));
 	if (!in.ok) {
 		json_object_object_add(m, "error", json_object_new_string("in-core run failed"));
@@ -168,12 +202,18 @@ static void bench_model(const char *spec, int reps, int threads, double rd, doub
 		return;
 	}
 	json_object_object_add(m, "incore_ms", json_object_new_double(in.ms));
+	json_object_object_add(m, "incore_cpu_ms_per_iteration", json_object_new_double(in.cpu_ms));
 	json_object_object_add(m, "incore_peak_tensor_bytes", json_object_new_int64((int64_t)in.peak_tensor));
 	json_object_object_add(m, "incore_peak_rss_bytes", json_object_new_int64((int64_t)in.peak_rss));
 	fprintf(stderr, "%s: in core %.2f ms, tensor peak %.1f MiB, RSS %.1f MiB\n", spec, in.ms,
 		(double)in.peak_tensor / 1048576, (double)in.peak_rss / 1048576);
 	for (size_t i = 0; i < sizeof fractions / sizeof fractions[0]; i++) {
 		uint64_t budget = (uint64_t)((double)in.peak_tensor * fractions[i]);
+		if (budget < minb) {
+			fprintf(stderr, "  %.0f%% is below the smallest budget (%llu bytes): using that\n",
+				fractions[i] * 100, (unsigned long long)minb);
+			budget = minb;
+		}
 		struct result r = run(model, shape, budget, reps, threads);
 		json_object *j = json_object_new_object();
 		json_object_object_add(j, "fraction", json_object_new_double(fractions[i]));
@@ -183,8 +223,7 @@ static void bench_model(const char *spec, int reps, int threads, double rd, doub
 			json_object_array_add(runs, j);
 			continue;
 		}
-		/* bytes per run: the stats cover every iteration plus the warm-up */
-		double per_run_rd = (double)r.bytes_read / (reps + 1), per_run_wr = (double)r.bytes_written / (reps + 1);
+		double per_run_rd = (double)r.bytes_read, per_run_wr = (double)r.bytes_written;
 		double io_ms = (rd > 0 ? per_run_rd / 1e3 / rd : 0) + (wr > 0 ? per_run_wr / 1e3 / wr : 0);
 		double bound = io_ms > in.ms ? io_ms : in.ms;
 		json_object_object_add(j, "ms", json_object_new_double(r.ms));
@@ -193,14 +232,17 @@ static void bench_model(const char *spec, int reps, int threads, double rd, doub
 		json_object_object_add(j, "fraction_of_bound", json_object_new_double(bound / r.ms));
 		json_object_object_add(j, "io_limited", json_object_new_boolean(io_ms > in.ms));
 		json_object_object_add(j, "peak_rss_bytes", json_object_new_int64((int64_t)r.peak_rss));
+		json_object_object_add(j, "stall_ms", json_object_new_double(r.stall_ms));
+		json_object_object_add(j, "cpu_ms_per_iteration", json_object_new_double(r.cpu_ms));
+		json_object_object_add(j, "cpu_ratio_vs_incore", json_object_new_double(r.cpu_ms / in.cpu_ms));
 		json_object_object_add(j, "rss_over_budget_bytes",
 				       json_object_new_int64((int64_t)r.peak_rss - (int64_t)budget));
 		json_object_object_add(j, "bytes_read_per_run", json_object_new_double(per_run_rd));
 		json_object_object_add(j, "bytes_written_per_run", json_object_new_double(per_run_wr));
 		json_object_array_add(runs, j);
-		fprintf(stderr, "  budget %.0f%% (%.1f MiB): %.2f ms = %.3fx in core, bound %.2f ms (%s), RSS %.1f MiB, "
-				"read %.1f MiB/run, written %.1f MiB/run\n",
-			fractions[i] * 100, (double)budget / 1048576, r.ms, r.ms / in.ms, bound,
+		fprintf(stderr, "  budget %.0f%% (%.1f MiB): %.2f ms = %.3fx in core (CPU %.3fx), bound %.2f ms (%s), "
+				"RSS %.1f MiB, read %.1f MiB/run, written %.1f MiB/run\n",
+			fractions[i] * 100, (double)budget / 1048576, r.ms, r.ms / in.ms, r.cpu_ms / in.cpu_ms, bound,
 			io_ms > in.ms ? "I/O" : "compute", (double)r.peak_rss / 1048576, per_run_rd / 1048576,
 			per_run_wr / 1048576);
 	}

@@ -36,6 +36,10 @@ struct hp_session {
 	struct hp_trace *trace;      /* --trace, or NULL */
 	struct hp_plan *plan;
 	struct hp_net *net;
+	uint64_t run_written;        /* bytes written below DRAM by the last run */
+	struct hs_tensor **scratch;  /* per compute worker: kernel workspace, pinned */
+	void **scratch_ptr;
+	int nscratch;
 };
 
 int hp_rt_create(struct hp_session *s);
@@ -45,7 +49,7 @@ int hp_rt_get_output(struct hp_session *s, int v, void *dst);
 void hp_rt_destroy(struct hp_session *s);
 uint64_t hp_rt_peak(const struct hp_session *s);
 /* The task net's transitions (net.c calls them on its workers). */
-int hp_rt_fire_kernel(struct hp_session *s, int step, struct hp_pool *pool, int lane);
+int hp_rt_fire_kernel(struct hp_session *s, int step, int worker, struct hp_pool *pool, int lane);
 int hp_rt_fire_io(struct hp_session *s, int kind, int v, uint64_t first, uint64_t nchunks, int lane);
 
 /* One value to place in the arena: alive over steps [start, end]. */

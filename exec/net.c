@@ -53,6 +53,7 @@ struct hp_net {
 	int nworkers, nio;
 	struct hp_pool **pools; /* per compute worker; [0] is the session's with one worker */
 	int own_pool0;
+	uint64_t reserved;      /* budget held apart: the workers' kernel scratch */
 	pthread_t *threads;
 	int nthreads;
 	struct hp_net_stats st;
@@ -250,12 +251,14 @@ static int add_kernel(struct builder *b, int step)
 {
 	const struct hp_node *nd = &b->g->nodes[b->p->node[step]];
 	int t = new_tr(b, HP_TR_KERNEL, -1, step), rc = 0;
-	int64_t ws = (int64_t)((nd->workspace + 4095) / 4096 * 4096);
 
 	if (t < 0)
 		return t;
-	b->n->tr[t].need = ws;
-	b->n->tr[t].release = ws;
+	if (!b->n->reserved) { /* scratch per kernel, else the workers' own */
+		int64_t ws = (int64_t)((nd->workspace + 4095) / 4096 * 4096);
+		b->n->tr[t].need = ws;
+		b->n->tr[t].release = ws;
+	}
 	for (int j = 0; j < nd->ninputs && rc == 0; j++) {
 		int v = nd->inputs[j];
 		if (!managed(b->g, v))
@@ -264,9 +267,22 @@ static int add_kernel(struct builder *b, int step)
 		if (rc == 0 && (b->nreaders[v] == 0 || b->readers[v][b->nreaders[v] - 1] != t))
 			rc = add_reader(b, v, t);
 	}
+	if (hp_plan_inplace(b->g, b->p, step)) {
+		/* writes over input 0: after every other reader of it; its
+		 * budget passes to output 0 */
+		int a = nd->inputs[0];
+		rc = arcs_made(b, t, a);
+		for (int i = 0; i < b->nreaders[a] && rc == 0; i++)
+			rc = edge(b, b->readers[a][i], t);
+		b->nreaders[a] = 0;
+		b->remover[a] = t;
+		b->res[a] = 0;
+		b->res[nd->outputs[0]] = 1;
+		set_maker(b, nd->outputs[0], t, t);
+	}
 	for (int o = 0; o < nd->noutputs && rc == 0; o++) {
 		int v = nd->outputs[o];
-		if (!managed(b->g, v))
+		if (!managed(b->g, v) || (o == 0 && b->maker[v] == t))
 			continue;
 		rc = edge(b, b->remover[v], t);
 		for (int i = 0; i < b->nreaders[v] && rc == 0; i++)
@@ -456,6 +472,8 @@ static void complete(struct hp_net *n, int i, int rc)
 		for (int o = 0; o < nd->noutputs; o++)
 			if (managed(g, nd->outputs[o]))
 				n->held[nd->outputs[o]] = 1;
+		if (hp_plan_inplace(g, n->s->plan, t->step))
+			n->held[nd->inputs[0]] = 0;
 	} else {
 		n->held[t->value] = t->kind == HP_TR_LOAD;
 	}
@@ -481,7 +499,7 @@ static int fire(struct hp_net *n, int i, int worker, int cls)
 	int lane = cls == CL_COMPUTE ? HP_LANE_COMPUTE + worker : HP_LANE_IO + worker;
 
 	if (t->kind == HP_TR_KERNEL)
-		return hp_rt_fire_kernel(n->s, t->step, n->pools[worker], lane);
+		return hp_rt_fire_kernel(n->s, t->step, worker, n->pools[worker], lane);
 	return hp_rt_fire_io(n->s, t->kind, t->value, t->first, t->nchunks, lane);
 }
 
@@ -489,7 +507,10 @@ static int fire(struct hp_net *n, int i, int worker, int cls)
 static void work(struct hp_net *n, int cls, int worker)
 {
 	while (!run_done(n)) {
-		struct heap *h = n->ready[CL_ANY].n ? &n->ready[CL_ANY] : &n->ready[cls];
+		/* drops (cheap, but munmap) go to the I/O queues first: kernels
+		 * never wait behind them while an I/O thread is idle */
+		struct heap *h = cls == CL_IO ? (n->ready[CL_ANY].n ? &n->ready[CL_ANY] : &n->ready[cls])
+					      : (n->ready[cls].n ? &n->ready[cls] : &n->ready[CL_ANY]);
 		if (!h->n || n->err) {
 			double t0 = now_ms();
 			pthread_cond_wait(&n->cv, &n->mu);
@@ -505,6 +526,8 @@ static void work(struct hp_net *n, int cls, int worker)
 		rc = fire(n, i, worker, cls);
 		pthread_mutex_lock(&n->mu);
 		n->st.fired[n->tr[i].kind]++;
+		if (n->tr[i].kind == HP_TR_LOAD && rc == 0)
+			n->st.bytes_loaded += (uint64_t)n->need[i];
 		if (n->tr[i].kind == HP_TR_KERNEL)
 			n->st.busy_ms += now_ms() - t0;
 		complete(n, i, rc);
@@ -545,7 +568,7 @@ int hp_net_run(struct hp_net *n)
 	for (int v = 0; v < n->s->g->nvalues; v++)
 		if (n->held[v])
 			held += (int64_t)n->vsize[v];
-	n->free_tokens = (int64_t)n->s->opts.budget - held;
+	n->free_tokens = (int64_t)n->s->opts.budget - (int64_t)n->reserved - held;
 	for (int i = 0; i < n->ntr; i++) {
 		const struct tr *t = &n->tr[i];
 		n->deps_left[i] = t->ndeps;
@@ -624,6 +647,7 @@ int hp_net_create(struct hp_session *s, int workers, int io_threads, struct hp_n
 		return hp_error(-ENOMEM, "out of memory");
 	n->s = s;
 	n->nworkers = workers < 1 ? 1 : workers;
+	n->reserved = s->nscratch ? hp_plan_max_workspace(s->g) * (uint64_t)n->nworkers : 0;
 	n->nio = io_threads < 1 ? 1 : io_threads;
 	pthread_mutex_init(&n->mu, NULL);
 	pthread_cond_init(&n->cv, NULL);

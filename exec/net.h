@@ -34,6 +34,7 @@ struct hp_net_stats {
 	uint64_t fired[5];      /* transitions fired, per kind (last run) */
 	double stall_ms;        /* compute workers idle waiting for loads or budget (last run) */
 	double busy_ms;         /* kernel time summed over workers (last run) */
+	uint64_t bytes_loaded;  /* budget taken by loads that read (last run) */
 };
 
 /* Compile s->plan into a net and start its workers (compute workers beyond

@@ -1,6 +1,7 @@
 /* Static memory planner: Belady eviction, write-back of live dirty values,
  * budget-aware load hoisting and a pipeline time model.  See plan.h. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +121,8 @@ static uint64_t ws_size(const struct sim *m, const struct hp_node *n)
 {
 	uint64_t a = m->o->align > 1 ? m->o->align : 1;
 
+	if (m->o->workspace)
+		return 0; /* reserved once for all steps */
 	return (n->workspace + a - 1) / a * a;
 }
 
@@ -200,6 +203,31 @@ static int build_schedule(struct sim *m)
 	return 0;
 }
 
+int hp_plan_inplace(const struct hp_graph *g, const struct hp_plan *p, int s)
+{
+	const struct hp_node *n = &g->nodes[p->node[s]];
+	int a, b;
+
+	if (!(n->op->flags & (HP_OP_INPLACE | HP_OP_ALIAS)) || n->ninputs < 1 || n->noutputs < 1)
+		return 0;
+	a = n->inputs[0];
+	b = n->outputs[0];
+	if (a < 0 || b < 0 || g->values[a].kind != HP_VALUE_ACTIVATION || g->values[b].kind != HP_VALUE_ACTIVATION)
+		return 0;
+	if (p->last_use[a] != s || p->last_use[b] >= p->nsteps || g->values[a].next >= 0 || g->values[b].next >= 0)
+		return 0;
+	if (g->values[a].dtype != g->values[b].dtype)
+		return 0;
+	struct hp_tensor ta = { .dtype = g->values[a].dtype, .shape = g->values[a].shape };
+	struct hp_tensor tb = { .dtype = g->values[b].dtype, .shape = g->values[b].shape };
+	if (hp_tensor_bytes(&ta) != hp_tensor_bytes(&tb) || !hp_tensor_bytes(&ta))
+		return 0;
+	for (int j = 1; j < n->ninputs; j++)
+		if (n->inputs[j] == a && !(n->op->flags & HP_OP_INPLACE))
+			return 0;
+	return 1;
+}
+
 /* Bytes step s needs resident at once: distinct inputs, outputs, workspace. */
 static uint64_t step_need(struct sim *m, int s)
 {
@@ -214,7 +242,7 @@ static uint64_t step_need(struct sim *m, int s)
 			need += m->size[v];
 	}
 	for (int o = 0; o < n->noutputs; o++)
-		if (managed(m->g, n->outputs[o]))
+		if (managed(m->g, n->outputs[o]) && !(o == 0 && hp_plan_inplace(m->g, m->p, s)))
 			need += m->size[n->outputs[o]];
 	return need;
 }
@@ -233,12 +261,17 @@ static void pin_step(struct sim *m, const struct hp_node *n, int on, int s)
 		}
 }
 
-/* Inputs of step t that are below DRAM now and can be read in early. */
-static int loadable(struct sim *m, int v)
+/* Values below DRAM now that can be read in early (while step s runs):
+ * weights, inputs, and activations this run already produced and wrote. */
+static int loadable(struct sim *m, int v, int s)
 {
-	enum hp_value_kind k = m->g->values[v].kind;
+	const struct hp_value *val = &m->g->values[v];
 
-	return managed(m->g, v) && !m->resident[v] && (m->below[v] || k == HP_VALUE_INITIALIZER || k == HP_VALUE_INPUT);
+	if (!managed(m->g, v) || m->resident[v])
+		return 0;
+	if (val->kind == HP_VALUE_INITIALIZER || val->kind == HP_VALUE_INPUT)
+		return 1;
+	return m->below[v] && val->producer >= 0 && val->producer <= m->p->node[s];
 }
 
 /* While step s runs, read in the inputs of the next step that loads
@@ -256,7 +289,7 @@ static int preload(struct sim *m, int s, uint64_t ws)
 	for (t = s + 1; t < p->nsteps && t <= s + 8; t++) {
 		const struct hp_node *n = &g->nodes[p->node[t]];
 		for (int j = 0; j < n->ninputs; j++)
-			if (n->inputs[j] >= 0 && loadable(m, n->inputs[j]))
+			if (n->inputs[j] >= 0 && loadable(m, n->inputs[j], s))
 				bytes += m->size[n->inputs[j]];
 		if (bytes)
 			break;
@@ -290,7 +323,7 @@ static int preload(struct sim *m, int s, uint64_t ws)
 	}
 	for (int j = 0; j < n->ninputs; j++) {
 		int v = n->inputs[j];
-		if (v < 0 || !loadable(m, v))
+		if (v < 0 || !loadable(m, v, s))
 			continue;
 		set_resident(m, v, 1);
 		if ((rc = push(m, s, 1, v, HP_ACT_LOAD, t)) < 0)
@@ -324,6 +357,14 @@ static int simulate_step(struct sim *m, int s)
 		m->recs[m->nrecs - 1].nvictims = m->nrecs - 1 - first;
 		p->bytes_loaded += m->size[v];
 		p->loads++;
+	}
+	if (hp_plan_inplace(g, p, s)) {
+		/* output 0 takes input 0's bytes over */
+		set_resident(m, n->inputs[0], 0);
+		set_resident(m, n->outputs[0], 1);
+		m->dirty[n->outputs[0]] = 1;
+		m->below[n->outputs[0]] = 0;
+		m->pinned[n->outputs[0]] = 1;
 	}
 	for (int o = 0; o < n->noutputs; o++) {
 		int v = n->outputs[o];
@@ -394,6 +435,9 @@ static void hoist_loads(struct sim *m)
 		for (int k = r - x->nvictims; k < r; k++)
 			m->recs[k].step = j;
 	}
+	for (int s = 0; s < p->nsteps; s++)
+		if (m->step_peak[s] > p->peak_bytes)
+			p->peak_bytes = m->step_peak[s];
 }
 
 static int cmp_rec(const void *a, const void *b)
@@ -537,6 +581,8 @@ static void warm_start(struct sim *m)
 
 	for (int v = 0; v < m->g->nvalues; v++) {
 		m->last_pin[v] = -1;
+		if (!m->persist[v])
+			m->below[v] = 0; /* this run's activations are written anew */
 		p->start_resident[v] = m->resident[v] && m->persist[v];
 		if (m->resident[v] && !m->persist[v])
 			set_resident(m, v, 0);
@@ -614,9 +660,13 @@ int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct
 	m.budget = o->budget ? o->budget - (o->budget > o->workspace ? o->workspace : o->budget) : UINT64_MAX / 2;
 	if (o->budget && p->min_budget > o->budget) {
 		const struct hp_node *n = &g->nodes[p->node[p->min_step]];
-		rc = hp_node_error(g, n, HP_EBUDGET, "needs %llu bytes at once (inputs, outputs and workspace), "
+		char scratch[96] = "";
+		if (o->workspace)
+			snprintf(scratch, sizeof scratch, " beside %llu bytes of kernel scratch",
+				 (unsigned long long)o->workspace);
+		rc = hp_node_error(g, n, HP_EBUDGET, "needs %llu bytes at once (inputs, outputs and workspace)%s, "
 				   "more than the budget of %llu bytes; the smallest budget that works is %llu bytes "
-				   "(--budget %lluK)", (unsigned long long)(p->min_budget - o->workspace),
+				   "(--budget %lluK)", (unsigned long long)(p->min_budget - o->workspace), scratch,
 				   (unsigned long long)o->budget, (unsigned long long)p->min_budget,
 				   (unsigned long long)((p->min_budget + 1023) / 1024));
 		goto fail;
@@ -627,6 +677,7 @@ int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct
 	if (rc != 0)
 		goto fail;
 	hoist_loads(&m);
+	p->peak_bytes += o->workspace;
 	rc = emit_acts(&m);
 	if (rc < 0)
 		goto fail;
@@ -638,6 +689,28 @@ fail:
 	sim_free(&m);
 	hp_plan_free(p);
 	return rc;
+}
+
+uint64_t hp_plan_min_budget(const struct hp_graph *g, const struct hp_plan_opts *o, int *step)
+{
+	struct sim m = { .g = g, .o = o };
+	struct hp_plan *p = calloc(1, sizeof *p);
+	uint64_t minb = 0;
+
+	if (!p)
+		return 0;
+	m.p = p;
+	if (sim_alloc(&m, g->nvalues, g->nnodes) == 0 && build_schedule(&m) == 0) {
+		min_budget(&m);
+		minb = p->min_budget;
+		if (step)
+			*step = p->min_step;
+	}
+	p->use_start = m.use_start;
+	p->uses = m.uses;
+	sim_free(&m);
+	hp_plan_free(p);
+	return minb;
 }
 
 void hp_plan_free(struct hp_plan *p)

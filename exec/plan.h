@@ -31,7 +31,8 @@ struct hp_plan_act_rec {
 struct hp_plan_opts {
 	uint64_t budget;       /* bytes; 0 = unlimited */
 	uint64_t align;        /* tensors occupy sizes rounded up to this */
-	uint64_t workspace;    /* bytes the runtime reserves for kernel scratch */
+	uint64_t workspace;    /* bytes the runtime reserves for kernel scratch: when
+				* set, steps' own workspace is not counted again */
 	double gflops;         /* compute speed model */
 	double read_MBps, write_MBps; /* tier bandwidth model */
 	int max_lookahead;     /* steps a load may be hoisted (0: unlimited) */
@@ -64,7 +65,18 @@ int hp_plan_next_use(const struct hp_plan *p, int v, int step);
 struct hp_exec_opts;
 /* The options the runtime plans with (budget, tensor alignment of the
  * store, measured speed model) for these session options. */
-void hp_plan_default_opts(const struct hp_exec_opts *o, struct hp_plan_opts *po);
+void hp_plan_default_opts(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_opts *po);
+/* Task-net compute workers for these options and thread count. */
+int hp_exec_workers(const struct hp_exec_opts *o, int threads);
+/* The smallest budget under these options (the largest single step's need). */
+uint64_t hp_plan_min_budget(const struct hp_graph *g, const struct hp_plan_opts *o, int *step);
+/* Largest kernel workspace of the graph, rounded to the store's 4 KiB. */
+uint64_t hp_plan_max_workspace(const struct hp_graph *g);
+
+/* Step s writes its output 0 into input 0's tensor (the op allows it, the
+ * input dies there, same bytes, both activations of this run): the output
+ * takes the input's memory over. */
+int hp_plan_inplace(const struct hp_graph *g, const struct hp_plan *p, int s);
 
 int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
 void hp_plan_free(struct hp_plan *p);

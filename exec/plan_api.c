@@ -1,5 +1,6 @@
 /* Public planning entry points: summary for --plan, Graphviz for --plan-dot. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,11 +50,37 @@ double hp_exec_measure_gflops(int threads)
 	return best > 0 ? best : 50;
 }
 
-void hp_plan_default_opts(const struct hp_exec_opts *o, struct hp_plan_opts *po)
+int hp_exec_workers(const struct hp_exec_opts *o, int threads)
 {
+	int w = o && o->size >= offsetof(struct hp_exec_opts, workers) + sizeof o->workers && o->workers > 0 ? o->workers : 1;
+
+	return w > threads ? threads : w;
+}
+
+uint64_t hp_plan_max_workspace(const struct hp_graph *g)
+{
+	uint64_t mx = 0;
+
+	for (int i = 0; i < g->nnodes; i++)
+		if (!g->nodes[i].folded && g->nodes[i].workspace > mx)
+			mx = g->nodes[i].workspace;
+	return (mx + 4095) / 4096 * 4096;
+}
+
+void hp_plan_default_opts(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_opts *po)
+{
+	int threads = o && o->threads > 0 ? o->threads : hp_exec_online_cpus();
+
 	memset(po, 0, sizeof *po);
 	po->budget = o ? o->budget : 0;
+	/* one scratch buffer per compute worker, resident for the session:
+	 * kernels never fault fresh scratch pages in */
+	po->workspace = hp_plan_max_workspace(g) * (uint64_t)hp_exec_workers(o, threads);
 	po->align = 4096; /* the store's unit of DRAM accounting */
+	/* ...unless the budget is too tight for that: then each kernel's
+	 * scratch is its own, counted with the kernel's step */
+	if (po->workspace && po->budget && po->budget < hp_plan_min_budget(g, po, NULL))
+		po->workspace = 0;
 	po->gflops = hp_exec_measure_gflops(o && o->threads > 0 ? o->threads : hp_exec_online_cpus());
 	po->read_MBps = DEFAULT_READ_MBPS;
 	po->write_MBps = DEFAULT_WRITE_MBPS;
@@ -66,7 +93,7 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 	int rc;
 
 	memset(out, 0, sizeof *out);
-	hp_plan_default_opts(o, &po);
+	hp_plan_default_opts(g, o, &po);
 	rc = hp_plan_build(g, &po, &p);
 	if (rc < 0)
 		return rc;
@@ -75,6 +102,17 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 	out->peak_bytes = p->peak_bytes;
 	out->min_budget = p->min_budget;
 	out->min_node = p->nsteps ? g->nodes[p->node[p->min_step]].name : "";
+	if (po.workspace) { /* per-kernel scratch may fit a smaller budget */
+		uint64_t ws = po.workspace, m;
+		int step = 0;
+		po.workspace = 0;
+		m = hp_plan_min_budget(g, &po, &step);
+		if (m && m < out->min_budget) {
+			out->min_budget = m;
+			out->min_node = g->nodes[p->node[step]].name;
+		}
+		po.workspace = ws;
+	}
 	out->bytes_loaded = p->bytes_loaded;
 	out->bytes_written = p->bytes_written;
 	out->loads = p->loads;
@@ -102,7 +140,7 @@ int hp_plan_write_dot(const struct hp_graph *g, const struct hp_exec_opts *o, co
 	FILE *f;
 	int rc;
 
-	hp_plan_default_opts(o, &po);
+	hp_plan_default_opts(g, o, &po);
 	rc = hp_plan_build(g, &po, &p);
 	if (rc < 0)
 		return rc;

@@ -141,6 +141,33 @@ static int open_store(struct hp_session *s)
 	return rc < 0 ? hp_error_prefix(rc, "opening the tensor store") : 0;
 }
 
+/* One kernel scratch buffer per compute worker, pinned for the session
+ * (the plan reserved it: opts.workspace). */
+static int create_scratch(struct hp_session *s, int workers)
+{
+	uint64_t bytes = hp_plan_max_workspace(s->g);
+	struct hs_tensor_info ti = { .bytes = bytes, .dtype = HP_U8, .shape = { 1, { (int64_t)bytes } } };
+	int rc;
+
+	if (!bytes)
+		return 0;
+	s->scratch = calloc((size_t)workers, sizeof *s->scratch);
+	s->scratch_ptr = calloc((size_t)workers, sizeof *s->scratch_ptr);
+	if (!s->scratch || !s->scratch_ptr)
+		return hp_error(-ENOMEM, "out of memory");
+	s->nscratch = workers;
+	for (int w = 0; w < workers; w++) {
+		rc = hs_tensor_create(s->store, &ti, &s->scratch[w]);
+		if (rc == 0 && (rc = hs_pin(s->scratch[w], 0, HS_ALL, HS_PIN_OVERWRITE, &s->scratch_ptr[w])) < 0) {
+			hs_tensor_drop(s->scratch[w]);
+			s->scratch[w] = NULL;
+		}
+		if (rc < 0)
+			return hp_error_prefix(rc, "kernel scratch (%llu bytes)", (unsigned long long)bytes);
+	}
+	return 0;
+}
+
 static void name_lanes(struct hp_session *s, int workers, int nio)
 {
 	char name[64];
@@ -159,12 +186,10 @@ int hp_rt_create(struct hp_session *s)
 {
 	const struct hp_graph *g = s->g;
 	struct hp_plan_opts po;
-	int workers = s->opts.workers > 0 ? s->opts.workers : 1, nio = s->opts.io_threads > 0 ? s->opts.io_threads : 4;
+	int workers = hp_exec_workers(&s->opts, s->threads), nio = s->opts.io_threads > 0 ? s->opts.io_threads : 4;
 	int rc;
 
-	if (workers > s->threads)
-		workers = s->threads;
-	hp_plan_default_opts(&s->opts, &po);
+	hp_plan_default_opts(g, &s->opts, &po);
 	rc = hp_plan_build(g, &po, &s->plan);
 	if (rc < 0)
 		return rc;
@@ -178,7 +203,9 @@ int hp_rt_create(struct hp_session *s)
 		if (g->values[v].kind == HP_VALUE_INITIALIZER && s->plan->last_use[v] >= 0 &&
 		    (rc = place_initializer(s, v)) < 0)
 			return rc;
-	rc = hp_net_create(s, workers, nio, &s->net);
+	rc = po.workspace ? create_scratch(s, workers) : 0;
+	if (rc == 0)
+		rc = hp_net_create(s, workers, nio, &s->net);
 	if (rc == 0 && s->trace)
 		name_lanes(s, workers, nio);
 	return rc;
@@ -253,8 +280,8 @@ static void unpin_io(struct hp_session *s, const struct hp_node *n, const struct
 			hs_unpin(s->ten[n->outputs[o]], 0, HS_ALL);
 }
 
-/* Kernel scratch is a store tensor of exactly this node's size, for the
- * kernel's duration: the budget counts it like the net does. */
+/* Per-kernel scratch (tight budgets): a store tensor of exactly this node's
+ * size for the kernel's duration, counted with its step like the net does. */
 static int pin_workspace(struct hp_session *s, const struct hp_node *n, struct hs_tensor **t, void **p)
 {
 	struct hs_tensor_info ti = { .bytes = n->workspace, .dtype = HP_U8, .shape = { 1, { (int64_t)n->workspace } } };
@@ -267,7 +294,7 @@ static int pin_workspace(struct hp_session *s, const struct hp_node *n, struct h
 	return rc < 0 ? hp_node_error(s->g, n, rc, "workspace of %zu bytes: %s", n->workspace, hp_errmsg()) : 0;
 }
 
-int hp_rt_fire_kernel(struct hp_session *s, int step, struct hp_pool *pool, int lane)
+int hp_rt_fire_kernel(struct hp_session *s, int step, int worker, struct hp_pool *pool, int lane)
 {
 	const struct hp_node *n = &s->g->nodes[s->plan->node[step]];
 	struct hp_tensor in[n->ninputs + 1], out[n->noutputs + 1];
@@ -276,12 +303,18 @@ int hp_rt_fire_kernel(struct hp_session *s, int step, struct hp_pool *pool, int 
 	struct hs_tensor *ws = NULL;
 	int rc;
 
+	int inplace = hp_plan_inplace(s->g, s->plan, step);
+
 	memset(in, 0, sizeof in);
 	memset(out, 0, sizeof out);
+	if (inplace)
+		s->ten[n->outputs[0]] = s->ten[n->inputs[0]];
 	rc = pin_io(s, n, in, out);
-	if (rc == 0 && n->workspace)
+	if (rc == 0 && n->workspace && s->nscratch)
+		a.ws = s->scratch_ptr[worker];
+	else if (rc == 0 && n->workspace)
 		rc = pin_workspace(s, n, &ws, &a.ws);
-	if (rc == 0) {
+	if (rc == 0 && !(inplace && (n->op->flags & HP_OP_ALIAS))) {
 		double u0 = hp_trace_now_us(s->trace);
 		rc = n->op->run(n, &a);
 		if (s->trace)
@@ -292,6 +325,8 @@ int hp_rt_fire_kernel(struct hp_session *s, int step, struct hp_pool *pool, int 
 		hs_tensor_drop(ws);
 	}
 	unpin_io(s, n, in, out);
+	if (inplace)
+		s->ten[n->inputs[0]] = NULL;
 	return rc;
 }
 
@@ -345,8 +380,18 @@ int hp_rt_fire_io(struct hp_session *s, int kind, int v, uint64_t first, uint64_
 int hp_rt_run(struct hp_session *s)
 {
 	const struct hp_graph *g = s->g;
-	int rc = hp_net_run(s->net);
+	struct hs_store_stats a, b;
+	uint64_t wa = 0, wb = 0;
+	int rc;
 
+	hs_store_stats(s->store, &a);
+	rc = hp_net_run(s->net);
+	hs_store_stats(s->store, &b);
+	for (int i = 1; i < a.ntiers; i++) {
+		wa += a.tier[i].bytes_written;
+		wb += b.tier[i].bytes_written;
+	}
+	s->run_written = wb - wa;
 	if (rc < 0)
 		return rc;
 	for (int v = 0; v < g->nvalues; v++) {
@@ -393,6 +438,13 @@ void hp_rt_destroy(struct hp_session *s)
 			if (s->ten[v])
 				hs_tensor_drop(s->ten[v]);
 	free(s->ten);
+	for (int w = 0; w < s->nscratch; w++)
+		if (s->scratch[w]) {
+			hs_unpin(s->scratch[w], 0, HS_ALL);
+			hs_tensor_drop(s->scratch[w]);
+		}
+	free(s->scratch);
+	free(s->scratch_ptr);
 	hp_plan_free(s->plan);
 	hs_store_close(s->store);
 }

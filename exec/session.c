@@ -240,7 +240,7 @@ int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct h
 		goto fail;
 	if (o->trace_path && (rc = hp_trace_open(o->trace_path, &s->trace)) < 0)
 		goto fail;
-	if (s->ws_size && !(s->ws = aligned_alloc(64, (s->ws_size + 63) / 64 * 64))) {
+	if (s->ws_size && !o->budget && !(s->ws = aligned_alloc(64, (s->ws_size + 63) / 64 * 64))) {
 		rc = hp_error(-ENOMEM, "out of memory for %zu bytes of kernel workspace", s->ws_size);
 		goto fail;
 	}
@@ -446,6 +446,8 @@ int hp_session_run_info(const struct hp_session *s, struct hp_run_info *info)
 		r.workers = s->opts.workers > 0 ? s->opts.workers : 1;
 		r.io_threads = s->opts.io_threads > 0 ? s->opts.io_threads : 4;
 		r.transitions = hp_net_transitions(s->net);
+		r.bytes_loaded = st.bytes_loaded;
+		r.bytes_written = s->run_written;
 	} else {
 		r.kernel_ms = s->kernel_ms;
 	}

@@ -143,6 +143,10 @@ static int build(struct hp_trainer *t)
 	eo.budget = t->o.budget;
 	eo.seed = t->o.seed;
 	eo.trace_path = t->o.trace_path;
+	if (t->o.size >= offsetof(struct hp_trainer_opts, tiers) + sizeof t->o.tiers) {
+		eo.ntiers = t->o.ntiers;
+		eo.tiers = t->o.tiers;
+	}
 	if ((rc = hp_session_create(t->g, &eo, &t->s)) < 0)
 		return rc;
 	if ((rc = hp_dataset_attach(&t->data, t->s->store)) < 0 || (rc = alloc_batch(t)) < 0)
@@ -365,6 +369,11 @@ int64_t hp_trainer_current_step(const struct hp_trainer *t)
 int64_t hp_trainer_total_steps(const struct hp_trainer *t)
 {
 	return t->total;
+}
+
+struct hp_session *hp_trainer_session(struct hp_trainer *t)
+{
+	return t->s;
 }
 
 uint64_t hp_trainer_peak_bytes(const struct hp_trainer *t)

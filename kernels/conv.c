@@ -1,17 +1,22 @@
-/* Conv: im2col over tiles of output positions + OpenBLAS sgemm.
+/* Conv over OpenBLAS sgemm, three paths (hp_conv_setup picks one):
+ *  - direct: a 1x1 convolution with unit strides and no padding multiplies X;
+ *  - shift (conv_shift.c): stride 1 with at least HP_SHIFT_MIN_CH input
+ *    channels per group and planes wide enough that padding columns waste
+ *    little: kvol accumulated sgemms over shifted views of a padded slab,
+ *    no im2col; workers take runs of output planes (batch, group, plane);
+ *  - im2col, below, for everything else.
  *
- * The output of each (batch, group) is cut into tiles of columns; a tile's
+ * im2col: the output of each (batch, group) is cut into tiles of columns; a tile's
  * column matrix [cin_g * kvol][tile] fits a bounded workspace (at most
  * HP_CONV_WS_MAX bytes whatever the volume), is built by hp_im2col and
  * multiplied by the group's weights straight into Y (ldc = output volume).
- * A 1x1 convolution with unit strides and no padding multiplies X itself.
  *
  * Threading (measured in bench/bench_kernels.c): the pool's workers take
  * disjoint runs of tiles, each with its own slice of the workspace and
  * single-threaded BLAS, so im2col and sgemm of different tiles overlap and
- * there is one join per node.  Every output element is one sgemm dot product
- * over the full K in a fixed order, so results are bitwise reproducible for
- * a given thread count.
+ * there is one join per node.  Every output element is computed by the same
+ * sequence of sgemm calls whatever the worker, so results are bitwise
+ * reproducible for a given thread count.
  */
 #include <cblas.h>
 #include <errno.h>
@@ -31,6 +36,11 @@ static int shift_mode; /* 0 auto, 1 whenever possible, -1 never */
 void hp_conv_set_shift(int mode)
 {
 	shift_mode = mode;
+}
+
+int hp_conv_shift_mode(void)
+{
+	return shift_mode;
 }
 
 size_t hp_conv_ws_max(void)
@@ -78,6 +88,15 @@ void hp_conv_threads_leave(int saved)
 {
 	if (saved)
 		openblas_set_num_threads(saved);
+}
+
+void hp_conv_parallel(struct hp_pool *pool, int threads, int64_t n, hp_range_fn fn, void *arg)
+{
+	if (threads <= 1 || n <= 1) {
+		fn(arg, 0, n, 0);
+		return;
+	}
+	hp_parallel_for(pool, n, (n + threads - 1) / threads, fn, arg);
 }
 
 void hp_conv_plan(int64_t total, int64_t cap, int64_t items, int threads, int64_t *ntiles, int64_t *tcols)
@@ -194,7 +213,7 @@ static int shift_fit(const struct hp_conv *cv, size_t floats, int threads, int64
 	return 1;
 }
 
-static int workspace_threads(void)
+int hp_conv_ws_threads(void)
 {
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 
@@ -206,7 +225,7 @@ static int workspace_threads(void)
 static size_t shift_ws(const struct hp_conv *cv)
 {
 	const struct hp_shift *s = &cv->sh;
-	int nt = workspace_threads();
+	int nt = hp_conv_ws_threads();
 	int64_t items = cv->batch * cv->group * s->out[0], share = (items + nt - 1) / nt;
 	size_t wk = (size_t)(cv->cout * cv->kdim), tmp = (size_t)(cv->cout_g * s->tcols);
 	size_t one = tmp + hp_shift_slab_floats(s, s->tplanes ? s->tplanes : 1);
@@ -271,7 +290,7 @@ static void run_shift(const struct hp_conv *cv, struct conv_run *r, struct hp_po
 	r->tmp = (size_t)(cv->cout_g * cv->sh.tcols);
 	r->per_thread = (int64_t)(floats / (size_t)threads);
 	r->ws += wk;
-	hp_parallel_for(threads > 1 ? pool : NULL, cv->batch * cv->group * cv->sh.out[0], 1, shift_range, r);
+	hp_conv_parallel(pool, threads, cv->batch * cv->group * cv->sh.out[0], shift_range, r);
 }
 
 void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
@@ -293,7 +312,7 @@ void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, c
 	}
 	hp_conv_plan(cv->yvol, cap, items, threads, &r.nt, &r.tc);
 	r.per_thread = cv->direct ? 0 : r.tc * cv->kdim;
-	hp_parallel_for(threads > 1 ? pool : NULL, items * r.nt, 1, conv_range, &r);
+	hp_conv_parallel(pool, threads, items * r.nt, conv_range, &r);
 	hp_conv_threads_leave(saved);
 }
 

@@ -5,13 +5,16 @@
  * ConvTranspose output) and a "small" side (the Conv output, the
  * ConvTranspose input), linked by the window (kernel, stride, dilation,
  * pads on the big side).  ConvTranspose's dW is ConvGradFilter with the
- * operands swapped; its forward is ConvGradData. */
+ * operands swapped; its forward is ConvGradData.  The data gradients run
+ * the forward kernels of conv.c / conv_transpose.c (threaded, bounded
+ * workspace); the filter gradient tiles the same way. */
 #include <cblas.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "kernels/conv_impl.h"
 #include "kernels/train_util.h"
 
 struct cgeom {
@@ -60,33 +63,73 @@ static int cgeom_init(struct hp_graph *g, const struct hp_node *n, struct cgeom 
 	return 0;
 }
 
-/* Big-side image of `ch` channels -> cols [ch * kvol, svol]; col2im adds back. */
-static void im2col(const struct cgeom *c, int64_t ch, const float *img, float *cols, int back)
+/* An hp_conv over the cgeom: Conv (transpose 0) from `img` to `grid`, or
+ * ConvTranspose (1) from `grid` to `img`, with cin/cout channels. */
+static void conv_from(const struct cgeom *c, int transpose, int64_t cin, int64_t cout, const int64_t *img,
+		      const int64_t *grid, const int64_t *pad, struct hp_conv *cv)
 {
-	for (int64_t q = 0; q < ch; q++)
-		for (int64_t kd = 0; kd < c->k[0]; kd++)
-			for (int64_t kh = 0; kh < c->k[1]; kh++)
-				for (int64_t kw = 0; kw < c->k[2]; kw++) {
-					float *row = cols + ((q * c->k[0] + kd) * c->k[1] * c->k[2] + kh * c->k[2] + kw) * c->svol;
-					const float *src = img + q * c->bvol;
-					for (int64_t od = 0; od < c->small[0]; od++) {
-						int64_t id = od * c->s[0] - c->p[0] + kd * c->d[0];
-						for (int64_t oh = 0; oh < c->small[1]; oh++) {
-							int64_t ih = oh * c->s[1] - c->p[1] + kh * c->d[1];
-							int ok = id >= 0 && id < c->big[0] && ih >= 0 && ih < c->big[1];
-							float *r = row + (od * c->small[1] + oh) * c->small[2];
-							int64_t base = (id * c->big[1] + ih) * c->big[2];
-							for (int64_t ow = 0; ow < c->small[2]; ow++) {
-								int64_t iw = ow * c->s[2] - c->p[2] + kw * c->d[2];
-								int in = ok && iw >= 0 && iw < c->big[2];
-								if (back && in)
-									((float *)src)[base + iw] += r[ow];
-								else if (!back)
-									r[ow] = in ? src[base + iw] : 0.0f;
-							}
-						}
-					}
-				}
+	memset(cv, 0, sizeof *cv);
+	cv->nd = 3;
+	cv->transpose = transpose;
+	cv->batch = c->n;
+	cv->cin = cin;
+	cv->cout = cout;
+	cv->group = c->group;
+	cv->cin_g = cin / c->group;
+	cv->cout_g = cout / c->group;
+	for (int i = 0; i < 3; i++) {
+		cv->g.img[i] = img[i];
+		cv->g.grid[i] = grid[i];
+		cv->g.k[i] = c->k[i];
+		cv->g.stride[i] = c->s[i];
+		cv->g.dil[i] = c->d[i];
+		cv->g.pad[i] = pad[i];
+	}
+	hp_colgeom_finish(&cv->g);
+	cv->xvol = transpose ? cv->g.grid_vol : cv->g.img_vol;
+	cv->yvol = transpose ? cv->g.img_vol : cv->g.grid_vol;
+	cv->kdim = (transpose ? cv->cout_g : cv->cin_g) * cv->g.kvol;
+}
+
+/* Data gradients: a Conv or ConvTranspose forward (no bias) over the
+ * shared kernels. */
+struct cg_data {
+	struct cgeom c;
+	int transpose;         /* run cv as ConvTranspose */
+	struct hp_conv cv;
+};
+
+static int data_priv(struct hp_graph *g, struct hp_node *n, struct cg_data *d)
+{
+	if (!(n->priv = malloc(sizeof *d)))
+		return hp_node_error(g, n, -ENOMEM, "out of memory");
+	memcpy(n->priv, d, sizeof *d);
+	n->workspace = d->cv.workspace;
+	return 0;
+}
+
+/* dX of a Conv: for stride 1 a Conv of dY with W transposed and mirrored
+ * over padded slabs; otherwise ConvTranspose(dY, W) (col2im). */
+static void conv_data_plan(struct cg_data *d)
+{
+	const struct cgeom *c = &d->c;
+	int64_t pad[3];
+	int ok = 1;
+
+	for (int i = 0; i < 3; i++) {
+		pad[i] = (c->k[i] - 1) * c->d[i] - c->p[i];
+		ok &= c->s[i] == 1 && pad[i] >= 0;
+	}
+	if (ok) {
+		conv_from(c, 0, c->csmall, c->cbig, c->small, c->big, pad, &d->cv);
+		d->cv.wflip = 1;
+		hp_conv_setup(&d->cv);
+		if (d->cv.shift)
+			return;
+	}
+	d->transpose = 1;
+	conv_from(c, 1, c->csmall, c->cbig, c->big, c->small, c->p, &d->cv);
+	hp_convt_setup(&d->cv);
 }
 
 /* ---- ConvGradData(dY, W) -> dX  (attrs x_shape, group, strides, pads, dilations) */
@@ -94,7 +137,7 @@ static void im2col(const struct cgeom *c, int64_t ch, const float *img, float *c
 static int conv_data_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	struct hp_shape xs;
-	struct cgeom c;
+	struct cg_data d = { 0 };
 	const struct hp_value *dy = tk_in(g, n, 0), *w = tk_in(g, n, 1);
 	int rc;
 
@@ -103,39 +146,31 @@ static int conv_data_prepare(struct hp_graph *g, struct hp_node *n)
 		return rc;
 	if (w->shape.rank != xs.rank)
 		return hp_node_error(g, n, HP_ESHAPE, "W rank does not match X");
-	if ((rc = cgeom_init(g, n, &c, &xs, &dy->shape, w->shape.dims + 2)) < 0)
+	if ((rc = cgeom_init(g, n, &d.c, &xs, &dy->shape, w->shape.dims + 2)) < 0)
 		return rc;
-	if (w->shape.dims[0] != c.csmall || w->shape.dims[1] * c.group != c.cbig)
+	if (w->shape.dims[0] != d.c.csmall || w->shape.dims[1] * d.c.group != d.c.cbig)
 		return hp_node_error(g, n, HP_ESHAPE, "W channels do not match X/dY and group");
-	if (!(n->priv = malloc(sizeof c)))
-		return hp_node_error(g, n, -ENOMEM, "out of memory");
-	memcpy(n->priv, &c, sizeof c);
-	n->workspace = (size_t)(c.cbig / c.group * c.kvol * c.svol) * sizeof(float);
+	conv_data_plan(&d);
+	if ((rc = data_priv(g, n, &d)) < 0)
+		return rc;
 	tk_set_out(g, n, 0, HP_F32, &xs);
 	return 0;
 }
 
-static int conv_data_run(const struct hp_node *n, const struct hp_kargs *a)
+static int data_run(const struct hp_node *n, const struct hp_kargs *a)
 {
-	const struct cgeom *c = n->priv;
-	int64_t cg = c->cbig / c->group, mg = c->csmall / c->group, rows = cg * c->kvol;
-	const float *dy = a->in[0].data, *w = a->in[1].data;
-	float *dx = a->out[0].data, *cols = a->ws;
+	const struct cg_data *d = n->priv;
 
-	memset(dx, 0, hp_tensor_bytes(&a->out[0]));
-	for (int64_t b = 0; b < c->n; b++)
-		for (int64_t gi = 0; gi < c->group; gi++) {
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)c->svol, (int)mg, 1.0f,
-				    w + gi * mg * rows, (int)rows, dy + (b * c->csmall + gi * mg) * c->svol, (int)c->svol,
-				    0.0f, cols, (int)c->svol);
-			im2col(c, cg, dx + (b * c->cbig + gi * cg) * c->bvol, cols, 1);
-		}
+	if (d->transpose)
+		hp_convt_forward(&d->cv, a->in[0].data, a->in[1].data, NULL, a->out[0].data, a->ws, a->pool);
+	else
+		hp_conv_forward(&d->cv, a->in[0].data, a->in[1].data, NULL, a->out[0].data, a->ws, a->pool);
 	return 0;
 }
 
 static double conv_flops(const struct hp_graph *g, const struct hp_node *n)
 {
-	const struct cgeom *c = n->priv;
+	const struct cgeom *c = n->priv; /* first member of every priv here */
 
 	(void)g;
 	return c ? 2.0 * (double)(c->n * c->csmall * c->cbig / c->group) * (double)(c->kvol * c->svol) : 0;
@@ -143,16 +178,141 @@ static double conv_flops(const struct hp_graph *g, const struct hp_node *n)
 
 const struct hp_op tk_op_conv_grad_data = {
 	.domain = TK_DOMAIN, .name = "ConvGradData", .min_inputs = 2, .max_inputs = 2,
-	.min_outputs = 1, .max_outputs = 1, .prepare = conv_data_prepare, .run = conv_data_run,
+	.min_outputs = 1, .max_outputs = 1, .prepare = conv_data_prepare, .run = data_run,
 	.flops = conv_flops,
 };
 
-/* ---- ConvGradFilter(dY, X) -> dW [csmall, cbig/group, k...]  (attrs kernel_shape, ...) */
+/* ---- ConvGradFilter(dY, X) -> dW [csmall, cbig/group, k...]  (attrs kernel_shape, ...)
+ * dW_g += dY_g [mg x cols] x col^T [cols x cg*kvol] over tiles of dY's
+ * positions; the column tile is a flat copy from a padded slab (stride 1)
+ * or hp_im2col.  Each worker sums its tiles into its own copy of dW, and
+ * the copies are added up in worker order. */
+
+struct cg_filter {
+	struct cgeom c;
+	int slab;              /* stride-1 slab path (sh), else im2col tiles */
+	struct hp_shift sh;
+	struct hp_colgeom geo; /* img: X (big side), grid: dY (small side) */
+	int64_t tc;            /* im2col: columns per tile */
+	size_t fixed;          /* floats per worker besides the slab */
+	size_t workspace;
+};
+
+struct filter_run {
+	const struct cg_filter *f;
+	const float *dy, *x;
+	float *dw, *ws;
+	size_t per_thread, dwn;
+	int64_t chunk, ntile;
+};
+
+/* part[g] ([cg*kvol][mg], dW_g transposed: the sgemm shape OpenBLAS runs
+ * fastest here) += col [cg*kvol x nc] x dY_g^T. */
+static void filter_gemm(const struct cg_filter *f, int64_t g, const float *dy, int64_t lddy, const float *col,
+			int64_t nc, float *part)
+{
+	int64_t mg = f->c.csmall / f->c.group, rows = f->c.cbig / f->c.group * f->c.kvol;
+
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)mg, (int)nc, 1.0f, col, (int)nc, dy,
+		    (int)lddy, 1.0f, part + g * mg * rows, (int)mg);
+}
+
+static float *filter_part(const struct filter_run *r, int tid, float **buf)
+{
+	float *base = r->ws + (size_t)tid * r->per_thread;
+
+	*buf = base + r->dwn;
+	return base;
+}
+
+/* im2col tiles: items (batch, group, tile of dY's positions). */
+static void filter_cols_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct filter_run *r = arg;
+	const struct cg_filter *f = r->f;
+	const struct cgeom *c = &f->c;
+	int64_t cg = c->cbig / c->group, mg = c->csmall / c->group;
+	float *col, *part = filter_part(r, tid, &col);
+
+	for (int64_t i = b; i < e; i++) {
+		int64_t bg = i / r->ntile, t = i % r->ntile, nb = bg / c->group, g = bg % c->group;
+		int64_t j0 = t * f->tc, j1 = j0 + f->tc < c->svol ? j0 + f->tc : c->svol;
+		hp_im2col(&f->geo, cg, r->x + (nb * c->cbig + g * cg) * c->bvol, j0, j1, col);
+		filter_gemm(f, g, r->dy + (nb * c->csmall + g * mg) * c->svol + j0, c->svol, col, j1 - j0, part);
+	}
+}
+
+/* Slab path: items (batch, group, dY plane), chunks as in the forward. */
+static void filter_slab_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct filter_run *r = arg;
+	const struct cg_filter *f = r->f;
+	const struct cgeom *c = &f->c;
+	const struct hp_shift *s = &f->sh;
+	int64_t cg = c->cbig / c->group, mg = c->csmall / c->group, planes = s->out[0];
+	float *col, *part = filter_part(r, tid, &col), *tmp = col + (size_t)(cg * c->kvol * s->tcols);
+	float *slab = tmp + (size_t)(mg * s->tcols);
+
+	while (b < e) {
+		int64_t bg = b / planes, d0 = b % planes, nb = bg / c->group, g = bg % c->group, d1 = d0 + r->chunk;
+		const float *dy = r->dy + (nb * c->csmall + g * mg) * c->svol;
+
+		d1 = d1 < planes ? d1 : planes;
+		d1 = d1 < d0 + e - b ? d1 : d0 + e - b;
+		hp_shift_slab(s, r->x + (nb * c->cbig + g * cg) * c->bvol, d0, d1, slab);
+		for (int64_t t = 0; t < hp_shift_ntiles(s, d1 - d0); t++) {
+			int64_t r0, r1, start, nc;
+			hp_shift_tile_rows(s, d0, d1, t, &r0, &r1);
+			nc = hp_shift_tile_span(s, d0, r0, r1, &start);
+			hp_shift_pack_rows(s, dy, c->svol, d0, r0, r1, tmp);
+			hp_shift_flat_col(s, slab, d0, d1, r0, r1, col);
+			filter_gemm(f, g, tmp, nc, col, nc, part);
+		}
+		b += d1 - d0;
+	}
+}
+
+static void filter_plan(struct cg_filter *f)
+{
+	const struct cgeom *c = &f->c;
+	int64_t cg = c->cbig / c->group, mg = c->csmall / c->group, rows = cg * c->kvol;
+	size_t dwn = (size_t)(c->csmall * rows), cap = hp_conv_ws_max() / sizeof(float);
+	int nt = hp_conv_ws_threads();
+
+	for (int i = 0; i < 3; i++) {
+		f->geo.img[i] = c->big[i];
+		f->geo.grid[i] = c->small[i];
+		f->geo.k[i] = c->k[i];
+		f->geo.stride[i] = c->s[i];
+		f->geo.dil[i] = c->d[i];
+		f->geo.pad[i] = c->p[i];
+	}
+	hp_colgeom_finish(&f->geo);
+	f->slab = hp_conv_shift_mode() >= 0 && hp_shift_init(&f->sh, &f->geo, cg, mg) == 0 &&
+		  (hp_conv_shift_mode() > 0 ||
+		   (hp_shift_useful(&f->sh) >= HP_SHIFT_MIN_USEFUL && c->n * c->group * c->small[0] >= 2));
+	if (f->slab) {
+		int64_t items = c->n * c->group * c->small[0], share = (items + nt - 1) / nt;
+		size_t want;
+		f->fixed = dwn + (size_t)((rows + mg) * f->sh.tcols);
+		want = f->fixed + hp_shift_slab_floats(&f->sh, share < c->small[0] ? share : c->small[0]);
+		if ((size_t)nt * (f->fixed + hp_shift_slab_floats(&f->sh, f->sh.tplanes ? f->sh.tplanes : 1)) <= cap) {
+			f->workspace = ((size_t)nt * want < cap ? (size_t)nt * want : cap) * sizeof(float);
+			return;
+		}
+		f->slab = 0;
+	}
+	f->tc = (int64_t)(HP_CONV_TILE_BYTES / ((size_t)rows * sizeof(float)));
+	f->tc = f->tc < HP_CONV_TILE_MIN_COLS ? HP_CONV_TILE_MIN_COLS : f->tc;
+	f->tc = f->tc < c->svol ? f->tc : c->svol;
+	f->fixed = dwn + (size_t)(rows * f->tc);
+	f->workspace = (size_t)nt * f->fixed * sizeof(float);
+}
 
 static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	struct hp_shape ks, ws;
-	struct cgeom c;
+	struct cg_filter f = { 0 };
 	const struct hp_value *dy = tk_in(g, n, 0), *x = tk_in(g, n, 1);
 	int rc;
 
@@ -161,35 +321,76 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 		return rc;
 	if (ks.rank != x->shape.rank - 2)
 		return hp_node_error(g, n, HP_ESHAPE, "kernel_shape does not match X's spatial rank");
-	if ((rc = cgeom_init(g, n, &c, &x->shape, &dy->shape, ks.dims)) < 0)
+	if ((rc = cgeom_init(g, n, &f.c, &x->shape, &dy->shape, ks.dims)) < 0)
 		return rc;
-	if (!(n->priv = malloc(sizeof c)))
+	filter_plan(&f);
+	if (!(n->priv = malloc(sizeof f)))
 		return hp_node_error(g, n, -ENOMEM, "out of memory");
-	memcpy(n->priv, &c, sizeof c);
-	n->workspace = (size_t)(c.cbig / c.group * c.kvol * c.svol) * sizeof(float);
+	memcpy(n->priv, &f, sizeof f);
+	n->workspace = f.workspace;
 	ws.rank = x->shape.rank;
-	ws.dims[0] = c.csmall;
-	ws.dims[1] = c.cbig / c.group;
+	ws.dims[0] = f.c.csmall;
+	ws.dims[1] = f.c.cbig / f.c.group;
 	memcpy(ws.dims + 2, ks.dims, (size_t)ks.rank * sizeof ks.dims[0]);
 	tk_set_out(g, n, 0, HP_F32, &ws);
 	return 0;
 }
 
+/* dW[g*mg + m][j] = sum over workers (in order) of part[g][j][m]. */
+static void filter_reduce(const struct cg_filter *f, const struct filter_run *r, int threads)
+{
+	int64_t mg = f->c.csmall / f->c.group, rows = f->c.cbig / f->c.group * f->c.kvol;
+
+	for (int64_t g = 0; g < f->c.group; g++)
+		for (int64_t m = 0; m < mg; m++) {
+			float *dw = r->dw + (g * mg + m) * rows;
+			for (int64_t j = 0; j < rows; j++) {
+				const float *p = r->ws + (g * rows + j) * mg + m;
+				float acc = p[0];
+				for (int t = 1; t < threads; t++)
+					acc += p[(size_t)t * r->per_thread];
+				dw[j] = acc;
+			}
+		}
+}
+
+/* Workers that fit the workspace, and the slab chunk for them. */
+static int filter_threads(const struct cg_filter *f, size_t floats, int threads, int64_t *chunk)
+{
+	size_t tmp = (size_t)(f->c.csmall / f->c.group * f->sh.tcols);
+
+	for (; threads >= 1; threads--) {
+		size_t per = floats / (size_t)threads;
+		if (!f->slab)
+			*chunk = per >= f->fixed;
+		else
+			*chunk = per > f->fixed - tmp ? hp_shift_chunk(&f->sh, per - (f->fixed - tmp), tmp) : 0;
+		if (*chunk > 0)
+			return threads;
+	}
+	return 0;
+}
+
 static int conv_filter_run(const struct hp_node *n, const struct hp_kargs *a)
 {
-	const struct cgeom *c = n->priv;
-	int64_t cg = c->cbig / c->group, mg = c->csmall / c->group, rows = cg * c->kvol;
-	const float *dy = a->in[0].data, *x = a->in[1].data;
-	float *dw = a->out[0].data, *cols = a->ws;
+	const struct cg_filter *f = n->priv;
+	const struct cgeom *c = &f->c;
+	struct filter_run r = { .f = f, .dy = a->in[0].data, .x = a->in[1].data, .dw = a->out[0].data, .ws = a->ws };
+	int saved, threads = hp_conv_threads_enter(a->pool, &saved);
+	int64_t items;
 
-	memset(dw, 0, hp_tensor_bytes(&a->out[0]));
-	for (int64_t b = 0; b < c->n; b++)
-		for (int64_t gi = 0; gi < c->group; gi++) {
-			im2col(c, cg, x + (b * c->cbig + gi * cg) * c->bvol, cols, 0);
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)mg, (int)rows, (int)c->svol, 1.0f,
-				    dy + (b * c->csmall + gi * mg) * c->svol, (int)c->svol, cols, (int)c->svol, 1.0f,
-				    dw + gi * mg * rows, (int)rows);
-		}
+	r.dwn = (size_t)(c->csmall * c->cbig / c->group * c->kvol);
+	threads = filter_threads(f, f->workspace / sizeof(float), threads, &r.chunk);
+	r.per_thread = f->workspace / sizeof(float) / (size_t)threads;
+	r.ntile = (c->svol + f->tc - 1) / (f->tc ? f->tc : 1);
+	items = c->n * c->group * (f->slab ? c->small[0] : r.ntile);
+	for (int t = 0; t < threads; t++) {
+		float *col, *part = filter_part(&r, t, &col);
+		memset(part, 0, r.dwn * sizeof *part);
+	}
+	hp_conv_parallel(a->pool, threads, items, f->slab ? filter_slab_range : filter_cols_range, &r);
+	filter_reduce(f, &r, threads);
+	hp_conv_threads_leave(saved);
 	return 0;
 }
 
@@ -205,7 +406,7 @@ const struct hp_op tk_op_conv_grad_filter = {
 static int convt_data_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	struct hp_shape xs;
-	struct cgeom c;
+	struct cg_data d = { 0 };
 	const struct hp_value *dy = tk_in(g, n, 0), *w = tk_in(g, n, 1);
 	int rc;
 
@@ -214,38 +415,21 @@ static int convt_data_prepare(struct hp_graph *g, struct hp_node *n)
 		return rc;
 	if (w->shape.rank != xs.rank)
 		return hp_node_error(g, n, HP_ESHAPE, "W rank does not match X");
-	if ((rc = cgeom_init(g, n, &c, &dy->shape, &xs, w->shape.dims + 2)) < 0)
+	if ((rc = cgeom_init(g, n, &d.c, &dy->shape, &xs, w->shape.dims + 2)) < 0)
 		return rc;
-	if (w->shape.dims[0] != c.csmall || w->shape.dims[1] * c.group != c.cbig)
+	if (w->shape.dims[0] != d.c.csmall || w->shape.dims[1] * d.c.group != d.c.cbig)
 		return hp_node_error(g, n, HP_ESHAPE, "W channels do not match X/dY and group");
-	if (!(n->priv = malloc(sizeof c)))
-		return hp_node_error(g, n, -ENOMEM, "out of memory");
-	memcpy(n->priv, &c, sizeof c);
-	n->workspace = (size_t)(c.cbig / c.group * c.kvol * c.svol) * sizeof(float);
+	conv_from(&d.c, 0, d.c.cbig, d.c.csmall, d.c.big, d.c.small, d.c.p, &d.cv);
+	hp_conv_setup(&d.cv);
+	if ((rc = data_priv(g, n, &d)) < 0)
+		return rc;
 	tk_set_out(g, n, 0, HP_F32, &xs);
-	return 0;
-}
-
-static int convt_data_run(const struct hp_node *n, const struct hp_kargs *a)
-{
-	const struct cgeom *c = n->priv;
-	int64_t mg = c->cbig / c->group, cg = c->csmall / c->group, rows = mg * c->kvol;
-	const float *dy = a->in[0].data, *w = a->in[1].data;
-	float *dx = a->out[0].data, *cols = a->ws;
-
-	for (int64_t b = 0; b < c->n; b++)
-		for (int64_t gi = 0; gi < c->group; gi++) {
-			im2col(c, mg, dy + (b * c->cbig + gi * mg) * c->bvol, cols, 0);
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)cg, (int)c->svol, (int)rows, 1.0f,
-				    w + gi * cg * rows, (int)rows, cols, (int)c->svol, 0.0f,
-				    dx + (b * c->csmall + gi * cg) * c->svol, (int)c->svol);
-		}
 	return 0;
 }
 
 const struct hp_op tk_op_convt_grad_data = {
 	.domain = TK_DOMAIN, .name = "ConvTransposeGradData", .min_inputs = 2, .max_inputs = 2,
-	.min_outputs = 1, .max_outputs = 1, .prepare = convt_data_prepare, .run = convt_data_run,
+	.min_outputs = 1, .max_outputs = 1, .prepare = convt_data_prepare, .run = data_run,
 	.flops = conv_flops,
 };
 

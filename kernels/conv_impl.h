@@ -49,7 +49,7 @@ struct hp_shift {
 	int64_t tcols;         /* columns of the widest tile */
 };
 
-#define HP_SHIFT_TILE_COLS 2048
+#define HP_SHIFT_TILE_COLS 1024
 /* Fewer input channels per group than this: im2col (K per sgemm too short). */
 #define HP_SHIFT_MIN_CH 8
 
@@ -57,7 +57,7 @@ struct hp_shift {
 int hp_shift_init(struct hp_shift *s, const struct hp_colgeom *g, int64_t ch, int64_t m);
 /* Fraction of a tile's columns that are output positions (the rest is padding). */
 double hp_shift_useful(const struct hp_shift *s);
-#define HP_SHIFT_MIN_USEFUL 0.8
+#define HP_SHIFT_MIN_USEFUL 0.7
 size_t hp_shift_slab_floats(const struct hp_shift *s, int64_t planes);
 int64_t hp_shift_chunk(const struct hp_shift *s, size_t floats, size_t tmp);
 /* Slab of the output planes [d0, d1) from image x [ch][in volume]. */
@@ -79,6 +79,7 @@ void hp_shift_pack_rows(const struct hp_shift *s, const float *y, int64_t ldy, i
 /* Tests and benchmarks only: 0 auto, 1 shift path whenever the geometry
  * allows (stride 1), -1 never; read when a Conv is prepared. */
 void hp_conv_set_shift(int mode);
+int hp_conv_shift_mode(void);
 /* Benchmarks only: tile width target (0 restores the default). */
 void hp_shift_set_tile_cols(int64_t c);
 
@@ -93,6 +94,7 @@ struct hp_conv {
 	int direct;            /* Conv 1x1, stride 1, no pad: X is the column matrix */
 	int shift;             /* stride-1 Conv over padded slabs (struct hp_shift) */
 	struct hp_shift sh;
+	int blocked;           /* ConvTranspose, kernel == stride, no pad: blocks tile Y */
 	int wflip;             /* shift only: W is [cin][cout_g][k], used transposed and mirrored */
 	size_t workspace;      /* bytes (hp_conv_setup) */
 	struct hp_colgeom g;
@@ -110,12 +112,21 @@ void hp_conv_setup(struct hp_conv *cv);
 void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		     struct hp_pool *pool);
 
+/* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
+void hp_convt_setup(struct hp_conv *cv);
+int hp_convt_blocked(const struct hp_colgeom *g);
+void hp_convt_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		      struct hp_pool *pool);
+
 /* 2 * MACs of a parsed node. */
 double hp_conv_flops(const struct hp_conv *cv);
 
 /* Column-buffer budget of one conv node (bytes); the kernel tiles within it. */
 #define HP_CONV_WS_MAX ((size_t)16 << 20)
 size_t hp_conv_ws_max(void);
+/* Threads a workspace is sized for (the cores, at most 8); fewer at run
+ * time is fine, more run with fewer workers or smaller chunks. */
+int hp_conv_ws_threads(void);
 /* Tests and benchmarks only: override the budget (0 restores the default). */
 void hp_conv_set_ws_max(size_t b);
 
@@ -135,6 +146,10 @@ int hp_conv_threads_enter(struct hp_pool *pool, int *saved);
 void hp_conv_threads_leave(int saved);
 /* Benchmarks only: 0 auto, 1 always pool tiles, 2 always caller + BLAS threads. */
 void hp_conv_set_policy(int p);
+
+/* hp_parallel_for over at most `threads` workers (tid < threads), or the
+ * caller alone when threads <= 1. */
+void hp_conv_parallel(struct hp_pool *pool, int threads, int64_t n, hp_range_fn fn, void *arg);
 
 /* Cut `total` columns into *ntiles tiles of *tcols (<= cap) columns, the
  * count of items * ntiles a multiple of `threads` where possible. */

@@ -22,6 +22,41 @@ struct convt_run {
 	int64_t nchunk, cs, tc, per_thread;
 };
 
+/* Kernel == stride, no padding or dilation: the output blocks of the input
+ * positions tile Y, so each column is stored once (with the bias) and the
+ * rows of Y are written whole, without a bias pass or col2im sums. */
+static void scatter_blocked(const struct hp_colgeom *g, int64_t ch, const float *col, int64_t j0, int64_t j1,
+			    float *y, const float *bias)
+{
+	int64_t n = j1 - j0, W = g->grid[2], k0 = g->k[0], k1 = g->k[1], k2 = g->k[2];
+
+	for (int64_t c = 0; c < ch; c++)
+		for (int64_t kd = 0; kd < k0; kd++)
+			for (int64_t kh = 0; kh < k1; kh++) {
+				const float *src = col + ((c * k0 + kd) * k1 + kh) * k2 * n;
+				float b = bias ? bias[c] : 0.0f;
+				for (int64_t r = j0 / W; r * W < j1; r++) {
+					int64_t d = r / g->grid[1], h = r % g->grid[1];
+					int64_t a = j0 > r * W ? j0 - r * W : 0, e = j1 - r * W < W ? j1 - r * W : W;
+					float *restrict out = y + c * g->img_vol + ((d * k0 + kd) * g->img[1] + h * k1 + kh) * g->img[2];
+					for (int64_t kw = 0; kw < k2; kw++) {
+						const float *restrict s = src + kw * n + r * W - j0;
+						for (int64_t w = a; w < e; w++)
+							out[w * k2 + kw] = s[w] + b;
+					}
+				}
+			}
+}
+
+int hp_convt_blocked(const struct hp_colgeom *g)
+{
+	for (int i = 0; i < 3; i++)
+		if (g->stride[i] != g->k[i] || g->pad[i] || (g->dil[i] != 1 && g->k[i] > 1) ||
+		    g->img[i] != g->grid[i] * g->k[i])
+			return 0;
+	return 1;
+}
+
 static void convt_item(const struct convt_run *r, int64_t item, float *col)
 {
 	const struct hp_conv *cv = r->cv;
@@ -33,7 +68,7 @@ static void convt_item(const struct convt_run *r, int64_t item, float *col)
 
 	if (c0 >= c1)
 		return;
-	for (int64_t c = c0; c < c1; c++) {
+	for (int64_t c = c0; c < c1 && !cv->blocked; c++) {
 		float bias = r->b ? r->b[g * cv->cout_g + c] : 0.0f, *row = y + (c - c0) * cv->yvol;
 		for (int64_t j = 0; j < cv->yvol; j++)
 			row[j] = bias;
@@ -42,7 +77,10 @@ static void convt_item(const struct convt_run *r, int64_t item, float *col)
 		int64_t j1 = j0 + r->tc < cv->xvol ? j0 + r->tc : cv->xvol, nc = j1 - j0;
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)((c1 - c0) * kv), (int)nc, (int)cv->cin_g,
 			    1.0f, w, (int)cv->kdim, x + j0, (int)cv->xvol, 0.0f, col, (int)nc);
-		hp_col2im(&cv->g, c1 - c0, col, j0, j1, y);
+		if (cv->blocked)
+			scatter_blocked(&cv->g, c1 - c0, col, j0, j1, y, r->b ? r->b + g * cv->cout_g + c0 : NULL);
+		else
+			hp_col2im(&cv->g, c1 - c0, col, j0, j1, y);
 	}
 }
 
@@ -54,10 +92,20 @@ static void convt_range(void *arg, int64_t b, int64_t e, int tid)
 		convt_item(r, i, r->ws + tid * r->per_thread);
 }
 
+void hp_convt_setup(struct hp_conv *cv)
+{
+	int64_t cap = (int64_t)(hp_conv_ws_max() / ((size_t)cv->kdim * sizeof(float)));
+
+	if (cap < 64)
+		cap = 64;
+	cv->ws_cols = cap < cv->xvol ? cap : cv->xvol;
+	cv->workspace = (size_t)cv->ws_cols * (size_t)cv->kdim * sizeof(float);
+	cv->blocked = hp_convt_blocked(&cv->g);
+}
+
 static int convt_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	struct hp_conv *cv = malloc(sizeof *cv);
-	int64_t cap;
 	int rc;
 
 	if (!cv)
@@ -67,24 +115,19 @@ static int convt_prepare(struct hp_graph *g, struct hp_node *n)
 		free(cv);
 		return rc;
 	}
-	cap = (int64_t)(hp_conv_ws_max() / ((size_t)cv->kdim * sizeof(float)));
-	if (cap < 64)
-		cap = 64;
-	cv->ws_cols = cap < cv->xvol ? cap : cv->xvol;
-	n->workspace = (size_t)cv->ws_cols * (size_t)cv->kdim * sizeof(float);
+	hp_convt_setup(cv);
+	n->workspace = cv->workspace;
 	n->priv = cv;
 	return 0;
 }
 
-static int convt_run(const struct hp_node *n, const struct hp_kargs *a)
+void hp_convt_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		      struct hp_pool *pool)
 {
-	const struct hp_conv *cv = n->priv;
-	struct convt_run r = { .cv = cv, .x = a->in[0].data, .w = a->in[1].data, .y = a->out[0].data, .ws = a->ws };
-	int saved, threads = hp_conv_threads_enter(a->pool, &saved);
+	struct convt_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws };
+	int saved, threads = hp_conv_threads_enter(pool, &saved);
 	int64_t items = cv->batch * cv->group, floats = cv->ws_cols * cv->kdim, cap;
 
-	if (cv->has_bias && a->nin > 2)
-		r.b = a->in[2].data;
 	r.nchunk = threads < cv->cout_g ? threads : cv->cout_g;
 	r.cs = (cv->cout_g + r.nchunk - 1) / r.nchunk;
 	r.per_thread = floats / threads;
@@ -98,8 +141,16 @@ static int convt_run(const struct hp_node *n, const struct hp_kargs *a)
 		r.per_thread = floats;
 		r.tc = cv->ws_cols;
 	}
-	hp_parallel_for(threads > 1 ? a->pool : NULL, items * r.nchunk, 1, convt_range, &r);
+	hp_conv_parallel(pool, threads, items * r.nchunk, convt_range, &r);
 	hp_conv_threads_leave(saved);
+}
+
+static int convt_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	const struct hp_conv *cv = n->priv;
+
+	hp_convt_forward(cv, a->in[0].data, a->in[1].data, cv->has_bias && a->nin > 2 ? a->in[2].data : NULL,
+			 a->out[0].data, a->ws, a->pool);
 	return 0;
 }
 

@@ -1,6 +1,13 @@
 /* Pooling: MaxPool (with Indices), AveragePool, LpPool over 1..3 spatial
  * dims, and the Global* variants.  Spatial dims are handled as 3-D with
  * leading unit dims; work is split over the N*C planes. */
+
+/* No kernel here reads FP exception flags: let GCC if-convert the max
+ * selects of the row path into SIMD (as eltwise_impl.h does). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -8,6 +15,12 @@
 
 #include "kernels/ops.h"
 #include "kernels/shape_util.h"
+#include "kernels/typegen.h"
+
+/* Elements of the per-thread row buffer of the row path (on the stack):
+ * a window wider than this (kernel extent with dilation) takes the
+ * per-output path. */
+#define ROWBUF 2048
 
 enum pool_kind { P_MAX, P_AVG, P_LP };
 
@@ -17,6 +30,9 @@ struct pool_p {
 	int64_t in[3], out[3], k[3], s[3], dl[3], pb[3], pe[3];
 	int count_include_pad, storage_order, lp;
 	int fast2;                         /* max, kernel = stride = 2, no pad: fast path */
+	int rows;                          /* max/avg without Indices: row path */
+	int64_t wblock;                    /* output columns per row-path block */
+	enum hp_dtype t;
 	/* per dim and output index: valid tap range [lo, hi) and taps inside the
 	 * padded extent (count_include_pad divisor) */
 	int64_t *lo[3], *hi[3], *cnt_pad[3];
@@ -140,6 +156,25 @@ static void pool_tables(struct pool_p *p, int64_t *mem)
 	}
 }
 
+/* Which path runs and which dtypes each takes: the row path (max over
+ * float32/float64/int8/uint8, average over float32), else the per-output
+ * path (float32: LpPool, MaxPool with Indices, very wide windows). */
+static int pool_rows_setup(const struct hp_graph *g, const struct hp_node *n, struct pool_p *p)
+{
+	int64_t ext = (p->k[2] - 1) * p->dl[2] + 1;
+	int idx = n->noutputs > 1 && n->outputs[1] >= 0;
+	int max_type = p->t == HP_F32 || p->t == HP_F64 || p->t == HP_I8 || p->t == HP_U8;
+
+	p->rows = !idx && p->kind != P_LP && ext <= ROWBUF && (p->kind == P_MAX ? max_type : p->t == HP_F32);
+	p->wblock = p->rows ? (ROWBUF - ext) / p->s[2] + 1 : 0;
+	if (!p->rows && p->t != HP_F32)
+		return hp_node_error(g, n, HP_EUNSUPPORTED, "%s of %s%s", n->op_type, hp_dtype_name(p->t),
+				     idx ? " with the Indices output (float32 only)"
+				     : p->kind == P_MAX && max_type ? ": window wider than the row buffer"
+								    : " is not supported");
+	return 0;
+}
+
 static int pool_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	const struct hp_value *x = hpks_in(g, n, 0);
@@ -147,8 +182,6 @@ static int pool_prepare(struct hp_graph *g, struct hp_node *n)
 	struct hp_shape os = x->shape;
 	int rc, nsp = x->shape.rank - 2;
 
-	if (x->dtype != HP_F32)
-		return hp_node_error(g, n, HP_EUNSUPPORTED, "input type %s (float32 only)", hp_dtype_name(x->dtype));
 	if ((rc = pool_attrs(g, n, x, &tmp)) < 0)
 		return rc;
 	tmp.planes = x->shape.dims[0] * x->shape.dims[1];
@@ -157,6 +190,10 @@ static int pool_prepare(struct hp_graph *g, struct hp_node *n)
 	tmp.storage_order = (int)hp_attr_int(n, "storage_order", 0);
 	tmp.lp = (int)hp_attr_int(n, "p", 2);
 	tmp.fast2 = tmp.kind == P_MAX && !(n->noutputs > 1 && n->outputs[1] >= 0);
+	tmp.t = x->dtype;
+	tmp.fast2 &= x->dtype == HP_F32;
+	if ((rc = pool_rows_setup(g, n, &tmp)) < 0)
+		return rc;
 	for (int d = 0; d < 3; d++) {
 		int unit = tmp.k[d] == 1 && tmp.s[d] == 1 && d < 3 - nsp;
 		tmp.fast2 &= unit || (tmp.k[d] == 2 && tmp.s[d] == 2 && tmp.dl[d] == 1 && !tmp.pb[d] &&
@@ -277,10 +314,130 @@ static float window(const struct pool_p *p, const float *x, int64_t od, int64_t 
 	return cnt ? (float)(acc / (double)cnt) : 0.f;
 }
 
+/* ---- row path ----------------------------------------------------------
+ * Per output row (od, oh), the window's valid input rows are reduced column
+ * by column into a row buffer (contiguous, vectorizable), then each output
+ * takes its taps along w from the buffer.  Max is exact in any order; the
+ * average sums rows then taps in double, a fixed order. */
+
+typedef void (*vrow_fn)(void *buf, const void *row, int64_t n, int first);
+typedef void (*hrow_fn)(const struct pool_p *p, const void *buf, int64_t wa, int64_t o0, int64_t o1, void *y,
+			int64_t od, int64_t oh);
+
+/* Max from INIT (-inf: NaN is skipped, an all-padding window gives INIT). */
+#define DEF_MAXROW(S, T, INIT)                                                                        \
+	static void vmax_##S(void *vb, const void *vr, int64_t n, int first)                           \
+	{                                                                                              \
+		T *b = vb;                                                                             \
+		const T *r = vr;                                                                       \
+		if (first) {                                                                           \
+			for (int64_t i = 0; i < n; i++)                                                \
+				b[i] = r[i] > (T)(INIT) ? r[i] : (T)(INIT);                            \
+			return;                                                                        \
+		}                                                                                      \
+		for (int64_t i = 0; i < n; i++)                                                        \
+			b[i] = r[i] > b[i] ? r[i] : b[i];                                              \
+	}                                                                                              \
+	static void hmax_##S(const struct pool_p *p, const void *vb, int64_t wa, int64_t o0, int64_t o1, \
+			     void *vy, int64_t od, int64_t oh)                                         \
+	{                                                                                              \
+		const T *b = vb;                                                                       \
+		T *y = vy;                                                                             \
+		int none = p->lo[0][od] == p->hi[0][od] || p->lo[1][oh] == p->hi[1][oh];               \
+		for (int64_t ow = o0; ow < o1; ow++) {                                                 \
+			int64_t st = ow * p->s[2] - p->pb[2] - wa;                                     \
+			T m = (T)(INIT);                                                               \
+			for (int64_t c = none ? 0 : p->lo[2][ow]; c < (none ? 0 : p->hi[2][ow]); c++) \
+				m = b[st + c * p->dl[2]] > m ? b[st + c * p->dl[2]] : m;               \
+			y[ow] = m;                                                                     \
+		}                                                                                      \
+	}
+
+DEF_MAXROW(f32, float, -INFINITY)
+DEF_MAXROW(f64, double, -INFINITY)
+DEF_MAXROW(i8, int8_t, INT8_MIN)
+DEF_MAXROW(u8, uint8_t, 0)
+
+static void vsum_f32(void *vb, const void *vr, int64_t n, int first)
+{
+	double *b = vb;
+	const float *r = vr;
+
+	if (first) {
+		for (int64_t i = 0; i < n; i++)
+			b[i] = r[i];
+		return;
+	}
+	for (int64_t i = 0; i < n; i++)
+		b[i] += r[i];
+}
+
+static void havg_f32(const struct pool_p *p, const void *vb, int64_t wa, int64_t o0, int64_t o1, void *vy,
+		     int64_t od, int64_t oh)
+{
+	const double *b = vb;
+	float *y = vy;
+	int64_t nrows = (p->hi[0][od] - p->lo[0][od]) * (p->hi[1][oh] - p->lo[1][oh]);
+	int64_t cpad = p->cnt_pad[0][od] * p->cnt_pad[1][oh];
+
+	for (int64_t ow = o0; ow < o1; ow++) {
+		int64_t st = ow * p->s[2] - p->pb[2] - wa;
+		int64_t cnt = p->count_include_pad ? cpad * p->cnt_pad[2][ow] : nrows * (p->hi[2][ow] - p->lo[2][ow]);
+		double acc = 0;
+		for (int64_t c = nrows ? p->lo[2][ow] : 0; c < (nrows ? p->hi[2][ow] : 0); c++)
+			acc += b[st + c * p->dl[2]];
+		y[ow] = cnt ? (float)(acc / (double)cnt) : 0.f;
+	}
+}
+
+struct rowfns {
+	vrow_fn v;
+	hrow_fn h;
+};
+
+static struct rowfns rowfns_of(const struct pool_p *p)
+{
+	if (p->kind == P_AVG)
+		return (struct rowfns){ vsum_f32, havg_f32 };
+	switch (p->t) {
+	case HP_F64: return (struct rowfns){ vmax_f64, hmax_f64 };
+	case HP_I8: return (struct rowfns){ vmax_i8, hmax_i8 };
+	case HP_U8: return (struct rowfns){ vmax_u8, hmax_u8 };
+	default: return (struct rowfns){ vmax_f32, hmax_f32 };
+	}
+}
+
+static void rows_plane(const struct pool_p *p, const char *x, char *y)
+{
+	double buf[ROWBUF];
+	struct rowfns f = rowfns_of(p);
+	size_t z = hp_dtype_size(p->t);
+	int64_t W = p->in[2], OW = p->out[2], ext = (p->k[2] - 1) * p->dl[2] + 1;
+
+	for (int64_t od = 0; od < p->out[0]; od++)
+		for (int64_t oh = 0; oh < p->out[1]; oh++) {
+			char *yr = y + (size_t)((od * p->out[1] + oh) * OW) * z;
+			int64_t sd = od * p->s[0] - p->pb[0], sh = oh * p->s[1] - p->pb[1];
+			for (int64_t o0 = 0; o0 < OW; o0 += p->wblock) {
+				int64_t o1 = o0 + p->wblock < OW ? o0 + p->wblock : OW;
+				int64_t wa = o0 * p->s[2] - p->pb[2], wb = (o1 - 1) * p->s[2] - p->pb[2] + ext;
+				int first = 1;
+				wa = wa < 0 ? 0 : wa;
+				wb = wb > W ? W : wb;
+				for (int64_t a = p->lo[0][od]; a < p->hi[0][od] && wb > wa; a++)
+					for (int64_t b = p->lo[1][oh]; b < p->hi[1][oh]; b++, first = 0) {
+						int64_t d = sd + a * p->dl[0], h = sh + b * p->dl[1];
+						f.v(buf, x + (size_t)((d * p->in[1] + h) * W + wa) * z, wb - wa, first);
+					}
+				f.h(p, buf, wa, o0, o1, yr, od, oh);
+			}
+		}
+}
+
 struct pool_job {
 	const struct pool_p *p;
-	const float *x;
-	float *y;
+	const void *x;
+	void *y;
 	int64_t *idx;
 };
 
@@ -289,11 +446,18 @@ static void pool_planes(void *arg, int64_t b, int64_t e, int tid)
 	const struct pool_job *j = arg;
 	const struct pool_p *p = j->p;
 	int64_t ip = p->in[0] * p->in[1] * p->in[2], op = p->out[0] * p->out[1] * p->out[2];
+	size_t z = hp_dtype_size(p->t);
 
 	(void)tid;
 	for (int64_t pl = b; pl < e; pl++) {
-		const float *x = j->x + pl * ip;
-		float *y = j->y + pl * op;
+		const float *x;
+		float *y;
+		if (p->rows && !p->fast2) {
+			rows_plane(p, (const char *)j->x + (size_t)(pl * ip) * z, (char *)j->y + (size_t)(pl * op) * z);
+			continue;
+		}
+		x = (const float *)j->x + pl * ip;
+		y = (float *)j->y + pl * op;
 		if (p->fast2) {
 			max2_plane(p, x, y);
 			continue;

@@ -47,7 +47,15 @@ struct rplan {
 	int64_t ks[HP_MAX_RANK], kst[HP_MAX_RANK];
 	int64_t rs[HP_MAX_RANK], rst[HP_MAX_RANK];
 	int64_t nout, R;            /* products of ks and rs */
+	int64_t nchunks;            /* > 0: each output reduced in RCHUNK pieces (split path) */
 };
+
+/* Few outputs over many elements (a full reduction) split each output's
+ * elements into chunks of RCHUNK, reduced in parallel into partials that
+ * are then combined in chunk order.  The partition depends on the shape
+ * only, so the result is the same bits on any thread count. */
+#define RCHUNK 65536
+#define SPLIT_MAX_OUT 16
 
 /* ---- prepare -------------------------------------------------------- */
 
@@ -161,6 +169,10 @@ static int reduce_prepare(struct hp_graph *g, struct hp_node *n)
 		mask = (1u << x->shape.rank) - 1;
 	if (!p->noop)
 		plan_groups(p, &x->shape, mask);
+	if (!p->noop && p->t == HP_F32 && p->inner_red && p->nout <= SPLIT_MAX_OUT && p->count >= 2 * RCHUNK) {
+		p->nchunks = (p->count + RCHUNK - 1) / RCHUNK;
+		n->workspace = (size_t)(p->nout * p->nchunks) * sizeof(double);
+	}
 	y->dtype = x->dtype;
 	for (int d = 0; d < x->shape.rank; d++) {
 		if (p->noop || !((mask >> d) & 1))
@@ -305,6 +317,7 @@ struct fjob {
 	const float *x;
 	float *y;
 	int64_t nkb; /* kept-column blocks per output row (inner kept) */
+	double *part; /* split path: nout * nchunks partials (workspace) */
 };
 
 /* Offset of kept index o (outer groups) or reduced index r. */
@@ -359,11 +372,52 @@ HPK_SIMD static void f32_inner_kept(void *arg, int64_t b, int64_t e, int tid)
 	}
 }
 
-static void reduce_f32(const struct rplan *p, enum racc a, const float *x, float *y, struct hp_pool *pool)
+/* Partial of chunk u % nchunks of output u / nchunks: the pieces of the
+ * runs it overlaps, in order. */
+HPK_SIMD static void f32_chunks(void *arg, int64_t b, int64_t e, int tid)
 {
-	struct fjob j = { .p = p, .a = a, .x = x, .y = y };
+	const struct fjob *j = arg;
+	const struct rplan *p = j->p;
+
+	(void)tid;
+	for (int64_t u = b; u < e; u++) {
+		int64_t o = u / p->nchunks, lo = u % p->nchunks * RCHUNK;
+		int64_t hi = lo + RCHUNK < p->count ? lo + RCHUNK : p->count, base = offset(o, p->nk, p->ks, p->kst);
+		float shift = j->a == A_EXP ? lse_shift(j->y[o]) : 0.0f;
+		double acc = acc_init(j->a);
+		while (lo < hi) {
+			int64_t r = lo / p->inner, i = lo % p->inner;
+			int64_t len = p->inner - i < hi - lo ? p->inner - i : hi - lo;
+			const float *run = j->x + base + offset(r, p->nr, p->rs, p->rst) + i;
+			acc = combine(j->a, acc, run_acc(j->a, run, len, shift));
+			lo += len;
+		}
+		j->part[u] = acc;
+	}
+}
+
+static void reduce_split(const struct rplan *p, struct fjob *j, struct hp_pool *pool)
+{
+	hp_parallel_for(pool, p->nout * p->nchunks, 1, f32_chunks, j);
+	for (int64_t o = 0; o < p->nout; o++) {
+		double acc = acc_init(j->a);
+		float shift = j->a == A_EXP ? lse_shift(j->y[o]) : 0.0f;
+		for (int64_t c = 0; c < p->nchunks; c++)
+			acc = combine(j->a, acc, j->part[o * p->nchunks + c]);
+		j->y[o] = finish(p, j->a, acc, shift);
+	}
+}
+
+static void reduce_f32(const struct rplan *p, enum racc a, const float *x, float *y, double *ws,
+		       struct hp_pool *pool)
+{
+	struct fjob j = { .p = p, .a = a, .x = x, .y = y, .part = ws };
 	int64_t units, cost;
 
+	if (p->nchunks) {
+		reduce_split(p, &j, pool);
+		return;
+	}
 	if (p->inner_red) {
 		units = p->nout;
 		cost = p->count;
@@ -451,8 +505,8 @@ static int reduce_run(const struct hp_node *n, const struct hp_kargs *a)
 		return 0;
 	}
 	if (p->op == R_LOGSUMEXP)
-		reduce_f32(p, A_MAX, x, y, a->pool);
-	reduce_f32(p, p->acc, x, y, a->pool);
+		reduce_f32(p, A_MAX, x, y, a->ws, a->pool);
+	reduce_f32(p, p->acc, x, y, a->ws, a->pool);
 	return 0;
 }
 

@@ -192,7 +192,7 @@ static void rs_axis(const struct rs_cfg *c, int d, int64_t in, int64_t out, doub
 static int rs_inputs(struct hp_graph *g, struct hp_node *n, const struct hp_value *x, int legacy,
 		     struct rs_cfg *c, struct hp_shape *os)
 {
-	int is, isz, ir, cnt = 0, rank = x->shape.rank, rc;
+	int is, isz, ir, cnt = 0, rank = x->shape.rank, rc, f64 = 0;
 	double v[2 * HP_MAX_RANK];
 	int64_t sz[HP_MAX_RANK];
 	const struct hp_value *sv, *zv;
@@ -234,6 +234,7 @@ static int rs_inputs(struct hp_graph *g, struct hp_node *n, const struct hp_valu
 	if (sv && hp_shape_numel(&sv->shape) > 0) {
 		if ((rc = hpks_const_floats(g, n, is, "scales", v, HP_MAX_RANK, &cnt)) < 0)
 			return rc;
+		f64 = sv->dtype == HP_F64;
 	} else {
 		const struct hp_attr *a = hp_node_attr(n, "scales");
 		if (!a || a->type != HP_ATTR_FLOATS)
@@ -248,7 +249,11 @@ static int rs_inputs(struct hp_graph *g, struct hp_node *n, const struct hp_valu
 		if (!(v[d] > 0))
 			return hp_node_error(g, n, HP_ESHAPE, "scales[%d] = %g must be positive", d, v[d]);
 		c->scale[d] = v[d];
-		os->dims[d] = (int64_t)floor((double)x->shape.dims[d] * v[d]);
+		/* the product in the scales' precision, as ONNX Runtime computes it:
+		 * exporters write float32 scales = size / dim and rely on
+		 * dim * scale rounding back to size (3 * (7/3.f) is 7, not 6.99..) */
+		os->dims[d] = f64 ? (int64_t)floor((double)x->shape.dims[d] * v[d])
+				  : (int64_t)floorf((float)x->shape.dims[d] * (float)v[d]);
 	}
 	return 0;
 }
@@ -256,7 +261,10 @@ static int rs_inputs(struct hp_graph *g, struct hp_node *n, const struct hp_valu
 static int rs_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	const struct hp_value *x = hpks_in(g, n, 0);
-	int legacy = !strcmp(n->op_type, "Upsample") || n->ninputs == 2 || g->opset < 11, rc, rank = x->shape.rank;
+	/* The input layout tells the form: (X, scales) or Upsample is opset <= 10;
+	 * (X, roi, scales, sizes) is 11+, also what the importer rewrites
+	 * Upsample and Resize-10 into, whatever the graph's opset. */
+	int legacy = !strcmp(n->op_type, "Upsample") || n->ninputs <= 2, rc, rank = x->shape.rank;
 	struct rs_cfg c;
 	struct hp_shape os = x->shape;
 	struct rs_priv *p;

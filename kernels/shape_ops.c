@@ -1,7 +1,7 @@
 /* Shape-only operators: Reshape, Flatten, Squeeze, Unsqueeze, Identity,
- * Dropout (inference), Shape, Size, Constant, ConstantOfShape, Range; and the
- * family's table (the other ops live in shape_index.c, shape_pad.c,
- * shape_cast.c). */
+ * Shape, Size, Constant, ConstantOfShape, Range; and the family's table
+ * (the other ops live in shape_index.c, shape_pad.c, shape_cast.c,
+ * shape_dropout.c). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -147,53 +147,6 @@ static int identity_prepare(struct hp_graph *g, struct hp_node *n)
 	const struct hp_value *x = hpks_in(g, n, 0);
 
 	hpks_set_out(g, n, 0, x->dtype, &x->shape);
-	return 0;
-}
-
-/* Inference Dropout: output = input, mask all true.  Training mode (with a
- * seed) is not implemented yet and is refused unless its ratio is 0. */
-static int dropout_prepare(struct hp_graph *g, struct hp_node *n)
-{
-	const struct hp_value *x = hpks_in(g, n, 0), *tm = hpks_in(g, n, 2), *r = hpks_in(g, n, 1);
-	double ratio = hp_attr_float(n, "ratio", 0.5f);
-	int cnt;
-
-	int rc;
-
-	if (r && r->data && (rc = hpks_const_floats(g, n, 1, "ratio", &ratio, 1, &cnt)) < 0)
-		return rc;
-	if (tm) {
-		if (!tm->data)
-			return hp_node_error(g, n, HP_EUNSUPPORTED, "training_mode input must be a constant");
-		if (hpks_get_i(tm->data, tm->dtype, 0) && ratio != 0)
-			return hp_node_error(g, n, HP_EUNSUPPORTED, "training-mode Dropout is not supported yet");
-	}
-	hpks_set_out(g, n, 0, x->dtype, &x->shape);
-	hpks_set_out(g, n, 1, g->opset < 10 ? x->dtype : HP_BOOL, &x->shape);
-	return 0;
-}
-
-static int dropout_run(const struct hp_node *n, const struct hp_kargs *a)
-{
-	run_copy(n, a);
-	if (a->nout > 1 && a->out[1].data) {
-		const struct hp_tensor *m = &a->out[1];
-		int64_t cnt = hp_shape_numel(&m->shape);
-		size_t es = hp_dtype_size(m->dtype);
-		unsigned char one[8] = { 1 };
-		if (m->dtype == HP_F32) {
-			float f = 1;
-			memcpy(one, &f, 4);
-		} else if (m->dtype == HP_F64) {
-			double d = 1;
-			memcpy(one, &d, 8);
-		} else if (m->dtype == HP_F16) {
-			uint16_t h = 0x3c00;
-			memcpy(one, &h, 2);
-		}
-		for (int64_t i = 0; i < cnt; i++)
-			memcpy((char *)m->data + (size_t)i * es, one, es);
-	}
 	return 0;
 }
 
@@ -446,10 +399,6 @@ ALIAS_OP(op_squeeze, "Squeeze", 1, 2, squeeze_prepare);
 ALIAS_OP(op_unsqueeze, "Unsqueeze", 1, 2, unsqueeze_prepare);
 ALIAS_OP(op_identity, "Identity", 1, 1, identity_prepare);
 
-static const struct hp_op op_dropout = {
-	.domain = "", .name = "Dropout", .min_inputs = 1, .max_inputs = 3, .min_outputs = 1, .max_outputs = 2,
-	.flags = HP_OP_ALIAS, .prepare = dropout_prepare, .run = dropout_run,
-};
 static const struct hp_op op_shape = {
 	.domain = "", .name = "Shape", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
 	.prepare = shape_prepare, .run = shape_run,
@@ -472,7 +421,7 @@ static const struct hp_op op_range = {
 };
 
 const struct hp_op *const hp_ops_shape[] = {
-	&op_reshape, &op_flatten, &op_squeeze, &op_unsqueeze, &op_identity, &op_dropout, &op_shape,
+	&op_reshape, &op_flatten, &op_squeeze, &op_unsqueeze, &op_identity, &hpks_op_dropout, &op_shape,
 	&op_size, &op_constant, &op_cos, &op_range,
 	&hpks_op_cast, &hpks_op_transpose, &hpks_op_concat, &hpks_op_split, &hpks_op_slice,
 	&hpks_op_gather, &hpks_op_gather_elements, &hpks_op_expand, &hpks_op_tile, &hpks_op_pad,

@@ -12,6 +12,7 @@
 
 /* Ops of the shape family defined outside shape_ops.c (which holds the table). */
 extern const struct hp_op hpks_op_cast;            /* shape_cast.c */
+extern const struct hp_op hpks_op_dropout;         /* shape_dropout.c */
 extern const struct hp_op hpks_op_transpose;       /* shape_index.c */
 extern const struct hp_op hpks_op_concat;
 extern const struct hp_op hpks_op_split;

@@ -36,12 +36,22 @@ struct cli {
 	int ntiers;
 	int workers;                 /* --workers: task-net compute workers */
 	const char *store, *hostfile, *token_file;
+	int replicas;                /* copies of every chunk on distinct daemons (0: 1) */
 };
 
 struct hs_tier_spec;
 /* --tier KIND=PATH[:SIZE] options as store tier specs (paths point into c);
  * returns 0 or a process exit status (2) after saying why on stderr. */
 int exec_parse_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n);
+/* --tier paths plus the job's hpdlf-store daemons (--store, --hostfile,
+ * HPDLF_STORE, Slurm), in demotion order; 0, or an exit status. */
+int exec_store_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n);
+
+struct hp_session;
+struct json_object;
+/* Bytes moved per tier and the prefetch hit rate, on stderr (unless
+ * --quiet) and into `o` when given; nothing in core. */
+void exec_tier_summary(struct hp_session *s, const struct cli *c, struct json_object *o);
 
 /* The training path (tools/exec_train.c): returns a process exit status. */
 int exec_train_main(struct cli *c);

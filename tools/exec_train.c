@@ -14,6 +14,7 @@
 
 #include "hpdlf/error.h"
 #include "hpdlf/train.h"
+#include "hpdlf/store.h"
 #include "tools/exec_cli.h"
 #include "tools/train_progress.h"
 
@@ -63,12 +64,11 @@ static int parse_optimizer(const char *s, struct hp_train_spec *sp)
 
 static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 {
+	static struct hs_tier_spec tiers[HS_MAX_TIERS];
 	int rc;
 
 	if (c->ninputs || c->noutputs || c->output_dir)
 		return usage("%s", "--input/--output/--output-dir are for inference; training reads --data/--labels");
-	if (c->ntiers || c->store || c->hostfile)
-		return usage("%s is not available in this version yet", c->ntiers ? "--tier" : "--store/--hostfile");
 	if (c->plan || c->plan_dot)
 		return usage("%s", "--plan/--plan-dot are not available with --train yet");
 	if (!c->data)
@@ -84,6 +84,9 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	hp_trainer_opts_init(o, sizeof *o);
 	if ((rc = parse_loss(c->loss, &o->spec)) || (rc = parse_optimizer(c->optimizer, &o->spec)))
 		return rc;
+	if ((rc = exec_store_tiers(c, tiers, &o->ntiers)) != 0)
+		return rc;
+	o->tiers = tiers;
 	o->spec.lr = c->lr_given ? c->lr : o->spec.optimizer == HP_OPT_SGD ? 0.01 : 0.001;
 	o->spec.momentum = c->momentum_given ? c->momentum : 0;
 	o->spec.weight_decay = c->weight_decay_given ? c->weight_decay : -1;
@@ -208,6 +211,22 @@ static int summarize(const struct cli *c, struct hp_trainer *t, struct run_state
 		fprintf(stderr, "hpdlf-exec: %s: trained steps %lld..%lld, final loss %.6g, median step %.3f ms, "
 				"tensor memory %s\n", c->model, (long long)r->first, (long long)hp_trainer_current_step(t) - 1,
 			r->last_loss, med, hp_format_size(hp_trainer_peak_bytes(t), peak, sizeof peak));
+	if (!c->quiet && r->nms) {
+		struct rusage ru;
+		char rss[32], b[32];
+		double total = 0;
+		for (int64_t i = 0; i < r->nms; i++)
+			total += r->ms[i];
+		getrusage(RUSAGE_SELF, &ru);
+		fprintf(stderr, "hpdlf-exec:   %lld steps in %.1f s (%.2f samples/s), peak RSS %s",
+			(long long)r->nms, total / 1e3, (double)(r->nms * c->batch) / (total / 1e3),
+			hp_format_size((uint64_t)ru.ru_maxrss * 1024, rss, sizeof rss));
+		if (c->budget)
+			fprintf(stderr, " vs budget %s (%.0f%%)", hp_format_size(c->budget, b, sizeof b),
+				100.0 * (double)ru.ru_maxrss * 1024 / (double)c->budget);
+		fputc('\n', stderr);
+		exec_tier_summary(hp_trainer_session(t), c, NULL);
+	}
 	return c->stats_json ? write_stats(c, t, r, med) : 0;
 }
 

@@ -68,7 +68,7 @@ enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER,
        OPT_LOG, OPT_STATS, OPT_TRACE, OPT_PLAN, OPT_TRAIN, OPT_QUIET, OPT_HELP, OPT_PLAN_DOT,
        OPT_DATA, OPT_LABELS, OPT_LOSS, OPT_OPTIM, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BATCH,
        OPT_STEPS, OPT_EPOCHS, OPT_SHUFFLE, OPT_NO_SHUFFLE, OPT_CKPT, OPT_CKPT_EVERY, OPT_RESUME,
-       OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS };
+       OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS };
 
 static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
@@ -90,6 +90,7 @@ static const struct option long_opts[] = {
 	{ "resume", no_argument, 0, OPT_RESUME },	  { "export-onnx", required_argument, 0, OPT_EXPORT },
 	{ "tier", required_argument, 0, OPT_TIER },	  { "store", required_argument, 0, OPT_STORE },
 	{ "hostfile", required_argument, 0, OPT_HOSTFILE }, { "token-file", required_argument, 0, OPT_TOKEN },
+	{ "replicas", required_argument, 0, OPT_REPLICAS },
 	{ "workers", required_argument, 0, OPT_WORKERS },
 	{ 0, 0, 0, 0 },
 };
@@ -138,6 +139,14 @@ static int parse_more(int o, struct cli *c)
 	case OPT_STORE: c->store = optarg; return 0;
 	case OPT_HOSTFILE: c->hostfile = optarg; return 0;
 	case OPT_TOKEN: c->token_file = optarg; return 0;
+	case OPT_REPLICAS: {
+		long v;
+		int rc = parse_int(optarg, "--replicas", 1, &v);
+		if (rc == 0 && v > 2)
+			return usage_error("--replicas: 1 or 2, got '%s'", optarg);
+		c->replicas = (int)v;
+		return rc;
+	}
 	case OPT_WORKERS: {
 		long v;
 		int rc = parse_int(optarg, "--workers", 1, &v);
@@ -443,9 +452,13 @@ static void progress(const struct cli *c, int done, double elapsed_ms, int tty)
 {
 	double per = elapsed_ms / done, eta = per * (c->iterations - done) / 1e3;
 	int width = 30, fill = done * width / c->iterations;
+	static double last = -1e9;
 
 	if (c->quiet || c->iterations < 2)
 		return;
+	if (tty && done < c->iterations && elapsed_ms - last < 100)
+		return; /* redraw at most ten times a second */
+	last = elapsed_ms;
 	if (tty) {
 		fprintf(stderr, "\r[%.*s%*s] %d/%d  %.2f ms/it  ETA %d:%02d ", fill, "==============================",
 			width - fill, "", done, c->iterations, per, (int)eta / 60, (int)eta % 60);
@@ -491,7 +504,7 @@ static int run_iterations(struct hp_session *s, const struct cli *c, double *ms,
 }
 
 /* Bytes moved per tier and the prefetch hit rate, out of core. */
-static void tier_summary(struct hp_session *s, const struct cli *c, json_object *o)
+void exec_tier_summary(struct hp_session *s, const struct cli *c, json_object *o)
 {
 	struct hs_store_stats st;
 	char a[32], b[32], u[32];
@@ -544,11 +557,13 @@ static void print_summary(struct hp_session *s, const struct cli *c, const struc
 		fprintf(stderr, " vs budget %s (%.0f%%)", hp_format_size(c->budget, b, sizeof b),
 			100.0 * (double)peak_rss_bytes() / (double)c->budget);
 	fputc('\n', stderr);
-	if (hp_session_run_info(s, &ri) == 0 && ri.transitions)
+	if (hp_session_run_info(s, &ri) == 0 && ri.transitions) {
+		char l[32], w[32];
 		fprintf(stderr, "hpdlf-exec:   task net: %d transitions, %d worker%s + %d I/O queues; last run: "
-				"stalled on I/O %.3f ms, %llu loads, %llu write-backs, %llu evictions\n",
+				"stalled on I/O %.3f ms, loaded %s, written %s\n",
 			ri.transitions, ri.workers, ri.workers > 1 ? "s" : "", ri.io_threads, ri.stall_ms,
-			(unsigned long long)ri.loads, (unsigned long long)ri.writebacks, (unsigned long long)ri.evictions);
+			hp_format_size(ri.bytes_loaded, l, sizeof l), hp_format_size(ri.bytes_written, w, sizeof w));
+	}
 }
 
 static int summarize(struct hp_session *s, const struct cli *c, double *ms, double wall)
@@ -563,7 +578,7 @@ static int summarize(struct hp_session *s, const struct cli *c, double *ms, doub
 	if (!c->quiet)
 		print_summary(s, c, &st, med, ms[0], wall);
 	if (!c->stats_json) {
-		tier_summary(s, c, NULL);
+		exec_tier_summary(s, c, NULL);
 		return 0;
 	}
 	json_object *o = json_object_new_object();
@@ -579,9 +594,11 @@ static int summarize(struct hp_session *s, const struct cli *c, double *ms, doub
 	if (hp_session_run_info(s, &ri) == 0 && ri.transitions) {
 		json_object_object_add(o, "stall_ms", json_object_new_double(ri.stall_ms));
 		json_object_object_add(o, "transitions", json_object_new_int(ri.transitions));
+		json_object_object_add(o, "run_bytes_loaded", json_object_new_int64((int64_t)ri.bytes_loaded));
+		json_object_object_add(o, "run_bytes_written", json_object_new_int64((int64_t)ri.bytes_written));
 	}
 	json_object *tiers = json_object_new_object();
-	tier_summary(s, c, tiers);
+	exec_tier_summary(s, c, tiers);
 	json_object_object_add(o, "tiers", tiers);
 	int rc = json_object_to_file_ext(c->stats_json, o, JSON_C_TO_STRING_PRETTY);
 	json_object_put(o);
@@ -651,11 +668,7 @@ int main(int argc, char **argv)
 		return rc;
 	if (c.train)
 		return exec_train_main(&c);
-	if (c.store || c.hostfile) {
-		fprintf(stderr, "hpdlf-exec: --store/--hostfile is not available in this version yet\n");
-		return 2;
-	}
-	if ((rc = exec_parse_tiers(&c, tiers, &ntiers)) != 0)
+	if ((rc = exec_store_tiers(&c, tiers, &ntiers)) != 0)
 		return rc;
 	rc = load_model(&c, &g);
 	if (rc < 0)

@@ -265,6 +265,8 @@ int main(int argc, char **argv)
 			return rc;
 		}
 	for (int i = 0; i < c.ntargets; i++)
+		t[i].token_file = c.token_file;
+	for (int i = 0; i < c.ntargets; i++)
 		if (t[i].kind == INSP_REMOTE && c.token_file && access(c.token_file, R_OK) < 0) {
 			fprintf(stderr, PROG ": --token-file %s: %s\n", c.token_file, strerror(errno));
 			free(t);

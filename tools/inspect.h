@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "hpdlf/store.h"
+#include "store/remote/remote.h" /* struct hs_remote_stat (plain data) */
 
 /* Version of the --json document; bump when a field changes meaning or
  * disappears (adding fields keeps the version). docs/hpdlf-store-inspect.md */
@@ -34,6 +35,11 @@ struct insp_target {
 	double cur_t, prev_t;   /* CLOCK_MONOTONIC seconds of the reads */
 	int have_prev;          /* prev holds an earlier read of the same process */
 	uint64_t start_ns;      /* CLOCK_REALTIME the process started, 0: unknown */
+	/* kind INSP_REMOTE: the daemon's answers (prev: the read before, same
+	 * daemon run, when have_prev) */
+	const char *token_file; /* NULL: $HPDLF_TOKEN_FILE */
+	struct hs_remote_stat dcur, dprev;
+	uint64_t read_ns;       /* CLOCK_REALTIME of the last answer */
 };
 
 /* Derived per-tier figures; negative values mean "not known". */
@@ -49,6 +55,18 @@ void insp_read(struct insp_target *t);
 void insp_tier_view(const struct insp_target *t, int tier, struct insp_tier_view *v);
 const char *insp_state_name(enum insp_state s);
 double insp_mono_s(void);
+
+/* inspect_remote.c (inspect_remote_none.c without daemon support) */
+void insp_read_remote(struct insp_target *t);
+
+/* inspect_daemon.c: the output of daemon targets */
+void insp_daemon_table(FILE *f, const struct insp_target *t);
+struct json_object *insp_daemon_json(const struct insp_target *t);
+void insp_daemon_prometheus(FILE *f, const struct insp_target *t, int n);
+/* inspect_out.c: shared by the Prometheus writers */
+void insp_prom_family(FILE *f, const char *name, const char *type, const char *help);
+void insp_prom_sample(FILE *f, const char *name, const char *target, const char *k1, const char *v1,
+		      const char *k2, const char *v2, double val);
 
 /* inspect_out.c */
 struct insp_opts {

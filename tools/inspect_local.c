@@ -160,12 +160,7 @@ void insp_read(struct insp_target *t)
 		read_local(t);
 		return;
 	}
-	/* The hpdlf-store daemon client offers no statistics call yet. */
-	t->state = INSP_ERROR;
-	t->rc = HP_EUNSUPPORTED;
-	snprintf(t->err, sizeof t->err,
-		 "%s: remote targets need the hpdlf-store daemon support, which this build of "
-		 "hpdlf-store-inspect does not have", t->spec);
+	insp_read_remote(t);
 }
 
 static double ratio(uint64_t a, uint64_t b)

@@ -32,9 +32,15 @@ static double age_s(const struct insp_target *t)
 	return now_realtime_s() - (double)t->cur.updated_ns / 1e9;
 }
 
+/* A statistics page was read (daemon targets have their own output). */
 static int has_data(const struct insp_target *t)
 {
-	return t->state == INSP_LIVE || t->state == INSP_STALE;
+	return t->kind == INSP_LOCAL && (t->state == INSP_LIVE || t->state == INSP_STALE);
+}
+
+static int daemon_live(const struct insp_target *t)
+{
+	return t->kind == INSP_REMOTE && t->state == INSP_LIVE;
 }
 
 /* ---- table ---- */
@@ -148,11 +154,14 @@ void insp_print_table(FILE *f, const struct insp_target *t, int n, const struct 
 	int first = 1;
 
 	for (int i = 0; i < n; i++) {
-		if (!has_data(&t[i]))
+		if (!has_data(&t[i]) && !daemon_live(&t[i]))
 			continue;
 		if (!first)
 			fputc('\n', f);
-		print_one(f, &t[i], o);
+		if (has_data(&t[i]))
+			print_one(f, &t[i], o);
+		else
+			insp_daemon_table(f, &t[i]);
 		first = 0;
 	}
 }
@@ -213,6 +222,8 @@ static json_object *json_target(const struct insp_target *t, const struct insp_o
 		json_object_object_add(j, "pid", json_object_new_int((int)t->pid));
 	json_object_object_add(j, "state", json_object_new_string(insp_state_name(t->state)));
 	json_object_object_add(j, "error", t->err[0] ? json_object_new_string(t->err) : NULL);
+	if (daemon_live(t))
+		json_object_object_add(j, "daemon", insp_daemon_json(t));
 	if (!has_data(t))
 		return j;
 	json_object_object_add(j, "page_version", json_object_new_int((int)t->cur.version));
@@ -288,6 +299,27 @@ static void labels(FILE *f, const struct insp_target *t, int tier, const char *e
 static void family(FILE *f, const char *name, const char *type, const char *help)
 {
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+void insp_prom_family(FILE *f, const char *name, const char *type, const char *help)
+{
+	family(f, name, type, help);
+}
+
+void insp_prom_sample(FILE *f, const char *name, const char *target, const char *k1, const char *v1,
+		      const char *k2, const char *v2, double val)
+{
+	fprintf(f, "%s{target=", name);
+	label_value(f, target);
+	if (k1) {
+		fprintf(f, ",%s=", k1);
+		label_value(f, v1);
+	}
+	if (k2) {
+		fprintf(f, ",%s=", k2);
+		label_value(f, v2);
+	}
+	fprintf(f, "} %.17g\n", val);
 }
 
 static void sample(FILE *f, const char *name, const struct insp_target *t, int tier, const char *k, const char *v,
@@ -368,6 +400,7 @@ void insp_print_prometheus(FILE *f, const struct insp_target *t, int n)
 	const char *lname = "hpdlf_store_tier_latency_microseconds";
 
 	prom_store(f, t, n);
+	insp_daemon_prometheus(f, t, n);
 	for (size_t k = 0; k < sizeof tier_fams / sizeof tier_fams[0]; k++) {
 		const struct pfam *p = &tier_fams[k];
 		family(f, p->name, p->type, p->help);

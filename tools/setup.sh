@@ -2,6 +2,8 @@
 # Install what is missing (Debian 12, as root), build, then run the demo or the tests.
 #   tools/setup.sh run     build, then train a 3D U-Net under a budget on the embedded store
 #   tools/setup.sh test    build, then run the whole test suite
+#   tools/setup.sh exports also install PyTorch, then rewrite tests/exports with
+#                          tools/make_exports.py (the tests do not need PyTorch)
 # Idempotent: installs nothing and stays quiet when everything is there.
 set -eu
 cd "$(dirname "$0")/.."
@@ -11,6 +13,7 @@ BUILD=${HPDLF_BUILD:-build}
 PACKAGES="meson ninja-build pkg-config gcc protobuf-c-compiler libprotobuf-c-dev libopenblas-dev
 libcmocka-dev libonnx-dev liburing-dev libpmem-dev libfabric-dev libisal-dev libjson-c-dev
 libsodium-dev python3 python3-numpy python3-onnx fio clang libclang-rt-14-dev"
+[ "$mode" = exports ] && PACKAGES="$PACKAGES python3-torch python3-torchvision"
 
 missing=""
 for p in $PACKAGES; do
@@ -39,13 +42,16 @@ run)
 	[ -f "$demo/y.npy" ] || /usr/bin/python3 tools/make_volumes.py "$demo/x.npy" "$demo/y.npy" --n 8
 	exec "$BUILD/tools/hpdlf-exec" "$demo/unet3d.onnx" --train --data "$demo/x.npy" --labels "$demo/y.npy" \
 		--loss cross-entropy --optimizer adam --lr 0.001 --batch 1 --steps ${HPDLF_DEMO_STEPS:-20} \
-		--budget ${HPDLF_DEMO_BUDGET:-400M} --log-json "$demo/train.jsonl"
+		--budget ${HPDLF_DEMO_BUDGET:-48M} --log-json "$demo/train.jsonl"
+	;;
+exports)
+	exec /usr/bin/python3 tools/make_exports.py
 	;;
 test)
 	exec meson test -C "$BUILD" --print-errorlogs --num-processes 2 ${HPDLF_TEST_ARGS:-}
 	;;
 *)
-	echo "usage: tools/setup.sh run|test" >&2
+	echo "usage: tools/setup.sh run|test|exports" >&2
 	exit 2
 	;;
 esac

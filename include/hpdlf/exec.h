@@ -84,6 +84,8 @@ struct hp_run_info {
 	uint64_t kernels, loads, writebacks, evictions, drops; /* transitions fired */
 	int workers, io_threads;
 	int transitions;        /* in the task net (0 in core) */
+	uint64_t bytes_loaded;  /* last run: read into DRAM (tiers and model files) */
+	uint64_t bytes_written; /* last run: written below DRAM */
 };
 int hp_session_run_info(const struct hp_session *s, struct hp_run_info *info);
 

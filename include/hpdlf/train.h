@@ -101,11 +101,17 @@ struct hp_trainer_opts {
 	/* Called while a checkpoint is written (bytes done, total); a test hook. */
 	void (*checkpoint_progress)(void *arg, uint64_t done, uint64_t total);
 	void *checkpoint_arg;
+	/* Lower tiers of the store out of core (0: a spill file in $TMPDIR);
+	 * as struct hp_exec_opts's. */
+	int ntiers;
+	const struct hs_tier_spec *tiers;
 };
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size);
 
 struct hp_trainer;
+struct hp_session;
+struct hs_tier_spec;
 
 /* Load the model, fix its input's batch dim, check the data against it
  * (HP_EDATA / HP_ESHAPE name the file, the dims and dtypes that differ),
@@ -141,6 +147,8 @@ int hp_trainer_step(struct hp_trainer *t, struct hp_step_info *info);
 /* Commit a checkpoint of the current state now. */
 int hp_trainer_checkpoint(struct hp_trainer *t);
 int64_t hp_trainer_current_step(const struct hp_trainer *t);
+/* The session that runs the training graph (its store statistics, ...). */
+struct hp_session *hp_trainer_session(struct hp_trainer *t);
 int64_t hp_trainer_total_steps(const struct hp_trainer *t);
 /* Tensor-memory high-water mark of a step (planned out of core). */
 uint64_t hp_trainer_peak_bytes(const struct hp_trainer *t);

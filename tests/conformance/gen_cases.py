@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate ONNX's own backend node tests and convert them for the runner.
 
-usage: gen_cases.py OUTDIR
+usage: gen_cases.py OUTDIR [STAMP]
 
 Runs `onnx.backend.test.cmd_tools generate-data` (from Debian's python3-onnx)
 into OUTDIR/raw, then writes for every node case OUTDIR/cases/NAME/ holding
@@ -81,7 +81,8 @@ def main():
         with open(os.path.join(dst, "manifest"), "w") as f:
             f.write("\n".join(lines) + "\n")
         n += 1
-    with open(os.path.join(out, "stamp"), "w") as f:
+    stamp = sys.argv[2] if len(sys.argv) > 2 else os.path.join(out, "stamp")
+    with open(stamp, "w") as f:
         f.write("%d\n" % n)
     print("generated %d cases in %s" % (n, cases))
 

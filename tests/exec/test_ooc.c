@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <json-c/json.h>
 
 #include "hpdlf/error.h"
 #include "hpdlf/exec.h"
@@ -35,14 +38,22 @@ struct child {
 	uint64_t maxrss;      /* bytes */
 };
 
+static char errfile[4200];
+
+/* Run hpdlf-exec with stderr into errfile. */
 static struct child run_exec(char *const argv[])
 {
 	struct child c = { -1, 0 };
+	posix_spawn_file_actions_t fa;
 	struct rusage ru;
 	pid_t pid;
-	int st;
+	int st, rc;
 
-	if (posix_spawn(&pid, exe, NULL, NULL, argv, environ) != 0)
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 2, errfile, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	rc = posix_spawn(&pid, exe, &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (rc != 0)
 		return c;
 	if (wait4(pid, &st, 0, &ru) < 0)
 		return c;
@@ -100,11 +111,26 @@ static void plan_of(const char *model, uint64_t budget, struct hp_plan_summary *
 	hp_graph_free(g);
 }
 
-/* Run at `budget` (0: in core) and return the child's result; output in out. */
-static struct child run_at(const char *model, const char *in, const char *out, uint64_t budget, const char *threads)
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = calloc(1, 1 << 16);
+
+	if (f) {
+		size_t n = fread(buf, 1, (1 << 16) - 1, f);
+		buf[n] = 0;
+		fclose(f);
+	}
+	return buf;
+}
+
+/* Run at `budget` (0: in core) and return the child's result; output in
+ * out; `extra` (NULL-terminated, may be NULL) appended to the command. */
+static struct child run_at_x(const char *model, const char *in, const char *out, uint64_t budget, const char *threads,
+			     char *const *extra)
 {
 	char ibuf[4200], obuf[4200], bbuf[64];
-	char *argv[16];
+	char *argv[32];
 	int n = 0;
 
 	snprintf(ibuf, sizeof ibuf, "x=%s", in);
@@ -123,8 +149,15 @@ static struct child run_at(const char *model, const char *in, const char *out, u
 		argv[n++] = "--budget";
 		argv[n++] = bbuf;
 	}
+	for (int i = 0; extra && extra[i] && n < 30; i++)
+		argv[n++] = extra[i];
 	argv[n] = NULL;
 	return run_exec(argv);
+}
+
+static struct child run_at(const char *model, const char *in, const char *out, uint64_t budget, const char *threads)
+{
+	return run_at_x(model, in, out, budget, threads, NULL);
 }
 
 static void check_model(const char *name, int min_ratio_ok)
@@ -157,9 +190,20 @@ static void check_model(const char *name, int min_ratio_ok)
 		}
 	}
 	if (min_ratio_ok) {
-		/* below the minimum: exit 2, one clear line */
-		c = run_at(model, in, out, p.min_budget / 2, "1");
+		/* below the minimum: exit 2, one line naming the operator and the
+		 * smallest budget that works (the planner's, asked independently) */
+		char want[96], *err;
+		c = run_at(model, in, out, p.min_budget - 4096, "1");
 		assert_int_equal(c.status, 2);
+		err = slurp(errfile);
+		snprintf(want, sizeof want, "the smallest budget that works is %llu bytes",
+			 (unsigned long long)p.min_budget);
+		print_message("%s", err);
+		assert_non_null(strstr(err, "node '"));
+		assert_non_null(strstr(err, want));
+		assert_non_null(strchr(err, '\n'));
+		assert_true(strchr(err, '\n')[1] == 0);
+		free(err);
 	}
 }
 
@@ -211,6 +255,87 @@ static void test_big_external(void **state)
 	assert_true(c.maxrss <= budget + RSS_SLACK);
 }
 
+/* Two task-net workers, each kernel on one thread: equal to in core on one
+ * thread, at budgets down to the minimum. */
+static void test_workers(void **state)
+{
+	char model[4200], in[4200], ref[4200], out[4200];
+	struct hp_plan_summary p;
+	char *extra[] = { "--workers", "2", NULL };
+	struct child c;
+
+	(void)state;
+	snprintf(model, sizeof model, "%s/branches.onnx", dir);
+	snprintf(in, sizeof in, "%s/branches.in.npy", dir);
+	snprintf(ref, sizeof ref, "%s/branches.ref1.npy", dir);
+	snprintf(out, sizeof out, "%s/branches.w2.npy", dir);
+	write_input(model, in);
+	c = run_at(model, in, ref, 0, "1");
+	assert_int_equal(c.status, 0);
+	plan_of(model, 0, &p);
+	uint64_t budgets[] = { p.peak_bytes, p.peak_bytes / 2, p.min_budget };
+	for (size_t i = 0; i < 3; i++) {
+		uint64_t b = budgets[i] < p.min_budget ? p.min_budget : budgets[i];
+		c = run_at_x(model, in, out, b, "2", extra);
+		assert_int_equal(c.status, 0);
+		assert_true(same_file(ref, out));
+		assert_true(c.maxrss <= b + RSS_SLACK);
+	}
+}
+
+/* --tier nvme=PATH:SIZE is the spill tier; --trace has a lane per worker
+ * and I/O queue, resident-bytes counters per tier and bytes on I/O spans. */
+static void test_tier_trace(void **state)
+{
+	char model[4200], in[4200], ref[4200], out[4200], tier[4300], tpath[4200], trace[4300];
+	struct hp_plan_summary p;
+	struct child c;
+	struct stat sb;
+	int counters = 0, io_bytes = 0, lanes = 0;
+
+	(void)state;
+	snprintf(model, sizeof model, "%s/convnet.onnx", dir);
+	snprintf(in, sizeof in, "%s/convnet.in.npy", dir);
+	snprintf(ref, sizeof ref, "%s/convnet.tref.npy", dir);
+	snprintf(out, sizeof out, "%s/convnet.tier.npy", dir);
+	snprintf(tpath, sizeof tpath, "%s/tier.bin", dir);
+	snprintf(tier, sizeof tier, "nvme=%s:64M", tpath);
+	snprintf(trace, sizeof trace, "%s/trace.json", dir);
+	write_input(model, in);
+	c = run_at(model, in, ref, 0, "2");
+	assert_int_equal(c.status, 0);
+	plan_of(model, 0, &p);
+	char *extra[] = { "--tier", tier, "--trace", trace, "--iterations", "2", NULL };
+	c = run_at_x(model, in, out, p.min_budget, "2", extra);
+	assert_int_equal(c.status, 0);
+	assert_true(same_file(ref, out));
+	assert_int_equal(stat(tpath, &sb), 0);
+	json_object *t = json_object_from_file(trace);
+	assert_non_null(t);
+	assert_true(json_object_is_type(t, json_type_array));
+	for (size_t i = 0; i < json_object_array_length(t); i++) {
+		json_object *e = json_object_array_get_idx(t, i), *ph, *args, *x;
+		const char *k;
+		if (!json_object_object_get_ex(e, "ph", &ph))
+			continue;
+		k = json_object_get_string(ph);
+		json_object_object_get_ex(e, "args", &args);
+		if (!strcmp(k, "C") && args && json_object_object_get_ex(args, "dram", &x) &&
+		    json_object_object_get_ex(args, "nvme0", &x))
+			counters++;
+		if (!strcmp(k, "X") && args && json_object_object_get_ex(args, "bytes", &x) &&
+		    json_object_object_get_ex(e, "tid", &x) && json_object_get_int(x) >= 100)
+			io_bytes++;
+		if (!strcmp(k, "M"))
+			lanes++;
+	}
+	json_object_put(t);
+	print_message("trace: %d counters, %d I/O spans with bytes, %d lanes\n", counters, io_bytes, lanes);
+	assert_true(counters > 0);
+	assert_true(io_bytes > 0);
+	assert_true(lanes >= 2);
+}
+
 static int setup(void **state)
 {
 	char cmd[8192];
@@ -220,6 +345,7 @@ static int setup(void **state)
 	exe = getenv("HPDLF_EXEC");
 	if (!exe || !src || !mkdtemp(dir))
 		return -1;
+	snprintf(errfile, sizeof errfile, "%s/stderr.txt", dir);
 	snprintf(cmd, sizeof cmd, "%s %s/tests/exec/make_models.py %s", py ? py : "/usr/bin/python3", src, dir);
 	return system(cmd) == 0 ? 0 : -1;
 }
@@ -240,6 +366,8 @@ int main(void)
 		cmocka_unit_test(test_convnet),
 		cmocka_unit_test(test_branches),
 		cmocka_unit_test(test_big_external),
+		cmocka_unit_test(test_workers),
+		cmocka_unit_test(test_tier_trace),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

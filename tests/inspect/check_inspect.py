@@ -9,6 +9,7 @@ from the inspector's code."""
 import json
 import math
 import os
+import socket
 import re
 import signal
 import subprocess
@@ -274,8 +275,13 @@ def test_errors(tmp):
     for bad in ("foo", "12ab", "host:", ":80", "host:99999", "0"):
         rc, out, err = run(bad)
         check(rc == 2 and "bad target" in err, f"target {bad!r}: exit {rc}, {err!r}")
-    rc, out, err = run("127.0.0.1:7411")
-    check(rc == 1 and "remote targets need the hpdlf-store daemon support" in err, f"remote: {rc} {err!r}")
+    # A port bound but not listening: refused at once (daemons themselves: check_daemon.py).
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        ep = "127.0.0.1:%d" % sk.getsockname()[1]
+        rc, out, err = run(ep)
+    check(rc == 1 and ep in err and ("Connection refused" in err or "daemon support" in err),
+          f"remote without a daemon: {rc} {err!r}")
     for args in (["--bogus"], ["--json", "--prometheus"], ["--watch", "0"], ["--watch", "x"],
                  ["--count", "2"], ["--plot", "x.svg"], ["--watch"]):
         rc, out, err = run(*args)

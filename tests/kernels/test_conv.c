@@ -337,6 +337,36 @@ static void test_conv_shift(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* ConvTranspose with kernel == stride (blocks tile the output, stored
+ * directly): tiles that cut rows (small workspace), groups, 1-3 dims. */
+static void test_convt_blocked(void **state)
+{
+	static const struct cc t[] = {
+		{ 3, 1, 1, 6, 4, 1, V3(5, 3, 7), V3(2, 2, 2), V3(2, 2, 2), V3(1, 1, 1), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+		{ 3, 1, 2, 4, 6, 2, V3(3, 4, 5), V3(1, 2, 3), V3(1, 2, 3), V3(1, 1, 1), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+		{ 2, 1, 1, 3, 5, 1, V3(7, 9, 0), V3(2, 3, 0), V3(2, 3, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 0, 1, 0, 0 },
+		{ 1, 1, 2, 5, 2, 1, V3(11, 0, 0), V3(3, 0, 0), V3(3, 0, 0), V3(1, 0, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	};
+	struct hp_colgeom g = { .img = { 10, 6, 14 }, .grid = { 5, 3, 7 }, .k = { 2, 2, 2 }, .stride = { 2, 2, 2 },
+				.dil = { 1, 1, 1 } };
+	struct hp_pool *pool;
+
+	(void)state;
+	hp_colgeom_finish(&g);
+	assert_true(hp_convt_blocked(&g));
+	g.pad[1] = 1;
+	assert_false(hp_convt_blocked(&g));
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+		for (size_t w = 0; w < 2; w++) {
+			hp_conv_set_ws_max(w ? 2000 * sizeof(float) : 0);
+			check(&t[i], 130 + (unsigned)i, NULL);
+			check(&t[i], 130 + (unsigned)i, pool);
+		}
+	hp_conv_set_ws_max(0);
+	hp_pool_destroy(pool);
+}
+
 /* The planner's choices on the U-Net's shapes: slabs for wide stride-1 3x3x3
  * layers, im2col for one input channel and for small planes. */
 static void test_shift_choice(void **state)
@@ -448,6 +478,7 @@ int main(void)
 		cmocka_unit_test(test_conv_tiled_pool),
 		cmocka_unit_test(test_conv_shift),
 		cmocka_unit_test(test_shift_choice),
+		cmocka_unit_test(test_convt_blocked),
 		cmocka_unit_test(test_determinism),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_kernel_shape_dims),

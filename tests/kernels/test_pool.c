@@ -148,9 +148,16 @@ static void check_pool(const struct pcfg *cfg, int64_t n, int64_t ch, unsigned s
 	}
 	assert_true(kt_rel_err(&out[0], &ref) <= 1e-6);
 	if (c->with_idx) {
+		/* without Indices the same pooling takes the row path */
+		struct kt_case kc = { .op = c->op, .nin = 1, .in = &x, .nattrs = na, .attrs = at, .nout = 1,
+				      .pool = pool };
+		struct hp_tensor y1;
 		assert_int_equal(out[1].dtype, HP_I64);
 		assert_memory_equal(out[1].data, ridx.data, hp_tensor_bytes(&ridx));
 		hp_tensor_free(&out[1]);
+		assert_int_equal(kt_run(&kc, &y1), 0);
+		assert_memory_equal(y1.data, out[0].data, hp_tensor_bytes(&y1));
+		hp_tensor_free(&y1);
 	}
 	hp_tensor_free(&out[0]);
 	hp_tensor_free(&ref);
@@ -230,6 +237,124 @@ static void test_avgpool(void **state)
 	check_pool(CFG(.op = "LpPool", .nsp = 1, .in = { 9 }, .k = { 3 }, .s = { 2 }, .p = 3), 1, 2, 27, NULL);
 }
 
+/* Rows wider than the row buffer (several column blocks), and a dilated
+ * window wider than it (the per-output path), against the reference. */
+static void test_wide_rows(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int cip = 0; cip < 2; cip++) {
+		check_pool(CFG(.op = "AveragePool", .nsp = 1, .in = { 5000 }, .k = { 3 }, .s = { 1 }, .pads = { 1, 1 },
+			       .explicit_pads = 1, .count_include_pad = cip), 1, 2, 30, pool);
+		check_pool(CFG(.op = "AveragePool", .nsp = 2, .in = { 3, 4500 }, .k = { 2, 5 }, .s = { 1, 3 },
+			       .pads = { 1, 2, 0, 2 }, .explicit_pads = 1, .count_include_pad = cip), 1, 1, 31, NULL);
+	}
+	check_pool(CFG(.op = "MaxPool", .nsp = 1, .in = { 5000 }, .k = { 4 }, .s = { 3 }, .pads = { 2, 2 },
+		       .explicit_pads = 1, .with_idx = 1), 1, 2, 32, pool);
+	check_pool(CFG(.op = "MaxPool", .nsp = 1, .in = { 3100 }, .k = { 3 }, .s = { 1 }, .dl = { 1500 },
+		       .dil_attr = 1), 1, 1, 33, NULL);
+	check_pool(CFG(.op = "AveragePool", .nsp = 1, .in = { 3100 }, .k = { 3 }, .s = { 2 }, .dl = { 1500 },
+		       .dil_attr = 1), 1, 1, 34, NULL);
+	hp_pool_destroy(pool);
+}
+
+/* Integer MaxPool equals the float reference on the same values; the
+ * all-padding window of an integer type is the type's minimum. */
+static void test_maxpool_int(void **state)
+{
+	static const enum hp_dtype types[] = { HP_U8, HP_I8, HP_F64 };
+	int64_t dims[] = { 1, 2, 6, 7 };
+	struct hp_attr at[3] = { kt_ints("kernel_shape", 2, (int64_t[]){ 3, 2 }),
+				 kt_ints("strides", 2, (int64_t[]){ 2, 1 }),
+				 kt_ints("pads", 4, (int64_t[]){ 1, 0, 1, 1 }) };
+	struct hp_tensor xf = kt_tensor(HP_F32, 4, dims), yf, y;
+	struct kt_case c = { .op = "MaxPool", .nin = 1, .in = &xf, .nattrs = 3, .attrs = at, .nout = 1 };
+
+	(void)state;
+	for (int t = 0; t < 3; t++) {
+		struct hp_tensor x = kt_tensor(types[t], 4, dims);
+		for (int i = 0; i < 84; i++) {
+			int v = types[t] == HP_U8 ? (i * 37 + 11) % 256 : (i * 37 + 11) % 256 - 128;
+			((float *)xf.data)[i] = (float)v;
+			if (types[t] == HP_F64)
+				((double *)x.data)[i] = v;
+			else
+				((uint8_t *)x.data)[i] = (uint8_t)v;
+		}
+		c.in = &xf;
+		assert_int_equal(kt_run(&c, &yf), 0);
+		c.in = &x;
+		assert_int_equal(kt_run(&c, &y), 0);
+		assert_int_equal(y.dtype, types[t]);
+		for (int64_t i = 0; i < hp_shape_numel(&y.shape); i++) {
+			double got = types[t] == HP_U8 ? ((uint8_t *)y.data)[i]
+				   : types[t] == HP_I8 ? ((int8_t *)y.data)[i] : ((double *)y.data)[i];
+			assert_true(got == ((float *)yf.data)[i]);
+		}
+		hp_tensor_free(&y);
+		hp_tensor_free(&yf);
+		/* Indices for integers: refused as unsupported */
+		c.nout = 2;
+		struct hp_tensor y2[2];
+		assert_int_equal(kt_run(&c, y2), HP_EUNSUPPORTED);
+		c.nout = 1;
+		hp_tensor_free(&x);
+	}
+	/* AveragePool of uint8 is not supported */
+	{
+		struct hp_tensor x = kt_tensor(HP_U8, 4, dims);
+		struct kt_case a = { .op = "AveragePool", .nin = 1, .in = &x, .nattrs = 1, .attrs = at, .nout = 1 };
+		assert_int_equal(kt_run(&a, &y), HP_EUNSUPPORTED);
+		hp_tensor_free(&x);
+	}
+	/* an all-padding window (pads >= kernel) gives the type's minimum */
+	{
+		int64_t d1[] = { 1, 1, 2 };
+		struct hp_tensor x = kt_tensor(HP_I8, 3, d1);
+		struct hp_attr a1[2] = { kt_ints("kernel_shape", 1, (int64_t[]){ 2 }),
+					 kt_ints("pads", 2, (int64_t[]){ 2, 0 }) };
+		struct kt_case a = { .op = "MaxPool", .nin = 1, .in = &x, .nattrs = 2, .attrs = a1, .nout = 1 };
+		((int8_t *)x.data)[0] = 5;
+		((int8_t *)x.data)[1] = -3;
+		assert_int_equal(kt_run(&a, &y), 0);
+		assert_int_equal(hp_shape_numel(&y.shape), 3);
+		assert_int_equal(((int8_t *)y.data)[0], INT8_MIN);
+		assert_int_equal(((int8_t *)y.data)[1], 5);
+		assert_int_equal(((int8_t *)y.data)[2], 5);
+		hp_tensor_free(&y);
+		hp_tensor_free(&x);
+	}
+	hp_tensor_free(&xf);
+}
+
+/* The row path is bitwise the same on 1 and 2 threads. */
+static void test_pool_threads(void **state)
+{
+	int64_t dims[] = { 1, 6, 9, 10, 11 };
+	struct hp_attr at[3] = { kt_ints("kernel_shape", 3, (int64_t[]){ 3, 3, 3 }),
+				 kt_ints("pads", 6, (int64_t[]){ 1, 1, 1, 1, 1, 1 }), kt_int("count_include_pad", 0) };
+	struct hp_tensor x = kt_tensor(HP_F32, 5, dims), y1, y2;
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	kt_fill_random(&x, 77, -4, 4);
+	for (int k = 0; k < 2; k++) {
+		struct kt_case c = { .op = k ? "MaxPool" : "AveragePool", .nin = 1, .in = &x, .nattrs = 3 - k,
+				     .attrs = at, .nout = 1 };
+		assert_int_equal(kt_run(&c, &y1), 0);
+		c.pool = pool;
+		assert_int_equal(kt_run(&c, &y2), 0);
+		assert_memory_equal(y1.data, y2.data, hp_tensor_bytes(&y1));
+		hp_tensor_free(&y1);
+		hp_tensor_free(&y2);
+	}
+	hp_tensor_free(&x);
+	hp_pool_destroy(pool);
+}
+
 static void test_global(void **state)
 {
 	static const char *ops[] = { "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool" };
@@ -283,6 +408,9 @@ int main(void)
 		cmocka_unit_test(test_maxpool),
 		cmocka_unit_test(test_maxpool_fast),
 		cmocka_unit_test(test_avgpool),
+		cmocka_unit_test(test_wide_rows),
+		cmocka_unit_test(test_maxpool_int),
+		cmocka_unit_test(test_pool_threads),
 		cmocka_unit_test(test_global),
 		cmocka_unit_test(test_pool_errors),
 	};

@@ -175,6 +175,8 @@ static void test_shapes_threads(void **state)
 		{ 4, { 1, 3, 1, 5 }, 0x5 }, { 4, { 2, 1, 4, 1 }, 0x2 }, { 3, { 64, 1000, 1 }, 0x2 },
 		{ 2, { 64, 1000 }, 0x1 }, { 2, { 3, 70000 }, 0x1 }, { 3, { 40, 30, 300 }, 0x5 },
 		{ 3, { 7, 5000, 3 }, 0x2 }, { 1, { 1 }, 0x1 }, { 0, { 0 }, 0 },
+		/* few outputs over many elements: the split path (chunks across runs) */
+		{ 2, { 3, 70000 }, 0x3 }, { 3, { 5, 3, 30001 }, 0x5 }, { 1, { 300000 }, 0x1 },
 	};
 
 	(void)state;
@@ -201,6 +203,34 @@ static void test_shapes_threads(void **state)
 			hp_tensor_free(&y);
 			hp_tensor_free(&x);
 		}
+}
+
+/* The split path's partition does not depend on the thread count: 1, 2
+ * and 3 threads give the same bits. */
+static void test_split_threads(void **state)
+{
+	int64_t d[2] = { 2, 400000 }, ax[2] = { 0, 1 };
+	struct hp_tensor x = kt_tensor(HP_F32, 2, d), y1, y2, y3;
+	struct hp_pool *pool3;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(3, &pool3), 0);
+	kt_fill_random(&x, 11, -1, 1);
+	for (int op = 0; op < 10; op++) {
+		if (op == 4 || op == 8)
+			continue; /* Prod and LogSum of signed data are not the point here */
+		assert_int_equal(run(ops[op], &x, 2, ax, 1, 0, 0, &y1, NULL), 0);
+		assert_int_equal(run(ops[op], &x, 2, ax, 1, 0, 0, &y2, pool2), 0);
+		assert_int_equal(run(ops[op], &x, 2, ax, 1, 0, 0, &y3, pool3), 0);
+		assert_true(check(op, &x, 0x3, 0, &y1) <= 1e-5);
+		assert_memory_equal(y1.data, y2.data, 4);
+		assert_memory_equal(y1.data, y3.data, 4);
+		hp_tensor_free(&y1);
+		hp_tensor_free(&y2);
+		hp_tensor_free(&y3);
+	}
+	hp_pool_destroy(pool3);
+	hp_tensor_free(&x);
 }
 
 /* One long sum: double accumulation keeps it far below float rounding. */
@@ -382,6 +412,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_all_axes),
 		cmocka_unit_test(test_shapes_threads),
+		cmocka_unit_test(test_split_threads),
 		cmocka_unit_test(test_accuracy),
 		cmocka_unit_test(test_int),
 		cmocka_unit_test(test_empty_dim),

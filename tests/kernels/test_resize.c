@@ -336,6 +336,24 @@ static void test_upsample_and_v10(void **state)
 						    ((float *)in[0].data)[(ch * 2 + h / 2) * 3 + w / 3]);
 		hp_tensor_free(&out);
 	}
+	/* the importer's rewrite of Upsample-9 in an opset-9 graph: Resize(X, -, scales) */
+	{
+		struct hp_tensor in3[3] = { in[0], { 0 }, in[1] };
+		struct hp_attr at[3] = { m, kt_string("coordinate_transformation_mode", "asymmetric"),
+					 kt_string("nearest_mode", "floor") };
+		c = (struct kt_case){ .op = "Resize", .nin = 3, .in = in3, .const_mask = 4, .nattrs = 3, .attrs = at,
+				      .nout = 1, .opset = 9 };
+		assert_int_equal(kt_run(&c, &out), 0);
+		for (int ch = 0; ch < 2; ch++)
+			for (int h = 0; h < 4; h++)
+				for (int w = 0; w < 9; w++)
+					assert_true(((float *)out.data)[(ch * 4 + h) * 9 + w] ==
+						    ((float *)in[0].data)[(ch * 2 + h / 2) * 3 + w / 3]);
+		hp_tensor_free(&out);
+		c.const_mask = 0; /* scales given at run time: refused as unsupported */
+		assert_int_equal(kt_run(&c, &out), HP_EUNSUPPORTED);
+		assert_non_null(strstr(hp_errmsg(), "scales"));
+	}
 	/* opset-10 linear is asymmetric: out[x] = in at x / scale */
 	{
 		struct hp_attr lin = kt_string("mode", "linear");

@@ -1,4 +1,5 @@
 /* Shape-family kernels against naive per-element references. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -735,6 +736,75 @@ static void test_cast(void **state)
 	}
 }
 
+/* bfloat16 bits as a double (NaN and inf included). */
+static double bf16_val(uint16_t h)
+{
+	uint32_t b = (uint32_t)h << 16;
+	float f;
+
+	memcpy(&f, &b, 4);
+	return f;
+}
+
+/* Round-to-nearest-even reference by distance to the two bfloat16
+ * neighbours of x (ties to the even mantissa). */
+static uint16_t bf16_rne_ref(float x)
+{
+	uint32_t b;
+	uint16_t lo, hi;
+	double dl, dh, ulp;
+
+	memcpy(&b, &x, 4);
+	lo = (uint16_t)(b >> 16);
+	hi = (uint16_t)(lo + 1);
+	if (isinf(x))
+		return lo;
+	if (isinf(bf16_val(hi)))
+		ulp = fabs(bf16_val(lo)) - fabs(bf16_val((uint16_t)(lo - 1)));
+	else
+		ulp = fabs(bf16_val(hi)) - fabs(bf16_val(lo));
+	dl = fabs((double)x - bf16_val(lo));
+	dh = ulp - dl;
+	return dl < dh || (dl == dh && !(lo & 1)) ? lo : hi;
+}
+
+/* Cast to bfloat16: truncation before opset 19 (ONNX's backend test
+ * expects the upper 16 bits), round to nearest even from 19; NaN stays NaN. */
+static void test_cast_bf16(void **state)
+{
+	static const uint32_t bits[] = { 0x3f808000u, /* 1 + 2^-8: tie, even is 1 */
+					 0x3f818000u, /* 1 + 3 * 2^-8: tie, even is up */
+					 0x3f80c000u, 0xbf80c000u, 0x3f807fffu, 0x7f7fffffu, 0xff7fffffu,
+					 0x7f800000u, 0xff800000u, 0x00000001u, 0x80000000u, 0x7f800001u, /* NaN */
+					 0xffc00000u, 0x3eaaaaabu, 0x4b7fffffu };
+	int64_t n = sizeof bits / sizeof bits[0];
+	struct hp_tensor x = kt_tensor(HP_F32, 1, &n), out;
+	struct hp_attr a = kt_int("to", HP_BF16);
+
+	(void)state;
+	memcpy(x.data, bits, sizeof bits);
+	for (int opset = 13; opset <= 19; opset += 6)
+		for (int folded = 0; folded < 2; folded++) {
+			struct kt_case c = { .op = "Cast", .nin = 1, .in = &x, .const_mask = (unsigned)folded,
+					     .nattrs = 1, .attrs = &a, .nout = 1, .opset = opset };
+			assert_int_equal(kt_run(&c, &out), 0);
+			assert_int_equal(out.dtype, HP_BF16);
+			for (int i = 0; i < n; i++) {
+				uint16_t got = ((uint16_t *)out.data)[i];
+				float f;
+				memcpy(&f, &bits[i], 4);
+				if (isnan(f)) {
+					assert_true(isnan(bf16_val(got)));
+					assert_int_equal(got & 0x8000, (bits[i] >> 16) & 0x8000);
+				} else {
+					assert_int_equal(got, opset < 19 ? (uint16_t)(bits[i] >> 16) : bf16_rne_ref(f));
+				}
+			}
+			hp_tensor_free(&out);
+		}
+	hp_tensor_free(&x);
+}
+
 /* ---- Shape, Size, Constant, ConstantOfShape, Range, Dropout ------------ */
 
 static void test_shape_size(void **state)
@@ -850,10 +920,12 @@ static void test_dropout(void **state)
 	for (int i = 0; i < 15; i++)
 		assert_int_equal(((uint8_t *)out[1].data)[i], 1);
 	free_all(out, 2);
-	*(uint8_t *)in[2].data = 1;
-	assert_int_equal(run("Dropout", 3, in, 6, 0, NULL, 1, out), HP_EUNSUPPORTED);
+	*(uint8_t *)in[2].data = 1; /* training mode: tested against numpy in test_dropout.c */
+	assert_int_equal(run("Dropout", 3, in, 6, 0, NULL, 1, out), 0);
+	hp_tensor_free(&out[0]);
 	*(float *)in[1].data = 0.f; /* ratio 0 in training is still the identity */
 	assert_int_equal(run("Dropout", 3, in, 6, 0, NULL, 1, out), 0);
+	assert_memory_equal(out[0].data, in[0].data, hp_tensor_bytes(&in[0]));
 	hp_tensor_free(&out[0]);
 	free_all(in, 3);
 }
@@ -954,6 +1026,7 @@ int main(void)
 		cmocka_unit_test(test_expand_tile),
 		cmocka_unit_test(test_pad),
 		cmocka_unit_test(test_cast),
+		cmocka_unit_test(test_cast_bf16),
 		cmocka_unit_test(test_shape_size),
 		cmocka_unit_test(test_constants),
 		cmocka_unit_test(test_dropout),

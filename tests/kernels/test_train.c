@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "hpdlf/error.h"
+#include "kernels/conv_impl.h"
 #include "tests/kernels/harness.h"
 
 #define D "ai.hpdlf"
@@ -50,10 +51,13 @@ static double *dbl(const struct hp_tensor *t)
 	return d;
 }
 
+static struct hp_pool *kt_pool; /* pool the ops run with (NULL: one thread) */
+
 static void run(const char *op, int nin, const struct hp_tensor *in, int na, const struct hp_attr *a, int nout,
 		struct hp_tensor *out)
 {
-	struct kt_case c = { .domain = D, .op = op, .nin = nin, .in = in, .nattrs = na, .attrs = a, .nout = nout };
+	struct kt_case c = { .domain = D, .op = op, .nin = nin, .in = in, .nattrs = na, .attrs = a, .nout = nout,
+			     .pool = kt_pool };
 	int rc = kt_run(&c, out);
 
 	if (rc < 0)
@@ -590,6 +594,35 @@ static void test_conv_grad(void **state)
 		(int[]){ 2 });
 	cv_case(1, 3, 1, (int[]){ 2, 3, 2 }, (int[]){ 2, 2, 3 }, (int[]){ 2, 1, 2 }, (int[]){ 1, 1, 1 },
 		(int[]){ 0, 1, 1 }, (int[]){ 1, 0, 1 }, (int[]){ 1, 0, 0 });
+}
+
+/* Stride-1 gradients on the padded-slab paths (forced whatever the sizes:
+ * ConvGradData as a Conv with mirrored W, ConvGradFilter from flat slab
+ * columns): default tiles on one thread; small slab tiles and workspace
+ * (chunks and tiles split) on two threads. */
+static void test_conv_grad_slab(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_conv_set_shift(1);
+	for (int v = 0; v < 2; v++) {
+		kt_pool = v ? pool : NULL;
+		hp_shift_set_tile_cols(v ? 9 : 0);
+		hp_conv_set_ws_max(v ? 3000 * sizeof(float) : 0);
+		cv_case(0, 3, 1, (int[]){ 3, 4, 5 }, (int[]){ 3, 3, 3 }, (int[]){ 1, 1, 1 }, (int[]){ 1, 1, 1 },
+			(int[]){ 1, 1, 1 }, (int[]){ 1, 1, 1 }, NULL);
+		cv_case(0, 3, 2, (int[]){ 4, 3, 4 }, (int[]){ 3, 2, 3 }, (int[]){ 1, 1, 1 }, (int[]){ 2, 1, 1 },
+			(int[]){ 2, 0, 1 }, (int[]){ 1, 1, 2 }, NULL);
+		cv_case(0, 2, 1, (int[]){ 6, 5 }, (int[]){ 3, 3 }, (int[]){ 1, 1 }, (int[]){ 1, 2 }, (int[]){ 0, 2 },
+			(int[]){ 2, 1 }, NULL);
+	}
+	kt_pool = NULL;
+	hp_shift_set_tile_cols(0);
+	hp_conv_set_ws_max(0);
+	hp_conv_set_shift(0);
+	hp_pool_destroy(pool);
 }
 
 /* ---- pooling ------------------------------------------------------------- */
@@ -1283,6 +1316,7 @@ int main(void)
 		cmocka_unit_test(test_matmul_grad),
 		cmocka_unit_test(test_gemm_grad),
 		cmocka_unit_test(test_conv_grad),
+		cmocka_unit_test(test_conv_grad_slab),
 		cmocka_unit_test(test_pool_grad),
 		cmocka_unit_test(test_batchnorm),
 		cmocka_unit_test(test_layernorm_grad),

@@ -1,0 +1,104 @@
+/* Remote tier internals shared by tier_remote.c (daemons, placement,
+ * keepalive, named extents) and rma.c (the RMA engine). */
+#ifndef HPDLF_STORE_REMOTE_TIER_INT_H
+#define HPDLF_STORE_REMOTE_TIER_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "store/remote/client.h"
+#include "store/remote/fabric.h"
+#include "store/remote/remote.h"
+
+struct seg;
+
+struct rdaemon {
+	struct hs_rconn *conn;  /* NULL: never reached */
+	char where[128];
+	fi_addr_t fa;
+	int dead;               /* under t->mu; never cleared */
+	char why[256];
+	uint64_t capacity, free_bytes;
+	uint64_t last_ok_ms;
+	struct seg *posted;     /* segments the provider holds (doubly linked) */
+};
+
+/* One hs_io in flight.  Writes go to every live replica; reads to one,
+ * retried on the other if the first one's daemon died. */
+struct rreq {
+	struct hs_io *io;
+	int ntgt, cur;          /* targets; reads: the one being read */
+	int tgt[2];             /* daemon indexes */
+	uint64_t taddr[2];      /* address in each daemon's space */
+	int tres[2];            /* outcome per target */
+	int live;               /* segments whose outcome is pending */
+	int refs;               /* segments not yet reported by the provider */
+	int finished;           /* done() called (or queued) */
+	struct rreq *next_done;
+};
+
+struct seg {
+	struct fi_context2 ctx; /* first: FI_CONTEXT2 mode */
+	struct rreq *req;
+	int ti;                 /* index in req->tgt */
+	void *buf;
+	size_t len;
+	uint64_t raddr, key;
+	struct fid_mr *lmr;     /* FI_MR_LOCAL registration of buf */
+	int abandoned;          /* its daemon died: the outcome no longer matters */
+	uint64_t posted_ms;
+	struct seg *next, *prev;
+};
+
+/* A replicated extent: the primary's tier address maps to the secondary. */
+struct replica {
+	uint64_t addr, len;     /* primary tier address */
+	int sd;                 /* secondary daemon */
+	uint64_t saddr;         /* in the secondary's space */
+};
+
+struct rtier {
+	struct hs_tier base;
+	struct hs_remote_opts o;
+	struct hs_secret secret;
+	struct hs_fab fab;
+	int fab_open;
+	int nd;
+	struct rdaemon *d;
+	pthread_mutex_t mu;     /* queues, daemon state, replica map */
+	struct seg *qhead, *qtail;      /* waiting to be posted */
+	unsigned posted;
+	size_t max_seg;
+	void *replicas;         /* tsearch tree of struct replica */
+	uint64_t nextents, alloc_seq;
+	volatile int stopping;
+	pthread_t progress, keepalive;
+	int progress_started, keepalive_started;
+	pthread_mutex_t ka_mu;
+	pthread_cond_t ka_cv;
+};
+
+#define RT_ADDR_MASK ((1ull << HS_REMOTE_ADDR_BITS) - 1)
+
+static inline uint64_t rt_addr(int didx, uint64_t daddr)
+{
+	return ((uint64_t)(didx + 1) << HS_REMOTE_ADDR_BITS) | daddr;
+}
+
+/* RMA engine (rma.c). */
+int hs_rt_rma_start(struct rtier *t);
+void hs_rt_rma_stop(struct rtier *t);
+int hs_rt_submit(struct hs_tier *base, struct hs_io **ios, int n);
+/* Declare daemon i dead (under t->mu): abandons its segments; requests that
+ * can no longer finish are chained on *done for the caller to complete. */
+void hs_rt_mark_dead(struct rtier *t, int i, const char *why, struct rreq **done);
+/* Call done() of finished requests (without t->mu) and free them. */
+void hs_rt_deliver(struct rtier *t, struct rreq *done);
+/* Ping daemon i now (from any thread but the caller must not hold t->mu);
+ * marks it dead if it does not answer.  Returns 1 if dead. */
+int hs_rt_check(struct rtier *t, int i, int wait);
+/* Secondary copy of the extent holding tier address a (NULL: none). */
+const struct replica *hs_rt_replica_of(struct rtier *t, uint64_t a);
+int hs_rt_add_replica(struct rtier *t, uint64_t addr, uint64_t len, int sd, uint64_t saddr);
+
+#endif
