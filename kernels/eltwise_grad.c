@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "kernels/eltwise_impl.h"
 #include "kernels/train_util.h"
 
 /* ---- UnaryGrad(dY, X) -> dX = dY * f'(X); attribute op names f ---------- */
@@ -106,15 +107,37 @@ static double unary_deriv(const struct unary_priv *p, double x)
 	}
 }
 
+struct unary_job {
+	const struct unary_priv *p;
+	const float *dy, *x;
+	float *dx;
+};
+
+/* ReluGrad, the common case: a select the compiler vectorizes. */
+HPK_SIMD static void relu_grad(const float *dy, const float *x, float *dx, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		dx[i] = x[i] > 0 ? dy[i] : 0.0f;
+}
+
+static void unary_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct unary_job *j = arg;
+
+	(void)tid;
+	if (j->p->op == U_RELU) {
+		relu_grad(j->dy + b, j->x + b, j->dx + b, e - b);
+		return;
+	}
+	for (int64_t i = b; i < e; i++)
+		j->dx[i] = (float)(j->dy[i] * unary_deriv(j->p, j->x[i]));
+}
+
 static int unary_run(const struct hp_node *n, const struct hp_kargs *a)
 {
-	const struct unary_priv *p = n->priv;
-	int64_t len = hp_shape_numel(&a->in[1].shape);
-	const float *dy = a->in[0].data, *x = a->in[1].data;
-	float *dx = a->out[0].data;
+	struct unary_job j = { n->priv, a->in[0].data, a->in[1].data, a->out[0].data };
 
-	for (int64_t i = 0; i < len; i++)
-		dx[i] = (float)(dy[i] * unary_deriv(p, x[i]));
+	hp_parallel_for(a->pool, hp_shape_numel(&a->in[1].shape), HPK_GRAIN, unary_range, &j);
 	return 0;
 }
 
@@ -193,26 +216,103 @@ static void store_sum(float *dst, const double *acc, int64_t len)
 			dst[i] = (float)acc[i];
 }
 
+/* One operand's gradient, walked with the broadcast engine: plan operand 0
+ * is the full-shape one (dK itself, or dY when dK is a sum), then dY or the
+ * double accumulator of dK, then X and Z when the partials need them. */
+struct bin_job {
+	enum binary op;
+	int which;     /* 0: dA, 1: dB */
+	int ix, iz;    /* plan operand holding X / Z, or 0 when absent */
+	double scale;  /* scale, negated for dB of Sub */
+};
+
+static double bin_partial(const struct bin_job *j, char *const *p, const int64_t *s, int64_t i)
+{
+	double x = j->ix ? ((const float *)p[j->ix])[i * s[j->ix]] : 0;
+	double z = j->iz ? ((const float *)p[j->iz])[i * s[j->iz]] : 0, da, db;
+
+	binary_partials(j->op, x, z, &da, &db);
+	return j->which ? db : da;
+}
+
+/* dK = dY * scale * partial, element by element (no broadcast of K). */
+HPK_SIMD static void bin_seg_full(const void *ctx, char *const *p, const int64_t *s, int64_t n)
+{
+	const struct bin_job *j = ctx;
+	const float *dy = (const float *)p[1];
+	float *dk = (float *)p[0];
+
+	if (j->op <= B_SUB) {
+		for (int64_t i = 0; i < n; i++)
+			dk[i] = (float)(dy[i] * j->scale);
+		return;
+	}
+	for (int64_t i = 0; i < n; i++)
+		dk[i] = (float)(dy[i] * j->scale * bin_partial(j, p, s, i));
+}
+
+/* acc(K) += dY * scale * partial along one segment: K contiguous (s = 1)
+ * or one element of K summed over the segment (s = 0). */
+HPK_SIMD static void bin_seg_sum(const void *ctx, char *const *p, const int64_t *s, int64_t n)
+{
+	const struct bin_job *j = ctx;
+	const float *dy = (const float *)p[0];
+	double *acc = (double *)p[1], t = 0;
+
+	if (j->op <= B_SUB && s[1] == 0) {
+		acc[0] += j->scale * hpk_sum_f(dy, n);
+	} else if (j->op <= B_SUB) {
+		for (int64_t i = 0; i < n; i++)
+			acc[i] += dy[i] * j->scale;
+	} else if (s[1] == 0) {
+		for (int64_t i = 0; i < n; i++)
+			t += dy[i] * j->scale * bin_partial(j, p, s, i);
+		acc[0] += t;
+	} else {
+		for (int64_t i = 0; i < n; i++)
+			acc[i] += dy[i] * j->scale * bin_partial(j, p, s, i);
+	}
+}
+
+/* Gradient of operand `which` into out (float, K's shape); acc is K-sized
+ * double workspace.  Sums over broadcast dims run in one fixed order on the
+ * calling thread; the rest in parallel. */
+static void binary_one(const struct binary_priv *pr, const struct hp_kargs *a, int which, float *out, double *acc)
+{
+	const struct hp_shape *ks = which ? &pr->b : &pr->a;
+	int64_t nk = hp_shape_numel(ks);
+	int full = nk == hp_shape_numel(&pr->y), nin = 1;
+	struct hp_tensor ak = { HP_F64, *ks, acc }, x = { HP_F32, pr->a, NULL }, z = { HP_F32, pr->b, NULL };
+	const struct hp_tensor *in[HPK_BC_MAXIN] = { full ? &a->in[0] : &ak };
+	const void *data[HPK_BC_MAXIN] = { in[0]->data };
+	struct bin_job j = { .op = pr->op, .which = which, .scale = pr->scale * (which && pr->op == B_SUB ? -1 : 1) };
+	struct hpk_bcast b;
+
+	if (pr->op > B_SUB) { /* plan operand k is in[k - 1] */
+		x.data = a->in[1].data;
+		z.data = a->in[2].data;
+		in[nin] = &x, data[nin++] = x.data, j.ix = nin;
+		in[nin] = &z, data[nin++] = z.data, j.iz = nin;
+	}
+	hpk_bcast_plan(&b, &pr->y, in, nin, sizeof(float));
+	if (full) {
+		hpk_bcast_run(a->pool, &b, out, data, bin_seg_full, &j);
+		return;
+	}
+	memset(acc, 0, (size_t)nk * sizeof *acc);
+	hpk_bcast_run(NULL, &b, a->in[0].data, data, bin_seg_sum, &j);
+	store_sum(out, acc, nk);
+}
+
 static int binary_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct binary_priv *p = n->priv;
-	int64_t na = hp_shape_numel(&p->a), nb = hp_shape_numel(&p->b), ny = hp_shape_numel(&p->y);
-	int64_t sa[HP_MAX_RANK], sb[HP_MAX_RANK];
-	const float *dy = a->in[0].data, *x = a->nin > 1 ? a->in[1].data : NULL, *z = a->nin > 2 ? a->in[2].data : NULL;
-	double *acca = a->ws, *accb = acca + na;
+	double *acc = a->ws;
 
-	tk_bcast_strides(&p->y, &p->a, sa);
-	tk_bcast_strides(&p->y, &p->b, sb);
-	memset(a->ws, 0, (size_t)(na + nb) * sizeof(double));
-	for (int64_t i = 0; i < ny; i++) {
-		int64_t oa = tk_offset(&p->y, sa, i), ob = tk_offset(&p->y, sb, i);
-		double da, db, d = dy[i] * p->scale;
-		binary_partials(p->op, x ? x[oa] : 0, z ? z[ob] : 0, &da, &db);
-		acca[oa] += d * da;
-		accb[ob] += d * db;
-	}
-	store_sum(n->noutputs > 0 ? a->out[0].data : NULL, acca, na);
-	store_sum(n->noutputs > 1 ? a->out[1].data : NULL, accb, nb);
+	if (n->noutputs > 0 && a->out[0].data)
+		binary_one(p, a, 0, a->out[0].data, acc);
+	if (n->noutputs > 1 && a->out[1].data)
+		binary_one(p, a, 1, a->out[1].data, acc + hp_shape_numel(&p->a));
 	return 0;
 }
 

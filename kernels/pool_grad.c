@@ -1,6 +1,11 @@
 /* Backward of MaxPool and AveragePool (and their Global forms) in 1-3
  * spatial dims (domain ai.hpdlf).  Output windows are those of dY, so
  * ceil_mode needs no special case. */
+/* No FP exception flags are read here: GCC may turn float selects into cmov. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -95,16 +100,111 @@ static int64_t window_argmax(const struct pgeom *c, const float *x, const int64_
 	return best;
 }
 
-static int maxpool_run(const struct hp_node *n, const struct hp_kargs *a)
+/* Windows that tile X without overlap, padding or dilation (the usual
+ * k = s = 2): each window is scanned at fixed offsets. */
+static int disjoint(const struct pgeom *c)
 {
-	const struct pgeom *c = n->priv;
-	const float *dy = a->in[0].data, *x = a->in[1].data;
-	float *dx = a->out[0].data;
+	for (int q = 0; q < 3; q++)
+		if (c->s[q] < c->k[q] || c->p[q] || c->pe[q] || c->d[q] != 1 ||
+		    (c->small[q] - 1) * c->s[q] + c->k[q] > c->big[q])
+			return 0;
+	return 1;
+}
 
-	memset(dx, 0, hp_tensor_bytes(&a->out[0]));
-	for (int64_t pl = 0; pl < c->planes; pl++) {
-		const float *xp = x + pl * c->bvol, *dyp = dy + pl * c->svol;
-		float *dxp = dx + pl * c->bvol;
+/* "v beats u" for the first maximum: greater, or NaN over a number. */
+#define BEATS(v, u) (((v) > (u)) | (((v) != (v)) & ((u) == (u))))
+
+/* b if `pick` (0 or 1) else a, through the bits: on real data the winner
+ * of a window is a coin toss, and a select never mispredicts. */
+static inline float pick_f(int pick, float a, float b)
+{
+	int32_t ia, ib, r;
+	float f;
+
+	memcpy(&ia, &a, sizeof ia);
+	memcpy(&ib, &b, sizeof ib);
+	r = (ib & -pick) | (ia & (pick - 1));
+	memcpy(&f, &r, sizeof f);
+	return f;
+}
+
+/* Index (0..3) of the first maximum of a, b, c, d: pairs first, then the
+ * winners, a later one winning only when it beats (which keeps "first"). */
+static inline int first_max4(float a, float b, float c, float d, float *m)
+{
+	int i01 = BEATS(b, a), i23 = BEATS(d, c), r;
+	float m01 = pick_f(i01, a, b), m23 = pick_f(i23, c, d);
+
+	r = BEATS(m23, m01);
+	*m = pick_f(r, m01, m23);
+	return (r << 1) | (r ? i23 : i01);
+}
+
+/* 2x2 (k = 1,2,2) or 2x2x2 windows at f: offset of the first maximum in X. */
+static inline int64_t argmax_2x2(const float *x, int64_t f, int64_t row, int64_t slab, int depth2)
+{
+	float m0, m1;
+	int a = first_max4(x[f], x[f + 1], x[f + row], x[f + row + 1], &m0), b, r;
+	int64_t o0 = (a >> 1) * row + (a & 1), o1;
+
+	if (!depth2)
+		return f + o0;
+	b = first_max4(x[f + slab], x[f + slab + 1], x[f + slab + row], x[f + slab + row + 1], &m1);
+	o1 = slab + (b >> 1) * row + (b & 1);
+	r = BEATS(m1, m0);
+	return f + o0 + (o1 - o0) * r;
+}
+
+/* One plane of the disjoint case: dX is zero but at each window's first
+ * maximum (NaN wins). */
+static void maxpool_plane_tiled(const struct pgeom *c, const float *x, const float *dy, float *dx)
+{
+	int64_t j = 0, b12 = c->big[1] * c->big[2];
+	int k22 = c->k[1] == 2 && c->k[2] == 2 && c->k[0] <= 2;
+
+	for (int64_t o0 = 0; o0 < c->small[0]; o0++)
+		for (int64_t o1 = 0; o1 < c->small[1]; o1++)
+			for (int64_t o2 = 0; o2 < c->small[2]; o2++, j++) {
+				int64_t base = o0 * c->s[0] * b12 + o1 * c->s[1] * c->big[2] + o2 * c->s[2], best = base;
+				float bv = x[base];
+				if (k22) {
+					dx[argmax_2x2(x, base, c->big[2], b12, c->k[0] == 2)] += dy[j];
+					continue;
+				}
+				for (int64_t a = 0; a < c->k[0]; a++)
+					for (int64_t b = 0; b < c->k[1]; b++)
+						for (int64_t e = 0; e < c->k[2]; e++) {
+							int64_t f = base + a * b12 + b * c->big[2] + e;
+							if (BEATS(x[f], bv)) {
+								best = f;
+								bv = x[f];
+							}
+						}
+				dx[best] += dy[j];
+			}
+}
+
+struct maxpool_job {
+	const struct pgeom *c;
+	const float *dy, *x;
+	float *dx;
+	int tiled;
+};
+
+static void maxpool_planes(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct maxpool_job *m = arg;
+	const struct pgeom *c = m->c;
+
+	(void)tid;
+	memset(m->dx + b * c->bvol, 0, (size_t)((e - b) * c->bvol) * sizeof(float));
+	for (int64_t pl = b; pl < e; pl++) {
+		const float *xp = m->x + pl * c->bvol, *dyp = m->dy + pl * c->svol;
+		float *dxp = m->dx + pl * c->bvol;
+		if (m->tiled) {
+			maxpool_plane_tiled(c, xp, dyp, dxp);
+			continue;
+		}
 		for (int64_t j = 0; j < c->svol; j++) {
 			int64_t o[3] = { j / (c->small[1] * c->small[2]), j / c->small[2] % c->small[1], j % c->small[2] };
 			int64_t f = window_argmax(c, xp, o);
@@ -112,6 +212,33 @@ static int maxpool_run(const struct hp_node *n, const struct hp_kargs *a)
 				dxp[f] += dyp[j];
 		}
 	}
+}
+
+/* Planes are independent, so any split over them gives the same bits. */
+/* Move trailing size-1 dims (1-2 spatial dims) to the front, so a 2-D
+ * 2x2 window is the (1,2,2) case of the 3-D scan. */
+static void right_align(struct pgeom *c)
+{
+	for (int r = 0; r < 2 && c->big[2] == 1 && c->small[2] == 1 && c->k[2] == 1; r++) {
+		int64_t *v[] = { c->big, c->small, c->k, c->s, c->d, c->p, c->pe };
+		for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+			int64_t t = v[i][2];
+			v[i][2] = v[i][1];
+			v[i][1] = v[i][0];
+			v[i][0] = t;
+		}
+	}
+}
+
+static int maxpool_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	struct pgeom t = *(const struct pgeom *)n->priv, *c = &t;
+	struct maxpool_job m = { c, a->in[0].data, a->in[1].data, a->out[0].data, disjoint(c) };
+
+	if (m.tiled)
+		right_align(c);
+
+	hp_parallel_for(a->pool, c->planes, 1 + 32768 / (c->bvol + 1), maxpool_planes, &m);
 	return 0;
 }
 
