@@ -39,11 +39,12 @@ void hpks_set_out_data(struct hp_graph *g, const struct hp_node *n, int o, void 
 	v->src.kind = HP_BLOB_MEMORY;
 }
 
-int hpks_const_ints(const struct hp_graph *g, const struct hp_node *n, int i, const char *what,
-		    int64_t *v, int max, int *count)
+/* Input i as a compile-time constant of at most max elements whose dtype
+ * `ok` accepts (`kind` names the accepted types in the message). */
+static int const_input(const struct hp_graph *g, const struct hp_node *n, int i, const char *what, int max,
+		       int (*ok)(enum hp_dtype), const char *kind, const struct hp_value **out, int64_t *num)
 {
 	const struct hp_value *x = hpks_in(g, n, i);
-	int64_t num;
 
 	if (!x)
 		return hp_node_error(g, n, HP_EMODEL, "input %d (%s) is missing", i, what);
@@ -51,13 +52,36 @@ int hpks_const_ints(const struct hp_graph *g, const struct hp_node *n, int i, co
 		return hp_node_error(g, n, HP_EUNSUPPORTED,
 				     "input %d (%s, '%s') must be a compile-time constant (it sets the output shape)",
 				     i, what, x->name);
-	if (x->dtype != HP_I64 && x->dtype != HP_I32)
-		return hp_node_error(g, n, HP_ESHAPE, "input %d (%s) must be int64 or int32, not %s", i, what,
+	if (!ok(x->dtype))
+		return hp_node_error(g, n, HP_ESHAPE, "input %d (%s) must be %s, not %s", i, what, kind,
 				     hp_dtype_name(x->dtype));
-	num = hp_shape_numel(&x->shape);
-	if (num > max)
+	*num = hp_shape_numel(&x->shape);
+	if (*num > max)
 		return hp_node_error(g, n, HP_EUNSUPPORTED, "input %d (%s) has %lld elements, at most %d supported",
-				     i, what, (long long)num, max);
+				     i, what, (long long)*num, max);
+	*out = x;
+	return 0;
+}
+
+static int is_index_type(enum hp_dtype t)
+{
+	return t == HP_I64 || t == HP_I32;
+}
+
+static int is_float_type(enum hp_dtype t)
+{
+	return t == HP_F32 || t == HP_F64 || t == HP_F16;
+}
+
+int hpks_const_ints(const struct hp_graph *g, const struct hp_node *n, int i, const char *what,
+		    int64_t *v, int max, int *count)
+{
+	const struct hp_value *x = NULL;
+	int64_t num = 0;
+	int rc = const_input(g, n, i, what, max, is_index_type, "int64 or int32", &x, &num);
+
+	if (rc < 0)
+		return rc;
 	for (int64_t k = 0; k < num; k++)
 		v[k] = hpks_get_i(x->data, x->dtype, k);
 	*count = (int)num;
@@ -67,22 +91,12 @@ int hpks_const_ints(const struct hp_graph *g, const struct hp_node *n, int i, co
 int hpks_const_floats(const struct hp_graph *g, const struct hp_node *n, int i, const char *what,
 		      double *v, int max, int *count)
 {
-	const struct hp_value *x = hpks_in(g, n, i);
-	int64_t num;
+	const struct hp_value *x = NULL;
+	int64_t num = 0;
+	int rc = const_input(g, n, i, what, max, is_float_type, "floating point", &x, &num);
 
-	if (!x)
-		return hp_node_error(g, n, HP_EMODEL, "input %d (%s) is missing", i, what);
-	if (!x->data)
-		return hp_node_error(g, n, HP_EUNSUPPORTED,
-				     "input %d (%s, '%s') must be a compile-time constant (it sets the output shape)",
-				     i, what, x->name);
-	if (x->dtype != HP_F32 && x->dtype != HP_F64 && x->dtype != HP_F16)
-		return hp_node_error(g, n, HP_ESHAPE, "input %d (%s) must be floating point, not %s", i, what,
-				     hp_dtype_name(x->dtype));
-	num = hp_shape_numel(&x->shape);
-	if (num > max)
-		return hp_node_error(g, n, HP_EUNSUPPORTED, "input %d (%s) has %lld elements, at most %d supported",
-				     i, what, (long long)num, max);
+	if (rc < 0)
+		return rc;
 	for (int64_t k = 0; k < num; k++)
 		v[k] = hpks_get_f(x->data, x->dtype, k);
 	*count = (int)num;
