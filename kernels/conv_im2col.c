@@ -34,13 +34,35 @@ static void valid_w(const struct hp_colgeom *c, int64_t kw, int64_t *lo, int64_t
 		*hi = c->grid[2];
 }
 
-/* Offset of the image line for grid line r and kernel offsets (kd, kh), or
- * -1 when that line lies in the padding. */
-static int64_t line_offset(const struct hp_colgeom *c, int64_t r, int64_t kd, int64_t kh)
+/* A walk over grid lines r (a line is grid[2] long) that keeps the line's
+ * (depth, height) position in counters: a division per line would cost
+ * more than copying a short line. */
+struct line_walk {
+	int64_t r, gd, gh;
+};
+
+static void walk_start(const struct hp_colgeom *c, int64_t r, struct line_walk *w)
 {
-	int64_t gd = r / c->grid[1], gh = r % c->grid[1];
-	int64_t id = gd * c->stride[0] - c->pad[0] + kd * c->dil[0];
-	int64_t ih = gh * c->stride[1] - c->pad[1] + kh * c->dil[1];
+	w->r = r;
+	w->gd = r / c->grid[1];
+	w->gh = r % c->grid[1];
+}
+
+static void walk_next(const struct hp_colgeom *c, struct line_walk *w)
+{
+	w->r++;
+	if (++w->gh == c->grid[1]) {
+		w->gh = 0;
+		w->gd++;
+	}
+}
+
+/* Offset of the image line for the walk's grid line and kernel offsets
+ * (kd, kh), or -1 when that line lies in the padding. */
+static int64_t line_offset(const struct hp_colgeom *c, const struct line_walk *w, int64_t kd, int64_t kh)
+{
+	int64_t id = w->gd * c->stride[0] - c->pad[0] + kd * c->dil[0];
+	int64_t ih = w->gh * c->stride[1] - c->pad[1] + kh * c->dil[1];
 
 	if (id < 0 || id >= c->img[0] || ih < 0 || ih >= c->img[1])
 		return -1;
@@ -125,11 +147,12 @@ void hp_im2col(const struct hp_colgeom *c, int64_t ch, const float *img, int64_t
 					float *row = col;
 					col += n;
 					valid_w(c, kw, &lo, &hi);
-					for (int64_t r = j0 / c->grid[2]; r * c->grid[2] < j1; r++) {
+					struct line_walk w;
+					for (walk_start(c, j0 / c->grid[2], &w); w.r * c->grid[2] < j1; walk_next(c, &w)) {
 						int64_t a, b, off;
-						line_span(c, r, j0, j1, &a, &b);
-						off = line_offset(c, r, kd, kh);
-						float *dst = row + r * c->grid[2] + a - j0;
+						line_span(c, w.r, j0, j1, &a, &b);
+						off = line_offset(c, &w, kd, kh);
+						float *dst = row + w.r * c->grid[2] + a - j0;
 						if (off < 0)
 							zero(dst, b - a);
 						else
@@ -152,13 +175,14 @@ void hp_col2im(const struct hp_colgeom *c, int64_t ch, const float *col, int64_t
 					const float *row = col;
 					col += n;
 					valid_w(c, kw, &lo, &hi);
-					for (int64_t r = j0 / c->grid[2]; r * c->grid[2] < j1; r++) {
+					struct line_walk w;
+					for (walk_start(c, j0 / c->grid[2], &w); w.r * c->grid[2] < j1; walk_next(c, &w)) {
 						int64_t a, b, off;
-						line_span(c, r, j0, j1, &a, &b);
-						off = line_offset(c, r, kd, kh);
+						line_span(c, w.r, j0, j1, &a, &b);
+						off = line_offset(c, &w, kd, kh);
 						if (off >= 0)
 							scatter_line(c, im + off, kw, a, b, lo, hi,
-								     row + r * c->grid[2] + a - j0);
+								     row + w.r * c->grid[2] + a - j0);
 					}
 				}
 	}
