@@ -21,10 +21,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <json-c/json.h>
 
 #include "hpdlf/error.h"
 #include "hpdlf/store.h"
+#include "bench_fio.h"
 #include "hpdlf/tensor.h"
 #include "store/store_internal.h"
 #include "store/tier.h"
@@ -231,44 +231,6 @@ static void pmem_bw(const struct args *a, double *wGBps, double *rGBps, double *
 	free(big);
 }
 
-/* One fio job; returns MB/s (or IOPS when `want_iops`), -1 if fio failed. */
-static double fio(const struct args *a, const char *rw, const char *bs, uint64_t size, int want_iops)
-{
-	char cmd[2048];
-	FILE *f;
-	json_object *o, *jobs, *v;
-	char *text = NULL;
-	size_t len = 0;
-	double r = -1;
-
-	snprintf(cmd, sizeof cmd,
-		 "fio --name=hpdlf --filename='%s/hpdlf-bench-fio.dat' --rw=%s --bs=%s --size=%" PRIu64
-		 " --ioengine=io_uring --direct=1 --iodepth=%u --numjobs=1 %s --output-format=json 2>/dev/null",
-		 a->dir, rw, bs, size, a->qd, want_iops ? "--number_ios=100000" : "");
-	f = popen(cmd, "r");
-	if (!f)
-		return -1;
-	FILE *m = open_memstream(&text, &len);
-	int c;
-	while ((c = fgetc(f)) != EOF)
-		fputc(c, m);
-	fclose(m);
-	if (pclose(f) != 0) {
-		free(text);
-		return -1;
-	}
-	o = json_tokener_parse(strchr(text, '{') ? strchr(text, '{') : text);
-	if (o && json_object_object_get_ex(o, "jobs", &jobs) && json_object_array_length(jobs) > 0) {
-		json_object *j = json_object_array_get_idx(jobs, 0), *d;
-		if (json_object_object_get_ex(j, strstr(rw, "read") ? "read" : "write", &d) &&
-		    json_object_object_get_ex(d, want_iops ? "iops" : "bw_bytes", &v))
-			r = want_iops ? json_object_get_double(v) : json_object_get_double(v) / 1e6;
-	}
-	json_object_put(o);
-	free(text);
-	return r;
-}
-
 static void usage(void)
 {
 	fprintf(stderr, "usage: hpdlf-bench-store --dir DIR [--size 2G] [--qd 32] [--chunk 4M] [--iops-size 256M]\n"
@@ -336,11 +298,10 @@ int main(int argc, char **argv)
 	pmem_bw(&a, &pw, &pr, &mc);
 	fprintf(stderr, "store pmem: write %.2f GB/s, read %.2f GB/s, memcpy %.2f GB/s\n", pw, pr, mc);
 	if (a.fio) {
-		fw = fio(&a, "write", "1M", a.size, 0);
-		fr = fio(&a, "read", "1M", a.size, 0);
-		fio_iops = fio(&a, "randread", "4k", a.size, 1);
-		snprintf(path, sizeof path, "%s/hpdlf-bench-fio.dat", a.dir);
-		unlink(path);
+		fw = hp_bench_fio(a.dir, "write", "1M", a.size, a.qd, 0);
+		fr = hp_bench_fio(a.dir, "read", "1M", a.size, a.qd, 0);
+		fio_iops = hp_bench_fio(a.dir, "randread", "4k", a.size, a.qd, 1);
+		hp_bench_fio_cleanup(a.dir);
 		fprintf(stderr, "fio: write %.0f MB/s, read %.0f MB/s, randread 4k %.0f IOPS\n", fw, fr, fio_iops);
 	}
 	printf("{\"size\":%" PRIu64 ",\"chunk\":%" PRIu64 ",\"qd\":%u,\"write_MBps\":%.1f,\"read_MBps\":%.1f,"
