@@ -155,6 +155,13 @@ static void conv_range(void *arg, int64_t b, int64_t e, int tid)
 		conv_tile(r, i, r->ws + tid * r->per_thread);
 }
 
+/* Shift-path work items: (batch, group, output plane), where a folded
+ * geometry's planes are the batch items. */
+static int64_t shift_items(const struct hp_conv *cv)
+{
+	return cv->batch / cv->sh.nfold * cv->group * cv->sh.out[0];
+}
+
 /* Shift path: items are (batch, group, output plane); a worker takes its
  * run of planes in chunks, one slab each. */
 static void shift_range(void *arg, int64_t b, int64_t e, int tid)
@@ -226,10 +233,10 @@ static size_t shift_ws(const struct hp_conv *cv)
 {
 	const struct hp_shift *s = &cv->sh;
 	int nt = hp_conv_ws_threads();
-	int64_t items = cv->batch * cv->group * s->out[0], share = (items + nt - 1) / nt;
+	int64_t items = shift_items(cv), share = (items + nt - 1) / nt;
 	size_t wk = (size_t)(cv->cout * cv->kdim), tmp = (size_t)(cv->cout_g * s->tcols);
 	size_t one = tmp + hp_shift_slab_floats(s, s->tplanes ? s->tplanes : 1);
-	size_t want = tmp + hp_shift_slab_floats(s, share < s->out[0] ? share : s->out[0]);
+	size_t want = tmp + hp_shift_slab_floats(s, hp_shift_slab_planes(s, share));
 	size_t cap = ws_max / sizeof(float);
 
 	if (wk + (size_t)nt * one > cap)
@@ -247,11 +254,15 @@ void hp_conv_setup(struct hp_conv *cv)
 		     c->stride[1] == 1 && c->stride[2] == 1 && c->grid_vol == c->img_vol;
 	cv->shift = 0;
 	cv->workspace = 0;
-	if (!cv->direct && shift_mode >= 0 && hp_shift_init(&cv->sh, c, cv->cin_g, cv->cout_g) == 0 &&
-	    (shift_mode > 0 || (c->kvol > 1 && cv->cin_g >= HP_SHIFT_MIN_CH && cv->batch * cv->group * c->grid[0] >= 2 &&
-				hp_shift_useful(&cv->sh) >= HP_SHIFT_MIN_USEFUL))) {
-		cv->workspace = shift_ws(cv);
-		cv->shift = cv->workspace > 0;
+	if (!cv->direct && shift_mode >= 0 && hp_shift_init(&cv->sh, c, cv->cin_g, cv->cout_g) == 0) {
+		/* 2-D and 1-D: the batch becomes the plane axis */
+		int folded = hp_shift_fold(&cv->sh, cv->batch, cv->cin * cv->xvol, cv->cout * cv->yvol) == 0;
+		double min_useful = folded ? HP_SHIFT_MIN_USEFUL_FOLDED : HP_SHIFT_MIN_USEFUL;
+		if (shift_mode > 0 || (c->kvol > 1 && cv->cin_g >= HP_SHIFT_MIN_CH && shift_items(cv) >= 2 &&
+				       hp_shift_useful(&cv->sh) >= min_useful)) {
+			cv->workspace = shift_ws(cv);
+			cv->shift = cv->workspace > 0;
+		}
 	}
 	if (cv->shift || cv->direct)
 		return;
@@ -290,7 +301,7 @@ static void run_shift(const struct hp_conv *cv, struct conv_run *r, struct hp_po
 	r->tmp = (size_t)(cv->cout_g * cv->sh.tcols);
 	r->per_thread = (int64_t)(floats / (size_t)threads);
 	r->ws += wk;
-	hp_conv_parallel(pool, threads, cv->batch * cv->group * cv->sh.out[0], shift_range, r);
+	hp_conv_parallel(pool, threads, shift_items(cv), shift_range, r);
 }
 
 void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,

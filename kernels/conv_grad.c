@@ -23,7 +23,7 @@ struct cgeom {
 	int64_t kvol, bvol, svol;
 };
 
-/* Window attributes and spatial sizes; spatial dims beyond nsp are 1. */
+/* Window attributes and spatial sizes in 3-D, the missing leading dims 1. */
 static int cgeom_init(struct hp_graph *g, const struct hp_node *n, struct cgeom *c, const struct hp_shape *big,
 		      const struct hp_shape *small, const int64_t *k)
 {
@@ -41,17 +41,17 @@ static int cgeom_init(struct hp_graph *g, const struct hp_node *n, struct cgeom 
 	c->group = hp_attr_int(n, "group", 1);
 	c->kvol = c->bvol = c->svol = 1;
 	for (int i = 0; i < 3; i++) {
-		int in = i < nsp;
-		c->big[i] = in ? big->dims[2 + i] : 1;
-		c->small[i] = in ? small->dims[2 + i] : 1;
-		c->k[i] = in ? k[i] : 1;
-		c->s[i] = in && ns > 0 ? st[i] : 1;
-		c->d[i] = in && nd > 0 ? dl[i] : 1;
-		c->p[i] = in && np > 0 ? pd[i] : 0;
+		int j = i - (3 - nsp), in = j >= 0; /* leading unit dims, as the forward's geometry */
+		c->big[i] = in ? big->dims[2 + j] : 1;
+		c->small[i] = in ? small->dims[2 + j] : 1;
+		c->k[i] = in ? k[j] : 1;
+		c->s[i] = in && ns > 0 ? st[j] : 1;
+		c->d[i] = in && nd > 0 ? dl[j] : 1;
+		c->p[i] = in && np > 0 ? pd[j] : 0;
 		if (c->s[i] < 1 || c->d[i] < 1 || c->k[i] < 1 || c->p[i] < 0)
-			return hp_node_error(g, n, HP_EMODEL, "bad window in spatial dim %d", i);
-		if ((c->small[i] - 1) * c->s[i] + (c->k[i] - 1) * c->d[i] + 1 > c->big[i] + c->p[i] + (in && np > 0 ? pd[nsp + i] : 0))
-			return hp_node_error(g, n, HP_ESHAPE, "spatial dim %d: %lld outputs do not fit %lld inputs", i,
+			return hp_node_error(g, n, HP_EMODEL, "bad window in spatial dim %d", in ? j : i);
+		if ((c->small[i] - 1) * c->s[i] + (c->k[i] - 1) * c->d[i] + 1 > c->big[i] + c->p[i] + (in && np > 0 ? pd[nsp + j] : 0))
+			return hp_node_error(g, n, HP_ESHAPE, "spatial dim %d: %lld outputs do not fit %lld inputs", j,
 					     (long long)c->small[i], (long long)c->big[i]);
 		c->kvol *= c->k[i];
 		c->bvol *= c->big[i];
@@ -272,6 +272,13 @@ static void filter_slab_range(void *arg, int64_t b, int64_t e, int tid)
 	}
 }
 
+/* Slab-path work items: (batch, group, dY plane); a folded geometry's
+ * planes are the batch items. */
+static int64_t filter_items(const struct cg_filter *f)
+{
+	return f->c.n / f->sh.nfold * f->c.group * f->sh.out[0];
+}
+
 static void filter_plan(struct cg_filter *f)
 {
 	const struct cgeom *c = &f->c;
@@ -288,14 +295,19 @@ static void filter_plan(struct cg_filter *f)
 		f->geo.pad[i] = c->p[i];
 	}
 	hp_colgeom_finish(&f->geo);
-	f->slab = hp_conv_shift_mode() >= 0 && hp_shift_init(&f->sh, &f->geo, cg, mg) == 0 &&
-		  (hp_conv_shift_mode() > 0 ||
-		   (hp_shift_useful(&f->sh) >= HP_SHIFT_MIN_USEFUL && c->n * c->group * c->small[0] >= 2));
+	f->slab = hp_conv_shift_mode() >= 0 && hp_shift_init(&f->sh, &f->geo, cg, mg) == 0;
 	if (f->slab) {
-		int64_t items = c->n * c->group * c->small[0], share = (items + nt - 1) / nt;
+		/* 2-D and 1-D: the batch becomes the plane axis */
+		int folded = hp_shift_fold(&f->sh, c->n, c->cbig * c->bvol, c->csmall * c->svol) == 0;
+		double min_useful = folded ? HP_SHIFT_MIN_USEFUL_FOLDED : HP_SHIFT_MIN_USEFUL;
+		f->slab = hp_conv_shift_mode() > 0 ||
+			  (hp_shift_useful(&f->sh) >= min_useful && filter_items(f) >= 2);
+	}
+	if (f->slab) {
+		int64_t items = filter_items(f), share = (items + nt - 1) / nt;
 		size_t want;
 		f->fixed = dwn + (size_t)((rows + mg) * f->sh.tcols);
-		want = f->fixed + hp_shift_slab_floats(&f->sh, share < c->small[0] ? share : c->small[0]);
+		want = f->fixed + hp_shift_slab_floats(&f->sh, hp_shift_slab_planes(&f->sh, share));
 		if ((size_t)nt * (f->fixed + hp_shift_slab_floats(&f->sh, f->sh.tplanes ? f->sh.tplanes : 1)) <= cap) {
 			f->workspace = ((size_t)nt * want < cap ? (size_t)nt * want : cap) * sizeof(float);
 			return;
@@ -383,7 +395,7 @@ static int conv_filter_run(const struct hp_node *n, const struct hp_kargs *a)
 	threads = filter_threads(f, f->workspace / sizeof(float), threads, &r.chunk);
 	r.per_thread = f->workspace / sizeof(float) / (size_t)threads;
 	r.ntile = (c->svol + f->tc - 1) / (f->tc ? f->tc : 1);
-	items = c->n * c->group * (f->slab ? c->small[0] : r.ntile);
+	items = f->slab ? filter_items(f) : c->n * c->group * r.ntile;
 	for (int t = 0; t < threads; t++) {
 		float *col, *part = filter_part(&r, t, &col);
 		memset(part, 0, r.dwn * sizeof *part);

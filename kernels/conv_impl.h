@@ -47,6 +47,9 @@ struct hp_shift {
 	int64_t tplanes;       /* whole output planes per tile, or 0: ... */
 	int64_t trows;         /* ... output rows of one plane per tile */
 	int64_t tcols;         /* columns of the widest tile */
+	int64_t xcs, xps;      /* image: channel and plane strides (floats) */
+	int64_t yps;           /* output: plane stride (channel stride is the callers' ldy) */
+	int64_t nfold;         /* batch items folded into planes (hp_shift_fold), else 1 */
 };
 
 #define HP_SHIFT_TILE_COLS 1024
@@ -55,6 +58,19 @@ struct hp_shift {
 
 /* 0 if the geometry is stride 1 (else -1). */
 int hp_shift_init(struct hp_shift *s, const struct hp_colgeom *g, int64_t ch, int64_t m);
+/* A 2-D (or 1-D) geometry: fold `batch` items into the plane axis (item
+ * strides x_item and y_item floats), so that tiles of small images span
+ * several items and sgemms grow with the batch.  0, or -1 if the geometry
+ * has depth. */
+int hp_shift_fold(struct hp_shift *s, int64_t batch, int64_t x_item, int64_t y_item);
+/* Folded geometries take the shift path down to this useful fraction. */
+#define HP_SHIFT_MIN_USEFUL_FOLDED 0.3
+/* Folded geometries: tiles of HP_SHIFT_TILE_COLS / this columns, and slabs
+ * of at most HP_SHIFT_FOLDED_SLAB_TILES tiles per worker. */
+#define HP_SHIFT_FOLDED_TILE_DIV 8
+#define HP_SHIFT_FOLDED_SLAB_TILES 4
+/* Planes of a worker's slab given its share of planes. */
+int64_t hp_shift_slab_planes(const struct hp_shift *s, int64_t share);
 /* Fraction of a tile's columns that are output positions (the rest is padding). */
 double hp_shift_useful(const struct hp_shift *s);
 #define HP_SHIFT_MIN_USEFUL 0.7

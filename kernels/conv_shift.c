@@ -40,6 +40,22 @@ void hp_shift_set_tile_cols(int64_t c)
 	tile_cols = c > 0 ? c : HP_SHIFT_TILE_COLS;
 }
 
+/* Tile shape: whole output planes per tile when planes are small, else
+ * runs of rows of one plane. */
+static void plan_tiles(struct hp_shift *s, int64_t tile_cols)
+{
+	if (s->pplane >= tile_cols / 2) {
+		int64_t nt = (s->out[1] * s->pw + tile_cols - 1) / tile_cols;
+		s->tplanes = 0;
+		s->trows = (s->out[1] + nt - 1) / nt;
+		s->tcols = s->trows * s->pw;
+	} else {
+		s->tplanes = min64(max64(tile_cols / s->pplane, 1), s->out[0]);
+		s->trows = s->tplanes * s->out[1];
+		s->tcols = s->tplanes * s->pplane;
+	}
+}
+
 int hp_shift_init(struct hp_shift *s, const struct hp_colgeom *g, int64_t ch, int64_t m)
 {
 	int64_t ext[3];
@@ -65,16 +81,25 @@ int hp_shift_init(struct hp_shift *s, const struct hp_colgeom *g, int64_t ch, in
 	s->kvol = g->kvol;
 	s->ch = ch;
 	s->m = m;
-	if (s->pplane >= tile_cols / 2) {
-		int64_t nt = (s->out[1] * s->pw + tile_cols - 1) / tile_cols;
-		s->tplanes = 0;
-		s->trows = (s->out[1] + nt - 1) / nt;
-		s->tcols = s->trows * s->pw;
-	} else {
-		s->tplanes = min64(max64(tile_cols / s->pplane, 1), s->out[0]);
-		s->trows = s->tplanes * s->out[1];
-		s->tcols = s->tplanes * s->pplane;
-	}
+	s->xps = s->in[1] * s->in[2];
+	s->xcs = s->in[0] * s->xps;
+	s->yps = s->out[1] * s->out[2];
+	s->nfold = 1;
+	plan_tiles(s, tile_cols);
+	return 0;
+}
+
+int hp_shift_fold(struct hp_shift *s, int64_t batch, int64_t x_item, int64_t y_item)
+{
+	if (s->in[0] != 1 || s->out[0] != 1 || s->ext0 != 0 || s->pad[0] != 0 || batch < 1)
+		return -1;
+	s->in[0] = s->out[0] = batch;
+	s->xps = x_item;
+	s->yps = y_item;
+	s->nfold = batch;
+	/* measured on LeNet's 4x4 planes: tiles past ~100 columns gain
+	 * nothing there but workspace */
+	plan_tiles(s, max64(tile_cols / HP_SHIFT_FOLDED_TILE_DIV, 1));
 	return 0;
 }
 
@@ -83,6 +108,15 @@ double hp_shift_useful(const struct hp_shift *s)
 	if (s->tplanes)
 		return (double)(s->out[1] * s->out[2]) / (double)s->pplane;
 	return (double)s->out[2] / (double)s->pw;
+}
+
+int64_t hp_shift_slab_planes(const struct hp_shift *s, int64_t share)
+{
+	int64_t cap = s->out[0];
+
+	if (s->nfold > 1 && s->tplanes)
+		cap = min64(cap, HP_SHIFT_FOLDED_SLAB_TILES * s->tplanes);
+	return min64(max64(share, 1), cap);
 }
 
 size_t hp_shift_slab_floats(const struct hp_shift *s, int64_t planes)
@@ -114,11 +148,11 @@ static void zerof(float *p, int64_t n)
 
 void hp_shift_slab(const struct hp_shift *s, const float *x, int64_t d0, int64_t d1, float *slab)
 {
-	int64_t np = d1 - d0 + s->ext0, in_plane = s->in[1] * s->in[2];
+	int64_t np = d1 - d0 + s->ext0;
 	int64_t lead = s->pad[2], tail = s->pw - s->pad[2] - s->in[2];
 
 	for (int64_t c = 0; c < s->ch; c++) {
-		const float *xc = x + c * s->in[0] * in_plane;
+		const float *xc = x + c * s->xcs;
 		for (int64_t q = 0; q < np; q++) {
 			int64_t id = d0 + q - s->pad[0];
 			float *dst = slab + (c * np + q) * s->pplane;
@@ -133,7 +167,7 @@ void hp_shift_slab(const struct hp_shift *s, const float *x, int64_t d0, int64_t
 					continue;
 				}
 				zerof(dst, lead);
-				memcpy(dst + lead, xc + (id * s->in[1] + ih) * s->in[2], (size_t)s->in[2] * sizeof *dst);
+				memcpy(dst + lead, xc + id * s->xps + ih * s->in[2], (size_t)s->in[2] * sizeof *dst);
 				zerof(dst + lead + s->in[2], tail);
 			}
 		}
@@ -172,6 +206,12 @@ int64_t hp_shift_tile_span(const struct hp_shift *s, int64_t d0, int64_t r0, int
 	return row_col(s, d0, r1 - 1) + s->out[2] - *start;
 }
 
+/* Offset of output row r (d * out[1] + h) in one channel of Y. */
+static int64_t out_row(const struct hp_shift *s, int64_t r)
+{
+	return r / s->out[1] * s->yps + r % s->out[1] * s->out[2];
+}
+
 static int64_t shift_of(const struct hp_shift *s, int64_t kidx)
 {
 	int64_t kw = kidx % s->k[2], kh = kidx / s->k[2] % s->k[1], kd = kidx / (s->k[2] * s->k[1]);
@@ -193,7 +233,7 @@ void hp_shift_tile(const struct hp_shift *s, const float *wk, const float *slab,
 		float b = bias ? bias[m] : 0.0f;
 		for (int64_t r = r0; r < r1; r++) {
 			const float *restrict src = tmp + m * n + row_col(s, d0, r) - start;
-			float *restrict dst = y + m * ldy + r * w;
+			float *restrict dst = y + m * ldy + out_row(s, r);
 			for (int64_t j = 0; j < w; j++)
 				dst[j] = src[j] + b;
 		}
@@ -221,7 +261,7 @@ void hp_shift_pack_rows(const struct hp_shift *s, const float *y, int64_t ldy, i
 		for (int64_t r = r0; r < r1; r++) {
 			int64_t c = row_col(s, d0, r) - start;
 			zerof(dst + at, c - at);
-			memcpy(dst + c, y + m * ldy + r * w, (size_t)w * sizeof *dst);
+			memcpy(dst + c, y + m * ldy + out_row(s, r), (size_t)w * sizeof *dst);
 			at = c + w;
 		}
 	}

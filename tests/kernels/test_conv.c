@@ -309,6 +309,8 @@ static const struct cc shift_cases[] = {
 	{ 3, 0, 1, 3, 4, 1, V3(7, 4, 5), V3(3, 1, 3), V3(1, 1, 1), V3(1, 1, 1), V3(1, 0, 1), V3(1, 0, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
 	{ 2, 0, 2, 8, 4, 1, V3(9, 11, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
 	{ 1, 0, 2, 8, 3, 1, V3(13, 0, 0), V3(5, 0, 0), V3(1, 0, 0), V3(2, 0, 0), V3(2, 0, 0), V3(4, 0, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	/* small planes of many batch items (folded into one slab), groups */
+	{ 2, 0, 5, 8, 6, 2, V3(4, 4, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
 };
 
 static void test_conv_shift(void **state)
@@ -384,6 +386,20 @@ static void test_shift_choice(void **state)
 	hp_colgeom_finish(&g);
 	assert_int_equal(hp_shift_init(&s, &g, 64, 64), 0);
 	assert_true(hp_shift_useful(&s) < HP_SHIFT_MIN_USEFUL);
+	/* LeNet's 4x4 planes with a batch of 64: folded, the tiles span items */
+	g.img[0] = g.grid[0] = g.k[0] = 1;
+	g.pad[0] = 0;
+	g.img[1] = g.grid[1] = g.img[2] = g.grid[2] = 4;
+	hp_colgeom_finish(&g);
+	assert_int_equal(hp_shift_init(&s, &g, 16, 32), 0);
+	assert_int_equal(hp_shift_fold(&s, 64, 16 * 16, 32 * 16), 0);
+	assert_true(s.tplanes > 1 && s.out[0] == 64);
+	assert_true(hp_shift_useful(&s) >= HP_SHIFT_MIN_USEFUL_FOLDED);
+	g.k[0] = 3;
+	g.pad[0] = 1;
+	hp_colgeom_finish(&g);
+	assert_int_equal(hp_shift_init(&s, &g, 16, 32), 0);
+	assert_int_equal(hp_shift_fold(&s, 64, 16 * 16, 32 * 16), -1); /* depth: no fold */
 	g.stride[2] = 2;
 	assert_int_equal(hp_shift_init(&s, &g, 64, 64), -1);
 }

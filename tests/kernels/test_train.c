@@ -617,6 +617,9 @@ static void test_conv_grad_slab(void **state)
 			(int[]){ 2, 0, 1 }, (int[]){ 1, 1, 2 }, NULL);
 		cv_case(0, 2, 1, (int[]){ 6, 5 }, (int[]){ 3, 3 }, (int[]){ 1, 1 }, (int[]){ 1, 2 }, (int[]){ 0, 2 },
 			(int[]){ 2, 1 }, NULL);
+		/* small planes: the batch folded into the slab, groups */
+		cv_case(0, 2, 2, (int[]){ 4, 4 }, (int[]){ 3, 3 }, (int[]){ 1, 1 }, (int[]){ 1, 1 }, (int[]){ 1, 1 },
+			(int[]){ 1, 1 }, NULL);
 	}
 	kt_pool = NULL;
 	hp_shift_set_tile_cols(0);
