@@ -25,6 +25,9 @@ Models:
   encoder_nn   nn.TransformerEncoderLayer (GELU, dropout 0, batch_first),
                fused LayerNormalization at opset 17, last-token pooling;
                cross-entropy.
+  gpt          next-token prediction: causal attention (Where with -inf),
+               tanh GELU, the token embedding tied to the output projection,
+               logits [B, V, T], 20% of the labels -100 (ignored).
   autoenc      a loss computed in the graph: output 'loss' =
                mean((decoder(encoder(x)) - x)^2) with LayerNorm and GELU;
                trained with --loss output:loss (y.npy is unused zeros).
@@ -119,6 +122,29 @@ class EncoderNn(nn.Module):
         return s.head(s.enc(s.tok(t) + s.pos)[:, -1])
 
 
+class Gpt(nn.Module):
+    """Causal self-attention (masked_fill -inf: Where), tanh GELU, embedding
+    tied to the output projection (Gather and MatMul share a weight),
+    per-position logits [B, V, T] against labels with ignored (-100) ones."""
+
+    def __init__(s, vocab=16, d=16, seq=8):
+        super().__init__()
+        s.tok, s.pos = nn.Embedding(vocab, d), nn.Parameter(torch.randn(seq, d) * 0.1)
+        s.n1, s.n2, s.n3 = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+        s.qkv, s.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        s.f1, s.f2 = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+        s.register_buffer("causal", torch.tril(torch.ones(seq, seq)) == 0)
+        s.seq, s.d = seq, d
+
+    def forward(s, t):
+        x = s.tok(t) + s.pos
+        q, k, v = (u.reshape(-1, s.seq, 2, s.d // 2).transpose(1, 2) for u in s.qkv(s.n1(x)).split(s.d, dim=-1))
+        a = (q @ k.transpose(-2, -1) * (2.0 / s.d) ** 0.5).masked_fill(s.causal, float("-inf"))
+        x = x + s.o((torch.softmax(a, dim=-1) @ v).transpose(1, 2).reshape(-1, s.seq, s.d))
+        x = x + s.f2(F.gelu(s.f1(s.n2(x)), approximate="tanh"))
+        return (s.n3(x) @ s.tok.weight.t()).transpose(1, 2)
+
+
 class AutoEnc(nn.Module):
     def __init__(s):
         super().__init__()
@@ -159,6 +185,11 @@ def make_data(name, rng):
         x = rng.standard_normal((64, 3, 8, 8)).astype(np.float32)
         y = (x[:, 0, :4].mean(axis=(1, 2)) > 0) * 5 + rng.integers(0, 5, 64)
         return x, y.astype(np.int64), rng.standard_normal((8, 3, 8, 8)).astype(np.float32)
+    if name == "gpt":
+        x = rng.integers(0, 16, (64, 8)).astype(np.int64)
+        y = np.concatenate([x[:, 1:], (x[:, :1] + 1) % 16], axis=1)  # next token
+        y[rng.random(y.shape) < 0.2] = -100
+        return x, y, None
     if name in ("transformer", "encoder_nn"):
         x = rng.integers(0, 16, (64, 8)).astype(np.int64)
         y = ((x == 3).sum(axis=1) + (x[:, 0] > 7) * 2) % 4  # tokens repeat: Gather's grad adds
@@ -168,13 +199,13 @@ def make_data(name, rng):
 
 
 def export(m, name, x, path):
-    opset = 17 if name == "encoder_nn" else 14
+    opset = 17 if name in ("encoder_nn", "gpt") else 14
     out = "loss" if name == "autoenc" else "logits"
     axes = {"input": {0: "batch"}} if name == "autoenc" else {"input": {0: "batch"}, "logits": {0: "batch"}}
     m.eval()
     torch.onnx.export(m, torch.from_numpy(x[:2]), path, input_names=["input"], output_names=[out],
                       dynamic_axes=axes, opset_version=opset, training=torch.onnx.TrainingMode.PRESERVE,
-                      do_constant_folding=True)
+                      do_constant_folding=name != "gpt")  # folding would untie gpt's tok.weight.t()
 
 
 def make_optimizer(m, c):
@@ -213,7 +244,7 @@ def main():
     out = sys.argv[1]
     torch.set_num_threads(1)
     for k, (name, cls) in enumerate((("bn_cnn", BnCnn), ("transformer", Transformer), ("encoder_nn", EncoderNn),
-                                     ("autoenc", AutoEnc))):
+                                     ("autoenc", AutoEnc), ("gpt", Gpt))):
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)
         rng = np.random.default_rng(100 + k)
