@@ -19,6 +19,7 @@ of infer_x.npy.  Checks, for every model and training:
     right), and hpdlf-exec runs it (inference: running statistics) to
     PyTorch's eval-mode logits.
 """
+import concurrent.futures
 import json
 import os
 import re
@@ -28,17 +29,17 @@ import tempfile
 
 import numpy as np
 
-FAILS = []
-PASSED = [0]
+class Report:
+    """Results of one model's checks (models run two at a time)."""
 
+    def __init__(s):
+        s.lines, s.fails, s.passed, s.worst = [], 0, 0, 0.0
 
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        FAILS.append(what)
-    else:
-        PASSED[0] += 1
-    return ok
+    def check(s, ok, what):
+        s.lines.append(("ok   " if ok else "FAIL ") + what)
+        s.fails += not ok
+        s.passed += bool(ok)
+        return ok
 
 
 def run(exe, args):
@@ -55,7 +56,7 @@ def train_args(folder, r):
     a = [os.path.join(folder, "model.onnx"), "--train", "--data", os.path.join(folder, "x.npy"),
          "--labels", os.path.join(folder, "y.npy"), "--loss", r["loss"], "--optimizer", r["optimizer"],
          "--lr", repr(r["lr"]), "--momentum", repr(r["momentum"]), "--weight-decay", repr(r["weight_decay"]),
-         "--batch", str(r["batch"]), "--steps", str(r["steps"]), "--no-shuffle", "--quiet"]
+         "--batch", str(r["batch"]), "--steps", str(r["steps"]), "--no-shuffle", "--quiet", "--threads", "1"]
     return a + (["--nesterov"] if r["nesterov"] else [])
 
 
@@ -77,7 +78,7 @@ def read_onnx_inits(path):
     return {i.name: numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
 
 
-def check_after(exe, folder, name, r, exported, tmp):
+def check_after(check, exe, folder, name, r, exported, tmp):
     """Running statistics and eval-mode logits of the trained model."""
     after, W = r["after"], read_onnx_inits(exported)
     worst = 0.0
@@ -101,7 +102,8 @@ def check_after(exe, folder, name, r, exported, tmp):
           % (name, label(r), err))
 
 
-def check_run(exe, folder, r, tmp):
+def check_run(rep, exe, folder, r, tmp):
+    check = rep.check
     name = os.path.basename(folder)
     args = train_args(folder, r)
     log, stats, exported = (os.path.join(tmp, n) for n in ("in.json", "stats.json", "trained.onnx"))
@@ -112,9 +114,10 @@ def check_run(exe, folder, r, tmp):
     got = [row["loss"] for row in log_rows(log)]
     want = np.array(r["losses"], dtype=np.float64)
     rel = float(np.max(np.abs(np.array(got) - want) / np.abs(want))) if len(got) == len(want) else float("inf")
+    rep.worst = max(rep.worst, rel)
     check(rel <= 1e-3, "%s %s: %d losses vs PyTorch, max rel err %.2e" % (name, label(r), len(got), rel))
     if "after" in r:
-        check_after(exe, folder, name, r, exported, tmp)
+        check_after(check, exe, folder, name, r, exported, tmp)
     if not (r["nesterov"] or r["optimizer"] == "adamw"):
         return  # out of core: two optimizers per model keep the test short
     with open(stats) as f:
@@ -131,18 +134,26 @@ def check_run(exe, folder, r, tmp):
           "%s: losses bitwise the in-core ones, %d bytes paged" % (what, moved))
 
 
+def check_model(exe, folder):
+    rep = Report()
+    with tempfile.TemporaryDirectory() as tmp, open(os.path.join(folder, "train.json")) as f:
+        for r in json.load(f)["runs"]:
+            check_run(rep, exe, folder, r, tmp)
+    return rep
+
+
 def main():
     exe, ref = sys.argv[1], sys.argv[2]
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in sorted(os.listdir(ref)):
-            folder = os.path.join(ref, name)
-            if not os.path.exists(os.path.join(folder, "train.json")):
-                continue
-            with open(os.path.join(folder, "train.json")) as f:
-                for r in json.load(f)["runs"]:
-                    check_run(exe, folder, r, tmp)
-    print("%d passed, %d failed" % (PASSED[0], len(FAILS)))
-    return 1 if FAILS else 0
+    folders = [os.path.join(ref, n) for n in sorted(os.listdir(ref)) if os.path.exists(os.path.join(ref, n, "train.json"))]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        reps = list(pool.map(lambda d: check_model(exe, d), folders))
+    for rep in reps:
+        print("\n".join(rep.lines))
+    fails = sum(r.fails for r in reps)
+    print("worst loss error vs PyTorch over all models, optimizers and steps: %.2e relative"
+          % max([r.worst for r in reps] or [float("inf")]))
+    print("%d passed, %d failed" % (sum(r.passed for r in reps), fails))
+    return 1 if fails or not reps else 0
 
 
 if __name__ == "__main__":
