@@ -264,7 +264,14 @@ static int rewrite_bn(struct ad *ad, int i)
 	char name[256];
 
 	for (int k = 3; k < 5; k++) {
-		int v = g->nodes[i].inputs[k];
+		int v = g->nodes[i].inputs[k], p = v >= 0 ? g->values[v].producer : -1;
+		/* PyTorch 1.13's exporter merges equal initializers: a fresh
+		 * BatchNorm's running_var (ones) becomes Identity(its weight) */
+		if (p >= 0 && !strcmp(g->nodes[p].op_type, "Identity") && g->nodes[p].inputs[0] >= 0)
+			return hp_node_error(g, &g->nodes[i], HP_EUNSUPPORTED,
+					     "training needs the running statistics as initializers; '%s' is a copy of "
+					     "'%s' (an exporter merging equal initializers?)",
+					     g->values[v].name, g->values[g->nodes[p].inputs[0]].name);
 		if (v < 0 || g->values[v].kind != HP_VALUE_INITIALIZER)
 			return hp_node_error(g, &g->nodes[i], HP_EUNSUPPORTED,
 					     "training needs the running statistics as initializers");

@@ -474,6 +474,18 @@ static void test_output_loss_and_errors(void **state)
 	assert_int_equal(hp_autodiff(g, &t), HP_EUNSUPPORTED);
 	assert_non_null(strstr(hp_errmsg(), "Floor"));
 	hp_graph_free(g);
+
+	/* running statistics merged by an exporter into Identity(weight) */
+	g = hp_graph_new("merged");
+	x = value(g, "x", HP_VALUE_INPUT, HP_F32, shp(2, 4, 3));
+	int sc = param(g, "bn.weight", shp(1, 3), 2, 1, 1), b = param(g, "bn.bias", shp(1, 3), 3, 0, 0);
+	int rm = node(g, "Identity", 1, &b, act(g, "bn.running_mean"), 0, NULL);
+	int rv = node(g, "Identity", 1, &sc, act(g, "bn.running_var"), 0, NULL);
+	set_output(g, node(g, "BatchNormalization", 5, (int[]){ x, sc, b, rm, rv }, act(g, "y"), 0, NULL));
+	assert_int_equal(hp_graph_finalize(g), 0);
+	assert_int_equal(hp_autodiff(g, &t), HP_EUNSUPPORTED);
+	assert_non_null(strstr(hp_errmsg(), "'bn.running_mean' is a copy of 'bn.bias'"));
+	hp_graph_free(g);
 }
 
 int main(void)
