@@ -145,6 +145,45 @@ static int combine(struct ad *ad, int v)
 	return acc;
 }
 
+/* Constant folding computed some float values from weights once (a
+ * Transpose of a MatMul weight, say).  Training changes the weights, so
+ * such nodes run at every step again and the gradient reaches the weights
+ * through them; once the weights are state (value.next), inference no
+ * longer folds them. */
+static int unfold_weights(struct hp_graph *g)
+{
+	char *live = calloc((size_t)g->nvalues + 1, 1);
+
+	if (!live)
+		return hp_error(-ENOMEM, "out of memory");
+	for (int v = 0; v < g->nvalues; v++)
+		live[v] = g->values[v].trainable && g->values[v].kind == HP_VALUE_INITIALIZER &&
+			  g->values[v].dtype == HP_F32;
+	for (int i = 0; i < g->nnodes; i++) {
+		struct hp_node *n = &g->nodes[i];
+		int from = 0, f32 = 0;
+		for (int j = 0; n->folded && j < n->ninputs; j++)
+			from |= n->inputs[j] >= 0 && live[n->inputs[j]];
+		for (int o = 0; from && o < n->noutputs; o++)
+			f32 |= n->outputs[o] >= 0 && g->values[n->outputs[o]].dtype == HP_F32;
+		if (!f32)
+			continue;
+		for (int o = 0; o < n->noutputs; o++) {
+			struct hp_value *v = n->outputs[o] >= 0 ? &g->values[n->outputs[o]] : NULL;
+			if (!v)
+				continue;
+			free(v->data);
+			v->data = NULL;
+			v->kind = HP_VALUE_ACTIVATION;
+			v->src.kind = HP_BLOB_NONE;
+			live[n->outputs[o]] = 1;
+		}
+		n->folded = 0;
+	}
+	free(live);
+	return 0;
+}
+
 /* Values through which a gradient reaches a trainable float parameter. */
 static void mark_need(struct ad *ad)
 {
@@ -225,7 +264,14 @@ static int rewrite_bn(struct ad *ad, int i)
 	char name[256];
 
 	for (int k = 3; k < 5; k++) {
-		int v = g->nodes[i].inputs[k];
+		int v = g->nodes[i].inputs[k], p = v >= 0 ? g->values[v].producer : -1;
+		/* PyTorch 1.13's exporter merges equal initializers: a fresh
+		 * BatchNorm's running_var (ones) becomes Identity(its weight) */
+		if (p >= 0 && !strcmp(g->nodes[p].op_type, "Identity") && g->nodes[p].inputs[0] >= 0)
+			return hp_node_error(g, &g->nodes[i], HP_EUNSUPPORTED,
+					     "training needs the running statistics as initializers; '%s' is a copy of "
+					     "'%s' (an exporter merging equal initializers?)",
+					     g->values[v].name, g->values[g->nodes[p].inputs[0]].name);
 		if (v < 0 || g->values[v].kind != HP_VALUE_INITIALIZER)
 			return hp_node_error(g, &g->nodes[i], HP_EUNSUPPORTED,
 					     "training needs the running statistics as initializers");
@@ -506,7 +552,8 @@ static int run_autodiff(struct ad *ad)
 	struct hp_graph *g = ad->g;
 	int nfwd, rc;
 
-	if ((rc = train_rewrite(ad)) < 0 || (rc = hp_graph_finalize(g)) < 0 || (rc = hp_graph_infer(g)) < 0)
+	if ((rc = train_rewrite(ad)) < 0 || (rc = hp_graph_finalize(g)) < 0 || (rc = hp_graph_infer(g)) < 0 ||
+	    (rc = unfold_weights(g)) < 0)
 		return rc;
 	nfwd = g->nnodes;
 	ad->nv0 = g->nvalues;

@@ -60,10 +60,11 @@ int hp_graph_bind_input(struct hp_graph *g, const char *name, const struct hp_te
 	return 0;
 }
 
+/* State (value.next: weights in training) changes from run to run. */
 static int inputs_constant(const struct hp_graph *g, const struct hp_node *n)
 {
 	for (int i = 0; i < n->ninputs; i++)
-		if (n->inputs[i] >= 0 && !g->values[n->inputs[i]].data)
+		if (n->inputs[i] >= 0 && (!g->values[n->inputs[i]].data || g->values[n->inputs[i]].next >= 0))
 			return 0;
 	return 1;
 }

@@ -405,6 +405,48 @@ static void test_batchnorm_mse_adam(void **state)
 	hp_graph_free(g);
 }
 
+/* A weight used through nodes constant folding computed once (PyTorch
+ * exports Linear as MatMul(x, Transpose(W)) without folding, tied
+ * embeddings as Gather(E) and MatMul(h, Transpose(E))): the gradient must
+ * reach W through them, and they must not be folded again. */
+static void test_weight_behind_folded_nodes(void **state)
+{
+	struct hp_graph *g = hp_graph_new("tied");
+	struct hp_attr perm = { .name = "perm", .type = HP_ATTR_INTS, .n = 2, .ints = (int64_t[]){ 1, 0 } };
+	struct hp_attr axis0 = { .name = "axis", .type = HP_ATTR_INT, .i = 0 };
+	struct hp_train_spec t;
+	struct mini m;
+
+	(void)state;
+	int x = value(g, "x", HP_VALUE_INPUT, HP_F32, shp(2, 4, 3));
+	int ids = value(g, "ids", HP_VALUE_INPUT, HP_I64, shp(1, 4));
+	int e = param(g, "E", shp(2, 5, 3), 31, -1, 1);
+	int half = param(g, "half", shp(0), 32, 0.5f, 0.5f);
+	g->values[half].trainable = 0;
+	int ge = node(g, "Gather", 2, (int[]){ e, ids }, act(g, "ge"), 1, &axis0);
+	int h = node(g, "Add", 2, (int[]){ x, ge }, act(g, "h"), 0, NULL);
+	int et = node(g, "Transpose", 1, &e, act(g, "et"), 1, &perm);
+	int es = node(g, "Mul", 2, (int[]){ et, half }, act(g, "es"), 0, NULL);
+	set_output(g, node(g, "MatMul", 2, (int[]){ h, es }, act(g, "logits"), 0, NULL));
+	assert_int_equal(hp_graph_finalize(g), 0);
+	assert_int_equal(hp_graph_infer(g), 0);
+	assert_non_null(g->values[hp_graph_find_value(g, "es")].data); /* what inference does: folded */
+	hp_train_spec_init(&t, sizeof t);
+	if (hp_autodiff(g, &t) < 0)
+		fail_msg("%s", hp_errmsg());
+	for (int i = 0; i < g->nnodes; i++)
+		if (!strcmp(g->nodes[i].op_type, "Transpose") || !strcmp(g->nodes[i].op_type, "Mul"))
+			assert_false(g->nodes[i].folded);
+	assert_null(g->values[hp_graph_find_value(g, "es")].data);
+	mini_init(&m, g);
+	fill_inputs(&m, "x", 33, -1, 1);
+	fill_inputs(&m, "ids", 34, 0, 5);
+	fill_inputs(&m, "labels", 35, 0, 5);
+	check_gradients(&m, 1); /* both uses of E: Gather and the transposed MatMul */
+	mini_free(&m);
+	hp_graph_free(g);
+}
+
 /* output:NAME on a graph computing its own scalar; and clear errors. */
 static void test_output_loss_and_errors(void **state)
 {
@@ -432,6 +474,18 @@ static void test_output_loss_and_errors(void **state)
 	assert_int_equal(hp_autodiff(g, &t), HP_EUNSUPPORTED);
 	assert_non_null(strstr(hp_errmsg(), "Floor"));
 	hp_graph_free(g);
+
+	/* running statistics merged by an exporter into Identity(weight) */
+	g = hp_graph_new("merged");
+	x = value(g, "x", HP_VALUE_INPUT, HP_F32, shp(2, 4, 3));
+	int sc = param(g, "bn.weight", shp(1, 3), 2, 1, 1), b = param(g, "bn.bias", shp(1, 3), 3, 0, 0);
+	int rm = node(g, "Identity", 1, &b, act(g, "bn.running_mean"), 0, NULL);
+	int rv = node(g, "Identity", 1, &sc, act(g, "bn.running_var"), 0, NULL);
+	set_output(g, node(g, "BatchNormalization", 5, (int[]){ x, sc, b, rm, rv }, act(g, "y"), 0, NULL));
+	assert_int_equal(hp_graph_finalize(g), 0);
+	assert_int_equal(hp_autodiff(g, &t), HP_EUNSUPPORTED);
+	assert_non_null(strstr(hp_errmsg(), "'bn.running_mean' is a copy of 'bn.bias'"));
+	hp_graph_free(g);
 }
 
 int main(void)
@@ -440,6 +494,7 @@ int main(void)
 		cmocka_unit_test(test_mlp_cross_entropy_grads),
 		cmocka_unit_test(test_sgd_wiring_and_descent),
 		cmocka_unit_test(test_batchnorm_mse_adam),
+		cmocka_unit_test(test_weight_behind_folded_nodes),
 		cmocka_unit_test(test_output_loss_and_errors),
 	};
 
