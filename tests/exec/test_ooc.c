@@ -193,7 +193,7 @@ static void check_model(const char *name, int min_ratio_ok)
 		/* below the minimum: exit 2, one line naming the operator and the
 		 * smallest budget that works (the planner's, asked independently) */
 		char want[96], *err;
-		c = run_at(model, in, out, p.min_budget - 4096, "1");
+		c = run_at_x(model, in, out, p.min_budget - 4096, "1", (char *[]){ "--no-split", NULL });
 		assert_int_equal(c.status, 2);
 		err = slurp(errfile);
 		snprintf(want, sizeof want, "the smallest budget that works is %llu bytes",
