@@ -10,7 +10,9 @@
  * kept only at the outer edges.  Anything that cannot be banded (Gemm,
  * Flatten, reductions over the axis, BatchNormalization in training, graph
  * outputs) gets the bands Concat'ed back first.  Every band computes the
- * same sums as the whole op, so outputs are bitwise the unsplit ones.
+ * same sums as the whole op, but the conv kernels tile a band differently
+ * and OpenBLAS rounds a column by the matrix width: outputs equal the
+ * unsplit ones up to rounding, not bitwise.
  *
  * hp_split_for_budget tries band counts K = 1, 2, 3, 4, 6, ... on a copy
  * of the graph and keeps the first whose smallest budget leaves a quarter

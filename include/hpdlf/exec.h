@@ -97,7 +97,7 @@ int hp_session_run_info(const struct hp_session *s, struct hp_run_info *info);
 /* Operator splitting: when one operator alone needs more than o->budget,
  * rewrite the inferred graph g into more, smaller values and nodes (chains
  * of convolutional ops cut into bands of samples or of rows, Concat'ed back
- * before anything else) so that it fits; outputs stay bitwise the same.
+ * before anything else) so that it fits; outputs equal the unsplit ones up to rounding.
  * Graph inputs and outputs keep their names and indices.  No change when
  * the graph fits, in core, or with o->no_split.  *nsplit (may be NULL):
  * operators rewritten. */
