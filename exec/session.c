@@ -225,6 +225,8 @@ int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct h
 		hp_exec_opts_init(&def, sizeof def);
 		o = &def;
 	}
+	if (o->budget && (rc = hp_graph_split(g, o, NULL)) < 0)
+		return rc;
 	s = calloc(1, sizeof *s);
 	if (!s)
 		return hp_error(-ENOMEM, "out of memory");

@@ -8,6 +8,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/store.h"
 #include "exec/exec_internal.h"
+#include "exec/split.h"
 #include "exec/train_internal.h"
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size)
@@ -127,6 +128,24 @@ static int check_opts(const struct hp_trainer_opts *o)
 	return 0;
 }
 
+static int finish_autodiff(struct hp_graph *g, void *arg)
+{
+	return hp_autodiff(g, arg);
+}
+
+/* The training graph: under a budget, the forward graph is split first so
+ * that autodiff derives the backward of the bands (checked on the whole
+ * training graph). */
+static int make_training_graph(struct hp_trainer *t)
+{
+	struct hp_split_opts so = { .budget = t->o.budget, .training = 1, .finish = finish_autodiff, .arg = &t->o.spec };
+
+	if (!t->o.budget || (t->o.size >= offsetof(struct hp_trainer_opts, no_split) + sizeof t->o.no_split &&
+			     t->o.no_split))
+		return hp_autodiff(t->g, &t->o.spec);
+	return hp_split_for_budget(t->g, &so, NULL);
+}
+
 static int build(struct hp_trainer *t)
 {
 	struct hp_exec_opts eo;
@@ -136,9 +155,10 @@ static int build(struct hp_trainer *t)
 		return rc;
 	if ((rc = fit_input(t)) < 0 || (rc = hp_graph_infer(t->g)) < 0)
 		return rc;
-	if ((rc = hp_autodiff(t->g, &t->o.spec)) < 0 || (rc = fit_labels(t)) < 0)
+	if ((rc = make_training_graph(t)) < 0 || (rc = fit_labels(t)) < 0)
 		return rc;
 	hp_exec_opts_init(&eo, sizeof eo);
+	eo.no_split = 1; /* split before autodiff, if at all */
 	eo.threads = t->o.threads;
 	eo.budget = t->o.budget;
 	eo.seed = t->o.seed;

@@ -35,6 +35,7 @@ struct cli {
 	const char *tiers[16];
 	int ntiers;
 	int workers;                 /* --workers: task-net compute workers */
+	int no_split;                /* --no-split */
 	const char *store, *hostfile, *token_file;
 	int replicas;                /* copies of every chunk on distinct daemons (0: 1) */
 };

@@ -68,7 +68,7 @@ enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER,
        OPT_LOG, OPT_STATS, OPT_TRACE, OPT_PLAN, OPT_TRAIN, OPT_QUIET, OPT_HELP, OPT_PLAN_DOT,
        OPT_DATA, OPT_LABELS, OPT_LOSS, OPT_OPTIM, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BATCH,
        OPT_STEPS, OPT_EPOCHS, OPT_SHUFFLE, OPT_NO_SHUFFLE, OPT_CKPT, OPT_CKPT_EVERY, OPT_RESUME,
-       OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS };
+       OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS, OPT_NO_SPLIT };
 
 static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
@@ -92,6 +92,7 @@ static const struct option long_opts[] = {
 	{ "hostfile", required_argument, 0, OPT_HOSTFILE }, { "token-file", required_argument, 0, OPT_TOKEN },
 	{ "replicas", required_argument, 0, OPT_REPLICAS },
 	{ "workers", required_argument, 0, OPT_WORKERS },
+	{ "no-split", no_argument, 0, OPT_NO_SPLIT },
 	{ 0, 0, 0, 0 },
 };
 
@@ -114,6 +115,7 @@ static int parse_more(int o, struct cli *c)
 {
 	switch (o) {
 	case OPT_PLAN_DOT: c->plan_dot = optarg; return 0;
+	case OPT_NO_SPLIT: c->no_split = 1; return 0;
 	case OPT_DATA: c->data = optarg; return 0;
 	case OPT_LABELS: c->labels = optarg; return 0;
 	case OPT_LOSS: c->loss = optarg; return 0;
@@ -681,6 +683,9 @@ int main(int argc, char **argv)
 	o.workers = c.workers;
 	o.ntiers = ntiers;
 	o.tiers = tiers;
+	o.no_split = c.no_split;
+	if (c.budget && (rc = hp_graph_split(g, &o, NULL)) < 0)
+		goto out;
 	if (c.plan || c.plan_dot) {
 		rc = plan_only(g, &o, &c);
 		goto out;

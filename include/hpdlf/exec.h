@@ -38,13 +38,16 @@ struct hp_exec_opts {
 	int io_threads;         /* I/O queues of the task net (0: 4) */
 	int ntiers;             /* lower tiers of the store (0: a spill file in $TMPDIR) */
 	const struct hs_tier_spec *tiers;
+	int no_split;           /* out of core: keep the graph as it is (see hp_graph_split) */
 };
 
 void hp_exec_opts_init(struct hp_exec_opts *o, size_t size);
 
 struct hp_session;
 
-/* The graph must have passed hp_graph_infer; it must outlive the session. */
+/* The graph must have passed hp_graph_infer; it must outlive the session.
+ * Under a budget that an operator alone exceeds, the session first splits
+ * the graph (hp_graph_split) unless o->no_split. */
 int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_session **out);
 void hp_session_destroy(struct hp_session *s);
 
@@ -90,6 +93,15 @@ struct hp_run_info {
 int hp_session_run_info(const struct hp_session *s, struct hp_run_info *info);
 
 /* ---- planning ------------------------------------------------------- */
+
+/* Operator splitting: when one operator alone needs more than o->budget,
+ * rewrite the inferred graph g into more, smaller values and nodes (chains
+ * of convolutional ops cut into bands of samples or of rows, Concat'ed back
+ * before anything else) so that it fits; outputs equal the unsplit ones up to rounding.
+ * Graph inputs and outputs keep their names and indices.  No change when
+ * the graph fits, in core, or with o->no_split.  *nsplit (may be NULL):
+ * operators rewritten. */
+int hp_graph_split(struct hp_graph *g, const struct hp_exec_opts *o, int *nsplit);
 
 struct hp_plan_summary {
 	int steps;               /* kernels to run (folded nodes excluded) */

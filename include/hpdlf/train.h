@@ -105,6 +105,7 @@ struct hp_trainer_opts {
 	 * as struct hp_exec_opts's. */
 	int ntiers;
 	const struct hs_tier_spec *tiers;
+	int no_split;                 /* out of core: do not split operators (hp_graph_split) */
 };
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size);

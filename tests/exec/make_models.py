@@ -5,6 +5,8 @@ Usage: make_models.py OUTDIR
   mlp.onnx        Gemm/Relu x3, input [8, 64]
   convnet.onnx    Conv/Relu/MaxPool/Conv/Relu/GlobalAveragePool/Flatten/Gemm, input [2, 3, 32, 32]
   branches.onnx   a diamond with fan-out, Add/Mul/Concat/Softmax, input [4, 256]
+  unet3s.onnx     a small 3-D U-Net (Conv/Relu/MaxPool/ConvTranspose/channel Concat), input [1, 1, 16, 16, 16]
+  convb.onnx      2-D Conv/Relu/MaxPool/Conv/Sigmoid/Add, input [8, 4, 32, 32] (splitting tests)
   big_ext.onnx    wide MLP whose weights (12 x 2048x2048 floats, 192 MiB) live in
                   external data big_ext.bin, input [4, 2048]
 """
@@ -69,6 +71,37 @@ def branches(out):
     save(g, os.path.join(out, "branches.onnx"))
 
 
+def unet3s(out):
+    inits = [init("e1w", (4, 1, 3, 3, 3)), init("e1b", (4,)), init("e2w", (8, 4, 3, 3, 3)), init("e2b", (8,)),
+             init("uw", (8, 4, 2, 2, 2)), init("ub", (4,)), init("d1w", (4, 8, 3, 3, 3)), init("d1b", (4,)),
+             init("hw", (2, 4, 1, 1, 1)), init("hb", (2,))]
+    p1, p0 = [1] * 6, [0] * 6
+    nodes = [helper.make_node("Conv", ["x", "e1w", "e1b"], ["a1"], pads=p1), helper.make_node("Relu", ["a1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2, 2], strides=[2, 2, 2]),
+             helper.make_node("Conv", ["p1", "e2w", "e2b"], ["a2"], pads=p1), helper.make_node("Relu", ["a2"], ["r2"]),
+             helper.make_node("ConvTranspose", ["r2", "uw", "ub"], ["u"], kernel_shape=[2, 2, 2], strides=[2, 2, 2],
+                              pads=p0),
+             helper.make_node("Concat", ["u", "r1"], ["c"], axis=1),
+             helper.make_node("Conv", ["c", "d1w", "d1b"], ["a3"], pads=p1), helper.make_node("Relu", ["a3"], ["r3"]),
+             helper.make_node("Conv", ["r3", "hw", "hb"], ["y"])]
+    g = helper.make_graph(nodes, "unet3s", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 16, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 16, 16, 16])], inits)
+    save(g, os.path.join(out, "unet3s.onnx"))
+
+
+def convb(out):
+    inits = [init("c1w", (16, 4, 3, 3)), init("c1b", (16,)), init("c2w", (8, 16, 3, 3)), init("c2b", (8,)),
+             init("bias", (8, 1, 1))]
+    nodes = [helper.make_node("Conv", ["x", "c1w", "c1b"], ["a1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p1", "c2w", "c2b"], ["a2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["a2"], ["s2"]), helper.make_node("Add", ["s2", "bias"], ["y"])]
+    g = helper.make_graph(nodes, "convb", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 4, 32, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 8, 16, 16])], inits)
+    save(g, os.path.join(out, "convb.onnx"))
+
+
 def big_ext(out, width=2048, layers=12):
     """Streams weights to big_ext.bin, 4 KiB aligned, never holding them all."""
     path = os.path.join(out, "big_ext.bin")
@@ -110,5 +143,7 @@ if __name__ == "__main__":
     mlp(o)
     convnet(o)
     branches(o)
+    unet3s(o)
+    convb(o)
     if len(sys.argv) < 3 or sys.argv[2] != "--small":
         big_ext(o)

@@ -1,0 +1,210 @@
+/* Operator splitting for a budget (see split.h): candidates are rewritten
+ * copies of the graph; the first that fits replaces it. */
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "hpdlf/kernels.h"
+#include "exec/plan.h"
+#include "exec/split.h"
+#include "hpdlf/exec.h"
+
+/* Band counts tried, in order. */
+static const int band_counts[] = { 2, 3, 4, 6, 8, 12, 16, 24, 32 };
+
+uint64_t hp_split_min_budget(const struct hp_graph *g)
+{
+	struct hp_plan_opts po = { .align = 4096 };
+
+	return hp_plan_min_budget(g, &po, NULL);
+}
+
+static int copy_value(struct hp_graph *d, const struct hp_value *v)
+{
+	int i = hp_graph_add_value(d, v->name, v->kind, v->dtype, &v->shape);
+	struct hp_value *c;
+
+	if (i < 0)
+		return i;
+	c = &d->values[i];
+	for (int k = 0; k < HP_MAX_RANK; k++)
+		if (v->dim_param[k] && !(c->dim_param[k] = strdup(v->dim_param[k])))
+			return hp_error(-ENOMEM, "out of memory");
+	if (v->data) {
+		struct hp_tensor t = { .dtype = v->dtype, .shape = v->shape };
+		size_t n = hp_tensor_bytes(&t);
+		if (!(c->data = malloc(n ? n : 1)))
+			return hp_error(-ENOMEM, "out of memory");
+		memcpy(c->data, v->data, n);
+	}
+	c->src = v->src;
+	c->producer = v->producer;
+	c->nconsumers = v->nconsumers;
+	c->is_output = v->is_output;
+	c->trainable = v->trainable;
+	c->next = v->next;
+	return 0;
+}
+
+static int copy_node(struct hp_graph *d, const struct hp_node *n)
+{
+	int i = hp_graph_add_node(d, n->name, n->op_type, n->ninputs, n->inputs, n->noutputs, n->outputs), rc;
+
+	if (i < 0)
+		return i;
+	free(d->nodes[i].domain);
+	if (!(d->nodes[i].domain = strdup(n->domain)))
+		return hp_error(-ENOMEM, "out of memory");
+	d->nodes[i].op = n->op;
+	d->nodes[i].folded = n->folded;
+	d->nodes[i].workspace = n->workspace; /* for the band pass; infer prepares again */
+	for (int a = 0; a < n->nattrs; a++)
+		if ((rc = hp_graph_add_attr(d, i, &n->attrs[a])) < 0)
+			return rc;
+	return 0;
+}
+
+static int copy_ints(int **dst, const int *src, int n)
+{
+	*dst = malloc((size_t)(n ? n : 1) * sizeof **dst);
+	if (!*dst)
+		return hp_error(-ENOMEM, "out of memory");
+	if (n)
+		memcpy(*dst, src, (size_t)n * sizeof **dst);
+	return 0;
+}
+
+/* A deep copy (values keep their indices; kernels prepare again at infer). */
+static int graph_clone(const struct hp_graph *g, struct hp_graph **out)
+{
+	struct hp_graph *d = hp_graph_new(g->path);
+	int rc = d ? 0 : hp_error(-ENOMEM, "out of memory");
+
+	if (rc == 0) {
+		free(d->producer);
+		d->producer = strdup(g->producer);
+		d->opset = g->opset;
+		d->files = calloc((size_t)g->nfiles + 1, sizeof *d->files);
+		rc = d->producer && d->files ? 0 : hp_error(-ENOMEM, "out of memory");
+	}
+	for (int i = 0; rc == 0 && i < g->nfiles; i++, d->nfiles++)
+		if (!(d->files[i] = strdup(g->files[i])))
+			rc = hp_error(-ENOMEM, "out of memory");
+	for (int v = 0; rc == 0 && v < g->nvalues; v++)
+		rc = copy_value(d, &g->values[v]);
+	for (int i = 0; rc == 0 && i < g->nnodes; i++)
+		rc = copy_node(d, &g->nodes[i]);
+	if (rc == 0 && (rc = copy_ints(&d->inputs, g->inputs, g->ninputs)) == 0)
+		d->ninputs = g->ninputs;
+	if (rc == 0 && (rc = copy_ints(&d->outputs, g->outputs, g->noutputs)) == 0)
+		d->noutputs = g->noutputs;
+	if (rc < 0) {
+		hp_graph_free(d);
+		d = NULL;
+	}
+	*out = d;
+	return rc;
+}
+
+/* The graph cut into k bands (k = 1: as is), inferred and finished. */
+static int candidate(const struct hp_graph *g, int k, const struct hp_split_opts *so, struct hp_graph **out,
+		     struct hp_split_info *info)
+{
+	struct hp_graph *c;
+	uint64_t target = so->budget - so->budget / 4;
+	int rc = graph_clone(g, &c);
+
+	*out = NULL;
+	info->k = k;
+	info->axis = -1;
+	info->nsplit = 0;
+	if (rc == 0 && k > 1)
+		rc = hp_split_bands(c, k, so->training, target, &info->nsplit, &info->axis);
+	/* a second pass (weights of big matrix products) slots in here */
+	if (rc == 0)
+		rc = hp_graph_infer(c); /* the copy's kernels are not prepared yet */
+	if (rc == 0 && so->finish)
+		rc = so->finish(c, so->arg);
+	if (rc < 0) {
+		hp_graph_free(c);
+		return rc;
+	}
+	info->min_after = hp_split_min_budget(c);
+	*out = c;
+	return 0;
+}
+
+/* g takes c's contents; c (now the old graph) is freed. */
+static void adopt(struct hp_graph *g, struct hp_graph *c)
+{
+	struct hp_graph t = *g;
+
+	*g = *c;
+	*c = t;
+	hp_graph_free(c);
+}
+
+/* Keep the first candidate within the target, else the first within the
+ * budget, else the smallest. */
+static void consider(struct hp_graph **keep, struct hp_split_info *ki, struct hp_graph *c,
+		     const struct hp_split_info *ci, uint64_t budget)
+{
+	int better = ki->min_after > budget ? ci->min_after < ki->min_after : 0;
+
+	if (ki->min_after > budget - budget / 4 && ci->min_after <= budget - budget / 4)
+		better = 1;
+	if (!better) {
+		hp_graph_free(c);
+		return;
+	}
+	hp_graph_free(*keep);
+	*keep = c;
+	*ki = *ci;
+}
+
+int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, struct hp_split_info *info)
+{
+	struct hp_graph *keep = NULL, *c;
+	struct hp_split_info ki, ci;
+	uint64_t target = so->budget - so->budget / 4;
+	size_t i;
+	int rc;
+
+	rc = candidate(g, 1, so, &keep, &ki);
+	if (rc < 0)
+		return rc;
+	ki.min_before = ki.min_after;
+	for (i = 0; i < sizeof band_counts / sizeof *band_counts && so->budget && ki.min_after > target; i++) {
+		if (ki.k == 1 && ki.min_after <= so->budget)
+			break; /* fits unsplit */
+		rc = candidate(g, band_counts[i], so, &c, &ci);
+		if (rc < 0)
+			break;
+		ci.min_before = ki.min_before;
+		consider(&keep, &ki, c, &ci, so->budget);
+	}
+	if (rc < 0) {
+		hp_graph_free(keep);
+		return rc;
+	}
+	adopt(g, keep);
+	if (info)
+		*info = ki;
+	return 0;
+}
+
+int hp_graph_split(struct hp_graph *g, const struct hp_exec_opts *o, int *nsplit)
+{
+	struct hp_split_opts so = { .budget = o ? o->budget : 0 };
+	struct hp_split_info info = { 0 };
+	int rc = 0;
+
+	if (so.budget && !(o->size >= offsetof(struct hp_exec_opts, no_split) + sizeof o->no_split && o->no_split) &&
+	    hp_split_min_budget(g) > so.budget)
+		rc = hp_split_for_budget(g, &so, &info);
+	if (nsplit)
+		*nsplit = info.nsplit;
+	return rc;
+}

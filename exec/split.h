@@ -1,0 +1,60 @@
+/* Operator splitting (internal to exec/): rewrite a graph into more,
+ * smaller values and nodes so that the planner's smallest budget (its
+ * largest single step) fits a memory budget.
+ *
+ * The band pass cuts chains of convolutional ops along one axis: the batch
+ * axis when the batch has at least as many samples as bands, otherwise the
+ * outermost spatial axis.  Each band of a chain stays its own value; a
+ * window op (Conv, pooling) takes its halo rows as Slices of the
+ * neighbouring bands, Concat'ed onto its band, with its pads on that axis
+ * kept only at the outer edges.  Anything that cannot be banded (Gemm,
+ * Flatten, reductions over the axis, BatchNormalization in training, graph
+ * outputs) gets the bands Concat'ed back first.  Every band computes the
+ * same sums as the whole op, but the conv kernels tile a band differently
+ * and OpenBLAS rounds a column by the matrix width: outputs equal the
+ * unsplit ones up to rounding, not bitwise.
+ *
+ * hp_split_for_budget tries band counts K = 1, 2, 3, 4, 6, ... on a copy
+ * of the graph and keeps the first whose smallest budget leaves a quarter
+ * of the budget for what the planner keeps resident (or, failing that, the
+ * first that fits at all).  Deterministic. */
+#ifndef HPDLF_EXEC_SPLIT_H
+#define HPDLF_EXEC_SPLIT_H
+
+#include <stdint.h>
+
+#include "hpdlf/graph.h"
+
+struct hp_split_opts {
+	uint64_t budget;        /* bytes; 0: nothing to do */
+	int training;           /* the graph will be trained: BatchNormalization,
+				 * Dropout are barriers */
+	/* Applied to each candidate after the rewrite and shape inference, and
+	 * to the graph kept (e.g. autodiff, so that the budget is checked on the
+	 * training graph); NULL: none.  The graph is always finished once. */
+	int (*finish)(struct hp_graph *g, void *arg);
+	void *arg;
+};
+
+struct hp_split_info {
+	int k;                  /* bands of the graph kept (1: not split) */
+	int axis;               /* 0: batch, 2: outermost spatial, -1: not split */
+	int nsplit;             /* original nodes rewritten into bands */
+	uint64_t min_before;    /* smallest budget unsplit (after finish) */
+	uint64_t min_after;     /* ... of the graph kept */
+};
+
+/* g must have passed hp_graph_infer.  On success g is the graph kept,
+ * inferred and finished; values keep their indices (new ones are appended,
+ * values replaced by bands stay unused).  Returns 0 or a negative error. */
+int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, struct hp_split_info *info);
+
+/* The planner's smallest budget of g with per-kernel scratch (what the
+ * runtime falls back to under a tight budget). */
+uint64_t hp_split_min_budget(const struct hp_graph *g);
+
+/* The band pass alone: cut g (inferred) into k bands where it helps;
+ * `target` is the step size above which a whole value is cut. */
+int hp_split_bands(struct hp_graph *g, int k, int training, uint64_t target, int *nsplit, int *axis);
+
+#endif

@@ -1,0 +1,565 @@
+/* The band pass of operator splitting (see split.h): chains of ops that
+ * compute each row of the split axis from a window of rows of their input
+ * are rewritten band by band. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "hpdlf/kernels.h"
+#include "exec/split.h"
+
+enum band_kind {
+	BK_NONE = 0,   /* not banded: a barrier */
+	BK_ROWS,       /* output row r from input rows r (elementwise, channel ops) */
+	BK_WINDOW,     /* Conv, pooling: a window of input rows, halos */
+	BK_UPSAMPLE,   /* ConvTranspose with kernel == stride: rows [r/s, ...) */
+};
+
+/* How a value is cut: bands [lo[i], lo[i+1]) of the axis, value val[i]. */
+struct band {
+	int n;                 /* 0: whole */
+	int64_t *lo;
+	int *val;
+};
+
+/* Geometry of a window op on the split axis. */
+struct window {
+	int64_t k, s, d, pl, ph;
+	int sp, nsp;           /* spatial index of the axis, spatial dims */
+};
+
+struct bp {
+	struct hp_graph *g;
+	int k, axis, training;
+	uint64_t target;
+	struct band *b;        /* per original value */
+	char *whole;           /* per original value: its whole form exists */
+	int nvals;
+	int seq;
+	int nsplit;
+};
+
+static const char *const rows_ops[] = { "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "Elu", "Selu",
+					"HardSigmoid", "Softplus", "Neg", "Abs", "Exp", "Identity", "Add", "Sub",
+					"Mul", "Div", "Max", "Min", "Pow", "Sqrt", "Erf", "Gelu", "HardSwish", NULL };
+
+static int in_list(const char *op, const char *const *l)
+{
+	for (; *l; l++)
+		if (!strcmp(op, *l))
+			return 1;
+	return 0;
+}
+
+static const struct hp_shape *shape_of(const struct bp *p, int v)
+{
+	return &p->g->values[v].shape;
+}
+
+static uint64_t vbytes(const struct hp_graph *g, int v)
+{
+	struct hp_tensor t = { .dtype = g->values[v].dtype, .shape = g->values[v].shape };
+
+	return hp_tensor_bytes(&t);
+}
+
+/* The planner's need of one unsplit node: distinct inputs, outputs, scratch. */
+static uint64_t node_need(const struct hp_graph *g, const struct hp_node *n)
+{
+	uint64_t need = (n->workspace + 4095) / 4096 * 4096;
+
+	for (int j = 0; j < n->ninputs; j++) {
+		int v = n->inputs[j], dup = 0;
+		for (int i = 0; i < j; i++)
+			dup |= n->inputs[i] == v;
+		if (v >= 0 && !dup && g->values[v].kind != HP_VALUE_CONSTANT)
+			need += (vbytes(g, v) + 4095) / 4096 * 4096;
+	}
+	for (int o = 0; o < n->noutputs; o++)
+		if (n->outputs[o] >= 0)
+			need += (vbytes(g, n->outputs[o]) + 4095) / 4096 * 4096;
+	return need;
+}
+
+static int attr_at(const struct hp_node *n, const char *name, int i, int64_t dflt)
+{
+	const int64_t *v;
+	int c = hp_attr_ints(n, name, &v);
+
+	return c > i ? (int)v[i] : (int)dflt;
+}
+
+/* Window geometry on the axis; -1 if the op cannot be banded there. */
+static int window_geom(const struct bp *p, const struct hp_node *n, struct window *w)
+{
+	const struct hp_shape *x = shape_of(p, n->inputs[0]);
+	const char *ap = hp_attr_string(n, "auto_pad", "NOTSET");
+
+	w->nsp = x->rank - 2;
+	w->sp = p->axis - 2;
+	if (w->nsp < 1 || (strcmp(ap, "NOTSET") && strcmp(ap, "")))
+		return -1;
+	if (p->axis == 0)
+		return 0; /* samples are independent */
+	if (!strcmp(n->op_type, "Conv")) {
+		const struct hp_shape *wt = shape_of(p, n->inputs[1]);
+		w->k = wt->dims[2 + w->sp];
+	} else {
+		if (hp_attr_int(n, "ceil_mode", 0))
+			return -1;
+		w->k = attr_at(n, "kernel_shape", w->sp, -1);
+	}
+	w->s = attr_at(n, "strides", w->sp, 1);
+	w->d = attr_at(n, "dilations", w->sp, 1);
+	w->pl = attr_at(n, "pads", w->sp, 0);
+	w->ph = attr_at(n, "pads", w->sp + w->nsp, 0);
+	return w->k > 0 && w->s > 0 && w->d > 0 && w->pl < (w->k - 1) * w->d + 1 ? 0 : -1;
+}
+
+/* ConvTranspose whose output rows on the axis come from one input row each. */
+static int upsample_ok(const struct bp *p, const struct hp_node *n)
+{
+	const struct hp_shape *wt = shape_of(p, n->inputs[1]);
+	int sp = p->axis - 2, nsp = wt->rank - 2;
+
+	if (hp_node_attr(n, "output_shape") || nsp < 1)
+		return 0;
+	if (p->axis == 0)
+		return 1;
+	return wt->dims[2 + sp] == attr_at(n, "strides", sp, 1) && attr_at(n, "dilations", sp, 1) == 1 &&
+	       attr_at(n, "pads", sp, 0) == 0 && attr_at(n, "pads", sp + nsp, 0) == 0 &&
+	       attr_at(n, "output_padding", sp, 0) == 0 && strcmp(hp_attr_string(n, "auto_pad", "NOTSET"), "SAME_UPPER") &&
+	       strcmp(hp_attr_string(n, "auto_pad", "NOTSET"), "SAME_LOWER");
+}
+
+/* Input j of a rows op: 1 banded like the output, 0 broadcast without the
+ * axis (passed whole), -1 neither. */
+static int rows_input(const struct bp *p, const struct hp_node *n, int j)
+{
+	const struct hp_shape *y = shape_of(p, n->outputs[0]);
+	int v = n->inputs[j];
+	const struct hp_shape *x;
+	int at;
+
+	if (v < 0)
+		return 0;
+	x = shape_of(p, v);
+	at = p->axis - (y->rank - x->rank);
+	if (at < 0 || x->dims[at] == 1)
+		return y->dims[p->axis] == 1 ? -1 : 0;
+	if (x->rank != y->rank || x->dims[at] != y->dims[p->axis] || p->g->values[v].kind == HP_VALUE_CONSTANT)
+		return -1;
+	return 1;
+}
+
+static int norm_axis(int64_t a, int rank)
+{
+	return (int)(a < 0 ? a + rank : a);
+}
+
+/* What kind of banding node n allows on the axis. */
+static enum band_kind kind_of(const struct bp *p, const struct hp_node *n)
+{
+	const char *op = n->op_type;
+	struct window w;
+	int rank;
+
+	if (n->folded || n->domain[0] || n->noutputs != 1 || n->ninputs < 1 || n->inputs[0] < 0)
+		return BK_NONE;
+	rank = shape_of(p, n->outputs[0])->rank;
+	if (rank <= p->axis || (p->axis > 0 && rank < 3))
+		return BK_NONE;
+	if (!strcmp(op, "Conv") || !strcmp(op, "MaxPool") || !strcmp(op, "AveragePool"))
+		return window_geom(p, n, &w) == 0 ? BK_WINDOW : BK_NONE;
+	if (!strcmp(op, "ConvTranspose"))
+		return upsample_ok(p, n) ? BK_UPSAMPLE : BK_NONE;
+	if (!strcmp(op, "BatchNormalization"))
+		return p->training ? BK_NONE : BK_ROWS;
+	if (!strcmp(op, "Concat"))
+		return norm_axis(hp_attr_int(n, "axis", 0), rank) != p->axis ? BK_ROWS : BK_NONE;
+	if (!strcmp(op, "Softmax") || !strcmp(op, "LogSoftmax")) {
+		int a = norm_axis(hp_attr_int(n, "axis", p->g->opset >= 13 ? -1 : 1), rank);
+		return (p->g->opset >= 13 ? a != p->axis : a > p->axis) ? BK_ROWS : BK_NONE;
+	}
+	if (!in_list(op, rows_ops))
+		return BK_NONE;
+	for (int j = 0; j < n->ninputs; j++)
+		if (rows_input(p, n, j) < 0)
+			return BK_NONE;
+	return rows_input(p, n, 0) == 1 ? BK_ROWS : BK_NONE;
+}
+
+/* Inputs of n cut along the axis (the others are passed whole). */
+static int banded_input(const struct bp *p, const struct hp_node *n, enum band_kind k, int j)
+{
+	if (n->inputs[j] < 0)
+		return 0;
+	if (k == BK_WINDOW || k == BK_UPSAMPLE || !strcmp(n->op_type, "BatchNormalization"))
+		return j == 0;
+	if (!strcmp(n->op_type, "Concat") || !strcmp(n->op_type, "Softmax") || !strcmp(n->op_type, "LogSoftmax"))
+		return 1;
+	return rows_input(p, n, j) == 1;
+}
+
+/* ---- building ---- */
+
+static int new_value(struct bp *p, const char *base, const char *what, int like, const struct hp_shape *s)
+{
+	char name[512];
+
+	snprintf(name, sizeof name, "%s/%s%d", base, what, p->seq++);
+	return hp_graph_add_value(p->g, name, HP_VALUE_ACTIVATION, p->g->values[like].dtype, s);
+}
+
+static int const_i64(struct bp *p, int64_t x)
+{
+	struct hp_shape s = { 1, { 1 } };
+	char name[64];
+	int v;
+
+	snprintf(name, sizeof name, "split/c%d", p->seq++);
+	v = hp_graph_add_value(p->g, name, HP_VALUE_CONSTANT, HP_I64, &s);
+	if (v < 0)
+		return v;
+	p->g->values[v].data = malloc(sizeof x);
+	if (!p->g->values[v].data)
+		return hp_error(-ENOMEM, "out of memory");
+	memcpy(p->g->values[v].data, &x, sizeof x);
+	p->g->values[v].src.kind = HP_BLOB_MEMORY;
+	return v;
+}
+
+static int add_node(struct bp *p, const char *base, const char *op, int nin, const int *in, int out)
+{
+	char name[512];
+
+	snprintf(name, sizeof name, "%s/%s%d", base, op, p->seq++);
+	return hp_graph_add_node(p->g, name, op, nin, in, 1, &out);
+}
+
+/* Rows [a, b) on the axis of value v (a band or a whole value). */
+static int slice_rows(struct bp *p, int v, int64_t a, int64_t b)
+{
+	struct hp_shape s = *shape_of(p, v);
+	int in[4] = { v, const_i64(p, a), const_i64(p, b), const_i64(p, p->axis) }, out, rc;
+
+	if (a == 0 && b == s.dims[p->axis])
+		return v;
+	for (int i = 1; i < 4; i++)
+		if (in[i] < 0)
+			return in[i];
+	s.dims[p->axis] = b - a;
+	out = new_value(p, p->g->values[v].name, "rows", v, &s);
+	if (out < 0)
+		return out;
+	rc = add_node(p, p->g->values[v].name, "Slice", 4, in, out);
+	return rc < 0 ? rc : out;
+}
+
+static int concat_rows(struct bp *p, int n, const int *parts, int out, const char *base)
+{
+	struct hp_attr a = { .name = "axis", .type = HP_ATTR_INT, .i = p->axis };
+	int node;
+
+	if (out < 0) {
+		struct hp_shape s = *shape_of(p, parts[0]);
+		s.dims[p->axis] = 0;
+		for (int i = 0; i < n; i++)
+			s.dims[p->axis] += shape_of(p, parts[i])->dims[p->axis];
+		out = new_value(p, base, "cat", parts[0], &s);
+		if (out < 0)
+			return out;
+	}
+	node = add_node(p, base, "Concat", n, parts, out);
+	if (node < 0)
+		return node;
+	node = hp_graph_add_attr(p->g, node, &a);
+	return node < 0 ? node : out;
+}
+
+/* A value holding rows [a, b) of original value v. */
+static int rows_of(struct bp *p, int v, int64_t a, int64_t b)
+{
+	const struct band *bd = &p->b[v];
+	int parts[bd->n + 1], np = 0;
+
+	if (!bd->n)
+		return slice_rows(p, v, a, b);
+	for (int i = 0; i < bd->n; i++) {
+		int64_t lo = bd->lo[i], hi = bd->lo[i + 1];
+		int64_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+		if (x >= y)
+			continue;
+		parts[np] = slice_rows(p, bd->val[i], x - lo, y - lo);
+		if (parts[np] < 0)
+			return parts[np];
+		np++;
+	}
+	if (np == 1)
+		return parts[0];
+	return concat_rows(p, np, parts, -1, p->g->values[v].name);
+}
+
+/* The whole form of original value v: Concat of its bands, into v itself. */
+static int make_whole(struct bp *p, int v)
+{
+	int rc;
+
+	if (v < 0 || v >= p->nvals || !p->b[v].n || p->whole[v])
+		return 0;
+	rc = concat_rows(p, p->b[v].n, p->b[v].val, v, p->g->values[v].name);
+	if (rc >= 0)
+		p->whole[v] = 1;
+	return rc < 0 ? rc : 0;
+}
+
+/* Output bounds from the reference input's bands: scaled by the size ratio
+ * (same rows, pooled rows, upsampled rows), empty bands dropped. */
+static int out_bounds(const struct bp *p, int64_t sin, const int64_t *lo, int n, int64_t sout, int64_t *olo)
+{
+	int m = 0;
+
+	olo[m++] = 0;
+	for (int i = 1; i <= n; i++) {
+		int64_t x = lo[i] * sout / sin;
+		if (x > olo[m - 1])
+			olo[m++] = x;
+	}
+	olo[m - 1] = sout;
+	(void)p;
+	return m - 1;
+}
+
+/* Input rows [*a, *b) and the pads on the axis for output rows [olo, ohi). */
+static void window_rows(const struct window *w, int64_t sin, int64_t olo, int64_t ohi, int64_t *a, int64_t *b,
+			int64_t *pl, int64_t *ph)
+{
+	int64_t x = olo * w->s - w->pl, y = (ohi - 1) * w->s - w->pl + (w->k - 1) * w->d + 1;
+
+	*pl = x < 0 ? -x : 0;
+	*ph = y > sin ? y - sin : 0;
+	*a = x < 0 ? 0 : x;
+	*b = y > sin ? sin : y;
+}
+
+/* Copy n's attributes to node `to`, with the pads on the axis replaced. */
+static int copy_attrs(struct bp *p, const struct hp_node *n, int to, const struct window *w, int64_t pl, int64_t ph)
+{
+	for (int i = 0; i < n->nattrs; i++) {
+		int rc;
+		if (w && p->axis > 0 && !strcmp(n->attrs[i].name, "pads"))
+			continue;
+		rc = hp_graph_add_attr(p->g, to, &n->attrs[i]);
+		if (rc < 0)
+			return rc;
+	}
+	if (w && p->axis > 0) {
+		int64_t pads[2 * HP_MAX_RANK];
+		for (int i = 0; i < 2 * w->nsp; i++)
+			pads[i] = attr_at(n, "pads", i, 0);
+		pads[w->sp] = pl;
+		pads[w->sp + w->nsp] = ph;
+		struct hp_attr a = { .name = "pads", .type = HP_ATTR_INTS, .n = 2 * w->nsp, .ints = pads };
+		return hp_graph_add_attr(p->g, to, &a);
+	}
+	return 0;
+}
+
+/* The bands of the reference input of n (*ref; a fresh cut of k bands if
+ * it is whole). */
+static int ref_bands(struct bp *p, const struct hp_node *n, enum band_kind kind, int *ref, int64_t **lo, int *owned)
+{
+	int64_t s;
+	int m = 0;
+
+	*ref = -1;
+	for (int j = 0; j < n->ninputs && *ref < 0; j++)
+		if (banded_input(p, n, kind, j) && p->b[n->inputs[j]].n)
+			*ref = n->inputs[j];
+	*owned = *ref < 0;
+	if (*ref >= 0) {
+		*lo = p->b[*ref].lo;
+		return p->b[*ref].n;
+	}
+	for (int j = 0; j < n->ninputs && *ref < 0; j++)
+		if (banded_input(p, n, kind, j))
+			*ref = n->inputs[j];
+	s = shape_of(p, *ref)->dims[p->axis];
+	*lo = malloc((size_t)(p->k + 1) * sizeof **lo);
+	if (!*lo)
+		return -ENOMEM;
+	(*lo)[m++] = 0;
+	for (int i = 1; i <= p->k; i++)
+		if (i * s / p->k > (*lo)[m - 1])
+			(*lo)[m++] = i * s / p->k;
+	return m - 1;
+}
+
+/* Inputs of band [olo, ohi) of n into in[]; pads of a window op. */
+static int band_inputs(struct bp *p, const struct hp_node *n, enum band_kind kind, int64_t olo, int64_t ohi,
+		       int *in, const struct window *w, int64_t *pl, int64_t *ph)
+{
+	for (int j = 0; j < n->ninputs; j++) {
+		int v = n->inputs[j];
+		int64_t a = olo, b = ohi, sin = v >= 0 ? shape_of(p, v)->dims[p->axis] : 0;
+		if (!banded_input(p, n, kind, j)) {
+			int rc = make_whole(p, v);
+			if (rc < 0)
+				return rc;
+			in[j] = v;
+			continue;
+		}
+		if (kind == BK_WINDOW && p->axis > 0)
+			window_rows(w, sin, olo, ohi, &a, &b, pl, ph);
+		else if (kind == BK_UPSAMPLE) {
+			int64_t s = shape_of(p, n->outputs[0])->dims[p->axis] / sin;
+			a = olo / s;
+			b = ohi / s;
+		}
+		in[j] = rows_of(p, v, a, b);
+		if (in[j] < 0)
+			return in[j];
+	}
+	return 0;
+}
+
+/* Rewrite n into bands; its output becomes a banded value. */
+static int emit_bands(struct bp *p, const struct hp_node *n, enum band_kind kind, int ref, int64_t *lo, int nb)
+{
+	int y = n->outputs[0], in[n->ninputs + 1];
+	struct hp_shape ys = *shape_of(p, y);
+	int64_t sin = shape_of(p, ref)->dims[p->axis];
+	struct band *bd = &p->b[y];
+	struct window w;
+
+	if (kind == BK_WINDOW && window_geom(p, n, &w) < 0)
+		return HP_EINTERNAL;
+	bd->lo = malloc((size_t)(nb + 2) * sizeof *bd->lo);
+	bd->val = malloc((size_t)(nb + 1) * sizeof *bd->val);
+	if (!bd->lo || !bd->val)
+		return -ENOMEM;
+	bd->n = out_bounds(p, sin, lo, nb, ys.dims[p->axis], bd->lo);
+	for (int i = 0; i < bd->n; i++) {
+		int64_t pl = 0, ph = 0;
+		int rc = band_inputs(p, n, kind, bd->lo[i], bd->lo[i + 1], in, &w, &pl, &ph), node;
+		if (rc < 0)
+			return rc;
+		ys.dims[p->axis] = bd->lo[i + 1] - bd->lo[i];
+		bd->val[i] = new_value(p, p->g->values[y].name, "band", y, &ys);
+		if (bd->val[i] < 0)
+			return bd->val[i];
+		node = add_node(p, n->name, n->op_type, n->ninputs, in, bd->val[i]);
+		if (node < 0)
+			return node;
+		rc = copy_attrs(p, n, node, kind == BK_WINDOW ? &w : NULL, pl, ph);
+		if (rc < 0)
+			return rc;
+	}
+	p->nsplit++;
+	return 0;
+}
+
+static int push_node(struct hp_graph *g, const struct hp_node *n)
+{
+	if (g->nnodes == g->nodes_cap) {
+		int cap = g->nodes_cap ? 2 * g->nodes_cap : 64;
+		void *q = realloc(g->nodes, (size_t)cap * sizeof *g->nodes);
+		if (!q)
+			return hp_error(-ENOMEM, "out of memory growing the graph");
+		g->nodes = q;
+		g->nodes_cap = cap;
+	}
+	g->nodes[g->nnodes++] = *n;
+	return 0;
+}
+
+static void drop_node(struct hp_node *n)
+{
+	if (n->op && n->op->release)
+		n->op->release(n);
+	else
+		free(n->priv);
+	for (int i = 0; i < n->nattrs; i++) {
+		struct hp_attr *a = &n->attrs[i];
+		free(a->name), free(a->s), free(a->ints), free(a->floats), free(a->t.data);
+		for (int k = 0; a->strings && k < a->n; k++)
+			free(a->strings[k]);
+		free(a->strings);
+	}
+	free(n->attrs), free(n->name), free(n->op_type), free(n->domain), free(n->inputs), free(n->outputs);
+}
+
+/* One original node: banded, or kept with whole inputs. */
+static int rewrite_node(struct bp *p, struct hp_node *n)
+{
+	enum band_kind kind = kind_of(p, n);
+	int banded = 0, nb, owned, ref, rc;
+	int64_t *lo;
+
+	for (int j = 0; kind != BK_NONE && j < n->ninputs; j++)
+		banded |= banded_input(p, n, kind, j) && p->b[n->inputs[j]].n > 0;
+	if (kind != BK_NONE && (banded || node_need(p->g, n) > p->target) &&
+	    p->g->values[n->inputs[0]].kind != HP_VALUE_CONSTANT) {
+		nb = ref_bands(p, n, kind, &ref, &lo, &owned);
+		if (nb < 0)
+			return hp_error(nb, "out of memory");
+		rc = nb >= 2 ? emit_bands(p, n, kind, ref, lo, nb) : 1;
+		if (owned)
+			free(lo);
+		if (rc <= 0) {
+			if (rc == 0)
+				drop_node(n);
+			return rc;
+		}
+	}
+	for (int j = 0; j < n->ninputs; j++)
+		if ((rc = make_whole(p, n->inputs[j])) < 0)
+			return rc;
+	return push_node(p->g, n);
+}
+
+static int pick_axis(const struct hp_graph *g, int k)
+{
+	for (int i = 0; i < g->ninputs; i++) {
+		const struct hp_shape *s = &g->values[g->inputs[i]].shape;
+		if (s->rank >= 3)
+			return s->dims[0] >= k ? 0 : 2;
+	}
+	return 0;
+}
+
+int hp_split_bands(struct hp_graph *g, int k, int training, uint64_t target, int *nsplit, int *axis)
+{
+	struct bp p = { .g = g, .k = k, .training = training, .target = target, .nvals = g->nvalues };
+	struct hp_node *old = g->nodes;
+	int nold = g->nnodes, rc = 0, i;
+
+	p.axis = pick_axis(g, k);
+	p.b = calloc((size_t)p.nvals + 1, sizeof *p.b);
+	p.whole = calloc((size_t)p.nvals + 1, 1);
+	if (!p.b || !p.whole) {
+		free(p.b), free(p.whole);
+		return hp_error(-ENOMEM, "out of memory splitting the graph");
+	}
+	g->nodes = NULL;
+	g->nnodes = g->nodes_cap = 0;
+	for (i = 0; i < nold && rc >= 0; i++)
+		rc = rewrite_node(&p, &old[i]);
+	for (int o = 0; o < g->noutputs && rc >= 0; o++)
+		rc = make_whole(&p, g->outputs[o]);
+	for (int v = 0; v < p.nvals && rc >= 0; v++)
+		if (g->values[v].next >= 0 && (rc = make_whole(&p, v)) >= 0)
+			rc = make_whole(&p, g->values[v].next);
+	for (; i < nold; i++) /* not reached after an error */
+		drop_node(&old[i]);
+	free(old);
+	for (int v = 0; v < p.nvals; v++)
+		free(p.b[v].lo), free(p.b[v].val);
+	free(p.b);
+	free(p.whole);
+	*nsplit = p.nsplit;
+	*axis = p.axis;
+	return rc < 0 ? rc : hp_graph_finalize(g);
+}
