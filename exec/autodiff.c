@@ -90,6 +90,7 @@ int ad_emit(struct ad *ad, const char *op, int internal, const char *hint, int n
 	node = hp_graph_add_node(ad->g, name, op, nin, in, nout, out);
 	if (node < 0)
 		return node;
+	ad->g->nodes[node].sched = ad->sched;
 	if (internal) {
 		char *d = strdup("ai.hpdlf");
 		if (!d)
@@ -474,6 +475,7 @@ static int backward(struct ad *ad, int nfwd)
 			need |= ad_needs(ad, &n, j);
 		if (!need)
 			continue;
+		ad->sched = n.sched; /* a band's backward runs with its band */
 		for (int o = 0; o < n.noutputs; o++) {
 			dy[o] = combine(ad, n.outputs[o]);
 			if (dy[o] < -1)
@@ -483,6 +485,7 @@ static int backward(struct ad *ad, int nfwd)
 		if (any && (rc = ad_rule(ad, &n, dy)) < 0)
 			return rc;
 	}
+	ad->sched = 0;
 	return 0;
 }
 

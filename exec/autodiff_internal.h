@@ -16,6 +16,7 @@ struct ad {
 	int step;             /* the step counter (int64 state), -1 until needed */
 	int step_next;
 	int counter;          /* for unique names */
+	int sched;            /* sched hint of the nodes emitted now: the forward node's */
 };
 
 /* Attribute constructors (emit copies them). */

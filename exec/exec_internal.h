@@ -43,6 +43,10 @@ struct hp_session {
 };
 
 int hp_rt_create(struct hp_session *s);
+/* The store's chunk size for a budget (from the default `dflt`), and the
+ * bytes the runtime keeps free for staging copies at that budget. */
+uint64_t hp_rt_chunk_size(uint64_t dflt, uint64_t budget);
+uint64_t hp_rt_staging_bytes(uint64_t budget);
 int hp_rt_run(struct hp_session *s);
 int hp_rt_set_input(struct hp_session *s, int v, const void *data);
 int hp_rt_get_output(struct hp_session *s, int v, void *dst);

@@ -32,6 +32,7 @@ struct sim {
 	struct rec *recs;
 	int nrecs, caprecs;
 	uint64_t budget;
+	uint64_t step_max;              /* the largest step's need (min_budget) */
 };
 
 static int push(struct sim *m, int step, int order, int value, enum hp_plan_act act, int for_step)
@@ -508,6 +509,26 @@ static void time_model(struct sim *m)
 	free(ready);
 }
 
+/* The smallest budget b with b >= need + reserve_for(b) (the reserve grows
+ * with the budget, stepwise). */
+static uint64_t with_reserve(const struct hp_plan_opts *o, uint64_t need)
+{
+	uint64_t b = need;
+
+	for (int i = 0; o->reserve_for && i < 64; i++) {
+		uint64_t nb = need + o->reserve_for(b);
+		if (nb <= b)
+			break;
+		b = nb;
+	}
+	return b;
+}
+
+static uint64_t reserve_at(const struct hp_plan_opts *o)
+{
+	return o->reserve_for && o->budget ? o->reserve_for(o->budget) : 0;
+}
+
 static int min_budget(struct sim *m)
 {
 	for (int s = 0; s < m->p->nsteps; s++) {
@@ -517,7 +538,8 @@ static int min_budget(struct sim *m)
 			m->p->min_step = s;
 		}
 	}
-	m->p->min_budget += m->o->workspace;
+	m->step_max = m->p->min_budget;
+	m->p->min_budget = with_reserve(m->o, m->p->min_budget + m->o->workspace);
 	return 0;
 }
 
@@ -637,6 +659,7 @@ int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct
 {
 	struct sim m = { .g = g, .o = o };
 	struct hp_plan *p = calloc(1, sizeof *p);
+	uint64_t reserve, step_max;
 	int rc;
 
 	*out = NULL;
@@ -657,16 +680,19 @@ int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct
 	if (rc < 0)
 		goto fail;
 	min_budget(&m);
-	m.budget = o->budget ? o->budget - (o->budget > o->workspace ? o->workspace : o->budget) : UINT64_MAX / 2;
-	if (o->budget && p->min_budget > o->budget) {
+	reserve = reserve_at(o);
+	step_max = m.step_max;
+	m.budget = o->budget ? o->budget - (o->budget > o->workspace + reserve ? o->workspace + reserve : o->budget)
+			     : UINT64_MAX / 2;
+	if (o->budget && (p->min_budget > o->budget || step_max + o->workspace + reserve > o->budget)) {
 		const struct hp_node *n = &g->nodes[p->node[p->min_step]];
-		char scratch[96] = "";
-		if (o->workspace)
-			snprintf(scratch, sizeof scratch, " beside %llu bytes of kernel scratch",
-				 (unsigned long long)o->workspace);
+		char scratch[160] = "";
+		if (o->workspace || reserve)
+			snprintf(scratch, sizeof scratch, " beside %llu bytes of kernel scratch and %llu of staging",
+				 (unsigned long long)o->workspace, (unsigned long long)reserve);
 		rc = hp_node_error(g, n, HP_EBUDGET, "needs %llu bytes at once (inputs, outputs and workspace)%s, "
 				   "more than the budget of %llu bytes; the smallest budget that works is %llu bytes "
-				   "(--budget %lluK)", (unsigned long long)(p->min_budget - o->workspace), scratch,
+				   "(--budget %lluK)", (unsigned long long)step_max, scratch,
 				   (unsigned long long)o->budget, (unsigned long long)p->min_budget,
 				   (unsigned long long)((p->min_budget + 1023) / 1024));
 		goto fail;

@@ -33,6 +33,9 @@ struct hp_plan_opts {
 	uint64_t align;        /* tensors occupy sizes rounded up to this */
 	uint64_t workspace;    /* bytes the runtime reserves for kernel scratch: when
 				* set, steps' own workspace is not counted again */
+	/* bytes the runtime keeps free beside the plan at a budget, for staging
+	 * copies (inputs in, outputs and dataset rows out); NULL: none */
+	uint64_t (*reserve_for)(uint64_t budget);
 	double gflops;         /* compute speed model */
 	double read_MBps, write_MBps; /* tier bandwidth model */
 	int max_lookahead;     /* steps a load may be hoisted (0: unlimited) */

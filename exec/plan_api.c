@@ -77,6 +77,7 @@ void hp_plan_default_opts(const struct hp_graph *g, const struct hp_exec_opts *o
 	 * kernels never fault fresh scratch pages in */
 	po->workspace = hp_plan_max_workspace(g) * (uint64_t)hp_exec_workers(o, threads);
 	po->align = 4096; /* the store's unit of DRAM accounting */
+	po->reserve_for = hp_rt_staging_bytes;
 	/* ...unless the budget is too tight for that: then each kernel's
 	 * scratch is its own, counted with the kernel's step */
 	if (po->workspace && po->budget && po->budget < hp_plan_min_budget(g, po, NULL))

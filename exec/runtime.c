@@ -119,6 +119,22 @@ static int place_initializer(struct hp_session *s, int v)
 	return rc;
 }
 
+/* Small budgets get small chunks so paging stays fine-grained. */
+uint64_t hp_rt_chunk_size(uint64_t dflt, uint64_t budget)
+{
+	uint64_t c = dflt;
+
+	while (c > 16384 && c * 16 > budget)
+		c /= 2;
+	return c;
+}
+
+uint64_t hp_rt_staging_bytes(uint64_t budget)
+{
+	/* one chunk copied at a time: its source and its destination */
+	return budget ? 2 * hp_rt_chunk_size(HS_DEFAULT_CHUNK, budget) : 0;
+}
+
 static int open_store(struct hp_session *s)
 {
 	struct hs_store_opts so;
@@ -126,9 +142,7 @@ static int open_store(struct hp_session *s)
 
 	hs_store_opts_init(&so, sizeof so);
 	so.budget = s->opts.budget;
-	/* small budgets get small chunks so paging stays fine-grained */
-	while (so.chunk_size > 65536 && so.chunk_size * 16 > so.budget)
-		so.chunk_size /= 2;
+	so.chunk_size = hp_rt_chunk_size(so.chunk_size, so.budget);
 	so.stats_page = 1;
 	if (s->opts.size >= offsetof(struct hp_exec_opts, tiers) + sizeof s->opts.tiers && s->opts.ntiers > 0) {
 		if (s->opts.ntiers > HS_MAX_TIERS)

@@ -7,6 +7,7 @@
 
 #include "hpdlf/error.h"
 #include "hpdlf/kernels.h"
+#include "exec/exec_internal.h"
 #include "exec/plan.h"
 #include "exec/split.h"
 #include "hpdlf/exec.h"
@@ -14,9 +15,9 @@
 /* Band counts tried, in order. */
 static const int band_counts[] = { 2, 3, 4, 6, 8, 12, 16, 24, 32 };
 
-uint64_t hp_split_min_budget(const struct hp_graph *g)
+uint64_t hp_split_min_budget(const struct hp_graph *g, uint64_t budget)
 {
-	struct hp_plan_opts po = { .align = 4096 };
+	struct hp_plan_opts po = { .align = 4096, .budget = budget, .reserve_for = hp_rt_staging_bytes };
 
 	return hp_plan_min_budget(g, &po, NULL);
 }
@@ -59,6 +60,7 @@ static int copy_node(struct hp_graph *d, const struct hp_node *n)
 		return hp_error(-ENOMEM, "out of memory");
 	d->nodes[i].op = n->op;
 	d->nodes[i].folded = n->folded;
+	d->nodes[i].sched = n->sched;
 	d->nodes[i].workspace = n->workspace; /* for the band pass; infer prepares again */
 	for (int a = 0; a < n->nattrs; a++)
 		if ((rc = hp_graph_add_attr(d, i, &n->attrs[a])) < 0)
@@ -131,7 +133,7 @@ static int candidate(const struct hp_graph *g, int k, const struct hp_split_opts
 		hp_graph_free(c);
 		return rc;
 	}
-	info->min_after = hp_split_min_budget(c);
+	info->min_after = hp_split_min_budget(c, so->budget);
 	*out = c;
 	return 0;
 }
@@ -202,7 +204,7 @@ int hp_graph_split(struct hp_graph *g, const struct hp_exec_opts *o, int *nsplit
 	int rc = 0;
 
 	if (so.budget && !(o->size >= offsetof(struct hp_exec_opts, no_split) + sizeof o->no_split && o->no_split) &&
-	    hp_split_min_budget(g) > so.budget)
+	    hp_split_min_budget(g, so.budget) > so.budget)
 		rc = hp_split_for_budget(g, &so, &info);
 	if (nsplit)
 		*nsplit = info.nsplit;

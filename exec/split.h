@@ -51,7 +51,7 @@ int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, stru
 
 /* The planner's smallest budget of g with per-kernel scratch (what the
  * runtime falls back to under a tight budget). */
-uint64_t hp_split_min_budget(const struct hp_graph *g);
+uint64_t hp_split_min_budget(const struct hp_graph *g, uint64_t budget);
 
 /* The band pass alone: cut g (inferred) into k bands where it helps;
  * `target` is the step size above which a whole value is cut. */

@@ -39,6 +39,7 @@ struct bp {
 	int nvals;
 	int seq;
 	int nsplit;
+	int band;              /* sched hint of the nodes emitted now (band + 1, 0: none) */
 };
 
 static const char *const rows_ops[] = { "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "Elu", "Selu",
@@ -235,8 +236,13 @@ static int add_node(struct bp *p, const char *base, const char *op, int nin, con
 {
 	char name[512];
 
+	int node;
+
 	snprintf(name, sizeof name, "%s/%s%d", base, op, p->seq++);
-	return hp_graph_add_node(p->g, name, op, nin, in, 1, &out);
+	node = hp_graph_add_node(p->g, name, op, nin, in, 1, &out);
+	if (node >= 0)
+		p->g->nodes[node].sched = p->band;
+	return node;
 }
 
 /* Rows [a, b) on the axis of value v (a band or a whole value). */
@@ -443,7 +449,9 @@ static int emit_bands(struct bp *p, const struct hp_node *n, enum band_kind kind
 	bd->n = out_bounds(p, sin, lo, nb, ys.dims[p->axis], bd->lo);
 	for (int i = 0; i < bd->n; i++) {
 		int64_t pl = 0, ph = 0;
-		int rc = band_inputs(p, n, kind, bd->lo[i], bd->lo[i + 1], in, &w, &pl, &ph), node;
+		int rc, node;
+		p->band = i + 1; /* depth first: band i through as many layers as its halos allow */
+		rc = band_inputs(p, n, kind, bd->lo[i], bd->lo[i + 1], in, &w, &pl, &ph);
 		if (rc < 0)
 			return rc;
 		ys.dims[p->axis] = bd->lo[i + 1] - bd->lo[i];
@@ -457,6 +465,7 @@ static int emit_bands(struct bp *p, const struct hp_node *n, enum band_kind kind
 		if (rc < 0)
 			return rc;
 	}
+	p->band = 0;
 	p->nsplit++;
 	return 0;
 }

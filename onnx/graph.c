@@ -294,12 +294,57 @@ static int link_values(struct hp_graph *g)
 	return 0;
 }
 
-/* Kahn's algorithm over a consumer CSR; FIFO order keeps the model's order
- * among ready nodes, so the result is reproducible. */
+/* Kahn's algorithm over a consumer CSR.  Ready nodes wait in a min-heap
+ * keyed (sched hint, time they became ready): without hints that is FIFO,
+ * which keeps the model's order; hints let split operators run band by
+ * band.  Reproducible either way. */
+struct ready {
+	int64_t *key; /* sched << 32 | sequence */
+	int *node, n;
+};
+
+static void ready_push(struct ready *r, int64_t key, int node)
+{
+	int i = r->n++;
+
+	while (i > 0 && r->key[(i - 1) / 2] > key) {
+		r->key[i] = r->key[(i - 1) / 2];
+		r->node[i] = r->node[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	r->key[i] = key;
+	r->node[i] = node;
+}
+
+static int ready_pop(struct ready *r)
+{
+	int top = r->node[0], i = 0;
+	int64_t key = r->key[--r->n];
+	int node = r->node[r->n];
+
+	for (;;) {
+		int c = 2 * i + 1;
+		if (c >= r->n)
+			break;
+		if (c + 1 < r->n && r->key[c + 1] < r->key[c])
+			c++;
+		if (r->key[c] >= key)
+			break;
+		r->key[i] = r->key[c];
+		r->node[i] = r->node[c];
+		i = c;
+	}
+	r->key[i] = key;
+	r->node[i] = node;
+	return top;
+}
+
 static int topo_sort(struct hp_graph *g)
 {
-	int *indeg, *start, *adj, *fill, *queue, head = 0, tail = 0, rc = 0, nedges = 0;
+	int *indeg, *start, *adj, *fill, *queue, tail = 0, rc = 0, nedges = 0;
 	struct hp_node *sorted;
+	struct ready rd = { 0 };
+	int64_t seq = 0;
 
 	indeg = calloc((size_t)g->nnodes + 1, sizeof *indeg);
 	start = calloc((size_t)g->nvalues + 1, sizeof *start);
@@ -309,7 +354,9 @@ static int topo_sort(struct hp_graph *g)
 	for (int i = 0; i < g->nnodes; i++)
 		nedges += g->nodes[i].ninputs;
 	adj = calloc((size_t)nedges + 1, sizeof *adj);
-	if (!indeg || !start || !fill || !queue || !sorted || !adj) {
+	rd.key = malloc(((size_t)g->nnodes + 1) * sizeof *rd.key);
+	rd.node = malloc(((size_t)g->nnodes + 1) * sizeof *rd.node);
+	if (!indeg || !start || !fill || !queue || !sorted || !adj || !rd.key || !rd.node) {
 		rc = hp_error(-ENOMEM, "out of memory sorting the graph");
 		goto out;
 	}
@@ -331,16 +378,16 @@ static int topo_sort(struct hp_graph *g)
 		}
 	for (int i = 0; i < g->nnodes; i++)
 		if (!indeg[i])
-			queue[tail++] = i;
-	while (head < tail) {
-		const struct hp_node *n = &g->nodes[queue[head++]];
+			ready_push(&rd, (int64_t)g->nodes[i].sched << 32 | seq++, i);
+	while (rd.n) {
+		const struct hp_node *n = &g->nodes[queue[tail++] = ready_pop(&rd)];
 		for (int o = 0; o < n->noutputs; o++) {
 			int v = n->outputs[o];
 			if (v < 0)
 				continue;
 			for (int k = start[v]; k < start[v + 1]; k++)
 				if (--indeg[adj[k]] == 0)
-					queue[tail++] = adj[k];
+					ready_push(&rd, (int64_t)g->nodes[adj[k]].sched << 32 | seq++, adj[k]);
 		}
 	}
 	if (tail != g->nnodes) {
@@ -362,6 +409,8 @@ out:
 	free(queue);
 	free(sorted);
 	free(adj);
+	free(rd.key);
+	free(rd.node);
 	return rc;
 }
 

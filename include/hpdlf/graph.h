@@ -106,6 +106,9 @@ struct hp_node {
 	void *priv;                /* op parameters set by op->prepare (freed by op->release or free()) */
 	size_t workspace;          /* scratch bytes the kernel needs, set by prepare */
 	int folded;                /* outputs were computed at compile time */
+	int sched;                 /* ordering hint (0: none): among ready nodes the topological
+				    * sort takes smaller hints first, e.g. band i + 1 of a split
+				    * operator, so that bands run depth first */
 };
 
 struct hp_graph {
