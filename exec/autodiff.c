@@ -267,8 +267,10 @@ static int rewrite_bn(struct ad *ad, int i)
 		int v = g->nodes[i].inputs[k];
 		if (v < 0 || g->values[v].kind != HP_VALUE_INITIALIZER)
 			return hp_node_error(g, &g->nodes[i], HP_EUNSUPPORTED,
-					     "training needs the running statistics as initializers; '%s' is computed "
-					     "by the graph", v < 0 ? "(omitted)" : g->values[v].name);
+					     "training needs the running statistics as initializers (state it "
+					     "updates); '%s' is %s", v < 0 ? "input 3/4" : g->values[v].name,
+					     v < 0 ? "omitted" : g->values[v].kind == HP_VALUE_INPUT ? "a graph input"
+					     : "computed by the graph");
 		g->values[v].trainable = 0;
 		st[k - 3] = v;
 	}

@@ -475,6 +475,18 @@ static void test_output_loss_and_errors(void **state)
 	assert_non_null(strstr(hp_errmsg(), "Floor"));
 	hp_graph_free(g);
 
+	/* a running statistic the graph computes from its input: no state to keep */
+	g = hp_graph_new("computed");
+	x = value(g, "x", HP_VALUE_INPUT, HP_F32, shp(2, 4, 3));
+	int sc = param(g, "bn.weight", shp(1, 3), 2, 1, 1), b = param(g, "bn.bias", shp(1, 3), 3, 0, 0);
+	int rv = param(g, "bn.running_var", shp(1, 3), 4, 1, 2);
+	int rm = node(g, "ReduceMean", 1, &x, act(g, "bn.running_mean"), 1,
+		      &(struct hp_attr){ .name = "keepdims", .type = HP_ATTR_INT, .i = 0 });
+	set_output(g, node(g, "BatchNormalization", 5, (int[]){ x, sc, b, rm, rv }, act(g, "y"), 0, NULL));
+	assert_int_equal(hp_graph_finalize(g), 0);
+	assert_int_equal(hp_autodiff(g, &t), HP_EUNSUPPORTED);
+	assert_non_null(strstr(hp_errmsg(), "'bn.running_mean' is computed by the graph"));
+	hp_graph_free(g);
 }
 
 /* A BatchNorm whose running statistics an exporter merged with its scale
