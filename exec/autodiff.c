@@ -265,17 +265,13 @@ static int rewrite_bn(struct ad *ad, int i)
 	char name[256];
 
 	for (int k = 3; k < 5; k++) {
-		int v = g->nodes[i].inputs[k], p = v >= 0 ? g->values[v].producer : -1;
-		/* PyTorch 1.13's exporter merges equal initializers: a fresh
-		 * BatchNorm's running_var (ones) becomes Identity(its weight) */
-		if (p >= 0 && !strcmp(g->nodes[p].op_type, "Identity") && g->nodes[p].inputs[0] >= 0)
-			return hp_node_error(g, &g->nodes[i], HP_EUNSUPPORTED,
-					     "training needs the running statistics as initializers; '%s' is a copy of "
-					     "'%s' (an exporter merging equal initializers?)",
-					     g->values[v].name, g->values[g->nodes[p].inputs[0]].name);
+		int v = g->nodes[i].inputs[k];
 		if (v < 0 || g->values[v].kind != HP_VALUE_INITIALIZER)
 			return hp_node_error(g, &g->nodes[i], HP_EUNSUPPORTED,
-					     "training needs the running statistics as initializers");
+					     "training needs the running statistics as initializers (state it "
+					     "updates); '%s' is %s", v < 0 ? "input 3/4" : g->values[v].name,
+					     v < 0 ? "omitted" : g->values[v].kind == HP_VALUE_INPUT ? "a graph input"
+					     : "computed by the graph");
 		g->values[v].trainable = 0;
 		st[k - 3] = v;
 	}
@@ -339,9 +335,13 @@ static int rewrite_dropout(struct ad *ad, int i)
 
 static int train_rewrite(struct ad *ad)
 {
+	int rc = ad_untie_stats(ad->g);
+
+	if (rc < 0)
+		return rc;
 	for (int i = 0; i < ad->g->nnodes; i++) {
 		const char *op = ad->g->nodes[i].op_type, *dom = ad->g->nodes[i].domain;
-		int rc = 0;
+		rc = 0;
 		if (dom[0] && strcmp(dom, "ai.onnx"))
 			continue;
 		if (!strcmp(op, "BatchNormalization"))

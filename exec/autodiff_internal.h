@@ -42,4 +42,9 @@ int ad_copy_attr(const struct hp_node *n, const char *name, struct hp_attr *out)
  * emitting), given dy[o], the gradient of each output (-1: none). */
 int ad_rule(struct ad *ad, const struct hp_node *n, const int *dy);
 
+/* Give every BatchNorm running statistic storage of its own (autodiff_untie.c):
+ * an Identity alias or an initializer shared with another use becomes a new
+ * initializer holding the same bytes. */
+int ad_untie_stats(struct hp_graph *g);
+
 #endif

@@ -1,7 +1,11 @@
 /* ONNX export of the trained model: the original ModelProto copied field by
  * field, with every initializer that training changed (weights, running
  * statistics) re-encoded from the session's current values, inline as
- * raw_data or as external data in FILE.data.  The graph's length prefix is
+ * raw_data or as external data in FILE.data.  Running statistics that
+ * training gave storage of their own (autodiff_untie.c: an exporter had
+ * merged them with a parameter) become initializers of their own: the
+ * Identity nodes that made them go and BatchNorm nodes that shared a
+ * parameter read the new name.  The graph's length prefix is
  * computed before its bytes are streamed, so no weight is held in memory
  * whole; the file is written under a temporary name and renamed. */
 #include <errno.h>
@@ -29,6 +33,7 @@ struct ex {
 	char *data_name;            /* location written in the model */
 	uint64_t data_off;
 	unsigned char *buf;
+	char *in_model;             /* per value: an initializer of the original graph */
 	int err;
 };
 
@@ -191,6 +196,96 @@ static int put_tensor(struct ex *e, int v)
 	return copy_value(e, v, e->data);
 }
 
+/* Value index of a string field's name, or -1. */
+static int name_value(const struct hp_graph *g, const uint8_t *name, size_t len)
+{
+	char buf[1024];
+
+	if (len >= sizeof buf)
+		return -1;
+	memcpy(buf, name, len);
+	buf[len] = 0;
+	return hp_graph_find_value(g, buf);
+}
+
+static int str_is(const struct pb_field *f, const char *s)
+{
+	return f->len == strlen(s) && !memcmp(f->data, s, f->len);
+}
+
+/* What training made of NodeProto nd: 0 kept as is, 1 dropped (an Identity
+ * whose output became a statistic of its own), 2 re-encoded: *bn is the
+ * training graph's BatchNorm whose statistic inputs got new names. */
+static int node_fate(const struct hp_graph *g, const uint8_t *nd, size_t len, int *bn)
+{
+	struct pb_reader r = { nd, nd + len };
+	struct pb_field f;
+	int identity = 0, batchnorm = 0, out = -2;
+
+	while (pb_next(&r, &f) == 1) {
+		if (f.num == 4 && f.wt == PB_LEN) {
+			identity = str_is(&f, "Identity");
+			batchnorm = str_is(&f, "BatchNormalization");
+		}
+		if (f.num == 2 && f.wt == PB_LEN && out == -2)
+			out = name_value(g, f.data, f.len);
+	}
+	if (out < 0)
+		return 0;
+	if (identity)
+		return g->values[out].producer < 0;
+	*bn = g->values[out].producer;
+	if (!batchnorm || *bn < 0 || g->nodes[*bn].ninputs < 5)
+		return 0;
+	r = (struct pb_reader){ nd, nd + len };
+	for (int k = 0; pb_next(&r, &f) == 1;)
+		if (f.num == 1 && f.wt == PB_LEN && k++ >= 3 && k <= 5 && g->nodes[*bn].inputs[k - 1] >= 0 &&
+		    !str_is(&f, g->values[g->nodes[*bn].inputs[k - 1]].name))
+			return 2;
+	return 0;
+}
+
+/* NodeProto nd with BatchNorm bn's statistic input names: its size, and
+ * the bytes if write. */
+static size_t put_node(struct ex *e, const uint8_t *nd, size_t len, int bn, int write)
+{
+	const struct hp_graph *g = e->t->g;
+	struct pb_reader r = { nd, nd + len };
+	struct pb_field f;
+	size_t n = 0;
+
+	for (int k = 0; pb_next(&r, &f) == 1;) {
+		const char *name = NULL;
+		if (f.num == 1 && f.wt == PB_LEN && k++ >= 3 && k <= 5 && g->nodes[bn].inputs[k - 1] >= 0)
+			name = g->values[g->nodes[bn].inputs[k - 1]].name;
+		n += name ? len_field(1, strlen(name)) : (size_t)(f.next - f.start);
+		if (write && name)
+			put_bytes(e, 1, name, strlen(name));
+		else if (write)
+			fwrite(f.start, 1, (size_t)(f.next - f.start), e->out);
+	}
+	return n;
+}
+
+/* Trained initializers the original graph does not hold (split running
+ * statistics), appended after its fields. */
+static int new_tensors(struct ex *e, int write, uint64_t *off, uint64_t *n)
+{
+	const struct hp_graph *g = e->t->g;
+	int rc;
+
+	for (int v = 0; v < g->nvalues; v++) {
+		if (e->in_model[v] || g->values[v].next < 0 || g->values[v].kind != HP_VALUE_INITIALIZER ||
+		    g->values[v].src.kind == HP_BLOB_NONE)
+			continue;
+		if (write && (rc = put_tensor(e, v)) < 0)
+			return rc;
+		*n += len_field(5, tensor_len(e, v, *off));
+		*off = (*off + vbytes(&g->values[v]) + 4095) / 4096 * 4096;
+	}
+	return 0;
+}
+
 /* Walk GraphProto g[0..len): size (write = 0) or write it. */
 static int graph_pass(struct ex *e, const uint8_t *gp, size_t len, int write, uint64_t *size)
 {
@@ -200,7 +295,22 @@ static int graph_pass(struct ex *e, const uint8_t *gp, size_t len, int write, ui
 	int rc, v;
 
 	while ((rc = pb_next(&r, &f)) == 1) {
+		int fate = 0, bn = -1;
 		v = f.num == 5 && f.wt == PB_LEN ? tensor_value(e->t->g, f.data, f.len) : -1;
+		if (f.num == 1 && f.wt == PB_LEN)
+			fate = node_fate(e->t->g, f.data, f.len, &bn);
+		if (fate == 1)
+			continue;
+		if (fate == 2) {
+			size_t nl = put_node(e, f.data, f.len, bn, 0);
+			if (write) {
+				put_key(e, 1, PB_LEN);
+				put_varint(e, nl);
+				put_node(e, f.data, f.len, bn, 1);
+			}
+			n += len_field(1, nl);
+			continue;
+		}
 		if (v < 0) {
 			n += (uint64_t)(f.next - f.start);
 			if (write)
@@ -214,7 +324,30 @@ static int graph_pass(struct ex *e, const uint8_t *gp, size_t len, int write, ui
 	}
 	if (rc < 0)
 		return hp_error(HP_EMODEL, "%s: malformed graph", e->t->model);
+	if ((rc = new_tensors(e, write, &off, &n)) < 0)
+		return rc;
 	*size = n;
+	return 0;
+}
+
+/* Which values the original graph holds as initializers. */
+static int mark_in_model(struct ex *e, const uint8_t *gp, size_t len)
+{
+	struct pb_reader r = { gp, gp + len }, t;
+	struct pb_field f, tf;
+
+	while (pb_next(&r, &f) == 1) {
+		if (f.num != 5 || f.wt != PB_LEN)
+			continue;
+		t = (struct pb_reader){ f.data, f.data + f.len };
+		while (pb_next(&t, &tf) == 1)
+			if (tf.num == 8 && tf.wt == PB_LEN) {
+				int v = name_value(e->t->g, tf.data, tf.len);
+				if (v >= 0)
+					e->in_model[v] = 1;
+				break;
+			}
+	}
 	return 0;
 }
 
@@ -231,6 +364,7 @@ static int model_pass(struct ex *e, const uint8_t *m, size_t len)
 			continue;
 		}
 		uint64_t save = e->data_off;
+		mark_in_model(e, f.data, f.len);
 		if ((rc = graph_pass(e, f.data, f.len, 0, &glen)) < 0)
 			return rc;
 		e->data_off = save;
@@ -303,7 +437,8 @@ int hp_trainer_export_onnx(struct hp_trainer *t, const char *path, int external)
 	if (m == MAP_FAILED)
 		return hp_error(-EIO, "%s: cannot map the model", t->g->files[0]);
 	e.buf = malloc(EX_PIECE);
-	rc = e.buf ? open_outputs(&e, tmp, dtmp, external) : hp_error(-ENOMEM, "out of memory");
+	e.in_model = calloc((size_t)t->g->nvalues + 1, 1);
+	rc = e.buf && e.in_model ? open_outputs(&e, tmp, dtmp, external) : hp_error(-ENOMEM, "out of memory");
 	if (rc == 0)
 		rc = model_pass(&e, m, (size_t)st.st_size);
 	if (rc == 0 && (ferror(e.out) || (e.data && ferror(e.data))))
@@ -312,5 +447,6 @@ int hp_trainer_export_onnx(struct hp_trainer *t, const char *path, int external)
 	rc = finish(e.out, tmp, path, rc);
 	munmap(m, (size_t)st.st_size);
 	free(e.buf);
+	free(e.in_model);
 	return rc < 0 ? hp_error_prefix(rc, "--export-onnx %s", path) : 0;
 }

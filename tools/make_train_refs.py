@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Write the PyTorch reference trainings of tests/train/ref/ (run by hand).
 
-Usage: make_train_refs.py OUT_DIR        (e.g. tests/train/ref)
+Usage: make_train_refs.py OUT_DIR [NAME...]   (e.g. tests/train/ref bn_fresh)
 
 Needs PyTorch (Debian's python3-torch 1.13), which the tests do not: they
 only read what this writes.  For each small seeded model it writes into
@@ -31,7 +31,15 @@ Models:
   autoenc      a loss computed in the graph: output 'loss' =
                mean((decoder(encoder(x)) - x)^2) with LayerNorm and GELU;
                trained with --loss output:loss (y.npy is unused zeros).
+  bn_fresh     Conv+BatchNorm2d(8)+ReLU+MaxPool, Linear+BatchNorm1d(12)+ReLU,
+               Linear, exported at opset 13 straight after construction
+               (PyTorch's default init, as users export before training):
+               the exporter merges equal initializers, so each running
+               statistic comes out as Identity(bias) or Identity(weight).
+               SGD with momentum and Adam, 10 steps, running statistics
+               and eval logits after training.
 
+The other models get distinct_init() so that no initializers merge.
 The models are exported in eval form (BatchNormalization with its running
 statistics as initializers; hpdlf switches it to batch statistics for
 training) with TrainingMode.PRESERVE, so the exporter does not fold
@@ -154,6 +162,25 @@ class AutoEnc(nn.Module):
         return ((s.d(F.gelu(s.n(s.e(x)))) - x) ** 2).mean()
 
 
+class BnFresh(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.c1, s.b1 = nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        s.l1, s.b2 = nn.Linear(128, 12, bias=False), nn.BatchNorm1d(12)
+        s.l2 = nn.Linear(12, 5)
+
+    def forward(s, x):
+        x = F.max_pool2d(F.relu(s.b1(s.c1(x))), 2)
+        x = F.relu(s.b2(s.l1(torch.flatten(x, 1))))
+        return s.l2(x)
+
+
+FRESH_OPTIMIZERS = [
+    dict(optimizer="sgd", lr=0.05, momentum=0.9, nesterov=False, weight_decay=0.0),
+    dict(optimizer="adam", lr=5e-3, momentum=0.0, nesterov=False, weight_decay=0.0),
+]
+
+
 def distinct_init(m):
     """Norm parameters and running statistics off their 1/0 defaults: the
     exporter would otherwise merge equal initializers (all LayerNorm scales,
@@ -173,14 +200,21 @@ def distinct_init(m):
                 mod.out_proj.bias.copy_(0.1 * torch.randn(mod.out_proj.bias.shape, generator=g))
 
 
-def check_untied(path):
+def check_untied(path, merged):
+    """No Identity in the export, or (merged) every running statistic one."""
     import onnx
-    ids = [n for n in onnx.load(path).graph.node if n.op_type == "Identity"]
-    if ids:
-        raise SystemExit("%s: the exporter tied initializers (%s)" % (path, ids[0].output[0]))
+    ids = [n.output[0] for n in onnx.load(path).graph.node if n.op_type == "Identity"]
+    if merged and sorted(ids) != sorted(k + s for k in ("b1", "b2") for s in (".running_mean", ".running_var")):
+        raise SystemExit("%s: expected merged running statistics, got Identity outputs %s" % (path, ids))
+    if ids and not merged:
+        raise SystemExit("%s: the exporter tied initializers (%s)" % (path, ids[0]))
 
 
 def make_data(name, rng):
+    if name == "bn_fresh":
+        x = rng.standard_normal((48, 3, 8, 8)).astype(np.float32)
+        y = (x[:, 1].mean(axis=(1, 2)) > 0) * 2 + rng.integers(0, 3, 48)
+        return x, y.astype(np.int64), rng.standard_normal((6, 3, 8, 8)).astype(np.float32)
     if name == "bn_cnn":
         x = rng.standard_normal((64, 3, 8, 8)).astype(np.float32)
         y = (x[:, 0, :4].mean(axis=(1, 2)) > 0) * 5 + rng.integers(0, 5, 64)
@@ -199,7 +233,7 @@ def make_data(name, rng):
 
 
 def export(m, name, x, path):
-    opset = 17 if name in ("encoder_nn", "gpt") else 14
+    opset = 17 if name in ("encoder_nn", "gpt") else 13 if name == "bn_fresh" else 14
     out = "loss" if name == "autoenc" else "logits"
     axes = {"input": {0: "batch"}} if name == "autoenc" else {"input": {0: "batch"}, "logits": {0: "batch"}}
     m.eval()
@@ -216,11 +250,11 @@ def make_optimizer(m, c):
     return cls(m.parameters(), lr=c["lr"], betas=(0.9, 0.999), eps=1e-8, weight_decay=c["weight_decay"])
 
 
-def train(m, c, x, y, batch):
+def train(m, c, x, y, batch, steps):
     opt = make_optimizer(m, c)
     m.train()
     losses, n = [], len(x)
-    for i in range(STEPS):
+    for i in range(steps):
         rows = [(i * batch + j) % n for j in range(batch)]
         xb, yb = torch.from_numpy(x[rows]), torch.from_numpy(y[rows])
         opt.zero_grad()
@@ -240,33 +274,40 @@ def bn_state(m, xi):
     return st
 
 
+MODELS = (("bn_cnn", BnCnn), ("transformer", Transformer), ("encoder_nn", EncoderNn), ("autoenc", AutoEnc),
+          ("gpt", Gpt), ("bn_fresh", BnFresh))
+
+
 def main():
-    out = sys.argv[1]
+    out, only = sys.argv[1], sys.argv[2:]
     torch.set_num_threads(1)
-    for k, (name, cls) in enumerate((("bn_cnn", BnCnn), ("transformer", Transformer), ("encoder_nn", EncoderNn),
-                                     ("autoenc", AutoEnc), ("gpt", Gpt))):
+    for k, (name, cls) in enumerate(MODELS):
+        if only and name not in only:
+            continue
+        fresh = name == "bn_fresh"
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)
         rng = np.random.default_rng(100 + k)
         x, y, xi = make_data(name, rng)
         torch.manual_seed(100 + k)
         m = cls()
-        distinct_init(m)
+        if not fresh:
+            distinct_init(m)
         init = m.state_dict()
         m = cls()
         m.load_state_dict(init)
         export(m, name, x, os.path.join(d, "model.onnx"))
-        check_untied(os.path.join(d, "model.onnx"))
+        check_untied(os.path.join(d, "model.onnx"), fresh)
         np.save(os.path.join(d, "x.npy"), x)
         np.save(os.path.join(d, "y.npy"), y)
         if xi is not None:
             np.save(os.path.join(d, "infer_x.npy"), xi)
-        runs = []
-        for c in OPTIMIZERS:
+        runs, steps = [], 10 if fresh else STEPS
+        for c in FRESH_OPTIMIZERS if fresh else OPTIMIZERS:
             m = cls()
             m.load_state_dict(init)
-            r = dict(c, batch=16, steps=STEPS, loss="output:loss" if name == "autoenc" else "cross-entropy")
-            r["losses"] = train(m, c, x, y, 16)
+            r = dict(c, batch=16, steps=steps, loss="output:loss" if name == "autoenc" else "cross-entropy")
+            r["losses"] = train(m, c, x, y, 16, steps)
             if xi is not None:
                 r["after"] = bn_state(m, xi)
             runs.append(r)

@@ -14,10 +14,18 @@ of infer_x.npy.  Checks, for every model and training:
     state, taking turns over the models), at 25% of the in-core tensor peak or, where one operator
     needs more, at the smallest budget the planner names, the losses are
     bitwise the in-core ones and the store moved bytes (paging happened);
-  - with BatchNorm: the model --export-onnx writes holds running statistics
-    within 1e-3 of PyTorch's (so momentum and the unbiased variance are
-    right), and hpdlf-exec runs it (inference: running statistics) to
-    PyTorch's eval-mode logits.
+  - with BatchNorm: the model --export-onnx writes passes onnx.checker
+    (full check), holds running statistics within 1e-3 of PyTorch's (so
+    momentum and the unbiased variance are right), and hpdlf-exec runs it
+    (inference: running statistics) to PyTorch's eval-mode logits;
+  - a model exported straight after construction (bn_fresh: the exporter
+    merged each running statistic with the equal weight or bias into an
+    Identity of it) trains as PyTorch does, with the statistics apart from
+    the parameters, and its export has them as initializers, no Identity;
+    the same for a variant written here in which each BatchNorm reads one
+    initializer as both bias and running mean, weight and running variance;
+    and a checkpoint half way with --resume gives bitwise a straight run's
+    losses and exported model.
 """
 import concurrent.futures
 import json
@@ -79,9 +87,44 @@ def read_onnx_inits(path):
     return {i.name: numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
 
 
+def checker_errors(path):
+    """onnx.checker's complaint about the model, or None."""
+    import onnx
+    try:
+        onnx.checker.check_model(onnx.load(path), full_check=True)
+    except Exception as e:  # the checker raises its own ValidationError, and shape inference others
+        return str(e).strip()[:300] or type(e).__name__
+    return None
+
+
+def identities(path):
+    import onnx
+    return [n.output[0] for n in onnx.load(path).graph.node if n.op_type == "Identity"]
+
+
+def share_initializers(src, dst):
+    """src with every Identity(initializer) replaced by the initializer
+    itself: BatchNorm nodes then read one initializer in two roles."""
+    import onnx
+    m = onnx.load(src)
+    alias = {n.output[0]: n.input[0] for n in m.graph.node if n.op_type == "Identity"}
+    keep = [n for n in m.graph.node if n.op_type != "Identity"]
+    del m.graph.node[:]
+    m.graph.node.extend(keep)
+    for n in m.graph.node:
+        for j, name in enumerate(n.input):
+            n.input[j] = alias.get(name, name)
+    onnx.save(m, dst)
+    return len(alias)
+
+
 def check_after(check, exe, folder, name, r, exported, tmp):
     """Running statistics and eval-mode logits of the trained model."""
     after, W = r["after"], read_onnx_inits(exported)
+    err = checker_errors(exported)
+    check(err is None, "%s %s: onnx.checker accepts the exported model%s" % (name, label(r), ": " + err if err else ""))
+    ids = identities(exported)
+    check(not ids, "%s %s: no Identity left in the exported model %s" % (name, label(r), ids))
     worst = 0.0
     for k, want in after.items():
         if k == "infer_logits":
@@ -103,10 +146,12 @@ def check_after(check, exe, folder, name, r, exported, tmp):
           % (name, label(r), err))
 
 
-def check_run(rep, exe, folder, r, tmp):
+def check_run(rep, exe, folder, r, tmp, ooc, model=None, name=None):
     check = rep.check
-    name = os.path.basename(folder)
+    name = name or os.path.basename(folder)
     args = train_args(folder, r)
+    if model:
+        args[0] = model
     log, stats, exported = (os.path.join(tmp, n) for n in ("in.json", "stats.json", "trained.onnx"))
     extra = ["--export-onnx", exported] if "after" in r else []
     rc, _, err = run(exe, args + ["--log-json", log, "--stats-json", stats] + extra)
@@ -119,7 +164,7 @@ def check_run(rep, exe, folder, r, tmp):
     check(rel <= 1e-3, "%s %s: %d losses vs PyTorch, max rel err %.2e" % (name, label(r), len(got), rel))
     if "after" in r:
         check_after(check, exe, folder, name, r, exported, tmp)
-    if not (r["nesterov"] if rep.index % 2 == 0 else r["optimizer"] == "adamw"):
+    if not ooc:
         return  # out of core: one optimizer per model, alternating, keeps the test short
     with open(stats) as f:
         peak = json.load(f)["tensor_peak_bytes"]
@@ -135,11 +180,50 @@ def check_run(rep, exe, folder, r, tmp):
           "%s: losses bitwise the in-core ones, %d bytes paged" % (what, moved))
 
 
+def check_resume(rep, exe, folder, r, tmp):
+    """Half the steps, a checkpoint, --resume to the end: the losses and the
+    exported model (split statistics included) are bitwise those of the
+    straight run check_run just made (tmp/in.json, tmp/trained.onnx)."""
+    name, args, half = os.path.basename(folder), train_args(folder, r), r["steps"] // 2
+    ck, out = os.path.join(tmp, "ck"), os.path.join(tmp, "b.onnx")
+    logs = [os.path.join(tmp, n + ".json") for n in "ab"]
+    for a in (args + ["--steps", str(half), "--checkpoint", ck, "--checkpoint-every", str(half), "--log-json", logs[0]],
+              args + ["--checkpoint", ck, "--resume", "--log-json", logs[1], "--export-onnx", out]):
+        rc, _, err = run(exe, a)
+        if rc != 0:
+            rep.check(False, "%s %s resume: exit %d %s" % (name, label(r), rc, err.strip()[-300:]))
+            return
+    full = [x["loss"] for x in log_rows(os.path.join(tmp, "in.json"))]
+    parts = [x["loss"] for x in log_rows(logs[0]) + log_rows(logs[1])]
+    with open(os.path.join(tmp, "trained.onnx"), "rb") as f, open(out, "rb") as g:
+        same = f.read() == g.read()
+    rep.check(full == parts and len(full) == r["steps"] and same,
+              "%s %s: checkpoint at step %d and --resume: losses and exported model bitwise a straight run's"
+              % (name, label(r), half))
+
+
+def ooc_run(index, runs):
+    """The training run out of core: Nesterov SGD and AdamW take turns over
+    the models; a model with neither pages its last training."""
+    want = [k for k, r in enumerate(runs) if (r["nesterov"] if index % 2 == 0 else r["optimizer"] == "adamw")]
+    return want[0] if want else len(runs) - 1
+
+
 def check_model(exe, index, folder):
     rep = Report(index)
+    name = os.path.basename(folder)
     with tempfile.TemporaryDirectory() as tmp, open(os.path.join(folder, "train.json")) as f:
-        for r in json.load(f)["runs"]:
-            check_run(rep, exe, folder, r, tmp)
+        runs = json.load(f)["runs"]
+        for k, r in enumerate(runs):
+            check_run(rep, exe, folder, r, tmp, k == ooc_run(index, runs))
+        src = os.path.join(folder, "model.onnx")
+        if identities(src):  # merged by the exporter: resume, and one initializer in two roles
+            check_resume(rep, exe, folder, runs[-1], tmp)
+            shared = os.path.join(tmp, "shared.onnx")
+            n = share_initializers(src, shared)
+            rep.check(not identities(shared) and n > 0, "%s: %d Identity aliases replaced by shared initializers"
+                      % (name, n))
+            check_run(rep, exe, folder, runs[0], tmp, False, shared, name + " (shared initializers)")
     return rep
 
 

@@ -475,17 +475,104 @@ static void test_output_loss_and_errors(void **state)
 	assert_non_null(strstr(hp_errmsg(), "Floor"));
 	hp_graph_free(g);
 
-	/* running statistics merged by an exporter into Identity(weight) */
-	g = hp_graph_new("merged");
+	/* a running statistic the graph computes from its input: no state to keep */
+	g = hp_graph_new("computed");
 	x = value(g, "x", HP_VALUE_INPUT, HP_F32, shp(2, 4, 3));
 	int sc = param(g, "bn.weight", shp(1, 3), 2, 1, 1), b = param(g, "bn.bias", shp(1, 3), 3, 0, 0);
-	int rm = node(g, "Identity", 1, &b, act(g, "bn.running_mean"), 0, NULL);
-	int rv = node(g, "Identity", 1, &sc, act(g, "bn.running_var"), 0, NULL);
+	int rv = param(g, "bn.running_var", shp(1, 3), 4, 1, 2);
+	int rm = node(g, "ReduceMean", 1, &x, act(g, "bn.running_mean"), 1,
+		      &(struct hp_attr){ .name = "keepdims", .type = HP_ATTR_INT, .i = 0 });
 	set_output(g, node(g, "BatchNormalization", 5, (int[]){ x, sc, b, rm, rv }, act(g, "y"), 0, NULL));
 	assert_int_equal(hp_graph_finalize(g), 0);
 	assert_int_equal(hp_autodiff(g, &t), HP_EUNSUPPORTED);
-	assert_non_null(strstr(hp_errmsg(), "'bn.running_mean' is a copy of 'bn.bias'"));
+	assert_non_null(strstr(hp_errmsg(), "'bn.running_mean' is computed by the graph"));
 	hp_graph_free(g);
+}
+
+/* A BatchNorm whose running statistics an exporter merged with its scale
+ * and bias (PyTorch 1.13: Identity(bias) and, here, a chain
+ * Identity(Identity(weight)); or the same initializer read twice), with
+ * the weight W tied between two Muls.  Training gives each statistic its
+ * own initializer named after the module, starting from the source's
+ * bytes, updated as state while the parameters learn apart from them; W
+ * stays one parameter. */
+static void check_merged_bn(int shared)
+{
+	struct hp_graph *g = hp_graph_new("merged");
+	struct hp_train_spec t;
+	struct mini m;
+	int x = value(g, "x", HP_VALUE_INPUT, HP_F32, shp(3, 5, 3, 4)), rm, rv, nid = 0, nupd = 0;
+	int sc = param(g, "bn.weight", shp(1, 3), 2, 0.5f, 1.5f), b = param(g, "bn.bias", shp(1, 3), 3, -1, 1);
+	int w = param(g, "W", shp(2, 1, 4), 4, -1, 1);
+	float b0[3], sc0[3];
+
+	memcpy(b0, g->values[b].data, sizeof b0);
+	memcpy(sc0, g->values[sc].data, sizeof sc0);
+	if (shared) {
+		rm = b;
+		rv = sc;
+	} else {
+		rm = node(g, "Identity", 1, &b, act(g, "bn.running_mean"), 0, NULL);
+		rv = node(g, "Identity", 1, &sc, act(g, "sc.alias"), 0, NULL);
+		rv = node(g, "Identity", 1, &rv, act(g, "bn.running_var"), 0, NULL);
+	}
+	int y = node(g, "BatchNormalization", 5, (int[]){ x, sc, b, rm, rv }, act(g, "y"), 0, NULL);
+	int z = node(g, "Mul", 2, (int[]){ y, w }, act(g, "z"), 0, NULL);
+	set_output(g, node(g, "Mul", 2, (int[]){ node(g, "Tanh", 1, &z, act(g, "tz"), 0, NULL), w },
+			   act(g, "out"), 0, NULL));
+	assert_int_equal(hp_graph_finalize(g), 0);
+	assert_int_equal(hp_graph_infer(g), 0); /* as hpdlf-exec: the Identities fold */
+	hp_train_spec_init(&t, sizeof t);
+	t.loss = HP_LOSS_MSE;
+	t.lr = 0.5;
+	if (hp_autodiff(g, &t) < 0)
+		fail_msg("%s", hp_errmsg());
+	rm = hp_graph_find_value(g, "bn.running_mean");
+	rv = hp_graph_find_value(g, "bn.running_var");
+	for (int i = 0; i < g->nnodes; i++) {
+		nid += !strcmp(g->nodes[i].op_type, "Identity");
+		nupd += strstr(g->nodes[i].op_type, "Update") != NULL;
+		if (!strcmp(g->nodes[i].op_type, "BatchNormTrain")) {
+			assert_int_equal(g->nodes[i].inputs[3], rm);
+			assert_int_equal(g->nodes[i].inputs[4], rv);
+		}
+	}
+	assert_int_equal(nid, 0);
+	assert_int_equal(nupd, 3); /* W (both uses), bn.weight, bn.bias */
+	assert_true(rm >= 0 && rv >= 0 && rm != b && rv != sc);
+	assert_true(g->values[rm].kind == HP_VALUE_INITIALIZER && !g->values[rm].trainable && g->values[rm].next >= 0);
+	assert_true(g->values[rv].kind == HP_VALUE_INITIALIZER && !g->values[rv].trainable && g->values[rv].next >= 0);
+	assert_true(g->values[b].trainable && g->values[sc].trainable && g->values[w].trainable);
+	mini_init(&m, g);
+	assert_memory_equal(m.buf[rm], b0, sizeof b0);
+	assert_memory_equal(m.buf[rv], sc0, sizeof sc0);
+	fill_inputs(&m, "x", 41, -2, 3);
+	fill_inputs(&m, "labels", 42, -1, 1);
+	check_gradients(&m, 3);
+	mini_run(&m);
+	mini_carry(&m);
+	for (int c = 0; c < 3; c++) { /* momentum 0.9 from the merged source's values */
+		const float *xv = m.buf[x];
+		double s = 0, q = 0;
+		for (int n = 0; n < 5; n++)
+			for (int i = 0; i < 4; i++)
+				s += xv[(n * 3 + c) * 4 + i] / 20;
+		for (int n = 0; n < 5; n++)
+			for (int i = 0; i < 4; i++)
+				q += pow(xv[(n * 3 + c) * 4 + i] - s, 2);
+		assert_true(fabs(((float *)m.buf[rm])[c] - (0.9 * b0[c] + 0.1 * s)) < 1e-5);
+		assert_true(fabs(((float *)m.buf[rv])[c] - (0.9 * sc0[c] + 0.1 * q / 19)) < 1e-5);
+		assert_true(((float *)m.buf[b])[c] != b0[c]); /* the bias learned: apart from the mean */
+	}
+	mini_free(&m);
+	hp_graph_free(g);
+}
+
+static void test_merged_running_stats(void **state)
+{
+	(void)state;
+	check_merged_bn(0);
+	check_merged_bn(1);
 }
 
 int main(void)
@@ -496,6 +583,7 @@ int main(void)
 		cmocka_unit_test(test_batchnorm_mse_adam),
 		cmocka_unit_test(test_weight_behind_folded_nodes),
 		cmocka_unit_test(test_output_loss_and_errors),
+		cmocka_unit_test(test_merged_running_stats),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
