@@ -15,6 +15,8 @@
 
 #include "hpdlf/graph.h"
 
+struct hp_speed_compute;
+
 enum hp_plan_act {
 	HP_ACT_LOAD = 1,      /* bring value into DRAM (issued before step) */
 	HP_ACT_EVICT = 2,     /* drop a clean copy */
@@ -33,7 +35,9 @@ struct hp_plan_opts {
 	uint64_t align;        /* tensors occupy sizes rounded up to this */
 	uint64_t workspace;    /* bytes the runtime reserves for kernel scratch: when
 				* set, steps' own workspace is not counted again */
-	double gflops;         /* compute speed model */
+	double gflops;         /* compute speed without a speed model */
+	const struct hp_speed_compute *speed; /* measured per-kernel model, or NULL */
+	int workers;           /* compute lanes of the time model (0: 1) */
 	double read_MBps, write_MBps; /* tier bandwidth model */
 	int max_lookahead;     /* steps a load may be hoisted (0: unlimited) */
 };
@@ -55,6 +59,10 @@ struct hp_plan {
 	uint64_t bytes_loaded, bytes_written;
 	uint64_t loads, prefetched; /* loads, and those hoisted before their step */
 	double compute_ms, io_ms, predicted_ms;
+	double class_ms[2];    /* compute_ms split: sgemm-bound, memory-bound (speed.h) */
+	int class_kernels[2];
+	double dispatch_ms;    /* fixed per-kernel cost within compute_ms */
+	double read_ms, write_ms; /* io_ms split */
 };
 
 #define HP_PLAN_NEVER (1 << 30)
