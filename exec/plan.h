@@ -88,5 +88,7 @@ int hp_plan_inplace(const struct hp_graph *g, const struct hp_plan *p, int s);
 
 int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
 void hp_plan_free(struct hp_plan *p);
+/* Write plan p of g as Graphviz (plan_dot.c). */
+int hp_plan_dot(const struct hp_graph *g, const struct hp_plan *p, const struct hp_plan_opts *o, const char *path);
 
 #endif

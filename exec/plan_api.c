@@ -159,65 +159,20 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 	return 0;
 }
 
-static void dot_escape(FILE *f, const char *s)
-{
-	for (; *s; s++)
-		fprintf(f, *s == '"' || *s == '\\' ? "\\%c" : "%c", *s);
-}
-
 int hp_plan_write_dot(const struct hp_graph *g, const struct hp_exec_opts *o, const char *path)
 {
+	struct speed_model *sm = calloc(1, sizeof *sm);
 	struct hp_plan_opts po;
 	struct hp_plan *p;
-	FILE *f;
 	int rc;
 
-	hp_plan_default_opts(g, o, &po);
+	if (!sm)
+		return hp_error(-ENOMEM, "out of memory planning");
+	speed_opts(g, o, &po, sm);
 	rc = hp_plan_build(g, &po, &p);
-	if (rc < 0)
-		return rc;
-	f = fopen(path, "w");
-	if (!f) {
-		rc = hp_error(-errno, "%s: %s", path, strerror(errno));
-		goto out;
-	}
-	/* Places are values (ellipses), transitions are kernels (boxes) and the
-	 * planned I/O (loads, write-backs) as diamonds on the value's place. */
-	fprintf(f, "digraph tasknet {\n  rankdir=TB;\n  node [fontsize=10];\n");
-	for (int v = 0; v < g->nvalues; v++) {
-		if (p->last_use[v] < 0 && !g->values[v].is_output && g->values[v].producer < 0)
-			continue;
-		if (g->values[v].kind == HP_VALUE_CONSTANT)
-			continue;
-		fprintf(f, "  v%d [shape=ellipse,label=\"", v);
-		dot_escape(f, g->values[v].name);
-		fprintf(f, "\"];\n");
-	}
-	for (int s = 0; s < p->nsteps; s++) {
-		const struct hp_node *n = &g->nodes[p->node[s]];
-		fprintf(f, "  k%d [shape=box,style=filled,fillcolor=lightblue,label=\"%d: ", s, s);
-		dot_escape(f, n->op_type);
-		fprintf(f, "\\n");
-		dot_escape(f, n->name);
-		fprintf(f, "\"];\n");
-		for (int j = 0; j < n->ninputs; j++)
-			if (n->inputs[j] >= 0 && g->values[n->inputs[j]].kind != HP_VALUE_CONSTANT)
-				fprintf(f, "  v%d -> k%d;\n", n->inputs[j], s);
-		for (int j = 0; j < n->noutputs; j++)
-			if (n->outputs[j] >= 0)
-				fprintf(f, "  k%d -> v%d;\n", s, n->outputs[j]);
-		for (int a = p->act_begin[s]; a < p->act_begin[s + 1]; a++) {
-			const struct hp_plan_act_rec *x = &p->acts[a];
-			const char *what = x->act == HP_ACT_LOAD ? "load" : x->act == HP_ACT_WRITEBACK ? "write-back" : "evict";
-			fprintf(f, "  a%d [shape=diamond,style=filled,fillcolor=%s,label=\"%s\"];\n  v%d -> a%d;\n  a%d -> k%d [style=dashed];\n",
-				a, x->act == HP_ACT_LOAD ? "palegreen" : "lightsalmon", what, x->value, a, a,
-				x->act == HP_ACT_LOAD ? x->for_step : s);
-		}
-	}
-	fprintf(f, "}\n");
-	if (fclose(f) != 0)
-		rc = hp_error(-errno, "%s: write failed: %s", path, strerror(errno));
-out:
+	if (rc == 0)
+		rc = hp_plan_dot(g, p, &po, path);
 	hp_plan_free(p);
+	free(sm);
 	return rc;
 }

@@ -75,7 +75,6 @@ static int probe(const struct hs_tier_spec *spec, uint64_t chunk, struct hp_spee
 {
 	struct hs_store_opts so;
 	struct hs_store *st = NULL;
-	struct hs_store_stats ss;
 	char dir[4096], path[4200] = "";
 	int rc;
 
@@ -98,8 +97,6 @@ static int probe(const struct hs_tier_spec *spec, uint64_t chunk, struct hp_spee
 	rc = hs_store_open(&so, &st);
 	if (rc == 0)
 		rc = write_read(st, PROBE_BYTES, &out->write_MBps, &out->read_MBps);
-	if (rc == 0 && hs_store_stats(st, &ss) == 0 && ss.ntiers > 1)
-		snprintf(out->name, sizeof out->name, "%s", ss.tier[1].name);
 	hs_store_close(st);
 	if (path[0])
 		unlink(path);
@@ -116,8 +113,8 @@ void hp_speed_tier_get(const struct hs_tier_spec *spec, uint64_t chunk_size, int
 	memset(out, 0, sizeof *out);
 	out->read_MBps = DEFAULT_READ_MBPS;
 	out->write_MBps = DEFAULT_WRITE_MBPS;
-	snprintf(out->name, sizeof out->name, "%s", spec->kind == HS_TIER_PMEM ? "pmem" :
-			spec->kind == HS_TIER_REMOTE || spec->tier ? "remote" : "nvme");
+	/* named as the store names the first tier below DRAM */
+	snprintf(out->name, sizeof out->name, "%s", spec->tier ? "remote" : spec->kind == HS_TIER_PMEM ? "pmem0" : "nvme0");
 	if (spec->tier)
 		return; /* opened by the caller: nothing to probe with */
 	tier_dir(spec, dir, sizeof dir);

@@ -625,10 +625,10 @@ static void print_plan(const struct hp_plan_summary *p, const char *what, const 
 	       p->budget ? hp_format_size(p->budget, a, sizeof a) : "unlimited (in core)");
 	printf("  peak tensor memory   %s\n", hp_format_size(p->peak_bytes, a, sizeof a));
 	printf("  smallest budget      %s (node '%s')\n", hp_format_size(p->min_budget, b, sizeof b), p->min_node);
-	printf("  tier %-15s read %s in %llu loads (%llu prefetched early), written %s\n",
+	printf("  tier %-15s read %s (%llu bytes) in %llu loads (%llu prefetched early), written %s (%llu bytes)\n",
 	       p->tier_name[0] ? p->tier_name : "(none)", hp_format_size(p->bytes_loaded, a, sizeof a),
-	       (unsigned long long)p->loads, (unsigned long long)p->prefetched,
-	       hp_format_size(p->bytes_written, b, sizeof b));
+	       (unsigned long long)p->bytes_loaded, (unsigned long long)p->loads, (unsigned long long)p->prefetched,
+	       hp_format_size(p->bytes_written, b, sizeof b), (unsigned long long)p->bytes_written);
 	printf("  predicted step time  %.2f ms (%s-bound: compute %.2f ms, I/O %.2f ms)\n", p->predicted_ms,
 	       p->io_ms > p->compute_ms ? "I/O" : "compute", p->compute_ms, p->io_ms);
 	printf("    sgemm-bound        %3d kernels %9.2f ms  (%.1f GFLOP/s at %.2g FLOP .. %.1f at %.2g)\n",
