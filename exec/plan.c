@@ -502,7 +502,8 @@ static double issue_io(struct sim *m, int s, double now, double *io, double *rea
 		double mb = (double)m->size[x->value] / 1e6, d;
 		if (x->act != HP_ACT_WRITEBACK && x->act != HP_ACT_LOAD)
 			continue;
-		d = mb / (x->act == HP_ACT_WRITEBACK ? wr : rd) * 1e3;
+		d = mb / (x->act == HP_ACT_WRITEBACK ? wr : rd) * 1e3 +
+		    (x->act == HP_ACT_WRITEBACK ? m->o->write_lat_us : m->o->read_lat_us) / 1e3;
 		*io = (*io > now ? *io : now) + d;
 		*(x->act == HP_ACT_WRITEBACK ? &p->write_ms : &p->read_ms) += d;
 		if (x->act == HP_ACT_WRITEBACK)

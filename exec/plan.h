@@ -39,6 +39,7 @@ struct hp_plan_opts {
 	const struct hp_speed_compute *speed; /* measured per-kernel model, or NULL */
 	int workers;           /* compute lanes of the time model (0: 1) */
 	double read_MBps, write_MBps; /* tier bandwidth model */
+	double read_lat_us, write_lat_us; /* and the fixed cost of one request */
 	int max_lookahead;     /* steps a load may be hoisted (0: unlimited) */
 };
 

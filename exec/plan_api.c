@@ -83,6 +83,8 @@ static void speed_opts(const struct hp_graph *g, const struct hp_exec_opts *o, s
 		hp_speed_tier_get(has ? &o->tiers[0] : &spill, run_chunk_size(po->budget), recal, &sm->t);
 		po->read_MBps = sm->t.read_MBps;
 		po->write_MBps = sm->t.write_MBps;
+		po->read_lat_us = sm->t.read_lat_us;
+		po->write_lat_us = sm->t.write_lat_us;
 	}
 }
 
@@ -101,6 +103,8 @@ static void fill_speed(struct hp_plan_summary *out, const struct hp_plan *p, con
 	snprintf(out->compute_cache, sizeof out->compute_cache, "%s", sm->c.cache);
 	out->read_MBps = po->read_MBps;
 	out->write_MBps = po->write_MBps;
+	out->read_lat_us = po->read_lat_us;
+	out->write_lat_us = po->write_lat_us;
 	out->tier_source = (int)sm->t.src;
 	if (po->budget)
 		snprintf(out->tier_name, sizeof out->tier_name, "%s", sm->t.name);

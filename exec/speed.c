@@ -25,6 +25,13 @@ static double now_ms(void)
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
 static int add_input(struct hp_graph *g, const char *name, const struct hp_shape *s)
 {
 	int v = hp_graph_add_value(g, name, HP_VALUE_INPUT, HP_F32, s);
@@ -69,14 +76,15 @@ fail:
 	return NULL;
 }
 
-/* Best wall ms of one run of g on `threads` threads (at least 5 runs and
- * ~40 ms after a warm-up run: the best is the machine's speed, slower runs
- * are other processes' noise); < 0 on failure. */
+/* Median wall ms of one run of g on `threads` threads (at least 5 runs and
+ * ~40 ms after a warm-up run): on a shared machine the typical speed, which
+ * is what a run will see, not the best; < 0 on failure. */
 static double time_graph(struct hp_graph *g, int threads)
 {
 	struct hp_exec_opts o;
 	struct hp_session *s = NULL;
-	double best = -1, spent = 0;
+	double ms[50], med = -1, spent = 0;
+	int n = 0;
 
 	if (!g)
 		return -1;
@@ -97,22 +105,18 @@ static double time_graph(struct hp_graph *g, int threads)
 			goto out;
 	}
 	for (int r = 0; r < 6 || (spent < 40 && r < 50); r++) {
-		double t0 = now_ms(), dt;
-		if (hp_session_run(s) < 0) {
-			best = -1;
+		double t0 = now_ms();
+		if (hp_session_run(s) < 0)
 			goto out;
-		}
-		dt = now_ms() - t0;
-		if (r > 0) {
-			spent += dt;
-			if (best < 0 || dt < best)
-				best = dt;
-		}
+		if (r > 0)
+			spent += (ms[n++] = now_ms() - t0);
 	}
+	qsort(ms, (size_t)n, sizeof *ms, cmp_double);
+	med = ms[n / 2];
 out:
 	hp_session_destroy(s);
 	hp_graph_free(g);
-	return best;
+	return med;
 }
 
 /* 3x3x3 Conv, padded, c -> c channels over s^3 voxels: GFLOP/s points. */

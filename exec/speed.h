@@ -49,6 +49,7 @@ struct hp_speed_compute {
 struct hp_speed_tier {
 	char name[16];                   /* as the store's statistics call it */
 	double read_MBps, write_MBps;
+	double read_lat_us, write_lat_us; /* fixed cost of one load / write-back */
 	enum hp_speed_src src;
 	char cache[512];
 };

@@ -638,8 +638,10 @@ static void print_plan(const struct hp_plan_summary *p, const char *what, const 
 	printf("    compute model      %d thread%s per kernel, %d lane%s: %s\n", p->threads, p->threads > 1 ? "s" : "",
 	       p->workers, p->workers > 1 ? "s" : "", source(p->compute_source, p->compute_cache));
 	if (p->tier_name[0]) {
-		printf("    I/O read           %9.2f ms  (%.0f MB/s)\n", p->read_ms, p->read_MBps);
-		printf("    I/O write          %9.2f ms  (%.0f MB/s)\n", p->write_ms, p->write_MBps);
+		printf("    I/O read           %9.2f ms  (%.0f MB/s + %.0f us per load)\n", p->read_ms, p->read_MBps,
+		       p->read_lat_us);
+		printf("    I/O write          %9.2f ms  (%.0f MB/s + %.0f us per write-back)\n", p->write_ms,
+		       p->write_MBps, p->write_lat_us);
 		printf("    tier model         %s: %s\n", p->tier_name, source(p->tier_source, p->tier_cache));
 	}
 }

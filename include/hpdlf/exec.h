@@ -111,6 +111,7 @@ struct hp_plan_summary {
 	double gflops_small, flops_small; /* sgemm-bound speed at the smallest size measured */
 	double flops_large;      /* the largest size measured (gflops is its speed) */
 	double mem_GBps, dispatch_us; /* memory-bound streaming speed, per-kernel cost */
+	double read_lat_us, write_lat_us; /* per load / write-back beyond read_MBps, write_MBps */
 	int threads, workers;    /* threads per kernel, compute lanes */
 	int compute_source, tier_source; /* 0: built-in default, 1: measured now, 2: cached */
 	char tier_name[16];      /* the tier paged to ("" in core): all loaded and written bytes */
