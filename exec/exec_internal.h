@@ -67,7 +67,5 @@ struct hp_arena_item {
 int hp_arena_place(struct hp_arena_item *items, int n, uint64_t align, uint64_t *total);
 
 int hp_exec_online_cpus(void);
-/* Measured sgemm speed (GFLOP/s) with `threads` BLAS threads, for the time model. */
-double hp_exec_measure_gflops(int threads);
 
 #endif

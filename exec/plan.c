@@ -8,6 +8,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/kernels.h"
 #include "exec/plan.h"
+#include "exec/speed.h"
 
 #define NEVER HP_PLAN_NEVER
 
@@ -471,42 +472,89 @@ static int emit_acts(struct sim *m)
 	return 0;
 }
 
-/* One compute lane and one I/O lane; a step waits for its loads and for the
- * write-backs issued before it. */
+/* Milliseconds of step s's kernel: the measured per-kernel model, or the
+ * flat GFLOP/s of the options. */
+static double step_ms(struct sim *m, const struct hp_node *n, struct hp_plan *p)
+{
+	enum hp_kclass cls = HP_KC_GEMM;
+	double c;
+
+	if (m->o->speed) {
+		c = hp_speed_kernel_ms(m->o->speed, m->g, n, &cls);
+		p->dispatch_ms += m->o->speed->dispatch_us / 1e3;
+	} else {
+		c = (n->op->flops ? n->op->flops(m->g, n) : 0) / (m->o->gflops > 0 ? m->o->gflops : 50) / 1e6;
+	}
+	p->class_ms[cls] += c;
+	p->class_kernels[cls]++;
+	return c;
+}
+
+/* Issue step s's I/O on the one I/O lane at time `now`: loads make their
+ * step ready, write-backs hold step s (they free the budget it needs). */
+static double issue_io(struct sim *m, int s, double now, double *io, double *ready)
+{
+	struct hp_plan *p = m->p;
+	double rd = m->o->read_MBps > 0 ? m->o->read_MBps : 1000, wr = m->o->write_MBps > 0 ? m->o->write_MBps : 1000;
+	double wait = 0;
+
+	for (int a = p->act_begin[s]; a < p->act_begin[s + 1]; a++) {
+		const struct hp_plan_act_rec *x = &p->acts[a];
+		double mb = (double)m->size[x->value] / 1e6, d;
+		if (x->act != HP_ACT_WRITEBACK && x->act != HP_ACT_LOAD)
+			continue;
+		d = mb / (x->act == HP_ACT_WRITEBACK ? wr : rd) * 1e3 +
+		    (x->act == HP_ACT_WRITEBACK ? m->o->write_lat_us : m->o->read_lat_us) / 1e3;
+		*io = (*io > now ? *io : now) + d;
+		*(x->act == HP_ACT_WRITEBACK ? &p->write_ms : &p->read_ms) += d;
+		if (x->act == HP_ACT_WRITEBACK)
+			wait = *io;
+		else if (*io > ready[x->for_step])
+			ready[x->for_step] = *io;
+	}
+	return wait;
+}
+
+/* Compute lanes (the task net's workers) and one I/O lane.  A step starts
+ * on the first free lane once its inputs are computed, its loads are in
+ * and the write-backs issued before it are done. */
 static void time_model(struct sim *m)
 {
 	struct hp_plan *p = m->p;
 	const struct hp_graph *g = m->g;
-	double gf = m->o->gflops > 0 ? m->o->gflops : 50, rd = m->o->read_MBps > 0 ? m->o->read_MBps : 1000,
-	       wr = m->o->write_MBps > 0 ? m->o->write_MBps : 1000;
-	double t = 0, io = 0, *ready = calloc((size_t)p->nsteps + 1, sizeof *ready);
+	int w = m->o->workers > 0 ? (m->o->workers < 64 ? m->o->workers : 64) : 1;
+	double lane[64] = { 0 }, io = 0, end = 0;
+	double *ready = calloc((size_t)p->nsteps + 1, sizeof *ready), *done = calloc((size_t)g->nvalues + 1, sizeof *done);
 
-	if (!ready)
-		return;
+	if (!ready || !done)
+		goto out;
 	for (int s = 0; s < p->nsteps; s++) {
 		const struct hp_node *n = &g->nodes[p->node[s]];
-		double f = n->op->flops ? n->op->flops(g, n) : 0, c = f / gf / 1e6, wait = 0;
-		for (int a = p->act_begin[s]; a < p->act_begin[s + 1]; a++) {
-			const struct hp_plan_act_rec *x = &p->acts[a];
-			double mb = (double)m->size[x->value] / 1e6;
-			if (x->act == HP_ACT_WRITEBACK) {
-				io = (io > t ? io : t) + mb / wr * 1e3;
-				p->io_ms += mb / wr * 1e3;
-				wait = io;
-			} else if (x->act == HP_ACT_LOAD) {
-				io = (io > t ? io : t) + mb / rd * 1e3;
-				p->io_ms += mb / rd * 1e3;
-				if (io > ready[x->for_step])
-					ready[x->for_step] = io;
-			}
-		}
-		if (ready[s] > wait)
-			wait = ready[s];
-		t = (t > wait ? t : wait) + c;
+		int l = 0;
+		for (int k = 1; k < w; k++)
+			if (lane[k] < lane[l])
+				l = k;
+		double c = step_ms(m, n, p), t = issue_io(m, s, lane[l], &io, ready);
+		if (ready[s] > t)
+			t = ready[s];
+		if (lane[l] > t)
+			t = lane[l];
+		for (int j = 0; j < n->ninputs; j++)
+			if (n->inputs[j] >= 0 && done[n->inputs[j]] > t)
+				t = done[n->inputs[j]];
+		lane[l] = t + c;
+		for (int j = 0; j < n->noutputs; j++)
+			if (n->outputs[j] >= 0)
+				done[n->outputs[j]] = lane[l];
+		if (lane[l] > end)
+			end = lane[l];
 		p->compute_ms += c;
 	}
-	p->predicted_ms = t;
+	p->io_ms = p->read_ms + p->write_ms;
+	p->predicted_ms = end;
+out:
 	free(ready);
+	free(done);
 }
 
 /* The smallest budget b with b >= need + reserve_for(b) (the reserve grows

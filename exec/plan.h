@@ -15,6 +15,8 @@
 
 #include "hpdlf/graph.h"
 
+struct hp_speed_compute;
+
 enum hp_plan_act {
 	HP_ACT_LOAD = 1,      /* bring value into DRAM (issued before step) */
 	HP_ACT_EVICT = 2,     /* drop a clean copy */
@@ -36,8 +38,11 @@ struct hp_plan_opts {
 	/* bytes the runtime keeps free beside the plan at a budget, for staging
 	 * copies (inputs in, outputs and dataset rows out); NULL: none */
 	uint64_t (*reserve_for)(uint64_t budget);
-	double gflops;         /* compute speed model */
+	double gflops;         /* compute speed without a speed model */
+	const struct hp_speed_compute *speed; /* measured per-kernel model, or NULL */
+	int workers;           /* compute lanes of the time model (0: 1) */
 	double read_MBps, write_MBps; /* tier bandwidth model */
+	double read_lat_us, write_lat_us; /* and the fixed cost of one request */
 	int max_lookahead;     /* steps a load may be hoisted (0: unlimited) */
 };
 
@@ -58,6 +63,10 @@ struct hp_plan {
 	uint64_t bytes_loaded, bytes_written;
 	uint64_t loads, prefetched; /* loads, and those hoisted before their step */
 	double compute_ms, io_ms, predicted_ms;
+	double class_ms[2];    /* compute_ms split: sgemm-bound, memory-bound (speed.h) */
+	int class_kernels[2];
+	double dispatch_ms;    /* fixed per-kernel cost within compute_ms */
+	double read_ms, write_ms; /* io_ms split */
 };
 
 #define HP_PLAN_NEVER (1 << 30)
@@ -83,5 +92,7 @@ int hp_plan_inplace(const struct hp_graph *g, const struct hp_plan *p, int s);
 
 int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
 void hp_plan_free(struct hp_plan *p);
+/* Write plan p of g as Graphviz (plan_dot.c). */
+int hp_plan_dot(const struct hp_graph *g, const struct hp_plan *p, const struct hp_plan_opts *o, const char *path);
 
 #endif

@@ -4,51 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#include <cblas.h>
 
 #include "hpdlf/error.h"
 #include "hpdlf/exec.h"
 #include "exec/exec_internal.h"
 #include "exec/plan.h"
-
-/* Default tier bandwidths until the store measures its own (the development
- * machine's NVMe under fio: ~2.2 GB/s read, ~1.5 GB/s write). */
-#define DEFAULT_READ_MBPS 2200.0
-#define DEFAULT_WRITE_MBPS 1500.0
-
-static double seconds(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-double hp_exec_measure_gflops(int threads)
-{
-	enum { N = 384 };
-	float *a = aligned_alloc(64, sizeof(float) * N * N * 3), *b, *c;
-	double best = 0;
-
-	if (!a)
-		return 50;
-	b = a + N * N;
-	c = b + N * N;
-	for (int i = 0; i < N * N; i++)
-		a[i] = b[i] = (float)(i % 7) * 0.1f;
-	hp_blas_set_threads(threads);
-	for (int r = 0; r < 4; r++) {
-		double t0 = seconds(), dt;
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1, a, N, b, N, 0, c, N);
-		dt = seconds() - t0;
-		if (dt > 0 && 2.0 * N * N * N / dt / 1e9 > best)
-			best = 2.0 * N * N * N / dt / 1e9;
-	}
-	free(a);
-	return best > 0 ? best : 50;
-}
+#include "exec/speed.h"
 
 int hp_exec_workers(const struct hp_exec_opts *o, int threads)
 {
@@ -82,9 +43,80 @@ void hp_plan_default_opts(const struct hp_graph *g, const struct hp_exec_opts *o
 	 * scratch is its own, counted with the kernel's step */
 	if (po->workspace && po->budget && po->budget < hp_plan_min_budget(g, po, NULL))
 		po->workspace = 0;
-	po->gflops = hp_exec_measure_gflops(o && o->threads > 0 ? o->threads : hp_exec_online_cpus());
-	po->read_MBps = DEFAULT_READ_MBPS;
-	po->write_MBps = DEFAULT_WRITE_MBPS;
+	po->workers = hp_exec_workers(o, threads);
+}
+
+/* The store's chunk size for this budget (runtime.c's open_store). */
+static uint64_t run_chunk_size(uint64_t budget)
+{
+	uint64_t chunk = 4ull << 20;
+
+	while (chunk > 65536 && chunk * 16 > budget)
+		chunk /= 2;
+	return chunk;
+}
+
+struct speed_model {
+	struct hp_speed_compute c;
+	struct hp_speed_tier t;
+};
+
+/* Plan options with the measured speed model (cached after first use):
+ * kernels on threads / workers threads; I/O at the first lower tier's
+ * bandwidth (out of core only). */
+static void speed_opts(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_opts *po,
+		       struct speed_model *sm)
+{
+	int threads = o && o->threads > 0 ? o->threads : hp_exec_online_cpus();
+	int recal = o && o->size >= offsetof(struct hp_exec_opts, recalibrate) + sizeof o->recalibrate && o->recalibrate;
+	int ooc;
+
+	hp_plan_default_opts(g, o, po);
+	ooc = po->budget > 0;
+	if (!ooc)
+		po->workers = 1; /* in core: one kernel at a time on all threads */
+	hp_speed_compute_get(threads / po->workers > 0 ? threads / po->workers : 1, recal, &sm->c);
+	po->speed = &sm->c;
+	memset(&sm->t, 0, sizeof sm->t);
+	if (ooc) {
+		struct hs_tier_spec spill = { .kind = HS_TIER_NVME };
+		int has = o->size >= offsetof(struct hp_exec_opts, tiers) + sizeof o->tiers && o->ntiers > 0;
+		hp_speed_tier_get(has ? &o->tiers[0] : &spill, run_chunk_size(po->budget), recal, &sm->t);
+		po->read_MBps = sm->t.read_MBps;
+		po->write_MBps = sm->t.write_MBps;
+		po->read_lat_us = sm->t.read_lat_us;
+		po->write_lat_us = sm->t.write_lat_us;
+	}
+}
+
+static void fill_speed(struct hp_plan_summary *out, const struct hp_plan *p, const struct hp_plan_opts *po,
+		       const struct speed_model *sm)
+{
+	out->gflops = sm->c.gflops[HP_SPEED_NPTS - 1];
+	out->flops_large = sm->c.flops[HP_SPEED_NPTS - 1];
+	out->gflops_small = sm->c.gflops[0];
+	out->flops_small = sm->c.flops[0];
+	out->mem_GBps = sm->c.mem_GBps;
+	out->dispatch_us = sm->c.dispatch_us;
+	out->threads = sm->c.threads;
+	out->workers = po->workers;
+	out->compute_source = (int)sm->c.src;
+	snprintf(out->compute_cache, sizeof out->compute_cache, "%s", sm->c.cache);
+	out->read_MBps = po->read_MBps;
+	out->write_MBps = po->write_MBps;
+	out->read_lat_us = po->read_lat_us;
+	out->write_lat_us = po->write_lat_us;
+	out->tier_source = (int)sm->t.src;
+	if (po->budget)
+		snprintf(out->tier_name, sizeof out->tier_name, "%s", sm->t.name);
+	snprintf(out->tier_cache, sizeof out->tier_cache, "%s", sm->t.cache);
+	out->gemm_ms = p->class_ms[HP_KC_GEMM];
+	out->mem_ms = p->class_ms[HP_KC_MEM];
+	out->gemm_kernels = p->class_kernels[HP_KC_GEMM];
+	out->mem_kernels = p->class_kernels[HP_KC_MEM];
+	out->dispatch_ms = p->dispatch_ms;
+	out->read_ms = p->read_ms;
+	out->write_ms = p->write_ms;
 }
 
 int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out)
@@ -93,9 +125,16 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 	struct hp_plan *p;
 	int rc;
 
+	struct speed_model *sm = calloc(1, sizeof *sm);
+
 	memset(out, 0, sizeof *out);
-	hp_plan_default_opts(g, o, &po);
+	if (!sm)
+		return hp_error(-ENOMEM, "out of memory planning");
+	speed_opts(g, o, &po, sm);
 	rc = hp_plan_build(g, &po, &p);
+	if (rc == 0)
+		fill_speed(out, p, &po, sm);
+	free(sm);
 	if (rc < 0)
 		return rc;
 	out->steps = p->nsteps;
@@ -118,9 +157,6 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 	out->bytes_written = p->bytes_written;
 	out->loads = p->loads;
 	out->prefetched = p->prefetched;
-	out->gflops = po.gflops;
-	out->read_MBps = po.read_MBps;
-	out->write_MBps = po.write_MBps;
 	out->compute_ms = p->compute_ms;
 	out->io_ms = p->io_ms;
 	out->predicted_ms = p->predicted_ms;
@@ -128,65 +164,20 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 	return 0;
 }
 
-static void dot_escape(FILE *f, const char *s)
-{
-	for (; *s; s++)
-		fprintf(f, *s == '"' || *s == '\\' ? "\\%c" : "%c", *s);
-}
-
 int hp_plan_write_dot(const struct hp_graph *g, const struct hp_exec_opts *o, const char *path)
 {
+	struct speed_model *sm = calloc(1, sizeof *sm);
 	struct hp_plan_opts po;
 	struct hp_plan *p;
-	FILE *f;
 	int rc;
 
-	hp_plan_default_opts(g, o, &po);
+	if (!sm)
+		return hp_error(-ENOMEM, "out of memory planning");
+	speed_opts(g, o, &po, sm);
 	rc = hp_plan_build(g, &po, &p);
-	if (rc < 0)
-		return rc;
-	f = fopen(path, "w");
-	if (!f) {
-		rc = hp_error(-errno, "%s: %s", path, strerror(errno));
-		goto out;
-	}
-	/* Places are values (ellipses), transitions are kernels (boxes) and the
-	 * planned I/O (loads, write-backs) as diamonds on the value's place. */
-	fprintf(f, "digraph tasknet {\n  rankdir=TB;\n  node [fontsize=10];\n");
-	for (int v = 0; v < g->nvalues; v++) {
-		if (p->last_use[v] < 0 && !g->values[v].is_output && g->values[v].producer < 0)
-			continue;
-		if (g->values[v].kind == HP_VALUE_CONSTANT)
-			continue;
-		fprintf(f, "  v%d [shape=ellipse,label=\"", v);
-		dot_escape(f, g->values[v].name);
-		fprintf(f, "\"];\n");
-	}
-	for (int s = 0; s < p->nsteps; s++) {
-		const struct hp_node *n = &g->nodes[p->node[s]];
-		fprintf(f, "  k%d [shape=box,style=filled,fillcolor=lightblue,label=\"%d: ", s, s);
-		dot_escape(f, n->op_type);
-		fprintf(f, "\\n");
-		dot_escape(f, n->name);
-		fprintf(f, "\"];\n");
-		for (int j = 0; j < n->ninputs; j++)
-			if (n->inputs[j] >= 0 && g->values[n->inputs[j]].kind != HP_VALUE_CONSTANT)
-				fprintf(f, "  v%d -> k%d;\n", n->inputs[j], s);
-		for (int j = 0; j < n->noutputs; j++)
-			if (n->outputs[j] >= 0)
-				fprintf(f, "  k%d -> v%d;\n", s, n->outputs[j]);
-		for (int a = p->act_begin[s]; a < p->act_begin[s + 1]; a++) {
-			const struct hp_plan_act_rec *x = &p->acts[a];
-			const char *what = x->act == HP_ACT_LOAD ? "load" : x->act == HP_ACT_WRITEBACK ? "write-back" : "evict";
-			fprintf(f, "  a%d [shape=diamond,style=filled,fillcolor=%s,label=\"%s\"];\n  v%d -> a%d;\n  a%d -> k%d [style=dashed];\n",
-				a, x->act == HP_ACT_LOAD ? "palegreen" : "lightsalmon", what, x->value, a, a,
-				x->act == HP_ACT_LOAD ? x->for_step : s);
-		}
-	}
-	fprintf(f, "}\n");
-	if (fclose(f) != 0)
-		rc = hp_error(-errno, "%s: write failed: %s", path, strerror(errno));
-out:
+	if (rc == 0)
+		rc = hp_plan_dot(g, p, &po, path);
 	hp_plan_free(p);
+	free(sm);
 	return rc;
 }

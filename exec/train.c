@@ -157,6 +157,8 @@ static int build(struct hp_trainer *t)
 		return rc;
 	if ((rc = make_training_graph(t)) < 0 || (rc = fit_labels(t)) < 0)
 		return rc;
+	if (t->o.graph_only)
+		return 0;
 	hp_exec_opts_init(&eo, sizeof eo);
 	eo.no_split = 1; /* split before autodiff, if at all */
 	eo.threads = t->o.threads;
@@ -318,6 +320,8 @@ int hp_trainer_step(struct hp_trainer *t, struct hp_step_info *info)
 	int rc;
 
 	memset(info, 0, sizeof *info);
+	if (!t->s)
+		return hp_error(HP_EUSAGE, "this trainer was built with graph_only: it cannot run");
 	if (t->step >= t->total)
 		return 0;
 	tier_delta(t, info); /* count from here */
@@ -342,8 +346,8 @@ int hp_trainer_step(struct hp_trainer *t, struct hp_step_info *info)
 
 int hp_trainer_checkpoint(struct hp_trainer *t)
 {
-	if (!t->o.checkpoint_dir)
-		return hp_error(HP_EUSAGE, "no checkpoint directory was given");
+	if (!t->o.checkpoint_dir || !t->s)
+		return hp_error(HP_EUSAGE, "no checkpoint directory was given, or the trainer cannot run");
 	return hp_ckpt_write(t);
 }
 
@@ -396,10 +400,16 @@ struct hp_session *hp_trainer_session(struct hp_trainer *t)
 	return t->s;
 }
 
+const struct hp_graph *hp_trainer_graph(const struct hp_trainer *t)
+{
+	return t->g;
+}
+
 uint64_t hp_trainer_peak_bytes(const struct hp_trainer *t)
 {
-	struct hp_run_stats st;
+	struct hp_run_stats st = { 0 };
 
-	hp_session_stats(t->s, &st);
+	if (t->s)
+		hp_session_stats(t->s, &st);
 	return st.peak_bytes;
 }

@@ -423,6 +423,9 @@ int hp_trainer_export_onnx(struct hp_trainer *t, const char *path, int external)
 	void *m = MAP_FAILED;
 	int fd, rc;
 
+	if (!t->s)
+		return hp_error(HP_EUSAGE, "%s: this trainer was built with graph_only: it holds no weights", path);
+
 	external |= trained_bytes(t->g) > EX_INLINE_MAX;
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
 	snprintf(dpath, sizeof dpath, "%s.data", path);

@@ -20,7 +20,7 @@ struct cli {
 	struct named shapes[MAX_NAMED], inputs[MAX_NAMED], outputs[MAX_NAMED];
 	int nshapes, ninputs, noutputs;
 	const char *output_dir, *log_json, *stats_json, *trace, *plan_dot;
-	int plan, quiet;
+	int plan, quiet, recalibrate;
 	/* training (--train) */
 	int train;
 	const char *data, *labels, *loss, *optimizer;
@@ -53,6 +53,12 @@ struct json_object;
 /* Bytes moved per tier and the prefetch hit rate, on stderr (unless
  * --quiet) and into `o` when given; nothing in core. */
 void exec_tier_summary(struct hp_session *s, const struct cli *c, struct json_object *o);
+
+struct hp_graph;
+struct hp_exec_opts;
+/* --plan / --plan-dot of graph g (inference, or one training step: `what`
+ * says which); 0 or a negative error. */
+int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c, const char *what);
 
 /* The training path (tools/exec_train.c): returns a process exit status. */
 int exec_train_main(struct cli *c);

@@ -13,6 +13,7 @@
 #include <json-c/json.h>
 
 #include "hpdlf/error.h"
+#include "hpdlf/exec.h"
 #include "hpdlf/train.h"
 #include "hpdlf/store.h"
 #include "tools/exec_cli.h"
@@ -69,8 +70,6 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 
 	if (c->ninputs || c->noutputs || c->output_dir)
 		return usage("%s", "--input/--output/--output-dir are for inference; training reads --data/--labels");
-	if (c->plan || c->plan_dot)
-		return usage("%s", "--plan/--plan-dot are not available with --train yet");
 	if (!c->data)
 		return usage("%s", "--train needs --data FILE.npy --labels FILE.npy (or --data FILE.npz)");
 	if (!c->batch)
@@ -261,6 +260,22 @@ static int train(struct cli *c, struct hp_trainer *t)
 	return rc;
 }
 
+/* --plan / --plan-dot: one training step (forward, backward, optimizer)
+ * planned as the trainer's session would run it. */
+static int plan_step(const struct cli *c, const struct hp_trainer_opts *to, struct hp_trainer *t)
+{
+	struct hp_exec_opts o;
+
+	hp_exec_opts_init(&o, sizeof o);
+	o.threads = to->threads;
+	o.budget = to->budget;
+	o.seed = to->seed;
+	o.ntiers = to->ntiers;
+	o.tiers = to->tiers;
+	o.recalibrate = c->recalibrate;
+	return exec_plan_only(hp_trainer_graph(t), &o, c, " (one training step)");
+}
+
 int exec_train_main(struct cli *c)
 {
 	struct hp_trainer_opts o;
@@ -274,8 +289,11 @@ int exec_train_main(struct cli *c)
 	if (k && (kill_nth = atol(k)) > 0)
 		o.checkpoint_progress = ckpt_progress;
 	signal(SIGINT, on_sigint);
+	o.graph_only = c->plan || c->plan_dot;
 	rc = hp_trainer_create(c->model, &o, &t);
-	if (rc == 0)
+	if (rc == 0 && o.graph_only)
+		rc = plan_step(c, &o, t);
+	else if (rc == 0)
 		rc = train(c, t);
 	if (rc == 0 && c->export_onnx)
 		rc = hp_trainer_export_onnx(t, c->export_onnx, getenv("HPDLF_EXPORT_EXTERNAL_DATA") &&

@@ -68,7 +68,8 @@ enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER,
        OPT_LOG, OPT_STATS, OPT_TRACE, OPT_PLAN, OPT_TRAIN, OPT_QUIET, OPT_HELP, OPT_PLAN_DOT,
        OPT_DATA, OPT_LABELS, OPT_LOSS, OPT_OPTIM, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BATCH,
        OPT_STEPS, OPT_EPOCHS, OPT_SHUFFLE, OPT_NO_SHUFFLE, OPT_CKPT, OPT_CKPT_EVERY, OPT_RESUME,
-       OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS, OPT_NO_SPLIT };
+       OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS, OPT_NO_SPLIT,
+       OPT_RECALIBRATE };
 
 static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
@@ -93,6 +94,7 @@ static const struct option long_opts[] = {
 	{ "replicas", required_argument, 0, OPT_REPLICAS },
 	{ "workers", required_argument, 0, OPT_WORKERS },
 	{ "no-split", no_argument, 0, OPT_NO_SPLIT },
+	{ "recalibrate", no_argument, 0, OPT_RECALIBRATE },
 	{ 0, 0, 0, 0 },
 };
 
@@ -116,6 +118,7 @@ static int parse_more(int o, struct cli *c)
 	switch (o) {
 	case OPT_PLAN_DOT: c->plan_dot = optarg; return 0;
 	case OPT_NO_SPLIT: c->no_split = 1; return 0;
+	case OPT_RECALIBRATE: c->recalibrate = 1; return 0;
 	case OPT_DATA: c->data = optarg; return 0;
 	case OPT_LABELS: c->labels = optarg; return 0;
 	case OPT_LOSS: c->loss = optarg; return 0;
@@ -609,10 +612,45 @@ static int summarize(struct hp_session *s, const struct cli *c, double *ms, doub
 	return 0;
 }
 
-static int plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c)
+static const char *source(int src, const char *cache)
+{
+	return src == 1 ? (cache[0] ? "measured now, cached" : "measured now") : src == 2 ? "cached" : "built-in default";
+}
+
+/* The --plan summary: memory, bytes per tier and the predicted time with
+ * the speed model behind it. */
+static void print_plan(const struct hp_plan_summary *p, const char *what, const struct cli *c)
+{
+	char a[32], b[32];
+
+	printf("plan for %s%s: %d kernels, budget %s\n", c->model, what, p->steps,
+	       p->budget ? hp_format_size(p->budget, a, sizeof a) : "unlimited (in core)");
+	printf("  peak tensor memory   %s\n", hp_format_size(p->peak_bytes, a, sizeof a));
+	printf("  smallest budget      %s (node '%s')\n", hp_format_size(p->min_budget, b, sizeof b), p->min_node);
+	printf("  tier %-15s read %s (%llu bytes) in %llu loads (%llu prefetched early), written %s (%llu bytes)\n",
+	       p->tier_name[0] ? p->tier_name : "(none)", hp_format_size(p->bytes_loaded, a, sizeof a),
+	       (unsigned long long)p->bytes_loaded, (unsigned long long)p->loads, (unsigned long long)p->prefetched,
+	       hp_format_size(p->bytes_written, b, sizeof b), (unsigned long long)p->bytes_written);
+	printf("  predicted step time  %.2f ms (%s-bound: compute %.2f ms, I/O %.2f ms)\n", p->predicted_ms,
+	       p->io_ms > p->compute_ms ? "I/O" : "compute", p->compute_ms, p->io_ms);
+	printf("    sgemm-bound        %3d kernels %9.2f ms  (%.1f GFLOP/s at %.2g FLOP .. %.1f at %.2g)\n",
+	       p->gemm_kernels, p->gemm_ms, p->gflops_small, p->flops_small, p->gflops, p->flops_large);
+	printf("    memory-bound       %3d kernels %9.2f ms  (%.1f GB/s)\n", p->mem_kernels, p->mem_ms, p->mem_GBps);
+	printf("    of which dispatch              %9.2f ms  (%.1f us per kernel)\n", p->dispatch_ms, p->dispatch_us);
+	printf("    compute model      %d thread%s per kernel, %d lane%s: %s\n", p->threads, p->threads > 1 ? "s" : "",
+	       p->workers, p->workers > 1 ? "s" : "", source(p->compute_source, p->compute_cache));
+	if (p->tier_name[0]) {
+		printf("    I/O read           %9.2f ms  (%.0f MB/s + %.0f us per load)\n", p->read_ms, p->read_MBps,
+		       p->read_lat_us);
+		printf("    I/O write          %9.2f ms  (%.0f MB/s + %.0f us per write-back)\n", p->write_ms,
+		       p->write_MBps, p->write_lat_us);
+		printf("    tier model         %s: %s\n", p->tier_name, source(p->tier_source, p->tier_cache));
+	}
+}
+
+int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c, const char *what)
 {
 	struct hp_plan_summary p;
-	char a[32], b[32], d[32], e[32];
 	int rc;
 
 	if (c->plan_dot && (rc = hp_plan_write_dot(g, o, c->plan_dot)) < 0)
@@ -622,17 +660,7 @@ static int plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, con
 	rc = hp_plan_summarize(g, o, &p);
 	if (rc < 0)
 		return rc;
-	printf("plan for %s: %d kernels, budget %s\n", c->model, p.steps,
-	       p.budget ? hp_format_size(p.budget, a, sizeof a) : "unlimited (in core)");
-	printf("  peak tensor memory   %s\n", hp_format_size(p.peak_bytes, a, sizeof a));
-	printf("  smallest budget      %s (node '%s')\n", hp_format_size(p.min_budget, b, sizeof b), p.min_node);
-	printf("  loaded from below    %s in %llu loads (%llu prefetched early)\n",
-	       hp_format_size(p.bytes_loaded, d, sizeof d), (unsigned long long)p.loads,
-	       (unsigned long long)p.prefetched);
-	printf("  written back         %s\n", hp_format_size(p.bytes_written, e, sizeof e));
-	printf("  predicted step time  %.2f ms (compute %.2f ms at %.0f GFLOP/s measured, I/O %.2f ms at "
-	       "%.0f/%.0f MB/s read/write)\n",
-	       p.predicted_ms, p.compute_ms, p.gflops, p.io_ms, p.read_MBps, p.write_MBps);
+	print_plan(&p, what, c);
 	return 0;
 }
 
@@ -683,11 +711,12 @@ int main(int argc, char **argv)
 	o.workers = c.workers;
 	o.ntiers = ntiers;
 	o.tiers = tiers;
+	o.recalibrate = c.recalibrate;
 	o.no_split = c.no_split;
 	if (c.budget && (rc = hp_graph_split(g, &o, NULL)) < 0)
 		goto out;
 	if (c.plan || c.plan_dot) {
-		rc = plan_only(g, &o, &c);
+		rc = exec_plan_only(g, &o, &c, "");
 		goto out;
 	}
 	rc = hp_session_create(g, &o, &s);

@@ -39,6 +39,7 @@ struct hp_exec_opts {
 	int ntiers;             /* lower tiers of the store (0: a spill file in $TMPDIR) */
 	const struct hs_tier_spec *tiers;
 	int no_split;           /* out of core: keep the graph as it is (see hp_graph_split) */
+	int recalibrate;        /* planning: measure the speed model again (not the cache) */
 };
 
 void hp_exec_opts_init(struct hp_exec_opts *o, size_t size);
@@ -111,12 +112,28 @@ struct hp_plan_summary {
 	const char *min_node;    /* the node that needs it (graph-owned) */
 	uint64_t bytes_loaded, bytes_written;
 	uint64_t loads, prefetched;
-	double gflops;           /* speed model used */
+	double gflops;           /* sgemm-bound speed of the largest size measured */
 	double read_MBps, write_MBps;
 	double compute_ms, io_ms, predicted_ms;
+	/* The measured speed model behind the prediction (fields added later). */
+	double gemm_ms, mem_ms;  /* compute_ms by kernel class: sgemm-bound, memory-bound */
+	int gemm_kernels, mem_kernels;
+	double dispatch_ms;      /* the fixed per-kernel cost within compute_ms */
+	double read_ms, write_ms; /* io_ms split */
+	double gflops_small, flops_small; /* sgemm-bound speed at the smallest size measured */
+	double flops_large;      /* the largest size measured (gflops is its speed) */
+	double mem_GBps, dispatch_us; /* memory-bound streaming speed, per-kernel cost */
+	double read_lat_us, write_lat_us; /* per load / write-back beyond read_MBps, write_MBps */
+	int threads, workers;    /* threads per kernel, compute lanes */
+	int compute_source, tier_source; /* 0: built-in default, 1: measured now, 2: cached */
+	char tier_name[16];      /* the tier paged to ("" in core): all loaded and written bytes */
+	char compute_cache[512], tier_cache[512]; /* cache files ("" none) */
 };
 
 /* Plan one run of the inferred graph under o->budget (without running it).
+ * The time model is measured on this machine at first use and cached
+ * ($XDG_CACHE_HOME/hpdlf, or ~/.cache/hpdlf; o->recalibrate or
+ * HPDLF_RECALIBRATE=1 measure again): about a second once.
  * HP_EBUDGET (with a message naming the operator and the smallest budget
  * that works) when an operator alone does not fit. */
 int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out);

@@ -106,6 +106,9 @@ struct hp_trainer_opts {
 	int ntiers;
 	const struct hs_tier_spec *tiers;
 	int no_split;                 /* out of core: do not split operators (hp_graph_split) */
+	/* Build the training graph only (no session, no data in the store):
+	 * for planning a step with hp_trainer_graph; the trainer cannot run. */
+	int graph_only;
 };
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size);
@@ -151,6 +154,8 @@ int64_t hp_trainer_current_step(const struct hp_trainer *t);
 /* The session that runs the training graph (its store statistics, ...). */
 struct hp_session *hp_trainer_session(struct hp_trainer *t);
 int64_t hp_trainer_total_steps(const struct hp_trainer *t);
+/* The graph of one training step (forward, loss, backward, optimizer). */
+const struct hp_graph *hp_trainer_graph(const struct hp_trainer *t);
 /* Tensor-memory high-water mark of a step (planned out of core). */
 uint64_t hp_trainer_peak_bytes(const struct hp_trainer *t);
 

@@ -1,0 +1,152 @@
+/* Cache files of the speed model: one small text file per key, ending with
+ * a checksum of everything before it, replaced atomically.  Anything that
+ * does not parse exactly is treated as absent. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "exec/speed.h"
+#include "exec/speed_version.h"
+
+#define MAGIC "hpdlf-speed 1"
+#define MAX_FILE 4096
+
+static uint64_t fnv64(const char *s, size_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+	return h;
+}
+
+int hp_speed_recalibrate_env(void)
+{
+	const char *e = getenv("HPDLF_RECALIBRATE");
+
+	return e && *e && strcmp(e, "0") != 0;
+}
+
+void hp_speed_machine_key(int threads, char *buf, size_t len)
+{
+	char line[256], model[128] = "unknown";
+	FILE *f = fopen("/proc/cpuinfo", "r");
+
+	while (f && fgets(line, sizeof line, f)) {
+		char *c = strchr(line, ':');
+		if (!strncmp(line, "model name", 10) && c) {
+			snprintf(model, sizeof model, "%s", c + 2);
+			model[strcspn(model, "\n")] = 0;
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+	snprintf(buf, len, "cpu=%s threads=%d version=%s", model, threads, HPDLF_VERSION);
+}
+
+/* $XDG_CACHE_HOME/hpdlf, else ~/.cache/hpdlf (created); -1: neither. */
+static int cache_dir(char *dir, size_t len)
+{
+	const char *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+	char base[400];
+
+	if (x && x[0] == '/')
+		snprintf(base, sizeof base, "%s", x);
+	else if (home && home[0] == '/')
+		snprintf(base, sizeof base, "%s/.cache", home);
+	else
+		return -1;
+	mkdir(base, 0700);
+	if ((size_t)snprintf(dir, len, "%s/hpdlf", base) >= len)
+		return -1;
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+		return -1;
+	return 0;
+}
+
+int hp_speed_cache_path(const char *kind, const char *key, char *path, size_t len)
+{
+	char dir[440];
+
+	if (cache_dir(dir, sizeof dir) < 0)
+		return -1;
+	return (size_t)snprintf(path, len, "%s/%s-%016llx", dir, kind,
+				(unsigned long long)fnv64(key, strlen(key))) < len ? 0 : -1;
+}
+
+/* The file's text up to its checksum line, and whether that checksum holds. */
+static int check_sum(char *buf, size_t n)
+{
+	char *sum;
+	unsigned long long want;
+
+	buf[n] = 0;
+	sum = strstr(buf, "\nsum ");
+	if (!sum || sscanf(sum + 5, "%llx", &want) != 1)
+		return -1;
+	if (fnv64(buf, (size_t)(sum + 1 - buf)) != want)
+		return -1;
+	sum[1] = 0;
+	return 0;
+}
+
+int hp_speed_cache_read(const char *path, const char *key, double *v, int n)
+{
+	char buf[MAX_FILE + 1], *line, *save = NULL;
+	FILE *f = fopen(path, "r");
+	size_t got;
+	int i = 0;
+
+	if (!f)
+		return -1;
+	got = fread(buf, 1, MAX_FILE, f);
+	fclose(f);
+	if (got == 0 || got == MAX_FILE || check_sum(buf, got) < 0)
+		return -1;
+	line = strtok_r(buf, "\n", &save);
+	if (!line || strcmp(line, MAGIC) != 0)
+		return -1;
+	line = strtok_r(NULL, "\n", &save);
+	if (!line || strncmp(line, "key ", 4) != 0 || strcmp(line + 4, key) != 0)
+		return -1;
+	while ((line = strtok_r(NULL, "\n", &save))) {
+		char *end;
+		double x = strtod(line, &end);
+		if (end == line || *end || i == n || !isfinite(x) || x <= 0)
+			return -1;
+		v[i++] = x;
+	}
+	return i == n ? 0 : -1;
+}
+
+void hp_speed_cache_write(const char *path, const char *key, const double *v, int n)
+{
+	char buf[MAX_FILE], tmp[600];
+	size_t len;
+	FILE *f;
+	int fd;
+
+	len = (size_t)snprintf(buf, sizeof buf, "%s\nkey %s\n", MAGIC, key);
+	for (int i = 0; i < n && len < sizeof buf; i++)
+		len += (size_t)snprintf(buf + len, sizeof buf - len, "%.9g\n", v[i]);
+	if (len + 32 >= sizeof buf || (size_t)snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= sizeof tmp)
+		return;
+	len += (size_t)snprintf(buf + len, sizeof buf - len, "sum %016llx\n", (unsigned long long)fnv64(buf, len));
+	fd = mkstemp(tmp);
+	if (fd < 0)
+		return;
+	f = fdopen(fd, "w");
+	if (!f) {
+		close(fd);
+		unlink(tmp);
+		return;
+	}
+	int bad = fwrite(buf, 1, len, f) != len;
+	if (fclose(f) != 0 || bad || rename(tmp, path) != 0)
+		unlink(tmp);
+}
