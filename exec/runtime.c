@@ -32,6 +32,8 @@ static int managed(const struct hp_graph *g, int v)
 	return v >= 0 && g->values[v].kind != HP_VALUE_CONSTANT;
 }
 
+/* Value v's tensor: the one it had in the last run (discarded at its
+ * drop, its DRAM frames likely still in place) or a new one. */
 static int new_tensor(struct hp_session *s, int v)
 {
 	const struct hp_value *val = &s->g->values[v];
@@ -39,7 +41,36 @@ static int new_tensor(struct hp_session *s, int v)
 
 	if (!ti.bytes)
 		ti.bytes = 1; /* empty tensors still get an identity */
+	if (s->spare && s->spare[v]) {
+		struct hs_tensor_info had;
+		hs_tensor_get_info(s->spare[v], &had);
+		if (had.bytes == ti.bytes) {
+			s->ten[v] = s->spare[v];
+			s->spare[v] = NULL;
+			return 0;
+		}
+		hs_tensor_drop(s->spare[v]);
+		s->spare[v] = NULL;
+	}
 	return hs_tensor_create(s->store, &ti, &s->ten[v]);
+}
+
+/* A value's last use passed: keep its tensor for the value's next run,
+ * contents discarded (never written back). */
+static int retire_tensor(struct hp_session *s, int v)
+{
+	struct hs_tensor *t = s->ten[v];
+	int rc;
+
+	s->ten[v] = NULL;
+	rc = hs_tensor_discard(t, 0, HS_ALL);
+	if (rc < 0) {
+		hs_tensor_drop(t);
+		return rc;
+	}
+	hs_tensor_drop(s->spare[v]); /* an inplace kernel's leftover, if any */
+	s->spare[v] = t;
+	return 0;
 }
 
 /* Write `src` (or zeros) into value v's tensor, creating it. */
@@ -197,7 +228,9 @@ int hp_rt_create(struct hp_session *s)
 	if (rc < 0)
 		return rc;
 	s->ten = calloc((size_t)g->nvalues + 1, sizeof *s->ten);
-	if (!s->ten)
+	s->spare = calloc((size_t)g->nvalues + 1, sizeof *s->spare);
+	s->node_ws = calloc((size_t)g->nnodes + 1, sizeof *s->node_ws);
+	if (!s->ten || !s->spare || !s->node_ws)
 		return hp_error(-ENOMEM, "out of memory");
 	for (int v = 0; v < g->nvalues; v++)
 		if (g->values[v].kind == HP_VALUE_INITIALIZER && s->plan->last_use[v] >= 0 &&
@@ -281,16 +314,17 @@ static void unpin_io(struct hp_session *s, const struct hp_node *n, const struct
 }
 
 /* Per-kernel scratch (tight budgets): a store tensor of exactly this node's
- * size for the kernel's duration, counted with its step like the net does. */
+ * size for the kernel's duration, counted with its step like the net does;
+ * kept for the node's next run, discarded in between. */
 static int pin_workspace(struct hp_session *s, const struct hp_node *n, struct hs_tensor **t, void **p)
 {
 	struct hs_tensor_info ti = { .bytes = n->workspace, .dtype = HP_U8, .shape = { 1, { (int64_t)n->workspace } } };
-	int rc = hs_tensor_create(s->store, &ti, t);
+	struct hs_tensor **slot = &s->node_ws[n - s->g->nodes];
+	int rc = *slot ? 0 : hs_tensor_create(s->store, &ti, slot);
 
-	if (rc == 0 && (rc = hs_pin(*t, 0, HS_ALL, HS_PIN_OVERWRITE, p)) < 0) {
-		hs_tensor_drop(*t);
+	*t = *slot;
+	if (rc == 0 && (rc = hs_pin(*t, 0, HS_ALL, HS_PIN_OVERWRITE, p)) < 0)
 		*t = NULL;
-	}
 	return rc < 0 ? hp_node_error(s->g, n, rc, "workspace of %zu bytes: %s", n->workspace, hp_errmsg()) : 0;
 }
 
@@ -321,12 +355,19 @@ int hp_rt_fire_kernel(struct hp_session *s, int step, int worker, struct hp_pool
 			hp_trace_span(s->trace, lane, n->op_type, n->name, u0, hp_trace_now_us(s->trace));
 	}
 	if (ws) {
-		hs_unpin(ws, 0, HS_ALL);
-		hs_tensor_drop(ws);
+		int r2 = hs_unpin(ws, 0, HS_ALL);
+		if (r2 == 0)
+			r2 = hs_tensor_discard(ws, 0, HS_ALL);
+		rc = rc < 0 ? rc : r2;
 	}
 	unpin_io(s, n, in, out);
-	if (inplace)
+	if (inplace) {
 		s->ten[n->inputs[0]] = NULL;
+		if (!s->spare[n->inputs[0]]) { /* same size: input 0's next run takes it */
+			s->spare[n->inputs[0]] = s->spare[n->outputs[0]];
+			s->spare[n->outputs[0]] = NULL;
+		}
+	}
 	return rc;
 }
 
@@ -359,8 +400,7 @@ int hp_rt_fire_io(struct hp_session *s, int kind, int v, uint64_t first, uint64_
 		if (rc == 0)
 			rc = hs_prefetch_wait(h);
 	} else if (kind == HP_TR_DROP) {
-		s->ten[v] = NULL;
-		rc = hs_tensor_drop(t);
+		rc = retire_tensor(s, v);
 	} else if ((rc = hs_evict(t, 0, HS_ALL, HS_TIER_ANY)) > 0) {
 		rc = 0;
 	}
@@ -437,7 +477,15 @@ void hp_rt_destroy(struct hp_session *s)
 		for (int v = 0; v < s->g->nvalues; v++)
 			if (s->ten[v])
 				hs_tensor_drop(s->ten[v]);
+	if (s->spare)
+		for (int v = 0; v < s->g->nvalues; v++)
+			hs_tensor_drop(s->spare[v]);
+	if (s->node_ws)
+		for (int i = 0; i < s->g->nnodes; i++)
+			hs_tensor_drop(s->node_ws[i]);
 	free(s->ten);
+	free(s->spare);
+	free(s->node_ws);
 	for (int w = 0; w < s->nscratch; w++)
 		if (s->scratch[w]) {
 			hs_unpin(s->scratch[w], 0, HS_ALL);

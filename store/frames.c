@@ -365,6 +365,11 @@ uint64_t hs_frames_free_bytes(const struct hs_frames *f)
 	return f->nfree * HS_PAGE;
 }
 
+uint64_t hs_frames_avail_bytes(const struct hs_frames *f)
+{
+	return (f->nfree + f->pages - f->grown) * HS_PAGE;
+}
+
 static uint64_t slab_pages(uint64_t pages, uint64_t chunk_pages)
 {
 	uint64_t s = SLAB_MIN / HS_PAGE;

@@ -72,5 +72,6 @@ void *hs_frames_reserve(uint64_t len);
 uint32_t hs_frames_slot(const struct hs_frames *f, const struct hs_piece *p, uint32_t n, uint64_t *off);
 uint64_t hs_frames_grown(const struct hs_frames *f); /* bytes of the pool allocated */
 uint64_t hs_frames_free_bytes(const struct hs_frames *f); /* allocated, not in use */
+uint64_t hs_frames_avail_bytes(const struct hs_frames *f); /* free or not allocated yet */
 
 #endif
