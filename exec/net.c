@@ -558,13 +558,17 @@ static void work(struct hp_net *n, int cls, int worker, int forever)
 	while (forever ? !n->quit : !run_done(n)) {
 		struct heap *h = pick(n, cls);
 		if (!h) {
-			double t0 = now_ms();
+			double t0 = now_ms(), u0 = hp_trace_now_us(n->s->trace);
 			int gen = n->gen;
 			n->idle[cls]++;
 			pthread_cond_wait(&n->cv[cls], &n->mu);
 			n->idle[cls]--;
-			if (cls == CL_COMPUTE && gen == n->gen)
+			if (cls == CL_COMPUTE && gen == n->gen) {
 				n->st.stall_ms += now_ms() - t0;
+				if (n->s->trace) /* where the compute worker waited */
+					hp_trace_span(n->s->trace, HP_LANE_COMPUTE + worker, "stall", "stall", u0,
+						      hp_trace_now_us(n->s->trace));
+			}
 			continue;
 		}
 		int i = heap_pop(h), rc;

@@ -32,8 +32,54 @@ static int managed(const struct hp_graph *g, int v)
 	return v >= 0 && g->values[v].kind != HP_VALUE_CONSTANT;
 }
 
-/* Value v's tensor: the one it had in the last run (discarded at its
- * drop, its DRAM frames likely still in place) or a new one. */
+/* A tensor of `bytes`: the last one dropped of that size when there is one
+ * (discarded, its DRAM frames most likely still mapped in it: no remapping),
+ * else a new one.  Sizes repeat (activations, their gradients), so in
+ * steady state every run reuses the tensors of the one before. */
+static int take_tensor(struct hp_session *s, const struct hs_tensor_info *ti, struct hs_tensor **out)
+{
+	struct hs_tensor_info had;
+
+	*out = NULL;
+	pthread_mutex_lock(&s->spare_mu);
+	for (int k = s->nspare - 1; k >= 0; k--) {
+		hs_tensor_get_info(s->spare[k], &had);
+		if (had.bytes == ti->bytes) {
+			*out = s->spare[k];
+			memmove(&s->spare[k], &s->spare[k + 1], (size_t)(s->nspare - k - 1) * sizeof *s->spare);
+			s->nspare--;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&s->spare_mu);
+	return *out ? 0 : hs_tensor_create(s->store, ti, out);
+}
+
+/* The contents of t are dead: discard them (never written back) and keep
+ * the tensor for the next value of its size. */
+static int give_back(struct hp_session *s, struct hs_tensor *t)
+{
+	int rc = hs_tensor_discard(t, 0, HS_ALL);
+
+	pthread_mutex_lock(&s->spare_mu);
+	if (rc == 0 && s->nspare == s->capspare) {
+		int cap = s->capspare ? 2 * s->capspare : 64;
+		struct hs_tensor **a = realloc(s->spare, (size_t)cap * sizeof *a);
+		if (a) {
+			s->spare = a;
+			s->capspare = cap;
+		}
+	}
+	if (rc == 0 && s->nspare < s->capspare) {
+		s->spare[s->nspare++] = t;
+		t = NULL;
+	}
+	pthread_mutex_unlock(&s->spare_mu);
+	if (t)
+		hs_tensor_drop(t);
+	return rc;
+}
+
 static int new_tensor(struct hp_session *s, int v)
 {
 	const struct hp_value *val = &s->g->values[v];
@@ -41,36 +87,7 @@ static int new_tensor(struct hp_session *s, int v)
 
 	if (!ti.bytes)
 		ti.bytes = 1; /* empty tensors still get an identity */
-	if (s->spare && s->spare[v]) {
-		struct hs_tensor_info had;
-		hs_tensor_get_info(s->spare[v], &had);
-		if (had.bytes == ti.bytes) {
-			s->ten[v] = s->spare[v];
-			s->spare[v] = NULL;
-			return 0;
-		}
-		hs_tensor_drop(s->spare[v]);
-		s->spare[v] = NULL;
-	}
-	return hs_tensor_create(s->store, &ti, &s->ten[v]);
-}
-
-/* A value's last use passed: keep its tensor for the value's next run,
- * contents discarded (never written back). */
-static int retire_tensor(struct hp_session *s, int v)
-{
-	struct hs_tensor *t = s->ten[v];
-	int rc;
-
-	s->ten[v] = NULL;
-	rc = hs_tensor_discard(t, 0, HS_ALL);
-	if (rc < 0) {
-		hs_tensor_drop(t);
-		return rc;
-	}
-	hs_tensor_drop(s->spare[v]); /* an inplace kernel's leftover, if any */
-	s->spare[v] = t;
-	return 0;
+	return take_tensor(s, &ti, &s->ten[v]);
 }
 
 /* Write `src` (or zeros) into value v's tensor, creating it. */
@@ -220,6 +237,7 @@ int hp_rt_create(struct hp_session *s)
 	int workers = hp_exec_workers(&s->opts, s->threads), nio = s->opts.io_threads > 0 ? s->opts.io_threads : 4;
 	int rc;
 
+	pthread_mutex_init(&s->spare_mu, NULL);
 	hp_plan_default_opts(g, &s->opts, &po);
 	rc = hp_plan_build(g, &po, &s->plan);
 	if (rc < 0)
@@ -228,9 +246,7 @@ int hp_rt_create(struct hp_session *s)
 	if (rc < 0)
 		return rc;
 	s->ten = calloc((size_t)g->nvalues + 1, sizeof *s->ten);
-	s->spare = calloc((size_t)g->nvalues + 1, sizeof *s->spare);
-	s->node_ws = calloc((size_t)g->nnodes + 1, sizeof *s->node_ws);
-	if (!s->ten || !s->spare || !s->node_ws)
+	if (!s->ten)
 		return hp_error(-ENOMEM, "out of memory");
 	for (int v = 0; v < g->nvalues; v++)
 		if (g->values[v].kind == HP_VALUE_INITIALIZER && s->plan->last_use[v] >= 0 &&
@@ -314,17 +330,16 @@ static void unpin_io(struct hp_session *s, const struct hp_node *n, const struct
 }
 
 /* Per-kernel scratch (tight budgets): a store tensor of exactly this node's
- * size for the kernel's duration, counted with its step like the net does;
- * kept for the node's next run, discarded in between. */
+ * size for the kernel's duration, counted with its step like the net does. */
 static int pin_workspace(struct hp_session *s, const struct hp_node *n, struct hs_tensor **t, void **p)
 {
 	struct hs_tensor_info ti = { .bytes = n->workspace, .dtype = HP_U8, .shape = { 1, { (int64_t)n->workspace } } };
-	struct hs_tensor **slot = &s->node_ws[n - s->g->nodes];
-	int rc = *slot ? 0 : hs_tensor_create(s->store, &ti, slot);
+	int rc = take_tensor(s, &ti, t);
 
-	*t = *slot;
-	if (rc == 0 && (rc = hs_pin(*t, 0, HS_ALL, HS_PIN_OVERWRITE, p)) < 0)
+	if (rc == 0 && (rc = hs_pin(*t, 0, HS_ALL, HS_PIN_OVERWRITE, p)) < 0) {
+		hs_tensor_drop(*t);
 		*t = NULL;
+	}
 	return rc < 0 ? hp_node_error(s->g, n, rc, "workspace of %zu bytes: %s", n->workspace, hp_errmsg()) : 0;
 }
 
@@ -356,18 +371,12 @@ int hp_rt_fire_kernel(struct hp_session *s, int step, int worker, struct hp_pool
 	}
 	if (ws) {
 		int r2 = hs_unpin(ws, 0, HS_ALL);
-		if (r2 == 0)
-			r2 = hs_tensor_discard(ws, 0, HS_ALL);
+		r2 = r2 < 0 ? r2 : give_back(s, ws);
 		rc = rc < 0 ? rc : r2;
 	}
 	unpin_io(s, n, in, out);
-	if (inplace) {
+	if (inplace)
 		s->ten[n->inputs[0]] = NULL;
-		if (!s->spare[n->inputs[0]]) { /* same size: input 0's next run takes it */
-			s->spare[n->inputs[0]] = s->spare[n->outputs[0]];
-			s->spare[n->outputs[0]] = NULL;
-		}
-	}
 	return rc;
 }
 
@@ -400,7 +409,8 @@ int hp_rt_fire_io(struct hp_session *s, int kind, int v, uint64_t first, uint64_
 		if (rc == 0)
 			rc = hs_prefetch_wait(h);
 	} else if (kind == HP_TR_DROP) {
-		rc = retire_tensor(s, v);
+		s->ten[v] = NULL;
+		rc = give_back(s, t);
 	} else if ((rc = hs_evict(t, 0, HS_ALL, HS_TIER_ANY)) > 0) {
 		rc = 0;
 	}
@@ -477,15 +487,12 @@ void hp_rt_destroy(struct hp_session *s)
 		for (int v = 0; v < s->g->nvalues; v++)
 			if (s->ten[v])
 				hs_tensor_drop(s->ten[v]);
-	if (s->spare)
-		for (int v = 0; v < s->g->nvalues; v++)
-			hs_tensor_drop(s->spare[v]);
-	if (s->node_ws)
-		for (int i = 0; i < s->g->nnodes; i++)
-			hs_tensor_drop(s->node_ws[i]);
+	for (int k = 0; k < s->nspare; k++)
+		hs_tensor_drop(s->spare[k]);
 	free(s->ten);
 	free(s->spare);
-	free(s->node_ws);
+	s->spare = NULL;
+	s->nspare = s->capspare = 0;
 	for (int w = 0; w < s->nscratch; w++)
 		if (s->scratch[w]) {
 			hs_unpin(s->scratch[w], 0, HS_ALL);

@@ -149,6 +149,42 @@ static void reclaim(struct hs_store *st, uint64_t len)
 	free(v);
 }
 
+/* Take over the frames of the least recently discarded chunk of the same
+ * length, moved straight from its range into chunk i's (one mremap where
+ * freeing and allocating would take two).  0 if there is none. */
+static int steal(struct hs_store *st, struct hs_tensor *t, uint64_t i, uint64_t len)
+{
+	struct hs_tensor *vt = NULL;
+	struct hs_chunk *c = &t->ch[i], *v = NULL;
+	uint64_t vi = 0;
+
+	for (struct hs_tensor *u = st->list; u; u = u->next)
+		for (uint64_t k = 0; k < u->nchunks; k++) {
+			struct hs_chunk *x = &u->ch[k];
+			if (x->cached && x->state == CH_ABSENT && x->mapped && hs_chunk_iolen(u, k) == len &&
+			    (!v || x->last_use < v->last_use)) {
+				v = x;
+				vt = u;
+				vi = k;
+			}
+		}
+	if (!v)
+		return 0;
+	hs_frames_unqueue(st->frames, &c->zq);
+	if (hs_frames_move(st->frames, vt->base + vi * st->cs, t->base + i * st->cs, len, &v->zq) < 0)
+		return 0;
+	c->one = v->one;
+	c->many = v->many;
+	c->npieces = v->npieces;
+	c->mapped = 1;
+	v->many = NULL;
+	v->npieces = 0;
+	v->mapped = 0;
+	v->cached = 0;
+	st->cached -= len;
+	return 1;
+}
+
 int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int flags)
 {
 	struct hs_chunk *c = &t->ch[i];
@@ -161,11 +197,13 @@ int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int fl
 	} else if (!c->npieces) {
 		if ((rc = hs_fault_check(HS_FAULT_ALLOC)) != 0)
 			return hp_error(rc, "store: cannot allocate %" PRIu64 " bytes of DRAM frames", len);
-		reclaim(st, len);
-		rc = hs_frames_alloc(st->frames, len / HS_PAGE, &c->one, &c->many, &c->npieces);
-		if (rc < 0)
-			return rc;
 		c->mapped = 0;
+		if (hs_frames_avail_bytes(st->frames) >= len || !steal(st, t, i, len)) {
+			reclaim(st, len);
+			rc = hs_frames_alloc(st->frames, len / HS_PAGE, &c->one, &c->many, &c->npieces);
+			if (rc < 0)
+				return rc;
+		}
 	} else {
 		return 0;
 	}
