@@ -440,16 +440,16 @@ static int tr_class(const struct tr *t)
 }
 
 /* Make transition i ready and wake one idle thread that may fire it
- * (lock held).  A drop, or I/O before the next kernel, wakes a compute
- * worker when one idles (it would wait for it anyway), else an I/O thread:
- * only threads with work are woken. */
+ * (lock held).  A drop, or I/O before the next kernel while every I/O
+ * thread is busy, wakes a compute worker when one idles (it would wait for
+ * it anyway), else an I/O thread: only threads with work are woken. */
 static void make_ready(struct hp_net *n, int i)
 {
 	int cls = tr_class(&n->tr[i]);
 
 	n->state[i] = ST_READY;
 	heap_push(&n->ready[cls], i);
-	if (cls == CL_ANY || (cls == CL_IO && i < n->kcur))
+	if (cls == CL_ANY || (cls == CL_IO && i < n->kcur && !n->idle[CL_IO]))
 		cls = n->idle[CL_COMPUTE] ? CL_COMPUTE : CL_IO;
 	if (n->idle[cls])
 		pthread_cond_signal(&n->cv[cls]);
@@ -529,9 +529,8 @@ static int fire(struct hp_net *n, int i, int worker, int cls)
 /* The heap a worker takes its next transition from, NULL if none (lock
  * held).  Drops go to whichever thread is free first.  A compute worker
  * with no kernel ready fires the loads and write-backs that come before
- * the next kernel itself: they are on the critical path, and waking an
- * I/O thread (on a machine with few cores, a context switch or two) only
- * to wait for it costs more than the work. */
+ * the next kernel itself when no I/O thread is free to: they are on the
+ * critical path.  (Loads split in parts stay spread over the I/O threads.) */
 static struct heap *pick(struct hp_net *n, int cls)
 {
 	struct heap *k = &n->ready[cls], *any = &n->ready[CL_ANY], *io = &n->ready[CL_IO];
@@ -544,7 +543,7 @@ static struct heap *pick(struct hp_net *n, int cls)
 		return any;
 	if (k->n)
 		return k;
-	if (io->n && io->a[0] < n->kcur)
+	if (io->n && io->a[0] < n->kcur && !n->idle[CL_IO])
 		return io;
 	return NULL;
 }
