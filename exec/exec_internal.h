@@ -33,6 +33,9 @@ struct hp_session {
 	/* out of core (opts.budget set): every managed value is a store tensor */
 	struct hs_store *store;
 	struct hs_tensor **ten;      /* per value; the task net orders all access */
+	struct hs_tensor **spare;    /* dead values' tensors, discarded (contents gone, frames kept) */
+	int nspare, capspare;        /* a stack: the last one dropped is taken first */
+	pthread_mutex_t spare_mu;
 	struct hp_trace *trace;      /* --trace, or NULL */
 	struct hp_plan *plan;
 	struct hp_net *net;

@@ -41,12 +41,14 @@ struct hp_net {
 	char *held;             /* per value: resident as far as the net's tokens go */
 	/* run state, under mu */
 	pthread_mutex_t mu;
-	pthread_cond_t cv;
+	pthread_cond_t cv[2];   /* idle compute workers, idle I/O threads */
+	int idle[2];            /* how many wait on each */
 	int *deps_left;
 	char *state;
 	int64_t *need;
 	int64_t free_tokens;
 	int grant, ndone, nrunning, err, gen, quit;
+	int kcur;               /* lowest kernel transition not done yet */
 	char errmsg[512];
 	struct heap ready[3];
 	/* workers */
@@ -437,6 +439,28 @@ static int tr_class(const struct tr *t)
 	return t->kind == HP_TR_KERNEL ? CL_COMPUTE : t->kind == HP_TR_DROP ? CL_ANY : CL_IO;
 }
 
+/* Make transition i ready and wake one idle thread that may fire it
+ * (lock held).  A drop, or I/O before the next kernel while every I/O
+ * thread is busy, wakes a compute worker when one idles (it would wait for
+ * it anyway), else an I/O thread: only threads with work are woken. */
+static void make_ready(struct hp_net *n, int i)
+{
+	int cls = tr_class(&n->tr[i]);
+
+	n->state[i] = ST_READY;
+	heap_push(&n->ready[cls], i);
+	if (cls == CL_ANY || (cls == CL_IO && i < n->kcur && !n->idle[CL_IO]))
+		cls = n->idle[CL_COMPUTE] ? CL_COMPUTE : CL_IO;
+	if (n->idle[cls])
+		pthread_cond_signal(&n->cv[cls]);
+}
+
+static void wake_all(struct hp_net *n)
+{
+	pthread_cond_broadcast(&n->cv[CL_COMPUTE]);
+	pthread_cond_broadcast(&n->cv[CL_IO]);
+}
+
 /* Grant budget tokens in plan order as far as they go (lock held). */
 static void grant_more(struct hp_net *n)
 {
@@ -445,12 +469,15 @@ static void grant_more(struct hp_net *n)
 		if (n->need[i] > n->free_tokens)
 			break;
 		n->free_tokens -= n->need[i];
-		if (n->deps_left[i] == 0) {
-			n->state[i] = ST_READY;
-			heap_push(&n->ready[tr_class(&n->tr[i])], i);
-		}
+		if (n->deps_left[i] == 0)
+			make_ready(n, i);
 		n->grant++;
 	}
+}
+
+static int run_done(const struct hp_net *n)
+{
+	return n->ndone == n->ntr || (n->err && n->nrunning == 0);
 }
 
 static void complete(struct hp_net *n, int i, int rc)
@@ -479,18 +506,14 @@ static void complete(struct hp_net *n, int i, int rc)
 	}
 	for (int k = t->succ_begin; k < n->tr[i + 1].succ_begin; k++) {
 		int j = n->succ[k];
-		if (--n->deps_left[j] == 0 && j < n->grant && n->state[j] == ST_WAIT) {
-			n->state[j] = ST_READY;
-			heap_push(&n->ready[tr_class(&n->tr[j])], j);
-		}
+		if (--n->deps_left[j] == 0 && j < n->grant && n->state[j] == ST_WAIT)
+			make_ready(n, j);
 	}
+	while (n->kcur < n->ntr && (n->tr[n->kcur].kind != HP_TR_KERNEL || n->state[n->kcur] == ST_DONE))
+		n->kcur++;
 	grant_more(n);
-	pthread_cond_broadcast(&n->cv);
-}
-
-static int run_done(const struct hp_net *n)
-{
-	return n->ndone == n->ntr || (n->err && n->nrunning == 0);
+	if (run_done(n)) /* the calling thread returns */
+		pthread_cond_broadcast(&n->cv[CL_COMPUTE]);
 }
 
 static int fire(struct hp_net *n, int i, int worker, int cls)
@@ -503,27 +526,58 @@ static int fire(struct hp_net *n, int i, int worker, int cls)
 	return hp_rt_fire_io(n->s, t->kind, t->value, t->first, t->nchunks, lane);
 }
 
-/* A worker's loop for one run (lock held on entry and exit). */
-static void work(struct hp_net *n, int cls, int worker)
+/* The heap a worker takes its next transition from, NULL if none (lock
+ * held).  Drops go to whichever thread is free first.  A compute worker
+ * with no kernel ready fires the loads and write-backs that come before
+ * the next kernel itself when no I/O thread is free to: they are on the
+ * critical path.  (Loads split in parts stay spread over the I/O threads.) */
+static struct heap *pick(struct hp_net *n, int cls)
 {
-	while (!run_done(n)) {
-		/* drops (cheap, but munmap) go to the I/O queues first: kernels
-		 * never wait behind them while an I/O thread is idle */
-		struct heap *h = cls == CL_IO ? (n->ready[CL_ANY].n ? &n->ready[CL_ANY] : &n->ready[cls])
-					      : (n->ready[cls].n ? &n->ready[cls] : &n->ready[CL_ANY]);
-		if (!h->n || n->err) {
-			double t0 = now_ms();
-			pthread_cond_wait(&n->cv, &n->mu);
-			if (cls == CL_COMPUTE)
+	struct heap *k = &n->ready[cls], *any = &n->ready[CL_ANY], *io = &n->ready[CL_IO];
+
+	if (n->err)
+		return NULL;
+	if (cls == CL_IO)
+		return any->n && (!io->n || any->a[0] < io->a[0]) ? any : io->n ? io : NULL;
+	if (any->n && (!k->n || any->a[0] < k->a[0]))
+		return any;
+	if (k->n)
+		return k;
+	if (io->n && io->a[0] < n->kcur && !n->idle[CL_IO])
+		return io;
+	return NULL;
+}
+
+/* A worker's loop (lock held on entry and exit): for one run (the calling
+ * thread), or until the net is destroyed (the others: they sleep between
+ * runs, and are woken one at a time as transitions of their class become
+ * ready). */
+static void work(struct hp_net *n, int cls, int worker, int forever)
+{
+	while (forever ? !n->quit : !run_done(n)) {
+		struct heap *h = pick(n, cls);
+		if (!h) {
+			double t0 = now_ms(), u0 = hp_trace_now_us(n->s->trace);
+			int gen = n->gen;
+			n->idle[cls]++;
+			pthread_cond_wait(&n->cv[cls], &n->mu);
+			n->idle[cls]--;
+			if (cls == CL_COMPUTE && gen == n->gen) {
 				n->st.stall_ms += now_ms() - t0;
+				if (n->s->trace) /* where the compute worker waited */
+					hp_trace_span(n->s->trace, HP_LANE_COMPUTE + worker, "stall", "stall", u0,
+						      hp_trace_now_us(n->s->trace));
+			}
 			continue;
 		}
 		int i = heap_pop(h), rc;
+		if (h->n && h != &n->ready[cls] && n->idle[CL_IO])
+			pthread_cond_signal(&n->cv[CL_IO]); /* more I/O: share it */
 		n->state[i] = ST_RUNNING;
 		n->nrunning++;
 		pthread_mutex_unlock(&n->mu);
 		double t0 = now_ms();
-		rc = fire(n, i, worker, cls);
+		rc = fire(n, i, worker, n->tr[i].kind == HP_TR_KERNEL ? CL_COMPUTE : cls);
 		pthread_mutex_lock(&n->mu);
 		n->st.fired[n->tr[i].kind]++;
 		if (n->tr[i].kind == HP_TR_LOAD && rc == 0)
@@ -543,17 +597,9 @@ static void *worker_main(void *arg)
 {
 	struct wargs *w = arg;
 	struct hp_net *n = w->n;
-	int seen = 0;
 
 	pthread_mutex_lock(&n->mu);
-	for (;;) {
-		while (n->gen == seen && !n->quit)
-			pthread_cond_wait(&n->cv, &n->mu);
-		if (n->quit)
-			break;
-		seen = n->gen;
-		work(n, w->cls, w->worker);
-	}
+	work(n, w->cls, w->worker, 1);
 	pthread_mutex_unlock(&n->mu);
 	free(w);
 	return NULL;
@@ -577,14 +623,15 @@ int hp_net_run(struct hp_net *n)
 		if (t->reconcile)
 			n->need[i] = t->kind == HP_TR_LOAD && !n->held[t->value] ? (int64_t)n->vsize[t->value] : 0;
 	}
-	n->grant = n->ndone = n->nrunning = n->err = 0;
+	n->grant = n->ndone = n->nrunning = n->err = n->kcur = 0;
+	while (n->kcur < n->ntr && n->tr[n->kcur].kind != HP_TR_KERNEL)
+		n->kcur++;
 	n->errmsg[0] = 0;
 	for (int c = 0; c < 3; c++)
 		n->ready[c].n = 0;
-	grant_more(n);
 	n->gen++;
-	pthread_cond_broadcast(&n->cv);
-	work(n, CL_COMPUTE, 0);
+	grant_more(n);
+	work(n, CL_COMPUTE, 0, 0);
 	/* every worker is back waiting once run_done holds and nothing runs */
 	int err = n->err;
 	pthread_mutex_unlock(&n->mu);
@@ -650,7 +697,8 @@ int hp_net_create(struct hp_session *s, int workers, int io_threads, struct hp_n
 	n->reserved = s->nscratch ? hp_plan_max_workspace(s->g) * (uint64_t)n->nworkers : 0;
 	n->nio = io_threads < 1 ? 1 : io_threads;
 	pthread_mutex_init(&n->mu, NULL);
-	pthread_cond_init(&n->cv, NULL);
+	pthread_cond_init(&n->cv[0], NULL);
+	pthread_cond_init(&n->cv[1], NULL);
 	n->vsize = calloc(nv, sizeof *n->vsize);
 	n->held = calloc(nv, 1);
 	n->pools = calloc((size_t)n->nworkers, sizeof *n->pools);
@@ -701,14 +749,15 @@ void hp_net_destroy(struct hp_net *n)
 		return;
 	pthread_mutex_lock(&n->mu);
 	n->quit = 1;
-	pthread_cond_broadcast(&n->cv);
+	wake_all(n);
 	pthread_mutex_unlock(&n->mu);
 	for (int k = 0; k < n->nthreads; k++)
 		pthread_join(n->threads[k], NULL);
 	for (int w = n->own_pool0 ? 0 : 1; n->pools && w < n->nworkers; w++)
 		hp_pool_destroy(n->pools[w]);
 	pthread_mutex_destroy(&n->mu);
-	pthread_cond_destroy(&n->cv);
+	pthread_cond_destroy(&n->cv[0]);
+	pthread_cond_destroy(&n->cv[1]);
 	free(n->threads);
 	free(n->pools);
 	free(n->tr);

@@ -32,6 +32,54 @@ static int managed(const struct hp_graph *g, int v)
 	return v >= 0 && g->values[v].kind != HP_VALUE_CONSTANT;
 }
 
+/* A tensor of `bytes`: the last one dropped of that size when there is one
+ * (discarded, its DRAM frames most likely still mapped in it: no remapping),
+ * else a new one.  Sizes repeat (activations, their gradients), so in
+ * steady state every run reuses the tensors of the one before. */
+static int take_tensor(struct hp_session *s, const struct hs_tensor_info *ti, struct hs_tensor **out)
+{
+	struct hs_tensor_info had;
+
+	*out = NULL;
+	pthread_mutex_lock(&s->spare_mu);
+	for (int k = s->nspare - 1; k >= 0; k--) {
+		hs_tensor_get_info(s->spare[k], &had);
+		if (had.bytes == ti->bytes) {
+			*out = s->spare[k];
+			memmove(&s->spare[k], &s->spare[k + 1], (size_t)(s->nspare - k - 1) * sizeof *s->spare);
+			s->nspare--;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&s->spare_mu);
+	return *out ? 0 : hs_tensor_create(s->store, ti, out);
+}
+
+/* The contents of t are dead: discard them (never written back) and keep
+ * the tensor for the next value of its size. */
+static int give_back(struct hp_session *s, struct hs_tensor *t)
+{
+	int rc = hs_tensor_discard(t, 0, HS_ALL);
+
+	pthread_mutex_lock(&s->spare_mu);
+	if (rc == 0 && s->nspare == s->capspare) {
+		int cap = s->capspare ? 2 * s->capspare : 64;
+		struct hs_tensor **a = realloc(s->spare, (size_t)cap * sizeof *a);
+		if (a) {
+			s->spare = a;
+			s->capspare = cap;
+		}
+	}
+	if (rc == 0 && s->nspare < s->capspare) {
+		s->spare[s->nspare++] = t;
+		t = NULL;
+	}
+	pthread_mutex_unlock(&s->spare_mu);
+	if (t)
+		hs_tensor_drop(t);
+	return rc;
+}
+
 static int new_tensor(struct hp_session *s, int v)
 {
 	const struct hp_value *val = &s->g->values[v];
@@ -39,7 +87,7 @@ static int new_tensor(struct hp_session *s, int v)
 
 	if (!ti.bytes)
 		ti.bytes = 1; /* empty tensors still get an identity */
-	return hs_tensor_create(s->store, &ti, &s->ten[v]);
+	return take_tensor(s, &ti, &s->ten[v]);
 }
 
 /* Write `src` (or zeros) into value v's tensor, creating it. */
@@ -203,6 +251,7 @@ int hp_rt_create(struct hp_session *s)
 	int workers = hp_exec_workers(&s->opts, s->threads), nio = s->opts.io_threads > 0 ? s->opts.io_threads : 4;
 	int rc;
 
+	pthread_mutex_init(&s->spare_mu, NULL);
 	hp_plan_default_opts(g, &s->opts, &po);
 	rc = hp_plan_build(g, &po, &s->plan);
 	if (rc < 0)
@@ -299,7 +348,7 @@ static void unpin_io(struct hp_session *s, const struct hp_node *n, const struct
 static int pin_workspace(struct hp_session *s, const struct hp_node *n, struct hs_tensor **t, void **p)
 {
 	struct hs_tensor_info ti = { .bytes = n->workspace, .dtype = HP_U8, .shape = { 1, { (int64_t)n->workspace } } };
-	int rc = hs_tensor_create(s->store, &ti, t);
+	int rc = take_tensor(s, &ti, t);
 
 	if (rc == 0 && (rc = hs_pin(*t, 0, HS_ALL, HS_PIN_OVERWRITE, p)) < 0) {
 		hs_tensor_drop(*t);
@@ -335,8 +384,9 @@ int hp_rt_fire_kernel(struct hp_session *s, int step, int worker, struct hp_pool
 			hp_trace_span(s->trace, lane, n->op_type, n->name, u0, hp_trace_now_us(s->trace));
 	}
 	if (ws) {
-		hs_unpin(ws, 0, HS_ALL);
-		hs_tensor_drop(ws);
+		int r2 = hs_unpin(ws, 0, HS_ALL);
+		r2 = r2 < 0 ? r2 : give_back(s, ws);
+		rc = rc < 0 ? rc : r2;
 	}
 	unpin_io(s, n, in, out);
 	if (inplace)
@@ -374,7 +424,7 @@ int hp_rt_fire_io(struct hp_session *s, int kind, int v, uint64_t first, uint64_
 			rc = hs_prefetch_wait(h);
 	} else if (kind == HP_TR_DROP) {
 		s->ten[v] = NULL;
-		rc = hs_tensor_drop(t);
+		rc = give_back(s, t);
 	} else if ((rc = hs_evict(t, 0, HS_ALL, HS_TIER_ANY)) > 0) {
 		rc = 0;
 	}
@@ -451,7 +501,12 @@ void hp_rt_destroy(struct hp_session *s)
 		for (int v = 0; v < s->g->nvalues; v++)
 			if (s->ten[v])
 				hs_tensor_drop(s->ten[v]);
+	for (int k = 0; k < s->nspare; k++)
+		hs_tensor_drop(s->spare[k]);
 	free(s->ten);
+	free(s->spare);
+	s->spare = NULL;
+	s->nspare = s->capspare = 0;
 	for (int w = 0; w < s->nscratch; w++)
 		if (s->scratch[w]) {
 			hs_unpin(s->scratch[w], 0, HS_ALL);

@@ -296,6 +296,17 @@ int hs_frames_unmap(struct hs_frames *f, unsigned char *va, const struct hs_piec
 	return rc;
 }
 
+int hs_frames_move(struct hs_frames *f, unsigned char *from, unsigned char *to, uint64_t len, uint32_t *ref)
+{
+	int rc = move(from, to, len);
+
+	if (rc < 0)
+		return hp_error(rc, "store: cannot move %llu bytes of frames between tensors: %s",
+				(unsigned long long)len, strerror(-rc));
+	queue_range(f, from, len, ref);
+	return 0;
+}
+
 /* The flags of a tensor's reservation, so an emptied range merges back. */
 static void *reserve_at(void *va, uint64_t len, int flags)
 {
@@ -363,6 +374,11 @@ uint64_t hs_frames_grown(const struct hs_frames *f)
 uint64_t hs_frames_free_bytes(const struct hs_frames *f)
 {
 	return f->nfree * HS_PAGE;
+}
+
+uint64_t hs_frames_avail_bytes(const struct hs_frames *f)
+{
+	return (f->nfree + f->pages - f->grown) * HS_PAGE;
 }
 
 static uint64_t slab_pages(uint64_t pages, uint64_t chunk_pages)

@@ -62,6 +62,10 @@ int hs_frames_map(struct hs_frames *f, unsigned char *va, const struct hs_piece 
  * va: the caller must not free those frames. */
 int hs_frames_unmap(struct hs_frames *f, unsigned char *va, const struct hs_piece *p, uint32_t n, uint32_t *ref);
 void hs_frames_unqueue(struct hs_frames *f, uint32_t *ref);
+/* Move len bytes of frames mapped at `from` straight to `to` (one mremap,
+ * whatever the pieces) and queue the emptied `from` like hs_frames_unmap.
+ * `to` must not be queued. */
+int hs_frames_move(struct hs_frames *f, unsigned char *from, unsigned char *to, uint64_t len, uint32_t *ref);
 void hs_frames_flush(struct hs_frames *f);
 
 /* Reserve len bytes of address space for a tensor (2 MiB aligned when it
@@ -72,5 +76,6 @@ void *hs_frames_reserve(uint64_t len);
 uint32_t hs_frames_slot(const struct hs_frames *f, const struct hs_piece *p, uint32_t n, uint64_t *off);
 uint64_t hs_frames_grown(const struct hs_frames *f); /* bytes of the pool allocated */
 uint64_t hs_frames_free_bytes(const struct hs_frames *f); /* allocated, not in use */
+uint64_t hs_frames_avail_bytes(const struct hs_frames *f); /* free or not allocated yet */
 
 #endif

@@ -934,6 +934,48 @@ int hs_evict(struct hs_tensor *t, uint64_t first, uint64_t n, int tier)
 	return rc < 0 ? rc : count;
 }
 
+int hs_tensor_discard(struct hs_tensor *t, uint64_t first, uint64_t n)
+{
+	struct hs_store *st = t->st;
+	char nb[96];
+	int rc = norm_range(t, &first, &n, "discard");
+
+	if (rc < 0)
+		return rc;
+	if (t->bpath)
+		return hp_error(HP_EUSAGE, "store: discard of tensor %s: a file-backed tensor is read-only",
+				tname(t, nb, sizeof nb));
+	pthread_mutex_lock(&st->mu);
+	while (st->committing && t->name)
+		pthread_cond_wait(&st->cv, &st->mu);
+	wait_idle(st, t, first, n, 0);
+	for (uint64_t i = first; i < first + n; i++)
+		if (t->ch[i].pins) {
+			pthread_mutex_unlock(&st->mu);
+			return hp_error(-EBUSY, "store: discard of tensor %s: chunk %" PRIu64 " is pinned",
+					tname(t, nb, sizeof nb), i);
+		}
+	for (uint64_t i = first; i < first + n; i++) {
+		struct hs_chunk *c = &t->ch[i];
+		if (c->state == CH_RESIDENT)
+			st->resident -= hs_chunk_iolen(t, i);
+		c->state = CH_ABSENT;
+		c->dirty = 0;
+		c->prefetched = 0;
+		c->unverified = 0;
+		c->last_use = ++st->tick;
+		hs_chunk_release_copy(st, t, c);
+		if (c->npieces && !c->cached) {
+			c->cached = 1;
+			st->cached += hs_chunk_iolen(t, i);
+		}
+	}
+	pthread_cond_broadcast(&st->cv);
+	pthread_mutex_unlock(&st->mu);
+	hs_statpage_publish(st, 0);
+	return 0;
+}
+
 int hs_hint(struct hs_tensor *t, int64_t next_use)
 {
 	pthread_mutex_lock(&t->st->mu);

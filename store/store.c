@@ -107,20 +107,106 @@ int hs_chunk_map(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 	return rc;
 }
 
+struct cached_ref {
+	struct hs_tensor *t;
+	uint64_t i, last_use;
+};
+
+static int cmp_last_use(const void *a, const void *b)
+{
+	const struct cached_ref *x = a, *y = b;
+
+	return (x->last_use > y->last_use) - (x->last_use < y->last_use);
+}
+
+/* Free the frames of discarded chunks, least recently used first, until
+ * `len` bytes of frames are available (lock held). */
+static void reclaim(struct hs_store *st, uint64_t len)
+{
+	struct cached_ref *v;
+	size_t n = 0, cap = 0;
+
+	if (hs_frames_avail_bytes(st->frames) >= len || !st->cached)
+		return;
+	for (struct hs_tensor *t = st->list; t; t = t->next)
+		for (uint64_t i = 0; i < t->nchunks; i++)
+			cap += t->ch[i].cached && t->ch[i].state == CH_ABSENT;
+	v = malloc((cap ? cap : 1) * sizeof *v);
+	for (struct hs_tensor *t = st->list; v && t; t = t->next)
+		for (uint64_t i = 0; i < t->nchunks; i++)
+			if (t->ch[i].cached && t->ch[i].state == CH_ABSENT)
+				v[n++] = (struct cached_ref){ t, i, t->ch[i].last_use };
+	if (!v) { /* no memory to sort: any order */
+		for (struct hs_tensor *t = st->list; t && hs_frames_avail_bytes(st->frames) < len; t = t->next)
+			for (uint64_t i = 0; i < t->nchunks; i++)
+				if (t->ch[i].cached && t->ch[i].state == CH_ABSENT)
+					hs_chunk_detach(st, t, i);
+		return;
+	}
+	qsort(v, n, sizeof *v, cmp_last_use);
+	for (size_t k = 0; k < n && hs_frames_avail_bytes(st->frames) < len; k++)
+		hs_chunk_detach(st, v[k].t, v[k].i);
+	free(v);
+}
+
+/* Take over the frames of the least recently discarded chunk of the same
+ * length, moved straight from its range into chunk i's (one mremap where
+ * freeing and allocating would take two).  0 if there is none. */
+static int steal(struct hs_store *st, struct hs_tensor *t, uint64_t i, uint64_t len)
+{
+	struct hs_tensor *vt = NULL;
+	struct hs_chunk *c = &t->ch[i], *v = NULL;
+	uint64_t vi = 0;
+
+	for (struct hs_tensor *u = st->list; u; u = u->next)
+		for (uint64_t k = 0; k < u->nchunks; k++) {
+			struct hs_chunk *x = &u->ch[k];
+			if (x->cached && x->state == CH_ABSENT && x->mapped && hs_chunk_iolen(u, k) == len &&
+			    (!v || x->last_use < v->last_use)) {
+				v = x;
+				vt = u;
+				vi = k;
+			}
+		}
+	if (!v)
+		return 0;
+	hs_frames_unqueue(st->frames, &c->zq);
+	if (hs_frames_move(st->frames, vt->base + vi * st->cs, t->base + i * st->cs, len, &v->zq) < 0)
+		return 0;
+	c->one = v->one;
+	c->many = v->many;
+	c->npieces = v->npieces;
+	c->mapped = 1;
+	v->many = NULL;
+	v->npieces = 0;
+	v->mapped = 0;
+	v->cached = 0;
+	st->cached -= len;
+	return 1;
+}
+
 int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int flags)
 {
 	struct hs_chunk *c = &t->ch[i];
 	uint64_t len = hs_chunk_iolen(t, i);
-	int rc;
+	int rc = 0;
 
-	if (c->npieces)
+	if (c->cached) { /* its own frames, kept since a discard */
+		c->cached = 0;
+		st->cached -= len;
+	} else if (!c->npieces) {
+		if ((rc = hs_fault_check(HS_FAULT_ALLOC)) != 0)
+			return hp_error(rc, "store: cannot allocate %" PRIu64 " bytes of DRAM frames", len);
+		c->mapped = 0;
+		if (hs_frames_avail_bytes(st->frames) >= len || !steal(st, t, i, len)) {
+			reclaim(st, len);
+			rc = hs_frames_alloc(st->frames, len / HS_PAGE, &c->one, &c->many, &c->npieces);
+			if (rc < 0)
+				return rc;
+		}
+	} else {
 		return 0;
-	if ((rc = hs_fault_check(HS_FAULT_ALLOC)) != 0)
-		return hp_error(rc, "store: cannot allocate %" PRIu64 " bytes of DRAM frames", len);
-	rc = hs_frames_alloc(st->frames, len / HS_PAGE, &c->one, &c->many, &c->npieces);
-	if (rc < 0)
-		return rc;
-	c->mapped = 0;
+	}
 	c->unverified = 0;
 	if (flags || !fixed_read(st, t, c))
 		rc = hs_chunk_map(st, t, i);
@@ -139,6 +225,10 @@ void hs_chunk_detach(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 {
 	struct hs_chunk *c = &t->ch[i];
 
+	if (c->cached) {
+		c->cached = 0;
+		st->cached -= hs_chunk_iolen(t, i);
+	}
 	if (!c->npieces)
 		return;
 	if (c->mapped && hs_frames_unmap(st->frames, t->base + i * st->cs, c->npieces > 1 ? c->many : &c->one,

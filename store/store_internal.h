@@ -22,6 +22,7 @@ struct hs_chunk {
 	uint8_t prefetched;     /* loaded by a prefetch, not pinned since */
 	uint8_t mapped;         /* its frames appear in the tensor's range */
 	uint8_t unverified;     /* read into unmapped frames: crc32c checked at the next pin */
+	uint8_t cached;         /* CH_ABSENT, discarded, frames kept for its next pin */
 	uint32_t pins, wpins;
 	int8_t tier;            /* current copy: tier index or NO_TIER */
 	int8_t ctier;           /* committed copy: tier index or NO_TIER */
@@ -64,6 +65,7 @@ struct hs_store {
 	uint64_t resident;      /* DRAM bytes held: resident chunks + staging */
 	uint64_t pinned;        /* bytes of chunks with pins > 0 */
 	uint64_t staging;
+	uint64_t cached;        /* bytes of frames kept by discarded chunks (not resident) */
 	int ntiers;
 	struct hs_tier *tiers[HS_MAX_TIERS];
 	int home;               /* first persistent tier (catalog), or NO_TIER */
@@ -101,8 +103,10 @@ void hs_stat_io(struct hs_store *st, int tier, const struct hs_io *io);
  * the tensor's range too (zeroed with HS_ATTACH_ZERO) unless the chunk is
  * read from a tier that registered them and the caller does not need the
  * memory now (a prefetch): such a chunk is mapped by hs_chunk_map at its
- * first pin.  detach frees them and queues the range for unmapping; io_mem
- * points a request at the registered region. */
+ * first pin.  A discarded chunk keeps its frames (cached): attach takes
+ * them back, and takes other discarded chunks' frames, oldest first, when
+ * the pool has too few free.  detach frees them and queues the range for
+ * unmapping; io_mem points a request at the registered region. */
 enum { HS_ATTACH_MAP = 1, HS_ATTACH_ZERO = 2 };
 int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int flags);
 int hs_chunk_map(struct hs_store *st, struct hs_tensor *t, uint64_t i);

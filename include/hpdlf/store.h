@@ -140,6 +140,15 @@ int hs_tensor_open(struct hs_store *st, const char *name, struct hs_tensor **out
  * pinned.  For a named tensor, the committed copy disappears at the next
  * hs_store_commit(). */
 int hs_tensor_drop(struct hs_tensor *t);
+/* Forget the contents of chunks [first, first + n) (n = HS_ALL: to the
+ * end): nothing is written back, their copies below DRAM are freed (a named
+ * tensor's committed copy stays until the next hs_store_commit()) and they
+ * read as zeros afterwards.  Their DRAM frames stay mapped in the tensor,
+ * outside the budget's count, until the store needs them for other chunks:
+ * pinning the chunks again costs no remapping.  For tensors whose value is
+ * dead but whose size comes back (a step's activations).  -EBUSY if a
+ * chunk is pinned; not for file-backed tensors. */
+int hs_tensor_discard(struct hs_tensor *t, uint64_t first, uint64_t n);
 int hs_tensor_get_info(const struct hs_tensor *t, struct hs_tensor_info *out); /* name stays owned */
 uint64_t hs_tensor_nchunks(const struct hs_tensor *t);
 uint64_t hs_chunk_size(const struct hs_store *st);

@@ -102,8 +102,11 @@ static void random_op(struct hs_store *st, struct model *m, enum cfg c, uint64_t
 		while (tu_rand(s) % 2 && hs_prefetch_poll(h) == 0)
 			;
 		assert_int_equal(hs_prefetch_wait(h), 0);
-	} else if (op < 9) {
+	} else if (op < 9 && tu_rand(s) % 2) {
 		assert_int_equal(hs_hint(m->t, tu_rand(s) % 3 ? (int64_t)(tu_rand(s) % 100) : HS_NO_HINT), 0);
+	} else if (op < 9) { /* discard: the range reads as zeros */
+		assert_int_equal(hs_tensor_discard(m->t, first, n), 0);
+		memset(m->data + first * CS, 0, len);
 	} else { /* drop and recreate */
 		uint64_t bytes = 1 + tu_rand(s) % (5 * CS);
 		assert_int_equal(hs_tensor_drop(m->t), 0);
@@ -583,6 +586,119 @@ static void test_statpage(void **state)
 	unlink(path);
 }
 
+/* ---- discard ---- */
+
+static void fill_n(struct hs_tensor *t, uint64_t bytes, unsigned char v)
+{
+	unsigned char *p;
+
+	assert_int_equal(hs_pin(t, 0, HS_ALL, HS_PIN_OVERWRITE, (void **)&p), 0);
+	for (uint64_t i = 0; i < bytes; i++)
+		p[i] = (unsigned char)(v + i * 3);
+	assert_int_equal(hs_unpin(t, 0, HS_ALL), 0);
+}
+
+static void expect(struct hs_tensor *t, uint64_t bytes, int v) /* v < 0: zeros */
+{
+	unsigned char *p;
+
+	assert_int_equal(hs_pin(t, 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+	for (uint64_t i = 0; i < bytes; i++)
+		assert_int_equal(p[i], v < 0 ? 0 : (unsigned char)(v + i * 3));
+	assert_int_equal(hs_unpin(t, 0, HS_ALL), 0);
+}
+
+/* Dead dirty chunks are forgotten without a write-back; their frames serve
+ * the same chunks again without moving, and other tensors when the pool
+ * runs short, while live data (dirty or on a tier) is never lost. */
+static void test_discard(void **state)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *live, *dead, *big;
+	struct hs_tensor_info ti2 = { .bytes = 2 * CS, .dtype = HP_U8 }, ti4 = { .bytes = 4 * CS, .dtype = HP_U8 };
+	struct hs_store_stats s0, s1;
+	unsigned char *p;
+	void *q;
+
+	(void)state;
+	tu_opts(&o, CFG_NVME, CS, 4, 16, "discard");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_create(st, &ti2, &live), 0);
+	assert_int_equal(hs_tensor_create(st, &ti2, &dead), 0);
+	fill_n(live, 2 * CS, 11);
+	fill_n(dead, 2 * CS, 77);
+	assert_int_equal(hs_store_stats(st, &s0), 0);
+	assert_int_equal(s0.resident, 4 * CS);
+	struct hs_piece had = dead->ch[1].one;
+	assert_int_equal(hs_pin(dead, 1, 1, HS_PIN_READ, &q), 0);
+	assert_int_equal(hs_tensor_discard(dead, 0, HS_ALL), -EBUSY); /* pinned */
+	assert_int_equal(hs_unpin(dead, 1, 1), 0);
+	assert_int_equal(hs_tensor_discard(dead, 0, HS_ALL), 0);
+	assert_int_equal(hs_store_stats(st, &s1), 0);
+	assert_int_equal(s1.resident, 2 * CS);            /* out of the budget's count */
+	assert_int_equal(s1.tier[1].writes, s0.tier[1].writes); /* nothing written back */
+	assert_true(dead->ch[1].cached);
+	/* pinned again: zeros, in the very frames it had */
+	expect(dead, 2 * CS, -1);
+	assert_int_equal(dead->ch[1].one.page, had.page);
+	assert_false(dead->ch[1].cached);
+	assert_int_equal(hs_tensor_discard(dead, 0, HS_ALL), 0);
+	/* four more chunks: the discarded frames go to `big`, the live dirty
+	 * chunks are written back to make room */
+	assert_int_equal(hs_tensor_create(st, &ti4, &big), 0);
+	assert_int_equal(hs_pin(big, 0, HS_ALL, HS_PIN_OVERWRITE, (void **)&p), 0);
+	memset(p, 5, 4 * CS);
+	assert_int_equal(hs_store_stats(st, &s1), 0);
+	assert_int_equal(s1.resident, 4 * CS);
+	assert_int_equal(s1.tier[1].writes, s0.tier[1].writes + 2); /* `live` only */
+	assert_int_equal(hs_unpin(big, 0, HS_ALL), 0);
+	assert_int_equal(hs_tensor_drop(big), 0);
+	expect(live, 2 * CS, 11);
+	expect(dead, 2 * CS, -1);
+	/* discarding a range leaves the rest; a clean chunk's copy below DRAM goes */
+	fill_n(dead, 2 * CS, 99);
+	assert_int_equal(hs_evict(dead, 0, HS_ALL, HS_TIER_ANY), 2);
+	assert_int_equal(hs_tensor_discard(dead, 1, 1), 0);
+	assert_int_equal(dead->ch[1].tier, NO_TIER);
+	assert_int_equal(hs_pin(dead, 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+	for (uint64_t i = 0; i < 2 * CS; i++)
+		assert_int_equal(p[i], i < CS ? (unsigned char)(99 + i * 3) : 0);
+	assert_int_equal(hs_unpin(dead, 0, HS_ALL), 0);
+	assert_int_equal(hs_tensor_discard(dead, 3, 1), HP_EUSAGE); /* outside */
+	assert_int_equal(hs_tensor_drop(dead), 0);
+	assert_int_equal(hs_tensor_drop(live), 0);
+	assert_int_equal(hs_store_stats(st, &s1), 0);
+	assert_int_equal(s1.resident, 0);
+	assert_int_equal(s1.tier[1].used, 0);
+	hs_store_close(st);
+}
+
+/* A named tensor's committed copy survives a discard until the next commit. */
+static void test_discard_committed(void **state)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *w;
+	struct hs_tensor_info ti = { .bytes = 3 * CS, .dtype = HP_U8, .name = "w" };
+
+	(void)state;
+	tu_opts(&o, CFG_NVME, CS, 4, 16, "discardc");
+	o.reset = 1;
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_create(st, &ti, &w), 0);
+	fill_n(w, 3 * CS, 42);
+	assert_int_equal(hs_store_commit(st), 0);
+	assert_int_equal(hs_tensor_discard(w, 0, HS_ALL), 0);
+	expect(w, 3 * CS, -1);
+	hs_store_close(st); /* no commit: a crash after the discard */
+	o.reset = 0;
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_open(st, "w", &w), 0);
+	expect(w, 3 * CS, 42);
+	hs_store_close(st);
+}
+
 /* ---- file-backed tensors ---- */
 
 static void test_backed(void **state)
@@ -648,6 +764,8 @@ int main(void)
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_statpage),
 		cmocka_unit_test(test_backed),
+		cmocka_unit_test(test_discard),
+		cmocka_unit_test(test_discard_committed),
 	};
 	int rc;
 
