@@ -63,6 +63,21 @@ void hp_conv_set_tile_bytes(size_t b)
 	tile_bytes = b ? b : HP_CONV_TILE_BYTES;
 }
 
+/* Columns of an im2col workspace: the tiles of the expected workers (what
+ * runs use), not the whole volume, within HP_CONV_WS_MAX. */
+int64_t hp_conv_ws_cols(int64_t kdim, int64_t vol)
+{
+	int64_t cap = (int64_t)(ws_max / ((size_t)kdim * sizeof(float)));
+	int64_t tile = (int64_t)(tile_bytes / ((size_t)kdim * sizeof(float)));
+
+	tile = tile < HP_CONV_TILE_MIN_COLS ? HP_CONV_TILE_MIN_COLS : tile;
+	if (cap > tile * hp_conv_ws_threads())
+		cap = tile * hp_conv_ws_threads();
+	if (cap < 64)
+		cap = 64;
+	return cap < vol ? cap : vol;
+}
+
 int64_t hp_conv_tile_cols(int64_t kdim, int64_t ws_cols, int threads)
 {
 	int64_t cap = (int64_t)(tile_bytes / ((size_t)kdim * sizeof(float)));
@@ -248,7 +263,6 @@ static size_t shift_ws(const struct hp_conv *cv)
 void hp_conv_setup(struct hp_conv *cv)
 {
 	const struct hp_colgeom *c = &cv->g;
-	int64_t cap;
 
 	cv->direct = c->kvol == 1 && c->pad[0] == 0 && c->pad[1] == 0 && c->pad[2] == 0 && c->stride[0] == 1 &&
 		     c->stride[1] == 1 && c->stride[2] == 1 && c->grid_vol == c->img_vol;
@@ -266,10 +280,7 @@ void hp_conv_setup(struct hp_conv *cv)
 	}
 	if (cv->shift || cv->direct)
 		return;
-	cap = (int64_t)(ws_max / ((size_t)cv->kdim * sizeof(float)));
-	if (cap < 64)
-		cap = 64;
-	cv->ws_cols = cap < cv->yvol ? cap : cv->yvol;
+	cv->ws_cols = hp_conv_ws_cols(cv->kdim, cv->yvol);
 	cv->workspace = (size_t)cv->ws_cols * (size_t)cv->kdim * sizeof(float);
 }
 

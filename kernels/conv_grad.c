@@ -302,6 +302,10 @@ static void filter_plan(struct cg_filter *f)
 		double min_useful = folded ? HP_SHIFT_MIN_USEFUL_FOLDED : HP_SHIFT_MIN_USEFUL;
 		f->slab = hp_conv_shift_mode() > 0 ||
 			  (hp_shift_useful(&f->sh) >= min_useful && filter_items(f) >= 2);
+		/* the flat column tile is rows tall (cg * kvol): a quarter of a
+		 * tile's bytes per worker keeps tight budgets workable, and the
+		 * sgemms stay K >= a plane row */
+		hp_shift_retile(&f->sh, (int64_t)(HP_CONV_TILE_BYTES / 4 / ((size_t)rows * sizeof(float))));
 	}
 	if (f->slab) {
 		int64_t items = filter_items(f), share = (items + nt - 1) / nt;

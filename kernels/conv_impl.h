@@ -63,12 +63,18 @@ int hp_shift_init(struct hp_shift *s, const struct hp_colgeom *g, int64_t ch, in
  * several items and sgemms grow with the batch.  0, or -1 if the geometry
  * has depth. */
 int hp_shift_fold(struct hp_shift *s, int64_t batch, int64_t x_item, int64_t y_item);
+/* Tiles of at most about `cols` columns (a plane's row at least). */
+void hp_shift_retile(struct hp_shift *s, int64_t cols);
 /* Folded geometries take the shift path down to this useful fraction. */
 #define HP_SHIFT_MIN_USEFUL_FOLDED 0.3
 /* Folded geometries: tiles of HP_SHIFT_TILE_COLS / this columns, and slabs
  * of at most HP_SHIFT_FOLDED_SLAB_TILES tiles per worker. */
 #define HP_SHIFT_FOLDED_TILE_DIV 8
 #define HP_SHIFT_FOLDED_SLAB_TILES 4
+/* Slabs hold at most this many output planes (or one tile of planes):
+ * a worker's whole share would cost memory, and a chunk's extra halo
+ * planes cost little next to its kvol sgemms. */
+#define HP_SHIFT_SLAB_PLANES 8
 /* Planes of a worker's slab given its share of planes. */
 int64_t hp_shift_slab_planes(const struct hp_shift *s, int64_t share);
 /* Fraction of a tile's columns that are output positions (the rest is padding). */
@@ -152,6 +158,8 @@ void hp_conv_set_ws_max(size_t b);
 #define HP_CONV_TILE_BYTES ((size_t)1 << 20)
 #define HP_CONV_TILE_MIN_COLS 256
 int64_t hp_conv_tile_cols(int64_t kdim, int64_t ws_cols, int threads);
+/* im2col/col2im workspace columns for a column height kdim over vol columns. */
+int64_t hp_conv_ws_cols(int64_t kdim, int64_t vol);
 /* Benchmarks only: override the tile target (0 restores the default). */
 void hp_conv_set_tile_bytes(size_t b);
 

@@ -89,6 +89,12 @@ int hp_shift_init(struct hp_shift *s, const struct hp_colgeom *g, int64_t ch, in
 	return 0;
 }
 
+void hp_shift_retile(struct hp_shift *s, int64_t cols)
+{
+	if (cols > 0 && cols < s->tcols)
+		plan_tiles(s, cols);
+}
+
 int hp_shift_fold(struct hp_shift *s, int64_t batch, int64_t x_item, int64_t y_item)
 {
 	if (s->in[0] != 1 || s->out[0] != 1 || s->ext0 != 0 || s->pad[0] != 0 || batch < 1)
@@ -116,6 +122,8 @@ int64_t hp_shift_slab_planes(const struct hp_shift *s, int64_t share)
 
 	if (s->nfold > 1 && s->tplanes)
 		cap = min64(cap, HP_SHIFT_FOLDED_SLAB_TILES * s->tplanes);
+	else
+		cap = min64(cap, max64(HP_SHIFT_SLAB_PLANES, s->tplanes));
 	return min64(max64(share, 1), cap);
 }
 

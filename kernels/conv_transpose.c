@@ -94,11 +94,7 @@ static void convt_range(void *arg, int64_t b, int64_t e, int tid)
 
 void hp_convt_setup(struct hp_conv *cv)
 {
-	int64_t cap = (int64_t)(hp_conv_ws_max() / ((size_t)cv->kdim * sizeof(float)));
-
-	if (cap < 64)
-		cap = 64;
-	cv->ws_cols = cap < cv->xvol ? cap : cv->xvol;
+	cv->ws_cols = hp_conv_ws_cols(cv->kdim, cv->xvol);
 	cv->workspace = (size_t)cv->ws_cols * (size_t)cv->kdim * sizeof(float);
 	cv->blocked = hp_convt_blocked(&cv->g);
 }
