@@ -8,6 +8,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/store.h"
 #include "exec/exec_internal.h"
+#include "exec/split_weight.h"
 #include "exec/train_internal.h"
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size)
@@ -135,6 +136,8 @@ static int build(struct hp_trainer *t)
 	if ((rc = hp_dataset_open(&t->data, t->o.data, t->o.labels)) < 0 || (rc = hp_graph_load(t->model, &t->g)) < 0)
 		return rc;
 	if ((rc = fit_input(t)) < 0 || (rc = hp_graph_infer(t->g)) < 0)
+		return rc;
+	if ((rc = hp_split_weights(t->g, t->o.budget, &t->o.spec)) < 0)
 		return rc;
 	if ((rc = hp_autodiff(t->g, &t->o.spec)) < 0 || (rc = fit_labels(t)) < 0)
 		return rc;
