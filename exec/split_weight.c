@@ -88,35 +88,43 @@ static uint64_t need(const struct ws_cand *c, int64_t r, int copies)
 	return m + c->ws;
 }
 
-/* Rows per block for k blocks: a multiple of 64 (16 for small weights),
- * so block edges fall where sgemm's register tiles do and a block's
- * outputs are bitwise those of the whole product. */
-static int64_t rows_for(const struct ws_cand *c, int64_t k)
+/* Rows per block for k blocks, a multiple of q: q = 64 (16 for small
+ * weights) keeps blocks whole multiples of sgemm's register tiles. */
+static int64_t rows_for(const struct ws_cand *c, int64_t k, int64_t q)
 {
-	int64_t q = c->rows >= 256 ? 64 : c->rows >= 32 ? 16 : 1, r = (c->rows + k - 1) / k;
+	int64_t r = (c->rows + k - 1) / k;
 
 	r = (r + q - 1) / q * q;
 	return r < c->rows ? r : c->rows;
 }
 
-/* Rows per block: those of the fewest blocks whose steps fit `avail`;
- * when none do (the activations alone are too big), of the fewest within
- * 1/8 of the best reachable.  c->rows: no cut. */
-static int64_t choose_rows(const struct ws_cand *c, uint64_t avail, int copies)
+/* Fewest blocks of a multiple of q rows whose steps fit avail; 0: none. */
+static int64_t fewest(const struct ws_cand *c, uint64_t avail, int copies, int64_t q)
 {
-	int64_t kmax = c->rows < WS_MAX_PARTS ? c->rows : WS_MAX_PARTS, k;
+	int64_t kmax = c->rows < WS_MAX_PARTS ? c->rows : WS_MAX_PARTS;
+
+	for (int64_t k = 2; k <= kmax; k++)
+		if (need(c, rows_for(c, k, q), copies) <= avail)
+			return rows_for(c, k, q);
+	return 0;
+}
+
+/* Rows per block: none when the product's steps fit the budget as they
+ * are; else those of the fewest blocks whose steps fit `avail` (85% of
+ * it: room to keep neighbours resident; tile-aligned blocks if they can); when none do (the activations alone
+ * are too big), of the fewest within 1/8 of the best reachable.
+ * c->rows: no cut. */
+static int64_t choose_rows(const struct ws_cand *c, uint64_t budget, uint64_t avail, int copies)
+{
+	int64_t kmax = c->rows < WS_MAX_PARTS ? c->rows : WS_MAX_PARTS, q = c->rows >= 256 ? 64 : 16, r;
 	uint64_t floor;
 
-	if (need(c, c->rows, copies) <= avail)
-		return c->rows;
-	for (k = 2; k <= kmax && need(c, rows_for(c, k), copies) > avail; k++)
-		;
-	if (k > kmax) {
-		floor = need(c, rows_for(c, kmax), copies);
-		for (k = 2; k < kmax && need(c, rows_for(c, k), copies) > floor + floor / 8; k++)
-			;
-	}
-	return rows_for(c, k);
+	if (need(c, c->rows, copies) <= budget)
+		return c->rows; /* fits as it is: cut nothing (results stay bitwise) */
+	if ((r = fewest(c, avail, copies, q)) || (r = fewest(c, avail, copies, 1)))
+		return r;
+	floor = need(c, rows_for(c, kmax, 1), copies);
+	return fewest(c, floor + floor / 8, copies, 1);
 }
 
 static int movable(const struct hp_graph *g, int v)
@@ -396,7 +404,7 @@ int hp_split_weights(struct hp_graph *g, uint64_t budget, const struct hp_train_
 	for (int i = 0; i < n0; i++) {
 		if (!candidate(g, i, &c))
 			continue;
-		int64_t r = choose_rows(&c, avail, copies);
+		int64_t r = choose_rows(&c, budget, avail, copies);
 		if (r >= c.rows)
 			continue;
 		if ((rc = rewrite(g, &c, r)) < 0)

@@ -21,8 +21,8 @@ struct hp_session;
 struct hp_trainer;
 
 /* Partition every Gemm (weight B, transB 0 or 1) and MatMul (weight B)
- * with a constant rank-2 float weight whose steps would not fit 85% of
- * `budget`; K is the smallest that makes them fit (spec: training with
+ * with a constant rank-2 float weight whose steps would not fit `budget`;
+ * K is the smallest that makes them fit 85% of it (spec: training with
  * that optimizer, so backward and update steps count too; NULL:
  * inference).  The weight's outer axis is cut, so each block is a byte
  * range of the original: output features (transB=1, outputs concatenated)

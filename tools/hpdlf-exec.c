@@ -256,6 +256,13 @@ int exec_parse_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n)
 static int bind_level;
 static int weights_split; /* weights partitioned to fit the budget */
 
+static int env_off(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && !strcmp(v, "0");
+}
+
 static int bindable(enum hp_dtype dt, const struct hp_shape *s)
 {
 	int64_t n = hp_shape_numel(s);
@@ -674,7 +681,8 @@ int main(int argc, char **argv)
 	if ((rc = exec_store_tiers(&c, tiers, &ntiers)) != 0)
 		return rc;
 	rc = load_model(&c, &g);
-	if (rc == 0 && c.budget && (rc = hp_split_weights(g, c.budget, NULL)) > 0) {
+	/* HPDLF_WEIGHT_SPLIT=0: keep weights whole (the planner's own minimum) */
+	if (rc == 0 && c.budget && !env_off("HPDLF_WEIGHT_SPLIT") && (rc = hp_split_weights(g, c.budget, NULL)) > 0) {
 		weights_split = rc;
 		rc = 0;
 	}
