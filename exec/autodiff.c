@@ -10,6 +10,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/kernels.h"
 #include "exec/autodiff_internal.h"
+#include "exec/split_weight.h"
 
 void hp_train_spec_init(struct hp_train_spec *s, size_t size)
 {
@@ -508,6 +509,9 @@ static int add_update(struct ad *ad, int p, int grad)
 		snprintf(name, sizeof name, "%s.%s", g->values[p].name, adam ? (k ? "exp_avg_sq" : "exp_avg") : "momentum");
 		if ((in[2 + k] = add_state(ad, name, HP_F32, &s)) < 0)
 			return in[2 + k];
+		rc = hp_part_state(ad->g, p, in[2 + k], adam ? (k ? "exp_avg_sq" : "exp_avg") : "momentum");
+		if (rc < 0)
+			return rc;
 	}
 	if (adam) {
 		if ((rc = need_step(ad)) < 0)

@@ -9,6 +9,7 @@
 #include "hpdlf/store.h"
 #include "exec/exec_internal.h"
 #include "exec/split.h"
+#include "exec/split_weight.h"
 #include "exec/train_internal.h"
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size)
@@ -136,12 +137,16 @@ static int finish_autodiff(struct hp_graph *g, void *arg)
 /* The training graph: under a budget, the forward graph is split first so
  * that autodiff derives the backward of the bands (checked on the whole
  * training graph). */
+static int no_split(const struct hp_trainer *t)
+{
+	return t->o.size >= offsetof(struct hp_trainer_opts, no_split) + sizeof t->o.no_split && t->o.no_split;
+}
+
 static int make_training_graph(struct hp_trainer *t)
 {
 	struct hp_split_opts so = { .budget = t->o.budget, .training = 1, .finish = finish_autodiff, .arg = &t->o.spec };
 
-	if (!t->o.budget || (t->o.size >= offsetof(struct hp_trainer_opts, no_split) + sizeof t->o.no_split &&
-			     t->o.no_split))
+	if (!t->o.budget || no_split(t))
 		return hp_autodiff(t->g, &t->o.spec);
 	return hp_split_for_budget(t->g, &so, NULL);
 }
@@ -154,6 +159,8 @@ static int build(struct hp_trainer *t)
 	if ((rc = hp_dataset_open(&t->data, t->o.data, t->o.labels)) < 0 || (rc = hp_graph_load(t->model, &t->g)) < 0)
 		return rc;
 	if ((rc = fit_input(t)) < 0 || (rc = hp_graph_infer(t->g)) < 0)
+		return rc;
+	if (!no_split(t) && (rc = hp_split_weights(t->g, t->o.budget, &t->o.spec)) < 0)
 		return rc;
 	if ((rc = make_training_graph(t)) < 0 || (rc = fit_labels(t)) < 0)
 		return rc;

@@ -2,6 +2,9 @@
  * the training graph (weights, optimizer moments, running statistics, the
  * step counter) and the trainer's position (step, shuffle seed).
  *
+ * Partitioned weights (split_weight.c) and their state are saved whole,
+ * gathered from their parts, so a checkpoint loads at any partitioning.
+ *
  * Layout: "HPDLFCK1" and a version at byte 0; tensors at 4096-aligned
  * offsets; a JSON index (names, dtypes, shapes, offsets, crc32c); a 32-byte
  * trailer ("HPDLFEND", index offset, length, crc32c, version).  A new
@@ -21,6 +24,7 @@
 
 #include "hpdlf/error.h"
 #include "exec/exec_internal.h"
+#include "exec/split_weight.h"
 #include "exec/train_internal.h"
 #include "store/crc.h"
 
@@ -36,6 +40,7 @@ struct ck_io {
 	unsigned char *buf;    /* CK_PIECE bytes */
 	uint64_t done, total;
 	struct hp_trainer *t;
+	char *unit;            /* per value: saved (hp_whole_state) */
 };
 
 static uint64_t vbytes(const struct hp_value *v)
@@ -45,10 +50,6 @@ static uint64_t vbytes(const struct hp_value *v)
 	return hp_tensor_bytes(&t);
 }
 
-static int is_state(const struct hp_graph *g, int v)
-{
-	return g->values[v].next >= 0;
-}
 
 static int pwrite_all(struct ck_io *io, const void *buf, size_t len, uint64_t off)
 {
@@ -100,7 +101,7 @@ static int write_value(struct ck_io *io, int v, uint64_t off, uint32_t *crc)
 	*crc = 0;
 	for (uint64_t at = 0; at < n;) {
 		size_t len = n - at < CK_PIECE ? (size_t)(n - at) : CK_PIECE;
-		int rc = hp_session_read_value(io->t->s, v, at, len, io->buf);
+		int rc = hp_whole_read(io->t->s, v, at, len, io->buf);
 		if (rc == 0)
 			rc = pwrite_all(io, io->buf, len, off + at);
 		if (rc < 0)
@@ -150,11 +151,11 @@ static int write_body(struct ck_io *io)
 	head[8] = CK_VERSION;
 	json_object_object_add(o, "tensors", list);
 	for (int v = 0; v < g->nvalues; v++)
-		if (is_state(g, v))
+		if (io->unit[v])
 			io->total += vbytes(&g->values[v]);
 	for (int v = 0; v < g->nvalues && rc == 0; v++) {
 		uint32_t crc;
-		if (!is_state(g, v))
+		if (!io->unit[v])
 			continue;
 		rc = write_value(io, v, off, &crc);
 		json_object *e = json_object_new_object();
@@ -211,12 +212,14 @@ int hp_ckpt_write(struct hp_trainer *t)
 	if (io.fd < 0)
 		return hp_error(-errno, "%s: %s", tmp, strerror(errno));
 	io.buf = malloc(CK_PIECE);
-	rc = io.buf ? write_body(&io) : hp_error(-ENOMEM, "out of memory");
+	io.unit = hp_whole_state(t->g);
+	rc = io.buf && io.unit ? write_body(&io) : hp_error(-ENOMEM, "out of memory");
 	if (rc == 0 && fsync(io.fd) < 0)
 		rc = hp_error(-errno, "%s: fsync: %s", tmp, strerror(errno));
 	if (close(io.fd) < 0 && rc == 0)
 		rc = hp_error(-errno, "%s: close: %s", tmp, strerror(errno));
 	free(io.buf);
+	free(io.unit);
 	if (rc == 0 && rename(tmp, fin) < 0)
 		rc = hp_error(-errno, "%s: rename: %s", fin, strerror(errno));
 	if (rc == 0)
@@ -291,7 +294,7 @@ static int load_value(struct ck_io *io, json_object *e, int v)
 		size_t len = n - at < CK_PIECE ? (size_t)(n - at) : CK_PIECE;
 		int rc = pread_all(io, io->buf, len, off + at);
 		if (rc == 0)
-			rc = hp_session_write_value(io->t->s, v, at, len, io->buf);
+			rc = hp_whole_write(io->t->s, v, at, len, io->buf);
 		if (rc < 0)
 			return rc;
 		crc = crc_chain(crc, hs_crc32c(io->buf, len));
@@ -311,14 +314,14 @@ static int load_all(struct ck_io *io, json_object *idx)
 	if (!json_object_object_get_ex(idx, "tensors", &list) || !json_object_is_type(list, json_type_array))
 		return hp_error(HP_ECORRUPT, "%s: checkpoint index without tensors", io->path);
 	for (int v = 0; v < g->nvalues; v++)
-		nstate += is_state(g, v);
+		nstate += io->unit[v];
 	if ((int)json_object_array_length(list) != nstate)
 		return hp_error(HP_EDATA, "%s: %d tensors in the checkpoint, the training graph keeps %d (another model "
 				"or optimizer?)", io->path, (int)json_object_array_length(list), nstate);
 	for (size_t i = 0; i < json_object_array_length(list); i++) {
 		json_object *e = json_object_array_get_idx(list, i), *nm;
 		int v = json_object_object_get_ex(e, "name", &nm) ? hp_graph_find_value(g, json_object_get_string(nm)) : -1;
-		if (v < 0 || !is_state(g, v))
+		if (v < 0 || !io->unit[v])
 			return hp_error(HP_EDATA, "%s: tensor '%s' of the checkpoint is not state of this training graph",
 					io->path, v < 0 && nm ? json_object_get_string(nm) : "?");
 		int rc = load_value(io, e, v);
@@ -340,7 +343,8 @@ int hp_ckpt_read(struct hp_trainer *t)
 	if (io.fd < 0)
 		return errno == ENOENT ? 0 : hp_error(-errno, "%s: %s", path, strerror(errno)); /* nothing to resume */
 	io.buf = malloc(CK_PIECE);
-	rc = io.buf ? read_index(&io, &idx) : hp_error(-ENOMEM, "out of memory");
+	io.unit = hp_whole_state(t->g);
+	rc = io.buf && io.unit ? read_index(&io, &idx) : hp_error(-ENOMEM, "out of memory");
 	if (rc == 0)
 		rc = load_all(&io, idx);
 	if (rc == 0) {
@@ -351,6 +355,7 @@ int hp_ckpt_read(struct hp_trainer *t)
 	}
 	json_object_put(idx);
 	free(io.buf);
+	free(io.unit);
 	close(io.fd);
 	return rc;
 }

@@ -7,7 +7,8 @@
  * Identity nodes that made them go and BatchNorm nodes that shared a
  * parameter read the new name.  The graph's length prefix is
  * computed before its bytes are streamed, so no weight is held in memory
- * whole; the file is written under a temporary name and renamed. */
+ * whole (a partitioned weight is gathered from its parts a piece at a
+ * time); the file is written under a temporary name and renamed. */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -20,6 +21,7 @@
 
 #include "hpdlf/error.h"
 #include "exec/exec_internal.h"
+#include "exec/split_weight.h"
 #include "exec/train_internal.h"
 #include "onnx/wire.h"
 
@@ -28,6 +30,7 @@
 
 struct ex {
 	struct hp_trainer *t;
+	char *unit;                 /* per value: saved whole (hp_whole_state) */
 	FILE *out, *data;           /* the model, the external data (or NULL) */
 	const char *path;
 	char *data_name;            /* location written in the model */
@@ -83,7 +86,7 @@ static uint64_t vbytes(const struct hp_value *v)
 
 /* A trained initializer of the model (weights, running statistics): state
  * that came from the file, not optimizer state created by autodiff. */
-static int trained_value(const struct hp_graph *g, const uint8_t *name, size_t len)
+static int trained_value(const struct hp_graph *g, const char *unit, const uint8_t *name, size_t len)
 {
 	char buf[1024];
 
@@ -92,21 +95,21 @@ static int trained_value(const struct hp_graph *g, const uint8_t *name, size_t l
 	memcpy(buf, name, len);
 	buf[len] = 0;
 	int v = hp_graph_find_value(g, buf);
-	if (v < 0 || g->values[v].next < 0 || g->values[v].kind != HP_VALUE_INITIALIZER ||
+	if (v < 0 || !unit[v] || g->values[v].kind != HP_VALUE_INITIALIZER ||
 	    g->values[v].src.kind == HP_BLOB_NONE)
 		return -1;
 	return v;
 }
 
 /* Value index of TensorProto `t` if training changed it, else -1. */
-static int tensor_value(const struct hp_graph *g, const uint8_t *t, size_t len)
+static int tensor_value(const struct hp_graph *g, const char *unit, const uint8_t *t, size_t len)
 {
 	struct pb_reader r = { t, t + len };
 	struct pb_field f;
 
 	while (pb_next(&r, &f) == 1)
 		if (f.num == 8 && f.wt == PB_LEN)
-			return trained_value(g, f.data, f.len);
+			return trained_value(g, unit, f.data, f.len);
 	return -1;
 }
 
@@ -154,7 +157,7 @@ static int copy_value(struct ex *e, int v, FILE *f)
 
 	for (uint64_t at = 0; at < n;) {
 		size_t len = n - at < EX_PIECE ? (size_t)(n - at) : EX_PIECE;
-		int rc = hp_session_read_value(e->t->s, v, at, len, e->buf);
+		int rc = hp_whole_read(e->t->s, v, at, len, e->buf);
 		if (rc < 0)
 			return rc;
 		if (fwrite(e->buf, 1, len, f) != len)
@@ -296,7 +299,7 @@ static int graph_pass(struct ex *e, const uint8_t *gp, size_t len, int write, ui
 
 	while ((rc = pb_next(&r, &f)) == 1) {
 		int fate = 0, bn = -1;
-		v = f.num == 5 && f.wt == PB_LEN ? tensor_value(e->t->g, f.data, f.len) : -1;
+		v = f.num == 5 && f.wt == PB_LEN ? tensor_value(e->t->g, e->unit, f.data, f.len) : -1;
 		if (f.num == 1 && f.wt == PB_LEN)
 			fate = node_fate(e->t->g, f.data, f.len, &bn);
 		if (fate == 1)
@@ -376,12 +379,12 @@ static int model_pass(struct ex *e, const uint8_t *m, size_t len)
 	return rc < 0 ? hp_error(HP_EMODEL, "%s: malformed model", e->t->model) : 0;
 }
 
-static uint64_t trained_bytes(const struct hp_graph *g)
+static uint64_t trained_bytes(const struct hp_graph *g, const char *unit)
 {
 	uint64_t n = 0;
 
 	for (int v = 0; v < g->nvalues; v++)
-		if (g->values[v].next >= 0 && g->values[v].kind == HP_VALUE_INITIALIZER &&
+		if (unit[v] && g->values[v].kind == HP_VALUE_INITIALIZER &&
 		    g->values[v].src.kind != HP_BLOB_NONE)
 			n += vbytes(&g->values[v]);
 	return n;
@@ -425,20 +428,25 @@ int hp_trainer_export_onnx(struct hp_trainer *t, const char *path, int external)
 
 	if (!t->s)
 		return hp_error(HP_EUSAGE, "%s: this trainer was built with graph_only: it holds no weights", path);
-
-	external |= trained_bytes(t->g) > EX_INLINE_MAX;
+	if (!(e.unit = hp_whole_state(t->g)))
+		return hp_error(-ENOMEM, "out of memory");
+	external |= trained_bytes(t->g, e.unit) > EX_INLINE_MAX;
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
 	snprintf(dpath, sizeof dpath, "%s.data", path);
 	snprintf(dtmp, sizeof dtmp, "%s.data.tmp", path);
 	snprintf(base, sizeof base, "%s", dpath);
 	e.data_name = basename(base);
-	if ((fd = open(t->g->files[0], O_RDONLY | O_CLOEXEC)) < 0)
+	if ((fd = open(t->g->files[0], O_RDONLY | O_CLOEXEC)) < 0) {
+		free(e.unit);
 		return hp_error(-errno, "%s: %s", t->g->files[0], strerror(errno));
+	}
 	if (fstat(fd, &st) == 0 && st.st_size > 0)
 		m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
-	if (m == MAP_FAILED)
+	if (m == MAP_FAILED) {
+		free(e.unit);
 		return hp_error(-EIO, "%s: cannot map the model", t->g->files[0]);
+	}
 	e.buf = malloc(EX_PIECE);
 	e.in_model = calloc((size_t)t->g->nvalues + 1, 1);
 	rc = e.buf && e.in_model ? open_outputs(&e, tmp, dtmp, external) : hp_error(-ENOMEM, "out of memory");
@@ -451,5 +459,6 @@ int hp_trainer_export_onnx(struct hp_trainer *t, const char *path, int external)
 	munmap(m, (size_t)st.st_size);
 	free(e.buf);
 	free(e.in_model);
+	free(e.unit);
 	return rc < 0 ? hp_error_prefix(rc, "--export-onnx %s", path) : 0;
 }

@@ -116,6 +116,7 @@ int hp_graph_add_value(struct hp_graph *g, const char *name, enum hp_value_kind 
 		v->shape.rank = -1; /* unknown rank */
 	v->producer = -1;
 	v->next = -1;
+	v->part_of = -1;
 	return g->nvalues++;
 }
 

@@ -16,6 +16,7 @@
 #include "hpdlf/exec.h"
 #include "hpdlf/train.h"
 #include "hpdlf/store.h"
+#include "exec/split_weight.h"
 #include "tools/exec_cli.h"
 #include "tools/train_progress.h"
 
@@ -193,6 +194,7 @@ static int write_stats(const struct cli *c, struct hp_trainer *t, const struct r
 	json_object_object_add(o, "tensor_peak_bytes", json_object_new_int64((int64_t)hp_trainer_peak_bytes(t)));
 	json_object_object_add(o, "peak_rss_bytes", json_object_new_int64((int64_t)ru.ru_maxrss * 1024));
 	json_object_object_add(o, "budget_bytes", json_object_new_int64((int64_t)c->budget));
+	json_object_object_add(o, "partitioned_weights", json_object_new_int(hp_trainer_split_count(t)));
 	rc = json_object_to_file_ext(c->stats_json, o, JSON_C_TO_STRING_PRETTY);
 	json_object_put(o);
 	return rc < 0 ? hp_error(-EIO, "%s: cannot write statistics", c->stats_json) : 0;

@@ -18,6 +18,7 @@
 #include "hpdlf/graph.h"
 #include "hpdlf/store.h"
 #include "hpdlf/tensor.h"
+#include "exec/split_weight.h"
 #include "tools/exec_cli.h"
 
 /* usage_text: generated from docs/hpdlf-exec.md, the one source of --help and the man page. */
@@ -258,6 +259,14 @@ int exec_parse_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n)
  * Level 1 (a retry when an operator needs a constant input) also binds
  * any input of at most 64 elements (Resize's scales, roi). */
 static int bind_level;
+static int weights_split; /* weights partitioned to fit the budget */
+
+static int env_off(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && !strcmp(v, "0");
+}
 
 static int bindable(enum hp_dtype dt, const struct hp_shape *s)
 {
@@ -596,6 +605,7 @@ static int summarize(struct hp_session *s, const struct cli *c, double *ms, doub
 	json_object_object_add(o, "tensor_peak_bytes", json_object_new_int64((int64_t)st.peak_bytes));
 	json_object_object_add(o, "peak_rss_bytes", json_object_new_int64((int64_t)peak_rss_bytes()));
 	json_object_object_add(o, "budget_bytes", json_object_new_int64((int64_t)c->budget));
+	json_object_object_add(o, "partitioned_weights", json_object_new_int(weights_split));
 	if (hp_session_run_info(s, &ri) == 0 && ri.transitions) {
 		json_object_object_add(o, "stall_ms", json_object_new_double(ri.stall_ms));
 		json_object_object_add(o, "transitions", json_object_new_int(ri.transitions));
@@ -701,6 +711,12 @@ int main(int argc, char **argv)
 	if ((rc = exec_store_tiers(&c, tiers, &ntiers)) != 0)
 		return rc;
 	rc = load_model(&c, &g);
+	/* --no-split or HPDLF_WEIGHT_SPLIT=0: keep weights whole (the planner's own minimum) */
+	if (rc == 0 && c.budget && !c.no_split && !env_off("HPDLF_WEIGHT_SPLIT") &&
+	    (rc = hp_split_weights(g, c.budget, NULL)) > 0) {
+		weights_split = rc;
+		rc = 0;
+	}
 	if (rc < 0)
 		goto out;
 	hp_exec_opts_init(&o, sizeof o);

@@ -91,6 +91,11 @@ struct hp_value {
 				    * stats): after each run this value takes the contents of
 				    * value `next`, which lives to the end of the run; -1: none.
 				    * An initializer without bytes (src.kind NONE) starts zeroed. */
+	int part_of;               /* a block of a partitioned weight (exec/split_weight.c): this
+				    * value's bytes are those of value part_of from byte
+				    * part_offset on; part_of keeps the whole's name and shape
+				    * but no uses.  -1: none */
+	uint64_t part_offset;
 };
 
 struct hp_node {

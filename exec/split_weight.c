@@ -1,0 +1,518 @@
+/* Weight partitioning (see split_weight.h).  The rewrite works on the
+ * forward graph, so autodiff derives the backward of the blocks and the
+ * optimizer updates each block as its own parameter.  The whole weight
+ * stays in the graph without uses: it keeps the name, shape and bytes
+ * that checkpoints and ONNX export write. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "exec/exec_internal.h"
+#include "exec/split_weight.h"
+#include "exec/train_internal.h"
+
+#define WS_ALIGN 4096ull      /* the store's unit of DRAM accounting */
+#define WS_MAX_PARTS 4096     /* Concat takes at most this many inputs */
+#define WS_SPLIT_MAX 64       /* Split gives at most this many outputs */
+
+struct ws_cand {
+	int node, x, w, c, y;
+	int reduce;           /* cut the reduction axis: partial products summed */
+	int c_split;          /* feature cut: C cut alongside (else shared, a scalar) */
+	int c_dim;            /* the dim of C that is cut */
+	int x_axis;           /* reduction cut: the axis of X cut */
+	int matmul;
+	int64_t rows;         /* the weight's outer dim */
+	uint64_t xb, yb, wb, cb, ws;
+};
+
+static uint64_t al(uint64_t b)
+{
+	return (b + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN;
+}
+
+static uint64_t max2(uint64_t a, uint64_t b)
+{
+	return a > b ? a : b;
+}
+
+static uint64_t vbytes(const struct hp_graph *g, int v)
+{
+	struct hp_tensor t;
+
+	if (v < 0)
+		return 0;
+	t = (struct hp_tensor){ .dtype = g->values[v].dtype, .shape = g->values[v].shape };
+	return hp_tensor_bytes(&t);
+}
+
+/* Tensors the optimizer step of one block holds: p, grad, p' and two per
+ * state tensor (Adam: two moments and the step counter's page). */
+static int update_copies(const struct hp_train_spec *sp)
+{
+	if (!sp)
+		return 0;
+	if (sp->optimizer != HP_OPT_SGD)
+		return 7;
+	return sp->momentum != 0 ? 5 : 3;
+}
+
+/* The most one step of this product needs with the weight cut in blocks
+ * of r rows (r = rows: as it is): the blocks' products, the Concat or
+ * Split and Adds around them, their gradients and the optimizer steps. */
+static uint64_t need(const struct ws_cand *c, int64_t r, int copies)
+{
+	uint64_t k = (uint64_t)((c->rows + r - 1) / r), pb = c->wb / (uint64_t)c->rows * (uint64_t)r, m;
+
+	if (k == 1) {
+		m = al(c->xb) + al(c->wb) + al(c->cb) + al(c->yb);
+		if (copies)
+			m = max2(m, al(c->yb) + 2 * al(c->xb) + 2 * al(c->wb) + al(c->cb));
+	} else if (!c->reduce) {
+		uint64_t yp = c->yb / (uint64_t)c->rows * (uint64_t)r;
+		uint64_t cp = c->c_split ? c->cb / (uint64_t)c->rows * (uint64_t)r : c->cb;
+		m = max2(al(c->xb) + al(pb) + al(cp) + al(yp), k * al(yp) + al(c->yb));
+		if (copies) /* GemmGrad of a block; GradSum of dX */
+			m = max2(m, max2(al(yp) + 2 * al(c->xb) + 2 * al(pb), 3 * al(c->xb)));
+	} else {
+		uint64_t xp = c->xb / (uint64_t)c->rows * (uint64_t)r;
+		m = max2(al(c->xb) + k * al(xp), al(xp) + al(pb) + al(c->cb) + al(c->yb));
+		m = max2(m, 3 * al(c->yb));
+		if (copies)
+			m = max2(m, al(c->yb) + 2 * al(xp) + 2 * al(pb));
+	}
+	if (copies)
+		m = max2(m, (uint64_t)copies * al(pb) + (copies == 7 ? WS_ALIGN : 0));
+	return m + c->ws;
+}
+
+/* Rows per block for k blocks, a multiple of q: q = 64 (16 for small
+ * weights) keeps blocks whole multiples of sgemm's register tiles. */
+static int64_t rows_for(const struct ws_cand *c, int64_t k, int64_t q)
+{
+	int64_t r = (c->rows + k - 1) / k;
+
+	r = (r + q - 1) / q * q;
+	return r < c->rows ? r : c->rows;
+}
+
+/* Fewest blocks of a multiple of q rows whose steps fit avail; 0: none. */
+static int64_t fewest(const struct ws_cand *c, uint64_t avail, int copies, int64_t q)
+{
+	int64_t kmax = c->rows < WS_MAX_PARTS ? c->rows : WS_MAX_PARTS;
+
+	for (int64_t k = 2; k <= kmax; k++)
+		if (need(c, rows_for(c, k, q), copies) <= avail)
+			return rows_for(c, k, q);
+	return 0;
+}
+
+/* Rows per block: none when the product's steps fit the budget as they
+ * are; else those of the fewest blocks whose steps fit `avail` (85% of
+ * it: room to keep neighbours resident; tile-aligned blocks if they can); when none do (the activations alone
+ * are too big), of the fewest within 1/8 of the best reachable.
+ * c->rows: no cut. */
+static int64_t choose_rows(const struct ws_cand *c, uint64_t budget, uint64_t avail, int copies)
+{
+	int64_t kmax = c->rows < WS_MAX_PARTS ? c->rows : WS_MAX_PARTS, q = c->rows >= 256 ? 64 : 16, r;
+	uint64_t floor;
+
+	if (need(c, c->rows, copies) <= budget)
+		return c->rows; /* fits as it is: cut nothing (results stay bitwise) */
+	if ((r = fewest(c, avail, copies, q)) || (r = fewest(c, avail, copies, 1)))
+		return r;
+	floor = need(c, rows_for(c, kmax, 1), copies);
+	return fewest(c, floor + floor / 8, copies, 1);
+}
+
+static int movable(const struct hp_graph *g, int v)
+{
+	const struct hp_value *w = &g->values[v];
+
+	return w->kind == HP_VALUE_INITIALIZER && w->dtype == HP_F32 && w->nconsumers == 1 && !w->is_output &&
+	       w->part_of < 0 && w->next < 0 && (w->data || w->src.kind == HP_BLOB_FILE) &&
+	       hp_shape_numel(&w->shape) > 0;
+}
+
+/* Gemm bias: cut with the features when it is a row [N] / [1, N]. */
+static int bias_cut(const struct hp_graph *g, struct ws_cand *c, int64_t n)
+{
+	const struct hp_value *cv = &g->values[c->c];
+
+	c->cb = vbytes(g, c->c);
+	if (hp_shape_numel(&cv->shape) == 1)
+		return 1; /* shared by every block */
+	if (!movable(g, c->c) || hp_shape_numel(&cv->shape) != n || cv->shape.rank > 2 ||
+	    (cv->shape.rank == 2 && cv->shape.dims[0] != 1))
+		return 0;
+	c->c_split = 1;
+	c->c_dim = cv->shape.rank - 1;
+	return 1;
+}
+
+static int candidate(const struct hp_graph *g, int i, struct ws_cand *c)
+{
+	const struct hp_node *n = &g->nodes[i];
+	int gemm = !strcmp(n->op_type, "Gemm");
+
+	memset(c, 0, sizeof *c);
+	if (n->folded || (n->domain[0] && strcmp(n->domain, "ai.onnx")) || (!gemm && strcmp(n->op_type, "MatMul")))
+		return 0;
+	if (n->ninputs < 2 || n->inputs[0] < 0 || n->inputs[1] < 0 || n->outputs[0] < 0)
+		return 0;
+	c->node = i;
+	c->x = n->inputs[0];
+	c->w = n->inputs[1];
+	c->y = n->outputs[0];
+	c->c = gemm && n->ninputs > 2 ? n->inputs[2] : -1;
+	if (!movable(g, c->w) || g->values[c->w].shape.rank != 2 || g->values[c->x].dtype != HP_F32 ||
+	    g->values[c->x].shape.rank < 1)
+		return 0;
+	c->rows = g->values[c->w].shape.dims[0];
+	c->matmul = !gemm;
+	c->reduce = !gemm || !hp_attr_int(n, "transB", 0);
+	c->x_axis = gemm ? (hp_attr_int(n, "transA", 0) ? 0 : 1) : g->values[c->x].shape.rank - 1;
+	c->xb = vbytes(g, c->x);
+	c->yb = vbytes(g, c->y);
+	c->wb = vbytes(g, c->w);
+	c->ws = (n->workspace + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN;
+	if (c->c >= 0 && !c->reduce)
+		return bias_cut(g, c, c->rows);
+	c->cb = c->c >= 0 ? vbytes(g, c->c) : 0;
+	return 1;
+}
+
+static int fresh_name(const struct hp_graph *g, char *buf, size_t len, const char *base, const char *what, int k)
+{
+	snprintf(buf, len, "%s.%s%d", base, what, k);
+	for (int s = 1; hp_graph_find_value(g, buf) >= 0; s++)
+		snprintf(buf, len, "%s.%s%d_%d", base, what, k, s);
+	return 0;
+}
+
+/* Block k of whole: [d0 .. dims[dim] = rn .. ] from index r0 of `dim` (all
+ * dims before it are 1 or it is dim 0, so the block is one byte range). */
+static int add_part(struct hp_graph *g, int whole, int dim, int k, int64_t r0, int64_t rn)
+{
+	struct hp_shape s = g->values[whole].shape;
+	uint64_t row = vbytes(g, whole) / (uint64_t)s.dims[dim], off = (uint64_t)r0 * row, len = (uint64_t)rn * row;
+	char name[512];
+	int v;
+
+	fresh_name(g, name, sizeof name, g->values[whole].name, "part", k);
+	s.dims[dim] = rn;
+	if ((v = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, g->values[whole].dtype, &s)) < 0)
+		return v;
+	struct hp_value *w = &g->values[whole], *p = &g->values[v];
+	p->trainable = w->trainable;
+	p->part_of = whole;
+	p->part_offset = off;
+	if (w->data) {
+		if (!(p->data = malloc(len ? len : 1)))
+			return hp_error(-ENOMEM, "out of memory");
+		memcpy(p->data, (const char *)w->data + off, len);
+		p->src = (struct hp_blob){ .kind = HP_BLOB_MEMORY, .length = len };
+	} else {
+		p->src = w->src;
+		p->src.offset += off;
+		p->src.length = len;
+	}
+	return v;
+}
+
+static int add_act(struct hp_graph *g, int base, const char *what, int k)
+{
+	char name[512];
+
+	fresh_name(g, name, sizeof name, g->values[base].name, what, k);
+	return hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+}
+
+/* A node like c->node (its op and attributes) over in -> out. */
+static int clone_node(struct hp_graph *g, int from, int k, int nin, const int *in, int out)
+{
+	char name[512];
+	int node, rc;
+
+	snprintf(name, sizeof name, "%s/part%d", g->nodes[from].name, k);
+	if ((node = hp_graph_add_node(g, name, g->nodes[from].op_type, nin, in, 1, &out)) < 0)
+		return node;
+	for (int a = 0; a < g->nodes[from].nattrs; a++)
+		if ((rc = hp_graph_add_attr(g, node, &g->nodes[from].attrs[a])) < 0)
+			return rc;
+	return node;
+}
+
+static int add_op(struct hp_graph *g, const char *base, const char *op, int k, int nin, const int *in, int nout,
+		  const int *out, const struct hp_attr *a, int na)
+{
+	char name[512];
+	int node, rc;
+
+	snprintf(name, sizeof name, "%s/%s%d", base, op, k);
+	if ((node = hp_graph_add_node(g, name, op, nin, in, nout, out)) < 0)
+		return node;
+	for (int i = 0; i < na; i++)
+		if ((rc = hp_graph_add_attr(g, node, &a[i])) < 0)
+			return rc;
+	return 0;
+}
+
+/* Block j's product x_j W_j (+ C_j) -> y_j; block 0 reuses the node. */
+static int block(struct hp_graph *g, const struct ws_cand *c, int j, int xj, int wj, int cj, int yj)
+{
+	int in[3] = { xj, wj, cj }, nin = cj >= 0 ? 3 : 2;
+
+	if (j > 0) {
+		int rc = clone_node(g, c->node, j, nin, in, yj);
+		return rc < 0 ? rc : 0;
+	}
+	struct hp_node *n = &g->nodes[c->node];
+	for (int i = 0; i < n->ninputs; i++)
+		n->inputs[i] = i < nin ? in[i] : -1;
+	n->outputs[0] = yj;
+	return 0;
+}
+
+/* Output features cut: y = Concat(x W_j^T + C_j) along the last axis. */
+static int rewrite_feature(struct hp_graph *g, const struct ws_cand *c, int64_t r, int64_t k, int *ys)
+{
+	int rc;
+
+	for (int j = 0; j < k; j++) {
+		int64_t r0 = j * r, rn = c->rows - r0 < r ? c->rows - r0 : r;
+		int wj = add_part(g, c->w, 0, j, r0, rn), cj = c->c, yj;
+		if (wj < 0)
+			return wj;
+		if (c->c_split && (cj = add_part(g, c->c, c->c_dim, j, r0, rn)) < 0)
+			return cj;
+		if ((ys[j] = yj = add_act(g, c->y, "part", j)) < 0)
+			return yj;
+		if ((rc = block(g, c, j, c->x, wj, cj, yj)) < 0)
+			return rc;
+	}
+	struct hp_attr ax = { .name = "axis", .type = HP_ATTR_INT, .i = g->values[c->y].shape.rank - 1 };
+	return add_op(g, g->nodes[c->node].name, "Concat", 0, (int)k, ys, 1, &c->y, &ax, 1);
+}
+
+/* x cut along c->x_axis into parts of `sizes`: Split, in two levels past
+ * Split's 64 outputs. */
+static int split_x(struct hp_graph *g, const struct ws_cand *c, int64_t k, const int64_t *sizes, int *xs)
+{
+	int64_t ng = (k + WS_SPLIT_MAX - 1) / WS_SPLIT_MAX, gs[WS_SPLIT_MAX];
+	int gv[WS_SPLIT_MAX], rc;
+	struct hp_attr a[2] = { { .name = "axis", .type = HP_ATTR_INT, .i = c->x_axis },
+				{ .name = "split", .type = HP_ATTR_INTS } };
+	const char *base = g->nodes[c->node].name;
+
+	for (int j = 0; j < k; j++)
+		if ((xs[j] = add_act(g, c->x, "part", j)) < 0)
+			return xs[j];
+	if (ng == 1) {
+		a[1].n = (int)k;
+		a[1].ints = (int64_t *)sizes;
+		return add_op(g, base, "Split", 0, 1, &c->x, (int)k, xs, a, 2);
+	}
+	for (int q = 0; q < ng; q++) {
+		gs[q] = 0;
+		for (int64_t j = q * WS_SPLIT_MAX; j < k && j < (q + 1) * WS_SPLIT_MAX; j++)
+			gs[q] += sizes[j];
+		if ((gv[q] = add_act(g, c->x, "group", q)) < 0)
+			return gv[q];
+	}
+	a[1].n = (int)ng;
+	a[1].ints = gs;
+	if ((rc = add_op(g, base, "Split", 0, 1, &c->x, (int)ng, gv, a, 2)) < 0)
+		return rc;
+	for (int q = 0; q < ng; q++) {
+		int64_t j0 = q * WS_SPLIT_MAX, nj = k - j0 < WS_SPLIT_MAX ? k - j0 : WS_SPLIT_MAX;
+		a[1].n = (int)nj;
+		a[1].ints = (int64_t *)sizes + j0;
+		if ((rc = add_op(g, base, "Split", q + 1, 1, &gv[q], (int)nj, xs + j0, a, 2)) < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* Reduction cut: y = sum_j x_j W_j (+ C in block 0), added in order. */
+static int rewrite_reduce(struct hp_graph *g, const struct ws_cand *c, int64_t r, int64_t k, int *ys)
+{
+	int64_t *sizes = calloc((size_t)k, sizeof *sizes);
+	int *xs = calloc((size_t)k, sizeof *xs), acc, rc = 0;
+
+	if (!sizes || !xs) {
+		rc = hp_error(-ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int j = 0; j < k; j++)
+		sizes[j] = c->rows - j * r < r ? c->rows - j * r : r;
+	if ((rc = split_x(g, c, k, sizes, xs)) < 0)
+		goto out;
+	for (int j = 0; j < k && rc == 0; j++) {
+		int wj = add_part(g, c->w, 0, j, j * r, sizes[j]);
+		if (wj < 0 || (ys[j] = add_act(g, c->y, "part", j)) < 0) {
+			rc = wj < 0 ? wj : ys[j];
+			break;
+		}
+		rc = block(g, c, j, xs[j], wj, j == 0 ? c->c : -1, ys[j]);
+	}
+	acc = ys[0];
+	for (int j = 1; j < k && rc == 0; j++) {
+		int in[2] = { acc, ys[j] }, out = j == k - 1 ? c->y : add_act(g, c->y, "sum", j);
+		if (out < 0)
+			rc = out;
+		else
+			rc = add_op(g, g->nodes[c->node].name, "Add", j, 2, in, 1, &out, NULL, 0);
+		acc = out;
+	}
+out:
+	free(sizes);
+	free(xs);
+	return rc;
+}
+
+static int rewrite(struct hp_graph *g, const struct ws_cand *c, int64_t r)
+{
+	int64_t k = (c->rows + r - 1) / r;
+	int *ys = calloc((size_t)k, sizeof *ys), rc;
+
+	if (!ys)
+		return hp_error(-ENOMEM, "out of memory");
+	rc = c->reduce ? rewrite_reduce(g, c, r, k, ys) : rewrite_feature(g, c, r, k, ys);
+	free(ys);
+	if (rc < 0)
+		return rc;
+	g->values[c->w].trainable = 0; /* its parts are trained */
+	if (c->c_split)
+		g->values[c->c].trainable = 0;
+	hp_log(HP_LOG_INFO, "%s: weight '%s' of node '%s' (%s) cut in %lld blocks of %lld rows along its %s axis",
+	       g->path, g->values[c->w].name, g->nodes[c->node].name, g->nodes[c->node].op_type, (long long)k,
+	       (long long)r, c->reduce ? "reduction" : "output-feature");
+	return 0;
+}
+
+int hp_split_weights(struct hp_graph *g, uint64_t budget, const struct hp_train_spec *spec)
+{
+	int n0 = g->nnodes, done = 0, rc, copies = update_copies(spec);
+	uint64_t avail = budget / 20 * 17;
+	struct ws_cand c;
+
+	if (!budget)
+		return 0;
+	for (int i = 0; i < n0; i++) {
+		if (!candidate(g, i, &c))
+			continue;
+		int64_t r = choose_rows(&c, budget, avail, copies);
+		if (r >= c.rows)
+			continue;
+		if ((rc = rewrite(g, &c, r)) < 0)
+			return hp_error_prefix(rc, "partitioning weight '%s'", g->values[c.w].name);
+		done++;
+	}
+	if (!done)
+		return 0;
+	if ((rc = hp_graph_finalize(g)) < 0 || (rc = hp_graph_infer(g)) < 0)
+		return rc;
+	return done;
+}
+
+int hp_split_count(const struct hp_graph *g)
+{
+	char *seen = calloc((size_t)g->nvalues + 1, 1);
+	int n = 0;
+
+	if (!seen)
+		return hp_error(-ENOMEM, "out of memory");
+	for (int v = 0; v < g->nvalues; v++) {
+		int w = g->values[v].part_of;
+		if (w >= 0 && g->values[w].src.kind != HP_BLOB_NONE && !seen[w]++)
+			n++;
+	}
+	free(seen);
+	return n;
+}
+
+int hp_trainer_split_count(const struct hp_trainer *t)
+{
+	return hp_split_count(t->g);
+}
+
+int hp_part_state(struct hp_graph *g, int param, int state, const char *suffix)
+{
+	int whole = g->values[param].part_of, ws;
+	char name[512];
+
+	if (whole < 0)
+		return 0;
+	snprintf(name, sizeof name, "%s.%s", g->values[whole].name, suffix);
+	if ((ws = hp_graph_find_value(g, name)) < 0) {
+		struct hp_shape s = g->values[whole].shape;
+		if ((ws = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, g->values[state].dtype, &s)) < 0)
+			return ws;
+		g->values[ws].src.kind = HP_BLOB_NONE;
+	}
+	g->values[state].part_of = ws;
+	g->values[state].part_offset = g->values[param].part_offset;
+	return 0;
+}
+
+char *hp_whole_state(const struct hp_graph *g)
+{
+	char *u = calloc((size_t)g->nvalues + 1, 1);
+
+	for (int v = 0; u && v < g->nvalues; v++)
+		if (g->values[v].next >= 0)
+			u[g->values[v].part_of >= 0 ? g->values[v].part_of : v] = 1;
+	return u;
+}
+
+/* Copy [at, at + len) of v through its parts; HP_EINTERNAL if the parts
+ * do not cover it. */
+static int through_parts(struct hp_session *s, int v, uint64_t at, uint64_t len, void *buf, int write)
+{
+	const struct hp_graph *g = s->g;
+	uint64_t covered = 0;
+
+	for (int p = 0; p < g->nvalues; p++) {
+		if (g->values[p].part_of != v)
+			continue;
+		uint64_t b = g->values[p].part_offset, e = b + vbytes(g, p);
+		uint64_t lo = at > b ? at : b, hi = at + len < e ? at + len : e;
+		if (lo >= hi)
+			continue;
+		unsigned char *q = (unsigned char *)buf + (lo - at);
+		int rc = write ? hp_session_write_value(s, p, lo - b, hi - lo, q)
+			       : hp_session_read_value(s, p, lo - b, hi - lo, q);
+		if (rc < 0)
+			return rc;
+		covered += hi - lo;
+	}
+	if (covered != len)
+		return hp_error(HP_EINTERNAL, "value '%s': its parts hold %llu of bytes [%llu, +%llu)", g->values[v].name,
+				(unsigned long long)covered, (unsigned long long)at, (unsigned long long)len);
+	return 0;
+}
+
+static int has_parts(const struct hp_graph *g, int v)
+{
+	for (int p = 0; p < g->nvalues; p++)
+		if (g->values[p].part_of == v)
+			return 1;
+	return 0;
+}
+
+int hp_whole_read(struct hp_session *s, int v, uint64_t at, uint64_t len, void *dst)
+{
+	if (!has_parts(s->g, v))
+		return hp_session_read_value(s, v, at, len, dst);
+	return through_parts(s, v, at, len, dst, 0);
+}
+
+int hp_whole_write(struct hp_session *s, int v, uint64_t at, uint64_t len, const void *src)
+{
+	if (!has_parts(s->g, v))
+		return hp_session_write_value(s, v, at, len, src);
+	return through_parts(s, v, at, len, (void *)src, 1);
+}

@@ -1,0 +1,54 @@
+/* Weight partitioning: a Gemm/MatMul whose weight is too large for the
+ * budget becomes K products over row blocks of the weight, each block its
+ * own initializer (value.part_of names the whole), so every step of the
+ * forward, backward and optimizer touches one block at a time.
+ *
+ *   hp_graph_infer(g);
+ *   hp_split_weights(g, budget, &spec);   // training: before hp_autodiff
+ *   hp_split_weights(g, budget, NULL);    // inference: before the session
+ *
+ * Checkpoints and ONNX export keep writing the whole tensors: the helpers
+ * below read and write a whole by its parts, a piece at a time. */
+#ifndef HPDLF_EXEC_SPLIT_WEIGHT_H
+#define HPDLF_EXEC_SPLIT_WEIGHT_H
+
+#include <stdint.h>
+
+#include "hpdlf/graph.h"
+#include "hpdlf/train.h"
+
+struct hp_session;
+struct hp_trainer;
+
+/* Partition every Gemm (weight B, transB 0 or 1) and MatMul (weight B)
+ * with a constant rank-2 float weight whose steps would not fit `budget`;
+ * K is the smallest that makes them fit 85% of it (spec: training with
+ * that optimizer, so backward and update steps count too; NULL:
+ * inference).  The weight's outer axis is cut, so each block is a byte
+ * range of the original: output features (transB=1, outputs concatenated)
+ * or the reduction axis (transB=0 and MatMul, partial products summed).
+ * g must be inferred; it is re-inferred.  Returns the number of weights
+ * partitioned, or a negative error.  budget 0 (in core): nothing. */
+int hp_split_weights(struct hp_graph *g, uint64_t budget, const struct hp_train_spec *spec);
+
+/* Weights partitioned in g (wholes with parts). */
+int hp_split_count(const struct hp_graph *g);
+/* Weights the trainer partitioned. */
+int hp_trainer_split_count(const struct hp_trainer *t);
+
+/* Autodiff: optimizer state `state` of parameter `param`; when param is a
+ * part, state becomes the same part of the whole state value NAME.suffix
+ * (NAME the whole's name), created without uses if needed. */
+int hp_part_state(struct hp_graph *g, int param, int state, const char *suffix);
+
+/* Per value: 1 where a checkpoint keeps it whole: run-to-run state that is
+ * no part, and the wholes of partitioned state.  calloc'd (free it), NULL
+ * when out of memory. */
+char *hp_whole_state(const struct hp_graph *g);
+
+/* Bytes [at, at + len) of value v of the session's graph, read from or
+ * written to v itself or, for a whole, to the parts that hold them. */
+int hp_whole_read(struct hp_session *s, int v, uint64_t at, uint64_t len, void *dst);
+int hp_whole_write(struct hp_session *s, int v, uint64_t at, uint64_t len, const void *src);
+
+#endif
