@@ -44,6 +44,8 @@ static int copy_value(struct hp_graph *d, const struct hp_value *v)
 	c->producer = v->producer;
 	c->nconsumers = v->nconsumers;
 	c->is_output = v->is_output;
+	c->part_of = v->part_of;
+	c->part_offset = v->part_offset;
 	c->trainable = v->trainable;
 	c->next = v->next;
 	return 0;

@@ -396,11 +396,14 @@ static int rewrite(struct hp_graph *g, const struct ws_cand *c, int64_t r)
 int hp_split_weights(struct hp_graph *g, uint64_t budget, const struct hp_train_spec *spec)
 {
 	int n0 = g->nnodes, done = 0, rc, copies = update_copies(spec);
-	uint64_t avail = budget / 20 * 17;
+	uint64_t avail;
 	struct ws_cand c;
 
 	if (!budget)
 		return 0;
+	/* the plan keeps room for staging copies beside the steps */
+	budget -= budget > hp_rt_staging_bytes(budget) ? hp_rt_staging_bytes(budget) : 0;
+	avail = budget / 20 * 17;
 	for (int i = 0; i < n0; i++) {
 		if (!candidate(g, i, &c))
 			continue;

@@ -278,7 +278,8 @@ static int new_tensors(struct ex *e, int write, uint64_t *off, uint64_t *n)
 	int rc;
 
 	for (int v = 0; v < g->nvalues; v++) {
-		if (e->in_model[v] || g->values[v].next < 0 || g->values[v].kind != HP_VALUE_INITIALIZER ||
+		/* blocks of partitioned weights go out whole, under their whole's name */
+		if (e->in_model[v] || !e->unit[v] || g->values[v].next < 0 || g->values[v].kind != HP_VALUE_INITIALIZER ||
 		    g->values[v].src.kind == HP_BLOB_NONE)
 			continue;
 		if (write && (rc = put_tensor(e, v)) < 0)
