@@ -164,8 +164,9 @@ out:
 	free(buf);
 }
 
-/* The planner's smallest budget for the model (0 if it cannot tell). */
-static uint64_t min_budget(const char *model, const char *shape)
+/* The planner's smallest budget for the model as hpdlf-exec would run it
+ * at `budget` (operators split to fit when needed; 0 if it cannot tell). */
+static uint64_t min_budget(const char *model, const char *shape, uint64_t budget)
 {
 	struct hp_graph *g;
 	struct hp_exec_opts o;
@@ -183,7 +184,8 @@ static uint64_t min_budget(const char *model, const char *shape)
 			hp_graph_set_input_shape(g, name, &s);
 	}
 	hp_exec_opts_init(&o, sizeof o);
-	if (hp_graph_infer(g) == 0)
+	o.budget = budget;
+	if (hp_graph_infer(g) == 0 && hp_graph_split(g, &o, NULL) == 0)
 		hp_plan_summarize(g, &o, &p);
 	hp_graph_free(g);
 	return p.min_budget;
@@ -203,7 +205,6 @@ static void bench_model(const char *spec, int reps, int threads, double rd, doub
 		shape = colon + 1;
 	}
 	in = run(model, shape, 0, reps, threads);
-	uint64_t minb = min_budget(model, shape);
 	json_object_object_add(m, "model", json_object_new_string(spec));
 	if (!in.ok) {
 		json_object_object_add(m, "error", json_object_new_string("in-core run failed"));
@@ -219,6 +220,7 @@ static void bench_model(const char *spec, int reps, int threads, double rd, doub
 		(double)in.peak_tensor / 1048576, (double)in.peak_rss / 1048576);
 	for (size_t i = 0; i < sizeof fractions / sizeof fractions[0]; i++) {
 		uint64_t budget = (uint64_t)((double)in.peak_tensor * fractions[i]);
+		uint64_t minb = min_budget(model, shape, budget);
 		if (budget < minb) {
 			fprintf(stderr, "  %.0f%% is below the smallest budget (%llu bytes): using that\n",
 				fractions[i] * 100, (unsigned long long)minb);
