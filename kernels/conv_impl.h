@@ -67,7 +67,9 @@ int hp_shift_fold(struct hp_shift *s, int64_t batch, int64_t x_item, int64_t y_i
 void hp_shift_retile(struct hp_shift *s, int64_t cols);
 /* Folded geometries take the shift path down to this useful fraction. */
 #define HP_SHIFT_MIN_USEFUL_FOLDED 0.3
-/* Folded geometries: slabs of at most this many tiles per worker. */
+/* Folded geometries: tiles of HP_SHIFT_TILE_COLS / this columns, and slabs
+ * of at most HP_SHIFT_FOLDED_SLAB_TILES tiles per worker. */
+#define HP_SHIFT_FOLDED_TILE_DIV 8
 #define HP_SHIFT_FOLDED_SLAB_TILES 4
 /* Slabs hold at most this many output planes (or one tile of planes):
  * a worker's whole share would cost memory, and a chunk's extra halo

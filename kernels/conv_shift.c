@@ -103,7 +103,9 @@ int hp_shift_fold(struct hp_shift *s, int64_t batch, int64_t x_item, int64_t y_i
 	s->xps = x_item;
 	s->yps = y_item;
 	s->nfold = batch;
-	plan_tiles(s, tile_cols);
+	/* measured on LeNet's 4x4 planes: tiles past ~100 columns gain
+	 * nothing there but workspace */
+	plan_tiles(s, max64(tile_cols / HP_SHIFT_FOLDED_TILE_DIV, 1));
 	return 0;
 }
 
