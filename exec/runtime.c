@@ -167,12 +167,14 @@ static int place_initializer(struct hp_session *s, int v)
 	return rc;
 }
 
-/* Small budgets get small chunks so paging stays fine-grained. */
+/* Small budgets get small chunks so paging stays fine-grained: at most a
+ * 16th of the budget, and below 4 MiB a 64th (the staging reserve is two
+ * chunks, which a budget of a few hundred KiB must not lose to it). */
 uint64_t hp_rt_chunk_size(uint64_t dflt, uint64_t budget)
 {
-	uint64_t c = dflt;
+	uint64_t c = dflt, parts = budget < (4u << 20) ? 64 : 16;
 
-	while (c > 16384 && c * 16 > budget)
+	while (c > 16384 && c * parts > budget)
 		c /= 2;
 	return c;
 }

@@ -27,6 +27,7 @@
 #include "hpdlf/exec.h"
 #include "hpdlf/graph.h"
 #include "hpdlf/tensor.h"
+#include "exec/exec_internal.h"
 #include "exec/speed.h"
 
 extern char **environ;
@@ -308,8 +309,9 @@ static void test_plan_infer(void **state)
 	o.threads = 2;
 	assert_int_equal(hp_plan_summarize(g, &o, &sum), 0);
 	hp_graph_free(g);
-	/* half way between the smallest budget and the in-core peak */
-	budget = (sum.min_budget + sum.peak_bytes) / 2 / 4096 * 4096;
+	/* a quarter of the way from the smallest budget to the in-core peak:
+	 * the plan must page */
+	budget = (sum.min_budget + (sum.peak_bytes - sum.min_budget) / 4) / 4096 * 4096;
 	plan_infer(0, &in);
 	assert_int_equal(in.read, 0);
 	assert_int_equal(in.written, 0);
@@ -323,8 +325,7 @@ static void test_plan_infer(void **state)
 		      (unsigned long long)budget, ooc.tier, (unsigned long long)ooc.read,
 		      (unsigned long long)ooc.written, (unsigned long long)(r2 - r1), (unsigned long long)(w2 - w1));
 	assert_int_equal(r2 - r1, ooc.read);
-	while (chunk > 65536 && chunk * 16 > budget)
-		chunk /= 2;
+	chunk = hp_rt_chunk_size(chunk, budget);
 	/* write-backs: within one chunk (the store writes whole dirty chunks) */
 	assert_true(w2 - w1 <= ooc.written + chunk && ooc.written <= w2 - w1 + chunk);
 }
