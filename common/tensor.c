@@ -43,13 +43,16 @@ const char *hp_dtype_name(enum hp_dtype t)
 int64_t hp_shape_numel(const struct hp_shape *s)
 {
 	int64_t n = 1;
+	int over = 0;
 
 	for (int i = 0; i < s->rank; i++) {
 		if (s->dims[i] < 0)
 			return -1;
-		n *= s->dims[i];
+		if (s->dims[i] == 0)
+			return 0;
+		over |= __builtin_mul_overflow(n, s->dims[i], &n);
 	}
-	return n;
+	return over ? -1 : n;
 }
 
 int hp_shape_equal(const struct hp_shape *a, const struct hp_shape *b)

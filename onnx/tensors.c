@@ -52,9 +52,12 @@ int imp_tensor_desc(struct imp *im, const Onnx__TensorProto *t, const char *what
 		if (t->dims[i] < 0)
 			return hp_error(HP_EMODEL, "%s: %s has negative dim %" PRId64, im->g->path, what, t->dims[i]);
 		desc->shape.dims[i] = t->dims[i];
+		/* the product of the nonzero dims: an empty tensor with absurd
+		 * dims is refused too (element counts must fit int64 whatever
+		 * the order they are multiplied in) */
 		if (t->dims[i] && n > IMP_TENSOR_MAX / (uint64_t)t->dims[i])
 			n = IMP_TENSOR_MAX; /* saturate: checked below */
-		else
+		else if (t->dims[i])
 			n *= (uint64_t)t->dims[i];
 	}
 	if (n * 8 >= IMP_TENSOR_MAX)

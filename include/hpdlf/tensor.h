@@ -55,7 +55,7 @@ struct hp_tensor {
 size_t hp_dtype_size(enum hp_dtype t);
 const char *hp_dtype_name(enum hp_dtype t); /* "float32", "int64", ... */
 
-int64_t hp_shape_numel(const struct hp_shape *s); /* -1 if any dim unknown */
+int64_t hp_shape_numel(const struct hp_shape *s); /* -1 if a dim is unknown or the count overflows */
 int hp_shape_equal(const struct hp_shape *a, const struct hp_shape *b);
 /* "1x3x224x224" (scalar: "scalar"); returns buf. */
 char *hp_shape_str(const struct hp_shape *s, char *buf, size_t len);

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Run the importer fuzzer for SECONDS over a seed corpus of the importer
-# test models (generated now, into a temp dir).
+# test models (generated now, into a temp dir) and the committed inputs of
+# past crashes (regress/).
 #   run_fuzz.sh FUZZER PYTHON make_import_models.py SECONDS ARTIFACT_DIR
 set -eu
 fuzzer=$1 python=$2 script=$3 seconds=$4 artifacts=$5
@@ -11,6 +12,8 @@ mkdir -p "$tmp/models" "$tmp/corpus" "$artifacts"
 # small models only: big ones would just slow every iteration down
 find "$tmp/models" -name '*.onnx' -size -64k -exec cp {} "$tmp/corpus/" \;
 find "$tmp/models/bad" -name '*.onnx' -size -64k | while read -r f; do cp "$f" "$tmp/corpus/bad_$(basename "$f")"; done
+# inputs that once crashed (committed): every run replays them first
+for f in "$(dirname "$0")"/regress/*; do [ -f "$f" ] && cp "$f" "$tmp/corpus/regress_$(basename "$f")"; done
 echo "corpus: $(ls "$tmp/corpus" | wc -l) files"
 exec "$fuzzer" -max_total_time="$seconds" -max_len=16384 -timeout=10 -rss_limit_mb=2048 \
 	-print_final_stats=1 -artifact_prefix="$artifacts/" "$tmp/corpus"
