@@ -148,6 +148,19 @@ void hs_rt_mark_dead(struct rtier *t, int i, const char *why, struct rreq **done
 	       t->base.name, d->where, why, n);
 }
 
+/* Append list `more` to *done (t->mu held or lists private). */
+static void splice_done(struct rreq **done, struct rreq *more)
+{
+	while (*done)
+		done = &(*done)->next_done;
+	*done = more;
+}
+
+void hs_rt_defer_done(struct rtier *t, struct rreq *done)
+{
+	splice_done(&t->late_done, done);
+}
+
 void hs_rt_deliver(struct rtier *t, struct rreq *done)
 {
 	while (done) {
@@ -269,6 +282,8 @@ static void *progress_main(void *arg)
 	while (!t->stopping) {
 		struct rreq *done = NULL;
 		pthread_mutex_lock(&t->mu);
+		splice_done(&done, t->late_done); /* failed while a caller held locks */
+		t->late_done = NULL;
 		post_queued(t, &done);
 		/* Poll while transfers are in flight: with manual progress (tcp)
 		 * fi_cq_sread does not move them; sleep only when nothing is. */
@@ -308,6 +323,8 @@ void hs_rt_rma_stop(struct rtier *t)
 		t->progress_started = 0;
 	}
 	pthread_mutex_lock(&t->mu);
+	splice_done(&done, t->late_done);
+	t->late_done = NULL;
 	while (t->qhead) {
 		struct seg *s = t->qhead;
 		t->qhead = s->next;

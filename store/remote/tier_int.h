@@ -68,6 +68,7 @@ struct rtier {
 	pthread_mutex_t mu;     /* queues, daemon state, replica map */
 	struct seg *qhead, *qtail;      /* waiting to be posted */
 	unsigned posted;
+	struct rreq *late_done;         /* failed by a caller's rpc: the progress thread delivers them */
 	size_t max_seg;
 	void *replicas;         /* tsearch tree of struct replica */
 	uint64_t nextents, alloc_seq;
@@ -94,6 +95,8 @@ int hs_rt_submit(struct hs_tier *base, struct hs_io **ios, int n);
 void hs_rt_mark_dead(struct rtier *t, int i, const char *why, struct rreq **done);
 /* Call done() of finished requests (without t->mu) and free them. */
 void hs_rt_deliver(struct rtier *t, struct rreq *done);
+/* Queue failed requests for the progress thread to deliver (t->mu held). */
+void hs_rt_defer_done(struct rtier *t, struct rreq *done);
 /* Ping daemon i now (from any thread but the caller must not hold t->mu);
  * marks it dead if it does not answer.  Returns 1 if dead. */
 int hs_rt_check(struct rtier *t, int i, int wait);

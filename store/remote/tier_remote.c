@@ -58,8 +58,15 @@ static int rpc(struct rtier *t, int i, hs_msg *m, hs_msg **rep, int try)
 		struct rreq *done = NULL;
 		char why[256];
 		snprintf(why, sizeof why, "%s", hp_errmsg());
+		/* the caller may hold the store's lock (a free under hs_pin), which
+		 * completing the failed transfers takes: the progress thread
+		 * delivers them */
 		pthread_mutex_lock(&t->mu);
 		hs_rt_mark_dead(t, i, why, &done);
+		if (t->progress_started) {
+			hs_rt_defer_done(t, done);
+			done = NULL;
+		}
 		pthread_mutex_unlock(&t->mu);
 		hs_rt_deliver(t, done);
 		if (t->fab.cq)
