@@ -30,29 +30,12 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
-FAILS = []
-PASSED = [0]
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        FAILS.append(what)
-    else:
-        PASSED[0] += 1
-    return ok
-
-
-def run(exe, args, env=None):
-    p = subprocess.run([exe] + args, capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, **(env or {})))
-    return p.returncode, p.stdout, p.stderr
+from trainlib import FAILS, PASSED, check, run  # noqa: E402 (beside this script)
 
 
 def losses(path):
