@@ -15,9 +15,9 @@
 /* Band counts tried, in order. */
 static const int band_counts[] = { 2, 3, 4, 6, 8, 12, 16, 24, 32 };
 
-uint64_t hp_split_min_budget(const struct hp_graph *g, uint64_t budget)
+uint64_t hp_split_min_budget(const struct hp_graph *g)
 {
-	struct hp_plan_opts po = { .align = 4096, .budget = budget, .reserve_for = hp_rt_staging_bytes };
+	struct hp_plan_opts po = { .align = 4096, .reserve_for = hp_rt_staging_bytes };
 
 	return hp_plan_min_budget(g, &po, NULL);
 }
@@ -135,7 +135,7 @@ static int candidate(const struct hp_graph *g, int k, const struct hp_split_opts
 		hp_graph_free(c);
 		return rc;
 	}
-	info->min_after = hp_split_min_budget(c, so->budget);
+	info->min_after = hp_split_min_budget(c);
 	*out = c;
 	return 0;
 }
@@ -206,7 +206,7 @@ int hp_graph_split(struct hp_graph *g, const struct hp_exec_opts *o, int *nsplit
 	int rc = 0;
 
 	if (so.budget && !(o->size >= offsetof(struct hp_exec_opts, no_split) + sizeof o->no_split && o->no_split) &&
-	    hp_split_min_budget(g, so.budget) > so.budget)
+	    hp_split_min_budget(g) > so.budget)
 		rc = hp_split_for_budget(g, &so, &info);
 	if (nsplit)
 		*nsplit = info.nsplit;

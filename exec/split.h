@@ -50,8 +50,8 @@ struct hp_split_info {
 int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, struct hp_split_info *info);
 
 /* The planner's smallest budget of g with per-kernel scratch (what the
- * runtime falls back to under a tight budget). */
-uint64_t hp_split_min_budget(const struct hp_graph *g, uint64_t budget);
+ * runtime falls back to under a tight budget) and the staging reserve. */
+uint64_t hp_split_min_budget(const struct hp_graph *g);
 
 /* The band pass alone: cut g (inferred) into k bands where it helps;
  * `target` is the step size above which a whole value is cut. */

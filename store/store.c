@@ -158,6 +158,8 @@ static int steal(struct hs_store *st, struct hs_tensor *t, uint64_t i, uint64_t 
 	struct hs_chunk *c = &t->ch[i], *v = NULL;
 	uint64_t vi = 0;
 
+	if (!st->cached)
+		return 0; /* no discarded frames: skip the scan of every chunk */
 	for (struct hs_tensor *u = st->list; u; u = u->next)
 		for (uint64_t k = 0; k < u->nchunks; k++) {
 			struct hs_chunk *x = &u->ch[k];
