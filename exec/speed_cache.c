@@ -10,19 +10,11 @@
 #include <unistd.h>
 
 #include "exec/speed.h"
+#include "store/crc.h"
 #include "exec/speed_version.h"
 
-#define MAGIC "hpdlf-speed 1"
+#define MAGIC "hpdlf-speed 2" /* 2: crc32c file checksum */
 #define MAX_FILE 4096
-
-static uint64_t fnv64(const char *s, size_t n)
-{
-	uint64_t h = 0xcbf29ce484222325ull;
-
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-	return h;
-}
 
 int hp_speed_recalibrate_env(void)
 {
@@ -75,21 +67,22 @@ int hp_speed_cache_path(const char *kind, const char *key, char *path, size_t le
 
 	if (cache_dir(dir, sizeof dir) < 0)
 		return -1;
-	return (size_t)snprintf(path, len, "%s/%s-%016llx", dir, kind,
-				(unsigned long long)fnv64(key, strlen(key))) < len ? 0 : -1;
+	int n = snprintf(path, len, "%s/%s-%08x", dir, kind, (unsigned)hs_crc32c(key, strlen(key)));
+
+	return n >= 0 && (size_t)n < len ? 0 : -1;
 }
 
 /* The file's text up to its checksum line, and whether that checksum holds. */
 static int check_sum(char *buf, size_t n)
 {
 	char *sum;
-	unsigned long long want;
+	unsigned want;
 
 	buf[n] = 0;
 	sum = strstr(buf, "\nsum ");
-	if (!sum || sscanf(sum + 5, "%llx", &want) != 1)
+	if (!sum || sscanf(sum + 5, "%x", &want) != 1)
 		return -1;
-	if (fnv64(buf, (size_t)(sum + 1 - buf)) != want)
+	if (hs_crc32c(buf, (size_t)(sum + 1 - buf)) != want)
 		return -1;
 	sum[1] = 0;
 	return 0;
@@ -136,7 +129,7 @@ void hp_speed_cache_write(const char *path, const char *key, const double *v, in
 		len += (size_t)snprintf(buf + len, sizeof buf - len, "%.9g\n", v[i]);
 	if (len + 32 >= sizeof buf || (size_t)snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= sizeof tmp)
 		return;
-	len += (size_t)snprintf(buf + len, sizeof buf - len, "sum %016llx\n", (unsigned long long)fnv64(buf, len));
+	len += (size_t)snprintf(buf + len, sizeof buf - len, "sum %08x\n", (unsigned)hs_crc32c(buf, len));
 	fd = mkstemp(tmp);
 	if (fd < 0)
 		return;
