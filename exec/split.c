@@ -113,8 +113,8 @@ static int graph_clone(const struct hp_graph *g, struct hp_graph **out)
 }
 
 /* The graph cut into k bands (k = 1: as is), inferred and finished. */
-static int candidate(const struct hp_graph *g, int k, const struct hp_split_opts *so, struct hp_graph **out,
-		     struct hp_split_info *info)
+static int candidate(const struct hp_graph *g, int k, int lean, const struct hp_split_opts *so,
+		     struct hp_graph **out, struct hp_split_info *info)
 {
 	struct hp_graph *c;
 	uint64_t target = so->budget - so->budget / 4;
@@ -122,10 +122,11 @@ static int candidate(const struct hp_graph *g, int k, const struct hp_split_opts
 
 	*out = NULL;
 	info->k = k;
+	info->lean = lean;
 	info->axis = -1;
 	info->nsplit = 0;
 	if (rc == 0 && k > 1)
-		rc = hp_split_bands(c, k, so->training, target, &info->nsplit, &info->axis);
+		rc = hp_split_bands(c, k, so->training, lean, target, &info->nsplit, &info->axis);
 	/* a second pass (weights of big matrix products) slots in here */
 	if (rc == 0)
 		rc = hp_graph_infer(c); /* the copy's kernels are not prepared yet */
@@ -173,17 +174,21 @@ int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, stru
 	struct hp_graph *keep = NULL, *c;
 	struct hp_split_info ki, ci;
 	uint64_t target = so->budget - so->budget / 4;
-	size_t i;
+	size_t i, nbc = sizeof band_counts / sizeof *band_counts;
 	int rc;
 
-	rc = candidate(g, 1, so, &keep, &ki);
+	rc = candidate(g, 1, 0, so, &keep, &ki);
 	if (rc < 0)
 		return rc;
 	ki.min_before = ki.min_after;
-	for (i = 0; i < sizeof band_counts / sizeof *band_counts && so->budget && ki.min_after > target; i++) {
+	/* band counts with workspaces for every worker, then (when none fits)
+	 * with one worker's: the kernels then run their tiles on one thread */
+	for (i = 0; i < 2 * nbc && so->budget && ki.min_after > target; i++) {
 		if (ki.k == 1 && ki.min_after <= so->budget)
 			break; /* fits unsplit */
-		rc = candidate(g, band_counts[i], so, &c, &ci);
+		if (i == nbc && ki.min_after <= so->budget)
+			break;
+		rc = candidate(g, band_counts[i % nbc], i >= nbc, so, &c, &ci);
 		if (rc < 0)
 			break;
 		ci.min_before = ki.min_before;

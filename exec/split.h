@@ -9,10 +9,14 @@
  * neighbouring bands, Concat'ed onto its band, with its pads on that axis
  * kept only at the outer edges.  Anything that cannot be banded (Gemm,
  * Flatten, reductions over the axis, BatchNormalization in training, graph
- * outputs) gets the bands Concat'ed back first.  Every band computes the
- * same sums as the whole op, but the conv kernels tile a band differently
- * and OpenBLAS rounds a column by the matrix width: outputs equal the
- * unsplit ones up to rounding, not bitwise.
+ * outputs) gets the bands Concat'ed back first.  Outputs are bitwise the
+ * unsplit ones: the conv kernels cut their sgemms into tiles fixed by the
+ * geometry (OpenBLAS rounds a column by the call's width), a Conv's bands
+ * start at multiples of its tile (hp_node_band_align; a cut upstream that
+ * is not aligned, or much coarser than k even bands, is cut again) and keep
+ * the whole node's kernel path (attribute hpdlf_path); a Conv no band can
+ * reproduce runs whole.  When no band count fits, the band convolutions
+ * get workspace for one worker (attribute hpdlf_lean).
  *
  * hp_split_for_budget tries band counts K = 1, 2, 3, 4, 6, ... on a copy
  * of the graph and keeps the first whose smallest budget leaves a quarter
@@ -40,6 +44,7 @@ struct hp_split_info {
 	int k;                  /* bands of the graph kept (1: not split) */
 	int axis;               /* 0: batch, 2: outermost spatial, -1: not split */
 	int nsplit;             /* original nodes rewritten into bands */
+	int lean;               /* band convolutions with one worker's workspace */
 	uint64_t min_before;    /* smallest budget unsplit (after finish) */
 	uint64_t min_after;     /* ... of the graph kept */
 };
@@ -54,7 +59,8 @@ int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, stru
 uint64_t hp_split_min_budget(const struct hp_graph *g);
 
 /* The band pass alone: cut g (inferred) into k bands where it helps;
- * `target` is the step size above which a whole value is cut. */
-int hp_split_bands(struct hp_graph *g, int k, int training, uint64_t target, int *nsplit, int *axis);
+ * `target` is the step size above which a whole value is cut; lean: the
+ * band convolutions get workspace for one worker (attribute hpdlf_lean). */
+int hp_split_bands(struct hp_graph *g, int k, int training, int lean, uint64_t target, int *nsplit, int *axis);
 
 #endif

@@ -32,7 +32,7 @@ struct window {
 
 struct bp {
 	struct hp_graph *g;
-	int k, axis, training;
+	int k, axis, training, lean;
 	uint64_t target;
 	struct band *b;        /* per original value */
 	char *whole;           /* per original value: its whole form exists */
@@ -431,13 +431,59 @@ static int band_inputs(struct bp *p, const struct hp_node *n, enum band_kind kin
 	return 0;
 }
 
-/* Rewrite n into bands; its output becomes a banded value. */
-static int emit_bands(struct bp *p, const struct hp_node *n, enum band_kind kind, int ref, int64_t *lo, int nb)
+/* Whether every inner bound is a multiple of `align`. */
+static int aligned(const int64_t *olo, int n, int64_t align)
+{
+	for (int i = 1; i < n; i++)
+		if (olo[i] % align)
+			return 0;
+	return 1;
+}
+
+static int64_t widest(const int64_t *olo, int n)
+{
+	int64_t w = 0;
+
+	for (int i = 0; i < n; i++)
+		w = olo[i + 1] - olo[i] > w ? olo[i + 1] - olo[i] : w;
+	return w;
+}
+
+/* k bands of s rows as even as bounds at multiples of `align` allow (fewer
+ * when rounding merges some), on a larger power-of-two multiple where the
+ * even bounds already are one (so later pooled layers find them aligned). */
+static int even_bounds(int k, int64_t s, int64_t align, int64_t *olo)
+{
+	int64_t q = align;
+	int m = 0, all;
+
+	do {
+		all = 1;
+		for (int i = 1; i < k; i++)
+			all &= (i * s + k / 2) / k % (2 * q) == 0;
+		if (all)
+			q *= 2;
+	} while (all && q < s);
+	olo[m++] = 0;
+	for (int i = 1; i < k; i++) {
+		int64_t x = ((i * s + k / 2) / k + q / 2) / q * q;
+		if (x > olo[m - 1] && x < s)
+			olo[m++] = x;
+	}
+	olo[m] = s;
+	return m;
+}
+
+/* Rewrite n into the bands [olo[i], olo[i + 1]) of its output; its output
+ * becomes a banded value.  path >= 0: the conv path the bands must keep. */
+static int emit_bands(struct bp *p, const struct hp_node *n, enum band_kind kind, const int64_t *olo, int nb,
+		      int path)
 {
 	int y = n->outputs[0], in[n->ninputs + 1];
 	struct hp_shape ys = *shape_of(p, y);
-	int64_t sin = shape_of(p, ref)->dims[p->axis];
 	struct band *bd = &p->b[y];
+	struct hp_attr pa = { .name = "hpdlf_path", .type = HP_ATTR_INT, .i = path };
+	struct hp_attr lean = { .name = "hpdlf_lean", .type = HP_ATTR_INT, .i = 1 };
 	struct window w;
 
 	if (kind == BK_WINDOW && window_geom(p, n, &w) < 0)
@@ -446,7 +492,8 @@ static int emit_bands(struct bp *p, const struct hp_node *n, enum band_kind kind
 	bd->val = malloc((size_t)(nb + 1) * sizeof *bd->val);
 	if (!bd->lo || !bd->val)
 		return -ENOMEM;
-	bd->n = out_bounds(p, sin, lo, nb, ys.dims[p->axis], bd->lo);
+	memcpy(bd->lo, olo, (size_t)(nb + 1) * sizeof *bd->lo);
+	bd->n = nb;
 	for (int i = 0; i < bd->n; i++) {
 		int64_t pl = 0, ph = 0;
 		int rc, node;
@@ -462,6 +509,10 @@ static int emit_bands(struct bp *p, const struct hp_node *n, enum band_kind kind
 		if (node < 0)
 			return node;
 		rc = copy_attrs(p, n, node, kind == BK_WINDOW ? &w : NULL, pl, ph);
+		if (rc >= 0 && path >= 0)
+			rc = hp_graph_add_attr(p->g, node, &pa);
+		if (rc >= 0 && p->lean && (kind == BK_WINDOW || kind == BK_UPSAMPLE))
+			rc = hp_graph_add_attr(p->g, node, &lean);
 		if (rc < 0)
 			return rc;
 	}
@@ -500,23 +551,55 @@ static void drop_node(struct hp_node *n)
 	free(n->attrs), free(n->name), free(n->op_type), free(n->domain), free(n->inputs), free(n->outputs);
 }
 
-/* One original node: banded, or kept with whole inputs. */
+/* The output bounds of n's bands: its reference input's, scaled, when they
+ * are multiples of `align`, else an even cut at such multiples.  Returns
+ * the band count (< 2: keep n whole). */
+static int pick_bounds(struct bp *p, struct hp_node *n, enum band_kind kind, int64_t align, int64_t **olo)
+{
+	int nb, owned, ref, m;
+	int64_t *lo, sout = shape_of(p, n->outputs[0])->dims[p->axis];
+
+	nb = ref_bands(p, n, kind, &ref, &lo, &owned);
+	if (nb < 0)
+		return hp_error(nb, "out of memory");
+	*olo = malloc((size_t)(nb + p->k + 2) * sizeof **olo);
+	if (!*olo) {
+		if (owned)
+			free(lo);
+		return hp_error(-ENOMEM, "out of memory");
+	}
+	m = out_bounds(p, shape_of(p, ref)->dims[p->axis], lo, nb, sout, *olo);
+	if (owned)
+		free(lo);
+	/* cut again when the bands are not aligned, or much coarser than k
+	 * even bands (a coarse cut upstream, e.g. by an op with large tiles,
+	 * would otherwise hold every later layer to it) */
+	if (!aligned(*olo, m, align) || widest(*olo, m) > 2 * ((sout + p->k - 1) / p->k))
+		m = even_bounds(p->k, sout, align, *olo);
+	return m;
+}
+
+/* One original node: banded, or kept with whole inputs.  A Conv whose
+ * tiles would not fall alike in its bands stays whole (bitwise results). */
 static int rewrite_node(struct bp *p, struct hp_node *n)
 {
 	enum band_kind kind = kind_of(p, n);
-	int banded = 0, nb, owned, ref, rc;
-	int64_t *lo;
+	int banded = 0, nb, rc, path = -1;
+	int64_t *olo, align = 1;
 
+	if (kind == BK_WINDOW || kind == BK_UPSAMPLE)
+		align = hp_node_band_align(p->g, n, p->axis, &path);
+	if (align < 1)
+		kind = BK_NONE;
 	for (int j = 0; kind != BK_NONE && j < n->ninputs; j++)
 		banded |= banded_input(p, n, kind, j) && p->b[n->inputs[j]].n > 0;
 	if (kind != BK_NONE && (banded || node_need(p->g, n) > p->target) &&
 	    p->g->values[n->inputs[0]].kind != HP_VALUE_CONSTANT) {
-		nb = ref_bands(p, n, kind, &ref, &lo, &owned);
+		nb = pick_bounds(p, n, kind, align, &olo);
 		if (nb < 0)
-			return hp_error(nb, "out of memory");
-		rc = nb >= 2 ? emit_bands(p, n, kind, ref, lo, nb) : 1;
-		if (owned)
-			free(lo);
+			return nb;
+		rc = nb >= 2 ? emit_bands(p, n, kind, olo, nb, path) : 1;
+		free(olo);
 		if (rc <= 0) {
 			if (rc == 0)
 				drop_node(n);
@@ -526,7 +609,12 @@ static int rewrite_node(struct bp *p, struct hp_node *n)
 	for (int j = 0; j < n->ninputs; j++)
 		if ((rc = make_whole(p, n->inputs[j])) < 0)
 			return rc;
-	return push_node(p->g, n);
+	if ((rc = push_node(p->g, n)) < 0 || !p->lean || n->domain[0] ||
+	    (strcmp(n->op_type, "Conv") && strcmp(n->op_type, "ConvTranspose")))
+		return rc;
+	/* whole convolutions too get workspace for one worker */
+	rc = hp_graph_add_attr(p->g, p->g->nnodes - 1, &(struct hp_attr){ .name = "hpdlf_lean", .type = HP_ATTR_INT, .i = 1 });
+	return rc < 0 ? rc : 0;
 }
 
 static int pick_axis(const struct hp_graph *g, int k)
@@ -539,9 +627,9 @@ static int pick_axis(const struct hp_graph *g, int k)
 	return 0;
 }
 
-int hp_split_bands(struct hp_graph *g, int k, int training, uint64_t target, int *nsplit, int *axis)
+int hp_split_bands(struct hp_graph *g, int k, int training, int lean, uint64_t target, int *nsplit, int *axis)
 {
-	struct bp p = { .g = g, .k = k, .training = training, .target = target, .nvals = g->nvalues };
+	struct bp p = { .g = g, .k = k, .training = training, .lean = lean, .target = target, .nvals = g->nvalues };
 	struct hp_node *old = g->nodes;
 	int nold = g->nnodes, rc = 0, i;
 

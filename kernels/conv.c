@@ -14,9 +14,14 @@
  * Threading (measured in bench/bench_kernels.c): the pool's workers take
  * disjoint runs of tiles, each with its own slice of the workspace and
  * single-threaded BLAS, so im2col and sgemm of different tiles overlap and
- * there is one join per node.  Every output element is computed by the same
- * sequence of sgemm calls whatever the worker, so results are bitwise
- * reproducible for a given thread count.
+ * there is one join per node.
+ *
+ * Tiles are fixed by the geometry in grid coordinates (conv_tile.c,
+ * plan_tiles in conv_shift.c), never by the thread count or the extent of
+ * the first axis: every output element comes from the same sgemm call
+ * whatever the worker count, and in a band of the node (exec/split_band.c)
+ * that starts at a multiple of hp_node_band_align().  Outputs are bitwise
+ * equal across thread counts and budgets.
  */
 #include <cblas.h>
 #include <errno.h>
@@ -132,7 +137,7 @@ struct conv_run {
 	const struct hp_conv *cv;
 	const float *x, *w, *b;
 	float *y, *ws;
-	int64_t nt, tc, per_thread;
+	int64_t per_thread;
 	int64_t chunk;   /* shift: output planes per slab */
 	size_t tmp;      /* shift: floats of the tile buffer */
 };
@@ -140,12 +145,14 @@ struct conv_run {
 static void conv_tile(const struct conv_run *r, int64_t item, float *col)
 {
 	const struct hp_conv *cv = r->cv;
-	int64_t bg = item / r->nt, t = item % r->nt, nb = bg / cv->group, g = bg % cv->group;
-	int64_t j0 = t * r->tc, j1 = j0 + r->tc < cv->yvol ? j0 + r->tc : cv->yvol, nc = j1 - j0;
+	int64_t bg = item / cv->ct.per, nb = bg / cv->group, g = bg % cv->group, j0, j1, nc;
 	const float *x = r->x + (nb * cv->cin + g * cv->cin_g) * cv->xvol;
 	const float *w = r->w + g * cv->cout_g * cv->kdim;
-	float *y = r->y + (nb * cv->cout + g * cv->cout_g) * cv->yvol + j0;
+	float *y;
 
+	hp_ctile_range(&cv->ct, cv->g.grid, item % cv->ct.per, &j0, &j1);
+	nc = j1 - j0;
+	y = r->y + (nb * cv->cout + g * cv->cout_g) * cv->yvol + j0;
 	if (cv->direct) {
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)cv->cout_g, (int)nc, (int)cv->kdim, 1.0f,
 			    w, (int)cv->kdim, x + j0, (int)cv->xvol, 0.0f, y, (int)cv->yvol);
@@ -170,40 +177,52 @@ static void conv_range(void *arg, int64_t b, int64_t e, int tid)
 		conv_tile(r, i, r->ws + tid * r->per_thread);
 }
 
-/* Shift-path work items: (batch, group, output plane), where a folded
- * geometry's planes are the batch items. */
-static int64_t shift_items(const struct hp_conv *cv)
+/* Shift-path units of planes: a tile's planes, or one plane when tiles are
+ * rows of a plane; units start at multiples of the tile size. */
+static int64_t shift_unit(const struct hp_shift *s)
 {
-	return cv->batch / cv->sh.nfold * cv->group * cv->sh.out[0];
+	return s->tplanes ? s->talign : 1;
 }
 
-/* Shift path: items are (batch, group, output plane); a worker takes its
- * run of planes in chunks, one slab each. */
+static int64_t shift_units(const struct hp_shift *s)
+{
+	return (s->out[0] + shift_unit(s) - 1) / shift_unit(s);
+}
+
+/* Shift-path work items: (batch, group, unit of output planes), where a
+ * folded geometry's planes are the batch items. */
+static int64_t shift_items(const struct hp_conv *cv)
+{
+	return cv->batch / cv->sh.nfold * cv->group * shift_units(&cv->sh);
+}
+
+/* Shift path: a worker takes its run of units in chunks (a multiple of the
+ * unit), one slab each. */
 static void shift_range(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct conv_run *r = arg;
 	const struct hp_conv *cv = r->cv;
 	const struct hp_shift *s = &cv->sh;
 	float *tmp = r->ws + tid * r->per_thread, *slab = tmp + r->tmp;
-	int64_t planes = s->out[0];
+	int64_t planes = s->out[0], nu = shift_units(s), unit = shift_unit(s);
 
 	while (b < e) {
-		int64_t bg = b / planes, d0 = b % planes, nb = bg / cv->group, g = bg % cv->group;
-		int64_t d1 = d0 + r->chunk, r0, r1;
+		int64_t bg = b / nu, u = b % nu, nb = bg / cv->group, g = bg % cv->group;
+		int64_t d0 = u * unit, d1 = d0 + r->chunk, r0, r1;
 		const float *x = r->x + (nb * cv->cin + g * cv->cin_g) * cv->xvol;
 		float *y = r->y + (nb * cv->cout + g * cv->cout_g) * cv->yvol;
 
+		if (d1 > (u + e - b) * unit)
+			d1 = (u + e - b) * unit;
 		if (d1 > planes)
 			d1 = planes;
-		if (d1 > d0 + e - b)
-			d1 = d0 + e - b;
 		hp_shift_slab(s, x, d0, d1, slab);
 		for (int64_t t = 0; t < hp_shift_ntiles(s, d1 - d0); t++) {
 			hp_shift_tile_rows(s, d0, d1, t, &r0, &r1);
 			hp_shift_tile(s, r->w + g * cv->cout_g * cv->kdim, slab, d0, d1, r0, r1, tmp, y, cv->yvol,
 				      r->b ? r->b + g * cv->cout_g : NULL);
 		}
-		b += d1 - d0;
+		b += (d1 - d0 + unit - 1) / unit;
 	}
 }
 
@@ -247,10 +266,13 @@ int hp_conv_ws_threads(void)
 static size_t shift_ws(const struct hp_conv *cv)
 {
 	const struct hp_shift *s = &cv->sh;
-	int nt = hp_conv_ws_threads();
-	int64_t items = shift_items(cv), share = (items + nt - 1) / nt;
+	int nt = cv->lean ? 1 : hp_conv_ws_threads();
+	int64_t items = shift_items(cv), share = (items + nt - 1) / nt * shift_unit(s);
 	size_t wk = (size_t)(cv->cout * cv->kdim), tmp = (size_t)(cv->cout_g * s->tcols);
-	size_t one = tmp + hp_shift_slab_floats(s, s->tplanes ? s->tplanes : 1);
+	/* whether a tile fits is judged on the uncapped tile (the same in
+	 * every band of the node) */
+	size_t one = (size_t)(cv->cout_g * (s->tplanes ? s->talign * s->pplane : s->tcols)) +
+		     hp_shift_slab_floats(s, s->tplanes ? s->talign : 1);
 	size_t want = tmp + hp_shift_slab_floats(s, hp_shift_slab_planes(s, share));
 	size_t cap = ws_max / sizeof(float);
 
@@ -260,28 +282,80 @@ static size_t shift_ws(const struct hp_conv *cv)
 	return (want < cap ? want : cap) * sizeof(float);
 }
 
+/* Whether the shift path suits the geometry (the band copies of a node
+ * inherit the choice instead: hpdlf_path). */
+static int shift_wanted(const struct hp_conv *cv, int folded)
+{
+	double min_useful = folded ? HP_SHIFT_MIN_USEFUL_FOLDED : HP_SHIFT_MIN_USEFUL;
+
+	if (cv->path >= 0)
+		return cv->path == HP_CONV_PATH_SHIFT;
+	if (shift_mode > 0)
+		return 1;
+	/* a 2-D or 1-D node of one item would run on one worker */
+	return cv->g.kvol > 1 && cv->cin_g >= HP_SHIFT_MIN_CH && (cv->nd == 3 || shift_items(cv) >= 2) &&
+	       hp_shift_useful(&cv->sh) >= min_useful;
+}
+
+static int direct_ok(const struct hp_colgeom *c)
+{
+	return c->kvol == 1 && c->pad[0] == 0 && c->pad[1] == 0 && c->pad[2] == 0 && c->stride[0] == 1 &&
+	       c->stride[1] == 1 && c->stride[2] == 1 && c->grid_vol == c->img_vol;
+}
+
+/* im2col columns per tile: what stays in cache, from the geometry alone. */
+static int64_t im2col_cap(int64_t kdim)
+{
+	int64_t cap = (int64_t)(tile_bytes / ((size_t)kdim * sizeof(float)));
+
+	cap = cap < HP_CONV_TILE_MIN_COLS ? HP_CONV_TILE_MIN_COLS : cap;
+	return cap < HP_CONV_TILE_MAX_COLS ? cap : HP_CONV_TILE_MAX_COLS;
+}
+
 void hp_conv_setup(struct hp_conv *cv)
 {
 	const struct hp_colgeom *c = &cv->g;
 
-	cv->direct = c->kvol == 1 && c->pad[0] == 0 && c->pad[1] == 0 && c->pad[2] == 0 && c->stride[0] == 1 &&
-		     c->stride[1] == 1 && c->stride[2] == 1 && c->grid_vol == c->img_vol;
+	cv->direct = direct_ok(c) && (cv->path < 0 || cv->path == HP_CONV_PATH_DIRECT);
 	cv->shift = 0;
 	cv->workspace = 0;
 	if (!cv->direct && shift_mode >= 0 && hp_shift_init(&cv->sh, c, cv->cin_g, cv->cout_g) == 0) {
 		/* 2-D and 1-D: the batch becomes the plane axis */
-		int folded = hp_shift_fold(&cv->sh, cv->batch, cv->cin * cv->xvol, cv->cout * cv->yvol) == 0;
-		double min_useful = folded ? HP_SHIFT_MIN_USEFUL_FOLDED : HP_SHIFT_MIN_USEFUL;
-		if (shift_mode > 0 || (c->kvol > 1 && cv->cin_g >= HP_SHIFT_MIN_CH && shift_items(cv) >= 2 &&
-				       hp_shift_useful(&cv->sh) >= min_useful)) {
+		int folded = cv->nd <= 2 &&
+			     hp_shift_fold(&cv->sh, cv->batch, cv->cin * cv->xvol, cv->cout * cv->yvol) == 0;
+		if (shift_wanted(cv, folded)) {
 			cv->workspace = shift_ws(cv);
 			cv->shift = cv->workspace > 0;
 		}
 	}
-	if (cv->shift || cv->direct)
+	if (cv->shift)
 		return;
-	cv->ws_cols = hp_conv_ws_cols(cv->kdim, cv->yvol);
+	hp_ctile_plan(c->grid, cv->direct ? HP_CONV_DIRECT_COLS : im2col_cap(cv->kdim), &cv->ct);
+	if (cv->direct)
+		return;
+	cv->ws_cols = cv->lean ? cv->ct.maxcols : hp_conv_ws_cols(cv->kdim, cv->yvol);
+	if (cv->ws_cols < cv->ct.maxcols)
+		cv->ws_cols = cv->ct.maxcols;
 	cv->workspace = (size_t)cv->ws_cols * (size_t)cv->kdim * sizeof(float);
+}
+
+int hp_conv_path(const struct hp_conv *cv)
+{
+	return cv->direct ? HP_CONV_PATH_DIRECT : cv->shift ? HP_CONV_PATH_SHIFT : HP_CONV_PATH_IM2COL;
+}
+
+int64_t hp_conv_band_align(const struct hp_conv *cv, int axis)
+{
+	const struct hp_shift *s = &cv->sh;
+	int dim = 3 - cv->nd + axis - 2;
+
+	if (axis == 0) /* folded planes are the batch items */
+		return cv->shift && s->nfold > 1 && s->tplanes ? s->talign : 1;
+	if (axis < 2 || dim < 0 || dim > 2)
+		return -1;
+	if (cv->shift) /* 2-D and 1-D tiles span whole planes of the batch */
+		return cv->nd == 3 && dim == 0 ? shift_unit(s) : -1;
+	return hp_ctile_align(&cv->ct, cv->g.grid, dim);
 }
 
 static int conv_prepare(struct hp_graph *g, struct hp_node *n)
@@ -320,22 +394,38 @@ void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, c
 {
 	struct conv_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws };
 	int saved, threads = hp_conv_threads_enter(pool, &saved);
-	int64_t items = cv->batch * cv->group, cap;
+	int64_t items = cv->batch * cv->group;
 
 	if (cv->shift) {
 		run_shift(cv, &r, pool, threads);
 		hp_conv_threads_leave(saved);
 		return;
 	}
-	cap = cv->direct ? 16384 : hp_conv_tile_cols(cv->kdim, cv->ws_cols, threads);
-	if (cap < 1) {
-		threads = 1;
-		cap = cv->ws_cols;
-	}
-	hp_conv_plan(cv->yvol, cap, items, threads, &r.nt, &r.tc);
-	r.per_thread = cv->direct ? 0 : r.tc * cv->kdim;
-	hp_conv_parallel(pool, threads, items * r.nt, conv_range, &r);
+	/* each worker needs room for the widest tile */
+	if (!cv->direct && threads > cv->ws_cols / cv->ct.maxcols)
+		threads = (int)(cv->ws_cols / cv->ct.maxcols);
+	r.per_thread = cv->direct ? 0 : cv->ct.maxcols * cv->kdim;
+	hp_conv_parallel(pool, threads, items * cv->ct.per, conv_range, &r);
 	hp_conv_threads_leave(saved);
+}
+
+int64_t hp_node_band_align(struct hp_graph *g, struct hp_node *n, int axis, int *path)
+{
+	int transpose = !strcmp(n->op_type, "ConvTranspose");
+	struct hp_conv cv;
+
+	*path = -1;
+	if (n->domain[0] || (!transpose && strcmp(n->op_type, "Conv")))
+		return 1;
+	if (hp_conv_parse(g, n, transpose, &cv) < 0)
+		return -1;
+	if (transpose) {
+		hp_convt_setup(&cv);
+		return hp_convt_band_align(&cv, axis);
+	}
+	hp_conv_setup(&cv);
+	*path = hp_conv_path(&cv);
+	return hp_conv_band_align(&cv, axis);
 }
 
 static int conv_run(const struct hp_node *n, const struct hp_kargs *a)

@@ -18,6 +18,7 @@
 #include "kernels/train_util.h"
 
 struct cgeom {
+	int nd;                /* spatial dims of the ONNX tensors */
 	int64_t n, cbig, csmall, group;
 	int64_t big[3], small[3], k[3], s[3], d[3], p[3];
 	int64_t kvol, bvol, svol;
@@ -35,6 +36,7 @@ static int cgeom_init(struct hp_graph *g, const struct hp_node *n, struct cgeom 
 		return hp_node_error(g, n, HP_EUNSUPPORTED, "convolution gradients need 1 to 3 spatial dims of equal rank");
 	if ((ns >= 0 && ns != nsp) || (np >= 0 && np != 2 * nsp) || (nd >= 0 && nd != nsp))
 		return hp_node_error(g, n, HP_EMODEL, "strides/pads/dilations do not match %d spatial dims", nsp);
+	c->nd = nsp;
 	c->n = big->dims[0];
 	c->cbig = big->dims[1];
 	c->csmall = small->dims[1];
@@ -69,7 +71,8 @@ static void conv_from(const struct cgeom *c, int transpose, int64_t cin, int64_t
 		      const int64_t *grid, const int64_t *pad, struct hp_conv *cv)
 {
 	memset(cv, 0, sizeof *cv);
-	cv->nd = 3;
+	cv->nd = c->nd;
+	cv->path = -1;
 	cv->transpose = transpose;
 	cv->batch = c->n;
 	cv->cin = cin;

@@ -37,6 +37,29 @@ void hp_col2im(const struct hp_colgeom *c, int64_t ch, const float *col, int64_t
 
 extern const struct hp_op hp_op_conv_transpose; /* conv_transpose.c */
 
+/* Column tiles of a grid (conv_tile.c), fixed by the grid's plane and row
+ * shape alone: groups of 2^i whole planes when a plane fits the cap, else
+ * groups of 2^i rows of one plane, else runs of 2^i columns of one row;
+ * groups start at multiples of their size.  A tile is therefore the same
+ * sgemm whatever the thread count, and the same in a band of the grid cut
+ * at a multiple of the group on its first dim (OpenBLAS rounds a column by
+ * the call's width, so only equal calls give equal bits). */
+struct hp_ctile {
+	int mode;              /* 0 planes, 1 rows, 2 columns */
+	int64_t size;          /* planes, rows or columns per tile (capped) */
+	int64_t align;         /* the same before the cap by the extent */
+	int64_t per;           /* tiles per (batch, group) item */
+	int64_t maxcols;       /* columns of the widest tile */
+};
+
+void hp_ctile_plan(const int64_t grid[3], int64_t cap, struct hp_ctile *t);
+/* Flat grid positions [*j0, *j1) of tile i (< t->per). */
+void hp_ctile_range(const struct hp_ctile *t, const int64_t grid[3], int64_t i, int64_t *j0, int64_t *j1);
+/* Rows a band's bounds on grid dim `dim` must be multiples of, or -1. */
+int64_t hp_ctile_align(const struct hp_ctile *t, const int64_t grid[3], int dim);
+/* Largest power of two <= x (1 for x < 1). */
+int64_t hp_pow2_floor(int64_t x);
+
 /* Stride-1 convolution over a zero-padded slab (conv_shift.c): an output
  * grid `out` of `m` channels from an image `in` of `ch` channels. */
 struct hp_shift {
@@ -46,6 +69,8 @@ struct hp_shift {
 	int64_t kvol, ch, m;
 	int64_t tplanes;       /* whole output planes per tile, or 0: ... */
 	int64_t trows;         /* ... output rows of one plane per tile */
+	int64_t talign;        /* planes (or rows) per tile before the cap by the
+				* extent: tiles start at its multiples */
 	int64_t tcols;         /* columns of the widest tile */
 	int64_t xcs, xps;      /* image: channel and plane strides (floats) */
 	int64_t yps;           /* output: plane stride (channel stride is the callers' ldy) */
@@ -122,7 +147,13 @@ struct hp_conv {
 	struct hp_colgeom g;
 	int64_t ws_cols;       /* column-buffer capacity, in columns of kdim floats */
 	int64_t kdim;          /* rows of the column matrix (cin_g or cout_g) * kvol */
+	int path;              /* attribute hpdlf_path of a band (HP_CONV_PATH_*), else -1 */
+	int lean;              /* attribute hpdlf_lean: workspace for one worker */
+	struct hp_ctile ct;    /* im2col and direct tiles; ConvTranspose: of X's grid */
 };
+
+/* Conv paths, as band copies of a node pin them (attribute hpdlf_path). */
+enum { HP_CONV_PATH_IM2COL = 0, HP_CONV_PATH_SHIFT = 1, HP_CONV_PATH_DIRECT = 2 };
 
 /* Parse attributes and shapes of a Conv (transpose 0) or ConvTranspose node,
  * set the output shape; errors name the node. */
@@ -130,6 +161,17 @@ int hp_conv_parse(struct hp_graph *g, struct hp_node *n, int transpose, struct h
 
 /* Choose the path (direct, shift, im2col) and the workspace of a Conv. */
 void hp_conv_setup(struct hp_conv *cv);
+/* The path chosen (HP_CONV_PATH_*), and the multiple of output rows on ONNX
+ * axis `axis` (0: batch, 2: first spatial) that bands of the node must start
+ * at to compute what it computes whole, bit for bit (-1: none can). */
+int hp_conv_path(const struct hp_conv *cv);
+int64_t hp_conv_band_align(const struct hp_conv *cv, int axis);
+int64_t hp_convt_band_align(const struct hp_conv *cv, int axis);
+/* Columns per tile of the direct (1x1) path, and at most per im2col or
+ * ConvTranspose tile: wider sgemms gain little, and tiles of many small
+ * planes would leave a band pass few places to cut. */
+#define HP_CONV_DIRECT_COLS 1024
+#define HP_CONV_TILE_MAX_COLS 1024
 /* Y = Conv(X, W) + B (b may be NULL) with cv->workspace bytes at ws. */
 void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		     struct hp_pool *pool);
@@ -155,8 +197,8 @@ void hp_conv_set_ws_max(size_t b);
 /* Per-thread column tile target (bytes): small enough that the tile im2col
  * writes is still in cache when sgemm reads it; at least MIN_COLS columns
  * so each sgemm call amortizes packing the weights. */
-#define HP_CONV_TILE_BYTES ((size_t)1 << 20)
-#define HP_CONV_TILE_MIN_COLS 256
+#define HP_CONV_TILE_BYTES ((size_t)256 << 10)
+#define HP_CONV_TILE_MIN_COLS 64
 int64_t hp_conv_tile_cols(int64_t kdim, int64_t ws_cols, int threads);
 /* im2col/col2im workspace columns for a column height kdim over vol columns. */
 int64_t hp_conv_ws_cols(int64_t kdim, int64_t vol);

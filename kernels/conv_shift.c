@@ -41,16 +41,20 @@ void hp_shift_set_tile_cols(int64_t c)
 }
 
 /* Tile shape: whole output planes per tile when planes are small, else
- * runs of rows of one plane. */
+ * runs of rows of one plane.  Either count is a power of two fixed by the
+ * plane's shape (not by the number of planes or rows), and tiles start at
+ * its multiples: the same sgemms in a band that starts at one (see
+ * conv_tile.c). */
 static void plan_tiles(struct hp_shift *s, int64_t tile_cols)
 {
 	if (s->pplane >= tile_cols / 2) {
-		int64_t nt = (s->out[1] * s->pw + tile_cols - 1) / tile_cols;
+		s->talign = hp_pow2_floor(tile_cols / s->pw);
 		s->tplanes = 0;
-		s->trows = (s->out[1] + nt - 1) / nt;
+		s->trows = min64(s->talign, s->out[1]);
 		s->tcols = s->trows * s->pw;
 	} else {
-		s->tplanes = min64(max64(tile_cols / s->pplane, 1), s->out[0]);
+		s->talign = hp_pow2_floor(tile_cols / s->pplane);
+		s->tplanes = min64(s->talign, s->out[0]);
 		s->trows = s->tplanes * s->out[1];
 		s->tcols = s->tplanes * s->pplane;
 	}

@@ -1,10 +1,14 @@
 /* ConvTranspose: sgemm (W_g^T x X_g over tiles of input positions) into a
  * bounded column buffer, then hp_col2im adds the columns into Y.
  *
- * Work is split over (batch, group, chunk of output channels): chunks write
- * disjoint channels of Y, so overlapping kernels (k > stride) never race and
- * the accumulation order into each output element is fixed (tile by tile,
- * kernel offset by kernel offset) for a given thread count.
+ * Tiles of input positions are fixed by X's grid (conv_tile.c), so the
+ * sgemms, hence the bits, do not depend on the thread count.  With kernel ==
+ * stride the tiles write disjoint blocks of Y and are the work items (a
+ * band of the node starting at a multiple of the tile computes the same);
+ * otherwise the items are (batch, group, fixed chunk of output channels),
+ * which write disjoint channels, so overlapping kernels never race and the
+ * accumulation order into each output element is fixed (tile by tile,
+ * kernel offset by kernel offset).
  */
 #include <cblas.h>
 #include <errno.h>
@@ -19,8 +23,11 @@ struct convt_run {
 	const struct hp_conv *cv;
 	const float *x, *w, *b;
 	float *y, *ws;
-	int64_t nchunk, cs, tc, per_thread;
+	int64_t nchunk, cs, per_thread;
 };
+
+/* Output channels per work item of the overlapping case. */
+#define CONVT_CHUNK_CH 16
 
 /* Kernel == stride, no padding or dilation: the output blocks of the input
  * positions tile Y, so each column is stored once (with the bias) and the
@@ -57,31 +64,48 @@ int hp_convt_blocked(const struct hp_colgeom *g)
 	return 1;
 }
 
-static void convt_item(const struct convt_run *r, int64_t item, float *col)
+/* Tile t of X's positions, output channels [c0, c1) of (nb, g). */
+static void convt_tile(const struct convt_run *r, int64_t nb, int64_t g, int64_t c0, int64_t c1, int64_t t,
+		       float *col)
 {
 	const struct hp_conv *cv = r->cv;
-	int64_t bg = item / r->nchunk, ci = item % r->nchunk, nb = bg / cv->group, g = bg % cv->group;
-	int64_t c0 = ci * r->cs, c1 = c0 + r->cs < cv->cout_g ? c0 + r->cs : cv->cout_g, kv = cv->g.kvol;
+	int64_t kv = cv->g.kvol, j0, j1, nc;
 	const float *x = r->x + (nb * cv->cin + g * cv->cin_g) * cv->xvol;
 	const float *w = r->w + g * cv->cin_g * cv->kdim + c0 * kv;
 	float *y = r->y + (nb * cv->cout + g * cv->cout_g + c0) * cv->yvol;
 
-	if (c0 >= c1)
+	hp_ctile_range(&cv->ct, cv->g.grid, t, &j0, &j1);
+	nc = j1 - j0;
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)((c1 - c0) * kv), (int)nc, (int)cv->cin_g, 1.0f, w,
+		    (int)cv->kdim, x + j0, (int)cv->xvol, 0.0f, col, (int)nc);
+	if (cv->blocked)
+		scatter_blocked(&cv->g, c1 - c0, col, j0, j1, y, r->b ? r->b + g * cv->cout_g + c0 : NULL);
+	else
+		hp_col2im(&cv->g, c1 - c0, col, j0, j1, y);
+}
+
+/* Blocked: items (batch, group, tile); else (batch, group, channel chunk)
+ * with its tiles in order. */
+static void convt_item(const struct convt_run *r, int64_t item, float *col)
+{
+	const struct hp_conv *cv = r->cv;
+	int64_t per = cv->blocked ? cv->ct.per : r->nchunk, bg = item / per, nb = bg / cv->group, g = bg % cv->group;
+	int64_t c0, c1;
+
+	if (cv->blocked) {
+		convt_tile(r, nb, g, 0, cv->cout_g, item % per, col);
 		return;
-	for (int64_t c = c0; c < c1 && !cv->blocked; c++) {
-		float bias = r->b ? r->b[g * cv->cout_g + c] : 0.0f, *row = y + (c - c0) * cv->yvol;
+	}
+	c0 = item % per * r->cs;
+	c1 = c0 + r->cs < cv->cout_g ? c0 + r->cs : cv->cout_g;
+	for (int64_t c = c0; c < c1; c++) {
+		float bias = r->b ? r->b[g * cv->cout_g + c] : 0.0f;
+		float *row = r->y + (nb * cv->cout + g * cv->cout_g + c) * cv->yvol;
 		for (int64_t j = 0; j < cv->yvol; j++)
 			row[j] = bias;
 	}
-	for (int64_t j0 = 0; j0 < cv->xvol; j0 += r->tc) {
-		int64_t j1 = j0 + r->tc < cv->xvol ? j0 + r->tc : cv->xvol, nc = j1 - j0;
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)((c1 - c0) * kv), (int)nc, (int)cv->cin_g,
-			    1.0f, w, (int)cv->kdim, x + j0, (int)cv->xvol, 0.0f, col, (int)nc);
-		if (cv->blocked)
-			scatter_blocked(&cv->g, c1 - c0, col, j0, j1, y, r->b ? r->b + g * cv->cout_g + c0 : NULL);
-		else
-			hp_col2im(&cv->g, c1 - c0, col, j0, j1, y);
-	}
+	for (int64_t t = 0; t < cv->ct.per; t++)
+		convt_tile(r, nb, g, c0, c1, t, col);
 }
 
 static void convt_range(void *arg, int64_t b, int64_t e, int tid)
@@ -92,11 +116,39 @@ static void convt_range(void *arg, int64_t b, int64_t e, int tid)
 		convt_item(r, i, r->ws + tid * r->per_thread);
 }
 
+/* Rows of the column matrix per item: all output channels when blocked. */
+static int64_t convt_rows(const struct hp_conv *cv)
+{
+	int64_t cs = cv->blocked || cv->cout_g < CONVT_CHUNK_CH ? cv->cout_g : CONVT_CHUNK_CH;
+
+	return cs * cv->g.kvol;
+}
+
 void hp_convt_setup(struct hp_conv *cv)
 {
-	cv->ws_cols = hp_conv_ws_cols(cv->kdim, cv->xvol);
-	cv->workspace = (size_t)cv->ws_cols * (size_t)cv->kdim * sizeof(float);
+	int64_t rows, cap;
+
 	cv->blocked = hp_convt_blocked(&cv->g);
+	rows = convt_rows(cv);
+	cap = (int64_t)(HP_CONV_TILE_BYTES / ((size_t)rows * sizeof(float)));
+	cap = cap < HP_CONV_TILE_MIN_COLS ? HP_CONV_TILE_MIN_COLS : cap;
+	hp_ctile_plan(cv->g.grid, cap < HP_CONV_TILE_MAX_COLS ? cap : HP_CONV_TILE_MAX_COLS, &cv->ct);
+	/* the expected workers' tiles */
+	cv->ws_cols = cv->ct.maxcols * (cv->lean ? 1 : hp_conv_ws_threads());
+	cv->workspace = (size_t)cv->ws_cols * (size_t)rows * sizeof(float);
+}
+
+int64_t hp_convt_band_align(const struct hp_conv *cv, int axis)
+{
+	int dim = 3 - cv->nd + axis - 2;
+	int64_t a;
+
+	if (axis == 0)
+		return 1;
+	if (!cv->blocked || axis < 2 || dim < 0 || dim > 2)
+		return -1;
+	a = hp_ctile_align(&cv->ct, cv->g.grid, dim);
+	return a < 0 ? -1 : a * cv->g.k[dim];
 }
 
 static int convt_prepare(struct hp_graph *g, struct hp_node *n)
@@ -122,22 +174,14 @@ void hp_convt_forward(const struct hp_conv *cv, const float *x, const float *w, 
 {
 	struct convt_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws };
 	int saved, threads = hp_conv_threads_enter(pool, &saved);
-	int64_t items = cv->batch * cv->group, floats = cv->ws_cols * cv->kdim, cap;
+	int64_t items = cv->batch * cv->group, rows = convt_rows(cv);
 
-	r.nchunk = threads < cv->cout_g ? threads : cv->cout_g;
-	r.cs = (cv->cout_g + r.nchunk - 1) / r.nchunk;
-	r.per_thread = floats / threads;
-	r.tc = r.per_thread / (r.cs * cv->g.kvol);
-	cap = hp_conv_tile_cols(r.cs * cv->g.kvol, r.tc, 1);
-	r.tc = cap < r.tc ? cap : r.tc;
-	if (r.tc < 1) {
-		threads = 1;
-		r.nchunk = 1;
-		r.cs = cv->cout_g;
-		r.per_thread = floats;
-		r.tc = cv->ws_cols;
-	}
-	hp_conv_parallel(pool, threads, items * r.nchunk, convt_range, &r);
+	r.cs = rows / cv->g.kvol;
+	r.nchunk = (cv->cout_g + r.cs - 1) / r.cs;
+	r.per_thread = cv->ct.maxcols * rows;
+	if (threads > cv->ws_cols / cv->ct.maxcols)
+		threads = (int)(cv->ws_cols / cv->ct.maxcols);
+	hp_conv_parallel(pool, threads, items * (cv->blocked ? cv->ct.per : r.nchunk), convt_range, &r);
 	hp_conv_threads_leave(saved);
 }
 

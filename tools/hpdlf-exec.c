@@ -731,6 +731,9 @@ int main(int argc, char **argv)
 	o.no_split = c.no_split;
 	if (c.budget && (rc = hp_graph_split(g, &o, NULL)) < 0)
 		goto out;
+	/* split once: the session (and --plan) see this graph as it is, so a
+	 * run names the same smallest budget as --plan */
+	o.no_split = 1;
 	if (c.plan || c.plan_dot) {
 		rc = exec_plan_only(g, &o, &c, "");
 		goto out;

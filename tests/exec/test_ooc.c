@@ -221,19 +221,19 @@ static void test_convnet(void **state)
 }
 
 /* Operator splitting: at a quarter of the in-core peak the graph is cut
- * into bands (asked independently through the library), the run fits and
- * its output is the in-core one within rounding, not bitwise: the conv
- * kernels tile a band differently from the whole (tiles and slab chunks
- * follow the output volume), and OpenBLAS sgemm rounds a column
- * differently when the matrix has another width. */
+ * into bands (asked independently through the library) or, where the
+ * kernels' fixed tiles do not allow that fine a cut, at the smallest budget
+ * the split reaches (well below the unsplit one).  The run fits and its
+ * output is bitwise the in-core one at 1 and 2 threads: the conv kernels
+ * tile by the geometry, and bands start on tile bounds. */
 static void check_split(const char *name)
 {
 	char model[4200], in[4200], ref[4200], out[4200];
 	struct hp_plan_summary p;
 	struct hp_exec_opts o;
 	struct hp_graph *g;
-	struct hp_tensor a, b;
 	struct child c;
+	uint64_t budget, unsplit;
 	int nsplit = 0;
 
 	snprintf(model, sizeof model, "%s/%s.onnx", dir, name);
@@ -242,36 +242,34 @@ static void check_split(const char *name)
 	snprintf(out, sizeof out, "%s/%s.split.npy", dir, name);
 	write_input(model, in);
 	plan_of(model, 0, &p);
-	uint64_t budget = p.peak_bytes / 4;
-	assert_true(p.min_budget > budget); /* unsplit it would not run */
+	budget = p.peak_bytes / 4;
+	unsplit = p.min_budget;
+	assert_true(unsplit > budget); /* unsplit it would not run */
 	assert_int_equal(hp_graph_load(model, &g), 0);
 	assert_int_equal(hp_graph_infer(g), 0);
 	hp_exec_opts_init(&o, sizeof o);
 	o.budget = budget;
 	assert_int_equal(hp_graph_split(g, &o, &nsplit), 0);
 	assert_true(nsplit > 0);
-	if (hp_plan_summarize(g, &o, &p) < 0)
-		fail_msg("%s split for %llu bytes does not plan: %s", name, (unsigned long long)budget, hp_errmsg());
-	assert_true(p.min_budget <= budget);
-	hp_graph_free(g);
-	assert_int_equal(run_at(model, in, ref, 0, "1").status, 0);
-	c = run_at(model, in, out, budget, "1");
-	print_message("%s: budget %llu, %d operators split, exit %d\n", name, (unsigned long long)budget, nsplit,
-		      c.status);
-	assert_int_equal(c.status, 0);
-	assert_int_equal(hp_npy_read(ref, &a), 0);
-	assert_int_equal(hp_npy_read(out, &b), 0);
-	assert_true(hp_shape_equal(&a.shape, &b.shape));
-	double maxd = 0, maxa = 0;
-	for (int64_t i = 0; i < hp_shape_numel(&a.shape); i++) {
-		double x = ((float *)a.data)[i], y = ((float *)b.data)[i];
-		maxd = fabs(x - y) > maxd ? fabs(x - y) : maxd;
-		maxa = fabs(x) > maxa ? fabs(x) : maxa;
+	if (hp_plan_summarize(g, &o, &p) < 0) {
+		/* the smallest budget of the split graph */
+		o.budget = 0;
+		assert_int_equal(hp_plan_summarize(g, &o, &p), 0);
+		print_message("%s: a quarter of the peak (%llu) is below the split's smallest budget %llu\n", name,
+			      (unsigned long long)budget, (unsigned long long)p.min_budget);
+		assert_true(p.min_budget < unsplit - unsplit / 3);
+		budget = p.min_budget;
 	}
-	print_message("%s: max |split - in core| %.3g (max |y| %.3g)\n", name, maxd, maxa);
-	assert_true(maxd <= 1e-6 * maxa);
-	hp_tensor_free(&a);
-	hp_tensor_free(&b);
+	hp_graph_free(g);
+	for (int t = 1; t <= 2; t++) {
+		const char *th = t == 1 ? "1" : "2";
+		assert_int_equal(run_at(model, in, ref, 0, th).status, 0);
+		c = run_at(model, in, out, budget, th);
+		print_message("%s: budget %llu (unsplit %llu), %d operators split, %s threads, exit %d\n", name,
+			      (unsigned long long)budget, (unsigned long long)unsplit, nsplit, th, c.status);
+		assert_int_equal(c.status, 0);
+		assert_true(same_file(ref, out));
+	}
 }
 
 static void test_split_unet3d(void **state)
