@@ -100,7 +100,7 @@ def main():
             # training: same losses
             train = [model, "--train", "--data", p(m, "x.npy"), "--labels", p(m, "y.npy"), "--loss", "cross-entropy",
                      "--optimizer", "adam", "--lr", "0.01", "--batch", "4", "--steps", "3", "--no-shuffle",
-                     "--quiet", "--budget", "6M"]
+                     "--quiet", "--budget", "4M"]
             r1 = run(train + ["--log-json", p(tmp, "l1.jsonl")])
             r2 = run(train + ["--log-json", p(tmp, "l2.jsonl"), "--store", eps, "--token-file", token])
             check(r1.returncode == 0 and r2.returncode == 0, "training locally and spilling to daemons",
