@@ -344,22 +344,24 @@ static void test_split_invariance(void **state)
 	assert_int_equal(hp_pool_create(2, &pool), 0);
 	for (int th = 0; th < 2; th++) {
 		struct hp_pool *pl = th ? pool : NULL;
-		/* N 250: nb 32, the last tile 26 wide; M 300: two row tiles */
-		feature_case(300, 96, 250, D(0, 96, 160, 250), 4, pl);
+		/* N 250: nb 32, the last tile 26 wide; M 300: two row tiles (products
+		 * above 16 MFLOP run on the pool) */
+		feature_case(300, 256, 250, D(0, 96, 160, 250), 4, pl);
 		feature_case(64, 256, 256, D(0, 32, 64, 96, 128, 160, 192, 224, 256), 9, pl);
 		/* K 600: kb 64; blocks of one and of several K tiles */
 		reduce_case("Gemm", 2, D(70, 600), 90, 0, D(0, 64, 256, 448, 600), 5, pl);
 		reduce_case("Gemm", 2, D(600, 70), 90, 1, D(0, 192, 600), 3, pl);
-		reduce_case("MatMul", 3, D(3, 40, 600), 50, 0, D(0, 128, 192, 600), 4, pl);
+		reduce_case("MatMul", 3, D(3, 40, 600), 200, 0, D(0, 128, 192, 600), 4, pl);
 		reduce_case("MatMul", 2, D(16, 2048), 64, 0, D(0, 256, 512, 1792, 2048), 5, pl);
 	}
 	hp_pool_destroy(pool);
 }
 
-/* 1 and 2 threads give the same bits, for products with many tiles. */
+/* 1 and 2 threads give the same bits, for products with many tiles: as a
+ * session with --threads 1 (BLAS on 1 thread, no pool) and 2 (both 2). */
 static void test_thread_invariance(void **state)
 {
-	static const int64_t shapes[][3] = { { 600, 300, 520 }, { 64, 256, 256 }, { 5, 7, 3 }, { 1030, 70, 40 } };
+	static const int64_t shapes[][3] = { { 600, 300, 520 }, { 64, 256, 256 }, { 5, 7, 3 }, { 1030, 300, 40 }, { 64, 2048, 2048 } };
 	struct hp_pool *pool;
 
 	(void)state;
@@ -372,7 +374,9 @@ static void test_thread_invariance(void **state)
 			struct prod p = { "Gemm", NULL, 0, tb, 1, 1, NULL, NULL };
 			kt_fill_random(&a, 31, -1, 1);
 			kt_fill_random(&b, 32, -1, 1);
+			hp_blas_set_threads(1);
 			struct hp_tensor y1 = run_prod(&p, &a, &b, NULL);
+			hp_blas_set_threads(2);
 			p.pool = pool;
 			struct hp_tensor y2 = run_prod(&p, &a, &b, NULL);
 			assert_bitwise(&y1, &y2, "Gemm 1 vs 2 threads");
@@ -380,7 +384,9 @@ static void test_thread_invariance(void **state)
 			if (!tb) {
 				struct hp_tensor y3 = run_prod(&p, &a, &b, NULL);
 				p.pool = NULL;
+				hp_blas_set_threads(1);
 				struct hp_tensor y4 = run_prod(&p, &a, &b, NULL);
+				hp_blas_set_threads(2);
 				assert_bitwise(&y3, &y4, "MatMul 1 vs 2 threads");
 				hp_tensor_free(&y3);
 				hp_tensor_free(&y4);
