@@ -91,7 +91,12 @@ static void blas_serial_leave(void)
 
 #define GEMM_PAR_MIN_FLOPS 16e6
 
-struct mm_batch;
+struct mm_batch {
+	int nb;                      /* output batch dims */
+	int64_t bdims[HP_MAX_RANK];  /* output batch shape */
+	int64_t astr[HP_MAX_RANK];   /* element strides of A / B per batch dim (0: broadcast) */
+	int64_t bstr[HP_MAX_RANK];
+};
 
 /* Y = beta C + alpha op(A) op(B) over nprob problems of m x n x k. */
 struct gjob {
@@ -105,13 +110,6 @@ struct gjob {
 	int64_t mt, nt;             /* tiles per problem */
 	int64_t nprob;
 	const struct mm_batch *bt;  /* offsets of A and B per problem (NULL: one problem) */
-};
-
-struct mm_batch {
-	int nb;                      /* output batch dims */
-	int64_t bdims[HP_MAX_RANK];  /* output batch shape */
-	int64_t astr[HP_MAX_RANK];   /* element strides of A / B per batch dim (0: broadcast) */
-	int64_t bstr[HP_MAX_RANK];
 };
 
 static void prob_offsets(const struct mm_batch *bt, int64_t p, int64_t *ao, int64_t *bo)
@@ -130,7 +128,8 @@ static int64_t min64(int64_t a, int64_t b)
 	return a < b ? a : b;
 }
 
-/* Y's tile starts at (i0, j0): C (or zeros) in, then the K tiles in order. */
+/* A tile of Y (from row i0, column j0) before its K tiles: beta C, or
+ * zeros when there is no K tile to overwrite it. */
 static void tile_init(const struct gjob *j, int64_t p, int64_t i0, int64_t j0, int64_t mi, int64_t nj, float *y)
 {
 	const float *c = j->c;

@@ -361,7 +361,8 @@ static void test_split_invariance(void **state)
  * session with --threads 1 (BLAS on 1 thread, no pool) and 2 (both 2). */
 static void test_thread_invariance(void **state)
 {
-	static const int64_t shapes[][3] = { { 600, 300, 520 }, { 64, 256, 256 }, { 5, 7, 3 }, { 1030, 300, 40 }, { 64, 2048, 2048 } };
+	static const int64_t shapes[][3] = { { 600, 300, 520 }, { 64, 256, 256 }, { 5, 7, 3 }, { 1030, 300, 40 },
+					     { 64, 2048, 2048 } };
 	struct hp_pool *pool;
 
 	(void)state;
