@@ -12,6 +12,7 @@
 #include "exec/exec_internal.h"
 #include "exec/split_weight.h"
 #include "exec/train_internal.h"
+#include "kernels/gemm_tile.h"
 
 #define WS_ALIGN 4096ull      /* the store's unit of DRAM accounting */
 #define WS_MAX_PARTS 4096     /* Concat takes at most this many inputs */
@@ -24,7 +25,10 @@ struct ws_cand {
 	int c_dim;            /* the dim of C that is cut */
 	int x_axis;           /* reduction cut: the axis of X cut */
 	int matmul;
+	int chain;            /* inference reduction cut: block j accumulates into block j - 1 */
 	int64_t rows;         /* the weight's outer dim */
+	int64_t quantum;      /* inference: blocks are whole tiles of the kernels (bitwise) */
+	struct hp_gemm_tiles t; /* the whole product's tiling */
 	uint64_t xb, yb, wb, cb, ws;
 };
 
@@ -79,7 +83,8 @@ static uint64_t need(const struct ws_cand *c, int64_t r, int copies)
 	} else {
 		uint64_t xp = c->xb / (uint64_t)c->rows * (uint64_t)r;
 		m = max2(al(c->xb) + k * al(xp), al(xp) + al(pb) + al(c->cb) + al(c->yb));
-		m = max2(m, 3 * al(c->yb));
+		/* chain: a block reads the running sum and writes the next; else Adds */
+		m = max2(m, c->chain ? al(xp) + al(pb) + 2 * al(c->yb) : 3 * al(c->yb));
 		if (copies)
 			m = max2(m, al(c->yb) + 2 * al(xp) + 2 * al(pb));
 	}
@@ -109,22 +114,39 @@ static int64_t fewest(const struct ws_cand *c, uint64_t avail, int copies, int64
 	return 0;
 }
 
+/* The fewest blocks (of a multiple of q rows) whose steps need at most
+ * 1/8 more than the least any cut needs; c->rows if no cut helps. */
+static int64_t least(const struct ws_cand *c, int copies, int64_t q)
+{
+	int64_t kmax = c->rows < WS_MAX_PARTS ? c->rows : WS_MAX_PARTS, r;
+	uint64_t floor = need(c, c->rows, copies);
+
+	for (int64_t k = 2; k <= kmax; k++) {
+		uint64_t nd = need(c, rows_for(c, k, q), copies);
+		floor = nd < floor ? nd : floor;
+	}
+	r = fewest(c, floor + floor / 8, copies, q);
+	return r ? r : c->rows;
+}
+
 /* Rows per block: none when the product's steps fit the budget as they
  * are; else those of the fewest blocks whose steps fit `avail` (85% of
- * it: room to keep neighbours resident; tile-aligned blocks if they can); when none do (the activations alone
- * are too big), of the fewest within 1/8 of the best reachable.
+ * it: room to keep neighbours resident).  Inference cuts whole tiles of
+ * the kernels only, so that results stay bitwise those in core; training
+ * prefers blocks of whole register tiles (q), else any.  When none fit
+ * (the activations alone are too big), the fewest near the least need.
  * c->rows: no cut. */
 static int64_t choose_rows(const struct ws_cand *c, uint64_t budget, uint64_t avail, int copies)
 {
-	int64_t kmax = c->rows < WS_MAX_PARTS ? c->rows : WS_MAX_PARTS, q = c->rows >= 256 ? 64 : 16, r;
-	uint64_t floor;
+	int64_t q = c->rows >= 256 ? 64 : 16, r;
 
 	if (need(c, c->rows, copies) <= budget)
-		return c->rows; /* fits as it is: cut nothing (results stay bitwise) */
+		return c->rows; /* fits as it is: cut nothing */
+	if (c->quantum)
+		return (r = fewest(c, avail, copies, c->quantum)) ? r : least(c, copies, c->quantum);
 	if ((r = fewest(c, avail, copies, q)) || (r = fewest(c, avail, copies, 1)))
 		return r;
-	floor = need(c, rows_for(c, kmax, 1), copies);
-	return fewest(c, floor + floor / 8, copies, 1);
+	return least(c, copies, 1);
 }
 
 static int movable(const struct hp_graph *g, int v)
@@ -150,6 +172,17 @@ static int bias_cut(const struct hp_graph *g, struct ws_cand *c, int64_t n)
 	c->c_split = 1;
 	c->c_dim = cv->shape.rank - 1;
 	return 1;
+}
+
+/* The whole product's tiling (M x N x K from X and the weight). */
+static void cand_tiles(const struct hp_graph *g, struct ws_cand *c)
+{
+	const struct hp_shape *w = &g->values[c->w].shape;
+	int64_t k = w->dims[c->reduce ? 0 : 1], n = w->dims[c->reduce ? 1 : 0];
+	int64_t m = k ? hp_shape_numel(&g->values[c->x].shape) / k : 0;
+
+	if (hp_gemm_node_tiles(&g->nodes[c->node], m, n, k, &c->t) < 0)
+		hp_gemm_tiles(m, n, k, &c->t); /* the kernel's prepare rejected it already */
 }
 
 static int candidate(const struct hp_graph *g, int i, struct ws_cand *c)
@@ -178,6 +211,7 @@ static int candidate(const struct hp_graph *g, int i, struct ws_cand *c)
 	c->yb = vbytes(g, c->y);
 	c->wb = vbytes(g, c->w);
 	c->ws = (n->workspace + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN;
+	cand_tiles(g, c);
 	if (c->c >= 0 && !c->reduce)
 		return bias_cut(g, c, c->rows);
 	c->cb = c->c >= 0 ? vbytes(g, c->c) : 0;
@@ -230,18 +264,32 @@ static int add_act(struct hp_graph *g, int base, const char *what, int k)
 	return hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
 }
 
-/* A node like c->node (its op and attributes) over in -> out. */
-static int clone_node(struct hp_graph *g, int from, int k, int nin, const int *in, int out)
+/* A node like `from` (its op and attributes) over in -> out; `acc`: a
+ * chained reduction block, which adds its product to in[2] (Gemm with beta
+ * 1, MatMulAcc for a MatMul) exactly as the whole's kernel adds K tiles. */
+static int clone_node(struct hp_graph *g, int from, int k, int nin, const int *in, int out, int acc)
 {
-	char name[512];
-	int node, rc;
+	struct hp_attr one = { .name = "beta", .type = HP_ATTR_FLOAT, .f = 1.0f };
+	int matmul = acc && strcmp(g->nodes[from].op_type, "Gemm"), node, rc;
+	char name[512], *dom;
 
 	snprintf(name, sizeof name, "%s/part%d", g->nodes[from].name, k);
-	if ((node = hp_graph_add_node(g, name, g->nodes[from].op_type, nin, in, 1, &out)) < 0)
+	if ((node = hp_graph_add_node(g, name, matmul ? "MatMulAcc" : g->nodes[from].op_type, nin, in, 1, &out)) < 0)
 		return node;
-	for (int a = 0; a < g->nodes[from].nattrs; a++)
+	if (matmul) {
+		if (!(dom = strdup("ai.hpdlf")))
+			return hp_error(-ENOMEM, "out of memory");
+		free(g->nodes[node].domain);
+		g->nodes[node].domain = dom;
+	} else if (acc && (rc = hp_graph_add_attr(g, node, &one)) < 0) {
+		return rc;
+	}
+	for (int a = 0; a < g->nodes[from].nattrs; a++) {
+		if (acc && !strcmp(g->nodes[from].attrs[a].name, "beta"))
+			continue;
 		if ((rc = hp_graph_add_attr(g, node, &g->nodes[from].attrs[a])) < 0)
 			return rc;
+	}
 	return node;
 }
 
@@ -266,7 +314,7 @@ static int block(struct hp_graph *g, const struct ws_cand *c, int j, int xj, int
 	int in[3] = { xj, wj, cj }, nin = cj >= 0 ? 3 : 2;
 
 	if (j > 0) {
-		int rc = clone_node(g, c->node, j, nin, in, yj);
+		int rc = clone_node(g, c->node, j, nin, in, yj, c->chain);
 		return rc < 0 ? rc : 0;
 	}
 	struct hp_node *n = &g->nodes[c->node];
@@ -336,13 +384,39 @@ static int split_x(struct hp_graph *g, const struct ws_cand *c, int64_t k, const
 	return 0;
 }
 
-/* Reduction cut: y = sum_j x_j W_j (+ C in block 0), added in order. */
+/* The partial sums of a reduction cut: y = sum_j x_j W_j (+ C in block 0),
+ * added in order: chained (block j adds into block j - 1's result) or
+ * through Adds (training: autodiff knows them). */
+static int reduce_sums(struct hp_graph *g, const struct ws_cand *c, int64_t k, const int *xs, const int *ws, int *ys)
+{
+	int acc = -1, rc = 0;
+
+	for (int j = 0; j < k && rc == 0; j++) {
+		int last = c->chain && j == k - 1;
+		if ((ys[j] = last ? c->y : add_act(g, c->y, c->chain ? "sum" : "part", j)) < 0)
+			return ys[j];
+		rc = block(g, c, j, xs[j], ws[j], j == 0 ? c->c : c->chain ? ys[j - 1] : -1, ys[j]);
+	}
+	if (c->chain)
+		return rc;
+	acc = ys[0];
+	for (int j = 1; j < k && rc == 0; j++) {
+		int in[2] = { acc, ys[j] }, out = j == k - 1 ? c->y : add_act(g, c->y, "sum", j);
+		if (out < 0)
+			return out;
+		rc = add_op(g, g->nodes[c->node].name, "Add", j, 2, in, 1, &out, NULL, 0);
+		acc = out;
+	}
+	return rc;
+}
+
+/* Reduction cut: x and the weight cut along K, the partial sums added. */
 static int rewrite_reduce(struct hp_graph *g, const struct ws_cand *c, int64_t r, int64_t k, int *ys)
 {
 	int64_t *sizes = calloc((size_t)k, sizeof *sizes);
-	int *xs = calloc((size_t)k, sizeof *xs), acc, rc = 0;
+	int *xs = calloc((size_t)k, sizeof *xs), *ws = calloc((size_t)k, sizeof *ws), rc = 0;
 
-	if (!sizes || !xs) {
+	if (!sizes || !xs || !ws) {
 		rc = hp_error(-ENOMEM, "out of memory");
 		goto out;
 	}
@@ -350,27 +424,27 @@ static int rewrite_reduce(struct hp_graph *g, const struct ws_cand *c, int64_t r
 		sizes[j] = c->rows - j * r < r ? c->rows - j * r : r;
 	if ((rc = split_x(g, c, k, sizes, xs)) < 0)
 		goto out;
-	for (int j = 0; j < k && rc == 0; j++) {
-		int wj = add_part(g, c->w, 0, j, j * r, sizes[j]);
-		if (wj < 0 || (ys[j] = add_act(g, c->y, "part", j)) < 0) {
-			rc = wj < 0 ? wj : ys[j];
-			break;
-		}
-		rc = block(g, c, j, xs[j], wj, j == 0 ? c->c : -1, ys[j]);
-	}
-	acc = ys[0];
-	for (int j = 1; j < k && rc == 0; j++) {
-		int in[2] = { acc, ys[j] }, out = j == k - 1 ? c->y : add_act(g, c->y, "sum", j);
-		if (out < 0)
-			rc = out;
-		else
-			rc = add_op(g, g->nodes[c->node].name, "Add", j, 2, in, 1, &out, NULL, 0);
-		acc = out;
-	}
+	for (int j = 0; j < k && rc == 0; j++)
+		if ((ws[j] = add_part(g, c->w, 0, j, j * r, sizes[j])) < 0)
+			rc = ws[j];
+	if (rc == 0)
+		rc = reduce_sums(g, c, k, xs, ws, ys);
 out:
 	free(sizes);
 	free(xs);
+	free(ws);
 	return rc;
+}
+
+/* Every block runs in the whole product's tiling (kernels/gemm_tile.h). */
+static int add_tiles(struct hp_graph *g, const struct ws_cand *c)
+{
+	int64_t v[3] = { c->t.mb, c->t.nb, c->t.kb };
+	struct hp_attr a = { .name = HP_GEMM_TILE_ATTR, .type = HP_ATTR_INTS, .ints = v, .n = 3 };
+
+	if (hp_node_attr(&g->nodes[c->node], HP_GEMM_TILE_ATTR))
+		return 0;
+	return hp_graph_add_attr(g, c->node, &a);
 }
 
 static int rewrite(struct hp_graph *g, const struct ws_cand *c, int64_t r)
@@ -380,7 +454,8 @@ static int rewrite(struct hp_graph *g, const struct ws_cand *c, int64_t r)
 
 	if (!ys)
 		return hp_error(-ENOMEM, "out of memory");
-	rc = c->reduce ? rewrite_reduce(g, c, r, k, ys) : rewrite_feature(g, c, r, k, ys);
+	if ((rc = add_tiles(g, c)) == 0)
+		rc = c->reduce ? rewrite_reduce(g, c, r, k, ys) : rewrite_feature(g, c, r, k, ys);
 	free(ys);
 	if (rc < 0)
 		return rc;
@@ -407,6 +482,8 @@ int hp_split_weights(struct hp_graph *g, uint64_t budget, const struct hp_train_
 	for (int i = 0; i < n0; i++) {
 		if (!candidate(g, i, &c))
 			continue;
+		c.chain = c.reduce && !spec;
+		c.quantum = spec ? 0 : c.reduce ? c.t.kb : c.t.nb;
 		int64_t r = choose_rows(&c, budget, avail, copies);
 		if (r >= c.rows)
 			continue;

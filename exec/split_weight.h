@@ -27,6 +27,10 @@ struct hp_trainer;
  * inference).  The weight's outer axis is cut, so each block is a byte
  * range of the original: output features (transB=1, outputs concatenated)
  * or the reduction axis (transB=0 and MatMul, partial products summed).
+ * Inference cuts only at the kernels' tile boundaries and chains the
+ * partial sums (block j adds into block j - 1's result: Gemm beta 1,
+ * MatMulAcc), so its outputs are bitwise those in core
+ * (kernels/gemm_tile.h); training sums the blocks with Adds.
  * g must be inferred; it is re-inferred.  Returns the number of weights
  * partitioned, or a negative error.  budget 0 (in core): nothing. */
 int hp_split_weights(struct hp_graph *g, uint64_t budget, const struct hp_train_spec *spec);

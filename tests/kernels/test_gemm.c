@@ -1,6 +1,10 @@
 /* Gemm and MatMul against plain triple loops: every transA/transB, alpha,
  * beta and C broadcast form; MatMul 1-D promotion, 2-D, batched and
- * broadcast batch dims; determinism with a pool; shape errors. */
+ * broadcast batch dims; MatMulAcc; determinism with a pool; shape errors.
+ * Split invariance (kernels/gemm_tile.h): a product cut at tile boundaries
+ * into blocks that carry the whole's tiling (output columns concatenated,
+ * reduction blocks chained) gives bitwise the whole's result, and so do 1
+ * and 2 threads. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +15,7 @@
 #include <cmocka.h>
 
 #include "hpdlf/error.h"
+#include "kernels/gemm_tile.h"
 #include "tests/kernels/harness.h"
 
 static float at(const struct hp_tensor *t, int64_t i)
@@ -191,6 +196,250 @@ static void test_determinism(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* ---- split invariance --------------------------------------------------- */
+
+/* Rows [r0, r0 + rn) or columns [c0, c0 + cn) of a row-major matrix (the
+ * last two dims of t; leading dims kept). */
+static struct hp_tensor sub(const struct hp_tensor *t, int rows, int64_t a0, int64_t an)
+{
+	struct hp_shape s = t->shape;
+	int r = s.rank;
+	int64_t nr = r > 1 ? s.dims[r - 2] : 1, nc = s.dims[r - 1], outer = hp_shape_numel(&s) / (nr * nc);
+	struct hp_tensor o;
+
+	s.dims[rows ? r - 2 : r - 1] = an;
+	o = kt_tensor(HP_F32, s.rank, s.dims);
+	for (int64_t b = 0; b < outer; b++)
+		for (int64_t i = 0; i < (rows ? an : nr); i++)
+			for (int64_t j = 0; j < (rows ? nc : an); j++)
+				((float *)o.data)[(b * (rows ? an : nr) + i) * (rows ? nc : an) + j] =
+					at(t, (b * nr + i + (rows ? a0 : 0)) * nc + j + (rows ? 0 : a0));
+	return o;
+}
+
+struct prod {
+	const char *op, *domain;
+	int ta, tb;
+	float alpha, beta;
+	struct hp_pool *pool;
+	const int64_t *tiles; /* NULL: none */
+};
+
+static struct hp_tensor run_prod(const struct prod *p, struct hp_tensor *a, struct hp_tensor *b,
+				 struct hp_tensor *c)
+{
+	struct hp_tensor in[3] = { *a, *b }, out;
+	struct hp_attr at[5];
+	int na = 0;
+
+	if (!strcmp(p->op, "Gemm")) {
+		at[na++] = kt_int("transA", p->ta);
+		at[na++] = kt_int("transB", p->tb);
+		at[na++] = kt_float("alpha", p->alpha);
+		at[na++] = kt_float("beta", p->beta);
+	}
+	if (p->tiles)
+		at[na++] = kt_ints(HP_GEMM_TILE_ATTR, 3, p->tiles);
+	if (c)
+		in[2] = *c;
+	struct kt_case kc = { .op = p->op, .domain = p->domain, .nin = c ? 3 : 2, .in = in, .nattrs = na,
+			      .attrs = at, .nout = 1, .pool = p->pool };
+	if (kt_run(&kc, &out) < 0)
+		fail_msg("%s: %s", p->op, hp_errmsg());
+	return out;
+}
+
+static void assert_bitwise(const struct hp_tensor *a, const struct hp_tensor *b, const char *what)
+{
+	if (!hp_shape_equal(&a->shape, &b->shape) || memcmp(a->data, b->data, hp_tensor_bytes(a)))
+		fail_msg("%s: not bitwise equal", what);
+}
+
+/* Gemm(transB=1) cut along output features at `cuts` (multiples of nb):
+ * each block's columns are those of the whole. */
+static void feature_case(int64_t m, int64_t k, int64_t n, const int64_t *cuts, int nc, struct hp_pool *pool)
+{
+	struct hp_gemm_tiles t;
+	int64_t ad[2] = { m, k }, bd[2] = { n, k }, cd[1] = { n }, tv[3];
+	struct hp_tensor a = kt_tensor(HP_F32, 2, ad), b = kt_tensor(HP_F32, 2, bd), c = kt_tensor(HP_F32, 1, cd);
+	struct prod p = { "Gemm", NULL, 0, 1, 0.75f, 1.5f, pool, NULL };
+
+	hp_gemm_tiles(m, n, k, &t);
+	tv[0] = t.mb, tv[1] = t.nb, tv[2] = t.kb;
+	kt_fill_random(&a, 11, -1, 1);
+	kt_fill_random(&b, 12, -1, 1);
+	kt_fill_random(&c, 13, -1, 1);
+	struct hp_tensor whole = run_prod(&p, &a, &b, &c);
+	p.tiles = tv;
+	for (int i = 0; i + 1 < nc; i++) {
+		assert_int_equal(cuts[i] % t.nb, 0);
+		struct hp_tensor bj = sub(&b, 1, cuts[i], cuts[i + 1] - cuts[i]);
+		struct hp_tensor cj = { .dtype = HP_F32, .shape = { .rank = 1, .dims = { cuts[i + 1] - cuts[i] } },
+					.data = (float *)c.data + cuts[i] };
+		struct hp_tensor yj = run_prod(&p, &a, &bj, &cj), wj = sub(&whole, 0, cuts[i], cuts[i + 1] - cuts[i]);
+		assert_bitwise(&yj, &wj, "Gemm feature block");
+		hp_tensor_free(&bj);
+		hp_tensor_free(&yj);
+		hp_tensor_free(&wj);
+	}
+	hp_tensor_free(&whole);
+	hp_tensor_free(&a);
+	hp_tensor_free(&b);
+	hp_tensor_free(&c);
+}
+
+/* A cut along K at `cuts` (multiples of kb): block 0 with C, block j adding
+ * into block j - 1's result (Gemm beta 1, MatMulAcc) gives the whole. */
+static void reduce_case(const char *op, int ra, const int64_t *ad, int64_t n, int ta, const int64_t *cuts, int nc,
+			struct hp_pool *pool)
+{
+	int gemm = !strcmp(op, "Gemm");
+	int64_t k = gemm && ta ? ad[0] : ad[ra - 1], m;
+	int64_t bd[2] = { k, n }, cd[2], tv[3];
+	struct hp_gemm_tiles t;
+	struct hp_tensor a = kt_tensor(HP_F32, ra, ad), b = kt_tensor(HP_F32, 2, bd), c, s = { 0 };
+	struct prod p = { op, NULL, ta, 0, gemm ? 1.25f : 1, 0.5f, pool, NULL };
+
+	m = 1;
+	for (int i = 0; i < ra; i++)
+		m *= ad[i];
+	m /= k;
+	cd[0] = m, cd[1] = n;
+	c = kt_tensor(HP_F32, 2, cd);
+	hp_gemm_tiles(m, n, k, &t);
+	tv[0] = t.mb, tv[1] = t.nb, tv[2] = t.kb;
+	kt_fill_random(&a, 21, -1, 1);
+	kt_fill_random(&b, 22, -1, 1);
+	kt_fill_random(&c, 23, -1, 1);
+	struct hp_tensor whole = run_prod(&p, &a, &b, gemm ? &c : NULL);
+	p.tiles = tv;
+	for (int i = 0; i + 1 < nc; i++) {
+		int64_t kn = cuts[i + 1] - cuts[i];
+		struct hp_tensor aj = sub(&a, gemm && ta, cuts[i], kn), bj = sub(&b, 1, cuts[i], kn), sj;
+		assert_int_equal(cuts[i] % t.kb, 0);
+		if (i > 0) {
+			p.beta = 1;
+			if (!gemm)
+				p.op = "MatMulAcc", p.domain = "ai.hpdlf";
+		}
+		sj = run_prod(&p, &aj, &bj, i > 0 ? &s : gemm ? &c : NULL);
+		hp_tensor_free(&s);
+		s = sj;
+		hp_tensor_free(&aj);
+		hp_tensor_free(&bj);
+	}
+	assert_bitwise(&s, &whole, op);
+	hp_tensor_free(&s);
+	hp_tensor_free(&whole);
+	hp_tensor_free(&a);
+	hp_tensor_free(&b);
+	hp_tensor_free(&c);
+}
+
+static void test_split_invariance(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int th = 0; th < 2; th++) {
+		struct hp_pool *pl = th ? pool : NULL;
+		/* N 250: nb 32, the last tile 26 wide; M 300: two row tiles (products
+		 * above 16 MFLOP run on the pool) */
+		feature_case(300, 256, 250, D(0, 96, 160, 250), 4, pl);
+		feature_case(64, 256, 256, D(0, 32, 64, 96, 128, 160, 192, 224, 256), 9, pl);
+		/* K 600: kb 64; blocks of one and of several K tiles */
+		reduce_case("Gemm", 2, D(70, 600), 90, 0, D(0, 64, 256, 448, 600), 5, pl);
+		reduce_case("Gemm", 2, D(600, 70), 90, 1, D(0, 192, 600), 3, pl);
+		reduce_case("MatMul", 3, D(3, 40, 600), 200, 0, D(0, 128, 192, 600), 4, pl);
+		reduce_case("MatMul", 2, D(16, 2048), 64, 0, D(0, 256, 512, 1792, 2048), 5, pl);
+	}
+	hp_pool_destroy(pool);
+}
+
+/* 1 and 2 threads give the same bits, for products with many tiles: as a
+ * session with --threads 1 (BLAS on 1 thread, no pool) and 2 (both 2). */
+static void test_thread_invariance(void **state)
+{
+	static const int64_t shapes[][3] = { { 600, 300, 520 }, { 64, 256, 256 }, { 5, 7, 3 }, { 1030, 300, 40 },
+					     { 64, 2048, 2048 } };
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+		for (int tb = 0; tb < 2; tb++) {
+			int64_t m = shapes[i][0], k = shapes[i][1], n = shapes[i][2];
+			int64_t ad[2] = { m, k }, bd[2] = { tb ? n : k, tb ? k : n };
+			struct hp_tensor a = kt_tensor(HP_F32, 2, ad), b = kt_tensor(HP_F32, 2, bd);
+			struct prod p = { "Gemm", NULL, 0, tb, 1, 1, NULL, NULL };
+			kt_fill_random(&a, 31, -1, 1);
+			kt_fill_random(&b, 32, -1, 1);
+			hp_blas_set_threads(1);
+			struct hp_tensor y1 = run_prod(&p, &a, &b, NULL);
+			hp_blas_set_threads(2);
+			p.pool = pool;
+			struct hp_tensor y2 = run_prod(&p, &a, &b, NULL);
+			assert_bitwise(&y1, &y2, "Gemm 1 vs 2 threads");
+			p.op = "MatMul";
+			if (!tb) {
+				struct hp_tensor y3 = run_prod(&p, &a, &b, NULL);
+				p.pool = NULL;
+				hp_blas_set_threads(1);
+				struct hp_tensor y4 = run_prod(&p, &a, &b, NULL);
+				hp_blas_set_threads(2);
+				assert_bitwise(&y3, &y4, "MatMul 1 vs 2 threads");
+				hp_tensor_free(&y3);
+				hp_tensor_free(&y4);
+			}
+			hp_tensor_free(&y1);
+			hp_tensor_free(&y2);
+			hp_tensor_free(&a);
+			hp_tensor_free(&b);
+		}
+	hp_pool_destroy(pool);
+}
+
+/* MatMulAcc = C + A B (naive loops), batched; C must have Y's shape. */
+static void test_matmul_acc(void **state)
+{
+	int64_t ad[3] = { 2, 5, 7 }, bd[3] = { 2, 7, 4 }, cd[3] = { 2, 5, 4 };
+	struct hp_tensor a = kt_tensor(HP_F32, 3, ad), b = kt_tensor(HP_F32, 3, bd), c = kt_tensor(HP_F32, 3, cd);
+	struct hp_tensor ref = kt_tensor(HP_F32, 3, cd), out;
+	struct prod p = { "MatMulAcc", "ai.hpdlf", 0, 0, 1, 1, NULL, NULL };
+
+	(void)state;
+	kt_fill_random(&a, 41, -1, 1);
+	kt_fill_random(&b, 42, -1, 1);
+	kt_fill_random(&c, 43, -1, 1);
+	for (int64_t q = 0; q < 2; q++)
+		for (int64_t i = 0; i < 5; i++)
+			for (int64_t j = 0; j < 4; j++) {
+				double s = at(&c, (q * 5 + i) * 4 + j);
+				for (int64_t l = 0; l < 7; l++)
+					s += (double)at(&a, (q * 5 + i) * 7 + l) * at(&b, (q * 7 + l) * 4 + j);
+				((float *)ref.data)[(q * 5 + i) * 4 + j] = (float)s;
+			}
+	out = run_prod(&p, &a, &b, &c);
+	check_close(&out, &ref, "MatMulAcc");
+	hp_tensor_free(&out);
+	hp_tensor_free(&c);
+	cd[2] = 1;
+	c = kt_tensor(HP_F32, 3, cd);
+	struct hp_tensor in[3] = { a, b, c };
+	struct kt_case kc = { .op = "MatMulAcc", .domain = "ai.hpdlf", .nin = 3, .in = in, .nout = 1 };
+	assert_int_equal(kt_run(&kc, &out), HP_ESHAPE);
+	assert_non_null(strstr(hp_errmsg(), "Y's shape"));
+	int64_t bad[2] = { 1, 2 };
+	struct hp_attr at1 = kt_ints(HP_GEMM_TILE_ATTR, 2, bad);
+	kc = (struct kt_case){ .op = "MatMul", .nin = 2, .in = in, .nattrs = 1, .attrs = &at1, .nout = 1 };
+	assert_int_equal(kt_run(&kc, &out), HP_EMODEL);
+	hp_tensor_free(&a);
+	hp_tensor_free(&b);
+	hp_tensor_free(&c);
+	hp_tensor_free(&ref);
+}
+
 static void test_errors(void **state)
 {
 	int64_t ad[2] = { 4, 5 }, bd[2] = { 6, 3 }, cd[2] = { 3, 3 }, a3[3] = { 2, 4, 5 }, b3[3] = { 3, 5, 2 };
@@ -232,6 +481,9 @@ int main(void)
 		cmocka_unit_test(test_gemm_all),
 		cmocka_unit_test(test_matmul_all),
 		cmocka_unit_test(test_determinism),
+		cmocka_unit_test(test_split_invariance),
+		cmocka_unit_test(test_thread_invariance),
+		cmocka_unit_test(test_matmul_acc),
 		cmocka_unit_test(test_errors),
 	};
 
