@@ -83,13 +83,12 @@ int64_t hp_conv_ws_cols(int64_t kdim, int64_t vol)
 	return cap < vol ? cap : vol;
 }
 
-int64_t hp_conv_tile_cols(int64_t kdim, int64_t ws_cols, int threads)
+int64_t hp_conv_tile_cap(int64_t rows)
 {
-	int64_t cap = (int64_t)(tile_bytes / ((size_t)kdim * sizeof(float)));
+	int64_t cap = (int64_t)(tile_bytes / ((size_t)rows * sizeof(float)));
 
-	if (cap < HP_CONV_TILE_MIN_COLS)
-		cap = HP_CONV_TILE_MIN_COLS;
-	return cap < ws_cols / threads ? cap : ws_cols / threads;
+	cap = cap < HP_CONV_TILE_MIN_COLS ? HP_CONV_TILE_MIN_COLS : cap;
+	return cap < HP_CONV_TILE_MAX_COLS ? cap : HP_CONV_TILE_MAX_COLS;
 }
 
 int hp_conv_threads_enter(struct hp_pool *pool, int *saved)
@@ -117,20 +116,6 @@ void hp_conv_parallel(struct hp_pool *pool, int threads, int64_t n, hp_range_fn 
 		return;
 	}
 	hp_parallel_for(pool, n, (n + threads - 1) / threads, fn, arg);
-}
-
-void hp_conv_plan(int64_t total, int64_t cap, int64_t items, int threads, int64_t *ntiles, int64_t *tcols)
-{
-	int64_t nt = cap > 0 ? (total + cap - 1) / cap : total;
-
-	if (nt < 1)
-		nt = 1;
-	while (threads > 1 && (items * nt) % threads && nt < total)
-		nt++;
-	if (nt > total)
-		nt = total;
-	*tcols = (total + nt - 1) / nt;
-	*ntiles = (total + *tcols - 1) / *tcols;
 }
 
 struct conv_run {
@@ -303,15 +288,6 @@ static int direct_ok(const struct hp_colgeom *c)
 	       c->stride[1] == 1 && c->stride[2] == 1 && c->grid_vol == c->img_vol;
 }
 
-/* im2col columns per tile: what stays in cache, from the geometry alone. */
-static int64_t im2col_cap(int64_t kdim)
-{
-	int64_t cap = (int64_t)(tile_bytes / ((size_t)kdim * sizeof(float)));
-
-	cap = cap < HP_CONV_TILE_MIN_COLS ? HP_CONV_TILE_MIN_COLS : cap;
-	return cap < HP_CONV_TILE_MAX_COLS ? cap : HP_CONV_TILE_MAX_COLS;
-}
-
 void hp_conv_setup(struct hp_conv *cv)
 {
 	const struct hp_colgeom *c = &cv->g;
@@ -330,7 +306,7 @@ void hp_conv_setup(struct hp_conv *cv)
 	}
 	if (cv->shift)
 		return;
-	hp_ctile_plan(c->grid, cv->direct ? HP_CONV_DIRECT_COLS : im2col_cap(cv->kdim), &cv->ct);
+	hp_ctile_plan(c->grid, cv->direct ? HP_CONV_DIRECT_COLS : hp_conv_tile_cap(cv->kdim), &cv->ct);
 	if (cv->direct)
 		return;
 	cv->ws_cols = cv->lean ? cv->ct.maxcols : hp_conv_ws_cols(cv->kdim, cv->yvol);
@@ -355,7 +331,7 @@ int64_t hp_conv_band_align(const struct hp_conv *cv, int axis)
 		return -1;
 	if (cv->shift) /* 2-D and 1-D tiles span whole planes of the batch */
 		return cv->nd == 3 && dim == 0 ? shift_unit(s) : -1;
-	return hp_ctile_align(&cv->ct, cv->g.grid, dim);
+	return hp_ctile_align(&cv->ct, dim);
 }
 
 static int conv_prepare(struct hp_graph *g, struct hp_node *n)

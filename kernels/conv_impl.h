@@ -56,7 +56,7 @@ void hp_ctile_plan(const int64_t grid[3], int64_t cap, struct hp_ctile *t);
 /* Flat grid positions [*j0, *j1) of tile i (< t->per). */
 void hp_ctile_range(const struct hp_ctile *t, const int64_t grid[3], int64_t i, int64_t *j0, int64_t *j1);
 /* Rows a band's bounds on grid dim `dim` must be multiples of, or -1. */
-int64_t hp_ctile_align(const struct hp_ctile *t, const int64_t grid[3], int dim);
+int64_t hp_ctile_align(const struct hp_ctile *t, int dim);
 /* Largest power of two <= x (1 for x < 1). */
 int64_t hp_pow2_floor(int64_t x);
 
@@ -199,7 +199,9 @@ void hp_conv_set_ws_max(size_t b);
  * so each sgemm call amortizes packing the weights. */
 #define HP_CONV_TILE_BYTES ((size_t)256 << 10)
 #define HP_CONV_TILE_MIN_COLS 64
-int64_t hp_conv_tile_cols(int64_t kdim, int64_t ws_cols, int threads);
+/* Columns per tile of a column matrix `rows` tall, from the geometry alone
+ * (im2col and ConvTranspose tiles). */
+int64_t hp_conv_tile_cap(int64_t rows);
 /* im2col/col2im workspace columns for a column height kdim over vol columns. */
 int64_t hp_conv_ws_cols(int64_t kdim, int64_t vol);
 /* Benchmarks only: override the tile target (0 restores the default). */
@@ -216,9 +218,5 @@ void hp_conv_set_policy(int p);
 /* hp_parallel_for over at most `threads` workers (tid < threads), or the
  * caller alone when threads <= 1. */
 void hp_conv_parallel(struct hp_pool *pool, int threads, int64_t n, hp_range_fn fn, void *arg);
-
-/* Cut `total` columns into *ntiles tiles of *tcols (<= cap) columns, the
- * count of items * ntiles a multiple of `threads` where possible. */
-void hp_conv_plan(int64_t total, int64_t cap, int64_t items, int threads, int64_t *ntiles, int64_t *tcols);
 
 #endif

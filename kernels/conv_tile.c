@@ -72,9 +72,8 @@ void hp_ctile_range(const struct hp_ctile *t, const int64_t grid[3], int64_t i, 
 	}
 }
 
-int64_t hp_ctile_align(const struct hp_ctile *t, const int64_t grid[3], int dim)
+int64_t hp_ctile_align(const struct hp_ctile *t, int dim)
 {
-	(void)grid;
 	if (dim == 0)
 		return t->mode == 0 ? t->align : 1;
 	if (dim == 1)

@@ -126,13 +126,11 @@ static int64_t convt_rows(const struct hp_conv *cv)
 
 void hp_convt_setup(struct hp_conv *cv)
 {
-	int64_t rows, cap;
+	int64_t rows;
 
 	cv->blocked = hp_convt_blocked(&cv->g);
 	rows = convt_rows(cv);
-	cap = (int64_t)(HP_CONV_TILE_BYTES / ((size_t)rows * sizeof(float)));
-	cap = cap < HP_CONV_TILE_MIN_COLS ? HP_CONV_TILE_MIN_COLS : cap;
-	hp_ctile_plan(cv->g.grid, cap < HP_CONV_TILE_MAX_COLS ? cap : HP_CONV_TILE_MAX_COLS, &cv->ct);
+	hp_ctile_plan(cv->g.grid, hp_conv_tile_cap(rows), &cv->ct);
 	/* the expected workers' tiles */
 	cv->ws_cols = cv->ct.maxcols * (cv->lean ? 1 : hp_conv_ws_threads());
 	cv->workspace = (size_t)cv->ws_cols * (size_t)rows * sizeof(float);
@@ -147,7 +145,7 @@ int64_t hp_convt_band_align(const struct hp_conv *cv, int axis)
 		return 1;
 	if (!cv->blocked || axis < 2 || dim < 0 || dim > 2)
 		return -1;
-	a = hp_ctile_align(&cv->ct, cv->g.grid, dim);
+	a = hp_ctile_align(&cv->ct, dim);
 	return a < 0 ? -1 : a * cv->g.k[dim];
 }
 
