@@ -9,11 +9,14 @@
  * codes below (all < -1000).  The failing function records a message saying
  * what and where in thread-local storage; hp_errmsg() returns it.  Libraries
  * never print: log lines go to the callback installed with hp_log_set().
+ * Messages and log lines are one line of printable text: names from models
+ * and strings from network peers in them are escaped (see hp_escape).
  */
 #ifndef HPDLF_ERROR_H
 #define HPDLF_ERROR_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,6 +51,14 @@ int hp_verror(int err, const char *fmt, va_list ap);
 
 /* Prefix the current message with more context: "CTX: old message". */
 int hp_error_prefix(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Copy src into buf (len bytes, terminated if len > 0) as one line of
+ * printable text: control bytes become \n, \t, \r, \e or \xNN; C1 controls,
+ * line separators and bidi overrides \uNNNN; bytes that are not UTF-8 \xNN;
+ * other UTF-8 text stays as it is.  Cuts only between whole characters or
+ * escapes.  Backslashes are kept, so escaping twice changes nothing.
+ * Returns buf, for printing a name: printf("%s", hp_escape(name, b, sizeof b)). */
+char *hp_escape(const char *src, char *buf, size_t len);
 
 /* Status for a program's exit code: 2 for bad usage/model/data, else 1. */
 int hp_exit_status(int err);
