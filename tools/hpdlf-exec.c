@@ -312,11 +312,14 @@ static int resolve_shapes(struct hp_graph *g, const struct cli *c)
 	}
 	for (int i = 0; i < g->ninputs; i++) {
 		struct hp_value *v = &g->values[g->inputs[i]];
+		char name[1024], param[256];
 		for (int d = 0; d < v->shape.rank; d++)
 			if (v->shape.dims[d] < 0) {
+				/* the names are the model's: escaped, so the note is one line */
+				hp_escape(v->name, name, sizeof name);
 				if (!c->quiet)
 					fprintf(stderr, "hpdlf-exec: input '%s' dim %d ('%s') is dynamic; using 1 (set it with --shape %s=...)\n",
-						v->name, d, v->dim_param[d] ? v->dim_param[d] : "?", v->name);
+						name, d, hp_escape(v->dim_param[d] ? v->dim_param[d] : "?", param, sizeof param), name);
 				v->shape.dims[d] = 1;
 			}
 	}
@@ -631,12 +634,13 @@ static const char *source(int src, const char *cache)
  * the speed model behind it. */
 static void print_plan(const struct hp_plan_summary *p, const char *what, const struct cli *c)
 {
-	char a[32], b[32];
+	char a[32], b[32], node[1024];
 
 	printf("plan for %s%s: %d kernels, budget %s\n", c->model, what, p->steps,
 	       p->budget ? hp_format_size(p->budget, a, sizeof a) : "unlimited (in core)");
 	printf("  peak tensor memory   %s\n", hp_format_size(p->peak_bytes, a, sizeof a));
-	printf("  smallest budget      %s (node '%s')\n", hp_format_size(p->min_budget, b, sizeof b), p->min_node);
+	printf("  smallest budget      %s (node '%s')\n", hp_format_size(p->min_budget, b, sizeof b),
+	       hp_escape(p->min_node, node, sizeof node));
 	printf("  tier %-15s read %s (%llu bytes) in %llu loads (%llu prefetched early), written %s (%llu bytes)\n",
 	       p->tier_name[0] ? p->tier_name : "(none)", hp_format_size(p->bytes_loaded, a, sizeof a),
 	       (unsigned long long)p->bytes_loaded, (unsigned long long)p->loads, (unsigned long long)p->prefetched,
