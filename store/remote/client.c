@@ -255,7 +255,7 @@ int hs_remote_stat(const char *endpoint, const char *token_file, int timeout_ms,
 	if ((rc = hs_secret_load(token_file, &s)) < 0)
 		return rc;
 	rc = hs_rconn_open(endpoint, &s, timeout_ms, &c);
-	sodium_memzero(&s, sizeof s);
+	hs_secret_free(&s);
 	if (rc < 0)
 		return rc;
 	m.body_case = HPDLF__STORE__MSG__BODY_STAT;

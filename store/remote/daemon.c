@@ -503,5 +503,6 @@ void hs_daemon_close(struct hs_daemon *d)
 		close(d->stop_pipe[1]);
 	}
 	free(d->cl);
+	hs_secret_free(&d->secret);
 	free(d);
 }

@@ -324,6 +324,7 @@ static void rt_close(struct hs_tier *base)
 	pthread_mutex_destroy(&t->ka_mu);
 	pthread_cond_destroy(&t->ka_cv);
 	free(t->d);
+	hs_secret_free(&t->secret);
 	free(t);
 }
 

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,12 +35,149 @@ void hs_random(void *buf, size_t len)
 	randombytes_buf(buf, len);
 }
 
+/* Derived keys live in one table from sodium_malloc: guard pages, locked
+ * (never swapped), MADV_DONTDUMP (never in a core file).  A slot per
+ * distinct key, counted: loads of the same token share one, so a process
+ * that loads it again and again (a stat poller, one store per command)
+ * holds it once even where a caller never calls hs_secret_free.  The last
+ * slot is scratch for hashing before the match is known. */
+#define KEY_SLOTS 64
+static pthread_mutex_t keys_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned char *keys;
+static unsigned key_refs[KEY_SLOTS];
+
+static unsigned char *key_slot(int i)
+{
+	return keys + (size_t)i * HS_KEY_BYTES;
+}
+
+/* K of token in a slot of the table; its address in *out. */
+static int key_store(const char *path, const unsigned char *token, size_t len, const unsigned char **out)
+{
+	unsigned char *scratch;
+	int i, hit = -1, empty = -1;
+
+	pthread_mutex_lock(&keys_mu);
+	if (!keys && !(keys = sodium_malloc((size_t)(KEY_SLOTS + 1) * HS_KEY_BYTES))) {
+		pthread_mutex_unlock(&keys_mu);
+		return hp_error(-ENOMEM, "token file %s: no memory for the key", path);
+	}
+	scratch = key_slot(KEY_SLOTS);
+	crypto_generichash(scratch, HS_KEY_BYTES, token, len, NULL, 0);
+	for (i = 0; i < KEY_SLOTS && hit < 0; i++) {
+		if (key_refs[i] && !sodium_memcmp(key_slot(i), scratch, HS_KEY_BYTES))
+			hit = i;
+		else if (!key_refs[i] && empty < 0)
+			empty = i;
+	}
+	if (hit < 0 && empty >= 0)
+		memcpy(key_slot(hit = empty), scratch, HS_KEY_BYTES);
+	sodium_memzero(scratch, HS_KEY_BYTES);
+	if (hit >= 0) {
+		key_refs[hit]++;
+		*out = key_slot(hit);
+	}
+	pthread_mutex_unlock(&keys_mu);
+	if (hit < 0)
+		return hp_error(-ENOMEM, "token file %s: %d other tokens are in use in this process", path, KEY_SLOTS);
+	return 0;
+}
+
+void hs_secret_free(struct hs_secret *s)
+{
+	if (!s)
+		return;
+	if (s->kmem) {
+		int i = (int)((s->kmem - keys) / HS_KEY_BYTES);
+		pthread_mutex_lock(&keys_mu);
+		if (key_refs[i] && --key_refs[i] == 0)
+			sodium_memzero(key_slot(i), HS_KEY_BYTES);
+		pthread_mutex_unlock(&keys_mu);
+	}
+	s->have = 0;
+	s->kmem = NULL;
+}
+
+#define TOKEN_MIN 16
+#define TOKEN_MAX 4096
+/* How to make a token only its owner can read (no window in which the
+ * bytes sit in a file others can open, as with write-then-chmod). */
+#define MAKE_TOKEN "make one: (umask 077; head -c 32 /dev/urandom > %s)"
+
+static const char *file_kind(mode_t m)
+{
+	return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device" :
+	       S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "a special file";
+}
+
+/* A file fit to hold the secret: regular (a symlink to one is fine: stat
+ * and fstat see the target), TOKEN_MIN..TOKEN_MAX bytes, and no access for
+ * group or others (an ACL granting any shows in the group bits). */
+static int token_check(const char *path, const struct stat *sb)
+{
+	if (!S_ISREG(sb->st_mode))
+		return hp_error(HP_EUSAGE, "token file %s is %s, not a regular file; " MAKE_TOKEN, path,
+				file_kind(sb->st_mode), "~/.hpdlf-token");
+	if (sb->st_mode & 077)
+		return hp_error(HP_EUSAGE, "token file %s is open to group or others (mode %04o): chmod 600 %s "
+				"(and make a new token if others could read it)", path, (unsigned)(sb->st_mode & 07777),
+				path);
+	if (sb->st_size < TOKEN_MIN || sb->st_size > TOKEN_MAX)
+		return hp_error(HP_EUSAGE, "token file %s holds %lld bytes, not %d to %d; " MAKE_TOKEN, path,
+				(long long)sb->st_size, TOKEN_MIN, TOKEN_MAX, path);
+	return 0;
+}
+
+/* The token's bytes into buf (TOKEN_MAX), their count in *len.  stat
+ * first, so a device is refused without being opened (opening one can
+ * act: a tape rewinds); O_NONBLOCK, so a FIFO swapped in after the stat
+ * cannot hang the open; fstat of what was opened decides. */
+static int token_read(const char *path, unsigned char *buf, size_t *len)
+{
+	struct stat sb;
+	size_t got = 0;
+	ssize_t n = 1;
+	int fd, rc;
+
+	if (stat(path, &sb) < 0)
+		return hp_error(-errno, "token file %s: %s", path, strerror(errno));
+	if ((rc = token_check(path, &sb)) < 0)
+		return rc;
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)) < 0)
+		return hp_error(-errno, "token file %s: %s", path, strerror(errno));
+	if (fstat(fd, &sb) < 0)
+		rc = hp_error(-errno, "token file %s: %s", path, strerror(errno));
+	else
+		rc = token_check(path, &sb);
+	while (rc == 0 && got < (size_t)sb.st_size && n > 0) {
+		n = read(fd, buf + got, (size_t)sb.st_size - got);
+		if (n < 0 && errno == EINTR)
+			n = 1;
+		else if (n > 0)
+			got += (size_t)n;
+	}
+	close(fd);
+	if (rc == 0 && got != (size_t)sb.st_size)
+		rc = hp_error(-EIO, "token file %s: read %zu of its %lld bytes", path, got, (long long)sb.st_size);
+	*len = got;
+	return rc;
+}
+
+/* A token of one byte repeated (head -c 32 /dev/zero) is no secret. */
+static int token_uniform(const unsigned char *buf, size_t len)
+{
+	size_t i = 1;
+
+	while (i < len && buf[i] == buf[0])
+		i++;
+	return i == len;
+}
+
 int hs_secret_load(const char *path, struct hs_secret *s)
 {
-	unsigned char buf[4096];
-	struct stat sb;
-	ssize_t n;
-	int fd;
+	unsigned char *buf;
+	size_t len = 0;
+	int rc;
 
 	memset(s, 0, sizeof *s);
 	if (!path || !*path)
@@ -48,22 +186,18 @@ int hs_secret_load(const char *path, struct hs_secret *s)
 		return 0;
 	if (sodium_init() < 0)
 		return hp_error(HP_EINTERNAL, "libsodium cannot initialise");
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return hp_error(-errno, "token file %s: %s", path, strerror(errno));
-	if (fstat(fd, &sb) == 0 && (sb.st_mode & 077))
-		hp_log(HP_LOG_WARN, "token file %s is readable by others (chmod 600 it)", path);
-	n = read(fd, buf, sizeof buf);
-	close(fd);
-	if (n < 0)
-		return hp_error(-EIO, "token file %s: cannot read", path);
-	if (n < 16)
-		return hp_error(HP_EUSAGE, "token file %s: %zd bytes, need at least 16 (e.g. head -c 32 /dev/urandom > %s)",
-				path, n, path);
-	crypto_generichash(s->key, sizeof s->key, buf, (size_t)n, NULL, 0);
-	sodium_memzero(buf, sizeof buf);
-	s->have = 1;
-	return 0;
+	/* The raw token is guarded like K, and wiped by sodium_free. */
+	if (!(buf = sodium_malloc(TOKEN_MAX)))
+		return hp_error(-ENOMEM, "token file %s: no memory to read it", path);
+	rc = token_read(path, buf, &len);
+	if (rc == 0 && token_uniform(buf, len))
+		rc = hp_error(HP_EUSAGE, "token file %s: its %zu bytes are all the same, no secret; " MAKE_TOKEN, path,
+			      len, path);
+	if (rc == 0)
+		rc = key_store(path, buf, len, &s->kmem);
+	sodium_free(buf);
+	s->have = rc == 0;
+	return rc;
 }
 
 static void mac_of(const struct hs_secret *s, const char *label, const uint8_t *a, const uint8_t *b,
@@ -74,7 +208,7 @@ static void mac_of(const struct hs_secret *s, const char *label, const uint8_t *
 	snprintf((char *)msg, 16, "%s", label);
 	memcpy(msg + 16, a, HS_NONCE_BYTES);
 	memcpy(msg + 16 + HS_NONCE_BYTES, b, HS_NONCE_BYTES);
-	crypto_auth(mac, msg, sizeof msg, s->key);
+	crypto_auth(mac, msg, sizeof msg, s->kmem);
 }
 
 void hs_auth_mac(const struct hs_secret *s, const char *label, const uint8_t *a, const uint8_t *b,

@@ -18,14 +18,24 @@ typedef Hpdlf__Store__Msg hs_msg;
 #define HS_NAME_MAX 255
 #define HS_META_MAX 512
 
-/* The shared secret: K = BLAKE2b-256 of the token file's bytes (at least 16). */
+/* The shared secret: K = BLAKE2b-256 of the token file's bytes.  K lives in
+ * memory from sodium_malloc (guard pages, locked, left out of core dumps),
+ * shared by every hs_secret of the same token: kmem points at its
+ * HS_KEY_BYTES bytes (use HS_KEY_BYTES, not sizeof).  Pass hs_secret by
+ * pointer, never copy it. */
 struct hs_secret {
 	int have;
-	unsigned char key[HS_KEY_BYTES];
+	const unsigned char *kmem;
 };
-/* path NULL: $HPDLF_TOKEN_FILE; neither: s->have = 0 and 0 returned. */
+/* path NULL: $HPDLF_TOKEN_FILE; neither: s->have = 0 and 0 returned.  The
+ * file must be a regular file of 16..4096 bytes, not all alike, that group
+ * and others cannot read or write: anything else is HP_EUSAGE, with the fix. */
 int hs_secret_load(const char *path, struct hs_secret *s);
-/* MAC over label || a || b (both HS_NONCE_BYTES). */
+/* Drop s's hold on K (wiped with the last); s->have = 0.  Accepts an unloaded
+ * or freed secret.  A secret never freed is not leaked twice: loads of the
+ * same token share K. */
+void hs_secret_free(struct hs_secret *s);
+/* MAC over label || a || b (both HS_NONCE_BYTES); s must be loaded (have). */
 void hs_auth_mac(const struct hs_secret *s, const char *label, const uint8_t *a, const uint8_t *b,
 		 uint8_t mac[HS_MAC_BYTES]);
 /* 1 if mac (of mac_len bytes) is the right one, in constant time. */
