@@ -38,7 +38,9 @@ static int open_remote(const struct cli *c, int optional, struct hs_tier **t)
 	cfg.ext = &ro;
 	rc = hs_tier_remote_open(&cfg, t);
 	free(eps);
-	if (rc < 0 && optional) {
+	/* A bad token file (open to others, the wrong size) is the user's to
+	 * fix, not a daemon that did not answer. */
+	if (rc < 0 && optional && rc != HP_EUSAGE) {
 		fprintf(stderr, "hpdlf-exec: no hpdlf-store daemon of this Slurm job answered (%s); running with local tiers\n",
 			hp_errmsg());
 		*t = NULL;
@@ -66,7 +68,7 @@ int exec_store_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n)
 	rc = open_remote(c, optional, &remote);
 	if (rc < 0) {
 		fprintf(stderr, "hpdlf-exec: %s\n", hp_errmsg()[0] ? hp_errmsg() : hp_strerror(rc));
-		return 1;
+		return hp_exit_status(rc) == 2 ? 2 : 1;
 	}
 	for (int i = 0; i < nlocal; i++)
 		if (local[i].kind == HS_TIER_PMEM)

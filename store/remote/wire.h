@@ -28,8 +28,8 @@ struct hs_secret {
 	const unsigned char *kmem;
 };
 /* path NULL: $HPDLF_TOKEN_FILE; neither: s->have = 0 and 0 returned.  The
- * file must be a regular file of 16..4096 bytes, not all alike, that group
- * and others cannot read or write: anything else is HP_EUSAGE, with the fix. */
+ * file must be a regular file of 16..4096 bytes, not all alike, with no
+ * access for group or others: anything else is HP_EUSAGE, with the fix. */
 int hs_secret_load(const char *path, struct hs_secret *s);
 /* Drop s's hold on K (wiped with the last); s->have = 0.  Accepts an unloaded
  * or freed secret.  A secret never freed is not leaked twice: loads of the
