@@ -85,15 +85,19 @@ static int key_store(const char *path, const unsigned char *token, size_t len, c
 
 void hs_secret_free(struct hs_secret *s)
 {
+	uintptr_t at, base;
+
 	if (!s)
 		return;
-	if (s->kmem) {
-		int i = (int)((s->kmem - keys) / HS_KEY_BYTES);
-		pthread_mutex_lock(&keys_mu);
+	pthread_mutex_lock(&keys_mu);
+	at = (uintptr_t)s->kmem;
+	base = (uintptr_t)keys;
+	if (keys && at >= base && at < base + (uintptr_t)KEY_SLOTS * HS_KEY_BYTES) {
+		int i = (int)((at - base) / HS_KEY_BYTES);
 		if (key_refs[i] && --key_refs[i] == 0)
 			sodium_memzero(key_slot(i), HS_KEY_BYTES);
-		pthread_mutex_unlock(&keys_mu);
 	}
+	pthread_mutex_unlock(&keys_mu);
 	s->have = 0;
 	s->kmem = NULL;
 }
