@@ -346,12 +346,13 @@ static int ctl_bench(const struct daemon_proc *d, double secs, uint64_t *ops, ui
 {
 	struct ctl_worker w[8];
 	struct hs_tier *t;
-	uint64_t a;
 	void *buf;
 
 	/* One named extent to look up. */
-	if (open_tier(d, &t) < 0 || posix_memalign(&buf, 4096, 4096) || hs_remote_alloc(t, 4096, 0, &a) < 0 ||
-	    hs_remote_publish(t, "bench-probe", a, 4096, NULL, 0) < 0)
+	if (open_tier(d, &t) < 0 || posix_memalign(&buf, 4096, 4096))
+		return -1;
+	memset(buf, 0, 4096);
+	if (hs_remote_put(t, "bench-probe", buf, 4096, NULL, 0) < 0)
 		return -1;
 	free(buf);
 	pthread_barrier_init(&ctl_ready, NULL, 9);

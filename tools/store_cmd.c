@@ -82,20 +82,13 @@ static int read_file(const char *path, void **buf, uint64_t *size, uint64_t *pad
 /* The tensor holds the file's bytes; meta is its true size. */
 static int do_put(struct hs_tier *t, const char *name, const char *path)
 {
-	uint64_t size = 0, padded = 0, addr;
+	uint64_t size = 0, padded = 0;
 	void *buf;
 	int rc = read_file(path, &buf, &size, &padded);
 
 	if (rc < 0)
 		return rc;
-	rc = hs_remote_alloc(t, padded, 1, &addr);
-	if (rc == 0) {
-		rc = hs_tier_rw(t, HS_IO_WRITE, addr, buf, padded);
-		if (rc == 0)
-			rc = hs_remote_publish(t, name, addr, padded, &size, sizeof size);
-		if (rc < 0)
-			t->ops->free(t, addr, padded);
-	}
+	rc = hs_remote_put(t, name, buf, padded, &size, sizeof size);
 	free(buf);
 	if (rc == 0)
 		printf("%s: %" PRIu64 " bytes stored\n", name, size);
@@ -117,11 +110,15 @@ static int do_get(struct hs_tier *t, const char *name, const char *path)
 		return hp_error(HP_EFORMAT, "'%s': recorded size %" PRIu64 " exceeds its extent", name, size);
 	if (posix_memalign(&buf, HS_IO_ALIGN, n.len))
 		return -ENOMEM;
-	rc = hs_tier_rw(t, HS_IO_READ, n.addr, buf, n.len);
+	rc = hs_remote_get(t, &n, buf);
 	if (rc < 0) {
 		free(buf);
-		return hp_error(rc, "'%s': reading from daemon %s: %s", name, n.daemon, hp_strerror(rc));
+		return rc;
 	}
+	if (rc == 1)
+		fprintf(stderr, "hpdlf-store get: warning: '%s' carries no digest (stored by an hpdlf-store older "
+			"than protocol 2), so it was not verified\n", name);
+	rc = 0;
 	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0 || write(fd, buf, size) != (ssize_t)size)
 		rc = hp_error(-errno, "%s: %s", path, strerror(errno));
@@ -140,9 +137,11 @@ static int do_ls(struct hs_tier *t)
 		return n;
 	for (int i = 0; i < n; i++) {
 		uint64_t size = v[i].len;
+		char name[1024];
 		if (v[i].meta_len == sizeof size)
 			memcpy(&size, v[i].meta, sizeof size);
-		printf("%-40s %14" PRIu64 "  %s\n", v[i].name, size, v[i].daemon);
+		/* names come from the daemons: one printable line each */
+		printf("%-40s %14" PRIu64 "  %s\n", hp_escape(v[i].name, name, sizeof name), size, v[i].daemon);
 	}
 	free(v);
 	return 0;

@@ -62,7 +62,7 @@ static int take_auth_reply(struct hs_rconn *c, const Hpdlf__Store__AuthReply *a)
 		const Hpdlf__Store__Region *r = a->regions[i];
 		if (r->size == 0 || r->start + r->size < r->start || r->start >= (1ull << 47))
 			return hp_error(HP_EPROTO, "daemon %s: malformed region", c->where);
-		c->reg[i] = (struct hs_rregion){ r->start, r->size, r->rma_base, r->key, "" };
+		c->reg[i] = (struct hs_rregion){ r->start, r->size, "" };
 		snprintf(c->reg[i].kind, sizeof c->reg[i].kind, "%s", r->kind);
 		c->capacity += r->size;
 	}

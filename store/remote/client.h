@@ -9,8 +9,9 @@
 
 #define HS_RCONN_MAX_REGIONS 4
 
+/* A region of the daemon: capacity and kind only (extents carry their keys). */
 struct hs_rregion {
-	uint64_t start, size, rma_base, key;
+	uint64_t start, size;
 	char kind[8];
 };
 

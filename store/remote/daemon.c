@@ -19,7 +19,7 @@
 #include "hpdlf/error.h"
 #include "store/remote/daemon_int.h"
 
-#define AUTH_TIMEOUT_MS 5000u
+#define ACCEPT_BATCH 256        /* connections taken per poll round at most */
 
 /* The target side of tcp (and other manual-progress providers) moves RMA
  * data only while someone reads the CQ: sit in fi_cq_sread. */
@@ -34,7 +34,7 @@ static void *progress_main(void *arg)
 			char msg[256];
 			void *ctx;
 			hs_fab_cq_error(&d->fab, &ctx, msg, sizeof msg);
-			hp_log(HP_LOG_WARN, "fabric completion error: %s", msg);
+			hs_daemon_peer_log(d, "fabric", HP_LOG_WARN, "fabric completion error: %s", msg);
 		}
 	}
 	return NULL;
@@ -68,18 +68,6 @@ static int map_region(struct hs_daemon *d, const char *kind, const char *path, u
 	return hs_extents_create(start, start + size, &r->ext);
 }
 
-static int register_regions(struct hs_daemon *d)
-{
-	for (int i = 0; i < d->nreg; i++) {
-		struct dregion *r = &d->reg[i];
-		int rc = hs_fab_mr_reg(&d->fab, r->mem, r->size, FI_REMOTE_READ | FI_REMOTE_WRITE, &r->mr);
-		if (rc < 0)
-			return hp_error_prefix(rc, "%s region", r->kind);
-		r->key = fi_mr_key(r->mr);
-	}
-	return 0;
-}
-
 static int setup(struct hs_daemon *d)
 {
 	char host[256];
@@ -91,7 +79,7 @@ static int setup(struct hs_daemon *d)
 		return rc;
 	if (!d->secret.have)
 		return hp_error(HP_EUSAGE, "no token: give --token-file F or HPDLF_TOKEN_FILE "
-				"(create one with: head -c 32 /dev/urandom > F; chmod 600 F)");
+				"(create one with: (umask 077; head -c 32 /dev/urandom > F))");
 	if ((rc = hs_split_hostport(d->listen, host, sizeof host, &port, 1)) < 0)
 		return rc;
 	if ((rc = map_region(d, "dram", NULL, d->cfg.dram)) < 0)
@@ -103,11 +91,11 @@ static int setup(struct hs_daemon *d)
 	if (hs_fab_unsafe(d->fab.prov))
 		hp_log(HP_LOG_WARN, "provider %s enforces neither keys nor bounds: any local process may "
 		       "read or write the lent memory", d->fab.prov);
-	if ((rc = register_regions(d)) < 0)
-		return rc;
+	/* No region is registered whole: each extent gets its own key when
+	 * it is handed out (daemon_ops.c). */
 	if (d->cfg.pmem_path) {
 		snprintf(d->catalog, sizeof d->catalog, "%s.names", d->cfg.pmem_path);
-		if ((rc = hs_daemon_catalog_load(d)) < 0)
+		if ((rc = hs_daemon_catalog_load(d)) < 0 || (rc = hs_daemon_scrub_free(d)) < 0)
 			return rc;
 	}
 	rc = hs_tcp_listen(d->listen, d->bound, sizeof d->bound);
@@ -116,6 +104,7 @@ static int setup(struct hs_daemon *d)
 	d->lfd = rc;
 	if (pipe2(d->stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
 		return -errno;
+	d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if ((rc = pthread_create(&d->progress, NULL, progress_main, d)))
 		return -rc;
 	d->progress_started = 1;
@@ -131,6 +120,7 @@ int hs_daemon_open(const struct hs_daemon_config *c, struct hs_daemon **out)
 		return -ENOMEM;
 	d->cfg = *c;
 	d->lfd = -1;
+	d->spare_fd = -1;
 	d->start_ms = hs_now_ms();
 	d->stop_pipe[0] = d->stop_pipe[1] = -1;
 	snprintf(d->listen, sizeof d->listen, "%s", c->listen ? c->listen : "");
@@ -138,7 +128,11 @@ int hs_daemon_open(const struct hs_daemon_config *c, struct hs_daemon **out)
 		d->cfg.lease_ms = 5000;
 	if (!d->cfg.max_clients)
 		d->cfg.max_clients = 1024;
-	d->cl = calloc(d->cfg.max_clients, sizeof *d->cl);
+	if (!d->cfg.max_unauth)
+		d->cfg.max_unauth = 64;
+	if (!d->cfg.handshake_ms)
+		d->cfg.handshake_ms = 3000;
+	d->cl = calloc(d->cfg.max_clients + d->cfg.max_unauth, sizeof *d->cl);
 	if (!d->cl) {
 		free(d);
 		return -ENOMEM;
@@ -180,8 +174,10 @@ static void drop_client(struct hs_daemon *d, unsigned i, const char *why)
 
 	if (c->state == C_READY)
 		hs_daemon_release_client(d, c);
-	hp_log(c->state == C_READY ? HP_LOG_INFO : HP_LOG_WARN, "client %s (id %" PRIu64 ") gone: %s", c->peer,
-	       c->id, why);
+	else
+		d->nunauth--;
+	hs_daemon_peer_log(d, c->host, c->state == C_READY ? HP_LOG_INFO : HP_LOG_WARN,
+			   "client %s (id %" PRIu64 ") gone: %s", c->peer, c->id, why);
 	close(c->fd);
 	free(c->body);
 	free(c);
@@ -189,33 +185,106 @@ static void drop_client(struct hs_daemon *d, unsigned i, const char *why)
 	d->cl[d->ncl] = NULL;
 }
 
-static void accept_one(struct hs_daemon *d)
+/* Make room for a newcomer: drop the oldest connection still in its
+ * handshake, one that has not even said hello first.  Honest clients finish
+ * the handshake within a round trip, so only stallers are ever dropped.
+ * 0 if there was none. */
+static int shed_oldest(struct hs_daemon *d)
 {
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof ss;
-	int fd = accept4(d->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK), one = 1;
-	struct dclient *c;
-	char host[INET6_ADDRSTRLEN] = "?";
+	int best = -1;
 
-	if (fd < 0)
-		return;
-	if (ss.ss_family == AF_INET)
-		inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, host, sizeof host);
-	else if (ss.ss_family == AF_INET6)
-		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, host, sizeof host);
-	if (d->ncl == d->cfg.max_clients || !(c = calloc(1, sizeof *c))) {
-		hp_log(HP_LOG_WARN, "refused a connection from %s: %u clients already", host, d->ncl);
+	for (unsigned i = 0; i < d->ncl; i++) {
+		const struct dclient *c = d->cl[i], *b = best >= 0 ? d->cl[best] : NULL;
+		if (c->state == C_READY)
+			continue;
+		if (!b || (c->state == C_HELLO) > (b->state == C_HELLO) ||
+		    ((c->state == C_HELLO) == (b->state == C_HELLO) && c->accepted_ms < b->accepted_ms))
+			best = (int)i;
+	}
+	if (best < 0)
+		return 0;
+	drop_client(d, (unsigned)best, "unauthenticated connections at their limit; the oldest goes");
+	return 1;
+}
+
+static void peer_name(const struct sockaddr_storage *ss, char *host, size_t hl, unsigned *port)
+{
+	snprintf(host, hl, "?");
+	*port = 0;
+	if (ss->ss_family == AF_INET) {
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, host, (socklen_t)hl);
+		*port = ntohs(((const struct sockaddr_in *)ss)->sin_port);
+	} else if (ss->ss_family == AF_INET6) {
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ss)->sin6_addr, host, (socklen_t)hl);
+		*port = ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+	}
+}
+
+static void admit(struct hs_daemon *d, int fd, const struct sockaddr_storage *ss)
+{
+	struct dclient *c;
+	char host[48];
+	unsigned port;
+	int one = 1;
+
+	peer_name(ss, host, sizeof host, &port);
+	if (d->nunauth >= d->cfg.max_unauth)
+		shed_oldest(d);
+	if (d->ncl - d->nunauth >= d->cfg.max_clients || !(c = calloc(1, sizeof *c))) {
+		hs_daemon_peer_log(d, host, HP_LOG_WARN, "refused a connection from %s: %u clients already", host,
+				   d->ncl - d->nunauth);
 		close(fd);
 		return;
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 	d->n.connections++;
 	c->fd = fd;
-	c->last_ms = hs_now_ms();
-	snprintf(c->peer, sizeof c->peer, "%s:%u", host,
-		 ss.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
-					 : ntohs(((struct sockaddr_in6 *)&ss)->sin6_port));
+	c->accepted_ms = c->last_ms = hs_now_ms();
+	snprintf(c->host, sizeof c->host, "%s", host);
+	snprintf(c->peer, sizeof c->peer, "%s:%u", host, port);
 	d->cl[d->ncl++] = c;
+	d->nunauth++;
+}
+
+/* Out of file descriptors: free one (the oldest handshake, else the spare
+ * kept for this), take the connection waiting, and close it; otherwise the
+ * listening socket stays readable and the loop spins. */
+static void accept_over_limit(struct hs_daemon *d)
+{
+	int fd;
+
+	if (shed_oldest(d))
+		return;
+	if (d->spare_fd >= 0) {
+		close(d->spare_fd);
+		fd = accept4(d->lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd >= 0)
+			close(fd);
+		d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	}
+	hs_daemon_peer_log(d, "*", HP_LOG_WARN, "out of file descriptors (%u connections): refused one; raise "
+			   "the limit (ulimit -n)", d->ncl);
+}
+
+/* Every connection waiting (up to a batch), so a flood of stalled ones
+ * cannot keep an honest client in the listen queue. */
+static void accept_all(struct hs_daemon *d)
+{
+	for (int k = 0; k < ACCEPT_BATCH && !d->stopping; k++) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof ss;
+		int fd = accept4(d->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+		if (fd >= 0) {
+			admit(d, fd, &ss);
+			continue;
+		}
+		if (errno == EINTR || errno == ECONNABORTED)
+			continue;
+		if (errno == EMFILE || errno == ENFILE)
+			accept_over_limit(d);
+		return;
+	}
 }
 
 static int send_reply(struct dclient *c, uint64_t seq, int status, const char *text)
@@ -225,6 +294,22 @@ static int send_reply(struct dclient *c, uint64_t seq, int status, const char *t
 
 	hs_reply_init(&m, &r, seq, status, text);
 	return hs_wire_send(c->fd, &m, 1000);
+}
+
+/* Append the client's own name ("host:pid") to c->peer, printable ASCII
+ * only: it comes from an unauthenticated peer and goes into the log. */
+static void name_client(struct dclient *c, const char *name)
+{
+	size_t n = strlen(c->peer);
+
+	if (n + 4 >= sizeof c->peer)
+		return;
+	c->peer[n++] = ' ';
+	c->peer[n++] = '(';
+	for (size_t i = 0; name[i] && i < 40 && n + 2 < sizeof c->peer; i++)
+		c->peer[n++] = name[i] >= 0x20 && name[i] < 0x7f ? name[i] : '?';
+	c->peer[n++] = ')';
+	c->peer[n] = 0;
 }
 
 static int on_hello(struct hs_daemon *d, struct dclient *c, const hs_msg *m)
@@ -237,7 +322,7 @@ static int on_hello(struct hs_daemon *d, struct dclient *c, const hs_msg *m)
 	if (h->version != HS_WIRE_VERSION) {
 		snprintf(text, sizeof text, "daemon %s speaks protocol version %d, the client %u", d->bound,
 			 HS_WIRE_VERSION, h->version);
-		hp_log(HP_LOG_WARN, "client %s refused: %s", c->peer, text);
+		hs_daemon_peer_log(d, c->host, HP_LOG_WARN, "client %s refused: %s", c->peer, text);
 		d->n.auth_failures++;
 		send_reply(c, m->seq, HP_EPROTO, text);
 		return -1;
@@ -247,7 +332,7 @@ static int on_hello(struct hs_daemon *d, struct dclient *c, const hs_msg *m)
 		return -1;
 	}
 	if (h->client && h->client[0])
-		snprintf(c->peer + strlen(c->peer), sizeof c->peer - strlen(c->peer), " (%.40s)", h->client);
+		name_client(c, h->client);
 	memcpy(c->cnonce, h->client_nonce.data, HS_NONCE_BYTES);
 	hs_random(c->snonce, HS_NONCE_BYTES);
 	hr.version = HS_WIRE_VERSION;
@@ -275,11 +360,9 @@ static int send_auth_reply(struct hs_daemon *d, struct dclient *c, uint64_t seq)
 	ar.fabric_addr.data = d->fab.addr;
 	ar.fabric_addr.len = d->fab.addrlen;
 	for (int i = 0; i < d->nreg; i++) {
-		hpdlf__store__region__init(&rg[i]);
+		hpdlf__store__region__init(&rg[i]); /* no key: extents carry their own */
 		rg[i].start = d->reg[i].start;
 		rg[i].size = d->reg[i].size;
-		rg[i].rma_base = (d->fab.mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)d->reg[i].mem : 0;
-		rg[i].key = d->reg[i].key;
 		rg[i].kind = (char *)d->reg[i].kind;
 		rp[i] = &rg[i];
 	}
@@ -302,21 +385,22 @@ static int on_auth(struct hs_daemon *d, struct dclient *c, const hs_msg *m)
 	if (a->mac.len == 0) {
 		snprintf(text, sizeof text, "authentication refused by daemon %s: the client sent no token "
 			 "(give it --token-file F or HPDLF_TOKEN_FILE)", d->bound);
-		hp_log(HP_LOG_WARN, "client %s refused: no token", c->peer);
+		hs_daemon_peer_log(d, c->host, HP_LOG_WARN, "client %s refused: no token", c->peer);
 		d->n.auth_failures++;
 		send_reply(c, m->seq, HP_EAUTH, text);
 		return -1;
 	}
 	if (!hs_auth_check(&d->secret, "hpdlf-c1", c->cnonce, c->snonce, a->mac.data, a->mac.len)) {
 		snprintf(text, sizeof text, "authentication refused by daemon %s: wrong token", d->bound);
-		hp_log(HP_LOG_WARN, "client %s refused: wrong token", c->peer);
+		hs_daemon_peer_log(d, c->host, HP_LOG_WARN, "client %s refused: wrong token", c->peer);
 		d->n.auth_failures++;
 		send_reply(c, m->seq, HP_EAUTH, text);
 		return -1;
 	}
 	c->id = ++d->next_client;
 	c->state = C_READY;
-	hp_log(HP_LOG_INFO, "client %s authenticated (id %" PRIu64 ")", c->peer, c->id);
+	d->nunauth--;
+	hs_daemon_peer_log(d, c->host, HP_LOG_INFO, "client %s authenticated (id %" PRIu64 ")", c->peer, c->id);
 	return send_auth_reply(d, c, m->seq) < 0 ? -1 : 0;
 }
 
@@ -334,7 +418,7 @@ static int on_request(struct hs_daemon *d, struct dclient *c, const hs_msg *m)
 	rc = hs_wire_send(c->fd, &out, 1000);
 	hs_daemon_reply_release(&r);
 	if (stop) {
-		hp_log(HP_LOG_INFO, "shutdown requested by client %s", c->peer);
+		hs_daemon_peer_log(d, c->host, HP_LOG_INFO, "shutdown requested by client %s", c->peer);
 		hs_daemon_stop(d);
 	}
 	return rc < 0 ? -1 : 0;
@@ -347,8 +431,8 @@ static int on_frame(struct hs_daemon *d, struct dclient *c)
 	int rc = -1;
 
 	if (!m) {
-		hp_log(HP_LOG_WARN, "client %s: undecodable control message (%u bytes), dropped", c->peer,
-		       c->body_len);
+		hs_daemon_peer_log(d, c->host, HP_LOG_WARN, "client %s: undecodable control message (%u bytes), dropped",
+				   c->peer, c->body_len);
 		send_reply(c, 0, HP_EPROTO, "undecodable control message");
 		return -1;
 	}
@@ -359,7 +443,8 @@ static int on_frame(struct hs_daemon *d, struct dclient *c)
 	else if (c->state == C_READY)
 		rc = on_request(d, c, m);
 	else {
-		hp_log(HP_LOG_WARN, "client %s: message %d before authentication, dropped", c->peer, m->body_case);
+		hs_daemon_peer_log(d, c->host, HP_LOG_WARN, "client %s: message %d before authentication, dropped",
+				   c->peer, m->body_case);
 		send_reply(c, m->seq, HP_EAUTH, "authenticate first (hello, auth)");
 	}
 	hs_wire_free(m);
@@ -390,8 +475,9 @@ static int on_readable(struct hs_daemon *d, struct dclient *c, const char **why)
 			c->body_len = (uint32_t)c->hdr[0] << 24 | (uint32_t)c->hdr[1] << 16 |
 				      (uint32_t)c->hdr[2] << 8 | c->hdr[3];
 			if (c->body_len == 0 || c->body_len > HS_WIRE_MAX_FRAME) {
-				hp_log(HP_LOG_WARN, "client %s: control frame of %u bytes (limit %u), dropped",
-				       c->peer, c->body_len, HS_WIRE_MAX_FRAME);
+				hs_daemon_peer_log(d, c->host, HP_LOG_WARN,
+						   "client %s: control frame of %u bytes (limit %u), dropped", c->peer,
+						   c->body_len, HS_WIRE_MAX_FRAME);
 				*why = "oversized frame";
 				return -1;
 			}
@@ -423,8 +509,11 @@ static void expire(struct hs_daemon *d)
 
 	for (unsigned i = 0; i < d->ncl;) {
 		struct dclient *c = d->cl[i];
-		uint64_t limit = c->state == C_READY ? d->cfg.lease_ms : AUTH_TIMEOUT_MS;
-		if (now - c->last_ms > limit) {
+		/* The handshake has one deadline from the accept: a peer that
+		 * trickles a byte now and then does not extend it. */
+		int late = c->state == C_READY ? now - c->last_ms > d->cfg.lease_ms
+					       : now - c->accepted_ms > d->cfg.handshake_ms;
+		if (late) {
 			d->n.leases_expired += c->state == C_READY;
 			drop_client(d, i, c->state == C_READY ? "lease expired (silent client)"
 							      : "no authentication in time");
@@ -436,7 +525,7 @@ static void expire(struct hs_daemon *d)
 
 int hs_daemon_run(struct hs_daemon *d)
 {
-	struct pollfd *p = calloc(d->cfg.max_clients + 2, sizeof *p);
+	struct pollfd *p = calloc(d->cfg.max_clients + d->cfg.max_unauth + 2, sizeof *p);
 
 	if (!p)
 		return -ENOMEM;
@@ -458,7 +547,7 @@ int hs_daemon_run(struct hs_daemon *d)
 				drop_client(d, i, why);
 		}
 		if (p[1].revents & POLLIN)
-			accept_one(d);
+			accept_all(d);
 		expire(d);
 	}
 	free(p);
@@ -482,8 +571,6 @@ void hs_daemon_close(struct hs_daemon *d)
 	hs_daemon_free_all(d);
 	for (int i = 0; i < d->nreg; i++) {
 		struct dregion *r = &d->reg[i];
-		if (r->mr)
-			fi_close(&r->mr->fid);
 		if (r->fd >= 0)
 			msync(r->mem, r->size, MS_SYNC);
 	}
@@ -498,6 +585,8 @@ void hs_daemon_close(struct hs_daemon *d)
 	}
 	if (d->lfd >= 0)
 		close(d->lfd);
+	if (d->spare_fd >= 0)
+		close(d->spare_fd);
 	if (d->stop_pipe[0] >= 0) {
 		close(d->stop_pipe[0]);
 		close(d->stop_pipe[1]);

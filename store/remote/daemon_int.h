@@ -15,8 +15,6 @@
 struct dregion {
 	unsigned char *mem;
 	uint64_t start, size;   /* in the daemon's address space */
-	struct fid_mr *mr;
-	uint64_t key;
 	const char *kind;       /* "dram", "pmem" */
 	struct hs_extents *ext;
 	int fd;                 /* pmem: the mapped file */
@@ -32,13 +30,19 @@ struct dcounters {
 	uint64_t publishes, lookups, lookup_misses, removes, lists, stats, errors;
 };
 
-/* One extent handed out: owned by a client (lease) or named (owner 0). */
+/* One extent handed out: owned by a client (lease) or named (owner 0).  It
+ * is reachable by RMA only through its own registration: read-write for its
+ * owner, read-only once named. */
 struct dalloc {
 	uint64_t addr, len;
 	uint64_t owner;
+	struct fid_mr *mr;
+	uint64_t key, rma_base;
 	char *name;
 	uint8_t *meta;
 	size_t meta_len;
+	uint8_t digest[HS_DIGEST_BYTES];
+	int has_digest;
 };
 
 enum cstate { C_HELLO, C_AUTH, C_READY };
@@ -47,13 +51,24 @@ struct dclient {
 	int fd;
 	enum cstate state;
 	uint64_t id;
-	char peer[96];
+	char host[48];          /* peer address, the key of its log budget */
+	char peer[96];          /* host:port (client name), printable only */
 	uint8_t cnonce[HS_NONCE_BYTES], snonce[HS_NONCE_BYTES];
-	uint64_t last_ms;       /* last frame received */
+	uint64_t accepted_ms;   /* the handshake must end by accepted_ms + deadline */
+	uint64_t last_ms;       /* last byte received */
 	uint8_t hdr[4];
 	uint32_t hdr_got, body_len, body_got;
 	uint8_t *body;
 	int closing;
+};
+
+/* Log lines a peer may cause: a token bucket per host, so a hostile client
+ * cannot flood the log (daemon_log.c). */
+#define HS_LOG_PEERS 64
+struct dlogpeer {
+	char host[48];
+	double tokens;
+	uint64_t last_ms, suppressed;
 };
 
 struct hs_daemon {
@@ -69,7 +84,11 @@ struct hs_daemon {
 	pthread_t progress;
 	int progress_started;
 	struct dclient **cl;
-	unsigned ncl;
+	unsigned ncl, nunauth;  /* connections, of which not authenticated */
+	int spare_fd;           /* given up to accept (and close) one over the fd limit */
+	struct dlogpeer logpeer[HS_LOG_PEERS];
+	double log_all_tokens;  /* the budget of all peers together */
+	uint64_t log_all_last, log_all_suppressed;
 	uint64_t next_client;
 	void *by_addr;          /* tsearch tree of struct dalloc by addr */
 	void *by_name;          /* tsearch tree of named struct dalloc by name */
@@ -92,5 +111,13 @@ uint64_t hs_daemon_capacity(const struct hs_daemon *d);
 /* Named extents of persistent regions: load at start, save on change. */
 int hs_daemon_catalog_load(struct hs_daemon *d);
 int hs_daemon_catalog_save(struct hs_daemon *d);
+/* Zero every byte of the persistent region no named extent holds (a
+ * previous run's clients left their bytes there). */
+int hs_daemon_scrub_free(struct hs_daemon *d);
+
+/* daemon_log.c: a log line caused by peer `host`, within its budget (a
+ * burst, then a few a second; what was dropped is counted in the next). */
+void hs_daemon_peer_log(struct hs_daemon *d, const char *host, int level, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
 #endif

@@ -2,6 +2,7 @@
  * clients (alloc, free, stat, publish, lookup, remove, list, shutdown), and
  * the catalog of named extents on a persistent region. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <search.h>
 #include <stdio.h>
@@ -58,11 +59,57 @@ static struct dalloc *find_name(struct hs_daemon *d, const char *name)
 	return p ? *p : NULL;
 }
 
-/* Return an extent to its region and forget it. */
+/* Make a's bytes reachable by RMA under a fresh key: read-write for its
+ * owner, read-only once named.  Any earlier registration is closed first, so
+ * its key stops working before the new one is handed out. */
+static int extent_register(struct hs_daemon *d, struct dalloc *a, uint64_t access)
+{
+	struct dregion *r = region_of(d, a->addr);
+	unsigned char *mem;
+	int rc;
+
+	if (a->mr) {
+		fi_close(&a->mr->fid);
+		a->mr = NULL;
+	}
+	if (!r)
+		return HP_EINTERNAL;
+	mem = r->mem + (a->addr - r->start);
+	rc = hs_fab_mr_reg(&d->fab, mem, a->len, access, &a->mr);
+	if (rc < 0)
+		return rc;
+	a->key = fi_mr_key(a->mr);
+	a->rma_base = (d->fab.mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)mem : 0;
+	return 0;
+}
+
+/* Zero [addr, +len) of region r so the next owner never sees these bytes:
+ * anonymous DRAM gets fresh zero pages, a persistent file a hole (pages of
+ * zeroes, blocks returned), else plain stores made durable. */
+static void zero_extent(struct dregion *r, uint64_t addr, uint64_t len)
+{
+	unsigned char *p = r->mem + (addr - r->start);
+
+	if (r->fd < 0) {
+		if (madvise(p, len, MADV_DONTNEED) == 0)
+			return;
+	} else if (fallocate(r->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(addr - r->start),
+			     (off_t)len) == 0) {
+		return;
+	}
+	memset(p, 0, len);
+	if (r->fd >= 0)
+		msync(p, len, MS_SYNC);
+}
+
+/* Return an extent to its region and forget it: its key dies first, then
+ * its bytes are zeroed, then the range can be handed out again. */
 static void release(struct hs_daemon *d, struct dalloc *a)
 {
 	struct dregion *r = region_of(d, a->addr);
 
+	if (a->mr)
+		fi_close(&a->mr->fid);
 	tdelete(a, &d->by_addr, by_addr);
 	if (a->name) {
 		tdelete(a, &d->by_name, by_name);
@@ -75,13 +122,10 @@ static void release(struct hs_daemon *d, struct dalloc *a)
 		r->extents--;
 		r->frees++;
 		r->bytes_freed += a->len;
+		zero_extent(r, a->addr, a->len);
+		hs_extents_free(r->ext, a->addr, a->len);
 	}
 	d->n.bytes_freed += a->len;
-	if (r && hs_extents_free(r->ext, a->addr, a->len) == 0 && r->fd < 0 &&
-	    !(d->fab.mr_mode & (FI_MR_ALLOCATED | FI_MR_LOCAL)))
-		/* Pages go back to the node (and the next owner sees zeroes); not for
-		 * providers that pinned the region (the NIC would keep the old pages). */
-		madvise(r->mem + (a->addr - r->start), a->len, MADV_DONTNEED);
 	d->used -= a->len;
 	d->nallocs--;
 	free(a->name);
@@ -163,6 +207,8 @@ static void free_node(void *p)
 {
 	struct dalloc *a = p;
 
+	if (a->mr)
+		fi_close(&a->mr->fid);
 	free(a->name);
 	free(a->meta);
 	free(a);
@@ -210,6 +256,12 @@ static int do_alloc(struct hs_daemon *d, struct dclient *c, const Hpdlf__Store__
 		hs_extents_free(region_of(d, addr)->ext, addr, m->len);
 		return rc;
 	}
+	rc = extent_register(d, a, FI_REMOTE_READ | FI_REMOTE_WRITE);
+	if (rc < 0) {
+		snprintf(text, tlen, "daemon %s: %s", d->bound, hp_errmsg());
+		release(d, a);
+		return rc;
+	}
 	g = region_of(d, addr);
 	g->allocs++;
 	g->bytes_allocated += m->len;
@@ -217,6 +269,8 @@ static int do_alloc(struct hs_daemon *d, struct dclient *c, const Hpdlf__Store__
 	d->n.bytes_allocated += m->len;
 	r->addr = addr;
 	r->len = m->len;
+	r->key = a->key;
+	r->rma_base = a->rma_base;
 	return 0;
 }
 
@@ -340,10 +394,11 @@ static void persist_extent(struct hs_daemon *d, const struct dalloc *a)
 		msync(r->mem + (a->addr - r->start), a->len, MS_SYNC);
 }
 
-static int do_publish(struct hs_daemon *d, struct dclient *c, const Hpdlf__Store__Publish *m, char *text,
-		      size_t tlen)
+static int do_publish(struct hs_daemon *d, struct dclient *c, const Hpdlf__Store__Publish *m,
+		      Hpdlf__Store__Reply *r, char *text, size_t tlen)
 {
 	struct dalloc *a;
+	int rc;
 
 	if (!hs_name_ok(m->name)) {
 		snprintf(text, tlen, "publish: bad name (1..255 printable bytes, no '/')");
@@ -353,12 +408,25 @@ static int do_publish(struct hs_daemon *d, struct dclient *c, const Hpdlf__Store
 		snprintf(text, tlen, "publish: metadata of %zu bytes (limit %d)", m->meta.len, HS_META_MAX);
 		return HP_EUSAGE;
 	}
+	if (m->digest.len != HS_DIGEST_BYTES) {
+		snprintf(text, tlen, "publish: a digest of %d bytes is required, not %zu", HS_DIGEST_BYTES,
+			 m->digest.len);
+		return HP_EPROTO;
+	}
 	if (find_name(d, m->name)) {
 		snprintf(text, tlen, "'%s' already exists on daemon %s", m->name, d->bound);
 		return -EEXIST;
 	}
 	if (!(a = owned(d, c, m->addr, m->len, text, tlen)))
 		return -ENOENT;
+	/* Named data is shared by every client of the job and never changes:
+	 * the owner's read-write key dies, a read-only one replaces it. */
+	if ((rc = extent_register(d, a, FI_REMOTE_READ)) < 0) {
+		snprintf(text, tlen, "daemon %s: %s", d->bound, hp_errmsg());
+		return rc;
+	}
+	r->key = a->key;
+	r->rma_base = a->rma_base;
 	a->name = strdup(m->name);
 	a->meta = malloc(m->meta.len + 1);
 	if (!a->name || !a->meta || !tsearch(a, &d->by_name, by_name)) {
@@ -370,6 +438,8 @@ static int do_publish(struct hs_daemon *d, struct dclient *c, const Hpdlf__Store
 	}
 	memcpy(a->meta, m->meta.data, m->meta.len);
 	a->meta_len = m->meta.len;
+	memcpy(a->digest, m->digest.data, HS_DIGEST_BYTES);
+	a->has_digest = 1;
 	a->owner = 0;
 	d->nnamed++;
 	region_of(d, a->addr)->named++;
@@ -393,6 +463,10 @@ static Hpdlf__Store__Named *named_msg(const struct dalloc *a, int with_meta)
 	if (with_meta) {
 		n->meta.data = a->meta;
 		n->meta.len = a->meta_len;
+		n->digest.data = (uint8_t *)a->digest;
+		n->digest.len = a->has_digest ? HS_DIGEST_BYTES : 0;
+		n->key = a->key;
+		n->rma_base = a->rma_base;
 	}
 	return n;
 }
@@ -466,7 +540,7 @@ int hs_daemon_request(struct hs_daemon *d, struct dclient *c, const hs_msg *m, h
 		d->n.stats++;
 		rc = do_stat(d, r);
 		break;
-	case HPDLF__STORE__MSG__BODY_PUBLISH: rc = do_publish(d, c, m->publish, text, tlen); break;
+	case HPDLF__STORE__MSG__BODY_PUBLISH: rc = do_publish(d, c, m->publish, r, text, tlen); break;
 	case HPDLF__STORE__MSG__BODY_LOOKUP: rc = do_lookup(d, m->lookup->name, r, text, tlen); break;
 	case HPDLF__STORE__MSG__BODY_REMOVE: rc = do_remove(d, m->remove->name, text, tlen); break;
 	case HPDLF__STORE__MSG__BODY_LIST: rc = do_list(d, r, text, tlen); break;
@@ -494,33 +568,48 @@ void hs_daemon_reply_release(Hpdlf__Store__Reply *r)
 	free(r->stat);
 }
 
-/* Catalog: one line per named extent, "addr len name metahex", replaced
- * atomically (write, fsync, rename) after each change. */
+/* Catalog: one line per named extent, "addr len name metahex digesthex"
+ * ("-" for an empty field), replaced atomically (write, fsync, rename)
+ * after each change.  Version 1 lines have no digest. */
+#define CATALOG_HEAD "hpdlf-store-catalog 2\n"
+#define CATALOG_HEAD_V1 "hpdlf-store-catalog 1\n"
+
+static void put_hex(FILE *f, const uint8_t *p, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		fprintf(f, "%02x", p[k]);
+	fprintf(f, "%s", n ? "" : "-");
+}
+
 int hs_daemon_catalog_save(struct hs_daemon *d)
 {
 	struct collector col = { .named = 1 };
 	char tmp[700];
-	FILE *f;
-	int rc = collect_all(d, &col);
+	FILE *f = NULL;
+	int rc = collect_all(d, &col), fd;
 
 	if (rc < 0)
 		return rc;
 	snprintf(tmp, sizeof tmp, "%s.tmp", d->catalog);
-	f = fopen(tmp, "w");
-	if (!f) {
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 || !(f = fdopen(fd, "w"))) {
+		rc = -errno;
+		if (fd >= 0)
+			close(fd);
 		free(col.v);
-		return hp_error(-errno, "catalog %s: %s", tmp, strerror(errno));
+		return hp_error(rc, "catalog %s: %s", tmp, strerror(-rc));
 	}
-	fprintf(f, "hpdlf-store-catalog 1\n");
+	fprintf(f, CATALOG_HEAD);
 	for (size_t i = 0; i < col.n; i++) {
 		struct dalloc *a = col.v[i];
 		struct dregion *r = region_of(d, a->addr);
 		if (!r || r->fd < 0)
 			continue; /* DRAM: does not outlive the daemon */
 		fprintf(f, "%" PRIu64 " %" PRIu64 " %s ", a->addr, a->len, a->name);
-		for (size_t k = 0; k < a->meta_len; k++)
-			fprintf(f, "%02x", a->meta[k]);
-		fprintf(f, "%s\n", a->meta_len ? "" : "-");
+		put_hex(f, a->meta, a->meta_len);
+		fprintf(f, " ");
+		put_hex(f, a->digest, a->has_digest ? HS_DIGEST_BYTES : 0);
+		fprintf(f, "\n");
 	}
 	free(col.v);
 	rc = fflush(f) || fsync(fileno(f)) ? -errno : 0;
@@ -531,60 +620,108 @@ int hs_daemon_catalog_save(struct hs_daemon *d)
 	return rc < 0 ? hp_error(rc, "catalog %s: %s", d->catalog, strerror(-rc)) : 0;
 }
 
-static int catalog_entry(struct hs_daemon *d, uint64_t addr, uint64_t len, const char *name, const char *hex)
+/* Hex field ("-": empty) into out; its length, or -1 if malformed. */
+static long get_hex(const char *hex, uint8_t *out, size_t max)
+{
+	size_t hl = strcmp(hex, "-") ? strlen(hex) : 0;
+
+	if (hl % 2 || hl / 2 > max)
+		return -1;
+	for (size_t k = 0; k < hl / 2; k++) {
+		unsigned v;
+		if (sscanf(hex + 2 * k, "%2x", &v) != 1)
+			return -1;
+		out[k] = (uint8_t)v;
+	}
+	return (long)(hl / 2);
+}
+
+static int catalog_entry(struct hs_daemon *d, uint64_t addr, uint64_t len, const char *name, const char *hex,
+			 const char *dhex)
 {
 	struct dregion *r = region_of(d, addr);
-	size_t hl = strcmp(hex, "-") ? strlen(hex) : 0;
+	uint8_t meta[HS_META_MAX], digest[HS_DIGEST_BYTES];
+	long ml = get_hex(hex, meta, sizeof meta), dl = dhex ? get_hex(dhex, digest, sizeof digest) : 0;
 	struct dalloc *a;
 	int rc;
 
-	if (!r || r->fd < 0 || len == 0 || len % HS_IO_ALIGN || addr - r->start + len > r->size ||
-	    !hs_name_ok(name) || hl % 2 || hl / 2 > HS_META_MAX || find_name(d, name))
+	if (!r || r->fd < 0 || len == 0 || len % HS_IO_ALIGN || len > r->size || addr - r->start > r->size - len ||
+	    !hs_name_ok(name) || ml < 0 || (dl != 0 && dl != HS_DIGEST_BYTES) || find_name(d, name))
 		return HP_EFORMAT;
 	if ((rc = hs_extents_claim(r->ext, addr, len)) < 0)
 		return HP_EFORMAT;
 	if ((rc = record(d, addr, len, 0, &a)) < 0)
 		return rc;
 	a->name = strdup(name);
-	a->meta = malloc(hl / 2 + 1);
+	a->meta = malloc((size_t)ml + 1);
 	if (!a->name || !a->meta)
 		return -ENOMEM;
-	for (size_t k = 0; k < hl / 2; k++) {
-		unsigned v;
-		if (sscanf(hex + 2 * k, "%2x", &v) != 1)
-			return HP_EFORMAT;
-		a->meta[k] = (uint8_t)v;
-	}
-	a->meta_len = hl / 2;
+	memcpy(a->meta, meta, (size_t)ml);
+	a->meta_len = (size_t)ml;
+	memcpy(a->digest, digest, (size_t)dl);
+	a->has_digest = dl == HS_DIGEST_BYTES;
 	if (!tsearch(a, &d->by_name, by_name))
 		return -ENOMEM;
 	d->nnamed++;
 	r->named++;
-	return 0;
+	return extent_register(d, a, FI_REMOTE_READ);
 }
 
 int hs_daemon_catalog_load(struct hs_daemon *d)
 {
 	FILE *f = fopen(d->catalog, "r");
-	char line[2048], name[HS_NAME_MAX + 2], hex[2 * HS_META_MAX + 2];
+	char line[2200], name[HS_NAME_MAX + 2], hex[2 * HS_META_MAX + 2], dhex[2 * HS_DIGEST_BYTES + 2];
 	uint64_t addr, len;
-	int rc = 0, lineno = 1;
+	int rc = 0, lineno = 1, v1 = 0;
 
 	if (!f)
 		return errno == ENOENT ? 0 : hp_error(-errno, "catalog %s: %s", d->catalog, strerror(errno));
-	if (!fgets(line, sizeof line, f) || strcmp(line, "hpdlf-store-catalog 1\n"))
+	if (!fgets(line, sizeof line, f) || (strcmp(line, CATALOG_HEAD) && !(v1 = !strcmp(line, CATALOG_HEAD_V1))))
 		rc = HP_EFORMAT;
 	while (!rc && fgets(line, sizeof line, f)) {
 		lineno++;
-		if (sscanf(line, "%" SCNu64 " %" SCNu64 " %256s %1025s", &addr, &len, name, hex) != 4)
+		int n = sscanf(line, "%" SCNu64 " %" SCNu64 " %256s %1025s %65s", &addr, &len, name, hex, dhex);
+		if (n != (v1 ? 4 : 5))
 			rc = HP_EFORMAT;
 		else
-			rc = catalog_entry(d, addr, len, name, hex);
+			rc = catalog_entry(d, addr, len, name, hex, v1 ? NULL : dhex);
 	}
 	fclose(f);
 	if (rc < 0)
 		return hp_error(rc, "catalog %s: line %d is not a valid entry", d->catalog, lineno);
 	if (d->nnamed)
 		hp_log(HP_LOG_INFO, "recovered %" PRIu64 " named tensors from %s", d->nnamed, d->catalog);
+	return 0;
+}
+
+struct hole_walk {
+	struct hs_daemon *d;
+	struct dregion *r;
+	uint64_t next;          /* first byte not yet scrubbed */
+};
+
+/* Extents visited in address order: zero the gap before each one. */
+static void scrub_gap(const void *node, VISIT v, void *arg)
+{
+	const struct dalloc *a = *(struct dalloc *const *)node;
+	struct hole_walk *w = arg;
+
+	if ((v != postorder && v != leaf) || region_of(w->d, a->addr) != w->r)
+		return;
+	if (a->addr > w->next)
+		zero_extent(w->r, w->next, a->addr - w->next);
+	w->next = a->addr + a->len;
+}
+
+int hs_daemon_scrub_free(struct hs_daemon *d)
+{
+	for (int i = 0; i < d->nreg; i++) {
+		struct hole_walk w = { d, &d->reg[i], d->reg[i].start };
+		if (w.r->fd < 0)
+			continue; /* fresh anonymous memory is zero */
+		twalk_r(d->by_addr, scrub_gap, &w);
+		if (w.next < w.r->start + w.r->size)
+			zero_extent(w.r, w.next, w.r->start + w.r->size - w.next);
+	}
 	return 0;
 }

@@ -6,6 +6,7 @@
 
 #include "hpdlf/error.h"
 #include "store/remote/fabric.h"
+#include "store/remote/wire.h"
 
 #define FIVERSION FI_VERSION(1, 9)
 
@@ -103,13 +104,15 @@ int hs_fab_open(struct hs_fab *f, const char *prov, int target, const char *src_
 	int rc;
 
 	memset(f, 0, sizeof *f);
-	f->next_key = 1;
 	rc = getinfo(f, prov, target, src_host);
 	if (rc < 0)
 		return rc;
 	snprintf(f->prov, sizeof f->prov, "%s", f->info->fabric_attr->prov_name);
 	f->mr_mode = (uint64_t)f->info->domain_attr->mr_mode;
 	f->max_msg = f->info->ep_attr->max_msg_size;
+	f->key_bytes = f->info->domain_attr->mr_key_size;
+	if (f->key_bytes == 0 || f->key_bytes > sizeof(uint64_t))
+		f->key_bytes = sizeof(uint64_t);
 	f->tx_size = f->info->tx_attr->size ? f->info->tx_attr->size : 64;
 	rc = open_objects(f);
 	if (rc < 0)
@@ -139,14 +142,19 @@ void hs_fab_close(struct hs_fab *f)
 	f->info = NULL;
 }
 
+/* A key nobody can guess: the provider's own (FI_MR_PROV_KEY), else random
+ * bytes from the CSPRNG, as wide as the provider's keys; a collision with a
+ * live key (-FI_ENOKEY) draws again. */
 int hs_fab_mr_reg(struct hs_fab *f, void *buf, size_t len, uint64_t access, struct fid_mr **mr)
 {
-	uint64_t key = 0;
-	int rc;
+	int rc = -FI_ENOKEY;
 
-	if (!(f->mr_mode & FI_MR_PROV_KEY))
-		key = __atomic_fetch_add(&f->next_key, 1, __ATOMIC_RELAXED);
-	rc = fi_mr_reg(f->domain, buf, len, access, 0, key, 0, mr, NULL);
+	for (int tries = 0; tries < 8 && rc == -FI_ENOKEY; tries++) {
+		uint64_t key = 0;
+		if (!(f->mr_mode & FI_MR_PROV_KEY))
+			hs_random(&key, f->key_bytes);
+		rc = fi_mr_reg(f->domain, buf, len, access, 0, key, 0, mr, NULL);
+	}
 	if (rc)
 		return hp_error(-EIO, "libfabric %s: cannot register %zu bytes: %s", f->prov, len, fi_strerror(-rc));
 	if (f->mr_mode & FI_MR_ENDPOINT) {

@@ -29,7 +29,7 @@ struct hs_fab {
 	char prov[64];
 	uint8_t addr[256];
 	size_t addrlen;
-	uint64_t next_key;
+	size_t key_bytes;       /* width of the provider's MR keys (at most 8) */
 };
 
 /* Open an RDM endpoint.  target: accepts remote reads/writes (daemon), and
@@ -37,7 +37,8 @@ struct hs_fab {
  * first provider that is not shm (no key or bounds checks) nor slow. */
 int hs_fab_open(struct hs_fab *f, const char *prov, int target, const char *src_host);
 void hs_fab_close(struct hs_fab *f);
-/* Register buf; access FI_REMOTE_READ|FI_REMOTE_WRITE (target) or
+/* Register buf under an unguessable key (the provider's with FI_MR_PROV_KEY,
+ * else from the CSPRNG); access FI_REMOTE_READ|FI_REMOTE_WRITE (target) or
  * FI_READ|FI_WRITE (local).  Binds and enables it for FI_MR_ENDPOINT. */
 int hs_fab_mr_reg(struct hs_fab *f, void *buf, size_t len, uint64_t access, struct fid_mr **mr);
 /* Peer address -> fi_addr. */

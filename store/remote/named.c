@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "hpdlf/error.h"
 #include "store/remote/tier_int.h"
 
@@ -23,30 +25,101 @@ static int call(struct rtier *t, int i, hs_msg *m, hs_msg **rep)
 	return rc;
 }
 
-int hs_remote_publish(struct hs_tier *base, const char *name, uint64_t addr, uint64_t len, const void *meta,
-		      size_t meta_len)
+/* Keyed BLAKE2b-256 over name, metadata, length and content: only holders
+ * of the job's secret can make one that checks. */
+static void digest_of(const struct rtier *t, const char *name, const void *meta, size_t meta_len, const void *buf,
+		      uint64_t len, uint8_t out[HS_DIGEST_BYTES])
 {
-	struct rtier *t = (struct rtier *)base;
-	Hpdlf__Store__Publish p = HPDLF__STORE__PUBLISH__INIT;
-	hs_msg m = HPDLF__STORE__MSG__INIT;
-	int di = (int)(addr >> HS_REMOTE_ADDR_BITS) - 1, rc;
+	crypto_generichash_state st;
+	uint64_t ml = meta_len;
 
-	if (di < 0 || di >= t->nd)
-		return hp_error(HP_EUSAGE, "publish '%s': 0x%" PRIx64 " is not a remote address", name, addr);
+	crypto_generichash_init(&st, t->secret.kmem, HS_KEY_BYTES, HS_DIGEST_BYTES);
+	crypto_generichash_update(&st, (const unsigned char *)"hpdlf-named-1", 14);
+	crypto_generichash_update(&st, (const unsigned char *)name, strlen(name) + 1);
+	crypto_generichash_update(&st, (const unsigned char *)&ml, sizeof ml);
+	crypto_generichash_update(&st, meta, meta_len);
+	crypto_generichash_update(&st, (const unsigned char *)&len, sizeof len);
+	crypto_generichash_update(&st, buf, len);
+	crypto_generichash_final(&st, out, HS_DIGEST_BYTES);
+}
+
+/* Name copy k of extent e on its daemon; the daemon re-registers it read-only
+ * under a fresh key, which replaces the owner's in e. */
+static int publish_copy(struct rtier *t, struct rext *e, int k, const char *name, const void *meta, size_t meta_len,
+			const uint8_t *digest)
+{
+	Hpdlf__Store__Publish p = HPDLF__STORE__PUBLISH__INIT;
+	hs_msg m = HPDLF__STORE__MSG__INIT, *rep = NULL;
+	int rc;
+
 	p.name = (char *)name;
-	p.addr = addr & RT_ADDR_MASK;
-	p.len = len;
+	p.addr = e->daddr[k];
+	p.len = e->len;
 	p.meta.data = (uint8_t *)meta;
 	p.meta.len = meta_len;
+	p.digest.data = (uint8_t *)digest;
+	p.digest.len = HS_DIGEST_BYTES;
 	m.body_case = HPDLF__STORE__MSG__BODY_PUBLISH;
 	m.publish = &p;
-	rc = call(t, di, &m, NULL);
-	const struct replica *rep = rc == 0 ? hs_rt_replica_of(t, addr) : NULL;
-	if (rep) {
-		p.addr = rep->saddr;
-		rc = call(t, rep->sd, &m, NULL);
+	rc = call(t, e->di[k], &m, &rep);
+	if (rc == 0) {
+		e->key[k] = rep->reply->key;
+		e->base[k] = rep->reply->rma_base;
+		hs_wire_free(rep);
 	}
 	return rc;
+}
+
+int hs_remote_put(struct hs_tier *base, const char *name, const void *buf, uint64_t len, const void *meta,
+		  size_t meta_len)
+{
+	struct rtier *t = (struct rtier *)base;
+	uint8_t digest[HS_DIGEST_BYTES];
+	struct rext e;
+	uint64_t addr;
+	int rc;
+
+	if (!hs_name_ok(name))
+		return hp_error(HP_EUSAGE, "'%s' is not a valid tensor name (1..255 printable bytes, no '/')", name);
+	if (meta_len > HS_META_MAX)
+		return hp_error(HP_EUSAGE, "'%s': metadata of %zu bytes (limit %d)", name, meta_len, HS_META_MAX);
+	rc = hs_remote_alloc(base, len, 1, &addr);
+	if (rc < 0)
+		return rc;
+	rc = hs_tier_rw(base, HS_IO_WRITE, addr, (void *)buf, len);
+	if (rc < 0) {
+		hp_error_prefix(rc, "'%s': writing to the daemons", name);
+		goto fail;
+	}
+	digest_of(t, name, meta, meta_len, buf, len, digest);
+	pthread_mutex_lock(&t->mu);
+	e = *hs_rt_extent_of(t, addr);
+	pthread_mutex_unlock(&t->mu);
+	for (int k = 0; k < e.n && rc == 0; k++)
+		rc = publish_copy(t, &e, k, name, meta, meta_len, digest);
+	if (rc < 0)
+		goto fail; /* a copy already named stays: remove it by name */
+	return hs_rt_add_extent(t, &e);
+fail:
+	base->ops->free(base, addr, len);
+	return rc;
+}
+
+int hs_remote_get(struct hs_tier *base, const struct hs_remote_named *n, void *buf)
+{
+	struct rtier *t = (struct rtier *)base;
+	uint8_t want[HS_DIGEST_BYTES];
+	int rc = hs_tier_rw(base, HS_IO_READ, n->addr, buf, n->len);
+
+	if (rc < 0)
+		return hp_error(rc, "'%s': reading from daemon %s: %s", n->name, n->daemon, hp_strerror(rc));
+	if (!n->has_digest)
+		return 1;
+	digest_of(t, n->name, n->meta, n->meta_len, buf, n->len, want);
+	if (sodium_memcmp(want, n->digest, HS_DIGEST_BYTES) != 0)
+		return hp_error(HP_ECORRUPT, "'%s' on daemon %s: its bytes or metadata changed since it was stored "
+				"(digest mismatch); refusing them", n->name, n->daemon);
+	return 0;
 }
 
 static void fill_named(struct rtier *t, int i, const Hpdlf__Store__Named *n, struct hs_remote_named *out)
@@ -57,7 +130,28 @@ static void fill_named(struct rtier *t, int i, const Hpdlf__Store__Named *n, str
 	out->len = n->len;
 	out->meta_len = n->meta.len <= sizeof out->meta ? n->meta.len : 0;
 	memcpy(out->meta, n->meta.data, out->meta_len);
+	out->has_digest = n->digest.len == HS_DIGEST_BYTES;
+	if (out->has_digest)
+		memcpy(out->digest, n->digest.data, HS_DIGEST_BYTES);
 	snprintf(out->daemon, sizeof out->daemon, "%s", t->d[i].where);
+}
+
+/* One daemon's copy of a looked-up extent into e (its first copy, or the
+ * second if it matches the first): 1 if taken. */
+static int take_copy(struct rext *e, int i, const Hpdlf__Store__Named *n)
+{
+	if (e->n == 2 || (e->n == 1 && n->len != e->len))
+		return 0;
+	if (e->n == 0) {
+		e->addr = rt_addr(i, n->addr & RT_ADDR_MASK);
+		e->len = n->len;
+	}
+	e->di[e->n] = i;
+	e->daddr[e->n] = n->addr & RT_ADDR_MASK;
+	e->key[e->n] = n->key;
+	e->base[e->n] = n->rma_base;
+	e->n++;
+	return 1;
 }
 
 int hs_remote_lookup(struct hs_tier *base, const char *name, struct hs_remote_named *out)
@@ -65,7 +159,7 @@ int hs_remote_lookup(struct hs_tier *base, const char *name, struct hs_remote_na
 	struct rtier *t = (struct rtier *)base;
 	Hpdlf__Store__Lookup l = HPDLF__STORE__LOOKUP__INIT;
 	hs_msg m = HPDLF__STORE__MSG__INIT, *rep = NULL;
-	int found = 0;
+	struct rext e = { 0 };
 
 	l.name = (char *)name;
 	m.body_case = HPDLF__STORE__MSG__BODY_LOOKUP;
@@ -73,22 +167,15 @@ int hs_remote_lookup(struct hs_tier *base, const char *name, struct hs_remote_na
 	for (int i = 0; i < t->nd; i++) {
 		if (call(t, i, &m, &rep) < 0)
 			continue;
-		if (rep->reply->n_named == 1 && rep->reply->named[0]->len == rep->reply->len) {
-			struct hs_remote_named other;
-			if (!found++)
-				fill_named(t, i, rep->reply->named[0], out);
-			else if (found == 2) {
-				/* A second copy: reads fail over to it. */
-				fill_named(t, i, rep->reply->named[0], &other);
-				if (other.len == out->len && !hs_rt_replica_of(t, out->addr))
-					hs_rt_add_replica(t, out->addr, out->len, i, other.addr & RT_ADDR_MASK);
-			}
-		}
+		const Hpdlf__Store__Named *n = rep->reply->n_named == 1 ? rep->reply->named[0] : NULL;
+		/* A second copy (a replica) is where reads fail over to. */
+		if (n && n->len == rep->reply->len && take_copy(&e, i, n) && e.n == 1)
+			fill_named(t, i, n, out);
 		hs_wire_free(rep);
 	}
-	if (!found)
+	if (!e.n)
 		return hp_error(-ENOENT, "no tensor '%s' on any of the %d daemons", name, t->nd);
-	return 0;
+	return hs_rt_add_extent(t, &e);
 }
 
 int hs_remote_remove(struct hs_tier *base, const char *name)

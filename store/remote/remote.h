@@ -62,21 +62,34 @@ int hs_remote_daemon_of(struct hs_tier *t, uint64_t addr, char *buf, size_t len)
 /* Number of daemons declared dead so far (failure detection). */
 int hs_remote_dead_count(struct hs_tier *t);
 
-/* Named extents (datasets, weights) visible to every client of the job. */
+/* Named extents (datasets, weights) visible to every client of the job:
+ * read-only once published, and carrying a digest (BLAKE2b-256 keyed with
+ * the job's secret, over name, metadata and content) that hs_remote_get
+ * checks, so changed bytes are refused, never returned. */
+#define HS_REMOTE_DIGEST_BYTES 32
 struct hs_remote_named {
 	char name[256];
 	uint64_t addr;          /* tier address */
 	uint64_t len;
 	uint8_t meta[512];
 	size_t meta_len;
+	uint8_t digest[HS_REMOTE_DIGEST_BYTES];
+	int has_digest;         /* 0: stored by a daemon of protocol 1 */
 	char daemon[128];
 };
 /* alloc() preferring the daemons' persistent regions (--pmem) when asked. */
 int hs_remote_alloc(struct hs_tier *t, uint64_t len, int persistent, uint64_t *addr);
-int hs_remote_publish(struct hs_tier *t, const char *name, uint64_t addr, uint64_t len,
-		      const void *meta, size_t meta_len);
+/* Store len bytes of buf (both multiples of HS_IO_ALIGN, buf aligned) as the
+ * named extent `name` with meta (at most 512 bytes), persistent regions
+ * first: allocate, write, publish with its digest.  -EEXIST if taken. */
+int hs_remote_put(struct hs_tier *t, const char *name, const void *buf, uint64_t len, const void *meta,
+		  size_t meta_len);
 /* -ENOENT if no daemon has it. */
 int hs_remote_lookup(struct hs_tier *t, const char *name, struct hs_remote_named *out);
+/* Read a looked-up extent into buf (n->len bytes, aligned) and check its
+ * digest: 0, HP_ECORRUPT (naming it and its daemon) if anything changed
+ * since put, 1 if it has no digest to check (stored by protocol 1). */
+int hs_remote_get(struct hs_tier *t, const struct hs_remote_named *n, void *buf);
 int hs_remote_remove(struct hs_tier *t, const char *name);
 /* Every named extent of every live daemon: *out malloc'd, returns the count. */
 int hs_remote_list(struct hs_tier *t, struct hs_remote_named **out);
@@ -123,7 +136,10 @@ struct hs_daemon_config {
 	const char *token_file;
 	const char *provider;   /* NULL: FI_PROVIDER or the first secure one */
 	unsigned lease_ms;      /* drop clients silent this long (default 5000) */
-	unsigned max_clients;   /* default 1024 */
+	unsigned max_clients;   /* authenticated connections (default 1024) */
+	unsigned max_unauth;    /* connections still in the handshake (default 64):
+				 * beyond it the oldest is dropped */
+	unsigned handshake_ms;  /* deadline for the whole handshake (default 3000) */
 };
 struct hs_daemon;
 int hs_daemon_open(const struct hs_daemon_config *c, struct hs_daemon **out);

@@ -15,16 +15,6 @@
 
 #define STALL_MS 5000u          /* a posted segment older than this: the daemon is stuck */
 
-static const struct hs_rregion *region_of(const struct hs_rconn *c, uint64_t daddr, uint64_t len)
-{
-	for (int i = 0; i < c->nreg; i++) {
-		const struct hs_rregion *r = &c->reg[i];
-		if (daddr >= r->start && daddr - r->start <= r->size && len <= r->size - (daddr - r->start))
-			return r;
-	}
-	return NULL;
-}
-
 static void unlink_posted(struct rtier *t, struct seg *s)
 {
 	struct rdaemon *d = &t->d[s->req->tgt[s->ti]];
@@ -55,12 +45,8 @@ static void req_unref(struct rreq *r)
 /* Queue the segments of target ti of r (under t->mu).  0, or an error. */
 static int queue_target(struct rtier *t, struct rreq *r, int ti)
 {
-	struct rdaemon *d = &t->d[r->tgt[ti]];
-	const struct hs_rregion *rg = region_of(d->conn, r->taddr[ti], r->io->len);
 	size_t off = 0;
 
-	if (!rg)
-		return -EINVAL;
 	while (off < r->io->len) {
 		struct seg *s = calloc(1, sizeof *s);
 		if (!s)
@@ -69,8 +55,8 @@ static int queue_target(struct rtier *t, struct rreq *r, int ti)
 		s->ti = ti;
 		s->buf = (char *)r->io->buf + off;
 		s->len = r->io->len - off < t->max_seg ? r->io->len - off : t->max_seg;
-		s->raddr = rg->rma_base + (r->taddr[ti] - rg->start) + off;
-		s->key = rg->key;
+		s->raddr = r->raddr[ti] + off;
+		s->key = r->key[ti];
 		off += s->len;
 		r->live++;
 		r->refs++;
@@ -347,22 +333,21 @@ static int start_req(struct rtier *t, struct hs_io *io, struct rreq **done)
 {
 	uint64_t a = io->addr;
 	int di = (int)(a >> HS_REMOTE_ADDR_BITS) - 1;
+	const struct rext *e = hs_rt_extent_of(t, a);
 	struct rreq *r;
 
-	if (di < 0 || di >= t->nd || !t->d[di].conn || io->len == 0 || io->len % HS_IO_ALIGN)
+	if (di < 0 || di >= t->nd || !t->d[di].conn || io->len == 0 || io->len % HS_IO_ALIGN || !e ||
+	    io->len > e->len - (a - e->addr))
 		return -EINVAL;
 	r = calloc(1, sizeof *r);
 	if (!r)
 		return -ENOMEM;
 	r->io = io;
-	r->tgt[0] = di;
-	r->taddr[0] = a & RT_ADDR_MASK;
-	r->ntgt = 1;
-	const struct replica *rep = t->replicas ? hs_rt_replica_of(t, a) : NULL;
-	if (rep) {
-		r->tgt[1] = rep->sd;
-		r->taddr[1] = rep->saddr + (a - rep->addr);
-		r->ntgt = 2;
+	r->ntgt = e->n;
+	for (int i = 0; i < e->n; i++) {
+		r->tgt[i] = e->di[i];
+		r->raddr[i] = e->base[i] + (a - e->addr);
+		r->key[i] = e->key[i];
 	}
 	r->refs = 1; /* held while queueing */
 	int queued = 0, rc = 0;

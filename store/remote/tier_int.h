@@ -29,7 +29,8 @@ struct rreq {
 	struct hs_io *io;
 	int ntgt, cur;          /* targets; reads: the one being read */
 	int tgt[2];             /* daemon indexes */
-	uint64_t taddr[2];      /* address in each daemon's space */
+	uint64_t raddr[2];      /* remote address of io->addr in each copy */
+	uint64_t key[2];        /* registration key of each copy's extent */
 	int tres[2];            /* outcome per target */
 	int live;               /* segments whose outcome is pending */
 	int refs;               /* segments not yet reported by the provider */
@@ -50,11 +51,17 @@ struct seg {
 	struct seg *next, *prev;
 };
 
-/* A replicated extent: the primary's tier address maps to the secondary. */
-struct replica {
-	uint64_t addr, len;     /* primary tier address */
-	int sd;                 /* secondary daemon */
-	uint64_t saddr;         /* in the secondary's space */
+/* An extent of this tier (allocated, or a named one looked up): where its
+ * copies live and the keys that reach them.  The daemons register each
+ * extent on its own, so an address outside every known extent reaches
+ * nothing; requests are checked against this map before they are posted. */
+struct rext {
+	uint64_t addr, len;     /* tier address of the primary copy */
+	int n;                  /* copies: 1, or 2 with replicas */
+	int di[2];              /* daemon of each copy */
+	uint64_t daddr[2];      /* in that daemon's space */
+	uint64_t key[2];        /* registration key of each copy */
+	uint64_t base[2];       /* remote address of daddr (0 unless FI_MR_VIRT_ADDR) */
 };
 
 struct rtier {
@@ -65,12 +72,12 @@ struct rtier {
 	int fab_open;
 	int nd;
 	struct rdaemon *d;
-	pthread_mutex_t mu;     /* queues, daemon state, replica map */
+	pthread_mutex_t mu;     /* queues, daemon state, extent map */
 	struct seg *qhead, *qtail;      /* waiting to be posted */
 	unsigned posted;
 	struct rreq *late_done;         /* failed by a caller's rpc: the progress thread delivers them */
 	size_t max_seg;
-	void *replicas;         /* tsearch tree of struct replica */
+	void *extents;          /* tsearch tree of struct rext */
 	uint64_t nextents, alloc_seq;
 	volatile int stopping;
 	pthread_t progress, keepalive;
@@ -100,8 +107,9 @@ void hs_rt_defer_done(struct rtier *t, struct rreq *done);
 /* Ping daemon i now (from any thread but the caller must not hold t->mu);
  * marks it dead if it does not answer.  Returns 1 if dead. */
 int hs_rt_check(struct rtier *t, int i, int wait);
-/* Secondary copy of the extent holding tier address a (NULL: none). */
-const struct replica *hs_rt_replica_of(struct rtier *t, uint64_t a);
-int hs_rt_add_replica(struct rtier *t, uint64_t addr, uint64_t len, int sd, uint64_t saddr);
+/* The extent holding tier address a (NULL: none); t->mu held. */
+const struct rext *hs_rt_extent_of(struct rtier *t, uint64_t a);
+/* Record e (a copy is made), or replace the entry of the same address. */
+int hs_rt_add_extent(struct rtier *t, const struct rext *e);
 
 #endif

@@ -23,9 +23,9 @@ void hs_remote_opts_init(struct hs_remote_opts *o)
 	o->max_inflight = 32;
 }
 
-static int rep_cmp(const void *a, const void *b)
+static int ext_cmp(const void *a, const void *b)
 {
-	const struct replica *x = a, *y = b;
+	const struct rext *x = a, *y = b;
 
 	/* x is a point (len 0) or an extent; extents never overlap. */
 	if (x->addr < y->addr)
@@ -33,12 +33,32 @@ static int rep_cmp(const void *a, const void *b)
 	return x->addr < y->addr + y->len || (x->addr == y->addr) ? 0 : 1;
 }
 
-const struct replica *hs_rt_replica_of(struct rtier *t, uint64_t a)
+const struct rext *hs_rt_extent_of(struct rtier *t, uint64_t a)
 {
-	struct replica key = { .addr = a };
-	void **p = tfind(&key, &t->replicas, rep_cmp);
+	struct rext key = { .addr = a };
+	void **p = tfind(&key, &t->extents, ext_cmp);
 
 	return p ? *p : NULL;
+}
+
+int hs_rt_add_extent(struct rtier *t, const struct rext *e)
+{
+	struct rext *r = malloc(sizeof *r);
+	void **p;
+
+	if (!r)
+		return -ENOMEM;
+	*r = *e;
+	pthread_mutex_lock(&t->mu);
+	p = tsearch(r, &t->extents, ext_cmp);
+	if (p && *p != r) {
+		**(struct rext **)p = *e; /* known already (a second lookup): new keys */
+		free(r);
+	}
+	pthread_mutex_unlock(&t->mu);
+	if (!p)
+		free(r);
+	return p ? 0 : -ENOMEM;
 }
 
 /* A control request to daemon i; a transport failure declares it dead. */
@@ -153,7 +173,7 @@ static int candidates(struct rtier *t, uint64_t key, uint64_t len, int *order)
 	return n;
 }
 
-static int alloc_on(struct rtier *t, int i, uint64_t len, int persistent, uint64_t *daddr)
+static int alloc_on(struct rtier *t, int i, uint64_t len, int persistent, struct rext *e, int k)
 {
 	Hpdlf__Store__Alloc a = HPDLF__STORE__ALLOC__INIT;
 	hs_msg m = HPDLF__STORE__MSG__INIT, *rep = NULL;
@@ -165,8 +185,11 @@ static int alloc_on(struct rtier *t, int i, uint64_t len, int persistent, uint64
 	m.alloc = &a;
 	rc = rpc(t, i, &m, &rep, 0);
 	if (rc == 0) {
-		*daddr = rep->reply->addr;
-		if (rep->reply->len != len || *daddr > RT_ADDR_MASK - len)
+		e->di[k] = i;
+		e->daddr[k] = rep->reply->addr;
+		e->key[k] = rep->reply->key;
+		e->base[k] = rep->reply->rma_base;
+		if (rep->reply->len != len || e->daddr[k] > RT_ADDR_MASK - len)
 			rc = hp_error(HP_EPROTO, "daemon %s: bad alloc reply", t->d[i].where);
 		hs_wire_free(rep);
 	} else if (rc == -ENOSPC) {
@@ -190,42 +213,29 @@ static int free_on(struct rtier *t, int i, uint64_t daddr, uint64_t len)
 	return rc == -EHOSTDOWN ? 0 : rc;
 }
 
-int hs_rt_add_replica(struct rtier *t, uint64_t addr, uint64_t len, int sd, uint64_t saddr)
-{
-	struct replica *r = malloc(sizeof *r);
-
-	if (!r)
-		return -ENOMEM;
-	*r = (struct replica){ addr, len, sd, saddr };
-	pthread_mutex_lock(&t->mu);
-	void **p = tsearch(r, &t->replicas, rep_cmp);
-	pthread_mutex_unlock(&t->mu);
-	if (!p || *p != r)
-		free(r);
-	return p ? 0 : -ENOMEM;
-}
-
 static int place(struct rtier *t, uint64_t len, int persistent, uint64_t *addr)
 {
-	int order[HS_REMOTE_MAX_DAEMONS], n, got = 0, who[2] = { 0, 0 };
-	uint64_t key = mix(__atomic_fetch_add(&t->alloc_seq, 1, __ATOMIC_RELAXED)), da[2] = { 0, 0 };
+	int order[HS_REMOTE_MAX_DAEMONS], n;
+	uint64_t key = mix(__atomic_fetch_add(&t->alloc_seq, 1, __ATOMIC_RELAXED));
+	struct rext e = { .len = len };
 
 	n = candidates(t, key, len, order);
-	for (int k = 0; k < n && got < t->o.replicas; k++)
-		if (alloc_on(t, order[k], len, persistent, &da[got]) == 0)
-			who[got++] = order[k];
-	if (got < t->o.replicas) {
-		for (int k = 0; k < got; k++)
-			free_on(t, who[k], da[k], len);
+	for (int k = 0; k < n && e.n < t->o.replicas; k++)
+		if (alloc_on(t, order[k], len, persistent, &e, e.n) == 0)
+			e.n++;
+	if (e.n < t->o.replicas) {
+		for (int k = 0; k < e.n; k++)
+			free_on(t, e.di[k], e.daddr[k], len);
 		return hp_error(-ENOSPC, "remote tier %s: no room for %" PRIu64 " bytes%s on the %d daemons",
 				t->base.name, len, t->o.replicas > 1 ? " on two distinct daemons" : "", t->nd);
 	}
-	*addr = rt_addr(who[0], da[0]);
-	if (got == 2 && hs_rt_add_replica(t, *addr, len, who[1], da[1]) < 0) {
-		free_on(t, who[0], da[0], len);
-		free_on(t, who[1], da[1], len);
+	e.addr = rt_addr(e.di[0], e.daddr[0]);
+	if (hs_rt_add_extent(t, &e) < 0) {
+		for (int k = 0; k < e.n; k++)
+			free_on(t, e.di[k], e.daddr[k], len);
 		return -ENOMEM;
 	}
+	*addr = e.addr;
 	__atomic_fetch_add(&t->nextents, 1, __ATOMIC_RELAXED);
 	return 0;
 }
@@ -252,24 +262,26 @@ int hs_remote_alloc(struct hs_tier *base, uint64_t len, int persistent, uint64_t
 static int rt_free(struct hs_tier *base, uint64_t addr, uint64_t len)
 {
 	struct rtier *t = (struct rtier *)base;
-	int di = (int)(addr >> HS_REMOTE_ADDR_BITS) - 1, rc;
-	struct replica *rep = NULL, key = { .addr = addr };
+	int di = (int)(addr >> HS_REMOTE_ADDR_BITS) - 1, rc = 0;
+	struct rext *e = NULL, key = { .addr = addr };
 
 	if (di < 0 || di >= t->nd || !t->d[di].conn)
 		return hp_error(HP_EINTERNAL, "remote tier: free of 0x%" PRIx64 ", not an address of this tier", addr);
 	pthread_mutex_lock(&t->mu);
-	void **p = tfind(&key, &t->replicas, rep_cmp);
-	if (p && (rep = *p)->addr == addr)
-		tdelete(rep, &t->replicas, rep_cmp);
+	void **p = tfind(&key, &t->extents, ext_cmp);
+	if (p && (e = *p)->addr == addr && e->len == len)
+		tdelete(e, &t->extents, ext_cmp);
 	else
-		rep = NULL;
+		e = NULL;
 	pthread_mutex_unlock(&t->mu);
-	rc = free_on(t, di, addr & RT_ADDR_MASK, len);
-	if (rep) {
-		int rc2 = free_on(t, rep->sd, rep->saddr, len);
+	if (!e)
+		return hp_error(HP_EINTERNAL, "remote tier: free of [0x%" PRIx64 ", +%" PRIu64 "), not an extent of "
+				"this tier", addr, len);
+	for (int k = 0; k < e->n; k++) {
+		int rc2 = free_on(t, e->di[k], e->daddr[k], len);
 		rc = rc ? rc : rc2;
-		free(rep);
 	}
+	free(e);
 	if (rc == 0)
 		__atomic_fetch_sub(&t->nextents, 1, __ATOMIC_RELAXED);
 	return rc < 0 ? (rc == HP_EINTERNAL ? rc : hp_error_prefix(rc, "remote tier free")) : 0;
@@ -319,7 +331,7 @@ static void rt_close(struct hs_tier *base)
 		}
 		hs_rconn_close(t->d[i].conn);
 	}
-	tdestroy(t->replicas, free);
+	tdestroy(t->extents, free);
 	pthread_mutex_destroy(&t->mu);
 	pthread_mutex_destroy(&t->ka_mu);
 	pthread_cond_destroy(&t->ka_cv);

@@ -10,13 +10,14 @@
 
 typedef Hpdlf__Store__Msg hs_msg;
 
-#define HS_WIRE_VERSION 1
+#define HS_WIRE_VERSION 2       /* 2: per-extent keys, digests of named extents */
 #define HS_WIRE_MAX_FRAME 65536u
 #define HS_NONCE_BYTES 32
 #define HS_MAC_BYTES 32
 #define HS_KEY_BYTES 32
 #define HS_NAME_MAX 255
 #define HS_META_MAX 512
+#define HS_DIGEST_BYTES 32      /* keyed BLAKE2b-256 of a named extent */
 
 /* The shared secret: K = BLAKE2b-256 of the token file's bytes.  K lives in
  * memory from sodium_malloc (guard pages, locked, left out of core dumps),

@@ -68,7 +68,7 @@ static void sample_msgs(hs_msg *m, int i, uint8_t *tmp)
 	case 0: al.len = 4096u << (i % 12); m->body_case = HPDLF__STORE__MSG__BODY_ALLOC; m->alloc = &al; break;
 	case 1: pu.name = "weights"; pu.addr = 8192; pu.len = 4096; pu.meta.data = tmp; pu.meta.len = 8;
 		m->body_case = HPDLF__STORE__MSG__BODY_PUBLISH; m->publish = &pu; break;
-	case 2: he.version = 1; he.client_nonce.data = tmp; he.client_nonce.len = 32; he.client = "x";
+	case 2: he.version = HS_WIRE_VERSION; he.client_nonce.data = tmp; he.client_nonce.len = 32; he.client = "x";
 		m->body_case = HPDLF__STORE__MSG__BODY_HELLO; m->hello = &he; break;
 	default: fr.addr = 4096; fr.len = 4096; m->body_case = HPDLF__STORE__MSG__BODY_FREE; m->free = &fr; break;
 	}
@@ -161,7 +161,7 @@ static int auth_connect(void)
 
 	assert_int_equal(hs_secret_load(E.token, &s), 0);
 	hs_random(cn, 32);
-	h.version = 1;
+	h.version = HS_WIRE_VERSION;
 	h.client_nonce.data = cn;
 	h.client_nonce.len = 32;
 	m.body_case = HPDLF__STORE__MSG__BODY_HELLO;
@@ -240,8 +240,8 @@ static void test_handshake_abuse(void **state)
 	assert_int_equal(hs_wire_send(fd, &m, 1000), 0);
 	assert_int_equal(answer(fd), HP_EPROTO);
 	close(fd);
-	assert_true(td_log_has(&E, 0, "speaks protocol version 1, the client 99"));
-	h.version = 1;
+	assert_true(td_log_has(&E, 0, "speaks protocol version 2, the client 99"));
+	h.version = HS_WIRE_VERSION;
 	h.client_nonce.len = 5;
 	fd = raw_connect();
 	assert_int_equal(hs_wire_send(fd, &m, 1000), 0);
@@ -298,6 +298,10 @@ static void test_hostile_requests(void **state)
 	pu.meta.len = 8;
 	pu.addr = 4096;
 	pu.len = 4096;
+	assert_int_equal(request(fd, &m), HP_EPROTO); /* no digest */
+	uint8_t digest[HS_DIGEST_BYTES] = { 0 };
+	pu.digest.data = digest;
+	pu.digest.len = sizeof digest;
 	assert_int_equal(request(fd, &m), -ENOENT); /* publishing what it does not own */
 	m.body_case = HPDLF__STORE__MSG__BODY_LOOKUP;
 	m.lookup = &lk;
