@@ -1,16 +1,24 @@
-/* Statistics page: /dev/shm/hpdlf-store.<pid>, a versioned header and a
+/* Statistics page: hpdlf-store.<pid> in a private per-user directory
+ * (/dev/shm/hpdlf-<uid>, or $HPDLF_STATS_DIR), a versioned header and a
  * struct hs_store_stats under a seqlock, so another process (the inspector)
- * reads a consistent snapshot without stopping the owner.  Layout:
- * docs/store-format.md. */
+ * reads a consistent snapshot without stopping the owner.
+ *
+ * Any local user can plant a link or a FIFO under a name in /dev/shm, so
+ * neither side trusts a name: the directory must be this user's alone; the
+ * writer creates under a random name with O_EXCL|O_NOFOLLOW and renames;
+ * readers never follow a link nor wait on a FIFO, and take only a regular
+ * file of this user with the exact size and magic.  docs/store-format.md */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,6 +29,9 @@
 #define PAGE_MAGIC "HPDLFST\0"
 #define PAGE_VERSION 1u
 #define PUBLISH_EVERY_NS 10000000ull /* at most 100 updates a second */
+#define DIR_ENV "HPDLF_STATS_DIR"
+#define NAME_FMT "hpdlf-store.%ld"
+#define TMP_TRIES 16
 
 struct statpage {
 	char magic[8];
@@ -38,10 +49,135 @@ struct statpage {
 _Static_assert(sizeof(struct hs_store_stats) % 8 == 0, "stats are 64-bit words");
 _Static_assert(offsetof(struct statpage, stats) == 80, "layout version 1 (docs/store-format.md)");
 
+#define HEADER_SIZE offsetof(struct statpage, stats)
+
+/* st->page of a store that publishes one. */
+struct writer {
+	struct statpage *map;
+	int dfd;                /* the checked directory: the page is unlinked through it */
+	char name[32];
+};
+
+static uint64_t random_u64(void)
+{
+	uint64_t v;
+	struct timespec ts;
+
+	if (getrandom(&v, sizeof v, GRND_NONBLOCK) == (ssize_t)sizeof v)
+		return v;
+	/* No entropy yet (early boot): O_EXCL keeps a guessable name safe. */
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
+}
+
+uint64_t (*hs_statpage_rand)(void) = random_u64;
+
+static const char *file_kind(mode_t m)
+{
+	if (S_ISLNK(m))
+		return "a symbolic link";
+	if (S_ISFIFO(m))
+		return "a FIFO";
+	if (S_ISSOCK(m))
+		return "a socket";
+	if (S_ISDIR(m))
+		return "a directory";
+	if (S_ISCHR(m) || S_ISBLK(m))
+		return "a device";
+	return S_ISREG(m) ? "a regular file" : "not a regular file";
+}
+
+static int dir_path(char *buf, size_t len)
+{
+	const char *env = getenv(DIR_ENV);
+	int n;
+
+	if (env && *env) {
+		/* the writer and its readers run in different directories */
+		if (env[0] != '/')
+			return hp_error(HP_EUSAGE, DIR_ENV "=%s: not an absolute path", env);
+		n = snprintf(buf, len, "%s", env);
+		/* "dir/" would follow a link named dir despite O_NOFOLLOW */
+		while (n > 1 && (size_t)n < len && buf[n - 1] == '/')
+			buf[--n] = 0;
+	} else {
+		n = snprintf(buf, len, "/dev/shm/hpdlf-%lu", (unsigned long)geteuid());
+	}
+	if (n < 0 || (size_t)n >= len)
+		return hp_error(HP_EUSAGE, "stats page directory: path longer than %zu bytes", len - 1);
+	return 0;
+}
+
+/* Why a directory is not private to this user; NULL if it is. */
+static const char *dir_unsafe(const struct stat *sb, char *why, size_t len)
+{
+	if (!S_ISDIR(sb->st_mode))
+		snprintf(why, len, "%s, not a directory", file_kind(sb->st_mode));
+	else if (sb->st_uid != geteuid())
+		snprintf(why, len, "owned by uid %lu, not by this user (uid %lu)", (unsigned long)sb->st_uid,
+			 (unsigned long)geteuid());
+	else if (sb->st_mode & 077)
+		snprintf(why, len, "mode %04o lets group or others in (chmod 700 it)", (unsigned)(sb->st_mode & 07777));
+	else
+		return NULL;
+	return why;
+}
+
+/* A descriptor of the page directory, checked private: a real directory
+ * (a link is not followed), owned by this user, no group or other access.
+ * `create`: make it first (0700) if it does not exist. */
+static int dir_open(const char *path, int create)
+{
+	struct stat sb;
+	char why[128];
+	int fd, e;
+
+	if (create && mkdir(path, 0700) < 0 && errno != EEXIST)
+		return hp_error(-errno, "%s: cannot create the stats page directory: %s", path, strerror(errno));
+	fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		e = errno;
+		if ((e == ELOOP || e == ENOTDIR) && lstat(path, &sb) == 0 && dir_unsafe(&sb, why, sizeof why))
+			return hp_error(-EPERM, "%s: %s; stats pages need a private directory", path, why);
+		return hp_error(-e, "%s: %s", path, strerror(e));
+	}
+	if (fstat(fd, &sb) < 0) {
+		e = errno;
+		close(fd);
+		return hp_error(-e, "%s: %s", path, strerror(e));
+	}
+	if (dir_unsafe(&sb, why, sizeof why)) {
+		close(fd);
+		return hp_error(-EPERM, "%s: %s; stats pages need a private directory", path, why);
+	}
+	return fd;
+}
+
+int hs_statpage_dir(char *buf, size_t len, int *dirfd)
+{
+	int rc = dir_path(buf, len);
+
+	if (rc < 0)
+		return rc;
+	rc = dir_open(buf, 0);
+	if (rc < 0)
+		return rc;
+	if (dirfd)
+		*dirfd = rc;
+	else
+		close(rc);
+	return 0;
+}
+
 char *hs_statpage_path(pid_t pid, char *buf, size_t len)
 {
-	snprintf(buf, len, "/dev/shm/hpdlf-store.%ld", (long)pid);
-	return buf;
+	char dir[PATH_MAX];
+	int n;
+
+	if (dir_path(dir, sizeof dir) < 0)
+		return NULL;
+	n = snprintf(buf, len, "%s/" NAME_FMT, dir, (long)pid);
+	return n >= 0 && (size_t)n < len ? buf : NULL;
 }
 
 /* Start time of a process in clock ticks after boot, 0 if unknown. */
@@ -73,50 +209,100 @@ static uint64_t realtime_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
 }
 
-int hs_statpage_create(struct hs_store *st)
+/* A new file under a random name no one else can have planted: O_EXCL
+ * refuses anything already there, a link included. */
+static int create_tmp(int dfd, char *tmp, size_t len)
 {
-	char path[64], tmp[80];
-	struct statpage *p;
-	int fd;
+	for (int i = 0; i < TMP_TRIES; i++) {
+		snprintf(tmp, len, "." NAME_FMT ".%016" PRIx64, (long)getpid(), hs_statpage_rand());
+		int fd = openat(dfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd >= 0 || errno != EEXIST)
+			return fd >= 0 ? fd : -errno;
+	}
+	return -EEXIST;
+}
 
-	hs_statpage_path(getpid(), path, sizeof path);
-	snprintf(tmp, sizeof tmp, "%s.new", path);
-	fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+/* Create, size, map and fill the page under a temporary name, then rename
+ * it onto its own: readers never see a half-initialised page. */
+static int writer_open(const char *dir, struct writer *w)
+{
+	char tmp[64];
+	struct statpage *p;
+	int fd, rc;
+
+	w->dfd = dir_open(dir, 1);
+	if (w->dfd < 0)
+		return w->dfd;
+	snprintf(w->name, sizeof w->name, NAME_FMT, (long)getpid());
+	fd = create_tmp(w->dfd, tmp, sizeof tmp);
+	if (fd == -EEXIST)
+		return hp_error(fd, "%s: cannot create a page: %d random names taken", dir, TMP_TRIES);
 	if (fd < 0)
-		return hp_error(-errno, "store: cannot create the stats page %s: %s", tmp, strerror(errno));
+		return hp_error(fd, "%s/%s: cannot create: %s", dir, tmp, strerror(-fd));
 	if (ftruncate(fd, sizeof *p) < 0) {
-		int e = errno;
-		close(fd);
-		unlink(tmp);
-		return hp_error(-e, "store: cannot size the stats page %s: %s", tmp, strerror(e));
+		rc = hp_error(-errno, "%s/%s: cannot size: %s", dir, tmp, strerror(errno));
+		goto fail_fd;
 	}
 	p = mmap(NULL, sizeof *p, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	close(fd);
 	if (p == MAP_FAILED) {
-		unlink(tmp);
-		return hp_error(-errno, "store: cannot map the stats page %s", tmp);
+		rc = hp_error(-errno, "%s/%s: cannot map: %s", dir, tmp, strerror(errno));
+		goto fail_fd;
 	}
+	close(fd);
 	p->version = PAGE_VERSION;
-	p->header_size = offsetof(struct statpage, stats);
+	p->header_size = HEADER_SIZE;
 	p->stats_size = sizeof p->stats;
 	p->pid = getpid();
 	p->start_time = proc_start_time(getpid());
 	memcpy(p->magic, PAGE_MAGIC, 8);
-	/* Readers never see a half-initialised page: it appears by rename. */
-	if (rename(tmp, path) < 0) {
-		int e = errno;
+	/* rename replaces a link planted under the final name, never follows it */
+	if (renameat(w->dfd, tmp, w->dfd, w->name) < 0) {
+		rc = hp_error(-errno, "%s/%s: cannot publish: %s", dir, w->name, strerror(errno));
 		munmap(p, sizeof *p);
-		unlink(tmp);
-		return hp_error(-e, "store: cannot publish the stats page %s: %s", path, strerror(e));
+		unlinkat(w->dfd, tmp, 0);
+		return rc;
 	}
-	st->page = p;
+	w->map = p;
+	return 0;
+fail_fd:
+	close(fd);
+	unlinkat(w->dfd, tmp, 0);
+	return rc;
+}
+
+/* Statistics are a convenience: a page that cannot be made safely costs one
+ * warning, never the job. */
+int hs_statpage_create(struct hs_store *st)
+{
+	struct writer *w = calloc(1, sizeof *w);
+	char dir[PATH_MAX];
+	int rc;
+
+	if (!w) {
+		rc = hp_error(-ENOMEM, "out of memory");
+	} else {
+		w->dfd = -1;
+		rc = dir_path(dir, sizeof dir);
+		if (rc == 0)
+			rc = writer_open(dir, w);
+	}
+	if (rc < 0) {
+		hp_log(HP_LOG_WARN, "store: no statistics page, hpdlf-store-inspect will not see this process: %s",
+		       hp_errmsg());
+		if (w && w->dfd >= 0)
+			close(w->dfd);
+		free(w);
+		return 0;
+	}
+	st->page = w;
 	hs_statpage_publish(st, 1);
 	return 0;
 }
 
 void hs_statpage_publish(struct hs_store *st, int force)
 {
-	struct statpage *p = st->page;
+	struct writer *w = st->page;
+	struct statpage *p = w ? w->map : NULL;
 	uint64_t now;
 
 	if (!p)
@@ -137,13 +323,16 @@ void hs_statpage_publish(struct hs_store *st, int force)
 
 void hs_statpage_destroy(struct hs_store *st)
 {
-	char path[64];
+	struct writer *w = st->page;
 
-	if (!st->page)
+	if (!w)
 		return;
-	munmap(st->page, sizeof(struct statpage));
+	if (w->map->pid == getpid()) /* a forked child closing its copy leaves the page */
+		unlinkat(w->dfd, w->name, 0);
+	munmap(w->map, sizeof *w->map);
+	close(w->dfd);
+	free(w);
 	st->page = NULL;
-	unlink(hs_statpage_path(getpid(), path, sizeof path));
 }
 
 /* Copy a consistent snapshot out of a mapped page. */
@@ -162,52 +351,98 @@ static int snapshot(const struct statpage *p, struct hs_statpage_info *out)
 	return -EAGAIN;
 }
 
-static int check_header(const struct statpage *p, size_t size, const char *path)
+static int check_header(const struct statpage *p, const char *path)
 {
-	if (size < offsetof(struct statpage, stats) || memcmp(p->magic, PAGE_MAGIC, 8) != 0)
-		return hp_error(HP_EFORMAT, "%s: not an hpdlf stats page", path);
-	if (p->version != PAGE_VERSION || p->header_size != offsetof(struct statpage, stats) ||
-	    p->stats_size != sizeof(struct hs_store_stats) || size < sizeof *p)
-		return hp_error(HP_EFORMAT, "%s: stats page layout version %u (%u+%u bytes); this build reads version %u", path,
-				p->version, p->header_size, p->stats_size, PAGE_VERSION);
+	if (memcmp(p->magic, PAGE_MAGIC, 8) != 0)
+		return hp_error(HP_EFORMAT, "%s: not an hpdlf stats page (no magic)", path);
+	if (p->version != PAGE_VERSION || p->header_size != HEADER_SIZE ||
+	    p->stats_size != sizeof(struct hs_store_stats))
+		return hp_error(HP_EFORMAT, "%s: stats page layout version %u (%u+%u bytes); this build reads version %u",
+				path, p->version, p->header_size, p->stats_size, PAGE_VERSION);
 	return 0;
+}
+
+/* Whether what sits under the page's name may be read as a page: a regular
+ * file of this user holding the version-1 header of `pid`'s page, of
+ * exactly a page's size. */
+static int check_file(int fd, const char *path, pid_t pid)
+{
+	struct statpage h;
+	struct stat sb;
+	int rc;
+
+	if (fstat(fd, &sb) < 0)
+		return hp_error(-errno, "%s: %s", path, strerror(errno));
+	if (!S_ISREG(sb.st_mode))
+		return hp_error(HP_EFORMAT, "%s: %s, not a stats page", path, file_kind(sb.st_mode));
+	if (sb.st_uid != geteuid())
+		return hp_error(-EPERM, "%s: owned by uid %lu, not by this user (uid %lu)", path,
+				(unsigned long)sb.st_uid, (unsigned long)geteuid());
+	if (sb.st_size < (off_t)HEADER_SIZE || pread(fd, &h, HEADER_SIZE, 0) != (ssize_t)HEADER_SIZE)
+		return hp_error(HP_EFORMAT, "%s: %lld bytes, too short for a stats page", path, (long long)sb.st_size);
+	rc = check_header(&h, path);
+	if (rc == 0 && h.pid != pid)
+		rc = hp_error(HP_EFORMAT, "%s: the page of pid %ld under the name of pid %ld", path, (long)h.pid,
+			      (long)pid);
+	if (rc == 0 && sb.st_size != (off_t)sizeof(struct statpage))
+		rc = hp_error(HP_EFORMAT, "%s: %lld bytes; a version-%u stats page has %zu", path,
+			      (long long)sb.st_size, PAGE_VERSION, sizeof(struct statpage));
+	return rc;
+}
+
+/* Open the page of `pid` without following a link or waiting on a FIFO. */
+static int page_open(pid_t pid, char *path, size_t len)
+{
+	char name[32];
+	int dfd, fd, rc;
+
+	if ((rc = dir_path(path, len)) < 0)
+		return rc;
+	if ((dfd = dir_open(path, 0)) < 0)
+		return dfd;
+	snprintf(name, sizeof name, NAME_FMT, (long)pid);
+	if (strlen(path) + 1 + strlen(name) < len)
+		strcat(strcat(path, "/"), name);
+	fd = openat(dfd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+	rc = -errno;
+	close(dfd);
+	if (fd >= 0)
+		return fd;
+	if (rc == -ELOOP)
+		return hp_error(HP_EFORMAT, "%s: a symbolic link, not a stats page (not followed)", path);
+	if (rc == -ENXIO)
+		return hp_error(HP_EFORMAT, "%s: a socket, not a stats page", path);
+	return hp_error(rc, "%s: %s", path, strerror(-rc));
 }
 
 int hs_statpage_read(pid_t pid, struct hs_statpage_info *out)
 {
-	char path[64];
+	char path[PATH_MAX];
 	struct statpage *p;
-	struct stat sb;
 	int fd, rc;
 
-	hs_statpage_path(pid, path, sizeof path);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = page_open(pid, path, sizeof path);
 	if (fd < 0)
-		return hp_error(-errno, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &sb) < 0 || sb.st_size <= 0) {
-		close(fd);
-		return hp_error(HP_EFORMAT, "%s: empty stats page", path);
-	}
-	p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+		return fd;
+	rc = check_file(fd, path, pid);
+	p = rc < 0 ? MAP_FAILED : mmap(NULL, sizeof *p, PROT_READ, MAP_SHARED, fd, 0);
+	if (rc == 0 && p == MAP_FAILED)
+		rc = hp_error(-errno, "%s: cannot map: %s", path, strerror(errno));
 	close(fd);
-	if (p == MAP_FAILED)
-		return hp_error(-errno, "%s: cannot map: %s", path, strerror(errno));
-	rc = check_header(p, (size_t)sb.st_size, path);
-	if (rc == 0) {
-		int dead = (kill(pid, 0) < 0 && errno == ESRCH) ||
-			   (p->start_time && proc_start_time(pid) != p->start_time);
-		out->pid = p->pid;
-		out->version = p->version;
-		if (dead) {
-			/* No writer is left: take the page as it is, even mid-update. */
-			memcpy(&out->stats, (const void *)&p->stats, sizeof out->stats);
-			out->updated_ns = p->updated_ns;
-			rc = hp_error(-ESRCH, "%s: stale page: process %ld is gone (it did not close its store)", path,
-				      (long)pid);
-		} else if ((rc = snapshot(p, out)) < 0) {
-			rc = hp_error(rc, "%s: the owner kept updating; no consistent snapshot", path);
-		}
+	if (rc < 0)
+		return rc;
+	int dead = (kill(pid, 0) < 0 && errno == ESRCH) || (p->start_time && proc_start_time(pid) != p->start_time);
+	out->pid = p->pid;
+	out->version = p->version;
+	if (dead) {
+		/* No writer is left: take the page as it is, even mid-update. */
+		memcpy(&out->stats, (const void *)&p->stats, sizeof out->stats);
+		out->updated_ns = p->updated_ns;
+		rc = hp_error(-ESRCH, "%s: stale page: process %ld is gone (it did not close its store)", path,
+			      (long)pid);
+	} else if ((rc = snapshot(p, out)) < 0) {
+		rc = hp_error(rc, "%s: the owner kept updating; no consistent snapshot", path);
 	}
-	munmap(p, (size_t)sb.st_size);
+	munmap(p, sizeof *p);
 	return rc;
 }

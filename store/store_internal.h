@@ -131,10 +131,15 @@ void hs_staging_release(struct hs_store *st, uint64_t bytes);
 int hs_catalog_open(struct hs_store *st);
 int hs_catalog_commit(struct hs_store *st);
 
-/* statpage.c */
+/* statpage.c.  create publishes the page in the private per-user directory
+ * if it safely can; if not it logs one warning and the store runs without
+ * a page (a job never fails for its statistics): it always returns 0. */
 int hs_statpage_create(struct hs_store *st);
 void hs_statpage_publish(struct hs_store *st, int force);
 void hs_statpage_destroy(struct hs_store *st);
+/* Source of the pages' temporary names (getrandom); tests replace it to
+ * plant a link under the name the writer will try. */
+extern uint64_t (*hs_statpage_rand)(void);
 void hs_store_fill_stats(struct hs_store *st, struct hs_store_stats *out);
 
 #endif

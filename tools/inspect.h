@@ -3,6 +3,7 @@
 #ifndef HPDLF_TOOLS_INSPECT_H
 #define HPDLF_TOOLS_INSPECT_H
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
@@ -51,10 +52,18 @@ struct insp_tier_view {
 
 /* inspect_local.c */
 int insp_scan_local(struct insp_target **list, int *n);
+const char *insp_local_dir(void); /* this user's page directory, for messages */
 void insp_read(struct insp_target *t);
 void insp_tier_view(const struct insp_target *t, int tier, struct insp_tier_view *v);
 const char *insp_state_name(enum insp_state s);
 double insp_mono_s(void);
+
+/* hpdlf-store-inspect.c: the first SIGINT or SIGTERM sets insp_stop (the
+ * signal number); loops check it.  Handlers do not restart system calls, so
+ * a blocked call returns EINTR.  A library call that retries EINTR until its
+ * own deadline (a daemon read) runs with insp_exit_on_signal set: the
+ * handler then exits at once with 128 + the signal. */
+extern volatile sig_atomic_t insp_stop, insp_exit_on_signal;
 
 /* inspect_remote.c (inspect_remote_none.c without daemon support) */
 void insp_read_remote(struct insp_target *t);

@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,6 @@
 #include "hpdlf/error.h"
 #include "tools/inspect.h"
 
-#define SHM_DIR "/dev/shm"
 #define PAGE_PREFIX "hpdlf-store."
 
 double insp_mono_s(void)
@@ -50,18 +50,30 @@ static int cmp_pid(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* Every page in /dev/shm ("hpdlf-store.<pid>"), sorted by PID. */
+/* Every name of a page in this user's page directory ("hpdlf-store.<pid>"),
+ * sorted by PID.  Listing opens nothing: what sits under each name is
+ * judged when it is read (hs_statpage_read never follows a link nor waits on
+ * a FIFO).  No directory yet: no pages. */
 int insp_scan_local(struct insp_target **list, int *n)
 {
-	DIR *d = opendir(SHM_DIR);
-	struct dirent *e;
+	char dir[PATH_MAX];
 	struct insp_target *v = NULL;
-	int cnt = 0, cap = 0;
+	struct dirent *e;
+	DIR *d = NULL;
+	int cnt = 0, cap = 0, dfd, rc;
 
 	*list = NULL;
 	*n = 0;
-	if (!d)
-		return hp_error(-errno, "%s: %s", SHM_DIR, strerror(errno));
+	rc = hs_statpage_dir(dir, sizeof dir, &dfd);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc < 0)
+		return rc;
+	if (!(d = fdopendir(dfd))) {
+		rc = hp_error(-errno, "%s: %s", dir, strerror(errno));
+		close(dfd);
+		return rc;
+	}
 	while ((e = readdir(d))) {
 		const char *p = e->d_name;
 		if (strncmp(p, PAGE_PREFIX, strlen(PAGE_PREFIX)) != 0 || !is_pid_name(p + strlen(PAGE_PREFIX)))
@@ -87,6 +99,15 @@ int insp_scan_local(struct insp_target **list, int *n)
 	*list = v;
 	*n = cnt;
 	return 0;
+}
+
+const char *insp_local_dir(void)
+{
+	static char dir[PATH_MAX];
+
+	if (!dir[0] && hs_statpage_dir(dir, sizeof dir, NULL) == HP_EUSAGE)
+		snprintf(dir, sizeof dir, "$HPDLF_STATS_DIR");
+	return dir;
 }
 
 /* CLOCK_REALTIME nanoseconds at which `pid` started, 0 if unknown: its
@@ -147,8 +168,8 @@ static void read_local(struct insp_target *t)
 	} else if (rc == -ENOENT) {
 		t->state = INSP_MISSING;
 		snprintf(t->err, sizeof t->err,
-			 "pid %ld: no statistics page (no hpdlf process with a store runs as this PID, or it "
-			 "publishes none)", (long)t->pid);
+			 "pid %ld: no statistics page in %s (no hpdlf process of this user with a store runs as "
+			 "this PID, or it publishes none)", (long)t->pid, insp_local_dir());
 	} else {
 		t->state = INSP_ERROR;
 	}

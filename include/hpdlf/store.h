@@ -109,7 +109,7 @@ struct hs_store_opts {
 	unsigned queue_depth;   /* nvme queue depth (default 32) */
 	int verify_crc;         /* check crc32c on read-back (default 1) */
 	int reset;              /* ignore and overwrite existing data in tier files */
-	int stats_page;         /* publish /dev/shm/hpdlf-store.<pid> (default 0) */
+	int stats_page;         /* publish a stats page, hs_statpage_path() (default 0) */
 	const struct hs_policy *policy; /* NULL: hs_policy_default */
 };
 
@@ -218,9 +218,15 @@ int hs_store_stats(struct hs_store *st, struct hs_store_stats *out);
 /* Latency percentile (0 < q < 1) in microseconds from a histogram. */
 double hs_lat_percentile(const struct hs_tier_stats *s, double q);
 
-/* The stats page of another process (opts.stats_page): a consistent
- * snapshot.  -ENOENT: no page; -ESRCH: a stale page left by a dead process
- * (the snapshot is still filled in); HP_EFORMAT: unknown layout version. */
+/* The stats page of another process of this user (opts.stats_page): a
+ * consistent snapshot.  Pages live in a directory private to the user,
+ * $HPDLF_STATS_DIR if set (an absolute path), else /dev/shm/hpdlf-<euid>;
+ * each is named hpdlf-store.<pid>.  The reader never follows a link nor
+ * waits on a FIFO.  -ENOENT: no page; -ESRCH: a stale page left by a dead
+ * process (the snapshot is still filled in); HP_EFORMAT: not a page (a
+ * link, a FIFO, a file of the wrong size or magic) or an unknown layout
+ * version; -EPERM: the directory is not private (a link, another owner,
+ * group or other access) or the page belongs to another user. */
 struct hs_statpage_info {
 	pid_t pid;
 	uint32_t version;
@@ -228,8 +234,15 @@ struct hs_statpage_info {
 	struct hs_store_stats stats;
 };
 int hs_statpage_read(pid_t pid, struct hs_statpage_info *out);
-/* Path of the page of `pid` ("/dev/shm/hpdlf-store.<pid>"); returns buf. */
+/* Path of the page of `pid` ("<dir>/hpdlf-store.<pid>"); returns buf, or
+ * NULL if it does not fit in len or $HPDLF_STATS_DIR is not absolute. */
 char *hs_statpage_path(pid_t pid, char *buf, size_t len);
+/* The page directory, written to buf (also when the check fails), checked
+ * private as above: 0, -ENOENT (no page was ever published), -EPERM (not
+ * private; the message says why), HP_EUSAGE (a relative $HPDLF_STATS_DIR or
+ * a path longer than len).  dirfd non-NULL: receives an O_DIRECTORY
+ * descriptor of it, for listing without a race (the caller closes it). */
+int hs_statpage_dir(char *buf, size_t len, int *dirfd);
 
 #ifdef __cplusplus
 }

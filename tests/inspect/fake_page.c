@@ -9,7 +9,9 @@
  * with what the inspector computes), prints "ready", then keeps rewriting
  * the page every 2 ms: tier 1's bytes_read grows at RATE bytes/s, all else
  * stays fixed.  Runs until killed; the page is never removed (a killed
- * writer leaves a stale page, which is the point). */
+ * writer leaves a stale page, which is the point).  The page goes where
+ * the store puts its own: $HPDLF_STATS_DIR, else /dev/shm/hpdlf-<euid>
+ * (made 0700 if missing), created 0600 under a temporary name and renamed. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -102,7 +105,8 @@ static void fill(struct hs_store_stats *s)
 
 int main(int argc, char **argv)
 {
-	char path[64], tmp[80];
+	char dir[512], path[600], tmp[620];
+	const char *env = getenv("HPDLF_STATS_DIR");
 	struct statpage *p;
 	struct hs_store_stats s;
 	uint32_t version = argc > 4 ? (uint32_t)atoi(argv[4]) : 1;
@@ -123,9 +127,14 @@ int main(int argc, char **argv)
 	dump(f, &s, version, rate);
 	if (fclose(f))
 		return 1;
-	snprintf(path, sizeof path, "/dev/shm/hpdlf-store.%ld", (long)getpid());
-	snprintf(tmp, sizeof tmp, "%s.new", path);
-	fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	if (env && *env)
+		snprintf(dir, sizeof dir, "%s", env);
+	else
+		snprintf(dir, sizeof dir, "/dev/shm/hpdlf-%lu", (unsigned long)geteuid());
+	mkdir(dir, 0700);
+	snprintf(path, sizeof path, "%s/hpdlf-store.%ld", dir, (long)getpid());
+	snprintf(tmp, sizeof tmp, "%s/.hpdlf-store.%ld.fake", dir, (long)getpid());
+	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
 	if (fd < 0 || ftruncate(fd, sizeof *p) < 0)
 		return 1;
 	p = mmap(NULL, sizeof *p, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -1,6 +1,7 @@
 /* The store over every tier configuration (DRAM only, +PMEM, +NVMe, all):
  * random pin/unpin/evict/prefetch/drop sequences checked against a plain
- * in-memory model; the eviction policy; budget errors; threads; stats page. */
+ * in-memory model; the eviction policy; budget errors; threads; stats page
+ * (and what others can put in its place). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,10 +10,13 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -534,15 +538,24 @@ static void test_statpage(void **state)
 	struct hs_statpage_info si;
 	struct hs_tensor *t;
 	struct hs_tensor_info ti = { .bytes = 3 * CS, .dtype = HP_U8 };
-	char path[64];
+	char path[PATH_MAX], want[64];
+	struct stat sb;
 	void *p;
 	pid_t pid;
 	int status;
 
 	(void)state;
+	unsetenv("HPDLF_STATS_DIR"); /* the default directory */
 	tu_opts(&o, CFG_NVME, CS, 8, 16, "page");
 	o.stats_page = 1;
 	assert_int_equal(hs_store_open(&o, &st), 0);
+	snprintf(want, sizeof want, "/dev/shm/hpdlf-%lu/hpdlf-store.%ld", (unsigned long)geteuid(), (long)getpid());
+	assert_string_equal(hs_statpage_path(getpid(), path, sizeof path), want);
+	assert_int_equal(lstat(path, &sb), 0);
+	assert_true(S_ISREG(sb.st_mode) && (sb.st_mode & 0777) == 0600);
+	*strrchr(path, '/') = 0;
+	assert_int_equal(lstat(path, &sb), 0);
+	assert_true(S_ISDIR(sb.st_mode) && (sb.st_mode & 0777) == 0700 && sb.st_uid == geteuid());
 	assert_int_equal(hs_tensor_create(st, &ti, &t), 0);
 	assert_int_equal(hs_pin(t, 0, HS_ALL, HS_PIN_OVERWRITE, &p), 0);
 	assert_int_equal(hs_unpin(t, 0, HS_ALL), 0);
@@ -584,6 +597,212 @@ static void test_statpage(void **state)
 	fclose(f);
 	assert_int_equal(hs_statpage_read(pid, &si), HP_EFORMAT);
 	unlink(path);
+}
+
+/* Pages that cannot be abused: a private directory or no page (the store
+ * runs on, one warning), no writing through a planted link, readers that
+ * take nothing but a page of this user. */
+static int nwarn;
+static char lastwarn[1024];
+static uint64_t rand_seq[2], rand_calls;
+
+static void on_log(int level, const char *msg, void *arg)
+{
+	(void)arg;
+	if (level == HP_LOG_WARN) {
+		nwarn++;
+		snprintf(lastwarn, sizeof lastwarn, "%s", msg);
+	}
+}
+
+static uint64_t fixed_rand(void)
+{
+	return rand_seq[rand_calls++ ? 1 : 0];
+}
+
+static struct hs_store *page_open(void)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+
+	hs_store_opts_init(&o, sizeof o);
+	o.budget = 4 * CS;
+	o.chunk_size = CS;
+	o.default_spill = 0;
+	o.stats_page = 1;
+	nwarn = 0;
+	rand_calls = 0;
+	assert_int_equal(hs_store_open(&o, &st), 0); /* never fails for its page */
+	return st;
+}
+
+/* Open and close a store with a page; 1 if it published one.  `why`: the
+ * single warning expected, NULL for none. */
+static int page_store(const char *why)
+{
+	struct hs_store *st = page_open();
+	struct hs_statpage_info si;
+	int published;
+
+	assert_int_equal(nwarn, why ? 1 : 0);
+	if (why && !strstr(lastwarn, why))
+		fail_msg("warning '%s' lacks '%s'", lastwarn, why);
+	published = hs_statpage_read(getpid(), &si) == 0;
+	hs_store_close(st);
+	return published;
+}
+
+static void expect_read(pid_t pid, int rc, const char *why)
+{
+	struct hs_statpage_info si;
+
+	alarm(10); /* a reader that blocks fails here instead of hanging the suite */
+	assert_int_equal(hs_statpage_read(pid, &si), rc);
+	alarm(0);
+	if (!strstr(hp_errmsg(), why))
+		fail_msg("message '%s' lacks '%s'", hp_errmsg(), why);
+}
+
+static void put_file(const char *path, const void *buf, size_t len, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, mode);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, buf, len), (ssize_t)len);
+	close(fd);
+}
+
+static void check_victim(const char *victim)
+{
+	char buf[32] = { 0 };
+	FILE *f = fopen(victim, "r");
+
+	assert_non_null(f);
+	assert_int_equal(fread(buf, 1, sizeof buf, f), 9);
+	fclose(f);
+	assert_string_equal(buf, "precious\n");
+}
+
+static void test_statpage_planted(const char *top, const char *pages)
+{
+	char victim[PATH_MAX], tmpname[PATH_MAX], page[PATH_MAX];
+	uint64_t (*real_rand)(void) = hs_statpage_rand;
+	struct stat sb;
+
+	snprintf(victim, sizeof victim, "%s/victim", top);
+	put_file(victim, "precious\n", 9, 0600);
+	/* a link under the name the writer tries first, and under its final name */
+	rand_seq[0] = 0x1111;
+	rand_seq[1] = 0x2222;
+	hs_statpage_rand = fixed_rand;
+	snprintf(tmpname, sizeof tmpname, "%s/.hpdlf-store.%ld.%016x", pages, (long)getpid(), 0x1111);
+	assert_int_equal(symlink(victim, tmpname), 0);
+	assert_non_null(hs_statpage_path(getpid(), page, sizeof page));
+	assert_int_equal(symlink(victim, page), 0);
+	assert_int_equal(page_store(NULL), 1); /* a second name, and rename over the link */
+	assert_int_equal(rand_calls, 2);
+	check_victim(victim);
+	assert_int_equal(lstat(tmpname, &sb), 0);
+	assert_true(S_ISLNK(sb.st_mode));
+	assert_int_equal(lstat(page, &sb), -1); /* the page replaced the link, close removed it */
+	/* every name taken: no page, the victim intact */
+	rand_seq[1] = 0x1111;
+	assert_int_equal(page_store("cannot create a page: 16 random names taken"), 0);
+	check_victim(victim);
+	hs_statpage_rand = real_rand;
+	unlink(tmpname);
+}
+
+static void test_statpage_dirs(const char *top, const char *pages)
+{
+	char link[PATH_MAX];
+
+	assert_int_equal(chmod(pages, 0755), 0);
+	assert_int_equal(page_store("mode 0755 lets group or others in"), 0);
+	expect_read(getpid(), -EPERM, "chmod 700");
+	assert_int_equal(chmod(pages, 0700), 0);
+	snprintf(link, sizeof link, "%s/link", top);
+	assert_int_equal(symlink(pages, link), 0);
+	setenv("HPDLF_STATS_DIR", link, 1);
+	assert_int_equal(page_store("a symbolic link, not a directory"), 0);
+	expect_read(getpid(), -EPERM, "symbolic link");
+	unlink(link);
+	setenv("HPDLF_STATS_DIR", "relative/pages", 1);
+	assert_int_equal(page_store("not an absolute path"), 0);
+	setenv("HPDLF_STATS_DIR", pages, 1);
+	if (geteuid() == 0) {
+		assert_int_equal(chown(pages, 65534, 65534), 0);
+		assert_int_equal(page_store("owned by uid 65534"), 0);
+		expect_read(getpid(), -EPERM, "owned by uid 65534");
+		assert_int_equal(chown(pages, 0, 0), 0);
+	}
+	assert_int_equal(page_store(NULL), 1);
+}
+
+static void test_statpage_readers(const char *top)
+{
+	char page[PATH_MAX], copy[PATH_MAX], buf[8192];
+	struct hs_store *st = page_open();
+	pid_t me = getpid();
+	ssize_t n;
+	int fd;
+
+	/* this process's page, copied elsewhere: a link to it would read fine */
+	fd = open(hs_statpage_path(me, page, sizeof page), O_RDONLY);
+	n = read(fd, buf, sizeof buf);
+	close(fd);
+	hs_store_close(st);
+	assert_int_equal(n, 3808);
+	snprintf(copy, sizeof copy, "%s/copy", top);
+	put_file(copy, buf, (size_t)n, 0600);
+	/* what a stranger could put under the name of the page */
+	assert_int_equal(mkfifo(page, 0600), 0);
+	expect_read(me, HP_EFORMAT, "a FIFO, not a stats page");
+	unlink(page);
+	assert_int_equal(symlink(copy, page), 0);
+	expect_read(me, HP_EFORMAT, "a symbolic link");
+	unlink(page);
+	put_file(page, buf, 10, 0600);
+	expect_read(me, HP_EFORMAT, "too short");
+	unlink(page);
+	put_file(page, buf, (size_t)n + 8, 0600);
+	expect_read(me, HP_EFORMAT, "3816 bytes");
+	unlink(page);
+	assert_int_equal(mkdir(page, 0700), 0);
+	expect_read(me, HP_EFORMAT, "a directory");
+	rmdir(page);
+	if (geteuid() == 0) {
+		put_file(page, buf, (size_t)n, 0600);
+		assert_int_equal(chown(page, 65534, 65534), 0);
+		expect_read(me, -EPERM, "owned by uid 65534");
+		unlink(page);
+	}
+	hs_statpage_path(me + 1, page, sizeof page); /* a page under another pid's name */
+	put_file(page, buf, (size_t)n, 0600);
+	expect_read(me + 1, HP_EFORMAT, "under the name of pid");
+	unlink(page);
+	unlink(copy);
+}
+
+static void test_statpage_safety(void **state)
+{
+	char top[] = "/tmp/hpdlf-statpage-XXXXXX", pages[PATH_MAX];
+
+	(void)state;
+	assert_non_null(mkdtemp(top));
+	snprintf(pages, sizeof pages, "%s/pages", top);
+	setenv("HPDLF_STATS_DIR", pages, 1);
+	hp_log_set(on_log, NULL, HP_LOG_WARN);
+	assert_int_equal(page_store(NULL), 1); /* makes the directory */
+	test_statpage_planted(top, pages);
+	test_statpage_dirs(top, pages);
+	test_statpage_readers(top);
+	hp_log_set(NULL, NULL, 0);
+	unsetenv("HPDLF_STATS_DIR");
+	assert_int_equal(rmdir(pages), 0); /* nothing left behind */
+	unlink(strcat(top, "/victim"));
+	*strrchr(top, '/') = 0;
+	assert_int_equal(rmdir(top), 0);
 }
 
 /* ---- discard ---- */
@@ -763,6 +982,7 @@ int main(void)
 		cmocka_unit_test(test_rss),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_statpage),
+		cmocka_unit_test(test_statpage_safety),
 		cmocka_unit_test(test_backed),
 		cmocka_unit_test(test_discard),
 		cmocka_unit_test(test_discard_committed),
