@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,12 +33,40 @@ struct cli {
 	int ntargets;
 };
 
-static volatile sig_atomic_t stop;
+volatile sig_atomic_t insp_stop, insp_exit_on_signal;
+
+/* Pages that scan mode leaves out, kept from frame to frame so each gets
+ * one warning (on a terminal that --watch redraws: one line each frame). */
+struct skipped {
+	pid_t pid;
+	int shown;
+	char err[512];
+};
+struct skip_list {
+	struct skipped *v;
+	int n;
+};
 
 static void on_signal(int sig)
 {
-	(void)sig;
-	stop = 1;
+	if (insp_exit_on_signal)
+		_exit(128 + sig);
+	insp_stop = sig;
+}
+
+/* No SA_RESTART: a blocked read or write returns EINTR and the loops see
+ * insp_stop.  SA_RESETHAND: should anything still hang, a second signal
+ * kills.  A signal the parent ignores (a background job's SIGINT) stays
+ * ignored. */
+static void catch_signals(void)
+{
+	static const int sigs[] = { SIGINT, SIGTERM };
+	struct sigaction sa = { .sa_handler = on_signal, .sa_flags = SA_RESETHAND }, old;
+
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+			sigaction(sigs[i], &sa, NULL);
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -163,8 +192,65 @@ static int rescan(struct insp_target **list, int *n)
 
 static void read_all(struct insp_target *t, int n)
 {
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n && !insp_stop; i++)
 		insp_read(&t[i]);
+}
+
+static const struct skipped *skip_find(const struct skip_list *s, pid_t pid)
+{
+	for (int i = 0; i < s->n; i++)
+		if (s->v[i].pid == pid)
+			return &s->v[i];
+	return NULL;
+}
+
+/* Scan mode shows pages only: what sits under a page's name but cannot be
+ * read as one (a link, a FIFO, a short or foreign file, an unknown layout)
+ * moves from the targets to the frame's skip list, already warned about if
+ * `prev` (the last frame's list) says so; a page gone since the listing
+ * (its process closed its store) is dropped. */
+static void drop_non_pages(struct insp_target *t, int *n, struct skip_list *sk, const struct skip_list *prev)
+{
+	int k = 0;
+
+	for (int i = 0; i < *n; i++) {
+		if (t[i].state == INSP_LIVE || t[i].state == INSP_STALE) {
+			t[k++] = t[i];
+			continue;
+		}
+		struct skipped *v = t[i].state == INSP_ERROR ? realloc(sk->v, (size_t)(sk->n + 1) * sizeof *v) : NULL;
+		if (!v)
+			continue;
+		const struct skipped *old = skip_find(prev, t[i].pid);
+		sk->v = v;
+		v += sk->n++;
+		v->pid = t[i].pid;
+		v->shown = old && old->shown && strcmp(old->err, t[i].err) == 0;
+		snprintf(v->err, sizeof v->err, "%s", t[i].err);
+	}
+	*n = k;
+}
+
+/* Read every target; scan mode: list the pages again first. */
+static int refresh(struct insp_target **t, int *n, int scan, struct skip_list *sk)
+{
+	struct skip_list prev = *sk;
+	int rc = 0;
+
+	if (!scan) {
+		read_all(*t, *n);
+		return 0;
+	}
+	sk->v = NULL;
+	sk->n = 0;
+	if (rescan(t, n) < 0) {
+		rc = -1;
+	} else {
+		read_all(*t, *n);
+		drop_non_pages(*t, n, sk, &prev);
+	}
+	free(prev.v);
+	return rc;
 }
 
 static int any_live(const struct insp_target *t, int n)
@@ -175,21 +261,37 @@ static int any_live(const struct insp_target *t, int n)
 	return 0;
 }
 
+/* Sleep, returning early on SIGINT or SIGTERM: the signals are blocked
+ * while insp_stop is tested and ppoll unblocks them atomically, so one that
+ * arrives just before the wait still ends it. */
 static void sleep_s(double s)
 {
 	struct timespec ts = { (time_t)s, (long)((s - floor(s)) * 1e9) };
+	sigset_t block, old;
 
-	while (!stop && nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	sigprocmask(SIG_BLOCK, &block, &old);
+	if (!insp_stop)
+		ppoll(NULL, 0, &ts, &old);
+	sigprocmask(SIG_SETMASK, &old, NULL);
 }
 
-static void print_frame(const struct cli *c, struct insp_target *t, int n, int scan, FILE *errf)
+static void print_frame(const struct cli *c, struct insp_target *t, int n, int scan, FILE *errf,
+			struct skip_list *sk)
 {
+	for (int i = 0; i < sk->n; i++)
+		if (!sk->v[i].shown || errf == stdout) {
+			fprintf(errf, PROG ": skipped %s\n", sk->v[i].err);
+			sk->v[i].shown = 1;
+		}
 	for (int i = 0; i < n; i++)
 		if (t[i].state != INSP_LIVE && (t[i].state != INSP_STALE || t[i].explicit_target))
 			fprintf(errf, PROG ": %s\n", t[i].err);
 	if (scan && n == 0)
-		fprintf(errf, PROG ": no hpdlf statistics pages on this node (/dev/shm/hpdlf-store.<pid>)\n");
+		fprintf(errf, PROG ": no hpdlf statistics pages of this user on this node (%s/hpdlf-store.<pid>)\n",
+			insp_local_dir());
 	switch (c->fmt) {
 	case FMT_JSON: insp_print_json(stdout, t, n, &c->o, !c->watch); break;
 	case FMT_PROM: insp_print_prometheus(stdout, t, n); break;
@@ -209,37 +311,44 @@ static int status_of(const struct insp_target *t, int n, int scan)
 	return 0;
 }
 
+/* Exit status: 128 + the signal after SIGINT or SIGTERM (the next step
+ * is skipped, output included), else as status_of says. */
 static int run(const struct cli *c, struct insp_target *t, int n, int scan)
 {
-	int tty = c->watch && isatty(STDOUT_FILENO) && c->fmt == FMT_TABLE;
+	int tty = c->watch && isatty(STDOUT_FILENO) && c->fmt == FMT_TABLE, rc = 0;
+	struct skip_list sk = { NULL, 0 };
 	long frame = 0;
 
-	if (scan && rescan(&t, &n) < 0) {
-		fprintf(stderr, PROG ": %s\n", hp_errmsg());
-		return 1;
-	}
-	read_all(t, n);
-	if (any_live(t, n)) {
+	if (refresh(&t, &n, scan, &sk) < 0)
+		goto fail;
+	if (any_live(t, n) && !insp_stop) {
 		sleep_s(RATE_SAMPLE_S); /* a second read gives the bandwidth now */
 		read_all(t, n);
+		if (scan)
+			drop_non_pages(t, &n, &sk, &sk);
 	}
-	for (;;) {
+	while (!insp_stop) {
 		if (tty)
 			fputs("\033[H\033[2J", stdout);
-		print_frame(c, t, n, scan, tty ? stdout : stderr);
-		if (!c->watch || stop || (c->count && ++frame >= c->count))
+		print_frame(c, t, n, scan, tty ? stdout : stderr, &sk);
+		if (!c->watch || (c->count && ++frame >= c->count))
 			break;
 		sleep_s(c->watch);
-		if (stop)
+		if (insp_stop)
 			break;
-		if (scan && rescan(&t, &n) < 0)
-			break;
-		read_all(t, n);
+		if (refresh(&t, &n, scan, &sk) < 0)
+			goto fail;
 		if (!tty && c->fmt == FMT_TABLE)
 			fputs("\n", stdout);
 	}
-	int rc = c->watch ? 0 : status_of(t, n, scan);
+	rc = insp_stop ? 128 + insp_stop : c->watch ? 0 : status_of(t, n, scan);
+	goto out;
+fail:
+	fprintf(stderr, PROG ": %s\n", hp_errmsg());
+	rc = 1;
+out:
 	free(t);
+	free(sk.v);
 	return rc;
 }
 
@@ -272,7 +381,6 @@ int main(int argc, char **argv)
 			free(t);
 			return 2;
 		}
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	catch_signals();
 	return run(&c, t, c.ntargets, c.ntargets == 0);
 }

@@ -15,7 +15,14 @@ void insp_read_remote(struct insp_target *t)
 	struct timespec now;
 	int rc;
 
+	/* The client retries EINTR until its deadline: let a signal end it now. */
+	insp_exit_on_signal = 1;
+	if (insp_stop) {
+		insp_exit_on_signal = 0;
+		return;
+	}
 	rc = hs_remote_stat(t->spec, t->token_file, STAT_TIMEOUT_MS, &s);
+	insp_exit_on_signal = 0;
 	t->rc = rc;
 	t->err[0] = 0;
 	if (rc < 0) {
