@@ -1,7 +1,11 @@
 /* Remote-tier benchmark: 4 MiB chunk write/read bandwidth through the remote
  * tier (an hpdlf-store daemon on 127.0.0.1) against a raw fi_write/fi_read
- * loop on the same provider in the same run; then a control-path load test
- * (8 clients alloc/lookup/free against one daemon, RSS before and after).
+ * loop on the same provider in the same run; the cost of registering one
+ * 4 MiB extent (the daemon registers each extent on its own) and the write
+ * bandwidth when every chunk is allocated, written and freed (the spill
+ * pattern: each extent then costs an Alloc, a registration and a Free);
+ * then a control-path load test (8 clients alloc/lookup/free against one
+ * daemon, RSS before and after).
  * Ends with one JSON line.
  *
  *   bench_remote [--seconds S] [--control-seconds S] [--qd N] [--store-exe PATH]
@@ -42,7 +46,34 @@ struct raw_info {
 	size_t addrlen;
 	uint64_t base, key;
 	char prov[64];
+	double reg_us;          /* median fi_mr_reg + fi_close of one 4 MiB extent */
 };
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* What a per-extent registration costs the daemon: register and close each
+ * chunk of the region in turn, as Alloc and Free do. */
+static double reg_cost_us(struct hs_fab *f, char *mem)
+{
+	double t[4 * NCHUNKS];
+
+	for (int i = 0; i < 4 * NCHUNKS; i++) {
+		struct fid_mr *mr;
+		double t0 = now_s();
+		if (hs_fab_mr_reg(f, mem + (size_t)(i % NCHUNKS) * CHUNK, CHUNK, FI_REMOTE_READ | FI_REMOTE_WRITE,
+				  &mr) < 0)
+			return -1;
+		fi_close(&mr->fid);
+		t[i] = (now_s() - t0) * 1e6;
+	}
+	qsort(t, 4 * NCHUNKS, sizeof *t, cmp_double);
+	return t[2 * NCHUNKS];
+}
 
 static void raw_target(int wfd, int rfd)
 {
@@ -55,6 +86,7 @@ static void raw_target(int wfd, int rfd)
 	if (mem == MAP_FAILED || hs_fab_open(&f, NULL, 1, "127.0.0.1") < 0 ||
 	    hs_fab_mr_reg(&f, mem, (size_t)NCHUNKS * CHUNK, FI_REMOTE_READ | FI_REMOTE_WRITE, &mr) < 0)
 		_exit(1);
+	ri.reg_us = reg_cost_us(&f, mem);
 	memcpy(ri.addr, f.addr, f.addrlen);
 	ri.addrlen = f.addrlen;
 	ri.base = (f.mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)mem : 0;
@@ -109,7 +141,7 @@ static double raw_loop(struct hs_fab *f, fi_addr_t fa, const struct raw_info *ri
 }
 
 struct raw_result {
-	double write, write_dc, read;
+	double write, write_dc, read, reg_us;
 	char prov[64];
 };
 
@@ -139,6 +171,7 @@ static int raw_bench(int qd, double secs, struct raw_result *res)
 	    hs_fab_mr_reg(&f, buf, (size_t)NCHUNKS * CHUNK, FI_READ | FI_WRITE, &lmr) < 0)
 		return -1;
 	snprintf(res->prov, sizeof res->prov, "%s", ri.prov);
+	res->reg_us = ri.reg_us;
 	res->write = raw_loop(&f, fa, &ri, buf, lmr, 1, 0, qd, secs);
 	res->write_dc = raw_loop(&f, fa, &ri, buf, lmr, 1, FI_DELIVERY_COMPLETE, qd, secs);
 	res->read = raw_loop(&f, fa, &ri, buf, lmr, 0, 0, qd, secs);
@@ -243,7 +276,7 @@ static double tier_loop(struct hs_tier *t, const uint64_t *addr, void *buf, enum
 	uint64_t bytes = 0;
 	double t0 = now_s();
 
-	while (now_s() - t0 < secs) {
+	do { /* at least one round */
 		struct batch b = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NCHUNKS, 0 };
 		for (int i = 0; i < NCHUNKS; i++) {
 			io[i] = (struct hs_io){ .op = op, .addr = addr[i], .buf = (char *)buf + (size_t)i * CHUNK,
@@ -259,11 +292,33 @@ static double tier_loop(struct hs_tier *t, const uint64_t *addr, void *buf, enum
 		if (b.err)
 			return -1;
 		bytes += (uint64_t)NCHUNKS * CHUNK;
+	} while (now_s() - t0 < secs);
+	return (double)bytes / (now_s() - t0) / 1e9;
+}
+
+/* Rounds of NCHUNKS fresh extents allocated, written together and freed,
+ * for `secs`; GB/s of data written. */
+static double churn_loop(struct hs_tier *t, void *buf, double secs)
+{
+	uint64_t addr[NCHUNKS], bytes = 0;
+	double t0 = now_s();
+
+	while (now_s() - t0 < secs) {
+		for (int i = 0; i < NCHUNKS; i++)
+			if (t->ops->alloc(t, CHUNK, &addr[i]) < 0)
+				return -1;
+		if (tier_loop(t, addr, buf, HS_IO_WRITE, 0) < 0)
+			return -1;
+		for (int i = 0; i < NCHUNKS; i++)
+			if (t->ops->free(t, addr[i], CHUNK) < 0)
+				return -1;
+		bytes += (uint64_t)NCHUNKS * CHUNK;
 	}
 	return (double)bytes / (now_s() - t0) / 1e9;
 }
 
-static int tier_bench(const struct daemon_proc *d, double secs, double *wr, double *rd, int *verified)
+static int tier_bench(const struct daemon_proc *d, double secs, double *wr, double *rd, double *churn,
+		      int *verified)
 {
 	struct hs_tier *t;
 	uint64_t addr[NCHUNKS];
@@ -281,6 +336,9 @@ static int tier_bench(const struct daemon_proc *d, double secs, double *wr, doub
 	*wr = tier_loop(t, addr, buf, HS_IO_WRITE, secs);
 	*rd = tier_loop(t, addr, back, HS_IO_READ, secs);
 	*verified = memcmp(buf, back, (size_t)NCHUNKS * CHUNK) == 0;
+	for (int i = 0; i < NCHUNKS; i++)
+		t->ops->free(t, addr[i], CHUNK);
+	*churn = churn_loop(t, buf, secs);
 	t->ops->close(t);
 	free(buf);
 	free(back);
@@ -381,7 +439,7 @@ int main(int argc, char **argv)
 		{ "qd", required_argument, NULL, 'q' },      { "store-exe", required_argument, NULL, 'e' },
 		{ 0, 0, 0, 0 },
 	};
-	double secs = 2, csecs = 60, twr = 0, trd = 0;
+	double secs = 2, csecs = 60, twr = 0, trd = 0, churn = 0;
 	int qd = 8, c, verified = 0;
 	const char *exe = HPDLF_STORE_EXE;
 	struct raw_result raw = { 0 };
@@ -410,7 +468,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_remote: cannot start %s\n", exe);
 		return 1;
 	}
-	int rc = tier_bench(&d, secs, &twr, &trd, &verified);
+	int rc = tier_bench(&d, secs, &twr, &trd, &churn, &verified);
 	if (rc == 0 && csecs > 0)
 		rc = ctl_bench(&d, csecs, &ops, &errors, &rss0, &rss1);
 	stop_daemon(&d);
@@ -420,16 +478,19 @@ int main(int argc, char **argv)
 	}
 	fprintf(stderr, "raw %s: write %.2f GB/s (delivery-complete %.2f), read %.2f GB/s\n", raw.prov, raw.write,
 		raw.write_dc, raw.read);
-	fprintf(stderr, "remote tier: write %.2f GB/s, read %.2f GB/s (data %s)\n", twr, trd,
-		verified ? "verified" : "WRONG");
+	fprintf(stderr, "remote tier: write %.2f GB/s, read %.2f GB/s (data %s); allocate-write-free %.2f GB/s\n",
+		twr, trd, verified ? "verified" : "WRONG", churn);
+	fprintf(stderr, "registration of one 4 MiB extent: %.1f us (%.1f%% of its write time)\n", raw.reg_us,
+		raw.write_dc > 0 ? 100 * raw.reg_us / (CHUNK / raw.write_dc / 1e3) : 0);
 	fprintf(stderr, "control: %" PRIu64 " ops in %.0f s by 8 clients, %" PRIu64 " errors, daemon RSS %ld -> %ld kB\n",
 		ops, csecs, errors, rss0, rss1);
 	printf("{\"bench\":\"remote\",\"provider\":\"%s\",\"chunk\":%u,\"qd\":%d,"
 	       "\"raw_write_gbs\":%.3f,\"raw_write_dc_gbs\":%.3f,\"raw_read_gbs\":%.3f,"
 	       "\"tier_write_gbs\":%.3f,\"tier_read_gbs\":%.3f,\"write_ratio\":%.3f,\"read_ratio\":%.3f,"
+	       "\"reg_us\":%.2f,\"churn_write_gbs\":%.3f,\"churn_ratio\":%.3f,"
 	       "\"verified\":%s,\"ctl_seconds\":%.0f,\"ctl_ops\":%" PRIu64 ",\"ctl_errors\":%" PRIu64
 	       ",\"rss_kb_start\":%ld,\"rss_kb_end\":%ld}\n",
 	       raw.prov, CHUNK, qd, raw.write, raw.write_dc, raw.read, twr, trd, raw.write > 0 ? twr / raw.write : 0,
-	       raw.read > 0 ? trd / raw.read : 0, verified ? "true" : "false", csecs, ops, errors, rss0, rss1);
+	       raw.read > 0 ? trd / raw.read : 0, raw.reg_us, churn, twr > 0 ? churn / twr : 0, verified ? "true" : "false", csecs, ops, errors, rss0, rss1);
 	return verified && errors == 0 ? 0 : 1;
 }
