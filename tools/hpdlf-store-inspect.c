@@ -218,14 +218,18 @@ static void drop_non_pages(struct insp_target *t, int *n, struct skip_list *sk, 
 			t[k++] = t[i];
 			continue;
 		}
-		struct skipped *v = t[i].state == INSP_ERROR ? realloc(sk->v, (size_t)(sk->n + 1) * sizeof *v) : NULL;
+		if (t[i].state != INSP_ERROR)
+			continue;
+		/* before the realloc: prev may be sk itself */
+		const struct skipped *old = skip_find(prev, t[i].pid);
+		int shown = old && old->shown && strcmp(old->err, t[i].err) == 0;
+		struct skipped *v = realloc(sk->v, (size_t)(sk->n + 1) * sizeof *v);
 		if (!v)
 			continue;
-		const struct skipped *old = skip_find(prev, t[i].pid);
 		sk->v = v;
 		v += sk->n++;
 		v->pid = t[i].pid;
-		v->shown = old && old->shown && strcmp(old->err, t[i].err) == 0;
+		v->shown = shown;
 		snprintf(v->err, sizeof v->err, "%s", t[i].err);
 	}
 	*n = k;

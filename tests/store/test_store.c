@@ -786,7 +786,7 @@ static void test_statpage_readers(const char *top)
 
 static void test_statpage_safety(void **state)
 {
-	char top[] = "/tmp/hpdlf-statpage-XXXXXX", pages[PATH_MAX];
+	char top[PATH_MAX] = "/tmp/hpdlf-statpage-XXXXXX", pages[PATH_MAX + 16];
 
 	(void)state;
 	assert_non_null(mkdtemp(top));
@@ -800,8 +800,8 @@ static void test_statpage_safety(void **state)
 	hp_log_set(NULL, NULL, 0);
 	unsetenv("HPDLF_STATS_DIR");
 	assert_int_equal(rmdir(pages), 0); /* nothing left behind */
-	unlink(strcat(top, "/victim"));
-	*strrchr(top, '/') = 0;
+	snprintf(pages, sizeof pages, "%s/victim", top);
+	assert_int_equal(unlink(pages), 0);
 	assert_int_equal(rmdir(top), 0);
 }
 
