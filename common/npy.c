@@ -149,6 +149,11 @@ static int npy_open(const char *path, int *fd, enum hp_dtype *dtype, struct hp_s
 	if (rc == 0)
 		rc = parse_header(path, hdr, dtype, shape);
 	free(hdr);
+	if (rc == 0 && hp_shape_bytes(shape, *dtype) == -2) {
+		char sh[128];
+		rc = hp_error(HP_EDATA, "%s: header shape %s would exceed %" PRIu64 " TiB", path,
+			      hp_shape_str(shape, sh, sizeof sh), HP_TENSOR_MAX_BYTES >> 40);
+	}
 	if (rc < 0)
 		goto fail;
 	*data_off = hoff + hlen;

@@ -112,11 +112,29 @@ int hp_shape_parse(const char *text, struct hp_shape *s)
 	}
 }
 
+int64_t hp_shape_bytes(const struct hp_shape *s, enum hp_dtype dtype)
+{
+	uint64_t n = hp_dtype_size(dtype);
+	int over = 0;
+
+	if (!n || s->rank < 0)
+		return -1;
+	for (int i = 0; i < s->rank; i++)
+		if (s->dims[i] < 0)
+			return -1;
+	for (int i = 0; i < s->rank; i++) {
+		if (s->dims[i] == 0)
+			return 0;
+		over |= __builtin_mul_overflow(n, (uint64_t)s->dims[i], &n);
+	}
+	return over || n > HP_TENSOR_MAX_BYTES ? -2 : (int64_t)n;
+}
+
 size_t hp_tensor_bytes(const struct hp_tensor *t)
 {
-	int64_t n = hp_shape_numel(&t->shape);
+	int64_t n = hp_shape_bytes(&t->shape, t->dtype);
 
-	return n < 0 ? 0 : (size_t)n * hp_dtype_size(t->dtype);
+	return n == -2 ? SIZE_MAX : n < 0 ? 0 : (size_t)n;
 }
 
 int hp_tensor_alloc(struct hp_tensor *t, enum hp_dtype dtype, const struct hp_shape *shape)
@@ -126,9 +144,15 @@ int hp_tensor_alloc(struct hp_tensor *t, enum hp_dtype dtype, const struct hp_sh
 	t->dtype = dtype;
 	t->shape = *shape;
 	t->data = NULL;
-	if (hp_shape_numel(shape) < 0 || !hp_dtype_size(dtype))
+	int64_t b = hp_shape_bytes(shape, dtype);
+	if (b == -1)
 		return hp_error(HP_EUSAGE, "cannot allocate a tensor of unknown shape or dtype");
-	bytes = hp_tensor_bytes(t);
+	if (b < 0) {
+		char s[128];
+		return hp_error(HP_ESHAPE, "a %s tensor of shape %s would exceed %" PRIu64 " TiB", hp_dtype_name(dtype),
+				hp_shape_str(shape, s, sizeof s), HP_TENSOR_MAX_BYTES >> 40);
+	}
+	bytes = (size_t)b;
 	/* Round up so vectorized tails may read a full cache line. */
 	t->data = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
 	if (!t->data)

@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "common/checked.h"
 #include "hpdlf/error.h"
 #include "kernels/conv_impl.h"
 
@@ -99,14 +100,20 @@ static int parse_attrs(const struct hp_graph *g, const struct hp_node *n, const 
 		a->k[i] = ks[i];
 		a->pb[i] = pads[i];
 		a->pe[i] = pads[nd + i];
+		/* as PyTorch requires: a larger padding would add an output row
+		 * that no input position reaches */
+		if (a->opad[i] && a->opad[i] >= a->stride[i] && a->opad[i] >= a->dil[i])
+			return hp_node_error(g, n, HP_EMODEL,
+					     "output_padding[%d] = %" PRId64 " must be less than stride (%" PRId64
+					     ") or dilation (%" PRId64 ")", i, a->opad[i], a->stride[i], a->dil[i]);
 	}
 	return 0;
 }
 
-/* Output size and begin/end pads of one Conv axis. */
-static int64_t conv_axis(const struct conv_attrs *a, int i, int64_t in, int64_t *pb, int64_t *pe)
+/* Output size and begin/end pads of one Conv axis (overflow into *over). */
+static int64_t conv_axis(const struct conv_attrs *a, int i, int64_t in, int64_t *pb, int64_t *pe, int *over)
 {
-	int64_t ek = (a->k[i] - 1) * a->dil[i] + 1, out, total;
+	int64_t ek = hp_ck_add(hp_ck_mul(a->k[i] - 1, a->dil[i], over), 1, over), out, total, span;
 
 	switch (a->autopad) {
 	case PAD_VALID:
@@ -114,8 +121,8 @@ static int64_t conv_axis(const struct conv_attrs *a, int i, int64_t in, int64_t 
 		return in >= ek ? (in - ek) / a->stride[i] + 1 : 0;
 	case PAD_SAME_UPPER:
 	case PAD_SAME_LOWER:
-		out = (in + a->stride[i] - 1) / a->stride[i];
-		total = (out - 1) * a->stride[i] + ek - in;
+		out = hp_ck_add(in, a->stride[i] - 1, over) / a->stride[i];
+		total = hp_ck_sub(hp_ck_add(hp_ck_mul(out - 1, a->stride[i], over), ek, over), in, over);
 		if (total < 0)
 			total = 0;
 		*pb = a->autopad == PAD_SAME_UPPER ? total / 2 : total - total / 2;
@@ -124,23 +131,26 @@ static int64_t conv_axis(const struct conv_attrs *a, int i, int64_t in, int64_t 
 	default:
 		*pb = a->pb[i];
 		*pe = a->pe[i];
-		return in + *pb + *pe >= ek ? (in + *pb + *pe - ek) / a->stride[i] + 1 : 0;
+		span = hp_ck_add(hp_ck_add(in, *pb, over), *pe, over);
+		return span >= ek ? (span - ek) / a->stride[i] + 1 : 0;
 	}
 }
 
-/* Output size and begin/end pads of one ConvTranspose axis. */
-static int64_t convt_axis(const struct conv_attrs *a, int i, int64_t in, int64_t *pb, int64_t *pe)
+/* Output size and begin/end pads of one ConvTranspose axis (overflow into *over). */
+static int64_t convt_axis(const struct conv_attrs *a, int i, int64_t in, int64_t *pb, int64_t *pe, int *over)
 {
-	int64_t ek = (a->k[i] - 1) * a->dil[i] + 1, out, total;
+	int64_t ek = hp_ck_add(hp_ck_mul(a->k[i] - 1, a->dil[i], over), 1, over), out, total;
 	int auto_out = a->autopad == PAD_SAME_UPPER || a->autopad == PAD_SAME_LOWER;
+	/* stride * (in - 1) + output_padding + ek: the full span before cropping */
+	int64_t full = hp_ck_add(hp_ck_add(hp_ck_mul(a->stride[i], in - 1, over), a->opad[i], over), ek, over);
 
 	if (!a->has_oshape && !auto_out) {
 		*pb = a->autopad == PAD_VALID ? 0 : a->pb[i];
 		*pe = a->autopad == PAD_VALID ? 0 : a->pe[i];
-		return a->stride[i] * (in - 1) + a->opad[i] + ek - *pb - *pe;
+		return hp_ck_sub(hp_ck_sub(full, *pb, over), *pe, over);
 	}
-	out = a->has_oshape ? a->oshape[i] : in * a->stride[i];
-	total = a->stride[i] * (in - 1) + a->opad[i] + ek - out;
+	out = a->has_oshape ? a->oshape[i] : hp_ck_mul(in, a->stride[i], over);
+	total = hp_ck_sub(full, out, over);
 	if (a->autopad == PAD_SAME_UPPER) {
 		*pb = floor_div2(total);
 		*pe = total - floor_div2(total);
@@ -228,8 +238,15 @@ static int set_geometry(struct hp_graph *g, struct hp_node *n, struct hp_conv *c
 	ys->dims[0] = cv->batch;
 	ys->dims[1] = cv->cout;
 	for (int i = 0; i < cv->nd; i++) {
-		int64_t in = xs->dims[2 + i], pb, pe;
-		int64_t out = cv->transpose ? convt_axis(a, i, in, &pb, &pe) : conv_axis(a, i, in, &pb, &pe);
+		int64_t in = xs->dims[2 + i], pb = 0, pe = 0;
+		int over = 0;
+		int64_t out = cv->transpose ? convt_axis(a, i, in, &pb, &pe, &over) : conv_axis(a, i, in, &pb, &pe, &over);
+		if (over || out > HP_DIM_MAX)
+			return hp_node_error(g, n, HP_ESHAPE,
+					     "spatial dim %d: input %" PRId64 ", kernel %" PRId64 ", stride %" PRId64
+					     ", dilation %" PRId64 ", pads %" PRId64 "+%" PRId64
+					     " give an output size beyond any tensor",
+					     i, in, a->k[i], a->stride[i], a->dil[i], a->pb[i], a->pe[i]);
 		if (out < 1)
 			return hp_node_error(g, n, HP_ESHAPE,
 					     "spatial dim %d: input %" PRId64 ", kernel %" PRId64 ", stride %" PRId64

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/checked.h"
 #include "kernels/ops.h"
 #include "kernels/shape_util.h"
 #include "kernels/typegen.h"
@@ -47,12 +48,13 @@ static int pool_kind_of(const struct hp_node *n)
 static int pool_dim(const struct hp_graph *g, const struct hp_node *n, const char *ap, int ceil_mode,
 		    int64_t in, int64_t k, int64_t s, int64_t dl, int64_t *pb, int64_t *pe, int64_t *out)
 {
-	int64_t dk = (k - 1) * dl + 1, o;
+	int over = 0;
+	int64_t dk = hp_ck_add(hp_ck_mul(k - 1, dl, &over), 1, &over), o = 0;
 
 	if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
 		int64_t total;
-		o = (in + s - 1) / s;
-		total = (o - 1) * s + dk - in;
+		o = hp_ck_add(in, s - 1, &over) / s;
+		total = hp_ck_sub(hp_ck_add(hp_ck_mul(o - 1, s, &over), dk, &over), in, &over);
 		if (total < 0)
 			total = 0;
 		*pb = ap[5] == 'U' ? total / 2 : total - total / 2;
@@ -61,13 +63,17 @@ static int pool_dim(const struct hp_graph *g, const struct hp_node *n, const cha
 		*pb = *pe = 0;
 		o = in >= dk ? (in - dk) / s + 1 : 0;
 	} else if (!strcmp(ap, "NOTSET") || !ap[0]) {
-		int64_t span = in + *pb + *pe - dk;
-		o = span < 0 ? 0 : ceil_mode ? (span + s - 1) / s + 1 : span / s + 1;
-		if (ceil_mode && o > 0 && (o - 1) * s >= in + *pb)
+		int64_t span = hp_ck_sub(hp_ck_add(hp_ck_add(in, *pb, &over), *pe, &over), dk, &over);
+		o = span < 0 ? 0 : ceil_mode ? hp_ck_add(span, s - 1, &over) / s + 1 : span / s + 1;
+		if (ceil_mode && o > 0 && hp_ck_mul(o - 1, s, &over) >= hp_ck_add(in, *pb, &over))
 			o--; /* the last window would start in the end padding */
 	} else {
 		return hp_node_error(g, n, HP_EUNSUPPORTED, "auto_pad '%s' is not supported", ap);
 	}
+	if (over || o > HP_DIM_MAX)
+		return hp_node_error(g, n, HP_ESHAPE, "input dim %lld, kernel %lld, stride %lld, dilation %lld, "
+				     "pads %lld+%lld give an output dim beyond any tensor", (long long)in, (long long)k,
+				     (long long)s, (long long)dl, (long long)*pb, (long long)*pe);
 	if (o < 1)
 		return hp_node_error(g, n, HP_ESHAPE, "input dim %lld is too small for kernel %lld (dilation %lld)",
 				     (long long)in, (long long)k, (long long)dl);

@@ -347,9 +347,11 @@ static int64_t slice_len(int64_t dim, int64_t *start, int64_t end, int64_t step)
 		e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
 	}
 	*start = s;
+	/* ceil(span / |step|) as 1 + (span - 1) / |step|: no sum nor -step that
+	 * could overflow (a step may be INT64_MIN) */
 	if (step > 0)
-		return e > s ? (e - s + step - 1) / step : 0;
-	return s > e ? (s - e + (-step) - 1) / -step : 0;
+		return e > s ? 1 + (e - s - 1) / step : 0;
+	return s > e ? 1 - (s - e - 1) / step : 0;
 }
 
 static int slice_params(const struct hp_graph *g, const struct hp_node *n, int rank, int64_t *st, int64_t *en,

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/checked.h"
 #include "kernels/ops.h"
 #include "kernels/shape_util.h"
 
@@ -56,8 +57,12 @@ static int reshape_prepare(struct hp_graph *g, struct hp_node *n)
 		} else if (d < 0) {
 			return hp_node_error(g, n, HP_ESHAPE, "shape[%d] = %lld is invalid", i, (long long)d);
 		}
+		int over = 0;
 		s.dims[i] = d;
-		known *= d;
+		known = hp_ck_mul(known, d, &over);
+		if (over || known > HP_DIM_MAX)
+			return hp_node_error(g, n, HP_ESHAPE, "shape[%d] = %lld makes more elements than any tensor holds",
+					     i, (long long)d);
 	}
 	if (infer >= 0) {
 		int64_t total = hp_shape_numel(&x->shape);
@@ -337,7 +342,14 @@ static int range_prepare(struct hp_graph *g, struct hp_node *n)
 		int64_t de = hpks_get_i(v[2]->data, v[0]->dtype, 0);
 		if (!de)
 			return hp_node_error(g, n, HP_ESHAPE, "delta is 0");
-		cnt = de > 0 ? (li - st + de - 1) / de : (st - li - de - 1) / -de;
+		/* ceil((li - st) / de) without overflow: the span in 128 bits */
+		__extension__ __int128 span = (__int128)li - st, q = span / de;
+		if (q * de != span)
+			q++;
+		if (q > HP_DIM_MAX)
+			return hp_node_error(g, n, HP_ESHAPE, "start %lld, limit %lld, delta %lld give more elements "
+					     "than any tensor holds", (long long)st, (long long)li, (long long)de);
+		cnt = q > 0 ? (int64_t)q : 0;
 		break;
 	}
 	case HP_F32: case HP_F64: {
@@ -345,7 +357,11 @@ static int range_prepare(struct hp_graph *g, struct hp_node *n)
 		double de = hpks_get_f(v[2]->data, v[0]->dtype, 0);
 		if (de == 0 || !isfinite(st) || !isfinite(li) || !isfinite(de))
 			return hp_node_error(g, n, HP_ESHAPE, "delta is 0 or a bound is not finite");
-		cnt = (int64_t)ceil((li - st) / de);
+		double q = ceil((li - st) / de);
+		if (!(q <= (double)HP_DIM_MAX))
+			return hp_node_error(g, n, HP_ESHAPE, "start %g, limit %g, delta %g give more elements than any "
+					     "tensor holds", st, li, de);
+		cnt = q > 0 ? (int64_t)q : 0;
 		break;
 	}
 	default:

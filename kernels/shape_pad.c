@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/checked.h"
 #include "kernels/shape_util.h"
 
 /* priv of these ops: the copy descriptor at the head of its table block */
@@ -71,10 +72,16 @@ static int tile_prepare(struct hp_graph *g, struct hp_node *n)
 	if (cnt != r)
 		return hp_node_error(g, n, HP_ESHAPE, "repeats has %d entries, input rank is %d", cnt, r);
 	for (int d = 0; d < r; d++) {
+		int over = 0;
 		if (rep[d] < 0)
 			return hp_node_error(g, n, HP_ESHAPE, "repeats[%d] = %lld is negative", d, (long long)rep[d]);
-		s.dims[d] *= rep[d];
+		s.dims[d] = hp_ck_mul(s.dims[d], rep[d], &over);
+		if (over || s.dims[d] > HP_DIM_MAX)
+			return hp_node_error(g, n, HP_ESHAPE, "repeats[%d] = %lld makes dim %d beyond any tensor", d,
+					     (long long)rep[d], d);
 	}
+	if (hp_shape_bytes(&s, x->dtype) == -2)
+		return hp_node_error(g, n, HP_ESHAPE, "repeats make an output beyond any tensor");
 	hpks_strides(&x->shape, xs);
 	if (!(blk = hpks_copy_alloc(&c, r, s.dims, hp_dtype_size(x->dtype), sizeof c)))
 		return -ENOMEM;
@@ -173,12 +180,18 @@ static int pad_prepare(struct hp_graph *g, struct hp_node *n)
 	if ((rc = pad_params(g, n, r, pb, pe)) < 0)
 		return rc;
 	for (int d = 0; d < r; d++) {
-		s.dims[d] += pb[d] + pe[d];
+		int over = 0;
+		s.dims[d] = hp_ck_add(hp_ck_add(s.dims[d], pb[d], &over), pe[d], &over);
+		if (over || s.dims[d] > HP_DIM_MAX)
+			return hp_node_error(g, n, HP_ESHAPE, "pads %lld+%lld make dim %d beyond any tensor",
+					     (long long)pb[d], (long long)pe[d], d);
 		if (s.dims[d] < 0)
 			return hp_node_error(g, n, HP_ESHAPE, "pads make dim %d negative", d);
 		if (mode != PAD_CONSTANT && x->shape.dims[d] == 0 && s.dims[d] > 0)
 			return hp_node_error(g, n, HP_ESHAPE, "cannot %s-pad an empty dim %d", ms, d);
 	}
+	if (hp_shape_bytes(&s, x->dtype) == -2)
+		return hp_node_error(g, n, HP_ESHAPE, "pads make an output beyond any tensor");
 	hpks_strides(&x->shape, xs);
 	if (!(blk = hpks_copy_alloc(&c, r, s.dims, hp_dtype_size(x->dtype), sizeof c)))
 		return -ENOMEM;

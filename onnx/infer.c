@@ -23,6 +23,9 @@ int hp_graph_set_input_shape(struct hp_graph *g, const char *name, const struct 
 	val = &g->values[v];
 	hp_shape_str(&val->shape, want, sizeof want);
 	hp_shape_str(s, got, sizeof got);
+	if (hp_shape_bytes(s, val->dtype) == -2)
+		return hp_error(HP_ESHAPE, "%s: input '%s' of shape %s would exceed %" PRIu64 " TiB", g->path, name,
+				got, HP_TENSOR_MAX_BYTES >> 40);
 	if (val->shape.rank >= 0 && val->shape.rank != s->rank)
 		return hp_error(HP_ESHAPE, "%s: input '%s' has shape %s, given %s (rank %d, expected %d)", g->path,
 				name, want, got, s->rank, val->shape.rank);
@@ -176,7 +179,13 @@ static int infer_node(struct hp_graph *g, struct hp_node *n)
 		const struct hp_value *v = n->outputs[o] >= 0 ? &g->values[n->outputs[o]] : NULL;
 		if (!v)
 			continue;
-		if (hp_shape_numel(&v->shape) < 0 || !hp_dtype_size(v->dtype))
+		int64_t bytes = hp_shape_bytes(&v->shape, v->dtype);
+		if (bytes == -2) {
+			char sh[128];
+			return hp_node_error(g, n, HP_ESHAPE, "output '%s' of shape %s would exceed %" PRIu64 " TiB",
+					     v->name, hp_shape_str(&v->shape, sh, sizeof sh), HP_TENSOR_MAX_BYTES >> 40);
+		}
+		if (bytes < 0)
 			return hp_node_error(g, n, HP_EINTERNAL, "prepare left output '%s' without shape or dtype",
 					     v->name);
 		if (!v->data)
@@ -195,8 +204,11 @@ int hp_graph_infer(struct hp_graph *g)
 {
 	for (int i = 0; i < g->ninputs; i++) {
 		const struct hp_value *v = &g->values[g->inputs[i]];
+		char s[128];
+		if (hp_shape_bytes(&v->shape, v->dtype) == -2)
+			return hp_error(HP_ESHAPE, "%s: input '%s' of shape %s would exceed %" PRIu64 " TiB", g->path,
+					v->name, hp_shape_str(&v->shape, s, sizeof s), HP_TENSOR_MAX_BYTES >> 40);
 		if (hp_shape_numel(&v->shape) < 0) {
-			char s[128];
 			return hp_error(HP_ESHAPE, "%s: input '%s' has dynamic shape %s; give it with --shape %s=DIMS or an input file",
 					g->path, v->name, hp_shape_str(&v->shape, s, sizeof s), v->name);
 		}

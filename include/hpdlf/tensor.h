@@ -61,6 +61,16 @@ int hp_shape_equal(const struct hp_shape *a, const struct hp_shape *b);
 char *hp_shape_str(const struct hp_shape *s, char *buf, size_t len);
 /* Parse "1x3x224x224" into s; -HP_EUSAGE style errors with message. */
 int hp_shape_parse(const char *text, struct hp_shape *s);
+/* No tensor may hold more bytes than this: 128 TiB, the user address space
+ * of x86-64 and AArch64 with 4-level page tables.  Shapes beyond it are bad
+ * input, refused before any size is computed from them. */
+#define HP_TENSOR_MAX_BYTES ((uint64_t)1 << 47)
+/* Bytes of a tensor of this dtype and shape: -1 if a dim is unknown or the
+ * dtype has no fixed size, -2 if the count exceeds HP_TENSOR_MAX_BYTES (no
+ * intermediate product can wrap). */
+int64_t hp_shape_bytes(const struct hp_shape *s, enum hp_dtype dtype);
+/* hp_shape_bytes of t; 0 when unknown, SIZE_MAX when too large (so any
+ * allocation of it fails instead of wrapping). */
 size_t hp_tensor_bytes(const struct hp_tensor *t);
 
 /* Allocate zeroed, 64-byte aligned data for dtype/shape (caller frees with

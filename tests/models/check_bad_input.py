@@ -35,6 +35,60 @@ def expect(exe, args, status, words, what):
     return 0
 
 
+def model1(path, nodes, inputs, inits=(), out_type=TensorProto.FLOAT, opset=13):
+    g = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", out_type, None)], list(inits))
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), path)
+
+
+def crafted_sizes(p):
+    """Models and files whose sizes would wrap a byte count or overflow shape
+    arithmetic (issue 23): each is refused with exit 2 naming the node or file."""
+    F, I = TensorProto.FLOAT, TensorProto.INT64
+    inp = lambda n, dims: helper.make_tensor_value_info(n, F, dims)  # noqa: E731
+    big, i64max, i64min = 2 ** 31, 2 ** 63 - 1, -2 ** 63
+    model1(p("cos.onnx"), [helper.make_node("ConstantOfShape", ["s"], ["y"], name="cos0")], [],
+           [helper.make_tensor("s", I, [2], [big, big])])
+    model1(p("bigin.onnx"), [helper.make_node("Relu", ["x"], ["y"])], [inp("x", [big, big])])
+    model1(p("dyn.onnx"), [helper.make_node("Relu", ["x"], ["y"])], [inp("x", ["n", 64])])
+    model1(p("pool.onnx"), [helper.make_node("MaxPool", ["x"], ["y"], name="pool0", kernel_shape=[2, 2],
+                                             pads=[0, 0, 0, 2 ** 62])], [inp("x", [1, 1, 4, 4])])
+    model1(p("pad.onnx"), [helper.make_node("Pad", ["x", "q"], ["y"], name="pad0")], [inp("x", [1, 4])],
+           [helper.make_tensor("q", I, [4], [0, 2 ** 62, 0, 2 ** 62])])
+    model1(p("tile.onnx"), [helper.make_node("Tile", ["x", "r"], ["y"], name="tile0")], [inp("x", [3, 4])],
+           [helper.make_tensor("r", I, [2], [2 ** 62, 2 ** 62])])
+    model1(p("reshape.onnx"), [helper.make_node("Reshape", ["x", "r"], ["y"], name="reshape0")], [inp("x", [3, 4])],
+           [helper.make_tensor("r", I, [3], [2 ** 62, 2 ** 62, -1])])
+    model1(p("range.onnx"), [helper.make_node("Range", ["a", "b", "c"], ["y"], name="range0")], [],
+           [helper.make_tensor("a", F, [], [0.0]), helper.make_tensor("b", F, [], [1e30]),
+            helper.make_tensor("c", F, [], [1e-30])])
+    model1(p("rangei.onnx"), [helper.make_node("Range", ["a", "b", "c"], ["y"], name="range1")], [],
+           [helper.make_tensor("a", I, [], [i64min]), helper.make_tensor("b", I, [], [i64max]),
+            helper.make_tensor("c", I, [], [1])], out_type=I)
+    model1(p("convpad.onnx"), [helper.make_node("Conv", ["x", "w"], ["y"], name="conv0",
+                                                pads=[i64max, 0, i64max, 0])], [inp("x", [1, 1, 4, 4])],
+           [helper.make_tensor("w", F, [1, 1, 1, 1], [1.0])])
+    model1(p("convt.onnx"), [helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="convt0", strides=[2, 2],
+                                              output_padding=[2, 2])], [inp("x", [1, 1, 4, 4])],
+           [helper.make_tensor("w", F, [1, 1, 2, 2], [1.0] * 4)])
+    hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (72057594037927936, 64), }"
+    hdr += " " * ((64 - (10 + len(hdr) + 1) % 64) % 64) + "\n"
+    open(p("huge.npy"), "wb").write(b"\x93NUMPY\x01\x00" + len(hdr).to_bytes(2, "little") + hdr.encode())
+    return [
+        ([p("cos.onnx")], 2, ["cos0", "exceed"], "ConstantOfShape of [2^31, 2^31]"),
+        ([p("bigin.onnx")], 2, ["'x'", "exceed"], "input declared [2^31, 2^31]"),
+        ([p("dyn.onnx"), "--shape", "x=72057594037927936x64"], 2, ["'x'", "exceed"], "--shape beyond any tensor"),
+        ([p("dyn.onnx"), "--input", "x=" + p("huge.npy")], 2, ["huge.npy"], ".npy header beyond any tensor"),
+        ([p("pool.onnx")], 2, ["pool0", "beyond"], "MaxPool pads of 2^62"),
+        ([p("pad.onnx")], 2, ["pad0", "beyond"], "Pad of 2^62"),
+        ([p("tile.onnx")], 2, ["tile0", "beyond"], "Tile by 2^62"),
+        ([p("reshape.onnx")], 2, ["reshape0"], "Reshape to 2^62 x 2^62"),
+        ([p("range.onnx")], 2, ["range0"], "Range 0..1e30 by 1e-30"),
+        ([p("rangei.onnx")], 2, ["range1"], "int64 Range over the whole span"),
+        ([p("convpad.onnx")], 2, ["conv0", "beyond"], "Conv pads of INT64_MAX"),
+        ([p("convt.onnx")], 2, ["convt0", "output_padding"], "ConvTranspose output_padding >= stride"),
+    ]
+
+
 def main():
     exe, src = sys.argv[1], sys.argv[2]
     model = os.path.join(src, "model.onnx")
@@ -90,7 +144,7 @@ def main():
             ([model, "--budget", "12Q"], 2, ["--budget"], "bad size"),
             ([model, "--frobnicate"], 2, ["option"], "unknown option"),
             ([], 2, ["model"], "no model"),
-        ]
+        ] + crafted_sizes(p)
         for args, status, words, what in cases:
             fails += expect(exe, args, status, words, what)
     return 1 if fails else 0
