@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "hpdlf/error.h"
 #include "hpdlf/tensor.h"
 
@@ -116,10 +117,11 @@ static int npy_open(const char *path, int *fd, enum hp_dtype *dtype, struct hp_s
 	off_t size;
 	int rc;
 
-	*fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (*fd < 0)
-		return hp_error(-errno, "%s: %s", path, strerror(errno));
-	size = lseek(*fd, 0, SEEK_END);
+	struct stat st;
+	rc = hp_open_regular(path, NULL, fd, &st);
+	if (rc < 0)
+		return rc;
+	size = st.st_size;
 	if (size < 10 || read_full(*fd, pre, size >= 12 ? 12 : 10, 0) < 0 ||
 	    memcmp(pre, "\x93NUMPY", 6)) {
 		rc = hp_error(HP_EDATA, "%s: not a .npy file", path);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "hpdlf/error.h"
 #include "hpdlf/store.h"
 #include "exec/train_internal.h"
@@ -228,11 +229,9 @@ static int open_array(struct hp_darray *a, const char *path, const char *member)
 		if (rc < 0)
 			return rc;
 	} else {
-		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-			return hp_error(-errno, "%s: %s", path, strerror(errno));
-		rc = fstat(fd, &st) < 0 ? hp_error(-errno, "%s: %s", path, strerror(errno)) : 0;
-		if (rc == 0)
-			rc = zip_member(fd, (uint64_t)st.st_size, path, member, &off, &len);
+		if ((rc = hp_open_regular(path, NULL, &fd, &st)) < 0)
+			return rc;
+		rc = zip_member(fd, (uint64_t)st.st_size, path, member, &off, &len);
 		if (rc == 0)
 			rc = npy_member(fd, off, len, a);
 		close(fd);

@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "hpdlf/error.h"
 #include "onnx/import.h"
 #include "onnx/wire.h"
@@ -771,17 +772,9 @@ int hp_graph_load(const char *path, struct hp_graph **out)
 	if (!path || !out)
 		return hp_error(HP_EUSAGE, "hp_graph_load: NULL argument");
 	*out = NULL;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return hp_error(-errno, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0) {
-		rc = hp_error(-errno, "%s: %s", path, strerror(errno));
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = hp_error(S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL, "%s: not a regular file", path);
-		goto out;
-	}
+	rc = hp_open_regular(path, NULL, &fd, &st);
+	if (rc < 0)
+		return rc;
 	if (st.st_size == 0) {
 		rc = hp_error(HP_EMODEL, "%s: empty file, not an ONNX model", path);
 		goto out;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "hpdlf/error.h"
 #include "onnx/import.h"
 #include "onnx/wire.h"
@@ -243,9 +244,10 @@ static int read_blob(const struct hp_graph *g, const char *what, const struct hp
 	if (b->length < bytes)
 		return hp_error(HP_EMODEL, "%s: %s: '%s' holds %" PRIu64 " bytes of it, %" PRIu64 " needed", g->path,
 				what, path, b->length, bytes);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return hp_error(-errno, "%s: %s: cannot open '%s': %s", g->path, what, path, strerror(errno));
+	struct stat st;
+	rc = hp_open_regular(path, NULL, &fd, &st);
+	if (rc < 0)
+		return hp_error_prefix(rc, "%s: %s", g->path, what);
 	rc = read_full(fd, dst, (size_t)bytes, b->offset);
 	close(fd);
 	if (rc == -EIO)

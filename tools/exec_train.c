@@ -22,11 +22,13 @@
 
 static volatile sig_atomic_t interrupted;
 
-static void on_sigint(int sig)
+/* SIGINT (Ctrl-C) and SIGTERM (Slurm's scancel, time limit, preemption)
+ * stop training at the next step with a checkpoint; the signal is kept for
+ * the exit status (128 + N). */
+static void on_stop(int sig)
 {
-	(void)sig;
-	interrupted = 1;
-	signal(SIGINT, SIG_DFL); /* a second Ctrl-C ends the process at once */
+	interrupted = sig;
+	signal(sig, SIG_DFL); /* a second signal ends the process at once */
 }
 
 static int usage(const char *msg, const char *arg)
@@ -290,7 +292,8 @@ int exec_train_main(struct cli *c)
 		return rc;
 	if (k && (kill_nth = atol(k)) > 0)
 		o.checkpoint_progress = ckpt_progress;
-	signal(SIGINT, on_sigint);
+	signal(SIGINT, on_stop);
+	signal(SIGTERM, on_stop);
 	o.graph_only = c->plan || c->plan_dot;
 	rc = hp_trainer_create(c->model, &o, &t);
 	if (rc == 0 && o.graph_only)
@@ -302,9 +305,9 @@ int exec_train_main(struct cli *c)
 							       !strcmp(getenv("HPDLF_EXPORT_EXTERNAL_DATA"), "1"));
 	hp_trainer_destroy(t);
 	if (rc == HP_ECANCELED) {
-		fprintf(stderr, "hpdlf-exec: interrupted: %s%s\n", hp_errmsg(),
-			c->checkpoint ? " (checkpoint written; continue with --resume)" : "");
-		return 130;
+		fprintf(stderr, "hpdlf-exec: %s: %s%s\n", interrupted == SIGTERM ? "terminated" : "interrupted",
+			hp_errmsg(), c->checkpoint ? " (checkpoint written; continue with --resume)" : "");
+		return 128 + (interrupted ? (int)interrupted : SIGINT);
 	}
 	if (rc < 0) {
 		fprintf(stderr, "hpdlf-exec: %s\n", hp_errmsg()[0] ? hp_errmsg() : hp_strerror(rc));

@@ -102,6 +102,7 @@ def main():
         np.save(p("x_f64.npy"), x.astype(np.float64))
         np.save(p("x_bad_shape.npy"), np.zeros((x.shape[0], x.shape[1] + 3) + x.shape[2:], np.float32))
         open(p("not_npy.npy"), "wb").write(b"hello")
+        os.mkfifo(p("fifo.onnx"))  # nobody ever writes it: an open that blocks hangs the test
         # an unknown operator, named in the message
         m = onnx.load(model)
         m.graph.node[0].op_type = "FrobnicateND"
@@ -144,6 +145,9 @@ def main():
             ([model, "--budget", "12Q"], 2, ["--budget"], "bad size"),
             ([model, "--frobnicate"], 2, ["option"], "unknown option"),
             ([], 2, ["model"], "no model"),
+            ([p("fifo.onnx")], 2, ["fifo.onnx", "FIFO"], "a FIFO as the model"),
+            ([model, "--input", "input=" + p("fifo.onnx")], 2, ["fifo.onnx", "FIFO"], "a FIFO as an input"),
+            (["/dev/zero"], 2, ["/dev/zero"], "a device as the model"),
         ] + crafted_sizes(p)
         for args, status, words, what in cases:
             fails += expect(exe, args, status, words, what)

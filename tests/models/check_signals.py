@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Honest crashes and signals (issue 23, item 3; issue 20, item 1).
+
+usage: check_signals.py HPDLF_EXEC MODEL_DIR
+
+- A crash is a crash: SIGSEGV, SIGBUS, SIGILL and SIGABRT sent to a running
+  hpdlf-exec end it by that signal (no handler of libfabric's PSM libraries
+  catching it, exiting 1 and writing *.btr files into the working folder).
+- SIGTERM and SIGINT end inference by the signal (status 143 / 130).
+- SIGTERM during training with --checkpoint (Slurm's scancel, time limit)
+  writes a checkpoint and exits 143; --resume continues from it.
+
+MODEL_DIR is a reference model folder (model.onnx, x.npy, y.npy).
+"""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+fails = 0
+
+
+def check(ok, what):
+    global fails
+    print(("ok   " if ok else "FAIL ") + what)
+    fails += 0 if ok else 1
+    return ok
+
+
+def started(p, log=None, timeout=60):
+    """Wait until p runs its main loop: a first log line, or a second passed."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout and p.poll() is None:
+        if log is None and time.monotonic() - t0 > 1.0:
+            return True
+        if log is not None and os.path.exists(log) and os.path.getsize(log) > 0:
+            return True
+        time.sleep(0.05)
+    return p.poll() is None
+
+
+def crash_signals(exe, model, tmp):
+    for sig in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGABRT, signal.SIGTERM, signal.SIGINT):
+        cwd = tempfile.mkdtemp(dir=tmp)
+        # no core files from the deliberate crashes
+        p = subprocess.Popen([exe, model, "--iterations", "2000000"], cwd=cwd, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: __import__("resource").setrlimit(
+                                 __import__("resource").RLIMIT_CORE, (0, 0)))
+        if not check(started(p), f"{sig.name}: inference running"):
+            p.kill()
+            continue
+        p.send_signal(sig)
+        try:
+            _, err = p.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            check(False, f"{sig.name}: still running 20 s after the signal")
+            continue
+        check(p.returncode == -sig, f"{sig.name}: ended by the signal (returncode {p.returncode}, want {-sig})")
+        check("Backtrace" not in err, f"{sig.name}: no foreign backtrace on stderr ({err.strip()[:200]!r})")
+        check(not os.listdir(cwd), f"{sig.name}: nothing written into the working folder ({os.listdir(cwd)})")
+
+
+def sigterm_training(exe, folder, tmp):
+    ck, log = os.path.join(tmp, "ck"), os.path.join(tmp, "log.jsonl")
+    args = [exe, os.path.join(folder, "model.onnx"), "--train", "--data", os.path.join(folder, "x.npy"),
+            "--labels", os.path.join(folder, "y.npy"), "--loss", "cross-entropy", "--optimizer", "sgd",
+            "--lr", "0.01", "--batch", "8", "--checkpoint", ck, "--checkpoint-every", "1000000"]
+    p = subprocess.Popen(args + ["--steps", "100000000", "--log-json", log], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    if not check(started(p, log), "training running"):
+        p.kill()
+        return
+    p.send_signal(signal.SIGTERM)
+    try:
+        _, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        check(False, "SIGTERM: training still running 30 s after the signal")
+        return
+    check(p.returncode == 143, f"SIGTERM: training exits 143 (got {p.returncode}: {err.strip()[-200:]!r})")
+    check("terminated" in err and "--resume" in err, f"SIGTERM: says so and how to continue ({err.strip()[-200:]!r})")
+    check(os.path.exists(os.path.join(ck, "checkpoint.hpck")), "SIGTERM: a checkpoint was written")
+    with open(log) as f:
+        done = sum(1 for _ in f)
+    r = subprocess.run(args + ["--steps", str(done + 2), "--resume"], capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0, f"SIGTERM: --resume continues from it (exit {r.returncode}: {r.stderr.strip()[-200:]!r})")
+
+
+def main():
+    exe, folder = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    with tempfile.TemporaryDirectory() as tmp:
+        crash_signals(exe, os.path.join(folder, "model.onnx"), tmp)
+        sigterm_training(exe, folder, tmp)
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
