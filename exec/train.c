@@ -1,6 +1,7 @@
 /* The trainer: the model turned into a training step over batches of a
  * dataset, run step after step with checkpoints. */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -362,6 +363,7 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 {
 	struct hp_step_info info;
 	int rc = 0, stop = 0;
+	double last = 0; /* the last step's loss: 0 when none ran */
 
 	while (!stop && t->step < t->total) {
 		if (t->o.cancel && *t->o.cancel) {
@@ -371,19 +373,23 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 		rc = hp_trainer_step(t, &info);
 		if (rc < 0)
 			return rc;
+		last = info.loss;
 		rc = 0;
 		if (t->o.checkpoint_dir && t->o.checkpoint_every > 0 && t->step % t->o.checkpoint_every == 0 &&
-		    t->step < t->total) {
+		    t->step < t->total && isfinite(info.loss)) {
 			if ((rc = hp_ckpt_write(t)) < 0)
 				return rc;
 			info.checkpointed = 1;
 		}
-		if (fn && fn(arg, &info))
+		if (fn && (rc = fn(arg, &info)) < 0)
+			return rc;
+		if (rc > 0)
 			stop = 1;
+		rc = 0;
 		if (stop || (t->o.cancel && *t->o.cancel))
 			rc = HP_ECANCELED;
 	}
-	if (t->o.checkpoint_dir) {
+	if (t->o.checkpoint_dir && isfinite(last)) {
 		int r = hp_ckpt_write(t);
 		if (r < 0)
 			return r;

@@ -231,9 +231,30 @@ int hp_ckpt_write(struct hp_trainer *t)
 
 /* ---- reading ------------------------------------------------------------ */
 
+static int64_t jint(json_object *o, const char *key);
+
+/* Every byte of the header page and the trailer is defined: magic, version,
+ * then zeros (head); magic, offset, length, crc32c, version, zeros (tail).
+ * Anything else is a damaged or foreign file, never guessed at. */
+static int check_frame(const struct ck_io *io, const unsigned char *head, const unsigned char *tail)
+{
+	if (memcmp(head, CK_MAGIC, 8) || memcmp(tail, CK_END, 8))
+		return hp_error(HP_EFORMAT, "%s: not a complete hpdlf checkpoint", io->path);
+	if (head[8] != CK_VERSION || tail[28] != CK_VERSION)
+		return hp_error(HP_EFORMAT, "%s: checkpoint format %d/%d, this build reads %d", io->path, head[8],
+				tail[28], CK_VERSION);
+	for (size_t i = 9; i < CK_ALIGN; i++)
+		if (head[i])
+			return hp_error(HP_EFORMAT, "%s: checkpoint header byte %zu is %d, not 0", io->path, i, head[i]);
+	for (size_t i = 29; i < 32; i++)
+		if (tail[i])
+			return hp_error(HP_EFORMAT, "%s: checkpoint trailer byte %zu is %d, not 0", io->path, i, tail[i]);
+	return 0;
+}
+
 static int read_index(struct ck_io *io, json_object **out)
 {
-	unsigned char head[16], tail[32];
+	unsigned char head[CK_ALIGN], tail[32];
 	uint64_t off, len;
 	uint32_t crc;
 	off_t size = lseek(io->fd, 0, SEEK_END);
@@ -244,10 +265,8 @@ static int read_index(struct ck_io *io, json_object **out)
 		return hp_error(HP_ECORRUPT, "%s: truncated checkpoint", io->path);
 	if ((rc = pread_all(io, head, sizeof head, 0)) < 0 || (rc = pread_all(io, tail, 32, (uint64_t)size - 32)) < 0)
 		return rc;
-	if (memcmp(head, CK_MAGIC, 8) || memcmp(tail, CK_END, 8))
-		return hp_error(HP_EFORMAT, "%s: not a complete hpdlf checkpoint", io->path);
-	if (head[8] != CK_VERSION || tail[28] != CK_VERSION)
-		return hp_error(HP_EFORMAT, "%s: checkpoint format %d, this build reads %d", io->path, head[8], CK_VERSION);
+	if ((rc = check_frame(io, head, tail)) < 0)
+		return rc;
 	memcpy(&off, tail + 8, 8);
 	memcpy(&len, tail + 16, 8);
 	memcpy(&crc, tail + 24, 4);
@@ -260,6 +279,12 @@ static int read_index(struct ck_io *io, json_object **out)
 		rc = hp_error(HP_ECORRUPT, "%s: checkpoint index checksum mismatch", io->path);
 	if (rc == 0 && !(*out = json_tokener_parse(idx)))
 		rc = hp_error(HP_ECORRUPT, "%s: checkpoint index is not JSON", io->path);
+	if (rc == 0 && jint(*out, "format") != CK_VERSION) {
+		rc = hp_error(HP_EFORMAT, "%s: checkpoint index format %lld, this build reads %d", io->path,
+			      (long long)jint(*out, "format"), CK_VERSION);
+		json_object_put(*out);
+		*out = NULL;
+	}
 	free(idx);
 	return rc;
 }
@@ -340,8 +365,13 @@ int hp_ckpt_read(struct hp_trainer *t)
 
 	snprintf(path, sizeof path, "%s/checkpoint.hpck", t->o.checkpoint_dir);
 	io.fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (io.fd < 0 && errno == ENOENT && t->o.resume == 2)
+		return 0; /* --resume-if-present: nothing yet, start at step 0 */
+	if (io.fd < 0 && errno == ENOENT)
+		return hp_error(HP_EUSAGE, "%s: no checkpoint to resume from (--resume-if-present starts from step 0 "
+				"when there is none)", path);
 	if (io.fd < 0)
-		return errno == ENOENT ? 0 : hp_error(-errno, "%s: %s", path, strerror(errno)); /* nothing to resume */
+		return hp_error(-errno, "%s: %s", path, strerror(errno));
 	io.buf = malloc(CK_PIECE);
 	io.unit = hp_whole_state(t->g);
 	rc = io.buf && io.unit ? read_index(&io, &idx) : hp_error(-ENOMEM, "out of memory");

@@ -31,6 +31,7 @@ struct cli {
 	const char *checkpoint, *export_onnx;
 	long checkpoint_every;
 	int resume;
+	int go_on_nan;               /* --no-stop-on-nan: keep training past a non-finite loss */
 	/* stores and tiers */
 	const char *tiers[16];
 	int ntiers;

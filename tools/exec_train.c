@@ -136,14 +136,21 @@ struct run_state {
 	int64_t nms, first;
 	double last_loss;
 	int log_failed;
+	int nan_said;
 };
+
+/* JSON has no NaN nor infinity: a non-finite figure is null. */
+static json_object *jnum(double v)
+{
+	return isfinite(v) ? json_object_new_double(v) : NULL;
+}
 
 static void log_step(struct run_state *r, const struct hp_step_info *in)
 {
 	json_object *o = json_object_new_object(), *tiers = json_object_new_object();
 
 	json_object_object_add(o, "step", json_object_new_int64(in->step));
-	json_object_object_add(o, "loss", json_object_new_double(in->loss));
+	json_object_object_add(o, "loss", jnum(in->loss));
 	json_object_object_add(o, "ms", json_object_new_double(in->ms));
 	json_object_object_add(o, "epoch", json_object_new_int64(in->epoch));
 	json_object_object_add(o, "samples_per_s", json_object_new_double(in->samples / in->ms * 1e3));
@@ -171,6 +178,15 @@ static int on_step(void *arg, const struct hp_step_info *in)
 	r->ms[r->nms++] = in->ms;
 	r->last_loss = in->loss;
 	hp_progress_step(&r->bar, in);
+	if (isfinite(in->loss))
+		return 0;
+	const char *what = isnan(in->loss) ? "NaN" : in->loss > 0 ? "+infinity" : "-infinity";
+	if (!r->c->go_on_nan)
+		return hp_error(-EDOM, "step %lld: the loss is %s: training diverged (lower --lr; --no-stop-on-nan "
+				"trains on)", (long long)in->step, what);
+	if (!r->nan_said++)
+		fprintf(stderr, "hpdlf-exec: warning: step %lld: the loss is %s (null in --log-json); training on\n",
+			(long long)in->step, what);
 	return 0;
 }
 
@@ -191,7 +207,7 @@ static int write_stats(const struct cli *c, struct hp_trainer *t, const struct r
 	json_object_object_add(o, "model", json_object_new_string(c->model));
 	json_object_object_add(o, "steps", json_object_new_int64(r->nms));
 	json_object_object_add(o, "last_step", json_object_new_int64(hp_trainer_current_step(t)));
-	json_object_object_add(o, "final_loss", json_object_new_double(r->last_loss));
+	json_object_object_add(o, "final_loss", jnum(r->last_loss));
 	json_object_object_add(o, "ms_median", json_object_new_double(med));
 	json_object_object_add(o, "tensor_peak_bytes", json_object_new_int64((int64_t)hp_trainer_peak_bytes(t)));
 	json_object_object_add(o, "peak_rss_bytes", json_object_new_int64((int64_t)ru.ru_maxrss * 1024));

@@ -68,7 +68,8 @@ static int parse_int(const char *arg, const char *flag, long lo, long *out)
 enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER, OPT_SEED, OPT_THREADS,
        OPT_LOG, OPT_STATS, OPT_TRACE, OPT_PLAN, OPT_TRAIN, OPT_QUIET, OPT_HELP, OPT_PLAN_DOT,
        OPT_DATA, OPT_LABELS, OPT_LOSS, OPT_OPTIM, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BATCH,
-       OPT_STEPS, OPT_EPOCHS, OPT_SHUFFLE, OPT_NO_SHUFFLE, OPT_CKPT, OPT_CKPT_EVERY, OPT_RESUME,
+       OPT_STEPS, OPT_EPOCHS, OPT_SHUFFLE, OPT_NO_SHUFFLE, OPT_CKPT, OPT_CKPT_EVERY, OPT_RESUME, OPT_RESUME_IF, OPT_STOP_NAN,
+       OPT_GO_NAN,
        OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS, OPT_NO_SPLIT,
        OPT_RECALIBRATE };
 
@@ -89,7 +90,9 @@ static const struct option long_opts[] = {
 	{ "epochs", required_argument, 0, OPT_EPOCHS },	  { "shuffle", no_argument, 0, OPT_SHUFFLE },
 	{ "no-shuffle", no_argument, 0, OPT_NO_SHUFFLE }, { "checkpoint", required_argument, 0, OPT_CKPT },
 	{ "checkpoint-every", required_argument, 0, OPT_CKPT_EVERY },
-	{ "resume", no_argument, 0, OPT_RESUME },	  { "export-onnx", required_argument, 0, OPT_EXPORT },
+	{ "resume", no_argument, 0, OPT_RESUME },	  { "resume-if-present", no_argument, 0, OPT_RESUME_IF },
+	{ "export-onnx", required_argument, 0, OPT_EXPORT },
+	{ "stop-on-nan", no_argument, 0, OPT_STOP_NAN },  { "no-stop-on-nan", no_argument, 0, OPT_GO_NAN },
 	{ "tier", required_argument, 0, OPT_TIER },	  { "store", required_argument, 0, OPT_STORE },
 	{ "hostfile", required_argument, 0, OPT_HOSTFILE }, { "token-file", required_argument, 0, OPT_TOKEN },
 	{ "replicas", required_argument, 0, OPT_REPLICAS },
@@ -136,6 +139,9 @@ static int parse_more(int o, struct cli *c)
 	case OPT_CKPT: c->checkpoint = optarg; return 0;
 	case OPT_CKPT_EVERY: return parse_int(optarg, "--checkpoint-every", 1, &c->checkpoint_every);
 	case OPT_RESUME: c->resume = 1; return 0;
+	case OPT_RESUME_IF: c->resume = 2; return 0;
+	case OPT_STOP_NAN: c->go_on_nan = 0; return 0;
+	case OPT_GO_NAN: c->go_on_nan = 1; return 0;
 	case OPT_EXPORT: c->export_onnx = optarg; return 0;
 	case OPT_TIER:
 		if (c->ntiers == (int)(sizeof c->tiers / sizeof c->tiers[0]))
@@ -177,6 +183,9 @@ static int parse_args(int argc, char **argv, struct cli *c)
 		case OPT_BUDGET:
 			if (hp_parse_size(optarg, &c->budget) < 0)
 				return usage_error("--budget: %s", hp_errmsg());
+			if (!c->budget)
+				return usage_error("--budget: %s is no memory at all (leave --budget out to run in core)",
+						   optarg);
 			break;
 		case OPT_SHAPE: rc = add_named(c->shapes, &c->nshapes, optarg, "--shape"); break;
 		case OPT_INPUT: rc = add_named(c->inputs, &c->ninputs, optarg, "--input"); break;
@@ -205,8 +214,9 @@ static int parse_args(int argc, char **argv, struct cli *c)
 	return 0;
 }
 
-/* nvme=PATH[:SIZE] or pmem=PATH[:SIZE]; SIZE is taken only when what
- * follows the last ':' reads as a size (paths may hold colons). */
+/* nvme=PATH[:SIZE] or pmem=PATH[:SIZE]: what follows the last ':' must be a
+ * size; a path that holds ':' is given with one more ':' at its end
+ * ("nvme=/scratch/a:b:" is the path /scratch/a:b at the default size). */
 static int parse_tier(const char *arg, struct hs_tier_spec *t)
 {
 	const char *eq = strchr(arg, '='), *colon;
@@ -226,7 +236,9 @@ static int parse_tier(const char *arg, struct hs_tier_spec *t)
 		return usage_error("--tier: unknown tier kind in '%s' (nvme= or pmem=)", arg);
 	len = strlen(eq + 1);
 	colon = strrchr(eq + 1, ':');
-	if (colon && colon[1] && hp_parse_size(colon + 1, &size) == 0)
+	if (colon && colon[1] && hp_parse_size(colon + 1, &size) < 0)
+		return usage_error("--tier: %s (a path holding ':' ends with one more ':')", hp_errmsg());
+	if (colon)
 		len = (size_t)(colon - (eq + 1));
 	if (!len || len >= sizeof paths[0] || used == 16)
 		return usage_error("--tier: bad path in '%s'", arg);

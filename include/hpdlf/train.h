@@ -96,7 +96,8 @@ struct hp_trainer_opts {
 	const char *trace_path;       /* Chrome trace of the steps, or NULL */
 	const char *checkpoint_dir;   /* NULL: none */
 	int64_t checkpoint_every;     /* steps between checkpoints (0: only at the end) */
-	int resume;                   /* continue from checkpoint_dir's checkpoint */
+	int resume;                   /* continue from checkpoint_dir's checkpoint: 1, which
+	                                 must exist; 2, if there is one (else from step 0) */
 	volatile sig_atomic_t *cancel; /* set (e.g. by SIGINT) to stop after the current step */
 	/* Called while a checkpoint is written (bytes done, total); a test hook. */
 	void (*checkpoint_progress)(void *arg, uint64_t done, uint64_t total);
@@ -138,11 +139,15 @@ struct hp_step_info {
 	int checkpointed;             /* a checkpoint was committed after this step */
 };
 
-/* Called after every step; a nonzero return stops the run (like cancel). */
+/* Called after every step: a positive return stops the run (like cancel);
+ * a negative one (an HP_E* or -errno, with hp_error's message) fails it,
+ * without the final checkpoint: the last one committed stays current. */
 typedef int (*hp_step_fn)(void *arg, const struct hp_step_info *info);
 
 /* Train from the current step to opts.steps, checkpointing every
- * checkpoint_every steps and at the end (also when stopped early).
+ * checkpoint_every steps and at the end (also when stopped early); a step
+ * whose loss is not finite is never checkpointed (its state is worthless and
+ * would replace a good one).
  * HP_ECANCELED if stopped by opts.cancel or the callback (the final
  * checkpoint is written first). */
 int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg);
