@@ -8,6 +8,7 @@
  * writer creates under a random name with O_EXCL|O_NOFOLLOW and renames;
  * readers never follow a link nor wait on a FIFO, and take only a regular
  * file of this user with the exact size and magic.  docs/store-format.md */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -296,6 +297,11 @@ int hs_statpage_create(struct hs_store *st)
 	}
 	st->page = w;
 	hs_statpage_publish(st, 1);
+	/* pages of processes killed before they could remove theirs (SIGKILL,
+	 * a crash): the next process of this user reclaims them */
+	int n = 0;
+	if (hs_statpage_gc(&n) == 0 && n)
+		hp_log(HP_LOG_INFO, "store: removed %d stats page%s of processes that are gone", n, n > 1 ? "s" : "");
 	return 0;
 }
 
@@ -445,4 +451,80 @@ int hs_statpage_read(pid_t pid, struct hs_statpage_info *out)
 	}
 	munmap(p, sizeof *p);
 	return rc;
+}
+
+/* ---- reclaiming the pages of dead processes ------------------------------ */
+
+/* 1 if pid, which published a page whose header says start_time, is gone
+ * (or its pid now names another process); 0 if it may still run. */
+static int owner_gone(pid_t pid, uint64_t start_time)
+{
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return 1;
+	return start_time && proc_start_time(pid) != start_time;
+}
+
+/* The page under `name` in dfd is a page of this user whose owner is gone:
+ * read through a descriptor that neither follows a link nor waits. */
+static int page_is_stale(int dfd, const char *name, pid_t pid)
+{
+	struct statpage h;
+	int fd = openat(dfd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC), stale;
+
+	if (fd < 0)
+		return 0;
+	stale = check_file(fd, name, pid) == 0 && pread(fd, &h, HEADER_SIZE, 0) == (ssize_t)HEADER_SIZE &&
+		owner_gone(pid, h.start_time);
+	close(fd);
+	return stale;
+}
+
+/* A name this module makes: "hpdlf-store.<pid>" (a page) or
+ * ".hpdlf-store.<pid>.<hex>" (a page being made); 0 if neither. */
+static pid_t page_name_pid(const char *name, int *tmp)
+{
+	const char *prefix = "hpdlf-store.";
+	char *end;
+	long pid;
+
+	*tmp = name[0] == '.';
+	name += *tmp;
+	if (strncmp(name, prefix, strlen(prefix)))
+		return 0;
+	pid = strtol(name + strlen(prefix), &end, 10);
+	if (pid <= 0 || pid > INT_MAX || end == name + strlen(prefix) || (*tmp ? *end != '.' : *end != 0))
+		return 0;
+	return (pid_t)pid;
+}
+
+int hs_statpage_gc(int *removed)
+{
+	char dir[PATH_MAX];
+	int dfd, n = 0, rc = hs_statpage_dir(dir, sizeof dir, &dfd);
+	DIR *d;
+
+	if (removed)
+		*removed = 0;
+	if (rc == -ENOENT)
+		return 0; /* no page was ever published */
+	if (rc < 0)
+		return rc;
+	if (!(d = fdopendir(dfd))) {
+		close(dfd);
+		return hp_error(-errno, "%s: %s", dir, strerror(errno));
+	}
+	for (struct dirent *e; (e = readdir(d));) {
+		int tmp;
+		pid_t pid = page_name_pid(e->d_name, &tmp);
+		if (!pid || pid == getpid())
+			continue;
+		/* a page being made belongs to a live maker until its pid is gone */
+		int gone = tmp ? kill(pid, 0) < 0 && errno == ESRCH : page_is_stale(dirfd(d), e->d_name, pid);
+		if (gone && unlinkat(dirfd(d), e->d_name, 0) == 0)
+			n++;
+	}
+	closedir(d);
+	if (removed)
+		*removed = n;
+	return 0;
 }

@@ -29,6 +29,7 @@ struct cli {
 	struct insp_opts o;
 	const char *token_file;
 	const char *plot, *title;
+	int gc;                 /* --gc: remove stale pages */
 	char **targets;
 	int ntargets;
 };
@@ -90,13 +91,14 @@ static int parse_seconds(const char *arg, double *out)
 
 static int parse_cli(int argc, char **argv, struct cli *c)
 {
-	enum { O_JSON = 256, O_PROM, O_WATCH, O_COUNT, O_TENSORS, O_TOKEN, O_PLOT, O_TITLE, O_HELP };
+	enum { O_JSON = 256, O_PROM, O_WATCH, O_COUNT, O_TENSORS, O_TOKEN, O_PLOT, O_TITLE, O_GC, O_HELP };
 	static const struct option opts[] = {
 		{ "json", no_argument, 0, O_JSON },        { "prometheus", no_argument, 0, O_PROM },
 		{ "watch", required_argument, 0, O_WATCH }, { "count", required_argument, 0, O_COUNT },
 		{ "tensors", no_argument, 0, O_TENSORS },  { "token-file", required_argument, 0, O_TOKEN },
 		{ "plot", required_argument, 0, O_PLOT },  { "title", required_argument, 0, O_TITLE },
-		{ "help", no_argument, 0, O_HELP },        { 0, 0, 0, 0 },
+		{ "gc", no_argument, 0, O_GC },            { "help", no_argument, 0, O_HELP },
+		{ 0, 0, 0, 0 },
 	};
 	int k, json = 0, prom = 0;
 	char *end;
@@ -122,6 +124,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 		case O_TOKEN: c->token_file = optarg; break;
 		case O_PLOT: c->plot = optarg; break;
 		case O_TITLE: c->title = optarg; break;
+		case O_GC: c->gc = 1; break;
 		case 'h':
 		case O_HELP: fputs(usage_text, stdout); exit(0);
 		default:
@@ -137,6 +140,8 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 		return usage_error("%s", "--plot OUT.svg takes exactly one input: a Chrome trace (hpdlf-exec --trace) or a --log-json file");
 	if (c->count && !c->watch)
 		return usage_error("%s", "--count only makes sense with --watch");
+	if (c->gc && (c->ntargets || c->watch || c->plot))
+		return usage_error("%s", "--gc takes no targets, --watch nor --plot");
 	return 0;
 }
 
@@ -369,6 +374,15 @@ int main(int argc, char **argv)
 		if (rc < 0)
 			fprintf(stderr, PROG ": %s\n", hp_errmsg()[0] ? hp_errmsg() : hp_strerror(rc));
 		return rc < 0 ? (rc == HP_EUSAGE || rc == HP_EFORMAT || rc == HP_EDATA ? 2 : 1) : 0;
+	}
+	if (c.gc) {
+		int n = 0;
+		if ((rc = hs_statpage_gc(&n)) < 0) {
+			fprintf(stderr, PROG ": %s\n", hp_errmsg()[0] ? hp_errmsg() : hp_strerror(rc));
+			return 1;
+		}
+		printf("removed %d stale page%s\n", n, n == 1 ? "" : "s");
+		return 0;
 	}
 	if (c.ntargets && !(t = calloc((size_t)c.ntargets, sizeof *t)))
 		return 1;

@@ -211,9 +211,12 @@ void insp_tier_view(const struct insp_target *t, int tier, struct insp_tier_view
 	if (t->state == INSP_LIVE && t->have_prev && t->cur_t > t->prev_t &&
 	    tier < t->prev.stats.ntiers) {
 		const struct hs_tier_stats *p = &t->prev.stats.tier[tier];
-		double dt = t->cur_t - t->prev_t;
-		v->read_now = s->bytes_read >= p->bytes_read ? (double)(s->bytes_read - p->bytes_read) / dt : 0;
-		v->write_now = s->bytes_written >= p->bytes_written ?
+		/* the counters hold as of the page's own timestamps: the owner may
+		 * have published late (a loaded machine) or not at all (idle) */
+		uint64_t u0 = t->prev.updated_ns, u1 = t->cur.updated_ns;
+		double dt = u0 && u1 >= u0 ? (double)(u1 - u0) / 1e9 : t->cur_t - t->prev_t;
+		v->read_now = s->bytes_read > p->bytes_read && dt > 0 ? (double)(s->bytes_read - p->bytes_read) / dt : 0;
+		v->write_now = s->bytes_written > p->bytes_written && dt > 0 ?
 			(double)(s->bytes_written - p->bytes_written) / dt : 0;
 	}
 	if (t->start_ns && t->cur.updated_ns > t->start_ns) {

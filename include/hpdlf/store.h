@@ -243,6 +243,11 @@ char *hs_statpage_path(pid_t pid, char *buf, size_t len);
  * a path longer than len).  dirfd non-NULL: receives an O_DIRECTORY
  * descriptor of it, for listing without a race (the caller closes it). */
 int hs_statpage_dir(char *buf, size_t len, int *dirfd);
+/* Remove the pages of processes that are gone (killed before closing their
+ * store) and their unfinished temporaries from this user's page directory;
+ * a store publishing a page does it once at start.  0 and *removed (may be
+ * NULL), or an error of hs_statpage_dir other than -ENOENT. */
+int hs_statpage_gc(int *removed);
 
 #ifdef __cplusplus
 }

@@ -288,8 +288,47 @@ def test_signals(tmp, d, live):
         interrupt(["--watch", "30", "--token-file", token, ep], d, signal.SIGTERM, 143, first_line=False)
 
 
+def test_gc(tmp):
+    """Pages of killed processes are reclaimed by the next process with a
+    store and by --gc; live pages, foreign files and a FIFO are kept."""
+    d = os.path.join(tmp, "gc")
+    a, b = start_writer(tmp, d), start_writer(tmp, d)
+    if not a or not b:
+        return
+    stop(a)
+    stop(b)  # SIGKILL: neither removes its page
+    check(os.path.exists(page(d, a.pid)) and os.path.exists(page(d, b.pid)), "killed writers leave their pages")
+    live = start_writer(tmp, d)  # a new process with a store reclaims both
+    if not live:
+        return
+    try:
+        left = sorted(os.listdir(d))
+        check(left == [f"hpdlf-store.{live.pid}"], f"the next writer reclaimed the dead pages: {left}")
+        c = start_writer(tmp, d)
+        if not c:
+            return
+        stop(c)
+        fifo_pid = dead_pids(1)[0]
+        os.mkfifo(page(d, fifo_pid), 0o600)
+        with open(os.path.join(d, "notes.txt"), "w") as f:
+            f.write("not a page\n")
+        rc, out, err, dt = run(d, "--gc")
+        check(rc == 0 and out.strip() == "removed 1 stale page" and dt < QUICK,
+              f"--gc removes the killed writer's page: exit {rc}, {out.strip()!r} {err.strip()!r} in {dt:.1f} s")
+        left = sorted(os.listdir(d))
+        want = sorted([f"hpdlf-store.{live.pid}", f"hpdlf-store.{fifo_pid}", "notes.txt"])
+        check(left == want, f"--gc keeps the live page, the FIFO and other files: {left}, want {want}")
+        rc, out, _, _ = run(d, "--gc")
+        check(rc == 0 and out.strip() == "removed 0 stale pages", f"--gc again removes nothing: {out.strip()!r}")
+        rc, _, err, _ = run(d, "--gc", str(live.pid))
+        check(rc == 2, f"--gc with a target is a usage error (exit {rc})")
+    finally:
+        stop(live)
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
+        test_gc(tmp)
         d = os.path.join(tmp, "pages")
         w = test_private_dir(tmp, d)
         if w:
