@@ -6,9 +6,10 @@
  *   int rc = op->run(node, &a);
  *
  * Every operator (forward ONNX ops and, in domain "ai.hpdlf", the backward
- * and optimizer ops that autodiff emits) is one struct hp_op.  Kernels never
- * allocate tensor memory: inputs, outputs and workspace come from the caller
- * (the executor, which takes them from the tensor store), so the same kernel
+ * and optimizer ops that autodiff emits) is one struct hp_op, declared in
+ * hpdlf/graph.h beside the nodes that point at it.  Kernels never allocate
+ * tensor memory: inputs, outputs and workspace come from the caller (the
+ * executor, which takes them from the tensor store), so the same kernel
  * runs in core and out of core.  Kernels are deterministic: for a given
  * thread count the result is bitwise reproducible.
  */
