@@ -1,10 +1,7 @@
 /* The operator table: every family's ops, looked up by domain and name. */
 #include <pthread.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <string.h>
 
-#include "hpdlf/error.h"
 #include "kernels/ops.h"
 
 static const struct hp_op *const *const families[] = {
@@ -48,16 +45,4 @@ const struct hp_op *const *hp_op_list(int *count)
 	pthread_once(&once, gather);
 	*count = nall_ops;
 	return all_ops;
-}
-
-int hp_node_error(const struct hp_graph *g, const struct hp_node *n, int err, const char *fmt, ...)
-{
-	char msg[768];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	return hp_error(err, "%s: node '%s' (%s): %s", g && g->path ? g->path : "model",
-			n->name && n->name[0] ? n->name : "?", n->op_type, msg);
 }

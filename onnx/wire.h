@@ -1,4 +1,4 @@
-/* Protobuf wire-format walking for the ONNX importer (internal).
+/* Protobuf wire-format walking for the ONNX importer and exporter (internal).
  *
  * The importer never hands a whole ModelProto to protobuf-c: initializer
  * bytes would be copied into RAM and nested graphs/types would recurse

@@ -131,6 +131,59 @@ struct hp_graph {
 	int values_cap, nodes_cap; /* internal growth */
 };
 
+/* ---- the operator contract ------------------------------------------------
+ * What a node's op points at.  kernels/ implements it (hp_op_find in
+ * hpdlf/kernels.h); the IR declares it because a node owns the state its
+ * op prepared and hp_graph_free releases it through op->release. */
+
+struct hp_pool;
+
+/* Arguments of one kernel call. in[i].data is NULL for an omitted optional
+ * input (node->inputs[i] == -1); out[i].data NULL for an omitted output. */
+struct hp_kargs {
+	int nin, nout;
+	const struct hp_tensor *in;
+	struct hp_tensor *out;
+	void *ws;               /* node->workspace bytes, 64-byte aligned */
+	size_t ws_size;
+	struct hp_pool *pool;   /* may be NULL: run on the calling thread */
+};
+
+enum hp_op_flags {
+	HP_OP_INPLACE = 1u << 0,     /* out[0] may alias in[0] (same size) */
+	HP_OP_NO_FOLD = 1u << 1,     /* never constant-fold (random ops) */
+	HP_OP_ALIAS = 1u << 2,       /* out[0] is in[0]'s bytes reinterpreted (Reshape...) */
+};
+
+struct hp_op {
+	const char *domain;     /* "" = ai.onnx, "ai.hpdlf" = internal ops */
+	const char *name;
+	int min_inputs, max_inputs;
+	int min_outputs, max_outputs;
+	unsigned flags;
+	/* Validate attributes and input dtypes/shapes (g->values[n->inputs[i]]),
+	 * set output dtypes and concrete shapes, n->workspace and n->priv.  Input
+	 * values whose ->data is set are compile-time constants (e.g. Reshape's
+	 * shape); an op that needs one that is not constant fails HP_EUNSUPPORTED.
+	 * An op may fold itself by setting an output value's data and kind
+	 * HP_VALUE_CONSTANT (Shape does).  Errors name the node and op. */
+	int (*prepare)(struct hp_graph *g, struct hp_node *n);
+	/* Compute. Must not fail on shapes prepare accepted, except for data-
+	 * dependent errors (Gather index out of range), which name the node. */
+	int (*run)(const struct hp_node *n, const struct hp_kargs *a);
+	/* Free n->priv (NULL: free(n->priv) is enough). */
+	void (*release)(struct hp_node *n);
+	/* Floating-point operations of one run (for GFLOP/s and the planner's
+	 * time model); NULL: counted as numel(outputs). */
+	double (*flops)(const struct hp_graph *g, const struct hp_node *n);
+};
+
+/* Helper for prepare functions: record "MODEL: node 'NAME' (OP): message". */
+int hp_node_error(const struct hp_graph *g, const struct hp_node *n, int err, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* ---- loading, inference, building ------------------------------------- */
+
 /* Import an ONNX model (any opset 7..17 of ai.onnx). Errors: -ENOENT etc. for
  * I/O, HP_EMODEL for malformed protobuf or graph, HP_EUNSUPPORTED. */
 int hp_graph_load(const char *path, struct hp_graph **out);

@@ -6,9 +6,10 @@
  *   int rc = op->run(node, &a);
  *
  * Every operator (forward ONNX ops and, in domain "ai.hpdlf", the backward
- * and optimizer ops that autodiff emits) is one struct hp_op.  Kernels never
- * allocate tensor memory: inputs, outputs and workspace come from the caller
- * (the executor, which takes them from the tensor store), so the same kernel
+ * and optimizer ops that autodiff emits) is one struct hp_op, declared in
+ * hpdlf/graph.h beside the nodes that point at it.  Kernels never allocate
+ * tensor memory: inputs, outputs and workspace come from the caller (the
+ * executor, which takes them from the tensor store), so the same kernel
  * runs in core and out of core.  Kernels are deterministic: for a given
  * thread count the result is bitwise reproducible.
  */
@@ -27,46 +28,6 @@ extern "C" {
 
 struct hp_pool;
 
-/* Arguments of one kernel call. in[i].data is NULL for an omitted optional
- * input (node->inputs[i] == -1); out[i].data NULL for an omitted output. */
-struct hp_kargs {
-	int nin, nout;
-	const struct hp_tensor *in;
-	struct hp_tensor *out;
-	void *ws;               /* node->workspace bytes, 64-byte aligned */
-	size_t ws_size;
-	struct hp_pool *pool;   /* may be NULL: run on the calling thread */
-};
-
-enum hp_op_flags {
-	HP_OP_INPLACE = 1u << 0,     /* out[0] may alias in[0] (same size) */
-	HP_OP_NO_FOLD = 1u << 1,     /* never constant-fold (random ops) */
-	HP_OP_ALIAS = 1u << 2,       /* out[0] is in[0]'s bytes reinterpreted (Reshape...) */
-};
-
-struct hp_op {
-	const char *domain;     /* "" = ai.onnx, "ai.hpdlf" = internal ops */
-	const char *name;
-	int min_inputs, max_inputs;
-	int min_outputs, max_outputs;
-	unsigned flags;
-	/* Validate attributes and input dtypes/shapes (g->values[n->inputs[i]]),
-	 * set output dtypes and concrete shapes, n->workspace and n->priv.  Input
-	 * values whose ->data is set are compile-time constants (e.g. Reshape's
-	 * shape); an op that needs one that is not constant fails HP_EUNSUPPORTED.
-	 * An op may fold itself by setting an output value's data and kind
-	 * HP_VALUE_CONSTANT (Shape does).  Errors name the node and op. */
-	int (*prepare)(struct hp_graph *g, struct hp_node *n);
-	/* Compute. Must not fail on shapes prepare accepted, except for data-
-	 * dependent errors (Gather index out of range), which name the node. */
-	int (*run)(const struct hp_node *n, const struct hp_kargs *a);
-	/* Free n->priv (NULL: free(n->priv) is enough). */
-	void (*release)(struct hp_node *n);
-	/* Floating-point operations of one run (for GFLOP/s and the planner's
-	 * time model); NULL: counted as numel(outputs). */
-	double (*flops)(const struct hp_graph *g, const struct hp_node *n);
-};
-
 /* Look an operator up ("" or "ai.onnx" for the default domain). */
 const struct hp_op *hp_op_find(const char *domain, const char *name);
 /* All registered operators (for --help and the conformance runner). */
@@ -80,10 +41,6 @@ const struct hp_op *const *hp_op_list(int *count);
  * -1: no band does; 1 for every op whose elements do not depend on where a
  * band starts.  n's input shapes must be inferred. */
 int64_t hp_node_band_align(struct hp_graph *g, struct hp_node *n, int axis, int *path);
-
-/* Helper for prepare functions: record "MODEL: node 'NAME' (OP): message". */
-int hp_node_error(const struct hp_graph *g, const struct hp_node *n, int err, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
 
 /* ---- thread pool ------------------------------------------------------ */
 

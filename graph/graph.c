@@ -1,11 +1,10 @@
-/* Graph IR construction, lookup, topological order and destruction. */
+/* Graph IR construction, lookup by name, topological order and destruction. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hpdlf/error.h"
 #include "hpdlf/graph.h"
-#include "hpdlf/kernels.h"
 
 static char *dupstr(const char *s)
 {
@@ -217,49 +216,6 @@ int hp_graph_add_attr(struct hp_graph *g, int node, const struct hp_attr *a)
 	}
 	n->nattrs++;
 	return 0;
-}
-
-const struct hp_attr *hp_node_attr(const struct hp_node *n, const char *name)
-{
-	for (int i = 0; i < n->nattrs; i++)
-		if (!strcmp(n->attrs[i].name, name))
-			return &n->attrs[i];
-	return NULL;
-}
-
-int64_t hp_attr_int(const struct hp_node *n, const char *name, int64_t dflt)
-{
-	const struct hp_attr *a = hp_node_attr(n, name);
-
-	return a && a->type == HP_ATTR_INT ? a->i : dflt;
-}
-
-float hp_attr_float(const struct hp_node *n, const char *name, float dflt)
-{
-	const struct hp_attr *a = hp_node_attr(n, name);
-
-	if (a && a->type == HP_ATTR_FLOAT)
-		return a->f;
-	if (a && a->type == HP_ATTR_INT)
-		return (float)a->i;
-	return dflt;
-}
-
-const char *hp_attr_string(const struct hp_node *n, const char *name, const char *dflt)
-{
-	const struct hp_attr *a = hp_node_attr(n, name);
-
-	return a && a->type == HP_ATTR_STRING ? a->s : dflt;
-}
-
-int hp_attr_ints(const struct hp_node *n, const char *name, const int64_t **v)
-{
-	const struct hp_attr *a = hp_node_attr(n, name);
-
-	if (!a || a->type != HP_ATTR_INTS)
-		return -1;
-	*v = a->ints;
-	return a->n;
 }
 
 /* Recompute producers and consumer counts from the node lists. */
