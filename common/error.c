@@ -31,6 +31,7 @@ const char *hp_strerror(int err)
 	case HP_EUSAGE: return "bad usage";
 	case HP_EINTERNAL: return "internal error";
 	case HP_ECANCELED: return "interrupted";
+	case HP_ENOTCONST: return "input must be a compile-time constant";
 	}
 	if (err < 0 && err > -4096)
 		return strerror(-err);
@@ -187,6 +188,7 @@ int hp_exit_status(int err)
 	case HP_EUSAGE:
 	case HP_EFORMAT:
 	case HP_EBUDGET:
+	case HP_ENOTCONST:
 	case -ENOENT:
 	case -EACCES:
 	case -EISDIR:

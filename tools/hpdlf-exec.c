@@ -688,7 +688,7 @@ static int load_model(const struct cli *c, struct hp_graph **g)
 		rc = resolve_shapes(*g, c);
 	if (rc == 0)
 		rc = hp_graph_infer(*g);
-	if (rc == HP_EUNSUPPORTED && strstr(hp_errmsg(), "compile-time constant") && c->ninputs && !bind_level) {
+	if (rc == HP_ENOTCONST && c->ninputs && !bind_level) {
 		hp_graph_free(*g);
 		*g = NULL;
 		bind_level = 1;

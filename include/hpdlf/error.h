@@ -36,6 +36,7 @@ enum hp_status {
 	HP_EUSAGE = -1010,       /* bad argument from the caller */
 	HP_EINTERNAL = -1011,    /* a bug: an invariant did not hold */
 	HP_ECANCELED = -1012,    /* interrupted by the user */
+	HP_ENOTCONST = -1014,    /* an input must be a compile-time constant (bind it) */
 };
 
 /* Name of a status code (HP_E* or -errno). Never NULL. */
