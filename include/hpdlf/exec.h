@@ -116,9 +116,10 @@ int hp_graph_split(struct hp_graph *g, const struct hp_exec_opts *o, int *nsplit
  * further a graph that does not fit). */
 int hp_graph_compile(struct hp_graph *g, const struct hp_exec_opts *o);
 
-/* After a call on this thread failed with HP_EBUDGET_OP: the smallest
- * budget (bytes) that works for the graph as it was compiled; 0 if none
- * failed so. */
+/* After a call on this thread failed with HP_EBUDGET_OP (hp_session_create,
+ * hp_plan_summarize, hp_plan_write_dot): the smallest budget in bytes that
+ * works for the graph as it was compiled.  The figure of the last such
+ * failure on this thread; 0 if there was none. */
 uint64_t hp_exec_min_budget(void);
 
 struct hp_plan_summary {
