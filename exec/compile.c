@@ -1,5 +1,6 @@
 /* The compile pipeline (see compile.h). */
 #include <stddef.h>
+#include <string.h>
 
 #include "hpdlf/error.h"
 #include "hpdlf/exec.h"
@@ -8,11 +9,13 @@
 #include "exec/split.h"
 #include "exec/split_weight.h"
 
-/* Option `f` (an int of struct hp_exec_opts at offset `off`) when the
- * caller's struct has it, else 0. */
-static int opt_flag(const struct hp_exec_opts *o, size_t off, const int *f)
+/* The caller's options as this library's struct (fields it does not know
+ * take their defaults): read once here instead of checking sizes at use. */
+static void normalise(const struct hp_exec_opts *o, struct hp_exec_opts *n)
 {
-	return o->size >= off + sizeof *f && *f;
+	hp_exec_opts_init(n, sizeof *n);
+	memcpy(n, o, o->size < sizeof *n ? o->size : sizeof *n);
+	n->size = sizeof *n;
 }
 
 static int rewrite(struct hp_graph *g, const struct hp_exec_opts *o)
@@ -20,24 +23,25 @@ static int rewrite(struct hp_graph *g, const struct hp_exec_opts *o)
 	struct hp_budget_layout l;
 	int rc;
 
-	if (!o->budget || opt_flag(o, offsetof(struct hp_exec_opts, no_split), &o->no_split))
+	if (!o->budget || o->no_split)
 		return 0;
 	/* the splitters run before the graph is final: the layout of the
 	 * budget alone (kernel scratch counted with each step) */
 	hp_budget_layout_init(&l, o->budget);
-	if (!opt_flag(o, offsetof(struct hp_exec_opts, no_weight_split), &o->no_weight_split) &&
-	    (rc = hp_split_weights(g, &l, NULL)) < 0)
+	if (!o->no_weight_split && (rc = hp_split_weights(g, &l, NULL)) < 0)
 		return rc;
 	return hp_split_ops(g, &l, NULL);
 }
 
 int hp_compile(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_budget_layout *l)
 {
-	int rc = rewrite(g, o);
+	struct hp_exec_opts n;
+	int rc;
 
-	if (rc < 0)
+	normalise(o, &n);
+	if ((rc = rewrite(g, &n)) < 0)
 		return rc;
-	hp_budget_layout(g, o, l);
+	hp_budget_layout(g, &n, l);
 	return 0;
 }
 
