@@ -34,7 +34,8 @@ struct hp_budget_layout {
 			      * staging and usable are 0) */
 	uint64_t chunk;      /* the store's chunk size */
 	uint64_t staging;    /* bytes kept free for staging copies */
-	uint64_t workspace;  /* resident kernel scratch of all workers (0: per kernel) */
+	uint64_t workspace;  /* resident kernel scratch of all workers (0: per
+			      * kernel); in core, what the in-core plan counts */
 	uint64_t usable;     /* budget - staging - workspace (0 if they exceed it) */
 	int workers;         /* compute workers of the task net */
 };
