@@ -165,7 +165,8 @@ out:
 }
 
 /* The planner's smallest budget for the model as hpdlf-exec would run it
- * at `budget` (operators split to fit when needed; 0 if it cannot tell). */
+ * at `budget` (compiled as a session would be: weights and operators split
+ * to fit when needed; 0 if it cannot tell). */
 static uint64_t min_budget(const char *model, const char *shape, uint64_t budget)
 {
 	struct hp_graph *g;
@@ -185,7 +186,7 @@ static uint64_t min_budget(const char *model, const char *shape, uint64_t budget
 	}
 	hp_exec_opts_init(&o, sizeof o);
 	o.budget = budget;
-	if (hp_graph_infer(g) == 0 && hp_graph_split(g, &o, NULL) == 0)
+	if (hp_graph_infer(g) == 0 && hp_graph_compile(g, &o) == 0)
 		hp_plan_summarize(g, &o, &p);
 	hp_graph_free(g);
 	return p.min_budget;

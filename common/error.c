@@ -31,6 +31,8 @@ const char *hp_strerror(int err)
 	case HP_EUSAGE: return "bad usage";
 	case HP_EINTERNAL: return "internal error";
 	case HP_ECANCELED: return "interrupted";
+	case HP_EBUDGET_OP: return "budget too small for one operator";
+	case HP_ENOTCONST: return "input must be a compile-time constant";
 	}
 	if (err < 0 && err > -4096)
 		return strerror(-err);
@@ -187,6 +189,8 @@ int hp_exit_status(int err)
 	case HP_EUSAGE:
 	case HP_EFORMAT:
 	case HP_EBUDGET:
+	case HP_EBUDGET_OP:
+	case HP_ENOTCONST:
 	case -ENOENT:
 	case -EACCES:
 	case -EISDIR:

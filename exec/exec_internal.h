@@ -7,6 +7,7 @@
 
 #include "hpdlf/exec.h"
 #include "hpdlf/kernels.h"
+#include "exec/budget.h"
 
 struct hs_store;
 struct hs_tensor;
@@ -20,6 +21,7 @@ struct hp_session {
 	struct hp_graph *g;
 	struct hp_exec_opts opts;
 	int threads;
+	struct hp_budget_layout layout; /* of g under opts (hp_compile) */
 	struct hp_pool *pool;
 	void **buf;            /* per value: run-time buffer or NULL */
 	unsigned char *arena;  /* in core: every activation at a planned offset */
@@ -46,10 +48,6 @@ struct hp_session {
 };
 
 int hp_rt_create(struct hp_session *s);
-/* The store's chunk size for a budget (from the default `dflt`), and the
- * bytes the runtime keeps free for staging copies at that budget. */
-uint64_t hp_rt_chunk_size(uint64_t dflt, uint64_t budget);
-uint64_t hp_rt_staging_bytes(uint64_t budget);
 int hp_rt_run(struct hp_session *s);
 int hp_rt_set_input(struct hp_session *s, int v, const void *data);
 int hp_rt_get_output(struct hp_session *s, int v, void *dst);

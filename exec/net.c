@@ -614,7 +614,7 @@ int hp_net_run(struct hp_net *n)
 	for (int v = 0; v < n->s->g->nvalues; v++)
 		if (n->held[v])
 			held += (int64_t)n->vsize[v];
-	n->free_tokens = (int64_t)n->s->opts.budget - (int64_t)n->reserved - held;
+	n->free_tokens = (int64_t)n->s->layout.budget - (int64_t)n->reserved - held;
 	for (int i = 0; i < n->ntr; i++) {
 		const struct tr *t = &n->tr[i];
 		n->deps_left[i] = t->ndeps;
@@ -694,7 +694,7 @@ int hp_net_create(struct hp_session *s, int workers, int io_threads, struct hp_n
 		return hp_error(-ENOMEM, "out of memory");
 	n->s = s;
 	n->nworkers = workers < 1 ? 1 : workers;
-	n->reserved = s->nscratch ? hp_plan_max_workspace(s->g) * (uint64_t)n->nworkers : 0;
+	n->reserved = s->nscratch ? s->layout.workspace : 0;
 	n->nio = io_threads < 1 ? 1 : io_threads;
 	pthread_mutex_init(&n->mu, NULL);
 	pthread_cond_init(&n->cv[0], NULL);

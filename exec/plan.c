@@ -703,6 +703,8 @@ static int simulate(struct sim *m, int pass)
 	return 0;
 }
 
+_Thread_local uint64_t hp_plan_needed;
+
 int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out)
 {
 	struct sim m = { .g = g, .o = o };
@@ -738,7 +740,8 @@ int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct
 		if (o->workspace || reserve)
 			snprintf(scratch, sizeof scratch, " beside %llu bytes of kernel scratch and %llu of staging",
 				 (unsigned long long)o->workspace, (unsigned long long)reserve);
-		rc = hp_node_error(g, n, HP_EBUDGET, "needs %llu bytes at once (inputs, outputs and workspace)%s, "
+		hp_plan_needed = p->min_budget;
+		rc = hp_node_error(g, n, HP_EBUDGET_OP, "needs %llu bytes at once (inputs, outputs and workspace)%s, "
 				   "more than the budget of %llu bytes; the smallest budget that works is %llu bytes "
 				   "(--budget %lluK)", (unsigned long long)step_max, scratch,
 				   (unsigned long long)o->budget, (unsigned long long)p->min_budget,

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "hpdlf/graph.h"
+#include "exec/budget.h"
 
 struct hp_speed_compute;
 
@@ -41,6 +42,7 @@ struct hp_plan_opts {
 	double gflops;         /* compute speed without a speed model */
 	const struct hp_speed_compute *speed; /* measured per-kernel model, or NULL */
 	int workers;           /* compute lanes of the time model (0: 1) */
+	uint64_t chunk;        /* the store's chunk: one request of the tier model */
 	double read_MBps, write_MBps; /* tier bandwidth model */
 	double read_lat_us, write_lat_us; /* and the fixed cost of one request */
 	int max_lookahead;     /* steps a load may be hoisted (0: unlimited) */
@@ -74,23 +76,22 @@ struct hp_plan {
 /* First step after `step` that reads v, or HP_PLAN_NEVER. */
 int hp_plan_next_use(const struct hp_plan *p, int v, int step);
 
-struct hp_exec_opts;
-/* The options the runtime plans with (budget, tensor alignment of the
- * store, measured speed model) for these session options. */
-void hp_plan_default_opts(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_opts *po);
-/* Task-net compute workers for these options and thread count. */
-int hp_exec_workers(const struct hp_exec_opts *o, int threads);
+/* The options the runtime plans with for a budget layout: its budget,
+ * resident workspace, staging reserve and workers, the store's alignment;
+ * no speed model. */
+void hp_plan_default_opts(const struct hp_budget_layout *l, struct hp_plan_opts *po);
 /* The smallest budget under these options (the largest single step's need). */
 uint64_t hp_plan_min_budget(const struct hp_graph *g, const struct hp_plan_opts *o, int *step);
-/* Largest kernel workspace of the graph, rounded to the store's 4 KiB. */
-uint64_t hp_plan_max_workspace(const struct hp_graph *g);
 
 /* Step s writes its output 0 into input 0's tensor (the op allows it, the
  * input dies there, same bytes, both activations of this run): the output
  * takes the input's memory over. */
 int hp_plan_inplace(const struct hp_graph *g, const struct hp_plan *p, int s);
 
+/* Fails with HP_EBUDGET_OP when a step needs more than o->budget at once;
+ * hp_plan_needed (this thread's) is then the plan's min_budget. */
 int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
+extern _Thread_local uint64_t hp_plan_needed;
 void hp_plan_free(struct hp_plan *p);
 /* Write plan p of g as Graphviz (plan_dot.c). */
 int hp_plan_dot(const struct hp_graph *g, const struct hp_plan *p, const struct hp_plan_opts *o, const char *path);

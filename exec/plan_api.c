@@ -11,49 +11,20 @@
 #include "exec/plan.h"
 #include "exec/speed.h"
 
-int hp_exec_workers(const struct hp_exec_opts *o, int threads)
+void hp_plan_default_opts(const struct hp_budget_layout *l, struct hp_plan_opts *po)
 {
-	int w = o && o->size >= offsetof(struct hp_exec_opts, workers) + sizeof o->workers && o->workers > 0 ? o->workers : 1;
-
-	return w > threads ? threads : w;
-}
-
-uint64_t hp_plan_max_workspace(const struct hp_graph *g)
-{
-	uint64_t mx = 0;
-
-	for (int i = 0; i < g->nnodes; i++)
-		if (!g->nodes[i].folded && g->nodes[i].workspace > mx)
-			mx = g->nodes[i].workspace;
-	return (mx + 4095) / 4096 * 4096;
-}
-
-void hp_plan_default_opts(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_opts *po)
-{
-	int threads = o && o->threads > 0 ? o->threads : hp_exec_online_cpus();
-
 	memset(po, 0, sizeof *po);
-	po->budget = o ? o->budget : 0;
-	/* one scratch buffer per compute worker, resident for the session:
-	 * kernels never fault fresh scratch pages in */
-	po->workspace = hp_plan_max_workspace(g) * (uint64_t)hp_exec_workers(o, threads);
-	po->align = 4096; /* the store's unit of DRAM accounting */
-	po->reserve_for = hp_rt_staging_bytes;
-	/* ...unless the budget is too tight for that: then each kernel's
-	 * scratch is its own, counted with the kernel's step */
-	if (po->workspace && po->budget && po->budget < hp_plan_min_budget(g, po, NULL))
-		po->workspace = 0;
-	po->workers = hp_exec_workers(o, threads);
+	po->budget = l->budget;
+	po->workspace = l->workspace;
+	po->align = HP_BUDGET_ALIGN;
+	po->reserve_for = hp_budget_staging;
+	po->workers = l->workers;
+	po->chunk = l->chunk;
 }
 
-/* The store's chunk size for this budget (runtime.c's open_store). */
-static uint64_t run_chunk_size(uint64_t budget)
+uint64_t hp_exec_min_budget(void)
 {
-	uint64_t chunk = 4ull << 20;
-
-	while (chunk > 65536 && chunk * 16 > budget)
-		chunk /= 2;
-	return chunk;
+	return hp_plan_needed;
 }
 
 struct speed_model {
@@ -69,9 +40,11 @@ static void speed_opts(const struct hp_graph *g, const struct hp_exec_opts *o, s
 {
 	int threads = o && o->threads > 0 ? o->threads : hp_exec_online_cpus();
 	int recal = o && o->size >= offsetof(struct hp_exec_opts, recalibrate) + sizeof o->recalibrate && o->recalibrate;
+	struct hp_budget_layout l;
 	int ooc;
 
-	hp_plan_default_opts(g, o, po);
+	hp_budget_layout(g, o, &l);
+	hp_plan_default_opts(&l, po);
 	ooc = po->budget > 0;
 	if (!ooc)
 		po->workers = 1; /* in core: one kernel at a time on all threads */
@@ -81,7 +54,7 @@ static void speed_opts(const struct hp_graph *g, const struct hp_exec_opts *o, s
 	if (ooc) {
 		struct hs_tier_spec spill = { .kind = HS_TIER_NVME };
 		int has = o->size >= offsetof(struct hp_exec_opts, tiers) + sizeof o->tiers && o->ntiers > 0;
-		hp_speed_tier_get(has ? &o->tiers[0] : &spill, run_chunk_size(po->budget), recal, &sm->t);
+		hp_speed_tier_get(has ? &o->tiers[0] : &spill, po->chunk, recal, &sm->t);
 		po->read_MBps = sm->t.read_MBps;
 		po->write_MBps = sm->t.write_MBps;
 		po->read_lat_us = sm->t.read_lat_us;

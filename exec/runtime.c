@@ -167,32 +167,14 @@ static int place_initializer(struct hp_session *s, int v)
 	return rc;
 }
 
-/* Small budgets get small chunks so paging stays fine-grained: at most a
- * 16th of the budget, and below 4 MiB a 64th (the staging reserve is two
- * chunks, which a budget of a few hundred KiB must not lose to it). */
-uint64_t hp_rt_chunk_size(uint64_t dflt, uint64_t budget)
-{
-	uint64_t c = dflt, parts = budget < (4u << 20) ? 64 : 16;
-
-	while (c > 16384 && c * parts > budget)
-		c /= 2;
-	return c;
-}
-
-uint64_t hp_rt_staging_bytes(uint64_t budget)
-{
-	/* one chunk copied at a time: its source and its destination */
-	return budget ? 2 * hp_rt_chunk_size(HS_DEFAULT_CHUNK, budget) : 0;
-}
-
 static int open_store(struct hp_session *s)
 {
 	struct hs_store_opts so;
 	int rc;
 
 	hs_store_opts_init(&so, sizeof so);
-	so.budget = s->opts.budget;
-	so.chunk_size = hp_rt_chunk_size(so.chunk_size, so.budget);
+	so.budget = s->layout.budget;
+	so.chunk_size = s->layout.chunk;
 	so.stats_page = 1;
 	if (s->opts.size >= offsetof(struct hp_exec_opts, tiers) + sizeof s->opts.tiers && s->opts.ntiers > 0) {
 		if (s->opts.ntiers > HS_MAX_TIERS)
@@ -250,11 +232,11 @@ int hp_rt_create(struct hp_session *s)
 {
 	const struct hp_graph *g = s->g;
 	struct hp_plan_opts po;
-	int workers = hp_exec_workers(&s->opts, s->threads), nio = s->opts.io_threads > 0 ? s->opts.io_threads : 4;
+	int workers = s->layout.workers, nio = s->opts.io_threads > 0 ? s->opts.io_threads : 4;
 	int rc;
 
 	pthread_mutex_init(&s->spare_mu, NULL);
-	hp_plan_default_opts(g, &s->opts, &po);
+	hp_plan_default_opts(&s->layout, &po);
 	rc = hp_plan_build(g, &po, &s->plan);
 	if (rc < 0)
 		return rc;

@@ -11,6 +11,7 @@
 #include "hpdlf/exec.h"
 #include "hpdlf/kernels.h"
 #include "hpdlf/store.h"
+#include "exec/compile.h"
 #include "exec/exec_internal.h"
 #include "exec/net.h"
 #include "exec/plan.h"
@@ -217,6 +218,7 @@ static int load_weights(struct hp_session *s)
 int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_session **out)
 {
 	struct hp_exec_opts def;
+	struct hp_budget_layout layout;
 	struct hp_session *s;
 	int rc;
 
@@ -225,12 +227,13 @@ int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct h
 		hp_exec_opts_init(&def, sizeof def);
 		o = &def;
 	}
-	if (o->budget && (rc = hp_graph_split(g, o, NULL)) < 0)
+	if ((rc = hp_compile(g, o, &layout)) < 0)
 		return rc;
 	s = calloc(1, sizeof *s);
 	if (!s)
 		return hp_error(-ENOMEM, "out of memory");
 	s->g = g;
+	s->layout = layout;
 	memcpy(&s->opts, o, o->size < sizeof s->opts ? o->size : sizeof s->opts);
 	s->threads = o->threads > 0 ? o->threads : hp_exec_online_cpus();
 	rc = hp_pool_create(s->threads, &s->pool);

@@ -17,7 +17,7 @@ static const int band_counts[] = { 2, 3, 4, 6, 8, 12, 16, 24, 32 };
 
 uint64_t hp_split_min_budget(const struct hp_graph *g)
 {
-	struct hp_plan_opts po = { .align = 4096, .reserve_for = hp_rt_staging_bytes };
+	struct hp_plan_opts po = { .align = HP_BUDGET_ALIGN, .reserve_for = hp_budget_staging };
 
 	return hp_plan_min_budget(g, &po, NULL);
 }
@@ -112,12 +112,19 @@ static int graph_clone(const struct hp_graph *g, struct hp_graph **out)
 	return rc;
 }
 
+/* The smallest budget a split aims at: a quarter of the budget is left for
+ * what the planner keeps resident. */
+static uint64_t split_target(const struct hp_budget_layout *l)
+{
+	return l->budget - l->budget / 4;
+}
+
 /* The graph cut into k bands (k = 1: as is), inferred and finished. */
 static int candidate(const struct hp_graph *g, int k, int lean, const struct hp_split_opts *so,
 		     struct hp_graph **out, struct hp_split_info *info)
 {
 	struct hp_graph *c;
-	uint64_t target = so->budget - so->budget / 4;
+	uint64_t target = split_target(so->layout);
 	int rc = graph_clone(g, &c);
 
 	*out = NULL;
@@ -154,11 +161,11 @@ static void adopt(struct hp_graph *g, struct hp_graph *c)
 /* Keep the first candidate within the target, else the first within the
  * budget, else the smallest. */
 static void consider(struct hp_graph **keep, struct hp_split_info *ki, struct hp_graph *c,
-		     const struct hp_split_info *ci, uint64_t budget)
+		     const struct hp_split_info *ci, const struct hp_budget_layout *l)
 {
-	int better = ki->min_after > budget ? ci->min_after < ki->min_after : 0;
+	int better = ki->min_after > l->budget ? ci->min_after < ki->min_after : 0;
 
-	if (ki->min_after > budget - budget / 4 && ci->min_after <= budget - budget / 4)
+	if (ki->min_after > split_target(l) && ci->min_after <= split_target(l))
 		better = 1;
 	if (!better) {
 		hp_graph_free(c);
@@ -173,7 +180,7 @@ int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, stru
 {
 	struct hp_graph *keep = NULL, *c;
 	struct hp_split_info ki, ci;
-	uint64_t target = so->budget - so->budget / 4;
+	uint64_t budget = so->layout->budget, target = split_target(so->layout);
 	size_t i, nbc = sizeof band_counts / sizeof *band_counts;
 	int rc;
 
@@ -183,16 +190,16 @@ int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, stru
 	ki.min_before = ki.min_after;
 	/* band counts with workspaces for every worker, then (when none fits)
 	 * with one worker's: the kernels then run their tiles on one thread */
-	for (i = 0; i < 2 * nbc && so->budget && ki.min_after > target; i++) {
-		if (ki.k == 1 && ki.min_after <= so->budget)
+	for (i = 0; i < 2 * nbc && budget && ki.min_after > target; i++) {
+		if (ki.k == 1 && ki.min_after <= budget)
 			break; /* fits unsplit */
-		if (i == nbc && ki.min_after <= so->budget)
+		if (i == nbc && ki.min_after <= budget)
 			break;
 		rc = candidate(g, band_counts[i % nbc], i >= nbc, so, &c, &ci);
 		if (rc < 0)
 			break;
 		ci.min_before = ki.min_before;
-		consider(&keep, &ki, c, &ci, so->budget);
+		consider(&keep, &ki, c, &ci, so->layout);
 	}
 	if (rc < 0) {
 		hp_graph_free(keep);
@@ -204,16 +211,24 @@ int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, stru
 	return 0;
 }
 
-int hp_graph_split(struct hp_graph *g, const struct hp_exec_opts *o, int *nsplit)
+int hp_split_ops(struct hp_graph *g, const struct hp_budget_layout *l, int *nsplit)
 {
-	struct hp_split_opts so = { .budget = o ? o->budget : 0 };
+	struct hp_split_opts so = { .layout = l };
 	struct hp_split_info info = { 0 };
 	int rc = 0;
 
-	if (so.budget && !(o->size >= offsetof(struct hp_exec_opts, no_split) + sizeof o->no_split && o->no_split) &&
-	    hp_split_min_budget(g) > so.budget)
+	if (l->budget && hp_split_min_budget(g) > l->budget)
 		rc = hp_split_for_budget(g, &so, &info);
 	if (nsplit)
 		*nsplit = info.nsplit;
 	return rc;
+}
+
+int hp_graph_split(struct hp_graph *g, const struct hp_exec_opts *o, int *nsplit)
+{
+	int off = o && o->size >= offsetof(struct hp_exec_opts, no_split) + sizeof o->no_split && o->no_split;
+	struct hp_budget_layout l;
+
+	hp_budget_layout_init(&l, o && !off ? o->budget : 0);
+	return hp_split_ops(g, &l, nsplit);
 }

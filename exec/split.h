@@ -28,9 +28,10 @@
 #include <stdint.h>
 
 #include "hpdlf/graph.h"
+#include "exec/budget.h"
 
 struct hp_split_opts {
-	uint64_t budget;        /* bytes; 0: nothing to do */
+	const struct hp_budget_layout *layout; /* budget 0: nothing to do */
 	int training;           /* the graph will be trained: BatchNormalization,
 				 * Dropout are barriers */
 	/* Applied to each candidate after the rewrite and shape inference, and
@@ -53,6 +54,10 @@ struct hp_split_info {
  * inferred and finished; values keep their indices (new ones are appended,
  * values replaced by bands stay unused).  Returns 0 or a negative error. */
 int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, struct hp_split_info *info);
+
+/* hp_graph_split for a layout: operators split only when the graph does
+ * not fit l->budget unsplit.  *nsplit (may be NULL): operators rewritten. */
+int hp_split_ops(struct hp_graph *g, const struct hp_budget_layout *l, int *nsplit);
 
 /* The planner's smallest budget of g with per-kernel scratch (what the
  * runtime falls back to under a tight budget) and the staging reserve. */

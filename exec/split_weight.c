@@ -468,16 +468,17 @@ static int rewrite(struct hp_graph *g, const struct ws_cand *c, int64_t r)
 	return 0;
 }
 
-int hp_split_weights(struct hp_graph *g, uint64_t budget, const struct hp_train_spec *spec)
+int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec)
 {
 	int n0 = g->nnodes, done = 0, rc, copies = update_copies(spec);
-	uint64_t avail;
+	uint64_t budget, avail;
 	struct ws_cand c;
 
-	if (!budget)
+	if (!l->budget)
 		return 0;
-	/* the plan keeps room for staging copies beside the steps */
-	budget -= budget > hp_rt_staging_bytes(budget) ? hp_rt_staging_bytes(budget) : 0;
+	/* the steps get what staging leaves (their scratch counted with them);
+	 * blocks aim at 85% of it: room to keep neighbours resident */
+	budget = l->budget > l->staging ? l->budget - l->staging : l->budget;
 	avail = budget / 20 * 17;
 	for (int i = 0; i < n0; i++) {
 		if (!candidate(g, i, &c))

@@ -4,8 +4,8 @@
  * forward, backward and optimizer touches one block at a time.
  *
  *   hp_graph_infer(g);
- *   hp_split_weights(g, budget, &spec);   // training: before hp_autodiff
- *   hp_split_weights(g, budget, NULL);    // inference: before the session
+ *   hp_split_weights(g, &layout, &spec);  // training: before hp_autodiff
+ *   hp_split_weights(g, &layout, NULL);   // inference: hp_compile does it
  *
  * Checkpoints and ONNX export keep writing the whole tensors: the helpers
  * below read and write a whole by its parts, a piece at a time. */
@@ -16,13 +16,15 @@
 
 #include "hpdlf/graph.h"
 #include "hpdlf/train.h"
+#include "exec/budget.h"
 
 struct hp_session;
 struct hp_trainer;
 
 /* Partition every Gemm (weight B, transB 0 or 1) and MatMul (weight B)
- * with a constant rank-2 float weight whose steps would not fit `budget`;
- * K is the smallest that makes them fit 85% of it (spec: training with
+ * with a constant rank-2 float weight whose steps would not fit the
+ * layout's budget less its staging; K is the smallest that makes them fit
+ * 85% of that (spec: training with
  * that optimizer, so backward and update steps count too; NULL:
  * inference).  The weight's outer axis is cut, so each block is a byte
  * range of the original: output features (transB=1, outputs concatenated)
@@ -32,8 +34,8 @@ struct hp_trainer;
  * MatMulAcc), so its outputs are bitwise those in core
  * (kernels/gemm_tile.h); training sums the blocks with Adds.
  * g must be inferred; it is re-inferred.  Returns the number of weights
- * partitioned, or a negative error.  budget 0 (in core): nothing. */
-int hp_split_weights(struct hp_graph *g, uint64_t budget, const struct hp_train_spec *spec);
+ * partitioned, or a negative error.  Budget 0 (in core): nothing. */
+int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec);
 
 /* Weights partitioned in g (wholes with parts). */
 int hp_split_count(const struct hp_graph *g);

@@ -143,9 +143,9 @@ static int no_split(const struct hp_trainer *t)
 	return t->o.size >= offsetof(struct hp_trainer_opts, no_split) + sizeof t->o.no_split && t->o.no_split;
 }
 
-static int make_training_graph(struct hp_trainer *t)
+static int make_training_graph(struct hp_trainer *t, const struct hp_budget_layout *l)
 {
-	struct hp_split_opts so = { .budget = t->o.budget, .training = 1, .finish = finish_autodiff, .arg = &t->o.spec };
+	struct hp_split_opts so = { .layout = l, .training = 1, .finish = finish_autodiff, .arg = &t->o.spec };
 
 	if (!t->o.budget || no_split(t))
 		return hp_autodiff(t->g, &t->o.spec);
@@ -155,15 +155,17 @@ static int make_training_graph(struct hp_trainer *t)
 static int build(struct hp_trainer *t)
 {
 	struct hp_exec_opts eo;
+	struct hp_budget_layout l;
 	int rc;
 
+	hp_budget_layout_init(&l, t->o.budget);
 	if ((rc = hp_dataset_open(&t->data, t->o.data, t->o.labels)) < 0 || (rc = hp_graph_load(t->model, &t->g)) < 0)
 		return rc;
 	if ((rc = fit_input(t)) < 0 || (rc = hp_graph_infer(t->g)) < 0)
 		return rc;
-	if (!no_split(t) && (rc = hp_split_weights(t->g, t->o.budget, &t->o.spec)) < 0)
+	if (!no_split(t) && (rc = hp_split_weights(t->g, &l, &t->o.spec)) < 0)
 		return rc;
-	if ((rc = make_training_graph(t)) < 0 || (rc = fit_labels(t)) < 0)
+	if ((rc = make_training_graph(t, &l)) < 0 || (rc = fit_labels(t)) < 0)
 		return rc;
 	if (t->o.graph_only)
 		return 0;

@@ -108,7 +108,7 @@ static int nonzero_prepare(struct hp_graph *g, struct hp_node *n)
 	if (!hp_dtype_size(x->dtype))
 		return hp_node_error(g, n, HP_EUNSUPPORTED, "type %s", hp_dtype_name(x->dtype));
 	if (!x->data)
-		return hp_node_error(g, n, HP_EUNSUPPORTED,
+		return hp_node_error(g, n, HP_ENOTCONST,
 				     "input '%s' must be a compile-time constant (the output shape depends on its values)",
 				     x->name);
 	s.dims[0] = x->shape.rank;

@@ -330,7 +330,7 @@ static int range_prepare(struct hp_graph *g, struct hp_node *n)
 	for (int i = 0; i < 3; i++) {
 		v[i] = hpks_in(g, n, i);
 		if (!v[i]->data)
-			return hp_node_error(g, n, HP_EUNSUPPORTED,
+			return hp_node_error(g, n, HP_ENOTCONST,
 					     "input %d ('%s') must be a compile-time constant (it sets the output shape)",
 					     i, v[i]->name);
 		if (hp_shape_numel(&v[i]->shape) != 1 || v[i]->dtype != v[0]->dtype)

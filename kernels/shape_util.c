@@ -49,7 +49,7 @@ static int const_input(const struct hp_graph *g, const struct hp_node *n, int i,
 	if (!x)
 		return hp_node_error(g, n, HP_EMODEL, "input %d (%s) is missing", i, what);
 	if (!x->data)
-		return hp_node_error(g, n, HP_EUNSUPPORTED,
+		return hp_node_error(g, n, HP_ENOTCONST,
 				     "input %d (%s, '%s') must be a compile-time constant (it sets the output shape)",
 				     i, what, x->name);
 	if (!ok(x->dtype))

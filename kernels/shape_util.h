@@ -32,7 +32,7 @@ void hpks_set_out(struct hp_graph *g, const struct hp_node *n, int o, enum hp_dt
 void hpks_set_out_data(struct hp_graph *g, const struct hp_node *n, int o, void *data);
 
 /* Read integer input `i` (int32 or int64, any shape) as int64.  It must be a
- * compile-time constant: otherwise HP_EUNSUPPORTED naming `what`.  At most
+ * compile-time constant: otherwise HP_ENOTCONST naming `what`.  At most
  * `max` elements; *count receives the element count. */
 int hpks_const_ints(const struct hp_graph *g, const struct hp_node *n, int i, const char *what,
 		    int64_t *v, int max, int *count);

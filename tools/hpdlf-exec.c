@@ -700,7 +700,7 @@ static int load_model(const struct cli *c, struct hp_graph **g)
 		rc = resolve_shapes(*g, c);
 	if (rc == 0)
 		rc = hp_graph_infer(*g);
-	if (rc == HP_EUNSUPPORTED && strstr(hp_errmsg(), "compile-time constant") && c->ninputs && !bind_level) {
+	if (rc == HP_ENOTCONST && c->ninputs && !bind_level) {
 		hp_graph_free(*g);
 		*g = NULL;
 		bind_level = 1;
@@ -727,12 +727,6 @@ int main(int argc, char **argv)
 	if ((rc = exec_store_tiers(&c, tiers, &ntiers)) != 0)
 		return rc;
 	rc = load_model(&c, &g);
-	/* --no-split or HPDLF_WEIGHT_SPLIT=0: keep weights whole (the planner's own minimum) */
-	if (rc == 0 && c.budget && !c.no_split && !env_off("HPDLF_WEIGHT_SPLIT") &&
-	    (rc = hp_split_weights(g, c.budget, NULL)) > 0) {
-		weights_split = rc;
-		rc = 0;
-	}
 	if (rc < 0)
 		goto out;
 	hp_exec_opts_init(&o, sizeof o);
@@ -745,16 +739,18 @@ int main(int argc, char **argv)
 	o.tiers = tiers;
 	o.recalibrate = c.recalibrate;
 	o.no_split = c.no_split;
-	if (c.budget && (rc = hp_graph_split(g, &o, NULL)) < 0)
-		goto out;
-	/* split once: the session (and --plan) see this graph as it is, so a
-	 * run names the same smallest budget as --plan */
-	o.no_split = 1;
+	/* HPDLF_WEIGHT_SPLIT=0: keep weights whole (the planner's own minimum) */
+	o.no_weight_split = env_off("HPDLF_WEIGHT_SPLIT");
 	if (c.plan || c.plan_dot) {
-		rc = exec_plan_only(g, &o, &c, "");
+		/* what hp_session_create does first: --plan sees the graph a run plans */
+		rc = hp_graph_compile(g, &o);
+		o.no_split = 1;
+		if (rc == 0)
+			rc = exec_plan_only(g, &o, &c, "");
 		goto out;
 	}
 	rc = hp_session_create(g, &o, &s);
+	weights_split = hp_split_count(g);
 	if (rc == 0)
 		rc = set_inputs(s, g, &c);
 	if (rc < 0)

@@ -36,6 +36,9 @@ enum hp_status {
 	HP_EUSAGE = -1010,       /* bad argument from the caller */
 	HP_EINTERNAL = -1011,    /* a bug: an invariant did not hold */
 	HP_ECANCELED = -1012,    /* interrupted by the user */
+	HP_EBUDGET_OP = -1013,   /* budget smaller than one operator needs at once
+				  * (hp_exec_min_budget() says what works) */
+	HP_ENOTCONST = -1014,    /* an input must be a compile-time constant (bind it) */
 };
 
 /* Name of a status code (HP_E* or -errno). Never NULL. */

@@ -38,8 +38,9 @@ struct hp_exec_opts {
 	int io_threads;         /* I/O queues of the task net (0: 4) */
 	int ntiers;             /* lower tiers of the store (0: a spill file in $TMPDIR) */
 	const struct hs_tier_spec *tiers;
-	int no_split;           /* out of core: keep the graph as it is (see hp_graph_split) */
+	int no_split;           /* out of core: keep the graph as it is (see hp_graph_compile) */
 	int recalibrate;        /* planning: measure the speed model again (not the cache) */
+	int no_weight_split;    /* out of core: keep weights whole (operators may still split) */
 };
 
 void hp_exec_opts_init(struct hp_exec_opts *o, size_t size);
@@ -47,8 +48,10 @@ void hp_exec_opts_init(struct hp_exec_opts *o, size_t size);
 struct hp_session;
 
 /* The graph must have passed hp_graph_infer; it must outlive the session.
- * Under a budget that an operator alone exceeds, the session first splits
- * the graph (hp_graph_split) unless o->no_split. */
+ * Under a budget the session first compiles the graph for it
+ * (hp_graph_compile) unless o->no_split, then plans it.  A budget smaller
+ * than one operator needs at once fails with HP_EBUDGET_OP, and
+ * hp_exec_min_budget() then says which budget works. */
 int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_session **out);
 void hp_session_destroy(struct hp_session *s);
 
@@ -103,6 +106,21 @@ int hp_session_run_info(const struct hp_session *s, struct hp_run_info *info);
  * the graph fits, in core, or with o->no_split.  *nsplit (may be NULL):
  * operators rewritten. */
 int hp_graph_split(struct hp_graph *g, const struct hp_exec_opts *o, int *nsplit);
+
+/* What hp_session_create does to g under o->budget before it plans: the
+ * weights of large matrix products cut in row blocks (unless
+ * o->no_weight_split; outputs bitwise those in core), then operators split
+ * (hp_graph_split).  Nothing in core or with o->no_split.  Call it before
+ * hp_plan_summarize to plan the graph a session runs, then create any
+ * session on the result with o->no_split set (compiling twice may cut
+ * further a graph that does not fit). */
+int hp_graph_compile(struct hp_graph *g, const struct hp_exec_opts *o);
+
+/* After a call on this thread failed with HP_EBUDGET_OP (hp_session_create,
+ * hp_plan_summarize, hp_plan_write_dot): the smallest budget in bytes that
+ * works for the graph as it was compiled.  The figure of the last such
+ * failure on this thread; 0 if there was none. */
+uint64_t hp_exec_min_budget(void);
 
 struct hp_plan_summary {
 	int steps;               /* kernels to run (folded nodes excluded) */

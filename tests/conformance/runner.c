@@ -10,7 +10,8 @@
  *
  * then a total.  A case whose operators are all in the supported list below
  * must pass; a case using other operators passes or is reported unsupported
- * (refused with HP_EUNSUPPORTED), but a wrong result is a failure whatever
+ * (refused with HP_EUNSUPPORTED, or HP_ENOTCONST for an input the runner
+ * does not bind as a constant), but a wrong result is a failure whatever
  * the operator.  SKIP: the case's data is not tensors NumPy can hold
  * (strings, sequences), said in the total.  Exit status 1 when any case
  * failed.
@@ -227,7 +228,7 @@ static enum verdict run_set(const char *dir, const struct manifest *m, int set, 
 		v = V_PASS;
 	else if (rc < 0) {
 		snprintf(why, len, "%s", hp_errmsg()[0] ? hp_errmsg() : hp_strerror(rc));
-		v = rc == HP_EUNSUPPORTED ? V_UNSUPPORTED : V_FAIL;
+		v = rc == HP_EUNSUPPORTED || rc == HP_ENOTCONST ? V_UNSUPPORTED : V_FAIL;
 	}
 	for (int i = 0; i < nin; i++)
 		hp_tensor_free(&ins[i]);

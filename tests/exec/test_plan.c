@@ -201,13 +201,16 @@ static void test_below_minimum(void **state)
 	struct hp_graph *g = build(50, 3, 9);
 	struct hp_plan_opts o = { .align = 4096 };
 	struct hp_plan *p = plan(g, 0);
+	uint64_t want_min = p->min_budget;
 	char want[64];
 
 	(void)state;
 	o.budget = p->min_budget - 4096;
 	snprintf(want, sizeof want, "smallest budget that works is %llu bytes", (unsigned long long)p->min_budget);
 	hp_plan_free(p);
-	assert_int_equal(hp_plan_build(g, &o, &p), HP_EBUDGET);
+	assert_int_equal(hp_plan_build(g, &o, &p), HP_EBUDGET_OP);
+	assert_int_equal(hp_plan_needed, want_min);
+	assert_int_equal(hp_exec_min_budget(), want_min);
 	assert_non_null(strstr(hp_errmsg(), "node '"));
 	assert_non_null(strstr(hp_errmsg(), want));
 	hp_graph_free(g);

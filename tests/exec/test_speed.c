@@ -298,7 +298,7 @@ static void test_plan_infer(void **state)
 	struct hp_graph *g;
 	struct hp_shape xs = { 5, { 2, 1, 16, 16, 16 } };
 	char model[4200];
-	uint64_t budget, r1, w1, r2, w2, chunk = 4ull << 20;
+	uint64_t budget, r1, w1, r2, w2, chunk;
 
 	(void)state;
 	model_path(model, sizeof model, "model.onnx");
@@ -325,7 +325,7 @@ static void test_plan_infer(void **state)
 		      (unsigned long long)budget, ooc.tier, (unsigned long long)ooc.read,
 		      (unsigned long long)ooc.written, (unsigned long long)(r2 - r1), (unsigned long long)(w2 - w1));
 	assert_int_equal(r2 - r1, ooc.read);
-	chunk = hp_rt_chunk_size(chunk, budget);
+	chunk = hp_budget_chunk(budget);
 	/* write-backs: within one chunk (the store writes whole dirty chunks) */
 	assert_true(w2 - w1 <= ooc.written + chunk && ooc.written <= w2 - w1 + chunk);
 }

@@ -350,8 +350,8 @@ static void test_upsample_and_v10(void **state)
 					assert_true(((float *)out.data)[(ch * 4 + h) * 9 + w] ==
 						    ((float *)in[0].data)[(ch * 2 + h / 2) * 3 + w / 3]);
 		hp_tensor_free(&out);
-		c.const_mask = 0; /* scales given at run time: refused as unsupported */
-		assert_int_equal(kt_run(&c, &out), HP_EUNSUPPORTED);
+		c.const_mask = 0; /* scales given at run time: refused, not a constant */
+		assert_int_equal(kt_run(&c, &out), HP_ENOTCONST);
 		assert_non_null(strstr(hp_errmsg(), "scales"));
 	}
 	/* opset-10 linear is asymmetric: out[x] = in at x / scale */
@@ -395,7 +395,7 @@ static void test_types_and_errors(void **state)
 	hp_tensor_free(&in[0]);
 	in[0] = kt_tensor(HP_F32, 4, dims);
 	c.const_mask = 0;
-	assert_int_equal(kt_run(&c, &out), HP_EUNSUPPORTED); /* scales not constant */
+	assert_int_equal(kt_run(&c, &out), HP_ENOTCONST); /* scales not constant */
 	assert_non_null(strstr(hp_errmsg(), "scales"));
 	assert_non_null(strstr(hp_errmsg(), "node0"));
 	m = kt_string("mode", "area");

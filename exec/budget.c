@@ -1,0 +1,79 @@
+/* The budget layout (see budget.h). */
+#include <stddef.h>
+#include <string.h>
+
+#include "hpdlf/exec.h"
+#include "hpdlf/store.h"
+#include "exec/budget.h"
+#include "exec/exec_internal.h"
+#include "exec/plan.h"
+
+uint64_t hp_budget_chunk(uint64_t budget)
+{
+	uint64_t c = HS_DEFAULT_CHUNK, parts = budget < (4u << 20) ? 64 : 16;
+
+	if (!budget)
+		return 0;
+	while (c > 16384 && c * parts > budget)
+		c /= 2;
+	return c;
+}
+
+uint64_t hp_budget_staging(uint64_t budget)
+{
+	/* one chunk copied at a time: its source and its destination */
+	return 2 * hp_budget_chunk(budget);
+}
+
+static void set_usable(struct hp_budget_layout *l)
+{
+	uint64_t held = l->staging + l->workspace;
+
+	l->usable = l->budget > held ? l->budget - held : 0;
+}
+
+void hp_budget_layout_init(struct hp_budget_layout *l, uint64_t budget)
+{
+	memset(l, 0, sizeof *l);
+	l->budget = budget;
+	l->chunk = hp_budget_chunk(budget);
+	l->staging = hp_budget_staging(budget);
+	l->workers = 1;
+	set_usable(l);
+}
+
+int hp_exec_workers(const struct hp_exec_opts *o, int threads)
+{
+	int w = o && o->size >= offsetof(struct hp_exec_opts, workers) + sizeof o->workers && o->workers > 0 ? o->workers : 1;
+
+	return w > threads ? threads : w;
+}
+
+uint64_t hp_plan_max_workspace(const struct hp_graph *g)
+{
+	uint64_t mx = 0;
+
+	for (int i = 0; i < g->nnodes; i++)
+		if (!g->nodes[i].folded && g->nodes[i].workspace > mx)
+			mx = g->nodes[i].workspace;
+	return (mx + HP_BUDGET_ALIGN - 1) / HP_BUDGET_ALIGN * HP_BUDGET_ALIGN;
+}
+
+void hp_budget_layout(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_budget_layout *l)
+{
+	int threads = o && o->threads > 0 ? o->threads : hp_exec_online_cpus();
+	struct hp_plan_opts po = { .align = HP_BUDGET_ALIGN, .reserve_for = hp_budget_staging };
+
+	hp_budget_layout_init(l, o ? o->budget : 0);
+	l->workers = hp_exec_workers(o, threads);
+	/* one scratch buffer per compute worker, resident for the session:
+	 * kernels never fault fresh scratch pages in... */
+	po.budget = l->budget;
+	po.workspace = hp_plan_max_workspace(g) * (uint64_t)l->workers;
+	/* ...unless the budget is too tight for that: then each kernel's
+	 * scratch is its own, counted with the kernel's step */
+	if (po.workspace && l->budget && l->budget < hp_plan_min_budget(g, &po, NULL))
+		po.workspace = 0;
+	l->workspace = po.workspace;
+	set_usable(l);
+}

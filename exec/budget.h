@@ -1,0 +1,63 @@
+/* The budget layout (internal to exec/): the one place that turns a DRAM
+ * budget into the limits derived from it.  The splitters, the planner, the
+ * runtime and the store opener take a layout instead of interpreting the
+ * budget themselves, so they agree on every figure:
+ *
+ *   budget = staging + workspace + usable
+ *
+ * chunk      the store's unit of paging.  Small budgets get small chunks so
+ *            paging stays fine-grained: at most a 16th of the budget, and
+ *            below 4 MiB a 64th (staging is two chunks, which a budget of
+ *            a few hundred KiB must not lose to it); never below 16 KiB.
+ * staging    kept free beside the plan for staging copies (inputs in,
+ *            outputs and dataset rows out): one chunk copied at a time,
+ *            its source and its destination.
+ * workspace  kernel scratch resident for the session, one buffer per
+ *            compute worker; 0 when the budget is too tight for that: each
+ *            kernel's scratch is then its own, counted with its step.
+ * usable     what the plan's steps and resident values get.
+ *
+ * hp_budget_layout_init depends on the budget alone (what the splitters
+ * need: they run before the graph is final); hp_budget_layout adds the
+ * workspace, which depends on the graph and the options. */
+#ifndef HPDLF_EXEC_BUDGET_H
+#define HPDLF_EXEC_BUDGET_H
+
+#include <stdint.h>
+
+#include "hpdlf/graph.h"
+
+struct hp_exec_opts;
+
+struct hp_budget_layout {
+	uint64_t budget;     /* DRAM bytes for tensors; 0: in core (then chunk,
+			      * staging and usable are 0) */
+	uint64_t chunk;      /* the store's chunk size */
+	uint64_t staging;    /* bytes kept free for staging copies */
+	uint64_t workspace;  /* resident kernel scratch of all workers (0: per
+			      * kernel); in core, what the in-core plan counts */
+	uint64_t usable;     /* budget - staging - workspace (0 if they exceed it) */
+	int workers;         /* compute workers of the task net */
+};
+
+/* The store's unit of DRAM accounting: tensors occupy multiples of it. */
+#define HP_BUDGET_ALIGN 4096ull
+
+/* The store's chunk size and the staging reserve at a budget (0: 0). */
+uint64_t hp_budget_chunk(uint64_t budget);
+uint64_t hp_budget_staging(uint64_t budget);
+
+/* The layout of `budget` with per-kernel scratch (workspace 0). */
+void hp_budget_layout_init(struct hp_budget_layout *l, uint64_t budget);
+
+/* Task-net compute workers for these options and thread count. */
+int hp_exec_workers(const struct hp_exec_opts *o, int threads);
+/* Largest kernel workspace of the graph, rounded to HP_BUDGET_ALIGN. */
+uint64_t hp_plan_max_workspace(const struct hp_graph *g);
+
+/* The layout for graph g (inferred, final) under options o: with one
+ * resident scratch buffer per worker unless that does not leave room for
+ * the graph's largest step. */
+void hp_budget_layout(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_budget_layout *l);
+
+#endif
