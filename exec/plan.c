@@ -457,7 +457,8 @@ static int emit_acts(struct sim *m)
 {
 	struct hp_plan *p = m->p;
 
-	qsort(m->recs, (size_t)m->nrecs, sizeof *m->recs, cmp_rec);
+	if (m->nrecs) /* recs is NULL when nothing was recorded: qsort wants a pointer */
+		qsort(m->recs, (size_t)m->nrecs, sizeof *m->recs, cmp_rec);
 	p->acts = malloc(((size_t)m->nrecs + 1) * sizeof *p->acts);
 	p->act_begin = calloc((size_t)p->nsteps + 2, sizeof *p->act_begin);
 	if (!p->acts || !p->act_begin)
