@@ -99,9 +99,6 @@ int hp_pool_size(const struct hp_pool *p); /* 1 for NULL */
  * Callable with p == NULL (runs inline). Not reentrant from inside fn. */
 void hp_parallel_for(struct hp_pool *p, int64_t n, int64_t grain, hp_range_fn fn, void *arg);
 
-/* Threads BLAS calls may use (OpenBLAS is global state; the executor sets it). */
-void hp_blas_set_threads(int n);
-
 #ifdef __cplusplus
 }
 #endif
