@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "hpdlf/error.h"
+#include "kernels/band.h"
 #include "kernels/blas.h"
 #include "kernels/conv_impl.h"
 #include "kernels/ops.h"

@@ -72,15 +72,6 @@ const struct hp_op *hp_op_find(const char *domain, const char *name);
 /* All registered operators (for --help and the conformance runner). */
 const struct hp_op *const *hp_op_list(int *count);
 
-/* Operator splitting (exec/split_band.c): bands of node n's output on ONNX
- * axis `axis` (0: batch, 2: first spatial) compute bit for bit what n
- * computes whole when every band starts at a multiple of the returned row
- * count and the band nodes carry attribute hpdlf_path = *path (when *path
- * >= 0: the kernel path n chose, which a band's smaller extent could change).
- * -1: no band does; 1 for every op whose elements do not depend on where a
- * band starts.  n's input shapes must be inferred. */
-int64_t hp_node_band_align(struct hp_graph *g, struct hp_node *n, int axis, int *path);
-
 /* Helper for prepare functions: record "MODEL: node 'NAME' (OP): message". */
 int hp_node_error(const struct hp_graph *g, const struct hp_node *n, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
