@@ -2,7 +2,7 @@
  *
  * OpenBLAS keeps a single thread count for the whole process, and Debian
  * 12's OpenBLAS 0.3.21 has no per-thread setting (openblas_set_num_threads_local
- * came later).  Sessions, task-net workers and every tiled or pool-parallel
+ * came in 2024, OpenBLAS PR #4425).  Sessions, task-net workers and every tiled or pool-parallel
  * kernel want a say in it, so they all go through here and nothing else in
  * hpdlf calls openblas_set_num_threads.  The count in force is 1 while any
  * serial section is open (kernels that parallelize over their own pool and
