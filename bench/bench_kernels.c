@@ -19,6 +19,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/graph.h"
 #include "hpdlf/kernels.h"
+#include "kernels/blas.h"
 #include "kernels/conv_impl.h"
 
 struct layer {
@@ -75,7 +76,7 @@ static double sgemm_peak(int n, int reps, int threads)
 
 	fill(a, (size_t)n * n, 1);
 	fill(b, (size_t)n * n, 2);
-	hp_blas_set_threads(threads);
+	hp_blas_threads(threads);
 	for (int r = 0; r <= reps; r++) {
 		double t0 = now_ms();
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
@@ -162,7 +163,7 @@ static double time_layer(struct hp_graph *g, struct hp_pool *pool, int policy, i
 	a.ws_size = n->workspace;
 	a.ws = n->workspace ? aligned_alloc(64, (n->workspace + 63) / 64 * 64) : NULL;
 	hp_conv_set_policy(policy);
-	hp_blas_set_threads(threads);
+	hp_blas_threads(threads);
 	for (int r = 0; r <= reps; r++) {
 		double t0 = now_ms();
 		n->op->run(n, &a);

@@ -12,6 +12,7 @@
 #include "exec/net.h"
 #include "exec/plan.h"
 #include "exec/trace.h"
+#include "kernels/blas.h"
 
 enum { CL_COMPUTE = 0, CL_IO = 1, CL_ANY = 2 };
 enum { ST_WAIT = 0, ST_READY, ST_RUNNING, ST_DONE };
@@ -728,7 +729,7 @@ int hp_net_create(struct hp_session *s, int workers, int io_threads, struct hp_n
 	/* Several workers share the cores: each kernel gets its share (OpenBLAS
 	 * threads are process-wide), so the cores are never oversubscribed. */
 	if (n->nworkers > 1) {
-		hp_blas_set_threads(per);
+		hp_blas_threads(per);
 		if ((rc = hp_pool_create(per, &n->pools[0])) < 0)
 			goto fail;
 		n->own_pool0 = 1;

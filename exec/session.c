@@ -16,6 +16,7 @@
 #include "exec/net.h"
 #include "exec/plan.h"
 #include "exec/trace.h"
+#include "kernels/blas.h"
 
 void hp_exec_opts_init(struct hp_exec_opts *o, size_t size)
 {
@@ -239,7 +240,7 @@ int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct h
 	rc = hp_pool_create(s->threads, &s->pool);
 	if (rc < 0)
 		goto fail;
-	hp_blas_set_threads(s->threads);
+	hp_blas_threads(s->threads);
 	rc = compute_lifetimes(s);
 	if (rc < 0)
 		goto fail;

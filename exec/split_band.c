@@ -9,6 +9,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/kernels.h"
 #include "exec/split.h"
+#include "kernels/band.h"
 
 enum band_kind {
 	BK_NONE = 0,   /* not banded: a barrier */

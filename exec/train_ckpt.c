@@ -109,8 +109,8 @@ static int write_value(struct ck_io *io, int v, uint64_t off, uint32_t *crc)
 		*crc = crc_chain(*crc, hs_crc32c(io->buf, len));
 		at += len;
 		io->done += len;
-		if (io->t->o.checkpoint_progress)
-			io->t->o.checkpoint_progress(io->t->o.checkpoint_arg, io->done, io->total);
+		if (io->t->ckpt_progress)
+			io->t->ckpt_progress(io->t->ckpt_arg, io->done, io->total);
 	}
 	return 0;
 }
@@ -195,6 +195,12 @@ static int fsync_dir(const char *dir)
 		rc = hp_error(-errno, "%s: fsync: %s", dir, strerror(errno));
 	close(fd);
 	return rc;
+}
+
+void hp_trainer_set_checkpoint_progress(struct hp_trainer *t, hp_ckpt_progress_fn fn, void *arg)
+{
+	t->ckpt_progress = fn;
+	t->ckpt_arg = arg;
 }
 
 int hp_ckpt_write(struct hp_trainer *t)

@@ -6,6 +6,7 @@
 
 #include "hpdlf/exec.h"
 #include "hpdlf/train.h"
+#include "exec/train_hooks.h"
 
 struct hs_store;
 struct hs_tensor;
@@ -54,6 +55,8 @@ struct hp_trainer {
 	void *ytmp;
 	uint64_t last_read[8], last_written[8];
 	char tier_names[8][16];
+	hp_ckpt_progress_fn ckpt_progress; /* test hook (exec/train_hooks.h) */
+	void *ckpt_arg;
 };
 
 /* Checkpoints (train_ckpt.c): the file under dir, written atomically. */

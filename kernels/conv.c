@@ -30,6 +30,8 @@
 #include <unistd.h>
 
 #include "hpdlf/error.h"
+#include "kernels/band.h"
+#include "kernels/blas.h"
 #include "kernels/conv_impl.h"
 #include "kernels/ops.h"
 
@@ -95,18 +97,16 @@ int hp_conv_threads_enter(struct hp_pool *pool, int *saved)
 {
 	int pool_mode = hp_pool_size(pool) > 1 && policy != 2;
 
-	*saved = 0;
-	if (pool_mode && openblas_get_num_threads() != 1) {
-		*saved = openblas_get_num_threads();
-		openblas_set_num_threads(1);
-	}
+	*saved = pool_mode;
+	if (pool_mode)
+		hp_blas_serial_enter();
 	return pool_mode ? hp_pool_size(pool) : 1;
 }
 
 void hp_conv_threads_leave(int saved)
 {
 	if (saved)
-		openblas_set_num_threads(saved);
+		hp_blas_serial_leave();
 }
 
 void hp_conv_parallel(struct hp_pool *pool, int threads, int64_t n, hp_range_fn fn, void *arg)

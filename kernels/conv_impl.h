@@ -209,7 +209,8 @@ void hp_conv_set_tile_bytes(size_t b);
 
 /* Threading of conv-like kernels (see conv.c).  enter returns how many pool
  * workers take tiles (1: the caller alone, with the BLAS threads the
- * executor set); with more, BLAS runs single-threaded until leave(saved). */
+ * executor set); with more, BLAS runs single-threaded (a serial section
+ * of kernels/blas.h) until leave(saved). */
 int hp_conv_threads_enter(struct hp_pool *pool, int *saved);
 void hp_conv_threads_leave(int saved);
 /* Benchmarks only: 0 auto, 1 always pool tiles, 2 always caller + BLAS threads. */

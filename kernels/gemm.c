@@ -8,11 +8,11 @@
 #include <cblas.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "kernels/blas.h"
 #include "kernels/gemm_tile.h"
 #include "kernels/ops.h"
 
@@ -60,31 +60,6 @@ static int node_tiles(struct hp_graph *g, struct hp_node *n, int64_t m, int64_t 
 	if (hp_gemm_node_tiles(n, m, nn, k, t) < 0)
 		return hp_node_error(g, n, HP_EMODEL, "attribute %s must be 3 positive ints", HP_GEMM_TILE_ATTR);
 	return 0;
-}
-
-/* BLAS on one thread while any product runs its tiles (OpenBLAS's thread
- * count is process-wide: the first product in saves it, the last restores
- * it).  A threaded call would round differently from a serial one. */
-static pthread_mutex_t blas_mu = PTHREAD_MUTEX_INITIALIZER;
-static int blas_users, blas_saved;
-
-static void blas_serial_enter(void)
-{
-	pthread_mutex_lock(&blas_mu);
-	if (blas_users++ == 0) {
-		blas_saved = openblas_get_num_threads();
-		if (blas_saved != 1)
-			openblas_set_num_threads(1);
-	}
-	pthread_mutex_unlock(&blas_mu);
-}
-
-static void blas_serial_leave(void)
-{
-	pthread_mutex_lock(&blas_mu);
-	if (--blas_users == 0 && blas_saved != 1)
-		openblas_set_num_threads(blas_saved);
-	pthread_mutex_unlock(&blas_mu);
 }
 
 /* ---- tiled product ---------------------------------------------------- */
@@ -182,9 +157,11 @@ static void gjob_run(struct gjob *j, struct hp_pool *pool)
 	 * mlp's 64x256x256 layer: 0.13 ms per inference alone, 0.145 on 2) */
 	if (2.0 * (double)j->nprob * (double)j->m * (double)j->n * (double)j->k < GEMM_PAR_MIN_FLOPS)
 		pool = NULL;
-	blas_serial_enter();
+	/* BLAS on one thread while tiles run: a threaded call would round
+	 * differently from a serial one. */
+	hp_blas_serial_enter();
 	hp_parallel_for(pool, j->nprob * j->mt * j->nt, 1, tiles_range, j);
-	blas_serial_leave();
+	hp_blas_serial_leave();
 }
 
 /* ---- Gemm ------------------------------------------------------------- */

@@ -3,8 +3,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include <cblas.h>
-
 #include "hpdlf/error.h"
 #include "hpdlf/kernels.h"
 
@@ -144,9 +142,4 @@ void hp_parallel_for(struct hp_pool *p, int64_t n, int64_t grain, hp_range_fn fn
 	while (p->pending)
 		pthread_cond_wait(&p->done, &p->mu);
 	pthread_mutex_unlock(&p->mu);
-}
-
-void hp_blas_set_threads(int n)
-{
-	openblas_set_num_threads(n < 1 ? 1 : n);
 }

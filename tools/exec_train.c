@@ -17,6 +17,7 @@
 #include "hpdlf/train.h"
 #include "hpdlf/store.h"
 #include "exec/split_weight.h"
+#include "exec/train_hooks.h"
 #include "tools/exec_cli.h"
 #include "tools/train_progress.h"
 
@@ -306,12 +307,12 @@ int exec_train_main(struct cli *c)
 	rc = to_opts(c, &o);
 	if (rc)
 		return rc;
-	if (k && (kill_nth = atol(k)) > 0)
-		o.checkpoint_progress = ckpt_progress;
 	signal(SIGINT, on_stop);
 	signal(SIGTERM, on_stop);
 	o.graph_only = c->plan || c->plan_dot;
 	rc = hp_trainer_create(c->model, &o, &t);
+	if (rc == 0 && k && (kill_nth = atol(k)) > 0)
+		hp_trainer_set_checkpoint_progress(t, ckpt_progress, NULL);
 	if (rc == 0 && o.graph_only)
 		rc = plan_step(c, &o, t);
 	else if (rc == 0)

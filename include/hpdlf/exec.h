@@ -27,7 +27,9 @@ extern "C" {
 
 struct hp_exec_opts {
 	size_t size;            /* sizeof the struct the caller knows (growth) */
-	int threads;            /* 0: all online cores */
+	int threads;            /* 0: all online cores.  Also OpenBLAS's thread count,
+				 * which is process-wide: of sessions with different
+				 * counts in one process, the last created sets it */
 	uint64_t budget;        /* DRAM bytes for tensors; 0: unlimited (in core) */
 	uint64_t seed;          /* for random inputs, dropout */
 	const char *trace_path; /* Chrome trace JSON, or NULL */

@@ -17,6 +17,12 @@
  * opsets moved to inputs (Split 'split', Squeeze/Unsqueeze 'axes', Clip
  * min/max, Reduce* 'axes', Pad 'pads', Resize/Upsample 'scales', Slice
  * starts/ends/axes, ...) become constant inputs, so kernels see one form.
+ *
+ * ABI rule: the structs below are public by value (users walk g->values
+ * and g->nodes), so changing one's layout (a member added, removed,
+ * resized or moved) changes the soname: bump hpdlf_soversion in
+ * meson.build and record the ABI in hpdlf.abi (tests/api/check_abi.py fails
+ * until both are done).  The same holds for every public struct and enum.
  */
 #ifndef HPDLF_GRAPH_H
 #define HPDLF_GRAPH_H

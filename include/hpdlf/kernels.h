@@ -33,15 +33,6 @@ const struct hp_op *hp_op_find(const char *domain, const char *name);
 /* All registered operators (for --help and the conformance runner). */
 const struct hp_op *const *hp_op_list(int *count);
 
-/* Operator splitting (exec/split_band.c): bands of node n's output on ONNX
- * axis `axis` (0: batch, 2: first spatial) compute bit for bit what n
- * computes whole when every band starts at a multiple of the returned row
- * count and the band nodes carry attribute hpdlf_path = *path (when *path
- * >= 0: the kernel path n chose, which a band's smaller extent could change).
- * -1: no band does; 1 for every op whose elements do not depend on where a
- * band starts.  n's input shapes must be inferred. */
-int64_t hp_node_band_align(struct hp_graph *g, struct hp_node *n, int axis, int *path);
-
 /* ---- thread pool ------------------------------------------------------ */
 
 /* fn is called with disjoint [begin, end) ranges covering [0, n); tid is the
@@ -55,9 +46,6 @@ int hp_pool_size(const struct hp_pool *p); /* 1 for NULL */
 /* Run fn over [0, n) in ranges of at least `grain` items; returns when done.
  * Callable with p == NULL (runs inline). Not reentrant from inside fn. */
 void hp_parallel_for(struct hp_pool *p, int64_t n, int64_t grain, hp_range_fn fn, void *arg);
-
-/* Threads BLAS calls may use (OpenBLAS is global state; the executor sets it). */
-void hp_blas_set_threads(int n);
 
 #ifdef __cplusplus
 }

@@ -99,9 +99,6 @@ struct hp_trainer_opts {
 	int resume;                   /* continue from checkpoint_dir's checkpoint: 1, which
 	                                 must exist; 2, if there is one (else from step 0) */
 	volatile sig_atomic_t *cancel; /* set (e.g. by SIGINT) to stop after the current step */
-	/* Called while a checkpoint is written (bytes done, total); a test hook. */
-	void (*checkpoint_progress)(void *arg, uint64_t done, uint64_t total);
-	void *checkpoint_arg;
 	/* Lower tiers of the store out of core (0: a spill file in $TMPDIR);
 	 * as struct hp_exec_opts's. */
 	int ntiers;

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "hpdlf/error.h"
+#include "kernels/blas.h"
 #include "kernels/gemm_tile.h"
 #include "tests/kernels/harness.h"
 
@@ -375,9 +376,9 @@ static void test_thread_invariance(void **state)
 			struct prod p = { "Gemm", NULL, 0, tb, 1, 1, NULL, NULL };
 			kt_fill_random(&a, 31, -1, 1);
 			kt_fill_random(&b, 32, -1, 1);
-			hp_blas_set_threads(1);
+			hp_blas_threads(1);
 			struct hp_tensor y1 = run_prod(&p, &a, &b, NULL);
-			hp_blas_set_threads(2);
+			hp_blas_threads(2);
 			p.pool = pool;
 			struct hp_tensor y2 = run_prod(&p, &a, &b, NULL);
 			assert_bitwise(&y1, &y2, "Gemm 1 vs 2 threads");
@@ -385,9 +386,9 @@ static void test_thread_invariance(void **state)
 			if (!tb) {
 				struct hp_tensor y3 = run_prod(&p, &a, &b, NULL);
 				p.pool = NULL;
-				hp_blas_set_threads(1);
+				hp_blas_threads(1);
 				struct hp_tensor y4 = run_prod(&p, &a, &b, NULL);
-				hp_blas_set_threads(2);
+				hp_blas_threads(2);
 				assert_bitwise(&y3, &y4, "MatMul 1 vs 2 threads");
 				hp_tensor_free(&y3);
 				hp_tensor_free(&y4);
