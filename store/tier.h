@@ -183,6 +183,7 @@ enum hs_fault_site {
 	HS_FAULT_SHORT_READ,    /* tier read transfers half: -ENODATA */
 	HS_FAULT_WRITE,         /* tier write completes with err (EIO, ENOSPC) */
 	HS_FAULT_TIER_ALLOC,    /* tier extent allocation: ENOSPC */
+	HS_FAULT_SUBMIT,        /* nvme: io_uring_submit fails with SQEs queued (-EIO) */
 	HS_FAULT_NSITES
 };
 void hs_fault_set(enum hs_fault_site site, long nth, int err);

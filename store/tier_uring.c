@@ -51,6 +51,10 @@ struct uring_tier {
 	struct hs_extents *ext;
 };
 
+/* user_data of an SQE whose request was completed at submit (see
+ * fail_unconsumed); NULL is the stop NOP of uring_close. */
+static const char nop_marker;
+
 static uint64_t mono_ns(void)
 {
 	struct timespec ts;
@@ -82,6 +86,8 @@ static int reap(struct uring_tier *u)
 
 	for (unsigned i = 0; i < n; i++) {
 		struct hs_io *io = io_uring_cqe_get_data(cqes[i]);
+		if (io == (void *)&nop_marker)
+			continue; /* a request fail_unconsumed completed already */
 		if (!io) {
 			u->stop_seen = 1;
 			continue;
@@ -222,8 +228,16 @@ static int uring_claim(struct hs_tier *t, uint64_t addr, uint64_t len)
 	return rc;
 }
 
-/* Queue one request; the caller holds sq_mu. */
-static void queue_one(struct uring_tier *u, struct hs_io *io)
+/* A queued request: its SQE and the SQ sequence number it went in at. */
+struct queued {
+	struct io_uring_sqe *sqe;
+	struct hs_io *io;
+	unsigned seq;
+};
+
+/* Queue one request; the caller holds sq_mu and has room in the SQ (or
+ * none of its own requests queued, so a full SQ can be pushed here). */
+static struct queued queue_one(struct uring_tier *u, struct hs_io *io)
 {
 	struct io_uring_sqe *sqe;
 
@@ -247,6 +261,7 @@ static void queue_one(struct uring_tier *u, struct hs_io *io)
 	sqe->flags |= IOSQE_FIXED_FILE;
 	io_uring_sqe_set_data(sqe, io);
 	u->inflight++;
+	return (struct queued){ sqe, io, u->ring.sq.sqe_tail - 1 };
 }
 
 /* io_uring_enter until the kernel took every queued SQE (sq_mu held).  A
@@ -254,7 +269,9 @@ static void queue_one(struct uring_tier *u, struct hs_io *io)
 static int submit_all(struct uring_tier *u)
 {
 	for (int tries = 0; io_uring_sq_ready(&u->ring) > 0; tries++) {
-		int rc = io_uring_submit(&u->ring);
+		int rc = hs_fault_check(HS_FAULT_SUBMIT);
+		if (rc == 0)
+			rc = io_uring_submit(&u->ring);
 		if (rc >= 0 || rc == -EINTR)
 			continue;
 		if ((rc == -EAGAIN || rc == -EBUSY) && tries < 1000) {
@@ -269,28 +286,68 @@ static int submit_all(struct uring_tier *u)
 	return 0;
 }
 
+/* io_uring_enter failed with SQEs of this batch still in the SQ (sq_mu
+ * held).  The ones the kernel took (sequence before the SQ head) complete
+ * through the CQ.  Each one it did not take becomes a NOP the reaper
+ * ignores (the SQ tail is the kernel's already: it cannot be taken back)
+ * and its request completes here with the error.  So every request of the
+ * batch completes exactly once: inline before, through the CQ, or here. */
+static void fail_unconsumed(struct uring_tier *u, const struct queued *q, int nq, int err)
+{
+	unsigned head = io_uring_smp_load_acquire(u->ring.sq.khead);
+	struct hs_io *failed[REAP_BATCH];
+	int k = 0;
+
+	for (int i = 0; i < nq; i++) {
+		if ((int)(q[i].seq - head) < 0)
+			continue;
+		failed[k++] = q[i].io;
+		io_uring_prep_nop(q[i].sqe);
+		io_uring_sqe_set_data(q[i].sqe, (void *)&nop_marker);
+	}
+	u->inflight -= (unsigned)k;
+	pthread_cond_broadcast(&u->sq_cv);
+	pthread_mutex_unlock(&u->sq_mu);
+	for (int i = 0; i < k; i++) {
+		failed[i]->res = err;
+		failed[i]->done(failed[i]);
+	}
+	pthread_mutex_lock(&u->sq_mu);
+}
+
+/* Accepts all n and completes each exactly once: requests refused or hit
+ * by a fault complete inline, the rest through the CQ or, if the ring
+ * breaks, fail_unconsumed.  Requests go in rounds that fit the SQ, so a
+ * failed io_uring_enter leaves only this round's SQEs to account for. */
 static int uring_submit(struct hs_tier *t, struct hs_io **ios, int n)
 {
 	struct uring_tier *u = (struct uring_tier *)t;
-	int queued = 0, rc;
+	struct queued q[REAP_BATCH];
+	int i = 0;
 
 	pthread_mutex_lock(&u->sq_mu);
-	for (int i = 0; i < n; i++) {
-		struct hs_io *io = ios[i];
-		int inj = hs_fault_io(io);
-		if (inj || io->addr + io->len > t->capacity) {
-			pthread_mutex_unlock(&u->sq_mu);
-			io->res = inj ? inj : -EINVAL;
-			io->done(io);
-			pthread_mutex_lock(&u->sq_mu);
-			continue;
+	while (i < n) {
+		int nq = 0;
+		for (; i < n && nq < REAP_BATCH; i++) {
+			struct hs_io *io = ios[i];
+			if (nq && (io_uring_sq_space_left(&u->ring) == 0 || u->inflight >= 2 * u->depth))
+				break;
+			int inj = hs_fault_io(io);
+			if (inj || io->addr + io->len > t->capacity) {
+				pthread_mutex_unlock(&u->sq_mu);
+				io->res = inj ? inj : -EINVAL;
+				io->done(io);
+				pthread_mutex_lock(&u->sq_mu);
+				continue;
+			}
+			q[nq++] = queue_one(u, io);
 		}
-		queue_one(u, io);
-		queued++;
+		int rc = nq ? submit_all(u) : 0;
+		if (rc < 0)
+			fail_unconsumed(u, q, nq, rc);
 	}
-	rc = queued ? submit_all(u) : 0;
 	pthread_mutex_unlock(&u->sq_mu);
-	return rc < 0 ? rc : n;
+	return n;
 }
 
 static int uring_flush(struct hs_tier *t)

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -274,6 +275,58 @@ static void test_nvme_tier(void **state)
 	tier_test(HS_TIER_NVME, "nvme0");
 }
 
+/* io_uring_submit failing with SQEs queued (HS_FAULT_SUBMIT) must not
+ * complete again the requests a batch completed inline (a write fault, an
+ * address past the end): submit() either accepts all and each request's
+ * done() runs exactly once, or accepts none and none runs. */
+struct counted {
+	struct hs_io io;
+	_Atomic int calls;
+};
+
+static void counted_done(struct hs_io *io)
+{
+	struct counted *c = (struct counted *)io;
+
+	atomic_fetch_add(&c->calls, 1);
+}
+
+static void test_nvme_submit_fault_exactly_once(void **state)
+{
+	enum { N = 6, BL = HS_IO_ALIGN };
+	struct hs_tier *t;
+	struct counted c[N];
+	struct hs_io *p[N];
+	unsigned char *buf = aligned_alloc(HS_IO_ALIGN, (size_t)N * BL), *one = aligned_alloc(HS_IO_ALIGN, BL);
+
+	(void)state;
+	assert_int_equal(open_kind(HS_TIER_NVME, "nvme-submit", 1 << 20, &t), 0);
+	memset(buf, 5, (size_t)N * BL);
+	for (int i = 0; i < N; i++) {
+		memset(&c[i], 0, sizeof c[i]);
+		c[i].io = (struct hs_io){ .op = HS_IO_WRITE, .addr = 8192 + (uint64_t)i * BL, .buf = buf + (size_t)i * BL,
+					  .len = BL, .done = counted_done, .res = 1 };
+		p[i] = &c[i].io;
+	}
+	c[4].io.addr = t->capacity; /* refused inline: past the end */
+	hs_fault_set(HS_FAULT_WRITE, 2, -EIO); /* request 1 fails inline */
+	hs_fault_set(HS_FAULT_SUBMIT, 1, -EIO); /* then the ring breaks */
+	int rc = t->ops->submit(t, p, N);
+	hs_fault_clear();
+	/* Push anything left in the SQ and wait for all in flight. */
+	assert_int_equal(hs_tier_rw(t, HS_IO_WRITE, 8192 + N * BL, one, BL), 0);
+	t->ops->close(t);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(atomic_load(&c[i].calls), rc < 0 ? 0 : 1);
+	assert_int_equal(rc, N); /* some completed inline: accepted */
+	assert_int_equal(c[1].io.res, -EIO);
+	assert_int_equal(c[4].io.res, -EINVAL);
+	for (int i = 0; i < N; i++)
+		assert_true(c[i].io.res <= 0);
+	free(buf);
+	free(one);
+}
+
 static void test_nvme_refuses_tmpfs(void **state)
 {
 	struct hs_tier_config cfg = { .name = "nvme", .capacity = 1 << 20, .reserved = 8192,
@@ -316,6 +369,7 @@ int main(void)
 		cmocka_unit_test(test_pmem_tier_persist_path),
 		cmocka_unit_test(test_pmem_tier_msync_path),
 		cmocka_unit_test(test_nvme_tier),
+		cmocka_unit_test(test_nvme_submit_fault_exactly_once),
 		cmocka_unit_test(test_nvme_refuses_tmpfs),
 		cmocka_unit_test(test_bad_paths),
 	};
