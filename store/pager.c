@@ -10,6 +10,7 @@
 
 #include "hpdlf/error.h"
 #include "store/crc.h"
+#include "store/place.h"
 #include "store/store_internal.h"
 
 /* A set of requests somebody waits for (a pin's loads, a prefetch, a
@@ -342,7 +343,7 @@ static int wb_prepare(struct hs_store *st, struct io_req *r, int target)
 	int rc = -ENOSPC;
 
 	for (int k = target >= 0 ? target : 0; k < st->ntiers; k++) {
-		rc = st->tiers[k]->ops->alloc(st->tiers[k], len, &r->io.addr);
+		rc = hs_place_alloc(st->place, k, len, &r->io.addr);
 		if (rc == 0) {
 			r->tier = k;
 			break;
@@ -404,7 +405,7 @@ int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
 		if (r->tier == NO_TIER)
 			continue;
 		if (r->io.res < 0) {
-			st->tiers[r->tier]->ops->free(st->tiers[r->tier], r->io.addr, r->io.len);
+			hs_place_free(st->place, r->tier, r->io.addr, r->io.len);
 			continue;
 		}
 		hs_chunk_release_copy(st, r->t, c);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "hpdlf/error.h"
+#include "store/place.h"
 #include "store/store_internal.h"
 
 uint64_t hs_now_ns(void)
@@ -276,7 +277,7 @@ void hs_chunk_release_copy(struct hs_store *st, struct hs_tensor *t, struct hs_c
 	if (c->tier == NO_TIER)
 		return;
 	if (!(c->tier == c->ctier && c->addr == c->caddr))
-		st->tiers[c->tier]->ops->free(st->tiers[c->tier], c->addr, hs_chunk_iolen(t, i));
+		hs_place_free(st->place, c->tier, c->addr, hs_chunk_iolen(t, i));
 	c->tier = NO_TIER;
 }
 
@@ -395,6 +396,9 @@ int hs_store_open(const struct hs_store_opts *o, struct hs_store **out)
 	rc = open_tiers(st);
 	if (rc < 0)
 		goto fail;
+	rc = hs_place_create(st->tiers, st->ntiers, &st->place);
+	if (rc < 0)
+		goto fail;
 	rc = hs_frames_create(st->o.budget, st->cs, frames_grown, st, &st->frames);
 	if (rc < 0)
 		goto fail;
@@ -466,6 +470,7 @@ void hs_store_close(struct hs_store *st)
 		free(f);
 	}
 	hs_statpage_destroy(st);
+	hs_place_destroy(st->place);
 	for (int k = 0; k < st->ntiers; k++)
 		st->tiers[k]->ops->close(st->tiers[k]);
 	hs_frames_destroy(st->frames); /* after the tiers let go of the pages */
@@ -653,8 +658,10 @@ void hs_store_fill_stats(struct hs_store *st, struct hs_store_stats *out)
 	for (struct hs_tensor *t = st->list; t; t = t->next)
 		for (uint64_t i = 0; i < t->nchunks; i++)
 			out->tier[0].chunks += t->ch[i].state == CH_RESIDENT;
-	for (int k = 0; k < st->ntiers; k++)
+	for (int k = 0; k < st->ntiers; k++) {
 		st->tiers[k]->ops->stats(st->tiers[k], &out->tier[k + 1]);
+		hs_place_usage(st->place, k, &out->tier[k + 1]);
+	}
 }
 
 int hs_store_stats(struct hs_store *st, struct hs_store_stats *out)

@@ -69,6 +69,7 @@ struct hs_store {
 	int ntiers;
 	struct hs_tier *tiers[HS_MAX_TIERS];
 	int home;               /* first persistent tier (catalog), or NO_TIER */
+	struct hs_place *place; /* extents in use on each tier (place.h) */
 	struct hs_tensor *list;
 	struct hs_frames *frames;       /* DRAM of resident chunks (frames.h) */
 	uint8_t regmask[HS_MEM_SLOTS];  /* tiers that registered each frame slab */

@@ -47,8 +47,6 @@ struct uring_tier {
 	int sparse;                     /* a sparse fixed-buffer table exists */
 	void *regbase[HS_MEM_SLOTS];    /* address each region was registered at */
 	uint64_t fixed_ios;
-	pthread_mutex_t ext_mu;
-	struct hs_extents *ext;
 };
 
 /* user_data of an SQE whose request was completed at submit (see
@@ -184,48 +182,11 @@ static void uring_close(struct hs_tier *t)
 	pthread_join(u->cq_thread, NULL);
 	io_uring_queue_exit(&u->ring);
 	close(u->fd);
-	hs_extents_destroy(u->ext);
 	pthread_mutex_destroy(&u->sq_mu);
 	pthread_cond_destroy(&u->sq_cv);
 	pthread_mutex_destroy(&u->cq_mu);
 	pthread_cond_destroy(&u->cq_cv);
-	pthread_mutex_destroy(&u->ext_mu);
 	free(u);
-}
-
-static int uring_alloc(struct hs_tier *t, uint64_t len, uint64_t *addr)
-{
-	struct uring_tier *u = (struct uring_tier *)t;
-	int rc = hs_fault_check(HS_FAULT_TIER_ALLOC);
-
-	if (rc)
-		return rc;
-	pthread_mutex_lock(&u->ext_mu);
-	rc = hs_extents_alloc(u->ext, len, addr);
-	pthread_mutex_unlock(&u->ext_mu);
-	return rc;
-}
-
-static int uring_free(struct hs_tier *t, uint64_t addr, uint64_t len)
-{
-	struct uring_tier *u = (struct uring_tier *)t;
-	int rc;
-
-	pthread_mutex_lock(&u->ext_mu);
-	rc = hs_extents_free(u->ext, addr, len);
-	pthread_mutex_unlock(&u->ext_mu);
-	return rc;
-}
-
-static int uring_claim(struct hs_tier *t, uint64_t addr, uint64_t len)
-{
-	struct uring_tier *u = (struct uring_tier *)t;
-	int rc;
-
-	pthread_mutex_lock(&u->ext_mu);
-	rc = hs_extents_claim(u->ext, addr, len);
-	pthread_mutex_unlock(&u->ext_mu);
-	return rc;
 }
 
 /* A queued request: its SQE and the SQ sequence number it went in at. */
@@ -361,13 +322,7 @@ static int uring_flush(struct hs_tier *t)
 
 static int uring_stats(struct hs_tier *t, struct hs_tier_stats *st)
 {
-	struct uring_tier *u = (struct uring_tier *)t;
-
-	pthread_mutex_lock(&u->ext_mu);
 	st->capacity = t->capacity - t->reserved;
-	st->used = hs_extents_used(u->ext);
-	st->chunks = hs_extents_count(u->ext);
-	pthread_mutex_unlock(&u->ext_mu);
 	return 0;
 }
 
@@ -403,9 +358,6 @@ uint64_t hs_tier_nvme_fixed_ios(struct hs_tier *t)
 static const struct hs_tier_ops uring_ops = {
 	.kind = "nvme",
 	.close = uring_close,
-	.alloc = uring_alloc,
-	.free = uring_free,
-	.claim = uring_claim,
 	.submit = uring_submit,
 	.flush = uring_flush,
 	.stats = uring_stats,
@@ -530,22 +482,16 @@ int hs_tier_nvme_open(const struct hs_tier_config *cfg, struct hs_tier **out)
 	pthread_cond_init(&u->sq_cv, NULL);
 	pthread_mutex_init(&u->cq_mu, NULL);
 	pthread_cond_init(&u->cq_cv, NULL);
-	pthread_mutex_init(&u->ext_mu, NULL);
 	rc = open_file(u, cfg);
-	if (rc < 0)
-		goto fail;
-	rc = hs_extents_create(cfg->reserved, u->base.capacity, &u->ext);
 	if (rc < 0)
 		goto fail;
 	rc = start_ring(u);
 	if (rc < 0)
-		goto fail_ext;
+		goto fail;
 	if (cfg->path && cfg->path[0] && !(cfg->flags & HS_TIER_F_UNLINK))
 		u->base.flags |= HS_TIER_F_PERSISTENT;
 	*out = &u->base;
 	return 0;
-fail_ext:
-	hs_extents_destroy(u->ext);
 fail:
 	if (u->fd >= 0)
 		close(u->fd);
@@ -553,7 +499,6 @@ fail:
 	pthread_cond_destroy(&u->sq_cv);
 	pthread_mutex_destroy(&u->cq_mu);
 	pthread_cond_destroy(&u->cq_cv);
-	pthread_mutex_destroy(&u->ext_mu);
 	free(u);
 	return rc;
 }

@@ -116,7 +116,7 @@ static void test_roundtrip(void **state)
 	for (int i = 0; i < N; i++) {
 		char where[128];
 		len[i] = i % 3 == 0 ? 4 * MiB : (uint64_t)(i + 1) * 4096 * 7;
-		assert_int_equal(t->ops->alloc(t, len[i], &addr[i]), 0);
+		assert_int_equal(t->ops->place(t, len[i], &addr[i]), 0);
 		assert_int_equal(hs_remote_daemon_of(t, addr[i], where, sizeof where), 0);
 		per_daemon[daemon_index(where)]++;
 		w[i] = abuf(len[i]);
@@ -146,11 +146,11 @@ static void test_roundtrip(void **state)
 	assert_int_equal(st.chunks, N);
 	assert_int_equal(st.capacity, 3ull * 96 * MiB);
 	for (int i = 0; i < N; i++) {
-		assert_int_equal(t->ops->free(t, addr[i], len[i]), 0);
+		assert_int_equal(t->ops->release(t, addr[i], len[i]), 0);
 		free(w[i]);
 		free(r[i]);
 	}
-	assert_int_not_equal(t->ops->free(t, addr[0], len[0]), 0); /* double free refused */
+	assert_int_not_equal(t->ops->release(t, addr[0], len[0]), 0); /* double free refused */
 	/* Out of any extent: refused, not sent. */
 	assert_int_not_equal(hs_tier_rw(t, HS_IO_READ, 12345ull << 48, r, 0), 0);
 	t->ops->close(t);
@@ -168,7 +168,7 @@ static void test_split(void **state)
 	(void)state;
 	assert_int_equal(td_start_n(&E, 1, "16M"), 0);
 	assert_int_equal(open_tier(E.token, 1, 64 * 1024, &t), 0);
-	assert_int_equal(t->ops->alloc(t, len, &a), 0);
+	assert_int_equal(t->ops->place(t, len, &a), 0);
 	td_fill(w, len, 7);
 	assert_int_equal(hs_tier_rw(t, HS_IO_WRITE, a, w, len), 0);
 	memset(r, 0, len);
@@ -197,15 +197,15 @@ static void test_capacity(void **state)
 	assert_int_equal(td_start(&E, 0, "8M", NULL), 0);
 	assert_int_equal(td_start(&E, 1, "24M", NULL), 0);
 	assert_int_equal(open_tier(E.token, 1, 0, &t), 0);
-	while ((rc = t->ops->alloc(t, 4 * MiB, &a[n])) == 0 && n < 63)
+	while ((rc = t->ops->place(t, 4 * MiB, &a[n])) == 0 && n < 63)
 		n++;
 	assert_int_equal(rc, -ENOSPC);
 	if (n != 8) fail_msg("n=%d rc=%d %s", n, rc, hp_errmsg()); /* 2 + 6 extents of 4 MiB */
 	assert_int_equal(t->ops->stats(t, &st), 0);
 	assert_int_equal(st.used, 32ull * MiB);
 	for (int i = 0; i < n; i++)
-		if (t->ops->free(t, a[i], 4 * MiB)) fail_msg("%s", hp_errmsg());
-	assert_int_equal(t->ops->alloc(t, 4 * MiB, &a[0]), 0);
+		if (t->ops->release(t, a[i], 4 * MiB)) fail_msg("%s", hp_errmsg());
+	assert_int_equal(t->ops->place(t, 4 * MiB, &a[0]), 0);
 	t->ops->close(t);
 	td_stop_all(&E);
 }
@@ -252,7 +252,7 @@ static void test_kill_no_replicas(void **state)
 	assert_int_equal(td_start_n(&E, 3, "64M"), 0);
 	assert_int_equal(open_tier(E.token, 1, 0, &t), 0);
 	for (int i = 0; i < N; i++) {
-		assert_int_equal(t->ops->alloc(t, MiB, &addr[i]), 0);
+		assert_int_equal(t->ops->place(t, MiB, &addr[i]), 0);
 		td_fill(buf + (size_t)i * MiB, MiB, (uint64_t)i);
 		io[i] = (struct hs_io){ .op = HS_IO_WRITE, .addr = addr[i], .buf = buf + (size_t)i * MiB, .len = MiB };
 	}
@@ -289,7 +289,7 @@ static void test_kill_no_replicas(void **state)
 	/* New extents avoid the dead daemon. */
 	for (int i = 0; i < 6; i++) {
 		uint64_t a;
-		assert_int_equal(t->ops->alloc(t, MiB, &a), 0);
+		assert_int_equal(t->ops->place(t, MiB, &a), 0);
 		assert_int_equal(hs_remote_daemon_of(t, a, where, sizeof where), 0);
 	}
 	t->ops->close(t);
@@ -309,7 +309,7 @@ static void test_kill_replicas(void **state)
 	assert_int_equal(td_start_n(&E, 3, "64M"), 0);
 	assert_int_equal(open_tier(E.token, 2, 0, &t), 0);
 	for (int i = 0; i < N; i++) {
-		assert_int_equal(t->ops->alloc(t, MiB, &addr[i]), 0);
+		assert_int_equal(t->ops->place(t, MiB, &addr[i]), 0);
 		td_fill(w + (size_t)i * MiB, MiB, 1000 + (uint64_t)i);
 		assert_int_equal(hs_tier_rw(t, HS_IO_WRITE, addr[i], w + (size_t)i * MiB, MiB), 0);
 	}
@@ -363,7 +363,7 @@ static void test_client_killed(void **state)
 			_exit(3);
 		td_fill(b, 4 * MiB, 1);
 		for (int i = 0; i < 10; i++)
-			if (t->ops->alloc(t, 4 * MiB, &a) < 0)
+			if (t->ops->place(t, 4 * MiB, &a) < 0)
 				_exit(4);
 		if (write(p[1], "x", 1) != 1)
 			_exit(5);

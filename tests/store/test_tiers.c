@@ -17,6 +17,7 @@
 
 #include "hpdlf/error.h"
 #include "store/crc.h"
+#include "store/place.h"
 #include "store/tier.h"
 #include "util.h"
 
@@ -159,8 +160,9 @@ static void batch_done(struct hs_io *io)
 	pthread_mutex_unlock(&b->mu);
 }
 
-/* Write n random blocks in one batch, read them back in another, compare. */
-static void roundtrip(struct hs_tier *t, int n, uint64_t *s)
+/* Write n random blocks in one batch, read them back in another, compare.
+ * Extents come from the store's placement over the tier (pl, tier 0). */
+static void roundtrip(struct hs_tier *t, struct hs_place *pl, int n, uint64_t *s)
 {
 	enum { BL = 3 * HS_IO_ALIGN };
 	struct batch b = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, n };
@@ -174,7 +176,7 @@ static void roundtrip(struct hs_tier *t, int n, uint64_t *s)
 		for (int i = 0; i < n; i++) {
 			uint64_t a;
 			if (op == HS_IO_WRITE)
-				assert_int_equal(t->ops->alloc(t, BL, &a), 0);
+				assert_int_equal(hs_place_alloc(pl, 0, BL, &a), 0);
 			else
 				a = io[i].addr;
 			io[i] = (struct hs_io){ .op = op, .addr = a, .buf = (op == HS_IO_WRITE ? src : dst) + (size_t)i * BL,
@@ -191,18 +193,18 @@ static void roundtrip(struct hs_tier *t, int n, uint64_t *s)
 	}
 	assert_memory_equal(src, dst, (size_t)n * BL);
 	for (int i = 0; i < n; i++)
-		assert_int_equal(t->ops->free(t, io[i].addr, BL), 0);
+		assert_int_equal(hs_place_free(pl, 0, io[i].addr, BL), 0);
 	free(src);
 	free(dst);
 }
 
-static void faults(struct hs_tier *t)
+static void faults(struct hs_tier *t, struct hs_place *pl)
 {
 	unsigned char *buf = aligned_alloc(HS_IO_ALIGN, HS_IO_ALIGN);
 	uint64_t a;
 
 	memset(buf, 7, HS_IO_ALIGN);
-	assert_int_equal(t->ops->alloc(t, HS_IO_ALIGN, &a), 0);
+	assert_int_equal(hs_place_alloc(pl, 0, HS_IO_ALIGN, &a), 0);
 	hs_fault_set(HS_FAULT_WRITE, 1, -EIO);
 	assert_int_equal(hs_tier_rw(t, HS_IO_WRITE, a, buf, HS_IO_ALIGN), -EIO);
 	hs_fault_set(HS_FAULT_WRITE, 1, -ENOSPC);
@@ -215,9 +217,9 @@ static void faults(struct hs_tier *t)
 	assert_int_equal(hs_tier_rw(t, HS_IO_READ, a, buf, HS_IO_ALIGN), -ENODATA);
 	hs_fault_set(HS_FAULT_TIER_ALLOC, 1, -ENOSPC);
 	uint64_t b;
-	assert_int_equal(t->ops->alloc(t, HS_IO_ALIGN, &b), -ENOSPC);
+	assert_int_equal(hs_place_alloc(pl, 0, HS_IO_ALIGN, &b), -ENOSPC);
 	hs_fault_clear();
-	assert_int_equal(t->ops->free(t, a, HS_IO_ALIGN), 0);
+	assert_int_equal(hs_place_free(pl, 0, a, HS_IO_ALIGN), 0);
 	/* past the end of the tier */
 	assert_true(hs_tier_rw(t, HS_IO_READ, t->capacity, buf, HS_IO_ALIGN) < 0);
 	free(buf);
@@ -226,24 +228,32 @@ static void faults(struct hs_tier *t)
 static void tier_test(int kind, const char *name)
 {
 	struct hs_tier *t;
+	struct hs_place *pl;
 	struct hs_tier_stats ts = { 0 };
 	uint64_t s = seed, a;
 
 	assert_int_equal(open_kind(kind, name, 1 << 20, &t), 0);
+	assert_int_equal(hs_place_create(&t, 1, &pl), 0);
 	assert_int_equal(t->ops->stats(t, &ts), 0);
 	assert_int_equal(ts.capacity, (1 << 20) - 8192);
-	roundtrip(t, 1, &s);
-	roundtrip(t, 16, &s);
-	faults(t);
+	roundtrip(t, pl, 1, &s);
+	roundtrip(t, pl, 16, &s);
+	faults(t, pl);
 	/* capacity is a hard limit; freed space comes back */
 	int n = 0;
-	while (t->ops->alloc(t, 65536, &a) == 0)
+	while (hs_place_alloc(pl, 0, 65536, &a) == 0)
 		n++;
 	assert_int_equal(n, ((1 << 20) - 8192) / 65536);
-	assert_int_equal(t->ops->free(t, a = 8192, 65536), 0);
-	assert_int_equal(t->ops->alloc(t, 65536, &a), 0);
+	hs_place_usage(pl, 0, &ts);
+	assert_int_equal(ts.used, (uint64_t)n * 65536);
+	assert_int_equal(ts.chunks, n);
+	assert_int_equal(hs_place_free(pl, 0, a = 8192, 65536), 0);
+	assert_int_equal(hs_place_free(pl, 0, 8192, 65536), HP_EINTERNAL); /* double free */
+	assert_int_equal(hs_place_claim(pl, 0, 8192 + 65536 + 4096, 4096), HP_ECORRUPT); /* overlaps one in use */
+	assert_int_equal(hs_place_alloc(pl, 0, 65536, &a), 0);
 	assert_int_equal(a, 8192);
 	assert_int_equal(hs_tier_flush(t), 0);
+	hs_place_destroy(pl);
 	t->ops->close(t);
 }
 
@@ -342,7 +352,10 @@ static void test_nvme_refuses_tmpfs(void **state)
 	cfg.flags |= HS_TIER_F_BUFFERED_OK; /* the explicit fallback */
 	assert_int_equal(hs_tier_nvme_open(&cfg, &t), 0);
 	uint64_t s = seed;
-	roundtrip(t, 4, &s);
+	struct hs_place *pl;
+	assert_int_equal(hs_place_create(&t, 1, &pl), 0);
+	roundtrip(t, pl, 4, &s);
+	hs_place_destroy(pl);
 	t->ops->close(t);
 }
 
