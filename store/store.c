@@ -300,11 +300,7 @@ void hs_store_opts_init(struct hs_store_opts *o, size_t size)
 
 static int open_tier(struct hs_store *st, int k, const struct hs_tier_spec *sp)
 {
-	static const char *kinds[] = { "dram", "pmem", "nvme", "remote" };
 	char name[32];
-	struct hs_tier_config cfg = { .name = name, .path = sp->path, .capacity = sp->size,
-				      .reserved = HS_RESERVED, .queue_depth = st->o.queue_depth,
-				      .flags = HS_TIER_F_CREATE };
 	int rc;
 
 	if (sp->tier) {
@@ -313,25 +309,9 @@ static int open_tier(struct hs_store *st, int k, const struct hs_tier_spec *sp)
 	}
 	if ((unsigned)sp->kind > HS_TIER_REMOTE)
 		return hp_error(HP_EUSAGE, "store: tier %d: unknown kind %d", k, sp->kind);
-	snprintf(name, sizeof name, "%s%d", kinds[sp->kind], k);
-	switch (sp->kind) {
-	case HS_TIER_PMEM:
-		rc = hs_tier_pmem_open(&cfg, &st->tiers[k]);
-		break;
-	case HS_TIER_NVME:
-		if (!sp->path)
-			cfg.flags |= HS_TIER_F_UNLINK | HS_TIER_F_BUFFERED_OK;
-		rc = hs_tier_nvme_open(&cfg, &st->tiers[k]);
-		break;
-	case HS_TIER_DRAM:
-		if (!cfg.capacity)
-			return hp_error(HP_EUSAGE, "store: dram tier %d needs a size", k);
-		rc = hs_tier_dram_open(&cfg, &st->tiers[k]);
-		break;
-	default:
-		return hp_error(HP_EUSAGE, "store: a remote tier must be opened by its module and passed as .tier");
-	}
-	return rc < 0 ? hp_error_prefix(rc, "store: tier %d (%s)", k, kinds[sp->kind]) : 0;
+	snprintf(name, sizeof name, "%s%d", hs_tier_kind_name(sp->kind), k);
+	rc = hs_tier_open_as(sp, name, st->o.queue_depth, &st->tiers[k]);
+	return rc < 0 ? hp_error_prefix(rc, "store: tier %d (%s)", k, hs_tier_kind_name(sp->kind)) : 0;
 }
 
 static int check_opts(const struct hs_store_opts *o)
@@ -351,11 +331,16 @@ static int open_tiers(struct hs_store *st)
 	struct hs_tier_spec spill = { .kind = HS_TIER_NVME };
 	int rc;
 
-	for (int k = 0; k < st->o.ntiers; k++) {
-		rc = open_tier(st, k, &st->o.tiers[k]);
+	for (int i = 0; i < st->o.ntiers; i++) {
+		st->tiers[st->ntiers] = NULL;
+		rc = open_tier(st, st->ntiers, &st->o.tiers[i]);
 		if (rc < 0)
 			return rc;
-		st->ntiers = k + 1;
+		if (st->tiers[st->ntiers])
+			st->ntiers++;
+		else /* an optional tier nobody answered for */
+			hp_log(HP_LOG_WARN, "store: tier %d (%s) left out: %s", i,
+			       hs_tier_kind_name(st->o.tiers[i].kind), hp_errmsg());
 	}
 	if (st->o.ntiers == 0 && st->o.default_spill) {
 		rc = open_tier(st, 0, &spill);

@@ -126,6 +126,10 @@ int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
 int hs_staging_reserve(struct hs_store *st, uint64_t bytes, const char *what);
 void hs_staging_release(struct hs_store *st, uint64_t bytes);
 
+/* tier_open.c: open the tier of spec sp (not sp->tier) named `name`. */
+int hs_tier_open_as(const struct hs_tier_spec *sp, const char *name, unsigned queue_depth, struct hs_tier **out);
+const char *hs_tier_kind_name(enum hs_tier_kind kind);
+
 /* catalog.c */
 #define HS_SB_SIZE 4096u
 #define HS_RESERVED (2 * HS_SB_SIZE)

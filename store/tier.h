@@ -177,12 +177,8 @@ int hs_tier_rw_io(struct hs_tier *t, struct hs_io *io);
 /* ops->flush if present, else 0 (non-persistent tiers). */
 int hs_tier_flush(struct hs_tier *t);
 
-/* Constructors of the local tiers (each compiled only with its library). */
-int hs_tier_dram_open(const struct hs_tier_config *cfg, struct hs_tier **out);
-int hs_tier_pmem_open(const struct hs_tier_config *cfg, struct hs_tier **out);
-int hs_tier_nvme_open(const struct hs_tier_config *cfg, struct hs_tier **out);
-/* Requests an nvme tier served from registered buffers (0 for other tiers). */
-uint64_t hs_tier_nvme_fixed_ios(struct hs_tier *t);
+/* Each tier's constructor and its own hooks are in its own header:
+ * tier_dram.h, tier_pmem.h, tier_uring.h, remote/remote.h. */
 
 /* Extent allocator of the store's placement (place.c) and of the remote
  * daemons: first fit over a sorted free list, coalescing on free; refuses
@@ -213,9 +209,5 @@ int hs_fault_check(enum hs_fault_site site);
 /* For tiers: the result to inject into this request (READ, SHORT_READ or
  * WRITE site by io->op), or 0 to do it for real. */
 int hs_fault_io(const struct hs_io *io);
-
-/* Force the pmem write path: 0 auto (pmem_is_pmem), 1 persist path
- * (pmem_memcpy_persist), 2 msync path.  Tests use it to cover both. */
-extern int hs_pmem_force_mode;
 
 #endif

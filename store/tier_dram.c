@@ -8,6 +8,7 @@
 
 #include "hpdlf/error.h"
 #include "store/tier.h"
+#include "store/tier_dram.h"
 
 struct dram_tier {
 	struct hs_tier base;

@@ -11,6 +11,7 @@
 
 #include "hpdlf/error.h"
 #include "store/tier.h"
+#include "store/tier_pmem.h"
 
 int hs_pmem_force_mode;
 

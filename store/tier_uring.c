@@ -23,6 +23,7 @@
 
 #include "hpdlf/error.h"
 #include "store/tier.h"
+#include "store/tier_uring.h"
 
 #define SPILL_DEFAULT_SIZE (64ull << 30)
 #define REAP_BATCH 64

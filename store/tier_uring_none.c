@@ -1,6 +1,7 @@
 /* Built without liburing: the nvme tier is refused with a clear message. */
 #include "hpdlf/error.h"
 #include "store/tier.h"
+#include "store/tier_uring.h"
 
 int hs_tier_nvme_open(const struct hs_tier_config *cfg, struct hs_tier **out)
 {

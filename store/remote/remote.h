@@ -49,6 +49,10 @@ struct hs_remote_opts {
 
 void hs_remote_opts_init(struct hs_remote_opts *o);
 int hs_tier_remote_open(const struct hs_tier_config *cfg, struct hs_tier **out);
+/* The same from the public spec (hs_tier_open, hs_store_open); the build
+ * without libfabric or libsodium has only this, refusing
+ * (tier_remote_none.c). */
+int hs_tier_remote_open_spec(const struct hs_remote_spec *r, const char *name, struct hs_tier **out);
 
 /* The daemons of this job: --store list, else --hostfile (one host[:port] a
  * line, '#' comments), else $HPDLF_STORE, else the nodes of $SLURM_JOB_NODELIST

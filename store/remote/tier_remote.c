@@ -504,6 +504,35 @@ int hs_tier_remote_open(const struct hs_tier_config *cfg, struct hs_tier **out)
 	return 0;
 }
 
+/* The public spec (hs_tier_spec.remote): daemons found as
+ * hs_remote_find_endpoints does, defaults for the rest.  An optional tier
+ * nobody answers for is 0 with *out NULL; the message stays to say why. */
+int hs_tier_remote_open_spec(const struct hs_remote_spec *r, const char *name, struct hs_tier **out)
+{
+	struct hs_remote_opts ro;
+	struct hs_tier_config cfg = { .name = name, .ext = &ro };
+	char *eps = NULL;
+	int rc;
+
+	*out = NULL;
+	rc = hs_remote_find_endpoints(r->daemons, r->hostfile, &eps);
+	if (rc < 0)
+		return r->optional ? 0 : rc;
+	hs_remote_opts_init(&ro);
+	ro.endpoints = eps;
+	ro.token_file = r->token_file;
+	ro.replicas = r->replicas > 0 ? r->replicas : 1;
+	ro.skip_unreachable = r->skip_unreachable || r->optional;
+	rc = hs_tier_remote_open(&cfg, out);
+	free(eps);
+	/* A bad token file is the user's to fix, not a daemon that did not answer. */
+	if (rc < 0 && r->optional && rc != HP_EUSAGE) {
+		*out = NULL;
+		return 0;
+	}
+	return rc;
+}
+
 int hs_remote_daemon_of(struct hs_tier *base, uint64_t addr, char *buf, size_t len)
 {
 	struct rtier *t = (struct rtier *)base;

@@ -24,6 +24,7 @@
 #include "hpdlf/store.h"
 #include "store/store_internal.h"
 #include "store/tier.h"
+#include "store/tier_uring.h"
 #include "util.h"
 
 #define CS 65536u

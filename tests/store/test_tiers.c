@@ -19,6 +19,9 @@
 #include "store/crc.h"
 #include "store/place.h"
 #include "store/tier.h"
+#include "store/tier_dram.h"
+#include "store/tier_pmem.h"
+#include "store/tier_uring.h"
 #include "util.h"
 
 static uint64_t seed;
