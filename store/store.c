@@ -433,8 +433,7 @@ static void tensor_free(struct hs_store *st, struct hs_tensor *t, int keep_commi
 	st->ntensors--;
 	if (t->base)
 		munmap(t->base, t->maplen);
-	if (t->bfd >= 0)
-		close(t->bfd);
+	hs_file_put(st, t->bfile);
 	free(t->ch);
 	free(t->name);
 	free(t->bpath);
@@ -449,6 +448,7 @@ void hs_store_close(struct hs_store *st)
 	while (st->list)
 		tensor_free(st, st->list, 0);
 	pthread_mutex_unlock(&st->mu);
+	hs_files_reap(st);
 	while (st->graveyard) {
 		struct freed_ext *f = st->graveyard;
 		st->graveyard = f->next;
@@ -494,7 +494,6 @@ int hs_tensor_new(struct hs_store *st, const struct hs_tensor_info *info, struct
 	if (!t)
 		return -ENOMEM;
 	t->st = st;
-	t->bfd = -1;
 	t->id = st->next_id++;
 	t->bytes = info->bytes;
 	t->dtype = info->dtype;
@@ -534,26 +533,23 @@ int hs_tensor_create(struct hs_store *st, const struct hs_tensor_info *info, str
 	return rc;
 }
 
+/* Lock held. */
 static int open_backing(struct hs_tensor *t, const char *path, uint64_t offset)
 {
-	struct stat sb;
+	uint64_t size;
+	int rc;
 
 	t->bpath = strdup(path);
 	if (!t->bpath)
 		return -ENOMEM;
 	t->boff = offset;
-	t->bfd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
-	t->bdirect = t->bfd >= 0;
-	if (t->bfd < 0)
-		t->bfd = open(path, O_RDONLY | O_CLOEXEC);
-	if (t->bfd < 0)
-		return hp_error(-errno, "%s: cannot open the backing file: %s", path, strerror(errno));
-	if (fstat(t->bfd, &sb) < 0)
-		return hp_error(-errno, "%s: fstat: %s", path, strerror(errno));
-	if (offset > (uint64_t)sb.st_size || t->bytes > (uint64_t)sb.st_size - offset)
+	rc = hs_file_get(t->st, path, &t->bfile);
+	if (rc < 0)
+		return rc;
+	size = t->bfile->size;
+	if (offset > size || t->bytes > size - offset)
 		return hp_error(HP_EDATA, "%s: tensor of %" PRIu64 " bytes at offset %" PRIu64
-				" runs past the end of the file (%" PRIu64 " bytes)", path, t->bytes, offset,
-				(uint64_t)sb.st_size);
+				" runs past the end of the file (%" PRIu64 " bytes)", path, t->bytes, offset, size);
 	return 0;
 }
 
@@ -573,6 +569,7 @@ int hs_tensor_create_backed(struct hs_store *st, const struct hs_tensor_info *in
 			*out = t;
 	}
 	pthread_mutex_unlock(&st->mu);
+	hs_files_reap(st);
 	return rc;
 }
 
@@ -614,6 +611,7 @@ int hs_tensor_drop(struct hs_tensor *t)
 	tensor_free(st, t, 1);
 	pthread_cond_broadcast(&st->cv);
 	pthread_mutex_unlock(&st->mu);
+	hs_files_reap(st);
 	hs_statpage_publish(st, 0);
 	return 0;
 }

@@ -2,7 +2,9 @@
  *
  * A tier is a flat byte-addressed space (a file, a PMEM pool, a device, the
  * DRAM of a remote daemon) that moves bytes between its addresses and DRAM
- * buffers asynchronously.  The store owns placement (one extent map per
+ * buffers asynchronously.  Backing files of read-only tensors (weights,
+ * datasets) are read through tiers too: a read-only file tier per file
+ * (tier_uring.h, store/files.c), outside the demotion order.  The store owns placement (one extent map per
  * tier, store/place.h), chunk metadata, checksums, statistics and
  * persistence; a tier only stores bytes: its ops are submit, poll, flush,
  * register_mem, stats and close, and it needs no allocator or lock for
@@ -108,6 +110,7 @@ enum hs_tier_flags {
 	HS_TIER_F_UNLINK = 1u << 2,      /* config: anonymous (unlinked) spill file */
 	HS_TIER_F_BUFFERED_OK = 1u << 3, /* config: may fall back to buffered I/O
 	                                    (with a logged warning) if O_DIRECT is refused */
+	HS_TIER_F_READONLY = 1u << 4,    /* an existing file read as it is (tier_uring.h) */
 };
 
 /* What a tier constructor gets. Unused fields are ignored by a tier. */

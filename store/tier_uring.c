@@ -48,6 +48,8 @@ struct uring_tier {
 	int sparse;                     /* a sparse fixed-buffer table exists */
 	void *regbase[HS_MEM_SLOTS];    /* address each region was registered at */
 	uint64_t fixed_ios;
+	int readonly;                   /* a file tier: writes refused, EOF ends the space */
+	uint64_t fsize;                 /* readonly: the file's size */
 };
 
 /* user_data of an SQE whose request was completed at submit (see
@@ -64,7 +66,8 @@ static uint64_t mono_ns(void)
 
 static void finish(struct uring_tier *u, struct hs_io *io, int res)
 {
-	if (res >= 0 && (size_t)res == io->len)
+	/* a file tier's last block ends at the end of the file, not at HS_IO_ALIGN */
+	if (res >= 0 && ((size_t)res == io->len || (u->readonly && io->addr + (uint64_t)res == u->fsize)))
 		io->res = 0;
 	else if (res >= 0)
 		io->res = io->op == HS_IO_READ ? -ENODATA : -ENOSPC;
@@ -295,9 +298,9 @@ static int uring_submit(struct hs_tier *t, struct hs_io **ios, int n)
 			if (nq && (io_uring_sq_space_left(&u->ring) == 0 || u->inflight >= 2 * u->depth))
 				break;
 			int inj = hs_fault_io(io);
-			if (inj || io->addr + io->len > t->capacity) {
+			if (inj || io->addr + io->len > t->capacity || (u->readonly && io->op == HS_IO_WRITE)) {
 				pthread_mutex_unlock(&u->sq_mu);
-				io->res = inj ? inj : -EINVAL;
+				io->res = inj ? inj : io->op == HS_IO_WRITE && u->readonly ? -EROFS : -EINVAL;
 				io->done(io);
 				pthread_mutex_lock(&u->sq_mu);
 				continue;
@@ -341,6 +344,23 @@ static int uring_register_mem(struct hs_tier *t, unsigned slot, void *addr, size
 		u->regbase[slot] = addr;
 	pthread_mutex_unlock(&u->sq_mu);
 	return rc < 0 ? rc : 0;
+}
+
+int hs_tier_file_open(const char *path, struct hs_tier **out)
+{
+	struct hs_tier_config cfg = { .name = "file", .path = path, .queue_depth = 32, .flags = HS_TIER_F_READONLY };
+
+	return hs_tier_nvme_open(&cfg, out);
+}
+
+uint64_t hs_tier_file_size(struct hs_tier *t)
+{
+	return t->ops->submit == uring_submit ? ((struct uring_tier *)t)->fsize : 0;
+}
+
+int hs_tier_file_direct(struct hs_tier *t)
+{
+	return t->ops->submit == uring_submit && ((struct uring_tier *)t)->direct;
 }
 
 uint64_t hs_tier_nvme_fixed_ios(struct hs_tier *t)
@@ -448,6 +468,28 @@ static int open_file(struct uring_tier *u, const struct hs_tier_config *cfg)
 	return 0;
 }
 
+/* A file read as it is (weights, datasets): O_DIRECT when the filesystem
+ * takes it, else buffered and dropped from the page cache after each read,
+ * silently (the file is the user's, not a tier the user chose); its space
+ * is the file rounded up to HS_IO_ALIGN. */
+static int open_readonly(struct uring_tier *u, const struct hs_tier_config *cfg)
+{
+	struct stat sb;
+	int fl;
+
+	u->readonly = 1;
+	if ((u->fd = open(cfg->path, O_RDONLY | O_CLOEXEC)) < 0)
+		return hp_error(-errno, "%s: cannot open the backing file: %s", cfg->path, strerror(errno));
+	fl = fcntl(u->fd, F_GETFL);
+	u->direct = fl >= 0 && fcntl(u->fd, F_SETFL, fl | O_DIRECT) == 0;
+	if (fstat(u->fd, &sb) < 0)
+		return hp_error(-errno, "%s: fstat: %s", cfg->path, strerror(errno));
+	u->fsize = (uint64_t)sb.st_size;
+	u->base.capacity = (u->fsize + HS_IO_ALIGN - 1) & ~(uint64_t)(HS_IO_ALIGN - 1);
+	u->base.reserved = 0;
+	return 0;
+}
+
 static int start_ring(struct uring_tier *u)
 {
 	int rc = io_uring_queue_init(u->depth, &u->ring, 0);
@@ -483,13 +525,13 @@ int hs_tier_nvme_open(const struct hs_tier_config *cfg, struct hs_tier **out)
 	pthread_cond_init(&u->sq_cv, NULL);
 	pthread_mutex_init(&u->cq_mu, NULL);
 	pthread_cond_init(&u->cq_cv, NULL);
-	rc = open_file(u, cfg);
+	rc = cfg->flags & HS_TIER_F_READONLY ? open_readonly(u, cfg) : open_file(u, cfg);
 	if (rc < 0)
 		goto fail;
 	rc = start_ring(u);
 	if (rc < 0)
 		goto fail;
-	if (cfg->path && cfg->path[0] && !(cfg->flags & HS_TIER_F_UNLINK))
+	if (cfg->path && cfg->path[0] && !(cfg->flags & (HS_TIER_F_UNLINK | HS_TIER_F_READONLY)))
 		u->base.flags |= HS_TIER_F_PERSISTENT;
 	*out = &u->base;
 	return 0;

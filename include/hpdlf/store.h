@@ -154,8 +154,10 @@ struct hs_tensor_info {
 
 int hs_tensor_create(struct hs_store *st, const struct hs_tensor_info *info, struct hs_tensor **out);
 /* A read-only tensor whose clean copy is bytes [offset, offset + info->bytes)
- * of an existing file (e.g. ONNX external data).  Read on demand with
- * O_DIRECT (unaligned ranges through an aligned staging buffer; filesystems
+ * of an existing file (e.g. ONNX external data, a dataset).  Read on demand
+ * or by hs_prefetch through the same asynchronous submit path as the tiers
+ * (one read-only file tier per file), with O_DIRECT (chunks at unaligned
+ * offsets through an aligned staging window, one at a time; filesystems
  * refusing O_DIRECT are read buffered and dropped from the page cache with
  * POSIX_FADV_DONTNEED); never written back; only resident chunks count
  * against the budget.  Pins must be HS_PIN_READ. */

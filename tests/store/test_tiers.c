@@ -340,6 +340,58 @@ static void test_nvme_submit_fault_exactly_once(void **state)
 	free(one);
 }
 
+/* The read-only file tier: a batch of block reads through submit, the last
+ * one reaching past the end of the file (complete: every byte up to the
+ * end), writes refused, a file that shrank under it reads short. */
+static void test_file_tier(void **state)
+{
+	enum { SIZE = 5 * HS_IO_ALIGN + 1000, NB = 6 };
+	const char *path = tu_path(tu_disk_dir(), "readonly.bin");
+	unsigned char *file = malloc(SIZE), *buf = aligned_alloc(HS_IO_ALIGN, NB * HS_IO_ALIGN);
+	struct batch b = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NB };
+	struct hs_io io[NB], *p[NB];
+	struct hs_tier *t;
+	uint64_t s = seed;
+
+	(void)state;
+	for (int i = 0; i < SIZE; i++)
+		file[i] = (unsigned char)tu_rand(&s);
+	FILE *f = fopen(path, "w");
+	assert_int_equal(fwrite(file, 1, SIZE, f), SIZE);
+	fclose(f);
+	assert_int_equal(hs_tier_file_open(path, &t), 0);
+	assert_int_equal(hs_tier_file_size(t), SIZE);
+	assert_int_equal(t->capacity, NB * HS_IO_ALIGN);
+	assert_true(hs_tier_file_direct(t)); /* tu_disk_dir is disk-backed */
+	memset(buf, 0, NB * HS_IO_ALIGN);
+	for (int i = 0; i < NB; i++) { /* in reverse: completion order is the tier's */
+		int k = NB - 1 - i;
+		io[i] = (struct hs_io){ .op = HS_IO_READ, .addr = (uint64_t)k * HS_IO_ALIGN, .len = HS_IO_ALIGN,
+					.buf = buf + (size_t)k * HS_IO_ALIGN, .done = batch_done, .arg = &b, .res = 1 };
+		p[i] = &io[i];
+	}
+	assert_int_equal(t->ops->submit(t, p, NB), NB);
+	pthread_mutex_lock(&b.mu);
+	while (b.left)
+		pthread_cond_wait(&b.cv, &b.mu);
+	pthread_mutex_unlock(&b.mu);
+	for (int i = 0; i < NB; i++)
+		assert_int_equal(io[i].res, 0);
+	assert_memory_equal(buf, file, SIZE);
+	assert_int_equal(hs_tier_rw(t, HS_IO_WRITE, 0, buf, HS_IO_ALIGN), -EROFS);
+	assert_int_equal(hs_tier_rw(t, HS_IO_READ, NB * HS_IO_ALIGN, buf, HS_IO_ALIGN), -EINVAL);
+	hs_fault_set(HS_FAULT_READ, 1, -EIO);
+	assert_int_equal(hs_tier_rw(t, HS_IO_READ, 0, buf, HS_IO_ALIGN), -EIO);
+	hs_fault_clear();
+	assert_int_equal(truncate(path, 2 * HS_IO_ALIGN + 10), 0);
+	assert_int_equal(hs_tier_rw(t, HS_IO_READ, 2 * HS_IO_ALIGN, buf, 2 * HS_IO_ALIGN), -ENODATA);
+	assert_int_equal(hs_tier_rw(t, HS_IO_READ, 0, buf, 2 * HS_IO_ALIGN), 0);
+	assert_memory_equal(buf, file, 2 * HS_IO_ALIGN);
+	t->ops->close(t);
+	free(file);
+	free(buf);
+}
+
 static void test_nvme_refuses_tmpfs(void **state)
 {
 	struct hs_tier_config cfg = { .name = "nvme", .capacity = 1 << 20, .reserved = 8192,
@@ -386,6 +438,7 @@ int main(void)
 		cmocka_unit_test(test_pmem_tier_msync_path),
 		cmocka_unit_test(test_nvme_tier),
 		cmocka_unit_test(test_nvme_submit_fault_exactly_once),
+		cmocka_unit_test(test_file_tier),
 		cmocka_unit_test(test_nvme_refuses_tmpfs),
 		cmocka_unit_test(test_bad_paths),
 	};
