@@ -2,13 +2,13 @@
  *
  * A tier is a flat byte-addressed space (a file, a PMEM pool, a device, the
  * DRAM of a remote daemon) that moves bytes between its addresses and DRAM
- * buffers asynchronously.  Backing files of read-only tensors (weights,
- * datasets) are read through tiers too: a read-only file tier per file
- * (tier_uring.h, store/files.c), outside the demotion order.  The store owns placement (one extent map per
+ * buffers asynchronously.  The store owns placement (one extent map per
  * tier, store/place.h), chunk metadata, checksums, statistics and
  * persistence; a tier only stores bytes: its ops are submit, poll, flush,
  * register_mem, stats and close, and it needs no allocator or lock for
- * placement.
+ * placement.  Backing files of read-only tensors (weights, datasets) are
+ * read through a tier too: a read-only file tier per file (tier_uring.h,
+ * store/files.c), outside the demotion order.
  *
  * Plugging a tier in (tier_dram.c is the smallest model):
  *
@@ -44,7 +44,11 @@
  *   - submit() takes a batch of requests.  It returns the number it accepted
  *     (all of them, or a negative error when it accepted none).  Every accepted
  *     request completes EXACTLY ONCE by the tier setting io->res (0, or a
- *     negative errno / HP_E* code) and then calling io->done(io).
+ *     negative errno / HP_E* code) and then calling io->done(io).  Once it
+ *     called any done() of the batch, submit() has accepted the whole batch:
+ *     a failure after that (io_uring_enter refusing SQEs already queued)
+ *     completes the requests it hits with the error, it never returns one
+ *     (the caller would complete them all again).
  *   - done() may run on any thread: inside submit() itself (synchronous tiers
  *     such as dram and pmem complete inline), or on a completion thread the tier
  *     owns (nvme: a thread waiting on the io_uring CQ; remote: a thread in
@@ -54,7 +58,8 @@
  *   - done() is short and never blocks on I/O; after done() returns the tier
  *     must not touch io again (the store may reuse or free it).
  *   - A short transfer is not success: report -ENODATA for a short read and
- *     -ENOSPC / -EIO for a short write.
+ *     -ENOSPC / -EIO for a short write.  (The read-only file tier's space
+ *     ends at the end of its file: a read cut there got every byte.)
  *   - After close() returns, no done() is running or will run; close() waits
  *     for requests in flight (or completes them with -ECANCELED).
  *
@@ -68,7 +73,8 @@
  * plain submit()); a tier refuses requests past capacity with -EINVAL.
  * Lengths and addresses handed to submit() are multiples of HS_IO_ALIGN,
  * and buffers are HS_IO_ALIGN-aligned, so O_DIRECT tiers need no bounce
- * buffer.
+ * buffer (the store reads a backing file at unaligned offsets only when
+ * the file tier reads it buffered).
  *
  * Thread safety: submit, poll, flush, trim, stats (and place, release) may
  * be called concurrently from several threads; the tier serialises
