@@ -19,6 +19,8 @@ struct hs_prefetch {
 	struct hs_store *st;
 	int pending;
 	int tpending[HS_MAX_TIERS];     /* of pending, requests on each tier */
+	int fpending;                   /* of pending, reads of backing files */
+	struct hs_tier *ftier;          /* the file tier of the last one */
 	uint64_t stage;                 /* staging held for its file reads' windows */
 	int err;
 	char msg[300];
@@ -86,14 +88,20 @@ static void group_done(struct io_req *r)
 {
 	if (r->tier != NO_TIER)
 		r->g->tpending[r->tier]--;
+	else if (r->t->bfile)
+		r->g->fpending--;
 	r->g->pending--;
 	pthread_cond_broadcast(&r->t->st->cv);
 }
 
 static void group_add(struct io_req *r)
 {
-	if (r->tier != NO_TIER)
+	if (r->tier != NO_TIER) {
 		r->g->tpending[r->tier]++;
+	} else if (r->t->bfile) {
+		r->g->fpending++;
+		r->g->ftier = r->t->bfile->tier;
+	}
 	r->g->pending++;
 }
 
@@ -102,18 +110,26 @@ static void group_add(struct io_req *r)
  * completes its own requests and nobody has to wake it. */
 static void group_wait(struct hs_store *st, struct hs_prefetch *g)
 {
+	int file_idle = 0;
+
 	while (g->pending) {
 		struct hs_tier *pt = NULL;
 		for (int k = 0; k < st->ntiers && !pt; k++)
 			if (g->tpending[k] && st->tiers[k]->ops->poll)
 				pt = st->tiers[k];
+		/* the last file read from; reads of other files (or ones its
+		 * completion thread took) wake us instead */
+		if (!pt && g->fpending && !file_idle && g->ftier->ops->poll)
+			pt = g->ftier;
 		if (!pt) {
 			pthread_cond_wait(&st->cv, &st->mu);
+			file_idle = 0;
 			continue;
 		}
 		pthread_mutex_unlock(&st->mu);
-		pt->ops->poll(pt, 1);
+		int n = pt->ops->poll(pt, 1);
 		pthread_mutex_lock(&st->mu);
+		file_idle = pt == g->ftier && n == 0;
 	}
 }
 
