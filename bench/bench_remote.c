@@ -305,12 +305,12 @@ static double churn_loop(struct hs_tier *t, void *buf, double secs)
 
 	while (now_s() - t0 < secs) {
 		for (int i = 0; i < NCHUNKS; i++)
-			if (t->ops->alloc(t, CHUNK, &addr[i]) < 0)
+			if (t->ops->place(t, CHUNK, &addr[i]) < 0)
 				return -1;
 		if (tier_loop(t, addr, buf, HS_IO_WRITE, 0) < 0)
 			return -1;
 		for (int i = 0; i < NCHUNKS; i++)
-			if (t->ops->free(t, addr[i], CHUNK) < 0)
+			if (t->ops->release(t, addr[i], CHUNK) < 0)
 				return -1;
 		bytes += (uint64_t)NCHUNKS * CHUNK;
 	}
@@ -331,13 +331,13 @@ static int tier_bench(const struct daemon_proc *d, double secs, double *wr, doub
 	for (size_t i = 0; i < (size_t)NCHUNKS * CHUNK / 8; i++)
 		((uint64_t *)buf)[i] = i * 0x9e3779b97f4a7c15ull;
 	for (int i = 0; i < NCHUNKS; i++)
-		if (t->ops->alloc(t, CHUNK, &addr[i]) < 0)
+		if (t->ops->place(t, CHUNK, &addr[i]) < 0)
 			return -1;
 	*wr = tier_loop(t, addr, buf, HS_IO_WRITE, secs);
 	*rd = tier_loop(t, addr, back, HS_IO_READ, secs);
 	*verified = memcmp(buf, back, (size_t)NCHUNKS * CHUNK) == 0;
 	for (int i = 0; i < NCHUNKS; i++)
-		t->ops->free(t, addr[i], CHUNK);
+		t->ops->release(t, addr[i], CHUNK);
 	*churn = churn_loop(t, buf, secs);
 	t->ops->close(t);
 	free(buf);
@@ -372,9 +372,9 @@ static void *ctl_main(void *arg)
 	t0 = now_s();
 	while (now_s() - t0 < w->secs) {
 		uint64_t a;
-		if (t->ops->alloc(t, CHUNK, &a) < 0)
+		if (t->ops->place(t, CHUNK, &a) < 0)
 			w->errors++;
-		else if (t->ops->free(t, a, CHUNK) < 0)
+		else if (t->ops->release(t, a, CHUNK) < 0)
 			w->errors++;
 		if (hs_remote_lookup(t, "bench-probe", &n) < 0)
 			w->errors++;

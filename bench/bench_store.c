@@ -28,6 +28,8 @@
 #include "hpdlf/tensor.h"
 #include "store/store_internal.h"
 #include "store/tier.h"
+#include "store/tier_pmem.h"
+#include "store/tier_uring.h"
 
 struct args {
 	const char *dir, *pmem_dir;

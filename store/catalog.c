@@ -14,6 +14,7 @@
 
 #include "hpdlf/error.h"
 #include "store/crc.h"
+#include "store/place.h"
 #include "store/store_internal.h"
 
 #define SB_MAGIC "HPDLFSB\0"
@@ -192,10 +193,9 @@ static int load_tensor(struct hs_store *st, const unsigned char **pp, const unsi
 		memcpy(&cc, p, sizeof cc);
 		if (cc.tier == ZERO_CHUNK)
 			continue;
-		if (cc.tier >= st->ntiers || !(st->tiers[cc.tier]->flags & HS_TIER_F_PERSISTENT) ||
-		    !st->tiers[cc.tier]->ops->claim)
+		if (cc.tier >= st->ntiers || !(st->tiers[cc.tier]->flags & HS_TIER_F_PERSISTENT))
 			return HP_ECORRUPT;
-		rc = st->tiers[cc.tier]->ops->claim(st->tiers[cc.tier], cc.addr, hs_chunk_iolen(t, i));
+		rc = hs_place_claim(st->place, cc.tier, cc.addr, hs_chunk_iolen(t, i));
 		if (rc < 0)
 			return HP_ECORRUPT;
 		t->ch[i].tier = t->ch[i].ctier = cc.tier;
@@ -237,7 +237,7 @@ static int load_catalog(struct hs_store *st, const struct sb *s)
 			      s->generation);
 		goto out;
 	}
-	rc = home->ops->claim(home, s->cat_addr, alen);
+	rc = hs_place_claim(st->place, st->home, s->cat_addr, alen);
 	const unsigned char *p = blob + sizeof h, *end = blob + s->cat_len;
 	for (uint32_t i = 0; rc == 0 && i < h.ntensors; i++)
 		rc = load_tensor(st, &p, end);
@@ -316,7 +316,7 @@ static int bounce_chunk(struct hs_store *st, struct hs_tensor *t, uint64_t i, vo
 	uint64_t len = hs_chunk_iolen(t, i), addr;
 	int src = c->tier, rc;
 
-	rc = st->tiers[st->home]->ops->alloc(st->tiers[st->home], len, &addr);
+	rc = hs_place_alloc(st->place, st->home, len, &addr);
 	if (rc < 0)
 		return hp_error(rc, "store: commit: no room on %s for tensor '%s' chunk %" PRIu64,
 				st->tiers[st->home]->name, t->name, i);
@@ -331,7 +331,7 @@ static int bounce_chunk(struct hs_store *st, struct hs_tensor *t, uint64_t i, vo
 	c->state = CH_ABSENT;
 	pthread_cond_broadcast(&st->cv);
 	if (rc < 0) {
-		st->tiers[st->home]->ops->free(st->tiers[st->home], addr, len);
+		hs_place_free(st->place, st->home, addr, len);
 		return hp_error(rc, "store: commit: moving tensor '%s' chunk %" PRIu64 " from %s to %s: %s", t->name, i,
 				st->tiers[src]->name, st->tiers[st->home]->name,
 				rc == HP_ECORRUPT ? "crc32c mismatch" : hp_strerror(rc));
@@ -476,7 +476,7 @@ static int write_catalog(struct hs_store *st, unsigned char *blob, uint64_t len,
 	void *sbuf = blob; /* reused for the superblock after the blob is written */
 	int rc;
 
-	rc = home->ops->alloc(home, round_io(len), addr);
+	rc = hs_place_alloc(st->place, st->home, round_io(len), addr);
 	if (rc < 0)
 		return hp_error(rc, "store: commit: no room on %s for the catalog (%" PRIu64 " bytes)", home->name, len);
 	s.cat_addr = *addr;
@@ -498,7 +498,7 @@ static int write_catalog(struct hs_store *st, unsigned char *blob, uint64_t len,
 	if (rc == 0)
 		return 0;
 fail:
-	home->ops->free(home, *addr, round_io(len));
+	hs_place_free(st->place, st->home, *addr, round_io(len));
 	return rc;
 }
 
@@ -510,7 +510,7 @@ static void commit_done(struct hs_store *st, uint64_t max_id, uint64_t cat_addr,
 		for (uint64_t i = 0; in_commit(t, max_id) && i < t->nchunks; i++) {
 			struct hs_chunk *c = &t->ch[i];
 			if (c->ctier != NO_TIER && !(c->ctier == c->tier && c->caddr == c->addr))
-				st->tiers[c->ctier]->ops->free(st->tiers[c->ctier], c->caddr, hs_chunk_iolen(t, i));
+				hs_place_free(st->place, c->ctier, c->caddr, hs_chunk_iolen(t, i));
 			c->ctier = c->tier;
 			c->caddr = c->addr;
 			c->ccrc = c->crc;
@@ -521,11 +521,11 @@ static void commit_done(struct hs_store *st, uint64_t max_id, uint64_t cat_addr,
 	while (st->graveyard) {
 		struct freed_ext *f = st->graveyard;
 		st->graveyard = f->next;
-		st->tiers[f->tier]->ops->free(st->tiers[f->tier], f->addr, f->len);
+		hs_place_free(st->place, f->tier, f->addr, f->len);
 		free(f);
 	}
 	if (st->cat_len)
-		st->tiers[st->home]->ops->free(st->tiers[st->home], st->cat_addr, round_io(st->cat_len));
+		hs_place_free(st->place, st->home, st->cat_addr, round_io(st->cat_len));
 	st->cat_addr = cat_addr;
 	st->cat_len = cat_len;
 	st->generation++;

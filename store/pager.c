@@ -10,6 +10,7 @@
 
 #include "hpdlf/error.h"
 #include "store/crc.h"
+#include "store/place.h"
 #include "store/store_internal.h"
 
 /* A set of requests somebody waits for (a pin's loads, a prefetch, a
@@ -18,7 +19,9 @@ struct hs_prefetch {
 	struct hs_store *st;
 	int pending;
 	int tpending[HS_MAX_TIERS];     /* of pending, requests on each tier */
-	uint64_t stage;                 /* staging held for its unaligned file reads */
+	int fpending;                   /* of pending, reads of backing files */
+	struct hs_tier *ftier;          /* the file tier of the last one */
+	uint64_t stage;                 /* staging held for its file reads' windows */
 	int err;
 	char msg[300];
 	struct io_req *reqs;
@@ -29,8 +32,9 @@ struct io_req {
 	struct hs_tensor *t;
 	uint64_t chunk;
 	int tier;
-	uint64_t stage;         /* write-back: the new crc32c */
+	uint64_t stage;         /* write-back: the new crc32c; file read: its window's bytes */
 	struct hs_prefetch *g;
+	uint64_t wskip;         /* file read through a window: bytes of it before the chunk */
 };
 
 static const char *tname(const struct hs_tensor *t, char *buf, size_t len)
@@ -84,14 +88,20 @@ static void group_done(struct io_req *r)
 {
 	if (r->tier != NO_TIER)
 		r->g->tpending[r->tier]--;
+	else if (r->t->bfile)
+		r->g->fpending--;
 	r->g->pending--;
 	pthread_cond_broadcast(&r->t->st->cv);
 }
 
 static void group_add(struct io_req *r)
 {
-	if (r->tier != NO_TIER)
+	if (r->tier != NO_TIER) {
 		r->g->tpending[r->tier]++;
+	} else if (r->t->bfile) {
+		r->g->fpending++;
+		r->g->ftier = r->t->bfile->tier;
+	}
 	r->g->pending++;
 }
 
@@ -100,18 +110,26 @@ static void group_add(struct io_req *r)
  * completes its own requests and nobody has to wake it. */
 static void group_wait(struct hs_store *st, struct hs_prefetch *g)
 {
+	int file_idle = 0;
+
 	while (g->pending) {
 		struct hs_tier *pt = NULL;
 		for (int k = 0; k < st->ntiers && !pt; k++)
 			if (g->tpending[k] && st->tiers[k]->ops->poll)
 				pt = st->tiers[k];
+		/* the last file read from; reads of other files (or ones its
+		 * completion thread took) wake us instead */
+		if (!pt && g->fpending && !file_idle && g->ftier->ops->poll)
+			pt = g->ftier;
 		if (!pt) {
 			pthread_cond_wait(&st->cv, &st->mu);
+			file_idle = 0;
 			continue;
 		}
 		pthread_mutex_unlock(&st->mu);
-		pt->ops->poll(pt, 1);
+		int n = pt->ops->poll(pt, 1);
 		pthread_mutex_lock(&st->mu);
+		file_idle = pt == g->ftier && n == 0;
 	}
 }
 
@@ -168,97 +186,119 @@ static void load_done(struct hs_io *io)
 	load_finish(io->arg, io->res);
 }
 
-static int pread_full(int fd, void *buf, size_t len, uint64_t off, size_t *got)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t k = pread(fd, (char *)buf + done, len - done, off + done);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return -errno;
-		if (k == 0)
-			break;
-		done += k;
-	}
-	*got = done;
-	return 0;
-}
-
-/* Read chunk r->chunk of a backed tensor from its file, synchronously. */
-static int backed_read(struct io_req *r, void *stagebuf)
-{
-	struct hs_tensor *t = r->t;
-	uint64_t i = r->chunk, cs = t->st->cs;
-	uint64_t off = t->boff + i * cs, len = hs_chunk_len(t, i);
-	unsigned char *dst = t->base + i * cs;
-	size_t got = 0;
-	int rc = hs_fault_check(HS_FAULT_READ);
-
-	if (rc)
-		return rc;
-	if (hs_fault_check(HS_FAULT_SHORT_READ))
-		return -ENODATA;
-	if (t->bdirect && off % HS_IO_ALIGN == 0) {
-		rc = pread_full(t->bfd, dst, hs_chunk_iolen(t, i), off, &got);
-	} else if (t->bdirect) {
-		uint64_t a0 = off & ~(uint64_t)(HS_IO_ALIGN - 1);
-		size_t span = (off + len - a0 + HS_IO_ALIGN - 1) & ~(size_t)(HS_IO_ALIGN - 1);
-		if (!stagebuf)
-			return -ENOMEM;
-		rc = pread_full(t->bfd, stagebuf, span, a0, &got);
-		got = got > off - a0 ? got - (off - a0) : 0;
-		if (rc == 0)
-			memcpy(dst, (char *)stagebuf + (off - a0), got < len ? got : len);
-	} else {
-		rc = pread_full(t->bfd, dst, len, off, &got);
-		posix_fadvise(t->bfd, off, len, POSIX_FADV_DONTNEED);
-	}
-	if (rc == 0 && got < len)
-		rc = -ENODATA;
-	return rc;
-}
-
-/* Staging bytes a backed chunk needs while it is read. */
+/* Staging a backed chunk needs while it is read: the aligned window
+ * around it when the file is read with O_DIRECT at an unaligned offset. */
 static uint64_t stage_bytes(const struct hs_tensor *t, uint64_t i)
 {
 	uint64_t off = t->boff + i * t->st->cs;
 
-	if (!t->bpath || !t->bdirect || off % HS_IO_ALIGN == 0)
+	if (!t->bfile || !t->bfile->direct || off % HS_IO_ALIGN == 0)
 		return 0;
 	return ((off % HS_IO_ALIGN) + hs_chunk_len(t, i) + 2 * HS_IO_ALIGN - 1) & ~(uint64_t)(HS_IO_ALIGN - 1);
 }
 
+static void file_done(struct hs_io *io)
+{
+	load_finish(io->arg, io->res);
+}
+
+/* The read of backed chunk i from its file tier (lock held): straight into
+ * the chunk's frames when the offset is aligned or the file is read
+ * buffered; else r->stage != 0 and the read goes through an aligned window
+ * of r->stage bytes (submit_loads). */
+static void file_req(struct io_req *r, struct hs_tensor *t, uint64_t i)
+{
+	uint64_t off = t->boff + i * t->st->cs, len = hs_chunk_len(t, i);
+
+	r->io.done = file_done;
+	r->io.mem_slot = 0;
+	r->io.addr = off;
+	r->io.len = t->bfile->direct ? hs_chunk_iolen(t, i) : len;
+	r->stage = stage_bytes(t, i);
+	if (!r->stage)
+		return;
+	r->io.addr = off & ~(uint64_t)(HS_IO_ALIGN - 1);
+	r->wskip = off - r->io.addr;
+	/* the blocks holding the chunk: within the window, and within the file
+	 * tier (the window's reserve may run a block past the file's end) */
+	r->io.len = (r->wskip + len + HS_IO_ALIGN - 1) & ~(uint64_t)(HS_IO_ALIGN - 1);
+}
+
+static void submit_batch(struct hs_tier *t, struct hs_io **batch, int k);
 static void submit_batches(struct hs_store *st, struct io_req *reqs, int n);
 
-/* Issue the reads of g's reqs[0..n) (lock NOT held); completions run
- * load_finish.  File reads run here, one at a time, through the single
- * staging buffer the group reserved (released before they complete). */
-static void submit_loads(struct hs_store *st, struct hs_prefetch *g, struct io_req *reqs, int n)
+/* Submit the direct reads of backed chunks, batched per file (lock NOT
+ * held); windowed ones are left to read_windows. */
+static void submit_files(struct io_req *reqs, int n)
 {
-	void *stagebuf = NULL;
-	int nb = 0;
+	struct hs_io *batch[64];
+	struct hs_tier *cur = NULL;
+	int k = 0;
 
-	submit_batches(st, reqs, n);
+	for (int j = 0; j < n; j++) {
+		struct io_req *r = &reqs[j];
+		if (r->tier != NO_TIER || r->stage)
+			continue;
+		if (k && (r->t->bfile->tier != cur || k == 64)) {
+			submit_batch(cur, batch, k);
+			k = 0;
+		}
+		cur = r->t->bfile->tier;
+		r->io.t_submit_ns = hs_now_ns();
+		batch[k++] = &r->io;
+	}
+	if (k)
+		submit_batch(cur, batch, k);
+}
+
+/* Read the windowed chunks one after the other through the group's one
+ * staging window (what the budget reserved: g->stage, the largest window),
+ * through the file tier's submit; the staging goes back before they
+ * complete.  Returns the number read. */
+static int read_windows(struct hs_store *st, struct hs_prefetch *g, struct io_req *reqs, int n)
+{
+	void *win = NULL;
+	int nw = 0;
+
 	for (int j = 0; j < n; j++)
-		nb += reqs[j].tier == NO_TIER;
-	if (nb == 0)
-		return;
-	if (g->stage)
-		stagebuf = aligned_alloc(HS_IO_ALIGN, g->stage);
-	for (int j = 0; j < n; j++)
-		if (reqs[j].tier == NO_TIER)
-			reqs[j].io.res = backed_read(&reqs[j], stagebuf);
-	free(stagebuf);
+		nw += reqs[j].tier == NO_TIER && reqs[j].stage;
+	if (nw == 0)
+		return 0;
+	win = aligned_alloc(HS_IO_ALIGN, g->stage);
+	for (int j = 0; j < n; j++) {
+		struct io_req *r = &reqs[j];
+		if (r->tier != NO_TIER || !r->stage)
+			continue;
+		r->io.res = win ? hs_tier_rw(r->t->bfile->tier, HS_IO_READ, r->io.addr, win, r->io.len) : -ENOMEM;
+		if (r->io.res == 0)
+			memcpy(r->t->base + r->chunk * st->cs, (char *)win + r->wskip, hs_chunk_len(r->t, r->chunk));
+	}
+	free(win);
 	pthread_mutex_lock(&st->mu);
 	st->resident -= g->stage;
 	st->staging -= g->stage;
 	g->stage = 0;
 	pthread_mutex_unlock(&st->mu);
 	for (int j = 0; j < n; j++)
-		if (reqs[j].tier == NO_TIER)
+		if (reqs[j].tier == NO_TIER && reqs[j].stage)
 			load_finish(&reqs[j], reqs[j].io.res);
+	return nw;
+}
+
+/* Issue the reads of reqs[0..n) (lock NOT held): each lower tier and each
+ * backing file gets its requests in batches, completing in load_finish;
+ * reads through windows run here. */
+static void submit_loads(struct hs_store *st, struct hs_prefetch *g, struct io_req *reqs, int n)
+{
+	submit_batches(st, reqs, n);
+	submit_files(reqs, n);
+	if (read_windows(st, g, reqs, n) == 0 && g->stage) {
+		pthread_mutex_lock(&st->mu);
+		st->resident -= g->stage;
+		st->staging -= g->stage;
+		g->stage = 0;
+		pthread_mutex_unlock(&st->mu);
+	}
 }
 
 static void req_init(struct io_req *r, struct hs_tensor *t, uint64_t i, struct hs_prefetch *g)
@@ -278,6 +318,8 @@ static void req_init(struct io_req *r, struct hs_tensor *t, uint64_t i, struct h
 	r->io.done = load_done;
 	r->io.arg = r;
 	r->io.t_submit_ns = hs_now_ns();
+	if (r->tier == NO_TIER)
+		file_req(r, t, i);
 	group_add(r);
 }
 
@@ -342,7 +384,7 @@ static int wb_prepare(struct hs_store *st, struct io_req *r, int target)
 	int rc = -ENOSPC;
 
 	for (int k = target >= 0 ? target : 0; k < st->ntiers; k++) {
-		rc = st->tiers[k]->ops->alloc(st->tiers[k], len, &r->io.addr);
+		rc = hs_place_alloc(st->place, k, len, &r->io.addr);
 		if (rc == 0) {
 			r->tier = k;
 			break;
@@ -404,7 +446,7 @@ int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
 		if (r->tier == NO_TIER)
 			continue;
 		if (r->io.res < 0) {
-			st->tiers[r->tier]->ops->free(st->tiers[r->tier], r->io.addr, r->io.len);
+			hs_place_free(st->place, r->tier, r->io.addr, r->io.len);
 			continue;
 		}
 		hs_chunk_release_copy(st, r->t, c);
@@ -614,7 +656,7 @@ static int pin_claim(struct hs_store *st, struct hs_tensor *t, uint64_t first, u
 		}
 		c->prefetched = 0;
 	}
-	need += sb; /* file reads share one staging buffer */
+	need += sb; /* unaligned file reads share one window (submit_loads) */
 	rc = make_room(st, need, "pin", t, own);
 	for (uint64_t i = first; rc == 0 && i < first + n; i++) {
 		struct hs_chunk *c = &t->ch[i];
@@ -826,7 +868,7 @@ int hs_prefetch_many(const struct hs_range *rs, size_t nr, struct hs_prefetch **
 		norm_range(rs[k].tensor, &first, &n, "prefetch");
 		prefetch_range(st, rs[k].tensor, first, n, g, &nreq, &need);
 	}
-	need += g->stage; /* file reads share one staging buffer */
+	need += g->stage; /* unaligned file reads share one window (submit_loads) */
 	rc = nreq ? prefetch_attach(st, g, nreq, need) : 0;
 	if (rc < 0) {
 		pthread_mutex_unlock(&st->mu);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "hpdlf/error.h"
+#include "store/place.h"
 #include "store/store_internal.h"
 
 uint64_t hs_now_ns(void)
@@ -276,7 +277,7 @@ void hs_chunk_release_copy(struct hs_store *st, struct hs_tensor *t, struct hs_c
 	if (c->tier == NO_TIER)
 		return;
 	if (!(c->tier == c->ctier && c->addr == c->caddr))
-		st->tiers[c->tier]->ops->free(st->tiers[c->tier], c->addr, hs_chunk_iolen(t, i));
+		hs_place_free(st->place, c->tier, c->addr, hs_chunk_iolen(t, i));
 	c->tier = NO_TIER;
 }
 
@@ -299,11 +300,7 @@ void hs_store_opts_init(struct hs_store_opts *o, size_t size)
 
 static int open_tier(struct hs_store *st, int k, const struct hs_tier_spec *sp)
 {
-	static const char *kinds[] = { "dram", "pmem", "nvme", "remote" };
 	char name[32];
-	struct hs_tier_config cfg = { .name = name, .path = sp->path, .capacity = sp->size,
-				      .reserved = HS_RESERVED, .queue_depth = st->o.queue_depth,
-				      .flags = HS_TIER_F_CREATE };
 	int rc;
 
 	if (sp->tier) {
@@ -312,25 +309,9 @@ static int open_tier(struct hs_store *st, int k, const struct hs_tier_spec *sp)
 	}
 	if ((unsigned)sp->kind > HS_TIER_REMOTE)
 		return hp_error(HP_EUSAGE, "store: tier %d: unknown kind %d", k, sp->kind);
-	snprintf(name, sizeof name, "%s%d", kinds[sp->kind], k);
-	switch (sp->kind) {
-	case HS_TIER_PMEM:
-		rc = hs_tier_pmem_open(&cfg, &st->tiers[k]);
-		break;
-	case HS_TIER_NVME:
-		if (!sp->path)
-			cfg.flags |= HS_TIER_F_UNLINK | HS_TIER_F_BUFFERED_OK;
-		rc = hs_tier_nvme_open(&cfg, &st->tiers[k]);
-		break;
-	case HS_TIER_DRAM:
-		if (!cfg.capacity)
-			return hp_error(HP_EUSAGE, "store: dram tier %d needs a size", k);
-		rc = hs_tier_dram_open(&cfg, &st->tiers[k]);
-		break;
-	default:
-		return hp_error(HP_EUSAGE, "store: a remote tier must be opened by its module and passed as .tier");
-	}
-	return rc < 0 ? hp_error_prefix(rc, "store: tier %d (%s)", k, kinds[sp->kind]) : 0;
+	snprintf(name, sizeof name, "%s%d", hs_tier_kind_name(sp->kind), k);
+	rc = hs_tier_open_as(sp, name, st->o.queue_depth, &st->tiers[k]);
+	return rc < 0 ? hp_error_prefix(rc, "store: tier %d (%s)", k, hs_tier_kind_name(sp->kind)) : 0;
 }
 
 static int check_opts(const struct hs_store_opts *o)
@@ -350,11 +331,16 @@ static int open_tiers(struct hs_store *st)
 	struct hs_tier_spec spill = { .kind = HS_TIER_NVME };
 	int rc;
 
-	for (int k = 0; k < st->o.ntiers; k++) {
-		rc = open_tier(st, k, &st->o.tiers[k]);
+	for (int i = 0; i < st->o.ntiers; i++) {
+		st->tiers[st->ntiers] = NULL;
+		rc = open_tier(st, st->ntiers, &st->o.tiers[i]);
 		if (rc < 0)
 			return rc;
-		st->ntiers = k + 1;
+		if (st->tiers[st->ntiers])
+			st->ntiers++;
+		else /* an optional tier nobody answered for */
+			hp_log(HP_LOG_WARN, "store: tier %d (%s) left out: %s", i,
+			       hs_tier_kind_name(st->o.tiers[i].kind), hp_errmsg());
 	}
 	if (st->o.ntiers == 0 && st->o.default_spill) {
 		rc = open_tier(st, 0, &spill);
@@ -393,6 +379,9 @@ int hs_store_open(const struct hs_store_opts *o, struct hs_store **out)
 	pthread_mutex_init(&st->mu, NULL);
 	pthread_cond_init(&st->cv, NULL);
 	rc = open_tiers(st);
+	if (rc < 0)
+		goto fail;
+	rc = hs_place_create(st->tiers, st->ntiers, &st->place);
 	if (rc < 0)
 		goto fail;
 	rc = hs_frames_create(st->o.budget, st->cs, frames_grown, st, &st->frames);
@@ -444,8 +433,7 @@ static void tensor_free(struct hs_store *st, struct hs_tensor *t, int keep_commi
 	st->ntensors--;
 	if (t->base)
 		munmap(t->base, t->maplen);
-	if (t->bfd >= 0)
-		close(t->bfd);
+	hs_file_put(st, t->bfile);
 	free(t->ch);
 	free(t->name);
 	free(t->bpath);
@@ -460,12 +448,14 @@ void hs_store_close(struct hs_store *st)
 	while (st->list)
 		tensor_free(st, st->list, 0);
 	pthread_mutex_unlock(&st->mu);
+	hs_files_reap(st);
 	while (st->graveyard) {
 		struct freed_ext *f = st->graveyard;
 		st->graveyard = f->next;
 		free(f);
 	}
 	hs_statpage_destroy(st);
+	hs_place_destroy(st->place);
 	for (int k = 0; k < st->ntiers; k++)
 		st->tiers[k]->ops->close(st->tiers[k]);
 	hs_frames_destroy(st->frames); /* after the tiers let go of the pages */
@@ -504,7 +494,6 @@ int hs_tensor_new(struct hs_store *st, const struct hs_tensor_info *info, struct
 	if (!t)
 		return -ENOMEM;
 	t->st = st;
-	t->bfd = -1;
 	t->id = st->next_id++;
 	t->bytes = info->bytes;
 	t->dtype = info->dtype;
@@ -544,26 +533,23 @@ int hs_tensor_create(struct hs_store *st, const struct hs_tensor_info *info, str
 	return rc;
 }
 
+/* Lock held. */
 static int open_backing(struct hs_tensor *t, const char *path, uint64_t offset)
 {
-	struct stat sb;
+	uint64_t size;
+	int rc;
 
 	t->bpath = strdup(path);
 	if (!t->bpath)
 		return -ENOMEM;
 	t->boff = offset;
-	t->bfd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
-	t->bdirect = t->bfd >= 0;
-	if (t->bfd < 0)
-		t->bfd = open(path, O_RDONLY | O_CLOEXEC);
-	if (t->bfd < 0)
-		return hp_error(-errno, "%s: cannot open the backing file: %s", path, strerror(errno));
-	if (fstat(t->bfd, &sb) < 0)
-		return hp_error(-errno, "%s: fstat: %s", path, strerror(errno));
-	if (offset > (uint64_t)sb.st_size || t->bytes > (uint64_t)sb.st_size - offset)
+	rc = hs_file_get(t->st, path, &t->bfile);
+	if (rc < 0)
+		return rc;
+	size = t->bfile->size;
+	if (offset > size || t->bytes > size - offset)
 		return hp_error(HP_EDATA, "%s: tensor of %" PRIu64 " bytes at offset %" PRIu64
-				" runs past the end of the file (%" PRIu64 " bytes)", path, t->bytes, offset,
-				(uint64_t)sb.st_size);
+				" runs past the end of the file (%" PRIu64 " bytes)", path, t->bytes, offset, size);
 	return 0;
 }
 
@@ -583,6 +569,7 @@ int hs_tensor_create_backed(struct hs_store *st, const struct hs_tensor_info *in
 			*out = t;
 	}
 	pthread_mutex_unlock(&st->mu);
+	hs_files_reap(st);
 	return rc;
 }
 
@@ -624,6 +611,7 @@ int hs_tensor_drop(struct hs_tensor *t)
 	tensor_free(st, t, 1);
 	pthread_cond_broadcast(&st->cv);
 	pthread_mutex_unlock(&st->mu);
+	hs_files_reap(st);
 	hs_statpage_publish(st, 0);
 	return 0;
 }
@@ -653,8 +641,10 @@ void hs_store_fill_stats(struct hs_store *st, struct hs_store_stats *out)
 	for (struct hs_tensor *t = st->list; t; t = t->next)
 		for (uint64_t i = 0; i < t->nchunks; i++)
 			out->tier[0].chunks += t->ch[i].state == CH_RESIDENT;
-	for (int k = 0; k < st->ntiers; k++)
+	for (int k = 0; k < st->ntiers; k++) {
 		st->tiers[k]->ops->stats(st->tiers[k], &out->tier[k + 1]);
+		hs_place_usage(st->place, k, &out->tier[k + 1]);
+	}
 }
 
 int hs_store_stats(struct hs_store *st, struct hs_store_stats *out)

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "hpdlf/store.h"
 #include "store/frames.h"
@@ -36,6 +37,17 @@ struct hs_chunk {
 	struct hs_piece *many;  /* npieces > 1 */
 };
 
+/* A backing file of read-only tensors and its read-only file tier (files.c). */
+struct hs_file {
+	struct hs_tier *tier;
+	dev_t dev;
+	ino_t ino;
+	uint64_t size;
+	int direct;             /* O_DIRECT: reads aligned (unaligned ranges through windows) */
+	int refs;               /* tensors backed by it */
+	struct hs_file *next;
+};
+
 struct hs_tensor {
 	struct hs_store *st;
 	uint64_t id;
@@ -51,7 +63,7 @@ struct hs_tensor {
 	int committed;          /* appears in the committed catalog */
 	/* backing file (read-only tensors) */
 	char *bpath;
-	int bfd, bdirect;
+	struct hs_file *bfile;
 	uint64_t boff;
 	struct hs_tensor *prev, *next;
 };
@@ -69,7 +81,9 @@ struct hs_store {
 	int ntiers;
 	struct hs_tier *tiers[HS_MAX_TIERS];
 	int home;               /* first persistent tier (catalog), or NO_TIER */
+	struct hs_place *place; /* extents in use on each tier (place.h) */
 	struct hs_tensor *list;
+	struct hs_file *files, *files_closing;  /* backing files (files.c) */
 	struct hs_frames *frames;       /* DRAM of resident chunks (frames.h) */
 	uint8_t regmask[HS_MEM_SLOTS];  /* tiers that registered each frame slab */
 	int reg_logged;
@@ -124,6 +138,16 @@ int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
  * (evicting to make room; HP_EBUDGET if it cannot).  Lock held. */
 int hs_staging_reserve(struct hs_store *st, uint64_t bytes, const char *what);
 void hs_staging_release(struct hs_store *st, uint64_t bytes);
+
+/* tier_open.c: open the tier of spec sp (not sp->tier) named `name`. */
+int hs_tier_open_as(const struct hs_tier_spec *sp, const char *name, unsigned queue_depth, struct hs_tier **out);
+const char *hs_tier_kind_name(enum hs_tier_kind kind);
+
+/* files.c: get/put with the lock held; reap closes the files put for the
+ * last time, without it. */
+int hs_file_get(struct hs_store *st, const char *path, struct hs_file **out);
+void hs_file_put(struct hs_store *st, struct hs_file *f);
+void hs_files_reap(struct hs_store *st);
 
 /* catalog.c */
 #define HS_SB_SIZE 4096u

@@ -1,36 +1,54 @@
 /* Implementer interface of a storage tier below DRAM (users never see it).
  *
  * A tier is a flat byte-addressed space (a file, a PMEM pool, a device, the
- * DRAM of a remote daemon) that hands out extents and moves bytes between
- * them and DRAM buffers asynchronously.  The store owns placement, chunk
- * metadata, checksums, statistics and persistence; a tier only stores bytes.
+ * DRAM of a remote daemon) that moves bytes between its addresses and DRAM
+ * buffers asynchronously.  The store owns placement (one extent map per
+ * tier, store/place.h), chunk metadata, checksums, statistics and
+ * persistence; a tier only stores bytes: its ops are submit, poll, flush,
+ * register_mem, stats and close, and it needs no allocator or lock for
+ * placement.  Backing files of read-only tensors (weights, datasets) are
+ * read through a tier too: a read-only file tier per file (tier_uring.h,
+ * store/files.c), outside the demotion order.
  *
- * Plugging a tier in (tier_fabric.c is the model for new ones):
+ * Plugging a tier in (tier_dram.c is the smallest model):
  *
  *   struct my_tier { struct hs_tier base; ...; };       // base FIRST
  *   static const struct hs_tier_ops my_ops = {
- *           .kind = "remote", .close = my_close, .alloc = my_alloc,
- *           .free = my_free, .submit = my_submit, .stats = my_stats,
- *           // .claim and .flush are optional: leave NULL (the store then
- *           // treats them as -ENOTSUP) or return -ENOTSUP.
+ *           .kind = "mine", .close = my_close, .submit = my_submit,
+ *           .stats = my_stats,
+ *           // .flush, .poll, .register_mem, .trim are optional: leave NULL
+ *           // (the store then treats them as -ENOTSUP) or return -ENOTSUP.
  *   };
  *   int hs_tier_my_open(const struct hs_tier_config *cfg, struct hs_tier **out)
  *   {
  *           struct my_tier *m = calloc(1, sizeof *m);
- *           hs_tier_init(&m->base, &my_ops, cfg);   // name, capacity, flags
+ *           hs_tier_init(&m->base, &my_ops, kind, cfg); // name, capacity, reserved
  *           ...; *out = &m->base; return 0;
  *   }
  *
- * and a user hands the opened tier to the store through
- * `struct hs_tier_spec { .kind = HS_TIER_REMOTE, .tier = t }` in
- * hs_store_opts (include/hpdlf/store.h); the store takes ownership and calls
- * ops->close at hs_store_close.  Nothing in the store or the planner changes.
+ * and the store opens it from a `struct hs_tier_spec` in hs_store_opts
+ * (include/hpdlf/store.h), or an implementer hands an opened one over as
+ * `.tier`; the store takes ownership and calls ops->close at
+ * hs_store_close.  Nothing in the store or the planner changes.
+ *
+ * The one exception to "the store places": a tier whose space is owned
+ * elsewhere.  The remote tier's daemons own their DRAM, place each extent
+ * and register it on its own (a per-extent RMA key, so an address outside
+ * every extent reaches nothing); the tier must learn of every extent to
+ * hold its keys, and cannot be given addresses it did not get from the
+ * daemons.  Such a tier sets .place and .release, and the store asks them
+ * instead of keeping a map (claim of persistent extents does not apply:
+ * such tiers are not persistent).  No other tier sets them.
  *
  * Asynchronous completions:
  *   - submit() takes a batch of requests.  It returns the number it accepted
  *     (all of them, or a negative error when it accepted none).  Every accepted
  *     request completes EXACTLY ONCE by the tier setting io->res (0, or a
- *     negative errno / HP_E* code) and then calling io->done(io).
+ *     negative errno / HP_E* code) and then calling io->done(io).  Once it
+ *     called any done() of the batch, submit() has accepted the whole batch:
+ *     a failure after that (io_uring_enter refusing SQEs already queued)
+ *     completes the requests it hits with the error, it never returns one
+ *     (the caller would complete them all again).
  *   - done() may run on any thread: inside submit() itself (synchronous tiers
  *     such as dram and pmem complete inline), or on a completion thread the tier
  *     owns (nvme: a thread waiting on the io_uring CQ; remote: a thread in
@@ -40,7 +58,8 @@
  *   - done() is short and never blocks on I/O; after done() returns the tier
  *     must not touch io again (the store may reuse or free it).
  *   - A short transfer is not success: report -ENODATA for a short read and
- *     -ENOSPC / -EIO for a short write.
+ *     -ENOSPC / -EIO for a short write.  (The read-only file tier's space
+ *     ends at the end of its file: a read cut there got every byte.)
  *   - After close() returns, no done() is running or will run; close() waits
  *     for requests in flight (or completes them with -ECANCELED).
  *
@@ -49,14 +68,17 @@
  * loss) only after flush() returns 0.  Tiers without persistence leave flush
  * NULL and do not set HS_TIER_F_PERSISTENT.
  *
- * Addresses and alignment: alloc() returns extents that never overlap any
- * extent in use, and never inside [0, cfg->reserved) (the head the store
- * keeps for superblocks, reached with plain submit()).  Lengths and
- * addresses handed to submit() are multiples of HS_IO_ALIGN, and buffers are
- * HS_IO_ALIGN-aligned, so O_DIRECT tiers need no bounce buffer.
+ * Addresses and alignment: the store places extents in [reserved, capacity)
+ * (the head below `reserved` holds the store's superblocks, reached with
+ * plain submit()); a tier refuses requests past capacity with -EINVAL.
+ * Lengths and addresses handed to submit() are multiples of HS_IO_ALIGN,
+ * and buffers are HS_IO_ALIGN-aligned, so O_DIRECT tiers need no bounce
+ * buffer (the store reads a backing file at unaligned offsets only when
+ * the file tier reads it buffered).
  *
- * Thread safety: alloc, free, claim, submit, flush and stats may be called
- * concurrently from several threads; the tier serialises internally.
+ * Thread safety: submit, poll, flush, trim, stats (and place, release) may
+ * be called concurrently from several threads; the tier serialises
+ * internally what it must.
  */
 #ifndef HPDLF_STORE_TIER_H
 #define HPDLF_STORE_TIER_H
@@ -74,7 +96,7 @@ enum hs_io_op { HS_IO_READ = 0, HS_IO_WRITE = 1 };
 /* One asynchronous transfer between a DRAM buffer and a tier extent. */
 struct hs_io {
 	enum hs_io_op op;
-	uint64_t addr;          /* tier address (from alloc, plus an offset) */
+	uint64_t addr;          /* tier address (of an extent the store placed, plus an offset) */
 	void *buf;              /* DRAM, HS_IO_ALIGN-aligned */
 	size_t len;             /* multiple of HS_IO_ALIGN */
 	int res;                /* set by the tier before done() */
@@ -94,6 +116,7 @@ enum hs_tier_flags {
 	HS_TIER_F_UNLINK = 1u << 2,      /* config: anonymous (unlinked) spill file */
 	HS_TIER_F_BUFFERED_OK = 1u << 3, /* config: may fall back to buffered I/O
 	                                    (with a logged warning) if O_DIRECT is refused */
+	HS_TIER_F_READONLY = 1u << 4,    /* an existing file read as it is (tier_uring.h) */
 };
 
 /* What a tier constructor gets. Unused fields are ignored by a tier. */
@@ -101,7 +124,7 @@ struct hs_tier_config {
 	const char *name;       /* for messages and statistics: "nvme0", "pmem0" */
 	const char *path;       /* file, device, pool; or "host:port,..." for remote */
 	uint64_t capacity;      /* bytes (0: the existing file's size) */
-	uint64_t reserved;      /* head bytes alloc() never returns */
+	uint64_t reserved;      /* head bytes the store never places extents in */
 	unsigned queue_depth;   /* nvme: SQ/CQ depth (default 32) */
 	unsigned flags;         /* enum hs_tier_flags */
 	void *ext;              /* tier-specific extra configuration */
@@ -112,16 +135,11 @@ struct hs_tier;
 struct hs_tier_ops {
 	const char *kind;       /* "dram", "pmem", "nvme", "remote" */
 	void (*close)(struct hs_tier *t);
-	/* Extent of `len` bytes (multiple of HS_IO_ALIGN): 0 and *addr, or -ENOSPC. */
-	int (*alloc)(struct hs_tier *t, uint64_t len, uint64_t *addr);
-	/* Return an extent; freeing what was not allocated is HP_EINTERNAL. */
-	int (*free)(struct hs_tier *t, uint64_t addr, uint64_t len);
-	/* Optional: mark a known extent in use again (reopen of persistent data). */
-	int (*claim)(struct hs_tier *t, uint64_t addr, uint64_t len);
 	int (*submit)(struct hs_tier *t, struct hs_io **ios, int n);
 	/* Optional: make completed writes durable. */
 	int (*flush)(struct hs_tier *t);
-	/* Fill capacity, used and chunks (the store fills the counters). */
+	/* Fill capacity (usable bytes: capacity - reserved); the store fills
+	 * used, chunks and the counters. */
 	int (*stats)(struct hs_tier *t, struct hs_tier_stats *st);
 	/* Optional: the store's DRAM frames, one region (slot < HS_MEM_SLOTS) at
 	 * a time, before any request points into it.  The region is mapped at
@@ -135,6 +153,16 @@ struct hs_tier_ops {
 	 * any is in flight.  Returns the number reaped.  Lets a thread that
 	 * waits anyway skip the completion thread's wake-up. */
 	int (*poll)(struct hs_tier *t, int wait);
+	/* Optional: the store freed [addr, +len); its bytes no longer matter
+	 * (dram gives the pages back: its arena is a capacity, not a
+	 * reservation).  A hint: no result. */
+	void (*trim)(struct hs_tier *t, uint64_t addr, uint64_t len);
+	/* Only for tiers whose space is owned elsewhere (see the top: remote).
+	 * place: an extent of `len` bytes (multiple of HS_IO_ALIGN), 0 and
+	 * *addr, or -ENOSPC.  release: give it back (one not placed is
+	 * HP_EINTERNAL).  Set both or neither. */
+	int (*place)(struct hs_tier *t, uint64_t len, uint64_t *addr);
+	int (*release)(struct hs_tier *t, uint64_t addr, uint64_t len);
 };
 
 /* The common head of every tier object. */
@@ -158,15 +186,12 @@ int hs_tier_rw_io(struct hs_tier *t, struct hs_io *io);
 /* ops->flush if present, else 0 (non-persistent tiers). */
 int hs_tier_flush(struct hs_tier *t);
 
-/* Constructors of the local tiers (each compiled only with its library). */
-int hs_tier_dram_open(const struct hs_tier_config *cfg, struct hs_tier **out);
-int hs_tier_pmem_open(const struct hs_tier_config *cfg, struct hs_tier **out);
-int hs_tier_nvme_open(const struct hs_tier_config *cfg, struct hs_tier **out);
-/* Requests an nvme tier served from registered buffers (0 for other tiers). */
-uint64_t hs_tier_nvme_fixed_ios(struct hs_tier *t);
+/* Each tier's constructor and its own hooks are in its own header:
+ * tier_dram.h, tier_pmem.h, tier_uring.h, remote/remote.h. */
 
-/* Extent allocator shared by the local tiers: first fit over a sorted free
- * list, coalescing on free; refuses double frees and overlapping claims. */
+/* Extent allocator of the store's placement (place.c) and of the remote
+ * daemons: first fit over a sorted free list, coalescing on free; refuses
+ * double frees and overlapping claims.  Not thread-safe: callers lock. */
 struct hs_extents;
 int hs_extents_create(uint64_t start, uint64_t end, struct hs_extents **out);
 void hs_extents_destroy(struct hs_extents *x);
@@ -182,7 +207,8 @@ enum hs_fault_site {
 	HS_FAULT_READ,          /* tier read completes with err (EIO) */
 	HS_FAULT_SHORT_READ,    /* tier read transfers half: -ENODATA */
 	HS_FAULT_WRITE,         /* tier write completes with err (EIO, ENOSPC) */
-	HS_FAULT_TIER_ALLOC,    /* tier extent allocation: ENOSPC */
+	HS_FAULT_TIER_ALLOC,    /* placement of a tier extent (hs_place_alloc): ENOSPC */
+	HS_FAULT_SUBMIT,        /* nvme: io_uring_submit fails with SQEs queued (-EIO) */
 	HS_FAULT_NSITES
 };
 void hs_fault_set(enum hs_fault_site site, long nth, int err);
@@ -192,9 +218,5 @@ int hs_fault_check(enum hs_fault_site site);
 /* For tiers: the result to inject into this request (READ, SHORT_READ or
  * WRITE site by io->op), or 0 to do it for real. */
 int hs_fault_io(const struct hs_io *io);
-
-/* Force the pmem write path: 0 auto (pmem_is_pmem), 1 persist path
- * (pmem_memcpy_persist), 2 msync path.  Tests use it to cover both. */
-extern int hs_pmem_force_mode;
 
 #endif

@@ -8,12 +8,11 @@
 
 #include "hpdlf/error.h"
 #include "store/tier.h"
+#include "store/tier_dram.h"
 
 struct dram_tier {
 	struct hs_tier base;
 	unsigned char *mem;
-	pthread_mutex_t mu;
-	struct hs_extents *ext;
 };
 
 static void dram_close(struct hs_tier *t)
@@ -21,36 +20,15 @@ static void dram_close(struct hs_tier *t)
 	struct dram_tier *d = (struct dram_tier *)t;
 
 	munmap(d->mem, t->capacity);
-	hs_extents_destroy(d->ext);
-	pthread_mutex_destroy(&d->mu);
 	free(d);
 }
 
-static int dram_alloc(struct hs_tier *t, uint64_t len, uint64_t *addr)
+/* Give the pages back: the arena is a capacity, not a reservation. */
+static void dram_trim(struct hs_tier *t, uint64_t addr, uint64_t len)
 {
 	struct dram_tier *d = (struct dram_tier *)t;
-	int rc = hs_fault_check(HS_FAULT_TIER_ALLOC);
 
-	if (rc)
-		return rc;
-	pthread_mutex_lock(&d->mu);
-	rc = hs_extents_alloc(d->ext, len, addr);
-	pthread_mutex_unlock(&d->mu);
-	return rc;
-}
-
-static int dram_free(struct hs_tier *t, uint64_t addr, uint64_t len)
-{
-	struct dram_tier *d = (struct dram_tier *)t;
-	int rc;
-
-	pthread_mutex_lock(&d->mu);
-	rc = hs_extents_free(d->ext, addr, len);
-	pthread_mutex_unlock(&d->mu);
-	/* Give the pages back: the arena is a capacity, not a reservation. */
-	if (rc == 0)
-		madvise(d->mem + addr, len, MADV_DONTNEED);
-	return rc;
+	madvise(d->mem + addr, len, MADV_DONTNEED);
 }
 
 static int dram_submit(struct hs_tier *t, struct hs_io **ios, int n)
@@ -74,23 +52,16 @@ static int dram_submit(struct hs_tier *t, struct hs_io **ios, int n)
 
 static int dram_stats(struct hs_tier *t, struct hs_tier_stats *st)
 {
-	struct dram_tier *d = (struct dram_tier *)t;
-
-	pthread_mutex_lock(&d->mu);
 	st->capacity = t->capacity - t->reserved;
-	st->used = hs_extents_used(d->ext);
-	st->chunks = hs_extents_count(d->ext);
-	pthread_mutex_unlock(&d->mu);
 	return 0;
 }
 
 static const struct hs_tier_ops dram_ops = {
 	.kind = "dram",
 	.close = dram_close,
-	.alloc = dram_alloc,
-	.free = dram_free,
 	.submit = dram_submit,
 	.stats = dram_stats,
+	.trim = dram_trim,
 };
 
 int hs_tier_dram_open(const struct hs_tier_config *cfg, struct hs_tier **out)
@@ -105,21 +76,14 @@ int hs_tier_dram_open(const struct hs_tier_config *cfg, struct hs_tier **out)
 	if (!d)
 		return -ENOMEM;
 	hs_tier_init(&d->base, &dram_ops, HS_TIER_DRAM, cfg);
-	pthread_mutex_init(&d->mu, NULL);
 	d->mem = mmap(NULL, cfg->capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (d->mem == MAP_FAILED) {
 		rc = hp_error(-ENOMEM, "dram tier: cannot map %llu bytes", (unsigned long long)cfg->capacity);
 		goto fail;
 	}
-	rc = hs_extents_create(cfg->reserved, cfg->capacity, &d->ext);
-	if (rc < 0)
-		goto fail_map;
 	*out = &d->base;
 	return 0;
-fail_map:
-	munmap(d->mem, cfg->capacity);
 fail:
-	pthread_mutex_destroy(&d->mu);
 	free(d);
 	return rc;
 }

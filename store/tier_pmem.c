@@ -11,6 +11,7 @@
 
 #include "hpdlf/error.h"
 #include "store/tier.h"
+#include "store/tier_pmem.h"
 
 int hs_pmem_force_mode;
 
@@ -19,8 +20,6 @@ struct pmem_tier {
 	unsigned char *mem;
 	size_t mapped;
 	int is_pmem;
-	pthread_mutex_t mu;
-	struct hs_extents *ext;
 };
 
 static void pmem_tier_close(struct hs_tier *t)
@@ -28,44 +27,7 @@ static void pmem_tier_close(struct hs_tier *t)
 	struct pmem_tier *p = (struct pmem_tier *)t;
 
 	pmem_unmap(p->mem, p->mapped);
-	hs_extents_destroy(p->ext);
-	pthread_mutex_destroy(&p->mu);
 	free(p);
-}
-
-static int pmem_tier_alloc(struct hs_tier *t, uint64_t len, uint64_t *addr)
-{
-	struct pmem_tier *p = (struct pmem_tier *)t;
-	int rc = hs_fault_check(HS_FAULT_TIER_ALLOC);
-
-	if (rc)
-		return rc;
-	pthread_mutex_lock(&p->mu);
-	rc = hs_extents_alloc(p->ext, len, addr);
-	pthread_mutex_unlock(&p->mu);
-	return rc;
-}
-
-static int pmem_tier_free(struct hs_tier *t, uint64_t addr, uint64_t len)
-{
-	struct pmem_tier *p = (struct pmem_tier *)t;
-	int rc;
-
-	pthread_mutex_lock(&p->mu);
-	rc = hs_extents_free(p->ext, addr, len);
-	pthread_mutex_unlock(&p->mu);
-	return rc;
-}
-
-static int pmem_tier_claim(struct hs_tier *t, uint64_t addr, uint64_t len)
-{
-	struct pmem_tier *p = (struct pmem_tier *)t;
-	int rc;
-
-	pthread_mutex_lock(&p->mu);
-	rc = hs_extents_claim(p->ext, addr, len);
-	pthread_mutex_unlock(&p->mu);
-	return rc;
 }
 
 /* The persist decision, separate so tests can force either branch. */
@@ -120,22 +82,13 @@ static int pmem_tier_flush(struct hs_tier *t)
 
 static int pmem_tier_stats(struct hs_tier *t, struct hs_tier_stats *st)
 {
-	struct pmem_tier *p = (struct pmem_tier *)t;
-
-	pthread_mutex_lock(&p->mu);
 	st->capacity = t->capacity - t->reserved;
-	st->used = hs_extents_used(p->ext);
-	st->chunks = hs_extents_count(p->ext);
-	pthread_mutex_unlock(&p->mu);
 	return 0;
 }
 
 static const struct hs_tier_ops pmem_ops = {
 	.kind = "pmem",
 	.close = pmem_tier_close,
-	.alloc = pmem_tier_alloc,
-	.free = pmem_tier_free,
-	.claim = pmem_tier_claim,
 	.submit = pmem_tier_submit,
 	.flush = pmem_tier_flush,
 	.stats = pmem_tier_stats,
@@ -178,7 +131,6 @@ int hs_tier_pmem_open(const struct hs_tier_config *cfg, struct hs_tier **out)
 	if (!p)
 		return -ENOMEM;
 	hs_tier_init(&p->base, &pmem_ops, HS_TIER_PMEM, cfg);
-	pthread_mutex_init(&p->mu, NULL);
 	rc = map_pool(p, cfg);
 	if (rc < 0)
 		goto fail;
@@ -187,16 +139,12 @@ int hs_tier_pmem_open(const struct hs_tier_config *cfg, struct hs_tier **out)
 		rc = hp_error(HP_EUSAGE, "%s: pmem pool of %zu bytes is smaller than its header", cfg->path, p->mapped);
 		goto fail_map;
 	}
-	rc = hs_extents_create(cfg->reserved, p->base.capacity, &p->ext);
-	if (rc < 0)
-		goto fail_map;
 	p->base.flags |= HS_TIER_F_PERSISTENT;
 	*out = &p->base;
 	return 0;
 fail_map:
 	pmem_unmap(p->mem, p->mapped);
 fail:
-	pthread_mutex_destroy(&p->mu);
 	free(p);
 	return rc;
 }

@@ -1,6 +1,7 @@
 /* Built without libpmem: the pmem tier is refused with a clear message. */
 #include "hpdlf/error.h"
 #include "store/tier.h"
+#include "store/tier_pmem.h"
 
 int hs_pmem_force_mode;
 

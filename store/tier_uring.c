@@ -23,6 +23,7 @@
 
 #include "hpdlf/error.h"
 #include "store/tier.h"
+#include "store/tier_uring.h"
 
 #define SPILL_DEFAULT_SIZE (64ull << 30)
 #define REAP_BATCH 64
@@ -47,9 +48,13 @@ struct uring_tier {
 	int sparse;                     /* a sparse fixed-buffer table exists */
 	void *regbase[HS_MEM_SLOTS];    /* address each region was registered at */
 	uint64_t fixed_ios;
-	pthread_mutex_t ext_mu;
-	struct hs_extents *ext;
+	int readonly;                   /* a file tier: writes refused, EOF ends the space */
+	uint64_t fsize;                 /* readonly: the file's size */
 };
+
+/* user_data of an SQE whose request was completed at submit (see
+ * fail_unconsumed); NULL is the stop NOP of uring_close. */
+static const char nop_marker;
 
 static uint64_t mono_ns(void)
 {
@@ -61,7 +66,8 @@ static uint64_t mono_ns(void)
 
 static void finish(struct uring_tier *u, struct hs_io *io, int res)
 {
-	if (res >= 0 && (size_t)res == io->len)
+	/* a file tier's last block ends at the end of the file, not at HS_IO_ALIGN */
+	if (res >= 0 && ((size_t)res == io->len || (u->readonly && io->addr + (uint64_t)res == u->fsize)))
 		io->res = 0;
 	else if (res >= 0)
 		io->res = io->op == HS_IO_READ ? -ENODATA : -ENOSPC;
@@ -82,6 +88,8 @@ static int reap(struct uring_tier *u)
 
 	for (unsigned i = 0; i < n; i++) {
 		struct hs_io *io = io_uring_cqe_get_data(cqes[i]);
+		if (io == (void *)&nop_marker)
+			continue; /* a request fail_unconsumed completed already */
 		if (!io) {
 			u->stop_seen = 1;
 			continue;
@@ -178,52 +186,23 @@ static void uring_close(struct hs_tier *t)
 	pthread_join(u->cq_thread, NULL);
 	io_uring_queue_exit(&u->ring);
 	close(u->fd);
-	hs_extents_destroy(u->ext);
 	pthread_mutex_destroy(&u->sq_mu);
 	pthread_cond_destroy(&u->sq_cv);
 	pthread_mutex_destroy(&u->cq_mu);
 	pthread_cond_destroy(&u->cq_cv);
-	pthread_mutex_destroy(&u->ext_mu);
 	free(u);
 }
 
-static int uring_alloc(struct hs_tier *t, uint64_t len, uint64_t *addr)
-{
-	struct uring_tier *u = (struct uring_tier *)t;
-	int rc = hs_fault_check(HS_FAULT_TIER_ALLOC);
+/* A queued request: its SQE and the SQ sequence number it went in at. */
+struct queued {
+	struct io_uring_sqe *sqe;
+	struct hs_io *io;
+	unsigned seq;
+};
 
-	if (rc)
-		return rc;
-	pthread_mutex_lock(&u->ext_mu);
-	rc = hs_extents_alloc(u->ext, len, addr);
-	pthread_mutex_unlock(&u->ext_mu);
-	return rc;
-}
-
-static int uring_free(struct hs_tier *t, uint64_t addr, uint64_t len)
-{
-	struct uring_tier *u = (struct uring_tier *)t;
-	int rc;
-
-	pthread_mutex_lock(&u->ext_mu);
-	rc = hs_extents_free(u->ext, addr, len);
-	pthread_mutex_unlock(&u->ext_mu);
-	return rc;
-}
-
-static int uring_claim(struct hs_tier *t, uint64_t addr, uint64_t len)
-{
-	struct uring_tier *u = (struct uring_tier *)t;
-	int rc;
-
-	pthread_mutex_lock(&u->ext_mu);
-	rc = hs_extents_claim(u->ext, addr, len);
-	pthread_mutex_unlock(&u->ext_mu);
-	return rc;
-}
-
-/* Queue one request; the caller holds sq_mu. */
-static void queue_one(struct uring_tier *u, struct hs_io *io)
+/* Queue one request; the caller holds sq_mu and has room in the SQ (or
+ * none of its own requests queued, so a full SQ can be pushed here). */
+static struct queued queue_one(struct uring_tier *u, struct hs_io *io)
 {
 	struct io_uring_sqe *sqe;
 
@@ -247,6 +226,7 @@ static void queue_one(struct uring_tier *u, struct hs_io *io)
 	sqe->flags |= IOSQE_FIXED_FILE;
 	io_uring_sqe_set_data(sqe, io);
 	u->inflight++;
+	return (struct queued){ sqe, io, u->ring.sq.sqe_tail - 1 };
 }
 
 /* io_uring_enter until the kernel took every queued SQE (sq_mu held).  A
@@ -254,7 +234,9 @@ static void queue_one(struct uring_tier *u, struct hs_io *io)
 static int submit_all(struct uring_tier *u)
 {
 	for (int tries = 0; io_uring_sq_ready(&u->ring) > 0; tries++) {
-		int rc = io_uring_submit(&u->ring);
+		int rc = hs_fault_check(HS_FAULT_SUBMIT);
+		if (rc == 0)
+			rc = io_uring_submit(&u->ring);
 		if (rc >= 0 || rc == -EINTR)
 			continue;
 		if ((rc == -EAGAIN || rc == -EBUSY) && tries < 1000) {
@@ -269,28 +251,68 @@ static int submit_all(struct uring_tier *u)
 	return 0;
 }
 
+/* io_uring_enter failed with SQEs of this batch still in the SQ (sq_mu
+ * held).  The ones the kernel took (sequence before the SQ head) complete
+ * through the CQ.  Each one it did not take becomes a NOP the reaper
+ * ignores (the SQ tail is the kernel's already: it cannot be taken back)
+ * and its request completes here with the error.  So every request of the
+ * batch completes exactly once: inline before, through the CQ, or here. */
+static void fail_unconsumed(struct uring_tier *u, const struct queued *q, int nq, int err)
+{
+	unsigned head = io_uring_smp_load_acquire(u->ring.sq.khead);
+	struct hs_io *failed[REAP_BATCH];
+	int k = 0;
+
+	for (int i = 0; i < nq; i++) {
+		if ((int)(q[i].seq - head) < 0)
+			continue;
+		failed[k++] = q[i].io;
+		io_uring_prep_nop(q[i].sqe);
+		io_uring_sqe_set_data(q[i].sqe, (void *)&nop_marker);
+	}
+	u->inflight -= (unsigned)k;
+	pthread_cond_broadcast(&u->sq_cv);
+	pthread_mutex_unlock(&u->sq_mu);
+	for (int i = 0; i < k; i++) {
+		failed[i]->res = err;
+		failed[i]->done(failed[i]);
+	}
+	pthread_mutex_lock(&u->sq_mu);
+}
+
+/* Accepts all n and completes each exactly once: requests refused or hit
+ * by a fault complete inline, the rest through the CQ or, if the ring
+ * breaks, fail_unconsumed.  Requests go in rounds that fit the SQ, so a
+ * failed io_uring_enter leaves only this round's SQEs to account for. */
 static int uring_submit(struct hs_tier *t, struct hs_io **ios, int n)
 {
 	struct uring_tier *u = (struct uring_tier *)t;
-	int queued = 0, rc;
+	struct queued q[REAP_BATCH];
+	int i = 0;
 
 	pthread_mutex_lock(&u->sq_mu);
-	for (int i = 0; i < n; i++) {
-		struct hs_io *io = ios[i];
-		int inj = hs_fault_io(io);
-		if (inj || io->addr + io->len > t->capacity) {
-			pthread_mutex_unlock(&u->sq_mu);
-			io->res = inj ? inj : -EINVAL;
-			io->done(io);
-			pthread_mutex_lock(&u->sq_mu);
-			continue;
+	while (i < n) {
+		int nq = 0;
+		for (; i < n && nq < REAP_BATCH; i++) {
+			struct hs_io *io = ios[i];
+			if (nq && (io_uring_sq_space_left(&u->ring) == 0 || u->inflight >= 2 * u->depth))
+				break;
+			int inj = hs_fault_io(io);
+			if (inj || io->addr + io->len > t->capacity || (u->readonly && io->op == HS_IO_WRITE)) {
+				pthread_mutex_unlock(&u->sq_mu);
+				io->res = inj ? inj : io->op == HS_IO_WRITE && u->readonly ? -EROFS : -EINVAL;
+				io->done(io);
+				pthread_mutex_lock(&u->sq_mu);
+				continue;
+			}
+			q[nq++] = queue_one(u, io);
 		}
-		queue_one(u, io);
-		queued++;
+		int rc = nq ? submit_all(u) : 0;
+		if (rc < 0)
+			fail_unconsumed(u, q, nq, rc);
 	}
-	rc = queued ? submit_all(u) : 0;
 	pthread_mutex_unlock(&u->sq_mu);
-	return rc < 0 ? rc : n;
+	return n;
 }
 
 static int uring_flush(struct hs_tier *t)
@@ -304,13 +326,7 @@ static int uring_flush(struct hs_tier *t)
 
 static int uring_stats(struct hs_tier *t, struct hs_tier_stats *st)
 {
-	struct uring_tier *u = (struct uring_tier *)t;
-
-	pthread_mutex_lock(&u->ext_mu);
 	st->capacity = t->capacity - t->reserved;
-	st->used = hs_extents_used(u->ext);
-	st->chunks = hs_extents_count(u->ext);
-	pthread_mutex_unlock(&u->ext_mu);
 	return 0;
 }
 
@@ -330,6 +346,23 @@ static int uring_register_mem(struct hs_tier *t, unsigned slot, void *addr, size
 	return rc < 0 ? rc : 0;
 }
 
+int hs_tier_file_open(const char *path, struct hs_tier **out)
+{
+	struct hs_tier_config cfg = { .name = "file", .path = path, .queue_depth = 32, .flags = HS_TIER_F_READONLY };
+
+	return hs_tier_nvme_open(&cfg, out);
+}
+
+uint64_t hs_tier_file_size(struct hs_tier *t)
+{
+	return t->ops->submit == uring_submit ? ((struct uring_tier *)t)->fsize : 0;
+}
+
+int hs_tier_file_direct(struct hs_tier *t)
+{
+	return t->ops->submit == uring_submit && ((struct uring_tier *)t)->direct;
+}
+
 uint64_t hs_tier_nvme_fixed_ios(struct hs_tier *t)
 {
 	struct uring_tier *u = (struct uring_tier *)t;
@@ -346,9 +379,6 @@ uint64_t hs_tier_nvme_fixed_ios(struct hs_tier *t)
 static const struct hs_tier_ops uring_ops = {
 	.kind = "nvme",
 	.close = uring_close,
-	.alloc = uring_alloc,
-	.free = uring_free,
-	.claim = uring_claim,
 	.submit = uring_submit,
 	.flush = uring_flush,
 	.stats = uring_stats,
@@ -438,6 +468,28 @@ static int open_file(struct uring_tier *u, const struct hs_tier_config *cfg)
 	return 0;
 }
 
+/* A file read as it is (weights, datasets): O_DIRECT when the filesystem
+ * takes it, else buffered and dropped from the page cache after each read,
+ * silently (the file is the user's, not a tier the user chose); its space
+ * is the file rounded up to HS_IO_ALIGN. */
+static int open_readonly(struct uring_tier *u, const struct hs_tier_config *cfg)
+{
+	struct stat sb;
+	int fl;
+
+	u->readonly = 1;
+	if ((u->fd = open(cfg->path, O_RDONLY | O_CLOEXEC)) < 0)
+		return hp_error(-errno, "%s: cannot open the backing file: %s", cfg->path, strerror(errno));
+	fl = fcntl(u->fd, F_GETFL);
+	u->direct = fl >= 0 && fcntl(u->fd, F_SETFL, fl | O_DIRECT) == 0;
+	if (fstat(u->fd, &sb) < 0)
+		return hp_error(-errno, "%s: fstat: %s", cfg->path, strerror(errno));
+	u->fsize = (uint64_t)sb.st_size;
+	u->base.capacity = (u->fsize + HS_IO_ALIGN - 1) & ~(uint64_t)(HS_IO_ALIGN - 1);
+	u->base.reserved = 0;
+	return 0;
+}
+
 static int start_ring(struct uring_tier *u)
 {
 	int rc = io_uring_queue_init(u->depth, &u->ring, 0);
@@ -473,22 +525,16 @@ int hs_tier_nvme_open(const struct hs_tier_config *cfg, struct hs_tier **out)
 	pthread_cond_init(&u->sq_cv, NULL);
 	pthread_mutex_init(&u->cq_mu, NULL);
 	pthread_cond_init(&u->cq_cv, NULL);
-	pthread_mutex_init(&u->ext_mu, NULL);
-	rc = open_file(u, cfg);
-	if (rc < 0)
-		goto fail;
-	rc = hs_extents_create(cfg->reserved, u->base.capacity, &u->ext);
+	rc = cfg->flags & HS_TIER_F_READONLY ? open_readonly(u, cfg) : open_file(u, cfg);
 	if (rc < 0)
 		goto fail;
 	rc = start_ring(u);
 	if (rc < 0)
-		goto fail_ext;
-	if (cfg->path && cfg->path[0] && !(cfg->flags & HS_TIER_F_UNLINK))
+		goto fail;
+	if (cfg->path && cfg->path[0] && !(cfg->flags & (HS_TIER_F_UNLINK | HS_TIER_F_READONLY)))
 		u->base.flags |= HS_TIER_F_PERSISTENT;
 	*out = &u->base;
 	return 0;
-fail_ext:
-	hs_extents_destroy(u->ext);
 fail:
 	if (u->fd >= 0)
 		close(u->fd);
@@ -496,7 +542,6 @@ fail:
 	pthread_cond_destroy(&u->sq_cv);
 	pthread_mutex_destroy(&u->cq_mu);
 	pthread_cond_destroy(&u->cq_cv);
-	pthread_mutex_destroy(&u->ext_mu);
 	free(u);
 	return rc;
 }

@@ -1,11 +1,11 @@
-/* hpdlf-exec's store tiers: --tier paths and the job's hpdlf-store daemons. */
+/* hpdlf-exec's store tiers: --tier paths and the job's hpdlf-store daemons
+ * (opened through the public hs_tier_open). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hpdlf/error.h"
 #include "hpdlf/store.h"
-#include "store/remote/remote.h"
 #include "tools/exec_cli.h"
 
 /* Daemons were asked for explicitly (--store, --hostfile, HPDLF_STORE), or
@@ -19,33 +19,22 @@ static int wanted(const struct cli *c, int *optional)
 	return *optional;
 }
 
+/* Opened here, before the model loads, so a bad token file or absent
+ * daemons stop the run at once (the store then owns the tier). */
 static int open_remote(const struct cli *c, int optional, struct hs_tier **t)
 {
-	struct hs_remote_opts ro;
-	struct hs_tier_config cfg = { .name = "remote" };
-	char *eps = NULL;
+	struct hs_tier_spec sp = { .kind = HS_TIER_REMOTE };
 	int rc;
 
-	*t = NULL;
-	rc = hs_remote_find_endpoints(c->store, c->hostfile, &eps);
-	if (rc < 0)
-		return optional ? 0 : rc;
-	hs_remote_opts_init(&ro);
-	ro.endpoints = eps;
-	ro.token_file = c->token_file;
-	ro.replicas = c->replicas > 0 ? c->replicas : 1;
-	ro.skip_unreachable = optional;
-	cfg.ext = &ro;
-	rc = hs_tier_remote_open(&cfg, t);
-	free(eps);
-	/* A bad token file (open to others, the wrong size) is the user's to
-	 * fix, not a daemon that did not answer. */
-	if (rc < 0 && optional && rc != HP_EUSAGE) {
+	sp.remote.daemons = c->store;
+	sp.remote.hostfile = c->hostfile;
+	sp.remote.token_file = c->token_file;
+	sp.remote.replicas = c->replicas > 0 ? c->replicas : 1;
+	sp.remote.optional = optional;
+	rc = hs_tier_open(&sp, t);
+	if (rc == 0 && !*t)
 		fprintf(stderr, "hpdlf-exec: no hpdlf-store daemon of this Slurm job answered (%s); running with local tiers\n",
 			hp_errmsg());
-		*t = NULL;
-		return 0;
-	}
 	return rc;
 }
 

@@ -68,16 +68,43 @@ enum hs_tier_kind { HS_TIER_DRAM = 0, HS_TIER_PMEM = 1, HS_TIER_NVME = 2, HS_TIE
 #define HS_NO_HINT INT64_MAX     /* next use unknown (LRU decides) */
 #define HS_DEFAULT_CHUNK (4u << 20)
 
-/* One lower tier, in demotion order (e.g. pmem then nvme). */
+/* The job's hpdlf-store daemons, lending their DRAM (or PMEM) over
+ * libfabric RMA: a tier of kind HS_TIER_REMOTE (hpdlf-store(1)). */
+struct hs_remote_spec {
+	const char *daemons;    /* "host:port,..."; NULL: hostfile, else $HPDLF_STORE,
+	                           else the nodes of $SLURM_JOB_NODELIST (port
+	                           $HPDLF_STORE_PORT or 7411) */
+	const char *hostfile;   /* one host[:port] a line, '#' comments */
+	const char *token_file; /* the job's secret (a private file); NULL: $HPDLF_TOKEN_FILE */
+	int replicas;           /* copies of every extent on distinct daemons: 1 or 2 (0: 1) */
+	int skip_unreachable;   /* open with the daemons that answer (0: all must) */
+	int optional;           /* the daemons may be absent (a Slurm job that started
+	                           none): if none is found or none answers, the tier
+	                           is left out (hs_tier_open: 0 with *out NULL and
+	                           hp_errmsg() saying why; hs_store_open: the tiers
+	                           after it move up one index).  A bad token file
+	                           still fails (HP_EUSAGE).  Implies skip_unreachable. */
+};
+
+/* One lower tier, in demotion order (e.g. pmem, remote, then nvme). */
 struct hs_tier_spec {
 	enum hs_tier_kind kind;
 	const char *path;       /* pmem/nvme file or device; NULL for nvme: anonymous
 	                           spill file in $TMPDIR (or /tmp) */
 	uint64_t size;          /* capacity; 0: the existing file's size (or 64 GiB
 	                           sparse for a new spill file, 1 GiB for a new pmem pool) */
-	struct hs_tier *tier;   /* instead of kind/path: a tier already opened by an
-	                           implementer (e.g. the remote tier); the store owns it */
+	struct hs_tier *tier;   /* instead of the fields above: a tier already opened
+	                           (hs_tier_open, or an implementer's); the store owns it */
+	struct hs_remote_spec remote;   /* kind HS_TIER_REMOTE */
 };
+
+/* Open one tier from its spec now, e.g. to find a bad token file or absent
+ * daemons before loading a model, and hand it to hs_store_open as
+ * spec.tier (the store then owns it).  hs_store_open opens specs without
+ * .tier itself.  A build without libfabric or libsodium refuses
+ * HS_TIER_REMOTE with HP_EUNSUPPORTED (also when optional).  hs_tier_close frees a tier no store took; accepts NULL. */
+int hs_tier_open(const struct hs_tier_spec *spec, struct hs_tier **out);
+void hs_tier_close(struct hs_tier *t);
 
 /* Eviction policy.  The store calls victim() with the resident, unpinned,
  * idle chunks and evicts the one whose index it returns (negative: none). */
@@ -127,8 +154,10 @@ struct hs_tensor_info {
 
 int hs_tensor_create(struct hs_store *st, const struct hs_tensor_info *info, struct hs_tensor **out);
 /* A read-only tensor whose clean copy is bytes [offset, offset + info->bytes)
- * of an existing file (e.g. ONNX external data).  Read on demand with
- * O_DIRECT (unaligned ranges through an aligned staging buffer; filesystems
+ * of an existing file (e.g. ONNX external data, a dataset).  Read on demand
+ * or by hs_prefetch through the same asynchronous submit path as the tiers
+ * (one read-only file tier per file), with O_DIRECT (chunks at unaligned
+ * offsets through an aligned staging window, one at a time; filesystems
  * refusing O_DIRECT are read buffered and dropped from the page cache with
  * POSIX_FADV_DONTNEED); never written back; only resident chunks count
  * against the budget.  Pins must be HS_PIN_READ. */

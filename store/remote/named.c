@@ -101,7 +101,7 @@ int hs_remote_put(struct hs_tier *base, const char *name, const void *buf, uint6
 		goto fail; /* a copy already named stays: remove it by name */
 	return hs_rt_add_extent(t, &e);
 fail:
-	base->ops->free(base, addr, len);
+	base->ops->release(base, addr, len);
 	return rc;
 }
 

@@ -15,7 +15,7 @@
  *   struct hs_tier *t;
  *   if (hs_tier_remote_open(&cfg, &t) < 0) ...;    // hp_errmsg() names the daemon
  *   uint64_t a;
- *   t->ops->alloc(t, 4 << 20, &a);                   // placed by capacity-aware hashing
+ *   t->ops->place(t, 4 << 20, &a);                   // placed by capacity-aware hashing
  *   hs_tier_rw(t, HS_IO_WRITE, a, buf, 4 << 20);     // fi_write, delivery complete
  *
  * Tier addresses: bits 48..63 hold the daemon index + 1, bits 0..47 the
@@ -49,6 +49,10 @@ struct hs_remote_opts {
 
 void hs_remote_opts_init(struct hs_remote_opts *o);
 int hs_tier_remote_open(const struct hs_tier_config *cfg, struct hs_tier **out);
+/* The same from the public spec (hs_tier_open, hs_store_open); the build
+ * without libfabric or libsodium has only this, refusing
+ * (tier_remote_none.c). */
+int hs_tier_remote_open_spec(const struct hs_remote_spec *r, const char *name, struct hs_tier **out);
 
 /* The daemons of this job: --store list, else --hostfile (one host[:port] a
  * line, '#' comments), else $HPDLF_STORE, else the nodes of $SLURM_JOB_NODELIST
@@ -77,7 +81,7 @@ struct hs_remote_named {
 	int has_digest;         /* 0: stored by a daemon of protocol 1 */
 	char daemon[128];
 };
-/* alloc() preferring the daemons' persistent regions (--pmem) when asked. */
+/* ops->place preferring the daemons' persistent regions (--pmem) when asked. */
 int hs_remote_alloc(struct hs_tier *t, uint64_t len, int persistent, uint64_t *addr);
 /* Store len bytes of buf (both multiples of HS_IO_ALIGN, buf aligned) as the
  * named extent `name` with meta (at most 512 bytes), persistent regions

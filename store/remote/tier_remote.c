@@ -240,13 +240,11 @@ static int place(struct rtier *t, uint64_t len, int persistent, uint64_t *addr)
 	return 0;
 }
 
-static int rt_alloc(struct hs_tier *base, uint64_t len, uint64_t *addr)
+/* ops->place: the daemons own their space (tier.h: the exception). */
+static int rt_place(struct hs_tier *base, uint64_t len, uint64_t *addr)
 {
 	struct rtier *t = (struct rtier *)base;
-	int rc = hs_fault_check(HS_FAULT_TIER_ALLOC);
 
-	if (rc)
-		return rc;
 	if (len == 0 || len % HS_IO_ALIGN)
 		return hp_error(HP_EUSAGE, "remote tier: extent of %" PRIu64 " bytes", len);
 	return place(t, len, 0, addr);
@@ -259,7 +257,7 @@ int hs_remote_alloc(struct hs_tier *base, uint64_t len, int persistent, uint64_t
 	return place((struct rtier *)base, len, persistent, addr);
 }
 
-static int rt_free(struct hs_tier *base, uint64_t addr, uint64_t len)
+static int rt_release(struct hs_tier *base, uint64_t addr, uint64_t len)
 {
 	struct rtier *t = (struct rtier *)base;
 	int di = (int)(addr >> HS_REMOTE_ADDR_BITS) - 1, rc = 0;
@@ -343,8 +341,8 @@ static void rt_close(struct hs_tier *base)
 static const struct hs_tier_ops remote_ops = {
 	.kind = "remote",
 	.close = rt_close,
-	.alloc = rt_alloc,
-	.free = rt_free,
+	.place = rt_place,
+	.release = rt_release,
 	.submit = hs_rt_submit,
 	.stats = rt_stats,
 };
@@ -504,6 +502,35 @@ int hs_tier_remote_open(const struct hs_tier_config *cfg, struct hs_tier **out)
 	}
 	*out = &t->base;
 	return 0;
+}
+
+/* The public spec (hs_tier_spec.remote): daemons found as
+ * hs_remote_find_endpoints does, defaults for the rest.  An optional tier
+ * nobody answers for is 0 with *out NULL; the message stays to say why. */
+int hs_tier_remote_open_spec(const struct hs_remote_spec *r, const char *name, struct hs_tier **out)
+{
+	struct hs_remote_opts ro;
+	struct hs_tier_config cfg = { .name = name, .ext = &ro };
+	char *eps = NULL;
+	int rc;
+
+	*out = NULL;
+	rc = hs_remote_find_endpoints(r->daemons, r->hostfile, &eps);
+	if (rc < 0)
+		return r->optional ? 0 : rc;
+	hs_remote_opts_init(&ro);
+	ro.endpoints = eps;
+	ro.token_file = r->token_file;
+	ro.replicas = r->replicas > 0 ? r->replicas : 1;
+	ro.skip_unreachable = r->skip_unreachable || r->optional;
+	rc = hs_tier_remote_open(&cfg, out);
+	free(eps);
+	/* A bad token file is the user's to fix, not a daemon that did not answer. */
+	if (rc < 0 && r->optional && rc != HP_EUSAGE) {
+		*out = NULL;
+		return 0;
+	}
+	return rc;
 }
 
 int hs_remote_daemon_of(struct hs_tier *base, uint64_t addr, char *buf, size_t len)

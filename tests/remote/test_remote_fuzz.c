@@ -357,7 +357,7 @@ static void test_mutation_storm(void **state)
 	assert_int_equal(st.used, 0);
 	assert_int_equal(posix_memalign(&b, 4096, 65536), 0);
 	td_fill(b, 65536, 5);
-	assert_int_equal(t->ops->alloc(t, 65536, &a), 0);
+	assert_int_equal(t->ops->place(t, 65536, &a), 0);
 	assert_int_equal(hs_tier_rw(t, HS_IO_WRITE, a, b, 65536), 0);
 	uint8_t back[65536];
 	assert_int_equal(hs_tier_rw(t, HS_IO_READ, a, back, 65536), 0);

@@ -19,6 +19,7 @@
 
 #include "daemons.h"
 #include "hpdlf/error.h"
+#include "hpdlf/store.h"
 #include "store/remote/remote.h"
 
 #define MiB (1u << 20)
@@ -116,7 +117,7 @@ static void test_roundtrip(void **state)
 	for (int i = 0; i < N; i++) {
 		char where[128];
 		len[i] = i % 3 == 0 ? 4 * MiB : (uint64_t)(i + 1) * 4096 * 7;
-		assert_int_equal(t->ops->alloc(t, len[i], &addr[i]), 0);
+		assert_int_equal(t->ops->place(t, len[i], &addr[i]), 0);
 		assert_int_equal(hs_remote_daemon_of(t, addr[i], where, sizeof where), 0);
 		per_daemon[daemon_index(where)]++;
 		w[i] = abuf(len[i]);
@@ -146,11 +147,11 @@ static void test_roundtrip(void **state)
 	assert_int_equal(st.chunks, N);
 	assert_int_equal(st.capacity, 3ull * 96 * MiB);
 	for (int i = 0; i < N; i++) {
-		assert_int_equal(t->ops->free(t, addr[i], len[i]), 0);
+		assert_int_equal(t->ops->release(t, addr[i], len[i]), 0);
 		free(w[i]);
 		free(r[i]);
 	}
-	assert_int_not_equal(t->ops->free(t, addr[0], len[0]), 0); /* double free refused */
+	assert_int_not_equal(t->ops->release(t, addr[0], len[0]), 0); /* double free refused */
 	/* Out of any extent: refused, not sent. */
 	assert_int_not_equal(hs_tier_rw(t, HS_IO_READ, 12345ull << 48, r, 0), 0);
 	t->ops->close(t);
@@ -168,7 +169,7 @@ static void test_split(void **state)
 	(void)state;
 	assert_int_equal(td_start_n(&E, 1, "16M"), 0);
 	assert_int_equal(open_tier(E.token, 1, 64 * 1024, &t), 0);
-	assert_int_equal(t->ops->alloc(t, len, &a), 0);
+	assert_int_equal(t->ops->place(t, len, &a), 0);
 	td_fill(w, len, 7);
 	assert_int_equal(hs_tier_rw(t, HS_IO_WRITE, a, w, len), 0);
 	memset(r, 0, len);
@@ -197,15 +198,15 @@ static void test_capacity(void **state)
 	assert_int_equal(td_start(&E, 0, "8M", NULL), 0);
 	assert_int_equal(td_start(&E, 1, "24M", NULL), 0);
 	assert_int_equal(open_tier(E.token, 1, 0, &t), 0);
-	while ((rc = t->ops->alloc(t, 4 * MiB, &a[n])) == 0 && n < 63)
+	while ((rc = t->ops->place(t, 4 * MiB, &a[n])) == 0 && n < 63)
 		n++;
 	assert_int_equal(rc, -ENOSPC);
 	if (n != 8) fail_msg("n=%d rc=%d %s", n, rc, hp_errmsg()); /* 2 + 6 extents of 4 MiB */
 	assert_int_equal(t->ops->stats(t, &st), 0);
 	assert_int_equal(st.used, 32ull * MiB);
 	for (int i = 0; i < n; i++)
-		if (t->ops->free(t, a[i], 4 * MiB)) fail_msg("%s", hp_errmsg());
-	assert_int_equal(t->ops->alloc(t, 4 * MiB, &a[0]), 0);
+		if (t->ops->release(t, a[i], 4 * MiB)) fail_msg("%s", hp_errmsg());
+	assert_int_equal(t->ops->place(t, 4 * MiB, &a[0]), 0);
 	t->ops->close(t);
 	td_stop_all(&E);
 }
@@ -252,7 +253,7 @@ static void test_kill_no_replicas(void **state)
 	assert_int_equal(td_start_n(&E, 3, "64M"), 0);
 	assert_int_equal(open_tier(E.token, 1, 0, &t), 0);
 	for (int i = 0; i < N; i++) {
-		assert_int_equal(t->ops->alloc(t, MiB, &addr[i]), 0);
+		assert_int_equal(t->ops->place(t, MiB, &addr[i]), 0);
 		td_fill(buf + (size_t)i * MiB, MiB, (uint64_t)i);
 		io[i] = (struct hs_io){ .op = HS_IO_WRITE, .addr = addr[i], .buf = buf + (size_t)i * MiB, .len = MiB };
 	}
@@ -289,7 +290,7 @@ static void test_kill_no_replicas(void **state)
 	/* New extents avoid the dead daemon. */
 	for (int i = 0; i < 6; i++) {
 		uint64_t a;
-		assert_int_equal(t->ops->alloc(t, MiB, &a), 0);
+		assert_int_equal(t->ops->place(t, MiB, &a), 0);
 		assert_int_equal(hs_remote_daemon_of(t, a, where, sizeof where), 0);
 	}
 	t->ops->close(t);
@@ -309,7 +310,7 @@ static void test_kill_replicas(void **state)
 	assert_int_equal(td_start_n(&E, 3, "64M"), 0);
 	assert_int_equal(open_tier(E.token, 2, 0, &t), 0);
 	for (int i = 0; i < N; i++) {
-		assert_int_equal(t->ops->alloc(t, MiB, &addr[i]), 0);
+		assert_int_equal(t->ops->place(t, MiB, &addr[i]), 0);
 		td_fill(w + (size_t)i * MiB, MiB, 1000 + (uint64_t)i);
 		assert_int_equal(hs_tier_rw(t, HS_IO_WRITE, addr[i], w + (size_t)i * MiB, MiB), 0);
 	}
@@ -363,7 +364,7 @@ static void test_client_killed(void **state)
 			_exit(3);
 		td_fill(b, 4 * MiB, 1);
 		for (int i = 0; i < 10; i++)
-			if (t->ops->alloc(t, 4 * MiB, &a) < 0)
+			if (t->ops->place(t, 4 * MiB, &a) < 0)
 				_exit(4);
 		if (write(p[1], "x", 1) != 1)
 			_exit(5);
@@ -458,6 +459,89 @@ static void test_endpoints(void **state)
 	assert_int_equal(hs_remote_find_endpoints(NULL, NULL, &s), HP_EUSAGE);
 }
 
+/* The public path: hs_store_open opens a remote tier from its spec
+ * (daemons, token file, replicas) and pages a tensor through it; a wrong
+ * token fails naming the daemon; an optional tier nobody answers for is
+ * left out (the next tier moves up), a required one fails. */
+static void store_opts_remote(struct hs_store_opts *o, const char *daemons, const char *token, int replicas)
+{
+	hs_store_opts_init(o, sizeof *o);
+	o->budget = 2 * MiB;
+	o->chunk_size = MiB;
+	o->ntiers = 1;
+	o->tiers[0].kind = HS_TIER_REMOTE;
+	o->tiers[0].remote.daemons = daemons;
+	o->tiers[0].remote.token_file = token;
+	o->tiers[0].remote.replicas = replicas;
+}
+
+static void test_store_open_remote(void **state)
+{
+	enum { CH = 8 };
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *x;
+	struct hs_tensor_info ti = { .bytes = CH * MiB, .dtype = HP_U8 };
+	struct hs_store_stats ss;
+	uint8_t *w = abuf(CH * MiB), *p;
+
+	(void)state;
+	assert_int_equal(td_start_n(&E, 2, "16M"), 0);
+	store_opts_remote(&o, E.list, E.token, 2);
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_create(st, &ti, &x), 0);
+	td_fill(w, CH * MiB, 21);
+	for (uint64_t i = 0; i < CH; i++) {
+		assert_int_equal(hs_pin(x, i, 1, HS_PIN_OVERWRITE, (void **)&p), 0);
+		memcpy(p, w + i * MiB, MiB);
+		assert_int_equal(hs_unpin(x, i, 1), 0);
+		assert_true(hs_evict(x, i, 1, 0) >= 0);
+	}
+	for (uint64_t i = 0; i < CH; i++) {
+		assert_int_equal(hs_pin(x, i, 1, HS_PIN_READ, (void **)&p), 0);
+		assert_memory_equal(p, w + i * MiB, MiB);
+		assert_int_equal(hs_unpin(x, i, 1), 0);
+	}
+	assert_int_equal(hs_store_stats(st, &ss), 0);
+	assert_int_equal(ss.ntiers, 2);
+	assert_string_equal(ss.tier[1].name, "remote0");
+	assert_true(ss.tier[1].writes >= CH && ss.tier[1].reads >= CH - 2);
+	assert_true(ss.tier[1].used >= 2ull * CH * MiB - 4 * MiB); /* two copies of the chunks not resident */
+	assert_int_equal(hs_tensor_drop(x), 0);
+	hs_store_close(st);
+
+	store_opts_remote(&o, E.list, E.bad_token, 1);
+	assert_int_equal(hs_store_open(&o, &st), HP_EAUTH);
+	assert_non_null(strstr(hp_errmsg(), E.d[0].addr));
+
+	/* nobody listens on port 1 */
+	struct hs_tier *t = (struct hs_tier *)&o; /* poisoned: hs_tier_open must set it */
+	store_opts_remote(&o, "127.0.0.1:1", E.token, 1);
+	o.tiers[0].remote.optional = 1;
+	assert_int_equal(hs_tier_open(&o.tiers[0], &t), 0);
+	assert_null(t);
+	o.ntiers = 2;
+	o.tiers[1] = (struct hs_tier_spec){ .kind = HS_TIER_NVME };
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_store_stats(st, &ss), 0);
+	assert_int_equal(ss.ntiers, 2);
+	assert_string_equal(ss.tier[1].name, "nvme0");
+	hs_store_close(st);
+	o.tiers[0].remote.optional = 0;
+	assert_true(hs_store_open(&o, &st) < 0);
+	assert_true(hs_tier_open(&o.tiers[0], &t) < 0);
+	assert_null(t);
+	/* an opened tier handed over: the store owns it */
+	store_opts_remote(&o, E.list, E.token, 1);
+	assert_int_equal(hs_tier_open(&o.tiers[0], &t), 0);
+	assert_string_equal(t->name, "remote");
+	o.tiers[0] = (struct hs_tier_spec){ .tier = t };
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	hs_store_close(st);
+	free(w);
+	td_stop_all(&E);
+}
+
 static void log_sink(int level, const char *msg, void *arg)
 {
 	(void)arg;
@@ -483,6 +567,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_kill_replicas, stop_all),
 		cmocka_unit_test_teardown(test_client_killed, stop_all),
 		cmocka_unit_test_teardown(test_named_persist, stop_all),
+		cmocka_unit_test_teardown(test_store_open_remote, stop_all),
 	};
 	if (td_init(&E, argc, argv) < 0)
 		return 1;

@@ -19,6 +19,7 @@
 #include "hpdlf/error.h"
 #include "store/frames.h"
 #include "store/tier.h"
+#include "store/tier_uring.h"
 #include "util.h"
 
 #define POOL (8u << 20)

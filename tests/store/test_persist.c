@@ -24,6 +24,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/store.h"
 #include "store/tier.h"
+#include "store/tier_pmem.h"
 #include "util.h"
 
 #define CS 65536u

@@ -24,6 +24,7 @@
 #include "hpdlf/store.h"
 #include "store/store_internal.h"
 #include "store/tier.h"
+#include "store/tier_uring.h"
 #include "util.h"
 
 #define CS 65536u
@@ -966,6 +967,47 @@ static void test_backed(void **state)
 	free(file);
 }
 
+/* Backed tensors that end where their file ends (size not a multiple of
+ * 4096), at an aligned and an unaligned offset, read by pin and by a
+ * prefetch through the read-only file tier. */
+static void test_backed_to_eof(void **state)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	const uint64_t offs[2] = { 4096, 1234 };
+	const char *path = tu_path(tu_disk_dir(), "backing-eof.bin");
+	uint64_t s = seed;
+
+	(void)state;
+	tu_opts(&o, CFG_DRAM, CS, 8, 0, "backed-eof");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	for (int k = 0; k < 2; k++) {
+		const uint64_t bytes = 2 * CS + 555, size = offs[k] + bytes;
+		unsigned char *file = malloc(size), *p;
+		struct hs_tensor_info ti = { .bytes = bytes, .dtype = HP_U8 };
+		struct hs_tensor *t;
+		struct hs_prefetch *h;
+		for (uint64_t i = 0; i < size; i++)
+			file[i] = (unsigned char)tu_rand(&s);
+		FILE *f = fopen(path, "w");
+		assert_int_equal(fwrite(file, 1, size, f), size);
+		fclose(f);
+		assert_int_equal(hs_tensor_create_backed(st, &ti, path, offs[k], &t), 0);
+		assert_int_equal(hs_pin(t, 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+		assert_memory_equal(p, file + offs[k], bytes);
+		assert_int_equal(hs_unpin(t, 0, HS_ALL), 0);
+		assert_int_equal(hs_evict(t, 0, HS_ALL, HS_TIER_NONE), 3);
+		assert_int_equal(hs_prefetch(t, 0, HS_ALL, &h), 0);
+		assert_int_equal(hs_prefetch_wait(h), 0);
+		assert_int_equal(hs_pin(t, 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+		assert_memory_equal(p, file + offs[k], bytes);
+		assert_int_equal(hs_unpin(t, 0, HS_ALL), 0);
+		assert_int_equal(hs_tensor_drop(t), 0);
+		free(file);
+	}
+	hs_store_close(st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -984,6 +1026,7 @@ int main(void)
 		cmocka_unit_test(test_statpage),
 		cmocka_unit_test(test_statpage_safety),
 		cmocka_unit_test(test_backed),
+		cmocka_unit_test(test_backed_to_eof),
 		cmocka_unit_test(test_discard),
 		cmocka_unit_test(test_discard_committed),
 	};

@@ -10,13 +10,18 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "hpdlf/error.h"
 #include "store/crc.h"
+#include "store/place.h"
 #include "store/tier.h"
+#include "store/tier_dram.h"
+#include "store/tier_pmem.h"
+#include "store/tier_uring.h"
 #include "util.h"
 
 static uint64_t seed;
@@ -158,8 +163,9 @@ static void batch_done(struct hs_io *io)
 	pthread_mutex_unlock(&b->mu);
 }
 
-/* Write n random blocks in one batch, read them back in another, compare. */
-static void roundtrip(struct hs_tier *t, int n, uint64_t *s)
+/* Write n random blocks in one batch, read them back in another, compare.
+ * Extents come from the store's placement over the tier (pl, tier 0). */
+static void roundtrip(struct hs_tier *t, struct hs_place *pl, int n, uint64_t *s)
 {
 	enum { BL = 3 * HS_IO_ALIGN };
 	struct batch b = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, n };
@@ -173,7 +179,7 @@ static void roundtrip(struct hs_tier *t, int n, uint64_t *s)
 		for (int i = 0; i < n; i++) {
 			uint64_t a;
 			if (op == HS_IO_WRITE)
-				assert_int_equal(t->ops->alloc(t, BL, &a), 0);
+				assert_int_equal(hs_place_alloc(pl, 0, BL, &a), 0);
 			else
 				a = io[i].addr;
 			io[i] = (struct hs_io){ .op = op, .addr = a, .buf = (op == HS_IO_WRITE ? src : dst) + (size_t)i * BL,
@@ -190,18 +196,18 @@ static void roundtrip(struct hs_tier *t, int n, uint64_t *s)
 	}
 	assert_memory_equal(src, dst, (size_t)n * BL);
 	for (int i = 0; i < n; i++)
-		assert_int_equal(t->ops->free(t, io[i].addr, BL), 0);
+		assert_int_equal(hs_place_free(pl, 0, io[i].addr, BL), 0);
 	free(src);
 	free(dst);
 }
 
-static void faults(struct hs_tier *t)
+static void faults(struct hs_tier *t, struct hs_place *pl)
 {
 	unsigned char *buf = aligned_alloc(HS_IO_ALIGN, HS_IO_ALIGN);
 	uint64_t a;
 
 	memset(buf, 7, HS_IO_ALIGN);
-	assert_int_equal(t->ops->alloc(t, HS_IO_ALIGN, &a), 0);
+	assert_int_equal(hs_place_alloc(pl, 0, HS_IO_ALIGN, &a), 0);
 	hs_fault_set(HS_FAULT_WRITE, 1, -EIO);
 	assert_int_equal(hs_tier_rw(t, HS_IO_WRITE, a, buf, HS_IO_ALIGN), -EIO);
 	hs_fault_set(HS_FAULT_WRITE, 1, -ENOSPC);
@@ -214,9 +220,9 @@ static void faults(struct hs_tier *t)
 	assert_int_equal(hs_tier_rw(t, HS_IO_READ, a, buf, HS_IO_ALIGN), -ENODATA);
 	hs_fault_set(HS_FAULT_TIER_ALLOC, 1, -ENOSPC);
 	uint64_t b;
-	assert_int_equal(t->ops->alloc(t, HS_IO_ALIGN, &b), -ENOSPC);
+	assert_int_equal(hs_place_alloc(pl, 0, HS_IO_ALIGN, &b), -ENOSPC);
 	hs_fault_clear();
-	assert_int_equal(t->ops->free(t, a, HS_IO_ALIGN), 0);
+	assert_int_equal(hs_place_free(pl, 0, a, HS_IO_ALIGN), 0);
 	/* past the end of the tier */
 	assert_true(hs_tier_rw(t, HS_IO_READ, t->capacity, buf, HS_IO_ALIGN) < 0);
 	free(buf);
@@ -225,24 +231,32 @@ static void faults(struct hs_tier *t)
 static void tier_test(int kind, const char *name)
 {
 	struct hs_tier *t;
+	struct hs_place *pl;
 	struct hs_tier_stats ts = { 0 };
 	uint64_t s = seed, a;
 
 	assert_int_equal(open_kind(kind, name, 1 << 20, &t), 0);
+	assert_int_equal(hs_place_create(&t, 1, &pl), 0);
 	assert_int_equal(t->ops->stats(t, &ts), 0);
 	assert_int_equal(ts.capacity, (1 << 20) - 8192);
-	roundtrip(t, 1, &s);
-	roundtrip(t, 16, &s);
-	faults(t);
+	roundtrip(t, pl, 1, &s);
+	roundtrip(t, pl, 16, &s);
+	faults(t, pl);
 	/* capacity is a hard limit; freed space comes back */
 	int n = 0;
-	while (t->ops->alloc(t, 65536, &a) == 0)
+	while (hs_place_alloc(pl, 0, 65536, &a) == 0)
 		n++;
 	assert_int_equal(n, ((1 << 20) - 8192) / 65536);
-	assert_int_equal(t->ops->free(t, a = 8192, 65536), 0);
-	assert_int_equal(t->ops->alloc(t, 65536, &a), 0);
+	hs_place_usage(pl, 0, &ts);
+	assert_int_equal(ts.used, (uint64_t)n * 65536);
+	assert_int_equal(ts.chunks, n);
+	assert_int_equal(hs_place_free(pl, 0, a = 8192, 65536), 0);
+	assert_int_equal(hs_place_free(pl, 0, 8192, 65536), HP_EINTERNAL); /* double free */
+	assert_int_equal(hs_place_claim(pl, 0, 8192 + 65536 + 4096, 4096), HP_ECORRUPT); /* overlaps one in use */
+	assert_int_equal(hs_place_alloc(pl, 0, 65536, &a), 0);
 	assert_int_equal(a, 8192);
 	assert_int_equal(hs_tier_flush(t), 0);
+	hs_place_destroy(pl);
 	t->ops->close(t);
 }
 
@@ -274,6 +288,110 @@ static void test_nvme_tier(void **state)
 	tier_test(HS_TIER_NVME, "nvme0");
 }
 
+/* io_uring_submit failing with SQEs queued (HS_FAULT_SUBMIT) must not
+ * complete again the requests a batch completed inline (a write fault, an
+ * address past the end): submit() either accepts all and each request's
+ * done() runs exactly once, or accepts none and none runs. */
+struct counted {
+	struct hs_io io;
+	_Atomic int calls;
+};
+
+static void counted_done(struct hs_io *io)
+{
+	struct counted *c = (struct counted *)io;
+
+	atomic_fetch_add(&c->calls, 1);
+}
+
+static void test_nvme_submit_fault_exactly_once(void **state)
+{
+	enum { N = 6, BL = HS_IO_ALIGN };
+	struct hs_tier *t;
+	struct counted c[N];
+	struct hs_io *p[N];
+	unsigned char *buf = aligned_alloc(HS_IO_ALIGN, (size_t)N * BL), *one = aligned_alloc(HS_IO_ALIGN, BL);
+
+	(void)state;
+	assert_int_equal(open_kind(HS_TIER_NVME, "nvme-submit", 1 << 20, &t), 0);
+	memset(buf, 5, (size_t)N * BL);
+	for (int i = 0; i < N; i++) {
+		memset(&c[i], 0, sizeof c[i]);
+		c[i].io = (struct hs_io){ .op = HS_IO_WRITE, .addr = 8192 + (uint64_t)i * BL, .buf = buf + (size_t)i * BL,
+					  .len = BL, .done = counted_done, .res = 1 };
+		p[i] = &c[i].io;
+	}
+	c[4].io.addr = t->capacity; /* refused inline: past the end */
+	hs_fault_set(HS_FAULT_WRITE, 2, -EIO); /* request 1 fails inline */
+	hs_fault_set(HS_FAULT_SUBMIT, 1, -EIO); /* then the ring breaks */
+	int rc = t->ops->submit(t, p, N);
+	hs_fault_clear();
+	/* Push anything left in the SQ and wait for all in flight. */
+	assert_int_equal(hs_tier_rw(t, HS_IO_WRITE, 8192 + N * BL, one, BL), 0);
+	t->ops->close(t);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(atomic_load(&c[i].calls), rc < 0 ? 0 : 1);
+	assert_int_equal(rc, N); /* some completed inline: accepted */
+	assert_int_equal(c[1].io.res, -EIO);
+	assert_int_equal(c[4].io.res, -EINVAL);
+	for (int i = 0; i < N; i++)
+		assert_true(c[i].io.res <= 0);
+	free(buf);
+	free(one);
+}
+
+/* The read-only file tier: a batch of block reads through submit, the last
+ * one reaching past the end of the file (complete: every byte up to the
+ * end), writes refused, a file that shrank under it reads short. */
+static void test_file_tier(void **state)
+{
+	enum { SIZE = 5 * HS_IO_ALIGN + 1000, NB = 6 };
+	const char *path = tu_path(tu_disk_dir(), "readonly.bin");
+	unsigned char *file = malloc(SIZE), *buf = aligned_alloc(HS_IO_ALIGN, NB * HS_IO_ALIGN);
+	struct batch b = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NB };
+	struct hs_io io[NB], *p[NB];
+	struct hs_tier *t;
+	uint64_t s = seed;
+
+	(void)state;
+	for (int i = 0; i < SIZE; i++)
+		file[i] = (unsigned char)tu_rand(&s);
+	FILE *f = fopen(path, "w");
+	assert_int_equal(fwrite(file, 1, SIZE, f), SIZE);
+	fclose(f);
+	assert_int_equal(hs_tier_file_open(path, &t), 0);
+	assert_int_equal(hs_tier_file_size(t), SIZE);
+	assert_int_equal(t->capacity, NB * HS_IO_ALIGN);
+	assert_true(hs_tier_file_direct(t)); /* tu_disk_dir is disk-backed */
+	memset(buf, 0, NB * HS_IO_ALIGN);
+	for (int i = 0; i < NB; i++) { /* in reverse: completion order is the tier's */
+		int k = NB - 1 - i;
+		io[i] = (struct hs_io){ .op = HS_IO_READ, .addr = (uint64_t)k * HS_IO_ALIGN, .len = HS_IO_ALIGN,
+					.buf = buf + (size_t)k * HS_IO_ALIGN, .done = batch_done, .arg = &b, .res = 1 };
+		p[i] = &io[i];
+	}
+	assert_int_equal(t->ops->submit(t, p, NB), NB);
+	pthread_mutex_lock(&b.mu);
+	while (b.left)
+		pthread_cond_wait(&b.cv, &b.mu);
+	pthread_mutex_unlock(&b.mu);
+	for (int i = 0; i < NB; i++)
+		assert_int_equal(io[i].res, 0);
+	assert_memory_equal(buf, file, SIZE);
+	assert_int_equal(hs_tier_rw(t, HS_IO_WRITE, 0, buf, HS_IO_ALIGN), -EROFS);
+	assert_int_equal(hs_tier_rw(t, HS_IO_READ, NB * HS_IO_ALIGN, buf, HS_IO_ALIGN), -EINVAL);
+	hs_fault_set(HS_FAULT_READ, 1, -EIO);
+	assert_int_equal(hs_tier_rw(t, HS_IO_READ, 0, buf, HS_IO_ALIGN), -EIO);
+	hs_fault_clear();
+	assert_int_equal(truncate(path, 2 * HS_IO_ALIGN + 10), 0);
+	assert_int_equal(hs_tier_rw(t, HS_IO_READ, 2 * HS_IO_ALIGN, buf, 2 * HS_IO_ALIGN), -ENODATA);
+	assert_int_equal(hs_tier_rw(t, HS_IO_READ, 0, buf, 2 * HS_IO_ALIGN), 0);
+	assert_memory_equal(buf, file, 2 * HS_IO_ALIGN);
+	t->ops->close(t);
+	free(file);
+	free(buf);
+}
+
 static void test_nvme_refuses_tmpfs(void **state)
 {
 	struct hs_tier_config cfg = { .name = "nvme", .capacity = 1 << 20, .reserved = 8192,
@@ -289,7 +407,10 @@ static void test_nvme_refuses_tmpfs(void **state)
 	cfg.flags |= HS_TIER_F_BUFFERED_OK; /* the explicit fallback */
 	assert_int_equal(hs_tier_nvme_open(&cfg, &t), 0);
 	uint64_t s = seed;
-	roundtrip(t, 4, &s);
+	struct hs_place *pl;
+	assert_int_equal(hs_place_create(&t, 1, &pl), 0);
+	roundtrip(t, pl, 4, &s);
+	hs_place_destroy(pl);
 	t->ops->close(t);
 }
 
@@ -316,6 +437,8 @@ int main(void)
 		cmocka_unit_test(test_pmem_tier_persist_path),
 		cmocka_unit_test(test_pmem_tier_msync_path),
 		cmocka_unit_test(test_nvme_tier),
+		cmocka_unit_test(test_nvme_submit_fault_exactly_once),
+		cmocka_unit_test(test_file_tier),
 		cmocka_unit_test(test_nvme_refuses_tmpfs),
 		cmocka_unit_test(test_bad_paths),
 	};

@@ -1,0 +1,24 @@
+/* NVMe tier: a file or device through io_uring and O_DIRECT
+ * (tier_uring_none.c without liburing). */
+#ifndef HPDLF_STORE_TIER_URING_H
+#define HPDLF_STORE_TIER_URING_H
+
+#include <stdint.h>
+
+#include "store/tier.h"
+
+int hs_tier_nvme_open(const struct hs_tier_config *cfg, struct hs_tier **out);
+/* A read-only file tier over an existing file (weights, datasets): reads
+ * through the same submit path as every tier, O_DIRECT when the
+ * filesystem takes it (else buffered, dropped from the page cache).  Its
+ * space is [0, size rounded up to HS_IO_ALIGN); a read reaching past the
+ * end of the file completes when it got every byte up to the end; writes
+ * fail with -EROFS.  Without O_DIRECT it takes any address and length. */
+int hs_tier_file_open(const char *path, struct hs_tier **out);
+uint64_t hs_tier_file_size(struct hs_tier *t);
+/* 1: reads bypass the page cache (addresses, lengths and buffers aligned). */
+int hs_tier_file_direct(struct hs_tier *t);
+/* Requests an nvme tier served from registered buffers (0 for other tiers). */
+uint64_t hs_tier_nvme_fixed_ios(struct hs_tier *t);
+
+#endif
