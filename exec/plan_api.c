@@ -11,41 +11,6 @@
 #include "exec/plan.h"
 #include "exec/speed.h"
 
-int hp_exec_workers(const struct hp_exec_opts *o, int threads)
-{
-	int w = o && o->size >= offsetof(struct hp_exec_opts, workers) + sizeof o->workers && o->workers > 0 ? o->workers : 1;
-
-	return w > threads ? threads : w;
-}
-
-uint64_t hp_plan_max_workspace(const struct hp_graph *g)
-{
-	uint64_t mx = 0;
-
-	for (int i = 0; i < g->nnodes; i++)
-		if (!g->nodes[i].folded && g->nodes[i].workspace > mx)
-			mx = g->nodes[i].workspace;
-	return (mx + 4095) / 4096 * 4096;
-}
-
-void hp_plan_default_opts(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_opts *po)
-{
-	int threads = o && o->threads > 0 ? o->threads : hp_exec_online_cpus();
-
-	memset(po, 0, sizeof *po);
-	po->budget = o ? o->budget : 0;
-	/* one scratch buffer per compute worker, resident for the session:
-	 * kernels never fault fresh scratch pages in */
-	po->workspace = hp_plan_max_workspace(g) * (uint64_t)hp_exec_workers(o, threads);
-	po->align = 4096; /* the store's unit of DRAM accounting */
-	po->reserve_for = hp_rt_staging_bytes;
-	/* ...unless the budget is too tight for that: then each kernel's
-	 * scratch is its own, counted with the kernel's step */
-	if (po->workspace && po->budget && po->budget < hp_plan_min_budget(g, po, NULL))
-		po->workspace = 0;
-	po->workers = hp_exec_workers(o, threads);
-}
-
 /* The store's chunk size for this budget (runtime.c's open_store). */
 static uint64_t run_chunk_size(uint64_t budget)
 {

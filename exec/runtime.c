@@ -190,24 +190,6 @@ static int place_initializer(struct hp_rt *s, int v)
 	return rc;
 }
 
-/* Small budgets get small chunks so paging stays fine-grained: at most a
- * 16th of the budget, and below 4 MiB a 64th (the staging reserve is two
- * chunks, which a budget of a few hundred KiB must not lose to it). */
-uint64_t hp_rt_chunk_size(uint64_t dflt, uint64_t budget)
-{
-	uint64_t c = dflt, parts = budget < (4u << 20) ? 64 : 16;
-
-	while (c > 16384 && c * parts > budget)
-		c /= 2;
-	return c;
-}
-
-uint64_t hp_rt_staging_bytes(uint64_t budget)
-{
-	/* one chunk copied at a time: its source and its destination */
-	return budget ? 2 * hp_rt_chunk_size(HS_DEFAULT_CHUNK, budget) : 0;
-}
-
 static int open_store(struct hp_rt *s)
 {
 	struct hs_store_opts so;
