@@ -44,7 +44,8 @@ struct hp_session {
 /* The tensor store of an out-of-core session, else NULL. */
 struct hs_store *hp_session_store(const struct hp_session *s);
 /* The store's chunk size for a budget (from the default `dflt`), and the
- * bytes the runtime keeps free for staging copies at that budget. */
+ * bytes the runtime keeps free for staging copies at that budget
+ * (plan_opts.c). */
 uint64_t hp_rt_chunk_size(uint64_t dflt, uint64_t budget);
 uint64_t hp_rt_staging_bytes(uint64_t budget);
 

@@ -76,7 +76,9 @@ int hp_plan_next_use(const struct hp_plan *p, int v, int step);
 
 struct hp_exec_opts;
 /* The options the runtime plans with (budget, tensor alignment of the
- * store, measured speed model) for these session options. */
+ * store, workspace, workers) for these session options (plan_opts.c, as
+ * are the next two and the store's chunk size; no speed model: the plan
+ * API adds the measured one). */
 void hp_plan_default_opts(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_opts *po);
 /* Task-net compute workers for these options and thread count. */
 int hp_exec_workers(const struct hp_exec_opts *o, int threads);
