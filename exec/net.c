@@ -644,9 +644,15 @@ void hp_net_note_resident(struct hp_net *n, int v)
 	pthread_mutex_unlock(&n->mu);
 }
 
+/* Under the lock: a compute worker woken by the end of a run still adds
+ * its wait to stall_ms after hp_net_run returned. */
 void hp_net_stats(const struct hp_net *n, struct hp_net_stats *out)
 {
+	pthread_mutex_t *mu = (pthread_mutex_t *)&n->mu;
+
+	pthread_mutex_lock(mu);
 	*out = n->st;
+	pthread_mutex_unlock(mu);
 }
 
 int hp_net_transitions(const struct hp_net *n)
