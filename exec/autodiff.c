@@ -27,105 +27,6 @@ void hp_train_spec_init(struct hp_train_spec *s, size_t size)
 	s->seed = 1;
 }
 
-struct hp_attr ad_int(const char *name, int64_t v)
-{
-	return (struct hp_attr){ .name = (char *)name, .type = HP_ATTR_INT, .i = v };
-}
-
-struct hp_attr ad_float(const char *name, float v)
-{
-	return (struct hp_attr){ .name = (char *)name, .type = HP_ATTR_FLOAT, .f = v };
-}
-
-struct hp_attr ad_str(const char *name, const char *s)
-{
-	return (struct hp_attr){ .name = (char *)name, .type = HP_ATTR_STRING, .s = (char *)s, .slen = strlen(s) };
-}
-
-struct hp_attr ad_ints(const char *name, int n, const int64_t *v)
-{
-	return (struct hp_attr){ .name = (char *)name, .type = HP_ATTR_INTS, .n = n, .ints = (int64_t *)v };
-}
-
-struct hp_attr ad_shape(const char *name, const struct hp_shape *s)
-{
-	return ad_ints(name, s->rank, s->dims);
-}
-
-int ad_copy_attr(const struct hp_node *n, const char *name, struct hp_attr *out)
-{
-	const struct hp_attr *a = hp_node_attr(n, name);
-
-	if (!a)
-		return 0;
-	*out = *a;
-	return 1;
-}
-
-static int new_value(struct ad *ad, const char *name, enum hp_value_kind kind, enum hp_dtype dt,
-		     const struct hp_shape *s)
-{
-	char buf[256];
-
-	snprintf(buf, sizeof buf, "%s#%d", name, ad->counter++);
-	return hp_graph_add_value(ad->g, buf, kind, dt, s);
-}
-
-int ad_emit(struct ad *ad, const char *op, int internal, const char *hint, int nin, const int *in, int nout,
-	    int *out, int nattrs, const struct hp_attr *attrs)
-{
-	char name[256];
-	int node, rc;
-
-	for (int o = 0; o < nout; o++) {
-		if (!out[o]) {
-			out[o] = -1;
-			continue;
-		}
-		snprintf(name, sizeof name, "%s/%s.%d", hint, op, o);
-		out[o] = new_value(ad, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
-		if (out[o] < 0)
-			return out[o];
-	}
-	snprintf(name, sizeof name, "%s/%s#%d", hint, op, ad->counter++);
-	node = hp_graph_add_node(ad->g, name, op, nin, in, nout, out);
-	if (node < 0)
-		return node;
-	ad->g->nodes[node].sched = ad->sched;
-	if (internal) {
-		char *d = strdup("ai.hpdlf");
-		if (!d)
-			return hp_error(-ENOMEM, "out of memory");
-		free(ad->g->nodes[node].domain);
-		ad->g->nodes[node].domain = d;
-	}
-	for (int i = 0; i < nattrs; i++)
-		if ((rc = hp_graph_add_attr(ad->g, node, &attrs[i])) < 0)
-			return rc;
-	return node;
-}
-
-int ad_contrib(struct ad *ad, int v, int gv)
-{
-	if (v < 0 || v >= ad->nv0 || gv < 0 || !ad->need[v])
-		return 0;
-	if (ad->ncontrib[v] == ad->capcontrib[v]) {
-		int cap = ad->capcontrib[v] ? 2 * ad->capcontrib[v] : 2;
-		int *p = realloc(ad->contrib[v], (size_t)cap * sizeof *p);
-		if (!p)
-			return hp_error(-ENOMEM, "out of memory");
-		ad->contrib[v] = p;
-		ad->capcontrib[v] = cap;
-	}
-	ad->contrib[v][ad->ncontrib[v]++] = gv;
-	return 0;
-}
-
-int ad_needs(const struct ad *ad, const struct hp_node *n, int i)
-{
-	return i < n->ninputs && n->inputs[i] >= 0 && n->inputs[i] < ad->nv0 && ad->need[n->inputs[i]];
-}
-
 /* The complete gradient of v: its contributions summed pairwise in arrival
  * order (a chain, so each partial sum frees its operands early); -1 if none. */
 static int combine(struct ad *ad, int v)
@@ -282,7 +183,7 @@ static int rewrite_bn(struct ad *ad, int i)
 	for (int k = 1; k < 3; k++) {
 		int old = k < g->nodes[i].noutputs ? g->nodes[i].outputs[k] : -1;
 		snprintf(name, sizeof name, "%s.next", g->values[st[k - 1]].name);
-		outs[k] = old >= 0 ? old : new_value(ad, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+		outs[k] = old >= 0 ? old : ad_new_value(ad, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
 		if (outs[k] < 0) {
 			int rc = outs[k];
 			free(outs);
@@ -317,7 +218,7 @@ static int rewrite_dropout(struct ad *ad, int i)
 		return hp_error(-ENOMEM, "out of memory");
 	outs[0] = n->outputs[0];
 	outs[1] = n->noutputs > 1 && n->outputs[1] >= 0 ? n->outputs[1]
-		  : new_value(ad, "dropout.mask", HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+		  : ad_new_value(ad, "dropout.mask", HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
 	n = &g->nodes[i];
 	free(n->outputs);
 	n->outputs = outs;
@@ -373,7 +274,7 @@ static int add_io(int **list, int *count, int v)
 
 static int seed_constant(struct ad *ad, const struct hp_shape *s)
 {
-	int v = new_value(ad, "loss.grad", HP_VALUE_CONSTANT, HP_F32, s);
+	int v = ad_new_value(ad, "loss.grad", HP_VALUE_CONSTANT, HP_F32, s);
 	float *one;
 
 	if (v < 0)

@@ -1,5 +1,5 @@
 /* Internal to exec/autodiff*.c: the state of one differentiation and the
- * helpers gradient rules use to append nodes. */
+ * helpers (autodiff_emit.c) gradient rules use to append nodes. */
 #ifndef HPDLF_EXEC_AUTODIFF_INTERNAL_H
 #define HPDLF_EXEC_AUTODIFF_INTERNAL_H
 
@@ -26,6 +26,9 @@ struct hp_attr ad_str(const char *name, const char *s);
 struct hp_attr ad_ints(const char *name, int n, const int64_t *v);
 struct hp_attr ad_shape(const char *name, const struct hp_shape *s);
 
+/* A new value named `name#N` (N unique within this differentiation). */
+int ad_new_value(struct ad *ad, const char *name, enum hp_value_kind kind, enum hp_dtype dt,
+		 const struct hp_shape *s);
 /* Append node `op` (domain ai.hpdlf if internal, else "") reading in[0..nin).
  * For each output o, out[o] = 1 asks for a new value (named after `hint`),
  * 0 leaves it omitted; on return out[o] is the value index or -1. */

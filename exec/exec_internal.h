@@ -10,52 +10,41 @@
 #include "exec/budget.h"
 
 struct hs_store;
-struct hs_tensor;
-struct hs_prefetch;
-struct hp_plan;
 struct hp_trace;
-struct hp_net;
 struct hp_pool;
+
+/* An executor: in core (session.c) or out of core (runtime.c).  The
+ * session's public calls check their arguments and call these; each
+ * executor keeps its own state in s->state. */
+struct hp_executor {
+	const char *name;
+	int (*create)(struct hp_session *s);   /* sets s->state, even when failing */
+	int (*set_input)(struct hp_session *s, int v, const void *data);
+	int (*run)(struct hp_session *s);
+	int (*get_output)(struct hp_session *s, int v, void *dst);
+	/* bytes [offset, offset + len) of value v, checked, to (write 0) or from mem */
+	int (*copy)(struct hp_session *s, int v, uint64_t offset, uint64_t len, void *mem, int write);
+	/* peak tensor bytes, and (info not NULL) the last run's figures */
+	void (*stats)(const struct hp_session *s, struct hp_run_info *info, uint64_t *peak);
+	void (*destroy)(struct hp_session *s); /* accepts s->state NULL */
+};
+
+extern const struct hp_executor hp_exec_incore, hp_exec_ooc;
 
 struct hp_session {
 	struct hp_graph *g;
 	struct hp_exec_opts opts;
 	int threads;
 	struct hp_budget_layout layout; /* of g under opts (hp_compile) */
-	struct hp_pool *pool;
-	void **buf;            /* per value: run-time buffer or NULL */
-	unsigned char *arena;  /* in core: every activation at a planned offset */
-	uint64_t arena_size;
-	unsigned char *owned;  /* per value: buf[v] was malloc'd (inputs, weights, state) */
-	int *last_use;         /* per value: last schedule index using it, -1 unused */
-	void *ws;
-	size_t ws_size;
-	size_t cur_bytes, peak_bytes, weight_bytes;
-	double flops, last_ms, kernel_ms;
-	/* out of core (opts.budget set): every managed value is a store tensor */
-	struct hs_store *store;
-	struct hs_tensor **ten;      /* per value; the task net orders all access */
-	struct hs_tensor **spare;    /* dead values' tensors, discarded (contents gone, frames kept) */
-	int nspare, capspare;        /* a stack: the last one dropped is taken first */
-	pthread_mutex_t spare_mu;
+	struct hp_pool *pool;        /* the kernels' threads */
 	struct hp_trace *trace;      /* --trace, or NULL */
-	struct hp_plan *plan;
-	struct hp_net *net;
-	uint64_t run_written;        /* bytes written below DRAM by the last run */
-	struct hs_tensor **scratch;  /* per compute worker: kernel workspace, pinned */
-	void **scratch_ptr;
-	int nscratch;
+	double flops, last_ms;
+	const struct hp_executor *ex;
+	void *state;                 /* the executor's */
 };
 
-int hp_rt_create(struct hp_session *s);
-int hp_rt_run(struct hp_session *s);
-int hp_rt_set_input(struct hp_session *s, int v, const void *data);
-int hp_rt_get_output(struct hp_session *s, int v, void *dst);
-void hp_rt_destroy(struct hp_session *s);
-uint64_t hp_rt_peak(const struct hp_session *s);
-/* The task net's transitions (net.c calls them on its workers). */
-int hp_rt_fire_kernel(struct hp_session *s, int step, int worker, struct hp_pool *pool, int lane);
-int hp_rt_fire_io(struct hp_session *s, int kind, int v, uint64_t first, uint64_t nchunks, int lane);
+/* The tensor store of an out-of-core session, else NULL. */
+struct hs_store *hp_session_store(const struct hp_session *s);
 
 /* One value to place in the arena: alive over steps [start, end]. */
 struct hp_arena_item {

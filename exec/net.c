@@ -7,12 +7,8 @@
 #include <time.h>
 
 #include "hpdlf/error.h"
-#include "hpdlf/store.h"
-#include "exec/exec_internal.h"
 #include "exec/net.h"
-#include "exec/plan.h"
 #include "exec/trace.h"
-#include "kernels/blas.h"
 
 enum { CL_COMPUTE = 0, CL_IO = 1, CL_ANY = 2 };
 enum { ST_WAIT = 0, ST_READY, ST_RUNNING, ST_DONE };
@@ -22,8 +18,10 @@ struct tr {
 	uint8_t reconcile;      /* prologue: need/release depend on what is held */
 	int value;              /* LOAD/WRITEBACK/EVICT/DROP */
 	uint32_t first, nchunks; /* LOAD: chunk range (nchunks 0: all) */
-	int step;               /* KERNEL: its step; others: the step they precede */
+	int step;               /* KERNEL/RECOMPUTE/COMM: handed to its fire op */
 	int64_t need, release;  /* budget tokens taken when granted / given back when fired */
+	int out_begin, nout;    /* KERNEL/RECOMPUTE/COMM: values it makes resident, in outs[] */
+	int unheld;             /* in place: the input whose bytes it took over, else -1 */
 	int ndeps;
 	int succ_begin;         /* successors: succ[succ_begin .. tr[i+1].succ_begin) */
 };
@@ -34,11 +32,16 @@ struct heap {
 };
 
 struct hp_net {
-	struct hp_session *s;
-	int ntr, nsucc;
+	const struct hp_net_ops *ops;
+	void *arg;
+	struct hp_trace *trace;
+	int nvalues;
+	uint64_t budget;
+	int ntr, nsucc, nouts;
 	struct tr *tr;
 	int *succ;
-	uint64_t *vsize;        /* per value: budget bytes */
+	int *outs;              /* the transitions' outputs (tr.out_begin, tr.nout) */
+	uint64_t *vsize;        /* per value: budget bytes (0: not managed) */
 	char *held;             /* per value: resident as far as the net's tokens go */
 	/* run state, under mu */
 	pthread_mutex_t mu;
@@ -54,8 +57,6 @@ struct hp_net {
 	struct heap ready[3];
 	/* workers */
 	int nworkers, nio;
-	struct hp_pool **pools; /* per compute worker; [0] is the session's with one worker */
-	int own_pool0;
 	uint64_t reserved;      /* budget held apart: the workers' kernel scratch */
 	pthread_t *threads;
 	int nthreads;
@@ -104,13 +105,12 @@ static int heap_pop(struct heap *h)
 	return top;
 }
 
-/* ---- compiling the plan ---- */
+/* ---- compiling the plan order ---- */
 
 struct builder {
 	struct hp_net *n;
-	const struct hp_graph *g;
-	const struct hp_plan *p;
-	int cap;
+	const struct hp_net_desc *d;
+	int cap, capouts;
 	int *efrom, *eto, nedges, capedges;
 	int *maker, *remover;   /* per value: transition index or -1 */
 	int *maker_first;       /* a load split in parts: maker_first..maker */
@@ -118,9 +118,9 @@ struct builder {
 	char *res;              /* residency as the walk goes */
 };
 
-static int managed(const struct hp_graph *g, int v)
+static int managed(const struct hp_net *n, int v)
 {
-	return v >= 0 && g->values[v].kind != HP_VALUE_CONSTANT;
+	return v >= 0 && v < n->nvalues && n->vsize[v] > 0;
 }
 
 static int edge(struct builder *b, int from, int to)
@@ -170,12 +170,10 @@ static int new_tr(struct builder *b, int kind, int v, int step)
 		n->tr = t;
 		b->cap = cap;
 	}
-	n->tr[n->ntr] = (struct tr){ .kind = (uint8_t)kind, .value = v, .step = step };
+	n->tr[n->ntr] = (struct tr){ .kind = (uint8_t)kind, .value = v, .step = step, .unheld = -1 };
 	return n->ntr++;
 }
 
-/* v leaves DRAM (write-back, eviction, drop): after it was made resident
- * and after every kernel that read it since. */
 /* Arcs from whatever last made v resident (all parts of a split load). */
 static int arcs_made(struct builder *b, int t, int v)
 {
@@ -195,6 +193,8 @@ static void set_maker(struct builder *b, int v, int first, int last)
 	b->nreaders[v] = 0;
 }
 
+/* v leaves DRAM (write-back, eviction, drop): after it was made resident
+ * and after every kernel that read it since. */
 static int arcs_remove(struct builder *b, int t, int v)
 {
 	int rc = arcs_made(b, t, v);
@@ -211,17 +211,16 @@ static int arcs_remove(struct builder *b, int t, int v)
 
 /* A load of a large tensor is split in chunk ranges, one per I/O queue:
  * the store reads a file-backed tensor one chunk at a time per call. */
-static int add_load(struct builder *b, int v, int step)
+static int add_load(struct builder *b, int v)
 {
-	struct hs_tensor *ten = b->n->s->ten[v];
-	uint64_t nch = ten ? hs_tensor_nchunks(ten) : 1, cs = hs_chunk_size(b->n->s->store);
+	uint64_t nch = b->d->nchunks && b->d->nchunks[v] ? b->d->nchunks[v] : 1, cs = b->d->chunk;
 	int parts = nch >= 2 && !b->res[v] ? (nch < (uint64_t)b->n->nio ? (int)nch : b->n->nio) : 1;
 	int first = b->n->ntr, rc = 0;
 	uint64_t at = 0;
 
 	for (int k = 0; k < parts && rc == 0; k++) {
 		uint64_t n = nch / (uint64_t)parts + ((uint64_t)k < nch % (uint64_t)parts);
-		int t = new_tr(b, HP_TR_LOAD, v, step);
+		int t = new_tr(b, HP_TR_LOAD, v, 0);
 		if (t < 0)
 			return t;
 		if (parts > 1) {
@@ -240,126 +239,114 @@ static int add_load(struct builder *b, int v, int step)
 	return rc;
 }
 
-static int add_io(struct builder *b, int kind, int v, int step)
+static int add_io(struct builder *b, int kind, int v)
 {
 	int t;
 
 	if (kind == HP_TR_LOAD)
-		return add_load(b, v, step);
-	t = new_tr(b, kind, v, step);
+		return add_load(b, v);
+	t = new_tr(b, kind, v, 0);
 	return t < 0 ? t : arcs_remove(b, t, v);
 }
 
-static int add_kernel(struct builder *b, int step)
+static int add_out(struct builder *b, int v)
 {
-	const struct hp_node *nd = &b->g->nodes[b->p->node[step]];
-	int t = new_tr(b, HP_TR_KERNEL, -1, step), rc = 0;
+	struct hp_net *n = b->n;
+
+	if (n->nouts == b->capouts) {
+		int cap = b->capouts ? 2 * b->capouts : 256;
+		int *o = realloc(n->outs, (size_t)cap * sizeof *o);
+		if (!o)
+			return -ENOMEM;
+		n->outs = o;
+		b->capouts = cap;
+	}
+	n->outs[n->nouts++] = v;
+	return 0;
+}
+
+/* A kernel (or a recompute, or a communication): reads its inputs where
+ * they were made resident, writes its outputs after their last readers. */
+static int add_kernel(struct builder *b, const struct hp_net_entry *e)
+{
+	struct hp_net *n = b->n;
+	int t = new_tr(b, e->kind, -1, e->step), rc = 0;
 
 	if (t < 0)
 		return t;
-	if (!b->n->reserved) { /* scratch per kernel, else the workers' own */
-		int64_t ws = (int64_t)((nd->workspace + 4095) / 4096 * 4096);
-		b->n->tr[t].need = ws;
-		b->n->tr[t].release = ws;
-	}
-	for (int j = 0; j < nd->ninputs && rc == 0; j++) {
-		int v = nd->inputs[j];
-		if (!managed(b->g, v))
+	n->tr[t].need = n->tr[t].release = (int64_t)e->workspace;
+	n->tr[t].out_begin = n->nouts;
+	for (int j = 0; j < e->nin && rc == 0; j++) {
+		int v = e->in[j];
+		if (!managed(n, v))
 			continue;
 		rc = arcs_made(b, t, v);
 		if (rc == 0 && (b->nreaders[v] == 0 || b->readers[v][b->nreaders[v] - 1] != t))
 			rc = add_reader(b, v, t);
 	}
-	if (hp_plan_inplace(b->g, b->p, step)) {
+	if (e->inplace && rc == 0) {
 		/* writes over input 0: after every other reader of it; its
 		 * budget passes to output 0 */
-		int a = nd->inputs[0];
+		int a = e->in[0];
 		rc = arcs_made(b, t, a);
 		for (int i = 0; i < b->nreaders[a] && rc == 0; i++)
 			rc = edge(b, b->readers[a][i], t);
 		b->nreaders[a] = 0;
 		b->remover[a] = t;
 		b->res[a] = 0;
-		b->res[nd->outputs[0]] = 1;
-		set_maker(b, nd->outputs[0], t, t);
+		b->res[e->out[0]] = 1;
+		set_maker(b, e->out[0], t, t);
+		n->tr[t].unheld = a;
 	}
-	for (int o = 0; o < nd->noutputs && rc == 0; o++) {
-		int v = nd->outputs[o];
-		if (!managed(b->g, v) || (o == 0 && b->maker[v] == t))
+	for (int o = 0; o < e->nout && rc == 0; o++) {
+		int v = e->out[o];
+		if (!managed(n, v))
+			continue;
+		rc = add_out(b, v);
+		if (rc < 0 || (o == 0 && b->maker[v] == t))
 			continue;
 		rc = edge(b, b->remover[v], t);
 		for (int i = 0; i < b->nreaders[v] && rc == 0; i++)
 			rc = edge(b, b->readers[v][i], t);
 		if (!b->res[v])
-			b->n->tr[t].need += (int64_t)b->n->vsize[v];
+			n->tr[t].need += (int64_t)n->vsize[v];
 		b->res[v] = 1;
 		set_maker(b, v, t, t);
 	}
-	return rc;
-}
-
-/* Drops after kernel `step`: inputs at their last use, outputs nobody reads. */
-static int add_drops(struct builder *b, int step)
-{
-	const struct hp_node *nd = &b->g->nodes[b->p->node[step]];
-	int rc = 0;
-
-	for (int j = 0; j < nd->ninputs && rc == 0; j++) {
-		int v = nd->inputs[j];
-		if (managed(b->g, v) && b->p->last_use[v] == step && b->res[v])
-			rc = add_io(b, HP_TR_DROP, v, step);
-	}
-	for (int o = 0; o < nd->noutputs && rc == 0; o++) {
-		int v = nd->outputs[o];
-		if (managed(b->g, v) && b->p->last_use[v] < 0 && b->res[v])
-			rc = add_io(b, HP_TR_DROP, v, step);
-	}
+	n->tr[t].nout = n->nouts - n->tr[t].out_begin;
 	return rc;
 }
 
 /* Prologue: persistent values the steady state does not keep resident are
- * written back first, then those it does are loaded. */
-static int add_prologue(struct builder *b)
+ * written back, those it does are loaded; no arcs (the previous run is
+ * over), their tokens depend on what is held when a run starts. */
+static int add_reconcile(struct builder *b, const struct hp_net_entry *e)
 {
-	const struct hp_plan *p = b->p;
-	int rc = 0;
+	int v = e->value, t = new_tr(b, e->kind, v, 0);
 
-	for (int pass = 0; pass < 2 && rc == 0; pass++)
-		for (int v = 0; v < b->g->nvalues && rc == 0; v++) {
-			int t;
-			if (p->last_use[v] != p->nsteps || !managed(b->g, v) || p->start_resident[v] != pass)
-				continue;
-			t = new_tr(b, pass ? HP_TR_LOAD : HP_TR_WRITEBACK, v, 0);
-			if (t < 0)
-				return t;
-			b->n->tr[t].reconcile = 1;
-			if (pass)
-				set_maker(b, v, t, t);
-			else
-				b->remover[v] = t;
-			b->res[v] = (char)pass;
-		}
-	return rc;
+	if (t < 0)
+		return t;
+	b->n->tr[t].reconcile = 1;
+	if (e->kind == HP_TR_LOAD)
+		set_maker(b, v, t, t);
+	else
+		b->remover[v] = t;
+	b->res[v] = e->kind == HP_TR_LOAD;
+	return 0;
 }
 
-static int build_walk(struct builder *b)
+static int add_entry(struct builder *b, const struct hp_net_entry *e)
 {
-	const struct hp_plan *p = b->p;
-	int rc = add_prologue(b);
-
-	for (int s = 0; s < p->nsteps && rc == 0; s++) {
-		for (int a = p->act_begin[s]; a < p->act_begin[s + 1] && rc == 0; a++) {
-			const struct hp_plan_act_rec *x = &p->acts[a];
-			int kind = x->act == HP_ACT_LOAD ? HP_TR_LOAD : x->act == HP_ACT_WRITEBACK ? HP_TR_WRITEBACK
-												  : HP_TR_EVICT;
-			rc = add_io(b, kind, x->value, s);
-		}
-		if (rc == 0)
-			rc = add_kernel(b, s);
-		if (rc == 0)
-			rc = add_drops(b, s);
+	switch (e->kind) {
+	case HP_TR_KERNEL:
+	case HP_TR_RECOMPUTE:
+	case HP_TR_COMM:
+		return add_kernel(b, e);
+	case HP_TR_DROP:
+		return managed(b->n, e->value) && b->res[e->value] ? add_io(b, HP_TR_DROP, e->value) : 0;
+	default:
+		return e->reconcile ? add_reconcile(b, e) : add_io(b, e->kind, e->value);
 	}
-	return rc;
 }
 
 /* Successor lists (CSR) and static in-degrees from the edge list. */
@@ -405,12 +392,10 @@ static void builder_free(struct builder *b, int nv)
 	free(b->res);
 }
 
-static int compile(struct hp_net *n)
+static int compile(struct hp_net *n, const struct hp_net_desc *d)
 {
-	const struct hp_graph *g = n->s->g;
-	const struct hp_plan *p = n->s->plan;
-	size_t nv = (size_t)g->nvalues + 1;
-	struct builder b = { .n = n, .g = g, .p = p, .cap = 4 * p->nsteps + 64 };
+	size_t nv = (size_t)d->nvalues + 1;
+	struct builder b = { .n = n, .d = d, .cap = d->nentries + 64 };
 	int rc = -ENOMEM;
 
 	n->tr = malloc(((size_t)b.cap + 1) * sizeof *n->tr);
@@ -423,21 +408,28 @@ static int compile(struct hp_net *n)
 	b.res = calloc(nv, 1);
 	if (!n->tr || !b.maker || !b.maker_first || !b.remover || !b.readers || !b.nreaders || !b.capreaders || !b.res)
 		goto out;
-	for (int v = 0; v < g->nvalues; v++)
+	for (int v = 0; v < d->nvalues; v++)
 		b.maker[v] = b.maker_first[v] = b.remover[v] = -1;
-	rc = build_walk(&b);
+	rc = 0;
+	for (int i = 0; i < d->nentries && rc == 0; i++)
+		rc = add_entry(&b, &d->entries[i]);
 	if (rc == 0)
 		rc = build_csr(&b);
 out:
-	builder_free(&b, g->nvalues);
+	builder_free(&b, d->nvalues);
 	return rc < 0 ? hp_error(rc, "out of memory compiling the task net") : 0;
 }
 
 /* ---- firing ---- */
 
+static int is_compute(int kind)
+{
+	return kind == HP_TR_KERNEL || kind == HP_TR_RECOMPUTE;
+}
+
 static int tr_class(const struct tr *t)
 {
-	return t->kind == HP_TR_KERNEL ? CL_COMPUTE : t->kind == HP_TR_DROP ? CL_ANY : CL_IO;
+	return is_compute(t->kind) ? CL_COMPUTE : t->kind == HP_TR_DROP ? CL_ANY : CL_IO;
 }
 
 /* Make transition i ready and wake one idle thread that may fire it
@@ -492,16 +484,13 @@ static void complete(struct hp_net *n, int i, int rc)
 		n->err = rc;
 		snprintf(n->errmsg, sizeof n->errmsg, "%s", hp_errmsg()[0] ? hp_errmsg() : hp_strerror(rc));
 	}
-	n->free_tokens += t->kind == HP_TR_KERNEL || !t->reconcile ? t->release
+	n->free_tokens += !t->reconcile ? t->release
 				 : (t->kind != HP_TR_LOAD && n->held[t->value] ? (int64_t)n->vsize[t->value] : 0);
-	if (t->kind == HP_TR_KERNEL) {
-		const struct hp_graph *g = n->s->g;
-		const struct hp_node *nd = &g->nodes[n->s->plan->node[t->step]];
-		for (int o = 0; o < nd->noutputs; o++)
-			if (managed(g, nd->outputs[o]))
-				n->held[nd->outputs[o]] = 1;
-		if (hp_plan_inplace(g, n->s->plan, t->step))
-			n->held[nd->inputs[0]] = 0;
+	if (t->value < 0) {
+		for (int o = 0; o < t->nout; o++)
+			n->held[n->outs[t->out_begin + o]] = 1;
+		if (t->unheld >= 0)
+			n->held[t->unheld] = 0;
 	} else {
 		n->held[t->value] = t->kind == HP_TR_LOAD;
 	}
@@ -510,7 +499,7 @@ static void complete(struct hp_net *n, int i, int rc)
 		if (--n->deps_left[j] == 0 && j < n->grant && n->state[j] == ST_WAIT)
 			make_ready(n, j);
 	}
-	while (n->kcur < n->ntr && (n->tr[n->kcur].kind != HP_TR_KERNEL || n->state[n->kcur] == ST_DONE))
+	while (n->kcur < n->ntr && (!is_compute(n->tr[n->kcur].kind) || n->state[n->kcur] == ST_DONE))
 		n->kcur++;
 	grant_more(n);
 	if (run_done(n)) /* the calling thread returns */
@@ -522,9 +511,16 @@ static int fire(struct hp_net *n, int i, int worker, int cls)
 	const struct tr *t = &n->tr[i];
 	int lane = cls == CL_COMPUTE ? HP_LANE_COMPUTE + worker : HP_LANE_IO + worker;
 
-	if (t->kind == HP_TR_KERNEL)
-		return hp_rt_fire_kernel(n->s, t->step, worker, n->pools[worker], lane);
-	return hp_rt_fire_io(n->s, t->kind, t->value, t->first, t->nchunks, lane);
+	switch (t->kind) {
+	case HP_TR_KERNEL:
+		return n->ops->fire_kernel(n->arg, t->step, worker, lane);
+	case HP_TR_RECOMPUTE:
+		return n->ops->fire_recompute(n->arg, t->step, worker, lane);
+	case HP_TR_COMM:
+		return n->ops->fire_comm(n->arg, t->step, lane);
+	default:
+		return n->ops->fire_io(n->arg, t->kind, t->value, t->first, t->nchunks, lane);
+	}
 }
 
 /* The heap a worker takes its next transition from, NULL if none (lock
@@ -558,16 +554,16 @@ static void work(struct hp_net *n, int cls, int worker, int forever)
 	while (forever ? !n->quit : !run_done(n)) {
 		struct heap *h = pick(n, cls);
 		if (!h) {
-			double t0 = now_ms(), u0 = hp_trace_now_us(n->s->trace);
+			double t0 = now_ms(), u0 = hp_trace_now_us(n->trace);
 			int gen = n->gen;
 			n->idle[cls]++;
 			pthread_cond_wait(&n->cv[cls], &n->mu);
 			n->idle[cls]--;
 			if (cls == CL_COMPUTE && gen == n->gen) {
 				n->st.stall_ms += now_ms() - t0;
-				if (n->s->trace) /* where the compute worker waited */
-					hp_trace_span(n->s->trace, HP_LANE_COMPUTE + worker, "stall", "stall", u0,
-						      hp_trace_now_us(n->s->trace));
+				if (n->trace) /* where the compute worker waited */
+					hp_trace_span(n->trace, HP_LANE_COMPUTE + worker, "stall", "stall", u0,
+						      hp_trace_now_us(n->trace));
 			}
 			continue;
 		}
@@ -578,12 +574,12 @@ static void work(struct hp_net *n, int cls, int worker, int forever)
 		n->nrunning++;
 		pthread_mutex_unlock(&n->mu);
 		double t0 = now_ms();
-		rc = fire(n, i, worker, n->tr[i].kind == HP_TR_KERNEL ? CL_COMPUTE : cls);
+		rc = fire(n, i, worker, is_compute(n->tr[i].kind) ? CL_COMPUTE : cls);
 		pthread_mutex_lock(&n->mu);
 		n->st.fired[n->tr[i].kind]++;
 		if (n->tr[i].kind == HP_TR_LOAD && rc == 0)
 			n->st.bytes_loaded += (uint64_t)n->need[i];
-		if (n->tr[i].kind == HP_TR_KERNEL)
+		if (is_compute(n->tr[i].kind))
 			n->st.busy_ms += now_ms() - t0;
 		complete(n, i, rc);
 	}
@@ -612,10 +608,10 @@ int hp_net_run(struct hp_net *n)
 
 	pthread_mutex_lock(&n->mu);
 	memset(&n->st, 0, sizeof n->st);
-	for (int v = 0; v < n->s->g->nvalues; v++)
+	for (int v = 0; v < n->nvalues; v++)
 		if (n->held[v])
 			held += (int64_t)n->vsize[v];
-	n->free_tokens = (int64_t)n->s->layout.budget - (int64_t)n->reserved - held;
+	n->free_tokens = (int64_t)n->budget - (int64_t)n->reserved - held;
 	for (int i = 0; i < n->ntr; i++) {
 		const struct tr *t = &n->tr[i];
 		n->deps_left[i] = t->ndeps;
@@ -625,7 +621,7 @@ int hp_net_run(struct hp_net *n)
 			n->need[i] = t->kind == HP_TR_LOAD && !n->held[t->value] ? (int64_t)n->vsize[t->value] : 0;
 	}
 	n->grant = n->ndone = n->nrunning = n->err = n->kcur = 0;
-	while (n->kcur < n->ntr && n->tr[n->kcur].kind != HP_TR_KERNEL)
+	while (n->kcur < n->ntr && !is_compute(n->tr[n->kcur].kind))
 		n->kcur++;
 	n->errmsg[0] = 0;
 	for (int c = 0; c < 3; c++)
@@ -648,9 +644,15 @@ void hp_net_note_resident(struct hp_net *n, int v)
 	pthread_mutex_unlock(&n->mu);
 }
 
+/* Under the lock: a compute worker woken by the end of a run still adds
+ * its wait to stall_ms after hp_net_run returned. */
 void hp_net_stats(const struct hp_net *n, struct hp_net_stats *out)
 {
+	pthread_mutex_t *mu = (pthread_mutex_t *)&n->mu;
+
+	pthread_mutex_lock(mu);
 	*out = n->st;
+	pthread_mutex_unlock(mu);
 }
 
 int hp_net_transitions(const struct hp_net *n)
@@ -658,7 +660,7 @@ int hp_net_transitions(const struct hp_net *n)
 	return n->ntr;
 }
 
-static int start_threads(struct hp_net *n, int per_worker)
+static int start_threads(struct hp_net *n)
 {
 	n->threads = calloc((size_t)(n->nworkers + n->nio), sizeof *n->threads);
 	if (!n->threads)
@@ -669,10 +671,6 @@ static int start_threads(struct hp_net *n, int per_worker)
 		if (!w)
 			return -ENOMEM;
 		*w = (struct wargs){ n, compute ? CL_COMPUTE : CL_IO, compute ? k + 1 : k - (n->nworkers - 1) };
-		if (compute && (rc = hp_pool_create(per_worker, &n->pools[k + 1])) < 0) {
-			free(w);
-			return rc;
-		}
 		rc = pthread_create(&n->threads[n->nthreads], NULL, worker_main, w);
 		if (rc) {
 			free(w);
@@ -683,36 +681,61 @@ static int start_threads(struct hp_net *n, int per_worker)
 	return 0;
 }
 
-int hp_net_create(struct hp_session *s, int workers, int io_threads, struct hp_net **out)
+/* The description names only values it has and ops the caller gave. */
+static int check_desc(const struct hp_net_desc *d, const struct hp_net_ops *ops)
 {
-	const struct hp_graph *g = s->g;
-	struct hp_net *n = calloc(1, sizeof *n);
-	size_t nv = (size_t)g->nvalues + 1;
-	int rc;
+	if (!ops || !ops->fire_kernel || !ops->fire_io || d->nvalues < 0 || d->nentries < 0 || !d->vsize)
+		return hp_error(HP_EINTERNAL, "task net: incomplete description or ops");
+	for (int i = 0; i < d->nentries; i++) {
+		const struct hp_net_entry *e = &d->entries[i];
+		int io = e->kind != HP_TR_KERNEL && e->kind != HP_TR_RECOMPUTE && e->kind != HP_TR_COMM;
+		if (e->kind >= HP_TR_NKINDS || (e->kind == HP_TR_COMM && !ops->fire_comm) ||
+		    (e->kind == HP_TR_RECOMPUTE && !ops->fire_recompute))
+			return hp_error(HP_EINTERNAL, "task net: entry %d: kind %d has no fire op", i, e->kind);
+		if (io && (e->value < 0 || e->value >= d->nvalues))
+			return hp_error(HP_EINTERNAL, "task net: entry %d: no value %d", i, e->value);
+		for (int j = 0; !io && j < e->nin + e->nout; j++) {
+			int v = j < e->nin ? e->in[j] : e->out[j - e->nin];
+			if (v >= d->nvalues || (e->inplace && (j == 0 || j == e->nin) && (v < 0 || !d->vsize[v])))
+				return hp_error(HP_EINTERNAL, "task net: entry %d: bad value %d", i, v);
+		}
+		if (e->inplace && (e->nin < 1 || e->nout < 1))
+			return hp_error(HP_EINTERNAL, "task net: entry %d: in place without input and output", i);
+	}
+	return 0;
+}
+
+int hp_net_create(const struct hp_net_desc *d, const struct hp_net_ops *ops, void *arg, struct hp_net **out)
+{
+	struct hp_net *n;
+	size_t nv = (size_t)d->nvalues + 1;
+	int rc = check_desc(d, ops);
 
 	*out = NULL;
+	if (rc < 0)
+		return rc;
+	n = calloc(1, sizeof *n);
 	if (!n)
 		return hp_error(-ENOMEM, "out of memory");
-	n->s = s;
-	n->nworkers = workers < 1 ? 1 : workers;
-	n->reserved = s->nscratch ? s->layout.workspace : 0;
-	n->nio = io_threads < 1 ? 1 : io_threads;
+	n->ops = ops;
+	n->arg = arg;
+	n->trace = d->trace;
+	n->nvalues = d->nvalues;
+	n->budget = d->budget;
+	n->reserved = d->reserved;
+	n->nworkers = d->workers < 1 ? 1 : d->workers;
+	n->nio = d->io_threads < 1 ? 1 : d->io_threads;
 	pthread_mutex_init(&n->mu, NULL);
 	pthread_cond_init(&n->cv[0], NULL);
 	pthread_cond_init(&n->cv[1], NULL);
-	n->vsize = calloc(nv, sizeof *n->vsize);
+	n->vsize = malloc(nv * sizeof *n->vsize);
 	n->held = calloc(nv, 1);
-	n->pools = calloc((size_t)n->nworkers, sizeof *n->pools);
-	if (!n->vsize || !n->held || !n->pools) {
+	if (!n->vsize || !n->held) {
 		rc = hp_error(-ENOMEM, "out of memory");
 		goto fail;
 	}
-	for (int v = 0; v < g->nvalues; v++) {
-		struct hp_tensor t = { .dtype = g->values[v].dtype, .shape = g->values[v].shape };
-		uint64_t b = (hp_tensor_bytes(&t) + 4095) / 4096 * 4096;
-		n->vsize[v] = b ? b : 4096;
-	}
-	rc = compile(n);
+	memcpy(n->vsize, d->vsize, (size_t)d->nvalues * sizeof *n->vsize);
+	rc = compile(n, d);
 	if (rc < 0)
 		goto fail;
 	n->deps_left = malloc(((size_t)n->ntr + 1) * sizeof *n->deps_left);
@@ -724,17 +747,7 @@ int hp_net_create(struct hp_session *s, int workers, int io_threads, struct hp_n
 		rc = hp_error(-ENOMEM, "out of memory");
 		goto fail;
 	}
-	int per = s->threads / n->nworkers > 0 ? s->threads / n->nworkers : 1;
-	n->pools[0] = s->pool;
-	/* Several workers share the cores: each kernel gets its share (OpenBLAS
-	 * threads are process-wide), so the cores are never oversubscribed. */
-	if (n->nworkers > 1) {
-		hp_blas_threads(per);
-		if ((rc = hp_pool_create(per, &n->pools[0])) < 0)
-			goto fail;
-		n->own_pool0 = 1;
-	}
-	rc = start_threads(n, per);
+	rc = start_threads(n);
 	if (rc < 0)
 		goto fail;
 	*out = n;
@@ -754,15 +767,13 @@ void hp_net_destroy(struct hp_net *n)
 	pthread_mutex_unlock(&n->mu);
 	for (int k = 0; k < n->nthreads; k++)
 		pthread_join(n->threads[k], NULL);
-	for (int w = n->own_pool0 ? 0 : 1; n->pools && w < n->nworkers; w++)
-		hp_pool_destroy(n->pools[w]);
 	pthread_mutex_destroy(&n->mu);
 	pthread_cond_destroy(&n->cv[0]);
 	pthread_cond_destroy(&n->cv[1]);
 	free(n->threads);
-	free(n->pools);
 	free(n->tr);
 	free(n->succ);
+	free(n->outs);
 	free(n->vsize);
 	free(n->held);
 	free(n->deps_left);

@@ -1,45 +1,101 @@
-/* The task net (internal to exec/): a Petri net compiled from the plan.
+/* The task net (internal to exec/): a Petri net compiled from a plan order,
+ * an engine that knows nothing of graphs, stores or kernels.
  *
- * Places: resident(v) and on_tier(v) for every value the store manages,
- * and one budget place whose tokens are free DRAM bytes.  Transitions:
- * kernels (consume resident inputs and budget for outputs and workspace,
- * produce resident outputs), loads (on_tier -> resident, take budget),
- * write-backs and evictions (resident -> on_tier, give budget back), drops
- * (a value's last use passed: give its budget back) and, at the start of a
- * run, the reconciliation that brings residency to the plan's steady state.
+ * Places: resident(v) and on_tier(v) for every value the caller manages
+ * (a value is a place index with a size in bytes), and one budget place
+ * whose tokens are free DRAM bytes.  Transitions: kernels (consume
+ * resident inputs and budget for outputs and workspace, produce resident
+ * outputs), loads (on_tier -> resident, take budget), write-backs and
+ * evictions (resident -> on_tier, give budget back), drops (a value's last
+ * use passed: give its budget back) and, at the start of a run, the
+ * reconciliation that brings residency to the plan's steady state.
+ * Communication and recompute transitions are coming (data and pipeline
+ * parallelism, activation recompute): they read and write values like a
+ * kernel and fire through their own ops.
  *
- * Arcs are computed once: a kernel waits for whatever last made each input
- * resident; a write-back, eviction or drop waits for that and for every
- * kernel that read the value since; a load waits for the value's previous
- * eviction.  The budget place hands out its tokens in plan order (a FIFO
- * place): because the planner checked that every prefix of that order fits
- * the budget, a transition granted its tokens never waits for a later one,
- * so the net cannot deadlock and resident bytes never exceed the budget,
- * whatever the order in which enabled transitions actually fire.
+ * Arcs are computed once from the entries' reads and writes: a kernel
+ * waits for whatever last made each input resident; a write-back, eviction
+ * or drop waits for that and for every kernel that read the value since; a
+ * load waits for the value's previous eviction.  The budget place hands
+ * out its tokens in plan order (a FIFO place): because the planner checked
+ * that every prefix of that order fits the budget, a transition granted its
+ * tokens never waits for a later one, so the net cannot deadlock and
+ * resident bytes never exceed the budget, whatever the order in which
+ * enabled transitions actually fire.
  *
- * Kernels fire on the compute workers (each with its own kernel thread
- * pool), loads and write-backs on the I/O threads, drops on whichever is
- * free first. */
+ * Kernels fire on the compute workers, loads and write-backs on the I/O
+ * threads, drops on whichever is free first.  The caller's ops do the
+ * work; the net only orders it. */
 #ifndef HPDLF_EXEC_NET_H
 #define HPDLF_EXEC_NET_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-struct hp_session;
 struct hp_net;
+struct hp_trace;
 
-enum hp_tr_kind { HP_TR_KERNEL = 0, HP_TR_LOAD, HP_TR_WRITEBACK, HP_TR_EVICT, HP_TR_DROP };
+enum hp_tr_kind {
+	HP_TR_KERNEL = 0,
+	HP_TR_LOAD,
+	HP_TR_WRITEBACK,
+	HP_TR_EVICT,
+	HP_TR_DROP,
+	HP_TR_COMM,      /* a send or receive (coming: data and pipeline parallelism) */
+	HP_TR_RECOMPUTE, /* a kernel run again instead of a load (coming) */
+	HP_TR_NKINDS
+};
+
+/* One entry of the plan order (the order the budget is granted in). */
+struct hp_net_entry {
+	uint8_t kind;          /* enum hp_tr_kind */
+	uint8_t reconcile;     /* prologue LOAD/WRITEBACK: what it needs depends on
+				* what is resident when a run starts */
+	uint8_t inplace;       /* KERNEL/RECOMPUTE: out[0] takes over in[0]'s bytes */
+	int value;             /* LOAD/WRITEBACK/EVICT/DROP: the value; a drop of a
+				* value not resident at that point is left out */
+	int step;              /* KERNEL/RECOMPUTE/COMM: handed to its fire op */
+	int nin, nout;         /* KERNEL/RECOMPUTE/COMM: values read and written */
+	const int *in, *out;   /* (entries < 0 or of size 0 are not managed: ignored) */
+	uint64_t workspace;    /* KERNEL/RECOMPUTE: scratch bytes taken for its duration */
+};
+
+struct hp_net_desc {
+	int nvalues;
+	const uint64_t *vsize;     /* per value: its budget bytes; 0: not managed */
+	const uint32_t *nchunks;   /* per value: chunks of `chunk` bytes a load may be
+				    * split in over the I/O threads; NULL: never split */
+	uint64_t chunk;
+	int nentries;
+	const struct hp_net_entry *entries; /* copied: need not outlive the call */
+	uint64_t budget;           /* tokens of the budget place */
+	uint64_t reserved;         /* of which held apart for the whole session */
+	struct hp_trace *trace;    /* stall spans, or NULL */
+	int workers, io_threads;   /* compute workers (the caller of hp_net_run is 0), I/O threads */
+};
+
+/* What firing a transition does (the caller's side).  lane: the trace
+ * lane of the thread firing it.  Optional ops may be NULL when the plan
+ * order holds no transition of their kind. */
+struct hp_net_ops {
+	int (*fire_kernel)(void *arg, int step, int worker, int lane);
+	/* LOAD (chunks [first, first + nchunks), nchunks 0: all), WRITEBACK, EVICT, DROP */
+	int (*fire_io)(void *arg, int kind, int value, uint64_t first, uint64_t nchunks, int lane);
+	int (*fire_comm)(void *arg, int step, int lane);
+	int (*fire_recompute)(void *arg, int step, int worker, int lane);
+};
 
 struct hp_net_stats {
-	uint64_t fired[5];      /* transitions fired, per kind (last run) */
+	uint64_t fired[HP_TR_NKINDS]; /* transitions fired, per kind (last run) */
 	double stall_ms;        /* compute workers idle waiting for loads or budget (last run) */
 	double busy_ms;         /* kernel time summed over workers (last run) */
 	uint64_t bytes_loaded;  /* budget taken by loads that read (last run) */
 };
 
-/* Compile s->plan into a net and start its workers (compute workers beyond
- * the calling thread and I/O threads). */
-int hp_net_create(struct hp_session *s, int workers, int io_threads, struct hp_net **out);
+/* Compile the plan order into a net and start its threads (compute
+ * workers beyond the calling thread, and I/O threads).  ops and arg must
+ * outlive the net. */
+int hp_net_create(const struct hp_net_desc *d, const struct hp_net_ops *ops, void *arg, struct hp_net **out);
 /* One run: fire transitions until all have fired; the calling thread is
  * compute worker 0.  The first failure stops granting; its message is
  * returned. */

@@ -11,17 +11,6 @@
 #include "exec/plan.h"
 #include "exec/speed.h"
 
-void hp_plan_default_opts(const struct hp_budget_layout *l, struct hp_plan_opts *po)
-{
-	memset(po, 0, sizeof *po);
-	po->budget = l->budget;
-	po->workspace = l->workspace;
-	po->align = HP_BUDGET_ALIGN;
-	po->reserve_for = hp_budget_staging;
-	po->workers = l->workers;
-	po->chunk = l->chunk;
-}
-
 uint64_t hp_exec_min_budget(void)
 {
 	return hp_plan_needed;

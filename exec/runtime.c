@@ -1,10 +1,10 @@
-/* Out-of-core runtime: every managed value is a store tensor.  The plan is
- * compiled into a task net (net.c) whose transitions call back here: a
- * kernel pins its inputs and outputs (already resident: the net loaded
- * them), a load prefetches, a write-back or eviction hs_evict()s, a drop
- * frees the tensor.  The net hands out the budget so that the store never
- * has to evict on its own; the store stays the authority on residency, so a
- * mistaken plan only costs time, never data. */
+/* Out-of-core executor: every managed value is a store tensor.  The plan is
+ * turned into the task net's plan order (net.c) and the net fires the ops
+ * defined here: a kernel pins its inputs and outputs (already resident: the
+ * net loaded them), a load prefetches, a write-back or eviction
+ * hs_evict()s, a drop frees the tensor.  The net hands out the budget so
+ * that the store never has to evict on its own; the store stays the
+ * authority on residency, so a mistaken plan only costs time, never data. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,6 +19,31 @@
 #include "exec/net.h"
 #include "exec/plan.h"
 #include "exec/trace.h"
+#include "kernels/blas.h"
+
+/* The out-of-core executor's state (the session's common part is not
+ * used here but through these copies): named `s` in this file. */
+struct hp_rt {
+	const struct hp_graph *g;
+	struct hp_exec_opts opts;
+	struct hp_budget_layout layout; /* the session's */
+	int threads;
+	struct hp_trace *trace;
+	struct hs_store *store;
+	struct hs_tensor **ten;      /* per value; the task net orders all access */
+	struct hs_tensor **spare;    /* dead values' tensors, discarded (contents gone, frames kept) */
+	int nspare, capspare;        /* a stack: the last one dropped is taken first */
+	pthread_mutex_t spare_mu;
+	struct hp_plan *plan;
+	struct hp_net *net;
+	int workers, nio;
+	struct hp_pool **pools;      /* per compute worker; [0] is the session's with one worker */
+	int own_pool0;
+	uint64_t run_written;        /* bytes written below DRAM by the last run */
+	struct hs_tensor **scratch;  /* per compute worker: kernel workspace, pinned */
+	void **scratch_ptr;
+	int nscratch;
+};
 
 static uint64_t vbytes(const struct hp_graph *g, int v)
 {
@@ -36,7 +61,7 @@ static int managed(const struct hp_graph *g, int v)
  * (discarded, its DRAM frames most likely still mapped in it: no remapping),
  * else a new one.  Sizes repeat (activations, their gradients), so in
  * steady state every run reuses the tensors of the one before. */
-static int take_tensor(struct hp_session *s, const struct hs_tensor_info *ti, struct hs_tensor **out)
+static int take_tensor(struct hp_rt *s, const struct hs_tensor_info *ti, struct hs_tensor **out)
 {
 	struct hs_tensor_info had;
 
@@ -57,7 +82,7 @@ static int take_tensor(struct hp_session *s, const struct hs_tensor_info *ti, st
 
 /* The contents of t are dead: discard them (never written back) and keep
  * the tensor for the next value of its size. */
-static int give_back(struct hp_session *s, struct hs_tensor *t)
+static int give_back(struct hp_rt *s, struct hs_tensor *t)
 {
 	int rc = hs_tensor_discard(t, 0, HS_ALL);
 
@@ -80,7 +105,7 @@ static int give_back(struct hp_session *s, struct hs_tensor *t)
 	return rc;
 }
 
-static int new_tensor(struct hp_session *s, int v)
+static int new_tensor(struct hp_rt *s, int v)
 {
 	const struct hp_value *val = &s->g->values[v];
 	struct hs_tensor_info ti = { .bytes = vbytes(s->g, v), .dtype = val->dtype, .shape = val->shape };
@@ -91,7 +116,7 @@ static int new_tensor(struct hp_session *s, int v)
 }
 
 /* Write `src` (or zeros) into value v's tensor, creating it. */
-static int fill_tensor(struct hp_session *s, int v, const void *src)
+static int fill_tensor(struct hp_rt *s, int v, const void *src)
 {
 	void *p;
 	int rc = s->ten[v] ? 0 : new_tensor(s, v);
@@ -110,7 +135,7 @@ static int fill_tensor(struct hp_session *s, int v, const void *src)
 /* Copy raw bytes from a file into the store one chunk at a time, writing
  * each below DRAM at once: weights that are not 4 KiB aligned in their
  * file (embedded raw_data) never sit in DRAM whole, nor in the page cache. */
-static int stream_initializer(struct hp_session *s, int v, const char *path, uint64_t off)
+static int stream_initializer(struct hp_rt *s, int v, const char *path, uint64_t off)
 {
 	uint64_t bytes = vbytes(s->g, v), cs = hs_chunk_size(s->store), done = 0;
 	int fd = open(path, O_RDONLY | O_CLOEXEC), rc = 0;
@@ -141,7 +166,7 @@ static int stream_initializer(struct hp_session *s, int v, const char *path, uin
 
 /* Weights are paged from the model's own files when they lie there 4 KiB
  * aligned (external data); otherwise streamed into the store once. */
-static int place_initializer(struct hp_session *s, int v)
+static int place_initializer(struct hp_rt *s, int v)
 {
 	const struct hp_graph *g = s->g;
 	const struct hp_value *val = &g->values[v];
@@ -167,7 +192,7 @@ static int place_initializer(struct hp_session *s, int v)
 	return rc;
 }
 
-static int open_store(struct hp_session *s)
+static int open_store(struct hp_rt *s)
 {
 	struct hs_store_opts so;
 	int rc;
@@ -189,7 +214,7 @@ static int open_store(struct hp_session *s)
 
 /* One kernel scratch buffer per compute worker, pinned for the session
  * (the plan reserved it: opts.workspace). */
-static int create_scratch(struct hp_session *s, int workers)
+static int create_scratch(struct hp_rt *s, int workers)
 {
 	uint64_t bytes = hp_plan_max_workspace(s->g);
 	struct hs_tensor_info ti = { .bytes = bytes, .dtype = HP_U8, .shape = { 1, { (int64_t)bytes } } };
@@ -214,7 +239,7 @@ static int create_scratch(struct hp_session *s, int workers)
 	return 0;
 }
 
-static void name_lanes(struct hp_session *s, int workers, int nio)
+static void name_lanes(struct hp_rt *s, int workers, int nio)
 {
 	char name[64];
 
@@ -228,13 +253,142 @@ static void name_lanes(struct hp_session *s, int workers, int nio)
 	}
 }
 
-int hp_rt_create(struct hp_session *s)
+/* Per compute worker a kernel thread pool: the session's with one worker;
+ * with several, each kernel gets its share of the threads (OpenBLAS
+ * threads are process-wide), so the cores are never oversubscribed. */
+static int create_pools(struct hp_rt *s, struct hp_pool *pool)
+{
+	int per = s->threads / s->workers > 0 ? s->threads / s->workers : 1, rc;
+
+	s->pools = calloc((size_t)s->workers, sizeof *s->pools);
+	if (!s->pools)
+		return hp_error(-ENOMEM, "out of memory");
+	s->pools[0] = pool;
+	if (s->workers == 1)
+		return 0;
+	hp_blas_threads(per);
+	s->own_pool0 = 1;
+	s->pools[0] = NULL;
+	for (int w = 0; w < s->workers; w++)
+		if ((rc = hp_pool_create(per, &s->pools[w])) < 0)
+			return rc;
+	return 0;
+}
+
+/* Upper bound of the plan order's length: the prologue, the plan's
+ * actions, the kernels and a drop per kernel input and output. */
+static int order_bound(const struct hp_rt *s)
+{
+	const struct hp_plan *p = s->plan;
+	int n = s->g->nvalues + p->nacts + p->nsteps;
+
+	for (int k = 0; k < p->nsteps; k++)
+		n += s->g->nodes[p->node[k]].ninputs + s->g->nodes[p->node[k]].noutputs;
+	return n;
+}
+
+static void add_kernel_entry(const struct hp_rt *s, int k, struct hp_net_entry *e)
+{
+	const struct hp_node *nd = &s->g->nodes[s->plan->node[k]];
+
+	*e = (struct hp_net_entry){ .kind = HP_TR_KERNEL, .step = k, .nin = nd->ninputs, .in = nd->inputs,
+				    .nout = nd->noutputs, .out = nd->outputs,
+				    .inplace = (uint8_t)hp_plan_inplace(s->g, s->plan, k) };
+	if (!s->nscratch) /* scratch per kernel, else the workers' own */
+		e->workspace = (nd->workspace + 4095) / 4096 * 4096;
+}
+
+/* The plan as the net's plan order: the prologue (persistent values the
+ * steady state does not keep resident are written back first, then those
+ * it does are loaded), then per step its I/O, its kernel and the drops
+ * after it (inputs at their last use, outputs nobody reads). */
+static int plan_order(const struct hp_rt *s, struct hp_net_entry *e)
 {
 	const struct hp_graph *g = s->g;
-	struct hp_plan_opts po;
-	int workers = s->layout.workers, nio = s->opts.io_threads > 0 ? s->opts.io_threads : 4;
+	const struct hp_plan *p = s->plan;
+	int n = 0;
+
+	for (int pass = 0; pass < 2; pass++)
+		for (int v = 0; v < g->nvalues; v++)
+			if (p->last_use[v] == p->nsteps && managed(g, v) && p->start_resident[v] == pass)
+				e[n++] = (struct hp_net_entry){ .kind = pass ? HP_TR_LOAD : HP_TR_WRITEBACK,
+								.reconcile = 1, .value = v };
+	for (int k = 0; k < p->nsteps; k++) {
+		const struct hp_node *nd = &g->nodes[p->node[k]];
+		for (int a = p->act_begin[k]; a < p->act_begin[k + 1]; a++) {
+			int act = p->acts[a].act;
+			e[n++] = (struct hp_net_entry){ .value = p->acts[a].value,
+							.kind = act == HP_ACT_LOAD ? HP_TR_LOAD
+								: act == HP_ACT_WRITEBACK ? HP_TR_WRITEBACK : HP_TR_EVICT };
+		}
+		add_kernel_entry(s, k, &e[n++]);
+		for (int j = 0; j < nd->ninputs; j++)
+			if (managed(g, nd->inputs[j]) && p->last_use[nd->inputs[j]] == k)
+				e[n++] = (struct hp_net_entry){ .kind = HP_TR_DROP, .value = nd->inputs[j] };
+		for (int o = 0; o < nd->noutputs; o++)
+			if (managed(g, nd->outputs[o]) && p->last_use[nd->outputs[o]] < 0)
+				e[n++] = (struct hp_net_entry){ .kind = HP_TR_DROP, .value = nd->outputs[o] };
+	}
+	return n;
+}
+
+static int rt_fire_kernel(void *arg, int step, int worker, int lane);
+static int rt_fire_io(void *arg, int kind, int v, uint64_t first, uint64_t nchunks, int lane);
+
+static const struct hp_net_ops rt_net_ops = { .fire_kernel = rt_fire_kernel, .fire_io = rt_fire_io };
+
+/* Values' budget bytes (4 KiB pages, at least one; constants are not
+ * managed) and chunk counts (tensors that exist now may load in parts). */
+static int create_net(struct hp_rt *s)
+{
+	const struct hp_graph *g = s->g;
+	size_t nv = (size_t)g->nvalues + 1;
+	struct hp_net_desc d = { .nvalues = g->nvalues, .chunk = hs_chunk_size(s->store), .budget = s->layout.budget,
+				 .reserved = s->nscratch ? s->layout.workspace : 0,
+				 .trace = s->trace, .workers = s->workers, .io_threads = s->nio };
+	uint64_t *vsize = calloc(nv, sizeof *vsize);
+	uint32_t *nch = calloc(nv, sizeof *nch);
+	struct hp_net_entry *e = malloc((size_t)order_bound(s) * sizeof *e + sizeof *e);
 	int rc;
 
+	if (!vsize || !nch || !e) {
+		rc = hp_error(-ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int v = 0; v < g->nvalues; v++) {
+		uint64_t b = (vbytes(g, v) + 4095) / 4096 * 4096;
+		vsize[v] = managed(g, v) ? (b ? b : 4096) : 0;
+		nch[v] = s->ten[v] ? (uint32_t)hs_tensor_nchunks(s->ten[v]) : 1;
+	}
+	d.vsize = vsize;
+	d.nchunks = nch;
+	d.entries = e;
+	d.nentries = plan_order(s, e);
+	rc = hp_net_create(&d, &rt_net_ops, s, &s->net);
+out:
+	free(vsize);
+	free(nch);
+	free(e);
+	return rc;
+}
+
+static int rt_create(struct hp_session *ss)
+{
+	const struct hp_graph *g = ss->g;
+	struct hp_plan_opts po;
+	struct hp_rt *s = calloc(1, sizeof *s);
+	int rc;
+
+	if (!s)
+		return hp_error(-ENOMEM, "out of memory");
+	ss->state = s;
+	s->g = g;
+	s->opts = ss->opts;
+	s->layout = ss->layout;
+	s->threads = ss->threads;
+	s->trace = ss->trace;
+	s->workers = s->layout.workers;
+	s->nio = s->opts.io_threads > 0 ? s->opts.io_threads : 4;
 	pthread_mutex_init(&s->spare_mu, NULL);
 	hp_plan_default_opts(&s->layout, &po);
 	rc = hp_plan_build(g, &po, &s->plan);
@@ -250,18 +404,20 @@ int hp_rt_create(struct hp_session *s)
 		if (g->values[v].kind == HP_VALUE_INITIALIZER && s->plan->last_use[v] >= 0 &&
 		    (rc = place_initializer(s, v)) < 0)
 			return rc;
-	rc = po.workspace ? create_scratch(s, workers) : 0;
+	rc = po.workspace ? create_scratch(s, s->workers) : 0;
 	if (rc == 0)
-		rc = hp_net_create(s, workers, nio, &s->net);
+		rc = create_pools(s, ss->pool);
+	if (rc == 0)
+		rc = create_net(s);
 	if (rc == 0 && s->trace)
-		name_lanes(s, workers, nio);
+		name_lanes(s, s->workers, s->nio);
 	return rc;
 }
 
 /* ---- transitions ---- */
 
 /* "resident bytes" per tier, for the trace's memory track. */
-static void trace_resident(struct hp_session *s)
+static void trace_resident(struct hp_rt *s)
 {
 	struct hs_store_stats st;
 	const char *keys[HS_MAX_TIERS + 1];
@@ -278,7 +434,7 @@ static void trace_resident(struct hp_session *s)
 	hp_trace_counters(s->trace, "resident bytes", hp_trace_now_us(s->trace), st.ntiers, keys, vals);
 }
 
-static int pin_io(struct hp_session *s, const struct hp_node *n, struct hp_tensor *in, struct hp_tensor *out)
+static int pin_io(struct hp_rt *s, const struct hp_node *n, struct hp_tensor *in, struct hp_tensor *out)
 {
 	const struct hp_graph *g = s->g;
 	int rc;
@@ -316,7 +472,7 @@ static int pin_io(struct hp_session *s, const struct hp_node *n, struct hp_tenso
 	return 0;
 }
 
-static void unpin_io(struct hp_session *s, const struct hp_node *n, const struct hp_tensor *in,
+static void unpin_io(struct hp_rt *s, const struct hp_node *n, const struct hp_tensor *in,
 		     const struct hp_tensor *out)
 {
 	for (int j = 0; j < n->ninputs; j++)
@@ -329,7 +485,7 @@ static void unpin_io(struct hp_session *s, const struct hp_node *n, const struct
 
 /* Per-kernel scratch (tight budgets): a store tensor of exactly this node's
  * size for the kernel's duration, counted with its step like the net does. */
-static int pin_workspace(struct hp_session *s, const struct hp_node *n, struct hs_tensor **t, void **p)
+static int pin_workspace(struct hp_rt *s, const struct hp_node *n, struct hs_tensor **t, void **p)
 {
 	struct hs_tensor_info ti = { .bytes = n->workspace, .dtype = HP_U8, .shape = { 1, { (int64_t)n->workspace } } };
 	int rc = take_tensor(s, &ti, t);
@@ -341,12 +497,13 @@ static int pin_workspace(struct hp_session *s, const struct hp_node *n, struct h
 	return rc < 0 ? hp_node_error(s->g, n, rc, "workspace of %zu bytes: %s", n->workspace, hp_errmsg()) : 0;
 }
 
-int hp_rt_fire_kernel(struct hp_session *s, int step, int worker, struct hp_pool *pool, int lane)
+static int rt_fire_kernel(void *arg, int step, int worker, int lane)
 {
+	struct hp_rt *s = arg;
 	const struct hp_node *n = &s->g->nodes[s->plan->node[step]];
 	struct hp_tensor in[n->ninputs + 1], out[n->noutputs + 1];
 	struct hp_kargs a = { .nin = n->ninputs, .in = in, .nout = n->noutputs, .out = out,
-			      .ws_size = n->workspace, .pool = pool };
+			      .ws_size = n->workspace, .pool = s->pools[worker] };
 	struct hs_tensor *ws = NULL;
 	int rc;
 
@@ -383,7 +540,7 @@ static const char *io_name(int kind)
 	return kind == HP_TR_LOAD ? "load" : kind == HP_TR_WRITEBACK ? "write-back" : kind == HP_TR_EVICT ? "evict" : "drop";
 }
 
-static uint64_t io_bytes(struct hp_session *s, int v, uint64_t first, uint64_t nchunks)
+static uint64_t io_bytes(struct hp_rt *s, int v, uint64_t first, uint64_t nchunks)
 {
 	uint64_t b = vbytes(s->g, v), cs = hs_chunk_size(s->store);
 
@@ -393,8 +550,9 @@ static uint64_t io_bytes(struct hp_session *s, int v, uint64_t first, uint64_t n
 	return b < nchunks * cs ? b : nchunks * cs;
 }
 
-int hp_rt_fire_io(struct hp_session *s, int kind, int v, uint64_t first, uint64_t nchunks, int lane)
+static int rt_fire_io(void *arg, int kind, int v, uint64_t first, uint64_t nchunks, int lane)
 {
+	struct hp_rt *s = arg;
 	struct hs_tensor *t = s->ten[v];
 	struct hs_prefetch *h;
 	double u0 = hp_trace_now_us(s->trace);
@@ -423,10 +581,11 @@ int hp_rt_fire_io(struct hp_session *s, int kind, int v, uint64_t first, uint64_
 	return 0;
 }
 
-/* ---- runs ---- */
+/* ---- the executor's ops (session.c) ---- */
 
-int hp_rt_run(struct hp_session *s)
+static int rt_run(struct hp_session *ss)
 {
+	struct hp_rt *s = ss->state;
 	const struct hp_graph *g = s->g;
 	struct hs_store_stats a, b;
 	uint64_t wa = 0, wb = 0;
@@ -453,8 +612,9 @@ int hp_rt_run(struct hp_session *s)
 	return 0;
 }
 
-int hp_rt_set_input(struct hp_session *s, int v, const void *data)
+static int rt_set_input(struct hp_session *ss, int v, const void *data)
 {
+	struct hp_rt *s = ss->state;
 	int rc = fill_tensor(s, v, data);
 
 	if (rc == 0)
@@ -462,8 +622,9 @@ int hp_rt_set_input(struct hp_session *s, int v, const void *data)
 	return rc;
 }
 
-int hp_rt_get_output(struct hp_session *s, int v, void *dst)
+static int rt_get_output(struct hp_session *ss, int v, void *dst)
 {
+	struct hp_rt *s = ss->state;
 	void *p;
 	int rc;
 
@@ -477,10 +638,78 @@ int hp_rt_get_output(struct hp_session *s, int v, void *dst)
 	return hs_unpin(s->ten[v], 0, HS_ALL);
 }
 
-void hp_rt_destroy(struct hp_session *s)
+/* Copy a chunk at a time through pins of the value's tensor (constants
+ * stay in the graph). */
+static int rt_copy(struct hp_session *ss, int v, uint64_t offset, uint64_t len, void *mem, int write)
 {
+	struct hp_rt *s = ss->state;
+	uint64_t cs = hs_chunk_size(s->store);
+	unsigned char *m = mem;
+
+	if (!managed(s->g, v)) {
+		if (write)
+			return hp_error(HP_EUSAGE, "%s: value '%s' cannot be written (not owned by the session)",
+					s->g->path, s->g->values[v].name);
+		if (!s->g->values[v].data)
+			return hp_error(HP_EUSAGE, "%s: value '%s' is not held by the session", s->g->path,
+					s->g->values[v].name);
+		memcpy(mem, (const unsigned char *)s->g->values[v].data + offset, len);
+		return 0;
+	}
+	if (!s->ten[v])
+		return hp_error(HP_EUSAGE, "%s: value '%s' is not held by the session", s->g->path, s->g->values[v].name);
+	while (len) {
+		uint64_t c = offset / cs, in = offset - c * cs, n = cs - in < len ? cs - in : len;
+		unsigned char *p;
+		int rc = hs_pin(s->ten[v], c, 1, write ? HS_PIN_WRITE : HS_PIN_READ, (void **)&p);
+		if (rc < 0)
+			return hp_error_prefix(rc, "value '%s'", s->g->values[v].name);
+		if (write)
+			memcpy(p + in, m, n);
+		else
+			memcpy(m, p + in, n);
+		hs_unpin(s->ten[v], c, 1);
+		m += n;
+		offset += n;
+		len -= n;
+	}
+	return 0;
+}
+
+static void rt_stats(const struct hp_session *ss, struct hp_run_info *r, uint64_t *peak)
+{
+	const struct hp_rt *s = ss->state;
+	struct hp_net_stats st;
+
+	*peak = s->plan->peak_bytes;
+	if (!r)
+		return;
+	hp_net_stats(s->net, &st);
+	r->kernel_ms = st.busy_ms;
+	r->stall_ms = st.stall_ms;
+	r->kernels = st.fired[HP_TR_KERNEL];
+	r->loads = st.fired[HP_TR_LOAD];
+	r->writebacks = st.fired[HP_TR_WRITEBACK];
+	r->evictions = st.fired[HP_TR_EVICT];
+	r->drops = st.fired[HP_TR_DROP];
+	r->workers = s->opts.workers > 0 ? s->opts.workers : 1;
+	r->io_threads = s->nio;
+	r->transitions = hp_net_transitions(s->net);
+	r->bytes_loaded = st.bytes_loaded;
+	r->bytes_written = s->run_written;
+}
+
+static void rt_destroy(struct hp_session *ss)
+{
+	struct hp_rt *s = ss->state;
+
+	if (!s)
+		return;
 	hp_net_destroy(s->net);
 	s->net = NULL;
+	for (int w = s->own_pool0 ? 0 : 1; s->pools && w < s->workers; w++)
+		hp_pool_destroy(s->pools[w]);
+	free(s->pools);
 	if (s->ten)
 		for (int v = 0; v < s->g->nvalues; v++)
 			if (s->ten[v])
@@ -489,8 +718,6 @@ void hp_rt_destroy(struct hp_session *s)
 		hs_tensor_drop(s->spare[k]);
 	free(s->ten);
 	free(s->spare);
-	s->spare = NULL;
-	s->nspare = s->capspare = 0;
 	for (int w = 0; w < s->nscratch; w++)
 		if (s->scratch[w]) {
 			hs_unpin(s->scratch[w], 0, HS_ALL);
@@ -500,16 +727,32 @@ void hp_rt_destroy(struct hp_session *s)
 	free(s->scratch_ptr);
 	hp_plan_free(s->plan);
 	hs_store_close(s->store);
+	pthread_mutex_destroy(&s->spare_mu);
+	free(s);
+	ss->state = NULL;
 }
 
-uint64_t hp_rt_peak(const struct hp_session *s)
+const struct hp_executor hp_exec_ooc = {
+	.name = "out of core",
+	.create = rt_create,
+	.set_input = rt_set_input,
+	.run = rt_run,
+	.get_output = rt_get_output,
+	.copy = rt_copy,
+	.stats = rt_stats,
+	.destroy = rt_destroy,
+};
+
+struct hs_store *hp_session_store(const struct hp_session *ss)
 {
-	return s->plan->peak_bytes;
+	return ss->ex == &hp_exec_ooc ? ((const struct hp_rt *)ss->state)->store : NULL;
 }
 
 int hp_session_store_stats(const struct hp_session *s, struct hs_store_stats *out)
 {
-	if (!s->store)
+	struct hs_store *st = hp_session_store(s);
+
+	if (!st)
 		return -ENOENT;
-	return hs_store_stats(s->store, out);
+	return hs_store_stats(st, out);
 }

@@ -1,6 +1,8 @@
-/* In-core session: runs the inferred graph node by node with liveness-based
- * buffer lifetimes.  The out-of-core runtime (task net + store) replaces the
- * memory management here; kernels and the API stay the same. */
+/* Sessions: the public calls check their arguments and hand over to one of
+ * two executors behind struct hp_executor (exec_internal.h): the in-core
+ * one here runs the inferred graph node by node with liveness-based buffer
+ * lifetimes; the out-of-core one (runtime.c: task net + store) replaces the
+ * memory management.  Kernels and the API stay the same. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -13,17 +15,23 @@
 #include "hpdlf/store.h"
 #include "exec/compile.h"
 #include "exec/exec_internal.h"
-#include "exec/net.h"
-#include "exec/plan.h"
 #include "exec/trace.h"
 #include "kernels/blas.h"
 
-void hp_exec_opts_init(struct hp_exec_opts *o, size_t size)
-{
-	memset(o, 0, size);
-	o->size = size;
-	o->seed = 1;
-}
+/* The in-core executor's state: named `s` in its functions below. */
+struct hp_core {
+	const struct hp_graph *g;
+	struct hp_pool *pool;
+	struct hp_trace *trace;
+	void **buf;            /* per value: run-time buffer or NULL */
+	unsigned char *arena;  /* every activation at a planned offset */
+	uint64_t arena_size;
+	unsigned char *owned;  /* per value: buf[v] was malloc'd (inputs, weights, state) */
+	int *last_use;         /* per value: last schedule index using it, -1 unused */
+	void *ws;
+	size_t ws_size;
+	size_t cur_bytes, peak_bytes, weight_bytes;
+};
 
 static double now_ms(void)
 {
@@ -41,7 +49,7 @@ static size_t value_bytes(const struct hp_value *v)
 }
 
 /* A buffer the session owns outright (inputs, weights, run-to-run state). */
-static void *buf_alloc(struct hp_session *s, int v, size_t bytes)
+static void *buf_alloc(struct hp_core *s, int v, size_t bytes)
 {
 	void *p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
 
@@ -53,7 +61,7 @@ static void *buf_alloc(struct hp_session *s, int v, size_t bytes)
 }
 
 /* Last schedule position using each value; graph outputs live to the end. */
-static int compute_lifetimes(struct hp_session *s)
+static int compute_lifetimes(struct hp_core *s)
 {
 	const struct hp_graph *g = s->g;
 
@@ -100,7 +108,7 @@ static int find_root(int *up, int v)
 
 /* An output may take its input's bytes when the op allows it and the
  * input dies at this node: same size, activations on both sides. */
-static void merge_inplace(struct hp_session *s, const char *is_state, int *up, int i)
+static void merge_inplace(struct hp_core *s, const char *is_state, int *up, int i)
 {
 	const struct hp_graph *g = s->g;
 	const struct hp_node *n = &g->nodes[i];
@@ -121,7 +129,7 @@ static void merge_inplace(struct hp_session *s, const char *is_state, int *up, i
 }
 
 /* Plan the arena: one item per group of values sharing bytes in place. */
-static int plan_arena(struct hp_session *s)
+static int plan_arena(struct hp_core *s)
 {
 	const struct hp_graph *g = s->g;
 	int nv = g->nvalues, rc = -ENOMEM;
@@ -181,7 +189,7 @@ out:
 
 /* Weights stay resident across runs in core: load each one used, and give
  * run-to-run state its own buffers (their pointers swap after each run). */
-static int load_weights(struct hp_session *s)
+static int load_weights(struct hp_core *s)
 {
 	const struct hp_graph *g = s->g;
 	char *is_state = calloc((size_t)g->nvalues + 1, 1);
@@ -216,74 +224,14 @@ static int load_weights(struct hp_session *s)
 	return rc;
 }
 
-int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_session **out)
-{
-	struct hp_exec_opts def;
-	struct hp_budget_layout layout;
-	struct hp_session *s;
-	int rc;
+/* ---- the in-core executor ---- */
 
-	*out = NULL;
-	if (!o) {
-		hp_exec_opts_init(&def, sizeof def);
-		o = &def;
-	}
-	if ((rc = hp_compile(g, o, &layout)) < 0)
-		return rc;
-	s = calloc(1, sizeof *s);
-	if (!s)
-		return hp_error(-ENOMEM, "out of memory");
-	s->g = g;
-	s->layout = layout;
-	memcpy(&s->opts, o, o->size < sizeof s->opts ? o->size : sizeof s->opts);
-	s->threads = o->threads > 0 ? o->threads : hp_exec_online_cpus();
-	rc = hp_pool_create(s->threads, &s->pool);
-	if (rc < 0)
-		goto fail;
-	hp_blas_threads(s->threads);
-	rc = compute_lifetimes(s);
-	if (rc < 0)
-		goto fail;
-	if (o->trace_path && (rc = hp_trace_open(o->trace_path, &s->trace)) < 0)
-		goto fail;
-	if (s->ws_size && !o->budget && !(s->ws = aligned_alloc(64, (s->ws_size + 63) / 64 * 64))) {
-		rc = hp_error(-ENOMEM, "out of memory for %zu bytes of kernel workspace", s->ws_size);
-		goto fail;
-	}
-	if (o->budget) {
-		/* out of core: the store holds every tensor under the budget */
-		rc = hp_rt_create(s);
-		if (rc < 0)
-			goto fail;
-		goto done;
-	}
-	s->cur_bytes = 0;
-	rc = load_weights(s);
-	if (rc == 0)
-		rc = plan_arena(s);
-	if (rc < 0)
-		goto fail;
-	s->weight_bytes = s->cur_bytes;
-	for (int i = 0; i < g->ninputs; i++)
-		s->weight_bytes += value_bytes(&g->values[g->inputs[i]]);
-	s->peak_bytes = s->weight_bytes + s->arena_size;
-done:
-	for (int i = 0; i < g->nnodes; i++)
-		if (!g->nodes[i].folded && g->nodes[i].op->flops)
-			s->flops += g->nodes[i].op->flops(g, &g->nodes[i]);
-	*out = s;
-	return 0;
-fail:
-	hp_session_destroy(s);
-	return rc;
-}
-
-void hp_session_destroy(struct hp_session *s)
+static void core_destroy(struct hp_session *ss)
 {
+	struct hp_core *s = ss->state;
+
 	if (!s)
 		return;
-	if (s->store || s->plan)
-		hp_rt_destroy(s);
 	if (s->buf)
 		for (int v = 0; v < s->g->nvalues; v++)
 			if (s->owned[v])
@@ -293,39 +241,57 @@ void hp_session_destroy(struct hp_session *s)
 	free(s->arena);
 	free(s->last_use);
 	free(s->ws);
-	hp_pool_destroy(s->pool);
-	hp_trace_close(s->trace);
 	free(s);
+	ss->state = NULL;
 }
 
-int hp_session_set_input(struct hp_session *s, const char *name, const struct hp_tensor *t)
+static int core_create(struct hp_session *ss)
 {
-	const struct hp_graph *g = s->g;
-	int v = hp_graph_find_value(g, name);
-	const struct hp_value *val;
-	char want[128], got[128];
+	const struct hp_graph *g = ss->g;
+	struct hp_core *s = calloc(1, sizeof *s);
+	int rc;
 
-	if (v < 0 || g->values[v].kind != HP_VALUE_INPUT)
-		return hp_error(HP_EUSAGE, "%s: the model has no input named '%s'", g->path, name);
-	val = &g->values[v];
-	if (t->dtype != val->dtype || !hp_shape_equal(&t->shape, &val->shape))
-		return hp_error(HP_ESHAPE, "%s: input '%s' must be %s %s, got %s %s", g->path, name,
-				hp_dtype_name(val->dtype), hp_shape_str(&val->shape, want, sizeof want),
-				hp_dtype_name(t->dtype), hp_shape_str(&t->shape, got, sizeof got));
-	if (s->store)
-		return hp_rt_set_input(s, v, t->data);
-	if (!s->buf[v] && !(s->buf[v] = buf_alloc(s, v, value_bytes(val))))
-		return hp_error(-ENOMEM, "out of memory for input '%s'", name);
-	memcpy(s->buf[v], t->data, value_bytes(val));
+	if (!s)
+		return hp_error(-ENOMEM, "out of memory");
+	ss->state = s;
+	s->g = g;
+	s->pool = ss->pool;
+	s->trace = ss->trace;
+	rc = compute_lifetimes(s);
+	if (rc < 0)
+		return rc;
+	if (s->ws_size && !(s->ws = aligned_alloc(64, (s->ws_size + 63) / 64 * 64)))
+		return hp_error(-ENOMEM, "out of memory for %zu bytes of kernel workspace", s->ws_size);
+	s->cur_bytes = 0;
+	rc = load_weights(s);
+	if (rc == 0)
+		rc = plan_arena(s);
+	if (rc < 0)
+		return rc;
+	s->weight_bytes = s->cur_bytes;
+	for (int i = 0; i < g->ninputs; i++)
+		s->weight_bytes += value_bytes(&g->values[g->inputs[i]]);
+	s->peak_bytes = s->weight_bytes + s->arena_size;
 	return 0;
 }
 
-static const void *value_data(const struct hp_session *s, int v)
+static int core_set_input(struct hp_session *ss, int v, const void *data)
+{
+	struct hp_core *s = ss->state;
+	const struct hp_value *val = &s->g->values[v];
+
+	if (!s->buf[v] && !(s->buf[v] = buf_alloc(s, v, value_bytes(val))))
+		return hp_error(-ENOMEM, "out of memory for input '%s'", val->name);
+	memcpy(s->buf[v], data, value_bytes(val));
+	return 0;
+}
+
+static const void *value_data(const struct hp_core *s, int v)
 {
 	return s->buf[v] ? s->buf[v] : s->g->values[v].data;
 }
 
-static int run_node(struct hp_session *s, int i)
+static int run_node(struct hp_core *s, int i)
 {
 	const struct hp_graph *g = s->g;
 	const struct hp_node *n = &g->nodes[i];
@@ -362,16 +328,11 @@ static int run_node(struct hp_session *s, int i)
 	return n->op->run(n, &a);
 }
 
-int hp_session_run(struct hp_session *s)
+static int core_run(struct hp_session *ss)
 {
+	struct hp_core *s = ss->state;
 	const struct hp_graph *g = s->g;
-	double t0 = now_ms();
 
-	if (s->store) {
-		int rc = hp_rt_run(s);
-		s->last_ms = now_ms() - t0;
-		return rc;
-	}
 	for (int i = 0; i < g->nnodes; i++) {
 		const struct hp_node *n = &g->nodes[i];
 		int rc;
@@ -395,68 +356,174 @@ int hp_session_run(struct hp_session *s)
 			s->buf[nx] = t;
 		}
 	}
-	s->last_ms = now_ms() - t0;
 	return 0;
+}
+
+static int core_get_output(struct hp_session *ss, int v, void *dst)
+{
+	struct hp_core *s = ss->state;
+	const void *src = value_data(s, v);
+
+	if (!src)
+		return hp_error(HP_EUSAGE, "%s: output '%s' is not computed yet (run first)", s->g->path,
+				s->g->values[v].name);
+	memcpy(dst, src, value_bytes(&s->g->values[v]));
+	return 0;
+}
+
+static int core_copy(struct hp_session *ss, int v, uint64_t offset, uint64_t len, void *mem, int write)
+{
+	struct hp_core *s = ss->state;
+	const unsigned char *src;
+
+	if (write) {
+		if (!s->buf[v] || !s->owned[v])
+			return hp_error(HP_EUSAGE, "%s: value '%s' cannot be written (not owned by the session)",
+					s->g->path, s->g->values[v].name);
+		memcpy((unsigned char *)s->buf[v] + offset, mem, len);
+		return 0;
+	}
+	src = value_data(s, v);
+	if (!src)
+		return hp_error(HP_EUSAGE, "%s: value '%s' is not held by the session", s->g->path, s->g->values[v].name);
+	memcpy(mem, src + offset, len);
+	return 0;
+}
+
+static void core_stats(const struct hp_session *ss, struct hp_run_info *info, uint64_t *peak)
+{
+	const struct hp_core *s = ss->state;
+
+	(void)info; /* kernel time is not measured in core */
+	*peak = s->peak_bytes + s->ws_size;
+}
+
+const struct hp_executor hp_exec_incore = {
+	.name = "in core",
+	.create = core_create,
+	.set_input = core_set_input,
+	.run = core_run,
+	.get_output = core_get_output,
+	.copy = core_copy,
+	.stats = core_stats,
+	.destroy = core_destroy,
+};
+
+/* ---- the public calls ---- */
+
+int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_session **out)
+{
+	struct hp_exec_opts def;
+	struct hp_budget_layout layout;
+	struct hp_session *s;
+	int rc;
+
+	*out = NULL;
+	if (!o) {
+		hp_exec_opts_init(&def, sizeof def);
+		o = &def;
+	}
+	if ((rc = hp_compile(g, o, &layout)) < 0)
+		return rc;
+	s = calloc(1, sizeof *s);
+	if (!s)
+		return hp_error(-ENOMEM, "out of memory");
+	s->g = g;
+	s->layout = layout;
+	memcpy(&s->opts, o, o->size < sizeof s->opts ? o->size : sizeof s->opts);
+	s->threads = o->threads > 0 ? o->threads : hp_exec_online_cpus();
+	rc = hp_pool_create(s->threads, &s->pool);
+	if (rc < 0)
+		goto fail;
+	hp_blas_threads(s->threads);
+	if (o->trace_path && (rc = hp_trace_open(o->trace_path, &s->trace)) < 0)
+		goto fail;
+	/* out of core: the store holds every tensor under the budget */
+	s->ex = o->budget ? &hp_exec_ooc : &hp_exec_incore;
+	rc = s->ex->create(s);
+	if (rc < 0)
+		goto fail;
+	for (int i = 0; i < g->nnodes; i++)
+		if (!g->nodes[i].folded && g->nodes[i].op->flops)
+			s->flops += g->nodes[i].op->flops(g, &g->nodes[i]);
+	*out = s;
+	return 0;
+fail:
+	hp_session_destroy(s);
+	return rc;
+}
+
+void hp_session_destroy(struct hp_session *s)
+{
+	if (!s)
+		return;
+	if (s->ex)
+		s->ex->destroy(s);
+	hp_pool_destroy(s->pool);
+	hp_trace_close(s->trace);
+	free(s);
+}
+
+int hp_session_set_input(struct hp_session *s, const char *name, const struct hp_tensor *t)
+{
+	const struct hp_graph *g = s->g;
+	int v = hp_graph_find_value(g, name);
+	const struct hp_value *val;
+	char want[128], got[128];
+
+	if (v < 0 || g->values[v].kind != HP_VALUE_INPUT)
+		return hp_error(HP_EUSAGE, "%s: the model has no input named '%s'", g->path, name);
+	val = &g->values[v];
+	if (t->dtype != val->dtype || !hp_shape_equal(&t->shape, &val->shape))
+		return hp_error(HP_ESHAPE, "%s: input '%s' must be %s %s, got %s %s", g->path, name,
+				hp_dtype_name(val->dtype), hp_shape_str(&val->shape, want, sizeof want),
+				hp_dtype_name(t->dtype), hp_shape_str(&t->shape, got, sizeof got));
+	return s->ex->set_input(s, v, t->data);
+}
+
+int hp_session_run(struct hp_session *s)
+{
+	double t0 = now_ms();
+	int rc = s->ex->run(s);
+
+	s->last_ms = now_ms() - t0;
+	return rc;
 }
 
 int hp_session_get_output(struct hp_session *s, const char *name, struct hp_tensor *out)
 {
 	const struct hp_graph *g = s->g;
 	int v = hp_graph_find_value(g, name);
-	const void *src;
 	int rc;
 
 	memset(out, 0, sizeof *out);
 	if (v < 0 || !g->values[v].is_output)
 		return hp_error(HP_EUSAGE, "%s: the model has no output named '%s'", g->path, name);
-	if (s->store) {
-		rc = hp_tensor_alloc(out, g->values[v].dtype, &g->values[v].shape);
-		if (rc == 0 && (rc = hp_rt_get_output(s, v, out->data)) < 0)
-			hp_tensor_free(out);
-		return rc;
-	}
-	src = value_data(s, v);
-	if (!src)
-		return hp_error(HP_EUSAGE, "%s: output '%s' is not computed yet (run first)", g->path, name);
 	rc = hp_tensor_alloc(out, g->values[v].dtype, &g->values[v].shape);
-	if (rc < 0)
-		return rc;
-	memcpy(out->data, src, hp_tensor_bytes(out));
-	return 0;
+	if (rc == 0 && (rc = s->ex->get_output(s, v, out->data)) < 0)
+		hp_tensor_free(out);
+	return rc;
 }
 
 void hp_session_stats(const struct hp_session *s, struct hp_run_stats *st)
 {
+	uint64_t peak;
+
+	s->ex->stats(s, NULL, &peak);
 	st->ms = s->last_ms;
 	st->flops = s->flops;
-	st->peak_bytes = s->store ? hp_rt_peak(s) : s->peak_bytes + s->ws_size;
+	st->peak_bytes = peak;
 }
 
 int hp_session_run_info(const struct hp_session *s, struct hp_run_info *info)
 {
 	struct hp_run_info r = { .size = sizeof r, .ms = s->last_ms, .workers = 1 };
 	size_t n = info->size < sizeof r ? info->size : sizeof r;
+	uint64_t peak;
 
 	if (info->size < offsetof(struct hp_run_info, transitions) + sizeof(int))
 		return hp_error(HP_EUSAGE, "hp_session_run_info: set info->size");
-	if (s->net) {
-		struct hp_net_stats st;
-		hp_net_stats(s->net, &st);
-		r.kernel_ms = st.busy_ms;
-		r.stall_ms = st.stall_ms;
-		r.kernels = st.fired[HP_TR_KERNEL];
-		r.loads = st.fired[HP_TR_LOAD];
-		r.writebacks = st.fired[HP_TR_WRITEBACK];
-		r.evictions = st.fired[HP_TR_EVICT];
-		r.drops = st.fired[HP_TR_DROP];
-		r.workers = s->opts.workers > 0 ? s->opts.workers : 1;
-		r.io_threads = s->opts.io_threads > 0 ? s->opts.io_threads : 4;
-		r.transitions = hp_net_transitions(s->net);
-		r.bytes_loaded = st.bytes_loaded;
-		r.bytes_written = s->run_written;
-	} else {
-		r.kernel_ms = s->kernel_ms;
-	}
+	s->ex->stats(s, &r, &peak);
 	memcpy(info, &r, n);
 	info->size = n;
 	return 0;
@@ -475,59 +542,16 @@ static int value_range(const struct hp_session *s, int v, uint64_t offset, uint6
 	return 0;
 }
 
-/* Out of core: copy a chunk at a time through pins of the value's tensor. */
-static int store_copy(struct hp_session *s, int v, uint64_t offset, uint64_t len, void *mem, int write)
-{
-	uint64_t cs = hs_chunk_size(s->store);
-	unsigned char *m = mem;
-
-	if (!s->ten[v])
-		return hp_error(HP_EUSAGE, "%s: value '%s' is not held by the session", s->g->path, s->g->values[v].name);
-	while (len) {
-		uint64_t c = offset / cs, in = offset - c * cs, n = cs - in < len ? cs - in : len;
-		unsigned char *p;
-		int rc = hs_pin(s->ten[v], c, 1, write ? HS_PIN_WRITE : HS_PIN_READ, (void **)&p);
-		if (rc < 0)
-			return hp_error_prefix(rc, "value '%s'", s->g->values[v].name);
-		if (write)
-			memcpy(p + in, m, n);
-		else
-			memcpy(m, p + in, n);
-		hs_unpin(s->ten[v], c, 1);
-		m += n;
-		offset += n;
-		len -= n;
-	}
-	return 0;
-}
-
 int hp_session_read_value(struct hp_session *s, int v, uint64_t offset, uint64_t len, void *dst)
 {
-	const unsigned char *src;
 	int rc = value_range(s, v, offset, len);
 
-	if (rc < 0)
-		return rc;
-	if (s->store && s->g->values[v].kind != HP_VALUE_CONSTANT)
-		return store_copy(s, v, offset, len, dst, 0);
-	src = value_data(s, v);
-	if (!src)
-		return hp_error(HP_EUSAGE, "%s: value '%s' is not held by the session", s->g->path, s->g->values[v].name);
-	memcpy(dst, src + offset, len);
-	return 0;
+	return rc < 0 ? rc : s->ex->copy(s, v, offset, len, dst, 0);
 }
 
 int hp_session_write_value(struct hp_session *s, int v, uint64_t offset, uint64_t len, const void *src)
 {
 	int rc = value_range(s, v, offset, len);
 
-	if (rc < 0)
-		return rc;
-	if (s->store && s->g->values[v].kind != HP_VALUE_CONSTANT)
-		return store_copy(s, v, offset, len, (void *)src, 1);
-	if (!s->buf[v] || !s->owned[v])
-		return hp_error(HP_EUSAGE, "%s: value '%s' cannot be written (not owned by the session)", s->g->path,
-				s->g->values[v].name);
-	memcpy((unsigned char *)s->buf[v] + offset, src, len);
-	return 0;
+	return rc < 0 ? rc : s->ex->copy(s, v, offset, len, (void *)src, 1);
 }

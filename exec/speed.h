@@ -54,6 +54,10 @@ struct hp_speed_tier {
 	char cache[512];
 };
 
+/* ---- calibration: runs sessions (speed_calib.c) and probes stores
+ * (speed_tier.c); only the plan API (plan_api.c) calls these, never the
+ * planner, so nothing below the session calls back up into it ---- */
+
 /* The compute model for kernels running on `threads` threads. */
 void hp_speed_compute_get(int threads, int recalibrate, struct hp_speed_compute *out);
 /* Bandwidth of a lower tier as the store would open it (spec->path NULL:
@@ -62,6 +66,9 @@ void hp_speed_compute_get(int threads, int recalibrate, struct hp_speed_compute 
  * be probed: defaults are returned. */
 void hp_speed_tier_get(const struct hs_tier_spec *spec, uint64_t chunk_size, int recalibrate,
 		       struct hp_speed_tier *out);
+
+/* ---- the pure model (speed.c): predicted times from the measured
+ * figures; the planner (plan.c, plan_dot.c) uses only these ---- */
 
 /* Predicted milliseconds of one run of node n, and its class. */
 double hp_speed_kernel_ms(const struct hp_speed_compute *sp, const struct hp_graph *g, const struct hp_node *n,

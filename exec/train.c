@@ -181,7 +181,7 @@ static int build(struct hp_trainer *t)
 	}
 	if ((rc = hp_session_create(t->g, &eo, &t->s)) < 0)
 		return rc;
-	if ((rc = hp_dataset_attach(&t->data, t->s->store)) < 0 || (rc = alloc_batch(t)) < 0)
+	if ((rc = hp_dataset_attach(&t->data, hp_session_store(t->s))) < 0 || (rc = alloc_batch(t)) < 0)
 		return rc;
 	t->shuffle_seed = t->o.seed;
 	t->total = t->o.steps ? t->o.steps : (t->o.epochs * t->data.n + t->o.batch - 1) / t->o.batch;

@@ -200,7 +200,7 @@ static void test_session(void **state)
 			assert_int_equal(rc, 0);
 			hp_budget_layout(g, &o, &l);
 			assert_memory_equal(&s->layout, &l, sizeof l);
-			assert_int_equal(hs_chunk_size(s->store), table[i].chunk);
+			assert_int_equal(hs_chunk_size(hp_session_store(s)), table[i].chunk);
 			assert_int_equal(hp_session_store_stats(s, &st), 0);
 			assert_int_equal(st.budget, table[i].budget);
 			assert_int_equal(hp_session_set_input(s, "x", &x), 0);
