@@ -41,6 +41,10 @@ struct cli {
 	int replicas;                /* copies of every chunk on distinct daemons (0: 1) */
 };
 
+/* Send the library's warnings and errors (hp_log) to stderr; the threshold
+ * from HPDLF_LOG_LEVEL.  0, or an exit status (2) after saying why. */
+int exec_log_init(void);
+
 struct hs_tier_spec;
 /* --tier KIND=PATH[:SIZE] options as store tier specs (paths point into c);
  * returns 0 or a process exit status (2) after saying why on stderr. */

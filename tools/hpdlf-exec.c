@@ -719,6 +719,8 @@ int main(int argc, char **argv)
 	struct hs_tier_spec tiers[HS_MAX_TIERS];
 	int rc, ntiers = 0;
 
+	if ((rc = exec_log_init()) != 0)
+		return rc;
 	rc = parse_args(argc, argv, &c);
 	if (rc)
 		return rc;
