@@ -214,6 +214,33 @@ static int parse_args(int argc, char **argv, struct cli *c)
 	return 0;
 }
 
+/* Spill files this run creates (a --tier path that did not exist): their
+ * contents die with the run, so they are removed at exit instead of
+ * keeping tens of GB of dead data on the node's scratch disk.  A file that
+ * existed (preallocated, a device) is left as it was. */
+static char created[16][4096];
+static int ncreated;
+
+static void remove_created(void)
+{
+	for (int i = 0; i < ncreated; i++) {
+		struct stat sb;
+		if (lstat(created[i], &sb) == 0 && S_ISREG(sb.st_mode))
+			unlink(created[i]);
+	}
+}
+
+static void note_if_new(const char *path)
+{
+	struct stat sb;
+
+	if (ncreated == 16 || lstat(path, &sb) == 0 || errno != ENOENT)
+		return;
+	if (!ncreated)
+		atexit(remove_created);
+	snprintf(created[ncreated++], sizeof created[0], "%s", path);
+}
+
 /* nvme=PATH[:SIZE] or pmem=PATH[:SIZE]: what follows the last ':' must be a
  * size; a path that holds ':' is given with one more ':' at its end
  * ("nvme=/scratch/a:b:" is the path /scratch/a:b at the default size). */
@@ -246,6 +273,7 @@ static int parse_tier(const char *arg, struct hs_tier_spec *t)
 	paths[used][len] = 0;
 	t->path = paths[used++];
 	t->size = size;
+	note_if_new(t->path);
 	return 0;
 }
 
