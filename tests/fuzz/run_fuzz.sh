@@ -15,5 +15,6 @@ find "$tmp/models/bad" -name '*.onnx' -size -64k | while read -r f; do cp "$f" "
 # inputs that once crashed (committed): every run replays them first
 for f in "$(dirname "$0")"/regress/*; do [ -f "$f" ] && cp "$f" "$tmp/corpus/regress_$(basename "$f")"; done
 echo "corpus: $(ls "$tmp/corpus" | wc -l) files"
-exec "$fuzzer" -max_total_time="$seconds" -max_len=16384 -timeout=10 -rss_limit_mb=2048 \
+# not exec: the shell must outlive the fuzzer for its EXIT trap to remove $tmp
+"$fuzzer" -max_total_time="$seconds" -max_len=16384 -timeout=10 -rss_limit_mb=2048 \
 	-print_final_stats=1 -artifact_prefix="$artifacts/" "$tmp/corpus"
