@@ -130,8 +130,19 @@ void hs_rt_mark_dead(struct rtier *t, int i, const char *why, struct rreq **done
 		s->req->tres[s->ti] = -EHOSTDOWN;
 		seg_outcome(t, s, -EHOSTDOWN, done);
 	}
-	hp_log(HP_LOG_ERROR, "remote tier %s: daemon %s is gone (%s); %u transfers in flight failed over or failed",
-	       t->base.name, d->where, why, n);
+	int live = 0;
+	for (int k = 0; k < t->nd; k++)
+		live += !t->d[k].dead;
+	/* the verdict for the user: what the loss costs now and from here on */
+	if (t->o.replicas > 1)
+		hp_log(HP_LOG_WARN, "remote tier %s: daemon %s is gone (%s); %u transfers in flight failed over to "
+		       "the other copy; what it held has one copy left; %d of %d daemons live%s", t->base.name, d->where,
+		       why, n, live, t->nd, live < t->o.replicas ? ": too few for two copies, new spills go to the "
+		       "next tier (the local disk)" : "");
+	else
+		hp_log(HP_LOG_ERROR, "remote tier %s: daemon %s is gone (%s); %u transfers in flight failed; what "
+		       "it held is lost (a run that needs it stops; resume from the last checkpoint); %d of %d daemons "
+		       "live", t->base.name, d->where, why, n, live, t->nd);
 }
 
 /* Append list `more` to *done (t->mu held or lists private). */

@@ -151,8 +151,9 @@ def main():
             try:
                 _, err = proc.communicate(timeout=30)
                 dt = time.time() - t0
-                check(proc.returncode == 1 and dt < 10 and "remote" in err,
-                      "killed daemon: training stops with exit 1 in %.1f s, naming the remote tier" % dt,
+                check(proc.returncode == 1 and dt < 10 and "remote" in err and daemons[0][1] in err,
+                      "killed daemon: training stops with exit 1 in %.1f s, naming the remote tier and the "
+                      "daemon" % dt,
                       "exit %s: %s" % (proc.returncode, err.strip()[-300:]))
             except subprocess.TimeoutExpired:
                 proc.kill()
