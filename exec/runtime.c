@@ -591,6 +591,10 @@ static int rt_run(struct hp_session *ss)
 	uint64_t wa = 0, wb = 0;
 	int rc;
 
+	/* data lost below DRAM (a daemon died with the only copy): stop now,
+	 * not at the step that finally reads it */
+	if ((rc = hs_store_check(s->store)) < 0)
+		return rc;
 	hs_store_stats(s->store, &a);
 	rc = hp_net_run(s->net);
 	hs_store_stats(s->store, &b);

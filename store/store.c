@@ -647,6 +647,17 @@ void hs_store_fill_stats(struct hs_store *st, struct hs_store_stats *out)
 	}
 }
 
+int hs_store_check(struct hs_store *st)
+{
+	for (int i = 0; st && i < st->ntiers; i++) {
+		struct hs_tier *t = st->tiers[i];
+		int rc = t && t->ops->health ? t->ops->health(t) : 0;
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
 int hs_store_stats(struct hs_store *st, struct hs_store_stats *out)
 {
 	pthread_mutex_lock(&st->mu);

@@ -163,6 +163,11 @@ struct hs_tier_ops {
 	 * HP_EINTERNAL).  Set both or neither. */
 	int (*place)(struct hs_tier *t, uint64_t len, uint64_t *addr);
 	int (*release)(struct hs_tier *t, uint64_t addr, uint64_t len);
+	/* Optional: 0 while every extent placed is still readable; else an
+	 * error (hp_error's message names what was lost and where) so that a
+	 * run stops at once instead of at its next read of the lost bytes
+	 * (remote: a daemon died holding the only copy of some extents). */
+	int (*health)(struct hs_tier *t);
 };
 
 /* The common head of every tier object. */

@@ -244,6 +244,11 @@ struct hs_store_stats {
 	struct hs_tier_stats tier[HS_MAX_TIERS + 1];
 };
 int hs_store_stats(struct hs_store *st, struct hs_store_stats *out);
+/* 0 while every chunk the store placed below DRAM is still readable; else
+ * the error of the first tier that lost some (a daemon that died holding
+ * the only copy), its message naming what and where.  Cheap: a run calls it
+ * before each step. */
+int hs_store_check(struct hs_store *st);
 /* Latency percentile (0 < q < 1) in microseconds from a histogram. */
 double hs_lat_percentile(const struct hs_tier_stats *s, double q);
 

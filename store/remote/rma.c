@@ -139,10 +139,14 @@ void hs_rt_mark_dead(struct rtier *t, int i, const char *why, struct rreq **done
 		       "the other copy; what it held has one copy left; %d of %d daemons live%s", t->base.name, d->where,
 		       why, n, live, t->nd, live < t->o.replicas ? ": too few for two copies, new spills go to the "
 		       "next tier (the local disk)" : "");
-	else
+	else if (hs_rt_lost_extents(t))
 		hp_log(HP_LOG_ERROR, "remote tier %s: daemon %s is gone (%s); %u transfers in flight failed; what "
-		       "it held is lost (a run that needs it stops; resume from the last checkpoint); %d of %d daemons "
-		       "live", t->base.name, d->where, why, n, live, t->nd);
+		       "it held is lost (the run stops; resume from the last checkpoint); %d of %d daemons live",
+		       t->base.name, d->where, why, n, live, t->nd);
+	else
+		hp_log(HP_LOG_WARN, "remote tier %s: daemon %s is gone (%s); it held nothing of this run; %d of %d "
+		       "daemons live%s", t->base.name, d->where, why, live, t->nd,
+		       live ? "" : ": new spills go to the next tier (the local disk)");
 }
 
 /* Append list `more` to *done (t->mu held or lists private). */

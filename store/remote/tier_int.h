@@ -100,6 +100,8 @@ int hs_rt_submit(struct hs_tier *base, struct hs_io **ios, int n);
 /* Declare daemon i dead (under t->mu): abandons its segments; requests that
  * can no longer finish are chained on *done for the caller to complete. */
 void hs_rt_mark_dead(struct rtier *t, int i, const char *why, struct rreq **done);
+/* Extents no live daemon holds a copy of (under t->mu). */
+uint64_t hs_rt_lost_extents(const struct rtier *t);
 /* Call done() of finished requests (without t->mu) and free them. */
 void hs_rt_deliver(struct rtier *t, struct rreq *done);
 /* Queue failed requests for the progress thread to deliver (t->mu held). */

@@ -338,6 +338,56 @@ static void rt_close(struct hs_tier *base)
 	free(t);
 }
 
+/* Extents every copy of which was on a dead daemon: gone for good. */
+struct lost {
+	const struct rtier *t;
+	uint64_t n, bytes;
+	int di;                 /* a daemon that held some, for the message */
+};
+
+static void count_lost(const void *node, VISIT which, void *arg)
+{
+	const struct rext *e = *(const struct rext *const *)node;
+	struct lost *l = arg;
+
+	if (which != postorder && which != leaf)
+		return;
+	for (int k = 0; k < e->n; k++)
+		if (!l->t->d[e->di[k]].dead)
+			return;
+	l->n++;
+	l->bytes += e->len;
+	l->di = e->di[0];
+}
+
+uint64_t hs_rt_lost_extents(const struct rtier *t)
+{
+	struct lost l = { .t = t, .di = -1 };
+
+	twalk_r(t->extents, count_lost, &l);
+	return l.n;
+}
+
+static int rt_health(struct hs_tier *base)
+{
+	struct rtier *t = (struct rtier *)base;
+	struct lost l = { .t = t, .di = -1 };
+	int dead = 0;
+
+	pthread_mutex_lock(&t->mu);
+	for (int i = 0; i < t->nd; i++)
+		dead += t->d[i].dead;
+	if (dead) /* a walk only once something died: runs call this every step */
+		twalk_r(t->extents, count_lost, &l);
+	pthread_mutex_unlock(&t->mu);
+	if (!l.n)
+		return 0;
+	return hp_error(-EHOSTDOWN, "remote tier %s: daemon %s died holding the only copy of %" PRIu64 " chunks "
+			"(%" PRIu64 " bytes) of this run's tensors (%s); resume from the last checkpoint "
+			"(--replicas 2 keeps a second copy)", t->base.name, t->d[l.di].where, l.n, l.bytes,
+			t->d[l.di].why);
+}
+
 static const struct hs_tier_ops remote_ops = {
 	.kind = "remote",
 	.close = rt_close,
@@ -345,6 +395,7 @@ static const struct hs_tier_ops remote_ops = {
 	.release = rt_release,
 	.submit = hs_rt_submit,
 	.stats = rt_stats,
+	.health = rt_health,
 };
 
 /* Split "a:1,b:2" into the daemon table. */
