@@ -15,6 +15,8 @@ struct cli {
 	const char *model;
 	uint64_t budget;
 	int threads, iterations;
+	int warmup;                  /* --warmup: runs before the measured ones */
+	double duration;             /* --duration: measure at least this many seconds */
 	uint64_t seed;
 	int seed_given;
 	struct named shapes[MAX_NAMED], inputs[MAX_NAMED], outputs[MAX_NAMED];

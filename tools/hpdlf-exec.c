@@ -65,7 +65,7 @@ static int parse_int(const char *arg, const char *flag, long lo, long *out)
 	return 0;
 }
 
-enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER, OPT_SEED, OPT_THREADS,
+enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER, OPT_WARMUP, OPT_DURATION, OPT_SEED, OPT_THREADS,
        OPT_LOG, OPT_STATS, OPT_TRACE, OPT_PLAN, OPT_TRAIN, OPT_QUIET, OPT_HELP, OPT_PLAN_DOT,
        OPT_DATA, OPT_LABELS, OPT_LOSS, OPT_OPTIM, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BATCH,
        OPT_STEPS, OPT_EPOCHS, OPT_SHUFFLE, OPT_NO_SHUFFLE, OPT_CKPT, OPT_CKPT_EVERY, OPT_RESUME, OPT_RESUME_IF, OPT_STOP_NAN,
@@ -77,6 +77,7 @@ static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
 	{ "input", required_argument, 0, OPT_INPUT },	  { "output", required_argument, 0, OPT_OUTPUT },
 	{ "output-dir", required_argument, 0, OPT_OUTDIR }, { "iterations", required_argument, 0, OPT_ITER },
+	{ "warmup", required_argument, 0, OPT_WARMUP },	  { "duration", required_argument, 0, OPT_DURATION },
 	{ "seed", required_argument, 0, OPT_SEED },	  { "threads", required_argument, 0, OPT_THREADS },
 	{ "log-json", required_argument, 0, OPT_LOG },	  { "stats-json", required_argument, 0, OPT_STATS },
 	{ "trace", required_argument, 0, OPT_TRACE },	  { "plan", no_argument, 0, OPT_PLAN },
@@ -192,6 +193,15 @@ static int parse_args(int argc, char **argv, struct cli *c)
 		case OPT_OUTPUT: rc = add_named(c->outputs, &c->noutputs, optarg, "--output"); break;
 		case OPT_OUTDIR: c->output_dir = optarg; break;
 		case OPT_ITER: rc = parse_int(optarg, "--iterations", 1, &v); c->iterations = (int)v; break;
+		case OPT_WARMUP: rc = parse_int(optarg, "--warmup", 0, &v); c->warmup = (int)v; break;
+		case OPT_DURATION: {
+			char *end;
+			errno = 0;
+			c->duration = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(c->duration > 0) || c->duration > 31536000)
+				return usage_error("--duration: expected seconds in (0, 31536000], got '%s'", optarg);
+			break;
+		}
 		case OPT_SEED: rc = parse_int(optarg, "--seed", 0, &v); c->seed = (uint64_t)v; c->seed_given = 1; break;
 		case OPT_THREADS: rc = parse_int(optarg, "--threads", 1, &v); c->threads = (int)v; break;
 		case OPT_LOG: c->log_json = optarg; break;
@@ -504,25 +514,38 @@ static void log_iteration(FILE *log, struct hp_session *s, int it, const struct 
 	fflush(log);
 }
 
+/* Measured iterations to run: --iterations, or more while --duration has
+ * not passed (the total then estimated from the pace so far). */
+static int total_of(const struct cli *c, int done, double elapsed_ms)
+{
+	double want = c->duration * 1e3;
+
+	if (!c->duration || elapsed_ms >= want || !done)
+		return done > c->iterations ? done : c->iterations;
+	double est = done * want / elapsed_ms + 1;
+	return est > c->iterations ? (est < 2e9 ? (int)est : 2000000000) : c->iterations;
+}
+
 /* A bar with ETA on a terminal; otherwise a plain line about every 10%. */
 static void progress(const struct cli *c, int done, double elapsed_ms, int tty)
 {
-	double per = elapsed_ms / done, eta = per * (c->iterations - done) / 1e3;
-	int width = 30, fill = done * width / c->iterations;
+	int total = total_of(c, done, elapsed_ms);
+	double per = elapsed_ms / done, eta = per * (total - done) / 1e3;
+	int width = 30, fill = (int)((int64_t)done * width / total);
 	static double last = -1e9;
 
-	if (c->quiet || c->iterations < 2)
+	if (c->quiet || total < 2)
 		return;
-	if (tty && done < c->iterations && elapsed_ms - last < 100)
+	if (tty && done < total && elapsed_ms - last < 100)
 		return; /* redraw at most ten times a second */
 	last = elapsed_ms;
 	if (tty) {
 		fprintf(stderr, "\r[%.*s%*s] %d/%d  %.2f ms/it  ETA %d:%02d ", fill, "==============================",
-			width - fill, "", done, c->iterations, per, (int)eta / 60, (int)eta % 60);
-		if (done == c->iterations)
+			width - fill, "", done, total, per, (int)eta / 60, (int)eta % 60);
+		if (done == total)
 			fputc('\n', stderr);
-	} else if (done == c->iterations || done * 10 / c->iterations != (done - 1) * 10 / c->iterations) {
-		fprintf(stderr, "hpdlf-exec: iteration %d/%d, %.2f ms/it, ETA %.0f s\n", done, c->iterations, per, eta);
+	} else if (done == total || (int64_t)done * 10 / total != (int64_t)(done - 1) * 10 / total) {
+		fprintf(stderr, "hpdlf-exec: iteration %d/%d, %.2f ms/it, ETA %.0f s\n", done, total, per, eta);
 	}
 }
 
@@ -534,22 +557,41 @@ static double wall_ms(void)
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static int run_iterations(struct hp_session *s, const struct cli *c, double *ms, double *wall)
+/* --warmup runs first, unmeasured and unlogged (the first run pages
+ * weights in, faults memory, fills caches); then the measured ones into
+ * *ms (grown as --duration needs), *n of them. */
+static int run_iterations(struct hp_session *s, const struct cli *c, double **ms, int *n, double *wall)
 {
 	FILE *log = NULL;
-	int rc = 0, tty = isatty(2);
-	double t0 = wall_ms();
+	int rc = 0, tty = isatty(2), cap = c->iterations;
+	double t0;
 
+	*n = 0;
+	for (int w = 0; w < c->warmup && rc == 0; w++)
+		rc = hp_session_run(s);
+	if (rc < 0)
+		return rc;
 	if (c->log_json && !(log = fopen(c->log_json, "w")))
 		return hp_error(-errno, "%s: %s", c->log_json, strerror(errno));
-	for (int it = 0; it < c->iterations; it++) {
+	t0 = wall_ms();
+	for (int it = 0; it < c->iterations || (c->duration && wall_ms() - t0 < c->duration * 1e3); it++) {
 		struct hp_run_stats st;
 
+		if (it == cap) {
+			double *m = cap < (1 << 30) ? realloc(*ms, (size_t)cap * 2 * sizeof **ms) : NULL;
+			if (!m) {
+				rc = hp_error(-ENOMEM, "out of memory for %d iteration times", cap * 2);
+				break;
+			}
+			*ms = m;
+			cap *= 2;
+		}
 		rc = hp_session_run(s);
 		if (rc < 0)
 			break;
 		hp_session_stats(s, &st);
-		ms[it] = st.ms;
+		(*ms)[it] = st.ms;
+		*n = it + 1;
 		if (log)
 			log_iteration(log, s, it, &st);
 		progress(c, it + 1, wall_ms() - t0, tty);
@@ -599,15 +641,46 @@ void exec_tier_summary(struct hp_session *s, const struct cli *c, json_object *o
 	}
 }
 
-static void print_summary(struct hp_session *s, const struct cli *c, const struct hp_run_stats *st, double med,
-			  double min, double wall)
+/* Figures of n sorted iteration times: median as before (the upper one of
+ * an even count), percentiles by nearest rank. */
+struct timing {
+	int n;
+	double min, max, mean, median, p50, p90, p95, p99;
+};
+
+static double nearest_rank(const double *sorted, int n, double p)
+{
+	int k = (int)ceil(p / 100.0 * n);
+
+	return sorted[k < 1 ? 0 : k > n ? n - 1 : k - 1];
+}
+
+static void timing_of(const double *sorted, int n, struct timing *t)
+{
+	double sum = 0;
+
+	for (int i = 0; i < n; i++)
+		sum += sorted[i];
+	*t = (struct timing){ .n = n, .min = sorted[0], .max = sorted[n - 1], .mean = sum / n,
+			      .median = sorted[n / 2], .p50 = nearest_rank(sorted, n, 50),
+			      .p90 = nearest_rank(sorted, n, 90), .p95 = nearest_rank(sorted, n, 95),
+			      .p99 = nearest_rank(sorted, n, 99) };
+}
+
+static void print_summary(struct hp_session *s, const struct cli *c, const struct hp_run_stats *st,
+			  const struct timing *t, double wall)
 {
 	struct hp_run_info ri = { .size = sizeof ri };
-	char peak[32], rss[32], b[32];
+	char peak[32], rss[32], b[32], warm[48] = "";
 
-	fprintf(stderr, "hpdlf-exec: %s: %d iteration%s in %.3f s (%.2f/s), median %.3f ms, min %.3f ms, %.1f GFLOP/s\n",
-		c->model, c->iterations, c->iterations > 1 ? "s" : "", wall / 1e3, c->iterations / (wall / 1e3), med, min,
-		st->flops / med / 1e6);
+	if (c->warmup)
+		snprintf(warm, sizeof warm, " after %d warm-up", c->warmup);
+	fprintf(stderr, "hpdlf-exec: %s: %d iteration%s%s in %.3f s (%.2f/s), median %.3f ms, min %.3f ms, %.1f GFLOP/s\n",
+		c->model, t->n, t->n > 1 ? "s" : "", warm, wall / 1e3, t->n / (wall / 1e3), t->median, t->min,
+		st->flops / t->median / 1e6);
+	if (t->n > 1)
+		fprintf(stderr, "hpdlf-exec:   ms: mean %.3f, p50 %.3f, p90 %.3f, p95 %.3f, p99 %.3f, max %.3f\n", t->mean,
+			t->p50, t->p90, t->p95, t->p99, t->max);
 	fprintf(stderr, "hpdlf-exec:   tensor memory %s, peak RSS %s", hp_format_size(st->peak_bytes, peak, sizeof peak),
 		hp_format_size(peak_rss_bytes(), rss, sizeof rss));
 	if (c->budget)
@@ -623,27 +696,36 @@ static void print_summary(struct hp_session *s, const struct cli *c, const struc
 	}
 }
 
-static int summarize(struct hp_session *s, const struct cli *c, double *ms, double wall)
+static int summarize(struct hp_session *s, const struct cli *c, double *ms, int n, double wall)
 {
 	struct hp_run_stats st;
 	struct hp_run_info ri = { .size = sizeof ri };
+	struct timing t;
 	double med;
 
 	hp_session_stats(s, &st);
-	qsort(ms, (size_t)c->iterations, sizeof *ms, cmp_double);
-	med = ms[c->iterations / 2];
+	qsort(ms, (size_t)n, sizeof *ms, cmp_double);
+	timing_of(ms, n, &t);
+	med = t.median;
 	if (!c->quiet)
-		print_summary(s, c, &st, med, ms[0], wall);
+		print_summary(s, c, &st, &t, wall);
 	if (!c->stats_json) {
 		exec_tier_summary(s, c, NULL);
 		return 0;
 	}
 	json_object *o = json_object_new_object();
 	json_object_object_add(o, "model", json_object_new_string(c->model));
-	json_object_object_add(o, "iterations", json_object_new_int(c->iterations));
+	json_object_object_add(o, "iterations", json_object_new_int(n));
+	json_object_object_add(o, "warmup", json_object_new_int(c->warmup));
 	json_object_object_add(o, "wall_ms", json_object_new_double(wall));
 	json_object_object_add(o, "ms_median", json_object_new_double(med));
-	json_object_object_add(o, "ms_min", json_object_new_double(ms[0]));
+	json_object_object_add(o, "ms_min", json_object_new_double(t.min));
+	json_object_object_add(o, "ms_mean", json_object_new_double(t.mean));
+	json_object_object_add(o, "ms_p50", json_object_new_double(t.p50));
+	json_object_object_add(o, "ms_p90", json_object_new_double(t.p90));
+	json_object_object_add(o, "ms_p95", json_object_new_double(t.p95));
+	json_object_object_add(o, "ms_p99", json_object_new_double(t.p99));
+	json_object_object_add(o, "ms_max", json_object_new_double(t.max));
 	json_object_object_add(o, "gflops", json_object_new_double(st.flops / med / 1e6));
 	json_object_object_add(o, "tensor_peak_bytes", json_object_new_int64((int64_t)st.peak_bytes));
 	json_object_object_add(o, "peak_rss_bytes", json_object_new_int64((int64_t)peak_rss_bytes()));
@@ -752,6 +834,10 @@ int main(int argc, char **argv)
 	rc = parse_args(argc, argv, &c);
 	if (rc)
 		return rc;
+	if (c.train && (c.warmup || c.duration)) {
+		fprintf(stderr, "hpdlf-exec: --warmup and --duration time inference; training takes --steps or --epochs\n");
+		return 2;
+	}
 	if (c.train)
 		return exec_train_main(&c);
 	if ((rc = exec_store_tiers(&c, tiers, &ntiers)) != 0)
@@ -790,11 +876,12 @@ int main(int argc, char **argv)
 		rc = hp_error(-ENOMEM, "out of memory");
 		goto out;
 	}
-	rc = run_iterations(s, &c, ms, &wall);
+	int nms = 0;
+	rc = run_iterations(s, &c, &ms, &nms, &wall);
 	if (rc == 0)
 		rc = write_outputs(s, g, &c);
 	if (rc == 0)
-		rc = summarize(s, &c, ms, wall);
+		rc = summarize(s, &c, ms, nms, wall);
 out:
 	free(ms);
 	hp_session_destroy(s);
