@@ -41,7 +41,16 @@ struct hp_session {
 	double flops, last_ms;
 	const struct hp_executor *ex;
 	void *state;                 /* the executor's */
+	struct hp_prof *prof;        /* opts.profile: kernel time per node, else NULL */
 };
+
+/* Kernel time per node (opts.profile); workers add concurrently. */
+struct hp_prof {
+	uint64_t *ns, *calls;        /* per node */
+};
+/* Add one call of node i that began at t0_ns (hp_prof_now_ns). NULL: nothing. */
+void hp_prof_add(struct hp_prof *p, int i, uint64_t t0_ns);
+uint64_t hp_prof_now_ns(const struct hp_prof *p);
 
 /* The tensor store of an out-of-core session, else NULL. */
 struct hs_store *hp_session_store(const struct hp_session *s);

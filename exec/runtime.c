@@ -29,6 +29,7 @@ struct hp_rt {
 	struct hp_budget_layout layout; /* the session's */
 	int threads;
 	struct hp_trace *trace;
+	struct hp_prof *prof;        /* the session's, or NULL */
 	struct hs_store *store;
 	struct hs_tensor **ten;      /* per value; the task net orders all access */
 	struct hs_tensor **spare;    /* dead values' tensors, discarded (contents gone, frames kept) */
@@ -387,6 +388,7 @@ static int rt_create(struct hp_session *ss)
 	s->layout = ss->layout;
 	s->threads = ss->threads;
 	s->trace = ss->trace;
+	s->prof = ss->prof;
 	s->workers = s->layout.workers;
 	s->nio = s->opts.io_threads > 0 ? s->opts.io_threads : 4;
 	pthread_mutex_init(&s->spare_mu, NULL);
@@ -520,7 +522,9 @@ static int rt_fire_kernel(void *arg, int step, int worker, int lane)
 		rc = pin_workspace(s, n, &ws, &a.ws);
 	if (rc == 0 && !(inplace && (n->op->flags & HP_OP_ALIAS))) {
 		double u0 = hp_trace_now_us(s->trace);
+		uint64_t p0 = hp_prof_now_ns(s->prof);
 		rc = n->op->run(n, &a);
+		hp_prof_add(s->prof, (int)(n - s->g->nodes), p0);
 		if (s->trace)
 			hp_trace_span(s->trace, lane, n->op_type, n->name, u0, hp_trace_now_us(s->trace));
 	}

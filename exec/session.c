@@ -23,6 +23,7 @@ struct hp_core {
 	const struct hp_graph *g;
 	struct hp_pool *pool;
 	struct hp_trace *trace;
+	struct hp_prof *prof;
 	void **buf;            /* per value: run-time buffer or NULL */
 	unsigned char *arena;  /* every activation at a planned offset */
 	uint64_t arena_size;
@@ -257,6 +258,7 @@ static int core_create(struct hp_session *ss)
 	s->g = g;
 	s->pool = ss->pool;
 	s->trace = ss->trace;
+	s->prof = ss->prof;
 	rc = compute_lifetimes(s);
 	if (rc < 0)
 		return rc;
@@ -340,9 +342,11 @@ static int core_run(struct hp_session *ss)
 		if (n->folded)
 			continue;
 		double u0 = hp_trace_now_us(s->trace);
+		uint64_t p0 = hp_prof_now_ns(s->prof);
 		rc = run_node(s, i);
 		if (rc < 0)
 			return rc;
+		hp_prof_add(s->prof, i, p0);
 		if (s->trace)
 			hp_trace_span(s->trace, HP_LANE_COMPUTE, n->op_type, n->name, u0, hp_trace_now_us(s->trace));
 	}
@@ -438,6 +442,14 @@ int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct h
 	hp_blas_threads(s->threads);
 	if (o->trace_path && (rc = hp_trace_open(o->trace_path, &s->trace)) < 0)
 		goto fail;
+	if (o->size >= offsetof(struct hp_exec_opts, profile) + sizeof o->profile && o->profile) {
+		s->prof = calloc(1, sizeof *s->prof);
+		if (!s->prof || !(s->prof->ns = calloc((size_t)g->nnodes + 1, sizeof *s->prof->ns)) ||
+		    !(s->prof->calls = calloc((size_t)g->nnodes + 1, sizeof *s->prof->calls))) {
+			rc = hp_error(-ENOMEM, "out of memory");
+			goto fail;
+		}
+	}
 	/* out of core: the store holds every tensor under the budget */
 	s->ex = o->budget ? &hp_exec_ooc : &hp_exec_incore;
 	rc = s->ex->create(s);
@@ -461,7 +473,34 @@ void hp_session_destroy(struct hp_session *s)
 		s->ex->destroy(s);
 	hp_pool_destroy(s->pool);
 	hp_trace_close(s->trace);
+	if (s->prof) {
+		free(s->prof->ns);
+		free(s->prof->calls);
+		free(s->prof);
+	}
 	free(s);
+}
+
+int hp_session_profile(const struct hp_session *s, struct hp_node_profile *out, int cap)
+{
+	const struct hp_graph *g = s->g;
+	int n = 0;
+
+	if (!s->prof)
+		return hp_error(HP_EUSAGE, "the session was created without profiling (hp_exec_opts.profile)");
+	for (int i = 0; i < g->nnodes; i++) {
+		uint64_t calls = __atomic_load_n(&s->prof->calls[i], __ATOMIC_RELAXED);
+		if (!calls)
+			continue;
+		if (n < cap) {
+			const struct hp_node *nd = &g->nodes[i];
+			out[n] = (struct hp_node_profile){ .node = i, .calls = calls,
+							   .total_ms = (double)__atomic_load_n(&s->prof->ns[i], __ATOMIC_RELAXED) / 1e6,
+							   .flops = nd->op->flops ? nd->op->flops(g, nd) : 0 };
+		}
+		n++;
+	}
+	return n;
 }
 
 int hp_session_set_input(struct hp_session *s, const char *name, const struct hp_tensor *t)

@@ -17,6 +17,7 @@ struct cli {
 	int threads, iterations;
 	int warmup;                  /* --warmup: runs before the measured ones */
 	double duration;             /* --duration: measure at least this many seconds */
+	int profile;                 /* --profile: kernel time per operator type and node */
 	uint64_t seed;
 	int seed_given;
 	struct named shapes[MAX_NAMED], inputs[MAX_NAMED], outputs[MAX_NAMED];
@@ -42,6 +43,17 @@ struct cli {
 	const char *store, *hostfile, *token_file;
 	int replicas;                /* copies of every chunk on distinct daemons (0: 1) */
 };
+
+struct hp_session;
+struct hp_graph;
+struct hp_node_profile;
+struct json_object;
+/* --profile: the session's per-node kernel times so far (*out to free). */
+int exec_profile_snapshot(struct hp_session *s, struct hp_node_profile **out, int *n);
+/* Print the per-operator-type and top-node tables of the time since
+ * `before` (nb entries; NULL: since the start), and add them to stats. */
+int exec_profile_report(struct hp_session *s, const struct hp_graph *g, const struct cli *c,
+			const struct hp_node_profile *before, int nb, struct json_object *stats);
 
 /* Send the library's warnings and errors (hp_log) to stderr; the threshold
  * from HPDLF_LOG_LEVEL.  0, or an exit status (2) after saying why. */

@@ -65,7 +65,7 @@ static int parse_int(const char *arg, const char *flag, long lo, long *out)
 	return 0;
 }
 
-enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER, OPT_WARMUP, OPT_DURATION, OPT_SEED, OPT_THREADS,
+enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER, OPT_WARMUP, OPT_DURATION, OPT_PROFILE, OPT_SEED, OPT_THREADS,
        OPT_LOG, OPT_STATS, OPT_TRACE, OPT_PLAN, OPT_TRAIN, OPT_QUIET, OPT_HELP, OPT_PLAN_DOT,
        OPT_DATA, OPT_LABELS, OPT_LOSS, OPT_OPTIM, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BATCH,
        OPT_STEPS, OPT_EPOCHS, OPT_SHUFFLE, OPT_NO_SHUFFLE, OPT_CKPT, OPT_CKPT_EVERY, OPT_RESUME, OPT_RESUME_IF, OPT_STOP_NAN,
@@ -78,6 +78,7 @@ static const struct option long_opts[] = {
 	{ "input", required_argument, 0, OPT_INPUT },	  { "output", required_argument, 0, OPT_OUTPUT },
 	{ "output-dir", required_argument, 0, OPT_OUTDIR }, { "iterations", required_argument, 0, OPT_ITER },
 	{ "warmup", required_argument, 0, OPT_WARMUP },	  { "duration", required_argument, 0, OPT_DURATION },
+	{ "profile", no_argument, 0, OPT_PROFILE },
 	{ "seed", required_argument, 0, OPT_SEED },	  { "threads", required_argument, 0, OPT_THREADS },
 	{ "log-json", required_argument, 0, OPT_LOG },	  { "stats-json", required_argument, 0, OPT_STATS },
 	{ "trace", required_argument, 0, OPT_TRACE },	  { "plan", no_argument, 0, OPT_PLAN },
@@ -194,6 +195,7 @@ static int parse_args(int argc, char **argv, struct cli *c)
 		case OPT_OUTDIR: c->output_dir = optarg; break;
 		case OPT_ITER: rc = parse_int(optarg, "--iterations", 1, &v); c->iterations = (int)v; break;
 		case OPT_WARMUP: rc = parse_int(optarg, "--warmup", 0, &v); c->warmup = (int)v; break;
+		case OPT_PROFILE: c->profile = 1; break;
 		case OPT_DURATION: {
 			char *end;
 			errno = 0;
@@ -560,6 +562,9 @@ static double wall_ms(void)
 /* --warmup runs first, unmeasured and unlogged (the first run pages
  * weights in, faults memory, fills caches); then the measured ones into
  * *ms (grown as --duration needs), *n of them. */
+static struct hp_node_profile *warm_prof; /* --profile: per-node times after the warm-up */
+static int nwarm_prof;
+
 static int run_iterations(struct hp_session *s, const struct cli *c, double **ms, int *n, double *wall)
 {
 	FILE *log = NULL;
@@ -569,6 +574,8 @@ static int run_iterations(struct hp_session *s, const struct cli *c, double **ms
 	*n = 0;
 	for (int w = 0; w < c->warmup && rc == 0; w++)
 		rc = hp_session_run(s);
+	if (rc == 0 && c->profile && c->warmup)
+		rc = exec_profile_snapshot(s, &warm_prof, &nwarm_prof);
 	if (rc < 0)
 		return rc;
 	if (c->log_json && !(log = fopen(c->log_json, "w")))
@@ -696,7 +703,8 @@ static void print_summary(struct hp_session *s, const struct cli *c, const struc
 	}
 }
 
-static int summarize(struct hp_session *s, const struct cli *c, double *ms, int n, double wall)
+static int summarize(struct hp_session *s, const struct hp_graph *g, const struct cli *c, double *ms, int n,
+		     double wall)
 {
 	struct hp_run_stats st;
 	struct hp_run_info ri = { .size = sizeof ri };
@@ -709,6 +717,11 @@ static int summarize(struct hp_session *s, const struct cli *c, double *ms, int 
 	med = t.median;
 	if (!c->quiet)
 		print_summary(s, c, &st, &t, wall);
+	if (c->profile && !c->stats_json) {
+		int rc = exec_profile_report(s, g, c, warm_prof, nwarm_prof, NULL);
+		if (rc < 0)
+			return rc;
+	}
 	if (!c->stats_json) {
 		exec_tier_summary(s, c, NULL);
 		return 0;
@@ -740,7 +753,12 @@ static int summarize(struct hp_session *s, const struct cli *c, double *ms, int 
 	json_object *tiers = json_object_new_object();
 	exec_tier_summary(s, c, tiers);
 	json_object_object_add(o, "tiers", tiers);
-	int rc = json_object_to_file_ext(c->stats_json, o, JSON_C_TO_STRING_PRETTY);
+	int rc = c->profile ? exec_profile_report(s, g, c, warm_prof, nwarm_prof, o) : 0;
+	if (rc < 0) {
+		json_object_put(o);
+		return rc;
+	}
+	rc = json_object_to_file_ext(c->stats_json, o, JSON_C_TO_STRING_PRETTY);
 	json_object_put(o);
 	if (rc < 0)
 		return hp_error(-EIO, "%s: cannot write statistics", c->stats_json);
@@ -834,8 +852,9 @@ int main(int argc, char **argv)
 	rc = parse_args(argc, argv, &c);
 	if (rc)
 		return rc;
-	if (c.train && (c.warmup || c.duration)) {
-		fprintf(stderr, "hpdlf-exec: --warmup and --duration time inference; training takes --steps or --epochs\n");
+	if (c.train && (c.warmup || c.duration || c.profile)) {
+		fprintf(stderr, "hpdlf-exec: --warmup, --duration and --profile time inference; training takes --steps "
+			"or --epochs (and --trace for kernel times)\n");
 		return 2;
 	}
 	if (c.train)
@@ -848,6 +867,7 @@ int main(int argc, char **argv)
 	hp_exec_opts_init(&o, sizeof o);
 	o.threads = c.threads;
 	o.budget = c.budget;
+	o.profile = c.profile;
 	o.seed = c.seed;
 	o.trace_path = c.trace;
 	o.workers = c.workers;
@@ -881,9 +901,10 @@ int main(int argc, char **argv)
 	if (rc == 0)
 		rc = write_outputs(s, g, &c);
 	if (rc == 0)
-		rc = summarize(s, &c, ms, nms, wall);
+		rc = summarize(s, g, &c, ms, nms, wall);
 out:
 	free(ms);
+	free(warm_prof);
 	hp_session_destroy(s);
 	hp_graph_free(g);
 	for (int i = 0; i < c.nshapes; i++)

@@ -43,6 +43,7 @@ struct hp_exec_opts {
 	int no_split;           /* out of core: keep the graph as it is (see hp_graph_compile) */
 	int recalibrate;        /* planning: measure the speed model again (not the cache) */
 	int no_weight_split;    /* out of core: keep weights whole (operators may still split) */
+	int profile;            /* time every kernel per node (hp_session_profile) */
 };
 
 void hp_exec_opts_init(struct hp_exec_opts *o, size_t size);
@@ -69,6 +70,19 @@ struct hp_run_stats {
 	uint64_t peak_bytes;    /* tensor memory high-water mark */
 };
 void hp_session_stats(const struct hp_session *s, struct hp_run_stats *st);
+
+/* Kernel time of one node summed over the runs so far (opts.profile): the
+ * same intervals as the --trace spans. */
+struct hp_node_profile {
+	int node;               /* index into the session graph's nodes */
+	uint64_t calls;
+	double total_ms;
+	double flops;           /* of one call */
+};
+/* The nodes that ran, in graph order, up to cap of them into out (may be
+ * NULL with cap 0 to count): returns how many ran; HP_EUSAGE if the session
+ * was created without opts.profile. */
+int hp_session_profile(const struct hp_session *s, struct hp_node_profile *out, int cap);
 
 /* Copy bytes [offset, offset + len) of value v (an index of the session's
  * graph) out of or into the session: any value kept between runs (weights,

@@ -48,6 +48,19 @@ def main():
         for k, v in want.items():
             check(abs(st[k] - v) <= 1e-9 * max(1.0, abs(v)), f"{k} {st[k]} is {v} from the logged times")
         check("p99" in r.stderr and "after 4 warm-up" in r.stderr, "the summary shows the percentiles and the warm-up")
+        # --profile: per node and per operator type, over the measured runs only
+        r = subprocess.run([exe, model, "--iterations", "9", "--warmup", "2", "--profile", "--stats-json", stats],
+                           capture_output=True, text=True, timeout=120)
+        with open(stats) as f:
+            prof = json.load(f).get("profile", {})
+        nodes, types = prof.get("by_node", []), prof.get("by_op_type", [])
+        check(r.returncode == 0 and nodes and all(n["calls"] == 9 for n in nodes),
+              f"--profile counts the 9 measured calls of every node, not the warm-up ({[n['calls'] for n in nodes]})")
+        check(abs(sum(n["total_ms"] for n in nodes) - prof.get("kernel_ms", -1)) < 1e-9 and
+              abs(sum(t["total_ms"] for t in types) - prof.get("kernel_ms", -1)) < 1e-6 and
+              abs(sum(n["share"] for n in nodes) - 1) < 1e-9,
+              "node times sum to the kernel time, and so do the operator types; shares sum to 1")
+        check("by operator type" in r.stderr, "the profile table is printed")
         r = subprocess.run([exe, model, "--duration", "0.4", "--quiet", "--stats-json", stats], capture_output=True,
                            text=True, timeout=120)
         with open(stats) as f:
