@@ -171,6 +171,48 @@ static int parse_more(int o, struct cli *c)
 	}
 }
 
+/* Options of one mode given in the other are mistakes, never ignored:
+ * all of them named in one line, exit 2. */
+static int check_mode(const struct cli *c)
+{
+	const struct { int on; const char *flag; } train_only[] = {
+		{ c->data != NULL, "--data" }, { c->labels != NULL, "--labels" }, { c->loss != NULL, "--loss" },
+		{ c->optimizer != NULL, "--optimizer" }, { c->lr_given, "--lr" }, { c->momentum_given, "--momentum" },
+		{ c->weight_decay_given, "--weight-decay" }, { c->nesterov, "--nesterov" }, { c->batch != 0, "--batch" },
+		{ c->steps != 0, "--steps" }, { c->epochs != 0, "--epochs" }, { c->shuffle >= 0, "--shuffle/--no-shuffle" },
+		{ c->checkpoint != NULL, "--checkpoint" }, { c->checkpoint_every != 0, "--checkpoint-every" },
+		{ c->resume != 0, "--resume" }, { c->export_onnx != NULL, "--export-onnx" },
+	}, infer_only[] = {
+		{ c->ninputs > 0, "--input" }, { c->noutputs > 0, "--output" }, { c->output_dir != NULL, "--output-dir" },
+		{ c->iterations != 1, "--iterations" }, { c->warmup != 0, "--warmup" }, { c->duration != 0, "--duration" },
+		{ c->profile, "--profile" },
+	};
+	char list[256] = "";
+	size_t n = 0;
+
+	if (!c->train)
+		for (size_t i = 0; i < sizeof train_only / sizeof train_only[0]; i++)
+			if (train_only[i].on)
+				n += (size_t)snprintf(list + n, n < sizeof list ? sizeof list - n : 0, "%s%s", n ? ", " : "",
+						      train_only[i].flag);
+	if (n) {
+		fprintf(stderr, "hpdlf-exec: %s only %s with --train (add it, or leave %s out)\n", list,
+			strchr(list, ',') ? "make sense" : "makes sense", strchr(list, ',') ? "them" : "it");
+		return 2;
+	}
+	if (c->train)
+		for (size_t i = 0; i < sizeof infer_only / sizeof infer_only[0]; i++)
+			if (infer_only[i].on)
+				n += (size_t)snprintf(list + n, n < sizeof list ? sizeof list - n : 0, "%s%s", n ? ", " : "",
+						      infer_only[i].flag);
+	if (n) {
+		fprintf(stderr, "hpdlf-exec: %s %s inference, not training (training takes --data, --steps or --epochs; "
+			"--trace for kernel times)\n", list, strchr(list, ',') ? "are for" : "is for");
+		return 2;
+	}
+	return 0;
+}
+
 static int parse_args(int argc, char **argv, struct cli *c)
 {
 	long v;
@@ -852,11 +894,8 @@ int main(int argc, char **argv)
 	rc = parse_args(argc, argv, &c);
 	if (rc)
 		return rc;
-	if (c.train && (c.warmup || c.duration || c.profile)) {
-		fprintf(stderr, "hpdlf-exec: --warmup, --duration and --profile time inference; training takes --steps "
-			"or --epochs (and --trace for kernel times)\n");
-		return 2;
-	}
+	if ((rc = check_mode(&c)) != 0)
+		return rc;
 	if (c.train)
 		return exec_train_main(&c);
 	if ((rc = exec_store_tiers(&c, tiers, &ntiers)) != 0)

@@ -146,6 +146,10 @@ def main():
             ([model, "--frobnicate"], 2, ["option"], "unknown option"),
             ([], 2, ["model"], "no model"),
             ([p("fifo.onnx")], 2, ["fifo.onnx", "FIFO"], "a FIFO as the model"),
+            ([model, "--lr", "0.1", "--steps", "3"], 2, ["--lr", "--steps", "--train"],
+             "training options without --train"),
+            ([model, "--train", "--iterations", "4"], 2, ["--iterations", "inference"],
+             "inference options with --train"),
             ([model, "--input", "input=" + p("fifo.onnx")], 2, ["fifo.onnx", "FIFO"], "a FIFO as an input"),
             (["/dev/zero"], 2, ["/dev/zero"], "a device as the model"),
         ] + crafted_sizes(p)
