@@ -23,6 +23,7 @@
 
 /* usage_text: generated from docs/hpdlf-exec.md, the one source of --help and the man page. */
 #include "hpdlf-exec.help.h"
+#include "version.h"
 
 static int fail(int rc)
 {
@@ -65,7 +66,7 @@ static int parse_int(const char *arg, const char *flag, long lo, long *out)
 	return 0;
 }
 
-enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER, OPT_WARMUP, OPT_DURATION, OPT_PROFILE, OPT_SEED, OPT_THREADS,
+enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER, OPT_WARMUP, OPT_DURATION, OPT_PROFILE, OPT_VERSION, OPT_SEED, OPT_THREADS,
        OPT_LOG, OPT_STATS, OPT_TRACE, OPT_PLAN, OPT_TRAIN, OPT_QUIET, OPT_HELP, OPT_PLAN_DOT,
        OPT_DATA, OPT_LABELS, OPT_LOSS, OPT_OPTIM, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BATCH,
        OPT_STEPS, OPT_EPOCHS, OPT_SHUFFLE, OPT_NO_SHUFFLE, OPT_CKPT, OPT_CKPT_EVERY, OPT_RESUME, OPT_RESUME_IF, OPT_STOP_NAN,
@@ -78,7 +79,7 @@ static const struct option long_opts[] = {
 	{ "input", required_argument, 0, OPT_INPUT },	  { "output", required_argument, 0, OPT_OUTPUT },
 	{ "output-dir", required_argument, 0, OPT_OUTDIR }, { "iterations", required_argument, 0, OPT_ITER },
 	{ "warmup", required_argument, 0, OPT_WARMUP },	  { "duration", required_argument, 0, OPT_DURATION },
-	{ "profile", no_argument, 0, OPT_PROFILE },
+	{ "profile", no_argument, 0, OPT_PROFILE },	  { "version", no_argument, 0, OPT_VERSION },
 	{ "seed", required_argument, 0, OPT_SEED },	  { "threads", required_argument, 0, OPT_THREADS },
 	{ "log-json", required_argument, 0, OPT_LOG },	  { "stats-json", required_argument, 0, OPT_STATS },
 	{ "trace", required_argument, 0, OPT_TRACE },	  { "plan", no_argument, 0, OPT_PLAN },
@@ -256,6 +257,7 @@ static int parse_args(int argc, char **argv, struct cli *c)
 		case OPT_QUIET: c->quiet = 1; break;
 		case 'h':
 		case OPT_HELP: fputs(usage_text, stdout); exit(0);
+		case OPT_VERSION: printf("hpdlf-exec %s (%s)\n", HPDLF_VERSION, HPDLF_REVISION); exit(0);
 		case '?': return usage_error("%s", "unknown option or missing argument");
 		default: rc = parse_more(o, c); break;
 		}

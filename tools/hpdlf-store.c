@@ -16,6 +16,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/tensor.h"
 #include "store/remote/remote.h"
+#include "version.h"
 
 static const char usage_text[] =
 	"usage: hpdlf-store --listen HOST:PORT --dram SIZE [options]      run a daemon\n"
@@ -26,6 +27,7 @@ static const char usage_text[] =
 	"%s"
 	"  --dump-config              print the configuration and exit\n"
 	"  --help                     this text\n"
+	"  --version                  the version and source revision\n"
 	"\n"
 	"commands:\n"
 	"  put NAME FILE              store FILE (e.g. a .npy) as the named tensor NAME\n"
@@ -218,7 +220,7 @@ int hs_store_command(int argc, char **argv);
 int main(int argc, char **argv)
 {
 	const char *val[O_NOPT];
-	struct option lo[O_NOPT + 3];
+	struct option lo[O_NOPT + 4];
 	int dump = 0, c, level;
 	char lbuf[300];
 
@@ -232,12 +234,17 @@ int main(int argc, char **argv)
 	}
 	lo[O_NOPT] = (struct option){ "dump-config", no_argument, NULL, 'D' };
 	lo[O_NOPT + 1] = (struct option){ "help", no_argument, NULL, 'h' };
-	lo[O_NOPT + 2] = (struct option){ 0, 0, 0, 0 };
+	lo[O_NOPT + 2] = (struct option){ "version", no_argument, NULL, 'V' };
+	lo[O_NOPT + 3] = (struct option){ 0, 0, 0, 0 };
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		if (c >= 0 && c < O_NOPT)
 			val[c] = optarg;
 		else if (c == 'D')
 			dump = 1;
+		else if (c == 'V') {
+			printf("hpdlf-store %s (%s)\n", HPDLF_VERSION, HPDLF_REVISION);
+			return 0;
+		}
 		else if (c == 'h') {
 			print_usage();
 			return 0;
