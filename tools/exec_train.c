@@ -309,6 +309,7 @@ int exec_train_main(struct cli *c)
 		return rc;
 	signal(SIGINT, on_stop);
 	signal(SIGTERM, on_stop);
+	signal(SIGUSR1, on_stop); /* what batch systems send ahead of a time limit */
 	o.graph_only = c->plan || c->plan_dot;
 	rc = hp_trainer_create(c->model, &o, &t);
 	if (rc == 0 && k && (kill_nth = atol(k)) > 0)

@@ -3,6 +3,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -606,6 +607,17 @@ static double wall_ms(void)
 /* --warmup runs first, unmeasured and unlogged (the first run pages
  * weights in, faults memory, fills caches); then the measured ones into
  * *ms (grown as --duration needs), *n of them. */
+/* SIGINT/SIGTERM during inference: stop after the running iteration, close
+ * the session (its statistics page goes) and exit 128 + N; a second signal
+ * ends the process at once. */
+static volatile sig_atomic_t stop_sig;
+
+static void on_stop(int sig)
+{
+	stop_sig = sig;
+	signal(sig, SIG_DFL);
+}
+
 static struct hp_node_profile *warm_prof; /* --profile: per-node times after the warm-up */
 static int nwarm_prof;
 
@@ -616,7 +628,9 @@ static int run_iterations(struct hp_session *s, const struct cli *c, double **ms
 	double t0;
 
 	*n = 0;
-	for (int w = 0; w < c->warmup && rc == 0; w++)
+	signal(SIGINT, on_stop);
+	signal(SIGTERM, on_stop);
+	for (int w = 0; w < c->warmup && rc == 0 && !stop_sig; w++)
 		rc = hp_session_run(s);
 	if (rc == 0 && c->profile && c->warmup)
 		rc = exec_profile_snapshot(s, &warm_prof, &nwarm_prof);
@@ -625,7 +639,8 @@ static int run_iterations(struct hp_session *s, const struct cli *c, double **ms
 	if (c->log_json && !(log = fopen(c->log_json, "w")))
 		return hp_error(-errno, "%s: %s", c->log_json, strerror(errno));
 	t0 = wall_ms();
-	for (int it = 0; it < c->iterations || (c->duration && wall_ms() - t0 < c->duration * 1e3); it++) {
+	for (int it = 0; !stop_sig && (it < c->iterations || (c->duration && wall_ms() - t0 < c->duration * 1e3));
+	     it++) {
 		struct hp_run_stats st;
 
 		if (it == cap) {
@@ -939,6 +954,11 @@ int main(int argc, char **argv)
 	}
 	int nms = 0;
 	rc = run_iterations(s, &c, &ms, &nms, &wall);
+	if (rc == 0 && stop_sig) {
+		fprintf(stderr, "hpdlf-exec: %s after %d iteration%s\n", stop_sig == SIGTERM ? "terminated" : "interrupted",
+			nms, nms == 1 ? "" : "s");
+		goto out;
+	}
 	if (rc == 0)
 		rc = write_outputs(s, g, &c);
 	if (rc == 0)
@@ -954,5 +974,5 @@ out:
 		free(c.inputs[i].name), free(c.inputs[i].value);
 	for (int i = 0; i < c.noutputs; i++)
 		free(c.outputs[i].name), free(c.outputs[i].value);
-	return rc < 0 ? fail(rc) : 0;
+	return rc < 0 ? fail(rc) : stop_sig ? 128 + stop_sig : 0;
 }

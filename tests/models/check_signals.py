@@ -6,7 +6,8 @@ usage: check_signals.py HPDLF_EXEC MODEL_DIR
 - A crash is a crash: SIGSEGV, SIGBUS, SIGILL and SIGABRT sent to a running
   hpdlf-exec end it by that signal (no handler of libfabric's PSM libraries
   catching it, exiting 1 and writing *.btr files into the working folder).
-- SIGTERM and SIGINT end inference by the signal (status 143 / 130).
+- SIGTERM and SIGINT stop inference after the running iteration: status
+  143 / 130, one line, the statistics page of an out-of-core run removed.
 - SIGTERM during training with --checkpoint (Slurm's scancel, time limit)
   writes a checkpoint and exits 143; --resume continues from it.
 
@@ -44,9 +45,12 @@ def started(p, log=None, timeout=60):
 def crash_signals(exe, model, tmp):
     for sig in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGABRT, signal.SIGTERM, signal.SIGINT):
         cwd = tempfile.mkdtemp(dir=tmp)
-        # no core files from the deliberate crashes
-        p = subprocess.Popen([exe, model, "--iterations", "2000000"], cwd=cwd, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True,
+        pages = tempfile.mkdtemp(dir=tmp)
+        stop = sig in (signal.SIGTERM, signal.SIGINT)
+        # no core files from the deliberate crashes; out of core, so a stats page exists
+        p = subprocess.Popen([exe, model, "--iterations", "2000000", "--budget", "300K"], cwd=cwd,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, HPDLF_STATS_DIR=pages),
                              preexec_fn=lambda: __import__("resource").setrlimit(
                                  __import__("resource").RLIMIT_CORE, (0, 0)))
         if not check(started(p), f"{sig.name}: inference running"):
@@ -59,7 +63,12 @@ def crash_signals(exe, model, tmp):
             p.kill()
             check(False, f"{sig.name}: still running 20 s after the signal")
             continue
-        check(p.returncode == -sig, f"{sig.name}: ended by the signal (returncode {p.returncode}, want {-sig})")
+        if stop:
+            check(p.returncode == 128 + sig and ("terminated" if sig == signal.SIGTERM else "interrupted") in err,
+                  f"{sig.name}: stops after the iteration, exit {128 + sig} (got {p.returncode}: {err.strip()!r})")
+            check(not os.listdir(pages), f"{sig.name}: the statistics page is gone ({os.listdir(pages)})")
+        else:
+            check(p.returncode == -sig, f"{sig.name}: ended by the signal (returncode {p.returncode}, want {-sig})")
         check("Backtrace" not in err, f"{sig.name}: no foreign backtrace on stderr ({err.strip()[:200]!r})")
         check(not os.listdir(cwd), f"{sig.name}: nothing written into the working folder ({os.listdir(cwd)})")
 
