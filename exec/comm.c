@@ -4,6 +4,7 @@
  * reduces the loss, and MPI_THREAD_SERIALIZED asks for no more than that. */
 #include <limits.h>
 #include <pthread.h>
+#include <stdlib.h>
 
 #include <mpi.h>
 
@@ -33,6 +34,12 @@ int hp_comm_init(void)
 	pthread_mutex_lock(&mu);
 	if (inited)
 		goto out;
+	/* A rank waiting in a collective busy-polls by default: that thread
+	 * takes a core from the compute workers (one owner of the cores) and,
+	 * with ranks sharing cores, starves the store's io_uring workers until
+	 * the peer it waits for stalls too (seen: 2 ranks on 2 cores hanging
+	 * out of core).  Yield while idle unless the user chose otherwise. */
+	setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
 	if ((err = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided)) != MPI_SUCCESS) {
 		rc = hp_error(HP_EPROTO, "rank %d: MPI_Init_thread failed (code %d)", r, err);
 		goto out;

@@ -45,8 +45,8 @@ struct hp_kargs;
  * with hp_comm_run_allreduce instead of its kernel. */
 int hp_comm_is_allreduce(const struct hp_node *n);
 /* Sum the node's gradients over the ranks into its outputs, scaled by
- * 1/ranks: packed into a->ws for one collective when the workspace holds
- * the bucket, else one collective per gradient. */
+ * 1/ranks, packed through a staging buffer of at most 4 MiB (never store
+ * memory: see comm_reduce.c). */
 int hp_comm_run_allreduce(const struct hp_node *n, const struct hp_kargs *a);
 /* Whether this build can talk to other ranks. */
 int hp_comm_available(void);

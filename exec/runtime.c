@@ -297,9 +297,8 @@ static void add_kernel_entry(const struct hp_rt *s, int k, struct hp_net_entry *
 				    .inplace = (uint8_t)hp_plan_inplace(s->g, s->plan, k) };
 	if (!s->nscratch) /* scratch per kernel, else the workers' own */
 		e->workspace = (nd->workspace + 4095) / 4096 * 4096;
-	/* a bucket's reduction fires on an I/O thread, which owns no scratch:
-	 * with the workers' scratch it reduces gradient by gradient instead
-	 * of packing (no budget the planner did not count) */
+	/* a bucket's reduction fires on an I/O thread (no workspace: it packs
+	 * into the communicator's staging buffer) */
 	if (hp_comm_is_allreduce(nd))
 		e->kind = HP_TR_COMM;
 }
@@ -550,24 +549,16 @@ static int rt_fire_comm(void *arg, int step, int lane)
 	const struct hp_node *n = &s->g->nodes[s->plan->node[step]];
 	struct hp_tensor in[n->ninputs + 1], out[n->noutputs + 1];
 	struct hp_kargs a = { .nin = n->ninputs, .in = in, .nout = n->noutputs, .out = out };
-	struct hs_tensor *ws = NULL;
 	double u0 = hp_trace_now_us(s->trace);
 	int rc;
 
 	memset(in, 0, sizeof in);
 	memset(out, 0, sizeof out);
 	rc = pin_io(s, n, in, out);
-	if (rc == 0 && n->workspace && !s->nscratch && (rc = pin_workspace(s, n, &ws, &a.ws)) == 0)
-		a.ws_size = n->workspace;
 	if (rc == 0)
 		rc = hp_comm_run_allreduce(n, &a);
 	if (s->trace)
 		hp_trace_span(s->trace, lane, n->op_type, n->name, u0, hp_trace_now_us(s->trace));
-	if (ws) {
-		int r2 = hs_unpin(ws, 0, HS_ALL);
-		r2 = r2 < 0 ? r2 : give_back(s, ws);
-		rc = rc < 0 ? rc : r2;
-	}
 	unpin_io(s, n, in, out);
 	return rc;
 }

@@ -8,8 +8,8 @@
  * previous bucket's token can never overtake it.  The executors run this
  * node themselves through the job's communicator (exec/comm_reduce.c); the
  * kernel here is only the single-rank meaning (copy and scale), so a graph
- * holding it still runs and folds nothing.  workspace: the bucket's bytes,
- * where the executor packs the gradients for one collective. */
+ * holding it still runs and folds nothing.  No workspace: the executor
+ * packs the gradients into the communicator's own staging buffer. */
 #include <string.h>
 
 #include "hpdlf/error.h"
@@ -18,7 +18,6 @@
 static int allreduce_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	struct hp_shape scalar = { 0 };
-	size_t bytes = 0;
 
 	if (n->ninputs != n->noutputs || n->ninputs < 2)
 		return hp_node_error(g, n, HP_EMODEL, "needs a token and as many outputs as inputs");
@@ -29,10 +28,9 @@ static int allreduce_prepare(struct hp_graph *g, struct hp_node *n)
 		if (rc < 0)
 			return rc;
 		tk_set_out(g, n, i, HP_F32, &g->values[n->inputs[i]].shape);
-		bytes += (size_t)hp_shape_numel(&g->values[n->inputs[i]].shape) * 4;
 	}
 	tk_set_out(g, n, 0, HP_F32, &scalar);
-	n->workspace = bytes;
+	n->workspace = 0;
 	return 0;
 }
 
