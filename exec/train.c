@@ -383,7 +383,7 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 	double last = 0; /* the last step's loss: 0 when none ran */
 
 	while (!stop && t->step < t->total) {
-		if (t->o.cancel && *t->o.cancel) {
+		if ((t->o.cancel && *t->o.cancel) || t->dp_stop) {
 			rc = HP_ECANCELED;
 			break;
 		}
@@ -403,7 +403,7 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 		if (rc > 0)
 			stop = 1;
 		rc = 0;
-		if (stop || (t->o.cancel && *t->o.cancel))
+		if (stop || (t->o.cancel && *t->o.cancel) || t->dp_stop)
 			rc = HP_ECANCELED;
 	}
 	if (t->o.checkpoint_dir && isfinite(last) && t->rank == 0) {

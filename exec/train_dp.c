@@ -232,12 +232,14 @@ int hp_dp_agree(struct hp_trainer *t)
 
 int hp_dp_mean_loss(struct hp_trainer *t, double *loss)
 {
+	double v[2] = { *loss, t->o.cancel && *t->o.cancel };
 	int rc;
 
 	if (t->nranks < 2)
 		return 0;
-	if ((rc = hp_comm_allreduce(loss, 1, HP_F64)) < 0)
+	if ((rc = hp_comm_allreduce(v, 2, HP_F64)) < 0)
 		return rc;
-	*loss /= t->nranks;
+	*loss = v[0] / t->nranks;
+	t->dp_stop = v[1] > 0;
 	return 0;
 }

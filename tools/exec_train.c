@@ -356,8 +356,11 @@ int exec_train_main(struct cli *c)
 							       !strcmp(getenv("HPDLF_EXPORT_EXTERNAL_DATA"), "1"));
 	hp_trainer_destroy(t);
 	if (rc == HP_ECANCELED) {
-		fprintf(stderr, "hpdlf-exec: %s: %s%s\n", interrupted == SIGTERM ? "terminated" : "interrupted",
-			hp_errmsg(), c->checkpoint ? " (checkpoint written; continue with --resume)" : "");
+		/* under a launcher every rank stopped after the same step */
+		if (hp_comm_rank() == 0)
+			fprintf(stderr, "hpdlf-exec: %s: %s%s\n", interrupted == SIGTERM ? "terminated" : "interrupted",
+				hp_errmsg(), c->checkpoint ? " (checkpoint written; continue with --resume)" : "");
+		hp_comm_finalize();
 		return 128 + (interrupted ? (int)interrupted : SIGINT);
 	}
 	if (rc < 0)

@@ -13,6 +13,8 @@ usage: check_mpi.py HPDLF_EXEC TESTS_DIR
   --sync-bn stop at start-up (exit 2, one line saying why).
 - A rank killed with SIGKILL mid-training ends the others (non-zero exit)
   within 10 s.
+- SIGTERM reaching one rank stops every rank after the same step, with
+  the checkpoint written (by rank 0), and --resume continues from it.
 - A plain run (no launcher) starts no MPI: no child process (a singleton
   MPI_Init would spawn orted) and the same losses as before.
 
@@ -148,6 +150,33 @@ def killed_rank(tmp):
           'rank 1 killed: the job exits non-zero (%d) in %.1f s, no rank left' % (rc, took))
 
 
+def terminated_rank(tmp):
+    ck, log = os.path.join(tmp, 'ck'), os.path.join(tmp, 'term.json')
+    args = train_args('models/mlp', 60, 'sgd', ['--checkpoint', ck, '--log-json', log])
+    args[args.index('--steps') + 1] = '10000000'
+    pids = os.path.join(tmp, 'tpid')
+    wrap = ['sh', '-c', 'echo $$ > %s.$OMPI_COMM_WORLD_RANK; exec "$0" "$@"' % pids] + args
+    p = subprocess.Popen(LAUNCH + ['-np', '2'] + wrap, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         env=ENV, start_new_session=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (os.path.exists(log) and os.path.getsize(log) > 0):
+        time.sleep(0.1)
+    os.kill(int(open(pids + '.1').read()), signal.SIGTERM)
+    try:
+        rc = p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        rc = p.wait()
+    steps = len(losses(log)) if os.path.exists(log) else 0
+    check(rc != 0 and steps > 0 and os.path.exists(os.path.join(ck, 'checkpoint.hpck')),
+          'SIGTERM to rank 1: every rank stops (%d) after step %d, checkpoint written' % (rc, steps - 1))
+    args = train_args('models/mlp', 60, 'sgd', ['--checkpoint', ck, '--resume'])
+    args[args.index('--steps') + 1] = str(steps + 2)
+    rc = ranks_run(2, args, os.path.join(tmp, 'resumed.json'))
+    got = [json.loads(l)['step'] for l in open(os.path.join(tmp, 'resumed.json'))] if rc == 0 else []
+    check(got == [steps, steps + 1], '2 ranks resume from it at step %d' % steps)
+
+
 def children(pid):
     kids = []
     for d in os.listdir('/proc'):
@@ -185,6 +214,7 @@ def main():
         bitwise(tmp)
         refusals()
         killed_rank(tmp)
+        terminated_rank(tmp)
         plain_no_mpi(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
