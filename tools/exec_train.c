@@ -347,8 +347,10 @@ int exec_train_main(struct cli *c)
 	rc = hp_trainer_create(c->model, &o, &t);
 	if (rc == 0 && k && (kill_nth = atol(k)) > 0)
 		hp_trainer_set_checkpoint_progress(t, ckpt_progress, NULL);
-	if (rc == 0 && o.graph_only)
+	if (rc == 0 && o.graph_only && hp_comm_rank() == 0) /* every rank plans the same step */
 		rc = plan_step(c, &o, t);
+	else if (rc == 0 && o.graph_only)
+		rc = 0;
 	else if (rc == 0)
 		rc = train(c, t);
 	if (rc == 0 && c->export_onnx)
