@@ -2,7 +2,6 @@
  * process (comm_env.c), once, and every call runs under one mutex: the
  * task net's I/O threads reduce gradient buckets while the main thread
  * reduces the loss, and MPI_THREAD_SERIALIZED asks for no more than that. */
-#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -65,11 +64,6 @@ int hp_comm_rank(void)
 int hp_comm_size(void)
 {
 	return size;
-}
-
-int hp_comm_available(void)
-{
-	return 1;
 }
 
 /* MPI counts are ints: big buffers go in pieces of at most 1 G elements. */

@@ -48,7 +48,5 @@ int hp_comm_is_allreduce(const struct hp_node *n);
  * 1/ranks, packed through a staging buffer of at most 4 MiB (never store
  * memory: see comm_reduce.c). */
 int hp_comm_run_allreduce(const struct hp_node *n, const struct hp_kargs *a);
-/* Whether this build can talk to other ranks. */
-int hp_comm_available(void);
 
 #endif

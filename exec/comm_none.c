@@ -53,8 +53,3 @@ int hp_comm_barrier(void)
 void hp_comm_finalize(void)
 {
 }
-
-int hp_comm_available(void)
-{
-	return 0;
-}
