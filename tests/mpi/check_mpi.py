@@ -60,8 +60,9 @@ def losses(path):
 def train_args(model_dir, batch, opt, extra=()):
     m = os.path.join(TESTS, model_dir)
     # out of core with the default workers: with --threads 1 (the main
-    # thread the only compute worker) 2 ranks on 2 cores hang now and then,
-    # io_uring writes of the store never completing (open, see issue 13)
+    # thread the only compute worker) 2 ranks on 2 cores crawl for minutes
+    # when other processes load the cores, the store's io_uring requests
+    # completing a few per second (open, see issue 13)
     threads = [] if '--budget' in extra else ['--threads', '1']
     return [EXE, os.path.join(m, 'model.onnx'), '--train', '--data', os.path.join(m, 'x.npy'),
             '--labels', os.path.join(m, 'y.npy'), '--batch', str(batch), '--steps', '20',
