@@ -15,6 +15,7 @@
 
 #include "hpdlf/error.h"
 #include "hpdlf/store.h"
+#include "exec/comm.h"
 #include "exec/exec_internal.h"
 #include "exec/net.h"
 #include "exec/plan.h"
@@ -297,6 +298,10 @@ static void add_kernel_entry(const struct hp_rt *s, int k, struct hp_net_entry *
 				    .inplace = (uint8_t)hp_plan_inplace(s->g, s->plan, k) };
 	if (!s->nscratch) /* scratch per kernel, else the workers' own */
 		e->workspace = (nd->workspace + 4095) / 4096 * 4096;
+	/* a bucket's reduction fires on an I/O thread (no workspace: it packs
+	 * into the communicator's staging buffer) */
+	if (hp_comm_is_allreduce(nd))
+		e->kind = HP_TR_COMM;
 }
 
 /* The plan as the net's plan order: the prologue (persistent values the
@@ -335,8 +340,10 @@ static int plan_order(const struct hp_rt *s, struct hp_net_entry *e)
 
 static int rt_fire_kernel(void *arg, int step, int worker, int lane);
 static int rt_fire_io(void *arg, int kind, int v, uint64_t first, uint64_t nchunks, int lane);
+static int rt_fire_comm(void *arg, int step, int lane);
 
-static const struct hp_net_ops rt_net_ops = { .fire_kernel = rt_fire_kernel, .fire_io = rt_fire_io };
+static const struct hp_net_ops rt_net_ops = { .fire_kernel = rt_fire_kernel, .fire_io = rt_fire_io,
+					      .fire_comm = rt_fire_comm };
 
 /* Values' budget bytes (4 KiB pages, at least one; constants are not
  * managed) and chunk counts (tensors that exist now may load in parts). */
@@ -536,6 +543,27 @@ static int rt_fire_kernel(void *arg, int step, int worker, int lane)
 	unpin_io(s, n, in, out);
 	if (inplace)
 		s->ten[n->inputs[0]] = NULL;
+	return rc;
+}
+
+/* A bucket's reduction, on an I/O thread while backward goes on. */
+static int rt_fire_comm(void *arg, int step, int lane)
+{
+	struct hp_rt *s = arg;
+	const struct hp_node *n = &s->g->nodes[s->plan->node[step]];
+	struct hp_tensor in[n->ninputs + 1], out[n->noutputs + 1];
+	struct hp_kargs a = { .nin = n->ninputs, .in = in, .nout = n->noutputs, .out = out };
+	double u0 = hp_trace_now_us(s->trace);
+	int rc;
+
+	memset(in, 0, sizeof in);
+	memset(out, 0, sizeof out);
+	rc = pin_io(s, n, in, out);
+	if (rc == 0)
+		rc = hp_comm_run_allreduce(n, &a);
+	if (s->trace)
+		hp_trace_span(s->trace, lane, n->op_type, n->name, u0, hp_trace_now_us(s->trace));
+	unpin_io(s, n, in, out);
 	return rc;
 }
 

@@ -14,6 +14,7 @@
 #include "hpdlf/kernels.h"
 #include "hpdlf/store.h"
 #include "exec/compile.h"
+#include "exec/comm.h"
 #include "exec/exec_internal.h"
 #include "exec/trace.h"
 #include "kernels/blas.h"
@@ -327,6 +328,8 @@ static int run_node(struct hp_core *s, int i)
 	 * nothing to do. */
 	if ((n->op->flags & HP_OP_ALIAS) && n->ninputs && n->noutputs && in[0].data == out[0].data)
 		return 0;
+	if (hp_comm_is_allreduce(n))
+		return hp_comm_run_allreduce(n, &a);
 	return n->op->run(n, &a);
 }
 

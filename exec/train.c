@@ -11,6 +11,7 @@
 #include "exec/exec_internal.h"
 #include "exec/split.h"
 #include "exec/split_weight.h"
+#include "exec/train_dp.h"
 #include "exec/train_internal.h"
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size)
@@ -62,16 +63,17 @@ static int fit_input(struct hp_trainer *t)
 		return hp_error(HP_EDATA, "%s is %s but the model's input '%s' is %s", x->what, hp_dtype_name(x->dtype),
 				in->name, hp_dtype_name(in->dtype));
 	s = x->shape;
-	s.dims[0] = t->o.batch;
+	s.dims[0] = t->lbatch;
 	int ok = in->shape.rank == s.rank;
 	for (int i = 1; ok && i < s.rank; i++)
 		ok = in->shape.dims[i] < 0 || in->shape.dims[i] == s.dims[i];
 	if (!ok)
 		return hp_error(HP_EDATA, "%s samples are %s but the model's input '%s' takes %s (per sample)", x->what,
 				dims_str(&x->shape, 1, a, sizeof a), in->name, dims_str(&in->shape, 1, b, sizeof b));
-	if (in->shape.dims[0] >= 0 && in->shape.dims[0] != t->o.batch)
-		return hp_error(HP_EDATA, "%s: input '%s' has a fixed batch of %lld; --batch is %lld", t->model,
-				in->name, (long long)in->shape.dims[0], (long long)t->o.batch);
+	if (in->shape.dims[0] >= 0 && in->shape.dims[0] != t->lbatch)
+		return hp_error(HP_EDATA, "%s: input '%s' has a fixed batch of %lld; --batch is %lld%s", t->model,
+				in->name, (long long)in->shape.dims[0], (long long)t->o.batch,
+				t->nranks > 1 ? " over all ranks" : "");
 	return hp_graph_set_input_shape(g, in->name, &s);
 }
 
@@ -112,8 +114,8 @@ static int alloc_batch(struct hp_trainer *t)
 
 	if (rc == 0 && t->vlab >= 0)
 		rc = hp_tensor_alloc(&t->yb, g->values[t->vlab].dtype, &g->values[t->vlab].shape);
-	t->rows = calloc((size_t)t->o.batch, sizeof *t->rows);
-	t->ytmp = t->widen_labels ? calloc((size_t)t->o.batch, t->data.y.row_bytes) : NULL;
+	t->rows = calloc((size_t)t->lbatch, sizeof *t->rows);
+	t->ytmp = t->widen_labels ? calloc((size_t)t->lbatch, t->data.y.row_bytes) : NULL;
 	if (rc == 0 && (!t->rows || (t->widen_labels && !t->ytmp)))
 		rc = hp_error(-ENOMEM, "out of memory");
 	return rc;
@@ -130,9 +132,14 @@ static int check_opts(const struct hp_trainer_opts *o)
 	return 0;
 }
 
+/* Autodiff, then (with several ranks) the gradients' reductions before
+ * the updates. */
 static int finish_autodiff(struct hp_graph *g, void *arg)
 {
-	return hp_autodiff(g, arg);
+	struct hp_trainer *t = arg;
+	int rc = hp_autodiff(g, &t->o.spec);
+
+	return rc < 0 ? rc : hp_dp_insert_reduce(g, t->nranks, t->o.bucket, &t->nbuckets);
 }
 
 /* The training graph: under a budget, the forward graph is split first so
@@ -145,10 +152,10 @@ static int no_split(const struct hp_trainer *t)
 
 static int make_training_graph(struct hp_trainer *t, const struct hp_budget_layout *l)
 {
-	struct hp_split_opts so = { .layout = l, .training = 1, .finish = finish_autodiff, .arg = &t->o.spec };
+	struct hp_split_opts so = { .layout = l, .training = 1, .finish = finish_autodiff, .arg = t };
 
 	if (!t->o.budget || no_split(t))
-		return hp_autodiff(t->g, &t->o.spec);
+		return finish_autodiff(t->g, t);
 	return hp_split_for_budget(t->g, &so, NULL);
 }
 
@@ -159,6 +166,8 @@ static int build(struct hp_trainer *t)
 	int rc;
 
 	hp_budget_layout_init(&l, t->o.budget);
+	if ((rc = hp_dp_agree(t)) < 0)
+		return rc;
 	if ((rc = hp_dataset_open(&t->data, t->o.data, t->o.labels)) < 0 || (rc = hp_graph_load(t->model, &t->g)) < 0)
 		return rc;
 	if ((rc = fit_input(t)) < 0 || (rc = hp_graph_infer(t->g)) < 0)
@@ -207,7 +216,9 @@ int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct
 	if (!t->o.spec.seed)
 		t->o.spec.seed = t->o.seed;
 	t->model = strdup(model);
-	rc = t->model ? build(t) : hp_error(-ENOMEM, "out of memory");
+	rc = t->model ? hp_dp_setup(t) : hp_error(-ENOMEM, "out of memory");
+	if (rc == 0)
+		rc = build(t);
 	if (rc < 0) {
 		hp_trainer_destroy(t);
 		return rc;
@@ -265,10 +276,12 @@ static int epoch_perm(struct hp_trainer *t, int64_t e)
 
 int hp_train_rows(struct hp_trainer *t, int64_t step)
 {
-	int64_t n = t->data.n, b = t->o.batch;
+	int64_t n = t->data.n, b = t->o.batch, first = t->rank * t->lbatch;
 
-	for (int64_t k = 0; k < b; k++) {
-		int64_t p = step * b + k, e = p / n, i = p % n;
+	/* rows [first, first + lbatch) of the global batch, whose positions
+	 * (and permutation) every rank computes alike */
+	for (int64_t k = 0; k < t->lbatch; k++) {
+		int64_t p = step * b + first + k, e = p / n, i = p % n;
 		if (t->o.shuffle) {
 			int rc = epoch_perm(t, e);
 			if (rc < 0)
@@ -286,17 +299,17 @@ static int load_batch(struct hp_trainer *t, int64_t step)
 	int rc = hp_train_rows(t, step);
 
 	if (rc == 0)
-		rc = hp_darray_gather(&t->data.x, t->rows, t->o.batch, t->xb.data);
+		rc = hp_darray_gather(&t->data.x, t->rows, t->lbatch, t->xb.data);
 	if (rc == 0)
 		rc = hp_session_set_input(t->s, t->g->values[t->vin].name, &t->xb);
 	if (rc < 0 || t->vlab < 0)
 		return rc;
 	lname = t->g->values[t->vlab].name;
 	if (!t->widen_labels) {
-		rc = hp_darray_gather(&t->data.y, t->rows, t->o.batch, t->yb.data);
+		rc = hp_darray_gather(&t->data.y, t->rows, t->lbatch, t->yb.data);
 	} else {
 		int64_t n = hp_shape_numel(&t->yb.shape);
-		rc = hp_darray_gather(&t->data.y, t->rows, t->o.batch, t->ytmp);
+		rc = hp_darray_gather(&t->data.y, t->rows, t->lbatch, t->ytmp);
 		for (int64_t i = 0; rc == 0 && i < n; i++)
 			((int64_t *)t->yb.data)[i] = ((const int32_t *)t->ytmp)[i];
 	}
@@ -340,12 +353,14 @@ int hp_trainer_step(struct hp_trainer *t, struct hp_step_info *info)
 		rc = hp_session_run(t->s);
 	if (rc == 0)
 		rc = hp_session_read_value(t->s, t->vloss, 0, sizeof loss, &loss);
+	info->loss = loss;
+	if (rc == 0)
+		rc = hp_dp_mean_loss(t, &info->loss);
 	if (rc < 0)
 		return hp_error_prefix(rc, "step %lld", (long long)t->step);
 	info->step = t->step;
 	info->steps = t->total;
 	info->epoch = t->step * t->o.batch / t->data.n;
-	info->loss = loss;
 	info->samples = t->o.batch;
 	info->flops = t->s->flops;
 	tier_delta(t, info);
@@ -358,7 +373,7 @@ int hp_trainer_checkpoint(struct hp_trainer *t)
 {
 	if (!t->o.checkpoint_dir || !t->s)
 		return hp_error(HP_EUSAGE, "no checkpoint directory was given, or the trainer cannot run");
-	return hp_ckpt_write(t);
+	return t->rank ? 0 : hp_ckpt_write(t); /* every rank holds the same state */
 }
 
 int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
@@ -368,7 +383,7 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 	double last = 0; /* the last step's loss: 0 when none ran */
 
 	while (!stop && t->step < t->total) {
-		if (t->o.cancel && *t->o.cancel) {
+		if ((t->o.cancel && *t->o.cancel) || t->dp_stop) {
 			rc = HP_ECANCELED;
 			break;
 		}
@@ -379,7 +394,7 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 		rc = 0;
 		if (t->o.checkpoint_dir && t->o.checkpoint_every > 0 && t->step % t->o.checkpoint_every == 0 &&
 		    t->step < t->total && isfinite(info.loss)) {
-			if ((rc = hp_ckpt_write(t)) < 0)
+			if (t->rank == 0 && (rc = hp_ckpt_write(t)) < 0)
 				return rc;
 			info.checkpointed = 1;
 		}
@@ -388,10 +403,10 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 		if (rc > 0)
 			stop = 1;
 		rc = 0;
-		if (stop || (t->o.cancel && *t->o.cancel))
+		if (stop || (t->o.cancel && *t->o.cancel) || t->dp_stop)
 			rc = HP_ECANCELED;
 	}
-	if (t->o.checkpoint_dir && isfinite(last)) {
+	if (t->o.checkpoint_dir && isfinite(last) && t->rank == 0) {
 		int r = hp_ckpt_write(t);
 		if (r < 0)
 			return r;

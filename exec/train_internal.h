@@ -55,6 +55,10 @@ struct hp_trainer {
 	void *ytmp;
 	uint64_t last_read[8], last_written[8];
 	char tier_names[8][16];
+	int rank, nranks;      /* data parallelism: this rank of nranks (1: alone) */
+	int64_t lbatch;        /* rows of each global batch this rank trains on */
+	int nbuckets;          /* gradient buckets reduced over the ranks */
+	int dp_stop;           /* some rank was cancelled: all stop after this step */
 	hp_ckpt_progress_fn ckpt_progress; /* test hook (exec/train_hooks.h) */
 	void *ckpt_arg;
 };
@@ -63,7 +67,16 @@ struct hp_trainer {
 int hp_ckpt_write(struct hp_trainer *t);
 int hp_ckpt_read(struct hp_trainer *t);
 
-/* The samples of step `step` into t->rows. */
+/* Data parallelism (train_dp.c): join the ranks and split the batch;
+ * then check that every rank trains the same model with the same flags. */
+int hp_dp_setup(struct hp_trainer *t);
+int hp_dp_agree(struct hp_trainer *t);
+/* The global mean of this rank's loss over its rows; and whether any
+ * rank was cancelled (SIGINT/SIGTERM reach ranks at different steps: all
+ * must stop after the same one, or the others wait in a collective). */
+int hp_dp_mean_loss(struct hp_trainer *t, double *loss);
+
+/* This rank's samples of step `step` into t->rows (lbatch of them). */
 int hp_train_rows(struct hp_trainer *t, int64_t step);
 
 #endif

@@ -573,7 +573,7 @@ const struct hp_op tk_op_adam = {
 
 const struct hp_op *const hp_ops_train[] = {
 	&tk_op_grad_sum, &tk_op_step_inc, &tk_op_sce, &tk_op_sce_grad, &tk_op_mse, &tk_op_mse_grad,
-	&tk_op_sgd, &tk_op_adam,
+	&tk_op_sgd, &tk_op_adam, &tk_op_allreduce,
 	&tk_op_unary_grad, &tk_op_binary_grad, &tk_op_where_grad, &tk_op_dropout_train, &tk_op_dropout_grad,
 	&tk_op_matmul_grad, &tk_op_gemm_grad,
 	&tk_op_conv_grad_data, &tk_op_conv_grad_filter, &tk_op_convt_grad_data, &tk_op_bias_grad,

@@ -30,6 +30,9 @@ extern const struct hp_op tk_op_bn_train, tk_op_bn_grad, tk_op_ln_grad, tk_op_so
 extern const struct hp_op tk_op_reshape_grad, tk_op_transpose_grad, tk_op_concat_grad, tk_op_split_grad,
 	tk_op_slice_grad, tk_op_gather_grad, tk_op_reduce_grad, tk_op_resize_grad;
 
+/* comm_op.c: a bucket's reduction over ranks (run by the executors) */
+extern const struct hp_op tk_op_allreduce;
+
 /* Input value i of n, or NULL when omitted. */
 static inline struct hp_value *tk_in(struct hp_graph *g, const struct hp_node *n, int i)
 {

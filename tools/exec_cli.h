@@ -34,6 +34,7 @@ struct cli {
 	const char *checkpoint, *export_onnx;
 	long checkpoint_every;
 	int resume;
+	uint64_t bucket;             /* --bucket: gradient bucket bytes over ranks (0: chosen) */
 	int go_on_nan;               /* --no-stop-on-nan: keep training past a non-finite loss */
 	/* stores and tiers */
 	const char *tiers[16];

@@ -16,6 +16,7 @@
 #include "hpdlf/exec.h"
 #include "hpdlf/train.h"
 #include "hpdlf/store.h"
+#include "exec/comm.h"
 #include "exec/split_weight.h"
 #include "exec/train_hooks.h"
 #include "tools/exec_cli.h"
@@ -109,6 +110,7 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	o->checkpoint_dir = c->checkpoint;
 	o->checkpoint_every = c->checkpoint_every;
 	o->resume = c->resume;
+	o->bucket = c->bucket;
 	o->cancel = &interrupted;
 	return 0;
 }
@@ -297,6 +299,35 @@ static int plan_step(const struct cli *c, const struct hp_trainer_opts *to, stru
 	return exec_plan_only(hp_trainer_graph(t), &o, c, " (one training step)");
 }
 
+/* Rank 0 alone talks and writes files: the others train the same
+ * weights (checkpoints are the trainer's rank-0 business too). */
+static void quiet_rank(struct cli *c)
+{
+	if (hp_comm_rank() == 0)
+		return;
+	c->quiet = 1;
+	c->log_json = NULL;
+	c->stats_json = NULL;
+	c->export_onnx = NULL;
+	c->trace = NULL;
+}
+
+/* A usage error is the same on every rank (each checks the same flags and
+ * the ranks' agreement): rank 0 says it, all leave MPI cleanly.  Anything
+ * else may be this rank's alone: it says so and exits, and the launcher
+ * ends the others. */
+static int train_fail(int rc)
+{
+	if (rc == HP_EUSAGE) {
+		if (hp_comm_rank() == 0)
+			fprintf(stderr, "hpdlf-exec: %s\n", hp_errmsg());
+		hp_comm_finalize();
+		return 2;
+	}
+	fprintf(stderr, "hpdlf-exec: %s\n", hp_errmsg()[0] ? hp_errmsg() : hp_strerror(rc));
+	return hp_exit_status(rc);
+}
+
 int exec_train_main(struct cli *c)
 {
 	struct hp_trainer_opts o;
@@ -304,6 +335,9 @@ int exec_train_main(struct cli *c)
 	const char *k = getenv("HPDLF_TEST_KILL_IN_CHECKPOINT");
 	int rc;
 
+	if ((rc = hp_comm_init()) < 0)
+		return train_fail(rc);
+	quiet_rank(c);
 	rc = to_opts(c, &o);
 	if (rc)
 		return rc;
@@ -314,8 +348,10 @@ int exec_train_main(struct cli *c)
 	rc = hp_trainer_create(c->model, &o, &t);
 	if (rc == 0 && k && (kill_nth = atol(k)) > 0)
 		hp_trainer_set_checkpoint_progress(t, ckpt_progress, NULL);
-	if (rc == 0 && o.graph_only)
+	if (rc == 0 && o.graph_only && hp_comm_rank() == 0) /* every rank plans the same step */
 		rc = plan_step(c, &o, t);
+	else if (rc == 0 && o.graph_only)
+		rc = 0;
 	else if (rc == 0)
 		rc = train(c, t);
 	if (rc == 0 && c->export_onnx)
@@ -323,13 +359,15 @@ int exec_train_main(struct cli *c)
 							       !strcmp(getenv("HPDLF_EXPORT_EXTERNAL_DATA"), "1"));
 	hp_trainer_destroy(t);
 	if (rc == HP_ECANCELED) {
-		fprintf(stderr, "hpdlf-exec: %s: %s%s\n", interrupted == SIGTERM ? "terminated" : "interrupted",
-			hp_errmsg(), c->checkpoint ? " (checkpoint written; continue with --resume)" : "");
+		/* under a launcher every rank stopped after the same step */
+		if (hp_comm_rank() == 0)
+			fprintf(stderr, "hpdlf-exec: %s: %s%s\n", interrupted == SIGTERM ? "terminated" : "interrupted",
+				hp_errmsg(), c->checkpoint ? " (checkpoint written; continue with --resume)" : "");
+		hp_comm_finalize();
 		return 128 + (interrupted ? (int)interrupted : SIGINT);
 	}
-	if (rc < 0) {
-		fprintf(stderr, "hpdlf-exec: %s\n", hp_errmsg()[0] ? hp_errmsg() : hp_strerror(rc));
-		return hp_exit_status(rc);
-	}
+	if (rc < 0)
+		return train_fail(rc);
+	hp_comm_finalize();
 	return 0;
 }

@@ -73,7 +73,7 @@ enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER,
        OPT_STEPS, OPT_EPOCHS, OPT_SHUFFLE, OPT_NO_SHUFFLE, OPT_CKPT, OPT_CKPT_EVERY, OPT_RESUME, OPT_RESUME_IF, OPT_STOP_NAN,
        OPT_GO_NAN,
        OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS, OPT_NO_SPLIT,
-       OPT_RECALIBRATE };
+       OPT_RECALIBRATE, OPT_BUCKET, OPT_SYNC_BN, OPT_SHARD };
 
 static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
@@ -103,6 +103,8 @@ static const struct option long_opts[] = {
 	{ "workers", required_argument, 0, OPT_WORKERS },
 	{ "no-split", no_argument, 0, OPT_NO_SPLIT },
 	{ "recalibrate", no_argument, 0, OPT_RECALIBRATE },
+	{ "bucket", required_argument, 0, OPT_BUCKET },	  { "sync-bn", no_argument, 0, OPT_SYNC_BN },
+	{ "shard", required_argument, 0, OPT_SHARD },
 	{ 0, 0, 0, 0 },
 };
 
@@ -147,6 +149,18 @@ static int parse_more(int o, struct cli *c)
 	case OPT_STOP_NAN: c->go_on_nan = 0; return 0;
 	case OPT_GO_NAN: c->go_on_nan = 1; return 0;
 	case OPT_EXPORT: c->export_onnx = optarg; return 0;
+	case OPT_BUCKET:
+		if (hp_parse_size(optarg, &c->bucket) < 0 || !c->bucket)
+			return usage_error("--bucket: expected a size such as 4M, got '%s'", optarg);
+		return 0;
+	case OPT_SYNC_BN:
+		return usage_error("%s", "--sync-bn is not implemented yet: BatchNorm uses each rank's own batch "
+				   "statistics (as PyTorch DDP does)");
+	case OPT_SHARD:
+		if (!strcmp(optarg, "none"))
+			return 0;
+		return usage_error("--shard %s is not implemented yet (only none: every rank holds all the state)",
+				   optarg);
 	case OPT_TIER:
 		if (c->ntiers == (int)(sizeof c->tiers / sizeof c->tiers[0]))
 			return usage_error("%s", "too many --tier options");

@@ -107,6 +107,10 @@ struct hp_trainer_opts {
 	/* Build the training graph only (no session, no data in the store):
 	 * for planning a step with hp_trainer_graph; the trainer cannot run. */
 	int graph_only;
+	/* Under a launcher (mpirun, srun): bytes per gradient bucket reduced
+	 * over the ranks (0: chosen from the model).  batch stays the global
+	 * batch; each rank trains on its 1/ranks of every one. */
+	uint64_t bucket;
 };
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size);

@@ -2,7 +2,10 @@
  * update node) against central differences of the loss the same graph
  * computes, the update and state wiring through value.next, training-mode
  * BatchNormalization statistics, and loss decreasing over steps.  The graph
- * is run by a small in-test executor (node order, value.next carried). */
+ * is run by a small in-test executor (node order, value.next carried).
+ * Data parallelism: the gradient buckets' AllReduce nodes before the
+ * updates, chained by their tokens (run here with their single-process
+ * meaning: the gradient scaled by 1/ranks). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +18,7 @@
 #include <cmocka.h>
 
 #include "exec/autodiff.h"
+#include "exec/train_dp.h"
 #include "hpdlf/error.h"
 #include "hpdlf/graph.h"
 #include "hpdlf/kernels.h"
@@ -575,6 +579,76 @@ static void test_merged_running_stats(void **state)
 	check_merged_bn(1);
 }
 
+static const struct hp_node *producer_of(const struct hp_graph *g, int v)
+{
+	return v >= 0 && g->values[v].producer >= 0 ? &g->nodes[g->values[v].producer] : NULL;
+}
+
+/* Every update reads an AllReduce output; the nodes form one token chain. */
+static int check_reduce_wiring(const struct hp_graph *g)
+{
+	int nar = 0, prev_token = -1;
+
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct hp_node *n = &g->nodes[i];
+		if (!strcmp(n->op_type, "SGDUpdate")) {
+			const struct hp_node *p = producer_of(g, n->inputs[1]);
+			assert_non_null(p);
+			assert_string_equal(p->op_type, "AllReduce");
+		}
+		if (strcmp(n->op_type, "AllReduce"))
+			continue;
+		assert_string_equal(n->domain, "ai.hpdlf");
+		assert_int_equal(n->inputs[0], prev_token); /* the chain, in node order */
+		assert_int_equal(hp_attr_int(n, "ranks", 0), 2);
+		prev_token = n->outputs[0];
+		nar++;
+	}
+	return nar;
+}
+
+static void test_dp_buckets(void **state)
+{
+	struct hp_train_spec t;
+	struct mini m;
+	int nb;
+
+	(void)state;
+	hp_train_spec_init(&t, sizeof t);
+	t.lr = 0.2;
+	for (int big = 0; big < 2; big++) {
+		struct hp_graph *g = mlp_graph(0);
+		assert_int_equal(hp_autodiff(g, &t), 0);
+		if (hp_dp_insert_reduce(g, 2, big ? 1ull << 30 : 1, &nb) < 0)
+			fail_msg("%s", hp_errmsg());
+		assert_int_equal(nb, big ? 1 : 3); /* E, W1, B1: one bucket each, or one for all */
+		assert_int_equal(check_reduce_wiring(g), nb);
+		mini_init(&m, g);
+		fill_inputs(&m, "x", 5, -1, 1);
+		fill_inputs(&m, "ids", 6, 0, 10);
+		fill_inputs(&m, "labels", 7, 0, 2);
+		mini_run(&m);
+		const struct hp_node *u = update_of(g, hp_graph_find_value(g, "W1"));
+		const struct hp_node *p = producer_of(g, u->inputs[1]);
+		int j = 1;
+		while (p->outputs[j] != u->inputs[1])
+			j++;
+		const float *in = mini_data(&m, p->inputs[j]), *out = mini_data(&m, u->inputs[1]);
+		for (int i = 0; i < 6; i++)
+			assert_true(out[i] == in[i] * 0.5f);
+		mini_free(&m);
+		hp_graph_free(g);
+	}
+	nb = -1;
+	struct hp_graph *g = mlp_graph(0);
+	assert_int_equal(hp_autodiff(g, &t), 0);
+	assert_int_equal(hp_dp_insert_reduce(g, 1, 0, &nb), 0); /* one rank: nothing */
+	assert_int_equal(nb, 0);
+	for (int i = 0; i < g->nnodes; i++)
+		assert_string_not_equal(g->nodes[i].op_type, "AllReduce");
+	hp_graph_free(g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -584,6 +658,7 @@ int main(void)
 		cmocka_unit_test(test_weight_behind_folded_nodes),
 		cmocka_unit_test(test_output_loss_and_errors),
 		cmocka_unit_test(test_merged_running_stats),
+		cmocka_unit_test(test_dp_buckets),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,142 @@
+/* Ranks over MPI.  MPI is initialised only when a launcher started this
+ * process (comm_env.c), once, and every call runs under one mutex: the
+ * task net's I/O threads reduce gradient buckets while the main thread
+ * reduces the loss, and MPI_THREAD_SERIALIZED asks for no more than that. */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include <mpi.h>
+
+#include "hpdlf/error.h"
+#include "exec/comm.h"
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static int inited, finalized, rank, size = 1;
+
+static int mpi_fail(int err, const char *what)
+{
+	char msg[MPI_MAX_ERROR_STRING];
+	int len = 0;
+
+	MPI_Error_string(err, msg, &len);
+	msg[len < (int)sizeof msg ? len : (int)sizeof msg - 1] = 0;
+	return hp_error(HP_EPROTO, "rank %d of %d: %s failed: %s (a peer rank is lost or disagrees)", rank, size,
+			what, msg);
+}
+
+int hp_comm_init(void)
+{
+	int r, n, provided, rc = 0, err;
+
+	if (!hp_comm_env(&r, &n))
+		return 0;
+	pthread_mutex_lock(&mu);
+	if (inited)
+		goto out;
+	/* A rank waiting in a collective busy-polls by default: that thread
+	 * takes a core from the compute workers (one owner of the cores) and,
+	 * with ranks sharing cores, starves the store's io_uring workers until
+	 * the peer it waits for stalls too (seen: 2 ranks on 2 cores hanging
+	 * out of core).  Yield while idle unless the user chose otherwise. */
+	setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+	if ((err = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided)) != MPI_SUCCESS) {
+		rc = hp_error(HP_EPROTO, "rank %d: MPI_Init_thread failed (code %d)", r, err);
+		goto out;
+	}
+	/* errors come back as codes, so a lost peer is a message naming us */
+	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &size);
+	inited = 1;
+	if (provided < MPI_THREAD_SERIALIZED)
+		rc = hp_error(HP_EUNSUPPORTED, "rank %d: MPI gives thread level %d, hpdlf needs SERIALIZED", rank,
+			      provided);
+out:
+	pthread_mutex_unlock(&mu);
+	return rc;
+}
+
+int hp_comm_rank(void)
+{
+	return rank;
+}
+
+int hp_comm_size(void)
+{
+	return size;
+}
+
+/* MPI counts are ints: big buffers go in pieces of at most 1 G elements. */
+int hp_comm_allreduce(void *buf, size_t count, enum hp_dtype dt)
+{
+	MPI_Datatype t = dt == HP_F64 ? MPI_DOUBLE : MPI_FLOAT;
+	size_t esz = dt == HP_F64 ? 8 : 4;
+	int err = MPI_SUCCESS;
+
+	if (dt != HP_F32 && dt != HP_F64)
+		return hp_error(HP_EINTERNAL, "allreduce of %s: only float32 and float64", hp_dtype_name(dt));
+	if (size == 1 || !count)
+		return 0;
+	pthread_mutex_lock(&mu);
+	for (size_t off = 0; off < count && err == MPI_SUCCESS; off += 1u << 30) {
+		size_t k = count - off < (1u << 30) ? count - off : (1u << 30);
+		err = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * esz, (int)k, t, MPI_SUM, MPI_COMM_WORLD);
+	}
+	pthread_mutex_unlock(&mu);
+	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "allreduce");
+}
+
+int hp_comm_minmax_u64(uint64_t v, uint64_t *min, uint64_t *max)
+{
+	uint64_t in[2] = { v, ~v }, out[2];
+	int err;
+
+	if (size == 1) {
+		*min = *max = v;
+		return 0;
+	}
+	pthread_mutex_lock(&mu);
+	err = MPI_Allreduce(in, out, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+	pthread_mutex_unlock(&mu);
+	if (err != MPI_SUCCESS)
+		return mpi_fail(err, "allreduce");
+	*max = out[0];
+	*min = ~out[1];
+	return 0;
+}
+
+int hp_comm_bcast(void *buf, size_t bytes, int root)
+{
+	int err = MPI_SUCCESS;
+
+	if (size == 1)
+		return 0;
+	pthread_mutex_lock(&mu);
+	for (size_t off = 0; off < bytes && err == MPI_SUCCESS; off += 1u << 30) {
+		size_t k = bytes - off < (1u << 30) ? bytes - off : (1u << 30);
+		err = MPI_Bcast((char *)buf + off, (int)k, MPI_BYTE, root, MPI_COMM_WORLD);
+	}
+	pthread_mutex_unlock(&mu);
+	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "broadcast");
+}
+
+int hp_comm_barrier(void)
+{
+	int err;
+
+	if (size == 1)
+		return 0;
+	pthread_mutex_lock(&mu);
+	err = MPI_Barrier(MPI_COMM_WORLD);
+	pthread_mutex_unlock(&mu);
+	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "barrier");
+}
+
+void hp_comm_finalize(void)
+{
+	pthread_mutex_lock(&mu);
+	if (inited && !finalized)
+		MPI_Finalize();
+	finalized = 1;
+	pthread_mutex_unlock(&mu);
+}

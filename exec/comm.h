@@ -1,0 +1,52 @@
+/* The ranks of a job (internal to exec/ and tools/): who we are, and the
+ * collectives data-parallel training needs, over MPI.
+ *
+ *   if ((rc = hp_comm_init()) < 0) fail(rc);    // MPI only under a launcher
+ *   hp_comm_allreduce(buf, n, HP_F32);          // sum over ranks, in place
+ *   ...
+ *   hp_comm_finalize();                          // after a run that succeeded
+ *
+ * A process started without a launcher (no mpirun/srun environment) never
+ * initialises MPI: it is rank 0 of 1 and every collective returns at once.
+ * Every MPI call goes through this module under one mutex, so MPI runs at
+ * MPI_THREAD_SERIALIZED while the task net's I/O threads issue a bucket's
+ * reduction and the main thread the loss's.  Callers must issue the
+ * collectives in the same order on every rank (the task net chains its
+ * COMM transitions for that).  A lost peer shows up as HP_EPROTO naming
+ * this rank; the launcher then ends the job. */
+#ifndef HPDLF_EXEC_COMM_H
+#define HPDLF_EXEC_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hpdlf/tensor.h"
+
+/* The launcher's rank and size from the environment (Open MPI, PMIx, PMI,
+ * Slurm with more than one task), without touching MPI: 1 if launched. */
+int hp_comm_env(int *rank, int *size);
+/* Initialise MPI when a launcher started us (idempotent); 0 or HP_EUNSUPPORTED
+ * (built without MPI under a launcher) or HP_EPROTO. */
+int hp_comm_init(void);
+int hp_comm_rank(void);
+int hp_comm_size(void);
+/* Sum count elements of dtype (HP_F32 or HP_F64) over all ranks, in place. */
+int hp_comm_allreduce(void *buf, size_t count, enum hp_dtype dt);
+/* The minimum and maximum of a value over all ranks (disagreement checks). */
+int hp_comm_minmax_u64(uint64_t v, uint64_t *min, uint64_t *max);
+int hp_comm_bcast(void *buf, size_t bytes, int root);
+int hp_comm_barrier(void);
+/* Leave MPI (only after every rank succeeded: a failed rank just exits and
+ * the launcher ends the job). */
+void hp_comm_finalize(void);
+struct hp_node;
+struct hp_kargs;
+/* An ai.hpdlf AllReduce node (kernels/comm_op.c): the executors run it
+ * with hp_comm_run_allreduce instead of its kernel. */
+int hp_comm_is_allreduce(const struct hp_node *n);
+/* Sum the node's gradients over the ranks into its outputs, scaled by
+ * 1/ranks, packed through a staging buffer of at most 4 MiB (never store
+ * memory: see comm_reduce.c). */
+int hp_comm_run_allreduce(const struct hp_node *n, const struct hp_kargs *a);
+
+#endif

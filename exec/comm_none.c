@@ -1,0 +1,55 @@
+/* Ranks without MPI (built with -Dmpi=disabled or without Open MPI): one
+ * process is the whole job; under a launcher, say why it cannot join. */
+#include "hpdlf/error.h"
+#include "exec/comm.h"
+
+int hp_comm_init(void)
+{
+	int r, n;
+
+	if (hp_comm_env(&r, &n) && n != 1)
+		return hp_error(HP_EUNSUPPORTED, "rank %d of %d: this hpdlf-exec was built without MPI "
+				"(meson -Dmpi=enabled with libopenmpi-dev); it cannot train across ranks", r, n);
+	return 0;
+}
+
+int hp_comm_rank(void)
+{
+	return 0;
+}
+
+int hp_comm_size(void)
+{
+	return 1;
+}
+
+int hp_comm_allreduce(void *buf, size_t count, enum hp_dtype dt)
+{
+	(void)buf;
+	(void)count;
+	(void)dt;
+	return 0;
+}
+
+int hp_comm_minmax_u64(uint64_t v, uint64_t *min, uint64_t *max)
+{
+	*min = *max = v;
+	return 0;
+}
+
+int hp_comm_bcast(void *buf, size_t bytes, int root)
+{
+	(void)buf;
+	(void)bytes;
+	(void)root;
+	return 0;
+}
+
+int hp_comm_barrier(void)
+{
+	return 0;
+}
+
+void hp_comm_finalize(void)
+{
+}
