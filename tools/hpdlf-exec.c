@@ -198,6 +198,7 @@ static int check_mode(const struct cli *c)
 		{ c->steps != 0, "--steps" }, { c->epochs != 0, "--epochs" }, { c->shuffle >= 0, "--shuffle/--no-shuffle" },
 		{ c->checkpoint != NULL, "--checkpoint" }, { c->checkpoint_every != 0, "--checkpoint-every" },
 		{ c->resume != 0, "--resume" }, { c->export_onnx != NULL, "--export-onnx" },
+		{ c->bucket != 0, "--bucket" },
 	}, infer_only[] = {
 		{ c->ninputs > 0, "--input" }, { c->noutputs > 0, "--output" }, { c->output_dir != NULL, "--output-dir" },
 		{ c->iterations != 1, "--iterations" }, { c->warmup != 0, "--warmup" }, { c->duration != 0, "--duration" },
