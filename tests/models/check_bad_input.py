@@ -144,6 +144,8 @@ def main():
             ([model, "--input", "nosuch=" + os.path.join(src, "infer_x.npy")], 2, ["nosuch"], "unknown input name"),
             ([model, "--budget", "12Q"], 2, ["--budget"], "bad size"),
             ([model, "--frobnicate"], 2, ["option"], "unknown option"),
+            ([model, "--itrations", "3"], 2, ["--itrations", "did you mean --iterations"], "mistyped option"),
+            ([model, "--budget"], 2, ["--budget", "argument"], "option without its argument"),
             ([], 2, ["model"], "no model"),
             ([p("fifo.onnx")], 2, ["fifo.onnx", "FIFO"], "a FIFO as the model"),
             ([model, "--lr", "0.1", "--steps", "3"], 2, ["--lr", "--steps", "--train"],
