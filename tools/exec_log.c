@@ -11,7 +11,9 @@
 #include "hpdlf/error.h"
 #include "tools/exec_cli.h"
 
+/* as printed, and as HPDLF_LOG_LEVEL names them */
 static const char *const level_names[] = { "error", "warning", "info", "debug" };
+static const char *const level_env[] = { "error", "warn", "info", "debug" };
 
 static void exec_log_sink(int level, const char *msg, void *arg)
 {
@@ -22,11 +24,10 @@ static void exec_log_sink(int level, const char *msg, void *arg)
 int exec_log_init(void)
 {
 	const char *env = getenv("HPDLF_LOG_LEVEL");
-	static const char *const names[] = { "error", "warn", "info", "debug" };
 	int level = HP_LOG_WARN;
 
 	if (env && *env) {
-		for (level = 0; level < 4 && strcmp(env, names[level]); level++)
+		for (level = 0; level < 4 && strcmp(env, level_env[level]); level++)
 			;
 		if (level == 4) {
 			fprintf(stderr, "hpdlf-exec: HPDLF_LOG_LEVEL='%s': expected error, warn, info or debug\n", env);

@@ -187,11 +187,31 @@ static int parse_more(int o, struct cli *c)
 	}
 }
 
+struct flag_use {
+	int on;
+	const char *flag;
+};
+
+/* "--a, --b" of the flags given, into list; the count of them. */
+static int given(const struct flag_use *f, size_t nf, char *list, size_t len)
+{
+	size_t n = 0;
+	int k = 0;
+
+	list[0] = 0;
+	for (size_t i = 0; i < nf; i++)
+		if (f[i].on && n < len) {
+			n += (size_t)snprintf(list + n, len - n, "%s%s", k ? ", " : "", f[i].flag);
+			k++;
+		}
+	return k;
+}
+
 /* Options of one mode given in the other are mistakes, never ignored:
  * all of them named in one line, exit 2. */
 static int check_mode(const struct cli *c)
 {
-	const struct { int on; const char *flag; } train_only[] = {
+	const struct flag_use train_only[] = {
 		{ c->data != NULL, "--data" }, { c->labels != NULL, "--labels" }, { c->loss != NULL, "--loss" },
 		{ c->optimizer != NULL, "--optimizer" }, { c->lr_given, "--lr" }, { c->momentum_given, "--momentum" },
 		{ c->weight_decay_given, "--weight-decay" }, { c->nesterov, "--nesterov" }, { c->batch != 0, "--batch" },
@@ -204,27 +224,17 @@ static int check_mode(const struct cli *c)
 		{ c->iterations != 1, "--iterations" }, { c->warmup != 0, "--warmup" }, { c->duration != 0, "--duration" },
 		{ c->profile, "--profile" },
 	};
-	char list[256] = "";
-	size_t n = 0;
+	char list[256];
+	int k;
 
-	if (!c->train)
-		for (size_t i = 0; i < sizeof train_only / sizeof train_only[0]; i++)
-			if (train_only[i].on)
-				n += (size_t)snprintf(list + n, n < sizeof list ? sizeof list - n : 0, "%s%s", n ? ", " : "",
-						      train_only[i].flag);
-	if (n) {
+	if (!c->train && (k = given(train_only, sizeof train_only / sizeof train_only[0], list, sizeof list))) {
 		fprintf(stderr, "hpdlf-exec: %s only %s with --train (add it, or leave %s out)\n", list,
-			strchr(list, ',') ? "make sense" : "makes sense", strchr(list, ',') ? "them" : "it");
+			k > 1 ? "make sense" : "makes sense", k > 1 ? "them" : "it");
 		return 2;
 	}
-	if (c->train)
-		for (size_t i = 0; i < sizeof infer_only / sizeof infer_only[0]; i++)
-			if (infer_only[i].on)
-				n += (size_t)snprintf(list + n, n < sizeof list ? sizeof list - n : 0, "%s%s", n ? ", " : "",
-						      infer_only[i].flag);
-	if (n) {
+	if (c->train && (k = given(infer_only, sizeof infer_only / sizeof infer_only[0], list, sizeof list))) {
 		fprintf(stderr, "hpdlf-exec: %s %s inference, not training (training takes --data, --steps or --epochs; "
-			"--trace for kernel times)\n", list, strchr(list, ',') ? "are for" : "is for");
+			"--trace for kernel times)\n", list, k > 1 ? "are for" : "is for");
 		return 2;
 	}
 	return 0;
