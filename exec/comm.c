@@ -9,6 +9,7 @@
 
 #include "hpdlf/error.h"
 #include "exec/comm.h"
+#include "exec/comm_wait.h"
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int inited, finalized, rank, size = 1;
@@ -80,7 +81,12 @@ int hp_comm_allreduce(void *buf, size_t count, enum hp_dtype dt)
 	pthread_mutex_lock(&mu);
 	for (size_t off = 0; off < count && err == MPI_SUCCESS; off += 1u << 30) {
 		size_t k = count - off < (1u << 30) ? count - off : (1u << 30);
-		err = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * esz, (int)k, t, MPI_SUM, MPI_COMM_WORLD);
+		MPI_Request req;
+		/* nonblocking, waited for asleep: an early rank leaves the core to
+		 * the others' work (comm_wait.c) */
+		err = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * esz, (int)k, t, MPI_SUM, MPI_COMM_WORLD, &req);
+		if (err == MPI_SUCCESS)
+			err = hp_comm_wait(&req);
 	}
 	pthread_mutex_unlock(&mu);
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "allreduce");

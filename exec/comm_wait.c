@@ -1,0 +1,37 @@
+/* Waiting for a collective without holding a core.  A blocking
+ * MPI_Allreduce polls until the slowest rank arrives: Open MPI's progress
+ * loop spins (sched_yield at best, with mpi_yield_when_idle), so a rank
+ * that is early takes a whole core from its own compute worker, its
+ * store's io_uring completion thread and the kernel's io-wq workers, which
+ * the late rank's work and, on a shared machine, everyone else's need.
+ * Here the collective is started nonblocking and tested: a few tests back
+ * to back (a short wait costs no sleep), then sleeps that double from
+ * WAIT_MIN_NS to WAIT_MAX_NS, each a real sleep in the kernel.  The cap
+ * bounds the latency added to a long wait; a large message's fragments
+ * move on every test, so its bandwidth drops only while the peer is late. */
+#include <time.h>
+
+#include <mpi.h>
+
+#include "exec/comm_wait.h"
+
+#define WAIT_SPINS 64
+#define WAIT_MIN_NS 2000L
+#define WAIT_MAX_NS 500000L
+
+int hp_comm_wait(MPI_Request *req)
+{
+	long ns = WAIT_MIN_NS;
+	int done = 0, err;
+
+	for (int i = 0; i < WAIT_SPINS; i++)
+		if ((err = MPI_Test(req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS || done)
+			return err;
+	for (;;) {
+		struct timespec ts = { 0, ns };
+		if ((err = MPI_Test(req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS || done)
+			return err;
+		nanosleep(&ts, NULL);
+		ns = ns * 2 > WAIT_MAX_NS ? WAIT_MAX_NS : ns * 2;
+	}
+}

@@ -1,0 +1,11 @@
+/* Completing a nonblocking MPI request while sleeping in the kernel
+ * between tests (comm_wait.c; internal to the MPI build of exec/). */
+#ifndef HPDLF_EXEC_COMM_WAIT_H
+#define HPDLF_EXEC_COMM_WAIT_H
+
+#include <mpi.h>
+
+/* MPI_Wait without the busy poll; MPI's error code. */
+int hp_comm_wait(MPI_Request *req);
+
+#endif
