@@ -143,3 +143,20 @@ int hp_plan_write_dot(const struct hp_graph *g, const struct hp_exec_opts *o, co
 	free(sm);
 	return rc;
 }
+
+int hp_plan_build_speed(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan **p,
+			struct hp_speed_compute *sp)
+{
+	struct speed_model *sm = calloc(1, sizeof *sm);
+	struct hp_plan_opts po;
+	int rc;
+
+	*p = NULL;
+	if (!sm)
+		return hp_error(-ENOMEM, "out of memory planning");
+	speed_opts(g, o, &po, sm);
+	rc = hp_plan_build(g, &po, p);
+	*sp = sm->c;
+	free(sm);
+	return rc;
+}

@@ -138,8 +138,11 @@ static int finish_autodiff(struct hp_graph *g, void *arg)
 {
 	struct hp_trainer *t = arg;
 	int rc = hp_autodiff(g, &t->o.spec);
+	uint64_t bucket = t->o.bucket;
 
-	return rc < 0 ? rc : hp_dp_insert_reduce(g, t->nranks, t->o.bucket, &t->nbuckets);
+	if (rc == 0 && t->nranks > 1)
+		rc = hp_dp_plan_bucket(t, g, &bucket);
+	return rc < 0 ? rc : hp_dp_insert_reduce(g, t->nranks, bucket, &t->nbuckets);
 }
 
 /* The training graph: under a budget, the forward graph is split first so

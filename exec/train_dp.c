@@ -154,6 +154,9 @@ int hp_dp_setup(struct hp_trainer *t)
 		return rc;
 	t->rank = hp_comm_rank();
 	t->nranks = hp_comm_size();
+	/* --plan --ranks N alone: the step of one of N ranks, no MPI */
+	if (t->nranks == 1 && t->o.graph_only && t->o.plan_ranks > 1)
+		t->nranks = t->o.plan_ranks;
 	t->lbatch = t->o.batch / t->nranks;
 	if (t->o.batch % t->nranks)
 		return hp_error(HP_EUSAGE, "--batch %lld does not split over %d ranks: it is the global batch, each "

@@ -61,6 +61,8 @@ struct hp_trainer {
 	int dp_stop;           /* some rank was cancelled: all stop after this step */
 	hp_ckpt_progress_fn ckpt_progress; /* test hook (exec/train_hooks.h) */
 	void *ckpt_arg;
+	double link_GBps, link_lat_us; /* the ranks' link (train_dp_plan.c); 0: not known yet */
+	uint64_t dp_bucket;    /* the bucket size the reductions use (chosen or --bucket) */
 };
 
 /* Checkpoints (train_ckpt.c): the file under dir, written atomically. */
@@ -75,6 +77,10 @@ int hp_dp_agree(struct hp_trainer *t);
  * rank was cancelled (SIGINT/SIGTERM reach ranks at different steps: all
  * must stop after the same one, or the others wait in a collective). */
 int hp_dp_mean_loss(struct hp_trainer *t, double *loss);
+/* The bucket size of the reductions of training graph g (train_dp_plan.c):
+ * --bucket, else chosen by the planner from the model and the link
+ * (measured at start-up under a launcher, identical on every rank). */
+int hp_dp_plan_bucket(struct hp_trainer *t, const struct hp_graph *g, uint64_t *bucket);
 
 /* This rank's samples of step `step` into t->rows (lbatch of them). */
 int hp_train_rows(struct hp_trainer *t, int64_t step);

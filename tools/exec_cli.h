@@ -35,6 +35,8 @@ struct cli {
 	long checkpoint_every;
 	int resume;
 	uint64_t bucket;             /* --bucket: gradient bucket bytes over ranks (0: chosen) */
+	int ranks;                   /* --ranks: --plan for this many ranks without a launcher */
+	double link_GBps, link_lat_us; /* --link-bandwidth, --link-latency (0: measured / default) */
 	int go_on_nan;               /* --no-stop-on-nan: keep training past a non-finite loss */
 	/* stores and tiers */
 	const char *tiers[16];
@@ -79,6 +81,15 @@ struct hp_exec_opts;
 /* --plan / --plan-dot of graph g (inference, or one training step: `what`
  * says which); 0 or a negative error. */
 int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c, const char *what);
+
+struct hp_trainer;
+/* --plan of a data-parallel step (exec_plan_comm.c): the link, the
+ * reductions and the step time with them; nothing for one rank. */
+int exec_plan_comm(const struct hp_trainer *t, const struct hp_exec_opts *o, int bucket_given);
+/* --link-bandwidth RATE (to GB/s) and --link-latency TIME (to us): 0, or
+ * exit status 2 after saying why. */
+int exec_parse_link_bandwidth(const char *arg, double *GBps);
+int exec_parse_link_latency(const char *arg, double *us);
 
 /* The training path (tools/exec_train.c): returns a process exit status. */
 int exec_train_main(struct cli *c);

@@ -68,6 +68,26 @@ static int parse_optimizer(const char *s, struct hp_train_spec *sp)
 	return 0;
 }
 
+/* --ranks plans a job without launching it; the link flags describe its
+ * link (or replace the measurement under a launcher). */
+static int check_ranks(const struct cli *c)
+{
+	int r, n, launched = hp_comm_env(&r, &n);
+
+	if (c->ranks && !c->plan)
+		return usage("%s", "--ranks N only plans (with --plan); to train on N ranks start hpdlf-exec under "
+			     "mpirun -np N or srun -n N");
+	if (c->ranks && launched)
+		return usage("%s", "--ranks plans without a launcher; under mpirun or srun the ranks are the launcher's");
+	if (c->ranks > 1 && !c->link_GBps)
+		return usage("%s", "--ranks needs the link's bandwidth: --link-bandwidth RATE (12.5G for 100 Gb/s)");
+	if ((c->link_GBps || c->link_lat_us) && !c->ranks && !launched)
+		return usage("%s", "--link-bandwidth and --link-latency describe the link of --ranks or of a launched job");
+	if (c->link_lat_us && !c->link_GBps)
+		return usage("%s", "--link-latency needs --link-bandwidth too");
+	return 0;
+}
+
 static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 {
 	static struct hs_tier_spec tiers[HS_MAX_TIERS];
@@ -85,6 +105,8 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 		return usage("%s", "give --steps or --epochs, not both");
 	if ((c->resume || c->checkpoint_every) && !c->checkpoint)
 		return usage("%s", "--resume and --checkpoint-every need --checkpoint DIR");
+	if ((rc = check_ranks(c)) != 0)
+		return rc;
 	hp_trainer_opts_init(o, sizeof *o);
 	if ((rc = parse_loss(c->loss, &o->spec)) || (rc = parse_optimizer(c->optimizer, &o->spec)))
 		return rc;
@@ -111,6 +133,9 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	o->checkpoint_every = c->checkpoint_every;
 	o->resume = c->resume;
 	o->bucket = c->bucket;
+	o->plan_ranks = c->ranks;
+	o->link_GBps = c->link_GBps;
+	o->link_lat_us = c->link_GBps > 0 && !c->link_lat_us ? 2 : c->link_lat_us;
 	o->cancel = &interrupted;
 	return 0;
 }
@@ -296,7 +321,9 @@ static int plan_step(const struct cli *c, const struct hp_trainer_opts *to, stru
 	o.ntiers = to->ntiers;
 	o.tiers = to->tiers;
 	o.recalibrate = c->recalibrate;
-	return exec_plan_only(hp_trainer_graph(t), &o, c, " (one training step)");
+	int rc = exec_plan_only(hp_trainer_graph(t), &o, c, " (one training step)");
+
+	return rc == 0 && c->plan ? exec_plan_comm(t, &o, c->bucket != 0) : rc;
 }
 
 /* Rank 0 alone talks and writes files: the others train the same

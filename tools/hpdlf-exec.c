@@ -73,7 +73,7 @@ enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER,
        OPT_STEPS, OPT_EPOCHS, OPT_SHUFFLE, OPT_NO_SHUFFLE, OPT_CKPT, OPT_CKPT_EVERY, OPT_RESUME, OPT_RESUME_IF, OPT_STOP_NAN,
        OPT_GO_NAN,
        OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS, OPT_NO_SPLIT,
-       OPT_RECALIBRATE, OPT_BUCKET, OPT_SYNC_BN, OPT_SHARD };
+       OPT_RECALIBRATE, OPT_BUCKET, OPT_SYNC_BN, OPT_SHARD, OPT_RANKS, OPT_LINK_BW, OPT_LINK_LAT };
 
 static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
@@ -105,6 +105,8 @@ static const struct option long_opts[] = {
 	{ "recalibrate", no_argument, 0, OPT_RECALIBRATE },
 	{ "bucket", required_argument, 0, OPT_BUCKET },	  { "sync-bn", no_argument, 0, OPT_SYNC_BN },
 	{ "shard", required_argument, 0, OPT_SHARD },
+	{ "ranks", required_argument, 0, OPT_RANKS },	  { "link-bandwidth", required_argument, 0, OPT_LINK_BW },
+	{ "link-latency", required_argument, 0, OPT_LINK_LAT },
 	{ 0, 0, 0, 0 },
 };
 
@@ -161,6 +163,16 @@ static int parse_more(int o, struct cli *c)
 			return 0;
 		return usage_error("--shard %s is not implemented yet (only none: every rank holds all the state)",
 				   optarg);
+	case OPT_RANKS: {
+		long v;
+		int rc = parse_int(optarg, "--ranks", 1, &v);
+		if (rc == 0 && v > 1 << 20)
+			return usage_error("--ranks: at most 1048576, got '%s'", optarg);
+		c->ranks = (int)v;
+		return rc;
+	}
+	case OPT_LINK_BW: return exec_parse_link_bandwidth(optarg, &c->link_GBps);
+	case OPT_LINK_LAT: return exec_parse_link_latency(optarg, &c->link_lat_us);
 	case OPT_TIER:
 		if (c->ntiers == (int)(sizeof c->tiers / sizeof c->tiers[0]))
 			return usage_error("%s", "too many --tier options");
@@ -218,7 +230,8 @@ static int check_mode(const struct cli *c)
 		{ c->steps != 0, "--steps" }, { c->epochs != 0, "--epochs" }, { c->shuffle >= 0, "--shuffle/--no-shuffle" },
 		{ c->checkpoint != NULL, "--checkpoint" }, { c->checkpoint_every != 0, "--checkpoint-every" },
 		{ c->resume != 0, "--resume" }, { c->export_onnx != NULL, "--export-onnx" },
-		{ c->bucket != 0, "--bucket" },
+		{ c->bucket != 0, "--bucket" }, { c->ranks != 0, "--ranks" }, { c->link_GBps != 0, "--link-bandwidth" },
+		{ c->link_lat_us != 0, "--link-latency" },
 	}, infer_only[] = {
 		{ c->ninputs > 0, "--input" }, { c->noutputs > 0, "--output" }, { c->output_dir != NULL, "--output-dir" },
 		{ c->iterations != 1, "--iterations" }, { c->warmup != 0, "--warmup" }, { c->duration != 0, "--duration" },

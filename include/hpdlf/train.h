@@ -111,6 +111,15 @@ struct hp_trainer_opts {
 	 * over the ranks (0: chosen from the model).  batch stays the global
 	 * batch; each rank trains on its 1/ranks of every one. */
 	uint64_t bucket;
+	/* Planning for a cluster one does not have (graph_only, no launcher):
+	 * build the step as one of plan_ranks ranks (batch/plan_ranks rows,
+	 * gradient reductions over plan_ranks), the link's bandwidth in bytes
+	 * per second / 1e9 and latency in microseconds (0: measured under a
+	 * launcher; with plan_ranks, 0 bandwidth is refused).  Under a
+	 * launcher with bucket 0 the bucket size is chosen from the model and
+	 * these figures (measured at start-up when 0). */
+	int plan_ranks;
+	double link_GBps, link_lat_us;
 };
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size);
