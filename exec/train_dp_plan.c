@@ -109,7 +109,7 @@ int hp_dp_plan_bucket(struct hp_trainer *t, const struct hp_graph *g, uint64_t *
 	uint64_t b = t->o.bucket;
 	int rc;
 
-	if (!b && (rc = link_get(t)) < 0)
+	if ((!b || t->o.graph_only) && (rc = link_get(t)) < 0)
 		return rc;
 	if (!b && t->dp_bucket)
 		b = t->dp_bucket; /* a split for the budget plans again: keep the choice */
