@@ -99,8 +99,11 @@ def plan(tmp):
                   'compute_ms': g(r'predicted step time\s+([0-9.]+) ms \('),
                   'comm_ms': g(r'communication\s+([0-9.]+) ms'), 'exposed_ms': g(r'([0-9.]+) ms exposed')}
     print(json.dumps({'bench': 'dp_plan', 'model': 'resnet50', 'per_rank_batch': 64, 'link': '100Gb/s 2us',
-                      'predicted_efficiency': {str(n): round(r['efficiency'], 4) for n, r in res.items()},
+                      'predicted_efficiency': {str(n): round(r['compute_ms'] / r['step_ms'], 6) for n, r in res.items()},
+                      'efficiency_without_overlap': {str(n): round(r['compute_ms'] / (r['compute_ms'] + r['comm_ms']), 6)
+                                                     for n, r in res.items()},
                       'tarantella_efficiency': {'4': 0.92, '16': 0.89, '64': 0.66},
+                      'compute_ms': res[4]['compute_ms'],
                       'step_ms': {str(n): r['step_ms'] for n, r in res.items()},
                       'comm_ms': {str(n): r['comm_ms'] for n, r in res.items()},
                       'exposed_ms': {str(n): r['exposed_ms'] for n, r in res.items()}}))

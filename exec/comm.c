@@ -13,6 +13,10 @@
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int inited, finalized, rank, size = 1;
+/* A second communicator for collectives the compute workers issue
+ * (--sync-bn statistics) while a bucket's reduction is in flight on an I/O
+ * thread: each communicator keeps its own order on every rank. */
+static MPI_Comm side = MPI_COMM_NULL;
 
 static int mpi_fail(int err, const char *what)
 {
@@ -48,6 +52,8 @@ int hp_comm_init(void)
 	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &size);
+	if (MPI_Comm_dup(MPI_COMM_WORLD, &side) == MPI_SUCCESS)
+		MPI_Comm_set_errhandler(side, MPI_ERRORS_RETURN);
 	inited = 1;
 	if (provided < MPI_THREAD_SERIALIZED)
 		rc = hp_error(HP_EUNSUPPORTED, "rank %d: MPI gives thread level %d, hpdlf needs SERIALIZED", rank,
@@ -67,8 +73,22 @@ int hp_comm_size(void)
 	return size;
 }
 
-/* MPI counts are ints: big buffers go in pieces of at most 1 G elements. */
+static int allreduce_on(MPI_Comm comm, void *buf, size_t count, enum hp_dtype dt);
+
 int hp_comm_allreduce(void *buf, size_t count, enum hp_dtype dt)
+{
+	return allreduce_on(MPI_COMM_WORLD, buf, count, dt);
+}
+
+int hp_comm_allreduce_side(double *buf, size_t count)
+{
+	if (size > 1 && side == MPI_COMM_NULL)
+		return hp_error(HP_EPROTO, "rank %d of %d: no second communicator (MPI_Comm_dup failed)", rank, size);
+	return allreduce_on(side, buf, count, HP_F64);
+}
+
+/* MPI counts are ints: big buffers go in pieces of at most 1 G elements. */
+static int allreduce_on(MPI_Comm comm, void *buf, size_t count, enum hp_dtype dt)
 {
 	MPI_Datatype t = dt == HP_F64 ? MPI_DOUBLE : MPI_FLOAT;
 	size_t esz = dt == HP_F64 ? 8 : 4;
@@ -84,9 +104,9 @@ int hp_comm_allreduce(void *buf, size_t count, enum hp_dtype dt)
 		MPI_Request req;
 		/* nonblocking, waited for asleep: an early rank leaves the core to
 		 * the others' work (comm_wait.c) */
-		err = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * esz, (int)k, t, MPI_SUM, MPI_COMM_WORLD, &req);
+		err = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * esz, (int)k, t, MPI_SUM, comm, &req);
 		if (err == MPI_SUCCESS)
-			err = hp_comm_wait(&req);
+			err = hp_comm_wait(&req, &mu);
 	}
 	pthread_mutex_unlock(&mu);
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "allreduce");
@@ -141,6 +161,8 @@ int hp_comm_barrier(void)
 void hp_comm_finalize(void)
 {
 	pthread_mutex_lock(&mu);
+	if (inited && !finalized && side != MPI_COMM_NULL)
+		MPI_Comm_free(&side);
 	if (inited && !finalized)
 		MPI_Finalize();
 	finalized = 1;

@@ -32,6 +32,9 @@ int hp_comm_rank(void);
 int hp_comm_size(void);
 /* Sum count elements of dtype (HP_F32 or HP_F64) over all ranks, in place. */
 int hp_comm_allreduce(void *buf, size_t count, enum hp_dtype dt);
+/* The same for doubles on a second communicator: for collectives the
+ * compute workers issue (--sync-bn) while buckets are reduced. */
+int hp_comm_allreduce_side(double *buf, size_t count);
 /* The minimum and maximum of a value over all ranks (disagreement checks). */
 int hp_comm_minmax_u64(uint64_t v, uint64_t *min, uint64_t *max);
 int hp_comm_bcast(void *buf, size_t bytes, int root);

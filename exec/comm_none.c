@@ -31,6 +31,13 @@ int hp_comm_allreduce(void *buf, size_t count, enum hp_dtype dt)
 	return 0;
 }
 
+int hp_comm_allreduce_side(double *buf, size_t count)
+{
+	(void)buf;
+	(void)count;
+	return 0;
+}
+
 int hp_comm_minmax_u64(uint64_t v, uint64_t *min, uint64_t *max)
 {
 	*min = *max = v;

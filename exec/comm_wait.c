@@ -8,7 +8,10 @@
  * to back (a short wait costs no sleep), then sleeps that double from
  * WAIT_MIN_NS to WAIT_MAX_NS, each a real sleep in the kernel.  The cap
  * bounds the latency added to a long wait; a large message's fragments
- * move on every test, so its bandwidth drops only while the peer is late. */
+ * move on every test, so its bandwidth drops only while the peer is late.
+ * The caller's MPI mutex is released while sleeping: MPI stays
+ * SERIALIZED, and a collective on another communicator can go on. */
+#include <pthread.h>
 #include <time.h>
 
 #include <mpi.h>
@@ -19,7 +22,7 @@
 #define WAIT_MIN_NS 2000L
 #define WAIT_MAX_NS 500000L
 
-int hp_comm_wait(MPI_Request *req)
+int hp_comm_wait(MPI_Request *req, pthread_mutex_t *mu)
 {
 	long ns = WAIT_MIN_NS;
 	int done = 0, err;
@@ -31,7 +34,9 @@ int hp_comm_wait(MPI_Request *req)
 		struct timespec ts = { 0, ns };
 		if ((err = MPI_Test(req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS || done)
 			return err;
+		pthread_mutex_unlock(mu); /* another thread's collective may start meanwhile */
 		nanosleep(&ts, NULL);
+		pthread_mutex_lock(mu);
 		ns = ns * 2 > WAIT_MAX_NS ? WAIT_MAX_NS : ns * 2;
 	}
 }

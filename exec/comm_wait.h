@@ -3,9 +3,12 @@
 #ifndef HPDLF_EXEC_COMM_WAIT_H
 #define HPDLF_EXEC_COMM_WAIT_H
 
+#include <pthread.h>
+
 #include <mpi.h>
 
-/* MPI_Wait without the busy poll; MPI's error code. */
-int hp_comm_wait(MPI_Request *req);
+/* MPI_Wait without the busy poll, called holding mu (the module's MPI
+ * mutex), which it releases while it sleeps; MPI's error code. */
+int hp_comm_wait(MPI_Request *req, pthread_mutex_t *mu);
 
 #endif

@@ -141,6 +141,8 @@ static int finish_autodiff(struct hp_graph *g, void *arg)
 	uint64_t bucket = t->o.bucket;
 
 	if (rc == 0 && t->nranks > 1)
+		rc = hp_dp_sync_bn(t, g);
+	if (rc == 0 && t->nranks > 1)
 		rc = hp_dp_plan_bucket(t, g, &bucket);
 	return rc < 0 ? rc : hp_dp_insert_reduce(g, t->nranks, bucket, &t->nbuckets);
 }

@@ -204,7 +204,8 @@ static int job_hash(const struct hp_trainer *t, uint64_t *model, uint64_t *flags
 	uint64_t v[] = { (uint64_t)o->batch, (uint64_t)o->steps, (uint64_t)o->epochs, (uint64_t)o->shuffle,
 			 o->seed, o->bucket, (uint64_t)o->resume, (uint64_t)sp->loss, (uint64_t)sp->optimizer,
 			 dbits(sp->lr), dbits(sp->momentum), dbits(sp->weight_decay), (uint64_t)sp->nesterov,
-			 dbits(sp->beta1), dbits(sp->beta2), dbits(sp->eps), sp->seed, (uint64_t)sp->ignore_index };
+			 dbits(sp->beta1), dbits(sp->beta2), dbits(sp->eps), sp->seed, (uint64_t)sp->ignore_index,
+			 (uint64_t)o->sync_bn };
 
 	*model = 0;
 	*flags = 0;

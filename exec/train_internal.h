@@ -81,6 +81,9 @@ int hp_dp_mean_loss(struct hp_trainer *t, double *loss);
  * --bucket, else chosen by the planner from the model and the link
  * (measured at start-up under a launcher, identical on every rank). */
 int hp_dp_plan_bucket(struct hp_trainer *t, const struct hp_graph *g, uint64_t *bucket);
+/* --sync-bn (train_dp_sync.c): mark g's BatchNorm kernels to take their
+ * statistics over the ranks, and give the kernels the ranks' sum. */
+int hp_dp_sync_bn(struct hp_trainer *t, struct hp_graph *g);
 
 /* This rank's samples of step `step` into t->rows (lbatch of them). */
 int hp_train_rows(struct hp_trainer *t, int64_t step);

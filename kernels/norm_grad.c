@@ -1,10 +1,13 @@
 /* Training-mode BatchNormalization, and the backward of BatchNormalization,
  * LayerNormalization, Softmax and LogSoftmax (domain ai.hpdlf).  Statistics
  * are accumulated in double in a fixed order. */
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "kernels/norm_sync.h"
 #include "kernels/train_util.h"
 
 /* Per-channel mean and biased variance of X [N, C, ...]. */
@@ -61,20 +64,48 @@ static int bn_train_prepare(struct hp_graph *g, struct hp_node *n)
 	return 0;
 }
 
+/* --sync-bn (attribute sync): every channel's statistics over all ranks
+ * into st[0..ch) (mean) and st[ch..2ch) (variance), *cnt their count;
+ * else *st is NULL and the statistics are this batch's own. */
+static int sync_stats(const struct hp_node *n, const float *x, int64_t nb, int64_t ch, int64_t inner, double **st,
+		      double *cnt)
+{
+	int rc;
+
+	*st = NULL;
+	if (!hp_attr_int(n, "sync", 0))
+		return 0;
+	if (!(*st = malloc(2 * (size_t)ch * sizeof **st)))
+		return hp_error(-ENOMEM, "out of memory (BatchNorm statistics)");
+	if ((rc = tk_bn_sync_stats(x, nb, ch, inner, *st, *st + ch, cnt)) < 0) {
+		free(*st);
+		*st = NULL;
+	}
+	return rc;
+}
+
 static int bn_train_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct hp_shape *s = &a->in[0].shape;
 	int64_t nb = s->dims[0], ch = s->dims[1], inner = hp_shape_numel(s) / (nb * ch);
 	double eps = hp_attr_float(n, "epsilon", 1e-5f), mom = hp_attr_float(n, "momentum", 0.9f);
-	double cnt = (double)(nb * inner);
+	double cnt = (double)(nb * inner), *st;
 	const float *x = a->in[0].data, *sc = a->in[1].data, *bi = a->in[2].data;
 	const float *rm = a->in[3].data, *rv = a->in[4].data;
 	float *y = a->out[0].data;
 	float *rm2 = a->nout > 1 ? a->out[1].data : NULL, *rv2 = a->nout > 2 ? a->out[2].data : NULL;
+	int rc = sync_stats(n, x, nb, ch, inner, &st, &cnt);
 
+	if (rc < 0)
+		return rc;
 	for (int64_t c = 0; c < ch; c++) {
 		double mean, var, inv;
-		channel_stats(x, nb, ch, inner, c, &mean, &var);
+		if (st) {
+			mean = st[c];
+			var = st[ch + c];
+		} else {
+			channel_stats(x, nb, ch, inner, c, &mean, &var);
+		}
 		inv = 1 / sqrt(var + eps);
 		for (int64_t b = 0; b < nb; b++)
 			for (int64_t i = 0; i < inner; i++) {
@@ -86,6 +117,7 @@ static int bn_train_run(const struct hp_node *n, const struct hp_kargs *a)
 		if (rv2)
 			rv2[c] = (float)(mom * rv[c] + (1 - mom) * var * cnt / (cnt - 1));
 	}
+	free(st);
 	return 0;
 }
 
@@ -114,15 +146,63 @@ static int bn_grad_prepare(struct hp_graph *g, struct hp_node *n)
 	return 0;
 }
 
+/* --sync-bn backward: the sums over dY and dY * xhat of every rank go into
+ * dX (each rank's dScale and dB stay its own: the gradient buckets sum
+ * those over the ranks). */
+static int bn_grad_sync(const struct hp_kargs *a, double eps, const double *st, double cnt)
+{
+	const struct hp_shape *s = &a->in[1].shape;
+	int64_t nb = s->dims[0], ch = s->dims[1], inner = hp_shape_numel(s) / (nb * ch);
+	const float *dy = a->in[0].data, *x = a->in[1].data, *sc = a->in[2].data;
+	float *dx = a->nout > 0 ? a->out[0].data : NULL, *ds = a->nout > 1 ? a->out[1].data : NULL;
+	float *db = a->nout > 2 ? a->out[2].data : NULL;
+	double *sum = calloc(2 * (size_t)ch, sizeof *sum);
+	int rc;
+
+	if (!sum)
+		return hp_error(-ENOMEM, "out of memory (BatchNorm gradient)");
+	for (int64_t c = 0; c < ch; c++) {
+		double inv = 1 / sqrt(st[ch + c] + eps);
+		for (int64_t b = 0; b < nb; b++)
+			for (int64_t i = 0; i < inner; i++) {
+				int64_t k = (b * ch + c) * inner + i;
+				sum[c] += dy[k];
+				sum[ch + c] += dy[k] * (x[k] - st[c]) * inv;
+			}
+		if (ds)
+			ds[c] = (float)sum[ch + c];
+		if (db)
+			db[c] = (float)sum[c];
+	}
+	if ((rc = tk_rank_sum(sum, 2 * (size_t)ch)) == 0 && dx)
+		for (int64_t c = 0; c < ch; c++) {
+			double inv = 1 / sqrt(st[ch + c] + eps);
+			for (int64_t b = 0; b < nb; b++)
+				for (int64_t i = 0; i < inner; i++) {
+					int64_t k = (b * ch + c) * inner + i;
+					double xh = (x[k] - st[c]) * inv;
+					dx[k] = (float)(sc[c] * inv * (dy[k] - sum[c] / cnt - xh * sum[ch + c] / cnt));
+				}
+		}
+	free(sum);
+	return rc;
+}
+
 static int bn_grad_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct hp_shape *s = &a->in[1].shape;
 	int64_t nb = s->dims[0], ch = s->dims[1], inner = hp_shape_numel(s) / (nb * ch);
-	double eps = hp_attr_float(n, "epsilon", 1e-5f), cnt = (double)(nb * inner);
+	double eps = hp_attr_float(n, "epsilon", 1e-5f), cnt = (double)(nb * inner), *st;
 	const float *dy = a->in[0].data, *x = a->in[1].data, *sc = a->in[2].data;
 	float *dx = a->nout > 0 ? a->out[0].data : NULL, *ds = a->nout > 1 ? a->out[1].data : NULL;
 	float *db = a->nout > 2 ? a->out[2].data : NULL;
+	int rc = sync_stats(n, x, nb, ch, inner, &st, &cnt);
 
+	if (rc < 0 || st) {
+		rc = rc < 0 ? rc : bn_grad_sync(a, eps, st, cnt);
+		free(st);
+		return rc;
+	}
 	for (int64_t c = 0; c < ch; c++) {
 		double mean, var, inv, sdy = 0, sdyx = 0;
 		channel_stats(x, nb, ch, inner, c, &mean, &var);

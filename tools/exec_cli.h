@@ -37,6 +37,7 @@ struct cli {
 	uint64_t bucket;             /* --bucket: gradient bucket bytes over ranks (0: chosen) */
 	int ranks;                   /* --ranks: --plan for this many ranks without a launcher */
 	double link_GBps, link_lat_us; /* --link-bandwidth, --link-latency (0: measured / default) */
+	int sync_bn;                 /* --sync-bn: BatchNorm statistics over the ranks */
 	int go_on_nan;               /* --no-stop-on-nan: keep training past a non-finite loss */
 	/* stores and tiers */
 	const char *tiers[16];

@@ -134,6 +134,7 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	o->resume = c->resume;
 	o->bucket = c->bucket;
 	o->plan_ranks = c->ranks;
+	o->sync_bn = c->sync_bn;
 	o->link_GBps = c->link_GBps;
 	o->link_lat_us = c->link_GBps > 0 && !c->link_lat_us ? 2 : c->link_lat_us;
 	o->cancel = &interrupted;

@@ -155,9 +155,7 @@ static int parse_more(int o, struct cli *c)
 		if (hp_parse_size(optarg, &c->bucket) < 0 || !c->bucket)
 			return usage_error("--bucket: expected a size such as 4M, got '%s'", optarg);
 		return 0;
-	case OPT_SYNC_BN:
-		return usage_error("%s", "--sync-bn is not implemented yet: BatchNorm uses each rank's own batch "
-				   "statistics (as PyTorch DDP does)");
+	case OPT_SYNC_BN: c->sync_bn = 1; return 0;
 	case OPT_SHARD:
 		if (!strcmp(optarg, "none"))
 			return 0;
@@ -231,7 +229,7 @@ static int check_mode(const struct cli *c)
 		{ c->checkpoint != NULL, "--checkpoint" }, { c->checkpoint_every != 0, "--checkpoint-every" },
 		{ c->resume != 0, "--resume" }, { c->export_onnx != NULL, "--export-onnx" },
 		{ c->bucket != 0, "--bucket" }, { c->ranks != 0, "--ranks" }, { c->link_GBps != 0, "--link-bandwidth" },
-		{ c->link_lat_us != 0, "--link-latency" },
+		{ c->link_lat_us != 0, "--link-latency" }, { c->sync_bn, "--sync-bn" },
 	}, infer_only[] = {
 		{ c->ninputs > 0, "--input" }, { c->noutputs > 0, "--output" }, { c->output_dir != NULL, "--output-dir" },
 		{ c->iterations != 1, "--iterations" }, { c->warmup != 0, "--warmup" }, { c->duration != 0, "--duration" },

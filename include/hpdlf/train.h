@@ -120,6 +120,11 @@ struct hp_trainer_opts {
 	 * these figures (measured at start-up when 0). */
 	int plan_ranks;
 	double link_GBps, link_lat_us;
+	/* Under a launcher: BatchNormalization reduces its batch statistics
+	 * (and its backward's sums) over the ranks, so N ranks normalize as
+	 * one rank with the global batch would.  In core only (HP_EUSAGE with
+	 * a budget). */
+	int sync_bn;
 };
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size);

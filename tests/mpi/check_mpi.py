@@ -9,8 +9,10 @@ usage: check_mpi.py HPDLF_EXEC TESTS_DIR
   transformer (tests/train/ref/transformer).
 - Two runs with 2 ranks give the same losses and exported weights bit for
   bit; mpirun -np 1 equals a plain run bit for bit.
+- A conv net with BatchNorm: 2 and 3 ranks with --sync-bn reproduce the
+  1-rank losses within 1e-5 (SGD, Adam); without --sync-bn they differ.
 - --batch not divisible by the ranks, ranks given different flags, and
-  --sync-bn stop at start-up (exit 2, one line saying why).
+  --sync-bn out of core stop at start-up (exit 2, one line saying why).
 - A rank killed with SIGKILL mid-training ends the others (non-zero exit)
   within 10 s.
 - SIGTERM reaching one rank stops every rank after the same step, with
@@ -114,8 +116,25 @@ def refusals():
     other = train_args('models/mlp', 60, 'sgd', ['--lr', '0.2'])
     rc, err = run(LAUNCH + ['-np', '1'] + one + [':', '-np', '1'] + other)
     check(rc == 2 and 'different training flags' in err, 'ranks with different --lr: exit 2, one line')
-    rc, err = run(LAUNCH + ['-np', '2'] + train_args('models/mlp', 60, 'sgd', ['--sync-bn']))
-    check(rc == 2 and '--sync-bn' in err, '--sync-bn: refused (exit 2)')
+    rc, err = run(LAUNCH + ['-np', '2'] + train_args('models/mlp', 60, 'sgd', ['--sync-bn', '--budget', '1M']))
+    check(rc == 2 and '--sync-bn' in err, '--sync-bn out of core: refused (exit 2)')
+
+
+def sync_bn(tmp):
+    """A conv net with BatchNorm: 2 and 3 ranks with --sync-bn equal 1 rank
+    within 1e-5; without it the per-rank statistics give other losses."""
+    d = os.path.join(tmp, 'bnnet')
+    py = os.environ.get('HPDLF_PYTHON') or sys.executable
+    subprocess.run([py, os.path.join(TESTS, 'mpi', 'make_bnnet.py'), d, os.path.join(TESTS, 'models', 'lenet')],
+                   check=True)
+    for opt in ('sgd', 'adam'):
+        same_losses(tmp, d, 12, opt, ['--sync-bn', '--lr', '0.05'], ranks=(2, 3) if opt == 'sgd' else (2,))
+    ref, per = os.path.join(tmp, 'bn1.json'), os.path.join(tmp, 'bn2.json')
+    ok = ranks_run(0, train_args(d, 12, 'sgd', ['--lr', '0.05']), ref) == 0
+    ok = ok and ranks_run(2, train_args(d, 12, 'sgd', ['--lr', '0.05']), per) == 0
+    check(ok and rel(losses(ref), losses(per)) > 1e-4,
+          'without --sync-bn 2 ranks use their own statistics (max rel %.2g from 1 rank)' %
+          (rel(losses(ref), losses(per)) if ok else float('nan')))
 
 
 def killed_rank(tmp):
@@ -214,6 +233,7 @@ def main():
         same_losses(tmp, 'models/lenet', 12, 'sgd', ['--momentum', '0.9'], ranks=(2,))
         same_losses(tmp, 'train/ref/transformer', 12, 'adam', ['--bucket', '8K'])
         same_losses(tmp, 'train/ref/transformer', 12, 'sgd', ranks=(2,))
+        sync_bn(tmp)
         bitwise(tmp)
         refusals()
         killed_rank(tmp)

@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""A small conv net with BatchNorm for the --sync-bn test, with data.
+
+usage: make_bnnet.py OUTDIR LENET_DIR
+
+OUTDIR/model.onnx: Conv(1->4, 3x3, pad 1) -> BatchNormalization -> Relu ->
+Flatten -> Gemm(256->10), seeded weights; x.npy / y.npy copied from the
+lenet test model's data (8x8 images, 10 classes).
+"""
+import os
+import sys
+
+import numpy as np
+np.float = float; np.int = int; np.bool = bool; np.object = object  # NumPy 1.24 vs onnx 1.12
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def main():
+    out, lenet = sys.argv[1], sys.argv[2]
+    rng = np.random.default_rng(3)
+
+    def u(name, shape, fan):
+        b = 1 / np.sqrt(fan)
+        return numpy_helper.from_array(rng.uniform(-b, b, shape).astype(np.float32), name)
+
+    def c(name, v):
+        return numpy_helper.from_array(np.full(4, v, np.float32), name)
+
+    inits = [u('c1.w', (4, 1, 3, 3), 9), u('c1.b', (4,), 9), c('bn.scale', 1), c('bn.bias', 0), c('bn.mean', 0),
+             c('bn.var', 1), u('fc.w', (10, 256), 256), u('fc.b', (10,), 256)]
+    nodes = [helper.make_node('Conv', ['input', 'c1.w', 'c1.b'], ['c1'], kernel_shape=[3, 3], pads=[1] * 4, name='conv'),
+             helper.make_node('BatchNormalization', ['c1', 'bn.scale', 'bn.bias', 'bn.mean', 'bn.var'], ['bn'],
+                              epsilon=1e-5, momentum=0.9, name='bn'),
+             helper.make_node('Relu', ['bn'], ['r'], name='relu'),
+             helper.make_node('Flatten', ['r'], ['f'], axis=1, name='flat'),
+             helper.make_node('Gemm', ['f', 'fc.w', 'fc.b'], ['logits'], transB=1, name='fc')]
+    g = helper.make_graph(nodes, 'bnnet', [helper.make_tensor_value_info('input', TensorProto.FLOAT, ['batch', 1, 8, 8])],
+                          [helper.make_tensor_value_info('logits', TensorProto.FLOAT, ['batch', 10])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)])
+    m.ir_version = 7
+    os.makedirs(out, exist_ok=True)
+    onnx.save(m, os.path.join(out, 'model.onnx'))
+    for f in ('x.npy', 'y.npy'):
+        np.save(os.path.join(out, f), np.load(os.path.join(lenet, f)))
+
+
+if __name__ == '__main__':
+    main()
