@@ -2,7 +2,8 @@
  * reductions on the communication thread (one chain, in bucket order, as
  * train_dp.c issues them), each a ring allreduce costing
  * 2(N-1)/N * bytes / bandwidth + 2(N-1) * latency.  A bucket starts when
- * its last gradient exists and the previous bucket is done; an optimizer
+ * its last gradient exists and the previous bucket is done (in core the
+ * session runs it inline: then the lane waits for it); an optimizer
  * update waits for its bucket while the lane goes on with the backward
  * kernels after it (the task net fires whatever is enabled).  What of the
  * reductions the step still waits for at its end is exposed; the rest is
@@ -39,6 +40,7 @@ struct sim {
 	int *pend, npend;          /* deferred updates (steps), in plan order */
 	const double *ms;          /* per step */
 	const struct hp_plan *p;
+	int serial;                /* reductions on the lane itself (in core: the session runs them inline) */
 };
 
 static int is_update(const struct hp_node *n)
@@ -59,6 +61,10 @@ static void issue_ready(struct sim *s)
 	while (s->next_b < s->nb && s->left[s->next_b] == 0) {
 		int b = s->next_b++;
 		double start = s->ready[b] > s->chain ? s->ready[b] : s->chain, c = hp_comm_ring_ms(s->l, s->ranks, s->bbytes[b]);
+		if (s->serial) { /* on the lane, once it gets there */
+			start = s->t > start ? s->t : start;
+			s->t = start + c;
+		}
 		s->chain = start + c;
 		s->done[b] = s->chain;
 		s->comm += c;
@@ -130,6 +136,8 @@ static void comm_node(struct sim *s, const struct hp_node *n)
 	}
 	c = hp_comm_ring_ms(s->l, s->ranks, bytes);
 	s->chain = (ready > s->chain ? ready : s->chain) + c;
+	if (s->serial)
+		s->chain = s->t = (s->t > ready ? s->t : ready) + c;
 	s->comm += c;
 	s->nb++;
 	for (int o = 0; o < n->noutputs; o++)
@@ -304,9 +312,9 @@ static int step_ms(const struct hp_graph *g, const struct hp_plan *p, const stru
 }
 
 static int predict(const struct hp_graph *g, const struct hp_plan *p, const double *ms, double base_ms,
-		   const struct hp_link *l, int ranks, uint64_t bucket, struct hp_comm_pred *out)
+		   const struct hp_link *l, int ranks, uint64_t bucket, int overlap, struct hp_comm_pred *out)
 {
-	struct sim s = { .g = g, .l = l, .ranks = ranks, .ms = ms, .p = p };
+	struct sim s = { .g = g, .l = l, .ranks = ranks, .ms = ms, .p = p, .serial = !overlap };
 	int synth = !has_comm_nodes(g), rc;
 	double lane = 0, end = 0;
 
@@ -333,14 +341,14 @@ static int predict(const struct hp_graph *g, const struct hp_plan *p, const doub
 #define BUCKET_MAX ((uint64_t)256 << 20)
 
 static uint64_t best_bucket(const struct hp_graph *g, const struct hp_plan *p, const double *ms,
-			    const struct hp_link *l, int ranks)
+			    const struct hp_link *l, int ranks, int overlap)
 {
 	uint64_t best = BUCKET_MIN, total = grad_bytes(g);
 	double best_ms = -1;
 
 	for (uint64_t b = BUCKET_MIN; b <= BUCKET_MAX; b *= 2) {
 		struct hp_comm_pred pr;
-		if (predict(g, p, ms, 0, l, ranks, b, &pr) < 0)
+		if (predict(g, p, ms, 0, l, ranks, b, overlap, &pr) < 0)
 			break;
 		if (best_ms < 0 || pr.step_ms <= best_ms) {
 			best_ms = pr.step_ms;
@@ -353,20 +361,21 @@ static uint64_t best_bucket(const struct hp_graph *g, const struct hp_plan *p, c
 }
 
 uint64_t hp_comm_best_bucket(const struct hp_graph *g, const struct hp_plan *p, const struct hp_speed_compute *sp,
-			     const struct hp_link *l, int ranks)
+			     const struct hp_link *l, int ranks, int overlap)
 {
 	double *ms;
 	uint64_t b;
 
 	if (step_ms(g, p, sp, &ms) < 0)
 		return 0;
-	b = best_bucket(g, p, ms, l, ranks);
+	b = best_bucket(g, p, ms, l, ranks, overlap);
 	free(ms);
 	return b;
 }
 
 int hp_comm_predict(const struct hp_graph *g, const struct hp_plan *p, const struct hp_speed_compute *sp,
-		    double base_ms, const struct hp_link *l, int ranks, uint64_t bucket, struct hp_comm_pred *out)
+		    double base_ms, const struct hp_link *l, int ranks, uint64_t bucket, int overlap,
+		    struct hp_comm_pred *out)
 {
 	double *ms;
 	int rc;
@@ -374,8 +383,8 @@ int hp_comm_predict(const struct hp_graph *g, const struct hp_plan *p, const str
 	if (step_ms(g, p, sp, &ms) < 0)
 		return hp_error(-ENOMEM, "out of memory predicting communication");
 	if (!bucket && !has_comm_nodes(g))
-		bucket = best_bucket(g, p, ms, l, ranks);
-	rc = predict(g, p, ms, base_ms, l, ranks, bucket, out);
+		bucket = best_bucket(g, p, ms, l, ranks, overlap);
+	rc = predict(g, p, ms, base_ms, l, ranks, bucket, overlap, out);
 	free(ms);
 	return rc < 0 ? hp_error(rc, "out of memory predicting communication") : 0;
 }

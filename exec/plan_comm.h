@@ -38,14 +38,17 @@ double hp_comm_ring_ms(const struct hp_link *l, int ranks, double bytes);
 /* Predict a step of training graph g planned as p (kernel times from sp;
  * base_ms the plan's own step time).  With AllReduce nodes in g, its
  * buckets; without, buckets of `bucket` bytes formed as train_dp.c would
- * (0: hp_comm_best_bucket).  0 or -ENOMEM. */
+ * (0: hp_comm_best_bucket).  overlap: the reductions run beside the
+ * kernels (out of core, the task net); else on the kernels' lane, in
+ * their turn (in core, the session runs them inline).  0 or -ENOMEM. */
 int hp_comm_predict(const struct hp_graph *g, const struct hp_plan *p, const struct hp_speed_compute *sp,
-		    double base_ms, const struct hp_link *l, int ranks, uint64_t bucket, struct hp_comm_pred *out);
+		    double base_ms, const struct hp_link *l, int ranks, uint64_t bucket, int overlap,
+		    struct hp_comm_pred *out);
 /* The bucket size (a power of two between 64 KiB and 256 MiB) whose
  * predicted step is shortest for g without AllReduce nodes: large enough
  * that the latency is amortised, small enough that the reductions overlap
  * backward; ties go to the larger size (fewer messages). */
 uint64_t hp_comm_best_bucket(const struct hp_graph *g, const struct hp_plan *p, const struct hp_speed_compute *sp,
-			     const struct hp_link *l, int ranks);
+			     const struct hp_link *l, int ranks, int overlap);
 
 #endif

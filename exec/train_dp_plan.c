@@ -98,7 +98,7 @@ static uint64_t choose(struct hp_trainer *t, const struct hp_graph *g)
 	eo.ntiers = t->o.ntiers;
 	eo.tiers = t->o.tiers;
 	if (hp_plan_build_speed(g, &eo, &p, &sp) == 0)
-		b = hp_comm_best_bucket(g, p, &sp, &l, t->nranks);
+		b = hp_comm_best_bucket(g, p, &sp, &l, t->nranks, t->o.budget > 0);
 	hp_plan_free(p);
 	hp_error(0, "%s", ""); /* a plan that failed is not the run's error: the default bucket */
 	return b;
@@ -144,7 +144,7 @@ int hp_plan_comm_summarize(const struct hp_graph *g, const struct hp_exec_opts *
 	int rc = hp_plan_build_speed(g, o, &p, &sp);
 
 	if (rc == 0)
-		rc = hp_comm_predict(g, p, &sp, p->predicted_ms, l, ranks, 0, out);
+		rc = hp_comm_predict(g, p, &sp, p->predicted_ms, l, ranks, 0, o->budget > 0, out);
 	hp_plan_free(p);
 	return rc;
 }
