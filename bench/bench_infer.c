@@ -6,6 +6,8 @@
  * Without models it generates the 3D U-Net of the README (48^3, batch 1)
  * and a small one.  ONNX Runtime runs when `node` finds onnxruntime-node
  * (NODE_PATH, e.g. after `npm install --ignore-scripts onnxruntime-node@1.20.1`).
+ * The graph is optimised for inference as hpdlf-exec does (exec/fuse.c);
+ * HPDLF_BENCH_NO_FUSE=1 measures it as imported.
  * Ends with one JSON line. */
 #include <errno.h>
 #include <stdio.h>
@@ -19,6 +21,7 @@
 #include "hpdlf/exec.h"
 #include "hpdlf/graph.h"
 #include "hpdlf/tensor.h"
+#include "exec/fuse.h"
 
 #ifndef HPDLF_SOURCE_DIR
 #define HPDLF_SOURCE_DIR "."
@@ -98,6 +101,11 @@ static int bench_model(const char *spec, int reps, int threads, json_object *out
 	}
 	if (rc == 0)
 		rc = hp_graph_infer(g);
+	if (rc == 0 && !getenv("HPDLF_BENCH_NO_FUSE")) { /* as hpdlf-exec runs inference */
+		struct hp_fuse_report fr;
+		rc = hp_fuse_inference(g, &fr);
+		hp_fuse_report_free(&fr);
+	}
 	hp_exec_opts_init(&o, sizeof o);
 	o.threads = threads;
 	if (rc == 0)

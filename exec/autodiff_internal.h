@@ -47,7 +47,8 @@ int ad_rule(struct ad *ad, const struct hp_node *n, const int *dy);
 
 /* Give every BatchNorm running statistic storage of its own (autodiff_untie.c):
  * an Identity alias or an initializer shared with another use becomes a new
- * initializer holding the same bytes. */
+ * initializer holding the same bytes; so does a trainable parameter reached
+ * through Identity (an exporter's merge of equal initializers). */
 int ad_untie_stats(struct hp_graph *g);
 
 #endif

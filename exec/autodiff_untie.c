@@ -9,8 +9,16 @@
  * an initializer or constant, or an initializer used elsewhere too) becomes
  * a new initializer holding the source's bytes (the same file blob); it
  * keeps the BatchNorm input's name when that name is the statistic's alone.
- * Identity nodes left without consumers go.  Trainable parameters tied
- * together (two trainable uses) stay tied: only the statistic slots split. */
+ * Identity nodes left without consumers go.
+ *
+ * The same merging ties parameters that PyTorch trains apart: every fresh
+ * BatchNorm of one width comes out with its weight as Identity(one shared
+ * weight) (a torchvision ResNet-18 has 20 BatchNorms on 4 initializers), so
+ * training the root would sum their gradients into one.  A trainable
+ * parameter reached through Identity is therefore a parameter of its own:
+ * the Identity's output becomes an initializer with the root's bytes, under
+ * its own (the module's) name.  Parameters used directly by several nodes
+ * (a tied embedding) stay tied: that is how exporters write a real tie. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,6 +176,36 @@ static int drop_identities(struct hp_graph *g, char *drop)
 	return 0;
 }
 
+/* Whether value v feeds a node other than an Identity (a real use). */
+static int used_for_real(const struct hp_graph *g, int v)
+{
+	for (int j = 0; j < g->nnodes; j++)
+		for (int k = 0; k < g->nodes[j].ninputs; k++)
+			if (g->nodes[j].inputs[k] == v && !is_op(&g->nodes[j], "Identity"))
+				return 1;
+	return 0;
+}
+
+/* Identity node i of a trainable float initializer: its output becomes
+ * a trainable initializer of its own (1), or i is left (0). */
+static int untie_param(struct hp_graph *g, int i, char *drop)
+{
+	const struct hp_node *n = &g->nodes[i];
+	int o = n->noutputs == 1 ? n->outputs[0] : -1, root, rc;
+
+	if (drop[i] || !is_op(n, "Identity") || n->ninputs < 1 || n->inputs[0] < 0 || o < 0)
+		return 0;
+	root = alias_root(g, n->inputs[0]);
+	if (g->values[root].kind != HP_VALUE_INITIALIZER || !g->values[root].trainable ||
+	    g->values[root].dtype != HP_F32 || g->values[o].is_output || !used_for_real(g, o))
+		return 0; /* links of a chain only feeding another Identity go with it */
+	if ((rc = give_bytes(g, o, root)) < 0)
+		return rc;
+	g->values[o].trainable = 1;
+	drop[i] = 1;
+	return 1;
+}
+
 int ad_untie_stats(struct hp_graph *g)
 {
 	char *drop = calloc((size_t)g->nnodes + 1, 1);
@@ -180,6 +218,9 @@ int ad_untie_stats(struct hp_graph *g)
 			if ((rc = untie_slot(g, i, k, drop)) > 0)
 				any = 1;
 	}
+	for (int i = 0; rc >= 0 && i < g->nnodes; i++)
+		if ((rc = untie_param(g, i, drop)) > 0)
+			any = 1;
 	if (rc >= 0 && any)
 		rc = drop_identities(g, drop);
 	free(drop);

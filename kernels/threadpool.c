@@ -1,4 +1,12 @@
-/* A fixed-size worker pool with deterministic range splitting. */
+/* A fixed-size worker pool with deterministic range splitting.
+ *
+ * A job is cut into shares by n, grain and the pool size only; share k is
+ * always run as tid k, so kernels that keep per-tid partials (summed in tid
+ * order) give the same bits.  Who runs a share is not fixed: the caller runs
+ * share 0 and then claims the shares no worker has taken yet.  Waking a
+ * sleeping worker costs tens of microseconds, far more on a loaded machine
+ * where it may not be scheduled for a while; a small op would otherwise wait
+ * for that wake-up instead of finishing its work on the caller's thread. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -12,7 +20,8 @@ struct hp_pool {
 	pthread_mutex_t mu;
 	pthread_cond_t go, done;
 	uint64_t generation;
-	int pending;
+	int pending;           /* startup handshake */
+	int parts, next, finished; /* shares of the current job: count, next unclaimed, done */
 	int quit;
 	/* current job */
 	hp_range_fn fn;
@@ -29,14 +38,26 @@ static void run_share(struct hp_pool *p, int tid)
 		p->fn(p->arg, b, e, tid);
 }
 
+/* Run the current job's unclaimed shares (mu held on entry and on return). */
+static void claim_shares(struct hp_pool *p)
+{
+	while (p->next < p->parts) {
+		int k = p->next++;
+		pthread_mutex_unlock(&p->mu);
+		run_share(p, k);
+		pthread_mutex_lock(&p->mu);
+		if (++p->finished == p->parts)
+			pthread_cond_signal(&p->done);
+	}
+}
+
 static void *worker(void *v)
 {
 	struct hp_pool *p = v;
 	uint64_t seen = 0;
-	int tid;
 
 	pthread_mutex_lock(&p->mu);
-	tid = ++p->pending; /* startup handshake: assigns 1..n-1 */
+	++p->pending;
 	pthread_cond_signal(&p->done);
 	for (;;) {
 		while (p->generation == seen && !p->quit)
@@ -44,11 +65,7 @@ static void *worker(void *v)
 		if (p->quit)
 			break;
 		seen = p->generation;
-		pthread_mutex_unlock(&p->mu);
-		run_share(p, tid);
-		pthread_mutex_lock(&p->mu);
-		if (--p->pending == 0)
-			pthread_cond_signal(&p->done);
+		claim_shares(p);
 	}
 	pthread_mutex_unlock(&p->mu);
 	return NULL;
@@ -133,13 +150,17 @@ void hp_parallel_for(struct hp_pool *p, int64_t n, int64_t grain, hp_range_fn fn
 	p->arg = arg;
 	p->total = n;
 	p->chunk = (n + parts - 1) / parts;
-	p->pending = p->n - 1;
+	p->parts = (int)((n + p->chunk - 1) / p->chunk);
+	p->next = 1;
+	p->finished = 0;
 	p->generation++;
 	pthread_cond_broadcast(&p->go);
 	pthread_mutex_unlock(&p->mu);
 	run_share(p, 0);
 	pthread_mutex_lock(&p->mu);
-	while (p->pending)
+	p->finished++;
+	claim_shares(p);
+	while (p->finished < p->parts)
 		pthread_cond_wait(&p->done, &p->mu);
 	pthread_mutex_unlock(&p->mu);
 }

@@ -46,6 +46,7 @@ struct cli {
 	int no_split;                /* --no-split */
 	const char *store, *hostfile, *token_file;
 	int replicas;                /* copies of every chunk on distinct daemons (0: 1) */
+	int no_fuse;                 /* --no-fuse: inference runs the graph as imported */
 };
 
 struct hp_session;

@@ -19,6 +19,7 @@
 #include "hpdlf/graph.h"
 #include "hpdlf/store.h"
 #include "hpdlf/tensor.h"
+#include "exec/fuse.h"
 #include "exec/split_weight.h"
 #include "tools/exec_cli.h"
 
@@ -73,7 +74,8 @@ enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER,
        OPT_STEPS, OPT_EPOCHS, OPT_SHUFFLE, OPT_NO_SHUFFLE, OPT_CKPT, OPT_CKPT_EVERY, OPT_RESUME, OPT_RESUME_IF, OPT_STOP_NAN,
        OPT_GO_NAN,
        OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS, OPT_NO_SPLIT,
-       OPT_RECALIBRATE, OPT_BUCKET, OPT_SYNC_BN, OPT_SHARD, OPT_RANKS, OPT_LINK_BW, OPT_LINK_LAT };
+       OPT_RECALIBRATE, OPT_BUCKET, OPT_SYNC_BN, OPT_SHARD, OPT_RANKS, OPT_LINK_BW, OPT_LINK_LAT,
+       OPT_NO_FUSE };
 
 static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
@@ -107,6 +109,7 @@ static const struct option long_opts[] = {
 	{ "shard", required_argument, 0, OPT_SHARD },
 	{ "ranks", required_argument, 0, OPT_RANKS },	  { "link-bandwidth", required_argument, 0, OPT_LINK_BW },
 	{ "link-latency", required_argument, 0, OPT_LINK_LAT },
+	{ "no-fuse", no_argument, 0, OPT_NO_FUSE },
 	{ 0, 0, 0, 0 },
 };
 
@@ -233,7 +236,7 @@ static int check_mode(const struct cli *c)
 	}, infer_only[] = {
 		{ c->ninputs > 0, "--input" }, { c->noutputs > 0, "--output" }, { c->output_dir != NULL, "--output-dir" },
 		{ c->iterations != 1, "--iterations" }, { c->warmup != 0, "--warmup" }, { c->duration != 0, "--duration" },
-		{ c->profile, "--profile" },
+		{ c->profile, "--profile" }, { c->no_fuse, "--no-fuse" },
 	};
 	char list[256];
 	int k;
@@ -342,6 +345,7 @@ static int parse_args(int argc, char **argv, struct cli *c)
 		case OPT_PLAN: c->plan = 1; break;
 		case OPT_TRAIN: c->train = 1; break;
 		case OPT_QUIET: c->quiet = 1; break;
+		case OPT_NO_FUSE: c->no_fuse = 1; break;
 		case 'h':
 		case OPT_HELP: fputs(usage_text, stdout); exit(0);
 		case OPT_VERSION: printf("hpdlf-exec %s (%s)\n", HPDLF_VERSION, HPDLF_REVISION); exit(0);
@@ -983,6 +987,24 @@ static int load_model(const struct cli *c, struct hp_graph **g)
 	return rc;
 }
 
+/* Inference graph optimisation unless --no-fuse; --plan lists the fusions. */
+static int fuse(struct hp_graph *g, const struct cli *c)
+{
+	struct hp_fuse_report r;
+	int rc;
+
+	if (c->no_fuse)
+		return 0;
+	rc = hp_fuse_inference(g, &r);
+	if (rc == 0 && c->plan) {
+		printf("fused %d node%s%s\n", r.nfused, r.nfused == 1 ? "" : "s", r.nfused ? ":" : "");
+		for (int i = 0; i < r.nfused; i++)
+			printf("  %s\n", r.lines[i] ? r.lines[i] : "?");
+	}
+	hp_fuse_report_free(&r);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	struct cli c = { 0 };
@@ -1005,6 +1027,8 @@ int main(int argc, char **argv)
 	if ((rc = exec_store_tiers(&c, tiers, &ntiers)) != 0)
 		return rc;
 	rc = load_model(&c, &g);
+	if (rc == 0)
+		rc = fuse(g, &c);
 	if (rc < 0)
 		goto out;
 	hp_exec_opts_init(&o, sizeof o);

@@ -1,0 +1,253 @@
+/* Inference graph optimisation, after import and before planning: an
+ * inference-mode BatchNormalization whose input is a Conv's output (read by
+ * nothing else) folds into that Conv.  With a = scale / sqrt(var + eps),
+ * W' = W * a per output channel and B' = (B - mean) * a + bias, computed in
+ * double and rounded once: one pass over the data instead of two, and no
+ * BatchNorm tensor.  Rounding differs from the unfolded graph (W' is
+ * rounded before the products are summed), within a few float32 ulps of
+ * the result's scale; tests/exec/check_fuse.py states the tolerance.
+ *
+ * Training never sees this: hpdlf-exec calls it only for inference (and
+ * autodiff turns every BatchNormalization into BatchNormTrain anyway).
+ * The Conv gets new initializers held in memory (a weight another node
+ * also reads is untouched), at most FUSE_MAX_BYTES of them. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "hpdlf/kernels.h"
+#include "exec/fuse.h"
+
+static int is_op(const struct hp_node *n, const char *op)
+{
+	return !strcmp(n->op_type, op) && (!n->domain[0] || !strcmp(n->domain, "ai.onnx"));
+}
+
+/* Folded weights live in memory (the graph's), beside any budget: at most
+ * this many bytes of them, whatever the mode, so that in core and out of
+ * core fold the same nodes and give the same bits. */
+#define FUSE_MAX_BYTES (64u << 20)
+
+/* Whether value v is a float initializer or constant of n elements, in
+ * memory or in the model's file. */
+static int const_f32(const struct hp_graph *g, int v, int64_t n)
+{
+	const struct hp_value *x = v >= 0 ? &g->values[v] : NULL;
+
+	if (!x || x->dtype != HP_F32 || hp_shape_numel(&x->shape) != n)
+		return 0;
+	if (x->data)
+		return x->kind == HP_VALUE_INITIALIZER || x->kind == HP_VALUE_CONSTANT;
+	return x->kind == HP_VALUE_INITIALIZER && x->src.kind == HP_BLOB_FILE;
+}
+
+/* v's floats: its data, or a copy read from the file into *own (to free). */
+static const float *load_f32(const struct hp_graph *g, int v, float **own)
+{
+	*own = NULL;
+	if (g->values[v].data)
+		return g->values[v].data;
+	if (!(*own = malloc((size_t)hp_shape_numel(&g->values[v].shape) * sizeof **own + 1)))
+		return NULL;
+	if (hp_graph_read_init(g, v, *own) < 0) {
+		free(*own);
+		return *own = NULL;
+	}
+	return *own;
+}
+
+/* The Conv whose output BatchNorm node b reads and may absorb, or -1. */
+static int foldable_conv(const struct hp_graph *g, const struct hp_node *b, uint64_t *budget)
+{
+	int x = b->ninputs == 5 ? b->inputs[0] : -1, p;
+	const struct hp_node *c;
+
+	if (x < 0 || hp_attr_int(b, "training_mode", 0) || g->values[x].is_output || g->values[x].nconsumers != 1)
+		return -1;
+	for (int o = 1; o < b->noutputs; o++)
+		if (b->outputs[o] >= 0)
+			return -1;
+	p = g->values[x].producer;
+	if (p < 0 || !is_op(&g->nodes[p], "Conv") || g->nodes[p].noutputs != 1)
+		return -1;
+	c = &g->nodes[p];
+	int64_t m = g->values[x].shape.rank > 1 ? g->values[x].shape.dims[1] : -1;
+	const struct hp_value *w = c->ninputs > 1 && c->inputs[1] >= 0 ? &g->values[c->inputs[1]] : NULL;
+	if (m < 1 || !w || w->shape.rank < 1 || w->shape.dims[0] != m || !const_f32(g, c->inputs[1], hp_shape_numel(&w->shape)))
+		return -1;
+	if (c->ninputs > 2 && c->inputs[2] >= 0 && !const_f32(g, c->inputs[2], m))
+		return -1;
+	for (int i = 1; i < 5; i++)
+		if (!const_f32(g, b->inputs[i], m))
+			return -1;
+	uint64_t bytes = (uint64_t)(hp_shape_numel(&w->shape) + m) * sizeof(float);
+	if (bytes > *budget)
+		return -1;
+	*budget -= bytes;
+	return p;
+}
+
+/* A new initializer named base + suffix holding `n` floats (taken over). */
+static int new_init(struct hp_graph *g, const char *base, const char *suffix, const struct hp_shape *s, float *data)
+{
+	char name[512];
+	int v;
+
+	snprintf(name, sizeof name, "%s%s", base, suffix);
+	for (int i = 1; hp_graph_find_value(g, name) >= 0; i++)
+		snprintf(name, sizeof name, "%s%s#%d", base, suffix, i);
+	if ((v = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, HP_F32, s)) < 0) {
+		free(data);
+		return v;
+	}
+	g->values[v].data = data;
+	g->values[v].src = (struct hp_blob){ .kind = HP_BLOB_MEMORY, .length = (uint64_t)hp_shape_numel(s) * 4 };
+	g->values[v].trainable = 0;
+	return v;
+}
+
+/* W' = W a and B' = (B - mean) a + bias per output channel k, in double. */
+static void fold_math(const float *const p[6], int64_t m, int64_t per, double eps, float *nw, float *nb)
+{
+	const float *W = p[0], *cb = p[1], *sc = p[2], *bias = p[3], *mean = p[4], *var = p[5];
+
+	for (int64_t k = 0; k < m; k++) {
+		double a = sc[k] / sqrt((double)var[k] + eps);
+		for (int64_t i = 0; i < per; i++)
+			nw[k * per + i] = (float)(W[k * per + i] * a);
+		nb[k] = (float)(((cb ? cb[k] : 0.0) - mean[k]) * a + bias[k]);
+	}
+}
+
+/* Folded weight and bias of Conv node ci under BatchNorm node bi. */
+static int fold_values(struct hp_graph *g, int ci, int bi, int *wv, int *bv)
+{
+	const struct hp_node *c = &g->nodes[ci], *b = &g->nodes[bi];
+	const struct hp_value *w = &g->values[c->inputs[1]];
+	int64_t m = w->shape.dims[0], per = hp_shape_numel(&w->shape) / m;
+	int src[6] = { c->inputs[1], c->ninputs > 2 ? c->inputs[2] : -1, b->inputs[1], b->inputs[2], b->inputs[3],
+		       b->inputs[4] };
+	const float *p[6] = { 0 };
+	float *own[6] = { 0 }, *nw = malloc((size_t)(m * per) * sizeof *nw), *nb = malloc((size_t)m * sizeof *nb);
+	struct hp_shape bs = { 1, { m } };
+	int rc = nw && nb ? 0 : hp_error(-ENOMEM, "out of memory");
+
+	for (int i = 0; i < 6 && rc == 0; i++)
+		if (src[i] >= 0 && !(p[i] = load_f32(g, src[i], &own[i])))
+			rc = hp_error(-ENOMEM, "cannot read '%s' to fold it", g->values[src[i]].name);
+	if (rc == 0)
+		fold_math(p, m, per, hp_attr_float(b, "epsilon", 1e-5f), nw, nb);
+	for (int i = 0; i < 6; i++)
+		free(own[i]);
+	if (rc < 0) {
+		free(nw);
+		free(nb);
+		return rc;
+	}
+	if ((*wv = new_init(g, w->name, ".bnfold", &w->shape, nw)) < 0) {
+		free(nb);
+		return *wv;
+	}
+	*bv = new_init(g, g->values[b->outputs[0]].name, ".bias.bnfold", &bs, nb);
+	return *bv < 0 ? *bv : 0;
+}
+
+/* Conv ci takes the folded weights and writes BatchNorm bi's output. */
+static int rewire(struct hp_graph *g, int ci, int bi, int wv, int bv)
+{
+	struct hp_node *c = &g->nodes[ci];
+	int *in = c->inputs;
+
+	if (c->ninputs < 3) {
+		if (!(in = realloc(c->inputs, 3 * sizeof *in)))
+			return hp_error(-ENOMEM, "out of memory");
+		c->inputs = in;
+		c->ninputs = 3;
+	}
+	in[1] = wv;
+	in[2] = bv;
+	g->values[c->outputs[0]].producer = -1;
+	c->outputs[0] = g->nodes[bi].outputs[0];
+	return 0;
+}
+
+static void drop_node(struct hp_graph *g, int i)
+{
+	struct hp_node *n = &g->nodes[i];
+
+	if (n->op && n->op->release)
+		n->op->release(n);
+	else
+		free(n->priv);
+	free(n->name);
+	free(n->op_type);
+	free(n->domain);
+	free(n->inputs);
+	free(n->outputs);
+	for (int a = 0; a < n->nattrs; a++) {
+		free(n->attrs[a].name);
+		free(n->attrs[a].s);
+		free(n->attrs[a].ints);
+		free(n->attrs[a].floats);
+		for (int s = 0; n->attrs[a].strings && s < n->attrs[a].n; s++)
+			free(n->attrs[a].strings[s]);
+		free(n->attrs[a].strings);
+		free(n->attrs[a].t.data);
+	}
+	free(n->attrs);
+	memmove(n, n + 1, (size_t)(g->nnodes - i - 1) * sizeof *n);
+	g->nnodes--;
+}
+
+/* Note "BatchNormalization 'b' into Conv 'c'" in the report. */
+static void note(struct hp_fuse_report *r, const struct hp_node *b, const struct hp_node *c)
+{
+	char **l;
+
+	r->nfused++;
+	if (!(l = realloc(r->lines, (size_t)r->nfused * sizeof *l)))
+		return;
+	r->lines = l;
+	if (asprintf(&l[r->nfused - 1], "BatchNormalization '%s' into Conv '%s'", b->name, c->name) < 0)
+		l[r->nfused - 1] = NULL;
+}
+
+/* The first BatchNormalization that folds: its node index and its Conv's. */
+static int next_fold(const struct hp_graph *g, int *ci, uint64_t *budget)
+{
+	for (int i = 0; i < g->nnodes; i++)
+		if (is_op(&g->nodes[i], "BatchNormalization") && (*ci = foldable_conv(g, &g->nodes[i], budget)) >= 0)
+			return i;
+	return -1;
+}
+
+int hp_fuse_inference(struct hp_graph *g, struct hp_fuse_report *r)
+{
+	int rc = 0, i, ci, any = 0;
+	uint64_t budget = FUSE_MAX_BYTES;
+
+	memset(r, 0, sizeof *r);
+	/* producers and consumers are node indices: relink after every fold */
+	while ((i = next_fold(g, &ci, &budget)) >= 0) {
+		int wv = -1, bv = -1;
+		if ((rc = fold_values(g, ci, i, &wv, &bv)) < 0 || (rc = rewire(g, ci, i, wv, bv)) < 0)
+			return rc;
+		note(r, &g->nodes[i], &g->nodes[ci]);
+		drop_node(g, i);
+		if ((rc = hp_graph_finalize(g)) < 0)
+			return rc;
+		any = 1;
+	}
+	return any ? hp_graph_infer(g) : 0;
+}
+
+void hp_fuse_report_free(struct hp_fuse_report *r)
+{
+	for (int i = 0; i < r->nfused; i++)
+		free(r->lines[i]);
+	free(r->lines);
+	memset(r, 0, sizeof *r);
+}
