@@ -20,6 +20,7 @@
 #include "exec/split_weight.h"
 #include "exec/train_hooks.h"
 #include "tools/exec_cli.h"
+#include "tools/exec_report.h"
 #include "tools/train_progress.h"
 
 static volatile sig_atomic_t interrupted;
@@ -133,7 +134,9 @@ static void ckpt_progress(void *arg, uint64_t done, uint64_t total)
 
 struct run_state {
 	const struct cli *c;
+	struct hp_trainer *t;
 	FILE *log;
+	struct exec_sampler sampler;
 	struct hp_progress bar;
 	double *ms;
 	int64_t nms, first;
@@ -148,39 +151,35 @@ static json_object *jnum(double v)
 	return isfinite(v) ? json_object_new_double(v) : NULL;
 }
 
-static void log_step(struct run_state *r, const struct hp_step_info *in)
+/* The step as the shared report sees it (tools/exec_report.h). */
+static void sample_step(struct run_state *r, const struct hp_step_info *in, struct exec_sample *x)
 {
-	json_object *o = json_object_new_object(), *tiers = json_object_new_object();
-
-	json_object_object_add(o, "step", json_object_new_int64(in->step));
-	json_object_object_add(o, "loss", jnum(in->loss));
-	json_object_object_add(o, "ms", json_object_new_double(in->ms));
-	json_object_object_add(o, "epoch", json_object_new_int64(in->epoch));
-	json_object_object_add(o, "samples_per_s", json_object_new_double(in->samples / in->ms * 1e3));
-	json_object_object_add(o, "gflops", json_object_new_double(in->flops / in->ms / 1e6));
-	for (int i = 0; i < in->ntiers; i++) {
-		json_object *t = json_object_new_object();
-		json_object_object_add(t, "bytes_read", json_object_new_int64((int64_t)in->tier_read[i]));
-		json_object_object_add(t, "bytes_written", json_object_new_int64((int64_t)in->tier_written[i]));
-		json_object_object_add(tiers, in->tier_name[i], t);
-	}
-	json_object_object_add(o, "tiers", tiers);
-	if (in->checkpointed)
-		json_object_object_add(o, "checkpoint", json_object_new_boolean(1));
-	if (fprintf(r->log, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)) < 0 || fflush(r->log))
-		r->log_failed = 1;
-	json_object_put(o);
+	memset(x, 0, sizeof *x);
+	x->mode = "train";
+	x->step = in->step;
+	x->total = in->steps;
+	x->ms = in->ms;
+	x->flops = in->flops;
+	x->loss = in->loss;
+	x->has_loss = 1;
+	x->epoch = in->epoch;
+	x->samples = in->samples;
+	x->checkpointed = in->checkpointed;
+	x->budget = r->c->budget;
+	exec_sample_fill(&r->sampler, hp_trainer_session(r->t), x);
 }
 
 static int on_step(void *arg, const struct hp_step_info *in)
 {
 	struct run_state *r = arg;
+	struct exec_sample x;
 
-	if (r->log)
-		log_step(r, in);
+	sample_step(r, in, &x);
+	if (r->log && exec_log_write(r->log, &x) < 0)
+		r->log_failed = 1;
 	r->ms[r->nms++] = in->ms;
 	r->last_loss = in->loss;
-	hp_progress_step(&r->bar, in);
+	hp_progress_step(&r->bar, &x);
 	if (isfinite(in->loss))
 		return 0;
 	const char *what = isnan(in->loss) ? "NaN" : in->loss > 0 ? "+infinity" : "-infinity";
@@ -207,6 +206,8 @@ static int write_stats(const struct cli *c, struct hp_trainer *t, const struct r
 	int rc;
 
 	getrusage(RUSAGE_SELF, &ru);
+	json_object_object_add(o, "schema", json_object_new_int(EXEC_LOG_SCHEMA));
+	json_object_object_add(o, "mode", json_object_new_string("train"));
 	json_object_object_add(o, "model", json_object_new_string(c->model));
 	json_object_object_add(o, "steps", json_object_new_int64(r->nms));
 	json_object_object_add(o, "last_step", json_object_new_int64(hp_trainer_current_step(t)));
@@ -216,6 +217,9 @@ static int write_stats(const struct cli *c, struct hp_trainer *t, const struct r
 	json_object_object_add(o, "peak_rss_bytes", json_object_new_int64((int64_t)ru.ru_maxrss * 1024));
 	json_object_object_add(o, "budget_bytes", json_object_new_int64((int64_t)c->budget));
 	json_object_object_add(o, "partitioned_weights", json_object_new_int(hp_trainer_split_count(t)));
+	struct cli quiet = *c; /* the summary printed them already */
+	quiet.quiet = 1;
+	exec_tier_summary(hp_trainer_session(t), &quiet, o);
 	rc = json_object_to_file_ext(c->stats_json, o, JSON_C_TO_STRING_PRETTY);
 	json_object_put(o);
 	return rc < 0 ? hp_error(-EIO, "%s: cannot write statistics", c->stats_json) : 0;
@@ -255,7 +259,7 @@ static int summarize(const struct cli *c, struct hp_trainer *t, struct run_state
 
 static int train(struct cli *c, struct hp_trainer *t)
 {
-	struct run_state r = { .c = c };
+	struct run_state r = { .c = c, .t = t };
 	int rc;
 
 	r.first = hp_trainer_current_step(t);
@@ -269,7 +273,8 @@ static int train(struct cli *c, struct hp_trainer *t)
 	if (!c->quiet && c->resume)
 		fprintf(stderr, "hpdlf-exec: %s at step %lld\n", r.first ? "resuming" : "no checkpoint yet, starting",
 			(long long)r.first);
-	hp_progress_init(&r.bar, !c->quiet && isatty(2), hp_trainer_total_steps(t), r.first);
+	hp_progress_init(&r.bar, !c->quiet && isatty(2), "step");
+	exec_sampler_init(&r.sampler, hp_trainer_session(t));
 	rc = hp_trainer_run(t, on_step, &r);
 	hp_progress_end(&r.bar);
 	if (r.log && (fclose(r.log) != 0 || r.log_failed) && rc == 0)
