@@ -30,6 +30,7 @@ struct cli {
 	struct insp_opts o;
 	const char *token_file;
 	const char *plot, *title;
+	const char *csv;        /* --csv OUT.csv: a --log-json file as CSV */
 	int gc;                 /* --gc: remove stale pages */
 	char **targets;
 	int ntargets;
@@ -92,7 +93,7 @@ static int parse_seconds(const char *arg, double *out)
 
 static int parse_cli(int argc, char **argv, struct cli *c)
 {
-	enum { O_JSON = 256, O_PROM, O_WATCH, O_COUNT, O_TENSORS, O_TOKEN, O_PLOT, O_TITLE, O_GC, O_HELP, O_VERSION };
+	enum { O_JSON = 256, O_PROM, O_WATCH, O_COUNT, O_TENSORS, O_TOKEN, O_PLOT, O_TITLE, O_GC, O_HELP, O_VERSION, O_CSV };
 	static const struct option opts[] = {
 		{ "json", no_argument, 0, O_JSON },        { "prometheus", no_argument, 0, O_PROM },
 		{ "watch", required_argument, 0, O_WATCH }, { "count", required_argument, 0, O_COUNT },
@@ -100,6 +101,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 		{ "plot", required_argument, 0, O_PLOT },  { "title", required_argument, 0, O_TITLE },
 		{ "gc", no_argument, 0, O_GC },            { "help", no_argument, 0, O_HELP },
 		{ "version", no_argument, 0, O_VERSION },
+		{ "csv", required_argument, 0, O_CSV },
 		{ 0, 0, 0, 0 },
 	};
 	int k, json = 0, prom = 0;
@@ -125,6 +127,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 		case O_TENSORS: c->o.tensors = 1; break;
 		case O_TOKEN: c->token_file = optarg; break;
 		case O_PLOT: c->plot = optarg; break;
+		case O_CSV: c->csv = optarg; break;
 		case O_TITLE: c->title = optarg; break;
 		case O_GC: c->gc = 1; break;
 		case 'h':
@@ -141,6 +144,8 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 	c->ntargets = argc - optind;
 	if (c->plot && c->ntargets != 1)
 		return usage_error("%s", "--plot OUT.svg takes exactly one input: a Chrome trace (hpdlf-exec --trace) or a --log-json file");
+	if (c->csv && (c->ntargets != 1 || c->plot))
+		return usage_error("%s", "--csv OUT.csv takes exactly one input, a --log-json file (and no --plot)");
 	if (c->count && !c->watch)
 		return usage_error("%s", "--count only makes sense with --watch");
 	if (c->gc && (c->ntargets || c->watch || c->plot))
@@ -372,8 +377,8 @@ int main(int argc, char **argv)
 
 	if ((rc = parse_cli(argc, argv, &c)))
 		return rc;
-	if (c.plot) {
-		rc = insp_plot(c.targets[0], c.plot, c.title);
+	if (c.plot || c.csv) {
+		rc = c.plot ? insp_plot(c.targets[0], c.plot, c.title) : insp_csv(c.targets[0], c.csv);
 		if (rc < 0)
 			fprintf(stderr, PROG ": %s\n", hp_errmsg()[0] ? hp_errmsg() : hp_strerror(rc));
 		return rc < 0 ? (rc == HP_EUSAGE || rc == HP_EFORMAT || rc == HP_EDATA ? 2 : 1) : 0;

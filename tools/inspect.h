@@ -90,5 +90,8 @@ extern const char insp_no_tensor_data[];
 /* inspect_plot.c: 0, or an error with hp_errmsg() set (HP_EFORMAT/HP_EDATA
  * for an unreadable input, -errno for I/O). */
 int insp_plot(const char *in_path, const char *svg_path, const char *title);
+/* inspect_csv.c: a --log-json file as CSV into out_path ("-": stdout);
+ * errors as insp_plot's. */
+int insp_csv(const char *in_path, const char *out_path);
 
 #endif
