@@ -185,7 +185,8 @@ def parse_prometheus(text):
         if not m:
             continue
         name, labels, value = m.groups()
-        check(name == current and name in types, f"line {n}: {name} without its # TYPE before it")
+        base = re.sub(r"_(bucket|sum|count)$", "", name) if types.get(current) == "histogram" else name
+        check(base == current and base in types, f"line {n}: {name} without its # TYPE before it")
         if types.get(name) == "counter":
             check(name.endswith("_total"), f"line {n}: counter {name} without _total")
         try:
@@ -202,6 +203,28 @@ def parse_prometheus(text):
 
 def prom(samples, name, **labels):
     return samples.get((name, frozenset(labels.items())))
+
+
+def check_real_parser(text):
+    """Prometheus's own parser (Debian's python3-prometheus-client) reads
+    every family, histograms with their buckets, sum and count."""
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:
+        print("note: python3-prometheus-client missing (tools/setup.sh installs it): real parser not run")
+        return
+    try:
+        fams = {f.name: f for f in text_string_to_metric_families(text)}
+    except Exception as e:  # any parse error fails the check
+        check(False, f"prometheus_client cannot parse the output: {e}")
+        return
+    h = fams.get("hpdlf_store_tier_latency_seconds")
+    check(h is not None and h.type == "histogram", "prometheus_client: latency is a histogram")
+    if h:
+        names = {s.name for s in h.samples}
+        check(names == {"hpdlf_store_tier_latency_seconds_bucket", "hpdlf_store_tier_latency_seconds_sum",
+                        "hpdlf_store_tier_latency_seconds_count"}, f"prometheus_client: histogram samples {names}")
+    check(all(f.type in ("counter", "gauge", "histogram") for f in fams.values()), "prometheus_client: types")
 
 
 def test_live(tmp):
@@ -243,9 +266,17 @@ def test_live(tmp):
             lab = dict(target=pid, tier=t["name"], tier_index=str(i))
             check(prom(s, "hpdlf_store_tier_hits_total", **lab) == t["hits"], f"tier {i} hits sample")
             check(prom(s, "hpdlf_store_tier_evictions_total", **lab) == t["evictions"], f"tier {i} evictions")
-            p99 = percentile(t["lat_hist"], 0.99)
-            got = prom(s, "hpdlf_store_tier_latency_microseconds", quantile="0.99", **lab)
-            check(got == p99, f"tier {i} p99 sample {got} != {p99}")
+            h = t["lat_hist"]  # bucket k: [2^k, 2^(k+1)) us, the last one open
+            got = [prom(s, "hpdlf_store_tier_latency_seconds_bucket", le=repr((2 << k) / 1e6), **lab)
+                   for k in range(len(h) - 1)]
+            got.append(prom(s, "hpdlf_store_tier_latency_seconds_bucket", le="+Inf", **lab))
+            want = [sum(h[:k + 1]) for k in range(len(h))]
+            check(got == want, f"tier {i} latency histogram buckets (seconds, cumulative) {got[:8]} != {want[:8]}")
+            check(prom(s, "hpdlf_store_tier_latency_seconds_count", **lab) == sum(h), f"tier {i} histogram count")
+            est = sum(c * (1.5 * (1 << k) if k else 1.0) / 1e6 for k, c in enumerate(h))
+            got = prom(s, "hpdlf_store_tier_latency_seconds_sum", **lab)
+            check(got is not None and abs(got - est) <= 1e-9 * max(est, 1), f"tier {i} histogram sum {got} != {est}")
+        check_real_parser(out)
 
         rc, out, err = run("--tensors", "--json", pid)
         t = json.loads(out)["targets"][0]
