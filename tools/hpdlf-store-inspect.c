@@ -31,6 +31,8 @@ struct cli {
 	const char *token_file;
 	const char *plot, *title;
 	const char *csv;        /* --csv OUT.csv: a --log-json file as CSV */
+	const char *listen;     /* --listen-metrics HOST:PORT */
+	const char *prom_file;  /* --prometheus-file F: written atomically */
 	int gc;                 /* --gc: remove stale pages */
 	char **targets;
 	int ntargets;
@@ -93,7 +95,8 @@ static int parse_seconds(const char *arg, double *out)
 
 static int parse_cli(int argc, char **argv, struct cli *c)
 {
-	enum { O_JSON = 256, O_PROM, O_WATCH, O_COUNT, O_TENSORS, O_TOKEN, O_PLOT, O_TITLE, O_GC, O_HELP, O_VERSION, O_CSV };
+	enum { O_JSON = 256, O_PROM, O_WATCH, O_COUNT, O_TENSORS, O_TOKEN, O_PLOT, O_TITLE, O_GC, O_HELP, O_VERSION, O_CSV, O_LISTEN,
+	       O_PROM_FILE };
 	static const struct option opts[] = {
 		{ "json", no_argument, 0, O_JSON },        { "prometheus", no_argument, 0, O_PROM },
 		{ "watch", required_argument, 0, O_WATCH }, { "count", required_argument, 0, O_COUNT },
@@ -102,6 +105,8 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 		{ "gc", no_argument, 0, O_GC },            { "help", no_argument, 0, O_HELP },
 		{ "version", no_argument, 0, O_VERSION },
 		{ "csv", required_argument, 0, O_CSV },
+		{ "listen-metrics", required_argument, 0, O_LISTEN },
+		{ "prometheus-file", required_argument, 0, O_PROM_FILE },
 		{ 0, 0, 0, 0 },
 	};
 	int k, json = 0, prom = 0;
@@ -128,6 +133,8 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 		case O_TOKEN: c->token_file = optarg; break;
 		case O_PLOT: c->plot = optarg; break;
 		case O_CSV: c->csv = optarg; break;
+		case O_LISTEN: c->listen = optarg; break;
+		case O_PROM_FILE: c->prom_file = optarg; prom = 1; break;
 		case O_TITLE: c->title = optarg; break;
 		case O_GC: c->gc = 1; break;
 		case 'h':
@@ -146,6 +153,11 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 		return usage_error("%s", "--plot OUT.svg takes exactly one input: a Chrome trace (hpdlf-exec --trace) or a --log-json file");
 	if (c->csv && (c->ntargets != 1 || c->plot))
 		return usage_error("%s", "--csv OUT.csv takes exactly one input, a --log-json file (and no --plot)");
+	if (c->listen && (c->watch || c->plot || c->csv || c->gc || json || c->prom_file))
+		return usage_error("%s", "--listen-metrics serves Prometheus text on each request: no --watch, --json, "
+				   "--prometheus-file, --plot, --csv nor --gc");
+	if (c->prom_file && (c->plot || c->csv || c->gc))
+		return usage_error("%s", "--prometheus-file takes targets (or none), not --plot, --csv nor --gc");
 	if (c->count && !c->watch)
 		return usage_error("%s", "--count only makes sense with --watch");
 	if (c->gc && (c->ntargets || c->watch || c->plot))
@@ -295,6 +307,32 @@ static void sleep_s(double s)
 	sigprocmask(SIG_SETMASK, &old, NULL);
 }
 
+/* --prometheus-file: a scraper (node_exporter's textfile collector) must
+ * never read half a file, so the text goes to a temporary in the same
+ * directory, is synced and renamed over F. */
+static int prom_file_failed;
+
+static void write_prom_file(const char *path, struct insp_target *t, int n)
+{
+	char tmp[4096];
+	FILE *f;
+	int ok;
+
+	if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp || !(f = fopen(tmp, "w"))) {
+		fprintf(stderr, PROG ": --prometheus-file %s: %s\n", path, strerror(errno));
+		prom_file_failed = 1;
+		return;
+	}
+	insp_print_prometheus(f, t, n);
+	ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+	ok = fclose(f) == 0 && ok;
+	if (!ok || rename(tmp, path) < 0) {
+		fprintf(stderr, PROG ": --prometheus-file %s: %s\n", path, strerror(errno));
+		unlink(tmp);
+		prom_file_failed = 1;
+	}
+}
+
 static void print_frame(const struct cli *c, struct insp_target *t, int n, int scan, FILE *errf,
 			struct skip_list *sk)
 {
@@ -309,6 +347,10 @@ static void print_frame(const struct cli *c, struct insp_target *t, int n, int s
 	if (scan && n == 0)
 		fprintf(errf, PROG ": no hpdlf statistics pages of this user on this node (%s/hpdlf-store.<pid>)\n",
 			insp_local_dir());
+	if (c->prom_file) {
+		write_prom_file(c->prom_file, t, n);
+		return;
+	}
 	switch (c->fmt) {
 	case FMT_JSON: insp_print_json(stdout, t, n, &c->o, !c->watch); break;
 	case FMT_PROM: insp_print_prometheus(stdout, t, n); break;
@@ -358,7 +400,7 @@ static int run(const struct cli *c, struct insp_target *t, int n, int scan)
 		if (!tty && c->fmt == FMT_TABLE)
 			fputs("\n", stdout);
 	}
-	rc = insp_stop ? 128 + insp_stop : c->watch ? 0 : status_of(t, n, scan);
+	rc = insp_stop ? 128 + insp_stop : prom_file_failed ? 1 : c->watch ? 0 : status_of(t, n, scan);
 	goto out;
 fail:
 	fprintf(stderr, PROG ": %s\n", hp_errmsg());
@@ -367,6 +409,44 @@ out:
 	free(t);
 	free(sk.v);
 	return rc;
+}
+
+void insp_wait_signal(void)
+{
+	while (!insp_stop)
+		sleep_s(3600);
+}
+
+/* --listen-metrics: each scrape reads every target once (scan mode: lists
+ * the pages again); rates "now" are over the time since the last scrape. */
+struct serve_state {
+	struct insp_target *t;
+	int n, scan;
+	struct skip_list sk;
+};
+
+static void render_metrics(FILE *f, void *arg)
+{
+	struct serve_state *s = arg;
+
+	if (refresh(&s->t, &s->n, s->scan, &s->sk) < 0) {
+		s->n = 0; /* an unusable page directory: no targets, up says nothing */
+	}
+	insp_print_prometheus(f, s->t, s->n);
+}
+
+static int serve(const struct cli *c, struct insp_target *t, int n)
+{
+	struct serve_state s = { t, n, n == 0, { NULL, 0 } };
+	int rc = insp_http_serve(c->listen, render_metrics, &s);
+
+	free(s.t);
+	free(s.sk.v);
+	if (rc < 0) {
+		fprintf(stderr, PROG ": %s\n", hp_errmsg());
+		return rc == HP_EUSAGE ? 2 : 1;
+	}
+	return 128 + insp_stop;
 }
 
 int main(int argc, char **argv)
@@ -408,5 +488,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	catch_signals();
+	if (c.listen)
+		return serve(&c, t, c.ntargets);
 	return run(&c, t, c.ntargets, c.ntargets == 0);
 }

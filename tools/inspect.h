@@ -94,4 +94,13 @@ int insp_plot(const char *in_path, const char *svg_path, const char *title);
  * errors as insp_plot's. */
 int insp_csv(const char *in_path, const char *out_path);
 
+/* inspect_http.c (inspect_http_none.c without libmicrohttpd): serve
+ * GET /metrics on HOST:PORT, each answer written by render, until SIGINT
+ * or SIGTERM (insp_wait_signal); 0, or an error (HP_EUSAGE: bad address or
+ * no HTTP support). */
+typedef void (*insp_render_fn)(FILE *f, void *arg);
+int insp_http_serve(const char *spec, insp_render_fn render, void *arg);
+/* hpdlf-store-inspect.c: sleep until insp_stop is set. */
+void insp_wait_signal(void);
+
 #endif
