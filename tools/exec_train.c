@@ -69,6 +69,67 @@ static int parse_optimizer(const char *s, struct hp_train_spec *sp)
 	return 0;
 }
 
+/* Every required training option that is missing, in one message. */
+static int missing_options(const struct cli *c)
+{
+	const char *need[3];
+	char list[256] = "";
+	int n = 0;
+
+	if (!c->data)
+		need[n++] = "--data FILE.npy --labels FILE.npy (or --data FILE.npz)";
+	if (!c->batch)
+		need[n++] = "--batch N";
+	if (!c->steps && !c->epochs)
+		need[n++] = "--steps N or --epochs N";
+	if (!n)
+		return 0;
+	for (int i = 0; i < n; i++)
+		snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i == 0 ? "" : i == n - 1 ? " and " : ", ",
+			 need[i]);
+	return usage("--train needs %s", list);
+}
+
+static void warn(const struct cli *c, const char *msg)
+{
+	if (hp_comm_rank() == 0)
+		fprintf(stderr, "hpdlf-exec: warning: %s\n", msg);
+	(void)c;
+}
+
+/* Options that contradict each other or that the chosen optimizer never
+ * reads: accepted (a script may set them for every optimizer), but said
+ * once each, so that no one believes they act. */
+static void warn_ignored(const struct cli *c, const struct hp_train_spec *sp)
+{
+	int adam = sp->optimizer != HP_OPT_SGD;
+
+	if (adam && c->momentum_given)
+		warn(c, "--momentum is ignored by --optimizer adam/adamw (SGD momentum; Adam has its own moments)");
+	if (adam && c->nesterov)
+		warn(c, "--nesterov is ignored by --optimizer adam/adamw (it is SGD's)");
+}
+
+/* Said after the trainer knows the step count and the data set size. */
+static void warn_sizes(const struct cli *c, struct hp_trainer *t)
+{
+	char msg[512];
+	enum hp_dtype dt;
+	struct hp_shape sh;
+	uint64_t off;
+
+	if (c->checkpoint_every && c->checkpoint_every >= hp_trainer_total_steps(t)) {
+		snprintf(msg, sizeof msg, "--checkpoint-every %ld is not below the %lld steps: only the final checkpoint "
+			 "is written", c->checkpoint_every, (long long)hp_trainer_total_steps(t));
+		warn(c, msg);
+	}
+	if (c->labels && hp_npy_header(c->data, &dt, &sh, &off) == 0 && sh.rank > 0 && c->batch > sh.dims[0]) {
+		snprintf(msg, sizeof msg, "--batch %ld is larger than the %lld samples of %s: every step repeats samples",
+			 c->batch, (long long)sh.dims[0], c->data);
+		warn(c, msg);
+	}
+}
+
 static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 {
 	static struct hs_tier_spec tiers[HS_MAX_TIERS];
@@ -76,12 +137,8 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 
 	if (c->ninputs || c->noutputs || c->output_dir)
 		return usage("%s", "--input/--output/--output-dir are for inference; training reads --data/--labels");
-	if (!c->data)
-		return usage("%s", "--train needs --data FILE.npy --labels FILE.npy (or --data FILE.npz)");
-	if (!c->batch)
-		return usage("%s", "--train needs --batch N");
-	if (!c->steps && !c->epochs)
-		return usage("%s", "--train needs --steps N or --epochs N");
+	if ((rc = missing_options(c)) != 0)
+		return rc;
 	if (c->steps && c->epochs)
 		return usage("%s", "give --steps or --epochs, not both");
 	if ((c->resume || c->checkpoint_every) && !c->checkpoint)
@@ -89,6 +146,7 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	hp_trainer_opts_init(o, sizeof *o);
 	if ((rc = parse_loss(c->loss, &o->spec)) || (rc = parse_optimizer(c->optimizer, &o->spec)))
 		return rc;
+	warn_ignored(c, &o->spec);
 	if ((rc = exec_store_tiers(c, tiers, &o->ntiers)) != 0)
 		return rc;
 	o->tiers = tiers;
@@ -351,6 +409,8 @@ int exec_train_main(struct cli *c)
 	signal(SIGUSR1, on_stop); /* what batch systems send ahead of a time limit */
 	o.graph_only = c->plan || c->plan_dot;
 	rc = hp_trainer_create(c->model, &o, &t);
+	if (rc == 0 && !o.graph_only)
+		warn_sizes(c, t);
 	if (rc == 0 && k && (kill_nth = atol(k)) > 0)
 		hp_trainer_set_checkpoint_progress(t, ckpt_progress, NULL);
 	if (rc == 0 && o.graph_only && hp_comm_rank() == 0) /* every rank plans the same step */
