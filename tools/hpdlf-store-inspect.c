@@ -34,6 +34,7 @@ struct cli {
 	const char *csv;        /* --csv OUT.csv: a --log-json file as CSV */
 	const char *listen;     /* --listen-metrics HOST:PORT */
 	const char *prom_file;  /* --prometheus-file F: written atomically */
+	int compact;            /* --compact: one line per target */
 	int gc;                 /* --gc: remove stale pages */
 	char **targets;
 	int ntargets;
@@ -97,7 +98,7 @@ static int parse_seconds(const char *arg, double *out)
 static int parse_cli(int argc, char **argv, struct cli *c)
 {
 	enum { O_JSON = 256, O_PROM, O_WATCH, O_COUNT, O_TENSORS, O_TOKEN, O_PLOT, O_TITLE, O_GC, O_HELP, O_VERSION, O_CSV, O_LISTEN,
-	       O_PROM_FILE };
+	       O_PROM_FILE, O_COMPACT };
 	static const struct option opts[] = {
 		{ "json", no_argument, 0, O_JSON },        { "prometheus", no_argument, 0, O_PROM },
 		{ "watch", required_argument, 0, O_WATCH }, { "count", required_argument, 0, O_COUNT },
@@ -108,6 +109,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 		{ "csv", required_argument, 0, O_CSV },
 		{ "listen-metrics", required_argument, 0, O_LISTEN },
 		{ "prometheus-file", required_argument, 0, O_PROM_FILE },
+		{ "compact", no_argument, 0, O_COMPACT },
 		{ 0, 0, 0, 0 },
 	};
 	int k, json = 0, prom = 0;
@@ -134,6 +136,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 		case O_TOKEN: c->token_file = optarg; break;
 		case O_PLOT: c->plot = optarg; break;
 		case O_CSV: c->csv = optarg; break;
+		case O_COMPACT: c->compact = 1; break;
 		case O_LISTEN: c->listen = optarg; break;
 		case O_PROM_FILE: c->prom_file = optarg; prom = 1; break;
 		case O_TITLE: c->title = optarg; break;
@@ -147,6 +150,8 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 	}
 	if (json && prom)
 		return usage_error("%s", "--json and --prometheus exclude each other");
+	if (c->compact && (json || prom || c->o.tensors))
+		return usage_error("%s", "--compact is a table: not with --json, --prometheus nor --tensors");
 	c->fmt = json ? FMT_JSON : prom ? FMT_PROM : FMT_TABLE;
 	c->targets = argv + optind;
 	c->ntargets = argc - optind;
@@ -355,7 +360,12 @@ static void print_frame(const struct cli *c, struct insp_target *t, int n, int s
 	switch (c->fmt) {
 	case FMT_JSON: insp_print_json(stdout, t, n, &c->o, !c->watch); break;
 	case FMT_PROM: insp_print_prometheus(stdout, t, n); break;
-	default: insp_print_table(stdout, t, n, &c->o); break;
+	default:
+		if (c->compact)
+			insp_print_compact(stdout, t, n);
+		else
+			insp_print_table(stdout, t, n, &c->o);
+		break;
 	}
 	fflush(stdout);
 }
@@ -396,8 +406,17 @@ static int run(const struct cli *c, struct insp_target *t, int n, int scan)
 		sleep_s(c->watch);
 		if (insp_stop)
 			break;
+		int was_live = any_live(t, n);
 		if (refresh(&t, &n, scan, &sk) < 0)
 			goto fail;
+		if (!scan && was_live && !any_live(t, n)) {
+			/* every named process is gone: keep its last frame on the
+			 * screen and say so below it instead of redrawing */
+			for (int i = 0; i < n; i++)
+				fprintf(stderr, PROG ": %s: %s (last frame above)\n", t[i].spec,
+					t[i].state == INSP_MISSING ? "the process exited" : t[i].err);
+			break;
+		}
 		if (!tty && c->fmt == FMT_TABLE)
 			fputs("\n", stdout);
 	}

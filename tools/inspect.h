@@ -93,6 +93,8 @@ int insp_plot(const char *in_path, const char *svg_path, const char *title);
 /* inspect_csv.c: a --log-json file as CSV into out_path ("-": stdout);
  * errors as insp_plot's. */
 int insp_csv(const char *in_path, const char *out_path);
+/* inspect_compact.c: --compact, one line per target fitted to the width. */
+void insp_print_compact(FILE *f, const struct insp_target *t, int n);
 
 /* inspect_http.c (inspect_http_none.c without libmicrohttpd): serve
  * GET /metrics on HOST:PORT, each answer written by render, until SIGINT

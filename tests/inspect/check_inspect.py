@@ -412,6 +412,43 @@ def test_http(tmp):
         kill(p)
 
 
+def test_compact(tmp):
+    """--compact: a header and one line per target that fit the width,
+    keeping target, state and memory against the budget; --watch on a PID
+    that exits keeps its last frame and ends by itself."""
+    p, w, _ = start_writer(tmp, 13, 100e6)
+    pid = str(w["pid"])
+    try:
+        for cols in (200, 80, 40):
+            r = subprocess.run([INSPECT, "--compact", pid], capture_output=True, text=True, timeout=30,
+                               env=dict(os.environ, COLUMNS=str(cols)))
+            lines = r.stdout.splitlines()
+            check(r.returncode == 0 and len(lines) == 2 and all(len(ln) <= cols - 1 for ln in lines),
+                  f"--compact at {cols} columns: exit {r.returncode}, {lines}")
+            if len(lines) == 2:
+                head, row = lines[0].split(), lines[1].split()
+                check({"TARGET", "STATE", "RESIDENT", "%BUD"} <= set(head) and head[0] == "TARGET" and
+                      (cols == 40 or "BUDGET" in head), f"--compact at {cols}: columns {head}")
+                check(row[:3] == ["pid", pid, "live"], f"--compact at {cols}: row {row}")
+                k = head.index("%BUD") + 1  # "pid N" is two words
+                want = round(100 * w["resident"] / w["budget"])
+                check(row[k] == f"{want}%", f"--compact at {cols}: resident/budget {row[k]}, want {want}%")
+                if cols == 200:
+                    check(head[-1] == "P99", f"all columns at 200: {head}")
+        w2 = subprocess.Popen([INSPECT, "--compact", "--watch", "0.2", pid], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        kill(p)
+        out, err = w2.communicate(timeout=30)
+        check(w2.returncode == 0 and "last frame above" in err and out.rstrip().splitlines()[-1].split()[1] == pid,
+              f"--watch keeps the last frame of a PID that exits: exit {w2.returncode}, {err!r}")
+        r = subprocess.run([INSPECT, "--compact", "--json"], capture_output=True, text=True, timeout=30)
+        check(r.returncode == 2, f"--compact --json: exit {r.returncode}")
+    finally:
+        if p.poll() is None:
+            kill(p)
+
+
 def main():
     w = None
     with tempfile.TemporaryDirectory() as tmp:
@@ -419,6 +456,7 @@ def main():
             w = test_live(tmp)
             test_stale(w)
             test_http(tmp)  # after: a real writer's start removes stale pages
+            test_compact(tmp)
             if not REAL:
                 test_errors(tmp)
         finally:
