@@ -43,6 +43,7 @@ struct cli {
 	int no_split;                /* --no-split */
 	const char *store, *hostfile, *token_file;
 	int replicas;                /* copies of every chunk on distinct daemons (0: 1) */
+	const char *listen_metrics;  /* --listen-metrics HOST:PORT: /metrics over HTTP */
 };
 
 struct hp_session;

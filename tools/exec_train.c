@@ -20,6 +20,7 @@
 #include "exec/split_weight.h"
 #include "exec/train_hooks.h"
 #include "tools/exec_cli.h"
+#include "tools/exec_metrics.h"
 #include "tools/exec_report.h"
 #include "tools/train_progress.h"
 
@@ -235,6 +236,7 @@ static int on_step(void *arg, const struct hp_step_info *in)
 	sample_step(r, in, &x);
 	if (r->log && exec_log_write(r->log, &x) < 0)
 		r->log_failed = 1;
+	exec_metrics_update(&x);
 	r->ms[r->nms++] = in->ms;
 	r->last_loss = in->loss;
 	hp_progress_step(&r->bar, &x);
@@ -331,10 +333,18 @@ static int train(struct cli *c, struct hp_trainer *t)
 	if (!c->quiet && c->resume)
 		fprintf(stderr, "hpdlf-exec: %s at step %lld\n", r.first ? "resuming" : "no checkpoint yet, starting",
 			(long long)r.first);
+	if (c->listen_metrics && hp_comm_rank() == 0 &&
+	    (rc = exec_metrics_start(c->listen_metrics, c->model, "train", 0)) < 0) {
+		if (r.log)
+			fclose(r.log);
+		free(r.ms);
+		return rc;
+	}
 	hp_progress_init(&r.bar, !c->quiet && isatty(2), "step");
 	exec_sampler_init(&r.sampler, hp_trainer_session(t));
 	rc = hp_trainer_run(t, on_step, &r);
 	hp_progress_end(&r.bar);
+	exec_metrics_stop();
 	if (r.log && (fclose(r.log) != 0 || r.log_failed) && rc == 0)
 		rc = hp_error(-EIO, "%s: cannot write the log", c->log_json);
 	if (rc == 0 || rc == HP_ECANCELED) {

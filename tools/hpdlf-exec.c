@@ -21,6 +21,7 @@
 #include "hpdlf/tensor.h"
 #include "exec/split_weight.h"
 #include "tools/exec_cli.h"
+#include "tools/exec_metrics.h"
 #include "tools/exec_report.h"
 #include "tools/train_progress.h"
 
@@ -75,7 +76,7 @@ enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER,
        OPT_STEPS, OPT_EPOCHS, OPT_SHUFFLE, OPT_NO_SHUFFLE, OPT_CKPT, OPT_CKPT_EVERY, OPT_RESUME, OPT_RESUME_IF, OPT_STOP_NAN,
        OPT_GO_NAN,
        OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS, OPT_NO_SPLIT,
-       OPT_RECALIBRATE, OPT_BUCKET, OPT_SYNC_BN, OPT_SHARD };
+       OPT_RECALIBRATE, OPT_BUCKET, OPT_SYNC_BN, OPT_SHARD, OPT_LISTEN_METRICS };
 
 static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
@@ -107,6 +108,7 @@ static const struct option long_opts[] = {
 	{ "recalibrate", no_argument, 0, OPT_RECALIBRATE },
 	{ "bucket", required_argument, 0, OPT_BUCKET },	  { "sync-bn", no_argument, 0, OPT_SYNC_BN },
 	{ "shard", required_argument, 0, OPT_SHARD },
+	{ "listen-metrics", required_argument, 0, OPT_LISTEN_METRICS },
 	{ 0, 0, 0, 0 },
 };
 
@@ -169,6 +171,7 @@ static int parse_more(int o, struct cli *c)
 		c->tiers[c->ntiers++] = optarg;
 		return 0;
 	case OPT_STORE: c->store = optarg; return 0;
+	case OPT_LISTEN_METRICS: c->listen_metrics = optarg; return 0;
 	case OPT_HOSTFILE: c->hostfile = optarg; return 0;
 	case OPT_TOKEN: c->token_file = optarg; return 0;
 	case OPT_REPLICAS: {
@@ -687,6 +690,11 @@ static int run_iterations(struct hp_session *s, const struct cli *c, double **ms
 		return rc;
 	if (c->log_json && !(log = fopen(c->log_json, "w")))
 		return hp_error(-errno, "%s: %s", c->log_json, strerror(errno));
+	if (c->listen_metrics && (rc = exec_metrics_start(c->listen_metrics, c->model, "infer", 0)) < 0) {
+		if (log)
+			fclose(log);
+		return rc;
+	}
 	t0 = wall_ms();
 	hp_progress_init(&bar, tty && !c->quiet, "iter");
 	exec_sampler_init(&sampler, s);
@@ -712,6 +720,7 @@ static int run_iterations(struct hp_session *s, const struct cli *c, double **ms
 		sample_iteration(&sampler, s, c, it, total_of(c, it + 1, wall_ms() - t0), &st, &x);
 		if (log && exec_log_write(log, &x) < 0 && rc == 0)
 			rc = hp_error(-EIO, "%s: cannot write the log", c->log_json);
+		exec_metrics_update(&x);
 		if (total_of(c, it + 1, wall_ms() - t0) > 1)
 			hp_progress_step(&bar, &x);
 		progress(c, it + 1, wall_ms() - t0, tty);
@@ -719,6 +728,7 @@ static int run_iterations(struct hp_session *s, const struct cli *c, double **ms
 			break;
 	}
 	hp_progress_end(&bar);
+	exec_metrics_stop();
 	*wall = wall_ms() - t0;
 	if (log && fclose(log) != 0 && rc == 0)
 		rc = hp_error(-errno, "%s: %s", c->log_json, strerror(errno));
