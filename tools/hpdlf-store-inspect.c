@@ -42,6 +42,11 @@ struct cli {
 
 volatile sig_atomic_t insp_stop, insp_exit_on_signal;
 
+/* Scan mode hides the pages of dead processes unless --all: a crashed
+ * job's page must not look like a running one in a table or in Prometheus
+ * (named as a TARGET, a stale page is always shown, as STALE). */
+static int show_stale;
+
 /* Pages that scan mode leaves out, kept from frame to frame so each gets
  * one warning (on a terminal that --watch redraws: one line each frame). */
 struct skipped {
@@ -98,7 +103,7 @@ static int parse_seconds(const char *arg, double *out)
 static int parse_cli(int argc, char **argv, struct cli *c)
 {
 	enum { O_JSON = 256, O_PROM, O_WATCH, O_COUNT, O_TENSORS, O_TOKEN, O_PLOT, O_TITLE, O_GC, O_HELP, O_VERSION, O_CSV, O_LISTEN,
-	       O_PROM_FILE, O_COMPACT };
+	       O_PROM_FILE, O_COMPACT, O_ALL };
 	static const struct option opts[] = {
 		{ "json", no_argument, 0, O_JSON },        { "prometheus", no_argument, 0, O_PROM },
 		{ "watch", required_argument, 0, O_WATCH }, { "count", required_argument, 0, O_COUNT },
@@ -110,6 +115,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 		{ "listen-metrics", required_argument, 0, O_LISTEN },
 		{ "prometheus-file", required_argument, 0, O_PROM_FILE },
 		{ "compact", no_argument, 0, O_COMPACT },
+		{ "all", no_argument, 0, O_ALL },
 		{ 0, 0, 0, 0 },
 	};
 	int k, json = 0, prom = 0;
@@ -137,6 +143,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 		case O_PLOT: c->plot = optarg; break;
 		case O_CSV: c->csv = optarg; break;
 		case O_COMPACT: c->compact = 1; break;
+		case O_ALL: show_stale = 1; break;
 		case O_LISTEN: c->listen = optarg; break;
 		case O_PROM_FILE: c->prom_file = optarg; prom = 1; break;
 		case O_TITLE: c->title = optarg; break;
@@ -266,6 +273,16 @@ static void drop_non_pages(struct insp_target *t, int *n, struct skip_list *sk, 
 	*n = k;
 }
 
+static void drop_stale(struct insp_target *t, int *n)
+{
+	int k = 0;
+
+	for (int i = 0; i < *n; i++)
+		if (t[i].state != INSP_STALE || show_stale)
+			t[k++] = t[i];
+	*n = k;
+}
+
 /* Read every target; scan mode: list the pages again first. */
 static int refresh(struct insp_target **t, int *n, int scan, struct skip_list *sk)
 {
@@ -283,6 +300,7 @@ static int refresh(struct insp_target **t, int *n, int scan, struct skip_list *s
 	} else {
 		read_all(*t, *n);
 		drop_non_pages(*t, n, sk, &prev);
+		drop_stale(*t, n);
 	}
 	free(prev.v);
 	return rc;
@@ -351,8 +369,8 @@ static void print_frame(const struct cli *c, struct insp_target *t, int n, int s
 		if (t[i].state != INSP_LIVE && (t[i].state != INSP_STALE || t[i].explicit_target))
 			fprintf(errf, PROG ": %s\n", t[i].err);
 	if (scan && n == 0)
-		fprintf(errf, PROG ": no hpdlf statistics pages of this user on this node (%s/hpdlf-store.<pid>)\n",
-			insp_local_dir());
+		fprintf(errf, PROG ": no %shpdlf statistics pages of this user on this node (%s/hpdlf-store.<pid>)%s\n",
+			show_stale ? "" : "live ", insp_local_dir(), show_stale ? "" : "; --all shows stale ones");
 	if (c->prom_file) {
 		write_prom_file(c->prom_file, t, n);
 		return;
@@ -396,6 +414,8 @@ static int run(const struct cli *c, struct insp_target *t, int n, int scan)
 		read_all(t, n);
 		if (scan)
 			drop_non_pages(t, &n, &sk, &sk);
+		if (scan)
+			drop_stale(t, &n);
 	}
 	while (!insp_stop) {
 		if (tty)

@@ -131,9 +131,8 @@ void hp_progress_format(const struct hp_progress *p, const struct exec_sample *x
 	for (int i = 0; i < NFIELDS; i++) {
 		if (!keep[i])
 			continue;
-		n += snprintf(line + n, len - (size_t)n, "%s%s", n ? " | " : "", f[i]);
-		if (i == F_STEP && bar[0])
-			n += snprintf(line + n, len - (size_t)n, " %s", bar);
+		n += snprintf(line + n, len - (size_t)n, "%s%s%s%s", n ? " | " : "", f[i],
+			      i == F_STEP && bar[0] ? " " : "", i == F_STEP ? bar : "");
 		if ((size_t)n >= len)
 			break;
 	}

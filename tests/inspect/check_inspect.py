@@ -317,9 +317,13 @@ def test_stale(w):
     s = parse_prometheus(out)
     check(prom(s, "hpdlf_store_up", target=pid) == 0 and prom(s, "hpdlf_store_stale", target=pid) == 1,
           "prometheus up 0, stale 1")
-    rc, out, err = run("--json")
+    rc, out, err = run("--json", "--all")
     mine = [t for t in json.loads(out)["targets"] if t["target"] == pid]
-    check(rc == 0 and mine and mine[0]["state"] == "stale", "scan mode lists the stale page as stale")
+    check(rc == 0 and mine and mine[0]["state"] == "stale", "scan mode with --all lists the stale page as stale")
+    rc, out, err = run("--json")
+    check(not [t for t in json.loads(out)["targets"] if t["target"] == pid], "scan mode hides the stale page")
+    rc, out, err = run("--prometheus")
+    check(f'target="{pid}"' not in out, "Prometheus scan hides the stale page")
 
 
 def test_errors(tmp):
