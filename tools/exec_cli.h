@@ -44,6 +44,7 @@ struct cli {
 	const char *store, *hostfile, *token_file;
 	int replicas;                /* copies of every chunk on distinct daemons (0: 1) */
 	const char *listen_metrics;  /* --listen-metrics HOST:PORT: /metrics over HTTP */
+	int info;                    /* --info: print inputs and outputs, exit */
 };
 
 struct hp_session;
@@ -80,6 +81,10 @@ struct hp_exec_opts;
 /* --plan / --plan-dot of graph g (inference, or one training step: `what`
  * says which); 0 or a negative error. */
 int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c, const char *what);
+
+/* --info (tools/exec_info.c): the model's inputs and outputs on stdout;
+ * a process exit status. */
+int exec_info(const char *model);
 
 /* The training path (tools/exec_train.c): returns a process exit status. */
 int exec_train_main(struct cli *c);

@@ -76,7 +76,7 @@ enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER,
        OPT_STEPS, OPT_EPOCHS, OPT_SHUFFLE, OPT_NO_SHUFFLE, OPT_CKPT, OPT_CKPT_EVERY, OPT_RESUME, OPT_RESUME_IF, OPT_STOP_NAN,
        OPT_GO_NAN,
        OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS, OPT_NO_SPLIT,
-       OPT_RECALIBRATE, OPT_BUCKET, OPT_SYNC_BN, OPT_SHARD, OPT_LISTEN_METRICS };
+       OPT_RECALIBRATE, OPT_BUCKET, OPT_SYNC_BN, OPT_SHARD, OPT_LISTEN_METRICS, OPT_INFO };
 
 static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
@@ -109,6 +109,7 @@ static const struct option long_opts[] = {
 	{ "bucket", required_argument, 0, OPT_BUCKET },	  { "sync-bn", no_argument, 0, OPT_SYNC_BN },
 	{ "shard", required_argument, 0, OPT_SHARD },
 	{ "listen-metrics", required_argument, 0, OPT_LISTEN_METRICS },
+	{ "info", no_argument, 0, OPT_INFO },
 	{ 0, 0, 0, 0 },
 };
 
@@ -172,6 +173,7 @@ static int parse_more(int o, struct cli *c)
 		return 0;
 	case OPT_STORE: c->store = optarg; return 0;
 	case OPT_LISTEN_METRICS: c->listen_metrics = optarg; return 0;
+	case OPT_INFO: c->info = 1; return 0;
 	case OPT_HOSTFILE: c->hostfile = optarg; return 0;
 	case OPT_TOKEN: c->token_file = optarg; return 0;
 	case OPT_REPLICAS: {
@@ -998,6 +1000,8 @@ int main(int argc, char **argv)
 		return rc;
 	if ((rc = check_mode(&c)) != 0)
 		return rc;
+	if (c.info)
+		return exec_info(c.model);
 	if (c.train)
 		return exec_train_main(&c);
 	if ((rc = exec_store_tiers(&c, tiers, &ntiers)) != 0)
