@@ -36,6 +36,11 @@ struct insp_target {
 	double cur_t, prev_t;   /* CLOCK_MONOTONIC seconds of the reads */
 	int have_prev;          /* prev holds an earlier read of the same process */
 	uint64_t start_ns;      /* CLOCK_REALTIME the process started, 0: unknown */
+	/* kind INSP_LOCAL, read once from /proc/PID (same user): the Slurm job
+	 * ($SLURM_JOB_ID), the rank (launcher variables) and the model (the
+	 * first *.onnx argument, without .onnx); "" when not known */
+	char job[64], rank[16], model[128];
+	int ident_read;
 	/* kind INSP_REMOTE: the daemon's answers (prev: the read before, same
 	 * daemon run, when have_prev) */
 	const char *token_file; /* NULL: $HPDLF_TOKEN_FILE */

@@ -281,6 +281,14 @@ static void labels(FILE *f, const struct insp_target *t, int tier, const char *e
 {
 	fputs("{target=", f);
 	label_value(f, t->spec);
+	/* job, model and rank when known: series to aggregate over a job's
+	 * processes and across its requeues, whose PIDs change */
+	const char *ident[3][2] = { { "job", t->job }, { "model", t->model }, { "rank", t->rank } };
+	for (int i = 0; t->kind == INSP_LOCAL && i < 3; i++)
+		if (ident[i][1][0]) {
+			fprintf(f, ",%s=", ident[i][0]);
+			label_value(f, ident[i][1]);
+		}
 	if (tier >= 0) {
 		char name[sizeof t->cur.stats.tier[0].name + 1];
 		memcpy(name, t->cur.stats.tier[tier].name, sizeof name - 1);

@@ -7,7 +7,7 @@ counter and whose buckets never decrease, series carry job/model/rank/mode
 labels (no PID), the tiers' byte counters are there out of core; SIGTERM
 still ends the run with 143.
 
-usage: check_metrics.py HPDLF_EXEC MODEL_DIR   (exit 77 without libmicrohttpd or prometheus_client)
+usage: check_metrics.py HPDLF_EXEC MODEL_DIR [HPDLF_STORE_INSPECT]   (exit 77 without libmicrohttpd or prometheus_client)
 """
 import os
 import re
@@ -99,6 +99,31 @@ def check_run(tag, args, mode, model):
             p.wait()
 
 
+def inspect_labels(exe, inspect, model):
+    """hpdlf-store-inspect --prometheus names a running job by its Slurm
+    job, rank and model besides its PID."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as pages:
+        env = dict(os.environ, HPDLF_STATS_DIR=pages, SLURM_JOB_ID="4242", SLURM_PROCID="3")
+        p = subprocess.Popen([exe, model, "--iterations", "1000000", "--quiet", "--budget", "200K"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        try:
+            page = os.path.join(pages, f"hpdlf-store.{p.pid}")
+            t0 = time.monotonic()
+            while not os.path.exists(page) and time.monotonic() - t0 < 60 and p.poll() is None:
+                time.sleep(0.1)
+            r = subprocess.run([inspect, "--prometheus", str(p.pid)], capture_output=True, text=True, timeout=60,
+                               env=dict(os.environ, HPDLF_STATS_DIR=pages))
+            fams = families(r.stdout) if r.returncode == 0 else {}
+            up = [s for s in fams["hpdlf_store_up"].samples] if "hpdlf_store_up" in fams else []
+            check(len(up) == 1 and up[0].value == 1 and up[0].labels.get("job") == "4242" and
+                  up[0].labels.get("rank") == "3" and up[0].labels.get("model") == "model",
+                  f"inspect --prometheus labels a job's page with job, model, rank: {[s.labels for s in up]}")
+        finally:
+            p.kill()
+            p.wait()
+
+
 def main():
     exe, folder = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     try:
@@ -118,6 +143,8 @@ def main():
                            "--listen-metrics", "127.0.0.1:0"] + ooc, "train", "model")
     check_run("inference", [exe, model, "--iterations", "1000000", "--quiet", "--listen-metrics", "127.0.0.1:0"]
               + ooc, "infer", "model")
+    if len(sys.argv) > 3:
+        inspect_labels(exe, os.path.abspath(sys.argv[3]), model)
     r = subprocess.run([exe, model, "--listen-metrics", "nowhere"], capture_output=True, text=True, timeout=60)
     check(r.returncode == 2 and "HOST:PORT" in r.stderr, f"a bad address: exit {r.returncode} {r.stderr!r}")
     print("%d failure(s)" % fails)
