@@ -54,8 +54,15 @@ def check_run(tag, args, mode, model):
         port = m.group(1)
         seen = []
         for k in range(2):
-            time.sleep(1.0)
-            text, ctype = scrape(port)
+            # a scrape after the first step, then one after more steps (a
+            # loaded machine can take seconds a step)
+            t0 = time.monotonic()
+            while True:
+                time.sleep(0.5)
+                text, ctype = scrape(port)
+                n = re.search(r"^hpdlf_exec_steps_total\{[^}]*\} (\S+)$", text, re.M)
+                if (n and float(n.group(1)) > (seen[-1] if seen else 0)) or time.monotonic() - t0 > 120:
+                    break
             check(ctype.startswith("text/plain; version=0.0.4"), f"{tag}: content type {ctype!r}")
             try:
                 fams = families(text)
