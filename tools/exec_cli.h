@@ -47,6 +47,8 @@ struct cli {
 	const char *store, *hostfile, *token_file;
 	int replicas;                /* copies of every chunk on distinct daemons (0: 1) */
 	int no_fuse;                 /* --no-fuse: inference runs the graph as imported */
+	const char *listen_metrics;  /* --listen-metrics HOST:PORT: /metrics over HTTP */
+	int info;                    /* --info: print inputs and outputs, exit */
 };
 
 struct hp_session;
@@ -92,6 +94,9 @@ int exec_plan_comm(const struct hp_trainer *t, const struct hp_exec_opts *o, int
  * exit status 2 after saying why. */
 int exec_parse_link_bandwidth(const char *arg, double *GBps);
 int exec_parse_link_latency(const char *arg, double *us);
+/* --info (tools/exec_info.c): the model's inputs and outputs on stdout;
+ * a process exit status. */
+int exec_info(const char *model);
 
 /* The training path (tools/exec_train.c): returns a process exit status. */
 int exec_train_main(struct cli *c);

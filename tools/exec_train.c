@@ -20,6 +20,8 @@
 #include "exec/split_weight.h"
 #include "exec/train_hooks.h"
 #include "tools/exec_cli.h"
+#include "tools/exec_metrics.h"
+#include "tools/exec_report.h"
 #include "tools/train_progress.h"
 
 static volatile sig_atomic_t interrupted;
@@ -88,6 +90,67 @@ static int check_ranks(const struct cli *c)
 	return 0;
 }
 
+/* Every required training option that is missing, in one message. */
+static int missing_options(const struct cli *c)
+{
+	const char *need[3];
+	char list[256] = "";
+	int n = 0;
+
+	if (!c->data)
+		need[n++] = "--data FILE.npy --labels FILE.npy (or --data FILE.npz)";
+	if (!c->batch)
+		need[n++] = "--batch N";
+	if (!c->steps && !c->epochs)
+		need[n++] = "--steps N or --epochs N";
+	if (!n)
+		return 0;
+	for (int i = 0; i < n; i++)
+		snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i == 0 ? "" : i == n - 1 ? " and " : ", ",
+			 need[i]);
+	return usage("--train needs %s", list);
+}
+
+static void warn(const struct cli *c, const char *msg)
+{
+	if (hp_comm_rank() == 0)
+		fprintf(stderr, "hpdlf-exec: warning: %s\n", msg);
+	(void)c;
+}
+
+/* Options that contradict each other or that the chosen optimizer never
+ * reads: accepted (a script may set them for every optimizer), but said
+ * once each, so that no one believes they act. */
+static void warn_ignored(const struct cli *c, const struct hp_train_spec *sp)
+{
+	int adam = sp->optimizer != HP_OPT_SGD;
+
+	if (adam && c->momentum_given)
+		warn(c, "--momentum is ignored by --optimizer adam/adamw (SGD momentum; Adam has its own moments)");
+	if (adam && c->nesterov)
+		warn(c, "--nesterov is ignored by --optimizer adam/adamw (it is SGD's)");
+}
+
+/* Said after the trainer knows the step count and the data set size. */
+static void warn_sizes(const struct cli *c, struct hp_trainer *t)
+{
+	char msg[512];
+	enum hp_dtype dt;
+	struct hp_shape sh;
+	uint64_t off;
+
+	if (c->checkpoint_every && c->checkpoint_every >= hp_trainer_total_steps(t)) {
+		snprintf(msg, sizeof msg, "--checkpoint-every %ld is not below the %lld steps: only the final checkpoint "
+			 "is written", c->checkpoint_every, (long long)hp_trainer_total_steps(t));
+		warn(c, msg);
+	}
+	if (c->labels && hp_npy_header(c->data, &dt, &sh, &off) == 0 && sh.rank > 0 && c->batch > sh.dims[0]) {
+		snprintf(msg, sizeof msg, "--batch %ld is larger than the %lld samples of %s: every step repeats samples",
+			 c->batch, (long long)sh.dims[0], c->data);
+		warn(c, msg);
+	}
+}
+
 static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 {
 	static struct hs_tier_spec tiers[HS_MAX_TIERS];
@@ -95,12 +158,8 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 
 	if (c->ninputs || c->noutputs || c->output_dir)
 		return usage("%s", "--input/--output/--output-dir are for inference; training reads --data/--labels");
-	if (!c->data)
-		return usage("%s", "--train needs --data FILE.npy --labels FILE.npy (or --data FILE.npz)");
-	if (!c->batch)
-		return usage("%s", "--train needs --batch N");
-	if (!c->steps && !c->epochs)
-		return usage("%s", "--train needs --steps N or --epochs N");
+	if ((rc = missing_options(c)) != 0)
+		return rc;
 	if (c->steps && c->epochs)
 		return usage("%s", "give --steps or --epochs, not both");
 	if ((c->resume || c->checkpoint_every) && !c->checkpoint)
@@ -110,6 +169,7 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	hp_trainer_opts_init(o, sizeof *o);
 	if ((rc = parse_loss(c->loss, &o->spec)) || (rc = parse_optimizer(c->optimizer, &o->spec)))
 		return rc;
+	warn_ignored(c, &o->spec);
 	if ((rc = exec_store_tiers(c, tiers, &o->ntiers)) != 0)
 		return rc;
 	o->tiers = tiers;
@@ -159,7 +219,9 @@ static void ckpt_progress(void *arg, uint64_t done, uint64_t total)
 
 struct run_state {
 	const struct cli *c;
+	struct hp_trainer *t;
 	FILE *log;
+	struct exec_sampler sampler;
 	struct hp_progress bar;
 	double *ms;
 	int64_t nms, first;
@@ -174,39 +236,36 @@ static json_object *jnum(double v)
 	return isfinite(v) ? json_object_new_double(v) : NULL;
 }
 
-static void log_step(struct run_state *r, const struct hp_step_info *in)
+/* The step as the shared report sees it (tools/exec_report.h). */
+static void sample_step(struct run_state *r, const struct hp_step_info *in, struct exec_sample *x)
 {
-	json_object *o = json_object_new_object(), *tiers = json_object_new_object();
-
-	json_object_object_add(o, "step", json_object_new_int64(in->step));
-	json_object_object_add(o, "loss", jnum(in->loss));
-	json_object_object_add(o, "ms", json_object_new_double(in->ms));
-	json_object_object_add(o, "epoch", json_object_new_int64(in->epoch));
-	json_object_object_add(o, "samples_per_s", json_object_new_double(in->samples / in->ms * 1e3));
-	json_object_object_add(o, "gflops", json_object_new_double(in->flops / in->ms / 1e6));
-	for (int i = 0; i < in->ntiers; i++) {
-		json_object *t = json_object_new_object();
-		json_object_object_add(t, "bytes_read", json_object_new_int64((int64_t)in->tier_read[i]));
-		json_object_object_add(t, "bytes_written", json_object_new_int64((int64_t)in->tier_written[i]));
-		json_object_object_add(tiers, in->tier_name[i], t);
-	}
-	json_object_object_add(o, "tiers", tiers);
-	if (in->checkpointed)
-		json_object_object_add(o, "checkpoint", json_object_new_boolean(1));
-	if (fprintf(r->log, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)) < 0 || fflush(r->log))
-		r->log_failed = 1;
-	json_object_put(o);
+	memset(x, 0, sizeof *x);
+	x->mode = "train";
+	x->step = in->step;
+	x->total = in->steps;
+	x->ms = in->ms;
+	x->flops = in->flops;
+	x->loss = in->loss;
+	x->has_loss = 1;
+	x->epoch = in->epoch;
+	x->samples = in->samples;
+	x->checkpointed = in->checkpointed;
+	x->budget = r->c->budget;
+	exec_sample_fill(&r->sampler, hp_trainer_session(r->t), x);
 }
 
 static int on_step(void *arg, const struct hp_step_info *in)
 {
 	struct run_state *r = arg;
+	struct exec_sample x;
 
-	if (r->log)
-		log_step(r, in);
+	sample_step(r, in, &x);
+	if (r->log && exec_log_write(r->log, &x) < 0)
+		r->log_failed = 1;
+	exec_metrics_update(&x);
 	r->ms[r->nms++] = in->ms;
 	r->last_loss = in->loss;
-	hp_progress_step(&r->bar, in);
+	hp_progress_step(&r->bar, &x);
 	if (isfinite(in->loss))
 		return 0;
 	const char *what = isnan(in->loss) ? "NaN" : in->loss > 0 ? "+infinity" : "-infinity";
@@ -233,6 +292,8 @@ static int write_stats(const struct cli *c, struct hp_trainer *t, const struct r
 	int rc;
 
 	getrusage(RUSAGE_SELF, &ru);
+	json_object_object_add(o, "schema", json_object_new_int(EXEC_LOG_SCHEMA));
+	json_object_object_add(o, "mode", json_object_new_string("train"));
 	json_object_object_add(o, "model", json_object_new_string(c->model));
 	json_object_object_add(o, "steps", json_object_new_int64(r->nms));
 	json_object_object_add(o, "last_step", json_object_new_int64(hp_trainer_current_step(t)));
@@ -242,6 +303,9 @@ static int write_stats(const struct cli *c, struct hp_trainer *t, const struct r
 	json_object_object_add(o, "peak_rss_bytes", json_object_new_int64((int64_t)ru.ru_maxrss * 1024));
 	json_object_object_add(o, "budget_bytes", json_object_new_int64((int64_t)c->budget));
 	json_object_object_add(o, "partitioned_weights", json_object_new_int(hp_trainer_split_count(t)));
+	struct cli quiet = *c; /* the summary printed them already */
+	quiet.quiet = 1;
+	exec_tier_summary(hp_trainer_session(t), &quiet, o);
 	rc = json_object_to_file_ext(c->stats_json, o, JSON_C_TO_STRING_PRETTY);
 	json_object_put(o);
 	return rc < 0 ? hp_error(-EIO, "%s: cannot write statistics", c->stats_json) : 0;
@@ -281,7 +345,7 @@ static int summarize(const struct cli *c, struct hp_trainer *t, struct run_state
 
 static int train(struct cli *c, struct hp_trainer *t)
 {
-	struct run_state r = { .c = c };
+	struct run_state r = { .c = c, .t = t };
 	int rc;
 
 	r.first = hp_trainer_current_step(t);
@@ -295,9 +359,18 @@ static int train(struct cli *c, struct hp_trainer *t)
 	if (!c->quiet && c->resume)
 		fprintf(stderr, "hpdlf-exec: %s at step %lld\n", r.first ? "resuming" : "no checkpoint yet, starting",
 			(long long)r.first);
-	hp_progress_init(&r.bar, !c->quiet && isatty(2), hp_trainer_total_steps(t), r.first);
+	if (c->listen_metrics && hp_comm_rank() == 0 &&
+	    (rc = exec_metrics_start(c->listen_metrics, c->model, "train", 0)) < 0) {
+		if (r.log)
+			fclose(r.log);
+		free(r.ms);
+		return rc;
+	}
+	hp_progress_init(&r.bar, !c->quiet && isatty(2), "step");
+	exec_sampler_init(&r.sampler, hp_trainer_session(t));
 	rc = hp_trainer_run(t, on_step, &r);
 	hp_progress_end(&r.bar);
+	exec_metrics_stop();
 	if (r.log && (fclose(r.log) != 0 || r.log_failed) && rc == 0)
 		rc = hp_error(-EIO, "%s: cannot write the log", c->log_json);
 	if (rc == 0 || rc == HP_ECANCELED) {
@@ -374,6 +447,8 @@ int exec_train_main(struct cli *c)
 	signal(SIGUSR1, on_stop); /* what batch systems send ahead of a time limit */
 	o.graph_only = c->plan || c->plan_dot;
 	rc = hp_trainer_create(c->model, &o, &t);
+	if (rc == 0 && !o.graph_only)
+		warn_sizes(c, t);
 	if (rc == 0 && k && (kill_nth = atol(k)) > 0)
 		hp_trainer_set_checkpoint_progress(t, ckpt_progress, NULL);
 	if (rc == 0 && o.graph_only && hp_comm_rank() == 0) /* every rank plans the same step */

@@ -22,6 +22,9 @@
 #include "exec/fuse.h"
 #include "exec/split_weight.h"
 #include "tools/exec_cli.h"
+#include "tools/exec_metrics.h"
+#include "tools/exec_report.h"
+#include "tools/train_progress.h"
 
 /* usage_text: generated from docs/hpdlf-exec.md, the one source of --help and the man page. */
 #include "hpdlf-exec.help.h"
@@ -75,7 +78,7 @@ enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER,
        OPT_GO_NAN,
        OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS, OPT_NO_SPLIT,
        OPT_RECALIBRATE, OPT_BUCKET, OPT_SYNC_BN, OPT_SHARD, OPT_RANKS, OPT_LINK_BW, OPT_LINK_LAT,
-       OPT_NO_FUSE };
+       OPT_NO_FUSE, OPT_LISTEN_METRICS, OPT_INFO };
 
 static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
@@ -110,6 +113,8 @@ static const struct option long_opts[] = {
 	{ "ranks", required_argument, 0, OPT_RANKS },	  { "link-bandwidth", required_argument, 0, OPT_LINK_BW },
 	{ "link-latency", required_argument, 0, OPT_LINK_LAT },
 	{ "no-fuse", no_argument, 0, OPT_NO_FUSE },
+	{ "listen-metrics", required_argument, 0, OPT_LISTEN_METRICS },
+	{ "info", no_argument, 0, OPT_INFO },
 	{ 0, 0, 0, 0 },
 };
 
@@ -180,6 +185,8 @@ static int parse_more(int o, struct cli *c)
 		c->tiers[c->ntiers++] = optarg;
 		return 0;
 	case OPT_STORE: c->store = optarg; return 0;
+	case OPT_LISTEN_METRICS: c->listen_metrics = optarg; return 0;
+	case OPT_INFO: c->info = 1; return 0;
 	case OPT_HOSTFILE: c->hostfile = optarg; return 0;
 	case OPT_TOKEN: c->token_file = optarg; return 0;
 	case OPT_REPLICAS: {
@@ -615,41 +622,19 @@ static uint64_t peak_rss_bytes(void)
 	return (uint64_t)ru.ru_maxrss * 1024;
 }
 
-/* "tiers":{NAME:{"used","bytes_read","bytes_written"}} (out of core). */
-static json_object *tiers_json(struct hp_session *s)
+/* Iteration `it` as the shared report sees it (tools/exec_report.h):
+ * its --log-json line and the progress bar are those of training. */
+static void sample_iteration(struct exec_sampler *sp, struct hp_session *s, const struct cli *c, int it, int total,
+			     const struct hp_run_stats *st, struct exec_sample *x)
 {
-	struct hs_store_stats st;
-	json_object *o;
-
-	if (hp_session_store_stats(s, &st) < 0)
-		return NULL;
-	o = json_object_new_object();
-	for (int i = 0; i < st.ntiers; i++) {
-		const struct hs_tier_stats *t = &st.tier[i];
-		json_object *j = json_object_new_object();
-		json_object_object_add(j, "used", json_object_new_int64((int64_t)(i ? t->used : st.resident)));
-		json_object_object_add(j, "bytes_read", json_object_new_int64((int64_t)t->bytes_read));
-		json_object_object_add(j, "bytes_written", json_object_new_int64((int64_t)t->bytes_written));
-		json_object_object_add(o, i ? t->name : "dram", j);
-	}
-	return o;
-}
-
-static void log_iteration(FILE *log, struct hp_session *s, int it, const struct hp_run_stats *st)
-{
-	json_object *o = json_object_new_object(), *tiers = tiers_json(s);
-	struct hp_run_info ri = { .size = sizeof ri };
-
-	json_object_object_add(o, "iteration", json_object_new_int(it));
-	json_object_object_add(o, "ms", json_object_new_double(st->ms));
-	json_object_object_add(o, "gflops", json_object_new_double(st->flops / st->ms / 1e6));
-	if (hp_session_run_info(s, &ri) == 0 && ri.transitions)
-		json_object_object_add(o, "stall_ms", json_object_new_double(ri.stall_ms));
-	if (tiers)
-		json_object_object_add(o, "tiers", tiers);
-	fprintf(log, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
-	json_object_put(o);
-	fflush(log);
+	memset(x, 0, sizeof *x);
+	x->mode = "infer";
+	x->step = it;
+	x->total = total;
+	x->ms = st->ms;
+	x->flops = st->flops;
+	x->budget = c->budget;
+	exec_sample_fill(sp, s, x);
 }
 
 /* Measured iterations to run: --iterations, or more while --duration has
@@ -664,27 +649,17 @@ static int total_of(const struct cli *c, int done, double elapsed_ms)
 	return est > c->iterations ? (est < 2e9 ? (int)est : 2000000000) : c->iterations;
 }
 
-/* A bar with ETA on a terminal; otherwise a plain line about every 10%. */
+/* Off a terminal a plain line about every 10% (on one, the shared bar of
+ * tools/train_progress.c). */
 static void progress(const struct cli *c, int done, double elapsed_ms, int tty)
 {
 	int total = total_of(c, done, elapsed_ms);
 	double per = elapsed_ms / done, eta = per * (total - done) / 1e3;
-	int width = 30, fill = (int)((int64_t)done * width / total);
-	static double last = -1e9;
 
-	if (c->quiet || total < 2)
+	if (c->quiet || total < 2 || tty)
 		return;
-	if (tty && done < total && elapsed_ms - last < 100)
-		return; /* redraw at most ten times a second */
-	last = elapsed_ms;
-	if (tty) {
-		fprintf(stderr, "\r[%.*s%*s] %d/%d  %.2f ms/it  ETA %d:%02d ", fill, "==============================",
-			width - fill, "", done, total, per, (int)eta / 60, (int)eta % 60);
-		if (done == total)
-			fputc('\n', stderr);
-	} else if (done == total || (int64_t)done * 10 / total != (int64_t)(done - 1) * 10 / total) {
+	if (done == total || (int64_t)done * 10 / total != (int64_t)(done - 1) * 10 / total)
 		fprintf(stderr, "hpdlf-exec: iteration %d/%d, %.2f ms/it, ETA %.0f s\n", done, total, per, eta);
-	}
 }
 
 static double wall_ms(void)
@@ -716,6 +691,9 @@ static int run_iterations(struct hp_session *s, const struct cli *c, double **ms
 {
 	FILE *log = NULL;
 	int rc = 0, tty = isatty(2), cap = c->iterations;
+	struct exec_sampler sampler;
+	struct hp_progress bar;
+	struct exec_sample x;
 	double t0;
 
 	*n = 0;
@@ -729,7 +707,14 @@ static int run_iterations(struct hp_session *s, const struct cli *c, double **ms
 		return rc;
 	if (c->log_json && !(log = fopen(c->log_json, "w")))
 		return hp_error(-errno, "%s: %s", c->log_json, strerror(errno));
+	if (c->listen_metrics && (rc = exec_metrics_start(c->listen_metrics, c->model, "infer", 0)) < 0) {
+		if (log)
+			fclose(log);
+		return rc;
+	}
 	t0 = wall_ms();
+	hp_progress_init(&bar, tty && !c->quiet, "iter");
+	exec_sampler_init(&sampler, s);
 	for (int it = 0; !stop_sig && (it < c->iterations || (c->duration && wall_ms() - t0 < c->duration * 1e3));
 	     it++) {
 		struct hp_run_stats st;
@@ -749,53 +734,79 @@ static int run_iterations(struct hp_session *s, const struct cli *c, double **ms
 		hp_session_stats(s, &st);
 		(*ms)[it] = st.ms;
 		*n = it + 1;
-		if (log)
-			log_iteration(log, s, it, &st);
+		sample_iteration(&sampler, s, c, it, total_of(c, it + 1, wall_ms() - t0), &st, &x);
+		if (log && exec_log_write(log, &x) < 0 && rc == 0)
+			rc = hp_error(-EIO, "%s: cannot write the log", c->log_json);
+		exec_metrics_update(&x);
+		if (total_of(c, it + 1, wall_ms() - t0) > 1)
+			hp_progress_step(&bar, &x);
 		progress(c, it + 1, wall_ms() - t0, tty);
+		if (rc < 0)
+			break;
 	}
+	hp_progress_end(&bar);
+	exec_metrics_stop();
 	*wall = wall_ms() - t0;
 	if (log && fclose(log) != 0 && rc == 0)
 		rc = hp_error(-errno, "%s: %s", c->log_json, strerror(errno));
 	return rc;
 }
 
-/* Bytes moved per tier and the prefetch hit rate, out of core. */
+/* The --stats-json "tiers" (one object per tier, DRAM included, the keys
+ * of a --log-json tier) and, apart from them, the "prefetch" counters. */
+static void tier_stats_json(const struct hs_store_stats *st, json_object *o)
+{
+	json_object *tiers = json_object_new_object(), *pf = json_object_new_object();
+	uint64_t n = 0, hits = 0, late = 0;
+
+	for (int i = 0; i < st->ntiers; i++) {
+		const struct hs_tier_stats *t = &st->tier[i];
+		json_object *j = json_object_new_object();
+		n += t->prefetches;
+		hits += t->prefetch_hits;
+		late += t->prefetch_late;
+		json_object_object_add(j, "used", json_object_new_int64((int64_t)(i ? t->used : st->resident)));
+		json_object_object_add(j, "bytes_read", json_object_new_int64((int64_t)t->bytes_read));
+		json_object_object_add(j, "bytes_written", json_object_new_int64((int64_t)t->bytes_written));
+		json_object_object_add(tiers, i ? t->name : "dram", j);
+	}
+	json_object_object_add(pf, "prefetches", json_object_new_int64((int64_t)n));
+	json_object_object_add(pf, "hits", json_object_new_int64((int64_t)hits));
+	json_object_object_add(pf, "late", json_object_new_int64((int64_t)late));
+	json_object_object_add(pf, "hit_rate", json_object_new_double(n ? (double)hits / (double)n : 0));
+	json_object_object_add(o, "tiers", tiers);
+	json_object_object_add(o, "prefetch", pf);
+}
+
+/* Bytes moved per tier and the prefetch hit rate, out of core; into the
+ * --stats-json document `o` (as "tiers" and "prefetch") when given. */
 void exec_tier_summary(struct hp_session *s, const struct cli *c, json_object *o)
 {
 	struct hs_store_stats st;
 	char a[32], b[32], u[32];
 	uint64_t pf = 0, pfh = 0, late = 0;
 
-	if (hp_session_store_stats(s, &st) < 0)
+	if (hp_session_store_stats(s, &st) < 0) {
+		if (o) /* in core: the same keys, nothing below DRAM */
+			json_object_object_add(o, "tiers", json_object_new_object());
 		return;
+	}
 	for (int i = 0; i < st.ntiers; i++) {
 		const struct hs_tier_stats *t = &st.tier[i];
 		pf += t->prefetches;
 		pfh += t->prefetch_hits;
 		late += t->prefetch_late;
-		if (i == 0)
+		if (i == 0 || c->quiet)
 			continue;
-		if (!c->quiet)
-			fprintf(stderr, "hpdlf-exec:   tier %-8s read %s, written %s, holds %s\n", t->name,
-				hp_format_size(t->bytes_read, a, sizeof a), hp_format_size(t->bytes_written, b, sizeof b),
-				hp_format_size(t->used, u, sizeof u));
-		if (o) {
-			json_object *j = json_object_new_object();
-			json_object_object_add(j, "used", json_object_new_int64((int64_t)t->used));
-			json_object_object_add(j, "bytes_read", json_object_new_int64((int64_t)t->bytes_read));
-			json_object_object_add(j, "bytes_written", json_object_new_int64((int64_t)t->bytes_written));
-			json_object_object_add(o, t->name, j);
-		}
+		fprintf(stderr, "hpdlf-exec:   tier %-8s read %s, written %s, holds %s\n", t->name,
+			hp_format_size(t->bytes_read, a, sizeof a), hp_format_size(t->bytes_written, b, sizeof b),
+			hp_format_size(t->used, u, sizeof u));
 	}
 	if (!c->quiet)
 		fprintf(stderr, "hpdlf-exec:   prefetches %llu, hits %llu (%.0f%%), late %llu\n", (unsigned long long)pf,
 			(unsigned long long)pfh, pf ? 100.0 * (double)pfh / (double)pf : 0.0, (unsigned long long)late);
-	if (o) {
-		json_object_object_add(o, "prefetches", json_object_new_int64((int64_t)pf));
-		json_object_object_add(o, "prefetch_hits", json_object_new_int64((int64_t)pfh));
-		json_object_object_add(o, "prefetch_late", json_object_new_int64((int64_t)late));
-		json_object_object_add(o, "prefetch_hit_rate", json_object_new_double(pf ? (double)pfh / (double)pf : 0));
-	}
+	if (o)
+		tier_stats_json(&st, o);
 }
 
 /* Figures of n sorted iteration times: median as before (the upper one of
@@ -877,6 +888,8 @@ static int summarize(struct hp_session *s, const struct hp_graph *g, const struc
 		return 0;
 	}
 	json_object *o = json_object_new_object();
+	json_object_object_add(o, "schema", json_object_new_int(EXEC_LOG_SCHEMA));
+	json_object_object_add(o, "mode", json_object_new_string("infer"));
 	json_object_object_add(o, "model", json_object_new_string(c->model));
 	json_object_object_add(o, "iterations", json_object_new_int(n));
 	json_object_object_add(o, "warmup", json_object_new_int(c->warmup));
@@ -900,9 +913,7 @@ static int summarize(struct hp_session *s, const struct hp_graph *g, const struc
 		json_object_object_add(o, "run_bytes_loaded", json_object_new_int64((int64_t)ri.bytes_loaded));
 		json_object_object_add(o, "run_bytes_written", json_object_new_int64((int64_t)ri.bytes_written));
 	}
-	json_object *tiers = json_object_new_object();
-	exec_tier_summary(s, c, tiers);
-	json_object_object_add(o, "tiers", tiers);
+	exec_tier_summary(s, c, o);
 	int rc = c->profile ? exec_profile_report(s, g, c, warm_prof, nwarm_prof, o) : 0;
 	if (rc < 0) {
 		json_object_put(o);
@@ -1022,6 +1033,8 @@ int main(int argc, char **argv)
 		return rc;
 	if ((rc = check_mode(&c)) != 0)
 		return rc;
+	if (c.info)
+		return exec_info(c.model);
 	if (c.train)
 		return exec_train_main(&c);
 	if ((rc = exec_store_tiers(&c, tiers, &ntiers)) != 0)

@@ -16,6 +16,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/tensor.h"
 #include "store/remote/remote.h"
+#include "tools/cli_suggest.h"
 #include "version.h"
 
 static const char usage_text[] =
@@ -236,7 +237,8 @@ int main(int argc, char **argv)
 	lo[O_NOPT + 1] = (struct option){ "help", no_argument, NULL, 'h' };
 	lo[O_NOPT + 2] = (struct option){ "version", no_argument, NULL, 'V' };
 	lo[O_NOPT + 3] = (struct option){ 0, 0, 0, 0 };
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+	opterr = 0; /* cli_bad_option says it once, with a suggestion */
+	while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
 		if (c >= 0 && c < O_NOPT)
 			val[c] = optarg;
 		else if (c == 'D')
@@ -249,7 +251,7 @@ int main(int argc, char **argv)
 			print_usage();
 			return 0;
 		} else
-			return usage_error("%s", "unknown option");
+			return cli_bad_option("hpdlf-store", argv[optind - 1], c == ':', lo);
 	}
 	if (optind < argc)
 		return usage_error("unexpected argument '%s'", argv[optind]);

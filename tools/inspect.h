@@ -36,6 +36,11 @@ struct insp_target {
 	double cur_t, prev_t;   /* CLOCK_MONOTONIC seconds of the reads */
 	int have_prev;          /* prev holds an earlier read of the same process */
 	uint64_t start_ns;      /* CLOCK_REALTIME the process started, 0: unknown */
+	/* kind INSP_LOCAL, read once from /proc/PID (same user): the Slurm job
+	 * ($SLURM_JOB_ID), the rank (launcher variables) and the model (the
+	 * first *.onnx argument, without .onnx); "" when not known */
+	char job[64], rank[16], model[128];
+	int ident_read;
 	/* kind INSP_REMOTE: the daemon's answers (prev: the read before, same
 	 * daemon run, when have_prev) */
 	const char *token_file; /* NULL: $HPDLF_TOKEN_FILE */
@@ -90,5 +95,19 @@ extern const char insp_no_tensor_data[];
 /* inspect_plot.c: 0, or an error with hp_errmsg() set (HP_EFORMAT/HP_EDATA
  * for an unreadable input, -errno for I/O). */
 int insp_plot(const char *in_path, const char *svg_path, const char *title);
+/* inspect_csv.c: a --log-json file as CSV into out_path ("-": stdout);
+ * errors as insp_plot's. */
+int insp_csv(const char *in_path, const char *out_path);
+/* inspect_compact.c: --compact, one line per target fitted to the width. */
+void insp_print_compact(FILE *f, const struct insp_target *t, int n);
+
+/* inspect_http.c (inspect_http_none.c without libmicrohttpd): serve
+ * GET /metrics on HOST:PORT, each answer written by render, until SIGINT
+ * or SIGTERM (insp_wait_signal); 0, or an error (HP_EUSAGE: bad address or
+ * no HTTP support). */
+typedef void (*insp_render_fn)(FILE *f, void *arg);
+int insp_http_serve(const char *spec, insp_render_fn render, void *arg);
+/* hpdlf-store-inspect.c: sleep until insp_stop is set. */
+void insp_wait_signal(void);
 
 #endif

@@ -137,6 +137,48 @@ static uint64_t proc_start_ns(pid_t pid)
 	return (uint64_t)(((double)real.tv_sec + (double)real.tv_nsec / 1e9 - age) * 1e9);
 }
 
+/* The NUL-separated strings of /proc/PID/FILE into buf (at most len - 1
+ * bytes, NUL-terminated); their length, 0 when unreadable. */
+static size_t proc_strings(pid_t pid, const char *file, char *buf, size_t len)
+{
+	char path[64];
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof path, "/proc/%ld/%s", (long)pid, file);
+	if (!(f = fopen(path, "r")))
+		return 0;
+	n = fread(buf, 1, len - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	return n;
+}
+
+/* Who the process is, for Prometheus labels that outlive its PID. */
+static void read_ident(struct insp_target *t)
+{
+	static const char *ranks[] = { "OMPI_COMM_WORLD_RANK=", "PMIX_RANK=", "PMI_RANK=", "SLURM_PROCID=" };
+	static char buf[1 << 16];
+	size_t n = proc_strings(t->pid, "environ", buf, sizeof buf);
+
+	t->ident_read = 1;
+	for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
+		if (!strncmp(buf + i, "SLURM_JOB_ID=", 13))
+			snprintf(t->job, sizeof t->job, "%s", buf + i + 13);
+		for (size_t k = 0; k < sizeof ranks / sizeof ranks[0]; k++)
+			if (!t->rank[0] && !strncmp(buf + i, ranks[k], strlen(ranks[k])))
+				snprintf(t->rank, sizeof t->rank, "%s", buf + i + strlen(ranks[k]));
+	}
+	n = proc_strings(t->pid, "cmdline", buf, sizeof buf);
+	for (size_t i = 0; i < n && !t->model[0]; i += strlen(buf + i) + 1) {
+		size_t l = strlen(buf + i);
+		const char *base = strrchr(buf + i, '/');
+		if (l > 5 && !strcmp(buf + i + l - 5, ".onnx"))
+			snprintf(t->model, sizeof t->model, "%.*s", (int)(l - 5 - (base ? (size_t)(base + 1 - (buf + i)) : 0)),
+				 base ? base + 1 : buf + i);
+	}
+}
+
 static void read_local(struct insp_target *t)
 {
 	struct hs_statpage_info info;
@@ -159,6 +201,8 @@ static void read_local(struct insp_target *t)
 		t->state = INSP_LIVE;
 		if (!t->start_ns)
 			t->start_ns = proc_start_ns(t->pid);
+		if (!t->ident_read)
+			read_ident(t);
 		return;
 	}
 	snprintf(t->err, sizeof t->err, "%s", hp_errmsg()[0] ? hp_errmsg() : hp_strerror(rc));

@@ -281,6 +281,14 @@ static void labels(FILE *f, const struct insp_target *t, int tier, const char *e
 {
 	fputs("{target=", f);
 	label_value(f, t->spec);
+	/* job, model and rank when known: series to aggregate over a job's
+	 * processes and across its requeues, whose PIDs change */
+	const char *ident[3][2] = { { "job", t->job }, { "model", t->model }, { "rank", t->rank } };
+	for (int i = 0; t->kind == INSP_LOCAL && i < 3; i++)
+		if (ident[i][1][0]) {
+			fprintf(f, ",%s=", ident[i][0]);
+			label_value(f, ident[i][1]);
+		}
 	if (tier >= 0) {
 		char name[sizeof t->cur.stats.tier[0].name + 1];
 		memcpy(name, t->cur.stats.tier[tier].name, sizeof name - 1);
@@ -393,11 +401,37 @@ static void prom_store(FILE *f, const struct insp_target *t, int n)
 	}
 }
 
+/* The log2 latency histogram of one tier as a Prometheus histogram in
+ * seconds: bucket i holds requests of [2^i, 2^(i+1)) us (bucket 0 from 0,
+ * the last one everything slower), so its `le` is 2^(i+1) us and the last
+ * is +Inf.  The page keeps no sum: _sum is estimated with each request at
+ * its bucket's middle (1 us in bucket 0). */
+static void latency_histogram(FILE *f, const char *name, const struct insp_target *t, int tier)
+{
+	const uint64_t *h = t->cur.stats.tier[tier].lat_hist;
+	char fam[96], le[32];
+	uint64_t acc = 0;
+	double sum = 0;
+
+	snprintf(fam, sizeof fam, "%s_bucket", name);
+	for (int i = 0; i < HS_LAT_BUCKETS; i++) {
+		acc += h[i];
+		sum += (double)h[i] * (i ? 1.5 * (double)(1ull << i) : 1.0) / 1e6;
+		if (i == HS_LAT_BUCKETS - 1)
+			snprintf(le, sizeof le, "+Inf");
+		else
+			snprintf(le, sizeof le, "%.10g", (double)(2ull << i) / 1e6); /* exact: at most 10 digits */
+		sample(f, fam, t, tier, "le", le, (double)acc);
+	}
+	snprintf(fam, sizeof fam, "%s_sum", name);
+	sample(f, fam, t, tier, NULL, NULL, sum);
+	snprintf(fam, sizeof fam, "%s_count", name);
+	sample(f, fam, t, tier, NULL, NULL, (double)acc);
+}
+
 void insp_print_prometheus(FILE *f, const struct insp_target *t, int n)
 {
-	static const struct { const char *q; size_t off; } lat[] = {
-		{ "0.5", VF(p50) }, { "0.99", VF(p99) }, { "0.999", VF(p999) } };
-	const char *lname = "hpdlf_store_tier_latency_microseconds";
+	const char *lname = "hpdlf_store_tier_latency_seconds";
 
 	prom_store(f, t, n);
 	insp_daemon_prometheus(f, t, n);
@@ -415,15 +449,8 @@ void insp_print_prometheus(FILE *f, const struct insp_target *t, int n)
 					sample(f, p->name, &t[i], j, NULL, NULL, val);
 			}
 	}
-	family(f, lname, "gauge", "Request latency quantile (upper edge of its log2 histogram bucket).");
+	family(f, lname, "histogram", "Tier request latency (log2 buckets; _sum estimated at bucket middles).");
 	for (int i = 0; i < n; i++)
-		for (int j = 0; has_data(&t[i]) && j < t[i].cur.stats.ntiers && j <= HS_MAX_TIERS; j++) {
-			struct insp_tier_view v;
-			insp_tier_view(&t[i], j, &v);
-			for (size_t q = 0; q < 3; q++) {
-				double val = *(const double *)((const char *)&v + lat[q].off);
-				if (val >= 0)
-					sample(f, lname, &t[i], j, "quantile", lat[q].q, val);
-			}
-		}
+		for (int j = 0; has_data(&t[i]) && j < t[i].cur.stats.ntiers && j <= HS_MAX_TIERS; j++)
+			latency_histogram(f, lname, &t[i], j);
 }

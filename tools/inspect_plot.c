@@ -40,6 +40,7 @@ struct plot {
 	struct { double t0, t1, bytes; int dir; } *io;
 	int nio, capio, io_bytes; /* io_bytes: spans carry bytes */
 	struct series bwlog[2]; /* log input: bandwidth points */
+	struct series loss;     /* log input: the training loss per step */
 	int from_log;
 	double tmin, tmax;
 };
@@ -201,46 +202,94 @@ static int load_trace(struct plot *pl, json_object *events)
 	return 0;
 }
 
-/* One --log-json line: cumulative per-tier counters at the end of a step. */
-static int log_line(struct plot *pl, json_object *o, double *clock, double prev[2], int *have_prev)
+/* What the lines of a --log-json file carry (docs/hpdlf-exec.md, LOG
+ * SCHEMA): from schema 1 per-step rates beside cumulative counters; before
+ * it, training lines (those with "samples_per_s") held per-step deltas
+ * and inference lines cumulative counters. */
+enum log_counters { LOG_CUMULATIVE, LOG_DELTAS, LOG_RATES };
+
+struct log_state {
+	double clock;           /* seconds: the sum of the step times so far */
+	double prev[2];         /* cumulative bytes read, written at the last line */
+	int have_prev;
+};
+
+static enum log_counters log_kind(json_object *o)
+{
+	double schema, x;
+
+	if (jnum(o, "schema", &schema) && schema >= 1)
+		return LOG_RATES;
+	return jnum(o, "samples_per_s", &x) ? LOG_DELTAS : LOG_CUMULATIVE;
+}
+
+/* Bytes/s of the step from t0 to t1 by direction, from one line's tiers. */
+static int log_rates(json_object *tiers, enum log_counters kind, struct log_state *ls, double dt, double out[2])
+{
+	static const char *cum[2] = { "bytes_read", "bytes_written" }, *per[2] = { "read_bytes_per_s", "write_bytes_per_s" };
+	double sum[2] = { 0, 0 }, b;
+	int any = 0;
+
+	json_object_object_foreach(tiers, k, v) {
+		(void)k;
+		for (int d = 0; d < 2; d++)
+			if (jnum(v, kind == LOG_RATES ? per[d] : cum[d], &b)) {
+				sum[d] += b;
+				any = 1;
+			}
+	}
+	if (!any)
+		return 0;
+	for (int d = 0; d < 2 && kind != LOG_RATES; d++) {
+		/* a counter that went back is a restarted process (a resumed run
+		 * appending to its log): its count starts from zero again */
+		double delta = kind == LOG_DELTAS ? sum[d] : sum[d] >= ls->prev[d] ? sum[d] - ls->prev[d] : sum[d];
+		ls->prev[d] = sum[d];
+		out[d] = delta / dt;
+	}
+	if (kind == LOG_RATES)
+		out[0] = sum[0], out[1] = sum[1];
+	any = kind != LOG_CUMULATIVE || ls->have_prev; /* the first cumulative line has no interval */
+	ls->have_prev = 1;
+	return any;
+}
+
+/* One --log-json line: memory per tier at the end of the step, bandwidth
+ * over it (drawn from its start), the loss when there is one. */
+static int log_line(struct plot *pl, json_object *o, struct log_state *ls)
 {
 	json_object *tiers;
-	double ms, rd = 0, wr = 0, t0 = *clock;
-	int any = 0;
+	double ms, t0 = ls->clock, bw[2], loss, budget;
 
 	if (!jnum(o, "ms", &ms) && !jnum(o, "time_ms", &ms))
 		return 0;
-	*clock += ms / 1e3;
-	span_time(pl, t0, *clock);
+	ls->clock += ms / 1e3;
+	span_time(pl, t0, ls->clock);
+	if (jnum(o, "loss", &loss) && isfinite(loss) && add_pt(&pl->loss, ls->clock, loss) < 0)
+		return -ENOMEM;
+	if (jnum(o, "budget_bytes", &budget) && budget > 0) {
+		struct series *s = mem_series(pl, "budget");
+		if (s && add_pt(s, ls->clock, budget) < 0)
+			return -ENOMEM;
+	}
 	if (!json_object_object_get_ex(o, "tiers", &tiers) || !json_object_is_type(tiers, json_type_object))
 		return 0;
 	json_object_object_foreach(tiers, k, v) {
-		double used, b;
-		if (jnum(v, "used", &used)) {
-			struct series *s = mem_series(pl, k);
-			if (s && add_pt(s, *clock, used) < 0)
-				return -ENOMEM;
-		}
-		any |= jnum(v, "bytes_read", &b) ? (rd += b, 1) : 0;
-		any |= jnum(v, "bytes_written", &b) ? (wr += b, 1) : 0;
-	}
-	if (any && *have_prev && *clock > t0) {
-		if (add_pt(&pl->bwlog[0], *clock, (rd - prev[0]) / (*clock - t0)) < 0 ||
-		    add_pt(&pl->bwlog[1], *clock, (wr - prev[1]) / (*clock - t0)) < 0)
+		double used;
+		struct series *s = jnum(v, "used", &used) ? mem_series(pl, k) : NULL;
+		if (s && add_pt(s, ls->clock, used) < 0)
 			return -ENOMEM;
 	}
-	if (any) {
-		prev[0] = rd;
-		prev[1] = wr;
-		*have_prev = 1;
-	}
+	if (ls->clock > t0 && log_rates(tiers, log_kind(o), ls, ls->clock - t0, bw) &&
+	    (add_pt(&pl->bwlog[0], t0, bw[0]) < 0 || add_pt(&pl->bwlog[1], t0, bw[1]) < 0))
+		return -ENOMEM;
 	return 0;
 }
 
 static int load_log(struct plot *pl, char *text, const char *path)
 {
-	double clock = 0, prev[2] = { 0, 0 };
-	int have_prev = 0, lineno = 0, rc = 0;
+	struct log_state ls = { 0 };
+	int lineno = 0, rc = 0;
 
 	pl->from_log = 1;
 	pl->tmin = 0;
@@ -252,7 +301,7 @@ static int load_log(struct plot *pl, char *text, const char *path)
 			return hp_error(HP_EFORMAT, "%s:%d: neither a Chrome trace nor a JSON object per line", path,
 					lineno);
 		}
-		rc = log_line(pl, o, &clock, prev, &have_prev);
+		rc = log_line(pl, o, &ls);
 		json_object_put(o);
 		if (rc < 0)
 			return rc;
@@ -338,7 +387,7 @@ static int load(struct plot *pl, const char *path)
 		return rc;
 	if (!(pl->tmax > pl->tmin) && !pl->nmem && !pl->nio)
 		return hp_error(HP_EDATA, "%s: no events with time stamps to plot", path);
-	if (!pl->nmem && !pl->nio && !pl->bwlog[0].n)
+	if (!pl->nmem && !pl->nio && !pl->bwlog[0].n && !pl->loss.n)
 		return hp_error(HP_EDATA,
 				"%s: no memory counters and no I/O in this %s (memory needs counter events or "
 				"per-tier \"used\" fields; see hpdlf-store-inspect(1), PLOT INPUT)", path,
@@ -413,6 +462,7 @@ int insp_plot(const char *in_path, const char *svg_path, const char *title)
 			v.nbins = NBINS;
 		}
 	}
+	v.loss = (struct plot_line){ "loss", (const struct plot_point *)pl.loss.p, pl.loss.n };
 	if (!(f = fopen(svg_path, "w"))) {
 		rc = hp_error(-errno, "%s: %s", svg_path, strerror(errno));
 		goto out;
@@ -425,6 +475,7 @@ out:
 		free(pl.mem[i].p);
 	free(pl.bwlog[0].p);
 	free(pl.bwlog[1].p);
+	free(pl.loss.p);
 	free(pl.io);
 	return rc;
 }

@@ -1,6 +1,6 @@
 /* SVG 1.1 writer for --plot: two panels over one time axis, memory per
- * tier on top, I/O bandwidth below, each with axes, ticks, labels and a
- * legend.  Every series is a <g> with an id and a <title> naming it. */
+ * tier on top, I/O bandwidth below (and the loss under them when the input
+ * is a training log), each with axes, ticks, labels and a legend.  Every series is a <g> with an id and a <title> naming it. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,14 +9,16 @@
 
 #define W 960
 #define H 620
+#define H_LOSS 860             /* with the loss panel */
 #define LEFT 90
 #define RIGHT 200               /* legend column */
 #define PW (W - LEFT - RIGHT)
 
 struct panel {
-	const char *id, *heading, *unit; /* unit: "B", "B/s" or "%" */
+	const char *id, *heading, *unit; /* unit: "B", "B/s", "%" or "" (a plain number) */
 	double y, h;            /* top and height in pixels */
 	double vmax;            /* top of the value axis */
+	double vmin;            /* its bottom: 0 but for a loss below zero */
 };
 
 static const char *colors[] = { "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
@@ -67,9 +69,9 @@ static double px_x(const struct plot_view *v, double t)
 
 static double px_y(const struct panel *p, double val)
 {
-	double y = p->y + p->h - val / p->vmax * p->h;
+	double y = p->y + p->h - (val - p->vmin) / (p->vmax - p->vmin) * p->h;
 
-	return y < p->y ? p->y : y;
+	return y < p->y ? p->y : y > p->y + p->h ? p->y + p->h : y;
 }
 
 static void time_axis(FILE *f, const struct plot_view *v, const struct panel *p)
@@ -94,19 +96,23 @@ static void value_axis(FILE *f, struct panel *p, double vmax)
 
 	if (!strcmp(p->unit, "%"))
 		scale = 0.01;
-	else if (vmax > 0)
+	else if (vmax > 0 && p->unit[0])
 		scale = byte_scale(vmax, &unit);
-	if (!(vmax > 0))
-		vmax = strcmp(p->unit, "%") ? 1 : 0.01;
-	step = nice_step(vmax / scale, 5);
+	if (!(vmax > p->vmin))
+		vmax = p->vmin + (strcmp(p->unit, "%") ? 1 : 0.01);
+	step = nice_step((vmax - p->vmin) / scale, 5);
+	p->vmin = floor(p->vmin / scale / step) * step * scale;
 	p->vmax = ceil(vmax / scale / step) * step * scale;
-	for (double y = 0; y <= p->vmax / scale + 1e-9; y += step) {
+	for (double y = p->vmin / scale; y <= p->vmax / scale + step * 1e-6; y += step) {
 		double py = px_y(p, y * scale);
 		fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", LEFT, py, LEFT + PW, py);
 		fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", LEFT - 6, py + 4, y);
 	}
-	snprintf(label, sizeof label, "%s (%s%s)", p->heading, unit,
-		 !strcmp(p->unit, "B/s") && strcmp(unit, "B/s") ? "/s" : "");
+	if (!p->unit[0])
+		snprintf(label, sizeof label, "%s", p->heading);
+	else
+		snprintf(label, sizeof label, "%s (%s%s)", p->heading, unit,
+			 !strcmp(p->unit, "B/s") && strcmp(unit, "B/s") ? "/s" : "");
 	fprintf(f, "<text transform=\"translate(%d,%.1f) rotate(-90)\" text-anchor=\"middle\">", 24, p->y + p->h / 2);
 	put_text(f, label);
 	fputs("</text>\n", f);
@@ -160,7 +166,7 @@ static void no_data(FILE *f, const struct panel *p, const char *text)
 
 static void memory_panel(FILE *f, const struct plot_view *v)
 {
-	struct panel p = { "memory", "resident per tier", "B", 60, 230, 1 };
+	struct panel p = { "memory", "resident per tier", "B", 60, 230, 1, 0 };
 	double vmax = 0;
 	char id[32], title[96];
 
@@ -184,7 +190,7 @@ static void io_panel(FILE *f, const struct plot_view *v)
 {
 	static const char *dir[2] = { "read", "write" };
 	int busy = v->io_kind == IO_BUSY;
-	struct panel p = { "io", busy ? "I/O lane busy" : "I/O bandwidth", busy ? "%" : "B/s", 350, 210, 1 };
+	struct panel p = { "io", busy ? "I/O lane busy" : "I/O bandwidth", busy ? "%" : "B/s", 350, 210, 1, 0 };
 	struct plot_point pts[2][512];
 	struct plot_line lines[2];
 	double vmax = 0;
@@ -218,21 +224,41 @@ static void io_panel(FILE *f, const struct plot_view *v)
 	fputs("</g>\n", f);
 }
 
+/* The training loss per step (a --log-json of hpdlf-exec --train). */
+static void loss_panel(FILE *f, const struct plot_view *v)
+{
+	struct panel p = { "loss", "loss", "", 620, 180, 1, 0 };
+	double vmax = -INFINITY;
+
+	for (int k = 0; k < v->loss.n; k++) {
+		vmax = fmax(vmax, v->loss.p[k].v);
+		p.vmin = fmin(p.vmin, v->loss.p[k].v);
+	}
+	frame(f, v, &p, vmax);
+	step_line(f, v, &p, &v->loss, "loss-0", "loss", colors[2]);
+	legend(f, &p, 0, colors[2], "loss");
+	fputs("</g>\n", f);
+}
+
 void insp_svg_write(FILE *f, const struct plot_view *v)
 {
+	int h = v->loss.n ? H_LOSS : H;
+
 	fputs("<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"no\"?>\n"
 	      "<!DOCTYPE svg PUBLIC \"-//W3C//DTD SVG 1.1//EN\" "
 	      "\"http://www.w3.org/Graphics/SVG/1.1/DTD/svg11.dtd\">\n", f);
 	fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%d\" height=\"%d\" "
-		"viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H, W, H);
+		"viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n", W, h, W, h);
 	fputs("<title>", f);
 	put_text(f, v->title);
 	fputs("</title>\n", f);
-	fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
+	fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, h);
 	fprintf(f, "<text x=\"%d\" y=\"30\" text-anchor=\"middle\" font-size=\"16\">", W / 2);
 	put_text(f, v->title);
 	fputs("</text>\n", f);
 	memory_panel(f, v);
 	io_panel(f, v);
+	if (v->loss.n)
+		loss_panel(f, v);
 	fputs("</svg>\n", f);
 }

@@ -25,6 +25,7 @@ struct plot_view {
 	const double *bins[2];  /* read, write: nbins equal bins over [t0, t1] */
 	int nbins;
 	struct plot_line bw[2]; /* instead of bins: points (log input) */
+	struct plot_line loss;  /* log input: a third panel when n > 0 */
 };
 
 /* Write a well-formed SVG 1.1 document. */

@@ -12,7 +12,8 @@ BUILD=${HPDLF_BUILD:-build}
 
 PACKAGES="meson ninja-build pkg-config gcc protobuf-c-compiler libprotobuf-c-dev libopenblas-dev
 libcmocka-dev libonnx-dev liburing-dev libpmem-dev libfabric-dev libisal-dev libjson-c-dev
-libsodium-dev libopenmpi-dev openmpi-bin python3 python3-numpy python3-onnx fio clang libclang-rt-14-dev graphviz"
+libsodium-dev libopenmpi-dev openmpi-bin python3 python3-numpy python3-onnx fio clang libclang-rt-14-dev graphviz
+libmicrohttpd-dev python3-prometheus-client"
 PACKAGES="$PACKAGES python3-torch" # tests/train/check_numerics.py makes its PyTorch references
 [ "$mode" = exports ] && PACKAGES="$PACKAGES python3-torch python3-torchvision"
 

@@ -13,6 +13,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/tensor.h"
 #include "store/remote/remote.h"
+#include "tools/cli_suggest.h"
 
 int hs_store_command(int argc, char **argv);
 
@@ -198,7 +199,8 @@ int hs_store_command(int argc, char **argv)
 		return 2;
 	}
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+	opterr = 0; /* cli_bad_option says it once, with a suggestion */
+	while ((c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
 		if (c == 's')
 			co.store = optarg;
 		else if (c == 'f')
@@ -208,7 +210,7 @@ int hs_store_command(int argc, char **argv)
 		else if (c == 'r')
 			co.replicas = atoi(optarg);
 		else
-			return 2;
+			return cli_bad_option("hpdlf-store", argv[optind - 1], c == ':', lo);
 	}
 	/* Positional arguments follow the command (getopt moved them last). */
 	argv[optind - 1] = argv[0];

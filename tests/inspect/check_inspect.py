@@ -185,7 +185,8 @@ def parse_prometheus(text):
         if not m:
             continue
         name, labels, value = m.groups()
-        check(name == current and name in types, f"line {n}: {name} without its # TYPE before it")
+        base = re.sub(r"_(bucket|sum|count)$", "", name) if types.get(current) == "histogram" else name
+        check(base == current and base in types, f"line {n}: {name} without its # TYPE before it")
         if types.get(name) == "counter":
             check(name.endswith("_total"), f"line {n}: counter {name} without _total")
         try:
@@ -202,6 +203,28 @@ def parse_prometheus(text):
 
 def prom(samples, name, **labels):
     return samples.get((name, frozenset(labels.items())))
+
+
+def check_real_parser(text):
+    """Prometheus's own parser (Debian's python3-prometheus-client) reads
+    every family, histograms with their buckets, sum and count."""
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:
+        print("note: python3-prometheus-client missing (tools/setup.sh installs it): real parser not run")
+        return
+    try:
+        fams = {f.name: f for f in text_string_to_metric_families(text)}
+    except Exception as e:  # any parse error fails the check
+        check(False, f"prometheus_client cannot parse the output: {e}")
+        return
+    h = fams.get("hpdlf_store_tier_latency_seconds")
+    check(h is not None and h.type == "histogram", "prometheus_client: latency is a histogram")
+    if h:
+        names = {s.name for s in h.samples}
+        check(names == {"hpdlf_store_tier_latency_seconds_bucket", "hpdlf_store_tier_latency_seconds_sum",
+                        "hpdlf_store_tier_latency_seconds_count"}, f"prometheus_client: histogram samples {names}")
+    check(all(f.type in ("counter", "gauge", "histogram") for f in fams.values()), "prometheus_client: types")
 
 
 def test_live(tmp):
@@ -243,9 +266,17 @@ def test_live(tmp):
             lab = dict(target=pid, tier=t["name"], tier_index=str(i))
             check(prom(s, "hpdlf_store_tier_hits_total", **lab) == t["hits"], f"tier {i} hits sample")
             check(prom(s, "hpdlf_store_tier_evictions_total", **lab) == t["evictions"], f"tier {i} evictions")
-            p99 = percentile(t["lat_hist"], 0.99)
-            got = prom(s, "hpdlf_store_tier_latency_microseconds", quantile="0.99", **lab)
-            check(got == p99, f"tier {i} p99 sample {got} != {p99}")
+            h = t["lat_hist"]  # bucket k: [2^k, 2^(k+1)) us, the last one open
+            got = [prom(s, "hpdlf_store_tier_latency_seconds_bucket", le=repr((2 << k) / 1e6), **lab)
+                   for k in range(len(h) - 1)]
+            got.append(prom(s, "hpdlf_store_tier_latency_seconds_bucket", le="+Inf", **lab))
+            want = [sum(h[:k + 1]) for k in range(len(h))]
+            check(got == want, f"tier {i} latency histogram buckets (seconds, cumulative) {got[:8]} != {want[:8]}")
+            check(prom(s, "hpdlf_store_tier_latency_seconds_count", **lab) == sum(h), f"tier {i} histogram count")
+            est = sum(c * (1.5 * (1 << k) if k else 1.0) / 1e6 for k, c in enumerate(h))
+            got = prom(s, "hpdlf_store_tier_latency_seconds_sum", **lab)
+            check(got is not None and abs(got - est) <= 1e-9 * max(est, 1), f"tier {i} histogram sum {got} != {est}")
+        check_real_parser(out)
 
         rc, out, err = run("--tensors", "--json", pid)
         t = json.loads(out)["targets"][0]
@@ -286,9 +317,13 @@ def test_stale(w):
     s = parse_prometheus(out)
     check(prom(s, "hpdlf_store_up", target=pid) == 0 and prom(s, "hpdlf_store_stale", target=pid) == 1,
           "prometheus up 0, stale 1")
-    rc, out, err = run("--json")
+    rc, out, err = run("--json", "--all")
     mine = [t for t in json.loads(out)["targets"] if t["target"] == pid]
-    check(rc == 0 and mine and mine[0]["state"] == "stale", "scan mode lists the stale page as stale")
+    check(rc == 0 and mine and mine[0]["state"] == "stale", "scan mode with --all lists the stale page as stale")
+    rc, out, err = run("--json")
+    check(not [t for t in json.loads(out)["targets"] if t["target"] == pid], "scan mode hides the stale page")
+    rc, out, err = run("--prometheus")
+    check(f'target="{pid}"' not in out, "Prometheus scan hides the stale page")
 
 
 def test_errors(tmp):
@@ -327,12 +362,107 @@ def test_errors(tmp):
         os.unlink(page_path(w["pid"]))
 
 
+def scrape_server(url, srv, pid, w):
+    import urllib.error
+    import urllib.request
+    for k in range(2):
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+            body = r.read().decode()
+            ctype = r.headers.get("Content-Type", "")
+        check(ctype.startswith("text/plain; version=0.0.4"), f"scrape {k}: content type {ctype!r}")
+        s = parse_prometheus(body)
+        check(prom(s, "hpdlf_store_up", target=pid) == 1, f"scrape {k}: up 1")
+        for i, t in enumerate(w["tiers"]):
+            lab = dict(target=pid, tier=t["name"], tier_index=str(i))
+            check(prom(s, "hpdlf_store_tier_latency_seconds_count", **lab) == sum(t["lat_hist"]),
+                  f"scrape {k}: tier {i} histogram count")
+        check_real_parser(body)
+    try:
+        urllib.request.urlopen(url + "/other", timeout=10)
+        check(False, "/other answered 200")
+    except urllib.error.HTTPError as e:
+        check(e.code == 404, f"/other: HTTP {e.code}")
+    srv.send_signal(signal.SIGTERM)
+    check(srv.wait(timeout=10) == 143, f"SIGTERM ends the server with 143 ({srv.returncode})")
+
+
+def test_http(tmp):
+    """--listen-metrics serves the --prometheus text over HTTP (scraped here
+    twice, parsed by the line checks and Prometheus's own parser);
+    --prometheus-file writes it atomically (no temporary left behind)."""
+    p, w, _ = start_writer(tmp, 11, 100e6)
+    pid = str(w["pid"])
+    srv = subprocess.Popen([INSPECT, "--listen-metrics", "127.0.0.1:0", pid], stderr=subprocess.PIPE, text=True)
+    try:
+        line = srv.stderr.readline()
+        m = re.search(r"serving /metrics on port (\d+)", line)
+        if "no HTTP server" in line:  # a build without libmicrohttpd refuses it, status 2
+            check(srv.wait(timeout=10) == 2, f"--listen-metrics refused without libmicrohttpd: {srv.returncode}")
+        elif check(m is not None, f"--listen-metrics says its port: {line!r}"):
+            scrape_server(f"http://127.0.0.1:{m.group(1)}", srv, pid, w)
+        out = os.path.join(tmp, "metrics.prom")
+        rc, _, err = run("--prometheus-file", out, pid)
+        with open(out) as f:
+            text = f.read()
+        check(rc == 0 and prom(parse_prometheus(text), "hpdlf_store_up", target=pid) == 1,
+              f"--prometheus-file: exit {rc} {err}")
+        check(not [n for n in os.listdir(tmp) if n.startswith("metrics.prom.")], "no temporary left")
+        rc, _, err = run("--prometheus-file", os.path.join(tmp, "no", "such", "dir.prom"), pid)
+        check(rc == 1 and "dir.prom" in err, f"--prometheus-file in a missing dir: exit {rc} {err!r}")
+        rc, _, err = run("--listen-metrics", "127.0.0.1:0", "--watch", "1")
+        check(rc == 2, f"--listen-metrics with --watch: exit {rc}")
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+            srv.wait()
+        kill(p)
+
+
+def test_compact(tmp):
+    """--compact: a header and one line per target that fit the width,
+    keeping target, state and memory against the budget; --watch on a PID
+    that exits keeps its last frame and ends by itself."""
+    p, w, _ = start_writer(tmp, 13, 100e6)
+    pid = str(w["pid"])
+    try:
+        for cols in (200, 80, 40):
+            r = subprocess.run([INSPECT, "--compact", pid], capture_output=True, text=True, timeout=30,
+                               env=dict(os.environ, COLUMNS=str(cols)))
+            lines = r.stdout.splitlines()
+            check(r.returncode == 0 and len(lines) == 2 and all(len(ln) <= cols - 1 for ln in lines),
+                  f"--compact at {cols} columns: exit {r.returncode}, {lines}")
+            if len(lines) == 2:
+                head, row = lines[0].split(), lines[1].split()
+                check({"TARGET", "STATE", "RESIDENT", "%BUD"} <= set(head) and head[0] == "TARGET" and
+                      (cols == 40 or "BUDGET" in head), f"--compact at {cols}: columns {head}")
+                check(row[:3] == ["pid", pid, "live"], f"--compact at {cols}: row {row}")
+                k = head.index("%BUD") + 1  # "pid N" is two words
+                want = round(100 * w["resident"] / w["budget"])
+                check(row[k] == f"{want}%", f"--compact at {cols}: resident/budget {row[k]}, want {want}%")
+                if cols == 200:
+                    check(head[-1] == "P99", f"all columns at 200: {head}")
+        w2 = subprocess.Popen([INSPECT, "--compact", "--watch", "0.2", pid], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        kill(p)
+        out, err = w2.communicate(timeout=30)
+        check(w2.returncode == 0 and "last frame above" in err and out.rstrip().splitlines()[-1].split()[1] == pid,
+              f"--watch keeps the last frame of a PID that exits: exit {w2.returncode}, {err!r}")
+        r = subprocess.run([INSPECT, "--compact", "--json"], capture_output=True, text=True, timeout=30)
+        check(r.returncode == 2, f"--compact --json: exit {r.returncode}")
+    finally:
+        if p.poll() is None:
+            kill(p)
+
+
 def main():
     w = None
     with tempfile.TemporaryDirectory() as tmp:
         try:
             w = test_live(tmp)
             test_stale(w)
+            test_http(tmp)  # after: a real writer's start removes stale pages
+            test_compact(tmp)
             if not REAL:
                 test_errors(tmp)
         finally:

@@ -66,7 +66,7 @@ def plot(tmp, text, name="in.json", extra=()):
     return r.returncode, out, r.stderr
 
 
-UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "%": 0.01}
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "%": 0.01, "": 1}
 
 
 def axes(panel):
@@ -76,7 +76,8 @@ def axes(panel):
     xt = [(float(t.get("x")), float(t.text)) for t in texts
           if t.get("text-anchor") == "middle" and re.fullmatch(r"[-\d.e+]+", t.text or "")]
     label = [t.text for t in texts if t.get("transform")][0]
-    unit = re.search(r"\(([A-Za-z%]+?)(?:/s)?\)$", label).group(1)
+    m = re.search(r"\(([A-Za-z%]+?)(?:/s)?\)$", label)
+    unit = m.group(1) if m else ""  # a plain number (the loss)
     tlabel = [t.text for t in texts if (t.text or "").startswith("time since")][0]
     tscale = 1e-3 if "(ms)" in tlabel else 1.0
     (y0, v0), (y1, v1) = yt[0], yt[-1]
@@ -198,11 +199,73 @@ def test_inputs(tmp):
     check(r.returncode == 1 and "x.svg" in r.stderr, f"unwritable output: {r.returncode} {r.stderr!r}")
 
 
+def levels_of(root, name, pid):
+    yv, xv, _ = axes(panel(root, pid))
+    return [(xv(a), yv(y)) for a, b, y in steps(series(root)[name])]
+
+
+def test_logs(tmp):
+    """--log-json files of every kind: schema 1 (per-step rates beside
+    cumulative counters, the loss, the budget), training logs from before
+    the schema (per-step deltas: they drew a zero line with a negative
+    spike), a resumed run appending to its log (counters start again)."""
+    ms, n = 40.0, 12
+    loss = [2.5 - 0.15 * i for i in range(n)]
+    rd = [(i % 3 + 1) * 4 * MiB for i in range(n)]  # bytes read in step i
+    wr = [2 * MiB if i % 2 else 0 for i in range(n)]
+    v1, old, resumed = [], [], []
+    for i in range(n):
+        cum_r, cum_w = sum(rd[:i + 1]), sum(wr[:i + 1])
+        tiers = {"dram": {"used": 3 * MiB, "bytes_read": 0, "bytes_written": 0, "read_bytes_per_s": 0,
+                          "write_bytes_per_s": 0},
+                 "nvme0": {"used": (i + 1) * MiB, "bytes_read": cum_r, "bytes_written": cum_w,
+                           "read_bytes_per_s": rd[i] / (ms / 1e3), "write_bytes_per_s": wr[i] / (ms / 1e3)}}
+        v1.append({"schema": 1, "mode": "train", "step": i, "steps": n, "time_s": (i + 1) * ms / 1e3, "ms": ms,
+                   "gflops": 1.0, "stall_ms": 0.5, "resident_bytes": 3 * MiB, "budget_bytes": 4 * MiB,
+                   "rss_bytes": 20 * MiB, "tiers": tiers, "loss": loss[i], "epoch": 0, "samples_per_s": 100.0,
+                   "checkpoint": False})
+        old.append({"step": i, "loss": loss[i], "ms": ms, "epoch": 0, "samples_per_s": 100.0, "gflops": 1.0,
+                    "tiers": {"dram": {"bytes_read": 0, "bytes_written": 0},
+                              "nvme0": {"bytes_read": rd[i], "bytes_written": wr[i]}}})
+        half = i if i < n // 2 else i - n // 2  # a second process from step n/2: counters from 0 again
+        c_r = sum(rd[:i + 1]) if i < n // 2 else sum(rd[n // 2:i + 1])
+        resumed.append({"step": i, "ms": ms, "tiers": {"nvme0": {"used": MiB, "bytes_read": c_r,
+                                                                 "bytes_written": 0}}, "n": half})
+    for name, rows, first in (("v1", v1, 0), ("old", old, 0), ("resumed", resumed, 1)):
+        rc, out, err = plot(tmp, "".join(json.dumps(r) + "\n" for r in rows), name + ".jsonl")
+        if not check(rc == 0, f"log {name}: exit {rc}: {err}"):
+            continue
+        root = ET.parse(out).getroot()
+        got = levels_of(root, "io bandwidth: read", "io")
+        want = [(i * ms / 1e3, rd[i] / (ms / 1e3)) for i in range(first, n)]
+        check(all(v >= 0 for t, v in got), f"log {name}: no negative bandwidth {[round(v / MiB) for t, v in got]}")
+        check(len(got) == len(want) and all(abs(gt - t) < 1e-3 and abs(gv - v) < 0.01 * v
+                                             for (gt, gv), (t, v) in zip(got, want)),
+              f"log {name}: read bandwidth per step {[round(v / MiB) for t, v in got]} MiB/s, "
+              f"want {[round(v / MiB) for t, v in want]}")
+        if "loss" in rows[0]:
+            s = series(root)
+            check("loss" in s, f"log {name}: a loss series ({sorted(s)})")
+            if "loss" in s:
+                got = [v for t, v in levels_of(root, "loss", "loss")]
+                check(len(got) == n and all(abs(g - w) < 0.01 for g, w in zip(got, loss)),
+                      f"log {name}: loss {[round(g, 2) for g in got]}, want {[round(w, 2) for w in loss]}")
+    rc, out, err = plot(tmp, "".join(json.dumps(r) + "\n" for r in v1), "v1b.jsonl")
+    if rc == 0:
+        root = ET.parse(out).getroot()
+        s = series(root)
+        check({"memory: dram", "memory: nvme0", "memory: budget"} <= set(s), f"v1 memory series {sorted(s)}")
+        got = [v for t, v in levels_of(root, "memory: nvme0", "memory")]
+        check(all(abs(g - (i + 1) * MiB) < 0.01 * n * MiB for i, g in enumerate(got)),
+              f"v1 nvme0 memory {[round(g / MiB, 1) for g in got]} MiB")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         test_bytes(tmp, sys.argv[1] if len(sys.argv) > 1 else None)
         test_busy(tmp)
         test_inputs(tmp)
+        test_logs(tmp)
     if failures:
         print(f"{len(failures)} checks failed", file=sys.stderr)
         return 1

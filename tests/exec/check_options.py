@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""No silent acceptance in training (issue 20, item 7): every missing
+required option named in one message (exit 2); options the optimizer
+never reads or that contradict the run are accepted with one warning line
+each, said once; a clean command line gets no warning.
+
+usage: check_options.py HPDLF_EXEC MODEL_DIR   (model.onnx, x.npy, y.npy)
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+fails = 0
+
+
+def check(ok, what):
+    global fails
+    print(("ok   " if ok else "FAIL ") + what)
+    fails += 0 if ok else 1
+
+
+def run(args):
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    return r.returncode, r.stderr
+
+
+def main():
+    exe, folder = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    model, x, y = (os.path.join(folder, n) for n in ("model.onnx", "x.npy", "y.npy"))
+    nsamples = np.load(x, mmap_mode="r").shape[0]
+
+    rc, err = run([exe, model, "--train"])
+    lines = err.strip().splitlines()
+    check(rc == 2 and "--data" in lines[0] and "--batch" in lines[0] and "--steps N or --epochs N" in lines[0],
+          f"all missing options in one line: exit {rc} {err!r}")
+    rc, err = run([exe, model, "--train", "--data", x, "--labels", y])
+    check(rc == 2 and "--batch N and --steps N or --epochs N" in err and "--data FILE" not in err,
+          f"the two missing ones: exit {rc} {err!r}")
+
+    base = [exe, model, "--train", "--data", x, "--labels", y, "--steps", "3", "--quiet"]
+    rc, err = run(base + ["--batch", "4"])
+    check(rc == 0 and "warning" not in err, f"a clean command line has no warning: exit {rc} {err!r}")
+    cases = [
+        (["--batch", "4", "--optimizer", "adam", "--momentum", "0.9"], ["--momentum is ignored by --optimizer adam"]),
+        (["--batch", "4", "--optimizer", "adamw", "--nesterov", "--momentum", "0.9"],
+         ["--momentum is ignored", "--nesterov is ignored"]),
+        (["--batch", str(nsamples + 5)], [f"--batch {nsamples + 5} is larger than the {nsamples} samples"]),
+    ]
+    for extra, want in cases:
+        rc, err = run(base + extra)
+        warns = [ln for ln in err.splitlines() if ln.startswith("hpdlf-exec: warning: ")]
+        check(rc == 0 and len(warns) == len(want) and all(any(w in ln for ln in warns) for w in want),
+              f"{' '.join(extra)}: exit {rc}, one warning each {warns}")
+    rc, err = run(base + ["--batch", "4", "--nesterov"])
+    check(rc == 2 and "Nesterov" in err, f"--nesterov without --momentum is refused: exit {rc} {err!r}")
+    with tempfile.TemporaryDirectory() as tmp:
+        rc, err = run(base + ["--batch", "4", "--checkpoint", os.path.join(tmp, "ck"), "--checkpoint-every", "10"])
+    check(rc == 0 and "--checkpoint-every 10 is not below the 3 steps" in err, f"--checkpoint-every > steps: {err!r}")
+    # --info: names, types and shapes as the ONNX file declares them (read here with onnx)
+    import onnx
+    g = onnx.load(model).graph
+    inits = {i.name for i in g.initializer}
+    r = subprocess.run([exe, model, "--info"], capture_output=True, text=True, timeout=60)
+    lines = r.stdout.splitlines()
+    for vi in [i for i in g.input if i.name not in inits]:
+        dims = ", ".join(d.dim_param if d.dim_param else str(d.dim_value) for d in vi.type.tensor_type.shape.dim)
+        check(r.returncode == 0 and any(ln.split()[:2] == [vi.name, "float32"] and ln.endswith(f"[{dims}]")
+                                        for ln in lines), f"--info names input {vi.name} [{dims}]: {lines}")
+    for vo in g.output:
+        check(any(ln.split()[:1] == [vo.name] for ln in lines), f"--info names output {vo.name}")
+    nweights = sum(int(np.prod(i.dims)) for i in g.initializer)
+    check(f"{nweights} weights" in lines[0], f"--info counts {nweights} weights: {lines[:1]}")
+    print("%d failure(s)" % fails)
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+/* One sample of a run after each step and its --log-json line: the same
+ * keys for inference and training (schema EXEC_LOG_SCHEMA), cumulative
+ * counters and per-step rates side by side, so that a reader never has to
+ * guess which of the two a figure is. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include "hpdlf/exec.h"
+#include "hpdlf/store.h"
+#include "tools/exec_report.h"
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Resident set size now (ru_maxrss is only the peak). */
+static uint64_t rss_now(void)
+{
+	unsigned long long size = 0, res = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	if (!f)
+		return 0;
+	if (fscanf(f, "%llu %llu", &size, &res) != 2)
+		res = 0;
+	fclose(f);
+	return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+void exec_sampler_init(struct exec_sampler *sp, struct hp_session *s)
+{
+	struct hs_store_stats st;
+
+	memset(sp, 0, sizeof *sp);
+	sp->t0 = mono_s();
+	if (hp_session_store_stats(s, &st) < 0)
+		return;
+	for (int i = 0; i < st.ntiers && i <= HS_MAX_TIERS; i++) {
+		sp->read[i] = st.tier[i].bytes_read;
+		sp->written[i] = st.tier[i].bytes_written;
+	}
+}
+
+/* Bytes per second of a counter that went from prev to now in ms. */
+static double rate(uint64_t now, uint64_t prev, double ms)
+{
+	return now >= prev && ms > 0 ? (double)(now - prev) / (ms / 1e3) : 0;
+}
+
+void exec_sample_fill(struct exec_sampler *sp, struct hp_session *s, struct exec_sample *x)
+{
+	struct hs_store_stats st;
+	struct hp_run_stats rs;
+	struct hp_run_info ri = { .size = sizeof ri };
+
+	x->time_s = mono_s() - sp->t0;
+	x->rss = rss_now();
+	x->stall_ms = hp_session_run_info(s, &ri) == 0 && ri.transitions ? ri.stall_ms : 0;
+	x->ntiers = 0;
+	if (hp_session_store_stats(s, &st) < 0) {
+		hp_session_stats(s, &rs); /* in core every tensor stays allocated */
+		x->resident = rs.peak_bytes;
+		return;
+	}
+	x->resident = st.resident;
+	x->ntiers = st.ntiers <= HS_MAX_TIERS + 1 ? st.ntiers : HS_MAX_TIERS + 1;
+	for (int i = 0; i < x->ntiers; i++) {
+		const struct hs_tier_stats *t = &st.tier[i];
+		struct exec_tier_sample *o = &x->tier[i];
+		snprintf(o->name, sizeof o->name, "%s", i ? t->name : "dram");
+		o->used = i ? t->used : st.resident;
+		o->bytes_read = t->bytes_read;
+		o->bytes_written = t->bytes_written;
+		o->read_per_s = rate(t->bytes_read, sp->read[i], x->ms);
+		o->write_per_s = rate(t->bytes_written, sp->written[i], x->ms);
+		sp->read[i] = t->bytes_read;
+		sp->written[i] = t->bytes_written;
+	}
+}
+
+/* JSON has no NaN nor infinity: a non-finite figure is null. */
+static json_object *jnum(double v)
+{
+	return isfinite(v) ? json_object_new_double(v) : NULL;
+}
+
+static void add_int(json_object *o, const char *k, int64_t v)
+{
+	json_object_object_add(o, k, json_object_new_int64(v));
+}
+
+static json_object *tiers_json(const struct exec_sample *x)
+{
+	json_object *tiers = json_object_new_object();
+
+	for (int i = 0; i < x->ntiers; i++) {
+		const struct exec_tier_sample *t = &x->tier[i];
+		json_object *j = json_object_new_object();
+		add_int(j, "used", (int64_t)t->used);
+		add_int(j, "bytes_read", (int64_t)t->bytes_read);
+		add_int(j, "bytes_written", (int64_t)t->bytes_written);
+		json_object_object_add(j, "read_bytes_per_s", jnum(t->read_per_s));
+		json_object_object_add(j, "write_bytes_per_s", jnum(t->write_per_s));
+		json_object_object_add(tiers, t->name, j);
+	}
+	return tiers;
+}
+
+int exec_log_write(FILE *f, const struct exec_sample *x)
+{
+	json_object *o = json_object_new_object();
+	int rc = 0;
+
+	add_int(o, "schema", EXEC_LOG_SCHEMA);
+	json_object_object_add(o, "mode", json_object_new_string(x->mode));
+	add_int(o, "step", x->step);
+	add_int(o, "steps", x->total);
+	json_object_object_add(o, "time_s", jnum(x->time_s));
+	json_object_object_add(o, "ms", jnum(x->ms));
+	json_object_object_add(o, "gflops", jnum(x->ms > 0 ? x->flops / x->ms / 1e6 : 0));
+	json_object_object_add(o, "stall_ms", jnum(x->stall_ms));
+	add_int(o, "resident_bytes", (int64_t)x->resident);
+	add_int(o, "budget_bytes", (int64_t)x->budget);
+	add_int(o, "rss_bytes", (int64_t)x->rss);
+	json_object_object_add(o, "tiers", tiers_json(x));
+	if (x->has_loss) {
+		json_object_object_add(o, "loss", jnum(x->loss));
+		add_int(o, "epoch", x->epoch);
+		json_object_object_add(o, "samples_per_s", jnum(x->ms > 0 ? (double)x->samples / x->ms * 1e3 : 0));
+		json_object_object_add(o, "checkpoint", json_object_new_boolean(x->checkpointed));
+	}
+	if (fprintf(f, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)) < 0 || fflush(f))
+		rc = -EIO;
+	json_object_put(o);
+	return rc;
+}
