@@ -697,8 +697,6 @@ static int run_iterations(struct hp_session *s, const struct cli *c, double **ms
 	double t0;
 
 	*n = 0;
-	signal(SIGINT, on_stop);
-	signal(SIGTERM, on_stop);
 	for (int w = 0; w < c->warmup && rc == 0 && !stop_sig; w++)
 		rc = hp_session_run(s);
 	if (rc == 0 && c->profile && c->warmup)
@@ -1039,6 +1037,9 @@ int main(int argc, char **argv)
 		return exec_train_main(&c);
 	if ((rc = exec_store_tiers(&c, tiers, &ntiers)) != 0)
 		return rc;
+	/* from here a signal stops the run cleanly, also while the model loads */
+	signal(SIGINT, on_stop);
+	signal(SIGTERM, on_stop);
 	rc = load_model(&c, &g);
 	if (rc == 0)
 		rc = fuse(g, &c);
