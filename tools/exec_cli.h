@@ -35,6 +35,8 @@ struct cli {
 	long checkpoint_every;
 	int resume;
 	uint64_t bucket;             /* --bucket: gradient bucket bytes over ranks (0: chosen) */
+	int shard;                   /* --shard: enum hp_shard_mode */
+	int shard_given;
 	int go_on_nan;               /* --no-stop-on-nan: keep training past a non-finite loss */
 	/* stores and tiers */
 	const char *tiers[16];

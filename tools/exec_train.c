@@ -111,6 +111,7 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	o->checkpoint_every = c->checkpoint_every;
 	o->resume = c->resume;
 	o->bucket = c->bucket;
+	o->shard = c->shard;
 	o->cancel = &interrupted;
 	return 0;
 }

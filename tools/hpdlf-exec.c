@@ -122,6 +122,21 @@ static int parse_double(const char *arg, const char *flag, double *out, int *giv
 	return 0;
 }
 
+static int parse_shard(const char *arg, struct cli *c)
+{
+	static const char *const modes[] = { "none", "optimizer", "gradients" };
+
+	c->shard_given = 1;
+	for (int m = 0; m < 3; m++)
+		if (!strcmp(arg, modes[m])) {
+			c->shard = m;
+			return 0;
+		}
+	if (!strcmp(arg, "parameters"))
+		return usage_error("%s", "--shard parameters is not implemented yet (none, optimizer and gradients are)");
+	return usage_error("--shard: expected none, optimizer or gradients, got '%s'", arg);
+}
+
 /* Options of training and of the store tiers. */
 static int parse_more(int o, struct cli *c)
 {
@@ -157,10 +172,7 @@ static int parse_more(int o, struct cli *c)
 		return usage_error("%s", "--sync-bn is not implemented yet: BatchNorm uses each rank's own batch "
 				   "statistics (as PyTorch DDP does)");
 	case OPT_SHARD:
-		if (!strcmp(optarg, "none"))
-			return 0;
-		return usage_error("--shard %s is not implemented yet (only none: every rank holds all the state)",
-				   optarg);
+		return parse_shard(optarg, c);
 	case OPT_TIER:
 		if (c->ntiers == (int)(sizeof c->tiers / sizeof c->tiers[0]))
 			return usage_error("%s", "too many --tier options");
@@ -218,7 +230,7 @@ static int check_mode(const struct cli *c)
 		{ c->steps != 0, "--steps" }, { c->epochs != 0, "--epochs" }, { c->shuffle >= 0, "--shuffle/--no-shuffle" },
 		{ c->checkpoint != NULL, "--checkpoint" }, { c->checkpoint_every != 0, "--checkpoint-every" },
 		{ c->resume != 0, "--resume" }, { c->export_onnx != NULL, "--export-onnx" },
-		{ c->bucket != 0, "--bucket" },
+		{ c->bucket != 0, "--bucket" }, { c->shard_given, "--shard" },
 	}, infer_only[] = {
 		{ c->ninputs > 0, "--input" }, { c->noutputs > 0, "--output" }, { c->output_dir != NULL, "--output-dir" },
 		{ c->iterations != 1, "--iterations" }, { c->warmup != 0, "--warmup" }, { c->duration != 0, "--duration" },

@@ -81,6 +81,18 @@ int hp_autodiff(struct hp_graph *g, const struct hp_train_spec *spec);
 
 /* ---- the trainer ------------------------------------------------------- */
 
+/* --shard: the ZeRO stages of data parallelism over N ranks.  OPTIMIZER
+ * and GRADIENTS: each rank updates its 1/N of every parameter (the
+ * elements [n*r/N, n*(r+1)/N)) and keeps optimizer state for that slice
+ * only (GRADIENTS: and only that slice of the reduced gradients); the
+ * losses are bitwise those of NONE.  PARAMETERS is not implemented. */
+enum hp_shard_mode {
+	HP_SHARD_NONE = 0,
+	HP_SHARD_OPTIMIZER = 1,
+	HP_SHARD_GRADIENTS = 2,
+	HP_SHARD_PARAMETERS = 3,
+};
+
 struct hp_trainer_opts {
 	size_t size;                  /* sizeof the struct the caller knows (growth) */
 	struct hp_train_spec spec;
@@ -111,6 +123,9 @@ struct hp_trainer_opts {
 	 * over the ranks (0: chosen from the model).  batch stays the global
 	 * batch; each rank trains on its 1/ranks of every one. */
 	uint64_t bucket;
+	/* Under a launcher: what each rank keeps of the training state
+	 * (enum hp_shard_mode; 0, none: everything, as one rank would). */
+	int shard;
 };
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size);
