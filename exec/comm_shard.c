@@ -27,7 +27,7 @@
 #include "exec/shard.h"
 
 #define STAGE_FLOATS ((uint64_t)1 << 20) /* 4 MiB over all ranks' pieces */
-#define MIN_PIECE ((uint64_t)1 << 14)
+#define MIN_PIECE ((uint64_t)1 << 10) /* many ranks: small pieces, not a big buffer */
 
 enum dir { PACK, UNPACK };
 
