@@ -15,7 +15,9 @@
  * parameters after every step are the same bits in every mode.
  *
  * The AllGathers follow the last ReduceScatter in the one token chain:
- * every rank issues the collectives in the same order. */
+ * every rank issues the collectives in the same order.  `parameters`
+ * shares the reduce-scatter and the sliced updates; its slices and
+ * gathers are train_shard3.c's. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -25,12 +27,8 @@
 #include "hpdlf/error.h"
 #include "exec/shard.h"
 #include "exec/train_shard.h"
+#include "exec/train_shard_internal.h"
 
-/* A parameter this rank updates a slice of. */
-struct part {
-	int param, slice_out; /* W, and the update's output W' (a slice) */
-	uint64_t lo, hi;
-};
 
 static int is_op(const struct hp_node *n, const char *op)
 {
@@ -111,7 +109,7 @@ static int add_slice(struct hp_graph *g, int x, uint64_t lo, uint64_t hi, const 
 /* Update u runs on this rank's [lo, hi) of its parameter: the parameter
  * (and with a whole gradient, the gradient) through ShardSlice, its state
  * values resized to the slice (they start zeroed, as before). */
-static int shard_update(struct hp_graph *g, int u, int whole_grad, struct part *p)
+static int shard_update(struct hp_graph *g, int u, enum hp_shard_mode mode, struct hp_shard_part *p)
 {
 	int w = g->nodes[u].inputs[0], nst = g->nodes[u].ninputs - 2, v;
 
@@ -122,14 +120,25 @@ static int shard_update(struct hp_graph *g, int u, int whole_grad, struct part *
 				g->values[w].name, g->nodes[u].name);
 	p->param = w;
 	p->slice_out = g->nodes[u].outputs[0];
-	if (whole_grad) {
+	if (mode == HP_SHARD_PARAMETERS) {
+		/* the slice is the state: W itself is no longer read or updated */
+		if ((v = hp_shard_param_slice(g, w, p->lo, p->hi)) < 0)
+			return v;
+		g->nodes[u].inputs[0] = v;
+		g->values[v].next = g->nodes[u].outputs[0];
+		g->values[w].next = -1;
+		g->values[w].trainable = 0;
+		p->slice_out = v;
+	} else if ((v = add_slice(g, w, p->lo, p->hi, "shard")) < 0) {
+		return v;
+	} else {
+		g->nodes[u].inputs[0] = v;
+	}
+	if (mode == HP_SHARD_OPTIMIZER) {
 		if ((v = add_slice(g, g->nodes[u].inputs[1], p->lo, p->hi, "shard")) < 0)
 			return v;
 		g->nodes[u].inputs[1] = v;
 	}
-	if ((v = add_slice(g, w, p->lo, p->hi, "shard")) < 0)
-		return v;
-	g->nodes[u].inputs[0] = v;
 	for (int k = 0; k < nst; k++) {
 		struct hp_value *st = &g->values[g->nodes[u].inputs[2 + k]];
 		st->shape = (struct hp_shape){ 1, { (int64_t)(p->hi - p->lo) } };
@@ -139,7 +148,8 @@ static int shard_update(struct hp_graph *g, int u, int whole_grad, struct part *
 }
 
 /* AllReduce node a becomes a ReduceScatter; its updates go to p[0..k). */
-static int shard_bucket(struct hp_graph *g, int a, const int *upd, int ranks, int rank, int whole, struct part *p)
+static int shard_bucket(struct hp_graph *g, int a, const int *upd, int ranks, int rank, enum hp_shard_mode mode,
+			struct hp_shard_part *p)
 {
 	int k = g->nodes[a].noutputs - 1, rc = 0;
 	int64_t *range = calloc(2 * (size_t)k, sizeof *range);
@@ -151,18 +161,18 @@ static int shard_bucket(struct hp_graph *g, int a, const int *upd, int ranks, in
 		hp_shard_range(n, rank, ranks, &p[i].lo, &p[i].hi);
 		range[2 * i] = (int64_t)p[i].lo;
 		range[2 * i + 1] = (int64_t)p[i].hi;
-		rc = shard_update(g, upd[i], whole, &p[i]);
+		rc = shard_update(g, upd[i], mode, &p[i]);
 	}
 	if (rc == 0 && (rc = set_op(&g->nodes[a], "ReduceScatter")) == 0 && (rc = add_int(g, a, "rank", rank)) == 0 &&
 	    (rc = add_ints(g, a, "range", range, 2 * k)) == 0)
-		rc = add_int(g, a, "full", whole);
+		rc = add_int(g, a, "full", mode == HP_SHARD_OPTIMIZER);
 	free(range);
 	return rc;
 }
 
 /* The AllGather of one bucket's updated slices after *token; each
  * parameter's next value becomes its gathered whole. */
-static int add_gather(struct hp_graph *g, const struct part *p, int k, int ranks, int rank, int index, int *token)
+static int add_gather(struct hp_graph *g, const struct hp_shard_part *p, int k, int ranks, int rank, int index, int *token)
 {
 	int *in = calloc((size_t)k + 1, sizeof *in), *out = calloc((size_t)k + 1, sizeof *out), node, nd = 0, rc = 0;
 	int64_t *range = calloc(2 * (size_t)k + 1, sizeof *range), *dims = calloc((size_t)k * (HP_MAX_RANK + 1) + 1, 8);
@@ -216,7 +226,7 @@ out:
  * updates, and the token ending the chain of collectives. */
 struct plan {
 	int nb, np, *node, *first, *upd, end;
-	struct part *parts;
+	struct hp_shard_part *parts;
 };
 
 static void plan_free(struct plan *pl)
@@ -272,8 +282,6 @@ int hp_shard_check_opts(const struct hp_trainer_opts *o)
 
 	if (m < HP_SHARD_NONE || m > HP_SHARD_PARAMETERS)
 		return hp_error(HP_EUSAGE, "unknown --shard mode %d", m);
-	if (m == HP_SHARD_PARAMETERS)
-		return hp_error(HP_EUSAGE, "--shard parameters is not implemented (none, optimizer and gradients are)");
 	/* a checkpoint holds every rank's state whole; sliced optimizer
 	 * state needs the per-rank checkpoint parts */
 	if (m != HP_SHARD_NONE && o->checkpoint_dir)
@@ -289,13 +297,17 @@ int hp_shard_insert(struct hp_graph *g, int ranks, int rank, enum hp_shard_mode 
 
 	if (mode == HP_SHARD_NONE || ranks < 2)
 		return 0;
-	if (mode != HP_SHARD_OPTIMIZER && mode != HP_SHARD_GRADIENTS)
-		return hp_error(HP_EUNSUPPORTED, "--shard parameters is not implemented (optimizer and gradients are)");
+	if (mode < HP_SHARD_OPTIMIZER || mode > HP_SHARD_PARAMETERS)
+		return hp_error(HP_EUSAGE, "unknown --shard mode %d", (int)mode);
 	if ((rc = collect(g, &pl)) < 0)
 		goto out;
 	for (int b = 0; b < pl.nb && rc == 0; b++)
-		rc = shard_bucket(g, pl.node[b], pl.upd + pl.first[b], ranks, rank, mode == HP_SHARD_OPTIMIZER,
-				  pl.parts + pl.first[b]);
+		rc = shard_bucket(g, pl.node[b], pl.upd + pl.first[b], ranks, rank, mode, pl.parts + pl.first[b]);
+	if (rc == 0 && mode == HP_SHARD_PARAMETERS) {
+		if ((rc = hp_shard_gather_params(g, pl.parts, pl.np, ranks, rank)) == 0)
+			rc = hp_graph_infer(g);
+		goto out;
+	}
 	token = pl.end;
 	for (int b = 0; b < pl.nb && rc == 0; b++)
 		rc = add_gather(g, pl.parts + pl.first[b], pl.first[b + 1] - pl.first[b], ranks, rank, b, &token);

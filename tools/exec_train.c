@@ -85,6 +85,9 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 		return usage("%s", "give --steps or --epochs, not both");
 	if ((c->resume || c->checkpoint_every) && !c->checkpoint)
 		return usage("%s", "--resume and --checkpoint-every need --checkpoint DIR");
+	if (c->shard == HP_SHARD_PARAMETERS && c->export_onnx)
+		return usage("%s", "--export-onnx with --shard parameters: no rank holds the whole weights "
+			     "(train with --shard gradients to export)");
 	hp_trainer_opts_init(o, sizeof *o);
 	if ((rc = parse_loss(c->loss, &o->spec)) || (rc = parse_optimizer(c->optimizer, &o->spec)))
 		return rc;

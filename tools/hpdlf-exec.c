@@ -124,17 +124,15 @@ static int parse_double(const char *arg, const char *flag, double *out, int *giv
 
 static int parse_shard(const char *arg, struct cli *c)
 {
-	static const char *const modes[] = { "none", "optimizer", "gradients" };
+	static const char *const modes[] = { "none", "optimizer", "gradients", "parameters" };
 
 	c->shard_given = 1;
-	for (int m = 0; m < 3; m++)
+	for (int m = 0; m < 4; m++)
 		if (!strcmp(arg, modes[m])) {
 			c->shard = m;
 			return 0;
 		}
-	if (!strcmp(arg, "parameters"))
-		return usage_error("%s", "--shard parameters is not implemented yet (none, optimizer and gradients are)");
-	return usage_error("--shard: expected none, optimizer or gradients, got '%s'", arg);
+	return usage_error("--shard: expected none, optimizer, gradients or parameters, got '%s'", arg);
 }
 
 /* Options of training and of the store tiers. */

@@ -84,8 +84,9 @@ int hp_autodiff(struct hp_graph *g, const struct hp_train_spec *spec);
 /* --shard: the ZeRO stages of data parallelism over N ranks.  OPTIMIZER
  * and GRADIENTS: each rank updates its 1/N of every parameter (the
  * elements [n*r/N, n*(r+1)/N)) and keeps optimizer state for that slice
- * only (GRADIENTS: and only that slice of the reduced gradients); the
- * losses are bitwise those of NONE.  PARAMETERS is not implemented. */
+ * only (GRADIENTS: and only that slice of the reduced gradients;
+ * PARAMETERS: and only that slice of the parameters, gathered whole for
+ * each use); the losses are bitwise those of NONE. */
 enum hp_shard_mode {
 	HP_SHARD_NONE = 0,
 	HP_SHARD_OPTIMIZER = 1,

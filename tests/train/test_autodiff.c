@@ -764,6 +764,52 @@ static void check_param(struct mini *ms, struct mini *mp, const char *name, int 
 		assert_true(i >= lo && i < hi ? w[i] == wp[i] && b[i - lo] == bp[i] : w[i] == 0);
 }
 
+/* --shard parameters: one token chain over every collective in node order. */
+static void check_chain3(const struct hp_graph *g)
+{
+	int prev = -1, ag = 0;
+
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct hp_node *n = &g->nodes[i];
+		assert_string_not_equal(n->op_type, "AllReduce");
+		if (strcmp(n->op_type, "ReduceScatter") && strcmp(n->op_type, "AllGather"))
+			continue;
+		assert_int_equal(n->inputs[0], prev);
+		prev = n->outputs[0];
+		ag += !strcmp(n->op_type, "AllGather");
+	}
+	assert_int_equal(ag, 4); /* E, W1, B1 before forward; W1 before backward */
+}
+
+/* The rank holds the slice of p as state (the model's bytes there), the
+ * update reads and renews it, and nodes read p only through AllGathers. */
+static void check_param3(const struct hp_graph *g, const char *name, int rank)
+{
+	char sname[64];
+	int p = hp_graph_find_value(g, name), ws, gathers = 0;
+	uint64_t n = (uint64_t)hp_shape_numel(&g->values[p].shape), lo = n * (uint64_t)rank / 3,
+		 hi = n * (uint64_t)(rank + 1) / 3;
+
+	snprintf(sname, sizeof sname, "%s.shard", name);
+	ws = hp_graph_find_value(g, sname);
+	assert_true(ws >= 0 && g->values[p].next == -1);
+	assert_int_equal(hp_shape_numel(&g->values[ws].shape), (int64_t)(hi - lo));
+	assert_memory_equal(g->values[ws].data, (const float *)g->values[p].data + lo, (hi - lo) * sizeof(float));
+	const struct hp_node *u = producer_of(g, g->values[ws].next);
+	assert_non_null(u);
+	assert_true(strstr(u->op_type, "Update") && u->inputs[0] == ws);
+	assert_string_equal(producer_of(g, u->inputs[1])->op_type, "ReduceScatter");
+	for (int i = 0; i < g->nnodes; i++)
+		for (int j = 0; j < g->nodes[i].ninputs; j++) {
+			assert_int_not_equal(g->nodes[i].inputs[j], p);
+			if (g->nodes[i].inputs[j] == ws && !strcmp(g->nodes[i].op_type, "AllGather")) {
+				assert_true(hp_shape_equal(&g->values[g->nodes[i].outputs[1]].shape, &g->values[p].shape));
+				gathers++;
+			}
+		}
+	assert_int_equal(gathers, strcmp(name, "W1") ? 1 : 2); /* W1 feeds a Mul's backward */
+}
+
 static void test_shard_graph(void **state)
 {
 	const char *params[] = { "E", "W1", "B1" };
@@ -785,9 +831,13 @@ static void test_shard_graph(void **state)
 			hp_graph_free(s);
 			hp_graph_free(pg);
 		}
-	struct hp_graph *g = mlp_graph(0);
-	assert_int_equal(hp_shard_insert(g, 2, 0, HP_SHARD_PARAMETERS), HP_EUNSUPPORTED);
-	hp_graph_free(g);
+	for (int rank = 0; rank < 3; rank++) {
+		struct hp_graph *g = dp_graph(3, rank, HP_SHARD_PARAMETERS);
+		for (int k = 0; k < 3; k++)
+			check_param3(g, params[k], rank);
+		check_chain3(g);
+		hp_graph_free(g);
+	}
 }
 
 int main(void)
