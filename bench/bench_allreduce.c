@@ -1,6 +1,7 @@
 /* Gradient reduction benchmark: the bus bandwidth of hpdlf's bucketed
- * reduction (AllReduce nodes run by exec/comm_reduce.c: pack into the
- * staging buffer, MPI_Allreduce, unpack scaled by 1/ranks) against one bare
+ * reduction (AllReduce nodes run by exec/comm_reduce.c and comm_shard.c:
+ * pack into the staging buffer by rank blocks, MPI_Reduce_scatter, scale by
+ * 1/ranks, MPI_Allgatherv, unpack; the blocks of --shard) against one bare
  * MPI_Allreduce of the same bytes, in the same run, alternating rounds so
  * that load on a shared machine hits both alike.
  *

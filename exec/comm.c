@@ -4,6 +4,7 @@
  * reduces the loss, and MPI_THREAD_SERIALIZED asks for no more than that. */
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <mpi.h>
 
@@ -167,4 +168,42 @@ void hp_comm_finalize(void)
 		MPI_Finalize();
 	finalized = 1;
 	pthread_mutex_unlock(&mu);
+}
+
+/* Reduce-scatter of float32: send holds every rank's block in rank order
+ * (counts[q] elements for rank q), recv gets this rank's block summed. */
+int hp_comm_reduce_scatter(const float *send, float *recv, const int *counts)
+{
+	int err;
+
+	if (size == 1) {
+		memcpy(recv, send, (size_t)counts[0] * sizeof *recv);
+		return 0;
+	}
+	MPI_Request req;
+	pthread_mutex_lock(&mu);
+	/* nonblocking, waited for asleep like allreduce_on (comm_wait.c) */
+	err = MPI_Ireduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+	if (err == MPI_SUCCESS)
+		err = hp_comm_wait(&req, &mu);
+	pthread_mutex_unlock(&mu);
+	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "reduce-scatter");
+}
+
+/* All-gather of float32 blocks of counts[q] elements at displs[q]. */
+int hp_comm_allgatherv(const float *send, float *recv, const int *counts, const int *displs)
+{
+	int err;
+
+	if (size == 1) {
+		memcpy(recv + displs[0], send, (size_t)counts[0] * sizeof *recv);
+		return 0;
+	}
+	MPI_Request req;
+	pthread_mutex_lock(&mu);
+	err = MPI_Iallgatherv(send, counts[rank], MPI_FLOAT, recv, counts, displs, MPI_FLOAT, MPI_COMM_WORLD, &req);
+	if (err == MPI_SUCCESS)
+		err = hp_comm_wait(&req, &mu);
+	pthread_mutex_unlock(&mu);
+	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "all-gather");
 }

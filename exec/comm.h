@@ -39,6 +39,13 @@ int hp_comm_allreduce_side(double *buf, size_t count);
 int hp_comm_minmax_u64(uint64_t v, uint64_t *min, uint64_t *max);
 int hp_comm_bcast(void *buf, size_t bytes, int root);
 int hp_comm_barrier(void);
+/* Float32 reduce-scatter (MPI_Reduce_scatter, sum): send holds a block per
+ * rank in rank order, counts[q] elements for rank q; recv gets this rank's
+ * block summed over the ranks.  The sum's order is MPI's but fixed for a
+ * fixed rank count and counts: the same bits on every call alike. */
+int hp_comm_reduce_scatter(const float *send, float *recv, const int *counts);
+/* Float32 all-gather: every rank's counts[q] elements land at recv + displs[q]. */
+int hp_comm_allgatherv(const float *send, float *recv, const int *counts, const int *displs);
 /* Leave MPI (only after every rank succeeded: a failed rank just exits and
  * the launcher ends the job). */
 void hp_comm_finalize(void);
@@ -51,5 +58,15 @@ int hp_comm_is_allreduce(const struct hp_node *n);
  * 1/ranks, packed through a staging buffer of at most 4 MiB (never store
  * memory: see comm_reduce.c). */
 int hp_comm_run_allreduce(const struct hp_node *n, const struct hp_kargs *a);
+/* The collectives of --shard (kernels/comm_shard_op.c: ReduceScatter,
+ * AllGather), which hp_comm_is_allreduce also answers for and
+ * hp_comm_run_allreduce hands here (comm_shard.c). */
+int hp_comm_is_shard_op(const struct hp_node *n);
+int hp_comm_run_shard_op(const struct hp_node *n, const struct hp_kargs *a);
+/* A bucket's AllReduce as reduce-scatter then all-gather over the blocks
+ * --shard uses (comm_shard.c): each element summed in the same order as
+ * a ReduceScatter of that bucket sums it, so every --shard mode gives the
+ * same bits; the traffic of a ring allreduce. */
+int hp_comm_shard_allreduce(const struct hp_node *n, const struct hp_kargs *a);
 
 #endif

@@ -12,6 +12,7 @@
 #include "exec/split.h"
 #include "exec/split_weight.h"
 #include "exec/train_dp.h"
+#include "exec/train_shard.h"
 #include "exec/train_internal.h"
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size)
@@ -129,7 +130,7 @@ static int check_opts(const struct hp_trainer_opts *o)
 		return hp_error(HP_EUSAGE, "training needs --steps or --epochs");
 	if (o->resume && !o->checkpoint_dir)
 		return hp_error(HP_EUSAGE, "--resume needs --checkpoint DIR");
-	return 0;
+	return hp_shard_check_opts(o);
 }
 
 /* Autodiff, then (with several ranks) the gradients' reductions before
@@ -144,7 +145,9 @@ static int finish_autodiff(struct hp_graph *g, void *arg)
 		rc = hp_dp_sync_bn(t, g);
 	if (rc == 0 && t->nranks > 1)
 		rc = hp_dp_plan_bucket(t, g, &bucket);
-	return rc < 0 ? rc : hp_dp_insert_reduce(g, t->nranks, bucket, &t->nbuckets);
+	if (rc == 0)
+		rc = hp_dp_insert_reduce(g, t->nranks, bucket, &t->nbuckets);
+	return rc < 0 ? rc : hp_shard_insert(g, t->nranks, t->rank, (enum hp_shard_mode)t->o.shard);
 }
 
 /* The training graph: under a budget, the forward graph is split first so

@@ -205,7 +205,7 @@ static int job_hash(const struct hp_trainer *t, uint64_t *model, uint64_t *flags
 			 o->seed, o->bucket, (uint64_t)o->resume, (uint64_t)sp->loss, (uint64_t)sp->optimizer,
 			 dbits(sp->lr), dbits(sp->momentum), dbits(sp->weight_decay), (uint64_t)sp->nesterov,
 			 dbits(sp->beta1), dbits(sp->beta2), dbits(sp->eps), sp->seed, (uint64_t)sp->ignore_index,
-			 (uint64_t)o->sync_bn };
+			 (uint64_t)o->sync_bn, (uint64_t)o->shard };
 
 	*model = 0;
 	*flags = 0;
@@ -229,7 +229,7 @@ int hp_dp_agree(struct hp_trainer *t)
 				"size or bytes on some rank)", t->rank, t->nranks, t->model);
 	if (flo != fhi)
 		return hp_error(HP_EUSAGE, "rank %d of %d: the ranks were given different training flags (every rank "
-				"needs the same --batch, --steps/--epochs, --optimizer, --lr, --seed, --bucket ...)",
+				"needs the same --batch, --steps/--epochs, --optimizer, --lr, --seed, --bucket, --shard ...)",
 				t->rank, t->nranks);
 	return 0;
 }

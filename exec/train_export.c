@@ -24,6 +24,8 @@ int hp_trainer_export_onnx(struct hp_trainer *t, const char *path, int external)
 
 	if (!t->s)
 		return hp_error(HP_EUSAGE, "%s: this trainer was built with graph_only: it holds no weights", path);
+	if (t->o.shard == HP_SHARD_PARAMETERS && t->nranks > 1)
+		return hp_error(HP_EUSAGE, "%s: with --shard parameters no rank holds the whole weights to export", path);
 	if (!(whole = hp_whole_state(t->g)))
 		return hp_error(-ENOMEM, "out of memory");
 	x.whole = whole;

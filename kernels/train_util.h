@@ -32,6 +32,8 @@ extern const struct hp_op tk_op_reshape_grad, tk_op_transpose_grad, tk_op_concat
 
 /* comm_op.c: a bucket's reduction over ranks (run by the executors) */
 extern const struct hp_op tk_op_allreduce;
+/* comm_shard_op.c: the collectives and slices of --shard (run by the executors) */
+extern const struct hp_op tk_op_reduce_scatter, tk_op_all_gather, tk_op_shard_slice;
 
 /* Input value i of n, or NULL when omitted. */
 static inline struct hp_value *tk_in(struct hp_graph *g, const struct hp_node *n, int i)

@@ -38,6 +38,8 @@ struct cli {
 	int ranks;                   /* --ranks: --plan for this many ranks without a launcher */
 	double link_GBps, link_lat_us; /* --link-bandwidth, --link-latency (0: measured / default) */
 	int sync_bn;                 /* --sync-bn: BatchNorm statistics over the ranks */
+	int shard;                   /* --shard: enum hp_shard_mode */
+	int shard_given;
 	int go_on_nan;               /* --no-stop-on-nan: keep training past a non-finite loss */
 	/* stores and tiers */
 	const char *tiers[16];

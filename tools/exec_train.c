@@ -166,6 +166,9 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 		return usage("%s", "--resume and --checkpoint-every need --checkpoint DIR");
 	if ((rc = check_ranks(c)) != 0)
 		return rc;
+	if (c->shard == HP_SHARD_PARAMETERS && c->export_onnx)
+		return usage("%s", "--export-onnx with --shard parameters: no rank holds the whole weights "
+			     "(train with --shard gradients to export)");
 	hp_trainer_opts_init(o, sizeof *o);
 	if ((rc = parse_loss(c->loss, &o->spec)) || (rc = parse_optimizer(c->optimizer, &o->spec)))
 		return rc;
@@ -197,6 +200,7 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	o->sync_bn = c->sync_bn;
 	o->link_GBps = c->link_GBps;
 	o->link_lat_us = c->link_GBps > 0 && !c->link_lat_us ? 2 : c->link_lat_us;
+	o->shard = c->shard;
 	o->cancel = &interrupted;
 	return 0;
 }

@@ -132,6 +132,19 @@ static int parse_double(const char *arg, const char *flag, double *out, int *giv
 	return 0;
 }
 
+static int parse_shard(const char *arg, struct cli *c)
+{
+	static const char *const modes[] = { "none", "optimizer", "gradients", "parameters" };
+
+	c->shard_given = 1;
+	for (int m = 0; m < 4; m++)
+		if (!strcmp(arg, modes[m])) {
+			c->shard = m;
+			return 0;
+		}
+	return usage_error("--shard: expected none, optimizer, gradients or parameters, got '%s'", arg);
+}
+
 /* Options of training and of the store tiers. */
 static int parse_more(int o, struct cli *c)
 {
@@ -165,10 +178,7 @@ static int parse_more(int o, struct cli *c)
 		return 0;
 	case OPT_SYNC_BN: c->sync_bn = 1; return 0;
 	case OPT_SHARD:
-		if (!strcmp(optarg, "none"))
-			return 0;
-		return usage_error("--shard %s is not implemented yet (only none: every rank holds all the state)",
-				   optarg);
+		return parse_shard(optarg, c);
 	case OPT_RANKS: {
 		long v;
 		int rc = parse_int(optarg, "--ranks", 1, &v);
@@ -239,7 +249,7 @@ static int check_mode(const struct cli *c)
 		{ c->checkpoint != NULL, "--checkpoint" }, { c->checkpoint_every != 0, "--checkpoint-every" },
 		{ c->resume != 0, "--resume" }, { c->export_onnx != NULL, "--export-onnx" },
 		{ c->bucket != 0, "--bucket" }, { c->ranks != 0, "--ranks" }, { c->link_GBps != 0, "--link-bandwidth" },
-		{ c->link_lat_us != 0, "--link-latency" }, { c->sync_bn, "--sync-bn" },
+		{ c->link_lat_us != 0, "--link-latency" }, { c->sync_bn, "--sync-bn" }, { c->shard_given, "--shard" },
 	}, infer_only[] = {
 		{ c->ninputs > 0, "--input" }, { c->noutputs > 0, "--output" }, { c->output_dir != NULL, "--output-dir" },
 		{ c->iterations != 1, "--iterations" }, { c->warmup != 0, "--warmup" }, { c->duration != 0, "--duration" },

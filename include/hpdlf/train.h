@@ -81,6 +81,19 @@ int hp_autodiff(struct hp_graph *g, const struct hp_train_spec *spec);
 
 /* ---- the trainer ------------------------------------------------------- */
 
+/* --shard: the ZeRO stages of data parallelism over N ranks.  OPTIMIZER
+ * and GRADIENTS: each rank updates its 1/N of every parameter (the
+ * elements [n*r/N, n*(r+1)/N)) and keeps optimizer state for that slice
+ * only (GRADIENTS: and only that slice of the reduced gradients;
+ * PARAMETERS: and only that slice of the parameters, gathered whole for
+ * each use); the losses are bitwise those of NONE. */
+enum hp_shard_mode {
+	HP_SHARD_NONE = 0,
+	HP_SHARD_OPTIMIZER = 1,
+	HP_SHARD_GRADIENTS = 2,
+	HP_SHARD_PARAMETERS = 3,
+};
+
 struct hp_trainer_opts {
 	size_t size;                  /* sizeof the struct the caller knows (growth) */
 	struct hp_train_spec spec;
@@ -125,6 +138,9 @@ struct hp_trainer_opts {
 	 * one rank with the global batch would.  In core only (HP_EUSAGE with
 	 * a budget). */
 	int sync_bn;
+	/* Under a launcher: what each rank keeps of the training state
+	 * (enum hp_shard_mode; 0, none: everything, as one rank would). */
+	int shard;
 };
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size);

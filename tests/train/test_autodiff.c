@@ -5,7 +5,10 @@
  * is run by a small in-test executor (node order, value.next carried).
  * Data parallelism: the gradient buckets' AllReduce nodes before the
  * updates, chained by their tokens (run here with their single-process
- * meaning: the gradient scaled by 1/ranks). */
+ * meaning: the gradient scaled by 1/ranks).  --shard optimizer/gradients:
+ * each update on this rank's slice (the shard partition against plain
+ * floor(n*r/N)), state of the slice's size, the parameters gathered, and
+ * the slice's new values bitwise those of the unsharded graph. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,7 +21,9 @@
 #include <cmocka.h>
 
 #include "exec/autodiff.h"
+#include "exec/shard.h"
 #include "exec/train_dp.h"
+#include "exec/train_shard.h"
 #include "hpdlf/error.h"
 #include "hpdlf/graph.h"
 #include "hpdlf/kernels.h"
@@ -649,6 +654,192 @@ static void test_dp_buckets(void **state)
 	hp_graph_free(g);
 }
 
+/* The shard partition: floor(n*r/N) without overflow, contiguous, covering. */
+static void test_shard_range(void **state)
+{
+	const uint64_t ns[] = { 0, 1, 2, 5, 7, 1000000007ull, UINT64_MAX / 3, UINT64_MAX };
+	const int Ns[] = { 1, 2, 3, 7, 64, 1000 };
+
+	(void)state;
+	for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+		for (size_t j = 0; j < sizeof Ns / sizeof Ns[0]; j++) {
+			uint64_t n = ns[i], prev = 0, lo, hi;
+			int N = Ns[j];
+			for (int r = 0; r < N; r++) {
+				hp_shard_range(n, r, N, &lo, &hi);
+				assert_true(lo == (uint64_t)((unsigned __int128)n * (unsigned)r / (unsigned)N));
+				assert_int_equal(lo, prev);
+				assert_true(hi >= lo && hi - lo >= n / (uint64_t)N && hi - lo - n / (uint64_t)N <= 1);
+				prev = hi;
+			}
+			assert_true(prev == n);
+		}
+}
+
+static const struct hp_node *sliced_update(const struct hp_graph *g, int p)
+{
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct hp_node *n = &g->nodes[i], *s;
+		if (strstr(n->op_type, "Update") && (s = producer_of(g, n->inputs[0])) &&
+		    !strcmp(s->op_type, "ShardSlice") && s->inputs[0] == p)
+			return n;
+	}
+	return NULL;
+}
+
+/* One collective chain: ReduceScatters, then as many AllGathers. */
+static void check_shard_chain(const struct hp_graph *g, int nb)
+{
+	int rs = 0, ag = 0, prev = -1;
+
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct hp_node *n = &g->nodes[i];
+		assert_string_not_equal(n->op_type, "AllReduce");
+		if (strcmp(n->op_type, "ReduceScatter") && strcmp(n->op_type, "AllGather"))
+			continue;
+		assert_int_equal(n->inputs[0], prev);
+		prev = n->outputs[0];
+		if (!strcmp(n->op_type, "ReduceScatter")) {
+			assert_int_equal(ag, 0);
+			rs++;
+		} else {
+			ag++;
+		}
+	}
+	assert_int_equal(rs, nb);
+	assert_int_equal(ag, nb);
+}
+
+static struct hp_graph *dp_graph(int ranks, int rank, enum hp_shard_mode mode)
+{
+	struct hp_train_spec t;
+	struct hp_graph *g = mlp_graph(0);
+	int nb;
+
+	hp_train_spec_init(&t, sizeof t);
+	t.lr = 0.2;
+	t.momentum = 0.9;
+	assert_int_equal(hp_autodiff(g, &t), 0);
+	if (hp_dp_insert_reduce(g, ranks, 1, &nb) < 0 || hp_shard_insert(g, ranks, rank, mode) < 0)
+		fail_msg("%s", hp_errmsg());
+	assert_int_equal(nb, 3);
+	return g;
+}
+
+static void run_step(struct mini *m)
+{
+	fill_inputs(m, "x", 5, -1, 1);
+	fill_inputs(m, "ids", 6, 0, 10);
+	fill_inputs(m, "labels", 7, 0, 2);
+	mini_run(m);
+}
+
+/* Parameter p of the sharded graph s against the plain one: the update
+ * runs on [lo, hi) with state of that size, the gathered value holds the
+ * plain graph's new values there (single-process meaning: zeros elsewhere). */
+static void check_param(struct mini *ms, struct mini *mp, const char *name, int rank, enum hp_shard_mode mode)
+{
+	const struct hp_graph *s = ms->g, *pg = mp->g;
+	int p = hp_graph_find_value(s, name), pp = hp_graph_find_value(pg, name);
+	uint64_t n = (uint64_t)hp_shape_numel(&s->values[p].shape), lo = n * (uint64_t)rank / 3,
+		 hi = n * (uint64_t)(rank + 1) / 3;
+	const struct hp_node *u = sliced_update(s, p), *up = update_of(pg, pp), *rs;
+
+	assert_non_null(u);
+	assert_int_equal(hp_attr_int(producer_of(s, u->inputs[0]), "lo", -1), (int64_t)lo);
+	assert_int_equal(hp_attr_int(producer_of(s, u->inputs[0]), "hi", -1), (int64_t)hi);
+	assert_int_equal(hp_shape_numel(&s->values[u->inputs[2]].shape), (int64_t)(hi - lo)); /* momentum */
+	rs = producer_of(s, u->inputs[1]);
+	if (mode == HP_SHARD_OPTIMIZER) { /* the whole reduced gradient stays */
+		assert_string_equal(rs->op_type, "ShardSlice");
+		rs = producer_of(s, rs->inputs[0]);
+		assert_int_equal(hp_shape_numel(&s->values[rs->outputs[1]].shape), (int64_t)n);
+	}
+	assert_string_equal(rs->op_type, "ReduceScatter");
+	assert_string_equal(producer_of(s, s->values[p].next)->op_type, "AllGather");
+	assert_true(hp_shape_equal(&s->values[s->values[p].next].shape, &s->values[p].shape));
+	const float *w = mini_data(ms, s->values[p].next), *wp = mini_data(mp, pg->values[pp].next);
+	const float *b = mini_data(ms, u->outputs[1]), *bp = mini_data(mp, up->outputs[1]);
+	for (uint64_t i = 0; i < n; i++)
+		assert_true(i >= lo && i < hi ? w[i] == wp[i] && b[i - lo] == bp[i] : w[i] == 0);
+}
+
+/* --shard parameters: one token chain over every collective in node order. */
+static void check_chain3(const struct hp_graph *g)
+{
+	int prev = -1, ag = 0;
+
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct hp_node *n = &g->nodes[i];
+		assert_string_not_equal(n->op_type, "AllReduce");
+		if (strcmp(n->op_type, "ReduceScatter") && strcmp(n->op_type, "AllGather"))
+			continue;
+		assert_int_equal(n->inputs[0], prev);
+		prev = n->outputs[0];
+		ag += !strcmp(n->op_type, "AllGather");
+	}
+	assert_int_equal(ag, 4); /* E, W1, B1 before forward; W1 before backward */
+}
+
+/* The rank holds the slice of p as state (the model's bytes there), the
+ * update reads and renews it, and nodes read p only through AllGathers. */
+static void check_param3(const struct hp_graph *g, const char *name, int rank)
+{
+	char sname[64];
+	int p = hp_graph_find_value(g, name), ws, gathers = 0;
+	uint64_t n = (uint64_t)hp_shape_numel(&g->values[p].shape), lo = n * (uint64_t)rank / 3,
+		 hi = n * (uint64_t)(rank + 1) / 3;
+
+	snprintf(sname, sizeof sname, "%s.shard", name);
+	ws = hp_graph_find_value(g, sname);
+	assert_true(ws >= 0 && g->values[p].next == -1);
+	assert_int_equal(hp_shape_numel(&g->values[ws].shape), (int64_t)(hi - lo));
+	assert_memory_equal(g->values[ws].data, (const float *)g->values[p].data + lo, (hi - lo) * sizeof(float));
+	const struct hp_node *u = producer_of(g, g->values[ws].next);
+	assert_non_null(u);
+	assert_true(strstr(u->op_type, "Update") && u->inputs[0] == ws);
+	assert_string_equal(producer_of(g, u->inputs[1])->op_type, "ReduceScatter");
+	for (int i = 0; i < g->nnodes; i++)
+		for (int j = 0; j < g->nodes[i].ninputs; j++) {
+			assert_int_not_equal(g->nodes[i].inputs[j], p);
+			if (g->nodes[i].inputs[j] == ws && !strcmp(g->nodes[i].op_type, "AllGather")) {
+				assert_true(hp_shape_equal(&g->values[g->nodes[i].outputs[1]].shape, &g->values[p].shape));
+				gathers++;
+			}
+		}
+	assert_int_equal(gathers, strcmp(name, "W1") ? 1 : 2); /* W1 feeds a Mul's backward */
+}
+
+static void test_shard_graph(void **state)
+{
+	const char *params[] = { "E", "W1", "B1" };
+	struct mini ms, mp;
+
+	(void)state;
+	for (int mode = HP_SHARD_OPTIMIZER; mode <= HP_SHARD_GRADIENTS; mode++)
+		for (int rank = 0; rank < 3; rank++) {
+			struct hp_graph *s = dp_graph(3, rank, mode), *pg = dp_graph(3, rank, HP_SHARD_NONE);
+			check_shard_chain(s, 3);
+			mini_init(&ms, s);
+			mini_init(&mp, pg);
+			run_step(&ms);
+			run_step(&mp);
+			for (int k = 0; k < 3; k++)
+				check_param(&ms, &mp, params[k], rank, mode);
+			mini_free(&ms);
+			mini_free(&mp);
+			hp_graph_free(s);
+			hp_graph_free(pg);
+		}
+	for (int rank = 0; rank < 3; rank++) {
+		struct hp_graph *g = dp_graph(3, rank, HP_SHARD_PARAMETERS);
+		for (int k = 0; k < 3; k++)
+			check_param3(g, params[k], rank);
+		check_chain3(g);
+		hp_graph_free(g);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -659,6 +850,8 @@ int main(void)
 		cmocka_unit_test(test_output_loss_and_errors),
 		cmocka_unit_test(test_merged_running_stats),
 		cmocka_unit_test(test_dp_buckets),
+		cmocka_unit_test(test_shard_range),
+		cmocka_unit_test(test_shard_graph),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
