@@ -9,6 +9,7 @@
 
 #include "hpdlf/error.h"
 #include "exec/comm.h"
+#include "exec/comm_watch.h"
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int inited, finalized, rank, size = 1;
@@ -78,10 +79,12 @@ int hp_comm_allreduce(void *buf, size_t count, enum hp_dtype dt)
 	if (size == 1 || !count)
 		return 0;
 	pthread_mutex_lock(&mu);
+	hp_comm_watch_enter("allreduce");
 	for (size_t off = 0; off < count && err == MPI_SUCCESS; off += 1u << 30) {
 		size_t k = count - off < (1u << 30) ? count - off : (1u << 30);
 		err = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * esz, (int)k, t, MPI_SUM, MPI_COMM_WORLD);
 	}
+	hp_comm_watch_leave();
 	pthread_mutex_unlock(&mu);
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "allreduce");
 }
@@ -96,7 +99,9 @@ int hp_comm_minmax_u64(uint64_t v, uint64_t *min, uint64_t *max)
 		return 0;
 	}
 	pthread_mutex_lock(&mu);
+	hp_comm_watch_enter("allreduce");
 	err = MPI_Allreduce(in, out, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+	hp_comm_watch_leave();
 	pthread_mutex_unlock(&mu);
 	if (err != MPI_SUCCESS)
 		return mpi_fail(err, "allreduce");
@@ -112,10 +117,12 @@ int hp_comm_bcast(void *buf, size_t bytes, int root)
 	if (size == 1)
 		return 0;
 	pthread_mutex_lock(&mu);
+	hp_comm_watch_enter("broadcast");
 	for (size_t off = 0; off < bytes && err == MPI_SUCCESS; off += 1u << 30) {
 		size_t k = bytes - off < (1u << 30) ? bytes - off : (1u << 30);
 		err = MPI_Bcast((char *)buf + off, (int)k, MPI_BYTE, root, MPI_COMM_WORLD);
 	}
+	hp_comm_watch_leave();
 	pthread_mutex_unlock(&mu);
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "broadcast");
 }
@@ -127,13 +134,16 @@ int hp_comm_barrier(void)
 	if (size == 1)
 		return 0;
 	pthread_mutex_lock(&mu);
+	hp_comm_watch_enter("barrier");
 	err = MPI_Barrier(MPI_COMM_WORLD);
+	hp_comm_watch_leave();
 	pthread_mutex_unlock(&mu);
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "barrier");
 }
 
 void hp_comm_finalize(void)
 {
+	hp_comm_watch_stop(); /* a goodbye first: this rank is done, not lost */
 	pthread_mutex_lock(&mu);
 	if (inited && !finalized)
 		MPI_Finalize();
