@@ -74,8 +74,8 @@ static void lost(int who, int reason, int relayed)
 			 w.deadline, atomic_load(&since_what) ? atomic_load(&since_what) : "collective");
 	else
 		snprintf(why, sizeof why, "%s%s", reason == HP_WATCH_SILENT ? "no heartbeat within HPDLF_RANK_TIMEOUT: "
-			 "its node or process stopped" : "its connection closed without a goodbye: the process died",
-			 relayed ? ", seen by rank 0" : "");
+			 "its node or process stopped" : reason == HP_WATCH_FAILED ? "it failed: its own message says why"
+			 : "its connection closed without a goodbye: the process died", relayed ? ", seen by rank 0" : "");
 	if (w.rank == 0 && who > 0)
 		for (int p = 1; p < w.n; p++)
 			if (p != who && !w.bye[p])
@@ -107,6 +107,8 @@ static void hear(int p)
 		w.fd[p] = -1;
 	} else if (ntohl(r.type) == HP_WATCH_LOST && p == 0) {
 		lost((int)ntohl(r.a), (int)ntohl(r.b), 1);
+	} else if (ntohl(r.type) == HP_WATCH_FAIL) {
+		lost(p, HP_WATCH_FAILED, 0);
 	}
 }
 
@@ -148,8 +150,12 @@ static void *watch(void *arg)
 			}
 		if (poll(pf, (nfds_t)k, 250) < 0 && errno != EINTR)
 			break;
-		if (pf[0].revents)
+		if (pf[0].revents) {
+			char how = 0;
+			if (read(w.wake[0], &how, 1) == 1 && how == 'f')
+				return NULL; /* failing: no goodbye, the peers know */
 			break;
+		}
 		for (int i = 1; i < k; i++)
 			if (pf[i].revents)
 				hear(who[i]);
@@ -214,5 +220,16 @@ void hp_comm_watch_stop(void)
 		return;
 	w.on = 0;
 	(void)!write(w.wake[1], "", 1);
+	pthread_join(w.th, NULL);
+}
+
+void hp_comm_watch_fail(void)
+{
+	if (!w.on)
+		return;
+	w.on = 0;
+	for (int p = 0; p < w.n; p++)
+		tell(p, HP_WATCH_FAIL, 0, 0);
+	(void)!write(w.wake[1], "f", 1);
 	pthread_join(w.th, NULL);
 }

@@ -55,6 +55,9 @@ int hp_comm_watch_start(int rank, int nranks);
 /* Around every collective (comm.c): the deadline's clock. */
 void hp_comm_watch_enter(const char *what);
 void hp_comm_watch_leave(void);
+/* This rank stops on an error of its own (it says why): the peers stop
+ * too, naming it, rather than wait for it. */
+void hp_comm_watch_fail(void);
 /* Goodbye to the peers, stop the thread (idempotent; nothing if never
  * started). */
 void hp_comm_watch_stop(void);

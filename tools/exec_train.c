@@ -326,6 +326,7 @@ static int train_fail(int rc)
 		return 2;
 	}
 	fprintf(stderr, "hpdlf-exec: %s\n", hp_errmsg()[0] ? hp_errmsg() : hp_strerror(rc));
+	hp_comm_watch_fail(); /* the other ranks stop now, naming this one */
 	return hp_exit_status(rc);
 }
 
