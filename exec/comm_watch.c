@@ -21,10 +21,12 @@ static struct {
 	int rank, n, on;
 	int *fd;            /* by rank (comm_watch_net.c) */
 	double *last;       /* when each peer was last heard */
-	char *bye;          /* the peer said goodbye */
+	char *bye;          /* the peer said goodbye (1) or failed (2) */
 	int wake[2];        /* stop: a byte on wake[1] */
 	pthread_t th;
 	double timeout, deadline;
+	double fail_at;     /* a peer failed: act then, unless this rank is gone */
+	int fail_who;
 	hp_comm_lost_fn fn;
 } w;
 
@@ -107,8 +109,13 @@ static void hear(int p)
 		w.fd[p] = -1;
 	} else if (ntohl(r.type) == HP_WATCH_LOST && p == 0) {
 		lost((int)ntohl(r.a), (int)ntohl(r.b), 1);
-	} else if (ntohl(r.type) == HP_WATCH_FAIL) {
-		lost(p, HP_WATCH_FAILED, 0);
+	} else if (ntohl(r.type) == HP_WATCH_FAIL && !w.fail_at) {
+		/* An error every rank meets (a bad file, a budget too small)
+		 * ends this rank too within moments, with its own message and
+		 * status: give it 2 s before speaking for it. */
+		w.fail_at = mono() + 2;
+		w.fail_who = p;
+		w.bye[p] = 2; /* its end is no news */
 	}
 }
 
@@ -121,6 +128,8 @@ static void check_clocks(double now)
 			lost(p, HP_WATCH_SILENT, 0);
 	if (since && w.deadline > 0 && now * 1e3 - (double)since > w.deadline * 1e3)
 		lost(-1, 0, 0);
+	if (w.fail_at && now >= w.fail_at)
+		lost(w.fail_who, HP_WATCH_FAILED, 0);
 }
 
 static void goodbye(void)
