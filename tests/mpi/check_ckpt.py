@@ -25,7 +25,8 @@ usage: check_ckpt.py HPDLF_EXEC TESTS_DIR
 - RSS: each of 2 ranks training a 16 MB model (Adam: 64 MB of state, 96 MB
   RSS in core) out of core at --budget 12M, with a checkpoint, keeps its
   peak RSS (getrusage of a wrapper's child, per rank) within the budget plus
-  the 64 MiB per-rank overhead docs/hpdlf-exec.md states.
+  the 64 MiB per-rank overhead docs/hpdlf-exec.md states; rank 0's
+  --export-onnx (streamed from its store) holds the checkpoint's weights.
 
 Exit 77 (skip) in a build without MPI or without mpirun.
 """
@@ -382,7 +383,7 @@ def rss_per_rank(tmp):
     budget = 12 << 20
     args = [EXE, j('big', 'model.onnx'), '--train', '--data', j('big', 'x.npy'), '--labels', j('big', 'y.npy'),
             '--batch', '60', '--steps', '2', '--optimizer', 'adam', '--quiet', '--budget', str(budget),
-            '--bucket', '1M', '--checkpoint', j('bigck')]
+            '--bucket', '1M', '--checkpoint', j('bigck'), '--export-onnx', j('big.onnx')]
     with open(j('rss.py'), 'w') as f:
         f.write(RSS_WRAP)
     rc, err = run(ranks(2, [sys.executable, j('rss.py'), j('rss')] + args))
@@ -390,7 +391,14 @@ def rss_per_rank(tmp):
         return
     rss = [int(open(j('rss.%d' % r)).read()) for r in range(2)]
     check(all(r <= budget + BIG_RSS_OVERHEAD for r in rss),
-          'peak RSS per rank %s MiB <= budget 12 MiB + 64 MiB' % [round(r / 2**20, 1) for r in rss])
+          'peak RSS per rank %s MiB <= budget 12 MiB + 64 MiB (checkpoint and export included)'
+          % [round(r / 2**20, 1) for r in rss])
+    import onnx
+    from onnx import numpy_helper
+    ck, _ = read_ckpt(j('bigck'))
+    exported = {i.name: numpy_helper.to_array(i) for i in onnx.load(j('big.onnx')).graph.initializer}
+    check(len(exported) == 10 and all(exported[k].tobytes() == ck[k].tobytes() for k in exported),
+          'rank 0 exported the weights streamed from its store: bitwise those of the 2-part checkpoint')
 
 
 def main():
