@@ -201,7 +201,7 @@ int hp_comm_watch_config(void)
 {
 	int rc = env_secs("HPDLF_RANK_TIMEOUT", 8, 2, &w.timeout);
 
-	return rc < 0 ? rc : env_secs("HPDLF_COMM_TIMEOUT", 900, 0, &w.deadline);
+	return rc < 0 ? rc : env_secs("HPDLF_COMM_TIMEOUT", 3600, 0, &w.deadline);
 }
 
 int hp_comm_watch_start(int rank, int nranks)

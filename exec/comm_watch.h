@@ -12,7 +12,7 @@
  *     silent for HPDLF_RANK_TIMEOUT seconds (default 8: a node lost, a
  *     process stopped) is a lost rank; rank 0 tells the others which one;
  *   - a collective of this rank lasting HPDLF_COMM_TIMEOUT seconds
- *     (default 900, 0: never) is a stuck job (ranks that issue different
+ *     (default 3600, 0: never) is a stuck job (ranks that issue different
  *     collectives, a peer stuck outside MPI).
  *
  * Either way the handler set with hp_comm_on_lost is called from the

@@ -21,7 +21,9 @@ usage: check_ckpt.py HPDLF_EXEC TESTS_DIR
 - Lost ranks: rank 1 killed (SIGKILL) mid-training: ranks 0 and 2 exit
   non-zero within 10 s, each naming rank 1; the last committed checkpoint
   resumes bitwise.  Rank 2 stopped (SIGSTOP, a node lost) with
-  HPDLF_RANK_TIMEOUT=3: the others exit within 10 s naming it.
+  HPDLF_RANK_TIMEOUT=3: the others exit within 10 s naming it.  With
+  heartbeats allowed a minute, HPDLF_COMM_TIMEOUT=2 ends rank 0 waiting in
+  a collective for the stopped rank, saying so.
 - RSS: each of 2 ranks training a 16 MB model (Adam: 64 MB of state, 96 MB
   RSS in core) out of core at --budget 12M, with a checkpoint, keeps its
   peak RSS (getrusage of a wrapper's child, per rank) within the budget plus
@@ -343,6 +345,28 @@ def stopped_rank(tmp):
           % (rc, took, ' | '.join(l for l in err.splitlines() if 'hpdlf-exec' in l)[:400]))
 
 
+def stuck_collective(tmp):
+    j = lambda *n: os.path.join(tmp, *n)
+    log = j('stuck.json')
+    # the stopped rank's heartbeats are allowed a minute: the collective's
+    # deadline is what ends the others
+    env = dict(ENV, HPDLF_RANK_TIMEOUT='60', HPDLF_COMM_TIMEOUT='2')
+    p = start_job(2, mlp_args(10000000, ['--log-json', log]), j('cpid'), env)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not os.path.exists(log) or os.path.getsize(log) == 0):
+        time.sleep(0.1)
+    victim = int(open(j('cpid.1')).read())
+    os.kill(victim, signal.SIGSTOP)
+    rc, took, err = wait_job(p, 10)
+    try:
+        os.kill(victim, signal.SIGKILL)
+    except OSError:
+        pass
+    check(rc != 0 and took <= 10 and 'rank 0 of 2: this rank waited 2 s in one allreduce' in err,
+          'a collective past HPDLF_COMM_TIMEOUT=2: rank 0 stops (%d) in %.1f s saying so (%s)'
+          % (rc, took, ' | '.join(l for l in err.splitlines() if 'hpdlf-exec' in l)[:300]))
+
+
 BIG_RSS_OVERHEAD = 64 << 20  # per rank, docs/hpdlf-exec.md (MANY RANKS)
 
 
@@ -410,6 +434,7 @@ def main():
             crash_mid_write(tmp, full)
             killed_rank(tmp, full)
         stopped_rank(tmp)
+        stuck_collective(tmp)
         rss_per_rank(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
