@@ -11,6 +11,7 @@
 #include "hpdlf/error.h"
 #include "exec/comm.h"
 #include "exec/comm_wait.h"
+#include "exec/comm_watch.h"
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int inited, finalized, rank, size = 1;
@@ -100,6 +101,7 @@ static int allreduce_on(MPI_Comm comm, void *buf, size_t count, enum hp_dtype dt
 	if (size == 1 || !count)
 		return 0;
 	pthread_mutex_lock(&mu);
+	hp_comm_watch_enter("allreduce");
 	for (size_t off = 0; off < count && err == MPI_SUCCESS; off += 1u << 30) {
 		size_t k = count - off < (1u << 30) ? count - off : (1u << 30);
 		MPI_Request req;
@@ -109,6 +111,7 @@ static int allreduce_on(MPI_Comm comm, void *buf, size_t count, enum hp_dtype dt
 		if (err == MPI_SUCCESS)
 			err = hp_comm_wait(&req, &mu);
 	}
+	hp_comm_watch_leave();
 	pthread_mutex_unlock(&mu);
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "allreduce");
 }
@@ -123,7 +126,9 @@ int hp_comm_minmax_u64(uint64_t v, uint64_t *min, uint64_t *max)
 		return 0;
 	}
 	pthread_mutex_lock(&mu);
+	hp_comm_watch_enter("allreduce");
 	err = MPI_Allreduce(in, out, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+	hp_comm_watch_leave();
 	pthread_mutex_unlock(&mu);
 	if (err != MPI_SUCCESS)
 		return mpi_fail(err, "allreduce");
@@ -139,10 +144,12 @@ int hp_comm_bcast(void *buf, size_t bytes, int root)
 	if (size == 1)
 		return 0;
 	pthread_mutex_lock(&mu);
+	hp_comm_watch_enter("broadcast");
 	for (size_t off = 0; off < bytes && err == MPI_SUCCESS; off += 1u << 30) {
 		size_t k = bytes - off < (1u << 30) ? bytes - off : (1u << 30);
 		err = MPI_Bcast((char *)buf + off, (int)k, MPI_BYTE, root, MPI_COMM_WORLD);
 	}
+	hp_comm_watch_leave();
 	pthread_mutex_unlock(&mu);
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "broadcast");
 }
@@ -154,13 +161,16 @@ int hp_comm_barrier(void)
 	if (size == 1)
 		return 0;
 	pthread_mutex_lock(&mu);
+	hp_comm_watch_enter("barrier");
 	err = MPI_Barrier(MPI_COMM_WORLD);
+	hp_comm_watch_leave();
 	pthread_mutex_unlock(&mu);
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "barrier");
 }
 
 void hp_comm_finalize(void)
 {
+	hp_comm_watch_stop(); /* a goodbye first: this rank is done, not lost */
 	pthread_mutex_lock(&mu);
 	if (inited && !finalized && side != MPI_COMM_NULL)
 		MPI_Comm_free(&side);
@@ -183,9 +193,11 @@ int hp_comm_reduce_scatter(const float *send, float *recv, const int *counts)
 	MPI_Request req;
 	pthread_mutex_lock(&mu);
 	/* nonblocking, waited for asleep like allreduce_on (comm_wait.c) */
+	hp_comm_watch_enter("reduce-scatter");
 	err = MPI_Ireduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
 	if (err == MPI_SUCCESS)
 		err = hp_comm_wait(&req, &mu);
+	hp_comm_watch_leave();
 	pthread_mutex_unlock(&mu);
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "reduce-scatter");
 }
@@ -201,9 +213,11 @@ int hp_comm_allgatherv(const float *send, float *recv, const int *counts, const 
 	}
 	MPI_Request req;
 	pthread_mutex_lock(&mu);
+	hp_comm_watch_enter("all-gather");
 	err = MPI_Iallgatherv(send, counts[rank], MPI_FLOAT, recv, counts, displs, MPI_FLOAT, MPI_COMM_WORLD, &req);
 	if (err == MPI_SUCCESS)
 		err = hp_comm_wait(&req, &mu);
+	hp_comm_watch_leave();
 	pthread_mutex_unlock(&mu);
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "all-gather");
 }

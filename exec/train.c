@@ -381,7 +381,7 @@ int hp_trainer_checkpoint(struct hp_trainer *t)
 {
 	if (!t->o.checkpoint_dir || !t->s)
 		return hp_error(HP_EUSAGE, "no checkpoint directory was given, or the trainer cannot run");
-	return t->rank ? 0 : hp_ckpt_write(t); /* every rank holds the same state */
+	return hp_ckpt_write(t); /* collective: every rank writes its part */
 }
 
 int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
@@ -402,7 +402,7 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 		rc = 0;
 		if (t->o.checkpoint_dir && t->o.checkpoint_every > 0 && t->step % t->o.checkpoint_every == 0 &&
 		    t->step < t->total && isfinite(info.loss)) {
-			if (t->rank == 0 && (rc = hp_ckpt_write(t)) < 0)
+			if ((rc = hp_ckpt_write(t)) < 0)
 				return rc;
 			info.checkpointed = 1;
 		}
@@ -414,7 +414,7 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 		if (stop || (t->o.cancel && *t->o.cancel) || t->dp_stop)
 			rc = HP_ECANCELED;
 	}
-	if (t->o.checkpoint_dir && isfinite(last) && t->rank == 0) {
+	if (t->o.checkpoint_dir && isfinite(last)) {
 		int r = hp_ckpt_write(t);
 		if (r < 0)
 			return r;

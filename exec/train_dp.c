@@ -15,6 +15,7 @@
 
 #include "hpdlf/error.h"
 #include "exec/comm.h"
+#include "exec/comm_watch.h"
 #include "exec/train_dp.h"
 #include "exec/train_internal.h"
 #include "store/crc.h"
@@ -150,6 +151,8 @@ int hp_dp_setup(struct hp_trainer *t)
 {
 	int rc = hp_comm_init();
 
+	if (rc == 0)
+		rc = hp_comm_join_watch(); /* no rank waits forever for a lost one */
 	if (rc < 0)
 		return rc;
 	t->rank = hp_comm_rank();

@@ -17,6 +17,7 @@
 #include "hpdlf/train.h"
 #include "hpdlf/store.h"
 #include "exec/comm.h"
+#include "exec/comm_watch.h"
 #include "exec/split_weight.h"
 #include "exec/train_hooks.h"
 #include "tools/exec_cli.h"
@@ -405,7 +406,7 @@ static int plan_step(const struct cli *c, const struct hp_trainer_opts *to, stru
 }
 
 /* Rank 0 alone talks and writes files: the others train the same
- * weights (checkpoints are the trainer's rank-0 business too). */
+ * weights (checkpoints are the trainer's: every rank writes its part). */
 static void quiet_rank(struct cli *c)
 {
 	if (hp_comm_rank() == 0)
@@ -430,7 +431,19 @@ static int train_fail(int rc)
 		return 2;
 	}
 	fprintf(stderr, "hpdlf-exec: %s\n", hp_errmsg()[0] ? hp_errmsg() : hp_strerror(rc));
+	hp_comm_watch_fail(); /* the other ranks stop now, naming this one */
 	return hp_exit_status(rc);
+}
+
+/* The watchdog found a peer gone (or a collective past its deadline):
+ * one line, then it ends the process (exec/comm_watch.h). */
+static void on_lost(int self, int lost, int nranks, const char *why)
+{
+	if (lost >= 0)
+		fprintf(stderr, "hpdlf-exec: rank %d of %d: rank %d of %d was lost (%s); stopping\n", self, nranks, lost,
+			nranks, why);
+	else
+		fprintf(stderr, "hpdlf-exec: rank %d of %d: %s; stopping\n", self, nranks, why);
 }
 
 int exec_train_main(struct cli *c)
@@ -440,6 +453,7 @@ int exec_train_main(struct cli *c)
 	const char *k = getenv("HPDLF_TEST_KILL_IN_CHECKPOINT");
 	int rc;
 
+	hp_comm_on_lost(on_lost);
 	if ((rc = hp_comm_init()) < 0)
 		return train_fail(rc);
 	quiet_rank(c);

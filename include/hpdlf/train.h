@@ -22,8 +22,10 @@
  * budget); in core they are mapped.
  *
  * Checkpoints hold the weights, optimizer state, running statistics, the
- * step and the shuffle seed; a checkpoint is written to a temporary file and
- * renamed over the previous one, so a crash leaves the previous one whole.
+ * step and the shuffle seed; every rank writes its part, then one commit
+ * record (written to a temporary file and renamed over the previous one)
+ * makes it current, so a crash leaves the previous one whole.  A checkpoint
+ * resumes at any number of ranks.
  * A resumed run computes bit for bit the losses the uninterrupted run would.
  */
 #ifndef HPDLF_TRAIN_H
@@ -184,7 +186,8 @@ typedef int (*hp_step_fn)(void *arg, const struct hp_step_info *info);
 int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg);
 /* One step (no checkpoint).  1: done, 0: no steps left. */
 int hp_trainer_step(struct hp_trainer *t, struct hp_step_info *info);
-/* Commit a checkpoint of the current state now. */
+/* Commit a checkpoint of the current state now (under a launcher every
+ * rank must call it: each writes its part). */
 int hp_trainer_checkpoint(struct hp_trainer *t);
 int64_t hp_trainer_current_step(const struct hp_trainer *t);
 /* The session that runs the training graph (its store statistics, ...). */

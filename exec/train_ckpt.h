@@ -1,0 +1,35 @@
+/* Checkpoints inside exec/ (the trainer calls hp_ckpt_write/hp_ckpt_read,
+ * train_internal.h):
+ *   train_ckpt_commit.c writing: the protocol, rank 0's commit record
+ *   train_ckpt_parts.c  writing: one rank's part
+ *   train_ckpt_load.c   reading: the commit record, then the parts (any N)
+ *   train_ckpt.c        format 1 (one file, tensors whole): loading, and
+ *                       the checks every format shares
+ *   train_ckpt_io.c     the file frame and positioned I/O */
+#ifndef HPDLF_EXEC_TRAIN_CKPT_H
+#define HPDLF_EXEC_TRAIN_CKPT_H
+
+#include <stdint.h>
+
+#include <json-c/json.h>
+
+#include "exec/train_ckpt_io.h"
+
+struct hp_trainer;
+
+/* Bytes of value v of the training graph. */
+uint64_t hp_ckpt_vbytes(const struct hp_trainer *t, int v);
+/* Entry e (name, dtype, shape) of the index at `path` against value v:
+ * HP_EDATA naming both when they differ. */
+int hp_ckpt_check_entry(const struct hp_trainer *t, const char *path, json_object *e, int v);
+/* The value index of each entry of idx's "tensors" (the state values of
+ * the training graph, each once, all of them); *out calloc'd. */
+int hp_ckpt_map_tensors(const struct hp_trainer *t, const char *path, json_object *idx, int **out, int *count);
+/* This rank's part of generation gen, gdir/part.RANK.hpck, synced with its
+ * directory entry; its size and index checksum for the commit record. */
+int hp_ckpt_write_part(struct hp_trainer *t, const char *gdir, uint64_t gen, uint64_t *size, uint32_t *icrc);
+/* Load a format-1 checkpoint (its frame read into idx): every tensor whole
+ * on every rank, whatever the number of ranks that wrote it. */
+int hp_ckpt_load_whole(struct hp_trainer *t, const struct hp_ckfile *f, json_object *idx);
+
+#endif
