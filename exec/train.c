@@ -165,13 +165,15 @@ static int build(struct hp_trainer *t)
 	struct hp_budget_layout l;
 	int rc;
 
-	hp_budget_layout_init(&l, t->o.budget);
 	if ((rc = hp_dp_agree(t)) < 0)
 		return rc;
 	if ((rc = hp_dataset_open(&t->data, t->o.data, t->o.labels)) < 0 || (rc = hp_graph_load(t->model, &t->g)) < 0)
 		return rc;
 	if ((rc = fit_input(t)) < 0 || (rc = hp_graph_infer(t->g)) < 0)
 		return rc;
+	/* after the graph is loaded: the first layout measures the process's
+	 * fixed overhead (budget.h) */
+	hp_budget_layout_init(&l, t->o.budget);
 	if (!no_split(t) && (rc = hp_split_weights(t->g, &l, &t->o.spec)) < 0)
 		return rc;
 	if ((rc = make_training_graph(t, &l)) < 0 || (rc = fit_labels(t)) < 0)

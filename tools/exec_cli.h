@@ -78,7 +78,11 @@ struct hp_graph;
 struct hp_exec_opts;
 /* --plan / --plan-dot of graph g (inference, or one training step: `what`
  * says which); 0 or a negative error. */
-int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c, const char *what);
+/* gmin: the same model compiled for a budget of 1 byte (split as far as
+ * the splitters go), whose smallest budget --plan names whatever budget is
+ * given; NULL: g's own. */
+int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c, const char *what,
+		   const struct hp_graph *gmin);
 
 /* The training path (tools/exec_train.c): returns a process exit status. */
 int exec_train_main(struct cli *c);

@@ -296,7 +296,19 @@ static int plan_step(const struct cli *c, const struct hp_trainer_opts *to, stru
 	o.ntiers = to->ntiers;
 	o.tiers = to->tiers;
 	o.recalibrate = c->recalibrate;
-	return exec_plan_only(hp_trainer_graph(t), &o, c, " (one training step)");
+	if (c->plan && hp_comm_size() == 1) { /* the smallest budget: the step compiled for 1 byte (one rank: creating a trainer agrees with the others) */
+		struct hp_trainer_opts o1 = *to;
+		struct hp_trainer *t1 = NULL;
+		int rc;
+		o1.budget = 1;
+		o1.resume = 0;
+		rc = hp_trainer_create(c->model, &o1, &t1);
+		if (rc == 0)
+			rc = exec_plan_only(hp_trainer_graph(t), &o, c, " (one training step)", hp_trainer_graph(t1));
+		hp_trainer_destroy(t1);
+		return rc;
+	}
+	return exec_plan_only(hp_trainer_graph(t), &o, c, " (one training step)", NULL);
 }
 
 /* Rank 0 alone talks and writes files: the others train the same

@@ -914,8 +914,15 @@ static void print_plan(const struct hp_plan_summary *p, const char *what, const 
 	printf("plan for %s%s: %d kernels, budget %s\n", c->model, what, p->steps,
 	       p->budget ? hp_format_size(p->budget, a, sizeof a) : "unlimited (in core)");
 	printf("  peak tensor memory   %s\n", hp_format_size(p->peak_bytes, a, sizeof a));
-	printf("  smallest budget      %s (node '%s')\n", hp_format_size(p->min_budget, b, sizeof b),
-	       hp_escape(p->min_node, node, sizeof node));
+	printf("  peak RSS (predicted) %s (fixed overhead %s", hp_format_size(p->rss_peak, a, sizeof a),
+	       hp_format_size(p->overhead, b, sizeof b));
+	if (p->budget >= (64ull << 20))
+		printf(", taken off the budget: %s for tensors", hp_format_size(p->tensor_budget, a, sizeof a));
+	else if (p->budget)
+		printf(" beside the budget: below 64 MiB it bounds tensors only");
+	printf(")\n");
+	printf("  smallest budget      %s = %llu bytes (node '%s')\n", hp_format_size(p->min_budget, b, sizeof b),
+	       (unsigned long long)p->min_budget, hp_escape(p->min_node, node, sizeof node));
 	printf("  tier %-15s read %s (%llu bytes) in %llu loads (%llu prefetched early), written %s (%llu bytes)\n",
 	       p->tier_name[0] ? p->tier_name : "(none)", hp_format_size(p->bytes_loaded, a, sizeof a),
 	       (unsigned long long)p->bytes_loaded, (unsigned long long)p->loads, (unsigned long long)p->prefetched,
@@ -937,7 +944,34 @@ static void print_plan(const struct hp_plan_summary *p, const char *what, const 
 	}
 }
 
-int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c, const char *what)
+/* The smallest budget of gmin (compiled for 1 byte) into p: the figure a
+ * run below it is refused with, then planned at that figure for its node. */
+static int smallest_budget(const struct hp_graph *gmin, const struct hp_exec_opts *o, struct hp_plan_summary *p)
+{
+	static char node[1024];
+	struct hp_exec_opts o1 = *o;
+	struct hp_plan_summary *q = malloc(sizeof *q);
+	int rc;
+
+	if (!q)
+		return hp_error(-ENOMEM, "out of memory");
+	o1.budget = 1;
+	o1.no_split = 1;
+	rc = hp_plan_summarize(gmin, &o1, q);
+	if (rc == HP_EBUDGET_OP) {
+		p->min_budget = o1.budget = hp_exec_min_budget();
+		rc = hp_plan_summarize(gmin, &o1, q);
+		if (rc == 0 && q->min_budget == p->min_budget) {
+			snprintf(node, sizeof node, "%s", q->min_node);
+			p->min_node = node;
+		}
+	}
+	free(q);
+	return rc < 0 ? rc : 0;
+}
+
+int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c, const char *what,
+		   const struct hp_graph *gmin)
 {
 	struct hp_plan_summary p;
 	int rc;
@@ -947,10 +981,25 @@ int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const
 	if (!c->plan)
 		return 0;
 	rc = hp_plan_summarize(g, o, &p);
+	if (rc == 0 && gmin)
+		rc = smallest_budget(gmin, o, &p);
 	if (rc < 0)
 		return rc;
 	print_plan(&p, what, c);
 	return 0;
+}
+
+static int load_model(const struct cli *c, struct hp_graph **g);
+
+/* The model compiled for a budget of 1 byte, for --plan's smallest budget
+ * (what a run below it is refused with, the same whatever budget is given). */
+static int load_smallest(const struct cli *c, const struct hp_exec_opts *o, struct hp_graph **g)
+{
+	struct hp_exec_opts o1 = *o;
+	int rc = load_model(c, g);
+
+	o1.budget = 1;
+	return rc < 0 ? rc : hp_graph_compile(*g, &o1);
 }
 
 /* Load, fix input shapes and infer; when an operator needs a constant that
@@ -1010,11 +1059,15 @@ int main(int argc, char **argv)
 	/* HPDLF_WEIGHT_SPLIT=0: keep weights whole (the planner's own minimum) */
 	o.no_weight_split = env_off("HPDLF_WEIGHT_SPLIT");
 	if (c.plan || c.plan_dot) {
+		struct hp_graph *gmin = NULL;
 		/* what hp_session_create does first: --plan sees the graph a run plans */
 		rc = hp_graph_compile(g, &o);
+		if (rc == 0 && c.plan)
+			rc = load_smallest(&c, &o, &gmin);
 		o.no_split = 1;
 		if (rc == 0)
-			rc = exec_plan_only(g, &o, &c, "");
+			rc = exec_plan_only(g, &o, &c, "", gmin);
+		hp_graph_free(gmin);
 		goto out;
 	}
 	rc = hp_session_create(g, &o, &s);
