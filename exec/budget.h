@@ -63,6 +63,9 @@ struct hp_budget_layout {
  * and I/O threads, the plan, the net): rounded up to 2 MiB, so that two
  * processes of the same model (--plan and the run) agree on it. */
 uint64_t hp_budget_overhead(void);
+/* Measure it now, if not yet, with the model g loaded (NULL: none): the
+ * caller's copies of its largest input and output count too. */
+void hp_budget_overhead_measure(const struct hp_graph *g);
 /* Tests: fix the overhead instead of measuring it. */
 void hp_budget_overhead_set(uint64_t bytes);
 /* The tensor budget of a process budget (0: 0, else at least 1), and the

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hpdlf/tensor.h"
 #include "exec/budget.h"
 #include "exec/exec_internal.h"
 
@@ -20,8 +21,8 @@
 #define METADATA (2ull << 20)
 
 static uint64_t overhead_fixed;
-static int overhead_is_set;
-static pthread_once_t overhead_once = PTHREAD_ONCE_INIT;
+static int overhead_known;
+static pthread_mutex_t overhead_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static uint64_t rss_now(void)
 {
@@ -38,25 +39,54 @@ static uint64_t rss_now(void)
 	return kib * 1024;
 }
 
-static void measure_overhead(void)
+static uint64_t value_bytes(const struct hp_graph *g, int v)
 {
-	uint64_t cpus = (uint64_t)hp_exec_online_cpus(), grain = 2ull << 20;
-	uint64_t f = rss_now() + cpus * BLAS_BUFFER + (cpus + IO_THREADS) * THREAD_STACK + METADATA;
+	struct hp_tensor t = { .dtype = g->values[v].dtype, .shape = g->values[v].shape };
 
-	if (!overhead_is_set)
+	return hp_tensor_bytes(&t);
+}
+
+/* The caller's copy of one input and of one output at a time (hpdlf-exec
+ * reads an input file whole, hands it over and frees it; an output the
+ * same way back). */
+static uint64_t io_copies(const struct hp_graph *g)
+{
+	uint64_t in = 0, out = 0;
+
+	for (int i = 0; g && i < g->ninputs; i++)
+		if (value_bytes(g, g->inputs[i]) > in)
+			in = value_bytes(g, g->inputs[i]);
+	for (int i = 0; g && i < g->noutputs; i++)
+		if (value_bytes(g, g->outputs[i]) > out)
+			out = value_bytes(g, g->outputs[i]);
+	return in + out;
+}
+
+void hp_budget_overhead_measure(const struct hp_graph *g)
+{
+	uint64_t cpus = (uint64_t)hp_exec_online_cpus(), grain = 2ull << 20, f;
+
+	pthread_mutex_lock(&overhead_mu);
+	if (!overhead_known) {
+		f = rss_now() + io_copies(g) + cpus * BLAS_BUFFER + (cpus + IO_THREADS) * THREAD_STACK + METADATA;
 		overhead_fixed = (f + grain - 1) / grain * grain;
+		overhead_known = 1;
+	}
+	pthread_mutex_unlock(&overhead_mu);
 }
 
 uint64_t hp_budget_overhead(void)
 {
-	pthread_once(&overhead_once, measure_overhead);
+	hp_budget_overhead_measure(NULL);
 	return overhead_fixed;
 }
 
 void hp_budget_overhead_set(uint64_t bytes)
 {
+	pthread_mutex_lock(&overhead_mu);
 	overhead_fixed = bytes;
-	overhead_is_set = 1;
+	overhead_known = 1;
+	pthread_mutex_unlock(&overhead_mu);
 }
 
 /* The most tensors get below 64 MiB (see budget.h). */

@@ -101,7 +101,6 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 		return rc;
 	out->steps = p->nsteps;
 	out->budget = o ? o->budget : 0;
-	out->tensor_budget = po.budget;
 	out->peak_bytes = p->peak_bytes;
 	out->min_budget = p->min_budget;
 	out->min_node = p->nsteps ? g->nodes[p->node[p->min_step]].name : "";
@@ -117,8 +116,6 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 		po.workspace = ws;
 	}
 	out->min_budget = hp_budget_process_for(out->min_budget);
-	out->overhead = hp_budget_overhead();
-	out->rss_peak = out->overhead + p->peak_bytes + (po.reserve_for && po.budget ? po.reserve_for(po.budget) : 0);
 	out->bytes_loaded = p->bytes_loaded;
 	out->bytes_written = p->bytes_written;
 	out->loads = p->loads;

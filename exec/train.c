@@ -171,8 +171,9 @@ static int build(struct hp_trainer *t)
 		return rc;
 	if ((rc = fit_input(t)) < 0 || (rc = hp_graph_infer(t->g)) < 0)
 		return rc;
-	/* after the graph is loaded: the first layout measures the process's
-	 * fixed overhead (budget.h) */
+	/* the process's fixed overhead, measured once the graph is loaded
+	 * (budget.h) */
+	hp_budget_overhead_measure(t->g);
 	hp_budget_layout_init(&l, t->o.budget);
 	if (!no_split(t) && (rc = hp_split_weights(t->g, &l, &t->o.spec)) < 0)
 		return rc;

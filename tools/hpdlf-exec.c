@@ -19,6 +19,7 @@
 #include "hpdlf/graph.h"
 #include "hpdlf/store.h"
 #include "hpdlf/tensor.h"
+#include "exec/budget.h"
 #include "exec/split_weight.h"
 #include "tools/exec_cli.h"
 
@@ -905,6 +906,15 @@ static const char *source(int src, const char *cache)
 	return src == 1 ? (cache[0] ? "measured now, cached" : "measured now") : src == 2 ? "cached" : "built-in default";
 }
 
+/* The process's peak: its fixed overhead, the tensors' peak and the
+ * staging kept beside them (exec/budget.h). */
+static uint64_t rss_peak(const struct hp_plan_summary *p)
+{
+	uint64_t t = hp_budget_tensors(p->budget);
+
+	return hp_budget_overhead() + p->peak_bytes + (t ? hp_budget_staging(t) : 0);
+}
+
 /* The --plan summary: memory, bytes per tier and the predicted time with
  * the speed model behind it. */
 static void print_plan(const struct hp_plan_summary *p, const char *what, const struct cli *c)
@@ -914,10 +924,10 @@ static void print_plan(const struct hp_plan_summary *p, const char *what, const 
 	printf("plan for %s%s: %d kernels, budget %s\n", c->model, what, p->steps,
 	       p->budget ? hp_format_size(p->budget, a, sizeof a) : "unlimited (in core)");
 	printf("  peak tensor memory   %s\n", hp_format_size(p->peak_bytes, a, sizeof a));
-	printf("  peak RSS (predicted) %s (fixed overhead %s", hp_format_size(p->rss_peak, a, sizeof a),
-	       hp_format_size(p->overhead, b, sizeof b));
-	if (p->budget >= (64ull << 20))
-		printf(", taken off the budget: %s for tensors", hp_format_size(p->tensor_budget, a, sizeof a));
+	printf("  peak RSS (predicted) %s (fixed overhead %s", hp_format_size(rss_peak(p), a, sizeof a),
+	       hp_format_size(hp_budget_overhead(), b, sizeof b));
+	if (p->budget >= HP_BUDGET_PROCESS_FROM)
+		printf(", taken off the budget: %s for tensors", hp_format_size(hp_budget_tensors(p->budget), a, sizeof a));
 	else if (p->budget)
 		printf(" beside the budget: below 64 MiB it bounds tensors only");
 	printf(")\n");

@@ -142,7 +142,8 @@ struct hp_plan_summary {
 	int steps;               /* kernels to run (folded nodes excluded) */
 	uint64_t budget;         /* 0: unlimited */
 	uint64_t peak_bytes;     /* planned tensor-memory high-water mark */
-	uint64_t min_budget;     /* smallest budget any schedule of this graph needs */
+	uint64_t min_budget;     /* smallest budget any schedule of this graph needs
+				  * (of the process from 64 MiB on: hpdlf-exec(1)) */
 	const char *min_node;    /* the node that needs it (graph-owned) */
 	uint64_t bytes_loaded, bytes_written;
 	uint64_t loads, prefetched;
@@ -162,11 +163,6 @@ struct hp_plan_summary {
 	int compute_source, tier_source; /* 0: built-in default, 1: measured now, 2: cached */
 	char tier_name[16];      /* the tier paged to ("" in core): all loaded and written bytes */
 	char compute_cache[512], tier_cache[512]; /* cache files ("" none) */
-	/* The whole process (fields added later): from 64 MiB on the budget
-	 * bounds the peak RSS, its fixed overhead taken off what tensors get. */
-	uint64_t tensor_budget;  /* what the budget leaves for tensors (0: in core) */
-	uint64_t overhead;       /* the process's fixed overhead, measured at start-up */
-	uint64_t rss_peak;       /* predicted peak RSS: overhead + tensor peak + staging */
 };
 
 /* Plan one run of the inferred graph under o->budget (without running it).
