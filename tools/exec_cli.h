@@ -78,6 +78,8 @@ struct hp_graph;
 struct hp_exec_opts;
 /* --plan / --plan-dot of graph g (inference, or one training step: `what`
  * says which); 0 or a negative error. */
+/* Peak RSS of this process (VmHWM). */
+uint64_t exec_peak_rss(void);
 /* gmin: the same model compiled for a budget of 1 byte (split as far as
  * the splitters go), whose smallest budget --plan names whatever budget is
  * given; NULL: g's own. */
