@@ -64,8 +64,12 @@ struct hp_budget_layout {
  * processes of the same model (--plan and the run) agree on it. */
 uint64_t hp_budget_overhead(void);
 /* Measure it now, if not yet, with the model g loaded (NULL: none): the
- * caller's copies of its largest input and output count too. */
-void hp_budget_overhead_measure(const struct hp_graph *g);
+ * caller's copies of its largest input and output count too, and
+ * libfabric's growing buffers when a tier is remote. */
+void hp_budget_overhead_measure(const struct hp_graph *g, int remote);
+struct hs_tier_spec;
+/* Whether any of the n tiers is remote (daemons). */
+int hp_budget_tiers_remote(const struct hs_tier_spec *tiers, int n);
 /* Tests: fix the overhead instead of measuring it. */
 void hp_budget_overhead_set(uint64_t bytes);
 /* The tensor budget of a process budget (0: 0, else at least 1), and the

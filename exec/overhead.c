@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hpdlf/store.h"
 #include "hpdlf/tensor.h"
 #include "exec/budget.h"
 #include "exec/exec_internal.h"
@@ -19,6 +20,10 @@
 #define THREAD_STACK (256ull << 10)
 #define IO_THREADS 6
 #define METADATA (2ull << 20)
+/* libfabric's buffers grow once connections carry data (bounce and
+ * receive buffers, registrations): measured up to about 12 MiB beyond
+ * its start-up with the tcp;ofi_rxm provider. */
+#define REMOTE_BUFFERS (16ull << 20)
 
 static uint64_t overhead_fixed;
 static int overhead_known;
@@ -62,22 +67,31 @@ static uint64_t io_copies(const struct hp_graph *g)
 	return in + out;
 }
 
-void hp_budget_overhead_measure(const struct hp_graph *g)
+void hp_budget_overhead_measure(const struct hp_graph *g, int remote)
 {
 	uint64_t cpus = (uint64_t)hp_exec_online_cpus(), grain = 2ull << 20, f;
 
 	pthread_mutex_lock(&overhead_mu);
 	if (!overhead_known) {
-		f = rss_now() + io_copies(g) + cpus * BLAS_BUFFER + (cpus + IO_THREADS) * THREAD_STACK + METADATA;
+		f = rss_now() + io_copies(g) + cpus * BLAS_BUFFER + (cpus + IO_THREADS) * THREAD_STACK + METADATA +
+		    (remote ? REMOTE_BUFFERS : 0);
 		overhead_fixed = (f + grain - 1) / grain * grain;
 		overhead_known = 1;
 	}
 	pthread_mutex_unlock(&overhead_mu);
 }
 
+int hp_budget_tiers_remote(const struct hs_tier_spec *tiers, int n)
+{
+	for (int i = 0; tiers && i < n; i++)
+		if (tiers[i].kind == HS_TIER_REMOTE)
+			return 1;
+	return 0;
+}
+
 uint64_t hp_budget_overhead(void)
 {
-	hp_budget_overhead_measure(NULL);
+	hp_budget_overhead_measure(NULL, 0);
 	return overhead_fixed;
 }
 

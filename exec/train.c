@@ -173,7 +173,7 @@ static int build(struct hp_trainer *t)
 		return rc;
 	/* the process's fixed overhead, measured once the graph is loaded
 	 * (budget.h) */
-	hp_budget_overhead_measure(t->g);
+	hp_budget_overhead_measure(t->g, hp_budget_tiers_remote(t->o.tiers, t->o.ntiers));
 	hp_budget_layout_init(&l, t->o.budget);
 	if (!no_split(t) && (rc = hp_split_weights(t->g, &l, &t->o.spec)) < 0)
 		return rc;
