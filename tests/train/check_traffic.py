@@ -1,0 +1,115 @@
+#!/usr/bin/python3
+"""Bytes moved per training step when the parameters exceed the budget (issue 17).
+
+usage: check_traffic.py HPDLF_EXEC WORKDIR
+
+With the update run as soon as its gradient is there, a step reads each
+weight for the forward and the backward and the optimizer state once, and
+writes the updated weight and state once; gradients need never reach the
+disk.  Per step the spill tier may move at most
+
+    Adam  7 P,  SGD with momentum  5 P,  plain SGD  3 P
+
+(P the parameter bytes) plus the activations: every forward activation and
+its gradient written out once and read back once, 2 A.  An MLP of 7 Gemms
+1024 wide (25 MiB of parameters) trains at a budget of 16 MiB; the bytes
+each steady step (after the first) read and wrote, from --log-json's tier
+counters, must stay within the bound, and the losses must equal the in-core
+run's bit for bit.  Written with onnx.helper and seeded numpy into WORKDIR
+(removed when everything passes).  Prints the figures; exits 1 on failure.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+BATCH, WIDTH, LAYERS, NIN, NOUT = 64, 1024, 6, 1024, 10
+failures = []
+
+
+def check(ok, what):
+    print("%s  %s" % ("ok  " if ok else "FAIL", what))
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+def write_model(path, rng):
+    inits, nodes, prev = [], [], "x"
+    dims = [NIN] + [WIDTH] * LAYERS + [NOUT]
+    for i in range(len(dims) - 1):
+        b = 1 / np.sqrt(dims[i])
+        inits.append(numpy_helper.from_array(rng.uniform(-b, b, (dims[i], dims[i + 1])).astype(np.float32), "w%d" % i))
+        inits.append(numpy_helper.from_array(np.zeros(dims[i + 1], np.float32), "b%d" % i))
+        nodes.append(helper.make_node("Gemm", [prev, "w%d" % i, "b%d" % i], ["h%d" % i]))
+        prev = "h%d" % i
+        if i < len(dims) - 2:
+            nodes.append(helper.make_node("Relu", [prev], ["r%d" % i]))
+            prev = "r%d" % i
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", NIN])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, ["batch", NOUT])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    params = sum(dims[i] * dims[i + 1] + dims[i + 1] for i in range(len(dims) - 1)) * 4
+    # forward activations (x, each Gemm's and Relu's output) and the
+    # gradients of all but x
+    fwd = BATCH * (NIN + LAYERS * 2 * WIDTH + NOUT) * 4
+    return params, fwd + (fwd - BATCH * NIN * 4)
+
+
+def steps(log):
+    with open(log) as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__)
+        return 2
+    exe, tmp = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    rng = np.random.default_rng(23)
+    model = os.path.join(tmp, "mlp.onnx")
+    p, a = write_model(model, rng)
+    np.save(os.path.join(tmp, "x.npy"), rng.standard_normal((4 * BATCH, NIN)).astype(np.float32))
+    np.save(os.path.join(tmp, "y.npy"), rng.integers(0, NOUT, 4 * BATCH).astype(np.int64))
+    budget = 16 << 20
+    print("parameters %d B, activations and their gradients %d B (%.2f P), budget %d B" % (p, a, a / p, budget))
+    check(p > budget, "the parameters (%d B) exceed the budget (%d B)" % (p, budget))
+    for opt, extra, k in (("adam", [], 7), ("sgd", ["--momentum", "0.9"], 5), ("sgd", [], 3)):
+        what = opt + (" momentum" if extra else "")
+        args = [model, "--train", "--data", os.path.join(tmp, "x.npy"), "--labels", os.path.join(tmp, "y.npy"),
+                "--loss", "cross-entropy", "--optimizer", opt, "--lr", "0.001", "--batch", str(BATCH),
+                "--steps", "4", "--no-shuffle", "--threads", "2", "--quiet"] + extra
+        logs = {}
+        for b in (0, budget):
+            log = os.path.join(tmp, "log%d.jsonl" % b)
+            r = subprocess.run([exe] + args + ["--log-json", log] + (["--budget", str(b)] if b else []),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900)
+            if not check(r.returncode == 0, "%s at %d B: exit %d %s" % (what, b, r.returncode, r.stderr[-300:])):
+                break
+            logs[b] = steps(log)
+        if len(logs) < 2:
+            continue
+        check([s["loss"] for s in logs[budget]] == [s["loss"] for s in logs[0]],
+              "%s: the losses out of core are bitwise the in-core ones" % what)
+        bound = k * p + 2 * a
+        for s in logs[budget][1:]:
+            t = s["tiers"]["nvme0"]
+            moved = t["bytes_read"] + t["bytes_written"]
+            check(moved <= bound, "%s step %d: read %.2f P, wrote %.2f P, moved %.2f P <= %d P + 2 A = %.2f P"
+                  % (what, s["step"], t["bytes_read"] / p, t["bytes_written"] / p, moved / p, k, bound / p))
+    if failures:
+        print("%d failure(s)" % len(failures))
+        return 1
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
