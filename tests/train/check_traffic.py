@@ -15,11 +15,13 @@ its gradient written out once and read back once, 2 A.  An MLP of 7 Gemms
 1024 wide (25 MiB of parameters) trains at a budget of 16 MiB; the bytes
 each steady step (after the first) read and wrote, from --log-json's tier
 counters, must stay within the bound, and the losses must equal the in-core
-run's bit for bit.  Written with onnx.helper and seeded numpy into WORKDIR
+run's bit for bit; at the end the spill tier holds at most the state
+(3 P, 2 P, P: the weights and their moments, once) plus 2 A.  Written with onnx.helper and seeded numpy into WORKDIR
 (removed when everything passes).  Prints the figures; exits 1 on failure.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +32,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 BATCH, WIDTH, LAYERS, NIN, NOUT = 64, 1024, 6, 1024, 10
 failures = []
+HOLDS_RE = re.compile(r"tier nvme0 .*holds ([0-9.]+) (B|KiB|MiB|GiB)")
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
 def check(ok, what):
@@ -81,11 +85,11 @@ def main():
     budget = 16 << 20
     print("parameters %d B, activations and their gradients %d B (%.2f P), budget %d B" % (p, a, a / p, budget))
     check(p > budget, "the parameters (%d B) exceed the budget (%d B)" % (p, budget))
-    for opt, extra, k in (("adam", [], 7), ("sgd", ["--momentum", "0.9"], 5), ("sgd", [], 3)):
+    for opt, extra, k, ks in (("adam", [], 7, 3), ("sgd", ["--momentum", "0.9"], 5, 2), ("sgd", [], 3, 1)):
         what = opt + (" momentum" if extra else "")
         args = [model, "--train", "--data", os.path.join(tmp, "x.npy"), "--labels", os.path.join(tmp, "y.npy"),
                 "--loss", "cross-entropy", "--optimizer", opt, "--lr", "0.001", "--batch", str(BATCH),
-                "--steps", "4", "--no-shuffle", "--threads", "2", "--quiet"] + extra
+                "--steps", "4", "--no-shuffle", "--threads", "2"] + extra
         logs = {}
         for b in (0, budget):
             log = os.path.join(tmp, "log%d.jsonl" % b)
@@ -94,6 +98,11 @@ def main():
             if not check(r.returncode == 0, "%s at %d B: exit %d %s" % (what, b, r.returncode, r.stderr[-300:])):
                 break
             logs[b] = steps(log)
+            held = HOLDS_RE.search(r.stderr)
+            if b:
+                check(held and float(held.group(1)) * UNITS[held.group(2)] <= ks * p + 2 * a,
+                      "%s: the spill tier holds %s at the end, at most the state (%d P) plus 2 A = %d B"
+                      % (what, "%s %s" % held.groups() if held else "(not reported)", ks, ks * p + 2 * a))
         if len(logs) < 2:
             continue
         check([s["loss"] for s in logs[budget]] == [s["loss"] for s in logs[0]],
