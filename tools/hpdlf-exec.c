@@ -20,6 +20,7 @@
 #include "hpdlf/store.h"
 #include "hpdlf/tensor.h"
 #include "exec/budget.h"
+#include "exec/plan.h"
 #include "exec/split_weight.h"
 #include "tools/exec_cli.h"
 
@@ -1008,12 +1009,21 @@ int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const
 		return rc;
 	if (!c->plan)
 		return 0;
+	uint64_t state = 0, swapped = 0;
+	char a[32], b[32], t[32];
+
 	rc = hp_plan_summarize(g, o, &p);
+	if (rc == 0)
+		rc = hp_plan_footprint(g, o, &state, &swapped);
 	if (rc == 0 && gmin)
 		rc = smallest_budget(gmin, o, &p);
 	if (rc < 0)
 		return rc;
 	print_plan(&p, what, c);
+	if (o->budget)
+		printf("  tier footprint       %s (state %s once, swapped values %s)\n",
+		       hp_format_size(state + swapped, t, sizeof t), hp_format_size(state, a, sizeof a),
+		       hp_format_size(swapped, b, sizeof b));
 	return 0;
 }
 

@@ -16,7 +16,7 @@ its gradient written out once and read back once, 2 A.  An MLP of 7 Gemms
 each steady step (after the first) read and wrote, from --log-json's tier
 counters, must stay within the bound, and the losses must equal the in-core
 run's bit for bit; at the end the spill tier holds at most the state
-(3 P, 2 P, P: the weights and their moments, once) plus 2 A.  Written with onnx.helper and seeded numpy into WORKDIR
+(3 P, 2 P, P: the weights and their moments, once) plus 2 A, and --plan's predicted tier footprint is that too.  Written with onnx.helper and seeded numpy into WORKDIR
 (removed when everything passes).  Prints the figures; exits 1 on failure.
 """
 import json
@@ -33,6 +33,7 @@ from onnx import TensorProto, helper, numpy_helper
 BATCH, WIDTH, LAYERS, NIN, NOUT = 64, 1024, 6, 1024, 10
 failures = []
 HOLDS_RE = re.compile(r"tier nvme0 .*holds ([0-9.]+) (B|KiB|MiB|GiB)")
+FOOT_RE = re.compile(r"tier footprint +([0-9.]+) (B|KiB|MiB|GiB)")
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
@@ -105,6 +106,14 @@ def main():
                       % (what, "%s %s" % held.groups() if held else "(not reported)", ks, ks * p + 2 * a))
         if len(logs) < 2:
             continue
+        r = subprocess.run([exe] + args + ["--plan", "--budget", str(budget)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=900)
+        fp = FOOT_RE.search(r.stdout)
+        if check(r.returncode == 0 and fp, "%s --plan prints the tier footprint: %s" % (what, fp and fp.group(0))):
+            foot = float(fp.group(1)) * UNITS[fp.group(2)]
+            check(ks * p <= foot <= ks * p + 2 * a + (1 << 20),
+                  "%s --plan: tier footprint %d B is the state (%d P) plus at most 2 A (and the batch)"
+                  % (what, foot, ks))
         check([s["loss"] for s in logs[budget]] == [s["loss"] for s in logs[0]],
               "%s: the losses out of core are bitwise the in-core ones" % what)
         bound = k * p + 2 * a
