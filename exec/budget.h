@@ -70,7 +70,8 @@ void hp_budget_overhead_measure(const struct hp_graph *g, int remote);
 struct hs_tier_spec;
 /* Whether any of the n tiers is remote (daemons). */
 int hp_budget_tiers_remote(const struct hs_tier_spec *tiers, int n);
-/* Tests: fix the overhead instead of measuring it. */
+/* Fix the overhead instead of measuring it (tests; ranks that agree on
+ * the largest one, so that they split their graphs alike). */
 void hp_budget_overhead_set(uint64_t bytes);
 /* The tensor budget of a process budget (0: 0, else at least 1), and the
  * smallest process budget whose tensor budget is at least `tensors`. */

@@ -8,6 +8,7 @@
 
 #include "hpdlf/error.h"
 #include "hpdlf/store.h"
+#include "exec/comm.h"
 #include "exec/exec_internal.h"
 #include "exec/split.h"
 #include "exec/split_weight.h"
@@ -174,6 +175,12 @@ static int build(struct hp_trainer *t)
 	/* the process's fixed overhead, measured once the graph is loaded
 	 * (budget.h) */
 	hp_budget_overhead_measure(t->g, hp_budget_tiers_remote(t->o.tiers, t->o.ntiers));
+	if (t->nranks > 1) { /* every rank splits alike: the ranks take the largest overhead */
+		uint64_t lo, hi;
+		if ((rc = hp_comm_minmax_u64(hp_budget_overhead(), &lo, &hi)) < 0)
+			return rc;
+		hp_budget_overhead_set(hi);
+	}
 	hp_budget_layout_init(&l, t->o.budget);
 	if (!no_split(t) && (rc = hp_split_weights(t->g, &l, &t->o.spec)) < 0)
 		return rc;
