@@ -434,6 +434,7 @@ int exec_parse_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n)
  * Level 1 (a retry when an operator needs a constant input) also binds
  * any input of at most 64 elements (Resize's scales, roi). */
 static int bind_level;
+static int notes_said; /* dynamic-dim notes already printed (a second load stays quiet) */
 static int weights_split; /* weights partitioned to fit the budget */
 
 static int env_off(const char *name)
@@ -492,7 +493,7 @@ static int resolve_shapes(struct hp_graph *g, const struct cli *c)
 			if (v->shape.dims[d] < 0) {
 				/* the names are the model's: escaped, so the note is one line */
 				hp_escape(v->name, name, sizeof name);
-				if (!c->quiet)
+				if (!c->quiet && !notes_said)
 					fprintf(stderr, "hpdlf-exec: input '%s' dim %d ('%s') is dynamic; using 1 (set it with --shape %s=...)\n",
 						name, d, hp_escape(v->dim_param[d] ? v->dim_param[d] : "?", param, sizeof param), name);
 				v->shape.dims[d] = 1;
@@ -1034,8 +1035,10 @@ static int load_model(const struct cli *c, struct hp_graph **g);
 static int load_smallest(const struct cli *c, const struct hp_exec_opts *o, struct hp_graph **g)
 {
 	struct hp_exec_opts o1 = *o;
-	int rc = load_model(c, g);
+	int rc;
 
+	notes_said = 1; /* the model is loaded a second time: its notes were said */
+	rc = load_model(c, g);
 	o1.budget = 1;
 	return rc < 0 ? rc : hp_graph_compile(*g, &o1);
 }
