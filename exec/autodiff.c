@@ -431,7 +431,12 @@ static int add_update(struct ad *ad, int p, int grad)
 		a[na++] = ad_int("nesterov", sp->nesterov);
 	}
 	pname = g->values[p].name;
+	/* the update runs as soon as its gradient is there (a hint before any
+	 * band's): the gradient dies at once instead of being written below
+	 * DRAM and read back, and the state is read and written once a step */
+	ad->sched = -1;
 	rc = ad_emit(ad, adam ? "AdamUpdate" : "SGDUpdate", 1, pname, adam ? 5 : 2 + nst, in, 1 + nst, out, na, a);
+	ad->sched = 0;
 	if (rc < 0)
 		return rc;
 	g = ad->g;

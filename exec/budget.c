@@ -35,9 +35,11 @@ static void set_usable(struct hp_budget_layout *l)
 void hp_budget_layout_init(struct hp_budget_layout *l, uint64_t budget)
 {
 	memset(l, 0, sizeof *l);
-	l->budget = budget;
-	l->chunk = hp_budget_chunk(budget);
-	l->staging = hp_budget_staging(budget);
+	l->process = budget;
+	l->budget = hp_budget_tensors(budget);
+	l->overhead = budget >= HP_BUDGET_PROCESS_FROM ? hp_budget_overhead() : 0;
+	l->chunk = hp_budget_chunk(l->budget);
+	l->staging = hp_budget_staging(l->budget);
 	l->workers = 1;
 	set_usable(l);
 }

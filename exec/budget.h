@@ -19,7 +19,19 @@
  *
  * hp_budget_layout_init depends on the budget alone (what the splitters
  * need: they run before the graph is final); hp_budget_layout adds the
- * workspace, which depends on the graph and the options. */
+ * workspace, which depends on the graph and the options.
+ *
+ * The budget the user gives (`process`) bounds the whole process from
+ * HP_BUDGET_PROCESS_FROM (64 MiB) on: the process's fixed overhead
+ * (libraries, the graph, threads, BLAS buffers: hp_budget_overhead,
+ * measured once) is taken off it, and `budget` above is what is left for
+ * tensors.  Below 64 MiB a process cannot hold its overhead and tensors
+ * anyway: tensors get the budget itself, but never more than 64 MiB minus
+ * the overhead (at least 16 MiB), so the tensor budget never falls as the
+ * budget grows while the overhead stays under 48 MiB, and the peak RSS
+ * stays under max(budget, 64 MiB).  With a larger overhead (libfabric's
+ * stack for --store) budgets from 64 MiB to the overhead plus the tensors'
+ * minimum are refused. */
 #ifndef HPDLF_EXEC_BUDGET_H
 #define HPDLF_EXEC_BUDGET_H
 
@@ -38,7 +50,33 @@ struct hp_budget_layout {
 			      * kernel); in core, what the in-core plan counts */
 	uint64_t usable;     /* budget - staging - workspace (0 if they exceed it) */
 	int workers;         /* compute workers of the task net */
+	uint64_t process;    /* the budget given: of the whole process (0: in core) */
+	uint64_t overhead;   /* fixed overhead taken off it (0 below 64 MiB) */
 };
+
+/* From this budget on, the budget bounds the process's peak RSS. */
+#define HP_BUDGET_PROCESS_FROM (64ull << 20)
+
+/* The process's fixed overhead, measured at the first call (the resident
+ * set then: libraries, the loaded graph, threads up so far) plus what the
+ * runtime adds whatever the budget (BLAS buffers and stacks of the compute
+ * and I/O threads, the plan, the net): rounded up to 2 MiB, so that two
+ * processes of the same model (--plan and the run) agree on it. */
+uint64_t hp_budget_overhead(void);
+/* Measure it now, if not yet, with the model g loaded (NULL: none): the
+ * caller's copies of its largest input and output count too, and
+ * libfabric's growing buffers when a tier is remote. */
+void hp_budget_overhead_measure(const struct hp_graph *g, int remote);
+struct hs_tier_spec;
+/* Whether any of the n tiers is remote (daemons). */
+int hp_budget_tiers_remote(const struct hs_tier_spec *tiers, int n);
+/* Fix the overhead instead of measuring it (tests; ranks that agree on
+ * the largest one, so that they split their graphs alike). */
+void hp_budget_overhead_set(uint64_t bytes);
+/* The tensor budget of a process budget (0: 0, else at least 1), and the
+ * smallest process budget whose tensor budget is at least `tensors`. */
+uint64_t hp_budget_tensors(uint64_t process);
+uint64_t hp_budget_process_for(uint64_t tensors);
 
 /* The store's unit of DRAM accounting: tensors occupy multiples of it. */
 #define HP_BUDGET_ALIGN 4096ull

@@ -737,16 +737,21 @@ int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct
 			     : UINT64_MAX / 2;
 	if (o->budget && (p->min_budget > o->budget || step_max + o->workspace + reserve > o->budget)) {
 		const struct hp_node *n = &g->nodes[p->node[p->min_step]];
-		char scratch[160] = "";
+		char scratch[240] = "";
 		if (o->workspace || reserve)
 			snprintf(scratch, sizeof scratch, " beside %llu bytes of kernel scratch and %llu of staging",
 				 (unsigned long long)o->workspace, (unsigned long long)reserve);
-		hp_plan_needed = p->min_budget;
+		/* the user's figure: the process budget whose tensor budget fits */
+		hp_plan_needed = hp_budget_process_for(p->min_budget);
+		if (hp_plan_needed != p->min_budget)
+			snprintf(scratch + strlen(scratch), sizeof scratch - strlen(scratch),
+				 ", and %llu bytes of the process's fixed overhead",
+				 (unsigned long long)(hp_plan_needed - p->min_budget));
 		rc = hp_node_error(g, n, HP_EBUDGET_OP, "needs %llu bytes at once (inputs, outputs and workspace)%s, "
-				   "more than the budget of %llu bytes; the smallest budget that works is %llu bytes "
-				   "(--budget %lluK)", (unsigned long long)step_max, scratch,
-				   (unsigned long long)o->budget, (unsigned long long)p->min_budget,
-				   (unsigned long long)((p->min_budget + 1023) / 1024));
+				   "more than the budget for tensors of %llu bytes; the smallest budget that works is "
+				   "%llu bytes (--budget %lluK)", (unsigned long long)step_max, scratch,
+				   (unsigned long long)o->budget, (unsigned long long)hp_plan_needed,
+				   (unsigned long long)((hp_plan_needed + 1023) / 1024));
 		goto fail;
 	}
 	rc = simulate(&m, 0);

@@ -93,6 +93,11 @@ int hp_plan_inplace(const struct hp_graph *g, const struct hp_plan *p, int s);
 int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
 extern _Thread_local uint64_t hp_plan_needed;
 void hp_plan_free(struct hp_plan *p);
+/* The tiers' footprint the plan of g under o predicts (0, 0 in core): the
+ * state (weights, optimizer state, inputs) once, and the values it writes
+ * below DRAM besides (swapped activations, each counted once). */
+struct hp_exec_opts;
+int hp_plan_footprint(const struct hp_graph *g, const struct hp_exec_opts *o, uint64_t *state, uint64_t *swapped);
 /* Write plan p of g as Graphviz (plan_dot.c). */
 int hp_plan_dot(const struct hp_graph *g, const struct hp_plan *p, const struct hp_plan_opts *o, const char *path);
 

@@ -100,7 +100,7 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 	if (rc < 0)
 		return rc;
 	out->steps = p->nsteps;
-	out->budget = po.budget;
+	out->budget = o ? o->budget : 0;
 	out->peak_bytes = p->peak_bytes;
 	out->min_budget = p->min_budget;
 	out->min_node = p->nsteps ? g->nodes[p->node[p->min_step]].name : "";
@@ -115,6 +115,7 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 		}
 		po.workspace = ws;
 	}
+	out->min_budget = hp_budget_process_for(out->min_budget);
 	out->bytes_loaded = p->bytes_loaded;
 	out->bytes_written = p->bytes_written;
 	out->loads = p->loads;
@@ -159,4 +160,50 @@ int hp_plan_build_speed(const struct hp_graph *g, const struct hp_exec_opts *o, 
 	*sp = sm->c;
 	free(sm);
 	return rc;
+}
+
+static uint64_t footprint_size(const struct hp_graph *g, int v)
+{
+	struct hp_tensor t = { .dtype = g->values[v].dtype, .shape = g->values[v].shape };
+
+	return (hp_tensor_bytes(&t) + HP_BUDGET_ALIGN - 1) / HP_BUDGET_ALIGN * HP_BUDGET_ALIGN;
+}
+
+int hp_plan_footprint(const struct hp_graph *g, const struct hp_exec_opts *o, uint64_t *state, uint64_t *swapped)
+{
+	struct hp_budget_layout l;
+	struct hp_plan_opts po;
+	struct hp_plan *p;
+	char *seen = calloc((size_t)g->nvalues + 1, 1);
+	int rc;
+
+	*state = *swapped = 0;
+	if (!seen)
+		return hp_error(-ENOMEM, "out of memory planning");
+	hp_budget_layout(g, o, &l);
+	hp_plan_default_opts(&l, &po);
+	rc = l.budget ? hp_plan_build(g, &po, &p) : 0;
+	if (!l.budget || rc < 0) {
+		free(seen);
+		return rc;
+	}
+	/* weights, optimizer state and inputs: one copy each (the previous
+	 * version of the state is discarded after each run) */
+	for (int v = 0; v < g->nvalues; v++)
+		if ((g->values[v].kind == HP_VALUE_INITIALIZER || g->values[v].kind == HP_VALUE_INPUT) &&
+		    p->last_use[v] >= 0)
+			*state += footprint_size(g, v), seen[v] = 1;
+	for (int v = 0; v < g->nvalues; v++)
+		if (g->values[v].next >= 0)
+			seen[g->values[v].next] = 1; /* the state's next version takes its place */
+	for (int a = 0; a < p->nacts; a++) {
+		int v = p->acts[a].value;
+		if (p->acts[a].act == HP_ACT_WRITEBACK && !seen[v]) {
+			seen[v] = 1;
+			*swapped += footprint_size(g, v);
+		}
+	}
+	free(seen);
+	hp_plan_free(p);
+	return 0;
 }

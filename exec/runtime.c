@@ -643,6 +643,11 @@ static int rt_run(struct hp_session *ss)
 			struct hs_tensor *t = s->ten[v];
 			s->ten[v] = s->ten[nx];
 			s->ten[nx] = t;
+			/* the old state is dead (the next run writes its update
+			 * anew): free its copies below DRAM, so that the tiers hold
+			 * the state once, not the state and its previous version */
+			if (t && (rc = hs_tensor_discard(t, 0, HS_ALL)) < 0)
+				return hp_error_prefix(rc, "value '%s'", g->values[nx].name);
 		}
 	}
 	return 0;

@@ -8,6 +8,7 @@
 
 #include "hpdlf/error.h"
 #include "hpdlf/store.h"
+#include "exec/comm.h"
 #include "exec/exec_internal.h"
 #include "exec/split.h"
 #include "exec/split_weight.h"
@@ -173,13 +174,22 @@ static int build(struct hp_trainer *t)
 	struct hp_budget_layout l;
 	int rc;
 
-	hp_budget_layout_init(&l, t->o.budget);
 	if ((rc = hp_dp_agree(t)) < 0)
 		return rc;
 	if ((rc = hp_dataset_open(&t->data, t->o.data, t->o.labels)) < 0 || (rc = hp_graph_load(t->model, &t->g)) < 0)
 		return rc;
 	if ((rc = fit_input(t)) < 0 || (rc = hp_graph_infer(t->g)) < 0)
 		return rc;
+	/* the process's fixed overhead, measured once the graph is loaded
+	 * (budget.h) */
+	hp_budget_overhead_measure(t->g, hp_budget_tiers_remote(t->o.tiers, t->o.ntiers));
+	if (t->nranks > 1) { /* every rank splits alike: the ranks take the largest overhead */
+		uint64_t lo, hi;
+		if ((rc = hp_comm_minmax_u64(hp_budget_overhead(), &lo, &hi)) < 0)
+			return rc;
+		hp_budget_overhead_set(hi);
+	}
+	hp_budget_layout_init(&l, t->o.budget);
 	if (!no_split(t) && (rc = hp_split_weights(t->g, &l, &t->o.spec)) < 0)
 		return rc;
 	if ((rc = make_training_graph(t, &l)) < 0 || (rc = fit_labels(t)) < 0)

@@ -260,6 +260,12 @@ struct ready {
 	int *node, n;
 };
 
+/* (hint, sequence) as one key; hints may be negative (run first). */
+static int64_t sched_key(int sched, int64_t seq)
+{
+	return (int64_t)sched * ((int64_t)1 << 32) + seq;
+}
+
 static void ready_push(struct ready *r, int64_t key, int node)
 {
 	int i = r->n++;
@@ -335,7 +341,7 @@ static int topo_sort(struct hp_graph *g)
 		}
 	for (int i = 0; i < g->nnodes; i++)
 		if (!indeg[i])
-			ready_push(&rd, (int64_t)g->nodes[i].sched << 32 | seq++, i);
+			ready_push(&rd, sched_key(g->nodes[i].sched, seq++), i);
 	while (rd.n) {
 		const struct hp_node *n = &g->nodes[queue[tail++] = ready_pop(&rd)];
 		for (int o = 0; o < n->noutputs; o++) {
@@ -344,7 +350,7 @@ static int topo_sort(struct hp_graph *g)
 				continue;
 			for (int k = start[v]; k < start[v + 1]; k++)
 				if (--indeg[adj[k]] == 0)
-					ready_push(&rd, (int64_t)g->nodes[adj[k]].sched << 32 | seq++, adj[k]);
+					ready_push(&rd, sched_key(g->nodes[adj[k]].sched, seq++), adj[k]);
 		}
 	}
 	if (tail != g->nnodes) {

@@ -86,7 +86,13 @@ struct hp_graph;
 struct hp_exec_opts;
 /* --plan / --plan-dot of graph g (inference, or one training step: `what`
  * says which); 0 or a negative error. */
-int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c, const char *what);
+/* Peak RSS of this process (VmHWM). */
+uint64_t exec_peak_rss(void);
+/* gmin: the same model compiled for a budget of 1 byte (split as far as
+ * the splitters go), whose smallest budget --plan names whatever budget is
+ * given; NULL: g's own. */
+int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c, const char *what,
+		   const struct hp_graph *gmin);
 
 struct hp_trainer;
 /* --plan of a data-parallel step (exec_plan_comm.c): the link, the

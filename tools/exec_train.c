@@ -293,10 +293,8 @@ static int cmp_double(const void *a, const void *b)
 static int write_stats(const struct cli *c, struct hp_trainer *t, const struct run_state *r, double med)
 {
 	json_object *o = json_object_new_object();
-	struct rusage ru;
 	int rc;
 
-	getrusage(RUSAGE_SELF, &ru);
 	json_object_object_add(o, "schema", json_object_new_int(EXEC_LOG_SCHEMA));
 	json_object_object_add(o, "mode", json_object_new_string("train"));
 	json_object_object_add(o, "model", json_object_new_string(c->model));
@@ -305,7 +303,7 @@ static int write_stats(const struct cli *c, struct hp_trainer *t, const struct r
 	json_object_object_add(o, "final_loss", jnum(r->last_loss));
 	json_object_object_add(o, "ms_median", json_object_new_double(med));
 	json_object_object_add(o, "tensor_peak_bytes", json_object_new_int64((int64_t)hp_trainer_peak_bytes(t)));
-	json_object_object_add(o, "peak_rss_bytes", json_object_new_int64((int64_t)ru.ru_maxrss * 1024));
+	json_object_object_add(o, "peak_rss_bytes", json_object_new_int64((int64_t)exec_peak_rss()));
 	json_object_object_add(o, "budget_bytes", json_object_new_int64((int64_t)c->budget));
 	json_object_object_add(o, "partitioned_weights", json_object_new_int(hp_trainer_split_count(t)));
 	struct cli quiet = *c; /* the summary printed them already */
@@ -330,18 +328,16 @@ static int summarize(const struct cli *c, struct hp_trainer *t, struct run_state
 				"tensor memory %s\n", c->model, (long long)r->first, (long long)hp_trainer_current_step(t) - 1,
 			r->last_loss, med, hp_format_size(hp_trainer_peak_bytes(t), peak, sizeof peak));
 	if (!c->quiet && r->nms) {
-		struct rusage ru;
 		char rss[32], b[32];
 		double total = 0;
 		for (int64_t i = 0; i < r->nms; i++)
 			total += r->ms[i];
-		getrusage(RUSAGE_SELF, &ru);
 		fprintf(stderr, "hpdlf-exec:   %lld steps in %.1f s (%.2f samples/s), peak RSS %s",
 			(long long)r->nms, total / 1e3, (double)(r->nms * c->batch) / (total / 1e3),
-			hp_format_size((uint64_t)ru.ru_maxrss * 1024, rss, sizeof rss));
+			hp_format_size(exec_peak_rss(), rss, sizeof rss));
 		if (c->budget)
 			fprintf(stderr, " vs budget %s (%.0f%%)", hp_format_size(c->budget, b, sizeof b),
-				100.0 * (double)ru.ru_maxrss * 1024 / (double)c->budget);
+				100.0 * (double)exec_peak_rss() / (double)c->budget);
 		fputc('\n', stderr);
 		exec_tier_summary(hp_trainer_session(t), c, NULL);
 	}
@@ -400,7 +396,19 @@ static int plan_step(const struct cli *c, const struct hp_trainer_opts *to, stru
 	o.ntiers = to->ntiers;
 	o.tiers = to->tiers;
 	o.recalibrate = c->recalibrate;
-	int rc = exec_plan_only(hp_trainer_graph(t), &o, c, " (one training step)");
+	if (c->plan && hp_comm_size() == 1) { /* the smallest budget: the step compiled for 1 byte (one rank: creating a trainer agrees with the others) */
+		struct hp_trainer_opts o1 = *to;
+		struct hp_trainer *t1 = NULL;
+		int rc;
+		o1.budget = 1;
+		o1.resume = 0;
+		rc = hp_trainer_create(c->model, &o1, &t1);
+		if (rc == 0)
+			rc = exec_plan_only(hp_trainer_graph(t), &o, c, " (one training step)", hp_trainer_graph(t1));
+		hp_trainer_destroy(t1);
+		return rc == 0 && c->plan ? exec_plan_comm(t, &o, c->bucket != 0) : rc;
+	}
+	int rc = exec_plan_only(hp_trainer_graph(t), &o, c, " (one training step)", NULL);
 
 	return rc == 0 && c->plan ? exec_plan_comm(t, &o, c->bucket != 0) : rc;
 }

@@ -20,6 +20,8 @@
 #include "hpdlf/store.h"
 #include "hpdlf/tensor.h"
 #include "exec/fuse.h"
+#include "exec/budget.h"
+#include "exec/plan.h"
 #include "exec/split_weight.h"
 #include "tools/exec_cli.h"
 #include "tools/exec_metrics.h"
@@ -464,6 +466,7 @@ int exec_parse_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n)
  * Level 1 (a retry when an operator needs a constant input) also binds
  * any input of at most 64 elements (Resize's scales, roi). */
 static int bind_level;
+static int notes_said; /* dynamic-dim notes already printed (a second load stays quiet) */
 static int weights_split; /* weights partitioned to fit the budget */
 
 static int env_off(const char *name)
@@ -522,7 +525,7 @@ static int resolve_shapes(struct hp_graph *g, const struct cli *c)
 			if (v->shape.dims[d] < 0) {
 				/* the names are the model's: escaped, so the note is one line */
 				hp_escape(v->name, name, sizeof name);
-				if (!c->quiet)
+				if (!c->quiet && !notes_said)
 					fprintf(stderr, "hpdlf-exec: input '%s' dim %d ('%s') is dynamic; using 1 (set it with --shape %s=...)\n",
 						name, d, hp_escape(v->dim_param[d] ? v->dim_param[d] : "?", param, sizeof param), name);
 				v->shape.dims[d] = 1;
@@ -624,10 +627,23 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static uint64_t peak_rss_bytes(void)
+/* This process image's peak RSS: VmHWM, which execve starts afresh
+ * (getrusage's ru_maxrss keeps the parent's peak across fork and execve:
+ * a big launcher would stand in for us). */
+uint64_t exec_peak_rss(void)
 {
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	uint64_t kib = 0;
 	struct rusage ru;
 
+	while (f && fgets(line, sizeof line, f))
+		if (!strncmp(line, "VmHWM:", 6))
+			kib = strtoull(line + 6, NULL, 10);
+	if (f)
+		fclose(f);
+	if (kib)
+		return kib * 1024;
 	getrusage(RUSAGE_SELF, &ru);
 	return (uint64_t)ru.ru_maxrss * 1024;
 }
@@ -858,10 +874,10 @@ static void print_summary(struct hp_session *s, const struct cli *c, const struc
 		fprintf(stderr, "hpdlf-exec:   ms: mean %.3f, p50 %.3f, p90 %.3f, p95 %.3f, p99 %.3f, max %.3f\n", t->mean,
 			t->p50, t->p90, t->p95, t->p99, t->max);
 	fprintf(stderr, "hpdlf-exec:   tensor memory %s, peak RSS %s", hp_format_size(st->peak_bytes, peak, sizeof peak),
-		hp_format_size(peak_rss_bytes(), rss, sizeof rss));
+		hp_format_size(exec_peak_rss(), rss, sizeof rss));
 	if (c->budget)
 		fprintf(stderr, " vs budget %s (%.0f%%)", hp_format_size(c->budget, b, sizeof b),
-			100.0 * (double)peak_rss_bytes() / (double)c->budget);
+			100.0 * (double)exec_peak_rss() / (double)c->budget);
 	fputc('\n', stderr);
 	if (hp_session_run_info(s, &ri) == 0 && ri.transitions) {
 		char l[32], w[32];
@@ -912,7 +928,7 @@ static int summarize(struct hp_session *s, const struct hp_graph *g, const struc
 	json_object_object_add(o, "ms_max", json_object_new_double(t.max));
 	json_object_object_add(o, "gflops", json_object_new_double(st.flops / med / 1e6));
 	json_object_object_add(o, "tensor_peak_bytes", json_object_new_int64((int64_t)st.peak_bytes));
-	json_object_object_add(o, "peak_rss_bytes", json_object_new_int64((int64_t)peak_rss_bytes()));
+	json_object_object_add(o, "peak_rss_bytes", json_object_new_int64((int64_t)exec_peak_rss()));
 	json_object_object_add(o, "budget_bytes", json_object_new_int64((int64_t)c->budget));
 	json_object_object_add(o, "partitioned_weights", json_object_new_int(weights_split));
 	if (hp_session_run_info(s, &ri) == 0 && ri.transitions) {
@@ -939,6 +955,15 @@ static const char *source(int src, const char *cache)
 	return src == 1 ? (cache[0] ? "measured now, cached" : "measured now") : src == 2 ? "cached" : "built-in default";
 }
 
+/* The process's peak: its fixed overhead, the tensors' peak and the
+ * staging kept beside them (exec/budget.h). */
+static uint64_t rss_peak(const struct hp_plan_summary *p)
+{
+	uint64_t t = hp_budget_tensors(p->budget);
+
+	return hp_budget_overhead() + p->peak_bytes + (t ? hp_budget_staging(t) : 0);
+}
+
 /* The --plan summary: memory, bytes per tier and the predicted time with
  * the speed model behind it. */
 static void print_plan(const struct hp_plan_summary *p, const char *what, const struct cli *c)
@@ -948,8 +973,15 @@ static void print_plan(const struct hp_plan_summary *p, const char *what, const 
 	printf("plan for %s%s: %d kernels, budget %s\n", c->model, what, p->steps,
 	       p->budget ? hp_format_size(p->budget, a, sizeof a) : "unlimited (in core)");
 	printf("  peak tensor memory   %s\n", hp_format_size(p->peak_bytes, a, sizeof a));
-	printf("  smallest budget      %s (node '%s')\n", hp_format_size(p->min_budget, b, sizeof b),
-	       hp_escape(p->min_node, node, sizeof node));
+	printf("  peak RSS (predicted) %s (fixed overhead %s", hp_format_size(rss_peak(p), a, sizeof a),
+	       hp_format_size(hp_budget_overhead(), b, sizeof b));
+	if (p->budget >= HP_BUDGET_PROCESS_FROM)
+		printf(", taken off the budget: %s for tensors", hp_format_size(hp_budget_tensors(p->budget), a, sizeof a));
+	else if (p->budget)
+		printf(" beside the budget: below 64 MiB it bounds tensors only");
+	printf(")\n");
+	printf("  smallest budget      %s = %llu bytes (node '%s')\n", hp_format_size(p->min_budget, b, sizeof b),
+	       (unsigned long long)p->min_budget, hp_escape(p->min_node, node, sizeof node));
 	printf("  tier %-15s read %s (%llu bytes) in %llu loads (%llu prefetched early), written %s (%llu bytes)\n",
 	       p->tier_name[0] ? p->tier_name : "(none)", hp_format_size(p->bytes_loaded, a, sizeof a),
 	       (unsigned long long)p->bytes_loaded, (unsigned long long)p->loads, (unsigned long long)p->prefetched,
@@ -971,7 +1003,34 @@ static void print_plan(const struct hp_plan_summary *p, const char *what, const 
 	}
 }
 
-int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c, const char *what)
+/* The smallest budget of gmin (compiled for 1 byte) into p: the figure a
+ * run below it is refused with, then planned at that figure for its node. */
+static int smallest_budget(const struct hp_graph *gmin, const struct hp_exec_opts *o, struct hp_plan_summary *p)
+{
+	static char node[1024];
+	struct hp_exec_opts o1 = *o;
+	struct hp_plan_summary *q = malloc(sizeof *q);
+	int rc;
+
+	if (!q)
+		return hp_error(-ENOMEM, "out of memory");
+	o1.budget = 1;
+	o1.no_split = 1;
+	rc = hp_plan_summarize(gmin, &o1, q);
+	if (rc == HP_EBUDGET_OP) {
+		p->min_budget = o1.budget = hp_exec_min_budget();
+		rc = hp_plan_summarize(gmin, &o1, q);
+		if (rc == 0 && q->min_budget == p->min_budget) {
+			snprintf(node, sizeof node, "%s", q->min_node);
+			p->min_node = node;
+		}
+	}
+	free(q);
+	return rc < 0 ? rc : 0;
+}
+
+int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c, const char *what,
+		   const struct hp_graph *gmin)
 {
 	struct hp_plan_summary p;
 	int rc;
@@ -980,11 +1039,37 @@ int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const
 		return rc;
 	if (!c->plan)
 		return 0;
+	uint64_t state = 0, swapped = 0;
+	char a[32], b[32], t[32];
+
 	rc = hp_plan_summarize(g, o, &p);
+	if (rc == 0)
+		rc = hp_plan_footprint(g, o, &state, &swapped);
+	if (rc == 0 && gmin)
+		rc = smallest_budget(gmin, o, &p);
 	if (rc < 0)
 		return rc;
 	print_plan(&p, what, c);
+	if (o->budget)
+		printf("  tier footprint       %s (state %s once, swapped values %s)\n",
+		       hp_format_size(state + swapped, t, sizeof t), hp_format_size(state, a, sizeof a),
+		       hp_format_size(swapped, b, sizeof b));
 	return 0;
+}
+
+static int load_model(const struct cli *c, struct hp_graph **g);
+
+/* The model compiled for a budget of 1 byte, for --plan's smallest budget
+ * (what a run below it is refused with, the same whatever budget is given). */
+static int load_smallest(const struct cli *c, const struct hp_exec_opts *o, struct hp_graph **g)
+{
+	struct hp_exec_opts o1 = *o;
+	int rc;
+
+	notes_said = 1; /* the model is loaded a second time: its notes were said */
+	rc = load_model(c, g);
+	o1.budget = 1;
+	return rc < 0 ? rc : hp_graph_compile(*g, &o1);
 }
 
 /* Load, fix input shapes and infer; when an operator needs a constant that
@@ -1069,11 +1154,15 @@ int main(int argc, char **argv)
 	/* HPDLF_WEIGHT_SPLIT=0: keep weights whole (the planner's own minimum) */
 	o.no_weight_split = env_off("HPDLF_WEIGHT_SPLIT");
 	if (c.plan || c.plan_dot) {
+		struct hp_graph *gmin = NULL;
 		/* what hp_session_create does first: --plan sees the graph a run plans */
 		rc = hp_graph_compile(g, &o);
+		if (rc == 0 && c.plan)
+			rc = load_smallest(&c, &o, &gmin);
 		o.no_split = 1;
 		if (rc == 0)
-			rc = exec_plan_only(g, &o, &c, "");
+			rc = exec_plan_only(g, &o, &c, "", gmin);
+		hp_graph_free(gmin);
 		goto out;
 	}
 	rc = hp_session_create(g, &o, &s);

@@ -142,7 +142,8 @@ struct hp_plan_summary {
 	int steps;               /* kernels to run (folded nodes excluded) */
 	uint64_t budget;         /* 0: unlimited */
 	uint64_t peak_bytes;     /* planned tensor-memory high-water mark */
-	uint64_t min_budget;     /* smallest budget any schedule of this graph needs */
+	uint64_t min_budget;     /* smallest budget any schedule of this graph needs
+				  * (of the process from 64 MiB on: hpdlf-exec(1)) */
 	const char *min_node;    /* the node that needs it (graph-owned) */
 	uint64_t bytes_loaded, bytes_written;
 	uint64_t loads, prefetched;

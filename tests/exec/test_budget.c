@@ -233,14 +233,66 @@ static void test_weight_split(void **state)
 	}
 }
 
+/* From 64 MiB on the budget bounds the process: the fixed overhead is
+ * taken off what tensors get; below, tensors get the budget up to 64 MiB
+ * minus the overhead (at least 16 MiB).  The smallest process budget for a
+ * tensor need is exact: it gives that need, one byte less does not. */
+static void test_overhead(void **state)
+{
+	struct hp_budget_layout l;
+
+	(void)state;
+	hp_budget_overhead_set(20 * MIB);
+	assert_int_equal(hp_budget_tensors(0), 0);
+	assert_int_equal(hp_budget_tensors(1 * MIB), 1 * MIB);
+	assert_int_equal(hp_budget_tensors(44 * MIB), 44 * MIB);
+	assert_int_equal(hp_budget_tensors(50 * MIB), 44 * MIB);
+	assert_int_equal(hp_budget_tensors(64 * MIB), 44 * MIB);
+	assert_int_equal(hp_budget_tensors(100 * MIB), 80 * MIB);
+	hp_budget_layout_init(&l, 100 * MIB);
+	assert_int_equal(l.process, 100 * MIB);
+	assert_int_equal(l.overhead, 20 * MIB);
+	assert_int_equal(l.budget, 80 * MIB);
+	assert_int_equal(l.chunk, 4 * MIB);
+	assert_int_equal(l.staging + l.workspace + l.usable, l.budget);
+	hp_budget_layout_init(&l, 10 * MIB);
+	assert_int_equal(l.overhead, 0);
+	assert_int_equal(l.budget, 10 * MIB);
+	for (uint64_t b = 0, prev = 0; b < 200 * MIB; b += 997 * KIB + 13) {
+		uint64_t t = hp_budget_tensors(b);
+		assert_true(t >= prev); /* more budget never means fewer tensor bytes */
+		if (b >= 64 * MIB)
+			assert_int_equal(t + 20 * MIB, b);
+		prev = t;
+	}
+	for (uint64_t need = 1; need < 300 * MIB; need += 1531 * KIB + 7) {
+		uint64_t b = hp_budget_process_for(need);
+		assert_true(hp_budget_tensors(b) >= need);
+		assert_true(hp_budget_tensors(b - 1) < need);
+	}
+	/* an overhead past 48 MiB (libfabric's stack): 16 MiB below 64 MiB,
+	 * and from 64 MiB what is left of the budget */
+	hp_budget_overhead_set(60 * MIB);
+	assert_int_equal(hp_budget_tensors(10 * MIB), 10 * MIB);
+	assert_int_equal(hp_budget_tensors(30 * MIB), 16 * MIB);
+	assert_int_equal(hp_budget_tensors(64 * MIB), 4 * MIB);
+	assert_int_equal(hp_budget_tensors(60 * MIB + 1), 16 * MIB);
+	assert_int_equal(hp_budget_process_for(16 * MIB), 16 * MIB);
+	assert_int_equal(hp_budget_process_for(16 * MIB + 1), 76 * MIB + 1);
+	hp_budget_overhead_set(0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_overhead),
 		cmocka_unit_test(test_layout_table),
 		cmocka_unit_test(test_planner_and_splitter),
 		cmocka_unit_test(test_session),
 		cmocka_unit_test(test_weight_split),
 	};
 
+	/* the table's figures are tensor budgets: no fixed overhead */
+	hp_budget_overhead_set(0);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,132 @@
+/* The process's fixed overhead and the tensor budget it leaves (see
+ * budget.h: the budget bounds the whole process from 64 MiB on). */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/store.h"
+#include "hpdlf/tensor.h"
+#include "exec/budget.h"
+#include "exec/exec_internal.h"
+
+/* What the runtime adds to the resident set after the measurement,
+ * whatever the budget: OpenBLAS's packing buffers (about 6 MiB per thread
+ * calling it at once, measured with Debian's 0.3.21 on sgemms of 4096),
+ * touched stack of the compute, pool and I/O threads, and the plan, the
+ * net and the store's catalog. */
+#define BLAS_BUFFER (6ull << 20)
+#define THREAD_STACK (256ull << 10)
+#define IO_THREADS 6
+#define METADATA (2ull << 20)
+/* libfabric's buffers grow once connections carry data (bounce and
+ * receive buffers, registrations): measured up to about 12 MiB beyond
+ * its start-up with the tcp;ofi_rxm provider. */
+#define REMOTE_BUFFERS (16ull << 20)
+
+static uint64_t overhead_fixed;
+static int overhead_known;
+static pthread_mutex_t overhead_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t rss_now(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	uint64_t kib = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (!strncmp(line, "VmRSS:", 6))
+			kib = strtoull(line + 6, NULL, 10);
+	fclose(f);
+	return kib * 1024;
+}
+
+static uint64_t value_bytes(const struct hp_graph *g, int v)
+{
+	struct hp_tensor t = { .dtype = g->values[v].dtype, .shape = g->values[v].shape };
+
+	return hp_tensor_bytes(&t);
+}
+
+/* The caller's copy of one input and of one output at a time (hpdlf-exec
+ * reads an input file whole, hands it over and frees it; an output the
+ * same way back). */
+static uint64_t io_copies(const struct hp_graph *g)
+{
+	uint64_t in = 0, out = 0;
+
+	for (int i = 0; g && i < g->ninputs; i++)
+		if (value_bytes(g, g->inputs[i]) > in)
+			in = value_bytes(g, g->inputs[i]);
+	for (int i = 0; g && i < g->noutputs; i++)
+		if (value_bytes(g, g->outputs[i]) > out)
+			out = value_bytes(g, g->outputs[i]);
+	return in + out;
+}
+
+void hp_budget_overhead_measure(const struct hp_graph *g, int remote)
+{
+	uint64_t cpus = (uint64_t)hp_exec_online_cpus(), grain = 2ull << 20, f;
+
+	pthread_mutex_lock(&overhead_mu);
+	if (!overhead_known) {
+		f = rss_now() + io_copies(g) + cpus * BLAS_BUFFER + (cpus + IO_THREADS) * THREAD_STACK + METADATA +
+		    (remote ? REMOTE_BUFFERS : 0);
+		overhead_fixed = (f + grain - 1) / grain * grain;
+		overhead_known = 1;
+	}
+	pthread_mutex_unlock(&overhead_mu);
+}
+
+int hp_budget_tiers_remote(const struct hs_tier_spec *tiers, int n)
+{
+	for (int i = 0; tiers && i < n; i++)
+		if (tiers[i].kind == HS_TIER_REMOTE)
+			return 1;
+	return 0;
+}
+
+uint64_t hp_budget_overhead(void)
+{
+	hp_budget_overhead_measure(NULL, 0);
+	return overhead_fixed;
+}
+
+void hp_budget_overhead_set(uint64_t bytes)
+{
+	pthread_mutex_lock(&overhead_mu);
+	overhead_fixed = bytes;
+	overhead_known = 1;
+	pthread_mutex_unlock(&overhead_mu);
+}
+
+/* The most tensors get below 64 MiB (see budget.h). */
+static uint64_t small_cap(uint64_t f)
+{
+	uint64_t floor = HP_BUDGET_PROCESS_FROM / 4;
+
+	return f + floor < HP_BUDGET_PROCESS_FROM ? HP_BUDGET_PROCESS_FROM - f : floor;
+}
+
+uint64_t hp_budget_tensors(uint64_t process)
+{
+	uint64_t f = process ? hp_budget_overhead() : 0;
+
+	if (!process)
+		return 0;
+	if (process < HP_BUDGET_PROCESS_FROM)
+		return process < small_cap(f) ? process : small_cap(f);
+	return process > f ? process - f : 1; /* 1: refused, never "in core" */
+}
+
+uint64_t hp_budget_process_for(uint64_t tensors)
+{
+	uint64_t f = hp_budget_overhead();
+
+	if (tensors <= small_cap(f))
+		return tensors;
+	return tensors + f > HP_BUDGET_PROCESS_FROM ? tensors + f : HP_BUDGET_PROCESS_FROM;
+}

@@ -1,0 +1,218 @@
+#!/usr/bin/python3
+"""From 64 MiB on, --budget bounds the peak RSS of the whole process (issue 17).
+
+usage: check_rss_budget.py HPDLF_EXEC WORKDIR
+
+Writes its models with onnx.helper and seeded numpy into WORKDIR (emptied
+first, removed when everything passes), then:
+  * inference: an MLP of 9 Gemms 1792 wide (98 MiB of weights) in core and
+    at 64 and 96 MiB: the peak RSS each run records (--stats-json
+    peak_rss_bytes, getrusage's ru_maxrss) is within the budget, while the
+    in-core run's exceeds 96 MiB (so the budget is what held it; the figure
+    is VmHWM, which execve starts afresh, unlike ru_maxrss); outputs
+    bitwise the in-core ones;
+  * training: an MLP of 7 Gemms 1024 wide with Adam (weights, gradients and
+    moments: a tensor peak of about 150 MiB in core) at 64 and 96 MiB: the
+    peak RSS is within the budget, the losses those of the in-core run
+    (1e-5);
+  * the smallest budget --plan names: the same at two given budgets; a run
+    at it works, one byte less exits 2 naming it.  Once where it is above
+    64 MiB (one MatMul with a 64 MiB weight, --no-split: the process's
+    fixed overhead is part of it) and once below (the training MLP, where
+    the budget bounds tensors).
+  * --plan's predicted peak RSS is printed and within the budget.
+Prints a table of the figures; exits 1 on any failure.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+MIB = 1 << 20
+MIN_RE = re.compile(r"the smallest budget that works is (\d+) bytes")
+PLAN_MIN_RE = re.compile(r"smallest budget .* = (\d+) bytes")
+PLAN_RSS_RE = re.compile(r"peak RSS \(predicted\) +([0-9.]+) (KiB|MiB|GiB|B)")
+failures = []
+
+
+def check(ok, what):
+    print("%s  %s" % ("ok  " if ok else "FAIL", what))
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+def run(exe, args):
+    p = subprocess.run([exe] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900)
+    return p.returncode, p.stdout, p.stderr
+
+
+def mlp(path, width, layers, nin, nout, rng):
+    inits, nodes, prev = [], [], "x"
+    dims = [nin] + [width] * layers + [nout]
+    for i in range(len(dims) - 1):
+        b = 1 / np.sqrt(dims[i])
+        inits.append(numpy_helper.from_array(rng.uniform(-b, b, (dims[i], dims[i + 1])).astype(np.float32), "w%d" % i))
+        inits.append(numpy_helper.from_array(np.zeros(dims[i + 1], np.float32), "b%d" % i))
+        nodes.append(helper.make_node("Gemm", [prev, "w%d" % i, "b%d" % i], ["h%d" % i]))
+        prev = "h%d" % i
+        if i < len(dims) - 2:
+            nodes.append(helper.make_node("Relu", [prev], ["r%d" % i]))
+            prev = "r%d" % i
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", nin])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, ["batch", nout])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return prev
+
+
+def matmul(path, rng):
+    w = rng.uniform(-0.03, 0.03, (1024, 16384)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16384])],
+                          [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def stats_of(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def infer_checks(exe, tmp, out):
+    rows = []
+    model, x = os.path.join(tmp, "infer.onnx"), os.path.join(tmp, "xi.npy")
+    ref = None
+    for budget in (0, 64 * MIB, 96 * MIB):
+        st, y = os.path.join(tmp, "s.json"), os.path.join(tmp, "y%d.npy" % budget)
+        args = [model, "--input", "x=" + x, "--iterations", "2", "--threads", "2", "--quiet", "--stats-json", st,
+                "--output", "%s=%s" % (out, y)] + (["--budget", str(budget)] if budget else [])
+        rc, _, err = run(exe, args)
+        if not check(rc == 0, "inference at %d B: exit %d %s" % (budget, rc, err.strip()[-300:])):
+            continue
+        s = stats_of(st)
+        rss = s["peak_rss_bytes"]
+        rows.append(("infer", budget, rss, s["tensor_peak_bytes"]))
+        if budget == 0:
+            ref = np.load(y)
+            check(rss > 96 * MIB, "inference in core: peak RSS %d B exceeds 96 MiB (the budgets below bind)" % rss)
+            continue
+        check(rss <= budget, "inference at %d MiB: peak RSS %d B (%.1f MiB) within the budget"
+              % (budget // MIB, rss, rss / MIB))
+        if ref is not None:
+            check(np.array_equal(np.load(y), ref), "inference at %d MiB: outputs bitwise the in-core ones"
+                  % (budget // MIB))
+    return rows
+
+
+def losses(path):
+    with open(path) as f:
+        return [json.loads(l)["loss"] for l in f if l.strip()]
+
+
+def train_args(tmp):
+    return [os.path.join(tmp, "train.onnx"), "--train", "--data", os.path.join(tmp, "x.npy"), "--labels",
+            os.path.join(tmp, "y.npy"), "--loss", "cross-entropy", "--optimizer", "adam", "--lr", "0.001",
+            "--batch", "64", "--no-shuffle", "--threads", "2", "--quiet"]
+
+
+def train_checks(exe, tmp):
+    rows = []
+    ref = None
+    for budget in (0, 64 * MIB, 96 * MIB):
+        st, log = os.path.join(tmp, "s.json"), os.path.join(tmp, "log%d.jsonl" % budget)
+        args = train_args(tmp) + ["--steps", "3", "--stats-json", st, "--log-json", log] + \
+            (["--budget", str(budget)] if budget else [])
+        rc, _, err = run(exe, args)
+        if not check(rc == 0, "training at %d B: exit %d %s" % (budget, rc, err.strip()[-300:])):
+            continue
+        s = stats_of(st)
+        rss = s["peak_rss_bytes"]
+        rows.append(("train adam", budget, rss, s["tensor_peak_bytes"]))
+        if budget == 0:
+            ref = losses(log)
+            check(rss > 96 * MIB, "training in core: peak RSS %d B exceeds 96 MiB (the budgets below bind)" % rss)
+            continue
+        check(rss <= budget, "training at %d MiB: peak RSS %d B (%.1f MiB) within the budget"
+              % (budget // MIB, rss, rss / MIB))
+        if ref is not None:
+            got = losses(log)
+            check(len(got) == len(ref) and max(abs(a - b) for a, b in zip(got, ref)) <= 1e-5,
+                  "training at %d MiB: losses %s, in core %s" % (budget // MIB, got, ref))
+    return rows
+
+
+def plan_figures(exe, args, budget):
+    rc, out, err = run(exe, args + ["--plan", "--budget", str(budget)])
+    m, r = PLAN_MIN_RE.search(out), PLAN_RSS_RE.search(out)
+    if not check(rc == 0 and m and r, "--plan --budget %d: exit %d, smallest budget and predicted RSS printed %s"
+                 % (budget, rc, err.strip()[-300:])):
+        return None, None
+    unit = {"B": 1, "KiB": 1 << 10, "MiB": MIB, "GiB": 1 << 30}[r.group(2)]
+    return int(m.group(1)), float(r.group(1)) * unit
+
+
+def smallest_checks(exe, what, args, budgets, above):
+    """The smallest budget is the same at both given budgets, runs, and one byte less is refused naming it."""
+    mins = []
+    for b in budgets:
+        n, rss = plan_figures(exe, args, b)
+        if n is None:
+            return
+        mins.append(n)
+        # below 64 MiB the budget bounds tensors: the process stays under 64 MiB
+        check(rss <= max(b, 64 * MIB), "%s --plan --budget %d: predicted peak RSS %d B within max(it, 64 MiB)"
+              % (what, b, rss))
+    if not check(mins[0] == mins[1], "%s: --plan names the smallest budget %d at --budget %d and %d at %d"
+                 % (what, mins[0], budgets[0], mins[1], budgets[1])):
+        return
+    n = mins[0]
+    check((n >= 64 * MIB) == above, "%s: the smallest budget %d B is %s 64 MiB" % (what, n, "above" if above else "below"))
+    rc, _, err = run(exe, args + ["--budget", str(n)])
+    check(rc == 0, "%s at its smallest budget %d B: exit %d %s" % (what, n, rc, err.strip()[-300:]))
+    rc, _, err = run(exe, args + ["--budget", str(n - 1)])
+    m = MIN_RE.search(err)
+    check(rc == 2 and m and int(m.group(1)) == n and len(err.strip().splitlines()) == 1,
+          "%s at one byte less (%d B): exit %d, one line naming %d: %r" % (what, n - 1, rc, n, err.strip()[-300:]))
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__)
+        return 2
+    exe, tmp = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    rng = np.random.default_rng(17)
+    out = mlp(os.path.join(tmp, "infer.onnx"), 1792, 8, 1792, 10, rng)
+    mlp(os.path.join(tmp, "train.onnx"), 1024, 6, 1024, 10, rng)
+    matmul(os.path.join(tmp, "mm.onnx"), rng)
+    np.save(os.path.join(tmp, "xi.npy"), rng.standard_normal((64, 1792)).astype(np.float32))
+    np.save(os.path.join(tmp, "xm.npy"), rng.standard_normal((1, 1024)).astype(np.float32))
+    np.save(os.path.join(tmp, "x.npy"), rng.standard_normal((256, 1024)).astype(np.float32))
+    np.save(os.path.join(tmp, "y.npy"), rng.integers(0, 10, 256).astype(np.int64))
+    rows = infer_checks(exe, tmp, out)
+    rows += train_checks(exe, tmp)
+    smallest_checks(exe, "MatMul 64 MiB weight, --no-split",
+                    [os.path.join(tmp, "mm.onnx"), "--input", "x=" + os.path.join(tmp, "xm.npy"), "--no-split",
+                     "--quiet"], (1 << 30, 256 * MIB), True)
+    smallest_checks(exe, "MLP training, Adam", train_args(tmp) + ["--steps", "1"], (1 << 30, 16 * MIB), False)
+    print("%-12s %12s %14s %14s" % ("run", "budget", "peak RSS", "tensor peak"))
+    for what, b, rss, tp in rows:
+        print("%-12s %12s %11.1f MiB %11.1f MiB" % (what, "in core" if not b else "%d MiB" % (b // MIB), rss / MIB,
+                                                     tp / MIB))
+    if failures:
+        print("%d failure(s)" % len(failures))
+        return 1
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
