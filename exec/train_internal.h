@@ -61,6 +61,7 @@ struct hp_trainer {
 	int dp_stop;           /* some rank was cancelled: all stop after this step */
 	hp_ckpt_progress_fn ckpt_progress; /* test hook (exec/train_hooks.h) */
 	void *ckpt_arg;
+	struct hp_param_counts params; /* what trains (train_params.c) */
 };
 
 /* Checkpoints (train_ckpt.c): the file under dir, written atomically. */

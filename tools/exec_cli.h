@@ -43,6 +43,9 @@ struct cli {
 	int no_split;                /* --no-split */
 	const char *store, *hostfile, *token_file;
 	int replicas;                /* copies of every chunk on distinct daemons (0: 1) */
+	int info;                    /* --info: describe the model and exit */
+	const char *freeze[64];      /* --freeze PATTERN: parameters kept fixed in training */
+	int nfreeze;
 };
 
 struct hp_session;
@@ -79,6 +82,13 @@ struct hp_exec_opts;
 /* --plan / --plan-dot of graph g (inference, or one training step: `what`
  * says which); 0 or a negative error. */
 int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c, const char *what);
+
+/* --info (tools/exec_info.c): returns a process exit status. */
+int exec_info_main(const struct cli *c);
+/* --input/--output names the model lacks: HP_EUSAGE naming the valid ones. */
+int exec_check_names(const struct hp_graph *g, const struct cli *c);
+/* float32 -> float16 / bfloat16 bits (round to nearest even). */
+uint16_t exec_half_of(float f, int dtype);
 
 /* The training path (tools/exec_train.c): returns a process exit status. */
 int exec_train_main(struct cli *c);

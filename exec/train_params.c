@@ -1,0 +1,140 @@
+/* Which float tensors training updates.
+ *
+ * Initializers are parameters.  So are float tensors that exporters
+ * (Paddle2ONNX, tf2onnx) write as Constant nodes when they reach a
+ * parameter slot of an operator (a Conv's weight, a BatchNorm's scale or
+ * statistics, a bias added to a MatMul...) directly or through Identity
+ * nodes: such a Constant becomes an initializer holding its value, and the
+ * Identity chain is bypassed, so the rest of training (BatchNorm state,
+ * export) treats both writings alike.  Constants elsewhere (a scale of 0.5,
+ * shape arithmetic) stay constants.  Then --freeze patterns clear the
+ * trainable flag of the parameters they name. */
+#include <errno.h>
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "exec/train_params.h"
+
+/* Input slots of an operator that hold parameters (bit i: input i); `big`:
+ * only constants of more than one element count (a bias, not a factor). */
+static const struct {
+	const char *op;
+	unsigned slots;
+	int big;
+} param_slots[] = {
+	{ "Conv", 0x6, 0 }, { "ConvTranspose", 0x6, 0 }, { "Gemm", 0x7, 0 }, { "MatMul", 0x3, 0 },
+	{ "BatchNormalization", 0x1e, 0 }, { "InstanceNormalization", 0x6, 0 }, { "LayerNormalization", 0x6, 0 },
+	{ "GroupNormalization", 0x6, 0 }, { "PRelu", 0x2, 0 }, { "LSTM", 0x0e, 0 }, { "GRU", 0x0e, 0 },
+	{ "RNN", 0x0e, 0 }, { "Add", 0x3, 1 }, { "Mul", 0x3, 1 }, { "Gather", 0x1, 1 },
+};
+
+/* A float tensor from a Constant node: constant data, no producer, not
+ * the importer's own (named "NODE:ATTR"). */
+static int constant_tensor(const struct hp_graph *g, int v)
+{
+	const struct hp_value *val = v >= 0 ? &g->values[v] : NULL;
+
+	return val && val->kind == HP_VALUE_CONSTANT && val->producer < 0 && val->data && val->dtype == HP_F32 &&
+	       val->next < 0 && !strchr(val->name, ':');
+}
+
+static int slot_is_param(const struct hp_graph *g, const struct hp_node *n, int i)
+{
+	if (n->domain[0])
+		return 0;
+	for (size_t k = 0; k < sizeof param_slots / sizeof param_slots[0]; k++) {
+		if (strcmp(param_slots[k].op, n->op_type) || !(param_slots[k].slots >> i & 1))
+			continue;
+		if (!param_slots[k].big)
+			return 1;
+		/* a bias or scale vector next to a computed operand */
+		return hp_shape_numel(&g->values[n->inputs[i]].shape) > 1 && n->ninputs == 2 &&
+		       !constant_tensor(g, n->inputs[1 - i]) && g->values[n->inputs[1 - i]].kind != HP_VALUE_CONSTANT;
+	}
+	return 0;
+}
+
+/* Nodes reading Identity(C) (any depth) read C itself; the graph outputs
+ * keep their Identity. */
+static void bypass_identities(struct hp_graph *g)
+{
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct hp_node *id = &g->nodes[i];
+		if (strcmp(id->op_type, "Identity") || id->domain[0] || id->ninputs != 1 || id->noutputs != 1 ||
+		    id->outputs[0] < 0 || !constant_tensor(g, id->inputs[0]))
+			continue;
+		for (int j = i + 1; j < g->nnodes; j++)
+			for (int k = 0; k < g->nodes[j].ninputs; k++)
+				if (g->nodes[j].inputs[k] == id->outputs[0])
+					g->nodes[j].inputs[k] = id->inputs[0];
+	}
+}
+
+static int promote(struct hp_graph *g, int64_t *count)
+{
+	bypass_identities(g);
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct hp_node *n = &g->nodes[i];
+		for (int k = 0; k < n->ninputs; k++) {
+			struct hp_value *v = n->inputs[k] >= 0 ? &g->values[n->inputs[k]] : NULL;
+			if (!v || !constant_tensor(g, n->inputs[k]) || !slot_is_param(g, n, k))
+				continue;
+			v->kind = HP_VALUE_INITIALIZER;
+			v->trainable = 1;
+			v->src = (struct hp_blob){ .kind = HP_BLOB_MEMORY,
+						   .length = hp_tensor_bytes(&(struct hp_tensor){ v->dtype, v->shape, NULL }) };
+			(*count)++;
+		}
+	}
+	return hp_graph_finalize(g);
+}
+
+static int is_param(const struct hp_value *v)
+{
+	return v->kind == HP_VALUE_INITIALIZER && v->dtype == HP_F32 && v->trainable && v->next < 0;
+}
+
+static int freeze(struct hp_graph *g, const char *pattern, const char *example, struct hp_param_counts *pc)
+{
+	int hits = 0;
+
+	for (int v = 0; v < g->nvalues; v++) {
+		struct hp_value *val = &g->values[v];
+		if (!is_param(val) || fnmatch(pattern, val->name, 0))
+			continue;
+		val->trainable = 0;
+		pc->frozen += hp_shape_numel(&val->shape);
+		pc->frozen_tensors++;
+		hits++;
+	}
+	if (!hits)
+		return hp_error(HP_EUSAGE, "--freeze %s: no parameter name matches (names are the model's "
+				"initializers, e.g. '%s')", pattern, example);
+	return 0;
+}
+
+int hp_train_params(struct hp_graph *g, const char *const *patterns, int npatterns, struct hp_param_counts *pc)
+{
+	const char *example = "(none)";
+	int rc;
+
+	memset(pc, 0, sizeof *pc);
+	pc->size = sizeof *pc;
+	if ((rc = promote(g, &pc->from_constants)) < 0)
+		return rc;
+	for (int v = g->nvalues - 1; v >= 0; v--)
+		if (is_param(&g->values[v]))
+			example = g->values[v].name;
+	for (int i = 0; i < npatterns; i++)
+		if ((rc = freeze(g, patterns[i], example, pc)) < 0)
+			return rc;
+	for (int v = 0; v < g->nvalues; v++)
+		if (is_param(&g->values[v])) {
+			pc->trained += hp_shape_numel(&g->values[v].shape);
+			pc->trained_tensors++;
+		}
+	return 0;
+}
