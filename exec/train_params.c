@@ -19,7 +19,7 @@
 #include "exec/train_params.h"
 
 /* Input slots of an operator that hold parameters (bit i: input i); `big`:
- * only constants of more than one element count (a bias, not a factor). */
+ * only vectors count (a bias, not a factor of 0.5 nor a mask). */
 static const struct {
 	const char *op;
 	unsigned slots;
@@ -28,7 +28,7 @@ static const struct {
 	{ "Conv", 0x6, 0 }, { "ConvTranspose", 0x6, 0 }, { "Gemm", 0x7, 0 }, { "MatMul", 0x3, 0 },
 	{ "BatchNormalization", 0x1e, 0 }, { "InstanceNormalization", 0x6, 0 }, { "LayerNormalization", 0x6, 0 },
 	{ "GroupNormalization", 0x6, 0 }, { "PRelu", 0x2, 0 }, { "LSTM", 0x0e, 0 }, { "GRU", 0x0e, 0 },
-	{ "RNN", 0x0e, 0 }, { "Add", 0x3, 1 }, { "Mul", 0x3, 1 }, { "Gather", 0x1, 1 },
+	{ "RNN", 0x0e, 0 }, { "Add", 0x3, 1 }, { "Mul", 0x3, 1 }, { "Gather", 0x1, 0 },
 };
 
 /* A float tensor from a Constant node: constant data, no producer, not
@@ -41,6 +41,16 @@ static int constant_tensor(const struct hp_graph *g, int v)
 	       val->next < 0 && !strchr(val->name, ':');
 }
 
+/* More than one element, all along one dim ([C], [1, C, 1, 1]). */
+static int vector(const struct hp_shape *s)
+{
+	int big = 0;
+
+	for (int d = 0; d < s->rank; d++)
+		big += s->dims[d] > 1;
+	return big == 1;
+}
+
 static int slot_is_param(const struct hp_graph *g, const struct hp_node *n, int i)
 {
 	if (n->domain[0])
@@ -50,9 +60,10 @@ static int slot_is_param(const struct hp_graph *g, const struct hp_node *n, int 
 			continue;
 		if (!param_slots[k].big)
 			return 1;
-		/* a bias or scale vector next to a computed operand */
-		return hp_shape_numel(&g->values[n->inputs[i]].shape) > 1 && n->ninputs == 2 &&
-		       !constant_tensor(g, n->inputs[1 - i]) && g->values[n->inputs[1 - i]].kind != HP_VALUE_CONSTANT;
+		/* a bias or scale vector next to a computed operand (not a mask or
+		 * a table of several dims: those stay constants) */
+		return vector(&g->values[n->inputs[i]].shape) && n->ninputs == 2 &&
+		       g->values[n->inputs[1 - i]].kind != HP_VALUE_CONSTANT;
 	}
 	return 0;
 }
@@ -97,13 +108,28 @@ static int is_param(const struct hp_value *v)
 	return v->kind == HP_VALUE_INITIALIZER && v->dtype == HP_F32 && v->trainable && v->next < 0;
 }
 
-static int freeze(struct hp_graph *g, const char *pattern, const char *example, struct hp_param_counts *pc)
+/* BatchNorm's running statistics are state, not parameters: neither
+ * counted nor frozen (training updates them from the batches). */
+static char *statistics(const struct hp_graph *g)
+{
+	char *st = calloc((size_t)g->nvalues + 1, 1);
+
+	for (int i = 0; st && i < g->nnodes; i++)
+		if (!strcmp(g->nodes[i].op_type, "BatchNormalization") && !g->nodes[i].domain[0])
+			for (int k = 3; k < 5 && k < g->nodes[i].ninputs; k++)
+				if (g->nodes[i].inputs[k] >= 0)
+					st[g->nodes[i].inputs[k]] = 1;
+	return st;
+}
+
+static int freeze(struct hp_graph *g, const char *pattern, const char *example, const char *stat,
+		  struct hp_param_counts *pc)
 {
 	int hits = 0;
 
 	for (int v = 0; v < g->nvalues; v++) {
 		struct hp_value *val = &g->values[v];
-		if (!is_param(val) || fnmatch(pattern, val->name, 0))
+		if (!is_param(val) || stat[v] || fnmatch(pattern, val->name, 0))
 			continue;
 		val->trainable = 0;
 		pc->frozen += hp_shape_numel(&val->shape);
@@ -119,22 +145,25 @@ static int freeze(struct hp_graph *g, const char *pattern, const char *example, 
 int hp_train_params(struct hp_graph *g, const char *const *patterns, int npatterns, struct hp_param_counts *pc)
 {
 	const char *example = "(none)";
+	char *stat;
 	int rc;
 
 	memset(pc, 0, sizeof *pc);
 	pc->size = sizeof *pc;
 	if ((rc = promote(g, &pc->from_constants)) < 0)
 		return rc;
+	if (!(stat = statistics(g)))
+		return hp_error(-ENOMEM, "out of memory");
 	for (int v = g->nvalues - 1; v >= 0; v--)
-		if (is_param(&g->values[v]))
+		if (is_param(&g->values[v]) && !stat[v])
 			example = g->values[v].name;
-	for (int i = 0; i < npatterns; i++)
-		if ((rc = freeze(g, patterns[i], example, pc)) < 0)
-			return rc;
+	for (int i = 0; i < npatterns && rc == 0; i++)
+		rc = freeze(g, patterns[i], example, stat, pc);
 	for (int v = 0; v < g->nvalues; v++)
-		if (is_param(&g->values[v])) {
+		if (is_param(&g->values[v]) && !stat[v]) {
 			pc->trained += hp_shape_numel(&g->values[v].shape);
 			pc->trained_tensors++;
 		}
-	return 0;
+	free(stat);
+	return rc;
 }
