@@ -47,6 +47,7 @@
  * | Scatter                     | 9..10  | renamed at 11                         | ScatterElements                              |
  * | RNN, GRU, LSTM              | 1..6   | output_sequence                       | dropped                                      |
  * | Cast                        | 19..   | saturate (float8 targets only)        | dropped                                      |
+ * | CastLike                    | 15..   | (X, like): like gives only a type     | Cast(X, to) when like's type is known        |
  * | GroupNormalization          | 18..20 | scale, bias per group [G]             | per channel [C] (opset 21: each repeated C/G)|
  * | Softmax, LogSoftmax, Hardmax| 1..12  | input coerced to 2-D at axis (def. 1) | kept: the kernels read g->opset (softmax.c)  |
  *
@@ -213,6 +214,27 @@ static int cast_to_name(struct imp *im, struct imp_node *n, const struct imp_rul
 	return imp_node_err(im, n, HP_EMODEL, "has an unknown type in attribute 'to':", n->attrs[a].s);
 }
 
+/* CastLike(X, like) reads only like's type: Cast(X, to) when that type is
+ * known at import (a graph input, initializer or constant). */
+static int cast_like(struct imp *im, struct imp_node *n, const struct imp_rule *r)
+{
+	int like = n->ninputs == 2 ? n->inputs[1] : -1, rc;
+	const struct hp_value *v;
+
+	(void)r;
+	for (int k = 0; like >= 0 && k < im->alias_cap; k++)
+		if (im->alias[k] == like + 1)
+			like = k; /* a half-precision input or weight: its declared type */
+	v = like >= 0 ? &im->g->values[like] : NULL;
+	if (!v || v->dtype == HP_UNDEFINED || v->kind == HP_VALUE_ACTIVATION)
+		return 0; /* left to a CastLike kernel */
+	if ((rc = imp_set_int_attr(n, "to", v->dtype)) < 0)
+		return rc;
+	n->ninputs = 1;
+	strcpy(n->op_type, "Cast");
+	return 0;
+}
+
 /* Upsample-1: height_scale and width_scale of an NCHW input. */
 static int upsample_v1(struct imp *im, struct imp_node *n, const struct imp_rule *r)
 {
@@ -341,6 +363,8 @@ static const struct imp_rule rules[] = {
 	{ "GRU", 1, 6, drop, "output_sequence", 0, NULL, 0 },
 	{ "LSTM", 1, 6, drop, "output_sequence", 0, NULL, 0 },
 	{ "Cast", 19, IMP_OPSET_MAX, drop, "saturate", 0, NULL, 0 },
+	{ "CastLike", 19, IMP_OPSET_MAX, drop, "saturate", 0, NULL, 0 },
+	{ "CastLike", 15, IMP_OPSET_MAX, cast_like, NULL, 0, NULL, 0 },
 	{ "Cast", 1, IMP_OPSET_MAX, imp_cast_half, NULL, 0, NULL, 0 },
 	{ "ConstantOfShape", 1, IMP_OPSET_MAX, imp_const_of_shape_half, NULL, 0, NULL, 0 },
 	{ "GroupNormalization", 18, 20, imp_groupnorm_per_group, NULL, 0, NULL, 0 },
