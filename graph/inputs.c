@@ -69,7 +69,7 @@ int hp_graph_bind_input(struct hp_graph *g, const char *name, const struct hp_te
 	if (rc < 0)
 		return rc;
 	val = &g->values[v];
-	if (val->dtype != t->dtype)
+	if (val->dtype != t->dtype && !(val->dtype == HP_BF16 && t->dtype == HP_U16)) /* bfloat16 bits */
 		return hp_error(HP_ESHAPE, "%s: input '%s' is %s, given %s", g->path, name, hp_dtype_name(val->dtype),
 				hp_dtype_name(t->dtype));
 	val->data = malloc(bytes ? bytes : 1);

@@ -580,6 +580,8 @@ static int write_outputs(struct hp_session *s, const struct hp_graph *g, const s
 		rc = hp_session_get_output(s, name, &t);
 		if (rc < 0)
 			return rc;
+		if (t.dtype == HP_BF16)
+			t.dtype = HP_U16; /* .npy has no bfloat16: its bits as uint16 */
 		for (int k = 0; k < c->noutputs && rc == 0; k++)
 			if (!strcmp(c->outputs[k].name, name))
 				rc = hp_npy_write(c->outputs[k].value, &t);

@@ -268,16 +268,32 @@ def half():
     nodes = [mk("MatMul", ["x", "w"], ["mm"]), mk("Add", ["mm", "b"], ["a"]),
              mk("Constant", [], ["k"], value=numpy_helper.from_array(k)), mk("Mul", ["a", "k"], ["ak"]),
              mk("Cast", ["ak"], ["ak32"], to=TensorProto.FLOAT), mk("MatMul", ["ak32", "wb"], ["mb"]),
-             mk("Relu", ["mb"], ["r"]), mk("Cast", ["r"], ["y"], to=TensorProto.FLOAT16)]
-    md = model(nodes, [vi("x", TensorProto.FLOAT16, [2, 4])], [vi("y", TensorProto.FLOAT16, [2, 3])],
+             mk("Relu", ["mb"], ["r"]), mk("Cast", ["r"], ["y"], to=TensorProto.FLOAT16),
+             mk("Cast", ["r"], ["yb"], to=TensorProto.BFLOAT16)]
+    md = model(nodes, [vi("x", TensorProto.FLOAT16, [2, 4])],
+               [vi("y", TensorProto.FLOAT16, [2, 3]), vi("yb", TensorProto.BFLOAT16, [2, 3])],
                [init("w", w), init("b", b), wb], 13, 8)
     ak = (x.astype(np.float32) @ w.astype(np.float32) + b.astype(np.float32)) * k.astype(np.float32)
-    ref = np.maximum(ak @ wb32, 0).astype(np.float16)
-    compare("half", run(md, "half", {"x": x}, ["y"]), {"y": ref}, 2e-3)
+    r = np.maximum(ak @ wb32, 0)
+    got = run(md, "half", {"x": x}, ["y", "yb"])
+    if got is not None:  # bfloat16 comes back as uint16 bits; widened here to compare
+        if got["yb"].dtype != np.uint16:
+            FAILS.append("half/yb: bfloat16 output written as %s, expected uint16 bits" % got["yb"].dtype)
+        got["yb"] = (got["yb"].astype(np.uint32) << 16).view(np.float32)
+    compare("half", got, {"y": r.astype(np.float16), "yb": r}, 1e-2)
     # a random float16 input works too (no --input)
     p = subprocess.run([EXE, os.path.join(TMP, "half.onnx"), "--quiet"], capture_output=True, text=True, timeout=300)
     if p.returncode:
         FAILS.append("half, random input: exit %d: %s" % (p.returncode, p.stderr.strip()))
+
+
+def ir2():
+    """IR 2 had no opset imports: its operators are opset 1's."""
+    x, b = rnd(2, 3, 2), rnd(3)
+    md = model([helper.make_node("Add", ["x", "b"], ["y"], broadcast=1, axis=1)], [vi("x", shape=[2, 3, 2])],
+               [vi("y")], [init("b", b)], 1, 2, inits_as_inputs=True)
+    del md.opset_import[:]
+    compare("ir2-no-opset", run(md, "ir2", {"x": x}, ["y"]), {"y": x + b.reshape(1, 3, 1)})
 
 
 def expect_fail(name, m, args, status, *needles):
@@ -340,6 +356,7 @@ def main():
         for ir in (3, 7, 10):
             opset13(ir)
         opset21()
+        ir2()
         half()
         info(problems())
     for f in FAILS:
