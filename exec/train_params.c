@@ -31,14 +31,15 @@ static const struct {
 	{ "RNN", 0x0e, 0 }, { "Add", 0x3, 1 }, { "Mul", 0x3, 1 }, { "Gather", 0x1, 0 },
 };
 
-/* A float tensor from a Constant node: constant data, no producer, not
- * the importer's own (named "NODE:ATTR"). */
+/* A float tensor from a Constant node: constant data, no producer (not
+ * folded).  The importer's own float constants (Clip bounds, Pad values,
+ * Resize scales) never sit in a parameter slot. */
 static int constant_tensor(const struct hp_graph *g, int v)
 {
 	const struct hp_value *val = v >= 0 ? &g->values[v] : NULL;
 
 	return val && val->kind == HP_VALUE_CONSTANT && val->producer < 0 && val->data && val->dtype == HP_F32 &&
-	       val->next < 0 && !strchr(val->name, ':');
+	       val->next < 0;
 }
 
 /* More than one element, all along one dim ([C], [1, C, 1, 1]). */

@@ -30,7 +30,7 @@ FAILS = []
 def weights():
     f = lambda *s: (RNG.standard_normal(s) * 0.3).astype(np.float32)  # noqa: E731
     return {"conv.w": f(4, 2, 3, 3), "conv.b": f(4), "bn.scale": 1 + f(4), "bn.bias": f(4),
-            "bn.mean": f(4) * 0.1, "bn.var": 1 + np.abs(f(4)), "fc.w": f(4 * 6 * 6, 3), "fc.b": f(3)}
+            "bn.mean": f(4) * 0.1, "bn.var": 1 + np.abs(f(4)), "fc.w": f(4 * 6 * 6, 3), "fc/b:0": f(3)}
 
 
 def build(w, as_constants):
@@ -44,7 +44,7 @@ def build(w, as_constants):
     nodes += [mk("Conv", ["x", conv_w, "conv.b"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
               mk("BatchNormalization", ["c", "bn.scale", "bn.bias", "bn.mean", "bn.var"], ["bn"]),
               mk("Relu", ["bn"], ["r"]), mk("Flatten", ["r"], ["f"]), mk("MatMul", ["f", "fc.w"], ["mm"]),
-              mk("Add", ["mm", "fc.b"], ["logits"])]
+              mk("Add", ["mm", "fc/b:0"], ["logits"])]
     inits = [] if as_constants else [numpy_helper.from_array(v, k) for k, v in w.items()]
     g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 6, 6])],
                           [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])], inits)
