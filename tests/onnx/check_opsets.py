@@ -287,6 +287,25 @@ def half():
         FAILS.append("half, random input: exit %d: %s" % (p.returncode, p.stderr.strip()))
 
 
+def groupnorm18():
+    """GroupNormalization-18's per-group scale and bias, normalized to opset
+    21's per-channel ones.  Without a GroupNormalization kernel the model
+    must load and be refused for that operator alone."""
+    x, sc, bi = rnd(2, 4, 3, 3), rnd(2), rnd(2)
+    md = model([helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2, epsilon=1e-5)],
+               [vi("x", shape=[2, 4, 3, 3])], [vi("y")], [init("s", sc), init("b", bi)], 18, 8)
+    path = os.path.join(TMP, "gn18.onnx")
+    onnx.save(md, path)
+    p = subprocess.run([EXE, path, "--quiet"], capture_output=True, text=True, timeout=300)
+    if "operator GroupNormalization is not supported" in p.stderr:
+        print("ok   groupnorm18    (no GroupNormalization kernel: refused for that operator only)")
+        return
+    g = x.reshape(2, 2, -1)
+    y = ((g - g.mean(axis=-1, keepdims=True)) / np.sqrt(g.var(axis=-1, keepdims=True) + 1e-5)).reshape(x.shape)
+    y = y * np.repeat(sc, 2).reshape(1, 4, 1, 1) + np.repeat(bi, 2).reshape(1, 4, 1, 1)
+    compare("groupnorm18", run(md, "gn18", {"x": x}, ["y"]), {"y": y.astype(np.float32)}, 1e-4)
+
+
 def ir2():
     """IR 2 had no opset imports: its operators are opset 1's."""
     x, b = rnd(2, 3, 2), rnd(3)
@@ -357,6 +376,7 @@ def main():
             opset13(ir)
         opset21()
         ir2()
+        groupnorm18()
         half()
         info(problems())
     for f in FAILS:
