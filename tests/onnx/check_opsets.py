@@ -129,6 +129,7 @@ def opset1():
         mk("Tile", ["x", "tiles", "axis"], ["tl"]),
         mk("Dropout", ["x"], ["dr"], is_test=1, ratio=0.3),
         mk("HardSigmoid", ["x"], ["hs"], consumed_inputs=[0]),
+        mk("GlobalLpPool", ["x"], ["glp"], p=3.0),
     ]
     a = x + b3.reshape(1, 3, 1, 1)
     m = a * s3.reshape(1, 3, 1, 1)
@@ -141,7 +142,7 @@ def opset1():
             "pd": np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=0.5), "up": up2(x),
             "sl": x[:, :, 1:3], "rm": x.mean(axis=(2, 3)), "cl": np.clip(x, -0.2, 0.3), "s1": x[:, :1],
             "s2": x[:, 1:], "sq": x.sum(axis=1), "tl": np.concatenate([x, x], axis=3), "dr": x,
-            "hs": np.clip(0.2 * x + 0.5, 0, 1)}
+            "hs": np.clip(0.2 * x + 0.5, 0, 1), "glp": np.cbrt((np.abs(x) ** 3).sum(axis=(2, 3), keepdims=True))}
     outs = [vi(k) for k in refs]
     md = model(nodes, [vi("x", shape=[2, 3, 4, 4])], outs, inits, 1, 3, inits_as_inputs=True)
     compare("opset1-ir3", run(md, "opset1", {"x": x}, list(refs)), refs)
