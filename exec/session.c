@@ -516,6 +516,8 @@ int hp_session_set_input(struct hp_session *s, const char *name, const struct hp
 	if (v < 0 || g->values[v].kind != HP_VALUE_INPUT)
 		return hp_error(HP_EUSAGE, "%s: the model has no input named '%s'", g->path, name);
 	val = &g->values[v];
+	if (!val->nconsumers && !val->is_output)
+		return 0; /* no node reads it: nothing to copy */
 	/* .npy has no bfloat16: uint16 arrays carry its bits */
 	int bits = val->dtype == HP_BF16 && t->dtype == HP_U16;
 	if ((t->dtype != val->dtype && !bits) || !hp_shape_equal(&t->shape, &val->shape))

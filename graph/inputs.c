@@ -8,6 +8,13 @@
 #include "hpdlf/error.h"
 #include "hpdlf/graph.h"
 
+/* An input no node reads (CastLike's `like` once it became a Cast, an
+ * exporter's leftover): whatever it is given is ignored. */
+static int unread(const struct hp_value *v)
+{
+	return v->kind == HP_VALUE_INPUT && !v->nconsumers && !v->is_output;
+}
+
 int hp_graph_set_input_shape(struct hp_graph *g, const char *name, const struct hp_shape *s)
 {
 	int v = hp_graph_find_value(g, name);
@@ -17,6 +24,8 @@ int hp_graph_set_input_shape(struct hp_graph *g, const char *name, const struct 
 	if (v < 0 || g->values[v].kind != HP_VALUE_INPUT)
 		return hp_error(HP_EUSAGE, "%s: no graph input named '%s'", g->path, name);
 	val = &g->values[v];
+	if (unread(val) && val->shape.rank >= 0 && hp_shape_numel(&val->shape) >= 0)
+		return 0; /* its declared shape stands */
 	hp_shape_str(&val->shape, want, sizeof want);
 	hp_shape_str(s, got, sizeof got);
 	if (hp_shape_bytes(s, val->dtype) == -2)
@@ -65,6 +74,8 @@ int hp_graph_bind_input(struct hp_graph *g, const char *name, const struct hp_te
 
 	if (v >= 0 && g->values[v].kind == HP_VALUE_INITIALIZER)
 		return bind_initializer(g, v, t);
+	if (v >= 0 && unread(&g->values[v]) && hp_shape_numel(&g->values[v].shape) >= 0)
+		return 0; /* stays an input no node reads */
 	rc = hp_graph_set_input_shape(g, name, &t->shape);
 	if (rc < 0)
 		return rc;

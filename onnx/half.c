@@ -79,9 +79,17 @@ static int set_alias(struct imp *im, int from, int to)
 	return 0;
 }
 
-int imp_resolve(const struct imp *im, int v)
+static int widen_value(struct imp *im, int v);
+
+int imp_resolve(struct imp *im, int v)
 {
-	return v >= 0 && v < im->alias_cap && im->alias[v] ? im->alias[v] - 1 : v;
+	const struct hp_value *val = v >= 0 ? &im->g->values[v] : NULL;
+
+	if (v >= 0 && v < im->alias_cap && im->alias[v])
+		return im->alias[v] - 1;
+	if (!val || !is_half(val->dtype) || (val->kind != HP_VALUE_INPUT && val->kind != HP_VALUE_INITIALIZER))
+		return v;
+	return widen_value(im, v);
 }
 
 static int cast_node(struct imp *im, const char *name, int in, int out, enum hp_dtype to)
@@ -92,44 +100,40 @@ static int cast_node(struct imp *im, const char *name, int in, int out, enum hp_
 	return node < 0 ? node : hp_graph_add_attr(im->g, node, &a);
 }
 
-int imp_widen_value(struct imp *im, int v)
+static int widen_value(struct imp *im, int v)
 {
 	char base[256], name[320];
-	int w;
+	int w, rc;
 
-	if (!is_half(im->g->values[v].dtype))
-		return 0;
 	snprintf(base, sizeof base, "%s", im->g->values[v].name);
 	imp_fresh_name(im, base, "float32", name, sizeof name);
 	w = imp_add_value(im, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
 	if (w < 0)
 		return w;
-	int rc = cast_node(im, name, v, w, HP_F32);
-	return rc < 0 ? rc : set_alias(im, v, w);
+	if ((rc = cast_node(im, name, v, w, HP_F32)) < 0 || (rc = set_alias(im, v, w)) < 0)
+		return rc;
+	return w;
 }
 
 int imp_narrow_output(struct imp *im, int v, enum hp_dtype declared)
 {
 	struct hp_value *val = &im->g->values[v];
-	char base[256], name[320];
+	char name[320], *base, *renamed;
 	int out, rc;
 
 	if (!is_half(declared) || val->kind != HP_VALUE_ACTIVATION)
 		return v;
-	snprintf(base, sizeof base, "%s", val->name);
-	imp_fresh_name(im, base, "float32", name, sizeof name);
-	char *renamed = strdup(name);
-	if (!renamed)
+	imp_fresh_name(im, val->name, "float32", name, sizeof name);
+	base = val->name; /* the declared name, whatever its length */
+	if (!(renamed = strdup(name)))
 		return hp_error(-ENOMEM, "out of memory");
 	/* the value computed in float32 takes a new name; the declared one is
 	 * the Cast's (the hash keeps the old slot: lookups by the old name now
 	 * miss it, as they must) */
-	free(val->name);
 	val->name = renamed;
 	out = imp_add_value(im, base, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
-	if (out < 0)
-		return out;
-	rc = cast_node(im, base, v, out, declared);
+	rc = out < 0 ? out : cast_node(im, base, v, out, declared);
+	free(base);
 	return rc < 0 ? rc : out;
 }
 

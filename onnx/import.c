@@ -339,8 +339,6 @@ static int add_inputs(struct imp *im, const Onnx__GraphProto *gp)
 		v = imp_add_value(im, vi->name, HP_VALUE_INPUT, dtype, &shape);
 		if (v < 0)
 			return v;
-		if ((rc = imp_widen_value(im, v)) < 0)
-			return rc;
 		for (int d = 0; d < shape.rank; d++)
 			if (params[d] && !(g->values[v].dim_param[d] = strdup(params[d])))
 				return hp_error(-ENOMEM, "out of memory");
@@ -621,7 +619,7 @@ static int node_prepare(struct imp *im, const Onnx__NodeProto *np, const char *w
 		if (name && *name && v < 0)
 			return hp_error(HP_EMODEL, "%s: %s: input '%s' is not defined (no graph input, initializer or node output has that name)",
 					im->g->path, where, name);
-		n->inputs[n->ninputs++] = imp_resolve(im, v);
+		n->inputs[n->ninputs++] = v;
 	}
 	for (size_t i = 0; i < np->n_attribute; i++) {
 		rc = convert_attr(im, where, np->attribute[i], &n->attrs[n->nattrs]);
@@ -689,6 +687,11 @@ static int add_node(struct imp *im, const Onnx__NodeProto *np, size_t index)
 	rc = node_prepare(im, np, where, &n);
 	if (rc == 0 && is_default_domain(np->domain))
 		rc = imp_normalize(im, &n);
+	/* half-precision inputs and weights are read through their float32
+	 * Cast, made when a node first reads them */
+	for (int i = 0; rc == 0 && i < n.ninputs; i++)
+		if ((n.inputs[i] = imp_resolve(im, n.inputs[i])) < -1)
+			rc = n.inputs[i];
 	if (rc == 0)
 		rc = node_commit(im, np, &n, name);
 	node_free(&n);

@@ -119,11 +119,10 @@ int imp_set_string_attr(struct imp_node *n, const char *name, const char *v);
 void imp_half_to_f32(enum hp_dtype dt, const uint16_t *src, float *dst, uint64_t n);
 /* A Constant's or attribute tensor's half-precision data as float32, in place. */
 int imp_tensor_widen(struct imp *im, struct hp_tensor *t, const char *what);
-/* Value v (a float16/bfloat16 initializer or graph input) is read by nodes
- * as float32 through a Cast the importer adds. */
-int imp_widen_value(struct imp *im, int v);
-/* The value node inputs read for v (v itself unless widened). */
-int imp_resolve(const struct imp *im, int v);
+/* The value a node input reads for v: v itself, or for a float16/bfloat16
+ * initializer or graph input its float32 Cast (added at the first read, so
+ * a value no node reads stays unread).  -1 stays -1; < -1: an error. */
+int imp_resolve(struct imp *im, int v);
 /* A graph output declared float16/bfloat16 computed in float32: the value
  * is renamed and a Cast produces the declared name and type. */
 int imp_narrow_output(struct imp *im, int v, enum hp_dtype declared);

@@ -219,13 +219,9 @@ static int cast_to_name(struct imp *im, struct imp_node *n, const struct imp_rul
 static int cast_like(struct imp *im, struct imp_node *n, const struct imp_rule *r)
 {
 	int like = n->ninputs == 2 ? n->inputs[1] : -1, rc;
-	const struct hp_value *v;
+	const struct hp_value *v = like >= 0 ? &im->g->values[like] : NULL;
 
 	(void)r;
-	for (int k = 0; like >= 0 && k < im->alias_cap; k++)
-		if (im->alias[k] == like + 1)
-			like = k; /* a half-precision input or weight: its declared type */
-	v = like >= 0 ? &im->g->values[like] : NULL;
 	if (!v || v->dtype == HP_UNDEFINED || v->kind == HP_VALUE_ACTIVATION)
 		return 0; /* left to a CastLike kernel */
 	if ((rc = imp_set_int_attr(n, "to", v->dtype)) < 0)

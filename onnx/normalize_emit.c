@@ -54,14 +54,20 @@ int imp_emit(struct imp *im, const struct imp_node *n, const char *suffix, const
 	char name[320];
 	int v, node, rc;
 
+	int *ins = malloc((size_t)(nin ? nin : 1) * sizeof *ins);
+
+	if (!ins)
+		return hp_error(-ENOMEM, "out of memory");
 	for (int i = 0; i < nin; i++)
-		if (in[i] < -1)
-			return in[i]; /* an error making that input */
+		if ((ins[i] = in[i] < -1 ? in[i] : imp_resolve(im, in[i])) < -1) {
+			rc = ins[i]; /* an error making that input */
+			free(ins);
+			return rc;
+		}
 	imp_fresh_name(im, n->name, suffix, name, sizeof name);
 	v = imp_add_value(im, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
-	if (v < 0)
-		return v;
-	node = hp_graph_add_node(im->g, name, op, nin, in, 1, &v);
+	node = v < 0 ? v : hp_graph_add_node(im->g, name, op, nin, ins, 1, &v);
+	free(ins);
 	if (node < 0)
 		return node;
 	for (int i = 0; i < nattrs; i++)

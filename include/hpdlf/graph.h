@@ -203,7 +203,8 @@ int hp_graph_load_buffer(const void *buf, size_t len, const char *name, const ch
 void hp_graph_free(struct hp_graph *g);
 
 int hp_graph_find_value(const struct hp_graph *g, const char *name); /* index or -1 */
-/* Fix the shape of a graph input with dynamic dims (checked against known dims). */
+/* Fix the shape of a graph input with dynamic dims (checked against known
+ * dims; an input no node reads keeps a static declared shape and takes any). */
 int hp_graph_set_input_shape(struct hp_graph *g, const char *name, const struct hp_shape *s);
 /* Turn graph input `name` into a compile-time constant holding a copy of t
  * (dtype and shape must fit the input).  For shape arguments that a model
