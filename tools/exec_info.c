@@ -137,7 +137,7 @@ static int print_ops(const struct hp_graph *g)
 		h[k].count++;
 	}
 	qsort(h, (size_t)n, sizeof *h, by_count);
-	printf("  operators (%d nodes, %d types):", g->nnodes, n);
+	printf("  operators as run, after normalization (%d nodes, %d types):", g->nnodes, n);
 	for (int k = 0; k < n; k++) {
 		printf("%s %s%s%s %d", k ? "," : "", h[k].domain, h[k].domain[0] ? "." : "", h[k].op, h[k].count);
 		missing += !h[k].supported;
