@@ -104,6 +104,19 @@ static void print_params(const struct hp_graph *g)
 	}
 	printf("  parameters: %" PRId64 " in %d initializer%s, %s (%" PRId64 " bytes)\n", count, n, n == 1 ? "" : "s",
 	       hp_format_size((uint64_t)bytes, sz, sizeof sz), bytes);
+	/* exporters that write weights as Constant nodes: those train too */
+	count = n = 0;
+	for (int v = 0; v < g->nvalues; v++) {
+		const struct hp_value *val = &g->values[v];
+		int64_t e = hp_shape_numel(&val->shape);
+		if (val->kind == HP_VALUE_CONSTANT && val->producer < 0 && val->data && val->dtype == HP_F32 && e > 1) {
+			n++;
+			count += e;
+		}
+	}
+	if (n)
+		printf("  float constants: %" PRId64 " in %d tensor%s (Constant nodes; in parameter slots they train)\n",
+		       count, n, n == 1 ? "" : "s");
 }
 
 struct op_count {
