@@ -4,6 +4,7 @@
  * the IR's folder. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -152,8 +153,65 @@ static int infer_node(struct hp_graph *g, struct hp_node *n)
 	return 0;
 }
 
+/* Every operator hpdlf lacks, with its node count and first node names,
+ * in one message: a user sees the whole list at once, not one per try. */
+struct missing {
+	const char *op, *domain;
+	int count;
+	char names[160];
+};
+
+static void note_missing(struct missing *m, int *nm, int cap, const struct hp_node *n)
+{
+	int k = 0;
+	size_t len;
+
+	while (k < *nm && (strcmp(m[k].op, n->op_type) || strcmp(m[k].domain, n->domain)))
+		k++;
+	if (k == *nm) {
+		if (*nm == cap)
+			return;
+		m[(*nm)++] = (struct missing){ .op = n->op_type, .domain = n->domain };
+	}
+	len = strlen(m[k].names);
+	if (m[k].count < 3)
+		snprintf(m[k].names + len, sizeof m[k].names - len, "%s'%s'", m[k].count ? ", " : "", n->name);
+	else if (m[k].count == 3)
+		snprintf(m[k].names + len, sizeof m[k].names - len, ", ...");
+	m[k].count++;
+}
+
+static int check_supported(struct hp_graph *g)
+{
+	struct missing m[32];
+	char msg[900] = "";
+	int nm = 0, nodes = 0, last = -1;
+
+	for (int i = 0; i < g->nnodes; i++)
+		if (!g->nodes[i].op && !hp_op_find(g->nodes[i].domain, g->nodes[i].op_type)) {
+			note_missing(m, &nm, 32, &g->nodes[i]);
+			nodes++;
+			last = i;
+		}
+	if (nodes == 1)
+		return hp_node_error(g, &g->nodes[last], HP_EUNSUPPORTED, "operator %s%s%s is not supported",
+				     g->nodes[last].domain[0] ? g->nodes[last].domain : "", g->nodes[last].domain[0] ? "." : "",
+				     g->nodes[last].op_type);
+	for (int k = 0; k < nm; k++) {
+		size_t len = strlen(msg);
+		snprintf(msg + len, sizeof msg - len, "%s%s%s%s (%d node%s: %s)", k ? ", " : "", m[k].domain,
+			 m[k].domain[0] ? "." : "", m[k].op, m[k].count, m[k].count > 1 ? "s" : "", m[k].names);
+	}
+	return nodes ? hp_error(HP_EUNSUPPORTED, "%s: %d operator%s not supported: %s", g->path, nm,
+					  nm > 1 ? "s are" : " is", msg) : 0;
+}
+
 int hp_graph_infer(struct hp_graph *g)
 {
+	int rc = check_supported(g);
+
+	if (rc < 0)
+		return rc;
 	for (int i = 0; i < g->ninputs; i++) {
 		const struct hp_value *v = &g->values[g->inputs[i]];
 		char s[128];

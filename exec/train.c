@@ -15,6 +15,7 @@
 #include "exec/train_dp.h"
 #include "exec/train_shard.h"
 #include "exec/train_internal.h"
+#include "exec/train_params.h"
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size)
 {
@@ -168,6 +169,26 @@ static int make_training_graph(struct hp_trainer *t, const struct hp_budget_layo
 	return hp_split_for_budget(t->g, &so, NULL);
 }
 
+/* Constant-node weights promoted, --freeze applied (train_params.c). */
+static int train_params(struct hp_trainer *t)
+{
+	int has = t->o.size >= offsetof(struct hp_trainer_opts, nfreeze) + sizeof t->o.nfreeze;
+
+	return hp_train_params(t->g, has ? t->o.freeze : NULL, has ? t->o.nfreeze : 0, &t->params);
+}
+
+int hp_trainer_param_counts(const struct hp_trainer *t, struct hp_param_counts *out)
+{
+	size_t n;
+
+	if (!t || !out || out->size < sizeof out->size)
+		return hp_error(HP_EUSAGE, "hp_trainer_param_counts: NULL argument or size not set");
+	n = out->size < sizeof t->params ? out->size : sizeof t->params;
+	memcpy(out, &t->params, n);
+	out->size = n;
+	return 0;
+}
+
 static int build(struct hp_trainer *t)
 {
 	struct hp_exec_opts eo;
@@ -178,7 +199,7 @@ static int build(struct hp_trainer *t)
 		return rc;
 	if ((rc = hp_dataset_open(&t->data, t->o.data, t->o.labels)) < 0 || (rc = hp_graph_load(t->model, &t->g)) < 0)
 		return rc;
-	if ((rc = fit_input(t)) < 0 || (rc = hp_graph_infer(t->g)) < 0)
+	if ((rc = fit_input(t)) < 0 || (rc = train_params(t)) < 0 || (rc = hp_graph_infer(t->g)) < 0)
 		return rc;
 	/* the process's fixed overhead, measured once the graph is loaded
 	 * (budget.h) */

@@ -8,6 +8,13 @@
 #include "hpdlf/error.h"
 #include "hpdlf/graph.h"
 
+/* An input no node reads (CastLike's `like` once it became a Cast, an
+ * exporter's leftover): whatever it is given is ignored. */
+static int unread(const struct hp_value *v)
+{
+	return v->kind == HP_VALUE_INPUT && !v->nconsumers && !v->is_output;
+}
+
 int hp_graph_set_input_shape(struct hp_graph *g, const char *name, const struct hp_shape *s)
 {
 	int v = hp_graph_find_value(g, name);
@@ -17,6 +24,8 @@ int hp_graph_set_input_shape(struct hp_graph *g, const char *name, const struct 
 	if (v < 0 || g->values[v].kind != HP_VALUE_INPUT)
 		return hp_error(HP_EUSAGE, "%s: no graph input named '%s'", g->path, name);
 	val = &g->values[v];
+	if (unread(val) && val->shape.rank >= 0 && hp_shape_numel(&val->shape) >= 0)
+		return 0; /* its declared shape stands */
 	hp_shape_str(&val->shape, want, sizeof want);
 	hp_shape_str(s, got, sizeof got);
 	if (hp_shape_bytes(s, val->dtype) == -2)
@@ -33,17 +42,45 @@ int hp_graph_set_input_shape(struct hp_graph *g, const char *name, const struct 
 	return 0;
 }
 
+/* An initializer given a value of its own (IR < 4 lists weights among the
+ * graph inputs; ONNX Runtime lets a caller feed them): same dtype and shape,
+ * and it stays an initializer (a weight, when training). */
+static int bind_initializer(struct hp_graph *g, int v, const struct hp_tensor *t)
+{
+	struct hp_value *val = &g->values[v];
+	size_t bytes = hp_tensor_bytes(t);
+	char want[128], got[128];
+	void *data;
+
+	if (val->dtype != t->dtype || val->shape.rank != t->shape.rank ||
+	    memcmp(val->shape.dims, t->shape.dims, (size_t)t->shape.rank * sizeof t->shape.dims[0]))
+		return hp_error(HP_ESHAPE, "%s: initializer '%s' is %s %s, given %s %s", g->path, val->name,
+				hp_dtype_name(val->dtype), hp_shape_str(&val->shape, want, sizeof want),
+				hp_dtype_name(t->dtype), hp_shape_str(&t->shape, got, sizeof got));
+	if (!(data = malloc(bytes ? bytes : 1)))
+		return hp_error(-ENOMEM, "out of memory binding initializer '%s'", val->name);
+	memcpy(data, t->data, bytes);
+	free(val->data);
+	val->data = data;
+	val->src = (struct hp_blob){ .kind = HP_BLOB_MEMORY, .length = bytes };
+	return 0;
+}
+
 int hp_graph_bind_input(struct hp_graph *g, const char *name, const struct hp_tensor *t)
 {
 	int v = hp_graph_find_value(g, name), rc;
 	struct hp_value *val;
 	size_t bytes = hp_tensor_bytes(t);
 
+	if (v >= 0 && g->values[v].kind == HP_VALUE_INITIALIZER)
+		return bind_initializer(g, v, t);
+	if (v >= 0 && unread(&g->values[v]) && hp_shape_numel(&g->values[v].shape) >= 0)
+		return 0; /* stays an input no node reads */
 	rc = hp_graph_set_input_shape(g, name, &t->shape);
 	if (rc < 0)
 		return rc;
 	val = &g->values[v];
-	if (val->dtype != t->dtype)
+	if (val->dtype != t->dtype && !(val->dtype == HP_BF16 && t->dtype == HP_U16)) /* bfloat16 bits */
 		return hp_error(HP_ESHAPE, "%s: input '%s' is %s, given %s", g->path, name, hp_dtype_name(val->dtype),
 				hp_dtype_name(t->dtype));
 	val->data = malloc(bytes ? bytes : 1);

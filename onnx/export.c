@@ -5,7 +5,9 @@
  * training gave storage of their own (autodiff_untie.c: an exporter had
  * merged them with a parameter) become initializers of their own: the
  * Identity nodes that made them go and BatchNorm nodes that shared a
- * parameter read the new name.  The graph's length prefix is
+ * parameter read the new name.  Constant nodes whose tensors trained as
+ * parameters (exec/train_params.c) go, their values appended as
+ * initializers of the same name.  The graph's length prefix is
  * computed before its bytes are streamed, so no weight is held in memory
  * whole (the caller's read gives a value a piece at a time); the file is
  * written under a temporary name and renamed. */
@@ -222,12 +224,13 @@ static int node_fate(const struct hp_graph *g, const uint8_t *nd, size_t len, in
 {
 	struct pb_reader r = { nd, nd + len };
 	struct pb_field f;
-	int identity = 0, batchnorm = 0, out = -2;
+	int identity = 0, batchnorm = 0, constant = 0, out = -2;
 
 	while (pb_next(&r, &f) == 1) {
 		if (f.num == 4 && f.wt == PB_LEN) {
 			identity = str_is(&f, "Identity");
 			batchnorm = str_is(&f, "BatchNormalization");
+			constant = str_is(&f, "Constant");
 		}
 		if (f.num == 2 && f.wt == PB_LEN && out == -2)
 			out = name_value(g, f.data, f.len);
@@ -236,6 +239,10 @@ static int node_fate(const struct hp_graph *g, const uint8_t *nd, size_t len, in
 		return 0;
 	if (identity)
 		return g->values[out].producer < 0;
+	/* a Constant training made a parameter: its trained value is appended
+	 * as an initializer of the same name */
+	if (constant)
+		return g->values[out].kind == HP_VALUE_INITIALIZER && g->values[out].next >= 0;
 	*bn = g->values[out].producer;
 	if (!batchnorm || *bn < 0 || g->nodes[*bn].ninputs < 5)
 		return 0;

@@ -28,10 +28,8 @@
 #include "common/file.h"
 #include "hpdlf/error.h"
 #include "onnx/import.h"
+#include "onnx/normalize.h"
 #include "onnx/wire.h"
-
-#define OPSET_MIN 7
-#define OPSET_MAX 17
 
 /* ---- values by name ------------------------------------------------------ */
 
@@ -225,25 +223,47 @@ out:
 	return rc;
 }
 
-static int set_opset(struct imp *im, const Onnx__ModelProto *m)
+static int is_default_domain(const char *d)
+{
+	return !d || !*d || !strcmp(d, "ai.onnx");
+}
+
+/* Does any node use the default domain?  (Opset imports of domains no node
+ * uses are ignored: exporters declare ai.onnx.ml and others out of habit.) */
+static int uses_default_domain(const Onnx__GraphProto *gp)
+{
+	for (size_t i = 0; i < gp->n_node; i++)
+		if (is_default_domain(gp->node[i]->domain))
+			return 1;
+	return 0;
+}
+
+static int set_opset(struct imp *im, const Onnx__ModelProto *m, const Onnx__GraphProto *gp)
 {
 	int found = 0;
 
+	im->ir_version = m->has_ir_version ? m->ir_version : 0;
 	for (size_t i = 0; i < m->n_opset_import; i++) {
 		const char *d = m->opset_import[i]->domain;
-		if (!d || !*d || !strcmp(d, "ai.onnx")) {
+		if (is_default_domain(d)) {
 			im->g->opset = m->opset_import[i]->version;
 			found = 1;
 		}
 	}
-	if (!found && m->n_opset_import)
-		return hp_error(HP_EUNSUPPORTED, "%s: the model uses only operator domain '%s' (hpdlf runs ai.onnx)",
-				im->g->path, m->opset_import[0]->domain ? m->opset_import[0]->domain : "");
+	/* IR versions 1 and 2 had no opset_import: their operators are opset 1 */
+	if (!found && !m->n_opset_import && im->ir_version && im->ir_version < 3) {
+		im->g->opset = 1;
+		found = 1;
+	}
+	if (!found && uses_default_domain(gp))
+		return hp_error(HP_EMODEL, "%s: the model uses ai.onnx operators but imports no ai.onnx opset", im->g->path);
 	if (!found)
-		return hp_error(HP_EMODEL, "%s: the model imports no ai.onnx opset", im->g->path);
-	if (im->g->opset < OPSET_MIN || im->g->opset > OPSET_MAX)
-		return hp_error(HP_EUNSUPPORTED, "%s: opset %" PRId64 " of ai.onnx is not supported (%d..%d)", im->g->path,
-				im->g->opset, OPSET_MIN, OPSET_MAX);
+		im->g->opset = IMP_OPSET_MAX; /* no ai.onnx node: the opset says nothing */
+	if (im->g->opset < IMP_OPSET_MIN || im->g->opset > IMP_OPSET_MAX)
+		return hp_error(HP_EUNSUPPORTED, "%s: opset %" PRId64 " of ai.onnx is not supported (%d..%d); convert the "
+				"model with onnx.version_converter.convert_version(model, %d)", im->g->path,
+				im->g->opset, IMP_OPSET_MIN, IMP_OPSET_MAX,
+				im->g->opset > IMP_OPSET_MAX ? IMP_OPSET_MAX : IMP_OPSET_MIN);
 	if (m->producer_name) {
 		char *p = strdup(m->producer_name);
 		if (!p)
@@ -335,12 +355,17 @@ static int add_outputs(struct imp *im, const Onnx__GraphProto *gp)
 	if (!g->outputs)
 		return hp_error(-ENOMEM, "out of memory");
 	for (size_t i = 0; i < gp->n_output; i++) {
-		const char *name = gp->output[i]->name ? gp->output[i]->name : "";
+		const Onnx__ValueInfoProto *vi = gp->output[i];
+		const char *name = vi->name ? vi->name : "";
 		int v = imp_find(im, name);
 
 		if (v < 0)
 			return hp_error(HP_EMODEL, "%s: graph output '%s' is not produced by any node or initializer", g->path,
 					name);
+		if (vi->type && vi->type->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && vi->type->tensor_type &&
+		    vi->type->tensor_type->has_elem_type &&
+		    (v = imp_narrow_output(im, v, (enum hp_dtype)vi->type->tensor_type->elem_type)) < 0)
+			return v;
 		g->outputs[g->noutputs++] = v;
 		g->values[v].is_output = 1;
 	}
@@ -348,11 +373,6 @@ static int add_outputs(struct imp *im, const Onnx__GraphProto *gp)
 }
 
 /* ---- nodes ---------------------------------------------------------------- */
-
-static int is_default_domain(const char *d)
-{
-	return !d || !*d || !strcmp(d, "ai.onnx");
-}
 
 /* Every node output becomes a value before any input is resolved, so nodes
  * may come in any order (the graph is sorted afterwards). */
@@ -561,6 +581,10 @@ static int constant_node(struct imp *im, const Onnx__NodeProto *n, const char *w
 	attr_free(&a);
 	if (!t.data)
 		return hp_error(-ENOMEM, "out of memory");
+	if ((rc = imp_tensor_widen(im, &t, where)) < 0) {
+		free(t.data);
+		return rc;
+	}
 	if (idx < 0) {
 		free(t.data);
 		return 0;
@@ -663,6 +687,11 @@ static int add_node(struct imp *im, const Onnx__NodeProto *np, size_t index)
 	rc = node_prepare(im, np, where, &n);
 	if (rc == 0 && is_default_domain(np->domain))
 		rc = imp_normalize(im, &n);
+	/* half-precision inputs and weights are read through their float32
+	 * Cast, made when a node first reads them */
+	for (int i = 0; rc == 0 && i < n.ninputs; i++)
+		if ((n.inputs[i] = imp_resolve(im, n.inputs[i])) < -1)
+			rc = n.inputs[i];
 	if (rc == 0)
 		rc = node_commit(im, np, &n, name);
 	node_free(&n);
@@ -691,7 +720,7 @@ static int build(struct imp *im)
 	int rc = read_model(im, &m, &gp);
 
 	if (rc == 0)
-		rc = set_opset(im, m);
+		rc = set_opset(im, m, gp);
 	if (rc == 0)
 		rc = add_inputs(im, gp);
 	if (rc == 0)
@@ -728,6 +757,7 @@ static int import(struct imp *im, const char *name, struct hp_graph **out)
 	rc = build(im);
 out:
 	free(im->slots);
+	free(im->alias);
 	free(im->file_size);
 	free(im->dir);
 	if (rc < 0)

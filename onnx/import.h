@@ -27,6 +27,11 @@ struct imp {
 	int *slots;            /* name -> value index, open addressing */
 	uint32_t nslots, nused;
 	int serial;            /* counter for generated names */
+	int64_t ir_version;    /* the model's IR version (0: not given) */
+	/* Values node inputs read instead of the one named: a float16 or
+	 * bfloat16 initializer or graph input -> its float32 Cast (half.c). */
+	int *alias;            /* per value index: the value read instead + 1, or 0 */
+	int alias_cap;
 };
 
 /* An embedded raw_data field: where its bytes are (in memory at p, or at
@@ -45,11 +50,12 @@ int imp_add_value(struct imp *im, const char *name, enum hp_value_kind kind, enu
 /* A fresh name "base:suffix" (made unique) for values the importer creates. */
 int imp_fresh_name(struct imp *im, const char *base, const char *suffix, char *out, size_t len);
 
-/* Is dtype one the importer reads (float32/64, int64/32, int8, uint8, bool)? */
+/* Is dtype one the importer reads (float32/64, int64/32, int8, uint8, bool,
+ * and float16/bfloat16, which are computed in float32: half.c)? */
 int imp_dtype_supported(int32_t dtype);
 /* ONNX element type name ("float16", "string", "unknown"). */
 const char *imp_dtype_name(int32_t dtype);
-#define IMP_SUPPORTED_LIST "float32, float64, int64, int32, int8, uint8, bool"
+#define IMP_SUPPORTED_LIST "float32, float64, float16, bfloat16, int64, int32, int8, uint8, bool"
 /* Tensor dtype and dims, checked (rank, sizes). `what` names it in errors. */
 int imp_tensor_desc(struct imp *im, const Onnx__TensorProto *t, const char *what, struct hp_tensor *desc);
 /* Where the tensor's bytes are: blob FILE for external or (when allowed) raw
@@ -71,7 +77,7 @@ int imp_add_constant(struct imp *im, const char *name, enum hp_dtype dtype, cons
 
 /* A node on its way into the graph.  inputs and attrs have IMP_NODE_SPARE
  * free slots past their counts for what normalization appends. */
-#define IMP_NODE_SPARE 4
+#define IMP_NODE_SPARE 8
 struct imp_node {
 	char op_type[64];
 	const char *name;
@@ -87,5 +93,38 @@ struct imp_node {
 int imp_normalize(struct imp *im, struct imp_node *n);
 /* Append an attribute, taking ownership of its allocations. */
 int imp_node_add_attr(struct imp_node *n, const struct hp_attr *a);
+
+/* ---- building blocks of normalization rules (normalize_emit.c) ---- */
+/* Index of n's attribute `name` not yet dropped, or -1. */
+int imp_find_attr(const struct imp_node *n, const char *name);
+/* Error "MODEL: node 'N' (OP): what 'detail'". */
+int imp_node_err(struct imp *im, const struct imp_node *n, int err, const char *what, const char *detail);
+/* Put value v at input slot `slot` of n (slots in between stay omitted). */
+int imp_set_slot(struct imp *im, struct imp_node *n, int slot, int v, const char *attr);
+/* A new int64 constant of `count` values (rank 1, or rank 0 when count < 0:
+ * one scalar), named after n and suffix. */
+int imp_const_i64(struct imp *im, const struct imp_node *n, const char *suffix, const int64_t *vals, int count);
+/* A node the rewrite of n adds: op over inputs `in` (-1: omitted), with
+ * attributes `attrs` (copied), one new output named after n and suffix;
+ * returns the output's value index. */
+int imp_emit(struct imp *im, const struct imp_node *n, const char *suffix, const char *op, int nin, const int *in,
+	     int nattrs, const struct hp_attr *attrs);
+/* Integer attribute `name` set (or replaced) on n. */
+int imp_set_int_attr(struct imp_node *n, const char *name, int64_t v);
+int imp_set_float_attr(struct imp_node *n, const char *name, float v);
+int imp_set_string_attr(struct imp_node *n, const char *name, const char *v);
+
+/* ---- half precision (half.c) ---- */
+/* float16 / bfloat16 bytes -> float32 (n elements). */
+void imp_half_to_f32(enum hp_dtype dt, const uint16_t *src, float *dst, uint64_t n);
+/* A Constant's or attribute tensor's half-precision data as float32, in place. */
+int imp_tensor_widen(struct imp *im, struct hp_tensor *t, const char *what);
+/* The value a node input reads for v: v itself, or for a float16/bfloat16
+ * initializer or graph input its float32 Cast (added at the first read, so
+ * a value no node reads stays unread).  -1 stays -1; < -1: an error. */
+int imp_resolve(struct imp *im, int v);
+/* A graph output declared float16/bfloat16 computed in float32: the value
+ * is renamed and a Cast produces the declared name and type. */
+int imp_narrow_output(struct imp *im, int v, enum hp_dtype declared);
 
 #endif

@@ -19,6 +19,7 @@ int imp_dtype_supported(int32_t dtype)
 {
 	switch (dtype) {
 	case HP_F32: case HP_F64: case HP_I64: case HP_I32: case HP_I8: case HP_U8: case HP_BOOL:
+	case HP_F16: case HP_BF16:
 		return 1;
 	}
 	return 0;
@@ -285,6 +286,10 @@ static void typed(const Onnx__TensorProto *t, const struct hp_tensor *d, uint64_
 	case HP_F64: memcpy(dst, t->double_data, numel * 8); break;
 	case HP_I64: memcpy(dst, t->int64_data, numel * 8); break;
 	case HP_I32: memcpy(dst, t->int32_data, numel * 4); break;
+	case HP_F16: case HP_BF16: /* their bits, one per int32_data entry */
+		for (uint64_t i = 0; i < numel; i++)
+			((uint16_t *)dst)[i] = (uint16_t)t->int32_data[i];
+		break;
 	default:
 		for (uint64_t i = 0; i < numel; i++)
 			((uint8_t *)dst)[i] = (uint8_t)t->int32_data[i];

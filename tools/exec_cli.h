@@ -51,6 +51,8 @@ struct cli {
 	int no_fuse;                 /* --no-fuse: inference runs the graph as imported */
 	const char *listen_metrics;  /* --listen-metrics HOST:PORT: /metrics over HTTP */
 	int info;                    /* --info: print inputs and outputs, exit */
+	const char *freeze[64];      /* --freeze PATTERN: parameters kept fixed in training */
+	int nfreeze;
 };
 
 struct hp_session;
@@ -102,9 +104,13 @@ int exec_plan_comm(const struct hp_trainer *t, const struct hp_exec_opts *o, int
  * exit status 2 after saying why. */
 int exec_parse_link_bandwidth(const char *arg, double *GBps);
 int exec_parse_link_latency(const char *arg, double *us);
-/* --info (tools/exec_info.c): the model's inputs and outputs on stdout;
- * a process exit status. */
-int exec_info(const char *model);
+
+/* --info (tools/exec_info.c): returns a process exit status. */
+int exec_info_main(const struct cli *c);
+/* --input/--output names the model lacks: HP_EUSAGE naming the valid ones. */
+int exec_check_names(const struct hp_graph *g, const struct cli *c);
+/* float32 -> float16 / bfloat16 bits (round to nearest even). */
+uint16_t exec_half_of(float f, int dtype);
 
 /* The training path (tools/exec_train.c): returns a process exit status. */
 int exec_train_main(struct cli *c);

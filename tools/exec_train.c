@@ -202,6 +202,8 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	o->link_GBps = c->link_GBps;
 	o->link_lat_us = c->link_GBps > 0 && !c->link_lat_us ? 2 : c->link_lat_us;
 	o->shard = c->shard;
+	o->freeze = c->freeze;
+	o->nfreeze = c->nfreeze;
 	o->cancel = &interrupted;
 	return 0;
 }
@@ -314,6 +316,21 @@ static int write_stats(const struct cli *c, struct hp_trainer *t, const struct r
 	return rc < 0 ? hp_error(-EIO, "%s: cannot write statistics", c->stats_json) : 0;
 }
 
+/* How many parameters trained (--freeze keeps some fixed; exporters'
+ * Constant-node weights count like initializers). */
+static void print_params(const struct hp_trainer *t)
+{
+	struct hp_param_counts pc = { .size = sizeof pc };
+
+	if (hp_trainer_param_counts(t, &pc) < 0)
+		return;
+	fprintf(stderr, "hpdlf-exec:   parameters: %lld trained (%lld tensors), %lld frozen (%lld tensors)",
+		(long long)pc.trained, (long long)pc.trained_tensors, (long long)pc.frozen, (long long)pc.frozen_tensors);
+	if (pc.from_constants)
+		fprintf(stderr, "; %lld tensors were Constant nodes", (long long)pc.from_constants);
+	fputc('\n', stderr);
+}
+
 static int summarize(const struct cli *c, struct hp_trainer *t, struct run_state *r)
 {
 	char peak[32];
@@ -327,6 +344,8 @@ static int summarize(const struct cli *c, struct hp_trainer *t, struct run_state
 		fprintf(stderr, "hpdlf-exec: %s: trained steps %lld..%lld, final loss %.6g, median step %.3f ms, "
 				"tensor memory %s\n", c->model, (long long)r->first, (long long)hp_trainer_current_step(t) - 1,
 			r->last_loss, med, hp_format_size(hp_trainer_peak_bytes(t), peak, sizeof peak));
+	if (!c->quiet && r->nms)
+		print_params(t);
 	if (!c->quiet && r->nms) {
 		char rss[32], b[32];
 		double total = 0;

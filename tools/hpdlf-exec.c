@@ -80,7 +80,7 @@ enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER,
        OPT_GO_NAN,
        OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS, OPT_NO_SPLIT,
        OPT_RECALIBRATE, OPT_BUCKET, OPT_SYNC_BN, OPT_SHARD, OPT_RANKS, OPT_LINK_BW, OPT_LINK_LAT,
-       OPT_NO_FUSE, OPT_LISTEN_METRICS, OPT_INFO };
+       OPT_NO_FUSE, OPT_LISTEN_METRICS, OPT_INFO, OPT_FREEZE };
 
 static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
@@ -117,6 +117,7 @@ static const struct option long_opts[] = {
 	{ "no-fuse", no_argument, 0, OPT_NO_FUSE },
 	{ "listen-metrics", required_argument, 0, OPT_LISTEN_METRICS },
 	{ "info", no_argument, 0, OPT_INFO },
+	{ "freeze", required_argument, 0, OPT_FREEZE },
 	{ 0, 0, 0, 0 },
 };
 
@@ -199,6 +200,13 @@ static int parse_more(int o, struct cli *c)
 	case OPT_STORE: c->store = optarg; return 0;
 	case OPT_LISTEN_METRICS: c->listen_metrics = optarg; return 0;
 	case OPT_INFO: c->info = 1; return 0;
+	case OPT_FREEZE:
+		if (c->nfreeze == (int)(sizeof c->freeze / sizeof c->freeze[0]))
+			return usage_error("%s", "too many --freeze options");
+		if (!*optarg)
+			return usage_error("%s", "--freeze: expected a pattern of parameter names such as 'conv1.*'");
+		c->freeze[c->nfreeze++] = optarg;
+		return 0;
 	case OPT_HOSTFILE: c->hostfile = optarg; return 0;
 	case OPT_TOKEN: c->token_file = optarg; return 0;
 	case OPT_REPLICAS: {
@@ -251,7 +259,7 @@ static int check_mode(const struct cli *c)
 		{ c->checkpoint != NULL, "--checkpoint" }, { c->checkpoint_every != 0, "--checkpoint-every" },
 		{ c->resume != 0, "--resume" }, { c->export_onnx != NULL, "--export-onnx" },
 		{ c->bucket != 0, "--bucket" }, { c->ranks != 0, "--ranks" }, { c->link_GBps != 0, "--link-bandwidth" },
-		{ c->link_lat_us != 0, "--link-latency" }, { c->sync_bn, "--sync-bn" }, { c->shard_given, "--shard" },
+		{ c->link_lat_us != 0, "--link-latency" }, { c->sync_bn, "--sync-bn" }, { c->shard_given, "--shard" }, { c->nfreeze > 0, "--freeze" },
 	}, infer_only[] = {
 		{ c->ninputs > 0, "--input" }, { c->noutputs > 0, "--output" }, { c->output_dir != NULL, "--output-dir" },
 		{ c->iterations != 1, "--iterations" }, { c->warmup != 0, "--warmup" }, { c->duration != 0, "--duration" },
@@ -510,8 +518,10 @@ static int resolve_shapes(struct hp_graph *g, const struct cli *c)
 		enum hp_dtype dt;
 		struct hp_shape s;
 		uint64_t off;
-		int rc = hp_npy_header(c->inputs[i].value, &dt, &s, &off);
-		if (rc == 0 && bindable(dt, &s))
+		int rc = hp_npy_header(c->inputs[i].value, &dt, &s, &off), v = hp_graph_find_value(g, c->inputs[i].name);
+		if (rc == 0 && v >= 0 && g->values[v].kind == HP_VALUE_INITIALIZER)
+			rc = bind_input(g, &c->inputs[i]); /* a weight listed as an input (IR < 4) */
+		else if (rc == 0 && bindable(dt, &s))
 			rc = bind_input(g, &c->inputs[i]);
 		else if (rc == 0)
 			rc = hp_graph_set_input_shape(g, c->inputs[i].name, &s);
@@ -548,6 +558,7 @@ static void fill_random(struct hp_tensor *t, uint64_t seed)
 		case HP_F32: ((float *)t->data)[i] = (float)(2 * u - 1); break;
 		case HP_F64: ((double *)t->data)[i] = 2 * u - 1; break;
 		case HP_BOOL: ((uint8_t *)t->data)[i] = u < 0.5; break;
+		case HP_F16: case HP_BF16: ((uint16_t *)t->data)[i] = exec_half_of((float)(2 * u - 1), t->dtype); break;
 		default: break; /* integer inputs (indices) stay 0: always in range */
 		}
 	}
@@ -579,7 +590,8 @@ static int set_inputs(struct hp_session *s, const struct hp_graph *g, const stru
 	}
 	for (int k = 0; k < c->ninputs; k++) {
 		int v = hp_graph_find_value(g, c->inputs[k].name);
-		if (v < 0 || (g->values[v].kind != HP_VALUE_INPUT && g->values[v].kind != HP_VALUE_CONSTANT))
+		if (v < 0 || (g->values[v].kind != HP_VALUE_INPUT && g->values[v].kind != HP_VALUE_CONSTANT &&
+			      g->values[v].kind != HP_VALUE_INITIALIZER))
 			return hp_error(HP_EUSAGE, "--input %s: the model has no input of that name", c->inputs[k].name);
 	}
 	return 0;
@@ -602,6 +614,8 @@ static int write_outputs(struct hp_session *s, const struct hp_graph *g, const s
 		rc = hp_session_get_output(s, name, &t);
 		if (rc < 0)
 			return rc;
+		if (t.dtype == HP_BF16)
+			t.dtype = HP_U16; /* .npy has no bfloat16: its bits as uint16 */
 		for (int k = 0; k < c->noutputs && rc == 0; k++)
 			if (!strcmp(c->outputs[k].name, name))
 				rc = hp_npy_write(c->outputs[k].value, &t);
@@ -1079,6 +1093,8 @@ static int load_model(const struct cli *c, struct hp_graph **g)
 	int rc = hp_graph_load(c->model, g);
 
 	if (rc == 0)
+		rc = exec_check_names(*g, c);
+	if (rc == 0)
 		rc = resolve_shapes(*g, c);
 	if (rc == 0)
 		rc = hp_graph_infer(*g);
@@ -1127,7 +1143,7 @@ int main(int argc, char **argv)
 	if ((rc = check_mode(&c)) != 0)
 		return rc;
 	if (c.info)
-		return exec_info(c.model);
+		return exec_info_main(&c);
 	if (c.train)
 		return exec_train_main(&c);
 	if ((rc = exec_store_tiers(&c, tiers, &ntiers)) != 0)

@@ -58,7 +58,9 @@ struct hp_session;
 int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_session **out);
 void hp_session_destroy(struct hp_session *s);
 
-/* Copy an input (dtype and shape must match the inferred input). */
+/* Copy an input (dtype and shape must match the inferred input; a bfloat16
+ * input also takes uint16 data, its bits: .npy has no bfloat16; data for
+ * an input no node reads is ignored). */
 int hp_session_set_input(struct hp_session *s, const char *name, const struct hp_tensor *t);
 int hp_session_run(struct hp_session *s);
 /* Copy an output into freshly allocated memory (free with hp_tensor_free). */

@@ -16,7 +16,11 @@
  * Import normalizes operators to their newest form: attributes that later
  * opsets moved to inputs (Split 'split', Squeeze/Unsqueeze 'axes', Clip
  * min/max, Reduce* 'axes', Pad 'pads', Resize/Upsample 'scales', Slice
- * starts/ends/axes, ...) become constant inputs, so kernels see one form.
+ * starts/ends/axes, ...) become constant inputs, so kernels see one form
+ * (the form of opset 21; onnx/normalize.c holds the table of every version
+ * change from opset 1 on).  float16 and bfloat16 weights and inputs keep
+ * their type and are read by nodes through a Cast to float32 the importer
+ * adds; an output declared half precision gets a Cast back.
  *
  * ABI rule: the structs below are public by value (users walk g->values
  * and g->nodes), so changing one's layout (a member added, removed,
@@ -190,7 +194,7 @@ int hp_node_error(const struct hp_graph *g, const struct hp_node *n, int err, co
 
 /* ---- loading, inference, building ------------------------------------- */
 
-/* Import an ONNX model (any opset 7..17 of ai.onnx). Errors: -ENOENT etc. for
+/* Import an ONNX model (any opset 1..21 of ai.onnx, IR versions 3..10). Errors: -ENOENT etc. for
  * I/O, HP_EMODEL for malformed protobuf or graph, HP_EUNSUPPORTED. */
 int hp_graph_load(const char *path, struct hp_graph **out);
 /* Same from a memory buffer; `base_dir` resolves external data (may be NULL). */
@@ -199,12 +203,15 @@ int hp_graph_load_buffer(const void *buf, size_t len, const char *name, const ch
 void hp_graph_free(struct hp_graph *g);
 
 int hp_graph_find_value(const struct hp_graph *g, const char *name); /* index or -1 */
-/* Fix the shape of a graph input with dynamic dims (checked against known dims). */
+/* Fix the shape of a graph input with dynamic dims (checked against known
+ * dims; an input no node reads keeps a static declared shape and takes any). */
 int hp_graph_set_input_shape(struct hp_graph *g, const char *name, const struct hp_shape *s);
 /* Turn graph input `name` into a compile-time constant holding a copy of t
  * (dtype and shape must fit the input).  For shape arguments that a model
  * takes as inputs (Reshape's shape, Expand's shape...): the nodes reading it
- * then fold.  The input leaves g->inputs. */
+ * then fold.  The input leaves g->inputs.  An initializer (IR < 4 models
+ * list their weights among the graph inputs) takes t's contents instead of
+ * its own and stays an initializer; dtype and shape must be its own. */
 int hp_graph_bind_input(struct hp_graph *g, const char *name, const struct hp_tensor *t);
 /* Shape/dtype inference over all nodes plus constant folding of everything
  * computable from constants (PyTorch's Shape->Gather->Concat->Reshape chains).
@@ -234,6 +241,24 @@ int hp_graph_add_attr(struct hp_graph *g, int node, const struct hp_attr *a);
 struct hp_graph *hp_graph_new(const char *name);
 /* Re-sort nodes topologically and recount consumers/producers. */
 int hp_graph_finalize(struct hp_graph *g);
+
+/* ---- the model file's own fields ------------------------------------------ */
+
+/* What a ModelProto says about itself (hpdlf-exec --info). */
+struct hp_model_info {
+	size_t size;               /* sizeof the struct the caller knows (growth) */
+	int64_t ir_version;        /* 0: not given */
+	int64_t opset;             /* ai.onnx opset imported (1 for IR 1-2 models); 0: none */
+	int ndomains;              /* other operator domains imported (at most 8 listed) */
+	char domains[8][64];
+	int64_t domain_versions[8];
+	char producer[64];
+	char producer_version[32];
+};
+
+/* Read those fields from the top level of the file (the graph is not
+ * read).  Set info->size first. */
+int hp_model_info(const char *path, struct hp_model_info *info);
 
 #ifdef __cplusplus
 }

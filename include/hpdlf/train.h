@@ -143,6 +143,11 @@ struct hp_trainer_opts {
 	/* Under a launcher: what each rank keeps of the training state
 	 * (enum hp_shard_mode; 0, none: everything, as one rank would). */
 	int shard;
+	/* Glob patterns (fnmatch) of parameter names kept fixed: not updated,
+	 * no gradient computed for them.  A pattern matching no parameter is
+	 * HP_EUSAGE. */
+	const char *const *freeze;
+	int nfreeze;
 };
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size);
@@ -197,6 +202,18 @@ int64_t hp_trainer_total_steps(const struct hp_trainer *t);
 const struct hp_graph *hp_trainer_graph(const struct hp_trainer *t);
 /* Tensor-memory high-water mark of a step (planned out of core). */
 uint64_t hp_trainer_peak_bytes(const struct hp_trainer *t);
+
+/* The model's parameters: float initializers, and float tensors of
+ * Constant nodes that reach a parameter slot (a Conv's weight, a
+ * BatchNorm's scale or statistics, a bias...) directly or through Identity
+ * nodes, which train exactly like initializers. */
+struct hp_param_counts {
+	size_t size;                  /* sizeof the struct the caller knows (growth) */
+	int64_t trained, trained_tensors; /* elements and tensors the optimizer updates */
+	int64_t frozen, frozen_tensors;   /* kept fixed by opts.freeze */
+	int64_t from_constants;       /* tensors that were Constant nodes (BatchNorm state included) */
+};
+int hp_trainer_param_counts(const struct hp_trainer *t, struct hp_param_counts *out);
 
 /* Write the model with its trained weights and running statistics as
  * ONNX: the original file with those initializers replaced.  Weights go to

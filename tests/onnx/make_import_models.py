@@ -411,16 +411,16 @@ def bad():
     put("if.onnx", simple([helper.make_node("If", ["cond"], ["y"], name="branch", then_branch=then_g, else_branch=else_g)],
                           inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]), cond]),
         "EUNSUPPORTED", "branch", "If", "subgraph")
-    put("f16.onnx", simple([helper.make_node("Cast", ["w16"], ["y"], name="cast", to=1)],
-                           inits=[numpy_helper.from_array(np.ones(4, np.float16), "w16")]), "EUNSUPPORTED", "w16", "float16")
+    put("c64.onnx", simple([helper.make_node("Cast", ["w64"], ["y"], name="cast", to=1)],
+                           inits=[numpy_helper.from_array(np.ones(4, np.complex64), "w64")]), "EUNSUPPORTED", "w64", "complex64")
     put("string_init.onnx", simple([helper.make_node("Identity", ["ws"], ["y"])],
                                    inits=[helper.make_tensor("ws", TensorProto.STRING, [1], [b"abc"])]), "EUNSUPPORTED", "ws", "string")
     put("rank9.onnx", simple([helper.make_node("Identity", ["w9"], ["y"])],
                              inits=[numpy_helper.from_array(np.ones([1] * 9, np.float32), "w9")]), "EUNSUPPORTED", "w9", "rank 9")
     put("rank9_input.onnx", simple(relu, inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [1] * 9)]),
         "EUNSUPPORTED", "'x'", "rank 9")
-    put("opset6.onnx", simple(relu, opset=6), "EUNSUPPORTED", "opset 6")
-    put("opset18.onnx", simple(relu, opset=18), "EUNSUPPORTED", "opset 18")
+    put("opset0.onnx", simple(relu, opset=0), "EUNSUPPORTED", "opset 0", "1..21", "onnx.version_converter")
+    put("opset22.onnx", simple(relu, opset=22), "EUNSUPPORTED", "opset 22", "1..21", "onnx.version_converter")
     bn = [numpy_helper.from_array(np.ones(4, np.float32), nm) for nm in ("s", "b", "m", "v")]
     put("bn_spatial0.onnx", simple([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn0", spatial=0)],
                                    inits=bn, opset=7), "EUNSUPPORTED", "bn0", "spatial")

@@ -1,0 +1,170 @@
+/* Which float tensors training updates.
+ *
+ * Initializers are parameters.  So are float tensors that exporters
+ * (Paddle2ONNX, tf2onnx) write as Constant nodes when they reach a
+ * parameter slot of an operator (a Conv's weight, a BatchNorm's scale or
+ * statistics, a bias added to a MatMul...) directly or through Identity
+ * nodes: such a Constant becomes an initializer holding its value, and the
+ * Identity chain is bypassed, so the rest of training (BatchNorm state,
+ * export) treats both writings alike.  Constants elsewhere (a scale of 0.5,
+ * shape arithmetic) stay constants.  Then --freeze patterns clear the
+ * trainable flag of the parameters they name. */
+#include <errno.h>
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "exec/train_params.h"
+
+/* Input slots of an operator that hold parameters (bit i: input i); `big`:
+ * only vectors count (a bias, not a factor of 0.5 nor a mask). */
+static const struct {
+	const char *op;
+	unsigned slots;
+	int big;
+} param_slots[] = {
+	{ "Conv", 0x6, 0 }, { "ConvTranspose", 0x6, 0 }, { "Gemm", 0x7, 0 }, { "MatMul", 0x3, 0 },
+	{ "BatchNormalization", 0x1e, 0 }, { "InstanceNormalization", 0x6, 0 }, { "LayerNormalization", 0x6, 0 },
+	{ "GroupNormalization", 0x6, 0 }, { "PRelu", 0x2, 0 }, { "LSTM", 0x0e, 0 }, { "GRU", 0x0e, 0 },
+	{ "RNN", 0x0e, 0 }, { "Add", 0x3, 1 }, { "Mul", 0x3, 1 }, { "Gather", 0x1, 0 },
+};
+
+/* A float tensor from a Constant node: constant data, no producer (not
+ * folded).  The importer's own float constants (Clip bounds, Pad values,
+ * Resize scales) never sit in a parameter slot. */
+static int constant_tensor(const struct hp_graph *g, int v)
+{
+	const struct hp_value *val = v >= 0 ? &g->values[v] : NULL;
+
+	return val && val->kind == HP_VALUE_CONSTANT && val->producer < 0 && val->data && val->dtype == HP_F32 &&
+	       val->next < 0;
+}
+
+/* More than one element, all along one dim ([C], [1, C, 1, 1]). */
+static int vector(const struct hp_shape *s)
+{
+	int big = 0;
+
+	for (int d = 0; d < s->rank; d++)
+		big += s->dims[d] > 1;
+	return big == 1;
+}
+
+static int slot_is_param(const struct hp_graph *g, const struct hp_node *n, int i)
+{
+	if (n->domain[0])
+		return 0;
+	for (size_t k = 0; k < sizeof param_slots / sizeof param_slots[0]; k++) {
+		if (strcmp(param_slots[k].op, n->op_type) || !(param_slots[k].slots >> i & 1))
+			continue;
+		if (!param_slots[k].big)
+			return 1;
+		/* a bias or scale vector next to a computed operand (not a mask or
+		 * a table of several dims: those stay constants) */
+		return vector(&g->values[n->inputs[i]].shape) && n->ninputs == 2 &&
+		       g->values[n->inputs[1 - i]].kind != HP_VALUE_CONSTANT;
+	}
+	return 0;
+}
+
+/* Nodes reading Identity(C) (any depth) read C itself; the graph outputs
+ * keep their Identity. */
+static void bypass_identities(struct hp_graph *g)
+{
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct hp_node *id = &g->nodes[i];
+		if (strcmp(id->op_type, "Identity") || id->domain[0] || id->ninputs != 1 || id->noutputs != 1 ||
+		    id->outputs[0] < 0 || !constant_tensor(g, id->inputs[0]))
+			continue;
+		for (int j = i + 1; j < g->nnodes; j++)
+			for (int k = 0; k < g->nodes[j].ninputs; k++)
+				if (g->nodes[j].inputs[k] == id->outputs[0])
+					g->nodes[j].inputs[k] = id->inputs[0];
+	}
+}
+
+static int promote(struct hp_graph *g, int64_t *count)
+{
+	bypass_identities(g);
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct hp_node *n = &g->nodes[i];
+		for (int k = 0; k < n->ninputs; k++) {
+			struct hp_value *v = n->inputs[k] >= 0 ? &g->values[n->inputs[k]] : NULL;
+			if (!v || !constant_tensor(g, n->inputs[k]) || !slot_is_param(g, n, k))
+				continue;
+			v->kind = HP_VALUE_INITIALIZER;
+			v->trainable = 1;
+			v->src = (struct hp_blob){ .kind = HP_BLOB_MEMORY,
+						   .length = hp_tensor_bytes(&(struct hp_tensor){ v->dtype, v->shape, NULL }) };
+			(*count)++;
+		}
+	}
+	return hp_graph_finalize(g);
+}
+
+static int is_param(const struct hp_value *v)
+{
+	return v->kind == HP_VALUE_INITIALIZER && v->dtype == HP_F32 && v->trainable && v->next < 0;
+}
+
+/* BatchNorm's running statistics are state, not parameters: neither
+ * counted nor frozen (training updates them from the batches). */
+static char *statistics(const struct hp_graph *g)
+{
+	char *st = calloc((size_t)g->nvalues + 1, 1);
+
+	for (int i = 0; st && i < g->nnodes; i++)
+		if (!strcmp(g->nodes[i].op_type, "BatchNormalization") && !g->nodes[i].domain[0])
+			for (int k = 3; k < 5 && k < g->nodes[i].ninputs; k++)
+				if (g->nodes[i].inputs[k] >= 0)
+					st[g->nodes[i].inputs[k]] = 1;
+	return st;
+}
+
+static int freeze(struct hp_graph *g, const char *pattern, const char *example, const char *stat,
+		  struct hp_param_counts *pc)
+{
+	int hits = 0;
+
+	for (int v = 0; v < g->nvalues; v++) {
+		struct hp_value *val = &g->values[v];
+		if (!is_param(val) || stat[v] || fnmatch(pattern, val->name, 0))
+			continue;
+		val->trainable = 0;
+		pc->frozen += hp_shape_numel(&val->shape);
+		pc->frozen_tensors++;
+		hits++;
+	}
+	if (!hits)
+		return hp_error(HP_EUSAGE, "--freeze %s: no parameter name matches (names are the model's "
+				"initializers, e.g. '%s')", pattern, example);
+	return 0;
+}
+
+int hp_train_params(struct hp_graph *g, const char *const *patterns, int npatterns, struct hp_param_counts *pc)
+{
+	const char *example = "(none)";
+	char *stat;
+	int rc;
+
+	memset(pc, 0, sizeof *pc);
+	pc->size = sizeof *pc;
+	if ((rc = promote(g, &pc->from_constants)) < 0)
+		return rc;
+	if (!(stat = statistics(g)))
+		return hp_error(-ENOMEM, "out of memory");
+	for (int v = g->nvalues - 1; v >= 0; v--)
+		if (is_param(&g->values[v]) && !stat[v])
+			example = g->values[v].name;
+	for (int i = 0; i < npatterns && rc == 0; i++)
+		rc = freeze(g, patterns[i], example, stat, pc);
+	for (int v = 0; v < g->nvalues; v++)
+		if (is_param(&g->values[v]) && !stat[v]) {
+			pc->trained += hp_shape_numel(&g->values[v].shape);
+			pc->trained_tensors++;
+		}
+	free(stat);
+	return rc;
+}
