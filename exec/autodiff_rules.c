@@ -82,8 +82,8 @@ static int r_unary(struct ad *ad, const struct hp_node *n, const int *dy)
 	if (!strcmp(op, "Gelu") && !strcmp(hp_attr_string(n, "approximate", "none"), "tanh"))
 		op = "GeluTanh";
 	a[na++] = ad_str("op", op);
-	for (int k = 0; k < 3; k++)
-		na += ad_copy_attr(n, (const char *[]){ "alpha", "beta", "gamma" }[k], &a[na]);
+	for (int k = 0; k < 4; k++)
+		na += ad_copy_attr(n, (const char *[]){ "alpha", "beta", "gamma", "lambd" }[k], &a[na]);
 	if (!strcmp(op, "Clip")) {
 		lim[0] = hp_attr_float(n, "min", lim[0]);
 		lim[1] = hp_attr_float(n, "max", lim[1]);
@@ -477,6 +477,9 @@ static const struct rule rules[] = {
 	{ "Sqrt", r_unary }, { "Reciprocal", r_unary }, { "Neg", r_unary }, { "Abs", r_unary },
 	{ "Erf", r_unary }, { "Gelu", r_unary }, { "Clip", r_unary }, { "Sin", r_unary }, { "Cos", r_unary },
 	{ "Mish", r_unary }, { "Identity", r_identity },
+	{ "Tan", r_unary }, { "Asin", r_unary }, { "Acos", r_unary }, { "Atan", r_unary }, { "Sinh", r_unary },
+	{ "Cosh", r_unary }, { "Asinh", r_unary }, { "Acosh", r_unary }, { "Atanh", r_unary },
+	{ "Celu", r_unary }, { "Shrink", r_unary },
 	{ "Add", r_binary }, { "Sub", r_binary }, { "Mul", r_binary }, { "Div", r_binary }, { "Pow", r_binary },
 	{ "Max", r_binary }, { "Min", r_binary }, { "Sum", r_sum_like }, { "Expand", r_sum_like },
 	{ "Where", r_where }, { "DropoutTrain", r_dropout },
