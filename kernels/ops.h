@@ -15,6 +15,7 @@ extern const struct hp_op *const hp_ops_shape[];   /* shape_ops.c: Reshape, Conc
 extern const struct hp_op *const hp_ops_reduce[];  /* reduce.c: ReduceMean, ReduceSum, ... */
 extern const struct hp_op *const hp_ops_resize[];  /* resize.c: Resize */
 extern const struct hp_op *const hp_ops_mask[];    /* mask.c: Trilu, NonZero */
+extern const struct hp_op *const hp_ops_loss[];    /* loss.c: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss */
 extern const struct hp_op *const hp_ops_train[];   /* train ops (ai.hpdlf): backward, losses, optimizers */
 
 #endif
