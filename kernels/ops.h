@@ -18,6 +18,7 @@ extern const struct hp_op *const hp_ops_mask[];    /* mask.c: Trilu, NonZero */
 extern const struct hp_op *const hp_ops_loss[];    /* loss.c: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss */
 extern const struct hp_op *const hp_ops_index[];   /* index_ops.c: Scatter*, GatherND, OneHot, TopK, ... */
 extern const struct hp_op *const hp_ops_rnn[];     /* rnn.c: RNN, GRU, LSTM */
+extern const struct hp_op *const hp_ops_norm_extra[]; /* norm_extra.c: LRN, GroupNormalization, MVN */
 extern const struct hp_op *const hp_ops_train[];   /* train ops (ai.hpdlf): backward, losses, optimizers */
 
 #endif
