@@ -19,6 +19,8 @@ extern const struct hp_op *const hp_ops_loss[];    /* loss.c: NegativeLogLikelih
 extern const struct hp_op *const hp_ops_index[];   /* index_ops.c: Scatter*, GatherND, OneHot, TopK, ... */
 extern const struct hp_op *const hp_ops_rnn[];     /* rnn.c: RNN, GRU, LSTM */
 extern const struct hp_op *const hp_ops_norm_extra[]; /* norm_extra.c: LRN, GroupNormalization, MVN */
+extern const struct hp_op *const hp_ops_nms[];     /* nms.c: NonMaxSuppression (folds) */
+extern const struct hp_op *const hp_ops_einsum[];  /* einsum.c: Einsum */
 extern const struct hp_op *const hp_ops_train[];   /* train ops (ai.hpdlf): backward, losses, optimizers */
 
 #endif
