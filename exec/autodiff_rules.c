@@ -494,6 +494,17 @@ static const struct rule rules[] = {
 	{ "Resize", r_resize }, { "Upsample", r_resize },
 };
 
+int ad_has_rule(const char *op)
+{
+	/* training rewrites these into BatchNormTrain / DropoutTrain, which have rules */
+	if (!strcmp(op, "BatchNormalization") || !strcmp(op, "Dropout"))
+		return 1;
+	for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+		if (!strcmp(rules[i].op, op))
+			return 1;
+	return 0;
+}
+
 int ad_rule(struct ad *ad, const struct hp_node *n, const int *dy)
 {
 	int internal = !strcmp(n->domain, "ai.hpdlf");
