@@ -338,6 +338,35 @@ static int r_softmax(struct ad *ad, const struct hp_node *n, const int *dy)
 	return emit_to(ad, n, strcmp(n->op_type, "Softmax") ? "LogSoftmaxGrad" : "SoftmaxGrad", 2, in, 1, want, 2, a);
 }
 
+/* NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss: LossGrad recomputes
+ * what it needs; SCE's log_prob output may not carry a gradient. */
+static int r_loss(struct ad *ad, const struct hp_node *n, const int *dy)
+{
+	struct hp_attr a[MAXA] = { ad_str("op", n->op_type) };
+	int na = 1, in[4] = { dy[0], n->inputs[0], n->inputs[1], in_at(n, 2) }, want[1] = { 0 };
+
+	if (n->noutputs > 1 && dy[1] >= 0)
+		return no_grad(ad, n, "log_prob output on the gradient path");
+	na += ad_copy_attr(n, "reduction", &a[na]);
+	na += ad_copy_attr(n, "ignore_index", &a[na]);
+	if (dy[0] < 0)
+		return 0;
+	return emit_to(ad, n, "LossGrad", in[3] >= 0 ? 4 : 3, in, 1, want, na, a);
+}
+
+/* CumSum: the reversed cumulative sum of dY (exclusive stays exclusive). */
+static int r_cumsum(struct ad *ad, const struct hp_node *n, const int *dy)
+{
+	struct hp_attr a[2] = { ad_int("exclusive", hp_attr_int(n, "exclusive", 0)),
+				ad_int("reverse", !hp_attr_int(n, "reverse", 0)) };
+	int in[2] = { dy[0], n->inputs[1] }, rc, out[1] = { ad_needs(ad, n, 0) };
+
+	if (!out[0])
+		return 0;
+	rc = ad_emit(ad, "CumSum", 0, n->name, 2, in, 1, out, 2, a); /* the ai.onnx op itself */
+	return rc < 0 ? rc : ad_contrib(ad, n->inputs[0], out[0]);
+}
+
 /* ---- shape ops --------------------------------------------------------- */
 
 static int r_reshape(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -492,6 +521,7 @@ static const struct rule rules[] = {
 	{ "Transpose", r_transpose }, { "Concat", r_concat }, { "Split", r_split }, { "Slice", r_slice },
 	{ "Gather", r_gather }, { "ReduceSum", r_reduce }, { "ReduceMean", r_reduce },
 	{ "Resize", r_resize }, { "Upsample", r_resize },
+	{ "NegativeLogLikelihoodLoss", r_loss }, { "SoftmaxCrossEntropyLoss", r_loss }, { "CumSum", r_cumsum },
 };
 
 int ad_has_rule(const char *op)

@@ -57,16 +57,14 @@ static int loss_check(const struct hp_graph *g, const struct hp_node *n)
 	return 0;
 }
 
-static int loss_prepare(struct hp_graph *g, struct hp_node *n)
+/* n->priv and n->workspace from the attributes and the input's shape. */
+static int loss_prepare_priv(struct hp_graph *g, struct hp_node *n)
 {
-	const struct hp_value *x = hpk_in(g, n, 0), *t = hpk_in(g, n, 1);
-	struct hp_value *y = hpk_out(g, n, 0), *lp = hpk_out(g, n, 1);
+	const struct hp_value *x = hpk_in(g, n, 0);
 	struct lpriv *p;
 	enum lred red;
-	int rc = loss_check(g, n);
+	int rc = read_reduction(g, n, &red);
 
-	if (rc == 0)
-		rc = read_reduction(g, n, &red);
 	if (rc < 0)
 		return rc;
 	if (!(p = calloc(1, sizeof *p)))
@@ -81,8 +79,21 @@ static int loss_prepare(struct hp_graph *g, struct hp_node *n)
 	p->inner = hpk_prod(x->shape.dims, 2, x->shape.rank);
 	/* log_prob is needed as scratch even when not an output */
 	n->workspace = p->sce ? (size_t)hp_shape_numel(&x->shape) * sizeof(double) : 0;
+	return 0;
+}
+
+static int loss_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	const struct hp_value *x = hpk_in(g, n, 0), *t = hpk_in(g, n, 1);
+	struct hp_value *y = hpk_out(g, n, 0), *lp = hpk_out(g, n, 1);
+	int rc = loss_check(g, n);
+
+	if (rc == 0)
+		rc = loss_prepare_priv(g, n);
+	if (rc < 0)
+		return rc;
 	y->dtype = x->dtype;
-	y->shape = red == LR_NONE ? t->shape : (struct hp_shape){ 0 };
+	y->shape = ((const struct lpriv *)n->priv)->red == LR_NONE ? t->shape : (struct hp_shape){ 0 };
 	if (lp) {
 		lp->dtype = x->dtype;
 		lp->shape = x->shape;
@@ -156,6 +167,84 @@ static int loss_run(const struct hp_node *n, const struct hp_kargs *a)
 	return 0;
 }
 
+/* ---- LossGrad(dLoss, input, target, weight?) -> dInput (ai.hpdlf) --------
+ * Attributes: op (the forward op's name), reduction, ignore_index.  Each
+ * counted position's coefficient is dLoss (per position for "none") times
+ * w[t], divided by the weight sum for "mean"; NLL puts -coef at the
+ * target class, SoftmaxCrossEntropyLoss coef * (softmax - onehot). */
+
+static int lgrad_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	const char *op = hp_attr_string(n, "op", "");
+	struct hp_node fwd = *n;
+	int rc;
+
+	/* the forward checks see (input, target, weight) */
+	fwd.inputs = n->inputs + 1;
+	fwd.ninputs = n->ninputs - 1;
+	fwd.op_type = (char *)op;
+	if (strcmp(op, "NegativeLogLikelihoodLoss") && strcmp(op, "SoftmaxCrossEntropyLoss"))
+		return hp_node_error(g, n, HP_EMODEL, "op '%s' is not a loss", op);
+	if ((rc = loss_check(g, &fwd)) < 0 || (rc = loss_prepare_priv(g, &fwd)) < 0)
+		return rc;
+	n->priv = fwd.priv;
+	n->workspace = fwd.workspace;
+	const struct lpriv *p = n->priv;
+	const struct hp_value *dy = hpk_in(g, n, 0);
+	if (dy->dtype != hpk_in(g, n, 1)->dtype ||
+	    hp_shape_numel(&dy->shape) != (p->red == LR_NONE ? p->outer * p->inner : 1))
+		return hp_node_error(g, n, HP_ESHAPE, "dLoss must have the loss's dtype and shape");
+	hpk_out(g, n, 0)->dtype = hpk_in(g, n, 1)->dtype;
+	hpk_out(g, n, 0)->shape = hpk_in(g, n, 1)->shape;
+	return 0;
+}
+
+/* The weight sum of the counted positions ("mean" divides by it). */
+static double weight_sum(const struct lpriv *p, const struct hp_tensor *t, const struct hp_tensor *w)
+{
+	double s = 0;
+
+	for (int64_t k = 0; k < p->outer * p->inner; k++) {
+		int64_t c = ldi(t, k);
+		if (!(p->has_ignore && c == p->ignore) && c >= 0 && c < p->classes)
+			s += w ? ldv(w, c) : 1;
+	}
+	return s;
+}
+
+static int lgrad_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	const struct lpriv *p = n->priv;
+	const struct hp_tensor *dy = &a->in[0], *x = &a->in[1], *t = &a->in[2];
+	const struct hp_tensor *w = a->nin > 3 && a->in[3].data ? &a->in[3] : NULL;
+	double *lp = a->ws, den = p->red == LR_MEAN ? weight_sum(p, t, w) : 1;
+	struct hp_tensor *dx = &a->out[0];
+
+	if (p->sce)
+		log_softmax(p, x, lp);
+	for (int64_t i = 0; i < hp_shape_numel(&x->shape); i++)
+		stv(dx, i, 0);
+	for (int64_t o = 0, k = 0; o < p->outer; o++)
+		for (int64_t i = 0; i < p->inner; i++, k++) {
+			int64_t c = ldi(t, k), base = o * p->classes * p->inner + i;
+			if ((p->has_ignore && c == p->ignore) || c < 0 || c >= p->classes)
+				continue;
+			double coef = ldv(dy, p->red == LR_NONE ? k : 0) * (w ? ldv(w, c) : 1) / den;
+			if (!p->sce) {
+				stv(dx, base + c * p->inner, -coef);
+				continue;
+			}
+			for (int64_t j = 0; j < p->classes; j++)
+				stv(dx, base + j * p->inner, coef * (exp(lp[base + j * p->inner]) - (j == c)));
+		}
+	return 0;
+}
+
+static const struct hp_op op_loss_grad = {
+	.domain = "ai.hpdlf", .name = "LossGrad", .min_inputs = 3, .max_inputs = 4,
+	.min_outputs = 1, .max_outputs = 1, .prepare = lgrad_prepare, .run = lgrad_run,
+};
+
 static const struct hp_op op_nll = {
 	.domain = "", .name = "NegativeLogLikelihoodLoss", .min_inputs = 2, .max_inputs = 3,
 	.min_outputs = 1, .max_outputs = 1, .prepare = loss_prepare, .run = loss_run,
@@ -166,4 +255,4 @@ static const struct hp_op op_sce = {
 	.min_outputs = 1, .max_outputs = 2, .prepare = loss_prepare, .run = loss_run,
 };
 
-const struct hp_op *const hp_ops_loss[] = { &op_nll, &op_sce, NULL };
+const struct hp_op *const hp_ops_loss[] = { &op_nll, &op_sce, &op_loss_grad, NULL };

@@ -649,6 +649,64 @@ static void test_dp_buckets(void **state)
 	hp_graph_free(g);
 }
 
+static int const_f32(struct hp_graph *g, const char *name, int n, const float *vals)
+{
+	int v = value(g, name, HP_VALUE_CONSTANT, HP_F32, shp(1, n));
+	float *d = malloc((size_t)n * sizeof *d);
+
+	memcpy(d, vals, (size_t)n * sizeof *d);
+	g->values[v].data = d;
+	g->values[v].src.kind = HP_BLOB_MEMORY;
+	return v;
+}
+
+static struct hp_attr str_attr(const char *name, const char *s)
+{
+	return (struct hp_attr){ .name = (char *)name, .type = HP_ATTR_STRING, .s = (char *)s, .slen = strlen(s) };
+}
+
+/* The loss operators as in-graph losses (LossGrad) behind CumSum (its rule
+ * emits a reversed CumSum): P -> CumSum(axis 1, reverse, exclusive) ->
+ * SoftmaxCrossEntropyLoss(weights, ignore_index 2, mean), and
+ * Q -> NegativeLogLikelihoodLoss(weights, none) -> ReduceSum; gradients of
+ * P and Q against central differences. */
+static void test_loss_ops_and_cumsum_grads(void **state)
+{
+	static const float wts[4] = { 0.5f, 1.5f, 1.0f, 2.0f };
+	struct hp_graph *g = hp_graph_new("losses");
+	int64_t ax[1] = { 1 };
+	int p = param(g, "P", shp(3, 2, 4, 3), 1, -1, 1), q = param(g, "Q", shp(3, 3, 4, 2), 2, -2, 0);
+	int lab = value(g, "lab", HP_VALUE_INPUT, HP_I64, shp(2, 2, 3));
+	int tq = value(g, "tq", HP_VALUE_INPUT, HP_I64, shp(2, 3, 2)), w = const_f32(g, "w", 4, wts);
+	struct hp_attr ca[2] = { { .name = "reverse", .type = HP_ATTR_INT, .i = 1 },
+				 { .name = "exclusive", .type = HP_ATTR_INT, .i = 1 } };
+	struct hp_attr sa[2] = { str_attr("reduction", "mean"), { .name = "ignore_index", .type = HP_ATTR_INT, .i = 2 } };
+	struct hp_attr na[1] = { str_attr("reduction", "none") };
+	struct hp_attr keep0 = { .name = "keepdims", .type = HP_ATTR_INT, .i = 0 };
+	struct hp_train_spec t;
+	struct mini m;
+	int cs, sce, nll, rs;
+
+	(void)state;
+	cs = node(g, "CumSum", 2, (int[]){ p, const_i64(g, "axis", 1, ax) }, act(g, "cs"), 2, ca);
+	sce = node(g, "SoftmaxCrossEntropyLoss", 3, (int[]){ cs, lab, w }, act(g, "sce"), 2, sa);
+	nll = node(g, "NegativeLogLikelihoodLoss", 3, (int[]){ q, tq, w }, act(g, "nll"), 1, na);
+	rs = node(g, "ReduceSum", 1, &nll, act(g, "nsum"), 1, &keep0);
+	set_output(g, node(g, "Add", 2, (int[]){ sce, rs }, act(g, "loss"), 0, NULL));
+	assert_int_equal(hp_graph_finalize(g), 0);
+	hp_train_spec_init(&t, sizeof t);
+	t.loss = HP_LOSS_OUTPUT;
+	t.output = "loss";
+	if (hp_autodiff(g, &t) < 0)
+		fail_msg("%s", hp_errmsg());
+	mini_init(&m, g);
+	fill_inputs(&m, "lab", 8, 0, 4); /* some labels hit ignore_index 2 */
+	fill_inputs(&m, "tq", 9, 0, 4);
+	check_gradients(&m, 2);
+	mini_free(&m);
+	hp_graph_free(g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -659,6 +717,7 @@ int main(void)
 		cmocka_unit_test(test_output_loss_and_errors),
 		cmocka_unit_test(test_merged_running_stats),
 		cmocka_unit_test(test_dp_buckets),
+		cmocka_unit_test(test_loss_ops_and_cumsum_grads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
