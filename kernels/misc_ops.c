@@ -1,7 +1,7 @@
 /* Small operators: the window functions (HannWindow, HammingWindow,
  * BlackmanWindow; size must be a compile-time constant), CastLike,
- * Det (LU with partial pivoting in double) and BitShift (broadcasting,
- * unsigned integers). */
+ * Det (LU with partial pivoting in double), BitShift (broadcasting,
+ * unsigned integers) and MelWeightMatrix. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -198,6 +198,75 @@ static int bitshift_run(const struct hp_node *n, const struct hp_kargs *a)
 	return 0;
 }
 
+/* ---- MelWeightMatrix(num_mel_bins, dft_length, sample_rate, lower_edge_hertz,
+ * upper_edge_hertz) -> [dft_length / 2 + 1, num_mel_bins] ------------------
+ * Folds (every input must be constant: they set the shape); the triangle
+ * filters as ONNX's reference builds them, the mel edges in float32 like it. */
+
+static int mel_fill(const double *in, double *w, int64_t bins, int64_t mels)
+{
+	float lo = (float)(2595 * log10f(1 + (float)in[3] / 700)), hi = (float)(2595 * log10f(1 + (float)in[4] / 700));
+	float step = (hi - lo) / (float)(mels + 2); /* float32, as the reference computes it */
+	int64_t *f = malloc((size_t)(mels + 2) * sizeof *f);
+
+	if (!f)
+		return -ENOMEM;
+	for (int64_t i = 0; i < mels + 2; i++) {
+		double hz = 700 * (pow(10, ((double)i * step + lo) / 2595) - 1);
+		f[i] = (int64_t)floor((in[1] + 1) * hz / in[2]);
+	}
+	for (int64_t i = 0; i < mels; i++) {
+		int64_t l = f[i], c = f[i + 1], h = f[i + 2];
+		if (c == l && c >= 0 && c < bins)
+			w[c * mels + i] = 1;
+		for (int64_t j = l; c != l && j <= c; j++)
+			if (j >= 0 && j < bins)
+				w[j * mels + i] = (double)(j - l) / (double)(c - l);
+		for (int64_t j = c; h > c && j < h; j++)
+			if (j >= 0 && j < bins)
+				w[j * mels + i] = (double)(h - j) / (double)(h - c);
+	}
+	free(f);
+	return 0;
+}
+
+static int mel_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	enum hp_dtype t = (enum hp_dtype)hp_attr_int(n, "output_datatype", HP_F32);
+	double in[5], *w;
+	void *out;
+	int64_t bins, mels;
+
+	for (int i = 0; i < 5; i++) {
+		const struct hp_value *v = hpks_in(g, n, i);
+		if (hp_shape_numel(&v->shape) != 1 || !v->data)
+			return hp_node_error(g, n, v->data ? HP_ESHAPE : HP_ENOTCONST,
+					     "input %d must be a compile-time constant scalar (the inputs set the shape)", i);
+		in[i] = hpks_get_f(v->data, v->dtype, 0);
+	}
+	mels = (int64_t)in[0], bins = (int64_t)in[1] / 2 + 1;
+	if (mels < 1 || bins < 1 || in[2] <= 0 || (t != HP_F32 && t != HP_F64))
+		return hp_node_error(g, n, HP_EMODEL, "num_mel_bins, dft_length, sample_rate or output_datatype is not valid");
+	w = calloc((size_t)(bins * mels), sizeof *w);
+	out = malloc((size_t)(bins * mels) * hp_dtype_size(t));
+	if (!w || !out || mel_fill(in, w, bins, mels) < 0) {
+		free(w), free(out);
+		return hp_node_error(g, n, -ENOMEM, "out of memory");
+	}
+	for (int64_t i = 0; i < bins * mels; i++)
+		hpks_put_f(out, t, i, w[i]);
+	free(w);
+	hpks_set_out(g, n, 0, t, &(struct hp_shape){ 2, { bins, mels } });
+	hpks_set_out_data(g, n, 0, out);
+	return 0;
+}
+
+static int mel_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	(void)a;
+	return hp_node_error(NULL, n, HP_EINTERNAL, "runs only folded");
+}
+
 #define OP(var, nm, lo, hi, prep, rn)                                                                 \
 	static const struct hp_op var = { .domain = "", .name = nm, .min_inputs = lo, .max_inputs = hi,  \
 					  .min_outputs = 1, .max_outputs = 1, .prepare = prep, .run = rn }
@@ -208,7 +277,8 @@ OP(op_blackman, "BlackmanWindow", 1, 1, window_prepare, window_run);
 OP(op_castlike, "CastLike", 2, 2, castlike_prepare, castlike_run);
 OP(op_det, "Det", 1, 1, det_prepare, det_run);
 OP(op_bitshift, "BitShift", 2, 2, bitshift_prepare, bitshift_run);
+OP(op_mel, "MelWeightMatrix", 5, 5, mel_prepare, mel_run);
 
 const struct hp_op *const hp_ops_misc[] = {
-	&op_hann, &op_hamming, &op_blackman, &op_castlike, &op_det, &op_bitshift, NULL,
+	&op_hann, &op_hamming, &op_blackman, &op_castlike, &op_det, &op_bitshift, &op_mel, NULL,
 };

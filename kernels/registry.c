@@ -10,7 +10,7 @@ static const struct hp_op *const *const families[] = {
 	hp_ops_loss, hp_ops_index, hp_ops_rnn, hp_ops_norm_extra,
 	hp_ops_nms, hp_ops_einsum, hp_ops_misc, hp_ops_quant,
 	hp_ops_grid_sample, hp_ops_unique, hp_ops_spectral,
-	hp_ops_tfidf,
+	hp_ops_tfidf, hp_ops_roi_align,
 };
 
 #define MAX_OPS 512
