@@ -367,6 +367,21 @@ static int r_cumsum(struct ad *ad, const struct hp_node *n, const int *dy)
 	return rc < 0 ? rc : ad_contrib(ad, n->inputs[0], out[0]);
 }
 
+/* DepthToSpace (DCR) and SpaceToDepth permute elements and are each other's
+ * inverse: dX is the other op applied to dY (the ai.onnx op itself). */
+static int r_depth_space(struct ad *ad, const struct hp_node *n, const int *dy)
+{
+	int d2s = !strcmp(n->op_type, "DepthToSpace"), rc, out[1] = { ad_needs(ad, n, 0) };
+	struct hp_attr a[1] = { ad_int("blocksize", hp_attr_int(n, "blocksize", 0)) };
+
+	if (d2s && strcmp(hp_attr_string(n, "mode", "DCR"), "DCR"))
+		return no_grad(ad, n, "only mode DCR is differentiable (CRD has no inverse operator)");
+	if (!out[0])
+		return 0;
+	rc = ad_emit(ad, d2s ? "SpaceToDepth" : "DepthToSpace", 0, n->name, 1, dy, 1, out, 1, a);
+	return rc < 0 ? rc : ad_contrib(ad, n->inputs[0], out[0]);
+}
+
 /* ---- shape ops --------------------------------------------------------- */
 
 static int r_reshape(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -522,6 +537,7 @@ static const struct rule rules[] = {
 	{ "Gather", r_gather }, { "ReduceSum", r_reduce }, { "ReduceMean", r_reduce },
 	{ "Resize", r_resize }, { "Upsample", r_resize },
 	{ "NegativeLogLikelihoodLoss", r_loss }, { "SoftmaxCrossEntropyLoss", r_loss }, { "CumSum", r_cumsum },
+	{ "DepthToSpace", r_depth_space }, { "SpaceToDepth", r_depth_space },
 };
 
 int ad_has_rule(const char *op)

@@ -707,6 +707,33 @@ static void test_loss_ops_and_cumsum_grads(void **state)
 	hp_graph_free(g);
 }
 
+/* P -> DepthToSpace(2) -> Tanh -> * W -> SpaceToDepth(2), MSE: each
+ * rule emits the other op; gradients of P and W against differences. */
+static void test_depth_space_grads(void **state)
+{
+	struct hp_graph *g = hp_graph_new("d2s");
+	struct hp_attr bs = { .name = "blocksize", .type = HP_ATTR_INT, .i = 2 };
+	struct hp_train_spec t;
+	struct mini m;
+	int p = param(g, "P", shp(4, 1, 8, 2, 3), 31, -1, 1), w = param(g, "W", shp(1, 6), 32, -1, 1), d, h, hw;
+
+	(void)state;
+	d = node(g, "DepthToSpace", 1, &p, act(g, "d"), 1, &bs);
+	h = node(g, "Tanh", 1, &d, act(g, "h"), 0, NULL);
+	hw = node(g, "Mul", 2, (int[]){ h, w }, act(g, "hw"), 0, NULL);
+	set_output(g, node(g, "SpaceToDepth", 1, &hw, act(g, "out"), 1, &bs));
+	assert_int_equal(hp_graph_finalize(g), 0);
+	hp_train_spec_init(&t, sizeof t);
+	t.loss = HP_LOSS_MSE;
+	if (hp_autodiff(g, &t) < 0)
+		fail_msg("%s", hp_errmsg());
+	mini_init(&m, g);
+	fill_inputs(&m, "labels", 33, -1, 1);
+	check_gradients(&m, 2);
+	mini_free(&m);
+	hp_graph_free(g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -718,6 +745,7 @@ int main(void)
 		cmocka_unit_test(test_merged_running_stats),
 		cmocka_unit_test(test_dp_buckets),
 		cmocka_unit_test(test_loss_ops_and_cumsum_grads),
+		cmocka_unit_test(test_depth_space_grads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
