@@ -382,6 +382,16 @@ static int r_depth_space(struct ad *ad, const struct hp_node *n, const int *dy)
 	return rc < 0 ? rc : ad_contrib(ad, n->inputs[0], out[0]);
 }
 
+static int r_lrn(struct ad *ad, const struct hp_node *n, const int *dy)
+{
+	struct hp_attr a[MAXA];
+	int na = 0, in[2] = { dy[0], n->inputs[0] }, want[1] = { 0 };
+
+	for (int k = 0; k < 4; k++)
+		na += ad_copy_attr(n, (const char *[]){ "size", "alpha", "beta", "bias" }[k], &a[na]);
+	return emit_to(ad, n, "LRNGrad", 2, in, 1, want, na, a);
+}
+
 /* ---- shape ops --------------------------------------------------------- */
 
 static int r_reshape(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -537,7 +547,7 @@ static const struct rule rules[] = {
 	{ "Gather", r_gather }, { "ReduceSum", r_reduce }, { "ReduceMean", r_reduce },
 	{ "Resize", r_resize }, { "Upsample", r_resize },
 	{ "NegativeLogLikelihoodLoss", r_loss }, { "SoftmaxCrossEntropyLoss", r_loss }, { "CumSum", r_cumsum },
-	{ "DepthToSpace", r_depth_space }, { "SpaceToDepth", r_depth_space },
+	{ "DepthToSpace", r_depth_space }, { "SpaceToDepth", r_depth_space }, { "LRN", r_lrn },
 };
 
 int ad_has_rule(const char *op)

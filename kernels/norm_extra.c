@@ -73,6 +73,62 @@ static int lrn_run(const struct hp_node *n, const struct hp_kargs *a)
 	return 0;
 }
 
+/* ---- LRNGrad(dY, X) -> dX (ai.hpdlf; LRN's attributes) ----------------------
+ * With s_i = bias + alpha/size sum_{j in W(i)} x_j^2 and y_i = x_i s_i^-beta:
+ * dx_k = dy_k s_k^-beta - 2 alpha beta / size x_k sum_{i: k in W(i)} dy_i x_i s_i^(-beta-1),
+ * where k in W(i) for i in [k - ceil((size-1)/2), k + floor((size-1)/2)]. */
+
+static double lrn_s(const struct nxpriv *p, const float *x, int64_t C, int64_t inner, int64_t b, int64_t c, int64_t i)
+{
+	double sq = 0;
+
+	for (int64_t k = c - (p->size - 1) / 2; k <= c + p->size / 2; k++)
+		if (k >= 0 && k < C)
+			sq += (double)x[(b * C + k) * inner + i] * x[(b * C + k) * inner + i];
+	return p->bias + p->alpha / (double)p->size * sq;
+}
+
+static int lrn_grad_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	struct hp_node fwd = *n;
+	int rc;
+
+	fwd.inputs = n->inputs + 1; /* LRN's checks see X */
+	fwd.ninputs = 1;
+	if ((rc = lrn_prepare(g, &fwd)) < 0) {
+		n->priv = fwd.priv;
+		return rc;
+	}
+	n->priv = fwd.priv;
+	if (!hp_shape_equal(&hpk_in(g, n, 0)->shape, &hpk_in(g, n, 1)->shape) || hpk_in(g, n, 0)->dtype != HP_F32)
+		return hp_node_error(g, n, HP_ESHAPE, "dY must be float32 of X's shape");
+	return 0;
+}
+
+static int lrn_grad_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	const struct nxpriv *p = n->priv;
+	const struct hp_shape *s = &a->in[1].shape;
+	const float *dy = a->in[0].data, *x = a->in[1].data;
+	float *dx = a->out[0].data;
+	int64_t C = s->dims[1], inner = hpk_prod(s->dims, 2, s->rank);
+
+	for (int64_t b = 0; b < s->dims[0]; b++)
+		for (int64_t k = 0; k < C; k++)
+			for (int64_t i = 0; i < inner; i++) {
+				int64_t at = (b * C + k) * inner + i;
+				double acc = 0;
+				for (int64_t c = k - p->size / 2; c <= k + (p->size - 1) / 2; c++)
+					if (c >= 0 && c < C) {
+						int64_t ci = (b * C + c) * inner + i;
+						acc += dy[ci] * x[ci] * pow(lrn_s(p, x, C, inner, b, c, i), -p->beta - 1);
+					}
+				dx[at] = (float)(dy[at] * pow(lrn_s(p, x, C, inner, b, k, i), -p->beta) -
+						 2 * p->alpha * p->beta / (double)p->size * x[at] * acc);
+			}
+	return 0;
+}
+
 /* ---- GroupNormalization(X, scale, bias) ------------------------------------ */
 
 static int gn_prepare(struct hp_graph *g, struct hp_node *n)
@@ -187,4 +243,10 @@ NX_OP(hpkn_op_lrn, "LRN", 1, 1, lrn_prepare, lrn_run);
 NX_OP(hpkn_op_group_norm, "GroupNormalization", 3, 3, gn_prepare, gn_run);
 NX_OP(hpkn_op_mvn, "MeanVarianceNormalization", 1, 1, mvn_prepare, mvn_run);
 
-const struct hp_op *const hp_ops_norm_extra[] = { &hpkn_op_lrn, &hpkn_op_group_norm, &hpkn_op_mvn, NULL };
+static const struct hp_op hpkn_op_lrn_grad = {
+	.domain = "ai.hpdlf", .name = "LRNGrad", .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
+	.prepare = lrn_grad_prepare, .run = lrn_grad_run,
+};
+
+const struct hp_op *const hp_ops_norm_extra[] = { &hpkn_op_lrn, &hpkn_op_group_norm, &hpkn_op_mvn, &hpkn_op_lrn_grad,
+						  NULL };

@@ -707,8 +707,9 @@ static void test_loss_ops_and_cumsum_grads(void **state)
 	hp_graph_free(g);
 }
 
-/* P -> DepthToSpace(2) -> Tanh -> * W -> SpaceToDepth(2), MSE: each
- * rule emits the other op; gradients of P and W against differences. */
+/* P -> LRN(size 4) -> DepthToSpace(2) -> Tanh -> * W -> SpaceToDepth(2),
+ * MSE: LRNGrad, and depth/space rules emitting each other's op; gradients
+ * of P and W against differences. */
 static void test_depth_space_grads(void **state)
 {
 	struct hp_graph *g = hp_graph_new("d2s");
@@ -718,7 +719,12 @@ static void test_depth_space_grads(void **state)
 	int p = param(g, "P", shp(4, 1, 8, 2, 3), 31, -1, 1), w = param(g, "W", shp(1, 6), 32, -1, 1), d, h, hw;
 
 	(void)state;
-	d = node(g, "DepthToSpace", 1, &p, act(g, "d"), 1, &bs);
+	struct hp_attr lrn[4] = { { .name = "size", .type = HP_ATTR_INT, .i = 4 }, /* even: asymmetric window */
+				  { .name = "alpha", .type = HP_ATTR_FLOAT, .f = 0.5f },
+				  { .name = "beta", .type = HP_ATTR_FLOAT, .f = 0.75f },
+				  { .name = "bias", .type = HP_ATTR_FLOAT, .f = 1.5f } };
+	int l = node(g, "LRN", 1, &p, act(g, "l"), 4, lrn);
+	d = node(g, "DepthToSpace", 1, &l, act(g, "d"), 1, &bs);
 	h = node(g, "Tanh", 1, &d, act(g, "h"), 0, NULL);
 	hw = node(g, "Mul", 2, (int[]){ h, w }, act(g, "hw"), 0, NULL);
 	set_output(g, node(g, "SpaceToDepth", 1, &hw, act(g, "out"), 1, &bs));
