@@ -392,6 +392,17 @@ static int r_lrn(struct ad *ad, const struct hp_node *n, const int *dy)
 	return emit_to(ad, n, "LRNGrad", 2, in, 1, want, na, a);
 }
 
+/* GroupNormalization, and InstanceNormalization as C groups of one channel. */
+static int r_group_norm(struct ad *ad, const struct hp_node *n, const int *dy)
+{
+	int inst = !strcmp(n->op_type, "InstanceNormalization"), in[3] = { dy[0], n->inputs[0], n->inputs[1] };
+	int want[3] = { 0, 1, 2 };
+	struct hp_attr a[2] = { ad_int("num_groups", inst ? shape_of(ad, n->inputs[0]).dims[1] : hp_attr_int(n, "num_groups", 0)),
+				ad_float("epsilon", hp_attr_float(n, "epsilon", 1e-5f)) };
+
+	return emit_to(ad, n, "GroupNormGrad", 3, in, 3, want, 2, a);
+}
+
 /* ---- shape ops --------------------------------------------------------- */
 
 static int r_reshape(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -548,6 +559,7 @@ static const struct rule rules[] = {
 	{ "Resize", r_resize }, { "Upsample", r_resize },
 	{ "NegativeLogLikelihoodLoss", r_loss }, { "SoftmaxCrossEntropyLoss", r_loss }, { "CumSum", r_cumsum },
 	{ "DepthToSpace", r_depth_space }, { "SpaceToDepth", r_depth_space }, { "LRN", r_lrn },
+	{ "GroupNormalization", r_group_norm }, { "InstanceNormalization", r_group_norm },
 };
 
 int ad_has_rule(const char *op)

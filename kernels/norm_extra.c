@@ -174,6 +174,78 @@ static int gn_run(const struct hp_node *n, const struct hp_kargs *a)
 	return 0;
 }
 
+/* ---- GroupNormGrad(dY, X, scale) -> (dX, dScale, dBias) (ai.hpdlf) ----------
+ * num_groups and epsilon as GroupNormalization's (InstanceNormalization is
+ * num_groups = C with per-channel scale).  Per group, with xh the
+ * normalized input and g = dY * scale: dX = (g - mean(g) - xh mean(g xh)) / sigma;
+ * dScale and dBias sum dY xh and dY over the scale's channel or group. */
+
+static int gn_grad_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	struct hp_node fwd = *n;
+	int out2[2] = { n->noutputs > 0 ? n->outputs[0] : -1, -1 }, rc;
+	int in3[3] = { n->inputs[1], n->inputs[2], n->inputs[2] }; /* X, scale, scale for bias */
+
+	fwd.outputs = out2;
+	fwd.noutputs = 1;
+	fwd.inputs = in3;
+	fwd.ninputs = 3;
+	rc = gn_prepare(g, &fwd);
+	n->priv = fwd.priv;
+	if (rc < 0)
+		return rc;
+	if (!hp_shape_equal(&hpk_in(g, n, 0)->shape, &hpk_in(g, n, 1)->shape) || hpk_in(g, n, 0)->dtype != HP_F32)
+		return hp_node_error(g, n, HP_ESHAPE, "dY must be float32 of X's shape");
+	for (int o = 1; o < 3 && o < n->noutputs; o++)
+		if (n->outputs[o] >= 0) {
+			hpk_out(g, n, o)->dtype = HP_F32;
+			hpk_out(g, n, o)->shape = hpk_in(g, n, 2)->shape;
+		}
+	return 0;
+}
+
+/* Per group: mean and 1/sigma of x, then the sums the gradients need. */
+static void gn_grad_group(const struct nxpriv *p, const struct hp_kargs *a, int64_t base, int64_t gi, int64_t m,
+			  int64_t inner)
+{
+	const float *dy = a->in[0].data, *x = a->in[1].data, *sc = a->in[2].data;
+	float *dx = a->out[0].data, *ds = a->nout > 1 ? a->out[1].data : NULL, *db = a->nout > 2 ? a->out[2].data : NULL;
+	int64_t cpg = m / inner;
+	double mean = hpk_sum_f(x + base, m) / (double)m, r, mg = 0, mgx = 0;
+
+	r = 1 / sqrt(hpk_sumsq_f(x + base, (float)mean, m) / (double)m + p->eps);
+	for (int64_t j = 0; j < m; j++) {
+		int64_t ch = p->per_channel ? gi * cpg + j / inner : gi;
+		double xh = (x[base + j] - mean) * r, gv = dy[base + j] * sc[ch];
+		mg += gv / (double)m, mgx += gv * xh / (double)m;
+		if (ds)
+			ds[ch] += (float)(dy[base + j] * xh);
+		if (db)
+			db[ch] += dy[base + j];
+	}
+	for (int64_t j = 0; j < m; j++) {
+		int64_t ch = p->per_channel ? gi * cpg + j / inner : gi;
+		double xh = (x[base + j] - mean) * r;
+		dx[base + j] = (float)((dy[base + j] * sc[ch] - mg - xh * mgx) * r);
+	}
+}
+
+static int gn_grad_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	const struct nxpriv *p = n->priv;
+	const struct hp_shape *s = &a->in[1].shape;
+	int64_t C = s->dims[1], cpg = C / p->groups, inner = hpk_prod(s->dims, 2, s->rank);
+	int64_t k = p->per_channel ? C : p->groups;
+
+	for (int o = 1; o < 3 && o < a->nout; o++)
+		if (a->out[o].data)
+			memset(a->out[o].data, 0, (size_t)k * sizeof(float));
+	for (int64_t b = 0; b < s->dims[0]; b++)
+		for (int64_t gi = 0; gi < p->groups; gi++)
+			gn_grad_group(p, a, (b * C + gi * cpg) * inner, gi, cpg * inner, inner);
+	return 0;
+}
+
 /* ---- MeanVarianceNormalization --------------------------------------------- */
 
 static int mvn_prepare(struct hp_graph *g, struct hp_node *n)
@@ -248,5 +320,10 @@ static const struct hp_op hpkn_op_lrn_grad = {
 	.prepare = lrn_grad_prepare, .run = lrn_grad_run,
 };
 
+static const struct hp_op hpkn_op_gn_grad = {
+	.domain = "ai.hpdlf", .name = "GroupNormGrad", .min_inputs = 3, .max_inputs = 3, .min_outputs = 1,
+	.max_outputs = 3, .prepare = gn_grad_prepare, .run = gn_grad_run,
+};
+
 const struct hp_op *const hp_ops_norm_extra[] = { &hpkn_op_lrn, &hpkn_op_group_norm, &hpkn_op_mvn, &hpkn_op_lrn_grad,
-						  NULL };
+						  &hpkn_op_gn_grad, NULL };

@@ -740,6 +740,39 @@ static void test_depth_space_grads(void **state)
 	hp_graph_free(g);
 }
 
+/* x -> GroupNormalization(3 groups, per-group scale) -> InstanceNormalization
+ * -> MSE: gradients of both norms' scales and biases, and through x's
+ * path, against central differences. */
+static void test_group_instance_norm_grads(void **state)
+{
+	struct hp_graph *g = hp_graph_new("gn");
+	struct hp_attr ga[2] = { { .name = "num_groups", .type = HP_ATTR_INT, .i = 3 },
+				 { .name = "epsilon", .type = HP_ATTR_FLOAT, .f = 1e-3f } };
+	struct hp_train_spec t;
+	struct mini m;
+	int x = value(g, "x", HP_VALUE_INPUT, HP_F32, shp(4, 2, 6, 2, 3));
+	int w = param(g, "W", shp(4, 2, 6, 2, 3), 41, -1, 1);
+	int gs = param(g, "gs", shp(1, 3), 42, 0.5f, 1.5f), gb = param(g, "gb", shp(1, 3), 43, -0.5f, 0.5f);
+	int is = param(g, "is", shp(1, 6), 44, 0.5f, 1.5f), ib = param(g, "ib", shp(1, 6), 45, -0.5f, 0.5f), xw, gn;
+
+	(void)state;
+	xw = node(g, "Mul", 2, (int[]){ x, w }, act(g, "xw"), 0, NULL);
+	gn = node(g, "GroupNormalization", 3, (int[]){ xw, gs, gb }, act(g, "gn"), 2, ga);
+	gn = node(g, "Tanh", 1, &gn, act(g, "t"), 0, NULL);
+	set_output(g, node(g, "InstanceNormalization", 3, (int[]){ gn, is, ib }, act(g, "out"), 1, &ga[1]));
+	assert_int_equal(hp_graph_finalize(g), 0);
+	hp_train_spec_init(&t, sizeof t);
+	t.loss = HP_LOSS_MSE;
+	if (hp_autodiff(g, &t) < 0)
+		fail_msg("%s", hp_errmsg());
+	mini_init(&m, g);
+	fill_inputs(&m, "x", 46, -2, 2);
+	fill_inputs(&m, "labels", 47, -1, 1);
+	check_gradients(&m, 5);
+	mini_free(&m);
+	hp_graph_free(g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -752,6 +785,7 @@ int main(void)
 		cmocka_unit_test(test_dp_buckets),
 		cmocka_unit_test(test_loss_ops_and_cumsum_grads),
 		cmocka_unit_test(test_depth_space_grads),
+		cmocka_unit_test(test_group_instance_norm_grads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
