@@ -44,6 +44,8 @@ int ad_copy_attr(const struct hp_node *n, const char *name, struct hp_attr *out)
 /* The gradient rule of forward node n (a copy: g->nodes may move while
  * emitting), given dy[o], the gradient of each output (-1: none). */
 int ad_rule(struct ad *ad, const struct hp_node *n, const int *dy);
+/* Whether ai.onnx operator `op` has a gradient rule (docs/operators.md). */
+int ad_has_rule(const char *op);
 
 /* Give every BatchNorm running statistic storage of its own (autodiff_untie.c):
  * an Identity alias or an initializer shared with another use becomes a new

@@ -82,8 +82,8 @@ static int r_unary(struct ad *ad, const struct hp_node *n, const int *dy)
 	if (!strcmp(op, "Gelu") && !strcmp(hp_attr_string(n, "approximate", "none"), "tanh"))
 		op = "GeluTanh";
 	a[na++] = ad_str("op", op);
-	for (int k = 0; k < 3; k++)
-		na += ad_copy_attr(n, (const char *[]){ "alpha", "beta", "gamma" }[k], &a[na]);
+	for (int k = 0; k < 4; k++)
+		na += ad_copy_attr(n, (const char *[]){ "alpha", "beta", "gamma", "lambd" }[k], &a[na]);
 	if (!strcmp(op, "Clip")) {
 		lim[0] = hp_attr_float(n, "min", lim[0]);
 		lim[1] = hp_attr_float(n, "max", lim[1]);
@@ -338,6 +338,71 @@ static int r_softmax(struct ad *ad, const struct hp_node *n, const int *dy)
 	return emit_to(ad, n, strcmp(n->op_type, "Softmax") ? "LogSoftmaxGrad" : "SoftmaxGrad", 2, in, 1, want, 2, a);
 }
 
+/* NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss: LossGrad recomputes
+ * what it needs; SCE's log_prob output may not carry a gradient. */
+static int r_loss(struct ad *ad, const struct hp_node *n, const int *dy)
+{
+	struct hp_attr a[MAXA] = { ad_str("op", n->op_type) };
+	int na = 1, in[4] = { dy[0], n->inputs[0], n->inputs[1], in_at(n, 2) }, want[1] = { 0 };
+
+	if (n->noutputs > 1 && dy[1] >= 0)
+		return no_grad(ad, n, "log_prob output on the gradient path");
+	na += ad_copy_attr(n, "reduction", &a[na]);
+	na += ad_copy_attr(n, "ignore_index", &a[na]);
+	if (dy[0] < 0)
+		return 0;
+	return emit_to(ad, n, "LossGrad", in[3] >= 0 ? 4 : 3, in, 1, want, na, a);
+}
+
+/* CumSum: the reversed cumulative sum of dY (exclusive stays exclusive). */
+static int r_cumsum(struct ad *ad, const struct hp_node *n, const int *dy)
+{
+	struct hp_attr a[2] = { ad_int("exclusive", hp_attr_int(n, "exclusive", 0)),
+				ad_int("reverse", !hp_attr_int(n, "reverse", 0)) };
+	int in[2] = { dy[0], n->inputs[1] }, rc, out[1] = { ad_needs(ad, n, 0) };
+
+	if (!out[0])
+		return 0;
+	rc = ad_emit(ad, "CumSum", 0, n->name, 2, in, 1, out, 2, a); /* the ai.onnx op itself */
+	return rc < 0 ? rc : ad_contrib(ad, n->inputs[0], out[0]);
+}
+
+/* DepthToSpace (DCR) and SpaceToDepth permute elements and are each other's
+ * inverse: dX is the other op applied to dY (the ai.onnx op itself). */
+static int r_depth_space(struct ad *ad, const struct hp_node *n, const int *dy)
+{
+	int d2s = !strcmp(n->op_type, "DepthToSpace"), rc, out[1] = { ad_needs(ad, n, 0) };
+	struct hp_attr a[1] = { ad_int("blocksize", hp_attr_int(n, "blocksize", 0)) };
+
+	if (d2s && strcmp(hp_attr_string(n, "mode", "DCR"), "DCR"))
+		return no_grad(ad, n, "only mode DCR is differentiable (CRD has no inverse operator)");
+	if (!out[0])
+		return 0;
+	rc = ad_emit(ad, d2s ? "SpaceToDepth" : "DepthToSpace", 0, n->name, 1, dy, 1, out, 1, a);
+	return rc < 0 ? rc : ad_contrib(ad, n->inputs[0], out[0]);
+}
+
+static int r_lrn(struct ad *ad, const struct hp_node *n, const int *dy)
+{
+	struct hp_attr a[MAXA];
+	int na = 0, in[2] = { dy[0], n->inputs[0] }, want[1] = { 0 };
+
+	for (int k = 0; k < 4; k++)
+		na += ad_copy_attr(n, (const char *[]){ "size", "alpha", "beta", "bias" }[k], &a[na]);
+	return emit_to(ad, n, "LRNGrad", 2, in, 1, want, na, a);
+}
+
+/* GroupNormalization, and InstanceNormalization as C groups of one channel. */
+static int r_group_norm(struct ad *ad, const struct hp_node *n, const int *dy)
+{
+	int inst = !strcmp(n->op_type, "InstanceNormalization"), in[3] = { dy[0], n->inputs[0], n->inputs[1] };
+	int want[3] = { 0, 1, 2 };
+	struct hp_attr a[2] = { ad_int("num_groups", inst ? shape_of(ad, n->inputs[0]).dims[1] : hp_attr_int(n, "num_groups", 0)),
+				ad_float("epsilon", hp_attr_float(n, "epsilon", 1e-5f)) };
+
+	return emit_to(ad, n, "GroupNormGrad", 3, in, 3, want, 2, a);
+}
+
 /* ---- shape ops --------------------------------------------------------- */
 
 static int r_reshape(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -477,6 +542,9 @@ static const struct rule rules[] = {
 	{ "Sqrt", r_unary }, { "Reciprocal", r_unary }, { "Neg", r_unary }, { "Abs", r_unary },
 	{ "Erf", r_unary }, { "Gelu", r_unary }, { "Clip", r_unary }, { "Sin", r_unary }, { "Cos", r_unary },
 	{ "Mish", r_unary }, { "Identity", r_identity },
+	{ "Tan", r_unary }, { "Asin", r_unary }, { "Acos", r_unary }, { "Atan", r_unary }, { "Sinh", r_unary },
+	{ "Cosh", r_unary }, { "Asinh", r_unary }, { "Acosh", r_unary }, { "Atanh", r_unary },
+	{ "Celu", r_unary }, { "Shrink", r_unary },
 	{ "Add", r_binary }, { "Sub", r_binary }, { "Mul", r_binary }, { "Div", r_binary }, { "Pow", r_binary },
 	{ "Max", r_binary }, { "Min", r_binary }, { "Sum", r_sum_like }, { "Expand", r_sum_like },
 	{ "Where", r_where }, { "DropoutTrain", r_dropout },
@@ -489,7 +557,21 @@ static const struct rule rules[] = {
 	{ "Transpose", r_transpose }, { "Concat", r_concat }, { "Split", r_split }, { "Slice", r_slice },
 	{ "Gather", r_gather }, { "ReduceSum", r_reduce }, { "ReduceMean", r_reduce },
 	{ "Resize", r_resize }, { "Upsample", r_resize },
+	{ "NegativeLogLikelihoodLoss", r_loss }, { "SoftmaxCrossEntropyLoss", r_loss }, { "CumSum", r_cumsum },
+	{ "DepthToSpace", r_depth_space }, { "SpaceToDepth", r_depth_space }, { "LRN", r_lrn },
+	{ "GroupNormalization", r_group_norm }, { "InstanceNormalization", r_group_norm },
 };
+
+int ad_has_rule(const char *op)
+{
+	/* training rewrites these into BatchNormTrain / DropoutTrain, which have rules */
+	if (!strcmp(op, "BatchNormalization") || !strcmp(op, "Dropout"))
+		return 1;
+	for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+		if (!strcmp(rules[i].op, op))
+			return 1;
+	return 0;
+}
 
 int ad_rule(struct ad *ad, const struct hp_node *n, const int *dy)
 {

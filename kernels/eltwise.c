@@ -45,6 +45,17 @@ UNARY(op_clip, "Clip", 3, IP);
 UNARY(op_not, "Not", 1, IP);
 UNARY(op_isnan, "IsNaN", 1, 0);
 UNARY(op_isinf, "IsInf", 1, 0);
+UNARY(op_tan, "Tan", 1, IP);
+UNARY(op_asin, "Asin", 1, IP);
+UNARY(op_acos, "Acos", 1, IP);
+UNARY(op_atan, "Atan", 1, IP);
+UNARY(op_sinh, "Sinh", 1, IP);
+UNARY(op_cosh, "Cosh", 1, IP);
+UNARY(op_asinh, "Asinh", 1, IP);
+UNARY(op_acosh, "Acosh", 1, IP);
+UNARY(op_atanh, "Atanh", 1, IP);
+UNARY(op_celu, "Celu", 1, IP);
+UNARY(op_shrink, "Shrink", 1, IP);
 
 /* In place is safe for broadcasting ops too: element i of out[0] is written
  * only after element i of in[0] (same shape when aliased) was read. */
@@ -77,5 +88,7 @@ const struct hp_op *const hp_ops_eltwise[] = {
 	&op_add, &op_sub, &op_mul, &op_div, &op_pow, &op_mod, &op_prelu, &op_equal, &op_less,
 	&op_greater, &op_le, &op_ge, &op_and, &op_or, &op_xor, &op_max, &op_min, &op_sum,
 	&op_mean, &op_where,
+	&op_tan, &op_asin, &op_acos, &op_atan, &op_sinh, &op_cosh, &op_asinh, &op_acosh, &op_atanh,
+	&op_celu, &op_shrink,
 	NULL,
 };

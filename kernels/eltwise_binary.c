@@ -134,6 +134,13 @@ static double load(const char *p, enum hp_dtype t)
 	switch (t) {
 	case HP_F32: return *(const float *)p;
 	case HP_I32: return *(const int32_t *)p;
+	case HP_F64: return *(const double *)p; /* the exponent may be any numeric type */
+	case HP_I8: return *(const int8_t *)p;
+	case HP_U8: return *(const uint8_t *)p;
+	case HP_I16: return *(const int16_t *)p;
+	case HP_U16: return *(const uint16_t *)p;
+	case HP_U32: return *(const uint32_t *)p;
+	case HP_U64: return (double)*(const uint64_t *)p;
 	default: return (double)*(const int64_t *)p;
 	}
 }
@@ -283,7 +290,7 @@ static int check_types(const struct hp_graph *g, const struct hp_node *n, struct
 	if (d->kind == BK_POW) {
 		if (!pick(d->fn, t))
 			return dtype_error(g, n, 0);
-		if (!pick(d->fn, b->tb))
+		if (b->tb == HP_BOOL || b->tb == HP_STRING || b->tb == HP_F16 || b->tb == HP_BF16 || !hp_dtype_size(b->tb))
 			return dtype_error(g, n, 1);
 		b->f = t == HP_F32 && b->tb == HP_F32 ? pow_ff : pow_any;
 		return t;

@@ -15,13 +15,15 @@
 enum unary {
 	U_RELU, U_LEAKY, U_ELU, U_SELU, U_SIGMOID, U_HARDSIGMOID, U_HARDSWISH, U_TANH, U_SOFTPLUS,
 	U_SOFTSIGN, U_EXP, U_LOG, U_SQRT, U_RECIP, U_NEG, U_ABS, U_ERF, U_GELU, U_GELU_TANH, U_IDENTITY,
-	U_CLIP, U_SIN, U_COS, U_MISH, U_COUNT
+	U_CLIP, U_SIN, U_COS, U_MISH, U_TAN, U_ASIN, U_ACOS, U_ATAN, U_SINH, U_COSH, U_ASINH, U_ACOSH,
+	U_ATANH, U_CELU, U_SHRINK, U_COUNT
 };
 
 static const char *const unary_names[U_COUNT] = {
 	"Relu", "LeakyRelu", "Elu", "Selu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Softplus",
 	"Softsign", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Erf", "Gelu", "GeluTanh", "Identity",
-	"Clip", "Sin", "Cos", "Mish",
+	"Clip", "Sin", "Cos", "Mish", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh",
+	"Atanh", "Celu", "Shrink",
 };
 
 struct unary_priv {
@@ -54,6 +56,8 @@ static int unary_prepare(struct hp_graph *g, struct hp_node *n)
 	p->beta = hp_attr_float(n, "beta", 0.5f);
 	if (k == U_SELU)
 		p->beta = hp_attr_float(n, "gamma", 1.05070102214813232421875f);
+	if (k == U_SHRINK)
+		p->alpha = hp_attr_float(n, "lambd", 0.5f);
 	p->lo = hp_attr_float(n, "min", -INFINITY);
 	p->hi = hp_attr_float(n, "max", INFINITY);
 	n->priv = p;
@@ -103,6 +107,17 @@ static double unary_deriv(const struct unary_priv *p, double x)
 		double sp = log1p(exp(x)), t = tanh(sp);
 		return t + x * (1 - t * t) * sigmoid(x);
 	}
+	case U_TAN: return 1 + tan(x) * tan(x);
+	case U_ASIN: return 1 / sqrt(1 - x * x);
+	case U_ACOS: return -1 / sqrt(1 - x * x);
+	case U_ATAN: return 1 / (1 + x * x);
+	case U_SINH: return cosh(x);
+	case U_COSH: return sinh(x);
+	case U_ASINH: return 1 / sqrt(x * x + 1);
+	case U_ACOSH: return 1 / sqrt(x * x - 1);
+	case U_ATANH: return 1 / (1 - x * x);
+	case U_CELU: return x > 0 ? 1 : exp(x / p->alpha);
+	case U_SHRINK: return x < -p->alpha || x > p->alpha;
 	default: return 0;
 	}
 }

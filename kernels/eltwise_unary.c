@@ -76,6 +76,19 @@ LOOP_F(thrrelu_f, v > p->alpha ? v : 0.0f)
 LOOP_F(sign_f, v > 0.0f ? 1.0f : v < 0.0f ? -1.0f : v) /* keeps NaN and -0 */
 LOOP_F(sin_f, sinf(v))
 LOOP_F(cos_f, cosf(v))
+LOOP_F(tan_f, tanf(v))
+LOOP_F(asin_f, asinf(v))
+LOOP_F(acos_f, acosf(v))
+LOOP_F(atan_f, atanf(v))
+LOOP_F(sinh_f, sinhf(v))
+LOOP_F(cosh_f, coshf(v))
+LOOP_F(asinh_f, asinhf(v))
+LOOP_F(acosh_f, acoshf(v))
+LOOP_F(atanh_f, atanhf(v))
+/* max(0, x) + min(0, alpha (e^(x/alpha) - 1)) */
+LOOP_F(celu_f, v > 0.0f ? v : p->alpha * expm1f(v / p->alpha))
+/* Shrink: alpha holds lambd, beta bias (attributes read in prepare) */
+LOOP_F(shrink_f, v < -p->alpha ? v + p->beta : v > p->alpha ? v - p->beta : 0.0f)
 
 /* Integer and float64 forms over typegen.h's types; signed integers wrap
  * (-MIN is MIN) through the unsigned type W. */
@@ -133,6 +146,17 @@ static const struct udesc udescs[] = {
 	{ "Sign", { [HP_F32] = sign_f, INTS(sign) }, 0, 1, 0, 0, 0 },
 	{ "Sin", F32(sin_f), 0, 8, 0, 0, 0 },
 	{ "Cos", F32(cos_f), 0, 8, 0, 0, 0 },
+	{ "Tan", F32(tan_f), 0, 8, 0, 0, 0 },
+	{ "Asin", F32(asin_f), 0, 8, 0, 0, 0 },
+	{ "Acos", F32(acos_f), 0, 8, 0, 0, 0 },
+	{ "Atan", F32(atan_f), 0, 8, 0, 0, 0 },
+	{ "Sinh", F32(sinh_f), 0, 8, 0, 0, 0 },
+	{ "Cosh", F32(cosh_f), 0, 8, 0, 0, 0 },
+	{ "Asinh", F32(asinh_f), 0, 8, 0, 0, 0 },
+	{ "Acosh", F32(acosh_f), 0, 8, 0, 0, 0 },
+	{ "Atanh", F32(atanh_f), 0, 8, 0, 0, 0 },
+	{ "Celu", F32(celu_f), 0, 8, 1.0f, 0, 0 },
+	{ "Shrink", F32(shrink_f), 0, 2, 0.5f, 0, 0 },
 	{ "Clip", { HPK_NUM(HPK_FN_ENTRY, clip) }, 0, 1, 0, 0, 0 },
 	{ "Not", { [HP_BOOL] = not_b }, 0, 1, 0, 0, 0 },
 	{ "IsNaN", F32(isnan_f), HP_BOOL, 1, 0, 0, 0 },
@@ -227,6 +251,10 @@ int hpk_unary_prepare(struct hp_graph *g, struct hp_node *n)
 	u->p.alpha = hp_attr_float(n, "alpha", d->alpha);
 	u->p.beta = hp_attr_float(n, "beta", d->beta);
 	u->p.gamma = hp_attr_float(n, "gamma", d->gamma);
+	if (!strcmp(d->name, "Shrink")) {
+		u->p.alpha = hp_attr_float(n, "lambd", d->alpha);
+		u->p.beta = hp_attr_float(n, "bias", 0.0f);
+	}
 	u->p.neg = (int)hp_attr_int(n, "detect_negative", 1);
 	u->p.pos = (int)hp_attr_int(n, "detect_positive", 1);
 	n->priv = u;

@@ -153,7 +153,7 @@ static int reduce_prepare(struct hp_graph *g, struct hp_node *n)
 		k++;
 	if (k == sizeof rops / sizeof rops[0])
 		return hp_node_error(g, n, HP_EINTERNAL, "not a reduction");
-	if (x->dtype != HP_F32 && !(rops[k].ints && (x->dtype == HP_I32 || x->dtype == HP_I64)))
+	if (x->dtype != HP_F32 && x->dtype != HP_F64 && !(rops[k].ints && (x->dtype == HP_I32 || x->dtype == HP_I64)))
 		return hp_node_error(g, n, HP_EUNSUPPORTED, "input dtype %s is not supported", hp_dtype_name(x->dtype));
 	if ((rc = read_axes(g, n, x->shape.rank, &mask, &empty)) < 0)
 		return rc;
@@ -471,6 +471,55 @@ static void reduce_int(const struct rplan *p, const void *x, void *y)
 		}
 }
 
+/* ---- float64 (ONNX's tests and rare models: plain scalar loops) ------- */
+
+static double dacc(enum racc a, double acc, double v, double shift)
+{
+	switch (a) {
+	case A_PROD: return acc * v;
+	case A_MAX: return pick_max(acc, v);
+	case A_MIN: return pick_min(acc, v);
+	case A_ABS: return acc + fabs(v);
+	case A_SQ: return acc + v * v;
+	case A_EXP: return acc + exp(v - shift);
+	default: return acc + v;
+	}
+}
+
+/* One output (kept offset base): the max first for LogSumExp's shift. */
+static double reduce_one_f64(const struct rplan *p, const double *x, int64_t base, int64_t nin)
+{
+	double shift = 0, acc;
+
+	if (p->op == R_LOGSUMEXP) {
+		shift = -INFINITY;
+		for (int64_t r = 0; r < p->R; r++)
+			for (int64_t i = 0; i < nin; i++)
+				shift = pick_max(shift, x[base + offset(r, p->nr, p->rs, p->rst) + i]);
+		shift = isinf(shift) ? 0 : shift;
+	}
+	acc = acc_init(p->acc);
+	for (int64_t r = 0; r < p->R; r++)
+		for (int64_t i = 0; i < nin; i++)
+			acc = dacc(p->acc, acc, x[base + offset(r, p->nr, p->rs, p->rst) + i], shift);
+	switch (p->op) {
+	case R_MEAN: return acc / (double)p->count;
+	case R_L2: return sqrt(acc);
+	case R_LOGSUM: return log(acc);
+	case R_LOGSUMEXP: return shift + log(acc);
+	default: return acc;
+	}
+}
+
+static void reduce_f64(const struct rplan *p, const double *x, double *y)
+{
+	int64_t nin = p->inner_red ? p->inner : 1, nkept = p->inner_red ? 1 : p->inner;
+
+	for (int64_t o = 0; o < p->nout; o++)
+		for (int64_t c = 0; c < nkept; c++)
+			y[o * nkept + c] = reduce_one_f64(p, x, offset(o, p->nk, p->ks, p->kst) + c, nin);
+}
+
 /* Reductions over nothing give the identity (sum 0, prod 1, max -inf, ...). */
 static void fill_empty(const struct rplan *p, void *y, int64_t n)
 {
@@ -478,6 +527,8 @@ static void fill_empty(const struct rplan *p, void *y, int64_t n)
 		double v = acc_init(p->acc);
 		if (p->t == HP_F32)
 			((float *)y)[i] = finish(p, p->acc, v, 0.0f);
+		else if (p->t == HP_F64)
+			((double *)y)[i] = finish(p, p->acc, v, 0.0f);
 		else if (p->t == HP_I32)
 			((int32_t *)y)[i] = v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : (int32_t)v;
 		else
@@ -498,6 +549,10 @@ static int reduce_run(const struct hp_node *n, const struct hp_kargs *a)
 	}
 	if (hp_shape_numel(&a->in[0].shape) == 0) {
 		fill_empty(p, y, hp_shape_numel(&a->out[0].shape));
+		return 0;
+	}
+	if (p->t == HP_F64) {
+		reduce_f64(p, x, y);
 		return 0;
 	}
 	if (p->t != HP_F32) {

@@ -7,6 +7,10 @@
 static const struct hp_op *const *const families[] = {
 	hp_ops_conv, hp_ops_gemm, hp_ops_pool, hp_ops_eltwise, hp_ops_norm,
 	hp_ops_softmax, hp_ops_shape, hp_ops_reduce, hp_ops_resize, hp_ops_mask, hp_ops_train,
+	hp_ops_loss, hp_ops_index, hp_ops_rnn, hp_ops_norm_extra,
+	hp_ops_nms, hp_ops_einsum, hp_ops_misc, hp_ops_quant,
+	hp_ops_grid_sample, hp_ops_unique, hp_ops_spectral,
+	hp_ops_tfidf, hp_ops_roi_align,
 };
 
 #define MAX_OPS 512

@@ -6,7 +6,8 @@ usage: gen_cases.py OUTDIR [STAMP]
 Runs `onnx.backend.test.cmd_tools generate-data` (from Debian's python3-onnx)
 into OUTDIR/raw, then writes for every node case OUTDIR/cases/NAME/ holding
 model.onnx, the tensors of each test_data_set_N as .npy, and a manifest
-(one line per tensor: "input|output SET NAME FILE", or "skip REASON").
+(one line per tensor: "input|output SET NAME FILE", or "skip REASON"; plus
+"outofscope REASON" for training-only and random operators).
 """
 import os
 import shutil
@@ -31,6 +32,21 @@ def generate(raw):
         main()
     finally:
         sys.argv = argv
+
+
+# Operators whose outputs are random draws: no reference data can match them.
+RANDOM_OPS = {"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike"}
+
+
+def out_of_scope(model):
+    """Why a case is outside what hpdlf runs (training-only operators,
+    random draws), or None."""
+    for n in model.graph.node:
+        if n.domain == "ai.onnx.preview.training":
+            return "training-only operator %s (ai.onnx.preview.training)" % n.op_type
+        if n.domain in ("", "ai.onnx") and n.op_type in RANDOM_OPS:
+            return "random operator %s: outputs are draws no reference can match" % n.op_type
+    return None
 
 
 def convert_case(src, dst):
@@ -60,6 +76,9 @@ def convert_case(src, dst):
                 fname = "%s_%d_%d.npy" % (kind, s, k)
                 np.save(os.path.join(dst, fname), np.require(arr, requirements="C"))  # keeps 0-d arrays 0-d
                 lines.append("%s %d %s %s" % (kind, s, name, fname))
+    why = out_of_scope(model)
+    if why:
+        lines.append("outofscope " + why)
     return lines
 
 

@@ -6,15 +6,17 @@
  * .npy tensors and a manifest.  Each case runs in a child process (a crash
  * or hang fails that case, not the run) and prints one line:
  *
- *   PASS|FAIL|UNSUPPORTED|SKIP  test_name  [reason]
+ *   PASS|FAIL|UNSUPPORTED|OUTOFSCOPE|SKIP  test_name  [reason]
  *
  * then a total.  A case whose operators are all in the supported list below
  * must pass; a case using other operators passes or is reported unsupported
  * (refused with HP_EUNSUPPORTED, or HP_ENOTCONST for an input the runner
  * does not bind as a constant), but a wrong result is a failure whatever
  * the operator.  SKIP: the case's data is not tensors NumPy can hold
- * (strings, sequences), said in the total.  Exit status 1 when any case
- * failed.
+ * (strings, sequences), said in the total.  OUTOFSCOPE: a case refused as
+ * unsupported that gen_cases.py marked out of scope (training-only
+ * operators, random draws); one that runs must still pass.  Exit status 1
+ * when any case failed.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -45,8 +47,8 @@ static const char *const listed_ops[] = {
 #define RTOL 1e-3
 #define ATOL 1e-7
 
-enum verdict { V_PASS = 0, V_FAIL, V_UNSUPPORTED, V_SKIP, V_COUNT };
-static const char *const verdict_name[] = { "PASS", "FAIL", "UNSUPPORTED", "SKIP" };
+enum verdict { V_PASS = 0, V_FAIL, V_UNSUPPORTED, V_SKIP, V_OUT_OF_SCOPE, V_COUNT };
+static const char *const verdict_name[] = { "PASS", "FAIL", "UNSUPPORTED", "SKIP", "OUTOFSCOPE" };
 
 struct entry {
 	char kind[8];
@@ -59,6 +61,7 @@ struct manifest {
 	int n, nsets;
 	struct entry e[64];
 	char skip[256];
+	char scope[256]; /* why the case is out of scope, or "" */
 };
 
 static int threads = 1;
@@ -80,6 +83,10 @@ static int read_manifest(const char *dir, struct manifest *m)
 		line[strcspn(line, "\n")] = 0;
 		if (!strncmp(line, "skip ", 5)) {
 			snprintf(m->skip, sizeof m->skip, "%s", line + 5);
+			continue;
+		}
+		if (!strncmp(line, "outofscope ", 11)) {
+			snprintf(m->scope, sizeof m->scope, "%s", line + 11);
 			continue;
 		}
 		if (!line[0] || m->n == (int)(sizeof m->e / sizeof m->e[0]))
@@ -277,6 +284,10 @@ static enum verdict run_case(const char *dir, char *why, size_t len)
 	}
 	if (v == V_UNSUPPORTED && case_listed(dir))
 		v = V_FAIL;
+	if (v == V_UNSUPPORTED && m.scope[0]) {
+		snprintf(why, len, "%s", m.scope);
+		v = V_OUT_OF_SCOPE;
+	}
 	return v;
 }
 
@@ -367,9 +378,10 @@ int main(int argc, char **argv)
 		free(names[i]);
 	}
 	free(names);
-	printf("conformance: %d cases: %d passed, %d failed, %d unsupported, %d skipped; "
-	       "cases of listed ops: %d/%d passed, %d skipped (data NumPy cannot hold: strings, sequences)\n",
-	       n, count[V_PASS], count[V_FAIL], count[V_UNSUPPORTED], count[V_SKIP], listed_pass, listed_total,
-	       listed_skip);
+	printf("conformance: %d cases: %d passed, %d failed, %d unsupported, %d out of scope (training-only or "
+	       "random operators), %d skipped; cases of listed ops: %d/%d passed, %d skipped (data NumPy cannot "
+	       "hold: strings, sequences)\n",
+	       n, count[V_PASS], count[V_FAIL], count[V_UNSUPPORTED], count[V_OUT_OF_SCOPE], count[V_SKIP], listed_pass,
+	       listed_total, listed_skip);
 	return count[V_FAIL] ? 1 : 0;
 }

@@ -147,6 +147,17 @@ static double un_f(const char *op, double x)
 	if (!strcmp(op, "Sin")) return sin(x);
 	if (!strcmp(op, "Cos")) return cos(x);
 	if (!strcmp(op, "Mish")) return x * tanh(log1p(exp(x)));
+	if (!strcmp(op, "Tan")) return tan(x);
+	if (!strcmp(op, "Asin")) return asin(x);
+	if (!strcmp(op, "Acos")) return acos(x);
+	if (!strcmp(op, "Atan")) return atan(x);
+	if (!strcmp(op, "Sinh")) return sinh(x);
+	if (!strcmp(op, "Cosh")) return cosh(x);
+	if (!strcmp(op, "Asinh")) return asinh(x);
+	if (!strcmp(op, "Acosh")) return acosh(x);
+	if (!strcmp(op, "Atanh")) return atanh(x);
+	if (!strcmp(op, "Celu")) return x > 0 ? x : 0.6 * expm1(x / 0.6);
+	if (!strcmp(op, "Shrink")) return x < -0.4 ? x + 2 : x > 0.4 ? x - 2 : 0; /* lambd 0.4, bias 2 */
 	return NAN;
 }
 
@@ -165,17 +176,26 @@ static void test_unary_grad(void **state)
 	static const char *const ops[] = { "Relu", "LeakyRelu", "Elu", "Selu", "Sigmoid", "HardSigmoid",
 					   "HardSwish", "Tanh", "Softplus", "Softsign", "Exp", "Log", "Sqrt",
 					   "Reciprocal", "Neg", "Abs", "Erf", "Gelu", "GeluTanh", "Identity",
-					   "Clip", "Sin", "Cos", "Mish" };
+					   "Clip", "Sin", "Cos", "Mish", "Tan", "Asin", "Acos", "Atan", "Sinh",
+					   "Cosh", "Asinh", "Acosh", "Atanh", "Celu", "Shrink" };
 	(void)state;
 	for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
 		int pos = !strcmp(ops[k], "Log") || !strcmp(ops[k], "Sqrt") || !strcmp(ops[k], "Reciprocal");
-		struct hp_tensor in[2] = { rnd(T(2, 3, 7), 1, -1, 1), rnd(T(2, 3, 7), 2, pos ? 0.3f : -3, 3) };
+		/* inside each function's domain, away from poles */
+		int unit = !strcmp(ops[k], "Asin") || !strcmp(ops[k], "Acos") || !strcmp(ops[k], "Atanh");
+		float lo = pos ? 0.3f : unit ? -0.9f : !strcmp(ops[k], "Acosh") ? 1.2f : !strcmp(ops[k], "Tan") ? -1.2f : -3;
+		float hi = unit ? 0.9f : !strcmp(ops[k], "Tan") ? 1.2f : 3;
+		struct hp_tensor in[2] = { rnd(T(2, 3, 7), 1, -1, 1), rnd(T(2, 3, 7), 2, lo, hi) };
 		struct hp_attr a[3] = { kt_string("op", ops[k]) };
 		int na = 1;
 		struct hp_tensor out;
 		struct un_ctx c = { ops[k], dbl(&in[1]), dbl(&in[0]), NULL, numel(&in[0]) };
-		if (!strcmp(ops[k], "LeakyRelu") || !strcmp(ops[k], "Elu"))
-			a[na++] = kt_float("alpha", !strcmp(ops[k], "Elu") ? 0.7f : 0.1f);
+		if (!strcmp(ops[k], "LeakyRelu") || !strcmp(ops[k], "Elu") || !strcmp(ops[k], "Celu"))
+			a[na++] = kt_float("alpha", !strcmp(ops[k], "Elu") ? 0.7f : !strcmp(ops[k], "Celu") ? 0.6f : 0.1f);
+		if (!strcmp(ops[k], "Shrink")) {
+			a[na++] = kt_float("lambd", 0.4f);
+			a[na++] = kt_float("bias", 2.0f);
+		}
 		if (!strcmp(ops[k], "Clip")) {
 			a[na++] = kt_float("min", -0.5f);
 			a[na++] = kt_float("max", 0.8f);

@@ -840,6 +840,130 @@ static void test_shard_graph(void **state)
 	}
 }
 
+static int const_f32(struct hp_graph *g, const char *name, int n, const float *vals)
+{
+	int v = value(g, name, HP_VALUE_CONSTANT, HP_F32, shp(1, n));
+	float *d = malloc((size_t)n * sizeof *d);
+
+	memcpy(d, vals, (size_t)n * sizeof *d);
+	g->values[v].data = d;
+	g->values[v].src.kind = HP_BLOB_MEMORY;
+	return v;
+}
+
+static struct hp_attr str_attr(const char *name, const char *s)
+{
+	return (struct hp_attr){ .name = (char *)name, .type = HP_ATTR_STRING, .s = (char *)s, .slen = strlen(s) };
+}
+
+/* The loss operators as in-graph losses (LossGrad) behind CumSum (its rule
+ * emits a reversed CumSum): P -> CumSum(axis 1, reverse, exclusive) ->
+ * SoftmaxCrossEntropyLoss(weights, ignore_index 2, mean), and
+ * Q -> NegativeLogLikelihoodLoss(weights, none) -> ReduceSum; gradients of
+ * P and Q against central differences. */
+static void test_loss_ops_and_cumsum_grads(void **state)
+{
+	static const float wts[4] = { 0.5f, 1.5f, 1.0f, 2.0f };
+	struct hp_graph *g = hp_graph_new("losses");
+	int64_t ax[1] = { 1 };
+	int p = param(g, "P", shp(3, 2, 4, 3), 1, -1, 1), q = param(g, "Q", shp(3, 3, 4, 2), 2, -2, 0);
+	int lab = value(g, "lab", HP_VALUE_INPUT, HP_I64, shp(2, 2, 3));
+	int tq = value(g, "tq", HP_VALUE_INPUT, HP_I64, shp(2, 3, 2)), w = const_f32(g, "w", 4, wts);
+	struct hp_attr ca[2] = { { .name = "reverse", .type = HP_ATTR_INT, .i = 1 },
+				 { .name = "exclusive", .type = HP_ATTR_INT, .i = 1 } };
+	struct hp_attr sa[2] = { str_attr("reduction", "mean"), { .name = "ignore_index", .type = HP_ATTR_INT, .i = 2 } };
+	struct hp_attr na[1] = { str_attr("reduction", "none") };
+	struct hp_attr keep0 = { .name = "keepdims", .type = HP_ATTR_INT, .i = 0 };
+	struct hp_train_spec t;
+	struct mini m;
+	int cs, sce, nll, rs;
+
+	(void)state;
+	cs = node(g, "CumSum", 2, (int[]){ p, const_i64(g, "axis", 1, ax) }, act(g, "cs"), 2, ca);
+	sce = node(g, "SoftmaxCrossEntropyLoss", 3, (int[]){ cs, lab, w }, act(g, "sce"), 2, sa);
+	nll = node(g, "NegativeLogLikelihoodLoss", 3, (int[]){ q, tq, w }, act(g, "nll"), 1, na);
+	rs = node(g, "ReduceSum", 1, &nll, act(g, "nsum"), 1, &keep0);
+	set_output(g, node(g, "Add", 2, (int[]){ sce, rs }, act(g, "loss"), 0, NULL));
+	assert_int_equal(hp_graph_finalize(g), 0);
+	hp_train_spec_init(&t, sizeof t);
+	t.loss = HP_LOSS_OUTPUT;
+	t.output = "loss";
+	if (hp_autodiff(g, &t) < 0)
+		fail_msg("%s", hp_errmsg());
+	mini_init(&m, g);
+	fill_inputs(&m, "lab", 8, 0, 4); /* some labels hit ignore_index 2 */
+	fill_inputs(&m, "tq", 9, 0, 4);
+	check_gradients(&m, 2);
+	mini_free(&m);
+	hp_graph_free(g);
+}
+
+/* P -> LRN(size 4) -> DepthToSpace(2) -> Tanh -> * W -> SpaceToDepth(2),
+ * MSE: LRNGrad, and depth/space rules emitting each other's op; gradients
+ * of P and W against differences. */
+static void test_depth_space_grads(void **state)
+{
+	struct hp_graph *g = hp_graph_new("d2s");
+	struct hp_attr bs = { .name = "blocksize", .type = HP_ATTR_INT, .i = 2 };
+	struct hp_train_spec t;
+	struct mini m;
+	int p = param(g, "P", shp(4, 1, 8, 2, 3), 31, -1, 1), w = param(g, "W", shp(1, 6), 32, -1, 1), d, h, hw;
+
+	(void)state;
+	struct hp_attr lrn[4] = { { .name = "size", .type = HP_ATTR_INT, .i = 4 }, /* even: asymmetric window */
+				  { .name = "alpha", .type = HP_ATTR_FLOAT, .f = 0.5f },
+				  { .name = "beta", .type = HP_ATTR_FLOAT, .f = 0.75f },
+				  { .name = "bias", .type = HP_ATTR_FLOAT, .f = 1.5f } };
+	int l = node(g, "LRN", 1, &p, act(g, "l"), 4, lrn);
+	d = node(g, "DepthToSpace", 1, &l, act(g, "d"), 1, &bs);
+	h = node(g, "Tanh", 1, &d, act(g, "h"), 0, NULL);
+	hw = node(g, "Mul", 2, (int[]){ h, w }, act(g, "hw"), 0, NULL);
+	set_output(g, node(g, "SpaceToDepth", 1, &hw, act(g, "out"), 1, &bs));
+	assert_int_equal(hp_graph_finalize(g), 0);
+	hp_train_spec_init(&t, sizeof t);
+	t.loss = HP_LOSS_MSE;
+	if (hp_autodiff(g, &t) < 0)
+		fail_msg("%s", hp_errmsg());
+	mini_init(&m, g);
+	fill_inputs(&m, "labels", 33, -1, 1);
+	check_gradients(&m, 2);
+	mini_free(&m);
+	hp_graph_free(g);
+}
+
+/* x -> GroupNormalization(3 groups, per-group scale) -> InstanceNormalization
+ * -> MSE: gradients of both norms' scales and biases, and through x's
+ * path, against central differences. */
+static void test_group_instance_norm_grads(void **state)
+{
+	struct hp_graph *g = hp_graph_new("gn");
+	struct hp_attr ga[2] = { { .name = "num_groups", .type = HP_ATTR_INT, .i = 3 },
+				 { .name = "epsilon", .type = HP_ATTR_FLOAT, .f = 1e-3f } };
+	struct hp_train_spec t;
+	struct mini m;
+	int x = value(g, "x", HP_VALUE_INPUT, HP_F32, shp(4, 2, 6, 2, 3));
+	int w = param(g, "W", shp(4, 2, 6, 2, 3), 41, -1, 1);
+	int gs = param(g, "gs", shp(1, 3), 42, 0.5f, 1.5f), gb = param(g, "gb", shp(1, 3), 43, -0.5f, 0.5f);
+	int is = param(g, "is", shp(1, 6), 44, 0.5f, 1.5f), ib = param(g, "ib", shp(1, 6), 45, -0.5f, 0.5f), xw, gn;
+
+	(void)state;
+	xw = node(g, "Mul", 2, (int[]){ x, w }, act(g, "xw"), 0, NULL);
+	gn = node(g, "GroupNormalization", 3, (int[]){ xw, gs, gb }, act(g, "gn"), 2, ga);
+	gn = node(g, "Tanh", 1, &gn, act(g, "t"), 0, NULL);
+	set_output(g, node(g, "InstanceNormalization", 3, (int[]){ gn, is, ib }, act(g, "out"), 1, &ga[1]));
+	assert_int_equal(hp_graph_finalize(g), 0);
+	hp_train_spec_init(&t, sizeof t);
+	t.loss = HP_LOSS_MSE;
+	if (hp_autodiff(g, &t) < 0)
+		fail_msg("%s", hp_errmsg());
+	mini_init(&m, g);
+	fill_inputs(&m, "x", 46, -2, 2);
+	fill_inputs(&m, "labels", 47, -1, 1);
+	check_gradients(&m, 5);
+	mini_free(&m);
+	hp_graph_free(g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -852,6 +976,9 @@ int main(void)
 		cmocka_unit_test(test_dp_buckets),
 		cmocka_unit_test(test_shard_range),
 		cmocka_unit_test(test_shard_graph),
+		cmocka_unit_test(test_loss_ops_and_cumsum_grads),
+		cmocka_unit_test(test_depth_space_grads),
+		cmocka_unit_test(test_group_instance_norm_grads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
