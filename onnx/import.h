@@ -55,7 +55,7 @@ int imp_fresh_name(struct imp *im, const char *base, const char *suffix, char *o
 int imp_dtype_supported(int32_t dtype);
 /* ONNX element type name ("float16", "string", "unknown"). */
 const char *imp_dtype_name(int32_t dtype);
-#define IMP_SUPPORTED_LIST "float32, float64, float16, bfloat16, int64, int32, int8, uint8, bool"
+#define IMP_SUPPORTED_LIST "float32, float64, float16, bfloat16, int64, int32, int16, int8, uint64, uint32, uint16, uint8, bool"
 /* Tensor dtype and dims, checked (rank, sizes). `what` names it in errors. */
 int imp_tensor_desc(struct imp *im, const Onnx__TensorProto *t, const char *what, struct hp_tensor *desc);
 /* Where the tensor's bytes are: blob FILE for external or (when allowed) raw

@@ -19,7 +19,7 @@ int imp_dtype_supported(int32_t dtype)
 {
 	switch (dtype) {
 	case HP_F32: case HP_F64: case HP_I64: case HP_I32: case HP_I8: case HP_U8: case HP_BOOL:
-	case HP_F16: case HP_BF16:
+	case HP_F16: case HP_BF16: case HP_I16: case HP_U16: case HP_U32: case HP_U64:
 		return 1;
 	}
 	return 0;
