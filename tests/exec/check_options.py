@@ -66,13 +66,14 @@ def main():
     r = subprocess.run([exe, model, "--info"], capture_output=True, text=True, timeout=60)
     lines = r.stdout.splitlines()
     for vi in [i for i in g.input if i.name not in inits]:
-        dims = ", ".join(d.dim_param if d.dim_param else str(d.dim_value) for d in vi.type.tensor_type.shape.dim)
+        dims = ",".join(d.dim_param if d.dim_param else str(d.dim_value) for d in vi.type.tensor_type.shape.dim)
         check(r.returncode == 0 and any(ln.split()[:2] == [vi.name, "float32"] and ln.endswith(f"[{dims}]")
                                         for ln in lines), f"--info names input {vi.name} [{dims}]: {lines}")
     for vo in g.output:
         check(any(ln.split()[:1] == [vo.name] for ln in lines), f"--info names output {vo.name}")
     nweights = sum(int(np.prod(i.dims)) for i in g.initializer)
-    check(f"{nweights} weights" in lines[0], f"--info counts {nweights} weights: {lines[:1]}")
+    check(any(ln.strip().startswith(f"parameters: {nweights} ") for ln in lines),
+          f"--info counts {nweights} parameters: {lines}")
     print("%d failure(s)" % fails)
     return 1 if fails else 0
 
