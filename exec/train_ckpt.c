@@ -26,14 +26,12 @@ uint64_t hp_ckpt_vbytes(const struct hp_trainer *t, int v)
 	return hp_tensor_bytes(&x);
 }
 
-int hp_ckpt_check_entry(const struct hp_trainer *t, const char *path, json_object *e, int v)
+int hp_ckpt_check_entry(const char *path, json_object *e, const struct hp_ckpt_view *v)
 {
-	struct hp_ckpt_view w;
+	const struct hp_ckpt_view w = *v;
 	json_object *dt = NULL, *sh = NULL;
-	int ok, rc;
+	int ok;
 
-	if ((rc = hp_ckpt_view(t, v, &w)) < 0)
-		return rc;
 	json_object_object_get_ex(e, "dtype", &dt);
 	json_object_object_get_ex(e, "shape", &sh);
 	ok = dt && sh && json_object_is_type(sh, json_type_array) &&
@@ -89,7 +87,8 @@ static int state_views(const struct hp_trainer *t, const char *unit, struct hp_c
 	return rc;
 }
 
-int hp_ckpt_map_tensors(const struct hp_trainer *t, const char *path, json_object *idx, int **out, int *count)
+int hp_ckpt_map_tensors(const struct hp_trainer *t, const char *path, json_object *idx, int **out, int *count,
+			struct hp_ckpt_view **vout)
 {
 	const struct hp_graph *g = t->g;
 	char *unit = hp_whole_state(g), *seen = calloc((size_t)g->nvalues + 1, 1);
@@ -118,12 +117,15 @@ int hp_ckpt_map_tensors(const struct hp_trainer *t, const char *path, json_objec
 		json_object *e = json_object_array_get_idx(list, (size_t)i);
 		if ((rc = map_entry(t, path, e, views, seen)) >= 0)
 			map[i] = rc;
-		rc = rc < 0 ? rc : hp_ckpt_check_entry(t, path, e, map[i]);
+		rc = rc < 0 ? rc : hp_ckpt_check_entry(path, e, &views[map[i]]);
 	}
 out:
 	free(unit);
 	free(seen);
-	free(views);
+	if (rc < 0 || !vout)
+		free(views);
+	if (vout)
+		*vout = rc < 0 ? NULL : views;
 	if (rc < 0)
 		free(map);
 	*out = rc < 0 ? NULL : map;
@@ -133,15 +135,14 @@ out:
 
 /* Entry e's bytes into value v, checked against its crc32c: all of the
  * whole is read for its checksum, the range v holds of it kept. */
-static int load_value(struct hp_trainer *t, const struct hp_ckfile *f, json_object *e, int v, unsigned char *buf)
+static int load_value(struct hp_trainer *t, const struct hp_ckfile *f, json_object *e, int v,
+		      const struct hp_ckpt_view *view, unsigned char *buf)
 {
-	struct hp_ckpt_view w;
+	const struct hp_ckpt_view w = *view;
 	uint64_t esz = hp_dtype_size(t->g->values[v].dtype), off = (uint64_t)hp_ck_jint(e, "offset"), n, a, b;
 	uint32_t crc = 0;
-	int rc = hp_ckpt_view(t, v, &w);
+	int rc;
 
-	if (rc < 0)
-		return rc;
 	n = w.n * esz;
 	a = w.lo * esz;
 	b = w.hi * esz;
@@ -172,13 +173,15 @@ int hp_ckpt_load_whole(struct hp_trainer *t, const struct hp_ckfile *f, json_obj
 {
 	unsigned char *buf = malloc(HP_CK_PIECE);
 	json_object *list = NULL;
+	struct hp_ckpt_view *views = NULL;
 	int *map = NULL, n = 0, rc;
 
-	rc = buf ? hp_ckpt_map_tensors(t, f->path, idx, &map, &n) : hp_error(-ENOMEM, "out of memory");
+	rc = buf ? hp_ckpt_map_tensors(t, f->path, idx, &map, &n, &views) : hp_error(-ENOMEM, "out of memory");
 	json_object_object_get_ex(idx, "tensors", &list);
 	for (int i = 0; i < n && rc == 0; i++)
-		rc = load_value(t, f, json_object_array_get_idx(list, (size_t)i), map[i], buf);
+		rc = load_value(t, f, json_object_array_get_idx(list, (size_t)i), map[i], &views[map[i]], buf);
 	free(map);
+	free(views);
 	free(buf);
 	return rc;
 }

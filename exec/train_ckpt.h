@@ -37,14 +37,16 @@ int hp_ckpt_check_views(const struct hp_trainer *t);
 
 /* Bytes of value v of the training graph. */
 uint64_t hp_ckpt_vbytes(const struct hp_trainer *t, int v);
-/* Entry e (name, dtype, shape) of the index at `path` against value v's
- * whole (hp_ckpt_view):
- * HP_EDATA naming both when they differ. */
-int hp_ckpt_check_entry(const struct hp_trainer *t, const char *path, json_object *e, int v);
+/* Entry e (name, dtype, shape) of the index at `path` against the whole
+ * v of a state value (hp_ckpt_view): HP_EDATA naming both when they
+ * differ. */
+int hp_ckpt_check_entry(const char *path, json_object *e, const struct hp_ckpt_view *v);
 /* The value index of each entry of idx's "tensors" (the state values of
  * the training graph by their wholes' names, each once, all of them);
- * *out calloc'd. */
-int hp_ckpt_map_tensors(const struct hp_trainer *t, const char *path, json_object *idx, int **out, int *count);
+ * *out calloc'd.  vout (may be NULL): each state value's view, by value
+ * index, calloc'd. */
+int hp_ckpt_map_tensors(const struct hp_trainer *t, const char *path, json_object *idx, int **out, int *count,
+			struct hp_ckpt_view **vout);
 /* This rank's part of generation gen, gdir/part.RANK.hpck, synced with its
  * directory entry; its size and index checksum for the commit record. */
 int hp_ckpt_write_part(struct hp_trainer *t, const char *gdir, uint64_t gen, uint64_t *size, uint32_t *icrc);

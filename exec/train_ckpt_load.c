@@ -2,8 +2,8 @@
  * train_ckpt.c) or the commit record of per-rank parts (format 2,
  * train_ckpt_parts.c).  Parts load at any number of ranks: this rank reads
  * the elements it holds of each state tensor (all of them under --shard
- * none, its slice where a --shard mode keeps one) from whichever parts
- * hold them, part w of the writers' Nw holding
+ * none, its slice where a --shard mode keeps one: hp_ckpt_view) from
+ * whichever parts hold them, part w of the writers' Nw holding
  * [n*w/Nw, n*(w+1)/Nw) (exec/shard.h), checking the crc32c of every 4 MiB
  * piece it reads and that each part is the one the record committed. */
 #include <errno.h>
@@ -24,19 +24,12 @@ struct load {
 	struct hp_trainer *t;
 	json_object *commit;   /* the record's index */
 	int *map, n;           /* record entry -> value */
+	struct hp_ckpt_view *views; /* per value: its whole, the range held */
 	int nw;                /* ranks that wrote the parts */
 	struct hp_ckfile f;    /* the part being read */
 	char path[4096];
 	unsigned char *buf;    /* one piece */
 };
-
-/* The elements of state value v's whole this rank holds, [w->lo, w->hi):
- * all of them under --shard none, its slice of them where a --shard mode
- * keeps only that (train_ckpt_view.c). */
-static int held_range(const struct hp_trainer *t, int v, struct hp_ckpt_view *w)
-{
-	return hp_ckpt_view(t, v, w);
-}
 
 /* Elements [a, b) of the slice [lo, hi) entry e holds, into value v: the
  * pieces that cover them, each checked. */
@@ -68,18 +61,16 @@ static int read_range(struct load *l, json_object *e, int v, uint64_t base, uint
 static int part_entry(struct load *l, json_object *e, int i, int w)
 {
 	int v = l->map[i], rc;
-	struct hp_ckpt_view h;
+	const struct hp_ckpt_view h = l->views[v]; /* [h.lo, h.hi): what this rank holds */
 	uint64_t lo, hi, a, b;
 	const char *nm = hp_ck_jstr(e, "name");
 
-	if ((rc = held_range(l->t, v, &h)) < 0)
-		return rc;
 	hp_shard_range(h.n, w, l->nw, &lo, &hi);
 	if (!nm || strcmp(nm, h.name) || hp_ck_jint(e, "lo") != (int64_t)lo || hp_ck_jint(e, "hi") != (int64_t)hi)
 		return hp_error(HP_ECORRUPT, "%s: entry %d ('%s') is not slice [%llu, %llu) of '%s' (part %d of %d)",
 				l->path, i, nm ? nm : "?", (unsigned long long)lo, (unsigned long long)hi, h.name, w,
 				l->nw);
-	if ((rc = hp_ckpt_check_entry(l->t, l->path, e, v)) < 0)
+	if ((rc = hp_ckpt_check_entry(l->path, e, &h)) < 0)
 		return rc;
 	a = h.lo > lo ? h.lo : lo;
 	b = h.hi < hi ? h.hi : hi;
@@ -144,7 +135,7 @@ static int load_parts(struct hp_trainer *t, const char *path, json_object *commi
 	if (!json_object_object_get_ex(commit, "parts", &parts) || !json_object_is_type(parts, json_type_array) ||
 	    l.nw < 1 || (int)json_object_array_length(parts) != l.nw)
 		return hp_error(HP_ECORRUPT, "%s: commit record without its %d parts", path, l.nw);
-	if ((rc = hp_ckpt_map_tensors(t, path, commit, &l.map, &l.n)) < 0)
+	if ((rc = hp_ckpt_map_tensors(t, path, commit, &l.map, &l.n, &l.views)) < 0)
 		return rc;
 	if (!(l.buf = malloc(HP_CK_PIECE)))
 		rc = hp_error(-ENOMEM, "out of memory");
@@ -152,6 +143,7 @@ static int load_parts(struct hp_trainer *t, const char *path, json_object *commi
 		rc = load_part(&l, w, json_object_array_get_idx(parts, (size_t)w));
 	free(l.buf);
 	free(l.map);
+	free(l.views);
 	return rc;
 }
 
