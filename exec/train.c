@@ -13,6 +13,7 @@
 #include "exec/split.h"
 #include "exec/split_weight.h"
 #include "exec/train_dp.h"
+#include "exec/train_ckpt.h"
 #include "exec/train_shard.h"
 #include "exec/train_internal.h"
 #include "exec/train_params.h"
@@ -214,6 +215,8 @@ static int build(struct hp_trainer *t)
 	if (!no_split(t) && (rc = hp_split_weights(t->g, &l, &t->o.spec)) < 0)
 		return rc;
 	if ((rc = make_training_graph(t, &l)) < 0 || (rc = fit_labels(t)) < 0)
+		return rc;
+	if (t->o.checkpoint_dir && (rc = hp_ckpt_check_views(t)) < 0)
 		return rc;
 	if (t->o.graph_only)
 		return 0;

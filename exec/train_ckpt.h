@@ -5,7 +5,9 @@
  *   train_ckpt_load.c   reading: the commit record, then the parts (any N)
  *   train_ckpt.c        format 1 (one file, tensors whole): loading, and
  *                       the checks every format shares
- *   train_ckpt_io.c     the file frame and positioned I/O */
+ *   train_ckpt_io.c     the file frame and positioned I/O
+ *   train_ckpt_view.c   the whole tensor each state value is (a slice of)
+ *                       under --shard, and the range of it this rank holds */
 #ifndef HPDLF_EXEC_TRAIN_CKPT_H
 #define HPDLF_EXEC_TRAIN_CKPT_H
 
@@ -17,14 +19,34 @@
 
 struct hp_trainer;
 
+/* State value v as a checkpoint sees it: the whole logical tensor (the
+ * name, dtype and shape an unsharded run has) and the elements [lo, hi)
+ * of its n that v holds (all of them unless v is a --shard slice). */
+struct hp_ckpt_view {
+	const char *name;
+	enum hp_dtype dtype;
+	struct hp_shape shape;
+	uint64_t n, lo, hi;
+};
+
+int hp_ckpt_view(const struct hp_trainer *t, int v, struct hp_ckpt_view *out);
+/* Every state value of the training graph has a view (at start-up, so a
+ * run that could not checkpoint stops before training): HP_EUSAGE where
+ * --shard slices a block of a weight --budget partitioned. */
+int hp_ckpt_check_views(const struct hp_trainer *t);
+
 /* Bytes of value v of the training graph. */
 uint64_t hp_ckpt_vbytes(const struct hp_trainer *t, int v);
-/* Entry e (name, dtype, shape) of the index at `path` against value v:
- * HP_EDATA naming both when they differ. */
-int hp_ckpt_check_entry(const struct hp_trainer *t, const char *path, json_object *e, int v);
+/* Entry e (name, dtype, shape) of the index at `path` against the whole
+ * v of a state value (hp_ckpt_view): HP_EDATA naming both when they
+ * differ. */
+int hp_ckpt_check_entry(const char *path, json_object *e, const struct hp_ckpt_view *v);
 /* The value index of each entry of idx's "tensors" (the state values of
- * the training graph, each once, all of them); *out calloc'd. */
-int hp_ckpt_map_tensors(const struct hp_trainer *t, const char *path, json_object *idx, int **out, int *count);
+ * the training graph by their wholes' names, each once, all of them);
+ * *out calloc'd.  vout (may be NULL): each state value's view, by value
+ * index, calloc'd. */
+int hp_ckpt_map_tensors(const struct hp_trainer *t, const char *path, json_object *idx, int **out, int *count,
+			struct hp_ckpt_view **vout);
 /* This rank's part of generation gen, gdir/part.RANK.hpck, synced with its
  * directory entry; its size and index checksum for the commit record. */
 int hp_ckpt_write_part(struct hp_trainer *t, const char *gdir, uint64_t gen, uint64_t *size, uint32_t *icrc);

@@ -128,20 +128,27 @@ static int all_durable(const struct hp_trainer *t, int rc, uint64_t size, uint32
 	return 0;
 }
 
+/* The wholes (train_ckpt_view.c) of the state values; NULL on error. */
 static json_object *commit_tensors(const struct hp_trainer *t)
 {
 	const struct hp_graph *g = t->g;
 	json_object *list = json_object_new_array();
 	char *unit = hp_whole_state(g);
+	struct hp_ckpt_view w;
 
-	for (int v = 0; unit && v < g->nvalues; v++) {
+	for (int v = 0; list && unit && v < g->nvalues; v++) {
 		if (!unit[v])
 			continue;
+		if (hp_ckpt_view(t, v, &w) < 0) {
+			json_object_put(list);
+			list = NULL;
+			break;
+		}
 		json_object *e = json_object_new_object();
-		json_object_object_add(e, "name", json_object_new_string(g->values[v].name));
-		json_object_object_add(e, "dtype", json_object_new_string(hp_dtype_name(g->values[v].dtype)));
-		json_object_object_add(e, "shape", hp_ck_shape_json(&g->values[v].shape));
-		json_object_object_add(e, "elements", json_object_new_int64(hp_shape_numel(&g->values[v].shape)));
+		json_object_object_add(e, "name", json_object_new_string(w.name));
+		json_object_object_add(e, "dtype", json_object_new_string(hp_dtype_name(w.dtype)));
+		json_object_object_add(e, "shape", hp_ck_shape_json(&w.shape));
+		json_object_object_add(e, "elements", json_object_new_int64((int64_t)w.n));
 		json_object_array_add(list, e);
 	}
 	free(unit);

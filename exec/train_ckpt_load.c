@@ -2,7 +2,8 @@
  * train_ckpt.c) or the commit record of per-rank parts (format 2,
  * train_ckpt_parts.c).  Parts load at any number of ranks: this rank reads
  * the elements it holds of each state tensor (all of them under --shard
- * none) from whichever parts hold them, part w of the writers' Nw holding
+ * none, its slice where a --shard mode keeps one: hp_ckpt_view) from
+ * whichever parts hold them, part w of the writers' Nw holding
  * [n*w/Nw, n*(w+1)/Nw) (exec/shard.h), checking the crc32c of every 4 MiB
  * piece it reads and that each part is the one the record committed. */
 #include <errno.h>
@@ -23,27 +24,16 @@ struct load {
 	struct hp_trainer *t;
 	json_object *commit;   /* the record's index */
 	int *map, n;           /* record entry -> value */
+	struct hp_ckpt_view *views; /* per value: its whole, the range held */
 	int nw;                /* ranks that wrote the parts */
 	struct hp_ckfile f;    /* the part being read */
 	char path[4096];
 	unsigned char *buf;    /* one piece */
 };
 
-/* The elements of state value v this rank holds: all of them, as every
- * rank keeps every weight and moment whole today.  A --shard mode keeping
- * only its slice of some state narrows this to hp_shard_range(n, rank,
- * nranks) for those values; the reading below is by range either way. */
-static void held_range(const struct hp_trainer *t, int v, uint64_t n, uint64_t *lo, uint64_t *hi)
-{
-	(void)t;
-	(void)v;
-	*lo = 0;
-	*hi = n;
-}
-
 /* Elements [a, b) of the slice [lo, hi) entry e holds, into value v: the
  * pieces that cover them, each checked. */
-static int read_range(struct load *l, json_object *e, int v, uint64_t lo, uint64_t a, uint64_t b)
+static int read_range(struct load *l, json_object *e, int v, uint64_t base, uint64_t lo, uint64_t a, uint64_t b)
 {
 	uint64_t esz = hp_dtype_size(l->t->g->values[v].dtype), off = (uint64_t)hp_ck_jint(e, "offset");
 	uint64_t from = (a - lo) * esz, to = (b - lo) * esz, slice = ((uint64_t)hp_ck_jint(e, "hi") - lo) * esz;
@@ -61,7 +51,7 @@ static int read_range(struct load *l, json_object *e, int v, uint64_t lo, uint64
 			return hp_error(HP_ECORRUPT, "%s: checksum mismatch in '%s' (bytes %llu..%llu of its slice)",
 					l->path, l->t->g->values[v].name, (unsigned long long)s,
 					(unsigned long long)(s + len));
-		if ((rc = hp_whole_write(l->t->s, v, lo * esz + x, y - x, l->buf + (x - s))) < 0)
+		if ((rc = hp_whole_write(l->t->s, v, (lo - base) * esz + x, y - x, l->buf + (x - s))) < 0)
 			return rc;
 	}
 	return 0;
@@ -70,23 +60,21 @@ static int read_range(struct load *l, json_object *e, int v, uint64_t lo, uint64
 /* Entry i of part w: the record's tensor, the partition's slice. */
 static int part_entry(struct load *l, json_object *e, int i, int w)
 {
-	int v = l->map[i];
-	uint64_t n = (uint64_t)hp_shape_numel(&l->t->g->values[v].shape), lo, hi, a, b;
+	int v = l->map[i], rc;
+	const struct hp_ckpt_view h = l->views[v]; /* [h.lo, h.hi): what this rank holds */
+	uint64_t lo, hi, a, b;
 	const char *nm = hp_ck_jstr(e, "name");
-	int rc;
 
-	hp_shard_range(n, w, l->nw, &lo, &hi);
-	if (!nm || strcmp(nm, l->t->g->values[v].name) || hp_ck_jint(e, "lo") != (int64_t)lo ||
-	    hp_ck_jint(e, "hi") != (int64_t)hi)
+	hp_shard_range(h.n, w, l->nw, &lo, &hi);
+	if (!nm || strcmp(nm, h.name) || hp_ck_jint(e, "lo") != (int64_t)lo || hp_ck_jint(e, "hi") != (int64_t)hi)
 		return hp_error(HP_ECORRUPT, "%s: entry %d ('%s') is not slice [%llu, %llu) of '%s' (part %d of %d)",
-				l->path, i, nm ? nm : "?", (unsigned long long)lo, (unsigned long long)hi,
-				l->t->g->values[v].name, w, l->nw);
-	if ((rc = hp_ckpt_check_entry(l->t, l->path, e, v)) < 0)
+				l->path, i, nm ? nm : "?", (unsigned long long)lo, (unsigned long long)hi, h.name, w,
+				l->nw);
+	if ((rc = hp_ckpt_check_entry(l->path, e, &h)) < 0)
 		return rc;
-	held_range(l->t, v, n, &a, &b);
-	a = a > lo ? a : lo;
-	b = b < hi ? b : hi;
-	return a < b ? read_range(l, e, v, lo, a, b) : 0;
+	a = h.lo > lo ? h.lo : lo;
+	b = h.hi < hi ? h.hi : hi;
+	return a < b ? read_range(l, e, v, h.lo, lo, a, b) : 0;
 }
 
 /* Part w's frame and header: the file the record committed, of this
@@ -147,7 +135,7 @@ static int load_parts(struct hp_trainer *t, const char *path, json_object *commi
 	if (!json_object_object_get_ex(commit, "parts", &parts) || !json_object_is_type(parts, json_type_array) ||
 	    l.nw < 1 || (int)json_object_array_length(parts) != l.nw)
 		return hp_error(HP_ECORRUPT, "%s: commit record without its %d parts", path, l.nw);
-	if ((rc = hp_ckpt_map_tensors(t, path, commit, &l.map, &l.n)) < 0)
+	if ((rc = hp_ckpt_map_tensors(t, path, commit, &l.map, &l.n, &l.views)) < 0)
 		return rc;
 	if (!(l.buf = malloc(HP_CK_PIECE)))
 		rc = hp_error(-ENOMEM, "out of memory");
@@ -155,6 +143,7 @@ static int load_parts(struct hp_trainer *t, const char *path, json_object *commi
 		rc = load_part(&l, w, json_object_array_get_idx(parts, (size_t)w));
 	free(l.buf);
 	free(l.map);
+	free(l.views);
 	return rc;
 }
 

@@ -12,7 +12,12 @@
  * Each part is framed like every checkpoint file (train_ckpt_io.h): its
  * slices at 4096-aligned offsets, a crc32c per 4 MiB piece of a slice (a
  * reader at another N checks just the pieces it reads), the index, the
- * trailer.  The directory must be one file system all ranks share. */
+ * trailer.  The directory must be one file system all ranks share.
+ *
+ * The tensors are the wholes an unsharded run keeps (train_ckpt_view.c):
+ * under --shard a rank's slice of a parameter's optimizer state (or of
+ * the parameter itself) is exactly its part of that whole, so a
+ * checkpoint resumes under any --shard mode and number of ranks. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -39,14 +44,16 @@ struct part {
 	uint64_t done, total;
 };
 
-/* Elements [lo, hi) of v into the file at off, a crc32c per piece. */
-static int write_slice(struct part *p, int v, uint64_t lo, uint64_t hi, uint64_t off, json_object *crcs)
+/* Elements [lo, hi) of v's whole (v holding it from element base on) into
+ * the file at off, a crc32c per piece. */
+static int write_slice(struct part *p, int v, uint64_t base, uint64_t lo, uint64_t hi, uint64_t off,
+		       json_object *crcs)
 {
 	uint64_t esz = hp_dtype_size(p->t->g->values[v].dtype), at = lo * esz, end = hi * esz;
 
 	for (uint64_t pos = at; pos < end;) {
 		size_t len = end - pos < HP_CK_PIECE ? (size_t)(end - pos) : HP_CK_PIECE;
-		int rc = hp_whole_read(p->t->s, v, pos, len, p->buf);
+		int rc = hp_whole_read(p->t->s, v, pos - base * esz, len, p->buf);
 		if (rc == 0)
 			rc = hp_ck_pwrite(&p->f, p->buf, len, off + (pos - at));
 		if (rc < 0)
@@ -60,25 +67,35 @@ static int write_slice(struct part *p, int v, uint64_t lo, uint64_t hi, uint64_t
 	return 0;
 }
 
-static int numel_of(const struct hp_trainer *t, int v, uint64_t *n)
+/* v's whole (hp_ckpt_view) and this rank's partition slice [*lo, *hi) of
+ * it, which v must hold: the whole under --shard none, and under a
+ * sharded mode v's slice is that very partition. */
+static int part_range(const struct hp_trainer *t, int v, struct hp_ckpt_view *w, uint64_t *lo, uint64_t *hi)
 {
 	const struct hp_value *val = &t->g->values[v];
 	int64_t k = hp_shape_numel(&val->shape);
+	int rc;
 
 	if (k < 0 || !hp_dtype_size(val->dtype) || hp_ckpt_vbytes(t, v) != (uint64_t)k * hp_dtype_size(val->dtype))
 		return hp_error(HP_EUNSUPPORTED, "state '%s' (%s): no fixed element size to cut into parts", val->name,
 				hp_dtype_name(val->dtype));
-	*n = (uint64_t)k;
+	if ((rc = hp_ckpt_view(t, v, w)) < 0)
+		return rc;
+	hp_shard_range(w->n, t->rank, t->nranks, lo, hi);
+	if (*lo < w->lo || *hi > w->hi)
+		return hp_error(HP_EINTERNAL, "state '%s' holds [%llu, %llu) of '%s', not this rank's part [%llu, %llu)",
+				val->name, (unsigned long long)w->lo, (unsigned long long)w->hi, w->name,
+				(unsigned long long)*lo, (unsigned long long)*hi);
 	return 0;
 }
 
-static json_object *slice_entry(const struct hp_value *val, uint64_t lo, uint64_t hi, uint64_t off, json_object *crcs)
+static json_object *slice_entry(const struct hp_ckpt_view *w, uint64_t lo, uint64_t hi, uint64_t off, json_object *crcs)
 {
 	json_object *e = json_object_new_object();
 
-	json_object_object_add(e, "name", json_object_new_string(val->name));
-	json_object_object_add(e, "dtype", json_object_new_string(hp_dtype_name(val->dtype)));
-	json_object_object_add(e, "shape", hp_ck_shape_json(&val->shape));
+	json_object_object_add(e, "name", json_object_new_string(w->name));
+	json_object_object_add(e, "dtype", json_object_new_string(hp_dtype_name(w->dtype)));
+	json_object_object_add(e, "shape", hp_ck_shape_json(&w->shape));
 	json_object_object_add(e, "lo", json_object_new_int64((int64_t)lo));
 	json_object_object_add(e, "hi", json_object_new_int64((int64_t)hi));
 	json_object_object_add(e, "offset", json_object_new_int64((int64_t)off));
@@ -104,24 +121,21 @@ static int write_body(struct part *p, uint64_t gen, uint32_t *icrc)
 {
 	const struct hp_graph *g = p->t->g;
 	json_object *idx = part_header(p->t, gen), *list = json_object_new_array();
-	uint64_t off = HP_CK_ALIGN, n, lo, hi;
+	struct hp_ckpt_view w;
+	uint64_t off = HP_CK_ALIGN, lo, hi;
 	int rc = 0;
 
 	json_object_object_add(idx, "tensors", list);
 	for (int v = 0; v < g->nvalues && rc == 0; v++)
-		if (p->unit[v] && (rc = numel_of(p->t, v, &n)) == 0) {
-			hp_shard_range(n, p->t->rank, p->t->nranks, &lo, &hi);
+		if (p->unit[v] && (rc = part_range(p->t, v, &w, &lo, &hi)) == 0)
 			p->total += (hi - lo) * hp_dtype_size(g->values[v].dtype);
-		}
 	for (int v = 0; v < g->nvalues && rc == 0; v++) {
-		json_object *crcs = json_object_new_array();
-		if (!p->unit[v] || (rc = numel_of(p->t, v, &n)) < 0) {
-			json_object_put(crcs);
+		json_object *crcs;
+		if (!p->unit[v] || (rc = part_range(p->t, v, &w, &lo, &hi)) < 0)
 			continue;
-		}
-		hp_shard_range(n, p->t->rank, p->t->nranks, &lo, &hi);
-		rc = write_slice(p, v, lo, hi, off, crcs);
-		json_object_array_add(list, slice_entry(&g->values[v], lo, hi, off, crcs));
+		crcs = json_object_new_array();
+		rc = write_slice(p, v, w.lo, lo, hi, off, crcs);
+		json_object_array_add(list, slice_entry(&w, lo, hi, off, crcs));
 		off += ((hi - lo) * hp_dtype_size(g->values[v].dtype) + HP_CK_ALIGN - 1) / HP_CK_ALIGN * HP_CK_ALIGN;
 	}
 	if (rc == 0)

@@ -12,6 +12,19 @@ usage: check_ckpt.py HPDLF_EXEC TESTS_DIR
   relative of them: the gradient sums are ordered differently); resumed at
   N=3 and written again with 3 parts, the reassembled tensors are bitwise
   those of the 2-rank checkpoint (re-sharding loses nothing).
+- Sharded (--shard optimizer|gradients|parameters): a 2-rank `optimizer`
+  (Adam) checkpoint at step 10 resumes bitwise the uninterrupted sharded
+  run; its record and the tensors read back (and those of `gradients` and
+  `parameters`) are those of a `none` checkpoint at the same step, bit for
+  bit (the wholes, whatever the mode).  A `gradients` checkpoint at N=2
+  resumes with `none` at N=3 and with `parameters` at N=2, a `none` one at
+  N=2 with `optimizer` at N=3, a `parameters` one at N=2 with `gradients`
+  at N=3: the following losses within 1e-5 relative of the uninterrupted
+  run, and the checkpoint each writes right after loading (no step left)
+  holds every tensor bitwise as loaded; a format-1 file resumes
+  with `parameters` at N=2 bitwise.  A sharded mode whose weights
+  --budget partitioned into blocks is refused with --checkpoint at
+  start-up (status 2).
 - Format 1: the tensors written back as an old single-file checkpoint
   (by this script) resume bitwise like the parts.
 - Crash mid-write: rank 1 killed half way through its part of the 3rd
@@ -236,6 +249,75 @@ def resume_other_n(tmp):
     return full
 
 
+def same_list(rec, ref):
+    """The records list the same tensors (name, dtype, shape, elements):
+    --shard parameters lists a parameter where its slice is, in another
+    order, which loading (by name) does not mind."""
+    key = lambda e: e['name']
+    return sorted(rec['tensors'], key=key) == sorted(ref['tensors'], key=key)
+
+
+def sharded(tmp):
+    j = lambda *n: os.path.join(tmp, *n)
+    sh = lambda mode: ['--shard', mode]
+    ok = train(2, mlp_args(20, sh('optimizer')), j('s_full_opt.json'))
+    ok = train(2, mlp_args(20, sh('none')), j('s_full_none.json')) and ok
+    for mode in ('optimizer', 'gradients', 'parameters', 'none'):
+        ok = train(2, mlp_args(10, sh(mode) + ['--checkpoint', j('s_' + mode)]), j('s_first_%s.json' % mode)) and ok
+    if not check(ok, 'sharded: 2 ranks, 20 steps (optimizer, none) and 10 steps checkpointed (optimizer, '
+                 'gradients, parameters, none)'):
+        return
+    full_opt = [l for _, l in losses(j('s_full_opt.json'))]
+    full = [l for _, l in losses(j('s_full_none.json'))]
+    try:
+        ref, ref_rec = read_ckpt(j('s_none'))
+        got = {m: read_ckpt(j('s_' + m)) for m in ('optimizer', 'gradients', 'parameters')}
+    except (AssertionError, KeyError, ValueError) as e:
+        check(False, 'sharded: independent reader: %r' % (e,))
+        return
+    for m, (t, rec) in got.items():
+        check(same_list(rec, ref_rec) and t.keys() == ref.keys() and
+              all(t[k].tobytes() == ref[k].tobytes() for k in ref),
+              '--shard %s checkpoint: the same %d whole tensors as --shard none, bitwise' % (m, len(ref)))
+    shutil.copytree(j('s_optimizer'), j('s_opt_res'))
+    if check(train(2, mlp_args(20, sh('optimizer') + ['--checkpoint', j('s_opt_res'), '--resume']),
+                   j('s_opt_res.json')), '--shard optimizer checkpoint resumes with --shard optimizer at N=2'):
+        got_l = losses(j('s_opt_res.json'))
+        check([s for s, _ in got_l] == list(range(10, 20)) and [l for _, l in got_l] == full_opt[10:20],
+              '--shard optimizer N=2 -> same: steps 10..19 bitwise the uninterrupted sharded losses')
+    for src, n, mode in (('gradients', 3, 'none'), ('gradients', 2, 'parameters'), ('none', 3, 'optimizer'),
+                         ('parameters', 3, 'gradients')):
+        what = '%s N=2 -> %s N=%d' % (src, mode, n)
+        d, d0 = j('s_%s_%s_%d' % (src, mode, n)), j('s_%s_%s_%d_0' % (src, mode, n))
+        shutil.copytree(j('s_' + src), d)
+        shutil.copytree(j('s_' + src), d0)
+        if not check(train(n, mlp_args(20, sh(mode) + ['--checkpoint', d, '--resume']), d + '.json'),
+                     what + ': resumes'):
+            continue
+        got_l = losses(d + '.json')
+        b = [l for _, l in got_l]
+        check([s for s, _ in got_l] == list(range(10, 20)) and rel(full[10:20], b) <= 1e-5,
+              '%s: steps 10..19 within 1e-5 of the uninterrupted run (max rel %.2g)' % (what, rel(full[10:20], b)))
+        if check(train(n, mlp_args(10, sh(mode) + ['--checkpoint', d0, '--resume']), d0 + '.json'),
+                 what + ': with no step left, it checkpoints again'):
+            t, rec = read_ckpt(d0)
+            loaded = ref if src == 'none' else got[src][0]
+            check(rec['ranks'] == n and rec['step'] == 10 and same_list(rec, ref_rec) and
+                  t.keys() == loaded.keys() and all(t[k].tobytes() == loaded[k].tobytes() for k in loaded),
+                  '%s: the state as loaded, written again in %d parts, is every tensor bitwise' % (what, n))
+    # format 1 (whole tensors in one file): each rank keeps its slices of them
+    write_v1(j('s_v1'), ref, ref_rec)
+    if check(train(2, mlp_args(20, sh('parameters') + ['--checkpoint', j('s_v1'), '--resume']), j('s_v1.json')),
+             'a format-1 single file resumes with --shard parameters at N=2'):
+        check([l for _, l in losses(j('s_v1.json'))] == full[10:20],
+              'format 1 -> --shard parameters N=2: steps 10..19 bitwise the uninterrupted run')
+    # --budget partitions mlp's weights into blocks; their slices are refused before training
+    rc, err = run(ranks(2, mlp_args(4, sh('gradients') + ['--budget', '1M', '--checkpoint', j('s_split')])))
+    check(rc == 2 and 'checkpoints cannot hold yet' in err and not os.path.exists(j('s_split', 'checkpoint.hpck')),
+          '--shard gradients --budget (weights partitioned) --checkpoint: status 2 at start-up (%d: %s)' %
+          (rc, err.strip().splitlines()[0][:200] if err.strip() else ''))
+
+
 def damage(tmp):
     j = lambda *n: os.path.join(tmp, *n)
     rec = frame(j('ck', 'checkpoint.hpck'))[2]
@@ -436,6 +518,7 @@ def main():
             damage(tmp)
             crash_mid_write(tmp, full)
             killed_rank(tmp, full)
+        sharded(tmp)
         stopped_rank(tmp)
         stuck_collective(tmp)
         rss_per_rank(tmp)
