@@ -81,7 +81,8 @@ def wait_ranks(env, deadline):
             doc = json.loads(out)
             ranks = [t for t in doc['targets'] if t['kind'] == 'pid' and t.get('rank') is not None]
             sums = [t for t in doc['targets'] if t['kind'] == 'job_sum']
-            if len(ranks) == 2 and sums and all(t['tiers'] and t['tiers'][0]['reads'] for t in ranks):
+            # both ranks have paged below DRAM: training is under way
+            if len(ranks) == 2 and sums and all(len(t['tiers']) > 1 and t['tiers'][1]['writes'] for t in ranks):
                 return doc
         time.sleep(0.3)
     return doc
