@@ -151,7 +151,7 @@ void insp_print_compact(FILE *f, const struct insp_target *t, int n)
 		if (t[i].job_sum)
 			snprintf(c[K_TARGET], 24, "sum %s", t[i].job);
 		else if (t[i].kind == INSP_LOCAL && t[i].job[0] && t[i].rank[0])
-			snprintf(c[K_TARGET], 24, "%s r%s", t[i].spec, t[i].rank);
+			snprintf(c[K_TARGET], 24, "pid %s r%s", t[i].spec, t[i].rank);
 		else
 			snprintf(c[K_TARGET], 24, "%s%s", t[i].kind == INSP_LOCAL ? "pid " : "", t[i].spec);
 		if (page)
