@@ -43,7 +43,14 @@ struct statpage {
 	uint64_t start_time;    /* field 22 of /proc/<pid>/stat: tells a reused pid */
 	_Atomic uint64_t seq;   /* odd while the owner writes */
 	uint64_t updated_ns;    /* CLOCK_REALTIME */
-	uint64_t reserved[4];
+	/* the launcher's job and this process's rank in it (launch.c's
+	 * variables), so the inspector can group the ranks of one job: rank
+	 * plus one (0: not launched as a rank), the job's size, the job id
+	 * NUL-padded ("" when none).  Were reserved zero bytes: a page of an
+	 * older writer reads as "no job", hence no layout change. */
+	int32_t rank1;
+	int32_t nranks;
+	char job[24];
 	struct hs_store_stats stats;
 };
 
@@ -223,6 +230,40 @@ static int create_tmp(int dfd, char *tmp, size_t len)
 	return -EEXIST;
 }
 
+/* The first of `names` set in the environment, or NULL. */
+static const char *first_env(const char *const *names, int n)
+{
+	for (int i = 0; i < n; i++) {
+		const char *v = getenv(names[i]);
+		if (v && *v)
+			return v;
+	}
+	return NULL;
+}
+
+/* Job id, rank and size as the launcher gave them: Slurm's job and step
+ * first (srun also sets PMIx variables, but the Slurm id is the one its
+ * users know), then PMIx's namespace, then Open MPI's own job id.  A job id
+ * longer than the field keeps its tail, where launchers put the counter. */
+static void page_ident(struct statpage *p)
+{
+	static const char *const ranks[] = { "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID" };
+	static const char *const sizes[] = { "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "SLURM_NPROCS" };
+	static const char *const jobs[] = { "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid" };
+	const char *r = first_env(ranks, 4), *n = first_env(sizes, 4), *j = getenv("SLURM_JOB_ID");
+	const char *step = getenv("SLURM_STEP_ID");
+	char id[128];
+
+	if (j && *j)
+		snprintf(id, sizeof id, "%s%s%s", j, step && *step ? "." : "", step && *step ? step : "");
+	else
+		snprintf(id, sizeof id, "%s", (j = first_env(jobs, 3)) ? j : "");
+	size_t l = strlen(id), keep = l < sizeof p->job - 1 ? l : sizeof p->job - 1;
+	memcpy(p->job, id + l - keep, keep);
+	p->rank1 = r && id[0] ? (int32_t)strtol(r, NULL, 10) + 1 : 0;
+	p->nranks = n && p->rank1 > 0 ? (int32_t)strtol(n, NULL, 10) : 0;
+}
+
 /* Create, size, map and fill the page under a temporary name, then rename
  * it onto its own: readers never see a half-initialised page. */
 static int writer_open(const char *dir, struct writer *w)
@@ -255,6 +296,7 @@ static int writer_open(const char *dir, struct writer *w)
 	p->stats_size = sizeof p->stats;
 	p->pid = getpid();
 	p->start_time = proc_start_time(getpid());
+	page_ident(p);
 	memcpy(p->magic, PAGE_MAGIC, 8);
 	/* rename replaces a link planted under the final name, never follows it */
 	if (renameat(w->dfd, tmp, w->dfd, w->name) < 0) {
@@ -451,6 +493,31 @@ int hs_statpage_read(pid_t pid, struct hs_statpage_info *out)
 	}
 	munmap(p, sizeof *p);
 	return rc;
+}
+
+int hs_statpage_read_job(pid_t pid, struct hs_statpage_job *out)
+{
+	char path[PATH_MAX];
+	struct statpage h;
+	int fd, rc;
+
+	memset(out, 0, sizeof *out);
+	out->rank = -1;
+	fd = page_open(pid, path, sizeof path);
+	if (fd < 0)
+		return fd;
+	rc = check_file(fd, path, pid);
+	if (rc == 0 && pread(fd, &h, HEADER_SIZE, 0) != (ssize_t)HEADER_SIZE)
+		rc = hp_error(HP_EFORMAT, "%s: too short for a stats page", path);
+	close(fd);
+	if (rc < 0)
+		return rc;
+	/* written once before the page was published: no seqlock needed */
+	memcpy(out->job, h.job, sizeof h.job);
+	out->job[sizeof out->job - 1] = 0;
+	out->rank = h.rank1 > 0 ? h.rank1 - 1 : -1;
+	out->nranks = h.rank1 > 0 && h.nranks > 0 ? h.nranks : 0;
+	return 0;
 }
 
 /* ---- reclaiming the pages of dead processes ------------------------------ */

@@ -375,16 +375,27 @@ static void print_frame(const struct cli *c, struct insp_target *t, int n, int s
 		write_prom_file(c->prom_file, t, n);
 		return;
 	}
-	switch (c->fmt) {
-	case FMT_JSON: insp_print_json(stdout, t, n, &c->o, !c->watch); break;
-	case FMT_PROM: insp_print_prometheus(stdout, t, n); break;
-	default:
-		if (c->compact)
-			insp_print_compact(stdout, t, n);
-		else
-			insp_print_table(stdout, t, n, &c->o);
-		break;
+	if (c->fmt == FMT_PROM) {
+		/* no sum series: Prometheus sums by the job label itself */
+		insp_print_prometheus(stdout, t, n);
+		fflush(stdout);
+		return;
 	}
+	/* the ranks of one job together, and their sum */
+	struct insp_target *g = NULL;
+	int gn = 0, grouped = insp_group_jobs(t, n, &g, &gn) == 0;
+	if (!grouped) {
+		g = t;
+		gn = n;
+	}
+	if (c->fmt == FMT_JSON)
+		insp_print_json(stdout, g, gn, &c->o, !c->watch);
+	else if (c->compact)
+		insp_print_compact(stdout, g, gn);
+	else
+		insp_print_table(stdout, g, gn, &c->o);
+	if (grouped)
+		insp_free_grouped(g, gn);
 	fflush(stdout);
 }
 

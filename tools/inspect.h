@@ -41,6 +41,11 @@ struct insp_target {
 	 * first *.onnx argument, without .onnx); "" when not known */
 	char job[64], rank[16], model[128];
 	int ident_read;
+	int nranks;             /* the job's size from the page, 0: unknown */
+	/* > 0: not a process but the sum of this many ranks of job `job`
+	 * (insp_group_jobs); rates[k] are the members' rates summed */
+	int job_sum;
+	struct insp_tier_view *sum_rates;
 	/* kind INSP_REMOTE: the daemon's answers (prev: the read before, same
 	 * daemon run, when have_prev) */
 	const char *token_file; /* NULL: $HPDLF_TOKEN_FILE */
@@ -54,6 +59,13 @@ struct insp_tier_view {
 	double read_now, write_now, read_avg, write_avg; /* bytes/s */
 	double p50, p99, p999;  /* microseconds; < 0 with no samples */
 };
+
+/* inspect_jobs.c: t[0..n) with the ranks of each job (same job id in
+ * their pages) side by side in rank order, each job of two or more ranks
+ * followed by a target holding their sum (job_sum); into *out (the caller
+ * frees it with insp_free_grouped).  0 or -ENOMEM. */
+int insp_group_jobs(const struct insp_target *t, int n, struct insp_target **out, int *nout);
+void insp_free_grouped(struct insp_target *t, int n);
 
 /* inspect_local.c */
 int insp_scan_local(struct insp_target **list, int *n);

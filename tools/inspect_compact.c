@@ -148,7 +148,12 @@ void insp_print_compact(FILE *f, const struct insp_target *t, int n)
 			continue;
 		for (int k = 0; k < NCOLS; k++)
 			snprintf(c[k], 24, "-");
-		snprintf(c[K_TARGET], 24, "%s%s", t[i].kind == INSP_LOCAL ? "pid " : "", t[i].spec);
+		if (t[i].job_sum)
+			snprintf(c[K_TARGET], 24, "sum %s", t[i].job);
+		else if (t[i].kind == INSP_LOCAL && t[i].job[0] && t[i].rank[0])
+			snprintf(c[K_TARGET], 24, "pid %s r%s", t[i].spec, t[i].rank);
+		else
+			snprintf(c[K_TARGET], 24, "%s%s", t[i].kind == INSP_LOCAL ? "pid " : "", t[i].spec);
 		if (page)
 			page_cells(&t[i], c);
 		else

@@ -163,7 +163,7 @@ static void read_ident(struct insp_target *t)
 
 	t->ident_read = 1;
 	for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
-		if (!strncmp(buf + i, "SLURM_JOB_ID=", 13))
+		if (!t->job[0] && !strncmp(buf + i, "SLURM_JOB_ID=", 13))
 			snprintf(t->job, sizeof t->job, "%s", buf + i + 13);
 		for (size_t k = 0; k < sizeof ranks / sizeof ranks[0]; k++)
 			if (!t->rank[0] && !strncmp(buf + i, ranks[k], strlen(ranks[k])))
@@ -196,6 +196,14 @@ static void read_local(struct insp_target *t)
 		}
 		t->cur = info;
 		t->cur_t = insp_mono_s();
+	}
+	struct hs_statpage_job jb;
+	if ((rc == 0 || rc == -ESRCH) && !t->ident_read && hs_statpage_read_job(t->pid, &jb) == 0 && jb.job[0] &&
+	    jb.rank >= 0) {
+		/* the page knows its job: better than /proc (also for a gone process) */
+		snprintf(t->job, sizeof t->job, "%s", jb.job);
+		snprintf(t->rank, sizeof t->rank, "%d", (int)jb.rank);
+		t->nranks = jb.nranks;
 	}
 	if (rc == 0) {
 		t->state = INSP_LIVE;
@@ -267,5 +275,12 @@ void insp_tier_view(const struct insp_target *t, int tier, struct insp_tier_view
 		double up = (double)(t->cur.updated_ns - t->start_ns) / 1e9;
 		v->read_avg = (double)s->bytes_read / up;
 		v->write_avg = (double)s->bytes_written / up;
+	}
+	if (t->job_sum && t->sum_rates) {
+		/* a job's sum: its members' rates added (insp_group_jobs) */
+		v->read_now = t->sum_rates[tier].read_now;
+		v->write_now = t->sum_rates[tier].write_now;
+		v->read_avg = t->sum_rates[tier].read_avg;
+		v->write_avg = t->sum_rates[tier].write_avg;
 	}
 }

@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -104,16 +105,35 @@ static double row_value(const struct row *r, const struct hs_tier_stats *s, cons
 	return (double)*(const uint64_t *)((const char *)s + r->off);
 }
 
+/* The first line: the process, or for a job's sum (inspect_jobs.c) the
+ * job; a rank of a job also names its job and rank. */
+static void print_title(FILE *f, const struct insp_target *t)
+{
+	if (t->job_sum) {
+		fprintf(f, "job %s: SUM of %d ranks%s, updated %.2f s ago\n", t->job, t->job_sum,
+			t->state == INSP_LIVE ? "" : " (all gone, not live)", age_s(t));
+		return;
+	}
+	char who[160];
+	if (t->job[0] && t->rank[0] && t->nranks > 0)
+		snprintf(who, sizeof who, "%s (pid %ld, job %s rank %s of %d)", t->spec, (long)t->cur.pid, t->job,
+			 t->rank, t->nranks);
+	else if (t->job[0] && t->rank[0])
+		snprintf(who, sizeof who, "%s (pid %ld, job %s rank %s)", t->spec, (long)t->cur.pid, t->job, t->rank);
+	else
+		snprintf(who, sizeof who, "%s (pid %ld)", t->spec, (long)t->cur.pid);
+	if (t->state == INSP_STALE)
+		fprintf(f, "%s: STALE - the process is gone; last data written %.1f s ago, not live\n", who, age_s(t));
+	else
+		fprintf(f, "%s: live, updated %.2f s ago\n", who, age_s(t));
+}
+
 static void print_header(FILE *f, const struct insp_target *t)
 {
 	const struct hs_store_stats *s = &t->cur.stats;
 	char a[32], b[32], c[32], d[32], e[32];
 
-	if (t->state == INSP_STALE)
-		fprintf(f, "%s (pid %ld): STALE - the process is gone; last data written %.1f s ago, not live\n",
-			t->spec, (long)t->cur.pid, age_s(t));
-	else
-		fprintf(f, "%s (pid %ld): live, updated %.2f s ago\n", t->spec, (long)t->cur.pid, age_s(t));
+	print_title(f, t);
 	fprintf(f, "  budget %s, resident %s, pinned %s, staging %s, chunk %s, %" PRIu64 " tensors\n",
 		hp_format_size(s->budget, a, sizeof a), hp_format_size(s->resident, b, sizeof b),
 		hp_format_size(s->pinned, c, sizeof c), hp_format_size(s->staging, d, sizeof d),
@@ -217,9 +237,18 @@ static json_object *json_target(const struct insp_target *t, const struct insp_o
 	const struct hs_store_stats *s = &t->cur.stats;
 
 	json_object_object_add(j, "target", json_object_new_string(t->spec));
-	json_object_object_add(j, "kind", json_object_new_string(t->kind == INSP_LOCAL ? "pid" : "daemon"));
-	if (t->kind == INSP_LOCAL)
+	json_object_object_add(j, "kind", json_object_new_string(t->job_sum ? "job_sum" :
+								 t->kind == INSP_LOCAL ? "pid" : "daemon"));
+	if (t->kind == INSP_LOCAL && !t->job_sum)
 		json_object_object_add(j, "pid", json_object_new_int((int)t->pid));
+	if (t->kind == INSP_LOCAL && t->job[0]) {
+		json_object_object_add(j, "job", json_object_new_string(t->job));
+		json_object_object_add(j, "rank", t->rank[0] && !t->job_sum ?
+					json_object_new_int((int)strtol(t->rank, NULL, 10)) : NULL);
+		json_object_object_add(j, "nranks", t->nranks > 0 ? json_object_new_int(t->nranks) : NULL);
+	}
+	if (t->job_sum)
+		json_object_object_add(j, "ranks_summed", json_object_new_int(t->job_sum));
 	json_object_object_add(j, "state", json_object_new_string(insp_state_name(t->state)));
 	json_object_object_add(j, "error", t->err[0] ? json_object_new_string(t->err) : NULL);
 	if (daemon_live(t))

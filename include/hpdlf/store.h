@@ -268,6 +268,18 @@ struct hs_statpage_info {
 	struct hs_store_stats stats;
 };
 int hs_statpage_read(pid_t pid, struct hs_statpage_info *out);
+/* The job `pid` runs in, as its page records it: the launcher's job id
+ * ("" when none) from the owner's environment at start
+ * (SLURM_JOB_ID.SLURM_STEP_ID, else PMIX_NAMESPACE, else Open MPI's job
+ * id; its last 23 bytes if longer), its rank in it (-1: not launched as a
+ * rank: OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, SLURM_PROCID) and the
+ * job's size (0: unknown).  0 or an error of hs_statpage_read (a stale page
+ * still answers: the job does not change). */
+struct hs_statpage_job {
+	char job[24];
+	int32_t rank, nranks;
+};
+int hs_statpage_read_job(pid_t pid, struct hs_statpage_job *out);
 /* Path of the page of `pid` ("<dir>/hpdlf-store.<pid>"); returns buf, or
  * NULL if it does not fit in len or $HPDLF_STATS_DIR is not absolute. */
 char *hs_statpage_path(pid_t pid, char *buf, size_t len);

@@ -532,6 +532,56 @@ static void test_threads(void **state)
 
 /* ---- stats page ---- */
 
+/* The page records the launcher's job and rank from the environment at
+ * start (Slurm's job.step before PMIx's namespace), none without one, and
+ * keeps a long job id's tail. */
+static void statpage_job_with(const char *const *env, const char *job, int rank, int nranks)
+{
+	static const char *const all[] = { "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID", "SLURM_NTASKS",
+					   "SLURM_NPROCS", "PMIX_NAMESPACE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE",
+					   "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_MCA_ess_base_jobid",
+					   "OMPI_MCA_orte_ess_jobid" };
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_statpage_job jb;
+
+	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+		unsetenv(all[i]);
+	for (int i = 0; env[i]; i += 2)
+		setenv(env[i], env[i + 1], 1);
+	tu_opts(&o, CFG_DRAM, CS, 8, 0, "job");
+	o.stats_page = 1;
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_statpage_read_job(getpid(), &jb), 0);
+	assert_string_equal(jb.job, job);
+	assert_int_equal(jb.rank, rank);
+	assert_int_equal(jb.nranks, nranks);
+	hs_store_close(st);
+	assert_int_equal(hs_statpage_read_job(getpid(), &jb), -ENOENT);
+	for (int i = 0; env[i]; i += 2)
+		unsetenv(env[i]);
+}
+
+static void test_statpage_job(void **state)
+{
+	const char *none[] = { NULL };
+	const char *ompi[] = { "PMIX_NAMESPACE", "2029387777", "OMPI_MCA_ess_base_jobid", "1", "OMPI_COMM_WORLD_RANK",
+			       "1", "PMIX_RANK", "1", "OMPI_COMM_WORLD_SIZE", "3", NULL };
+	const char *slurm[] = { "SLURM_JOB_ID", "4711", "SLURM_STEP_ID", "2", "PMIX_NAMESPACE", "slurm.pmix.4711.2",
+				"SLURM_PROCID", "5", "SLURM_NTASKS", "8", NULL };
+	const char *longid[] = { "PMIX_NAMESPACE", "prterun-somehost-123456@1.0.0.42", "PMIX_RANK", "0", NULL };
+	const char *rankonly[] = { "PMI_RANK", "2", "PMI_SIZE", "4", NULL };
+
+	(void)state;
+	unsetenv("HPDLF_STATS_DIR");
+	statpage_job_with(none, "", -1, 0);
+	statpage_job_with(ompi, "2029387777", 1, 3);
+	statpage_job_with(slurm, "4711.2", 5, 8);
+	statpage_job_with(longid, "omehost-123456@1.0.0.42", 0, 0);
+	statpage_job_with(rankonly, "", -1, 0); /* a rank of no job groups with nothing */
+}
+
+
 static void test_statpage(void **state)
 {
 	struct hs_store_opts o;
@@ -1024,6 +1074,7 @@ int main(void)
 		cmocka_unit_test(test_rss),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_statpage),
+		cmocka_unit_test(test_statpage_job),
 		cmocka_unit_test(test_statpage_safety),
 		cmocka_unit_test(test_backed),
 		cmocka_unit_test(test_backed_to_eof),
