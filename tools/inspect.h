@@ -115,6 +115,11 @@ void insp_print_compact(FILE *f, const struct insp_target *t, int n);
  * no HTTP support). */
 typedef void (*insp_render_fn)(FILE *f, void *arg);
 int insp_http_serve(const char *spec, insp_render_fn render, void *arg);
+/* The same without waiting: the server runs on its own thread until
+ * insp_http_stop (hpdlf-store --listen-metrics beside its daemon). */
+struct insp_http;
+int insp_http_start(const char *spec, insp_render_fn render, void *arg, struct insp_http **out);
+void insp_http_stop(struct insp_http *h);
 /* hpdlf-store-inspect.c: sleep until insp_stop is set. */
 void insp_wait_signal(void);
 
