@@ -88,6 +88,7 @@ static int give_back(struct hp_rt *s, struct hs_tensor *t)
 {
 	int rc = hs_tensor_discard(t, 0, HS_ALL);
 
+	hs_tensor_set_label(t, "(free)"); /* its value is dead: not listed under its name */
 	pthread_mutex_lock(&s->spare_mu);
 	if (rc == 0 && s->nspare == s->capspare) {
 		int cap = s->capspare ? 2 * s->capspare : 64;
@@ -114,7 +115,10 @@ static int new_tensor(struct hp_rt *s, int v)
 
 	if (!ti.bytes)
 		ti.bytes = 1; /* empty tensors still get an identity */
-	return take_tensor(s, &ti, &s->ten[v]);
+	int rc = take_tensor(s, &ti, &s->ten[v]);
+	if (rc == 0) /* hpdlf-store-inspect --tensors lists it by its value's name */
+		hs_tensor_set_label(s->ten[v], val->name);
+	return rc;
 }
 
 /* Write `src` (or zeros) into value v's tensor, creating it. */
@@ -184,6 +188,8 @@ static int place_initializer(struct hp_rt *s, int v)
 				val->name, (unsigned long long)val->src.length, (unsigned long long)ti.bytes);
 	else if (val->src.kind == HP_BLOB_FILE && val->next < 0 && val->src.offset % 4096 == 0 && ti.bytes) {
 		rc = hs_tensor_create_backed(s->store, &ti, g->files[val->src.file], val->src.offset, &s->ten[v]);
+		if (rc == 0)
+			hs_tensor_set_label(s->ten[v], val->name);
 		return rc < 0 ? hp_error_prefix(rc, "initializer '%s'", val->name) : 0;
 	} else if (val->src.kind == HP_BLOB_FILE)
 		return stream_initializer(s, v, g->files[val->src.file], val->src.offset);
@@ -499,6 +505,8 @@ static int pin_workspace(struct hp_rt *s, const struct hp_node *n, struct hs_ten
 	struct hs_tensor_info ti = { .bytes = n->workspace, .dtype = HP_U8, .shape = { 1, { (int64_t)n->workspace } } };
 	int rc = take_tensor(s, &ti, t);
 
+	if (rc == 0)
+		hs_tensor_set_label(*t, "(kernel workspace)");
 	if (rc == 0 && (rc = hs_pin(*t, 0, HS_ALL, HS_PIN_OVERWRITE, p)) < 0) {
 		hs_tensor_drop(*t);
 		*t = NULL;

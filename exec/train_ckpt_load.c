@@ -159,6 +159,30 @@ static int open_record(struct hp_trainer *t, struct hp_ckfile *f)
 	return hp_error(-errno, "%s: %s", f->path, strerror(errno));
 }
 
+/* What the checkpoint was written with against this run: a changed batch,
+ * data set size or shuffling still resumes (parameters and optimizer state
+ * do not depend on them) but the run no longer continues the one that was
+ * interrupted (other steps see other samples): said once, by rank 0.  A
+ * record without the field (older) says nothing. */
+static void warn_changed(const struct hp_trainer *t, json_object *idx, const char *path)
+{
+	int64_t batch = hp_ck_jint(idx, "batch"), samples = hp_ck_jint(idx, "samples");
+	json_object *sh;
+
+	if (t->rank != 0)
+		return;
+	if (batch > 0 && batch != t->o.batch)
+		hp_log(HP_LOG_WARN, "%s: written with --batch %lld, resumed with --batch %lld: training continues from "
+		       "step %lld but no longer as the interrupted run would have (other samples per step)", path,
+		       (long long)batch, (long long)t->o.batch, (long long)hp_ck_jint(idx, "step"));
+	if (samples > 0 && samples != (int64_t)t->data.n)
+		hp_log(HP_LOG_WARN, "%s: written with a data set of %lld samples, resumed with %lld: the epoch order "
+		       "differs from the interrupted run's", path, (long long)samples, (long long)t->data.n);
+	if (json_object_object_get_ex(idx, "shuffle", &sh) && json_object_get_boolean(sh) != !!t->o.shuffle)
+		hp_log(HP_LOG_WARN, "%s: written with shuffling %s, resumed with it %s", path,
+		       json_object_get_boolean(sh) ? "on" : "off", t->o.shuffle ? "on" : "off");
+}
+
 int hp_ckpt_read(struct hp_trainer *t)
 {
 	char path[4096];
@@ -181,6 +205,8 @@ int hp_ckpt_read(struct hp_trainer *t)
 		t->shuffle_seed = (uint64_t)hp_ck_jint(idx, "shuffle_seed");
 		if (t->step < 0)
 			rc = hp_error(HP_ECORRUPT, "%s: checkpoint without a step", path);
+		else
+			warn_changed(t, idx, path);
 	}
 	json_object_put(idx);
 	close(f.fd);

@@ -28,7 +28,7 @@
 #include "store/store_internal.h"
 
 #define PAGE_MAGIC "HPDLFST\0"
-#define PAGE_VERSION 1u
+#define PAGE_VERSION 2u  /* 1: no tensor section (still read) */
 #define PUBLISH_EVERY_NS 10000000ull /* at most 100 updates a second */
 #define DIR_ENV "HPDLF_STATS_DIR"
 #define NAME_FMT "hpdlf-store.%ld"
@@ -52,12 +52,26 @@ struct statpage {
 	int32_t nranks;
 	char job[24];
 	struct hs_store_stats stats;
+	/* version 2: the per-tensor section (statpage_tensors.c) */
+	uint64_t tick;
+	uint32_t ntensors;
+	uint32_t tensor_size;   /* sizeof(struct hs_page_tensor) */
+	struct hs_page_tensor tensor[HS_PAGE_TENSORS];
 };
 
 _Static_assert(sizeof(struct hs_store_stats) % 8 == 0, "stats are 64-bit words");
 _Static_assert(offsetof(struct statpage, stats) == 80, "layout version 1 (docs/store-format.md)");
 
 #define HEADER_SIZE offsetof(struct statpage, stats)
+#define V1_SIZE offsetof(struct statpage, tick)
+_Static_assert(V1_SIZE == 3808 && sizeof(struct hs_page_tensor) == 192 && sizeof(struct statpage) == 16112,
+	       "layout version 2 (docs/store-format.md)");
+
+/* Bytes of a page of layout version v (1 or 2). */
+static size_t page_size(uint32_t v)
+{
+	return v == 1 ? V1_SIZE : sizeof(struct statpage);
+}
 
 /* st->page of a store that publishes one. */
 struct writer {
@@ -294,6 +308,7 @@ static int writer_open(const char *dir, struct writer *w)
 	p->version = PAGE_VERSION;
 	p->header_size = HEADER_SIZE;
 	p->stats_size = sizeof p->stats;
+	p->tensor_size = sizeof p->tensor[0];
 	p->pid = getpid();
 	p->start_time = proc_start_time(getpid());
 	page_ident(p);
@@ -363,6 +378,7 @@ void hs_statpage_publish(struct hs_store *st, int force)
 		atomic_store_explicit(&p->seq, s + 1, memory_order_relaxed);
 		atomic_thread_fence(memory_order_release);
 		hs_store_fill_stats(st, &p->stats);
+		p->ntensors = hs_statpage_fill_tensors(st, p->tensor, &p->tick);
 		p->updated_ns = realtime_ns();
 		atomic_store_explicit(&p->seq, s + 2, memory_order_release);
 	}
@@ -383,15 +399,32 @@ void hs_statpage_destroy(struct hs_store *st)
 	st->page = NULL;
 }
 
+/* The page's figures into out (a version-1 page has no tensor section). */
+static void copy_page(const struct statpage *p, size_t len, struct hs_statpage_info *out,
+		      struct hs_statpage_tensors *tens)
+{
+	memcpy(&out->stats, (const void *)&p->stats, sizeof out->stats);
+	out->updated_ns = p->updated_ns;
+	if (!tens)
+		return;
+	tens->tick = 0;
+	tens->ntensors = 0;
+	if (p->version < 2 || len < sizeof *p)
+		return;
+	tens->tick = p->tick;
+	tens->ntensors = p->ntensors > HS_PAGE_TENSORS ? HS_PAGE_TENSORS : p->ntensors;
+	memcpy(tens->tensor, (const void *)p->tensor, tens->ntensors * sizeof tens->tensor[0]);
+}
+
 /* Copy a consistent snapshot out of a mapped page. */
-static int snapshot(const struct statpage *p, struct hs_statpage_info *out)
+static int snapshot(const struct statpage *p, size_t len, struct hs_statpage_info *out,
+		    struct hs_statpage_tensors *tens)
 {
 	for (int tries = 0; tries < 100000; tries++) {
 		uint64_t s1 = atomic_load_explicit(&p->seq, memory_order_acquire);
 		if (s1 & 1)
 			continue;
-		memcpy(&out->stats, (const void *)&p->stats, sizeof out->stats);
-		out->updated_ns = p->updated_ns;
+		copy_page(p, len, out, tens);
 		atomic_thread_fence(memory_order_acquire);
 		if (atomic_load_explicit(&p->seq, memory_order_relaxed) == s1)
 			return 0;
@@ -403,9 +436,12 @@ static int check_header(const struct statpage *p, const char *path)
 {
 	if (memcmp(p->magic, PAGE_MAGIC, 8) != 0)
 		return hp_error(HP_EFORMAT, "%s: not an hpdlf stats page (no magic)", path);
-	if (p->version != PAGE_VERSION || p->header_size != HEADER_SIZE ||
+	/* version 1 (an older hpdlf) is still read, without tensors */
+	if ((p->version != PAGE_VERSION && p->version != 1) || p->header_size != HEADER_SIZE ||
 	    p->stats_size != sizeof(struct hs_store_stats))
-		return hp_error(HP_EFORMAT, "%s: stats page layout version %u (%u+%u bytes); this build reads version %u",
+		return hp_error(HP_EFORMAT,
+				"%s: stats page layout version %u (%u+%u bytes); this build reads versions 1 and %u "
+				"(use the hpdlf-store-inspect of the hpdlf that runs this process)",
 				path, p->version, p->header_size, p->stats_size, PAGE_VERSION);
 	return 0;
 }
@@ -432,9 +468,15 @@ static int check_file(int fd, const char *path, pid_t pid)
 	if (rc == 0 && h.pid != pid)
 		rc = hp_error(HP_EFORMAT, "%s: the page of pid %ld under the name of pid %ld", path, (long)h.pid,
 			      (long)pid);
-	if (rc == 0 && sb.st_size != (off_t)sizeof(struct statpage))
+	if (rc == 0 && sb.st_size != (off_t)page_size(h.version))
 		rc = hp_error(HP_EFORMAT, "%s: %lld bytes; a version-%u stats page has %zu", path,
-			      (long long)sb.st_size, PAGE_VERSION, sizeof(struct statpage));
+			      (long long)sb.st_size, h.version, page_size(h.version));
+	uint32_t tsize = 0;
+	if (rc == 0 && h.version >= 2 &&
+	    (pread(fd, &tsize, sizeof tsize, offsetof(struct statpage, tensor_size)) != (ssize_t)sizeof tsize ||
+	     tsize != sizeof(struct hs_page_tensor)))
+		rc = hp_error(HP_EFORMAT, "%s: tensor entries of %u bytes; this build reads %zu", path, tsize,
+			      sizeof(struct hs_page_tensor));
 	return rc;
 }
 
@@ -465,15 +507,28 @@ static int page_open(pid_t pid, char *path, size_t len)
 
 int hs_statpage_read(pid_t pid, struct hs_statpage_info *out)
 {
+	return hs_statpage_read_tensors(pid, out, NULL);
+}
+
+int hs_statpage_read_tensors(pid_t pid, struct hs_statpage_info *out, struct hs_statpage_tensors *tens)
+{
 	char path[PATH_MAX];
 	struct statpage *p;
 	int fd, rc;
 
+	if (tens && tens->size != sizeof *tens)
+		return hp_error(HP_EUSAGE, "hs_statpage_read_tensors: size %zu; this library knows %zu", tens->size,
+				sizeof *tens);
 	fd = page_open(pid, path, sizeof path);
 	if (fd < 0)
 		return fd;
 	rc = check_file(fd, path, pid);
-	p = rc < 0 ? MAP_FAILED : mmap(NULL, sizeof *p, PROT_READ, MAP_SHARED, fd, 0);
+	/* the size check_file accepted: a version-1 page is shorter */
+	struct stat sb;
+	size_t len = rc == 0 && fstat(fd, &sb) == 0 ? (size_t)sb.st_size : 0;
+	if (rc == 0 && len != V1_SIZE && len != sizeof *p)
+		rc = hp_error(HP_EFORMAT, "%s: changed size while being read", path);
+	p = rc < 0 ? MAP_FAILED : mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
 	if (rc == 0 && p == MAP_FAILED)
 		rc = hp_error(-errno, "%s: cannot map: %s", path, strerror(errno));
 	close(fd);
@@ -484,14 +539,13 @@ int hs_statpage_read(pid_t pid, struct hs_statpage_info *out)
 	out->version = p->version;
 	if (dead) {
 		/* No writer is left: take the page as it is, even mid-update. */
-		memcpy(&out->stats, (const void *)&p->stats, sizeof out->stats);
-		out->updated_ns = p->updated_ns;
+		copy_page(p, len, out, tens);
 		rc = hp_error(-ESRCH, "%s: stale page: process %ld is gone (it did not close its store)", path,
 			      (long)pid);
-	} else if ((rc = snapshot(p, out)) < 0) {
+	} else if ((rc = snapshot(p, len, out, tens)) < 0) {
 		rc = hp_error(rc, "%s: the owner kept updating; no consistent snapshot", path);
 	}
-	munmap(p, sizeof *p);
+	munmap(p, len);
 	return rc;
 }
 

@@ -616,6 +616,14 @@ int hs_tensor_drop(struct hs_tensor *t)
 	return 0;
 }
 
+int hs_tensor_set_label(struct hs_tensor *t, const char *label)
+{
+	pthread_mutex_lock(&t->st->mu);
+	snprintf(t->label, sizeof t->label, "%s", label ? label : "");
+	pthread_mutex_unlock(&t->st->mu);
+	return 0;
+}
+
 int hs_tensor_get_info(const struct hs_tensor *t, struct hs_tensor_info *out)
 {
 	out->bytes = t->bytes;

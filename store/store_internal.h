@@ -66,6 +66,7 @@ struct hs_tensor {
 	struct hs_file *bfile;
 	uint64_t boff;
 	struct hs_tensor *prev, *next;
+	char label[HS_PAGE_NAME];       /* hs_tensor_set_label: the stats page's name */
 };
 
 struct hs_store {
@@ -164,6 +165,8 @@ void hs_statpage_destroy(struct hs_store *st);
 /* Source of the pages' temporary names (getrandom); tests replace it to
  * plant a link under the name the writer will try. */
 extern uint64_t (*hs_statpage_rand)(void);
+/* statpage_tensors.c: the per-tensor section (lock held); its count. */
+uint32_t hs_statpage_fill_tensors(struct hs_store *st, struct hs_page_tensor *out, uint64_t *tick);
 void hs_store_fill_stats(struct hs_store *st, struct hs_store_stats *out);
 
 #endif

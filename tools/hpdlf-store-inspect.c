@@ -100,10 +100,24 @@ static int parse_seconds(const char *arg, double *out)
 	return 0;
 }
 
+/* --sort bytes|name|tier (implies --tensors: it sorts nothing else) */
+static int parse_sort(const char *arg, struct insp_opts *o)
+{
+	static const char *names[] = { "bytes", "name", "tier" };
+
+	for (int i = 0; i < 3; i++)
+		if (!strcmp(arg, names[i])) {
+			o->sort = (enum insp_sort)i;
+			o->tensors = 1;
+			return 0;
+		}
+	return usage_error("--sort: expected bytes, name or tier, got '%s'", arg);
+}
+
 static int parse_cli(int argc, char **argv, struct cli *c)
 {
 	enum { O_JSON = 256, O_PROM, O_WATCH, O_COUNT, O_TENSORS, O_TOKEN, O_PLOT, O_TITLE, O_GC, O_HELP, O_VERSION, O_CSV, O_LISTEN,
-	       O_PROM_FILE, O_COMPACT, O_ALL };
+	       O_PROM_FILE, O_COMPACT, O_ALL, O_SORT, O_TOP };
 	static const struct option opts[] = {
 		{ "json", no_argument, 0, O_JSON },        { "prometheus", no_argument, 0, O_PROM },
 		{ "watch", required_argument, 0, O_WATCH }, { "count", required_argument, 0, O_COUNT },
@@ -116,6 +130,8 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 		{ "prometheus-file", required_argument, 0, O_PROM_FILE },
 		{ "compact", no_argument, 0, O_COMPACT },
 		{ "all", no_argument, 0, O_ALL },
+		{ "sort", required_argument, 0, O_SORT },
+		{ "top", required_argument, 0, O_TOP },
 		{ 0, 0, 0, 0 },
 	};
 	int k, json = 0, prom = 0;
@@ -139,6 +155,17 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 				return usage_error("--count: expected a positive integer, got '%s'", optarg);
 			break;
 		case O_TENSORS: c->o.tensors = 1; break;
+		case O_SORT:
+			if (parse_sort(optarg, &c->o))
+				return 2;
+			break;
+		case O_TOP:
+			errno = 0;
+			c->o.top = (int)strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || c->o.top < 1)
+				return usage_error("--top: expected a positive integer, got '%s'", optarg);
+			c->o.tensors = 1;
+			break;
 		case O_TOKEN: c->token_file = optarg; break;
 		case O_PLOT: c->plot = optarg; break;
 		case O_CSV: c->csv = optarg; break;

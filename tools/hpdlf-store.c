@@ -17,6 +17,7 @@
 #include "hpdlf/tensor.h"
 #include "store/remote/remote.h"
 #include "tools/cli_suggest.h"
+#include "tools/store_metrics.h"
 #include "version.h"
 
 static const char usage_text[] =
@@ -41,7 +42,7 @@ static const char usage_text[] =
 	"exit status: 0 success, 1 run-time failure, 2 bad usage\n";
 
 /* The daemon's configuration, defined once: flag, environment, help. */
-enum opt_id { O_LISTEN, O_DRAM, O_PMEM, O_TOKEN, O_PROVIDER, O_LEASE, O_PORT_FILE, O_LOG_LEVEL, O_NOPT };
+enum opt_id { O_LISTEN, O_DRAM, O_PMEM, O_TOKEN, O_PROVIDER, O_LEASE, O_PORT_FILE, O_LOG_LEVEL, O_METRICS, O_NOPT };
 static const struct opt_def {
 	const char *flag, *env, *def, *help;
 } opt_defs[O_NOPT] = {
@@ -56,6 +57,8 @@ static const struct opt_def {
 	[O_LEASE] = { "lease-ms", "HPDLF_STORE_LEASE_MS", "5000", "drop clients silent this long, freeing their memory" },
 	[O_PORT_FILE] = { "port-file", "HPDLF_STORE_PORT_FILE", NULL, "write the bound HOST:PORT here once ready" },
 	[O_LOG_LEVEL] = { "log-level", "HPDLF_LOG_LEVEL", "info", "error, warn, info or debug" },
+	[O_METRICS] = { "listen-metrics", "HPDLF_STORE_LISTEN_METRICS", NULL,
+			"HOST:PORT to serve GET /metrics on (Prometheus; PORT 0: any free port)" },
 };
 
 static const char *level_names[] = { "error", "warn", "info", "debug" };
@@ -203,11 +206,18 @@ static int run_daemon(const char *val[O_NOPT])
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	if (val[O_METRICS] && (rc = store_metrics_start(val[O_METRICS], hs_daemon_address(g_daemon),
+							 c.token_file)) < 0) {
+		hs_daemon_close(g_daemon);
+		return fail(rc);
+	}
 	if (val[O_PORT_FILE] && (rc = write_port_file(val[O_PORT_FILE], hs_daemon_address(g_daemon))) < 0) {
+		store_metrics_stop();
 		hs_daemon_close(g_daemon);
 		return fail(rc);
 	}
 	rc = hs_daemon_run(g_daemon);
+	store_metrics_stop(); /* before the daemon goes: a scrape may be asking it */
 	hs_daemon_close(g_daemon);
 	g_daemon = NULL;
 	if (rc < 0)

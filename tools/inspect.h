@@ -33,6 +33,7 @@ struct insp_target {
 	int rc;                 /* status of the last read */
 	char err[512];
 	struct hs_statpage_info cur, prev;
+	struct hs_statpage_tensors tens; /* of cur (--tensors) */
 	double cur_t, prev_t;   /* CLOCK_MONOTONIC seconds of the reads */
 	int have_prev;          /* prev holds an earlier read of the same process */
 	uint64_t start_ns;      /* CLOCK_REALTIME the process started, 0: unknown */
@@ -95,14 +96,21 @@ void insp_prom_sample(FILE *f, const char *name, const char *target, const char 
 		      const char *k2, const char *v2, double val);
 
 /* inspect_out.c */
+enum insp_sort { INSP_SORT_BYTES, INSP_SORT_NAME, INSP_SORT_TIER };
 struct insp_opts {
 	int tensors;            /* --tensors */
 	int color;              /* unused for now: plain text */
+	enum insp_sort sort;    /* --sort */
+	int top;                /* --top N; 0: all the page lists */
 };
 void insp_print_table(FILE *f, const struct insp_target *t, int n, const struct insp_opts *o);
 int insp_print_json(FILE *f, const struct insp_target *t, int n, const struct insp_opts *o, int pretty);
 void insp_print_prometheus(FILE *f, const struct insp_target *t, int n);
 extern const char insp_no_tensor_data[];
+/* inspect_tensors.c: --tensors of a page (a note for a version-1 page) */
+struct json_object;
+void insp_tensors_table(FILE *f, const struct insp_target *t, const struct insp_opts *o);
+struct json_object *insp_tensors_json(const struct insp_target *t, const struct insp_opts *o);
 
 /* inspect_plot.c: 0, or an error with hp_errmsg() set (HP_EFORMAT/HP_EDATA
  * for an unreadable input, -errno for I/O). */
@@ -119,6 +127,11 @@ void insp_print_compact(FILE *f, const struct insp_target *t, int n);
  * no HTTP support). */
 typedef void (*insp_render_fn)(FILE *f, void *arg);
 int insp_http_serve(const char *spec, insp_render_fn render, void *arg);
+/* The same without waiting: the server runs on its own thread until
+ * insp_http_stop (hpdlf-store --listen-metrics beside its daemon). */
+struct insp_http;
+int insp_http_start(const char *spec, insp_render_fn render, void *arg, struct insp_http **out);
+void insp_http_stop(struct insp_http *h);
 /* hpdlf-store-inspect.c: sleep until insp_stop is set. */
 void insp_wait_signal(void);
 

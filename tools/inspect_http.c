@@ -80,28 +80,56 @@ static int resolve(const char *spec, struct addrinfo **out)
 	return 0;
 }
 
+struct insp_http {
+	struct server sv;
+	struct MHD_Daemon *d;
+};
+
+int insp_http_start(const char *spec, insp_render_fn render, void *arg, struct insp_http **out)
+{
+	struct insp_http *h = calloc(1, sizeof *h);
+	struct addrinfo *ai;
+	const union MHD_DaemonInfo *info;
+	int rc = h ? resolve(spec, &ai) : -ENOMEM;
+
+	if (rc < 0) {
+		free(h);
+		return rc;
+	}
+	h->sv = (struct server){ render, arg };
+	h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
+					(ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0),
+				0, NULL, NULL, on_request, &h->sv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+				MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+	freeaddrinfo(ai);
+	if (!h->d) {
+		free(h);
+		return hp_error(-EADDRINUSE, "--listen-metrics %s: cannot listen there (in use, or not an address "
+				"of this node)", spec);
+	}
+	info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+	/* the port actually bound (PORT 0 asks for any free one): scripts read it */
+	fprintf(stderr, "%s: serving /metrics on port %u\n", program_invocation_short_name, info ? info->port : 0u);
+	*out = h;
+	return 0;
+}
+
+void insp_http_stop(struct insp_http *h)
+{
+	if (!h)
+		return;
+	MHD_stop_daemon(h->d);
+	free(h);
+}
+
 int insp_http_serve(const char *spec, insp_render_fn render, void *arg)
 {
-	struct server sv = { render, arg };
-	struct addrinfo *ai;
-	struct MHD_Daemon *d;
-	const union MHD_DaemonInfo *info;
-	int rc = resolve(spec, &ai);
+	struct insp_http *h;
+	int rc = insp_http_start(spec, render, arg, &h);
 
 	if (rc < 0)
 		return rc;
-	d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
-				     (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0),
-			     0, NULL, NULL, on_request, &sv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-			     MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
-	freeaddrinfo(ai);
-	if (!d)
-		return hp_error(-EADDRINUSE, "--listen-metrics %s: cannot listen there (in use, or not an address "
-				"of this node)", spec);
-	info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-	/* the port actually bound (PORT 0 asks for any free one): scripts read it */
-	fprintf(stderr, "hpdlf-store-inspect: serving /metrics on port %u\n", info ? info->port : 0u);
 	insp_wait_signal();
-	MHD_stop_daemon(d);
+	insp_http_stop(h);
 	return 0;
 }

@@ -185,7 +185,8 @@ static void read_local(struct insp_target *t)
 	int rc;
 
 	memset(&info, 0, sizeof info);
-	rc = hs_statpage_read(t->pid, &info);
+	t->tens.size = sizeof t->tens;
+	rc = hs_statpage_read_tensors(t->pid, &info, &t->tens);
 	t->rc = rc;
 	t->err[0] = 0;
 	if (rc == 0 || rc == -ESRCH) {

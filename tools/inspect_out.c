@@ -15,7 +15,8 @@
 
 const char insp_no_tensor_data[] =
 	"per-tensor residency is not available: the statistics page (layout version 1) carries "
-	"only per-tier counters, no per-tensor data";
+	"only per-tier counters, no per-tensor data (the process runs an older hpdlf; pages of "
+	"version 2 have a tensor section)";
 
 #define LABEL_W 20
 #define COL_W 13
@@ -166,7 +167,7 @@ static void print_one(FILE *f, const struct insp_target *t, const struct insp_op
 		fputc('\n', f);
 	}
 	if (o->tensors)
-		fprintf(f, "  tensors: %s\n", insp_no_tensor_data);
+		insp_tensors_table(f, t, o);
 }
 
 void insp_print_table(FILE *f, const struct insp_target *t, int n, const struct insp_opts *o)
@@ -269,8 +270,10 @@ static json_object *json_target(const struct insp_target *t, const struct insp_o
 		json_object_array_add(tiers, json_tier(t, k));
 	json_object_object_add(j, "tiers", tiers);
 	if (o->tensors) {
-		json_object_object_add(j, "tensor_residency", NULL);
-		json_object_object_add(j, "tensor_residency_note", json_object_new_string(insp_no_tensor_data));
+		json_object *tr = insp_tensors_json(t, o);
+		json_object_object_add(j, "tensor_residency", tr);
+		if (!tr)
+			json_object_object_add(j, "tensor_residency_note", json_object_new_string(insp_no_tensor_data));
 	}
 	return j;
 }

@@ -180,6 +180,10 @@ int hs_tensor_drop(struct hs_tensor *t);
 int hs_tensor_discard(struct hs_tensor *t, uint64_t first, uint64_t n);
 int hs_tensor_get_info(const struct hs_tensor *t, struct hs_tensor_info *out); /* name stays owned */
 uint64_t hs_tensor_nchunks(const struct hs_tensor *t);
+/* A label for the statistics page only (an anonymous tensor has no name;
+ * a name would make it persistent): cut to HS_PAGE_NAME - 1 bytes; NULL
+ * clears it.  A named tensor is listed under its name. */
+int hs_tensor_set_label(struct hs_tensor *t, const char *label);
 uint64_t hs_chunk_size(const struct hs_store *st);
 
 enum hs_pin_mode {
@@ -261,6 +265,22 @@ double hs_lat_percentile(const struct hs_tier_stats *s, double q);
  * link, a FIFO, a file of the wrong size or magic) or an unknown layout
  * version; -EPERM: the directory is not private (a link, another owner,
  * group or other access) or the page belongs to another user. */
+/* Page layout version 2 adds a per-tensor section: the HS_PAGE_TENSORS
+ * largest tensors (by bytes; ties: oldest first), so the page stays one
+ * fixed size however many tensors a store holds.  Where each byte's current
+ * copy is: tier_bytes[k] on tier k of stats.tier[] (0: DRAM), file_bytes
+ * only in the tensor's read-only backing file, none_bytes nowhere yet
+ * (never written). */
+#define HS_PAGE_TENSORS 64
+#define HS_PAGE_NAME 64
+struct hs_page_tensor {
+	char name[HS_PAGE_NAME]; /* NUL-terminated, cut to fit; "" anonymous */
+	uint64_t id, bytes, chunks;
+	uint64_t pinned;        /* bytes of its chunks pinned now */
+	uint64_t last_use;      /* store tick of its latest pin (0: never) */
+	uint64_t tier_bytes[HS_MAX_TIERS + 1];
+	uint64_t file_bytes, none_bytes;
+};
 struct hs_statpage_info {
 	pid_t pid;
 	uint32_t version;
@@ -280,6 +300,20 @@ struct hs_statpage_job {
 	int32_t rank, nranks;
 };
 int hs_statpage_read_job(pid_t pid, struct hs_statpage_job *out);
+/* The tensor section of a page: size = sizeof(struct hs_statpage_tensors)
+ * set by the caller (the struct may grow at the end).  tick counts the
+ * store's pins, last_use is a value of it; tensor[0..ntensors) in the
+ * writer's order (largest first); ntensors 0 from a version-1 page. */
+struct hs_statpage_tensors {
+	size_t size;
+	uint64_t tick;
+	uint32_t ntensors;
+	struct hs_page_tensor tensor[HS_PAGE_TENSORS];
+};
+/* hs_statpage_read, and into tens (unless NULL) the tensor section of the
+ * same snapshot; errors as hs_statpage_read's, HP_EUSAGE for a size that
+ * is not one this library knows. */
+int hs_statpage_read_tensors(pid_t pid, struct hs_statpage_info *out, struct hs_statpage_tensors *tens);
 /* Path of the page of `pid` ("<dir>/hpdlf-store.<pid>"); returns buf, or
  * NULL if it does not fit in len or $HPDLF_STATS_DIR is not absolute. */
 char *hs_statpage_path(pid_t pid, char *buf, size_t len);

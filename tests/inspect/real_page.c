@@ -26,7 +26,8 @@ static int traffic(struct hs_store *st)
 	int rc = 0;
 
 	for (int k = 0; k < 2 && rc == 0; k++)
-		rc = hs_tensor_create(st, &ti, &t[k]);
+		if ((rc = hs_tensor_create(st, &ti, &t[k])) == 0)
+			rc = hs_tensor_set_label(t[k], k ? "real1" : "real0");
 	for (int pass = 0; pass < 3 && rc == 0; pass++)
 		for (int k = 0; k < 2 && rc == 0; k++)
 			for (uint64_t i = 0; i < NCH && rc == 0; i++) {
@@ -68,7 +69,9 @@ int main(int argc, char **argv)
 	}
 	if (!(f = fopen(argv[3], "w")))
 		return 1;
-	dump(f, &s, 1, 0);
+	dump(f, &s, 2, 0); /* the store writes layout version 2 */
+	fseek(f, -2, SEEK_END); /* dump ended with "}\n": add the tensors' size */
+	fprintf(f, ",\"tensor_bytes\":%u}\n", NCH * CHUNK);
 	if (fclose(f))
 		return 1;
 	printf("ready\n");

@@ -582,6 +582,32 @@ static void test_statpage_job(void **state)
 }
 
 
+/* The page's tensor section: the one tensor, by its label, chunk 0 in DRAM
+ * (pinned now), the other two on the NVMe tier it was evicted to. */
+static void check_page_tensors(struct hs_tensor *t, uint64_t bytes)
+{
+	struct hs_statpage_info si;
+	struct hs_statpage_tensors ts = { .size = sizeof ts };
+	void *p;
+
+	assert_int_equal(hs_tensor_set_label(t, "weights.0"), 0);
+	usleep(20000);
+	assert_int_equal(hs_pin(t, 0, 1, HS_PIN_READ, &p), 0); /* publishes, chunk 0 pinned */
+	assert_int_equal(hs_statpage_read_tensors(getpid(), &si, &ts), 0);
+	assert_int_equal(ts.ntensors, 1);
+	assert_string_equal(ts.tensor[0].name, "weights.0");
+	assert_int_equal(ts.tensor[0].bytes, bytes);
+	assert_int_equal(ts.tensor[0].chunks, 3);
+	assert_int_equal(ts.tensor[0].tier_bytes[0], CS);
+	assert_int_equal(ts.tensor[0].tier_bytes[1], 2 * CS);
+	assert_int_equal(ts.tensor[0].pinned, CS);
+	assert_int_equal(ts.tensor[0].file_bytes + ts.tensor[0].none_bytes, 0);
+	assert_true(ts.tensor[0].last_use > 0 && ts.tensor[0].last_use <= ts.tick);
+	assert_int_equal(hs_unpin(t, 0, 1), 0);
+	ts.size = 8; /* a size this library does not know */
+	assert_int_equal(hs_statpage_read_tensors(getpid(), &si, &ts), HP_EUSAGE);
+}
+
 static void test_statpage(void **state)
 {
 	struct hs_store_opts o;
@@ -617,12 +643,13 @@ static void test_statpage(void **state)
 	assert_int_equal(hs_unpin(t, 0, 1), 0);
 	assert_int_equal(hs_statpage_read(getpid(), &si), 0);
 	assert_int_equal(si.pid, getpid());
-	assert_int_equal(si.version, 1);
+	assert_int_equal(si.version, 2); /* layout 2: with the tensor section */
 	assert_int_equal(si.stats.ntiers, 2);
 	assert_int_equal(si.stats.budget, 8 * CS);
 	assert_int_equal(si.stats.tier[1].writes, 3);
 	assert_int_equal(si.stats.tier[1].reads, 1);
 	assert_string_equal(si.stats.tier[0].name, "dram");
+	check_page_tensors(t, ti.bytes);
 	hs_store_close(st);
 	assert_int_equal(hs_statpage_read(getpid(), &si), -ENOENT); /* removed at close */
 
@@ -792,7 +819,7 @@ static void test_statpage_dirs(const char *top, const char *pages)
 
 static void test_statpage_readers(const char *top)
 {
-	char page[PATH_MAX], copy[PATH_MAX], buf[8192];
+	char page[PATH_MAX], copy[PATH_MAX], buf[32768];
 	struct hs_store *st = page_open();
 	pid_t me = getpid();
 	ssize_t n;
@@ -803,7 +830,7 @@ static void test_statpage_readers(const char *top)
 	n = read(fd, buf, sizeof buf);
 	close(fd);
 	hs_store_close(st);
-	assert_int_equal(n, 3808);
+	assert_int_equal(n, 16112); /* layout version 2 (docs/store-format.md) */
 	snprintf(copy, sizeof copy, "%s/copy", top);
 	put_file(copy, buf, (size_t)n, 0600);
 	/* what a stranger could put under the name of the page */
@@ -817,7 +844,7 @@ static void test_statpage_readers(const char *top)
 	expect_read(me, HP_EFORMAT, "too short");
 	unlink(page);
 	put_file(page, buf, (size_t)n + 8, 0600);
-	expect_read(me, HP_EFORMAT, "3816 bytes");
+	expect_read(me, HP_EFORMAT, "16120 bytes");
 	unlink(page);
 	assert_int_equal(mkdir(page, 0700), 0);
 	expect_read(me, HP_EFORMAT, "a directory");
