@@ -13,6 +13,7 @@ usage: check_signals.py HPDLF_EXEC MODEL_DIR
 
 MODEL_DIR is a reference model folder (model.onnx, x.npy, y.npy).
 """
+import json
 import os
 import signal
 import subprocess
@@ -95,8 +96,21 @@ def sigterm_training(exe, folder, tmp):
     check(os.path.exists(os.path.join(ck, "checkpoint.hpck")), "SIGTERM: a checkpoint was written")
     with open(log) as f:
         done = sum(1 for _ in f)
-    r = subprocess.run(args + ["--steps", str(done + 2), "--resume"], capture_output=True, text=True, timeout=120)
+    log2, ref = os.path.join(tmp, "resumed.jsonl"), os.path.join(tmp, "ref.jsonl")
+    r = subprocess.run(args + ["--steps", str(done + 2), "--resume", "--log-json", log2], capture_output=True,
+                       text=True, timeout=120)
     check(r.returncode == 0, f"SIGTERM: --resume continues from it (exit {r.returncode}: {r.stderr.strip()[-200:]!r})")
+    # the resumed steps' losses are bitwise those of a run never interrupted
+    plain = [a for a in args if a not in ("--checkpoint", ck, "--checkpoint-every", "1000000")]
+    q = subprocess.run(plain + ["--steps", str(done + 2), "--log-json", ref], capture_output=True, text=True,
+                       timeout=300)
+    if check(q.returncode == 0 and os.path.exists(log2), f"SIGTERM: an uninterrupted run for reference ({q.returncode})"):
+        with open(ref) as f:
+            want = {j["step"]: j["loss"] for j in map(json.loads, f)}
+        with open(log2) as f:
+            got = {j["step"]: j["loss"] for j in map(json.loads, f)}
+        check(got and all(want.get(k) == v for k, v in got.items()),
+              f"SIGTERM: resumed losses bitwise the uninterrupted run's ({got} vs {[want.get(k) for k in got]})")
 
 
 def main():
