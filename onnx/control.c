@@ -193,7 +193,10 @@ static int add_body_node(struct imp *im, const Onnx__NodeProto *np, const char *
 		in[i] = (char *)(np->input[i] && *np->input[i] ? scope_map(s, np->input[i]) : "");
 	for (size_t o = 0; o < np->n_output; o++)
 		out[o] = (char *)(np->output[o] && *np->output[o] ? scope_map(s, np->output[o]) : "");
-	snprintf(name, sizeof name, "%s/%s", prefix, np->name && *np->name ? np->name : np->op_type ? np->op_type : "");
+	if (np->name && *np->name)
+		snprintf(name, sizeof name, "%s/%s", prefix, np->name);
+	else
+		snprintf(name, sizeof name, "%s/%.60s_%zu", prefix, np->op_type ? np->op_type : "", index);
 	copy.input = in;
 	copy.output = out;
 	copy.name = name;
@@ -321,7 +324,7 @@ static int do_if(struct imp *im, const Onnx__NodeProto *np, const char *name)
 	int *outs, rc;
 
 	if (!const_scalar(im->g, node_input(im, np, 0), &c))
-		return hp_error(HP_EUNSUPPORTED, "%s: If '%s': the condition is computed at run time; hpdlf needs it constant (it inlines the branch taken)",
+		return hp_error(HP_EUNSUPPORTED, "%s: If '%s': the condition is computed at run time; hpdlf needs it constant (it inlines the subgraph of the branch taken)",
 				im->g->path, name);
 	br = graph_attr(np, c ? "then_branch" : "else_branch");
 	if (!br || br->n_output != np->n_output)
@@ -346,11 +349,14 @@ static int do_if(struct imp *im, const Onnx__NodeProto *np, const char *name)
 struct unroll {
 	const char *name;
 	const Onnx__GraphProto *body;
-	int ncarry, nscan, iters, cap;
+	int ncarry, nscan, iters, cap, serial;
+	int lead_last;  /* the body reads the carried values first (Scan) */
 	int *carry;    /* [ncarry] */
 	int *scan;     /* [cap][nscan] */
 	int *outs;     /* one iteration's body outputs */
 };
+
+static _Thread_local int unrolls; /* names each unrolling apart */
 
 static int unroll_init(struct unroll *u, const char *name, const Onnx__GraphProto *body, int ncarry, int nscan)
 {
@@ -359,6 +365,7 @@ static int unroll_init(struct unroll *u, const char *name, const Onnx__GraphProt
 	u->body = body;
 	u->ncarry = ncarry;
 	u->nscan = nscan;
+	u->serial = unrolls++;
 	u->carry = calloc((size_t)ncarry + 1, sizeof *u->carry);
 	u->outs = calloc(body->n_output + 1, sizeof *u->outs);
 	return u->carry && u->outs ? 0 : hp_error(-ENOMEM, "out of memory");
@@ -371,7 +378,7 @@ static void unroll_free(struct unroll *u)
 	free(u->outs);
 }
 
-/* One iteration: body inputs bound to lead[0..nlead) then the carried
+/* One iteration: body inputs bound to lead[0..nlead) and the carried
  * values; body outputs from `skip` on are the new carried values, then the
  * scan outputs. */
 static int unroll_step(struct imp *im, struct unroll *u, const int *lead, int nlead, int skip)
@@ -391,11 +398,14 @@ static int unroll_step(struct imp *im, struct unroll *u, const int *lead, int nl
 		u->scan = s;
 		u->cap = cap;
 	}
+	/* Loop's body reads (iteration, condition, carried...), Scan's
+	 * (carried..., slices...) */
 	for (int i = 0; i < nlead; i++)
-		bind[i] = im->g->values[lead[i]].name;
+		bind[u->lead_last ? u->ncarry + i : i] = im->g->values[lead[i]].name;
 	for (int i = 0; i < u->ncarry; i++)
-		bind[nlead + i] = im->g->values[u->carry[i]].name;
-	snprintf(prefix, sizeof prefix, "%s.it%d", u->name, u->iters);
+		bind[u->lead_last ? i : nlead + i] = im->g->values[u->carry[i]].name;
+	/* the same body may be unrolled more than once (Scan's batch entries) */
+	snprintf(prefix, sizeof prefix, "%s.%d.it%d", u->name, u->serial, u->iters);
 	rc = inline_body(im, u->body, prefix, bind, u->outs);
 	for (int i = 0; rc == 0 && i < u->ncarry; i++)
 		u->carry[i] = u->outs[skip + i];
@@ -436,10 +446,10 @@ static int loop_bounds(struct imp *im, const Onnx__NodeProto *np, const char *na
 	*trip = -1;
 	*cond = 1;
 	if (m >= 0 && !const_scalar(im->g, m, trip))
-		return hp_error(HP_EUNSUPPORTED, "%s: Loop '%s': the trip count is computed at run time; hpdlf needs it constant (it unrolls the loop)",
+		return hp_error(HP_EUNSUPPORTED, "%s: Loop '%s': the trip count is computed at run time; hpdlf needs it constant (it unrolls the loop body subgraph)",
 				im->g->path, name);
 	if (c >= 0 && !const_scalar(im->g, c, cond))
-		return hp_error(HP_EUNSUPPORTED, "%s: Loop '%s': the condition is computed at run time; hpdlf needs it constant (it unrolls the loop)",
+		return hp_error(HP_EUNSUPPORTED, "%s: Loop '%s': the condition is computed at run time; hpdlf needs it constant (it unrolls the loop body subgraph)",
 				im->g->path, name);
 	if (m < 0 && c < 0)
 		return hp_error(HP_EUNSUPPORTED, "%s: Loop '%s': neither a trip count nor a condition: the loop never ends",
@@ -461,7 +471,7 @@ static int loop_iterate(struct imp *im, struct unroll *u, int64_t trip, int64_t 
 		if ((rc = too_long(im, "Loop", u->name, it + 1, u->body)) == 0)
 			rc = unroll_step(im, u, lead, 2, 1);
 		if (rc == 0 && !const_scalar(im->g, u->outs[0], &cond))
-			rc = hp_error(HP_EUNSUPPORTED, "%s: Loop '%s': the body's condition is computed at run time; hpdlf needs it constant (it unrolls the loop)",
+			rc = hp_error(HP_EUNSUPPORTED, "%s: Loop '%s': the body's condition is computed at run time; hpdlf needs it constant (it unrolls the loop body subgraph)",
 				      im->g->path, u->name);
 	}
 	return rc;
@@ -521,6 +531,7 @@ static int scan_core(struct imp *im, const Onnx__NodeProto *np, const char *name
 	rc = lead ? unroll_init(&u, name, body, n, (int)body->n_output - n) : hp_error(-ENOMEM, "out of memory");
 	if (!lead)
 		return rc;
+	u.lead_last = 1;
 	for (int i = 0; rc == 0 && i < n; i++)
 		u.carry[i] = st0[i];
 	for (int64_t t = 0; rc == 0 && t < L; t++) {
