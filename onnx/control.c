@@ -356,16 +356,15 @@ struct unroll {
 	int *outs;     /* one iteration's body outputs */
 };
 
-static _Thread_local int unrolls; /* names each unrolling apart */
-
-static int unroll_init(struct unroll *u, const char *name, const Onnx__GraphProto *body, int ncarry, int nscan)
+static int unroll_init(struct imp *im, struct unroll *u, const char *name, const Onnx__GraphProto *body, int ncarry,
+		       int nscan)
 {
 	memset(u, 0, sizeof *u);
 	u->name = name;
 	u->body = body;
 	u->ncarry = ncarry;
 	u->nscan = nscan;
-	u->serial = unrolls++;
+	u->serial = im->serial++; /* names each unrolling apart */
 	u->carry = calloc((size_t)ncarry + 1, sizeof *u->carry);
 	u->outs = calloc(body->n_output + 1, sizeof *u->outs);
 	return u->carry && u->outs ? 0 : hp_error(-ENOMEM, "out of memory");
@@ -490,7 +489,7 @@ static int do_loop(struct imp *im, const Onnx__NodeProto *np, const char *name)
 				name);
 	if ((rc = loop_bounds(im, np, name, &trip, &cond)) < 0)
 		return rc;
-	rc = unroll_init(&u, name, body, ncarry, (int)body->n_output - 1 - ncarry);
+	rc = unroll_init(im, &u, name, body, ncarry, (int)body->n_output - 1 - ncarry);
 	for (int i = 0; rc == 0 && i < ncarry; i++)
 		if ((u.carry[i] = imp_find(im, np->input[2 + i])) < 0)
 			rc = hp_error(HP_EMODEL, "%s: Loop '%s': loop-carried input %d is omitted", im->g->path, name, i);
@@ -528,7 +527,7 @@ static int scan_core(struct imp *im, const Onnx__NodeProto *np, const char *name
 	int n = (int)body->n_input - nx, rc, *lead = calloc((size_t)nx + 1, sizeof *lead);
 	struct unroll u;
 
-	rc = lead ? unroll_init(&u, name, body, n, (int)body->n_output - n) : hp_error(-ENOMEM, "out of memory");
+	rc = lead ? unroll_init(im, &u, name, body, n, (int)body->n_output - n) : hp_error(-ENOMEM, "out of memory");
 	if (!lead)
 		return rc;
 	u.lead_last = 1;
