@@ -6,7 +6,8 @@ usage: check_control.py HPDLF_EXEC
 Models written here with python3-onnx: an If whose condition is a Constant
 (both branches, reading outer-scope values), a Loop with a constant trip
 count carrying a tensor and emitting scan outputs (its body reads the
-iteration number and an outer-scope input), a Loop whose body holds an If
+iteration number and an outer-scope input), one whose body's condition
+turns false (a Constant) after the first iteration, a Loop whose body holds an If
 reading both the loop body's locals and the main graph's inputs (nested
 outer-scope references), Scans at opsets 9 and 8 with reversed directions
 and a non-zero axis, and the refusals: an If on a graph input, a Loop whose
@@ -137,6 +138,18 @@ def loop_const(trip, with_if, opset, name):
     check(m, name, {"x": x, "y0": y0}, {"y": y, "s": s})
 
 
+def loop_stop():
+    """The body's condition is a Constant false: one iteration of the five."""
+    body = loop_body(False)
+    body.node[0].CopyFrom(const("cond_out", np.array(False)))
+    nodes = [const("M", np.array(5, np.int64)),
+             helper.make_node("Loop", ["M", "", "y0"], ["y", "s"], name="stops", body=body)]
+    m = model(nodes, [vi("x", F, [2, 3]), vi("y0", F, [2, 3])], [vi("y"), vi("s")], 13)
+    x, y0 = RNG.standard_normal((2, 3)).astype(np.float32), RNG.standard_normal((2, 3)).astype(np.float32)
+    y, s = loop_ref(x, y0, 1)
+    check(m, "loop_stop", {"x": x, "y0": y0}, {"y": y, "s": s})
+
+
 def scan9():
     """Two scan inputs: a forward along axis 1, b reversed along axis 0;
     scan output 0 reversed and stacked on axis 1."""
@@ -203,6 +216,7 @@ def main():
         loop_const(4, False, 13, "loop4")
         loop_const(1, False, 11, "loop1")
         loop_const(3, True, 16, "loop_nested_if")
+        loop_stop()
         scan9()
         scan8()
         refusals()
