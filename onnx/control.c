@@ -2,7 +2,8 @@
  *
  * hpdlf plans a static graph (memory, paging, bands), so a subgraph is not
  * run by an interpreter: when the condition or trip count is a constant of
- * the model (a Constant node or an Identity of one), the chosen branch is
+ * the model (a Constant node, or scalar integer arithmetic and comparisons
+ * of constants such as a loop's i < n), the chosen branch is
  * inlined, or the body unrolled, into the parent graph.  Scan's length is
  * the declared size of its scan inputs.  Each inlined copy's local names get
  * a fresh prefix; names a subgraph does not define are outer-scope
@@ -86,31 +87,87 @@ static int producer_of(const struct hp_graph *g, int v)
 	return -1;
 }
 
-/* The value of scalar (one-element) v if the model fixes it: a constant,
- * or an Identity chain of one.  1: *out set; 0: known only at run time. */
-static int const_scalar(const struct hp_graph *g, int v, int64_t *out)
-{
-	for (int hops = 0; v >= 0 && hops < 64; hops++) {
-		const struct hp_value *val = &g->values[v];
-		int p;
+static int const_at(const struct hp_graph *g, int v, int64_t *out, int depth);
 
-		if (val->kind == HP_VALUE_CONSTANT && val->data && hp_shape_numel(&val->shape) == 1) {
-			if (val->dtype == HP_I64)
-				*out = *(const int64_t *)val->data;
-			else if (val->dtype == HP_I32)
-				*out = *(const int32_t *)val->data;
-			else if (val->dtype == HP_BOOL || val->dtype == HP_U8)
-				*out = *(const uint8_t *)val->data != 0;
-			else
-				return 0;
+/* Scalar integer and boolean arithmetic a loop's condition is typically
+ * made of (i < n, not done, i + 1 == n), folded here. */
+static int fold_op(const char *op, int64_t a, int64_t b, int64_t *out)
+{
+	static const char *const ops[] = { "Add", "Sub", "Mul", "Equal", "Less", "Greater", "LessOrEqual",
+					   "GreaterOrEqual", "And", "Or", "Xor" };
+	const int64_t r[] = { a + b, a - b, a * b, a == b, a < b, a > b, a <= b, a >= b, a && b, a || b, !a != !b };
+
+	for (size_t k = 0; k < sizeof ops / sizeof *ops; k++)
+		if (!strcmp(op, ops[k])) {
+			*out = r[k];
 			return 1;
 		}
-		if (val->kind != HP_VALUE_ACTIVATION || (p = producer_of(g, v)) < 0 ||
-		    strcmp(g->nodes[p].op_type, "Identity") || g->nodes[p].ninputs != 1)
-			return 0;
-		v = g->nodes[p].inputs[0];
-	}
 	return 0;
+}
+
+/* Cast's target type. */
+static int64_t cast_to(const struct hp_node *n)
+{
+	for (int i = 0; i < n->nattrs; i++)
+		if (!strcmp(n->attrs[i].name, "to"))
+			return n->attrs[i].i;
+	return 0;
+}
+
+/* v's producer folded from its constant scalar inputs. */
+static int fold_node(const struct hp_graph *g, int v, int64_t *out, int depth)
+{
+	const struct hp_node *n;
+	int p = producer_of(g, v);
+	int64_t a, b = 0;
+
+	if (p < 0)
+		return 0;
+	n = &g->nodes[p];
+	if (n->ninputs < 1 || n->ninputs > 2 || !const_at(g, n->inputs[0], &a, depth + 1) ||
+	    (n->ninputs == 2 && !const_at(g, n->inputs[1], &b, depth + 1)))
+		return 0;
+	if (n->ninputs == 1) {
+		/* Cast to an integer or bool keeps the value (bool: non-zero) */
+		if (!strcmp(n->op_type, "Not"))
+			*out = !a;
+		else if (!strcmp(n->op_type, "Identity"))
+			*out = a;
+		else if (!strcmp(n->op_type, "Cast"))
+			*out = cast_to(n) == HP_BOOL ? a != 0 : a;
+		else
+			return 0;
+		return 1;
+	}
+	return fold_op(n->op_type, a, b, out);
+}
+
+static int const_at(const struct hp_graph *g, int v, int64_t *out, int depth)
+{
+	const struct hp_value *val = v >= 0 ? &g->values[v] : NULL;
+
+	if (!val || depth > 64)
+		return 0;
+	if (val->kind == HP_VALUE_CONSTANT && val->data && hp_shape_numel(&val->shape) == 1) {
+		if (val->dtype == HP_I64)
+			*out = *(const int64_t *)val->data;
+		else if (val->dtype == HP_I32)
+			*out = *(const int32_t *)val->data;
+		else if (val->dtype == HP_BOOL || val->dtype == HP_U8)
+			*out = *(const uint8_t *)val->data != 0;
+		else
+			return 0;
+		return 1;
+	}
+	return val->kind == HP_VALUE_ACTIVATION && fold_node(g, v, out, depth);
+}
+
+/* The value of scalar (one-element) integer or bool v if the model fixes
+ * it: a constant, or scalar arithmetic of constants (fold_op).  1: *out
+ * set; 0: known only at run time. */
+static int const_scalar(const struct hp_graph *g, int v, int64_t *out)
+{
+	return const_at(g, v, out, 0);
 }
 
 static int new_const(struct imp *im, const char *base, const char *suffix, enum hp_dtype dt, int64_t x)
@@ -147,6 +204,8 @@ static int body_initializer(struct imp *im, const Onnx__TensorProto *t, const ch
 	struct hp_tensor x = { 0 };
 	int rc = imp_tensor_load(im, t, &raw, to, &x);
 
+	if (rc == 0 && (rc = imp_tensor_widen(im, &x, to)) < 0)
+		free(x.data); /* half precision is computed in float32 */
 	return rc < 0 ? rc : imp_add_constant(im, to, x.dtype, &x.shape, x.data);
 }
 

@@ -7,7 +7,8 @@ Models written here with python3-onnx: an If whose condition is a Constant
 (both branches, reading outer-scope values), a Loop with a constant trip
 count carrying a tensor and emitting scan outputs (its body reads the
 iteration number and an outer-scope input), one whose body's condition
-turns false (a Constant) after the first iteration, a Loop whose body holds an If
+turns false (a Constant) after the first iteration, one that runs while
+i + 1 < 3 (folded from the iteration number), a Loop whose body holds an If
 reading both the loop body's locals and the main graph's inputs (nested
 outer-scope references), Scans at opsets 9 and 8 with reversed directions
 and a non-zero axis, and the refusals: an If on a graph input, a Loop whose
@@ -148,6 +149,16 @@ def loop_stop():
     x, y0 = RNG.standard_normal((2, 3)).astype(np.float32), RNG.standard_normal((2, 3)).astype(np.float32)
     y, s = loop_ref(x, y0, 1)
     check(m, "loop_stop", {"x": x, "y0": y0}, {"y": y, "s": s})
+    # while i + 1 < 3 (folded from the iteration number): three of the ten
+    body = loop_body(False)
+    body.node[0].CopyFrom(helper.make_node("Less", ["i1", "three"], ["cond_out"]))
+    body.node.extend([const("one", np.array(1, np.int64)), const("three", np.array(3, np.int64)),
+                      helper.make_node("Add", ["i", "one"], ["i1"])])
+    nodes = [const("M", np.array(10, np.int64)), const("C", np.array(True)),
+             helper.make_node("Loop", ["M", "C", "y0"], ["y", "s"], name="while3", body=body)]
+    m = model(nodes, [vi("x", F, [2, 3]), vi("y0", F, [2, 3])], [vi("y"), vi("s")], 13)
+    y, s = loop_ref(x, y0, 3)
+    check(m, "loop_while", {"x": x, "y0": y0}, {"y": y, "s": s})
 
 
 def scan9():
