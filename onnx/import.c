@@ -682,6 +682,8 @@ static int add_node(struct imp *im, const Onnx__NodeProto *np, size_t index)
 	snprintf(where, sizeof where, "node '%s' (%s)", name, op);
 	if (is_default_domain(np->domain) && !strcmp(op, "Constant"))
 		return constant_node(im, np, where);
+	if (is_default_domain(np->domain) && imp_is_control(np))
+		return imp_control(im, np, name);
 	snprintf(n.op_type, sizeof n.op_type, "%s", op);
 	n.name = name;
 	rc = node_prepare(im, np, where, &n);
@@ -696,6 +698,11 @@ static int add_node(struct imp *im, const Onnx__NodeProto *np, size_t index)
 		rc = node_commit(im, np, &n, name);
 	node_free(&n);
 	return rc;
+}
+
+int imp_add_node(struct imp *im, const Onnx__NodeProto *np, size_t index)
+{
+	return add_node(im, np, index);
 }
 
 /* Unsupported initializer dtypes fail only when something uses them. */

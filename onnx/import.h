@@ -32,6 +32,9 @@ struct imp {
 	 * bfloat16 initializer or graph input -> its float32 Cast (half.c). */
 	int *alias;            /* per value index: the value read instead + 1, or 0 */
 	int alias_cap;
+	/* Names of the subgraph being inlined (control.c): its local names ->
+	 * the parent's; NULL at the top level. */
+	struct imp_scope *scope;
 };
 
 /* An embedded raw_data field: where its bytes are (in memory at p, or at
@@ -126,5 +129,14 @@ int imp_resolve(struct imp *im, int v);
 /* A graph output declared float16/bfloat16 computed in float32: the value
  * is renamed and a Cast produces the declared name and type. */
 int imp_narrow_output(struct imp *im, int v, enum hp_dtype declared);
+
+/* ---- control flow (control.c) ---- */
+/* One NodeProto into the graph (import.c): index names an unnamed node. */
+int imp_add_node(struct imp *im, const Onnx__NodeProto *np, size_t index);
+/* Is np an If, Loop or Scan that control.c inlines? */
+int imp_is_control(const Onnx__NodeProto *np);
+/* If, Loop, Scan: the chosen branch inlined or the loop unrolled into the
+ * graph (their conditions and trip counts must be constants). */
+int imp_control(struct imp *im, const Onnx__NodeProto *np, const char *name);
 
 #endif

@@ -100,8 +100,8 @@ static int rule(enum pb_msg kind, uint32_t num)
 		if (num == 5)
 			return PB_MSG_ATTR;
 		return num == 1 || num == 2 || num == 3 || num == 4 || num == 7 ? KEEP : DROP;
-	case PB_MSG_ATTR: /* name, f, i, s, t (flat: kept whole), floats, ints, strings, type */
-		return (num >= 1 && num <= 5) || (num >= 7 && num <= 9) || num == 20 ? KEEP : DROP;
+	case PB_MSG_ATTR: /* name, f, i, s, t, g (flat: kept whole), floats, ints, strings, type */
+		return (num >= 1 && num <= 9) || num == 20 ? KEEP : DROP;
 	case PB_MSG_VALUE_INFO:
 		if (num == 2)
 			return PB_MSG_TYPE;

@@ -53,6 +53,10 @@ static char *page(void)
 		   "%d operators of the default domain (ai.onnx); %d of them have a gradient rule\n"
 		   "(training differentiates through them; the others are refused on the gradient\n"
 		   "path with a message naming the node).\n\n"
+		   "If, Loop and Scan are not kernels: the importer inlines the branch of an If whose\n"
+		   "condition is a constant and unrolls a Loop with a constant trip count or a Scan\n"
+		   "over inputs of declared length (onnx/control.c); control flow decided at run time\n"
+		   "is refused with a message naming the node.\n\n"
 		   "| Operator | Inputs | Outputs | Gradient |\n|---|---|---|---|\n", n, ngrad);
 	for (int i = 0; i < n; i++) {
 		char in[16], out[16];

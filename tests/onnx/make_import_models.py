@@ -411,6 +411,20 @@ def bad():
     put("if.onnx", simple([helper.make_node("If", ["cond"], ["y"], name="branch", then_branch=then_g, else_branch=else_g)],
                           inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]), cond]),
         "EUNSUPPORTED", "branch", "If", "subgraph")
+    # control flow refused after part of it was inlined (error paths of onnx/control.c)
+    i64, bl = TensorProto.INT64, TensorProto.BOOL
+    body_vi = [helper.make_tensor_value_info("i", i64, []), helper.make_tensor_value_info("c", bl, []),
+               helper.make_tensor_value_info("v", TensorProto.FLOAT, [4])]
+    def loop_model(body_nodes, name):
+        body = helper.make_graph(body_nodes, "body", body_vi,
+                                 [helper.make_tensor_value_info("c_out", bl, []), helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [4])])
+        m_t = helper.make_node("Constant", [], ["M"], value=numpy_helper.from_array(np.array(3, np.int64), "M_t"))
+        return simple([m_t, helper.make_node("Loop", ["M", "", "x"], ["y"], name=name, body=body)],
+                      inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]), cond])
+    put("loop_ghost.onnx", loop_model([helper.make_node("Identity", ["c"], ["c_out"]),
+                                       helper.make_node("Add", ["v", "ghost"], ["v_out"])], "lg"), "EMODEL", "ghost")
+    put("loop_rtcond.onnx", loop_model([helper.make_node("Identity", ["cond"], ["c_out"]),
+                                        helper.make_node("Neg", ["v"], ["v_out"])], "lr"), "EUNSUPPORTED", "'lr'", "body's condition")
     put("c64.onnx", simple([helper.make_node("Cast", ["w64"], ["y"], name="cast", to=1)],
                            inits=[numpy_helper.from_array(np.ones(4, np.complex64), "w64")]), "EUNSUPPORTED", "w64", "complex64")
     put("string_init.onnx", simple([helper.make_node("Identity", ["ws"], ["y"])],
