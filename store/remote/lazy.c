@@ -59,11 +59,14 @@ static const struct lz_sym syms[] = {
 };
 #undef S
 
-/* What libpsm_infinipath's constructor changes in the loading process
- * (CPU affinity, three signal handlers) is put back: loaded in the middle
- * of a run, it must not pin the caller's threads to core 0 nor take over
- * SIGTERM (the exit status 143 that schedulers rely on). */
-static const int guarded_signals[] = { SIGSEGV, SIGINT, SIGTERM, SIGBUS };
+/* What the constructors of libpsm_infinipath and libpsm2 change in the
+ * loading process (CPU affinity, the handlers tools/crash_signals.c lists)
+ * is put back: loaded in the middle of a run, they must not pin the
+ * caller's thread to core 0 nor keep SIGTERM (exit 1 instead of 143) or
+ * SIGSEGV (no core dump).  A signal arriving during dlopen itself still
+ * meets their handlers: OpenBLAS's threads exist already and do not block
+ * it, so only the ~0.2 s of a remote tier's first open is exposed. */
+static const int guarded_signals[] = { SIGSEGV, SIGBUS, SIGILL, SIGABRT, SIGFPE, SIGINT, SIGTERM };
 #define NGUARDED (sizeof guarded_signals / sizeof guarded_signals[0])
 
 struct lz_saved {
