@@ -10,13 +10,18 @@ signal death), never 1.
 - the control: a run asked for daemons (--store at a port nobody listens on)
   does load libfabric and libsodium (so the check above can fail), and
   still says which daemon it could not reach;
+- a libfabric that cannot be loaded (hidden behind /dev/null in a private
+  mount namespace: only as root with unshare(1), else skipped) gives one
+  line naming the file and dlerror(), status 2;
 - SIGTERM 0.02 to 0.22 s after the start of a local run (0.05 s among
   them): status 143 or -SIGTERM, never 1.
 
 usage: check_lazy_load.py HPDLF_EXEC MODEL.onnx
 """
+import ctypes.util
 import glob
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -118,9 +123,32 @@ def check_early_sigterm():
               "status %s: %s" % (p.returncode, err[-300:]))
 
 
+def check_unloadable():
+    lib = ctypes.util.find_library("fabric")
+    real = None
+    for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib"):
+        if lib and os.path.exists(os.path.join(d, lib)):
+            real = os.path.realpath(os.path.join(d, lib))
+            break
+    if os.geteuid() != 0 or not shutil.which("unshare") or not real:
+        print("skip an unloadable libfabric (needs root, unshare(1) and the library's path)")
+        return
+    script = 'mount --bind /dev/null "$1" && exec "$2" "$3" --budget 300K --store 127.0.0.1:1'
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", real, EXE, MODEL],
+                       capture_output=True, text=True, timeout=60, env=clean_env())
+    if "mount" in r.stderr and "hpdlf-exec" not in r.stderr:
+        print("skip an unloadable libfabric (cannot mount here: %s)" % r.stderr.strip()[:200])
+        return
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    check(r.returncode == 2 and len(lines) == 1 and lib in lines[0] and "file too short" in lines[0],
+          "an unloadable libfabric: one line naming it and dlerror(), status 2",
+          "status %s: %s" % (r.returncode, r.stderr[-400:]))
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="hpdlf-lazy-") as tmp:
         check_ld_debug(tmp)
+    check_unloadable()
     check_maps()
     check_early_sigterm()
     if FAILS:
