@@ -130,11 +130,6 @@ int hs_remote_libs_load(void)
 	return hp_error(HP_EUNSUPPORTED, "%s", lz_why);
 }
 
-int hs_remote_libs_loaded(void)
-{
-	return __atomic_load_n(&lz_ok, __ATOMIC_ACQUIRE);
-}
-
 /* Loaded, without touching the caller's error message. */
 static int ready(void)
 {

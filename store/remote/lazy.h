@@ -36,7 +36,5 @@
  * code calls it first; the renamed functions also load on their own and
  * fail (or abort, for randombytes_buf) when loading failed. */
 int hs_remote_libs_load(void);
-/* 1 once loaded (tests: a local run must not have loaded them). */
-int hs_remote_libs_loaded(void);
 
 #endif
