@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "store/remote/lazy.h" /* first: renames the loaded functions */
 #include <sodium.h>
 
 #include "hpdlf/error.h"
@@ -108,10 +109,12 @@ static int authenticate(struct hs_rconn *c, const struct hs_secret *s, int tmo)
 
 int hs_rconn_open(const char *where, const struct hs_secret *s, int timeout_ms, struct hs_rconn **out)
 {
-	struct hs_rconn *c = calloc(1, sizeof *c);
+	struct hs_rconn *c;
 	int rc;
 
-	if (!c)
+	if ((rc = hs_remote_libs_load()) < 0) /* the first remote open maps libfabric */
+		return rc;
+	if (!(c = calloc(1, sizeof *c)))
 		return -ENOMEM;
 	snprintf(c->where, sizeof c->where, "%s", where);
 	pthread_mutex_init(&c->mu, NULL);

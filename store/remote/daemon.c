@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 
 #include "hpdlf/error.h"
+#include "store/remote/lazy.h"
 #include "store/remote/daemon_int.h"
 
 #define ACCEPT_BATCH 256        /* connections taken per poll round at most */
@@ -113,10 +114,12 @@ static int setup(struct hs_daemon *d)
 
 int hs_daemon_open(const struct hs_daemon_config *c, struct hs_daemon **out)
 {
-	struct hs_daemon *d = calloc(1, sizeof *d);
+	struct hs_daemon *d;
 	int rc;
 
-	if (!d)
+	if ((rc = hs_remote_libs_load()) < 0) /* the first remote open maps libfabric */
+		return rc;
+	if (!(d = calloc(1, sizeof *d)))
 		return -ENOMEM;
 	d->cfg = *c;
 	d->lfd = -1;

@@ -104,6 +104,8 @@ int hs_fab_open(struct hs_fab *f, const char *prov, int target, const char *src_
 	int rc;
 
 	memset(f, 0, sizeof *f);
+	if ((rc = hs_remote_libs_load()) < 0)
+		return rc;
 	rc = getinfo(f, prov, target, src_host);
 	if (rc < 0)
 		return rc;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/remote/lazy.h" /* first: renames the loaded functions */
 #include <sodium.h>
 
 #include "hpdlf/error.h"

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "store/remote/lazy.h"
 #include "store/remote/tier_int.h"
 
 void hs_remote_opts_init(struct hs_remote_opts *o)
@@ -522,10 +523,12 @@ static int rt_setup(struct rtier *t, const struct hs_tier_config *cfg)
 
 int hs_tier_remote_open(const struct hs_tier_config *cfg, struct hs_tier **out)
 {
-	struct rtier *t = calloc(1, sizeof *t);
+	struct rtier *t;
 	int rc;
 
-	if (!t)
+	if ((rc = hs_remote_libs_load()) < 0) /* the first remote open maps libfabric */
+		return rc;
+	if (!(t = calloc(1, sizeof *t)))
 		return -ENOMEM;
 	if (cfg->ext)
 		t->o = *(const struct hs_remote_opts *)cfg->ext;

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "store/remote/lazy.h" /* first: renames the loaded functions */
 #include <sodium.h>
 
 #include "hpdlf/error.h"
@@ -188,6 +189,8 @@ int hs_secret_load(const char *path, struct hs_secret *s)
 		path = getenv("HPDLF_TOKEN_FILE");
 	if (!path || !*path)
 		return 0;
+	if ((rc = hs_remote_libs_load()) < 0)
+		return rc;
 	if (sodium_init() < 0)
 		return hp_error(HP_EINTERNAL, "libsodium cannot initialise");
 	/* The raw token is guarded like K, and wiped by sodium_free. */
