@@ -13,6 +13,7 @@
 
 #include "hpdlf/exec.h"
 #include "hpdlf/store.h"
+#include "exec/budget.h"
 #include "tools/exec_report.h"
 
 static double mono_s(void)
@@ -143,4 +144,20 @@ int exec_log_write(FILE *f, const struct exec_sample *x)
 		rc = -EIO;
 	json_object_put(o);
 	return rc;
+}
+
+void exec_print_rss_budget(FILE *f, uint64_t rss, uint64_t budget)
+{
+	char b[32], pb[32];
+
+	if (!budget)
+		return;
+	hp_format_size(budget, b, sizeof b);
+	if (budget >= HP_BUDGET_PROCESS_FROM) {
+		fprintf(f, " vs budget %s (%.0f%%)", b, 100.0 * (double)rss / (double)budget);
+		return;
+	}
+	hp_format_size(HP_BUDGET_PROCESS_FROM, pb, sizeof pb);
+	fprintf(f, " (budget %s bounds tensors; below %s the process stays under %s: %.0f%%)", b, pb, pb,
+		100.0 * (double)rss / (double)HP_BUDGET_PROCESS_FROM);
 }

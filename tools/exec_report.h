@@ -51,5 +51,9 @@ void exec_sample_fill(struct exec_sampler *sp, struct hp_session *s, struct exec
 
 /* The --log-json line of x; 0 or -EIO. */
 int exec_log_write(FILE *f, const struct exec_sample *x);
+/* The summary's " vs budget ..." after a peak RSS: from 64 MiB on the
+ * budget bounds the process; below, it bounds tensors and the process
+ * stays under 64 MiB (exec/budget.h), so the share is of that. */
+void exec_print_rss_budget(FILE *f, uint64_t rss, uint64_t budget);
 
 #endif

@@ -347,16 +347,14 @@ static int summarize(const struct cli *c, struct hp_trainer *t, struct run_state
 	if (!c->quiet && r->nms)
 		print_params(t);
 	if (!c->quiet && r->nms) {
-		char rss[32], b[32];
+		char rss[32];
 		double total = 0;
 		for (int64_t i = 0; i < r->nms; i++)
 			total += r->ms[i];
 		fprintf(stderr, "hpdlf-exec:   %lld steps in %.1f s (%.2f samples/s), peak RSS %s",
 			(long long)r->nms, total / 1e3, (double)(r->nms * c->batch) / (total / 1e3),
 			hp_format_size(exec_peak_rss(), rss, sizeof rss));
-		if (c->budget)
-			fprintf(stderr, " vs budget %s (%.0f%%)", hp_format_size(c->budget, b, sizeof b),
-				100.0 * (double)exec_peak_rss() / (double)c->budget);
+		exec_print_rss_budget(stderr, exec_peak_rss(), (uint64_t)c->budget);
 		fputc('\n', stderr);
 		exec_tier_summary(hp_trainer_session(t), c, NULL);
 	}

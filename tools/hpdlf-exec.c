@@ -877,7 +877,7 @@ static void print_summary(struct hp_session *s, const struct cli *c, const struc
 			  const struct timing *t, double wall)
 {
 	struct hp_run_info ri = { .size = sizeof ri };
-	char peak[32], rss[32], b[32], warm[48] = "";
+	char peak[32], rss[32], warm[48] = "";
 
 	if (c->warmup)
 		snprintf(warm, sizeof warm, " after %d warm-up", c->warmup);
@@ -889,9 +889,7 @@ static void print_summary(struct hp_session *s, const struct cli *c, const struc
 			t->p50, t->p90, t->p95, t->p99, t->max);
 	fprintf(stderr, "hpdlf-exec:   tensor memory %s, peak RSS %s", hp_format_size(st->peak_bytes, peak, sizeof peak),
 		hp_format_size(exec_peak_rss(), rss, sizeof rss));
-	if (c->budget)
-		fprintf(stderr, " vs budget %s (%.0f%%)", hp_format_size(c->budget, b, sizeof b),
-			100.0 * (double)exec_peak_rss() / (double)c->budget);
+	exec_print_rss_budget(stderr, exec_peak_rss(), (uint64_t)c->budget);
 	fputc('\n', stderr);
 	if (hp_session_run_info(s, &ri) == 0 && ri.transitions) {
 		char l[32], w[32];
