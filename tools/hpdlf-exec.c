@@ -25,6 +25,7 @@
 #include "exec/split_weight.h"
 #include "tools/exec_cli.h"
 #include "tools/exec_metrics.h"
+#include "tools/cli_suggest.h"
 #include "tools/exec_report.h"
 #include "tools/train_progress.h"
 
@@ -281,53 +282,11 @@ static int check_mode(const struct cli *c)
 	return 0;
 }
 
-/* Edit distance of a and b (short option names), capped at 9. */
-static int distance(const char *a, const char *b)
-{
-	int la = (int)strlen(a), lb = (int)strlen(b), d[40][40];
-
-	if (la > 38 || lb > 38)
-		return 9;
-	for (int i = 0; i <= la; i++)
-		d[i][0] = i;
-	for (int j = 0; j <= lb; j++)
-		d[0][j] = j;
-	for (int i = 1; i <= la; i++)
-		for (int j = 1; j <= lb; j++) {
-			int x = d[i - 1][j] + 1, y = d[i][j - 1] + 1, z = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-			d[i][j] = x < y ? (x < z ? x : z) : (y < z ? y : z);
-		}
-	return d[la][lb] < 9 ? d[la][lb] : 9;
-}
-
 /* One line for an option getopt refused: unknown (with the nearest known
- * name when one is close) or missing its argument. */
+ * name when one is close) or missing its argument (tools/cli_suggest.c). */
 static int bad_option(const char *arg, int missing)
 {
-	char name[64];
-	const char *best = NULL;
-	int bd = 9;
-
-	if (missing || strncmp(arg, "--", 2)) {
-		fprintf(stderr, "hpdlf-exec: %s '%s'\n(see hpdlf-exec --help)\n",
-			missing ? "missing the argument of option" : "unknown option", arg);
-		return 2;
-	}
-	snprintf(name, sizeof name, "%s", arg + 2);
-	name[strcspn(name, "=")] = 0;
-	for (const struct option *o = long_opts; o->name; o++) {
-		int d = distance(name, o->name);
-		if (d < bd) {
-			bd = d;
-			best = o->name;
-		}
-	}
-	if (best && bd <= ((int)strlen(name) > 6 ? 2 : 1))
-		fprintf(stderr, "hpdlf-exec: unknown option '--%s' (did you mean --%s?)\n(see hpdlf-exec --help)\n", name,
-			best);
-	else
-		fprintf(stderr, "hpdlf-exec: unknown option '--%s'\n(see hpdlf-exec --help)\n", name);
-	return 2;
+	return cli_bad_option("hpdlf-exec", arg, missing, long_opts);
 }
 
 static int parse_args(int argc, char **argv, struct cli *c)
