@@ -120,34 +120,6 @@ static int untie_slot(struct hp_graph *g, int i, int k, char *drop)
 	return rc < 0 ? rc : 1;
 }
 
-static void drop_node(struct hp_graph *g, int i)
-{
-	struct hp_node *n = &g->nodes[i];
-
-	if (n->op && n->op->release)
-		n->op->release(n);
-	else
-		free(n->priv);
-	free(n->name);
-	free(n->op_type);
-	free(n->domain);
-	free(n->inputs);
-	free(n->outputs);
-	for (int a = 0; a < n->nattrs; a++) { /* Identity has none; a foreign one could */
-		free(n->attrs[a].name);
-		free(n->attrs[a].s);
-		free(n->attrs[a].ints);
-		free(n->attrs[a].floats);
-		for (int s = 0; n->attrs[a].strings && s < n->attrs[a].n; s++)
-			free(n->attrs[a].strings[s]);
-		free(n->attrs[a].strings);
-		free(n->attrs[a].t.data);
-	}
-	free(n->attrs);
-	memmove(n, n + 1, (size_t)(g->nnodes - i - 1) * sizeof *n);
-	g->nnodes--;
-}
-
 /* Identity nodes marked (or left without any use, up the chains) go. */
 static int drop_identities(struct hp_graph *g, char *drop)
 {
@@ -167,7 +139,7 @@ static int drop_identities(struct hp_graph *g, char *drop)
 			if (o >= 0 && g->values[o].producer == i)
 				g->values[o].producer = -1;
 			memmove(drop + i, drop + i + 1, (size_t)(g->nnodes - i - 1));
-			drop_node(g, i);
+			hp_graph_remove_node(g, i);
 			again = 1;
 		}
 		if ((rc = hp_graph_finalize(g)) < 0)

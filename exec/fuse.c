@@ -174,34 +174,6 @@ static int rewire(struct hp_graph *g, int ci, int bi, int wv, int bv)
 	return 0;
 }
 
-static void drop_node(struct hp_graph *g, int i)
-{
-	struct hp_node *n = &g->nodes[i];
-
-	if (n->op && n->op->release)
-		n->op->release(n);
-	else
-		free(n->priv);
-	free(n->name);
-	free(n->op_type);
-	free(n->domain);
-	free(n->inputs);
-	free(n->outputs);
-	for (int a = 0; a < n->nattrs; a++) {
-		free(n->attrs[a].name);
-		free(n->attrs[a].s);
-		free(n->attrs[a].ints);
-		free(n->attrs[a].floats);
-		for (int s = 0; n->attrs[a].strings && s < n->attrs[a].n; s++)
-			free(n->attrs[a].strings[s]);
-		free(n->attrs[a].strings);
-		free(n->attrs[a].t.data);
-	}
-	free(n->attrs);
-	memmove(n, n + 1, (size_t)(g->nnodes - i - 1) * sizeof *n);
-	g->nnodes--;
-}
-
 /* Note "BatchNormalization 'b' into Conv 'c'" in the report. */
 static void note(struct hp_fuse_report *r, const struct hp_node *b, const struct hp_node *c)
 {
@@ -236,7 +208,7 @@ int hp_fuse_inference(struct hp_graph *g, struct hp_fuse_report *r)
 		if ((rc = fold_values(g, ci, i, &wv, &bv)) < 0 || (rc = rewire(g, ci, i, wv, bv)) < 0)
 			return rc;
 		note(r, &g->nodes[i], &g->nodes[ci]);
-		drop_node(g, i);
+		hp_graph_remove_node(g, i);
 		if ((rc = hp_graph_finalize(g)) < 0)
 			return rc;
 		any = 1;

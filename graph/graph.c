@@ -56,6 +56,13 @@ static void node_clear(struct hp_node *n)
 	free(n->attrs);
 }
 
+void hp_graph_remove_node(struct hp_graph *g, int i)
+{
+	node_clear(&g->nodes[i]);
+	memmove(&g->nodes[i], &g->nodes[i + 1], (size_t)(g->nnodes - i - 1) * sizeof g->nodes[0]);
+	g->nnodes--;
+}
+
 void hp_graph_free(struct hp_graph *g)
 {
 	if (!g)

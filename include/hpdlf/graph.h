@@ -238,6 +238,9 @@ int hp_graph_add_node(struct hp_graph *g, const char *name, const char *op_type,
 		      const int *inputs, int noutputs, const int *outputs);
 /* Attach a copy of an attribute to node `node`. */
 int hp_graph_add_attr(struct hp_graph *g, int node, const struct hp_attr *a);
+/* Remove node i and free what it owns; later nodes move down one index
+ * (hp_graph_finalize recounts producers and consumers). */
+void hp_graph_remove_node(struct hp_graph *g, int i);
 struct hp_graph *hp_graph_new(const char *name);
 /* Re-sort nodes topologically and recount consumers/producers. */
 int hp_graph_finalize(struct hp_graph *g);
