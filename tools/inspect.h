@@ -115,6 +115,10 @@ struct json_object *insp_tensors_json(const struct insp_target *t, const struct 
 /* inspect_plot.c: 0, or an error with hp_errmsg() set (HP_EFORMAT/HP_EDATA
  * for an unreadable input, -errno for I/O). */
 int insp_plot(const char *in_path, const char *svg_path, const char *title);
+/* A whole text file, NUL-terminated with one spare byte after it (a cut
+ * trace gets its closing bracket there), into *out (free it); 0 or an
+ * error naming the file (HP_EUSAGE when it cannot be opened). */
+int insp_read_file(const char *path, char **out);
 /* inspect_csv.c: a --log-json file as CSV into out_path ("-": stdout);
  * errors as insp_plot's. */
 int insp_csv(const char *in_path, const char *out_path);

@@ -115,37 +115,6 @@ static int csv_pass(char *text, const char *path, struct columns *c, FILE *f, in
 	return rc;
 }
 
-static int slurp(const char *path, char **out)
-{
-	FILE *f = fopen(path, "r");
-	size_t len = 0, cap = 1 << 16;
-	char *buf = malloc(cap + 1);
-
-	if (!f || !buf) {
-		int e = f ? ENOMEM : errno;
-		free(buf);
-		if (f)
-			fclose(f);
-		return hp_error(e == ENOMEM ? -ENOMEM : HP_EUSAGE, "%s: %s", path, strerror(e));
-	}
-	for (size_t r; (r = fread(buf + len, 1, cap - len, f)) > 0;) {
-		len += r;
-		if (len == cap) {
-			char *nb = realloc(buf, (cap *= 2) + 1);
-			if (!nb) {
-				free(buf);
-				fclose(f);
-				return -ENOMEM;
-			}
-			buf = nb;
-		}
-	}
-	fclose(f);
-	buf[len] = 0;
-	*out = buf;
-	return 0;
-}
-
 static int write_csv(const char *in_path, const char *out_path, char *text, struct columns *c)
 {
 	FILE *f = strcmp(out_path, "-") ? fopen(out_path, "w") : stdout;
@@ -166,7 +135,7 @@ int insp_csv(const char *in_path, const char *out_path)
 {
 	struct columns c = { 0 };
 	char *text = NULL, *copy = NULL;
-	int rc = slurp(in_path, &text);
+	int rc = insp_read_file(in_path, &text);
 
 	if (rc == 0 && !(copy = strdup(text)))
 		rc = -ENOMEM;

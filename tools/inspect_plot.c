@@ -309,7 +309,7 @@ static int load_log(struct plot *pl, char *text, const char *path)
 	return 0;
 }
 
-static int read_file(const char *path, char **out)
+int insp_read_file(const char *path, char **out)
 {
 	FILE *f = fopen(path, "r");
 	size_t len = 0, cap = 1 << 16;
@@ -360,7 +360,7 @@ static int load(struct plot *pl, const char *path)
 {
 	char *text;
 	json_object *root, *events = NULL;
-	int rc = read_file(path, &text);
+	int rc = insp_read_file(path, &text);
 
 	if (rc < 0)
 		return rc;
@@ -377,7 +377,7 @@ static int load(struct plot *pl, const char *path)
 		json_object_put(root);
 		root = NULL;
 		free(text);
-		if ((rc = read_file(path, &text)) < 0)
+		if ((rc = insp_read_file(path, &text)) < 0)
 			return rc;
 		rc = load_log(pl, text, path);
 	}
