@@ -3,14 +3,13 @@
  * task net's I/O threads reduce gradient buckets while the main thread
  * reduces the loss, and MPI_THREAD_SERIALIZED asks for no more than that. */
 #include <pthread.h>
-#include <sched.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <mpi.h>
 
 #include "hpdlf/error.h"
+#include "common/keep.h"
 #include "exec/comm.h"
 #include "exec/comm_wait.h"
 #include "exec/comm_watch.h"
@@ -33,30 +32,10 @@ static int mpi_fail(int err, const char *what)
 			what, msg);
 }
 
-/* MPI_Init may load libfabric (Open MPI's ofi components), and with it
- * libpsm, whose constructors take SEGV/BUS/ILL/ABRT/FPE/INT/TERM (a
- * SIGTERM then exits 1 without a checkpoint) and pin the thread to one
- * core.  The programs no longer link libfabric (store/remote/lazy.c), so
- * those constructors run here, after the programs set their handlers:
- * save the handlers and affinity before, put them back after. */
-static void keep_signals(int save)
-{
-	static const int sigs[] = { SIGSEGV, SIGBUS, SIGILL, SIGABRT, SIGFPE, SIGINT, SIGTERM };
-	static struct sigaction sa[sizeof sigs / sizeof sigs[0]];
-	static cpu_set_t cpus;
-	static int have_cpus;
-
-	if (save)
-		have_cpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0;
-	else if (have_cpus)
-		sched_setaffinity(0, sizeof cpus, &cpus);
-	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
-		sigaction(sigs[i], save ? NULL : &sa[i], save ? &sa[i] : NULL);
-}
-
 int hp_comm_init(void)
 {
 	int r, n, provided, rc = 0, err;
+	struct hp_keep keep;
 
 	if (!hp_comm_env(&r, &n))
 		return 0;
@@ -69,9 +48,11 @@ int hp_comm_init(void)
 	 * the peer it waits for stalls too (seen: 2 ranks on 2 cores hanging
 	 * out of core).  Yield while idle unless the user chose otherwise. */
 	setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
-	keep_signals(1);
+	/* MPI_Init may load libfabric (Open MPI's ofi components) and with it
+	 * libpsm, after the programs set their handlers (common/keep.h) */
+	hp_keep_save(&keep);
 	err = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
-	keep_signals(0);
+	hp_keep_restore(&keep);
 	if (err != MPI_SUCCESS) {
 		rc = hp_error(HP_EPROTO, "rank %d: MPI_Init_thread failed (code %d)", r, err);
 		goto out;

@@ -38,6 +38,7 @@ struct lz_table {
 	__typeof__(crypto_generichash_final) *p_crypto_generichash_final;
 };
 
+#include "common/keep.h"
 #include "store/remote/lazy.h"
 
 static struct lz_table lz;
@@ -65,49 +66,26 @@ static const struct lz_sym syms[] = {
  * caller's thread to core 0 nor keep SIGTERM (exit 1 instead of 143) or
  * SIGSEGV (no core dump).  A signal arriving during dlopen itself still
  * meets their handlers: OpenBLAS's threads exist already and do not block
- * it, so only the ~0.2 s of a remote tier's first open is exposed. */
-static const int guarded_signals[] = { SIGSEGV, SIGBUS, SIGILL, SIGABRT, SIGFPE, SIGINT, SIGTERM };
-#define NGUARDED (sizeof guarded_signals / sizeof guarded_signals[0])
-
-struct lz_saved {
-	cpu_set_t cpus;
-	int have_cpus;
-	struct sigaction sa[NGUARDED];
-};
-
-static void save_state(struct lz_saved *s)
-{
-	s->have_cpus = sched_getaffinity(0, sizeof s->cpus, &s->cpus) == 0;
-	for (size_t i = 0; i < NGUARDED; i++)
-		sigaction(guarded_signals[i], NULL, &s->sa[i]);
-}
-
-static void restore_state(const struct lz_saved *s)
-{
-	if (s->have_cpus)
-		sched_setaffinity(0, sizeof s->cpus, &s->cpus);
-	for (size_t i = 0; i < NGUARDED; i++)
-		sigaction(guarded_signals[i], &s->sa[i], NULL);
-}
-
+ * it, so only the ~0.2 s of a remote tier's first open is exposed
+ * (common/keep.c saves and restores). */
 static void load_once(void)
 {
 	static const char *const files[2] = { HS_LIBFABRIC_SONAME, HS_LIBSODIUM_SONAME };
 	void *h[2] = { NULL, NULL };
 	struct lz_table t;
-	struct lz_saved saved;
+	struct hp_keep saved;
 
-	save_state(&saved);
+	hp_keep_save(&saved);
 	for (int i = 0; i < 2; i++)
 		if (!(h[i] = dlopen(files[i], RTLD_NOW | RTLD_LOCAL))) {
 			const char *e = dlerror();
 
 			snprintf(lz_why, sizeof lz_why, "cannot load %s (the remote tier needs it): %s", files[i],
 				 e ? e : "unknown error");
-			restore_state(&saved);
+			hp_keep_restore(&saved);
 			return; /* what was loaded stays: dlclose of libfabric is not safe to repeat */
 		}
-	restore_state(&saved);
+	hp_keep_restore(&saved);
 	for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
 		void *p = dlsym(h[syms[i].lib], syms[i].name);
 
