@@ -1,0 +1,200 @@
+/* Bayesian optimisation proposing the configurations that ASHA schedules
+ * (BOHB-like).  The GP (tune_gp.h) sees every rung's result as a point
+ * (configuration, budget), the budget a further input on a log scale, so
+ * results at low budgets inform it and no point ever changes: the factor
+ * only grows, lazily.  A proposal maximises expected improvement at the
+ * full budget over random candidates, then refines the best few locally.
+ * Every random number comes from the trial's own stream: the same seed and
+ * the same results give the same proposals. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/tune_gp.h"
+#include "exec/tune_internal.h"
+
+#define FIT_POINTS 200  /* observations a hyperparameter refit looks at */
+#define REFIT_GROWTH 1.5 /* refit when the data grew by this factor */
+#define REFINE_ROUNDS 6
+#define REFINE_PROBES 8
+
+struct hp_tune_bo {
+	const struct hp_tune_spec *s;
+	struct hp_gp gp;
+	int next_fit;        /* refit the hyperparameters at this many points */
+	double best_budget;  /* highest budget coordinate seen, and the best */
+	double best_y;       /* (lowest) target there */
+};
+
+int hp_bo_create(const struct hp_tune_spec *s, struct hp_tune_bo **out)
+{
+	struct hp_tune_bo *bo = calloc(1, sizeof *bo);
+	unsigned char *cat = calloc((size_t)s->nparams + 1, 1);
+	int rc = -ENOMEM;
+
+	if (bo && cat) {
+		for (int i = 0; i < s->nparams; i++)
+			cat[i] = s->params[i].kind == HP_TUNE_CHOICE;
+		rc = hp_gp_init(&bo->gp, s->nparams + 1, cat);
+	}
+	free(cat);
+	if (rc < 0) {
+		free(bo);
+		return rc;
+	}
+	bo->s = s;
+	bo->next_fit = s->bo.initial > 2 ? s->bo.initial : 2;
+	bo->best_budget = -1;
+	*out = bo;
+	return 0;
+}
+
+void hp_bo_free(struct hp_tune_bo *bo)
+{
+	if (!bo)
+		return;
+	hp_gp_free(&bo->gp);
+	free(bo);
+}
+
+/* The budget coordinate of step: 0 at the grace period, 1 at max. */
+static double budget_coord(const struct hp_tune_spec *s, int64_t step)
+{
+	if (s->max <= s->grace || step >= s->max)
+		return 1.0;
+	return step <= s->grace ? 0.0 : log((double)step / (double)s->grace) / log((double)s->max / (double)s->grace);
+}
+
+int hp_bo_observe(struct hp_tune_bo *bo, const double *u, int64_t step, double metric)
+{
+	int p = bo->s->nparams, rc;
+	double x[p + 1], y = bo->s->maximize ? -metric : metric;
+
+	memcpy(x, u, (size_t)p * sizeof *x);
+	x[p] = budget_coord(bo->s, step);
+	if ((rc = hp_gp_add(&bo->gp, x, y)) < 0)
+		return rc;
+	if (x[p] > bo->best_budget || (x[p] == bo->best_budget && y < bo->best_y))
+		bo->best_budget = x[p], bo->best_y = y;
+	if (bo->gp.n >= bo->next_fit) {
+		bo->next_fit = (int)ceil(bo->gp.n * REFIT_GROWTH);
+		return hp_gp_fit(&bo->gp, FIT_POINTS);
+	}
+	return 0;
+}
+
+/* Expected improvement (of a minimum) below best by more than xi (in the
+ * targets' standard deviations). */
+static double ei(double mean, double var, double best, double xi_abs)
+{
+	double sd = sqrt(var), imp = best - mean - xi_abs, z;
+
+	if (sd <= 0)
+		return imp > 0 ? imp : 0;
+	z = imp / sd;
+	return imp * 0.5 * erfc(-z / M_SQRT2) + sd * exp(-0.5 * z * z) / sqrt(2 * M_PI);
+}
+
+/* EI at the full budget of m configurations us (m*p) into e. */
+static int score(struct hp_tune_bo *bo, int m, const double *us, double *e)
+{
+	int p = bo->s->nparams, d = p + 1, rc = -ENOMEM;
+	double *xs = calloc((size_t)m * (size_t)d, sizeof *xs), *mean = malloc((size_t)m * 2 * sizeof *mean);
+
+	if (xs && mean) {
+		for (int c = 0; c < m; c++) {
+			memcpy(xs + (size_t)c * d, us + (size_t)c * p, (size_t)p * sizeof *xs);
+			xs[(size_t)c * d + p] = 1.0;
+		}
+		rc = hp_gp_predict(&bo->gp, m, xs, mean, mean + m);
+		for (int c = 0; c < m && rc >= 0; c++)
+			e[c] = ei(mean[c], mean[m + c], bo->best_y, bo->s->bo.xi * bo->gp.ystd);
+	}
+	free(xs);
+	free(mean);
+	return rc;
+}
+
+/* A point near u: each continuous coordinate moved by up to radius, a
+ * choice changed with probability radius. */
+static void perturb(const struct hp_tune_spec *s, struct hp_rng *r, const double *u, double radius, double *v)
+{
+	for (int i = 0; i < s->nparams; i++) {
+		double x = hp_rng_unit(r);
+		if (s->params[i].kind != HP_TUNE_CHOICE)
+			v[i] = u[i] + radius * (2 * x - 1);
+		else
+			v[i] = x < radius ? floor(hp_rng_unit(r) * s->params[i].nchoices) : u[i];
+	}
+	hp_tune_snap(s, v);
+}
+
+/* Hill-climb from u (EI *eu) by rounds of probes with a shrinking radius. */
+static int refine(struct hp_tune_bo *bo, struct hp_rng *r, double *u, double *eu)
+{
+	int p = bo->s->nparams, rc;
+	double probes[REFINE_PROBES * p], e[REFINE_PROBES], radius = 0.1;
+
+	for (int round = 0; round < REFINE_ROUNDS; round++, radius /= 2) {
+		for (int k = 0; k < REFINE_PROBES; k++)
+			perturb(bo->s, r, u, radius, probes + k * p);
+		if ((rc = score(bo, REFINE_PROBES, probes, e)) < 0)
+			return rc;
+		for (int k = 0; k < REFINE_PROBES; k++)
+			if (e[k] > *eu)
+				*eu = e[k], memcpy(u, probes + k * p, (size_t)p * sizeof *u);
+	}
+	return 0;
+}
+
+/* Index of the largest of e[0..m) not taken (ties: the first). */
+static int argmax(const double *e, const unsigned char *taken, int m)
+{
+	int b = -1;
+
+	for (int c = 0; c < m; c++)
+		if (!taken[c] && (b < 0 || e[c] > e[b]))
+			b = c;
+	return b;
+}
+
+static int propose_ei(struct hp_tune_bo *bo, struct hp_rng *r, double *u)
+{
+	int p = bo->s->nparams, m = bo->s->bo.candidates, rc = -ENOMEM;
+	double *us = malloc((size_t)m * (size_t)p * sizeof *us), *e = malloc((size_t)m * sizeof *e), best = -1;
+	unsigned char *taken = calloc((size_t)m, 1);
+
+	if (!us || !e || !taken)
+		goto out;
+	for (int c = 0; c < m; c++)
+		hp_tune_sample(bo->s, r, us + (size_t)c * p);
+	if ((rc = score(bo, m, us, e)) < 0)
+		goto out;
+	for (int k = 0; k < bo->s->bo.refine + 1 && k < m; k++) {
+		int c = argmax(e, taken, m);
+		taken[c] = 1;
+		if (k < bo->s->bo.refine && (rc = refine(bo, r, us + (size_t)c * p, &e[c])) < 0)
+			goto out;
+		if (e[c] > best)
+			best = e[c], memcpy(u, us + (size_t)c * p, (size_t)p * sizeof *u);
+	}
+out:
+	free(us);
+	free(e);
+	free(taken);
+	return rc;
+}
+
+int hp_bo_propose(struct hp_tune_bo *bo, int trial, double *u)
+{
+	/* The first configurations are random search's (stream 0), so both
+	 * start from the same points for a seed. */
+	struct hp_rng r = hp_rng_for(bo->s->seed, (uint64_t)trial, trial < bo->s->bo.initial || bo->gp.n < 2 ? 0 : 1);
+
+	if (trial < bo->s->bo.initial || bo->gp.n < 2) {
+		hp_tune_sample(bo->s, &r, u);
+		return 0;
+	}
+	return propose_ei(bo, &r, u);
+}

@@ -1,0 +1,261 @@
+/* The lazy Gaussian process of tune_gp.h: the packed Cholesky factor grows
+ * by a row per observation; LAPACK refactors it only when asked. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "hpdlf/error.h"
+#include "exec/tune_gp.h"
+
+/* LAPACK as OpenBLAS exports it (Debian ships no lapacke.h with it). */
+extern void dpotrf_(const char *uplo, const int *n, double *a, const int *lda, int *info);
+
+#define BLOCK 128
+#define NOISE_MAX 1.0
+
+static size_t tri(size_t n)
+{
+	return n * (n + 1) / 2;
+}
+
+int hp_gp_init(struct hp_gp *gp, int d, const unsigned char *cat)
+{
+	memset(gp, 0, sizeof *gp);
+	gp->d = d;
+	gp->cat = calloc((size_t)d, 1);
+	gp->ls = malloc((size_t)d * sizeof *gp->ls);
+	if (!gp->cat || !gp->ls) {
+		hp_gp_free(gp);
+		return -ENOMEM;
+	}
+	for (int k = 0; k < d; k++) {
+		gp->cat[k] = cat ? cat[k] : 0;
+		gp->ls[k] = gp->cat[k] ? 1.0 : 0.3;
+	}
+	gp->sf2 = 1.0;
+	gp->noise = 1e-4;
+	return 0;
+}
+
+void hp_gp_free(struct hp_gp *gp)
+{
+	free(gp->cat);
+	free(gp->ls);
+	free(gp->x);
+	free(gp->y);
+	free(gp->L);
+	free(gp->beta);
+	free(gp->tmp);
+	memset(gp, 0, sizeof *gp);
+}
+
+double hp_gp_kernel(const struct hp_gp *gp, const double *a, const double *b)
+{
+	double r2 = 0, r;
+
+	for (int k = 0; k < gp->d; k++) {
+		double t = gp->cat[k] ? (a[k] != b[k]) : (a[k] - b[k]);
+		r2 += t * t / (gp->ls[k] * gp->ls[k]);
+	}
+	r = sqrt(5.0 * r2);
+	return gp->sf2 * (1.0 + r + r * r / 3.0) * exp(-r);
+}
+
+static int reserve(double **p, size_t *cap, size_t n)
+{
+	double *q;
+	size_t c = *cap ? *cap : 64;
+
+	if (n <= *cap)
+		return 0;
+	while (c < n)
+		c *= 2;
+	if (!(q = realloc(*p, c * sizeof *q)))
+		return -ENOMEM;
+	*p = q, *cap = c;
+	return 0;
+}
+
+/* Room for one more observation. */
+static int grow(struct hp_gp *gp)
+{
+	int c = gp->cap ? gp->cap * 2 : 64;
+	double *x, *y, *b;
+
+	if (reserve(&gp->L, &gp->lcap, tri((size_t)gp->n + 1)) < 0)
+		return -ENOMEM;
+	if (gp->n < gp->cap)
+		return 0;
+	if (!(x = realloc(gp->x, (size_t)c * (size_t)gp->d * sizeof *x)))
+		return -ENOMEM;
+	gp->x = x;
+	if (!(y = realloc(gp->y, (size_t)c * sizeof *y)))
+		return -ENOMEM;
+	gp->y = y;
+	if (!(b = realloc(gp->beta, (size_t)c * sizeof *b)))
+		return -ENOMEM;
+	gp->beta = b;
+	gp->cap = c;
+	return 0;
+}
+
+int hp_gp_add(struct hp_gp *gp, const double *x, double y)
+{
+	size_t n = (size_t)gp->n;
+	double *row, piv;
+
+	if (grow(gp) < 0 || reserve(&gp->tmp, &gp->tmpcap, n + 1) < 0)
+		return -ENOMEM;
+	memcpy(gp->x + n * (size_t)gp->d, x, (size_t)gp->d * sizeof *x);
+	gp->y[n] = y;
+	gp->beta_ok = 0;
+	/* The new row l solves L l = k(X, x); its pivot is what is left of
+	 * k(x, x) + noise: the Schur complement. */
+	row = gp->L + tri(n);
+	for (size_t j = 0; j < n; j++)
+		row[j] = hp_gp_kernel(gp, gp->x + j * (size_t)gp->d, x);
+	if (n)
+		cblas_dtpsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)n, gp->L, row, 1);
+	piv = hp_gp_kernel(gp, x, x) + gp->noise - cblas_ddot((int)n, row, 1, row, 1);
+	gp->n++;
+	if (piv > 1e-12 * (gp->sf2 + gp->noise)) {
+		row[n] = sqrt(piv);
+		return 0;
+	}
+	return hp_gp_refactor(gp);
+}
+
+/* K + noise*I of the data, column-major lower, into a (n*n). */
+static void fill_k(const struct hp_gp *gp, double *a)
+{
+	size_t n = (size_t)gp->n, d = (size_t)gp->d;
+
+	for (size_t j = 0; j < n; j++) {
+		a[j + j * n] = hp_gp_kernel(gp, gp->x + j * d, gp->x + j * d) + gp->noise;
+		for (size_t i = j + 1; i < n; i++)
+			a[i + j * n] = hp_gp_kernel(gp, gp->x + i * d, gp->x + j * d);
+	}
+}
+
+int hp_gp_refactor(struct hp_gp *gp)
+{
+	size_t n = (size_t)gp->n;
+	double *a;
+	int nn = gp->n, info = 0;
+
+	gp->beta_ok = 0;
+	if (!n)
+		return 0;
+	if (!(a = malloc(n * n * sizeof *a)))
+		return -ENOMEM;
+	/* A point repeated with too little noise leaves K singular: more
+	 * noise until the factorisation holds (NOISE_MAX always does). */
+	for (;;) {
+		fill_k(gp, a);
+		dpotrf_("L", &nn, a, &nn, &info);
+		if (!info || gp->noise >= NOISE_MAX)
+			break;
+		gp->noise = fmin(NOISE_MAX, gp->noise * 10);
+	}
+	for (size_t i = 0; i < n && !info; i++)
+		for (size_t j = 0; j <= i; j++)
+			gp->L[tri(i) + j] = a[i + j * n];
+	free(a);
+	if (info)
+		return hp_error(HP_EINTERNAL, "GP: the kernel matrix of %zu points is not positive definite", n);
+	return 0;
+}
+
+int hp_gp_set_hyper(struct hp_gp *gp, const double *ls, double sf2, double noise)
+{
+	memcpy(gp->ls, ls, (size_t)gp->d * sizeof *ls);
+	gp->sf2 = sf2;
+	gp->noise = noise;
+	return hp_gp_refactor(gp);
+}
+
+/* ymean, ystd and beta = L^-1 of the standardised targets, O(n^2). */
+static void standardise(struct hp_gp *gp)
+{
+	double s = 0, ss = 0;
+	int n = gp->n;
+
+	if (gp->beta_ok)
+		return;
+	for (int i = 0; i < n; i++)
+		s += gp->y[i];
+	gp->ymean = n ? s / n : 0;
+	for (int i = 0; i < n; i++)
+		ss += (gp->y[i] - gp->ymean) * (gp->y[i] - gp->ymean);
+	gp->ystd = n > 1 && ss > 1e-300 ? sqrt(ss / n) : 1.0;
+	for (int i = 0; i < n; i++)
+		gp->beta[i] = (gp->y[i] - gp->ymean) / gp->ystd;
+	if (n)
+		cblas_dtpsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, n, gp->L, gp->beta, 1);
+	gp->beta_ok = 1;
+}
+
+int hp_gp_lml(struct hp_gp *gp, double *lml)
+{
+	double ld = 0;
+
+	standardise(gp);
+	for (int i = 0; i < gp->n; i++)
+		ld += log(gp->L[tri((size_t)i) + (size_t)i]);
+	*lml = -0.5 * cblas_ddot(gp->n, gp->beta, 1, gp->beta, 1) - ld - 0.5 * gp->n * log(2 * M_PI);
+	return 0;
+}
+
+/* Rows [b0, b1) of V = L^-1 Ks (n x m, row-major), rows before b0 done:
+ * the band of L left of the block in one dgemm, then the block itself. */
+static void solve_band(const struct hp_gp *gp, double *band, size_t b0, size_t b1, int m, double *v)
+{
+	size_t M = (size_t)m;
+
+	if (b0) {
+		for (size_t i = b0; i < b1; i++)
+			memcpy(band + (i - b0) * b0, gp->L + tri(i), b0 * sizeof *band);
+		cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(b1 - b0), m, (int)b0, -1.0, band,
+			    (int)b0, v, m, 1.0, v + b0 * M, m);
+	}
+	for (size_t i = b0; i < b1; i++) {
+		const double *l = gp->L + tri(i);
+		for (size_t j = b0; j < i; j++)
+			cblas_daxpy(m, -l[j], v + j * M, 1, v + i * M, 1);
+		cblas_dscal(m, 1.0 / l[i], v + i * M, 1);
+	}
+}
+
+int hp_gp_predict(struct hp_gp *gp, int m, const double *xs, double *mean, double *var)
+{
+	size_t n = (size_t)gp->n, M = (size_t)m, d = (size_t)gp->d;
+	double *v, *band;
+
+	standardise(gp);
+	v = malloc((n ? n : 1) * M * sizeof *v);
+	band = malloc((size_t)BLOCK * (n ? n : 1) * sizeof *band);
+	if (!v || !band) {
+		free(v);
+		free(band);
+		return -ENOMEM;
+	}
+	for (size_t j = 0; j < n; j++)
+		for (size_t c = 0; c < M; c++)
+			v[j * M + c] = hp_gp_kernel(gp, gp->x + j * d, xs + c * d);
+	for (size_t b0 = 0; b0 < n; b0 += BLOCK)
+		solve_band(gp, band, b0, b0 + BLOCK < n ? b0 + BLOCK : n, m, v);
+	/* mean = k*' K^-1 y = (L^-1 k*)' (L^-1 y); var = k** - |L^-1 k*|^2. */
+	for (size_t c = 0; c < M; c++) {
+		double mu = 0, q = 0;
+		for (size_t j = 0; j < n; j++)
+			mu += v[j * M + c] * gp->beta[j], q += v[j * M + c] * v[j * M + c];
+		mean[c] = gp->ymean + gp->ystd * mu;
+		var[c] = gp->ystd * gp->ystd * fmax(hp_gp_kernel(gp, xs + c * d, xs + c * d) - q, 1e-12 * gp->sf2);
+	}
+	free(v);
+	free(band);
+	return 0;
+}

@@ -1,0 +1,124 @@
+/* The search space in the unit cube (tune_internal.h): sampling, the grid,
+ * and the text of each value as hpdlf-exec parses it back exactly. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/tune_internal.h"
+
+static double clamp01(double u)
+{
+	return u < 0 ? 0 : u > 1 ? 1 : u;
+}
+
+static int64_t int_span(const struct hp_tune_param *p)
+{
+	return (int64_t)(p->hi - p->lo);
+}
+
+void hp_tune_sample(const struct hp_tune_spec *s, struct hp_rng *r, double *u)
+{
+	for (int i = 0; i < s->nparams; i++) {
+		const struct hp_tune_param *p = &s->params[i];
+		double x = hp_rng_unit(r);
+		if (p->kind == HP_TUNE_CHOICE)
+			u[i] = floor(x * p->nchoices);
+		else if (p->kind == HP_TUNE_INT_UNIFORM)
+			u[i] = floor(x * (double)(int_span(p) + 1)) / (double)int_span(p);
+		else
+			u[i] = x;
+	}
+	hp_tune_snap(s, u);
+}
+
+void hp_tune_snap(const struct hp_tune_spec *s, double *u)
+{
+	for (int i = 0; i < s->nparams; i++) {
+		const struct hp_tune_param *p = &s->params[i];
+		if (p->kind == HP_TUNE_CHOICE) {
+			double k = floor(u[i] + 0.5);
+			u[i] = k < 0 ? 0 : k > p->nchoices - 1 ? p->nchoices - 1 : k;
+		} else if (p->kind == HP_TUNE_INT_UNIFORM) {
+			u[i] = floor(clamp01(u[i]) * (double)int_span(p) + 0.5) / (double)int_span(p);
+		} else {
+			u[i] = clamp01(u[i]);
+		}
+	}
+}
+
+/* The flag's value at unit coordinate u of a uniform kind. */
+static double value_of(const struct hp_tune_param *p, double u)
+{
+	double v;
+
+	if (u <= 0)
+		return p->lo;
+	if (u >= 1)
+		return p->hi;
+	if (p->kind == HP_TUNE_LOG_UNIFORM)
+		v = exp(log(p->lo) + u * (log(p->hi) - log(p->lo)));
+	else
+		v = p->lo + u * (p->hi - p->lo);
+	return v < p->lo ? p->lo : v > p->hi ? p->hi : v;
+}
+
+int hp_tune_format(const struct hp_tune_spec *s, const double *u, char **values)
+{
+	char buf[64];
+
+	for (int i = 0; i < s->nparams; i++) {
+		const struct hp_tune_param *p = &s->params[i];
+		if (p->kind == HP_TUNE_CHOICE) {
+			values[i] = strdup(p->choices[(int)u[i]]);
+		} else {
+			if (p->kind == HP_TUNE_INT_UNIFORM)
+				snprintf(buf, sizeof buf, "%" PRId64,
+					 (int64_t)p->lo + (int64_t)floor(u[i] * (double)int_span(p) + 0.5));
+			else
+				snprintf(buf, sizeof buf, "%.17g", value_of(p, u[i]));
+			values[i] = strdup(buf);
+		}
+		if (!values[i])
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Values flag p takes in the grid. */
+static int64_t grid_count(const struct hp_tune_spec *s, const struct hp_tune_param *p)
+{
+	if (p->kind == HP_TUNE_CHOICE)
+		return p->nchoices;
+	if (p->kind == HP_TUNE_INT_UNIFORM && int_span(p) + 1 < s->grid_points)
+		return int_span(p) + 1;
+	return s->grid_points;
+}
+
+int64_t hp_tune_grid_size(const struct hp_tune_spec *s)
+{
+	int64_t n = 1;
+
+	for (int i = 0; i < s->nparams; i++) {
+		n *= grid_count(s, &s->params[i]);
+		if (n > (INT64_C(1) << 40))
+			return INT64_C(1) << 40;
+	}
+	return n;
+}
+
+void hp_tune_grid_point(const struct hp_tune_spec *s, int64_t i, double *u)
+{
+	for (int k = s->nparams - 1; k >= 0; k--) {
+		const struct hp_tune_param *p = &s->params[k];
+		int64_t c = grid_count(s, p), j = i % c;
+		i /= c;
+		if (p->kind == HP_TUNE_CHOICE)
+			u[k] = (double)j;
+		else
+			u[k] = c == 1 ? 0.5 : (double)j / (double)(c - 1);
+	}
+	hp_tune_snap(s, u);
+}
