@@ -14,6 +14,8 @@
 extern void dpotrf_(const char *uplo, const int *n, double *a, const int *lda, int *info);
 
 #define BLOCK 128
+
+static int pivot_ok(const struct hp_gp *gp, double piv2);
 #define NOISE_MAX 1.0
 
 static size_t tri(size_t n)
@@ -121,7 +123,7 @@ int hp_gp_add(struct hp_gp *gp, const double *x, double y)
 		cblas_dtpsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)n, gp->L, row, 1);
 	piv = hp_gp_kernel(gp, x, x) + gp->noise - cblas_ddot((int)n, row, 1, row, 1);
 	gp->n++;
-	if (piv > 1e-12 * (gp->sf2 + gp->noise)) {
+	if (pivot_ok(gp, piv)) {
 		row[n] = sqrt(piv);
 		return 0;
 	}
@@ -140,6 +142,21 @@ static void fill_k(const struct hp_gp *gp, double *a)
 	}
 }
 
+static int pivot_ok(const struct hp_gp *gp, double piv2)
+{
+	return piv2 > 1e-12 * (gp->sf2 + gp->noise);
+}
+
+/* Pivots of a factored (n x n, column-major) too small to trust. */
+static int small_pivot(const struct hp_gp *gp, const double *a, size_t n)
+{
+	int bad = 0;
+
+	for (size_t i = 0; i < n; i++)
+		bad += !pivot_ok(gp, a[i + i * n] * a[i + i * n]);
+	return bad;
+}
+
 int hp_gp_refactor(struct hp_gp *gp)
 {
 	size_t n = (size_t)gp->n;
@@ -152,13 +169,13 @@ int hp_gp_refactor(struct hp_gp *gp)
 	if (!(a = malloc(n * n * sizeof *a)))
 		return -ENOMEM;
 	/* A point repeated with too little noise leaves K singular: more
-	 * noise until the factorisation holds (NOISE_MAX always does). */
+	 * noise until every pivot is clear of rounding (NOISE_MAX always is). */
 	for (;;) {
 		fill_k(gp, a);
 		dpotrf_("L", &nn, a, &nn, &info);
-		if (!info || gp->noise >= NOISE_MAX)
+		if ((!info && small_pivot(gp, a, n) == 0) || gp->noise >= NOISE_MAX)
 			break;
-		gp->noise = fmin(NOISE_MAX, gp->noise * 10);
+		gp->noise = fmin(NOISE_MAX, fmax(gp->noise * 10, 1e-10 * gp->sf2));
 	}
 	for (size_t i = 0; i < n && !info; i++)
 		for (size_t j = 0; j <= i; j++)
