@@ -13,6 +13,7 @@
 
 #include "exec/tune_gp.h"
 #include "exec/tune_internal.h"
+#include "kernels/blas.h"
 
 #define FIT_POINTS 200  /* observations a hyperparameter refit looks at */
 #define REFIT_GROWTH 1.5 /* refit when the data grew by this factor */
@@ -66,7 +67,22 @@ static double budget_coord(const struct hp_tune_spec *s, int64_t step)
 	return step <= s->grace ? 0.0 : log((double)step / (double)s->grace) / log((double)s->max / (double)s->grace);
 }
 
+/* The GP's matrices are small and the trials own the cores: its BLAS runs
+ * on one thread (a serial section, kernels/blas.h). */
+static int observe(struct hp_tune_bo *bo, const double *u, int64_t step, double metric);
+static int propose_ei(struct hp_tune_bo *bo, struct hp_rng *r, double *u);
+
 int hp_bo_observe(struct hp_tune_bo *bo, const double *u, int64_t step, double metric)
+{
+	int rc;
+
+	hp_blas_serial_enter();
+	rc = observe(bo, u, step, metric);
+	hp_blas_serial_leave();
+	return rc;
+}
+
+static int observe(struct hp_tune_bo *bo, const double *u, int64_t step, double metric)
 {
 	int p = bo->s->nparams, rc;
 	double x[p + 1], y = bo->s->maximize ? -metric : metric;
@@ -130,22 +146,29 @@ static void perturb(const struct hp_tune_spec *s, struct hp_rng *r, const double
 	hp_tune_snap(s, v);
 }
 
-/* Hill-climb from u (EI *eu) by rounds of probes with a shrinking radius. */
-static int refine(struct hp_tune_bo *bo, struct hp_rng *r, double *u, double *eu)
+/* Hill-climb from the k starts (k*p, EI in e) at once: rounds of probes
+ * around each with a shrinking radius, all probes of a round scored in one
+ * pass over the factor. */
+static int refine(struct hp_tune_bo *bo, struct hp_rng *r, int k, double *starts, double *e)
 {
-	int p = bo->s->nparams, rc;
-	double probes[REFINE_PROBES * p], e[REFINE_PROBES], radius = 0.1;
+	int p = bo->s->nparams, m = k * REFINE_PROBES, rc = -ENOMEM;
+	double *probes = malloc((size_t)m * (size_t)p * sizeof *probes), *pe = malloc((size_t)m * sizeof *pe);
+	double radius = 0.1;
 
-	for (int round = 0; round < REFINE_ROUNDS; round++, radius /= 2) {
-		for (int k = 0; k < REFINE_PROBES; k++)
-			perturb(bo->s, r, u, radius, probes + k * p);
-		if ((rc = score(bo, REFINE_PROBES, probes, e)) < 0)
-			return rc;
-		for (int k = 0; k < REFINE_PROBES; k++)
-			if (e[k] > *eu)
-				*eu = e[k], memcpy(u, probes + k * p, (size_t)p * sizeof *u);
+	for (int round = 0; probes && pe && round < REFINE_ROUNDS; round++, radius /= 2) {
+		for (int i = 0; i < m; i++)
+			perturb(bo->s, r, starts + (size_t)(i / REFINE_PROBES) * p, radius, probes + (size_t)i * p);
+		if ((rc = score(bo, m, probes, pe)) < 0)
+			break;
+		for (int i = 0; i < m; i++) {
+			int st = i / REFINE_PROBES;
+			if (pe[i] > e[st])
+				e[st] = pe[i], memcpy(starts + (size_t)st * p, probes + (size_t)i * p, (size_t)p * sizeof *starts);
+		}
 	}
-	return 0;
+	free(probes);
+	free(pe);
+	return rc;
 }
 
 /* Index of the largest of e[0..m) not taken (ties: the first). */
@@ -159,30 +182,45 @@ static int argmax(const double *e, const unsigned char *taken, int m)
 	return b;
 }
 
+/* The best candidates refined in place (us, e), the best of all into u. */
+static int refine_best(struct hp_tune_bo *bo, struct hp_rng *r, int m, double *us, double *e, double *u)
+{
+	int p = bo->s->nparams, k = bo->s->bo.refine < m ? bo->s->bo.refine : m, idx[64], rc = -ENOMEM;
+	double *starts = malloc((size_t)(k ? k : 1) * (size_t)p * sizeof *starts), se[64];
+	unsigned char *taken = calloc((size_t)m, 1);
+
+	if (!taken || !starts)
+		goto out;
+	rc = 0;
+	for (int i = 0; i < k; i++) {
+		idx[i] = argmax(e, taken, m), taken[idx[i]] = 1;
+		memcpy(starts + (size_t)i * p, us + (size_t)idx[i] * p, (size_t)p * sizeof *starts);
+		se[i] = e[idx[i]];
+	}
+	if (k && (rc = refine(bo, r, k, starts, se)) >= 0)
+		for (int i = 0; i < k; i++)
+			e[idx[i]] = se[i], memcpy(us + (size_t)idx[i] * p, starts + (size_t)i * p, (size_t)p * sizeof *us);
+	memset(taken, 0, (size_t)m);
+	memcpy(u, us + (size_t)argmax(e, taken, m) * p, (size_t)p * sizeof *u);
+out:
+	free(starts);
+	free(taken);
+	return rc;
+}
+
 static int propose_ei(struct hp_tune_bo *bo, struct hp_rng *r, double *u)
 {
 	int p = bo->s->nparams, m = bo->s->bo.candidates, rc = -ENOMEM;
-	double *us = malloc((size_t)m * (size_t)p * sizeof *us), *e = malloc((size_t)m * sizeof *e), best = -1;
-	unsigned char *taken = calloc((size_t)m, 1);
+	double *us = malloc((size_t)m * (size_t)p * sizeof *us), *e = malloc((size_t)m * sizeof *e);
 
-	if (!us || !e || !taken)
-		goto out;
-	for (int c = 0; c < m; c++)
-		hp_tune_sample(bo->s, r, us + (size_t)c * p);
-	if ((rc = score(bo, m, us, e)) < 0)
-		goto out;
-	for (int k = 0; k < bo->s->bo.refine + 1 && k < m; k++) {
-		int c = argmax(e, taken, m);
-		taken[c] = 1;
-		if (k < bo->s->bo.refine && (rc = refine(bo, r, us + (size_t)c * p, &e[c])) < 0)
-			goto out;
-		if (e[c] > best)
-			best = e[c], memcpy(u, us + (size_t)c * p, (size_t)p * sizeof *u);
+	if (us && e) {
+		for (int c = 0; c < m; c++)
+			hp_tune_sample(bo->s, r, us + (size_t)c * p);
+		if ((rc = score(bo, m, us, e)) >= 0)
+			rc = refine_best(bo, r, m, us, e, u);
 	}
-out:
 	free(us);
 	free(e);
-	free(taken);
 	return rc;
 }
 
@@ -191,10 +229,19 @@ int hp_bo_propose(struct hp_tune_bo *bo, int trial, double *u)
 	/* The first configurations are random search's (stream 0), so both
 	 * start from the same points for a seed. */
 	struct hp_rng r = hp_rng_for(bo->s->seed, (uint64_t)trial, trial < bo->s->bo.initial || bo->gp.n < 2 ? 0 : 1);
+	int rc;
 
 	if (trial < bo->s->bo.initial || bo->gp.n < 2) {
 		hp_tune_sample(bo->s, &r, u);
 		return 0;
 	}
-	return propose_ei(bo, &r, u);
+	hp_blas_serial_enter();
+	rc = propose_ei(bo, &r, u);
+	hp_blas_serial_leave();
+	return rc;
+}
+
+struct hp_gp *hp_bo_gp(struct hp_tune_bo *bo)
+{
+	return &bo->gp;
 }

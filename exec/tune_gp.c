@@ -1,5 +1,5 @@
-/* The lazy Gaussian process of tune_gp.h: the packed Cholesky factor grows
- * by a row per observation; LAPACK refactors it only when asked. */
+/* The lazy Gaussian process of tune_gp.h: the factor grows by a row per
+ * observation; LAPACK refactors it only when asked. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -13,15 +13,8 @@
 /* LAPACK as OpenBLAS exports it (Debian ships no lapacke.h with it). */
 extern void dpotrf_(const char *uplo, const int *n, double *a, const int *lda, int *info);
 
-#define BLOCK 128
-
-static int pivot_ok(const struct hp_gp *gp, double piv2);
+#define B HP_GP_BLOCK
 #define NOISE_MAX 1.0
-
-static size_t tri(size_t n)
-{
-	return n * (n + 1) / 2;
-}
 
 int hp_gp_init(struct hp_gp *gp, int d, const unsigned char *cat)
 {
@@ -44,13 +37,14 @@ int hp_gp_init(struct hp_gp *gp, int d, const unsigned char *cat)
 
 void hp_gp_free(struct hp_gp *gp)
 {
+	for (int b = 0; b < gp->nband; b++)
+		free(gp->band[b]);
+	free(gp->band);
 	free(gp->cat);
 	free(gp->ls);
 	free(gp->x);
 	free(gp->y);
-	free(gp->L);
 	free(gp->beta);
-	free(gp->tmp);
 	memset(gp, 0, sizeof *gp);
 }
 
@@ -66,18 +60,56 @@ double hp_gp_kernel(const struct hp_gp *gp, const double *a, const double *b)
 	return gp->sf2 * (1.0 + r + r * r / 3.0) * exp(-r);
 }
 
-static int reserve(double **p, size_t *cap, size_t n)
+static size_t lda_of(int band)
 {
-	double *q;
-	size_t c = *cap ? *cap : 64;
+	return (size_t)(band + 1) * B;
+}
 
-	if (n <= *cap)
+/* Row i of the factor (its first i+1 entries are L's). */
+static double *row_of(const struct hp_gp *gp, int i)
+{
+	return gp->band[i / B] + (size_t)(i % B) * lda_of(i / B);
+}
+
+double hp_gp_factor_at(const struct hp_gp *gp, int i, int j)
+{
+	return row_of(gp, i)[j];
+}
+
+/* Solve L[0:n, 0:n] X = V in place (V: n x m, row-major), band by band. */
+static void forward(const struct hp_gp *gp, int n, int m, double *v)
+{
+	for (int b = 0, b0 = 0; b0 < n; b++, b0 += B) {
+		int rows = n - b0 < B ? n - b0 : B, lda = (int)lda_of(b);
+		const double *l = gp->band[b];
+		if (m == 1) {
+			if (b0)
+				cblas_dgemv(CblasRowMajor, CblasNoTrans, rows, b0, -1.0, l, lda, v, 1, 1.0, v + b0, 1);
+			cblas_dtrsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, rows, l + b0, lda, v + b0, 1);
+			continue;
+		}
+		if (b0)
+			cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, m, b0, -1.0, l, lda, v, m, 1.0,
+				    v + (size_t)b0 * m, m);
+		cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, rows, m, 1.0, l + b0,
+			    lda, v + (size_t)b0 * m, m);
+	}
+}
+
+static int grow_band(struct hp_gp *gp, int b)
+{
+	if (b < gp->nband)
 		return 0;
-	while (c < n)
-		c *= 2;
-	if (!(q = realloc(*p, c * sizeof *q)))
+	if (gp->nband == gp->bandcap) {
+		int c = gp->bandcap ? 2 * gp->bandcap : 16;
+		double **p = realloc(gp->band, (size_t)c * sizeof *p);
+		if (!p)
+			return -ENOMEM;
+		gp->band = p, gp->bandcap = c;
+	}
+	if (!(gp->band[b] = calloc((size_t)B * lda_of(b), sizeof **gp->band)))
 		return -ENOMEM;
-	*p = q, *cap = c;
+	gp->nband++;
 	return 0;
 }
 
@@ -87,7 +119,7 @@ static int grow(struct hp_gp *gp)
 	int c = gp->cap ? gp->cap * 2 : 64;
 	double *x, *y, *b;
 
-	if (reserve(&gp->L, &gp->lcap, tri((size_t)gp->n + 1)) < 0)
+	if (grow_band(gp, gp->n / B) < 0)
 		return -ENOMEM;
 	if (gp->n < gp->cap)
 		return 0;
@@ -104,24 +136,28 @@ static int grow(struct hp_gp *gp)
 	return 0;
 }
 
+static int pivot_ok(const struct hp_gp *gp, double piv2)
+{
+	return piv2 > 1e-12 * (gp->sf2 + gp->noise);
+}
+
 int hp_gp_add(struct hp_gp *gp, const double *x, double y)
 {
-	size_t n = (size_t)gp->n;
+	int n = gp->n;
 	double *row, piv;
 
-	if (grow(gp) < 0 || reserve(&gp->tmp, &gp->tmpcap, n + 1) < 0)
+	if (grow(gp) < 0)
 		return -ENOMEM;
-	memcpy(gp->x + n * (size_t)gp->d, x, (size_t)gp->d * sizeof *x);
+	memcpy(gp->x + (size_t)n * gp->d, x, (size_t)gp->d * sizeof *x);
 	gp->y[n] = y;
 	gp->beta_ok = 0;
 	/* The new row l solves L l = k(X, x); its pivot is what is left of
 	 * k(x, x) + noise: the Schur complement. */
-	row = gp->L + tri(n);
-	for (size_t j = 0; j < n; j++)
-		row[j] = hp_gp_kernel(gp, gp->x + j * (size_t)gp->d, x);
-	if (n)
-		cblas_dtpsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)n, gp->L, row, 1);
-	piv = hp_gp_kernel(gp, x, x) + gp->noise - cblas_ddot((int)n, row, 1, row, 1);
+	row = row_of(gp, n);
+	for (int j = 0; j < n; j++)
+		row[j] = hp_gp_kernel(gp, gp->x + (size_t)j * gp->d, x);
+	forward(gp, n, 1, row);
+	piv = hp_gp_kernel(gp, x, x) + gp->noise - cblas_ddot(n, row, 1, row, 1);
 	gp->n++;
 	if (pivot_ok(gp, piv)) {
 		row[n] = sqrt(piv);
@@ -140,11 +176,6 @@ static void fill_k(const struct hp_gp *gp, double *a)
 		for (size_t i = j + 1; i < n; i++)
 			a[i + j * n] = hp_gp_kernel(gp, gp->x + i * d, gp->x + j * d);
 	}
-}
-
-static int pivot_ok(const struct hp_gp *gp, double piv2)
-{
-	return piv2 > 1e-12 * (gp->sf2 + gp->noise);
 }
 
 /* Pivots of a factored (n x n, column-major) too small to trust. */
@@ -177,9 +208,11 @@ int hp_gp_refactor(struct hp_gp *gp)
 			break;
 		gp->noise = fmin(NOISE_MAX, fmax(gp->noise * 10, 1e-10 * gp->sf2));
 	}
-	for (size_t i = 0; i < n && !info; i++)
+	for (size_t i = 0; i < n && !info; i++) {
+		double *row = row_of(gp, (int)i);
 		for (size_t j = 0; j <= i; j++)
-			gp->L[tri(i) + j] = a[i + j * n];
+			row[j] = a[i + j * n];
+	}
 	free(a);
 	if (info)
 		return hp_error(HP_EINTERNAL, "GP: the kernel matrix of %zu points is not positive definite", n);
@@ -210,8 +243,7 @@ static void standardise(struct hp_gp *gp)
 	gp->ystd = n > 1 && ss > 1e-300 ? sqrt(ss / n) : 1.0;
 	for (int i = 0; i < n; i++)
 		gp->beta[i] = (gp->y[i] - gp->ymean) / gp->ystd;
-	if (n)
-		cblas_dtpsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, n, gp->L, gp->beta, 1);
+	forward(gp, n, 1, gp->beta);
 	gp->beta_ok = 1;
 }
 
@@ -221,49 +253,23 @@ int hp_gp_lml(struct hp_gp *gp, double *lml)
 
 	standardise(gp);
 	for (int i = 0; i < gp->n; i++)
-		ld += log(gp->L[tri((size_t)i) + (size_t)i]);
+		ld += log(row_of(gp, i)[i]);
 	*lml = -0.5 * cblas_ddot(gp->n, gp->beta, 1, gp->beta, 1) - ld - 0.5 * gp->n * log(2 * M_PI);
 	return 0;
-}
-
-/* Rows [b0, b1) of V = L^-1 Ks (n x m, row-major), rows before b0 done:
- * the band of L left of the block in one dgemm, then the block itself. */
-static void solve_band(const struct hp_gp *gp, double *band, size_t b0, size_t b1, int m, double *v)
-{
-	size_t M = (size_t)m;
-
-	if (b0) {
-		for (size_t i = b0; i < b1; i++)
-			memcpy(band + (i - b0) * b0, gp->L + tri(i), b0 * sizeof *band);
-		cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(b1 - b0), m, (int)b0, -1.0, band,
-			    (int)b0, v, m, 1.0, v + b0 * M, m);
-	}
-	for (size_t i = b0; i < b1; i++) {
-		const double *l = gp->L + tri(i);
-		for (size_t j = b0; j < i; j++)
-			cblas_daxpy(m, -l[j], v + j * M, 1, v + i * M, 1);
-		cblas_dscal(m, 1.0 / l[i], v + i * M, 1);
-	}
 }
 
 int hp_gp_predict(struct hp_gp *gp, int m, const double *xs, double *mean, double *var)
 {
 	size_t n = (size_t)gp->n, M = (size_t)m, d = (size_t)gp->d;
-	double *v, *band;
+	double *v;
 
 	standardise(gp);
-	v = malloc((n ? n : 1) * M * sizeof *v);
-	band = malloc((size_t)BLOCK * (n ? n : 1) * sizeof *band);
-	if (!v || !band) {
-		free(v);
-		free(band);
+	if (!(v = malloc((n ? n : 1) * M * sizeof *v)))
 		return -ENOMEM;
-	}
 	for (size_t j = 0; j < n; j++)
 		for (size_t c = 0; c < M; c++)
 			v[j * M + c] = hp_gp_kernel(gp, gp->x + j * d, xs + c * d);
-	for (size_t b0 = 0; b0 < n; b0 += BLOCK)
-		solve_band(gp, band, b0, b0 + BLOCK < n ? b0 + BLOCK : n, m, v);
+	forward(gp, gp->n, m, v);
 	/* mean = k*' K^-1 y = (L^-1 k*)' (L^-1 y); var = k** - |L^-1 k*|^2. */
 	for (size_t c = 0; c < M; c++) {
 		double mu = 0, q = 0;
@@ -273,6 +279,5 @@ int hp_gp_predict(struct hp_gp *gp, int m, const double *xs, double *mean, doubl
 		var[c] = gp->ystd * gp->ystd * fmax(hp_gp_kernel(gp, xs + c * d, xs + c * d) - q, 1e-12 * gp->sf2);
 	}
 	free(v);
-	free(band);
 	return 0;
 }

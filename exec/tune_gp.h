@@ -11,12 +11,17 @@
  * definite.  Targets are standardised (mean 0, variance 1 over the data)
  * before the posterior; predictions come back in the data's units.
  *
- * L is stored packed, row-major lower (row i at i(i+1)/2), so a new row is
- * an append and the solves are CBLAS's dtpsv. */
+ * L is stored in bands of HP_GP_BLOCK rows, band b row-major with leading
+ * dimension (b+1)*HP_GP_BLOCK: a new row is an append (a new band every
+ * HP_GP_BLOCK rows, nothing ever moves), and a triangular solve is, band by
+ * band, one gemv/gemm with everything left of the band and one trsv/trsm
+ * with its diagonal block, straight from the storage. */
 #ifndef HPDLF_EXEC_TUNE_GP_H
 #define HPDLF_EXEC_TUNE_GP_H
 
 #include <stddef.h>
+
+#define HP_GP_BLOCK 64
 
 struct hp_gp {
 	int d;                  /* input dimensions */
@@ -24,13 +29,11 @@ struct hp_gp {
 	double *ls, sf2, noise; /* hyperparameters */
 	int n, cap;             /* observations, room for */
 	double *x, *y;          /* n*d inputs, n targets */
-	double *L;              /* packed factor, n(n+1)/2 */
-	size_t lcap;            /* doubles L has room for */
+	double **band;          /* the factor's bands */
+	int nband, bandcap;
 	double ymean, ystd;     /* standardisation of y */
 	double *beta;           /* L^-1 (y - ymean) / ystd */
 	int beta_ok;            /* beta is for the current data */
-	double *tmp;            /* scratch */
-	size_t tmpcap;
 };
 
 /* d dimensions, cat[k] nonzero for a categorical one (cat may be NULL). */
@@ -52,9 +55,11 @@ int hp_gp_set_hyper(struct hp_gp *gp, const double *ls, double sf2, double noise
 int hp_gp_fit(struct hp_gp *gp, int max_points);
 
 /* Posterior mean and variance (of the latent function, in y's units) at m
- * points xs (m*d).  The m triangular solves share one pass over L in
- * blocks (a copy of each block row band, then dgemm). */
+ * points xs (m*d).  The m triangular solves share one pass over L
+ * (level-3 BLAS per band). */
 int hp_gp_predict(struct hp_gp *gp, int m, const double *xs, double *mean, double *var);
+/* Element (i, j), j <= i, of the factor. */
+double hp_gp_factor_at(const struct hp_gp *gp, int i, int j);
 /* Log marginal likelihood of the standardised targets. */
 int hp_gp_lml(struct hp_gp *gp, double *lml);
 

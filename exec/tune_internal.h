@@ -116,6 +116,8 @@ void hp_bo_free(struct hp_tune_bo *bo);
 int hp_bo_observe(struct hp_tune_bo *bo, const double *u, int64_t step, double metric);
 /* Configuration u for trial (random until enough results). */
 int hp_bo_propose(struct hp_tune_bo *bo, int trial, double *u);
+/* Its GP (for the benchmark's timings). */
+struct hp_gp *hp_bo_gp(struct hp_tune_bo *bo);
 
 /* Space (tune_space.c).  A configuration is a vector u of nparams numbers:
  * uniform kinds in [0, 1] (log scale for log_uniform), a choice its index. */

@@ -63,7 +63,7 @@ static double factor_error(const struct hp_gp *gp)
 	assert_int_equal(info, 0);
 	for (int i = 0; i < n; i++)
 		for (int j = 0; j <= i; j++)
-			err = fmax(err, fabs(gp->L[(size_t)i * (i + 1) / 2 + j] - a[i + j * n]));
+			err = fmax(err, fabs(hp_gp_factor_at(gp, i, j) - a[i + j * n]));
 	free(a);
 	return err;
 }
