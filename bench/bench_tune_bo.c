@@ -88,7 +88,7 @@ static int measure(struct hp_tune_bo *bo, const struct hp_tune_spec *s, struct h
 			return rc;
 		refit[k] = now_ms() - t0;
 		t0 = now_ms();
-		if ((rc = hp_bo_propose(bo, 1000000 + k, u)) < 0)
+		if ((rc = hp_bo_propose(bo, 1000000 + k, 0, NULL, u)) < 0)
 			return rc;
 		prop[k] = now_ms() - t0;
 		hp_tune_sample(s, r, u);

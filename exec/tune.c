@@ -56,6 +56,22 @@ void hp_tune_free(struct hp_tune *t)
 	free(t);
 }
 
+/* BO's proposal for trial id, told of the trials still without a result. */
+static int propose(struct hp_tune *t, int id, double *u)
+{
+	const double **pending = malloc((size_t)(id ? id : 1) * sizeof *pending);
+	int n = 0, rc;
+
+	if (!pending)
+		return -ENOMEM;
+	for (int i = 0; i < id; i++)
+		if (t->tr[i].state == HP_TRIAL_RUNNING)
+			pending[n++] = t->tr[i].u;
+	rc = hp_bo_propose(t->bo, id, n, pending, u);
+	free(pending);
+	return rc;
+}
+
 /* Configuration of the next new trial into u. */
 static int configure(struct hp_tune *t, int id, double *u)
 {
@@ -64,7 +80,7 @@ static int configure(struct hp_tune *t, int id, double *u)
 	if (t->s->algo == HP_TUNE_GRID)
 		hp_tune_grid_point(t->s, id, u);
 	else if (t->bo)
-		return hp_bo_propose(t->bo, id, u);
+		return propose(t, id, u);
 	else
 		hp_tune_sample(t->s, &r, u);
 	return 0;

@@ -26,6 +26,8 @@ struct hp_tune_bo {
 	int next_fit;        /* refit the hyperparameters at this many points */
 	double best_budget;  /* highest budget coordinate seen, and the best */
 	double best_y;       /* (lowest) target there */
+	int npending;        /* during a proposal: trials started, no result */
+	const double *const *pending;
 };
 
 int hp_bo_create(const struct hp_tune_spec *s, struct hp_tune_bo **out)
@@ -112,6 +114,25 @@ static double ei(double mean, double var, double best, double xi_abs)
 	return imp * 0.5 * erfc(-z / M_SQRT2) + sd * exp(-0.5 * z * z) / sqrt(2 * M_PI);
 }
 
+/* Trials running at once would otherwise all go where EI peaks: EI is
+ * damped near each configuration still without a result, by
+ * 1 - exp(-r^2/2), r its distance in the GP's length scales (a local
+ * penalisation, after Gonzalez et al. 2016). */
+static double pending_factor(const struct hp_tune_bo *bo, const double *u)
+{
+	double f = 1;
+
+	for (int j = 0; j < bo->npending; j++) {
+		double r2 = 0;
+		for (int k = 0; k < bo->s->nparams; k++) {
+			double t = bo->gp.cat[k] ? (u[k] != bo->pending[j][k]) : u[k] - bo->pending[j][k];
+			r2 += t * t / (bo->gp.ls[k] * bo->gp.ls[k]);
+		}
+		f *= 1 - exp(-0.5 * r2);
+	}
+	return f;
+}
+
 /* EI at the full budget of m configurations us (m*p) into e. */
 static int score(struct hp_tune_bo *bo, int m, const double *us, double *e)
 {
@@ -125,7 +146,8 @@ static int score(struct hp_tune_bo *bo, int m, const double *us, double *e)
 		}
 		rc = hp_gp_predict(&bo->gp, m, xs, mean, mean + m);
 		for (int c = 0; c < m && rc >= 0; c++)
-			e[c] = ei(mean[c], mean[m + c], bo->best_y, bo->s->bo.xi * bo->gp.ystd);
+			e[c] = ei(mean[c], mean[m + c], bo->best_y, bo->s->bo.xi * bo->gp.ystd) *
+			       pending_factor(bo, us + (size_t)c * p);
 	}
 	free(xs);
 	free(mean);
@@ -224,7 +246,7 @@ static int propose_ei(struct hp_tune_bo *bo, struct hp_rng *r, double *u)
 	return rc;
 }
 
-int hp_bo_propose(struct hp_tune_bo *bo, int trial, double *u)
+int hp_bo_propose(struct hp_tune_bo *bo, int trial, int npending, const double *const *pending, double *u)
 {
 	/* The first configurations are random search's (stream 0), so both
 	 * start from the same points for a seed. */
@@ -235,9 +257,11 @@ int hp_bo_propose(struct hp_tune_bo *bo, int trial, double *u)
 		hp_tune_sample(bo->s, &r, u);
 		return 0;
 	}
+	bo->npending = npending, bo->pending = pending;
 	hp_blas_serial_enter();
 	rc = propose_ei(bo, &r, u);
 	hp_blas_serial_leave();
+	bo->npending = 0, bo->pending = NULL;
 	return rc;
 }
 

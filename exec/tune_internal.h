@@ -114,8 +114,9 @@ int hp_bo_create(const struct hp_tune_spec *s, struct hp_tune_bo **out);
 void hp_bo_free(struct hp_tune_bo *bo);
 /* A result: configuration u reached step with metric. */
 int hp_bo_observe(struct hp_tune_bo *bo, const double *u, int64_t step, double metric);
-/* Configuration u for trial (random until enough results). */
-int hp_bo_propose(struct hp_tune_bo *bo, int trial, double *u);
+/* Configuration u for trial (random until enough results), away from
+ * the npending configurations started without a result yet. */
+int hp_bo_propose(struct hp_tune_bo *bo, int trial, int npending, const double *const *pending, double *u);
 /* Its GP (for the benchmark's timings). */
 struct hp_gp *hp_bo_gp(struct hp_tune_bo *bo);
 

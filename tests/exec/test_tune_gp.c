@@ -273,6 +273,36 @@ static void test_bo_vs_random(void **state)
 	assert_true(2 * bo < rnd);
 }
 
+/* Trials proposed while others have no result yet go elsewhere, not all
+ * to where EI peaks. */
+static void test_bo_pending(void **state)
+{
+	const char *text = "{\"space\": {\"x\": {\"uniform\": [0, 1]}}, \"objective\": {\"metric\": \"loss\"},"
+			   " \"budget\": {\"min\": 1, \"max\": 1}, \"trials\": 20, \"algorithm\": \"bo\","
+			   " \"seed\": 3, \"bo\": {\"initial\": 5}}";
+	struct hp_tune_spec *s;
+	struct hp_tune *t;
+	struct hp_tune_job j;
+	double x[4];
+
+	(void)state;
+	assert_int_equal(hp_tune_spec_parse(text, &s), 0);
+	assert_int_equal(hp_tune_create(s, &t), 0);
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(hp_tune_next(t, &j), 1);
+		assert_int_equal(hp_tune_report(t, j.trial, 1, bowl(strtod(j.flag_values[0], NULL)), 0), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(hp_tune_next(t, &j), 1);
+		x[i] = strtod(j.flag_values[0], NULL);
+		for (int k = 0; k < i; k++)
+			if (fabs(x[i] - x[k]) < 0.02)
+				fail_msg("proposals %d and %d with no result between: x = %.4f and %.4f", k, i, x[k], x[i]);
+	}
+	hp_tune_free(t);
+	hp_tune_spec_free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -281,6 +311,7 @@ int main(void)
 		cmocka_unit_test(test_posterior),
 		cmocka_unit_test(test_fit),
 		cmocka_unit_test(test_bo_vs_random),
+		cmocka_unit_test(test_bo_pending),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
