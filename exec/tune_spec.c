@@ -134,9 +134,9 @@ static int parse_bounds(json_object *v, const char *path, struct hp_tune_param *
 		return rc;
 	}
 	if (p->kind == HP_TUNE_LOG_UNIFORM && p->lo <= 0)
-		return bad(p0, "a log_uniform bound must be positive, got %.17g", p->lo);
+		return bad(p0, "a log_uniform bound must be positive, got %g", p->lo);
 	if (p->hi <= p->lo)
-		return bad(p1, "%.17g must be greater than the low bound %.17g", p->hi, p->lo);
+		return bad(p1, "%g must be greater than the low bound %g", p->hi, p->lo);
 	return 0;
 }
 
@@ -176,7 +176,7 @@ static int parse_choices(json_object *v, const char *path, struct hp_tune_param 
 		p->nchoices++;
 		for (int j = 0; j < i; j++)
 			if (!strcmp(p->choices[j], p->choices[i]))
-				return bad(pi, "repeats %s[%d] (\"%s\")", path, j, p->choices[j]);
+				return bad(pi, "repeats %s[%d]", path, j);
 	}
 	return 0;
 }
@@ -271,13 +271,18 @@ static int parse_budget(json_object *v, struct hp_tune_spec *s)
 		return rc;
 	if (!json_object_object_get_ex(v, "max", &m))
 		return bad("budget.max", "missing");
-	return get_int(m, "budget.max", s->min, INT64_C(1) << 50, &s->max);
+	if ((rc = get_int(m, "budget.max", 1, INT64_C(1) << 50, &s->max)) < 0)
+		return rc;
+	if (s->max < s->min)
+		return bad("budget.max", "%" PRId64 " is less than budget.min (%" PRId64 ")", s->max, s->min);
+	return 0;
 }
 
 static const char *const algo_names[] = { "asha", "bo", "random", "grid", NULL };
 
 static int parse_algorithm(json_object *v, struct hp_tune_spec *s)
 {
+	char esc[64];
 	int k = 0;
 
 	if (!json_object_is_type(v, json_type_string))
@@ -286,7 +291,7 @@ static int parse_algorithm(json_object *v, struct hp_tune_spec *s)
 		k++;
 	if (!algo_names[k])
 		return bad("algorithm", "\"%s\" is not one of \"asha\", \"bo\", \"random\", \"grid\"",
-			   json_object_get_string(v));
+			   hp_escape(json_object_get_string(v), esc, sizeof esc));
 	s->algo = (enum hp_tune_algo)k;
 	return 0;
 }

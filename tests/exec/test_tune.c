@@ -32,6 +32,8 @@ static void expect_bad(const char *spec, const char *field)
 		fail_msg("spec %s: rc %d, message '%s', expected it to name '%s'", spec, rc, hp_errmsg(), field);
 	assert_null(s);
 	assert_null(strchr(hp_errmsg(), '\n'));
+	if (getenv("TUNE_SHOW"))
+		print_message("%s\n", hp_errmsg());
 }
 
 static void test_spec_errors(void **state)
@@ -100,6 +102,43 @@ static void test_spec_info(void **state)
 	assert_string_equal(hp_tune_spec_param(s, 3), "batch");
 	assert_null(hp_tune_spec_param(s, 4));
 	hp_tune_spec_free(s);
+}
+
+/* Mangled SPECs: each parses or fails with one line, and every one that
+ * parses can run a search. */
+static void test_spec_mutations(void **state)
+{
+	const char *good = "{\"space\": {\"lr\": {\"log_uniform\": [1e-4, 1.0]}, \"b\": {\"int_uniform\": [1, 9]},"
+			   " \"o\": {\"choice\": [\"sgd\", 2]}}, \"objective\": {\"metric\": \"val_loss\"},"
+			   " \"budget\": {\"min\": 1, \"max\": 9}, \"trials\": 5, \"algorithm\": \"bo\","
+			   " \"bo\": {\"initial\": 2}}";
+	static const char alphabet[] = "{}[]:,\"0123456789.-eE abcdlorstuvx_";
+	char text[512];
+	uint32_t r = 12345;
+	int parsed = 0;
+
+	(void)state;
+	for (int it = 0; it < 3000; it++) {
+		struct hp_tune_spec *s;
+		snprintf(text, sizeof text, "%s", good);
+		for (int k = 0; k < 1 + it % 3; k++) {
+			r = r * 1664525u + 1013904223u;
+			text[(r >> 8) % strlen(good)] = alphabet[(r >> 20) % (sizeof alphabet - 1)];
+		}
+		if (hp_tune_spec_parse(text, &s) < 0) {
+			assert_true(*hp_errmsg() && !strchr(hp_errmsg(), '\n'));
+			continue;
+		}
+		parsed++;
+		struct hp_tune *t;
+		struct hp_tune_job j;
+		assert_int_equal(hp_tune_create(s, &t), 0);
+		while (hp_tune_next(t, &j) == 1)
+			assert_int_equal(hp_tune_report(t, j.trial, j.to_step, (double)(j.trial % 4), 0), 0);
+		hp_tune_free(t);
+		hp_tune_spec_free(s);
+	}
+	assert_true(parsed > 10);
 }
 
 /* --- a learning curve made here ---------------------------------------- */
@@ -552,6 +591,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_spec_errors),
 		cmocka_unit_test(test_spec_info),
+		cmocka_unit_test(test_spec_mutations),
 		cmocka_unit_test(test_asha_rungs),
 		cmocka_unit_test(test_asha_vs_grid),
 		cmocka_unit_test(test_asha_failed),
