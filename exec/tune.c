@@ -232,3 +232,14 @@ int hp_tune_result(const struct hp_tune *t, int trial, int64_t *step, double *me
 	*metric = t->tr[trial].metric;
 	return 0;
 }
+
+int hp_tune_rungs(const struct hp_tune *t, const int64_t **steps)
+{
+	*steps = t->rungs;
+	return t->nrungs;
+}
+
+int hp_tune_rung_results(const struct hp_tune *t, int k)
+{
+	return k >= 0 && k < t->nrungs ? t->rung[k].n : 0;
+}

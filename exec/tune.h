@@ -106,4 +106,10 @@ int hp_tune_config(const struct hp_tune *t, int trial, int *nflags, const char *
  * (NaN and step 0 before its first result).  0 or HP_EUSAGE. */
 int hp_tune_result(const struct hp_tune *t, int trial, int64_t *step, double *metric);
 
+/* The rungs (for a live table): their count, and *steps the budget at
+ * each (ascending, the last is budget.max; random and grid have one). */
+int hp_tune_rungs(const struct hp_tune *t, const int64_t **steps);
+/* Results recorded at rung k so far (0 outside). */
+int hp_tune_rung_results(const struct hp_tune *t, int k);
+
 #endif

@@ -367,6 +367,14 @@ static void test_asha_rungs(void **state)
 		assert_int_equal(hp_tune_report(t, j.trial, j.to_step, curve(&c, j.to_step), 0), 0);
 	}
 	assert_int_equal(rc, 2);
+	{
+		const int64_t *steps;
+		assert_int_equal(hp_tune_rungs(t, &steps), 4);
+		assert_true(steps[0] == 10 && steps[1] == 30 && steps[2] == 90 && steps[3] == 270);
+		for (int k = 0; k < 4; k++)
+			assert_int_equal(hp_tune_rung_results(t, k), seen[k]);
+		assert_int_equal(hp_tune_rung_results(t, 4), 0);
+	}
 	/* Every trial in a rung's final top third was promoted (and perhaps
 	 * some that were in it only for a while). */
 	assert_int_equal(seen[0], 9);
@@ -377,6 +385,54 @@ static void test_asha_rungs(void **state)
 	assert_int_equal(hp_tune_report(t, 0, 10, 1.0, 0), HP_EUSAGE); /* no job running */
 	assert_int_equal(hp_tune_report(t, 99, 10, 1.0, 0), HP_EUSAGE);
 	assert_null(hp_tune_state(t, 9));
+	hp_tune_free(t);
+	hp_tune_spec_free(s);
+}
+
+/* Rungs when max is not grace*eta^k, and a metric to maximise: the
+ * highest values are promoted and the best is the largest at the top. */
+static void test_rungs_max_mode(void **state)
+{
+	const char *text = "{\"space\": {\"m\": {\"uniform\": [0, 1]}},"
+			   " \"objective\": {\"metric\": \"val_accuracy\", \"mode\": \"max\"},"
+			   " \"budget\": {\"min\": 5, \"max\": 200}, \"grace_period\": 10, \"trials\": 30,"
+			   " \"reduction_factor\": 3}";
+	struct hp_tune_spec *s;
+	struct hp_tune *t;
+	struct hp_tune_job j;
+	const int64_t *steps;
+	int best, top = -1;
+	double metric, top_m = -1;
+
+	(void)state;
+	assert_int_equal(hp_tune_spec_parse(text, &s), 0);
+	assert_int_equal(hp_tune_create(s, &t), 0);
+	assert_int_equal(hp_tune_rungs(t, &steps), 4);
+	assert_true(steps[0] == 10 && steps[1] == 30 && steps[2] == 90 && steps[3] == 200);
+	while (hp_tune_next(t, &j) == 1) {
+		double m = strtod(j.flag_values[0], NULL);
+		/* Accuracy grows with steps, to m at the end. */
+		double acc = m * (1 - exp(-(double)j.to_step / 20));
+		if (j.to_step == 200 && acc > top_m)
+			top_m = acc, top = j.trial;
+		assert_int_equal(hp_tune_report(t, j.trial, j.to_step, acc, 0), 0);
+	}
+	assert_int_equal(hp_tune_best(t, &best, &metric), 0);
+	assert_int_equal(best, top);
+	assert_float_equal(metric, top_m, 0);
+	/* The curves never cross: the largest m of all 30 is the best. */
+	{
+		int n, mx = 0;
+		const char *const *names, *const *values;
+		double mmax = -1;
+		for (int i = 0; i < 30; i++) {
+			hp_tune_config(t, i, &n, &names, &values);
+			if (strtod(values[0], NULL) > mmax)
+				mmax = strtod(values[0], NULL), mx = i;
+		}
+		assert_int_equal(mx, best);
+		assert_string_equal(hp_tune_state(t, mx), "done");
+	}
 	hp_tune_free(t);
 	hp_tune_spec_free(s);
 }
@@ -595,6 +651,7 @@ int main(void)
 		cmocka_unit_test(test_asha_rungs),
 		cmocka_unit_test(test_asha_vs_grid),
 		cmocka_unit_test(test_asha_failed),
+		cmocka_unit_test(test_rungs_max_mode),
 		cmocka_unit_test(test_grid),
 		cmocka_unit_test(test_values),
 		cmocka_unit_test(test_determinism),
