@@ -191,13 +191,9 @@ int hp_tune_best(const struct hp_tune *t, int *trial, double *metric)
 {
 	for (int k = t->nrungs - 1; k >= 0; k--) {
 		const struct hp_tune_rung *r = &t->rung[k];
-		int b = -1;
-		for (int i = 0; i < r->n; i++)
-			if (b < 0 || r->key[i] < r->key[b] || (r->key[i] == r->key[b] && r->trial[i] < r->trial[b]))
-				b = i;
-		if (b >= 0) {
-			*trial = r->trial[b];
-			*metric = t->s->maximize ? -r->key[b] : r->key[b];
+		if (r->n) {
+			*trial = r->trial[0];
+			*metric = t->s->maximize ? -r->key[0] : r->key[0];
 			return 0;
 		}
 	}

@@ -7,6 +7,7 @@
  * stopped. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "exec/tune_internal.h"
 
@@ -28,8 +29,17 @@ int hp_asha_rungs(const struct hp_tune_spec *s, int64_t **rungs)
 	return n;
 }
 
+/* Result (key, trial) ranks before result j of r (ties: the lower id). */
+static int ranks_before(const struct hp_tune_rung *r, double key, int trial, int j)
+{
+	return key < r->key[j] || (key == r->key[j] && trial < r->trial[j]);
+}
+
+/* Results stay sorted best first: a promotion looks at a prefix. */
 int hp_asha_record(struct hp_tune_rung *r, int trial, double key)
 {
+	int at;
+
 	if (r->n == r->cap) {
 		int c = r->cap ? 2 * r->cap : 16;
 		int *t = realloc(r->trial, (size_t)c * sizeof *t);
@@ -41,15 +51,14 @@ int hp_asha_record(struct hp_tune_rung *r, int trial, double key)
 			return -ENOMEM;
 		r->key = k, r->cap = c;
 	}
-	r->trial[r->n] = trial;
-	r->key[r->n++] = key;
+	for (at = r->n; at > 0 && ranks_before(r, key, trial, at - 1); at--)
+		;
+	memmove(r->trial + at + 1, r->trial + at, (size_t)(r->n - at) * sizeof *r->trial);
+	memmove(r->key + at + 1, r->key + at, (size_t)(r->n - at) * sizeof *r->key);
+	r->trial[at] = trial;
+	r->key[at] = key;
+	r->n++;
 	return 0;
-}
-
-/* Result i of r ranks before result j (ties: the lower trial id). */
-static int before(const struct hp_tune_rung *r, int i, int j)
-{
-	return r->key[i] < r->key[j] || (r->key[i] == r->key[j] && r->trial[i] < r->trial[j]);
 }
 
 static int promoted_from(const struct hp_tune_trial *tr, int k)
@@ -57,24 +66,15 @@ static int promoted_from(const struct hp_tune_trial *tr, int k)
 	return tr->reached > k || tr->job > k || tr->state == HP_TRIAL_FAILED;
 }
 
-/* Best unpromoted result of rung k among its top floor(n/eta), or -1.  A
- * result's rank is the number of results before it: O(n^2) per rung, fine
- * for the thousands of trials a node runs, and no sorting state to keep. */
+/* The best unpromoted result among rung k's top floor(n/eta), or -1. */
 static int pick_rung(const struct hp_tune *t, int k)
 {
 	const struct hp_tune_rung *r = &t->rung[k];
-	int top = r->n / t->s->eta, best = -1;
 
-	for (int i = 0; i < r->n && top > 0; i++) {
-		int rank = 0;
-		if (promoted_from(&t->tr[r->trial[i]], k) || (best >= 0 && !before(r, i, best)))
-			continue;
-		for (int j = 0; j < r->n && rank < top; j++)
-			rank += before(r, j, i);
-		if (rank < top)
-			best = i;
-	}
-	return best < 0 ? -1 : r->trial[best];
+	for (int i = 0; i < r->n / t->s->eta; i++)
+		if (!promoted_from(&t->tr[r->trial[i]], k))
+			return r->trial[i];
+	return -1;
 }
 
 int hp_asha_pick(const struct hp_tune *t)

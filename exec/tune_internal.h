@@ -81,7 +81,8 @@ struct hp_tune_trial {
 	double metric;
 };
 
-/* Results at one rung: trial ids and their keys (lower is better). */
+/* Results at one rung: trial ids and their keys (lower is better),
+ * sorted best first (ties: the lower id). */
 struct hp_tune_rung {
 	int n, cap;
 	int *trial;
