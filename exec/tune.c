@@ -147,6 +147,22 @@ int hp_tune_next(struct hp_tune *t, struct hp_tune_job *job)
 	return 1;
 }
 
+int hp_tune_replay_job(struct hp_tune *t, int trial, int64_t to_step, struct hp_tune_job *job)
+{
+	int rc = hp_tune_next(t, job);
+
+	if (rc < 0)
+		return rc;
+	if (rc != 1)
+		return hp_error(HP_EUSAGE, "tune log: trial %d to %" PRId64 " was started, the search has no job to "
+				"start now (another SPEC or seed?)", trial, to_step);
+	if (job->trial != trial || job->to_step != to_step)
+		return hp_error(HP_EUSAGE, "tune log: trial %d to %" PRId64 " was started, the search would start "
+				"trial %d to %" PRId64 " (another SPEC or seed?)", trial, to_step, job->trial,
+				job->to_step);
+	return 0;
+}
+
 static int check_trial(const struct hp_tune *t, int trial)
 {
 	if (trial < 0 || trial >= t->n)

@@ -26,8 +26,8 @@
  *
  * Determinism: the state is a function of the seed and of the sequence of
  * hp_tune_next/hp_tune_report calls.  Resuming from a log, call them again
- * in the logged order (a next() for every job-start line, checking that it
- * returns the logged trial and to_step, a report() for every result line):
+ * in the logged order (hp_tune_replay_job for every job-start line, which
+ * is a next() checked against the log, a report() for every result line):
  * the search is then in the state it was in, and the jobs started but not
  * reported are the ones to restart.  With K trials at once the order of
  * reports depends on timing; a runner that wants the same search for the
@@ -91,6 +91,11 @@ int hp_tune_next(struct hp_tune *t, struct hp_tune_job *job);
  * or failed (then step may be where it failed; a NaN metric fails too).
  * HP_EUSAGE for a trial without an outstanding job or another step. */
 int hp_tune_report(struct hp_tune *t, int trial, int64_t step, double metric, int failed);
+/* Replaying a log: a job-start line (trial, to_step) is hp_tune_next,
+ * checked to give that job.  0 and *job, or HP_EUSAGE with a message when
+ * the search would run another job (the log is of another SPEC or seed;
+ * t is then of no further use). */
+int hp_tune_replay_job(struct hp_tune *t, int trial, int64_t to_step, struct hp_tune_job *job);
 /* State of a trial (see above); NULL for a trial not started. */
 const char *hp_tune_state(const struct hp_tune *t, int trial);
 /* The best trial at the highest budget any trial reached (ties: lowest

@@ -610,9 +610,8 @@ static void replay_case(const char *algo)
 			assert_int_equal(hp_tune_report(r, ev->trial, ev->to, ev->metric, ev->failed), 0);
 			continue;
 		}
-		assert_int_equal(hp_tune_next(r, &j), 1);
+		assert_int_equal(hp_tune_replay_job(r, ev->trial, ev->to, &j), 0);
 		assert_int_equal(j.trial, ev->trial);
-		assert_int_equal(j.to_step, ev->to);
 		assert_string_equal(j.flag_values[0], ev->values[0]);
 	}
 	assert_int_equal(hp_tune_ntrials(r), hp_tune_ntrials(t));
@@ -622,6 +621,15 @@ static void replay_case(const char *algo)
 	assert_int_equal(hp_tune_best(r, &b2, &x2), 0);
 	assert_int_equal(b1, b2);
 	assert_float_equal(x1, x2, 0);
+	/* A log of another search is refused. */
+	{
+		struct hp_tune *o;
+		struct hp_tune_job oj;
+		assert_int_equal(hp_tune_create(s, &o), 0);
+		assert_int_equal(hp_tune_replay_job(o, 1, 10, &oj), HP_EUSAGE);
+		assert_non_null(strstr(hp_errmsg(), "would start trial 0"));
+		hp_tune_free(o);
+	}
 	/* Both continue with the same jobs outstanding: the same search. */
 	*rest = *m;
 	simulate(m, t, MAXEV);
