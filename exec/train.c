@@ -273,6 +273,7 @@ void hp_trainer_destroy(struct hp_trainer *t)
 {
 	if (!t)
 		return;
+	hp_eval_free(t->eval);
 	hp_dataset_close(&t->data); /* data tensors live in the session's store */
 	hp_session_destroy(t->s);
 	hp_graph_free(t->g);
