@@ -234,6 +234,8 @@ static int build(struct hp_trainer *t)
 		return rc;
 	if ((rc = hp_dataset_attach(&t->data, hp_session_store(t->s))) < 0 || (rc = alloc_batch(t)) < 0)
 		return rc;
+	if (t->o.val_data && (rc = hp_eval_open(t)) < 0)
+		return rc;
 	t->shuffle_seed = t->o.seed;
 	t->total = t->o.steps ? t->o.steps : (t->o.epochs * t->data.n + t->o.batch - 1) / t->o.batch;
 	t->perm_epoch = -1;

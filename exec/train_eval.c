@@ -32,9 +32,12 @@ struct eval_sums {
 	double loss, correct, count;
 };
 
+/* Samples alike (int32 and int64 labels both read as class indices). */
 static int same_rows(const struct hp_darray *a, const struct hp_darray *b)
 {
-	if (a->dtype != b->dtype || a->shape.rank != b->shape.rank)
+	int ints = (a->dtype == HP_I32 || a->dtype == HP_I64) && (b->dtype == HP_I32 || b->dtype == HP_I64);
+
+	if ((a->dtype != b->dtype && !ints) || a->shape.rank != b->shape.rank)
 		return 0;
 	for (int i = 1; i < a->shape.rank; i++)
 		if (a->shape.dims[i] != b->shape.dims[i])
@@ -42,7 +45,7 @@ static int same_rows(const struct hp_darray *a, const struct hp_darray *b)
 	return 1;
 }
 
-static int eval_open(struct hp_trainer *t)
+int hp_eval_open(struct hp_trainer *t)
 {
 	struct hp_eval *e = calloc(1, sizeof *e);
 	int rc;
@@ -197,13 +200,29 @@ static int eval_batch(struct hp_trainer *t, struct hp_session *s, const char *on
 	return 0;
 }
 
+/* Every value of g at once: what an in-core session holds at most. */
+static uint64_t all_bytes(const struct hp_graph *g)
+{
+	uint64_t n = 0;
+
+	for (int v = 0; v < g->nvalues; v++) {
+		struct hp_tensor a = { .dtype = g->values[v].dtype, .shape = g->values[v].shape };
+		n += hp_tensor_bytes(&a);
+	}
+	return n;
+}
+
+/* In core when even all of the forward's values at once are a small part
+ * of the budget (an out-of-core session's own store costs more than that);
+ * otherwise planned for the budget, with a spill file of its own (the
+ * training session's tiers stay its own). */
 static int eval_session(struct hp_trainer *t, struct hp_graph *g, struct hp_session **s)
 {
 	struct hp_exec_opts eo;
 
 	hp_exec_opts_init(&eo, sizeof eo);
 	eo.threads = t->o.threads;
-	eo.budget = t->o.budget; /* its own spill file: the training session's tiers stay its own */
+	eo.budget = t->o.budget && all_bytes(g) > t->o.budget / 8 ? t->o.budget : 0;
 	eo.seed = t->o.seed;
 	return hp_session_create(g, &eo, s);
 }
@@ -250,7 +269,7 @@ int hp_trainer_evaluate(struct hp_trainer *t, double *loss, double *accuracy)
 
 	*loss = *accuracy = NAN;
 	if (rc == 0 && !t->eval)
-		rc = eval_open(t);
+		rc = hp_eval_open(t);
 	if (rc == 0)
 		rc = eval_graph(t, &g);
 	if (rc == 0)

@@ -67,7 +67,9 @@ struct hp_trainer {
 	struct hp_eval *eval;  /* validation (train_eval.c), opened at the first evaluation */
 };
 
-/* Validation (train_eval.c): its dataset closed, its memory freed. */
+/* Validation (train_eval.c): its dataset opened and checked against the
+ * training data's (at creation, so that a mistake shows at once); closed. */
+int hp_eval_open(struct hp_trainer *t);
 void hp_eval_free(struct hp_eval *e);
 
 /* Checkpoints (train_ckpt.c): the file under dir, written atomically. */
