@@ -27,17 +27,24 @@
 #include "tools/exec_cli.h"
 #include "tools/tune_run.h"
 
-#define MAX_PARALLEL 256
+#define MAX_PARALLEL TUNE_MAX_PARALLEL
 
-static volatile sig_atomic_t stop_sig;
+volatile sig_atomic_t tune_stop_sig;
 
 static void on_stop(int sig)
 {
-	stop_sig = sig;
+	tune_stop_sig = sig;
 }
+
+/* Under a launcher rank 0 alone speaks of the flags and the SPEC (every
+ * rank checks the same ones). */
+static int lead = 1;
+static int nlaunched; /* ranks under a launcher (0: none) */
 
 static int usage(const char *msg, const char *arg)
 {
+	if (!lead)
+		return 2;
 	fprintf(stderr, "hpdlf-exec: ");
 	fprintf(stderr, msg, arg);
 	fprintf(stderr, "\n(see hpdlf-exec --help)\n");
@@ -59,8 +66,9 @@ static int check_flags(const struct cli *c)
 			     "each trial has its own under TUNE_LOG.d/trial-N/");
 	if (c->parallel > MAX_PARALLEL)
 		return usage("--parallel: at most 256 trials at once, got %s", "more");
-	if (hp_comm_env(&r, &n))
-		return usage("%s", "--tune under mpirun/srun is not supported yet: run it on one node with --parallel K");
+	if (hp_comm_env(&r, &n) && c->parallel)
+		return usage("%s", "--parallel: under mpirun/srun every rank runs one trial at a time (the ranks are the "
+			     "parallelism)");
 	if (!c->data)
 		return usage("%s", "--tune needs --data FILE.npy --labels FILE.npy (or --data FILE.npz)");
 	return 0;
@@ -93,11 +101,13 @@ static int load_spec(const struct cli *c, struct hp_tune_spec **spec, char *metr
 	json_object *root, *o, *m, *sp;
 
 	if (!text) {
-		fprintf(stderr, "hpdlf-exec: --tune %s: %s\n", c->tune, strerror(errno));
+		if (lead)
+			fprintf(stderr, "hpdlf-exec: --tune %s: %s\n", c->tune, strerror(errno));
 		return 2;
 	}
 	if (hp_tune_spec_parse(text, spec) < 0) {
-		fprintf(stderr, "hpdlf-exec: --tune %s: %s\n", c->tune, hp_errmsg());
+		if (lead)
+			fprintf(stderr, "hpdlf-exec: --tune %s: %s\n", c->tune, hp_errmsg());
 		free(text);
 		return 2;
 	}
@@ -109,7 +119,8 @@ static int load_spec(const struct cli *c, struct hp_tune_spec **spec, char *metr
 	*has_batch = json_object_object_get_ex(root, "space", &sp) && json_object_object_get_ex(sp, "batch", NULL);
 	json_object_put(root);
 	if (strcmp(metric, "val_loss") && strcmp(metric, "val_accuracy") && strcmp(metric, "loss")) {
-		fprintf(stderr, "hpdlf-exec: --tune %s: objective.metric: expected val_loss, val_accuracy or loss, got "
+		if (lead)
+			fprintf(stderr, "hpdlf-exec: --tune %s: objective.metric: expected val_loss, val_accuracy or loss, got "
 			"'%s'\n", c->tune, metric);
 		return 2;
 	}
@@ -155,19 +166,7 @@ static int split_node(struct tune_ctx *x, uint64_t data_bytes)
 	return 0;
 }
 
-struct runner {
-	struct tune_ctx x;
-	struct hp_tune *t;
-	FILE *log;
-	struct tune_table *tb;
-	struct tune_job run[MAX_PARALLEL];
-	int n;
-	struct tune_job *last; /* per trial: its latest finished job (trial -1: none) */
-	int nlast;
-	uint64_t peak;
-};
-
-static int note_done(struct runner *r, const struct tune_job *j)
+int tune_note_done(struct runner *r, const struct tune_job *j)
 {
 	if (j->trial >= r->nlast) {
 		int n = j->trial + 16;
@@ -208,7 +207,7 @@ static int fill(struct runner *r)
 	struct hp_tune_job hj;
 	int rc;
 
-	while (r->n < r->x.parallel && !stop_sig) {
+	while (r->n < r->x.parallel && !tune_stop_sig) {
 		if ((rc = hp_tune_next(r->t, &hj)) != 1)
 			return rc;
 		if ((rc = start_job(r, &hj)) < 0)
@@ -233,7 +232,7 @@ static int wait_oldest(struct runner *r, int *status)
 	pid_t p;
 
 	while ((p = waitpid(r->run[0].pid, status, WNOHANG)) == 0) {
-		if (stop_sig)
+		if (tune_stop_sig)
 			return HP_ECANCELED;
 		watch(r);
 		nanosleep(&ts, NULL);
@@ -262,7 +261,7 @@ static int finish_oldest(struct runner *r)
 	if ((rc = tune_log_result(r->log, j, r->x.metric, failed ? NAN : v, state)) < 0)
 		return rc;
 	tune_table_event(r->tb, j, state, r->x.metric, failed ? NAN : v);
-	if (!failed && (rc = note_done(r, j)) < 0)
+	if (!failed && (rc = tune_note_done(r, j)) < 0)
 		return rc;
 	tune_job_clear(j);
 	memmove(&r->run[0], &r->run[1], (size_t)(r->n - 1) * sizeof r->run[0]);
@@ -289,7 +288,7 @@ static int search(struct runner *r)
 	for (int i = 0; i < r->n; i++) /* jobs the log left running: again, from their checkpoints */
 		if ((rc = tune_child_start(&r->x, &r->run[i], NULL)) < 0)
 			return rc;
-	while (!stop_sig) {
+	while (!tune_stop_sig) {
 		if (!finished && (rc = fill(r)) < 0)
 			break;
 		finished |= rc == 2;
@@ -298,7 +297,7 @@ static int search(struct runner *r)
 		if ((rc = finish_oldest(r)) < 0)
 			break;
 	}
-	if (stop_sig || rc == HP_ECANCELED) {
+	if (tune_stop_sig || rc == HP_ECANCELED) {
 		stop_trials(r);
 		return HP_ECANCELED;
 	}
@@ -307,12 +306,12 @@ static int search(struct runner *r)
 
 static int on_replayed(void *arg, const struct tune_job *j)
 {
-	return note_done(arg, j);
+	return tune_note_done(arg, j);
 }
 
 /* The best trial: said, its flags printed (stdout) as a command line that
  * trains it again, its weights exported with --export-onnx. */
-static int conclude(struct runner *r)
+int tune_conclude(struct runner *r)
 {
 	const struct cli *c = r->x.c;
 	int bt = -1, rc = 0, status = 0;
@@ -352,6 +351,17 @@ static int conclude(struct runner *r)
 	return 0;
 }
 
+/* Ranks of the job on this node: they share its budget and cores. */
+static int local_ranks(void)
+{
+	const char *names[] = { "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE", NULL };
+
+	for (int i = 0; names[i]; i++)
+		if (getenv(names[i]) && atoi(getenv(names[i])) > 0)
+			return atoi(getenv(names[i]));
+	return nlaunched;
+}
+
 static int setup(struct runner *r, struct cli *c, const struct option *opts, const char *metric)
 {
 	uint64_t data_bytes;
@@ -360,7 +370,7 @@ static int setup(struct runner *r, struct cli *c, const struct option *opts, con
 	r->x.c = c;
 	r->x.opts = opts;
 	r->x.metric = metric;
-	r->x.parallel = c->parallel > 0 ? (int)c->parallel : 1;
+	r->x.parallel = c->parallel > 0 ? (int)c->parallel : nlaunched ? local_ranks() : 1;
 	if (asprintf(&r->x.dir, "%s.d", c->tune_log) < 0)
 		return hp_error(-ENOMEM, "out of memory");
 	if (mkdir(r->x.dir, 0755) < 0 && errno != EEXIST)
@@ -371,7 +381,7 @@ static int setup(struct runner *r, struct cli *c, const struct option *opts, con
 		return rc;
 	if ((rc = split_node(&r->x, data_bytes)) != 0)
 		return rc;
-	r->tb = tune_table_new(isatty(2) && !c->quiet, r->x.parallel);
+	r->tb = tune_table_new(isatty(2) && !c->quiet, nlaunched ? nlaunched : r->x.parallel);
 	return r->tb ? 0 : hp_error(-ENOMEM, "out of memory");
 }
 
@@ -380,6 +390,10 @@ static int run(struct runner *r, const struct hp_tune_spec *spec)
 	const struct cli *c = r->x.c;
 	int rc;
 
+	signal(SIGINT, on_stop);
+	signal(SIGTERM, on_stop);
+	if (!lead)
+		return tune_mpi_search(r);
 	if ((rc = hp_tune_create(spec, &r->t)) < 0)
 		return rc;
 	rc = tune_log_replay(c->tune_log, r->t, r->x.metric, r->run, r->x.parallel, &r->n, on_replayed, r);
@@ -390,9 +404,7 @@ static int run(struct runner *r, const struct hp_tune_spec *spec)
 	if (r->n && !c->quiet)
 		fprintf(stderr, "hpdlf-exec: tune: resuming %s: %d trial job%s restarted from %s checkpoint%s\n",
 			c->tune_log, r->n, r->n == 1 ? "" : "s", r->n == 1 ? "its" : "their", r->n == 1 ? "" : "s");
-	signal(SIGINT, on_stop);
-	signal(SIGTERM, on_stop);
-	return search(r);
+	return nlaunched ? tune_mpi_search(r) : search(r);
 }
 
 static void runner_free(struct runner *r)
@@ -417,25 +429,43 @@ int exec_tune_main(struct cli *c, const struct option *opts)
 	char metric[64];
 	int has_batch, rc;
 
+	int rank, size;
+
+	if (hp_comm_env(&rank, &size) && size > 1) {
+		nlaunched = size;
+		lead = rank == 0;
+	}
 	if ((rc = check_flags(c)) != 0 || (rc = load_spec(c, &spec, metric, sizeof metric, &has_batch)) != 0) {
 		hp_tune_spec_free(spec);
 		return rc;
 	}
+	if (nlaunched && (rc = hp_comm_init()) < 0) {
+		fprintf(stderr, "hpdlf-exec: %s\n", hp_errmsg());
+		hp_tune_spec_free(spec);
+		return hp_exit_status(rc);
+	}
 	rc = setup(&r, c, opts, metric);
 	if (rc == 0)
 		rc = run(&r, spec);
+	if (r.tb && rc == 0)
+		tune_table_draw(r.tb, r.t, r.run, r.n, tune_tree_pss());
 	tune_table_free(r.tb);
 	r.tb = NULL;
-	if (rc == 0)
-		rc = conclude(&r);
-	else if (rc == HP_ECANCELED)
+	if (rc == 0 && lead)
+		rc = tune_conclude(&r);
+	else if (rc == HP_ECANCELED && lead)
 		fprintf(stderr, "hpdlf-exec: tune: %s; run the same command again to resume\n",
-			stop_sig == SIGTERM ? "terminated" : "interrupted");
+			tune_stop_sig == SIGTERM ? "terminated" : "interrupted");
+	else if (rc < 0 && nlaunched)
+		fprintf(stderr, "hpdlf-exec: tune: rank %d: %s\n", rank,
+			hp_errmsg()[0] ? hp_errmsg() : hp_strerror(rc));
 	else if (rc < 0)
 		fprintf(stderr, "hpdlf-exec: tune: %s\n", hp_errmsg()[0] ? hp_errmsg() : hp_strerror(rc));
 	runner_free(&r);
 	hp_tune_spec_free(spec);
+	if (nlaunched)
+		hp_comm_finalize();
 	if (rc == HP_ECANCELED)
-		return 128 + (stop_sig ? (int)stop_sig : SIGINT);
+		return 128 + (tune_stop_sig ? (int)tune_stop_sig : SIGINT);
 	return rc < 0 ? (rc == HP_EUSAGE ? 2 : hp_exit_status(rc)) : rc;
 }

@@ -6,6 +6,7 @@
 #ifndef HPDLF_TOOLS_TUNE_RUN_H
 #define HPDLF_TOOLS_TUNE_RUN_H
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -60,6 +61,29 @@ struct tune_ctx {
 	char **base;             /* the command line without the runner's flags */
 	int nbase;
 };
+
+/* The runner (tools/tune_run.c), on one node or as rank 0 of a launched
+ * job (tools/tune_run_mpi.c). */
+#define TUNE_MAX_PARALLEL 256
+struct tune_table;
+struct runner {
+	struct tune_ctx x;
+	struct hp_tune *t;
+	FILE *log;
+	struct tune_table *tb;
+	struct tune_job run[TUNE_MAX_PARALLEL]; /* in their start order */
+	int n;
+	struct tune_job *last; /* per trial: its latest finished job (trial -1: none) */
+	int nlast;
+	uint64_t peak;
+};
+extern volatile sig_atomic_t tune_stop_sig;
+int tune_note_done(struct runner *r, const struct tune_job *j);
+/* The end: the best trial said, its flags printed, its weights exported. */
+int tune_conclude(struct runner *r);
+/* Under mpirun/srun: every rank runs one job at a time, rank 0 hands
+ * them out and reports them (tools/tune_run_mpi.c). */
+int tune_mpi_search(struct runner *r);
 
 /* tune_run_child.c: start a trial's job (fork + exec of this program), its
  * files, its metric from its --log-json. */

@@ -127,7 +127,8 @@ static int child_argv(const struct tune_ctx *x, const struct tune_job *j, const 
 		add(m, x->base[i]);
 	for (int k = 0; k < j->nflags; k++) {
 		char *f = NULL;
-		add_own(m, asprintf(&f, "--%s=%s", j->names[k], j->values[k]) < 0 ? NULL : f);
+		const char *name = strncmp(j->names[k], "--", 2) ? j->names[k] : j->names[k] + 2;
+		add_own(m, asprintf(&f, "--%s=%s", name, j->values[k]) < 0 ? NULL : f);
 	}
 	add(m, "--steps");
 	add_own(m, fmt("%lld", (long long)j->to_step));
@@ -165,6 +166,12 @@ static void child_exec(const char *out, char **av)
 		close(fd);
 	}
 	signal(SIGINT, SIG_IGN); /* Ctrl-C is the runner's: it stops the trials itself */
+	/* under mpirun/srun a trial is a process of its own, not a rank
+	 * (exec/comm_env.c reads these) */
+	static const char *const launcher[] = { "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
+						"PMI_SIZE", "SLURM_PROCID", NULL };
+	for (int i = 0; launcher[i]; i++)
+		unsetenv(launcher[i]);
 	execv("/proc/self/exe", av);
 	fprintf(stderr, "hpdlf-exec: cannot start a trial: %s\n", strerror(errno));
 	_exit(127);

@@ -36,8 +36,6 @@ struct tune_table *tune_table_new(int tty, int parallel)
 
 void tune_table_free(struct tune_table *tb)
 {
-	if (tb && tb->tty && tb->drawn)
-		fputc('\n', stderr);
 	free(tb);
 }
 
