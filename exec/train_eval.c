@@ -83,7 +83,12 @@ static int take_trained(struct hp_trainer *t, struct hp_graph *g, int v, const c
 				(unsigned long long)hp_tensor_bytes(&b), (unsigned long long)n);
 	if (!(buf = malloc(n ? n : 1)))
 		return hp_error(-ENOMEM, "out of memory for '%s'", ev->name);
-	if ((rc = hp_whole_read(t->s, tv, 0, n, buf)) < 0) {
+	rc = hp_whole_read(t->s, tv, 0, n, buf);
+	/* rank 0's: without --sync-bn each rank's running statistics are its
+	 * own, and rank 0's are the ones exported */
+	if (rc == 0 && t->nranks > 1)
+		rc = hp_comm_bcast(buf, n, 0);
+	if (rc < 0) {
 		free(buf);
 		return rc;
 	}

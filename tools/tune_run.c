@@ -319,7 +319,9 @@ int tune_conclude(struct runner *r)
 	char flags[2048];
 
 	if (hp_tune_best(r->t, &bt, &bm) < 0 || bt < 0 || bt >= r->nlast || r->last[bt].trial < 0) {
-		fprintf(stderr, "hpdlf-exec: tune: no trial finished (see %s/trial-N/output.txt)\n", r->x.dir);
+		char why[512];
+		tune_last_words(r->x.dir, 0, why, sizeof why);
+		fprintf(stderr, "hpdlf-exec: tune: no trial finished; trial 0 said: %s\n", why);
 		return 1;
 	}
 	struct tune_job *j = &r->last[bt];
@@ -381,7 +383,7 @@ static int setup(struct runner *r, struct cli *c, const struct option *opts, con
 		return rc;
 	if ((rc = split_node(&r->x, data_bytes)) != 0)
 		return rc;
-	r->tb = tune_table_new(isatty(2) && !c->quiet, nlaunched ? nlaunched : r->x.parallel);
+	r->tb = tune_table_new(isatty(2) && !c->quiet, nlaunched ? nlaunched : r->x.parallel, r->x.dir);
 	return r->tb ? 0 : hp_error(-ENOMEM, "out of memory");
 }
 

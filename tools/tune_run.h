@@ -115,7 +115,9 @@ int tune_share_from_env(void);
 
 /* tune_run_table.c: the live table (stderr a terminal) or plain lines. */
 struct tune_table;
-struct tune_table *tune_table_new(int tty, int parallel);
+struct tune_table *tune_table_new(int tty, int parallel, const char *dir);
+/* The last line a trial said (its output.txt under dir), for messages. */
+void tune_last_words(const char *dir, int trial, char *buf, size_t len);
 void tune_table_event(struct tune_table *tb, const struct tune_job *j, const char *what, const char *metric,
 		      double v);
 void tune_table_draw(struct tune_table *tb, const struct hp_tune *t, const struct tune_job *running, int n,

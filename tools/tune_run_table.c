@@ -17,17 +17,19 @@
 #define MAX_RUNGS 16
 
 struct tune_table {
+	const char *dir;         /* TUNE_LOG.d: a failed trial's output.txt */
 	int tty, parallel, drawn;
 	int64_t rung_step[MAX_RUNGS];
 	int rung_jobs[MAX_RUNGS], nrungs, done, failed;
 	const char *metric;
 };
 
-struct tune_table *tune_table_new(int tty, int parallel)
+struct tune_table *tune_table_new(int tty, int parallel, const char *dir)
 {
 	struct tune_table *tb = calloc(1, sizeof *tb);
 
 	if (tb) {
+		tb->dir = dir;
 		tb->tty = tty;
 		tb->parallel = parallel;
 	}
@@ -51,6 +53,21 @@ static void count_rung(struct tune_table *tb, int64_t step)
 		tb->rung_jobs[i]++;
 }
 
+void tune_last_words(const char *dir, int trial, char *buf, size_t len)
+{
+	char path[4200], line[512];
+	FILE *f;
+
+	snprintf(path, sizeof path, "%s/trial-%d/output.txt", dir, trial);
+	snprintf(buf, len, "no output (see %s)", path);
+	if (!(f = fopen(path, "re")))
+		return;
+	while (fgets(line, sizeof line, f))
+		if (line[0] != '\n' && line[0] != '(')
+			snprintf(buf, len, "%.*s", (int)strcspn(line, "\n"), line);
+	fclose(f);
+}
+
 void tune_table_event(struct tune_table *tb, const struct tune_job *j, const char *what, const char *metric,
 		      double v)
 {
@@ -70,9 +87,14 @@ void tune_table_event(struct tune_table *tb, const struct tune_job *j, const cha
 		fprintf(stderr, "hpdlf-exec: tune: trial %d %s: steps %lld..%lld, %s\n", j->trial,
 			strcmp(what, "running") ? "promoted" : "started", (long long)j->from_step, (long long)j->to_step,
 			flags);
-	else
+	else if (strcmp(what, "failed"))
 		fprintf(stderr, "hpdlf-exec: tune: trial %d at step %lld: %s %.6g (%s)\n", j->trial, (long long)j->to_step,
 			metric, v, what);
+	else {
+		char why[512];
+		tune_last_words(tb->dir, j->trial, why, sizeof why);
+		fprintf(stderr, "hpdlf-exec: tune: trial %d failed by step %lld: %s\n", j->trial, (long long)j->to_step, why);
+	}
 }
 
 /* Redrawn in place: the cursor goes back up over the previous table. */

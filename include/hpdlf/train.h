@@ -227,8 +227,9 @@ int hp_trainer_export_onnx(struct hp_trainer *t, const char *path, int external)
 /* The mean loss of the current weights over opts.val_data (and for
  * cross-entropy the share of right arg-max predictions; NaN otherwise),
  * evaluated as inference: BatchNormalization with its running statistics,
- * Dropout off, nothing updated.  Under a launcher every rank calls it and
- * gets the global figures.  HP_EUSAGE without val_data or with an
+ * Dropout off, nothing updated.  Under a launcher every rank calls it
+ * (collective: each evaluates its share of the rows with rank 0's weights
+ * and running statistics) and gets the global figures.  HP_EUSAGE without val_data or with an
  * output:NAME loss; HP_EDATA when the validation samples differ from the
  * training data's. */
 int hp_trainer_evaluate(struct hp_trainer *t, double *loss, double *accuracy);

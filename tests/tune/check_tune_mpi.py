@@ -62,6 +62,24 @@ def main():
         T.check(p.returncode == 0 and open(cut).read() == open(local).read(),
                 f"killed after {n} lines and re-run: the same log (rc {p.returncode}) {p.stderr.strip()[-200:]}")
 
+        # validation over 2 data-parallel ranks: each evaluates its half, rank 0 logs the whole
+        vlog, vout = os.path.join(d, "dp.jsonl"), os.path.join(d, "dp.onnx")
+        p = subprocess.run(LAUNCH + [exe, e.model, "--train", "--data", os.path.join(d, "train.npz"), "--val-data",
+                                     os.path.join(d, "val.npz"), "--batch", "16", "--steps", "6", "--eval-every", "3",
+                                     "--log-json", vlog, "--export-onnx", vout, "--threads", "1"],
+                           capture_output=True, text=True, timeout=300)
+        T.check(p.returncode == 0, f"2 data-parallel ranks train with --val-data (rc {p.returncode}) "
+                f"{p.stderr.strip()[-200:]}")
+        if p.returncode == 0:
+            import json
+            lines = [json.loads(l) for l in open(vlog)]
+            ref, acc = T.torch_eval(vout, e.vx, e.vy)
+            got = [l for l in lines if "val_loss" in l]
+            T.check([l["step"] for l in got] == [2, 5], f"validated at steps 3 and 6 ({[l['step'] for l in got]})")
+            T.check(got and abs(got[-1]["val_loss"] - ref) <= 1e-5 * max(1, ref) and
+                    abs(got[-1]["val_accuracy"] - acc) < 1e-9,
+                    f"2 ranks: val_loss {got[-1]['val_loss'] if got else None} and accuracy are PyTorch's over all "
+                    f"rows ({ref}, {acc})")
         p = subprocess.run(LAUNCH + [exe] + mpi_args(e, os.path.join(d, "x.jsonl"), sp) + ["--parallel", "2"],
                            capture_output=True, text=True, timeout=300)
         T.check(p.returncode == 2 and p.stderr.count("--parallel") >= 1, f"--parallel under mpirun: status 2 "
