@@ -239,6 +239,37 @@ def failing_run(e):
     T.check("--lr 0.05 " in out, f"the best is a trial that did not fail: {out.strip()}")
 
 
+def tty_run(e):
+    """stderr a terminal: the table redrawn in place, no plain event lines."""
+    import pty
+    import threading
+    d = e.d
+    sp = spec(os.path.join(d, "s5.json"), {"lr": {"log_uniform": [0.01, 0.1]}}, 3, 30)
+    master, slave = pty.openpty()
+    chunks = []
+
+    def drain():
+        while True:
+            try:
+                b = os.read(master, 65536)
+            except OSError:
+                return
+            if not b:
+                return
+            chunks.append(b)
+    t = threading.Thread(target=drain, daemon=True)
+    t.start()
+    p = subprocess.run([e.exe] + e.args(os.path.join(d, "t5.jsonl"), sp, 2), stderr=slave, stdout=subprocess.PIPE,
+                       timeout=600, env=dict(os.environ, COLUMNS="120"))
+    os.close(slave)
+    t.join(5)
+    text = b"".join(chunks).decode(errors="replace")
+    T.check(p.returncode == 0, f"on a terminal: completes (rc {p.returncode})")
+    T.check("running of 2" in text and "rungs:" in text and "best trial" in text and "\033[" in text,
+            "on a terminal: the table (running, rungs, best so far) redrawn in place")
+    T.check("tune: trial 0 started" not in text, "on a terminal: no plain event lines")
+
+
 def usage_errors(e):
     d = e.d
     good = spec(os.path.join(d, "ok.json"), {"lr": {"log_uniform": [0.01, 0.1]}}, 1, 2)
@@ -274,6 +305,7 @@ def main():
         failing_run(e)
         resume_run(e)
         open_once(e)
+        tty_run(e)
         memory_run(e)
     if T.FAILS:
         print(f"{len(T.FAILS)} failed")
