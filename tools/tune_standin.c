@@ -1,8 +1,11 @@
 /* STAND-IN of the search API (tools/tune_run.h), for the runner's branch
  * alone: the lead deletes this file at the merge, when exec/tune_*.c (SPEC
- * parsing, ASHA, Bayesian optimisation) take its place.  Random search:
- * every trial trains from step 0 to budget.max in one job; no rungs, no
- * promotion.  Deterministic: the configurations come from the seed alone. */
+ * parsing, ASHA, Bayesian optimisation) take its place.  Random search,
+ * every trial trained to budget.max, no early stopping; in two jobs when
+ * budget.min < max (0 -> min, then min -> max, continued from its
+ * checkpoint as a promotion is), so that the runner's continuation path
+ * runs before the real search arrives.  Deterministic: the configurations
+ * come from the seed alone, the jobs from the order of the reports. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -27,13 +30,14 @@ struct dim {
 struct hp_tune_spec {
 	struct dim dims[TUNE_MAX_FLAGS];
 	int ndims, trials, maximize;
-	int64_t max_steps;
+	int64_t min_steps, max_steps;
 	uint64_t seed;
 };
 
 struct trial {
 	char *values[TUNE_MAX_FLAGS];
-	int reported, failed;
+	int64_t at;            /* the step its last job reaches */
+	int running, reported, failed, continued;
 	double metric;
 };
 
@@ -108,6 +112,9 @@ static int parse_rest(struct hp_tune_spec *s, json_object *root)
 		return bad("budget.unit", "only \"steps\" is known");
 	if (!json_object_object_get_ex(b, "max", &v) || (s->max_steps = json_object_get_int64(v)) < 1)
 		return bad("budget.max", "missing or below 1");
+	s->min_steps = json_object_object_get_ex(b, "min", &v) ? json_object_get_int64(v) : s->max_steps;
+	if (s->min_steps < 1 || s->min_steps > s->max_steps)
+		return bad("budget.min", "below 1 or above budget.max");
 	if (!json_object_object_get_ex(root, "trials", &v) || (s->trials = json_object_get_int(v)) < 1)
 		return bad("trials", "missing or below 1");
 	if (json_object_object_get_ex(root, "objective", &o) && json_object_object_get_ex(o, "mode", &v)) {
@@ -207,32 +214,49 @@ static char *draw(const struct dim *d, uint64_t *rng)
 	return strdup(buf);
 }
 
+static void fill_job(struct hp_tune *t, int i, int64_t from, struct hp_tune_job *job)
+{
+	struct trial *tr = &t->tr[i];
+
+	tr->at = from == 0 ? t->s->min_steps : t->s->max_steps;
+	tr->running = 1;
+	job->trial = i;
+	job->from_step = from;
+	job->to_step = tr->at;
+	job->nflags = t->s->ndims;
+	job->flag_names = t->names;
+	job->flag_values = (const char *const *)tr->values;
+}
+
 int hp_tune_next(struct hp_tune *t, struct hp_tune_job *job)
 {
-	int done = 0;
+	int busy = 0;
 
-	for (int i = 0; i < t->issued; i++)
-		done += t->tr[i].reported;
+	for (int i = 0; i < t->issued; i++) { /* a trial done with its first job goes on */
+		struct trial *tr = &t->tr[i];
+		busy |= tr->running;
+		if (!tr->running && !tr->failed && tr->at < t->s->max_steps) {
+			tr->continued = 1;
+			fill_job(t, i, tr->at, job);
+			return 1;
+		}
+	}
 	if (t->issued == t->s->trials)
-		return done == t->issued ? 2 : 0;
+		return busy ? 0 : 2;
 	struct trial *tr = &t->tr[t->issued];
 	for (int k = 0; k < t->s->ndims; k++)
 		if (!(tr->values[k] = draw(&t->s->dims[k], &t->rng)))
 			return hp_error(-ENOMEM, "out of memory");
-	job->trial = t->issued++;
-	job->from_step = 0;
-	job->to_step = t->s->max_steps;
-	job->nflags = t->s->ndims;
-	job->flag_names = t->names;
-	job->flag_values = (const char *const *)tr->values;
+	fill_job(t, t->issued++, 0, job);
 	return 1;
 }
 
 int hp_tune_report(struct hp_tune *t, int trial, int64_t step, double metric, int failed)
 {
-	if (trial < 0 || trial >= t->issued)
-		return hp_error(HP_EUSAGE, "report of trial %d, which was never started", trial);
+	if (trial < 0 || trial >= t->issued || !t->tr[trial].running)
+		return hp_error(HP_EUSAGE, "report of trial %d, which is not running", trial);
 	(void)step;
+	t->tr[trial].running = 0;
 	t->tr[trial].reported = 1;
 	t->tr[trial].failed = failed || !isfinite(metric);
 	t->tr[trial].metric = metric;
@@ -241,11 +265,15 @@ int hp_tune_report(struct hp_tune *t, int trial, int64_t step, double metric, in
 
 const char *hp_tune_state(const struct hp_tune *t, int trial)
 {
-	if (trial < 0 || trial >= t->issued)
+	const struct trial *tr = trial >= 0 && trial < t->issued ? &t->tr[trial] : NULL;
+
+	if (!tr)
 		return "stopped";
-	if (!t->tr[trial].reported)
-		return "running";
-	return t->tr[trial].failed ? "failed" : "done";
+	if (tr->failed)
+		return "failed";
+	if (tr->running)
+		return tr->continued ? "promoted" : "running";
+	return tr->at < t->s->max_steps ? "promoted" : "done"; /* it will go on */
 }
 
 int hp_tune_best(const struct hp_tune *t, int *trial, double *metric)
@@ -254,7 +282,7 @@ int hp_tune_best(const struct hp_tune *t, int *trial, double *metric)
 
 	for (int i = 0; i < t->issued; i++) {
 		const struct trial *r = &t->tr[i];
-		if (!r->reported || r->failed)
+		if (!r->reported || r->running || r->failed || r->at < t->s->max_steps)
 			continue;
 		if (best < 0 || (t->s->maximize ? r->metric > t->tr[best].metric : r->metric < t->tr[best].metric))
 			best = i;
