@@ -311,12 +311,27 @@ static int on_replayed(void *arg, const struct tune_job *j)
 
 /* The best trial: said, its flags printed (stdout) as a command line that
  * trains it again, its weights exported with --export-onnx. */
+/* One word of a command line a shell takes back as it was. */
+static void put_word(const char *w)
+{
+	static const char safe[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./=:,+-@%";
+
+	putchar(' ');
+	if (*w && strspn(w, safe) == strlen(w)) {
+		fputs(w, stdout);
+		return;
+	}
+	putchar('\'');
+	for (; *w; w++)
+		fputs(*w == '\'' ? "'\\''" : (char[2]){ *w, 0 }, stdout);
+	putchar('\'');
+}
+
 int tune_conclude(struct runner *r)
 {
 	const struct cli *c = r->x.c;
 	int bt = -1, rc = 0, status = 0;
 	double bm = NAN;
-	char flags[2048];
 
 	if (hp_tune_best(r->t, &bt, &bm) < 0 || bt < 0 || bt >= r->nlast || r->last[bt].trial < 0) {
 		char why[512];
@@ -325,14 +340,18 @@ int tune_conclude(struct runner *r)
 		return 1;
 	}
 	struct tune_job *j = &r->last[bt];
-	tune_flags_str(j, flags, sizeof flags);
-	fprintf(stderr, "hpdlf-exec: tune: best trial %d: %s %.6g after %lld steps; peak memory of the trials %s "
+	if (!c->quiet)
+		fprintf(stderr, "hpdlf-exec: tune: best trial %d: %s %.6g after %lld steps; peak memory of the trials %s "
 		"(proportional set size)\n", bt, r->x.metric, bm, (long long)j->to_step,
 		hp_format_size(r->peak, (char[32]){ 0 }, 32));
-	printf("%s", c->argv[0]);
+	fputs(c->argv[0], stdout);
 	for (int i = 0; i < r->x.nbase; i++)
-		printf(" %s", r->x.base[i]);
-	printf(" %s --steps %lld --threads %d", flags, (long long)j->to_step, r->x.trial_threads);
+		put_word(r->x.base[i]);
+	for (int k = 0; k < j->nflags; k++) {
+		printf(" --%s", strncmp(j->names[k], "--", 2) ? j->names[k] : j->names[k] + 2);
+		put_word(j->values[k]);
+	}
+	printf(" --steps %lld --threads %d", (long long)j->to_step, r->x.trial_threads);
 	if (r->x.trial_budget)
 		printf(" --budget %llu", (unsigned long long)r->x.trial_budget);
 	printf("\n");
@@ -349,7 +368,8 @@ int tune_conclude(struct runner *r)
 			bt);
 		return 1;
 	}
-	fprintf(stderr, "hpdlf-exec: tune: trial %d's weights written to %s\n", bt, c->export_onnx);
+	if (!c->quiet)
+		fprintf(stderr, "hpdlf-exec: tune: trial %d's weights written to %s\n", bt, c->export_onnx);
 	return 0;
 }
 
@@ -383,7 +403,7 @@ static int setup(struct runner *r, struct cli *c, const struct option *opts, con
 		return rc;
 	if ((rc = split_node(&r->x, data_bytes)) != 0)
 		return rc;
-	r->tb = tune_table_new(isatty(2) && !c->quiet, nlaunched ? nlaunched : r->x.parallel, r->x.dir);
+	r->tb = tune_table_new(c->quiet ? -1 : isatty(2), nlaunched ? nlaunched : r->x.parallel, r->x.dir);
 	return r->tb ? 0 : hp_error(-ENOMEM, "out of memory");
 }
 

@@ -113,7 +113,8 @@ int tune_share_open(const struct cli *c, uint64_t *bytes);
 /* In a trial: take the parent's fds (common/file.h); 0 or exit status 2. */
 int tune_share_from_env(void);
 
-/* tune_run_table.c: the live table (stderr a terminal) or plain lines. */
+/* tune_run_table.c: the live table (tty > 0: stderr a terminal) or plain
+ * lines (0), or nothing (-1: --quiet). */
 struct tune_table;
 struct tune_table *tune_table_new(int tty, int parallel, const char *dir);
 /* The last line a trial said (its output.txt under dir), for messages. */

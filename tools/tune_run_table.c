@@ -18,7 +18,7 @@
 
 struct tune_table {
 	const char *dir;         /* TUNE_LOG.d: a failed trial's output.txt */
-	int tty, parallel, drawn;
+	int tty, quiet, parallel, drawn;
 	int64_t rung_step[MAX_RUNGS];
 	int rung_jobs[MAX_RUNGS], nrungs, done, failed;
 	const char *metric;
@@ -30,7 +30,8 @@ struct tune_table *tune_table_new(int tty, int parallel, const char *dir)
 
 	if (tb) {
 		tb->dir = dir;
-		tb->tty = tty;
+		tb->quiet = tty < 0;
+		tb->tty = tty > 0;
 		tb->parallel = parallel;
 	}
 	return tb;
@@ -80,7 +81,7 @@ void tune_table_event(struct tune_table *tb, const struct tune_job *j, const cha
 		tb->done++;
 		count_rung(tb, j->to_step);
 	}
-	if (tb->tty)
+	if (tb->tty || tb->quiet)
 		return;
 	tune_flags_str(j, flags, sizeof flags);
 	if (!strcmp(what, "running") || !strcmp(what, "promoted"))
