@@ -102,6 +102,23 @@ static int64_t get_i64(json_object *o, const char *key, int64_t dflt)
 	return json_object_object_get_ex(o, key, &v) ? json_object_get_int64(v) : dflt;
 }
 
+/* 1 when the search's job has the logged configuration, else 0. */
+static int same_config(const struct hp_tune_job *job, json_object *o)
+{
+	struct tune_job j;
+	json_object *logged, *mine;
+	int rc = tune_job_copy(&j, job), same;
+
+	if (rc < 0)
+		return rc;
+	mine = line_of(&j, 0, "running", "start");
+	same = json_object_object_get_ex(o, "config", &logged) &&
+	       json_object_equal(logged, json_object_object_get(mine, "config"));
+	json_object_put(mine);
+	tune_job_clear(&j);
+	return same;
+}
+
 /* A start line again through the search: the same trial and steps, or the
  * log is not this search's. */
 static int replay_start(struct hp_tune *t, json_object *o, const char *path, int lineno, struct tune_job *running,
@@ -111,13 +128,17 @@ static int replay_start(struct hp_tune *t, json_object *o, const char *path, int
 	int rc = hp_tune_next(t, &job);
 	int64_t trial = get_i64(o, "trial", -1), from = get_i64(o, "step", -1), to = get_i64(o, "to_step", -1);
 
+	int same = rc == 1 && job.trial == trial && job.from_step == from && job.to_step == to;
+
 	if (rc < 0)
 		return rc;
-	if (rc != 1 || job.trial != trial || job.from_step != from || job.to_step != to)
+	if (same && (same = same_config(&job, o)) < 0)
+		return same;
+	if (!same)
 		return hp_error(HP_EUSAGE, "%s:%d: the log started trial %lld for steps %lld..%lld, the search now "
 				"proposes %s: the SPEC or --parallel differ from the logged run (a new --tune-log starts "
 				"afresh)", path, lineno, (long long)trial, (long long)from, (long long)to,
-				rc == 1 ? "another" : "none");
+				rc == 1 ? "another job or configuration" : "none");
 	if (*n == cap)
 		return hp_error(HP_EDATA, "%s:%d: more jobs running than --parallel allows", path, lineno);
 	return tune_job_copy(&running[(*n)++], &job);

@@ -118,6 +118,13 @@ def main_run(e):
         return
     lines = read_log(log)
     well_formed(lines, "val_loss", "--parallel 2")
+    other = os.path.join(d, "s1b.json")
+    with open(sp) as f, open(other, "w") as g:
+        json.dump(dict(json.load(f), seed=99), g)
+    before = open(log).read()
+    rc2, _, err2 = T.run(e.exe, e.args(log, other, 2))
+    T.check(rc2 == 2 and "differ" in err2 and open(log).read() == before,
+            f"a log resumed with another SPEC: status 2, the log untouched ({rc2}) {err2.strip()}")
     results = [l for l in lines if l["event"] == "result" and l["state"] != "failed"]
     cmd = [l for l in out.splitlines() if l.strip()]
     T.check(len(cmd) == 1 and "--steps" in cmd[0], f"the best trial's flags on stdout: {cmd}")
