@@ -71,6 +71,28 @@ def main():
         g2 = ooc[-1].get("val_loss", float("nan")) if ooc else float("nan")
         T.check(abs(g2 - r2) <= 1e-5 * max(1.0, abs(r2)), f"out of core: val_loss {g2} equals PyTorch's {r2}")
 
+        # a budget so small that the evaluation too is planned for it (out of core)
+        tiny, tiny_onnx, _ = train(exe, d, "tiny", val + ["--budget", "128K"])
+        r3, _ = T.torch_eval(tiny_onnx, vx, vy)
+        g3 = tiny[-1].get("val_loss", float("nan")) if tiny else float("nan")
+        T.check(abs(g3 - r3) <= 1e-5 * max(1.0, abs(r3)), f"--budget 128K: val_loss {g3} equals PyTorch's {r3}")
+
+        # mse: the mean squared error over every element, no accuracy
+        np.save(os.path.join(d, "ty.npy"), np.eye(3, dtype=np.float32)[T.make_data(os.path.join(d, "t2.npz"), 200)[1]])
+        np.save(os.path.join(d, "tx.npy"), np.load(os.path.join(d, "t2.npz"))["x"])
+        np.save(os.path.join(d, "vty.npy"), np.eye(3, dtype=np.float32)[vy])
+        mlog, mout = os.path.join(d, "mse.jsonl"), os.path.join(d, "mse.onnx")
+        rc, _, err = T.run(exe, [os.path.join(d, "m.onnx"), "--train", "--data", os.path.join(d, "tx.npy"), "--labels",
+                                 os.path.join(d, "ty.npy"), "--loss", "mse", "--batch", "16", "--steps", "8",
+                                 "--val-data", os.path.join(d, "vx.npy"), "--val-labels", os.path.join(d, "vty.npy"),
+                                 "--log-json", mlog, "--export-onnx", mout, "--threads", "1"])
+        T.check(rc == 0, f"mse: trains (rc {rc}) {err.strip()[-200:]}")
+        if rc == 0:
+            last = log_lines(mlog)[-1]
+            ref = float(((T.torch_logits(mout, vx) - np.eye(3)[vy]) ** 2).mean())
+            T.check("val_accuracy" not in last and abs(last.get("val_loss", -1) - ref) <= 1e-5 * max(1, ref),
+                    f"mse: val_loss {last.get('val_loss')} is PyTorch's {ref}, no val_accuracy")
+
         m = os.path.join(d, "m.onnx")
         base = [m, "--train", "--data", os.path.join(d, "train.npz"), "--batch", "16", "--steps", "2"]
         rc, _, err = T.run(exe, base + ["--eval-every", "1"])

@@ -68,6 +68,15 @@ def make_data(path, n, classes=3, side=8, seed=1, noise=1.5):
     return x, y
 
 
+def torch_logits(model_path, x):
+    import torch
+    import torch.nn.functional as F
+    w = {t.name: torch.tensor(numpy_helper.to_array(t).astype(np.float64)) for t in onnx.load(model_path).graph.initializer}
+    h = F.conv2d(torch.tensor(x, dtype=torch.float64), w["conv.w"], w["conv.b"])
+    h = F.batch_norm(h, w["bn.mean"], w["bn.var"], w["bn.scale"], w["bn.bias"], training=False, eps=1e-5)
+    return F.linear(F.relu(h).flatten(1), w["fc.w"], w["fc.b"]).numpy()
+
+
 def torch_eval(model_path, x, y):
     """Loss and accuracy of the model's weights in inference mode
     (BatchNorm's running statistics, no Dropout), in float64."""
