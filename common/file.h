@@ -12,4 +12,12 @@
  * `what` starts the message ("model", "input"), may be NULL. */
 int hp_open_regular(const char *path, const char *what, int *fd, struct stat *st);
 
+/* A file this process received open (fd, read-only) under the name path:
+ * hp_open_regular(path) then duplicates fd instead of opening the file
+ * again, so that trials started by one parent (hpdlf-exec --tune) read one
+ * open file, one copy of its pages.  0, or -ENOSPC past a few files. */
+int hp_file_share(const char *path, int fd);
+/* The fd shared under path, or -1. */
+int hp_file_shared(const char *path);
+
 #endif

@@ -234,6 +234,8 @@ static int build(struct hp_trainer *t)
 		return rc;
 	if ((rc = hp_dataset_attach(&t->data, hp_session_store(t->s))) < 0 || (rc = alloc_batch(t)) < 0)
 		return rc;
+	if (t->o.val_data && (rc = hp_eval_open(t)) < 0)
+		return rc;
 	t->shuffle_seed = t->o.seed;
 	t->total = t->o.steps ? t->o.steps : (t->o.epochs * t->data.n + t->o.batch - 1) / t->o.batch;
 	t->perm_epoch = -1;
@@ -273,6 +275,7 @@ void hp_trainer_destroy(struct hp_trainer *t)
 {
 	if (!t)
 		return;
+	hp_eval_free(t->eval);
 	hp_dataset_close(&t->data); /* data tensors live in the session's store */
 	hp_session_destroy(t->s);
 	hp_graph_free(t->g);

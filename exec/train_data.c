@@ -276,14 +276,17 @@ static int attach_array(struct hp_darray *a, struct hs_store *st)
 	uint64_t bytes = a->row_bytes * (uint64_t)a->shape.dims[0];
 	int fd, rc;
 
-	if (st) {
+	/* a file shared by the parent of trials is mapped, one copy of its
+	 * pages for them all, instead of each store reading its own */
+	if (st && hp_file_shared(a->path) < 0) {
 		struct hs_tensor_info ti = { .bytes = bytes, .dtype = a->dtype, .shape = a->shape };
 		rc = hs_tensor_create_backed(st, &ti, a->path, a->offset, &a->ten);
 		a->chunk = hs_chunk_size(st);
 		return rc < 0 ? hp_error_prefix(rc, "%s", a->what) : 0;
 	}
-	if ((fd = open(a->path, O_RDONLY | O_CLOEXEC)) < 0)
-		return hp_error(-errno, "%s: %s", a->path, strerror(errno));
+	struct stat sb;
+	if ((rc = hp_open_regular(a->path, NULL, &fd, &sb)) < 0)
+		return rc;
 	a->map_len = a->offset + bytes;
 	a->map = mmap(NULL, a->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
 	rc = errno;

@@ -64,7 +64,13 @@ struct hp_trainer {
 	double link_GBps, link_lat_us; /* the ranks' link (train_dp_plan.c); 0: not known yet */
 	uint64_t dp_bucket;    /* the bucket size the reductions use (chosen or --bucket) */
 	struct hp_param_counts params; /* what trains (train_params.c) */
+	struct hp_eval *eval;  /* validation (train_eval.c), opened at the first evaluation */
 };
+
+/* Validation (train_eval.c): its dataset opened and checked against the
+ * training data's (at creation, so that a mistake shows at once); closed. */
+int hp_eval_open(struct hp_trainer *t);
+void hp_eval_free(struct hp_eval *e);
 
 /* Checkpoints (train_ckpt.c): the file under dir, written atomically. */
 int hp_ckpt_write(struct hp_trainer *t);

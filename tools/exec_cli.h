@@ -53,6 +53,13 @@ struct cli {
 	int info;                    /* --info: print inputs and outputs, exit */
 	const char *freeze[64];      /* --freeze PATTERN: parameters kept fixed in training */
 	int nfreeze;
+	/* validation and hyperparameter search (issue 15) */
+	const char *val_data, *val_labels;
+	long eval_every;             /* --eval-every: steps between validations (0: after the last only) */
+	const char *tune, *tune_log; /* --tune SPEC.json, --tune-log FILE.jsonl */
+	long parallel;               /* --parallel K: trials at once (0: 1) */
+	int argc;                    /* the command line, for the trials --tune starts */
+	char **argv;
 };
 
 struct hp_session;
@@ -114,5 +121,11 @@ uint16_t exec_half_of(float f, int dtype);
 
 /* The training path (tools/exec_train.c): returns a process exit status. */
 int exec_train_main(struct cli *c);
+
+struct option;
+/* --tune (tools/tune_run.c): the trials as child processes; returns a
+ * process exit status.  opts: hpdlf-exec's long options (which take an
+ * argument, to strip the runner's own from the trials' command lines). */
+int exec_tune_main(struct cli *c, const struct option *opts);
 
 #endif

@@ -34,6 +34,8 @@ struct exec_sample {
 	uint64_t resident, budget, rss; /* tensor bytes in DRAM; --budget (0: none); process RSS */
 	int ntiers;
 	struct exec_tier_sample tier[HS_MAX_TIERS + 1];
+	int has_val;                    /* validated after this step (--val-data) */
+	double val_loss, val_accuracy;  /* accuracy NaN unless cross-entropy */
 };
 
 /* Counters of the previous sample, for the per-step rates. */

@@ -24,6 +24,7 @@
 #include "tools/exec_metrics.h"
 #include "tools/exec_report.h"
 #include "tools/train_progress.h"
+#include "tools/tune_run.h"
 
 static volatile sig_atomic_t interrupted;
 
@@ -165,6 +166,8 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 		return usage("%s", "give --steps or --epochs, not both");
 	if ((c->resume || c->checkpoint_every) && !c->checkpoint)
 		return usage("%s", "--resume and --checkpoint-every need --checkpoint DIR");
+	if ((c->val_labels || c->eval_every) && !c->val_data)
+		return usage("%s", "--val-labels and --eval-every need --val-data FILE (or an .npz holding x and y)");
 	if ((rc = check_ranks(c)) != 0)
 		return rc;
 	if (c->shard == HP_SHARD_PARAMETERS && c->export_onnx)
@@ -205,6 +208,8 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	o->freeze = c->freeze;
 	o->nfreeze = c->nfreeze;
 	o->cancel = &interrupted;
+	o->val_data = c->val_data;
+	o->val_labels = c->val_labels;
 	return 0;
 }
 
@@ -235,6 +240,8 @@ struct run_state {
 	double last_loss;
 	int log_failed;
 	int nan_said;
+	int has_val;               /* the last validation (--val-data), for the summary */
+	double val_loss, val_accuracy;
 };
 
 /* JSON has no NaN nor infinity: a non-finite figure is null. */
@@ -261,12 +268,32 @@ static void sample_step(struct run_state *r, const struct hp_step_info *in, stru
 	exec_sample_fill(&r->sampler, hp_trainer_session(r->t), x);
 }
 
+/* --val-data: every --eval-every steps and after the last one (every rank
+ * evaluates: the figures are the ranks' together). */
+static int validate(struct run_state *r, const struct hp_step_info *in, struct exec_sample *x)
+{
+	int64_t done = in->step + 1;
+	int rc;
+
+	if (!r->c->val_data || (done != in->steps && (!r->c->eval_every || done % r->c->eval_every)))
+		return 0;
+	if ((rc = hp_trainer_evaluate(r->t, &x->val_loss, &x->val_accuracy)) < 0)
+		return rc;
+	x->has_val = r->has_val = 1;
+	r->val_loss = x->val_loss;
+	r->val_accuracy = x->val_accuracy;
+	return 0;
+}
+
 static int on_step(void *arg, const struct hp_step_info *in)
 {
 	struct run_state *r = arg;
 	struct exec_sample x;
+	int rc;
 
 	sample_step(r, in, &x);
+	if ((rc = validate(r, in, &x)) < 0)
+		return rc;
 	if (r->log && exec_log_write(r->log, &x) < 0)
 		r->log_failed = 1;
 	exec_metrics_update(&x);
@@ -346,6 +373,12 @@ static int summarize(const struct cli *c, struct hp_trainer *t, struct run_state
 			r->last_loss, med, hp_format_size(hp_trainer_peak_bytes(t), peak, sizeof peak));
 	if (!c->quiet && r->nms)
 		print_params(t);
+	if (!c->quiet && r->has_val && isnan(r->val_accuracy))
+		fprintf(stderr, "hpdlf-exec:   validation after step %lld: loss %.6g\n",
+			(long long)hp_trainer_current_step(t) - 1, r->val_loss);
+	else if (!c->quiet && r->has_val)
+		fprintf(stderr, "hpdlf-exec:   validation after step %lld: loss %.6g, accuracy %.2f%%\n",
+			(long long)hp_trainer_current_step(t) - 1, r->val_loss, 100 * r->val_accuracy);
 	if (!c->quiet && r->nms) {
 		char rss[32];
 		double total = 0;
@@ -478,6 +511,8 @@ int exec_train_main(struct cli *c)
 	const char *k = getenv("HPDLF_TEST_KILL_IN_CHECKPOINT");
 	int rc;
 
+	if ((rc = tune_share_from_env()) != 0) /* a trial of --tune: the runner's open data files */
+		return rc;
 	hp_comm_on_lost(on_lost);
 	if ((rc = hp_comm_init()) < 0)
 		return train_fail(rc);

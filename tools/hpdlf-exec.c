@@ -81,7 +81,8 @@ enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER,
        OPT_GO_NAN,
        OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS, OPT_NO_SPLIT,
        OPT_RECALIBRATE, OPT_BUCKET, OPT_SYNC_BN, OPT_SHARD, OPT_RANKS, OPT_LINK_BW, OPT_LINK_LAT,
-       OPT_NO_FUSE, OPT_LISTEN_METRICS, OPT_INFO, OPT_FREEZE };
+       OPT_NO_FUSE, OPT_LISTEN_METRICS, OPT_INFO, OPT_FREEZE,
+       OPT_VAL_DATA, OPT_VAL_LABELS, OPT_EVAL_EVERY, OPT_TUNE, OPT_TUNE_LOG, OPT_PARALLEL };
 
 static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
@@ -119,6 +120,9 @@ static const struct option long_opts[] = {
 	{ "listen-metrics", required_argument, 0, OPT_LISTEN_METRICS },
 	{ "info", no_argument, 0, OPT_INFO },
 	{ "freeze", required_argument, 0, OPT_FREEZE },
+	{ "val-data", required_argument, 0, OPT_VAL_DATA }, { "val-labels", required_argument, 0, OPT_VAL_LABELS },
+	{ "eval-every", required_argument, 0, OPT_EVAL_EVERY }, { "tune", required_argument, 0, OPT_TUNE },
+	{ "tune-log", required_argument, 0, OPT_TUNE_LOG }, { "parallel", required_argument, 0, OPT_PARALLEL },
 	{ 0, 0, 0, 0 },
 };
 
@@ -208,6 +212,12 @@ static int parse_more(int o, struct cli *c)
 			return usage_error("%s", "--freeze: expected a pattern of parameter names such as 'conv1.*'");
 		c->freeze[c->nfreeze++] = optarg;
 		return 0;
+	case OPT_VAL_DATA: c->val_data = optarg; return 0;
+	case OPT_VAL_LABELS: c->val_labels = optarg; return 0;
+	case OPT_EVAL_EVERY: return parse_int(optarg, "--eval-every", 1, &c->eval_every);
+	case OPT_TUNE: c->tune = optarg; return 0;
+	case OPT_TUNE_LOG: c->tune_log = optarg; return 0;
+	case OPT_PARALLEL: return parse_int(optarg, "--parallel", 1, &c->parallel);
 	case OPT_HOSTFILE: c->hostfile = optarg; return 0;
 	case OPT_TOKEN: c->token_file = optarg; return 0;
 	case OPT_REPLICAS: {
@@ -261,6 +271,9 @@ static int check_mode(const struct cli *c)
 		{ c->resume != 0, "--resume" }, { c->export_onnx != NULL, "--export-onnx" },
 		{ c->bucket != 0, "--bucket" }, { c->ranks != 0, "--ranks" }, { c->link_GBps != 0, "--link-bandwidth" },
 		{ c->link_lat_us != 0, "--link-latency" }, { c->sync_bn, "--sync-bn" }, { c->shard_given, "--shard" }, { c->nfreeze > 0, "--freeze" },
+		{ c->val_data != NULL, "--val-data" }, { c->val_labels != NULL, "--val-labels" },
+		{ c->eval_every != 0, "--eval-every" }, { c->tune != NULL, "--tune" }, { c->tune_log != NULL, "--tune-log" },
+		{ c->parallel != 0, "--parallel" },
 	}, infer_only[] = {
 		{ c->ninputs > 0, "--input" }, { c->noutputs > 0, "--output" }, { c->output_dir != NULL, "--output-dir" },
 		{ c->iterations != 1, "--iterations" }, { c->warmup != 0, "--warmup" }, { c->duration != 0, "--duration" },
@@ -1101,6 +1114,10 @@ int main(int argc, char **argv)
 		return rc;
 	if (c.info)
 		return exec_info_main(&c);
+	c.argc = argc;
+	c.argv = argv;
+	if (c.train && (c.tune || c.tune_log || c.parallel))
+		return exec_tune_main(&c, long_opts);
 	if (c.train)
 		return exec_train_main(&c);
 	if ((rc = exec_store_tiers(&c, tiers, &ntiers)) != 0)

@@ -14,10 +14,10 @@
 
 #include "tools/train_progress.h"
 
-enum { F_STEP, F_LOSS, F_MEM, F_MS, F_SAMPLES, F_IO, F_GFLOPS, F_ETA, NFIELDS };
+enum { F_STEP, F_LOSS, F_VAL, F_MEM, F_MS, F_SAMPLES, F_IO, F_GFLOPS, F_ETA, NFIELDS };
 
 /* Kept first to last; display order is the enum's. */
-static const int priority[NFIELDS] = { F_STEP, F_ETA, F_LOSS, F_MEM, F_MS, F_IO, F_SAMPLES, F_GFLOPS };
+static const int priority[NFIELDS] = { F_STEP, F_ETA, F_LOSS, F_VAL, F_MEM, F_MS, F_IO, F_SAMPLES, F_GFLOPS };
 
 static double now_s(void)
 {
@@ -81,6 +81,10 @@ static void fields(const struct hp_progress *p, const struct exec_sample *x, cha
 	snprintf(f[F_STEP], 48, "%s %lld/%lld", p->unit, (long long)done, (long long)x->total);
 	if (x->has_loss)
 		snprintf(f[F_LOSS], 48, "loss %.4g", x->loss);
+	if (p->has_val && isnan(p->val_accuracy))
+		snprintf(f[F_VAL], 48, "val %.4g", p->val_loss);
+	else if (p->has_val)
+		snprintf(f[F_VAL], 48, "val %.4g %.1f%%", p->val_loss, 100 * p->val_accuracy);
 	fmt_short((double)x->resident, a, sizeof a);
 	fmt_short((double)x->budget, b, sizeof b);
 	snprintf(f[F_MEM], 48, x->budget ? "mem %s/%s" : "mem %s", a, b);
@@ -147,6 +151,11 @@ void hp_progress_step(struct hp_progress *p, const struct exec_sample *x)
 	for (int i = 1; i < x->ntiers; i++)
 		io += x->tier[i].read_per_s + x->tier[i].write_per_s;
 	p->ema_ms = first ? x->ms : 0.8 * p->ema_ms + 0.2 * x->ms;
+	if (x->has_val) {
+		p->has_val = 1;
+		p->val_loss = x->val_loss;
+		p->val_accuracy = x->val_accuracy;
+	}
 	p->ema_io = first ? io : 0.8 * p->ema_io + 0.2 * io;
 	if (!p->on || (t - p->last_draw < 0.1 && x->step + 1 < x->total))
 		return;

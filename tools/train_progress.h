@@ -16,6 +16,8 @@ struct hp_progress {
 	double ema_io;          /* smoothed lower-tier bytes/s */
 	int width;              /* columns: $COLUMNS, else the terminal's, else 80 */
 	int drawn;
+	int has_val;            /* the last validation's figures, kept between them */
+	double val_loss, val_accuracy;
 };
 
 void hp_progress_init(struct hp_progress *p, int on, const char *unit);

@@ -148,6 +148,9 @@ struct hp_trainer_opts {
 	 * HP_EUSAGE. */
 	const char *const *freeze;
 	int nfreeze;
+	/* Validation data for hp_trainer_evaluate: as data and labels (an
+	 * .npz holding x and y when val_labels is NULL); NULL: none. */
+	const char *val_data, *val_labels;
 };
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size);
@@ -220,6 +223,16 @@ int hp_trainer_param_counts(const struct hp_trainer *t, struct hp_param_counts *
  * FILE.data as external data when `external` is set or the model is too
  * large for one protobuf (> 1 GiB of weights). */
 int hp_trainer_export_onnx(struct hp_trainer *t, const char *path, int external);
+
+/* The mean loss of the current weights over opts.val_data (and for
+ * cross-entropy the share of right arg-max predictions; NaN otherwise),
+ * evaluated as inference: BatchNormalization with its running statistics,
+ * Dropout off, nothing updated.  Under a launcher every rank calls it
+ * (collective: each evaluates its share of the rows with rank 0's weights
+ * and running statistics) and gets the global figures.  HP_EUSAGE without val_data or with an
+ * output:NAME loss; HP_EDATA when the validation samples differ from the
+ * training data's. */
+int hp_trainer_evaluate(struct hp_trainer *t, double *loss, double *accuracy);
 
 #ifdef __cplusplus
 }
