@@ -127,6 +127,7 @@ void hp_tune_sample(const struct hp_tune_spec *s, struct hp_rng *r, double *u);
 /* u with every number snapped to what the flag can take (int_uniform to an
  * integer, choice to an index in range), then the values as text. */
 void hp_tune_snap(const struct hp_tune_spec *s, double *u);
+void hp_tune_fmt_double(char *buf, size_t size, double v);
 int hp_tune_format(const struct hp_tune_spec *s, const double *u, char **values);
 /* Points in the grid, and point i (last flag fastest). */
 int64_t hp_tune_grid_size(const struct hp_tune_spec *s);

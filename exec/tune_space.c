@@ -65,6 +65,18 @@ static double value_of(const struct hp_tune_param *p, double u)
 	return v < p->lo ? p->lo : v > p->hi ? p->hi : v;
 }
 
+/* The shortest %g that reads back as the same double: 0.05, not
+ * 0.050000000000000003, in logs and in the flags printed to reproduce a
+ * trial (hpdlf-exec parses either to the same value). */
+void hp_tune_fmt_double(char *buf, size_t size, double v)
+{
+	for (int prec = 15; prec <= 17; prec++) {
+		snprintf(buf, size, "%.*g", prec, v);
+		if (strtod(buf, NULL) == v)
+			return;
+	}
+}
+
 int hp_tune_format(const struct hp_tune_spec *s, const double *u, char **values)
 {
 	char buf[64];
@@ -78,7 +90,7 @@ int hp_tune_format(const struct hp_tune_spec *s, const double *u, char **values)
 				snprintf(buf, sizeof buf, "%" PRId64,
 					 (int64_t)p->lo + (int64_t)floor(u[i] * (double)int_span(p) + 0.5));
 			else
-				snprintf(buf, sizeof buf, "%.17g", value_of(p, u[i]));
+				hp_tune_fmt_double(buf, sizeof buf, value_of(p, u[i]));
 			values[i] = strdup(buf);
 		}
 		if (!values[i])

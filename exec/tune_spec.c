@@ -153,7 +153,7 @@ static int choice_text(json_object *e, const char *path, char **out)
 	if (json_object_is_type(e, json_type_int))
 		snprintf(buf, sizeof buf, "%" PRId64, json_object_get_int64(e));
 	else if (json_object_is_type(e, json_type_double) && isfinite(json_object_get_double(e)))
-		snprintf(buf, sizeof buf, "%.17g", json_object_get_double(e));
+		hp_tune_fmt_double(buf, sizeof buf, json_object_get_double(e));
 	else
 		return bad(path, "a choice is a string or a number, got %s",
 			   json_type_to_name(json_object_get_type(e)));

@@ -1,8 +1,6 @@
 /* hpdlf-exec --tune: the trial runner (tools/tune_run*.c) and the search
- * it drives.  The search API below is exec/tune_*.c's (SPEC parsing, ASHA,
- * Bayesian optimisation); until that branch is merged tools/tune_standin.c
- * implements it (random search, every trial to budget.max).  At the merge
- * this block is replaced by the search's own header. */
+ * it drives.  The search API is exec/tune_*.c's (SPEC parsing, ASHA,
+ * Bayesian optimisation), declared in exec/tune.h. */
 #ifndef HPDLF_TOOLS_TUNE_RUN_H
 #define HPDLF_TOOLS_TUNE_RUN_H
 
@@ -10,24 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-struct hp_tune;
-struct hp_tune_spec;
-int hp_tune_spec_parse(const char *json_text, struct hp_tune_spec **out);
-void hp_tune_spec_free(struct hp_tune_spec *s);
-int hp_tune_create(const struct hp_tune_spec *s, struct hp_tune **out);
-void hp_tune_free(struct hp_tune *t);
-struct hp_tune_job {
-	int trial;
-	int64_t from_step, to_step;
-	int nflags;
-	const char *const *flag_names;
-	const char *const *flag_values;
-};
-/* 1: job filled, 0: nothing now (wait for a report), 2: finished. */
-int hp_tune_next(struct hp_tune *t, struct hp_tune_job *job);
-int hp_tune_report(struct hp_tune *t, int trial, int64_t step, double metric, int failed);
-const char *hp_tune_state(const struct hp_tune *t, int trial); /* running promoted stopped done failed */
-int hp_tune_best(const struct hp_tune *t, int *trial, double *metric);
+#include "exec/tune.h"
 
 /* ---- the runner's parts ------------------------------------------------ */
 

@@ -527,7 +527,13 @@ static void test_values(void **state)
 		double lr = strtod(j.flag_values[0], &end), m;
 		long long k;
 		assert_int_equal(*end, 0);
-		snprintf(again, sizeof again, "%.17g", lr);
+		/* Canonical: the shortest of %.15g..%.17g that reads back
+		 * (0.05, not 0.050000000000000003). */
+		for (int prec = 15; prec <= 17; prec++) {
+			snprintf(again, sizeof again, "%.*g", prec, lr);
+			if (strtod(again, NULL) == lr)
+				break;
+		}
 		assert_string_equal(again, j.flag_values[0]);
 		assert_true(lr >= 1e-7 && lr <= 3.0);
 		m = strtod(j.flag_values[1], &end);
