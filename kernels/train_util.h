@@ -32,6 +32,8 @@ extern const struct hp_op tk_op_reshape_grad, tk_op_transpose_grad, tk_op_concat
 
 /* rnn_grad.c: the backward of RNN, GRU and LSTM */
 extern const struct hp_op tk_op_rnn_grad;
+/* index_grad.c: GatherElements/TopK, ScatterElements/ScatterND, Pad/Tile */
+extern const struct hp_op tk_op_gather_elements_grad, tk_op_scatter_grad, tk_op_pad_grad;
 
 /* comm_op.c: a bucket's reduction over ranks (run by the executors) */
 extern const struct hp_op tk_op_allreduce;
