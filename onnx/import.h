@@ -138,5 +138,18 @@ int imp_is_control(const Onnx__NodeProto *np);
 /* If, Loop, Scan: the chosen branch inlined or the loop unrolled into the
  * graph (their conditions and trip counts must be constants). */
 int imp_control(struct imp *im, const Onnx__NodeProto *np, const char *name);
+/* Scopes of inlined subgraphs: a name as the enclosing copies renamed it;
+ * a root scope of one's own (control_defer.c). */
+const char *imp_scope_map(const struct imp *im, const char *name);
+struct imp_scope *imp_scope_new(void);
+int imp_scope_bind(struct imp_scope *s, const char *from, const char *to);
+void imp_scope_free(struct imp_scope *s);
+/* An If or Loop whose condition or trip count is not a constant yet: a
+ * placeholder node hp_graph_infer folds later (control_defer.c). */
+int imp_defer_control(struct imp *im, const Onnx__NodeProto *np, const char *name);
+/* An importer state over an existing graph (names indexed; nothing read
+ * from a file), for folding deferred control flow; imp_detach frees it. */
+int imp_attach(struct imp *im, struct hp_graph *g);
+void imp_detach(struct imp *im);
 
 #endif
