@@ -67,4 +67,8 @@ int ad_has_rule_ext(const char *op);
  * through Identity (an exporter's merge of equal initializers). */
 int ad_untie_stats(struct hp_graph *g);
 
+/* Trainable float16/bfloat16 initializers become float32 master weights
+ * read directly instead of through their Cast (autodiff_half.c). */
+int ad_widen_half(struct hp_graph *g);
+
 #endif

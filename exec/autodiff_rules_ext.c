@@ -2,7 +2,7 @@
  * RNN, GRU, LSTM (one RNNGrad node recomputing the forward), GatherElements
  * and TopK (dY added back at the indices), ScatterElements and ScatterND
  * (data: dY with the written places zeroed; updates: dY read at them),
- * Tile, Pad (every mode) and Einsum.  Called from autodiff_rules.c's
+ * Tile, Pad (every mode), Einsum, and Cast between float32 values.  Called from autodiff_rules.c's
  * dispatch; uses only autodiff_emit.c. */
 #include <stdio.h>
 #include <string.h>
@@ -55,6 +55,15 @@ static int emit_onnx_to(struct ad *ad, const struct hp_node *n, const char *op, 
 		return 0;
 	rc = ad_emit(ad, op, 0, n->name, nin, in, 1, out, nattrs, a);
 	return rc < 0 ? rc : ad_contrib(ad, n->inputs[k], out[0]);
+}
+
+/* Cast between float32 values (a model's float16 casts are float32 ones
+ * here, onnx/half.c): the gradient passes unchanged. */
+static int r_cast(struct ad *ad, const struct hp_node *n, const int *dy)
+{
+	if (ad->g->values[n->inputs[0]].dtype != HP_F32 || ad->g->values[n->outputs[0]].dtype != HP_F32)
+		return ad_no_grad(ad, n, "only a Cast from float32 to float32 (or half precision) passes a gradient");
+	return ad_contrib(ad, n->inputs[0], dy[0]);
 }
 
 static int r_gather_elements(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -276,7 +285,7 @@ struct rule {
 static const struct rule rules[] = {
 	{ "RNN", r_rnn }, { "GRU", r_rnn }, { "LSTM", r_rnn }, { "GatherElements", r_gather_elements },
 	{ "TopK", r_topk }, { "ScatterElements", r_scatter }, { "Scatter", r_scatter }, { "ScatterND", r_scatter },
-	{ "Tile", r_tile }, { "Pad", r_pad }, { "Einsum", r_einsum },
+	{ "Tile", r_tile }, { "Pad", r_pad }, { "Einsum", r_einsum }, { "Cast", r_cast }, { "CastLike", r_cast },
 };
 
 int ad_has_rule_ext(const char *op)

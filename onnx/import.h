@@ -120,6 +120,9 @@ int imp_set_string_attr(struct imp_node *n, const char *name, const char *v);
 /* ---- half precision (half.c) ---- */
 /* float16 / bfloat16 bytes -> float32 (n elements). */
 void imp_half_to_f32(enum hp_dtype dt, const uint16_t *src, float *dst, uint64_t n);
+/* float32 -> float16 / bfloat16, rounding to nearest even (export.c: a
+ * half-precision weight trained in float32 goes back in its type). */
+void imp_f32_to_half(enum hp_dtype dt, const float *src, uint16_t *dst, uint64_t n);
 /* A Constant's or attribute tensor's half-precision data as float32, in place. */
 int imp_tensor_widen(struct imp *im, struct hp_tensor *t, const char *what);
 /* The value a node input reads for v: v itself, or for a float16/bfloat16
