@@ -59,7 +59,7 @@ static char *page(void)
 		   "only once shapes and bound inputs are (Shape -> Gather -> Equal, a scalar input\n"
 		   "given with --input) is folded during shape inference (onnx/control_defer.c);\n"
 		   "control flow decided by tensor data at run time is refused with a message naming\n"
-		   "the node.\n\n"
+		   "the node.  Training differentiates the unrolled nodes like any others.\n\n"
 		   "| Operator | Inputs | Outputs | Gradient |\n|---|---|---|---|\n", n, ngrad);
 	for (int i = 0; i < n; i++) {
 		char in[16], out[16];
