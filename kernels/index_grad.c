@@ -6,7 +6,8 @@
  *   ScatterGrad(dY, indices) -> (dData, dUpdates)   attrs mode ("elements"
  *     or "nd"), axis, reduction ("none" or "add"), updates_shape
  *     dData is dY, with the places written zeroed unless the scatter adds;
- *     dUpdates is dY read at those places.
+ *     dUpdates is dY read at those places (without add, only the update a
+ *     place keeps, the last written there, gets it; the others get 0).
  *   PadGrad(dY) -> dX    attrs x_shape, mode (constant, reflect, edge,
  *     wrap, or tile for Tile), pads (begin then end, one per dim)
  *     every element of dY added to the input element the forward copied
@@ -132,11 +133,17 @@ static int sg_prepare(struct hp_graph *g, struct hp_node *n)
 		return hp_node_error(g, n, HP_EUNSUPPORTED, "index tuples of no entries");
 	tk_set_out(g, n, 0, HP_F32, &dy->shape);
 	tk_set_out(g, n, 1, HP_F32, &us);
+	if (strcmp(red, "add")) /* which update each place keeps */
+		n->workspace = (size_t)hp_shape_numel(&dy->shape) * sizeof(int64_t);
 	return 0;
 }
 
-/* Visit every (updates element, data offset) pair of the scatter. */
-static int sg_each(const struct hp_node *n, const struct hp_kargs *a, float *dd, float *du)
+/* Every (updates element, data offset) pair of the scatter, in the forward's
+ * order.  Without `last`: dUpdates is dY at the place (reduction add).
+ * Pass 1 (record): last[offset] = the update written last there, as the
+ * forward overwrites; pass 2: only that update gets dY, and dData is zero
+ * at the places written (reduction none). */
+static int sg_each(const struct hp_node *n, const struct hp_kargs *a, int64_t *last, int record, float *dd, float *du)
 {
 	const struct hp_tensor *ix = &a->in[1], *dyt = &a->in[0];
 	const struct hp_shape *xs = &dyt->shape;
@@ -144,7 +151,7 @@ static int sg_each(const struct hp_node *n, const struct hp_kargs *a, float *dd,
 	int64_t st[HP_MAX_RANK], idx[HP_MAX_RANK] = { 0 };
 	int elements = !strcmp(hp_attr_string(n, "mode", ""), "elements");
 	int k = elements ? 0 : (int)ix->shape.dims[ix->shape.rank - 1];
-	int64_t slice = elements ? 1 : hpk_prod_dims(xs, k), cnt = hp_shape_numel(&ix->shape) / (elements || !k ? 1 : k);
+	int64_t slice = elements ? 1 : hpk_prod_dims(xs, k), cnt = hp_shape_numel(&ix->shape) / (elements ? 1 : k);
 	int64_t axis = hp_attr_int(n, "axis", 0);
 
 	axis = axis < 0 ? axis + xs->rank : axis;
@@ -155,25 +162,37 @@ static int sg_each(const struct hp_node *n, const struct hp_kargs *a, float *dd,
 		if (off < 0)
 			return hp_node_error(NULL, n, HP_EDATA, "index %" PRId64 " is out of range", t);
 		for (int64_t e = 0; e < slice; e++) {
-			if (du)
-				du[t * slice + e] = dy[off + e];
-			if (dd)
-				dd[off + e] = 0;
+			int64_t u = t * slice + e;
+			if (record)
+				last[off + e] = u;
+			else if (du)
+				du[u] = !last || last[off + e] == u ? dy[off + e] : 0;
 		}
 		if (elements)
 			hpki_next(idx, &ix->shape);
 	}
+	for (int64_t i = 0; !record && last && dd && i < hp_shape_numel(xs); i++)
+		if (last[i] >= 0)
+			dd[i] = 0;
 	return 0;
 }
 
 static int sg_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	float *dd = a->out[0].data, *du = a->nout > 1 ? a->out[1].data : NULL;
-	int add = !strcmp(hp_attr_string(n, "reduction", "none"), "add");
+	int64_t *last = NULL, len = hp_shape_numel(&a->in[0].shape);
+	int rc;
 
 	if (dd)
 		memcpy(dd, a->in[0].data, hp_tensor_bytes(&a->in[0]));
-	return sg_each(n, a, add ? NULL : dd, du);
+	if (strcmp(hp_attr_string(n, "reduction", "none"), "add")) {
+		last = a->ws;
+		for (int64_t i = 0; i < len; i++)
+			last[i] = -1;
+		if ((rc = sg_each(n, a, last, 1, NULL, NULL)) < 0)
+			return rc;
+	}
+	return sg_each(n, a, last, 0, dd, du);
 }
 
 const struct hp_op tk_op_scatter_grad = {

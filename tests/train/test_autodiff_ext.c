@@ -206,10 +206,11 @@ static void sum_into_loss(struct hp_graph *g, int n, const int *ws)
 }
 
 /* GatherElements (repeated indices: contributions add), TopK's values,
- * ScatterElements (reduction none: data and updates), ScatterND (add). */
+ * ScatterElements (reduction none, two updates to one place: the last
+ * written keeps it, the other gets no gradient), ScatterND (add). */
 static void test_index_grads(void **state)
 {
-	static const int64_t gi[8] = { 0, 2, 1, 0, 2, 2, 0, 1 }, si[4] = { 3, 0, 1, 2 }, ni[2] = { 2, 0 }, kk[1] = { 2 };
+	static const int64_t gi[8] = { 0, 2, 1, 0, 2, 2, 0, 1 }, si[4] = { 3, 3, 1, 2 }, ni[2] = { 2, 0 }, kk[1] = { 2 };
 	static const char *const ks[4] = { "K_ge", "K_tk", "K_se", "K_sn" };
 	struct hp_graph *g = hp_graph_new("index");
 	int p = param(g, "P", shp(2, 3, 4), 1, -1, 1), q = param(g, "Q", shp(2, 3, 5), 2, -1, 1);
