@@ -237,8 +237,10 @@ static int rewrite_dropout(struct ad *ad, int i)
 
 static int train_rewrite(struct ad *ad)
 {
-	int rc = ad_untie_stats(ad->g);
+	int rc = ad_widen_half(ad->g);
 
+	if (rc == 0)
+		rc = ad_untie_stats(ad->g);
 	if (rc < 0)
 		return rc;
 	for (int i = 0; i < ad->g->nnodes; i++) {

@@ -108,3 +108,41 @@ int ad_needs(const struct ad *ad, const struct hp_node *n, int i)
 {
 	return i < n->ninputs && n->inputs[i] >= 0 && n->inputs[i] < ad->nv0 && ad->need[n->inputs[i]];
 }
+
+/* Emit op with the given inputs; outputs requested for inputs `want[o]` of
+ * the forward node (-1: not requested), whose gradients they become. */
+int ad_emit_to(struct ad *ad, const struct hp_node *n, const char *op, int nin, const int *in, int nout,
+	       const int *want, int nattrs, const struct hp_attr *a)
+{
+	int out[nout + 1], rc, any = 0;
+
+	for (int o = 0; o < nout; o++) {
+		out[o] = want[o] >= 0 && ad_needs(ad, n, want[o]);
+		any |= out[o];
+	}
+	if (!any)
+		return 0;
+	rc = ad_emit(ad, op, 1, n->name, nin, in, nout, out, nattrs, a);
+	for (int o = 0; rc >= 0 && o < nout; o++)
+		if (out[o] >= 0)
+			rc = ad_contrib(ad, n->inputs[want[o]], out[o]);
+	return rc < 0 ? rc : 0;
+}
+
+/* Constant integer input as int64 (int32 converted); count or -1. */
+int ad_const_ints(const struct ad *ad, int v, int64_t *dst, int max)
+{
+	const struct hp_value *val = v >= 0 ? &ad->g->values[v] : NULL;
+	int64_t k = val ? hp_shape_numel(&val->shape) : 0;
+
+	if (!val || !val->data || (val->dtype != HP_I64 && val->dtype != HP_I32) || k > max)
+		return -1;
+	for (int64_t i = 0; i < k; i++)
+		dst[i] = val->dtype == HP_I64 ? ((const int64_t *)val->data)[i] : ((const int32_t *)val->data)[i];
+	return (int)k;
+}
+
+int ad_no_grad(struct ad *ad, const struct hp_node *n, const char *why)
+{
+	return hp_node_error(ad->g, n, HP_EUNSUPPORTED, "cannot differentiate: %s", why);
+}

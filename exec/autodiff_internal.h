@@ -41,16 +41,34 @@ int ad_needs(const struct ad *ad, const struct hp_node *n, int i);
 /* Copy an attribute of the forward node if present (for passing through). */
 int ad_copy_attr(const struct hp_node *n, const char *name, struct hp_attr *out);
 
+/* Emit internal op `op` reading in[0..nin); output o is requested when
+ * forward input want[o] (-1: none) needs a gradient, and becomes a
+ * contribution to it.  0 or an error. */
+int ad_emit_to(struct ad *ad, const struct hp_node *n, const char *op, int nin, const int *in, int nout,
+	       const int *want, int nattrs, const struct hp_attr *a);
+/* Constant integer value v as int64 (int32 converted); count or -1. */
+int ad_const_ints(const struct ad *ad, int v, int64_t *dst, int max);
+/* Refuse to differentiate node n (HP_EUNSUPPORTED naming it). */
+int ad_no_grad(struct ad *ad, const struct hp_node *n, const char *why);
+
 /* The gradient rule of forward node n (a copy: g->nodes may move while
  * emitting), given dy[o], the gradient of each output (-1: none). */
 int ad_rule(struct ad *ad, const struct hp_node *n, const int *dy);
 /* Whether ai.onnx operator `op` has a gradient rule (docs/operators.md). */
 int ad_has_rule(const char *op);
+/* The rules of autodiff_rules_ext.c (recurrent, indexing, Einsum, Pad,
+ * Tile, TopK): the rule's result, or 1 when `op` has none there. */
+int ad_rule_ext(struct ad *ad, const struct hp_node *n, const int *dy);
+int ad_has_rule_ext(const char *op);
 
 /* Give every BatchNorm running statistic storage of its own (autodiff_untie.c):
  * an Identity alias or an initializer shared with another use becomes a new
  * initializer holding the same bytes; so does a trainable parameter reached
  * through Identity (an exporter's merge of equal initializers). */
 int ad_untie_stats(struct hp_graph *g);
+
+/* Trainable float16/bfloat16 initializers become float32 master weights
+ * read directly instead of through their Cast (autodiff_half.c). */
+int ad_widen_half(struct hp_graph *g);
 
 #endif

@@ -21,26 +21,6 @@ static int in_at(const struct hp_node *n, int i)
 	return i < n->ninputs ? n->inputs[i] : -1;
 }
 
-/* Emit op with the given inputs; outputs requested for inputs `want[o]` of
- * the forward node (-1: not requested), whose gradients they become. */
-static int emit_to(struct ad *ad, const struct hp_node *n, const char *op, int nin, const int *in, int nout,
-		   const int *want, int nattrs, const struct hp_attr *a)
-{
-	int out[nout + 1], rc, any = 0;
-
-	for (int o = 0; o < nout; o++) {
-		out[o] = want[o] >= 0 && ad_needs(ad, n, want[o]);
-		any |= out[o];
-	}
-	if (!any)
-		return 0;
-	rc = ad_emit(ad, op, 1, n->name, nin, in, nout, out, nattrs, a);
-	for (int o = 0; rc >= 0 && o < nout; o++)
-		if (out[o] >= 0)
-			rc = ad_contrib(ad, n->inputs[want[o]], out[o]);
-	return rc < 0 ? rc : 0;
-}
-
 static int const_floats(const struct ad *ad, int v, float *dst, int max)
 {
 	const struct hp_value *val = v >= 0 ? &ad->g->values[v] : NULL;
@@ -50,24 +30,6 @@ static int const_floats(const struct ad *ad, int v, float *dst, int max)
 		return -1;
 	memcpy(dst, val->data, (size_t)k * sizeof *dst);
 	return (int)k;
-}
-
-/* Constant integer input as int64 (int32 converted); count or -1. */
-static int const_ints(const struct ad *ad, int v, int64_t *dst, int max)
-{
-	const struct hp_value *val = v >= 0 ? &ad->g->values[v] : NULL;
-	int64_t k = val ? hp_shape_numel(&val->shape) : 0;
-
-	if (!val || !val->data || (val->dtype != HP_I64 && val->dtype != HP_I32) || k > max)
-		return -1;
-	for (int64_t i = 0; i < k; i++)
-		dst[i] = val->dtype == HP_I64 ? ((const int64_t *)val->data)[i] : ((const int32_t *)val->data)[i];
-	return (int)k;
-}
-
-static int no_grad(struct ad *ad, const struct hp_node *n, const char *why)
-{
-	return hp_node_error(ad->g, n, HP_EUNSUPPORTED, "cannot differentiate: %s", why);
 }
 
 /* ---- elementwise ------------------------------------------------------- */
@@ -89,11 +51,11 @@ static int r_unary(struct ad *ad, const struct hp_node *n, const int *dy)
 		lim[1] = hp_attr_float(n, "max", lim[1]);
 		for (int k = 1; k < 3; k++)
 			if (in_at(n, k) >= 0 && const_floats(ad, n->inputs[k], &lim[k - 1], 1) != 1)
-				return no_grad(ad, n, "Clip bounds must be constant floats");
+				return ad_no_grad(ad, n, "Clip bounds must be constant floats");
 		a[na++] = ad_float("min", lim[0]);
 		a[na++] = ad_float("max", lim[1]);
 	}
-	return emit_to(ad, n, "UnaryGrad", 2, in, 1, want, na, a);
+	return ad_emit_to(ad, n, "UnaryGrad", 2, in, 1, want, na, a);
 }
 
 static int r_identity(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -110,7 +72,7 @@ static int r_binary(struct ad *ad, const struct hp_node *n, const int *dy)
 	struct hp_attr a[3] = { ad_str("op", op), ad_shape("a_shape", &as), ad_shape("b_shape", &bs) };
 
 	if (n->ninputs != 2)
-		return no_grad(ad, n, "only the two-input form is differentiable");
+		return ad_no_grad(ad, n, "only the two-input form is differentiable");
 	/* Add/Sub operands of the output's shape take dY itself (Sub's A too). */
 	if (linear && hp_shape_equal(&as, &ys)) {
 		if ((rc = ad_contrib(ad, n->inputs[0], dy[0])) < 0)
@@ -125,7 +87,7 @@ static int r_binary(struct ad *ad, const struct hp_node *n, const int *dy)
 	in[0] = dy[0];
 	in[1] = linear ? -1 : n->inputs[0];
 	in[2] = linear ? -1 : n->inputs[1];
-	return emit_to(ad, n, "BinaryGrad", 3, in, 2, want, 3, a);
+	return ad_emit_to(ad, n, "BinaryGrad", 3, in, 2, want, 3, a);
 }
 
 /* Sum(x1..xk) and Expand(x, shape): dY summed to each operand's shape. */
@@ -141,7 +103,7 @@ static int r_sum_like(struct ad *ad, const struct hp_node *n, const int *dy)
 		if (hp_shape_equal(&xs, &ys))
 			rc = ad_contrib(ad, n->inputs[k], dy[0]);
 		else
-			rc = emit_to(ad, n, "BinaryGrad", 1, in, 2, want, 3, a);
+			rc = ad_emit_to(ad, n, "BinaryGrad", 1, in, 2, want, 3, a);
 		if (rc < 0)
 			return rc;
 	}
@@ -154,7 +116,7 @@ static int r_where(struct ad *ad, const struct hp_node *n, const int *dy)
 	struct hp_attr a[2] = { ad_shape("a_shape", &as), ad_shape("b_shape", &bs) };
 	int in[2] = { dy[0], n->inputs[0] }, want[2] = { 1, 2 };
 
-	return emit_to(ad, n, "WhereGrad", 2, in, 2, want, 2, a);
+	return ad_emit_to(ad, n, "WhereGrad", 2, in, 2, want, 2, a);
 }
 
 static int r_dropout(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -162,7 +124,7 @@ static int r_dropout(struct ad *ad, const struct hp_node *n, const int *dy)
 	struct hp_attr a[1] = { ad_float("ratio", hp_attr_float(n, "ratio", 0.5f)) };
 	int in[2] = { dy[0], n->outputs[1] }, want[1] = { 0 };
 
-	return emit_to(ad, n, "DropoutGrad", 2, in, 1, want, 1, a);
+	return ad_emit_to(ad, n, "DropoutGrad", 2, in, 1, want, 1, a);
 }
 
 /* ---- matrix products --------------------------------------------------- */
@@ -171,7 +133,7 @@ static int r_matmul(struct ad *ad, const struct hp_node *n, const int *dy)
 {
 	int in[3] = { dy[0], n->inputs[0], n->inputs[1] }, want[2] = { 0, 1 };
 
-	return emit_to(ad, n, "MatMulGrad", 3, in, 2, want, 0, NULL);
+	return ad_emit_to(ad, n, "MatMulGrad", 3, in, 2, want, 0, NULL);
 }
 
 static int r_gemm(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -182,7 +144,7 @@ static int r_gemm(struct ad *ad, const struct hp_node *n, const int *dy)
 	int in[3] = { dy[0], n->inputs[0], n->inputs[1] }, want[2] = { 0, 1 }, rc;
 	float beta = hp_attr_float(n, "beta", 1);
 
-	if ((rc = emit_to(ad, n, "GemmGrad", 3, in, 2, want, 3, a)) < 0 || in_at(n, 2) < 0 || !ad_needs(ad, n, 2))
+	if ((rc = ad_emit_to(ad, n, "GemmGrad", 3, in, 2, want, 3, a)) < 0 || in_at(n, 2) < 0 || !ad_needs(ad, n, 2))
 		return rc;
 	struct hp_shape cs = shape_of(ad, n->inputs[2]), ys = shape_of(ad, n->outputs[0]);
 	struct hp_attr c[4] = { ad_str("op", "Add"), ad_shape("a_shape", &cs), ad_shape("b_shape", &ys),
@@ -190,7 +152,7 @@ static int r_gemm(struct ad *ad, const struct hp_node *n, const int *dy)
 	int cw[2] = { 2, -1 };
 	if (beta == 1 && hp_shape_equal(&cs, &ys))
 		return ad_contrib(ad, n->inputs[2], dy[0]);
-	return emit_to(ad, n, "BinaryGrad", 1, in, 2, cw, 4, c);
+	return ad_emit_to(ad, n, "BinaryGrad", 1, in, 2, cw, 4, c);
 }
 
 /* ---- convolution and pooling ------------------------------------------- */
@@ -211,7 +173,7 @@ static int window_of(struct ad *ad, const struct hp_node *n, const struct hp_sha
 
 	w->nsp = big->rank - 2;
 	if (w->nsp < 1 || w->nsp > 3)
-		return no_grad(ad, n, "only 1 to 3 spatial dims");
+		return ad_no_grad(ad, n, "only 1 to 3 spatial dims");
 	for (int i = 0; i < w->nsp; i++) {
 		w->k[i] = k[i];
 		w->s[i] = (m = hp_attr_ints(n, "strides", &v)) > i ? v[i] : 1;
@@ -267,7 +229,7 @@ static int r_conv(struct ad *ad, const struct hp_node *n, const int *dy)
 	a[na++] = ad_int("group", hp_attr_int(n, "group", 1));
 	a[na] = ad_shape("x_shape", &xs);
 	int din[2] = { dy[0], n->inputs[1] }, dwant[1] = { 0 };
-	if ((rc = emit_to(ad, n, transpose ? "ConvTransposeGradData" : "ConvGradData", 2, din, 1, dwant, na + 1, a)) < 0)
+	if ((rc = ad_emit_to(ad, n, transpose ? "ConvTransposeGradData" : "ConvGradData", 2, din, 1, dwant, na + 1, a)) < 0)
 		return rc;
 	a[na] = ad_shape("kernel_shape", &ks);
 	int fin[2] = { dy[0], n->inputs[0] }, fwant[1] = { 1 };
@@ -275,10 +237,10 @@ static int r_conv(struct ad *ad, const struct hp_node *n, const int *dy)
 		fin[0] = n->inputs[0];
 		fin[1] = dy[0];
 	}
-	if ((rc = emit_to(ad, n, "ConvGradFilter", 2, fin, 1, fwant, na + 1, a)) < 0)
+	if ((rc = ad_emit_to(ad, n, "ConvGradFilter", 2, fin, 1, fwant, na + 1, a)) < 0)
 		return rc;
 	int bwant[1] = { 2 };
-	return in_at(n, 2) >= 0 ? emit_to(ad, n, "BiasGrad", 1, dy, 1, bwant, 0, NULL) : 0;
+	return in_at(n, 2) >= 0 ? ad_emit_to(ad, n, "BiasGrad", 1, dy, 1, bwant, 0, NULL) : 0;
 }
 
 static int r_pool(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -294,7 +256,7 @@ static int r_pool(struct ad *ad, const struct hp_node *n, const int *dy)
 	else if (hp_attr_ints(n, "kernel_shape", &kv) == ks.rank)
 		memcpy(ks.dims, kv, (size_t)ks.rank * sizeof ks.dims[0]);
 	else
-		return no_grad(ad, n, "kernel_shape missing");
+		return ad_no_grad(ad, n, "kernel_shape missing");
 	if (global) {
 		w.nsp = ks.rank;
 		for (int i = 0; i < w.nsp; i++) {
@@ -308,12 +270,12 @@ static int r_pool(struct ad *ad, const struct hp_node *n, const int *dy)
 	a[na++] = ad_shape("kernel_shape", &ks);
 	if (max) {
 		int in[2] = { dy[0], n->inputs[0] }, want[1] = { 0 };
-		return emit_to(ad, n, "MaxPoolGrad", 2, in, 1, want, na, a);
+		return ad_emit_to(ad, n, "MaxPoolGrad", 2, in, 1, want, na, a);
 	}
 	int want[1] = { 0 };
 	a[na++] = ad_shape("x_shape", &xs);
 	a[na++] = ad_int("count_include_pad", hp_attr_int(n, "count_include_pad", 0));
-	return emit_to(ad, n, "AveragePoolGrad", 1, dy, 1, want, na, a);
+	return ad_emit_to(ad, n, "AveragePoolGrad", 1, dy, 1, want, na, a);
 }
 
 /* ---- normalization and softmax ----------------------------------------- */
@@ -327,7 +289,7 @@ static int r_norm(struct ad *ad, const struct hp_node *n, const int *dy)
 	a[na++] = ad_float("epsilon", hp_attr_float(n, "epsilon", 1e-5f));
 	if (!bn)
 		a[na++] = ad_int("axis", hp_attr_int(n, "axis", -1));
-	return emit_to(ad, n, bn ? "BatchNormGrad" : "LayerNormGrad", 3, in, 3, want, na, a);
+	return ad_emit_to(ad, n, bn ? "BatchNormGrad" : "LayerNormGrad", 3, in, 3, want, na, a);
 }
 
 static int r_softmax(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -335,7 +297,7 @@ static int r_softmax(struct ad *ad, const struct hp_node *n, const int *dy)
 	int legacy = ad->g->opset < 13, in[2] = { dy[0], n->outputs[0] }, want[1] = { 0 };
 	struct hp_attr a[2] = { ad_int("axis", hp_attr_int(n, "axis", legacy ? 1 : -1)), ad_int("flatten", legacy) };
 
-	return emit_to(ad, n, strcmp(n->op_type, "Softmax") ? "LogSoftmaxGrad" : "SoftmaxGrad", 2, in, 1, want, 2, a);
+	return ad_emit_to(ad, n, strcmp(n->op_type, "Softmax") ? "LogSoftmaxGrad" : "SoftmaxGrad", 2, in, 1, want, 2, a);
 }
 
 /* NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss: LossGrad recomputes
@@ -346,12 +308,12 @@ static int r_loss(struct ad *ad, const struct hp_node *n, const int *dy)
 	int na = 1, in[4] = { dy[0], n->inputs[0], n->inputs[1], in_at(n, 2) }, want[1] = { 0 };
 
 	if (n->noutputs > 1 && dy[1] >= 0)
-		return no_grad(ad, n, "log_prob output on the gradient path");
+		return ad_no_grad(ad, n, "log_prob output on the gradient path");
 	na += ad_copy_attr(n, "reduction", &a[na]);
 	na += ad_copy_attr(n, "ignore_index", &a[na]);
 	if (dy[0] < 0)
 		return 0;
-	return emit_to(ad, n, "LossGrad", in[3] >= 0 ? 4 : 3, in, 1, want, na, a);
+	return ad_emit_to(ad, n, "LossGrad", in[3] >= 0 ? 4 : 3, in, 1, want, na, a);
 }
 
 /* CumSum: the reversed cumulative sum of dY (exclusive stays exclusive). */
@@ -375,7 +337,7 @@ static int r_depth_space(struct ad *ad, const struct hp_node *n, const int *dy)
 	struct hp_attr a[1] = { ad_int("blocksize", hp_attr_int(n, "blocksize", 0)) };
 
 	if (d2s && strcmp(hp_attr_string(n, "mode", "DCR"), "DCR"))
-		return no_grad(ad, n, "only mode DCR is differentiable (CRD has no inverse operator)");
+		return ad_no_grad(ad, n, "only mode DCR is differentiable (CRD has no inverse operator)");
 	if (!out[0])
 		return 0;
 	rc = ad_emit(ad, d2s ? "SpaceToDepth" : "DepthToSpace", 0, n->name, 1, dy, 1, out, 1, a);
@@ -389,7 +351,7 @@ static int r_lrn(struct ad *ad, const struct hp_node *n, const int *dy)
 
 	for (int k = 0; k < 4; k++)
 		na += ad_copy_attr(n, (const char *[]){ "size", "alpha", "beta", "bias" }[k], &a[na]);
-	return emit_to(ad, n, "LRNGrad", 2, in, 1, want, na, a);
+	return ad_emit_to(ad, n, "LRNGrad", 2, in, 1, want, na, a);
 }
 
 /* GroupNormalization, and InstanceNormalization as C groups of one channel. */
@@ -400,7 +362,7 @@ static int r_group_norm(struct ad *ad, const struct hp_node *n, const int *dy)
 	struct hp_attr a[2] = { ad_int("num_groups", inst ? shape_of(ad, n->inputs[0]).dims[1] : hp_attr_int(n, "num_groups", 0)),
 				ad_float("epsilon", hp_attr_float(n, "epsilon", 1e-5f)) };
 
-	return emit_to(ad, n, "GroupNormGrad", 3, in, 3, want, 2, a);
+	return ad_emit_to(ad, n, "GroupNormGrad", 3, in, 3, want, 2, a);
 }
 
 /* ---- shape ops --------------------------------------------------------- */
@@ -411,7 +373,7 @@ static int r_reshape(struct ad *ad, const struct hp_node *n, const int *dy)
 	struct hp_attr a[1] = { ad_shape("shape", &xs) };
 	int want[1] = { 0 };
 
-	return emit_to(ad, n, "ReshapeGrad", 1, dy, 1, want, 1, a);
+	return ad_emit_to(ad, n, "ReshapeGrad", 1, dy, 1, want, 1, a);
 }
 
 static int r_transpose(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -426,7 +388,7 @@ static int r_transpose(struct ad *ad, const struct hp_node *n, const int *dy)
 		for (int i = 0; i < r; i++)
 			perm[i] = r - 1 - i;
 	struct hp_attr a[1] = { ad_ints("perm", r, perm) };
-	return emit_to(ad, n, "TransposeGrad", 1, dy, 1, want, 1, a);
+	return ad_emit_to(ad, n, "TransposeGrad", 1, dy, 1, want, 1, a);
 }
 
 static int r_concat(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -440,7 +402,7 @@ static int r_concat(struct ad *ad, const struct hp_node *n, const int *dy)
 		want[k] = k;
 	}
 	struct hp_attr a[2] = { ad_int("axis", axis), ad_ints("sizes", n->ninputs, sizes) };
-	return emit_to(ad, n, "ConcatGrad", 1, dy, n->ninputs, want, 2, a);
+	return ad_emit_to(ad, n, "ConcatGrad", 1, dy, n->ninputs, want, 2, a);
 }
 
 static int r_split(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -452,11 +414,11 @@ static int r_split(struct ad *ad, const struct hp_node *n, const int *dy)
 	axis = axis < 0 ? axis + xs.rank : axis;
 	for (int k = 0; k < n->noutputs; k++) {
 		if (n->outputs[k] < 0)
-			return no_grad(ad, n, "omitted Split outputs");
+			return ad_no_grad(ad, n, "omitted Split outputs");
 		sizes[k] = shape_of(ad, n->outputs[k]).dims[axis];
 	}
 	struct hp_attr a[3] = { ad_int("axis", axis), ad_ints("sizes", n->noutputs, sizes), ad_shape("x_shape", &xs) };
-	return emit_to(ad, n, "SplitGrad", n->noutputs, dy, 1, want, 3, a);
+	return ad_emit_to(ad, n, "SplitGrad", n->noutputs, dy, 1, want, 3, a);
 }
 
 static int r_slice(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -468,13 +430,13 @@ static int r_slice(struct ad *ad, const struct hp_node *n, const int *dy)
 	struct hp_attr a[5] = { ad_shape("x_shape", &xs) };
 
 	for (int i = 0; i < 4; i++) {
-		k[i] = in_at(n, i + 1) >= 0 ? const_ints(ad, n->inputs[i + 1], v[i], HP_MAX_RANK) : -2;
+		k[i] = in_at(n, i + 1) >= 0 ? ad_const_ints(ad, n->inputs[i + 1], v[i], HP_MAX_RANK) : -2;
 		if (k[i] == -1 || (i < 2 && k[i] < 0))
-			return no_grad(ad, n, "Slice parameters must be constant");
+			return ad_no_grad(ad, n, "Slice parameters must be constant");
 		if (k[i] >= 0)
 			a[na++] = ad_ints(names[i], k[i], v[i]);
 	}
-	return emit_to(ad, n, "SliceGrad", 1, dy, 1, want, na, a);
+	return ad_emit_to(ad, n, "SliceGrad", 1, dy, 1, want, na, a);
 }
 
 static int r_gather(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -483,7 +445,7 @@ static int r_gather(struct ad *ad, const struct hp_node *n, const int *dy)
 	struct hp_attr a[2] = { ad_int("axis", hp_attr_int(n, "axis", 0)), ad_shape("x_shape", &xs) };
 	int in[2] = { dy[0], n->inputs[1] }, want[1] = { 0 };
 
-	return emit_to(ad, n, "GatherGrad", 2, in, 1, want, 2, a);
+	return ad_emit_to(ad, n, "GatherGrad", 2, in, 1, want, 2, a);
 }
 
 static int r_reduce(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -494,8 +456,8 @@ static int r_reduce(struct ad *ad, const struct hp_node *n, const int *dy)
 	int na = -1, want[1] = { 0 }, nattr = 2;
 	float scale = 1;
 
-	if (in_at(n, 1) >= 0 && (na = const_ints(ad, n->inputs[1], axes, HP_MAX_RANK)) < 0)
-		return no_grad(ad, n, "axes must be constant");
+	if (in_at(n, 1) >= 0 && (na = ad_const_ints(ad, n->inputs[1], axes, HP_MAX_RANK)) < 0)
+		return ad_no_grad(ad, n, "axes must be constant");
 	if (in_at(n, 1) < 0 && (na = hp_attr_ints(n, "axes", &av)) >= 0)
 		memcpy(axes, av, (size_t)na * sizeof *axes);
 	if (na == 0 && hp_attr_int(n, "noop_with_empty_axes", 0))
@@ -505,7 +467,7 @@ static int r_reduce(struct ad *ad, const struct hp_node *n, const int *dy)
 	struct hp_attr a[3] = { ad_shape("x_shape", &xs), ad_float("scale", scale) };
 	if (na > 0)
 		a[nattr++] = ad_ints("axes", na, axes);
-	return emit_to(ad, n, "ReduceGrad", 1, dy, 1, want, nattr, a);
+	return ad_emit_to(ad, n, "ReduceGrad", 1, dy, 1, want, nattr, a);
 }
 
 static int r_resize(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -522,10 +484,10 @@ static int r_resize(struct ad *ad, const struct hp_node *n, const int *dy)
 	a[na++] = ad_str("nearest_mode", up ? "floor" : hp_attr_string(n, "nearest_mode", "round_prefer_floor"));
 	if (in_at(n, si) >= 0 && hp_shape_numel(&ad->g->values[n->inputs[si]].shape) > 0) {
 		if ((k = const_floats(ad, n->inputs[si], sc, HP_MAX_RANK)) < 0)
-			return no_grad(ad, n, "scales must be constant");
+			return ad_no_grad(ad, n, "scales must be constant");
 		a[na++] = (struct hp_attr){ .name = "scales", .type = HP_ATTR_FLOATS, .n = k, .floats = sc };
 	}
-	return emit_to(ad, n, "ResizeGrad", 1, dy, 1, want, na, a);
+	return ad_emit_to(ad, n, "ResizeGrad", 1, dy, 1, want, na, a);
 }
 
 /* ---- dispatch ---------------------------------------------------------- */
@@ -565,7 +527,7 @@ static const struct rule rules[] = {
 int ad_has_rule(const char *op)
 {
 	/* training rewrites these into BatchNormTrain / DropoutTrain, which have rules */
-	if (!strcmp(op, "BatchNormalization") || !strcmp(op, "Dropout"))
+	if (!strcmp(op, "BatchNormalization") || !strcmp(op, "Dropout") || ad_has_rule_ext(op))
 		return 1;
 	for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
 		if (!strcmp(rules[i].op, op))
@@ -575,10 +537,10 @@ int ad_has_rule(const char *op)
 
 int ad_rule(struct ad *ad, const struct hp_node *n, const int *dy)
 {
-	int internal = !strcmp(n->domain, "ai.hpdlf");
+	int internal = !strcmp(n->domain, "ai.hpdlf"), rc;
 
 	if (n->domain[0] && strcmp(n->domain, "ai.onnx") && !internal)
-		return no_grad(ad, n, "operator domain has no gradients");
+		return ad_no_grad(ad, n, "operator domain has no gradients");
 	for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
 		if (!strcmp(rules[i].op, n->op_type)) {
 			int is_internal_op = !strcmp(n->op_type, "BatchNormTrain") || !strcmp(n->op_type, "DropoutTrain");
@@ -586,5 +548,7 @@ int ad_rule(struct ad *ad, const struct hp_node *n, const int *dy)
 				break;
 			return rules[i].fn(ad, n, dy);
 		}
-	return no_grad(ad, n, "no gradient rule for this operator");
+	if (!internal && (rc = ad_rule_ext(ad, n, dy)) != 1)
+		return rc;
+	return ad_no_grad(ad, n, "no gradient rule for this operator");
 }

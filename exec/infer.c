@@ -11,6 +11,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/graph.h"
 #include "hpdlf/kernels.h"
+#include "onnx/control.h"
 
 /* Folded results larger than this stay run-time work: folding is for shape
  * arithmetic and small constants, not for precomputing weights in DRAM. */
@@ -224,8 +225,16 @@ int hp_graph_infer(struct hp_graph *g)
 		}
 	}
 	for (int i = 0; i < g->nnodes; i++) {
-		int rc = infer_node(g, &g->nodes[i]);
-		if (rc < 0)
+		/* If/Loop deferred by the importer fold once what precedes them
+		 * has; the graph is re-sorted, so inference starts over (it is
+		 * idempotent on the nodes done) */
+		if (imp_is_deferred(&g->nodes[i]) && (rc = imp_expand_deferred(g, i)) != 0) {
+			if (rc < 0)
+				return rc;
+			i = -1;
+			continue;
+		}
+		if ((rc = infer_node(g, &g->nodes[i])) < 0)
 			return rc;
 	}
 	return 0;

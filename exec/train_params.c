@@ -106,7 +106,8 @@ static int promote(struct hp_graph *g, int64_t *count)
 
 static int is_param(const struct hp_value *v)
 {
-	return v->kind == HP_VALUE_INITIALIZER && v->dtype == HP_F32 && v->trainable && v->next < 0;
+	return v->kind == HP_VALUE_INITIALIZER && (v->dtype == HP_F32 || v->dtype == HP_F16 || v->dtype == HP_BF16) &&
+	       v->trainable && v->next < 0; /* half: trained in float32 (exec/autodiff_half.c) */
 }
 
 /* BatchNorm's running statistics are state, not parameters: neither

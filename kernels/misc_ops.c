@@ -1,7 +1,8 @@
 /* Small operators: the window functions (HannWindow, HammingWindow,
  * BlackmanWindow; size must be a compile-time constant), CastLike,
  * Det (LU with partial pivoting in double), BitShift (broadcasting,
- * unsigned integers) and MelWeightMatrix. */
+ * unsigned integers) and MelWeightMatrix; the placeholders of deferred If
+ * and Loop. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -279,6 +280,31 @@ OP(op_det, "Det", 1, 1, det_prepare, det_run);
 OP(op_bitshift, "BitShift", 2, 2, bitshift_prepare, bitshift_run);
 OP(op_mel, "MelWeightMatrix", 5, 5, mel_prepare, mel_run);
 
+/* ---- deferred If / Loop (ai.hpdlf) -------------------------------------------
+ * The importer's placeholder for control flow decided at shape inference
+ * (onnx/control_defer.c); hp_graph_infer folds it when its condition or trip
+ * count is known.  Reaching prepare means it is not: refused with the reason. */
+
+static int deferred_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	int cond = !strcmp(n->op_type, "If");
+	int trip = !cond && n->ninputs > 0 && n->inputs[0] >= 0 && !g->values[n->inputs[0]].data;
+
+	return hp_error(HP_EUNSUPPORTED, "%s: %s '%s': the %s is computed at run time; hpdlf needs it constant (it %s)",
+			g->path, n->op_type, n->name, trip ? "trip count" : "condition",
+			cond ? "inlines the subgraph of the branch taken" : "unrolls the loop body subgraph");
+}
+
+static const struct hp_op op_deferred_if = {
+	.domain = "ai.hpdlf", .name = "If", .min_inputs = 1, .max_inputs = 1 << 20, .min_outputs = 0,
+	.max_outputs = 1 << 20, .prepare = deferred_prepare, .run = NULL,
+};
+static const struct hp_op op_deferred_loop = {
+	.domain = "ai.hpdlf", .name = "Loop", .min_inputs = 0, .max_inputs = 1 << 20, .min_outputs = 0,
+	.max_outputs = 1 << 20, .prepare = deferred_prepare, .run = NULL,
+};
+
 const struct hp_op *const hp_ops_misc[] = {
-	&op_hann, &op_hamming, &op_blackman, &op_castlike, &op_det, &op_bitshift, &op_mel, NULL,
+	&op_hann, &op_hamming, &op_blackman, &op_castlike, &op_det, &op_bitshift, &op_mel,
+	&op_deferred_if, &op_deferred_loop, NULL,
 };

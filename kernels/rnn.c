@@ -7,7 +7,7 @@
  * X_t W^T + H_{t-1} R^T + Wb + Rb per gate in double, in a fixed order.
  * Batch entries past their sequence length keep their state and output
  * zeros, as ONNX's reference does.  Gate order: GRU z, r, h; LSTM i, o,
- * f, c; peepholes i, o, f.  No gradient yet: autodiff refuses these ops. */
+ * f, c; peepholes i, o, f.  The backward, RNNGrad, is rnn_grad.c. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -47,9 +47,10 @@ static int read_acts(const struct hp_graph *g, const struct hp_node *n, struct r
 	return 0;
 }
 
-static int check_input(const struct hp_graph *g, const struct hp_node *n, int i, int rank, const int64_t *dims)
+static int check_input(const struct hp_graph *g, const struct hp_node *n, int base, int i, int rank,
+		       const int64_t *dims)
 {
-	const struct hp_value *v = hpk_in(g, n, i);
+	const struct hp_value *v = hpk_in(g, n, base + i);
 
 	if (!v)
 		return 0;
@@ -68,27 +69,27 @@ static int check_input(const struct hp_graph *g, const struct hp_node *n, int i,
 }
 
 /* Shapes of W, R, B, sequence_lens, initial_h/c and P. */
-static int check_inputs(const struct hp_graph *g, const struct hp_node *n, const struct rnn_priv *p)
+static int check_inputs(const struct hp_graph *g, const struct hp_node *n, int base, const struct rnn_priv *p)
 {
 	int64_t G = p->gates, H = p->hidden, D = p->ndir;
 	int64_t w[3] = { D, G * H, p->input }, r[3] = { D, G * H, H }, b[2] = { D, 2 * G * H }, sl[1] = { p->batch };
 	int64_t h0[3] = { D, p->batch, H }, pp[2] = { D, 3 * H };
-	int rc = check_input(g, n, 1, 3, w);
+	int rc = check_input(g, n, base, 1, 3, w);
 
 	if (p->layout)
 		h0[0] = p->batch, h0[1] = D;
 	if (rc == 0)
-		rc = check_input(g, n, 2, 3, r);
+		rc = check_input(g, n, base, 2, 3, r);
 	if (rc == 0)
-		rc = check_input(g, n, 3, 2, b);
+		rc = check_input(g, n, base, 3, 2, b);
 	if (rc == 0)
-		rc = check_input(g, n, 4, 1, sl);
+		rc = check_input(g, n, base, 4, 1, sl);
 	if (rc == 0)
-		rc = check_input(g, n, 5, 3, h0);
+		rc = check_input(g, n, base, 5, 3, h0);
 	if (rc == 0 && p->gates == 4)
-		rc = check_input(g, n, 6, 3, h0);
+		rc = check_input(g, n, base, 6, 3, h0);
 	if (rc == 0 && p->gates == 4)
-		rc = check_input(g, n, 7, 2, pp);
+		rc = check_input(g, n, base, 7, 2, pp);
 	return rc;
 }
 
@@ -108,26 +109,34 @@ static int read_attrs(const struct hp_graph *g, const struct hp_node *n, struct 
 	return read_acts(g, n, p);
 }
 
-static int rnn_prepare(struct hp_graph *g, struct hp_node *n)
+int hpkr_prepare(struct hp_graph *g, struct hp_node *n, const char *op, int base, struct rnn_priv **out)
 {
-	const struct hp_value *x = hpk_in(g, n, 0), *w = hpk_in(g, n, 1);
+	const struct hp_value *x = hpk_in(g, n, base), *w = hpk_in(g, n, base + 1);
 	struct rnn_priv *p;
 	int rc;
 
 	if (!(p = calloc(1, sizeof *p)))
 		return hp_node_error(g, n, -ENOMEM, "out of memory");
-	n->priv = p;
-	p->gates = rnn_gates(n->op_type);
+	n->priv = *out = p;
+	p->gates = rnn_gates(op);
 	if ((rc = read_attrs(g, n, p)) < 0)
 		return rc;
-	if (x->dtype != HP_F32 || x->shape.rank != 3 || !w || w->shape.rank != 3)
+	if (!x || x->dtype != HP_F32 || x->shape.rank != 3 || !w || w->shape.rank != 3)
 		return hp_node_error(g, n, HP_EUNSUPPORTED, "X must be a 3-D float32 tensor and W 3-D");
 	if (p->hidden <= 0)
 		p->hidden = w->shape.dims[1] / p->gates;
 	p->seq = x->shape.dims[p->layout ? 1 : 0];
 	p->batch = x->shape.dims[p->layout ? 0 : 1];
 	p->input = x->shape.dims[2];
-	if ((rc = check_inputs(g, n, p)) < 0)
+	return check_inputs(g, n, base, p);
+}
+
+static int rnn_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	struct rnn_priv *p;
+	int rc = hpkr_prepare(g, n, n->op_type, 0, &p);
+
+	if (rc < 0)
 		return rc;
 	hpkr_set_outputs(g, n, p);
 	n->workspace = hpkr_workspace(p);

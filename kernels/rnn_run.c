@@ -26,7 +26,7 @@ int hpkr_act_parse(const char *name, struct rnn_act *a)
 	return -1;
 }
 
-static double act(const struct rnn_act *a, double x)
+double hpkr_act(const struct rnn_act *a, double x)
 {
 	switch (a->kind) {
 	case AK_RELU: return x > 0 ? x : 0;
@@ -40,6 +40,25 @@ static double act(const struct rnn_act *a, double x)
 	case AK_ELU: return x >= 0 ? x : a->alpha * (exp(x) - 1);
 	case AK_SOFTSIGN: return x / (1 + fabs(x));
 	default: return log1p(exp(x));
+	}
+}
+
+double hpkr_dact(const struct rnn_act *a, double x)
+{
+	double t, s, v;
+
+	switch (a->kind) {
+	case AK_RELU: return x > 0;
+	case AK_TANH: t = tanh(x); return 1 - t * t;
+	case AK_SIGMOID: s = 1 / (1 + exp(-x)); return s * (1 - s);
+	case AK_AFFINE: return a->alpha;
+	case AK_LEAKY: return x >= 0 ? 1 : a->alpha;
+	case AK_THR: return x > a->alpha;
+	case AK_SCALED_TANH: t = tanh(a->beta * x); return a->alpha * a->beta * (1 - t * t);
+	case AK_HARDSIG: v = a->alpha * x + a->beta; return v > 0 && v < 1 ? a->alpha : 0;
+	case AK_ELU: return x >= 0 ? 1 : a->alpha * exp(x);
+	case AK_SOFTSIGN: return 1 / ((1 + fabs(x)) * (1 + fabs(x)));
+	default: return 1 / (1 + exp(-x));
 	}
 }
 
@@ -97,7 +116,7 @@ static void gate_parts(const struct rnn_dir *d, const float *xt, const float *h)
 static void step_rnn(const struct rnn_dir *d, float *h)
 {
 	for (int64_t j = 0; j < d->p->hidden; j++)
-		d->nh[j] = act(&d->f[0], clipv(d->p, d->xp[j] + d->hp[j]));
+		d->nh[j] = hpkr_act(&d->f[0], clipv(d->p, d->xp[j] + d->hp[j]));
 	for (int64_t j = 0; j < d->p->hidden; j++)
 		h[j] = (float)d->nh[j];
 }
@@ -110,9 +129,9 @@ static void step_gru(const struct rnn_dir *d, float *h)
 	double *r = d->xp + H; /* the reset gate replaces its x-part */
 
 	for (int64_t j = 0; j < H; j++)
-		r[j] = act(&d->f[0], clipv(p, d->xp[H + j] + d->hp[H + j]));
+		r[j] = hpkr_act(&d->f[0], clipv(p, d->xp[H + j] + d->hp[H + j]));
 	for (int64_t j = 0; j < H; j++) {
-		double z = act(&d->f[0], clipv(p, d->xp[j] + d->hp[j])), hh;
+		double z = hpkr_act(&d->f[0], clipv(p, d->xp[j] + d->hp[j])), hh;
 		if (p->lbr)
 			hh = d->xp[2 * H + j] + r[j] * d->hp[2 * H + j];
 		else { /* (r . h) R_h^T + Rb_h */
@@ -120,7 +139,7 @@ static void step_gru(const struct rnn_dir *d, float *h)
 			for (int64_t i = 0; i < H; i++)
 				hh += r[i] * h[i] * d->r[(2 * H + j) * H + i];
 		}
-		hh = act(&d->f[1], clipv(p, hh));
+		hh = hpkr_act(&d->f[1], clipv(p, hh));
 		d->nh[j] = (1 - z) * hh + z * h[j];
 	}
 	for (int64_t j = 0; j < H; j++)
@@ -134,13 +153,13 @@ static void step_lstm(const struct rnn_dir *d, float *h, float *c)
 	const float *pi = d->peep, *po = d->peep ? d->peep + H : NULL, *pf = d->peep ? d->peep + 2 * H : NULL;
 
 	for (int64_t j = 0; j < H; j++) {
-		double f = act(&d->f[0], clipv(p, d->xp[2 * H + j] + d->hp[2 * H + j] + (pf ? pf[j] * c[j] : 0)));
-		double i = act(&d->f[0], clipv(p, d->xp[j] + d->hp[j] + (pi ? pi[j] * c[j] : 0)));
-		double g = act(&d->f[1], clipv(p, d->xp[3 * H + j] + d->hp[3 * H + j])), cn, o;
+		double f = hpkr_act(&d->f[0], clipv(p, d->xp[2 * H + j] + d->hp[2 * H + j] + (pf ? pf[j] * c[j] : 0)));
+		double i = hpkr_act(&d->f[0], clipv(p, d->xp[j] + d->hp[j] + (pi ? pi[j] * c[j] : 0)));
+		double g = hpkr_act(&d->f[1], clipv(p, d->xp[3 * H + j] + d->hp[3 * H + j])), cn, o;
 		i = p->input_forget ? 1 - f : i;
 		cn = f * c[j] + i * g;
-		o = act(&d->f[0], clipv(p, d->xp[H + j] + d->hp[H + j] + (po ? po[j] * cn : 0)));
-		d->nh[j] = o * act(&d->f[2], cn);
+		o = hpkr_act(&d->f[0], clipv(p, d->xp[H + j] + d->hp[H + j] + (po ? po[j] * cn : 0)));
+		d->nh[j] = o * hpkr_act(&d->f[2], cn);
 		c[j] = (float)cn;
 	}
 	for (int64_t j = 0; j < H; j++)

@@ -93,18 +93,22 @@ static int tile_prepare(struct hp_graph *g, struct hp_node *n)
 	return finish(g, n, &c, blk, x, &s);
 }
 
-enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_WRAP };
+int hpks_pad_mode(const char *m)
+{
+	return !strcmp(m, "constant") ? HPKS_PAD_CONSTANT : !strcmp(m, "reflect") ? HPKS_PAD_REFLECT
+	       : !strcmp(m, "edge") ? HPKS_PAD_EDGE : !strcmp(m, "wrap") ? HPKS_PAD_WRAP : -1;
+}
 
-static int64_t pad_src(int mode, int64_t j, int64_t dim)
+int64_t hpks_pad_src(int mode, int64_t j, int64_t dim)
 {
 	if (j >= 0 && j < dim)
 		return j;
 	switch (mode) {
-	case PAD_CONSTANT:
+	case HPKS_PAD_CONSTANT:
 		return -1;
-	case PAD_EDGE:
+	case HPKS_PAD_EDGE:
 		return j < 0 ? 0 : dim - 1;
-	case PAD_WRAP:
+	case HPKS_PAD_WRAP:
 		return ((j % dim) + dim) % dim;
 	default: {
 		int64_t per = 2 * (dim - 1);
@@ -173,8 +177,7 @@ static int pad_prepare(struct hp_graph *g, struct hp_node *n)
 	struct hpks_copy c;
 	void *blk;
 
-	mode = !strcmp(ms, "constant") ? PAD_CONSTANT : !strcmp(ms, "reflect") ? PAD_REFLECT
-		: !strcmp(ms, "edge") ? PAD_EDGE : !strcmp(ms, "wrap") ? PAD_WRAP : -1;
+	mode = hpks_pad_mode(ms);
 	if (mode < 0)
 		return hp_node_error(g, n, HP_EUNSUPPORTED, "mode '%s' is not supported", ms);
 	if ((rc = pad_params(g, n, r, pb, pe)) < 0)
@@ -187,7 +190,7 @@ static int pad_prepare(struct hp_graph *g, struct hp_node *n)
 					     (long long)pb[d], (long long)pe[d], d);
 		if (s.dims[d] < 0)
 			return hp_node_error(g, n, HP_ESHAPE, "pads make dim %d negative", d);
-		if (mode != PAD_CONSTANT && x->shape.dims[d] == 0 && s.dims[d] > 0)
+		if (mode != HPKS_PAD_CONSTANT && x->shape.dims[d] == 0 && s.dims[d] > 0)
 			return hp_node_error(g, n, HP_ESHAPE, "cannot %s-pad an empty dim %d", ms, d);
 	}
 	if (hp_shape_bytes(&s, x->dtype) == -2)
@@ -197,7 +200,7 @@ static int pad_prepare(struct hp_graph *g, struct hp_node *n)
 		return -ENOMEM;
 	for (int d = 0; d < r; d++)
 		for (int64_t i = 0; i < s.dims[d]; i++) {
-			int64_t j = pad_src(mode, i - pb[d], x->shape.dims[d]);
+			int64_t j = hpks_pad_src(mode, i - pb[d], x->shape.dims[d]);
 			c.off[d][i] = j < 0 ? -1 : j * xs[d];
 		}
 	if (r == 0)

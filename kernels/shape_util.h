@@ -82,4 +82,12 @@ void hpks_strides(const struct hp_shape *s, int64_t *st);
 /* Byte copy helper for alias ops whose output may or may not share memory. */
 void hpks_copy_bytes(void *dst, const void *src, size_t n);
 
+/* Pad's modes (shape_pad.c); HPKS_PAD_TILE only for PadGrad (Tile's backward). */
+enum { HPKS_PAD_CONSTANT, HPKS_PAD_REFLECT, HPKS_PAD_EDGE, HPKS_PAD_WRAP, HPKS_PAD_TILE };
+/* Mode named m (constant, reflect, edge, wrap), or -1. */
+int hpks_pad_mode(const char *m);
+/* Input index along a dim of size dim that Pad copies output index j (input
+ * coordinates, before the begin pad is added) from; -1 for the constant fill. */
+int64_t hpks_pad_src(int mode, int64_t j, int64_t dim);
+
 #endif

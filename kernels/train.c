@@ -582,5 +582,6 @@ const struct hp_op *const hp_ops_train[] = {
 	&tk_op_reshape_grad, &tk_op_transpose_grad, &tk_op_concat_grad, &tk_op_split_grad,
 	&tk_op_slice_grad, &tk_op_gather_grad, &tk_op_reduce_grad, &tk_op_resize_grad,
 	&tk_op_reduce_scatter, &tk_op_all_gather, &tk_op_shard_slice,
+	&tk_op_rnn_grad, &tk_op_gather_elements_grad, &tk_op_scatter_grad, &tk_op_pad_grad,
 	NULL,
 };

@@ -30,6 +30,11 @@ extern const struct hp_op tk_op_bn_train, tk_op_bn_grad, tk_op_ln_grad, tk_op_so
 extern const struct hp_op tk_op_reshape_grad, tk_op_transpose_grad, tk_op_concat_grad, tk_op_split_grad,
 	tk_op_slice_grad, tk_op_gather_grad, tk_op_reduce_grad, tk_op_resize_grad;
 
+/* rnn_grad.c: the backward of RNN, GRU and LSTM */
+extern const struct hp_op tk_op_rnn_grad;
+/* index_grad.c: GatherElements/TopK, ScatterElements/ScatterND, Pad/Tile */
+extern const struct hp_op tk_op_gather_elements_grad, tk_op_scatter_grad, tk_op_pad_grad;
+
 /* comm_op.c: a bucket's reduction over ranks (run by the executors) */
 extern const struct hp_op tk_op_allreduce;
 /* comm_shard_op.c: the collectives and slices of --shard (run by the executors) */

@@ -8,9 +8,10 @@
  * the declared size of its scan inputs.  Each inlined copy's local names get
  * a fresh prefix; names a subgraph does not define are outer-scope
  * references, looked up through the enclosing copies' names (a scope chain,
- * so nested control flow sees its parents' renamed values).  Anything that
- * would need the decision at run time is refused with one error naming the
- * node and the reason.
+ * so nested control flow sees its parents' renamed values).  An If or Loop
+ * whose condition or trip count is not known yet is deferred to shape
+ * inference (control_defer.c); what would need the decision at run time is
+ * refused then, with one error naming the node and the reason.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -73,6 +74,28 @@ static void scope_free(struct imp_scope *s)
 	}
 	free(s->from);
 	free(s->to);
+}
+
+const char *imp_scope_map(const struct imp *im, const char *name)
+{
+	return scope_map(im->scope, name);
+}
+
+struct imp_scope *imp_scope_new(void)
+{
+	return calloc(1, sizeof(struct imp_scope));
+}
+
+int imp_scope_bind(struct imp_scope *s, const char *from, const char *to)
+{
+	return scope_put(s, from, to);
+}
+
+void imp_scope_free(struct imp_scope *s)
+{
+	if (s)
+		scope_free(s);
+	free(s);
 }
 
 /* ---- constants ------------------------------------------------------------ */
@@ -383,8 +406,7 @@ static int do_if(struct imp *im, const Onnx__NodeProto *np, const char *name)
 	int *outs, rc;
 
 	if (!const_scalar(im->g, node_input(im, np, 0), &c))
-		return hp_error(HP_EUNSUPPORTED, "%s: If '%s': the condition is computed at run time; hpdlf needs it constant (it inlines the subgraph of the branch taken)",
-				im->g->path, name);
+		return imp_defer_control(im, np, name); /* hp_graph_infer may know it */
 	br = graph_attr(np, c ? "then_branch" : "else_branch");
 	if (!br || br->n_output != np->n_output)
 		return hp_error(HP_EMODEL, "%s: If '%s': the %s branch is missing or has %zu outputs, not %zu", im->g->path,
@@ -496,19 +518,16 @@ static int too_long(struct imp *im, const char *what, const char *name, int64_t 
 			im->g->path, what, name, n, body->n_node, MAX_UNROLLED_NODES);
 }
 
-/* Loop's trip count and first condition, both constants (or absent). */
+/* Loop's trip count and first condition, both constants (or absent);
+ * 1 when one is not known yet. */
 static int loop_bounds(struct imp *im, const Onnx__NodeProto *np, const char *name, int64_t *trip, int64_t *cond)
 {
 	int m = node_input(im, np, 0), c = node_input(im, np, 1);
 
 	*trip = -1;
 	*cond = 1;
-	if (m >= 0 && !const_scalar(im->g, m, trip))
-		return hp_error(HP_EUNSUPPORTED, "%s: Loop '%s': the trip count is computed at run time; hpdlf needs it constant (it unrolls the loop body subgraph)",
-				im->g->path, name);
-	if (c >= 0 && !const_scalar(im->g, c, cond))
-		return hp_error(HP_EUNSUPPORTED, "%s: Loop '%s': the condition is computed at run time; hpdlf needs it constant (it unrolls the loop body subgraph)",
-				im->g->path, name);
+	if ((m >= 0 && !const_scalar(im->g, m, trip)) || (c >= 0 && !const_scalar(im->g, c, cond)))
+		return 1; /* decided when hp_graph_infer knows them */
 	if (m < 0 && c < 0)
 		return hp_error(HP_EUNSUPPORTED, "%s: Loop '%s': neither a trip count nor a condition: the loop never ends",
 				im->g->path, name);
@@ -546,8 +565,8 @@ static int do_loop(struct imp *im, const Onnx__NodeProto *np, const char *name)
 	    np->n_output != body->n_output - 1)
 		return hp_error(HP_EMODEL, "%s: Loop '%s': the body's inputs and outputs do not match the node's", im->g->path,
 				name);
-	if ((rc = loop_bounds(im, np, name, &trip, &cond)) < 0)
-		return rc;
+	if ((rc = loop_bounds(im, np, name, &trip, &cond)) != 0)
+		return rc < 0 ? rc : imp_defer_control(im, np, name);
 	rc = unroll_init(im, &u, name, body, ncarry, (int)body->n_output - 1 - ncarry);
 	for (int i = 0; rc == 0 && i < ncarry; i++)
 		if ((u.carry[i] = imp_find(im, np->input[2 + i])) < 0)

@@ -23,6 +23,7 @@
 
 #include "hpdlf/error.h"
 #include "onnx/export.h"
+#include "onnx/import.h"
 #include "onnx/wire.h"
 
 #define EX_PIECE (4u << 20)
@@ -37,7 +38,8 @@ struct ex {
 	char *data_name;            /* location written in the model */
 	uint64_t data_off;
 	unsigned char *buf;
-	char *in_model;             /* per value: an initializer of the original graph */
+	char *in_model;             /* per value: an initializer of the original graph
+				     * (1 + its declared ONNX data type) */
 	int err;
 };
 
@@ -81,6 +83,25 @@ static size_t len_field(uint32_t num, size_t len)
 static uint64_t vbytes(const struct hp_value *v)
 {
 	struct hp_tensor t = { .dtype = v->dtype, .shape = v->shape };
+
+	return hp_tensor_bytes(&t);
+}
+
+/* The type value v is written in: its own, except that a float16/bfloat16
+ * weight of the model trained as float32 (exec/autodiff_half.c) goes back
+ * in its declared type. */
+static enum hp_dtype out_dtype(const struct ex *e, int v)
+{
+	int decl = e->in_model[v] ? e->in_model[v] - 1 : 0;
+
+	if (e->g->values[v].dtype == HP_F32 && (decl == HP_F16 || decl == HP_BF16))
+		return (enum hp_dtype)decl;
+	return e->g->values[v].dtype;
+}
+
+static uint64_t obytes(const struct ex *e, int v)
+{
+	struct hp_tensor t = { .dtype = out_dtype(e, v), .shape = e->g->values[v].shape };
 
 	return hp_tensor_bytes(&t);
 }
@@ -131,11 +152,11 @@ static size_t entry_len(const char *k, const char *v)
 static size_t tensor_len(const struct ex *e, int v, uint64_t off)
 {
 	const struct hp_value *val = &e->g->values[v];
-	size_t n = 0, bytes = vbytes(val);
+	size_t n = 0, bytes = obytes(e, v);
 
 	for (int i = 0; i < val->shape.rank; i++)
 		n += 1 + varint_len((uint64_t)val->shape.dims[i]);
-	n += 1 + varint_len((uint64_t)val->dtype) + len_field(8, strlen(val->name));
+	n += 1 + varint_len((uint64_t)out_dtype(e, v)) + len_field(8, strlen(val->name));
 	if (!e->data)
 		return n + len_field(9, bytes);
 	n += len_field(13, entry_len("location", e->data_name)) + len_field(13, entry_len("offset", dec(off)));
@@ -151,11 +172,33 @@ static void put_entry(struct ex *e, const char *k, const char *v)
 	put_bytes(e, 2, v, strlen(v));
 }
 
+/* A float32 value written as float16/bfloat16, in pieces. */
+static int copy_narrowed(struct ex *e, int v, FILE *f)
+{
+	uint64_t n = vbytes(&e->g->values[v]);
+	uint16_t *h = malloc(EX_PIECE / 2);
+	int rc = h ? 0 : hp_error(-ENOMEM, "out of memory");
+
+	for (uint64_t at = 0; rc == 0 && at < n;) {
+		size_t len = n - at < EX_PIECE ? (size_t)(n - at) : EX_PIECE;
+		if ((rc = e->x->read(e->x->arg, v, at, len, e->buf)) < 0)
+			break;
+		imp_f32_to_half(out_dtype(e, v), (const float *)e->buf, h, len / 4);
+		if (fwrite(h, 2, len / 4, f) != len / 4)
+			rc = hp_error(-EIO, "%s: write failed", e->path);
+		at += len;
+	}
+	free(h);
+	return rc;
+}
+
 /* The value's bytes from the session into f, in pieces. */
 static int copy_value(struct ex *e, int v, FILE *f)
 {
 	uint64_t n = vbytes(&e->g->values[v]);
 
+	if (out_dtype(e, v) != e->g->values[v].dtype)
+		return copy_narrowed(e, v, f);
 	for (uint64_t at = 0; at < n;) {
 		size_t len = n - at < EX_PIECE ? (size_t)(n - at) : EX_PIECE;
 		int rc = e->x->read(e->x->arg, v, at, len, e->buf);
@@ -171,7 +214,7 @@ static int copy_value(struct ex *e, int v, FILE *f)
 static int put_tensor(struct ex *e, int v)
 {
 	const struct hp_value *val = &e->g->values[v];
-	uint64_t bytes = vbytes(val), off = (e->data_off + 4095) / 4096 * 4096;
+	uint64_t bytes = obytes(e, v), off = (e->data_off + 4095) / 4096 * 4096;
 
 	put_key(e, 5, PB_LEN);
 	put_varint(e, tensor_len(e, v, off));
@@ -180,7 +223,7 @@ static int put_tensor(struct ex *e, int v)
 		put_varint(e, (uint64_t)val->shape.dims[i]);
 	}
 	put_key(e, 2, PB_VARINT);
-	put_varint(e, (uint64_t)val->dtype);
+	put_varint(e, (uint64_t)out_dtype(e, v));
 	put_bytes(e, 8, val->name, strlen(val->name));
 	if (!e->data) {
 		put_key(e, 9, PB_LEN);
@@ -291,7 +334,7 @@ static int new_tensors(struct ex *e, int write, uint64_t *off, uint64_t *n)
 		if (write && (rc = put_tensor(e, v)) < 0)
 			return rc;
 		*n += len_field(5, tensor_len(e, v, *off));
-		*off = (*off + vbytes(&g->values[v]) + 4095) / 4096 * 4096;
+		*off = (*off + obytes(e, v) + 4095) / 4096 * 4096;
 	}
 	return 0;
 }
@@ -330,7 +373,7 @@ static int graph_pass(struct ex *e, const uint8_t *gp, size_t len, int write, ui
 		if (write && (rc = put_tensor(e, v)) < 0)
 			return rc;
 		n += len_field(5, tensor_len(e, v, off));
-		off = (off + vbytes(&e->g->values[v]) + 4095) / 4096 * 4096;
+		off = (off + obytes(e, v) + 4095) / 4096 * 4096;
 	}
 	if (rc < 0)
 		return hp_error(HP_EMODEL, "%s: malformed graph", e->x->model);
@@ -340,7 +383,7 @@ static int graph_pass(struct ex *e, const uint8_t *gp, size_t len, int write, ui
 	return 0;
 }
 
-/* Which values the original graph holds as initializers. */
+/* Which values the original graph holds as initializers, and their types. */
 static int mark_in_model(struct ex *e, const uint8_t *gp, size_t len)
 {
 	struct pb_reader r = { gp, gp + len }, t;
@@ -349,14 +392,16 @@ static int mark_in_model(struct ex *e, const uint8_t *gp, size_t len)
 	while (pb_next(&r, &f) == 1) {
 		if (f.num != 5 || f.wt != PB_LEN)
 			continue;
+		int v = -1, dt = 0;
 		t = (struct pb_reader){ f.data, f.data + f.len };
-		while (pb_next(&t, &tf) == 1)
-			if (tf.num == 8 && tf.wt == PB_LEN) {
-				int v = name_value(e->g, tf.data, tf.len);
-				if (v >= 0)
-					e->in_model[v] = 1;
-				break;
-			}
+		while (pb_next(&t, &tf) == 1) {
+			if (tf.num == 8 && tf.wt == PB_LEN)
+				v = name_value(e->g, tf.data, tf.len);
+			if (tf.num == 2 && tf.wt == PB_VARINT && tf.v < 100)
+				dt = (int)tf.v;
+		}
+		if (v >= 0)
+			e->in_model[v] = (char)(1 + dt);
 	}
 	return 0;
 }

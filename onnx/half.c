@@ -48,6 +48,52 @@ void imp_half_to_f32(enum hp_dtype dt, const uint16_t *src, float *dst, uint64_t
 	}
 }
 
+/* float32 -> float16, rounding to nearest even (overflow to infinity). */
+static uint16_t f32_to_f16(float f)
+{
+	uint32_t x, m, h, rem, mid, sign;
+	int32_t e;
+
+	memcpy(&x, &f, 4);
+	sign = (x >> 16) & 0x8000;
+	e = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+	m = x & 0x7fffff;
+	if (((x >> 23) & 0xff) == 0xff)
+		return (uint16_t)(sign | 0x7c00 | (m ? 0x200 : 0));
+	if (e >= 31)
+		return (uint16_t)(sign | 0x7c00);
+	if (e <= 0) { /* subnormal or zero */
+		int shift = 14 - e;
+		if (shift > 24)
+			return (uint16_t)sign;
+		m |= 0x800000;
+		h = m >> shift;
+		rem = m & ((1u << shift) - 1);
+		mid = 1u << (shift - 1);
+	} else {
+		h = ((uint32_t)e << 10) | (m >> 13);
+		rem = m & 0x1fff;
+		mid = 0x1000;
+	}
+	if (rem > mid || (rem == mid && (h & 1)))
+		h++; /* a carry into the exponent is the right result, up to infinity */
+	return (uint16_t)(sign | h);
+}
+
+void imp_f32_to_half(enum hp_dtype dt, const float *src, uint16_t *dst, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t x;
+		memcpy(&x, &src[i], 4);
+		if (dt == HP_F16)
+			dst[i] = f32_to_f16(src[i]);
+		else if ((x & 0x7fffffff) > 0x7f800000)
+			dst[i] = (uint16_t)((x >> 16) | 0x40); /* NaN stays NaN */
+		else
+			dst[i] = (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+	}
+}
+
 int imp_tensor_widen(struct imp *im, struct hp_tensor *t, const char *what)
 {
 	int64_t n = hp_shape_numel(&t->shape);

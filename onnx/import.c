@@ -99,6 +99,35 @@ int imp_add_value(struct imp *im, const char *name, enum hp_value_kind kind, enu
 	return v;
 }
 
+int imp_attach(struct imp *im, struct hp_graph *g)
+{
+	int rc;
+
+	memset(im, 0, sizeof *im);
+	im->g = g;
+	im->in_memory = 1;
+	im->src = (struct pb_src){ .fd = -1, .mem = (const uint8_t *)"", .size = 0 };
+	if (!(im->file_size = calloc(1, sizeof *im->file_size)))
+		return hp_error(-ENOMEM, "out of memory");
+	for (int v = 0; v < g->nvalues; v++) {
+		if (2 * (im->nused + 1) > im->nslots && (rc = grow_slots(im)) < 0)
+			return rc;
+		if (imp_find(im, g->values[v].name) >= 0)
+			continue; /* the first of equal names, as on import */
+		slot_put(im->slots, im->nslots, g->values[v].name, v);
+		im->nused++;
+	}
+	return 0;
+}
+
+void imp_detach(struct imp *im)
+{
+	free(im->slots);
+	free(im->alias);
+	free(im->file_size);
+	free(im->dir);
+}
+
 int imp_fresh_name(struct imp *im, const char *base, const char *suffix, char *out, size_t len)
 {
 	snprintf(out, len, "%s:%s", base, suffix);

@@ -120,6 +120,9 @@ int imp_set_string_attr(struct imp_node *n, const char *name, const char *v);
 /* ---- half precision (half.c) ---- */
 /* float16 / bfloat16 bytes -> float32 (n elements). */
 void imp_half_to_f32(enum hp_dtype dt, const uint16_t *src, float *dst, uint64_t n);
+/* float32 -> float16 / bfloat16, rounding to nearest even (export.c: a
+ * half-precision weight trained in float32 goes back in its type). */
+void imp_f32_to_half(enum hp_dtype dt, const float *src, uint16_t *dst, uint64_t n);
 /* A Constant's or attribute tensor's half-precision data as float32, in place. */
 int imp_tensor_widen(struct imp *im, struct hp_tensor *t, const char *what);
 /* The value a node input reads for v: v itself, or for a float16/bfloat16
@@ -138,5 +141,18 @@ int imp_is_control(const Onnx__NodeProto *np);
 /* If, Loop, Scan: the chosen branch inlined or the loop unrolled into the
  * graph (their conditions and trip counts must be constants). */
 int imp_control(struct imp *im, const Onnx__NodeProto *np, const char *name);
+/* Scopes of inlined subgraphs: a name as the enclosing copies renamed it;
+ * a root scope of one's own (control_defer.c). */
+const char *imp_scope_map(const struct imp *im, const char *name);
+struct imp_scope *imp_scope_new(void);
+int imp_scope_bind(struct imp_scope *s, const char *from, const char *to);
+void imp_scope_free(struct imp_scope *s);
+/* An If or Loop whose condition or trip count is not a constant yet: a
+ * placeholder node hp_graph_infer folds later (control_defer.c). */
+int imp_defer_control(struct imp *im, const Onnx__NodeProto *np, const char *name);
+/* An importer state over an existing graph (names indexed; nothing read
+ * from a file), for folding deferred control flow; imp_detach frees it. */
+int imp_attach(struct imp *im, struct hp_graph *g);
+void imp_detach(struct imp *im);
 
 #endif

@@ -383,7 +383,8 @@ static int add_initializer(struct imp *im, const Onnx__TensorProto *t, const str
 	v = &im->g->values[idx];
 	v->src = blob;
 	v->data = data;
-	v->trainable = desc.dtype == HP_F32;
+	/* half precision trains as float32 master weights (exec/autodiff_half.c) */
+	v->trainable = desc.dtype == HP_F32 || desc.dtype == HP_F16 || desc.dtype == HP_BF16;
 	return 0;
 }
 

@@ -55,8 +55,11 @@ static char *page(void)
 		   "path with a message naming the node).\n\n"
 		   "If, Loop and Scan are not kernels: the importer inlines the branch of an If whose\n"
 		   "condition is a constant and unrolls a Loop with a constant trip count or a Scan\n"
-		   "over inputs of declared length (onnx/control.c); control flow decided at run time\n"
-		   "is refused with a message naming the node.\n\n"
+		   "over inputs of declared length (onnx/control.c).  A condition or trip count known\n"
+		   "only once shapes and bound inputs are (Shape -> Gather -> Equal, a scalar input\n"
+		   "given with --input) is folded during shape inference (onnx/control_defer.c);\n"
+		   "control flow decided by tensor data at run time is refused with a message naming\n"
+		   "the node.  Training differentiates the unrolled nodes like any others.\n\n"
 		   "| Operator | Inputs | Outputs | Gradient |\n|---|---|---|---|\n", n, ngrad);
 	for (int i = 0; i < n; i++) {
 		char in[16], out[16];

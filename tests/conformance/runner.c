@@ -13,9 +13,11 @@
  * (refused with HP_EUNSUPPORTED, or HP_ENOTCONST for an input the runner
  * does not bind as a constant), but a wrong result is a failure whatever
  * the operator.  SKIP: the case's data is not tensors NumPy can hold
- * (strings, sequences), said in the total.  OUTOFSCOPE: a case refused as
+ * (strings, sequences, optionals).  OUTOFSCOPE: a case refused as
  * unsupported that gen_cases.py marked out of scope (training-only
- * operators, random draws); one that runs must still pass.  Exit status 1
+ * operators, random draws); one that runs must still pass.  The total
+ * counts both kinds as out of scope, by category, and the pass rate over
+ * all cases and over those in scope.  Exit status 1
  * when any case failed.
  */
 #include <dirent.h>
@@ -327,6 +329,18 @@ static enum verdict run_isolated(const char *dir, char *why, size_t len)
 	return v < V_COUNT ? (enum verdict)v : V_FAIL;
 }
 
+/* Why a case's data is out of scope (gen_cases.py's skip reasons): a
+ * tensor of strings (NumPy dtype object), a sequence or optional (not a
+ * tensor), or other data it could not convert. */
+enum { SK_STRING, SK_SEQUENCE, SK_OTHER, SK_COUNT };
+
+static int skip_kind(const char *why)
+{
+	if (strstr(why, "dtype object"))
+		return SK_STRING;
+	return strstr(why, "not a tensor") ? SK_SEQUENCE : SK_OTHER;
+}
+
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
@@ -335,7 +349,7 @@ static int cmp_str(const void *a, const void *b)
 int main(int argc, char **argv)
 {
 	const char *only = NULL, *root = NULL;
-	int count[V_COUNT] = { 0 }, listed_total = 0, listed_pass = 0, listed_skip = 0, n = 0;
+	int count[V_COUNT] = { 0 }, skips[SK_COUNT] = { 0 }, listed_total = 0, listed_pass = 0, listed_skip = 0, n = 0;
 	char **names = NULL;
 	struct dirent *de;
 	DIR *d;
@@ -370,6 +384,8 @@ int main(int argc, char **argv)
 		enum verdict v = run_isolated(dir, why, sizeof why);
 		int listed = case_listed(dir);
 		count[v]++;
+		if (v == V_SKIP)
+			skips[skip_kind(why)]++;
 		listed_total += listed;
 		listed_pass += listed && v == V_PASS;
 		listed_skip += listed && v == V_SKIP;
@@ -378,10 +394,12 @@ int main(int argc, char **argv)
 		free(names[i]);
 	}
 	free(names);
-	printf("conformance: %d cases: %d passed, %d failed, %d unsupported, %d out of scope (training-only or "
-	       "random operators), %d skipped; cases of listed ops: %d/%d passed, %d skipped (data NumPy cannot "
-	       "hold: strings, sequences)\n",
-	       n, count[V_PASS], count[V_FAIL], count[V_UNSUPPORTED], count[V_OUT_OF_SCOPE], count[V_SKIP], listed_pass,
-	       listed_total, listed_skip);
+	int scope = count[V_OUT_OF_SCOPE] + count[V_SKIP];
+	printf("conformance: %d cases: %d passed (%.1f%%), %d failed, %d unsupported, %d out of scope "
+	       "(%d training-only or random operators, %d strings, %d sequences or optionals, %d other data); "
+	       "in scope %d/%d passed (%.1f%%); cases of listed ops: %d/%d passed, %d out of scope\n",
+	       n, count[V_PASS], n ? 100.0 * count[V_PASS] / n : 0.0, count[V_FAIL], count[V_UNSUPPORTED], scope,
+	       count[V_OUT_OF_SCOPE], skips[SK_STRING], skips[SK_SEQUENCE], skips[SK_OTHER], count[V_PASS], n - scope,
+	       n - scope ? 100.0 * count[V_PASS] / (n - scope) : 0.0, listed_pass, listed_total, listed_skip);
 	return count[V_FAIL] ? 1 : 0;
 }

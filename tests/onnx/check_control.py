@@ -11,8 +11,11 @@ turns false (a Constant) after the first iteration, one that runs while
 i + 1 < 3 (folded from the iteration number), a Loop whose body holds an If
 reading both the loop body's locals and the main graph's inputs (nested
 outer-scope references), Scans at opsets 9 and 8 with reversed directions
-and a non-zero axis, and the refusals: an If on a graph input, a Loop whose
-trip count is a graph input, a Loop whose body decides to stop at run time.
+and a non-zero axis; folded at shape inference: an If on a scalar graph
+input, an If on Shape(x)[0] == 3, a Loop whose trip count is a scalar graph
+input; and the refusals: an If and a Loop whose condition and trip count
+come from a float tensor's values, a Loop whose body decides to stop at run
+time.
 Every output must match a NumPy reference computed here.
 """
 import os
@@ -196,17 +199,50 @@ def scan8():
     check(m, "scan8", {"acc0": acc0, "X": X}, {"acc": acc, "S": S})
 
 
-def refusals():
+def deferred():
+    """Folded at shape inference, not at import: an If on a scalar graph
+    input (hpdlf-exec binds one-element inputs as constants), an If on
+    Shape(x)[0] == 3 (known once x's shape is), and a Loop whose trip count
+    is a scalar graph input."""
     then_b = helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "t", [], [vi("t")])
     else_b = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "e", [], [vi("e")])
-    m = model([helper.make_node("If", ["c"], ["y"], name="rt_if", then_branch=then_b, else_branch=else_b)],
+    m = model([helper.make_node("If", ["c"], ["y"], name="in_if", then_branch=then_b, else_branch=else_b)],
               [vi("c", TensorProto.BOOL, []), vi("x", F, [2])], [vi("y")], 13)
-    refused(m, "if_runtime", {"c": np.array(True), "x": np.ones(2, np.float32)}, ["y"],
-            ["If 'rt_if'", "condition is computed at run time"])
+    x = RNG.standard_normal(2).astype(np.float32)
+    for c in (True, False):
+        check(m, "if_input_%s" % c, {"c": np.array(c), "x": x}, {"y": (x if c else -x).astype(np.float64)})
+    m = model([helper.make_node("Shape", ["x"], ["sh"]), const("zero", np.array(0, np.int64)),
+               helper.make_node("Gather", ["sh", "zero"], ["d0"]), const("three", np.array(3, np.int64)),
+               helper.make_node("Equal", ["d0", "three"], ["c"]),
+               helper.make_node("If", ["c"], ["y"], name="shape_if", then_branch=then_b, else_branch=else_b)],
+              [vi("x", F, ["n"])], [vi("y")], 13)
+    for n in (3, 4):
+        x = RNG.standard_normal(n).astype(np.float32)
+        check(m, "if_shape_%d" % n, {"x": x}, {"y": (x if n == 3 else -x).astype(np.float64)})
     m = model([const("C", np.array(True)),
-               helper.make_node("Loop", ["M", "C", "y0"], ["y", "s"], name="rt_loop", body=loop_body(False))],
+               helper.make_node("Loop", ["M", "C", "y0"], ["y", "s"], name="in_loop", body=loop_body(False))],
               [vi("M", TensorProto.INT64, []), vi("x", F, [2]), vi("y0", F, [2])], [vi("y"), vi("s")], 13)
-    refused(m, "loop_runtime", {"M": np.array(3, np.int64), "x": np.ones(2, np.float32), "y0": np.ones(2, np.float32)},
+    x, y0 = RNG.standard_normal(2).astype(np.float32), RNG.standard_normal(2).astype(np.float32)
+    y, s = loop_ref(x, y0, 3)
+    check(m, "loop_input_trip", {"M": np.array(3, np.int64), "x": x, "y0": y0}, {"y": y, "s": s})
+
+
+def refusals():
+    """Decisions that need the data: a condition and a trip count computed
+    from a float tensor's values, a body condition read from a graph input."""
+    then_b = helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "t", [], [vi("t")])
+    else_b = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "e", [], [vi("e")])
+    m = model([helper.make_node("ReduceSum", ["x"], ["sx"], keepdims=0), const("z", np.array(0, np.float32)),
+               helper.make_node("Greater", ["sx", "z"], ["c"]),
+               helper.make_node("If", ["c"], ["y"], name="rt_if", then_branch=then_b, else_branch=else_b)],
+              [vi("x", F, [2])], [vi("y")], 11)
+    refused(m, "if_runtime", {"x": np.ones(2, np.float32)}, ["y"],
+            ["If 'rt_if'", "condition is computed at run time"])
+    m = model([const("C", np.array(True)), helper.make_node("ReduceSum", ["x"], ["sx"], keepdims=0),
+               helper.make_node("Cast", ["sx"], ["M"], to=TensorProto.INT64),
+               helper.make_node("Loop", ["M", "C", "y0"], ["y", "s"], name="rt_loop", body=loop_body(False))],
+              [vi("x", F, [2]), vi("y0", F, [2])], [vi("y"), vi("s")], 13)
+    refused(m, "loop_runtime", {"x": np.ones(2, np.float32), "y0": np.ones(2, np.float32)},
             ["y"], ["Loop 'rt_loop'", "trip count is computed at run time"])
     body = loop_body(False)
     body.node[0].CopyFrom(helper.make_node("Less", ["i", "lim"], ["cond_out"]))
@@ -230,6 +266,7 @@ def main():
         loop_stop()
         scan9()
         scan8()
+        deferred()
         refusals()
     for f in FAILS:
         print("FAIL " + f)

@@ -410,7 +410,7 @@ def bad():
     cond = helper.make_tensor_value_info("cond", TensorProto.BOOL, [])
     put("if.onnx", simple([helper.make_node("If", ["cond"], ["y"], name="branch", then_branch=then_g, else_branch=else_g)],
                           inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]), cond]),
-        "EUNSUPPORTED", "branch", "If", "subgraph")
+        "EUNSUPPORTED@infer", "branch", "If", "condition is computed at run time", "subgraph")
     # control flow refused after part of it was inlined (error paths of onnx/control.c)
     i64, bl = TensorProto.INT64, TensorProto.BOOL
     body_vi = [helper.make_tensor_value_info("i", i64, []), helper.make_tensor_value_info("c", bl, []),
