@@ -140,6 +140,8 @@ int exec_log_write(FILE *f, const struct exec_sample *x)
 		json_object_object_add(o, "samples_per_s", jnum(x->ms > 0 ? (double)x->samples / x->ms * 1e3 : 0));
 		json_object_object_add(o, "checkpoint", json_object_new_boolean(x->checkpointed));
 	}
+	if (x->asgd_json)
+		json_object_object_add(o, "asgd", json_tokener_parse(x->asgd_json));
 	if (fprintf(f, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)) < 0 || fflush(f))
 		rc = -EIO;
 	json_object_put(o);

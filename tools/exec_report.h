@@ -34,6 +34,7 @@ struct exec_sample {
 	uint64_t resident, budget, rss; /* tensor bytes in DRAM; --budget (0: none); process RSS */
 	int ntiers;
 	struct exec_tier_sample tier[HS_MAX_TIERS + 1];
+	const char *asgd_json;          /* --sync async: the step's exchange (JSON object), or NULL */
 };
 
 /* Counters of the previous sample, for the per-step rates. */

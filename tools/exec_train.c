@@ -171,7 +171,8 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 		return usage("%s", "--export-onnx with --shard parameters: no rank holds the whole weights "
 			     "(train with --shard gradients to export)");
 	hp_trainer_opts_init(o, sizeof *o);
-	if ((rc = parse_loss(c->loss, &o->spec)) || (rc = parse_optimizer(c->optimizer, &o->spec)))
+	if ((rc = parse_loss(c->loss, &o->spec)) || (rc = parse_optimizer(c->optimizer, &o->spec)) ||
+	    (rc = exec_async_opts(c, o)))
 		return rc;
 	warn_ignored(c, &o->spec);
 	if ((rc = exec_store_tiers(c, tiers, &o->ntiers)) != 0)
@@ -267,6 +268,7 @@ static int on_step(void *arg, const struct hp_step_info *in)
 	struct exec_sample x;
 
 	sample_step(r, in, &x);
+	x.asgd_json = exec_async_step(r->t);
 	if (r->log && exec_log_write(r->log, &x) < 0)
 		r->log_failed = 1;
 	exec_metrics_update(&x);
@@ -437,7 +439,8 @@ static void quiet_rank(struct cli *c)
 	if (hp_comm_rank() == 0)
 		return;
 	c->quiet = 1;
-	c->log_json = NULL;
+	/* --sync async: every rank trains its own state: each logs it */
+	c->log_json = c->sync_async && c->log_json ? exec_async_log_name(c->log_json, hp_comm_rank()) : NULL;
 	c->stats_json = NULL;
 	c->export_onnx = NULL;
 	c->trace = NULL;
@@ -514,6 +517,9 @@ int exec_train_main(struct cli *c)
 	}
 	if (rc < 0)
 		return train_fail(rc);
-	hp_comm_finalize();
+	if (hp_comm_leave()) { /* --sync async with a peer lost: no MPI_Finalize (comm_watch.h) */
+		fflush(NULL);
+		_exit(0);
+	}
 	return 0;
 }
