@@ -4,7 +4,6 @@
  * (--async-deterministic: behind two barriers, for tests).  A peer the
  * watchdog finds lost, or that finished, is written to no more. */
 #include <errno.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -247,7 +246,7 @@ int hp_asgd_after(struct hp_trainer *t)
 {
 	struct hp_asgd *a = t->asgd;
 
-	if (t->o.size >= offsetof(struct hp_trainer_opts, delay_ms) + sizeof t->o.delay_ms && t->o.delay_ms > 0)
+	if (t->o.delay_ms > 0)
 		sleep_ms(t->o.delay_ms); /* --debug-delay-ms, synchronous runs too */
 	if (!t->o.async_sgd || !a)
 		return 0;

@@ -272,7 +272,7 @@ int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct
 		return hp_error(HP_EUSAGE, "hp_trainer_create: options missing (use hp_trainer_opts_init)");
 	if ((rc = check_opts(o)) < 0)
 		return rc;
-	if (o->size >= offsetof(struct hp_trainer_opts, delay_ms) + sizeof o->delay_ms && (rc = check_async(o)) < 0)
+	if (o->size >= offsetof(struct hp_trainer_opts, parzen) + sizeof o->parzen && (rc = check_async(o)) < 0)
 		return rc;
 	if (!(t = calloc(1, sizeof *t)))
 		return hp_error(-ENOMEM, "out of memory");

@@ -160,13 +160,13 @@ struct hp_trainer_opts {
 	 * paper's Parzen window).  async_deterministic: the same exchanges
 	 * behind barriers, bit for bit repeatable (tests).  delay_ms: this rank
 	 * sleeps that long in every step (a slow rank, for tests). */
+	int64_t exchange_every;       /* 0: 4 */
+	double blend;                 /* < 0: m/(m+1) */
+	double delay_ms;
 	int async_sgd;
 	int async_deterministic;
-	int64_t exchange_every;       /* 0: 4 */
 	int exchange_peers;           /* 0: 1 */
-	double blend;                 /* < 0: m/(m+1) */
 	int parzen;
-	double delay_ms;
 };
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size);
