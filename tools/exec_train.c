@@ -225,6 +225,47 @@ static void ckpt_progress(void *arg, uint64_t done, uint64_t total)
 		raise(SIGKILL);
 }
 
+/* Bench hook: HPDLF_TEST_EXPORT_EVERY=N:DIR has rank 0 export its
+ * weights to DIR/step<S>.onnx after every N-th step (bench/bench_asgd.py
+ * evaluates them); the log's time_s leaves the time spent on it out. */
+static long export_every;
+static const char *export_dir;
+
+static void export_hook_init(void)
+{
+	const char *e = getenv("HPDLF_TEST_EXPORT_EVERY");
+	char *colon;
+
+	if (!e || hp_comm_rank() != 0)
+		return;
+	export_every = strtol(e, &colon, 10);
+	export_dir = *colon == ':' && colon[1] ? colon + 1 : NULL;
+	if (!export_dir)
+		export_every = 0;
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int export_hook(struct hp_trainer *t, int64_t step, double *t0)
+{
+	char path[4096];
+	double a = mono_s();
+	int rc;
+
+	if (export_every <= 0 || (step + 1) % export_every)
+		return 0;
+	snprintf(path, sizeof path, "%s/step%lld.onnx", export_dir, (long long)step + 1);
+	rc = hp_trainer_export_onnx(t, path, 0);
+	*t0 += mono_s() - a;
+	return rc;
+}
+
 struct run_state {
 	const struct cli *c;
 	struct hp_trainer *t;
@@ -275,6 +316,9 @@ static int on_step(void *arg, const struct hp_step_info *in)
 	r->ms[r->nms++] = in->ms;
 	r->last_loss = in->loss;
 	hp_progress_step(&r->bar, &x);
+	int erc = export_hook(r->t, in->step, &r->sampler.t0);
+	if (erc < 0)
+		return erc;
 	if (isfinite(in->loss))
 		return 0;
 	const char *what = isnan(in->loss) ? "NaN" : in->loss > 0 ? "+infinity" : "-infinity";
@@ -484,6 +528,7 @@ int exec_train_main(struct cli *c)
 	hp_comm_on_lost(on_lost);
 	if ((rc = hp_comm_init()) < 0)
 		return train_fail(rc);
+	export_hook_init();
 	quiet_rank(c);
 	rc = to_opts(c, &o);
 	if (rc)
