@@ -557,7 +557,10 @@ int exec_train_main(struct cli *c)
 		if (hp_comm_rank() == 0)
 			fprintf(stderr, "hpdlf-exec: %s: %s%s\n", interrupted == SIGTERM ? "terminated" : "interrupted",
 				hp_errmsg(), c->checkpoint ? " (checkpoint written; continue with --resume)" : "");
-		hp_comm_finalize();
+		if (hp_comm_leave()) { /* --sync async with a peer lost (comm_watch.h) */
+			fflush(NULL);
+			_exit(128 + (interrupted ? (int)interrupted : SIGINT));
+		}
 		return 128 + (interrupted ? (int)interrupted : SIGINT);
 	}
 	if (rc < 0)
