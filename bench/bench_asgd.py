@@ -3,6 +3,7 @@
 and steps to a target validation loss, one JSON line.
 
 usage: bench_asgd.py HPDLF_EXEC [--steps S] [--target L] [--every K] [--blend W]
+                     [--slow F] [--lr LR] [--batch B]
 
 The task is made here: digit-like images (ten 7-segment glyphs drawn into
 28x28 frames, randomly shifted, stroke-thickened and noised; 3000 to train,
@@ -10,8 +11,8 @@ The task is made here: digit-like images (ten 7-segment glyphs drawn into
 16@5x5, ReLU, MaxPool, Gemm 120, ReLU, Gemm 84, ReLU, Gemm 10), generated
 with python3-onnx and NumPy.  Both runs use 3 ranks (mpirun, --threads 1
 each), SGD, global batch 96 (32 rows per rank and step), --shuffle, the
-same seed, and rank 1 slowed by 2x: --debug-delay-ms 1:D with D the
-median step time of the ranks in a short undelayed async run (their first
+same seed, and rank 1 slowed by 2x (--slow F: by F; 1: not at all):
+--debug-delay-ms 1:D with D (F - 1 times) the median step time of the ranks in a short undelayed async run (their first
 30 steps, while all three run).  The delay is a sleep: the slowed rank
 leaves its core to the others meanwhile.
 
@@ -160,6 +161,7 @@ def main():
     ap.add_argument('--blend', default='mean')
     ap.add_argument('--lr', type=float, default=0.05)
     ap.add_argument('--batch', type=int, default=96)
+    ap.add_argument('--slow', type=float, default=2.0)
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix='hpdlf-bench-asgd-')
     try:
@@ -167,10 +169,11 @@ def main():
         # a rank's step time while all three run: the first half of each
         # rank's steps of an undelayed async run (the fast ones finish first)
         calib, _, _ = train(a, tmp, 'calib', 60, ['--sync', 'async', '--exchange-every', str(a.every)])
-        delay = median([l['ms'] for lg in calib for l in lg[3:30]])
-        slow = ['--debug-delay-ms', '1:%.2f' % delay]
+        delay = (a.slow - 1) * median([l['ms'] for lg in calib for l in lg[3:30]])
+        slow = ['--debug-delay-ms', '1:%.2f' % delay] if delay > 0 else []
         res = {'bench': 'asgd', 'ranks': 3, 'threads_per_rank': 1, 'global_batch': a.batch, 'steps': a.steps,
-               'lr': a.lr, 'target_val_loss': a.target, 'slow_rank': 1, 'slow_delay_ms': round(delay, 3)}
+               'lr': a.lr, 'target_val_loss': a.target, 'slow_rank': 1, 'slow_factor': a.slow,
+               'slow_delay_ms': round(delay, 3)}
         for mode, extra in (('sync', ['--sync', 'sync']),
                             ('async', ['--sync', 'async', '--exchange-every', str(a.every), '--blend', a.blend])):
             logs, out, cmd = train(a, tmp, mode, a.steps, extra + slow, export=10)
