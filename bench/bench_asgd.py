@@ -3,7 +3,7 @@
 and steps to a target validation loss, one JSON line.
 
 usage: bench_asgd.py HPDLF_EXEC [--steps S] [--target L] [--every K] [--blend W]
-                     [--slow F] [--lr LR] [--batch B]
+                     [--slow F] [--parzen] [--lr LR] [--batch B]
 
 The task is made here: digit-like images (ten 7-segment glyphs drawn into
 28x28 frames, randomly shifted, stroke-thickened and noised; 3000 to train,
@@ -18,7 +18,8 @@ leaves its core to the others meanwhile.
 
   sync:  --sync sync (the gradients reduced every step: every rank waits
          for the slow one);
-  async: --sync async --exchange-every K --blend W (default 4, mean).
+  async: --sync async --exchange-every K --blend W (default 4, mean)
+         [--parzen].
 
 During each run rank 0 exports its weights every 10 steps
 (HPDLF_TEST_EXPORT_EVERY, the export time left out of the log's time_s);
@@ -164,6 +165,7 @@ def main():
     ap.add_argument('--lr', type=float, default=0.05)
     ap.add_argument('--batch', type=int, default=96)
     ap.add_argument('--slow', type=float, default=2.0)
+    ap.add_argument('--parzen', action='store_true')
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix='hpdlf-bench-asgd-')
     try:
@@ -177,7 +179,8 @@ def main():
                'lr': a.lr, 'target_val_loss': a.target, 'slow_rank': 1, 'slow_factor': a.slow,
                'slow_delay_ms': round(delay, 3)}
         for mode, extra in (('sync', ['--sync', 'sync']),
-                            ('async', ['--sync', 'async', '--exchange-every', str(a.every), '--blend', a.blend])):
+                            ('async', ['--sync', 'async', '--exchange-every', str(a.every), '--blend', a.blend] +
+                             (['--parzen'] if a.parzen else []))):
             logs, out, cmd = train(a, tmp, mode, a.steps, extra + slow, export=10)
             pts = curve(a, tmp, logs, out)
             s, t = reach(pts, a.target)
