@@ -72,6 +72,16 @@ out:
 	return rc;
 }
 
+void hp_comm_lock(void)
+{
+	pthread_mutex_lock(&mu);
+}
+
+void hp_comm_unlock(void)
+{
+	pthread_mutex_unlock(&mu);
+}
+
 int hp_comm_rank(void)
 {
 	return rank;
@@ -177,7 +187,13 @@ int hp_comm_barrier(void)
 
 void hp_comm_finalize(void)
 {
-	hp_comm_watch_stop(); /* a goodbye first: this rank is done, not lost */
+	/* --sync async: the watchdog watches on through MPI_Finalize, which
+	 * waits for every rank: a peer lost meanwhile ends this process there
+	 * (comm_watch.h) */
+	int late = hp_comm_watch_tolerant();
+
+	if (!late)
+		hp_comm_watch_stop(); /* a goodbye first: this rank is done, not lost */
 	pthread_mutex_lock(&mu);
 	if (inited && !finalized && side != MPI_COMM_NULL)
 		MPI_Comm_free(&side);
@@ -185,6 +201,8 @@ void hp_comm_finalize(void)
 		MPI_Finalize();
 	finalized = 1;
 	pthread_mutex_unlock(&mu);
+	if (late)
+		hp_comm_watch_stop();
 }
 
 /* Reduce-scatter of float32: send holds every rank's block in rank order

@@ -49,6 +49,9 @@ int hp_comm_allgatherv(const float *send, float *recv, const int *counts, const 
 /* Leave MPI (only after every rank succeeded: a failed rank just exits and
  * the launcher ends the job). */
 void hp_comm_finalize(void);
+/* The module's MPI mutex, for the other MPI users of exec/ (comm_mbox.c). */
+void hp_comm_lock(void);
+void hp_comm_unlock(void);
 struct hp_node;
 struct hp_kargs;
 /* An ai.hpdlf AllReduce node (kernels/comm_op.c): the executors run it

@@ -23,3 +23,19 @@ int hp_comm_join_watch(void)
 		rc = rank == 0 ? hp_comm_watch_accept(&a, n) : hp_comm_watch_connect(&a, rank, n);
 	return rc < 0 ? rc : hp_comm_watch_start(rank, n);
 }
+
+int hp_comm_leave(void)
+{
+	if (!hp_comm_watch_tolerant()) {
+		hp_comm_finalize();
+		return 0;
+	}
+	hp_comm_watch_done(1);
+	if (hp_comm_watch_lost_count() > 0) {
+		/* MPI_Finalize waits for every rank, and a lost one never comes */
+		hp_comm_watch_stop();
+		return 1;
+	}
+	hp_comm_finalize();
+	return 0;
+}

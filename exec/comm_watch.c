@@ -28,6 +28,11 @@ static struct {
 	double fail_at;     /* a peer failed: act then, unless this rank is gone */
 	int fail_who;
 	hp_comm_lost_fn fn;
+	int tolerate;       /* --sync async: mark lost peers, train on */
+	_Atomic int finishing; /* in MPI_Finalize: a loss now ends the process, status 0 */
+	_Atomic int *peer;  /* HP_PEER_* by rank */
+	_Atomic int nlost;
+	int *why_lost;      /* HP_WATCH_CLOSED, SILENT or FAILED */
 } w;
 
 static _Atomic int64_t since_ms;      /* a collective started then; 0: none */
@@ -67,9 +72,14 @@ static void tell(int peer, uint32_t type, uint32_t a, uint32_t b)
 
 /* The end: rank 0 tells the others which rank went, the handler speaks,
  * the process goes (the main thread may be inside MPI for good). */
+static int tolerated(int who, int reason);
+
 static void lost(int who, int reason, int relayed)
 {
 	char why[200];
+
+	if (who >= 0 && w.tolerate && tolerated(who, reason))
+		return;
 
 	if (who < 0)
 		snprintf(why, sizeof why, "this rank waited %.0f s in one %s (HPDLF_COMM_TIMEOUT): a peer is stuck",
@@ -85,6 +95,47 @@ static void lost(int who, int reason, int relayed)
 	if (w.fn)
 		w.fn(w.rank, who, w.n, why);
 	_exit(1);
+}
+
+static void drop(int p)
+{
+	if (w.fd[p] >= 0)
+		close(w.fd[p]);
+	w.fd[p] = -1;
+}
+
+/* --sync async: peer `who` is marked lost (once) and rank 0 tells the
+ * others; this rank trains on.  1: handled. */
+static int tolerated(int who, int reason)
+{
+	if (who == w.rank || atomic_load(&w.peer[who]) == HP_PEER_LOST)
+		return 1;
+	if (atomic_load(&w.peer[who]) == HP_PEER_DONE && reason == HP_WATCH_CLOSED)
+		return 1; /* it finished and left */
+	w.why_lost[who] = reason;
+	atomic_store(&w.peer[who], HP_PEER_LOST);
+	atomic_fetch_add(&w.nlost, 1);
+	if (w.rank == 0)
+		for (int p = 1; p < w.n; p++)
+			if (p != who && !w.bye[p])
+				tell(p, HP_WATCH_LOST, (uint32_t)who, (uint32_t)reason);
+	w.bye[who] = 2;
+	drop(who);
+	if (atomic_load(&w.finishing))
+		_exit(0); /* MPI_Finalize would wait for it forever; this rank's work is written */
+	return 1;
+}
+
+/* A peer of an asynchronous job finished (rank 0 tells the others). */
+static void peer_done(int p)
+{
+	if (p < 0 || p >= w.n || p == w.rank || atomic_load(&w.peer[p]) != HP_PEER_ALIVE)
+		return;
+	atomic_store(&w.peer[p], HP_PEER_DONE);
+	if (w.rank == 0)
+		for (int q = 1; q < w.n; q++)
+			if (q != p)
+				tell(q, HP_WATCH_DONE, (uint32_t)p, 0);
 }
 
 /* A record from peer p, or its end. */
@@ -109,6 +160,10 @@ static void hear(int p)
 		w.fd[p] = -1;
 	} else if (ntohl(r.type) == HP_WATCH_LOST && p == 0) {
 		lost((int)ntohl(r.a), (int)ntohl(r.b), 1);
+	} else if (ntohl(r.type) == HP_WATCH_DONE) {
+		peer_done((int)ntohl(r.a));
+	} else if (ntohl(r.type) == HP_WATCH_FAIL && w.tolerate) {
+		lost(p, HP_WATCH_FAILED, 0); /* its own message says why; train on */
 	} else if (ntohl(r.type) == HP_WATCH_FAIL && !w.fail_at) {
 		/* An error every rank meets (a bad file, a budget too small)
 		 * ends this rank too within moments, with its own message and
@@ -213,7 +268,9 @@ int hp_comm_watch_start(int rank, int nranks)
 	w.fd = hp_comm_watch_fds();
 	w.last = calloc((size_t)nranks, sizeof *w.last);
 	w.bye = calloc((size_t)nranks, 1);
-	if (!w.fd || !w.last || !w.bye || pipe2(w.wake, O_CLOEXEC) < 0)
+	w.peer = calloc((size_t)nranks, sizeof *w.peer);
+	w.why_lost = calloc((size_t)nranks, sizeof *w.why_lost);
+	if (!w.fd || !w.last || !w.bye || !w.peer || !w.why_lost || pipe2(w.wake, O_CLOEXEC) < 0)
 		return hp_error(-ENOMEM, "rank %d: cannot start the watchdog", rank);
 	for (int p = 0; p < nranks; p++)
 		w.last[p] = mono();
@@ -241,4 +298,45 @@ void hp_comm_watch_fail(void)
 		tell(p, HP_WATCH_FAIL, 0, 0);
 	(void)!write(w.wake[1], "f", 1);
 	pthread_join(w.th, NULL);
+}
+
+void hp_comm_watch_tolerate(void)
+{
+	w.tolerate = 1;
+}
+
+int hp_comm_watch_tolerant(void)
+{
+	return w.tolerate;
+}
+
+int hp_comm_watch_peer(int p)
+{
+	return w.peer && p >= 0 && p < w.n ? atomic_load(&w.peer[p]) : HP_PEER_ALIVE;
+}
+
+int hp_comm_watch_lost_count(void)
+{
+	return atomic_load(&w.nlost);
+}
+
+const char *hp_comm_watch_lost_why(int p)
+{
+	static const char *const why[] = { "its connection closed without a goodbye: the process died",
+					   "no heartbeat within HPDLF_RANK_TIMEOUT: its node or process stopped",
+					   "it failed: its own message says why" };
+
+	if (hp_comm_watch_peer(p) != HP_PEER_LOST)
+		return NULL;
+	return why[w.why_lost[p] >= 0 && w.why_lost[p] <= 2 ? w.why_lost[p] : 0];
+}
+
+void hp_comm_watch_done(int finishing)
+{
+	if (!w.on)
+		return;
+	if (finishing)
+		atomic_store(&w.finishing, 1);
+	for (int p = 0; p < w.n; p++)
+		tell(p, HP_WATCH_DONE, (uint32_t)w.rank, 0);
 }

@@ -62,4 +62,26 @@ void hp_comm_watch_fail(void);
  * started). */
 void hp_comm_watch_stop(void);
 
+/* Asynchronous SGD (--sync async): a lost or failed peer is marked, and
+ * this rank trains on; rank 0 still tells the others, and a lost rank 0
+ * leaves each rank on its own.  Call before hp_comm_join_watch. */
+void hp_comm_watch_tolerate(void);
+int hp_comm_watch_tolerant(void);
+enum { HP_PEER_ALIVE = 0, HP_PEER_LOST = 1, HP_PEER_DONE = 2 };
+/* What this rank knows of peer p now (any thread). */
+int hp_comm_watch_peer(int p);
+/* Peers lost so far; why[p] gets the reason of a lost one (may be NULL). */
+int hp_comm_watch_lost_count(void);
+const char *hp_comm_watch_lost_why(int p);
+/* This rank finished training: the peers mark it done, not lost, when it
+ * goes.  finishing: it is about to wait in MPI_Finalize, which a peer lost
+ * from then on would make wait forever: the watchdog then ends the
+ * process with status 0 (its work is done and written). */
+void hp_comm_watch_done(int finishing);
+/* Leave the job after a run that succeeded: hp_comm_finalize, or under
+ * --sync async with a peer lost, without MPI_Finalize (it would wait for
+ * that peer): 1 then, and the caller ends the process with _exit once its
+ * output is flushed (comm_join.c). */
+int hp_comm_leave(void);
+
 #endif

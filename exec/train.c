@@ -8,6 +8,7 @@
 
 #include "hpdlf/error.h"
 #include "hpdlf/store.h"
+#include "exec/asgd.h"
 #include "exec/comm.h"
 #include "exec/exec_internal.h"
 #include "exec/split.h"
@@ -25,6 +26,8 @@ void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size)
 	if (size >= offsetof(struct hp_trainer_opts, spec) + sizeof o->spec)
 		hp_train_spec_init(&o->spec, sizeof o->spec);
 	o->seed = 1;
+	if (size >= offsetof(struct hp_trainer_opts, blend) + sizeof o->blend)
+		o->blend = -1;
 }
 
 static double now_ms(void)
@@ -136,6 +139,23 @@ static int check_opts(const struct hp_trainer_opts *o)
 	return hp_shard_check_opts(o);
 }
 
+/* --sync async against the options of reduced gradients. */
+static int check_async(const struct hp_trainer_opts *o)
+{
+	const char *clash = o->shard ? "--shard" : o->sync_bn ? "--sync-bn" : o->bucket ? "--bucket" :
+			    o->checkpoint_dir ? "--checkpoint" : NULL;
+
+	if (!o->async_sgd)
+		return o->async_deterministic ? hp_error(HP_EUSAGE, "--async-deterministic needs --sync async") : 0;
+	if (clash)
+		return hp_error(HP_EUSAGE, "%s does not go with --sync async (no gradient is reduced, each rank keeps "
+				"its own state%s)", clash, o->checkpoint_dir ? "; checkpoints of async runs are not "
+				"implemented" : "");
+	if (o->blend > 1 || o->exchange_every < 0 || o->exchange_peers < 0 || o->delay_ms < 0)
+		return hp_error(HP_EUSAGE, "--sync async: blend above 1 or a negative interval, peer count or delay");
+	return 0;
+}
+
 /* Autodiff, then (with several ranks) the gradients' reductions before
  * the updates. */
 static int finish_autodiff(struct hp_graph *g, void *arg)
@@ -143,14 +163,15 @@ static int finish_autodiff(struct hp_graph *g, void *arg)
 	struct hp_trainer *t = arg;
 	int rc = hp_autodiff(g, &t->o.spec);
 	uint64_t bucket = t->o.bucket;
+	int ranks = t->o.async_sgd ? 1 : t->nranks; /* async: no gradient is reduced */
 
-	if (rc == 0 && t->nranks > 1)
+	if (rc == 0 && ranks > 1)
 		rc = hp_dp_sync_bn(t, g);
-	if (rc == 0 && t->nranks > 1)
+	if (rc == 0 && ranks > 1)
 		rc = hp_dp_plan_bucket(t, g, &bucket);
 	if (rc == 0)
-		rc = hp_dp_insert_reduce(g, t->nranks, bucket, &t->nbuckets);
-	return rc < 0 ? rc : hp_shard_insert(g, t->nranks, t->rank, (enum hp_shard_mode)t->o.shard);
+		rc = hp_dp_insert_reduce(g, ranks, bucket, &t->nbuckets);
+	return rc < 0 ? rc : hp_shard_insert(g, ranks, t->rank, (enum hp_shard_mode)t->o.shard);
 }
 
 /* The training graph: under a budget, the forward graph is split first so
@@ -232,7 +253,8 @@ static int build(struct hp_trainer *t)
 	}
 	if ((rc = hp_session_create(t->g, &eo, &t->s)) < 0)
 		return rc;
-	if ((rc = hp_dataset_attach(&t->data, hp_session_store(t->s))) < 0 || (rc = alloc_batch(t)) < 0)
+	if ((rc = hp_dataset_attach(&t->data, hp_session_store(t->s))) < 0 || (rc = alloc_batch(t)) < 0 ||
+	    (rc = hp_asgd_setup(t)) < 0)
 		return rc;
 	if (t->o.val_data && (rc = hp_eval_open(t)) < 0)
 		return rc;
@@ -251,6 +273,8 @@ int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct
 	if (!o || o->size < offsetof(struct hp_trainer_opts, cancel))
 		return hp_error(HP_EUSAGE, "hp_trainer_create: options missing (use hp_trainer_opts_init)");
 	if ((rc = check_opts(o)) < 0)
+		return rc;
+	if (o->size >= offsetof(struct hp_trainer_opts, parzen) + sizeof o->parzen && (rc = check_async(o)) < 0)
 		return rc;
 	if (!(t = calloc(1, sizeof *t)))
 		return hp_error(-ENOMEM, "out of memory");
@@ -276,6 +300,7 @@ void hp_trainer_destroy(struct hp_trainer *t)
 	if (!t)
 		return;
 	hp_eval_free(t->eval);
+	hp_asgd_free(t);
 	hp_dataset_close(&t->data); /* data tensors live in the session's store */
 	hp_session_destroy(t->s);
 	hp_graph_free(t->g);
@@ -395,12 +420,16 @@ int hp_trainer_step(struct hp_trainer *t, struct hp_step_info *info)
 	tier_delta(t, info); /* count from here */
 	rc = load_batch(t, t->step);
 	if (rc == 0)
+		rc = hp_asgd_before(t);
+	if (rc == 0)
 		rc = hp_session_run(t->s);
 	if (rc == 0)
 		rc = hp_session_read_value(t->s, t->vloss, 0, sizeof loss, &loss);
 	info->loss = loss;
 	if (rc == 0)
 		rc = hp_dp_mean_loss(t, &info->loss);
+	if (rc == 0)
+		rc = hp_asgd_after(t); /* async: this rank's loss, then its exchange */
 	if (rc < 0)
 		return hp_error_prefix(rc, "step %lld", (long long)t->step);
 	info->step = t->step;

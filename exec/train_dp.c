@@ -151,6 +151,8 @@ int hp_dp_setup(struct hp_trainer *t)
 {
 	int rc = hp_comm_init();
 
+	if (t->o.async_sgd && !t->o.async_deterministic)
+		hp_comm_watch_tolerate(); /* a lost rank stops contributing, the others train on */
 	if (rc == 0)
 		rc = hp_comm_join_watch(); /* no rank waits forever for a lost one */
 	if (rc < 0)
@@ -208,7 +210,8 @@ static int job_hash(const struct hp_trainer *t, uint64_t *model, uint64_t *flags
 			 o->seed, o->bucket, (uint64_t)o->resume, (uint64_t)sp->loss, (uint64_t)sp->optimizer,
 			 dbits(sp->lr), dbits(sp->momentum), dbits(sp->weight_decay), (uint64_t)sp->nesterov,
 			 dbits(sp->beta1), dbits(sp->beta2), dbits(sp->eps), sp->seed, (uint64_t)sp->ignore_index,
-			 (uint64_t)o->sync_bn, (uint64_t)o->shard };
+			 (uint64_t)o->sync_bn, (uint64_t)o->shard, (uint64_t)o->async_sgd, (uint64_t)o->async_deterministic,
+			 (uint64_t)o->exchange_every, (uint64_t)o->exchange_peers, dbits(o->blend), (uint64_t)o->parzen };
 
 	*model = 0;
 	*flags = 0;
@@ -242,7 +245,7 @@ int hp_dp_mean_loss(struct hp_trainer *t, double *loss)
 	double v[2] = { *loss, t->o.cancel && *t->o.cancel };
 	int rc;
 
-	if (t->nranks < 2)
+	if (t->nranks < 2 || t->o.async_sgd) /* async: each rank's own loss, no collective */
 		return 0;
 	if ((rc = hp_comm_allreduce(v, 2, HP_F64)) < 0)
 		return rc;

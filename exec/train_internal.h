@@ -65,6 +65,7 @@ struct hp_trainer {
 	uint64_t dp_bucket;    /* the bucket size the reductions use (chosen or --bucket) */
 	struct hp_param_counts params; /* what trains (train_params.c) */
 	struct hp_eval *eval;  /* validation (train_eval.c), opened at the first evaluation */
+	struct hp_asgd *asgd;  /* --sync async: mailboxes and state (asgd.c) */
 };
 
 /* Validation (train_eval.c): its dataset opened and checked against the

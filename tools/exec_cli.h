@@ -60,6 +60,12 @@ struct cli {
 	long parallel;               /* --parallel K: trials at once (0: 1) */
 	int argc;                    /* the command line, for the trials --tune starts */
 	char **argv;
+	/* --sync async (asynchronous SGD) and its knobs */
+	int sync_async, sync_given, async_det, parzen;
+	long exchange_every, exchange_peers;
+	double blend;                /* < 0: mean (m/(m+1)) */
+	int blend_given;
+	const char *debug_delay;     /* --debug-delay-ms MS or RANK:MS,... */
 };
 
 struct hp_session;
@@ -118,6 +124,21 @@ int exec_info_main(const struct cli *c);
 int exec_check_names(const struct hp_graph *g, const struct cli *c);
 /* float32 -> float16 / bfloat16 bits (round to nearest even). */
 uint16_t exec_half_of(float f, int dtype);
+
+/* --debug-delay-ms SPEC (tools/exec_asgd.c): MS for every rank, or
+ * RANK:MS[,RANK:MS...]; rank < 0 checks the syntax only, else *ms gets
+ * that rank's delay (0: none).  0, or exit status 2 after saying why. */
+int exec_parse_delay(const char *spec, int rank, double *ms);
+struct hp_trainer_opts;
+/* --sync async and its knobs into the trainer's options (after MPI is up:
+ * the delay is this rank's); 0 or exit status 2 after saying why. */
+int exec_async_opts(const struct cli *c, struct hp_trainer_opts *o);
+/* --log-json of rank r > 0 of an asynchronous job: FILE.rankR (malloc'd). */
+char *exec_async_log_name(const char *log, int rank);
+struct hp_trainer;
+/* After a step: the exchange's record for the log (NULL: none), and a
+ * line on stderr for each peer newly found lost. */
+const char *exec_async_step(struct hp_trainer *t);
 
 /* The training path (tools/exec_train.c): returns a process exit status. */
 int exec_train_main(struct cli *c);

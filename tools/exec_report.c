@@ -145,6 +145,8 @@ int exec_log_write(FILE *f, const struct exec_sample *x)
 		if (!isnan(x->val_accuracy))
 			json_object_object_add(o, "val_accuracy", jnum(x->val_accuracy));
 	}
+	if (x->asgd_json)
+		json_object_object_add(o, "asgd", json_tokener_parse(x->asgd_json));
 	if (fprintf(f, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)) < 0 || fflush(f))
 		rc = -EIO;
 	json_object_put(o);

@@ -36,6 +36,7 @@ struct exec_sample {
 	struct exec_tier_sample tier[HS_MAX_TIERS + 1];
 	int has_val;                    /* validated after this step (--val-data) */
 	double val_loss, val_accuracy;  /* accuracy NaN unless cross-entropy */
+	const char *asgd_json;          /* --sync async: the step's exchange (JSON object), or NULL */
 };
 
 /* Counters of the previous sample, for the per-step rates. */

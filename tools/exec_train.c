@@ -174,7 +174,8 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 		return usage("%s", "--export-onnx with --shard parameters: no rank holds the whole weights "
 			     "(train with --shard gradients to export)");
 	hp_trainer_opts_init(o, sizeof *o);
-	if ((rc = parse_loss(c->loss, &o->spec)) || (rc = parse_optimizer(c->optimizer, &o->spec)))
+	if ((rc = parse_loss(c->loss, &o->spec)) || (rc = parse_optimizer(c->optimizer, &o->spec)) ||
+	    (rc = exec_async_opts(c, o)))
 		return rc;
 	warn_ignored(c, &o->spec);
 	if ((rc = exec_store_tiers(c, tiers, &o->ntiers)) != 0)
@@ -227,6 +228,47 @@ static void ckpt_progress(void *arg, uint64_t done, uint64_t total)
 	ckpt_last_done = done;
 	if (ckpt_count == kill_nth && 2 * done >= total)
 		raise(SIGKILL);
+}
+
+/* Bench hook: HPDLF_TEST_EXPORT_EVERY=N:DIR has rank 0 export its
+ * weights to DIR/step<S>.onnx after every N-th step (bench/bench_asgd.py
+ * evaluates them); the log's time_s leaves the time spent on it out. */
+static long export_every;
+static const char *export_dir;
+
+static void export_hook_init(void)
+{
+	const char *e = getenv("HPDLF_TEST_EXPORT_EVERY");
+	char *colon;
+
+	if (!e || hp_comm_rank() != 0)
+		return;
+	export_every = strtol(e, &colon, 10);
+	export_dir = *colon == ':' && colon[1] ? colon + 1 : NULL;
+	if (!export_dir)
+		export_every = 0;
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int export_hook(struct hp_trainer *t, int64_t step, double *t0)
+{
+	char path[4096];
+	double a = mono_s();
+	int rc;
+
+	if (export_every <= 0 || (step + 1) % export_every)
+		return 0;
+	snprintf(path, sizeof path, "%s/step%lld.onnx", export_dir, (long long)step + 1);
+	rc = hp_trainer_export_onnx(t, path, 0);
+	*t0 += mono_s() - a;
+	return rc;
 }
 
 struct run_state {
@@ -294,12 +336,16 @@ static int on_step(void *arg, const struct hp_step_info *in)
 	sample_step(r, in, &x);
 	if ((rc = validate(r, in, &x)) < 0)
 		return rc;
+	x.asgd_json = exec_async_step(r->t);
 	if (r->log && exec_log_write(r->log, &x) < 0)
 		r->log_failed = 1;
 	exec_metrics_update(&x);
 	r->ms[r->nms++] = in->ms;
 	r->last_loss = in->loss;
 	hp_progress_step(&r->bar, &x);
+	int erc = export_hook(r->t, in->step, &r->sampler.t0);
+	if (erc < 0)
+		return erc;
 	if (isfinite(in->loss))
 		return 0;
 	const char *what = isnan(in->loss) ? "NaN" : in->loss > 0 ? "+infinity" : "-infinity";
@@ -470,7 +516,8 @@ static void quiet_rank(struct cli *c)
 	if (hp_comm_rank() == 0)
 		return;
 	c->quiet = 1;
-	c->log_json = NULL;
+	/* --sync async: every rank trains its own state: each logs it */
+	c->log_json = c->sync_async && c->log_json ? exec_async_log_name(c->log_json, hp_comm_rank()) : NULL;
 	c->stats_json = NULL;
 	c->export_onnx = NULL;
 	c->trace = NULL;
@@ -516,6 +563,7 @@ int exec_train_main(struct cli *c)
 	hp_comm_on_lost(on_lost);
 	if ((rc = hp_comm_init()) < 0)
 		return train_fail(rc);
+	export_hook_init();
 	quiet_rank(c);
 	rc = to_opts(c, &o);
 	if (rc)
@@ -544,11 +592,17 @@ int exec_train_main(struct cli *c)
 		if (hp_comm_rank() == 0)
 			fprintf(stderr, "hpdlf-exec: %s: %s%s\n", interrupted == SIGTERM ? "terminated" : "interrupted",
 				hp_errmsg(), c->checkpoint ? " (checkpoint written; continue with --resume)" : "");
-		hp_comm_finalize();
+		if (hp_comm_leave()) { /* --sync async with a peer lost (comm_watch.h) */
+			fflush(NULL);
+			_exit(128 + (interrupted ? (int)interrupted : SIGINT));
+		}
 		return 128 + (interrupted ? (int)interrupted : SIGINT);
 	}
 	if (rc < 0)
 		return train_fail(rc);
-	hp_comm_finalize();
+	if (hp_comm_leave()) { /* --sync async with a peer lost: no MPI_Finalize (comm_watch.h) */
+		fflush(NULL);
+		_exit(0);
+	}
 	return 0;
 }

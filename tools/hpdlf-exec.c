@@ -82,7 +82,8 @@ enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER,
        OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS, OPT_NO_SPLIT,
        OPT_RECALIBRATE, OPT_BUCKET, OPT_SYNC_BN, OPT_SHARD, OPT_RANKS, OPT_LINK_BW, OPT_LINK_LAT,
        OPT_NO_FUSE, OPT_LISTEN_METRICS, OPT_INFO, OPT_FREEZE,
-       OPT_VAL_DATA, OPT_VAL_LABELS, OPT_EVAL_EVERY, OPT_TUNE, OPT_TUNE_LOG, OPT_PARALLEL };
+       OPT_VAL_DATA, OPT_VAL_LABELS, OPT_EVAL_EVERY, OPT_TUNE, OPT_TUNE_LOG, OPT_PARALLEL,
+       OPT_SYNC, OPT_EXCHANGE_EVERY, OPT_EXCHANGE_PEERS, OPT_BLEND, OPT_PARZEN, OPT_ASYNC_DET, OPT_DEBUG_DELAY };
 
 static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
@@ -123,6 +124,13 @@ static const struct option long_opts[] = {
 	{ "val-data", required_argument, 0, OPT_VAL_DATA }, { "val-labels", required_argument, 0, OPT_VAL_LABELS },
 	{ "eval-every", required_argument, 0, OPT_EVAL_EVERY }, { "tune", required_argument, 0, OPT_TUNE },
 	{ "tune-log", required_argument, 0, OPT_TUNE_LOG }, { "parallel", required_argument, 0, OPT_PARALLEL },
+	{ "sync", required_argument, 0, OPT_SYNC },
+	{ "exchange-every", required_argument, 0, OPT_EXCHANGE_EVERY },
+	{ "exchange-peers", required_argument, 0, OPT_EXCHANGE_PEERS },
+	{ "blend", required_argument, 0, OPT_BLEND },
+	{ "parzen", no_argument, 0, OPT_PARZEN },
+	{ "async-deterministic", no_argument, 0, OPT_ASYNC_DET },
+	{ "debug-delay-ms", required_argument, 0, OPT_DEBUG_DELAY },
 	{ 0, 0, 0, 0 },
 };
 
@@ -153,9 +161,47 @@ static int parse_shard(const char *arg, struct cli *c)
 	return usage_error("--shard: expected none, optimizer, gradients or parameters, got '%s'", arg);
 }
 
+/* --blend W in [0, 1], or mean (m/(m+1) for m received states). */
+static int parse_blend(const char *arg, struct cli *c)
+{
+	char *end;
+
+	c->blend_given = 1;
+	if (!strcmp(arg, "mean")) {
+		c->blend = -1;
+		return 0;
+	}
+	errno = 0;
+	c->blend = strtod(arg, &end);
+	if (end == arg || *end || errno || !(c->blend >= 0 && c->blend <= 1))
+		return usage_error("--blend: expected a weight in [0, 1] or 'mean', got '%s'", arg);
+	return 0;
+}
+
+/* The asynchronous SGD options (--sync async and its knobs). */
+static int parse_async(int o, struct cli *c)
+{
+	switch (o) {
+	case OPT_SYNC:
+		c->sync_given = 1;
+		if (strcmp(optarg, "sync") && strcmp(optarg, "async"))
+			return usage_error("--sync: expected sync or async, got '%s'", optarg);
+		c->sync_async = !strcmp(optarg, "async");
+		return 0;
+	case OPT_EXCHANGE_EVERY: return parse_int(optarg, "--exchange-every", 1, &c->exchange_every);
+	case OPT_EXCHANGE_PEERS: return parse_int(optarg, "--exchange-peers", 1, &c->exchange_peers);
+	case OPT_BLEND: return parse_blend(optarg, c);
+	case OPT_PARZEN: c->parzen = 1; return 0;
+	case OPT_ASYNC_DET: c->async_det = 1; return 0;
+	default: c->debug_delay = optarg; return exec_parse_delay(optarg, -1, NULL);
+	}
+}
+
 /* Options of training and of the store tiers. */
 static int parse_more(int o, struct cli *c)
 {
+	if (o >= OPT_SYNC && o <= OPT_DEBUG_DELAY)
+		return parse_async(o, c);
 	switch (o) {
 	case OPT_PLAN_DOT: c->plan_dot = optarg; return 0;
 	case OPT_NO_SPLIT: c->no_split = 1; return 0;
@@ -274,6 +320,9 @@ static int check_mode(const struct cli *c)
 		{ c->val_data != NULL, "--val-data" }, { c->val_labels != NULL, "--val-labels" },
 		{ c->eval_every != 0, "--eval-every" }, { c->tune != NULL, "--tune" }, { c->tune_log != NULL, "--tune-log" },
 		{ c->parallel != 0, "--parallel" },
+		{ c->sync_given, "--sync" }, { c->exchange_every != 0, "--exchange-every" },
+		{ c->exchange_peers != 0, "--exchange-peers" }, { c->blend_given, "--blend" }, { c->parzen, "--parzen" },
+		{ c->async_det, "--async-deterministic" }, { c->debug_delay != NULL, "--debug-delay-ms" },
 	}, infer_only[] = {
 		{ c->ninputs > 0, "--input" }, { c->noutputs > 0, "--output" }, { c->output_dir != NULL, "--output-dir" },
 		{ c->iterations != 1, "--iterations" }, { c->warmup != 0, "--warmup" }, { c->duration != 0, "--duration" },
@@ -309,6 +358,7 @@ static int parse_args(int argc, char **argv, struct cli *c)
 
 	c->iterations = 1;
 	c->seed = 1;
+	c->blend = -1;
 	c->shuffle = -1;
 	opterr = 0; /* bad_option says it once, with a suggestion */
 	while ((o = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {

@@ -151,6 +151,25 @@ struct hp_trainer_opts {
 	/* Validation data for hp_trainer_evaluate: as data and labels (an
 	 * .npz holding x and y when val_labels is NULL); NULL: none. */
 	const char *val_data, *val_labels;
+	/* Under a launcher: asynchronous SGD (Keuper and Pfreundt's ASGD)
+	 * instead of reduced gradients.  Every rank trains its rows of each
+	 * global batch with its own optimizer; after every exchange_every of
+	 * its steps it writes its parameters one-sidedly into the mailboxes of
+	 * exchange_peers peers (a schedule drawn from seed) and blends the
+	 * states that arrived in its own: w = (1 - b) w + b mean(received),
+	 * b = blend, or m/(m+1) for m states when blend < 0 (the default: the
+	 * plain mean of its own and the received states).  parzen: use only
+	 * received states that this rank's last step moved towards (the
+	 * paper's Parzen window).  async_deterministic: the same exchanges
+	 * behind barriers, bit for bit repeatable (tests).  delay_ms: this rank
+	 * sleeps that long in every step (a slow rank, for tests). */
+	int64_t exchange_every;       /* 0: 4 */
+	double blend;                 /* < 0: m/(m+1) */
+	double delay_ms;
+	int async_sgd;
+	int async_deterministic;
+	int exchange_peers;           /* 0: 1 */
+	int parzen;
 };
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size);
