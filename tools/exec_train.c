@@ -165,7 +165,7 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 		return usage("%s", "give --steps or --epochs, not both");
 	if ((c->resume || c->checkpoint_every) && !c->checkpoint)
 		return usage("%s", "--resume and --checkpoint-every need --checkpoint DIR");
-	if ((rc = check_ranks(c)) != 0)
+	if ((rc = check_ranks(c)) != 0 || (rc = exec_check_pipeline(c)) != 0)
 		return rc;
 	if (c->shard == HP_SHARD_PARAMETERS && c->export_onnx)
 		return usage("%s", "--export-onnx with --shard parameters: no rank holds the whole weights "
@@ -413,6 +413,8 @@ static int plan_step(const struct cli *c, const struct hp_trainer_opts *to, stru
 	o.ntiers = to->ntiers;
 	o.tiers = to->tiers;
 	o.recalibrate = c->recalibrate;
+	if (c->plan && c->pipeline)
+		return exec_plan_pipe(c, to, t);
 	if (c->plan && hp_comm_size() == 1) { /* the smallest budget: the step compiled for 1 byte (one rank: creating a trainer agrees with the others) */
 		struct hp_trainer_opts o1 = *to;
 		struct hp_trainer *t1 = NULL;

@@ -1,0 +1,327 @@
+/* The choice of pipeline stages over the model's chain (see pipe_cut.h).
+ *
+ * Three exact passes over the chain, each a dynamic programme over (stage
+ * k, end j) whose inner loop walks the start i down from j - 1:
+ *   1. the slowest stage's time V: f[k][j] = min over i of
+ *      max(f[k-1][i], t(i, j)), stages that fit the budget only;
+ *   2. among partitions whose stages all take at most V, the fewest bytes
+ *      over the cuts: g[k][j] = min over i of g[k-1][i] + cut[i];
+ *   3. only when nothing fits: the smallest cap any partition fits in.
+ * The walk stops once t(i, j) passes a bound on V (found first by
+ * bisection with a greedy split that ignores memory, raised while the
+ * budget leaves no partition under it) or the working set passes the cap,
+ * so the work is about P * n * (the nodes of a stage) rather than P * n^2.
+ * Phase 2 cannot be folded into 1: the prefix that is best on its slowest
+ * stage is not always the one with the fewest bytes once a slower last
+ * stage hides the difference. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "exec/budget.h"
+#include "exec/pipe_cut.h"
+
+void hp_pipe_choose_opts_init(struct hp_pipe_choose_opts *o, size_t size)
+{
+	memset(o, 0, size);
+	o->size = size;
+}
+
+double hp_pipe_stage_ms(const struct hp_pipe_chain *c, int lo, int hi)
+{
+	double ms = 0;
+
+	for (int k = lo; k < hi; k++)
+		ms += c->fwd_ms[k] + c->bwd_ms[k] + c->opt_ms[k];
+	return ms;
+}
+
+uint64_t hp_pipe_stage_need(const struct hp_pipe_chain *c, int lo, int hi)
+{
+	uint64_t m = 0;
+
+	for (int k = lo; k < hi; k++)
+		m = c->need[k] > m ? c->need[k] : m;
+	return m + 2 * (c->cut[lo] + c->cut[hi]);
+}
+
+struct dp {
+	const struct hp_pipe_chain *c;
+	int n, P;
+	uint64_t cap;      /* 0: unlimited */
+	double *pre;       /* [n+1] prefix sums of the node times */
+	double *f;         /* [P][n+1] */
+	uint64_t *g;       /* [P][n+1] */
+	int *arg;          /* [P][n+1] start of the last stage */
+};
+
+#define INF HUGE_VAL
+#define NONE UINT64_MAX
+#define AT(d, k, j) ((size_t)(k) * (size_t)((d)->n + 1) + (size_t)(j))
+
+static double t_of(const struct dp *d, int i, int j)
+{
+	return d->pre[j] - d->pre[i];
+}
+
+/* Within the slowest stage's time V, up to rounding of the sums. */
+static int within(double t, double v)
+{
+	return t <= v + 1e-9 * fabs(v);
+}
+
+/* Can the chain be cut into at most P stages of at most T each (memory
+ * ignored)?  Greedy: each stage as long as it may be. */
+static int greedy_fits(const struct dp *d, double T)
+{
+	int stages = 1, i = 0;
+
+	for (int j = 1; j <= d->n; j++)
+		if (t_of(d, i, j) > T) {
+			if (j - 1 == i || ++stages > d->P)
+				return 0;
+			i = j - 1;
+			if (t_of(d, i, j) > T)
+				return 0;
+		}
+	return 1;
+}
+
+/* An upper bound on the memory-blind optimum, tight to 1e-9. */
+static double time_bound(const struct dp *d)
+{
+	double lo = 0, hi = d->pre[d->n];
+
+	for (int it = 0; it < 200 && hi - lo > 1e-12 * hi; it++) {
+		double mid = (lo + hi) / 2;
+		if (greedy_fits(d, mid))
+			hi = mid;
+		else
+			lo = mid;
+	}
+	return hi * (1 + 1e-9) + 1e-300;
+}
+
+/* Phase 1 under the bound T: the slowest stage of the best partition
+ * (INF: none within T fits the cap). */
+static double phase_time(struct dp *d, double T)
+{
+	for (int k = 0; k < d->P; k++)
+		for (int j = 0; j <= d->n; j++) {
+			double best = INF;
+			uint64_t m = 0;
+			d->f[AT(d, k, j)] = INF;
+			if (j < k + 1 || j > d->n - (d->P - 1 - k))
+				continue;
+			for (int i = j - 1; i >= (k ? k : 0); i--) {
+				double t = t_of(d, i, j), prev = k ? d->f[AT(d, k - 1, i)] : 0;
+				m = d->c->need[i] > m ? d->c->need[i] : m;
+				if (t > T || (d->cap && m + 2 * d->c->cut[j] > d->cap))
+					break;
+				if (!k && i)
+					continue; /* the first stage starts at 0 */
+				if (prev == INF || (d->cap && m + 2 * (d->c->cut[i] + d->c->cut[j]) > d->cap))
+					continue;
+				prev = prev > t ? prev : t;
+				best = prev < best ? prev : best;
+			}
+			d->f[AT(d, k, j)] = best;
+		}
+	return d->f[AT(d, d->P - 1, d->n)];
+}
+
+/* Phase 2: the fewest bytes over the cuts with every stage within V. */
+static uint64_t phase_bytes(struct dp *d, double V)
+{
+	for (int k = 0; k < d->P; k++)
+		for (int j = 0; j <= d->n; j++) {
+			uint64_t best = NONE, m = 0;
+			int arg = -1;
+			d->g[AT(d, k, j)] = NONE;
+			if (j < k + 1 || j > d->n - (d->P - 1 - k))
+				continue;
+			for (int i = j - 1; i >= (k ? k : 0); i--) {
+				uint64_t prev = k ? d->g[AT(d, k - 1, i)] : 0;
+				m = d->c->need[i] > m ? d->c->need[i] : m;
+				if (!within(t_of(d, i, j), V) || (d->cap && m + 2 * d->c->cut[j] > d->cap))
+					break;
+				if ((!k && i) || prev == NONE || (d->cap && m + 2 * (d->c->cut[i] + d->c->cut[j]) > d->cap))
+					continue;
+				prev += k ? d->c->cut[i] : 0;
+				if (prev < best) {
+					best = prev;
+					arg = i;
+				}
+			}
+			d->g[AT(d, k, j)] = best;
+			d->arg[AT(d, k, j)] = arg;
+		}
+	return d->g[AT(d, d->P - 1, d->n)];
+}
+
+/* Phase 3: the smallest cap of any partition (time unbounded). */
+static uint64_t phase_cap(struct dp *d)
+{
+	uint64_t *h = d->g;
+
+	for (int k = 0; k < d->P; k++)
+		for (int j = 0; j <= d->n; j++) {
+			uint64_t best = NONE, m = 0;
+			h[AT(d, k, j)] = NONE;
+			if (j < k + 1 || j > d->n - (d->P - 1 - k))
+				continue;
+			for (int i = j - 1; i >= (k ? k : 0); i--) {
+				uint64_t prev = k ? h[AT(d, k - 1, i)] : 0, s;
+				m = d->c->need[i] > m ? d->c->need[i] : m;
+				if (m + 2 * d->c->cut[j] >= best)
+					break; /* only grows as the stage does */
+				if ((!k && i) || prev == NONE)
+					continue;
+				s = m + 2 * (d->c->cut[i] + d->c->cut[j]);
+				s = prev > s ? prev : s;
+				best = s < best ? s : best;
+			}
+			h[AT(d, k, j)] = best;
+		}
+	return h[AT(d, d->P - 1, d->n)];
+}
+
+static int dp_alloc(struct dp *d)
+{
+	size_t cells = (size_t)d->P * (size_t)(d->n + 1);
+
+	d->pre = calloc((size_t)d->n + 1, sizeof *d->pre);
+	d->f = malloc(cells * sizeof *d->f);
+	d->g = malloc(cells * sizeof *d->g);
+	d->arg = malloc(cells * sizeof *d->arg);
+	if (!d->pre || !d->f || !d->g || !d->arg)
+		return hp_error(-ENOMEM, "out of memory choosing %d pipeline stages over %d nodes", d->P, d->n);
+	for (int k = 0; k < d->n; k++)
+		d->pre[k + 1] = d->pre[k] + d->c->fwd_ms[k] + d->c->bwd_ms[k] + d->c->opt_ms[k];
+	return 0;
+}
+
+static void dp_free(struct dp *d)
+{
+	free(d->pre);
+	free(d->f);
+	free(d->g);
+	free(d->arg);
+}
+
+/* Phase 1 with a bound raised until a partition fits (INF: none does). */
+static double slowest_fitting(struct dp *d)
+{
+	double T = time_bound(d), total = d->pre[d->n] * (1 + 1e-9) + 1e-300, V;
+
+	for (;;) {
+		V = phase_time(d, T);
+		if (V != INF || T >= total)
+			return V;
+		T = T * 1.5 < total ? T * 1.5 : total;
+	}
+}
+
+static void trace_back(const struct dp *d, int *bounds)
+{
+	int j = d->n;
+
+	bounds[d->P] = d->n;
+	for (int k = d->P - 1; k > 0; k--) {
+		j = d->arg[AT(d, k, j)];
+		bounds[k] = j;
+	}
+	bounds[0] = 0;
+}
+
+int hp_pipe_partition(const struct hp_pipe_chain *c, int P, uint64_t cap, int *bounds, double *slowest,
+		      uint64_t *crossing, uint64_t *min_cap)
+{
+	struct dp d = { .c = c, .n = c->n, .P = P, .cap = cap };
+	double V;
+	int rc;
+
+	if (P < 1 || P > c->n)
+		return hp_error(HP_EUSAGE, "%d pipeline stages over %d nodes: each stage needs a node", P, c->n);
+	if ((rc = dp_alloc(&d)) == 0) {
+		V = slowest_fitting(&d);
+		if (V == INF) {
+			d.cap = 0;
+			*min_cap = phase_cap(&d);
+			rc = HP_EBUDGET;
+		} else {
+			*crossing = phase_bytes(&d, V);
+			*slowest = V;
+			trace_back(&d, bounds);
+		}
+	}
+	dp_free(&d);
+	return rc;
+}
+
+/* ---- the model's choice ---------------------------------------------------- */
+
+/* Tensor bytes a stage's working set may take under a process budget. */
+static uint64_t cap_of(uint64_t process)
+{
+	uint64_t t = hp_budget_tensors(process), s = hp_budget_staging(t);
+
+	return t > s ? t - s : 1;
+}
+
+uint64_t hp_pipe_budget_for(uint64_t need)
+{
+	uint64_t b = need;
+
+	for (int i = 0; i < 64; i++) { /* the staging reserve grows with the budget, stepwise */
+		uint64_t nb = need + hp_budget_staging(b);
+		if (nb <= b)
+			break;
+		b = nb;
+	}
+	return hp_budget_process_for(b);
+}
+
+void hp_pipe_opts_full(const struct hp_pipe_choose_opts *in, struct hp_pipe_choose_opts *o)
+{
+	hp_pipe_choose_opts_init(o, sizeof *o);
+	if (in)
+		memcpy(o, in, in->size < sizeof *o ? in->size : sizeof *o);
+	o->size = sizeof *o;
+	o->micro_batches = o->micro_batches > 0 ? o->micro_batches : 1;
+}
+
+int hp_pipe_choose_chain(const struct hp_graph *model, const struct hp_pipe_chain *c, int P,
+			 const struct hp_pipe_choose_opts *o, int *bounds)
+{
+	uint64_t cap = o->budget ? cap_of(o->budget) : 0, crossing, min_cap = 0;
+	double slowest;
+	char a[32], b[32], d[32];
+	int rc = hp_pipe_partition(c, P, cap, bounds, &slowest, &crossing, &min_cap);
+
+	if (rc != HP_EBUDGET)
+		return rc;
+	return hp_error(HP_EBUDGET, "%s: no split into %d pipeline stages fits --budget %s per rank (a stage's "
+			"largest kernel and its boundary buffers need %s at least); --budget %s per rank would",
+			model->path ? model->path : "model", P, hp_format_size(o->budget, a, sizeof a),
+			hp_format_size(min_cap, b, sizeof b), hp_format_size(hp_pipe_budget_for(min_cap), d, sizeof d));
+}
+
+int hp_pipe_choose(const struct hp_graph *model, int P, const struct hp_pipe_choose_opts *in, int *bounds)
+{
+	struct hp_pipe_choose_opts o;
+	struct hp_pipe_chain c;
+	int rc;
+
+	hp_pipe_opts_full(in, &o);
+	if (P < 1 || P > model->nnodes)
+		return hp_error(HP_EUSAGE, "%s: %d pipeline stages over %d nodes: each stage needs a node",
+				model->path ? model->path : "model", P, model->nnodes);
+	if ((rc = hp_pipe_chain_build(model, &o, &c)) < 0)
+		return rc;
+	rc = hp_pipe_choose_chain(model, &c, P, &o, bounds);
+	hp_pipe_chain_free(&c);
+	return rc;
+}
