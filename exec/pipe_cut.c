@@ -55,6 +55,7 @@ struct dp {
 	double *f;         /* [P][n+1] */
 	uint64_t *g;       /* [P][n+1] */
 	int *arg;          /* [P][n+1] start of the last stage */
+	int *lo, *hi;      /* [P] the ends stage k may have under the bound */
 };
 
 #define INF HUGE_VAL
@@ -104,24 +105,69 @@ static double time_bound(const struct dp *d)
 	return hi * (1 + 1e-9) + 1e-300;
 }
 
+/* The ends j stage k may have when every stage takes at most T, memory
+ * aside: at most where k + 1 greedy stages from the left reach, at least
+ * where P - 1 - k greedy stages from the right must start. */
+static void end_ranges(struct dp *d, double T)
+{
+	int pos = 0, n = d->n, P = d->P;
+
+	for (int k = 0; k < P; k++) {
+		int j = pos < n ? pos + 1 : n;
+		while (j < n && t_of(d, pos, j + 1) <= T)
+			j++;
+		d->hi[k] = j < n - (P - 1 - k) ? j : n - (P - 1 - k);
+		pos = j;
+	}
+	pos = n;
+	for (int k = P - 1; k >= 0; k--) {
+		int i = pos > 0 ? pos - 1 : 0;
+		d->lo[k] = pos > k + 1 ? pos : k + 1; /* the remaining stages start at or before pos */
+		while (i > 0 && t_of(d, i - 1, pos) <= T)
+			i--;
+		pos = i;
+	}
+}
+
+/* The first stage's working set, when it ends at j (0: too large). */
+static int first_fits(const struct dp *d, int j, uint64_t *m)
+{
+	*m = 0;
+	for (int i = 0; i < j; i++)
+		*m = d->c->need[i] > *m ? d->c->need[i] : *m;
+	return !d->cap || *m + 2 * d->c->cut[j] <= d->cap;
+}
+
+static void fill_none(struct dp *d)
+{
+	size_t cells = (size_t)d->P * (size_t)(d->n + 1);
+
+	for (size_t x = 0; x < cells; x++) {
+		d->f[x] = INF;
+		d->g[x] = NONE;
+	}
+}
+
 /* Phase 1 under the bound T: the slowest stage of the best partition
  * (INF: none within T fits the cap). */
 static double phase_time(struct dp *d, double T)
 {
-	for (int k = 0; k < d->P; k++)
-		for (int j = 0; j <= d->n; j++) {
+	uint64_t m;
+
+	fill_none(d);
+	end_ranges(d, T);
+	for (int j = d->lo[0]; j <= d->hi[0]; j++)
+		if (t_of(d, 0, j) <= T && first_fits(d, j, &m))
+			d->f[AT(d, 0, j)] = t_of(d, 0, j);
+	for (int k = 1; k < d->P; k++)
+		for (int j = d->lo[k]; j <= d->hi[k]; j++) {
 			double best = INF;
-			uint64_t m = 0;
-			d->f[AT(d, k, j)] = INF;
-			if (j < k + 1 || j > d->n - (d->P - 1 - k))
-				continue;
-			for (int i = j - 1; i >= (k ? k : 0); i--) {
-				double t = t_of(d, i, j), prev = k ? d->f[AT(d, k - 1, i)] : 0;
+			m = 0;
+			for (int i = j - 1; i >= d->lo[k - 1]; i--) {
+				double t = t_of(d, i, j), prev = d->f[AT(d, k - 1, i)];
 				m = d->c->need[i] > m ? d->c->need[i] : m;
 				if (t > T || (d->cap && m + 2 * d->c->cut[j] > d->cap))
 					break;
-				if (!k && i)
-					continue; /* the first stage starts at 0 */
 				if (prev == INF || (d->cap && m + 2 * (d->c->cut[i] + d->c->cut[j]) > d->cap))
 					continue;
 				prev = prev > t ? prev : t;
@@ -135,23 +181,28 @@ static double phase_time(struct dp *d, double T)
 /* Phase 2: the fewest bytes over the cuts with every stage within V. */
 static uint64_t phase_bytes(struct dp *d, double V)
 {
-	for (int k = 0; k < d->P; k++)
-		for (int j = 0; j <= d->n; j++) {
-			uint64_t best = NONE, m = 0;
+	double T = V + 1e-9 * V;
+	uint64_t m;
+
+	fill_none(d);
+	end_ranges(d, T);
+	for (int j = d->lo[0]; j <= d->hi[0]; j++)
+		if (within(t_of(d, 0, j), V) && first_fits(d, j, &m))
+			d->g[AT(d, 0, j)] = 0;
+	for (int k = 1; k < d->P; k++)
+		for (int j = d->lo[k]; j <= d->hi[k]; j++) {
+			uint64_t best = NONE;
 			int arg = -1;
-			d->g[AT(d, k, j)] = NONE;
-			if (j < k + 1 || j > d->n - (d->P - 1 - k))
-				continue;
-			for (int i = j - 1; i >= (k ? k : 0); i--) {
-				uint64_t prev = k ? d->g[AT(d, k - 1, i)] : 0;
+			m = 0;
+			for (int i = j - 1; i >= d->lo[k - 1]; i--) {
+				uint64_t prev = d->g[AT(d, k - 1, i)];
 				m = d->c->need[i] > m ? d->c->need[i] : m;
 				if (!within(t_of(d, i, j), V) || (d->cap && m + 2 * d->c->cut[j] > d->cap))
 					break;
-				if ((!k && i) || prev == NONE || (d->cap && m + 2 * (d->c->cut[i] + d->c->cut[j]) > d->cap))
+				if (prev == NONE || (d->cap && m + 2 * (d->c->cut[i] + d->c->cut[j]) > d->cap))
 					continue;
-				prev += k ? d->c->cut[i] : 0;
-				if (prev < best) {
-					best = prev;
+				if (prev + d->c->cut[i] < best) {
+					best = prev + d->c->cut[i];
 					arg = i;
 				}
 			}
@@ -196,7 +247,9 @@ static int dp_alloc(struct dp *d)
 	d->f = malloc(cells * sizeof *d->f);
 	d->g = malloc(cells * sizeof *d->g);
 	d->arg = malloc(cells * sizeof *d->arg);
-	if (!d->pre || !d->f || !d->g || !d->arg)
+	d->lo = malloc((size_t)d->P * sizeof *d->lo);
+	d->hi = malloc((size_t)d->P * sizeof *d->hi);
+	if (!d->pre || !d->f || !d->g || !d->arg || !d->lo || !d->hi)
 		return hp_error(-ENOMEM, "out of memory choosing %d pipeline stages over %d nodes", d->P, d->n);
 	for (int k = 0; k < d->n; k++)
 		d->pre[k + 1] = d->pre[k] + d->c->fwd_ms[k] + d->c->bwd_ms[k] + d->c->opt_ms[k];
@@ -209,6 +262,8 @@ static void dp_free(struct dp *d)
 	free(d->f);
 	free(d->g);
 	free(d->arg);
+	free(d->lo);
+	free(d->hi);
 }
 
 /* Phase 1 with a bound raised until a partition fits (INF: none does). */
@@ -304,9 +359,10 @@ int hp_pipe_choose_chain(const struct hp_graph *model, const struct hp_pipe_chai
 	if (rc != HP_EBUDGET)
 		return rc;
 	return hp_error(HP_EBUDGET, "%s: no split into %d pipeline stages fits --budget %s per rank (a stage's "
-			"largest kernel and its boundary buffers need %s at least); --budget %s per rank would",
+			"largest kernel and its boundary buffers need %s at least); --budget %llu (%s) per rank would",
 			model->path ? model->path : "model", P, hp_format_size(o->budget, a, sizeof a),
-			hp_format_size(min_cap, b, sizeof b), hp_format_size(hp_pipe_budget_for(min_cap), d, sizeof d));
+			hp_format_size(min_cap, b, sizeof b), (unsigned long long)hp_pipe_budget_for(min_cap),
+			hp_format_size(hp_pipe_budget_for(min_cap), d, sizeof d));
 }
 
 int hp_pipe_choose(const struct hp_graph *model, int P, const struct hp_pipe_choose_opts *in, int *bounds)

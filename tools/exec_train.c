@@ -491,6 +491,8 @@ int exec_train_main(struct cli *c)
 	signal(SIGTERM, on_stop);
 	signal(SIGUSR1, on_stop); /* what batch systems send ahead of a time limit */
 	o.graph_only = c->plan || c->plan_dot;
+	if (c->plan && c->pipeline)
+		o.budget = 0; /* the whole step is not planned: each stage is, under the budget (exec_plan_pipe.c) */
 	rc = hp_trainer_create(c->model, &o, &t);
 	if (rc == 0 && !o.graph_only)
 		warn_sizes(c, t);
