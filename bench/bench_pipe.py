@@ -157,7 +157,7 @@ def runtime_available(a, d):
     p = subprocess.run(mpi + train_cmd(a, d, BATCH, 1, ['--pipeline', str(P), '--micro-batches', str(P)]),
                        capture_output=True, text=True, env=ENV, timeout=600)
     said = [l for l in p.stderr.splitlines() if l.startswith('hpdlf-exec:')] or p.stderr.strip().splitlines() or ['']
-    return p.returncode == 0, said[0] if p.returncode else 'trains'
+    return p.returncode == 0, re.sub(r'^(hpdlf-exec: )+', '', said[0]) if p.returncode else 'trains'  # ranks interleave
 
 
 def pipelined(a, d, tmp, M, owner, names, bounds):
