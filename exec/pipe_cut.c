@@ -4,8 +4,9 @@
  * k, end j) whose inner loop walks the start i down from j - 1:
  *   1. the slowest stage's time V: f[k][j] = min over i of
  *      max(f[k-1][i], t(i, j)), stages that fit the budget only;
- *   2. among partitions whose stages all take at most V, the fewest bytes
- *      over the cuts: g[k][j] = min over i of g[k-1][i] + cut[i];
+ *   2. among partitions whose stages all take at most V (1 + tol), the
+ *      fewest bytes over the cuts: g[k][j] = min over i of g[k-1][i] +
+ *      cut[i] (tol: what the speed model cannot tell apart anyway);
  *   3. only when nothing fits: the smallest cap any partition fits in.
  * The walk stops once t(i, j) passes a bound on V (found first by
  * bisection with a greedy split that ignores memory, raised while the
@@ -16,6 +17,7 @@
  * stage hides the difference. */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +29,8 @@ void hp_pipe_choose_opts_init(struct hp_pipe_choose_opts *o, size_t size)
 {
 	memset(o, 0, size);
 	o->size = size;
+	if (size >= offsetof(struct hp_pipe_choose_opts, tie_tolerance) + sizeof o->tie_tolerance)
+		o->tie_tolerance = 0.01;
 }
 
 double hp_pipe_stage_ms(const struct hp_pipe_chain *c, int lo, int hi)
@@ -187,26 +191,34 @@ static uint64_t phase_bytes(struct dp *d, double V)
 	fill_none(d);
 	end_ranges(d, T);
 	for (int j = d->lo[0]; j <= d->hi[0]; j++)
-		if (within(t_of(d, 0, j), V) && first_fits(d, j, &m))
+		if (within(t_of(d, 0, j), V) && first_fits(d, j, &m)) {
 			d->g[AT(d, 0, j)] = 0;
+			d->f[AT(d, 0, j)] = t_of(d, 0, j);
+		}
 	for (int k = 1; k < d->P; k++)
 		for (int j = d->lo[k]; j <= d->hi[k]; j++) {
 			uint64_t best = NONE;
+			double slow = INF;
 			int arg = -1;
 			m = 0;
 			for (int i = j - 1; i >= d->lo[k - 1]; i--) {
 				uint64_t prev = d->g[AT(d, k - 1, i)];
+				double t = t_of(d, i, j);
 				m = d->c->need[i] > m ? d->c->need[i] : m;
-				if (!within(t_of(d, i, j), V) || (d->cap && m + 2 * d->c->cut[j] > d->cap))
+				if (!within(t, V) || (d->cap && m + 2 * d->c->cut[j] > d->cap))
 					break;
 				if (prev == NONE || (d->cap && m + 2 * (d->c->cut[i] + d->c->cut[j]) > d->cap))
 					continue;
-				if (prev + d->c->cut[i] < best) {
+				/* equal bytes: the faster (a tie-break along the path, not exact) */
+				t = t > d->f[AT(d, k - 1, i)] ? t : d->f[AT(d, k - 1, i)];
+				if (prev + d->c->cut[i] < best || (prev + d->c->cut[i] == best && t < slow)) {
 					best = prev + d->c->cut[i];
+					slow = t;
 					arg = i;
 				}
 			}
 			d->g[AT(d, k, j)] = best;
+			d->f[AT(d, k, j)] = slow;
 			d->arg[AT(d, k, j)] = arg;
 		}
 	return d->g[AT(d, d->P - 1, d->n)];
@@ -291,7 +303,7 @@ static void trace_back(const struct dp *d, int *bounds)
 	bounds[0] = 0;
 }
 
-int hp_pipe_partition(const struct hp_pipe_chain *c, int P, uint64_t cap, int *bounds, double *slowest,
+int hp_pipe_partition(const struct hp_pipe_chain *c, int P, uint64_t cap, double tol, int *bounds, double *slowest,
 		      uint64_t *crossing, uint64_t *min_cap)
 {
 	struct dp d = { .c = c, .n = c->n, .P = P, .cap = cap };
@@ -307,9 +319,13 @@ int hp_pipe_partition(const struct hp_pipe_chain *c, int P, uint64_t cap, int *b
 			*min_cap = phase_cap(&d);
 			rc = HP_EBUDGET;
 		} else {
-			*crossing = phase_bytes(&d, V);
-			*slowest = V;
+			*crossing = phase_bytes(&d, V * (1 + (tol > 0 ? tol : 0)));
 			trace_back(&d, bounds);
+			*slowest = 0;
+			for (int s = 0; s < P; s++) { /* the chosen one's: at most V (1 + tol) */
+				double t = t_of(&d, bounds[s], bounds[s + 1]);
+				*slowest = t > *slowest ? t : *slowest;
+			}
 		}
 	}
 	dp_free(&d);
@@ -354,7 +370,7 @@ int hp_pipe_choose_chain(const struct hp_graph *model, const struct hp_pipe_chai
 	uint64_t cap = o->budget ? cap_of(o->budget) : 0, crossing, min_cap = 0;
 	double slowest;
 	char a[32], b[32], d[32];
-	int rc = hp_pipe_partition(c, P, cap, bounds, &slowest, &crossing, &min_cap);
+	int rc = hp_pipe_partition(c, P, cap, o->tie_tolerance, bounds, &slowest, &crossing, &min_cap);
 
 	if (rc != HP_EBUDGET)
 		return rc;

@@ -19,7 +19,7 @@
  * stage's predicted time per micro-batch (forward + backward + optimizer
  * from the measured speed model, speed.h), each stage's working set
  * fitting its rank's budget; among partitions that tie on the slowest
- * stage, the fewest bytes crossing the cuts.  Exact: a dynamic programme
+ * stage (within o->tie_tolerance, 1%), the fewest bytes crossing the cuts.  Exact: a dynamic programme
  * over the chain whose windows are bounded by the slowest stage's time.
  *
  * The costs per model node (pipe_cost.c) come from the training graph of
@@ -64,6 +64,11 @@ struct hp_pipe_choose_opts {
 	const struct hp_speed_compute *speed; /* NULL: measured (cached, speed.h) */
 	int recalibrate;             /* measure the speed model again */
 	double link_GBps, link_lat_us; /* the link between stages (0: transfers not predicted) */
+	/* Partitions whose slowest stage is within this fraction of the
+	 * fastest possible tie (then the fewest bytes over the cuts win);
+	 * hp_pipe_choose_opts_init: 0.01, below what the speed model can tell
+	 * apart.  0: exact ties only. */
+	double tie_tolerance;
 };
 
 void hp_pipe_choose_opts_init(struct hp_pipe_choose_opts *o, size_t size);
@@ -89,11 +94,13 @@ int hp_pipe_cut_bytes(const struct hp_graph *model, uint64_t *cut);
 
 /* The exact choice over a chain (pure, no I/O): P stages, each stage's
  * working set (largest need + 2 * (cut at each end)) at most `cap` bytes
- * (0: unlimited).  0 with bounds[P+1] set, *slowest the slowest stage's
- * ms and *crossing the bytes over all cuts; HP_EBUDGET if no partition
+ * (0: unlimited); of the partitions whose slowest stage is within a
+ * fraction `tol` of the fastest, the one with the fewest bytes over the
+ * cuts.  0 with bounds[P+1] set, *slowest its slowest stage's ms and
+ * *crossing its bytes over all cuts; HP_EBUDGET if no partition
  * fits, *min_cap then the smallest cap one would; HP_EUSAGE if P < 1 or
  * P > n. */
-int hp_pipe_partition(const struct hp_pipe_chain *c, int P, uint64_t cap, int *bounds, double *slowest,
+int hp_pipe_partition(const struct hp_pipe_chain *c, int P, uint64_t cap, double tol, int *bounds, double *slowest,
 		      uint64_t *crossing, uint64_t *min_cap);
 /* A stage's time per micro-batch and working set. */
 double hp_pipe_stage_ms(const struct hp_pipe_chain *c, int lo, int hi);
