@@ -2,7 +2,7 @@
 """--plan --pipeline P: the stages the planner chooses (issue 14), on
 models generated here with onnx.helper.  Needs no MPI.
 
-usage: check_pipe_plan.py HPDLF_EXEC WORKDIR
+usage: check_pipe_plan.py HPDLF_EXEC WORKDIR MODELS_DIR
 
 - An MLP whose one Gemm has 20 times the operations of each other one (its
   input is 20 copies of the previous activation, Concat'ed): over 4 stages
@@ -18,6 +18,11 @@ usage: check_pipe_plan.py HPDLF_EXEC WORKDIR
   rank; exactly that budget plans, one byte less is refused.
 - Bad --pipeline / --micro-batches / --schedule values and misuse: status 2
   and one line.
+- Every kernel of the training step is charged to some stage once: with
+  one micro-batch, the stages' kernels and milliseconds add up to what the
+  whole-step planner (--plan without --pipeline, plan.c, timing the
+  trainer's own graph) counts and predicts, on the generated MLPs and on
+  tests/models/unet3d_tiny (Conv, ConvTranspose, Concat skip connections).
 """
 import os
 import re
@@ -29,7 +34,7 @@ np.float = float; np.int = int; np.bool = bool; np.object = object  # NumPy 1.24
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-EXE, WORK = sys.argv[1], sys.argv[2]
+EXE, WORK, MODELS = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(WORK, exist_ok=True)
 rng = np.random.default_rng(3)
 fails = 0
@@ -209,7 +214,28 @@ def test_usage():
           '--pipeline without --train: status 2 (%s)' % p.stderr.strip())
 
 
+def test_all_charged():
+    for d, batch in ((os.path.join(WORK, 'heavy'), BATCH), (os.path.join(WORK, 'balanced'), BATCH),
+                     (os.path.join(MODELS, 'unet3d_tiny'), 4)):
+        name = os.path.basename(d)
+        rc, whole, err = run(d, '--plan', batch=batch)
+        kern = re.search(r'one training step\): (\d+) kernels', whole)
+        comp = re.search(r'compute ([\d.]+) ms', whole)
+        if not check(rc == 0 and kern and comp, '%s: whole-step --plan (%s)' % (name, err.strip()[-200:])):
+            continue
+        for P in (1, 3):
+            rc, out, err = run(d, '--plan', '--pipeline', str(P), '--micro-batches', '1', batch=batch)
+            charged = re.search(r'(\d+) kernels charged', out)
+            total = sum(r['ms'] for r in stages(out))
+            check(rc == 0 and charged and int(charged.group(1)) == int(kern.group(1)),
+                  '%s P=%d: %s kernels charged, the step has %s' % (name, P, charged and charged.group(1),
+                                                                   kern.group(1)))
+            check(abs(total - float(comp.group(1))) <= 0.011 * P + 0.002 * float(comp.group(1)),
+                  '%s P=%d: stages add up to %.2f ms, the step predicts %s' % (name, P, total, comp.group(1)))
+
+
 test_heavy()
+test_all_charged()
 test_balanced()
 test_bubble_schedules()
 test_budget()
