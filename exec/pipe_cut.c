@@ -7,7 +7,8 @@
  *   2. among partitions whose stages all take at most V (1 + tol), the
  *      fewest bytes over the cuts: g[k][j] = min over i of g[k-1][i] +
  *      cut[i] (tol: what the speed model cannot tell apart anyway);
- *   3. only when nothing fits: the smallest cap any partition fits in.
+ *   3. only when nothing fits: the smallest cap any partition fits in
+ *      (bisection on the cap, each test O(P n) with a stack of maxima).
  * The walk stops once t(i, j) passes a bound on V (found first by
  * bisection with a greedy split that ignores memory, raised while the
  * budget leaves no partition under it) or the working set passes the cap,
@@ -224,31 +225,73 @@ static uint64_t phase_bytes(struct dp *d, double V)
 	return d->g[AT(d, d->P - 1, d->n)];
 }
 
-/* Phase 3: the smallest cap of any partition (time unbounded). */
-static uint64_t phase_cap(struct dp *d)
-{
-	uint64_t *h = d->g;
+/* Phase 3: can the chain be cut into P stages each of working set at most
+ * C (time unbounded)?  reach[k][j]: nodes [0, j) in k + 1 such stages.
+ * The last stage [i, j) fits when max(need[i..j)) + 2 cut[i] <= C - 2
+ * cut[j]; over the reachable i the left side's minimum comes from a stack
+ * of runs of i that share max(need[i..j)), each with its smallest 2 cut[i]
+ * and the minimum of (max + that) below it, so each k takes O(n). */
+struct run {
+	uint64_t mu, minb, below; /* run's max need, its least 2 cut[i], min over it and the runs below */
+};
 
-	for (int k = 0; k < d->P; k++)
+static int fits_all(const struct dp *d, uint64_t C, char *prev, char *cur, struct run *st)
+{
+	const struct hp_pipe_chain *c = d->c;
+	uint64_t m = 0;
+
+	for (int j = 0; j <= d->n; j++) { /* the first stage: [0, j) */
+		m = j ? (c->need[j - 1] > m ? c->need[j - 1] : m) : 0;
+		prev[j] = j > 0 && m + 2 * c->cut[j] <= C;
+	}
+	for (int k = 1; k < d->P; k++) {
+		int top = 0;
 		for (int j = 0; j <= d->n; j++) {
-			uint64_t best = NONE, m = 0;
-			h[AT(d, k, j)] = NONE;
-			if (j < k + 1 || j > d->n - (d->P - 1 - k))
+			cur[j] = 0;
+			if (j == 0)
 				continue;
-			for (int i = j - 1; i >= (k ? k : 0); i--) {
-				uint64_t prev = k ? h[AT(d, k - 1, i)] : 0, s;
-				m = d->c->need[i] > m ? d->c->need[i] : m;
-				if (m + 2 * d->c->cut[j] >= best)
-					break; /* only grows as the stage does */
-				if ((!k && i) || prev == NONE)
-					continue;
-				s = m + 2 * (d->c->cut[i] + d->c->cut[j]);
-				s = prev > s ? prev : s;
-				best = s < best ? s : best;
-			}
-			h[AT(d, k, j)] = best;
+			struct run r = { c->need[j - 1], prev[j - 1] ? 2 * c->cut[j - 1] : NONE, NONE };
+			while (top > 0 && st[top - 1].mu <= r.mu) /* their max over [i, j) is now need[j-1] */
+				r.minb = st[--top].minb < r.minb ? st[top].minb : r.minb;
+			r.below = r.minb == NONE ? NONE : r.mu + r.minb;
+			if (top > 0 && st[top - 1].below < r.below)
+				r.below = st[top - 1].below;
+			st[top++] = r;
+			cur[j] = 2 * c->cut[j] <= C && r.below <= C - 2 * c->cut[j];
 		}
-	return h[AT(d, d->P - 1, d->n)];
+		memcpy(prev, cur, (size_t)d->n + 1);
+	}
+	return prev[d->n];
+}
+
+/* The smallest C that fits (bisection over the integers), or with
+ * only_cap set, 1 if C = only_cap fits and 0 if not. */
+static uint64_t phase_cap(struct dp *d, uint64_t only_cap)
+{
+	uint64_t lo = 0, hi = 0, maxcut = 0;
+	char *a = malloc((size_t)d->n + 1), *b = malloc((size_t)d->n + 1);
+	struct run *st = malloc(((size_t)d->n + 1) * sizeof *st);
+
+	for (int k = 0; k < d->n; k++) {
+		hi = d->c->need[k] > hi ? d->c->need[k] : hi;
+		maxcut = d->c->cut[k] > maxcut ? d->c->cut[k] : maxcut;
+	}
+	hi += 4 * maxcut; /* every stage of every partition fits this */
+	if (!a || !b || !st)
+		lo = hi; /* out of memory: a true if loose figure (and "fits": phase 1 decides) */
+	else if (only_cap)
+		lo = hi = fits_all(d, only_cap, a, b, st);
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (fits_all(d, mid, a, b, st))
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	free(a);
+	free(b);
+	free(st);
+	return only_cap && (!a || !b || !st) ? 1 : hi;
 }
 
 static int dp_alloc(struct dp *d)
@@ -313,10 +356,12 @@ int hp_pipe_partition(const struct hp_pipe_chain *c, int P, uint64_t cap, double
 	if (P < 1 || P > c->n)
 		return hp_error(HP_EUSAGE, "%d pipeline stages over %d nodes: each stage needs a node", P, c->n);
 	if ((rc = dp_alloc(&d)) == 0) {
-		V = slowest_fitting(&d);
+		/* memory alone first: without a fitting partition, no need to
+		 * raise the time bound up to the whole chain's */
+		V = !cap || phase_cap(&d, cap) ? slowest_fitting(&d) : INF;
 		if (V == INF) {
 			d.cap = 0;
-			*min_cap = phase_cap(&d);
+			*min_cap = phase_cap(&d, 0);
 			rc = HP_EBUDGET;
 		} else {
 			*crossing = phase_bytes(&d, V * (1 + (tol > 0 ? tol : 0)));
