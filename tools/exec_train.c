@@ -84,8 +84,9 @@ static int check_ranks(const struct cli *c)
 		return usage("%s", "--ranks plans without a launcher; under mpirun or srun the ranks are the launcher's");
 	if (c->ranks > 1 && !c->link_GBps)
 		return usage("%s", "--ranks needs the link's bandwidth: --link-bandwidth RATE (12.5G for 100 Gb/s)");
-	if ((c->link_GBps || c->link_lat_us) && !c->ranks && !launched)
-		return usage("%s", "--link-bandwidth and --link-latency describe the link of --ranks or of a launched job");
+	if ((c->link_GBps || c->link_lat_us) && !c->ranks && !launched && !c->pipeline)
+		return usage("%s", "--link-bandwidth and --link-latency describe the link of --ranks, --pipeline or of a "
+			     "launched job");
 	if (c->link_lat_us && !c->link_GBps)
 		return usage("%s", "--link-latency needs --link-bandwidth too");
 	return 0;

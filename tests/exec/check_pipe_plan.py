@@ -18,6 +18,9 @@ usage: check_pipe_plan.py HPDLF_EXEC WORKDIR MODELS_DIR
   rank; exactly that budget plans, one byte less is refused.
 - Bad --pipeline / --micro-batches / --schedule values and misuse: status 2
   and one line.
+- With --link-bandwidth the predicted step grows by the first
+  activation's and the last gradient's transfer over the cut:
+  2 x (bytes / bandwidth + latency), the bytes computed here.
 - Every kernel of the training step is charged to some stage once: with
   one micro-batch, the stages' kernels and milliseconds add up to what the
   whole-step planner (--plan without --pipeline, plan.c, timing the
@@ -181,6 +184,21 @@ def test_bubble_schedules():
         check(('%d micro-batches of %d samples' % (M, BATCH // M)) in out, 'M=%d: micro-batch size said' % M)
 
 
+def test_link():
+    d = os.path.join(WORK, 'balanced')
+    step = []
+    for extra in ((), ('--link-bandwidth', '1M', '--link-latency', '3us')):
+        rc, out, err = run(d, '--plan', '--pipeline', '2', *extra)
+        m = re.search(r'predicted step\s+([\d.]+) ms', out)
+        if not check(rc == 0 and m, '--plan --pipeline 2 %s runs (%s)' % (' '.join(extra), err.strip()[-200:])):
+            return
+        step.append(float(m.group(1)))
+    cut = (BATCH // 2) * 256 * 4  # one micro-batch of the 256-wide activation between the 8-node halves
+    want = 2 * (cut / 1e6 * 1e3 + 3e-3)
+    check(abs(step[1] - step[0] - want) < 0.011, 'the link adds %.3f ms to the step, %.3f predicted' %
+          (want, step[1] - step[0]))
+
+
 def test_budget():
     d = os.path.join(WORK, 'balanced')
     rc, out, err = run(d, '--plan', '--pipeline', '2', '--budget', '64K')
@@ -238,6 +256,7 @@ test_heavy()
 test_all_charged()
 test_balanced()
 test_bubble_schedules()
+test_link()
 test_budget()
 test_usage()
 sys.exit(1 if fails else 0)
