@@ -92,7 +92,7 @@ static int rename_to(char **name, char kind, int i)
 }
 
 /* The model loaded again with the shapes it was given, its nodes matched. */
-static int reload(const struct hp_graph *model, struct hp_graph **out)
+static int reload(const struct hp_graph *model, const struct hp_pipe_choose_opts *o, struct hp_graph **out)
 {
 	struct hp_graph *g = NULL;
 	struct hp_param_counts pc = { .size = sizeof pc };
@@ -107,7 +107,7 @@ static int reload(const struct hp_graph *model, struct hp_graph **out)
 		if (hp_graph_find_value(g, v->name) >= 0)
 			rc = hp_graph_set_input_shape(g, v->name, &v->shape);
 	}
-	if (rc == 0 && (rc = hp_train_params(g, NULL, 0, &pc)) == 0)
+	if (rc == 0 && (rc = hp_train_params(g, o->freeze, o->nfreeze, &pc)) == 0)
 		rc = hp_graph_infer(g);
 	for (int i = 0; rc == 0 && i < model->nnodes; i++)
 		if (g->nnodes != model->nnodes || strcmp(g->nodes[i].op_type, model->nodes[i].op_type))
@@ -312,7 +312,7 @@ int hp_pipe_chain_build(const struct hp_graph *model, const struct hp_pipe_choos
 
 	hp_train_spec_init(&spec, sizeof spec);
 	if ((rc = chain_alloc(c, model->nnodes)) < 0 || (rc = hp_pipe_cut_bytes(model, c->cut)) < 0 ||
-	    (rc = reload(model, &g)) < 0)
+	    (rc = reload(model, o, &g)) < 0)
 		goto out;
 	if ((rc = rename_all(g, o->spec, &spec, obuf, sizeof obuf)) < 0 || (rc = owners_init(g, &w)) < 0)
 		goto out;

@@ -69,6 +69,10 @@ struct hp_pipe_choose_opts {
 	 * hp_pipe_choose_opts_init: 0.01, below what the speed model can tell
 	 * apart.  0: exact ties only. */
 	double tie_tolerance;
+	/* --freeze patterns (hp_trainer_opts'): frozen parameters get no
+	 * gradient and no update. */
+	const char *const *freeze;
+	int nfreeze;
 };
 
 void hp_pipe_choose_opts_init(struct hp_pipe_choose_opts *o, size_t size);

@@ -166,6 +166,8 @@ static void to_choose(const struct cli *c, const struct hp_trainer_opts *to, str
 	o->recalibrate = c->recalibrate;
 	o->link_GBps = c->link_GBps;
 	o->link_lat_us = c->link_GBps > 0 && !c->link_lat_us ? 2 : c->link_lat_us;
+	o->freeze = c->freeze;
+	o->nfreeze = c->nfreeze;
 }
 
 int exec_plan_pipe(const struct cli *c, const struct hp_trainer_opts *to, const struct hp_trainer *t)
