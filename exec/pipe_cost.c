@@ -212,8 +212,22 @@ static uint64_t kernel_need(const struct hp_graph *g, const struct hp_node *n)
 	return need;
 }
 
+/* The model's activations a backward kernel reads are kept from the
+ * forward to it: charged once each, to their producer. */
+static void saved_for_backward(const struct hp_graph *t, const struct owners *w, const struct hp_node *n,
+			       char *seen, struct hp_pipe_chain *c)
+{
+	for (int j = 0; j < n->ninputs; j++) {
+		int v = n->inputs[j];
+		if (v < 0 || v >= w->nv || seen[v] || t->values[v].kind != HP_VALUE_ACTIVATION)
+			continue;
+		seen[v] = 1;
+		c->acts[w->of_value[v]] += vbytes(t, v);
+	}
+}
+
 static void charge(const struct hp_graph *t, const struct owners *w, const struct hp_speed_compute *sp,
-		   struct hp_pipe_chain *c)
+		   char *seen, struct hp_pipe_chain *c)
 {
 	for (int i = 0; i < t->nnodes; i++) {
 		const struct hp_node *n = &t->nodes[i];
@@ -232,14 +246,16 @@ static void charge(const struct hp_graph *t, const struct owners *w, const struc
 			c->opt_ms[k] += ms;
 		else
 			c->bwd_ms[k] += ms;
+		if (!fwd)
+			saved_for_backward(t, w, n, seen, c);
 		c->need[k] = need > c->need[k] ? need : c->need[k];
 		c->nodes_kernels++;
 	}
 }
 
-/* Parameters and state per owner, activations per producer: the model's
- * values in the training graph t (autodiff appends its own after them and
- * has set which initializers it updates). */
+/* Parameters and state per owner: the model's values in the training
+ * graph t (autodiff appends its own after them and has set which
+ * initializers it updates). */
 static void count_state(const struct hp_graph *g, const struct owners *w, const struct hp_train_spec *sp,
 			struct hp_pipe_chain *c)
 {
@@ -253,8 +269,6 @@ static void count_state(const struct hp_graph *g, const struct owners *w, const 
 			c->state[w->of_value[v]] += b * (uint64_t)(2 + nst);
 		} else if (val->kind == HP_VALUE_INITIALIZER) {
 			c->state[w->of_value[v]] += b;
-		} else if (val->kind == HP_VALUE_ACTIVATION && val->producer >= 0) {
-			c->acts[w->of_value[v]] += b;
 		}
 	}
 }
@@ -307,7 +321,7 @@ int hp_pipe_chain_build(const struct hp_graph *model, const struct hp_pipe_choos
 	struct hp_speed_compute sp;
 	struct owners w = { 0 };
 	struct hp_graph *g = NULL;
-	char obuf[32];
+	char obuf[32], *seen = NULL;
 	int rc;
 
 	hp_train_spec_init(&spec, sizeof spec);
@@ -320,8 +334,13 @@ int hp_pipe_chain_build(const struct hp_graph *model, const struct hp_pipe_choos
 		goto out;
 	count_state(g, &w, &spec, c);
 	speed_of(o, &sp);
-	charge(g, &w, &sp, c);
+	if (!(seen = calloc((size_t)w.nv + 1, 1))) {
+		rc = hp_error(-ENOMEM, "out of memory");
+		goto out;
+	}
+	charge(g, &w, &sp, seen, c);
 out:
+	free(seen);
 	free(w.of_value);
 	hp_graph_free(g);
 	if (rc < 0)

@@ -85,7 +85,7 @@ struct hp_pipe_chain {
 	uint64_t *cut;               /* [n+1] activation bytes crossing a cut before node c (0 at 0 and n) */
 	int64_t *params;             /* [n] parameter elements it owns (first reader) */
 	uint64_t *state;             /* [n] their bytes with gradients and optimizer state */
-	uint64_t *acts;              /* [n] bytes of the activations it makes */
+	uint64_t *acts;              /* [n] bytes of the activations it makes that backward reads */
 	int nodes_kernels;           /* kernels of the training graph charged */
 };
 
@@ -134,7 +134,8 @@ struct hp_pipe_stage {
 	double fwd_ms, bwd_ms, opt_ms, ms; /* per micro-batch */
 	uint64_t need;               /* working set (tensor bytes) */
 	uint64_t min_budget;         /* the --budget it needs (process, budget.h) */
-	uint64_t peak_bytes;         /* in core: state + activations of the micro-batches in flight + buffers */
+	uint64_t peak_bytes;         /* in core: state + the activations backward reads, of the micro-batches
+				      * in flight + buffers */
 	int in_flight;               /* micro-batches whose activations it keeps */
 	uint64_t cut_after;          /* activation bytes to the next stage (0 for the last) */
 	double send_ms;              /* their transfer (and the gradient's back), per micro-batch */
