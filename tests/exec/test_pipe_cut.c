@@ -17,6 +17,7 @@
 
 #include "hpdlf/error.h"
 #include "exec/pipe_cut.h"
+#include "exec/speed.h"
 
 #define MAXN 10000
 
@@ -349,6 +350,49 @@ static void test_large_fast(void **state)
 	free(b);
 }
 
+/* hp_pipe_choose on a model file (the source tree's MLP: Gemm 64x256,
+ * Relu, Gemm 256x256, Relu, Gemm 256x10) with a fixed speed model: the
+ * bounds cover the nodes, describe agrees with them, a budget too small is
+ * HP_EBUDGET naming one that works, a graph without nodes is refused. */
+static void test_choose_model(void **state)
+{
+	const char *src = getenv("HPDLF_SOURCE_DIR");
+	struct hp_speed_compute sp = { .threads = 1, .flops = { 1e5, 1e6, 1e7, 1e8 }, .gflops = { 5, 10, 20, 40 },
+				       .mem_GBps = 10, .dispatch_us = 1 };
+	struct hp_pipe_choose_opts o;
+	struct hp_pipe_desc d;
+	struct hp_shape s = { 2, { 30, 64 } };
+	struct hp_graph *g = NULL, *bare = hp_graph_new("bare");
+	char path[4096];
+	int bounds[3];
+
+	(void)state;
+	if (!src)
+		skip();
+	snprintf(path, sizeof path, "%s/tests/models/mlp/model.onnx", src);
+	assert_int_equal(hp_graph_load(path, &g), 0);
+	assert_int_equal(hp_graph_set_input_shape(g, "input", &s), 0);
+	assert_int_equal(hp_graph_infer(g), 0);
+	hp_pipe_choose_opts_init(&o, sizeof o);
+	o.speed = &sp;
+	o.micro_batches = 2;
+	assert_int_equal(hp_pipe_choose(g, 2, &o, bounds), 0);
+	assert_true(bounds[0] == 0 && bounds[1] > 0 && bounds[1] < 5 && bounds[2] == 5);
+	assert_int_equal(hp_pipe_describe(g, 2, bounds, &o, &d), 0);
+	assert_int_equal(d.stages[0].last + 1, d.stages[1].first);
+	assert_int_equal(d.stages[0].params + d.stages[1].params, 64 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10);
+	assert_true(d.bubble > 0.333 && d.bubble < 0.334); /* (2-1)/(2+2-1) */
+	assert_true(d.slowest_ms >= d.stages[0].ms && d.slowest_ms >= d.stages[1].ms);
+	assert_true(d.stages[1].cut_after == 0 && d.stages[0].cut_after == 30 * 256 * 4); /* every cut: one [30, 256] */
+	hp_pipe_desc_free(&d);
+	o.budget = 4096;
+	assert_int_equal(hp_pipe_choose(g, 2, &o, bounds), HP_EBUDGET);
+	assert_non_null(strstr(hp_errmsg(), "per rank would"));
+	assert_int_equal(hp_pipe_choose(bare, 1, &o, bounds), HP_EUSAGE); /* no nodes: each stage needs one */
+	hp_graph_free(bare);
+	hp_graph_free(g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -356,6 +400,7 @@ int main(void)
 		cmocka_unit_test(test_balanced_even),	     cmocka_unit_test(test_tie_smaller_boundary),
 		cmocka_unit_test(test_budget_smallest_cap), cmocka_unit_test(test_too_many_stages),
 		cmocka_unit_test(test_large_fast),	     cmocka_unit_test(test_tolerance),
+		cmocka_unit_test(test_choose_model),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
