@@ -273,7 +273,7 @@ static void count_state(const struct hp_graph *g, const struct owners *w, const 
 	}
 }
 
-static int chain_alloc(struct hp_pipe_chain *c, int n)
+static int chain_alloc(struct hp_pipe_chain *c, int n, const struct hp_pipe_choose_opts *o)
 {
 	memset(c, 0, sizeof *c);
 	c->n = n;
@@ -285,7 +285,8 @@ static int chain_alloc(struct hp_pipe_chain *c, int n)
 	c->params = calloc((size_t)n, sizeof *c->params);
 	c->state = calloc((size_t)n, sizeof *c->state);
 	c->acts = calloc((size_t)n, sizeof *c->acts);
-	if (!c->fwd_ms || !c->bwd_ms || !c->opt_ms || !c->need || !c->cut || !c->params || !c->state || !c->acts)
+	c->xfer_ms = o->link_GBps > 0 ? calloc((size_t)n + 1, sizeof *c->xfer_ms) : NULL;
+	if ((o->link_GBps > 0 && !c->xfer_ms) || !c->fwd_ms || !c->bwd_ms || !c->opt_ms || !c->need || !c->cut || !c->params || !c->state || !c->acts)
 		return hp_error(-ENOMEM, "out of memory");
 	return 0;
 }
@@ -302,6 +303,7 @@ void hp_pipe_chain_free(struct hp_pipe_chain *c)
 	free(c->params);
 	free(c->state);
 	free(c->acts);
+	free(c->xfer_ms);
 	memset(c, 0, sizeof *c);
 }
 
@@ -325,7 +327,7 @@ int hp_pipe_chain_build(const struct hp_graph *model, const struct hp_pipe_choos
 	int rc;
 
 	hp_train_spec_init(&spec, sizeof spec);
-	if ((rc = chain_alloc(c, model->nnodes)) < 0 || (rc = hp_pipe_cut_bytes(model, c->cut)) < 0 ||
+	if ((rc = chain_alloc(c, model->nnodes, o)) < 0 || (rc = hp_pipe_cut_bytes(model, c->cut)) < 0 ||
 	    (rc = reload(model, o, &g)) < 0)
 		goto out;
 	if ((rc = rename_all(g, o->spec, &spec, obuf, sizeof obuf)) < 0 || (rc = owners_init(g, &w)) < 0)
@@ -339,6 +341,8 @@ int hp_pipe_chain_build(const struct hp_graph *model, const struct hp_pipe_choos
 		goto out;
 	}
 	charge(g, &w, &sp, seen, c);
+	for (int k = 1; c->xfer_ms && k < c->n; k++)
+		c->xfer_ms[k] = c->cut[k] ? (double)c->cut[k] / (o->link_GBps * 1e6) + o->link_lat_us / 1e3 : 0;
 out:
 	free(seen);
 	free(w.of_value);

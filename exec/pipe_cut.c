@@ -3,7 +3,9 @@
  * Three exact passes over the chain, each a dynamic programme over (stage
  * k, end j) whose inner loop walks the start i down from j - 1:
  *   1. the slowest stage's time V: f[k][j] = min over i of
- *      max(f[k-1][i], t(i, j)), stages that fit the budget only;
+ *      max(f[k-1][i], t(i, j), x(j)), stages that fit the budget only
+ *      (x(j): a micro-batch's transfer over cut j, for the link is a
+ *      stage of the pipeline too);
  *   2. among partitions whose stages all take at most V (1 + tol), the
  *      fewest bytes over the cuts: g[k][j] = min over i of g[k-1][i] +
  *      cut[i] (tol: what the speed model cannot tell apart anyway);
@@ -70,6 +72,13 @@ struct dp {
 static double t_of(const struct dp *d, int i, int j)
 {
 	return d->pre[j] - d->pre[i];
+}
+
+/* A micro-batch's activation over cut j (0 at the chain's end): the link
+ * is a stage of the pipeline too, between its neighbours. */
+static double x_of(const struct dp *d, int j)
+{
+	return d->c->xfer_ms && j < d->n ? d->c->xfer_ms[j] : 0;
 }
 
 /* Within the slowest stage's time V, up to rounding of the sums. */
@@ -162,19 +171,20 @@ static double phase_time(struct dp *d, double T)
 	fill_none(d);
 	end_ranges(d, T);
 	for (int j = d->lo[0]; j <= d->hi[0]; j++)
-		if (t_of(d, 0, j) <= T && first_fits(d, j, &m))
-			d->f[AT(d, 0, j)] = t_of(d, 0, j);
+		if (t_of(d, 0, j) <= T && x_of(d, j) <= T && first_fits(d, j, &m))
+			d->f[AT(d, 0, j)] = t_of(d, 0, j) > x_of(d, j) ? t_of(d, 0, j) : x_of(d, j);
 	for (int k = 1; k < d->P; k++)
 		for (int j = d->lo[k]; j <= d->hi[k]; j++) {
-			double best = INF;
+			double best = INF, x = x_of(d, j);
 			m = 0;
-			for (int i = j - 1; i >= d->lo[k - 1]; i--) {
+			for (int i = j - 1; i >= d->lo[k - 1] && x <= T; i--) {
 				double t = t_of(d, i, j), prev = d->f[AT(d, k - 1, i)];
 				m = d->c->need[i] > m ? d->c->need[i] : m;
 				if (t > T || (d->cap && m + 2 * d->c->cut[j] > d->cap))
 					break;
 				if (prev == INF || (d->cap && m + 2 * (d->c->cut[i] + d->c->cut[j]) > d->cap))
 					continue;
+				t = t > x ? t : x;
 				prev = prev > t ? prev : t;
 				best = prev < best ? prev : best;
 			}
@@ -192,17 +202,17 @@ static uint64_t phase_bytes(struct dp *d, double V)
 	fill_none(d);
 	end_ranges(d, T);
 	for (int j = d->lo[0]; j <= d->hi[0]; j++)
-		if (within(t_of(d, 0, j), V) && first_fits(d, j, &m)) {
+		if (within(t_of(d, 0, j), V) && within(x_of(d, j), V) && first_fits(d, j, &m)) {
 			d->g[AT(d, 0, j)] = 0;
-			d->f[AT(d, 0, j)] = t_of(d, 0, j);
+			d->f[AT(d, 0, j)] = t_of(d, 0, j) > x_of(d, j) ? t_of(d, 0, j) : x_of(d, j);
 		}
 	for (int k = 1; k < d->P; k++)
 		for (int j = d->lo[k]; j <= d->hi[k]; j++) {
 			uint64_t best = NONE;
-			double slow = INF;
+			double slow = INF, x = x_of(d, j);
 			int arg = -1;
 			m = 0;
-			for (int i = j - 1; i >= d->lo[k - 1]; i--) {
+			for (int i = j - 1; i >= d->lo[k - 1] && within(x, V); i--) {
 				uint64_t prev = d->g[AT(d, k - 1, i)];
 				double t = t_of(d, i, j);
 				m = d->c->need[i] > m ? d->c->need[i] : m;
@@ -211,6 +221,7 @@ static uint64_t phase_bytes(struct dp *d, double V)
 				if (prev == NONE || (d->cap && m + 2 * (d->c->cut[i] + d->c->cut[j]) > d->cap))
 					continue;
 				/* equal bytes: the faster (a tie-break along the path, not exact) */
+				t = t > x ? t : x;
 				t = t > d->f[AT(d, k - 1, i)] ? t : d->f[AT(d, k - 1, i)];
 				if (prev + d->c->cut[i] < best || (prev + d->c->cut[i] == best && t < slow)) {
 					best = prev + d->c->cut[i];
@@ -324,7 +335,11 @@ static void dp_free(struct dp *d)
 /* Phase 1 with a bound raised until a partition fits (INF: none does). */
 static double slowest_fitting(struct dp *d)
 {
-	double T = time_bound(d), total = d->pre[d->n] * (1 + 1e-9) + 1e-300, V;
+	double T = time_bound(d), total = d->pre[d->n], V;
+
+	for (int j = 1; j < d->n; j++)
+		total = x_of(d, j) > total ? x_of(d, j) : total; /* a cut's transfer may outlast the whole chain */
+	total = total * (1 + 1e-9) + 1e-300;
 
 	for (;;) {
 		V = phase_time(d, T);
@@ -368,7 +383,8 @@ int hp_pipe_partition(const struct hp_pipe_chain *c, int P, uint64_t cap, double
 			trace_back(&d, bounds);
 			*slowest = 0;
 			for (int s = 0; s < P; s++) { /* the chosen one's: at most V (1 + tol) */
-				double t = t_of(&d, bounds[s], bounds[s + 1]);
+				double t = t_of(&d, bounds[s], bounds[s + 1]), x = x_of(&d, bounds[s + 1]);
+				t = t > x ? t : x;
 				*slowest = t > *slowest ? t : *slowest;
 			}
 		}

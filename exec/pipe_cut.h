@@ -87,16 +87,20 @@ struct hp_pipe_chain {
 	uint64_t *state;             /* [n] their bytes with gradients and optimizer state */
 	uint64_t *acts;              /* [n] bytes of the activations it makes that backward reads */
 	int nodes_kernels;           /* kernels of the training graph charged */
+	double *xfer_ms;             /* [n+1] one micro-batch's activation over cut c, one way (its
+				      * gradient comes back the other way at once); NULL: no link given */
 };
 
-/* Per-node costs of model (inferred, loaded from model->path) under o;
- * hp_pipe_chain_free frees them. */
+/* Per-node costs of model (inferred, loaded from model->path) under o
+ * (complete: hp_pipe_opts_full); hp_pipe_chain_free frees them. */
 int hp_pipe_chain_build(const struct hp_graph *model, const struct hp_pipe_choose_opts *o, struct hp_pipe_chain *c);
 void hp_pipe_chain_free(struct hp_pipe_chain *c);
 /* The boundary bytes of model: cut[c] for c in [0, nnodes] (pipe_cost.c). */
 int hp_pipe_cut_bytes(const struct hp_graph *model, uint64_t *cut);
 
-/* The exact choice over a chain (pure, no I/O): P stages, each stage's
+/* The exact choice over a chain (pure, no I/O): P stages (a stage's time
+ * is its kernels', or the transfer over its end cut if that is longer),
+ * each stage's
  * working set (largest need + 2 * (cut at each end)) at most `cap` bytes
  * (0: unlimited); of the partitions whose slowest stage is within a
  * fraction `tol` of the fastest, the one with the fewest bytes over the
@@ -145,7 +149,7 @@ struct hp_pipe_desc {
 	int P, M;
 	enum hp_pipe_schedule schedule;
 	struct hp_pipe_stage *stages; /* [P] */
-	double slowest_ms;           /* per micro-batch */
+	double slowest_ms;           /* per micro-batch: a stage's kernels or a cut's transfer one way */
 	double bubble;               /* (P-1)/(M+P-1): the schedule's idle fraction */
 	double step_ms;              /* (M+P-1) * slowest + fill and drain transfers */
 	double one_rank_ms;          /* M * the whole model's time per micro-batch */

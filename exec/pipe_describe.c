@@ -7,7 +7,9 @@
  * slowest stage (forward and backward of one micro-batch each) under both
  * schedules: the fill and drain leave each stage idle (P - 1) of them, the
  * bubble (P - 1) / (M + P - 1).  The transfers overlap compute, except
- * that the first activation and the last gradient cross every cut once.
+ * that the first activation and the last gradient cross every cut once;
+ * a cut whose transfer outlasts every stage's kernels paces the pipeline
+ * instead.
  * 1F1B keeps the activations of at most P - s micro-batches in stage s;
  * GPipe keeps all M. */
 #include <errno.h>
@@ -81,6 +83,8 @@ int hp_pipe_describe_chain(const struct hp_graph *model, const struct hp_pipe_ch
 	for (int s = 0; s < P; s++) {
 		stage_figures(model, c, d, s, bounds[s], bounds[s + 1], &o);
 		d->slowest_ms = d->stages[s].ms > d->slowest_ms ? d->stages[s].ms : d->slowest_ms;
+		if (d->stages[s].send_ms / 2 > d->slowest_ms) /* the link, a stage of its own */
+			d->slowest_ms = d->stages[s].send_ms / 2;
 		d->crossing += d->stages[s].cut_after;
 		fill += d->stages[s].send_ms; /* the first activation forward, the last gradient back */
 		total += d->stages[s].ms;

@@ -19,8 +19,9 @@ usage: check_pipe_plan.py HPDLF_EXEC WORKDIR MODELS_DIR
 - Bad --pipeline / --micro-batches / --schedule values and misuse: status 2
   and one line.
 - With --link-bandwidth the predicted step grows by the first
-  activation's and the last gradient's transfer over the cut:
-  2 x (bytes / bandwidth + latency), the bytes computed here.
+  activation's and the last gradient's transfer over the cut,
+  2 x (bytes / bandwidth + latency) with the bytes computed here; a link
+  slower than the stages paces each of the M+P-1 slots instead.
 - Every kernel of the training step is charged to some stage once: with
   one micro-batch, the stages' kernels and milliseconds add up to what the
   whole-step planner (--plan without --pipeline, plan.c, timing the
@@ -185,18 +186,27 @@ def test_bubble_schedules():
 
 
 def test_link():
+    """A fast link only adds the fill and drain; a slow one paces every
+    micro-batch: (M+P-1) x (bytes / bandwidth + latency), plus both."""
     d = os.path.join(WORK, 'balanced')
-    step = []
-    for extra in ((), ('--link-bandwidth', '1M', '--link-latency', '3us')):
+    cut = (BATCH // 2) * 256 * 4  # one micro-batch of the 256-wide activation at any cut
+    base = None
+    for bw, scale in ((None, 0), ('10G', 1e10), ('1M', 1e6)):
+        extra = ('--link-bandwidth', bw, '--link-latency', '3us') if bw else ()
         rc, out, err = run(d, '--plan', '--pipeline', '2', *extra)
         m = re.search(r'predicted step\s+([\d.]+) ms', out)
-        if not check(rc == 0 and m, '--plan --pipeline 2 %s runs (%s)' % (' '.join(extra), err.strip()[-200:])):
+        rows = stages(out)
+        if not check(rc == 0 and m and len(rows) == 2, '--plan --pipeline 2 %s runs (%s)' % (' '.join(extra),
+                                                                                          err.strip()[-200:])):
             return
-        step.append(float(m.group(1)))
-    cut = (BATCH // 2) * 256 * 4  # one micro-batch of the 256-wide activation between the 8-node halves
-    want = 2 * (cut / 1e6 * 1e3 + 3e-3)
-    check(abs(step[1] - step[0] - want) < 0.011, 'the link adds %.3f ms to the step, %.3f predicted' %
-          (want, step[1] - step[0]))
+        if not bw:
+            base = float(m.group(1))
+            continue
+        x = cut / scale * 1e3 + 3e-3
+        slow = max(max(r['ms'] for r in rows), x)
+        want = 3 * slow + 2 * x if x > max(r['ms'] for r in rows) else base + 2 * x
+        check(abs(float(m.group(1)) - want) < 0.03, 'link %s: step %s ms, %.3f expected (transfer %.3f ms)' %
+              (bw, m.group(1), want, x))
 
 
 def test_budget():

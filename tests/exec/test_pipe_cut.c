@@ -1,6 +1,7 @@
 /* The choice of pipeline stages over a chain (exec/pipe_cut.c) against a
  * brute-force search over every cut set, computed here with plain loops,
- * on random small chains; and the cases issue 14 names: a heavy node alone
+ * on random small chains (with and without a link whose transfers pace
+ * the pipeline); and the cases issue 14 names: a heavy node alone
  * in its stage, a balanced chain split evenly, ties going to the smaller
  * boundary, the smallest cap when nothing fits, 10k nodes over 64 stages
  * fast. */
@@ -23,7 +24,7 @@
 
 struct chain_buf {
 	struct hp_pipe_chain c;
-	double fwd[MAXN], bwd[MAXN], opt[MAXN];
+	double fwd[MAXN], bwd[MAXN], opt[MAXN], xfer[MAXN + 1];
 	uint64_t need[MAXN], cut[MAXN + 1], state[MAXN], acts[MAXN];
 	int64_t params[MAXN];
 };
@@ -71,6 +72,8 @@ static void score(const struct chain_buf *b, int P, const int *bd, uint64_t cap,
 			t += b->fwd[k] + b->bwd[k] + b->opt[k];
 			m = b->need[k] > m ? b->need[k] : m;
 		}
+		if (b->c.xfer_ms && s + 1 < P && b->xfer[bd[s + 1]] > t)
+			t = b->xfer[bd[s + 1]]; /* the link paces the pipeline */
 		m += 2 * (b->cut[bd[s]] + b->cut[bd[s + 1]]);
 		slow = t > slow ? t : slow;
 		mem = m > mem ? m : mem;
@@ -141,8 +144,11 @@ static void random_chain(struct chain_buf *b, int n)
 		b->opt[k] = (double)(rnd() % 3);
 		b->need[k] = 1 + rnd() % 100;
 		b->cut[k] = k ? rnd() % 40 : 0;
+		b->xfer[k] = k ? (double)(rnd() % 40) : 0;
 	}
 	b->cut[n] = 0;
+	b->xfer[n] = 0;
+	b->c.xfer_ms = rnd() % 2 ? b->xfer : NULL;
 }
 
 static void test_against_brute_force(void **state)
@@ -274,6 +280,29 @@ static void test_tolerance(void **state)
 	free(b);
 }
 
+/* [1, 1, 1, 1] over 2 stages: the middle cut, unless its transfer (10)
+ * outlasts what either other cut costs (3, transfer 0.5). */
+static void test_link_paces(void **state)
+{
+	struct chain_buf *b = chain_new(4);
+	int bounds[3];
+	double slowest;
+	uint64_t crossing, min_cap;
+
+	(void)state;
+	for (int k = 0; k < 4; k++)
+		b->fwd[k] = 1;
+	assert_int_equal(hp_pipe_partition(&b->c, 2, 0, 0, bounds, &slowest, &crossing, &min_cap), 0);
+	assert_int_equal(bounds[1], 2);
+	b->xfer[1] = b->xfer[3] = 0.5;
+	b->xfer[2] = 10;
+	b->c.xfer_ms = b->xfer;
+	assert_int_equal(hp_pipe_partition(&b->c, 2, 0, 0, bounds, &slowest, &crossing, &min_cap), 0);
+	assert_true(bounds[1] == 1 || bounds[1] == 3);
+	assert_true(slowest == 3);
+	free(b);
+}
+
 static void test_budget_smallest_cap(void **state)
 {
 	struct chain_buf *b = chain_new(4);
@@ -400,7 +429,7 @@ int main(void)
 		cmocka_unit_test(test_balanced_even),	     cmocka_unit_test(test_tie_smaller_boundary),
 		cmocka_unit_test(test_budget_smallest_cap), cmocka_unit_test(test_too_many_stages),
 		cmocka_unit_test(test_large_fast),	     cmocka_unit_test(test_tolerance),
-		cmocka_unit_test(test_choose_model),
+		cmocka_unit_test(test_choose_model),	     cmocka_unit_test(test_link_paces),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
