@@ -286,7 +286,8 @@ static int chain_alloc(struct hp_pipe_chain *c, int n, const struct hp_pipe_choo
 	c->state = calloc((size_t)n, sizeof *c->state);
 	c->acts = calloc((size_t)n, sizeof *c->acts);
 	c->xfer_ms = o->link_GBps > 0 ? calloc((size_t)n + 1, sizeof *c->xfer_ms) : NULL;
-	if ((o->link_GBps > 0 && !c->xfer_ms) || !c->fwd_ms || !c->bwd_ms || !c->opt_ms || !c->need || !c->cut || !c->params || !c->state || !c->acts)
+	if ((o->link_GBps > 0 && !c->xfer_ms) || !c->fwd_ms || !c->bwd_ms || !c->opt_ms || !c->need || !c->cut ||
+	    !c->params || !c->state || !c->acts)
 		return hp_error(-ENOMEM, "out of memory");
 	return 0;
 }

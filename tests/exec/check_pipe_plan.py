@@ -229,7 +229,8 @@ def test_usage():
     bad = [(('--plan', '--pipeline', '0'), '--pipeline wants'), (('--plan', '--pipeline', 'x'), '--pipeline wants'),
            (('--plan', '--pipeline', '2', '--micro-batches', '0'), '--micro-batches wants'),
            (('--plan', '--pipeline', '2', '--schedule', 'zigzag'), 'expected 1f1b or gpipe'),
-           (('--plan', '--micro-batches', '4'), 'need --pipeline'), (('--plan', '--schedule', 'gpipe'), 'need --pipeline'),
+           (('--plan', '--micro-batches', '4'), 'need --pipeline'),
+           (('--plan', '--schedule', 'gpipe'), 'need --pipeline'),
            (('--plan', '--pipeline', '2', '--micro-batches', '5'), 'multiple of --micro-batches'),
            (('--plan', '--pipeline', '17', '--micro-batches', '1'), '17 pipeline stages over 16 nodes')]
     for extra, want in bad:
