@@ -155,17 +155,23 @@ def runtime_available(a, d):
     mpi = launcher()
     if not mpi:
         return False, 'mpirun not found'
-    p = subprocess.run(mpi + train_cmd(a, d, BATCH, 1, ['--pipeline', str(P), '--micro-batches', str(P)]),
-                       capture_output=True, text=True, env=ENV, timeout=600)
+    try:
+        p = subprocess.run(mpi + train_cmd(a, d, BATCH, 1, ['--pipeline', str(P), '--micro-batches', str(P)]),
+                           capture_output=True, text=True, env=ENV, timeout=600)
+    except subprocess.TimeoutExpired:
+        return False, 'one pipelined step did not finish in 600 s'
     said = [l for l in p.stderr.splitlines() if l.startswith('hpdlf-exec:')] or p.stderr.strip().splitlines() or ['']
     return p.returncode == 0, re.sub(r'^(hpdlf-exec: )+', '', said[0]) if p.returncode else 'trains'  # ranks interleave
 
 
 def pipelined(a, d, tmp, M, owner, names, bounds):
     log, trace = os.path.join(tmp, 'pipe%d.json' % M), os.path.join(tmp, 'trace%d.json' % M)
-    p = subprocess.run(launcher() + train_cmd(a, d, BATCH, a['steps'], ['--pipeline', str(P), '--micro-batches', str(M),
-                                                                       '--log-json', log, '--trace', trace]),
-                       capture_output=True, text=True, env=ENV, timeout=1800)
+    try:
+        p = subprocess.run(launcher() + train_cmd(a, d, BATCH, a['steps'], ['--pipeline', str(P), '--micro-batches',
+                                                                           str(M), '--log-json', log, '--trace', trace]),
+                           capture_output=True, text=True, env=ENV, timeout=1800)
+    except subprocess.TimeoutExpired:
+        return None, None, 'did not finish in 1800 s'
     if p.returncode != 0:
         return None, None, p.stderr.strip()[-300:]
     per_rank = []
