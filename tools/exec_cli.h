@@ -66,6 +66,11 @@ struct cli {
 	double blend;                /* < 0: mean (m/(m+1)) */
 	int blend_given;
 	const char *debug_delay;     /* --debug-delay-ms MS or RANK:MS,... */
+	/* pipeline parallelism (issue 14; exec/pipe_cut.h) */
+	int pipeline;                /* --pipeline P: stages (0: none given) */
+	int micro_batches;           /* --micro-batches M (0: none given, i.e. P) */
+	int schedule;                /* --schedule: enum hp_pipe_schedule (1f1b default) */
+	int schedule_given;
 };
 
 struct hp_session;
@@ -117,6 +122,17 @@ int exec_plan_comm(const struct hp_trainer *t, const struct hp_exec_opts *o, int
  * exit status 2 after saying why. */
 int exec_parse_link_bandwidth(const char *arg, double *GBps);
 int exec_parse_link_latency(const char *arg, double *us);
+
+/* --pipeline P, --micro-batches M, --schedule 1f1b|gpipe (exec_plan_pipe.c):
+ * 0, or exit status 2 after saying why. */
+int exec_parse_pipeline(const char *arg, struct cli *c);
+int exec_parse_micro_batches(const char *arg, struct cli *c);
+int exec_parse_schedule(const char *arg, struct cli *c);
+/* The pipeline flags against the others (--train's): 0, or 2 after saying why. */
+int exec_check_pipeline(const struct cli *c);
+struct hp_trainer_opts;
+/* --plan --pipeline P: the stages the planner chooses and their figures. */
+int exec_plan_pipe(const struct cli *c, const struct hp_trainer_opts *to, const struct hp_trainer *t);
 
 /* --info (tools/exec_info.c): returns a process exit status. */
 int exec_info_main(const struct cli *c);

@@ -85,8 +85,9 @@ static int check_ranks(const struct cli *c)
 		return usage("%s", "--ranks plans without a launcher; under mpirun or srun the ranks are the launcher's");
 	if (c->ranks > 1 && !c->link_GBps)
 		return usage("%s", "--ranks needs the link's bandwidth: --link-bandwidth RATE (12.5G for 100 Gb/s)");
-	if ((c->link_GBps || c->link_lat_us) && !c->ranks && !launched)
-		return usage("%s", "--link-bandwidth and --link-latency describe the link of --ranks or of a launched job");
+	if ((c->link_GBps || c->link_lat_us) && !c->ranks && !launched && !c->pipeline)
+		return usage("%s", "--link-bandwidth and --link-latency describe the link of --ranks, --pipeline or of a "
+			     "launched job");
 	if (c->link_lat_us && !c->link_GBps)
 		return usage("%s", "--link-latency needs --link-bandwidth too");
 	return 0;
@@ -168,7 +169,7 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 		return usage("%s", "--resume and --checkpoint-every need --checkpoint DIR");
 	if ((c->val_labels || c->eval_every) && !c->val_data)
 		return usage("%s", "--val-labels and --eval-every need --val-data FILE (or an .npz holding x and y)");
-	if ((rc = check_ranks(c)) != 0)
+	if ((rc = check_ranks(c)) != 0 || (rc = exec_check_pipeline(c)) != 0)
 		return rc;
 	if (c->shard == HP_SHARD_PARAMETERS && c->export_onnx)
 		return usage("%s", "--export-onnx with --shard parameters: no rank holds the whole weights "
@@ -492,6 +493,8 @@ static int plan_step(const struct cli *c, const struct hp_trainer_opts *to, stru
 	o.ntiers = to->ntiers;
 	o.tiers = to->tiers;
 	o.recalibrate = c->recalibrate;
+	if (c->plan && c->pipeline)
+		return exec_plan_pipe(c, to, t);
 	if (c->plan && hp_comm_size() == 1) { /* the smallest budget: the step compiled for 1 byte (one rank: creating a trainer agrees with the others) */
 		struct hp_trainer_opts o1 = *to;
 		struct hp_trainer *t1 = NULL;
@@ -572,6 +575,8 @@ int exec_train_main(struct cli *c)
 	signal(SIGTERM, on_stop);
 	signal(SIGUSR1, on_stop); /* what batch systems send ahead of a time limit */
 	o.graph_only = c->plan || c->plan_dot;
+	if (c->plan && c->pipeline)
+		o.budget = 0; /* the whole step is not planned: each stage is, under the budget (exec_plan_pipe.c) */
 	rc = hp_trainer_create(c->model, &o, &t);
 	if (rc == 0 && !o.graph_only)
 		warn_sizes(c, t);

@@ -83,7 +83,8 @@ enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER,
        OPT_RECALIBRATE, OPT_BUCKET, OPT_SYNC_BN, OPT_SHARD, OPT_RANKS, OPT_LINK_BW, OPT_LINK_LAT,
        OPT_NO_FUSE, OPT_LISTEN_METRICS, OPT_INFO, OPT_FREEZE,
        OPT_VAL_DATA, OPT_VAL_LABELS, OPT_EVAL_EVERY, OPT_TUNE, OPT_TUNE_LOG, OPT_PARALLEL,
-       OPT_SYNC, OPT_EXCHANGE_EVERY, OPT_EXCHANGE_PEERS, OPT_BLEND, OPT_PARZEN, OPT_ASYNC_DET, OPT_DEBUG_DELAY };
+       OPT_SYNC, OPT_EXCHANGE_EVERY, OPT_EXCHANGE_PEERS, OPT_BLEND, OPT_PARZEN, OPT_ASYNC_DET, OPT_DEBUG_DELAY,
+       OPT_PIPELINE, OPT_MICRO_BATCHES, OPT_SCHEDULE };
 
 static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
@@ -131,6 +132,8 @@ static const struct option long_opts[] = {
 	{ "parzen", no_argument, 0, OPT_PARZEN },
 	{ "async-deterministic", no_argument, 0, OPT_ASYNC_DET },
 	{ "debug-delay-ms", required_argument, 0, OPT_DEBUG_DELAY },
+	{ "pipeline", required_argument, 0, OPT_PIPELINE }, { "micro-batches", required_argument, 0, OPT_MICRO_BATCHES },
+	{ "schedule", required_argument, 0, OPT_SCHEDULE },
 	{ 0, 0, 0, 0 },
 };
 
@@ -264,6 +267,9 @@ static int parse_more(int o, struct cli *c)
 	case OPT_TUNE: c->tune = optarg; return 0;
 	case OPT_TUNE_LOG: c->tune_log = optarg; return 0;
 	case OPT_PARALLEL: return parse_int(optarg, "--parallel", 1, &c->parallel);
+	case OPT_PIPELINE: return exec_parse_pipeline(optarg, c);
+	case OPT_MICRO_BATCHES: return exec_parse_micro_batches(optarg, c);
+	case OPT_SCHEDULE: return exec_parse_schedule(optarg, c);
 	case OPT_HOSTFILE: c->hostfile = optarg; return 0;
 	case OPT_TOKEN: c->token_file = optarg; return 0;
 	case OPT_REPLICAS: {
@@ -323,6 +329,8 @@ static int check_mode(const struct cli *c)
 		{ c->sync_given, "--sync" }, { c->exchange_every != 0, "--exchange-every" },
 		{ c->exchange_peers != 0, "--exchange-peers" }, { c->blend_given, "--blend" }, { c->parzen, "--parzen" },
 		{ c->async_det, "--async-deterministic" }, { c->debug_delay != NULL, "--debug-delay-ms" },
+		{ c->pipeline != 0, "--pipeline" }, { c->micro_batches != 0, "--micro-batches" },
+		{ c->schedule_given, "--schedule" },
 	}, infer_only[] = {
 		{ c->ninputs > 0, "--input" }, { c->noutputs > 0, "--output" }, { c->output_dir != NULL, "--output-dir" },
 		{ c->iterations != 1, "--iterations" }, { c->warmup != 0, "--warmup" }, { c->duration != 0, "--duration" },

@@ -1,0 +1,246 @@
+#!/usr/bin/python3
+"""Pipeline parallelism (issue 14): efficiency against the bubble bound and
+the planner's stage times against measured ones.  Ends with one JSON line.
+
+usage: build/bench/bench_pipe.py [HPDLF_EXEC] [--steps N] [--keep DIR]
+
+The model, generated here: 8 identical blocks Gemm(1024x1024)/Relu (16
+nodes), cross-entropy over 1024 classes, global batch 128, SGD,
+--threads 1 per rank, P = 2 stages (this machine has 2 cores).
+
+planner: `--plan --pipeline 2 --micro-batches M` for M = P, 2P, 4P: the
+  stages chosen, each stage's predicted ms per micro-batch (forward,
+  backward, optimizer), the predicted efficiency against the bound
+  1 - (P-1)/(M+P-1).
+stage times measured without the runtime: one rank trains at the
+  micro-batch size with --trace; each kernel span is charged to the stage
+  of the model node it derives from (its name: "gemm3", "gemm3/GemmGrad#40",
+  "w3/SGDUpdate#52", "r2/GradSum#45"; the loss to the last stage), summed
+  per step (median over the steps after the first two).
+runtime: whether `mpirun -np 2 hpdlf-exec ... --pipeline 2` trains (a build
+  without the pipeline runtime refuses it: the figures below are then the
+  planner's alone).  With it: the 1-rank step time at the global batch
+  against 2 x the pipelined step time (median of --log-json's "ms" after
+  the first two steps), efficiency = t1 / (P * tP) for each M beside the
+  bound (target: within 5% of it at M = 4P), and, when the ranks' --trace
+  files can be found (TRACE, TRACE.1, TRACE.rank1, ...), each stage's
+  measured kernel time per micro-batch.
+"""
+import glob
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+np.float = float; np.int = int; np.bool = bool; np.object = object  # NumPy 1.24 vs onnx 1.12
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+DEFAULT_EXE = '@HPDLF_EXEC_PATH@'
+P, BLOCKS, WIDTH, BATCH = 2, 8, 1024, 128
+ENV = dict(os.environ, OMP_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1')
+for k in list(ENV):
+    if k.startswith(('OMPI_', 'PMIX_', 'PMI_', 'SLURM_')):
+        del ENV[k]
+
+
+def args():
+    a = {'exe': DEFAULT_EXE, 'steps': 12, 'keep': None}
+    rest = sys.argv[1:]
+    while rest:
+        x = rest.pop(0)
+        if x == '--steps':
+            a['steps'] = int(rest.pop(0))
+        elif x == '--keep':
+            a['keep'] = rest.pop(0)
+        else:
+            a['exe'] = x
+    if a['exe'].startswith('@'):
+        sys.exit('usage: bench_pipe.py HPDLF_EXEC (run build/bench/bench_pipe.py to have it filled in)')
+    return a
+
+
+def make_model(d):
+    rng = np.random.default_rng(5)
+    nodes, inits, src = [], [], 'x'
+    for i in range(BLOCKS):
+        inits += [numpy_helper.from_array(rng.uniform(-0.03, 0.03, (WIDTH, WIDTH)).astype(np.float32), 'w%d' % i),
+                  numpy_helper.from_array(np.zeros(WIDTH, np.float32), 'b%d' % i)]
+        nodes += [helper.make_node('Gemm', [src, 'w%d' % i, 'b%d' % i], ['h%d' % i], name='gemm%d' % i),
+                  helper.make_node('Relu', ['h%d' % i], ['r%d' % i], name='relu%d' % i)]
+        src = 'r%d' % i
+    g = helper.make_graph(nodes, 'balanced', [helper.make_tensor_value_info('x', TensorProto.FLOAT, ['N', WIDTH])],
+                          [helper.make_tensor_value_info(src, TensorProto.FLOAT, ['N', WIDTH])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)])
+    onnx.save(m, os.path.join(d, 'model.onnx'))
+    np.save(os.path.join(d, 'x.npy'), rng.standard_normal((BATCH * 4, WIDTH)).astype(np.float32))
+    np.save(os.path.join(d, 'y.npy'), rng.integers(0, WIDTH, BATCH * 4).astype(np.int64))
+    owner, names = {}, [nd.name for nd in m.graph.node]
+    for k, n in enumerate(m.graph.node):  # node, its outputs and its parameters -> node index
+        owner[n.name] = k
+        for v in list(n.output) + [i for i in n.input if i.startswith(('w', 'b'))]:
+            owner.setdefault(v, k)
+    return owner, names
+
+
+def train_cmd(a, d, batch, steps, extra):
+    return [a['exe'], os.path.join(d, 'model.onnx'), '--train', '--data', os.path.join(d, 'x.npy'), '--labels',
+            os.path.join(d, 'y.npy'), '--batch', str(batch), '--steps', str(steps), '--threads', '1',
+            '--optimizer', 'sgd', '--quiet'] + extra
+
+
+def step_ms(log):
+    ms = [json.loads(l)['ms'] for l in open(log) if l.strip()]
+    return statistics.median(ms[2:] if len(ms) > 3 else ms)
+
+
+def plan(a, d, M):
+    p = subprocess.run(train_cmd(a, d, BATCH, 1, ['--plan', '--pipeline', str(P), '--micro-batches', str(M)]),
+                       capture_output=True, text=True, env=ENV, timeout=600)
+    if p.returncode != 0:
+        sys.exit('--plan --pipeline failed: ' + p.stderr.strip())
+    rows = []
+    for line in p.stdout.splitlines():
+        m = re.match(r'^\s*(\d+)\s+(\d+)-(\d+)\s+\d+\s+\S+ \S+\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s', line)
+        if m:
+            rows.append({'stage': int(m.group(1)), 'first': int(m.group(2)), 'last': int(m.group(3)),
+                         'fwd_ms': float(m.group(4)), 'bwd_ms': float(m.group(5)), 'opt_ms': float(m.group(6)),
+                         'ms': float(m.group(7))})
+    eff = re.search(r'pipeline efficiency ([\d.]+)% \(bound ([\d.]+)%\)', p.stdout)
+    return rows, float(eff.group(1)) / 100, float(eff.group(2)) / 100, p.stdout
+
+
+def stage_of(name, owner, n):
+    """The model node a training-graph kernel derives from (its name's
+    first part), as the planner charges it."""
+    head = re.split(r'[/#]', name)[0]
+    return owner.get(head, n - 1)
+
+
+def trace_stage_ms(path, owner, names, bounds, skip):
+    """Kernel ms per micro-batch of each stage found in a trace: the spans
+    of the stage's kernels cut into segments at each forward kernel of its
+    first node (one per micro-batch), the mean over the segments after the
+    first `skip` (warm-up): (mean, fastest: other jobs on the cores only
+    ever slow a kernel down); None for a stage the trace does not run."""
+    ev = [e for e in json.load(open(path)) if e.get('ph') == 'X' and e.get('cat') != 'stall']
+    ev.sort(key=lambda e: e['ts'])
+    n, res = len(names), []
+    for s in range(len(bounds) - 1):
+        segs = []
+        for e in ev:
+            k = stage_of(e['name'], owner, n)
+            if e['name'] == names[bounds[s]]:
+                segs.append(0.0)
+            if segs and bounds[s] <= k < bounds[s + 1]:
+                segs[-1] += e['dur'] / 1e3
+        segs = segs[skip:] if len(segs) > skip + 1 else segs
+        res.append((statistics.mean(segs), min(segs)) if segs else None)
+    return res
+
+
+def launcher():
+    mpirun = shutil.which('mpirun')
+    if not mpirun:
+        return None
+    return [mpirun, '--oversubscribe', '-np', str(P)] + (['--allow-run-as-root'] if os.geteuid() == 0 else [])
+
+
+def runtime_available(a, d):
+    mpi = launcher()
+    if not mpi:
+        return False, 'mpirun not found'
+    try:
+        p = subprocess.run(mpi + train_cmd(a, d, BATCH, 1, ['--pipeline', str(P), '--micro-batches', str(P)]),
+                           capture_output=True, text=True, env=ENV, timeout=600)
+    except subprocess.TimeoutExpired:
+        return False, 'one pipelined step did not finish in 600 s'
+    said = [l for l in p.stderr.splitlines() if l.startswith('hpdlf-exec:')] or p.stderr.strip().splitlines() or ['']
+    return p.returncode == 0, re.sub(r'^(hpdlf-exec: )+', '', said[0]) if p.returncode else 'trains'  # ranks interleave
+
+
+def pipelined(a, d, tmp, M, owner, names, bounds):
+    log, trace = os.path.join(tmp, 'pipe%d.json' % M), os.path.join(tmp, 'trace%d.json' % M)
+    try:
+        p = subprocess.run(launcher() + train_cmd(a, d, BATCH, a['steps'], ['--pipeline', str(P), '--micro-batches',
+                                                                           str(M), '--log-json', log, '--trace', trace]),
+                           capture_output=True, text=True, env=ENV, timeout=1800)
+    except subprocess.TimeoutExpired:
+        return None, None, 'did not finish in 1800 s'
+    if p.returncode != 0:
+        return None, None, p.stderr.strip()[-300:]
+    per_rank = []
+    for f in sorted(glob.glob(trace + '*')):
+        try:
+            per_rank.append(trace_stage_ms(f, owner, names, bounds, 2 * M))
+        except (ValueError, KeyError, json.JSONDecodeError):
+            pass
+    # each rank's trace holds its own stage's kernels: take stage s from the file that has it
+    measured = None
+    if per_rank:
+        measured = [max((r[s][0] for r in per_rank if r and r[s] is not None), default=None) for s in range(P)]
+    return step_ms(log), measured, ''
+
+
+def main():
+    a = args()
+    tmp = a['keep'] or tempfile.mkdtemp(prefix='bench-pipe-')
+    os.makedirs(tmp, exist_ok=True)
+    owner, names = make_model(tmp)
+    n = len(names)
+    out = {'bench': 'pipe', 'P': P, 'model': '%d x Gemm(%d)/Relu' % (BLOCKS, WIDTH), 'batch': BATCH, 'threads': 1,
+           'steps': a['steps'], 'rows': []}
+    plans = {}
+    for M in (P, 2 * P, 4 * P):
+        rows, eff, bound, text = plan(a, tmp, M)
+        print(text, flush=True)
+        plans[M] = rows
+        out['rows'].append({'M': M, 'bound': round(bound, 4), 'predicted_efficiency': round(eff, 4)})
+    bounds = [r['first'] for r in plans[4 * P]] + [n]
+    out['bounds'] = bounds
+
+    # stage times at the micro-batch size of M = 4P, measured on one rank
+    mb = BATCH // (4 * P)
+    log, trace = os.path.join(tmp, 'one.json'), os.path.join(tmp, 'one_trace.json')
+    p = subprocess.run(train_cmd(a, tmp, mb, a['steps'], ['--log-json', log, '--trace', trace]),
+                       capture_output=True, text=True, env=ENV, timeout=1800)
+    if p.returncode != 0:
+        sys.exit('1-rank run failed: ' + p.stderr.strip())
+    one = trace_stage_ms(trace, owner, names, bounds, 2)
+    out['stages'] = [{'stage': s, 'nodes': [bounds[s], bounds[s + 1] - 1], 'micro_batch': mb,
+                      'predicted_ms': plans[4 * P][s]['ms'], 'measured_ms_1rank_trace': round(one[s][0], 3),
+                      'fastest_ms_1rank_trace': round(one[s][1], 3),
+                      'predicted_over_measured': round(plans[4 * P][s]['ms'] / one[s][0], 3),
+                      'predicted_over_fastest': round(plans[4 * P][s]['ms'] / one[s][1], 3)} for s in range(P)]
+
+    ok, msg = runtime_available(a, tmp)
+    out['runtime'] = ok
+    out['runtime_note'] = msg
+    if ok:
+        log1 = os.path.join(tmp, 'full.json')
+        p = subprocess.run(train_cmd(a, tmp, BATCH, a['steps'], ['--log-json', log1]), capture_output=True, text=True,
+                           env=ENV, timeout=1800)
+        t1 = step_ms(log1) if p.returncode == 0 else None
+        out['one_rank_step_ms'] = t1
+        for row in out['rows']:
+            tp, measured, err = pipelined(a, tmp, tmp, row['M'], owner, names, bounds)
+            row['pipelined_step_ms'] = tp
+            row['efficiency'] = round(t1 / (P * tp), 4) if tp and t1 else None
+            row['within_5pct_of_bound'] = row['efficiency'] is not None and row['efficiency'] >= 0.95 * row['bound']
+            if err:
+                row['error'] = err
+            if measured and row['M'] == 4 * P:
+                for s, st in enumerate(out['stages']):
+                    st['measured_ms_pipeline_trace'] = round(measured[s], 3) if measured[s] is not None else None
+    out['load_average'] = round(os.getloadavg()[0], 2)  # measured times stretch with other jobs on the cores
+    if not a['keep']:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(out))
+
+
+main()
