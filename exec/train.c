@@ -10,6 +10,7 @@
 #include "hpdlf/store.h"
 #include "exec/comm.h"
 #include "exec/exec_internal.h"
+#include "exec/pipe.h"
 #include "exec/split.h"
 #include "exec/split_weight.h"
 #include "exec/train_dp.h"
@@ -125,14 +126,39 @@ static int alloc_batch(struct hp_trainer *t)
 	return rc;
 }
 
+/* What --pipeline does not combine with yet: refused, never ignored. */
+static int check_pipeline(const struct hp_trainer_opts *o)
+{
+	if (o->size < offsetof(struct hp_trainer_opts, npipeline_cuts) + sizeof o->npipeline_cuts)
+		return 0;
+	if (o->pipeline < 0 || o->micro_batches < 0)
+		return hp_error(HP_EUSAGE, "--pipeline and --micro-batches must be at least 1");
+	if (o->pipeline <= 1 && (o->micro_batches > 1 || o->pipeline_cuts))
+		return hp_error(HP_EUSAGE, "--micro-batches and --pipeline-cuts need --pipeline P with P >= 2");
+	if (o->pipeline <= 1)
+		return 0;
+	if (o->checkpoint_dir || o->resume)
+		return hp_error(HP_EUSAGE, "--pipeline does not write or resume checkpoints yet (leave out --checkpoint)");
+	if (o->shard || o->sync_bn || o->graph_only)
+		return hp_error(HP_EUSAGE, "--pipeline combines with plain data parallelism only (no --shard, --sync-bn "
+				"or --plan of the training step yet)");
+	if (o->pipeline_schedule != HP_PIPE_1F1B && o->pipeline_schedule != HP_PIPE_GPIPE)
+		return hp_error(HP_EUSAGE, "unknown pipeline schedule %d", o->pipeline_schedule);
+	return 0;
+}
+
 static int check_opts(const struct hp_trainer_opts *o)
 {
+	int rc;
+
 	if (o->batch < 1)
 		return hp_error(HP_EUSAGE, "training needs a batch size (--batch)");
 	if (o->steps < 0 || o->epochs < 0 || (!o->steps && !o->epochs))
 		return hp_error(HP_EUSAGE, "training needs --steps or --epochs");
 	if (o->resume && !o->checkpoint_dir)
 		return hp_error(HP_EUSAGE, "--resume needs --checkpoint DIR");
+	if ((rc = check_pipeline(o)) < 0)
+		return rc;
 	return hp_shard_check_opts(o);
 }
 
@@ -190,6 +216,30 @@ int hp_trainer_param_counts(const struct hp_trainer *t, struct hp_param_counts *
 	return 0;
 }
 
+/* --pipeline: the model checked against the data at the micro-batch,
+ * then this rank's stage (pipe_build.c) in place of the whole. */
+static int build_pipeline(struct hp_trainer *t)
+{
+	int64_t rows = t->lbatch;
+	int rc;
+
+	t->lbatch = t->pipe->mb;
+	rc = fit_input(t);
+	t->lbatch = rows;
+	if (rc == 0)
+		rc = train_params(t);
+	if (rc == 0)
+		rc = hp_graph_infer(t->g);
+	if (rc == 0)
+		rc = hp_pipe_build(t);
+	if (rc == 0 && !(t->rows = calloc((size_t)t->lbatch, sizeof *t->rows)))
+		rc = hp_error(-ENOMEM, "out of memory");
+	t->shuffle_seed = t->o.seed;
+	t->total = t->o.steps ? t->o.steps : (t->o.epochs * t->data.n + t->o.batch - 1) / t->o.batch;
+	t->perm_epoch = -1;
+	return rc;
+}
+
 static int build(struct hp_trainer *t)
 {
 	struct hp_exec_opts eo;
@@ -200,6 +250,8 @@ static int build(struct hp_trainer *t)
 		return rc;
 	if ((rc = hp_dataset_open(&t->data, t->o.data, t->o.labels)) < 0 || (rc = hp_graph_load(t->model, &t->g)) < 0)
 		return rc;
+	if (t->pipe)
+		return build_pipeline(t);
 	if ((rc = fit_input(t)) < 0 || (rc = train_params(t)) < 0 || (rc = hp_graph_infer(t->g)) < 0)
 		return rc;
 	/* the process's fixed overhead, measured once the graph is loaded
@@ -274,6 +326,7 @@ void hp_trainer_destroy(struct hp_trainer *t)
 	if (!t)
 		return;
 	hp_dataset_close(&t->data); /* data tensors live in the session's store */
+	hp_pipe_free(t->pipe);
 	hp_session_destroy(t->s);
 	hp_graph_free(t->g);
 	hp_tensor_free(&t->xb);
@@ -318,7 +371,7 @@ static int epoch_perm(struct hp_trainer *t, int64_t e)
 
 int hp_train_rows(struct hp_trainer *t, int64_t step)
 {
-	int64_t n = t->data.n, b = t->o.batch, first = t->rank * t->lbatch;
+	int64_t n = t->data.n, b = t->o.batch, first = t->dpr * t->lbatch;
 
 	/* rows [first, first + lbatch) of the global batch, whose positions
 	 * (and permutation) every rank computes alike */
@@ -390,14 +443,18 @@ int hp_trainer_step(struct hp_trainer *t, struct hp_step_info *info)
 	if (t->step >= t->total)
 		return 0;
 	tier_delta(t, info); /* count from here */
-	rc = load_batch(t, t->step);
-	if (rc == 0)
-		rc = hp_session_run(t->s);
-	if (rc == 0)
-		rc = hp_session_read_value(t->s, t->vloss, 0, sizeof loss, &loss);
-	info->loss = loss;
-	if (rc == 0)
-		rc = hp_dp_mean_loss(t, &info->loss);
+	if (t->pipe) {
+		rc = hp_pipe_step(t, &info->loss);
+	} else {
+		rc = load_batch(t, t->step);
+		if (rc == 0)
+			rc = hp_session_run(t->s);
+		if (rc == 0)
+			rc = hp_session_read_value(t->s, t->vloss, 0, sizeof loss, &loss);
+		info->loss = loss;
+		if (rc == 0)
+			rc = hp_dp_mean_loss(t, &info->loss);
+	}
 	if (rc < 0)
 		return hp_error_prefix(rc, "step %lld", (long long)t->step);
 	info->step = t->step;

@@ -64,6 +64,8 @@ struct hp_trainer {
 	double link_GBps, link_lat_us; /* the ranks' link (train_dp_plan.c); 0: not known yet */
 	uint64_t dp_bucket;    /* the bucket size the reductions use (chosen or --bucket) */
 	struct hp_param_counts params; /* what trains (train_params.c) */
+	struct hp_pipe *pipe;  /* --pipeline: this rank's stage (exec/pipe.h), or NULL */
+	int dpr;               /* this rank's share of each batch: its rank, or its pipeline */
 };
 
 /* Checkpoints (train_ckpt.c): the file under dir, written atomically. */

@@ -53,10 +53,17 @@ struct cli {
 	int info;                    /* --info: print inputs and outputs, exit */
 	const char *freeze[64];      /* --freeze PATTERN: parameters kept fixed in training */
 	int nfreeze;
+	int pipeline, micro_batches; /* --pipeline P, --micro-batches M (0: not given) */
+	int schedule, schedule_given; /* --schedule 1f1b|gpipe: enum hp_pipe_schedule */
+	const char *pipeline_cuts;   /* --pipeline-cuts NODE,NODE,... */
 };
 
 struct hp_session;
 struct hp_graph;
+struct hp_trainer_opts;
+/* --pipeline, --micro-batches, --schedule, --pipeline-cuts into o
+ * (exec_pipe.c): 0, or 2 after one line saying what is wrong. */
+int exec_pipe_opts(const struct cli *c, struct hp_trainer_opts *o);
 struct hp_node_profile;
 struct json_object;
 /* --profile: the session's per-node kernel times so far (*out to free). */

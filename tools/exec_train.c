@@ -205,7 +205,7 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	o->freeze = c->freeze;
 	o->nfreeze = c->nfreeze;
 	o->cancel = &interrupted;
-	return 0;
+	return exec_pipe_opts(c, o);
 }
 
 /* Test hook: HPDLF_TEST_KILL_IN_CHECKPOINT=N kills the process (SIGKILL)

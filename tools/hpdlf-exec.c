@@ -81,7 +81,8 @@ enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER,
        OPT_GO_NAN,
        OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS, OPT_NO_SPLIT,
        OPT_RECALIBRATE, OPT_BUCKET, OPT_SYNC_BN, OPT_SHARD, OPT_RANKS, OPT_LINK_BW, OPT_LINK_LAT,
-       OPT_NO_FUSE, OPT_LISTEN_METRICS, OPT_INFO, OPT_FREEZE };
+       OPT_NO_FUSE, OPT_LISTEN_METRICS, OPT_INFO, OPT_FREEZE,
+       OPT_PIPELINE, OPT_MICRO_BATCHES, OPT_SCHEDULE, OPT_PIPELINE_CUTS };
 
 static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
@@ -119,6 +120,10 @@ static const struct option long_opts[] = {
 	{ "listen-metrics", required_argument, 0, OPT_LISTEN_METRICS },
 	{ "info", no_argument, 0, OPT_INFO },
 	{ "freeze", required_argument, 0, OPT_FREEZE },
+	{ "pipeline", required_argument, 0, OPT_PIPELINE },
+	{ "micro-batches", required_argument, 0, OPT_MICRO_BATCHES },
+	{ "schedule", required_argument, 0, OPT_SCHEDULE },
+	{ "pipeline-cuts", required_argument, 0, OPT_PIPELINE_CUTS },
 	{ 0, 0, 0, 0 },
 };
 
@@ -147,6 +152,36 @@ static int parse_shard(const char *arg, struct cli *c)
 			return 0;
 		}
 	return usage_error("--shard: expected none, optimizer, gradients or parameters, got '%s'", arg);
+}
+
+/* --pipeline P (2..4096 stages), --micro-batches M (>= 1), --schedule. */
+static int parse_pipeline(int o, struct cli *c)
+{
+	long v = 0;
+	int rc = 0;
+
+	if (o == OPT_PIPELINE_CUTS) {
+		c->pipeline_cuts = optarg;
+		return 0;
+	}
+	if (o == OPT_SCHEDULE) {
+		c->schedule_given = 1;
+		if (!strcmp(optarg, "1f1b") || !strcmp(optarg, "gpipe")) {
+			c->schedule = optarg[0] == 'g';
+			return 0;
+		}
+		return usage_error("--schedule: expected 1f1b or gpipe, got '%s'", optarg);
+	}
+	rc = parse_int(optarg, o == OPT_PIPELINE ? "--pipeline" : "--micro-batches", 1, &v);
+	if (rc == 0 && v > 1 << 20)
+		return usage_error("--pipeline/--micro-batches: at most 1048576, got '%s'", optarg);
+	if (rc == 0 && o == OPT_PIPELINE && v < 2)
+		return usage_error("--pipeline: at least 2 stages, got '%s' (leave it out to train unsplit)", optarg);
+	if (o == OPT_PIPELINE)
+		c->pipeline = (int)v;
+	else
+		c->micro_batches = (int)v;
+	return rc;
 }
 
 /* Options of training and of the store tiers. */
@@ -208,6 +243,11 @@ static int parse_more(int o, struct cli *c)
 			return usage_error("%s", "--freeze: expected a pattern of parameter names such as 'conv1.*'");
 		c->freeze[c->nfreeze++] = optarg;
 		return 0;
+	case OPT_PIPELINE:
+	case OPT_MICRO_BATCHES:
+	case OPT_SCHEDULE:
+	case OPT_PIPELINE_CUTS:
+		return parse_pipeline(o, c);
 	case OPT_HOSTFILE: c->hostfile = optarg; return 0;
 	case OPT_TOKEN: c->token_file = optarg; return 0;
 	case OPT_REPLICAS: {
@@ -261,6 +301,8 @@ static int check_mode(const struct cli *c)
 		{ c->resume != 0, "--resume" }, { c->export_onnx != NULL, "--export-onnx" },
 		{ c->bucket != 0, "--bucket" }, { c->ranks != 0, "--ranks" }, { c->link_GBps != 0, "--link-bandwidth" },
 		{ c->link_lat_us != 0, "--link-latency" }, { c->sync_bn, "--sync-bn" }, { c->shard_given, "--shard" }, { c->nfreeze > 0, "--freeze" },
+		{ c->pipeline != 0, "--pipeline" }, { c->micro_batches != 0, "--micro-batches" },
+		{ c->schedule_given, "--schedule" }, { c->pipeline_cuts != NULL, "--pipeline-cuts" },
 	}, infer_only[] = {
 		{ c->ninputs > 0, "--input" }, { c->noutputs > 0, "--output" }, { c->output_dir != NULL, "--output-dir" },
 		{ c->iterations != 1, "--iterations" }, { c->warmup != 0, "--warmup" }, { c->duration != 0, "--duration" },
