@@ -385,6 +385,20 @@ static int check_split(struct hp_trainer *t)
 	return 0;
 }
 
+/* Which part of the model this rank runs (HPDLF_LOG_LEVEL=info). */
+static void log_stage(const struct hp_trainer *t, const struct hp_graph *model)
+{
+	const struct hp_pipe *p = t->pipe;
+	int a = p->bounds[p->stage], b = p->bounds[p->stage + 1] - 1;
+
+	hp_log(HP_LOG_INFO, "rank %d: pipeline stage %d of %d (pipeline %d of %d): nodes %d..%d ('%s'..'%s'), "
+	       "%llu parameters; per micro-batch of %lld rows it receives %llu bytes and sends %llu", t->rank,
+	       p->stage, p->P, p->replica, p->D, a, b, model->nodes[a].name, model->nodes[b].name,
+	       (unsigned long long)p->nparam, (long long)p->mb,
+	       (unsigned long long)(p->stage ? p->cuts[p->stage - 1].bytes : 0),
+	       (unsigned long long)(p->stage + 1 < p->P ? p->cuts[p->stage].bytes : 0));
+}
+
 int hp_pipe_build(struct hp_trainer *t)
 {
 	struct hp_pipe *p = t->pipe;
@@ -396,6 +410,7 @@ int hp_pipe_build(struct hp_trainer *t)
 		hp_graph_free(gb);
 		return rc;
 	}
+	log_stage(t, t->g);
 	/* the stage's model replaces the whole one */
 	hp_graph_free(t->g);
 	t->g = gb;

@@ -129,7 +129,7 @@ static int alloc_batch(struct hp_trainer *t)
 /* What --pipeline does not combine with yet: refused, never ignored. */
 static int check_pipeline(const struct hp_trainer_opts *o)
 {
-	if (o->size < offsetof(struct hp_trainer_opts, npipeline_cuts) + sizeof o->npipeline_cuts)
+	if (o->size < offsetof(struct hp_trainer_opts, pipeline_schedule) + sizeof o->pipeline_schedule)
 		return 0;
 	if (o->pipeline < 0 || o->micro_batches < 0)
 		return hp_error(HP_EUSAGE, "--pipeline and --micro-batches must be at least 1");

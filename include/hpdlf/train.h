@@ -156,11 +156,11 @@ struct hp_trainer_opts {
 	 * the stages (NULL: chosen from the model).  batch must divide by
 	 * M x D.  Losses are the 1-rank run's (BatchNormalization normalizes
 	 * over a micro-batch: refused for now). */
+	const char *const *pipeline_cuts;
+	int npipeline_cuts;
 	int pipeline;
 	int micro_batches;
 	int pipeline_schedule;
-	const char *const *pipeline_cuts;
-	int npipeline_cuts;
 };
 
 /* 1F1B: a stage alternates forwards and backwards once P micro-batches
