@@ -65,14 +65,21 @@ int hp_pipe_setup(struct hp_trainer *t);
 /* Build the stage of this rank (t->rank) and the sessions: after the data
  * set is open and the ranks joined.  Sets t->g, t->s (the backward's). */
 int hp_pipe_build(struct hp_trainer *t);
-/* One training step: every micro-batch, then the update; *loss the
- * global batch's mean loss on every rank. */
+/* One training step over the rows hp_train_rows chose: every
+ * micro-batch, then the update; *loss the global batch's mean loss on
+ * every rank. */
 int hp_pipe_step(struct hp_trainer *t, double *loss);
 void hp_pipe_free(struct hp_pipe *p);
 
 /* The partition of model into P stages: the planner's choice (today the
  * even split, pipe_even.c) unless cuts were named. */
 int hp_pipe_bounds(const struct hp_graph *model, int P, const char *const *cuts, int ncuts, int *bounds);
+
+/* Checkpoints (pipe_ckpt.c): collective, the whole model in one
+ * committed checkpoint that resumes at any P; reading loads the stage's
+ * part of any checkpoint (train_ckpt_load.c). */
+int hp_pipe_ckpt_write(struct hp_trainer *t);
+int hp_pipe_ckpt_read(struct hp_trainer *t);
 
 /* The stage's parameters between the optimizer and the other graphs. */
 int hp_pipe_sync_params(struct hp_pipe *p, struct hp_session *sb);

@@ -137,8 +137,6 @@ static int check_pipeline(const struct hp_trainer_opts *o)
 		return hp_error(HP_EUSAGE, "--micro-batches and --pipeline-cuts need --pipeline P with P >= 2");
 	if (o->pipeline <= 1)
 		return 0;
-	if (o->checkpoint_dir || o->resume)
-		return hp_error(HP_EUSAGE, "--pipeline does not write or resume checkpoints yet (leave out --checkpoint)");
 	if (o->shard || o->sync_bn || o->graph_only)
 		return hp_error(HP_EUSAGE, "--pipeline combines with plain data parallelism only (no --shard, --sync-bn "
 				"or --plan of the training step yet)");
@@ -237,6 +235,8 @@ static int build_pipeline(struct hp_trainer *t)
 	t->shuffle_seed = t->o.seed;
 	t->total = t->o.steps ? t->o.steps : (t->o.epochs * t->data.n + t->o.batch - 1) / t->o.batch;
 	t->perm_epoch = -1;
+	if (rc == 0 && t->o.resume)
+		rc = hp_pipe_ckpt_read(t);
 	return rc;
 }
 
@@ -444,7 +444,9 @@ int hp_trainer_step(struct hp_trainer *t, struct hp_step_info *info)
 		return 0;
 	tier_delta(t, info); /* count from here */
 	if (t->pipe) {
-		rc = hp_pipe_step(t, &info->loss);
+		rc = hp_train_rows(t, t->step);
+		if (rc == 0)
+			rc = hp_pipe_step(t, &info->loss);
 	} else {
 		rc = load_batch(t, t->step);
 		if (rc == 0)
@@ -468,11 +470,17 @@ int hp_trainer_step(struct hp_trainer *t, struct hp_step_info *info)
 	return 1;
 }
 
+/* Collective: every rank writes its part (a pipeline: its stage). */
+static int ckpt_write(struct hp_trainer *t)
+{
+	return t->pipe ? hp_pipe_ckpt_write(t) : hp_ckpt_write(t);
+}
+
 int hp_trainer_checkpoint(struct hp_trainer *t)
 {
 	if (!t->o.checkpoint_dir || !t->s)
 		return hp_error(HP_EUSAGE, "no checkpoint directory was given, or the trainer cannot run");
-	return hp_ckpt_write(t); /* collective: every rank writes its part */
+	return ckpt_write(t);
 }
 
 int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
@@ -493,7 +501,7 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 		rc = 0;
 		if (t->o.checkpoint_dir && t->o.checkpoint_every > 0 && t->step % t->o.checkpoint_every == 0 &&
 		    t->step < t->total && isfinite(info.loss)) {
-			if ((rc = hp_ckpt_write(t)) < 0)
+			if ((rc = ckpt_write(t)) < 0)
 				return rc;
 			info.checkpointed = 1;
 		}
@@ -506,7 +514,7 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 			rc = HP_ECANCELED;
 	}
 	if (t->o.checkpoint_dir && isfinite(last)) {
-		int r = hp_ckpt_write(t);
+		int r = ckpt_write(t);
 		if (r < 0)
 			return r;
 	}
