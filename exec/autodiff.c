@@ -501,6 +501,8 @@ static int run_autodiff(struct ad *ad)
 	if ((rc = train_rewrite(ad)) < 0 || (rc = hp_graph_finalize(g)) < 0 || (rc = hp_graph_infer(g)) < 0 ||
 	    (rc = unfold_weights(g)) < 0)
 		return rc;
+	if (ad->ext && ad->ext->forward_only)
+		return 0;
 	nfwd = g->nnodes;
 	ad->nv0 = g->nvalues;
 	ad->need = calloc((size_t)ad->nv0 + 1, 1);

@@ -12,8 +12,11 @@
  * parameters) become graph outputs, wrt_grad[k] (-1: none reaches it).
  * Parameters given as inputs get no optimizer update: the stage's
  * optimizer graph updates them from the accumulated gradients, built with
- * seeds (parameter, its gradient as an input) and no forward nodes. */
+ * seeds (parameter, its gradient as an input) and no forward nodes.
+ * forward_only: the stage's forward graph, rewritten as a training step's
+ * forward is (the same node order, so the same Dropout seeds). */
 struct hp_ad_ext {
+	int forward_only;     /* just the training-mode rewrite (BatchNorm, Dropout) */
 	int nseed;
 	const int *seed_value, *seed_grad;
 	int nwrt;

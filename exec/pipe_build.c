@@ -50,19 +50,6 @@ static int model_copy(struct hp_trainer *t, struct hp_graph **out)
 	return 0;
 }
 
-/* Batch statistics and dropout masks of a recomputed forward would differ
- * from the forward whose activations were sent on. */
-static int check_ops(const struct hp_trainer *t)
-{
-	for (int i = 0; i < t->g->nnodes; i++) {
-		const struct hp_node *n = &t->g->nodes[i];
-		if (!strcmp(n->op_type, "BatchNormalization") || !strcmp(n->op_type, "Dropout"))
-			return hp_error(HP_EUSAGE, "%s: node '%s' (%s): --pipeline does not train models with "
-					"BatchNormalization or Dropout yet", t->model, n->name, n->op_type);
-	}
-	return 0;
-}
-
 static int add_input(struct hp_graph *g, const char *name, int like)
 {
 	struct hp_value lv = g->values[like];
@@ -202,9 +189,15 @@ static int build_forward(struct hp_trainer *t, int loss_value, struct hp_graph *
 	*out = NULL;
 	if (p->stage + 1 == p->P)
 		return 0; /* the last stage's backward graph is its forward */
+	struct hp_ad_ext x = { .forward_only = 1 };
+
 	if ((rc = model_copy(t, out)) < 0)
 		return rc;
-	return hp_pipe_stage_cut(*out, p->P, p->bounds, p->stage, p->cuts, loss_value, 1);
+	rc = hp_pipe_stage_cut(*out, p->P, p->bounds, p->stage, p->cuts, loss_value, 1);
+	/* BatchNorm on the micro-batch's statistics and Dropout's masks as
+	 * the backward graph's recomputed forward has them: the same node
+	 * order, and their run counters step alike (one run per micro-batch) */
+	return rc < 0 ? rc : hp_autodiff_ext(*out, &t->o.spec, &x);
 }
 
 static int session(struct hp_trainer *t, struct hp_graph *g, uint64_t budget, struct hp_session **out)
@@ -406,7 +399,7 @@ int hp_pipe_build(struct hp_trainer *t)
 	uint64_t budget = t->o.budget;
 	int rc;
 
-	if ((rc = check_ops(t)) < 0 || (rc = build_stage(t, &gb)) < 0) {
+	if ((rc = build_stage(t, &gb)) < 0) {
 		hp_graph_free(gb);
 		return rc;
 	}

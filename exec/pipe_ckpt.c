@@ -66,17 +66,26 @@ static int blocking(int send, void *buf, size_t len, int peer, int tag)
 	return rc < 0 ? rc : hp_comm_req_wait(q);
 }
 
-/* This stage's state tensors (t swapped): name, dtype, shape, elements
- * and the value index (local only). */
-static json_object *state_list(struct hp_trainer *t)
+static int listed(json_object *list, const char *name)
 {
-	json_object *list = json_object_new_array();
+	for (size_t i = 0; i < json_object_array_length(list); i++)
+		if (!strcmp(hp_ck_jstr(json_object_array_get_idx(list, i), "name"), name))
+			return 1;
+	return 0;
+}
+
+/* The state tensors of graph `which` (0: the optimizer's, t swapped to
+ * it; 1: the backward's, BatchNorm's running statistics and Dropout's
+ * counter) not listed yet: name, dtype, shape, elements, and where they
+ * are here (graph, value index; not used by rank 0 for another's). */
+static void list_graph(struct hp_trainer *t, int which, json_object *list)
+{
 	char *unit = t->g ? hp_whole_state(t->g) : NULL;
 	struct hp_ckpt_view w;
 
 	for (int v = 0; unit && v < t->g->nvalues; v++) {
 		json_object *e;
-		if (!unit[v] || hp_ckpt_view(t, v, &w) < 0)
+		if (!unit[v] || hp_ckpt_view(t, v, &w) < 0 || listed(list, w.name))
 			continue;
 		e = json_object_new_object();
 		json_object_object_add(e, "name", json_object_new_string(w.name));
@@ -84,17 +93,40 @@ static json_object *state_list(struct hp_trainer *t)
 		json_object_object_add(e, "shape", hp_ck_shape_json(&w.shape));
 		json_object_object_add(e, "elements", json_object_new_int64((int64_t)w.n));
 		json_object_object_add(e, "bytes", json_object_new_int64((int64_t)hp_ckpt_vbytes(t, v)));
+		json_object_object_add(e, "graph", json_object_new_int(which));
 		json_object_object_add(e, "value", json_object_new_int(v));
 		json_object_array_add(list, e);
 	}
 	free(unit);
+}
+
+/* This stage's state: the optimizer graph's, then the backward graph's
+ * (t swapped to the optimizer's on entry and exit). */
+static json_object *state_list(struct hp_trainer *t, const struct swap *w)
+{
+	json_object *list = json_object_new_array();
+	struct swap o;
+
+	list_graph(t, 0, list);
+	use_optimizer(t, &o);
+	restore(t, w);
+	list_graph(t, 1, list);
+	restore(t, &o);
 	return list;
 }
 
-/* Stage s > 0: the list, then every piece of every tensor, to rank 0. */
-static int send_stage(struct hp_trainer *t, unsigned char *buf)
+/* Piece [at, at + n) of entry e's tensor of this stage. */
+static int read_piece(struct hp_trainer *t, const struct swap *w, json_object *e, uint64_t at, size_t n, void *buf)
 {
-	json_object *list = state_list(t);
+	struct hp_session *s = hp_ck_jint(e, "graph") ? w->s : t->s;
+
+	return hp_whole_read(s, (int)hp_ck_jint(e, "value"), at, n, buf);
+}
+
+/* Stage s > 0: the list, then every piece of every tensor, to rank 0. */
+static int send_stage(struct hp_trainer *t, const struct swap *w, unsigned char *buf)
+{
+	json_object *list = state_list(t, w);
 	const char *str = json_object_to_json_string(list);
 	uint64_t len = strlen(str) + 1;
 	int rc = blocking(1, &len, sizeof len, 0, TAG_LIST), bad = 0;
@@ -108,7 +140,7 @@ static int send_stage(struct hp_trainer *t, unsigned char *buf)
 			size_t n = bytes - at < HP_CK_PIECE ? (size_t)(bytes - at) : HP_CK_PIECE;
 			/* a piece that cannot be read still goes (the protocol is
 			 * fixed), and the allreduce after says this rank failed */
-			if (!bad && hp_whole_read(t->s, (int)hp_ck_jint(e, "value"), at, n, buf) < 0)
+			if (!bad && read_piece(t, w, e, at, n, buf) < 0)
 				bad = 1;
 			rc = blocking(1, buf, n, 0, TAG_DATA);
 		}
@@ -120,6 +152,7 @@ static int send_stage(struct hp_trainer *t, unsigned char *buf)
 /* Rank 0's part file in the making. */
 struct part {
 	struct hp_trainer *t;
+	const struct swap *w;           /* the trainer's own graph and session */
 	struct hp_ckfile f;
 	uint64_t off;
 	json_object *entries, *tensors; /* the part's index entries, the record's tensors */
@@ -167,7 +200,7 @@ static int take_tensor(struct part *p, int from, json_object *e)
 		size_t n = bytes - at < HP_CK_PIECE ? (size_t)(bytes - at) : HP_CK_PIECE;
 		if (from)
 			rc = blocking(0, p->buf, n, from, TAG_DATA);
-		else if (!p->failed && hp_whole_read(p->t->s, (int)hp_ck_jint(e, "value"), at, n, p->buf) < 0)
+		else if (!p->failed && read_piece(p->t, p->w, e, at, n, p->buf) < 0)
 			p->failed = 1;
 		if (rc == 0 && !dup && !p->failed && hp_ck_pwrite(&p->f, p->buf, n, p->off + at) < 0)
 			p->failed = 1;
@@ -190,7 +223,7 @@ static int take_stage(struct part *p, int from)
 	int rc = 0;
 
 	if (!from) {
-		list = state_list(p->t);
+		list = state_list(p->t, p->w);
 	} else if ((rc = blocking(0, &len, sizeof len, from, TAG_LIST)) == 0) {
 		if (!(str = calloc(1, len + 1)))
 			return hp_error(-ENOMEM, "out of memory");
@@ -275,9 +308,9 @@ static int write_part(struct part *p, const char *gdir, uint64_t gen, uint64_t *
 	return rc < 0 ? rc : hp_ck_fsync_dir(gdir);
 }
 
-static int rank0(struct hp_trainer *t, unsigned char *buf, int *ok_out)
+static int rank0(struct hp_trainer *t, const struct swap *w, unsigned char *buf, int *ok_out)
 {
-	struct part p = { .t = t, .off = HP_CK_ALIGN, .buf = buf, .f = { .fd = -1 } };
+	struct part p = { .t = t, .w = w, .off = HP_CK_ALIGN, .buf = buf, .f = { .fd = -1 } };
 	const char *dir = t->o.checkpoint_dir;
 	char gdir[4096];
 	uint64_t gen = 0, size = 0;
@@ -320,9 +353,9 @@ int hp_pipe_ckpt_write(struct hp_trainer *t)
 		return hp_error(-ENOMEM, "out of memory");
 	use_optimizer(t, &w);
 	if (t->rank == 0) {
-		rc = rank0(t, buf, &ok);
+		rc = rank0(t, &w, buf, &ok);
 	} else {
-		rc = p->replica == 0 ? send_stage(t, buf) : 0;
+		rc = p->replica == 0 ? send_stage(t, &w, buf) : 0;
 		if (rc == -EIO)
 			rc = hp_error(-EIO, "rank %d: stage %d's state could not be read for the checkpoint", t->rank,
 				      p->stage);
@@ -340,6 +373,21 @@ int hp_pipe_ckpt_write(struct hp_trainer *t)
 	return rc < 0 ? hp_error_prefix(rc, "writing checkpoint at step %lld", (long long)t->step) : 0;
 }
 
+/* Dropout's run counter of the forward graph follows the backward's (the
+ * masks of a micro-batch's two forwards must agree). */
+static int sync_counter(struct hp_trainer *t)
+{
+	struct hp_graph *gf = t->pipe->gf;
+	int vb = hp_graph_find_value(t->g, "train.step"), vf = gf ? hp_graph_find_value(gf, "train.step") : -1;
+	int64_t step;
+	int rc;
+
+	if (vb < 0 || vf < 0 || t->g->values[vb].next < 0)
+		return 0;
+	rc = hp_session_read_value(t->s, vb, 0, sizeof step, &step);
+	return rc < 0 ? rc : hp_session_write_value(t->pipe->sf, vf, 0, sizeof step, &step);
+}
+
 int hp_pipe_ckpt_read(struct hp_trainer *t)
 {
 	uint64_t lo, step, seed;
@@ -352,7 +400,11 @@ int hp_pipe_ckpt_read(struct hp_trainer *t)
 		restore(t, &w);
 	}
 	if (rc == 0)
+		rc = hp_ckpt_read(t); /* the backward graph's state */
+	if (rc == 0)
 		rc = hp_pipe_sync_params(t->pipe, t->s);
+	if (rc == 0)
+		rc = sync_counter(t);
 	/* a stage without parameters (no optimizer graph) learns where the
 	 * run stands from the others: every rank that read has the same */
 	if (rc == 0)

@@ -21,6 +21,23 @@ static int is_param(const struct hp_value *v)
 	return v->kind == HP_VALUE_INITIALIZER && v->trainable && v->dtype == HP_F32;
 }
 
+/* A BatchNormalization's running statistics (inputs 3, 4) are state the
+ * node updates, not parameters the optimizer trains. */
+static char *bn_stats(const struct hp_graph *g)
+{
+	char *st = calloc((size_t)g->nvalues + 1, 1);
+
+	for (int i = 0; st && i < g->nnodes; i++) {
+		const struct hp_node *n = &g->nodes[i];
+		if (strcmp(n->op_type, "BatchNormalization"))
+			continue;
+		for (int k = 3; k < 5 && k < n->ninputs; k++)
+			if (n->inputs[k] >= 0)
+				st[n->inputs[k]] = 1;
+	}
+	return st;
+}
+
 /* Values computed at run time or fed: what a cut can carry. */
 static int carried(const struct hp_value *v)
 {
@@ -178,24 +195,26 @@ int hp_pipe_bounds_from_names(const struct hp_graph *g, int P, const char *const
 
 int hp_pipe_stage_params(const struct hp_graph *g, const int *bounds, int s, int **params, int *count)
 {
-	char *in = calloc((size_t)g->nvalues + 1, 1);
+	char *in = calloc((size_t)g->nvalues + 1, 1), *st = bn_stats(g);
 	int n = 0, *p = calloc((size_t)g->nvalues + 1, sizeof *p);
 
-	if (!in || !p) {
+	if (!in || !p || !st) {
 		free(in);
 		free(p);
+		free(st);
 		return hp_error(-ENOMEM, "out of memory");
 	}
 	for (int i = bounds[s]; i < bounds[s + 1]; i++)
 		for (int j = 0; j < g->nodes[i].ninputs; j++) {
 			int v = g->nodes[i].inputs[j];
-			if (v >= 0 && is_param(&g->values[v]))
+			if (v >= 0 && is_param(&g->values[v]) && !st[v])
 				in[v] = 1;
 		}
 	for (int v = 0; v < g->nvalues; v++)
 		if (in[v])
 			p[n++] = v;
 	free(in);
+	free(st);
 	*params = p;
 	*count = n;
 	return 0;

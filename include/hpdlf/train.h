@@ -155,7 +155,7 @@ struct hp_trainer_opts {
 	 * (enum hp_pipe_schedule); pipeline_cuts names the P - 1 nodes ending
 	 * the stages (NULL: chosen from the model).  batch must divide by
 	 * M x D.  Losses are the 1-rank run's (BatchNormalization normalizes
-	 * over a micro-batch: refused for now). */
+	 * over a micro-batch, as in GPipe). */
 	const char *const *pipeline_cuts;
 	int npipeline_cuts;
 	int pipeline;

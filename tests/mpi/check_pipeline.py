@@ -8,6 +8,11 @@ usage: check_pipeline.py HPDLF_EXEC TESTS_DIR
   SGD and Adam on an MLP (tests/models/mlp) and a transformer of two
   blocks exported by torch (tests/train/ref/transformer), 1F1B and GPipe;
   P=2 x D=2 (4 ranks, two pipelines) too, and out of core (--budget).
+- BatchNorm with M = 1 gives the 1-rank losses and with M = 2 others
+  (micro-batch statistics); a P=2 checkpoint with its running statistics
+  resumes at P=1.  Dropout's masks of a micro-batch's forward and of its
+  recomputation agree (with the Dropout nodes on stage 0 and M = 1, the
+  1-rank losses).
 - --pipeline-cuts is honoured: each rank's stage (HPDLF_LOG_LEVEL=info)
   ends at the named node, and the losses are still the 1-rank ones.
 - A checkpoint written at P=2 resumes at P=1 (and one written by 1 rank
@@ -149,6 +154,48 @@ def checkpoints(tmp):
           (rel(full, rest) if rest else float('nan')))
 
 
+def make(tmp, script, *args):
+    d = os.path.join(tmp, script[5:-3])
+    py = os.environ.get('HPDLF_PYTHON') or sys.executable
+    subprocess.run([py, os.path.join(TESTS, 'mpi', script), d] + list(args), check=True)
+    return d
+
+
+def batchnorm(tmp):
+    """BatchNorm normalizes over a micro-batch: with M = 1 the step is the
+    1-rank one; with M = 2 it differs (as GPipe's); checkpoints carry the
+    running statistics."""
+    d = make(tmp, 'make_bnnet.py', os.path.join(TESTS, 'models', 'lenet'))
+    for opt in ('sgd', 'adam'):
+        same_losses(tmp, d, 12, opt, [(2, 2, 1, '1f1b')], ['--lr', '0.05'])
+    ref = reference(tmp, d, 12, 'adam', ['--lr', '0.05'])
+    got = train(2, train_args(d, 12, 'adam', extra=['--lr', '0.05', '--pipeline', '2', '--micro-batches', '2']),
+                os.path.join(tmp, 'bn2.json'))
+    check(got is not None and len(got) == 20 and 1e-6 < rel(ref, got) < 0.5,
+          'BatchNorm, M=2: micro-batch statistics, other losses than 1 rank (max rel %.2g)' %
+          (rel(ref, got) if got else float('nan')))
+    ck = os.path.join(tmp, 'ckbn')
+    first = train(2, train_args(d, 12, 'adam', steps=10, extra=['--lr', '0.05', '--pipeline', '2', '--micro-batches',
+                                                                '1', '--checkpoint', ck]), os.path.join(tmp, 'e.json'))
+    rest = train(0, train_args(d, 12, 'adam', extra=['--lr', '0.05', '--checkpoint', ck, '--resume']),
+                 os.path.join(tmp, 'f.json'))
+    check(first is not None and rest is not None and sorted(rest) == list(range(10, 20)) and rel(ref, rest) <= 1e-5,
+          'BatchNorm: checkpoint at P=2 (running statistics) resumed at P=1 within 1e-5 (max rel %.2g)' %
+          (rel(ref, rest) if rest else float('nan')))
+
+
+def dropout(tmp):
+    """Dropout's masks of a micro-batch's forward and of its recomputation
+    agree: with both Dropout nodes on stage 0 (which keeps the model's node
+    numbers, the masks' seeds) and M = 1 the losses are the 1-rank ones."""
+    d = make(tmp, 'make_dropnet.py')
+    ref = reference(tmp, d, 16, 'adam')
+    got = train(2, train_args(d, 16, 'adam', extra=['--pipeline', '2', '--micro-batches', '1', '--pipeline-cuts',
+                                                    'drop1']), os.path.join(tmp, 'dr.json'))
+    check(got is not None and len(got) == 20 and rel(ref, got) <= 1e-5,
+          'Dropout on stage 0, M=1: = 1 rank within 1e-5 (max rel %.2g)' % (rel(ref, got) if got else float('nan')))
+
+
 def killed_stage(tmp):
     log = os.path.join(tmp, 'kill.json')
     args = train_args(MLP, 12, 'sgd', steps=10000000, extra=['--pipeline', '3', '--micro-batches', '3',
@@ -216,6 +263,8 @@ def main():
         # each stage's three sessions share --budget (pipe_build.c)
         same_losses(tmp, MLP, 12, 'sgd', [(2, 2, 3, '1f1b')], ['--budget', '4M'])
         cuts(tmp)
+        batchnorm(tmp)
+        dropout(tmp)
         checkpoints(tmp)
         killed_stage(tmp)
         refusals(tmp)
