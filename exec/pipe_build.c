@@ -200,7 +200,8 @@ static int build_forward(struct hp_trainer *t, int loss_value, struct hp_graph *
 	return rc < 0 ? rc : hp_autodiff_ext(*out, &t->o.spec, &x);
 }
 
-static int session(struct hp_trainer *t, struct hp_graph *g, uint64_t budget, struct hp_session **out)
+static int session(struct hp_trainer *t, struct hp_graph *g, uint64_t budget, const char *trace,
+		   struct hp_session **out)
 {
 	struct hp_exec_opts eo;
 
@@ -212,6 +213,7 @@ static int session(struct hp_trainer *t, struct hp_graph *g, uint64_t budget, st
 	eo.threads = t->o.threads;
 	eo.budget = budget;
 	eo.seed = t->o.seed;
+	eo.trace_path = trace;
 	if (t->o.size >= offsetof(struct hp_trainer_opts, tiers) + sizeof t->o.tiers) {
 		eo.ntiers = t->o.ntiers;
 		eo.tiers = t->o.tiers;
@@ -412,8 +414,9 @@ int hp_pipe_build(struct hp_trainer *t)
 	t->vloss = p->vloss;
 	/* the backward graph holds the activations: half the budget; the
 	 * forward and the optimizer a quarter each */
-	if ((rc = session(t, gb, budget / 2, &t->s)) < 0 || (rc = session(t, p->gf, budget / 4, &p->sf)) < 0 ||
-	    (rc = session(t, p->go, budget / 4, &p->so)) < 0)
+	/* --trace: the backward's kernels (the forward recomputed in them) */
+	if ((rc = session(t, gb, budget / 2, t->o.trace_path, &t->s)) < 0 ||
+	    (rc = session(t, p->gf, budget / 4, NULL, &p->sf)) < 0 || (rc = session(t, p->go, budget / 4, NULL, &p->so)) < 0)
 		return rc;
 	if ((rc = hp_dataset_attach(&t->data, hp_session_store(t->s))) < 0 || (rc = alloc_slots(t)) < 0)
 		return rc;
