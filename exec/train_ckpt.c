@@ -60,19 +60,23 @@ static int find_whole(const struct hp_graph *g, const struct hp_ckpt_view *views
 	return -1;
 }
 
+/* *out: the value entry e loads, or -1 when it is another pipeline
+ * stage's tensor (a stage holds some of the checkpoint). */
 static int map_entry(const struct hp_trainer *t, const char *path, json_object *e, const struct hp_ckpt_view *views,
-		     char *seen)
+		     char *seen, int *out)
 {
 	const char *nm = hp_ck_jstr(e, "name");
 	int v = nm ? find_whole(t->g, views, nm) : -1;
 
+	*out = -1;
 	if (v < 0 && nm && t->pipe)
-		return -1; /* another stage's */
+		return 0;
 	if (v < 0 || seen[v])
 		return hp_error(HP_EDATA, "%s: tensor '%s' of the checkpoint is not state of this training graph%s", path,
 				nm ? nm : "?", v >= 0 && seen[v] ? " (listed twice)" : "");
 	seen[v] = 1;
-	return v;
+	*out = v;
+	return 0;
 }
 
 /* views[v] of every state value (unit[v]); the others' name NULL. */
@@ -120,14 +124,8 @@ int hp_ckpt_map_tensors(const struct hp_trainer *t, const char *path, json_objec
 		rc = hp_error(-ENOMEM, "out of memory");
 	for (int i = 0; i < n && rc == 0; i++) {
 		json_object *e = json_object_array_get_idx(list, (size_t)i);
-		if ((rc = map_entry(t, path, e, views, seen)) >= 0)
-			map[i] = rc;
-		else if (rc == -1)
-			map[i] = -1;
-		if (rc >= 0)
+		if ((rc = map_entry(t, path, e, views, seen, &map[i])) == 0 && map[i] >= 0)
 			rc = hp_ckpt_check_entry(path, e, &views[map[i]]);
-		else if (rc == -1)
-			rc = 0;
 	}
 	for (int v = 0; rc == 0 && t->pipe && v < g->nvalues; v++)
 		if (unit[v] && !seen[v])
