@@ -95,6 +95,8 @@ static void mark_need(struct ad *ad)
 	for (int v = 0; v < ad->nv0; v++)
 		ad->need[v] = g->values[v].trainable && g->values[v].kind == HP_VALUE_INITIALIZER &&
 			      g->values[v].dtype == HP_F32;
+	for (int k = 0; ad->ext && k < ad->ext->nwrt; k++)
+		ad->need[ad->ext->wrt[k]] = g->values[ad->ext->wrt[k]].dtype == HP_F32;
 	for (int i = 0; i < g->nnodes; i++) {
 		const struct hp_node *n = &g->nodes[i];
 		int any = 0;
@@ -368,6 +370,37 @@ static int add_loss(struct ad *ad)
 	return ad_contrib(ad, x, out[0]);
 }
 
+/* A stage's seeds: the gradients the next stage sent back. */
+static int add_seeds(struct ad *ad)
+{
+	const struct hp_ad_ext *x = ad->ext;
+
+	for (int k = 0; k < x->nseed; k++) {
+		int rc = ad_contrib(ad, x->seed_value[k], x->seed_grad[k]);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* The gradients of the wrt values as graph outputs. */
+static int wrt_outputs(struct ad *ad)
+{
+	const struct hp_ad_ext *x = ad->ext;
+
+	for (int k = 0; x && k < x->nwrt; k++) {
+		int gr = combine(ad, x->wrt[k]), rc;
+		x->wrt_grad[k] = gr < 0 ? -1 : gr;
+		if (gr < -1)
+			return gr;
+		if (gr >= 0 && !ad->g->values[gr].is_output && (rc = add_io(&ad->g->outputs, &ad->g->noutputs, gr)) < 0)
+			return rc;
+		if (gr >= 0)
+			ad->g->values[gr].is_output = 1;
+	}
+	return 0;
+}
+
 static int backward(struct ad *ad, int nfwd)
 {
 	for (int i = nfwd - 1; i >= 0; i--) {
@@ -470,6 +503,8 @@ static int run_autodiff(struct ad *ad)
 	if ((rc = train_rewrite(ad)) < 0 || (rc = hp_graph_finalize(g)) < 0 || (rc = hp_graph_infer(g)) < 0 ||
 	    (rc = unfold_weights(g)) < 0)
 		return rc;
+	if (ad->ext && ad->ext->forward_only)
+		return 0;
 	nfwd = g->nnodes;
 	ad->nv0 = g->nvalues;
 	ad->need = calloc((size_t)ad->nv0 + 1, 1);
@@ -479,7 +514,8 @@ static int run_autodiff(struct ad *ad)
 	if (!ad->need || !ad->contrib || !ad->ncontrib || !ad->capcontrib)
 		return hp_error(-ENOMEM, "out of memory");
 	mark_need(ad);
-	if ((rc = add_loss(ad)) < 0 || (rc = backward(ad, nfwd)) < 0)
+	rc = ad->ext && ad->ext->nseed ? add_seeds(ad) : add_loss(ad);
+	if (rc < 0 || (rc = backward(ad, nfwd)) < 0 || (rc = wrt_outputs(ad)) < 0)
 		return rc;
 	for (int p = 0; p < ad->nv0; p++) {
 		const struct hp_value *v = &ad->g->values[p];
@@ -498,8 +534,13 @@ static int run_autodiff(struct ad *ad)
 
 int hp_autodiff(struct hp_graph *g, const struct hp_train_spec *spec)
 {
+	return hp_autodiff_ext(g, spec, NULL);
+}
+
+int hp_autodiff_ext(struct hp_graph *g, const struct hp_train_spec *spec, const struct hp_ad_ext *x)
+{
 	struct hp_train_spec full;
-	struct ad ad = { .g = g, .spec = &full, .step = -1, .step_next = -1 };
+	struct ad ad = { .g = g, .spec = &full, .step = -1, .step_next = -1, .ext = x };
 	int rc;
 
 	/* A caller built against an older, smaller spec gets defaults for the rest. */

@@ -5,4 +5,24 @@
 
 #include "hpdlf/train.h"
 
+/* What a pipeline stage differentiates (exec/pipe_graph.c): instead of the
+ * loss (nseed > 0), seed_grad[k] is the gradient of seed_value[k] (a
+ * graph input each, fed with what the next stage sends back), and the
+ * gradients of wrt[] (graph inputs: the stage's boundary inputs and its
+ * parameters) become graph outputs, wrt_grad[k] (-1: none reaches it).
+ * Parameters given as inputs get no optimizer update: the stage's
+ * optimizer graph updates them from the accumulated gradients, built with
+ * seeds (parameter, its gradient as an input) and no forward nodes.
+ * forward_only: the stage's forward graph, rewritten as a training step's
+ * forward is (the same node order, so the same Dropout seeds). */
+struct hp_ad_ext {
+	int forward_only;     /* just the training-mode rewrite (BatchNorm, Dropout) */
+	int nseed;
+	const int *seed_value, *seed_grad;
+	int nwrt;
+	const int *wrt;
+	int *wrt_grad;
+};
+int hp_autodiff_ext(struct hp_graph *g, const struct hp_train_spec *spec, const struct hp_ad_ext *x);
+
 #endif

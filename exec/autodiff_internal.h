@@ -17,6 +17,7 @@ struct ad {
 	int step_next;
 	int counter;          /* for unique names */
 	int sched;            /* sched hint of the nodes emitted now: the forward node's */
+	const struct hp_ad_ext *ext; /* a pipeline stage's seeds and outputs, or NULL */
 };
 
 /* Attribute constructors (emit copies them). */

@@ -2,6 +2,7 @@
  * process (comm_env.c), once, and every call runs under one mutex: the
  * task net's I/O threads reduce gradient buckets while the main thread
  * reduces the loss, and MPI_THREAD_SERIALIZED asks for no more than that. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,10 @@ static int inited, finalized, rank, size = 1;
  * (--sync-bn statistics) while a bucket's reduction is in flight on an I/O
  * thread: each communicator keeps its own order on every rank. */
 static MPI_Comm side = MPI_COMM_NULL;
+/* Pipeline stages' point-to-point messages (tags of their own, never
+ * mixed with a collective's) and the group of a stage's replicas, whose
+ * gradients --pipeline with data parallelism sums (hp_comm_group_split). */
+static MPI_Comm p2p = MPI_COMM_NULL, group = MPI_COMM_NULL;
 
 static int mpi_fail(int err, const char *what)
 {
@@ -63,6 +68,8 @@ int hp_comm_init(void)
 	MPI_Comm_size(MPI_COMM_WORLD, &size);
 	if (MPI_Comm_dup(MPI_COMM_WORLD, &side) == MPI_SUCCESS)
 		MPI_Comm_set_errhandler(side, MPI_ERRORS_RETURN);
+	if (MPI_Comm_dup(MPI_COMM_WORLD, &p2p) == MPI_SUCCESS)
+		MPI_Comm_set_errhandler(p2p, MPI_ERRORS_RETURN);
 	inited = 1;
 	if (provided < MPI_THREAD_SERIALIZED)
 		rc = hp_error(HP_EUNSUPPORTED, "rank %d: MPI gives thread level %d, hpdlf needs SERIALIZED", rank,
@@ -197,6 +204,10 @@ void hp_comm_finalize(void)
 	pthread_mutex_lock(&mu);
 	if (inited && !finalized && side != MPI_COMM_NULL)
 		MPI_Comm_free(&side);
+	if (inited && !finalized && p2p != MPI_COMM_NULL)
+		MPI_Comm_free(&p2p);
+	if (inited && !finalized && group != MPI_COMM_NULL)
+		MPI_Comm_free(&group);
 	if (inited && !finalized)
 		MPI_Finalize();
 	finalized = 1;
@@ -245,4 +256,106 @@ int hp_comm_allgatherv(const float *send, float *recv, const int *counts, const 
 	hp_comm_watch_leave();
 	pthread_mutex_unlock(&mu);
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "all-gather");
+}
+
+struct hp_comm_req {
+	MPI_Request r;
+	const char *what; /* for the message of a failed wait */
+};
+
+/* One nonblocking message of bytes to or from peer (MPI counts are ints:
+ * a boundary of 2 GiB or more is refused, never cut silently). */
+static int p2p_start(void *buf, size_t bytes, int peer, int tag, int send, struct hp_comm_req **out)
+{
+	struct hp_comm_req *q;
+	int err;
+
+	*out = NULL;
+	if (bytes > (size_t)INT32_MAX)
+		return hp_error(HP_EUNSUPPORTED, "rank %d: a pipeline message of %zu bytes (at most 2 GiB: use more "
+				"--micro-batches)", rank, bytes);
+	if (p2p == MPI_COMM_NULL)
+		return hp_error(HP_EPROTO, "rank %d of %d: no point-to-point communicator", rank, size);
+	if (!(q = calloc(1, sizeof *q)))
+		return hp_error(-ENOMEM, "out of memory");
+	q->what = send ? "pipeline send" : "pipeline receive";
+	pthread_mutex_lock(&mu);
+	err = send ? MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, p2p, &q->r)
+		   : MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, p2p, &q->r);
+	pthread_mutex_unlock(&mu);
+	if (err != MPI_SUCCESS) {
+		free(q);
+		return mpi_fail(err, send ? "MPI_Isend" : "MPI_Irecv");
+	}
+	*out = q;
+	return 0;
+}
+
+int hp_comm_isend(const void *buf, size_t bytes, int peer, int tag, struct hp_comm_req **out)
+{
+	return p2p_start((void *)buf, bytes, peer, tag, 1, out);
+}
+
+int hp_comm_irecv(void *buf, size_t bytes, int peer, int tag, struct hp_comm_req **out)
+{
+	return p2p_start(buf, bytes, peer, tag, 0, out);
+}
+
+int hp_comm_req_wait(struct hp_comm_req *q)
+{
+	int err;
+
+	if (!q)
+		return 0;
+	pthread_mutex_lock(&mu);
+	/* the watchdog's deadline covers a peer that never sends */
+	hp_comm_watch_enter(q->what);
+	err = hp_comm_wait(&q->r, &mu);
+	hp_comm_watch_leave();
+	pthread_mutex_unlock(&mu);
+	if (err != MPI_SUCCESS)
+		return mpi_fail(err, q->what);
+	free(q);
+	return 0;
+}
+
+int hp_comm_group_split(int color, int key)
+{
+	int err;
+
+	if (size == 1)
+		return 0;
+	pthread_mutex_lock(&mu);
+	hp_comm_watch_enter("communicator split");
+	if (group != MPI_COMM_NULL)
+		MPI_Comm_free(&group);
+	err = MPI_Comm_split(MPI_COMM_WORLD, color, key, &group);
+	if (err == MPI_SUCCESS)
+		MPI_Comm_set_errhandler(group, MPI_ERRORS_RETURN);
+	hp_comm_watch_leave();
+	pthread_mutex_unlock(&mu);
+	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "MPI_Comm_split");
+}
+
+int hp_comm_group_allreduce(float *buf, size_t count)
+{
+	int err = MPI_SUCCESS, gs = 1;
+
+	if (group == MPI_COMM_NULL || !count)
+		return 0;
+	MPI_Comm_size(group, &gs);
+	if (gs == 1)
+		return 0;
+	pthread_mutex_lock(&mu);
+	hp_comm_watch_enter("allreduce");
+	for (size_t off = 0; off < count && err == MPI_SUCCESS; off += 1u << 30) {
+		size_t k = count - off < (1u << 30) ? count - off : (1u << 30);
+		MPI_Request req;
+		err = MPI_Iallreduce(MPI_IN_PLACE, buf + off, (int)k, MPI_FLOAT, MPI_SUM, group, &req);
+		if (err == MPI_SUCCESS)
+			err = hp_comm_wait(&req, &mu);
+	}
+	hp_comm_watch_leave();
+	pthread_mutex_unlock(&mu);
+	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "allreduce");
 }

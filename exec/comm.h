@@ -52,6 +52,19 @@ void hp_comm_finalize(void);
 /* The module's MPI mutex, for the other MPI users of exec/ (comm_mbox.c). */
 void hp_comm_lock(void);
 void hp_comm_unlock(void);
+/* Pipeline stages' messages (exec/pipe_run.c), on a communicator of their
+ * own: started at once, completed by hp_comm_req_wait (which frees the
+ * request, sleeping between tests like the collectives, under the
+ * watchdog's deadline).  The buffer must stay untouched until then. */
+struct hp_comm_req;
+int hp_comm_isend(const void *buf, size_t bytes, int peer, int tag, struct hp_comm_req **out);
+int hp_comm_irecv(void *buf, size_t bytes, int peer, int tag, struct hp_comm_req **out);
+int hp_comm_req_wait(struct hp_comm_req *q);
+/* Collective: put this rank in the group of the ranks of the same color
+ * (ordered by key), for hp_comm_group_allreduce: the sum of float32 over
+ * the group, in place (a group of one: nothing). */
+int hp_comm_group_split(int color, int key);
+int hp_comm_group_allreduce(float *buf, size_t count);
 struct hp_node;
 struct hp_kargs;
 /* An ai.hpdlf AllReduce node (kernels/comm_op.c): the executors run it

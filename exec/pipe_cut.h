@@ -49,10 +49,7 @@
 
 struct hp_speed_compute;
 
-enum hp_pipe_schedule {
-	HP_PIPE_1F1B = 0,  /* one forward, one backward: at most P micro-batches in flight */
-	HP_PIPE_GPIPE = 1, /* all forwards, then all backwards: M in flight */
-};
+/* enum hp_pipe_schedule (1F1B, GPipe) is hpdlf/train.h's. */
 
 struct hp_pipe_choose_opts {
 	size_t size;                 /* sizeof the struct the caller knows (growth) */

@@ -11,6 +11,7 @@
 #include "exec/asgd.h"
 #include "exec/comm.h"
 #include "exec/exec_internal.h"
+#include "exec/pipe.h"
 #include "exec/split.h"
 #include "exec/split_weight.h"
 #include "exec/train_dp.h"
@@ -128,14 +129,40 @@ static int alloc_batch(struct hp_trainer *t)
 	return rc;
 }
 
+/* What --pipeline does not combine with yet: refused, never ignored. */
+static int check_pipeline(const struct hp_trainer_opts *o)
+{
+	if (o->size < offsetof(struct hp_trainer_opts, pipeline_schedule) + sizeof o->pipeline_schedule)
+		return 0;
+	if (o->pipeline < 0 || o->micro_batches < 0)
+		return hp_error(HP_EUSAGE, "--pipeline and --micro-batches must be at least 1");
+	if (o->pipeline <= 1 && (o->micro_batches > 1 || o->pipeline_cuts))
+		return hp_error(HP_EUSAGE, "--micro-batches and --pipeline-cuts need --pipeline P with P >= 2");
+	if (o->pipeline <= 1)
+		return 0;
+	if (o->shard || o->sync_bn || o->graph_only)
+		return hp_error(HP_EUSAGE, "--pipeline combines with plain data parallelism only (no --shard, --sync-bn "
+				"or --plan of the training step yet)");
+	if (o->async_sgd)
+		return hp_error(HP_EUSAGE, "--sync async does not go with --pipeline (a stage holds part of the model, "
+				"its peers other parts: there is nothing to blend)");
+	if (o->pipeline_schedule != HP_PIPE_1F1B && o->pipeline_schedule != HP_PIPE_GPIPE)
+		return hp_error(HP_EUSAGE, "unknown pipeline schedule %d", o->pipeline_schedule);
+	return 0;
+}
+
 static int check_opts(const struct hp_trainer_opts *o)
 {
+	int rc;
+
 	if (o->batch < 1)
 		return hp_error(HP_EUSAGE, "training needs a batch size (--batch)");
 	if (o->steps < 0 || o->epochs < 0 || (!o->steps && !o->epochs))
 		return hp_error(HP_EUSAGE, "training needs --steps or --epochs");
 	if (o->resume && !o->checkpoint_dir)
 		return hp_error(HP_EUSAGE, "--resume needs --checkpoint DIR");
+	if ((rc = check_pipeline(o)) < 0)
+		return rc;
 	return hp_shard_check_opts(o);
 }
 
@@ -211,6 +238,32 @@ int hp_trainer_param_counts(const struct hp_trainer *t, struct hp_param_counts *
 	return 0;
 }
 
+/* --pipeline: the model checked against the data at the micro-batch,
+ * then this rank's stage (pipe_build.c) in place of the whole. */
+static int build_pipeline(struct hp_trainer *t)
+{
+	int64_t rows = t->lbatch;
+	int rc;
+
+	t->lbatch = t->pipe->mb;
+	rc = fit_input(t);
+	t->lbatch = rows;
+	if (rc == 0)
+		rc = train_params(t);
+	if (rc == 0)
+		rc = hp_graph_infer(t->g);
+	if (rc == 0)
+		rc = hp_pipe_build(t);
+	if (rc == 0 && !(t->rows = calloc((size_t)t->lbatch, sizeof *t->rows)))
+		rc = hp_error(-ENOMEM, "out of memory");
+	t->shuffle_seed = t->o.seed;
+	t->total = t->o.steps ? t->o.steps : (t->o.epochs * t->data.n + t->o.batch - 1) / t->o.batch;
+	t->perm_epoch = -1;
+	if (rc == 0 && t->o.resume)
+		rc = hp_pipe_ckpt_read(t);
+	return rc;
+}
+
 static int build(struct hp_trainer *t)
 {
 	struct hp_exec_opts eo;
@@ -221,6 +274,8 @@ static int build(struct hp_trainer *t)
 		return rc;
 	if ((rc = hp_dataset_open(&t->data, t->o.data, t->o.labels)) < 0 || (rc = hp_graph_load(t->model, &t->g)) < 0)
 		return rc;
+	if (t->pipe)
+		return build_pipeline(t);
 	if ((rc = fit_input(t)) < 0 || (rc = train_params(t)) < 0 || (rc = hp_graph_infer(t->g)) < 0)
 		return rc;
 	/* the process's fixed overhead, measured once the graph is loaded
@@ -302,6 +357,7 @@ void hp_trainer_destroy(struct hp_trainer *t)
 	hp_eval_free(t->eval);
 	hp_asgd_free(t);
 	hp_dataset_close(&t->data); /* data tensors live in the session's store */
+	hp_pipe_free(t->pipe);
 	hp_session_destroy(t->s);
 	hp_graph_free(t->g);
 	hp_tensor_free(&t->xb);
@@ -346,7 +402,7 @@ static int epoch_perm(struct hp_trainer *t, int64_t e)
 
 int hp_train_rows(struct hp_trainer *t, int64_t step)
 {
-	int64_t n = t->data.n, b = t->o.batch, first = t->rank * t->lbatch;
+	int64_t n = t->data.n, b = t->o.batch, first = t->dpr * t->lbatch;
 
 	/* rows [first, first + lbatch) of the global batch, whose positions
 	 * (and permutation) every rank computes alike */
@@ -418,18 +474,24 @@ int hp_trainer_step(struct hp_trainer *t, struct hp_step_info *info)
 	if (t->step >= t->total)
 		return 0;
 	tier_delta(t, info); /* count from here */
-	rc = load_batch(t, t->step);
-	if (rc == 0)
-		rc = hp_asgd_before(t);
-	if (rc == 0)
-		rc = hp_session_run(t->s);
-	if (rc == 0)
-		rc = hp_session_read_value(t->s, t->vloss, 0, sizeof loss, &loss);
-	info->loss = loss;
-	if (rc == 0)
-		rc = hp_dp_mean_loss(t, &info->loss);
-	if (rc == 0)
-		rc = hp_asgd_after(t); /* async: this rank's loss, then its exchange */
+	if (t->pipe) {
+		rc = hp_train_rows(t, t->step);
+		if (rc == 0)
+			rc = hp_pipe_step(t, &info->loss);
+	} else {
+		rc = load_batch(t, t->step);
+		if (rc == 0)
+			rc = hp_asgd_before(t);
+		if (rc == 0)
+			rc = hp_session_run(t->s);
+		if (rc == 0)
+			rc = hp_session_read_value(t->s, t->vloss, 0, sizeof loss, &loss);
+		info->loss = loss;
+		if (rc == 0)
+			rc = hp_dp_mean_loss(t, &info->loss);
+		if (rc == 0)
+			rc = hp_asgd_after(t); /* async: this rank's loss, then its exchange */
+	}
 	if (rc < 0)
 		return hp_error_prefix(rc, "step %lld", (long long)t->step);
 	info->step = t->step;
@@ -443,11 +505,17 @@ int hp_trainer_step(struct hp_trainer *t, struct hp_step_info *info)
 	return 1;
 }
 
+/* Collective: every rank writes its part (a pipeline: its stage). */
+static int ckpt_write(struct hp_trainer *t)
+{
+	return t->pipe ? hp_pipe_ckpt_write(t) : hp_ckpt_write(t);
+}
+
 int hp_trainer_checkpoint(struct hp_trainer *t)
 {
 	if (!t->o.checkpoint_dir || !t->s)
 		return hp_error(HP_EUSAGE, "no checkpoint directory was given, or the trainer cannot run");
-	return hp_ckpt_write(t); /* collective: every rank writes its part */
+	return ckpt_write(t);
 }
 
 int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
@@ -468,7 +536,7 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 		rc = 0;
 		if (t->o.checkpoint_dir && t->o.checkpoint_every > 0 && t->step % t->o.checkpoint_every == 0 &&
 		    t->step < t->total && isfinite(info.loss)) {
-			if ((rc = hp_ckpt_write(t)) < 0)
+			if ((rc = ckpt_write(t)) < 0)
 				return rc;
 			info.checkpointed = 1;
 		}
@@ -481,7 +549,7 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 			rc = HP_ECANCELED;
 	}
 	if (t->o.checkpoint_dir && isfinite(last)) {
-		int r = hp_ckpt_write(t);
+		int r = ckpt_write(t);
 		if (r < 0)
 			return r;
 	}

@@ -60,17 +60,23 @@ static int find_whole(const struct hp_graph *g, const struct hp_ckpt_view *views
 	return -1;
 }
 
+/* *out: the value entry e loads, or -1 when it is another pipeline
+ * stage's tensor (a stage holds some of the checkpoint). */
 static int map_entry(const struct hp_trainer *t, const char *path, json_object *e, const struct hp_ckpt_view *views,
-		     char *seen)
+		     char *seen, int *out)
 {
 	const char *nm = hp_ck_jstr(e, "name");
 	int v = nm ? find_whole(t->g, views, nm) : -1;
 
+	*out = -1;
+	if (v < 0 && nm && t->pipe)
+		return 0;
 	if (v < 0 || seen[v])
 		return hp_error(HP_EDATA, "%s: tensor '%s' of the checkpoint is not state of this training graph%s", path,
 				nm ? nm : "?", v >= 0 && seen[v] ? " (listed twice)" : "");
 	seen[v] = 1;
-	return v;
+	*out = v;
+	return 0;
 }
 
 /* views[v] of every state value (unit[v]); the others' name NULL. */
@@ -106,7 +112,10 @@ int hp_ckpt_map_tensors(const struct hp_trainer *t, const char *path, json_objec
 		rc = hp_error(HP_ECORRUPT, "%s: checkpoint index without tensors", path);
 		goto out;
 	}
-	if ((n = (int)json_object_array_length(list)) != nstate) {
+	n = (int)json_object_array_length(list);
+	if (t->pipe && n >= nstate) {
+		/* a pipeline stage holds some of the tensors: all of its own must be there */
+	} else if (n != nstate) {
 		rc = hp_error(HP_EDATA, "%s: %d tensors in the checkpoint, the training graph keeps %d (another model "
 			      "or optimizer?)", path, n, nstate);
 		goto out;
@@ -115,10 +124,13 @@ int hp_ckpt_map_tensors(const struct hp_trainer *t, const char *path, json_objec
 		rc = hp_error(-ENOMEM, "out of memory");
 	for (int i = 0; i < n && rc == 0; i++) {
 		json_object *e = json_object_array_get_idx(list, (size_t)i);
-		if ((rc = map_entry(t, path, e, views, seen)) >= 0)
-			map[i] = rc;
-		rc = rc < 0 ? rc : hp_ckpt_check_entry(path, e, &views[map[i]]);
+		if ((rc = map_entry(t, path, e, views, seen, &map[i])) == 0 && map[i] >= 0)
+			rc = hp_ckpt_check_entry(path, e, &views[map[i]]);
 	}
+	for (int v = 0; rc == 0 && t->pipe && v < g->nvalues; v++)
+		if (unit[v] && !seen[v])
+			rc = hp_error(HP_EDATA, "%s: the checkpoint has no '%s' (another model or optimizer?)", path,
+				      views[v].name);
 out:
 	free(unit);
 	free(seen);
@@ -179,7 +191,8 @@ int hp_ckpt_load_whole(struct hp_trainer *t, const struct hp_ckfile *f, json_obj
 	rc = buf ? hp_ckpt_map_tensors(t, f->path, idx, &map, &n, &views) : hp_error(-ENOMEM, "out of memory");
 	json_object_object_get_ex(idx, "tensors", &list);
 	for (int i = 0; i < n && rc == 0; i++)
-		rc = load_value(t, f, json_object_array_get_idx(list, (size_t)i), map[i], &views[map[i]], buf);
+		if (map[i] >= 0) /* -1: another pipeline stage's */
+			rc = load_value(t, f, json_object_array_get_idx(list, (size_t)i), map[i], &views[map[i]], buf);
 	free(map);
 	free(views);
 	free(buf);

@@ -50,6 +50,13 @@ int hp_ckpt_map_tensors(const struct hp_trainer *t, const char *path, json_objec
 /* This rank's part of generation gen, gdir/part.RANK.hpck, synced with its
  * directory entry; its size and index checksum for the commit record. */
 int hp_ckpt_write_part(struct hp_trainer *t, const char *gdir, uint64_t gen, uint64_t *size, uint32_t *icrc);
+/* Rank 0 of a writing job: a new generation's directory DIR/ck.G (parts
+ * directories a crash left removed); then, once committed, the previous
+ * generation's removed (hp_ckpt_sweep keeps `keep`'s).  The commit: record
+ * o (consumed) to a temporary file, synced, renamed over DIR/checkpoint.hpck. */
+int hp_ckpt_prepare(const char *dir, uint64_t *gen);
+uint64_t hp_ckpt_sweep(const char *dir, uint64_t keep);
+int hp_ckpt_write_record(const char *dir, json_object *o);
 /* Load a format-1 checkpoint (its frame read into idx): every tensor whole
  * on every rank, whatever the number of ranks that wrote it. */
 int hp_ckpt_load_whole(struct hp_trainer *t, const struct hp_ckfile *f, json_object *idx);

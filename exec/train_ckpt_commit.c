@@ -68,7 +68,7 @@ static void remove_parts_dir(const char *dir, const char *name)
 }
 
 /* Remove the parts directories DIR/ck.G but `keep`'s; the highest G seen. */
-static uint64_t sweep(const char *dir, uint64_t keep)
+uint64_t hp_ckpt_sweep(const char *dir, uint64_t keep)
 {
 	uint64_t top = 0, g;
 	struct dirent *e;
@@ -89,7 +89,7 @@ static uint64_t sweep(const char *dir, uint64_t keep)
 }
 
 /* Rank 0: a new generation's directory. */
-static int prepare(const char *dir, uint64_t *gen)
+int hp_ckpt_prepare(const char *dir, uint64_t *gen)
 {
 	char gdir[4096];
 	uint64_t cur, top;
@@ -97,7 +97,7 @@ static int prepare(const char *dir, uint64_t *gen)
 	if (mkdir(dir, 0777) < 0 && errno != EEXIST)
 		return hp_error(-errno, "%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
 	cur = committed_gen(dir);
-	top = sweep(dir, cur);
+	top = hp_ckpt_sweep(dir, cur);
 	*gen = (top > cur ? top : cur) + 1;
 	snprintf(gdir, sizeof gdir, "%s/ck.%" PRIu64, dir, *gen);
 	if (mkdir(gdir, 0777) < 0)
@@ -187,9 +187,13 @@ static json_object *commit_json(const struct hp_trainer *t, uint64_t gen, const 
 /* Rank 0: the record to a temporary file, synced, renamed over the old. */
 static int commit(const struct hp_trainer *t, const char *dir, uint64_t gen, const double *info)
 {
+	return hp_ckpt_write_record(dir, commit_json(t, gen, info));
+}
+
+int hp_ckpt_write_record(const char *dir, json_object *o)
+{
 	char tmp[4096], fin[4096];
 	struct hp_ckfile f = { .path = tmp };
-	json_object *o = commit_json(t, gen, info);
 	uint32_t crc;
 	int rc;
 
@@ -217,7 +221,7 @@ static int commit(const struct hp_trainer *t, const char *dir, uint64_t gen, con
 /* Rank 0 prepares and says the generation (0: it failed) to all. */
 static int start(const struct hp_trainer *t, uint64_t *gen)
 {
-	int rc = t->rank == 0 ? prepare(t->o.checkpoint_dir, gen) : 0, r2;
+	int rc = t->rank == 0 ? hp_ckpt_prepare(t->o.checkpoint_dir, gen) : 0, r2;
 
 	if (t->rank == 0 && rc < 0)
 		*gen = 0;
@@ -258,7 +262,7 @@ static int write_all(struct hp_trainer *t, uint64_t gen)
 				      "why)", t->rank, t->nranks);
 	}
 	if (rc == 0 && t->rank == 0)
-		sweep(dir, gen); /* the previous generation's parts */
+		hp_ckpt_sweep(dir, gen); /* the previous generation's parts */
 	return rc;
 }
 

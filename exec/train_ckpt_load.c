@@ -61,10 +61,13 @@ static int read_range(struct load *l, json_object *e, int v, uint64_t base, uint
 static int part_entry(struct load *l, json_object *e, int i, int w)
 {
 	int v = l->map[i], rc;
-	const struct hp_ckpt_view h = l->views[v]; /* [h.lo, h.hi): what this rank holds */
+	struct hp_ckpt_view h;
 	uint64_t lo, hi, a, b;
 	const char *nm = hp_ck_jstr(e, "name");
 
+	if (v < 0)
+		return 0; /* another pipeline stage's tensor */
+	h = l->views[v]; /* [h.lo, h.hi): what this rank holds */
 	hp_shard_range(h.n, w, l->nw, &lo, &hi);
 	if (!nm || strcmp(nm, h.name) || hp_ck_jint(e, "lo") != (int64_t)lo || hp_ck_jint(e, "hi") != (int64_t)hi)
 		return hp_error(HP_ECORRUPT, "%s: entry %d ('%s') is not slice [%llu, %llu) of '%s' (part %d of %d)",

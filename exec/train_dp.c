@@ -16,6 +16,7 @@
 #include "hpdlf/error.h"
 #include "exec/comm.h"
 #include "exec/comm_watch.h"
+#include "exec/pipe.h"
 #include "exec/train_dp.h"
 #include "exec/train_internal.h"
 #include "store/crc.h"
@@ -159,6 +160,9 @@ int hp_dp_setup(struct hp_trainer *t)
 		return rc;
 	t->rank = hp_comm_rank();
 	t->nranks = hp_comm_size();
+	t->dpr = t->rank;
+	if (t->o.pipeline > 1)
+		return hp_pipe_setup(t); /* D pipelines share each batch */
 	/* --plan --ranks N alone: the step of one of N ranks, no MPI */
 	if (t->nranks == 1 && t->o.graph_only && t->o.plan_ranks > 1)
 		t->nranks = t->o.plan_ranks;
@@ -211,7 +215,9 @@ static int job_hash(const struct hp_trainer *t, uint64_t *model, uint64_t *flags
 			 dbits(sp->lr), dbits(sp->momentum), dbits(sp->weight_decay), (uint64_t)sp->nesterov,
 			 dbits(sp->beta1), dbits(sp->beta2), dbits(sp->eps), sp->seed, (uint64_t)sp->ignore_index,
 			 (uint64_t)o->sync_bn, (uint64_t)o->shard, (uint64_t)o->async_sgd, (uint64_t)o->async_deterministic,
-			 (uint64_t)o->exchange_every, (uint64_t)o->exchange_peers, dbits(o->blend), (uint64_t)o->parzen };
+			 (uint64_t)o->exchange_every, (uint64_t)o->exchange_peers, dbits(o->blend), (uint64_t)o->parzen,
+			 (uint64_t)o->pipeline, (uint64_t)o->micro_batches,
+			 (uint64_t)o->pipeline_schedule, (uint64_t)o->npipeline_cuts };
 
 	*model = 0;
 	*flags = 0;

@@ -22,6 +22,9 @@ int hp_trainer_export_onnx(struct hp_trainer *t, const char *path, int external)
 	char *whole;
 	int rc;
 
+	if (t->pipe)
+		return hp_error(HP_EUSAGE, "--export-onnx: a pipeline's ranks each hold one stage (not exported yet)");
+
 	if (!t->s)
 		return hp_error(HP_EUSAGE, "%s: this trainer was built with graph_only: it holds no weights", path);
 	if (t->o.shard == HP_SHARD_PARAMETERS && t->nranks > 1)

@@ -66,6 +66,8 @@ struct hp_trainer {
 	struct hp_param_counts params; /* what trains (train_params.c) */
 	struct hp_eval *eval;  /* validation (train_eval.c), opened at the first evaluation */
 	struct hp_asgd *asgd;  /* --sync async: mailboxes and state (asgd.c) */
+	struct hp_pipe *pipe;  /* --pipeline: this rank's stage (exec/pipe.h), or NULL */
+	int dpr;               /* this rank's share of each batch: its rank, or its pipeline */
 };
 
 /* Validation (train_eval.c): its dataset opened and checked against the

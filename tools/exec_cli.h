@@ -71,10 +71,15 @@ struct cli {
 	int micro_batches;           /* --micro-batches M (0: none given, i.e. P) */
 	int schedule;                /* --schedule: enum hp_pipe_schedule (1f1b default) */
 	int schedule_given;
+	const char *pipeline_cuts;   /* --pipeline-cuts NODE,NODE,... */
 };
 
 struct hp_session;
 struct hp_graph;
+struct hp_trainer_opts;
+/* --pipeline, --micro-batches, --schedule, --pipeline-cuts into o
+ * (exec_pipe.c): 0, or 2 after one line saying what is wrong. */
+int exec_pipe_opts(const struct cli *c, struct hp_trainer_opts *o);
 struct hp_node_profile;
 struct json_object;
 /* --profile: the session's per-node kernel times so far (*out to free). */
@@ -123,12 +128,8 @@ int exec_plan_comm(const struct hp_trainer *t, const struct hp_exec_opts *o, int
 int exec_parse_link_bandwidth(const char *arg, double *GBps);
 int exec_parse_link_latency(const char *arg, double *us);
 
-/* --pipeline P, --micro-batches M, --schedule 1f1b|gpipe (exec_plan_pipe.c):
- * 0, or exit status 2 after saying why. */
-int exec_parse_pipeline(const char *arg, struct cli *c);
-int exec_parse_micro_batches(const char *arg, struct cli *c);
-int exec_parse_schedule(const char *arg, struct cli *c);
-/* The pipeline flags against the others (--train's): 0, or 2 after saying why. */
+/* --plan --pipeline's flags against the others (exec_plan_pipe.c; the
+ * runtime's checks are exec_pipe.c's): 0, or 2 after saying why. */
 int exec_check_pipeline(const struct cli *c);
 struct hp_trainer_opts;
 /* --plan --pipeline P: the stages the planner chooses and their figures. */

@@ -1,7 +1,5 @@
-/* Pipeline parallelism on the command line: --pipeline P, --micro-batches
- * M and --schedule 1f1b|gpipe, their checks, and --plan's table of the
- * stages the planner chooses (exec/pipe_cut.h). */
-#include <errno.h>
+/* --plan --pipeline P: its checks and the table of the stages the planner
+ * chooses (exec/pipe_cut.h).  The flags are parsed in hpdlf-exec.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,55 +11,12 @@
 #include "exec/pipe_cut.h"
 #include "tools/exec_cli.h"
 
-#define MAX_STAGES 4096
-
 static int bad(const char *fmt, const char *arg)
 {
 	fprintf(stderr, "hpdlf-exec: ");
 	fprintf(stderr, fmt, arg);
 	fprintf(stderr, "\n");
 	return 2;
-}
-
-static int parse_count(const char *arg, long hi, long *out)
-{
-	char *end;
-
-	errno = 0;
-	*out = strtol(arg, &end, 10);
-	return end == arg || *end || errno || *out < 1 || *out > hi ? -1 : 0;
-}
-
-int exec_parse_pipeline(const char *arg, struct cli *c)
-{
-	long v;
-
-	if (parse_count(arg, MAX_STAGES, &v) < 0)
-		return bad("--pipeline wants a number of stages from 1 to 4096, got '%s'", arg);
-	c->pipeline = (int)v;
-	return 0;
-}
-
-int exec_parse_micro_batches(const char *arg, struct cli *c)
-{
-	long v;
-
-	if (parse_count(arg, 1 << 20, &v) < 0)
-		return bad("--micro-batches wants a number of micro-batches from 1 to 1048576, got '%s'", arg);
-	c->micro_batches = (int)v;
-	return 0;
-}
-
-int exec_parse_schedule(const char *arg, struct cli *c)
-{
-	c->schedule_given = 1;
-	if (!strcmp(arg, "1f1b"))
-		c->schedule = HP_PIPE_1F1B;
-	else if (!strcmp(arg, "gpipe"))
-		c->schedule = HP_PIPE_GPIPE;
-	else
-		return bad("--schedule: expected 1f1b or gpipe, got '%s'", arg);
-	return 0;
 }
 
 static int micro(const struct cli *c)
@@ -76,8 +31,7 @@ int exec_check_pipeline(const struct cli *c)
 	if (!c->pipeline)
 		return 0;
 	if (!c->plan)
-		return bad("%s", "--pipeline trains under mpirun/srun with the pipeline runtime, which this build "
-			   "lacks; --plan --pipeline P shows the stages the planner would choose");
+		return 0; /* training: the runtime checks the rest (exec_pipe.c, train.c) */
 	if (c->ranks)
 		return bad("%s", "--plan --pipeline plans one pipeline; --ranks (data parallel) cannot be combined with it");
 	if (c->batch % micro(c))

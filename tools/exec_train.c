@@ -212,7 +212,7 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	o->cancel = &interrupted;
 	o->val_data = c->val_data;
 	o->val_labels = c->val_labels;
-	return 0;
+	return exec_pipe_opts(c, o);
 }
 
 /* Test hook: HPDLF_TEST_KILL_IN_CHECKPOINT=N kills the process (SIGKILL)

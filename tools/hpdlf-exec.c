@@ -84,7 +84,7 @@ enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER,
        OPT_NO_FUSE, OPT_LISTEN_METRICS, OPT_INFO, OPT_FREEZE,
        OPT_VAL_DATA, OPT_VAL_LABELS, OPT_EVAL_EVERY, OPT_TUNE, OPT_TUNE_LOG, OPT_PARALLEL,
        OPT_SYNC, OPT_EXCHANGE_EVERY, OPT_EXCHANGE_PEERS, OPT_BLEND, OPT_PARZEN, OPT_ASYNC_DET, OPT_DEBUG_DELAY,
-       OPT_PIPELINE, OPT_MICRO_BATCHES, OPT_SCHEDULE };
+       OPT_PIPELINE, OPT_MICRO_BATCHES, OPT_SCHEDULE, OPT_PIPELINE_CUTS };
 
 static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
@@ -134,6 +134,7 @@ static const struct option long_opts[] = {
 	{ "debug-delay-ms", required_argument, 0, OPT_DEBUG_DELAY },
 	{ "pipeline", required_argument, 0, OPT_PIPELINE }, { "micro-batches", required_argument, 0, OPT_MICRO_BATCHES },
 	{ "schedule", required_argument, 0, OPT_SCHEDULE },
+	{ "pipeline-cuts", required_argument, 0, OPT_PIPELINE_CUTS },
 	{ 0, 0, 0, 0 },
 };
 
@@ -198,6 +199,36 @@ static int parse_async(int o, struct cli *c)
 	case OPT_ASYNC_DET: c->async_det = 1; return 0;
 	default: c->debug_delay = optarg; return exec_parse_delay(optarg, -1, NULL);
 	}
+}
+
+/* --pipeline P (2..4096 stages), --micro-batches M (>= 1), --schedule. */
+static int parse_pipeline(int o, struct cli *c)
+{
+	long v = 0;
+	int rc = 0;
+
+	if (o == OPT_PIPELINE_CUTS) {
+		c->pipeline_cuts = optarg;
+		return 0;
+	}
+	if (o == OPT_SCHEDULE) {
+		c->schedule_given = 1;
+		if (!strcmp(optarg, "1f1b") || !strcmp(optarg, "gpipe")) {
+			c->schedule = optarg[0] == 'g';
+			return 0;
+		}
+		return usage_error("--schedule: expected 1f1b or gpipe, got '%s'", optarg);
+	}
+	rc = parse_int(optarg, o == OPT_PIPELINE ? "--pipeline" : "--micro-batches", 1, &v);
+	if (rc == 0 && v > 1 << 20)
+		return usage_error("--pipeline/--micro-batches: at most 1048576, got '%s'", optarg);
+	if (rc == 0 && o == OPT_PIPELINE && v < 2)
+		return usage_error("--pipeline: at least 2 stages, got '%s' (leave it out to train unsplit)", optarg);
+	if (o == OPT_PIPELINE)
+		c->pipeline = (int)v;
+	else
+		c->micro_batches = (int)v;
+	return rc;
 }
 
 /* Options of training and of the store tiers. */
@@ -267,9 +298,11 @@ static int parse_more(int o, struct cli *c)
 	case OPT_TUNE: c->tune = optarg; return 0;
 	case OPT_TUNE_LOG: c->tune_log = optarg; return 0;
 	case OPT_PARALLEL: return parse_int(optarg, "--parallel", 1, &c->parallel);
-	case OPT_PIPELINE: return exec_parse_pipeline(optarg, c);
-	case OPT_MICRO_BATCHES: return exec_parse_micro_batches(optarg, c);
-	case OPT_SCHEDULE: return exec_parse_schedule(optarg, c);
+	case OPT_PIPELINE:
+	case OPT_MICRO_BATCHES:
+	case OPT_SCHEDULE:
+	case OPT_PIPELINE_CUTS:
+		return parse_pipeline(o, c);
 	case OPT_HOSTFILE: c->hostfile = optarg; return 0;
 	case OPT_TOKEN: c->token_file = optarg; return 0;
 	case OPT_REPLICAS: {
@@ -330,7 +363,7 @@ static int check_mode(const struct cli *c)
 		{ c->exchange_peers != 0, "--exchange-peers" }, { c->blend_given, "--blend" }, { c->parzen, "--parzen" },
 		{ c->async_det, "--async-deterministic" }, { c->debug_delay != NULL, "--debug-delay-ms" },
 		{ c->pipeline != 0, "--pipeline" }, { c->micro_batches != 0, "--micro-batches" },
-		{ c->schedule_given, "--schedule" },
+		{ c->schedule_given, "--schedule" }, { c->pipeline_cuts != NULL, "--pipeline-cuts" },
 	}, infer_only[] = {
 		{ c->ninputs > 0, "--input" }, { c->noutputs > 0, "--output" }, { c->output_dir != NULL, "--output-dir" },
 		{ c->iterations != 1, "--iterations" }, { c->warmup != 0, "--warmup" }, { c->duration != 0, "--duration" },

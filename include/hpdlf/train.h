@@ -170,6 +170,27 @@ struct hp_trainer_opts {
 	int async_deterministic;
 	int exchange_peers;           /* 0: 1 */
 	int parzen;
+	/* Under a launcher: pipeline parallelism.  pipeline P > 1 cuts the
+	 * model into P stages on P ranks (N ranks = P x D: D pipelines, each
+	 * trained on its 1/D of every batch as data parallelism); each batch
+	 * runs as micro_batches M (0: P) in the order pipeline_schedule says
+	 * (enum hp_pipe_schedule); pipeline_cuts names the P - 1 nodes ending
+	 * the stages (NULL: chosen from the model).  batch must divide by
+	 * M x D.  Losses are the 1-rank run's (BatchNormalization normalizes
+	 * over a micro-batch, as in GPipe). */
+	const char *const *pipeline_cuts;
+	int npipeline_cuts;
+	int pipeline;
+	int micro_batches;
+	int pipeline_schedule;
+};
+
+/* 1F1B: a stage alternates forwards and backwards once P micro-batches
+ * are in flight (their activations bounded by P); GPipe: all forwards,
+ * then all backwards (M in flight). */
+enum hp_pipe_schedule {
+	HP_PIPE_1F1B = 0,
+	HP_PIPE_GPIPE = 1,
 };
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size);

@@ -1,0 +1,87 @@
+/* Pipeline training (internal to exec/train*.c and pipe*.c): the model cut
+ * into P stages over P ranks (times D replicas), each running the
+ * micro-batches of every step in a 1F1B or GPipe order.
+ *
+ * A stage runs three graphs, all cut from the same model (pipe_graph.h):
+ *   forward   its nodes, parameters as inputs: the activations it sends on;
+ *   backward  its nodes again with their gradient (autodiff seeded by the
+ *             gradients the next stage sends back, or by the loss on the
+ *             last stage): the forward is recomputed from the stage's saved
+ *             inputs, so a micro-batch in flight costs its boundary bytes
+ *             only; outputs the gradients of the parameters and of the
+ *             stage's inputs (sent back);
+ *   optimizer the parameters as trainable weights, their summed gradients
+ *             as inputs, the updates autodiff emits for one rank (the same
+ *             state names, so checkpoints and numbers are the 1-rank run's).
+ * The last stage has no forward graph: its backward graph is its forward.
+ * Gradients of a step's micro-batches are summed in float32 in micro-batch
+ * order, summed over the stage's D replicas, scaled by 1 / (M D) (every
+ * loss is a mean over its micro-batch), then the optimizer runs and its
+ * parameters are copied into the other two graphs. */
+#ifndef HPDLF_EXEC_PIPE_H
+#define HPDLF_EXEC_PIPE_H
+
+#include <stdint.h>
+
+#include "exec/pipe_graph.h"
+
+struct hp_trainer;
+struct hp_session;
+struct hp_comm_req;
+
+/* A micro-batch in flight: its inputs kept for the backward, and the
+ * messages of it still travelling. */
+struct hp_pipe_slot {
+	void *in;                   /* cut s-1's values (stage 0: the data rows) */
+	void *gout;                 /* cut s's gradients, received */
+	void *out, *gin;            /* cut s's values and cut s-1's gradients, being sent */
+	struct hp_comm_req *rin, *rgout, *sout, *sgin;
+};
+
+struct hp_pipe {
+	int P, M, D, stage, replica, gpipe;
+	int *bounds;
+	struct hp_pipe_cut *cuts;
+	int64_t mb;                 /* rows of a micro-batch */
+	struct hp_graph *gf, *go;   /* forward and optimizer (the backward is the trainer's t->g) */
+	struct hp_session *sf, *so;
+	int np, *params;            /* the stage's parameters (value indices, the same in every graph) */
+	uint64_t *poff, nparam;     /* each one's offset in acc (elements), their total */
+	int *pgrad;                 /* per parameter: its gradient in the backward graph, -1: none */
+	int *ograd;                 /* per parameter: the optimizer graph's input for its gradient */
+	int *ingrad;                /* per value of cut s-1: its gradient in the backward graph */
+	int *seed;                  /* per value of cut s: the backward graph's input of its gradient */
+	int vin, vlab, vloss;       /* in the backward graph (stage 0's data input, the last's labels, loss) */
+	float *acc, *tmp;
+	int nslot;
+	struct hp_pipe_slot *slot;
+	void *ybuf, *ytmp;          /* a micro-batch's labels (last stage; ytmp: int32 file rows) */
+	double loss_sum;            /* this step's micro-batch losses (last stage) */
+};
+
+/* This rank's place (t->pipe): stage, pipeline, micro-batch rows; checks
+ * that P divides the ranks and M x D the batch (HP_EUSAGE). */
+int hp_pipe_setup(struct hp_trainer *t);
+/* Build the stage of this rank (t->rank) and the sessions: after the data
+ * set is open and the ranks joined.  Sets t->g, t->s (the backward's). */
+int hp_pipe_build(struct hp_trainer *t);
+/* One training step over the rows hp_train_rows chose: every
+ * micro-batch, then the update; *loss the global batch's mean loss on
+ * every rank. */
+int hp_pipe_step(struct hp_trainer *t, double *loss);
+void hp_pipe_free(struct hp_pipe *p);
+
+/* The partition of the trainer's model into P stages: the named cuts, or
+ * the planner's choice (pipe_cut.c) made on rank 0 and broadcast. */
+int hp_pipe_bounds(const struct hp_trainer *t, int P, int *bounds);
+
+/* Checkpoints (pipe_ckpt.c): collective, the whole model in one
+ * committed checkpoint that resumes at any P; reading loads the stage's
+ * part of any checkpoint (train_ckpt_load.c). */
+int hp_pipe_ckpt_write(struct hp_trainer *t);
+int hp_pipe_ckpt_read(struct hp_trainer *t);
+
+/* The stage's parameters between the optimizer and the other graphs. */
+int hp_pipe_sync_params(struct hp_pipe *p, struct hp_session *sb);
+
+#endif
