@@ -13,6 +13,7 @@
  * SERIALIZED, and a collective on another communicator can go on. */
 #include <pthread.h>
 #include <time.h>
+#include <stdlib.h>
 
 #include <mpi.h>
 
@@ -24,10 +25,13 @@
 
 int hp_comm_wait(MPI_Request *req, pthread_mutex_t *mu)
 {
-	long ns = WAIT_MIN_NS;
+	static long cap = -1, spins = -1;
+	if (cap < 0) { const char *e = getenv("XW_CAP"); cap = e ? atol(e) : WAIT_MAX_NS; e = getenv("XW_SPINS"); spins = e ? atol(e) : WAIT_SPINS; }
+	long ns = WAIT_MIN_NS < cap ? WAIT_MIN_NS : cap;
 	int done = 0, err;
 
-	for (int i = 0; i < WAIT_SPINS; i++)
+	if (cap == 0) return MPI_Wait(req, MPI_STATUS_IGNORE);
+	for (int i = 0; i < spins; i++)
 		if ((err = MPI_Test(req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS || done)
 			return err;
 	for (;;) {
@@ -37,6 +41,6 @@ int hp_comm_wait(MPI_Request *req, pthread_mutex_t *mu)
 		pthread_mutex_unlock(mu); /* another thread's collective may start meanwhile */
 		nanosleep(&ts, NULL);
 		pthread_mutex_lock(mu);
-		ns = ns * 2 > WAIT_MAX_NS ? WAIT_MAX_NS : ns * 2;
+		ns = ns * 2 > cap ? cap : ns * 2;
 	}
 }

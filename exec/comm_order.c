@@ -1,0 +1,78 @@
+/* The in-core executor's run order when reductions overlap backward
+ * (comm_thread.h): a node that reads the sums of a reduction (AllReduce,
+ * ReduceScatter), or reads such a node's outputs, is deferred behind every
+ * node that does not, keeping the graph's order within each part.  The
+ * topological sort places each bucket's optimizer updates right after its
+ * reduction; run in that order, the main thread would wait for the
+ * reduction at once.  Deferred, the updates run after backward, each
+ * waiting only for its own bucket, while the remaining buckets are still
+ * on the wire.  The order is valid: whatever depends on a deferred node is
+ * deferred too.  A collective's token input (its place in the chain of
+ * collectives) does not defer it: the thread issues them in submission
+ * order.  All-gathers (--shard parameters) do not defer their readers:
+ * forward and backward need them. */
+#include <string.h>
+
+#include "hpdlf/graph.h"
+#include "exec/comm.h"
+#include "exec/comm_thread.h"
+
+static int is_reduction(const struct hp_node *n)
+{
+	return hp_comm_is_allreduce(n) && strcmp(n->op_type, "AllGather");
+}
+
+/* Whether node i reads a reduction's sums or a deferred node's outputs. */
+static int defers(const struct hp_graph *g, const char *deferred, int i)
+{
+	const struct hp_node *n = &g->nodes[i];
+
+	for (int j = hp_comm_is_allreduce(n) ? 1 : 0; j < n->ninputs; j++) {
+		int v = n->inputs[j], p = v >= 0 ? g->values[v].producer : -1;
+		if (p >= 0 && (deferred[p] || is_reduction(&g->nodes[p])))
+			return 1;
+	}
+	return 0;
+}
+
+int hp_comm_run_order(const struct hp_graph *g, char *deferred, int *order)
+{
+	int k = 0, nd = 0;
+
+	memset(deferred, 0, (size_t)g->nnodes);
+	if (hp_comm_thread_enabled())
+		for (int i = 0; i < g->nnodes; i++)
+			if (!g->nodes[i].folded && defers(g, deferred, i))
+				deferred[i] = 1, nd++;
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < g->nnodes; i++)
+			if (deferred[i] == pass)
+				order[k++] = i;
+	return nd;
+}
+
+/* A collective on the thread reads its inputs and writes its outputs until
+ * it is waited for, at the latest where the last of its outputs is read:
+ * every tensor it touches lives that long.  In reverse order, so that a
+ * collective reading another's outputs extends those in turn. */
+void hp_comm_keep_inputs(const struct hp_graph *g, int *last_use)
+{
+	if (!hp_comm_thread_enabled())
+		return;
+	for (int i = g->nnodes - 1; i >= 0; i--) {
+		const struct hp_node *n = &g->nodes[i];
+		int end = -1;
+		if (n->folded || !hp_comm_is_allreduce(n))
+			continue;
+		for (int o = 0; o < n->noutputs; o++)
+			if (n->outputs[o] >= 0 && last_use[n->outputs[o]] > end)
+				end = last_use[n->outputs[o]];
+		if (end < 0)
+			end = g->nnodes; /* nobody reads it: until the end of the run */
+		for (int j = 0; j < n->ninputs + n->noutputs; j++) {
+			int v = j < n->ninputs ? n->inputs[j] : n->outputs[j - n->ninputs];
+			if (v >= 0 && last_use[v] < end)
+				last_use[v] = end;
+		}
+	}
+}
