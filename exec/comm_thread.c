@@ -36,11 +36,16 @@ static int started, quit, err; /* err: the first failure, until drained */
 static char errmsg[512];
 static pthread_t thread;
 
-int hp_comm_thread_enabled(void)
+int hp_comm_thread_wanted(void)
 {
 	const char *e = getenv("HPDLF_COMM_THREAD");
 
-	return hp_comm_size() > 1 && !(e && !strcmp(e, "0"));
+	return !(e && !strcmp(e, "0"));
+}
+
+int hp_comm_thread_enabled(void)
+{
+	return hp_comm_size() > 1 && hp_comm_thread_wanted();
 }
 
 /* One job: after a failure the rest are skipped (the rank is stopping). */

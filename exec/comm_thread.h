@@ -28,6 +28,8 @@ struct hp_trace;
  * HPDLF_COMM_THREAD is not 0 (0: run them inline, in graph order, as
  * before the thread existed; for comparison). */
 int hp_comm_thread_enabled(void);
+/* The same, whatever the rank count (what --plan --ranks models). */
+int hp_comm_thread_wanted(void);
 /* Queue node n's collective over a's tensors (the arrays are copied, not
  * the data); *ticket identifies it for hp_comm_thread_wait.  trace: a
  * span on the communication lane, or NULL. */

@@ -13,7 +13,6 @@
  * SERIALIZED, and a collective on another communicator can go on. */
 #include <pthread.h>
 #include <time.h>
-#include <stdlib.h>
 
 #include <mpi.h>
 
@@ -25,13 +24,10 @@
 
 int hp_comm_wait(MPI_Request *req, pthread_mutex_t *mu)
 {
-	static long cap = -1, spins = -1;
-	if (cap < 0) { const char *e = getenv("XW_CAP"); cap = e ? atol(e) : WAIT_MAX_NS; e = getenv("XW_SPINS"); spins = e ? atol(e) : WAIT_SPINS; }
-	long ns = WAIT_MIN_NS < cap ? WAIT_MIN_NS : cap;
+	long ns = WAIT_MIN_NS;
 	int done = 0, err;
 
-	if (cap == 0) return MPI_Wait(req, MPI_STATUS_IGNORE);
-	for (int i = 0; i < spins; i++)
+	for (int i = 0; i < WAIT_SPINS; i++)
 		if ((err = MPI_Test(req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS || done)
 			return err;
 	for (;;) {
@@ -41,6 +37,6 @@ int hp_comm_wait(MPI_Request *req, pthread_mutex_t *mu)
 		pthread_mutex_unlock(mu); /* another thread's collective may start meanwhile */
 		nanosleep(&ts, NULL);
 		pthread_mutex_lock(mu);
-		ns = ns * 2 > cap ? cap : ns * 2;
+		ns = ns * 2 > WAIT_MAX_NS ? WAIT_MAX_NS : ns * 2;
 	}
 }
