@@ -10,7 +10,7 @@
  * deferred too.  A collective's token input (its place in the chain of
  * collectives) does not defer it: the thread issues them in submission
  * order.  All-gathers (--shard parameters) do not defer their readers:
- * forward and backward need them. */
+ * forward and backward need them; they are moved up instead (prefetch). */
 #include <string.h>
 
 #include "hpdlf/graph.h"
@@ -35,6 +35,65 @@ static int defers(const struct hp_graph *g, const char *deferred, int i)
 	return 0;
 }
 
+/* A gather of --shard parameters: every input but the token exists
+ * before the run (this rank's slices). */
+static int free_gather(const struct hp_graph *g, int i)
+{
+	const struct hp_node *n = &g->nodes[i];
+
+	if (!hp_comm_is_allreduce(n) || strcmp(n->op_type, "AllGather"))
+		return 0;
+	for (int j = 1; j < n->ninputs; j++)
+		if (n->inputs[j] >= 0 && g->values[n->inputs[j]].producer >= 0)
+			return 0;
+	return 1;
+}
+
+/* The first position after `from` of a node reading one of node i's
+ * outputs; n when none. */
+static int first_reader(const struct hp_graph *g, const int *order, int n, int from, int i)
+{
+	const struct hp_node *nd = &g->nodes[i];
+
+	for (int k = from + 1; k < n; k++) {
+		const struct hp_node *r = &g->nodes[order[k]];
+		for (int j = 0; j < r->ninputs; j++)
+			for (int o = 0; r->inputs[j] >= 0 && o < nd->noutputs; o++)
+				if (r->inputs[j] == nd->outputs[o])
+					return k;
+	}
+	return n;
+}
+
+/* Prefetch for --shard parameters: the sort places each gather just
+ * before its first reader, so the main thread would wait for each at once.
+ * Each moves up to just before the first reader of the gather before it
+ * (never above the collective whose token it reads): it is on the wire
+ * while the previous layer computes, and at most two layers' whole
+ * parameters are held at a time. */
+static void prefetch(const struct hp_graph *g, int *order, int n)
+{
+	int reader = -1; /* the previous gather's first reader */
+
+	for (int k = 0; k < n; k++) {
+		int i = order[k], to = reader;
+		if (!free_gather(g, i))
+			continue;
+		int tok = g->nodes[i].ninputs ? g->nodes[i].inputs[0] : -1;
+		int tp = tok >= 0 ? g->values[tok].producer : -1;
+		for (int q = 0; tp >= 0 && q < k; q++)
+			if (order[q] == tp && to <= q)
+				to = q + 1;
+		if (to >= 0 && to < k) {
+			memmove(order + to + 1, order + to, (size_t)(k - to) * sizeof *order);
+			order[to] = i;
+		} else {
+			to = k;
+		}
+		reader = first_reader(g, order, n, to, i);
+	}
+}
+
 int hp_comm_run_order(const struct hp_graph *g, char *deferred, int *order)
 {
 	int k = 0, nd = 0;
@@ -48,6 +107,8 @@ int hp_comm_run_order(const struct hp_graph *g, char *deferred, int *order)
 		for (int i = 0; i < g->nnodes; i++)
 			if (deferred[i] == pass)
 				order[k++] = i;
+	if (hp_comm_thread_enabled())
+		prefetch(g, order, g->nnodes);
 	return nd;
 }
 
