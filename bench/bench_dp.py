@@ -12,7 +12,8 @@ overlap: 2 ranks (mpirun) train a small VGG-style net (make_convnet.py,
   warms the store); hidden_fraction is the median over the steps of all
   runs, hidden_fraction_compute_exceeds_comm the same over the steps whose
   kernel time exceeds their reduction time, hidden_fraction_all_time the
-  sums' ratio.  On a shared machine a peer rank that is late (its kernels
+  sums' ratio; beside_kernels_or_io_fraction counts the step's own loads
+  and write-backs (out of core) as backward's work too.  On a shared machine a peer rank that is late (its kernels
   slowed by other load) stretches rank 0's reductions: that wait counts
   as communication here.  Beside it the planner's own prediction of the same run
   (--plan under the same launcher).
@@ -41,6 +42,7 @@ ENV = dict(os.environ, OMP_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1')
 
 
 COMM_OPS = ('AllReduce', 'ReduceScatter', 'AllGather')
+IO_OPS = ('load', 'write-back', 'evict', 'drop')
 
 
 def union(iv):
@@ -78,8 +80,11 @@ def trace_overlap(path):
         comm = [(e['ts'], e['ts'] + e['dur']) for e in spans if e.get('cat') in COMM_OPS and lo <= e['ts'] < hi]
         kernels = union([(e['ts'], e['ts'] + e['dur']) for e in spans if e.get('tid', 0) < 100 and
                          e.get('cat') not in COMM_OPS + ('stall',) and firsts[k - 1] <= e['ts'] < hi])
+        work = union([(e['ts'], e['ts'] + e['dur']) for e in spans if 100 <= e.get('tid', 0) < 200 and
+                      e.get('cat') in IO_OPS and firsts[k - 1] <= e['ts'] < hi] + [tuple(x) for x in kernels])
         total = sum(b - a for a, b in comm)
         steps.append({'comm_ms': total / 1e3, 'hidden_ms': sum(covered(a, b, kernels) for a, b in comm) / 1e3,
+                      'busy_ms': sum(covered(a, b, work) for a, b in comm) / 1e3,
                       'kernel_ms': sum(b - a for a, b in kernels) / 1e3})
     return steps
 
@@ -114,6 +119,8 @@ def overlap_case(tmp, d, extra, runs, steps_per_run):
             'hidden_fraction_compute_exceeds_comm': round(median(ce), 3) if ce else None,
             'steps_compute_exceeds_comm': len(ce),
             'hidden_fraction_all_time': round(hidden / comm, 3) if comm else None,
+            'beside_kernels_or_io_fraction': round(median([x['busy_ms'] / x['comm_ms'] for x in steps
+                                                           if x['comm_ms'] > 0]), 3),
             'predicted_hidden_fraction': int(m.group(1)) / 100 if m else None}
 
 

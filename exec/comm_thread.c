@@ -35,6 +35,7 @@ static uint64_t submitted, completed;
 static int started, quit, err; /* err: the first failure, until drained */
 static char errmsg[512];
 static pthread_t thread;
+static struct hp_trace *named;
 
 int hp_comm_thread_wanted(void)
 {
@@ -125,6 +126,10 @@ int hp_comm_thread_submit(const struct hp_node *n, const struct hp_kargs *a, str
 			return hp_error(-rc, "cannot start the communication thread");
 		}
 		started = 1;
+	}
+	if (trace && trace != named) { /* the lane's name in this trace, once */
+		hp_trace_lane(trace, HP_LANE_COMM, "communication thread");
+		named = trace;
 	}
 	j->ticket = *ticket = ++submitted;
 	if (tail)
