@@ -12,7 +12,8 @@ usage: check_comm_thread.py HPDLF_EXEC TESTS_DIR
   core (several buckets, updates run after backward), the mlp SGD out of
   core (--budget 1M: the task net hands its COMM transitions to the
   thread), lenet SGD+momentum --shard gradients (reduce-scatters and an
-  all-gather on the thread) and the transformer at 3 ranks.
+  all-gather on the thread), lenet Adam --shard parameters (the gathers
+  prefetched a layer ahead) and the transformer at 3 ranks.
 - The traces show where the reductions ran: with the thread on its lane
   (tid 200) only; with HPDLF_COMM_THREAD=0 on the compute lane (out of
   core: the task net's threads), so two different paths are compared.
@@ -131,6 +132,8 @@ def main():
         same_bits(tmp, 2, 'models/lenet', 12, 'adam', 8, ['--bucket', '8K'])
         same_bits(tmp, 2, 'models/mlp', 60, 'sgd', 8, ['--budget', '1M', '--bucket', '16K'])
         same_bits(tmp, 2, 'models/lenet', 12, 'sgd', 6, ['--momentum', '0.9', '--bucket', '8K', '--shard', 'gradients'])
+        # --shard parameters: gathers moved a layer ahead (prefetch) on the thread
+        same_bits(tmp, 2, 'models/lenet', 12, 'adam', 6, ['--bucket', '8K', '--shard', 'parameters'])
         same_bits(tmp, 3, 'train/ref/transformer', 12, 'adam', 6, ['--bucket', '8K'])
         killed(tmp, [], 'in core')
         killed(tmp, ['--budget', '1M'], 'out of core')
