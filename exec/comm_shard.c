@@ -10,7 +10,10 @@
  * MPI_Allreduce: MPI sums an element in an order that depends on the
  * collective and the element's place in it, so only the same
  * reduce-scatter over the same blocks makes every --shard mode give the
- * same bits.  The traffic is that of a ring allreduce.
+ * same bits.  The traffic is that of a ring allreduce.  With two ranks
+ * every order of a sum is the same addition, so there the AllReduce is one
+ * MPI allreduce over the packed blocks (half the collectives, MPI's own
+ * algorithm for the size), with the same bits as the reduce-scatter.
  *
  * The blocks go through pieces of a staging buffer of this module's own
  * (as comm_reduce.c explains, MPI never reads store pages): piece j holds
@@ -179,6 +182,26 @@ static int ag_piece(struct lay *out, uint64_t at, const float *mine)
 	return rc;
 }
 
+/* Two ranks: the piece's blocks summed whole by one allreduce, scaled
+ * and unpacked.  With two ranks an element's sum is one addition, which
+ * gives the same bits in either order, so this equals the reduce-scatter
+ * and all-gather of every --shard mode for half the collectives. */
+static int ar_piece(struct lay *in, struct lay *out, uint64_t at, float s)
+{
+	int tot = piece_at(in, at), rc;
+
+	for (int q = 0; q < in->N; q++)
+		walk(in, q, at, at + (uint64_t)in->counts[q], stage + in->displs[q], PACK);
+	if ((rc = hp_comm_allreduce(stage, (size_t)tot, HP_F32)) < 0)
+		return rc;
+	for (int j = 0; j < tot; j++)
+		stage[j] *= s;
+	piece_at(out, at);
+	for (int q = 0; q < out->N; q++)
+		walk(out, q, at, at + (uint64_t)out->counts[q], stage + out->displs[q], UNPACK);
+	return 0;
+}
+
 enum rs_mode { RS_SLICE, RS_FULL, RS_ALL };
 
 /* Reduce-scatter of the bucket, then this rank's sums into its slices
@@ -198,6 +221,10 @@ static int run_rs(const struct hp_node *n, const struct hp_kargs *a, enum rs_mod
 		rc = need_stage(&in);
 	for (uint64_t at = 0, end = max_len(&in); rc == 0 && at < end; at += in.piece) {
 		float *mine = stage + (uint64_t)in.N * in.piece;
+		if (mode == RS_ALL && in.N == 2) {
+			rc = ar_piece(&in, &out, at, s);
+			continue;
+		}
 		if ((rc = rs_piece(&in, at, mine, s)) < 0)
 			break;
 		piece_at(&out, at);

@@ -2,8 +2,9 @@
  * reductions on the communication thread (one chain, in bucket order, as
  * train_dp.c issues them), each a ring allreduce costing
  * 2(N-1)/N * bytes / bandwidth + 2(N-1) * latency.  A bucket starts when
- * its last gradient exists and the previous bucket is done (in core the
- * session runs it inline: then the lane waits for it); an optimizer
+ * its last gradient exists and the previous bucket is done (with
+ * HPDLF_COMM_THREAD=0 in core the session runs it inline: then the lane
+ * waits for it); an optimizer
  * update waits for its bucket while the lane goes on with the backward
  * kernels after it (the task net fires whatever is enabled).  What of the
  * reductions the step still waits for at its end is exposed; the rest is
@@ -40,7 +41,7 @@ struct sim {
 	int *pend, npend;          /* deferred updates (steps), in plan order */
 	const double *ms;          /* per step */
 	const struct hp_plan *p;
-	int serial;                /* reductions on the lane itself (in core: the session runs them inline) */
+	int serial;                /* reductions on the lane itself (in core without the comm thread) */
 };
 
 static int is_update(const struct hp_node *n)

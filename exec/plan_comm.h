@@ -40,7 +40,8 @@ double hp_comm_ring_ms(const struct hp_link *l, int ranks, double bytes);
  * buckets; without, buckets of `bucket` bytes formed as train_dp.c would
  * (0: hp_comm_best_bucket).  overlap: the reductions run beside the
  * kernels (out of core, the task net); else on the kernels' lane, in
- * their turn (in core, the session runs them inline).  0 or -ENOMEM. */
+ * their turn (in core with HPDLF_COMM_THREAD=0: the session runs them
+ * inline).  0 or -ENOMEM. */
 int hp_comm_predict(const struct hp_graph *g, const struct hp_plan *p, const struct hp_speed_compute *sp,
 		    double base_ms, const struct hp_link *l, int ranks, uint64_t bucket, int overlap,
 		    struct hp_comm_pred *out);

@@ -16,6 +16,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/store.h"
 #include "exec/comm.h"
+#include "exec/comm_thread.h"
 #include "exec/exec_internal.h"
 #include "exec/net.h"
 #include "exec/plan.h"
@@ -567,9 +568,11 @@ static int rt_fire_comm(void *arg, int step, int lane)
 	memset(in, 0, sizeof in);
 	memset(out, 0, sizeof out);
 	rc = pin_io(s, n, in, out);
-	if (rc == 0)
+	if (rc == 0 && hp_comm_thread_enabled()) /* the comm thread issues it, in the chain's order */
+		rc = hp_comm_thread_run(n, &a, s->trace);
+	else if (rc == 0)
 		rc = hp_comm_run_allreduce(n, &a);
-	if (s->trace)
+	if (s->trace && !hp_comm_thread_enabled())
 		hp_trace_span(s->trace, lane, n->op_type, n->name, u0, hp_trace_now_us(s->trace));
 	unpin_io(s, n, in, out);
 	return rc;

@@ -15,6 +15,7 @@
 #include "hpdlf/store.h"
 #include "exec/compile.h"
 #include "exec/comm.h"
+#include "exec/comm_thread.h"
 #include "exec/exec_internal.h"
 #include "exec/trace.h"
 #include "kernels/blas.h"
@@ -29,7 +30,12 @@ struct hp_core {
 	unsigned char *arena;  /* every activation at a planned offset */
 	uint64_t arena_size;
 	unsigned char *owned;  /* per value: buf[v] was malloc'd (inputs, weights, state) */
-	int *last_use;         /* per value: last schedule index using it, -1 unused */
+	int *last_use;         /* per value: last schedule position using it, -1 unused */
+	int *order, *pos;      /* the schedule (comm_order.c) and each node's position in it */
+	char *deferred;        /* per node: reads a reduction's sums (comm_order.c) */
+	uint64_t *ticket;      /* per node: its collective on the comm thread, 0 none */
+	uint64_t waited;       /* every ticket up to this one completed */
+	int overlap;           /* collectives go to the comm thread */
 	void *ws;
 	size_t ws_size;
 	size_t cur_bytes, peak_bytes, weight_bytes;
@@ -70,8 +76,16 @@ static int compute_lifetimes(struct hp_core *s)
 	s->last_use = malloc((size_t)g->nvalues * sizeof *s->last_use);
 	s->buf = calloc((size_t)g->nvalues, sizeof *s->buf);
 	s->owned = calloc((size_t)g->nvalues + 1, 1);
-	if (!s->last_use || !s->buf || !s->owned)
+	s->order = malloc(((size_t)g->nnodes + 1) * sizeof *s->order);
+	s->pos = malloc(((size_t)g->nnodes + 1) * sizeof *s->pos);
+	s->deferred = malloc((size_t)g->nnodes + 1);
+	s->ticket = calloc((size_t)g->nnodes + 1, sizeof *s->ticket);
+	if (!s->last_use || !s->buf || !s->owned || !s->order || !s->pos || !s->deferred || !s->ticket)
 		return hp_error(-ENOMEM, "out of memory");
+	s->overlap = hp_comm_thread_enabled();
+	hp_comm_run_order(g, s->deferred, s->order);
+	for (int k = 0; k < g->nnodes; k++)
+		s->pos[s->order[k]] = k;
 	for (int v = 0; v < g->nvalues; v++)
 		s->last_use[v] = g->values[v].is_output ? g->nnodes : -1;
 	for (int v = 0; v < g->nvalues; v++)
@@ -84,11 +98,12 @@ static int compute_lifetimes(struct hp_core *s)
 		if (n->folded)
 			continue;
 		for (int j = 0; j < n->ninputs; j++)
-			if (n->inputs[j] >= 0 && s->last_use[n->inputs[j]] < i)
-				s->last_use[n->inputs[j]] = i;
+			if (n->inputs[j] >= 0 && s->last_use[n->inputs[j]] < s->pos[i])
+				s->last_use[n->inputs[j]] = s->pos[i];
 		if (n->workspace > s->ws_size)
 			s->ws_size = n->workspace;
 	}
+	hp_comm_keep_inputs(g, s->last_use);
 	return 0;
 }
 
@@ -120,7 +135,7 @@ static void merge_inplace(struct hp_core *s, const char *is_state, int *up, int 
 		return;
 	a = n->inputs[0];
 	b = n->outputs[0];
-	if (a < 0 || b < 0 || !in_arena(g, is_state, a) || !in_arena(g, is_state, b) || s->last_use[a] != i)
+	if (a < 0 || b < 0 || !in_arena(g, is_state, a) || !in_arena(g, is_state, b) || s->last_use[a] != s->pos[i])
 		return;
 	if (value_bytes(&g->values[a]) != value_bytes(&g->values[b]) || g->values[a].dtype != g->values[b].dtype)
 		return;
@@ -156,7 +171,7 @@ static int plan_arena(struct hp_core *s)
 		if (!in_arena(g, is_state, v))
 			continue;
 		r = find_root(up, v);
-		start = g->values[v].producer;
+		start = s->pos[g->values[v].producer];
 		end = s->last_use[v] < start ? start : s->last_use[v];
 		if (item[r] < 0) {
 			item[r] = nit++;
@@ -242,6 +257,10 @@ static void core_destroy(struct hp_session *ss)
 	free(s->owned);
 	free(s->arena);
 	free(s->last_use);
+	free(s->order);
+	free(s->pos);
+	free(s->deferred);
+	free(s->ticket);
 	free(s->ws);
 	free(s);
 	ss->state = NULL;
@@ -329,8 +348,39 @@ static int run_node(struct hp_core *s, int i)
 	if ((n->op->flags & HP_OP_ALIAS) && n->ninputs && n->noutputs && in[0].data == out[0].data)
 		return 0;
 	if (hp_comm_is_allreduce(n))
-		return hp_comm_run_allreduce(n, &a);
+		return s->overlap ? hp_comm_thread_submit(n, &a, s->trace, &s->ticket[i]) : hp_comm_run_allreduce(n, &a);
 	return n->op->run(n, &a);
+}
+
+/* Before node i: the collectives whose outputs it reads have completed
+ * (not for a collective's token: the thread keeps their order). */
+static int await_inputs(struct hp_core *s, int i)
+{
+	const struct hp_node *n = &s->g->nodes[i];
+	uint64_t need = 0;
+
+	for (int j = hp_comm_is_allreduce(n) ? 1 : 0; j < n->ninputs; j++) {
+		int v = n->inputs[j], p = v >= 0 ? s->g->values[v].producer : -1;
+		if (p >= 0 && s->ticket[p] > need)
+			need = s->ticket[p];
+	}
+	if (need <= s->waited)
+		return 0;
+	s->waited = need;
+	return hp_comm_thread_wait(need);
+}
+
+/* The end of a run, failed or not: no collective still uses its buffers. */
+static int drain(struct hp_core *s, int rc)
+{
+	int r2;
+
+	if (!s->overlap)
+		return rc;
+	r2 = hp_comm_thread_drain();
+	memset(s->ticket, 0, (size_t)s->g->nnodes * sizeof *s->ticket);
+	s->waited = 0;
+	return rc < 0 ? rc : r2;
 }
 
 static int core_run(struct hp_session *ss)
@@ -338,21 +388,27 @@ static int core_run(struct hp_session *ss)
 	struct hp_core *s = ss->state;
 	const struct hp_graph *g = s->g;
 
-	for (int i = 0; i < g->nnodes; i++) {
+	for (int k = 0; k < g->nnodes; k++) {
+		int i = s->order[k], rc = 0;
 		const struct hp_node *n = &g->nodes[i];
-		int rc;
 
 		if (n->folded)
 			continue;
+		if (s->overlap)
+			rc = await_inputs(s, i);
 		double u0 = hp_trace_now_us(s->trace);
 		uint64_t p0 = hp_prof_now_ns(s->prof);
-		rc = run_node(s, i);
+		if (rc == 0)
+			rc = run_node(s, i);
 		if (rc < 0)
-			return rc;
+			return drain(s, rc);
 		hp_prof_add(s->prof, i, p0);
-		if (s->trace)
+		if (s->trace && !s->ticket[i]) /* a queued collective's span is the comm thread's */
 			hp_trace_span(s->trace, HP_LANE_COMPUTE, n->op_type, n->name, u0, hp_trace_now_us(s->trace));
 	}
+	int rc = drain(s, 0);
+	if (rc < 0)
+		return rc;
 	/* Carry state to the next run: the updated value's buffer becomes the
 	 * state's, and the old one is reused for the next update. */
 	for (int v = 0; v < g->nvalues; v++) {

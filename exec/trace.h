@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-enum hp_trace_lane { HP_LANE_COMPUTE = 1, HP_LANE_IO = 100 };
+enum hp_trace_lane { HP_LANE_COMPUTE = 1, HP_LANE_IO = 100, HP_LANE_COMM = 200 };
 
 struct hp_trace;
 

@@ -62,6 +62,13 @@ static int collect(const struct hp_graph *g, struct grad **out, int *count)
 	return 0;
 }
 
+/* The updates' scheduling hint once they read sums over the ranks: after
+ * every other ready node (after the late gathers of --shard parameters
+ * too), so that backward goes on while the buckets are on the wire and each
+ * update runs when its bucket is summed, instead of the next backward
+ * kernel waiting behind it (in the plan's order, the budget's). */
+#define UPDATE_LATE ((1 << 30) + 1)
+
 uint64_t hp_dp_default_bucket(uint64_t grad_bytes)
 {
 	/* a quarter of the gradients (overlap even on small models), within
@@ -109,8 +116,10 @@ static int add_bucket(struct hp_graph *g, const struct grad *gr, int k, int rank
 		rc = rc < 0 ? rc : hp_error(-ENOMEM, "out of memory");
 		goto out;
 	}
-	for (int i = 0; i < k; i++)
+	for (int i = 0; i < k; i++) {
 		g->nodes[gr[i].update].inputs[1] = out[1 + i];
+		g->nodes[gr[i].update].sched = UPDATE_LATE;
+	}
 	*token = out[0];
 out:
 	free(in);

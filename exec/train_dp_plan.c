@@ -13,6 +13,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/exec.h"
 #include "exec/comm.h"
+#include "exec/comm_thread.h"
 #include "exec/plan.h"
 #include "exec/speed.h"
 #include "exec/train_dp.h"
@@ -98,7 +99,7 @@ static uint64_t choose(struct hp_trainer *t, const struct hp_graph *g)
 	eo.ntiers = t->o.ntiers;
 	eo.tiers = t->o.tiers;
 	if (hp_plan_build_speed(g, &eo, &p, &sp) == 0)
-		b = hp_comm_best_bucket(g, p, &sp, &l, t->nranks, t->o.budget > 0);
+		b = hp_comm_best_bucket(g, p, &sp, &l, t->nranks, t->o.budget > 0 || hp_comm_thread_wanted());
 	hp_plan_free(p);
 	hp_error(0, "%s", ""); /* a plan that failed is not the run's error: the default bucket */
 	return b;
@@ -144,7 +145,7 @@ int hp_plan_comm_summarize(const struct hp_graph *g, const struct hp_exec_opts *
 	int rc = hp_plan_build_speed(g, o, &p, &sp);
 
 	if (rc == 0)
-		rc = hp_comm_predict(g, p, &sp, p->predicted_ms, l, ranks, 0, o->budget > 0, out);
+		rc = hp_comm_predict(g, p, &sp, p->predicted_ms, l, ranks, 0, o->budget > 0 || hp_comm_thread_wanted(), out);
 	hp_plan_free(p);
 	return rc;
 }

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""The communication thread (exec/comm_thread.c, issue 13): bucket
+reductions overlapped with backward give bitwise what reducing each
+bucket inline gave, and a lost rank still stops the job.
+
+usage: check_comm_thread.py HPDLF_EXEC TESTS_DIR
+
+- 2 ranks: with the thread (the default) and with HPDLF_COMM_THREAD=0
+  (every bucket reduced inline on the compute thread, in the graph's
+  order: the executor before the thread existed), the losses of every
+  step and the exported weights are bit for bit the same: lenet Adam in
+  core (several buckets, updates run after backward), the mlp SGD out of
+  core (--budget 1M: the task net hands its COMM transitions to the
+  thread), lenet SGD+momentum --shard gradients (reduce-scatters and an
+  all-gather on the thread), lenet Adam --shard parameters (the gathers
+  prefetched a layer ahead) and the transformer at 3 ranks.
+- The traces show where the reductions ran: with the thread on its lane
+  (tid 200) only; with HPDLF_COMM_THREAD=0 on the compute lane (out of
+  core: the task net's threads), so two different paths are compared.
+- A rank SIGKILLed while the others' threads have reductions in flight
+  (in core and out of core) ends the job within 10 s, no rank left.
+
+Exit 77 (skip) in a build without MPI or without mpirun.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+fails = 0
+EXE, TESTS = sys.argv[1], sys.argv[2]
+MPIRUN = shutil.which('mpirun')
+if os.environ.get('HPDLF_TEST_HAVE_MPI') != '1' or not MPIRUN:
+    print('skip: built without MPI or no mpirun')
+    sys.exit(77)
+LAUNCH = [MPIRUN, '--oversubscribe'] + (['--allow-run-as-root'] if os.geteuid() == 0 else [])
+ENV = dict(os.environ, OMP_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1')
+COMM_OPS = ('AllReduce', 'ReduceScatter', 'AllGather')
+
+
+def check(ok, what):
+    global fails
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    fails += 0 if ok else 1
+    return ok
+
+
+def train_args(model_dir, batch, opt, steps, extra=()):
+    m = os.path.join(TESTS, model_dir)
+    return [EXE, os.path.join(m, 'model.onnx'), '--train', '--data', os.path.join(m, 'x.npy'),
+            '--labels', os.path.join(m, 'y.npy'), '--batch', str(batch), '--steps', str(steps),
+            '--optimizer', opt, '--shuffle', '--seed', '7', '--quiet', '--threads', '1'] + list(extra)
+
+
+def trained(tmp, n, args, thread, tag):
+    log, onnx, trace = (os.path.join(tmp, tag + s) for s in ('.json', '.onnx', '.trace.json'))
+    env = dict(ENV, HPDLF_COMM_THREAD='1' if thread else '0')
+    export = [] if '--shard' in args else ['--export-onnx', onnx]
+    p = subprocess.run(LAUNCH + ['-np', str(n), '-x', 'HPDLF_COMM_THREAD'] + args + export +
+                       ['--log-json', log, '--trace', trace], capture_output=True, text=True, env=env, timeout=600)
+    if p.returncode != 0:
+        print(p.stderr[-2000:])
+        return None
+    with open(log) as f:
+        losses = [json.loads(l)['loss'] for l in f if l.strip()]
+    ev = json.load(open(trace))
+    ev = ev['traceEvents'] if isinstance(ev, dict) else ev
+    lanes = sorted({e.get('tid') for e in ev if e.get('ph') == 'X' and e.get('cat') in COMM_OPS})
+    weights = open(onnx, 'rb').read() if export else b''
+    return losses, weights, lanes
+
+
+def same_bits(tmp, n, model_dir, batch, opt, steps, extra=()):
+    what = '%d ranks, %s %s %s' % (n, model_dir, opt, ' '.join(extra))
+    args = train_args(model_dir, batch, opt, steps, extra)
+    inline = trained(tmp, n, args, False, 'inline')
+    thread = trained(tmp, n, args, True, 'thread')
+    if not check(inline is not None and thread is not None, what + ': both runs train'):
+        return
+    check(len(thread[0]) == steps and thread[0] == inline[0] and thread[1] == inline[1],
+          what + ': losses%s with the thread = inline, bitwise' % (' and weights' if thread[1] else ''))
+    ooc = '--budget' in extra
+    check(thread[2] == [200], what + ': with the thread the collectives ran on its lane (lanes %s)' % thread[2])
+    # out of core the task net's I/O threads fire COMM transitions, or a
+    # compute worker when none is idle
+    want = (lambda l: all(t < 200 for t in l)) if ooc else (lambda l: l == [1])
+    check(inline[2] and want(inline[2]), what + ': HPDLF_COMM_THREAD=0 ran them on the %s lanes (%s)' %
+          ('task net\'s' if ooc else 'compute', inline[2]))
+
+
+def killed(tmp, extra, what):
+    log = os.path.join(tmp, 'kill%s.json' % what.replace(' ', ''))
+    args = train_args('models/mlp', 60, 'sgd', 10000000, ['--bucket', '16K', '--log-json', log] + list(extra))
+    pids = os.path.join(tmp, 'pid' + what.replace(' ', ''))
+    wrap = ['sh', '-c', 'echo $$ > %s.$OMPI_COMM_WORLD_RANK; exec "$0" "$@"' % pids] + args
+    p = subprocess.Popen(LAUNCH + ['-np', '3'] + wrap, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV,
+                         start_new_session=True, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not all(os.path.exists('%s.%d' % (pids, r)) for r in range(3)):
+        time.sleep(0.1)
+    while time.time() < deadline and (not os.path.exists(log) or len(open(log).readlines()) < 5):
+        time.sleep(0.1)  # training: buckets in flight on the threads
+    try:
+        os.kill(int(open(pids + '.1').read()), signal.SIGKILL)
+    except (OSError, ValueError) as e:
+        check(False, 'kill rank 1: %s' % e)
+    t0 = time.time()
+    try:
+        rc = p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        rc = p.wait()
+    took = time.time() - t0
+    err = p.stderr.read()
+    others = [int(open('%s.%d' % (pids, r)).read()) for r in (0, 2)]
+    alive = [q for q in others if os.path.exists('/proc/%d' % q) and
+             open('/proc/%d/stat' % q).read().split(') ')[1][0] != 'Z']
+    check(rc != 0 and took <= 10 and not alive,
+          '%s: rank 1 killed, the job exits non-zero (%d) in %.1f s, no rank left' % (what, rc, took))
+    if not check(all('rank %d of 3: rank 1 of 3 was lost' % r in err for r in (0, 2)),
+                 '%s: ranks 0 and 2 name the lost rank' % what):
+        print(err[-1500:])
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix='hpdlf-test-commthread-')
+    try:
+        same_bits(tmp, 2, 'models/lenet', 12, 'adam', 8, ['--bucket', '8K'])
+        same_bits(tmp, 2, 'models/mlp', 60, 'sgd', 8, ['--budget', '1M', '--bucket', '16K'])
+        same_bits(tmp, 2, 'models/lenet', 12, 'sgd', 6, ['--momentum', '0.9', '--bucket', '8K', '--shard', 'gradients'])
+        # --shard parameters: gathers moved a layer ahead (prefetch) on the thread
+        same_bits(tmp, 2, 'models/lenet', 12, 'adam', 6, ['--bucket', '8K', '--shard', 'parameters'])
+        same_bits(tmp, 3, 'train/ref/transformer', 12, 'adam', 6, ['--bucket', '8K'])
+        killed(tmp, [], 'in core')
+        killed(tmp, ['--budget', '1M'], 'out of core')
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print('%d failure(s)' % fails)
+    return 1 if fails else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
