@@ -1,5 +1,6 @@
 /* --plan --pipeline P: its checks and the table of the stages the planner
  * chooses (exec/pipe_cut.h).  The flags are parsed in hpdlf-exec.c. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
