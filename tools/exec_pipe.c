@@ -77,6 +77,9 @@ int exec_pipe_opts(const struct cli *c, struct hp_trainer_opts *o)
 			   "resume the checkpoint without --pipeline to export)", "");
 	if (c->plan)
 		return 0; /* --plan --pipeline: exec_plan_pipe.c plans the stages */
+	if (c->pipeline == 1)
+		return say("%s%s", "--pipeline: at least 2 stages to train, got 1 (leave it out to train unsplit; "
+			   "--plan --pipeline 1 shows the whole model as one stage)", "");
 	o->pipeline = c->pipeline;
 	o->micro_batches = c->micro_batches;
 	o->pipeline_schedule = c->schedule;

@@ -201,7 +201,8 @@ static int parse_async(int o, struct cli *c)
 	}
 }
 
-/* --pipeline P (2..4096 stages), --micro-batches M (>= 1), --schedule. */
+/* --pipeline P (training: 2 or more stages, exec_pipe.c; --plan: 1 too),
+ * --micro-batches M (>= 1), --schedule. */
 static int parse_pipeline(int o, struct cli *c)
 {
 	long v = 0;
@@ -222,8 +223,6 @@ static int parse_pipeline(int o, struct cli *c)
 	rc = parse_int(optarg, o == OPT_PIPELINE ? "--pipeline" : "--micro-batches", 1, &v);
 	if (rc == 0 && v > 1 << 20)
 		return usage_error("--pipeline/--micro-batches: at most 1048576, got '%s'", optarg);
-	if (rc == 0 && o == OPT_PIPELINE && v < 2)
-		return usage_error("--pipeline: at least 2 stages, got '%s' (leave it out to train unsplit)", optarg);
 	if (o == OPT_PIPELINE)
 		c->pipeline = (int)v;
 	else
