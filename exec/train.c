@@ -423,6 +423,7 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 	struct hp_step_info info;
 	int rc = 0, stop = 0;
 	double last = 0; /* the last step's loss: 0 when none ran */
+	long long saved = -1; /* the step of the last checkpoint this loop wrote */
 
 	while (!stop && t->step < t->total) {
 		if ((t->o.cancel && *t->o.cancel) || t->dp_stop) {
@@ -430,6 +431,12 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 			break;
 		}
 		rc = hp_trainer_step(t, &info);
+		if (rc == -EHOSTDOWN && t->o.checkpoint_dir && saved >= 0) /* a daemon died with values */
+			return hp_error(rc, "%s; resume from the checkpoint in %s (step %lld)", hp_errmsg(),
+					t->o.checkpoint_dir, saved);
+		if (rc == -EHOSTDOWN && t->o.checkpoint_dir)
+			return hp_error(rc, "%s; resume from the checkpoint in %s (as it was when this run started)",
+					hp_errmsg(), t->o.checkpoint_dir);
 		if (rc < 0)
 			return rc;
 		last = info.loss;
@@ -439,6 +446,7 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 			if ((rc = hp_ckpt_write(t)) < 0)
 				return rc;
 			info.checkpointed = 1;
+			saved = t->step;
 		}
 		if (fn && (rc = fn(arg, &info)) < 0)
 			return rc;

@@ -122,7 +122,7 @@ def replicas_case(tmp, token, train):
         if proc.returncode == 0 and r0.returncode == 0:
             a, b = losses(p(tmp, "ref.jsonl")), losses(p(tmp, "rep.jsonl"))
             check(a == b, "losses bitwise equal to the local run (%d steps)" % len(a))
-        check("lost" not in e.replace("lost copies", ""), "no value reported lost", e[-600:])
+        check("are lost" not in e, "no value reported lost", e[-600:])
     finally:
         for d, _ in daemons:
             if d.poll() is None:
@@ -170,7 +170,8 @@ def lost_case(tmp, token, train):
     try:
         with open(err, "w") as ef:
             proc = subprocess.Popen([exe] + args + ["--store", d[1], "--token-file", token,
-                                                    "--log-json", p(tmp, "lost.jsonl")],
+                                                    "--log-json", p(tmp, "lost.jsonl"), "--checkpoint",
+                                                    p(tmp, "ck"), "--checkpoint-every", "2"],
                                     stdout=subprocess.DEVNULL, stderr=ef)
         for _ in range(600):
             if log_lines(p(tmp, "lost.jsonl")) >= 3 or proc.poll() is not None:
@@ -183,8 +184,9 @@ def lost_case(tmp, token, train):
             proc.kill()
             proc.wait()
         e = text(err)
-        check(proc.returncode == 1 and d[1] in e and "values '" in e and "are lost" in e,
-              "no replicas, training: a killed daemon stops the run naming it and the values lost",
+        check(proc.returncode == 1 and d[1] in e and "values '" in e and "are lost" in e and
+              "resume from the checkpoint in " + p(tmp, "ck") + " (step " in e,
+              "no replicas, training: a killed daemon stops the run naming it, the values lost and the checkpoint",
               "exit %s: %s" % (proc.returncode, e[-600:]))
     finally:
         if d[0].poll() is None:
