@@ -113,7 +113,7 @@ static int transpose_prepare(struct hp_graph *g, struct hp_node *n)
 		struct hpks_copy c;
 		p = hpks_copy_alloc(&c, r, od, hp_dtype_size(x->dtype), sizeof *p);
 		if (!p)
-			return -ENOMEM;
+			return hpks_copy_error(g, n);
 		for (int j = 0; j < r; j++)
 			for (int64_t i = 0; i < od[j]; i++)
 				c.off[j][i] = i * st[rperm[j]];
@@ -417,7 +417,7 @@ static int slice_prepare(struct hp_graph *g, struct hp_node *n)
 	hpks_strides(&x->shape, xs);
 	blk = hpks_copy_alloc(&c, rank, s.dims, hp_dtype_size(x->dtype), sizeof c);
 	if (!blk)
-		return -ENOMEM;
+		return hpks_copy_error(g, n);
 	for (int d = 0; d < rank; d++)
 		for (int64_t i = 0; i < s.dims[d]; i++)
 			c.off[d][i] = (b[d] + i * step[d]) * xs[d];

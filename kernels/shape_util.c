@@ -1,4 +1,5 @@
 /* Helpers shared by the shape, pooling and resize families. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,6 +267,14 @@ void hpks_copy_bytes(void *dst, const void *src, size_t n)
 		memmove(dst, src, n);
 }
 
+int hpks_copy_error(const struct hp_graph *g, const struct hp_node *n)
+{
+	if (errno != E2BIG)
+		return -ENOMEM;
+	return hp_node_error(g, n, HP_ESHAPE, "an output dimension beyond %llu elements: more than its copy "
+			     "tables take", (unsigned long long)HPKS_TABLE_MAX);
+}
+
 void *hpks_copy_alloc(struct hpks_copy *c, int rank, const int64_t *dims, size_t esize, size_t extra)
 {
 	size_t total = 0, head = (extra + 15) / 16 * 16;
@@ -281,7 +290,14 @@ void *hpks_copy_alloc(struct hpks_copy *c, int rank, const int64_t *dims, size_t
 	c->esize = esize;
 	for (int d = 0; d < rank; d++) {
 		c->dims[d] = dims[d];
-		total += (size_t)dims[d] + 1;
+		if (dims[d] < 0 || (uint64_t)dims[d] > HPKS_TABLE_MAX)
+			total = HPKS_TABLE_MAX + 1; /* never a wrapped sum */
+		else
+			total += (size_t)dims[d] + 1;
+	}
+	if (total > HPKS_TABLE_MAX) { /* hpks_copy_error says so */
+		errno = E2BIG;
+		return NULL;
 	}
 	blk = calloc(1, head + total * sizeof(int64_t));
 	if (!blk)
