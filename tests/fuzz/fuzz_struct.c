@@ -12,7 +12,8 @@
  * same cases check every access.
  *
  *   fuzz_struct N [SEED]        N cases generated from SEED (default 1)
- *   fuzz_struct --replay FILE   the case held in FILE (its bytes)
+ *   fuzz_struct --replay FILE...  the cases held in the files (their bytes:
+ *                                 regress_struct/ keeps those that crashed)
  *
  * A crash names its case ("case N of seed S") so it can be replayed: the
  * case's bytes are the generator's, written with --write-case. */
@@ -204,11 +205,17 @@ int main(int argc, char **argv)
 	signal(SIGALRM, on_crash);
 	signal(SIGFPE, on_crash);
 	if (!strcmp(argv[1], "--replay") && argc > 2) {
-		FILE *f = fopen(argv[2], "rb");
-		size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
-		if (f)
+		for (int i = 2; i < argc; i++) {
+			FILE *f = fopen(argv[i], "rb");
+			if (!f) {
+				perror(argv[i]);
+				return 2;
+			}
+			size_t n = fread(buf, 1, sizeof buf, f);
 			fclose(f);
-		one(buf, n, path, &c);
+			g_case = i - 2;
+			one(buf, n, path, &c);
+		}
 	} else if (!strcmp(argv[1], "--write-case") && argc > 4) {
 		fz_case_bytes(strtoull(argv[3], NULL, 10), strtol(argv[2], NULL, 10), buf);
 		FILE *f = fopen(argv[4], "wb");

@@ -376,6 +376,11 @@ static void test_mutation_storm(void **state)
 			fd = auth_connect();
 			reconnects++;
 		}
+		if ((i + 1) % 50000 == 0) { /* long runs: the figures so far */
+			printf("daemon: %ld of %ld mutated messages, %d sent, %d dropped connections\n", i + 1, n, sent,
+			       reconnects);
+			fflush(stdout);
+		}
 	}
 	close(fd);
 	printf("daemon: %ld mutated messages, %d sent, %d dropped connections\n", n, sent, reconnects);
