@@ -48,6 +48,37 @@ struct counts {
 	long cases, loaded, inferred, ran, refused, npy_ok, npy_refused, shapes;
 };
 
+static struct counts g_counts;
+
+static int format_counts(char *buf, size_t len, const struct counts *c)
+{
+	return snprintf(buf, len, "fuzz_struct: %ld cases: %ld models loaded, %ld inferred, %ld ran, %ld refused; "
+			"--shape applied %ld; .npy %ld read, %ld refused\n", c->cases, c->loaded, c->inferred, c->ran,
+			c->refused, c->shapes, c->npy_ok, c->npy_refused);
+}
+
+static void print_counts(const struct counts *c)
+{
+	char buf[512];
+
+	if (format_counts(buf, sizeof buf, c) > 0)
+		fputs(buf, stdout);
+	fflush(stdout);
+}
+
+/* SIGINT/SIGTERM: a long run stopped on time still reports its figures
+ * (with write(): stdio may be inside a call). */
+static void on_stop(int sig)
+{
+	char buf[512];
+	int n = format_counts(buf, sizeof buf, &g_counts);
+
+	(void)sig;
+	if (n > 0 && write(1, buf, (size_t)n) < 0)
+		_exit(1);
+	_exit(0);
+}
+
 /* The values inference would hold: small enough to run in milliseconds? */
 static int small_enough(const struct hp_graph *g)
 {
@@ -174,16 +205,9 @@ static void one(const uint8_t *data, size_t size, const char *npy_path, struct c
 	c->cases++;
 }
 
-static void print_counts(const struct counts *c)
-{
-	printf("fuzz_struct: %ld cases: %ld models loaded, %ld inferred, %ld ran, %ld refused; --shape applied %ld; "
-	       ".npy %ld read, %ld refused\n", c->cases, c->loaded, c->inferred, c->ran, c->refused, c->shapes,
-	       c->npy_ok, c->npy_refused);
-}
-
 int main(int argc, char **argv)
 {
-	struct counts c = { 0 };
+	struct counts *c = &g_counts;
 	char npy[] = "/tmp/hpdlf-fuzz-npy-XXXXXX";
 	const char *tmpdir = getenv("TMPDIR");
 	char path[4096];
@@ -204,6 +228,8 @@ int main(int argc, char **argv)
 	signal(SIGABRT, on_crash);
 	signal(SIGALRM, on_crash);
 	signal(SIGFPE, on_crash);
+	signal(SIGINT, on_stop);
+	signal(SIGTERM, on_stop);
 	if (!strcmp(argv[1], "--replay") && argc > 2) {
 		for (int i = 2; i < argc; i++) {
 			FILE *f = fopen(argv[i], "rb");
@@ -214,7 +240,7 @@ int main(int argc, char **argv)
 			size_t n = fread(buf, 1, sizeof buf, f);
 			fclose(f);
 			g_case = i - 2;
-			one(buf, n, path, &c);
+			one(buf, n, path, c);
 		}
 	} else if (!strcmp(argv[1], "--write-case") && argc > 4) {
 		fz_case_bytes(strtoull(argv[3], NULL, 10), strtol(argv[2], NULL, 10), buf);
@@ -226,12 +252,12 @@ int main(int argc, char **argv)
 		g_seed = argc > 2 ? strtoull(argv[2], NULL, 10) : 1;
 		for (g_case = 0; g_case < n; g_case++) {
 			fz_case_bytes(g_seed, g_case, buf);
-			one(buf, sizeof buf, path, &c);
-			if ((g_case + 1) % 100000 == 0)
-				print_counts(&c);
+			one(buf, sizeof buf, path, c);
+			if ((g_case + 1) % 10000 == 0)
+				print_counts(c);
 		}
 	}
 	unlink(path);
-	print_counts(&c);
+	print_counts(c);
 	return 0;
 }
