@@ -296,6 +296,9 @@ static int split_prepare(struct hp_graph *g, struct hp_node *n)
 	for (int i = 0; i < cnt; i++) {
 		if (sp[i] < 0)
 			return hp_node_error(g, n, HP_ESHAPE, "split[%d] = %lld is negative", i, (long long)sp[i]);
+		if (sp[i] > dim - total) /* before the sum overflows (fuzz_struct: INT64_MAX parts) */
+			return hp_node_error(g, n, HP_ESHAPE, "split sums to more than axis %d's %lld", axis,
+					     (long long)dim);
 		total += sp[i];
 	}
 	if (total != dim)
