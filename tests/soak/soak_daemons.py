@@ -131,6 +131,15 @@ def wait_count(path, needle, n, limit):
     return None
 
 
+def wait_count2(path, needles, n, limit):
+    t0 = time.time()
+    while time.time() - t0 < limit:
+        if sum(count(path, x) for x in needles) >= n:
+            return time.time() - t0
+        time.sleep(0.05)
+    return None
+
+
 def main():
     exe, store, folder = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
     minutes = float(sys.argv[4]) if len(sys.argv) > 4 else 30
@@ -227,10 +236,12 @@ def main():
 
 def kill_restart(d, err, n):
     """SIGKILL d, time the run's verdict and copy, restart d after 20 s, time its rejoin."""
-    gone, copied, back = count(err, "is gone"), count(err, "copied anew"), count(err, "is back")
+    gone, back = count(err, "is gone"), count(err, "is back")
+    copied = count(err, "copied anew") + count(err, "held nothing of this run")
     d.kill()
     verdict = wait_count(err, "is gone", gone + 1, 60)
-    copied_s = wait_count(err, "copied anew", copied + 1, 120)
+    # what it held copied anew, or nothing to copy: the verdict said so
+    copied_s = wait_count2(err, ("copied anew", "held nothing of this run"), copied + 1, 120)
     time.sleep(20)
     d.start()
     back_s = wait_count(err, "is back", back + 1, 120)
