@@ -35,6 +35,8 @@ static int expand_prepare(struct hp_graph *g, struct hp_node *n)
 
 	if ((rc = hpks_const_ints(g, n, 1, "shape", sh, HP_MAX_RANK, &cnt)) < 0)
 		return rc;
+	if (hp_shape_numel(&x->shape) < 0)
+		return hp_node_error(g, n, HP_ESHAPE, "the input's shape is not known");
 	r = cnt > xr ? cnt : xr;
 	s.rank = r;
 	for (int d = 0; d < r; d++) {

@@ -257,7 +257,11 @@ void hpks_strides(const struct hp_shape *s, int64_t *st)
 
 	for (int d = s->rank - 1; d >= 0; d--) {
 		st[d] = m;
-		m *= s->dims[d];
+		/* saturated: only an empty tensor (a 0 beside dims up to 2^63)
+		 * or one not known yet gets here with a product beyond int64,
+		 * and nothing is indexed through its strides (fuzz_struct) */
+		if (__builtin_mul_overflow(m, s->dims[d], &m))
+			m = INT64_MAX;
 	}
 }
 
