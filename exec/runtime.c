@@ -671,22 +671,6 @@ static int verdict(struct hp_rt *s, int rc)
 	return rc2 < 0 ? rc2 : hp_error(rc, "%s", why);
 }
 
-/* A daemon died during the run with chunks the run needed: put back what
- * can be, or stop naming what cannot, and run once more.  Safe: a run
- * rewrites every value it produces before reading it, and only reads its
- * inputs and state (the update goes to the `next` values, swapped after). */
-static int rerun(struct hp_rt *s, const struct hs_recover_opts *ro)
-{
-	char why[512];
-	int rc;
-
-	snprintf(why, sizeof why, "%s", hp_errmsg());
-	if ((rc = hs_store_recover(s->store, ro, NULL)) < 0)
-		return rc;
-	hp_log(HP_LOG_WARN, "the run failed as a daemon was lost (%s); what it held is put back: running again", why);
-	return hp_net_run(s->net);
-}
-
 static int rt_run(struct hp_session *ss)
 {
 	struct hp_rt *s = ss->state;
@@ -703,8 +687,12 @@ static int rt_run(struct hp_session *ss)
 		return rc;
 	hs_store_stats(s->store, &a);
 	rc = hp_net_run(s->net);
+	/* a daemon died during the run with chunks it needed: the store's
+	 * verdict names what is lost.  (The run is not run again in place:
+	 * the task net is not re-runnable after a failure; a run stopped that
+	 * way hung.  Training resumes from its checkpoint.) */
 	if (rc == -EHOSTDOWN)
-		rc = rerun(s, &ro);
+		rc = verdict(s, rc);
 	hs_store_stats(s->store, &b);
 	for (int i = 1; i < a.ntiers; i++) {
 		wa += a.tier[i].bytes_written;
