@@ -238,7 +238,7 @@ static int recover_tier(struct hs_store *st, int k, const struct hs_recover_opts
 	pthread_mutex_unlock(&st->mu);
 	if (rc == 0 && !w.busy)
 		st->rec_epoch[k] = epoch;
-	if (rc == 0 && (w.n || w.kept || w.dropped))
+	if (rc == 0) /* also when nothing needed moving: the loss has its verdict */
 		report(st, k, &w, to, refilled);
 	free(w.jobs);
 	return rc;

@@ -102,6 +102,8 @@ def replicas_case(tmp, token, train):
                 break
             time.sleep(0.1)
         kill(daemons[0])
+        # the store's verdict: what the daemon held copied anew (maybe 0
+        # chunks: a kill in a step may take only activations freed by then)
         check(wait_for(err, "copied anew", 1, proc), "--replicas 2: the chunks of a killed daemon are copied anew",
               text(err)[-400:])
         port = int(daemons[0][1].rsplit(":", 1)[1])
