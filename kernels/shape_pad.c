@@ -188,6 +188,9 @@ static int pad_prepare(struct hp_graph *g, struct hp_node *n)
 		return rc;
 	for (int d = 0; d < r; d++) {
 		int over = 0;
+		if (pb[d] < -x->shape.dims[d] || pe[d] < -x->shape.dims[d]) /* i - pb overflowed (fuzz_struct) */
+			return hp_node_error(g, n, HP_ESHAPE, "pads %lld, %lld crop more than dim %d's %lld", (long long)pb[d],
+					     (long long)pe[d], d, (long long)x->shape.dims[d]);
 		s.dims[d] = hp_ck_add(hp_ck_add(s.dims[d], pb[d], &over), pe[d], &over);
 		if (over || s.dims[d] > HP_DIM_MAX)
 			return hp_node_error(g, n, HP_ESHAPE, "pads %lld+%lld make dim %d beyond any tensor",
