@@ -769,6 +769,8 @@ static int rt_copy(struct hp_session *ss, int v, uint64_t offset, uint64_t len, 
 		uint64_t c = offset / cs, in = offset - c * cs, n = cs - in < len ? cs - in : len;
 		unsigned char *p;
 		int rc = hs_pin(s->ten[v], c, 1, write ? HS_PIN_WRITE : HS_PIN_READ, (void **)&p);
+		if (rc == -EHOSTDOWN) /* a daemon died with it (a checkpoint's read): the store's verdict */
+			return verdict(s, hp_error_prefix(rc, "value '%s'", s->g->values[v].name));
 		if (rc < 0)
 			return hp_error_prefix(rc, "value '%s'", s->g->values[v].name);
 		if (write)
