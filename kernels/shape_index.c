@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/checked.h"
 #include "kernels/shape_util.h"
 
 /* ---- Transpose ----------------------------------------------------------- */
@@ -205,6 +206,8 @@ static int concat_prepare(struct hp_graph *g, struct hp_node *n)
 			if (d != axis && x->shape.dims[d] != s.dims[d])
 				return hp_node_error(g, n, HP_ESHAPE, "input %d ('%s') has dim %d = %lld, expected %lld",
 						     i, x->name, d, (long long)x->shape.dims[d], (long long)s.dims[d]);
+		if (x->shape.dims[axis] > HP_DIM_MAX - s.dims[axis]) /* the sum overflowed (fuzz_struct) */
+			return hp_node_error(g, n, HP_ESHAPE, "inputs make axis %d beyond any tensor", axis);
 		s.dims[axis] += x->shape.dims[axis];
 	}
 	n->priv = malloc(sizeof(int));
