@@ -194,15 +194,19 @@ int hp_npy_read(const char *path, struct hp_tensor *t)
 	rc = npy_open(path, &fd, &dtype, &shape, &off, &size);
 	if (rc < 0)
 		return rc;
+	/* the file must hold the bytes before any are allocated: a header
+	 * promising 2^40 floats in a file of 100 bytes is refused at once,
+	 * not after zeroing a terabyte (found by fuzz_struct) */
+	struct hp_tensor want = { .dtype = dtype, .shape = shape };
+	uint64_t need = hp_tensor_bytes(&want);
+	if (need != SIZE_MAX && (off > size || need > size - off)) { /* SIZE_MAX: alloc says why */
+		rc = hp_error(HP_EDATA, "%s: truncated: header promises %" PRIu64 " data bytes, file has %" PRIu64, path,
+			      need, off > size ? 0 : size - off);
+		goto out;
+	}
 	rc = hp_tensor_alloc(t, dtype, &shape);
 	if (rc < 0)
 		goto out;
-	if (off + hp_tensor_bytes(t) > size) {
-		rc = hp_error(HP_EDATA, "%s: truncated: header promises %zu data bytes, file has %" PRIu64, path,
-			      hp_tensor_bytes(t), size - off);
-		hp_tensor_free(t);
-		goto out;
-	}
 	rc = read_full(fd, t->data, hp_tensor_bytes(t), off);
 	if (rc < 0) {
 		hp_error(rc, "%s: read failed: %s", path, hp_strerror(rc));

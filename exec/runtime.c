@@ -626,6 +626,54 @@ static int rt_fire_io(void *arg, int kind, int v, uint64_t first, uint64_t nchun
 
 /* ---- the executor's ops (session.c) ---- */
 
+/* A tensor whose every copy below DRAM was lost (a daemon died; under the
+ * store's lock): what its value allows.  Values nodes produce are written
+ * by the next run before it reads them; weights that no run updates are
+ * still in the model (its memory or its file); anything else (inputs,
+ * state) is lost. */
+static int rt_lost(void *arg, const struct hs_tensor *t, struct hs_source *src)
+{
+	struct hp_rt *s = arg;
+	const struct hp_graph *g = s->g;
+
+	for (int v = 0; v < g->nvalues; v++) {
+		const struct hp_value *val = &g->values[v];
+		if (s->ten[v] != t)
+			continue;
+		if (val->kind == HP_VALUE_ACTIVATION)
+			return HS_LOST_DROP;
+		if (val->kind != HP_VALUE_INITIALIZER || val->next >= 0)
+			return HS_LOST_FAIL;
+		if (val->data)
+			src->mem = val->data;
+		else if (val->src.kind == HP_BLOB_FILE)
+			*src = (struct hs_source){ .path = g->files[val->src.file], .offset = val->src.offset };
+		return src->mem || src->path ? HS_LOST_REFILL : HS_LOST_FAIL;
+	}
+	return HS_LOST_FAIL;
+}
+
+static void recover_opts(struct hp_rt *s, struct hs_recover_opts *ro)
+{
+	hs_recover_opts_init(ro, sizeof *ro);
+	ro->lost = rt_lost;
+	ro->arg = s;
+}
+
+/* A read after the run failed as a daemon died: the store's verdict names
+ * the daemon and every value lost when something else is lost too; else
+ * the read's own error (it names the value). */
+static int verdict(struct hp_rt *s, int rc)
+{
+	struct hs_recover_opts ro;
+	char why[512];
+
+	snprintf(why, sizeof why, "%s", hp_errmsg());
+	recover_opts(s, &ro);
+	int rc2 = hs_store_recover(s->store, &ro, NULL);
+	return rc2 < 0 ? rc2 : hp_error(rc, "%s", why);
+}
+
 static int rt_run(struct hp_session *ss)
 {
 	struct hp_rt *s = ss->state;
@@ -634,12 +682,20 @@ static int rt_run(struct hp_session *ss)
 	uint64_t wa = 0, wb = 0;
 	int rc;
 
-	/* data lost below DRAM (a daemon died with the only copy): stop now,
-	 * not at the step that finally reads it */
-	if ((rc = hs_store_check(s->store)) < 0)
+	/* copies lost below DRAM (a daemon died): put back what can be, stop
+	 * now if something cannot, not at the step that finally reads it */
+	struct hs_recover_opts ro;
+	recover_opts(s, &ro);
+	if ((rc = hs_store_recover(s->store, &ro, NULL)) < 0)
 		return rc;
 	hs_store_stats(s->store, &a);
 	rc = hp_net_run(s->net);
+	/* a daemon died during the run with chunks it needed: the store's
+	 * verdict names what is lost.  (The run is not run again in place:
+	 * the task net is not re-runnable after a failure; a run stopped that
+	 * way hung.  Training resumes from its checkpoint.) */
+	if (rc == -EHOSTDOWN)
+		rc = verdict(s, rc);
 	hs_store_stats(s->store, &b);
 	for (int i = 1; i < a.ntiers; i++) {
 		wa += a.tier[i].bytes_written;
@@ -684,6 +740,8 @@ static int rt_get_output(struct hp_session *ss, int v, void *dst)
 		return hp_error(HP_EUSAGE, "%s: output '%s' is not computed yet (run first)", s->g->path,
 				s->g->values[v].name);
 	rc = hs_pin(s->ten[v], 0, HS_ALL, HS_PIN_READ, &p);
+	if (rc == -EHOSTDOWN)
+		return verdict(s, rc);
 	if (rc < 0)
 		return rc;
 	memcpy(dst, p, vbytes(s->g, v));
@@ -714,6 +772,8 @@ static int rt_copy(struct hp_session *ss, int v, uint64_t offset, uint64_t len, 
 		uint64_t c = offset / cs, in = offset - c * cs, n = cs - in < len ? cs - in : len;
 		unsigned char *p;
 		int rc = hs_pin(s->ten[v], c, 1, write ? HS_PIN_WRITE : HS_PIN_READ, (void **)&p);
+		if (rc == -EHOSTDOWN) /* a daemon died with it (a checkpoint's read): the store's verdict */
+			return verdict(s, hp_error_prefix(rc, "value '%s'", s->g->values[v].name));
 		if (rc < 0)
 			return hp_error_prefix(rc, "value '%s'", s->g->values[v].name);
 		if (write)

@@ -518,11 +518,26 @@ int hp_trainer_checkpoint(struct hp_trainer *t)
 	return ckpt_write(t);
 }
 
+/* A daemon died with values of the run (-EHOSTDOWN, issue 23): the
+ * store's verdict named it and them; say which checkpoint to resume from
+ * (the last this loop wrote, or the one it started from). */
+static int lost_daemon(const struct hp_trainer *t, int rc, long long saved)
+{
+	if (rc != -EHOSTDOWN || !t->o.checkpoint_dir)
+		return rc;
+	if (saved >= 0)
+		return hp_error(rc, "%s; resume from the checkpoint in %s (step %lld)", hp_errmsg(),
+				t->o.checkpoint_dir, saved);
+	return hp_error(rc, "%s; resume from the checkpoint in %s (as it was when this run started)", hp_errmsg(),
+			t->o.checkpoint_dir);
+}
+
 int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 {
 	struct hp_step_info info;
 	int rc = 0, stop = 0;
 	double last = 0; /* the last step's loss: 0 when none ran */
+	long long saved = -1; /* the step of the last checkpoint this loop wrote */
 
 	while (!stop && t->step < t->total) {
 		if ((t->o.cancel && *t->o.cancel) || t->dp_stop) {
@@ -531,14 +546,15 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 		}
 		rc = hp_trainer_step(t, &info);
 		if (rc < 0)
-			return rc;
+			return lost_daemon(t, rc, saved);
 		last = info.loss;
 		rc = 0;
 		if (t->o.checkpoint_dir && t->o.checkpoint_every > 0 && t->step % t->o.checkpoint_every == 0 &&
 		    t->step < t->total && isfinite(info.loss)) {
 			if ((rc = ckpt_write(t)) < 0)
-				return rc;
+				return lost_daemon(t, rc, saved);
 			info.checkpointed = 1;
+			saved = t->step;
 		}
 		if (fn && (rc = fn(arg, &info)) < 0)
 			return rc;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/checked.h"
 #include "kernels/shape_util.h"
 #include "kernels/index_impl.h"
 
@@ -51,15 +52,21 @@ static int d2s_prepare(struct hp_graph *g, struct hp_node *n)
 		return rc;
 	if (x->shape.rank != 4 || b < 1)
 		return hp_node_error(g, n, HP_ESHAPE, "input must be 4-D [N,C,H,W] and blocksize >= 1");
-	if (d2s ? s.dims[1] % (b * b) : s.dims[2] % b || s.dims[3] % b)
+	int over = 0;
+	int64_t bb = hp_ck_mul(b, b, &over); /* b * b wrapped to 0 and divided by it (fuzz_struct) */
+	if (over || bb > HP_DIM_MAX)
+		return hp_node_error(g, n, HP_ESHAPE, "blocksize %" PRId64 " is beyond any tensor", b);
+	if (d2s ? s.dims[1] % bb : s.dims[2] % b || s.dims[3] % b)
 		return hp_node_error(g, n, HP_ESHAPE, "dims are not divisible by the block size %" PRId64, b);
 	if (d2s && strcmp(mode, "DCR") && strcmp(mode, "CRD"))
 		return hp_node_error(g, n, HP_EMODEL, "mode '%s' is not DCR or CRD", mode);
 	p->b = b;
 	p->crd = d2s && !strcmp(mode, "CRD");
-	s.dims[1] = d2s ? s.dims[1] / (b * b) : s.dims[1] * b * b;
-	s.dims[2] = d2s ? s.dims[2] * b : s.dims[2] / b;
-	s.dims[3] = d2s ? s.dims[3] * b : s.dims[3] / b;
+	s.dims[1] = d2s ? s.dims[1] / bb : hp_ck_mul(s.dims[1], bb, &over);
+	s.dims[2] = d2s ? hp_ck_mul(s.dims[2], b, &over) : s.dims[2] / b;
+	s.dims[3] = d2s ? hp_ck_mul(s.dims[3], b, &over) : s.dims[3] / b;
+	if (over || hp_shape_bytes(&s, x->dtype) == -2)
+		return hp_node_error(g, n, HP_ESHAPE, "blocksize %" PRId64 " makes an output beyond any tensor", b);
 	hpks_set_out(g, n, 0, x->dtype, &s);
 	return 0;
 }

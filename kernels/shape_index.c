@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/checked.h"
 #include "kernels/shape_util.h"
 
 /* ---- Transpose ----------------------------------------------------------- */
@@ -113,7 +114,7 @@ static int transpose_prepare(struct hp_graph *g, struct hp_node *n)
 		struct hpks_copy c;
 		p = hpks_copy_alloc(&c, r, od, hp_dtype_size(x->dtype), sizeof *p);
 		if (!p)
-			return -ENOMEM;
+			return hpks_copy_error(g, n);
 		for (int j = 0; j < r; j++)
 			for (int64_t i = 0; i < od[j]; i++)
 				c.off[j][i] = i * st[rperm[j]];
@@ -205,6 +206,8 @@ static int concat_prepare(struct hp_graph *g, struct hp_node *n)
 			if (d != axis && x->shape.dims[d] != s.dims[d])
 				return hp_node_error(g, n, HP_ESHAPE, "input %d ('%s') has dim %d = %lld, expected %lld",
 						     i, x->name, d, (long long)x->shape.dims[d], (long long)s.dims[d]);
+		if (x->shape.dims[axis] > HP_DIM_MAX - s.dims[axis]) /* the sum overflowed (fuzz_struct) */
+			return hp_node_error(g, n, HP_ESHAPE, "inputs make axis %d beyond any tensor", axis);
 		s.dims[axis] += x->shape.dims[axis];
 	}
 	n->priv = malloc(sizeof(int));
@@ -296,6 +299,9 @@ static int split_prepare(struct hp_graph *g, struct hp_node *n)
 	for (int i = 0; i < cnt; i++) {
 		if (sp[i] < 0)
 			return hp_node_error(g, n, HP_ESHAPE, "split[%d] = %lld is negative", i, (long long)sp[i]);
+		if (sp[i] > dim - total) /* before the sum overflows (fuzz_struct: INT64_MAX parts) */
+			return hp_node_error(g, n, HP_ESHAPE, "split sums to more than axis %d's %lld", axis,
+					     (long long)dim);
 		total += sp[i];
 	}
 	if (total != dim)
@@ -417,7 +423,7 @@ static int slice_prepare(struct hp_graph *g, struct hp_node *n)
 	hpks_strides(&x->shape, xs);
 	blk = hpks_copy_alloc(&c, rank, s.dims, hp_dtype_size(x->dtype), sizeof c);
 	if (!blk)
-		return -ENOMEM;
+		return hpks_copy_error(g, n);
 	for (int d = 0; d < rank; d++)
 		for (int64_t i = 0; i < s.dims[d]; i++)
 			c.off[d][i] = (b[d] + i * step[d]) * xs[d];

@@ -388,13 +388,17 @@ static int range_run(const struct hp_node *n, const struct hp_kargs *a)
 		for (int64_t i = 0; i < cnt; i++)
 			((double *)o->data)[i] = *(const double *)s + (double)i * *(const double *)d;
 		break;
+	/* integers: start + i * delta lies in [start, limit), but i * delta
+	 * alone may not fit (2^56 * 128): computed modulo 2^64 (fuzz_struct) */
 	case HP_I64:
 		for (int64_t i = 0; i < cnt; i++)
-			((int64_t *)o->data)[i] = *(const int64_t *)s + i * *(const int64_t *)d;
+			((int64_t *)o->data)[i] = (int64_t)((uint64_t)*(const int64_t *)s +
+							    (uint64_t)i * (uint64_t)*(const int64_t *)d);
 		break;
 	case HP_I32:
 		for (int64_t i = 0; i < cnt; i++)
-			((int32_t *)o->data)[i] = (int32_t)(*(const int32_t *)s + i * *(const int32_t *)d);
+			((int32_t *)o->data)[i] = (int32_t)(uint32_t)((uint64_t)(int64_t)*(const int32_t *)s +
+								      (uint64_t)i * (uint64_t)(int64_t)*(const int32_t *)d);
 		break;
 	default:
 		for (int64_t i = 0; i < cnt; i++)

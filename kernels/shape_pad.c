@@ -35,19 +35,26 @@ static int expand_prepare(struct hp_graph *g, struct hp_node *n)
 
 	if ((rc = hpks_const_ints(g, n, 1, "shape", sh, HP_MAX_RANK, &cnt)) < 0)
 		return rc;
+	if (hp_shape_numel(&x->shape) < 0)
+		return hp_node_error(g, n, HP_ESHAPE, "the input's shape is not known");
 	r = cnt > xr ? cnt : xr;
 	s.rank = r;
 	for (int d = 0; d < r; d++) {
 		int64_t a = d - (r - xr) >= 0 ? x->shape.dims[d - (r - xr)] : 1;
 		int64_t b = d - (r - cnt) >= 0 ? sh[d - (r - cnt)] : 1;
+		if (b < 0 || b > HP_DIM_MAX) /* found by fuzz_struct: -2 wrapped the copy tables */
+			return hp_node_error(g, n, HP_ESHAPE, "shape[%d] = %lld is not a dimension", d - (r - cnt),
+					     (long long)b);
 		if (a != b && a != 1 && b != 1)
 			return hp_node_error(g, n, HP_ESHAPE, "cannot broadcast dim %lld to %lld", (long long)a,
 					     (long long)b);
 		s.dims[d] = a == 1 ? b : a;
 	}
+	if (hp_shape_bytes(&s, x->dtype) == -2)
+		return hp_node_error(g, n, HP_ESHAPE, "the shape makes an output beyond any tensor");
 	hpks_strides(&x->shape, xs);
 	if (!(blk = hpks_copy_alloc(&c, r, s.dims, hp_dtype_size(x->dtype), sizeof c)))
-		return -ENOMEM;
+		return hpks_copy_error(g, n);
 	for (int d = 0; d < r; d++) {
 		int xd = d - (r - xr);
 		for (int64_t i = 0; i < s.dims[d]; i++)
@@ -84,7 +91,7 @@ static int tile_prepare(struct hp_graph *g, struct hp_node *n)
 		return hp_node_error(g, n, HP_ESHAPE, "repeats make an output beyond any tensor");
 	hpks_strides(&x->shape, xs);
 	if (!(blk = hpks_copy_alloc(&c, r, s.dims, hp_dtype_size(x->dtype), sizeof c)))
-		return -ENOMEM;
+		return hpks_copy_error(g, n);
 	for (int d = 0; d < r; d++)
 		for (int64_t i = 0; i < s.dims[d]; i++)
 			c.off[d][i] = (i % x->shape.dims[d]) * xs[d];
@@ -184,6 +191,9 @@ static int pad_prepare(struct hp_graph *g, struct hp_node *n)
 		return rc;
 	for (int d = 0; d < r; d++) {
 		int over = 0;
+		if (pb[d] < -x->shape.dims[d] || pe[d] < -x->shape.dims[d]) /* i - pb overflowed (fuzz_struct) */
+			return hp_node_error(g, n, HP_ESHAPE, "pads %lld, %lld crop more than dim %d's %lld", (long long)pb[d],
+					     (long long)pe[d], d, (long long)x->shape.dims[d]);
 		s.dims[d] = hp_ck_add(hp_ck_add(s.dims[d], pb[d], &over), pe[d], &over);
 		if (over || s.dims[d] > HP_DIM_MAX)
 			return hp_node_error(g, n, HP_ESHAPE, "pads %lld+%lld make dim %d beyond any tensor",
@@ -197,7 +207,7 @@ static int pad_prepare(struct hp_graph *g, struct hp_node *n)
 		return hp_node_error(g, n, HP_ESHAPE, "pads make an output beyond any tensor");
 	hpks_strides(&x->shape, xs);
 	if (!(blk = hpks_copy_alloc(&c, r, s.dims, hp_dtype_size(x->dtype), sizeof c)))
-		return -ENOMEM;
+		return hpks_copy_error(g, n);
 	for (int d = 0; d < r; d++)
 		for (int64_t i = 0; i < s.dims[d]; i++) {
 			int64_t j = hpks_pad_src(mode, i - pb[d], x->shape.dims[d]);

@@ -1,4 +1,5 @@
 /* Helpers shared by the shape, pooling and resize families. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,7 +257,11 @@ void hpks_strides(const struct hp_shape *s, int64_t *st)
 
 	for (int d = s->rank - 1; d >= 0; d--) {
 		st[d] = m;
-		m *= s->dims[d];
+		/* saturated: only an empty tensor (a 0 beside dims up to 2^63)
+		 * or one not known yet gets here with a product beyond int64,
+		 * and nothing is indexed through its strides (fuzz_struct) */
+		if (__builtin_mul_overflow(m, s->dims[d], &m))
+			m = INT64_MAX;
 	}
 }
 
@@ -264,6 +269,14 @@ void hpks_copy_bytes(void *dst, const void *src, size_t n)
 {
 	if (dst != src && n)
 		memmove(dst, src, n);
+}
+
+int hpks_copy_error(const struct hp_graph *g, const struct hp_node *n)
+{
+	if (errno != E2BIG)
+		return -ENOMEM;
+	return hp_node_error(g, n, HP_ESHAPE, "an output dimension beyond %llu elements: more than its copy "
+			     "tables take", (unsigned long long)HPKS_TABLE_MAX);
 }
 
 void *hpks_copy_alloc(struct hpks_copy *c, int rank, const int64_t *dims, size_t esize, size_t extra)
@@ -281,7 +294,14 @@ void *hpks_copy_alloc(struct hpks_copy *c, int rank, const int64_t *dims, size_t
 	c->esize = esize;
 	for (int d = 0; d < rank; d++) {
 		c->dims[d] = dims[d];
-		total += (size_t)dims[d] + 1;
+		if (dims[d] < 0 || (uint64_t)dims[d] > HPKS_TABLE_MAX)
+			total = HPKS_TABLE_MAX + 1; /* never a wrapped sum */
+		else
+			total += (size_t)dims[d] + 1;
+	}
+	if (total > HPKS_TABLE_MAX) { /* hpks_copy_error says so */
+		errno = E2BIG;
+		return NULL;
 	}
 	blk = calloc(1, head + total * sizeof(int64_t));
 	if (!blk)

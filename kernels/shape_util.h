@@ -71,8 +71,14 @@ struct hpks_copy {
 };
 
 /* Allocate a block holding `extra` bytes followed by offset tables for dims
- * (set c->off[d]); returns the block (free() it) or NULL. */
+ * (set c->off[d]); returns the block (free() it) or NULL.  Tables hold one
+ * entry per index of every dimension: more than HPKS_TABLE_MAX in all (a
+ * dimension of 2^28, 2 GiB of offsets) is refused (NULL, errno E2BIG), as
+ * filling them would take longer than any run could; hpks_copy_error turns
+ * a NULL into the error naming the node. */
+#define HPKS_TABLE_MAX ((size_t)1 << 28)
 void *hpks_copy_alloc(struct hpks_copy *c, int rank, const int64_t *dims, size_t esize, size_t extra);
+int hpks_copy_error(const struct hp_graph *g, const struct hp_node *n);
 void hpks_copy_finish(struct hpks_copy *c); /* compute inner_contig */
 void hpks_copy_run(const struct hpks_copy *c, const void *src, void *dst, struct hp_pool *pool);
 

@@ -166,7 +166,7 @@ static int smx_run(const struct hp_node *n, const struct hp_kargs *a)
 	struct smx_run r = { .p = p, .x = a->in[0].data, .y = a->out[0].data };
 	int64_t per;
 
-	if (p->len == 0)
+	if (p->len == 0 || p->inner == 0 || p->outer == 0) /* empty: an inner dim of 0 divided by zero (fuzz_struct) */
 		return 0;
 	r.nblk = (p->inner + BLOCK - 1) / BLOCK;
 	per = p->len * (p->inner < BLOCK ? p->inner : BLOCK);

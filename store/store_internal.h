@@ -99,6 +99,9 @@ struct hs_store {
 	/* stats page */
 	void *page;
 	uint64_t page_last_ns;
+	/* recover.c: tiers' loss epochs handled, and its counters */
+	uint64_t rec_epoch[HS_MAX_TIERS];
+	struct hs_recover_stats rec;
 };
 
 struct freed_ext {

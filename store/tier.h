@@ -168,6 +168,14 @@ struct hs_tier_ops {
 	 * run stops at once instead of at its next read of the lost bytes
 	 * (remote: a daemon died holding the only copy of some extents). */
 	int (*health)(struct hs_tier *t);
+	/* Optional, for tiers that keep copies on machines that may die
+	 * (remote): how many copies of the extent at addr are still readable
+	 * (0: all lost; -ENOENT: no such extent) and in *wanted how many it was
+	 * given; epoch() changes whenever copies were lost, so that the store
+	 * walks its chunks (hs_store_recover) only after a loss.  Set both or
+	 * neither. */
+	int (*copies)(struct hs_tier *t, uint64_t addr, int *wanted);
+	uint64_t (*epoch)(struct hs_tier *t);
 };
 
 /* The common head of every tier object. */

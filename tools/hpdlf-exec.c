@@ -23,6 +23,7 @@
 #include "exec/budget.h"
 #include "exec/plan.h"
 #include "exec/split_weight.h"
+#include "onnx/declared.h"
 #include "tools/exec_cli.h"
 #include "tools/exec_metrics.h"
 #include "tools/cli_suggest.h"
@@ -1158,6 +1159,8 @@ static int load_model(const struct cli *c, struct hp_graph **g)
 		rc = resolve_shapes(*g, c);
 	if (rc == 0)
 		rc = hp_graph_infer(*g);
+	if (rc == 0) /* outputs declared other than computed: an inconsistent model */
+		rc = hp_onnx_check_declared(c->model, *g);
 	if (rc == HP_ENOTCONST && c->ninputs && !bind_level) {
 		hp_graph_free(*g);
 		*g = NULL;

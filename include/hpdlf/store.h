@@ -253,6 +253,36 @@ int hs_store_stats(struct hs_store *st, struct hs_store_stats *out);
  * the only copy), its message naming what and where.  Cheap: a run calls it
  * before each step. */
 int hs_store_check(struct hs_store *st);
+
+/* After a tier lost copies (a remote daemon died), put every chunk back
+ * into its redundancy, then check as hs_store_check does.  A chunk that
+ * still has a copy (the other replica) or is resident in DRAM is re-homed:
+ * written anew where placement puts it now (two live daemons, or the next
+ * tier when too few are left).  A chunk whose every copy was lost is what
+ * `lost` says of its tensor: HS_LOST_REFILL re-reads it from *src (filled
+ * by the callback: the tensor's bytes at `offset` of file `path`, or at
+ * `mem`), HS_LOST_DROP forgets it (its value is rewritten before it is
+ * read again: the next run recomputes it), HS_LOST_FAIL (and a NULL
+ * callback) stops: the error names the tensors.  `lost` runs under the
+ * store's lock: it may not call the store.  Call it between runs, while no
+ * other thread uses the store; cheap when nothing was lost. */
+enum hs_lost { HS_LOST_FAIL = 0, HS_LOST_DROP = 1, HS_LOST_REFILL = 2 };
+struct hs_source {
+	const char *path;
+	uint64_t offset;
+	const void *mem;
+};
+struct hs_recover_opts {
+	size_t size;            /* sizeof, set by hs_recover_opts_init */
+	int (*lost)(void *arg, const struct hs_tensor *t, struct hs_source *src);
+	void *arg;
+};
+struct hs_recover_stats {       /* since the store opened */
+	uint64_t rehomed, rehomed_bytes;        /* copied anew from a surviving copy or DRAM */
+	uint64_t refilled, dropped, lost;       /* chunks whose every copy was lost */
+};
+void hs_recover_opts_init(struct hs_recover_opts *o, size_t size);
+int hs_store_recover(struct hs_store *st, const struct hs_recover_opts *o, struct hs_recover_stats *out);
 /* Latency percentile (0 < q < 1) in microseconds from a histogram. */
 double hs_lat_percentile(const struct hs_tier_stats *s, double q);
 

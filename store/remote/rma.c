@@ -121,6 +121,8 @@ void hs_rt_mark_dead(struct rtier *t, int i, const char *why, struct rreq **done
 	if (d->dead)
 		return;
 	d->dead = 1;
+	d->dead_ms = d->next_try_ms = hs_now_ms();
+	t->deaths++;
 	snprintf(d->why, sizeof d->why, "%s", why);
 	for (struct seg *s = d->posted; s; s = s->next) {
 		if (s->abandoned)
@@ -133,20 +135,25 @@ void hs_rt_mark_dead(struct rtier *t, int i, const char *why, struct rreq **done
 	int live = 0;
 	for (int k = 0; k < t->nd; k++)
 		live += !t->d[k].dead;
-	/* the verdict for the user: what the loss costs now and from here on */
-	if (t->o.replicas > 1)
-		hp_log(HP_LOG_WARN, "remote tier %s: daemon %s is gone (%s); %u transfers in flight failed over to "
-		       "the other copy; what it held has one copy left; %d of %d daemons live%s", t->base.name, d->where,
-		       why, n, live, t->nd, live < t->o.replicas ? ": too few for two copies, new spills go to the "
-		       "next tier (the local disk)" : "");
-	else if (hs_rt_lost_extents(t))
-		hp_log(HP_LOG_ERROR, "remote tier %s: daemon %s is gone (%s); %u transfers in flight failed; what "
-		       "it held is lost (the run stops; resume from the last checkpoint); %d of %d daemons live",
-		       t->base.name, d->where, why, n, live, t->nd);
-	else
+	/* the verdict for the user: what the loss costs now and from here on;
+	 * the store re-homes or drops what it held at its next check
+	 * (hs_store_recover) and says so, or stops the run naming the values */
+	uint64_t lost = hs_rt_lost_extents(t), held = hs_rt_extents_on(t, i);
+	if (held == 0)
 		hp_log(HP_LOG_WARN, "remote tier %s: daemon %s is gone (%s); it held nothing of this run; %d of %d "
 		       "daemons live%s", t->base.name, d->where, why, live, t->nd,
 		       live ? "" : ": new spills go to the next tier (the local disk)");
+	else if (lost == 0)
+		hp_log(HP_LOG_WARN, "remote tier %s: daemon %s is gone (%s); %u transfers in flight failed over to "
+		       "the other copy; the %" PRIu64 " chunks it held have one copy left and are copied again at "
+		       "the next step; %d of %d daemons live%s", t->base.name, d->where, why, n, held, live, t->nd,
+		       live < t->o.replicas ? ": too few for two copies, new spills go to the next tier (the "
+		       "local disk)" : "");
+	else
+		hp_log(HP_LOG_WARN, "remote tier %s: daemon %s is gone (%s); %u transfers in flight failed; it held "
+		       "the only copy of %" PRIu64 " chunks: values that can be read again from their source or "
+		       "are recomputed are, anything else stops the run at the next step; %d of %d daemons live",
+		       t->base.name, d->where, why, n, lost, live, t->nd);
 }
 
 /* Append list `more` to *done (t->mu held or lists private). */

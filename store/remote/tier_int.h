@@ -12,15 +12,26 @@
 
 struct seg;
 
+/* A connection of a daemon's earlier life: another thread may still be
+ * inside a call on it, so it is closed only with the tier. */
+struct stale_conn {
+	struct hs_rconn *conn;
+	struct stale_conn *next;
+};
+
 struct rdaemon {
 	struct hs_rconn *conn;  /* NULL: never reached */
 	char where[128];
 	fi_addr_t fa;
-	int dead;               /* under t->mu; never cleared */
+	int dead;               /* under t->mu; cleared when it rejoins (rejoin.c) */
 	char why[256];
 	uint64_t capacity, free_bytes;
 	uint64_t last_ok_ms;
 	struct seg *posted;     /* segments the provider holds (doubly linked) */
+	uint64_t dead_ms;       /* when it was declared dead */
+	uint64_t next_try_ms;   /* rejoin: when to try reconnecting next */
+	struct stale_conn *stale; /* connections of earlier lives (rejoin.c); closed with the tier */
+	unsigned lives;         /* times it rejoined */
 };
 
 /* One hs_io in flight.  Writes go to every live replica; reads to one,
@@ -84,6 +95,7 @@ struct rtier {
 	int progress_started, keepalive_started;
 	pthread_mutex_t ka_mu;
 	pthread_cond_t ka_cv;
+	uint64_t deaths;        /* daemons declared dead so far (under t->mu) */
 };
 
 #define RT_ADDR_MASK ((1ull << HS_REMOTE_ADDR_BITS) - 1)
@@ -113,5 +125,10 @@ int hs_rt_check(struct rtier *t, int i, int wait);
 const struct rext *hs_rt_extent_of(struct rtier *t, uint64_t a);
 /* Record e (a copy is made), or replace the entry of the same address. */
 int hs_rt_add_extent(struct rtier *t, const struct rext *e);
+/* rejoin.c: from the keepalive thread, reconnect dead daemons that hold
+ * no extent of the tier any more (a restarted daemon takes new spills). */
+void hs_rt_rejoin(struct rtier *t);
+/* Copies of extents on daemon i (under t->mu). */
+uint64_t hs_rt_extents_on(const struct rtier *t, int i);
 
 #endif

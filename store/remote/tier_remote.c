@@ -134,6 +134,7 @@ static void *keepalive_main(void *arg)
 		for (int i = 0; i < t->nd; i++)
 			if (!t->d[i].dead && t->d[i].conn)
 				hs_rt_check(t, i, 0);
+		hs_rt_rejoin(t);
 		pthread_mutex_lock(&t->ka_mu);
 	}
 	pthread_mutex_unlock(&t->ka_mu);
@@ -329,6 +330,11 @@ static void rt_close(struct hs_tier *base)
 			free(s);
 		}
 		hs_rconn_close(t->d[i].conn);
+		for (struct stale_conn *c = t->d[i].stale, *next; c; c = next) {
+			next = c->next;
+			hs_rconn_close(c->conn);
+			free(c);
+		}
 	}
 	tdestroy(t->extents, free);
 	pthread_mutex_destroy(&t->mu);
@@ -389,6 +395,28 @@ static int rt_health(struct hs_tier *base)
 			t->d[l.di].why);
 }
 
+/* ops->copies: live copies of the extent at a, and how many it was given. */
+static int rt_copies(struct hs_tier *base, uint64_t a, int *wanted)
+{
+	struct rtier *t = (struct rtier *)base;
+	int live = 0;
+
+	pthread_mutex_lock(&t->mu);
+	const struct rext *e = hs_rt_extent_of(t, a);
+	*wanted = e ? e->n : 1;
+	for (int k = 0; e && k < e->n; k++)
+		live += !t->d[e->di[k]].dead;
+	pthread_mutex_unlock(&t->mu);
+	return e ? live : -ENOENT;
+}
+
+static uint64_t rt_epoch(struct hs_tier *base)
+{
+	struct rtier *t = (struct rtier *)base;
+
+	return __atomic_load_n(&t->deaths, __ATOMIC_ACQUIRE);
+}
+
 static const struct hs_tier_ops remote_ops = {
 	.kind = "remote",
 	.close = rt_close,
@@ -397,6 +425,8 @@ static const struct hs_tier_ops remote_ops = {
 	.submit = hs_rt_submit,
 	.stats = rt_stats,
 	.health = rt_health,
+	.copies = rt_copies,
+	.epoch = rt_epoch,
 };
 
 /* Split "a:1,b:2" into the daemon table. */

@@ -89,6 +89,72 @@ def crafted_sizes(p):
     ]
 
 
+def inconsistent(p):
+    """Models whose parts disagree (issue 23 item 2, "internal inconsistencies"):
+    each is refused with exit 2 naming the node, value or file."""
+    F, I = TensorProto.FLOAT, TensorProto.INT64
+    vi = helper.make_tensor_value_info
+    relu = [helper.make_node("Relu", ["x"], ["y"], name="relu0")]
+
+    def save(name, nodes, inputs, outputs, inits=(), value_info=()):
+        g = helper.make_graph(nodes, "g", inputs, outputs, list(inits), value_info=list(value_info))
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), p(name))
+
+    def ext(name, location, offset, length):
+        w = helper.make_tensor("w", F, [3, 3], np.ones(9, np.float32))
+        w.data_location = TensorProto.EXTERNAL
+        w.ClearField("raw_data")
+        w.ClearField("float_data")
+        for k, v in (("location", location), ("offset", offset), ("length", length)):
+            if v is not None:
+                e = w.external_data.add()
+                e.key, e.value = k, v
+        save(name, [helper.make_node("MatMul", ["a", "w"], ["y"], name="mm0")], [vi("a", F, [2, 3])],
+             [vi("y", F, None)], [w])
+
+    save("outshape.onnx", relu, [vi("x", F, [2, 3])], [vi("y", F, [4, 5])])
+    save("outtype.onnx", relu, [vi("x", F, [2, 3])], [vi("y", I, None)])
+    save("vi.onnx", [helper.make_node("Relu", ["x"], ["t"], name="relu0"), helper.make_node("Relu", ["t"], ["y"])],
+         [vi("x", F, [2, 3])], [vi("y", F, None)], value_info=[vi("t", F, [7, 7])])
+    save("addtype.onnx", [helper.make_node("Add", ["x", "c"], ["y"], name="add0")], [vi("x", F, [2, 3])],
+         [vi("y", F, None)], [helper.make_tensor("c", I, [3], [1, 2, 3])])
+    save("reshape5.onnx", [helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape0")], [vi("x", F, [3, 4])],
+         [vi("y", F, None)], [helper.make_tensor("s", I, [1], [5])])
+    save("rtshape.onnx", [helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape2")],
+         [vi("x", F, [3, 4]), vi("s", I, [1])], [vi("y", F, None)])
+    save("bcast.onnx", [helper.make_node("Add", ["x", "z"], ["y"], name="add1")], [vi("x", F, ["n", 3]),
+                                                                                 vi("z", F, ["m"])], [vi("y", F, None)])
+    save("mmrt.onnx", [helper.make_node("MatMul", ["a", "b"], ["y"], name="mm1")], [vi("a", F, [2, "k"]),
+                                                                                  vi("b", F, ["j", 5])],
+         [vi("y", F, None)])
+    open(p("short.bin"), "wb").write(b"\0" * 20)
+    ext("shortext.onnx", "short.bin", "0", "36")
+    ext("offext.onnx", "short.bin", "4096", "36")
+    ext("nolenext.onnx", "short.bin", None, None)
+    np.save(p("s5.npy"), np.array([5], np.int64))
+    np.save(p("x34.npy"), np.zeros((3, 4), np.float32))
+    np.save(p("x23.npy"), np.zeros((2, 3), np.float32))
+    np.save(p("z4.npy"), np.zeros((4,), np.float32))
+    np.save(p("a24.npy"), np.zeros((2, 4), np.float32))
+    np.save(p("b35.npy"), np.zeros((3, 5), np.float32))
+    return [
+        ([p("outshape.onnx")], 2, ["'y'", "relu0", "4x5", "2x3"], "output declared of another shape"),
+        ([p("outtype.onnx")], 2, ["'y'", "relu0", "int64", "float32"], "output declared of another type"),
+        ([p("vi.onnx")], 2, ["'t'", "relu0", "7x7"], "value_info other than computed"),
+        ([p("addtype.onnx")], 2, ["add0", "int64"], "producer and consumer types differ"),
+        ([p("reshape5.onnx")], 2, ["reshape0", "12 elements"], "Reshape to an impossible shape"),
+        ([p("rtshape.onnx"), "--input", "x=" + p("x34.npy"), "--input", "s=" + p("s5.npy")], 2, ["reshape2"],
+         "Reshape to an impossible shape given at run time"),
+        ([p("bcast.onnx"), "--input", "x=" + p("x23.npy"), "--input", "z=" + p("z4.npy")], 2, ["add1", "broadcast"],
+         "shapes that cannot broadcast, known at run time"),
+        ([p("mmrt.onnx"), "--input", "a=" + p("a24.npy"), "--input", "b=" + p("b35.npy")], 2, ["mm1", "inner"],
+         "MatMul inner dims differing, known at run time"),
+        ([p("shortext.onnx")], 2, ["short.bin", "'w'"], "external data file shorter than declared"),
+        ([p("offext.onnx")], 2, ["short.bin", "'w'"], "external data offset beyond its file"),
+        ([p("nolenext.onnx")], 2, ["short.bin", "'w'"], "external data file shorter than the shape"),
+    ]
+
+
 def main():
     exe, src = sys.argv[1], sys.argv[2]
     model = os.path.join(src, "model.onnx")
@@ -154,7 +220,7 @@ def main():
              "inference options with --train"),
             ([model, "--input", "input=" + p("fifo.onnx")], 2, ["fifo.onnx", "FIFO"], "a FIFO as an input"),
             (["/dev/zero"], 2, ["/dev/zero"], "a device as the model"),
-        ] + crafted_sizes(p)
+        ] + crafted_sizes(p) + inconsistent(p)
         for args, status, words, what in cases:
             fails += expect(exe, args, status, words, what)
     return 1 if fails else 0

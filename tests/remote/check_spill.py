@@ -6,8 +6,11 @@ usage: check_spill.py HPDLF_EXEC HPDLF_STORE MODELS_DIR
 - inference and training with a small local budget that spill to three
   daemons give bitwise the outputs / losses of local runs;
 - a wrong token is refused with a clear message, exit status 1;
-- a daemon killed (SIGKILL) during a training run without replicas makes
-  the run fail fast (exit 1, naming the remote tier), never hang.  (An
+- a daemon killed (SIGKILL) during a training run without replicas never
+  hangs the run: it fails fast (exit 1, naming the remote tier, at most two
+  steps logged after the kill) when the daemon held a weight or optimizer
+  state, or trains on after the store's verdict when all it held could be
+  put back.  (An
   inference run may carry on: what it lost was never needed again, and new
   chunks go to the surviving tiers.)
 """
@@ -137,27 +140,47 @@ def main():
             if proc.returncode == 0 and r0.returncode == 0:
                 check(losses(p(tmp, "l4.jsonl")) == losses(p(tmp, "l5.jsonl")),
                       "--replicas 2: losses bitwise equal to the local run")
-            # a daemon killed during a long training run (weights and optimizer
-            # state live on it): fail fast with exit 1, never hang
+            # a daemon killed during a long training run without replicas:
+            # never hang.  If it held a weight or optimizer state, the run
+            # stops with exit 1 naming it, at most two steps logged after the
+            # kill (counted in the run's own log, not in seconds: a 10 s
+            # deadline failed under load).  If it held only what can be put
+            # back (a chunk also in DRAM, an activation recomputed), the
+            # store's verdict says so and training goes on (issue 23 item 4).
             args = train[:train.index("--steps") + 1] + ["100000"] + train[train.index("--steps") + 2:]
             args += ["--store", daemons[0][1], "--token-file", token, "--log-json", p(tmp, "l3.jsonl")]
-            proc = subprocess.Popen([exe] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            errf = open(p(tmp, "l3.err"), "w")
+            proc = subprocess.Popen([exe] + args, stdout=subprocess.DEVNULL, stderr=errf, text=True,
+                                    env=dict(os.environ, HPDLF_LOG_LEVEL="warn"))
+            lines = lambda: len(open(p(tmp, "l3.jsonl")).readlines()) if os.path.exists(p(tmp, "l3.jsonl")) else 0
             for _ in range(300):  # until a few steps are done
-                if os.path.exists(p(tmp, "l3.jsonl")) and len(open(p(tmp, "l3.jsonl")).readlines()) >= 3:
+                if lines() >= 3:
                     break
                 time.sleep(0.1)
             daemons[0][0].send_signal(signal.SIGKILL)
-            t0 = time.time()
+            t0, before = time.time(), lines()
+            while proc.poll() is None and lines() < before + 8 and time.time() - t0 < 300:
+                time.sleep(0.1)
+            went_on = proc.poll() is None
+            if went_on:
+                proc.terminate()
             try:
-                _, err = proc.communicate(timeout=30)
-                dt = time.time() - t0
-                check(proc.returncode == 1 and dt < 10 and "remote" in err and daemons[0][1] in err,
-                      "killed daemon: training stops with exit 1 in %.1f s, naming the remote tier and the "
-                      "daemon" % dt,
-                      "exit %s: %s" % (proc.returncode, err.strip()[-300:]))
+                proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                check(False, "killed daemon: the run stops", "still running 30 s later")
+                proc.wait()
+            errf.close()
+            err, after = open(p(tmp, "l3.err")).read(), lines()
+            if went_on:
+                check(after - before >= 8 and "lost copies" in err and "are lost" not in err and daemons[0][1] in err,
+                      "killed daemon that held nothing irreplaceable: named, the store's verdict, training goes on "
+                      "(%d steps after the kill)" % (after - before), err.strip()[-400:])
+            else:
+                check(proc.returncode == 1 and after - before <= 2 and "remote" in err and daemons[0][1] in err,
+                      "killed daemon: training stops with exit 1 after %d more logged steps (%.1f s), naming the "
+                      "remote tier and the daemon" % (after - before, time.time() - t0),
+                      "exit %s, %d steps logged after the kill: %s" % (proc.returncode, after - before,
+                                                                      err.strip()[-300:]))
         finally:
             for d, _ in daemons:
                 if d.poll() is None:

@@ -25,6 +25,18 @@
 static struct td_env E;
 static uint64_t rng = 12345;
 
+/* Executions: the default suite's, or for the long run (meson
+ * -Dlong_tests=true: remote-fuzz-long) HPDLF_REMOTE_FUZZ_EXECS decoder runs
+ * and HPDLF_REMOTE_FUZZ_MSGS messages to the daemon (each undecodable one
+ * costs a new connection and handshake: about 1.5 ms). */
+static long execs(const char *var, long dflt)
+{
+	const char *e = getenv(var);
+	long n = e ? strtol(e, NULL, 10) : 0;
+
+	return n > 0 ? n : dflt;
+}
+
 static uint64_t next(void)
 {
 	rng ^= rng << 13;
@@ -55,6 +67,25 @@ static size_t mutate(uint8_t *buf, size_t len, size_t cap)
 	return len;
 }
 
+/* The other requests (long runs reach them too): stat, lookup, remove,
+ * list, auth. */
+static void more_msgs(hs_msg *m, int i, uint8_t *tmp)
+{
+	static Hpdlf__Store__Stat st = HPDLF__STORE__STAT__INIT;
+	static Hpdlf__Store__Lookup lk = HPDLF__STORE__LOOKUP__INIT;
+	static Hpdlf__Store__Remove rm = HPDLF__STORE__REMOVE__INIT;
+	static Hpdlf__Store__List ls = HPDLF__STORE__LIST__INIT;
+	static Hpdlf__Store__Auth au = HPDLF__STORE__AUTH__INIT;
+
+	switch (i % 5) {
+	case 0: m->body_case = HPDLF__STORE__MSG__BODY_STAT; m->stat = &st; break;
+	case 1: lk.name = "weights"; m->body_case = HPDLF__STORE__MSG__BODY_LOOKUP; m->lookup = &lk; break;
+	case 2: rm.name = "weights"; m->body_case = HPDLF__STORE__MSG__BODY_REMOVE; m->remove = &rm; break;
+	case 3: m->body_case = HPDLF__STORE__MSG__BODY_LIST; m->list = &ls; break;
+	default: au.mac.data = tmp; au.mac.len = 32; m->body_case = HPDLF__STORE__MSG__BODY_AUTH; m->auth = &au; break;
+	}
+}
+
 static void sample_msgs(hs_msg *m, int i, uint8_t *tmp)
 {
 	static Hpdlf__Store__Alloc al = HPDLF__STORE__ALLOC__INIT;
@@ -64,6 +95,10 @@ static void sample_msgs(hs_msg *m, int i, uint8_t *tmp)
 
 	hpdlf__store__msg__init(m);
 	m->seq = (uint64_t)i;
+	if (i >= 20000 && i % 3 == 0) { /* beyond the default suite's runs */
+		more_msgs(m, i / 3, tmp);
+		return;
+	}
 	switch (i % 4) {
 	case 0: al.len = 4096u << (i % 12); m->body_case = HPDLF__STORE__MSG__BODY_ALLOC; m->alloc = &al; break;
 	case 1: pu.name = "weights"; pu.addr = 8192; pu.len = 4096; pu.meta.data = tmp; pu.meta.len = 8;
@@ -81,14 +116,15 @@ static void test_decoder(void **state)
 	int decoded = 0;
 
 	(void)state;
-	for (int i = 0; i < 20000; i++) {
+	long n = execs("HPDLF_REMOTE_FUZZ_EXECS", 20000);
+	for (long i = 0; i < n; i++) {
 		size_t len;
 		if (i % 5 == 0) {
 			len = next() % 300;
 			for (size_t k = 0; k < len; k++)
 				buf[k] = (uint8_t)next();
 		} else {
-			sample_msgs(&m, i, tmp);
+			sample_msgs(&m, (int)(i % 1000000007), tmp);
 			len = pack(&m, buf);
 			if (i % 5 == 1) { /* the valid message decodes to itself */
 				hs_msg *d = hs_wire_decode(buf, len);
@@ -104,6 +140,7 @@ static void test_decoder(void **state)
 		hs_wire_free(d);
 	}
 	assert_true(decoded > 100); /* the mutations do reach the decoded path */
+	printf("decoder: %ld executions, %d decoded\n", n, decoded);
 }
 
 static int raw_connect(void)
@@ -319,12 +356,13 @@ static void test_hostile_requests(void **state)
 static void test_mutation_storm(void **state)
 {
 	uint8_t buf[4096], tmp[64] = { 0 };
-	int fd = auth_connect(), sent = 0;
+	int fd = auth_connect(), sent = 0, reconnects = 0;
+	long n = execs("HPDLF_REMOTE_FUZZ_MSGS", 3000);
 
 	(void)state;
-	for (int i = 0; i < 3000; i++) {
+	for (long i = 0; i < n; i++) {
 		hs_msg m;
-		sample_msgs(&m, i, tmp);
+		sample_msgs(&m, (int)(i % 1000000007), tmp);
 		size_t len = mutate(buf, pack(&m, buf), sizeof buf);
 		hs_msg *d = hs_wire_decode(buf, len);
 		int shutdown = d && d->body_case == HPDLF__STORE__MSG__BODY_SHUTDOWN;
@@ -336,10 +374,17 @@ static void test_mutation_storm(void **state)
 		if (answer(fd) < 0) { /* dropped (undecodable): reconnect */
 			close(fd);
 			fd = auth_connect();
+			reconnects++;
+		}
+		if ((i + 1) % 50000 == 0) { /* long runs: the figures so far */
+			printf("daemon: %ld of %ld mutated messages, %d sent, %d dropped connections\n", i + 1, n, sent,
+			       reconnects);
+			fflush(stdout);
 		}
 	}
 	close(fd);
-	assert_true(sent > 2000);
+	printf("daemon: %ld mutated messages, %d sent, %d dropped connections\n", n, sent, reconnects);
+	assert_true(sent > n * 2 / 3);
 	assert_alive();
 	/* Still serving, and every raw client's memory went back. */
 	struct hs_remote_opts o;
