@@ -76,11 +76,14 @@ static int propose(struct hp_tune *t, int id, double *u)
 static int configure(struct hp_tune *t, int id, double *u)
 {
 	struct hp_rng r = hp_rng_for(t->s->seed, (uint64_t)id, 0);
+	int64_t pick;
 
 	if (t->s->algo == HP_TUNE_GRID)
 		hp_tune_grid_point(t->s, id, u);
 	else if (t->bo)
 		return propose(t, id, u);
+	else if ((pick = hp_tune_finite_pick(t->s, t->s->seed, id)) >= 0)
+		hp_tune_grid_point(t->s, pick, u);
 	else
 		hp_tune_sample(t->s, &r, u);
 	return 0;

@@ -132,5 +132,6 @@ int hp_tune_format(const struct hp_tune_spec *s, const double *u, char **values)
 /* Points in the grid, and point i (last flag fastest). */
 int64_t hp_tune_grid_size(const struct hp_tune_spec *s);
 void hp_tune_grid_point(const struct hp_tune_spec *s, int64_t i, double *u);
+int64_t hp_tune_finite_pick(const struct hp_tune_spec *s, uint64_t seed, int id);
 
 #endif

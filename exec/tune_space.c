@@ -121,6 +121,34 @@ int64_t hp_tune_grid_size(const struct hp_tune_spec *s)
 	return n;
 }
 
+/* A finite space (choices, and integer ranges no wider than the grid) is
+ * drawn without replacement by random search and ASHA: trial id < its size
+ * gets entry id of a seeded permutation of the grid, so no configuration
+ * runs twice before every one ran once.  -1: draw at random. */
+int64_t hp_tune_finite_pick(const struct hp_tune_spec *s, uint64_t seed, int id)
+{
+	int64_t n = hp_tune_grid_size(s), *perm, pick;
+	struct hp_rng r = hp_rng_for(seed, UINT64_MAX, 0xf1417e);
+
+	for (int i = 0; i < s->nparams; i++)
+		if (s->params[i].kind != HP_TUNE_CHOICE &&
+		    !(s->params[i].kind == HP_TUNE_INT_UNIFORM && int_span(&s->params[i]) + 1 <= s->grid_points))
+			return -1;
+	if (id < 0 || id >= n || n > (INT64_C(1) << 20) || !(perm = malloc((size_t)n * sizeof *perm)))
+		return -1;
+	for (int64_t i = 0; i < n; i++)
+		perm[i] = i;
+	for (int64_t i = 0; i <= id; i++) { /* Fisher-Yates, as far as id */
+		int64_t j = i + (int64_t)(hp_rng_unit(&r) * (double)(n - i));
+		int64_t x = perm[i];
+		j = j >= n ? n - 1 : j;
+		perm[i] = perm[j], perm[j] = x;
+	}
+	pick = perm[id];
+	free(perm);
+	return pick;
+}
+
 void hp_tune_grid_point(const struct hp_tune_spec *s, int64_t i, double *u)
 {
 	for (int k = s->nparams - 1; k >= 0; k--) {

@@ -508,6 +508,39 @@ static void test_grid(void **state)
 	hp_tune_spec_free(s);
 }
 
+/* A finite space is drawn without replacement: 12 trials over 6 x 2
+ * choices are the 12 configurations, each once; the 13th repeats one. */
+static void test_finite_space(void **state)
+{
+	const char *algos[] = { "asha", "random" };
+
+	(void)state;
+	for (int a = 0; a < 2; a++) {
+		char text[512], seen[12][64];
+		struct hp_tune_spec *s;
+		struct hp_tune *t;
+		struct hp_tune_job j;
+		int n = 0;
+		snprintf(text, sizeof text, "{\"space\": {\"lr\": {\"choice\": [0.001, 0.003, 0.01, 0.03, 0.1, 0.3]},"
+			 " \"optimizer\": {\"choice\": [\"sgd\", \"adam\"]}}, \"objective\": {\"metric\": \"val_loss\"},"
+			 " \"budget\": {\"min\": 1, \"max\": 1}, \"trials\": 12, \"algorithm\": \"%s\", \"seed\": 5}",
+			 algos[a]);
+		assert_int_equal(hp_tune_spec_parse(text, &s), 0);
+		assert_int_equal(hp_tune_create(s, &t), 0);
+		while (hp_tune_next(t, &j) == 1) {
+			assert_true(n < 12);
+			snprintf(seen[n], sizeof seen[n], "%s %s", j.flag_values[0], j.flag_values[1]);
+			for (int k = 0; k < n; k++)
+				assert_string_not_equal(seen[k], seen[n]);
+			n++;
+			assert_int_equal(hp_tune_report(t, j.trial, 1, 1.0 / n, 0), 0);
+		}
+		assert_int_equal(n, 12);
+		hp_tune_free(t);
+		hp_tune_spec_free(s);
+	}
+}
+
 /* Values print so that they parse back to the same number, inside bounds. */
 static void test_values(void **state)
 {
@@ -668,6 +701,7 @@ int main(void)
 		cmocka_unit_test(test_rungs_max_mode),
 		cmocka_unit_test(test_grid),
 		cmocka_unit_test(test_values),
+		cmocka_unit_test(test_finite_space),
 		cmocka_unit_test(test_determinism),
 		cmocka_unit_test(test_replay),
 	};
