@@ -33,12 +33,7 @@ import numpy as np
 
 fails = 0
 EXE = sys.argv[1]
-MPIRUN = shutil.which('mpirun')
-if os.environ.get('HPDLF_TEST_HAVE_MPI') != '1' or not MPIRUN:
-    print('skip: built without MPI or no mpirun')
-    sys.exit(77)
-LAUNCH = [MPIRUN, '--oversubscribe'] + (['--allow-run-as-root'] if os.geteuid() == 0 else [])
-ENV = dict(os.environ, OMP_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1')
+from mpi_launch import MPIRUN, LAUNCH, ENV  # noqa: E402 (exits 77 without MPI)
 D, H, C, N, LR = 12, 16, 4, 240, 0.2
 M64 = (1 << 64) - 1
 

@@ -20,7 +20,6 @@ Exit 77 (skip) in a build without MPI or without mpirun.
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,11 +28,7 @@ import time
 
 fails = 0
 EXE, INSPECT, TESTS = sys.argv[1], sys.argv[2], sys.argv[3]
-MPIRUN = shutil.which('mpirun')
-if os.environ.get('HPDLF_TEST_HAVE_MPI') != '1' or not MPIRUN:
-    print('skip: built without MPI or no mpirun')
-    sys.exit(77)
-LAUNCH = [MPIRUN, '--oversubscribe'] + (['--allow-run-as-root'] if os.geteuid() == 0 else [])
+from mpi_launch import MPIRUN, LAUNCH  # noqa: E402 (exits 77 without MPI)
 JOB_VARS = ('SLURM_JOB_ID', 'PMIX_NAMESPACE', 'OMPI_MCA_ess_base_jobid', 'OMPI_MCA_orte_ess_jobid')
 COUNTERS = ('capacity', 'used', 'chunks', 'reads', 'writes', 'bytes_read', 'bytes_written', 'hits', 'misses',
             'evictions', 'promotions', 'demotions', 'prefetches', 'prefetch_hits', 'prefetch_late', 'errors',

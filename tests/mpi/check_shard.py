@@ -27,12 +27,7 @@ import tempfile
 
 fails = 0
 EXE, TESTS = sys.argv[1], sys.argv[2]
-MPIRUN = shutil.which('mpirun')
-if os.environ.get('HPDLF_TEST_HAVE_MPI') != '1' or not MPIRUN:
-    print('skip: built without MPI or no mpirun')
-    sys.exit(77)
-LAUNCH = [MPIRUN, '--oversubscribe'] + (['--allow-run-as-root'] if os.geteuid() == 0 else [])
-ENV = dict(os.environ, OMP_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1')
+from mpi_launch import MPIRUN, LAUNCH, ENV  # noqa: E402 (exits 77 without MPI)
 MODES = ('optimizer', 'gradients', 'parameters')
 
 
