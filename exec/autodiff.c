@@ -48,28 +48,19 @@ static int combine(struct ad *ad, int v)
 	return acc;
 }
 
-/* Constant folding computed some float values from weights once (a
- * Transpose of a MatMul weight, say).  Training changes the weights, so
- * such nodes run at every step again and the gradient reaches the weights
- * through them; once the weights are state (value.next), inference no
- * longer folds them. */
-static int unfold_weights(struct hp_graph *g)
+/* Nodes folded from the values marked in live (freed here) run again:
+ * their outputs become activations and are marked in turn.  f32_only:
+ * only nodes with a float output (the rest stay folded). */
+int hp_unfold_from(struct hp_graph *g, char *live, int f32_only)
 {
-	char *live = calloc((size_t)g->nvalues + 1, 1);
-
-	if (!live)
-		return hp_error(-ENOMEM, "out of memory");
-	for (int v = 0; v < g->nvalues; v++)
-		live[v] = g->values[v].trainable && g->values[v].kind == HP_VALUE_INITIALIZER &&
-			  g->values[v].dtype == HP_F32;
 	for (int i = 0; i < g->nnodes; i++) {
 		struct hp_node *n = &g->nodes[i];
-		int from = 0, f32 = 0;
+		int from = 0, f32 = !f32_only;
 		for (int j = 0; n->folded && j < n->ninputs; j++)
 			from |= n->inputs[j] >= 0 && live[n->inputs[j]];
-		for (int o = 0; from && o < n->noutputs; o++)
+		for (int o = 0; from && !f32 && o < n->noutputs; o++)
 			f32 |= n->outputs[o] >= 0 && g->values[n->outputs[o]].dtype == HP_F32;
-		if (!f32)
+		if (!from || !f32)
 			continue;
 		for (int o = 0; o < n->noutputs; o++) {
 			struct hp_value *v = n->outputs[o] >= 0 ? &g->values[n->outputs[o]] : NULL;
@@ -85,6 +76,23 @@ static int unfold_weights(struct hp_graph *g)
 	}
 	free(live);
 	return 0;
+}
+
+/* Constant folding computed some float values from weights once (a
+ * Transpose of a MatMul weight, say).  Training changes the weights, so
+ * such nodes run at every step again and the gradient reaches the weights
+ * through them; once the weights are state (value.next), inference no
+ * longer folds them. */
+static int unfold_weights(struct hp_graph *g)
+{
+	char *live = calloc((size_t)g->nvalues + 1, 1);
+
+	if (!live)
+		return hp_error(-ENOMEM, "out of memory");
+	for (int v = 0; v < g->nvalues; v++)
+		live[v] = g->values[v].trainable && g->values[v].kind == HP_VALUE_INITIALIZER &&
+			  g->values[v].dtype == HP_F32;
+	return hp_unfold_from(g, live, 1);
 }
 
 /* Values through which a gradient reaches a trainable float parameter. */

@@ -25,4 +25,9 @@ struct hp_ad_ext {
 };
 int hp_autodiff_ext(struct hp_graph *g, const struct hp_train_spec *spec, const struct hp_ad_ext *x);
 
+/* Nodes constant folding computed from the values marked in live (an
+ * nvalues + 1 array, freed here) run again: their outputs become
+ * activations.  f32_only: only nodes with a float output. */
+int hp_unfold_from(struct hp_graph *g, char *live, int f32_only);
+
 #endif

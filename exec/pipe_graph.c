@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "exec/autodiff.h"
 #include "exec/pipe_graph.h"
 
 static int stage_of(int P, const int *bounds, int node)
@@ -274,8 +275,8 @@ static int stage_io(struct hp_graph *g, int P, int s, const struct hp_pipe_cut *
 
 /* The model's constant folding computed some values from the parameters
  * once (a Transpose of a weight, say); as inputs they change every step,
- * so those nodes run again (autodiff's unfold_weights does the same for
- * the 1-rank graph). */
+ * so those nodes run again (hp_unfold_from, as autodiff does for the
+ * 1-rank graph). */
 static int unfold(struct hp_graph *g, const int *params, int np)
 {
 	char *live = calloc((size_t)g->nvalues + 1, 1);
@@ -284,27 +285,7 @@ static int unfold(struct hp_graph *g, const int *params, int np)
 		return hp_error(-ENOMEM, "out of memory");
 	for (int k = 0; k < np; k++)
 		live[params[k]] = 1;
-	for (int i = 0; i < g->nnodes; i++) {
-		struct hp_node *n = &g->nodes[i];
-		int from = 0;
-		for (int j = 0; n->folded && j < n->ninputs; j++)
-			from |= n->inputs[j] >= 0 && live[n->inputs[j]];
-		if (!from)
-			continue;
-		for (int o = 0; o < n->noutputs; o++) {
-			struct hp_value *v = n->outputs[o] >= 0 ? &g->values[n->outputs[o]] : NULL;
-			if (!v)
-				continue;
-			free(v->data);
-			v->data = NULL;
-			v->kind = HP_VALUE_ACTIVATION;
-			v->src.kind = HP_BLOB_NONE;
-			live[n->outputs[o]] = 1;
-		}
-		n->folded = 0;
-	}
-	free(live);
-	return 0;
+	return hp_unfold_from(g, live, 0);
 }
 
 int hp_pipe_stage_cut(struct hp_graph *g, int P, const int *bounds, int s, const struct hp_pipe_cut *cuts,
