@@ -33,7 +33,7 @@ import time
 
 fails = 0
 EXE, TESTS = sys.argv[1], sys.argv[2]
-from mpi_launch import MPIRUN, LAUNCH, ENV  # noqa: E402 (exits 77 without MPI)
+from mpi_launch import MPIRUN, LAUNCH, ENV, kill_and_wait  # noqa: E402 (exits 77 without MPI)
 COMM_OPS = ('AllReduce', 'ReduceScatter', 'AllGather')
 
 
@@ -99,21 +99,10 @@ def killed(tmp, extra, what):
         time.sleep(0.1)
     while time.time() < deadline and (not os.path.exists(log) or len(open(log).readlines()) < 5):
         time.sleep(0.1)  # training: buckets in flight on the threads
-    try:
-        os.kill(int(open(pids + '.1').read()), signal.SIGKILL)
-    except (OSError, ValueError) as e:
-        check(False, 'kill rank 1: %s' % e)
-    t0 = time.time()
-    try:
-        rc = p.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        rc = p.wait()
-    took = time.time() - t0
+    kerr, rc, took, alive = kill_and_wait(p, pids)
+    if kerr:
+        check(False, 'kill rank 1: %s' % kerr)
     err = p.stderr.read()
-    others = [int(open('%s.%d' % (pids, r)).read()) for r in (0, 2)]
-    alive = [q for q in others if os.path.exists('/proc/%d' % q) and
-             open('/proc/%d/stat' % q).read().split(') ')[1][0] != 'Z']
     check(rc != 0 and took <= 10 and not alive,
           '%s: rank 1 killed, the job exits non-zero (%d) in %.1f s, no rank left' % (what, rc, took))
     if not check(all('rank %d of 3: rank 1 of 3 was lost' % r in err for r in (0, 2)),

@@ -33,7 +33,7 @@ import time
 
 fails = 0
 EXE, TESTS = sys.argv[1], sys.argv[2]
-from mpi_launch import MPIRUN, LAUNCH, ENV  # noqa: E402 (exits 77 without MPI)
+from mpi_launch import MPIRUN, LAUNCH, ENV, kill_and_wait  # noqa: E402 (exits 77 without MPI)
 
 
 def check(ok, what):
@@ -142,21 +142,9 @@ def killed_rank(tmp):
     while time.time() < deadline and not all(os.path.exists('%s.%d' % (pids, r)) for r in range(3)):
         time.sleep(0.1)
     time.sleep(1.5)  # training, collectives in flight
-    try:
-        victim = int(open(pids + '.1').read())
-        os.kill(victim, signal.SIGKILL)
-    except (OSError, ValueError) as e:
-        check(False, 'kill rank 1: %s' % e)
-    t0 = time.time()
-    try:
-        rc = p.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        rc = p.wait()
-    took = time.time() - t0
-    others = [int(open('%s.%d' % (pids, r)).read()) for r in (0, 2)]
-    alive = [q for q in others if os.path.exists('/proc/%d' % q) and
-             open('/proc/%d/stat' % q).read().split(') ')[1][0] != 'Z']
+    kerr, rc, took, alive = kill_and_wait(p, pids)
+    if kerr:
+        check(False, 'kill rank 1: %s' % kerr)
     check(rc != 0 and took <= 10 and not alive,
           'rank 1 killed: the job exits non-zero (%d) in %.1f s, no rank left' % (rc, took))
 
