@@ -24,7 +24,7 @@
 
 /* Unrolling stops being sensible somewhere: nodes an unrolled Loop or Scan
  * may add. */
-#define MAX_UNROLLED_NODES (1 << 20)
+#define MAX_UNROLLED_NODES (1 << 18)
 
 struct imp_scope {
 	struct imp_scope *up;
@@ -510,12 +510,17 @@ static int unroll_scan(struct imp *im, struct unroll *u, int k, const char *out,
 	return rc;
 }
 
+/* n iterations of body fit, and so does one more body in the graph as it
+ * stands: the bound holds for the whole model, so loops nested in loop
+ * bodies and many loops cannot multiply it (the fuzzer found 2 GiB). */
 static int too_long(struct imp *im, const char *what, const char *name, int64_t n, const Onnx__GraphProto *body)
 {
-	if (n >= 0 && (uint64_t)n * (body->n_node + 1) <= MAX_UNROLLED_NODES)
+	if (n >= 0 && (uint64_t)n * (body->n_node + 1) <= MAX_UNROLLED_NODES &&
+	    (uint64_t)im->g->nnodes + body->n_node + 1 <= MAX_UNROLLED_NODES)
 		return 0;
-	return hp_error(HP_EUNSUPPORTED, "%s: %s '%s': %" PRId64 " iterations of %zu nodes are too many to unroll (at most %d nodes)",
-			im->g->path, what, name, n, body->n_node, MAX_UNROLLED_NODES);
+	return hp_error(HP_EUNSUPPORTED, "%s: %s '%s': %" PRId64 " iterations of %zu nodes are too many to unroll (at most %d nodes "
+			"in the whole model, %d there already)", im->g->path, what, name, n, body->n_node, MAX_UNROLLED_NODES,
+			im->g->nnodes);
 }
 
 /* Loop's trip count and first condition, both constants (or absent);
