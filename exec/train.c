@@ -532,6 +532,19 @@ static int lost_daemon(const struct hp_trainer *t, int rc, long long saved)
 			t->o.checkpoint_dir);
 }
 
+/* Whether the loop stops before its next step. With several synchronous
+ * ranks a rank's own signal counts only once the ranks agreed on it (the
+ * loss allreduce carries it, hp_dp_mean_loss): a rank that stopped on its
+ * own flag, set between that allreduce and this check, would leave the
+ * others inside the next step's collectives while it entered the
+ * checkpoint's, and the job would hang (test mpi-train, SIGTERM). */
+static int stop_now(const struct hp_trainer *t)
+{
+	if (t->nranks > 1 && !t->o.async_sgd)
+		return t->dp_stop;
+	return (t->o.cancel && *t->o.cancel) || t->dp_stop;
+}
+
 int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 {
 	struct hp_step_info info;
@@ -540,7 +553,7 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 	long long saved = -1; /* the step of the last checkpoint this loop wrote */
 
 	while (!stop && t->step < t->total) {
-		if ((t->o.cancel && *t->o.cancel) || t->dp_stop) {
+		if (stop_now(t)) {
 			rc = HP_ECANCELED;
 			break;
 		}
@@ -561,7 +574,7 @@ int hp_trainer_run(struct hp_trainer *t, hp_step_fn fn, void *arg)
 		if (rc > 0)
 			stop = 1;
 		rc = 0;
-		if (stop || (t->o.cancel && *t->o.cancel) || t->dp_stop)
+		if (stop || stop_now(t))
 			rc = HP_ECANCELED;
 	}
 	if (t->o.checkpoint_dir && isfinite(last)) {
