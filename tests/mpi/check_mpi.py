@@ -151,7 +151,11 @@ def killed_rank(tmp):
 
 def terminated_rank(tmp):
     ck, log = os.path.join(tmp, 'ck'), os.path.join(tmp, 'term.json')
-    args = train_args('models/mlp', 60, 'sgd', ['--checkpoint', ck, '--log-json', log])
+    # rank 1 sleeps 1 s after each step's loss allreduce, so the signal lands
+    # there: a rank that then stopped on its own flag, before the ranks agreed
+    # on it, left the other one in the next step and the job hung
+    args = train_args('models/mlp', 60, 'sgd', ['--checkpoint', ck, '--log-json', log,
+                                                 '--debug-delay-ms', '1:1000'])
     args[args.index('--steps') + 1] = '10000000'
     pids = os.path.join(tmp, 'tpid')
     wrap = ['sh', '-c', 'echo $$ > %s.$OMPI_COMM_WORLD_RANK; exec "$0" "$@"' % pids] + args
@@ -160,6 +164,7 @@ def terminated_rank(tmp):
     deadline = time.time() + 60
     while time.time() < deadline and not (os.path.exists(log) and os.path.getsize(log) > 0):
         time.sleep(0.1)
+    time.sleep(0.3)
     os.kill(int(open(pids + '.1').read()), signal.SIGTERM)
     t0 = time.time()
     # every rank writes its checkpoint part before it stops: under load (the
