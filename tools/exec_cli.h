@@ -100,6 +100,12 @@ int exec_parse_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n);
 /* --tier paths plus the job's hpdlf-store daemons (--store, --hostfile,
  * HPDLF_STORE, Slurm), in demotion order; 0, or an exit status. */
 int exec_store_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n);
+/* The store is about to open the --tier files: from now on, at exit, a file
+ * the run created is removed and a regular file that existed is truncated
+ * to zero (saying so unless quiet).  exec_tiers_tidy does it now (before
+ * an _exit). */
+void exec_tiers_opened(int quiet);
+void exec_tiers_tidy(void);
 
 struct hp_session;
 struct json_object;

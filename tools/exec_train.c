@@ -568,15 +568,18 @@ int exec_train_main(struct cli *c)
 		return train_fail(rc);
 	export_hook_init();
 	quiet_rank(c);
-	rc = to_opts(c, &o);
-	if (rc)
-		return rc;
+	/* before to_opts: it opens the daemons' tier (libfabric's 0.2 s load) */
 	signal(SIGINT, on_stop);
 	signal(SIGTERM, on_stop);
 	signal(SIGUSR1, on_stop); /* what batch systems send ahead of a time limit */
+	rc = to_opts(c, &o);
+	if (rc)
+		return rc;
 	o.graph_only = c->plan || c->plan_dot;
 	if (c->plan && c->pipeline)
 		o.budget = 0; /* the whole step is not planned: each stage is, under the budget (exec_plan_pipe.c) */
+	if (!o.graph_only)
+		exec_tiers_opened(c->quiet);
 	rc = hp_trainer_create(c->model, &o, &t);
 	if (rc == 0 && !o.graph_only)
 		warn_sizes(c, t);
@@ -598,6 +601,7 @@ int exec_train_main(struct cli *c)
 			fprintf(stderr, "hpdlf-exec: %s: %s%s\n", interrupted == SIGTERM ? "terminated" : "interrupted",
 				hp_errmsg(), c->checkpoint ? " (checkpoint written; continue with --resume)" : "");
 		if (hp_comm_leave()) { /* --sync async with a peer lost (comm_watch.h) */
+			exec_tiers_tidy();
 			fflush(NULL);
 			_exit(128 + (interrupted ? (int)interrupted : SIGINT));
 		}
@@ -606,6 +610,7 @@ int exec_train_main(struct cli *c)
 	if (rc < 0)
 		return train_fail(rc);
 	if (hp_comm_leave()) { /* --sync async with a peer lost: no MPI_Finalize (comm_watch.h) */
+		exec_tiers_tidy();
 		fflush(NULL);
 		_exit(0);
 	}

@@ -452,31 +452,60 @@ static int parse_args(int argc, char **argv, struct cli *c)
 	return 0;
 }
 
-/* Spill files this run creates (a --tier path that did not exist): their
- * contents die with the run, so they are removed at exit instead of
- * keeping tens of GB of dead data on the node's scratch disk.  A file that
- * existed (preallocated, a device) is left as it was. */
-static char created[16][4096];
-static int ncreated;
+/* --tier files hold only this run's scratch (the store opens them with
+ * reset: nothing in them is named or committed), so none outlives the run
+ * at its full size (a 64G sparse file left on a node's scratch disk per
+ * job): a file the run created is removed at exit, a regular file that
+ * existed is truncated to zero bytes, and says so.  Devices are left as
+ * they are.  Armed only once the store may have opened them
+ * (exec_tiers_opened): a usage error leaves a given file untouched.  Done
+ * by atexit, so also after SIGINT/SIGTERM/SIGUSR1 (they end the run through
+ * exit); a second signal, which kills at once, leaves the files. */
+static struct tier_file {
+	char path[4096];
+	int created;
+} tier_files[16];
+static int ntier_files, tiers_armed, tiers_quiet, tiers_atexit;
 
-static void remove_created(void)
+static void tidy_tier_files(void)
 {
-	for (int i = 0; i < ncreated; i++) {
+	for (int i = 0; tiers_armed && i < ntier_files; i++) {
+		struct tier_file *f = &tier_files[i];
 		struct stat sb;
-		if (lstat(created[i], &sb) == 0 && S_ISREG(sb.st_mode))
-			unlink(created[i]);
+
+		if (lstat(f->path, &sb) < 0 || !S_ISREG(sb.st_mode))
+			continue;
+		if (f->created)
+			unlink(f->path);
+		else if (sb.st_size && truncate(f->path, 0) == 0 && !tiers_quiet)
+			fprintf(stderr, "hpdlf-exec: --tier %s: truncated to 0 bytes (it held this run's scratch "
+				"only)\n", f->path);
 	}
+	tiers_armed = 0;
 }
 
-static void note_if_new(const char *path)
+void exec_tiers_opened(int quiet)
+{
+	if (ntier_files && !tiers_atexit)
+		tiers_atexit = atexit(tidy_tier_files) == 0;
+	tiers_armed = 1;
+	tiers_quiet = quiet;
+}
+
+void exec_tiers_tidy(void)
+{
+	tidy_tier_files();
+}
+
+static void note_tier_file(const char *path)
 {
 	struct stat sb;
+	int exists = lstat(path, &sb) == 0;
 
-	if (ncreated == 16 || lstat(path, &sb) == 0 || errno != ENOENT)
+	if (ntier_files == 16 || (!exists && errno != ENOENT))
 		return;
-	if (!ncreated)
-		atexit(remove_created);
-	snprintf(created[ncreated++], sizeof created[0], "%s", path);
+	tier_files[ntier_files].created = !exists;
+	snprintf(tier_files[ntier_files++].path, sizeof tier_files[0].path, "%s", path);
 }
 
 /* nvme=PATH[:SIZE] or pmem=PATH[:SIZE]: what follows the last ':' must be a
@@ -511,7 +540,7 @@ static int parse_tier(const char *arg, struct hs_tier_spec *t)
 	paths[used][len] = 0;
 	t->path = paths[used++];
 	t->size = size;
-	note_if_new(t->path);
+	note_tier_file(t->path);
 	return 0;
 }
 
@@ -1213,11 +1242,12 @@ int main(int argc, char **argv)
 		return exec_tune_main(&c, long_opts);
 	if (c.train)
 		return exec_train_main(&c);
-	if ((rc = exec_store_tiers(&c, tiers, &ntiers)) != 0)
-		return rc;
-	/* from here a signal stops the run cleanly, also while the model loads */
+	/* from here a signal stops the run cleanly, also while the daemons'
+	 * tier opens (libfabric's load takes 0.2 s) and the model loads */
 	signal(SIGINT, on_stop);
 	signal(SIGTERM, on_stop);
+	if ((rc = exec_store_tiers(&c, tiers, &ntiers)) != 0)
+		return rc;
 	rc = load_model(&c, &g);
 	if (rc == 0)
 		rc = fuse(g, &c);
@@ -1248,6 +1278,7 @@ int main(int argc, char **argv)
 		hp_graph_free(gmin);
 		goto out;
 	}
+	exec_tiers_opened(c.quiet);
 	rc = hp_session_create(g, &o, &s);
 	weights_split = hp_split_count(g);
 	if (rc == 0)

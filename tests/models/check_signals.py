@@ -10,6 +10,10 @@ usage: check_signals.py HPDLF_EXEC MODEL_DIR
   143 / 130, one line, the statistics page of an out-of-core run removed.
 - SIGTERM during training with --checkpoint (Slurm's scancel, time limit)
   writes a checkpoint and exits 143; --resume continues from it.
+- Disk hygiene (issue 20 item 8): a --tier file that existed is truncated
+  to 0 bytes at exit and one line says so, also after SIGTERM (training
+  and inference); one the run created is removed; a usage error leaves a
+  given file as it was.
 
 MODEL_DIR is a reference model folder (model.onnx, x.npy, y.npy).
 """
@@ -113,11 +117,67 @@ def sigterm_training(exe, folder, tmp):
               f"SIGTERM: resumed losses bitwise the uninterrupted run's ({got} vs {[want.get(k) for k in got]})")
 
 
+def tier_hygiene(exe, folder, tmp):
+    model = os.path.join(folder, "model.onnx")
+    train = [exe, model, "--train", "--data", os.path.join(folder, "x.npy"), "--labels",
+             os.path.join(folder, "y.npy"), "--loss", "cross-entropy", "--optimizer", "sgd", "--lr", "0.01",
+             "--batch", "8", "--budget", "300K"]
+    old = os.path.join(tmp, "old.spill")
+    for what, args in (("training", train + ["--steps", "100000000"]),
+                       ("inference", [exe, model, "--budget", "300K", "--iterations", "2000000"])):
+        with open(old, "wb") as f:
+            f.write(b"stale spill data" * 4096)
+        log = os.path.join(tmp, "hyg.jsonl")
+        if os.path.exists(log):
+            os.unlink(log)
+        p = subprocess.Popen(args + ["--tier", "nvme=%s:64M" % old, "--log-json", log], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+        if not check(started(p, log), f"{what} on an existing --tier file running"):
+            p.kill()
+            continue
+        grown = os.path.getsize(old)
+        p.send_signal(signal.SIGTERM)
+        try:
+            _, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            check(False, f"{what}: still running 30 s after SIGTERM")
+            continue
+        check(p.returncode == 143, f"{what}: SIGTERM exits 143 (got {p.returncode}: {err.strip()[-200:]!r})")
+        check(grown >= 64 << 20, f"{what}: the tier file was in use at 64 MiB ({grown} bytes)")
+        check(os.path.exists(old) and os.path.getsize(old) == 0,
+              f"{what}: after SIGTERM the existing --tier file is truncated to 0 bytes "
+              f"({os.path.getsize(old) if os.path.exists(old) else 'gone'})")
+        check(("--tier %s: truncated to 0 bytes" % old) in err, f"{what}: one line says so ({err.strip()[-300:]!r})")
+    new = os.path.join(tmp, "new.spill")
+    log = os.path.join(tmp, "hyg2.jsonl")
+    p = subprocess.Popen(train + ["--steps", "100000000", "--tier", "nvme=%s:64M" % new, "--log-json", log],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if check(started(p, log), "training on a new --tier file running"):
+        existed = os.path.exists(new)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+        check(existed and p.returncode == 143 and not os.path.exists(new),
+              f"SIGTERM: the --tier file the run created is removed (existed {existed}, status {p.returncode}, "
+              f"left {os.path.exists(new)})")
+    else:
+        p.kill()
+    with open(old, "wb") as f:
+        f.write(b"keep me" * 100)
+    r = subprocess.run(train + ["--steps", "2", "--tier", "nvme=%s:64M" % old, "--momentum", "lots"],
+                       capture_output=True, text=True, timeout=60)
+    with open(old, "rb") as f:
+        kept = f.read()
+    check(r.returncode == 2 and kept == b"keep me" * 100,
+          f"a usage error leaves a given --tier file as it was (status {r.returncode}, {len(kept)} bytes)")
+
+
 def main():
     exe, folder = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     with tempfile.TemporaryDirectory() as tmp:
         crash_signals(exe, os.path.join(folder, "model.onnx"), tmp)
         sigterm_training(exe, folder, tmp)
+        tier_hygiene(exe, folder, tmp)
     return 1 if fails else 0
 
 
