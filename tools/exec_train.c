@@ -217,10 +217,14 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 
 /* Test hook: HPDLF_TEST_KILL_IN_CHECKPOINT=N kills the process (SIGKILL)
  * half way through writing its Nth checkpoint, as a crash would. */
-static long kill_nth;
+static long kill_nth, term_nth;
 static int ckpt_count;
 static uint64_t ckpt_last_done = UINT64_MAX;
 
+/* Test hooks: HPDLF_TEST_KILL_IN_CHECKPOINT=N SIGKILLs the process half
+ * way through its N-th checkpoint (a torn one must not count);
+ * HPDLF_TEST_TERM_IN_CHECKPOINT=N sends it SIGTERM there once (Slurm's
+ * scancel while a checkpoint is written: it completes, the run stops). */
 static void ckpt_progress(void *arg, uint64_t done, uint64_t total)
 {
 	(void)arg;
@@ -229,6 +233,10 @@ static void ckpt_progress(void *arg, uint64_t done, uint64_t total)
 	ckpt_last_done = done;
 	if (ckpt_count == kill_nth && 2 * done >= total)
 		raise(SIGKILL);
+	if (ckpt_count == term_nth && 2 * done >= total) {
+		term_nth = 0;
+		kill(getpid(), SIGTERM);
+	}
 }
 
 /* Bench hook: HPDLF_TEST_EXPORT_EVERY=N:DIR has rank 0 export its
@@ -558,7 +566,7 @@ int exec_train_main(struct cli *c)
 {
 	struct hp_trainer_opts o;
 	struct hp_trainer *t = NULL;
-	const char *k = getenv("HPDLF_TEST_KILL_IN_CHECKPOINT");
+	const char *k = getenv("HPDLF_TEST_KILL_IN_CHECKPOINT"), *kt = getenv("HPDLF_TEST_TERM_IN_CHECKPOINT");
 	int rc;
 
 	if ((rc = tune_share_from_env()) != 0) /* a trial of --tune: the runner's open data files */
@@ -583,7 +591,9 @@ int exec_train_main(struct cli *c)
 	rc = hp_trainer_create(c->model, &o, &t);
 	if (rc == 0 && !o.graph_only)
 		warn_sizes(c, t);
-	if (rc == 0 && k && (kill_nth = atol(k)) > 0)
+	kill_nth = k ? atol(k) : 0;
+	term_nth = kt ? atol(kt) : 0;
+	if (rc == 0 && (kill_nth > 0 || term_nth > 0))
 		hp_trainer_set_checkpoint_progress(t, ckpt_progress, NULL);
 	if (rc == 0 && o.graph_only && hp_comm_rank() == 0) /* every rank plans the same step */
 		rc = plan_step(c, &o, t);

@@ -10,6 +10,9 @@ usage: check_signals.py HPDLF_EXEC MODEL_DIR
   143 / 130, one line, the statistics page of an out-of-core run removed.
 - SIGTERM during training with --checkpoint (Slurm's scancel, time limit)
   writes a checkpoint and exits 143; --resume continues from it.
+- SIGUSR1 stops training like SIGTERM (138); a SIGTERM that arrives while
+  a checkpoint is being written (HPDLF_TEST_TERM_IN_CHECKPOINT) lets it
+  complete and stops with 143; both resume with the uninterrupted losses.
 - Disk hygiene (issue 20 item 8): a --tier file that existed is truncated
   to 0 bytes at exit and one line says so, also after SIGTERM (training
   and inference); one the run created is removed; a usage error leaves a
@@ -117,6 +120,52 @@ def sigterm_training(exe, folder, tmp):
               f"SIGTERM: resumed losses bitwise the uninterrupted run's ({got} vs {[want.get(k) for k in got]})")
 
 
+def stop_in_checkpoint_and_usr1(exe, folder, tmp):
+    """SIGUSR1 (what batch systems send ahead of a time limit) stops training
+    like SIGTERM, with 138; a SIGTERM arriving while a checkpoint is being
+    written lets it complete and stops with 143; both resume bitwise."""
+    base = [exe, os.path.join(folder, "model.onnx"), "--train", "--data", os.path.join(folder, "x.npy"),
+            "--labels", os.path.join(folder, "y.npy"), "--loss", "cross-entropy", "--optimizer", "sgd",
+            "--lr", "0.01", "--batch", "8"]
+    for tag, sig, env in (("usr1", signal.SIGUSR1, {}), ("mid-ckpt", signal.SIGTERM,
+                                                        {"HPDLF_TEST_TERM_IN_CHECKPOINT": "2"})):
+        ck, log = os.path.join(tmp, tag + "-ck"), os.path.join(tmp, tag + ".jsonl")
+        args = base + ["--checkpoint", ck, "--checkpoint-every", "3" if env else "1000000"]
+        p = subprocess.Popen(args + ["--steps", "100000000", "--log-json", log], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, **env))
+        if not env:
+            if not check(started(p, log), f"{tag}: training running"):
+                p.kill()
+                continue
+            p.send_signal(sig)
+        try:
+            _, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            check(False, f"{tag}: training still running 60 s after the signal")
+            continue
+        check(p.returncode == 128 + sig and "--resume" in err,
+              f"{tag}: exits {128 + sig} saying how to resume (got {p.returncode}: {err.strip()[-200:]!r})")
+        with open(log) as f:
+            done = sum(1 for _ in f)
+        if env:  # the 2nd checkpoint (after step 6) was written when the signal came
+            check(done in (6, 7), f"{tag}: stopped right after the checkpoint it was writing ({done} steps)")
+        log2, ref = os.path.join(tmp, tag + "-resumed.jsonl"), os.path.join(tmp, tag + "-ref.jsonl")
+        r = subprocess.run(args + ["--steps", str(done + 2), "--resume", "--log-json", log2], capture_output=True,
+                           text=True, timeout=120)
+        q = subprocess.run(base + ["--steps", str(done + 2), "--log-json", ref], capture_output=True, text=True,
+                           timeout=300)
+        if not check(r.returncode == 0 and q.returncode == 0, f"{tag}: --resume and a reference run "
+                     f"({r.returncode}, {q.returncode}: {r.stderr.strip()[-200:]!r})"):
+            continue
+        with open(ref) as f:
+            want = {j["step"]: j["loss"] for j in map(json.loads, f)}
+        with open(log2) as f:
+            got = {j["step"]: j["loss"] for j in map(json.loads, f)}
+        check(sorted(got) == [done, done + 1] and all(want.get(k) == v for k, v in got.items()),
+              f"{tag}: resumed at step {done}, losses bitwise the uninterrupted run's ({got})")
+
+
 def tier_hygiene(exe, folder, tmp):
     model = os.path.join(folder, "model.onnx")
     train = [exe, model, "--train", "--data", os.path.join(folder, "x.npy"), "--labels",
@@ -177,6 +226,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         crash_signals(exe, os.path.join(folder, "model.onnx"), tmp)
         sigterm_training(exe, folder, tmp)
+        stop_in_checkpoint_and_usr1(exe, folder, tmp)
         tier_hygiene(exe, folder, tmp)
     return 1 if fails else 0
 
