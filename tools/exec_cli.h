@@ -72,6 +72,7 @@ struct cli {
 	int schedule;                /* --schedule: enum hp_pipe_schedule (1f1b default) */
 	int schedule_given;
 	const char *pipeline_cuts;   /* --pipeline-cuts NODE,NODE,... */
+	int shuffle_both;            /* --shuffle and --no-shuffle both given (the last wins; warned) */
 };
 
 struct hp_session;

@@ -96,12 +96,15 @@ static int check_ranks(const struct cli *c)
 /* Every required training option that is missing, in one message. */
 static int missing_options(const struct cli *c)
 {
-	const char *need[3];
+	const char *need[4];
 	char list[256] = "";
+	size_t dl = c->data ? strlen(c->data) : 0;
 	int n = 0;
 
 	if (!c->data)
 		need[n++] = "--data FILE.npy --labels FILE.npy (or --data FILE.npz)";
+	else if (!c->labels && (dl < 4 || strcmp(c->data + dl - 4, ".npz")))
+		need[n++] = "--labels FILE.npy (or --data FILE.npz holding x and y)";
 	if (!c->batch)
 		need[n++] = "--batch N";
 	if (!c->steps && !c->epochs)
@@ -132,6 +135,9 @@ static void warn_ignored(const struct cli *c, const struct hp_train_spec *sp)
 		warn(c, "--momentum is ignored by --optimizer adam/adamw (SGD momentum; Adam has its own moments)");
 	if (adam && c->nesterov)
 		warn(c, "--nesterov is ignored by --optimizer adam/adamw (it is SGD's)");
+	if (c->shuffle_both)
+		warn(c, c->shuffle ? "--no-shuffle and --shuffle both given: the last, --shuffle, holds"
+				   : "--shuffle and --no-shuffle both given: the last, --no-shuffle, holds");
 }
 
 /* Said after the trainer knows the step count and the data set size. */
@@ -178,6 +184,8 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	if ((rc = parse_loss(c->loss, &o->spec)) || (rc = parse_optimizer(c->optimizer, &o->spec)) ||
 	    (rc = exec_async_opts(c, o)))
 		return rc;
+	if (o->spec.optimizer == HP_OPT_SGD && c->nesterov && (!c->momentum_given || c->momentum <= 0))
+		return usage("%s", "--nesterov needs --momentum F > 0 (Nesterov's is a kind of SGD momentum)");
 	warn_ignored(c, &o->spec);
 	if ((rc = exec_store_tiers(c, tiers, &o->ntiers)) != 0)
 		return rc;

@@ -251,8 +251,8 @@ static int parse_more(int o, struct cli *c)
 	case OPT_BATCH: return parse_int(optarg, "--batch", 1, &c->batch);
 	case OPT_STEPS: return parse_int(optarg, "--steps", 1, &c->steps);
 	case OPT_EPOCHS: return parse_int(optarg, "--epochs", 1, &c->epochs);
-	case OPT_SHUFFLE: c->shuffle = 1; return 0;
-	case OPT_NO_SHUFFLE: c->shuffle = 0; return 0;
+	case OPT_SHUFFLE: c->shuffle_both |= c->shuffle == 0; c->shuffle = 1; return 0;
+	case OPT_NO_SHUFFLE: c->shuffle_both |= c->shuffle == 1; c->shuffle = 0; return 0;
 	case OPT_CKPT: c->checkpoint = optarg; return 0;
 	case OPT_CKPT_EVERY: return parse_int(optarg, "--checkpoint-every", 1, &c->checkpoint_every);
 	case OPT_RESUME: c->resume = 1; return 0;
@@ -383,6 +383,16 @@ static int check_mode(const struct cli *c)
 		return 2;
 	}
 	return 0;
+}
+
+/* Inference options that would do nothing as given: accepted, said once. */
+static void warn_inference(const struct cli *c)
+{
+	if (c->train)
+		return;
+	if (c->profile && c->quiet && !c->stats_json)
+		fprintf(stderr, "hpdlf-exec: warning: --profile with --quiet and no --stats-json: the profile is shown "
+			"nowhere\n");
 }
 
 /* One line for an option getopt refused: unknown (with the nearest known
@@ -1234,6 +1244,7 @@ int main(int argc, char **argv)
 		return rc;
 	if ((rc = check_mode(&c)) != 0)
 		return rc;
+	warn_inference(&c);
 	if (c.info)
 		return exec_info_main(&c);
 	c.argc = argc;

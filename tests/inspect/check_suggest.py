@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A mistyped option gets one line naming the nearest known one, then where
 help is, and exit status 2 (issue 20, item 7), in hpdlf-store-inspect and
-hpdlf-store (its daemon options and its commands' options).
+hpdlf-store (its daemon options, its commands and their options).
 
 usage: check_suggest.py HPDLF_STORE_INSPECT [HPDLF_STORE]
 """
@@ -37,6 +37,9 @@ def main():
         expect([store, "--lisen", "x:1"], "hpdlf-store: unknown option '--lisen' (did you mean --listen?)")
         expect([store, "ls", "--hostfiel", "h"], "hpdlf-store: unknown option '--hostfiel' (did you mean --hostfile?)")
         expect([store, "--dram"], "hpdlf-store: missing the argument of option '--dram'")
+        expect([store, "lss"], "hpdlf-store: unknown command 'lss' (did you mean ls?)")
+        expect([store, "shutdwn"], "hpdlf-store: unknown command 'shutdwn' (did you mean shutdown?)")
+        expect([store, "frobnicate"], "hpdlf-store: unknown command 'frobnicate'")
     print("%d failure(s)" % fails)
     return 1 if fails else 0
 
