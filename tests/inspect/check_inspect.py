@@ -420,6 +420,25 @@ def test_http(tmp):
         check(rc == 0 and prom(parse_prometheus(text), "hpdlf_store_up", target=pid) == 1,
               f"--prometheus-file: exit {rc} {err}")
         check(not [n for n in os.listdir(tmp) if n.startswith("metrics.prom.")], "no temporary left")
+        # a reader (node_exporter) never sees a half-written file: while
+        # --watch rewrites it 40 times, every read is one whole document
+        whole = text.rstrip("\n").splitlines()[-1].split("{")[0]  # the last family written
+        wp = subprocess.Popen([INSPECT, "--prometheus-file", out, "--watch", "0.02", "--count", "40", pid],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        reads, torn, inode_changes, last_ino = 0, 0, 0, os.stat(out).st_ino
+        while wp.poll() is None:
+            with open(out) as f:
+                t = f.read()
+                ino = os.fstat(f.fileno()).st_ino
+            reads += 1
+            inode_changes += ino != last_ino
+            last_ino = ino
+            torn += not (t.endswith("\n") and whole in t.rstrip("\n").splitlines()[-1] and
+                         t.startswith("# HELP hpdlf_store_up"))
+        wp.wait()
+        check(reads > 10 and torn == 0 and inode_changes > 0,
+              f"--prometheus-file --watch: {reads} concurrent reads, {torn} torn, replaced by rename "
+              f"{inode_changes} times")
         rc, _, err = run("--prometheus-file", os.path.join(tmp, "no", "such", "dir.prom"), pid)
         check(rc == 1 and "dir.prom" in err, f"--prometheus-file in a missing dir: exit {rc} {err!r}")
         rc, _, err = run("--listen-metrics", "127.0.0.1:0", "--watch", "1")
