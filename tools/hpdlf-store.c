@@ -175,12 +175,16 @@ static int make_config(const char *val[O_NOPT], struct hs_daemon_config *c, char
 	return 0;
 }
 
+/* Written to a hidden temporary beside it and renamed: a job script that
+ * waits for the files of a directory (ls, a glob) sees each one whole. */
 static int write_port_file(const char *path, const char *addr)
 {
+	const char *base = strrchr(path, '/');
 	char tmp[4200];
 	FILE *f;
 
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	base = base ? base + 1 : path;
+	snprintf(tmp, sizeof tmp, "%.*s.%s.tmp", (int)(base - path), path, base);
 	f = fopen(tmp, "w");
 	if (!f)
 		return hp_error(-errno, "port file %s: %s", tmp, strerror(errno));
