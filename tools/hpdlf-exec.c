@@ -556,14 +556,17 @@ static int parse_tier(const char *arg, struct hs_tier_spec *t)
 
 int exec_parse_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n)
 {
+	int rc;
+
 	*n = 0;
+	if ((rc = exec_check_tier_files(c)) != 0)
+		return rc;
 	if (c->ntiers > HS_MAX_TIERS) {
 		fprintf(stderr, "hpdlf-exec: at most %d --tier options\n", HS_MAX_TIERS);
 		return 2;
 	}
 	for (int i = 0; i < c->ntiers; i++) {
-		int rc = parse_tier(c->tiers[i], &specs[i]);
-		if (rc)
+		if ((rc = parse_tier(c->tiers[i], &specs[i])) != 0)
 			return rc;
 		(*n)++;
 	}

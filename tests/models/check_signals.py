@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Honest crashes and signals (issue 23, item 3; issue 20, item 1).
 
-usage: check_signals.py HPDLF_EXEC MODEL_DIR
+usage: check_signals.py HPDLF_EXEC MODEL_DIR [MAKE_COMMITTED_STORE]
 
 - A crash is a crash: SIGSEGV, SIGBUS, SIGILL and SIGABRT sent to a running
   hpdlf-exec end it by that signal (no handler of libfabric's PSM libraries
@@ -16,7 +16,9 @@ usage: check_signals.py HPDLF_EXEC MODEL_DIR
 - Disk hygiene (issue 20 item 8): a --tier file that existed is truncated
   to 0 bytes at exit and one line says so, also after SIGTERM (training
   and inference); one the run created is removed; a usage error leaves a
-  given file as it was.
+  given file as it was; a file holding a program's committed named tensors
+  (a persistent store, made here through the public API) is refused with
+  one line, status 2, its bytes untouched.
 
 MODEL_DIR is a reference model folder (model.onnx, x.npy, y.npy).
 """
@@ -219,6 +221,28 @@ def tier_hygiene(exe, folder, tmp):
         kept = f.read()
     check(r.returncode == 2 and kept == b"keep me" * 100,
           f"a usage error leaves a given --tier file as it was (status {r.returncode}, {len(kept)} bytes)")
+    if len(sys.argv) > 3:  # a tier file holding a program's committed named tensors is refused, untouched
+        maker = os.path.abspath(sys.argv[3])
+        for n in (2, 0):
+            store = os.path.join(tmp, "saved%d.hpst" % n)
+            m = subprocess.run([maker, store, str(n)], capture_output=True, text=True, timeout=60)
+            if not check(m.returncode == 0, f"a committed store with {n} named tensors made ({m.stderr.strip()})"):
+                continue
+            with open(store, "rb") as f:
+                before = f.read()
+            r = subprocess.run(train + ["--steps", "2", "--tier", "nvme=%s:64M" % store], capture_output=True,
+                               text=True, timeout=120)
+            with open(store, "rb") as f:
+                after = f.read()
+            if n:
+                check(r.returncode == 2 and "holds a persistent store with 2 named tensors" in r.stderr and
+                      len(r.stderr.strip().splitlines()) == 1 and after == before,
+                      f"a --tier file holding 2 committed named tensors: one line, status 2, not touched "
+                      f"(status {r.returncode}, unchanged {after == before}: {r.stderr.strip()!r})")
+            else:  # committed, but nothing named: scratch like any other
+                check(r.returncode == 0 and os.path.getsize(store) == 0,
+                      f"a --tier file of a store holding no named tensor is used and truncated (status "
+                      f"{r.returncode}, {os.path.getsize(store)} bytes: {r.stderr.strip()[-200:]!r})")
 
 
 def main():
