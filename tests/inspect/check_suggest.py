@@ -40,6 +40,17 @@ def main():
         expect([store, "lss"], "hpdlf-store: unknown command 'lss' (did you mean ls?)")
         expect([store, "shutdwn"], "hpdlf-store: unknown command 'shutdwn' (did you mean shutdown?)")
         expect([store, "frobnicate"], "hpdlf-store: unknown command 'frobnicate'")
+        # every missing daemon option in one line (no token in the environment)
+        import os
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HPDLF_", "SLURM"))}
+        r = subprocess.run([store], capture_output=True, text=True, timeout=30, env=env)
+        first = r.stderr.splitlines()[:1]
+        check(r.returncode == 2 and first and all(o in first[0] for o in ("--listen", "--dram", "--token-file")),
+              f"hpdlf-store without options names all three missing ones in one line: {r.stderr!r}")
+        r = subprocess.run([store, "--dram", "1G", "--listen", "127.0.0.1:1"], capture_output=True, text=True,
+                           timeout=30, env=env)
+        check(r.returncode == 2 and r.stderr.startswith("hpdlf-store: missing --token-file F") and
+              "--dram" not in r.stderr.splitlines()[0], f"only the token missing: {r.stderr!r}")
     print("%d failure(s)" % fails)
     return 1 if fails else 0
 
