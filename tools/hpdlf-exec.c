@@ -385,9 +385,28 @@ static int check_mode(const struct cli *c)
 	return 0;
 }
 
-/* Inference options that would do nothing as given: accepted, said once. */
-static void warn_inference(const struct cli *c)
+/* Options that would do nothing as given: accepted (a script may pass
+ * them to every run), said once each.  In core (no --budget) no tensor
+ * leaves DRAM, so tiers, daemons and splitting are never used. */
+static void warn_unused(const struct cli *c)
 {
+	const char *tiers = c->ntiers ? "--tier" : c->store ? "--store" : c->hostfile ? "--hostfile" : NULL;
+
+	const char *rank = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : getenv("PMIX_RANK");
+
+	if (rank && strcmp(rank, "0"))
+		return; /* said by rank 0 of a launched job only */
+	if (c->budget || c->plan || c->plan_dot || (c->train && (c->tune || c->pipeline)))
+		tiers = NULL; /* out of core, or planning/launching runs that choose for themselves */
+	if (tiers)
+		fprintf(stderr, "hpdlf-exec: warning: %s is not used without --budget (in core no tensor leaves "
+			"DRAM)\n", tiers);
+	if (c->no_split && !c->budget)
+		fprintf(stderr, "hpdlf-exec: warning: --no-split does nothing without --budget (in core nothing is "
+			"split)\n");
+	if (c->replicas > 1 && !c->store && !c->hostfile && !getenv("HPDLF_STORE") && !getenv("SLURM_JOB_NODELIST"))
+		fprintf(stderr, "hpdlf-exec: warning: --replicas is for daemons' copies: no --store, --hostfile or "
+			"HPDLF_STORE given\n");
 	if (c->train)
 		return;
 	if (c->profile && c->quiet && !c->stats_json)
@@ -1247,7 +1266,7 @@ int main(int argc, char **argv)
 		return rc;
 	if ((rc = check_mode(&c)) != 0)
 		return rc;
-	warn_inference(&c);
+	warn_unused(&c);
 	if (c.info)
 		return exec_info_main(&c);
 	c.argc = argc;

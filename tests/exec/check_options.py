@@ -66,6 +66,15 @@ def main():
               f"{' '.join(extra)}: exit {rc}, one warning each {warns}")
     rc, err = run(base + ["--batch", "4", "--nesterov"])
     check(rc == 2 and "Nesterov" in err, f"--nesterov without --momentum is refused: exit {rc} {err!r}")
+    # in core (no --budget) tiers, daemons' copies and splitting are never used
+    for extra, want in ((["--tier", "nvme=/nonexistent-dir/spill"], "--tier is not used without --budget"),
+                        (["--no-split"], "--no-split does nothing without --budget"),
+                        (["--replicas", "2"], "--replicas is for daemons' copies")):
+        rc, err = run([exe, model, "--quiet"] + extra)
+        warns = [ln for ln in err.splitlines() if ln.startswith("hpdlf-exec: warning: ")]
+        check(rc == 0 and len(warns) == 1 and want in warns[0], f"{' '.join(extra)} in core: one warning {warns}")
+    rc, err = run([exe, model, "--quiet", "--budget", "300K", "--no-split"])
+    check(rc == 0 and "warning" not in err, f"--no-split with --budget: no warning {err!r}")
     # inference: --profile that nothing would show
     rc, err = run([exe, model, "--iterations", "2", "--profile", "--quiet"])
     check(rc == 0 and err.count("warning: --profile with --quiet and no --stats-json") == 1,
