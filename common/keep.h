@@ -9,6 +9,10 @@
  *   dlopen(...) or MPI_Init(...);
  *   hp_keep_restore(&k);
  *
+ * hp_keep_save also sets IPATH_NO_BACKTRACE and HFI_NO_BACKTRACE (when
+ * unset), so that libpsm takes no signal at all: a signal arriving during
+ * the load itself then still meets the process's own handlers.
+ *
  * The signal list is that of tools/crash_signals.c. */
 #ifndef HPDLF_COMMON_KEEP_H
 #define HPDLF_COMMON_KEEP_H

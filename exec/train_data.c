@@ -281,6 +281,9 @@ static int attach_array(struct hp_darray *a, struct hs_store *st)
 	if (st && hp_file_shared(a->path) < 0) {
 		struct hs_tensor_info ti = { .bytes = bytes, .dtype = a->dtype, .shape = a->shape };
 		rc = hs_tensor_create_backed(st, &ti, a->path, a->offset, &a->ten);
+		const char *base = strrchr(a->what, '/');
+		if (rc == 0) /* --tensors lists it under its file's name, not as #N */
+			hs_tensor_set_label(a->ten, base ? base + 1 : a->what);
 		a->chunk = hs_chunk_size(st);
 		return rc < 0 ? hp_error_prefix(rc, "%s", a->what) : 0;
 	}

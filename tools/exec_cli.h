@@ -72,6 +72,7 @@ struct cli {
 	int schedule;                /* --schedule: enum hp_pipe_schedule (1f1b default) */
 	int schedule_given;
 	const char *pipeline_cuts;   /* --pipeline-cuts NODE,NODE,... */
+	int shuffle_both;            /* --shuffle and --no-shuffle both given (the last wins; warned) */
 };
 
 struct hp_session;
@@ -97,9 +98,18 @@ struct hs_tier_spec;
 /* --tier KIND=PATH[:SIZE] options as store tier specs (paths point into c);
  * returns 0 or a process exit status (2) after saying why on stderr. */
 int exec_parse_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n);
+/* Refuse (2, said on stderr) a --tier file holding a committed persistent
+ * store with named tensors, which the run would overwrite; else 0. */
+int exec_check_tier_files(const struct cli *c);
 /* --tier paths plus the job's hpdlf-store daemons (--store, --hostfile,
  * HPDLF_STORE, Slurm), in demotion order; 0, or an exit status. */
 int exec_store_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n);
+/* The store is about to open the --tier files: from now on, at exit, a file
+ * the run created is removed and a regular file that existed is truncated
+ * to zero (saying so unless quiet).  exec_tiers_tidy does it now (before
+ * an _exit). */
+void exec_tiers_opened(int quiet);
+void exec_tiers_tidy(void);
 
 struct hp_session;
 struct json_object;

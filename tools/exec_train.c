@@ -96,12 +96,15 @@ static int check_ranks(const struct cli *c)
 /* Every required training option that is missing, in one message. */
 static int missing_options(const struct cli *c)
 {
-	const char *need[3];
+	const char *need[4];
 	char list[256] = "";
+	size_t dl = c->data ? strlen(c->data) : 0;
 	int n = 0;
 
 	if (!c->data)
 		need[n++] = "--data FILE.npy --labels FILE.npy (or --data FILE.npz)";
+	else if (!c->labels && (dl < 4 || strcmp(c->data + dl - 4, ".npz")))
+		need[n++] = "--labels FILE.npy (or --data FILE.npz holding x and y)";
 	if (!c->batch)
 		need[n++] = "--batch N";
 	if (!c->steps && !c->epochs)
@@ -132,6 +135,9 @@ static void warn_ignored(const struct cli *c, const struct hp_train_spec *sp)
 		warn(c, "--momentum is ignored by --optimizer adam/adamw (SGD momentum; Adam has its own moments)");
 	if (adam && c->nesterov)
 		warn(c, "--nesterov is ignored by --optimizer adam/adamw (it is SGD's)");
+	if (c->shuffle_both)
+		warn(c, c->shuffle ? "--no-shuffle and --shuffle both given: the last, --shuffle, holds"
+				   : "--shuffle and --no-shuffle both given: the last, --no-shuffle, holds");
 }
 
 /* Said after the trainer knows the step count and the data set size. */
@@ -178,6 +184,8 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	if ((rc = parse_loss(c->loss, &o->spec)) || (rc = parse_optimizer(c->optimizer, &o->spec)) ||
 	    (rc = exec_async_opts(c, o)))
 		return rc;
+	if (o->spec.optimizer == HP_OPT_SGD && c->nesterov && (!c->momentum_given || c->momentum <= 0))
+		return usage("%s", "--nesterov needs --momentum F > 0 (Nesterov's is a kind of SGD momentum)");
 	warn_ignored(c, &o->spec);
 	if ((rc = exec_store_tiers(c, tiers, &o->ntiers)) != 0)
 		return rc;
@@ -217,10 +225,14 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 
 /* Test hook: HPDLF_TEST_KILL_IN_CHECKPOINT=N kills the process (SIGKILL)
  * half way through writing its Nth checkpoint, as a crash would. */
-static long kill_nth;
+static long kill_nth, term_nth;
 static int ckpt_count;
 static uint64_t ckpt_last_done = UINT64_MAX;
 
+/* Test hooks: HPDLF_TEST_KILL_IN_CHECKPOINT=N SIGKILLs the process half
+ * way through its N-th checkpoint (a torn one must not count);
+ * HPDLF_TEST_TERM_IN_CHECKPOINT=N sends it SIGTERM there once (Slurm's
+ * scancel while a checkpoint is written: it completes, the run stops). */
 static void ckpt_progress(void *arg, uint64_t done, uint64_t total)
 {
 	(void)arg;
@@ -229,6 +241,10 @@ static void ckpt_progress(void *arg, uint64_t done, uint64_t total)
 	ckpt_last_done = done;
 	if (ckpt_count == kill_nth && 2 * done >= total)
 		raise(SIGKILL);
+	if (ckpt_count == term_nth && 2 * done >= total) {
+		term_nth = 0;
+		kill(getpid(), SIGTERM);
+	}
 }
 
 /* Bench hook: HPDLF_TEST_EXPORT_EVERY=N:DIR has rank 0 export its
@@ -558,7 +574,7 @@ int exec_train_main(struct cli *c)
 {
 	struct hp_trainer_opts o;
 	struct hp_trainer *t = NULL;
-	const char *k = getenv("HPDLF_TEST_KILL_IN_CHECKPOINT");
+	const char *k = getenv("HPDLF_TEST_KILL_IN_CHECKPOINT"), *kt = getenv("HPDLF_TEST_TERM_IN_CHECKPOINT");
 	int rc;
 
 	if ((rc = tune_share_from_env()) != 0) /* a trial of --tune: the runner's open data files */
@@ -568,19 +584,24 @@ int exec_train_main(struct cli *c)
 		return train_fail(rc);
 	export_hook_init();
 	quiet_rank(c);
-	rc = to_opts(c, &o);
-	if (rc)
-		return rc;
+	/* before to_opts: it opens the daemons' tier (libfabric's 0.2 s load) */
 	signal(SIGINT, on_stop);
 	signal(SIGTERM, on_stop);
 	signal(SIGUSR1, on_stop); /* what batch systems send ahead of a time limit */
+	rc = to_opts(c, &o);
+	if (rc)
+		return rc;
 	o.graph_only = c->plan || c->plan_dot;
 	if (c->plan && c->pipeline)
 		o.budget = 0; /* the whole step is not planned: each stage is, under the budget (exec_plan_pipe.c) */
+	if (!o.graph_only)
+		exec_tiers_opened(c->quiet);
 	rc = hp_trainer_create(c->model, &o, &t);
 	if (rc == 0 && !o.graph_only)
 		warn_sizes(c, t);
-	if (rc == 0 && k && (kill_nth = atol(k)) > 0)
+	kill_nth = k ? atol(k) : 0;
+	term_nth = kt ? atol(kt) : 0;
+	if (rc == 0 && (kill_nth > 0 || term_nth > 0))
 		hp_trainer_set_checkpoint_progress(t, ckpt_progress, NULL);
 	if (rc == 0 && o.graph_only && hp_comm_rank() == 0) /* every rank plans the same step */
 		rc = plan_step(c, &o, t);
@@ -598,6 +619,7 @@ int exec_train_main(struct cli *c)
 			fprintf(stderr, "hpdlf-exec: %s: %s%s\n", interrupted == SIGTERM ? "terminated" : "interrupted",
 				hp_errmsg(), c->checkpoint ? " (checkpoint written; continue with --resume)" : "");
 		if (hp_comm_leave()) { /* --sync async with a peer lost (comm_watch.h) */
+			exec_tiers_tidy();
 			fflush(NULL);
 			_exit(128 + (interrupted ? (int)interrupted : SIGINT));
 		}
@@ -606,6 +628,7 @@ int exec_train_main(struct cli *c)
 	if (rc < 0)
 		return train_fail(rc);
 	if (hp_comm_leave()) { /* --sync async with a peer lost: no MPI_Finalize (comm_watch.h) */
+		exec_tiers_tidy();
 		fflush(NULL);
 		_exit(0);
 	}

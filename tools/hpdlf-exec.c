@@ -251,8 +251,8 @@ static int parse_more(int o, struct cli *c)
 	case OPT_BATCH: return parse_int(optarg, "--batch", 1, &c->batch);
 	case OPT_STEPS: return parse_int(optarg, "--steps", 1, &c->steps);
 	case OPT_EPOCHS: return parse_int(optarg, "--epochs", 1, &c->epochs);
-	case OPT_SHUFFLE: c->shuffle = 1; return 0;
-	case OPT_NO_SHUFFLE: c->shuffle = 0; return 0;
+	case OPT_SHUFFLE: c->shuffle_both |= c->shuffle == 0; c->shuffle = 1; return 0;
+	case OPT_NO_SHUFFLE: c->shuffle_both |= c->shuffle == 1; c->shuffle = 0; return 0;
 	case OPT_CKPT: c->checkpoint = optarg; return 0;
 	case OPT_CKPT_EVERY: return parse_int(optarg, "--checkpoint-every", 1, &c->checkpoint_every);
 	case OPT_RESUME: c->resume = 1; return 0;
@@ -385,6 +385,35 @@ static int check_mode(const struct cli *c)
 	return 0;
 }
 
+/* Options that would do nothing as given: accepted (a script may pass
+ * them to every run), said once each.  In core (no --budget) no tensor
+ * leaves DRAM, so tiers, daemons and splitting are never used. */
+static void warn_unused(const struct cli *c)
+{
+	const char *tiers = c->ntiers ? "--tier" : c->store ? "--store" : c->hostfile ? "--hostfile" : NULL;
+
+	const char *rank = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : getenv("PMIX_RANK");
+
+	if (rank && strcmp(rank, "0"))
+		return; /* said by rank 0 of a launched job only */
+	if (c->budget || c->plan || c->plan_dot || (c->train && (c->tune || c->pipeline)))
+		tiers = NULL; /* out of core, or planning/launching runs that choose for themselves */
+	if (tiers)
+		fprintf(stderr, "hpdlf-exec: warning: %s is not used without --budget (in core no tensor leaves "
+			"DRAM)\n", tiers);
+	if (c->no_split && !c->budget)
+		fprintf(stderr, "hpdlf-exec: warning: --no-split does nothing without --budget (in core nothing is "
+			"split)\n");
+	if (c->replicas > 1 && !c->store && !c->hostfile && !getenv("HPDLF_STORE") && !getenv("SLURM_JOB_NODELIST"))
+		fprintf(stderr, "hpdlf-exec: warning: --replicas is for daemons' copies: no --store, --hostfile or "
+			"HPDLF_STORE given\n");
+	if (c->train)
+		return;
+	if (c->profile && c->quiet && !c->stats_json)
+		fprintf(stderr, "hpdlf-exec: warning: --profile with --quiet and no --stats-json: the profile is shown "
+			"nowhere\n");
+}
+
 /* One line for an option getopt refused: unknown (with the nearest known
  * name when one is close) or missing its argument (tools/cli_suggest.c). */
 static int bad_option(const char *arg, int missing)
@@ -452,31 +481,60 @@ static int parse_args(int argc, char **argv, struct cli *c)
 	return 0;
 }
 
-/* Spill files this run creates (a --tier path that did not exist): their
- * contents die with the run, so they are removed at exit instead of
- * keeping tens of GB of dead data on the node's scratch disk.  A file that
- * existed (preallocated, a device) is left as it was. */
-static char created[16][4096];
-static int ncreated;
+/* --tier files hold only this run's scratch (the store opens them with
+ * reset: nothing in them is named or committed), so none outlives the run
+ * at its full size (a 64G sparse file left on a node's scratch disk per
+ * job): a file the run created is removed at exit, a regular file that
+ * existed is truncated to zero bytes, and says so.  Devices are left as
+ * they are.  Armed only once the store may have opened them
+ * (exec_tiers_opened): a usage error leaves a given file untouched.  Done
+ * by atexit, so also after SIGINT/SIGTERM/SIGUSR1 (they end the run through
+ * exit); a second signal, which kills at once, leaves the files. */
+static struct tier_file {
+	char path[4096];
+	int created;
+} tier_files[16];
+static int ntier_files, tiers_armed, tiers_quiet, tiers_atexit;
 
-static void remove_created(void)
+static void tidy_tier_files(void)
 {
-	for (int i = 0; i < ncreated; i++) {
+	for (int i = 0; tiers_armed && i < ntier_files; i++) {
+		struct tier_file *f = &tier_files[i];
 		struct stat sb;
-		if (lstat(created[i], &sb) == 0 && S_ISREG(sb.st_mode))
-			unlink(created[i]);
+
+		if (lstat(f->path, &sb) < 0 || !S_ISREG(sb.st_mode))
+			continue;
+		if (f->created)
+			unlink(f->path);
+		else if (sb.st_size && truncate(f->path, 0) == 0 && !tiers_quiet)
+			fprintf(stderr, "hpdlf-exec: --tier %s: truncated to 0 bytes (it held this run's scratch "
+				"only)\n", f->path);
 	}
+	tiers_armed = 0;
 }
 
-static void note_if_new(const char *path)
+void exec_tiers_opened(int quiet)
+{
+	if (ntier_files && !tiers_atexit)
+		tiers_atexit = atexit(tidy_tier_files) == 0;
+	tiers_armed = 1;
+	tiers_quiet = quiet;
+}
+
+void exec_tiers_tidy(void)
+{
+	tidy_tier_files();
+}
+
+static void note_tier_file(const char *path)
 {
 	struct stat sb;
+	int exists = lstat(path, &sb) == 0;
 
-	if (ncreated == 16 || lstat(path, &sb) == 0 || errno != ENOENT)
+	if (ntier_files == 16 || (!exists && errno != ENOENT))
 		return;
-	if (!ncreated)
-		atexit(remove_created);
-	snprintf(created[ncreated++], sizeof created[0], "%s", path);
+	tier_files[ntier_files].created = !exists;
+	snprintf(tier_files[ntier_files++].path, sizeof tier_files[0].path, "%s", path);
 }
 
 /* nvme=PATH[:SIZE] or pmem=PATH[:SIZE]: what follows the last ':' must be a
@@ -511,20 +569,23 @@ static int parse_tier(const char *arg, struct hs_tier_spec *t)
 	paths[used][len] = 0;
 	t->path = paths[used++];
 	t->size = size;
-	note_if_new(t->path);
+	note_tier_file(t->path);
 	return 0;
 }
 
 int exec_parse_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n)
 {
+	int rc;
+
 	*n = 0;
+	if ((rc = exec_check_tier_files(c)) != 0)
+		return rc;
 	if (c->ntiers > HS_MAX_TIERS) {
 		fprintf(stderr, "hpdlf-exec: at most %d --tier options\n", HS_MAX_TIERS);
 		return 2;
 	}
 	for (int i = 0; i < c->ntiers; i++) {
-		int rc = parse_tier(c->tiers[i], &specs[i]);
-		if (rc)
+		if ((rc = parse_tier(c->tiers[i], &specs[i])) != 0)
 			return rc;
 		(*n)++;
 	}
@@ -1205,6 +1266,7 @@ int main(int argc, char **argv)
 		return rc;
 	if ((rc = check_mode(&c)) != 0)
 		return rc;
+	warn_unused(&c);
 	if (c.info)
 		return exec_info_main(&c);
 	c.argc = argc;
@@ -1213,11 +1275,12 @@ int main(int argc, char **argv)
 		return exec_tune_main(&c, long_opts);
 	if (c.train)
 		return exec_train_main(&c);
-	if ((rc = exec_store_tiers(&c, tiers, &ntiers)) != 0)
-		return rc;
-	/* from here a signal stops the run cleanly, also while the model loads */
+	/* from here a signal stops the run cleanly, also while the daemons'
+	 * tier opens (libfabric's load takes 0.2 s) and the model loads */
 	signal(SIGINT, on_stop);
 	signal(SIGTERM, on_stop);
+	if ((rc = exec_store_tiers(&c, tiers, &ntiers)) != 0)
+		return rc;
 	rc = load_model(&c, &g);
 	if (rc == 0)
 		rc = fuse(g, &c);
@@ -1248,6 +1311,7 @@ int main(int argc, char **argv)
 		hp_graph_free(gmin);
 		goto out;
 	}
+	exec_tiers_opened(c.quiet);
 	rc = hp_session_create(g, &o, &s);
 	weights_split = hp_split_count(g);
 	if (rc == 0)

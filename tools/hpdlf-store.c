@@ -143,16 +143,35 @@ static int parse_level(const char *s)
 	return -1;
 }
 
+/* Every required daemon option that is missing, in one line. */
+static int missing_options(const char *listen, const char *dram, const char *token)
+{
+	const char *need[3];
+	char list[256] = "";
+	int n = 0;
+
+	if (!listen)
+		need[n++] = "--listen HOST:PORT (outside Slurm)";
+	if (!dram)
+		need[n++] = "--dram SIZE";
+	if (!token)
+		need[n++] = "--token-file F (or HPDLF_TOKEN_FILE; make one: (umask 077; head -c 32 /dev/urandom > "
+			    "~/.hpdlf-token))";
+	for (int i = 0; i < n; i++)
+		snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", need[i]);
+	return n ? usage_error("missing %s", list) : 0;
+}
+
 static int make_config(const char *val[O_NOPT], struct hs_daemon_config *c, char *pmem_path, size_t plen)
 {
+	int rc;
+
 	memset(c, 0, sizeof *c);
 	c->listen = val[O_LISTEN];
 	c->token_file = val[O_TOKEN];
 	c->provider = val[O_PROVIDER];
-	if (!c->listen)
-		return usage_error("%s", "--listen HOST:PORT is required (outside Slurm)");
-	if (!val[O_DRAM])
-		return usage_error("%s", "--dram SIZE is required");
+	if ((rc = missing_options(c->listen, val[O_DRAM], c->token_file)) != 0)
+		return rc;
 	if (hp_parse_size(val[O_DRAM], &c->dram) < 0)
 		return usage_error("--dram: %s", hp_errmsg());
 	c->dram = (c->dram + 4095) & ~4095ull;
@@ -175,12 +194,16 @@ static int make_config(const char *val[O_NOPT], struct hs_daemon_config *c, char
 	return 0;
 }
 
+/* Written to a hidden temporary beside it and renamed: a job script that
+ * waits for the files of a directory (ls, a glob) sees each one whole. */
 static int write_port_file(const char *path, const char *addr)
 {
+	const char *base = strrchr(path, '/');
 	char tmp[4200];
 	FILE *f;
 
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	base = base ? base + 1 : path;
+	snprintf(tmp, sizeof tmp, "%.*s.%s.tmp", (int)(base - path), path, base);
 	f = fopen(tmp, "w");
 	if (!f)
 		return hp_error(-errno, "port file %s: %s", tmp, strerror(errno));

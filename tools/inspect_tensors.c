@@ -75,13 +75,24 @@ static int cmp_tier(const void *x, const void *y)
 	return pa != pb ? (pa > pb) - (pa < pb) : by_bytes(a, b);
 }
 
-/* The listed tensors in the asked order, at most o->top; their count. */
-static int ordered(const struct insp_target *t, const struct insp_opts *o, const struct hs_page_tensor **v)
+/* A tensor the runtime keeps for the next value of its size: its value is
+ * dead (exec/runtime.c labels it so). */
+static int is_spare(const struct hs_page_tensor *p)
 {
-	int n = (int)t->tens.ntensors;
+	return !strcmp(p->name, "(free)");
+}
 
-	for (int i = 0; i < n; i++)
-		v[i] = &t->tens.tensor[i];
+/* The listed tensors in the asked order, at most o->top; their count.
+ * spares: leave the runtime's spare tensors out (the table sums them up
+ * in one line instead of letting them take the top rows). */
+static int ordered(const struct insp_target *t, const struct insp_opts *o, const struct hs_page_tensor **v,
+		   int spares)
+{
+	int n = 0;
+
+	for (uint64_t i = 0; i < t->tens.ntensors; i++)
+		if (spares || !is_spare(&t->tens.tensor[i]))
+			v[n++] = &t->tens.tensor[i];
 	sort_stats = &t->cur.stats;
 	qsort(v, (size_t)n, sizeof *v, o->sort == INSP_SORT_NAME ? cmp_name : o->sort == INSP_SORT_TIER ? cmp_tier : cmp_bytes);
 	return o->top > 0 && o->top < n ? o->top : n;
@@ -110,6 +121,22 @@ static void row(FILE *f, const struct insp_target *t, const struct hs_page_tenso
 	fprintf(f, "%*s  %s\n", COL_W, p->last_use ? b : "never", place_name(s, main_place(p, ntiers_of(s)), nm, sizeof nm));
 }
 
+/* One line for the spare tensors the page lists, if any. */
+static void spare_line(FILE *f, const struct insp_target *t)
+{
+	uint64_t n = 0, bytes = 0;
+	char b[32];
+
+	for (uint64_t i = 0; i < t->tens.ntensors; i++)
+		if (is_spare(&t->tens.tensor[i])) {
+			n++;
+			bytes += t->tens.tensor[i].bytes;
+		}
+	if (n)
+		fprintf(f, "  + %" PRIu64 " spare tensor%s in the page's list (kept for reuse, no value): %s\n", n,
+			n == 1 ? "" : "s", hp_format_size(bytes, b, sizeof b));
+}
+
 void insp_tensors_table(FILE *f, const struct insp_target *t, const struct insp_opts *o)
 {
 	const struct hs_store_stats *s = &t->cur.stats;
@@ -120,7 +147,7 @@ void insp_tensors_table(FILE *f, const struct insp_target *t, const struct insp_
 		fprintf(f, "  tensors: %s\n", insp_no_tensor_data);
 		return;
 	}
-	n = ordered(t, o, v);
+	n = ordered(t, o, v, 0);
 	fprintf(f, "  tensors: %d shown of %" PRIu64 " (the page holds the %d largest); by %s\n", n, s->tensors,
 		HS_PAGE_TENSORS, o->sort == INSP_SORT_NAME ? "name" : o->sort == INSP_SORT_TIER ? "tier" : "bytes");
 	fprintf(f, "  %-*s%*s", NAME_W, "name", COL_W, "bytes");
@@ -129,6 +156,7 @@ void insp_tensors_table(FILE *f, const struct insp_target *t, const struct insp_
 	fprintf(f, "%*s%*s%*s%*s  %s\n", COL_W, "file", COL_W, "unwritten", COL_W, "pinned", COL_W, "idle", "tier");
 	for (int i = 0; i < n; i++)
 		row(f, t, v[i]);
+	spare_line(f, t);
 }
 
 static json_object *tensor_json(const struct insp_target *t, const struct hs_page_tensor *p)
@@ -163,7 +191,7 @@ json_object *insp_tensors_json(const struct insp_target *t, const struct insp_op
 	if (t->cur.version < 2)
 		return NULL;
 	a = json_object_new_array();
-	n = ordered(t, o, v);
+	n = ordered(t, o, v, 1);
 	for (int i = 0; i < n; i++)
 		json_object_array_add(a, tensor_json(t, v[i]));
 	return a;

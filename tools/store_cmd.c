@@ -192,10 +192,16 @@ int hs_store_command(int argc, char **argv)
 	struct hs_tier *t;
 	int known = 0, c, rc;
 
-	for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
+	struct option names[sizeof cmds / sizeof *cmds + 1] = { { 0, 0, 0, 0 } };
+
+	for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
 		known |= !strcmp(argv[0], cmds[i]);
+		names[i] = (struct option){ cmds[i], no_argument, NULL, 0 };
+	}
 	if (!known) {
-		fprintf(stderr, "hpdlf-store: unknown command '%s' (see hpdlf-store --help)\n", argv[0]);
+		const char *near = cli_nearest(argv[0], names); /* "did you mean" as for options */
+		fprintf(stderr, "hpdlf-store: unknown command '%s'%s%s%s\n(see hpdlf-store --help)\n", argv[0],
+			near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
 		return 2;
 	}
 	optind = 1;

@@ -51,6 +51,8 @@ static int map_region(struct hs_daemon *d, const char *kind, const char *path, u
 		return hp_error(HP_EUSAGE, "%s size %" PRIu64 " must be a positive multiple of 4096", kind, size);
 	r->fd = -1;
 	if (path) {
+		struct stat sb;
+		r->created = stat(path, &sb) < 0 && errno == ENOENT;
 		r->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (r->fd < 0 || ftruncate(r->fd, (off_t)size) < 0)
 			return hp_error(-errno, "%s %s: %s", kind, path, strerror(errno));
@@ -109,6 +111,7 @@ static int setup(struct hs_daemon *d)
 	if ((rc = pthread_create(&d->progress, NULL, progress_main, d)))
 		return -rc;
 	d->progress_started = 1;
+	d->tidy_ok = 1;
 	return 0;
 }
 
@@ -554,7 +557,7 @@ int hs_daemon_run(struct hs_daemon *d)
 		expire(d);
 	}
 	free(p);
-	hp_log(HP_LOG_INFO, "shutting down: %u clients, %" PRIu64 " named extents kept", d->ncl, d->nnamed);
+	hp_log(HP_LOG_INFO, "shutting down: %u clients, %" PRIu64 " named tensors", d->ncl, d->nnamed);
 	return 0;
 }
 
@@ -571,6 +574,7 @@ void hs_daemon_close(struct hs_daemon *d)
 		drop_client(d, d->ncl - 1, "daemon shutting down");
 	if (d->catalog[0])
 		hs_daemon_catalog_save(d);
+	hs_daemon_tidy_report(d);
 	hs_daemon_free_all(d);
 	for (int i = 0; i < d->nreg; i++) {
 		struct dregion *r = &d->reg[i];
@@ -586,6 +590,7 @@ void hs_daemon_close(struct hs_daemon *d)
 			close(r->fd);
 		hs_extents_destroy(r->ext);
 	}
+	hs_daemon_tidy_files(d);
 	if (d->lfd >= 0)
 		close(d->lfd);
 	if (d->spare_fd >= 0)

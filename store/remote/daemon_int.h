@@ -21,6 +21,8 @@ struct dregion {
 	/* Counters for Stat: extents and bytes now, and since the start. */
 	uint64_t used, extents, named;
 	uint64_t allocs, frees, bytes_allocated, bytes_freed;
+	int created;            /* pmem: this daemon created the file */
+	int tidy;               /* closing: removed or truncated after the unmap */
 };
 
 /* Daemon-wide counters for Stat (only the control thread touches them). */
@@ -96,6 +98,7 @@ struct hs_daemon {
 	struct dcounters n;     /* request counters */
 	uint64_t start_ms;      /* hs_now_ms() at open */
 	char catalog[600];      /* pmem: PATH.names, the named extents */
+	int tidy_ok;            /* set up in full (catalog read): closing may tidy the region files */
 };
 
 /* Handle one request of an authenticated client; fills the reply.  Returns 1
@@ -119,5 +122,10 @@ int hs_daemon_scrub_free(struct hs_daemon *d);
  * burst, then a few a second; what was dropped is counted in the next). */
 void hs_daemon_peer_log(struct hs_daemon *d, const char *host, int level, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+
+/* Closing (daemon_tidy.c): say which regions keep named tensors, then
+ * remove or truncate a --pmem file that holds none (after the unmap). */
+void hs_daemon_tidy_report(struct hs_daemon *d);
+void hs_daemon_tidy_files(struct hs_daemon *d);
 
 #endif

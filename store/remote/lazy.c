@@ -64,10 +64,10 @@ static const struct lz_sym syms[] = {
  * loading process (CPU affinity, the handlers tools/crash_signals.c lists)
  * is put back: loaded in the middle of a run, they must not pin the
  * caller's thread to core 0 nor keep SIGTERM (exit 1 instead of 143) or
- * SIGSEGV (no core dump).  A signal arriving during dlopen itself still
- * meets their handlers: OpenBLAS's threads exist already and do not block
- * it, so only the ~0.2 s of a remote tier's first open is exposed
- * (common/keep.c saves and restores). */
+ * SIGSEGV (no core dump).  Their handlers are not even installed during
+ * the ~0.2 s the constructor sleeps inside dlopen (OpenBLAS's threads,
+ * which exist already, would take a signal there): hp_keep_save sets
+ * IPATH_NO_BACKTRACE and HFI_NO_BACKTRACE first (common/keep.c). */
 static void load_once(void)
 {
 	static const char *const files[2] = { HS_LIBFABRIC_SONAME, HS_LIBSODIUM_SONAME };

@@ -2,7 +2,10 @@
 """No silent acceptance in training (issue 20, item 7): every missing
 required option named in one message (exit 2); options the optimizer
 never reads or that contradict the run are accepted with one warning line
-each, said once; a clean command line gets no warning.
+each, said once (--momentum/--nesterov with Adam, a --batch above the
+data set, --checkpoint-every not below the steps, --shuffle and
+--no-shuffle together, inference's --profile shown nowhere); a clean
+command line gets no warning.
 
 usage: check_options.py HPDLF_EXEC MODEL_DIR   (model.onnx, x.npy, y.npy)
 """
@@ -40,6 +43,11 @@ def main():
     check(rc == 2 and "--batch N and --steps N or --epochs N" in err and "--data FILE" not in err,
           f"the two missing ones: exit {rc} {err!r}")
 
+    rc, err = run([exe, model, "--train", "--data", x])
+    lines = err.strip().splitlines()
+    check(rc == 2 and "--labels FILE.npy" in lines[0] and "--batch N" in lines[0] and "--steps N" in lines[0],
+          f"a .npy --data without --labels: the labels named with the rest, one line: exit {rc} {err!r}")
+
     base = [exe, model, "--train", "--data", x, "--labels", y, "--steps", "3", "--quiet"]
     rc, err = run(base + ["--batch", "4"])
     check(rc == 0 and "warning" not in err, f"a clean command line has no warning: exit {rc} {err!r}")
@@ -48,6 +56,8 @@ def main():
         (["--batch", "4", "--optimizer", "adamw", "--nesterov", "--momentum", "0.9"],
          ["--momentum is ignored", "--nesterov is ignored"]),
         (["--batch", str(nsamples + 5)], [f"--batch {nsamples + 5} is larger than the {nsamples} samples"]),
+        (["--batch", "4", "--shuffle", "--no-shuffle"], ["the last, --no-shuffle, holds"]),
+        (["--batch", "4", "--no-shuffle", "--shuffle"], ["the last, --shuffle, holds"]),
     ]
     for extra, want in cases:
         rc, err = run(base + extra)
@@ -56,7 +66,23 @@ def main():
               f"{' '.join(extra)}: exit {rc}, one warning each {warns}")
     rc, err = run(base + ["--batch", "4", "--nesterov"])
     check(rc == 2 and "Nesterov" in err, f"--nesterov without --momentum is refused: exit {rc} {err!r}")
+    # in core (no --budget) tiers, daemons' copies and splitting are never used
+    for extra, want in ((["--tier", "nvme=/nonexistent-dir/spill"], "--tier is not used without --budget"),
+                        (["--no-split"], "--no-split does nothing without --budget"),
+                        (["--replicas", "2"], "--replicas is for daemons' copies")):
+        rc, err = run([exe, model, "--quiet"] + extra)
+        warns = [ln for ln in err.splitlines() if ln.startswith("hpdlf-exec: warning: ")]
+        check(rc == 0 and len(warns) == 1 and want in warns[0], f"{' '.join(extra)} in core: one warning {warns}")
+    rc, err = run([exe, model, "--quiet", "--budget", "300K", "--no-split"])
+    check(rc == 0 and "warning" not in err, f"--no-split with --budget: no warning {err!r}")
+    # inference: --profile that nothing would show
+    rc, err = run([exe, model, "--iterations", "2", "--profile", "--quiet"])
+    check(rc == 0 and err.count("warning: --profile with --quiet and no --stats-json") == 1,
+          f"--profile --quiet without --stats-json warns once: exit {rc} {err!r}")
     with tempfile.TemporaryDirectory() as tmp:
+        rc, err = run([exe, model, "--iterations", "2", "--profile", "--quiet", "--stats-json",
+                       os.path.join(tmp, "s.json")])
+        check(rc == 0 and "warning" not in err, f"--profile --quiet --stats-json: no warning: {err!r}")
         rc, err = run(base + ["--batch", "4", "--checkpoint", os.path.join(tmp, "ck"), "--checkpoint-every", "10"])
     check(rc == 0 and "--checkpoint-every 10 is not below the 3 steps" in err, f"--checkpoint-every > steps: {err!r}")
     # --info: names, types and shapes as the ONNX file declares them (read here with onnx)

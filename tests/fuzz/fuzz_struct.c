@@ -218,12 +218,23 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	snprintf(path, sizeof path, "%s/%s", tmpdir ? tmpdir : "/tmp", strrchr(npy, '/') + 1);
-	int fd = mkstemp(path);
+	int fd = mkstemp(path), anon = 0;
 	if (fd < 0) {
 		perror(path);
 		return 2;
 	}
-	close(fd);
+	/* Unlinked at once and reached through /proc/self/fd (fopen and
+	 * hp_npy_read follow that link to the open file): a crash, or a
+	 * sanitizer's report, which exits without running our handlers,
+	 * leaves no hpdlf-fuzz-npy-* file behind. */
+	char fdpath[64];
+	snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
+	if (access(fdpath, F_OK) == 0 && unlink(path) == 0) {
+		snprintf(path, sizeof path, "%s", fdpath);
+		anon = 1;
+	} else {
+		close(fd);
+	}
 	signal(SIGSEGV, on_crash);
 	signal(SIGABRT, on_crash);
 	signal(SIGALRM, on_crash);
@@ -257,7 +268,8 @@ int main(int argc, char **argv)
 				print_counts(c);
 		}
 	}
-	unlink(path);
+	if (!anon)
+		unlink(path);
 	print_counts(c);
 	return 0;
 }

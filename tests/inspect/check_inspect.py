@@ -420,6 +420,25 @@ def test_http(tmp):
         check(rc == 0 and prom(parse_prometheus(text), "hpdlf_store_up", target=pid) == 1,
               f"--prometheus-file: exit {rc} {err}")
         check(not [n for n in os.listdir(tmp) if n.startswith("metrics.prom.")], "no temporary left")
+        # a reader (node_exporter) never sees a half-written file: while
+        # --watch rewrites it 40 times, every read is one whole document
+        whole = text.rstrip("\n").splitlines()[-1].split("{")[0]  # the last family written
+        wp = subprocess.Popen([INSPECT, "--prometheus-file", out, "--watch", "0.02", "--count", "40", pid],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        reads, torn, inode_changes, last_ino = 0, 0, 0, os.stat(out).st_ino
+        while wp.poll() is None:
+            with open(out) as f:
+                t = f.read()
+                ino = os.fstat(f.fileno()).st_ino
+            reads += 1
+            inode_changes += ino != last_ino
+            last_ino = ino
+            torn += not (t.endswith("\n") and whole in t.rstrip("\n").splitlines()[-1] and
+                         t.startswith("# HELP hpdlf_store_up"))
+        wp.wait()
+        check(reads > 10 and torn == 0 and inode_changes > 0,
+              f"--prometheus-file --watch: {reads} concurrent reads, {torn} torn, replaced by rename "
+              f"{inode_changes} times")
         rc, _, err = run("--prometheus-file", os.path.join(tmp, "no", "such", "dir.prom"), pid)
         check(rc == 1 and "dir.prom" in err, f"--prometheus-file in a missing dir: exit {rc} {err!r}")
         rc, _, err = run("--listen-metrics", "127.0.0.1:0", "--watch", "1")
@@ -431,9 +450,35 @@ def test_http(tmp):
         kill(p)
 
 
+def watch_in_pty(args, cols):
+    """Runs args with stdout on a pty of `cols` columns; the output split
+    at each cursor-home-and-clear sequence (the text before the first one
+    first)."""
+    import fcntl
+    import struct
+    import termios
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
+    p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.DEVNULL)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    p.wait(timeout=60)
+    return out.decode("utf-8", "replace").replace("\r\n", "\n").split("\x1b[H\x1b[2J")
+
+
 def test_compact(tmp):
     """--compact: a header and one line per target that fit the width,
-    keeping target, state and memory against the budget; --watch on a PID
+    keeping target, state and memory against the budget; --watch on a
+    terminal (a pty) draws each frame over the last; --watch on a PID
     that exits keeps its last frame and ends by itself."""
     p, w, _ = start_writer(tmp, 13, 100e6)
     pid = str(w["pid"])
@@ -454,6 +499,11 @@ def test_compact(tmp):
                 check(row[k] == f"{want}%", f"--compact at {cols}: resident/budget {row[k]}, want {want}%")
                 if cols == 200:
                     check(head[-1] == "P99", f"all columns at 200: {head}")
+        frames = watch_in_pty([INSPECT, "--compact", "--watch", "0.2", "--count", "3", pid], 80)
+        check(len(frames) == 4 and frames[0] == "" and
+              all(len(f.rstrip("\n").split("\n")) == 2 and f.split("\n")[1].split()[1] == pid for f in frames[1:]),
+              f"--compact --watch on a terminal: 3 frames of 2 lines, each drawn over the last (cursor home, "
+              f"clear screen), no scrolling: {frames!r}")
         w2 = subprocess.Popen([INSPECT, "--compact", "--watch", "0.2", pid], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
         time.sleep(1.0)

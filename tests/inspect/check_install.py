@@ -79,12 +79,21 @@ def main():
         r = sh([meson, "install", "-C", build, "--no-rebuild", "--destdir", dest, "--quiet"])
         check(r.returncode == 0, f"meson install: {r.stderr[-2000:]}")
         root = lambda p: dest + p
-        for prog in ("hpdlf-store-inspect",):
+        version = json.loads(sh([meson, "introspect", build, "--projectinfo"]).stdout)["version"]
+        built = [p for p in ("hpdlf-exec", "hpdlf-store", "hpdlf-store-inspect")
+                 if os.path.exists(os.path.join(build, "tools", p))]
+        check("hpdlf-exec" in built and "hpdlf-store-inspect" in built, f"programs built: {built}")
+        for prog in built:
             exe = root(os.path.join(d["bindir"], prog))
             check(os.access(exe, os.X_OK), f"{prog} installed")
             check(os.path.exists(root(os.path.join(d["mandir"], "man1", prog + ".1"))), f"{prog}.1 installed")
             r = sh([exe, "--help"])
             check(r.returncode == 0 and r.stdout.startswith("usage: " + prog), f"installed {prog} --help")
+            # --version: meson's project version and the source revision (git describe)
+            r = sh([exe, "--version"])
+            m = re.fullmatch(re.escape(prog) + r" (\S+) \((\S+)\)\n", r.stdout)
+            check(r.returncode == 0 and m is not None and m.group(1) == version and m.group(2),
+                  f"installed {prog} --version says {prog} {version} (REVISION): {r.stdout!r}")
         src_headers = sorted(os.path.basename(p) for p in glob.glob(os.path.join(
             os.path.dirname(__file__), "..", "..", "include", "hpdlf", "*.h")))
         inst_headers = sorted(os.listdir(root(os.path.join(d["includedir"], "hpdlf"))))

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A mistyped option gets one line naming the nearest known one, then where
 help is, and exit status 2 (issue 20, item 7), in hpdlf-store-inspect and
-hpdlf-store (its daemon options and its commands' options).
+hpdlf-store (its daemon options, its commands and their options).
 
 usage: check_suggest.py HPDLF_STORE_INSPECT [HPDLF_STORE]
 """
@@ -37,6 +37,20 @@ def main():
         expect([store, "--lisen", "x:1"], "hpdlf-store: unknown option '--lisen' (did you mean --listen?)")
         expect([store, "ls", "--hostfiel", "h"], "hpdlf-store: unknown option '--hostfiel' (did you mean --hostfile?)")
         expect([store, "--dram"], "hpdlf-store: missing the argument of option '--dram'")
+        expect([store, "lss"], "hpdlf-store: unknown command 'lss' (did you mean ls?)")
+        expect([store, "shutdwn"], "hpdlf-store: unknown command 'shutdwn' (did you mean shutdown?)")
+        expect([store, "frobnicate"], "hpdlf-store: unknown command 'frobnicate'")
+        # every missing daemon option in one line (no token in the environment)
+        import os
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HPDLF_", "SLURM"))}
+        r = subprocess.run([store], capture_output=True, text=True, timeout=30, env=env)
+        first = r.stderr.splitlines()[:1]
+        check(r.returncode == 2 and first and all(o in first[0] for o in ("--listen", "--dram", "--token-file")),
+              f"hpdlf-store without options names all three missing ones in one line: {r.stderr!r}")
+        r = subprocess.run([store, "--dram", "1G", "--listen", "127.0.0.1:1"], capture_output=True, text=True,
+                           timeout=30, env=env)
+        check(r.returncode == 2 and r.stderr.startswith("hpdlf-store: missing --token-file F") and
+              "--dram" not in r.stderr.splitlines()[0], f"only the token missing: {r.stderr!r}")
     print("%d failure(s)" % fails)
     return 1 if fails else 0
 

@@ -123,8 +123,20 @@ def check_mlp(exe, inspect, model, pages):
         order = [tiers.index(x["tier"]) for x in tt]
         check(order == sorted(order), f"mlp: --sort tier groups DRAM first {[x['tier'] for x in tt]}")
         rc, out, err = r.inspect(inspect, "--tensors", "--top", "2")
-        rows = out[out.find("  name "):].strip().split("\n")
+        rows = [ln for ln in out[out.find("  name "):].strip().split("\n") if not ln.startswith("  + ")]
         check(rc == 0 and len(rows) == 3 and "idle" in rows[0], f"mlp: table with --top 2: {rows}")
+        # the runtime's spare tensors ("(free)": no value) take no row of the
+        # table; one line counts them (the JSON lists them all)
+        _, tj = r.tensors(inspect)
+        rc, out, err = r.inspect(inspect, "--tensors")
+        spare = [x for x in tj if x["name"] == "(free)"]
+        lines = out.splitlines()
+        summary = [ln for ln in lines if ln.startswith("  + ")]
+        # (two snapshots of a running store: the counts may differ by the
+        # tensors that changed hands in between)
+        check(not any(ln.split()[:1] == ["(free)"] for ln in lines) and
+              (not spare or len(summary) == 1 and int(summary[0].split()[1]) >= 1),
+              f"mlp: spare tensors summed up in one line, no row each ({len(spare)} in the JSON): {summary}")
     finally:
         r.stop()
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Honest crashes and signals (issue 23, item 3; issue 20, item 1).
 
-usage: check_signals.py HPDLF_EXEC MODEL_DIR
+usage: check_signals.py HPDLF_EXEC MODEL_DIR [MAKE_COMMITTED_STORE]
 
 - A crash is a crash: SIGSEGV, SIGBUS, SIGILL and SIGABRT sent to a running
   hpdlf-exec end it by that signal (no handler of libfabric's PSM libraries
@@ -10,6 +10,15 @@ usage: check_signals.py HPDLF_EXEC MODEL_DIR
   143 / 130, one line, the statistics page of an out-of-core run removed.
 - SIGTERM during training with --checkpoint (Slurm's scancel, time limit)
   writes a checkpoint and exits 143; --resume continues from it.
+- SIGUSR1 stops training like SIGTERM (138); a SIGTERM that arrives while
+  a checkpoint is being written (HPDLF_TEST_TERM_IN_CHECKPOINT) lets it
+  complete and stops with 143; both resume with the uninterrupted losses.
+- Disk hygiene (issue 20 item 8): a --tier file that existed is truncated
+  to 0 bytes at exit and one line says so, also after SIGTERM (training
+  and inference); one the run created is removed; a usage error leaves a
+  given file as it was; a file holding a program's committed named tensors
+  (a persistent store, made here through the public API) is refused with
+  one line, status 2, its bytes untouched.
 
 MODEL_DIR is a reference model folder (model.onnx, x.npy, y.npy).
 """
@@ -113,11 +122,136 @@ def sigterm_training(exe, folder, tmp):
               f"SIGTERM: resumed losses bitwise the uninterrupted run's ({got} vs {[want.get(k) for k in got]})")
 
 
+def stop_in_checkpoint_and_usr1(exe, folder, tmp):
+    """SIGUSR1 (what batch systems send ahead of a time limit) stops training
+    like SIGTERM, with 138; a SIGTERM arriving while a checkpoint is being
+    written lets it complete and stops with 143; both resume bitwise."""
+    base = [exe, os.path.join(folder, "model.onnx"), "--train", "--data", os.path.join(folder, "x.npy"),
+            "--labels", os.path.join(folder, "y.npy"), "--loss", "cross-entropy", "--optimizer", "sgd",
+            "--lr", "0.01", "--batch", "8"]
+    for tag, sig, env in (("usr1", signal.SIGUSR1, {}), ("mid-ckpt", signal.SIGTERM,
+                                                        {"HPDLF_TEST_TERM_IN_CHECKPOINT": "2"})):
+        ck, log = os.path.join(tmp, tag + "-ck"), os.path.join(tmp, tag + ".jsonl")
+        args = base + ["--checkpoint", ck, "--checkpoint-every", "3" if env else "1000000"]
+        p = subprocess.Popen(args + ["--steps", "100000000", "--log-json", log], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, **env))
+        if not env:
+            if not check(started(p, log), f"{tag}: training running"):
+                p.kill()
+                continue
+            p.send_signal(sig)
+        try:
+            _, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            check(False, f"{tag}: training still running 60 s after the signal")
+            continue
+        check(p.returncode == 128 + sig and "--resume" in err,
+              f"{tag}: exits {128 + sig} saying how to resume (got {p.returncode}: {err.strip()[-200:]!r})")
+        with open(log) as f:
+            done = sum(1 for _ in f)
+        if env:  # the 2nd checkpoint (after step 6) was written when the signal came
+            check(done in (6, 7), f"{tag}: stopped right after the checkpoint it was writing ({done} steps)")
+        log2, ref = os.path.join(tmp, tag + "-resumed.jsonl"), os.path.join(tmp, tag + "-ref.jsonl")
+        r = subprocess.run(args + ["--steps", str(done + 2), "--resume", "--log-json", log2], capture_output=True,
+                           text=True, timeout=120)
+        q = subprocess.run(base + ["--steps", str(done + 2), "--log-json", ref], capture_output=True, text=True,
+                           timeout=300)
+        if not check(r.returncode == 0 and q.returncode == 0, f"{tag}: --resume and a reference run "
+                     f"({r.returncode}, {q.returncode}: {r.stderr.strip()[-200:]!r})"):
+            continue
+        with open(ref) as f:
+            want = {j["step"]: j["loss"] for j in map(json.loads, f)}
+        with open(log2) as f:
+            got = {j["step"]: j["loss"] for j in map(json.loads, f)}
+        check(sorted(got) == [done, done + 1] and all(want.get(k) == v for k, v in got.items()),
+              f"{tag}: resumed at step {done}, losses bitwise the uninterrupted run's ({got})")
+
+
+def tier_hygiene(exe, folder, tmp):
+    model = os.path.join(folder, "model.onnx")
+    train = [exe, model, "--train", "--data", os.path.join(folder, "x.npy"), "--labels",
+             os.path.join(folder, "y.npy"), "--loss", "cross-entropy", "--optimizer", "sgd", "--lr", "0.01",
+             "--batch", "8", "--budget", "300K"]
+    old = os.path.join(tmp, "old.spill")
+    for what, args in (("training", train + ["--steps", "100000000"]),
+                       ("inference", [exe, model, "--budget", "300K", "--iterations", "2000000"])):
+        with open(old, "wb") as f:
+            f.write(b"stale spill data" * 4096)
+        log = os.path.join(tmp, "hyg.jsonl")
+        if os.path.exists(log):
+            os.unlink(log)
+        p = subprocess.Popen(args + ["--tier", "nvme=%s:64M" % old, "--log-json", log], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+        if not check(started(p, log), f"{what} on an existing --tier file running"):
+            p.kill()
+            continue
+        grown = os.path.getsize(old)
+        p.send_signal(signal.SIGTERM)
+        try:
+            _, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            check(False, f"{what}: still running 30 s after SIGTERM")
+            continue
+        check(p.returncode == 143, f"{what}: SIGTERM exits 143 (got {p.returncode}: {err.strip()[-200:]!r})")
+        check(grown >= 64 << 20, f"{what}: the tier file was in use at 64 MiB ({grown} bytes)")
+        check(os.path.exists(old) and os.path.getsize(old) == 0,
+              f"{what}: after SIGTERM the existing --tier file is truncated to 0 bytes "
+              f"({os.path.getsize(old) if os.path.exists(old) else 'gone'})")
+        check(("--tier %s: truncated to 0 bytes" % old) in err, f"{what}: one line says so ({err.strip()[-300:]!r})")
+    new = os.path.join(tmp, "new.spill")
+    log = os.path.join(tmp, "hyg2.jsonl")
+    p = subprocess.Popen(train + ["--steps", "100000000", "--tier", "nvme=%s:64M" % new, "--log-json", log],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if check(started(p, log), "training on a new --tier file running"):
+        existed = os.path.exists(new)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+        check(existed and p.returncode == 143 and not os.path.exists(new),
+              f"SIGTERM: the --tier file the run created is removed (existed {existed}, status {p.returncode}, "
+              f"left {os.path.exists(new)})")
+    else:
+        p.kill()
+    with open(old, "wb") as f:
+        f.write(b"keep me" * 100)
+    r = subprocess.run(train + ["--steps", "2", "--tier", "nvme=%s:64M" % old, "--momentum", "lots"],
+                       capture_output=True, text=True, timeout=60)
+    with open(old, "rb") as f:
+        kept = f.read()
+    check(r.returncode == 2 and kept == b"keep me" * 100,
+          f"a usage error leaves a given --tier file as it was (status {r.returncode}, {len(kept)} bytes)")
+    if len(sys.argv) > 3:  # a tier file holding a program's committed named tensors is refused, untouched
+        maker = os.path.abspath(sys.argv[3])
+        for n in (2, 0):
+            store = os.path.join(tmp, "saved%d.hpst" % n)
+            m = subprocess.run([maker, store, str(n)], capture_output=True, text=True, timeout=60)
+            if not check(m.returncode == 0, f"a committed store with {n} named tensors made ({m.stderr.strip()})"):
+                continue
+            with open(store, "rb") as f:
+                before = f.read()
+            r = subprocess.run(train + ["--steps", "2", "--tier", "nvme=%s:64M" % store], capture_output=True,
+                               text=True, timeout=120)
+            with open(store, "rb") as f:
+                after = f.read()
+            if n:
+                check(r.returncode == 2 and "holds a persistent store with 2 named tensors" in r.stderr and
+                      len(r.stderr.strip().splitlines()) == 1 and after == before,
+                      f"a --tier file holding 2 committed named tensors: one line, status 2, not touched "
+                      f"(status {r.returncode}, unchanged {after == before}: {r.stderr.strip()!r})")
+            else:  # committed, but nothing named: scratch like any other
+                check(r.returncode == 0 and os.path.getsize(store) == 0,
+                      f"a --tier file of a store holding no named tensor is used and truncated (status "
+                      f"{r.returncode}, {os.path.getsize(store)} bytes: {r.stderr.strip()[-200:]!r})")
+
+
 def main():
     exe, folder = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     with tempfile.TemporaryDirectory() as tmp:
         crash_signals(exe, os.path.join(folder, "model.onnx"), tmp)
         sigterm_training(exe, folder, tmp)
+        stop_in_checkpoint_and_usr1(exe, folder, tmp)
+        tier_hygiene(exe, folder, tmp)
     return 1 if fails else 0
 
 
