@@ -15,6 +15,10 @@ find "$tmp/models/bad" -name '*.onnx' -size -64k | while read -r f; do cp "$f" "
 # inputs that once crashed (committed): every run replays them first
 for f in "$(dirname "$0")"/regress/*; do [ -f "$f" ] && cp "$f" "$tmp/corpus/regress_$(basename "$f")"; done
 echo "corpus: $(ls "$tmp/corpus" | wc -l) files"
-# not exec: the shell must outlive the fuzzer for its EXIT trap to remove $tmp
-"$fuzzer" -max_total_time="$seconds" -max_len=16384 -timeout=10 -rss_limit_mb=2048 \
+# not exec: the shell must outlive the fuzzer for its EXIT trap to remove $tmp.
+# -timeout: an input may take the importer up to its unroll bound (1 << 18
+# nodes, onnx/control.c) before it is refused; regress/loop-unrolled-*
+# does, which took 11-28 s under ASan on a loaded machine. A hang still
+# ends as a finding, after 60 s.
+"$fuzzer" -max_total_time="$seconds" -max_len=16384 -timeout=60 -rss_limit_mb=2048 \
 	-print_final_stats=1 -artifact_prefix="$artifacts/" "$tmp/corpus"
