@@ -311,15 +311,25 @@ static void label_value(FILE *f, const char *s)
 
 static void labels(FILE *f, const struct insp_target *t, int tier, const char *extra_k, const char *extra_v)
 {
-	fputs("{target=", f);
-	label_value(f, t->spec);
 	/* job, model and rank when known: series to aggregate over a job's
-	 * processes and across its requeues, whose PIDs change */
+	 * processes and across its requeues, whose PIDs change, so the PID
+	 * (target) is left out then; a process without a job id keeps it,
+	 * or two runs of one model would give the same series */
+	int ident_only = t->kind == INSP_LOCAL && t->job[0] && t->rank[0];
 	const char *ident[3][2] = { { "job", t->job }, { "model", t->model }, { "rank", t->rank } };
+	const char *sep = "";
+
+	fputc('{', f);
+	if (!ident_only) {
+		fputs("target=", f);
+		label_value(f, t->spec);
+		sep = ",";
+	}
 	for (int i = 0; t->kind == INSP_LOCAL && i < 3; i++)
 		if (ident[i][1][0]) {
-			fprintf(f, ",%s=", ident[i][0]);
+			fprintf(f, "%s%s=", sep, ident[i][0]);
 			label_value(f, ident[i][1]);
+			sep = ",";
 		}
 	if (tier >= 0) {
 		char name[sizeof t->cur.stats.tier[0].name + 1];

@@ -127,7 +127,8 @@ def check_views(env, job):
     rc, out, err = inspect(env, '--prometheus')
     up = [l for l in out.splitlines() if l.startswith('hpdlf_store_up{')]
     check(rc == 0 and len(up) == 2 and all('job="%s"' % job in l for l in up) and
-          sorted('rank="0"' in l for l in up) == [False, True], 'Prometheus: job and rank labels, no sum series')
+          sorted('rank="0"' in l for l in up) == [False, True] and not any('target=' in l for l in up),
+          'Prometheus: job and rank labels instead of the PID (no target label), no sum series')
 
 
 def plain_run(tmp, env):
