@@ -206,6 +206,12 @@ def kill_rank(tmp, victim, extra, what):
         ok &= check(len(logs[r]) == 300 and bool(lost),
                     '%s: rank %d finishes its 300 steps (%d logged) and its log names rank %d lost from step %s' %
                     (what, r, len(logs[r]), victim, lost[0] if lost else '?'))
+    for r in others:  # the survivors still exchange with each other after the loss
+        lost = [l['step'] for l in logs[r] if 'asgd' in l and victim in l['asgd']['lost']]
+        peer = [q for q in others if q != r][0]
+        after = [m for l in logs[r] if 'asgd' in l and lost and l['step'] > lost[0]
+                 for m in l['asgd']['received'] if m['from'] == peer]
+        check(len(after) > 0, '%s: rank %d took %d states from rank %d after the loss' % (what, r, len(after), peer))
     check(ok and p.returncode == 0 and 'rank %d was lost' % victim in err,
           '%s: the job exits 0 (%s) and the ranks say rank %d was lost' % (what, p.returncode, victim))
     if not ok or p.returncode:
