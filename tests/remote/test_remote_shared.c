@@ -93,6 +93,12 @@ static void test_shared_both_ways(void **state)
 	assert_int_equal(hs_remote_put(a, "weights", w, EXT, "m", 1), 0);
 	assert_int_equal(hs_remote_open_shared(b, "weights", &xb, &len), HP_EUSAGE);
 	assert_int_equal(hs_remote_open_shared(b, "nobody", &xb, &len), -ENOENT);
+	/* the command line lists it but does not `get` it as a tensor */
+	char err[2048], out[600];
+	snprintf(out, sizeof out, "%s/got.bin", E.dir);
+	const char *get[] = { "get", "mbox-1", out, "--store", E.list, "--token-file", E.token, NULL };
+	assert_int_equal(td_run(&E, get, err, sizeof err), 2);
+	assert_non_null(strstr(err, "shared extent"));
 	a->ops->close(a);
 	b->ops->close(b);
 	free(w);
