@@ -3,7 +3,7 @@
 and steps to a target validation loss, one JSON line.
 
 usage: bench_asgd.py HPDLF_EXEC [--steps S] [--target L] [--every K] [--blend W]
-                     [--slow F] [--parzen] [--lr LR] [--batch B]
+                     [--slow F] [--parzen] [--lr LR] [--batch B] [--store-daemon HPDLF_STORE]
 
 The task is made here: digit-like images (ten 7-segment glyphs drawn into
 28x28 frames, randomly shifted, stroke-thickened and noised; 3000 to train,
@@ -19,7 +19,11 @@ leaves its core to the others meanwhile.
   sync:  --sync sync (the gradients reduced every step: every rank waits
          for the slow one);
   async: --sync async --exchange-every K --blend W (default 4, mean)
-         [--parzen].
+         [--parzen], mailboxes in MPI windows;
+  async_store (with --store-daemon): the same with the mailboxes in an
+         hpdlf-store daemon started here on 127.0.0.1 (--store).
+For the async runs, exchange_step_ms and plain_step_ms are rank 0's median
+times of its steps with and without an exchange.
 
 During each run rank 0 exports its weights every 10 steps
 (HPDLF_TEST_EXPORT_EVERY, the export time left out of the log's time_s);
@@ -35,9 +39,11 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -155,6 +161,28 @@ def median(v):
     return v[len(v) // 2] if v else 0.0
 
 
+def start_daemon(a, tmp):
+    """A local hpdlf-store with a token made here: (process, extra flags)."""
+    token = os.path.join(tmp, 'token')
+    with open(token, 'wb') as f:
+        f.write(os.urandom(32))
+    os.chmod(token, 0o600)
+    s = socket.socket()
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+    s.close()
+    pf = os.path.join(tmp, 'port')
+    d = subprocess.Popen([a.store_daemon, '--listen', '127.0.0.1:%d' % port, '--dram', '256M', '--token-file', token,
+                          '--port-file', pf, '--log-level', 'warn'], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    for _ in range(400):
+        if os.path.exists(pf) and open(pf).read().strip():
+            return d, ['--store', '127.0.0.1:%d' % port, '--token-file', token]
+        time.sleep(0.05)
+    d.kill()
+    sys.exit('bench_asgd: hpdlf-store did not start')
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('exe')
@@ -166,8 +194,10 @@ def main():
     ap.add_argument('--batch', type=int, default=96)
     ap.add_argument('--slow', type=float, default=2.0)
     ap.add_argument('--parzen', action='store_true')
+    ap.add_argument('--store-daemon', help='hpdlf-store: also run async with the mailboxes in a daemon')
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix='hpdlf-bench-asgd-')
+    daemon = None
     try:
         make_task(tmp)
         # a rank's step time while all three run: the first half of each
@@ -178,9 +208,13 @@ def main():
         res = {'bench': 'asgd', 'ranks': 3, 'threads_per_rank': 1, 'global_batch': a.batch, 'steps': a.steps,
                'lr': a.lr, 'target_val_loss': a.target, 'slow_rank': 1, 'slow_factor': a.slow,
                'slow_delay_ms': round(delay, 3)}
-        for mode, extra in (('sync', ['--sync', 'sync']),
-                            ('async', ['--sync', 'async', '--exchange-every', str(a.every), '--blend', a.blend] +
-                             (['--parzen'] if a.parzen else []))):
+        modes = [('sync', ['--sync', 'sync']),
+                 ('async', ['--sync', 'async', '--exchange-every', str(a.every), '--blend', a.blend] +
+                  (['--parzen'] if a.parzen else []))]
+        if a.store_daemon:
+            daemon, store = start_daemon(a, tmp)
+            modes.append(('async_store', modes[1][1] + store))
+        for mode, extra in modes:
             logs, out, cmd = train(a, tmp, mode, a.steps, extra + slow, export=10)
             pts = curve(a, tmp, logs, out)
             s, t = reach(pts, a.target)
@@ -198,12 +232,22 @@ def main():
                          'command': cmd}
             if stale:
                 res[mode]['staleness_min_median_max'] = [min(stale), median(stale), max(stale)]
+            if mode != 'sync':
+                res[mode]['exchange_step_ms'] = round(median([l['ms'] for l in logs[0] if 'asgd' in l]), 3)
+                res[mode]['plain_step_ms'] = round(median([l['ms'] for l in logs[0] if 'asgd' not in l]), 3)
+                res[mode]['mailbox'] = next((l['asgd'].get('mailbox') for l in logs[0] if 'asgd' in l), None)
         ts, ta = res['sync']['time_to_target_s'], res['async']['time_to_target_s']
         res['async_speedup_time'] = round(ts / ta, 3) if ts and ta else None
         ts, ta = res['sync']['time_to_target_at_median_step_s'], res['async']['time_to_target_at_median_step_s']
         res['async_speedup_time_at_median_step'] = round(ts / ta, 3) if ts and ta else None
+        if a.store_daemon:
+            ts, ta = res['sync']['time_to_target_at_median_step_s'], res['async_store']['time_to_target_at_median_step_s']
+            res['async_store_speedup_time_at_median_step'] = round(ts / ta, 3) if ts and ta else None
         print(json.dumps(res))
     finally:
+        if daemon:
+            daemon.terminate()
+            daemon.wait(timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -11,6 +11,7 @@
 #include <json-c/json.h>
 
 #include "hpdlf/error.h"
+#include "hpdlf/store.h"
 #include "exec/asgd.h"
 #include "exec/comm.h"
 #include "exec/comm_mbox.h"
@@ -72,6 +73,16 @@ static int io_state(struct hp_trainer *t, float *w, int write)
 	return 0;
 }
 
+/* The store's remote tier, if the job has daemons: the mailboxes go there.
+ * Every rank is given the same --store, so all choose alike. */
+static struct hs_tier *store_daemons(const struct hp_trainer *t)
+{
+	for (int i = 0; t->o.tiers && i < t->o.ntiers; i++)
+		if (t->o.tiers[i].kind == HS_TIER_REMOTE && t->o.tiers[i].tier)
+			return t->o.tiers[i].tier;
+	return NULL;
+}
+
 int hp_asgd_setup(struct hp_trainer *t)
 {
 	struct hp_asgd *a;
@@ -91,7 +102,8 @@ int hp_asgd_setup(struct hp_trainer *t)
 	a->lost_said = calloc((size_t)t->nranks, 1);
 	if (!a->w || !a->w0 || !a->r || !a->acc.sum || !a->cand || !a->lost_said)
 		return hp_error(-ENOMEM, "out of memory for the asynchronous state (%zu floats)", a->n);
-	return hp_mbox_open(a->n, &a->mb);
+	struct hs_tier *daemons = store_daemons(t);
+	return daemons ? hp_mbox_open_store(daemons, a->n, &a->mb) : hp_mbox_open(a->n, &a->mb);
 }
 
 void hp_asgd_free(struct hp_trainer *t)
@@ -222,6 +234,7 @@ static int exchange(struct hp_trainer *t)
 
 	json_object_object_add(rep, "rank", json_object_new_int(t->rank));
 	json_object_object_add(rep, "exchange", json_object_new_int64(e));
+	json_object_object_add(rep, "mailbox", json_object_new_string(a->mb->where));
 	if (rc == 0 && t->o.async_deterministic)
 		rc = hp_comm_barrier();
 	if (rc == 0)

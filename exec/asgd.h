@@ -26,6 +26,9 @@ int hp_asgd_before(struct hp_trainer *t);
 int hp_asgd_after(struct hp_trainer *t);
 /* The last step's exchange as JSON object text, NULL when it had none. */
 const char *hp_asgd_report(const struct hp_trainer *t);
+/* This rank's own checkpoint, DIR/rank.R (asgd_ckpt.c): written (write 1)
+ * or read for --resume (0), without any collective. */
+int hp_asgd_ckpt(struct hp_trainer *t, int write);
 void hp_asgd_free(struct hp_trainer *t);
 
 /* The blend (asgd_rule.c). */

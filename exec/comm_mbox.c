@@ -1,5 +1,6 @@
 /* Mailboxes over an MPI window (comm_mbox.h). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,16 +17,23 @@ struct mbox_head {
 	uint64_t pad[5];
 };
 
-struct hp_mbox {
+struct mpi_mbox {
+	struct hp_mbox base;    /* first */
 	MPI_Win win;
-	char *base;        /* this rank's region: nranks slots of 2 buffers */
+	char *region;      /* this rank's region: nranks slots of 2 buffers */
 	size_t nfloats, buf_bytes;
 	int rank, nranks;
 	uint64_t *sent;    /* by peer: writes so far */
 	uint64_t *taken;   /* by sender: the sequence last taken */
 };
 
-static int mpi_fail(const struct hp_mbox *m, int err, const char *what, int peer)
+static int mpi_put(struct hp_mbox *hm, int peer, int64_t step, const float *state);
+static int mpi_take(struct hp_mbox *hm, int from, float *dst, struct hp_mbox_msg *msg);
+static void mpi_close(struct hp_mbox *hm);
+
+static const struct hp_mbox_ops mpi_ops = { .put = mpi_put, .take = mpi_take, .close = mpi_close };
+
+static int mpi_fail(const struct mpi_mbox *m, int err, const char *what, int peer)
 {
 	char msg[MPI_MAX_ERROR_STRING];
 	int len = 0;
@@ -36,19 +44,21 @@ static int mpi_fail(const struct hp_mbox *m, int err, const char *what, int peer
 			peer, msg);
 }
 
-static MPI_Aint buf_at(const struct hp_mbox *m, int sender, int b)
+static MPI_Aint buf_at(const struct mpi_mbox *m, int sender, int b)
 {
 	return (MPI_Aint)(((size_t)sender * 2 + (size_t)b) * m->buf_bytes);
 }
 
 int hp_mbox_open(size_t nfloats, struct hp_mbox **out)
 {
-	struct hp_mbox *m = calloc(1, sizeof *m);
+	struct mpi_mbox *m = calloc(1, sizeof *m);
 	int err;
 
 	*out = NULL;
 	if (!m)
 		return hp_error(-ENOMEM, "out of memory");
+	m->base.ops = &mpi_ops;
+	snprintf(m->base.where, sizeof m->base.where, "mpi-window");
 	m->rank = hp_comm_rank();
 	m->nranks = hp_comm_size();
 	m->nfloats = nfloats;
@@ -56,16 +66,16 @@ int hp_mbox_open(size_t nfloats, struct hp_mbox **out)
 	m->sent = calloc((size_t)m->nranks, sizeof *m->sent);
 	m->taken = calloc((size_t)m->nranks, sizeof *m->taken);
 	if (!m->sent || !m->taken) {
-		hp_mbox_close(m);
+		mpi_close(&m->base);
 		return hp_error(-ENOMEM, "out of memory");
 	}
 	hp_comm_lock();
 	err = MPI_Win_allocate((MPI_Aint)(m->buf_bytes * 2 * (size_t)m->nranks), 1, MPI_INFO_NULL, MPI_COMM_WORLD,
-			       &m->base, &m->win);
+			       &m->region, &m->win);
 	if (err == MPI_SUCCESS) {
 		/* a dead peer's window is an error code, not the end of the job */
 		MPI_Win_set_errhandler(m->win, MPI_ERRORS_RETURN);
-		memset(m->base, 0, m->buf_bytes * 2 * (size_t)m->nranks);
+		memset(m->region, 0, m->buf_bytes * 2 * (size_t)m->nranks);
 		/* one shared epoch for the whole run: no lock is ever taken
 		 * later, so a rank killed mid-write holds none */
 		err = MPI_Win_lock_all(MPI_MODE_NOCHECK, m->win);
@@ -80,15 +90,15 @@ int hp_mbox_open(size_t nfloats, struct hp_mbox **out)
 	}
 	/* every rank's region is zeroed before anyone writes into it */
 	if ((err = hp_comm_barrier()) < 0) {
-		hp_mbox_close(m);
+		mpi_close(&m->base);
 		return err;
 	}
-	*out = m;
+	*out = &m->base;
 	return 0;
 }
 
 /* One put of len bytes at displacement at of peer, complete there on return. */
-static int put_now(struct hp_mbox *m, int peer, MPI_Aint at, const void *src, size_t len)
+static int put_now(struct mpi_mbox *m, int peer, MPI_Aint at, const void *src, size_t len)
 {
 	int err = MPI_Put(src, (int)len, MPI_BYTE, peer, at, (int)len, MPI_BYTE, m->win);
 
@@ -97,8 +107,9 @@ static int put_now(struct hp_mbox *m, int peer, MPI_Aint at, const void *src, si
 	return err;
 }
 
-int hp_mbox_put(struct hp_mbox *m, int peer, int64_t step, const float *state)
+static int mpi_put(struct hp_mbox *hm, int peer, int64_t step, const float *state)
 {
+	struct mpi_mbox *m = (struct mpi_mbox *)hm;
 	uint64_t seq = m->sent[peer] + 1;
 	MPI_Aint at = buf_at(m, m->rank, (int)((seq + 1) % 2));
 	size_t bytes = m->nfloats * sizeof(float);
@@ -131,9 +142,9 @@ static uint64_t load_seq(const uint64_t *p)
 
 /* Copy buffer b of sender's slot into dst if it holds a whole state newer
  * than the last taken: 1 copied, 0 not newer, -1 torn. */
-static int copy_buf(struct hp_mbox *m, int sender, int b, float *dst, struct hp_mbox_msg *msg)
+static int copy_buf(struct mpi_mbox *m, int sender, int b, float *dst, struct hp_mbox_msg *msg)
 {
-	const char *p = m->base + buf_at(m, sender, b);
+	const char *p = m->region + buf_at(m, sender, b);
 	const struct mbox_head *h = (const struct mbox_head *)p;
 	uint64_t end = load_seq(&h->end);
 
@@ -151,10 +162,11 @@ static int copy_buf(struct hp_mbox *m, int sender, int b, float *dst, struct hp_
 	return 1;
 }
 
-int hp_mbox_take(struct hp_mbox *m, int from, float *dst, struct hp_mbox_msg *msg)
+static int mpi_take(struct hp_mbox *hm, int from, float *dst, struct hp_mbox_msg *msg)
 {
-	const struct mbox_head *h0 = (const void *)(m->base + buf_at(m, from, 0)),
-			       *h1 = (const void *)(m->base + buf_at(m, from, 1));
+	struct mpi_mbox *m = (struct mpi_mbox *)hm;
+	const struct mbox_head *h0 = (const void *)(m->region + buf_at(m, from, 0)),
+			       *h1 = (const void *)(m->region + buf_at(m, from, 1));
 	int first, rc;
 
 	memset(msg, 0, sizeof *msg);
@@ -175,11 +187,13 @@ int hp_mbox_take(struct hp_mbox *m, int from, float *dst, struct hp_mbox_msg *ms
 	return 0;
 }
 
-void hp_mbox_close(struct hp_mbox *m)
+static void mpi_close(struct hp_mbox *hm)
 {
+	struct mpi_mbox *m = (struct mpi_mbox *)hm;
+
 	if (!m)
 		return;
-	if (m->base) {
+	if (m->region) {
 		hp_comm_lock();
 		MPI_Win_unlock_all(m->win); /* this rank's own puts are complete; the window stays */
 		hp_comm_unlock();

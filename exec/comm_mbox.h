@@ -18,17 +18,23 @@
  * over that buffer meanwhile (two writes during one copy) the copy is
  * dropped, never used torn.
  *
- * The region is an MPI window (MPI_Win_allocate, passive target: one
- * MPI_Win_lock_all for the whole run, MPI_Put + MPI_Win_flush, no lock a
- * dead rank could hold) with MPI_ERRORS_RETURN: see docs/hpdlf-exec.md
- * --sync async for why MPI RMA and not the store daemons. */
+ * Two homes for the region, one protocol:
+ * - hp_mbox_open_store (comm_mbox_store.c), when the job has hpdlf-store
+ *   daemons: a shared extent (hs_remote_share) on the daemon of the
+ *   receiving rank's node (or the first one), written by the senders and
+ *   read by the receiver, both with one-sided RMA through a remote tier of
+ *   the mailboxes' own; the daemon's memory, not the rank's, holds it.
+ * - hp_mbox_open (comm_mbox.c) otherwise: an MPI window (MPI_Win_allocate,
+ *   passive target: one MPI_Win_lock_all for the whole run, MPI_Put +
+ *   MPI_Win_flush, no lock a dead rank could hold) with MPI_ERRORS_RETURN.
+ * docs/hpdlf-exec.md --sync async says which is used when. */
 #ifndef HPDLF_EXEC_COMM_MBOX_H
 #define HPDLF_EXEC_COMM_MBOX_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-struct hp_mbox;
+struct hs_tier;
 
 /* What hp_mbox_take found. */
 struct hp_mbox_msg {
@@ -38,16 +44,44 @@ struct hp_mbox_msg {
 	int torn;            /* copies dropped because the sender overwrote them meanwhile */
 };
 
-/* Every rank of the job, once: a slot of nfloats per peer.  Collective. */
+struct hp_mbox;
+struct hp_mbox_ops {
+	int (*put)(struct hp_mbox *m, int peer, int64_t step, const float *state);
+	int (*take)(struct hp_mbox *m, int from, float *dst, struct hp_mbox_msg *msg);
+	void (*close)(struct hp_mbox *m);
+};
+/* The head of every kind of mailbox. */
+struct hp_mbox {
+	const struct hp_mbox_ops *ops;
+	char where[160];     /* for the log: "mpi-window", "daemon HOST:PORT" */
+};
+
+/* Every rank of the job, once: a slot of nfloats per peer in an MPI
+ * window.  Collective. */
 int hp_mbox_open(size_t nfloats, struct hp_mbox **out);
+/* The same in a shared extent on one of the daemons of `daemons` (the
+ * store's remote tier: its daemon list and token are reused, on a tier of
+ * the mailboxes' own).  Collective; every rank fails alike. */
+int hp_mbox_open_store(struct hs_tier *daemons, size_t nfloats, struct hp_mbox **out);
+
 /* Write state (nfloats) taken after `step` into this rank's slot at peer.
- * HP_EPROTO if MPI refuses (the peer's node is gone). */
-int hp_mbox_put(struct hp_mbox *m, int peer, int64_t step, const float *state);
+ * HP_EPROTO if the write fails (the peer's node or mailbox is gone). */
+static inline int hp_mbox_put(struct hp_mbox *m, int peer, int64_t step, const float *state)
+{
+	return m->ops->put(m, peer, step, state);
+}
 /* The newest whole state from rank `from` not taken before into dst:
- * 1 (msg says which), 0 nothing new. */
-int hp_mbox_take(struct hp_mbox *m, int from, float *dst, struct hp_mbox_msg *msg);
-/* Leave the window in place (freeing it is collective, and ranks finish
- * at different times or die): MPI_Finalize releases it. */
-void hp_mbox_close(struct hp_mbox *m);
+ * 1 (msg says which), 0 nothing new (or unreadable now). */
+static inline int hp_mbox_take(struct hp_mbox *m, int from, float *dst, struct hp_mbox_msg *msg)
+{
+	return m->ops->take(m, from, dst, msg);
+}
+/* Local, never collective (ranks finish at different times or die): the
+ * MPI window stays for MPI_Finalize; a daemon mailbox is freed. */
+static inline void hp_mbox_close(struct hp_mbox *m)
+{
+	if (m)
+		m->ops->close(m);
+}
 
 #endif

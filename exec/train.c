@@ -169,15 +169,13 @@ static int check_opts(const struct hp_trainer_opts *o)
 /* --sync async against the options of reduced gradients. */
 static int check_async(const struct hp_trainer_opts *o)
 {
-	const char *clash = o->shard ? "--shard" : o->sync_bn ? "--sync-bn" : o->bucket ? "--bucket" :
-			    o->checkpoint_dir ? "--checkpoint" : NULL;
+	const char *clash = o->shard ? "--shard" : o->sync_bn ? "--sync-bn" : o->bucket ? "--bucket" : NULL;
 
 	if (!o->async_sgd)
 		return o->async_deterministic ? hp_error(HP_EUSAGE, "--async-deterministic needs --sync async") : 0;
 	if (clash)
 		return hp_error(HP_EUSAGE, "%s does not go with --sync async (no gradient is reduced, each rank keeps "
-				"its own state%s)", clash, o->checkpoint_dir ? "; checkpoints of async runs are not "
-				"implemented" : "");
+				"its own state)", clash);
 	if (o->blend > 1 || o->exchange_every < 0 || o->exchange_peers < 0 || o->delay_ms < 0)
 		return hp_error(HP_EUSAGE, "--sync async: blend above 1 or a negative interval, peer count or delay");
 	return 0;
@@ -316,7 +314,9 @@ static int build(struct hp_trainer *t)
 	t->shuffle_seed = t->o.seed;
 	t->total = t->o.steps ? t->o.steps : (t->o.epochs * t->data.n + t->o.batch - 1) / t->o.batch;
 	t->perm_epoch = -1;
-	return t->o.resume ? hp_ckpt_read(t) : 0;
+	if (!t->o.resume)
+		return 0;
+	return t->asgd ? hp_asgd_ckpt(t, 0) : hp_ckpt_read(t);
 }
 
 int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct hp_trainer **out)
@@ -505,9 +505,12 @@ int hp_trainer_step(struct hp_trainer *t, struct hp_step_info *info)
 	return 1;
 }
 
-/* Collective: every rank writes its part (a pipeline: its stage). */
+/* Collective: every rank writes its part (a pipeline: its stage); an
+ * asynchronous rank alone writes its own. */
 static int ckpt_write(struct hp_trainer *t)
 {
+	if (t->asgd)
+		return hp_asgd_ckpt(t, 1); /* not collective: each rank its own */
 	return t->pipe ? hp_pipe_ckpt_write(t) : hp_ckpt_write(t);
 }
 

@@ -117,7 +117,8 @@ static int all_durable(const struct hp_trainer *t, int rc, uint64_t size, uint32
 	info[1 + 2 * t->rank] = (double)size;
 	info[2 + 2 * t->rank] = icrc;
 	*failed = -1;
-	if ((r2 = hp_comm_allreduce(info, 1 + 2 * (size_t)t->nranks, HP_F64)) < 0)
+	/* one writer (an asynchronous rank's own checkpoint, asgd_ckpt.c): no collective */
+	if (t->nranks > 1 && (r2 = hp_comm_allreduce(info, 1 + 2 * (size_t)t->nranks, HP_F64)) < 0)
 		return r2;
 	*failed = (int)info[0];
 	if (rc < 0)
@@ -225,7 +226,7 @@ static int start(const struct hp_trainer *t, uint64_t *gen)
 
 	if (t->rank == 0 && rc < 0)
 		*gen = 0;
-	if ((r2 = hp_comm_bcast(gen, sizeof *gen, 0)) < 0)
+	if (t->nranks > 1 && (r2 = hp_comm_bcast(gen, sizeof *gen, 0)) < 0)
 		return r2;
 	if (rc == 0 && !*gen)
 		rc = hp_error(HP_EPROTO, "rank %d of %d: rank 0 could not start the checkpoint (its message says why)",

@@ -105,6 +105,9 @@ static int do_get(struct hs_tier *t, const char *name, const char *path)
 
 	if (rc < 0)
 		return rc;
+	if (n.shared)
+		return hp_error(HP_EUSAGE, "'%s' on daemon %s is a shared extent of a running job (an asynchronous-SGD "
+				"mailbox), not a stored tensor", name, n.daemon);
 	if (n.meta_len == sizeof size)
 		memcpy(&size, n.meta, sizeof size);
 	if (size > n.len)

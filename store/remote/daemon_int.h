@@ -34,7 +34,9 @@ struct dcounters {
 
 /* One extent handed out: owned by a client (lease) or named (owner 0).  It
  * is reachable by RMA only through its own registration: read-write for its
- * owner, read-only once named. */
+ * owner, read-only once named.  A shared extent (Share) is named but keeps
+ * its owner and its read-write key, which Lookup hands to every
+ * authenticated client. */
 struct dalloc {
 	uint64_t addr, len;
 	uint64_t owner;
@@ -45,6 +47,7 @@ struct dalloc {
 	size_t meta_len;
 	uint8_t digest[HS_DIGEST_BYTES];
 	int has_digest;
+	int shared;
 };
 
 enum cstate { C_HELLO, C_AUTH, C_READY };

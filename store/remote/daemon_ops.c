@@ -171,7 +171,8 @@ static void collect(const void *node, VISIT v, void *arg)
 
 	if (v != postorder && v != leaf)
 		return;
-	if (c->named ? a->name != NULL : (a->owner == c->owner && !a->name))
+	/* shared extents are named yet leased: their owner's lease frees them */
+	if (c->named ? a->name != NULL : (a->owner == c->owner && (!a->name || a->shared)))
 		c->v[c->n++] = a;
 }
 
@@ -274,13 +275,14 @@ static int do_alloc(struct hs_daemon *d, struct dclient *c, const Hpdlf__Store__
 	return 0;
 }
 
-/* The extent at addr of exactly len bytes that client c may change. */
-static struct dalloc *owned(struct hs_daemon *d, struct dclient *c, uint64_t addr, uint64_t len, char *text,
-			    size_t tlen)
+/* The extent at addr of exactly len bytes that client c may change (free,
+ * or also name when not shared already). */
+static struct dalloc *owned(struct hs_daemon *d, struct dclient *c, uint64_t addr, uint64_t len, int shared_ok,
+			    char *text, size_t tlen)
 {
 	struct dalloc *a = find_addr(d, addr);
 
-	if (!a || a->len != len || a->owner != c->id || a->name) {
+	if (!a || a->len != len || a->owner != c->id || (a->name && !(shared_ok && a->shared))) {
 		snprintf(text, tlen, "no extent [%" PRIu64 ", +%" PRIu64 ") of this client on daemon %s", addr, len,
 			 d->bound);
 		return NULL;
@@ -290,7 +292,7 @@ static struct dalloc *owned(struct hs_daemon *d, struct dclient *c, uint64_t add
 
 static int do_free(struct hs_daemon *d, struct dclient *c, const Hpdlf__Store__Free *m, char *text, size_t tlen)
 {
-	struct dalloc *a = owned(d, c, m->addr, m->len, text, tlen);
+	struct dalloc *a = owned(d, c, m->addr, m->len, 1, text, tlen);
 
 	if (!a)
 		return HP_EINTERNAL;
@@ -417,7 +419,7 @@ static int do_publish(struct hs_daemon *d, struct dclient *c, const Hpdlf__Store
 		snprintf(text, tlen, "'%s' already exists on daemon %s", m->name, d->bound);
 		return -EEXIST;
 	}
-	if (!(a = owned(d, c, m->addr, m->len, text, tlen)))
+	if (!(a = owned(d, c, m->addr, m->len, 0, text, tlen)))
 		return -ENOENT;
 	/* Named data is shared by every client of the job and never changes:
 	 * the owner's read-write key dies, a read-only one replaces it. */
@@ -468,7 +470,39 @@ static Hpdlf__Store__Named *named_msg(const struct dalloc *a, int with_meta)
 		n->key = a->key;
 		n->rma_base = a->rma_base;
 	}
+	n->shared = a->shared;
 	return n;
+}
+
+/* Share: name an extent of c writable by every client of the job (the
+ * token is the job's); it stays c's, leased, unpersisted. */
+static int do_share(struct hs_daemon *d, struct dclient *c, const Hpdlf__Store__Share *m, Hpdlf__Store__Reply *r,
+		    char *text, size_t tlen)
+{
+	struct dalloc *a;
+
+	if (!hs_name_ok(m->name)) {
+		snprintf(text, tlen, "share: bad name (1..255 printable bytes, no '/')");
+		return HP_EUSAGE;
+	}
+	if (find_name(d, m->name)) {
+		snprintf(text, tlen, "'%s' already exists on daemon %s", m->name, d->bound);
+		return -EEXIST;
+	}
+	if (!(a = owned(d, c, m->addr, m->len, 0, text, tlen)))
+		return -ENOENT;
+	if (!(a->name = strdup(m->name)) || !tsearch(a, &d->by_name, by_name)) {
+		free(a->name);
+		a->name = NULL;
+		return -ENOMEM;
+	}
+	a->shared = 1;
+	d->nnamed++;
+	region_of(d, a->addr)->named++;
+	d->n.publishes++;
+	r->key = a->key;
+	r->rma_base = a->rma_base;
+	return 0;
 }
 
 static int do_lookup(struct hs_daemon *d, const char *name, Hpdlf__Store__Reply *r, char *text, size_t tlen)
@@ -541,6 +575,7 @@ int hs_daemon_request(struct hs_daemon *d, struct dclient *c, const hs_msg *m, h
 		rc = do_stat(d, r);
 		break;
 	case HPDLF__STORE__MSG__BODY_PUBLISH: rc = do_publish(d, c, m->publish, r, text, tlen); break;
+	case HPDLF__STORE__MSG__BODY_SHARE: rc = do_share(d, c, m->share, r, text, tlen); break;
 	case HPDLF__STORE__MSG__BODY_LOOKUP: rc = do_lookup(d, m->lookup->name, r, text, tlen); break;
 	case HPDLF__STORE__MSG__BODY_REMOVE: rc = do_remove(d, m->remove->name, text, tlen); break;
 	case HPDLF__STORE__MSG__BODY_LIST: rc = do_list(d, r, text, tlen); break;
@@ -603,8 +638,8 @@ int hs_daemon_catalog_save(struct hs_daemon *d)
 	for (size_t i = 0; i < col.n; i++) {
 		struct dalloc *a = col.v[i];
 		struct dregion *r = region_of(d, a->addr);
-		if (!r || r->fd < 0)
-			continue; /* DRAM: does not outlive the daemon */
+		if (!r || r->fd < 0 || a->shared)
+			continue; /* DRAM, or leased: does not outlive the daemon */
 		fprintf(f, "%" PRIu64 " %" PRIu64 " %s ", a->addr, a->len, a->name);
 		put_hex(f, a->meta, a->meta_len);
 		fprintf(f, " ");

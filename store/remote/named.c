@@ -135,6 +135,7 @@ static void fill_named(struct rtier *t, int i, const Hpdlf__Store__Named *n, str
 	if (out->has_digest)
 		memcpy(out->digest, n->digest.data, HS_DIGEST_BYTES);
 	snprintf(out->daemon, sizeof out->daemon, "%s", t->d[i].where);
+	out->shared = n->shared;
 }
 
 /* One daemon's copy of a looked-up extent into e (its first copy, or the
@@ -177,6 +178,53 @@ int hs_remote_lookup(struct hs_tier *base, const char *name, struct hs_remote_na
 	if (!e.n)
 		return hp_error(-ENOENT, "no tensor '%s' on any of the %d daemons", name, t->nd);
 	return hs_rt_add_extent(t, &e);
+}
+
+int hs_remote_share(struct hs_tier *base, int daemon, const char *name, uint64_t len, uint64_t *addr)
+{
+	struct rtier *t = (struct rtier *)base;
+	Hpdlf__Store__Share sh = HPDLF__STORE__SHARE__INIT;
+	hs_msg m = HPDLF__STORE__MSG__INIT;
+	struct rext e = { .len = len, .n = 1 };
+	int rc;
+
+	if (!hs_name_ok(name))
+		return hp_error(HP_EUSAGE, "'%s' is not a valid tensor name (1..255 printable bytes, no '/')", name);
+	if (daemon < 0 || daemon >= t->nd || len == 0 || len % HS_IO_ALIGN)
+		return hp_error(HP_EUSAGE, "remote tier %s: a shared extent of %" PRIu64 " bytes on daemon %d",
+				base->name, len, daemon);
+	if ((rc = hs_rt_alloc_on(t, daemon, len, 0, &e, 0)) < 0)
+		return hp_error_prefix(rc, "'%s' on daemon %s", name, t->d[daemon].where);
+	e.addr = rt_addr(daemon, e.daddr[0]);
+	sh.name = (char *)name;
+	sh.addr = e.daddr[0];
+	sh.len = len;
+	m.body_case = HPDLF__STORE__MSG__BODY_SHARE;
+	m.share = &sh;
+	/* a daemon freshly allocates zeroed bytes (released ones are zeroed) */
+	if ((rc = call(t, daemon, &m, NULL)) < 0 || (rc = hs_rt_add_extent(t, &e)) < 0) {
+		hp_error_prefix(rc, "sharing '%s' on daemon %s", name, t->d[daemon].where);
+		hs_rt_free_on(t, daemon, e.daddr[0], len);
+		return rc;
+	}
+	__atomic_fetch_add(&t->nextents, 1, __ATOMIC_RELAXED);
+	*addr = e.addr;
+	return 0;
+}
+
+int hs_remote_open_shared(struct hs_tier *base, const char *name, uint64_t *addr, uint64_t *len)
+{
+	struct hs_remote_named n;
+	int rc = hs_remote_lookup(base, name, &n);
+
+	if (rc < 0)
+		return rc;
+	if (!n.shared)
+		return hp_error(HP_EUSAGE, "'%s' on daemon %s is a read-only named tensor, not a shared extent", name,
+				n.daemon);
+	*addr = n.addr;
+	*len = n.len;
+	return 0;
 }
 
 int hs_remote_remove(struct hs_tier *base, const char *name)

@@ -80,6 +80,7 @@ struct hs_remote_named {
 	uint8_t digest[HS_REMOTE_DIGEST_BYTES];
 	int has_digest;         /* 0: stored by a daemon of protocol 1 */
 	char daemon[128];
+	int shared;             /* a shared extent (hs_remote_share): writable, no digest */
 };
 /* ops->place preferring the daemons' persistent regions (--pmem) when asked. */
 int hs_remote_alloc(struct hs_tier *t, uint64_t len, int persistent, uint64_t *addr);
@@ -97,6 +98,26 @@ int hs_remote_get(struct hs_tier *t, const struct hs_remote_named *n, void *buf)
 int hs_remote_remove(struct hs_tier *t, const char *name);
 /* Every named extent of every live daemon: *out malloc'd, returns the count. */
 int hs_remote_list(struct hs_tier *t, struct hs_remote_named **out);
+/* Shared extents, for mailboxes that ranks of one job write one-sidedly
+ * into each other's memory (asynchronous SGD): len bytes (a multiple of
+ * HS_IO_ALIGN) on daemon `daemon` (an index of the tier's list), zeroed,
+ * named `name` and reachable read-write by every client that holds the
+ * job's token (a client with another token cannot even connect).  Unlike
+ * hs_remote_put's extents they change, carry no digest, are never
+ * persisted, and die with their owner: its release (ops->release) or its
+ * lease.  -EEXIST if the name is taken. */
+int hs_remote_share(struct hs_tier *t, int daemon, const char *name, uint64_t len, uint64_t *addr);
+/* Another client's shared extent by name: its tier address and length
+ * (then hs_tier_rw reads and writes it).  -ENOENT if no daemon has it,
+ * HP_EUSAGE if `name` is a read-only named extent. */
+int hs_remote_open_shared(struct hs_tier *t, const char *name, uint64_t *addr, uint64_t *len);
+/* The daemons of the tier: how many, and daemon i's "host:port" (1 if dead). */
+int hs_remote_daemons(struct hs_tier *t);
+int hs_remote_daemon_where(struct hs_tier *t, int i, char *buf, size_t len);
+/* A second tier on the same daemons and token, one copy per extent, with
+ * its own endpoint and connections (so its traffic and failures stay
+ * apart from t's). */
+int hs_remote_reopen(struct hs_tier *t, const char *name, struct hs_tier **out);
 /* Stop every daemon of the tier (authenticated Shutdown). */
 int hs_remote_shutdown_all(struct hs_tier *t);
 

@@ -244,9 +244,13 @@ static void completed(struct rtier *t, struct seg *s, int err, const char *text,
 		       s->req->io->op == HS_IO_WRITE ? "to" : "from", t->d[di].where, text);
 		hs_rt_check(t, di, 1); /* a transport error: is the daemon still there? */
 	}
+	/* a connection being rebuilt (tcp drops it after a refused transfer
+	 * and reconnects on a later one) keeps its code: worth a retry */
+	if (err && err != -ENOTCONN && err != -ECONNRESET && err != -EPIPE)
+		err = -EIO;
 	pthread_mutex_lock(&t->mu);
 	if (!abandoned)
-		seg_outcome(t, s, err ? -EIO : 0, done);
+		seg_outcome(t, s, err, done);
 	req_unref(s->req);
 	pthread_mutex_unlock(&t->mu);
 	free_seg(s);

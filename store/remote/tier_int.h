@@ -96,6 +96,8 @@ struct rtier {
 	pthread_mutex_t ka_mu;
 	pthread_cond_t ka_cv;
 	uint64_t deaths;        /* daemons declared dead so far (under t->mu) */
+	char *endpoints;        /* the daemon list and token path it was opened */
+	char *token_path;       /* with (hs_remote_reopen); token NULL: the env's */
 };
 
 #define RT_ADDR_MASK ((1ull << HS_REMOTE_ADDR_BITS) - 1)
@@ -125,6 +127,9 @@ int hs_rt_check(struct rtier *t, int i, int wait);
 const struct rext *hs_rt_extent_of(struct rtier *t, uint64_t a);
 /* Record e (a copy is made), or replace the entry of the same address. */
 int hs_rt_add_extent(struct rtier *t, const struct rext *e);
+/* One copy (index k of e) of len bytes on daemon i; -ENOSPC if it is full. */
+int hs_rt_alloc_on(struct rtier *t, int i, uint64_t len, int persistent, struct rext *e, int k);
+int hs_rt_free_on(struct rtier *t, int i, uint64_t daddr, uint64_t len);
 /* rejoin.c: from the keepalive thread, reconnect dead daemons that hold
  * no extent of the tier any more (a restarted daemon takes new spills). */
 void hs_rt_rejoin(struct rtier *t);

@@ -175,7 +175,7 @@ static int candidates(struct rtier *t, uint64_t key, uint64_t len, int *order)
 	return n;
 }
 
-static int alloc_on(struct rtier *t, int i, uint64_t len, int persistent, struct rext *e, int k)
+int hs_rt_alloc_on(struct rtier *t, int i, uint64_t len, int persistent, struct rext *e, int k)
 {
 	Hpdlf__Store__Alloc a = HPDLF__STORE__ALLOC__INIT;
 	hs_msg m = HPDLF__STORE__MSG__INIT, *rep = NULL;
@@ -200,7 +200,7 @@ static int alloc_on(struct rtier *t, int i, uint64_t len, int persistent, struct
 	return rc;
 }
 
-static int free_on(struct rtier *t, int i, uint64_t daddr, uint64_t len)
+int hs_rt_free_on(struct rtier *t, int i, uint64_t daddr, uint64_t len)
 {
 	Hpdlf__Store__Free f = HPDLF__STORE__FREE__INIT;
 	hs_msg m = HPDLF__STORE__MSG__INIT;
@@ -223,18 +223,18 @@ static int place(struct rtier *t, uint64_t len, int persistent, uint64_t *addr)
 
 	n = candidates(t, key, len, order);
 	for (int k = 0; k < n && e.n < t->o.replicas; k++)
-		if (alloc_on(t, order[k], len, persistent, &e, e.n) == 0)
+		if (hs_rt_alloc_on(t, order[k], len, persistent, &e, e.n) == 0)
 			e.n++;
 	if (e.n < t->o.replicas) {
 		for (int k = 0; k < e.n; k++)
-			free_on(t, e.di[k], e.daddr[k], len);
+			hs_rt_free_on(t, e.di[k], e.daddr[k], len);
 		return hp_error(-ENOSPC, "remote tier %s: no room for %" PRIu64 " bytes%s on the %d daemons",
 				t->base.name, len, t->o.replicas > 1 ? " on two distinct daemons" : "", t->nd);
 	}
 	e.addr = rt_addr(e.di[0], e.daddr[0]);
 	if (hs_rt_add_extent(t, &e) < 0) {
 		for (int k = 0; k < e.n; k++)
-			free_on(t, e.di[k], e.daddr[k], len);
+			hs_rt_free_on(t, e.di[k], e.daddr[k], len);
 		return -ENOMEM;
 	}
 	*addr = e.addr;
@@ -278,7 +278,7 @@ static int rt_release(struct hs_tier *base, uint64_t addr, uint64_t len)
 		return hp_error(HP_EINTERNAL, "remote tier: free of [0x%" PRIx64 ", +%" PRIu64 "), not an extent of "
 				"this tier", addr, len);
 	for (int k = 0; k < e->n; k++) {
-		int rc2 = free_on(t, e->di[k], e->daddr[k], len);
+		int rc2 = hs_rt_free_on(t, e->di[k], e->daddr[k], len);
 		rc = rc ? rc : rc2;
 	}
 	free(e);
@@ -342,6 +342,8 @@ static void rt_close(struct hs_tier *base)
 	pthread_cond_destroy(&t->ka_cv);
 	free(t->d);
 	hs_secret_free(&t->secret);
+	free(t->endpoints);
+	free(t->token_path);
 	free(t);
 }
 
@@ -530,9 +532,16 @@ static int rt_setup(struct rtier *t, const struct hs_tier_config *cfg)
 		list = found;
 	}
 	rc = parse_daemons(t, list);
+	t->endpoints = strdup(list);
 	free(found);
 	if (rc < 0)
 		return rc;
+	/* kept for hs_remote_reopen: the caller's strings need not outlive the open */
+	t->token_path = t->o.token_file ? strdup(t->o.token_file) : NULL;
+	if (!t->endpoints || (t->o.token_file && !t->token_path))
+		return -ENOMEM;
+	t->o.endpoints = t->endpoints;
+	t->o.token_file = t->token_path;
 	if ((rc = hs_secret_load(t->o.token_file, &t->secret)) < 0 || (rc = connect_all(t)) < 0)
 		return rc;
 	/* Keep the leases alive while the fabric opens (provider start-up is slow). */
@@ -641,4 +650,30 @@ int hs_remote_dead_count(struct hs_tier *base)
 		n += t->d[i].dead;
 	pthread_mutex_unlock(&t->mu);
 	return n;
+}
+
+int hs_remote_daemons(struct hs_tier *base)
+{
+	return ((struct rtier *)base)->nd;
+}
+
+int hs_remote_daemon_where(struct hs_tier *base, int i, char *buf, size_t len)
+{
+	struct rtier *t = (struct rtier *)base;
+
+	if (i < 0 || i >= t->nd)
+		return hp_error(-ENOENT, "remote tier %s has no daemon %d", base->name, i);
+	return hs_remote_daemon_of(base, rt_addr(i, 0), buf, len);
+}
+
+int hs_remote_reopen(struct hs_tier *base, const char *name, struct hs_tier **out)
+{
+	struct rtier *t = (struct rtier *)base;
+	struct hs_remote_opts o = t->o;
+	struct hs_tier_config cfg = { .name = name, .ext = &o };
+
+	o.endpoints = t->endpoints;
+	o.token_file = t->token_path;
+	o.replicas = 1;
+	return hs_tier_remote_open(&cfg, out);
 }
