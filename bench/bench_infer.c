@@ -103,7 +103,7 @@ static int bench_model(const char *spec, int reps, int threads, json_object *out
 		rc = hp_graph_infer(g);
 	if (rc == 0 && !getenv("HPDLF_BENCH_NO_FUSE")) { /* as hpdlf-exec runs inference */
 		struct hp_fuse_report fr;
-		rc = hp_fuse_inference(g, &fr);
+		rc = hp_fuse_inference(g, NULL, &fr);
 		hp_fuse_report_free(&fr);
 	}
 	hp_exec_opts_init(&o, sizeof o);
