@@ -154,7 +154,7 @@ static int attn_prepare(struct hp_graph *g, struct hp_node *n)
 	memcpy(y->shape.dims, p->bdims, (size_t)p->nb * sizeof(int64_t));
 	y->shape.dims[p->nb] = p->t;
 	y->shape.dims[p->nb + 1] = p->dv;
-	p->slot_floats = (size_t)(BT * p->d + BS * p->d + BS * p->dv + BT * BS + BT * p->dv + 2 * BT) + 16;
+	p->slot_floats = (size_t)(BT * p->d + BS * p->d + BS * p->dv + BT * BS + BT * p->dv + 3 * BT) + 16; /* mx: BT floats, l: BT doubles */
 	n->workspace = (size_t)SLOTS * p->slot_floats * sizeof(float);
 	return 0;
 }
