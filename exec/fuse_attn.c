@@ -6,7 +6,8 @@
  *
  * Transposes feeding Q, Kt or V are absorbed: the kernel reads the
  * Transpose's input through the composed permutation (a Transpose left
- * with no reader is removed).  Every intermediate must be read only by
+ * with no reader is removed); so is a Transpose that alone reads the
+ * result (the kernel writes through its permutation).  Every intermediate must be read only by
  * the next node of the pattern.  The kernel rounds differently from the
  * chain, so the pass runs in core and out of core alike. */
 #include <stdio.h>
@@ -21,7 +22,32 @@ struct attn_match {
 	int rank[3];
 	int mask_kind, when;
 	double scale_by, fill;
+	int tr, out;                /* a Transpose of the result absorbed (-1: none), the fused output */
+	int64_t operm[HP_MAX_RANK];
+	int orank;
 };
+
+/* A Transpose reading only the attention result: the kernel writes its
+ * output directly (the heads' results side by side, ready for a Reshape). */
+static void out_transpose(const struct hp_graph *g, struct attn_match *m)
+{
+	int y = g->nodes[m->mm2].outputs[0], t = hp_fz_only_reader(g, y);
+	const int64_t *p = NULL;
+	int r = g->values[y].shape.rank, np;
+
+	m->tr = -1;
+	m->out = y;
+	m->orank = r;
+	if (t < 0 || !hp_fz_is(&g->nodes[t], "Transpose"))
+		return;
+	np = hp_attr_ints(&g->nodes[t], "perm", &p);
+	if (np > 0 && np != r)
+		return;
+	for (int i = 0; i < r; i++)
+		m->operm[i] = np > 0 ? p[i] : r - 1 - i;
+	m->tr = t;
+	m->out = g->nodes[t].outputs[0];
+}
 
 /* Follow Transposes up from operand value v: the stored value and the
  * permutation that gives v from it. */
@@ -134,22 +160,26 @@ static int match_at(const struct hp_graph *g, int s, struct attn_match *m)
 	m->q = absorb(g, ops[0], m->perm[0], &m->rank[0]);
 	m->k = absorb(g, ops[1], m->perm[1], &m->rank[1]);
 	m->v = absorb(g, ops[2], m->perm[2], &m->rank[2]);
+	out_transpose(g, m);
 	return 1;
 }
 
 static int rewrite(struct hp_graph *g, struct attn_match *m, struct hp_fuse_report *r)
 {
 	static const char *const pn[3] = { "qperm", "kperm", "vperm" };
-	int in[4] = { m->q, m->k, m->v, m->mask }, out = g->nodes[m->mm2].outputs[0], f, rc = 0;
-	int gone[5] = { m->mm1, m->scale, m->mask_node, m->sm, m->mm2 };
+	int in[4] = { m->q, m->k, m->v, m->mask }, out = m->out, f, rc = 0;
+	int gone[6] = { m->mm1, m->scale, m->mask_node, m->sm, m->mm2, m->tr };
 	char line[512];
 
-	snprintf(line, sizeof line, "Attention (%s%s) into FusedAttention '%s'", m->scale >= 0 ? "scaled, " : "",
-		 m->mask_kind == 1 ? "added mask" : m->mask_kind == 2 ? "Where mask" : "no mask", g->values[out].name);
+	snprintf(line, sizeof line, "Attention (%s%s%s) into FusedAttention '%s'", m->scale >= 0 ? "scaled, " : "",
+		 m->mask_kind == 1 ? "added mask" : m->mask_kind == 2 ? "Where mask" : "no mask",
+		 m->tr >= 0 ? ", result transposed" : "", g->values[out].name);
 	if ((f = hp_fz_add_node(g, g->values[out].name, "FusedAttention", 1, m->mask_kind ? 4 : 3, in, out)) < 0)
 		return f;
 	for (int i = 0; i < 3 && rc == 0; i++)
 		rc = hp_fz_attr_ints(g, f, pn[i], m->perm[i], m->rank[i]);
+	if (rc == 0 && m->tr >= 0)
+		rc = hp_fz_attr_ints(g, f, "operm", m->operm, m->orank);
 	if (rc == 0)
 		rc = hp_fz_attr_float(g, f, "scale", (float)m->scale_by);
 	if (rc == 0)
@@ -161,8 +191,8 @@ static int rewrite(struct hp_graph *g, struct attn_match *m, struct hp_fuse_repo
 	if (rc < 0)
 		return rc;
 	hp_fz_note(r, "Attention", line);
-	r->nodes_removed += 4 - (m->scale < 0) - (m->mask_node < 0);
-	hp_fz_remove(g, gone, 5);
+	r->nodes_removed += 4 - (m->scale < 0) - (m->mask_node < 0) + (m->tr >= 0);
+	hp_fz_remove(g, gone, 6);
 	hp_fz_remove_dead(g);
 	return 1;
 }

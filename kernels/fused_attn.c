@@ -9,7 +9,8 @@
  *   attrs   scale (float), mask_kind 0 none | 1 added (float, broadcast to
  *           [..., T, S]) | 2 Where (bool cond; where cond == mask_when the
  *           score is mask_fill)
- *   output  [..., T, Dv]
+ *   output  [..., T, Dv], or that permuted by operm (an absorbed Transpose
+ *           of the result, e.g. heads back beside each other: [B, T, H, Dv])
  *
  * Work items are (batch, block of BT rows), each done by one slot in a
  * fixed order: the bits depend on nothing but the shapes (not on the
@@ -43,6 +44,7 @@ struct attn_p {
 	struct operand q, k, v, m; /* m: the mask as [..., T, S] */
 	float scale, fill;
 	int mask_kind, when;
+	int64_t ostr[HP_MAX_RANK];  /* output strides of the natural [..., T, Dv] dims */
 	size_t slot_floats;
 };
 
@@ -122,6 +124,33 @@ static int operands(struct hp_graph *g, struct hp_node *n, struct attn_p *p, int
 	return 0;
 }
 
+/* Output shape ys and the strides of the natural dims, through operm. */
+static int out_layout(struct hp_graph *g, struct hp_node *n, struct attn_p *p, struct hp_shape *ys)
+{
+	const int64_t *perm = NULL;
+	int r = p->nb + 2, np = hp_attr_ints(n, "operm", &perm), seen = 0;
+	int64_t nat[HP_MAX_RANK], st = 1;
+
+	memcpy(nat, p->bdims, (size_t)p->nb * sizeof(int64_t));
+	nat[p->nb] = p->t;
+	nat[p->nb + 1] = p->dv;
+	if (np && np != r)
+		return hp_node_error(g, n, HP_EMODEL, "operm has %d entries for a rank-%d output", np, r);
+	ys->rank = r;
+	for (int i = 0; i < r; i++) {
+		int j = np ? (int)perm[i] : i;
+		if (j < 0 || j >= r || (seen >> j & 1))
+			return hp_node_error(g, n, HP_EMODEL, "operm is not a permutation");
+		seen |= 1 << j;
+		ys->dims[i] = nat[j];
+	}
+	for (int i = r - 1; i >= 0; i--) {
+		p->ostr[np ? (int)perm[i] : i] = st;
+		st *= ys->dims[i];
+	}
+	return 0;
+}
+
 static int attn_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	struct attn_p *p = calloc(1, sizeof *p);
@@ -149,11 +178,9 @@ static int attn_prepare(struct hp_graph *g, struct hp_node *n)
 	if (p->k.d0 != p->d || p->v.d0 != p->s || (p->mask_kind && ((p->m.d0 != 1 && p->m.d0 != p->t) ||
 								   (p->m.d1 != 1 && p->m.d1 != p->s))))
 		return hp_node_error(g, n, HP_ESHAPE, "Q, K, V and the mask do not agree");
+	if ((rc = out_layout(g, n, p, &y->shape)) < 0)
+		return rc;
 	y->dtype = HP_F32;
-	y->shape.rank = p->nb + 2;
-	memcpy(y->shape.dims, p->bdims, (size_t)p->nb * sizeof(int64_t));
-	y->shape.dims[p->nb] = p->t;
-	y->shape.dims[p->nb + 1] = p->dv;
 	p->slot_floats = (size_t)(BT * p->d + BS * p->d + BS * p->dv + BT * BS + BT * p->dv + 3 * BT) + 16; /* mx: BT floats, l: BT doubles */
 	n->workspace = (size_t)SLOTS * p->slot_floats * sizeof(float);
 	return 0;
@@ -276,10 +303,15 @@ static void attn_item(const struct attn_job *j, int64_t item, struct tile *w)
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)w->nt, (int)p->dv, (int)ns, 1.0f, w->sb, BS,
 			    w->vb, (int)p->dv, 1.0f, w->acc, (int)p->dv);
 	}
-	y = (float *)j->a->out[0].data + (w->b * p->t + w->t0) * p->dv;
+	int64_t off = 0, b = w->b, rs = p->ostr[p->nb], es = p->ostr[p->nb + 1];
+	for (int i = p->nb - 1; i >= 0; i--) {
+		off += (b % p->bdims[i]) * p->ostr[i];
+		b /= p->bdims[i];
+	}
+	y = (float *)j->a->out[0].data + off + w->t0 * rs;
 	for (int64_t r = 0; r < w->nt; r++)
 		for (int64_t e = 0; e < p->dv; e++)
-			y[r * p->dv + e] = (float)(w->acc[r * p->dv + e] / w->l[r]);
+			y[r * rs + e * es] = (float)(w->acc[r * p->dv + e] / w->l[r]);
 }
 
 /* Slot `slot` runs items [slot * items / slots, (slot + 1) * items / slots). */

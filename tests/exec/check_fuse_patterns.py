@@ -363,12 +363,13 @@ def check_torch(exe, tmp, maker):
         got = plan_counts(out)
         check(rc == 0 and all(got.get(k) == v for k, v in want.items()),
               "torch %s: --plan fuses %s (got %s) %s" % (name, want, got, err.strip()[-200:]))
-        res = outputs(exe, path, xpath, ["y"], name, [])
-        if res:
+        res, plain = outputs(exe, path, xpath, ["y"], name, []), outputs(exe, path, xpath, ["y"], name + "n",
+                                                                           ["--no-fuse"])
+        if res and plain:
             scale = float(np.max(np.abs(ref)))
-            err = float(np.max(np.abs(res["y"] - ref)))
-            check(err <= TOL * scale, "torch %s: fused vs torch float64 max err %.2e (scale %.3g, tol %.0e)"
-                  % (name, err, scale, TOL))
+            err, en = (float(np.max(np.abs(r["y"] - ref))) for r in (res, plain))
+            check(err <= TOL * scale, "torch %s: fused vs torch float64 max err %.2e (unfused %.2e, scale %.3g, "
+                  "tol %.0e)" % (name, err, en, scale, TOL))
 
 
 def main():
