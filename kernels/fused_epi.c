@@ -57,12 +57,13 @@ static inline float sat01(float t)
 
 #define CLIP(v, lo, hi) ((v) < (lo) ? ((lo) > (hi) ? (hi) : (lo)) : (v) > (hi) ? (hi) : (v))
 
-float hp_gelu_erf(float x)
+/* Inline, so that the loops below vectorize as eltwise_unary.c's do. */
+static inline float gelu_erf(float x)
 {
 	return 0.5f * x * (1.0f + hpk_erff(x * 0.70710678118654752f));
 }
 
-float hp_gelu_tanh(float x)
+static inline float gelu_tanh(float x)
 {
 	return 0.5f * x * (1.0f + hpk_tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
 }
@@ -83,8 +84,8 @@ ACT_LOOP(act_relu, v < 0.0f ? 0.0f : v)
 ACT_LOOP(act_clip, CLIP(v, lo, hi))
 ACT_LOOP(act_sigmoid, hpk_sigmoidf(v))
 ACT_LOOP(act_hswish, v * sat01(v * (1.0f / 6.0f) + 0.5f))
-ACT_LOOP(act_gelu, hp_gelu_erf(v))
-ACT_LOOP(act_gelu_tanh, hp_gelu_tanh(v))
+ACT_LOOP(act_gelu, gelu_erf(v))
+ACT_LOOP(act_gelu_tanh, gelu_tanh(v))
 
 typedef void (*act_fn)(const struct hp_epi *e, float *y, int64_t n);
 static const act_fn acts[] = {
@@ -97,6 +98,27 @@ struct epi_job {
 	float *y;
 	const float *add;
 };
+
+/* y[b, end) += addend where it varies along `mid` with period inner:
+ * contiguous segments of one addend value (inner > 1) or of consecutive
+ * values (inner 1), so the inner loops vectorize. */
+static void add_mid(const struct hp_epi *e, float *y, const float *add, int64_t b, int64_t end)
+{
+	for (int64_t i = b; i < end;) {
+		int64_t r = i % e->inner, k = i / e->inner % e->mid, len;
+		if (e->inner == 1) {
+			len = e->mid - k < end - i ? e->mid - k : end - i;
+			for (int64_t t = 0; t < len; t++)
+				y[i + t] = y[i + t] + add[k + t];
+		} else {
+			const float a = add[k];
+			len = e->inner - r < end - i ? e->inner - r : end - i;
+			for (int64_t t = 0; t < len; t++)
+				y[i + t] = y[i + t] + a;
+		}
+		i += len;
+	}
+}
 
 /* Elements [b, e): the add, then the activation over the same range while
  * it is in cache. */
@@ -114,8 +136,7 @@ static void epi_range(void *arg, int64_t b, int64_t end, int tid)
 		for (int64_t i = b; i < end; i++)
 			y[i] = y[i] + j->add[0];
 	else if (e->add == HP_EPI_ADD_MID)
-		for (int64_t i = b; i < end; i++)
-			y[i] = y[i] + j->add[i / e->inner % e->mid];
+		add_mid(e, y, j->add, b, end);
 	if (e->act != HP_EPI_NONE)
 		acts[e->act](e, y + b, end - b);
 }

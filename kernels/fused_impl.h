@@ -34,8 +34,4 @@ int hp_epi_add_of(const struct hp_shape *ys, const struct hp_shape *a, struct hp
 /* y[i] = act(y[i] + addend[...]) over n elements, on the pool. */
 void hp_epi_run(const struct hp_epi *e, float *y, const float *addend, int64_t n, struct hp_pool *pool);
 
-/* GELU, as the fused Gelu op and epilogues compute it (erf or tanh form). */
-float hp_gelu_erf(float x);
-float hp_gelu_tanh(float x);
-
 #endif
