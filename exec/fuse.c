@@ -278,7 +278,8 @@ int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struc
 {
 	/* the rewrites that change rounding run in every mode (the same nodes
 	 * in core and out of core); Gelu before the epilogues that absorb it */
-	static const hp_fuse_pass always[] = { hp_fuse_gelu, hp_fuse_layernorm, hp_fuse_attention };
+	static const hp_fuse_pass always[] = { hp_fuse_gelu, hp_fuse_layernorm, hp_fuse_attention,
+						hp_fuse_transpose_gemm };
 	int rc, any = 0;
 
 	memset(r, 0, sizeof *r);

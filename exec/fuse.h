@@ -6,6 +6,7 @@
  *     Div/Mul/Add into LayerNormalization;
  *   - attention (MatMul [Mul|Div scale] [Add mask|Where] Softmax MatMul),
  *     with the Transposes feeding it, into one FusedAttention;
+ *   - MatMul of a transposed matrix into Gemm with transA/transB;
  *   - unless opts->splittable: Conv/MatMul/Gemm + Add + Relu/Clip/Sigmoid/
  *     HardSwish/Gelu into the product's epilogue (bitwise the unfused
  *     nodes, so an out-of-core run may keep them unfused and split).

@@ -21,6 +21,7 @@ int hp_fuse_gelu(struct hp_graph *g, struct hp_fuse_report *r);      /* fuse_gel
 int hp_fuse_layernorm(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_ln.c */
 int hp_fuse_attention(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_attn.c */
 int hp_fuse_epilogue(struct hp_graph *g, struct hp_fuse_report *r);  /* fuse_epi.c */
+int hp_fuse_transpose_gemm(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_transpose.c */
 
 /* ---- fuse_util.c ---- */
 

@@ -103,6 +103,7 @@ static int operands(struct hp_graph *g, struct hp_node *n, struct attn_p *p, int
 	for (int i = 0; i < nops; i++) {
 		const int64_t *perm = NULL;
 		int np = i < 3 ? hp_attr_ints(n, pn[i], &perm) : 0;
+		np = np < 0 ? 0 : np; /* absent: identity */
 		if (view(&g->values[n->inputs[i]].shape, perm, np, o[i], &rk[i]) < 0)
 			return hp_node_error(g, n, HP_ESHAPE, "input %d: rank below 2 or a bad permutation", i);
 		if (rk[i] - 2 > p->nb)
@@ -129,6 +130,9 @@ static int out_layout(struct hp_graph *g, struct hp_node *n, struct attn_p *p, s
 {
 	const int64_t *perm = NULL;
 	int r = p->nb + 2, np = hp_attr_ints(n, "operm", &perm), seen = 0;
+
+	if (np < 0) /* absent */
+		np = 0;
 	int64_t nat[HP_MAX_RANK], st = 1;
 
 	memcpy(nat, p->bdims, (size_t)p->nb * sizeof(int64_t));

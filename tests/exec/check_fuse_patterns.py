@@ -12,12 +12,15 @@ intermediate has a reader outside the pattern (or is a graph output):
         is read twice (the Add fuses, its Relu does not)
   mm    MatMul+Add+Gelu (erf form, as torch writes F.gelu), Add(bias,
         MatMul)+Relu, Gemm+BatchNormalization+Relu, a tanh-form Gelu (Pow),
-        and a tanh-form Gelu whose Tanh output is a graph output (not fused)
+        a tanh-form Gelu whose Tanh output is a graph output (not fused),
+        MatMul of a transposed matrix (a Gemm with transA) and of a rank-3
+        Transpose (not fused)
   ln    the LayerNorm chain torch writes below opset 17; the same chain with
         x - mean also a graph output (not fused)
-  attn  two attentions reading Q, K, V through Transposes (a causal Where
-        mask with Mul scale; an added mask with Div scale), and one whose
-        Softmax output is a graph output (not fused)
+  attn  attentions reading Q, K, V through Transposes (a causal Where mask
+        with Mul scale; an added mask with Div scale; neither, the result
+        not transposed), and one whose Softmax output is a graph output
+        (not fused)
 
 For each: --plan's pattern counts are exactly the expected ones (so the
 look-alikes did not fuse); outputs fused and --no-fuse within TOL * max|ref|
@@ -189,7 +192,12 @@ def model_mm(path):
     m.op("Relu", ["bn"], "y2")
     gelu_nodes(m, "y1", "y3", "tanh")
     gelu_nodes(m, "y1", "y4", "tanh")
-    outs = ["y1", "y2", "y3", "y4", "y4t"]  # y4's Tanh output is a graph output: y4 stays unfused
+    m.w("W5", (15, 4)), m.w("W6", (5, 4))
+    m.op("Transpose", ["z"], "zt")                    # a matrix: MatMul becomes Gemm(transA)
+    m.op("MatMul", ["zt", "W5"], "y5")
+    m.op("Transpose", ["x"], "xt", perm=[0, 2, 1])  # rank 3: stays
+    m.op("MatMul", ["xt", "W6"], "y6")
+    outs = ["y1", "y2", "y3", "y4", "y4t", "y5", "y6"]  # y4's Tanh output is a graph output: y4 stays unfused
     m.save(path, list(x.shape), outs)
     d = {k: v.astype(np.float64) for k, v in m.P.items()}
     X = x.astype(np.float64)
@@ -197,9 +205,10 @@ def model_mm(path):
     gm = 0.5 * X.reshape(15, 16) @ d["Wg"].T + 2.0 * d["bg"]
     y2 = np.maximum((gm - d["mu"]) / np.sqrt(d["var"] + 1e-5) * d["s"] + d["o"], 0)
     t = np.tanh(0.7978845608 * (y1 + 0.044715 * y1 ** 3))
-    ref = {"y1": y1, "y2": y2, "y3": gelu_tanh(y1), "y4": gelu_tanh(y1), "y4t": t}
+    ref = {"y1": y1, "y2": y2, "y3": gelu_tanh(y1), "y4": gelu_tanh(y1), "y4t": t,
+           "y5": X.reshape(15, 16).T @ d["W5"], "y6": X.transpose(0, 2, 1) @ d["W6"]}
     want = {"Gemm+BatchNormalization": 1, "Gelu (erf form)": 1, "Gelu (tanh form)": 1, "MatMul+Add+Gelu": 1,
-            "MatMul+Add+Relu": 1, "Gemm+Relu": 1}
+            "MatMul+Add+Relu": 1, "Gemm+Relu": 1, "Transpose+MatMul": 1}
     return x, ref, want
 
 
@@ -266,7 +275,10 @@ def model_attn(path):
     attn("y1", "mul", "where")
     attn("y2", "div", "add")
     attn("y3", "mul", "where")
-    m.save(path, list(x.shape), ["y1", "y2", "y3", "y3p"])  # y3's softmax is an output: not fused
+    m.op("MatMul", ["q", "kt"], "y4s")  # no scale, no mask, the result as it is
+    m.op("Softmax", ["y4s"], "y4p", axis=-1)
+    m.op("MatMul", ["y4p", "v"], "y4")
+    m.save(path, list(x.shape), ["y1", "y2", "y3", "y3p", "y4"])  # y3's softmax is an output: not fused
     X, d = x.astype(np.float64), {k: v.astype(np.float64) for k, v in m.P.items()}
     q, k, v = ((X @ d["W" + c]).reshape(B, T, H, D).transpose(0, 2, 1, 3) for c in "qkv")
     s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(D)
@@ -277,7 +289,7 @@ def model_attn(path):
 
     p1, p2 = sm(np.where(causal, -np.inf, s)), sm(s + addm)
     o = lambda p: (p @ v).transpose(0, 2, 1, 3).reshape(B, T, C)
-    return x, {"y1": o(p1), "y2": o(p2), "y3": o(p1), "y3p": p1}, {"Attention": 2}
+    return x, {"y1": o(p1), "y2": o(p2), "y3": o(p1), "y3p": p1, "y4": sm(s * math.sqrt(D)) @ v}, {"Attention": 3}
 
 
 def plan_counts(out):
