@@ -180,6 +180,7 @@ static int bench_model(const char *spec, int reps, int threads, int fuse_gain, j
 	json_object_object_add(m, "gflops", json_object_new_double(st.flops / med / 1e6));
 	if (s0) {
 		json_object_object_add(m, "unfused_ms_median", json_object_new_double(ms0[reps / 2]));
+		json_object_object_add(m, "unfused_ms_min", json_object_new_double(ms0[0]));
 		json_object_object_add(m, "fuse_speedup", json_object_new_double(ms0[reps / 2] / med));
 		fprintf(stderr, "%s: as imported %.3f ms median, optimised %.3f: speed-up %.3f\n", spec, ms0[reps / 2],
 			med, ms0[reps / 2] / med);
