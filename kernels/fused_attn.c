@@ -325,7 +325,6 @@ static void attn_slots(void *arg, int64_t b, int64_t e, int tid)
 	const struct attn_p *p = j->p;
 
 	(void)tid;
-	hp_blas_serial_enter();
 	for (int64_t s = b; s < e; s++) {
 		float *base = j->ws + s * (int64_t)p->slot_floats;
 		struct tile w = { .qb = base };
@@ -338,7 +337,6 @@ static void attn_slots(void *arg, int64_t b, int64_t e, int tid)
 		for (int64_t i = s * j->items / j->slots; i < (s + 1) * j->items / j->slots; i++)
 			attn_item(j, i, &w);
 	}
-	hp_blas_serial_leave();
 }
 
 static int attn_run(const struct hp_node *n, const struct hp_kargs *a)
@@ -350,7 +348,10 @@ static int attn_run(const struct hp_node *n, const struct hp_kargs *a)
 	if (j.items == 0 || p->dv == 0)
 		return 0;
 	j.slots = j.items < SLOTS ? j.items : SLOTS;
+	/* BLAS on one thread while the slots run, as kernels/gemm.c's tiles */
+	hp_blas_serial_enter();
 	hp_parallel_for(a->pool, j.slots, 1, attn_slots, &j);
+	hp_blas_serial_leave();
 	return 0;
 }
 
