@@ -14,8 +14,8 @@
  *
  * Work items are (batch, block of BT rows), each done by one slot in a
  * fixed order: the bits depend on nothing but the shapes (not on the
- * thread count).  Tiles are packed into the slot's workspace, so any
- * strides work.  Denominators accumulate in double. */
+ * thread count).  Tiles are read in place when their rows are contiguous
+ * and packed into the slot's workspace otherwise, so any strides work.  Denominators accumulate in double. */
 #include <cblas.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -25,7 +25,7 @@
 #include "kernels/blas.h"
 #include "kernels/eltwise_impl.h"
 
-#define BT 32
+#define BT 64
 #define BS 64
 #define SLOTS 8
 #define MAXB (HP_MAX_RANK - 2)
@@ -202,22 +202,6 @@ static int64_t batch_off(const struct attn_p *p, const struct operand *o, int64_
 	return off;
 }
 
-/* dst[r][c] = o[r0 + r][c0 + c] for an nr x nc tile. */
-static void pack(const float *x, const struct operand *o, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float *dst)
-{
-	for (int64_t r = 0; r < nr; r++)
-		for (int64_t c = 0; c < nc; c++)
-			dst[r * nc + c] = x[(r0 + r) * o->s0 + (c0 + c) * o->s1];
-}
-
-/* Kt[:, s0..s0+ns) packed as rows of K: dst[s][d]. */
-static void pack_k(const float *x, const struct operand *o, int64_t s0, int64_t ns, int64_t d, float *dst)
-{
-	for (int64_t s = 0; s < ns; s++)
-		for (int64_t i = 0; i < d; i++)
-			dst[s * d + i] = x[i * o->s0 + (s0 + s) * o->s1];
-}
-
 struct attn_job {
 	const struct attn_p *p;
 	const struct hp_kargs *a;
@@ -252,44 +236,70 @@ static void mask_tile(const struct attn_p *p, const struct attn_job *j, struct t
 	}
 }
 
+/* row[c] = exp(row[c] - m): vectorized like the Softmax kernel's. */
+HPK_SIMD static void exp_shift(float *row, int64_t n, float m)
+{
+	for (int64_t c = 0; c < n; c++)
+		row[c] = hpk_expf(row[c] - m);
+}
+
+HPK_SIMD static void scale_row(float *x, int64_t n, float a)
+{
+	for (int64_t c = 0; c < n; c++)
+		x[c] *= a;
+}
+
 /* Rows' running maximum and denominator after one tile; the tile turns
- * into exp(score - max) and the accumulated output is rescaled. */
+ * into exp(score - max) and the accumulated output is rescaled.  Maxima
+ * and sums in kernels/eltwise_impl.h's fixed lane order (sums in double). */
 static void online_softmax(const struct attn_p *p, struct tile *w, int64_t ns)
 {
 	for (int64_t r = 0; r < w->nt; r++) {
-		float *row = w->sb + r * BS, m = w->mx[r], mn, corr;
-		double sum = 0;
-		mn = m;
-		for (int64_t c = 0; c < ns; c++)
-			mn = row[c] > mn ? row[c] : mn;
+		float *row = w->sb + r * BS, m = w->mx[r], mt = hpk_max_f(row, ns), mn = mt > m ? mt : m, corr;
 		if (mn == -INFINITY) { /* all masked so far: nothing to add */
 			memset(row, 0, (size_t)ns * sizeof *row);
 			continue;
 		}
 		corr = m == -INFINITY ? 0.0f : hpk_expf(m - mn);
-		for (int64_t c = 0; c < ns; c++) {
-			row[c] = hpk_expf(row[c] - mn);
-			sum += row[c];
-		}
-		w->l[r] = w->l[r] * corr + sum;
+		exp_shift(row, ns, mn);
+		w->l[r] = w->l[r] * corr + hpk_sum_f(row, ns);
 		w->mx[r] = mn;
 		if (corr != 1.0f)
-			for (int64_t e = 0; e < p->dv; e++)
-				w->acc[r * p->dv + e] *= corr;
+			scale_row(w->acc + r * p->dv, p->dv, corr);
 	}
+}
+
+/* An operand tile read in place when its rows are contiguous (the usual
+ * case, Transposes absorbed or not), else packed into buf: the matrix and
+ * its leading dimension.  Row r, column c is x[r * rs + c * cs]. */
+static const float *tile_of(const float *x, int64_t rs, int64_t cs, int64_t nr, int64_t nc, float *buf, int *ld)
+{
+	if (cs == 1 && rs >= nc && rs <= INT32_MAX) {
+		*ld = (int)rs;
+		return x;
+	}
+	for (int64_t r = 0; r < nr; r++)
+		for (int64_t c = 0; c < nc; c++)
+			buf[r * nc + c] = x[r * rs + c * cs];
+	*ld = (int)nc;
+	return buf;
 }
 
 static void attn_item(const struct attn_job *j, int64_t item, struct tile *w)
 {
 	const struct attn_p *p = j->p;
-	const float *q = j->a->in[0].data, *k = j->a->in[1].data, *v = j->a->in[2].data;
+	const float *q = j->a->in[0].data, *k = j->a->in[1].data, *v = j->a->in[2].data, *qt, *kt, *vt;
 	int64_t rb = (p->t + BT - 1) / BT;
+	int ldq, ldk, ldv;
 	float *y;
 
 	w->b = item / rb;
 	w->t0 = item % rb * BT;
 	w->nt = p->t - w->t0 < BT ? p->t - w->t0 : BT;
-	pack(q + batch_off(p, &p->q, w->b), &p->q, w->t0, w->nt, 0, p->d, w->qb);
+	q += batch_off(p, &p->q, w->b);
+	k += batch_off(p, &p->k, w->b);
+	v += batch_off(p, &p->v, w->b);
+	qt = tile_of(q + w->t0 * p->q.s0, p->q.s0, p->q.s1, w->nt, p->d, w->qb, &ldq);
 	memset(w->acc, 0, (size_t)(w->nt * p->dv) * sizeof *w->acc);
 	for (int64_t r = 0; r < w->nt; r++) {
 		w->mx[r] = -INFINITY;
@@ -297,15 +307,16 @@ static void attn_item(const struct attn_job *j, int64_t item, struct tile *w)
 	}
 	for (int64_t s0 = 0; s0 < p->s; s0 += BS) {
 		int64_t ns = p->s - s0 < BS ? p->s - s0 : BS;
-		pack_k(k + batch_off(p, &p->k, w->b), &p->k, s0, ns, p->d, w->kb);
-		pack(v + batch_off(p, &p->v, w->b), &p->v, s0, ns, 0, p->dv, w->vb);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)w->nt, (int)ns, (int)p->d, p->scale, w->qb,
-			    (int)p->d, w->kb, (int)p->d, 0.0f, w->sb, BS);
+		/* K's rows (keys) are Kt's columns */
+		kt = tile_of(k + s0 * p->k.s1, p->k.s1, p->k.s0, ns, p->d, w->kb, &ldk);
+		vt = tile_of(v + s0 * p->v.s0, p->v.s0, p->v.s1, ns, p->dv, w->vb, &ldv);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)w->nt, (int)ns, (int)p->d, p->scale, qt, ldq,
+			    kt, ldk, 0.0f, w->sb, BS);
 		if (p->mask_kind)
 			mask_tile(p, j, w, s0, ns);
 		online_softmax(p, w, ns);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)w->nt, (int)p->dv, (int)ns, 1.0f, w->sb, BS,
-			    w->vb, (int)p->dv, 1.0f, w->acc, (int)p->dv);
+			    vt, ldv, 1.0f, w->acc, (int)p->dv);
 	}
 	int64_t off = 0, b = w->b, rs = p->ostr[p->nb], es = p->ostr[p->nb + 1];
 	for (int i = p->nb - 1; i >= 0; i--) {

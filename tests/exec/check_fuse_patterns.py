@@ -19,8 +19,9 @@ intermediate has a reader outside the pattern (or is a graph output):
         x - mean also a graph output (not fused)
   attn  attentions reading Q, K, V through Transposes (a causal Where mask
         with Mul scale; an added mask with Div scale; neither, the result
-        not transposed), and one whose Softmax output is a graph output
-        (not fused)
+        not transposed; operands whose rows are not contiguous, so that the
+        kernel packs its tiles), and one whose Softmax output is a graph
+        output (not fused)
 
 For each: --plan's pattern counts are exactly the expected ones (so the
 look-alikes did not fuse); outputs fused and --no-fuse within TOL * max|ref|
@@ -278,7 +279,15 @@ def model_attn(path):
     m.op("MatMul", ["q", "kt"], "y4s")  # no scale, no mask, the result as it is
     m.op("Softmax", ["y4s"], "y4p", axis=-1)
     m.op("MatMul", ["y4p", "v"], "y4")
-    m.save(path, list(x.shape), ["y1", "y2", "y3", "y3p", "y4"])  # y3's softmax is an output: not fused
+    odd = m.c([B, T, D, H], np.int64)  # heads innermost: no operand row is contiguous, the kernel packs tiles
+    for k, perm in (("q", [0, 3, 1, 2]), ("k", [0, 3, 2, 1]), ("v", [0, 3, 1, 2])):
+        m.op("Reshape", [k + "0", odd], k + "5r")
+        m.op("Transpose", [k + "5r"], k + "5", perm=perm)
+    m.op("MatMul", ["q5", "k5"], "y5s")
+    m.op("Mul", ["y5s", m.c(1 / math.sqrt(D))], "y5c")
+    m.op("Softmax", ["y5c"], "y5p", axis=-1)
+    m.op("MatMul", ["y5p", "v5"], "y5")
+    m.save(path, list(x.shape), ["y1", "y2", "y3", "y3p", "y4", "y5"])  # y3's softmax is an output: not fused
     X, d = x.astype(np.float64), {k: v.astype(np.float64) for k, v in m.P.items()}
     q, k, v = ((X @ d["W" + c]).reshape(B, T, H, D).transpose(0, 2, 1, 3) for c in "qkv")
     s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(D)
@@ -289,7 +298,10 @@ def model_attn(path):
 
     p1, p2 = sm(np.where(causal, -np.inf, s)), sm(s + addm)
     o = lambda p: (p @ v).transpose(0, 2, 1, 3).reshape(B, T, C)
-    return x, {"y1": o(p1), "y2": o(p2), "y3": o(p1), "y3p": p1, "y4": sm(s * math.sqrt(D)) @ v}, {"Attention": 3}
+    q5, k5, v5 = ((X @ d["W" + c]).reshape(B, T, D, H).transpose(0, 3, 1, 2) for c in "qkv")
+    y5 = sm(q5 @ k5.transpose(0, 1, 3, 2) / math.sqrt(D)) @ v5
+    return x, {"y1": o(p1), "y2": o(p2), "y3": o(p1), "y3p": p1, "y4": sm(s * math.sqrt(D)) @ v, "y5": y5}, \
+        {"Attention": 4}
 
 
 def plan_counts(out):
