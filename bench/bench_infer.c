@@ -1,18 +1,23 @@
 /* Inference benchmark: ms per inference and GFLOP/s of hpdlf in core, and the
  * ratio to ONNX Runtime measured in the same run when it is available.
  *
- *   hpdlf-bench-infer [--reps N] [--threads N] [MODEL.onnx[:NAME=DIMS] ...]
+ *   hpdlf-bench-infer [--reps N] [--threads N] [--fuse-gain] [MODEL.onnx[:NAME=DIMS] ...]
  *
  * Without models it generates the 3D U-Net of the README (48^3, batch 1)
  * and a small one.  ONNX Runtime runs when `node` finds onnxruntime-node
  * (NODE_PATH, e.g. after `npm install --ignore-scripts onnxruntime-node@1.20.1`).
  * The graph is optimised for inference as hpdlf-exec does (exec/fuse.c);
- * HPDLF_BENCH_NO_FUSE=1 measures it as imported.
+ * HPDLF_BENCH_NO_FUSE=1 measures it as imported; --fuse-gain measures both
+ * in the same loop (runs alternating) and reports the speed-up of the
+ * optimised graph ("fuse_speedup", medians of wall time; "fuse_cpu_speedup"
+ * of the process's CPU time, steadier on a shared machine) beside its
+ * ratio to ORT.
  * Ends with one JSON line. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -66,16 +71,85 @@ static void fill(struct hp_tensor *t)
 	}
 }
 
-/* Run one model spec "PATH[:NAME=DIMS]"; adds a JSON object to `out`. */
-static int bench_model(const char *spec, int reps, int threads, json_object *out)
+/* Load model `path` (input NAME=DIMS when `colon`), optimise it for
+ * inference unless !fuse, and open a session on it. */
+static int open_model(const char *path, const char *colon, int fuse, int threads, struct hp_graph **g,
+		      struct hp_session **s)
+{
+	struct hp_exec_opts o;
+	int rc = hp_graph_load(path, g);
+
+	if (rc == 0 && colon) {
+		struct hp_shape sh;
+		char name[256], *eq;
+		snprintf(name, sizeof name, "%s", colon);
+		eq = strchr(name, '=');
+		*eq = 0;
+		rc = hp_shape_parse(eq + 1, &sh);
+		if (rc == 0)
+			rc = hp_graph_set_input_shape(*g, name, &sh);
+	}
+	for (int i = 0; rc == 0 && i < (*g)->ninputs; i++) {
+		struct hp_value *v = &(*g)->values[(*g)->inputs[i]];
+		for (int d = 0; d < v->shape.rank; d++)
+			if (v->shape.dims[d] < 0)
+				v->shape.dims[d] = 1;
+	}
+	if (rc == 0)
+		rc = hp_graph_infer(*g);
+	if (rc == 0 && fuse) { /* as hpdlf-exec runs inference */
+		struct hp_fuse_report fr;
+		rc = hp_fuse_inference(*g, NULL, &fr);
+		hp_fuse_report_free(&fr);
+	}
+	hp_exec_opts_init(&o, sizeof o);
+	o.threads = threads;
+	return rc == 0 ? hp_session_create(*g, &o, s) : rc;
+}
+
+static int set_input(struct hp_graph *g, struct hp_session *s, struct hp_tensor *x)
+{
+	const struct hp_value *v = &g->values[g->inputs[0]];
+	int rc = x->data ? 0 : hp_tensor_alloc(x, v->dtype, &v->shape);
+
+	if (rc == 0 && x->dtype == HP_F32)
+		fill(x);
+	return rc == 0 ? hp_session_set_input(s, v->name, x) : rc;
+}
+
+static double cpu_now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* One timed run of session s: wall ms into *ms, the process's CPU ms into
+ * *cpu (steadier than wall time on a machine shared with other jobs). */
+static int timed(struct hp_session *s, double *ms, double *cpu, struct hp_run_stats *st)
+{
+	double c0 = cpu_now_ms();
+	int rc = hp_session_run(s);
+
+	*cpu = cpu_now_ms() - c0;
+	hp_session_stats(s, st);
+	*ms = st->ms;
+	return rc;
+}
+
+/* Run one model spec "PATH[:NAME=DIMS]"; adds a JSON object to `out`.
+ * With fuse_gain the graph as imported is timed too, its runs alternating
+ * with the optimised graph's in the same loop. */
+static int bench_model(const char *spec, int reps, int threads, int fuse_gain, json_object *out)
 {
 	char path[4096], *colon, inpath[] = "/tmp/hpdlf-bench-XXXXXX.npy";
-	struct hp_graph *g = NULL;
-	struct hp_session *s = NULL;
-	struct hp_exec_opts o;
+	struct hp_graph *g = NULL, *g0 = NULL;
+	struct hp_session *s = NULL, *s0 = NULL;
 	struct hp_tensor x = { 0 };
-	struct hp_run_stats st;
-	double *ms = calloc((size_t)reps, sizeof *ms), med, ort;
+	struct hp_run_stats st, st0;
+	double *ms = calloc((size_t)reps, sizeof *ms), *ms0 = calloc((size_t)reps, sizeof *ms0), med, ort;
+	double *cpu = calloc((size_t)reps, sizeof *cpu), *cpu0 = calloc((size_t)reps, sizeof *cpu0);
 	int rc, fd;
 
 	snprintf(path, sizeof path, "%s", spec);
@@ -84,52 +158,30 @@ static int bench_model(const char *spec, int reps, int threads, json_object *out
 		*colon++ = 0;
 	else
 		colon = NULL;
-	rc = hp_graph_load(path, &g);
-	if (rc == 0 && colon) {
-		struct hp_shape sh;
-		char *eq = strchr(colon, '=');
-		*eq = 0;
-		rc = hp_shape_parse(eq + 1, &sh);
-		if (rc == 0)
-			rc = hp_graph_set_input_shape(g, colon, &sh);
-	}
-	for (int i = 0; rc == 0 && i < g->ninputs; i++) {
-		struct hp_value *v = &g->values[g->inputs[i]];
-		for (int d = 0; d < v->shape.rank; d++)
-			if (v->shape.dims[d] < 0)
-				v->shape.dims[d] = 1;
-	}
+	rc = open_model(path, colon, !getenv("HPDLF_BENCH_NO_FUSE"), threads, &g, &s);
+	if (rc == 0 && fuse_gain)
+		rc = open_model(path, colon, 0, threads, &g0, &s0);
 	if (rc == 0)
-		rc = hp_graph_infer(g);
-	if (rc == 0 && !getenv("HPDLF_BENCH_NO_FUSE")) { /* as hpdlf-exec runs inference */
-		struct hp_fuse_report fr;
-		rc = hp_fuse_inference(g, &fr);
-		hp_fuse_report_free(&fr);
-	}
-	hp_exec_opts_init(&o, sizeof o);
-	o.threads = threads;
-	if (rc == 0)
-		rc = hp_session_create(g, &o, &s);
-	if (rc == 0) {
-		const struct hp_value *v = &g->values[g->inputs[0]];
-		rc = hp_tensor_alloc(&x, v->dtype, &v->shape);
-	}
-	if (rc == 0) {
-		fill(&x);
-		rc = hp_session_set_input(s, g->values[g->inputs[0]].name, &x);
-	}
+		rc = set_input(g, s, &x);
+	if (rc == 0 && s0)
+		rc = set_input(g0, s0, &x);
 	if (rc == 0)
 		rc = hp_session_run(s); /* warm-up */
+	if (rc == 0 && s0)
+		rc = hp_session_run(s0);
 	for (int i = 0; rc == 0 && i < reps; i++) {
-		rc = hp_session_run(s);
-		hp_session_stats(s, &st);
-		ms[i] = st.ms;
+		rc = timed(s, &ms[i], &cpu[i], &st);
+		if (rc == 0 && s0)
+			rc = timed(s0, &ms0[i], &cpu0[i], &st0);
 	}
 	if (rc < 0) {
 		fprintf(stderr, "hpdlf-bench-infer: %s\n", hp_errmsg());
 		goto out;
 	}
 	qsort(ms, (size_t)reps, sizeof *ms, cmp);
+	qsort(ms0, (size_t)reps, sizeof *ms0, cmp);
+	qsort(cpu, (size_t)reps, sizeof *cpu, cmp);
+	qsort(cpu0, (size_t)reps, sizeof *cpu0, cmp);
 	med = ms[reps / 2];
 	fd = mkstemps(inpath, 4);
 	if (fd >= 0) {
@@ -143,9 +195,22 @@ static int bench_model(const char *spec, int reps, int threads, json_object *out
 	json_object_object_add(m, "ms_median", json_object_new_double(med));
 	json_object_object_add(m, "ms_min", json_object_new_double(ms[0]));
 	json_object_object_add(m, "gflops", json_object_new_double(st.flops / med / 1e6));
+	if (s0) {
+		json_object_object_add(m, "unfused_ms_median", json_object_new_double(ms0[reps / 2]));
+		json_object_object_add(m, "unfused_ms_min", json_object_new_double(ms0[0]));
+		json_object_object_add(m, "fuse_speedup", json_object_new_double(ms0[reps / 2] / med));
+		json_object_object_add(m, "cpu_ms_median", json_object_new_double(cpu[reps / 2]));
+		json_object_object_add(m, "unfused_cpu_ms_median", json_object_new_double(cpu0[reps / 2]));
+		json_object_object_add(m, "fuse_cpu_speedup", json_object_new_double(cpu0[reps / 2] / cpu[reps / 2]));
+		fprintf(stderr, "%s: as imported %.3f ms median (min %.3f, CPU %.3f), optimised %.3f (min %.3f, CPU %.3f): "
+			"speed-up %.3f (CPU time %.3f)\n", spec, ms0[reps / 2], ms0[0], cpu0[reps / 2], med, ms[0],
+			cpu[reps / 2], ms0[reps / 2] / med, cpu0[reps / 2] / cpu[reps / 2]);
+	}
 	if (ort > 0) {
 		json_object_object_add(m, "ort_ms_median", json_object_new_double(ort));
 		json_object_object_add(m, "ratio_vs_ort", json_object_new_double(med / ort));
+		if (s0)
+			json_object_object_add(m, "unfused_ratio_vs_ort", json_object_new_double(ms0[reps / 2] / ort));
 	}
 	fprintf(stderr, "%s: %.3f ms median (min %.3f), %.1f GFLOP/s%s", spec, med, ms[0], st.flops / med / 1e6,
 		ort > 0 ? "" : ", ONNX Runtime not found\n");
@@ -155,8 +220,13 @@ static int bench_model(const char *spec, int reps, int threads, json_object *out
 out:
 	hp_tensor_free(&x);
 	hp_session_destroy(s);
+	hp_session_destroy(s0);
 	hp_graph_free(g);
+	hp_graph_free(g0);
 	free(ms);
+	free(ms0);
+	free(cpu);
+	free(cpu0);
 	return rc;
 }
 
@@ -180,7 +250,7 @@ static int make_default(char *dir, char *specs[2])
 
 int main(int argc, char **argv)
 {
-	int reps = 10, threads = 0, o, rc = 0, nspec = 0;
+	int reps = 10, threads = 0, o, rc = 0, nspec = 0, fuse_gain = 0;
 	char dir[] = "/tmp/hpdlf-bench-models-XXXXXX", *defaults[2] = { 0 }, **specs = argv;
 	json_object *models = json_object_new_array(), *top = json_object_new_object();
 
@@ -189,6 +259,8 @@ int main(int argc, char **argv)
 			reps = atoi(argv[++o]);
 		else if (!strcmp(argv[o], "--threads") && o + 1 < argc)
 			threads = atoi(argv[++o]);
+		else if (!strcmp(argv[o], "--fuse-gain"))
+			fuse_gain = 1;
 		else
 			specs[nspec++] = argv[o];
 	}
@@ -205,7 +277,7 @@ int main(int argc, char **argv)
 		nspec = 2;
 	}
 	for (int i = 0; i < nspec && rc == 0; i++)
-		rc = bench_model(specs[i], reps, threads, models);
+		rc = bench_model(specs[i], reps, threads, fuse_gain, models);
 	json_object_object_add(top, "bench", json_object_new_string("infer"));
 	json_object_object_add(top, "threads", json_object_new_int(threads));
 	json_object_object_add(top, "models", models);

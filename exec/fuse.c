@@ -1,9 +1,11 @@
-/* Inference graph optimisation, after import and before planning: an
- * inference-mode BatchNormalization whose input is a Conv's output (read by
- * nothing else) folds into that Conv.  With a = scale / sqrt(var + eps),
- * W' = W * a per output channel and B' = (B - mean) * a + bias, computed in
- * double and rounded once: one pass over the data instead of two, and no
- * BatchNorm tensor.  Rounding differs from the unfolded graph (W' is
+/* Inference graph optimisation, after import and before planning (see
+ * fuse.h for the passes; this file holds the driver and the first pass):
+ * an inference-mode BatchNormalization whose input is a Conv's or a Gemm's
+ * output (read by nothing else) folds into that node.  With
+ * a = scale / sqrt(var + eps), W' = W * a per output channel and
+ * B' = (B - mean) * a + bias (Gemm: (beta C - mean) a + bias, beta 1),
+ * computed in double and rounded once: one pass over the data instead of
+ * two, and no BatchNorm tensor.  Rounding differs from the unfolded graph (W' is
  * rounded before the products are summed), within a few float32 ulps of
  * the result's scale; tests/exec/check_fuse.py states the tolerance.
  *
@@ -19,7 +21,7 @@
 
 #include "hpdlf/error.h"
 #include "hpdlf/kernels.h"
-#include "exec/fuse.h"
+#include "exec/fuse_internal.h"
 
 static int is_op(const struct hp_node *n, const char *op)
 {
@@ -59,10 +61,27 @@ static const float *load_f32(const struct hp_graph *g, int v, float **own)
 	return *own;
 }
 
-/* The Conv whose output BatchNorm node b reads and may absorb, or -1. */
+/* Output channels of product node c (Conv or Gemm) when its weight input
+ * is constant and its bias fits the fold: the per-channel weight layout in
+ * *cols (0: channel-major rows, 1: Gemm's B [K, N], channels in columns). */
+static int64_t product_channels(const struct hp_graph *g, const struct hp_node *c, int64_t m, int *cols)
+{
+	const struct hp_value *w = c->ninputs > 1 && c->inputs[1] >= 0 ? &g->values[c->inputs[1]] : NULL;
+	int gemm = is_op(c, "Gemm"), bias = c->ninputs > 2 ? c->inputs[2] : -1;
+
+	*cols = gemm && !hp_attr_int(c, "transB", 0);
+	if (!w || w->shape.rank < (gemm ? 2 : 1) || w->shape.dims[*cols ? 1 : 0] != m ||
+	    !const_f32(g, c->inputs[1], hp_shape_numel(&w->shape)))
+		return -1;
+	if (bias >= 0 && !const_f32(g, bias, m) && !(gemm && const_f32(g, bias, 1)))
+		return -1;
+	return m;
+}
+
+/* The Conv or Gemm whose output BatchNorm node b reads and may absorb, or -1. */
 static int foldable_conv(const struct hp_graph *g, const struct hp_node *b, uint64_t *budget)
 {
-	int x = b->ninputs == 5 ? b->inputs[0] : -1, p;
+	int x = b->ninputs == 5 ? b->inputs[0] : -1, p, cols;
 	const struct hp_node *c;
 
 	if (x < 0 || hp_attr_int(b, "training_mode", 0) || g->values[x].is_output || g->values[x].nconsumers != 1)
@@ -71,19 +90,17 @@ static int foldable_conv(const struct hp_graph *g, const struct hp_node *b, uint
 		if (b->outputs[o] >= 0)
 			return -1;
 	p = g->values[x].producer;
-	if (p < 0 || !is_op(&g->nodes[p], "Conv") || g->nodes[p].noutputs != 1)
+	if (p < 0 || !(is_op(&g->nodes[p], "Conv") || (is_op(&g->nodes[p], "Gemm") && g->values[x].shape.rank == 2)) ||
+	    g->nodes[p].noutputs != 1)
 		return -1;
 	c = &g->nodes[p];
 	int64_t m = g->values[x].shape.rank > 1 ? g->values[x].shape.dims[1] : -1;
-	const struct hp_value *w = c->ninputs > 1 && c->inputs[1] >= 0 ? &g->values[c->inputs[1]] : NULL;
-	if (m < 1 || !w || w->shape.rank < 1 || w->shape.dims[0] != m || !const_f32(g, c->inputs[1], hp_shape_numel(&w->shape)))
-		return -1;
-	if (c->ninputs > 2 && c->inputs[2] >= 0 && !const_f32(g, c->inputs[2], m))
+	if (m < 1 || product_channels(g, c, m, &cols) < 0)
 		return -1;
 	for (int i = 1; i < 5; i++)
 		if (!const_f32(g, b->inputs[i], m))
 			return -1;
-	uint64_t bytes = (uint64_t)(hp_shape_numel(&w->shape) + m) * sizeof(float);
+	uint64_t bytes = (uint64_t)(hp_shape_numel(&g->values[c->inputs[1]].shape) + m) * sizeof(float);
 	if (bytes > *budget)
 		return -1;
 	*budget -= bytes;
@@ -109,37 +126,64 @@ static int new_init(struct hp_graph *g, const char *base, const char *suffix, co
 	return v;
 }
 
-/* W' = W a and B' = (B - mean) a + bias per output channel k, in double. */
-static void fold_math(const float *const p[6], int64_t m, int64_t per, double eps, float *nw, float *nb)
+struct fold_geom {
+	int64_t m, per;   /* channels, weights per channel */
+	int cols;         /* channels are the columns of W (Gemm, transB 0) */
+	int scalar_bias;  /* the product's bias is one value (Gemm's C) */
+	double beta;      /* Gemm's beta (1 for Conv) */
+};
+
+/* W' = W a and B' = (beta B - mean) a + bias per output channel k, in double. */
+static void fold_math(const float *const p[6], const struct fold_geom *fg, double eps, float *nw, float *nb)
 {
 	const float *W = p[0], *cb = p[1], *sc = p[2], *bias = p[3], *mean = p[4], *var = p[5];
+	int64_t m = fg->m, per = fg->per;
 
 	for (int64_t k = 0; k < m; k++) {
-		double a = sc[k] / sqrt((double)var[k] + eps);
-		for (int64_t i = 0; i < per; i++)
-			nw[k * per + i] = (float)(W[k * per + i] * a);
-		nb[k] = (float)(((cb ? cb[k] : 0.0) - mean[k]) * a + bias[k]);
+		double a = sc[k] / sqrt((double)var[k] + eps), b = cb ? cb[fg->scalar_bias ? 0 : k] : 0.0;
+		for (int64_t i = 0; i < per; i++) {
+			int64_t at = fg->cols ? i * m + k : k * per + i;
+			nw[at] = (float)(W[at] * a);
+		}
+		nb[k] = (float)((fg->beta * b - mean[k]) * a + bias[k]);
 	}
 }
 
-/* Folded weight and bias of Conv node ci under BatchNorm node bi. */
+static int fold_geom_of(const struct hp_graph *g, const struct hp_node *c, const struct hp_node *b, struct fold_geom *fg)
+{
+	const struct hp_value *w = &g->values[c->inputs[1]];
+	int64_t n = hp_shape_numel(&w->shape);
+
+	fg->m = g->values[b->inputs[1]].shape.rank ? hp_shape_numel(&g->values[b->inputs[1]].shape) : 1;
+	fg->per = n / fg->m;
+	fg->cols = is_op(c, "Gemm") && !hp_attr_int(c, "transB", 0);
+	fg->scalar_bias = c->ninputs > 2 && c->inputs[2] >= 0 && hp_shape_numel(&g->values[c->inputs[2]].shape) == 1;
+	fg->beta = is_op(c, "Gemm") ? hp_attr_float(c, "beta", 1.0f) : 1.0;
+	return 0;
+}
+
+/* Folded weight and bias of Conv or Gemm node ci under BatchNorm node bi. */
 static int fold_values(struct hp_graph *g, int ci, int bi, int *wv, int *bv)
 {
 	const struct hp_node *c = &g->nodes[ci], *b = &g->nodes[bi];
 	const struct hp_value *w = &g->values[c->inputs[1]];
-	int64_t m = w->shape.dims[0], per = hp_shape_numel(&w->shape) / m;
+	struct fold_geom fg = { .beta = 1.0 };
 	int src[6] = { c->inputs[1], c->ninputs > 2 ? c->inputs[2] : -1, b->inputs[1], b->inputs[2], b->inputs[3],
 		       b->inputs[4] };
 	const float *p[6] = { 0 };
-	float *own[6] = { 0 }, *nw = malloc((size_t)(m * per) * sizeof *nw), *nb = malloc((size_t)m * sizeof *nb);
-	struct hp_shape bs = { 1, { m } };
-	int rc = nw && nb ? 0 : hp_error(-ENOMEM, "out of memory");
+	float *own[6] = { 0 };
+	int rc = fold_geom_of(g, c, b, &fg);
+	struct hp_shape bs = { 1, { fg.m } };
+	float *nw = malloc((size_t)hp_shape_numel(&w->shape) * sizeof *nw), *nb = malloc((size_t)fg.m * sizeof *nb);
+
+	if (!nw || !nb)
+		rc = hp_error(-ENOMEM, "out of memory");
 
 	for (int i = 0; i < 6 && rc == 0; i++)
 		if (src[i] >= 0 && !(p[i] = load_f32(g, src[i], &own[i])))
 			rc = hp_error(-ENOMEM, "cannot read '%s' to fold it", g->values[src[i]].name);
 	if (rc == 0)
-		fold_math(p, m, per, hp_attr_float(b, "epsilon", 1e-5f), nw, nb);
+		fold_math(p, &fg, hp_attr_float(b, "epsilon", 1e-5f), nw, nb);
 	for (int i = 0; i < 6; i++)
 		free(own[i]);
 	if (rc < 0) {
@@ -147,7 +191,8 @@ static int fold_values(struct hp_graph *g, int ci, int bi, int *wv, int *bv)
 		free(nb);
 		return rc;
 	}
-	if ((*wv = new_init(g, w->name, ".bnfold", &w->shape, nw)) < 0) {
+	struct hp_shape ws = w->shape; /* new_init may move the values */
+	if ((*wv = new_init(g, w->name, ".bnfold", &ws, nw)) < 0) {
 		free(nb);
 		return *wv;
 	}
@@ -169,6 +214,9 @@ static int rewire(struct hp_graph *g, int ci, int bi, int wv, int bv)
 	}
 	in[1] = wv;
 	in[2] = bv;
+	for (int a = 0; a < c->nattrs; a++) /* Gemm: the folded C is the whole bias */
+		if (!strcmp(c->attrs[a].name, "beta"))
+			c->attrs[a].f = 1.0f;
 	g->values[c->outputs[0]].producer = -1;
 	c->outputs[0] = g->nodes[bi].outputs[0];
 	return 0;
@@ -177,14 +225,11 @@ static int rewire(struct hp_graph *g, int ci, int bi, int wv, int bv)
 /* Note "BatchNormalization 'b' into Conv 'c'" in the report. */
 static void note(struct hp_fuse_report *r, const struct hp_node *b, const struct hp_node *c)
 {
-	char **l;
+	char line[512];
 
-	r->nfused++;
-	if (!(l = realloc(r->lines, (size_t)r->nfused * sizeof *l)))
-		return;
-	r->lines = l;
-	if (asprintf(&l[r->nfused - 1], "BatchNormalization '%s' into Conv '%s'", b->name, c->name) < 0)
-		l[r->nfused - 1] = NULL;
+	snprintf(line, sizeof line, "BatchNormalization '%s' into %s '%s'", b->name, c->op_type, c->name);
+	hp_fz_note(r, is_op(c, "Conv") ? "Conv+BatchNormalization" : "Gemm+BatchNormalization", line);
+	r->nodes_removed++;
 }
 
 /* The first BatchNormalization that folds: its node index and its Conv's. */
@@ -196,12 +241,12 @@ static int next_fold(const struct hp_graph *g, int *ci, uint64_t *budget)
 	return -1;
 }
 
-int hp_fuse_inference(struct hp_graph *g, struct hp_fuse_report *r)
+/* BatchNormalization into Conv or Gemm, until none is left. */
+static int fold_bn(struct hp_graph *g, struct hp_fuse_report *r, int *any)
 {
-	int rc = 0, i, ci, any = 0;
+	int rc, i, ci;
 	uint64_t budget = FUSE_MAX_BYTES;
 
-	memset(r, 0, sizeof *r);
 	/* producers and consumers are node indices: relink after every fold */
 	while ((i = next_fold(g, &ci, &budget)) >= 0) {
 		int wv = -1, bv = -1;
@@ -211,8 +256,40 @@ int hp_fuse_inference(struct hp_graph *g, struct hp_fuse_report *r)
 		hp_graph_remove_node(g, i);
 		if ((rc = hp_graph_finalize(g)) < 0)
 			return rc;
-		any = 1;
+		*any = 1;
 	}
+	return 0;
+}
+
+/* Run pass p until it finds nothing more, relinking after each rewrite. */
+static int run_pass(struct hp_graph *g, hp_fuse_pass p, struct hp_fuse_report *r, int *any)
+{
+	int rc;
+
+	while ((rc = p(g, r)) > 0) {
+		if ((rc = hp_graph_finalize(g)) < 0)
+			return rc;
+		*any = 1;
+	}
+	return rc;
+}
+
+int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struct hp_fuse_report *r)
+{
+	/* the rewrites that change rounding run in every mode (the same nodes
+	 * in core and out of core); Gelu before the epilogues that absorb it */
+	static const hp_fuse_pass always[] = { hp_fuse_gelu, hp_fuse_layernorm, hp_fuse_attention,
+						hp_fuse_transpose_gemm };
+	int rc, any = 0;
+
+	memset(r, 0, sizeof *r);
+	if ((rc = fold_bn(g, r, &any)) < 0)
+		return rc;
+	for (size_t i = 0; i < sizeof always / sizeof always[0]; i++)
+		if ((rc = run_pass(g, always[i], r, &any)) < 0)
+			return rc;
+	if (!(opts && opts->splittable) && (rc = run_pass(g, hp_fuse_epilogue, r, &any)) < 0)
+		return rc;
 	return any ? hp_graph_infer(g) : 0;
 }
 
@@ -220,6 +297,10 @@ void hp_fuse_report_free(struct hp_fuse_report *r)
 {
 	for (int i = 0; i < r->nfused; i++)
 		free(r->lines[i]);
+	for (int i = 0; i < r->npatterns; i++)
+		free(r->patterns[i]);
 	free(r->lines);
+	free(r->patterns);
+	free(r->counts);
 	memset(r, 0, sizeof *r);
 }

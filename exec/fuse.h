@@ -1,19 +1,38 @@
-/* Inference graph optimisation (exec/fuse.c): BatchNormalization folded
- * into the Conv before it.  Call after hp_graph_infer and before
- * hp_session_create, for inference only. */
+/* Inference graph optimisation (exec/fuse*.c), after import and before
+ * planning, for inference only (training never sees it):
+ *   - BatchNormalization folded into the Conv or Gemm before it;
+ *   - GELU as exporters write it (Div/Erf/Add/Mul/Mul, the tanh form) into
+ *     one FusedGelu; LayerNorm as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/
+ *     Div/Mul/Add into LayerNormalization;
+ *   - attention (MatMul [Mul|Div scale] [Add mask|Where] Softmax MatMul),
+ *     with the Transposes feeding it, into one FusedAttention;
+ *   - MatMul of a transposed matrix into Gemm with transA/transB;
+ *   - unless opts->splittable: Conv/MatMul/Gemm + Add + Relu/Clip/Sigmoid/
+ *     HardSwish/Gelu into the product's epilogue (bitwise the unfused
+ *     nodes, so an out-of-core run may keep them unfused and split).
+ * Call after hp_graph_infer and before hp_session_create. */
 #ifndef HPDLF_EXEC_FUSE_H
 #define HPDLF_EXEC_FUSE_H
 
 #include "hpdlf/graph.h"
 
+struct hp_fuse_opts {
+	int splittable; /* the run may split operators (a --budget): skip the fusions that only save
+			 * time (epilogues), keep those that change rounding, the same in both modes */
+};
+
 struct hp_fuse_report {
 	int nfused;   /* fusions made */
 	char **lines; /* one line per fusion ("BatchNormalization 'bn' into Conv 'conv'") */
+	int npatterns;       /* distinct patterns fused */
+	char **patterns;     /* their names ("Conv+Add+Relu") */
+	int *counts;         /* how many times each */
+	int nodes_removed;   /* nodes the fusions replaced, minus the nodes they added */
 };
 
 /* Rewrites g in place and infers it again; fills r (free with
- * hp_fuse_report_free).  0 or a negative error. */
-int hp_fuse_inference(struct hp_graph *g, struct hp_fuse_report *r);
+ * hp_fuse_report_free).  opts NULL: every fusion.  0 or a negative error. */
+int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struct hp_fuse_report *r);
 void hp_fuse_report_free(struct hp_fuse_report *r);
 
 #endif

@@ -28,6 +28,7 @@ extern const struct hp_op *const hp_ops_unique[];  /* unique.c: Unique (folds) *
 extern const struct hp_op *const hp_ops_spectral[]; /* spectral.c: DFT, STFT, MaxUnpool */
 extern const struct hp_op *const hp_ops_tfidf[];   /* tfidf.c: TfIdfVectorizer (integer pools) */
 extern const struct hp_op *const hp_ops_roi_align[]; /* roi_align.c: RoiAlign */
+extern const struct hp_op *const hp_ops_fused[];   /* fused.c: FusedConv/MatMul/Gemm/Gelu/Attention (ai.hpdlf, inference) */
 extern const struct hp_op *const hp_ops_train[];   /* train ops (ai.hpdlf): backward, losses, optimizers */
 
 #endif

@@ -11,6 +11,7 @@ static const struct hp_op *const *const families[] = {
 	hp_ops_nms, hp_ops_einsum, hp_ops_misc, hp_ops_quant,
 	hp_ops_grid_sample, hp_ops_unique, hp_ops_spectral,
 	hp_ops_tfidf, hp_ops_roi_align,
+	hp_ops_fused,
 };
 
 #define MAX_OPS 512

@@ -1231,17 +1231,24 @@ static int load_model(const struct cli *c, struct hp_graph **g)
 	return rc;
 }
 
-/* Inference graph optimisation unless --no-fuse; --plan lists the fusions. */
-static int fuse(struct hp_graph *g, const struct cli *c)
+/* Inference graph optimisation unless --no-fuse; --plan lists the fusions:
+ * how many of each pattern, then each one.  Under a budget or a tier the
+ * run may split operators, so the fusions that only save time (and give
+ * the unfused bits) are left out there (exec/fuse.h). */
+static int fuse(struct hp_graph *g, const struct cli *c, int ntiers)
 {
+	struct hp_fuse_opts fo = { .splittable = c->budget != 0 || ntiers > 0 };
 	struct hp_fuse_report r;
 	int rc;
 
 	if (c->no_fuse)
 		return 0;
-	rc = hp_fuse_inference(g, &r);
+	rc = hp_fuse_inference(g, &fo, &r);
 	if (rc == 0 && c->plan) {
-		printf("fused %d node%s%s\n", r.nfused, r.nfused == 1 ? "" : "s", r.nfused ? ":" : "");
+		printf("fused %d pattern%s (%d nodes fewer)%s\n", r.nfused, r.nfused == 1 ? "" : "s", r.nodes_removed,
+		       r.nfused ? ":" : "");
+		for (int i = 0; i < r.npatterns; i++)
+			printf("  %s: %d\n", r.patterns[i], r.counts[i]);
 		for (int i = 0; i < r.nfused; i++)
 			printf("  %s\n", r.lines[i] ? r.lines[i] : "?");
 	}
@@ -1283,7 +1290,7 @@ int main(int argc, char **argv)
 		return rc;
 	rc = load_model(&c, &g);
 	if (rc == 0)
-		rc = fuse(g, &c);
+		rc = fuse(g, &c, ntiers);
 	if (rc < 0)
 		goto out;
 	hp_exec_opts_init(&o, sizeof o);

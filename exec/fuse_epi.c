@@ -1,0 +1,143 @@
+/* Epilogue fusion: Conv, MatMul or Gemm, then an Add (a residual, a bias:
+ * anything that broadcasts onto the product as a scalar, a full tensor or
+ * one range of axes) and/or an activation (Relu, Clip with constant bounds,
+ * Sigmoid, HardSwish, a FusedGelu) become one FusedConv/FusedMatMul/
+ * FusedGemm (kernels/fused.c) that applies them to the product's output
+ * in one pass.  Every element is computed as the unfused Add and
+ * activation compute it, so the fused node gives the unfused bits: the
+ * driver runs this pass only when operators will not be split (in core),
+ * and an out-of-core run keeps the plain, splittable nodes with the same
+ * result. */
+#include <float.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "exec/fuse_internal.h"
+#include "kernels/fused_impl.h"
+
+struct epi_match {
+	int prod, add, act;     /* node indices (-1: absent) */
+	int addend, out;        /* values */
+	const char *act_name;   /* as fused_impl.h names it */
+	float lo, hi;
+};
+
+/* Constant scalar bound of Clip input i, or the attribute (opset < 11). */
+static int clip_bound(const struct hp_graph *g, const struct hp_node *n, int i, const char *attr, float *b)
+{
+	double x;
+
+	if (hp_node_attr(n, attr)) {
+		*b = hp_attr_float(n, attr, *b);
+		return 1;
+	}
+	if (i >= n->ninputs || n->inputs[i] < 0)
+		return 1;
+	if (!hp_fz_scalar(g, n->inputs[i], &x))
+		return 0;
+	*b = (float)x;
+	return 1;
+}
+
+/* The epilogue name of activation node n, or NULL. */
+static const char *act_of(const struct hp_graph *g, const struct hp_node *n, struct epi_match *m)
+{
+	if (n->noutputs != 1)
+		return NULL;
+	if (hp_fz_is(n, "Relu") || hp_fz_is(n, "Sigmoid") || hp_fz_is(n, "HardSwish"))
+		return n->op_type;
+	if (!strcmp(n->domain, "ai.hpdlf") && !strcmp(n->op_type, "FusedGelu"))
+		return strcmp(hp_attr_string(n, "approximate", "none"), "tanh") ? "Gelu" : "GeluTanh";
+	m->lo = -FLT_MAX;
+	m->hi = FLT_MAX;
+	if (hp_fz_is(n, "Clip") && clip_bound(g, n, 1, "min", &m->lo) && clip_bound(g, n, 2, "max", &m->hi))
+		return "Clip";
+	return NULL;
+}
+
+/* An Add reading product output y whose other operand broadcasts onto y. */
+static int add_of(const struct hp_graph *g, int node, int y, struct epi_match *m)
+{
+	const struct hp_node *n = &g->nodes[node];
+	struct hp_epi e;
+	int a = hp_fz_other(n, y);
+
+	if (!hp_fz_is(n, "Add") || a < 0 || n->noutputs != 1 || g->values[a].dtype != HP_F32 ||
+	    !hp_shape_equal(&g->values[n->outputs[0]].shape, &g->values[y].shape) ||
+	    hp_epi_add_of(&g->values[y].shape, &g->values[a].shape, &e) < 0)
+		return 0;
+	m->add = node;
+	m->addend = a;
+	m->out = n->outputs[0];
+	return 1;
+}
+
+static int match_at(const struct hp_graph *g, int p, struct epi_match *m)
+{
+	const struct hp_node *n = &g->nodes[p];
+	int r;
+
+	*m = (struct epi_match){ .prod = p, .add = -1, .act = -1, .addend = -1 };
+	if (!(hp_fz_is(n, "Conv") || hp_fz_is(n, "MatMul") || hp_fz_is(n, "Gemm")) || n->noutputs != 1 || n->folded ||
+	    g->values[n->outputs[0]].dtype != HP_F32)
+		return 0;
+	if (hp_fz_is(n, "MatMul") && n->ninputs != 2)
+		return 0;
+	m->out = n->outputs[0];
+	if ((r = hp_fz_only_reader(g, m->out)) >= 0 && add_of(g, r, m->out, m))
+		r = hp_fz_only_reader(g, m->out);
+	if (r >= 0 && (m->act_name = act_of(g, &g->nodes[r], m))) {
+		m->act = r;
+		m->out = g->nodes[r].outputs[0];
+	}
+	return m->add >= 0 || m->act >= 0;
+}
+
+/* The fused node's inputs: the product's, padded, then the addend. */
+static int fused_inputs(const struct hp_node *n, const struct epi_match *m, int *in)
+{
+	int k = hp_fz_is(n, "MatMul") ? 2 : 3;
+
+	for (int i = 0; i < k; i++)
+		in[i] = i < n->ninputs ? n->inputs[i] : -1;
+	in[k] = m->addend;
+	return k + 1;
+}
+
+static int rewrite(struct hp_graph *g, const struct epi_match *m, struct hp_fuse_report *r)
+{
+	char op[32], pattern[64], line[512];
+	int in[4], nin = fused_inputs(&g->nodes[m->prod], m, in), f, rc = 0;
+	int gone[3] = { m->prod, m->add, m->act };
+
+	snprintf(op, sizeof op, "Fused%s", g->nodes[m->prod].op_type);
+	snprintf(pattern, sizeof pattern, "%s%s%s%s", g->nodes[m->prod].op_type, m->add >= 0 ? "+Add" : "",
+		 m->act >= 0 ? "+" : "", m->act >= 0 ? m->act_name : "");
+	snprintf(line, sizeof line, "%s '%s'", pattern, g->nodes[m->prod].name);
+	if ((f = hp_fz_add_node(g, g->nodes[m->prod].name, op, 1, nin, in, m->out)) < 0)
+		return f;
+	for (int a = 0; a < g->nodes[m->prod].nattrs && rc == 0; a++)
+		rc = hp_graph_add_attr(g, f, &g->nodes[m->prod].attrs[a]);
+	if (rc == 0)
+		rc = hp_fz_attr_str(g, f, "activation", m->act >= 0 ? m->act_name : "");
+	if (rc == 0 && m->act >= 0 && !strcmp(m->act_name, "Clip"))
+		rc = hp_fz_attr_float(g, f, "clip_min", m->lo);
+	if (rc == 0 && m->act >= 0 && !strcmp(m->act_name, "Clip"))
+		rc = hp_fz_attr_float(g, f, "clip_max", m->hi);
+	if (rc < 0)
+		return rc;
+	hp_fz_note(r, pattern, line);
+	r->nodes_removed += (m->add >= 0) + (m->act >= 0);
+	hp_fz_remove(g, gone, 3);
+	return 1;
+}
+
+int hp_fuse_epilogue(struct hp_graph *g, struct hp_fuse_report *r)
+{
+	struct epi_match m;
+
+	for (int i = 0; i < g->nnodes; i++)
+		if (match_at(g, i, &m))
+			return rewrite(g, &m, r);
+	return 0;
+}

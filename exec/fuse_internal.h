@@ -1,0 +1,56 @@
+/* Internal to exec/fuse*.c: the pattern passes of the inference graph
+ * optimisation and the helpers they share (fuse_util.c).
+ *
+ * A pass finds one match, rewrites it, and the driver (fuse.c) relinks the
+ * graph (hp_graph_finalize) and asks again, so that indices and consumer
+ * counts are always fresh.  A match never swallows a value that something
+ * outside it reads, nor a graph output: only the last node's output
+ * survives, written by the fused node. */
+#ifndef HPDLF_EXEC_FUSE_INTERNAL_H
+#define HPDLF_EXEC_FUSE_INTERNAL_H
+
+#include <stdint.h>
+
+#include "exec/fuse.h"
+
+/* A pass: rewrites one match and returns 1, returns 0 when none is left,
+ * or a negative error. */
+typedef int (*hp_fuse_pass)(struct hp_graph *g, struct hp_fuse_report *r);
+
+int hp_fuse_gelu(struct hp_graph *g, struct hp_fuse_report *r);      /* fuse_gelu.c */
+int hp_fuse_layernorm(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_ln.c */
+int hp_fuse_attention(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_attn.c */
+int hp_fuse_epilogue(struct hp_graph *g, struct hp_fuse_report *r);  /* fuse_epi.c */
+int hp_fuse_transpose_gemm(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_transpose.c */
+
+/* ---- fuse_util.c ---- */
+
+/* Node n is op of the default domain. */
+int hp_fz_is(const struct hp_node *n, const char *op);
+/* The node producing value v if it is op (default domain), else -1. */
+int hp_fz_producer(const struct hp_graph *g, int v, const char *op);
+/* The one node reading v (v no graph output), else -1. */
+int hp_fz_only_reader(const struct hp_graph *g, int v);
+/* Value v is a constant float scalar (any shape of one element); its value. */
+int hp_fz_scalar(const struct hp_graph *g, int v, double *x);
+/* Value v is a float constant or initializer held in memory or the file. */
+int hp_fz_const(const struct hp_graph *g, int v);
+/* |x - want| within 1e-6 of want (exporters round their constants). */
+int hp_fz_near(double x, double want);
+/* The input of binary node n that is not value v (-1 when both or none). */
+int hp_fz_other(const struct hp_node *n, int v);
+/* Append node (domain ai.hpdlf when hpdlf) and return its index. */
+int hp_fz_add_node(struct hp_graph *g, const char *name, const char *op, int hpdlf, int nin, const int *in, int out);
+int hp_fz_attr_int(struct hp_graph *g, int node, const char *name, int64_t v);
+int hp_fz_attr_float(struct hp_graph *g, int node, const char *name, float v);
+int hp_fz_attr_str(struct hp_graph *g, int node, const char *name, const char *v);
+int hp_fz_attr_ints(struct hp_graph *g, int node, const char *name, const int64_t *v, int n);
+/* Remove the nodes listed (indices, any order; -1 entries skipped). */
+void hp_fz_remove(struct hp_graph *g, int *nodes, int n);
+/* Remove nodes whose outputs nobody reads and are no graph output (the
+ * Transposes an absorbed operand leaves behind). */
+void hp_fz_remove_dead(struct hp_graph *g);
+/* Record one fusion of `pattern` in the report: "pattern 'node'". */
+void hp_fz_note(struct hp_fuse_report *r, const char *pattern, const char *line);
+
+#endif

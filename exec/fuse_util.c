@@ -1,0 +1,185 @@
+/* Helpers shared by the fusion passes (fuse_internal.h). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "exec/fuse_internal.h"
+
+int hp_fz_is(const struct hp_node *n, const char *op)
+{
+	return !strcmp(n->op_type, op) && (!n->domain[0] || !strcmp(n->domain, "ai.onnx"));
+}
+
+int hp_fz_producer(const struct hp_graph *g, int v, const char *op)
+{
+	int p = v >= 0 ? g->values[v].producer : -1;
+
+	return p >= 0 && hp_fz_is(&g->nodes[p], op) ? p : -1;
+}
+
+int hp_fz_only_reader(const struct hp_graph *g, int v)
+{
+	if (v < 0 || g->values[v].is_output || g->values[v].nconsumers != 1)
+		return -1;
+	for (int i = 0; i < g->nnodes; i++)
+		for (int j = 0; j < g->nodes[i].ninputs; j++)
+			if (g->nodes[i].inputs[j] == v)
+				return i;
+	return -1;
+}
+
+int hp_fz_const(const struct hp_graph *g, int v)
+{
+	const struct hp_value *x = v >= 0 ? &g->values[v] : NULL;
+
+	if (!x || x->dtype != HP_F32)
+		return 0;
+	if (x->data)
+		return x->kind == HP_VALUE_INITIALIZER || x->kind == HP_VALUE_CONSTANT;
+	return x->kind == HP_VALUE_INITIALIZER && x->src.kind == HP_BLOB_FILE;
+}
+
+int hp_fz_scalar(const struct hp_graph *g, int v, double *x)
+{
+	const struct hp_value *c = v >= 0 ? &g->values[v] : NULL;
+	float f;
+
+	if (!hp_fz_const(g, v) || hp_shape_numel(&c->shape) != 1)
+		return 0;
+	if (c->data)
+		f = *(const float *)c->data;
+	else if (hp_graph_read_init(g, v, &f) < 0)
+		return 0;
+	*x = f;
+	return 1;
+}
+
+int hp_fz_near(double x, double want)
+{
+	return fabs(x - want) <= 1e-6 * fabs(want);
+}
+
+int hp_fz_other(const struct hp_node *n, int v)
+{
+	if (n->ninputs != 2)
+		return -1;
+	if (n->inputs[0] == v && n->inputs[1] != v)
+		return n->inputs[1];
+	if (n->inputs[1] == v && n->inputs[0] != v)
+		return n->inputs[0];
+	return -1;
+}
+
+int hp_fz_add_node(struct hp_graph *g, const char *name, const char *op, int hpdlf, int nin, const int *in, int out)
+{
+	int i = hp_graph_add_node(g, name, op, nin, in, 1, &out);
+
+	if (i < 0 || !hpdlf)
+		return i;
+	free(g->nodes[i].domain);
+	if (!(g->nodes[i].domain = strdup("ai.hpdlf")))
+		return hp_error(-ENOMEM, "out of memory");
+	return i;
+}
+
+int hp_fz_attr_int(struct hp_graph *g, int node, const char *name, int64_t v)
+{
+	struct hp_attr a = { .name = (char *)name, .type = HP_ATTR_INT, .i = v };
+
+	return hp_graph_add_attr(g, node, &a);
+}
+
+int hp_fz_attr_float(struct hp_graph *g, int node, const char *name, float v)
+{
+	struct hp_attr a = { .name = (char *)name, .type = HP_ATTR_FLOAT, .f = v };
+
+	return hp_graph_add_attr(g, node, &a);
+}
+
+int hp_fz_attr_str(struct hp_graph *g, int node, const char *name, const char *v)
+{
+	struct hp_attr a = { .name = (char *)name, .type = HP_ATTR_STRING, .s = (char *)v, .slen = strlen(v) };
+
+	return hp_graph_add_attr(g, node, &a);
+}
+
+int hp_fz_attr_ints(struct hp_graph *g, int node, const char *name, const int64_t *v, int n)
+{
+	struct hp_attr a = { .name = (char *)name, .type = HP_ATTR_INTS, .ints = (int64_t *)v, .n = n };
+
+	return hp_graph_add_attr(g, node, &a);
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+	return *(const int *)b - *(const int *)a;
+}
+
+void hp_fz_remove(struct hp_graph *g, int *nodes, int n)
+{
+	qsort(nodes, (size_t)n, sizeof *nodes, cmp_desc);
+	for (int i = 0; i < n; i++)
+		if (nodes[i] >= 0 && (i == 0 || nodes[i] != nodes[i - 1]))
+			hp_graph_remove_node(g, nodes[i]);
+}
+
+/* Whether any node reads value v. */
+static int read_by_any(const struct hp_graph *g, int v)
+{
+	for (int i = 0; i < g->nnodes; i++)
+		for (int j = 0; j < g->nodes[i].ninputs; j++)
+			if (g->nodes[i].inputs[j] == v)
+				return 1;
+	return 0;
+}
+
+void hp_fz_remove_dead(struct hp_graph *g)
+{
+	for (int i = g->nnodes - 1; i >= 0; i--) {
+		const struct hp_node *n = &g->nodes[i];
+		int dead = hp_fz_is(n, "Transpose") || hp_fz_is(n, "Reshape");
+		for (int o = 0; o < n->noutputs && dead; o++)
+			dead = n->outputs[o] < 0 || (!g->values[n->outputs[o]].is_output && !read_by_any(g, n->outputs[o]));
+		if (dead)
+			hp_graph_remove_node(g, i);
+	}
+}
+
+static int pattern_slot(struct hp_fuse_report *r, const char *pattern)
+{
+	char **p;
+	int *c;
+
+	for (int i = 0; i < r->npatterns; i++)
+		if (!strcmp(r->patterns[i], pattern))
+			return i;
+	if (!(p = realloc(r->patterns, (size_t)(r->npatterns + 1) * sizeof *p)))
+		return -1;
+	r->patterns = p;
+	if (!(c = realloc(r->counts, (size_t)(r->npatterns + 1) * sizeof *c)))
+		return -1;
+	r->counts = c;
+	if (!(p[r->npatterns] = strdup(pattern)))
+		return -1;
+	c[r->npatterns] = 0;
+	return r->npatterns++;
+}
+
+void hp_fz_note(struct hp_fuse_report *r, const char *pattern, const char *line)
+{
+	int s = pattern_slot(r, pattern);
+	char **l;
+
+	if (s >= 0)
+		r->counts[s]++;
+	r->nfused++;
+	if (!(l = realloc(r->lines, (size_t)r->nfused * sizeof *l))) {
+		r->nfused--;
+		return;
+	}
+	r->lines = l;
+	l[r->nfused - 1] = strdup(line);
+}

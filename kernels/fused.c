@@ -1,0 +1,189 @@
+/* Fused inference operators (domain ai.hpdlf) that exec/fuse*.c puts in
+ * place of a product and the element-wise nodes after it:
+ *
+ *   FusedConv(X, W, B?, addend?)    Conv, then act(y + addend)
+ *   FusedMatMul(A, B, addend?)      MatMul, then act(y + addend)
+ *   FusedGemm(A, B, C?, addend?)    Gemm, then act(y + addend)
+ *   FusedGelu(X)                    GELU (attribute approximate: none|tanh)
+ *
+ * Attribute "activation" names the act (fused_impl.h; Clip takes clip_min
+ * and clip_max).  The product is the plain operator's own kernel, prepared
+ * and run on the node with only its inputs (so it tiles and rounds exactly
+ * as the unfused node), and the epilogue runs over its output in one pass
+ * instead of one node (and one tensor) per element-wise op.  These nodes
+ * are never split out of core (their domain is not ai.onnx): fuse_epi.c
+ * makes them only in core, where nothing is split. */
+#include <errno.h>
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/eltwise_impl.h"
+#include "kernels/fused_impl.h"
+
+struct fused {
+	const struct hp_op *inner; /* Conv, MatMul or Gemm */
+	int nin;                   /* its inputs; the addend is input nin */
+	void *inner_priv;
+	struct hp_epi epi;
+};
+
+static int inner_inputs(const char *op)
+{
+	return !strcmp(op, "FusedConv") || !strcmp(op, "FusedGemm") ? 3 : 2;
+}
+
+/* The node as the inner operator sees it: its own inputs and state. */
+static struct hp_node inner_view(const struct hp_node *n, const struct fused *f)
+{
+	struct hp_node v = *n;
+
+	v.ninputs = n->ninputs < f->nin ? n->ninputs : f->nin;
+	v.priv = f->inner_priv;
+	return v;
+}
+
+static int epi_prepare(struct hp_graph *g, struct hp_node *n, struct fused *f)
+{
+	const struct hp_value *y = &g->values[n->outputs[0]];
+	const struct hp_value *a = n->ninputs > f->nin && n->inputs[f->nin] >= 0 ? &g->values[n->inputs[f->nin]] : NULL;
+	int act = hp_epi_act_of(hp_attr_string(n, "activation", ""));
+
+	if (act < 0)
+		return hp_node_error(g, n, HP_EMODEL, "unknown activation '%s'", hp_attr_string(n, "activation", ""));
+	f->epi.act = (enum hp_epi_act)act;
+	f->epi.lo = hp_attr_float(n, "clip_min", -FLT_MAX);
+	f->epi.hi = hp_attr_float(n, "clip_max", FLT_MAX);
+	f->epi.add = HP_EPI_ADD_NONE;
+	if (a && (a->dtype != HP_F32 || hp_epi_add_of(&y->shape, &a->shape, &f->epi) < 0))
+		return hp_node_error(g, n, HP_ESHAPE, "the addend does not broadcast onto the output as a "
+						      "scalar, a full tensor or one range of axes");
+	return 0;
+}
+
+static void fused_release(struct hp_node *n)
+{
+	struct fused *f = n->priv;
+
+	if (!f)
+		return;
+	if (f->inner_priv) {
+		struct hp_node v = inner_view(n, f);
+		if (f->inner->release)
+			f->inner->release(&v);
+		else
+			free(f->inner_priv);
+	}
+	free(f);
+	n->priv = NULL;
+}
+
+static int fused_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	struct fused *f = calloc(1, sizeof *f);
+	int rc, saved = n->ninputs;
+
+	if (!f)
+		return hp_node_error(g, n, -ENOMEM, "out of memory");
+	f->nin = inner_inputs(n->op_type);
+	f->inner = hp_op_find("", n->op_type + strlen("Fused"));
+	if (!f->inner) {
+		free(f);
+		return hp_node_error(g, n, HP_EINTERNAL, "no inner operator");
+	}
+	n->ninputs = saved < f->nin ? saved : f->nin;
+	n->priv = NULL;
+	rc = f->inner->prepare(g, n);
+	f->inner_priv = n->priv;
+	n->ninputs = saved;
+	n->priv = f;
+	if (rc == 0)
+		rc = epi_prepare(g, n, f);
+	return rc;
+}
+
+static int fused_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	const struct fused *f = n->priv;
+	struct hp_node v = inner_view(n, f);
+	struct hp_kargs ka = *a;
+	int rc;
+
+	ka.nin = a->nin < f->nin ? a->nin : f->nin;
+	if ((rc = f->inner->run(&v, &ka)) < 0)
+		return rc;
+	hp_epi_run(&f->epi, a->out[0].data, a->nin > f->nin ? a->in[f->nin].data : NULL,
+		   hp_shape_numel(&a->out[0].shape), a->pool);
+	return 0;
+}
+
+static double fused_flops(const struct hp_graph *g, const struct hp_node *n)
+{
+	const struct fused *f = n->priv;
+	struct hp_node v;
+
+	if (!f)
+		return 0;
+	v = inner_view(n, f);
+	return (f->inner->flops ? f->inner->flops(g, &v) : 0) +
+	       (double)hp_shape_numel(&g->values[n->outputs[0]].shape) * (f->epi.act >= HP_EPI_SIGMOID ? 16 : 2);
+}
+
+#define FUSED_OP(VAR, NAME, MAXIN)                                                                         \
+	static const struct hp_op VAR = {                                                                   \
+		.domain = "ai.hpdlf", .name = NAME, .min_inputs = 2, .max_inputs = MAXIN, .min_outputs = 1, \
+		.max_outputs = 1, .prepare = fused_prepare, .run = fused_run, .release = fused_release,   \
+		.flops = fused_flops,                                                                      \
+	}
+
+FUSED_OP(op_fconv, "FusedConv", 4);
+FUSED_OP(op_fmatmul, "FusedMatMul", 3);
+FUSED_OP(op_fgemm, "FusedGemm", 4);
+
+/* ---- FusedGelu ---- */
+
+static int gelu_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	const struct hp_value *x = &g->values[n->inputs[0]];
+	struct hp_value *y = &g->values[n->outputs[0]];
+	const char *ap = hp_attr_string(n, "approximate", "none");
+	struct hp_epi *e;
+
+	if (x->dtype != HP_F32)
+		return hp_node_error(g, n, HP_EUNSUPPORTED, "only float32 is supported");
+	if (strcmp(ap, "none") && strcmp(ap, "tanh"))
+		return hp_node_error(g, n, HP_EMODEL, "approximate must be none or tanh, not '%s'", ap);
+	if (!(e = calloc(1, sizeof *e)))
+		return hp_node_error(g, n, -ENOMEM, "out of memory");
+	e->act = strcmp(ap, "tanh") ? HP_EPI_GELU : HP_EPI_GELU_TANH;
+	n->priv = e;
+	y->dtype = HP_F32;
+	y->shape = x->shape;
+	return 0;
+}
+
+static int gelu_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	int64_t count = hp_shape_numel(&a->out[0].shape);
+
+	if (a->out[0].data != a->in[0].data)
+		memcpy(a->out[0].data, a->in[0].data, (size_t)count * sizeof(float));
+	hp_epi_run(n->priv, a->out[0].data, NULL, count, a->pool);
+	return 0;
+}
+
+static double gelu_flops(const struct hp_graph *g, const struct hp_node *n)
+{
+	return 20.0 * (double)hp_shape_numel(&g->values[n->outputs[0]].shape);
+}
+
+static const struct hp_op op_fgelu = {
+	.domain = "ai.hpdlf", .name = "FusedGelu", .min_inputs = 1, .max_inputs = 1, .min_outputs = 1,
+	.max_outputs = 1, .flags = HP_OP_INPLACE, .prepare = gelu_prepare, .run = gelu_run, .flops = gelu_flops,
+};
+
+extern const struct hp_op hp_op_fused_attention; /* fused_attn.c */
+
+const struct hp_op *const hp_ops_fused[] = {
+	&op_fconv, &op_fmatmul, &op_fgemm, &op_fgelu, &hp_op_fused_attention, NULL,
+};

@@ -1,0 +1,154 @@
+/* The fused operators' epilogue, y = act(y + addend) (fused_impl.h), and
+ * the GELU forms.  Element-wise and parallel over fixed ranges: the bits
+ * do not depend on the thread count. */
+#include <string.h>
+
+#include "kernels/eltwise_impl.h"
+#include "kernels/fused_impl.h"
+
+static const char *const act_names[] = {
+	[HP_EPI_NONE] = "", [HP_EPI_RELU] = "Relu", [HP_EPI_CLIP] = "Clip", [HP_EPI_SIGMOID] = "Sigmoid",
+	[HP_EPI_HSWISH] = "HardSwish", [HP_EPI_GELU] = "Gelu", [HP_EPI_GELU_TANH] = "GeluTanh",
+};
+
+int hp_epi_act_of(const char *name)
+{
+	for (int i = 0; i < (int)(sizeof act_names / sizeof act_names[0]); i++)
+		if (!strcmp(name, act_names[i]))
+			return i;
+	return -1;
+}
+
+int hp_epi_add_of(const struct hp_shape *ys, const struct hp_shape *a, struct hp_epi *e)
+{
+	int off = ys->rank - a->rank, p = -1, q = -1;
+
+	if (off < 0)
+		return -1;
+	for (int i = 0; i < a->rank; i++) {
+		if (a->dims[i] == 1 && ys->dims[off + i] != 1)
+			continue;
+		if (a->dims[i] != ys->dims[off + i] || (q >= 0 && q != off + i))
+			return -1; /* not a broadcast, or two separate varying ranges */
+		if (p < 0)
+			p = off + i;
+		q = off + i + 1;
+	}
+	e->mid = 1;
+	e->inner = 1;
+	if (p < 0) {
+		e->add = HP_EPI_ADD_SCALAR;
+		return 0;
+	}
+	for (int i = p; i < q; i++)
+		e->mid *= ys->dims[i];
+	for (int i = q; i < ys->rank; i++)
+		e->inner *= ys->dims[i];
+	e->add = e->mid * e->inner == hp_shape_numel(ys) ? HP_EPI_ADD_FULL : HP_EPI_ADD_MID;
+	return 0;
+}
+
+/* As kernels/eltwise_unary.c computes them. */
+static inline float sat01(float t)
+{
+	t = t < 0.0f ? 0.0f : t;
+	return t > 1.0f ? 1.0f : t;
+}
+
+#define CLIP(v, lo, hi) ((v) < (lo) ? ((lo) > (hi) ? (hi) : (lo)) : (v) > (hi) ? (hi) : (v))
+
+/* Inline, so that the loops below vectorize as eltwise_unary.c's do. */
+static inline float gelu_erf(float x)
+{
+	return 0.5f * x * (1.0f + hpk_erff(x * 0.70710678118654752f));
+}
+
+static inline float gelu_tanh(float x)
+{
+	return 0.5f * x * (1.0f + hpk_tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+
+#define ACT_LOOP(NAME, EXPR)                                                  \
+	HPK_SIMD static void NAME(const struct hp_epi *e, float *y, int64_t n) \
+	{                                                                     \
+		const float lo = e->lo, hi = e->hi;                           \
+		(void)lo;                                                     \
+		(void)hi;                                                     \
+		for (int64_t i = 0; i < n; i++) {                             \
+			float v = y[i];                                       \
+			y[i] = (EXPR);                                        \
+		}                                                             \
+	}
+
+ACT_LOOP(act_relu, v < 0.0f ? 0.0f : v)
+ACT_LOOP(act_clip, CLIP(v, lo, hi))
+ACT_LOOP(act_sigmoid, hpk_sigmoidf(v))
+ACT_LOOP(act_hswish, v * sat01(v * (1.0f / 6.0f) + 0.5f))
+ACT_LOOP(act_gelu, gelu_erf(v))
+ACT_LOOP(act_gelu_tanh, gelu_tanh(v))
+
+typedef void (*act_fn)(const struct hp_epi *e, float *y, int64_t n);
+static const act_fn acts[] = {
+	[HP_EPI_RELU] = act_relu, [HP_EPI_CLIP] = act_clip, [HP_EPI_SIGMOID] = act_sigmoid,
+	[HP_EPI_HSWISH] = act_hswish, [HP_EPI_GELU] = act_gelu, [HP_EPI_GELU_TANH] = act_gelu_tanh,
+};
+
+struct epi_job {
+	const struct hp_epi *e;
+	float *y;
+	const float *add;
+};
+
+/* y[b, end) += addend where it varies along `mid` with period inner:
+ * contiguous segments of one addend value (inner > 1) or of consecutive
+ * values (inner 1), so the inner loops vectorize. */
+static void add_mid(const struct hp_epi *e, float *y, const float *add, int64_t b, int64_t end)
+{
+	for (int64_t i = b; i < end;) {
+		int64_t r = i % e->inner, k = i / e->inner % e->mid, len;
+		if (e->inner == 1) {
+			len = e->mid - k < end - i ? e->mid - k : end - i;
+			for (int64_t t = 0; t < len; t++)
+				y[i + t] = y[i + t] + add[k + t];
+		} else {
+			const float a = add[k];
+			len = e->inner - r < end - i ? e->inner - r : end - i;
+			for (int64_t t = 0; t < len; t++)
+				y[i + t] = y[i + t] + a;
+		}
+		i += len;
+	}
+}
+
+/* Elements [b, e): the add, then the activation over the same range while
+ * it is in cache. */
+static void epi_range(void *arg, int64_t b, int64_t end, int tid)
+{
+	const struct epi_job *j = arg;
+	const struct hp_epi *e = j->e;
+	float *y = j->y;
+
+	(void)tid;
+	if (e->add == HP_EPI_ADD_FULL)
+		for (int64_t i = b; i < end; i++)
+			y[i] = y[i] + j->add[i];
+	else if (e->add == HP_EPI_ADD_SCALAR)
+		for (int64_t i = b; i < end; i++)
+			y[i] = y[i] + j->add[0];
+	else if (e->add == HP_EPI_ADD_MID)
+		add_mid(e, y, j->add, b, end);
+	if (e->act != HP_EPI_NONE)
+		acts[e->act](e, y + b, end - b);
+}
+
+void hp_epi_run(const struct hp_epi *e, float *y, const float *addend, int64_t n, struct hp_pool *pool)
+{
+	struct hp_epi c = *e;
+	struct epi_job j = { .e = &c, .y = y, .add = addend };
+
+	if (!addend) /* an omitted addend: the activation only */
+		c.add = HP_EPI_ADD_NONE;
+	if (c.act == HP_EPI_NONE && c.add == HP_EPI_ADD_NONE)
+		return;
+	hp_parallel_for(pool, n, HPK_GRAIN / 4, epi_range, &j);
+}

@@ -1,0 +1,37 @@
+/* Internal to kernels/: the epilogue the fused operators (fused.c) apply to
+ * a product's output, y = act(y + addend), one element at a time.  Each
+ * element is computed exactly as the unfused Add and activation kernels
+ * compute it (same expressions, ISO C rounding without contraction), so a
+ * fused node gives the bits of the nodes it replaced; exec/fuse_epi.c
+ * relies on that to fuse only in core and leave the out-of-core graph
+ * splittable (tests/exec/check_fuse.py checks fused against --no-fuse bit
+ * for bit). */
+#ifndef HPDLF_KERNELS_FUSED_IMPL_H
+#define HPDLF_KERNELS_FUSED_IMPL_H
+
+#include <stdint.h>
+
+#include "hpdlf/graph.h"
+
+enum hp_epi_act { HP_EPI_NONE, HP_EPI_RELU, HP_EPI_CLIP, HP_EPI_SIGMOID, HP_EPI_HSWISH, HP_EPI_GELU, HP_EPI_GELU_TANH };
+
+/* How the addend broadcasts over y (viewed as [outer, mid, inner]). */
+enum hp_epi_add { HP_EPI_ADD_NONE, HP_EPI_ADD_FULL, HP_EPI_ADD_SCALAR, HP_EPI_ADD_MID };
+
+struct hp_epi {
+	enum hp_epi_act act;
+	enum hp_epi_add add;
+	float lo, hi;         /* Clip bounds */
+	int64_t mid, inner;   /* ADD_MID: addend[(i / inner) % mid] */
+};
+
+/* The activation named by a fused node's "activation" attribute ("" for
+ * none); -1 when unknown. */
+int hp_epi_act_of(const char *name);
+/* How an addend of shape a broadcasts onto y (shape ys): 0 and e->add set,
+ * or -1 when it is not one of the forms above. */
+int hp_epi_add_of(const struct hp_shape *ys, const struct hp_shape *a, struct hp_epi *e);
+/* y[i] = act(y[i] + addend[...]) over n elements, on the pool. */
+void hp_epi_run(const struct hp_epi *e, float *y, const float *addend, int64_t n, struct hp_pool *pool);
+
+#endif

@@ -1,0 +1,417 @@
+#!/usr/bin/env python3
+"""Inference fusions beyond BatchNorm folding (exec/fuse_*.c, kernels/fused*.c).
+
+usage: check_fuse_patterns.py HPDLF_EXEC MAKE_FUSE_MODELS_PY
+
+Four models written here with onnx.helper and seeded NumPy weights, each
+with fusable patterns and look-alikes that must NOT fuse because an
+intermediate has a reader outside the pattern (or is a graph output):
+
+  epi   Conv+Add+Relu, Conv+Clip(0, 6), Conv+Sigmoid, Conv+HardSwish; a Conv
+        whose output is also a graph output (not fused); Conv+Add whose sum
+        is read twice (the Add fuses, its Relu does not)
+  mm    MatMul+Add+Gelu (erf form, as torch writes F.gelu), Add(bias,
+        MatMul)+Relu, Gemm+BatchNormalization+Relu, a tanh-form Gelu (Pow),
+        a tanh-form Gelu whose Tanh output is a graph output (not fused),
+        MatMul of a transposed matrix (a Gemm with transA) and of a rank-3
+        Transpose (not fused)
+  ln    the LayerNorm chain torch writes below opset 17; the same chain with
+        x - mean also a graph output (not fused)
+  attn  attentions reading Q, K, V through Transposes (a causal Where mask
+        with Mul scale; an added mask with Div scale; neither, the result
+        not transposed; operands whose rows are not contiguous, so that the
+        kernel packs its tiles), and one whose Softmax output is a graph
+        output (not fused)
+
+For each: --plan's pattern counts are exactly the expected ones (so the
+look-alikes did not fuse), and under --budget the same without the
+epilogues; outputs fused and --no-fuse within TOL * max|ref|
+of a float64 NumPy evaluation; the epilogue-only models (epi) bitwise equal
+to --no-fuse (the epilogue computes each element as the unfused nodes do);
+out of core at the smallest budget the planner allows, outputs bitwise the
+in-core fused ones.  Then torch exports (bench/make_fuse_models.py, 2-layer
+GPT and BERT at opset 13): every LayerNorm, Gelu and attention fused, and
+the output within TOL of the same torch model run in float64.
+"""
+import importlib.util
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+np.float = float; np.int = int; np.bool = bool; np.object = object  # NumPy 1.24 vs onnx 1.12
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+TOL = 2e-5
+FAILS = []
+erf = np.vectorize(math.erf)
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        FAILS.append(what)
+    return ok
+
+
+def run(exe, args):
+    p = subprocess.run([exe] + args, capture_output=True, text=True, timeout=600)
+    return p.returncode, p.stdout, p.stderr
+
+
+class M:
+    """A model under construction with float64 copies of its constants."""
+
+    def __init__(self, seed):
+        self.rng, self.nodes, self.inits, self.P, self.n = np.random.default_rng(seed), [], [], {}, 0
+
+    def w(self, name, shape, scale=0.3, a=None):
+        a = (scale * self.rng.standard_normal(shape)) if a is None else a
+        self.P[name] = np.asarray(a).astype(np.float32)
+        self.inits.append(numpy_helper.from_array(self.P[name], name))
+        return name
+
+    def c(self, v, dtype=np.float32):
+        self.n += 1
+        name = "const%d" % self.n
+        arr = np.asarray(v, dtype=dtype)
+        self.inits.append(numpy_helper.from_array(arr, name))
+        self.P[name] = arr
+        return name
+
+    def op(self, t, ins, out, **kw):
+        self.nodes.append(helper.make_node(t, ins, [out], name="n_" + out, **kw))
+        return out
+
+    def save(self, path, xshape, outs):
+        g = helper.make_graph(self.nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, xshape)],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], self.inits)
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def conv(x, w, b, pad):
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    y = np.zeros((n, m, h + 2 * pad - kh + 1, wd + 2 * pad - kw + 1))
+    for i in range(kh):
+        for j in range(kw):
+            y += np.einsum("nchw,mc->nmhw", xp[:, :, i:i + y.shape[2], j:j + y.shape[3]], w[:, :, i, j])
+    return y + (0 if b is None else b[None, :, None, None])
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def gelu_erf(x):
+    return 0.5 * x * (1 + erf(x / math.sqrt(2)))
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def model_epi(path):
+    m, d = M(1), None
+    x = m.rng.standard_normal((2, 4, 10, 10)).astype(np.float32)
+    ws = {k: m.w(k, s) for k, s in (("w1", (8, 4, 3, 3)), ("w0", (8, 4, 1, 1)), ("w2", (8, 8, 3, 3)),
+                                     ("w3", (8, 8, 3, 3)), ("w4", (8, 8, 1, 1)), ("w5", (8, 8, 3, 3)),
+                                     ("w6", (8, 8, 1, 1)))}
+    bs = {k: m.w(k, (8,), 0.1) for k in ("b1", "b2", "b4", "b5")}
+    pad = dict(pads=[1, 1, 1, 1])
+    m.op("Conv", ["x", "w1", "b1"], "c1", **pad)
+    m.op("Conv", ["x", "w0"], "c0")
+    m.op("Add", ["c1", "c0"], "a1")
+    m.op("Relu", ["a1"], "y1")
+    m.op("Conv", ["y1", "w2", "b2"], "c2", **pad)
+    m.op("Clip", ["c2", m.c(0.0), m.c(6.0)], "y2")
+    m.op("Conv", ["y2", "w3"], "c3", **pad)
+    m.op("Sigmoid", ["c3"], "y3")
+    m.op("Conv", ["y3", "w4", "b4"], "c4")
+    m.op("HardSwish", ["c4"], "y4")
+    m.op("Conv", ["y4", "w5", "b5"], "c5", **pad)  # c5 is a graph output: not fused
+    m.op("Relu", ["c5"], "y5")
+    m.op("Conv", ["y4", "w6"], "c6")
+    m.op("Add", ["c6", "y4"], "a6")                 # a6 read twice: Conv+Add only
+    m.op("Relu", ["a6"], "y6")
+    m.op("Mul", ["a6", "a6"], "y7")
+    outs = ["y5", "c5", "y6", "y7"]
+    m.save(path, list(x.shape), outs)
+    d = {k: v.astype(np.float64) for k, v in m.P.items()}
+    X = x.astype(np.float64)
+    y1 = np.maximum(conv(X, d["w1"], d["b1"], 1) + conv(X, d["w0"], None, 0), 0)
+    y2 = np.clip(conv(y1, d["w2"], d["b2"], 1), 0, 6)
+    y3 = sigmoid(conv(y2, d["w3"], None, 1))
+    c4 = conv(y3, d["w4"], d["b4"], 0)
+    y4 = c4 * np.clip(c4 / 6 + 0.5, 0, 1)
+    c5 = conv(y4, d["w5"], d["b5"], 1)
+    a6 = conv(y4, d["w6"], None, 0) + y4
+    ref = {"y5": np.maximum(c5, 0), "c5": c5, "y6": np.maximum(a6, 0), "y7": a6 * a6}
+    want = {"Conv+Add+Relu": 1, "Conv+Clip": 1, "Conv+Sigmoid": 1, "Conv+HardSwish": 1, "Conv+Add": 1}
+    return x, ref, want
+
+
+def gelu_nodes(m, x, out, form, leak=None):
+    """Gelu of x as torch writes it; leak names an intermediate to expose."""
+    if form == "erf":
+        m.op("Div", [x, m.c(1.4142135)], out + "d")
+        m.op("Erf", [out + "d"], out + "e")
+        m.op("Add", [out + "e", m.c(1.0)], out + "a")
+        m.op("Mul", [x, out + "a"], out + "m")
+        return m.op("Mul", [out + "m", m.c(0.5)], out)
+    m.op("Pow", [x, m.c(3.0)], out + "p")
+    m.op("Mul", [m.c(0.044715), out + "p"], out + "k")
+    m.op("Add", [x, out + "k"], out + "s")
+    m.op("Mul", [out + "s", m.c(0.7978845608)], out + "b")
+    m.op("Tanh", [out + "b"], out + "t")
+    m.op("Add", [m.c(1.0), out + "t"], out + "a")
+    m.op("Mul", [m.c(0.5), x], out + "h")
+    return m.op("Mul", [out + "h", out + "a"], out)
+
+
+def model_mm(path):
+    m = M(2)
+    x = m.rng.standard_normal((3, 5, 16)).astype(np.float32)
+    m.w("W1", (16, 32)), m.w("b1", (32,), 0.1), m.w("W2", (32, 16)), m.w("b2", (16,), 0.1)
+    m.w("Wg", (8, 16)), m.w("bg", (8,), 0.1)
+    for k, a in (("s", 1 + 0.2 * m.rng.standard_normal(8)), ("o", 0.1 * m.rng.standard_normal(8)),
+                 ("mu", 0.1 * m.rng.standard_normal(8)), ("var", 1 + m.rng.random(8))):
+        m.w(k, None, a=a)
+    m.op("MatMul", ["x", "W1"], "m1")
+    m.op("Add", ["m1", "b1"], "a1")
+    gelu_nodes(m, "a1", "g1", "erf")
+    m.op("MatMul", ["g1", "W2"], "m2")
+    m.op("Add", ["b2", "m2"], "a2")
+    m.op("Relu", ["a2"], "y1")
+    m.op("Reshape", ["x", m.c([15, 16], np.int64)], "z")
+    m.op("Gemm", ["z", "Wg", "bg"], "gm", transB=1, alpha=0.5, beta=2.0)
+    m.op("BatchNormalization", ["gm", "s", "o", "mu", "var"], "bn")
+    m.op("Relu", ["bn"], "y2")
+    gelu_nodes(m, "y1", "y3", "tanh")
+    gelu_nodes(m, "y1", "y4", "tanh")
+    m.w("W5", (15, 4)), m.w("W6", (5, 4))
+    m.op("Transpose", ["z"], "zt")                    # a matrix: MatMul becomes Gemm(transA)
+    m.op("MatMul", ["zt", "W5"], "y5")
+    m.op("Transpose", ["x"], "xt", perm=[0, 2, 1])  # rank 3: stays
+    m.op("MatMul", ["xt", "W6"], "y6")
+    outs = ["y1", "y2", "y3", "y4", "y4t", "y5", "y6"]  # y4's Tanh output is a graph output: y4 stays unfused
+    m.save(path, list(x.shape), outs)
+    d = {k: v.astype(np.float64) for k, v in m.P.items()}
+    X = x.astype(np.float64)
+    y1 = np.maximum(gelu_erf(X @ d["W1"] + d["b1"]) @ d["W2"] + d["b2"], 0)
+    gm = 0.5 * X.reshape(15, 16) @ d["Wg"].T + 2.0 * d["bg"]
+    y2 = np.maximum((gm - d["mu"]) / np.sqrt(d["var"] + 1e-5) * d["s"] + d["o"], 0)
+    t = np.tanh(0.7978845608 * (y1 + 0.044715 * y1 ** 3))
+    ref = {"y1": y1, "y2": y2, "y3": gelu_tanh(y1), "y4": gelu_tanh(y1), "y4t": t,
+           "y5": X.reshape(15, 16).T @ d["W5"], "y6": X.transpose(0, 2, 1) @ d["W6"]}
+    want = {"Gemm+BatchNormalization": 1, "Gelu (erf form)": 1, "Gelu (tanh form)": 1, "MatMul+Add+Gelu": 1,
+            "MatMul+Add+Relu": 1, "Gemm+Relu": 1, "Transpose+MatMul": 1}
+    return x, ref, want
+
+
+def ln_nodes(m, x, out, g, b):
+    m.op("ReduceMean", [x], out + "m", axes=[-1])
+    m.op("Sub", [x, out + "m"], out + "d")
+    m.op("Pow", [out + "d", m.c(2.0)], out + "p")
+    m.op("ReduceMean", [out + "p"], out + "v", axes=[-1])
+    m.op("Add", [out + "v", m.c(1e-5)], out + "e")
+    m.op("Sqrt", [out + "e"], out + "s")
+    m.op("Div", [out + "d", out + "s"], out + "n")
+    m.op("Mul", [out + "n", g], out + "g")
+    return m.op("Add", [out + "g", b], out)
+
+
+def model_ln(path):
+    m = M(3)
+    x = (3 + 2 * m.rng.standard_normal((2, 6, 48))).astype(np.float32)
+    m.w("g", (48,), a=1 + 0.2 * m.rng.standard_normal(48)), m.w("b", (48,), 0.1)
+    ln_nodes(m, "x", "y1", "g", "b")
+    ln_nodes(m, "x", "y2", "g", "b")
+    m.save(path, list(x.shape), ["y1", "y2", "y2d"])  # y2's x - mean is an output: y2 stays unfused
+    X, d = x.astype(np.float64), {k: v.astype(np.float64) for k, v in m.P.items()}
+    mu = X.mean(-1, keepdims=True)
+    y = (X - mu) / np.sqrt(((X - mu) ** 2).mean(-1, keepdims=True) + 1e-5) * d["g"] + d["b"]
+    return x, {"y1": y, "y2": y, "y2d": X - mu}, {"LayerNorm": 1}
+
+
+def model_attn(path):
+    m = M(4)
+    B, T, H, D = 2, 80, 4, 8  # T over one 64-column tile: the online softmax rescales
+    C = H * D
+    x = m.rng.standard_normal((B, T, C)).astype(np.float32)
+    for k in "qkv":
+        m.w("W" + k, (C, C), 0.5)
+    heads = m.c([B, T, H, D], np.int64)
+    for k in "qkv":
+        m.op("MatMul", ["x", "W" + k], k + "0")
+        m.op("Reshape", [k + "0", heads], k + "1")
+        m.op("Transpose", [k + "1"], k, perm=[0, 2, 1, 3])
+    m.op("Transpose", ["k"], "kt", perm=[0, 1, 3, 2])
+    causal = np.triu(np.ones((T, T), bool), 1)[None, None]
+    cond = "cond"
+    m.inits.append(numpy_helper.from_array(causal, cond))
+    addm = (m.rng.random((B, 1, 1, T)) < 0.2) * -1e4
+    m.w("addm", None, a=addm)
+    back = m.c([B, T, C], np.int64)
+
+    def attn(out, scale, mask, leak=False):
+        m.op("MatMul", ["q", "kt"], out + "s")
+        if scale == "mul":
+            m.op("Mul", [out + "s", m.c(1 / math.sqrt(D))], out + "c")
+        else:
+            m.op("Div", [out + "s", m.c(math.sqrt(D))], out + "c")
+        if mask == "where":
+            m.op("Where", [cond, m.c(-np.inf), out + "c"], out + "k")
+        else:
+            m.op("Add", [out + "c", "addm"], out + "k")
+        m.op("Softmax", [out + "k"], out + "p", axis=-1)
+        m.op("MatMul", [out + "p", "v"], out + "o")
+        m.op("Transpose", [out + "o"], out + "t", perm=[0, 2, 1, 3])
+        return m.op("Reshape", [out + "t", back], out)
+
+    attn("y1", "mul", "where")
+    attn("y2", "div", "add")
+    attn("y3", "mul", "where")
+    m.op("MatMul", ["q", "kt"], "y4s")  # no scale, no mask, the result as it is
+    m.op("Softmax", ["y4s"], "y4p", axis=-1)
+    m.op("MatMul", ["y4p", "v"], "y4")
+    odd = m.c([B, T, D, H], np.int64)  # heads innermost: no operand row is contiguous, the kernel packs tiles
+    for k, perm in (("q", [0, 3, 1, 2]), ("k", [0, 3, 2, 1]), ("v", [0, 3, 1, 2])):
+        m.op("Reshape", [k + "0", odd], k + "5r")
+        m.op("Transpose", [k + "5r"], k + "5", perm=perm)
+    m.op("MatMul", ["q5", "k5"], "y5s")
+    m.op("Mul", ["y5s", m.c(1 / math.sqrt(D))], "y5c")
+    m.op("Softmax", ["y5c"], "y5p", axis=-1)
+    m.op("MatMul", ["y5p", "v5"], "y5")
+    m.save(path, list(x.shape), ["y1", "y2", "y3", "y3p", "y4", "y5"])  # y3's softmax is an output: not fused
+    X, d = x.astype(np.float64), {k: v.astype(np.float64) for k, v in m.P.items()}
+    q, k, v = ((X @ d["W" + c]).reshape(B, T, H, D).transpose(0, 2, 1, 3) for c in "qkv")
+    s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(D)
+
+    def sm(z):
+        e = np.exp(z - z.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    p1, p2 = sm(np.where(causal, -np.inf, s)), sm(s + addm)
+    o = lambda p: (p @ v).transpose(0, 2, 1, 3).reshape(B, T, C)
+    q5, k5, v5 = ((X @ d["W" + c]).reshape(B, T, D, H).transpose(0, 3, 1, 2) for c in "qkv")
+    y5 = sm(q5 @ k5.transpose(0, 1, 3, 2) / math.sqrt(D)) @ v5
+    return x, {"y1": o(p1), "y2": o(p2), "y3": o(p1), "y3p": p1, "y4": sm(s * math.sqrt(D)) @ v, "y5": y5}, \
+        {"Attention": 4}
+
+
+def plan_counts(out):
+    got = {}
+    for name, n in re.findall(r"^  ([A-Z][\w+ ()-]*?): (\d+)$", out, re.M):
+        got[name] = int(n)
+    return got
+
+
+def outputs(exe, path, xpath, names, tag, extra):
+    folder = os.path.dirname(path)
+    args = [path, "--input", "x=" + xpath, "--quiet"]
+    for k in names:
+        args += ["--output", "%s=%s" % (k, os.path.join(folder, "%s_%s.npy" % (tag, k)))]
+    rc, _, err = run(exe, args + extra)
+    if not check(rc == 0, "%s: runs %s" % (tag, err.strip()[-300:])):
+        return None
+    return {k: np.load(os.path.join(folder, "%s_%s.npy" % (tag, k))) for k in names}
+
+
+def smallest_budget(exe, path, xpath):
+    budget = "1K"
+    for _ in range(4):  # the planner names the smallest budget that works; follow it
+        rc, _, err = run(exe, [path, "--input", "x=" + xpath, "--budget", budget, "--quiet", "--threads", "2"])
+        mm = re.search(r"--budget (\S+)\)", err)
+        if rc == 0 or not mm:
+            return budget if rc == 0 else None
+        budget = mm.group(1)
+    return None
+
+
+def check_model(exe, tmp, name, make):
+    path, xpath = os.path.join(tmp, name + ".onnx"), os.path.join(tmp, name + "_x.npy")
+    x, ref, want = make(path)
+    np.save(xpath, x)
+    rc, out, err = run(exe, [path, "--plan"])
+    got = plan_counts(out)
+    check(rc == 0 and got == want, "%s: --plan fuses exactly %s, got %s %s" % (name, want, got, err.strip()[-200:]))
+    rc, out, _ = run(exe, [path, "--plan", "--no-fuse"])
+    check(rc == 0 and plan_counts(out) == {}, "%s: --plan --no-fuse fuses nothing" % name)
+    # under a budget operators may be split: the epilogues (bitwise the unfused nodes) are left out,
+    # the fusions that round differently stay, the same as in core
+    keep = {k: v for k, v in want.items() if k.split("+")[0] not in ("Conv", "MatMul", "Gemm") or
+            k in ("Gemm+BatchNormalization", "Conv+BatchNormalization")}
+    rc, out, _ = run(exe, [path, "--plan", "--budget", "1G"])
+    check(rc == 0 and plan_counts(out) == keep, "%s: --plan --budget 1G fuses %s, got %s" % (name, keep, plan_counts(out)))
+    res = {t: outputs(exe, path, xpath, list(ref), name + t, e + ["--threads", "2"])
+           for t, e in (("f", []), ("n", ["--no-fuse"]))}
+    if not res["f"] or not res["n"]:
+        return
+    for k in ref:
+        scale = max(float(np.max(np.abs(ref[k]))), 1e-30)
+        ef, en = (float(np.max(np.abs(res[t][k] - ref[k]))) for t in ("f", "n"))
+        check(ef <= TOL * scale, "%s %s: fused vs NumPy float64 max err %.2e (unfused %.2e, scale %.3g, tol %.0e)"
+              % (name, k, ef, en, scale, TOL))
+        if name == "epi":
+            check(np.array_equal(res["f"][k], res["n"][k]), "%s %s: fused bitwise --no-fuse" % (name, k))
+    again = outputs(exe, path, xpath, list(ref), name + "r", ["--threads", "2"])
+    if again:
+        check(all(np.array_equal(again[k], res["f"][k]) for k in ref), "%s: a second fused run at 2 threads "
+              "repeats bit for bit" % name)
+    budget = smallest_budget(exe, path, xpath)
+    if check(budget is not None, "%s: out of core runs at the smallest budget (%s)" % (name, budget)):
+        ooc = outputs(exe, path, xpath, list(ref), name + "o", ["--budget", budget, "--threads", "2"])
+        if ooc:
+            check(all(np.array_equal(ooc[k], res["f"][k]) for k in ref),
+                  "%s: out of core at --budget %s bitwise the in-core fused outputs" % (name, budget))
+
+
+def check_torch(exe, tmp, maker):
+    import torch
+    spec = importlib.util.spec_from_file_location("make_fuse_models", maker)
+    mk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mk)
+    L, d, h, t = 2, 64, 4, 48
+    for name, cls, want in (("gpt", mk.GPT, {"LayerNorm": 2 * L + 1, "Attention": L, "Gelu (tanh form)": L}),
+                            ("bert", mk.BERT, {"LayerNorm": 2 * L + 1, "Attention": L, "Gelu (erf form)": L})):
+        torch.manual_seed(1)
+        model = cls(300, d, h, t, L)
+        rng = np.random.default_rng(1)
+        x = rng.integers(1, 300, (2, t)).astype(np.int64)
+        x[1, -10:] = 0
+        path, xpath = os.path.join(tmp, name + ".onnx"), os.path.join(tmp, name + "_x.npy")
+        mk.export(model, torch.from_numpy(x), path, 13)
+        np.save(xpath, x)
+        with torch.no_grad():
+            ref = model.double()(torch.from_numpy(x)).numpy()
+        rc, out, err = run(exe, [path, "--plan"])
+        got = plan_counts(out)
+        check(rc == 0 and all(got.get(k) == v for k, v in want.items()),
+              "torch %s: --plan fuses %s (got %s) %s" % (name, want, got, err.strip()[-200:]))
+        res, plain = outputs(exe, path, xpath, ["y"], name, []), outputs(exe, path, xpath, ["y"], name + "n",
+                                                                           ["--no-fuse"])
+        if res and plain:
+            scale = float(np.max(np.abs(ref)))
+            err, en = (float(np.max(np.abs(r["y"] - ref))) for r in (res, plain))
+            check(err <= TOL * scale, "torch %s: fused vs torch float64 max err %.2e (unfused %.2e, scale %.3g, "
+                  "tol %.0e)" % (name, err, en, scale, TOL))
+
+
+def main():
+    exe, maker = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, make in (("epi", model_epi), ("mm", model_mm), ("ln", model_ln), ("attn", model_attn)):
+            check_model(exe, tmp, name, make)
+        check_torch(exe, tmp, maker)
+    print("%d failed" % len(FAILS))
+    return 1 if FAILS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
