@@ -72,6 +72,7 @@ struct cli {
 	int schedule;                /* --schedule: enum hp_pipe_schedule (1f1b default) */
 	int schedule_given;
 	const char *pipeline_cuts;   /* --pipeline-cuts NODE,NODE,... */
+	int no_recompute;            /* --no-recompute (issue 17, exec/remat.h) */
 };
 
 struct hp_session;
