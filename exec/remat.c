@@ -17,8 +17,9 @@
 #include "exec/split.h"
 
 /* Recomputations run when nothing else is ready (graph.h's sched): just
- * before the backward needs them. */
-#define LATE (1 << 20)
+ * before the backward needs them; among them, copies of later forward
+ * nodes first (the backward needs them first). */
+#define LATE (1 << 24)
 
 struct ctx {
 	struct hp_graph *g;
@@ -143,7 +144,7 @@ static int add_copy(struct hp_graph *g, int i, int *map)
 	if (!(g->nodes[node].domain = strdup(g->nodes[i].domain)))
 		return hp_error(-ENOMEM, "out of memory");
 	g->nodes[node].op = g->nodes[i].op;
-	g->nodes[node].sched = LATE;
+	g->nodes[node].sched = LATE - (i < LATE ? i : LATE - 1);
 	for (int a = 0; a < g->nodes[i].nattrs; a++)
 		if ((rc = hp_graph_add_attr(g, node, &g->nodes[i].attrs[a])) < 0)
 			return rc;
