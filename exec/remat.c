@@ -237,7 +237,7 @@ static int choose(struct ctx *c, uint64_t mem, double *best_ms, struct hp_graph 
 		double cost;
 		int any = 0;
 		if (hp_remat_chain(c->items, c->nitems, mem, 32, lambda[l], choice, &cost) < 0)
-			break; /* nothing fits the model: the planner swaps */
+			break; /* nothing fits the model: the planner swaps */ /* nothing fits the model: the planner swaps */
 		memset(rec, 0, (size_t)c->g->nnodes);
 		for (int k = 0; k < c->nitems; k++)
 			if (choice[k] == HP_REMAT_RECOMPUTE)
@@ -271,26 +271,20 @@ static int analyse(struct ctx *c, int loss)
 	return build_items(c);
 }
 
-int hp_remat(struct hp_graph *g, int loss, const struct hp_exec_opts *o, struct hp_remat_stats *st)
+int hp_remat_plan(struct hp_graph *g, int loss, const struct hp_plan_opts *po, struct hp_remat_stats *st)
 {
 	struct hp_remat_stats dummy;
-	struct ctx c = { .g = g };
+	struct ctx c = { .g = g, .po = *po };
 	struct hp_plan *p0 = NULL;
 	struct hp_graph *best = NULL;
-	void *model = NULL;
 	double t0 = now_ms();
-	int rc;
+	int rc = 0;
 
 	st = st ? st : &dummy;
 	memset(st, 0, sizeof *st);
-	if (!o->budget)
-		return 0;
-	rc = hp_plan_speed_opts(g, o, &c.po, &model);
-	if (rc == 0 && hp_plan_build(g, &c.po, &p0) < 0)
-		goto out; /* the session reports it */
-	if (rc == 0)
-		rc = analyse(&c, loss);
-	if (rc < 0)
+	if (!po->budget || hp_plan_build(g, &c.po, &p0) < 0)
+		goto out; /* in core; or the session reports it */
+	if ((rc = analyse(&c, loss)) < 0)
 		goto out;
 	st->before_ms = st->after_ms = p0->predicted_ms;
 	rc = choose(&c, stash_mem(&c.po, p0), &st->after_ms, &best);
@@ -301,11 +295,27 @@ int hp_remat(struct hp_graph *g, int loss, const struct hp_exec_opts *o, struct 
 out:
 	st->plan_ms = now_ms() - t0;
 	hp_plan_free(p0);
-	free(model);
 	free(c.fwd);
 	free(c.pers);
 	free(c.need);
 	free(c.item_node);
 	free(c.items);
+	return rc;
+}
+
+int hp_remat(struct hp_graph *g, int loss, const struct hp_exec_opts *o, struct hp_remat_stats *st)
+{
+	struct hp_plan_opts po;
+	void *model = NULL;
+	int rc;
+
+	if (st)
+		memset(st, 0, sizeof *st);
+	if (!o->budget)
+		return 0;
+	rc = hp_plan_speed_opts(g, o, &po, &model);
+	if (rc == 0)
+		rc = hp_remat_plan(g, loss, &po, st);
+	free(model);
 	return rc;
 }

@@ -100,4 +100,8 @@ struct hp_remat_stats {
  * Nothing in core.  st may be NULL. */
 int hp_remat(struct hp_graph *g, int loss, const struct hp_exec_opts *o, struct hp_remat_stats *st);
 
+/* The same with the planner's options given (their speed and tier model). */
+struct hp_plan_opts;
+int hp_remat_plan(struct hp_graph *g, int loss, const struct hp_plan_opts *po, struct hp_remat_stats *st);
+
 #endif
