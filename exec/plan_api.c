@@ -28,10 +28,13 @@ struct speed_model {
  * kernels on threads / workers threads; I/O at the first lower tier's
  * bandwidth (out of core only). */
 static void speed_opts(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_opts *po,
-		       struct speed_model *sm)
+		       struct speed_model *sm, int measure)
 {
 	int threads = o && o->threads > 0 ? o->threads : hp_exec_online_cpus();
 	int recal = o && o->size >= offsetof(struct hp_exec_opts, recalibrate) + sizeof o->recalibrate && o->recalibrate;
+
+	if (!measure)
+		recal = -1;
 	struct hp_budget_layout l;
 	int ooc;
 
@@ -54,14 +57,15 @@ static void speed_opts(const struct hp_graph *g, const struct hp_exec_opts *o, s
 	}
 }
 
-int hp_plan_speed_opts(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_opts *po, void **model)
+int hp_plan_speed_opts(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_opts *po, void **model,
+		       int measure)
 {
 	struct speed_model *sm = calloc(1, sizeof *sm);
 
 	*model = sm;
 	if (!sm)
 		return hp_error(-ENOMEM, "out of memory planning");
-	speed_opts(g, o, po, sm);
+	speed_opts(g, o, po, sm, measure);
 	return 0;
 }
 
@@ -140,7 +144,7 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 	memset(out, 0, sizeof *out);
 	if (!sm)
 		return hp_error(-ENOMEM, "out of memory planning");
-	speed_opts(g, o, &po, sm);
+	speed_opts(g, o, &po, sm, 1);
 	rc = hp_plan_build(g, &po, &p);
 	if (rc == 0)
 		fill_speed(out, p, &po, sm);
@@ -180,7 +184,7 @@ int hp_remat_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, s
 	struct hp_plan_opts po;
 	struct hp_plan *p = NULL;
 	void *sm = NULL;
-	int rc = hp_plan_speed_opts(g, o, &po, &sm);
+	int rc = hp_plan_speed_opts(g, o, &po, &sm, 1);
 
 	memset(out, 0, sizeof *out);
 	if (rc == 0)
@@ -201,7 +205,7 @@ int hp_plan_write_dot(const struct hp_graph *g, const struct hp_exec_opts *o, co
 
 	if (!sm)
 		return hp_error(-ENOMEM, "out of memory planning");
-	speed_opts(g, o, &po, sm);
+	speed_opts(g, o, &po, sm, 1);
 	rc = hp_plan_build(g, &po, &p);
 	if (rc == 0)
 		rc = hp_plan_dot(g, p, &po, path);
@@ -220,7 +224,7 @@ int hp_plan_build_speed(const struct hp_graph *g, const struct hp_exec_opts *o, 
 	*p = NULL;
 	if (!sm)
 		return hp_error(-ENOMEM, "out of memory planning");
-	speed_opts(g, o, &po, sm);
+	speed_opts(g, o, &po, sm, 1);
 	rc = hp_plan_build(g, &po, p);
 	*sp = sm->c;
 	free(sm);

@@ -19,7 +19,7 @@
 /* Recomputations run when nothing else is ready (graph.h's sched): just
  * before the backward needs them; among them, copies of later forward
  * nodes first (the backward needs them first). */
-#define LATE (1 << 24)
+#define LATE HP_REMAT_SCHED
 
 struct ctx {
 	struct hp_graph *g;
@@ -144,7 +144,7 @@ static int add_copy(struct hp_graph *g, int i, int *map)
 	if (!(g->nodes[node].domain = strdup(g->nodes[i].domain)))
 		return hp_error(-ENOMEM, "out of memory");
 	g->nodes[node].op = g->nodes[i].op;
-	g->nodes[node].sched = LATE - (i < LATE ? i : LATE - 1);
+	g->nodes[node].sched = LATE - (i < LATE / 2 ? i : LATE / 2 - 1);
 	for (int a = 0; a < g->nodes[i].nattrs; a++)
 		if ((rc = hp_graph_add_attr(g, node, &g->nodes[i].attrs[a])) < 0)
 			return rc;
@@ -303,7 +303,7 @@ out:
 	return rc;
 }
 
-int hp_remat(struct hp_graph *g, int loss, const struct hp_exec_opts *o, struct hp_remat_stats *st)
+int hp_remat(struct hp_graph *g, int loss, const struct hp_exec_opts *o, int measure, struct hp_remat_stats *st)
 {
 	struct hp_plan_opts po;
 	void *model = NULL;
@@ -313,7 +313,7 @@ int hp_remat(struct hp_graph *g, int loss, const struct hp_exec_opts *o, struct 
 		memset(st, 0, sizeof *st);
 	if (!o->budget)
 		return 0;
-	rc = hp_plan_speed_opts(g, o, &po, &model);
+	rc = hp_plan_speed_opts(g, o, &po, &model, measure);
 	if (rc == 0)
 		rc = hp_remat_plan(g, loss, &po, st);
 	free(model);

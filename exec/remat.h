@@ -60,9 +60,13 @@ struct hp_remat_item {
 int hp_remat_chain(const struct hp_remat_item *it, int n, uint64_t mem, int buckets, double lambda, char *choice,
 		   double *cost);
 
-/* The suffix naming a recomputation node (its forward node's name + this). */
+/* The suffix naming a recomputation node (its forward node's name + this),
+ * and its sched hint (graph.h): above HP_REMAT_SCHED / 2, so that they run
+ * when nothing else is ready, copies of later forward nodes first. */
 #define HP_REMAT_SUFFIX ".recompute"
-/* Is node n a recomputation (a copy of a forward node the backward reads)? */
+#define HP_REMAT_SCHED (1 << 24)
+/* Is node n a recomputation (a copy of a forward node the backward reads):
+ * its name and its sched hint say so? */
 int hp_remat_is_copy(const struct hp_node *n);
 
 /* Graph analysis (remat_graph.c), arrays sized by the caller: fwd[i] node
@@ -97,8 +101,9 @@ struct hp_remat_stats {
 /* Rewrite the training graph g (loss: its loss value) for the budget of
  * o: recompute what the chain model says beats keeping or swapping, when
  * the planner predicts a faster step with it (else g is unchanged).
- * Nothing in core.  st may be NULL. */
-int hp_remat(struct hp_graph *g, int loss, const struct hp_exec_opts *o, struct hp_remat_stats *st);
+ * Nothing in core.  measure: the speed model may be measured now (else the
+ * cached figures or the defaults).  st may be NULL. */
+int hp_remat(struct hp_graph *g, int loss, const struct hp_exec_opts *o, int measure, struct hp_remat_stats *st);
 
 /* The same with the planner's options given (their speed and tier model). */
 struct hp_plan_opts;

@@ -13,7 +13,7 @@ int hp_remat_is_copy(const struct hp_node *n)
 {
 	size_t l = n->name ? strlen(n->name) : 0, s = sizeof HP_REMAT_SUFFIX - 1;
 
-	return l > s && !strcmp(n->name + l - s, HP_REMAT_SUFFIX);
+	return n->sched > HP_REMAT_SCHED / 2 && l > s && !strcmp(n->name + l - s, HP_REMAT_SUFFIX);
 }
 
 /* fwd[i]: node i computes the loss (an ancestor of value loss), and is not

@@ -279,7 +279,9 @@ static int recompute(struct hp_trainer *t)
 	eo.budget = t->o.budget;
 	eo.ntiers = t->o.ntiers;
 	eo.tiers = t->o.tiers;
-	return hp_remat(t->g, t->vloss, &eo, NULL);
+	/* a run never measures the speed model (its memory would be beyond the
+	 * budget): --plan (graph_only) does, and caches it for the runs */
+	return hp_remat(t->g, t->vloss, &eo, t->o.graph_only, NULL);
 }
 
 static int build(struct hp_trainer *t)
