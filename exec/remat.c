@@ -237,7 +237,7 @@ static int choose(struct ctx *c, uint64_t mem, double *best_ms, struct hp_graph 
 		double cost;
 		int any = 0;
 		if (hp_remat_chain(c->items, c->nitems, mem, 32, lambda[l], choice, &cost) < 0)
-			break; /* nothing fits the model: the planner swaps */ /* nothing fits the model: the planner swaps */
+			break; /* nothing fits the model: the planner swaps */
 		memset(rec, 0, (size_t)c->g->nnodes);
 		for (int k = 0; k < c->nitems; k++)
 			if (choice[k] == HP_REMAT_RECOMPUTE)
