@@ -368,6 +368,7 @@ static int check_mode(const struct cli *c)
 		{ c->async_det, "--async-deterministic" }, { c->debug_delay != NULL, "--debug-delay-ms" },
 		{ c->pipeline != 0, "--pipeline" }, { c->micro_batches != 0, "--micro-batches" },
 		{ c->schedule_given, "--schedule" }, { c->pipeline_cuts != NULL, "--pipeline-cuts" },
+		{ c->no_recompute, "--no-recompute" },
 	}, infer_only[] = {
 		{ c->ninputs > 0, "--input" }, { c->noutputs > 0, "--output" }, { c->output_dir != NULL, "--output-dir" },
 		{ c->iterations != 1, "--iterations" }, { c->warmup != 0, "--warmup" }, { c->duration != 0, "--duration" },

@@ -14,6 +14,7 @@ when that is less):
   - the run with recomputation (the default) and the run with
     --no-recompute give losses bitwise the in-core ones and an exported
     model byte for byte the in-core one, and the store moved bytes;
+  - --no-recompute without --train is refused with exit status 2;
   - the MLP really recomputes: the plan names recomputed bytes, nodes and
     FLOPs, and predicts a shorter step than with --no-recompute.
 Exits 1 on failure.
@@ -150,7 +151,11 @@ def main():
     exe, ref, tmp = sys.argv[1], sys.argv[2], sys.argv[3]
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    one(exe, "eltmlp", write_mlp(os.path.join(tmp, "eltmlp.onnx")), tmp, True)
+    mlp = write_mlp(os.path.join(tmp, "eltmlp.onnx"))
+    rc, out, err = run(exe, [mlp[0], "--no-recompute"])
+    check(rc == 2 and "--no-recompute only makes sense with --train" in err,
+          "--no-recompute without --train: exit 2 and one line (%d %s)" % (rc, err.strip()))
+    one(exe, "eltmlp", mlp, tmp, True)
     for name in ("bn_cnn", "transformer", "gpt"):
         one(exe, name, ref_args(os.path.join(ref, name)), tmp, False)
     if failures:
