@@ -4,8 +4,8 @@
 usage: check_recompute.py HPDLF_EXEC REF_DIR WORKDIR
 
 Models: an MLP written here (onnx.helper, seeded numpy) whose blocks are a
-Gemm and three element-wise activations (Tanh, Sigmoid, Tanh; 256 x 256 at
-batch 256: activations cheap to compute again and dear to page), and the
+Gemm and six element-wise activations (Tanh, Sigmoid, Relu, twice; 256 x 256
+at batch 256: activations cheap to compute again and dear to page), and the
 BatchNorm CNN, transformer and GPT of REF_DIR (tests/train/ref).  For each,
 at 25% of its in-core tensor peak (or the smallest budget the planner names
 when that is less):
@@ -53,7 +53,7 @@ def write_mlp(path):
         inits.append(numpy_helper.from_array(w, "w%d" % b))
         nodes.append(helper.make_node("Gemm", [cur, "w%d" % b], ["g%d" % b], name="gemm%d" % b))
         cur = "g%d" % b
-        for e, op in enumerate(["Tanh", "Sigmoid", "Tanh"]):
+        for e, op in enumerate(["Tanh", "Sigmoid", "Relu", "Tanh", "Sigmoid", "Relu"]):
             nodes.append(helper.make_node(op, [cur], ["e%d_%d" % (b, e)], name="%s%d_%d" % (op.lower(), b, e)))
             cur = "e%d_%d" % (b, e)
     w = (rng.standard_normal((width, classes)) / np.sqrt(width)).astype(np.float32)
