@@ -101,4 +101,11 @@ int hp_plan_footprint(const struct hp_graph *g, const struct hp_exec_opts *o, ui
 /* Write plan p of g as Graphviz (plan_dot.c). */
 int hp_plan_dot(const struct hp_graph *g, const struct hp_plan *p, const struct hp_plan_opts *o, const char *path);
 
+/* The options hp_plan_summarize plans g under o with: the budget layout
+ * and the measured speed model, which *model holds (free() it after the
+ * options' last use); measure 0: never measured, the cached figures or
+ * the built-in defaults. */
+int hp_plan_speed_opts(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_opts *po, void **model,
+		       int measure);
+
 #endif

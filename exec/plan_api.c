@@ -9,12 +9,15 @@
 #include "hpdlf/exec.h"
 #include "exec/exec_internal.h"
 #include "exec/plan.h"
+#include "exec/remat.h"
 #include "exec/speed.h"
 
 uint64_t hp_exec_min_budget(void)
 {
 	return hp_plan_needed;
 }
+
+static uint64_t footprint_size(const struct hp_graph *g, int v);
 
 struct speed_model {
 	struct hp_speed_compute c;
@@ -25,10 +28,13 @@ struct speed_model {
  * kernels on threads / workers threads; I/O at the first lower tier's
  * bandwidth (out of core only). */
 static void speed_opts(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_opts *po,
-		       struct speed_model *sm)
+		       struct speed_model *sm, int measure)
 {
 	int threads = o && o->threads > 0 ? o->threads : hp_exec_online_cpus();
 	int recal = o && o->size >= offsetof(struct hp_exec_opts, recalibrate) + sizeof o->recalibrate && o->recalibrate;
+
+	if (!measure)
+		recal = -1;
 	struct hp_budget_layout l;
 	int ooc;
 
@@ -49,6 +55,18 @@ static void speed_opts(const struct hp_graph *g, const struct hp_exec_opts *o, s
 		po->read_lat_us = sm->t.read_lat_us;
 		po->write_lat_us = sm->t.write_lat_us;
 	}
+}
+
+int hp_plan_speed_opts(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_opts *po, void **model,
+		       int measure)
+{
+	struct speed_model *sm = calloc(1, sizeof *sm);
+
+	*model = sm;
+	if (!sm)
+		return hp_error(-ENOMEM, "out of memory planning");
+	speed_opts(g, o, po, sm, measure);
+	return 0;
 }
 
 static void fill_speed(struct hp_plan_summary *out, const struct hp_plan *p, const struct hp_plan_opts *po,
@@ -81,6 +99,40 @@ static void fill_speed(struct hp_plan_summary *out, const struct hp_plan *p, con
 	out->write_ms = p->write_ms;
 }
 
+/* The training step's stash by fate (a graph with run-to-run state; its
+ * loss is its last output): kept, swapped, recomputed (remat.h). */
+static int stash_figures(const struct hp_graph *g, const struct hp_plan *p, struct hp_remat_figures *out)
+{
+	char *fwd = calloc((size_t)g->nnodes + 1, 1), *pers = calloc((size_t)g->nvalues + 1, 2), *need = pers + g->nvalues;
+	int rc = fwd && pers ? 0 : hp_error(-ENOMEM, "out of memory planning"), train = 0;
+
+	for (int v = 0; rc == 0 && v < g->nvalues; v++)
+		train |= g->values[v].next >= 0;
+	if (rc == 0 && train && g->noutputs)
+		rc = hp_remat_forward(g, g->outputs[g->noutputs - 1], fwd);
+	if (rc == 0 && train) {
+		hp_remat_persistent(g, pers);
+		hp_remat_needed(g, fwd, pers, need);
+		for (int a = 0; a < p->nacts; a++)
+			if (p->acts[a].act == HP_ACT_WRITEBACK && need[p->acts[a].value] == 1)
+				need[p->acts[a].value] = 2, out->swapped += footprint_size(g, p->acts[a].value);
+		for (int v = 0; v < g->nvalues; v++)
+			out->kept += need[v] == 1 ? footprint_size(g, v) : 0;
+	}
+	for (int i = 0; rc == 0 && i < g->nnodes; i++) {
+		const struct hp_node *n = &g->nodes[i];
+		if (n->folded || !hp_remat_is_copy(n))
+			continue;
+		out->nodes++;
+		out->flops += n->op->flops ? n->op->flops(g, n) : 0;
+		for (int o = 0; o < n->noutputs; o++)
+			out->recomputed += n->outputs[o] >= 0 ? footprint_size(g, n->outputs[o]) : 0;
+	}
+	free(fwd);
+	free(pers);
+	return rc;
+}
+
 int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out)
 {
 	struct hp_plan_opts po;
@@ -92,7 +144,7 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 	memset(out, 0, sizeof *out);
 	if (!sm)
 		return hp_error(-ENOMEM, "out of memory planning");
-	speed_opts(g, o, &po, sm);
+	speed_opts(g, o, &po, sm, 1);
 	rc = hp_plan_build(g, &po, &p);
 	if (rc == 0)
 		fill_speed(out, p, &po, sm);
@@ -127,6 +179,23 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 	return 0;
 }
 
+int hp_remat_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_remat_figures *out)
+{
+	struct hp_plan_opts po;
+	struct hp_plan *p = NULL;
+	void *sm = NULL;
+	int rc = hp_plan_speed_opts(g, o, &po, &sm, 1);
+
+	memset(out, 0, sizeof *out);
+	if (rc == 0)
+		rc = hp_plan_build(g, &po, &p);
+	if (rc == 0)
+		rc = stash_figures(g, p, out);
+	hp_plan_free(p);
+	free(sm);
+	return rc;
+}
+
 int hp_plan_write_dot(const struct hp_graph *g, const struct hp_exec_opts *o, const char *path)
 {
 	struct speed_model *sm = calloc(1, sizeof *sm);
@@ -136,7 +205,7 @@ int hp_plan_write_dot(const struct hp_graph *g, const struct hp_exec_opts *o, co
 
 	if (!sm)
 		return hp_error(-ENOMEM, "out of memory planning");
-	speed_opts(g, o, &po, sm);
+	speed_opts(g, o, &po, sm, 1);
 	rc = hp_plan_build(g, &po, &p);
 	if (rc == 0)
 		rc = hp_plan_dot(g, p, &po, path);
@@ -155,7 +224,7 @@ int hp_plan_build_speed(const struct hp_graph *g, const struct hp_exec_opts *o, 
 	*p = NULL;
 	if (!sm)
 		return hp_error(-ENOMEM, "out of memory planning");
-	speed_opts(g, o, &po, sm);
+	speed_opts(g, o, &po, sm, 1);
 	rc = hp_plan_build(g, &po, p);
 	*sp = sm->c;
 	free(sm);

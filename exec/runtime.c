@@ -20,6 +20,7 @@
 #include "exec/exec_internal.h"
 #include "exec/net.h"
 #include "exec/plan.h"
+#include "exec/remat.h"
 #include "exec/trace.h"
 #include "kernels/blas.h"
 
@@ -309,6 +310,8 @@ static void add_kernel_entry(const struct hp_rt *s, int k, struct hp_net_entry *
 	 * into the communicator's staging buffer) */
 	if (hp_comm_is_allreduce(nd))
 		e->kind = HP_TR_COMM;
+	if (hp_remat_is_copy(nd)) /* a forward kernel run again for the backward (remat.h) */
+		e->kind = HP_TR_RECOMPUTE;
 }
 
 /* The plan as the net's plan order: the prologue (persistent values the
@@ -350,7 +353,7 @@ static int rt_fire_io(void *arg, int kind, int v, uint64_t first, uint64_t nchun
 static int rt_fire_comm(void *arg, int step, int lane);
 
 static const struct hp_net_ops rt_net_ops = { .fire_kernel = rt_fire_kernel, .fire_io = rt_fire_io,
-					      .fire_comm = rt_fire_comm };
+					      .fire_comm = rt_fire_comm, .fire_recompute = rt_fire_kernel };
 
 /* Values' budget bytes (4 KiB pages, at least one; constants are not
  * managed) and chunk counts (tensors that exist now may load in parts). */
@@ -799,7 +802,7 @@ static void rt_stats(const struct hp_session *ss, struct hp_run_info *r, uint64_
 	hp_net_stats(s->net, &st);
 	r->kernel_ms = st.busy_ms;
 	r->stall_ms = st.stall_ms;
-	r->kernels = st.fired[HP_TR_KERNEL];
+	r->kernels = st.fired[HP_TR_KERNEL] + st.fired[HP_TR_RECOMPUTE];
 	r->loads = st.fired[HP_TR_LOAD];
 	r->writebacks = st.fired[HP_TR_WRITEBACK];
 	r->evictions = st.fired[HP_TR_EVICT];

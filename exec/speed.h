@@ -60,6 +60,9 @@ struct hp_speed_tier {
 
 /* The compute model for kernels running on `threads` threads. */
 void hp_speed_compute_get(int threads, int recalibrate, struct hp_speed_compute *out);
+/* (In both: recalibrate < 0 never measures: the cached figures, or the
+ * built-in defaults; a run under a budget must not pay the memory of a
+ * calibration.) */
 /* Bandwidth of a lower tier as the store would open it (spec->path NULL:
  * the anonymous spill file in $TMPDIR), paging chunks of chunk_size
  * bytes.  A tier opened by the caller (spec->tier set, e.g. remote) cannot

@@ -210,10 +210,16 @@ void hp_speed_compute_get(int threads, int recalibrate, struct hp_speed_compute 
 	hp_speed_machine_key(out->threads, key, sizeof key);
 	if (hp_speed_cache_path("compute", key, out->cache, sizeof out->cache) < 0)
 		out->cache[0] = 0;
-	recalibrate |= hp_speed_recalibrate_env();
+	int never = recalibrate < 0; /* the cached figures or the defaults */
+
+	recalibrate = !never && (recalibrate || hp_speed_recalibrate_env());
 	if (!recalibrate && out->cache[0] && hp_speed_cache_read(out->cache, key, rec, NREC) == 0 &&
 	    from_rec(out, rec) == 0) {
 		out->src = HP_SPEED_CACHED;
+		return;
+	}
+	if (never) {
+		set_defaults(out);
 		return;
 	}
 	if (measure_compute(out) < 0) {

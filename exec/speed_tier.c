@@ -167,7 +167,9 @@ void hp_speed_tier_get(const struct hs_tier_spec *spec, uint64_t chunk_size, int
 		 (unsigned long long)sb.st_dev, (unsigned long long)chunk_size, HPDLF_VERSION);
 	if (hp_speed_cache_path("tier", key, out->cache, sizeof out->cache) < 0)
 		out->cache[0] = 0;
-	recalibrate |= hp_speed_recalibrate_env();
+	int never = recalibrate < 0; /* the cached figures or the defaults */
+
+	recalibrate = !never && (recalibrate || hp_speed_recalibrate_env());
 	if (!recalibrate && out->cache[0] && hp_speed_cache_read(out->cache, key, rec, 4) == 0) {
 		out->read_MBps = rec[0];
 		out->write_MBps = rec[1];
@@ -176,6 +178,8 @@ void hp_speed_tier_get(const struct hs_tier_spec *spec, uint64_t chunk_size, int
 		out->src = HP_SPEED_CACHED;
 		return;
 	}
+	if (never)
+		return;
 	if (probe(spec, chunk_size, out) < 0) {
 		out->read_MBps = DEFAULT_READ_MBPS;
 		out->write_MBps = DEFAULT_WRITE_MBPS;

@@ -232,3 +232,14 @@ int hp_graph_split(struct hp_graph *g, const struct hp_exec_opts *o, int *nsplit
 	hp_budget_layout_init(&l, o && !off ? o->budget : 0);
 	return hp_split_ops(g, &l, nsplit);
 }
+
+/* For other rewrites that try a candidate on a copy (remat.c). */
+int hp_split_graph_copy(const struct hp_graph *g, struct hp_graph **out)
+{
+	return graph_clone(g, out);
+}
+
+void hp_split_graph_adopt(struct hp_graph *g, struct hp_graph *c)
+{
+	adopt(g, c);
+}

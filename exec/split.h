@@ -68,4 +68,10 @@ uint64_t hp_split_min_budget(const struct hp_graph *g);
  * band convolutions get workspace for one worker (attribute hpdlf_lean). */
 int hp_split_bands(struct hp_graph *g, int k, int training, int lean, uint64_t target, int *nsplit, int *axis);
 
+/* A deep copy of g (values and nodes keep their indices; kernels are
+ * prepared again by hp_graph_infer), and g taking a copy's contents over
+ * (the copy, now holding the old graph, is freed). */
+int hp_split_graph_copy(const struct hp_graph *g, struct hp_graph **out);
+void hp_split_graph_adopt(struct hp_graph *g, struct hp_graph *c);
+
 #endif

@@ -12,6 +12,7 @@
 #include "exec/comm.h"
 #include "exec/exec_internal.h"
 #include "exec/pipe.h"
+#include "exec/remat.h"
 #include "exec/split.h"
 #include "exec/split_weight.h"
 #include "exec/train_dp.h"
@@ -262,6 +263,25 @@ static int build_pipeline(struct hp_trainer *t)
 	return rc;
 }
 
+/* Under a budget, on one rank: activations recomputed where that beats
+ * keeping or swapping them (remat.h).  Ranks would each choose with their
+ * own speed model, and their graphs must agree: not with several. */
+static int recompute(struct hp_trainer *t)
+{
+	struct hp_exec_opts eo;
+
+	if (!t->o.budget || t->o.no_recompute || t->nranks > 1)
+		return 0;
+	hp_exec_opts_init(&eo, sizeof eo);
+	eo.threads = t->o.threads;
+	eo.budget = t->o.budget;
+	eo.ntiers = t->o.ntiers;
+	eo.tiers = t->o.tiers;
+	/* a run never measures the speed model (its memory would be beyond the
+	 * budget): --plan (graph_only) does, and caches it for the runs */
+	return hp_remat(t->g, t->vloss, &eo, t->o.graph_only, NULL);
+}
+
 static int build(struct hp_trainer *t)
 {
 	struct hp_exec_opts eo;
@@ -288,7 +308,7 @@ static int build(struct hp_trainer *t)
 	hp_budget_layout_init(&l, t->o.budget);
 	if (!no_split(t) && (rc = hp_split_weights(t->g, &l, &t->o.spec)) < 0)
 		return rc;
-	if ((rc = make_training_graph(t, &l)) < 0 || (rc = fit_labels(t)) < 0)
+	if ((rc = make_training_graph(t, &l)) < 0 || (rc = fit_labels(t)) < 0 || (rc = recompute(t)) < 0)
 		return rc;
 	if (t->o.checkpoint_dir && (rc = hp_ckpt_check_views(t)) < 0)
 		return rc;

@@ -73,6 +73,7 @@ struct cli {
 	int schedule_given;
 	const char *pipeline_cuts;   /* --pipeline-cuts NODE,NODE,... */
 	int shuffle_both;            /* --shuffle and --no-shuffle both given (the last wins; warned) */
+	int no_recompute;            /* --no-recompute (issue 17, exec/remat.h) */
 };
 
 struct hp_session;

@@ -205,6 +205,7 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	o->threads = c->threads;
 	o->budget = c->budget;
 	o->no_split = c->no_split;
+	o->no_recompute = c->no_recompute;
 	o->trace_path = c->trace;
 	o->checkpoint_dir = c->checkpoint;
 	o->checkpoint_every = c->checkpoint_every;

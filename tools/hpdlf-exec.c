@@ -22,6 +22,7 @@
 #include "exec/fuse.h"
 #include "exec/budget.h"
 #include "exec/plan.h"
+#include "exec/remat.h"
 #include "exec/split_weight.h"
 #include "onnx/declared.h"
 #include "tools/exec_cli.h"
@@ -85,7 +86,8 @@ enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER,
        OPT_NO_FUSE, OPT_LISTEN_METRICS, OPT_INFO, OPT_FREEZE,
        OPT_VAL_DATA, OPT_VAL_LABELS, OPT_EVAL_EVERY, OPT_TUNE, OPT_TUNE_LOG, OPT_PARALLEL,
        OPT_SYNC, OPT_EXCHANGE_EVERY, OPT_EXCHANGE_PEERS, OPT_BLEND, OPT_PARZEN, OPT_ASYNC_DET, OPT_DEBUG_DELAY,
-       OPT_PIPELINE, OPT_MICRO_BATCHES, OPT_SCHEDULE, OPT_PIPELINE_CUTS };
+       OPT_PIPELINE, OPT_MICRO_BATCHES, OPT_SCHEDULE, OPT_PIPELINE_CUTS,
+       OPT_NO_RECOMPUTE };
 
 static const struct option long_opts[] = {
 	{ "budget", required_argument, 0, OPT_BUDGET },	  { "shape", required_argument, 0, OPT_SHAPE },
@@ -136,6 +138,7 @@ static const struct option long_opts[] = {
 	{ "pipeline", required_argument, 0, OPT_PIPELINE }, { "micro-batches", required_argument, 0, OPT_MICRO_BATCHES },
 	{ "schedule", required_argument, 0, OPT_SCHEDULE },
 	{ "pipeline-cuts", required_argument, 0, OPT_PIPELINE_CUTS },
+	{ "no-recompute", no_argument, 0, OPT_NO_RECOMPUTE },
 	{ 0, 0, 0, 0 },
 };
 
@@ -239,6 +242,7 @@ static int parse_more(int o, struct cli *c)
 	switch (o) {
 	case OPT_PLAN_DOT: c->plan_dot = optarg; return 0;
 	case OPT_NO_SPLIT: c->no_split = 1; return 0;
+	case OPT_NO_RECOMPUTE: c->no_recompute = 1; return 0;
 	case OPT_RECALIBRATE: c->recalibrate = 1; return 0;
 	case OPT_DATA: c->data = optarg; return 0;
 	case OPT_LABELS: c->labels = optarg; return 0;
@@ -364,6 +368,7 @@ static int check_mode(const struct cli *c)
 		{ c->async_det, "--async-deterministic" }, { c->debug_delay != NULL, "--debug-delay-ms" },
 		{ c->pipeline != 0, "--pipeline" }, { c->micro_batches != 0, "--micro-batches" },
 		{ c->schedule_given, "--schedule" }, { c->pipeline_cuts != NULL, "--pipeline-cuts" },
+		{ c->no_recompute, "--no-recompute" },
 	}, infer_only[] = {
 		{ c->ninputs > 0, "--input" }, { c->noutputs > 0, "--output" }, { c->output_dir != NULL, "--output-dir" },
 		{ c->iterations != 1, "--iterations" }, { c->warmup != 0, "--warmup" }, { c->duration != 0, "--duration" },
@@ -1165,6 +1170,21 @@ static int smallest_budget(const struct hp_graph *gmin, const struct hp_exec_opt
 	return rc < 0 ? rc : 0;
 }
 
+/* A training step's activations by fate: kept, swapped, recomputed (exec/remat.h). */
+static int print_stash(const struct hp_graph *g, const struct hp_exec_opts *o)
+{
+	struct hp_remat_figures f;
+	char a[32], b[32], d[32];
+	int rc = hp_remat_summarize(g, o, &f);
+
+	if (rc < 0 || !(f.kept || f.swapped || f.recomputed))
+		return rc;
+	printf("  backward's stash     kept %s, swapped %s, recomputed %s (%d node%s, %.4g MFLOP)\n",
+	       hp_format_size(f.kept, a, sizeof a), hp_format_size(f.swapped, b, sizeof b),
+	       hp_format_size(f.recomputed, d, sizeof d), f.nodes, f.nodes == 1 ? "" : "s", f.flops / 1e6);
+	return 0;
+}
+
 int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c, const char *what,
 		   const struct hp_graph *gmin)
 {
@@ -1186,6 +1206,8 @@ int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const
 	if (rc < 0)
 		return rc;
 	print_plan(&p, what, c);
+	if ((rc = print_stash(g, o)) < 0)
+		return rc;
 	if (o->budget)
 		printf("  tier footprint       %s (state %s once, swapped values %s)\n",
 		       hp_format_size(state + swapped, t, sizeof t), hp_format_size(state, a, sizeof a),

@@ -183,6 +183,11 @@ struct hp_trainer_opts {
 	int pipeline;
 	int micro_batches;
 	int pipeline_schedule;
+	/* Under a budget: keep or swap every activation the backward reads,
+	 * never drop one to recompute it (by default the planner recomputes
+	 * those that are cheaper to compute again than to page, when it
+	 * predicts a faster step; results are bitwise the same either way). */
+	int no_recompute;
 };
 
 /* 1F1B: a stage alternates forwards and backwards once P micro-batches
