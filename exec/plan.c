@@ -92,7 +92,7 @@ static void set_resident(struct sim *m, int v, int on)
 		}
 }
 
-static void release_holds(struct sim *m, int step);
+static void release_holds(struct sim *m, int upto, int now);
 
 /* The earliest hold to end (when nothing else can make room: the step
  * will wait for that reduction). */
@@ -121,7 +121,7 @@ static int make_room(struct sim *m, uint64_t bytes, int step)
 			}
 		}
 		if (victim < 0 && m->nheld) {
-			release_holds(m, first_hold(m));
+			release_holds(m, first_hold(m), step);
 			continue;
 		}
 		if (victim < 0)
@@ -457,19 +457,22 @@ static void hold_step(struct sim *m, const struct hp_node *n, int until)
 	}
 }
 
-/* Holds ending by `step` end: values whose last use passed are freed. */
-static void release_holds(struct sim *m, int step)
+/* Holds ending by step `upto` end; of their values, those whose last use
+ * is before step `now` are freed (the others are needed still). */
+static void release_holds(struct sim *m, int upto, int now)
 {
 	int k = 0;
 
 	for (int i = 0; i < m->nheld; i++) {
 		int v = m->held[i];
-		if (m->hold[v] > step) {
+		if (m->hold[v] > upto) {
 			m->held[k++] = v;
 			continue;
 		}
 		m->hold[v] = 0;
-		if (m->resident[v] && m->p->last_use[v] < step && m->p->last_use[v] < m->p->nsteps)
+		if (now < NEVER)
+			m->last_pin[v] = now - 1; /* its eviction is not hoisted into the hold */
+		if (m->resident[v] && m->p->last_use[v] < now && m->p->last_use[v] < m->p->nsteps)
 			set_resident(m, v, 0);
 	}
 	m->nheld = k;
@@ -482,7 +485,7 @@ static int simulate_step(struct sim *m, int s)
 	const struct hp_node *n = &g->nodes[p->node[s]];
 	int rc;
 
-	release_holds(m, s);
+	release_holds(m, s, s);
 	pin_step(m, n, 1, s);
 	for (int j = 0; j < n->ninputs; j++) {
 		int v = n->inputs[j];
@@ -857,7 +860,7 @@ static int simulate(struct sim *m, int pass)
 		if (rc != 0)
 			return rc;
 	}
-	release_holds(m, NEVER); /* the run's end drains the reductions */
+	release_holds(m, NEVER, NEVER); /* the run's end drains the reductions */
 	if (pass == 1)
 		count_reconcile(m);
 	return 0;
