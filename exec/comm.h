@@ -25,6 +25,11 @@
 /* The launcher's rank and size from the environment (Open MPI, PMIx, PMI,
  * Slurm with more than one task), without touching MPI: 1 if launched. */
 int hp_comm_env(int *rank, int *size);
+/* The link the job measured at start-up (train_dp_plan.c) or was given,
+ * for the out-of-core planner, which times each bucket's reduction with
+ * it (comm_env.c); hp_comm_link returns its GB/s, 0 when unknown. */
+void hp_comm_link_set(double GBps, double lat_us);
+double hp_comm_link(double *lat_us);
 /* Initialise MPI when a launcher started us (idempotent); 0 or HP_EUNSUPPORTED
  * (built without MPI under a launcher) or HP_EPROTO. */
 int hp_comm_init(void);

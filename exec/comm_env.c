@@ -1,5 +1,6 @@
 /* Launcher detection: the environment mpirun, srun or a PMI launcher gives
- * its processes, read without loading or initialising MPI. */
+ * its processes, read without loading or initialising MPI; and the job's
+ * link figures (set once at start-up, read by the planner). */
 #include <stdlib.h>
 
 #include "exec/comm.h"
@@ -45,4 +46,18 @@ found:
 	*rank = r;
 	*size = n; /* 0: the launcher did not say; MPI will */
 	return 1;
+}
+
+static double link_GBps, link_lat_us;
+
+void hp_comm_link_set(double GBps, double lat_us)
+{
+	link_GBps = GBps;
+	link_lat_us = lat_us;
+}
+
+double hp_comm_link(double *lat_us)
+{
+	*lat_us = link_lat_us;
+	return link_GBps;
 }

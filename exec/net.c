@@ -22,6 +22,7 @@ struct tr {
 	int64_t need, release;  /* budget tokens taken when granted / given back when fired */
 	int out_begin, nout;    /* KERNEL/RECOMPUTE/COMM: values it makes resident, in outs[] */
 	int unheld;             /* in place: the input whose bytes it took over, else -1 */
+	int nunheld;            /* COMM in place: the inputs it took over, in outs[] after its outputs */
 	int ndeps;
 	int succ_begin;         /* successors: succ[succ_begin .. tr[i+1].succ_begin) */
 };
@@ -116,6 +117,7 @@ struct builder {
 	int *maker_first;       /* a load split in parts: maker_first..maker */
 	int **readers, *nreaders, *capreaders;
 	char *res;              /* residency as the walk goes */
+	int last_ordered;       /* the latest ordered transition, -1 */
 };
 
 static int managed(const struct hp_net *n, int v)
@@ -265,6 +267,22 @@ static int add_out(struct builder *b, int v)
 	return 0;
 }
 
+/* In place: transition t writes value `out` over `in`, after every other
+ * reader of it; in's budget passes to out. */
+static int take_over(struct builder *b, int t, int in, int out)
+{
+	int rc = arcs_made(b, t, in);
+
+	for (int i = 0; i < b->nreaders[in] && rc == 0; i++)
+		rc = edge(b, b->readers[in][i], t);
+	b->nreaders[in] = 0;
+	b->remover[in] = t;
+	b->res[in] = 0;
+	b->res[out] = 1;
+	set_maker(b, out, t, t);
+	return rc;
+}
+
 /* A kernel (or a recompute, or a communication): reads its inputs where
  * they were made resident, writes its outputs after their last readers. */
 static int add_kernel(struct builder *b, const struct hp_net_entry *e)
@@ -276,6 +294,10 @@ static int add_kernel(struct builder *b, const struct hp_net_entry *e)
 		return t;
 	n->tr[t].need = n->tr[t].release = (int64_t)e->workspace;
 	n->tr[t].out_begin = n->nouts;
+	if (e->ordered) {
+		rc = edge(b, b->last_ordered, t);
+		b->last_ordered = t;
+	}
 	for (int j = 0; j < e->nin && rc == 0; j++) {
 		int v = e->in[j];
 		if (!managed(n, v))
@@ -284,26 +306,18 @@ static int add_kernel(struct builder *b, const struct hp_net_entry *e)
 		if (rc == 0 && (b->nreaders[v] == 0 || b->readers[v][b->nreaders[v] - 1] != t))
 			rc = add_reader(b, v, t);
 	}
-	if (e->inplace && rc == 0) {
-		/* writes over input 0: after every other reader of it; its
-		 * budget passes to output 0 */
-		int a = e->in[0];
-		rc = arcs_made(b, t, a);
-		for (int i = 0; i < b->nreaders[a] && rc == 0; i++)
-			rc = edge(b, b->readers[a][i], t);
-		b->nreaders[a] = 0;
-		b->remover[a] = t;
-		b->res[a] = 0;
-		b->res[e->out[0]] = 1;
-		set_maker(b, e->out[0], t, t);
-		n->tr[t].unheld = a;
+	if (e->inplace && rc == 0 && e->kind != HP_TR_COMM) {
+		rc = take_over(b, t, e->in[0], e->out[0]);
+		n->tr[t].unheld = e->in[0];
 	}
+	for (int i = 1; e->inplace && e->kind == HP_TR_COMM && i < e->nin && rc == 0; i++)
+		rc = take_over(b, t, e->in[i], e->out[i]);
 	for (int o = 0; o < e->nout && rc == 0; o++) {
 		int v = e->out[o];
 		if (!managed(n, v))
 			continue;
 		rc = add_out(b, v);
-		if (rc < 0 || (o == 0 && b->maker[v] == t))
+		if (rc < 0 || b->maker[v] == t)
 			continue;
 		rc = edge(b, b->remover[v], t);
 		for (int i = 0; i < b->nreaders[v] && rc == 0; i++)
@@ -314,6 +328,8 @@ static int add_kernel(struct builder *b, const struct hp_net_entry *e)
 		set_maker(b, v, t, t);
 	}
 	n->tr[t].nout = n->nouts - n->tr[t].out_begin;
+	for (int i = 1; e->inplace && e->kind == HP_TR_COMM && i < e->nin && rc == 0; i++, n->tr[t].nunheld++)
+		rc = add_out(b, e->in[i]);
 	return rc;
 }
 
@@ -395,7 +411,7 @@ static void builder_free(struct builder *b, int nv)
 static int compile(struct hp_net *n, const struct hp_net_desc *d)
 {
 	size_t nv = (size_t)d->nvalues + 1;
-	struct builder b = { .n = n, .d = d, .cap = d->nentries + 64 };
+	struct builder b = { .n = n, .d = d, .cap = d->nentries + 64, .last_ordered = -1 };
 	int rc = -ENOMEM;
 
 	n->tr = malloc(((size_t)b.cap + 1) * sizeof *n->tr);
@@ -491,6 +507,8 @@ static void complete(struct hp_net *n, int i, int rc)
 			n->held[n->outs[t->out_begin + o]] = 1;
 		if (t->unheld >= 0)
 			n->held[t->unheld] = 0;
+		for (int k = 0; k < t->nunheld; k++)
+			n->held[n->outs[t->out_begin + t->nout + k]] = 0;
 	} else {
 		n->held[t->value] = t->kind == HP_TR_LOAD;
 	}
@@ -696,11 +714,15 @@ static int check_desc(const struct hp_net_desc *d, const struct hp_net_ops *ops)
 			return hp_error(HP_EINTERNAL, "task net: entry %d: no value %d", i, e->value);
 		for (int j = 0; !io && j < e->nin + e->nout; j++) {
 			int v = j < e->nin ? e->in[j] : e->out[j - e->nin];
-			if (v >= d->nvalues || (e->inplace && (j == 0 || j == e->nin) && (v < 0 || !d->vsize[v])))
+			int pair = e->inplace && e->kind != HP_TR_COMM && (j == 0 || j == e->nin);
+			if (v >= d->nvalues || (pair && (v < 0 || !d->vsize[v])))
 				return hp_error(HP_EINTERNAL, "task net: entry %d: bad value %d", i, v);
 		}
-		if (e->inplace && (e->nin < 1 || e->nout < 1))
+		if (e->inplace && (e->nin < 1 || e->nout < 1 || (e->kind == HP_TR_COMM && e->nin != e->nout)))
 			return hp_error(HP_EINTERNAL, "task net: entry %d: in place without input and output", i);
+		for (int j = 1; e->inplace && e->kind == HP_TR_COMM && j < e->nin; j++)
+			if (e->in[j] < 0 || e->out[j] < 0 || !d->vsize[e->in[j]] || !d->vsize[e->out[j]])
+				return hp_error(HP_EINTERNAL, "task net: entry %d: bad value in place", i);
 	}
 	return 0;
 }

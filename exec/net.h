@@ -51,7 +51,10 @@ struct hp_net_entry {
 	uint8_t kind;          /* enum hp_tr_kind */
 	uint8_t reconcile;     /* prologue LOAD/WRITEBACK: what it needs depends on
 				* what is resident when a run starts */
-	uint8_t inplace;       /* KERNEL/RECOMPUTE: out[0] takes over in[0]'s bytes */
+	uint8_t inplace;       /* KERNEL/RECOMPUTE: out[0] takes over in[0]'s bytes;
+				* COMM: out[i] over in[i] for every i >= 1 */
+	uint8_t ordered;       /* KERNEL/COMM: fires after the previous ordered entry
+				* is done (collectives every rank issues in one order) */
 	int value;             /* LOAD/WRITEBACK/EVICT/DROP: the value; a drop of a
 				* value not resident at that point is left out */
 	int step;              /* KERNEL/RECOMPUTE/COMM: handed to its fire op */

@@ -7,6 +7,7 @@
 
 #include "hpdlf/error.h"
 #include "hpdlf/kernels.h"
+#include "exec/comm.h"
 #include "exec/plan.h"
 #include "exec/speed.h"
 
@@ -34,6 +35,10 @@ struct sim {
 	int nrecs, caprecs;
 	uint64_t budget;
 	uint64_t step_max;              /* the largest step's need (min_budget) */
+	/* reductions in flight (plan_opts' comm_*): per step, the first step
+	 * its buffers are free again (s + 1: at once); per value, the step its
+	 * hold ends (0: not held), and the held values */
+	int *until, *hold, *held, nheld;
 };
 
 static int push(struct sim *m, int step, int order, int value, enum hp_plan_act act, int for_step)
@@ -87,13 +92,26 @@ static void set_resident(struct sim *m, int v, int on)
 		}
 }
 
+static void release_holds(struct sim *m, int upto, int now);
+
+/* The earliest hold to end (when nothing else can make room: the step
+ * will wait for that reduction). */
+static int first_hold(const struct sim *m)
+{
+	int e = NEVER;
+
+	for (int i = 0; i < m->nheld; i++)
+		e = m->hold[m->held[i]] < e ? m->hold[m->held[i]] : e;
+	return e;
+}
+
 static int make_room(struct sim *m, uint64_t bytes, int step)
 {
 	while (m->cur + bytes > m->budget) {
 		int victim = -1, far = -1;
 		for (int i = 0; i < m->nresident; i++) {
 			int v = m->resident_list[i], nu;
-			if (m->pinned[v])
+			if (m->pinned[v] || m->hold[v])
 				continue;
 			nu = next_use(m, v, step);
 			/* farthest next use; ties by value index for determinism */
@@ -101,6 +119,10 @@ static int make_room(struct sim *m, uint64_t bytes, int step)
 				far = nu;
 				victim = v;
 			}
+		}
+		if (victim < 0 && m->nheld) {
+			release_holds(m, first_hold(m), step);
+			continue;
 		}
 		if (victim < 0)
 			return HP_EBUDGET;
@@ -205,15 +227,14 @@ static int build_schedule(struct sim *m)
 	return 0;
 }
 
-int hp_plan_inplace(const struct hp_graph *g, const struct hp_plan *p, int s)
+/* Output o of step s may take input j's bytes over: both activations of
+ * this run, the input dies there (read by no other input slot unless the
+ * op allows it), the output is not kept, same dtype and bytes. */
+static int pair_inplace(const struct hp_graph *g, const struct hp_plan *p, int s, int j, int o)
 {
 	const struct hp_node *n = &g->nodes[p->node[s]];
-	int a, b;
+	int a = n->inputs[j], b = n->outputs[o];
 
-	if (!(n->op->flags & (HP_OP_INPLACE | HP_OP_ALIAS)) || n->ninputs < 1 || n->noutputs < 1)
-		return 0;
-	a = n->inputs[0];
-	b = n->outputs[0];
 	if (a < 0 || b < 0 || g->values[a].kind != HP_VALUE_ACTIVATION || g->values[b].kind != HP_VALUE_ACTIVATION)
 		return 0;
 	if (p->last_use[a] != s || p->last_use[b] >= p->nsteps || g->values[a].next >= 0 || g->values[b].next >= 0)
@@ -224,10 +245,36 @@ int hp_plan_inplace(const struct hp_graph *g, const struct hp_plan *p, int s)
 	struct hp_tensor tb = { .dtype = g->values[b].dtype, .shape = g->values[b].shape };
 	if (hp_tensor_bytes(&ta) != hp_tensor_bytes(&tb) || !hp_tensor_bytes(&ta))
 		return 0;
-	for (int j = 1; j < n->ninputs; j++)
-		if (n->inputs[j] == a && !(n->op->flags & HP_OP_INPLACE))
+	for (int k = 0; k < n->ninputs; k++)
+		if (k != j && n->inputs[k] == a && !(n->op->flags & HP_OP_INPLACE))
 			return 0;
 	return 1;
+}
+
+int hp_plan_inplace(const struct hp_graph *g, const struct hp_plan *p, int s)
+{
+	const struct hp_node *n = &g->nodes[p->node[s]];
+
+	if (!(n->op->flags & (HP_OP_INPLACE | HP_OP_ALIAS)) || n->ninputs < 1 || n->noutputs < 1)
+		return 0;
+	return pair_inplace(g, p, s, 0, 0);
+}
+
+int hp_plan_comm_inplace(const struct hp_graph *g, const struct hp_plan *p, int s)
+{
+	const struct hp_node *n = &g->nodes[p->node[s]];
+
+	if (!hp_comm_is_allreduce(n) || hp_comm_is_shard_op(n) || n->ninputs != n->noutputs || n->ninputs < 2)
+		return 0;
+	for (int i = 1; i < n->ninputs; i++)
+		if (!pair_inplace(g, p, s, i, i))
+			return 0;
+	return 1;
+}
+
+int hp_plan_inplace_at(const struct hp_graph *g, const struct hp_plan *p, int s, int o)
+{
+	return o == 0 ? hp_plan_inplace(g, p, s) : hp_plan_comm_inplace(g, p, s);
 }
 
 /* Bytes step s needs resident at once: distinct inputs, outputs, workspace. */
@@ -244,7 +291,7 @@ static uint64_t step_need(struct sim *m, int s)
 			need += m->size[v];
 	}
 	for (int o = 0; o < n->noutputs; o++)
-		if (managed(m->g, n->outputs[o]) && !(o == 0 && hp_plan_inplace(m->g, m->p, s)))
+		if (managed(m->g, n->outputs[o]) && !hp_plan_inplace_at(m->g, m->p, s, o))
 			need += m->size[n->outputs[o]];
 	return need;
 }
@@ -303,7 +350,7 @@ static int preload(struct sim *m, int s, uint64_t ws)
 		int victim = -1, far = -1;
 		for (int i = 0; i < m->nresident; i++) {
 			int v = m->resident_list[i], nu;
-			if (m->pinned[v])
+			if (m->pinned[v] || m->hold[v])
 				continue;
 			nu = next_use(m, v, s);
 			if (nu > far || (nu == far && v < victim)) {
@@ -338,6 +385,99 @@ static int preload(struct sim *m, int s, uint64_t ws)
 	return 0;
 }
 
+/* ---- reductions in flight ---- */
+
+/* Predicted ms of reduction step n over the options' link: a ring
+ * allreduce of its bytes, a reduce-scatter or an all-gather half of it. */
+static double comm_ms(const struct sim *m, const struct hp_node *n)
+{
+	double N = m->o->comm_ranks, in = 0, out = 0, hops;
+
+	for (int j = 1; j < n->ninputs; j++)
+		in += n->inputs[j] >= 0 ? (double)m->size[n->inputs[j]] : 0;
+	for (int j = 1; j < n->noutputs; j++)
+		out += n->outputs[j] >= 0 ? (double)m->size[n->outputs[j]] : 0;
+	hops = hp_comm_is_shard_op(n) ? N - 1 : 2 * (N - 1);
+	return hops / N * (in > out ? in : out) / (m->o->comm_GBps * 1e6) + hops * m->o->comm_lat_us / 1e3;
+}
+
+static double kernel_ms(const struct sim *m, const struct hp_node *n);
+
+/* until[s] for every reduction step s: the kernels back to back on the
+ * compute lanes (their work shared by the workers), the reductions one
+ * after another from when they are issued (the communication thread's
+ * FIFO); until[s] is the first step that starts after s's predicted end,
+ * and never before the next reduction is issued: a reduction also lasts
+ * until the slowest rank joins it, which no link figure predicts (on a
+ * loaded machine a late peer stretched one past ten times its time), while
+ * the FIFO starts the next one only after it, so a reduction still running
+ * when the next is issued is the common case, not the exception. */
+static int plan_flights(struct sim *m)
+{
+	const struct hp_plan *p = m->p;
+	double *t0 = calloc((size_t)p->nsteps + 1, sizeof *t0), chain = 0;
+	int w = m->o->workers > 0 ? m->o->workers : 1, prev = -1;
+
+	m->until = calloc((size_t)p->nsteps + 1, sizeof *m->until);
+	if (!t0 || !m->until) {
+		free(t0);
+		return hp_error(-ENOMEM, "out of memory planning");
+	}
+	for (int s = 0; s < p->nsteps; s++) {
+		const struct hp_node *n = &m->g->nodes[p->node[s]];
+		t0[s + 1] = t0[s] + (hp_comm_is_allreduce(n) ? 0 : kernel_ms(m, n) / w);
+	}
+	for (int s = 0; s < p->nsteps; s++) {
+		const struct hp_node *n = &m->g->nodes[p->node[s]];
+		int e = s + 1;
+		if (!hp_comm_is_allreduce(n))
+			continue;
+		chain = (chain > t0[s + 1] ? chain : t0[s + 1]) + comm_ms(m, n);
+		while (e < p->nsteps && t0[e] < chain)
+			e++;
+		m->until[s] = e < p->nsteps ? e : NEVER; /* past the end: held to the run's end */
+		if (prev >= 0 && m->until[prev] < s + 1)
+			m->until[prev] = s + 1;
+		prev = s;
+	}
+	free(t0);
+	return 0;
+}
+
+/* Reduction step n's inputs and outputs stay resident and are never
+ * evicted until step `until`. */
+static void hold_step(struct sim *m, const struct hp_node *n, int until)
+{
+	for (int k = 0; k < n->ninputs + n->noutputs; k++) {
+		int v = k < n->ninputs ? n->inputs[k] : n->outputs[k - n->ninputs];
+		if (!managed(m->g, v) || !m->resident[v] || m->hold[v])
+			continue;
+		m->hold[v] = until;
+		m->held[m->nheld++] = v;
+	}
+}
+
+/* Holds ending by step `upto` end; of their values, those whose last use
+ * is before step `now` are freed (the others are needed still). */
+static void release_holds(struct sim *m, int upto, int now)
+{
+	int k = 0;
+
+	for (int i = 0; i < m->nheld; i++) {
+		int v = m->held[i];
+		if (m->hold[v] > upto) {
+			m->held[k++] = v;
+			continue;
+		}
+		m->hold[v] = 0;
+		if (now < NEVER)
+			m->last_pin[v] = now - 1; /* its eviction is not hoisted into the hold */
+		if (m->resident[v] && m->p->last_use[v] < now && m->p->last_use[v] < m->p->nsteps)
+			set_resident(m, v, 0);
+	}
+	m->nheld = k;
+}
+
 static int simulate_step(struct sim *m, int s)
 {
 	const struct hp_graph *g = m->g;
@@ -345,6 +485,7 @@ static int simulate_step(struct sim *m, int s)
 	const struct hp_node *n = &g->nodes[p->node[s]];
 	int rc;
 
+	release_holds(m, s, s);
 	pin_step(m, n, 1, s);
 	for (int j = 0; j < n->ninputs; j++) {
 		int v = n->inputs[j];
@@ -360,13 +501,15 @@ static int simulate_step(struct sim *m, int s)
 		p->bytes_loaded += m->size[v];
 		p->loads++;
 	}
-	if (hp_plan_inplace(g, p, s)) {
-		/* output 0 takes input 0's bytes over */
-		set_resident(m, n->inputs[0], 0);
-		set_resident(m, n->outputs[0], 1);
-		m->dirty[n->outputs[0]] = 1;
-		m->below[n->outputs[0]] = 0;
-		m->pinned[n->outputs[0]] = 1;
+	for (int o = 0; o < n->noutputs; o++) {
+		if (!hp_plan_inplace_at(g, p, s, o))
+			continue;
+		/* output o takes input o's bytes over */
+		set_resident(m, n->inputs[o], 0);
+		set_resident(m, n->outputs[o], 1);
+		m->dirty[n->outputs[o]] = 1;
+		m->below[n->outputs[o]] = 0;
+		m->pinned[n->outputs[o]] = 1;
 	}
 	for (int o = 0; o < n->noutputs; o++) {
 		int v = n->outputs[o];
@@ -386,14 +529,16 @@ static int simulate_step(struct sim *m, int s)
 	if (m->step_peak[s] > p->peak_bytes)
 		p->peak_bytes = m->step_peak[s];
 	pin_step(m, n, 0, s);
+	if (m->until && m->until[s] > s + 1)
+		hold_step(m, n, m->until[s]); /* a reduction in flight keeps its buffers */
 	for (int j = 0; j < n->ninputs; j++) {
 		int v = n->inputs[j];
-		if (managed(g, v) && m->resident[v] && p->last_use[v] == s)
+		if (managed(g, v) && m->resident[v] && p->last_use[v] == s && !m->hold[v])
 			set_resident(m, v, 0);
 	}
 	for (int o = 0; o < n->noutputs; o++) {
 		int v = n->outputs[o];
-		if (managed(g, v) && m->resident[v] && p->last_use[v] < 0)
+		if (managed(g, v) && m->resident[v] && p->last_use[v] < 0 && !m->hold[v])
 			set_resident(m, v, 0);
 	}
 	return 0;
@@ -475,17 +620,28 @@ static int emit_acts(struct sim *m)
 
 /* Milliseconds of step s's kernel: the measured per-kernel model, or the
  * flat GFLOP/s of the options. */
+static double kernel_cls_ms(const struct sim *m, const struct hp_node *n, enum hp_kclass *cls)
+{
+	*cls = HP_KC_GEMM;
+	if (m->o->speed)
+		return hp_speed_kernel_ms(m->o->speed, m->g, n, cls);
+	return (n->op->flops ? n->op->flops(m->g, n) : 0) / (m->o->gflops > 0 ? m->o->gflops : 50) / 1e6;
+}
+
+static double kernel_ms(const struct sim *m, const struct hp_node *n)
+{
+	enum hp_kclass cls;
+
+	return kernel_cls_ms(m, n, &cls);
+}
+
 static double step_ms(struct sim *m, const struct hp_node *n, struct hp_plan *p)
 {
-	enum hp_kclass cls = HP_KC_GEMM;
-	double c;
+	enum hp_kclass cls;
+	double c = kernel_cls_ms(m, n, &cls);
 
-	if (m->o->speed) {
-		c = hp_speed_kernel_ms(m->o->speed, m->g, n, &cls);
+	if (m->o->speed)
 		p->dispatch_ms += m->o->speed->dispatch_us / 1e3;
-	} else {
-		c = (n->op->flops ? n->op->flops(m->g, n) : 0) / (m->o->gflops > 0 ? m->o->gflops : 50) / 1e6;
-	}
 	p->class_ms[cls] += c;
 	p->class_kernels[cls]++;
 	return c;
@@ -606,6 +762,9 @@ static void sim_free(struct sim *m)
 	free(m->last_pin);
 	free(m->step_peak);
 	free(m->recs);
+	free(m->until);
+	free(m->hold);
+	free(m->held);
 }
 
 static int sim_alloc(struct sim *m, int nv, int nn)
@@ -623,8 +782,10 @@ static int sim_alloc(struct sim *m, int nv, int nn)
 	m->last_evict = calloc(v, sizeof *m->last_evict);
 	m->last_pin = calloc(v, sizeof *m->last_pin);
 	m->step_peak = calloc((size_t)nn + 1, sizeof *m->step_peak);
+	m->hold = calloc(v, sizeof *m->hold);
+	m->held = calloc(v, sizeof *m->held);
 	if (!m->size || !m->cursor || !m->resident || !m->dirty || !m->below || !m->pinned || !m->persist ||
-	    !m->resident_list || !m->last_evict || !m->last_pin || !m->step_peak)
+	    !m->resident_list || !m->last_evict || !m->last_pin || !m->step_peak || !m->hold || !m->held)
 		return hp_error(-ENOMEM, "out of memory planning");
 	return 0;
 }
@@ -699,6 +860,7 @@ static int simulate(struct sim *m, int pass)
 		if (rc != 0)
 			return rc;
 	}
+	release_holds(m, NEVER, NEVER); /* the run's end drains the reductions */
 	if (pass == 1)
 		count_reconcile(m);
 	return 0;
@@ -754,7 +916,10 @@ int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct
 				   (unsigned long long)((hp_plan_needed + 1023) / 1024));
 		goto fail;
 	}
-	rc = simulate(&m, 0);
+	if (o->comm_ranks > 1 && o->comm_GBps > 0)
+		rc = plan_flights(&m);
+	if (rc == 0)
+		rc = simulate(&m, 0);
 	if (rc == 0)
 		rc = simulate(&m, 1);
 	if (rc != 0)

@@ -46,6 +46,17 @@ struct hp_plan_opts {
 	double read_MBps, write_MBps; /* tier bandwidth model */
 	double read_lat_us, write_lat_us; /* and the fixed cost of one request */
 	int max_lookahead;     /* steps a load may be hoisted (0: unlimited) */
+	/* Data parallelism: a reduction step (hp_comm_is_allreduce) holds its
+	 * buffers (gradients in, sums out) while it is in flight on the
+	 * communication thread, until its predicted end: the reductions one
+	 * after another, each 2(N-1)/N * bytes / bandwidth + 2(N-1) * latency
+	 * (a reduce-scatter or an all-gather alone half of it), the kernels
+	 * timed as the time model's compute.  The steps meanwhile get room
+	 * beside them (evictions), so backward need not wait for a reduction
+	 * to give its bytes back.  comm_ranks < 2 or no bandwidth: reductions
+	 * are instant (hp_plan_default_opts fills these from the job). */
+	int comm_ranks;
+	double comm_GBps, comm_lat_us;
 };
 
 struct hp_plan {
@@ -77,8 +88,8 @@ struct hp_plan {
 int hp_plan_next_use(const struct hp_plan *p, int v, int step);
 
 /* The options the runtime plans with for a budget layout: its budget,
- * resident workspace, staging reserve and workers, the store's alignment;
- * no speed model. */
+ * resident workspace, staging reserve and workers, the store's alignment,
+ * the job's ranks and link (hp_comm_link); no speed model. */
 void hp_plan_default_opts(const struct hp_budget_layout *l, struct hp_plan_opts *po);
 /* The smallest budget under these options (the largest single step's need). */
 uint64_t hp_plan_min_budget(const struct hp_graph *g, const struct hp_plan_opts *o, int *step);
@@ -87,6 +98,14 @@ uint64_t hp_plan_min_budget(const struct hp_graph *g, const struct hp_plan_opts 
  * input dies there, same bytes, both activations of this run): the output
  * takes the input's memory over. */
 int hp_plan_inplace(const struct hp_graph *g, const struct hp_plan *p, int s);
+/* Step s is a bucket's AllReduce that writes each sum into its gradient's
+ * tensor: every gradient dies there and its sum takes its bytes over
+ * (output i over input i, i >= 1), so a reduction in flight holds one copy
+ * of the bucket, not two.  The collective packs a piece before it
+ * unpacks that piece's sums (comm_shard.c), so in place is exact. */
+int hp_plan_comm_inplace(const struct hp_graph *g, const struct hp_plan *p, int s);
+/* Output o of step s takes its input's bytes over (either of the two). */
+int hp_plan_inplace_at(const struct hp_graph *g, const struct hp_plan *p, int s, int o);
 
 /* Fails with HP_EBUDGET_OP when a step needs more than o->budget at once;
  * hp_plan_needed (this thread's) is then the plan's min_budget. */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "exec/budget.h"
+#include "exec/comm.h"
 #include "exec/plan.h"
 
 void hp_plan_default_opts(const struct hp_budget_layout *l, struct hp_plan_opts *po)
@@ -15,4 +16,7 @@ void hp_plan_default_opts(const struct hp_budget_layout *l, struct hp_plan_opts 
 	po->reserve_for = hp_budget_staging;
 	po->workers = l->workers;
 	po->chunk = l->chunk;
+	/* a reduction's buffers stay held while it is in flight */
+	po->comm_ranks = hp_comm_size();
+	po->comm_GBps = hp_comm_link(&po->comm_lat_us);
 }

@@ -297,7 +297,22 @@ static int order_bound(const struct hp_rt *s)
 	return n;
 }
 
-static void add_kernel_entry(const struct hp_rt *s, int k, struct hp_net_entry *e)
+/* --sync-bn: kernels issuing collectives of their own (attribute sync,
+ * kernels/norm_sync.c). */
+static int syncs(const struct hp_node *n)
+{
+	return !strcmp(n->domain, "ai.hpdlf") && hp_attr_int(n, "sync", 0) != 0;
+}
+
+static int graph_syncs(const struct hp_graph *g)
+{
+	for (int i = 0; i < g->nnodes; i++)
+		if (!g->nodes[i].folded && syncs(&g->nodes[i]))
+			return 1;
+	return 0;
+}
+
+static void add_kernel_entry(const struct hp_rt *s, int k, struct hp_net_entry *e, int sync)
 {
 	const struct hp_node *nd = &s->g->nodes[s->plan->node[k]];
 
@@ -307,11 +322,20 @@ static void add_kernel_entry(const struct hp_rt *s, int k, struct hp_net_entry *
 	if (!s->nscratch) /* scratch per kernel, else the workers' own */
 		e->workspace = (nd->workspace + 4095) / 4096 * 4096;
 	/* a bucket's reduction fires on an I/O thread (no workspace: it packs
-	 * into the communicator's staging buffer) */
-	if (hp_comm_is_allreduce(nd))
+	 * into the communicator's staging buffer), its sums over the gradients
+	 * when they die there */
+	if (hp_comm_is_allreduce(nd)) {
 		e->kind = HP_TR_COMM;
+		e->inplace = (uint8_t)hp_plan_comm_inplace(s->g, s->plan, k);
+	}
 	if (hp_remat_is_copy(nd)) /* a forward kernel run again for the backward (remat.h) */
 		e->kind = HP_TR_RECOMPUTE;
+	/* --sync-bn: the workers would take the BatchNorm kernels in any order
+	 * their inputs allow, which differs between ranks; their collectives
+	 * and the buckets' go in the plan's order, one after another, the same
+	 * on every rank (a rank blocked in a statistics sum never holds back a
+	 * bucket its peer waits for) */
+	e->ordered = (uint8_t)(sync && (syncs(nd) || e->kind == HP_TR_COMM));
 }
 
 /* The plan as the net's plan order: the prologue (persistent values the
@@ -322,7 +346,7 @@ static int plan_order(const struct hp_rt *s, struct hp_net_entry *e)
 {
 	const struct hp_graph *g = s->g;
 	const struct hp_plan *p = s->plan;
-	int n = 0;
+	int n = 0, sync = graph_syncs(g);
 
 	for (int pass = 0; pass < 2; pass++)
 		for (int v = 0; v < g->nvalues; v++)
@@ -337,7 +361,7 @@ static int plan_order(const struct hp_rt *s, struct hp_net_entry *e)
 							.kind = act == HP_ACT_LOAD ? HP_TR_LOAD
 								: act == HP_ACT_WRITEBACK ? HP_TR_WRITEBACK : HP_TR_EVICT };
 		}
-		add_kernel_entry(s, k, &e[n++]);
+		add_kernel_entry(s, k, &e[n++], sync);
 		for (int j = 0; j < nd->ninputs; j++)
 			if (managed(g, nd->inputs[j]) && p->last_use[nd->inputs[j]] == k)
 				e[n++] = (struct hp_net_entry){ .kind = HP_TR_DROP, .value = nd->inputs[j] };
@@ -566,10 +590,12 @@ static int rt_fire_comm(void *arg, int step, int lane)
 	struct hp_tensor in[n->ninputs + 1], out[n->noutputs + 1];
 	struct hp_kargs a = { .nin = n->ninputs, .in = in, .nout = n->noutputs, .out = out };
 	double u0 = hp_trace_now_us(s->trace);
-	int rc;
+	int inplace = hp_plan_comm_inplace(s->g, s->plan, step), rc;
 
 	memset(in, 0, sizeof in);
 	memset(out, 0, sizeof out);
+	for (int i = 1; inplace && i < n->ninputs; i++) /* each sum over its gradient */
+		s->ten[n->outputs[i]] = s->ten[n->inputs[i]];
 	rc = pin_io(s, n, in, out);
 	if (rc == 0 && hp_comm_thread_enabled()) /* the comm thread issues it, in the chain's order */
 		rc = hp_comm_thread_run(n, &a, s->trace);
@@ -578,6 +604,8 @@ static int rt_fire_comm(void *arg, int step, int lane)
 	if (s->trace && !hp_comm_thread_enabled())
 		hp_trace_span(s->trace, lane, n->op_type, n->name, u0, hp_trace_now_us(s->trace));
 	unpin_io(s, n, in, out);
+	for (int i = 1; inplace && i < n->ninputs; i++)
+		s->ten[n->inputs[i]] = NULL;
 	return rc;
 }
 

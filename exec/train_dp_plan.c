@@ -4,7 +4,9 @@
  * times, so every rank holds the same figures.  Without --bucket, rank 0
  * plans the step with its speed model and picks the bucket whose predicted
  * step is shortest (plan_comm.c); the others take rank 0's choice, so the
- * ranks' reductions always match. */
+ * ranks' reductions always match.  Under a launcher the link is measured
+ * even with --bucket: the out-of-core planner holds each reduction's
+ * buffers for its predicted duration (plan.h, comm_GBps). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,8 +112,12 @@ int hp_dp_plan_bucket(struct hp_trainer *t, const struct hp_graph *g, uint64_t *
 	uint64_t b = t->o.bucket;
 	int rc;
 
-	if ((!b || t->o.graph_only) && (rc = link_get(t)) < 0)
+	/* the out-of-core planner times each reduction with the link too (on
+	 * every rank of a job alike: --budget may differ between ranks) */
+	if ((!b || t->o.graph_only || hp_comm_size() > 1) && (rc = link_get(t)) < 0)
 		return rc;
+	if (hp_comm_size() > 1)
+		hp_comm_link_set(t->link_GBps, t->link_lat_us);
 	if (!b && t->dp_bucket)
 		b = t->dp_bucket; /* a split for the budget plans again: keep the choice */
 	if (!b) {

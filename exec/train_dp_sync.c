@@ -4,8 +4,9 @@
  * ranks' sum of doubles (a second communicator: kernels/norm_sync.c).
  * The kernels issue those collectives in the order they run, which must
  * be the same on every rank: in core one kernel runs at a time in the
- * plan's order (the same on every rank); out of core the task net's
- * workers may take them in any order, so a budget is refused. */
+ * plan's order (the same on every rank); out of core the task net chains
+ * them, and the buckets' reductions, in the plan's order (runtime.c:
+ * ordered entries). */
 #include <string.h>
 
 #include "hpdlf/error.h"
@@ -25,9 +26,6 @@ int hp_dp_sync_bn(struct hp_trainer *t, struct hp_graph *g)
 
 	if (!t->o.sync_bn)
 		return 0;
-	if (t->o.budget)
-		return hp_error(HP_EUSAGE, "--sync-bn trains in core only for now (no --budget): out of core the "
-				"workers may run the BatchNorm kernels in another order on each rank");
 	for (int i = 0; i < g->nnodes; i++) {
 		const char *op = g->nodes[i].op_type;
 		if (strcmp(g->nodes[i].domain, "ai.hpdlf") || (strcmp(op, "BatchNormTrain") && strcmp(op, "BatchNormGrad")))

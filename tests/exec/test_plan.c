@@ -1,8 +1,11 @@
 /* The static planner: its act list replayed by an independent checker
  * (every kernel finds its inputs resident, resident bytes never exceed the
  * budget, nothing is loaded twice or evicted while absent), the budget
- * error below the minimum, and planning a 10,000-node graph in well under
- * a second of CPU time. */
+ * error below the minimum, planning a 10,000-node graph in well under a
+ * second of CPU time, and data parallelism's reductions: summed in place
+ * over their gradients, their sums never evicted while in flight (until
+ * the next reduction is issued), a budget too tight for that still
+ * planned. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -124,10 +127,12 @@ static void replay(const struct hp_graph *g, const struct hp_plan *p, uint64_t b
 		for (int j = 0; j < n->ninputs; j++)
 			if (managed(g, n->inputs[j]))
 				assert_true(res[n->inputs[j]]); /* a kernel without its input */
-		if (hp_plan_inplace(g, p, s)) {
-			/* the output takes input 0's bytes: legal only if input 0
-			 * is resident, dies here and has the same size */
-			int a = n->inputs[0], b = n->outputs[0];
+		for (int o = 0; o < n->noutputs; o++) {
+			if (!hp_plan_inplace_at(g, p, s, o))
+				continue;
+			/* the output takes its input's bytes: legal only if the
+			 * input is resident, dies here and has the same size */
+			int a = n->inputs[o], b = n->outputs[o];
 			assert_true(res[a] && !res[b]);
 			assert_int_equal(p->last_use[a], s);
 			assert_int_equal(size_of(g, a), size_of(g, b));
@@ -245,12 +250,126 @@ static void test_10k_nodes(void **state)
 	hp_graph_free(g);
 }
 
+/* Backward-like: a chain of Relu; every 10th step a "gradient" (a Relu
+ * of the chain) goes into an AllReduce (token chained); the sums are read
+ * at the end only, as the optimizer updates read them.  *sums: their
+ * values, *nsums how many. */
+static struct hp_graph *build_dp(int n, int *sums, int *nsums)
+{
+	struct hp_graph *g = hp_graph_new("plan-dp");
+	struct hp_attr ranks = { .name = (char *)"ranks", .type = HP_ATTR_INT, .i = 2 };
+	int h = value(g, "x", HP_VALUE_INPUT, 64), tok = -1, acc;
+	char name[32];
+
+	assert_non_null(g);
+	*nsums = 0;
+	for (int i = 1; i <= n; i++) {
+		int out;
+		snprintf(name, sizeof name, "h%d", i);
+		out = hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+		assert_true(hp_graph_add_node(g, name, "Relu", 1, &h, 1, &out) >= 0);
+		h = out;
+		if (i % 10)
+			continue;
+		int gr, in[2], outs[2], node;
+		snprintf(name, sizeof name, "g%d", i);
+		gr = hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+		assert_true(hp_graph_add_node(g, name, "Relu", 1, &h, 1, &gr) >= 0);
+		snprintf(name, sizeof name, "t%d", i);
+		outs[0] = hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+		snprintf(name, sizeof name, "s%d", i);
+		outs[1] = hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+		in[0] = tok;
+		in[1] = gr;
+		snprintf(name, sizeof name, "allreduce%d", i);
+		assert_true((node = hp_graph_add_node(g, name, "AllReduce", 2, in, 2, outs)) >= 0);
+		free(g->nodes[node].domain);
+		g->nodes[node].domain = strdup("ai.hpdlf");
+		assert_true(hp_graph_add_attr(g, node, &ranks) >= 0);
+		tok = outs[0];
+		sums[(*nsums)++] = outs[1];
+	}
+	acc = h;
+	for (int k = 0; k < *nsums; k++) {
+		int in[2] = { acc, sums[k] }, out;
+		snprintf(name, sizeof name, "u%d", k);
+		out = hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+		assert_true(hp_graph_add_node(g, name, "Add", 2, in, 1, &out) >= 0);
+		acc = out;
+	}
+	g->outputs = malloc(sizeof(int));
+	g->outputs[g->noutputs++] = acc;
+	assert_int_equal(hp_graph_finalize(g), 0);
+	assert_int_equal(hp_graph_infer(g), 0);
+	return g;
+}
+
+static struct hp_plan *plan_dp(const struct hp_graph *g, uint64_t budget, int ranks)
+{
+	/* a link fast enough that each reduction is predicted done before the
+	 * next is issued: held until then (a late peer stretches it) */
+	struct hp_plan_opts o = { .budget = budget, .align = 4096, .gflops = 50, .read_MBps = 2000,
+				  .write_MBps = 1500, .comm_ranks = ranks, .comm_GBps = 1000, .comm_lat_us = 0 };
+	struct hp_plan *p;
+
+	assert_int_equal(hp_plan_build(g, &o, &p), 0);
+	return p;
+}
+
+/* Acts that evict or write back a reduction's sum between its step and
+ * the next reduction's (both included): while it is in flight. */
+static int evicted_in_flight(const struct hp_plan *p, const int *red, int nred, const int *sums)
+{
+	int n = 0;
+
+	for (int k = 0; k + 1 < nred; k++)
+		for (int a = p->act_begin[red[k] + 1]; a < p->act_begin[red[k + 1] + 1]; a++)
+			n += p->acts[a].value == sums[k] && p->acts[a].act != HP_ACT_LOAD;
+	return n;
+}
+
+static void test_reductions_in_flight(void **state)
+{
+	int sums[64], nsums, red[64], nred = 0;
+	struct hp_graph *g = build_dp(120, sums, &nsums);
+	struct hp_plan *p = plan_dp(g, 0, 2);
+	uint64_t minb = p->min_budget, sum_bytes = size_of(g, sums[0]);
+
+	(void)state;
+	for (int s = 0; s < p->nsteps; s++)
+		if (!strcmp(g->nodes[p->node[s]].op_type, "AllReduce")) {
+			assert_true(hp_plan_comm_inplace(g, p, s)); /* the gradient dies there */
+			red[nred++] = s;
+		}
+	assert_int_equal(nred, nsums);
+	hp_plan_free(p);
+	/* room for the chain and two buckets in flight: the sums stay until
+	 * the next reduction is issued, whatever the budget pressure */
+	uint64_t budget = minb + 3 * sum_bytes;
+	p = plan_dp(g, budget, 2);
+	replay(g, p, budget);
+	assert_int_equal(evicted_in_flight(p, red, nred, sums), 0);
+	assert_true(p->bytes_written > 0); /* the budget is tight: sums go below later */
+	hp_plan_free(p);
+	/* one rank: nothing is in flight, and Belady writes sums back early */
+	p = plan_dp(g, budget, 1);
+	replay(g, p, budget);
+	assert_true(evicted_in_flight(p, red, nred, sums) > 0);
+	hp_plan_free(p);
+	/* at the smallest budget the holds give way (the steps wait) */
+	p = plan_dp(g, minb, 2);
+	replay(g, p, minb);
+	hp_plan_free(p);
+	hp_graph_free(g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_replay),
 		cmocka_unit_test(test_below_minimum),
 		cmocka_unit_test(test_10k_nodes),
+		cmocka_unit_test(test_reductions_in_flight),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

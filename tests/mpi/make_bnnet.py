@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """A small conv net with BatchNorm for the --sync-bn test, with data.
 
-usage: make_bnnet.py OUTDIR LENET_DIR
+usage: make_bnnet.py OUTDIR LENET_DIR [--branches]
 
 OUTDIR/model.onnx: Conv(1->4, 3x3, pad 1) -> BatchNormalization -> Relu ->
 Flatten -> Gemm(256->10), seeded weights; x.npy / y.npy copied from the
-lenet test model's data (8x8 images, 10 classes).
+lenet test model's data (8x8 images, 10 classes).  --branches: after the
+first Conv two branches, BatchNormalization -> Relu and Conv(4->4, 1x1) ->
+BatchNormalization -> Relu, added: two BatchNorm kernels (and their
+backward) that no data orders, which an executor may run either way round.
 """
 import os
 import sys
@@ -35,6 +38,15 @@ def main():
              helper.make_node('Relu', ['bn'], ['r'], name='relu'),
              helper.make_node('Flatten', ['r'], ['f'], axis=1, name='flat'),
              helper.make_node('Gemm', ['f', 'fc.w', 'fc.b'], ['logits'], transB=1, name='fc')]
+    if '--branches' in sys.argv[3:]:
+        inits += [u('c2.w', (4, 4, 1, 1), 4), u('c2.b', (4,), 4), c('bn2.scale', 1), c('bn2.bias', 0),
+                  c('bn2.mean', 0), c('bn2.var', 1)]
+        nodes[3:3] = [helper.make_node('Conv', ['c1', 'c2.w', 'c2.b'], ['c2'], kernel_shape=[1, 1], name='conv2'),
+                      helper.make_node('BatchNormalization', ['c2', 'bn2.scale', 'bn2.bias', 'bn2.mean', 'bn2.var'],
+                                       ['bn2'], epsilon=1e-5, momentum=0.9, name='bn2'),
+                      helper.make_node('Relu', ['bn2'], ['r2'], name='relu2'),
+                      helper.make_node('Add', ['r1', 'r2'], ['r'], name='add')]
+        nodes[2].output[0] = 'r1'
     g = helper.make_graph(nodes, 'bnnet', [helper.make_tensor_value_info('input', TensorProto.FLOAT, ['batch', 1, 8, 8])],
                           [helper.make_tensor_value_info('logits', TensorProto.FLOAT, ['batch', 10])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)])
