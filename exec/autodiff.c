@@ -515,6 +515,8 @@ static int run_autodiff(struct ad *ad)
 		return 0;
 	nfwd = g->nnodes;
 	ad->nv0 = g->nvalues;
+	if (ad->ext && ad->ext->fwd_values)
+		*ad->ext->fwd_values = ad->nv0;
 	ad->need = calloc((size_t)ad->nv0 + 1, 1);
 	ad->contrib = calloc((size_t)ad->nv0 + 1, sizeof *ad->contrib);
 	ad->ncontrib = calloc((size_t)ad->nv0 + 1, sizeof *ad->ncontrib);

@@ -14,7 +14,10 @@
  * optimizer graph updates them from the accumulated gradients, built with
  * seeds (parameter, its gradient as an input) and no forward nodes.
  * forward_only: the stage's forward graph, rewritten as a training step's
- * forward is (the same node order, so the same Dropout seeds). */
+ * forward is (the same node order, so the same Dropout seeds).
+ * fwd_values (out, may be NULL): the values the forward part of the graph
+ * has before the gradient nodes are added; a node whose outputs are all
+ * below it is a forward node (the final sort interleaves them). */
 struct hp_ad_ext {
 	int forward_only;     /* just the training-mode rewrite (BatchNorm, Dropout) */
 	int nseed;
@@ -22,6 +25,7 @@ struct hp_ad_ext {
 	int nwrt;
 	const int *wrt;
 	int *wrt_grad;
+	int *fwd_values;
 };
 int hp_autodiff_ext(struct hp_graph *g, const struct hp_train_spec *spec, const struct hp_ad_ext *x);
 

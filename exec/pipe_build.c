@@ -15,6 +15,13 @@
 #include "exec/train_internal.h"
 #include "exec/train_params.h"
 
+static uint64_t vbytes(const struct hp_graph *g, int v)
+{
+	struct hp_tensor x = { .dtype = g->values[v].dtype, .shape = g->values[v].shape };
+
+	return hp_tensor_bytes(&x);
+}
+
 /* The planner's choice on rank 0 (its speed model is this node's; every
  * rank must cut alike), broadcast with its verdict.  A model the planner
  * cannot cost (it reloads the file: a graph the trainer rewrote no longer
@@ -161,7 +168,7 @@ static void backward_indices(struct hp_pipe *p, const struct hp_graph *model, co
 	(void)model;
 }
 
-static int build_backward(struct hp_trainer *t, int loss_value, struct hp_graph **out)
+static int build_backward(struct hp_trainer *t, int loss_value, struct hp_graph **out, int *nv0)
 {
 	struct hp_pipe *p = t->pipe;
 	struct hp_train_spec spec = t->o.spec;
@@ -169,7 +176,7 @@ static int build_backward(struct hp_trainer *t, int loss_value, struct hp_graph 
 	int n = t->g->nvalues + 1, rc;
 	int *wrt = calloc((size_t)n, sizeof *wrt), *wg = calloc((size_t)n, sizeof *wg);
 	int *sv = calloc((size_t)n, sizeof *sv), *sg = calloc((size_t)n, sizeof *sg);
-	struct hp_ad_ext x = { .wrt = wrt, .wrt_grad = wg, .seed_value = sv, .seed_grad = sg };
+	struct hp_ad_ext x = { .wrt = wrt, .wrt_grad = wg, .seed_value = sv, .seed_grad = sg, .fwd_values = nv0 };
 
 	*out = NULL;
 	rc = wrt && wg && sv && sg ? model_copy(t, &g) : hp_error(-ENOMEM, "out of memory");
@@ -221,7 +228,30 @@ static int build_optimizer(struct hp_trainer *t, struct hp_graph **out)
 	return hp_autodiff_ext(g, &t->o.spec, &x);
 }
 
-static int build_forward(struct hp_trainer *t, int loss_value, struct hp_graph **out)
+/* The forward graph as the first half of the backward graph gb
+ * (pipe_split.c): gb built again, both split.  HP_EUNSUPPORTED: the
+ * stage cannot be split (gb unchanged). */
+static int build_split(struct hp_trainer *t, int loss_value, struct hp_graph *gb, int nv0, struct hp_graph **out)
+{
+	struct hp_pipe *p = t->pipe;
+	struct hp_graph *g = NULL;
+	int nv, rc = build_backward(t, loss_value, &g, &nv);
+
+	if (rc == 0)
+		rc = hp_pipe_split(g, gb, nv0, &p->cuts[p->stage], &p->saved, &p->nsaved);
+	if (rc < 0) {
+		hp_graph_free(g);
+		return rc;
+	}
+	p->split = 1;
+	/* each at a 64-byte boundary: an in-core backward reads them in place */
+	for (int k = 0; k < p->nsaved; k++)
+		p->saved_bytes += (vbytes(gb, p->saved[k]) + 63) / 64 * 64;
+	*out = g;
+	return 0;
+}
+
+static int build_forward(struct hp_trainer *t, int loss_value, struct hp_graph *gb, int nv0, struct hp_graph **out)
 {
 	struct hp_pipe *p = t->pipe;
 	int rc;
@@ -229,6 +259,9 @@ static int build_forward(struct hp_trainer *t, int loss_value, struct hp_graph *
 	*out = NULL;
 	if (p->stage + 1 == p->P)
 		return 0; /* the last stage's backward graph is its forward */
+	if ((rc = build_split(t, loss_value, gb, nv0, out)) != HP_EUNSUPPORTED)
+		return rc;
+	hp_log(HP_LOG_INFO, "pipeline stage %d: %s; its backward recomputes the forward", p->stage, hp_errmsg());
 	struct hp_ad_ext x = { .forward_only = 1 };
 
 	if ((rc = model_copy(t, out)) < 0)
@@ -261,13 +294,6 @@ static int session(struct hp_trainer *t, struct hp_graph *g, uint64_t budget, co
 	return hp_session_create(g, &eo, out);
 }
 
-static uint64_t vbytes(const struct hp_graph *g, int v)
-{
-	struct hp_tensor x = { .dtype = g->values[v].dtype, .shape = g->values[v].shape };
-
-	return hp_tensor_bytes(&x);
-}
-
 static uint64_t cut_bytes(const struct hp_pipe_cut *c, int grads)
 {
 	return !c ? 0 : grads ? c->grad_bytes : c->bytes;
@@ -291,7 +317,8 @@ static int alloc_slots(struct hp_trainer *t)
 		q->gout = malloc(cut_bytes(cout, 1) + 1);
 		q->out = malloc(cut_bytes(cout, 0) + 1);
 		q->gin = malloc(cut_bytes(cin, 1) + 1);
-		if (!q->in || !q->gout || !q->out || !q->gin)
+		q->saved = aligned_alloc(64, p->saved_bytes + 64);
+		if (!q->in || !q->gout || !q->out || !q->gin || !q->saved)
 			return hp_error(-ENOMEM, "out of memory for the pipeline's buffers");
 	}
 	return 0;
@@ -326,13 +353,26 @@ static int set_param(struct hp_session *s, const struct hp_graph *g, int v, void
 	return s ? hp_session_set_input(s, g->values[v].name, &x) : 0;
 }
 
+/* In core the other graphs read the optimizer's parameters in place: its
+ * state buffers trade places after each run, so they are bound again. */
+static int bind_param(struct hp_session *s, const struct hp_graph *g, int v, const void *w)
+{
+	return s ? hp_session_bind_value(s, hp_graph_find_value(s->g, g->values[v].name), (void *)w) : 0;
+}
+
 int hp_pipe_sync_params(struct hp_pipe *p, struct hp_session *sb)
 {
 	const struct hp_graph *g = p->go;
 	int rc = 0;
 
 	for (int k = 0; k < p->np && rc == 0; k++) {
+		const void *in = hp_session_value_ptr(p->so, p->params[k]);
 		float *w = p->tmp + p->poff[k];
+		if (in && sb->ex == &hp_exec_incore) {
+			if ((rc = bind_param(sb, g, p->params[k], in)) == 0)
+				rc = bind_param(p->sf, g, p->params[k], in);
+			continue;
+		}
 		rc = hp_session_read_value(p->so, p->params[k], 0, vbytes(g, p->params[k]), w);
 		if (rc == 0)
 			rc = set_param(sb, g, p->params[k], w);
@@ -383,7 +423,7 @@ static int loss_value(const struct hp_trainer *t)
 static int build_stage(struct hp_trainer *t, struct hp_graph **gb)
 {
 	struct hp_pipe *p = t->pipe;
-	int lv = loss_value(t), rc;
+	int lv = loss_value(t), nv0 = 0, rc;
 
 	if (lv < 0)
 		return lv;
@@ -396,7 +436,7 @@ static int build_stage(struct hp_trainer *t, struct hp_graph **gb)
 	if ((rc = hp_pipe_stage_params(t->g, p->bounds, p->stage, &p->params, &p->np)) < 0 ||
 	    (rc = alloc_params(t)) < 0)
 		return rc;
-	if ((rc = build_backward(t, lv, gb)) < 0 || (rc = build_forward(t, lv, &p->gf)) < 0 ||
+	if ((rc = build_backward(t, lv, gb, &nv0)) < 0 || (rc = build_forward(t, lv, *gb, nv0, &p->gf)) < 0 ||
 	    (rc = build_optimizer(t, &p->go)) < 0)
 		return rc;
 	return find_io(t, *gb, hp_graph_find_value(t->g, "loss") >= 0);
@@ -434,11 +474,81 @@ static void log_stage(const struct hp_trainer *t, const struct hp_graph *model)
 	       (unsigned long long)(p->stage + 1 < p->P ? p->cuts[p->stage].bytes : 0));
 }
 
+/* What graph g holds at most in core: every value it keeps or computes
+ * (the arena reuses bytes, so this is an upper bound). */
+static uint64_t graph_need(const struct hp_graph *g)
+{
+	uint64_t n = 0;
+
+	for (int v = 0; g && v < g->nvalues; v++)
+		if (!g->values[v].data && (g->values[v].nconsumers || g->values[v].is_output || g->values[v].next >= 0))
+			n += vbytes(g, v);
+	return n;
+}
+
+/* --budget for the backward, forward and optimizer sessions: what the
+ * saved values of the micro-batches in flight leave, shared in proportion
+ * to what each graph would hold in core (they run one at a time, but each
+ * session's store keeps its own resident set). */
+static int stage_budgets(struct hp_trainer *t, const struct hp_graph *gb, uint64_t b[3])
+{
+	struct hp_pipe *p = t->pipe;
+	uint64_t budget = t->o.budget, slots = (uint64_t)p->nslot * p->saved_bytes;
+	uint64_t need[3] = { graph_need(gb), graph_need(p->gf), graph_need(p->go) }, sum = need[0] + need[1] + need[2];
+
+	b[0] = b[1] = b[2] = 0;
+	if (!budget)
+		return 0;
+	if (slots >= budget / 2)
+		return hp_error(HP_EBUDGET, "pipeline stage %d: the activations %d micro-batches in flight keep (%llu "
+				"bytes) leave too little of --budget %llu; use more --micro-batches or a larger --budget",
+				p->stage, p->nslot, (unsigned long long)slots, (unsigned long long)budget);
+	budget -= slots;
+	for (int k = 0; k < 3; k++)
+		b[k] = need[k] ? (uint64_t)((double)budget * (double)need[k] / (double)sum) : 0;
+	return 0;
+}
+
+/* In core, a parameter's gradient that a GemmGrad computes alone is
+ * summed over the micro-batches by the GemmGrad itself, straight into
+ * the stage's sum (p->acc): no pass over the gradients per micro-batch.
+ * Marked before the session is made, bound after (acc_direct). */
+static int mark_direct(struct hp_trainer *t, struct hp_graph *gb)
+{
+	struct hp_pipe *p = t->pipe;
+	struct hp_attr a = { .name = "accumulate", .type = HP_ATTR_INT, .i = 1 };
+	int rc = 0;
+
+	if (t->o.budget || !(p->acc_direct = calloc((size_t)p->np + 1, 1)))
+		return t->o.budget ? 0 : hp_error(-ENOMEM, "out of memory");
+	for (int k = 0; k < p->np && rc == 0; k++) {
+		int v = p->pgrad[k], i = v >= 0 ? gb->values[v].producer : -1;
+		if (i < 0 || strcmp(gb->nodes[i].op_type, "GemmGrad") || gb->nodes[i].noutputs < 2 ||
+		    gb->nodes[i].outputs[1] != v || gb->values[v].nconsumers)
+			continue;
+		p->acc_direct[k] = 1;
+		if (!hp_node_attr(&gb->nodes[i], "accumulate"))
+			rc = hp_graph_add_attr(gb, i, &a);
+	}
+	return rc;
+}
+
+static int bind_direct(struct hp_trainer *t)
+{
+	struct hp_pipe *p = t->pipe;
+	int rc = 0;
+
+	for (int k = 0; p->acc_direct && k < p->np && rc == 0; k++)
+		if (p->acc_direct[k])
+			rc = hp_session_bind_value(t->s, p->pgrad[k], p->acc + p->poff[k]);
+	return rc;
+}
+
 int hp_pipe_build(struct hp_trainer *t)
 {
 	struct hp_pipe *p = t->pipe;
 	struct hp_graph *gb = NULL;
-	uint64_t budget = t->o.budget;
+	uint64_t b[3];
 	int rc;
 
 	if ((rc = build_stage(t, &gb)) < 0) {
@@ -452,13 +562,14 @@ int hp_pipe_build(struct hp_trainer *t)
 	t->vin = p->vin;
 	t->vlab = p->vlab;
 	t->vloss = p->vloss;
-	/* the backward graph holds the activations: half the budget; the
-	 * forward and the optimizer a quarter each */
-	/* --trace: the backward's kernels (the forward recomputed in them) */
-	if ((rc = session(t, gb, budget / 2, t->o.trace_path, &t->s)) < 0 ||
-	    (rc = session(t, p->gf, budget / 4, NULL, &p->sf)) < 0 || (rc = session(t, p->go, budget / 4, NULL, &p->so)) < 0)
+	if ((rc = alloc_slots(t)) < 0 || (rc = stage_budgets(t, gb, b)) < 0 || (rc = mark_direct(t, gb)) < 0)
 		return rc;
-	if ((rc = hp_dataset_attach(&t->data, hp_session_store(t->s))) < 0 || (rc = alloc_slots(t)) < 0)
+	/* --trace: the backward's kernels (and the forward's when the
+	 * backward recomputes it) */
+	if ((rc = session(t, gb, b[0], t->o.trace_path, &t->s)) < 0 || (rc = session(t, p->gf, b[1], NULL, &p->sf)) < 0 ||
+	    (rc = session(t, p->go, b[2], NULL, &p->so)) < 0)
+		return rc;
+	if ((rc = hp_dataset_attach(&t->data, hp_session_store(t->s))) < 0 || (rc = bind_direct(t)) < 0)
 		return rc;
 	return hp_pipe_sync_params(p, t->s);
 }
