@@ -565,8 +565,11 @@ int hp_pipe_build(struct hp_trainer *t)
 	if ((rc = alloc_slots(t)) < 0 || (rc = stage_budgets(t, gb, b)) < 0 || (rc = mark_direct(t, gb)) < 0)
 		return rc;
 	/* --trace: the backward's kernels (and the forward's when the
-	 * backward recomputes it) */
-	if ((rc = session(t, gb, b[0], t->o.trace_path, &t->s)) < 0 || (rc = session(t, p->gf, b[1], NULL, &p->sf)) < 0 ||
+	 * backward recomputes it), a file per rank */
+	char trace[4096];
+	if (t->o.trace_path)
+		snprintf(trace, sizeof trace, t->rank ? "%s.%d" : "%s", t->o.trace_path, t->rank);
+	if ((rc = session(t, gb, b[0], t->o.trace_path ? trace : NULL, &t->s)) < 0 || (rc = session(t, p->gf, b[1], NULL, &p->sf)) < 0 ||
 	    (rc = session(t, p->go, b[2], NULL, &p->so)) < 0)
 		return rc;
 	if ((rc = hp_dataset_attach(&t->data, hp_session_store(t->s))) < 0 || (rc = bind_direct(t)) < 0)
