@@ -28,6 +28,8 @@
 
 #include <stdint.h>
 
+#include <json-c/json.h>
+
 #include "exec/pipe_graph.h"
 
 struct hp_trainer;
@@ -67,6 +69,7 @@ struct hp_pipe {
 	int nsaved, *saved;         /* the saved values (indices in both graphs) */
 	uint64_t saved_bytes;       /* of one micro-batch */
 	char *acc_direct;           /* per parameter: its GemmGrad adds into acc itself (in core) */
+	int model_nodes;            /* of the whole model (t->g before the stage replaced it) */
 };
 
 /* This rank's place (t->pipe): stage, pipeline, micro-batch rows; checks
@@ -100,6 +103,21 @@ int hp_pipe_ckpt_read(struct hp_trainer *t);
  * changed then). */
 int hp_pipe_split(struct hp_graph *gf, struct hp_graph *gb, int nv0, const struct hp_pipe_cut *cout, int **saved,
 		  int *nsaved);
+
+/* A copy of the model as the trainer prepared it: the data input's batch
+ * the micro-batch, parameters promoted, inferred (pipe_build.c). */
+int hp_pipe_model_copy(struct hp_trainer *t, struct hp_graph **out);
+
+/* The stage's state as a checkpoint lists it (pipe_ckpt.c): a JSON array
+ * of {name, dtype, shape, elements, bytes, graph, value}, and piece
+ * [at, at + n) of entry e's tensor. */
+json_object *hp_pipe_state_list(struct hp_trainer *t);
+int hp_pipe_state_read(struct hp_trainer *t, json_object *e, uint64_t at, size_t n, void *buf);
+
+/* --export-onnx of a pipeline (pipe_export.c), collective: rank 0 writes
+ * the whole trained model, reading each stage's tensors from the rank
+ * that holds it piece by piece as the exporter asks for them. */
+int hp_pipe_export(struct hp_trainer *t, const char *path, int external);
 
 /* The stage's parameters between the optimizer and the other graphs. */
 int hp_pipe_sync_params(struct hp_pipe *p, struct hp_session *sb);

@@ -70,7 +70,7 @@ int hp_pipe_bounds(const struct hp_trainer *t, int P, int *bounds)
 
 /* A copy of the model as the trainer prepared t->g: the data input's
  * batch the micro-batch, parameters promoted, inferred. */
-static int model_copy(struct hp_trainer *t, struct hp_graph **out)
+int hp_pipe_model_copy(struct hp_trainer *t, struct hp_graph **out)
 {
 	struct hp_graph *g;
 	struct hp_shape s = t->data.x.shape;
@@ -86,9 +86,9 @@ static int model_copy(struct hp_trainer *t, struct hp_graph **out)
 		rc = hp_train_params(g, has ? t->o.freeze : NULL, has ? t->o.nfreeze : 0, &pc);
 	if (rc == 0)
 		rc = hp_graph_infer(g);
-	if (rc == 0 && g->nnodes != t->g->nnodes)
+	if (rc == 0 && g->nnodes != t->pipe->model_nodes)
 		rc = hp_error(HP_EINTERNAL, "%s: a copy of the model has %d nodes, not %d", t->model, g->nnodes,
-			      t->g->nnodes);
+			      t->pipe->model_nodes);
 	if (rc < 0) {
 		hp_graph_free(g);
 		return rc;
@@ -176,10 +176,11 @@ static int build_backward(struct hp_trainer *t, int loss_value, struct hp_graph 
 	int n = t->g->nvalues + 1, rc;
 	int *wrt = calloc((size_t)n, sizeof *wrt), *wg = calloc((size_t)n, sizeof *wg);
 	int *sv = calloc((size_t)n, sizeof *sv), *sg = calloc((size_t)n, sizeof *sg);
-	struct hp_ad_ext x = { .wrt = wrt, .wrt_grad = wg, .seed_value = sv, .seed_grad = sg, .fwd_values = nv0 };
+	struct hp_ad_ext x = { .wrt = wrt, .wrt_grad = wg, .seed_value = sv, .seed_grad = sg, .fwd_values = nv0,
+			       .node_offset = p->bounds[p->stage] };
 
 	*out = NULL;
-	rc = wrt && wg && sv && sg ? model_copy(t, &g) : hp_error(-ENOMEM, "out of memory");
+	rc = wrt && wg && sv && sg ? hp_pipe_model_copy(t, &g) : hp_error(-ENOMEM, "out of memory");
 	if (rc == 0 && (rc = hp_pipe_stage_cut(g, p->P, p->bounds, p->stage, p->cuts, loss_value, 1)) == 0)
 		rc = backward_ext(p, t->g, g, &x);
 	if (rc == 0 && p->stage + 1 == p->P)
@@ -210,7 +211,7 @@ static int build_optimizer(struct hp_trainer *t, struct hp_graph **out)
 	*out = NULL;
 	if (!p->np)
 		return 0; /* nothing to train here */
-	if ((rc = model_copy(t, &g)) < 0)
+	if ((rc = hp_pipe_model_copy(t, &g)) < 0)
 		return rc;
 	*out = g;
 	while (g->nnodes)
@@ -262,9 +263,9 @@ static int build_forward(struct hp_trainer *t, int loss_value, struct hp_graph *
 	if ((rc = build_split(t, loss_value, gb, nv0, out)) != HP_EUNSUPPORTED)
 		return rc;
 	hp_log(HP_LOG_INFO, "pipeline stage %d: %s; its backward recomputes the forward", p->stage, hp_errmsg());
-	struct hp_ad_ext x = { .forward_only = 1 };
+	struct hp_ad_ext x = { .forward_only = 1, .node_offset = p->bounds[p->stage] };
 
-	if ((rc = model_copy(t, out)) < 0)
+	if ((rc = hp_pipe_model_copy(t, out)) < 0)
 		return rc;
 	rc = hp_pipe_stage_cut(*out, p->P, p->bounds, p->stage, p->cuts, loss_value, 1);
 	/* BatchNorm on the micro-batch's statistics and Dropout's masks as
@@ -551,6 +552,7 @@ int hp_pipe_build(struct hp_trainer *t)
 	uint64_t b[3];
 	int rc;
 
+	p->model_nodes = t->g->nnodes;
 	if ((rc = build_stage(t, &gb)) < 0) {
 		hp_graph_free(gb);
 		return rc;

@@ -138,6 +138,30 @@ static int read_piece(struct hp_trainer *t, const struct swap *w, json_object *e
 	return hp_whole_read(s, (int)hp_ck_jint(e, "value"), at, n, buf);
 }
 
+json_object *hp_pipe_state_list(struct hp_trainer *t)
+{
+	struct swap w, st;
+	json_object *list;
+
+	use_optimizer(t, &w);
+	st = state_of(t, &w);
+	list = state_list(t, &st);
+	restore(t, &w);
+	return list;
+}
+
+int hp_pipe_state_read(struct hp_trainer *t, json_object *e, uint64_t at, size_t n, void *buf)
+{
+	struct swap w, st;
+	int rc;
+
+	use_optimizer(t, &w);
+	st = state_of(t, &w);
+	rc = read_piece(t, &st, e, at, n, buf);
+	restore(t, &w);
+	return rc;
+}
+
 /* Stage s > 0: the list, then every piece of every tensor, to rank 0. */
 static int send_stage(struct hp_trainer *t, const struct swap *w, unsigned char *buf)
 {
