@@ -119,6 +119,14 @@ int hp_pipe_state_read(struct hp_trainer *t, json_object *e, uint64_t at, size_t
  * that holds it piece by piece as the exporter asks for them. */
 int hp_pipe_export(struct hp_trainer *t, const char *path, int external);
 
+/* Where a stage's bytes live (pipe_mem.c): b[] the budgets of the
+ * backward, forward and optimizer sessions (0: in core); in core, mark
+ * the GemmGrads that add a parameter's gradient into p->acc themselves
+ * (before the backward's session is made) and bind them (after). */
+int hp_pipe_budgets(struct hp_trainer *t, const struct hp_graph *gb, uint64_t b[3]);
+int hp_pipe_mark_direct(struct hp_trainer *t, struct hp_graph *gb);
+int hp_pipe_bind_direct(struct hp_trainer *t);
+
 /* The stage's parameters between the optimizer and the other graphs. */
 int hp_pipe_sync_params(struct hp_pipe *p, struct hp_session *sb);
 
