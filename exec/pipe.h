@@ -126,6 +126,10 @@ int hp_pipe_export(struct hp_trainer *t, const char *path, int external);
 int hp_pipe_budgets(struct hp_trainer *t, const struct hp_graph *gb, uint64_t b[3]);
 int hp_pipe_mark_direct(struct hp_trainer *t, struct hp_graph *gb);
 int hp_pipe_bind_direct(struct hp_trainer *t);
+/* Before each backward: the step's first (first 1) overwrites those sums,
+ * the others add; hp_pipe_zero_acc zeroes the rest of p->acc. */
+void hp_pipe_direct_first(struct hp_trainer *t, int first);
+void hp_pipe_zero_acc(struct hp_pipe *p);
 
 /* The stage's parameters between the optimizer and the other graphs. */
 int hp_pipe_sync_params(struct hp_pipe *p, struct hp_session *sb);

@@ -87,6 +87,30 @@ int hp_pipe_bind_direct(struct hp_trainer *t)
 	return rc;
 }
 
+/* The step's first backward overwrites the sums the GemmGrads keep (no
+ * pass to zero them), the later ones add to them. */
+void hp_pipe_direct_first(struct hp_trainer *t, int first)
+{
+	struct hp_pipe *p = t->pipe;
+
+	for (int k = 0; p->acc_direct && k < p->np; k++) {
+		struct hp_attr *a;
+		if (!p->acc_direct[k])
+			continue;
+		a = (struct hp_attr *)hp_node_attr(&t->g->nodes[t->g->values[p->pgrad[k]].producer], "accumulate");
+		a->i = !first;
+	}
+}
+
+void hp_pipe_zero_acc(struct hp_pipe *p)
+{
+	for (int k = 0; k < p->np; k++) {
+		uint64_t end = k + 1 < p->np ? p->poff[k + 1] : p->nparam;
+		if (!p->acc_direct || !p->acc_direct[k])
+			memset(p->acc + p->poff[k], 0, (end - p->poff[k]) * sizeof *p->acc);
+	}
+}
+
 static int set_param(struct hp_session *s, const struct hp_graph *g, int v, void *data)
 {
 	struct hp_tensor x = { .dtype = HP_F32, .shape = g->values[v].shape, .data = data };

@@ -237,8 +237,10 @@ static int backward(struct hp_trainer *t, int m)
 	int rc;
 
 	/* stage 0's rows are still in the slot from the forward */
-	if ((rc = feed_inputs(t, t->s, t->g, m)) < 0 || (rc = feed_saved(t, m)) < 0 || (rc = feed_seeds(t, m)) < 0 ||
-	    (rc = hp_session_run(t->s)) < 0)
+	if ((rc = feed_inputs(t, t->s, t->g, m)) < 0 || (rc = feed_saved(t, m)) < 0 || (rc = feed_seeds(t, m)) < 0)
+		return rc;
+	hp_pipe_direct_first(t, m == 0);
+	if ((rc = hp_session_run(t->s)) < 0)
 		return rc;
 	if (p->vloss >= 0) {
 		float l;
@@ -310,7 +312,7 @@ int hp_pipe_step(struct hp_trainer *t, double *loss)
 	double v[2];
 	int rc = 0;
 
-	memset(p->acc, 0, p->nparam * sizeof *p->acc);
+	hp_pipe_zero_acc(p);
 	p->loss_sum = 0;
 	for (int m = 0; m < p->nslot && rc == 0; m++)
 		rc = post_in(t, m);
