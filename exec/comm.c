@@ -258,8 +258,9 @@ int hp_comm_allgatherv(const float *send, float *recv, const int *counts, const 
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "all-gather");
 }
 
-/* A pipeline message's wait sleeps at most this long between tests. */
-#define P2P_WAIT_MAX_NS 50000L
+/* A pipeline message's wait sleeps at most this long between tests
+ * (comm_wait.h). */
+#define P2P_WAIT_MAX_NS 200000L
 
 struct hp_comm_req {
 	MPI_Request r;
