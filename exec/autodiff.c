@@ -236,7 +236,10 @@ static int rewrite_dropout(struct ad *ad, int i)
 	n->ninputs = 2;
 	n->inputs[1] = ad->step; /* inputs holds at least the original count (>= 1): grow */
 	a[0] = ad_float("ratio", ratio);
-	a[1] = ad_int("seed", (int64_t)(ad->spec->seed * 1000003u + (uint64_t)i));
+	/* a pipeline stage numbers its nodes from node_offset of the model,
+	 * so its masks are those of the same node in a 1-rank run */
+	a[1] = ad_int("seed", (int64_t)(ad->spec->seed * 1000003u + (uint64_t)i +
+					(uint64_t)(ad->ext ? ad->ext->node_offset : 0)));
 	if ((rc = set_op(n, "DropoutTrain")) < 0)
 		return rc;
 	for (int k = 0; k < 2; k++)
@@ -515,6 +518,8 @@ static int run_autodiff(struct ad *ad)
 		return 0;
 	nfwd = g->nnodes;
 	ad->nv0 = g->nvalues;
+	if (ad->ext && ad->ext->fwd_values)
+		*ad->ext->fwd_values = ad->nv0;
 	ad->need = calloc((size_t)ad->nv0 + 1, 1);
 	ad->contrib = calloc((size_t)ad->nv0 + 1, sizeof *ad->contrib);
 	ad->ncontrib = calloc((size_t)ad->nv0 + 1, sizeof *ad->ncontrib);

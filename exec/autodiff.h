@@ -14,7 +14,12 @@
  * optimizer graph updates them from the accumulated gradients, built with
  * seeds (parameter, its gradient as an input) and no forward nodes.
  * forward_only: the stage's forward graph, rewritten as a training step's
- * forward is (the same node order, so the same Dropout seeds). */
+ * forward is (the same node order, so the same Dropout seeds).
+ * node_offset: where the stage's nodes start in the model, so that a
+ * Dropout node's seed is the one it has in a 1-rank training graph.
+ * fwd_values (out, may be NULL): the values the forward part of the graph
+ * has before the gradient nodes are added; a node whose outputs are all
+ * below it is a forward node (the final sort interleaves them). */
 struct hp_ad_ext {
 	int forward_only;     /* just the training-mode rewrite (BatchNorm, Dropout) */
 	int nseed;
@@ -22,6 +27,8 @@ struct hp_ad_ext {
 	int nwrt;
 	const int *wrt;
 	int *wrt_grad;
+	int *fwd_values;
+	int node_offset;      /* the graph's node 0 is the model's node node_offset (Dropout's seeds) */
 };
 int hp_autodiff_ext(struct hp_graph *g, const struct hp_train_spec *spec, const struct hp_ad_ext *x);
 

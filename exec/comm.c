@@ -258,6 +258,10 @@ int hp_comm_allgatherv(const float *send, float *recv, const int *counts, const 
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "all-gather");
 }
 
+/* A pipeline message's wait sleeps at most this long between tests
+ * (comm_wait.h). */
+#define P2P_WAIT_MAX_NS 200000L
+
 struct hp_comm_req {
 	MPI_Request r;
 	const char *what; /* for the message of a failed wait */
@@ -310,7 +314,7 @@ int hp_comm_req_wait(struct hp_comm_req *q)
 	pthread_mutex_lock(&mu);
 	/* the watchdog's deadline covers a peer that never sends */
 	hp_comm_watch_enter(q->what);
-	err = hp_comm_wait(&q->r, &mu);
+	err = hp_comm_wait_cap(&q->r, &mu, P2P_WAIT_MAX_NS);
 	hp_comm_watch_leave();
 	pthread_mutex_unlock(&mu);
 	if (err != MPI_SUCCESS)

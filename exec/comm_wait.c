@@ -24,6 +24,11 @@
 
 int hp_comm_wait(MPI_Request *req, pthread_mutex_t *mu)
 {
+	return hp_comm_wait_cap(req, mu, WAIT_MAX_NS);
+}
+
+int hp_comm_wait_cap(MPI_Request *req, pthread_mutex_t *mu, long max_ns)
+{
 	long ns = WAIT_MIN_NS;
 	int done = 0, err;
 
@@ -37,6 +42,6 @@ int hp_comm_wait(MPI_Request *req, pthread_mutex_t *mu)
 		pthread_mutex_unlock(mu); /* another thread's collective may start meanwhile */
 		nanosleep(&ts, NULL);
 		pthread_mutex_lock(mu);
-		ns = ns * 2 > WAIT_MAX_NS ? WAIT_MAX_NS : ns * 2;
+		ns = ns * 2 > max_ns ? max_ns : ns * 2;
 	}
 }

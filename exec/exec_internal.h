@@ -55,6 +55,19 @@ uint64_t hp_prof_now_ns(const struct hp_prof *p);
 /* The tensor store of an out-of-core session, else NULL. */
 struct hs_store *hp_session_store(const struct hp_session *s);
 
+/* In core only (HP_EUNSUPPORTED out of core): graph input v reads data in
+ * place from now on instead of a copy of its own; the caller keeps data
+ * alive and unchanged while the session runs (a pipeline stage's graphs
+ * share the optimizer's parameters this way, exec/pipe_build.c).  v may
+ * also be a graph output its node computes into bytes of its own: the
+ * node then writes data (the caller keeps it alive while the session
+ * runs). */
+int hp_session_bind_value(struct hp_session *s, int v, void *data);
+/* In core only: the bytes of value v the session holds (a weight, state,
+ * input or computed output), NULL out of core or if it holds none.  Valid
+ * until the next run or bind. */
+const void *hp_session_value_ptr(const struct hp_session *s, int v);
+
 /* One value to place in the arena: alive over steps [start, end]. */
 struct hp_arena_item {
 	uint64_t size;

@@ -3,25 +3,32 @@
  * micro-batches of every step in a 1F1B or GPipe order.
  *
  * A stage runs three graphs, all cut from the same model (pipe_graph.h):
- *   forward   its nodes, parameters as inputs: the activations it sends on;
- *   backward  its nodes again with their gradient (autodiff seeded by the
- *             gradients the next stage sends back, or by the loss on the
- *             last stage): the forward is recomputed from the stage's saved
- *             inputs, so a micro-batch in flight costs its boundary bytes
- *             only; outputs the gradients of the parameters and of the
- *             stage's inputs (sent back);
+ *   forward   its nodes, parameters as inputs: the activations it sends on,
+ *             and those its gradient reads (the saved values);
+ *   backward  the gradient of its nodes (autodiff seeded by the gradients
+ *             the next stage sends back, or by the loss on the last stage)
+ *             reading the saved values of the micro-batch (pipe_split.c):
+ *             a micro-batch in flight keeps them in its slot until its
+ *             backward, inside the stage's budget; outputs the gradients
+ *             of the parameters and of the stage's inputs (sent back).
+ *             A stage whose gradient reads run-to-run state cannot be
+ *             split: its backward recomputes the forward from the saved
+ *             inputs instead (p->split 0);
  *   optimizer the parameters as trainable weights, their summed gradients
  *             as inputs, the updates autodiff emits for one rank (the same
  *             state names, so checkpoints and numbers are the 1-rank run's).
  * The last stage has no forward graph: its backward graph is its forward.
  * Gradients of a step's micro-batches are summed in float32 in micro-batch
  * order, summed over the stage's D replicas, scaled by 1 / (M D) (every
- * loss is a mean over its micro-batch), then the optimizer runs and its
- * parameters are copied into the other two graphs. */
+ * loss is a mean over its micro-batch), then the optimizer runs and the
+ * other two graphs read its parameters in place (in core; copied out of
+ * core). */
 #ifndef HPDLF_EXEC_PIPE_H
 #define HPDLF_EXEC_PIPE_H
 
 #include <stdint.h>
+
+#include <json-c/json.h>
 
 #include "exec/pipe_graph.h"
 
@@ -36,6 +43,7 @@ struct hp_pipe_slot {
 	void *gout;                 /* cut s's gradients, received */
 	void *out, *gin;            /* cut s's values and cut s-1's gradients, being sent */
 	struct hp_comm_req *rin, *rgout, *sout, *sgin;
+	void *saved;                /* the saved values of its forward (p->split) */
 };
 
 struct hp_pipe {
@@ -57,6 +65,11 @@ struct hp_pipe {
 	struct hp_pipe_slot *slot;
 	void *ybuf, *ytmp;          /* a micro-batch's labels (last stage; ytmp: int32 file rows) */
 	double loss_sum;            /* this step's micro-batch losses (last stage) */
+	int split;                  /* the backward reads saved values (else it recomputes) */
+	int nsaved, *saved;         /* the saved values (indices in both graphs) */
+	uint64_t saved_bytes;       /* of one micro-batch */
+	char *acc_direct;           /* per parameter: its GemmGrad adds into acc itself (in core) */
+	int model_nodes;            /* of the whole model (t->g before the stage replaced it) */
 };
 
 /* This rank's place (t->pipe): stage, pipeline, micro-batch rows; checks
@@ -80,6 +93,43 @@ int hp_pipe_bounds(const struct hp_trainer *t, int P, int *bounds);
  * part of any checkpoint (train_ckpt_load.c). */
 int hp_pipe_ckpt_write(struct hp_trainer *t);
 int hp_pipe_ckpt_read(struct hp_trainer *t);
+
+/* Split the stage's backward graph gb (its forward nodes, then their
+ * gradient; autodiff's fwd_values nv0) in two: gf, a second build of the
+ * same graph, keeps the forward nodes and outputs cut cout's values and
+ * the saved values; gb keeps the gradient nodes with the saved values
+ * as inputs.  *saved (malloc'd): their indices, the same in both graphs.
+ * HP_EUNSUPPORTED when the gradient reads run-to-run state (neither graph
+ * changed then). */
+int hp_pipe_split(struct hp_graph *gf, struct hp_graph *gb, int nv0, const struct hp_pipe_cut *cout, int **saved,
+		  int *nsaved);
+
+/* A copy of the model as the trainer prepared it: the data input's batch
+ * the micro-batch, parameters promoted, inferred (pipe_build.c). */
+int hp_pipe_model_copy(struct hp_trainer *t, struct hp_graph **out);
+
+/* The stage's state as a checkpoint lists it (pipe_ckpt.c): a JSON array
+ * of {name, dtype, shape, elements, bytes, graph, value}, and piece
+ * [at, at + n) of entry e's tensor. */
+json_object *hp_pipe_state_list(struct hp_trainer *t);
+int hp_pipe_state_read(struct hp_trainer *t, json_object *e, uint64_t at, size_t n, void *buf);
+
+/* --export-onnx of a pipeline (pipe_export.c), collective: rank 0 writes
+ * the whole trained model, reading each stage's tensors from the rank
+ * that holds it piece by piece as the exporter asks for them. */
+int hp_pipe_export(struct hp_trainer *t, const char *path, int external);
+
+/* Where a stage's bytes live (pipe_mem.c): b[] the budgets of the
+ * backward, forward and optimizer sessions (0: in core); in core, mark
+ * the GemmGrads that add a parameter's gradient into p->acc themselves
+ * (before the backward's session is made) and bind them (after). */
+int hp_pipe_budgets(struct hp_trainer *t, const struct hp_graph *gb, uint64_t b[3]);
+int hp_pipe_mark_direct(struct hp_trainer *t, struct hp_graph *gb);
+int hp_pipe_bind_direct(struct hp_trainer *t);
+/* Before each backward: the step's first (first 1) overwrites those sums,
+ * the others add; hp_pipe_zero_acc zeroes the rest of p->acc. */
+void hp_pipe_direct_first(struct hp_trainer *t, int first);
+void hp_pipe_zero_acc(struct hp_pipe *p);
 
 /* The stage's parameters between the optimizer and the other graphs. */
 int hp_pipe_sync_params(struct hp_pipe *p, struct hp_session *sb);

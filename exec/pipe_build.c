@@ -15,6 +15,13 @@
 #include "exec/train_internal.h"
 #include "exec/train_params.h"
 
+static uint64_t vbytes(const struct hp_graph *g, int v)
+{
+	struct hp_tensor x = { .dtype = g->values[v].dtype, .shape = g->values[v].shape };
+
+	return hp_tensor_bytes(&x);
+}
+
 /* The planner's choice on rank 0 (its speed model is this node's; every
  * rank must cut alike), broadcast with its verdict.  A model the planner
  * cannot cost (it reloads the file: a graph the trainer rewrote no longer
@@ -63,7 +70,7 @@ int hp_pipe_bounds(const struct hp_trainer *t, int P, int *bounds)
 
 /* A copy of the model as the trainer prepared t->g: the data input's
  * batch the micro-batch, parameters promoted, inferred. */
-static int model_copy(struct hp_trainer *t, struct hp_graph **out)
+int hp_pipe_model_copy(struct hp_trainer *t, struct hp_graph **out)
 {
 	struct hp_graph *g;
 	struct hp_shape s = t->data.x.shape;
@@ -79,9 +86,9 @@ static int model_copy(struct hp_trainer *t, struct hp_graph **out)
 		rc = hp_train_params(g, has ? t->o.freeze : NULL, has ? t->o.nfreeze : 0, &pc);
 	if (rc == 0)
 		rc = hp_graph_infer(g);
-	if (rc == 0 && g->nnodes != t->g->nnodes)
+	if (rc == 0 && g->nnodes != t->pipe->model_nodes)
 		rc = hp_error(HP_EINTERNAL, "%s: a copy of the model has %d nodes, not %d", t->model, g->nnodes,
-			      t->g->nnodes);
+			      t->pipe->model_nodes);
 	if (rc < 0) {
 		hp_graph_free(g);
 		return rc;
@@ -161,7 +168,7 @@ static void backward_indices(struct hp_pipe *p, const struct hp_graph *model, co
 	(void)model;
 }
 
-static int build_backward(struct hp_trainer *t, int loss_value, struct hp_graph **out)
+static int build_backward(struct hp_trainer *t, int loss_value, struct hp_graph **out, int *nv0)
 {
 	struct hp_pipe *p = t->pipe;
 	struct hp_train_spec spec = t->o.spec;
@@ -169,10 +176,11 @@ static int build_backward(struct hp_trainer *t, int loss_value, struct hp_graph 
 	int n = t->g->nvalues + 1, rc;
 	int *wrt = calloc((size_t)n, sizeof *wrt), *wg = calloc((size_t)n, sizeof *wg);
 	int *sv = calloc((size_t)n, sizeof *sv), *sg = calloc((size_t)n, sizeof *sg);
-	struct hp_ad_ext x = { .wrt = wrt, .wrt_grad = wg, .seed_value = sv, .seed_grad = sg };
+	struct hp_ad_ext x = { .wrt = wrt, .wrt_grad = wg, .seed_value = sv, .seed_grad = sg, .fwd_values = nv0,
+			       .node_offset = p->bounds[p->stage] };
 
 	*out = NULL;
-	rc = wrt && wg && sv && sg ? model_copy(t, &g) : hp_error(-ENOMEM, "out of memory");
+	rc = wrt && wg && sv && sg ? hp_pipe_model_copy(t, &g) : hp_error(-ENOMEM, "out of memory");
 	if (rc == 0 && (rc = hp_pipe_stage_cut(g, p->P, p->bounds, p->stage, p->cuts, loss_value, 1)) == 0)
 		rc = backward_ext(p, t->g, g, &x);
 	if (rc == 0 && p->stage + 1 == p->P)
@@ -203,7 +211,7 @@ static int build_optimizer(struct hp_trainer *t, struct hp_graph **out)
 	*out = NULL;
 	if (!p->np)
 		return 0; /* nothing to train here */
-	if ((rc = model_copy(t, &g)) < 0)
+	if ((rc = hp_pipe_model_copy(t, &g)) < 0)
 		return rc;
 	*out = g;
 	while (g->nnodes)
@@ -221,7 +229,30 @@ static int build_optimizer(struct hp_trainer *t, struct hp_graph **out)
 	return hp_autodiff_ext(g, &t->o.spec, &x);
 }
 
-static int build_forward(struct hp_trainer *t, int loss_value, struct hp_graph **out)
+/* The forward graph as the first half of the backward graph gb
+ * (pipe_split.c): gb built again, both split.  HP_EUNSUPPORTED: the
+ * stage cannot be split (gb unchanged). */
+static int build_split(struct hp_trainer *t, int loss_value, struct hp_graph *gb, int nv0, struct hp_graph **out)
+{
+	struct hp_pipe *p = t->pipe;
+	struct hp_graph *g = NULL;
+	int nv, rc = build_backward(t, loss_value, &g, &nv);
+
+	if (rc == 0)
+		rc = hp_pipe_split(g, gb, nv0, &p->cuts[p->stage], &p->saved, &p->nsaved);
+	if (rc < 0) {
+		hp_graph_free(g);
+		return rc;
+	}
+	p->split = 1;
+	/* each at a 64-byte boundary: an in-core backward reads them in place */
+	for (int k = 0; k < p->nsaved; k++)
+		p->saved_bytes += (vbytes(gb, p->saved[k]) + 63) / 64 * 64;
+	*out = g;
+	return 0;
+}
+
+static int build_forward(struct hp_trainer *t, int loss_value, struct hp_graph *gb, int nv0, struct hp_graph **out)
 {
 	struct hp_pipe *p = t->pipe;
 	int rc;
@@ -229,9 +260,12 @@ static int build_forward(struct hp_trainer *t, int loss_value, struct hp_graph *
 	*out = NULL;
 	if (p->stage + 1 == p->P)
 		return 0; /* the last stage's backward graph is its forward */
-	struct hp_ad_ext x = { .forward_only = 1 };
+	if ((rc = build_split(t, loss_value, gb, nv0, out)) != HP_EUNSUPPORTED)
+		return rc;
+	hp_log(HP_LOG_INFO, "pipeline stage %d: %s; its backward recomputes the forward", p->stage, hp_errmsg());
+	struct hp_ad_ext x = { .forward_only = 1, .node_offset = p->bounds[p->stage] };
 
-	if ((rc = model_copy(t, out)) < 0)
+	if ((rc = hp_pipe_model_copy(t, out)) < 0)
 		return rc;
 	rc = hp_pipe_stage_cut(*out, p->P, p->bounds, p->stage, p->cuts, loss_value, 1);
 	/* BatchNorm on the micro-batch's statistics and Dropout's masks as
@@ -261,13 +295,6 @@ static int session(struct hp_trainer *t, struct hp_graph *g, uint64_t budget, co
 	return hp_session_create(g, &eo, out);
 }
 
-static uint64_t vbytes(const struct hp_graph *g, int v)
-{
-	struct hp_tensor x = { .dtype = g->values[v].dtype, .shape = g->values[v].shape };
-
-	return hp_tensor_bytes(&x);
-}
-
 static uint64_t cut_bytes(const struct hp_pipe_cut *c, int grads)
 {
 	return !c ? 0 : grads ? c->grad_bytes : c->bytes;
@@ -291,7 +318,8 @@ static int alloc_slots(struct hp_trainer *t)
 		q->gout = malloc(cut_bytes(cout, 1) + 1);
 		q->out = malloc(cut_bytes(cout, 0) + 1);
 		q->gin = malloc(cut_bytes(cin, 1) + 1);
-		if (!q->in || !q->gout || !q->out || !q->gin)
+		q->saved = aligned_alloc(64, p->saved_bytes + 64);
+		if (!q->in || !q->gout || !q->out || !q->gin || !q->saved)
 			return hp_error(-ENOMEM, "out of memory for the pipeline's buffers");
 	}
 	return 0;
@@ -317,29 +345,6 @@ static int alloc_params(struct hp_trainer *t)
 	p->tmp = calloc(p->nparam + 1, sizeof *p->tmp);
 	return p->acc && p->tmp ? 0 : hp_error(-ENOMEM, "out of memory for the gradients of %llu parameters",
 					       (unsigned long long)p->nparam);
-}
-
-static int set_param(struct hp_session *s, const struct hp_graph *g, int v, void *data)
-{
-	struct hp_tensor x = { .dtype = HP_F32, .shape = g->values[v].shape, .data = data };
-
-	return s ? hp_session_set_input(s, g->values[v].name, &x) : 0;
-}
-
-int hp_pipe_sync_params(struct hp_pipe *p, struct hp_session *sb)
-{
-	const struct hp_graph *g = p->go;
-	int rc = 0;
-
-	for (int k = 0; k < p->np && rc == 0; k++) {
-		float *w = p->tmp + p->poff[k];
-		rc = hp_session_read_value(p->so, p->params[k], 0, vbytes(g, p->params[k]), w);
-		if (rc == 0)
-			rc = set_param(sb, g, p->params[k], w);
-		if (rc == 0)
-			rc = set_param(p->sf, g, p->params[k], w);
-	}
-	return rc;
 }
 
 /* The loss, labels and data inputs of the backward graph. */
@@ -383,7 +388,7 @@ static int loss_value(const struct hp_trainer *t)
 static int build_stage(struct hp_trainer *t, struct hp_graph **gb)
 {
 	struct hp_pipe *p = t->pipe;
-	int lv = loss_value(t), rc;
+	int lv = loss_value(t), nv0 = 0, rc;
 
 	if (lv < 0)
 		return lv;
@@ -396,7 +401,7 @@ static int build_stage(struct hp_trainer *t, struct hp_graph **gb)
 	if ((rc = hp_pipe_stage_params(t->g, p->bounds, p->stage, &p->params, &p->np)) < 0 ||
 	    (rc = alloc_params(t)) < 0)
 		return rc;
-	if ((rc = build_backward(t, lv, gb)) < 0 || (rc = build_forward(t, lv, &p->gf)) < 0 ||
+	if ((rc = build_backward(t, lv, gb, &nv0)) < 0 || (rc = build_forward(t, lv, *gb, nv0, &p->gf)) < 0 ||
 	    (rc = build_optimizer(t, &p->go)) < 0)
 		return rc;
 	return find_io(t, *gb, hp_graph_find_value(t->g, "loss") >= 0);
@@ -438,9 +443,10 @@ int hp_pipe_build(struct hp_trainer *t)
 {
 	struct hp_pipe *p = t->pipe;
 	struct hp_graph *gb = NULL;
-	uint64_t budget = t->o.budget;
+	uint64_t b[3];
 	int rc;
 
+	p->model_nodes = t->g->nnodes;
 	if ((rc = build_stage(t, &gb)) < 0) {
 		hp_graph_free(gb);
 		return rc;
@@ -452,13 +458,17 @@ int hp_pipe_build(struct hp_trainer *t)
 	t->vin = p->vin;
 	t->vlab = p->vlab;
 	t->vloss = p->vloss;
-	/* the backward graph holds the activations: half the budget; the
-	 * forward and the optimizer a quarter each */
-	/* --trace: the backward's kernels (the forward recomputed in them) */
-	if ((rc = session(t, gb, budget / 2, t->o.trace_path, &t->s)) < 0 ||
-	    (rc = session(t, p->gf, budget / 4, NULL, &p->sf)) < 0 || (rc = session(t, p->go, budget / 4, NULL, &p->so)) < 0)
+	if ((rc = alloc_slots(t)) < 0 || (rc = hp_pipe_budgets(t, gb, b)) < 0 || (rc = hp_pipe_mark_direct(t, gb)) < 0)
 		return rc;
-	if ((rc = hp_dataset_attach(&t->data, hp_session_store(t->s))) < 0 || (rc = alloc_slots(t)) < 0)
+	/* --trace: the backward's kernels (and the forward's when the
+	 * backward recomputes it), a file per rank */
+	char trace[4096];
+	if (t->o.trace_path)
+		snprintf(trace, sizeof trace, t->rank ? "%s.%d" : "%s", t->o.trace_path, t->rank);
+	if ((rc = session(t, gb, b[0], t->o.trace_path ? trace : NULL, &t->s)) < 0 || (rc = session(t, p->gf, b[1], NULL, &p->sf)) < 0 ||
+	    (rc = session(t, p->go, b[2], NULL, &p->so)) < 0)
+		return rc;
+	if ((rc = hp_dataset_attach(&t->data, hp_session_store(t->s))) < 0 || (rc = hp_pipe_bind_direct(t)) < 0)
 		return rc;
 	return hp_pipe_sync_params(p, t->s);
 }

@@ -58,6 +58,21 @@ static void restore(struct hp_trainer *t, const struct swap *w)
 	t->s = w->s;
 }
 
+/* Where the stage's other state lives (BatchNorm's running statistics,
+ * Dropout's counter): the forward graph when the backward reads its
+ * saved values (pipe_split.c), else the backward graph (w: the trainer's
+ * own). */
+static struct swap state_of(const struct hp_trainer *t, const struct swap *w)
+{
+	struct swap st = *w;
+
+	if (t->pipe->split) {
+		st.g = t->pipe->gf;
+		st.s = t->pipe->sf;
+	}
+	return st;
+}
+
 static int blocking(int send, void *buf, size_t len, int peer, int tag)
 {
 	struct hp_comm_req *q;
@@ -121,6 +136,30 @@ static int read_piece(struct hp_trainer *t, const struct swap *w, json_object *e
 	struct hp_session *s = hp_ck_jint(e, "graph") ? w->s : t->s;
 
 	return hp_whole_read(s, (int)hp_ck_jint(e, "value"), at, n, buf);
+}
+
+json_object *hp_pipe_state_list(struct hp_trainer *t)
+{
+	struct swap w, st;
+	json_object *list;
+
+	use_optimizer(t, &w);
+	st = state_of(t, &w);
+	list = state_list(t, &st);
+	restore(t, &w);
+	return list;
+}
+
+int hp_pipe_state_read(struct hp_trainer *t, json_object *e, uint64_t at, size_t n, void *buf)
+{
+	struct swap w, st;
+	int rc;
+
+	use_optimizer(t, &w);
+	st = state_of(t, &w);
+	rc = read_piece(t, &st, e, at, n, buf);
+	restore(t, &w);
+	return rc;
 }
 
 /* Stage s > 0: the list, then every piece of every tensor, to rank 0. */
@@ -352,10 +391,11 @@ int hp_pipe_ckpt_write(struct hp_trainer *t)
 	if (!buf)
 		return hp_error(-ENOMEM, "out of memory");
 	use_optimizer(t, &w);
+	struct swap st = state_of(t, &w);
 	if (t->rank == 0) {
-		rc = rank0(t, &w, buf, &ok);
+		rc = rank0(t, &st, buf, &ok);
 	} else {
-		rc = p->replica == 0 ? send_stage(t, &w, buf) : 0;
+		rc = p->replica == 0 ? send_stage(t, &st, buf) : 0;
 		if (rc == -EIO)
 			rc = hp_error(-EIO, "rank %d: stage %d's state could not be read for the checkpoint", t->rank,
 				      p->stage);
@@ -399,8 +439,13 @@ int hp_pipe_ckpt_read(struct hp_trainer *t)
 		rc = hp_ckpt_read(t);
 		restore(t, &w);
 	}
-	if (rc == 0)
-		rc = hp_ckpt_read(t); /* the backward graph's state */
+	if (rc == 0) {
+		/* the other state (state_of) */
+		struct swap own = { t->g, t->s }, st = state_of(t, &own);
+		restore(t, &st);
+		rc = hp_ckpt_read(t);
+		restore(t, &own);
+	}
 	if (rc == 0)
 		rc = hp_pipe_sync_params(t->pipe, t->s);
 	if (rc == 0)

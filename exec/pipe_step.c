@@ -110,6 +110,11 @@ static int forward(struct hp_trainer *t, int m)
 	}
 	if (rc == 0)
 		rc = hp_comm_isend(q->out, (uint64_t)(at - (unsigned char *)q->out), t->rank + 1, 2 * m, &q->sout);
+	at = q->saved;
+	for (int k = 0; k < p->nsaved && rc == 0; k++) {
+		rc = hp_session_read_value(p->sf, p->saved[k], 0, vbytes(p->gf, p->saved[k]), at);
+		at += (vbytes(p->gf, p->saved[k]) + 63) / 64 * 64;
+	}
 	if (rc == 0)
 		rc = hp_comm_irecv(q->gout, c->grad_bytes, t->rank + 1, 2 * m + 1, &q->rgout);
 	return rc;
@@ -165,11 +170,16 @@ static int accumulate(struct hp_trainer *t)
 	int rc = 0;
 
 	for (int k = 0; k < p->np && rc == 0; k++) {
-		float *a = p->acc + p->poff[k], *g = p->tmp + p->poff[k];
+		float *a = p->acc + p->poff[k];
+		const float *g;
 		int64_t n = hp_shape_numel(&t->g->values[p->params[k]].shape);
-		if (p->pgrad[k] < 0)
+		if (p->pgrad[k] < 0 || (p->acc_direct && p->acc_direct[k]))
 			continue;
-		rc = hp_session_read_value(t->s, p->pgrad[k], 0, (uint64_t)n * sizeof *g, g);
+		/* in core the gradient is read where the backward left it */
+		if (!(g = hp_session_value_ptr(t->s, p->pgrad[k]))) {
+			rc = hp_session_read_value(t->s, p->pgrad[k], 0, (uint64_t)n * sizeof *g, p->tmp + p->poff[k]);
+			g = p->tmp + p->poff[k];
+		}
 		for (int64_t i = 0; rc == 0 && i < n; i++)
 			a[i] += g[i];
 	}
@@ -205,13 +215,32 @@ static int send_back(struct hp_trainer *t, int m)
 					   &q->sgin);
 }
 
+/* Micro-batch m's saved values into the backward: read in place in core
+ * (the slot keeps them to the end of the backward), else copied. */
+static int feed_saved(struct hp_trainer *t, int m)
+{
+	struct hp_pipe *p = t->pipe;
+	unsigned char *at = p->slot[m % p->nslot].saved;
+	int rc = 0;
+
+	for (int k = 0; k < p->nsaved && rc == 0; k++) {
+		int v = p->saved[k];
+		rc = t->s->ex == &hp_exec_incore ? hp_session_bind_value(t->s, v, at) : set_in(t->s, t->g, v, at);
+		at += (vbytes(t->g, v) + 63) / 64 * 64;
+	}
+	return rc;
+}
+
 static int backward(struct hp_trainer *t, int m)
 {
 	struct hp_pipe *p = t->pipe;
 	int rc;
 
 	/* stage 0's rows are still in the slot from the forward */
-	if ((rc = feed_inputs(t, t->s, t->g, m)) < 0 || (rc = feed_seeds(t, m)) < 0 || (rc = hp_session_run(t->s)) < 0)
+	if ((rc = feed_inputs(t, t->s, t->g, m)) < 0 || (rc = feed_saved(t, m)) < 0 || (rc = feed_seeds(t, m)) < 0)
+		return rc;
+	hp_pipe_direct_first(t, m == 0);
+	if ((rc = hp_session_run(t->s)) < 0)
 		return rc;
 	if (p->vloss >= 0) {
 		float l;
@@ -283,7 +312,7 @@ int hp_pipe_step(struct hp_trainer *t, double *loss)
 	double v[2];
 	int rc = 0;
 
-	memset(p->acc, 0, p->nparam * sizeof *p->acc);
+	hp_pipe_zero_acc(p);
 	p->loss_sum = 0;
 	for (int m = 0; m < p->nslot && rc == 0; m++)
 		rc = post_in(t, m);
@@ -314,6 +343,7 @@ void hp_pipe_free(struct hp_pipe *p)
 		free(p->slot[k].gout);
 		free(p->slot[k].out);
 		free(p->slot[k].gin);
+		free(p->slot[k].saved);
 	}
 	free(p->slot);
 	hp_session_destroy(p->sf);
@@ -329,6 +359,8 @@ void hp_pipe_free(struct hp_pipe *p)
 	free(p->ograd);
 	free(p->ingrad);
 	free(p->seed);
+	free(p->saved);
+	free(p->acc_direct);
 	free(p->acc);
 	free(p->tmp);
 	free(p->ybuf);

@@ -302,7 +302,8 @@ static int core_set_input(struct hp_session *ss, int v, const void *data)
 	struct hp_core *s = ss->state;
 	const struct hp_value *val = &s->g->values[v];
 
-	if (!s->buf[v] && !(s->buf[v] = buf_alloc(s, v, value_bytes(val))))
+	/* an input bound in place (hp_session_bind_input) gets its own copy again */
+	if (!s->owned[v] && !(s->buf[v] = buf_alloc(s, v, value_bytes(val))))
 		return hp_error(-ENOMEM, "out of memory for input '%s'", val->name);
 	memcpy(s->buf[v], data, value_bytes(val));
 	return 0;
@@ -491,6 +492,45 @@ const struct hp_executor hp_exec_incore = {
 	.stats = core_stats,
 	.destroy = core_destroy,
 };
+
+/* A graph output computed each run that no in-place op shares bytes with
+ * (its producer's own output, no state): its arena bytes can move. */
+static int movable_output(const struct hp_core *s, int v)
+{
+	const struct hp_value *val = &s->g->values[v];
+
+	if (val->kind != HP_VALUE_ACTIVATION || !val->is_output || val->next >= 0 || val->producer < 0 || val->data)
+		return 0;
+	for (int u = 0; u < s->g->nvalues; u++)
+		if (s->g->values[u].next == v)
+			return 0;
+	return !(s->g->nodes[val->producer].op->flags & (HP_OP_INPLACE | HP_OP_ALIAS));
+}
+
+int hp_session_bind_value(struct hp_session *ss, int v, void *data)
+{
+	struct hp_core *s = ss->state;
+
+	if (ss->ex != &hp_exec_incore)
+		return hp_error(HP_EUNSUPPORTED, "%s: only an in-core session reads an input in place", ss->g->path);
+	if (v < 0 || v >= s->g->nvalues || (s->g->values[v].kind != HP_VALUE_INPUT && !movable_output(s, v)))
+		return hp_error(HP_EUSAGE, "%s: value %d is neither an input nor an output of its own", ss->g->path, v);
+	if (s->owned[v]) {
+		free(s->buf[v]);
+		s->owned[v] = 0;
+	}
+	s->buf[v] = data;
+	return 0;
+}
+
+const void *hp_session_value_ptr(const struct hp_session *ss, int v)
+{
+	const struct hp_core *s = ss->state;
+
+	if (ss->ex != &hp_exec_incore || v < 0 || v >= s->g->nvalues)
+		return NULL;
+	return value_data(s, v);
+}
 
 /* ---- the public calls ---- */
 

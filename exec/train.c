@@ -141,9 +141,14 @@ static int check_pipeline(const struct hp_trainer_opts *o)
 		return hp_error(HP_EUSAGE, "--micro-batches and --pipeline-cuts need --pipeline P with P >= 2");
 	if (o->pipeline <= 1)
 		return 0;
-	if (o->shard || o->sync_bn || o->graph_only)
-		return hp_error(HP_EUSAGE, "--pipeline combines with plain data parallelism only (no --shard, --sync-bn "
-				"or --plan of the training step yet)");
+	if (o->shard)
+		return hp_error(HP_EUSAGE, "--shard does not go with --pipeline yet (the D replicas of a stage reduce "
+				"whole gradients; each stage already holds only its own parameters and optimizer state)");
+	if (o->sync_bn)
+		return hp_error(HP_EUSAGE, "--sync-bn does not go with --pipeline yet (BatchNorm normalizes over each "
+				"micro-batch of its pipeline)");
+	if (o->graph_only)
+		return hp_error(HP_EUSAGE, "--pipeline: --plan of the training step is --plan --pipeline P (the stages)");
 	if (o->async_sgd)
 		return hp_error(HP_EUSAGE, "--sync async does not go with --pipeline (a stage holds part of the model, "
 				"its peers other parts: there is nothing to blend)");

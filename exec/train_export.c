@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "hpdlf/error.h"
+#include "exec/pipe.h"
 #include "exec/split_weight.h"
 #include "exec/train_internal.h"
 #include "onnx/export.h"
@@ -22,8 +23,8 @@ int hp_trainer_export_onnx(struct hp_trainer *t, const char *path, int external)
 	char *whole;
 	int rc;
 
-	if (t->pipe)
-		return hp_error(HP_EUSAGE, "--export-onnx: a pipeline's ranks each hold one stage (not exported yet)");
+	if (t->pipe) /* collective: rank 0 writes, reading the stages' tensors */
+		return hp_pipe_export(t, path, external);
 
 	if (!t->s)
 		return hp_error(HP_EUSAGE, "%s: this trainer was built with graph_only: it holds no weights", path);

@@ -97,7 +97,10 @@ const struct hp_op tk_op_matmul_grad = {
 };
 
 /* ---- GemmGrad(dY, A, B) -> dA?, dB?  (attrs alpha, transA, transB) -----
- * Y = alpha op(A) op(B) (+ beta C, whose gradient is a BinaryGrad). */
+ * Y = alpha op(A) op(B) (+ beta C, whose gradient is a BinaryGrad).
+ * accumulate = 1 (a pipeline stage's backward, exec/pipe_build.c): dB is
+ * added to what its buffer holds, the sum over micro-batches that the
+ * caller keeps there, instead of overwriting it. */
 
 static int gemm_prepare(struct hp_graph *g, struct hp_node *n)
 {
@@ -132,6 +135,7 @@ static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
 	int lda = (int)as->dims[1], ldb = (int)bs->dims[1];
 	const float *dy = a->in[0].data, *x = a->in[1].data, *w = a->in[2].data;
 	float *dx = a->nout > 0 ? a->out[0].data : NULL, *dw = a->nout > 1 ? a->out[1].data : NULL;
+	float bw = hp_attr_int(n, "accumulate", 0) ? 1.0f : 0.0f;
 
 	if (dx && !ta) /* dA = alpha dY op(B)^T */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasNoTrans : CblasTrans, m, k, nn, alpha, dy, nn,
@@ -141,10 +145,10 @@ static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
 			    dy, nn, 0.0f, dx, m);
 	if (dw && !tb) /* dB = alpha op(A)^T dY */
 		cblas_sgemm(CblasRowMajor, ta ? CblasNoTrans : CblasTrans, CblasNoTrans, k, nn, m, alpha, x, lda,
-			    dy, nn, 0.0f, dw, nn);
+			    dy, nn, bw, dw, nn);
 	else if (dw) /* dB = alpha dY^T op(A) */
 		cblas_sgemm(CblasRowMajor, CblasTrans, ta ? CblasTrans : CblasNoTrans, nn, k, m, alpha, dy, nn,
-			    x, lda, 0.0f, dw, k);
+			    x, lda, bw, dw, k);
 	return 0;
 }
 

@@ -72,9 +72,6 @@ int exec_pipe_opts(const struct cli *c, struct hp_trainer_opts *o)
 
 	if (!c->pipeline && (c->micro_batches || c->schedule_given || c->pipeline_cuts))
 		return say("%s%s", "--micro-batches, --schedule and --pipeline-cuts need --pipeline P", "");
-	if (c->pipeline && c->export_onnx)
-		return say("%s%s", "--export-onnx with --pipeline: each rank holds one stage (not exported yet; "
-			   "resume the checkpoint without --pipeline to export)", "");
 	if (c->plan)
 		return 0; /* --plan --pipeline: exec_plan_pipe.c plans the stages */
 	if (c->pipeline == 1)

@@ -539,8 +539,14 @@ static void quiet_rank(struct cli *c)
 	/* --sync async: every rank trains its own state: each logs it */
 	c->log_json = c->sync_async && c->log_json ? exec_async_log_name(c->log_json, hp_comm_rank()) : NULL;
 	c->stats_json = NULL;
-	c->export_onnx = NULL;
-	c->trace = NULL;
+	/* a pipeline's export is collective: rank 0 writes, reading the
+	 * other stages' tensors from them (exec/pipe_export.c) */
+	if (!c->pipeline)
+		c->export_onnx = NULL;
+	/* a pipeline's ranks run different stages: each traces its own
+	 * (FILE.rank, exec/pipe_build.c) */
+	if (!c->pipeline)
+		c->trace = NULL;
 }
 
 /* A usage error is the same on every rank (each checks the same flags and
