@@ -309,7 +309,7 @@ static int update(struct hp_trainer *t)
 int hp_pipe_step(struct hp_trainer *t, double *loss)
 {
 	struct hp_pipe *p = t->pipe;
-	double v[2];
+	double v[1 + HP_DP_STOP_WORDS];
 	int rc = 0;
 
 	hp_pipe_zero_acc(p);
@@ -326,11 +326,11 @@ int hp_pipe_step(struct hp_trainer *t, double *loss)
 		return rc;
 	/* the last stages' mean loss, and any rank's cancel, to every rank */
 	v[0] = p->vloss >= 0 ? p->loss_sum / p->M / p->D : 0;
-	v[1] = t->o.cancel && *t->o.cancel;
-	if ((rc = hp_comm_allreduce(v, 2, HP_F64)) < 0)
+	hp_dp_stop_put(t, v + 1);
+	if ((rc = hp_comm_allreduce(v, 1 + HP_DP_STOP_WORDS, HP_F64)) < 0)
 		return rc;
 	*loss = v[0];
-	t->dp_stop = v[1] > 0;
+	hp_dp_stop_take(t, v + 1);
 	return 0;
 }
 

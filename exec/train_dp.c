@@ -8,6 +8,7 @@
  * issues them in the same order. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,16 +256,37 @@ int hp_dp_agree(struct hp_trainer *t)
 	return 0;
 }
 
+void hp_dp_stop_put(const struct hp_trainer *t, double *v)
+{
+	int sig = t->o.cancel ? (int)*t->o.cancel : 0;
+
+	v[0] = sig != 0;
+	v[1] = sig == SIGTERM;
+	v[2] = sig == SIGUSR1;
+}
+
+/* Every rank stops on the same signal, so the job's ranks all exit with one
+ * status (128 + N) and say the same: SIGTERM (Slurm's scancel, time
+ * limit) before SIGUSR1 before any other flag, taken as SIGINT.  A rank
+ * whose own flag is clear finds that signal in it (hpdlf/train.h). */
+void hp_dp_stop_take(struct hp_trainer *t, const double *v)
+{
+	t->dp_stop = v[1] > 0 ? SIGTERM : v[2] > 0 ? SIGUSR1 : v[0] > 0 ? SIGINT : 0;
+	if (t->dp_stop && t->o.cancel && !*t->o.cancel)
+		*t->o.cancel = t->dp_stop;
+}
+
 int hp_dp_mean_loss(struct hp_trainer *t, double *loss)
 {
-	double v[2] = { *loss, t->o.cancel && *t->o.cancel };
+	double v[1 + HP_DP_STOP_WORDS] = { *loss };
 	int rc;
 
 	if (t->nranks < 2 || t->o.async_sgd) /* async: each rank's own loss, no collective */
 		return 0;
-	if ((rc = hp_comm_allreduce(v, 2, HP_F64)) < 0)
+	hp_dp_stop_put(t, v + 1);
+	if ((rc = hp_comm_allreduce(v, 1 + HP_DP_STOP_WORDS, HP_F64)) < 0)
 		return rc;
 	*loss = v[0] / t->nranks;
-	t->dp_stop = v[1] > 0;
+	hp_dp_stop_take(t, v + 1);
 	return 0;
 }

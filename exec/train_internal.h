@@ -58,7 +58,7 @@ struct hp_trainer {
 	int rank, nranks;      /* data parallelism: this rank of nranks (1: alone) */
 	int64_t lbatch;        /* rows of each global batch this rank trains on */
 	int nbuckets;          /* gradient buckets reduced over the ranks */
-	int dp_stop;           /* some rank was cancelled: all stop after this step */
+	int dp_stop;           /* the signal some rank was cancelled by: all stop after this step */
 	hp_ckpt_progress_fn ckpt_progress; /* test hook (exec/train_hooks.h) */
 	void *ckpt_arg;
 	double link_GBps, link_lat_us; /* the ranks' link (train_dp_plan.c); 0: not known yet */
@@ -87,6 +87,12 @@ int hp_dp_agree(struct hp_trainer *t);
  * rank was cancelled (SIGINT/SIGTERM reach ranks at different steps: all
  * must stop after the same one, or the others wait in a collective). */
 int hp_dp_mean_loss(struct hp_trainer *t, double *loss);
+/* The ranks' stop flags in a step's allreduce: put HP_DP_STOP_WORDS
+ * doubles, sum them over the ranks, take the signal they agree on into
+ * t->dp_stop (train_dp.c). */
+#define HP_DP_STOP_WORDS 3
+void hp_dp_stop_put(const struct hp_trainer *t, double *v);
+void hp_dp_stop_take(struct hp_trainer *t, const double *v);
 /* The bucket size of the reductions of training graph g (train_dp_plan.c):
  * --bucket, else chosen by the planner from the model and the link
  * (measured at start-up under a launcher, identical on every rank). */

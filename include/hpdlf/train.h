@@ -113,7 +113,11 @@ struct hp_trainer_opts {
 	int64_t checkpoint_every;     /* steps between checkpoints (0: only at the end) */
 	int resume;                   /* continue from checkpoint_dir's checkpoint: 1, which
 	                                 must exist; 2, if there is one (else from step 0) */
-	volatile sig_atomic_t *cancel; /* set (e.g. by SIGINT) to stop after the current step */
+	/* set (e.g. to SIGINT) to stop after the current step; with several
+	 * ranks every rank stops after the same step, and a rank whose flag is
+	 * clear gets the signal the ranks stopped on written into it (SIGTERM
+	 * if any rank had it, else SIGUSR1, else SIGINT) */
+	volatile sig_atomic_t *cancel;
 	/* Lower tiers of the store out of core (0: a spill file in $TMPDIR);
 	 * as struct hp_exec_opts's. */
 	int ntiers;

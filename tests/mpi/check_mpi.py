@@ -183,10 +183,15 @@ def terminated_rank(tmp):
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         rc = p.wait()
+    err = p.stderr.read().decode(errors='replace')
     steps = len(losses(log)) if os.path.exists(log) else 0
     check(rc != 0 and steps > 0 and os.path.exists(os.path.join(ck, 'checkpoint.hpck')),
           'SIGTERM to rank 1: every rank stops (%d, in %.1f s) after step %d, checkpoint written'
           % (rc, time.time() - t0, steps - 1))
+    # rank 0, which was not signalled, stops on the same signal: the job
+    # exits 143 and rank 0 (which alone speaks) says terminated, not interrupted
+    check(rc == 143 and 'hpdlf-exec: terminated: training stopped' in err,
+          'the job exits 143 and rank 0 says "terminated" (%d: %s)' % (rc, err.strip()[-200:]))
     args = train_args('models/mlp', 60, 'sgd', ['--checkpoint', ck, '--resume'])
     args[args.index('--steps') + 1] = str(steps + 2)
     rc = ranks_run(2, args, os.path.join(tmp, 'resumed.json'))
