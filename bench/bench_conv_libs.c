@@ -8,9 +8,10 @@
  * Every figure is GFLOP/s per CPU-second of one thread (the thread's CPU
  * clock, medians of --reps runs after a warm-up), so the comparison holds
  * on a machine shared with other jobs; oneDNN runs with one OpenMP thread
- * (the program re-executes itself with OMP_NUM_THREADS=1) on the NCHW /
- * OIHW tensors hpdlf holds (no reorders counted, "impl" says which kernel
- * oneDNN picked).  The gemm columns time one sgemm of the im2col path's
+ * (the program re-executes itself with OMP_NUM_THREADS=1), once on the
+ * NCHW / OIHW tensors hpdlf holds and once ("dnnl-blk") in the blocked
+ * layouts it prefers, reorders not counted; "impl" says which kernels
+ * oneDNN picked.  The gemm columns time one sgemm of the im2col path's
  * shape (M = output channels per group, N = output positions of a tile,
  * K = input channels per group x kernel volume) per library.  Libraries
  * missing at build time (meson options dnnl, blis, xsmm) print "-".  Ends
@@ -187,14 +188,29 @@ struct dn {
 	dnnl_stream_t st;
 };
 
-static dnnl_memory_t dn_mem(struct dn *d, const dnnl_memory_desc_t *md, float *p)
+/* Memory for argument `arg` of pd in the layout the primitive chose, filled. */
+static dnnl_memory_t dn_mem(struct dn *d, const_dnnl_primitive_desc_t pd, int arg, unsigned seed)
 {
+	const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
 	dnnl_memory_t m;
+	void *h = NULL;
+	size_t n;
 
-	return dnnl_memory_create(&m, md, d->eng, p) == dnnl_success ? m : NULL;
+	if (!md || dnnl_memory_create(&m, md, d->eng, DNNL_MEMORY_ALLOCATE) != dnnl_success)
+		return NULL;
+	n = dnnl_memory_desc_get_size(md) / sizeof(float);
+	dnnl_memory_get_data_handle(m, &h);
+	float *f = filled(n, seed);
+	memcpy(h, f, n * sizeof(float));
+	free(f);
+	return m;
 }
 
-static double time_dnnl(struct dn *d, const struct cls *c, enum pass pass, int reps, char *impl, size_t impl_len)
+/* blocked 0: oneDNN on hpdlf's NCHW / OIHW tensors; 1: in the layouts it
+ * prefers (format "any", blocked; the reorders into and out of them not
+ * counted: an upper bound for a graph kept in its layout). */
+static double time_dnnl(struct dn *d, const struct cls *c, enum pass pass, int reps, int blocked, char *impl,
+			size_t impl_len)
 {
 	dnnl_dims_t xd = { c->n, c->c, c->h, c->w }, yd = { c->n, c->m, out_dim(c, c->h), out_dim(c, c->w) };
 	dnnl_dims_t wd = { c->g, c->m / c->g, c->c / c->g, c->k, c->k }, sd = { c->s, c->s }, pd = { c->p, c->p };
@@ -204,13 +220,13 @@ static double time_dnnl(struct dn *d, const struct cls *c, enum pass pass, int r
 	dnnl_primitive_t prim = NULL;
 	const char *info = "?";
 	double ms[64], out = -1;
-	size_t nx = (size_t)(c->n * c->c * c->h * c->w), ny = (size_t)(yd[0] * yd[1] * yd[2] * yd[3]);
-	size_t nw = (size_t)(c->m * (c->c / c->g) * c->k * c->k);
-	float *bx = filled(nx, 3), *by = filled(ny, 4), *bw = filled(nw, 5);
+	int args[3] = { pass == BWD_DATA ? DNNL_ARG_DIFF_SRC : DNNL_ARG_SRC, pass == FWD ? DNNL_ARG_DST : DNNL_ARG_DIFF_DST,
+			pass == BWD_FILTER ? DNNL_ARG_DIFF_WEIGHTS : DNNL_ARG_WEIGHTS };
+	dnnl_exec_arg_t ea[3];
 
-	dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_f32, dnnl_nchw);
-	dnnl_memory_desc_init_by_tag(&y, 4, yd, dnnl_f32, dnnl_nchw);
-	dnnl_memory_desc_init_by_tag(&w, 5, wd, dnnl_f32, dnnl_goihw);
+	dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_f32, blocked ? dnnl_format_tag_any : dnnl_nchw);
+	dnnl_memory_desc_init_by_tag(&y, 4, yd, dnnl_f32, blocked ? dnnl_format_tag_any : dnnl_nchw);
+	dnnl_memory_desc_init_by_tag(&w, 5, wd, dnnl_f32, blocked ? dnnl_format_tag_any : dnnl_goihw);
 	if (dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &x, &w, NULL, &y,
 					       sd, pd, pd) != dnnl_success ||
 	    dnnl_primitive_desc_create(&fpd, &fd, NULL, d->eng, NULL) != dnnl_success)
@@ -231,30 +247,23 @@ static double time_dnnl(struct dn *d, const struct cls *c, enum pass pass, int r
 	snprintf(impl, impl_len, "%s", info);
 	if (dnnl_primitive_create(&prim, ppd) != dnnl_success)
 		goto done;
-	dnnl_memory_t mx = dn_mem(d, &x, bx), my = dn_mem(d, &y, by), mw = dn_mem(d, &w, bw);
-	dnnl_exec_arg_t args[3] = {
-		{ pass == BWD_DATA ? DNNL_ARG_DIFF_SRC : DNNL_ARG_SRC, mx },
-		{ pass == FWD ? DNNL_ARG_DST : DNNL_ARG_DIFF_DST, my },
-		{ pass == BWD_FILTER ? DNNL_ARG_DIFF_WEIGHTS : DNNL_ARG_WEIGHTS, mw },
-	};
+	for (int i = 0; i < 3; i++)
+		if (!(ea[i].memory = dn_mem(d, ppd, ea[i].arg = args[i], (unsigned)i + 3)))
+			goto done;
 	for (int r = 0; r <= reps; r++) {
 		double t0 = now_ms();
-		dnnl_primitive_execute(prim, d->st, 3, args);
+		dnnl_primitive_execute(prim, d->st, 3, ea);
 		dnnl_stream_wait(d->st);
 		if (r > 0)
 			ms[r - 1] = now_ms() - t0;
 	}
 	out = median(ms, reps);
-	dnnl_memory_destroy(mx);
-	dnnl_memory_destroy(my);
-	dnnl_memory_destroy(mw);
+	for (int i = 0; i < 3; i++)
+		dnnl_memory_destroy(ea[i].memory);
 done:
 	dnnl_primitive_destroy(prim);
 	dnnl_primitive_desc_destroy(ppd);
 	dnnl_primitive_desc_destroy(fpd);
-	free(bx);
-	free(by);
-	free(bw);
 	return out;
 }
 #endif
@@ -327,14 +336,15 @@ static FILE *js; /* the JSON line's rows */
 
 static void row(const struct cls *c, enum pass p, int reps, void *dn, int first)
 {
-	double f = flops(c), th = time_hpdlf(c, p, reps), td = -1, tg[3];
+	double f = flops(c), th = time_hpdlf(c, p, reps), td = -1, tb = -1, tg[3];
 	int64_t oh = out_dim(c, c->h), ow = out_dim(c, c->w), m = c->m / c->g, k = c->c / c->g * c->k * c->k;
 	int64_t cols = oh * ow;
-	char impl[128] = "-";
+	char impl[128] = "-", implb[128] = "-";
 
 	(void)dn;
 #ifdef HPDLF_HAVE_DNNL
-	td = time_dnnl(dn, c, p, reps, impl, sizeof impl);
+	td = time_dnnl(dn, c, p, reps, 0, impl, sizeof impl);
+	tb = time_dnnl(dn, c, p, reps, 1, implb, sizeof implb);
 #endif
 	/* one sgemm per (item, group) over the whole output plane: fwd M x N x K,
 	 * dX K x N x M, dW M x K x N (hpdlf's tiles split N further) */
@@ -344,12 +354,13 @@ static void row(const struct cls *c, enum pass p, int reps, void *dn, int first)
 		tg[lib] = time_gemm(lib, gm, gn, gk, reps);
 		tg[lib] = tg[lib] > 0 ? tg[lib] * (double)(c->n * c->g) : -1;
 	}
-	printf("%-10s %-3s %8.4f %8.1f %8.1f %8.1f %8.1f %8.1f  %s\n", c->name, pass_name[p], f * 1e-9, gf(f, th),
-	       gf(f, td), gf(f, tg[0]), gf(f, tg[1]), gf(f, tg[2]), impl);
+	printf("%-10s %-3s %8.4f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f  %s / %s\n", c->name, pass_name[p], f * 1e-9,
+	       gf(f, th), gf(f, td), gf(f, tb), gf(f, tg[0]), gf(f, tg[1]), gf(f, tg[2]), impl, implb);
 	fprintf(js, "%s{\"class\":\"%s\",\"pass\":\"%s\",\"gflop\":%.5f,\"hpdlf\":%.2f,\"dnnl\":%.2f,"
-			"\"gemm_openblas\":%.2f,\"gemm_blis\":%.2f,\"gemm_xsmm\":%.2f,\"dnnl_impl\":\"%s\"}",
-		first ? "" : ",", c->name, pass_name[p], f * 1e-9, gf(f, th), gf(f, td), gf(f, tg[0]), gf(f, tg[1]),
-		gf(f, tg[2]), impl);
+			"\"dnnl_blocked\":%.2f,\"gemm_openblas\":%.2f,\"gemm_blis\":%.2f,\"gemm_xsmm\":%.2f,"
+		"\"dnnl_impl\":\"%s\",\"dnnl_blocked_impl\":\"%s\"}",
+		first ? "" : ",", c->name, pass_name[p], f * 1e-9, gf(f, th), gf(f, td), gf(f, tb), gf(f, tg[0]),
+		gf(f, tg[1]), gf(f, tg[2]), impl, implb);
 }
 
 int main(int argc, char **argv)
@@ -385,8 +396,8 @@ int main(int argc, char **argv)
 	libxsmm_init();
 #endif
 	printf("GFLOP/s per CPU-second, 1 thread; gemm columns: the im2col path's sgemm alone\n");
-	printf("%-10s %-3s %8s %8s %8s %8s %8s %8s  %s\n", "class", "op", "GFLOP", "hpdlf", "oneDNN", "OpenBLAS",
-	       "BLIS", "libxsmm", "oneDNN impl");
+	printf("%-10s %-3s %8s %8s %8s %8s %8s %8s %8s  %s\n", "class", "op", "GFLOP", "hpdlf", "oneDNN", "dnnl-blk",
+	       "OpenBLAS", "BLIS", "libxsmm", "oneDNN impl (NCHW / blocked)");
 	char *buf = NULL;
 	size_t len = 0;
 	js = open_memstream(&buf, &len);
