@@ -388,22 +388,31 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 	return 0;
 }
 
-/* dW[g*mg + m][j] = sum over workers (in order) of part[g][j][m]. */
+/* dW[g*mg + m][j] = sum over workers (in order) of part[g][j][m], in
+ * blocks of FILTER_TBLK x FILTER_TBLK: the transposition goes through
+ * cache (element by element it strode through the whole part, and cost
+ * more than the sgemms on small planes); every element is the same sum. */
+#define FILTER_TBLK 32
 static void filter_reduce(const struct cg_filter *f, const struct filter_run *r, int threads)
 {
 	int64_t mg = f->c.csmall / f->c.group, rows = f->c.cbig / f->c.group * f->c.kvol;
 
 	for (int64_t g = 0; g < f->c.group; g++)
-		for (int64_t m = 0; m < mg; m++) {
-			float *dw = r->dw + (g * mg + m) * rows;
-			for (int64_t j = 0; j < rows; j++) {
-				const float *p = r->ws + (g * rows + j) * mg + m;
-				float acc = p[0];
-				for (int t = 1; t < threads; t++)
-					acc += p[(size_t)t * r->per_thread];
-				dw[j] = acc;
+		for (int64_t m0 = 0; m0 < mg; m0 += FILTER_TBLK)
+			for (int64_t j0 = 0; j0 < rows; j0 += FILTER_TBLK) {
+				int64_t m1 = m0 + FILTER_TBLK < mg ? m0 + FILTER_TBLK : mg;
+				int64_t j1 = j0 + FILTER_TBLK < rows ? j0 + FILTER_TBLK : rows;
+				for (int64_t m = m0; m < m1; m++) {
+					float *dw = r->dw + (g * mg + m) * rows;
+					for (int64_t j = j0; j < j1; j++) {
+						const float *p = r->ws + (g * rows + j) * mg + m;
+						float acc = p[0];
+						for (int t = 1; t < threads; t++)
+							acc += p[(size_t)t * r->per_thread];
+						dw[j] = acc;
+					}
+				}
 			}
-		}
 }
 
 /* Workers that fit the workspace, and the slab chunk for them. */
