@@ -3,7 +3,7 @@
  * primitives, and the sgemm calls of hpdlf's im2col path under OpenBLAS,
  * BLIS and libxsmm, forward, data gradient and weight gradient.
  *
- *   hpdlf-bench-conv-libs [--reps N] [--class NAME]
+ *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1]
  *
  * Every figure is GFLOP/s per CPU-second of one thread (the thread's CPU
  * clock, medians of --reps runs after a warm-up), so the comparison holds
@@ -379,8 +379,10 @@ int main(int argc, char **argv)
 			reps = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--class") && i + 1 < argc)
 			only = argv[++i];
+		else if (!strcmp(argv[i], "--shift") && i + 1 < argc) /* hpdlf's shift path: auto, always, never */
+			hp_conv_set_shift(atoi(argv[++i]));
 		else {
-			fprintf(stderr, "usage: %s [--reps N] [--class NAME]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--reps N] [--class NAME] [--shift 0|1|-1]\n", argv[0]);
 			return 2;
 		}
 	}
