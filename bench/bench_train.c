@@ -6,12 +6,15 @@
  *
  *   hpdlf-bench-train [--exec PATH] [--python PATH] [--threads N] [--steps N]
  *                     [--rounds N] [--fraction F] [--optimizer sgd|adam]
- *                     [--dir DIR] [--no-torch] [MODEL ...]
+ *                     [--dir DIR] [--no-torch] [--no-budget] [MODEL ...]
  *
  * MODEL: mlp, lenet, unet3d_tiny (tests/models/NAME: x.npy, y.npy, batch
  * and lr from train_OPT.json) or unet3d (tools/make_unet3d.py, base 16, 3
  * levels; 8 volumes of 48^3 from tools/make_volumes.py; batch 1); default
- * all four.  Step time is the median over the steps after the first
+ * all four.  A MODEL with a '/' is a folder of that same layout (e.g. one
+ * of bench/make_bench_models.py's); when it holds model.pt, PyTorch trains
+ * that TorchScript module (the one the ONNX file was exported from) rather
+ * than one built from the graph.  --no-budget skips the budgeted runs.  Step time is the median over the steps after the first
  * (warm-up) of every round; each round runs hpdlf in core, torch and hpdlf
  * under the budget one after the other, so load on a shared machine hits
  * all three alike.  The fastest step of each is reported too (*_min): on a
@@ -40,7 +43,7 @@
 #define MAX_MS 4096
 
 struct model {
-	char name[32], onnx[4200], x[4200], y[4200];
+	char name[32], onnx[4200], x[4200], y[4200], pt[4200];
 	int64_t batch, steps;
 	double lr;
 };
@@ -57,7 +60,7 @@ struct series {
 
 struct cfg {
 	const char *exe, *python;
-	int threads, rounds, torch;
+	int threads, rounds, torch, budget;
 	int64_t steps;
 	double fraction;
 	const char *optimizer;
@@ -240,6 +243,8 @@ static int run_torch(const struct cfg *c, const struct model *m, struct series *
 	argv[n++] = "--batch", argv[n++] = bt, argv[n++] = "--steps", argv[n++] = st;
 	argv[n++] = "--optimizer", argv[n++] = c->optimizer, argv[n++] = "--lr", argv[n++] = lr;
 	argv[n++] = "--threads", argv[n++] = t;
+	if (m->pt[0])
+		argv[n++] = "--torchscript", argv[n++] = m->pt;
 	argv[n] = NULL;
 	rc = spawn(argv, out, err, c->dir);
 	if (rc != 0 || !(f = fopen(out, "r"))) {
@@ -260,16 +265,22 @@ static int run_torch(const struct cfg *c, const struct model *m, struct series *
 	return 0;
 }
 
-static int model_from_tests(const struct cfg *c, struct model *m)
+/* tests/models/NAME, or the folder `dir` when not NULL. */
+static int model_from_tests(const struct cfg *c, struct model *m, const char *dir)
 {
-	char path[4200];
-	json_object *o, *v;
-	const char *d = HPDLF_SOURCE_DIR "/tests/models";
+	char path[4200], base[4096];
 
-	snprintf(m->onnx, sizeof m->onnx, "%s/%s/model.onnx", d, m->name);
-	snprintf(m->x, sizeof m->x, "%s/%s/x.npy", d, m->name);
-	snprintf(m->y, sizeof m->y, "%s/%s/y.npy", d, m->name);
-	snprintf(path, sizeof path, "%s/%s/train_%s.json", d, m->name, c->optimizer);
+	snprintf(base, sizeof base, "%s/tests/models/%s", HPDLF_SOURCE_DIR, m->name);
+	if (dir)
+		snprintf(base, sizeof base, "%s", dir);
+	snprintf(m->onnx, sizeof m->onnx, "%s/model.onnx", base);
+	snprintf(m->x, sizeof m->x, "%s/x.npy", base);
+	snprintf(m->y, sizeof m->y, "%s/y.npy", base);
+	snprintf(m->pt, sizeof m->pt, "%s/model.pt", base);
+	if (!dir || access(m->pt, R_OK) != 0)
+		m->pt[0] = 0;
+	snprintf(path, sizeof path, "%s/train_%s.json", base, c->optimizer);
+	json_object *o, *v;
 	if (!(o = json_object_from_file(path))) {
 		fprintf(stderr, "hpdlf-bench-train: %s: cannot read\n", path);
 		return -1;
@@ -369,6 +380,11 @@ static void report(const struct cfg *c, const struct model *m, const struct seri
 	} else if (c->torch) {
 		json_object_object_add(j, "torch_error", json_object_new_string("torch run failed"));
 	}
+	if (!c->budget) {
+		fprintf(stderr, "\n");
+		json_object_array_add(out, j);
+		return;
+	}
 	b = json_object_new_object();
 	json_object_object_add(b, "fraction", jd(c->fraction));
 	json_object_object_add(b, "budget_bytes", json_object_new_int64((int64_t)budget));
@@ -399,9 +415,15 @@ static void bench_model(const struct cfg *c, const char *name, json_object *out)
 	struct series *in = calloc(3, sizeof *in), *th = in + 1, *bud = in + 2;
 	uint64_t budget = 0;
 	int raised = 0, rc;
+	char buf[4096], *end, *base;
 
-	snprintf(m.name, sizeof m.name, "%s", name);
-	rc = !strcmp(name, "unet3d") ? model_unet3d(c, &m) : model_from_tests(c, &m);
+	/* a folder is named by its last component ("dir/resnet18/" -> resnet18) */
+	snprintf(buf, sizeof buf, "%s", name);
+	for (end = buf + strlen(buf); end > buf + 1 && end[-1] == '/';)
+		*--end = 0;
+	base = strrchr(buf, '/');
+	snprintf(m.name, sizeof m.name, "%s", base ? base + 1 : buf);
+	rc = !strcmp(name, "unet3d") ? model_unet3d(c, &m) : model_from_tests(c, &m, strchr(name, '/') ? name : NULL);
 	if (rc < 0 || !in) {
 		json_object *j = json_object_new_object();
 		json_object_object_add(j, "model", json_object_new_string(name));
@@ -415,7 +437,8 @@ static void bench_model(const struct cfg *c, const char *name, json_object *out)
 			break;
 		if (c->torch)
 			run_torch(c, &m, th, r == 0);
-		bench_budget(c, &m, bud, in->peak, r, &budget, &raised);
+		if (c->budget)
+			bench_budget(c, &m, bud, in->peak, r, &budget, &raised);
 	}
 	report(c, &m, in, th, bud, budget, raised, out);
 	free(in);
@@ -425,7 +448,7 @@ static int usage(void)
 {
 	fprintf(stderr, "usage: hpdlf-bench-train [--exec PATH] [--python PATH] [--threads N] [--steps N] "
 			"[--rounds N] [--fraction F] [--optimizer sgd|adam] [--dir DIR] [--no-torch] "
-			"[mlp|lenet|unet3d_tiny|unet3d ...]\n");
+			"[--no-budget] [mlp|lenet|unet3d_tiny|unet3d|FOLDER ...]\n");
 	return 2;
 }
 
@@ -435,6 +458,8 @@ static int parse(int argc, char **argv, struct cfg *c, const char **names, int *
 		const char *a = argv[o], *v = o + 1 < argc ? argv[o + 1] : NULL;
 		if (!strcmp(a, "--no-torch"))
 			c->torch = 0;
+		else if (!strcmp(a, "--no-budget"))
+			c->budget = 0;
 		else if (a[0] != '-')
 			names[(*nnames)++] = a;
 		else if (!v)
@@ -466,7 +491,7 @@ static int parse(int argc, char **argv, struct cfg *c, const char **names, int *
 int main(int argc, char **argv)
 {
 	static const char *defaults[] = { "mlp", "lenet", "unet3d_tiny", "unet3d" };
-	struct cfg c = { .exe = HPDLF_EXEC_PATH, .python = HPDLF_PYTHON, .rounds = 1, .torch = 1,
+	struct cfg c = { .exe = HPDLF_EXEC_PATH, .python = HPDLF_PYTHON, .rounds = 1, .torch = 1, .budget = 1,
 			 .fraction = 0.25, .optimizer = "sgd" };
 	const char **names = calloc((size_t)argc + 1, sizeof *names), *base = NULL;
 	json_object *models = json_object_new_array(), *top = json_object_new_object();

@@ -1,6 +1,8 @@
 // ONNX Runtime (CPU) timing for hpdlf's benchmarks:
 //   node ort_run.js model.onnx in.npy [reps] [threads]
 // Prints one JSON line {ms_median, ms_min, reps}. Needs onnxruntime-node in NODE_PATH.
+// HPDLF_BENCH_NO_SPIN=1: ORT's workers sleep between runs instead of spinning
+// (on a machine shared with other jobs spinning workers fight them for cores).
 const fs = require('fs');
 const ort = require('onnxruntime-node');
 
@@ -19,7 +21,10 @@ function readNpy(path) {
 (async () => {
   const [model, inp, repsS, thrS] = process.argv.slice(2);
   const reps = Number(repsS || 5), threads = Number(thrS || 2);
-  const s = await ort.InferenceSession.create(model, { intraOpNumThreads: threads, interOpNumThreads: 1 });
+  const opts = { intraOpNumThreads: threads, interOpNumThreads: 1 };
+  if (process.env.HPDLF_BENCH_NO_SPIN === '1')
+    opts.extra = { session: { intra_op: { allow_spinning: '0' }, inter_op: { allow_spinning: '0' } } };
+  const s = await ort.InferenceSession.create(model, opts);
   const feeds = { [s.inputNames[0]]: readNpy(inp) };
   await s.run(feeds);
   const ms = [];

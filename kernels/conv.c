@@ -1,4 +1,6 @@
-/* Conv over OpenBLAS sgemm, three paths (hp_conv_setup picks one):
+/* Conv over OpenBLAS sgemm, three paths (hp_conv_setup picks one), and
+ * depthwise convolutions (group == input channels) as direct loops
+ * (conv_dw.c) where these sgemms are too thin:
  *  - direct: a 1x1 convolution with unit strides and no padding multiplies X;
  *  - shift (conv_shift.c): stride 1 with at least HP_SHIFT_MIN_CH input
  *    channels per group and planes wide enough that padding columns waste
@@ -292,9 +294,14 @@ void hp_conv_setup(struct hp_conv *cv)
 {
 	const struct hp_colgeom *c = &cv->g;
 
-	cv->direct = direct_ok(c) && (cv->path < 0 || cv->path == HP_CONV_PATH_DIRECT);
 	cv->shift = 0;
 	cv->workspace = 0;
+	/* channels alone decide, so band copies of a node choose it too */
+	cv->dw = !cv->transpose && !cv->wflip && hp_dw_eligible(cv->group, cv->cin, cv->cout) &&
+		 (cv->path < 0 || cv->path == HP_CONV_PATH_DW);
+	cv->direct = !cv->dw && direct_ok(c) && (cv->path < 0 || cv->path == HP_CONV_PATH_DIRECT);
+	if (cv->dw)
+		return;
 	if (!cv->direct && shift_mode >= 0 && hp_shift_init(&cv->sh, c, cv->cin_g, cv->cout_g) == 0) {
 		/* 2-D and 1-D: the batch becomes the plane axis */
 		int folded = cv->nd <= 2 &&
@@ -317,6 +324,8 @@ void hp_conv_setup(struct hp_conv *cv)
 
 int hp_conv_path(const struct hp_conv *cv)
 {
+	if (cv->dw)
+		return HP_CONV_PATH_DW;
 	return cv->direct ? HP_CONV_PATH_DIRECT : cv->shift ? HP_CONV_PATH_SHIFT : HP_CONV_PATH_IM2COL;
 }
 
@@ -325,6 +334,8 @@ int64_t hp_conv_band_align(const struct hp_conv *cv, int axis)
 	const struct hp_shift *s = &cv->sh;
 	int dim = 3 - cv->nd + axis - 2;
 
+	if (cv->dw) /* every element alike wherever a band starts */
+		return axis == 0 || (axis >= 2 && dim >= 0 && dim <= 2) ? 1 : -1;
 	if (axis == 0) /* folded planes are the batch items */
 		return cv->shift && s->nfold > 1 && s->tplanes ? s->talign : 1;
 	if (axis < 2 || dim < 0 || dim > 2)
@@ -369,9 +380,15 @@ void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, c
 		     struct hp_pool *pool)
 {
 	struct conv_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws };
-	int saved, threads = hp_conv_threads_enter(pool, &saved);
+	int saved, threads;
 	int64_t items = cv->batch * cv->group;
 
+	if (cv->dw) {
+		struct hp_dw d = { .g = cv->g, .batch = cv->batch, .cin = cv->cin, .mult = cv->cout / cv->cin };
+		hp_dw_forward(&d, x, w, b, y, pool);
+		return;
+	}
+	threads = hp_conv_threads_enter(pool, &saved);
 	if (cv->shift) {
 		run_shift(cv, &r, pool, threads);
 		hp_conv_threads_leave(saved);

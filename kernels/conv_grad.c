@@ -100,7 +100,29 @@ struct cg_data {
 	struct cgeom c;
 	int transpose;         /* run cv as ConvTranspose */
 	struct hp_conv cv;
+	int dw;                /* Conv's dX by conv_dw.c (cv holds the Conv's geometry) */
 };
+
+/* The depthwise geometry of a Conv (X big, Y small) when it has one. */
+static int dw_geom(const struct cgeom *c, struct hp_dw *d)
+{
+	if (!hp_dw_eligible(c->group, c->cbig, c->csmall))
+		return 0;
+	memset(d, 0, sizeof *d);
+	for (int i = 0; i < 3; i++) {
+		d->g.img[i] = c->big[i];
+		d->g.grid[i] = c->small[i];
+		d->g.k[i] = c->k[i];
+		d->g.stride[i] = c->s[i];
+		d->g.dil[i] = c->d[i];
+		d->g.pad[i] = c->p[i];
+	}
+	hp_colgeom_finish(&d->g);
+	d->batch = c->n;
+	d->cin = c->cbig;
+	d->mult = c->csmall / c->cbig;
+	return 1;
+}
 
 static int data_priv(struct hp_graph *g, struct hp_node *n, struct cg_data *d)
 {
@@ -118,7 +140,10 @@ static void conv_data_plan(struct cg_data *d)
 	const struct cgeom *c = &d->c;
 	int64_t pad[3];
 	int ok = 1;
+	struct hp_dw dw;
 
+	if ((d->dw = dw_geom(c, &dw)))
+		return;
 	for (int i = 0; i < 3; i++) {
 		pad[i] = (c->k[i] - 1) * c->d[i] - c->p[i];
 		ok &= c->s[i] == 1 && pad[i] >= 0;
@@ -163,8 +188,11 @@ static int conv_data_prepare(struct hp_graph *g, struct hp_node *n)
 static int data_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct cg_data *d = n->priv;
+	struct hp_dw dw;
 
-	if (d->transpose)
+	if (d->dw && dw_geom(&d->c, &dw))
+		hp_dw_data(&dw, a->in[0].data, a->in[1].data, a->out[0].data, a->pool);
+	else if (d->transpose)
 		hp_convt_forward(&d->cv, a->in[0].data, a->in[1].data, NULL, a->out[0].data, a->ws, a->pool);
 	else
 		hp_conv_forward(&d->cv, a->in[0].data, a->in[1].data, NULL, a->out[0].data, a->ws, a->pool);
@@ -199,6 +227,7 @@ struct cg_filter {
 	int64_t tc;            /* im2col: columns per tile */
 	size_t fixed;          /* floats per worker besides the slab */
 	size_t workspace;
+	int dw;                /* depthwise: conv_dw.c */
 };
 
 struct filter_run {
@@ -342,7 +371,11 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 		return hp_node_error(g, n, HP_ESHAPE, "kernel_shape does not match X's spatial rank");
 	if ((rc = cgeom_init(g, n, &f.c, &x->shape, &dy->shape, ks.dims)) < 0)
 		return rc;
-	filter_plan(&f);
+	struct hp_dw dw;
+	if ((f.dw = dw_geom(&f.c, &dw)))
+		f.workspace = hp_dw_filter_ws(&dw);
+	else
+		filter_plan(&f);
 	if (!(n->priv = malloc(sizeof f)))
 		return hp_node_error(g, n, -ENOMEM, "out of memory");
 	memcpy(n->priv, &f, sizeof f);
@@ -355,22 +388,31 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 	return 0;
 }
 
-/* dW[g*mg + m][j] = sum over workers (in order) of part[g][j][m]. */
+/* dW[g*mg + m][j] = sum over workers (in order) of part[g][j][m], in
+ * blocks of FILTER_TBLK x FILTER_TBLK: the transposition goes through
+ * cache (element by element it strode through the whole part, and cost
+ * more than the sgemms on small planes); every element is the same sum. */
+#define FILTER_TBLK 32
 static void filter_reduce(const struct cg_filter *f, const struct filter_run *r, int threads)
 {
 	int64_t mg = f->c.csmall / f->c.group, rows = f->c.cbig / f->c.group * f->c.kvol;
 
 	for (int64_t g = 0; g < f->c.group; g++)
-		for (int64_t m = 0; m < mg; m++) {
-			float *dw = r->dw + (g * mg + m) * rows;
-			for (int64_t j = 0; j < rows; j++) {
-				const float *p = r->ws + (g * rows + j) * mg + m;
-				float acc = p[0];
-				for (int t = 1; t < threads; t++)
-					acc += p[(size_t)t * r->per_thread];
-				dw[j] = acc;
+		for (int64_t m0 = 0; m0 < mg; m0 += FILTER_TBLK)
+			for (int64_t j0 = 0; j0 < rows; j0 += FILTER_TBLK) {
+				int64_t m1 = m0 + FILTER_TBLK < mg ? m0 + FILTER_TBLK : mg;
+				int64_t j1 = j0 + FILTER_TBLK < rows ? j0 + FILTER_TBLK : rows;
+				for (int64_t m = m0; m < m1; m++) {
+					float *dw = r->dw + (g * mg + m) * rows;
+					for (int64_t j = j0; j < j1; j++) {
+						const float *p = r->ws + (g * rows + j) * mg + m;
+						float acc = p[0];
+						for (int t = 1; t < threads; t++)
+							acc += p[(size_t)t * r->per_thread];
+						dw[j] = acc;
+					}
+				}
 			}
-		}
 }
 
 /* Workers that fit the workspace, and the slab chunk for them. */
@@ -395,9 +437,15 @@ static int conv_filter_run(const struct hp_node *n, const struct hp_kargs *a)
 	const struct cg_filter *f = n->priv;
 	const struct cgeom *c = &f->c;
 	struct filter_run r = { .f = f, .dy = a->in[0].data, .x = a->in[1].data, .dw = a->out[0].data, .ws = a->ws };
-	int saved, threads = hp_conv_threads_enter(a->pool, &saved);
+	int saved, threads;
 	int64_t items;
+	struct hp_dw dw;
 
+	if (f->dw && dw_geom(c, &dw)) {
+		hp_dw_filter(&dw, r.dy, r.x, r.dw, r.ws, a->pool);
+		return 0;
+	}
+	threads = hp_conv_threads_enter(a->pool, &saved);
 	r.dwn = (size_t)(c->csmall * c->cbig / c->group * c->kvol);
 	threads = filter_threads(f, f->workspace / sizeof(float), threads, &r.chunk);
 	r.per_thread = f->workspace / sizeof(float) / (size_t)threads;

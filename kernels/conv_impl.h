@@ -130,6 +130,24 @@ int hp_conv_shift_mode(void);
 /* Benchmarks only: tile width target (0 restores the default). */
 void hp_shift_set_tile_cols(int64_t c);
 
+/* Depthwise convolution (conv_dw.c): direct loops over a geometry whose
+ * image is X and grid Y, cin channels each feeding `mult` output channels
+ * (output channel m reads input channel m / mult). */
+struct hp_dw {
+	struct hp_colgeom g;
+	int64_t batch, cin, mult;
+};
+
+/* group == cin > 1 and cout a multiple of cin: the depthwise path. */
+int hp_dw_eligible(int64_t group, int64_t cin, int64_t cout);
+void hp_dw_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,
+		   struct hp_pool *pool);
+/* dX [batch][cin][img] from dY [batch][cin * mult][grid] and W. */
+void hp_dw_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, struct hp_pool *pool);
+/* dW [cin * mult][kvol] from dY and X, with hp_dw_filter_ws() bytes at ws. */
+size_t hp_dw_filter_ws(const struct hp_dw *d);
+void hp_dw_filter(const struct hp_dw *d, const float *dy, const float *x, float *dw, float *ws, struct hp_pool *pool);
+
 /* Parsed Conv / ConvTranspose node, kept in n->priv. */
 struct hp_conv {
 	int nd;                /* spatial dims of the ONNX tensors (1..3) */
@@ -150,10 +168,11 @@ struct hp_conv {
 	int path;              /* attribute hpdlf_path of a band (HP_CONV_PATH_*), else -1 */
 	int lean;              /* attribute hpdlf_lean: workspace for one worker */
 	struct hp_ctile ct;    /* im2col and direct tiles; ConvTranspose: of X's grid */
+	int dw;                /* depthwise path (conv_dw.c) */
 };
 
 /* Conv paths, as band copies of a node pin them (attribute hpdlf_path). */
-enum { HP_CONV_PATH_IM2COL = 0, HP_CONV_PATH_SHIFT = 1, HP_CONV_PATH_DIRECT = 2 };
+enum { HP_CONV_PATH_IM2COL = 0, HP_CONV_PATH_SHIFT = 1, HP_CONV_PATH_DIRECT = 2, HP_CONV_PATH_DW = 3 };
 
 /* Parse attributes and shapes of a Conv (transpose 0) or ConvTranspose node,
  * set the output shape; errors name the node. */

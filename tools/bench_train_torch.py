@@ -12,6 +12,10 @@ trains on rows [(i*B) mod N, +B) (wrapping), with mean softmax
 cross-entropy over all label positions, like `hpdlf-exec --train
 --no-shuffle --loss cross-entropy`.  Prints one JSON line: the step times
 (ms), their median after the first (warm-up) step, and the losses.
+
+--torchscript FILE trains that module (torch.jit.save of the module the
+ONNX file was exported from, with the same weights) instead of one built
+from the graph: bench/make_bench_models.py writes one beside its exports.
 """
 import argparse
 import json
@@ -171,12 +175,16 @@ def main():
     ap.add_argument("--optimizer", default="sgd", choices=("sgd", "adam"))
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--torchscript", default=None)
     a = ap.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     lr = a.lr if a.lr is not None else (0.01 if a.optimizer == "sgd" else 1e-3)
     x, y = np.load(a.x), np.load(a.y).astype(np.int64)
-    m = OnnxModule(a.model)
+    if a.torchscript:  # the plain interpreter: the profiling one recompiles during the first steps
+        torch._C._jit_set_profiling_executor(False)
+        torch._C._jit_set_profiling_mode(False)
+    m = torch.jit.load(a.torchscript) if a.torchscript else OnnxModule(a.model)
     m.train()
     opt = torch.optim.SGD(m.parameters(), lr=lr) if a.optimizer == "sgd" else \
         torch.optim.Adam(m.parameters(), lr=lr, betas=(0.9, 0.999), eps=1e-8)

@@ -4,6 +4,10 @@
 #   tools/setup.sh test    build, then run the whole test suite
 #   tools/setup.sh exports also install PyTorch, then rewrite tests/exports with
 #                          tools/make_exports.py (the tests do not need PyTorch)
+#   tools/setup.sh bench   also install PyTorch, oneDNN, BLIS, libxsmm and Node.js with
+#                          ONNX Runtime (npm, into $BUILD/ort), build, then run issue 16's
+#                          benchmark (bench/bench_models.py) and the convolution library
+#                          comparison (hpdlf-bench-conv-libs); both end with a JSON line
 # Idempotent: installs nothing and stays quiet when everything is there.
 set -eu
 cd "$(dirname "$0")/.."
@@ -16,6 +20,10 @@ libsodium-dev libopenmpi-dev openmpi-bin python3 python3-numpy python3-onnx fio 
 libmicrohttpd-dev python3-prometheus-client"
 PACKAGES="$PACKAGES python3-torch" # tests/train/check_numerics.py makes its PyTorch references
 [ "$mode" = exports ] && PACKAGES="$PACKAGES python3-torch python3-torchvision"
+if [ "$mode" = bench ]; then
+	PACKAGES="$PACKAGES python3-torch python3-torchvision libdnnl-dev libblis-dev libxsmm-dev nodejs"
+	command -v npm >/dev/null || PACKAGES="$PACKAGES npm"
+fi
 
 missing=""
 for p in $PACKAGES; do
@@ -49,11 +57,20 @@ run)
 exports)
 	exec /usr/bin/python3 tools/make_exports.py
 	;;
+bench)
+	# meson's auto features pick up the libraries installed above
+	[ -d "$BUILD/ort/node_modules/onnxruntime-node" ] ||
+		npm install --silent --prefix "$BUILD/ort" --ignore-scripts onnxruntime-node@1.20.1 >/dev/null
+	meson setup --reconfigure "$BUILD" >/dev/null
+	ninja -C "$BUILD" >/dev/null
+	"$BUILD/bench/hpdlf-bench-conv-libs"
+	NODE_PATH="$(cd "$BUILD" && pwd)/ort/node_modules" exec /usr/bin/python3 bench/bench_models.py "$BUILD"
+	;;
 test)
 	exec meson test -C "$BUILD" --print-errorlogs --num-processes 2 ${HPDLF_TEST_ARGS:-}
 	;;
 *)
-	echo "usage: tools/setup.sh run|test|exports" >&2
+	echo "usage: tools/setup.sh run|test|exports|bench" >&2
 	exit 2
 	;;
 esac

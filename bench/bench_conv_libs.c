@@ -1,0 +1,417 @@
+/* Convolution libraries per operator class (issue 16, item 2): hpdlf's own
+ * kernels (im2col/shift/direct over OpenBLAS) against oneDNN's convolution
+ * primitives, and the sgemm calls of hpdlf's im2col path under OpenBLAS,
+ * BLIS and libxsmm, forward, data gradient and weight gradient.
+ *
+ *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1]
+ *
+ * Every figure is GFLOP/s per CPU-second of one thread (the thread's CPU
+ * clock, medians of --reps runs after a warm-up), so the comparison holds
+ * on a machine shared with other jobs; oneDNN runs with one OpenMP thread
+ * (the program re-executes itself with OMP_NUM_THREADS=1), once on the
+ * NCHW / OIHW tensors hpdlf holds and once ("dnnl-blk") in the blocked
+ * layouts it prefers, reorders not counted; "impl" says which kernels
+ * oneDNN picked.  The gemm columns time one sgemm of the im2col path's
+ * shape (M = output channels per group, N = output positions of a tile,
+ * K = input channels per group x kernel volume) per library.  Libraries
+ * missing at build time (meson options dnnl, blis, xsmm) print "-".  Ends
+ * with one JSON line. */
+#include <cblas.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hpdlf/error.h"
+#include "hpdlf/graph.h"
+#include "hpdlf/kernels.h"
+#include "kernels/blas.h"
+#include "kernels/conv_impl.h"
+
+#ifdef HPDLF_HAVE_DNNL
+#include <dnnl.h>
+#endif
+
+struct cls {
+	const char *name, *why;
+	int64_t n, c, m, h, w, k, s, p, g;
+};
+
+static const struct cls classes[] = {
+	{ "3x3-small", "ResNet stage 4 at 224", 1, 256, 256, 7, 7, 3, 1, 1, 1 },
+	{ "3x3-tiny", "ResNet-18 64x64 stage 4, batch 4", 4, 512, 512, 2, 2, 3, 1, 1, 1 },
+	{ "3x3-s2", "ResNet-18 64x64 downsampling, batch 4", 4, 64, 128, 16, 16, 3, 2, 1, 1 },
+	{ "1x1", "MobileNetV2 projection", 1, 96, 24, 28, 28, 1, 1, 0, 1 },
+	{ "1x1-s2", "ResNet shortcut, batch 4", 4, 64, 128, 16, 16, 1, 2, 0, 1 },
+	{ "dw3x3", "MobileNetV2 depthwise 56x56", 1, 144, 144, 56, 56, 3, 1, 1, 144 },
+	{ "dw3x3-s2", "MobileNetV2 depthwise stride 2", 1, 96, 96, 112, 112, 3, 2, 1, 96 },
+	{ "dw3x3-7", "MobileNetV2 depthwise 7x7", 1, 960, 960, 7, 7, 3, 1, 1, 960 },
+	{ "grouped", "ResNeXt 32 groups", 1, 128, 128, 28, 28, 3, 1, 1, 32 },
+};
+
+enum pass { FWD, BWD_DATA, BWD_FILTER };
+static const char *pass_name[] = { "fwd", "dX", "dW" };
+
+static double now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
+static int cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static float *filled(size_t n, unsigned seed)
+{
+	float *p = aligned_alloc(64, (n * 4 + 63) / 64 * 64);
+	uint32_t x = seed * 2654435761u + 1;
+
+	for (size_t i = 0; i < n; i++) {
+		x = x * 1664525u + 1013904223u;
+		p[i] = (float)(x >> 8) / (float)(1u << 24) - 0.5f;
+	}
+	return p;
+}
+
+static int64_t out_dim(const struct cls *c, int64_t i)
+{
+	return (i + 2 * c->p - c->k) / c->s + 1;
+}
+
+static double flops(const struct cls *c)
+{
+	return 2.0 * (double)(c->n * c->m * (c->c / c->g) * c->k * c->k * out_dim(c, c->h) * out_dim(c, c->w));
+}
+
+/* ---- hpdlf: a one-node graph run as the executor runs it ---------------- */
+
+static void attr(struct hp_graph *g, int node, char *name, int n, int64_t *v)
+{
+	struct hp_attr a = { .name = name, .type = n ? HP_ATTR_INTS : HP_ATTR_INT, .n = n, .ints = v };
+
+	if (!n)
+		a.i = v[0];
+	hp_graph_add_attr(g, node, &a);
+}
+
+static struct hp_graph *conv_graph(const struct cls *c, enum pass pass)
+{
+	struct hp_graph *g = hp_graph_new("bench");
+	struct hp_shape xs = { 4, { c->n, c->c, c->h, c->w } };
+	struct hp_shape ys = { 4, { c->n, c->m, out_dim(c, c->h), out_dim(c, c->w) } };
+	struct hp_shape ws = { 4, { c->m, c->c / c->g, c->k, c->k } }, sh[2] = { xs, ws };
+	int64_t ks[2] = { c->k, c->k }, st[2] = { c->s, c->s }, pads[4] = { c->p, c->p, c->p, c->p }, grp = c->g;
+	const char *op = pass == FWD ? "Conv" : pass == BWD_DATA ? "ConvGradData" : "ConvGradFilter";
+	int in[2], out, node;
+
+	if (pass == BWD_DATA)
+		sh[0] = ys;
+	else if (pass == BWD_FILTER)
+		sh[0] = ys, sh[1] = xs;
+	for (int i = 0; i < 2; i++) {
+		char name[8] = { 'i', (char)('0' + i), 0 };
+		in[i] = hp_graph_add_value(g, name, HP_VALUE_INPUT, HP_F32, &sh[i]);
+	}
+	out = hp_graph_add_value(g, "y", HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+	g->inputs = calloc(2, sizeof(int));
+	g->outputs = calloc(1, sizeof(int));
+	g->inputs[g->ninputs++] = in[0];
+	g->inputs[g->ninputs++] = in[1];
+	g->outputs[g->noutputs++] = out;
+	node = hp_graph_add_node(g, c->name, op, 2, in, 1, &out);
+	if (pass != FWD) {
+		free(g->nodes[node].domain);
+		g->nodes[node].domain = strdup("ai.hpdlf");
+	}
+	attr(g, node, "kernel_shape", 2, ks);
+	attr(g, node, "strides", 2, st);
+	attr(g, node, "pads", 4, pads);
+	attr(g, node, "group", 0, &grp);
+	if (pass == BWD_DATA)
+		attr(g, node, "x_shape", 4, xs.dims);
+	if (hp_graph_finalize(g) < 0 || hp_graph_infer(g) < 0) {
+		fprintf(stderr, "bench: %s: %s\n", c->name, hp_errmsg());
+		exit(1);
+	}
+	return g;
+}
+
+static double time_hpdlf(const struct cls *c, enum pass pass, int reps)
+{
+	struct hp_graph *g = conv_graph(c, pass);
+	const struct hp_node *n = &g->nodes[0];
+	struct hp_tensor t[3];
+	struct hp_kargs a = { .nin = 2, .in = t, .nout = 1, .out = &t[2] };
+	double ms[64];
+
+	for (int i = 0; i < 3; i++) {
+		const struct hp_value *v = &g->values[i < 2 ? n->inputs[i] : n->outputs[0]];
+		hp_tensor_alloc(&t[i], HP_F32, &v->shape);
+		free(t[i].data);
+		t[i].data = filled((size_t)hp_shape_numel(&v->shape), (unsigned)i + 3);
+	}
+	a.ws_size = n->workspace;
+	a.ws = n->workspace ? aligned_alloc(64, (n->workspace + 63) / 64 * 64) : NULL;
+	hp_blas_threads(1);
+	for (int r = 0; r <= reps; r++) {
+		double t0 = now_ms();
+		n->op->run(n, &a);
+		if (r > 0)
+			ms[r - 1] = now_ms() - t0;
+	}
+	free(a.ws);
+	for (int i = 0; i < 3; i++)
+		hp_tensor_free(&t[i]);
+	hp_graph_free(g);
+	return median(ms, reps);
+}
+
+/* ---- oneDNN ------------------------------------------------------------ */
+
+#ifdef HPDLF_HAVE_DNNL
+struct dn {
+	dnnl_engine_t eng;
+	dnnl_stream_t st;
+};
+
+/* Memory for argument `arg` of pd in the layout the primitive chose, filled. */
+static dnnl_memory_t dn_mem(struct dn *d, const_dnnl_primitive_desc_t pd, int arg, unsigned seed)
+{
+	const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
+	dnnl_memory_t m;
+	void *h = NULL;
+	size_t n;
+
+	if (!md || dnnl_memory_create(&m, md, d->eng, DNNL_MEMORY_ALLOCATE) != dnnl_success)
+		return NULL;
+	n = dnnl_memory_desc_get_size(md) / sizeof(float);
+	dnnl_memory_get_data_handle(m, &h);
+	float *f = filled(n, seed);
+	memcpy(h, f, n * sizeof(float));
+	free(f);
+	return m;
+}
+
+/* blocked 0: oneDNN on hpdlf's NCHW / OIHW tensors; 1: in the layouts it
+ * prefers (format "any", blocked; the reorders into and out of them not
+ * counted: an upper bound for a graph kept in its layout). */
+static double time_dnnl(struct dn *d, const struct cls *c, enum pass pass, int reps, int blocked, char *impl,
+			size_t impl_len)
+{
+	dnnl_dims_t xd = { c->n, c->c, c->h, c->w }, yd = { c->n, c->m, out_dim(c, c->h), out_dim(c, c->w) };
+	dnnl_dims_t wd = { c->g, c->m / c->g, c->c / c->g, c->k, c->k }, sd = { c->s, c->s }, pd = { c->p, c->p };
+	dnnl_memory_desc_t x, y, w;
+	dnnl_convolution_desc_t fd, bd;
+	dnnl_primitive_desc_t fpd = NULL, ppd = NULL;
+	dnnl_primitive_t prim = NULL;
+	const char *info = "?";
+	double ms[64], out = -1;
+	int args[3] = { pass == BWD_DATA ? DNNL_ARG_DIFF_SRC : DNNL_ARG_SRC, pass == FWD ? DNNL_ARG_DST : DNNL_ARG_DIFF_DST,
+			pass == BWD_FILTER ? DNNL_ARG_DIFF_WEIGHTS : DNNL_ARG_WEIGHTS };
+	dnnl_exec_arg_t ea[3];
+
+	dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_f32, blocked ? dnnl_format_tag_any : dnnl_nchw);
+	dnnl_memory_desc_init_by_tag(&y, 4, yd, dnnl_f32, blocked ? dnnl_format_tag_any : dnnl_nchw);
+	dnnl_memory_desc_init_by_tag(&w, 5, wd, dnnl_f32, blocked ? dnnl_format_tag_any : dnnl_goihw);
+	if (dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &x, &w, NULL, &y,
+					       sd, pd, pd) != dnnl_success ||
+	    dnnl_primitive_desc_create(&fpd, &fd, NULL, d->eng, NULL) != dnnl_success)
+		goto done;
+	if (pass == FWD) {
+		ppd = fpd, fpd = NULL;
+	} else if (pass == BWD_DATA) {
+		if (dnnl_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &x, &w, &y, sd, pd, pd) !=
+			    dnnl_success ||
+		    dnnl_primitive_desc_create(&ppd, &bd, NULL, d->eng, fpd) != dnnl_success)
+			goto done;
+	} else if (dnnl_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &x, &w, NULL, &y, sd, pd,
+							       pd) != dnnl_success ||
+		   dnnl_primitive_desc_create(&ppd, &bd, NULL, d->eng, fpd) != dnnl_success) {
+		goto done;
+	}
+	dnnl_primitive_desc_query(ppd, dnnl_query_impl_info_str, 0, &info);
+	snprintf(impl, impl_len, "%s", info);
+	if (dnnl_primitive_create(&prim, ppd) != dnnl_success)
+		goto done;
+	for (int i = 0; i < 3; i++)
+		if (!(ea[i].memory = dn_mem(d, ppd, ea[i].arg = args[i], (unsigned)i + 3)))
+			goto done;
+	for (int r = 0; r <= reps; r++) {
+		double t0 = now_ms();
+		dnnl_primitive_execute(prim, d->st, 3, ea);
+		dnnl_stream_wait(d->st);
+		if (r > 0)
+			ms[r - 1] = now_ms() - t0;
+	}
+	out = median(ms, reps);
+	for (int i = 0; i < 3; i++)
+		dnnl_memory_destroy(ea[i].memory);
+done:
+	dnnl_primitive_destroy(prim);
+	dnnl_primitive_desc_destroy(ppd);
+	dnnl_primitive_desc_destroy(fpd);
+	return out;
+}
+#endif
+
+/* ---- the im2col path's sgemm under each BLAS ---------------------------- */
+
+typedef void (*bli_sgemm_fn)(int transa, int transb, long m, long n, long k, const float *alpha, const float *a,
+			     long rsa, long csa, const float *b, long rsb, long csb, const float *beta, float *c,
+			     long rsc, long csc);
+static bli_sgemm_fn bli_sgemm_p;
+
+#ifdef HPDLF_HAVE_XSMM
+#include <libxsmm.h>
+#endif
+
+/* Row-major C[M][N] = A[M][K] B[K][N]; lib 0 OpenBLAS, 1 BLIS, 2 libxsmm. */
+static int gemm(int lib, int m, int n, int k, const float *a, const float *b, float *c)
+{
+	const float one = 1, zero = 0;
+
+	if (lib == 0)
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1, a, k, b, n, 0, c, n);
+	else if (lib == 1 && bli_sgemm_p)
+		bli_sgemm_p(0, 0, m, n, k, &one, a, k, 1, b, n, 1, &zero, c, n, 1); /* BLIS_NO_TRANSPOSE = 0 */
+#ifdef HPDLF_HAVE_XSMM
+	else if (lib == 2) /* column-major C^T = B^T A^T */
+		libxsmm_sgemm(NULL, NULL, &n, &m, &k, &one, b, &n, a, &k, &zero, c, &n);
+#endif
+	else
+		return -1;
+	return 0;
+}
+
+static double time_gemm(int lib, int m, int n, int k, int reps)
+{
+	float *a = filled((size_t)m * k, 1), *b = filled((size_t)k * n, 2), *c = filled((size_t)m * n, 3);
+	double ms[64];
+	int calls = (int)(2e7 / (2.0 * m * n * k)) + 1; /* ~20 MFLOP per sample */
+
+	for (int r = 0; r <= reps; r++) {
+		double t0 = now_ms();
+		for (int i = 0; i < calls; i++)
+			if (gemm(lib, m, n, k, a, b, c) < 0)
+				return -1;
+		if (r > 0)
+			ms[r - 1] = (now_ms() - t0) / calls;
+	}
+	free(a);
+	free(b);
+	free(c);
+	return median(ms, reps);
+}
+
+static void load_blis(void)
+{
+#ifdef HPDLF_HAVE_BLIS
+	void *h = dlopen("libblis.so.4", RTLD_NOW | RTLD_LOCAL);
+
+	if (h) /* single-threaded: BLIS_NUM_THREADS is set before the re-exec */
+		bli_sgemm_p = (bli_sgemm_fn)dlsym(h, "bli_sgemm");
+#endif
+}
+
+static double gf(double f, double ms)
+{
+	return ms > 0 ? f / (ms * 1e6) : -1;
+}
+
+static FILE *js; /* the JSON line's rows */
+
+static void row(const struct cls *c, enum pass p, int reps, void *dn, int first)
+{
+	double f = flops(c), th = time_hpdlf(c, p, reps), td = -1, tb = -1, tg[3];
+	int64_t oh = out_dim(c, c->h), ow = out_dim(c, c->w), m = c->m / c->g, k = c->c / c->g * c->k * c->k;
+	int64_t cols = oh * ow;
+	char impl[128] = "-", implb[128] = "-";
+
+	(void)dn;
+#ifdef HPDLF_HAVE_DNNL
+	td = time_dnnl(dn, c, p, reps, 0, impl, sizeof impl);
+	tb = time_dnnl(dn, c, p, reps, 1, implb, sizeof implb);
+#endif
+	/* one sgemm per (item, group) over the whole output plane: fwd M x N x K,
+	 * dX K x N x M, dW M x K x N (hpdlf's tiles split N further) */
+	for (int lib = 0; lib < 3; lib++) {
+		int gm = (int)(p == BWD_DATA ? k : m), gn = (int)(p == BWD_FILTER ? k : cols);
+		int gk = (int)(p == BWD_DATA ? m : p == BWD_FILTER ? cols : k);
+		tg[lib] = time_gemm(lib, gm, gn, gk, reps);
+		tg[lib] = tg[lib] > 0 ? tg[lib] * (double)(c->n * c->g) : -1;
+	}
+	printf("%-10s %-3s %8.4f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f  %s / %s\n", c->name, pass_name[p], f * 1e-9,
+	       gf(f, th), gf(f, td), gf(f, tb), gf(f, tg[0]), gf(f, tg[1]), gf(f, tg[2]), impl, implb);
+	fprintf(js, "%s{\"class\":\"%s\",\"pass\":\"%s\",\"gflop\":%.5f,\"hpdlf\":%.2f,\"dnnl\":%.2f,"
+			"\"dnnl_blocked\":%.2f,\"gemm_openblas\":%.2f,\"gemm_blis\":%.2f,\"gemm_xsmm\":%.2f,"
+		"\"dnnl_impl\":\"%s\",\"dnnl_blocked_impl\":\"%s\"}",
+		first ? "" : ",", c->name, pass_name[p], f * 1e-9, gf(f, th), gf(f, td), gf(f, tb), gf(f, tg[0]),
+		gf(f, tg[1]), gf(f, tg[2]), impl, implb);
+}
+
+int main(int argc, char **argv)
+{
+	int reps = 5, nc = (int)(sizeof classes / sizeof classes[0]), first = 1;
+	const char *only = NULL;
+	void *dn = NULL;
+
+	if (!getenv("OMP_NUM_THREADS")) { /* libgomp reads it once, at load */
+		setenv("OMP_NUM_THREADS", "1", 1);
+		setenv("BLIS_NUM_THREADS", "1", 1);
+		execv("/proc/self/exe", argv);
+	}
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+			reps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--class") && i + 1 < argc)
+			only = argv[++i];
+		else if (!strcmp(argv[i], "--shift") && i + 1 < argc) /* hpdlf's shift path: auto, always, never */
+			hp_conv_set_shift(atoi(argv[++i]));
+		else {
+			fprintf(stderr, "usage: %s [--reps N] [--class NAME] [--shift 0|1|-1]\n", argv[0]);
+			return 2;
+		}
+	}
+	reps = reps < 1 ? 1 : reps > 63 ? 63 : reps;
+	load_blis();
+#ifdef HPDLF_HAVE_DNNL
+	static struct dn d;
+	if (dnnl_engine_create(&d.eng, dnnl_cpu, 0) == dnnl_success &&
+	    dnnl_stream_create(&d.st, d.eng, dnnl_stream_default_flags) == dnnl_success)
+		dn = &d;
+#endif
+#ifdef HPDLF_HAVE_XSMM
+	libxsmm_init();
+#endif
+	printf("GFLOP/s per CPU-second, 1 thread; gemm columns: the im2col path's sgemm alone\n");
+	printf("%-10s %-3s %8s %8s %8s %8s %8s %8s %8s  %s\n", "class", "op", "GFLOP", "hpdlf", "oneDNN", "dnnl-blk",
+	       "OpenBLAS", "BLIS", "libxsmm", "oneDNN impl (NCHW / blocked)");
+	char *buf = NULL;
+	size_t len = 0;
+	js = open_memstream(&buf, &len);
+	for (int i = 0; i < nc; i++) {
+		if (only && strcmp(only, classes[i].name))
+			continue;
+		for (int p = 0; p < 3; p++, first = 0)
+			row(&classes[i], (enum pass)p, reps, dn, first);
+	}
+	fclose(js);
+	printf("{\"bench\":\"conv_libs\",\"reps\":%d,\"unit\":\"GFLOP/s per CPU-second, 1 thread\",\"rows\":[%s]}\n",
+	       reps, buf);
+	free(buf);
+	return 0;
+}

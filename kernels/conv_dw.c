@@ -1,0 +1,361 @@
+/* Depthwise convolution (group == input channels > 1, any channel
+ * multiplier), forward and both gradients, as direct loops.
+ *
+ * Why not im2col + sgemm: each group's sgemm is 1 x positions x kvol (or
+ * multiplier x ... ), far too thin for BLAS; hpdlf's im2col path ran these
+ * at 1-3 GFLOP/s per core and oneDNN 2.6 on NCHW tensors (its gemm-based
+ * kernel) no better (bench/bench_conv_libs.c).  Here a tap of the window
+ * scales a contiguous run of an input row into an output row, which the
+ * compiler vectorizes.
+ *
+ * Determinism: every output element starts from its bias (or zero) and
+ * adds its taps in (kd, kh, kw) order, skipping taps outside the image;
+ * no element depends on how planes are shared among workers or where a
+ * band of rows starts (a tap inside a band's halo is the same tap the
+ * whole node adds), so results are bitwise the same for any thread count
+ * and any band cut.  The gradients keep one order per element too: dX
+ * element (c, i) adds over multipliers, output rows and taps in loop
+ * order; dW element (m, k) sums per-column partials over (n, rows) in
+ * order, then the columns in order, in one worker.
+ *
+ * The loops are compiled for AVX-512, AVX2 and baseline x86-64 (GCC
+ * target_clones); without FMA contraction (-std=c11) every clone computes
+ * the same bits. */
+#include <string.h>
+
+#include "kernels/conv_impl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DW_CLONES
+#endif
+
+int hp_dw_eligible(int64_t group, int64_t cin, int64_t cout)
+{
+	return group > 1 && group == cin && cout % cin == 0;
+}
+
+/* Output positions o in [*lo, *hi) whose input position o*s - p + t lies
+ * in [0, n) (t = tap offset k * dil). */
+static void tap_range(int64_t n, int64_t out, int64_t s, int64_t p, int64_t t, int64_t *lo, int64_t *hi)
+{
+	int64_t a = p - t, b = n - 1 + p - t; /* o*s in [a, b] */
+
+	if (s == 1) { /* no divisions: this runs for every row */
+		*lo = a <= 0 ? 0 : a;
+		*hi = b < 0 ? 0 : b + 1;
+	} else {
+		*lo = a <= 0 ? 0 : (a + s - 1) / s;
+		*hi = b < 0 ? 0 : b / s + 1;
+	}
+	if (*hi > out)
+		*hi = out;
+	if (*lo > *hi)
+		*lo = *hi;
+}
+
+/* y[lo, hi) += w * x[o*s + off] */
+DW_CLONES static void axpy_row(float *restrict y, const float *restrict x, float w, int64_t lo, int64_t hi, int64_t s,
+			       int64_t off)
+{
+	if (s == 1)
+		for (int64_t o = lo; o < hi; o++)
+			y[o] += w * x[o + off];
+	else
+		for (int64_t o = lo; o < hi; o++)
+			y[o] += w * x[o * s + off];
+}
+
+/* Three taps (dil apart) in one pass, for o in [lo, hi) where all three
+ * are inside the row: y[o] = ((y[o] + w0 x0) + w1 x1) + w2 x2, the sums
+ * of three axpy_row passes in the same order, so the same bits. */
+DW_CLONES static void axpy3_row(float *restrict y, const float *restrict x, const float *w, int64_t lo, int64_t hi,
+				int64_t s, int64_t off, int64_t dil)
+{
+	float w0 = w[0], w1 = w[1], w2 = w[2];
+	const float *x1 = x + dil, *x2 = x + 2 * dil;
+
+	if (s == 1)
+		for (int64_t o = lo; o < hi; o++)
+			y[o] = ((y[o] + w0 * x[o + off]) + w1 * x1[o + off]) + w2 * x2[o + off];
+	else
+		for (int64_t o = lo; o < hi; o++)
+			y[o] = ((y[o] + w0 * x[o * s + off]) + w1 * x1[o * s + off]) + w2 * x2[o * s + off];
+}
+
+/* acc_k[o] += dy[o] * x[o*s + off + k*dil] for the three taps k at once. */
+DW_CLONES static void dot3_row(float *restrict a0, float *restrict a1, float *restrict a2, const float *restrict dy,
+			       const float *restrict x, int64_t lo, int64_t hi, int64_t s, int64_t off, int64_t dil)
+{
+	const float *x1 = x + dil, *x2 = x + 2 * dil;
+
+	if (s == 1)
+		for (int64_t o = lo; o < hi; o++) {
+			float g = dy[o];
+			a0[o] += g * x[o + off];
+			a1[o] += g * x1[o + off];
+			a2[o] += g * x2[o + off];
+		}
+	else
+		for (int64_t o = lo; o < hi; o++) {
+			float g = dy[o];
+			a0[o] += g * x[o * s + off];
+			a1[o] += g * x1[o * s + off];
+			a2[o] += g * x2[o * s + off];
+		}
+}
+
+/* dx[o*s + off] += w * dy[o], o in [lo, hi) */
+DW_CLONES static void scatter_row(float *restrict dx, const float *restrict dy, float w, int64_t lo, int64_t hi,
+				  int64_t s, int64_t off)
+{
+	if (s == 1)
+		for (int64_t o = lo; o < hi; o++)
+			dx[o + off] += w * dy[o];
+	else
+		for (int64_t o = lo; o < hi; o++)
+			dx[o * s + off] += w * dy[o];
+}
+
+/* acc[o] += dy[o] * x[o*s + off], o in [lo, hi) */
+DW_CLONES static void dot_row(float *restrict acc, const float *restrict dy, const float *restrict x, int64_t lo,
+			      int64_t hi, int64_t s, int64_t off)
+{
+	if (s == 1)
+		for (int64_t o = lo; o < hi; o++)
+			acc[o] += dy[o] * x[o + off];
+	else
+		for (int64_t o = lo; o < hi; o++)
+			acc[o] += dy[o] * x[o * s + off];
+}
+
+/* The image row of output row (od, oh) under tap (kd, kh), or NULL. */
+static const float *img_row(const struct hp_colgeom *g, const float *img, int64_t od, int64_t oh, int64_t kd,
+			    int64_t kh)
+{
+	int64_t id = od * g->stride[0] - g->pad[0] + kd * g->dil[0];
+	int64_t ih = oh * g->stride[1] - g->pad[1] + kh * g->dil[1];
+
+	if (id < 0 || id >= g->img[0] || ih < 0 || ih >= g->img[1])
+		return NULL;
+	return img + (id * g->img[1] + ih) * g->img[2];
+}
+
+/* The taps kw of one image row xr into output row yr, in kw order per
+ * element: three at once where all three are inside (k[2] == 3), one by
+ * one at the row's ends. */
+static void fwd_taps(const struct hp_colgeom *g, const float *xr, const float *w, float *yr)
+{
+	int64_t ow = g->grid[2], s = g->stride[2], p = g->pad[2], dl = g->dil[2], lo, hi, l2, h2;
+
+	if (g->k[2] == 3) {
+		tap_range(g->img[2], ow, s, p, 0, &lo, &hi);
+		tap_range(g->img[2], ow, s, p, 2 * dl, &l2, &h2);
+		lo = l2 > lo ? l2 : lo; /* the middle tap's range lies between */
+		hi = h2 < hi ? h2 : hi;
+		if (lo < hi) {
+			for (int64_t o = 0; o < ow; o++) {
+				if (o == lo)
+					o = hi; /* the interior below */
+				for (int64_t kw = 0; kw < 3 && o < ow; kw++) {
+					int64_t i = o * s - p + kw * dl;
+					if (i >= 0 && i < g->img[2])
+						yr[o] += w[kw] * xr[i];
+				}
+			}
+			axpy3_row(yr, xr, w, lo, hi, s, -p, dl);
+			return;
+		}
+	}
+	for (int64_t kw = 0; kw < g->k[2]; kw++) {
+		int64_t t = kw * dl;
+		tap_range(g->img[2], ow, s, p, t, &lo, &hi);
+		axpy_row(yr, xr, w[kw], lo, hi, s, t - p);
+	}
+}
+
+/* One output plane: y = bias + taps of x (one input channel) under w. */
+static void fwd_plane(const struct hp_colgeom *g, const float *x, const float *w, float bias, float *y)
+{
+	int64_t ow = g->grid[2];
+
+	for (int64_t od = 0; od < g->grid[0]; od++)
+		for (int64_t oh = 0; oh < g->grid[1]; oh++) {
+			float *yr = y + (od * g->grid[1] + oh) * ow;
+			for (int64_t o = 0; o < ow; o++)
+				yr[o] = bias;
+			for (int64_t kd = 0; kd < g->k[0]; kd++)
+				for (int64_t kh = 0; kh < g->k[1]; kh++) {
+					const float *xr = img_row(g, x, od, oh, kd, kh);
+					if (xr)
+						fwd_taps(g, xr, w + (kd * g->k[1] + kh) * g->k[2], yr);
+				}
+		}
+}
+
+struct dw_run {
+	const struct hp_dw *d;
+	const float *a, *b, *bias;
+	float *out, *ws;
+};
+
+static void fwd_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct dw_run *r = arg;
+	const struct hp_dw *d = r->d;
+	int64_t cout = d->cin * d->mult;
+
+	(void)tid;
+	for (int64_t i = b; i < e; i++) { /* i = (item, output channel) */
+		int64_t n = i / cout, m = i % cout, c = m / d->mult;
+		fwd_plane(&d->g, r->a + (n * d->cin + c) * d->g.img_vol, r->b + m * d->g.kvol,
+			  r->bias ? r->bias[m] : 0.0f, r->out + i * d->g.grid_vol);
+	}
+}
+
+void hp_dw_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,
+		   struct hp_pool *pool)
+{
+	struct dw_run r = { .d = d, .a = x, .b = w, .bias = b, .out = y };
+	int saved, threads = hp_conv_threads_enter(pool, &saved);
+
+	hp_conv_parallel(pool, threads, d->batch * d->cin * d->mult, fwd_range, &r);
+	hp_conv_threads_leave(saved);
+}
+
+/* dX plane of input channel c of item n: the taps of its mult output planes. */
+static void data_plane(const struct hp_dw *d, const float *dy, const float *w, float *dx)
+{
+	const struct hp_colgeom *g = &d->g;
+	int64_t ow = g->grid[2];
+
+	memset(dx, 0, (size_t)g->img_vol * sizeof *dx);
+	for (int64_t j = 0; j < d->mult; j++, dy += g->grid_vol, w += g->kvol)
+		for (int64_t od = 0; od < g->grid[0]; od++)
+			for (int64_t oh = 0; oh < g->grid[1]; oh++) {
+				const float *dyr = dy + (od * g->grid[1] + oh) * ow;
+				for (int64_t kd = 0; kd < g->k[0]; kd++)
+					for (int64_t kh = 0; kh < g->k[1]; kh++) {
+						float *dxr = (float *)img_row(g, dx, od, oh, kd, kh);
+						if (!dxr)
+							continue;
+						for (int64_t kw = 0; kw < g->k[2]; kw++) {
+							int64_t t = kw * g->dil[2], lo, hi;
+							tap_range(g->img[2], ow, g->stride[2], g->pad[2], t, &lo, &hi);
+							scatter_row(dxr, dyr, w[(kd * g->k[1] + kh) * g->k[2] + kw], lo,
+								    hi, g->stride[2], t - g->pad[2]);
+						}
+					}
+			}
+}
+
+static void data_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct dw_run *r = arg;
+	const struct hp_dw *d = r->d;
+
+	(void)tid;
+	for (int64_t i = b; i < e; i++) { /* i = (item, input channel) */
+		int64_t c = i % d->cin;
+		data_plane(d, r->a + i * d->mult * d->g.grid_vol, r->b + c * d->mult * d->g.kvol,
+			   r->out + i * d->g.img_vol);
+	}
+}
+
+void hp_dw_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, struct hp_pool *pool)
+{
+	struct dw_run r = { .d = d, .a = dy, .b = w, .out = dx };
+	int saved, threads = hp_conv_threads_enter(pool, &saved);
+
+	hp_conv_parallel(pool, threads, d->batch * d->cin, data_range, &r);
+	hp_conv_threads_leave(saved);
+}
+
+size_t hp_dw_filter_ws(const struct hp_dw *d)
+{
+	return (size_t)hp_conv_ws_threads() * (size_t)(d->g.kvol * d->g.grid[2]) * sizeof(float);
+}
+
+/* acc[kw][o] += dyr[o] * (image row xr at tap kw) for the taps of one row:
+ * three at once where all are inside (each acc element gets the same
+ * additions in the same order either way). */
+static void filter_taps(const struct hp_colgeom *g, const float *dyr, const float *xr, float *acc)
+{
+	int64_t ow = g->grid[2], s = g->stride[2], p = g->pad[2], dl = g->dil[2], lo, hi, l2, h2;
+
+	if (g->k[2] == 3) {
+		tap_range(g->img[2], ow, s, p, 0, &lo, &hi);
+		tap_range(g->img[2], ow, s, p, 2 * dl, &l2, &h2);
+		lo = l2 > lo ? l2 : lo;
+		hi = h2 < hi ? h2 : hi;
+		if (lo < hi) {
+			for (int64_t o = 0; o < ow; o++) {
+				if (o == lo)
+					o = hi;
+				for (int64_t kw = 0; kw < 3 && o < ow; kw++) {
+					int64_t i = o * s - p + kw * dl;
+					if (i >= 0 && i < g->img[2])
+						acc[kw * ow + o] += dyr[o] * xr[i];
+				}
+			}
+			dot3_row(acc, acc + ow, acc + 2 * ow, dyr, xr, lo, hi, s, -p, dl);
+			return;
+		}
+	}
+	for (int64_t kw = 0; kw < g->k[2]; kw++) {
+		int64_t t = kw * dl;
+		tap_range(g->img[2], ow, s, p, t, &lo, &hi);
+		dot_row(acc + kw * ow, dyr, xr, lo, hi, s, t - p);
+	}
+}
+
+/* acc[k][ow] += dY rows x X rows of output channel m over the batch. */
+static void filter_acc(const struct hp_dw *d, const float *dy, const float *x, int64_t m, float *acc)
+{
+	const struct hp_colgeom *g = &d->g;
+	int64_t ow = g->grid[2], c = m / d->mult;
+
+	for (int64_t n = 0; n < d->batch; n++) {
+		const float *dyp = dy + (n * d->cin * d->mult + m) * g->grid_vol, *xp = x + (n * d->cin + c) * g->img_vol;
+		for (int64_t od = 0; od < g->grid[0]; od++)
+			for (int64_t oh = 0; oh < g->grid[1]; oh++)
+				for (int64_t kd = 0; kd < g->k[0]; kd++)
+					for (int64_t kh = 0; kh < g->k[1]; kh++) {
+						const float *xr = img_row(g, xp, od, oh, kd, kh);
+						if (xr)
+							filter_taps(g, dyp + (od * g->grid[1] + oh) * ow, xr,
+								    acc + (kd * g->k[1] + kh) * g->k[2] * ow);
+					}
+	}
+}
+
+static void filter_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct dw_run *r = arg;
+	const struct hp_dw *d = r->d;
+	int64_t ow = d->g.grid[2], kvol = d->g.kvol;
+	float *acc = r->ws + (size_t)tid * (size_t)(kvol * ow);
+
+	for (int64_t m = b; m < e; m++) {
+		memset(acc, 0, (size_t)(kvol * ow) * sizeof *acc);
+		filter_acc(d, r->a, r->b, m, acc);
+		for (int64_t k = 0; k < kvol; k++) {
+			float s = 0;
+			for (int64_t o = 0; o < ow; o++)
+				s += acc[k * ow + o];
+			r->out[m * kvol + k] = s;
+		}
+	}
+}
+
+void hp_dw_filter(const struct hp_dw *d, const float *dy, const float *x, float *dw, float *ws, struct hp_pool *pool)
+{
+	struct dw_run r = { .d = d, .a = dy, .b = x, .out = dw, .ws = ws };
+	int saved, threads = hp_conv_threads_enter(pool, &saved);
+
+	if (threads > hp_conv_ws_threads())
+		threads = hp_conv_ws_threads();
+	hp_conv_parallel(pool, threads, d->cin * d->mult, filter_range, &r);
+	hp_conv_threads_leave(saved);
+}

@@ -1,0 +1,274 @@
+/* Depthwise convolution (kernels/conv_dw.c): Conv, ConvGradData and
+ * ConvGradFilter with group == input channels against nested loops in
+ * double, over 1-D, 2-D and 3-D shapes, strides, dilations, asymmetric
+ * pads and channel multipliers; the path is the one Conv nodes take;
+ * results bitwise equal with and without a pool, and a band of output
+ * rows (its input rows with their halo, pads cut as exec/split_band.c
+ * cuts them) bitwise equal to those rows of the whole. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "hpdlf/error.h"
+#include "kernels/conv_impl.h"
+#include "tests/kernels/harness.h"
+
+struct dc {
+	int nd;
+	int64_t n, c, mult;
+	int64_t in[3], k[3], s[3], d[3], pb[3], pe[3];
+};
+
+static const struct dc cases[] = {
+	{ 1, 2, 3, 1, { 17 }, { 3 }, { 1 }, { 1 }, { 1 }, { 1 } },
+	{ 1, 1, 4, 2, { 16 }, { 5 }, { 2 }, { 2 }, { 3 }, { 0 } },
+	{ 2, 2, 5, 1, { 9, 11 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 6, 1, { 12, 13 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 3, 4, 3, { 7, 10 }, { 3, 2 }, { 1, 3 }, { 2, 1 }, { 0, 2 }, { 2, 0 } },
+	{ 2, 1, 8, 1, { 3, 3 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 2, 3, 1, { 8, 40 }, { 5, 5 }, { 1, 1 }, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 3, 1, 3, 2, { 5, 6, 7 }, { 3, 3, 3 }, { 1, 2, 1 }, { 1, 1, 2 }, { 1, 0, 2 }, { 1, 1, 0 } },
+};
+
+static int64_t out_dim(const struct dc *t, int i)
+{
+	return (t->in[i] + t->pb[i] + t->pe[i] - (t->k[i] - 1) * t->d[i] - 1) / t->s[i] + 1;
+}
+
+static struct hp_shape shp(const struct dc *t, int64_t ch, int y)
+{
+	struct hp_shape s = { t->nd + 2, { t->n, ch } };
+
+	for (int i = 0; i < t->nd; i++)
+		s.dims[2 + i] = y ? out_dim(t, i) : t->in[i];
+	return s;
+}
+
+/* Flat index of spatial position p (nd dims of sizes sz) or -1 if outside. */
+static int64_t flat(const struct dc *t, const int64_t *p, const int64_t *sz)
+{
+	int64_t f = 0;
+
+	for (int i = 0; i < t->nd; i++) {
+		if (p[i] < 0 || p[i] >= sz[i])
+			return -1;
+		f = f * sz[i] + p[i];
+	}
+	return f;
+}
+
+/* Visit every (n, m, output position, tap) with its X and Y flat indices. */
+typedef void (*visit_fn)(void *ctx, int64_t xi, int64_t yi, int64_t wi);
+
+static void each(const struct dc *t, visit_fn fn, void *ctx)
+{
+	int64_t osz[3] = { 1, 1, 1 }, ovol = 1, kvol = 1, ivol = 1, m = t->c * t->mult;
+
+	for (int i = 0; i < t->nd; i++)
+		osz[i] = out_dim(t, i), ovol *= osz[i], kvol *= t->k[i], ivol *= t->in[i];
+	for (int64_t n = 0; n < t->n; n++)
+		for (int64_t o = 0; o < m; o++)
+			for (int64_t y = 0; y < ovol; y++)
+				for (int64_t k = 0; k < kvol; k++) {
+					int64_t op[3], kp[3], ip[3], yy = y, kk = k, xi;
+					for (int i = t->nd - 1; i >= 0; i--) {
+						op[i] = yy % osz[i], yy /= osz[i];
+						kp[i] = kk % t->k[i], kk /= t->k[i];
+						ip[i] = op[i] * t->s[i] - t->pb[i] + kp[i] * t->d[i];
+					}
+					if ((xi = flat(t, ip, t->in)) < 0)
+						continue;
+					fn(ctx, (n * t->c + o / t->mult) * ivol + xi, (n * m + o) * ovol + y, o * kvol + k);
+				}
+}
+
+struct refctx {
+	const float *a, *b;
+	double *out;
+	int pass;
+};
+
+static void ref_visit(void *ctx, int64_t xi, int64_t yi, int64_t wi)
+{
+	struct refctx *r = ctx;
+
+	if (r->pass == 0)      /* a = X, b = W -> Y */
+		r->out[yi] += (double)r->a[xi] * r->b[wi];
+	else if (r->pass == 1) /* a = dY, b = W -> dX */
+		r->out[xi] += (double)r->a[yi] * r->b[wi];
+	else                   /* a = dY, b = X -> dW */
+		r->out[wi] += (double)r->a[yi] * r->b[xi];
+}
+
+static void compare(const struct hp_tensor *got, const double *ref, const char *what, int ci)
+{
+	int64_t n = hp_shape_numel(&got->shape);
+	double mx = 1, err = 0;
+
+	for (int64_t i = 0; i < n; i++)
+		mx = ref[i] > mx ? ref[i] : -ref[i] > mx ? -ref[i] : mx;
+	for (int64_t i = 0; i < n; i++) {
+		double e = ((const float *)got->data)[i] - ref[i];
+		err = e > err ? e : -e > err ? -e : err;
+	}
+	if (err / mx > 1e-5)
+		fail_msg("case %d %s: rel err %g", ci, what, err / mx);
+}
+
+static void attrs(const struct dc *t, struct hp_attr *a, int *na, int64_t *pads, const struct hp_shape *xs, int pass)
+{
+	for (int i = 0; i < t->nd; i++)
+		pads[i] = t->pb[i], pads[t->nd + i] = t->pe[i];
+	a[(*na)++] = kt_ints("strides", t->nd, t->s);
+	a[(*na)++] = kt_ints("dilations", t->nd, t->d);
+	a[(*na)++] = kt_ints("pads", 2 * t->nd, pads);
+	a[(*na)++] = kt_int("group", t->c);
+	a[(*na)++] = kt_ints("kernel_shape", t->nd, t->k);
+	if (pass == 1)
+		a[(*na)++] = kt_ints("x_shape", xs->rank, xs->dims);
+}
+
+/* Run pass 0 (Conv), 1 (ConvGradData) or 2 (ConvGradFilter) of case t. */
+static void run_pass(const struct dc *t, int pass, const struct hp_tensor *x, const struct hp_tensor *w,
+		     const struct hp_tensor *dy, struct hp_pool *pool, struct hp_tensor *out)
+{
+	struct hp_shape xs = shp(t, t->c, 0);
+	struct hp_attr a[8];
+	struct hp_tensor in[2];
+	int64_t pads[6];
+	int na = 0;
+
+	attrs(t, a, &na, pads, &xs, pass);
+	in[0] = pass == 0 ? *x : *dy;
+	in[1] = pass == 2 ? *x : *w;
+	struct kt_case c = { .domain = pass ? "ai.hpdlf" : NULL, .nin = 2, .in = in, .nattrs = na, .attrs = a,
+			     .nout = 1, .pool = pool,
+			     .op = pass == 0 ? "Conv" : pass == 1 ? "ConvGradData" : "ConvGradFilter" };
+	if (kt_run(&c, out) < 0)
+		fail_msg("%s", hp_errmsg());
+}
+
+static void check_case(const struct dc *t, int ci, struct hp_pool *pool)
+{
+	struct hp_shape xs = shp(t, t->c, 0), ys = shp(t, t->c * t->mult, 1), ws = { t->nd + 2, { t->c * t->mult, 1 } };
+	struct hp_tensor x, w, dy, out[3], again;
+
+	for (int i = 0; i < t->nd; i++)
+		ws.dims[2 + i] = t->k[i];
+	x = kt_tensor(HP_F32, xs.rank, xs.dims);
+	w = kt_tensor(HP_F32, ws.rank, ws.dims);
+	dy = kt_tensor(HP_F32, ys.rank, ys.dims);
+	kt_fill_random(&x, 11 + ci, -1, 1);
+	kt_fill_random(&w, 21 + ci, -1, 1);
+	kt_fill_random(&dy, 31 + ci, -1, 1);
+	for (int p = 0; p < 3; p++) {
+		const struct hp_shape *os = p == 0 ? &ys : p == 1 ? &xs : &ws;
+		struct refctx r = { .a = p == 0 ? x.data : dy.data, .b = p == 2 ? x.data : w.data, .pass = p };
+		r.out = calloc((size_t)hp_shape_numel(os), sizeof *r.out);
+		run_pass(t, p, &x, &w, &dy, NULL, &out[p]);
+		each(t, ref_visit, &r);
+		compare(&out[p], r.out, p == 0 ? "Conv" : p == 1 ? "ConvGradData" : "ConvGradFilter", ci);
+		free(r.out);
+		run_pass(t, p, &x, &w, &dy, pool, &again); /* the pool's workers: the same bits */
+		if (memcmp(again.data, out[p].data, (size_t)hp_shape_numel(os) * sizeof(float)))
+			fail_msg("case %d pass %d: a pool of 2 changes the bits", ci, p);
+		hp_tensor_free(&again);
+		hp_tensor_free(&out[p]);
+	}
+	hp_tensor_free(&x);
+	hp_tensor_free(&w);
+	hp_tensor_free(&dy);
+}
+
+static void test_against_loops(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++)
+		check_case(&cases[i], i, pool);
+	hp_pool_destroy(pool);
+}
+
+/* Conv nodes with group == C take the depthwise path, others do not. */
+static void test_path(void **state)
+{
+	(void)state;
+	assert_true(hp_dw_eligible(8, 8, 8));
+	assert_true(hp_dw_eligible(8, 8, 16));
+	assert_false(hp_dw_eligible(1, 1, 16)); /* one channel, group 1: im2col as before */
+	assert_false(hp_dw_eligible(4, 8, 8));  /* grouped, 2 channels a group */
+	assert_false(hp_dw_eligible(8, 8, 12));
+}
+
+/* The geometry of a 2-D case as conv_dw.c takes it (leading dim 1). */
+static struct hp_dw geom(const struct dc *t, int64_t r0, int64_t r1, int64_t *i0, int64_t *i1)
+{
+	struct hp_dw d = { .batch = t->n, .cin = t->c, .mult = t->mult };
+	int64_t lo = r0 * t->s[0] - t->pb[0], hi = (r1 - 1) * t->s[0] - t->pb[0] + (t->k[0] - 1) * t->d[0] + 1;
+
+	*i0 = lo < 0 ? 0 : lo;
+	*i1 = hi > t->in[0] ? t->in[0] : hi;
+	d.g.img[0] = d.g.grid[0] = d.g.k[0] = d.g.stride[0] = d.g.dil[0] = 1;
+	d.g.img[1] = *i1 - *i0, d.g.img[2] = t->in[1];
+	d.g.grid[1] = r1 - r0, d.g.grid[2] = out_dim(t, 1);
+	for (int i = 0; i < 2; i++)
+		d.g.k[1 + i] = t->k[i], d.g.stride[1 + i] = t->s[i], d.g.dil[1 + i] = t->d[i], d.g.pad[1 + i] = t->pb[i];
+	d.g.pad[1] = *i0 - lo; /* the band's top pad: what remains above its first input row */
+	hp_colgeom_finish(&d.g);
+	return d;
+}
+
+/* Bands of output rows, computed from their input rows alone, are bitwise
+ * the rows of the whole. */
+static void test_bands(void **state)
+{
+	(void)state;
+	for (int ci = 2; ci < (int)(sizeof cases / sizeof cases[0]); ci++) {
+		const struct dc *t = &cases[ci];
+		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), i0, i1, m = t->c * t->mult;
+		if (t->nd != 2)
+			continue;
+		size_t nx = (size_t)(t->n * t->c * t->in[0] * t->in[1]), ny = (size_t)(t->n * m * oh * ow);
+		float *x = malloc(nx * 4), *w = malloc((size_t)(m * t->k[0] * t->k[1]) * 4), *b = malloc((size_t)m * 4);
+		float *y = malloc(ny * 4), *yb = malloc(ny * 4), *xb = malloc(nx * 4);
+		for (size_t i = 0; i < nx; i++)
+			x[i] = (float)((i * 7919) % 1000) / 500.0f - 1;
+		for (int64_t i = 0; i < m * t->k[0] * t->k[1]; i++)
+			w[i] = (float)((i * 104729) % 997) / 498.0f - 1;
+		for (int64_t i = 0; i < m; i++)
+			b[i] = 0.25f * (float)i - 1;
+		struct hp_dw whole = geom(t, 0, oh, &i0, &i1);
+		hp_dw_forward(&whole, x, w, b, y, NULL);
+		for (int64_t r0 = 0; r0 < oh; r0++)
+			for (int64_t r1 = r0 + 1; r1 <= oh; r1++) {
+				struct hp_dw band = geom(t, r0, r1, &i0, &i1);
+				for (int64_t p = 0; p < t->n * t->c; p++) /* the band's input rows */
+					memcpy(xb + p * (i1 - i0) * t->in[1], x + (p * t->in[0] + i0) * t->in[1],
+					       (size_t)((i1 - i0) * t->in[1]) * 4);
+				hp_dw_forward(&band, xb, w, b, yb, NULL);
+				for (int64_t p = 0; p < t->n * m; p++)
+					if (memcmp(yb + p * (r1 - r0) * ow, y + (p * oh + r0) * ow, (size_t)((r1 - r0) * ow) * 4))
+						fail_msg("case %d: band [%lld, %lld) differs from the whole", ci, (long long)r0,
+							 (long long)r1);
+			}
+		free(x), free(w), free(b), free(y), free(yb), free(xb);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_against_loops),
+		cmocka_unit_test(test_path),
+		cmocka_unit_test(test_bands),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
