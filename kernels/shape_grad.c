@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "kernels/shape_util.h"
 #include "kernels/train_util.h"
 
 static int store_priv(struct hp_graph *g, struct hp_node *n, const void *p, size_t size)
@@ -57,48 +58,32 @@ const struct hp_op tk_op_reshape_grad = {
 
 /* ---- TransposeGrad(dY) -> dX  (attr perm: the forward's) ---------------- */
 
+/* dX = Transpose(dY) under the inverse of the forward's perm, through
+ * Transpose's own plan (tiled 2-D and batched 2-D cases, copy tables for
+ * the rest) instead of an index computation per element: the weight
+ * transposes of exported Linear layers made this 30% of a BERT step. */
 static int transpose_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	const struct hp_value *dy = tk_in(g, n, 0);
 	const int64_t *perm;
-	int np = hp_attr_ints(n, "perm", &perm), seen[HP_MAX_RANK] = { 0 };
-	struct hp_shape s;
-
+	int np = hp_attr_ints(n, "perm", &perm), seen[HP_MAX_RANK] = { 0 }, inv[HP_MAX_RANK];
 	int rc = tk_need_f32(g, n, 0, 0);
 
 	if (rc < 0)
 		return rc;
 	if (np != dy->shape.rank)
 		return hp_node_error(g, n, HP_EMODEL, "perm must list %d axes", dy->shape.rank);
-	s.rank = np;
 	for (int k = 0; k < np; k++) {
 		if (perm[k] < 0 || perm[k] >= np || seen[perm[k]]++)
 			return hp_node_error(g, n, HP_EMODEL, "perm is not a permutation");
-		s.dims[perm[k]] = dy->shape.dims[k];
+		inv[perm[k]] = k;
 	}
-	tk_set_out(g, n, 0, HP_F32, &s);
-	return 0;
-}
-
-static int transpose_run(const struct hp_node *n, const struct hp_kargs *a)
-{
-	const int64_t *perm;
-	int r = hp_attr_ints(n, "perm", &perm);
-	int64_t xs[HP_MAX_RANK], st[HP_MAX_RANK], len = hp_shape_numel(&a->in[0].shape);
-	const float *dy = a->in[0].data;
-	float *dx = a->out[0].data;
-
-	tk_strides(&a->out[0].shape, xs);
-	for (int k = 0; k < r; k++)
-		st[k] = xs[perm[k]];
-	for (int64_t i = 0; i < len; i++)
-		dx[tk_offset(&a->in[0].shape, st, i)] = dy[i];
-	return 0;
+	return hpks_transpose_plan(g, n, inv);
 }
 
 const struct hp_op tk_op_transpose_grad = {
 	.domain = TK_DOMAIN, .name = "TransposeGrad", .min_inputs = 1, .max_inputs = 1,
-	.min_outputs = 1, .max_outputs = 1, .prepare = transpose_prepare, .run = transpose_run,
+	.min_outputs = 1, .max_outputs = 1, .prepare = transpose_prepare, .run = hpks_transpose_run,
 };
 
 /* ---- ConcatGrad(dY) -> dX1?, ..., dXk?  (attrs axis, sizes) --------------

@@ -73,14 +73,21 @@ static int tr_reduce(const struct hp_shape *s, const int *perm, int rank, int64_
 
 static int transpose_prepare(struct hp_graph *g, struct hp_node *n)
 {
+	int perm[HP_MAX_RANK], rc;
+
+	if ((rc = read_perm(g, n, hpks_in(g, n, 0)->shape.rank, perm)) < 0)
+		return rc;
+	return hpks_transpose_plan(g, n, perm);
+}
+
+int hpks_transpose_plan(struct hp_graph *g, struct hp_node *n, const int *perm)
+{
 	const struct hp_value *x = hpks_in(g, n, 0);
-	int rank = x->shape.rank, perm[HP_MAX_RANK], rperm[HP_MAX_RANK], r, rc;
+	int rank = x->shape.rank, rperm[HP_MAX_RANK], r;
 	int64_t rd[HP_MAX_RANK], od[HP_MAX_RANK], st[HP_MAX_RANK];
 	struct hp_shape out = { .rank = rank }, red;
 	struct tr_priv *p;
 
-	if ((rc = read_perm(g, n, rank, perm)) < 0)
-		return rc;
 	for (int i = 0; i < rank; i++)
 		out.dims[i] = x->shape.dims[perm[i]];
 	hpks_set_out(g, n, 0, x->dtype, &out);
@@ -166,7 +173,7 @@ static void tr_tiles(void *arg, int64_t b, int64_t e, int tid)
 	}
 }
 
-static int transpose_run(const struct hp_node *n, const struct hp_kargs *a)
+int hpks_transpose_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct tr_priv *p = n->priv;
 
@@ -572,7 +579,7 @@ static int gel_run(const struct hp_node *n, const struct hp_kargs *a)
 	const struct hp_op var = { .domain = "", .name = nm, .min_inputs = lo, .max_inputs = hi,         \
 				   .min_outputs = olo, .max_outputs = ohi, .prepare = prep, .run = rn }
 
-OP(hpks_op_transpose, "Transpose", 1, 1, 1, 1, transpose_prepare, transpose_run);
+OP(hpks_op_transpose, "Transpose", 1, 1, 1, 1, transpose_prepare, hpks_transpose_run);
 OP(hpks_op_concat, "Concat", 1, 4096, 1, 1, concat_prepare, concat_run);
 OP(hpks_op_split, "Split", 1, 2, 1, 64, split_prepare, split_run);
 OP(hpks_op_slice, "Slice", 1, 5, 1, 1, slice_prepare, copy_table_run);

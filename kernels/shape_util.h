@@ -14,6 +14,11 @@
 extern const struct hp_op hpks_op_cast;            /* shape_cast.c */
 extern const struct hp_op hpks_op_dropout;         /* shape_dropout.c */
 extern const struct hp_op hpks_op_transpose;       /* shape_index.c */
+/* Transpose's plan for node n's input 0 under perm (output axis i is
+ * input axis perm[i], as in ONNX), kept in n->priv, and its run; also
+ * TransposeGrad's, under the inverse of the forward's perm (shape_grad.c). */
+int hpks_transpose_plan(struct hp_graph *g, struct hp_node *n, const int *perm);
+int hpks_transpose_run(const struct hp_node *n, const struct hp_kargs *a);
 extern const struct hp_op hpks_op_concat;
 extern const struct hp_op hpks_op_split;
 extern const struct hp_op hpks_op_slice;
