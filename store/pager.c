@@ -145,7 +145,7 @@ static void load_finish(struct io_req *r, int rc)
 
 	/* c->mapped is stable while the chunk loads */
 	if (rc == 0 && st->o.verify_crc && r->tier != NO_TIER && c->mapped) {
-		crc = hs_crc32c(t->base + r->chunk * st->cs, hs_chunk_len(t, r->chunk));
+		crc = hs_crc32c(hs_chunk_addr(st, t, r->chunk), hs_chunk_len(t, r->chunk));
 		if (crc != c->crc)
 			rc = HP_ECORRUPT;
 	}
@@ -271,7 +271,7 @@ static int read_windows(struct hs_store *st, struct hs_prefetch *g, struct io_re
 			continue;
 		r->io.res = win ? hs_tier_rw(r->t->bfile->tier, HS_IO_READ, r->io.addr, win, r->io.len) : -ENOMEM;
 		if (r->io.res == 0)
-			memcpy(r->t->base + r->chunk * st->cs, (char *)win + r->wskip, hs_chunk_len(r->t, r->chunk));
+			memcpy(hs_chunk_addr(st, r->t, r->chunk), (char *)win + r->wskip, hs_chunk_len(r->t, r->chunk));
 	}
 	free(win);
 	pthread_mutex_lock(&st->mu);
@@ -312,7 +312,7 @@ static void req_init(struct io_req *r, struct hs_tensor *t, uint64_t i, struct h
 	r->tier = t->bpath && c->tier == NO_TIER ? NO_TIER : c->tier;
 	r->io.op = HS_IO_READ;
 	r->io.addr = c->addr;
-	r->io.buf = t->base + i * t->st->cs;
+	r->io.buf = c->npieces ? hs_chunk_addr(t->st, t, i) : t->base + i * t->st->cs;
 	r->io.len = hs_chunk_iolen(t, i);
 	hs_chunk_io_mem(t->st, c, &r->io);
 	r->io.done = load_done;
@@ -419,6 +419,7 @@ int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
 		pthread_mutex_lock(&st->mu);
 		int rc = hs_chunk_map(st, t, r->chunk); /* crc and non-fixed tiers read it */
 		hs_chunk_io_mem(st, &t->ch[r->chunk], &r->io);
+		r->io.buf = hs_chunk_addr(st, t, r->chunk);
 		pthread_mutex_unlock(&st->mu);
 		if (rc == 0)
 			rc = wb_prepare(st, r, target);
@@ -694,7 +695,7 @@ static int chunk_ready(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 	if (rc < 0 || !c->unverified)
 		return rc;
 	c->unverified = 0;
-	crc = hs_crc32c(t->base + i * st->cs, hs_chunk_len(t, i));
+	crc = hs_crc32c(hs_chunk_addr(st, t, i), hs_chunk_len(t, i));
 	if (crc == c->crc)
 		return 0;
 	st->stats.tier[c->tier + 1].crc_errors++;
@@ -763,7 +764,7 @@ int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mod
 		c->wpins++;
 		hs_chunk_release_copy(st, t, c);
 	}
-	*ptr = t->base + first * st->cs;
+	*ptr = hs_chunk_addr(st, t, first);
 out:
 	pthread_mutex_unlock(&st->mu);
 	free(reqs);
@@ -822,6 +823,7 @@ static int prefetch_attach(struct hs_store *st, struct hs_prefetch *g, int nreq,
 		struct io_req *r = &g->reqs[j];
 		rc = hs_chunk_attach(st, r->t, r->chunk, 0);
 		hs_chunk_io_mem(st, &r->t->ch[r->chunk], &r->io);
+		r->io.buf = hs_chunk_addr(st, r->t, r->chunk);
 	}
 	if (rc == 0)
 		return 0;
