@@ -21,7 +21,9 @@
  * leaves an empty range behind at either end, so no address is ever free
  * for another mmap to take; the empty ranges left in tensor ranges are
  * queued and reserved again in batches (keeping the number of mappings
- * low), or simply replaced when the chunk comes back first. */
+ * low), or simply replaced when the chunk comes back first.  The one chunk
+ * of a tensor, when it lies in one piece, is not moved at all: it is used
+ * at home (store_internal.h, hs_chunk_addr). */
 #ifndef HPDLF_STORE_FRAMES_H
 #define HPDLF_STORE_FRAMES_H
 

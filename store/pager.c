@@ -933,22 +933,14 @@ int hs_prefetch_wait(struct hs_prefetch *h)
 
 /* ---- evict, hints ---- */
 
-int hs_evict(struct hs_tensor *t, uint64_t first, uint64_t n, int tier)
+/* Mark the evictable chunks of one range (lock held): dirty ones (or
+ * clean ones moving to another tier) into wb[] for writing, clean ones
+ * dropped at once.  Returns the chunks dropped. */
+static int evict_range(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n, int tier,
+		       struct wb_item *wb, int *nwb)
 {
-	struct hs_store *st = t->st;
-	struct wb_item *wb = NULL;
-	int nwb = 0, count = 0, rc;
+	int count = 0;
 
-	rc = norm_range(t, &first, &n, "evict");
-	if (rc < 0)
-		return rc;
-	if (tier < HS_TIER_NONE || tier >= st->ntiers)
-		return hp_error(HP_EUSAGE, "store: evict to tier %d: the store has %d tiers below DRAM", tier, st->ntiers);
-	if (n && !(wb = malloc(n * sizeof *wb)))
-		return -ENOMEM;
-	pthread_mutex_lock(&st->mu);
-	while (st->committing && t->name)
-		pthread_cond_wait(&st->cv, &st->mu);
 	for (uint64_t i = first; i < first + n; i++) {
 		struct hs_chunk *c = &t->ch[i];
 		if (c->state != CH_RESIDENT || c->pins)
@@ -956,18 +948,52 @@ int hs_evict(struct hs_tensor *t, uint64_t first, uint64_t n, int tier)
 		int move = !c->dirty && tier >= 0 && c->tier != NO_TIER && c->tier != tier;
 		if ((c->dirty && tier != HS_TIER_NONE && st->ntiers) || move) {
 			c->state = CH_WRITING;
-			wb[nwb++] = (struct wb_item){ t, i };
+			wb[(*nwb)++] = (struct wb_item){ t, i };
 		} else if (!c->dirty) {
 			drop_chunk(st, t, i);
 			count++;
 		}
 	}
-	if (nwb) {
+	return count;
+}
+
+int hs_evict_many(const struct hs_range *rs, size_t nr, int tier)
+{
+	struct hs_store *st;
+	struct wb_item *wb = NULL;
+	uint64_t total = 0;
+	int nwb = 0, count = 0, rc = 0;
+
+	if (nr == 0 || !rs[0].tensor)
+		return hp_error(HP_EUSAGE, "store: eviction of no ranges");
+	st = rs[0].tensor->st;
+	for (size_t k = 0; k < nr; k++) {
+		uint64_t first = rs[k].first, n = rs[k].n;
+		if (rs[k].tensor->st != st)
+			return hp_error(HP_EUSAGE, "store: eviction of tensors of different stores");
+		if ((rc = norm_range(rs[k].tensor, &first, &n, "evict")) < 0)
+			return rc;
+		total += n;
+	}
+	if (tier < HS_TIER_NONE || tier >= st->ntiers)
+		return hp_error(HP_EUSAGE, "store: evict to tier %d: the store has %d tiers below DRAM", tier, st->ntiers);
+	if (total && !(wb = malloc(total * sizeof *wb)))
+		return -ENOMEM;
+	pthread_mutex_lock(&st->mu);
+	for (size_t k = 0; k < nr; k++)
+		while (st->committing && rs[k].tensor->name)
+			pthread_cond_wait(&st->cv, &st->mu);
+	for (size_t k = 0; k < nr; k++) {
+		uint64_t first = rs[k].first, n = rs[k].n;
+		norm_range(rs[k].tensor, &first, &n, "evict");
+		count += evict_range(st, rs[k].tensor, first, n, tier, wb, &nwb);
+	}
+	if (nwb) { /* one write-back: one submission per tier for all of them */
 		rc = hs_write_back(st, wb, nwb, tier);
 		for (int j = 0; j < nwb; j++) {
-			struct hs_chunk *c = &t->ch[wb[j].chunk];
+			struct hs_chunk *c = &wb[j].t->ch[wb[j].chunk];
 			if (!c->dirty && c->state == CH_RESIDENT && !c->pins) {
-				drop_chunk(st, t, wb[j].chunk);
+				drop_chunk(st, wb[j].t, wb[j].chunk);
 				count++;
 			}
 		}
@@ -976,6 +1002,13 @@ int hs_evict(struct hs_tensor *t, uint64_t first, uint64_t n, int tier)
 	free(wb);
 	hs_statpage_publish(st, 0);
 	return rc < 0 ? rc : count;
+}
+
+int hs_evict(struct hs_tensor *t, uint64_t first, uint64_t n, int tier)
+{
+	struct hs_range r = { t, first, n };
+
+	return hs_evict_many(&r, 1, tier);
 }
 
 int hs_tensor_discard(struct hs_tensor *t, uint64_t first, uint64_t n)
