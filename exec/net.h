@@ -80,13 +80,26 @@ struct hp_net_desc {
 /* What firing a transition does (the caller's side).  lane: the trace
  * lane of the thread firing it.  Optional ops may be NULL when the plan
  * order holds no transition of their kind. */
+/* One LOAD or WRITEBACK of a batch (fire_io_batch); rc is the op's answer. */
+struct hp_net_io {
+	int kind, value;
+	uint64_t first, nchunks;
+	int rc;
+};
+
 struct hp_net_ops {
 	int (*fire_kernel)(void *arg, int step, int worker, int lane);
 	/* LOAD (chunks [first, first + nchunks), nchunks 0: all), WRITEBACK, EVICT, DROP */
 	int (*fire_io)(void *arg, int kind, int value, uint64_t first, uint64_t nchunks, int lane);
 	int (*fire_comm)(void *arg, int step, int lane);
 	int (*fire_recompute)(void *arg, int step, int worker, int lane);
+	/* Optional: the LOADs and WRITEBACKs ready together (up to HP_NET_IO_BATCH,
+	 * in plan order), fired at once so that their chunks go to the device in
+	 * one submission; each io's rc set as fire_io would return it. */
+	void (*fire_io_batch)(void *arg, struct hp_net_io *ios, int n, int lane);
 };
+
+#define HP_NET_IO_BATCH 16
 
 struct hp_net_stats {
 	uint64_t fired[HP_TR_NKINDS]; /* transitions fired, per kind (last run) */

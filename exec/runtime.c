@@ -374,10 +374,12 @@ static int plan_order(const struct hp_rt *s, struct hp_net_entry *e)
 
 static int rt_fire_kernel(void *arg, int step, int worker, int lane);
 static int rt_fire_io(void *arg, int kind, int v, uint64_t first, uint64_t nchunks, int lane);
+static void rt_fire_io_batch(void *arg, struct hp_net_io *ios, int n, int lane);
 static int rt_fire_comm(void *arg, int step, int lane);
 
 static const struct hp_net_ops rt_net_ops = { .fire_kernel = rt_fire_kernel, .fire_io = rt_fire_io,
-					      .fire_comm = rt_fire_comm, .fire_recompute = rt_fire_kernel };
+					      .fire_comm = rt_fire_comm, .fire_recompute = rt_fire_kernel,
+					      .fire_io_batch = rt_fire_io_batch };
 
 /* Values' budget bytes (4 KiB pages, at least one; constants are not
  * managed) and chunk counts (tensors that exist now may load in parts). */
@@ -653,6 +655,53 @@ static int rt_fire_io(void *arg, int kind, int v, uint64_t first, uint64_t nchun
 		trace_resident(s);
 	}
 	return 0;
+}
+
+/* Loads and write-backs the net found ready together: the loads' reads
+ * are submitted first (hs_prefetch_many), the write-backs go out in one
+ * batch while they run (hs_evict_many), then the reads are waited for.
+ * What each does is what rt_fire_io does for it alone. */
+static void rt_fire_io_batch(void *arg, struct hp_net_io *ios, int n, int lane)
+{
+	struct hp_rt *s = arg;
+	struct hs_range ld[n], wb[n];
+	struct hs_prefetch *h = NULL;
+	double u0 = hp_trace_now_us(s->trace);
+	int nl = 0, nw = 0, rl = 0, rw = 0, fl = -1, fw = -1;
+
+	for (int k = 0; k < n; k++) {
+		struct hs_tensor *t = s->ten[ios[k].value];
+		ios[k].rc = 0;
+		if (!t)
+			continue; /* not written yet (an input or output before the first run) */
+		if (ios[k].kind == HP_TR_LOAD) {
+			fl = fl < 0 ? k : fl;
+			ld[nl++] = (struct hs_range){ t, ios[k].first, ios[k].nchunks ? ios[k].nchunks : HS_ALL };
+		} else {
+			fw = fw < 0 ? k : fw;
+			wb[nw++] = (struct hs_range){ t, 0, HS_ALL };
+		}
+	}
+	if (nl)
+		rl = hs_prefetch_many(ld, (size_t)nl, &h);
+	if (nw && (rw = hs_evict_many(wb, (size_t)nw, HS_TIER_ANY)) > 0)
+		rw = 0;
+	if (nl && rl == 0)
+		rl = hs_prefetch_wait(h);
+	if (rl < 0)
+		rl = hp_error_prefix(rl, "load of '%s' (with %d more)", s->g->values[ios[fl].value].name, nl - 1);
+	else if (rw < 0)
+		rw = hp_error_prefix(rw, "write-back of '%s' (with %d more)", s->g->values[ios[fw].value].name, nw - 1);
+	for (int k = 0; k < n; k++) {
+		if (!s->ten[ios[k].value])
+			continue;
+		ios[k].rc = ios[k].kind == HP_TR_LOAD ? rl : rw;
+		if (s->trace)
+			hp_trace_span_bytes(s->trace, lane, io_name(ios[k].kind), s->g->values[ios[k].value].name, u0,
+					    hp_trace_now_us(s->trace), io_bytes(s, ios[k].value, ios[k].first, ios[k].nchunks));
+	}
+	if (s->trace)
+		trace_resident(s);
 }
 
 /* ---- the executor's ops (session.c) ---- */

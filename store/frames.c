@@ -39,6 +39,7 @@ struct hs_frames {
 	size_t scratch_cap;
 	struct zap zq[ZQ_MAX];  /* emptied tensor ranges to reserve again */
 	unsigned nzq;
+	uint64_t moves;         /* mremaps done (hs_frames_moves) */
 };
 
 static void push(struct hs_frames *f, uint32_t p, unsigned k)
@@ -243,9 +244,15 @@ void hs_frames_free(struct hs_frames *f, struct hs_piece *one, struct hs_piece *
 	free(many);
 }
 
-static int move(unsigned char *from, unsigned char *to, size_t len)
+static int move(struct hs_frames *f, unsigned char *from, unsigned char *to, size_t len)
 {
+	f->moves++;
 	return mremap(from, len, len, MOVE, to) == to ? 0 : -errno;
+}
+
+uint64_t hs_frames_moves(const struct hs_frames *f)
+{
+	return f->moves;
 }
 
 int hs_frames_map(struct hs_frames *f, unsigned char *va, const struct hs_piece *p, uint32_t n)
@@ -256,14 +263,14 @@ int hs_frames_map(struct hs_frames *f, unsigned char *va, const struct hs_piece 
 
 	for (i = 0; i < n && rc == 0; i++) {
 		size_t len = (size_t)p[i].n * HS_PAGE;
-		rc = move(f->pool + (size_t)p[i].page * HS_PAGE, at, len);
+		rc = move(f, f->pool + (size_t)p[i].page * HS_PAGE, at, len);
 		at += len;
 	}
 	if (rc == 0)
 		return 0;
 	for (uint32_t k = 0, done = i - 1; k < done; k++) { /* undo the pieces moved */
 		size_t len = (size_t)p[k].n * HS_PAGE;
-		move(va, f->pool + (size_t)p[k].page * HS_PAGE, len);
+		move(f, va, f->pool + (size_t)p[k].page * HS_PAGE, len);
 		va += len;
 	}
 	return hp_error(rc, "store: cannot move %zu bytes of frames into a tensor: %s "
@@ -285,7 +292,7 @@ int hs_frames_unmap(struct hs_frames *f, unsigned char *va, const struct hs_piec
 
 	for (uint32_t i = 0; i < n; i++) {
 		size_t len = (size_t)p[i].n * HS_PAGE;
-		int e = move(at, f->pool + (size_t)p[i].page * HS_PAGE, len);
+		int e = move(f, at, f->pool + (size_t)p[i].page * HS_PAGE, len);
 		if (e < 0 && rc == 0)
 			rc = hp_error(e, "store: cannot move %zu bytes of frames home from a tensor: %s; "
 				      "they stay out of the pool", len, strerror(-e));
@@ -298,7 +305,7 @@ int hs_frames_unmap(struct hs_frames *f, unsigned char *va, const struct hs_piec
 
 int hs_frames_move(struct hs_frames *f, unsigned char *from, unsigned char *to, uint64_t len, uint32_t *ref)
 {
-	int rc = move(from, to, len);
+	int rc = move(f, from, to, len);
 
 	if (rc < 0)
 		return hp_error(rc, "store: cannot move %llu bytes of frames between tensors: %s",
@@ -346,6 +353,11 @@ static unsigned char *reserve_aligned(uint64_t len, uint64_t align)
 		munmap(raw, (size_t)(p - raw));
 	munmap(p + len, (size_t)(raw + len + align - (p + len)));
 	return p;
+}
+
+unsigned char *hs_frames_home(const struct hs_frames *f, const struct hs_piece *p)
+{
+	return f->pool + (size_t)p->page * HS_PAGE;
 }
 
 void *hs_frames_reserve(uint64_t len)

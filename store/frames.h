@@ -21,7 +21,9 @@
  * leaves an empty range behind at either end, so no address is ever free
  * for another mmap to take; the empty ranges left in tensor ranges are
  * queued and reserved again in batches (keeping the number of mappings
- * low), or simply replaced when the chunk comes back first. */
+ * low), or simply replaced when the chunk comes back first.  The one chunk
+ * of a tensor, when it lies in one piece, is not moved at all: it is used
+ * at home (store_internal.h, hs_chunk_addr). */
 #ifndef HPDLF_STORE_FRAMES_H
 #define HPDLF_STORE_FRAMES_H
 
@@ -68,6 +70,10 @@ void hs_frames_unqueue(struct hs_frames *f, uint32_t *ref);
 int hs_frames_move(struct hs_frames *f, unsigned char *from, unsigned char *to, uint64_t len, uint32_t *ref);
 void hs_frames_flush(struct hs_frames *f);
 
+/* The home address of a single piece (its pages while no tensor range
+ * holds them). */
+unsigned char *hs_frames_home(const struct hs_frames *f, const struct hs_piece *p);
+
 /* Reserve len bytes of address space for a tensor (2 MiB aligned when it
  * spans that much, so huge pages move into it whole); free with munmap. */
 void *hs_frames_reserve(uint64_t len);
@@ -75,6 +81,7 @@ void *hs_frames_reserve(uint64_t len);
 /* Slab of a single-piece chunk: 1 + slot (0: several pieces) and offset. */
 uint32_t hs_frames_slot(const struct hs_frames *f, const struct hs_piece *p, uint32_t n, uint64_t *off);
 uint64_t hs_frames_grown(const struct hs_frames *f); /* bytes of the pool allocated */
+uint64_t hs_frames_moves(const struct hs_frames *f); /* mremaps done since create */
 uint64_t hs_frames_free_bytes(const struct hs_frames *f); /* allocated, not in use */
 uint64_t hs_frames_avail_bytes(const struct hs_frames *f); /* free or not allocated yet */
 

@@ -145,7 +145,7 @@ static void load_finish(struct io_req *r, int rc)
 
 	/* c->mapped is stable while the chunk loads */
 	if (rc == 0 && st->o.verify_crc && r->tier != NO_TIER && c->mapped) {
-		crc = hs_crc32c(t->base + r->chunk * st->cs, hs_chunk_len(t, r->chunk));
+		crc = hs_crc32c(hs_chunk_addr(st, t, r->chunk), hs_chunk_len(t, r->chunk));
 		if (crc != c->crc)
 			rc = HP_ECORRUPT;
 	}
@@ -271,7 +271,7 @@ static int read_windows(struct hs_store *st, struct hs_prefetch *g, struct io_re
 			continue;
 		r->io.res = win ? hs_tier_rw(r->t->bfile->tier, HS_IO_READ, r->io.addr, win, r->io.len) : -ENOMEM;
 		if (r->io.res == 0)
-			memcpy(r->t->base + r->chunk * st->cs, (char *)win + r->wskip, hs_chunk_len(r->t, r->chunk));
+			memcpy(hs_chunk_addr(st, r->t, r->chunk), (char *)win + r->wskip, hs_chunk_len(r->t, r->chunk));
 	}
 	free(win);
 	pthread_mutex_lock(&st->mu);
@@ -312,7 +312,7 @@ static void req_init(struct io_req *r, struct hs_tensor *t, uint64_t i, struct h
 	r->tier = t->bpath && c->tier == NO_TIER ? NO_TIER : c->tier;
 	r->io.op = HS_IO_READ;
 	r->io.addr = c->addr;
-	r->io.buf = t->base + i * t->st->cs;
+	r->io.buf = c->npieces ? hs_chunk_addr(t->st, t, i) : t->base + i * t->st->cs;
 	r->io.len = hs_chunk_iolen(t, i);
 	hs_chunk_io_mem(t->st, c, &r->io);
 	r->io.done = load_done;
@@ -419,6 +419,7 @@ int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
 		pthread_mutex_lock(&st->mu);
 		int rc = hs_chunk_map(st, t, r->chunk); /* crc and non-fixed tiers read it */
 		hs_chunk_io_mem(st, &t->ch[r->chunk], &r->io);
+		r->io.buf = hs_chunk_addr(st, t, r->chunk);
 		pthread_mutex_unlock(&st->mu);
 		if (rc == 0)
 			rc = wb_prepare(st, r, target);
@@ -694,7 +695,7 @@ static int chunk_ready(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 	if (rc < 0 || !c->unverified)
 		return rc;
 	c->unverified = 0;
-	crc = hs_crc32c(t->base + i * st->cs, hs_chunk_len(t, i));
+	crc = hs_crc32c(hs_chunk_addr(st, t, i), hs_chunk_len(t, i));
 	if (crc == c->crc)
 		return 0;
 	st->stats.tier[c->tier + 1].crc_errors++;
@@ -763,7 +764,7 @@ int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mod
 		c->wpins++;
 		hs_chunk_release_copy(st, t, c);
 	}
-	*ptr = t->base + first * st->cs;
+	*ptr = hs_chunk_addr(st, t, first);
 out:
 	pthread_mutex_unlock(&st->mu);
 	free(reqs);
@@ -822,6 +823,7 @@ static int prefetch_attach(struct hs_store *st, struct hs_prefetch *g, int nreq,
 		struct io_req *r = &g->reqs[j];
 		rc = hs_chunk_attach(st, r->t, r->chunk, 0);
 		hs_chunk_io_mem(st, &r->t->ch[r->chunk], &r->io);
+		r->io.buf = hs_chunk_addr(st, r->t, r->chunk);
 	}
 	if (rc == 0)
 		return 0;
@@ -931,22 +933,14 @@ int hs_prefetch_wait(struct hs_prefetch *h)
 
 /* ---- evict, hints ---- */
 
-int hs_evict(struct hs_tensor *t, uint64_t first, uint64_t n, int tier)
+/* Mark the evictable chunks of one range (lock held): dirty ones (or
+ * clean ones moving to another tier) into wb[] for writing, clean ones
+ * dropped at once.  Returns the chunks dropped. */
+static int evict_range(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n, int tier,
+		       struct wb_item *wb, int *nwb)
 {
-	struct hs_store *st = t->st;
-	struct wb_item *wb = NULL;
-	int nwb = 0, count = 0, rc;
+	int count = 0;
 
-	rc = norm_range(t, &first, &n, "evict");
-	if (rc < 0)
-		return rc;
-	if (tier < HS_TIER_NONE || tier >= st->ntiers)
-		return hp_error(HP_EUSAGE, "store: evict to tier %d: the store has %d tiers below DRAM", tier, st->ntiers);
-	if (n && !(wb = malloc(n * sizeof *wb)))
-		return -ENOMEM;
-	pthread_mutex_lock(&st->mu);
-	while (st->committing && t->name)
-		pthread_cond_wait(&st->cv, &st->mu);
 	for (uint64_t i = first; i < first + n; i++) {
 		struct hs_chunk *c = &t->ch[i];
 		if (c->state != CH_RESIDENT || c->pins)
@@ -954,18 +948,52 @@ int hs_evict(struct hs_tensor *t, uint64_t first, uint64_t n, int tier)
 		int move = !c->dirty && tier >= 0 && c->tier != NO_TIER && c->tier != tier;
 		if ((c->dirty && tier != HS_TIER_NONE && st->ntiers) || move) {
 			c->state = CH_WRITING;
-			wb[nwb++] = (struct wb_item){ t, i };
+			wb[(*nwb)++] = (struct wb_item){ t, i };
 		} else if (!c->dirty) {
 			drop_chunk(st, t, i);
 			count++;
 		}
 	}
-	if (nwb) {
+	return count;
+}
+
+int hs_evict_many(const struct hs_range *rs, size_t nr, int tier)
+{
+	struct hs_store *st;
+	struct wb_item *wb = NULL;
+	uint64_t total = 0;
+	int nwb = 0, count = 0, rc = 0;
+
+	if (nr == 0 || !rs[0].tensor)
+		return hp_error(HP_EUSAGE, "store: eviction of no ranges");
+	st = rs[0].tensor->st;
+	for (size_t k = 0; k < nr; k++) {
+		uint64_t first = rs[k].first, n = rs[k].n;
+		if (rs[k].tensor->st != st)
+			return hp_error(HP_EUSAGE, "store: eviction of tensors of different stores");
+		if ((rc = norm_range(rs[k].tensor, &first, &n, "evict")) < 0)
+			return rc;
+		total += n;
+	}
+	if (tier < HS_TIER_NONE || tier >= st->ntiers)
+		return hp_error(HP_EUSAGE, "store: evict to tier %d: the store has %d tiers below DRAM", tier, st->ntiers);
+	if (total && !(wb = malloc(total * sizeof *wb)))
+		return -ENOMEM;
+	pthread_mutex_lock(&st->mu);
+	for (size_t k = 0; k < nr; k++)
+		while (st->committing && rs[k].tensor->name)
+			pthread_cond_wait(&st->cv, &st->mu);
+	for (size_t k = 0; k < nr; k++) {
+		uint64_t first = rs[k].first, n = rs[k].n;
+		norm_range(rs[k].tensor, &first, &n, "evict");
+		count += evict_range(st, rs[k].tensor, first, n, tier, wb, &nwb);
+	}
+	if (nwb) { /* one write-back: one submission per tier for all of them */
 		rc = hs_write_back(st, wb, nwb, tier);
 		for (int j = 0; j < nwb; j++) {
-			struct hs_chunk *c = &t->ch[wb[j].chunk];
+			struct hs_chunk *c = &wb[j].t->ch[wb[j].chunk];
 			if (!c->dirty && c->state == CH_RESIDENT && !c->pins) {
-				drop_chunk(st, t, wb[j].chunk);
+				drop_chunk(st, wb[j].t, wb[j].chunk);
 				count++;
 			}
 		}
@@ -974,6 +1002,13 @@ int hs_evict(struct hs_tensor *t, uint64_t first, uint64_t n, int tier)
 	free(wb);
 	hs_statpage_publish(st, 0);
 	return rc < 0 ? rc : count;
+}
+
+int hs_evict(struct hs_tensor *t, uint64_t first, uint64_t n, int tier)
+{
+	struct hs_range r = { t, first, n };
+
+	return hs_evict_many(&r, 1, tier);
 }
 
 int hs_tensor_discard(struct hs_tensor *t, uint64_t first, uint64_t n)

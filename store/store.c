@@ -95,6 +95,13 @@ static int fixed_read(const struct hs_store *st, const struct hs_tensor *t, cons
 	return slot && (st->regmask[slot - 1] >> c->tier & 1);
 }
 
+unsigned char *hs_chunk_addr(const struct hs_store *st, const struct hs_tensor *t, uint64_t i)
+{
+	const struct hs_chunk *c = &t->ch[i];
+
+	return c->home ? hs_frames_home(st->frames, &c->one) : t->base + i * st->cs;
+}
+
 int hs_chunk_map(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 {
 	struct hs_chunk *c = &t->ch[i];
@@ -102,6 +109,10 @@ int hs_chunk_map(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 
 	if (c->mapped || !c->npieces)
 		return 0;
+	if (t->nchunks == 1 && c->npieces == 1) { /* used where it lies */
+		c->mapped = c->home = 1;
+		return 0;
+	}
 	hs_frames_unqueue(st->frames, &c->zq); /* mapped again right here */
 	rc = hs_frames_map(st->frames, t->base + i * st->cs, c->npieces > 1 ? c->many : &c->one, c->npieces);
 	c->mapped = rc == 0;
@@ -159,12 +170,12 @@ static int steal(struct hs_store *st, struct hs_tensor *t, uint64_t i, uint64_t 
 	struct hs_chunk *c = &t->ch[i], *v = NULL;
 	uint64_t vi = 0;
 
-	if (!st->cached)
-		return 0; /* no discarded frames: skip the scan of every chunk */
+	if (!st->cached || t->nchunks == 1)
+		return 0; /* no discarded frames: skip the scan; one chunk takes frames where they lie */
 	for (struct hs_tensor *u = st->list; u; u = u->next)
 		for (uint64_t k = 0; k < u->nchunks; k++) {
 			struct hs_chunk *x = &u->ch[k];
-			if (x->cached && x->state == CH_ABSENT && x->mapped && hs_chunk_iolen(u, k) == len &&
+			if (x->cached && x->state == CH_ABSENT && x->mapped && !x->home && hs_chunk_iolen(u, k) == len &&
 			    (!v || x->last_use < v->last_use)) {
 				v = x;
 				vt = u;
@@ -220,7 +231,7 @@ int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int fl
 		return rc;
 	}
 	if (flags & HS_ATTACH_ZERO)
-		memset(t->base + i * st->cs, 0, len); /* frames are reused: no fresh zero pages */
+		memset(hs_chunk_addr(st, t, i), 0, len); /* frames are reused: no fresh zero pages */
 	return 0;
 }
 
@@ -234,7 +245,7 @@ void hs_chunk_detach(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 	}
 	if (!c->npieces)
 		return;
-	if (c->mapped && hs_frames_unmap(st->frames, t->base + i * st->cs, c->npieces > 1 ? c->many : &c->one,
+	if (c->mapped && !c->home && hs_frames_unmap(st->frames, t->base + i * st->cs, c->npieces > 1 ? c->many : &c->one,
 					 c->npieces, &c->zq) < 0)
 		free(c->many); /* stranded: the frames are lost to the pool, never handed out twice */
 	else
@@ -243,6 +254,7 @@ void hs_chunk_detach(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 	c->many = NULL;
 	c->unverified = 0;
 	c->mapped = 0;
+	c->home = 0;
 }
 
 void hs_chunk_io_mem(struct hs_store *st, const struct hs_chunk *c, struct hs_io *io)

@@ -24,6 +24,7 @@ struct hs_chunk {
 	uint8_t mapped;         /* its frames appear in the tensor's range */
 	uint8_t unverified;     /* read into unmapped frames: crc32c checked at the next pin */
 	uint8_t cached;         /* CH_ABSENT, discarded, frames kept for its next pin */
+	uint8_t home;           /* mapped where its frames live in the pool (hs_chunk_addr) */
 	uint32_t pins, wpins;
 	int8_t tier;            /* current copy: tier index or NO_TIER */
 	int8_t ctier;           /* committed copy: tier index or NO_TIER */
@@ -130,6 +131,13 @@ int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int fl
 int hs_chunk_map(struct hs_store *st, struct hs_tensor *t, uint64_t i);
 void hs_chunk_detach(struct hs_store *st, struct hs_tensor *t, uint64_t i);
 void hs_chunk_io_mem(struct hs_store *st, const struct hs_chunk *c, struct hs_io *io);
+/* Where a mapped chunk's bytes are: its place in the tensor's range, or,
+ * for the one chunk of a tensor held in one piece, the piece's home in the
+ * pool.  Such a chunk is never moved: a pin, an eviction and a new frame
+ * cost no mremap, no TLB shootdown and no mapping to re-reserve, which is
+ * most of what small tensors paid per step (lenet under a tight budget
+ * moved ~300 chunks of <= 16 KiB a step, each mremap 10-250 us). */
+unsigned char *hs_chunk_addr(const struct hs_store *st, const struct hs_tensor *t, uint64_t i);
 
 /* pager.c: write chunks marked CH_WRITING to `target` (HS_TIER_ANY: first
  * tier with room); lock held, released during the I/O. */

@@ -216,6 +216,10 @@ int hs_prefetch_many(const struct hs_range *r, size_t nr, struct hs_prefetch **h
  * opts.tiers, or HS_TIER_ANY / HS_TIER_NONE) and free their DRAM. Pinned
  * chunks are skipped; returns the number of chunks evicted. */
 int hs_evict(struct hs_tensor *t, uint64_t first, uint64_t n, int tier);
+/* hs_evict of several ranges (of one store) at once: their chunks go out in
+ * one write-back, one submission per tier, instead of one wait per range.
+ * A chunk named twice is written once.  Returns the chunks evicted. */
+int hs_evict_many(const struct hs_range *r, size_t nr, int tier);
 /* Next use as a caller-defined time (smaller: sooner); HS_NO_HINT clears. */
 int hs_hint(struct hs_tensor *t, int64_t next_use);
 

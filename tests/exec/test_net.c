@@ -260,6 +260,7 @@ struct fake {
 	int kfired[MAXE];
 	int loads[MAXV], removes[MAXV];
 	int fired[HP_TR_NKINDS];
+	int multi;              /* batches of more than one (fire_io_batch) */
 	int bad;                /* a check failed (reported at the end: not from a worker) */
 	char why[200];
 };
@@ -381,6 +382,31 @@ static int fake_io(void *arg, int kind, int v, uint64_t first, uint64_t nchunks,
 static const struct hp_net_ops fake_ops = { .fire_kernel = fake_kernel, .fire_io = fake_io,
 					    .fire_comm = fake_comm, .fire_recompute = fake_recompute };
 
+/* Loads and write-backs fired together: each must be one the net may fire
+ * now, alone (the checks of fake_io), and be a load or a write-back. */
+static void fake_io_batch(void *arg, struct hp_net_io *ios, int n, int lane)
+{
+	struct fake *f = arg;
+
+	if (n > 1) {
+		pthread_mutex_lock(&f->mu);
+		f->multi++;
+		pthread_mutex_unlock(&f->mu);
+	}
+	for (int k = 0; k < n; k++) {
+		if (ios[k].kind != HP_TR_LOAD && ios[k].kind != HP_TR_WRITEBACK) {
+			pthread_mutex_lock(&f->mu);
+			fail_fake(f, "batched an I/O that is neither a load nor a write-back", ios[k].value);
+			pthread_mutex_unlock(&f->mu);
+		}
+		ios[k].rc = fake_io(arg, ios[k].kind, ios[k].value, ios[k].first, ios[k].nchunks, lane);
+	}
+}
+
+static const struct hp_net_ops fake_ops_batch = { .fire_kernel = fake_kernel, .fire_io = fake_io,
+						  .fire_comm = fake_comm, .fire_recompute = fake_recompute,
+						  .fire_io_batch = fake_io_batch };
+
 /* ---- running with a deadline ---- */
 
 struct runner {
@@ -468,14 +494,13 @@ static void reset_fake(struct fake *f, const struct net_case *c, uint32_t seed)
 	f->seed = seed | 1;
 }
 
-static void test_random_nets(void **state)
+static void random_nets(const struct hp_net_ops *ops)
 {
 	struct net_case *c = malloc(sizeof *c);
 	struct fake *f = calloc(1, sizeof *f);
-	long transitions = 0, parts = 0;
+	long transitions = 0, parts = 0, multi = 0;
 	double fullest = 0;
 
-	(void)state;
 	assert_non_null(c);
 	assert_non_null(f);
 	pthread_mutex_init(&f->mu, NULL);
@@ -487,7 +512,7 @@ static void test_random_nets(void **state)
 		struct hp_net_desc d = { .nvalues = c->nvalues, .vsize = c->vsize, .nchunks = c->nchunks,
 					 .chunk = PAGE, .nentries = c->ne, .entries = c->e, .budget = c->budget,
 					 .reserved = c->reserved, .workers = c->workers, .io_threads = c->nio };
-		assert_int_equal(hp_net_create(&d, &fake_ops, f, &n), 0);
+		assert_int_equal(hp_net_create(&d, ops, f, &n), 0);
 		for (int run = 0; run < 2; run++) {
 			reset_fake(f, c, seed + (uint32_t)run);
 			int rc = run_with_deadline(n, 30, NULL, 0);
@@ -495,6 +520,7 @@ static void test_random_nets(void **state)
 				fail_msg("net seed %d run %d: no progress in 30 s (deadlock)", round, run);
 			assert_int_equal(rc, 0);
 			check_run(f, n, round);
+			multi += f->multi;
 			transitions += hp_net_transitions(n);
 			parts += f->fired[HP_TR_LOAD] - c->expect_fired[HP_TR_LOAD];
 			if ((double)f->max_resident / (double)(c->budget - c->reserved) > fullest)
@@ -503,12 +529,28 @@ static void test_random_nets(void **state)
 		hp_net_destroy(n);
 	}
 	/* the test is only as good as its nets: they must press on the budget */
-	print_message("%ld transitions fired, %ld extra load parts, resident up to %.0f%% of the budget\n",
-		      transitions, parts, 100 * fullest);
+	print_message("%ld transitions fired, %ld extra load parts, resident up to %.0f%% of the budget, "
+		      "%ld batches of several loads and write-backs\n", transitions, parts, 100 * fullest, multi);
 	assert_true(parts > 0 && fullest > 0.9);
+	if (ops->fire_io_batch)
+		assert_true(multi > 0); /* the batches are exercised */
 	pthread_mutex_destroy(&f->mu);
 	free(f);
 	free(c);
+}
+
+static void test_random_nets(void **state)
+{
+	(void)state;
+	random_nets(&fake_ops);
+}
+
+/* The same nets with the loads and write-backs that are ready together
+ * fired as one batch: same budget, order and count checks. */
+static void test_random_nets_batched(void **state)
+{
+	(void)state;
+	random_nets(&fake_ops_batch);
 }
 
 /* A failing transition stops granting; the run returns its message. */
@@ -565,6 +607,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_random_nets),
+		cmocka_unit_test(test_random_nets_batched),
 		cmocka_unit_test(test_failure_stops),
 		cmocka_unit_test(test_missing_op),
 	};

@@ -905,6 +905,119 @@ static void expect(struct hs_tensor *t, uint64_t bytes, int v) /* v < 0: zeros *
 	assert_int_equal(hs_unpin(t, 0, HS_ALL), 0);
 }
 
+/* A tensor of one chunk is used where its frames lie in the pool: pins,
+ * evictions, read-backs (pinned and prefetched, crc32c checked) and
+ * reuse of its frames by another one-chunk tensor move no page; a
+ * tensor of several chunks still gets one contiguous range (the control:
+ * its pins do move frames).  Every byte survives each round trip. */
+static void test_one_chunk_in_place(void **state)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *a, *b, *c, *wide;
+	struct hs_tensor_info ti = { .bytes = CS - 100, .dtype = HP_U8 }, tw = { .bytes = 3 * CS, .dtype = HP_U8 };
+	struct hs_prefetch *pf;
+	unsigned char *p;
+	uint64_t m0;
+
+	(void)state;
+	tu_opts(&o, CFG_NVME, CS, 2, 16, "inplace");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_create(st, &ti, &a), 0);
+	assert_int_equal(hs_tensor_create(st, &ti, &b), 0);
+	assert_int_equal(hs_tensor_create(st, &ti, &c), 0);
+	m0 = hs_frames_moves(st->frames);
+	fill_n(a, ti.bytes, 1);
+	assert_true(a->ch[0].home);
+	assert_int_equal(hs_pin(a, 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+	assert_ptr_equal(p, hs_frames_home(st->frames, &a->ch[0].one));
+	assert_true(p < a->base || p >= a->base + a->maplen);
+	assert_int_equal(hs_unpin(a, 0, HS_ALL), 0);
+	fill_n(b, ti.bytes, 2);
+	fill_n(c, ti.bytes, 3); /* a budget of two chunks: a is written back */
+	assert_int_equal(a->ch[0].state, CH_ABSENT);
+	expect(a, ti.bytes, 1); /* read back by a pin (b makes room) */
+	assert_int_equal(hs_evict(b, 0, HS_ALL, HS_TIER_ANY), 0);
+	assert_int_equal(b->ch[0].state, CH_ABSENT);
+	assert_int_equal(hs_prefetch(b, 0, HS_ALL, &pf), 0);
+	assert_int_equal(hs_prefetch_wait(pf), 0);
+	expect(b, ti.bytes, 2); /* read back by a prefetch, checked at the pin */
+	expect(c, ti.bytes, 3);
+	assert_int_equal(hs_tensor_discard(c, 0, HS_ALL), 0);
+	assert_int_equal(hs_tensor_drop(c), 0);
+	expect(a, ti.bytes, 1);
+	assert_int_equal(hs_frames_moves(st->frames), m0);
+	/* control: a tensor of three chunks in a pool of two evicts them and
+	 * maps the chunks it pins into its range */
+	assert_int_equal(hs_tensor_create(st, &tw, &wide), 0);
+	assert_int_equal(hs_pin(wide, 1, 2, HS_PIN_OVERWRITE, (void **)&p), 0);
+	assert_ptr_equal(p, wide->base + CS);
+	memset(p, 9, 2 * CS);
+	assert_int_equal(hs_unpin(wide, 1, 2), 0);
+	assert_true(hs_frames_moves(st->frames) > m0);
+	expect(a, ti.bytes, 1);
+	expect(b, ti.bytes, 2);
+	assert_int_equal(hs_tensor_drop(wide), 0);
+	assert_int_equal(hs_tensor_drop(a), 0);
+	assert_int_equal(hs_tensor_drop(b), 0);
+	hs_store_close(st);
+}
+
+/* hs_evict_many: the dirty chunks of several ranges (of several tensors,
+ * a chunk named twice, part of a tensor) are written once each and their
+ * DRAM freed; clean chunks are dropped without a write; pinned ones stay;
+ * the bytes come back intact; bad calls are refused. */
+static void test_evict_many(void **state)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *a, *b, *c;
+	struct hs_tensor_info t2 = { .bytes = 2 * CS, .dtype = HP_U8 }, t1 = { .bytes = CS - 8, .dtype = HP_U8 };
+	struct hs_store_stats s0, s1;
+	void *q;
+
+	(void)state;
+	tu_opts(&o, CFG_NVME, CS, 8, 32, "evmany");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_create(st, &t2, &a), 0);
+	assert_int_equal(hs_tensor_create(st, &t2, &b), 0);
+	assert_int_equal(hs_tensor_create(st, &t1, &c), 0);
+	fill_n(a, t2.bytes, 10);
+	fill_n(b, t2.bytes, 20);
+	fill_n(c, t1.bytes, 30);
+	assert_int_equal(hs_pin(b, 1, 1, HS_PIN_READ, &q), 0); /* stays */
+	assert_int_equal(hs_store_stats(st, &s0), 0);
+	struct hs_range r[] = { { a, 0, HS_ALL }, { b, 0, HS_ALL }, { c, 0, 1 }, { a, 1, 1 } };
+	assert_int_equal(hs_evict_many(r, 4, HS_TIER_ANY), 4); /* a: 2, b: 1, c: 1 */
+	assert_int_equal(hs_store_stats(st, &s1), 0);
+	assert_int_equal(s1.tier[1].writes, s0.tier[1].writes + 4);
+	assert_int_equal(s1.resident, CS); /* b's pinned chunk */
+	assert_int_equal(a->ch[0].state, CH_ABSENT);
+	assert_int_equal(a->ch[1].state, CH_ABSENT);
+	assert_int_equal(b->ch[0].state, CH_ABSENT);
+	assert_int_equal(b->ch[1].state, CH_RESIDENT);
+	assert_int_equal(c->ch[0].state, CH_ABSENT);
+	assert_int_equal(hs_unpin(b, 1, 1), 0);
+	expect(a, t2.bytes, 10);
+	expect(b, t2.bytes, 20);
+	expect(c, t1.bytes, 30);
+	/* clean now but b's second chunk (pinned before): one write */
+	assert_int_equal(hs_store_stats(st, &s0), 0);
+	assert_int_equal(hs_evict_many(r, 3, HS_TIER_ANY), 5);
+	assert_int_equal(hs_store_stats(st, &s1), 0);
+	assert_int_equal(s1.tier[1].writes, s0.tier[1].writes + 1);
+	assert_int_equal(s1.resident, 0);
+	assert_int_equal(hs_evict_many(r, 0, HS_TIER_ANY), HP_EUSAGE);
+	assert_int_equal(hs_evict_many(r, 1, 5), HP_EUSAGE);
+	struct hs_range bad = { a, 7, 1 };
+	assert_int_equal(hs_evict_many(&bad, 1, HS_TIER_ANY), HP_EUSAGE);
+	expect(a, t2.bytes, 10);
+	assert_int_equal(hs_tensor_drop(a), 0);
+	assert_int_equal(hs_tensor_drop(b), 0);
+	assert_int_equal(hs_tensor_drop(c), 0);
+	hs_store_close(st);
+}
+
 /* Dead dirty chunks are forgotten without a write-back; their frames serve
  * the same chunks again without moving, and other tensors when the pool
  * runs short, while live data (dirty or on a tier) is never lost. */
@@ -1106,6 +1219,8 @@ int main(void)
 		cmocka_unit_test(test_backed),
 		cmocka_unit_test(test_backed_to_eof),
 		cmocka_unit_test(test_discard),
+		cmocka_unit_test(test_one_chunk_in_place),
+		cmocka_unit_test(test_evict_many),
 		cmocka_unit_test(test_discard_committed),
 	};
 	int rc;
