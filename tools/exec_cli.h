@@ -170,6 +170,9 @@ const char *exec_async_step(struct hp_trainer *t);
 
 /* The training path (tools/exec_train.c): returns a process exit status. */
 int exec_train_main(struct cli *c);
+/* Warn once about options that do nothing as given (hpdlf-exec.c); after
+ * the tiers opened, so an error there stays the only line. */
+void exec_warn_unused(const struct cli *c);
 
 struct option;
 /* --tune (tools/tune_run.c): the trials as child processes; returns a

@@ -189,6 +189,7 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	warn_ignored(c, &o->spec);
 	if ((rc = exec_store_tiers(c, tiers, &o->ntiers)) != 0)
 		return rc;
+	exec_warn_unused(c);
 	o->tiers = tiers;
 	o->spec.lr = c->lr_given ? c->lr : o->spec.optimizer == HP_OPT_SGD ? 0.01 : 0.001;
 	o->spec.momentum = c->momentum_given ? c->momentum : 0;

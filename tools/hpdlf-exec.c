@@ -392,8 +392,10 @@ static int check_mode(const struct cli *c)
 
 /* Options that would do nothing as given: accepted (a script may pass
  * them to every run), said once each.  In core (no --budget) no tensor
- * leaves DRAM, so tiers, daemons and splitting are never used. */
-static void warn_unused(const struct cli *c)
+ * leaves DRAM, so tiers, daemons and splitting are never used.  Said
+ * after the tiers opened (exec_store_tiers), so that an error there (a
+ * loose --token-file) stays the one line the user sees. */
+void exec_warn_unused(const struct cli *c)
 {
 	const char *tiers = c->ntiers ? "--tier" : c->store ? "--store" : c->hostfile ? "--hostfile" : NULL;
 
@@ -1295,13 +1297,16 @@ int main(int argc, char **argv)
 		return rc;
 	if ((rc = check_mode(&c)) != 0)
 		return rc;
-	warn_unused(&c);
-	if (c.info)
+	if (c.info) {
+		exec_warn_unused(&c);
 		return exec_info_main(&c);
+	}
 	c.argc = argc;
 	c.argv = argv;
-	if (c.train && (c.tune || c.tune_log || c.parallel))
+	if (c.train && (c.tune || c.tune_log || c.parallel)) {
+		exec_warn_unused(&c);
 		return exec_tune_main(&c, long_opts);
+	}
 	if (c.train)
 		return exec_train_main(&c);
 	/* from here a signal stops the run cleanly, also while the daemons'
@@ -1310,6 +1315,7 @@ int main(int argc, char **argv)
 	signal(SIGTERM, on_stop);
 	if ((rc = exec_store_tiers(&c, tiers, &ntiers)) != 0)
 		return rc;
+	exec_warn_unused(&c);
 	rc = load_model(&c, &g);
 	if (rc == 0)
 		rc = fuse(g, &c, ntiers);
