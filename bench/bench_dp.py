@@ -17,8 +17,11 @@ overlap: 2 ranks (mpirun) train a small VGG-style net (make_convnet.py,
   kernel time exceeds their reduction time, hidden_fraction_all_time the
   sums' ratio; beside_kernels_or_io_fraction counts the step's own loads
   and write-backs (out of core) as backward's work too.  On a shared machine a peer rank that is late (its kernels
-  slowed by other load) stretches rank 0's reductions: that wait counts
-  as communication here.  Beside it the planner's own prediction of the same run
+  slowed by other load) would stretch rank 0's reductions: the
+  communication thread first waits for every rank to arrive (a barrier,
+  its own 'peer-wait' span), which is not communication:
+  peer_wait_ms_per_step is its median, and hidden_fraction_with_peer_wait
+  counts it as communication (the measure before it was split off).  Beside it the planner's own prediction of the same run
   (--plan under the same launcher).
 bandwidth: hpdlf-bench-allreduce (bus bandwidth of the bucketed reduction
   over a bare MPI_Allreduce of the same bytes, same run), median ratio over
@@ -86,7 +89,10 @@ def trace_overlap(path):
         work = union([(e['ts'], e['ts'] + e['dur']) for e in spans if 100 <= e.get('tid', 0) < 200 and
                       e.get('cat') in IO_OPS and firsts[k - 1] <= e['ts'] < hi] + [tuple(x) for x in kernels])
         total = sum(b - a for a, b in comm)
+        late = [(e['ts'], e['ts'] + e['dur']) for e in spans if e.get('cat') == 'peer-wait' and lo <= e['ts'] < hi]
         steps.append({'comm_ms': total / 1e3, 'hidden_ms': sum(covered(a, b, kernels) for a, b in comm) / 1e3,
+                      'late_ms': sum(b - a for a, b in late) / 1e3,
+                      'late_hidden_ms': sum(covered(a, b, kernels) for a, b in late) / 1e3,
                       'busy_ms': sum(covered(a, b, work) for a, b in comm) / 1e3,
                       'kernel_ms': sum(b - a for a, b in kernels) / 1e3})
     return steps
@@ -124,6 +130,10 @@ def overlap_case(tmp, d, extra, runs, steps_per_run):
             'hidden_fraction_all_time': round(hidden / comm, 3) if comm else None,
             'beside_kernels_or_io_fraction': round(median([x['busy_ms'] / x['comm_ms'] for x in steps
                                                            if x['comm_ms'] > 0]), 3),
+            'peer_wait_ms_per_step': round(median([x['late_ms'] for x in steps]), 3),
+            'hidden_fraction_with_peer_wait': round(median([(x['hidden_ms'] + x['late_hidden_ms']) /
+                                                            (x['comm_ms'] + x['late_ms']) for x in steps
+                                                            if x['comm_ms'] + x['late_ms'] > 0]), 3),
             'predicted_hidden_fraction': int(m.group(1)) / 100 if m else None}
 
 

@@ -192,6 +192,26 @@ int hp_comm_barrier(void)
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "barrier");
 }
 
+/* nothing moves while a peer is late: long sleeps cost no bandwidth */
+#define ARRIVE_WAIT_MAX_NS 500000L
+
+int hp_comm_arrive(void)
+{
+	MPI_Request req;
+	int err;
+
+	if (size == 1)
+		return 0;
+	pthread_mutex_lock(&mu);
+	hp_comm_watch_enter("barrier");
+	err = MPI_Ibarrier(MPI_COMM_WORLD, &req);
+	if (err == MPI_SUCCESS)
+		err = hp_comm_wait_cap(&req, &mu, ARRIVE_WAIT_MAX_NS);
+	hp_comm_watch_leave();
+	pthread_mutex_unlock(&mu);
+	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "barrier");
+}
+
 void hp_comm_finalize(void)
 {
 	/* --sync async: the watchdog watches on through MPI_Finalize, which

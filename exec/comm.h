@@ -44,6 +44,10 @@ int hp_comm_allreduce_side(double *buf, size_t count);
 int hp_comm_minmax_u64(uint64_t v, uint64_t *min, uint64_t *max);
 int hp_comm_bcast(void *buf, size_t bytes, int root);
 int hp_comm_barrier(void);
+/* A barrier waited for asleep (comm_wait.c), like the collectives: the
+ * communication thread's trace splits a bucket's time into the wait for
+ * the last rank to arrive and the collective itself (comm_thread.c). */
+int hp_comm_arrive(void);
 /* Float32 reduce-scatter (MPI_Reduce_scatter, sum): send holds a block per
  * rank in rank order, counts[q] elements for rank q; recv gets this rank's
  * block summed over the ranks.  The sum's order is MPI's but fixed for a

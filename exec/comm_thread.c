@@ -58,6 +58,21 @@ static void run_job(struct job *j)
 	pthread_mutex_lock(&mu);
 	rc = err;
 	pthread_mutex_unlock(&mu);
+	/* First every rank's arrival (a barrier, waited for asleep), then the
+	 * collective.  Per-rank traces showed a bucket's collective ending at
+	 * the same moment on both ranks but starting up to 500 ms apart: the
+	 * later rank's kernels, slowed by other load on the cores, not the
+	 * wire.  Apart, the wait for the last rank is a span of its own (not
+	 * communication, bench/bench_dp.py), and the collective starts its
+	 * tests afresh with short sleeps when its data can move.  Every rank
+	 * does it, traced or not (only rank 0 traces); one barrier's latency
+	 * per bucket. */
+	if (rc == 0 && (rc = hp_comm_arrive()) == 0) {
+		double u1 = hp_trace_now_us(j->trace);
+		if (j->trace)
+			hp_trace_span(j->trace, HP_LANE_COMM, "peer-wait", "wait for peers", u0, u1);
+		u0 = u1;
+	}
 	if (rc == 0)
 		rc = hp_comm_run_allreduce(j->n, &j->a);
 	if (j->trace)

@@ -17,6 +17,9 @@ usage: check_comm_thread.py HPDLF_EXEC TESTS_DIR
 - The traces show where the reductions ran: with the thread on its lane
   (tid 200) only; with HPDLF_COMM_THREAD=0 on the compute lane (out of
   core: the task net's threads), so two different paths are compared.
+- With the thread, rank 0's trace shows each collective right after a
+  'peer-wait' span (the barrier that waits for every rank), and none
+  inline.
 - A rank SIGKILLed while the others' threads have reductions in flight
   (in core and out of core) ends the job within 10 s, no rank left.
 
@@ -66,7 +69,20 @@ def trained(tmp, n, args, thread, tag):
     ev = ev['traceEvents'] if isinstance(ev, dict) else ev
     lanes = sorted({e.get('tid') for e in ev if e.get('ph') == 'X' and e.get('cat') in COMM_OPS})
     weights = open(onnx, 'rb').read() if export else b''
-    return losses, weights, lanes
+    return losses, weights, lanes, arrivals(ev)
+
+
+def arrivals(ev):
+    """How many of the thread's collectives are not right after a wait for
+    every rank (a 'peer-wait' span ending where the collective starts, on
+    the same lane), and how many waits there are."""
+    x = sorted((e for e in ev if e.get('ph') == 'X' and e.get('tid') == 200), key=lambda e: e['ts'])
+    bare, prev = 0, None
+    for e in x:
+        if e.get('cat') in COMM_OPS:
+            bare += not (prev and prev.get('cat') == 'peer-wait' and abs(prev['ts'] + prev['dur'] - e['ts']) <= 2)
+        prev = e
+    return bare, sum(e.get('cat') == 'peer-wait' for e in x)
 
 
 def same_bits(tmp, n, model_dir, batch, opt, steps, extra=()):
@@ -78,6 +94,9 @@ def same_bits(tmp, n, model_dir, batch, opt, steps, extra=()):
         return
     check(len(thread[0]) == steps and thread[0] == inline[0] and thread[1] == inline[1],
           what + ': losses%s with the thread = inline, bitwise' % (' and weights' if thread[1] else ''))
+    check(thread[3][0] == 0 and thread[3][1] > 0 and inline[3][1] == 0,
+          what + ': with the thread each collective starts when every rank is there (its own span: %d of them '
+          'without, %d waits; inline %d)' % (thread[3][0], thread[3][1], inline[3][1]))
     ooc = '--budget' in extra
     check(thread[2] == [200], what + ': with the thread the collectives ran on its lane (lanes %s)' % thread[2])
     # out of core the task net's I/O threads fire COMM transitions, or a
