@@ -241,13 +241,101 @@ struct bin_job {
 	double scale;  /* scale, negated for dB of Sub */
 };
 
-static double bin_partial(const struct bin_job *j, char *const *p, const int64_t *s, int64_t i)
-{
-	double x = j->ix ? ((const float *)p[j->ix])[i * s[j->ix]] : 0;
-	double z = j->iz ? ((const float *)p[j->iz])[i * s[j->iz]] : 0, da, db;
+/* The loops below are binary_partials' arithmetic specialized per op, operand
+ * and stride pattern (X and Z contiguous or scalar over the segment), so
+ * the switch leaves the inner loop and Mul/Div vectorize; every element and
+ * every sum is computed by the same expressions in the same order, so the
+ * bits are those of the generic loop.  P is the partial as an expression
+ * of x = X[i] and z = Z[i] (in double). */
+#define BIN_FULL(P)                                                                        \
+	for (int64_t i = 0; i < n; i++) {                                                  \
+		double x = xp[i * sx], z = zp[i * sz];                                     \
+		(void)x, (void)z;                                                          \
+		dk[i] = (float)(dy[i] * sc * (P));                                         \
+	}
+#define BIN_SUM(P)                                                                         \
+	for (int64_t i = 0; i < n; i++) {                                                  \
+		double x = xp[i * sx], z = zp[i * sz];                                     \
+		(void)x, (void)z;                                                          \
+		if (sa)                                                                    \
+			acc[i] += dy[i] * sc * (P);                                        \
+		else                                                                       \
+			t += dy[i] * sc * (P);                                             \
+	}
 
-	binary_partials(j->op, x, z, &da, &db);
-	return j->which ? db : da;
+/* Pow's dA with a scalar exponent c: c * pow(x, c - 1) with pow(x, 1) = x
+ * and pow(x, 2) = x * x exactly (a float squared fits a double), the
+ * LayerNorm (x - mean)^2 and tanh-Gelu x^3 cases. */
+#define BIN_POW_A(BODY, c)                                                                 \
+	do {                                                                               \
+		if ((c) == 2)                                                              \
+			BODY(2.0 * x);                                                     \
+		else if ((c) == 3)                                                         \
+			BODY(3.0 * (x * x));                                               \
+		else                                                                       \
+			BODY((c) == 0 ? 0 : (c) * pow(x, (c) - 1));                        \
+	} while (0)
+
+/* One specialized segment; sx, sz are the constant strides of X and Z.  sa
+ * is acc's stride when summing (0: one element), or -1 for the full path. */
+static inline __attribute__((always_inline)) double
+bin_seg_op(const struct bin_job *j, float *dk, double *acc, const float *dy, const float *xp, const float *zp,
+	   int64_t sx, int64_t sz, int64_t sa, int64_t n)
+{
+	double sc = j->scale, t = 0, c = zp[0];
+	int full = sa < 0;
+
+	(void)c;
+#define BIN_ANY(P)               \
+	do {                     \
+		if (full)        \
+			BIN_FULL(P) \
+		else             \
+			BIN_SUM(P)  \
+	} while (0)
+	switch (j->op * 2 + j->which) {
+	case B_MUL * 2: BIN_ANY(z); break;
+	case B_MUL * 2 + 1: BIN_ANY(x); break;
+	case B_DIV * 2: BIN_ANY(1 / z); break;
+	case B_DIV * 2 + 1: BIN_ANY(-x / (z * z)); break;
+	case B_POW * 2:
+		if (sz == 0)
+			BIN_POW_A(BIN_ANY, c);
+		else
+			BIN_ANY(z == 0 ? 0 : z * pow(x, z - 1));
+		break;
+	default: {
+		for (int64_t i = 0; i < n; i++) {
+			double da, db, p;
+			binary_partials(j->op, xp[i * sx], zp[i * sz], &da, &db);
+			p = j->which ? db : da;
+			if (full)
+				dk[i] = (float)(dy[i] * sc * p);
+			else if (sa)
+				acc[i] += dy[i] * sc * p;
+			else
+				t += dy[i] * sc * p;
+		}
+	}
+	}
+#undef BIN_ANY
+	return t;
+}
+
+/* Dispatch on the stride pattern of X and Z so each loop has constants. */
+static inline __attribute__((always_inline)) double
+bin_seg_strided(const struct bin_job *j, float *dk, double *acc, const float *dy, char *const *p, const int64_t *s,
+		int64_t sa, int64_t n)
+{
+	const float *xp = (const float *)p[j->ix], *zp = (const float *)p[j->iz];
+
+	if (s[j->ix] && s[j->iz])
+		return bin_seg_op(j, dk, acc, dy, xp, zp, 1, 1, sa, n);
+	if (s[j->ix])
+		return bin_seg_op(j, dk, acc, dy, xp, zp, 1, 0, sa, n);
+	if (s[j->iz])
+		return bin_seg_op(j, dk, acc, dy, xp, zp, 0, 1, sa, n);
+	return bin_seg_op(j, dk, acc, dy, xp, zp, 0, 0, sa, n);
 }
 
 /* dK = dY * scale * partial, element by element (no broadcast of K). */
@@ -262,8 +350,7 @@ HPK_SIMD static void bin_seg_full(const void *ctx, char *const *p, const int64_t
 			dk[i] = (float)(dy[i] * j->scale);
 		return;
 	}
-	for (int64_t i = 0; i < n; i++)
-		dk[i] = (float)(dy[i] * j->scale * bin_partial(j, p, s, i));
+	bin_seg_strided(j, dk, NULL, dy, p, s, -1, n);
 }
 
 /* acc(K) += dY * scale * partial along one segment: K contiguous (s = 1)
@@ -272,7 +359,7 @@ HPK_SIMD static void bin_seg_sum(const void *ctx, char *const *p, const int64_t 
 {
 	const struct bin_job *j = ctx;
 	const float *dy = (const float *)p[0];
-	double *acc = (double *)p[1], t = 0;
+	double *acc = (double *)p[1];
 
 	if (j->op <= B_SUB && s[1] == 0) {
 		acc[0] += j->scale * hpk_sum_f(dy, n);
@@ -280,12 +367,10 @@ HPK_SIMD static void bin_seg_sum(const void *ctx, char *const *p, const int64_t 
 		for (int64_t i = 0; i < n; i++)
 			acc[i] += dy[i] * j->scale;
 	} else if (s[1] == 0) {
-		for (int64_t i = 0; i < n; i++)
-			t += dy[i] * j->scale * bin_partial(j, p, s, i);
+		double t = bin_seg_strided(j, NULL, acc, dy, p, s, 0, n);
 		acc[0] += t;
 	} else {
-		for (int64_t i = 0; i < n; i++)
-			acc[i] += dy[i] * j->scale * bin_partial(j, p, s, i);
+		bin_seg_strided(j, NULL, acc, dy, p, s, 1, n);
 	}
 }
 

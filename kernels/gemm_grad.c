@@ -2,6 +2,7 @@
  * and Gemm, over OpenBLAS sgemm (domain ai.hpdlf). */
 #include <cblas.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,6 +70,11 @@ static int mm_run(const struct hp_node *n, const struct hp_kargs *a)
 		memset(dx, 0, hp_tensor_bytes(&a->out[0]));
 	if (dw)
 		memset(dw, 0, hp_tensor_bytes(&a->out[1]));
+	/* A linear layer ([batch.., m, k] x [k, n]): the batches are rows of one
+	 * product, so dA and dB are one sgemm each over nb * m rows instead of
+	 * nb thin ones (dB summed by sgemm rather than by beta = 1 per batch). */
+	if (p->bb.rank == 0 && hp_shape_equal(&p->ab, &p->yb) && nb * m <= INT32_MAX)
+		m *= nb, nb = 1;
 	for (int64_t i = 0; i < nb; i++) {
 		int64_t ao = tk_offset(&p->yb, sa, i) * m * k, bo = tk_offset(&p->yb, sb, i) * k * nn;
 		const float *dyi = dy + i * m * nn;

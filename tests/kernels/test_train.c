@@ -424,6 +424,9 @@ static void test_matmul_grad(void **state)
 	mm_case(1, (int[]){ 4 }, 3, (int[]){ 2, 4, 3 }, 2, (int[]){ 2, 3 });
 	mm_case(2, (int[]){ 3, 4 }, 1, (int[]){ 4 }, 1, (int[]){ 3 });
 	mm_case(4, (int[]){ 2, 1, 3, 4 }, 3, (int[]){ 3, 4, 2 }, 4, (int[]){ 2, 3, 3, 2 });
+	/* unbatched B: the batches fold into the rows of one product */
+	mm_case(4, (int[]){ 2, 3, 5, 4 }, 2, (int[]){ 4, 3 }, 4, (int[]){ 2, 3, 5, 3 });
+	mm_case(3, (int[]){ 2, 3, 4 }, 1, (int[]){ 4 }, 2, (int[]){ 2, 3 });
 }
 
 struct gemm_ctx {

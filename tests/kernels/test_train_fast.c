@@ -152,8 +152,10 @@ static void partials(const char *op, double a, double b, double *da, double *db)
 		*da = 1, *db = -1;
 	else if (!strcmp(op, "Mul"))
 		*da = b, *db = a;
-	else /* Div */
+	else if (!strcmp(op, "Div"))
 		*da = 1 / b, *db = -a / (b * b);
+	else /* Pow */
+		*da = b == 0 ? 0 : b * pow(a, b - 1), *db = a > 0 ? pow(a, b) * log(a) : 0;
 }
 
 struct bcase {
@@ -161,7 +163,22 @@ struct bcase {
 	int ra, rb, ry;
 	int64_t a[4], b[4], y[4];
 	float scale;
+	float alo;  /* A drawn from [alo, 2]; 0: [0.5, 2] */
+	int fixb;   /* B filled with bval (Pow's exponent) */
+	float bval;
 };
+
+/* A gradient of the output's shape has one term per element, so the
+ * kernel's float must be the naive double product rounded, bit for bit;
+ * NaN (0^-0.5 and the like) only has to stay NaN. */
+static void exact_to(const struct hp_tensor *got, const double *want, const char *what)
+{
+	for (int64_t i = 0; i < numel(got); i++) {
+		float w = (float)want[i];
+		if (memcmp(&F(got)[i], &w, sizeof w) && !(isnan(w) && isnan(F(got)[i])))
+			fail_msg("%s: at %lld got %.9g, want %.9g", what, (long long)i, F(got)[i], w);
+	}
+}
 
 static void binary_case(const struct bcase *k, unsigned seed)
 {
@@ -171,28 +188,47 @@ static void binary_case(const struct bcase *k, unsigned seed)
 				 kt_float("scale", k->scale) };
 	int64_t idx[4] = { 0 }, ny;
 	double *wa, *wb;
+	int fa, fb;
 
 	memcpy(ys.dims, k->y, sizeof k->y);
 	memcpy(as.dims, k->a, sizeof k->a);
 	memcpy(bs.dims, k->b, sizeof k->b);
 	ny = hp_shape_numel(&ys);
+	fa = hp_shape_equal(&as, &ys), fb = hp_shape_equal(&bs, &ys);
 	in[0] = rnd(Tn(k->ry, k->y), seed, -1, 1);
-	in[1] = rnd(Tn(k->ra, k->a), seed + 1, 0.5f, 2);
+	in[1] = rnd(Tn(k->ra, k->a), seed + 1, k->alo ? k->alo : 0.5f, 2);
 	in[2] = rnd(Tn(k->rb, k->b), seed + 2, 0.5f, 2);
+	for (int64_t i = 0; k->fixb && i < numel(&in[2]); i++)
+		F(&in[2])[i] = k->bval;
+	if (k->alo < 0 && numel(&in[1]) > 4) { /* signed zeros and specials */
+		F(&in[1])[0] = 0.0f, F(&in[1])[1] = -0.0f, F(&in[1])[2] = INFINITY, F(&in[1])[3] = NAN;
+	}
 	wa = calloc((size_t)hp_shape_numel(&as), sizeof *wa);
 	wb = calloc((size_t)hp_shape_numel(&bs), sizeof *wb);
 	for (int64_t i = 0; i < ny; i++) {
 		int64_t oa = bcast_off(&ys, idx, &as), ob = bcast_off(&ys, idx, &bs);
 		double da, db, g = F(&in[0])[i] * (double)k->scale;
 		partials(k->op, F(&in[1])[oa], F(&in[2])[ob], &da, &db);
-		wa[oa] += g * da;
-		wb[ob] += g * db;
+		if (fa) /* one term: stored, not added to +0, so -0 stays -0 */
+			wa[oa] = g * da;
+		else
+			wa[oa] += g * da;
+		if (fb)
+			wb[ob] = g * db;
+		else
+			wb[ob] += g * db;
 		for (int d = k->ry - 1; d >= 0 && ++idx[d] == k->y[d]; d--)
 			idx[d] = 0;
 	}
 	run2("BinaryGrad", 3, in, 4, at, 2, o1, o2);
-	close_to(&o1[0], wa, 1e-6, k->op);
-	close_to(&o1[1], wb, 1e-6, k->op);
+	if (fa)
+		exact_to(&o1[0], wa, k->op);
+	else
+		close_to(&o1[0], wa, 1e-6, k->op);
+	if (fb)
+		exact_to(&o1[1], wb, k->op);
+	else if (k->alo >= 0)
+		close_to(&o1[1], wb, 1e-6, k->op);
 	same_bits(&o1[0], &o2[0], k->op);
 	same_bits(&o1[1], &o2[1], k->op);
 	free(wa);
@@ -206,20 +242,83 @@ static void test_binary_grad_bcast(void **state)
 {
 	static const struct bcase cases[] = {
 		/* Gemm bias: [64,600] + [600], dA parallel, dB summed over rows */
-		{ "Add", 2, 1, 2, { 64, 600 }, { 600 }, { 64, 600 }, 1.0f },
+		{ "Add", 2, 1, 2, { 64, 600 }, { 600 }, { 64, 600 }, 1.0f, 0, 0, 0 },
 		/* conv-style bias [C,1,1]: each element summed over a contiguous run */
-		{ "Sub", 4, 3, 4, { 2, 3, 5, 7 }, { 3, 1, 1 }, { 2, 3, 5, 7 }, 0.5f },
+		{ "Sub", 4, 3, 4, { 2, 3, 5, 7 }, { 3, 1, 1 }, { 2, 3, 5, 7 }, 0.5f, 0, 0, 0 },
 		/* both operands reduced */
-		{ "Mul", 3, 2, 3, { 4, 1, 6 }, { 5, 1 }, { 4, 5, 6 }, 1.0f },
+		{ "Mul", 3, 2, 3, { 4, 1, 6 }, { 5, 1 }, { 4, 5, 6 }, 1.0f, 0, 0, 0 },
 		/* B is a column: reduced along the contiguous dim with partials */
-		{ "Div", 2, 2, 2, { 40, 1000 }, { 40, 1 }, { 40, 1000 }, 2.0f },
+		{ "Div", 2, 2, 2, { 40, 1000 }, { 40, 1 }, { 40, 1000 }, 2.0f, 0, 0, 0 },
 		/* B a row, A a scalar-like [1,1] */
-		{ "Mul", 2, 2, 2, { 1, 1 }, { 3, 9 }, { 3, 9 }, 1.0f },
+		{ "Mul", 2, 2, 2, { 1, 1 }, { 3, 9 }, { 3, 9 }, 1.0f, 0, 0, 0 },
+	};
+	static const struct bcase fast[] = {
+		/* LayerNorm's (x - mean)^2 and tanh-Gelu's x^3: the scalar-exponent
+		 * shortcuts, over signed values, zeros, inf and NaN, in parallel */
+		{ "Pow", 3, 1, 3, { 4, 64, 600 }, { 1 }, { 4, 64, 600 }, 1.0f, -2, 1, 2.0f },
+		{ "Pow", 3, 1, 3, { 4, 64, 600 }, { 1 }, { 4, 64, 600 }, 0.5f, -2, 1, 3.0f },
+		/* other scalar exponents take pow() itself */
+		{ "Pow", 2, 0, 2, { 300, 500 }, { 0 }, { 300, 500 }, 1.0f, 0, 1, 0.5f },
+		{ "Pow", 2, 0, 2, { 30, 50 }, { 0 }, { 30, 50 }, 1.0f, -2, 1, 1.0f },
+		{ "Pow", 2, 0, 2, { 30, 50 }, { 0 }, { 30, 50 }, 1.0f, -2, 1, 0.0f },
+		/* tensor exponent, both full */
+		{ "Pow", 2, 2, 2, { 300, 500 }, { 300, 500 }, { 300, 500 }, 2.0f, 0, 0, 0 },
+		/* X contiguous, Z scalar per segment (LayerNorm's divide), dB a row sum */
+		{ "Div", 3, 3, 3, { 4, 64, 600 }, { 4, 64, 1 }, { 4, 64, 600 }, 1.0f, 0, 0, 0 },
+		{ "Mul", 3, 3, 3, { 4, 64, 600 }, { 4, 64, 1 }, { 4, 64, 600 }, 1.0f, 0, 0, 0 },
+		/* X scalar per segment, Z contiguous; dA summed per row */
+		{ "Mul", 2, 2, 2, { 300, 1 }, { 300, 500 }, { 300, 500 }, 1.0f, 0, 0, 0 },
+		{ "Div", 2, 2, 2, { 300, 1 }, { 300, 500 }, { 300, 500 }, 0.25f, 0, 0, 0 },
+		/* LayerNorm's gamma: dB summed over rows into a contiguous row */
+		{ "Mul", 2, 1, 2, { 300, 500 }, { 500 }, { 300, 500 }, 1.0f, 0, 0, 0 },
+		{ "Pow", 2, 1, 2, { 300, 500 }, { 500 }, { 300, 500 }, 1.0f, 0, 0, 0 },
 	};
 
 	(void)state;
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
 		binary_case(&cases[i], 10 + 3 * (unsigned)i);
+	for (size_t i = 0; i < sizeof fast / sizeof fast[0]; i++)
+		binary_case(&fast[i], 50 + 3 * (unsigned)i);
+}
+
+/* ---- ReduceGrad: dY broadcast back over the reduced axes ------------------ */
+
+static void reduce_case(int nax, const int64_t *axes, unsigned seed)
+{
+	int64_t xs[3] = { 8, 64, 300 }, ks[3] = { 8, 64, 300 }, idx[3] = { 0 };
+	struct hp_attr a[3] = { kt_ints("x_shape", 3, xs), kt_float("scale", 1.0f / 3), kt_ints("axes", nax, axes) };
+	struct hp_tensor dy, o1, o2;
+
+	for (int i = 0; i < (nax ? nax : 3); i++)
+		ks[nax ? (axes[i] + 3) % 3 : i] = 1;
+	dy = rnd(Tn(3, ks), seed, -1, 1);
+	run2("ReduceGrad", 1, &dy, nax ? 3 : 2, a, 1, &o1, &o2);
+	for (int64_t i = 0; i < numel(&o1); i++) {
+		int64_t off = 0;
+		for (int d = 0; d < 3; d++)
+			off = off * ks[d] + (ks[d] == 1 ? 0 : idx[d]);
+		float want = F(&dy)[off] * (1.0f / 3);
+		if (memcmp(&F(&o1)[i], &want, sizeof want))
+			fail_msg("ReduceGrad axes %d: at %lld got %g, want %g", nax, (long long)i, F(&o1)[i], want);
+		for (int d = 2; d >= 0 && ++idx[d] == xs[d]; d--)
+			idx[d] = 0;
+	}
+	same_bits(&o1, &o2, "ReduceGrad");
+	hp_tensor_free(&o1);
+	hp_tensor_free(&o2);
+	hp_tensor_free(&dy);
+}
+
+static void test_reduce_grad_bcast(void **state)
+{
+	static const int64_t inner[1] = { -1 }, middle[1] = { 1 }, outer[1] = { 0 }, ends[2] = { 0, 2 };
+
+	(void)state;
+	reduce_case(1, inner, 70); /* LayerNorm's mean: one value per row */
+	reduce_case(1, middle, 71);
+	reduce_case(1, outer, 72);
+	reduce_case(2, ends, 73);
+	reduce_case(0, NULL, 74); /* all axes */
 }
 
 /* ---- MaxPoolGrad on disjoint windows --------------------------------------- */
@@ -443,6 +542,7 @@ int main(void)
 		cmocka_unit_test(test_relu_grad),
 		cmocka_unit_test(test_tanh_grad),
 		cmocka_unit_test(test_binary_grad_bcast),
+		cmocka_unit_test(test_reduce_grad_bcast),
 		cmocka_unit_test(test_maxpool_grad_tiled),
 		cmocka_unit_test(test_sgd_fast),
 		cmocka_unit_test(test_adam_fast),
