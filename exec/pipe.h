@@ -70,6 +70,8 @@ struct hp_pipe {
 	uint64_t saved_bytes;       /* of one micro-batch */
 	char *acc_direct;           /* per parameter: its GemmGrad adds into acc itself (in core) */
 	int model_nodes;            /* of the whole model (t->g before the stage replaced it) */
+	int ndefer;                 /* weight gradients computed once per step (pipe_defer.c) */
+	struct hp_pipe_defer *defer;
 };
 
 /* This rank's place (t->pipe): stage, pipeline, micro-batch rows; checks
@@ -130,6 +132,15 @@ int hp_pipe_bind_direct(struct hp_trainer *t);
  * the others add; hp_pipe_zero_acc zeroes the rest of p->acc. */
 void hp_pipe_direct_first(struct hp_trainer *t, int first);
 void hp_pipe_zero_acc(struct hp_pipe *p);
+
+/* Weight gradients once per step (pipe_defer.c), in core with M > 1:
+ * the direct GemmGrads (transA 0) leave dB to one GEMM over the step's
+ * rows.  Mark before the backward's session is made; keep after each
+ * micro-batch's backward; run after the last, before the update. */
+int hp_pipe_mark_defer(struct hp_trainer *t, struct hp_graph *gb);
+int hp_pipe_defer_keep(struct hp_trainer *t, int m);
+void hp_pipe_defer_run(struct hp_pipe *p);
+void hp_pipe_defer_free(struct hp_pipe *p);
 
 /* The stage's parameters between the optimizer and the other graphs. */
 int hp_pipe_sync_params(struct hp_pipe *p, struct hp_session *sb);
