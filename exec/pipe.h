@@ -19,7 +19,8 @@
  *             state names, so checkpoints and numbers are the 1-rank run's).
  * The last stage has no forward graph: its backward graph is its forward.
  * Gradients of a step's micro-batches are summed in float32 in micro-batch
- * order, summed over the stage's D replicas, scaled by 1 / (M D) (every
+ * order (a deferred Gemm weight gradient, pipe_defer.c: by one GEMM over
+ * all their rows), summed over the stage's D replicas, scaled by 1 / (M D) (every
  * loss is a mean over its micro-batch), then the optimizer runs and the
  * other two graphs read its parameters in place (in core; copied out of
  * core). */

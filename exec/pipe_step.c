@@ -248,7 +248,8 @@ static int backward(struct hp_trainer *t, int m)
 			return rc;
 		p->loss_sum += l;
 	}
-	if ((rc = accumulate(t)) < 0 || (rc = hp_pipe_defer_keep(t, m)) < 0 || (rc = send_back(t, m)) < 0)
+	/* the previous stage waits for the gradients: sent before the copies */
+	if ((rc = accumulate(t)) < 0 || (rc = send_back(t, m)) < 0 || (rc = hp_pipe_defer_keep(t, m)) < 0)
 		return rc;
 	return post_in(t, m + p->nslot); /* its slot is free */
 }
