@@ -248,7 +248,8 @@ static int backward(struct hp_trainer *t, int m)
 			return rc;
 		p->loss_sum += l;
 	}
-	if ((rc = accumulate(t)) < 0 || (rc = send_back(t, m)) < 0)
+	/* the previous stage waits for the gradients: sent before the copies */
+	if ((rc = accumulate(t)) < 0 || (rc = send_back(t, m)) < 0 || (rc = hp_pipe_defer_keep(t, m)) < 0)
 		return rc;
 	return post_in(t, m + p->nslot); /* its slot is free */
 }
@@ -319,6 +320,8 @@ int hp_pipe_step(struct hp_trainer *t, double *loss)
 	if (rc == 0)
 		rc = run_order(t);
 	if (rc == 0)
+		hp_pipe_defer_run(p);
+	if (rc == 0)
 		rc = drain(p);
 	if (rc == 0)
 		rc = update(t);
@@ -361,6 +364,7 @@ void hp_pipe_free(struct hp_pipe *p)
 	free(p->seed);
 	free(p->saved);
 	free(p->acc_direct);
+	hp_pipe_defer_free(p);
 	free(p->acc);
 	free(p->tmp);
 	free(p->ybuf);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "kernels/gemm_grad.h"
 #include "kernels/train_util.h"
 
 /* ---- MatMulGrad(dY, A, B) -> dA?, dB? ---------------------------------- */
@@ -106,7 +107,10 @@ const struct hp_op tk_op_matmul_grad = {
  * Y = alpha op(A) op(B) (+ beta C, whose gradient is a BinaryGrad).
  * accumulate = 1 (a pipeline stage's backward, exec/pipe_build.c): dB is
  * added to what its buffer holds, the sum over micro-batches that the
- * caller keeps there, instead of overwriting it. */
+ * caller keeps there, instead of overwriting it.
+ * defer_dw = 1 (the same, exec/pipe_defer.c): dB is not computed; the
+ * caller keeps op(A) and dY of every micro-batch and computes the step's
+ * dB in one tk_gemm_grad_dw over all their rows. */
 
 static int gemm_prepare(struct hp_graph *g, struct hp_node *n)
 {
@@ -143,6 +147,9 @@ static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
 	float *dx = a->nout > 0 ? a->out[0].data : NULL, *dw = a->nout > 1 ? a->out[1].data : NULL;
 	float bw = hp_attr_int(n, "accumulate", 0) ? 1.0f : 0.0f;
 
+	if (hp_attr_int(n, "defer_dw", 0))
+		dw = NULL;
+
 	if (dx && !ta) /* dA = alpha dY op(B)^T */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasNoTrans : CblasTrans, m, k, nn, alpha, dy, nn,
 			    w, ldb, 0.0f, dx, k);
@@ -164,6 +171,20 @@ static double gemm_flops(const struct hp_graph *g, const struct hp_node *n)
 
 	return 2.0 * n->noutputs * (double)(dy->dims[0] * dy->dims[1]) *
 	       (double)(a->dims[0] * a->dims[1] / (dy->dims[0] ? dy->dims[0] : 1));
+}
+
+/* Many micro-batches' rows make one GEMM of k x n outputs: at 16 rows a
+ * 1024 x 1024 weight gradient per micro-batch is bound by reading and
+ * writing dB itself, at 128 rows by the multiply. */
+void tk_gemm_grad_dw(const float *x, const float *dy, float *dw, int64_t rows, int64_t k, int64_t n, int tb,
+		     float alpha)
+{
+	if (!tb) /* dB = alpha A^T dY */
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)n, (int)rows, alpha, x, (int)k, dy,
+			    (int)n, 0.0f, dw, (int)n);
+	else /* dB = alpha dY^T A */
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, (int)k, (int)rows, alpha, dy, (int)n, x,
+			    (int)k, 0.0f, dw, (int)k);
 }
 
 const struct hp_op tk_op_gemm_grad = {

@@ -18,6 +18,11 @@ usage: check_pipeline_more.py HPDLF_EXEC TESTS_DIR
   statistics (M=1, so the 1-rank ones) are exported too.
 - Dropout on stage 1 (not only stage 0) with M=1 draws the 1-rank masks:
   the losses equal a 1-rank run's within 1e-5.
+- In core with M > 1 a stage computes each Gemm's weight gradient once per
+  step over all its micro-batches' rows: both stages of a P=2, M=4 net of
+  Gemms in both weight layouts (transB 0 and 1, alpha 0.5 and 2) say so
+  under 1F1B and GPipe, export the 1-rank weights (SGD with momentum)
+  within 1e-5, and their 20 losses equal the 1-rank ones within 1e-5.
 - --shard and --sync-bn with --pipeline are refused with exit 2 and one
   line naming the flag.
 
@@ -163,6 +168,27 @@ def dropout(tmp):
           'Dropout on stage 1, M=1: = 1 rank within 1e-5 (max rel %.2g)' % (rel(ref, got) if got else float('nan')))
 
 
+def once_per_step(tmp):
+    """In core with M > 1 each stage computes a Gemm's weight gradient once
+    per step over all its micro-batches (both weight layouts, alpha != 1),
+    says so, and trains the 1-rank weights."""
+    d = make(tmp, 'make_gemmnet.py')
+    for sched in ('1f1b', 'gpipe'):
+        flags = ['--pipeline', '2', '--micro-batches', '4', '--schedule', sched, '--pipeline-cuts', 'relu1']
+        args = [a for a in train_args(d, 16, 'sgd', steps=2, extra=flags) if a != '--quiet']
+        rc, err = run(launched(2, args), env=dict(ENV, HPDLF_LOG_LEVEL='info'))
+        said = [l for l in err.splitlines() if 'weight gradients computed once per step' in l]
+        check(rc == 0 and any('stage 0: 2 weight' in l for l in said) and any('stage 1: 2 weight' in l for l in said),
+              '%s: both stages compute their 2 Gemm weight gradients once per step (%s)' % (sched, said))
+        same_export(tmp, 'export, Gemm layouts SGD momentum P=2 M=4 %s' % sched, d, 16, 'sgd', 2, flags,
+                    ['--momentum', '0.9'])
+    ref = train(0, train_args(d, 16, 'sgd'), os.path.join(tmp, 'gref.json'))
+    got = train(2, train_args(d, 16, 'sgd', extra=['--pipeline', '2', '--micro-batches', '4']),
+                os.path.join(tmp, 'gp.json'))
+    check(got is not None and len(got) == 20 and rel(ref, got) <= 1e-5,
+          'Gemm layouts, P=2 M=4: losses = 1 rank within 1e-5 (max rel %.2g)' % (rel(ref, got) if got else float('nan')))
+
+
 def refusals(tmp):
     for extra, word in ((['--shard', 'gradients'], '--shard'), (['--sync-bn'], '--sync-bn')):
         p = subprocess.run(launched(2, train_args(MLP, 12, 'sgd', steps=2, extra=['--pipeline', '2'] + extra)),
@@ -176,7 +202,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix='hpdlf-test-pipe2-')
     only = sys.argv[3:]
     try:
-        for name in only or ('saved_forward', 'exports', 'dropout', 'refusals'):
+        for name in only or ('saved_forward', 'exports', 'dropout', 'once_per_step', 'refusals'):
             globals()[name](tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,14 @@
+/* Internal: Gemm's weight gradient over rows gathered by the caller
+ * (a pipeline stage's micro-batches, exec/pipe_defer.c). */
+#ifndef HPDLF_KERNELS_GEMM_GRAD_H
+#define HPDLF_KERNELS_GEMM_GRAD_H
+
+#include <stdint.h>
+
+/* dw (k x n, or n x k when tb) = alpha x^T dy (transposed when tb), x
+ * rows x k and dy rows x n row-major: GemmGrad's dB with transA 0 over
+ * all the rows at once, overwriting dw. */
+void tk_gemm_grad_dw(const float *x, const float *dy, float *dw, int64_t rows, int64_t k, int64_t n, int tb,
+		     float alpha);
+
+#endif
