@@ -120,11 +120,10 @@ static uint64_t split_target(const struct hp_budget_layout *l)
 }
 
 /* The graph cut into k bands (k = 1: as is), inferred and finished. */
-static int candidate(const struct hp_graph *g, int k, int lean, const struct hp_split_opts *so,
+static int candidate(const struct hp_graph *g, int k, int lean, uint64_t target, const struct hp_split_opts *so,
 		     struct hp_graph **out, struct hp_split_info *info)
 {
 	struct hp_graph *c;
-	uint64_t target = split_target(so->layout);
 	int rc = graph_clone(g, &c);
 
 	*out = NULL;
@@ -161,11 +160,11 @@ static void adopt(struct hp_graph *g, struct hp_graph *c)
 /* Keep the first candidate within the target, else the first within the
  * budget, else the smallest. */
 static void consider(struct hp_graph **keep, struct hp_split_info *ki, struct hp_graph *c,
-		     const struct hp_split_info *ci, const struct hp_budget_layout *l)
+		     const struct hp_split_info *ci, uint64_t budget, uint64_t target)
 {
-	int better = ki->min_after > l->budget ? ci->min_after < ki->min_after : 0;
+	int better = ki->min_after > budget ? ci->min_after < ki->min_after : 0;
 
-	if (ki->min_after > split_target(l) && ci->min_after <= split_target(l))
+	if (ki->min_after > target && ci->min_after <= target)
 		better = 1;
 	if (!better) {
 		hp_graph_free(c);
@@ -176,31 +175,92 @@ static void consider(struct hp_graph **keep, struct hp_split_info *ki, struct hp
 	*ki = *ci;
 }
 
+/* One pass over the band counts, splitting what needs more than target;
+ * *keep and *ki hold the unsplit graph on entry. */
+static int split_pass(const struct hp_graph *g, const struct hp_split_opts *so, uint64_t budget, uint64_t target,
+		      struct hp_graph **keep, struct hp_split_info *ki)
+{
+	size_t nbc = sizeof band_counts / sizeof *band_counts;
+	struct hp_split_info ci;
+	struct hp_graph *c;
+	int rc = 0;
+
+	/* band counts with workspaces for every worker, then (when none fits)
+	 * with one worker's: the kernels then run their tiles on one thread */
+	for (size_t i = 0; i < 2 * nbc && budget && ki->min_after > target; i++) {
+		if (ki->k == 1 && ki->min_after <= budget)
+			break; /* fits unsplit */
+		if (i == nbc && ki->min_after <= budget)
+			break;
+		rc = candidate(g, band_counts[i % nbc], i >= nbc, target, so, &c, &ci);
+		if (rc < 0)
+			break;
+		ci.min_before = ki->min_before;
+		consider(keep, ki, c, &ci, budget, target);
+	}
+	return rc;
+}
+
+/* The graph a run at budget b splits to (b's own target), in *keep. */
+static int pass_at(const struct hp_graph *g, const struct hp_split_opts *so, uint64_t b, struct hp_graph **keep,
+		   struct hp_split_info *ki)
+{
+	uint64_t target = b - b / 4; /* split_target of a layout of b */
+	int rc = candidate(g, 1, 0, target, so, keep, ki);
+
+	if (rc < 0)
+		return rc;
+	ki->min_before = ki->min_after;
+	return split_pass(g, so, b, target, keep, ki);
+}
+
+/* Nothing fits the budget: the smallest candidate's figure may not be one
+ * a run at that figure reaches, since nodes are split only when they need
+ * more than the budget's target (a budget of 143360 bytes splits less than
+ * one of 81056 and needed 147456).  So the figure to name is followed: the
+ * split at the figure named, until the split at a figure fits it.  The
+ * refusal and --plan (a 1-byte budget) then name a budget that runs, with
+ * the graph a run at it uses. */
+#define FIXPOINT_TRIES 8
+static int fall_back(const struct hp_graph *g, const struct hp_split_opts *so, struct hp_graph **keep,
+		     struct hp_split_info *ki)
+{
+	uint64_t b = ki->min_after, before = ki->min_before;
+	int rc = 0;
+
+	for (int i = 0; i < FIXPOINT_TRIES && rc == 0; i++) {
+		struct hp_graph *c = NULL;
+		struct hp_split_info ci;
+		rc = pass_at(g, so, b, &c, &ci);
+		if (rc < 0) {
+			hp_graph_free(c);
+			break;
+		}
+		hp_graph_free(*keep);
+		*keep = c;
+		*ki = ci;
+		ki->min_before = before;
+		if (ci.min_after == b)
+			break; /* a run at b splits to this graph, which needs b */
+		b = ci.min_after;
+	}
+	return rc;
+}
+
 int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, struct hp_split_info *info)
 {
-	struct hp_graph *keep = NULL, *c;
-	struct hp_split_info ki, ci;
+	struct hp_graph *keep = NULL;
+	struct hp_split_info ki;
 	uint64_t budget = so->layout->budget, target = split_target(so->layout);
-	size_t i, nbc = sizeof band_counts / sizeof *band_counts;
 	int rc;
 
-	rc = candidate(g, 1, 0, so, &keep, &ki);
+	rc = candidate(g, 1, 0, target, so, &keep, &ki);
 	if (rc < 0)
 		return rc;
 	ki.min_before = ki.min_after;
-	/* band counts with workspaces for every worker, then (when none fits)
-	 * with one worker's: the kernels then run their tiles on one thread */
-	for (i = 0; i < 2 * nbc && budget && ki.min_after > target; i++) {
-		if (ki.k == 1 && ki.min_after <= budget)
-			break; /* fits unsplit */
-		if (i == nbc && ki.min_after <= budget)
-			break;
-		rc = candidate(g, band_counts[i % nbc], i >= nbc, so, &c, &ci);
-		if (rc < 0)
-			break;
-		ci.min_before = ki.min_before;
-		consider(&keep, &ki, c, &ci, so->layout);
-	}
+	rc = split_pass(g, so, budget, target, &keep, &ki);
+	if (rc == 0 && budget && ki.min_after > budget)
+		rc = fall_back(g, so, &keep, &ki);
 	if (rc < 0) {
 		hp_graph_free(keep);
 		return rc;

@@ -14,6 +14,7 @@ of infer_x.npy.  Checks, for every model and training:
     state, taking turns over the models), at 25% of the in-core tensor peak or, where one operator
     needs more, at the smallest budget the planner names, the losses are
     bitwise the in-core ones and the store moved bytes (paging happened);
+    a named smallest budget runs and one byte less is refused naming it;
   - with BatchNorm: the model --export-onnx writes passes onnx.checker
     (full check), holds running statistics within 1e-3 of PyTorch's (so
     momentum and the unbiased variance are right), and hpdlf-exec runs it
@@ -78,7 +79,17 @@ def ooc_budget(exe, args, peak, tmp):
     b = peak // 4
     rc, _, err = run(exe, args + ["--budget", str(b), "--steps", "1", "--log-json", os.path.join(tmp, "probe.json")])
     m = re.search(r"smallest budget that works is (\d+) bytes", err)
-    return b if rc == 0 or not m else int(m.group(1))
+    return (b, False) if rc == 0 or not m else (int(m.group(1)), True)
+
+
+def check_named_floor(check, exe, args, budget, what, tmp):
+    """One byte below the figure a refusal named is refused (exit 2) naming
+    that figure again: the split at the figure is the one a run there makes."""
+    rc, _, err = run(exe, args + ["--budget", str(budget - 1), "--steps", "1",
+                                  "--log-json", os.path.join(tmp, "probe.json")])
+    m = re.search(r"smallest budget that works is (\d+) bytes", err)
+    check(rc == 2 and m and int(m.group(1)) == budget,
+          "%s: one byte less is refused (exit %d) naming %s" % (what, rc, m.group(1) if m else "nothing"))
 
 
 def read_onnx_inits(path):
@@ -168,12 +179,14 @@ def check_run(rep, exe, folder, r, tmp, ooc, model=None, name=None):
         return  # out of core: one optimizer per model, alternating, keeps the test short
     with open(stats) as f:
         peak = json.load(f)["tensor_peak_bytes"]
-    budget = ooc_budget(exe, args, peak, tmp)
+    budget, named = ooc_budget(exe, args, peak, tmp)
     log2 = os.path.join(tmp, "ooc.json")
     rc, _, err = run(exe, args + ["--budget", str(budget), "--log-json", log2])
     what = "%s %s out of core at %d B (%.0f%% of the %d B peak)" % (name, label(r), budget, 100.0 * budget / peak, peak)
     if not check(rc == 0 and budget < peak, "%s: exit %d %s" % (what, rc, err.strip()[-300:])):
         return
+    if named:
+        check_named_floor(check, exe, args, budget, what, tmp)
     rows = log_rows(log2)
     moved = sum(t["bytes_read"] + t["bytes_written"] for row in rows for t in row["tiers"].values())
     check([row["loss"] for row in rows] == got and moved > 0,
