@@ -6,9 +6,7 @@
  *    channels per group and planes wide enough that padding columns waste
  *    little: kvol accumulated sgemms over shifted views of a padded slab,
  *    no im2col; workers take runs of output planes (batch, group, plane);
- *  - im2col, below, for everything else; over 2-D/1-D planes of at most
- *    HP_CONV_FOLD_COLS / 2 positions it folds batch items into a tile and
- *    splits output channels into blocks (conv_fold.c).
+ *  - im2col, below, for everything else.
  *
  * im2col: the output of each (batch, group) is cut into tiles of columns; a tile's
  * column matrix [cin_g * kvol][tile] fits a bounded workspace (at most
