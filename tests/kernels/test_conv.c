@@ -404,77 +404,6 @@ static void test_shift_choice(void **state)
 	assert_int_equal(hp_shift_init(&s, &g, 64, 64), -1);
 }
 
-/* Small 2-D and 1-D planes on the folded im2col path (conv_fold.c): batch
- * items folded into a tile, output channels in blocks (150 = 64 + 64 + 22,
- * groups of 70), strides, dilation, uneven pads; against the loops with
- * one and two threads, two threads bitwise equal to one, and a band of the
- * batch from a multiple of the fold bitwise equal to the whole. */
-static const struct cc fold_cases[] = {
-	{ 2, 0, 5, 24, 150, 1, V3(2, 2, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
-	{ 2, 0, 3, 8, 140, 2, V3(7, 6, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 2, 0), V3(1, 0, 0), V3(0, 2, 0), {0}, {0}, NULL, 1, 0, 1, 0 },
-	{ 2, 0, 4, 16, 32, 1, V3(8, 8, 0), V3(1, 1, 0), V3(2, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 0, 1, 0, 0 },
-	{ 1, 0, 11, 6, 10, 1, V3(32, 0, 0), V3(3, 0, 0), V3(1, 0, 0), V3(1, 0, 0), V3(1, 0, 0), V3(1, 0, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
-};
-
-static void run_bits(const struct cc *t, const struct built *bt, struct hp_pool *pool, struct hp_tensor *out)
-{
-	if (run_case(t, bt, pool, out) < 0)
-		fail_msg("%s", hp_errmsg());
-}
-
-/* Items [from, n) of case t run alone equal the whole run's, bit for bit,
- * and pools of 2 and 3 workers (single-threaded BLAS each) agree. */
-static void check_band(const struct cc *t, int64_t from, unsigned seed, struct hp_pool *pool, struct hp_pool *pool3)
-{
-	struct cc tb = *t;
-	struct built whole, band;
-	struct hp_tensor a, b, c;
-	size_t yi;
-
-	build(t, seed, &whole);
-	tb.n = t->n - from;
-	build(&tb, seed, &band);
-	memcpy(band.x.data, (char *)whole.x.data + hp_tensor_bytes(&whole.x) / (size_t)t->n * (size_t)from,
-	       hp_tensor_bytes(&band.x));
-	run_bits(t, &whole, pool3, &a);
-	run_bits(t, &whole, pool, &b);
-	assert_memory_equal(a.data, b.data, hp_tensor_bytes(&a));
-	run_bits(&tb, &band, pool, &c);
-	yi = hp_tensor_bytes(&a) / (size_t)t->n;
-	assert_memory_equal((char *)a.data + yi * (size_t)from, c.data, hp_tensor_bytes(&c));
-	hp_tensor_free(&a);
-	hp_tensor_free(&b);
-	hp_tensor_free(&c);
-	unbuild(&whole);
-	unbuild(&band);
-}
-
-static void test_conv_fold(void **state)
-{
-	struct hp_conv cv = { .fold_ok = 1, .batch = 11, .cout_g = 10, .kdim = 18, .yvol = 32, .xvol = 32,
-			      .g = { .img = { 1, 1, 32 }, .grid = { 1, 1, 32 }, .k = { 1, 1, 3 } } };
-	struct hp_pool *pool, *pool3;
-
-	(void)state;
-	hp_colgeom_finish(&cv.g);
-	hp_conv_fold_setup(&cv);
-	assert_int_equal(cv.bfold, HP_CONV_FOLD_COLS / 32);
-	assert_int_equal(hp_conv_band_align(&cv, 0), HP_CONV_FOLD_COLS / 32);
-	cv.g.grid[0] = 2; /* depth: no fold */
-	hp_conv_fold_setup(&cv);
-	assert_int_equal(cv.bfold, 0);
-	assert_int_equal(hp_pool_create(2, &pool), 0);
-	assert_int_equal(hp_pool_create(3, &pool3), 0);
-	for (size_t i = 0; i < sizeof fold_cases / sizeof fold_cases[0]; i++) {
-		check(&fold_cases[i], 150 + (unsigned)i, NULL);
-		check(&fold_cases[i], 150 + (unsigned)i, pool);
-		check_band(&fold_cases[i], 0, 150 + (unsigned)i, pool, pool3);
-	}
-	check_band(&fold_cases[3], HP_CONV_FOLD_COLS / 32, 160, pool, pool3);
-	hp_pool_destroy(pool);
-	hp_pool_destroy(pool3);
-}
-
 static void test_determinism(void **state)
 {
 	static const struct cc t[] = {
@@ -567,7 +496,6 @@ int main(void)
 		cmocka_unit_test(test_shift_choice),
 		cmocka_unit_test(test_convt_blocked),
 		cmocka_unit_test(test_determinism),
-		cmocka_unit_test(test_conv_fold),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_kernel_shape_dims),
 	};
