@@ -25,8 +25,7 @@ static int64_t fold_per_thread(const struct hp_conv *cv)
 {
 	int64_t cols = min64(cv->bfold, cv->batch) * cv->yvol;
 
-	/* + the gather table of fold_table (int32 in float slots) */
-	return cols * (cv->kdim + cv->mblk) + cv->g.kvol * cv->yvol;
+	return cols * (cv->kdim + cv->mblk);
 }
 
 void hp_conv_fold_setup(struct hp_conv *cv)
@@ -34,7 +33,7 @@ void hp_conv_fold_setup(struct hp_conv *cv)
 	int64_t f, cap = (int64_t)(hp_conv_ws_max() / sizeof(float)), per, nt;
 
 	cv->bfold = 0;
-	if (!cv->fold_ok || cv->g.grid[0] != 1 || cv->yvol * 2 > HP_CONV_FOLD_COLS || cv->xvol > INT32_MAX)
+	if (!cv->fold_ok || cv->g.grid[0] != 1 || cv->yvol * 2 > HP_CONV_FOLD_COLS)
 		return;
 	f = hp_pow2_floor(HP_CONV_FOLD_COLS / cv->yvol);
 	while (f > 1 && f * cv->yvol * cv->kdim > cap / 2)
@@ -74,41 +73,6 @@ static void fold_scatter(const struct hp_conv *cv, const float *t, int64_t nc, i
 		}
 }
 
-/* tab[kidx][j]: offset in an input plane of output position j's tap kidx,
- * or -1 in the padding.  The im2col of a plane of 4 or 16 positions walks
- * lines of 2 or 4 elements, where per-line work cost as much as the sgemm
- * (a fifth of ResNet-18's time); a table lookup per element does not. */
-static void fold_table(const struct hp_colgeom *c, int32_t *tab)
-{
-	for (int64_t kd = 0, t = 0; kd < c->k[0]; kd++)
-		for (int64_t kh = 0; kh < c->k[1]; kh++)
-			for (int64_t kw = 0; kw < c->k[2]; kw++)
-				for (int64_t j = 0; j < c->grid_vol; j++, t++) {
-					int64_t pos[3] = { j / (c->grid[1] * c->grid[2]), j / c->grid[2] % c->grid[1],
-							   j % c->grid[2] };
-					int64_t kk[3] = { kd, kh, kw }, off = 0;
-					for (int d = 0; d < 3 && off >= 0; d++) {
-						int64_t i = pos[d] * c->stride[d] - c->pad[d] + kk[d] * c->dil[d];
-						off = i < 0 || i >= c->img[d] ? -1 : off * c->img[d] + i;
-					}
-					tab[t] = (int32_t)off;
-				}
-}
-
-/* col rows (c, kidx), columns [0, yvol) of item x: what hp_im2col gives. */
-static void fold_gather(const struct hp_conv *cv, const int32_t *tab, const float *x, float *col, int64_t ld)
-{
-	int64_t kv = cv->g.kvol, n = cv->yvol;
-
-	for (int64_t c = 0; c < cv->cin_g; c++, x += cv->xvol)
-		for (int64_t k = 0; k < kv; k++) {
-			const int32_t *tk = tab + k * n;
-			float *row = col + (c * kv + k) * ld;
-			for (int64_t j = 0; j < n; j++)
-				row[j] = tk[j] < 0 ? 0.0f : x[tk[j]];
-		}
-}
-
 /* Item (batch run, group, channel block), channel block innermost. */
 static void fold_tile(const struct fold_run *r, int64_t item, float *col)
 {
@@ -117,11 +81,10 @@ static void fold_tile(const struct fold_run *r, int64_t item, float *col)
 	int64_t nf = min64(cv->bfold, cv->batch - n0), nc = nf * cv->yvol;
 	int64_t m0 = g * cv->cout_g + mb * cv->mblk, mr = min64(cv->mblk, (g + 1) * cv->cout_g - m0);
 	float *t = col + nc * cv->kdim;
-	int32_t *tab = (int32_t *)(col + r->per_thread - cv->g.kvol * cv->yvol);
 
-	fold_table(&cv->g, tab);
 	for (int64_t f = 0; f < nf; f++)
-		fold_gather(cv, tab, r->x + ((n0 + f) * cv->cin + g * cv->cin_g) * cv->xvol, col + f * cv->yvol, nc);
+		hp_im2col_ld(&cv->g, cv->cin_g, r->x + ((n0 + f) * cv->cin + g * cv->cin_g) * cv->xvol, 0, cv->yvol,
+			     col + f * cv->yvol, nc);
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mr, (int)nc, (int)cv->kdim, 1.0f,
 		    r->w + m0 * cv->kdim, (int)cv->kdim, col, (int)nc, 0.0f, t, (int)nc);
 	fold_scatter(cv, t, nc, n0, nf, m0, mr, r->b, r->y);
