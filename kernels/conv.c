@@ -309,7 +309,6 @@ void hp_conv_setup(struct hp_conv *cv)
 
 	cv->shift = 0;
 	cv->workspace = 0;
-	cv->bfold = 0;
 	/* channels alone decide, so band copies of a node choose it too */
 	cv->dw = !cv->transpose && !cv->wflip && hp_dw_eligible(cv->group, cv->cin, cv->cout) &&
 		 (cv->path < 0 || cv->path == HP_CONV_PATH_DW);
@@ -334,7 +333,6 @@ void hp_conv_setup(struct hp_conv *cv)
 	if (cv->ws_cols < cv->ct.maxcols)
 		cv->ws_cols = cv->ct.maxcols;
 	cv->workspace = (size_t)cv->ws_cols * (size_t)cv->kdim * sizeof(float);
-	hp_conv_fold_setup(cv);
 }
 
 int hp_conv_path(const struct hp_conv *cv)
@@ -352,8 +350,8 @@ int64_t hp_conv_band_align(const struct hp_conv *cv, int axis)
 	if (cv->dw) /* every element alike wherever a band starts */
 		return axis == 0 || (axis >= 2 && dim >= 0 && dim <= 2) ? 1 : -1;
 	if (axis == 0) /* folded planes are the batch items */
-		return cv->bfold ? cv->bfold : cv->shift && s->nfold > 1 && s->tplanes ? s->talign : 1;
-	if (axis < 2 || dim < 0 || dim > 2 || cv->bfold)
+		return cv->shift && s->nfold > 1 && s->tplanes ? s->talign : 1;
+	if (axis < 2 || dim < 0 || dim > 2)
 		return -1;
 	if (cv->shift) /* 2-D and 1-D tiles span whole planes of the batch */
 		return cv->nd == 3 && dim == 0 ? shift_unit(s) : -1;
@@ -372,7 +370,6 @@ static int conv_prepare(struct hp_graph *g, struct hp_node *n)
 		free(cv);
 		return rc;
 	}
-	cv->fold_ok = 1;
 	hp_conv_setup(cv);
 	n->workspace = cv->workspace;
 	n->priv = cv;
@@ -410,11 +407,6 @@ void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, c
 		hp_conv_threads_leave(saved);
 		return;
 	}
-	if (cv->bfold) {
-		hp_conv_fold_forward(cv, x, w, b, y, ws, pool, threads);
-		hp_conv_threads_leave(saved);
-		return;
-	}
 	/* each worker needs room for the widest tile */
 	if (!cv->direct && threads > cv->ws_cols / cv->ct.maxcols)
 		threads = (int)(cv->ws_cols / cv->ct.maxcols);
@@ -437,7 +429,6 @@ int64_t hp_node_band_align(struct hp_graph *g, struct hp_node *n, int axis, int 
 		hp_convt_setup(&cv);
 		return hp_convt_band_align(&cv, axis);
 	}
-	cv.fold_ok = 1;
 	hp_conv_setup(&cv);
 	*path = hp_conv_path(&cv);
 	return hp_conv_band_align(&cv, axis);

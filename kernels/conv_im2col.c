@@ -136,12 +136,7 @@ static void line_span(const struct hp_colgeom *c, int64_t r, int64_t j0, int64_t
 
 void hp_im2col(const struct hp_colgeom *c, int64_t ch, const float *img, int64_t j0, int64_t j1, float *col)
 {
-	hp_im2col_ld(c, ch, img, j0, j1, col, j1 - j0);
-}
-
-void hp_im2col_ld(const struct hp_colgeom *c, int64_t ch, const float *img, int64_t j0, int64_t j1, float *col,
-		  int64_t ld)
-{
+	int64_t n = j1 - j0;
 
 	for (int64_t cc = 0; cc < ch; cc++) {
 		const float *im = img + cc * c->img_vol;
@@ -150,7 +145,7 @@ void hp_im2col_ld(const struct hp_colgeom *c, int64_t ch, const float *img, int6
 				for (int64_t kw = 0; kw < c->k[2]; kw++) {
 					int64_t lo, hi;
 					float *row = col;
-					col += ld;
+					col += n;
 					valid_w(c, kw, &lo, &hi);
 					struct line_walk w;
 					for (walk_start(c, j0 / c->grid[2], &w); w.r * c->grid[2] < j1; walk_next(c, &w)) {

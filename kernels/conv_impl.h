@@ -32,10 +32,6 @@ void hp_colgeom_finish(struct hp_colgeom *c);
 /* col[ch * kvol][j1 - j0] = image patches of grid positions [j0, j1). */
 void hp_im2col(const struct hp_colgeom *c, int64_t ch, const float *img, int64_t j0, int64_t j1, float *col);
 
-/* The same with rows ld floats apart (ld >= j1 - j0). */
-void hp_im2col_ld(const struct hp_colgeom *c, int64_t ch, const float *img, int64_t j0, int64_t j1, float *col,
-		  int64_t ld);
-
 /* img += scatter of col (same layout as hp_im2col), channels [0, ch). */
 void hp_col2im(const struct hp_colgeom *c, int64_t ch, const float *col, int64_t j0, int64_t j1, float *img);
 
@@ -173,9 +169,6 @@ struct hp_conv {
 	int lean;              /* attribute hpdlf_lean: workspace for one worker */
 	struct hp_ctile ct;    /* im2col and direct tiles; ConvTranspose: of X's grid */
 	int dw;                /* depthwise path (conv_dw.c) */
-	int fold_ok;           /* a Conv node (not a gradient's): may fold the batch */
-	int64_t bfold;         /* im2col of small planes: batch items per tile, else 0 */
-	int64_t mblk;          /* ... and output channels per tile */
 };
 
 /* Conv paths, as band copies of a node pin them (attribute hpdlf_path). */
@@ -198,18 +191,6 @@ int64_t hp_convt_band_align(const struct hp_conv *cv, int axis);
  * planes would leave a band pass few places to cut. */
 #define HP_CONV_DIRECT_COLS 1024
 #define HP_CONV_TILE_MAX_COLS 1024
-/* im2col of small 2-D/1-D planes (conv_fold.c): a tile spans bfold batch
- * items (a power of two fixed by the plane, so bands on the batch cut at its
- * multiples see the same tiles) and mblk output channels, so the sgemm is
- * wide instead of one plane (ResNet-18's 2x2 and 4x4 planes: N = 4 or 16
- * per call, each packing the whole weight) and threads split the weights.
- * Folds planes of at most HP_CONV_FOLD_COLS / 2 positions. */
-#define HP_CONV_FOLD_COLS 256
-#define HP_CONV_FOLD_MROWS 64
-void hp_conv_fold_setup(struct hp_conv *cv);
-void hp_conv_fold_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y,
-			  float *ws, struct hp_pool *pool, int threads);
-
 /* Y = Conv(X, W) + B (b may be NULL) with cv->workspace bytes at ws. */
 void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		     struct hp_pool *pool);
