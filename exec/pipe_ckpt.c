@@ -295,21 +295,9 @@ static json_object *part_index(const struct part *p, uint64_t gen)
 /* The record: what train_ckpt_commit.c writes for one rank's part. */
 static json_object *record(const struct part *p, uint64_t gen, uint64_t size, uint32_t icrc)
 {
-	const struct hp_trainer *t = p->t;
-	json_object *o = json_object_new_object(), *parts = json_object_new_array(), *q = json_object_new_object();
-	char name[64];
+	json_object *o = hp_ckpt_record_head(p->t, 1, gen), *parts = json_object_new_array(),
+		    *q = json_object_new_object();
 
-	json_object_object_add(o, "format", json_object_new_int(2));
-	json_object_object_add(o, "model", json_object_new_string(t->model));
-	json_object_object_add(o, "step", json_object_new_int64(t->step));
-	json_object_object_add(o, "shuffle_seed", json_object_new_int64((int64_t)t->shuffle_seed));
-	json_object_object_add(o, "shuffle", json_object_new_boolean(t->o.shuffle));
-	json_object_object_add(o, "batch", json_object_new_int64(t->o.batch));
-	json_object_object_add(o, "samples", json_object_new_int64(t->data.n));
-	json_object_object_add(o, "ranks", json_object_new_int(1));
-	json_object_object_add(o, "generation", json_object_new_int64((int64_t)gen));
-	snprintf(name, sizeof name, "ck.%" PRIu64, gen);
-	json_object_object_add(o, "parts_dir", json_object_new_string(name));
 	json_object_object_add(o, "tensors", json_object_get(p->tensors));
 	json_object_object_add(q, "file", json_object_new_string("part.0.hpck"));
 	json_object_object_add(q, "bytes", json_object_new_int64((int64_t)size));

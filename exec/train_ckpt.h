@@ -57,6 +57,10 @@ int hp_ckpt_write_part(struct hp_trainer *t, const char *gdir, uint64_t gen, uin
 int hp_ckpt_prepare(const char *dir, uint64_t *gen);
 uint64_t hp_ckpt_sweep(const char *dir, uint64_t keep);
 int hp_ckpt_write_record(const char *dir, json_object *o);
+/* A commit record's fields before its tensors and parts (format 2): the
+ * model, step, shuffle, batch, samples, ranks, generation and parts
+ * directory (train_ckpt_commit.c; the pipeline's record too). */
+json_object *hp_ckpt_record_head(const struct hp_trainer *t, int ranks, uint64_t gen);
 /* Load a format-1 checkpoint (its frame read into idx): every tensor whole
  * on every rank, whatever the number of ranks that wrote it. */
 int hp_ckpt_load_whole(struct hp_trainer *t, const struct hp_ckfile *f, json_object *idx);

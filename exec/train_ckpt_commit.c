@@ -156,9 +156,9 @@ static json_object *commit_tensors(const struct hp_trainer *t)
 	return list;
 }
 
-static json_object *commit_json(const struct hp_trainer *t, uint64_t gen, const double *info)
+json_object *hp_ckpt_record_head(const struct hp_trainer *t, int ranks, uint64_t gen)
 {
-	json_object *o = json_object_new_object(), *parts = json_object_new_array();
+	json_object *o = json_object_new_object();
 	char name[64];
 
 	json_object_object_add(o, "format", json_object_new_int(2));
@@ -168,10 +168,18 @@ static json_object *commit_json(const struct hp_trainer *t, uint64_t gen, const 
 	json_object_object_add(o, "shuffle", json_object_new_boolean(t->o.shuffle));
 	json_object_object_add(o, "batch", json_object_new_int64(t->o.batch));
 	json_object_object_add(o, "samples", json_object_new_int64(t->data.n));
-	json_object_object_add(o, "ranks", json_object_new_int(t->nranks));
+	json_object_object_add(o, "ranks", json_object_new_int(ranks));
 	json_object_object_add(o, "generation", json_object_new_int64((int64_t)gen));
 	snprintf(name, sizeof name, "ck.%" PRIu64, gen);
 	json_object_object_add(o, "parts_dir", json_object_new_string(name));
+	return o;
+}
+
+static json_object *commit_json(const struct hp_trainer *t, uint64_t gen, const double *info)
+{
+	json_object *o = hp_ckpt_record_head(t, t->nranks, gen), *parts = json_object_new_array();
+	char name[64];
+
 	json_object_object_add(o, "tensors", commit_tensors(t));
 	for (int r = 0; r < t->nranks; r++) {
 		json_object *p = json_object_new_object();
