@@ -203,7 +203,7 @@ int hp_comm_arrive(void)
 	if (size == 1)
 		return 0;
 	pthread_mutex_lock(&mu);
-	hp_comm_watch_enter("barrier");
+	hp_comm_watch_enter("arrival barrier before a bucket's collective");
 	err = MPI_Ibarrier(MPI_COMM_WORLD, &req);
 	if (err == MPI_SUCCESS)
 		err = hp_comm_wait_cap(&req, &mu, ARRIVE_WAIT_MAX_NS);

@@ -440,9 +440,12 @@ def stuck_collective(tmp):
         os.kill(victim, signal.SIGKILL)
     except OSError:
         pass
-    # the gradient buckets go through reduce-scatter + all-gather (exec/comm_shard.c)
+    # the gradient buckets go through reduce-scatter + all-gather
+    # (exec/comm_shard.c), each after a barrier of every rank's arrival
+    # (exec/comm_thread.c): the stopped rank holds rank 0 in one of them
     check(rc != 0 and took <= 10 and re.search(r'rank 0 of 2: this rank waited 2 s in one '
-                                               r'(allreduce|reduce-scatter|all-gather)', err),
+                                               r'(allreduce|reduce-scatter|all-gather|arrival barrier '
+                                               r"before a bucket's collective)", err),
           'a collective past HPDLF_COMM_TIMEOUT=2: rank 0 stops (%d) in %.1f s saying so (%s)'
           % (rc, took, ' | '.join(l for l in err.splitlines() if 'hpdlf-exec' in l)[:300]))
 
