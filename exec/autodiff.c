@@ -27,8 +27,52 @@ void hp_train_spec_init(struct hp_train_spec *s, size_t size)
 	s->seed = 1;
 }
 
+/* The node that outputs value v, or -1. */
+static int producer(const struct hp_graph *g, int v)
+{
+	for (int i = g->nnodes - 1; i >= 0; i--)
+		for (int o = 0; o < g->nodes[i].noutputs; o++)
+			if (g->nodes[i].outputs[o] == v)
+				return i;
+	return -1;
+}
+
+/* Contribution c, from a kernel that can start from a running sum
+ * (ConvGradFilter: input 2; BiasGrad: input 1, the sum in double), takes
+ * acc, from the same op, that way instead of a GradSum after it.  The
+ * band nodes of one convolution then sum in the whole kernel's order
+ * (conv_grad.c), and out-of-core training is bitwise the in-core one.
+ * 1 if chained, 0 if not, < 0 on error. */
+static int chain(struct ad *ad, int acc, int c)
+{
+	struct hp_graph *g = ad->g;
+	int pa = producer(g, acc), pc = producer(g, c), slot, *in;
+	struct hp_attr partial = { .name = "partial", .type = HP_ATTR_INT, .i = 1 };
+
+	if (pa < 0 || pc < 0 || strcmp(g->nodes[pa].op_type, g->nodes[pc].op_type) ||
+	    strcmp(g->nodes[pc].domain, "ai.hpdlf"))
+		return 0;
+	if (!strcmp(g->nodes[pc].op_type, "ConvGradFilter"))
+		slot = 2;
+	else if (!strcmp(g->nodes[pc].op_type, "BiasGrad"))
+		slot = 1;
+	else
+		return 0;
+	if (g->nodes[pc].ninputs != slot)
+		return 0;
+	if (slot == 1 && hp_graph_add_attr(g, pa, &partial) < 0)
+		return hp_error(-ENOMEM, "out of memory");
+	if (!(in = realloc(g->nodes[pc].inputs, (size_t)(slot + 1) * sizeof *in)))
+		return hp_error(-ENOMEM, "out of memory");
+	in[slot] = acc;
+	g->nodes[pc].inputs = in;
+	g->nodes[pc].ninputs = slot + 1;
+	return 1;
+}
+
 /* The complete gradient of v: its contributions summed pairwise in arrival
- * order (a chain, so each partial sum frees its operands early); -1 if none. */
+ * order (a chain, so each partial sum frees its operands early; kernels
+ * that can take the running sum take it, see chain()); -1 if none. */
 static int combine(struct ad *ad, int v)
 {
 	int acc;
@@ -38,7 +82,14 @@ static int combine(struct ad *ad, int v)
 	acc = ad->contrib[v][0];
 	for (int k = 1; k < ad->ncontrib[v]; k++) {
 		int in[2] = { acc, ad->contrib[v][k] }, out[1] = { 1 };
-		int rc = ad_emit(ad, "GradSum", 1, ad->g->values[v].name, 2, in, 1, out, 0, NULL);
+		int rc = chain(ad, acc, ad->contrib[v][k]);
+		if (rc != 0) {
+			if (rc < 0)
+				return rc;
+			acc = ad->contrib[v][k];
+			continue;
+		}
+		rc = ad_emit(ad, "GradSum", 1, ad->g->values[v].name, 2, in, 1, out, 0, NULL);
 		if (rc < 0)
 			return rc;
 		acc = out[0];

@@ -238,6 +238,8 @@ static int r_conv(struct ad *ad, const struct hp_node *n, const int *dy)
 	if ((rc = ad_emit_to(ad, n, transpose ? "ConvTransposeGradData" : "ConvGradData", 2, din, 1, dwant, na + 1, a)) < 0)
 		return rc;
 	a[na] = ad_shape("kernel_shape", &ks);
+	if (hp_attr_int(n, "hpdlf_unit_axis", -1) >= 0) /* a band's: its sums' units (split_band.c) */
+		a[++na] = ad_int("hpdlf_unit_axis", hp_attr_int(n, "hpdlf_unit_axis", 0));
 	int fin[2] = { dy[0], n->inputs[0] }, fwant[1] = { 1 };
 	if (transpose) {
 		fin[0] = n->inputs[0];
@@ -245,8 +247,9 @@ static int r_conv(struct ad *ad, const struct hp_node *n, const int *dy)
 	}
 	if ((rc = ad_emit_to(ad, n, "ConvGradFilter", 2, fin, 1, fwant, na + 1, a)) < 0)
 		return rc;
-	int bwant[1] = { 2 };
-	return in_at(n, 2) >= 0 ? ad_emit_to(ad, n, "BiasGrad", 1, dy, 1, bwant, 0, NULL) : 0;
+	int bwant[1] = { 2 }, unit = hp_attr_int(n, "hpdlf_unit_axis", -1) >= 0;
+	struct hp_attr ua = ad_int("hpdlf_unit_axis", hp_attr_int(n, "hpdlf_unit_axis", 0));
+	return in_at(n, 2) >= 0 ? ad_emit_to(ad, n, "BiasGrad", 1, dy, 1, bwant, unit, &ua) : 0;
 }
 
 static int r_pool(struct ad *ad, const struct hp_node *n, const int *dy)

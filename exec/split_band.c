@@ -149,6 +149,10 @@ static int rows_input(const struct bp *p, const struct hp_node *n, int j)
 		return 0;
 	x = shape_of(p, v);
 	at = p->axis - (y->rank - x->rank);
+	/* training: the gradient of an input broadcast along the axis sums
+	 * over it, and band partials added up would not be that sum's bits */
+	if ((at < 0 || x->dims[at] == 1) && p->training && p->g->values[v].kind != HP_VALUE_CONSTANT)
+		return -1;
 	if (at < 0 || x->dims[at] == 1)
 		return y->dims[p->axis] == 1 ? -1 : 0;
 	if (x->rank != y->rank || x->dims[at] != y->dims[p->axis] || p->g->values[v].kind == HP_VALUE_CONSTANT)
@@ -485,6 +489,7 @@ static int emit_bands(struct bp *p, const struct hp_node *n, enum band_kind kind
 	struct band *bd = &p->b[y];
 	struct hp_attr pa = { .name = "hpdlf_path", .type = HP_ATTR_INT, .i = path };
 	struct hp_attr lean = { .name = "hpdlf_lean", .type = HP_ATTR_INT, .i = 1 };
+	struct hp_attr unit = { .name = "hpdlf_unit_axis", .type = HP_ATTR_INT, .i = p->axis };
 	struct window w;
 
 	if (kind == BK_WINDOW && window_geom(p, n, &w) < 0)
@@ -514,6 +519,8 @@ static int emit_bands(struct bp *p, const struct hp_node *n, enum band_kind kind
 			rc = hp_graph_add_attr(p->g, node, &pa);
 		if (rc >= 0 && p->lean && (kind == BK_WINDOW || kind == BK_UPSAMPLE))
 			rc = hp_graph_add_attr(p->g, node, &lean);
+		if (rc >= 0 && p->training && (kind == BK_WINDOW || kind == BK_UPSAMPLE))
+			rc = hp_graph_add_attr(p->g, node, &unit);
 		if (rc < 0)
 			return rc;
 	}
@@ -618,10 +625,19 @@ static int rewrite_node(struct bp *p, struct hp_node *n)
 	return rc < 0 ? rc : 0;
 }
 
-static int pick_axis(const struct hp_graph *g, int k)
+/* Training cuts where the weight gradients' sums have their units
+ * (hp_filter_unit_axis: batch items, or with a batch of one the planes of
+ * the first spatial axis), so that the chain of band gradients adds what
+ * the whole kernel adds; a 1-D batch of one is not cut (returns the rank:
+ * no op has that axis). */
+static int pick_axis(const struct hp_graph *g, int k, int training)
 {
 	for (int i = 0; i < g->ninputs; i++) {
 		const struct hp_shape *s = &g->values[g->inputs[i]].shape;
+		if (s->rank >= 3 && training) {
+			int a = (int)hp_filter_unit_axis(s->dims[0]);
+			return a == 2 && s->rank < 4 ? s->rank : a;
+		}
 		if (s->rank >= 3)
 			return s->dims[0] >= k ? 0 : 2;
 	}
@@ -634,7 +650,7 @@ int hp_split_bands(struct hp_graph *g, int k, int training, int lean, uint64_t t
 	struct hp_node *old = g->nodes;
 	int nold = g->nnodes, rc = 0, i;
 
-	p.axis = pick_axis(g, k);
+	p.axis = pick_axis(g, k, training);
 	p.b = calloc((size_t)p.nvals + 1, sizeof *p.b);
 	p.whole = calloc((size_t)p.nvals + 1, 1);
 	if (!p.b || !p.whole) {

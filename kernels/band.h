@@ -17,4 +17,12 @@
  * shapes must be inferred. */
 int64_t hp_node_band_align(struct hp_graph *g, struct hp_node *n, int axis, int *path);
 
+/* The axis the weight gradients' sums (ConvGradFilter, BiasGrad) take
+ * their units on by default: 0 (batch items) for a batch of two or more,
+ * else 2 (planes of the first spatial axis).  Training graphs are cut on
+ * this axis, and the band nodes say so to their gradients (attribute
+ * hpdlf_unit_axis), so that the chain of band gradients sums in the
+ * whole kernel's order. */
+int64_t hp_filter_unit_axis(int64_t batch);
+
 #endif

@@ -196,7 +196,7 @@ static void fwd_plane(const struct hp_colgeom *g, const float *x, const float *w
 
 struct dw_run {
 	const struct hp_dw *d;
-	const float *a, *b, *bias;
+	const float *a, *b, *bias, *acc;
 	float *out, *ws;
 };
 
@@ -310,48 +310,60 @@ static void filter_taps(const struct hp_colgeom *g, const float *dyr, const floa
 	}
 }
 
-/* acc[k][ow] += dY rows x X rows of output channel m over the batch. */
-static void filter_acc(const struct hp_dw *d, const float *dy, const float *x, int64_t m, float *acc)
+/* acc[k][ow] += dY rows x X rows of output channel m, batch item nb, rows
+ * [q0, q1) of the grid (a row: one od, oh). */
+static void filter_acc(const struct hp_dw *d, const float *dy, const float *x, int64_t m, int64_t nb, int64_t q0,
+		       int64_t q1, float *acc)
 {
 	const struct hp_colgeom *g = &d->g;
 	int64_t ow = g->grid[2], c = m / d->mult;
+	const float *dyp = dy + (nb * d->cin * d->mult + m) * g->grid_vol, *xp = x + (nb * d->cin + c) * g->img_vol;
 
-	for (int64_t n = 0; n < d->batch; n++) {
-		const float *dyp = dy + (n * d->cin * d->mult + m) * g->grid_vol, *xp = x + (n * d->cin + c) * g->img_vol;
-		for (int64_t od = 0; od < g->grid[0]; od++)
-			for (int64_t oh = 0; oh < g->grid[1]; oh++)
-				for (int64_t kd = 0; kd < g->k[0]; kd++)
-					for (int64_t kh = 0; kh < g->k[1]; kh++) {
-						const float *xr = img_row(g, xp, od, oh, kd, kh);
-						if (xr)
-							filter_taps(g, dyp + (od * g->grid[1] + oh) * ow, xr,
-								    acc + (kd * g->k[1] + kh) * g->k[2] * ow);
-					}
+	for (int64_t q = q0; q < q1; q++) {
+		int64_t od = q / g->grid[1], oh = q % g->grid[1];
+		for (int64_t kd = 0; kd < g->k[0]; kd++)
+			for (int64_t kh = 0; kh < g->k[1]; kh++) {
+				const float *xr = img_row(g, xp, od, oh, kd, kh);
+				if (xr)
+					filter_taps(g, dyp + (od * g->grid[1] + oh) * ow, xr,
+						    acc + (kd * g->k[1] + kh) * g->k[2] * ow);
+			}
 	}
 }
 
+/* Channel m: out = acc_in + each unit's sum, units from the last batch
+ * item's last to the first's first. */
 static void filter_range(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct dw_run *r = arg;
 	const struct hp_dw *d = r->d;
-	int64_t ow = d->g.grid[2], kvol = d->g.kvol;
+	int64_t ow = d->g.grid[2], kvol = d->g.kvol, rows = d->g.grid_vol / ow;
+	int64_t urows = d->unit > 0 ? d->unit / ow : rows;
 	float *acc = r->ws + (size_t)tid * (size_t)(kvol * ow);
 
+	urows = urows > 0 ? urows : rows;
 	for (int64_t m = b; m < e; m++) {
-		memset(acc, 0, (size_t)(kvol * ow) * sizeof *acc);
-		filter_acc(d, r->a, r->b, m, acc);
-		for (int64_t k = 0; k < kvol; k++) {
-			float s = 0;
-			for (int64_t o = 0; o < ow; o++)
-				s += acc[k * ow + o];
-			r->out[m * kvol + k] = s;
-		}
+		float *out = r->out + m * kvol;
+		for (int64_t k = 0; k < kvol; k++)
+			out[k] = r->acc ? r->acc[m * kvol + k] : 0.0f;
+		for (int64_t nb = d->batch - 1; nb >= 0; nb--)
+			for (int64_t q0 = (rows - 1) / urows * urows; q0 >= 0; q0 -= urows) {
+				memset(acc, 0, (size_t)(kvol * ow) * sizeof *acc);
+				filter_acc(d, r->a, r->b, m, nb, q0, q0 + urows < rows ? q0 + urows : rows, acc);
+				for (int64_t k = 0; k < kvol; k++) {
+					float s = 0;
+					for (int64_t o = 0; o < ow; o++)
+						s += acc[k * ow + o];
+					out[k] += s;
+				}
+			}
 	}
 }
 
-void hp_dw_filter(const struct hp_dw *d, const float *dy, const float *x, float *dw, float *ws, struct hp_pool *pool)
+void hp_dw_filter(const struct hp_dw *d, const float *dy, const float *x, const float *acc, float *dw, float *ws,
+		  struct hp_pool *pool)
 {
-	struct dw_run r = { .d = d, .a = dy, .b = x, .out = dw, .ws = ws };
+	struct dw_run r = { .d = d, .a = dy, .b = x, .acc = acc, .out = dw, .ws = ws };
 	int saved, threads = hp_conv_threads_enter(pool, &saved);
 
 	if (threads > hp_conv_ws_threads())

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "kernels/band.h"
 #include "kernels/conv_impl.h"
 #include "kernels/train_util.h"
 
@@ -213,19 +214,27 @@ const struct hp_op tk_op_conv_grad_data = {
 	.flops = conv_flops,
 };
 
-/* ---- ConvGradFilter(dY, X) -> dW [csmall, cbig/group, k...]  (attrs kernel_shape, ...)
- * dW_g += dY_g [mg x cols] x col^T [cols x cg*kvol] over tiles of dY's
- * positions; the column tile is a flat copy from a padded slab (stride 1)
- * or hp_im2col.  Each worker sums its tiles into its own copy of dW, and
- * the copies are added up in worker order. */
+/* ---- ConvGradFilter(dY, X[, acc]) -> dW [csmall, cbig/group, k...]
+ * Every element of dW is one running sum taken in one order, whatever the
+ * thread count and however the run cuts the batch into bands: the units
+ * (batch items; with a batch of one, the planes of the first spatial axis,
+ * which is then the band axis; see hp_filter_unit_axis) from the last to
+ * the first, each unit's tiles of positions from the last to the first,
+ * each tile one sgemm adding into dW^T.  A band's node starts from the sum
+ * of the bands after it (input 2: the chain autodiff builds, autodiff.c),
+ * so the chain adds exactly what the whole node adds and out-of-core
+ * training is bitwise the in-core one.  Workers split dW's rows (groups,
+ * or rows at multiples of FILTER_ROWQ so that OpenBLAS runs every row in
+ * the same micro-kernel), never the sum. */
+
+#define FILTER_ROWQ 32
 
 struct cg_filter {
 	struct cgeom c;
-	int slab;              /* stride-1 slab path (sh), else im2col tiles */
-	struct hp_shift sh;
 	struct hp_colgeom geo; /* img: X (big side), grid: dY (small side) */
-	int64_t tc;            /* im2col: columns per tile */
-	size_t fixed;          /* floats per worker besides the slab */
+	int64_t unit;          /* positions per unit */
+	int64_t tc;            /* columns per tile */
+	int64_t rows;          /* cg * kvol: rows of dW^T per group */
 	size_t workspace;
 	int dw;                /* depthwise: conv_dw.c */
 };
@@ -233,90 +242,81 @@ struct cg_filter {
 struct filter_run {
 	const struct cg_filter *f;
 	const float *dy, *x;
-	float *dw, *ws;
-	size_t per_thread, dwn;
-	int64_t chunk, ntile;
+	float *part, *ws;      /* dW^T [group][rows][mg]; per worker a column tile */
+	int shares;
 };
 
-/* part[g] ([cg*kvol][mg], dW_g transposed: the sgemm shape OpenBLAS runs
- * fastest here) += col [cg*kvol x nc] x dY_g^T. */
-static void filter_gemm(const struct cg_filter *f, int64_t g, const float *dy, int64_t lddy, const float *col,
-			int64_t nc, float *part)
+/* Positions per unit: a batch item, or with unit_axis 2 one plane of the
+ * first spatial axis (a 1-D geometry has none: the whole item). */
+static int64_t filter_unit(const struct cgeom *c, int64_t unit_axis)
 {
-	int64_t mg = f->c.csmall / f->c.group, rows = f->c.cbig / f->c.group * f->c.kvol;
+	int64_t u = c->svol;
 
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)mg, (int)nc, 1.0f, col, (int)nc, dy,
-		    (int)lddy, 1.0f, part + g * mg * rows, (int)mg);
+	if (unit_axis == 2 && c->nd >= 2)
+		u /= c->small[3 - c->nd];
+	return u;
 }
 
-static float *filter_part(const struct filter_run *r, int tid, float **buf)
+int64_t hp_filter_unit_axis(int64_t batch)
 {
-	float *base = r->ws + (size_t)tid * r->per_thread;
-
-	*buf = base + r->dwn;
-	return base;
+	return batch >= 2 ? 0 : 2;
 }
 
-/* im2col tiles: items (batch, group, tile of dY's positions). */
-static void filter_cols_range(void *arg, int64_t b, int64_t e, int tid)
+/* Worker t's share: groups [g0, g1) and of each the rows [r0, r1). */
+static void filter_share(const struct filter_run *r, int t, int64_t *g0, int64_t *g1, int64_t *r0, int64_t *r1)
 {
-	const struct filter_run *r = arg;
-	const struct cg_filter *f = r->f;
-	const struct cgeom *c = &f->c;
-	int64_t cg = c->cbig / c->group, mg = c->csmall / c->group;
-	float *col, *part = filter_part(r, tid, &col);
+	int64_t groups = r->f->c.group, T = r->shares, q = FILTER_ROWQ, blocks = (r->f->rows + q - 1) / q;
 
-	for (int64_t i = b; i < e; i++) {
-		int64_t bg = i / r->ntile, t = i % r->ntile, nb = bg / c->group, g = bg % c->group;
-		int64_t j0 = t * f->tc, j1 = j0 + f->tc < c->svol ? j0 + f->tc : c->svol;
-		hp_im2col(&f->geo, cg, r->x + (nb * c->cbig + g * cg) * c->bvol, j0, j1, col);
-		filter_gemm(f, g, r->dy + (nb * c->csmall + g * mg) * c->svol + j0, c->svol, col, j1 - j0, part);
+	if (groups >= T) {
+		*g0 = groups * t / T, *g1 = groups * (t + 1) / T, *r0 = 0, *r1 = r->f->rows;
+		return;
 	}
+	*g0 = 0, *g1 = groups;
+	*r0 = blocks * t / T * q;
+	*r1 = blocks * (t + 1) / T * q;
+	*r1 = *r1 < r->f->rows ? *r1 : r->f->rows;
 }
 
-/* Slab path: items (batch, group, dY plane), chunks as in the forward. */
-static void filter_slab_range(void *arg, int64_t b, int64_t e, int tid)
+/* Rows [r0, r1) of group g's dW^T += the tiles of batch item nb, last
+ * unit and tile first. */
+static void filter_item(const struct filter_run *r, int64_t nb, int64_t g, int64_t r0, int64_t r1, float *col)
 {
-	const struct filter_run *r = arg;
 	const struct cg_filter *f = r->f;
 	const struct cgeom *c = &f->c;
-	const struct hp_shift *s = &f->sh;
-	int64_t cg = c->cbig / c->group, mg = c->csmall / c->group, planes = s->out[0];
-	float *col, *part = filter_part(r, tid, &col), *tmp = col + (size_t)(cg * c->kvol * s->tcols);
-	float *slab = tmp + (size_t)(mg * s->tcols);
+	int64_t cg = c->cbig / c->group, mg = c->csmall / c->group, c0 = r0 / c->kvol, c1 = (r1 + c->kvol - 1) / c->kvol;
+	const float *img = r->x + (nb * c->cbig + g * cg + c0) * c->bvol;
+	const float *dy = r->dy + (nb * c->csmall + g * mg) * c->svol;
+	float *part = r->part + (g * f->rows + r0) * mg;
+	int64_t ntile = (f->unit + f->tc - 1) / f->tc;
 
-	while (b < e) {
-		int64_t bg = b / planes, d0 = b % planes, nb = bg / c->group, g = bg % c->group, d1 = d0 + r->chunk;
-		const float *dy = r->dy + (nb * c->csmall + g * mg) * c->svol;
-
-		d1 = d1 < planes ? d1 : planes;
-		d1 = d1 < d0 + e - b ? d1 : d0 + e - b;
-		hp_shift_slab(s, r->x + (nb * c->cbig + g * cg) * c->bvol, d0, d1, slab);
-		for (int64_t t = 0; t < hp_shift_ntiles(s, d1 - d0); t++) {
-			int64_t r0, r1, start, nc;
-			hp_shift_tile_rows(s, d0, d1, t, &r0, &r1);
-			nc = hp_shift_tile_span(s, d0, r0, r1, &start);
-			hp_shift_pack_rows(s, dy, c->svol, d0, r0, r1, tmp);
-			hp_shift_flat_col(s, slab, d0, d1, r0, r1, col);
-			filter_gemm(f, g, tmp, nc, col, nc, part);
+	for (int64_t u = c->svol / f->unit - 1; u >= 0; u--)
+		for (int64_t t = ntile - 1; t >= 0; t--) {
+			int64_t j0 = u * f->unit + t * f->tc, j1 = j0 + f->tc < (u + 1) * f->unit ? j0 + f->tc : (u + 1) * f->unit;
+			int64_t nc = j1 - j0;
+			hp_im2col(&f->geo, c1 - c0, img, j0, j1, col);
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)mg, (int)nc, 1.0f,
+				    col + (r0 - c0 * c->kvol) * nc, (int)nc, dy + j0, (int)c->svol, 1.0f, part, (int)mg);
 		}
-		b += d1 - d0;
+}
+
+static void filter_shares(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct filter_run *r = arg;
+	float *col = r->ws + (size_t)tid * (size_t)(r->f->rows * r->f->tc);
+
+	for (int64_t t = b; t < e; t++) {
+		int64_t g0, g1, r0, r1;
+		filter_share(r, (int)t, &g0, &g1, &r0, &r1);
+		for (int64_t g = g0; r0 < r1 && g < g1; g++)
+			for (int64_t nb = r->f->c.n - 1; nb >= 0; nb--)
+				filter_item(r, nb, g, r0, r1, col);
 	}
 }
 
-/* Slab-path work items: (batch, group, dY plane); a folded geometry's
- * planes are the batch items. */
-static int64_t filter_items(const struct cg_filter *f)
-{
-	return f->c.n / f->sh.nfold * f->c.group * f->sh.out[0];
-}
-
-static void filter_plan(struct cg_filter *f)
+static void filter_plan(struct cg_filter *f, int64_t unit_axis)
 {
 	const struct cgeom *c = &f->c;
-	int64_t cg = c->cbig / c->group, mg = c->csmall / c->group, rows = cg * c->kvol;
-	size_t dwn = (size_t)(c->csmall * rows), cap = hp_conv_ws_max() / sizeof(float);
-	int nt = hp_conv_ws_threads();
+	int64_t mg = c->csmall / c->group;
 
 	for (int i = 0; i < 3; i++) {
 		f->geo.img[i] = c->big[i];
@@ -327,34 +327,12 @@ static void filter_plan(struct cg_filter *f)
 		f->geo.pad[i] = c->p[i];
 	}
 	hp_colgeom_finish(&f->geo);
-	f->slab = hp_conv_shift_mode() >= 0 && hp_shift_init(&f->sh, &f->geo, cg, mg) == 0;
-	if (f->slab) {
-		/* 2-D and 1-D: the batch becomes the plane axis */
-		int folded = hp_shift_fold(&f->sh, c->n, c->cbig * c->bvol, c->csmall * c->svol) == 0;
-		double min_useful = folded ? HP_SHIFT_MIN_USEFUL_FOLDED : HP_SHIFT_MIN_USEFUL;
-		f->slab = hp_conv_shift_mode() > 0 ||
-			  (hp_shift_useful(&f->sh) >= min_useful && filter_items(f) >= 2);
-		/* the flat column tile is rows tall (cg * kvol): a quarter of a
-		 * tile's bytes per worker keeps tight budgets workable, and the
-		 * sgemms stay K >= a plane row */
-		hp_shift_retile(&f->sh, (int64_t)(HP_CONV_TILE_BYTES / 4 / ((size_t)rows * sizeof(float))));
-	}
-	if (f->slab) {
-		int64_t items = filter_items(f), share = (items + nt - 1) / nt;
-		size_t want;
-		f->fixed = dwn + (size_t)((rows + mg) * f->sh.tcols);
-		want = f->fixed + hp_shift_slab_floats(&f->sh, hp_shift_slab_planes(&f->sh, share));
-		if ((size_t)nt * (f->fixed + hp_shift_slab_floats(&f->sh, f->sh.tplanes ? f->sh.tplanes : 1)) <= cap) {
-			f->workspace = ((size_t)nt * want < cap ? (size_t)nt * want : cap) * sizeof(float);
-			return;
-		}
-		f->slab = 0;
-	}
-	f->tc = (int64_t)(HP_CONV_TILE_BYTES / ((size_t)rows * sizeof(float)));
-	f->tc = f->tc < HP_CONV_TILE_MIN_COLS ? HP_CONV_TILE_MIN_COLS : f->tc;
-	f->tc = f->tc < c->svol ? f->tc : c->svol;
-	f->fixed = dwn + (size_t)(rows * f->tc);
-	f->workspace = (size_t)nt * f->fixed * sizeof(float);
+	f->rows = c->cbig / c->group * c->kvol;
+	f->unit = filter_unit(c, unit_axis);
+	f->tc = hp_conv_tile_cap(f->rows);
+	f->tc = f->tc < f->unit ? f->tc : f->unit;
+	f->workspace = ((size_t)(c->group * f->rows * mg) + (size_t)hp_conv_ws_threads() * (size_t)(f->rows * f->tc)) *
+		       sizeof(float);
 }
 
 static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
@@ -371,11 +349,15 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 		return hp_node_error(g, n, HP_ESHAPE, "kernel_shape does not match X's spatial rank");
 	if ((rc = cgeom_init(g, n, &f.c, &x->shape, &dy->shape, ks.dims)) < 0)
 		return rc;
+	int64_t unit_axis = hp_attr_int(n, "hpdlf_unit_axis", hp_filter_unit_axis(f.c.n));
 	struct hp_dw dw;
-	if ((f.dw = dw_geom(&f.c, &dw)))
+	if ((f.dw = dw_geom(&f.c, &dw))) {
+		dw.unit = filter_unit(&f.c, unit_axis);
 		f.workspace = hp_dw_filter_ws(&dw);
-	else
-		filter_plan(&f);
+	} else {
+		filter_plan(&f, unit_axis);
+	}
+	f.unit = filter_unit(&f.c, unit_axis);
 	if (!(n->priv = malloc(sizeof f)))
 		return hp_node_error(g, n, -ENOMEM, "out of memory");
 	memcpy(n->priv, &f, sizeof f);
@@ -384,85 +366,72 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 	ws.dims[0] = f.c.csmall;
 	ws.dims[1] = f.c.cbig / f.c.group;
 	memcpy(ws.dims + 2, ks.dims, (size_t)ks.rank * sizeof ks.dims[0]);
+	if (n->ninputs > 2 && n->inputs[2] >= 0) {
+		const struct hp_value *acc = tk_in(g, n, 2);
+		if (acc->dtype != HP_F32 || !hp_shape_equal(&acc->shape, &ws))
+			return hp_node_error(g, n, HP_ESHAPE, "the running sum (input 2) must be float and dW's shape");
+	}
 	tk_set_out(g, n, 0, HP_F32, &ws);
 	return 0;
 }
 
-/* dW[g*mg + m][j] = sum over workers (in order) of part[g][j][m], in
- * blocks of FILTER_TBLK x FILTER_TBLK: the transposition goes through
- * cache (element by element it strode through the whole part, and cost
- * more than the sgemms on small planes); every element is the same sum. */
+/* dW^T [g][j][m] from dW [g*mg + m][j] and back: exact copies through
+ * cache in blocks of FILTER_TBLK x FILTER_TBLK. */
 #define FILTER_TBLK 32
-static void filter_reduce(const struct cg_filter *f, const struct filter_run *r, int threads)
+static void filter_transpose(const struct cg_filter *f, const float *from, float *to, int to_dw)
 {
-	int64_t mg = f->c.csmall / f->c.group, rows = f->c.cbig / f->c.group * f->c.kvol;
+	int64_t mg = f->c.csmall / f->c.group, rows = f->rows;
 
 	for (int64_t g = 0; g < f->c.group; g++)
 		for (int64_t m0 = 0; m0 < mg; m0 += FILTER_TBLK)
 			for (int64_t j0 = 0; j0 < rows; j0 += FILTER_TBLK) {
 				int64_t m1 = m0 + FILTER_TBLK < mg ? m0 + FILTER_TBLK : mg;
 				int64_t j1 = j0 + FILTER_TBLK < rows ? j0 + FILTER_TBLK : rows;
-				for (int64_t m = m0; m < m1; m++) {
-					float *dw = r->dw + (g * mg + m) * rows;
+				for (int64_t m = m0; m < m1; m++)
 					for (int64_t j = j0; j < j1; j++) {
-						const float *p = r->ws + (g * rows + j) * mg + m;
-						float acc = p[0];
-						for (int t = 1; t < threads; t++)
-							acc += p[(size_t)t * r->per_thread];
-						dw[j] = acc;
+						size_t w = (size_t)((g * mg + m) * rows + j), p = (size_t)((g * rows + j) * mg + m);
+						if (to_dw)
+							to[w] = from[p];
+						else
+							to[p] = from[w];
 					}
-				}
 			}
-}
-
-/* Workers that fit the workspace, and the slab chunk for them. */
-static int filter_threads(const struct cg_filter *f, size_t floats, int threads, int64_t *chunk)
-{
-	size_t tmp = (size_t)(f->c.csmall / f->c.group * f->sh.tcols);
-
-	for (; threads >= 1; threads--) {
-		size_t per = floats / (size_t)threads;
-		if (!f->slab)
-			*chunk = per >= f->fixed;
-		else
-			*chunk = per > f->fixed - tmp ? hp_shift_chunk(&f->sh, per - (f->fixed - tmp), tmp) : 0;
-		if (*chunk > 0)
-			return threads;
-	}
-	return 0;
 }
 
 static int conv_filter_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct cg_filter *f = n->priv;
 	const struct cgeom *c = &f->c;
-	struct filter_run r = { .f = f, .dy = a->in[0].data, .x = a->in[1].data, .dw = a->out[0].data, .ws = a->ws };
-	int saved, threads;
-	int64_t items;
+	const float *acc = a->nin > 2 && a->in[2].data ? a->in[2].data : NULL;
+	size_t dwn = (size_t)(c->csmall * f->rows), tile = (size_t)(f->rows * f->tc);
+	struct filter_run r = { .f = f, .dy = a->in[0].data, .x = a->in[1].data, .part = a->ws, .ws = (float *)a->ws + dwn };
+	int saved, threads, most;
 	struct hp_dw dw;
 
 	if (f->dw && dw_geom(c, &dw)) {
-		hp_dw_filter(&dw, r.dy, r.x, r.dw, r.ws, a->pool);
+		dw.unit = f->unit;
+		hp_dw_filter(&dw, r.dy, r.x, acc, a->out[0].data, a->ws, a->pool);
 		return 0;
 	}
 	threads = hp_conv_threads_enter(a->pool, &saved);
-	r.dwn = (size_t)(c->csmall * c->cbig / c->group * c->kvol);
-	threads = filter_threads(f, f->workspace / sizeof(float), threads, &r.chunk);
-	r.per_thread = f->workspace / sizeof(float) / (size_t)threads;
-	r.ntile = (c->svol + f->tc - 1) / (f->tc ? f->tc : 1);
-	items = f->slab ? filter_items(f) : c->n * c->group * r.ntile;
-	for (int t = 0; t < threads; t++) {
-		float *col, *part = filter_part(&r, t, &col);
-		memset(part, 0, r.dwn * sizeof *part);
-	}
-	hp_conv_parallel(a->pool, threads, items, f->slab ? filter_slab_range : filter_cols_range, &r);
-	filter_reduce(f, &r, threads);
+	most = (int)((f->workspace / sizeof(float) - dwn) / tile);
+	threads = threads < most ? threads : most;
+	/* shares: groups when there are enough, else row blocks */
+	most = (int)(c->group >= threads ? threads : (f->rows + FILTER_ROWQ - 1) / FILTER_ROWQ);
+	r.shares = threads < most ? threads : most;
+	r.shares = r.shares > 1 ? r.shares : 1;
+	if (acc)
+		filter_transpose(f, acc, r.part, 0);
+	else
+		memset(r.part, 0, dwn * sizeof *r.part);
+	hp_conv_parallel(a->pool, r.shares, r.shares, filter_shares, &r);
+	filter_transpose(f, r.part, a->out[0].data, 1);
 	hp_conv_threads_leave(saved);
 	return 0;
 }
 
 const struct hp_op tk_op_conv_grad_filter = {
-	.domain = TK_DOMAIN, .name = "ConvGradFilter", .min_inputs = 2, .max_inputs = 2,
+	.domain = TK_DOMAIN, .name = "ConvGradFilter", .min_inputs = 2, .max_inputs = 3,
 	.min_outputs = 1, .max_outputs = 1, .prepare = conv_filter_prepare, .run = conv_filter_run,
 	.flops = conv_flops,
 };
@@ -500,7 +469,11 @@ const struct hp_op tk_op_convt_grad_data = {
 	.flops = conv_flops,
 };
 
-/* ---- BiasGrad(dY) -> dB [C]: sum over every dim but 1 ------------------- */
+/* ---- BiasGrad(dY[, acc]) -> dB [C]: sum over every dim but 1 --------------
+ * In double, in ConvGradFilter's order (units from the last to the first,
+ * see above): a band's node starts from the running sum of the bands
+ * after it (input 1, double) and, with attribute partial = 1, hands its
+ * own on in double, so the chain rounds once, as the whole node does. */
 
 static int bias_prepare(struct hp_graph *g, struct hp_node *n)
 {
@@ -513,7 +486,12 @@ static int bias_prepare(struct hp_graph *g, struct hp_node *n)
 	if (dy->shape.rank < 2)
 		return hp_node_error(g, n, HP_ESHAPE, "dY needs a channel dim");
 	s.dims[0] = dy->shape.dims[1];
-	tk_set_out(g, n, 0, HP_F32, &s);
+	if (n->ninputs > 1 && n->inputs[1] >= 0) {
+		const struct hp_value *acc = tk_in(g, n, 1);
+		if (acc->dtype != HP_F64 || !hp_shape_equal(&acc->shape, &s))
+			return hp_node_error(g, n, HP_ESHAPE, "the running sum (input 1) must be double, one per channel");
+	}
+	tk_set_out(g, n, 0, hp_attr_int(n, "partial", 0) ? HP_F64 : HP_F32, &s);
 	return 0;
 }
 
@@ -521,21 +499,28 @@ static int bias_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct hp_shape *s = &a->in[0].shape;
 	int64_t nb = s->dims[0], ch = s->dims[1], inner = nb > 0 && ch > 0 ? hp_shape_numel(s) / (nb * ch) : 0;
+	int64_t unit = inner;
 	const float *dy = a->in[0].data;
-	float *db = a->out[0].data;
+	const double *in = a->nin > 1 && a->in[1].data ? a->in[1].data : NULL;
 
-	(void)n;
+	if (hp_attr_int(n, "hpdlf_unit_axis", hp_filter_unit_axis(nb)) == 2 && s->rank >= 4)
+		unit = s->dims[2] ? inner / s->dims[2] : inner;
+	unit = unit > 0 ? unit : 1;
 	for (int64_t c = 0; c < ch; c++) {
-		double acc = 0;
-		for (int64_t b = 0; b < nb; b++)
-			for (int64_t i = 0; i < inner; i++)
-				acc += dy[(b * ch + c) * inner + i];
-		db[c] = (float)acc;
+		double acc = in ? in[c] : 0;
+		for (int64_t b = nb - 1; b >= 0; b--)
+			for (int64_t u0 = (inner - 1) / unit * unit; inner > 0 && u0 >= 0; u0 -= unit)
+				for (int64_t i = u0; i < u0 + unit && i < inner; i++)
+					acc += dy[(b * ch + c) * inner + i];
+		if (a->out[0].dtype == HP_F64)
+			((double *)a->out[0].data)[c] = acc;
+		else
+			((float *)a->out[0].data)[c] = (float)acc;
 	}
 	return 0;
 }
 
 const struct hp_op tk_op_bias_grad = {
-	.domain = TK_DOMAIN, .name = "BiasGrad", .min_inputs = 1, .max_inputs = 1,
+	.domain = TK_DOMAIN, .name = "BiasGrad", .min_inputs = 1, .max_inputs = 2,
 	.min_outputs = 1, .max_outputs = 1, .prepare = bias_prepare, .run = bias_run,
 };

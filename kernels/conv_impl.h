@@ -136,6 +136,7 @@ void hp_shift_set_tile_cols(int64_t c);
 struct hp_dw {
 	struct hp_colgeom g;
 	int64_t batch, cin, mult;
+	int64_t unit;          /* hp_dw_filter: positions per unit of its sums (0: an item) */
 };
 
 /* group == cin > 1 and cout a multiple of cin: the depthwise path. */
@@ -144,9 +145,13 @@ void hp_dw_forward(const struct hp_dw *d, const float *x, const float *w, const 
 		   struct hp_pool *pool);
 /* dX [batch][cin][img] from dY [batch][cin * mult][grid] and W. */
 void hp_dw_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, struct hp_pool *pool);
-/* dW [cin * mult][kvol] from dY and X, with hp_dw_filter_ws() bytes at ws. */
+/* dW [cin * mult][kvol] = acc (NULL: 0) + the units of dY and X from the
+ * last to the first, each unit summed on its own (the order ConvGradFilter
+ * keeps for bands, conv_grad.c), with hp_dw_filter_ws() bytes at ws. */
 size_t hp_dw_filter_ws(const struct hp_dw *d);
-void hp_dw_filter(const struct hp_dw *d, const float *dy, const float *x, float *dw, float *ws, struct hp_pool *pool);
+void hp_dw_filter(const struct hp_dw *d, const float *dy, const float *x, const float *acc, float *dw, float *ws,
+		  struct hp_pool *pool);
+
 
 /* Parsed Conv / ConvTranspose node, kept in n->priv. */
 struct hp_conv {

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Out-of-core training is bitwise the in-core one in its weights, not only
+its losses.
+
+Under a budget the forward graph is cut into bands (split_band.c) before
+autodiff, so every band has its own weight and bias gradient; they are
+chained so that they sum in the whole kernel's order (conv_grad.c,
+autodiff.c chain()).  A loss can round alike while a weight differs by an
+ulp, so this compares the exported ONNX initializers byte for byte:
+
+  - a 2-D conv net, batch 16 (bands of batch items): Conv with bias,
+    depthwise Conv, ConvTranspose, strided Conv;
+  - the shipped LeNet with its data (batch 64);
+
+each trained 3 SGD steps with momentum in core and at the smallest budget
+the planner names and at a budget between, with 1 and 2 threads (the
+in-core run of the same thread count is the reference).  Each budgeted run
+must really be cut: its plan has more kernels than the in-core plan.
+
+usage: check_band_weights.py HPDLF_EXEC LENET_DIR
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+FAILS = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        FAILS.append(what)
+    return ok
+
+
+def init(name, shape, rng, scale=0.3):
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def conv(name, x, w, b, y, **attrs):
+    return helper.make_node("Conv", [x, w] + ([b] if b else []), [y], name=name, **attrs)
+
+
+def net2d(path, rng):
+    """x [16,3,12,12] -> Conv 3x3 (8) -> Relu -> depthwise 3x3 -> Relu ->
+    ConvTranspose k2 s2 (4) -> Relu -> Conv 3x3 stride 2 (2)."""
+    nodes = [conv("c1", "x", "w1", "b1", "a1", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a1"], ["r1"]),
+             conv("dw", "r1", "w2", "b2", "a2", kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=8),
+             helper.make_node("Relu", ["a2"], ["r2"]),
+             helper.make_node("ConvTranspose", ["r2", "w3", "b3"], ["a3"], name="up", kernel_shape=[2, 2],
+                              strides=[2, 2]),
+             helper.make_node("Relu", ["a3"], ["r3"]),
+             conv("c4", "r3", "w4", "b4", "y", kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2])]
+    inits = [init("w1", (8, 3, 3, 3), rng), init("b1", (8,), rng), init("w2", (8, 1, 3, 3), rng),
+             init("b2", (8,), rng), init("w3", (8, 4, 2, 2), rng), init("b3", (4,), rng),
+             init("w4", (2, 4, 3, 3), rng), init("b4", (2,), rng)]
+    save(path, nodes, inits, [16, 3, 12, 12], [16, 2, 12, 12])
+    return [16, 3, 12, 12], [16, 2, 12, 12]
+
+
+def save(path, nodes, inits, xs, ys):
+    g = helper.make_graph(nodes, "bands", [helper.make_tensor_value_info("x", TensorProto.FLOAT, xs)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ys)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+
+
+def run(exe, args):
+    p = subprocess.run([exe] + args, capture_output=True, text=True, timeout=600)
+    return p.returncode, p.stdout, p.stderr
+
+
+def weights(path):
+    return {i.name: numpy_helper.to_array(i).tobytes() for i in onnx.load(path).graph.initializer}
+
+
+def kernels(exe, args):
+    rc, out, err = run(exe, args + ["--plan"])
+    m = re.search(r"\(one training step\): (\d+) kernels", out + err)
+    return int(m.group(1)) if rc == 0 and m else -1
+
+
+def check_model(exe, name, args, tmp):
+    probe = run(exe, args + ["--threads", "1", "--budget", "4096", "--steps", "1"])[2]
+    m = re.search(r"smallest budget that works is (\d+) bytes", probe)
+    if not check(m is not None, "%s: the planner names a smallest budget (%s)" % (name, probe.strip()[-200:])):
+        return
+    low = int(m.group(1))
+    whole = kernels(exe, args + ["--threads", "1"])
+    for threads in ("1", "2"):
+        ref = os.path.join(tmp, "%s_in_%s.onnx" % (name, threads))
+        rc, _, err = run(exe, args + ["--threads", threads, "--export-onnx", ref])
+        if not check(rc == 0, "%s in core, %s threads: exit %d %s" % (name, threads, rc, err.strip()[-300:])):
+            continue
+        want = weights(ref)
+        for budget in (low, low + low // 2):
+            out = os.path.join(tmp, "%s_%d_%s.onnx" % (name, budget, threads))
+            a = args + ["--threads", threads, "--budget", str(budget)]
+            cut = kernels(exe, a)
+            rc, _, err = run(exe, a + ["--export-onnx", out])
+            what = "%s at %d B, %s threads (%d kernels, %d in core)" % (name, budget, threads, cut, whole)
+            if not check(rc == 0 and cut > whole, "%s: runs cut into bands: exit %d %s"
+                         % (what, rc, err.strip()[-300:])):
+                continue
+            got = weights(out)
+            differ = sorted(k for k in want if got.get(k) != want[k])
+            check(len(want) > 0 and not differ, "%s: %d exported tensors bitwise the in-core ones%s"
+                  % (what, len(want), " (differ: %s)" % differ if differ else ""))
+
+
+def main():
+    exe, lenet = sys.argv[1], sys.argv[2]
+    rng = np.random.default_rng(7)
+    common = ["--train", "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9", "--steps", "3",
+              "--no-shuffle", "--quiet"]
+    with tempfile.TemporaryDirectory() as tmp:
+        # a batch of one is cut in planes, whose data gradients at band edges
+        # are sums of two bands' parts: not bitwise (hpdlf-exec(1), BUDGET)
+        for name, make, batch in (("net2d", net2d, 16),):
+            path = os.path.join(tmp, name + ".onnx")
+            xs, ys = make(path, rng)
+            x, y = (os.path.join(tmp, name + s) for s in ("_x.npy", "_y.npy"))
+            np.save(x, rng.standard_normal([3 * batch] + xs[1:]).astype(np.float32))
+            np.save(y, rng.standard_normal([3 * batch] + ys[1:]).astype(np.float32))
+            check_model(exe, name, [path, "--data", x, "--labels", y, "--loss", "mse", "--batch", str(batch)]
+                        + common, tmp)
+        check_model(exe, "lenet", [os.path.join(lenet, "model.onnx"), "--data", os.path.join(lenet, "x.npy"),
+                                   "--labels", os.path.join(lenet, "y.npy"), "--loss", "cross-entropy",
+                                   "--batch", "64"] + common, tmp)
+    print("%d failure(s)" % len(FAILS))
+    return 1 if FAILS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
