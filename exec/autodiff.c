@@ -38,7 +38,8 @@ static int producer(const struct hp_graph *g, int v)
 }
 
 /* Contribution c, from a kernel that can start from a running sum
- * (ConvGradFilter: input 2; BiasGrad: input 1, the sum in double), takes
+ * (ConvGradFilter: input 2; BiasGrad: input 1, the sum in double;
+ * GemmGrad's dA: input 3), takes
  * acc, from the same op, that way instead of a GradSum after it.  The
  * band nodes of one convolution then sum in the whole kernel's order
  * (conv_grad.c), and out-of-core training is bitwise the in-core one.
@@ -56,6 +57,9 @@ static int chain(struct ad *ad, int acc, int c)
 		slot = 2;
 	else if (!strcmp(g->nodes[pc].op_type, "BiasGrad"))
 		slot = 1;
+	else if (!strcmp(g->nodes[pc].op_type, "GemmGrad") && g->nodes[pc].outputs[0] == c &&
+		 g->nodes[pa].outputs[0] == acc)
+		slot = 3; /* dA of the blocks of a weight cut along N (split_weight.c) */
 	else
 		return 0;
 	if (g->nodes[pc].ninputs != slot)

@@ -8,6 +8,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/kernels.h"
 #include "exec/autodiff_internal.h"
+#include "kernels/gemm_tile.h"
 
 #define MAXA 12
 
@@ -144,13 +145,16 @@ static int r_matmul(struct ad *ad, const struct hp_node *n, const int *dy)
 
 static int r_gemm(struct ad *ad, const struct hp_node *n, const int *dy)
 {
-	struct hp_attr a[3] = { ad_float("alpha", hp_attr_float(n, "alpha", 1)),
+	struct hp_attr a[4] = { ad_float("alpha", hp_attr_float(n, "alpha", 1)),
 				ad_int("transA", hp_attr_int(n, "transA", 0)),
 				ad_int("transB", hp_attr_int(n, "transB", 0)) };
-	int in[3] = { dy[0], n->inputs[0], n->inputs[1] }, want[2] = { 0, 1 }, rc;
+	const struct hp_attr *tile = hp_node_attr(n, HP_GEMM_TILE_ATTR);
+	int in[3] = { dy[0], n->inputs[0], n->inputs[1] }, want[2] = { 0, 1 }, rc, na = 3;
 	float beta = hp_attr_float(n, "beta", 1);
 
-	if ((rc = ad_emit_to(ad, n, "GemmGrad", 3, in, 2, want, 3, a)) < 0 || in_at(n, 2) < 0 || !ad_needs(ad, n, 2))
+	if (tile) /* a block of a cut weight: the whole product's tiling (split_weight.c) */
+		a[na++] = *tile;
+	if ((rc = ad_emit_to(ad, n, "GemmGrad", 3, in, 2, want, na, a)) < 0 || in_at(n, 2) < 0 || !ad_needs(ad, n, 2))
 		return rc;
 	struct hp_shape cs = shape_of(ad, n->inputs[2]), ys = shape_of(ad, n->outputs[0]);
 	struct hp_attr c[4] = { ad_str("op", "Add"), ad_shape("a_shape", &cs), ad_shape("b_shape", &ys),

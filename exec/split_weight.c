@@ -27,7 +27,8 @@ struct ws_cand {
 	int matmul;
 	int chain;            /* inference reduction cut: block j accumulates into block j - 1 */
 	int64_t rows;         /* the weight's outer dim */
-	int64_t quantum;      /* inference: blocks are whole tiles of the kernels (bitwise) */
+	int64_t quantum;      /* blocks are whole tiles of the kernels (bitwise) */
+	int train;            /* training: finer blocks when whole tiles do not fit */
 	struct hp_gemm_tiles t; /* the whole product's tiling */
 	uint64_t xb, yb, wb, cb, ws;
 };
@@ -131,9 +132,9 @@ static int64_t least(const struct ws_cand *c, int copies, int64_t q)
 
 /* Rows per block: none when the product's steps fit the budget as they
  * are; else those of the fewest blocks whose steps fit `avail` (85% of
- * it: room to keep neighbours resident).  Inference cuts whole tiles of
- * the kernels only, so that results stay bitwise those in core; training
- * prefers blocks of whole register tiles (q), else any.  When none fit
+ * it: room to keep neighbours resident).  Blocks are whole tiles of the
+ * kernels, so that results stay bitwise those in core; when none fit,
+ * training takes blocks of whole register tiles (q), else any.  When none fit
  * (the activations alone are too big), the fewest near the least need.
  * c->rows: no cut. */
 static int64_t choose_rows(const struct ws_cand *c, uint64_t budget, uint64_t avail, int copies)
@@ -142,8 +143,10 @@ static int64_t choose_rows(const struct ws_cand *c, uint64_t budget, uint64_t av
 
 	if (need(c, c->rows, copies) <= budget)
 		return c->rows; /* fits as it is: cut nothing */
-	if (c->quantum)
-		return (r = fewest(c, avail, copies, c->quantum)) ? r : least(c, copies, c->quantum);
+	if (c->quantum && ((r = fewest(c, avail, copies, c->quantum)) || !c->train))
+		return r ? r : least(c, copies, c->quantum);
+	/* training, when whole tiles do not fit: finer blocks, whose results
+	 * differ from the in-core ones in the last bits (hpdlf-exec(1)) */
 	if ((r = fewest(c, avail, copies, q)) || (r = fewest(c, avail, copies, 1)))
 		return r;
 	return least(c, copies, 1);
@@ -483,8 +486,13 @@ int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const
 	for (int i = 0; i < n0; i++) {
 		if (!candidate(g, i, &c))
 			continue;
-		c.chain = c.reduce && !spec;
-		c.quantum = spec ? 0 : c.reduce ? c.t.kb : c.t.nb;
+		/* whole tiles of the kernels, chained reduction blocks: bitwise
+		 * results, in training too for Gemm (its gradients run the same
+		 * tiling, kernels/gemm_grad.c; a MatMul's chain, MatMulAcc, has
+		 * no gradient, so a cut MatMul sums its blocks with Adds) */
+		c.chain = c.reduce && (!spec || !c.matmul);
+		c.quantum = c.reduce ? c.t.kb : c.t.nb;
+		c.train = spec != NULL;
 		int64_t r = choose_rows(&c, budget, avail, copies);
 		if (r >= c.rows)
 			continue;

@@ -164,6 +164,55 @@ static void gjob_run(struct gjob *j, struct hp_pool *pool)
 	hp_blas_serial_leave();
 }
 
+/* ---- tiled product for the gradients (gemm_tile.h) ---------------------- */
+
+struct tjob {
+	const struct hp_gemm_call *c;
+	int64_t mt, nt;
+};
+
+static void tiled_one(const struct hp_gemm_call *c, int64_t i0, int64_t j0)
+{
+	int64_t mi = min64(c->t.mb, c->m - i0), nj = min64(c->t.nb, c->n - j0), kt = (c->k + c->t.kb - 1) / c->t.kb;
+	float *y = c->y + i0 * c->ldy + j0;
+
+	if (c->k == 0 && !c->accumulate)
+		for (int64_t i = 0; i < mi; i++)
+			memset(y + i * c->ldy, 0, (size_t)nj * sizeof *y);
+	for (int64_t s = 0; s < kt; s++) {
+		int64_t k0 = (c->reverse_k ? kt - 1 - s : s) * c->t.kb, kk = min64(c->t.kb, c->k - k0);
+		const float *a = c->a + (c->ta ? k0 * c->lda + i0 : i0 * c->lda + k0);
+		const float *b = c->b + (c->tb ? j0 * c->ldb + k0 : k0 * c->ldb + j0);
+		cblas_sgemm(CblasRowMajor, c->ta ? CblasTrans : CblasNoTrans, c->tb ? CblasTrans : CblasNoTrans, (int)mi,
+			    (int)nj, (int)kk, c->alpha, a, (int)c->lda, b, (int)c->ldb, c->accumulate || s ? 1.0f : 0.0f,
+			    y, (int)c->ldy);
+	}
+}
+
+static void tiled_range(void *arg, int64_t begin, int64_t end, int tid)
+{
+	const struct tjob *j = arg;
+
+	(void)tid;
+	for (int64_t t = begin; t < end; t++)
+		tiled_one(j->c, t / j->nt * j->c->t.mb, t % j->nt * j->c->t.nb);
+}
+
+void hp_gemm_tiled(const struct hp_gemm_call *c, struct hp_pool *pool)
+{
+	struct tjob j = { .c = c };
+
+	if (c->m == 0 || c->n == 0)
+		return;
+	j.mt = (c->m + c->t.mb - 1) / c->t.mb;
+	j.nt = (c->n + c->t.nb - 1) / c->t.nb;
+	if (2.0 * (double)c->m * (double)c->n * (double)c->k < GEMM_PAR_MIN_FLOPS)
+		pool = NULL;
+	hp_blas_serial_enter();
+	hp_parallel_for(pool, j.mt * j.nt, 1, tiled_range, &j);
+	hp_blas_serial_leave();
+}
+
 /* ---- Gemm ------------------------------------------------------------- */
 
 struct gemm_p {

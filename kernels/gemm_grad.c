@@ -8,6 +8,7 @@
 
 #include "hpdlf/error.h"
 #include "kernels/gemm_grad.h"
+#include "kernels/gemm_tile.h"
 #include "kernels/train_util.h"
 
 /* ---- MatMulGrad(dY, A, B) -> dA?, dB? ---------------------------------- */
@@ -131,37 +132,60 @@ static int gemm_prepare(struct hp_graph *g, struct hp_node *n)
 	nn = b->shape.dims[1 - tb];
 	if (b->shape.dims[tb] != k || dy->shape.dims[0] != m || dy->shape.dims[1] != nn)
 		return hp_node_error(g, n, HP_ESHAPE, "operand shapes do not match dY");
+	if (n->ninputs > 3 && n->inputs[3] >= 0 &&
+	    (tk_in(g, n, 3)->dtype != HP_F32 || !hp_shape_equal(&tk_in(g, n, 3)->shape, &a->shape)))
+		return hp_node_error(g, n, HP_ESHAPE, "the running sum of dA (input 3) must be float and A's shape");
+	struct hp_gemm_tiles t;
+	if (hp_gemm_node_tiles(n, m, nn, k, &t) < 0)
+		return hp_node_error(g, n, HP_EMODEL, "attribute %s must be 3 positive ints", HP_GEMM_TILE_ATTR);
 	tk_set_out(g, n, 0, HP_F32, &a->shape);
 	tk_set_out(g, n, 1, HP_F32, &b->shape);
 	return 0;
 }
 
+/* The four products run in the forward product's tiling (gemm_tile.h):
+ * a weight cut in blocks at tile bounds gets its gradients bit for bit
+ * from the same sgemm calls as the whole weight.  dA sums over N, the
+ * axis a feature cut splits: its N tiles run from the last to the first,
+ * and a block's node starts from the sum of the blocks after it (input
+ * 3, chained by autodiff.c), as the whole node runs them. */
 static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	int ta = (int)hp_attr_int(n, "transA", 0), tb = (int)hp_attr_int(n, "transB", 0);
 	float alpha = hp_attr_float(n, "alpha", 1);
 	const struct hp_shape *as = &a->in[1].shape, *bs = &a->in[2].shape;
-	int m = (int)as->dims[ta], k = (int)as->dims[1 - ta], nn = (int)bs->dims[1 - tb];
-	int lda = (int)as->dims[1], ldb = (int)bs->dims[1];
+	int64_t m = as->dims[ta], k = as->dims[1 - ta], nn = bs->dims[1 - tb], lda = as->dims[1], ldb = bs->dims[1];
 	const float *dy = a->in[0].data, *x = a->in[1].data, *w = a->in[2].data;
+	const float *acc = a->nin > 3 ? a->in[3].data : NULL;
 	float *dx = a->nout > 0 ? a->out[0].data : NULL, *dw = a->nout > 1 ? a->out[1].data : NULL;
-	float bw = hp_attr_int(n, "accumulate", 0) ? 1.0f : 0.0f;
+	struct hp_gemm_tiles t;
 
+	if (hp_gemm_node_tiles(n, m, nn, k, &t) < 0)
+		return HP_EMODEL;
 	if (hp_attr_int(n, "defer_dw", 0))
 		dw = NULL;
-
+	if (dx && acc)
+		memcpy(dx, acc, (size_t)(m * k) * sizeof *dx);
 	if (dx && !ta) /* dA = alpha dY op(B)^T */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasNoTrans : CblasTrans, m, k, nn, alpha, dy, nn,
-			    w, ldb, 0.0f, dx, k);
+		hp_gemm_tiled(&(struct hp_gemm_call){ .ta = 0, .tb = !tb, .accumulate = acc != NULL, .reverse_k = 1,
+						      .m = m, .n = k, .k = nn, .lda = nn, .ldb = ldb, .ldy = k,
+						      .alpha = alpha, .a = dy, .b = w, .y = dx,
+						      .t = { .mb = t.mb, .nb = t.kb, .kb = t.nb } }, a->pool);
 	else if (dx) /* dA = alpha op(B) dY^T */
-		cblas_sgemm(CblasRowMajor, tb ? CblasTrans : CblasNoTrans, CblasTrans, k, m, nn, alpha, w, ldb,
-			    dy, nn, 0.0f, dx, m);
+		hp_gemm_tiled(&(struct hp_gemm_call){ .ta = tb, .tb = 1, .accumulate = acc != NULL, .reverse_k = 1,
+						      .m = k, .n = m, .k = nn, .lda = ldb, .ldb = nn, .ldy = m,
+						      .alpha = alpha, .a = w, .b = dy, .y = dx,
+						      .t = { .mb = t.kb, .nb = t.mb, .kb = t.nb } }, a->pool);
 	if (dw && !tb) /* dB = alpha op(A)^T dY */
-		cblas_sgemm(CblasRowMajor, ta ? CblasNoTrans : CblasTrans, CblasNoTrans, k, nn, m, alpha, x, lda,
-			    dy, nn, bw, dw, nn);
+		hp_gemm_tiled(&(struct hp_gemm_call){ .ta = !ta, .tb = 0, .accumulate = hp_attr_int(n, "accumulate", 0) != 0,
+						      .m = k, .n = nn, .k = m, .lda = lda, .ldb = nn, .ldy = nn,
+						      .alpha = alpha, .a = x, .b = dy, .y = dw,
+						      .t = { .mb = t.kb, .nb = t.nb, .kb = t.mb } }, a->pool);
 	else if (dw) /* dB = alpha dY^T op(A) */
-		cblas_sgemm(CblasRowMajor, CblasTrans, ta ? CblasTrans : CblasNoTrans, nn, k, m, alpha, dy, nn,
-			    x, lda, bw, dw, k);
+		hp_gemm_tiled(&(struct hp_gemm_call){ .ta = 1, .tb = ta, .accumulate = hp_attr_int(n, "accumulate", 0) != 0,
+						      .m = nn, .n = k, .k = m, .lda = nn, .ldb = lda, .ldy = k,
+						      .alpha = alpha, .a = dy, .b = x, .y = dw,
+						      .t = { .mb = t.nb, .nb = t.kb, .kb = t.mb } }, a->pool);
 	return 0;
 }
 
@@ -188,6 +212,6 @@ void tk_gemm_grad_dw(const float *x, const float *dy, float *dw, int64_t rows, i
 }
 
 const struct hp_op tk_op_gemm_grad = {
-	.domain = TK_DOMAIN, .name = "GemmGrad", .min_inputs = 3, .max_inputs = 3,
+	.domain = TK_DOMAIN, .name = "GemmGrad", .min_inputs = 3, .max_inputs = 4,
 	.min_outputs = 1, .max_outputs = 2, .prepare = gemm_prepare, .run = gemm_run, .flops = gemm_flops,
 };

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "hpdlf/graph.h"
+#include "hpdlf/kernels.h"
 
 #define HP_GEMM_TILE_ATTR "hpdlf_tile"
 
@@ -33,5 +34,24 @@ void hp_gemm_tiles(int64_t m, int64_t n, int64_t k, struct hp_gemm_tiles *t);
 /* The tiling node n runs with: its HP_GEMM_TILE_ATTR, else that of its
  * own dims.  Returns 0, or HP_EMODEL for a malformed attribute. */
 int hp_gemm_node_tiles(const struct hp_node *n, int64_t m, int64_t nn, int64_t k, struct hp_gemm_tiles *t);
+
+/* Y (m x n, row stride ldy) [+]= alpha op(A) op(B) in the fixed tiling:
+ * tiles of t.mb rows x t.nb columns of Y, each one single-threaded sgemm
+ * per t.kb of the reduction, accumulated in order (from the last K tile
+ * to the first with reverse_k), tiles in parallel on the pool.  With
+ * accumulate Y's contents are added to, else the first K tile overwrites
+ * them.  The gradients of a Gemm (kernels/gemm_grad.c) run their products
+ * this way in the forward product's tiling, so that a weight cut in
+ * blocks at tile bounds (exec/split_weight.c) gives bitwise the same
+ * gradients, the data gradient chained block by block (reverse_k). */
+struct hp_gemm_call {
+	int ta, tb, accumulate, reverse_k;
+	int64_t m, n, k, lda, ldb, ldy;
+	float alpha;
+	const float *a, *b;
+	float *y;
+	struct hp_gemm_tiles t;
+};
+void hp_gemm_tiled(const struct hp_gemm_call *c, struct hp_pool *pool);
 
 #endif

@@ -22,7 +22,11 @@ Checks, on models built here with numpy/onnx and on the mlp reference model:
     initializers (names, shapes) whose numpy forward gives the loss the next
     partitioned step logs, and that hpdlf-exec runs in core to the same logits;
   - a wide MLP (2048x2048 weights) trains with SGD and Adam at a budget of a
-    few MiB, close to its in-core losses.
+    few MiB, close to its in-core losses;
+  - a net of Gemm(transB=0) and Gemm(transB=1) layers trained partitioned
+    (blocks of whole tiles: reduction blocks chained, the data gradients of
+    feature blocks chained, kernels/gemm_grad.c) ends with bitwise the
+    in-core weights, with 1 and 2 threads.
 """
 import json
 import os
@@ -269,6 +273,38 @@ def check_wide(exe, tmp):
               % (opt, budget, 100.0 * budget / peak, peak, s.get("partitioned_weights", 0), e))
 
 
+def check_train_bitwise(exe, tmp):
+    import onnx
+    from onnx import numpy_helper
+    model = os.path.join(tmp, "tb.onnx")
+    make_net(model, [("gemm", 512), ("gemmT", 512), ("gemmT", 10)], 256, 32, seed=9)
+    rng = np.random.default_rng(4)
+    np.save(os.path.join(tmp, "tbx.npy"), rng.standard_normal((96, 256)).astype(np.float32))
+    np.save(os.path.join(tmp, "tby.npy"), rng.integers(0, 10, 96).astype(np.int64))
+
+    def weights(path):
+        return {i.name: numpy_helper.to_array(i).tobytes() for i in onnx.load(path).graph.initializer}
+    for threads in ("1", "2"):
+        base = [model, "--train", "--data", os.path.join(tmp, "tbx.npy"), "--labels", os.path.join(tmp, "tby.npy"),
+                "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--batch", "32", "--steps", "3",
+                "--no-shuffle", "--quiet", "--threads", threads]
+        ref, out, st = (os.path.join(tmp, "tb_%s_%s" % (t, threads)) for t in ("in.onnx", "oc.onnx", "st.json"))
+        rc, _, err = run(exe, base + ["--export-onnx", ref])
+        if not check(rc == 0, "partitioned training: in core, %s threads, exit 0 %s" % (threads, err.strip()[-300:])):
+            continue
+        for budget in (1 << 20, 3 << 19, 2 << 20):  # the first that cuts at least two weights
+            rc, _, err = run(exe, base + ["--budget", str(budget), "--export-onnx", out, "--stats-json", st])
+            if rc == 0 and stats(st).get("partitioned_weights", 0) >= 2:
+                break
+        parts = stats(st).get("partitioned_weights", 0) if rc == 0 else 0
+        want, got = weights(ref), weights(out) if rc == 0 else {}
+        differ = sorted(k for k in want if got.get(k) != want[k])
+        check(rc == 0 and parts >= 2 and not differ,
+              "partitioned training at %d B, %s threads: %d weights cut, the %d exported tensors bitwise the in-core "
+              "ones%s %s" % (budget, threads, parts, len(want), " (differ: %s)" % differ if differ else "",
+                             err.strip()[-300:]))
+
+
 def main():
     exe, models = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
@@ -279,6 +315,7 @@ def main():
         check_resume(exe, mlp, tmp)
         check_export(exe, mlp, tmp)
         check_wide(exe, tmp)
+        check_train_bitwise(exe, tmp)
     print("%d passed, %d failed" % (PASSED[0], len(FAILS)))
     return 1 if FAILS else 0
 
