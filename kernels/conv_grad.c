@@ -223,9 +223,12 @@ const struct hp_op tk_op_conv_grad_data = {
  * each tile one sgemm adding into dW^T.  A band's node starts from the sum
  * of the bands after it (input 2: the chain autodiff builds, autodiff.c),
  * so the chain adds exactly what the whole node adds and out-of-core
- * training is bitwise the in-core one.  Workers split dW's rows (groups,
- * or rows at multiples of FILTER_ROWQ so that OpenBLAS runs every row in
- * the same micro-kernel), never the sum. */
+ * training is bitwise the in-core one.  dW's rows are cut in shares
+ * fixed by the geometry (groups, or rows at multiples of FILTER_ROWQ) and
+ * the machine's core count, never by the run's threads, which take the
+ * shares; the sum is never cut.  A tile's columns come from im2col, or,
+ * for stride 1 where it pays, from a padded slab of the input (the shift
+ * geometry of conv_shift.c, without folding the batch). */
 
 #define FILTER_ROWQ 32
 
@@ -233,8 +236,13 @@ struct cg_filter {
 	struct cgeom c;
 	struct hp_colgeom geo; /* img: X (big side), grid: dY (small side) */
 	int64_t unit;          /* positions per unit */
-	int64_t tc;            /* columns per tile */
+	int64_t tc;            /* im2col: columns per tile */
 	int64_t rows;          /* cg * kvol: rows of dW^T per group */
+	int slab;              /* the slab path (sh) */
+	struct hp_shift sh;
+	int64_t chunk;         /* slab: output planes per slab (1 when units are planes) */
+	size_t per_worker;     /* floats of one worker's buffers */
+	int shares;
 	size_t workspace;
 	int dw;                /* depthwise: conv_dw.c */
 };
@@ -242,8 +250,7 @@ struct cg_filter {
 struct filter_run {
 	const struct cg_filter *f;
 	const float *dy, *x;
-	float *part, *ws;      /* dW^T [group][rows][mg]; per worker a column tile */
-	int shares;
+	float *part, *ws;      /* dW^T [group][rows][mg]; per worker its buffers */
 };
 
 /* Positions per unit: a batch item, or with unit_axis 2 one plane of the
@@ -262,61 +269,125 @@ int64_t hp_filter_unit_axis(int64_t batch)
 	return batch >= 2 ? 0 : 2;
 }
 
-/* Worker t's share: groups [g0, g1) and of each the rows [r0, r1). */
-static void filter_share(const struct filter_run *r, int t, int64_t *g0, int64_t *g1, int64_t *r0, int64_t *r1)
+/* Share t: groups [g0, g1) and of each the rows [r0, r1). */
+static void filter_share(const struct cg_filter *f, int t, int64_t *g0, int64_t *g1, int64_t *r0, int64_t *r1)
 {
-	int64_t groups = r->f->c.group, T = r->shares, q = FILTER_ROWQ, blocks = (r->f->rows + q - 1) / q;
+	int64_t groups = f->c.group, T = f->shares, q = FILTER_ROWQ, blocks = (f->rows + q - 1) / q;
 
 	if (groups >= T) {
-		*g0 = groups * t / T, *g1 = groups * (t + 1) / T, *r0 = 0, *r1 = r->f->rows;
+		*g0 = groups * t / T, *g1 = groups * (t + 1) / T, *r0 = 0, *r1 = f->rows;
 		return;
 	}
 	*g0 = 0, *g1 = groups;
 	*r0 = blocks * t / T * q;
 	*r1 = blocks * (t + 1) / T * q;
-	*r1 = *r1 < r->f->rows ? *r1 : r->f->rows;
+	*r1 = *r1 < f->rows ? *r1 : f->rows;
 }
 
-/* Rows [r0, r1) of group g's dW^T += the tiles of batch item nb, last
- * unit and tile first. */
-static void filter_item(const struct filter_run *r, int64_t nb, int64_t g, int64_t r0, int64_t r1, float *col)
+/* part rows [r0, r1) += col rows (from c0 * kvol) x dy^T over nc columns. */
+static void filter_gemm(const struct cg_filter *f, int64_t r0, int64_t r1, int64_t c0, const float *col,
+			const float *dy, int64_t lddy, int64_t nc, float *part)
 {
-	const struct cg_filter *f = r->f;
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)(f->c.csmall / f->c.group), (int)nc,
+		    1.0f, col + (r0 - c0 * f->c.kvol) * nc, (int)nc, dy, (int)lddy, 1.0f, part,
+		    (int)(f->c.csmall / f->c.group));
+}
+
+/* im2col tiles of one batch item, last unit and tile first. */
+static void filter_item_cols(const struct cg_filter *f, const float *img, const float *dy, int64_t c0, int64_t c1,
+			     int64_t r0, int64_t r1, float *part, float *col)
+{
 	const struct cgeom *c = &f->c;
-	int64_t cg = c->cbig / c->group, mg = c->csmall / c->group, c0 = r0 / c->kvol, c1 = (r1 + c->kvol - 1) / c->kvol;
-	const float *img = r->x + (nb * c->cbig + g * cg + c0) * c->bvol;
-	const float *dy = r->dy + (nb * c->csmall + g * mg) * c->svol;
-	float *part = r->part + (g * f->rows + r0) * mg;
 	int64_t ntile = (f->unit + f->tc - 1) / f->tc;
 
 	for (int64_t u = c->svol / f->unit - 1; u >= 0; u--)
 		for (int64_t t = ntile - 1; t >= 0; t--) {
 			int64_t j0 = u * f->unit + t * f->tc, j1 = j0 + f->tc < (u + 1) * f->unit ? j0 + f->tc : (u + 1) * f->unit;
-			int64_t nc = j1 - j0;
 			hp_im2col(&f->geo, c1 - c0, img, j0, j1, col);
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)mg, (int)nc, 1.0f,
-				    col + (r0 - c0 * c->kvol) * nc, (int)nc, dy + j0, (int)c->svol, 1.0f, part, (int)mg);
+			filter_gemm(f, r0, r1, c0, col, dy + j0, c->svol, j1 - j0, part);
 		}
+}
+
+/* Slab tiles of one batch item: chunks of f->chunk output planes, last
+ * chunk and tile first. */
+static void filter_item_slab(const struct cg_filter *f, const float *img, const float *dy, int64_t c0, int64_t c1,
+			     int64_t r0, int64_t r1, float *part, float *buf)
+{
+	struct hp_shift s = f->sh;
+	int64_t mg = f->c.csmall / f->c.group, planes = s.out[0];
+	float *col = buf, *tmp = col + (size_t)(f->rows * s.tcols), *slab = tmp + (size_t)(mg * s.tcols);
+
+	s.ch = c1 - c0;
+	for (int64_t d0 = (planes - 1) / f->chunk * f->chunk; d0 >= 0; d0 -= f->chunk) {
+		int64_t d1 = d0 + f->chunk < planes ? d0 + f->chunk : planes;
+		hp_shift_slab(&s, img, d0, d1, slab);
+		for (int64_t t = hp_shift_ntiles(&s, d1 - d0) - 1; t >= 0; t--) {
+			int64_t tr0, tr1, start, nc;
+			hp_shift_tile_rows(&s, d0, d1, t, &tr0, &tr1);
+			nc = hp_shift_tile_span(&s, d0, tr0, tr1, &start);
+			hp_shift_pack_rows(&s, dy, f->c.svol, d0, tr0, tr1, tmp);
+			hp_shift_flat_col(&s, slab, d0, d1, tr0, tr1, col);
+			filter_gemm(f, r0, r1, c0, col, tmp, nc, nc, part);
+		}
+	}
 }
 
 static void filter_shares(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct filter_run *r = arg;
-	float *col = r->ws + (size_t)tid * (size_t)(r->f->rows * r->f->tc);
+	const struct cg_filter *f = r->f;
+	const struct cgeom *c = &f->c;
+	int64_t cg = c->cbig / c->group, mg = c->csmall / c->group;
+	float *buf = r->ws + (size_t)tid * f->per_worker;
 
 	for (int64_t t = b; t < e; t++) {
 		int64_t g0, g1, r0, r1;
-		filter_share(r, (int)t, &g0, &g1, &r0, &r1);
+		filter_share(f, (int)t, &g0, &g1, &r0, &r1);
+		int64_t c0 = r0 / c->kvol, c1 = (r1 + c->kvol - 1) / c->kvol;
 		for (int64_t g = g0; r0 < r1 && g < g1; g++)
-			for (int64_t nb = r->f->c.n - 1; nb >= 0; nb--)
-				filter_item(r, nb, g, r0, r1, col);
+			for (int64_t nb = c->n - 1; nb >= 0; nb--) {
+				const float *img = r->x + (nb * c->cbig + g * cg + c0) * c->bvol;
+				const float *dy = r->dy + (nb * c->csmall + g * mg) * c->svol;
+				float *part = r->part + (g * f->rows + r0) * mg;
+				if (f->slab)
+					filter_item_slab(f, img, dy, c0, c1, r0, r1, part, buf);
+				else
+					filter_item_cols(f, img, dy, c0, c1, r0, r1, part, buf);
+			}
 	}
+}
+
+/* The slab path for a stride-1 geometry where it pays: units of whole
+ * items (chunks of planes) or, in 3-D, of single planes. */
+static int filter_slab_plan(struct cg_filter *f)
+{
+	const struct cgeom *c = &f->c;
+	int64_t cg = c->cbig / c->group, mg = c->csmall / c->group;
+
+	if (hp_conv_shift_mode() < 0 || hp_shift_init(&f->sh, &f->geo, cg, mg) < 0)
+		return 0;
+	if (f->unit != c->svol && !(c->nd == 3 && f->unit == c->small[1] * c->small[2]))
+		return 0;
+	if (hp_conv_shift_mode() == 0 && hp_shift_useful(&f->sh) < HP_SHIFT_MIN_USEFUL)
+		return 0;
+	/* the flat column tile is rows tall: a quarter of a tile's bytes per
+	 * worker keeps tight budgets workable, the sgemms K >= a plane row */
+	hp_shift_retile(&f->sh, (int64_t)(HP_CONV_TILE_BYTES / 4 / ((size_t)f->rows * sizeof(float))));
+	/* tiles of rows stay in their plane whatever the chunk; tiles of
+	 * whole planes take one plane each when units are planes */
+	if (f->unit != c->svol && f->sh.tplanes)
+		f->chunk = 1;
+	else if ((f->chunk = hp_shift_slab_planes(&f->sh, f->sh.out[0])) > f->sh.tplanes && f->sh.tplanes)
+		f->chunk = f->chunk / f->sh.tplanes * f->sh.tplanes;
+	f->per_worker = (size_t)((f->rows + mg) * f->sh.tcols) + hp_shift_slab_floats(&f->sh, f->chunk);
+	return 1;
 }
 
 static void filter_plan(struct cg_filter *f, int64_t unit_axis)
 {
 	const struct cgeom *c = &f->c;
-	int64_t mg = c->csmall / c->group;
+	int64_t rowblocks;
+	int nt = hp_conv_ws_threads();
 
 	for (int i = 0; i < 3; i++) {
 		f->geo.img[i] = c->big[i];
@@ -329,10 +400,16 @@ static void filter_plan(struct cg_filter *f, int64_t unit_axis)
 	hp_colgeom_finish(&f->geo);
 	f->rows = c->cbig / c->group * c->kvol;
 	f->unit = filter_unit(c, unit_axis);
-	f->tc = hp_conv_tile_cap(f->rows);
-	f->tc = f->tc < f->unit ? f->tc : f->unit;
-	f->workspace = ((size_t)(c->group * f->rows * mg) + (size_t)hp_conv_ws_threads() * (size_t)(f->rows * f->tc)) *
-		       sizeof(float);
+	f->slab = filter_slab_plan(f);
+	if (!f->slab) {
+		f->tc = hp_conv_tile_cap(f->rows);
+		f->tc = f->tc < f->unit ? f->tc : f->unit;
+		f->per_worker = (size_t)(f->rows * f->tc);
+	}
+	rowblocks = (f->rows + FILTER_ROWQ - 1) / FILTER_ROWQ;
+	f->shares = (int)(c->group >= nt ? nt : rowblocks < nt ? rowblocks : nt);
+	f->shares = f->shares > 1 ? f->shares : 1;
+	f->workspace = ((size_t)(c->csmall * f->rows) + (size_t)f->shares * f->per_worker) * sizeof(float);
 }
 
 static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
@@ -403,9 +480,9 @@ static int conv_filter_run(const struct hp_node *n, const struct hp_kargs *a)
 	const struct cg_filter *f = n->priv;
 	const struct cgeom *c = &f->c;
 	const float *acc = a->nin > 2 && a->in[2].data ? a->in[2].data : NULL;
-	size_t dwn = (size_t)(c->csmall * f->rows), tile = (size_t)(f->rows * f->tc);
+	size_t dwn = (size_t)(c->csmall * f->rows);
 	struct filter_run r = { .f = f, .dy = a->in[0].data, .x = a->in[1].data, .part = a->ws, .ws = (float *)a->ws + dwn };
-	int saved, threads, most;
+	int saved, threads;
 	struct hp_dw dw;
 
 	if (f->dw && dw_geom(c, &dw)) {
@@ -414,17 +491,13 @@ static int conv_filter_run(const struct hp_node *n, const struct hp_kargs *a)
 		return 0;
 	}
 	threads = hp_conv_threads_enter(a->pool, &saved);
-	most = (int)((f->workspace / sizeof(float) - dwn) / tile);
-	threads = threads < most ? threads : most;
-	/* shares: groups when there are enough, else row blocks */
-	most = (int)(c->group >= threads ? threads : (f->rows + FILTER_ROWQ - 1) / FILTER_ROWQ);
-	r.shares = threads < most ? threads : most;
-	r.shares = r.shares > 1 ? r.shares : 1;
+	threads = threads < f->shares ? threads : f->shares;
 	if (acc)
 		filter_transpose(f, acc, r.part, 0);
 	else
 		memset(r.part, 0, dwn * sizeof *r.part);
-	hp_conv_parallel(a->pool, r.shares, r.shares, filter_shares, &r);
+	/* at most a worker per share (tid < threads): its buffers are the tid's */
+	hp_conv_parallel(a->pool, threads, f->shares, filter_shares, &r);
 	filter_transpose(f, r.part, a->out[0].data, 1);
 	hp_conv_threads_leave(saved);
 	return 0;
