@@ -239,6 +239,7 @@ struct cg_filter {
 	int64_t tc;            /* im2col: columns per tile */
 	int64_t rows;          /* cg * kvol: rows of dW^T per group */
 	int slab;              /* the slab path (sh) */
+	int direct;            /* 1x1, stride 1, no pads: X is the column matrix */
 	struct hp_shift sh;
 	int64_t chunk;         /* slab: output planes per slab (1 when units are planes) */
 	size_t per_worker;     /* floats of one worker's buffers */
@@ -284,13 +285,25 @@ static void filter_share(const struct cg_filter *f, int t, int64_t *g0, int64_t 
 	*r1 = *r1 < f->rows ? *r1 : f->rows;
 }
 
-/* part rows [r0, r1) += col rows (from c0 * kvol) x dy^T over nc columns. */
+/* part rows [r0, r1) += col rows (from c0 * kvol; row stride ldcol) x
+ * dy^T over nc columns. */
 static void filter_gemm(const struct cg_filter *f, int64_t r0, int64_t r1, int64_t c0, const float *col,
-			const float *dy, int64_t lddy, int64_t nc, float *part)
+			int64_t ldcol, const float *dy, int64_t lddy, int64_t nc, float *part)
 {
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)(f->c.csmall / f->c.group), (int)nc,
-		    1.0f, col + (r0 - c0 * f->c.kvol) * nc, (int)nc, dy, (int)lddy, 1.0f, part,
+		    1.0f, col + (r0 - c0 * f->c.kvol) * ldcol, (int)ldcol, dy, (int)lddy, 1.0f, part,
 		    (int)(f->c.csmall / f->c.group));
+}
+
+/* A 1x1 window of stride 1 without pads: the image is its own column
+ * matrix (the same sgemm calls on the same values as after a copy). */
+static int filter_direct(const struct cgeom *c)
+{
+	int64_t pads = 0;
+
+	for (int i = 0; i < 3; i++)
+		pads += c->p[i] + c->s[i] - 1;
+	return c->kvol == 1 && pads == 0 && c->bvol == c->svol;
 }
 
 /* im2col tiles of one batch item, last unit and tile first. */
@@ -303,8 +316,12 @@ static void filter_item_cols(const struct cg_filter *f, const float *img, const 
 	for (int64_t u = c->svol / f->unit - 1; u >= 0; u--)
 		for (int64_t t = ntile - 1; t >= 0; t--) {
 			int64_t j0 = u * f->unit + t * f->tc, j1 = j0 + f->tc < (u + 1) * f->unit ? j0 + f->tc : (u + 1) * f->unit;
+			if (f->direct) {
+				filter_gemm(f, r0, r1, c0, img + j0, c->bvol, dy + j0, c->svol, j1 - j0, part);
+				continue;
+			}
 			hp_im2col(&f->geo, c1 - c0, img, j0, j1, col);
-			filter_gemm(f, r0, r1, c0, col, dy + j0, c->svol, j1 - j0, part);
+			filter_gemm(f, r0, r1, c0, col, j1 - j0, dy + j0, c->svol, j1 - j0, part);
 		}
 }
 
@@ -327,7 +344,7 @@ static void filter_item_slab(const struct cg_filter *f, const float *img, const 
 			nc = hp_shift_tile_span(&s, d0, tr0, tr1, &start);
 			hp_shift_pack_rows(&s, dy, f->c.svol, d0, tr0, tr1, tmp);
 			hp_shift_flat_col(&s, slab, d0, d1, tr0, tr1, col);
-			filter_gemm(f, r0, r1, c0, col, tmp, nc, nc, part);
+			filter_gemm(f, r0, r1, c0, col, nc, tmp, nc, nc, part);
 		}
 	}
 }
@@ -400,11 +417,12 @@ static void filter_plan(struct cg_filter *f, int64_t unit_axis)
 	hp_colgeom_finish(&f->geo);
 	f->rows = c->cbig / c->group * c->kvol;
 	f->unit = filter_unit(c, unit_axis);
-	f->slab = filter_slab_plan(f);
+	f->direct = filter_direct(c);
+	f->slab = !f->direct && filter_slab_plan(f);
 	if (!f->slab) {
-		f->tc = hp_conv_tile_cap(f->rows);
+		f->tc = f->direct ? f->unit : hp_conv_tile_cap(f->rows); /* no copy to keep in cache */
 		f->tc = f->tc < f->unit ? f->tc : f->unit;
-		f->per_worker = (size_t)(f->rows * f->tc);
+		f->per_worker = f->direct ? 0 : (size_t)(f->rows * f->tc);
 	}
 	rowblocks = (f->rows + FILTER_ROWQ - 1) / FILTER_ROWQ;
 	f->shares = (int)(c->group >= nt ? nt : rowblocks < nt ? rowblocks : nt);

@@ -9,7 +9,7 @@ autodiff.c chain()).  A loss can round alike while a weight differs by an
 ulp, so this compares the exported ONNX initializers byte for byte:
 
   - a 2-D conv net, batch 16 (bands of batch items): Conv with bias,
-    depthwise Conv, ConvTranspose, strided Conv;
+    1x1 Conv, depthwise Conv, ConvTranspose, strided Conv;
   - the shipped LeNet with its data (batch 64);
 
 each trained 3 SGD steps with momentum in core and at the smallest budget
@@ -48,10 +48,12 @@ def conv(name, x, w, b, y, **attrs):
 
 
 def net2d(path, rng):
-    """x [16,3,12,12] -> Conv 3x3 (8) -> Relu -> depthwise 3x3 -> Relu ->
+    """x [16,3,12,12] -> Conv 3x3 (8) -> Relu -> Conv 1x1 -> Relu -> depthwise 3x3 -> Relu ->
     ConvTranspose k2 s2 (4) -> Relu -> Conv 3x3 stride 2 (2)."""
     nodes = [conv("c1", "x", "w1", "b1", "a1", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["a1"], ["r1"]),
+             helper.make_node("Relu", ["a1"], ["r0"]),
+             conv("pw", "r0", "w5", "b5", "a5", kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["a5"], ["r1"]),
              conv("dw", "r1", "w2", "b2", "a2", kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=8),
              helper.make_node("Relu", ["a2"], ["r2"]),
              helper.make_node("ConvTranspose", ["r2", "w3", "b3"], ["a3"], name="up", kernel_shape=[2, 2],
@@ -60,7 +62,8 @@ def net2d(path, rng):
              conv("c4", "r3", "w4", "b4", "y", kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2])]
     inits = [init("w1", (8, 3, 3, 3), rng), init("b1", (8,), rng), init("w2", (8, 1, 3, 3), rng),
              init("b2", (8,), rng), init("w3", (8, 4, 2, 2), rng), init("b3", (4,), rng),
-             init("w4", (2, 4, 3, 3), rng), init("b4", (2,), rng)]
+             init("w4", (2, 4, 3, 3), rng), init("b4", (2,), rng), init("w5", (8, 8, 1, 1), rng),
+             init("b5", (8,), rng)]
     save(path, nodes, inits, [16, 3, 12, 12], [16, 2, 12, 12])
     return [16, 3, 12, 12], [16, 2, 12, 12]
 
