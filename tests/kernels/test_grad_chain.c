@@ -117,7 +117,9 @@ static void same_bits(const struct hp_tensor *got, const struct hp_tensor *want,
 		size_t es = hp_dtype_size(want->dtype), i = 0;
 		while (!memcmp((const char *)got->data + i * es, (const char *)want->data + i * es, es))
 			i++;
-		fail_msg("%s: not bitwise the whole node's (first at element %zu)", what, i);
+		double g = es == 8 ? ((const double *)got->data)[i] : ((const float *)got->data)[i];
+		double w = es == 8 ? ((const double *)want->data)[i] : ((const float *)want->data)[i];
+		fail_msg("%s: not bitwise the whole node's (first at element %zu: %.9g, want %.9g)", what, i, g, w);
 	}
 }
 
@@ -323,6 +325,7 @@ static int cuts(int64_t units, int which, int64_t *cut)
 }
 
 static int slab_runs; /* auto plans that took the slab path */
+static int mode_max = 1; /* the last shift mode cgf_case runs (-1: im2col only) */
 
 /* Every check of one case in the current shift mode: naive, threads,
  * chains of bands on the case's unit axis. */
@@ -377,7 +380,7 @@ static void cgf_case(int nsp, int64_t n, int64_t cx, int64_t cy, int64_t group, 
 			hp_conv_set_tile_bytes(small ? 1 : 0);
 			hp_shift_set_tile_cols(small ? 9 : 0);
 			size_t ws[3];
-			for (int mode = -1; mode <= (stride1 ? 1 : -1); mode++) {
+			for (int mode = -1; mode <= (stride1 ? mode_max : -1); mode++) {
 				char what[160];
 				struct hp_tensor o;
 				hp_conv_set_shift(mode);
@@ -389,6 +392,7 @@ static void cgf_case(int nsp, int64_t n, int64_t cx, int64_t cy, int64_t group, 
 				hp_tensor_free(&o);
 			}
 			int slab_ok = stride1 && group != cx && (c.n >= 2 || nsp == 3 || nsp == 1);
+			slab_ok &= mode_max >= 1;
 			if (slab_ok) /* forced, the slab path runs: its plan is not im2col's */
 				assert_true(ws[2] != ws[0]);
 			slab_runs += slab_ok && ws[1] != ws[0];
@@ -426,6 +430,29 @@ static void test_filter_3d(void **state)
 	cgf_case(3, 2, 8, 6, 1, I{ 5, 6, 7 }, I{ 3, 3, 2 }, I{ 1, 1, 1 }, I{ 1, 1, 1 }, I{ 1, 1, 0 }, I{ 1, 0, 1 });
 	cgf_case(3, 2, 4, 6, 2, I{ 5, 7, 6 }, I{ 2, 3, 2 }, I{ 2, 1, 2 }, I{ 1, 1, 2 }, I{ 1, 1, 0 }, I{ 0, 1, 1 });
 	cgf_case(3, 2, 3, 3, 3, I{ 5, 6, 7 }, I{ 3, 3, 3 }, I{ 2, 1, 2 }, I{ 1, 1, 1 }, I{ 1, 0, 1 }, I{ 0, 1, 1 });
+	/* planes of 90: units of a batch of one span several tiles */
+	cgf_case(3, 2, 8, 4, 2, I{ 3, 9, 10 }, I{ 2, 3, 3 }, I{ 1, 1, 1 }, I{ 1, 1, 2 }, I{ 0, 1, 2 }, I{ 1, 1, 1 });
+}
+
+/* Rows wider than an im2col tile with a batch of one: a unit (a row) is
+ * several sgemms.  KNOWN BUG, reported to the lead on 2026-11-26: a band
+ * of ONE row has unit == svol, so filter_slab_plan (conv_grad.c) lets it
+ * take the slab path, which the whole 2-D node (units: rows) never takes;
+ * the slab's one sgemm per row is not the whole node's tiles, and the
+ * chain of one-row bands is not bitwise the whole node (e.g. X [1,64,3,224],
+ * dY [1,8,3,224], 3x3, pads 1, default tiles and shift mode: differs at
+ * element 0).  The im2col path alone is checked until it is fixed; then
+ * drop the skip() and mode_max lines. */
+static void test_filter_row_units(void **state)
+{
+	(void)state;
+	mode_max = -1;
+	cgf_case(2, 2, 4, 4, 1, I{ 4, 140 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 0, 1 });
+	cgf_case(2, 2, 64, 8, 1, I{ 3, 224 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	mode_max = 1;
+	skip();
+	cgf_case(2, 2, 4, 4, 1, I{ 4, 140 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 0, 1 });
+	cgf_case(2, 2, 64, 8, 1, I{ 3, 224 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
 }
 
 /* The auto plan took the slab path somewhere above (test order: last). */
@@ -674,7 +701,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_filter_1d), cmocka_unit_test(test_filter_2d), cmocka_unit_test(test_filter_3d),
-		cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
+		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
