@@ -375,24 +375,35 @@ static void filter_shares(void *arg, int64_t b, int64_t e, int tid)
 }
 
 /* The slab path for a stride-1 geometry where it pays: units of whole
- * items (chunks of planes) or, in 3-D, of single planes. */
-static int filter_slab_plan(struct cg_filter *f)
+ * items (chunks of planes) or, in 3-D, of single planes.  Its choice and
+ * tiles must not depend on what a band changes (the planes of the first
+ * axis when units are planes, the batch otherwise): 2-D units of rows
+ * never take it, since a one-row band's unit would be its whole image;
+ * plane units plan their tiles as for one plane. */
+static int filter_slab_plan(struct cg_filter *f, int64_t unit_axis)
 {
 	const struct cgeom *c = &f->c;
-	int64_t cg = c->cbig / c->group, mg = c->csmall / c->group;
+	int64_t cg = c->cbig / c->group, mg = c->csmall / c->group, planes = f->geo.grid[0];
+	int plane_units = unit_axis == 2 && c->nd == 3;
 
+	if (unit_axis == 2 && c->nd == 2)
+		return 0;
 	if (hp_conv_shift_mode() < 0 || hp_shift_init(&f->sh, &f->geo, cg, mg) < 0)
 		return 0;
-	if (f->unit != c->svol && !(c->nd == 3 && f->unit == c->small[1] * c->small[2]))
-		return 0;
+	if (plane_units) {
+		f->sh.out[0] = 1; /* tiles as for one plane (plan_tiles reads out[0] only there) */
+		f->sh.tcols = INT64_MAX;
+		hp_shift_retile(&f->sh, HP_SHIFT_TILE_COLS);
+	}
 	if (hp_conv_shift_mode() == 0 && hp_shift_useful(&f->sh) < HP_SHIFT_MIN_USEFUL)
 		return 0;
 	/* the flat column tile is rows tall: a quarter of a tile's bytes per
 	 * worker keeps tight budgets workable, the sgemms K >= a plane row */
 	hp_shift_retile(&f->sh, (int64_t)(HP_CONV_TILE_BYTES / 4 / ((size_t)f->rows * sizeof(float))));
+	f->sh.out[0] = planes;
 	/* tiles of rows stay in their plane whatever the chunk; tiles of
 	 * whole planes take one plane each when units are planes */
-	if (f->unit != c->svol && f->sh.tplanes)
+	if (plane_units && f->sh.tplanes)
 		f->chunk = 1;
 	else if ((f->chunk = hp_shift_slab_planes(&f->sh, f->sh.out[0])) > f->sh.tplanes && f->sh.tplanes)
 		f->chunk = f->chunk / f->sh.tplanes * f->sh.tplanes;
@@ -418,7 +429,7 @@ static void filter_plan(struct cg_filter *f, int64_t unit_axis)
 	f->rows = c->cbig / c->group * c->kvol;
 	f->unit = filter_unit(c, unit_axis);
 	f->direct = filter_direct(c);
-	f->slab = !f->direct && filter_slab_plan(f);
+	f->slab = !f->direct && filter_slab_plan(f, unit_axis);
 	if (!f->slab) {
 		f->tc = f->direct ? f->unit : hp_conv_tile_cap(f->rows); /* no copy to keep in cache */
 		f->tc = f->tc < f->unit ? f->tc : f->unit;
