@@ -175,10 +175,11 @@ static void consider(struct hp_graph **keep, struct hp_split_info *ki, struct hp
 	*ki = *ci;
 }
 
-/* One pass over the band counts, splitting what needs more than target;
- * *keep and *ki hold the unsplit graph on entry. */
+/* One pass over the band counts, splitting what needs more than cut (the
+ * target, or below it: split_deeper); *keep and *ki hold the best graph so
+ * far (the unsplit one on the first pass). */
 static int split_pass(const struct hp_graph *g, const struct hp_split_opts *so, uint64_t budget, uint64_t target,
-		      struct hp_graph **keep, struct hp_split_info *ki)
+		      uint64_t cut, struct hp_graph **keep, struct hp_split_info *ki)
 {
 	size_t nbc = sizeof band_counts / sizeof *band_counts;
 	struct hp_split_info ci;
@@ -192,7 +193,7 @@ static int split_pass(const struct hp_graph *g, const struct hp_split_opts *so, 
 			break; /* fits unsplit */
 		if (i == nbc && ki->min_after <= budget)
 			break;
-		rc = candidate(g, band_counts[i % nbc], i >= nbc, target, so, &c, &ci);
+		rc = candidate(g, band_counts[i % nbc], i >= nbc, cut, so, &c, &ci);
 		if (rc < 0)
 			break;
 		ci.min_before = ki->min_before;
@@ -211,7 +212,7 @@ static int pass_at(const struct hp_graph *g, const struct hp_split_opts *so, uin
 	if (rc < 0)
 		return rc;
 	ki->min_before = ki->min_after;
-	return split_pass(g, so, b, target, keep, ki);
+	return split_pass(g, so, b, target, target, keep, ki);
 }
 
 /* Nothing fits the budget: the smallest candidate's figure may not be one
@@ -247,6 +248,51 @@ static int fall_back(const struct hp_graph *g, const struct hp_split_opts *so, s
 	return rc;
 }
 
+/* The smallest budget named (what --plan names: the split for one byte,
+ * followed to its fixpoint by fall_back), 0 on error. */
+static uint64_t named_floor(const struct hp_graph *g, const struct hp_split_opts *so)
+{
+	struct hp_graph *keep = NULL;
+	struct hp_split_info ki;
+	uint64_t floor = 0;
+
+	if (candidate(g, 1, 0, 1, so, &keep, &ki) == 0) {
+		ki.min_before = ki.min_after;
+		if (split_pass(g, so, 1, 1, 1, &keep, &ki) == 0 && fall_back(g, so, &keep, &ki) == 0)
+			floor = ki.min_after;
+	}
+	hp_graph_free(keep);
+	return floor;
+}
+
+/* When the pass at the target cut nothing and nothing fits: the forward
+ * graph is split before autodiff, so the cut sees forward ops only, while
+ * their gradients need about three times their activations (a Relu's
+ * reads y and dy and writes dx).  A budget between the two split nothing
+ * and was refused (lenet training: 400000-819199 bytes, naming 819200,
+ * while 204800-300000 ran).  Then passes cut at half the target, halved
+ * again up to DEEPER_TRIES times, until a candidate fits.  Only from the
+ * smallest budget named up: below it a run is refused as before, so the
+ * figure named stays the smallest that runs (one byte less is refused). */
+#define DEEPER_TRIES 6
+static int split_deeper(const struct hp_graph *g, const struct hp_split_opts *so, uint64_t budget,
+			uint64_t target, struct hp_graph **keep, struct hp_split_info *ki)
+{
+	uint64_t cut = target, floor;
+	int rc = 0;
+
+	if (!budget || ki->min_after <= budget || ki->nsplit)
+		return 0;
+	floor = named_floor(g, so);
+	if (!floor || budget < floor)
+		return 0;
+	for (int i = 0; i < DEEPER_TRIES && rc == 0 && ki->min_after > budget; i++) {
+		cut /= 2;
+		rc = split_pass(g, so, budget, target, cut, keep, ki);
+	}
+	return rc;
+}
+
 int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, struct hp_split_info *info)
 {
 	struct hp_graph *keep = NULL;
@@ -258,7 +304,9 @@ int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, stru
 	if (rc < 0)
 		return rc;
 	ki.min_before = ki.min_after;
-	rc = split_pass(g, so, budget, target, &keep, &ki);
+	rc = split_pass(g, so, budget, target, target, &keep, &ki);
+	if (rc == 0)
+		rc = split_deeper(g, so, budget, target, &keep, &ki);
 	if (rc == 0 && budget && ki.min_after > budget)
 		rc = fall_back(g, so, &keep, &ki);
 	if (rc < 0) {

@@ -21,7 +21,10 @@
  * hp_split_for_budget tries band counts K = 1, 2, 3, 4, 6, ... on a copy
  * of the graph and keeps the first whose smallest budget leaves a quarter
  * of the budget for what the planner keeps resident (or, failing that, the
- * first that fits at all).  Deterministic. */
+ * first that fits at all).  When that splits nothing and nothing fits
+ * (training: gradients need more than the forward ops the cut sees) at a
+ * budget no smaller than the smallest one named, the cut is halved below
+ * the target until a candidate fits.  Deterministic. */
 #ifndef HPDLF_EXEC_SPLIT_H
 #define HPDLF_EXEC_SPLIT_H
 
