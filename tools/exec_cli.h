@@ -129,6 +129,12 @@ uint64_t exec_peak_rss(void);
  * given; NULL: g's own. */
 int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c, const char *what,
 		   const struct hp_graph *gmin);
+/* Training --plan (exec_train.c): 1 if a run is created at budget b, with
+ * the node that sets its smallest budget in node[n]; 0 if refused.  Set,
+ * exec_plan_only looks below gmin's figure for the smallest budget a run
+ * takes (a run splits for its own budget). */
+extern int (*exec_floor_probe)(uint64_t b, char *node, size_t n, void *arg);
+extern void *exec_floor_arg;
 
 struct hp_trainer;
 /* --plan of a data-parallel step (exec_plan_comm.c): the link, the

@@ -498,6 +498,31 @@ static int train(struct cli *c, struct hp_trainer *t)
 	return rc;
 }
 
+static const char *exec_floor_model;
+
+/* exec_floor_probe for --plan: a trainer created at budget b (its
+ * session planned), and the node that sets its smallest budget. */
+static int floor_probe(uint64_t b, char *node, size_t n, void *arg)
+{
+	struct hp_trainer_opts o1 = *(const struct hp_trainer_opts *)arg;
+	struct hp_trainer *t = NULL;
+	struct hp_plan_summary q;
+	struct hp_exec_opts o;
+	const char *model = exec_floor_model;
+	int rc;
+
+	o1.budget = b;
+	o1.resume = 0;
+	rc = hp_trainer_create(model, &o1, &t);
+	hp_exec_opts_init(&o, sizeof o);
+	o.threads = o1.threads, o.budget = b, o.seed = o1.seed, o.ntiers = o1.ntiers, o.tiers = o1.tiers;
+	o.no_split = 1;
+	if (rc == 0 && (rc = hp_plan_summarize(hp_trainer_graph(t), &o, &q)) == 0)
+		snprintf(node, n, "%s", q.min_node ? q.min_node : "");
+	hp_trainer_destroy(t);
+	return rc == 0;
+}
+
 /* --plan / --plan-dot: one training step (forward, backward, optimizer)
  * planned as the trainer's session would run it. */
 static int plan_step(const struct cli *c, const struct hp_trainer_opts *to, struct hp_trainer *t)
@@ -520,8 +545,10 @@ static int plan_step(const struct cli *c, const struct hp_trainer_opts *to, stru
 		o1.budget = 1;
 		o1.resume = 0;
 		rc = hp_trainer_create(c->model, &o1, &t1);
+		exec_floor_probe = floor_probe, exec_floor_arg = (void *)to, exec_floor_model = c->model;
 		if (rc == 0)
 			rc = exec_plan_only(hp_trainer_graph(t), &o, c, " (one training step)", hp_trainer_graph(t1));
+		exec_floor_probe = NULL;
 		hp_trainer_destroy(t1);
 		return rc == 0 && c->plan ? exec_plan_comm(t, &o, c->bucket != 0) : rc;
 	}

@@ -1146,8 +1146,42 @@ static void print_plan(const struct hp_plan_summary *p, const char *what, const 
 	}
 }
 
+int (*exec_floor_probe)(uint64_t b, char *node, size_t n, void *arg);
+void *exec_floor_arg;
+
+#define FLOOR_PROBE_SECONDS 3.0
+
+/* Below gmin's figure: a run splits for its own budget, and may fit a
+ * smaller one than the graph split for 1 byte (lenet training: 131072
+ * against 143360).  Bisected on HP_BUDGET_ALIGN between 0 and the figure,
+ * for at most FLOOR_PROBE_SECONDS of probes (a big model keeps the best
+ * found by then). */
+static void floor_below(struct hp_plan_summary *p, char *node, size_t n)
+{
+	uint64_t lo = 0, hi = p->min_budget / HP_BUDGET_ALIGN;
+	struct timespec t0, t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (exec_floor_probe && hi - lo > 1) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		char at[1024];
+		if (exec_floor_probe(mid * HP_BUDGET_ALIGN, at, sizeof at, exec_floor_arg) > 0) {
+			hi = mid;
+			p->min_budget = mid * HP_BUDGET_ALIGN;
+			snprintf(node, n, "%s", at);
+			p->min_node = node;
+		} else {
+			lo = mid;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec) > FLOOR_PROBE_SECONDS)
+			break;
+	}
+}
+
 /* The smallest budget of gmin (compiled for 1 byte) into p: the figure a
- * run below it is refused with, then planned at that figure for its node. */
+ * run below it is refused with, then planned at that figure for its node;
+ * for training, lower where a run fits (floor_below). */
 static int smallest_budget(const struct hp_graph *gmin, const struct hp_exec_opts *o, struct hp_plan_summary *p)
 {
 	static char node[1024];
@@ -1167,6 +1201,8 @@ static int smallest_budget(const struct hp_graph *gmin, const struct hp_exec_opt
 			snprintf(node, sizeof node, "%s", q->min_node);
 			p->min_node = node;
 		}
+		if (rc >= 0)
+			floor_below(p, node, sizeof node);
 	}
 	free(q);
 	return rc < 0 ? rc : 0;
