@@ -35,6 +35,7 @@
 #include "kernels/band.h"
 #include "kernels/blas.h"
 #include "kernels/conv_impl.h"
+#include "kernels/fused_impl.h"
 #include "kernels/ops.h"
 
 static int policy; /* 0 auto, 1 pool + 1-thread BLAS, 2 caller + BLAS threads */
@@ -303,11 +304,32 @@ static int direct_ok(const struct hp_colgeom *c)
 	       c->stride[1] == 1 && c->stride[2] == 1 && c->grid_vol == c->img_vol;
 }
 
+static int direct_ok(const struct hp_colgeom *c);
+
+/* Whether the dot path suits the node: few output positions over the
+ * whole batch (HP_DOT_MAX_COLS), where every sgemm is thin and packs the
+ * weights for little work (bench/bench_conv_libs.c, classes 3x3-tiny,
+ * 3x3-r4, 3x3-s2-r4: 45-55 GFLOP/s against 12-33).  Not a 1x1 stride-1
+ * Conv, which multiplies X itself (1x1-mb7: 70 against 34), nor wider
+ * outputs, where sgemm is at 55-80 and the dot kernel at about 50. */
+static int dot_wanted(const struct hp_conv *cv)
+{
+	if (cv->transpose || cv->wflip || !hp_dot_available())
+		return 0;
+	if (cv->path >= 0)
+		return cv->path == HP_CONV_PATH_DOT;
+	if (hp_conv_dot_mode() != 0)
+		return hp_conv_dot_mode() > 0;
+	return !direct_ok(&cv->g) && cv->batch * cv->yvol <= HP_DOT_MAX_COLS && cv->cout_g >= 16 &&
+	       cv->kdim >= 64 && hp_dot_workspace(cv, hp_conv_ws_threads()) <= HP_DOT_WS_MAX;
+}
+
 void hp_conv_setup(struct hp_conv *cv)
 {
 	const struct hp_colgeom *c = &cv->g;
 
 	cv->shift = 0;
+	cv->dot = 0;
 	cv->workspace = 0;
 	/* channels alone decide, so band copies of a node choose it too */
 	cv->dw = !cv->transpose && !cv->wflip && hp_dw_eligible(cv->group, cv->cin, cv->cout) &&
@@ -315,6 +337,11 @@ void hp_conv_setup(struct hp_conv *cv)
 	cv->direct = !cv->dw && direct_ok(c) && (cv->path < 0 || cv->path == HP_CONV_PATH_DIRECT);
 	if (cv->dw)
 		return;
+	if ((cv->dot = dot_wanted(cv))) {
+		cv->direct = 0;
+		cv->workspace = hp_dot_workspace(cv, cv->lean ? 1 : hp_conv_ws_threads());
+		return;
+	}
 	if (!cv->direct && shift_mode >= 0 && hp_shift_init(&cv->sh, c, cv->cin_g, cv->cout_g) == 0) {
 		/* 2-D and 1-D: the batch becomes the plane axis */
 		int folded = cv->nd <= 2 &&
@@ -339,6 +366,8 @@ int hp_conv_path(const struct hp_conv *cv)
 {
 	if (cv->dw)
 		return HP_CONV_PATH_DW;
+	if (cv->dot)
+		return HP_CONV_PATH_DOT;
 	return cv->direct ? HP_CONV_PATH_DIRECT : cv->shift ? HP_CONV_PATH_SHIFT : HP_CONV_PATH_IM2COL;
 }
 
@@ -347,7 +376,7 @@ int64_t hp_conv_band_align(const struct hp_conv *cv, int axis)
 	const struct hp_shift *s = &cv->sh;
 	int dim = 3 - cv->nd + axis - 2;
 
-	if (cv->dw) /* every element alike wherever a band starts */
+	if (cv->dw || cv->dot) /* every element alike wherever a band starts */
 		return axis == 0 || (axis >= 2 && dim >= 0 && dim <= 2) ? 1 : -1;
 	if (axis == 0) /* folded planes are the batch items */
 		return cv->shift && s->nfold > 1 && s->tplanes ? s->talign : 1;
@@ -389,6 +418,26 @@ static void run_shift(const struct hp_conv *cv, struct conv_run *r, struct hp_po
 	hp_conv_parallel(pool, threads, shift_items(cv), shift_range, r);
 }
 
+void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y,
+			 float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
+{
+	struct hp_epi e;
+
+	if (epi) { /* an omitted addend: the activation only */
+		e = *epi;
+		if (!addend)
+			e.add = HP_EPI_ADD_NONE;
+		epi = e.act == HP_EPI_NONE && e.add == HP_EPI_ADD_NONE ? NULL : &e;
+	}
+	if (cv->dot) {
+		hp_dot_forward(cv, x, w, b, y, ws, pool, epi, addend);
+		return;
+	}
+	hp_conv_forward(cv, x, w, b, y, ws, pool);
+	if (epi)
+		hp_epi_run(epi, y, addend, cv->batch * cv->cout * cv->yvol, pool);
+}
+
 void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		     struct hp_pool *pool)
 {
@@ -396,6 +445,10 @@ void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, c
 	int saved, threads;
 	int64_t items = cv->batch * cv->group;
 
+	if (cv->dot) {
+		hp_dot_forward(cv, x, w, b, y, ws, pool, NULL, NULL);
+		return;
+	}
 	if (cv->dw) {
 		struct hp_dw d = { .g = cv->g, .batch = cv->batch, .cin = cv->cin, .mult = cv->cout / cv->cin };
 		hp_dw_forward(&d, x, w, b, y, pool);
