@@ -305,6 +305,7 @@ static int direct_ok(const struct hp_colgeom *c)
 }
 
 static int direct_ok(const struct hp_colgeom *c);
+static void setup_paths(struct hp_conv *cv, int allow_dot);
 
 /* Whether the dot path suits the node: few output positions over the
  * whole batch (HP_DOT_MAX_COLS), where every sgemm is thin and packs the
@@ -326,6 +327,11 @@ static int dot_wanted(const struct hp_conv *cv)
 
 void hp_conv_setup(struct hp_conv *cv)
 {
+	setup_paths(cv, 1);
+}
+
+static void setup_paths(struct hp_conv *cv, int allow_dot)
+{
 	const struct hp_colgeom *c = &cv->g;
 
 	cv->shift = 0;
@@ -337,7 +343,7 @@ void hp_conv_setup(struct hp_conv *cv)
 	cv->direct = !cv->dw && direct_ok(c) && (cv->path < 0 || cv->path == HP_CONV_PATH_DIRECT);
 	if (cv->dw)
 		return;
-	if ((cv->dot = dot_wanted(cv))) {
+	if ((cv->dot = allow_dot && dot_wanted(cv))) {
 		cv->direct = 0;
 		cv->workspace = hp_dot_workspace(cv, cv->lean ? 1 : hp_conv_ws_threads());
 		return;
@@ -371,12 +377,35 @@ int hp_conv_path(const struct hp_conv *cv)
 	return cv->direct ? HP_CONV_PATH_DIRECT : cv->shift ? HP_CONV_PATH_SHIFT : HP_CONV_PATH_IM2COL;
 }
 
+/* The dot path computes every output alike wherever a band starts
+ * (tests/kernels/test_conv.c: test_dot_bands), so any alignment would do;
+ * it reports the alignment of the path it replaces, so that the band pass
+ * cuts the graph where it did before this path existed.  Out-of-core
+ * training's bits depend on those cuts: with the dot path forced on every
+ * Conv, train-refs' bn_cnn (adam, adamw) lost bitwise in-core losses at
+ * step 12, although each band of its convolutions is bitwise the whole
+ * (same test, its shapes), and kept them when no dot Conv was banded: the
+ * path's larger workspace made the band pass split other nodes (49
+ * kernels per step instead of 44 in --plan),
+ * and reductions over batch bands downstream (the weight gradient) round
+ * with the cut. */
+static int64_t dot_band_align(const struct hp_conv *cv, int axis)
+{
+	struct hp_conv o = *cv;
+
+	o.path = -1;
+	setup_paths(&o, 0);
+	return hp_conv_band_align(&o, axis);
+}
+
 int64_t hp_conv_band_align(const struct hp_conv *cv, int axis)
 {
 	const struct hp_shift *s = &cv->sh;
 	int dim = 3 - cv->nd + axis - 2;
 
-	if (cv->dw || cv->dot) /* every element alike wherever a band starts */
+	if (cv->dot)
+		return dot_band_align(cv, axis);
+	if (cv->dw) /* every element alike wherever a band starts */
 		return axis == 0 || (axis >= 2 && dim >= 0 && dim <= 2) ? 1 : -1;
 	if (axis == 0) /* folded planes are the batch items */
 		return cv->shift && s->nfold > 1 && s->tplanes ? s->talign : 1;

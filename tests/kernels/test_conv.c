@@ -442,6 +442,9 @@ static const struct cc dot_cases[] = {
 	{ 3, 0, 2, 4, 9, 1, V3(4, 5, 3), V3(2, 3, 2), V3(1, 2, 1), V3(1, 1, 1), V3(1, 1, 0), V3(0, 1, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
 	{ 2, 0, 1, 130, 4, 1, V3(3, 3, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
 	{ 2, 0, 5, 16, 100, 1, V3(6, 6, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), V3(1, 1, 0), V3(0, 0, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	/* train-refs' bn_cnn: 3x3 convolutions of a batch of 16, 8x8 and 4x4 */
+	{ 2, 0, 16, 3, 8, 1, V3(8, 8, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+	{ 2, 0, 16, 8, 16, 1, V3(4, 4, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
 };
 
 static void test_conv_dot(void **state)
@@ -527,7 +530,7 @@ static void check_band(const struct cc *t, const struct built *whole_bt, const s
  * the whole node's bits on the dot path, and one thread gives two's. */
 static void test_dot_bands(void **state)
 {
-	const struct cc *t[] = { &dot_cases[0], &dot_cases[1], &dot_cases[7], &dot_cases[4] };
+	const struct cc *t[] = { &dot_cases[0], &dot_cases[1], &dot_cases[7], &dot_cases[4], &dot_cases[8], &dot_cases[9] };
 	struct hp_pool *pool;
 
 	(void)state;
