@@ -125,6 +125,8 @@ struct conv_run {
 	const struct hp_conv *cv;
 	const float *x, *w, *b;
 	float *y, *ws;
+	const struct hp_epi *epi; /* im2col and direct: applied per tile, or NULL */
+	const float *addend;
 	int64_t per_thread;
 	int64_t chunk;   /* shift: output planes per slab */
 	size_t tmp;      /* shift: floats of the tile buffer */
@@ -155,6 +157,11 @@ static void conv_tile(const struct conv_run *r, int64_t item, float *col)
 			for (int64_t j = 0; j < nc; j++)
 				row[j] += bias;
 		}
+	/* the fused epilogue while the tile is in cache */
+	for (int64_t m = 0; m < cv->cout_g && r->epi; m++) {
+		int64_t i = (nb * cv->cout + g * cv->cout_g + m) * cv->yvol + j0;
+		hp_epi_span(r->epi, r->y, r->addend, i, i + nc);
+	}
 }
 
 static void conv_range(void *arg, int64_t b, int64_t e, int tid)
@@ -447,9 +454,34 @@ static void run_shift(const struct hp_conv *cv, struct conv_run *r, struct hp_po
 	hp_conv_parallel(pool, threads, shift_items(cv), shift_range, r);
 }
 
+static void conv_forward_run(const struct hp_conv *cv, struct conv_run *r, struct hp_pool *pool)
+{
+	int saved, threads;
+	int64_t items = cv->batch * cv->group;
+
+	if (cv->dw) {
+		struct hp_dw d = { .g = cv->g, .batch = cv->batch, .cin = cv->cin, .mult = cv->cout / cv->cin };
+		hp_dw_forward(&d, r->x, r->w, r->b, r->y, pool);
+		return;
+	}
+	threads = hp_conv_threads_enter(pool, &saved);
+	if (cv->shift) {
+		run_shift(cv, r, pool, threads);
+		hp_conv_threads_leave(saved);
+		return;
+	}
+	/* each worker needs room for the widest tile */
+	if (!cv->direct && threads > cv->ws_cols / cv->ct.maxcols)
+		threads = (int)(cv->ws_cols / cv->ct.maxcols);
+	r->per_thread = cv->direct ? 0 : cv->ct.maxcols * cv->kdim;
+	hp_conv_parallel(pool, threads, items * cv->ct.per, conv_range, r);
+	hp_conv_threads_leave(saved);
+}
+
 void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y,
 			 float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
 {
+	struct conv_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws, .addend = addend };
 	struct hp_epi e;
 
 	if (epi) { /* an omitted addend: the activation only */
@@ -462,39 +494,17 @@ void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *
 		hp_dot_forward(cv, x, w, b, y, ws, pool, epi, addend);
 		return;
 	}
-	hp_conv_forward(cv, x, w, b, y, ws, pool);
-	if (epi)
+	/* im2col and direct tiles apply it as they finish; the others after */
+	r.epi = cv->dw || cv->shift ? NULL : epi;
+	conv_forward_run(cv, &r, pool);
+	if (epi && !r.epi)
 		hp_epi_run(epi, y, addend, cv->batch * cv->cout * cv->yvol, pool);
 }
 
 void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		     struct hp_pool *pool)
 {
-	struct conv_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws };
-	int saved, threads;
-	int64_t items = cv->batch * cv->group;
-
-	if (cv->dot) {
-		hp_dot_forward(cv, x, w, b, y, ws, pool, NULL, NULL);
-		return;
-	}
-	if (cv->dw) {
-		struct hp_dw d = { .g = cv->g, .batch = cv->batch, .cin = cv->cin, .mult = cv->cout / cv->cin };
-		hp_dw_forward(&d, x, w, b, y, pool);
-		return;
-	}
-	threads = hp_conv_threads_enter(pool, &saved);
-	if (cv->shift) {
-		run_shift(cv, &r, pool, threads);
-		hp_conv_threads_leave(saved);
-		return;
-	}
-	/* each worker needs room for the widest tile */
-	if (!cv->direct && threads > cv->ws_cols / cv->ct.maxcols)
-		threads = (int)(cv->ws_cols / cv->ct.maxcols);
-	r.per_thread = cv->direct ? 0 : cv->ct.maxcols * cv->kdim;
-	hp_conv_parallel(pool, threads, items * cv->ct.per, conv_range, &r);
-	hp_conv_threads_leave(saved);
+	hp_conv_forward_epi(cv, x, w, b, y, ws, pool, NULL, NULL);
 }
 
 int64_t hp_node_band_align(struct hp_graph *g, struct hp_node *n, int axis, int *path)

@@ -445,6 +445,8 @@ static const struct cc dot_cases[] = {
 	/* train-refs' bn_cnn: 3x3 convolutions of a batch of 16, 8x8 and 4x4 */
 	{ 2, 0, 16, 3, 8, 1, V3(8, 8, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
 	{ 2, 0, 16, 8, 16, 1, V3(4, 4, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+	/* 1x1, stride 1 (else the direct path: X is the column matrix) */
+	{ 2, 0, 2, 20, 12, 1, V3(5, 7, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
 };
 
 static void test_conv_dot(void **state)
