@@ -460,7 +460,8 @@ static void conv_forward_run(const struct hp_conv *cv, struct conv_run *r, struc
 	int64_t items = cv->batch * cv->group;
 
 	if (cv->dw) {
-		struct hp_dw d = { .g = cv->g, .batch = cv->batch, .cin = cv->cin, .mult = cv->cout / cv->cin };
+		struct hp_dw d = { .g = cv->g, .batch = cv->batch, .cin = cv->cin, .mult = cv->cout / cv->cin,
+				   .epi = r->epi, .addend = r->addend };
 		hp_dw_forward(&d, r->x, r->w, r->b, r->y, pool);
 		return;
 	}
@@ -494,8 +495,9 @@ void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *
 		hp_dot_forward(cv, x, w, b, y, ws, pool, epi, addend);
 		return;
 	}
-	/* im2col and direct tiles apply it as they finish; the others after */
-	r.epi = cv->dw || cv->shift ? NULL : epi;
+	/* im2col and direct tiles, depthwise planes apply it as they finish;
+	 * the shift path after */
+	r.epi = cv->shift ? NULL : epi;
 	conv_forward_run(cv, &r, pool);
 	if (epi && !r.epi)
 		hp_epi_run(epi, y, addend, cv->batch * cv->cout * cv->yvol, pool);

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "kernels/conv_impl.h"
+#include "kernels/fused_impl.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define DW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -175,6 +176,68 @@ static void fwd_taps(const struct hp_colgeom *g, const float *xr, const float *w
 	}
 }
 
+/* The nine taps of a 3x3 window (rows x0, x1, x2) in one pass, for o in
+ * [lo, hi) where all are inside: y[o] plus the taps in (kh, kw) order,
+ * each sum rounded where three axpy3_row passes round it, so the same bits
+ * with a third of the loads and stores of y. */
+DW_CLONES static void axpy9_row(float *restrict y, const float *restrict x0, const float *restrict x1,
+				const float *restrict x2, const float *w, int64_t lo, int64_t hi, int64_t s, int64_t off,
+				int64_t dil)
+{
+	const float a0 = w[0], a1 = w[1], a2 = w[2], b0 = w[3], b1 = w[4], b2 = w[5], c0 = w[6], c1 = w[7], c2 = w[8];
+	const int64_t d2 = 2 * dil;
+
+#define AXPY9(S)                                                                                   \
+	for (int64_t o = lo; o < hi; o++) {                                                        \
+		int64_t i = o * (S) + off;                                                         \
+		float v = y[o];                                                                    \
+		v = ((v + a0 * x0[i]) + a1 * x0[i + dil]) + a2 * x0[i + d2];                       \
+		v = ((v + b0 * x1[i]) + b1 * x1[i + dil]) + b2 * x1[i + d2];                       \
+		y[o] = ((v + c0 * x2[i]) + c1 * x2[i + dil]) + c2 * x2[i + d2];                    \
+	}
+	/* constant strides, so that the loads vectorize */
+	if (s == 1 && dil == 1) {
+		AXPY9(1)
+	} else if (s == 2) {
+		AXPY9(2)
+	} else {
+		AXPY9(s)
+	}
+#undef AXPY9
+}
+
+/* Output row (0, oh) of a 3x3 window whose three image rows are all
+ * inside: the interior by axpy9_row, the ends tap by tap in the same
+ * (kh, kw) order.  0 when the row does not qualify. */
+static int fwd_row9(const struct hp_colgeom *g, const float *x, int64_t oh, const float *w, float *yr)
+{
+	int64_t ow = g->grid[2], s = g->stride[2], p = g->pad[2], dl = g->dil[2], lo, hi, l2, h2;
+	const float *r[3];
+
+	if (g->k[0] != 1 || g->k[1] != 3 || g->k[2] != 3)
+		return 0;
+	for (int kh = 0; kh < 3; kh++)
+		if (!(r[kh] = img_row(g, x, 0, oh, 0, kh)))
+			return 0;
+	tap_range(g->img[2], ow, s, p, 0, &lo, &hi);
+	tap_range(g->img[2], ow, s, p, 2 * dl, &l2, &h2);
+	lo = l2 > lo ? l2 : lo;
+	hi = h2 < hi ? h2 : hi;
+	if (lo >= hi)
+		return 0;
+	for (int64_t o = 0; o < ow; o++) {
+		if (o == lo)
+			o = hi;
+		for (int64_t t = 0; t < 9 && o < ow; t++) {
+			int64_t i = o * s - p + t % 3 * dl;
+			if (i >= 0 && i < g->img[2])
+				yr[o] += w[t] * r[t / 3][i];
+		}
+	}
+	axpy9_row(yr, r[0], r[1], r[2], w, lo, hi, s, -p, dl);
+	return 1;
+}
+
 /* One output plane: y = bias + taps of x (one input channel) under w. */
 static void fwd_plane(const struct hp_colgeom *g, const float *x, const float *w, float bias, float *y)
 {
@@ -185,6 +248,8 @@ static void fwd_plane(const struct hp_colgeom *g, const float *x, const float *w
 			float *yr = y + (od * g->grid[1] + oh) * ow;
 			for (int64_t o = 0; o < ow; o++)
 				yr[o] = bias;
+			if (fwd_row9(g, x, oh, w, yr))
+				continue;
 			for (int64_t kd = 0; kd < g->k[0]; kd++)
 				for (int64_t kh = 0; kh < g->k[1]; kh++) {
 					const float *xr = img_row(g, x, od, oh, kd, kh);
@@ -211,6 +276,8 @@ static void fwd_range(void *arg, int64_t b, int64_t e, int tid)
 		int64_t n = i / cout, m = i % cout, c = m / d->mult;
 		fwd_plane(&d->g, r->a + (n * d->cin + c) * d->g.img_vol, r->b + m * d->g.kvol,
 			  r->bias ? r->bias[m] : 0.0f, r->out + i * d->g.grid_vol);
+		if (d->epi) /* the fused epilogue while the plane is in cache */
+			hp_epi_span(d->epi, r->out, d->addend, i * d->g.grid_vol, (i + 1) * d->g.grid_vol);
 	}
 }
 

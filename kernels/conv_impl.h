@@ -133,9 +133,12 @@ void hp_shift_set_tile_cols(int64_t c);
 /* Depthwise convolution (conv_dw.c): direct loops over a geometry whose
  * image is X and grid Y, cin channels each feeding `mult` output channels
  * (output channel m reads input channel m / mult). */
+struct hp_epi;
 struct hp_dw {
 	struct hp_colgeom g;
 	int64_t batch, cin, mult;
+	const struct hp_epi *epi; /* forward: fused epilogue per plane, or NULL */
+	const float *addend;
 };
 
 /* group == cin > 1 and cout a multiple of cin: the depthwise path. */

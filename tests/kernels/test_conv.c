@@ -447,6 +447,8 @@ static const struct cc dot_cases[] = {
 	{ 2, 0, 16, 8, 16, 1, V3(4, 4, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
 	/* 1x1, stride 1 (else the direct path: X is the column matrix) */
 	{ 2, 0, 2, 20, 12, 1, V3(5, 7, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	/* depthwise (its own path whatever the dot mode; FusedConv's epilogue per plane) */
+	{ 2, 0, 2, 6, 12, 6, V3(7, 9, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
 };
 
 static void test_conv_dot(void **state)
