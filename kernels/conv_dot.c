@@ -75,6 +75,17 @@ int64_t hp_dot_k8(const struct hp_conv *cv)
 	return (cv->kdim + 7) / 8 * 8;
 }
 
+/* Stride of patch rows: k8 rounded to an odd number of cache lines, so
+ * that the rows of a block spread over every L1 set (at 4608 floats, i.e.
+ * 4.5 pages, every other row fell on the same 16 sets and a block of 16
+ * rows filled them: 8 ways). */
+static int64_t dot_ldp(const struct hp_conv *cv)
+{
+	int64_t lines = (hp_dot_k8(cv) + 15) / 16;
+
+	return (lines % 2 ? lines : lines + 1) * 16;
+}
+
 /* Columns of one group: every batch item's output positions. */
 static int64_t dot_cols(const struct hp_conv *cv)
 {
@@ -83,7 +94,7 @@ static int64_t dot_cols(const struct hp_conv *cv)
 
 size_t hp_dot_workspace(const struct hp_conv *cv, int threads)
 {
-	size_t rows = (size_t)(cv->group * dot_cols(cv) * hp_dot_k8(cv));
+	size_t rows = (size_t)(cv->group * dot_cols(cv) * dot_ldp(cv));
 	size_t part = hp_dot_k8(cv) > DOT_KC ? (size_t)HP_DOT_MB * HP_DOT_NB * 8 : 0;
 
 	return (rows + (size_t)threads * part) * sizeof(float);
@@ -144,7 +155,7 @@ struct dot_run {
 	float *y, *rows, *parts;
 	const struct hp_epi *epi;
 	const float *addend;
-	int64_t k8, cols, mblocks, nblocks, mrows;
+	int64_t k8, ldp, cols, mblocks, nblocks, mrows;
 };
 
 /* Pass 1: patch rows [b, e) over (group, column). */
@@ -157,7 +168,7 @@ static void rows_range(void *arg, int64_t b, int64_t e, int tid)
 	for (int64_t i = b; i < e; i++) {
 		int64_t g = i / r->cols, j = i % r->cols, nb = j / cv->yvol, p = j % cv->yvol;
 		const float *x = r->x + (nb * cv->cin + g * cv->cin_g) * cv->xvol;
-		im2row(&cv->g, cv->cin_g, x, p, r->rows + i * r->k8, r->k8);
+		im2row(&cv->g, cv->cin_g, x, p, r->rows + i * r->ldp, r->k8);
 	}
 }
 
@@ -176,7 +187,7 @@ DOT_TARGET static inline float hsum8(__m256 v)
 
 struct micro_args {
 	const float *w, *p;   /* first weight row, first patch row (at k = 0) */
-	int64_t ldw, ldp;     /* their strides: K and k8 */
+	int64_t ldw, ldp;     /* their strides: K and dot_ldp */
 	int64_t k0, k1, kfull; /* k block; kfull: K rounded down to 8 */
 	const float *in;      /* partial lane sums to resume, or NULL */
 	float *out;           /* partial lane sums [MR][NR][8], or NULL: ... */
@@ -304,7 +315,7 @@ static void block_gemm(const struct dot_run *r, int64_t g, int64_t m0, int64_t m
 	const struct hp_conv *cv = r->cv;
 	int64_t kd = cv->kdim, kfull = kd / 8 * 8;
 	float sums[DOT_MR * DOT_NR];
-	struct micro_args a = { .ldw = kd, .ldp = r->k8, .kfull = kfull, .sums = sums };
+	struct micro_args a = { .ldw = kd, .ldp = r->ldp, .kfull = kfull, .sums = sums };
 
 	for (int64_t k0 = 0; k0 < r->k8; k0 += DOT_KC) {
 		int64_t t = 0, k1 = min64(k0 + DOT_KC, r->k8);
@@ -314,7 +325,7 @@ static void block_gemm(const struct dot_run *r, int64_t g, int64_t m0, int64_t m
 			for (int64_t c = c0; c < c1; c += DOT_NR, t++) {
 				int mr = (int)min64(DOT_MR, m1 - m), nr = (int)min64(DOT_NR, c1 - c);
 				a.w = r->w + (g * cv->cout_g + m) * kd;
-				a.p = r->rows + (g * r->cols + c) * r->k8;
+				a.p = r->rows + (g * r->cols + c) * r->ldp;
 				a.in = k0 > 0 ? parts + t * DOT_MR * DOT_NR * 8 : NULL;
 				a.out = k1 < r->k8 ? parts + t * DOT_MR * DOT_NR * 8 : NULL;
 				micros[mr - 1][nr - 1](&a, kd - kfull);
@@ -352,7 +363,7 @@ static int64_t block_rows(const struct hp_conv *cv, int64_t nblocks, int threads
 {
 	int64_t mb = HP_DOT_MB;
 
-	while (mb > 2 * DOT_MR && cv->group * cdiv(cv->cout_g, mb) * nblocks < 4 * threads)
+	while (mb > 2 * DOT_MR && cv->group * cdiv(cv->cout_g, mb) * nblocks < 8 * threads)
 		mb -= 2 * DOT_MR;
 	return mb;
 }
@@ -365,8 +376,9 @@ void hp_dot_forward(const struct hp_conv *cv, const float *x, const float *w, co
 	int saved, threads = hp_conv_threads_enter(pool, &saved);
 
 	r.k8 = hp_dot_k8(cv);
+	r.ldp = dot_ldp(cv);
 	r.cols = dot_cols(cv);
-	rows = (size_t)(cv->group * r.cols * r.k8);
+	rows = (size_t)(cv->group * r.cols * r.ldp);
 	r.parts = ws + rows;
 	hp_conv_parallel(pool, threads, cv->group * r.cols, rows_range, &r);
 	/* each worker resuming k blocks needs its own partial sums */
