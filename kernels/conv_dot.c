@@ -12,7 +12,7 @@
  *
  * Each output is y = sum_k W[m][k] * P[j][k] (+ bias): 8 lanes accumulate
  * k = l, l + 8, l + 16, ... in order with fused multiply-adds, and the
- * lanes are summed in one fixed tree.  That order depends on K alone: not
+ * lanes are summed in one fixed tree (hsum4).  That order depends on K alone: not
  * on the column's place in a tile, on how many columns or batch items a
  * call holds, on the thread count, or on the cache blocking (a k block
  * resumes the same lane sums).  So a band of batch items or of output rows
@@ -175,14 +175,14 @@ static void rows_range(void *arg, int64_t b, int64_t e, int tid)
 /* ---- the micro-kernel ---------------------------------------------------- */
 
 #ifdef DOT_X86
-/* The fixed lane tree: (l + l+4), then pairs, then the last two. */
-DOT_TARGET static inline float hsum8(__m256 v)
+/* The lane sums of four vectors at once, each over one fixed tree,
+ * ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)): horizontal adds never
+ * mix two vectors, so a vector's sum does not depend on its neighbours. */
+DOT_TARGET static inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d)
 {
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	__m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
 
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
+	return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
 }
 
 struct micro_args {
@@ -231,13 +231,18 @@ DOT_TARGET static inline __attribute__((always_inline)) void micro(const struct 
 		__m256i m = tail_mask(ktail);
 		MICRO_STEP(_mm256_maskload_ps(a->w + i * a->ldw + k, m));
 	}
-	for (int i = 0; i < mr; i++)
-		for (int j = 0; j < nr; j++) {
-			if (a->out)
-				_mm256_storeu_ps(a->out + (i * nr + j) * 8, acc[i][j]);
-			else
-				a->sums[i * nr + j] = hsum8(acc[i][j]);
-		}
+	for (int i = 0; i < mr; i++) {
+		float s4[4];
+		for (int j = 0; j < nr && a->out; j++)
+			_mm256_storeu_ps(a->out + (i * nr + j) * 8, acc[i][j]);
+		if (a->out)
+			continue;
+		for (int j = nr; j < DOT_NR; j++)
+			acc[i][j] = _mm256_setzero_ps();
+		_mm_storeu_ps(s4, hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+		for (int j = 0; j < nr; j++)
+			a->sums[i * nr + j] = s4[j];
+	}
 }
 
 #define MICRO(MR, NR)                                                                       \
@@ -296,19 +301,32 @@ static void finish_block(const struct dot_run *r, int64_t m0, int64_t m1, int64_
 }
 
 #ifdef DOT_X86
+/* Finished sums of micro-tile (m, c) into Y with the bias: one division
+ * per tile (twelve, one per output, cost as much as a small k block). */
 static void store_sums(const struct dot_run *r, int64_t m, int mr, int64_t c, int nr, const float *s)
 {
+	const struct hp_conv *cv = r->cv;
+	int64_t off[DOT_NR], q = c / cv->yvol, p = c % cv->yvol;
+
+	for (int j = 0; j < nr; j++) {
+		off[j] = q * cv->cout * cv->yvol + p;
+		if (++p == cv->yvol) {
+			p = 0;
+			q++;
+		}
+	}
 	for (int i = 0; i < mr; i++) {
-		float bias = r->b ? r->b[m + i] : 0.0f;
+		float bias = r->b ? r->b[m + i] : 0.0f, *y = r->y + (m + i) * cv->yvol;
 		for (int j = 0; j < nr; j++) {
 			float v = s[i * nr + j];
-			r->y[y_index(r->cv, m + i, c + j)] = r->b ? v + bias : v;
+			y[off[j]] = r->b ? v + bias : v;
 		}
 	}
 }
 
-/* Outputs [m0, m1) x [c0, c1) of group g: k blocks outside (a block of
- * patch rows stays in cache), then patch micro-rows, then weight rows. */
+/* Outputs [m0, m1) x [c0, c1) of group g: k blocks outside (the block's
+ * patch rows stay in L1), then weight micro-rows (read once from memory
+ * per k block, in L1 while...), then patch micro-rows. */
 static void block_gemm(const struct dot_run *r, int64_t g, int64_t m0, int64_t m1, int64_t c0, int64_t c1,
 		       float *parts)
 {
