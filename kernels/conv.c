@@ -1,4 +1,4 @@
-/* Conv over OpenBLAS sgemm, three paths (hp_conv_setup picks one), and
+/* Conv over OpenBLAS sgemm or dot products, four paths (hp_conv_setup picks one), and
  * depthwise convolutions (group == input channels) as direct loops
  * (conv_dw.c) where these sgemms are too thin:
  *  - direct: a 1x1 convolution with unit strides and no padding multiplies X;
@@ -6,6 +6,9 @@
  *    channels per group and planes wide enough that padding columns waste
  *    little: kvol accumulated sgemms over shifted views of a padded slab,
  *    no im2col; workers take runs of output planes (batch, group, plane);
+ *  - dot (conv_dot.c): few output positions over the whole batch (ResNet's
+ *    last stages): dot products of W's rows, read in place, and patch rows
+ *    of all items, summed in an order fixed by K alone;
  *  - im2col, below, for everything else.
  *
  * im2col: the output of each (batch, group) is cut into tiles of columns; a tile's
