@@ -3,8 +3,11 @@
  * primitives, and the sgemm calls of hpdlf's im2col path under OpenBLAS,
  * BLIS and libxsmm, forward, data gradient and weight gradient.
  *
- *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1]
+ *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--fwd]
  *
+ * --shift and --dot force hpdlf's shift and dot paths (1), forbid them (-1)
+ * or leave the choice to the planner (0, the default); --fwd times the
+ * forward pass only.
  * Every figure is GFLOP/s per CPU-second of one thread (the thread's CPU
  * clock, medians of --reps runs after a warm-up), so the comparison holds
  * on a machine shared with other jobs; oneDNN runs with one OpenMP thread
@@ -49,6 +52,17 @@ static const struct cls classes[] = {
 	{ "dw3x3-s2", "MobileNetV2 depthwise stride 2", 1, 96, 96, 112, 112, 3, 2, 1, 96 },
 	{ "dw3x3-7", "MobileNetV2 depthwise 7x7", 1, 960, 960, 7, 7, 3, 1, 1, 960 },
 	{ "grouped", "ResNeXt 32 groups", 1, 128, 128, 28, 28, 3, 1, 1, 32 },
+	{ "3x3-r4", "ResNet-18 64x64 stage 3, batch 4", 4, 256, 256, 4, 4, 3, 1, 1, 1 },
+	{ "3x3-r8", "ResNet-18 64x64 stage 2, batch 4", 4, 128, 128, 8, 8, 3, 1, 1, 1 },
+	{ "3x3-r16", "ResNet-18 64x64 stage 1, batch 4", 4, 64, 64, 16, 16, 3, 1, 1, 1 },
+	{ "3x3-s2-r4", "ResNet-18 64x64 stage 4 entry, batch 4", 4, 256, 512, 4, 4, 3, 2, 1, 1 },
+	{ "7x7-s2", "ResNet-18 64x64 stem, batch 4", 4, 3, 64, 64, 64, 7, 2, 3, 1 },
+	{ "1x1-mb7", "MobileNetV2 expansion 7x7", 1, 160, 960, 7, 7, 1, 1, 0, 1 },
+	{ "1x1-mb7p", "MobileNetV2 projection 7x7", 1, 960, 160, 7, 7, 1, 1, 0, 1 },
+	{ "1x1-mb14", "MobileNetV2 expansion 14x14", 1, 64, 384, 14, 14, 1, 1, 0, 1 },
+	{ "1x1-mb28", "MobileNetV2 expansion 28x28", 1, 32, 192, 28, 28, 1, 1, 0, 1 },
+	{ "1x1-mb56", "MobileNetV2 expansion 56x56", 1, 24, 144, 56, 56, 1, 1, 0, 1 },
+	{ "3x3-s2-mb", "MobileNetV2 stem 224", 1, 3, 32, 224, 224, 3, 2, 1, 1 },
 };
 
 enum pass { FWD, BWD_DATA, BWD_FILTER };
@@ -365,7 +379,7 @@ static void row(const struct cls *c, enum pass p, int reps, void *dn, int first)
 
 int main(int argc, char **argv)
 {
-	int reps = 5, nc = (int)(sizeof classes / sizeof classes[0]), first = 1;
+	int reps = 5, nc = (int)(sizeof classes / sizeof classes[0]), first = 1, fwd_only = 0;
 	const char *only = NULL;
 	void *dn = NULL;
 
@@ -381,8 +395,13 @@ int main(int argc, char **argv)
 			only = argv[++i];
 		else if (!strcmp(argv[i], "--shift") && i + 1 < argc) /* hpdlf's shift path: auto, always, never */
 			hp_conv_set_shift(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--dot") && i + 1 < argc) /* hpdlf's dot path: auto, always, never */
+			hp_conv_set_dot(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--fwd"))
+			fwd_only = 1;
 		else {
-			fprintf(stderr, "usage: %s [--reps N] [--class NAME] [--shift 0|1|-1]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--fwd]\n",
+				argv[0]);
 			return 2;
 		}
 	}
@@ -406,7 +425,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nc; i++) {
 		if (only && strcmp(only, classes[i].name))
 			continue;
-		for (int p = 0; p < 3; p++, first = 0)
+		for (int p = 0; p < (fwd_only ? 1 : 3); p++, first = 0)
 			row(&classes[i], (enum pass)p, reps, dn, first);
 	}
 	fclose(js);

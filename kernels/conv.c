@@ -1,4 +1,4 @@
-/* Conv over OpenBLAS sgemm, three paths (hp_conv_setup picks one), and
+/* Conv over OpenBLAS sgemm or dot products, four paths (hp_conv_setup picks one), and
  * depthwise convolutions (group == input channels) as direct loops
  * (conv_dw.c) where these sgemms are too thin:
  *  - direct: a 1x1 convolution with unit strides and no padding multiplies X;
@@ -6,6 +6,9 @@
  *    channels per group and planes wide enough that padding columns waste
  *    little: kvol accumulated sgemms over shifted views of a padded slab,
  *    no im2col; workers take runs of output planes (batch, group, plane);
+ *  - dot (conv_dot.c): few output positions over the whole batch (ResNet's
+ *    last stages): dot products of W's rows, read in place, and patch rows
+ *    of all items, summed in an order fixed by K alone;
  *  - im2col, below, for everything else.
  *
  * im2col: the output of each (batch, group) is cut into tiles of columns; a tile's
@@ -35,6 +38,7 @@
 #include "kernels/band.h"
 #include "kernels/blas.h"
 #include "kernels/conv_impl.h"
+#include "kernels/fused_impl.h"
 #include "kernels/ops.h"
 
 static int policy; /* 0 auto, 1 pool + 1-thread BLAS, 2 caller + BLAS threads */
@@ -124,6 +128,8 @@ struct conv_run {
 	const struct hp_conv *cv;
 	const float *x, *w, *b;
 	float *y, *ws;
+	const struct hp_epi *epi; /* im2col and direct: applied per tile, or NULL */
+	const float *addend;
 	int64_t per_thread;
 	int64_t chunk;   /* shift: output planes per slab */
 	size_t tmp;      /* shift: floats of the tile buffer */
@@ -140,20 +146,27 @@ static void conv_tile(const struct conv_run *r, int64_t item, float *col)
 	hp_ctile_range(&cv->ct, cv->g.grid, item % cv->ct.per, &j0, &j1);
 	nc = j1 - j0;
 	y = r->y + (nb * cv->cout + g * cv->cout_g) * cv->yvol + j0;
+	/* the bias goes in first and sgemm adds onto it (beta 1): with beta 0
+	 * OpenBLAS clears the tile in a pass of its own (sgemm_beta, 9% of
+	 * MobileNetV2's inference), then the bias took another */
+	for (int64_t m = 0; m < cv->cout_g && r->b; m++) {
+		float bias = r->b[g * cv->cout_g + m], *row = y + m * cv->yvol;
+		for (int64_t j = 0; j < nc; j++)
+			row[j] = bias;
+	}
 	if (cv->direct) {
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)cv->cout_g, (int)nc, (int)cv->kdim, 1.0f,
-			    w, (int)cv->kdim, x + j0, (int)cv->xvol, 0.0f, y, (int)cv->yvol);
+			    w, (int)cv->kdim, x + j0, (int)cv->xvol, r->b ? 1.0f : 0.0f, y, (int)cv->yvol);
 	} else {
 		hp_im2col(&cv->g, cv->cin_g, x, j0, j1, col);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)cv->cout_g, (int)nc, (int)cv->kdim, 1.0f,
-			    w, (int)cv->kdim, col, (int)nc, 0.0f, y, (int)cv->yvol);
+			    w, (int)cv->kdim, col, (int)nc, r->b ? 1.0f : 0.0f, y, (int)cv->yvol);
 	}
-	if (r->b)
-		for (int64_t m = 0; m < cv->cout_g; m++) {
-			float bias = r->b[g * cv->cout_g + m], *row = y + m * cv->yvol;
-			for (int64_t j = 0; j < nc; j++)
-				row[j] += bias;
-		}
+	/* the fused epilogue while the tile is in cache */
+	for (int64_t m = 0; m < cv->cout_g && r->epi; m++) {
+		int64_t i = (nb * cv->cout + g * cv->cout_g + m) * cv->yvol + j0;
+		hp_epi_span(r->epi, r->y, r->addend, i, i + nc);
+	}
 }
 
 static void conv_range(void *arg, int64_t b, int64_t e, int tid)
@@ -303,11 +316,38 @@ static int direct_ok(const struct hp_colgeom *c)
 	       c->stride[1] == 1 && c->stride[2] == 1 && c->grid_vol == c->img_vol;
 }
 
+static int direct_ok(const struct hp_colgeom *c);
+static void setup_paths(struct hp_conv *cv, int allow_dot);
+
+/* Whether the dot path suits the node: few output positions over the
+ * whole batch (HP_DOT_MAX_COLS), where every sgemm is thin and packs the
+ * weights for little work (bench/bench_conv_libs.c, classes 3x3-tiny,
+ * 3x3-r4, 3x3-s2-r4: 45-55 GFLOP/s against 12-33).  Not a 1x1 stride-1
+ * Conv, which multiplies X itself (1x1-mb7: 70 against 34), nor wider
+ * outputs, where sgemm is at 55-80 and the dot kernel at about 50. */
+static int dot_wanted(const struct hp_conv *cv)
+{
+	if (cv->transpose || cv->wflip || !hp_dot_available())
+		return 0;
+	if (cv->path >= 0)
+		return cv->path == HP_CONV_PATH_DOT;
+	if (hp_conv_dot_mode() != 0)
+		return hp_conv_dot_mode() > 0;
+	return !direct_ok(&cv->g) && cv->batch * cv->yvol <= HP_DOT_MAX_COLS && cv->cout_g >= 16 &&
+	       cv->kdim >= 64 && hp_dot_workspace(cv, hp_conv_ws_threads()) <= HP_DOT_WS_MAX;
+}
+
 void hp_conv_setup(struct hp_conv *cv)
+{
+	setup_paths(cv, 1);
+}
+
+static void setup_paths(struct hp_conv *cv, int allow_dot)
 {
 	const struct hp_colgeom *c = &cv->g;
 
 	cv->shift = 0;
+	cv->dot = 0;
 	cv->workspace = 0;
 	/* channels alone decide, so band copies of a node choose it too */
 	cv->dw = !cv->transpose && !cv->wflip && hp_dw_eligible(cv->group, cv->cin, cv->cout) &&
@@ -315,6 +355,11 @@ void hp_conv_setup(struct hp_conv *cv)
 	cv->direct = !cv->dw && direct_ok(c) && (cv->path < 0 || cv->path == HP_CONV_PATH_DIRECT);
 	if (cv->dw)
 		return;
+	if ((cv->dot = allow_dot && dot_wanted(cv))) {
+		cv->direct = 0;
+		cv->workspace = hp_dot_workspace(cv, cv->lean ? 1 : hp_conv_ws_threads());
+		return;
+	}
 	if (!cv->direct && shift_mode >= 0 && hp_shift_init(&cv->sh, c, cv->cin_g, cv->cout_g) == 0) {
 		/* 2-D and 1-D: the batch becomes the plane axis */
 		int folded = cv->nd <= 2 &&
@@ -339,7 +384,30 @@ int hp_conv_path(const struct hp_conv *cv)
 {
 	if (cv->dw)
 		return HP_CONV_PATH_DW;
+	if (cv->dot)
+		return HP_CONV_PATH_DOT;
 	return cv->direct ? HP_CONV_PATH_DIRECT : cv->shift ? HP_CONV_PATH_SHIFT : HP_CONV_PATH_IM2COL;
+}
+
+/* The dot path computes every output alike wherever a band starts
+ * (tests/kernels/test_conv.c: test_dot_bands), so any alignment would do;
+ * it reports the alignment of the path it replaces, so that the band pass
+ * cuts the graph where it did before this path existed.  Out-of-core
+ * training's bits depend on those cuts: with the dot path forced on every
+ * Conv, train-refs' bn_cnn (adam, adamw) lost bitwise in-core losses at
+ * step 12, although each band of its convolutions is bitwise the whole
+ * (same test, its shapes), and kept them when no dot Conv was banded: the
+ * path's larger workspace made the band pass split other nodes (49
+ * kernels per step instead of 44 in --plan),
+ * and reductions over batch bands downstream (the weight gradient) round
+ * with the cut. */
+static int64_t dot_band_align(const struct hp_conv *cv, int axis)
+{
+	struct hp_conv o = *cv;
+
+	o.path = -1;
+	setup_paths(&o, 0);
+	return hp_conv_band_align(&o, axis);
 }
 
 int64_t hp_conv_band_align(const struct hp_conv *cv, int axis)
@@ -347,6 +415,8 @@ int64_t hp_conv_band_align(const struct hp_conv *cv, int axis)
 	const struct hp_shift *s = &cv->sh;
 	int dim = 3 - cv->nd + axis - 2;
 
+	if (cv->dot)
+		return dot_band_align(cv, axis);
 	if (cv->dw) /* every element alike wherever a band starts */
 		return axis == 0 || (axis >= 2 && dim >= 0 && dim <= 2) ? 1 : -1;
 	if (axis == 0) /* folded planes are the batch items */
@@ -389,30 +459,59 @@ static void run_shift(const struct hp_conv *cv, struct conv_run *r, struct hp_po
 	hp_conv_parallel(pool, threads, shift_items(cv), shift_range, r);
 }
 
-void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
-		     struct hp_pool *pool)
+static void conv_forward_run(const struct hp_conv *cv, struct conv_run *r, struct hp_pool *pool)
 {
-	struct conv_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws };
 	int saved, threads;
 	int64_t items = cv->batch * cv->group;
 
 	if (cv->dw) {
-		struct hp_dw d = { .g = cv->g, .batch = cv->batch, .cin = cv->cin, .mult = cv->cout / cv->cin };
-		hp_dw_forward(&d, x, w, b, y, pool);
+		struct hp_dw d = { .g = cv->g, .batch = cv->batch, .cin = cv->cin, .mult = cv->cout / cv->cin,
+				   .epi = r->epi, .addend = r->addend };
+		hp_dw_forward(&d, r->x, r->w, r->b, r->y, pool);
 		return;
 	}
 	threads = hp_conv_threads_enter(pool, &saved);
 	if (cv->shift) {
-		run_shift(cv, &r, pool, threads);
+		run_shift(cv, r, pool, threads);
 		hp_conv_threads_leave(saved);
 		return;
 	}
 	/* each worker needs room for the widest tile */
 	if (!cv->direct && threads > cv->ws_cols / cv->ct.maxcols)
 		threads = (int)(cv->ws_cols / cv->ct.maxcols);
-	r.per_thread = cv->direct ? 0 : cv->ct.maxcols * cv->kdim;
-	hp_conv_parallel(pool, threads, items * cv->ct.per, conv_range, &r);
+	r->per_thread = cv->direct ? 0 : cv->ct.maxcols * cv->kdim;
+	hp_conv_parallel(pool, threads, items * cv->ct.per, conv_range, r);
 	hp_conv_threads_leave(saved);
+}
+
+void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y,
+			 float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
+{
+	struct conv_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws, .addend = addend };
+	struct hp_epi e;
+
+	if (epi) { /* an omitted addend: the activation only */
+		e = *epi;
+		if (!addend)
+			e.add = HP_EPI_ADD_NONE;
+		epi = e.act == HP_EPI_NONE && e.add == HP_EPI_ADD_NONE ? NULL : &e;
+	}
+	if (cv->dot) {
+		hp_dot_forward(cv, x, w, b, y, ws, pool, epi, addend);
+		return;
+	}
+	/* im2col and direct tiles, depthwise planes apply it as they finish;
+	 * the shift path after */
+	r.epi = cv->shift ? NULL : epi;
+	conv_forward_run(cv, &r, pool);
+	if (epi && !r.epi)
+		hp_epi_run(epi, y, addend, cv->batch * cv->cout * cv->yvol, pool);
+}
+
+void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		     struct hp_pool *pool)
+{
+	hp_conv_forward_epi(cv, x, w, b, y, ws, pool, NULL, NULL);
 }
 
 int64_t hp_node_band_align(struct hp_graph *g, struct hp_node *n, int axis, int *path)

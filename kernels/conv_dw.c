@@ -9,11 +9,13 @@
  * compiler vectorizes.
  *
  * Determinism: every output element starts from its bias (or zero) and
- * adds its taps in (kd, kh, kw) order, skipping taps outside the image;
- * no element depends on how planes are shared among workers or where a
- * band of rows starts (a tap inside a band's halo is the same tap the
- * whole node adds), so results are bitwise the same for any thread count
- * and any band cut.  The gradients keep one order per element too: dX
+ * adds its taps in (kd, kh, kw) order, skipping taps outside the image
+ * (2-D 3x3 at stride 1: adding them as w * 0 from a zero-padded copy of
+ * the plane, which changes no sum but the sign of a zero, whole node and
+ * band alike); no element depends on how planes are shared among workers
+ * or where a band of rows starts (a tap inside a band's halo is the same
+ * tap the whole node adds, a tap in its padding the same padding), so
+ * results are bitwise the same for any thread count and any band cut.  The gradients keep one order per element too: dX
  * element (c, i) adds over multipliers, output rows and taps in loop
  * order; dW element (m, k) sums per-column partials over (n, rows) in
  * order, then the columns in order, in one worker.
@@ -21,9 +23,11 @@
  * The loops are compiled for AVX-512, AVX2 and baseline x86-64 (GCC
  * target_clones); without FMA contraction (-std=c11) every clone computes
  * the same bits. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/conv_impl.h"
+#include "kernels/fused_impl.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define DW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -175,8 +179,109 @@ static void fwd_taps(const struct hp_colgeom *g, const float *xr, const float *w
 	}
 }
 
+/* The nine taps of a 3x3 window (rows x0, x1, x2) in one pass, for o in
+ * [lo, hi) where all are inside: y[o] plus the taps in (kh, kw) order,
+ * each sum rounded where three axpy3_row passes round it, so the same bits
+ * with a third of the loads and stores of y. */
+DW_CLONES static void axpy9_row(float *restrict y, const float *restrict x0, const float *restrict x1,
+				const float *restrict x2, const float *w, int64_t lo, int64_t hi, int64_t s, int64_t off,
+				int64_t dil)
+{
+	const float a0 = w[0], a1 = w[1], a2 = w[2], b0 = w[3], b1 = w[4], b2 = w[5], c0 = w[6], c1 = w[7], c2 = w[8];
+	const int64_t d2 = 2 * dil;
+
+#define AXPY9(S)                                                                                   \
+	for (int64_t o = lo; o < hi; o++) {                                                        \
+		int64_t i = o * (S) + off;                                                         \
+		float v = y[o];                                                                    \
+		v = ((v + a0 * x0[i]) + a1 * x0[i + dil]) + a2 * x0[i + d2];                       \
+		v = ((v + b0 * x1[i]) + b1 * x1[i + dil]) + b2 * x1[i + d2];                       \
+		y[o] = ((v + c0 * x2[i]) + c1 * x2[i + dil]) + c2 * x2[i + d2];                    \
+	}
+	/* constant strides, so that the loads vectorize */
+	if (s == 1 && dil == 1) {
+		AXPY9(1)
+	} else if (s == 2) {
+		AXPY9(2)
+	} else {
+		AXPY9(s)
+	}
+#undef AXPY9
+}
+
+/* A 3x3 geometry (2-D): columns padded with zeros on both sides (struct
+ * dw_pad) let every output of a row take its nine taps in one pass. */
+static int is_3x3(const struct hp_colgeom *g)
+{
+	return g->k[0] == 1 && g->k[1] == 3 && g->k[2] == 3;
+}
+
+/* Image rows of one input plane with zero columns around them, so that a
+ * row's outputs at either end take their taps in the same pass as the
+ * rest (taps in the padding add w * 0, which leaves every sum as it was
+ * but the sign of a zero). */
+struct dw_pad {
+	float *buf;            /* `rows` rows of width `width`, or NULL */
+	int64_t width, left;   /* image column 0 at `left` */
+	int64_t rows, top;     /* image row 0 at `top`; zero rows around */
+};
+
+static void pad_plane(const struct hp_colgeom *g, const float *x, struct dw_pad *p)
+{
+	memset(p->buf, 0, (size_t)(p->top * p->width) * sizeof *p->buf);
+	for (int64_t h = 0; h < g->img[1]; h++) {
+		float *row = p->buf + (p->top + h) * p->width;
+		memset(row, 0, (size_t)p->left * sizeof *row);
+		memcpy(row + p->left, x + h * g->img[2], (size_t)g->img[2] * sizeof *row);
+		memset(row + p->left + g->img[2], 0, (size_t)(p->width - p->left - g->img[2]) * sizeof *row);
+	}
+	memset(p->buf + (p->top + g->img[1]) * p->width, 0,
+	       (size_t)((p->rows - p->top - g->img[1]) * p->width) * sizeof *p->buf);
+}
+
+/* Output row (0, oh) of a 3x3 window: every output by axpy9_row over the
+ * padded rows; without them, when its three image rows are all inside,
+ * the interior so and the ends tap by tap in the same (kh, kw) order.
+ * 0 when the row does not qualify. */
+static int fwd_row9(const struct hp_colgeom *g, const float *x, const struct dw_pad *pd, int64_t oh, const float *w,
+		    float *yr)
+{
+	int64_t ow = g->grid[2], s = g->stride[2], p = g->pad[2], dl = g->dil[2], lo, hi, l2, h2;
+	const float *r[3];
+
+	if (!is_3x3(g))
+		return 0;
+	if (pd->buf) {
+		int64_t h = oh * g->stride[1] - g->pad[1] + pd->top, dh = g->dil[1] * pd->width;
+		const float *r0 = pd->buf + h * pd->width;
+		axpy9_row(yr, r0, r0 + dh, r0 + 2 * dh, w, 0, ow, s, pd->left - p, dl);
+		return 1;
+	}
+	for (int kh = 0; kh < 3; kh++)
+		if (!(r[kh] = img_row(g, x, 0, oh, 0, kh)))
+			return 0;
+	tap_range(g->img[2], ow, s, p, 0, &lo, &hi);
+	tap_range(g->img[2], ow, s, p, 2 * dl, &l2, &h2);
+	lo = l2 > lo ? l2 : lo;
+	hi = h2 < hi ? h2 : hi;
+	if (lo >= hi)
+		return 0;
+	for (int64_t o = 0; o < ow; o++) {
+		if (o == lo)
+			o = hi;
+		for (int64_t t = 0; t < 9 && o < ow; t++) {
+			int64_t i = o * s - p + t % 3 * dl;
+			if (i >= 0 && i < g->img[2])
+				yr[o] += w[t] * r[t / 3][i];
+		}
+	}
+	axpy9_row(yr, r[0], r[1], r[2], w, lo, hi, s, -p, dl);
+	return 1;
+}
+
 /* One output plane: y = bias + taps of x (one input channel) under w. */
-static void fwd_plane(const struct hp_colgeom *g, const float *x, const float *w, float bias, float *y)
+static void fwd_plane(const struct hp_colgeom *g, const float *x, const struct dw_pad *pd, const float *w, float bias,
+		      float *y)
 {
 	int64_t ow = g->grid[2];
 
@@ -185,6 +290,8 @@ static void fwd_plane(const struct hp_colgeom *g, const float *x, const float *w
 			float *yr = y + (od * g->grid[1] + oh) * ow;
 			for (int64_t o = 0; o < ow; o++)
 				yr[o] = bias;
+			if (fwd_row9(g, x, pd, oh, w, yr))
+				continue;
 			for (int64_t kd = 0; kd < g->k[0]; kd++)
 				for (int64_t kh = 0; kh < g->k[1]; kh++) {
 					const float *xr = img_row(g, x, od, oh, kd, kh);
@@ -200,18 +307,49 @@ struct dw_run {
 	float *out, *ws;
 };
 
+/* The padded rows' layout for a 3x3 geometry: room on the left for the
+ * begin pad, on the right for the last output's taps. */
+static void pad_geom(const struct hp_colgeom *g, struct dw_pad *p)
+{
+	int64_t need = (g->grid[2] - 1) * g->stride[2] + 2 * g->dil[2] + 1;
+	int64_t need_rows = (g->grid[1] - 1) * g->stride[1] + 2 * g->dil[1] + 1;
+
+	p->buf = NULL;
+	p->left = g->pad[2] > 0 ? g->pad[2] : 0;
+	p->width = p->left + g->img[2];
+	p->width = need > p->width ? need : p->width;
+	p->top = g->pad[1] > 0 ? g->pad[1] : 0;
+	p->rows = p->top + g->img[1];
+	p->rows = need_rows > p->rows ? need_rows : p->rows;
+}
+
 static void fwd_range(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct dw_run *r = arg;
 	const struct hp_dw *d = r->d;
-	int64_t cout = d->cin * d->mult;
+	int64_t cout = d->cin * d->mult, last = -1;
+	struct dw_pad pd;
 
 	(void)tid;
+	pad_geom(&d->g, &pd);
+	/* stride 1 only: at stride 2 the copy of a plane four times the
+	 * output's size cost more than the ends of rows gain (dw3x3-s2 fwd
+	 * 7 -> 3.5 GFLOP/s with rows split into even and odd columns too);
+	 * without the buffer the ends go tap by tap (the same sums, but for
+	 * the sign of a zero) */
+	if (is_3x3(&d->g) && d->g.grid[0] == 1 && d->g.stride[1] == 1 && d->g.stride[2] == 1)
+		pd.buf = malloc((size_t)(pd.rows * pd.width) * sizeof(float));
 	for (int64_t i = b; i < e; i++) { /* i = (item, output channel) */
 		int64_t n = i / cout, m = i % cout, c = m / d->mult;
-		fwd_plane(&d->g, r->a + (n * d->cin + c) * d->g.img_vol, r->b + m * d->g.kvol,
-			  r->bias ? r->bias[m] : 0.0f, r->out + i * d->g.grid_vol);
+		const float *x = r->a + (n * d->cin + c) * d->g.img_vol;
+		if (pd.buf && n * d->cin + c != last) /* multipliers share their input plane */
+			pad_plane(&d->g, x, &pd);
+		last = n * d->cin + c;
+		fwd_plane(&d->g, x, &pd, r->b + m * d->g.kvol, r->bias ? r->bias[m] : 0.0f, r->out + i * d->g.grid_vol);
+		if (d->epi) /* the fused epilogue while the plane is in cache */
+			hp_epi_span(d->epi, r->out, d->addend, i * d->g.grid_vol, (i + 1) * d->g.grid_vol);
 	}
+	free(pd.buf);
 }
 
 void hp_dw_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,

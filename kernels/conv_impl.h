@@ -133,10 +133,13 @@ void hp_shift_set_tile_cols(int64_t c);
 /* Depthwise convolution (conv_dw.c): direct loops over a geometry whose
  * image is X and grid Y, cin channels each feeding `mult` output channels
  * (output channel m reads input channel m / mult). */
+struct hp_epi;
 struct hp_dw {
 	struct hp_colgeom g;
 	int64_t batch, cin, mult;
 	int64_t unit;          /* hp_dw_filter: positions per unit of its sums (0: an item) */
+	const struct hp_epi *epi; /* forward: fused epilogue per plane, or NULL */
+	const float *addend;
 };
 
 /* group == cin > 1 and cout a multiple of cin: the depthwise path. */
@@ -174,10 +177,12 @@ struct hp_conv {
 	int lean;              /* attribute hpdlf_lean: workspace for one worker */
 	struct hp_ctile ct;    /* im2col and direct tiles; ConvTranspose: of X's grid */
 	int dw;                /* depthwise path (conv_dw.c) */
+	int dot;               /* dot-product path (conv_dot.c) */
 };
 
 /* Conv paths, as band copies of a node pin them (attribute hpdlf_path). */
-enum { HP_CONV_PATH_IM2COL = 0, HP_CONV_PATH_SHIFT = 1, HP_CONV_PATH_DIRECT = 2, HP_CONV_PATH_DW = 3 };
+enum { HP_CONV_PATH_IM2COL = 0, HP_CONV_PATH_SHIFT = 1, HP_CONV_PATH_DIRECT = 2, HP_CONV_PATH_DW = 3,
+       HP_CONV_PATH_DOT = 4 };
 
 /* Parse attributes and shapes of a Conv (transpose 0) or ConvTranspose node,
  * set the output shape; errors name the node. */
@@ -199,6 +204,34 @@ int64_t hp_convt_band_align(const struct hp_conv *cv, int axis);
 /* Y = Conv(X, W) + B (b may be NULL) with cv->workspace bytes at ws. */
 void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		     struct hp_pool *pool);
+
+/* The same, then the fused epilogue y = act(y + addend) (fused_impl.h;
+ * epi NULL: none): inside the dot path's output blocks, else after. */
+struct hp_epi;
+void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y,
+			 float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
+
+/* Dot-product path (conv_dot.c): Conv (not transposed, W in its ONNX
+ * layout) over patch rows of all batch items, every output summed in an
+ * order fixed by the kernel volume alone.  Needs AVX2 and FMA. */
+int hp_dot_available(void);
+/* Patch row length: cin_g * kvol rounded up to 8. */
+int64_t hp_dot_k8(const struct hp_conv *cv);
+/* Workspace for `threads` workers: patch rows plus partial sums. */
+size_t hp_dot_workspace(const struct hp_conv *cv, int threads);
+void hp_dot_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		    struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
+/* Output channels and columns per block of work (MB a multiple of 3, NB of 4). */
+#define HP_DOT_MB 48
+#define HP_DOT_NB 16
+/* The auto choice's bounds: output positions over the batch, and bytes of
+ * workspace. */
+#define HP_DOT_MAX_COLS 64
+#define HP_DOT_WS_MAX ((size_t)4 << 20)
+/* Tests and benchmarks only: 0 auto, 1 dot path whenever possible, -1
+ * never; read when a Conv is prepared. */
+void hp_conv_set_dot(int mode);
+int hp_conv_dot_mode(void);
 
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
 void hp_convt_setup(struct hp_conv *cv);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/conv_impl.h"
 #include "kernels/eltwise_impl.h"
 #include "kernels/fused_impl.h"
 
@@ -110,6 +111,12 @@ static int fused_run(const struct hp_node *n, const struct hp_kargs *a)
 	int rc;
 
 	ka.nin = a->nin < f->nin ? a->nin : f->nin;
+	if (!strcmp(f->inner->name, "Conv")) { /* the epilogue inside the conv's output blocks */
+		const struct hp_conv *cv = f->inner_priv;
+		hp_conv_forward_epi(cv, a->in[0].data, a->in[1].data, cv->has_bias && ka.nin > 2 ? a->in[2].data : NULL,
+				    a->out[0].data, a->ws, a->pool, &f->epi, a->nin > f->nin ? a->in[f->nin].data : NULL);
+		return 0;
+	}
 	if ((rc = f->inner->run(&v, &ka)) < 0)
 		return rc;
 	hp_epi_run(&f->epi, a->out[0].data, a->nin > f->nin ? a->in[f->nin].data : NULL,

@@ -44,7 +44,9 @@ int hp_epi_add_of(const struct hp_shape *ys, const struct hp_shape *a, struct hp
 		e->mid *= ys->dims[i];
 	for (int i = q; i < ys->rank; i++)
 		e->inner *= ys->dims[i];
-	e->add = e->mid * e->inner == hp_shape_numel(ys) ? HP_EPI_ADD_FULL : HP_EPI_ADD_MID;
+	/* inner > 1: the addend repeats along trailing axes (a [1, C, 1, 1] bias
+	 * on a batch of one spans as many elements as y but holds only C) */
+	e->add = e->inner == 1 && e->mid == hp_shape_numel(ys) ? HP_EPI_ADD_FULL : HP_EPI_ADD_MID;
 	return 0;
 }
 
@@ -122,23 +124,26 @@ static void add_mid(const struct hp_epi *e, float *y, const float *add, int64_t 
 
 /* Elements [b, e): the add, then the activation over the same range while
  * it is in cache. */
+void hp_epi_span(const struct hp_epi *e, float *y, const float *addend, int64_t b, int64_t end)
+{
+	if (e->add == HP_EPI_ADD_FULL)
+		for (int64_t i = b; i < end; i++)
+			y[i] = y[i] + addend[i];
+	else if (e->add == HP_EPI_ADD_SCALAR)
+		for (int64_t i = b; i < end; i++)
+			y[i] = y[i] + addend[0];
+	else if (e->add == HP_EPI_ADD_MID)
+		add_mid(e, y, addend, b, end);
+	if (e->act != HP_EPI_NONE)
+		acts[e->act](e, y + b, end - b);
+}
+
 static void epi_range(void *arg, int64_t b, int64_t end, int tid)
 {
 	const struct epi_job *j = arg;
-	const struct hp_epi *e = j->e;
-	float *y = j->y;
 
 	(void)tid;
-	if (e->add == HP_EPI_ADD_FULL)
-		for (int64_t i = b; i < end; i++)
-			y[i] = y[i] + j->add[i];
-	else if (e->add == HP_EPI_ADD_SCALAR)
-		for (int64_t i = b; i < end; i++)
-			y[i] = y[i] + j->add[0];
-	else if (e->add == HP_EPI_ADD_MID)
-		add_mid(e, y, j->add, b, end);
-	if (e->act != HP_EPI_NONE)
-		acts[e->act](e, y + b, end - b);
+	hp_epi_span(j->e, j->y, j->add, b, end);
 }
 
 void hp_epi_run(const struct hp_epi *e, float *y, const float *addend, int64_t n, struct hp_pool *pool)

@@ -31,6 +31,9 @@ int hp_epi_act_of(const char *name);
 /* How an addend of shape a broadcasts onto y (shape ys): 0 and e->add set,
  * or -1 when it is not one of the forms above. */
 int hp_epi_add_of(const struct hp_shape *ys, const struct hp_shape *a, struct hp_epi *e);
+/* The same over elements [b, end) of y (addend indexed as y's), on the
+ * calling thread; e->add must be NONE when there is no addend. */
+void hp_epi_span(const struct hp_epi *e, float *y, const float *addend, int64_t b, int64_t end);
 /* y[i] = act(y[i] + addend[...]) over n elements, on the pool. */
 void hp_epi_run(const struct hp_epi *e, float *y, const float *addend, int64_t n, struct hp_pool *pool);
 

@@ -428,6 +428,211 @@ static void test_determinism(void **state)
 	hp_pool_destroy(pool);
 }
 
+
+/* The dot path (forced): small planes, stride 2, 1x1 with stride, groups,
+ * dilation, 1-D and 3-D, patch rows shorter than a multiple of 8 and
+ * longer than its k block (partial sums resumed), output channels not a
+ * multiple of its micro-tile; one and two threads, against the loops. */
+static const struct cc dot_cases[] = {
+	{ 2, 0, 4, 64, 70, 1, V3(2, 2, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 3, 5, 17, 1, V3(7, 9, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), V3(1, 0, 0), V3(0, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 2, 33, 8, 1, V3(4, 4, 0), V3(1, 1, 0), V3(2, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 0, 1, 0, 0 },
+	{ 2, 0, 2, 12, 18, 3, V3(5, 5, 0), V3(3, 3, 0), V3(1, 1, 0), V3(2, 2, 0), V3(2, 2, 0), V3(2, 2, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 1, 0, 3, 7, 5, 1, V3(11, 0, 0), V3(4, 0, 0), V3(3, 0, 0), V3(1, 0, 0), V3(2, 0, 0), V3(1, 0, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 3, 0, 2, 4, 9, 1, V3(4, 5, 3), V3(2, 3, 2), V3(1, 2, 1), V3(1, 1, 1), V3(1, 1, 0), V3(0, 1, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 130, 4, 1, V3(3, 3, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+	{ 2, 0, 5, 16, 100, 1, V3(6, 6, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), V3(1, 1, 0), V3(0, 0, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	/* train-refs' bn_cnn: 3x3 convolutions of a batch of 16, 8x8 and 4x4 */
+	{ 2, 0, 16, 3, 8, 1, V3(8, 8, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+	{ 2, 0, 16, 8, 16, 1, V3(4, 4, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+	/* 1x1, stride 1 (else the direct path: X is the column matrix) */
+	{ 2, 0, 2, 20, 12, 1, V3(5, 7, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	/* depthwise (its own path whatever the dot mode; FusedConv's epilogue per plane) */
+	{ 2, 0, 2, 6, 12, 6, V3(7, 9, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+};
+
+static void test_conv_dot(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_conv_set_dot(1);
+	for (size_t i = 0; i < sizeof dot_cases / sizeof dot_cases[0]; i++) {
+		check(&dot_cases[i], 150 + (unsigned)i, NULL);
+		check(&dot_cases[i], 150 + (unsigned)i, pool);
+	}
+	hp_conv_set_dot(0);
+	hp_pool_destroy(pool);
+}
+
+/* Output rows [h0, h1) on the first spatial axis as the band pass cuts
+ * them: the input rows they read (as a fresh tensor) and the pads left. */
+static void row_band(const struct cc *t, const struct hp_tensor *x, int64_t h0, int64_t h1, struct cc *bt,
+		     struct hp_tensor *bx)
+{
+	int64_t ek = (t->k[0] - 1) * t->d[0] + 1, i0 = h0 * t->s[0] - t->pb[0], i1 = (h1 - 1) * t->s[0] - t->pb[0] + ek;
+	int64_t lo = i0 < 0 ? 0 : i0, hi = i1 > t->in[0] ? t->in[0] : i1, dims[5] = { t->n, t->c, hi - lo };
+	int64_t rest = 1;
+
+	*bt = *t;
+	bt->in[0] = hi - lo;
+	bt->pb[0] = lo - i0;
+	bt->pe[0] = i1 - hi;
+	for (int i = 1; i < t->nd; i++)
+		rest *= dims[2 + i] = t->in[i];
+	*bx = kt_tensor(HP_F32, t->nd + 2, dims);
+	for (int64_t nc = 0; nc < t->n * t->c; nc++)
+		memcpy((float *)bx->data + nc * (hi - lo) * rest, (const float *)x->data + (nc * t->in[0] + lo) * rest,
+		       (size_t)((hi - lo) * rest) * sizeof(float));
+}
+
+/* y[a:b] of a batch band (axis 0) or output rows [a, b) (axis 2) run on
+ * their own, bitwise against the whole node's output `whole`. */
+static void check_band(const struct cc *t, const struct built *whole_bt, const struct hp_tensor *whole, int axis,
+		       int64_t a, int64_t b, struct hp_pool *pool)
+{
+	struct cc bc = *t;
+	struct built bt;
+	struct hp_tensor out, bx;
+	int64_t inner = 1, rows = whole->shape.dims[2];
+
+	for (int i = 3; i < whole->shape.rank; i++)
+		inner *= whole->shape.dims[i];
+	if (axis == 0) {
+		int64_t item = hp_shape_numel(&whole_bt->x.shape) / t->n;
+		bc.n = b - a;
+		bx = kt_tensor(HP_F32, whole_bt->x.shape.rank, whole_bt->x.shape.dims);
+		bx.shape.dims[0] = b - a;
+		memcpy(bx.data, (const float *)whole_bt->x.data + a * item, (size_t)((b - a) * item) * sizeof(float));
+	} else {
+		row_band(t, &whole_bt->x, a, b, &bc, &bx);
+	}
+	build(&bc, 1, &bt); /* the band's attributes; its tensors are the whole node's */
+	hp_tensor_free(&bt.x);
+	hp_tensor_free(&bt.w);
+	hp_tensor_free(&bt.b);
+	bt.x = bx;
+	bt.w = whole_bt->w;
+	bt.b = whole_bt->b;
+	assert_int_equal(run_case(&bc, &bt, pool, &out), 0);
+	for (int64_t nc = 0; nc < (axis == 0 ? b - a : t->n) * t->m; nc++) {
+		const float *ref = (const float *)whole->data + (axis == 0 ? (a * t->m + nc) * rows * inner :
+							(nc * rows + a) * inner);
+		const float *got = (const float *)out.data + nc * (axis == 0 ? rows : b - a) * inner;
+		if (memcmp(ref, got, (size_t)((axis == 0 ? rows : b - a) * inner) * sizeof(float)))
+			fail_msg("dot path: band [%lld, %lld) on axis %d differs from the whole node", (long long)a,
+				 (long long)b, axis);
+	}
+	hp_tensor_free(&out);
+	hp_tensor_free(&bx);
+}
+
+/* Bands of batch items and of output rows of every extent and start give
+ * the whole node's bits on the dot path, and one thread gives two's. */
+static void test_dot_bands(void **state)
+{
+	const struct cc *t[] = { &dot_cases[0], &dot_cases[1], &dot_cases[7], &dot_cases[4], &dot_cases[8], &dot_cases[9] };
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_conv_set_dot(1);
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+		struct hp_tensor whole, one;
+		struct built bt;
+		int64_t rows;
+		build(t[i], 7, &bt);
+		assert_int_equal(run_case(t[i], &bt, pool, &whole), 0);
+		assert_int_equal(run_case(t[i], &bt, NULL, &one), 0);
+		assert_memory_equal(whole.data, one.data, hp_tensor_bytes(&whole));
+		rows = whole.shape.dims[2];
+		for (int64_t a = 0; a < t[i]->n; a++)
+			for (int64_t b = a + 1; b <= t[i]->n; b++)
+				check_band(t[i], &bt, &whole, 0, a, b, b - a > 1 ? pool : NULL);
+		for (int64_t a = 0; a < rows; a++)
+			for (int64_t b = a + 1; b <= rows; b++)
+				check_band(t[i], &bt, &whole, 2, a, b, pool);
+		hp_tensor_free(&whole);
+		hp_tensor_free(&one);
+		unbuild(&bt);
+	}
+	hp_conv_set_dot(0);
+	hp_pool_destroy(pool);
+}
+
+/* FusedConv on the dot path, where the epilogue runs inside the output
+ * blocks: bitwise the plain Conv followed by the Add and the activation
+ * as the unfused kernels compute them (one add, then a compare). */
+static void check_fused_dot(const struct cc *t, int add_kind, int clip, struct hp_pool *pool)
+{
+	struct hp_tensor y, f, add, in[4];
+	struct built bt;
+	struct hp_attr attrs[14];
+	int64_t one[5] = { 1, 1, 1, 1, 1 };
+	float *e;
+
+	build(t, 21, &bt);
+	assert_int_equal(run_case(t, &bt, pool, &y), 0);
+	if (add_kind == 0) /* full */
+		add = kt_tensor(HP_F32, y.shape.rank, y.shape.dims);
+	else if (add_kind == 1) { /* per channel: [1, M, 1...] */
+		one[1] = t->m;
+		add = kt_tensor(HP_F32, y.shape.rank, one);
+	}
+	else
+		add = kt_tensor(HP_F32, 1, one);
+	kt_fill_random(&add, 22, -1, 1);
+	memcpy(attrs, bt.attrs, (size_t)bt.nattrs * sizeof attrs[0]);
+	attrs[bt.nattrs] = kt_string("activation", clip ? "Clip" : "Relu");
+	attrs[bt.nattrs + 1] = kt_float("clip_min", -0.25f);
+	attrs[bt.nattrs + 2] = kt_float("clip_max", 0.5f);
+	in[0] = bt.x, in[1] = bt.w, in[2] = bt.b, in[3] = add;
+	struct kt_case c = { .domain = "ai.hpdlf", .op = "FusedConv", .nin = 4, .in = in,
+			     .nattrs = bt.nattrs + (clip ? 3 : 1), .attrs = attrs, .nout = 1, .pool = pool };
+	assert_int_equal(kt_run(&c, &f), 0);
+	e = y.data;
+	for (int64_t i = 0; i < hp_shape_numel(&y.shape); i++) {
+		int64_t plane = hp_shape_numel(&y.shape) / (t->n * t->m);
+		int64_t ai = add_kind == 0 ? i : add_kind == 1 ? i / plane % t->m : 0;
+		float v = e[i] + ((const float *)add.data)[ai];
+		e[i] = clip ? (v < -0.25f ? -0.25f : v > 0.5f ? 0.5f : v) : (v < 0.0f ? 0.0f : v);
+	}
+	for (int64_t i = 0; i < hp_shape_numel(&y.shape); i++)
+		if (memcmp(e + i, (const float *)f.data + i, sizeof(float)))
+			fail_msg("FusedConv (add %d, %s, dot %d) differs from Conv, Add and the activation at %lld: %g, not %g",
+				 add_kind, clip ? "Clip" : "Relu", hp_conv_dot_mode(), (long long)i,
+				 (double)((const float *)f.data)[i], (double)e[i]);
+	hp_tensor_free(&y);
+	hp_tensor_free(&f);
+	hp_tensor_free(&add);
+	unbuild(&bt);
+}
+
+static void test_dot_fused(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int mode = 1; mode >= -1; mode -= 2) { /* dot path, then the others */
+		hp_conv_set_dot(mode);
+		for (size_t i = 0; i < sizeof dot_cases / sizeof dot_cases[0]; i++)
+			for (int k = 0; k < 3; k++) {
+				check_fused_dot(&dot_cases[i], k, (int)(i + k) % 2, pool);
+				check_fused_dot(&dot_cases[i], k, (int)(i + k + 1) % 2, NULL);
+			}
+	}
+	hp_conv_set_dot(0);
+	hp_pool_destroy(pool);
+}
+
 static void expect_error(const struct cc *t, int err, const char *needle)
 {
 	struct hp_tensor out;
@@ -496,6 +701,9 @@ int main(void)
 		cmocka_unit_test(test_shift_choice),
 		cmocka_unit_test(test_convt_blocked),
 		cmocka_unit_test(test_determinism),
+		cmocka_unit_test(test_conv_dot),
+		cmocka_unit_test(test_dot_bands),
+		cmocka_unit_test(test_dot_fused),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_kernel_shape_dims),
 	};

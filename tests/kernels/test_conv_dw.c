@@ -33,6 +33,11 @@ static const struct dc cases[] = {
 	{ 2, 1, 8, 1, { 3, 3 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
 	{ 2, 2, 3, 1, { 8, 40 }, { 5, 5 }, { 1, 1 }, { 1, 1 }, { 2, 2 }, { 2, 2 } },
 	{ 3, 1, 3, 2, { 5, 6, 7 }, { 3, 3, 3 }, { 1, 2, 1 }, { 1, 1, 2 }, { 1, 0, 2 }, { 1, 1, 0 } },
+	/* 3x3 rows in one pass (axpy9_row): dilated, stride 3, uneven pads (every
+	 * input row read: test_bands' whole geometry assumes it) */
+	{ 2, 2, 3, 1, { 11, 17 }, { 3, 3 }, { 1, 1 }, { 2, 2 }, { 2, 1 }, { 1, 2 } },
+	{ 2, 1, 4, 2, { 10, 19 }, { 3, 3 }, { 1, 3 }, { 1, 1 }, { 0, 2 }, { 1, 0 } },
+	{ 2, 1, 3, 1, { 8, 21 }, { 3, 3 }, { 2, 2 }, { 1, 2 }, { 1, 0 }, { 0, 3 } },
 };
 
 static int64_t out_dim(const struct dc *t, int i)
