@@ -10,7 +10,9 @@
 #include "kernels/gemm_grad.h"
 #include "kernels/train_util.h"
 
-/* ---- MatMulGrad(dY, A, B) -> dA?, dB? ---------------------------------- */
+/* ---- MatMulGrad(dY, A, B) -> dA?, dB? ----------------------------------
+ * defer_dw = 1 (a pipeline stage's backward, exec/pipe_defer.c): dB is
+ * not computed; the caller sums it over the step's rows itself. */
 
 struct mm_priv {
 	int64_t m, k, n;
@@ -65,6 +67,8 @@ static int mm_run(const struct hp_node *n, const struct hp_kargs *a)
 	const float *dy = a->in[0].data, *x = a->in[1].data, *w = a->in[2].data;
 	float *dx = a->nout > 0 ? a->out[0].data : NULL, *dw = a->nout > 1 ? a->out[1].data : NULL;
 
+	if (hp_attr_int(n, "defer_dw", 0))
+		dw = NULL;
 	tk_bcast_strides(&p->yb, &p->ab, sa);
 	tk_bcast_strides(&p->yb, &p->bb, sb);
 	if (dx)
@@ -176,15 +180,17 @@ static double gemm_flops(const struct hp_graph *g, const struct hp_node *n)
 /* Many micro-batches' rows make one GEMM of k x n outputs: at 16 rows a
  * 1024 x 1024 weight gradient per micro-batch is bound by reading and
  * writing dB itself, at 128 rows by the multiply. */
-void tk_gemm_grad_dw(const float *x, const float *dy, float *dw, int64_t rows, int64_t k, int64_t n, int tb,
+void tk_gemm_grad_dw(const float *x, const float *dy, float *dw, int64_t rows, int64_t k, int64_t n, int ta, int tb,
 		     float alpha)
 {
-	if (!tb) /* dB = alpha A^T dY */
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)n, (int)rows, alpha, x, (int)k, dy,
-			    (int)n, 0.0f, dw, (int)n);
-	else /* dB = alpha dY^T A */
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, (int)k, (int)rows, alpha, dy, (int)n, x,
-			    (int)k, 0.0f, dw, (int)k);
+	int ldx = ta ? (int)rows : (int)k;
+
+	if (!tb) /* dB = alpha op(A)^T dY */
+		cblas_sgemm(CblasRowMajor, ta ? CblasNoTrans : CblasTrans, CblasNoTrans, (int)k, (int)n, (int)rows,
+			    alpha, x, ldx, dy, (int)n, 0.0f, dw, (int)n);
+	else /* dB = alpha dY^T op(A) */
+		cblas_sgemm(CblasRowMajor, CblasTrans, ta ? CblasTrans : CblasNoTrans, (int)n, (int)k, (int)rows,
+			    alpha, dy, (int)n, x, ldx, 0.0f, dw, (int)k);
 }
 
 const struct hp_op tk_op_gemm_grad = {

@@ -4,7 +4,9 @@
  * Split invariance (kernels/gemm_tile.h): a product cut at tile boundaries
  * into blocks that carry the whole's tiling (output columns concatenated,
  * reduction blocks chained) gives bitwise the whole's result, and so do 1
- * and 2 threads. */
+ * and 2 threads.  tk_gemm_grad_dw (a pipeline's weight gradient over all
+ * micro-batches' rows) in every transA/transB layout against a loop. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +18,7 @@
 
 #include "hpdlf/error.h"
 #include "kernels/blas.h"
+#include "kernels/gemm_grad.h"
 #include "kernels/gemm_tile.h"
 #include "tests/kernels/harness.h"
 
@@ -476,6 +479,48 @@ static void test_errors(void **state)
 	hp_tensor_free(&in[1]);
 }
 
+/* dW of Y = alpha op(X) op(W): op(X) rows x k, dY rows x n; dW is k x n
+ * (n x k when tb), from a naive loop in double. */
+static void grad_dw_case(int64_t rows, int64_t k, int64_t n, int ta, int tb, float alpha)
+{
+	float *x = malloc((size_t)(rows * k) * sizeof *x), *dy = malloc((size_t)(rows * n) * sizeof *dy);
+	float *dw = malloc((size_t)(k * n) * sizeof *dw);
+	double worst = 0;
+
+	for (int64_t i = 0; i < rows * k; i++)
+		x[i] = (float)((i * 37 % 101) - 50) / 50.0f;
+	for (int64_t i = 0; i < rows * n; i++)
+		dy[i] = (float)((i * 53 % 89) - 44) / 44.0f;
+	for (int64_t i = 0; i < k * n; i++)
+		dw[i] = 1e30f; /* overwritten, never added to */
+	tk_gemm_grad_dw(x, dy, dw, rows, k, n, ta, tb, alpha);
+	for (int64_t a = 0; a < k; a++)
+		for (int64_t b = 0; b < n; b++) {
+			double ref = 0, got = dw[tb ? b * k + a : a * n + b];
+			for (int64_t r = 0; r < rows; r++)
+				ref += (double)(ta ? x[a * rows + r] : x[r * k + a]) * dy[r * n + b];
+			ref *= alpha;
+			if (fabs(got - ref) / (fabs(ref) + 1) > worst)
+				worst = fabs(got - ref) / (fabs(ref) + 1);
+		}
+	if (worst > 1e-5)
+		fail_msg("tk_gemm_grad_dw rows %lld k %lld n %lld ta %d tb %d: error %g", (long long)rows, (long long)k,
+			 (long long)n, ta, tb, worst);
+	free(x);
+	free(dy);
+	free(dw);
+}
+
+static void test_grad_dw(void **state)
+{
+	(void)state;
+	for (int ta = 0; ta < 2; ta++)
+		for (int tb = 0; tb < 2; tb++) {
+			grad_dw_case(48, 7, 5, ta, tb, 1.0f);
+			grad_dw_case(33, 20, 17, ta, tb, 0.5f);
+		}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -486,6 +531,7 @@ int main(void)
 		cmocka_unit_test(test_thread_invariance),
 		cmocka_unit_test(test_matmul_acc),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_grad_dw),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
