@@ -73,6 +73,9 @@ struct hp_pipe {
 	int model_nodes;            /* of the whole model (t->g before the stage replaced it) */
 	int ndefer;                 /* weight gradients computed once per step (pipe_defer.c) */
 	struct hp_pipe_defer *defer;
+	int64_t pack_epoch;         /* weights packed once per step (pipe_pack.c; 0: none) */
+	uint64_t pack_bytes;        /* their packed copies */
+	int *packb, npackb, *packf, npackf; /* the nodes marked, in the backward and forward graphs */
 };
 
 /* This rank's place (t->pipe): stage, pipeline, micro-batch rows; checks
@@ -145,6 +148,14 @@ uint64_t hp_pipe_defer_bytes(const struct hp_pipe *p);
 int hp_pipe_defer_keep(struct hp_trainer *t, int m);
 void hp_pipe_defer_run(struct hp_pipe *p);
 void hp_pipe_defer_free(struct hp_pipe *p);
+
+/* Weights packed once per step (pipe_pack.c): mark the nodes that
+ * multiply by a parameter after hp_pipe_mark_defer, before the budgets
+ * are shared and the sessions made; bump after each update.
+ * hp_pipe_pack_bytes: their copies. */
+int hp_pipe_mark_pack(struct hp_trainer *t, struct hp_graph *gb);
+uint64_t hp_pipe_pack_bytes(const struct hp_pipe *p);
+void hp_pipe_pack_bump(struct hp_trainer *t);
 
 /* The stage's parameters between the optimizer and the other graphs. */
 int hp_pipe_sync_params(struct hp_pipe *p, struct hp_session *sb);

@@ -8,6 +8,7 @@
 
 #include "hpdlf/error.h"
 #include "kernels/gemm_grad.h"
+#include "kernels/gemm_panels.h"
 #include "kernels/train_util.h"
 
 /* ---- MatMulGrad(dY, A, B) -> dA?, dB? ----------------------------------
@@ -137,7 +138,29 @@ static int gemm_prepare(struct hp_graph *g, struct hp_node *n)
 		return hp_node_error(g, n, HP_ESHAPE, "operand shapes do not match dY");
 	tk_set_out(g, n, 0, HP_F32, &a->shape);
 	tk_set_out(g, n, 1, HP_F32, &b->shape);
+	/* for pack_b: op(B)^T packed once (gemm_panels.h); the attribute may
+	 * come after this prepare */
+	if (!(n->priv = calloc(1, sizeof(struct tk_panels))))
+		return hp_node_error(g, n, -ENOMEM, "out of memory");
 	return 0;
+}
+
+static void gemm_release(struct hp_node *n)
+{
+	if (n->priv)
+		tk_panels_free(n->priv);
+	free(n->priv);
+}
+
+/* pack_b, transA 0, few rows: dA (m x k) = alpha dY op(B)^T, op(B)^T
+ * (nn x k) packed once per epoch.  0, or -ENOMEM (then OpenBLAS). */
+static int grad_panels(const struct hp_node *n, const struct hp_kargs *a, int m, int k, int nn, int tb, float alpha)
+{
+	int ldb = (int)a->in[2].shape.dims[1];
+	int rc = tk_panels_pack(n->priv, a->in[2].data, tb ? ldb : 1, tb ? 1 : ldb, nn, k,
+				hp_attr_int(n, "pack_b", 0));
+
+	return rc < 0 ? rc : tk_panels_mul(n->priv, a->in[0].data, nn, 1, m, alpha, a->out[0].data, k, 0, a->pool);
 }
 
 static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
@@ -154,7 +177,10 @@ static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
 	if (hp_attr_int(n, "defer_dw", 0))
 		dw = NULL;
 
-	if (dx && !ta) /* dA = alpha dY op(B)^T */
+	if (dx && !ta && hp_attr_int(n, "pack_b", 0) > 0 && m <= TK_PANEL_MAX_ROWS && tk_panels_ok() &&
+	    grad_panels(n, a, m, k, nn, tb, alpha) == 0)
+		; /* dA by the packed op(B)^T */
+	else if (dx && !ta) /* dA = alpha dY op(B)^T */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasNoTrans : CblasTrans, m, k, nn, alpha, dy, nn,
 			    w, ldb, 0.0f, dx, k);
 	else if (dx) /* dA = alpha op(B) dY^T */
@@ -195,5 +221,6 @@ void tk_gemm_grad_dw(const float *x, const float *dy, float *dw, int64_t rows, i
 
 const struct hp_op tk_op_gemm_grad = {
 	.domain = TK_DOMAIN, .name = "GemmGrad", .min_inputs = 3, .max_inputs = 3,
-	.min_outputs = 1, .max_outputs = 2, .prepare = gemm_prepare, .run = gemm_run, .flops = gemm_flops,
+	.min_outputs = 1, .max_outputs = 2, .prepare = gemm_prepare, .run = gemm_run, .release = gemm_release,
+	.flops = gemm_flops,
 };

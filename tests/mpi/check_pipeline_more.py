@@ -29,7 +29,10 @@ usage: check_pipeline_more.py HPDLF_EXEC TESTS_DIR
   transposed A (transA 1) say how many each stage defers, in core and with
   --budget; their losses equal the 1-rank ones within 1e-5 and the
   exported weights within 1e-5, and the --budget run's losses and
-  exported weights equal the in-core run's bit for bit.
+  exported weights equal the in-core run's bit for bit.  The Gemm net's
+  stages (micro-batches of 4 rows) multiply by weights packed once per
+  step (kernels/gemm_panels.h) in both runs; of the transformer's stages
+  (MatMul) only the last, with the head's Gemm.
 - --shard and --sync-bn with --pipeline are refused with exit 2 and one
   line naming the flag.
 
@@ -216,9 +219,9 @@ def deferred_more(tmp):
     j = lambda *n: os.path.join(tmp, *n)
     ta = make(tmp, 'make_gemmnet.py', '--trans-a') + '-ta'
     os.rename(ta[:-3], ta)
-    cases = (('transformer', TRANSFORMER, [], {0: 4, 1: 5}),
-             ('Gemm transA 1', ta, ['--pipeline-cuts', 'relu1'], {0: 2, 1: 2}))
-    for what, model, cuts, want in cases:
+    cases = (('transformer', TRANSFORMER, [], {0: 4, 1: 5}, ['1']),
+             ('Gemm transA 1', ta, ['--pipeline-cuts', 'relu1'], {0: 2, 1: 2}, ['0', '1']))
+    for what, model, cuts, want, packs in cases:
         flags = ['--pipeline', '2', '--micro-batches', '4'] + cuts
         ref = train(0, train_args(model, 16, 'sgd', extra=['--export-onnx', j('d1.onnx')]), j('d1.json'))
         got = {}
@@ -233,6 +236,9 @@ def deferred_more(tmp):
             n = deferred_counts(err)
             check(rc == 0 and n == want, '%s, %s: each stage computes its weight gradients once per step (%s, '
                   'want %s)' % (what, mode, n, want))
+            packed = sorted(l.split('stage ')[1][:1] for l in err.splitlines() if 'packed once per step' in l)
+            check(rc == 0 and packed == packs, '%s, %s: stages packing their weights once '
+                  'per step: %s' % (what, mode, packed))
             got[mode] = (losses(log) if rc == 0 else None, initializers(j('dp.onnx')) if rc == 0 else None)
         l, w = got['in core']
         check(l is not None and len(l) == 20 and rel(ref, l) <= 1e-5,
