@@ -84,14 +84,16 @@ static void unmark(struct hp_graph *g, const int *list, int n)
 }
 
 /* Only where few rows make the packing per product dear (the micro-batch
- * at most TK_PANEL_MAX_ROWS = 64 rows, kernels/gemm_panels.h). */
+ * at most TK_PANEL_MAX_ROWS = 64 rows, kernels/gemm_panels.h) and a copy
+ * serves several (M > 1: with one micro-batch per step there is nothing
+ * to share, and BLAS's products keep the 1-rank run's numbers). */
 int hp_pipe_mark_pack(struct hp_trainer *t, struct hp_graph *gb)
 {
 	struct hp_pipe *p = t->pipe;
 	uint64_t used = (uint64_t)p->nslot * p->saved_bytes + hp_pipe_defer_bytes(p);
 	int rc;
 
-	if (p->mb > 64)
+	if (p->mb > 64 || p->M < 2)
 		return 0;
 	if ((rc = mark(p, gb, &p->packb, &p->npackb)) < 0 || (rc = mark(p, p->gf, &p->packf, &p->npackf)) < 0)
 		return rc;
