@@ -179,8 +179,8 @@ static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
 
 	if (dx && !ta && hp_attr_int(n, "pack_b", 0) > 0 && m <= TK_PANEL_MAX_ROWS && tk_panels_ok() &&
 	    grad_panels(n, a, m, k, nn, tb, alpha) == 0)
-		; /* dA by the packed op(B)^T */
-	else if (dx && !ta) /* dA = alpha dY op(B)^T */
+		dx = NULL; /* dA done, by the packed op(B)^T */
+	if (dx && !ta) /* dA = alpha dY op(B)^T */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasNoTrans : CblasTrans, m, k, nn, alpha, dy, nn,
 			    w, ldb, 0.0f, dx, k);
 	else if (dx) /* dA = alpha op(B) dY^T */
