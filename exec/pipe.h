@@ -19,8 +19,8 @@
  *             state names, so checkpoints and numbers are the 1-rank run's).
  * The last stage has no forward graph: its backward graph is its forward.
  * Gradients of a step's micro-batches are summed in float32 in micro-batch
- * order (a deferred Gemm weight gradient, pipe_defer.c: by one GEMM over
- * all their rows), summed over the stage's D replicas, scaled by 1 / (M D) (every
+ * order (a deferred Gemm or MatMul weight gradient, pipe_defer.c: by one
+ * GEMM over all their rows), summed over the stage's D replicas, scaled by 1 / (M D) (every
  * loss is a mean over its micro-batch), then the optimizer runs and the
  * other two graphs read its parameters in place (in core; copied out of
  * core). */
@@ -69,10 +69,13 @@ struct hp_pipe {
 	int split;                  /* the backward reads saved values (else it recomputes) */
 	int nsaved, *saved;         /* the saved values (indices in both graphs) */
 	uint64_t saved_bytes;       /* of one micro-batch */
-	char *acc_direct;           /* per parameter: its GemmGrad adds into acc itself (in core) */
+	char *acc_direct;           /* per parameter: 1 its GemmGrad adds into acc itself (in core), 2 deferred */
 	int model_nodes;            /* of the whole model (t->g before the stage replaced it) */
 	int ndefer;                 /* weight gradients computed once per step (pipe_defer.c) */
 	struct hp_pipe_defer *defer;
+	int64_t pack_epoch;         /* weights packed once per step (pipe_pack.c; 0: none) */
+	uint64_t pack_bytes;        /* their packed copies */
+	int *packb, npackb, *packf, npackf; /* the nodes marked, in the backward and forward graphs */
 };
 
 /* This rank's place (t->pipe): stage, pipeline, micro-batch rows; checks
@@ -134,14 +137,25 @@ int hp_pipe_bind_direct(struct hp_trainer *t);
 void hp_pipe_direct_first(struct hp_trainer *t, int first);
 void hp_pipe_zero_acc(struct hp_pipe *p);
 
-/* Weight gradients once per step (pipe_defer.c), in core with M > 1:
- * the direct GemmGrads (transA 0) leave dB to one GEMM over the step's
- * rows.  Mark before the backward's session is made; keep after each
- * micro-batch's backward; run after the last, before the update. */
+/* Weight gradients once per step (pipe_defer.c), with M > 1: the
+ * GemmGrads and MatMulGrads whose dB is a parameter's gradient leave it
+ * to one GEMM over the step's rows.  Mark before the budgets are shared
+ * and the backward's session is made (after hp_pipe_mark_direct); keep
+ * after each micro-batch's backward; run after the last, before the
+ * update.  hp_pipe_defer_bytes: the rows they keep. */
 int hp_pipe_mark_defer(struct hp_trainer *t, struct hp_graph *gb);
+uint64_t hp_pipe_defer_bytes(const struct hp_pipe *p);
 int hp_pipe_defer_keep(struct hp_trainer *t, int m);
 void hp_pipe_defer_run(struct hp_pipe *p);
 void hp_pipe_defer_free(struct hp_pipe *p);
+
+/* Weights packed once per step (pipe_pack.c): mark the nodes that
+ * multiply by a parameter after hp_pipe_mark_defer, before the budgets
+ * are shared and the sessions made; bump after each update.
+ * hp_pipe_pack_bytes: their copies. */
+int hp_pipe_mark_pack(struct hp_trainer *t, struct hp_graph *gb);
+uint64_t hp_pipe_pack_bytes(const struct hp_pipe *p);
+void hp_pipe_pack_bump(struct hp_trainer *t);
 
 /* The stage's parameters between the optimizer and the other graphs. */
 int hp_pipe_sync_params(struct hp_pipe *p, struct hp_session *sb);

@@ -30,13 +30,16 @@ static uint64_t graph_need(const struct hp_graph *g)
 }
 
 /* --budget for the backward, forward and optimizer sessions: what the
- * saved values of the micro-batches in flight leave, shared in proportion
+ * saved values of the micro-batches in flight, the rows kept for the
+ * weight gradients computed once per step (pipe_defer.c) and the packed
+ * weights (pipe_pack.c; both marked before) leave, shared in proportion
  * to what each graph would hold in core (they run one at a time, but each
  * session's store keeps its own resident set). */
 int hp_pipe_budgets(struct hp_trainer *t, const struct hp_graph *gb, uint64_t b[3])
 {
 	struct hp_pipe *p = t->pipe;
-	uint64_t budget = t->o.budget, slots = (uint64_t)p->nslot * p->saved_bytes;
+	uint64_t budget = t->o.budget;
+	uint64_t slots = (uint64_t)p->nslot * p->saved_bytes + hp_pipe_defer_bytes(p) + hp_pipe_pack_bytes(p);
 	uint64_t need[3] = { graph_need(gb), graph_need(p->gf), graph_need(p->go) }, sum = need[0] + need[1] + need[2];
 
 	b[0] = b[1] = b[2] = 0;
@@ -44,7 +47,9 @@ int hp_pipe_budgets(struct hp_trainer *t, const struct hp_graph *gb, uint64_t b[
 		return 0;
 	if (slots >= budget / 2)
 		return hp_error(HP_EBUDGET, "pipeline stage %d: the activations %d micro-batches in flight keep (%llu "
-				"bytes) leave too little of --budget %llu; use more --micro-batches or a larger --budget",
+				"bytes with the rows of the weight gradients computed once per step and the "
+				"packed weights) leave too little of --budget %llu; use more --micro-batches or a "
+				"larger --budget",
 				p->stage, p->nslot, (unsigned long long)slots, (unsigned long long)budget);
 	budget -= slots;
 	for (int k = 0; k < 3; k++)
@@ -82,7 +87,7 @@ int hp_pipe_bind_direct(struct hp_trainer *t)
 	int rc = 0;
 
 	for (int k = 0; p->acc_direct && k < p->np && rc == 0; k++)
-		if (p->acc_direct[k])
+		if (p->acc_direct[k] & 1)
 			rc = hp_session_bind_value(t->s, p->pgrad[k], p->acc + p->poff[k]);
 	return rc;
 }
@@ -95,7 +100,7 @@ void hp_pipe_direct_first(struct hp_trainer *t, int first)
 
 	for (int k = 0; p->acc_direct && k < p->np; k++) {
 		struct hp_attr *a;
-		if (!p->acc_direct[k])
+		if (!(p->acc_direct[k] & 1))
 			continue;
 		a = (struct hp_attr *)hp_node_attr(&t->g->nodes[t->g->values[p->pgrad[k]].producer], "accumulate");
 		a->i = !first;

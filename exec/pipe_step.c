@@ -304,6 +304,7 @@ static int update(struct hp_trainer *t)
 		rc = set_in(p->so, p->go, p->ograd[k], p->acc + p->poff[k]);
 	if (rc == 0)
 		rc = hp_session_run(p->so);
+	hp_pipe_pack_bump(t); /* new weights: packed again at their next use */
 	return rc < 0 ? rc : hp_pipe_sync_params(p, t->s);
 }
 
@@ -364,6 +365,8 @@ void hp_pipe_free(struct hp_pipe *p)
 	free(p->seed);
 	free(p->saved);
 	free(p->acc_direct);
+	free(p->packb);
+	free(p->packf);
 	hp_pipe_defer_free(p);
 	free(p->acc);
 	free(p->tmp);

@@ -13,6 +13,7 @@
 
 #include "hpdlf/error.h"
 #include "kernels/blas.h"
+#include "kernels/gemm_panels.h"
 #include "kernels/gemm_tile.h"
 #include "kernels/ops.h"
 
@@ -222,6 +223,7 @@ struct gemm_p {
 	int64_t cs0, cs1; /* C strides over rows and columns (0: broadcast) */
 	int has_c;
 	struct hp_gemm_tiles t;
+	struct tk_panels pk; /* pack_b (gemm_panels.h): op(B) packed once */
 };
 
 static int gemm_c_strides(struct hp_graph *g, struct hp_node *n, struct gemm_p *p, const struct hp_shape *c)
@@ -293,9 +295,29 @@ static int gemm_prepare(struct hp_graph *g, struct hp_node *n)
 	return 0;
 }
 
+/* pack_b (gemm_panels.h): Y = beta C, then += alpha op(A) op(B) by the
+ * packed copy of op(B), made again when the epoch or B moved.  0, or
+ * -ENOMEM (then the tiled product runs instead). */
+static int gemm_panels(struct gemm_p *p, const struct hp_kargs *a, int64_t epoch)
+{
+	const float *c = p->has_c && a->nin > 2 ? a->in[2].data : NULL, *x = a->in[0].data;
+	float *y = a->out[0].data;
+	int64_t lda = p->ta ? p->m : p->k, ldb = p->tb ? p->k : p->n;
+	int rc = tk_panels_pack(&p->pk, a->in[1].data, p->tb ? 1 : ldb, p->tb ? ldb : 1, p->k, p->n, epoch);
+
+	if (rc < 0)
+		return rc;
+	for (int64_t i = 0; c && i < p->m; i++)
+		for (int64_t jj = 0; jj < p->n; jj++)
+			y[i * p->n + jj] = p->beta * c[i * p->cs0 + jj * p->cs1];
+	return tk_panels_mul(&p->pk, x, p->ta ? 1 : lda, p->ta ? lda : 1, p->m, p->alpha, y, p->n, c != NULL,
+			     a->pool);
+}
+
 static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct gemm_p *p = n->priv;
+	int64_t epoch = hp_attr_int(n, "pack_b", 0);
 	struct gjob j = {
 		.ta = p->ta, .tb = p->tb, .m = p->m, .n = p->n, .k = p->k,
 		.lda = p->ta ? p->m : p->k, .ldb = p->tb ? p->k : p->n,
@@ -304,8 +326,19 @@ static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
 		.y = a->out[0].data, .cs0 = p->cs0, .cs1 = p->cs1, .t = p->t, .nprob = 1,
 	};
 
+	if (epoch > 0 && p->m <= TK_PANEL_MAX_ROWS && tk_panels_ok() && gemm_panels(n->priv, a, epoch) == 0)
+		return 0;
 	gjob_run(&j, a->pool);
 	return 0;
+}
+
+static void gemm_release(struct hp_node *n)
+{
+	struct gemm_p *p = n->priv;
+
+	if (p)
+		tk_panels_free(&p->pk);
+	free(p);
 }
 
 static double gemm_flops(const struct hp_graph *g, const struct hp_node *n)
@@ -455,6 +488,7 @@ static const struct hp_op op_gemm = {
 	.max_outputs = 1,
 	.prepare = gemm_prepare,
 	.run = gemm_run,
+	.release = gemm_release,
 	.flops = gemm_flops,
 };
 

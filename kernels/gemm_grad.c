@@ -9,9 +9,12 @@
 #include "hpdlf/error.h"
 #include "kernels/gemm_grad.h"
 #include "kernels/gemm_tile.h"
+#include "kernels/gemm_panels.h"
 #include "kernels/train_util.h"
 
-/* ---- MatMulGrad(dY, A, B) -> dA?, dB? ---------------------------------- */
+/* ---- MatMulGrad(dY, A, B) -> dA?, dB? ----------------------------------
+ * defer_dw = 1 (a pipeline stage's backward, exec/pipe_defer.c): dB is
+ * not computed; the caller sums it over the step's rows itself. */
 
 struct mm_priv {
 	int64_t m, k, n;
@@ -66,6 +69,8 @@ static int mm_run(const struct hp_node *n, const struct hp_kargs *a)
 	const float *dy = a->in[0].data, *x = a->in[1].data, *w = a->in[2].data;
 	float *dx = a->nout > 0 ? a->out[0].data : NULL, *dw = a->nout > 1 ? a->out[1].data : NULL;
 
+	if (hp_attr_int(n, "defer_dw", 0))
+		dw = NULL;
 	tk_bcast_strides(&p->yb, &p->ab, sa);
 	tk_bcast_strides(&p->yb, &p->bb, sb);
 	if (dx)
@@ -140,7 +145,29 @@ static int gemm_prepare(struct hp_graph *g, struct hp_node *n)
 		return hp_node_error(g, n, HP_EMODEL, "attribute %s must be 3 positive ints", HP_GEMM_TILE_ATTR);
 	tk_set_out(g, n, 0, HP_F32, &a->shape);
 	tk_set_out(g, n, 1, HP_F32, &b->shape);
+	/* for pack_b: op(B)^T packed once (gemm_panels.h); the attribute may
+	 * come after this prepare */
+	if (!(n->priv = calloc(1, sizeof(struct tk_panels))))
+		return hp_node_error(g, n, -ENOMEM, "out of memory");
 	return 0;
+}
+
+static void gemm_release(struct hp_node *n)
+{
+	if (n->priv)
+		tk_panels_free(n->priv);
+	free(n->priv);
+}
+
+/* pack_b, transA 0, few rows: dA (m x k) = alpha dY op(B)^T, op(B)^T
+ * (nn x k) packed once per epoch.  0, or -ENOMEM (then OpenBLAS). */
+static int grad_panels(const struct hp_node *n, const struct hp_kargs *a, int m, int k, int nn, int tb, float alpha)
+{
+	int ldb = (int)a->in[2].shape.dims[1];
+	int rc = tk_panels_pack(n->priv, a->in[2].data, tb ? ldb : 1, tb ? 1 : ldb, nn, k,
+				hp_attr_int(n, "pack_b", 0));
+
+	return rc < 0 ? rc : tk_panels_mul(n->priv, a->in[0].data, nn, 1, m, alpha, a->out[0].data, k, 0, a->pool);
 }
 
 /* The four products run in the forward product's tiling (gemm_tile.h):
@@ -166,6 +193,9 @@ static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
 		dw = NULL;
 	if (dx && acc)
 		memcpy(dx, acc, (size_t)(m * k) * sizeof *dx);
+	else if (dx && !ta && hp_attr_int(n, "pack_b", 0) > 0 && m <= TK_PANEL_MAX_ROWS && tk_panels_ok() &&
+		 grad_panels(n, a, (int)m, (int)k, (int)nn, tb, alpha) == 0)
+		dx = NULL; /* dA done, by the packed op(B)^T (a pipeline stage's, exec/pipe_pack.c) */
 	if (dx && !ta) /* dA = alpha dY op(B)^T */
 		hp_gemm_tiled(&(struct hp_gemm_call){ .ta = 0, .tb = !tb, .accumulate = acc != NULL, .reverse_k = 1,
 						      .m = m, .n = k, .k = nn, .lda = nn, .ldb = ldb, .ldy = k,
@@ -200,18 +230,21 @@ static double gemm_flops(const struct hp_graph *g, const struct hp_node *n)
 /* Many micro-batches' rows make one GEMM of k x n outputs: at 16 rows a
  * 1024 x 1024 weight gradient per micro-batch is bound by reading and
  * writing dB itself, at 128 rows by the multiply. */
-void tk_gemm_grad_dw(const float *x, const float *dy, float *dw, int64_t rows, int64_t k, int64_t n, int tb,
+void tk_gemm_grad_dw(const float *x, const float *dy, float *dw, int64_t rows, int64_t k, int64_t n, int ta, int tb,
 		     float alpha)
 {
-	if (!tb) /* dB = alpha A^T dY */
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)n, (int)rows, alpha, x, (int)k, dy,
-			    (int)n, 0.0f, dw, (int)n);
-	else /* dB = alpha dY^T A */
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, (int)k, (int)rows, alpha, dy, (int)n, x,
-			    (int)k, 0.0f, dw, (int)k);
+	int ldx = ta ? (int)rows : (int)k;
+
+	if (!tb) /* dB = alpha op(A)^T dY */
+		cblas_sgemm(CblasRowMajor, ta ? CblasNoTrans : CblasTrans, CblasNoTrans, (int)k, (int)n, (int)rows,
+			    alpha, x, ldx, dy, (int)n, 0.0f, dw, (int)n);
+	else /* dB = alpha dY^T op(A) */
+		cblas_sgemm(CblasRowMajor, CblasTrans, ta ? CblasTrans : CblasNoTrans, (int)n, (int)k, (int)rows,
+			    alpha, dy, (int)n, x, ldx, 0.0f, dw, (int)k);
 }
 
 const struct hp_op tk_op_gemm_grad = {
 	.domain = TK_DOMAIN, .name = "GemmGrad", .min_inputs = 3, .max_inputs = 4,
-	.min_outputs = 1, .max_outputs = 2, .prepare = gemm_prepare, .run = gemm_run, .flops = gemm_flops,
+	.min_outputs = 1, .max_outputs = 2, .prepare = gemm_prepare, .run = gemm_run, .release = gemm_release,
+	.flops = gemm_flops,
 };

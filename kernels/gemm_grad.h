@@ -5,10 +5,11 @@
 
 #include <stdint.h>
 
-/* dw (k x n, or n x k when tb) = alpha x^T dy (transposed when tb), x
- * rows x k and dy rows x n row-major: GemmGrad's dB with transA 0 over
- * all the rows at once, overwriting dw. */
-void tk_gemm_grad_dw(const float *x, const float *dy, float *dw, int64_t rows, int64_t k, int64_t n, int tb,
+/* dw (k x n, or n x k when tb) = alpha op(x)^T dy (transposed when tb),
+ * op(x) rows x k (x itself, or x k x rows when ta) and dy rows x n
+ * row-major: GemmGrad's (and MatMulGrad's, ta tb 0 alpha 1) dB over all
+ * the rows at once, overwriting dw. */
+void tk_gemm_grad_dw(const float *x, const float *dy, float *dw, int64_t rows, int64_t k, int64_t n, int ta, int tb,
 		     float alpha);
 
 #endif

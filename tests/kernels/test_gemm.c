@@ -4,7 +4,12 @@
  * Split invariance (kernels/gemm_tile.h): a product cut at tile boundaries
  * into blocks that carry the whole's tiling (output columns concatenated,
  * reduction blocks chained) gives bitwise the whole's result, and so do 1
- * and 2 threads. */
+ * and 2 threads.  tk_gemm_grad_dw (a pipeline's weight gradient over all
+ * micro-batches' rows) in every transA/transB layout against a loop.
+ * Gemm with pack_b (gemm_panels.h: op(B) packed once, few rows) against
+ * the same loops, and a packed weight changed in place: the next epoch
+ * multiplies by the new values. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +21,8 @@
 
 #include "hpdlf/error.h"
 #include "kernels/blas.h"
+#include "kernels/gemm_grad.h"
+#include "kernels/gemm_panels.h"
 #include "kernels/gemm_tile.h"
 #include "tests/kernels/harness.h"
 
@@ -53,13 +60,16 @@ static struct hp_tensor make_c(int code, int64_t m, int64_t n, int64_t *cs0, int
 	return c;
 }
 
+static int64_t pack_epoch; /* > 0: gemm_case's Gemm takes pack_b */
+
 static void gemm_case(int64_t m, int64_t k, int64_t n, int ta, int tb, float alpha, float beta, int ccode)
 {
 	int64_t ad[2] = { ta ? k : m, ta ? m : k }, bd[2] = { tb ? n : k, tb ? k : n }, yd[2] = { m, n }, cs0, cs1;
 	struct hp_tensor in[3], out, ref;
-	struct hp_attr attrs[4] = { kt_int("transA", ta), kt_int("transB", tb), kt_float("alpha", alpha),
-				    kt_float("beta", beta) };
-	struct kt_case c = { .op = "Gemm", .nin = ccode ? 3 : 2, .in = in, .nattrs = 4, .attrs = attrs, .nout = 1 };
+	struct hp_attr attrs[5] = { kt_int("transA", ta), kt_int("transB", tb), kt_float("alpha", alpha),
+				    kt_float("beta", beta), kt_int("pack_b", pack_epoch) };
+	struct kt_case c = { .op = "Gemm", .nin = ccode ? 3 : 2, .in = in, .nattrs = pack_epoch ? 5 : 4, .attrs = attrs,
+			     .nout = 1 };
 	char what[128];
 
 	in[0] = kt_tensor(HP_F32, 2, ad);
@@ -476,6 +486,96 @@ static void test_errors(void **state)
 	hp_tensor_free(&in[1]);
 }
 
+/* dW of Y = alpha op(X) op(W): op(X) rows x k, dY rows x n; dW is k x n
+ * (n x k when tb), from a naive loop in double. */
+static void grad_dw_case(int64_t rows, int64_t k, int64_t n, int ta, int tb, float alpha)
+{
+	float *x = malloc((size_t)(rows * k) * sizeof *x), *dy = malloc((size_t)(rows * n) * sizeof *dy);
+	float *dw = malloc((size_t)(k * n) * sizeof *dw);
+	double worst = 0;
+
+	for (int64_t i = 0; i < rows * k; i++)
+		x[i] = (float)((i * 37 % 101) - 50) / 50.0f;
+	for (int64_t i = 0; i < rows * n; i++)
+		dy[i] = (float)((i * 53 % 89) - 44) / 44.0f;
+	for (int64_t i = 0; i < k * n; i++)
+		dw[i] = 1e30f; /* overwritten, never added to */
+	tk_gemm_grad_dw(x, dy, dw, rows, k, n, ta, tb, alpha);
+	for (int64_t a = 0; a < k; a++)
+		for (int64_t b = 0; b < n; b++) {
+			double ref = 0, got = dw[tb ? b * k + a : a * n + b];
+			for (int64_t r = 0; r < rows; r++)
+				ref += (double)(ta ? x[a * rows + r] : x[r * k + a]) * dy[r * n + b];
+			ref *= alpha;
+			if (fabs(got - ref) / (fabs(ref) + 1) > worst)
+				worst = fabs(got - ref) / (fabs(ref) + 1);
+		}
+	if (worst > 1e-5)
+		fail_msg("tk_gemm_grad_dw rows %lld k %lld n %lld ta %d tb %d: error %g", (long long)rows, (long long)k,
+			 (long long)n, ta, tb, worst);
+	free(x);
+	free(dy);
+	free(dw);
+}
+
+static void test_grad_dw(void **state)
+{
+	(void)state;
+	for (int ta = 0; ta < 2; ta++)
+		for (int tb = 0; tb < 2; tb++) {
+			grad_dw_case(48, 7, 5, ta, tb, 1.0f);
+			grad_dw_case(33, 20, 17, ta, tb, 0.5f);
+		}
+}
+
+static void test_gemm_packed(void **state)
+{
+	static const int64_t ms[] = { 1, 5, 6, 7, 13, 16, 64 }, ns[] = { 6, 16, 17, 40 };
+
+	(void)state;
+	if (!tk_panels_ok())
+		skip();
+	pack_epoch = 1;
+	for (int t = 0; t < 4; t++)
+		for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
+			for (size_t j = 0; j < sizeof ns / sizeof *ns; j++)
+				gemm_case(ms[i], 7 + 26 * (int64_t)(i & 1), ns[j], t & 1, t >> 1, i & 2 ? 0.5f : 1.0f,
+					  -1.5f, (int)(j % 3) * 2 + 1);
+	gemm_case(16, 1024, 96, 0, 0, 1, 1, 5);
+	pack_epoch = 0;
+}
+
+/* A packed weight changed in place is packed again at the next epoch. */
+static void test_panels_epoch(void **state)
+{
+	enum { M = 9, K = 20, N = 35 };
+	float a[M * K], b[K * N], y[M * N];
+	struct tk_panels pk = { 0 };
+	double worst = 0;
+
+	(void)state;
+	if (!tk_panels_ok())
+		skip();
+	for (int i = 0; i < M * K; i++)
+		a[i] = (float)(i % 13) - 6;
+	for (int e = 1; e <= 2; e++) {
+		for (int i = 0; i < K * N; i++)
+			b[i] = (float)((i * e) % 11) - 5;
+		assert_int_equal(tk_panels_pack(&pk, b, N, 1, K, N, e), 0);
+		assert_int_equal(tk_panels_mul(&pk, a, K, 1, M, 1.0f, y, N, 0, NULL), 0);
+		for (int i = 0; i < M; i++)
+			for (int j = 0; j < N; j++) {
+				double r = 0;
+				for (int q = 0; q < K; q++)
+					r += (double)a[i * K + q] * b[q * N + j];
+				worst = fabs(r - y[i * N + j]) > worst ? fabs(r - y[i * N + j]) : worst;
+			}
+		if (worst > 1e-3)
+			fail_msg("epoch %d: packed product off by %g", e, worst);
+	}
+	tk_panels_free(&pk);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -486,6 +586,9 @@ int main(void)
 		cmocka_unit_test(test_thread_invariance),
 		cmocka_unit_test(test_matmul_acc),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_grad_dw),
+		cmocka_unit_test(test_gemm_packed),
+		cmocka_unit_test(test_panels_epoch),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

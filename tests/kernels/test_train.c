@@ -453,16 +453,18 @@ static double gemm_loss(void *p)
 static void test_gemm_grad(void **state)
 {
 	(void)state;
-	for (int t = 0; t < 4; t++) {
-		struct gemm_ctx c = { .alpha = 0.75, .ta = t & 1, .tb = t >> 1, .m = 3, .k = 5, .n = 4 };
+	/* t & 4: pack_b (dA by a packed op(B)^T, gemm_panels.h) */
+	for (int t = 0; t < 8; t++) {
+		struct gemm_ctx c = { .alpha = 0.75, .ta = t & 1, .tb = (t >> 1) & 1, .m = 3, .k = 5, .n = 4 };
 		struct hp_tensor in[3] = { rnd(T(2, 3, 4), 30, -1, 1), rnd(c.ta ? T(2, 5, 3) : T(2, 3, 5), 31, -1, 1),
 					   rnd(c.tb ? T(2, 4, 5) : T(2, 5, 4), 32, -1, 1) };
-		struct hp_attr a[3] = { kt_float("alpha", 0.75f), kt_int("transA", c.ta), kt_int("transB", c.tb) };
+		struct hp_attr a[4] = { kt_float("alpha", 0.75f), kt_int("transA", c.ta), kt_int("transB", c.tb),
+					kt_int("pack_b", 1) };
 		struct hp_tensor out[2];
 		c.dy = dbl(&in[0]);
 		c.a = dbl(&in[1]);
 		c.b = dbl(&in[2]);
-		run("GemmGrad", 3, in, 3, a, 2, out);
+		run("GemmGrad", 3, in, t & 4 ? 4 : 3, a, 2, out);
 		fd_check(gemm_loss, &c, c.a, &out[0], 1e-5, "Gemm dA");
 		fd_check(gemm_loss, &c, c.b, &out[1], 1e-5, "Gemm dB");
 		free(c.a);

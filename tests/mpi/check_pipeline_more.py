@@ -23,6 +23,16 @@ usage: check_pipeline_more.py HPDLF_EXEC TESTS_DIR
   Gemms in both weight layouts (transB 0 and 1, alpha 0.5 and 2) say so
   under 1F1B and GPipe, export the 1-rank weights (SGD with momentum)
   within 1e-5, and their 20 losses equal the 1-rank ones within 1e-5.
+- The same for MatMul weight gradients and Gemm with transA 1, and out of
+  core: a transformer (P=2, M=4: 4 MatMul weights on stage 0, 4 and the
+  head's Gemm on stage 1) and the Gemm net with its second Gemm reading a
+  transposed A (transA 1) say how many each stage defers, in core and with
+  --budget; their losses equal the 1-rank ones within 1e-5 and the
+  exported weights within 1e-5, and the --budget run's losses and
+  exported weights equal the in-core run's bit for bit.  The Gemm net's
+  stages (micro-batches of 4 rows) multiply by weights packed once per
+  step (kernels/gemm_panels.h) in both runs; of the transformer's stages
+  (MatMul) only the last, with the head's Gemm.
 - --shard and --sync-bn with --pipeline are refused with exit 2 and one
   line naming the flag.
 
@@ -189,6 +199,58 @@ def once_per_step(tmp):
           'Gemm layouts, P=2 M=4: losses = 1 rank within 1e-5 (max rel %.2g)' % (rel(ref, got) if got else float('nan')))
 
 
+def deferred_counts(err):
+    said = [l for l in err.splitlines() if 'weight gradients computed once per step' in l]
+    return {int(l.split('stage ')[1].split(':')[0]): int(l.split(': ')[-1].split(' ')[0]) for l in said}
+
+
+def export_pair(a, b):
+    """Worst difference relative to the largest magnitude, and whether all
+    initializers are bitwise equal."""
+    worst = max((float(np.abs(a[k] - b[k]).max() / max(float(np.abs(a[k]).max()), 1e-12))
+                 for k in a if a[k].dtype == np.float32 and k in b), default=float('inf'))
+    return worst, set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def deferred_more(tmp):
+    """MatMul weight gradients (transformer) and Gemm transA 1 once per
+    step, in core and out of core: the 1-rank numbers within 1e-5, and
+    out of core bit for bit the in-core pipeline."""
+    j = lambda *n: os.path.join(tmp, *n)
+    ta = make(tmp, 'make_gemmnet.py', '--trans-a') + '-ta'
+    os.rename(ta[:-3], ta)
+    cases = (('transformer', TRANSFORMER, [], {0: 4, 1: 5}, ['1']),
+             ('Gemm transA 1', ta, ['--pipeline-cuts', 'relu1'], {0: 2, 1: 2}, ['0', '1']))
+    for what, model, cuts, want, packs in cases:
+        flags = ['--pipeline', '2', '--micro-batches', '4'] + cuts
+        ref = train(0, train_args(model, 16, 'sgd', extra=['--export-onnx', j('d1.onnx')]), j('d1.json'))
+        got = {}
+        for mode, extra in (('in core', []), ('--budget', ['--budget', '4M'])):
+            log = j('dp.json')
+            if os.path.exists(log):
+                os.unlink(log)
+            args = [a for a in train_args(model, 16, 'sgd', extra=flags + extra + ['--export-onnx', j('dp.onnx'),
+                                                                                     '--log-json', log])
+                    if a != '--quiet']
+            rc, err = run(launched(2, args), env=dict(ENV, HPDLF_LOG_LEVEL='info'))
+            n = deferred_counts(err)
+            check(rc == 0 and n == want, '%s, %s: each stage computes its weight gradients once per step (%s, '
+                  'want %s)' % (what, mode, n, want))
+            packed = sorted(l.split('stage ')[1][:1] for l in err.splitlines() if 'packed once per step' in l)
+            check(rc == 0 and packed == packs, '%s, %s: stages packing their weights once '
+                  'per step: %s' % (what, mode, packed))
+            got[mode] = (losses(log) if rc == 0 else None, initializers(j('dp.onnx')) if rc == 0 else None)
+        l, w = got['in core']
+        check(l is not None and len(l) == 20 and rel(ref, l) <= 1e-5,
+              '%s: losses = 1 rank within 1e-5 (max rel %.2g)' % (what, rel(ref, l) if l else float('nan')))
+        worst, _ = export_pair(initializers(j('d1.onnx')), w) if w else (float('inf'), False)
+        check(worst <= 1e-5, '%s: exported weights = 1 rank within 1e-5 (worst %.2g)' % (what, worst))
+        lb, wb = got['--budget']
+        _, same = export_pair(w, wb) if w and wb else (0, False)
+        check(l is not None and lb == l and same, '%s: --budget = in core bit for bit (losses %s, weights %s)' %
+              (what, lb == l, same))
+
+
 def refusals(tmp):
     for extra, word in ((['--shard', 'gradients'], '--shard'), (['--sync-bn'], '--sync-bn')):
         p = subprocess.run(launched(2, train_args(MLP, 12, 'sgd', steps=2, extra=['--pipeline', '2'] + extra)),
@@ -202,7 +264,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix='hpdlf-test-pipe2-')
     only = sys.argv[3:]
     try:
-        for name in only or ('saved_forward', 'exports', 'dropout', 'once_per_step', 'refusals'):
+        for name in only or ('saved_forward', 'exports', 'dropout', 'once_per_step', 'deferred_more', 'refusals'):
             globals()[name](tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
