@@ -427,6 +427,10 @@ static void test_matmul_grad(void **state)
 	/* unbatched B: the batches fold into the rows of one product */
 	mm_case(4, (int[]){ 2, 3, 5, 4 }, 2, (int[]){ 4, 3 }, 4, (int[]){ 2, 3, 5, 3 });
 	mm_case(3, (int[]){ 2, 3, 4 }, 1, (int[]){ 4 }, 2, (int[]){ 2, 3 });
+	/* both batched alike (attention): each product writes its own slices */
+	mm_case(4, (int[]){ 2, 3, 4, 5 }, 4, (int[]){ 2, 3, 5, 6 }, 4, (int[]){ 2, 3, 4, 6 });
+	/* B batched alike, A broadcast along one dim: dA sums, dB does not */
+	mm_case(4, (int[]){ 2, 1, 4, 5 }, 4, (int[]){ 2, 3, 5, 2 }, 4, (int[]){ 2, 3, 4, 2 });
 }
 
 struct gemm_ctx {
