@@ -288,6 +288,9 @@ int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struc
 	for (size_t i = 0; i < sizeof always / sizeof always[0]; i++)
 		if ((rc = run_pass(g, always[i], r, &any)) < 0)
 			return rc;
+	/* after the passes that absorb Transposes into a product or attention */
+	if ((rc = hp_fuse_const_transpose(g, r)) < 0 || (rc > 0 && (any = 1) && (rc = hp_graph_finalize(g)) < 0))
+		return rc;
 	if (!(opts && opts->splittable) && (rc = run_pass(g, hp_fuse_epilogue, r, &any)) < 0)
 		return rc;
 	return any ? hp_graph_infer(g) : 0;

@@ -135,6 +135,15 @@ HPK_SIMD static void relu_grad(const float *dy, const float *x, float *dx, int64
 		dx[i] = x[i] > 0 ? dy[i] : 0.0f;
 }
 
+/* ErfGrad, GELU's as exporters write it (a third of the element-wise time
+ * of a GPT-2-style training step went to libm's exp in double): float
+ * exp, vectorized, within a few float ulps of 2/sqrt(pi) e^-x^2. */
+HPK_SIMD static void erf_grad(const float *dy, const float *x, float *dx, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		dx[i] = dy[i] * (1.12837916709551257f * hpk_expf(-(x[i] * x[i])));
+}
+
 static void unary_range(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct unary_job *j = arg;
@@ -142,6 +151,10 @@ static void unary_range(void *arg, int64_t b, int64_t e, int tid)
 	(void)tid;
 	if (j->p->op == U_RELU) {
 		relu_grad(j->dy + b, j->x + b, j->dx + b, e - b);
+		return;
+	}
+	if (j->p->op == U_ERF) {
+		erf_grad(j->dy + b, j->x + b, j->dx + b, e - b);
 		return;
 	}
 	for (int64_t i = b; i < e; i++)

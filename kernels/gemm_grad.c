@@ -73,24 +73,31 @@ static int mm_run(const struct hp_node *n, const struct hp_kargs *a)
 		dw = NULL;
 	tk_bcast_strides(&p->yb, &p->ab, sa);
 	tk_bcast_strides(&p->yb, &p->bb, sb);
-	if (dx)
-		memset(dx, 0, hp_tensor_bytes(&a->out[0]));
-	if (dw)
-		memset(dw, 0, hp_tensor_bytes(&a->out[1]));
 	/* A linear layer ([batch.., m, k] x [k, n]): the batches are rows of one
 	 * product, so dA and dB are one sgemm each over nb * m rows instead of
 	 * nb thin ones (dB summed by sgemm rather than by beta = 1 per batch). */
 	if (p->bb.rank == 0 && hp_shape_equal(&p->ab, &p->yb) && nb * m <= INT32_MAX)
 		m *= nb, nb = 1;
+	/* An operand with a batch of its own per product (attention's) or one
+	 * product in all: each gradient element is written by one sgemm, which
+	 * overwrites it (beta 0: the same bits as adding into zeros) instead of
+	 * a memset first.  Broadcast operands sum over the products (beta 1). */
+	int some = m > 0 && k > 0 && nn > 0; /* else sgemm may leave C as it is */
+	float bx = some && (nb == 1 || hp_shape_equal(&p->ab, &p->yb)) ? 0.0f : 1.0f;
+	float bw = some && (nb == 1 || hp_shape_equal(&p->bb, &p->yb)) ? 0.0f : 1.0f;
+	if (dx && bx != 0.0f)
+		memset(dx, 0, hp_tensor_bytes(&a->out[0]));
+	if (dw && bw != 0.0f)
+		memset(dw, 0, hp_tensor_bytes(&a->out[1]));
 	for (int64_t i = 0; i < nb; i++) {
 		int64_t ao = tk_offset(&p->yb, sa, i) * m * k, bo = tk_offset(&p->yb, sb, i) * k * nn;
 		const float *dyi = dy + i * m * nn;
 		if (dx) /* dA += dY B^T */
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)k, (int)nn, 1.0f, dyi,
-				    (int)nn, w + bo, (int)nn, 1.0f, dx + ao, (int)k);
+				    (int)nn, w + bo, (int)nn, bx, dx + ao, (int)k);
 		if (dw) /* dB += A^T dY */
 			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)nn, (int)m, 1.0f, x + ao,
-				    (int)k, dyi, (int)nn, 1.0f, dw + bo, (int)nn);
+				    (int)k, dyi, (int)nn, bw, dw + bo, (int)nn);
 	}
 	return 0;
 }

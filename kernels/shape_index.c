@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/checked.h"
+#include "kernels/eltwise_impl.h" /* HPK_SIMD */
 #include "kernels/shape_util.h"
 
 /* ---- Transpose ----------------------------------------------------------- */
@@ -147,6 +148,45 @@ struct tr_job {
 		for (int64_t j = j0; j < j1; j++)                                       \
 			((T *)d)[j * p->m + i] = ((const T *)s)[i * p->nn + j]
 
+typedef float tr_f8 __attribute__((vector_size(32)));
+typedef int32_t tr_i8 __attribute__((vector_size(32)));
+
+/* An 8x8 block of 4-byte elements: rows of s (stride ls) become rows of d
+ * (stride ld), in registers (unpack, then 2x2 and 4x4 shuffles) instead
+ * of 64 scattered stores, which made the weight transposes of a BERT-style
+ * training step 15% of its time. */
+static inline __attribute__((always_inline)) void tr_8x8(const float *s, int64_t ls, float *d, int64_t ld)
+{
+	static const int col[4] = { 0, 2, 1, 3 }; /* the column pair of u[q] (and + 4) */
+	tr_f8 r[8], t[8], u[8];
+
+	for (int k = 0; k < 8; k++)
+		memcpy(&r[k], s + k * ls, sizeof r[k]);
+	for (int k = 0; k < 8; k += 2) { /* t: pairs of rows interleaved */
+		t[k] = __builtin_shuffle(r[k], r[k + 1], (tr_i8){ 0, 8, 1, 9, 4, 12, 5, 13 });
+		t[k + 1] = __builtin_shuffle(r[k], r[k + 1], (tr_i8){ 2, 10, 3, 11, 6, 14, 7, 15 });
+	}
+	for (int k = 0; k < 8; k += 4) /* u: columns c and c + 4 of four rows */
+		for (int q = 0; q < 2; q++) {
+			u[k + q] = __builtin_shuffle(t[k + q], t[k + q + 2], (tr_i8){ 0, 1, 8, 9, 4, 5, 12, 13 });
+			u[k + q + 2] = __builtin_shuffle(t[k + q], t[k + q + 2], (tr_i8){ 2, 3, 10, 11, 6, 7, 14, 15 });
+		}
+	for (int q = 0; q < 4; q++) {
+		tr_f8 lo = __builtin_shuffle(u[q], u[q + 4], (tr_i8){ 0, 1, 2, 3, 8, 9, 10, 11 });
+		tr_f8 hi = __builtin_shuffle(u[q], u[q + 4], (tr_i8){ 4, 5, 6, 7, 12, 13, 14, 15 });
+		memcpy(d + col[q] * ld, &lo, sizeof lo);
+		memcpy(d + (col[q] + 4) * ld, &hi, sizeof hi);
+	}
+}
+
+/* A whole TILE x TILE tile of 4-byte elements, as 8x8 blocks. */
+HPK_SIMD static void tr_tile32(const float *s, int64_t ls, float *d, int64_t ld)
+{
+	for (int i = 0; i < TILE; i += 8)
+		for (int j = 0; j < TILE; j += 8)
+			tr_8x8(s + i * ls + j, ls, d + j * ld + i, ld);
+}
+
 static void tr_tiles(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct tr_job *jb = arg;
@@ -160,6 +200,10 @@ static void tr_tiles(void *arg, int64_t b, int64_t e, int tid)
 		int64_t i1 = i0 + TILE < p->m ? i0 + TILE : p->m, j1 = j0 + TILE < p->nn ? j0 + TILE : p->nn;
 		const char *s = jb->src + bi * plane;
 		char *d = jb->dst + bi * plane;
+		if (p->es == 4 && i1 - i0 == TILE && j1 - j0 == TILE) {
+			tr_tile32((const float *)s + i0 * p->nn + j0, p->nn, (float *)d + j0 * p->m + i0, p->m);
+			continue;
+		}
 		switch (p->es) {
 		case 1: TR_TILE(uint8_t); break;
 		case 2: TR_TILE(uint16_t); break;

@@ -229,19 +229,6 @@ static int sce_prepare(struct hp_graph *g, struct hp_node *n)
 	return 0;
 }
 
-/* Log-sum-exp of one position (stride `inner` between classes) in double. */
-static double sce_lse(const float *x, int64_t classes, int64_t inner)
-{
-	double m = -INFINITY, s = 0;
-
-	for (int64_t c = 0; c < classes; c++)
-		if (x[c * inner] > m)
-			m = x[c * inner];
-	for (int64_t c = 0; c < classes; c++)
-		s += exp(x[c * inner] - m);
-	return m + log(s);
-}
-
 static int sce_label(const struct hp_node *n, int64_t lab, int64_t classes, int64_t ignore)
 {
 	if (lab == ignore)
@@ -252,25 +239,38 @@ static int sce_label(const struct hp_node *n, int64_t lab, int64_t classes, int6
 	return 1;
 }
 
+/* Log-sum-exps of positions i0 .. i0 + np - 1 of outer slice xs. */
+static void sce_lse_block(const float *xs, const struct sce_geom *gm, int64_t i0, int np, double *lse)
+{
+	if (gm->inner > 1)
+		tk_sce_lse_cols(xs, gm->classes, gm->inner, i0, np, lse);
+	else
+		lse[0] = tk_sce_lse_row(xs, gm->classes);
+}
+
 static int sce_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	struct sce_geom gm = sce_geom(&a->in[0].shape);
 	int64_t ignore = hp_attr_int(n, "ignore_index", -100), count = 0;
 	const float *x = a->in[0].data;
-	double sum = 0;
+	double sum = 0, lse[TK_SCE_BLOCK];
 
 	for (int64_t o = 0; o < gm.outer; o++)
-		for (int64_t i = 0; i < gm.inner; i++) {
-			int64_t lab = label_at(&a->in[1], o * gm.inner + i);
-			const float *p = x + o * gm.classes * gm.inner + i;
-			int rc = sce_label(n, lab, gm.classes, ignore);
-			if (rc <= 0) {
-				if (rc < 0)
-					return rc;
-				continue;
+		for (int64_t i0 = 0; i0 < gm.inner; i0 += TK_SCE_BLOCK) {
+			int np = gm.inner - i0 < TK_SCE_BLOCK ? (int)(gm.inner - i0) : TK_SCE_BLOCK;
+			const float *xs = x + o * gm.classes * gm.inner;
+			sce_lse_block(xs, &gm, i0, np, lse);
+			for (int j = 0; j < np; j++) { /* positions in order, as before */
+				int64_t i = i0 + j, lab = label_at(&a->in[1], o * gm.inner + i);
+				int rc = sce_label(n, lab, gm.classes, ignore);
+				if (rc <= 0) {
+					if (rc < 0)
+						return rc;
+					continue;
+				}
+				sum += lse[j] - xs[lab * gm.inner + i];
+				count++;
 			}
-			sum += sce_lse(p, gm.classes, gm.inner) - p[lab * gm.inner];
-			count++;
 		}
 	*(float *)a->out[0].data = (float)(count ? sum / (double)count : NAN);
 	return 0;
@@ -317,14 +317,21 @@ static int sce_grad_run(const struct hp_node *n, const struct hp_kargs *a)
 	}
 	scale = count ? *(const float *)a->in[0].data / (double)count : NAN;
 	for (int64_t o = 0; o < gm.outer; o++)
-		for (int64_t i = 0; i < gm.inner; i++) {
-			int64_t lab = label_at(&a->in[2], o * gm.inner + i), base = o * gm.classes * gm.inner + i;
-			double lse = sce_lse(x + base, gm.classes, gm.inner);
-			for (int64_t c = 0; c < gm.classes; c++) {
-				int64_t k = base + c * gm.inner;
-				dx[k] = lab == ignore ? 0.0f
-						      : (float)(scale * (exp(x[k] - lse) - (c == lab ? 1.0 : 0.0)));
+		for (int64_t i0 = 0; i0 < gm.inner; i0 += TK_SCE_BLOCK) {
+			int np = gm.inner - i0 < TK_SCE_BLOCK ? (int)(gm.inner - i0) : TK_SCE_BLOCK, keep[TK_SCE_BLOCK];
+			int64_t base = o * gm.classes * gm.inner, lab[TK_SCE_BLOCK];
+			double lse[TK_SCE_BLOCK];
+			for (int j = 0; j < np; j++) {
+				lab[j] = label_at(&a->in[2], o * gm.inner + i0 + j);
+				keep[j] = lab[j] != ignore;
 			}
+			sce_lse_block(x + base, &gm, i0, np, lse);
+			if (gm.inner > 1)
+				tk_sce_grad_cols(x + base, dx + base, gm.classes, gm.inner, i0, np, lse, lab, keep, scale);
+			else if (keep[0])
+				tk_sce_grad_row(x + base, dx + base, gm.classes, lse[0], lab[0], scale);
+			else
+				memset(dx + base, 0, (size_t)gm.classes * sizeof *dx);
 		}
 	return 0;
 }

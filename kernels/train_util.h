@@ -62,4 +62,12 @@ void tk_bcast_strides(const struct hp_shape *out, const struct hp_shape *in, int
 int64_t tk_offset(const struct hp_shape *s, const int64_t *st, int64_t i);
 void tk_strides(const struct hp_shape *s, int64_t *st);
 
+/* ---- kernels/sce.c: SoftmaxCrossEntropy's inner loops ---- */
+#define TK_SCE_BLOCK 64 /* positions at a time across a [classes, inner] slice */
+void tk_sce_lse_cols(const float *x, int64_t classes, int64_t inner, int64_t i0, int np, double *lse);
+double tk_sce_lse_row(const float *x, int64_t classes);
+void tk_sce_grad_cols(const float *x, float *dx, int64_t classes, int64_t inner, int64_t i0, int np,
+		      const double *lse, const int64_t *lab, const int *keep, double scale);
+void tk_sce_grad_row(const float *x, float *dx, int64_t classes, double lse, int64_t lab, double scale);
+
 #endif

@@ -3,7 +3,7 @@
 
 usage: check_fuse_patterns.py HPDLF_EXEC MAKE_FUSE_MODELS_PY
 
-Four models written here with onnx.helper and seeded NumPy weights, each
+Five models written here with onnx.helper and seeded NumPy weights, each
 with fusable patterns and look-alikes that must NOT fuse because an
 intermediate has a reader outside the pattern (or is a graph output):
 
@@ -17,6 +17,8 @@ intermediate has a reader outside the pattern (or is a graph output):
         Transpose (not fused)
   ln    the LayerNorm chain torch writes below opset 17; the same chain with
         x - mean also a graph output (not fused)
+  cst   Transposes of weights (rank 2 into a rank-3 MatMul, rank 3 permuted)
+        computed once; one whose output is a graph output (not folded)
   attn  attentions reading Q, K, V through Transposes (a causal Where mask
         with Mul scale; an added mask with Div scale; neither, the result
         not transposed; operands whose rows are not contiguous, so that the
@@ -26,7 +28,7 @@ intermediate has a reader outside the pattern (or is a graph output):
 For each: --plan's pattern counts are exactly the expected ones (so the
 look-alikes did not fuse), and under --budget the same without the
 epilogues; outputs fused and --no-fuse within TOL * max|ref|
-of a float64 NumPy evaluation; the epilogue-only models (epi) bitwise equal
+of a float64 NumPy evaluation; the epilogue-only and copy-only models (epi, cst) bitwise equal
 to --no-fuse (the epilogue computes each element as the unfused nodes do);
 out of core at the smallest budget the planner allows, outputs bitwise the
 in-core fused ones.  Then torch exports (bench/make_fuse_models.py, 2-layer
@@ -214,6 +216,24 @@ def model_mm(path):
     return x, ref, want
 
 
+def model_cst(path):
+    """Transposes of weights (a Linear layer as torch exports it, a rank-3 permutation) become transposed
+    initializers; one whose output is a graph output stays."""
+    m = M(5)
+    x = m.rng.standard_normal((3, 5, 32)).astype(np.float32)
+    # over 4 KiB each: smaller initializers are read at import, and constant folding transposes them
+    m.w("W7", (48, 32)), m.w("Wc", (12, 3, 32)), m.w("Wo", (40, 30))
+    m.op("Transpose", ["W7"], "W7t")                     # default perm: reversed
+    m.op("MatMul", ["x", "W7t"], "y7")                   # rank-3 activation: no Gemm takes it
+    m.op("Transpose", ["Wc"], "Wct", perm=[1, 2, 0])     # [3, 32, 12]
+    m.op("MatMul", ["x", "Wct"], "y8")
+    m.op("Transpose", ["Wo"], "y9")                      # a graph output: stays
+    m.save(path, list(x.shape), ["y7", "y8", "y9"])
+    d = {k: v.astype(np.float64) for k, v in m.P.items()}
+    ref = {"y7": x.astype(np.float64) @ d["W7"].T, "y8": x.astype(np.float64) @ d["Wc"].transpose(1, 2, 0), "y9": d["Wo"].T}
+    return x, ref, {"Transpose of a constant": 2}
+
+
 def ln_nodes(m, x, out, g, b):
     m.op("ReduceMean", [x], out + "m", axes=[-1])
     m.op("Sub", [x, out + "m"], out + "d")
@@ -358,7 +378,7 @@ def check_model(exe, tmp, name, make):
         ef, en = (float(np.max(np.abs(res[t][k] - ref[k]))) for t in ("f", "n"))
         check(ef <= TOL * scale, "%s %s: fused vs NumPy float64 max err %.2e (unfused %.2e, scale %.3g, tol %.0e)"
               % (name, k, ef, en, scale, TOL))
-        if name == "epi":
+        if name in ("epi", "cst"):  # only copies or per-element epilogues: the unfused bits
             check(np.array_equal(res["f"][k], res["n"][k]), "%s %s: fused bitwise --no-fuse" % (name, k))
     again = outputs(exe, path, xpath, list(ref), name + "r", ["--threads", "2"])
     if again:
@@ -406,7 +426,8 @@ def check_torch(exe, tmp, maker):
 def main():
     exe, maker = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
-        for name, make in (("epi", model_epi), ("mm", model_mm), ("ln", model_ln), ("attn", model_attn)):
+        for name, make in (("epi", model_epi), ("mm", model_mm), ("ln", model_ln), ("attn", model_attn),
+                           ("cst", model_cst)):
             check_model(exe, tmp, name, make)
         check_torch(exe, tmp, maker)
     print("%d failed" % len(FAILS))

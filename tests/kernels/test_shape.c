@@ -274,6 +274,46 @@ static void test_transpose(void **state)
 	}
 }
 
+/* The blocked 2-D path in 8x8 register blocks (4-byte elements, whole
+ * 32x32 tiles) beside its edge tiles, batched, on one and two threads,
+ * against the naive index map. */
+static void test_transpose_tiles(void **state)
+{
+	static const struct {
+		int rank;
+		int64_t dims[3];
+		int perm[3];
+	} cs[] = {
+		{ 2, { 96, 64 }, { 1, 0 } }, { 2, { 64, 200 }, { 1, 0 } }, { 3, { 3, 64, 40 }, { 0, 2, 1 } },
+		{ 2, { 256, 1024 }, { 1, 0 } }, { 3, { 2, 33, 65 }, { 0, 2, 1 } },
+	};
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+		struct hp_tensor x = rnd(HP_F32, cs[i].rank, cs[i].dims, 40 + (unsigned)i), out[2], ref;
+		struct hp_shape os = { .rank = cs[i].rank };
+		int64_t p64[3];
+		struct hp_attr a;
+		for (int d = 0; d < cs[i].rank; d++) {
+			p64[d] = cs[i].perm[d];
+			os.dims[d] = cs[i].dims[cs[i].perm[d]];
+		}
+		a = kt_ints("perm", cs[i].rank, p64);
+		for (int t = 0; t < 2; t++) {
+			struct kt_case c = { .op = "Transpose", .nin = 1, .in = &x, .nattrs = 1, .attrs = &a, .nout = 1,
+					     .pool = t ? pool : NULL };
+			assert_int_equal(kt_run(&c, &out[t]), 0);
+		}
+		ref = ref_apply(&x, &os, map_transpose, cs[i].perm, NULL);
+		assert_same(&out[0], &ref);
+		assert_same(&out[1], &ref);
+		free_all((struct hp_tensor[]){ x, out[0], out[1], ref }, 4);
+	}
+	hp_pool_destroy(pool);
+}
+
 /* ---- Concat / Split ---------------------------------------------------- */
 
 static void test_concat_split(void **state)
@@ -1019,6 +1059,7 @@ int main(void)
 		cmocka_unit_test(test_reshape_errors),
 		cmocka_unit_test(test_flatten_squeeze_unsqueeze),
 		cmocka_unit_test(test_transpose),
+		cmocka_unit_test(test_transpose_tiles),
 		cmocka_unit_test(test_concat_split),
 		cmocka_unit_test(test_slice),
 		cmocka_unit_test(test_gather),

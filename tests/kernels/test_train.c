@@ -427,6 +427,10 @@ static void test_matmul_grad(void **state)
 	/* unbatched B: the batches fold into the rows of one product */
 	mm_case(4, (int[]){ 2, 3, 5, 4 }, 2, (int[]){ 4, 3 }, 4, (int[]){ 2, 3, 5, 3 });
 	mm_case(3, (int[]){ 2, 3, 4 }, 1, (int[]){ 4 }, 2, (int[]){ 2, 3 });
+	/* both batched alike (attention): each product writes its own slices */
+	mm_case(4, (int[]){ 2, 3, 4, 5 }, 4, (int[]){ 2, 3, 5, 6 }, 4, (int[]){ 2, 3, 4, 6 });
+	/* B batched alike, A broadcast along one dim: dA sums, dB does not */
+	mm_case(4, (int[]){ 2, 1, 4, 5 }, 4, (int[]){ 2, 3, 5, 2 }, 4, (int[]){ 2, 3, 4, 2 });
 }
 
 struct gemm_ctx {
@@ -1231,6 +1235,61 @@ static void test_cross_entropy(void **state)
 	free_all(in, 3);
 }
 
+/* The blocked paths over a wide vocabulary: positions along inner (more
+ * than a block of them, ignored labels among them) and rows of contiguous
+ * classes (inner 1): the loss and each dLogit against double loops. */
+static void ce_wide_case(int64_t n, int64_t classes, int64_t inner, unsigned seed)
+{
+	int64_t xd[3] = { n, classes, inner }, ld[2] = { n, inner }, one[1] = { 1 }, cnt = 0;
+	struct hp_tensor in[3], out, g;
+	double sum = 0, scale;
+
+	in[0] = kt_tensor(HP_F32, 0, one);
+	*(float *)in[0].data = 0.75f;
+	in[1] = kt_tensor(HP_F32, inner > 1 ? 3 : 2, xd);
+	kt_fill_random(&in[1], seed, -8, 8);
+	in[2] = kt_tensor(HP_I64, inner > 1 ? 2 : 1, ld);
+	int64_t *lab = in[2].data, np = n * inner;
+	const float *x = in[1].data;
+	for (int64_t p = 0; p < np; p++)
+		lab[p] = p % 7 == 3 ? -100 : (p * 37 + seed) % classes;
+	run("SoftmaxCrossEntropy", 2, in + 1, 0, NULL, 1, &out);
+	run("SoftmaxCrossEntropyGrad", 3, in, 0, NULL, 1, &g);
+	double *lse = calloc((size_t)np, sizeof *lse);
+	for (int64_t p = 0; p < np; p++) {
+		int64_t o = p / inner, i = p % inner;
+		double m = -INFINITY, z = 0;
+		for (int64_t c = 0; c < classes; c++)
+			m = fmax(m, x[(o * classes + c) * inner + i]);
+		for (int64_t c = 0; c < classes; c++)
+			z += exp(x[(o * classes + c) * inner + i] - m);
+		lse[p] = m + log(z);
+		if (lab[p] != -100)
+			sum += lse[p] - x[(o * classes + lab[p]) * inner + i], cnt++;
+	}
+	assert_true(fabs(*(float *)out.data - sum / cnt) <= 1e-6 * fabs(sum / cnt));
+	scale = 0.75 / cnt;
+	for (int64_t k = 0; k < n * classes * inner; k++) {
+		int64_t o = k / (classes * inner), c = k / inner % classes, i = k % inner, p = o * inner + i;
+		double want = lab[p] == -100 ? 0 : scale * (exp(x[k] - lse[p]) - (c == lab[p]));
+		if (!(fabs(((float *)g.data)[k] - want) <= 1e-6 * scale))
+			fail_msg("SoftmaxCrossEntropyGrad [%lld, %lld, %lld] at %lld: got %.9g, want %.9g", (long long)n,
+				 (long long)classes, (long long)inner, (long long)k, ((float *)g.data)[k], want);
+	}
+	free(lse);
+	hp_tensor_free(&out);
+	hp_tensor_free(&g);
+	free_all(in, 3);
+}
+
+static void test_cross_entropy_wide(void **state)
+{
+	(void)state;
+	ce_wide_case(3, 300, 70, 1);  /* a GPT's [batch, vocab, tokens] */
+	ce_wide_case(50, 130, 1, 2);  /* [rows, classes] */
+	ce_wide_case(2, 3, 5, 3);
+}
+
 struct mse_ctx {
 	double *p, *t;
 	int64_t n;
@@ -1397,6 +1456,7 @@ int main(void)
 		cmocka_unit_test(test_reduce_grad),
 		cmocka_unit_test(test_resize_grad),
 		cmocka_unit_test(test_cross_entropy),
+		cmocka_unit_test(test_cross_entropy_wide),
 		cmocka_unit_test(test_mse),
 		cmocka_unit_test(test_grad_sum),
 		cmocka_unit_test(test_sgd),

@@ -109,6 +109,32 @@ static void test_relu_grad(void **state)
 	free_all(in, 2);
 }
 
+/* ErfGrad (GELU's) over normal values and far tails (e^-x^2 underflows),
+ * against 2/sqrt(pi) e^-x^2 dy in double, and 2 threads bitwise 1. */
+static void test_erf_grad(void **state)
+{
+	int64_t d[1] = { 70001 };
+	struct hp_tensor in[2] = { rnd(Tn(1, d), 5, -2, 2), rnd(Tn(1, d), 6, -4, 4) }, o1, o2;
+	struct hp_attr a = kt_string("op", "Erf");
+	double *want = malloc((size_t)d[0] * sizeof *want);
+
+	(void)state;
+	F(&in[1])[0] = 0.0f;
+	F(&in[1])[1] = 12.0f;
+	F(&in[1])[2] = -30.0f;
+	run2("UnaryGrad", 2, in, 1, &a, 1, &o1, &o2);
+	for (int64_t i = 0; i < d[0]; i++) {
+		double x = F(&in[1])[i];
+		want[i] = F(&in[0])[i] * 2 / sqrt(M_PI) * exp(-x * x);
+	}
+	close_to(&o1, want, 1e-6, "ErfGrad");
+	same_bits(&o1, &o2, "ErfGrad");
+	free(want);
+	hp_tensor_free(&o1);
+	hp_tensor_free(&o2);
+	free_all(in, 2);
+}
+
 static void test_tanh_grad(void **state)
 {
 	int64_t d[1] = { 70001 };
@@ -541,6 +567,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_relu_grad),
 		cmocka_unit_test(test_tanh_grad),
+		cmocka_unit_test(test_erf_grad),
 		cmocka_unit_test(test_binary_grad_bcast),
 		cmocka_unit_test(test_reduce_grad_bcast),
 		cmocka_unit_test(test_maxpool_grad_tiled),
