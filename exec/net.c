@@ -610,10 +610,34 @@ static void fire_batch(struct hp_net *n, struct heap *h, int i, int worker, int 
  * thread), or until the net is destroyed (the others: they sleep between
  * runs, and are woken one at a time as transitions of their class become
  * ready). */
+/* Nothing runs, nothing is ready and the run is not done: the next grant
+ * needs more tokens than can ever be free (values held from outside the
+ * plan took them), so no transition will fire again.  The run ends with
+ * an error instead of every worker sleeping forever. */
+static int stuck(struct hp_net *n)
+{
+	if (n->nrunning || n->err || run_done(n))
+		return 0;
+	for (int c = 0; c < 3; c++)
+		if (n->ready[c].n)
+			return 0;
+	n->err = HP_EBUDGET;
+	snprintf(n->errmsg, sizeof n->errmsg,
+		 "the planned run cannot go on: its transition %d of %d needs %lld bytes of the budget and %lld are free (%llu "
+		 "of the %llu given are held apart or by values kept from before the run); this is a planning "
+		 "error: please report it, and give a larger --budget meanwhile",
+		 n->grant, n->ntr, (long long)(n->grant < n->ntr ? n->need[n->grant] : 0), (long long)n->free_tokens,
+		 (unsigned long long)(n->budget - (uint64_t)(n->free_tokens > 0 ? n->free_tokens : 0)),
+		 (unsigned long long)n->budget);
+	return 1;
+}
+
 static void work(struct hp_net *n, int cls, int worker, int forever)
 {
 	while (forever ? !n->quit : !run_done(n)) {
 		struct heap *h = pick(n, cls);
+		if (!h && !forever && stuck(n))
+			break;
 		if (!h) {
 			double t0 = now_ms(), u0 = hp_trace_now_us(n->trace);
 			int gen = n->gen;

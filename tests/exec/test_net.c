@@ -587,6 +587,33 @@ static void test_failure_stops(void **state)
 	hp_net_destroy(n);
 }
 
+/* Values kept resident from before the run (hp_net_note_resident) take
+ * more of the budget than the plan left them: the first kernel can never
+ * be granted its output.  The run ends with HP_EBUDGET and says so; it
+ * used to leave every worker asleep (a pipeline stage out of core hung). */
+static void test_stuck_run_fails(void **state)
+{
+	static const struct hp_net_ops ops = { .fire_kernel = failing_kernel, .fire_io = ok_io };
+	uint64_t vsize[4] = { PAGE, PAGE, PAGE, PAGE };
+	int io[4][1] = { { 0 }, { 1 }, { 2 }, { 3 } };
+	struct hp_net_entry e[2];
+	struct hp_net *n;
+	char msg[512];
+
+	(void)state;
+	for (int s = 0; s < 2; s++) /* value s+1 -> value s+2 */
+		e[s] = (struct hp_net_entry){ .kind = HP_TR_KERNEL, .step = s, .nin = 1, .in = io[s + 1], .nout = 1,
+					      .out = io[s + 2] };
+	struct hp_net_desc d = { .nvalues = 4, .vsize = vsize, .chunk = PAGE, .nentries = 2, .entries = e,
+				 .budget = 2 * PAGE, .workers = 1, .io_threads = 1 };
+	assert_int_equal(hp_net_create(&d, &ops, NULL, &n), 0);
+	hp_net_note_resident(n, 0); /* kept from before: takes the page the plan gave the output */
+	hp_net_note_resident(n, 1);
+	assert_int_equal(run_with_deadline(n, 30, msg, sizeof msg), HP_EBUDGET);
+	assert_non_null(strstr(msg, "cannot go on"));
+	hp_net_destroy(n);
+}
+
 /* A description naming a transition kind without its op is refused. */
 static void test_missing_op(void **state)
 {
@@ -609,6 +636,7 @@ int main(void)
 		cmocka_unit_test(test_random_nets),
 		cmocka_unit_test(test_random_nets_batched),
 		cmocka_unit_test(test_failure_stops),
+		cmocka_unit_test(test_stuck_run_fails),
 		cmocka_unit_test(test_missing_op),
 	};
 
