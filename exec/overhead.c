@@ -5,14 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "hpdlf/store.h"
 #include "hpdlf/tensor.h"
 #include "exec/budget.h"
 #include "exec/exec_internal.h"
-#include "exec/speed.h"
-#include "exec/speed_version.h"
 
 /* What the runtime adds to the resident set after the measurement,
  * whatever the budget: OpenBLAS's packing buffers (about 6 MiB per thread
@@ -70,48 +67,14 @@ static uint64_t io_copies(const struct hp_graph *g)
 	return in + out;
 }
 
-/* A start-up's resident set varies by some hundred KiB from run to run
- * (library pages touched lazily, threads starting), so two processes near
- * a grain's edge named smallest budgets a grain apart.  The resident set
- * is kept per machine and version ($XDG_CACHE_HOME/hpdlf) with RSS_MARGIN
- * on top, and a later start-up takes the kept figure unless it measures
- * more (then it keeps its own): the same figure run after run, never
- * below what this run measured. */
-#define RSS_MARGIN (1ull << 20)
-static uint64_t rss_settled(uint64_t now, uint64_t cpus)
-{
-	char key[160], path[512], tmp[530];
-	unsigned long long kept = 0;
-	FILE *f;
-
-	snprintf(key, sizeof key, "version=%s cpus=%llu", HPDLF_VERSION, (unsigned long long)cpus);
-	if (!now || hp_speed_cache_path("overhead", key, path, sizeof path) < 0)
-		return now;
-	if ((f = fopen(path, "r"))) {
-		if (fscanf(f, "%llu", &kept) != 1)
-			kept = 0;
-		fclose(f);
-	}
-	if (kept >= now)
-		return kept;
-	kept = now + RSS_MARGIN;
-	snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
-	if ((f = fopen(tmp, "w"))) {
-		int bad = fprintf(f, "%llu\n", kept) < 0;
-		if (fclose(f) != 0 || bad || rename(tmp, path) != 0)
-			unlink(tmp);
-	}
-	return kept;
-}
-
 void hp_budget_overhead_measure(const struct hp_graph *g, int remote)
 {
 	uint64_t cpus = (uint64_t)hp_exec_online_cpus(), grain = 2ull << 20, f;
 
 	pthread_mutex_lock(&overhead_mu);
 	if (!overhead_known) {
-		f = rss_settled(rss_now(), cpus) + io_copies(g) + cpus * BLAS_BUFFER + (cpus + IO_THREADS) * THREAD_STACK +
-		    METADATA + (remote ? REMOTE_BUFFERS : 0);
+		f = rss_now() + io_copies(g) + cpus * BLAS_BUFFER + (cpus + IO_THREADS) * THREAD_STACK + METADATA +
+		    (remote ? REMOTE_BUFFERS : 0);
 		overhead_fixed = (f + grain - 1) / grain * grain;
 		overhead_known = 1;
 	}
