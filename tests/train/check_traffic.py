@@ -22,7 +22,9 @@ reader, so the most the tiers ever held at once (--stats-json
 tier_peak_bytes, the store's placement peak) is at least the state and
 at most the state plus 2 A, and within --plan's predicted footprint (the
 plan's order walked) plus one weight (the task net may write a new
-version back before a release the plan puts first).  Written with
+version back before a release the plan puts first).  With Adam, a spill
+tier of just that size (--tier nvme=FILE:SIZE) trains the same losses (at
+the end-of-step release it needed 5.8 P).  Written with
 onnx.helper and seeded numpy into WORKDIR (removed when everything passes).  Prints the figures; exits 1 on failure.
 """
 import json
@@ -130,6 +132,15 @@ def main():
             check(peak is not None and peak <= foot + WIDTH * WIDTH * 4,
                   "%s: the measured tier peak %s B is within --plan's footprint %d B plus one weight (%d B)"
                   % (what, peak, foot, WIDTH * WIDTH * 4))
+            if opt == "adam":
+                size = (int(foot) + WIDTH * WIDTH * 4 + (2 << 20)) >> 20  # MiB, and a header's room
+                log = os.path.join(tmp, "tier.jsonl")
+                r = subprocess.run([exe] + args + ["--log-json", log, "--budget", str(budget), "--tier",
+                                                   "nvme=%s:%dM" % (os.path.join(tmp, "small.spill"), size)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900)
+                check(r.returncode == 0 and [x["loss"] for x in steps(log)] == [x["loss"] for x in logs[0]],
+                      "%s: a spill tier of %d MiB (%.2f P) trains the in-core losses: exit %d %s"
+                      % (what, size, (size << 20) / p, r.returncode, r.stderr[-300:]))
         check([s["loss"] for s in logs[budget]] == [s["loss"] for s in logs[0]],
               "%s: the losses out of core are bitwise the in-core ones" % what)
         bound = k * p + 2 * a
