@@ -127,7 +127,7 @@ int hp_plan_footprint(const struct hp_graph *g, const struct hp_exec_opts *o, ui
 /* Value v is the state's previous version, which the runtime discards
  * after the last step of a run that reads it (its next version replaces it
  * at the run's end): a value with a `next`, kept in the store, not a graph
- * output nor an input. */
+ * output nor an input, and written by no node (only read in a run). */
 int hp_plan_state_released(const struct hp_graph *g, int v);
 /* Write plan p of g as Graphviz (plan_dot.c). */
 int hp_plan_dot(const struct hp_graph *g, const struct hp_plan *p, const struct hp_plan_opts *o, const char *path);

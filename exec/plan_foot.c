@@ -12,7 +12,7 @@
 int hp_plan_state_released(const struct hp_graph *g, int v)
 {
 	return v >= 0 && g->values[v].kind != HP_VALUE_CONSTANT && g->values[v].next >= 0 &&
-	       !g->values[v].is_output && g->values[v].kind != HP_VALUE_INPUT;
+	       !g->values[v].is_output && g->values[v].kind != HP_VALUE_INPUT && g->values[v].producer < 0;
 }
 
 static uint64_t size_of(const struct hp_graph *g, int v)

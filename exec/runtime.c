@@ -349,8 +349,8 @@ static void add_kernel_entry(const struct hp_rt *s, int k, struct hp_net_entry *
 	e->ordered = (uint8_t)(sync && (syncs(nd) || e->kind == HP_TR_COMM));
 }
 
-/* Count the steps reading each value of the state's previous version (a step reading it twice
- * is one reader). */
+/* Count the steps reading each value of the state's previous version
+ * (a step reading it twice is one reader). */
 static int count_state_readers(struct hp_rt *s)
 {
 	const struct hp_graph *g = s->g;
