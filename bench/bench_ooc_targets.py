@@ -33,12 +33,22 @@ rows (targets from issue 17: <= 1.1x at 50%, <= 1.2x at 25%; lenet <= 2x):
                   16), io_bound_fraction = bound / step time (target >= 0.9).
                   Under a minute.
 
+  The scale rows also report the most the tiers below DRAM held at once
+  (tier_peak_bytes, from --stats-json) beside --plan's predicted tier
+  footprint: the state once (3 P) plus what the plan swaps, since the
+  state's previous version is freed after its last reader in a step.
+
 --headline adds the scale run at full size (not in the default run: it
-needs ~90 GB of disk in --dir and minutes): state >= 1.5x this machine's
-RAM (P = RAM / 2, Adam: 3 P = 1.5 x RAM), --headline-budget (default 8G),
-3 steps.  Refused (exit 2, one line) when --dir's file system has less
-free space than the model file, the spill tier (6 P: the state's old and
-new versions within a step) and fio's 1 GiB: ~90 GB on a 24 GiB machine.
+needs 4.25 P + 1 GiB of disk in --dir, ~55 GB on a 24 GiB machine, and
+minutes): state >= 1.5x this machine's RAM (P = RAM / 2, Adam: 3 P = 1.5 x
+RAM), --headline-budget (default 8G), 3 steps.  The disk it needs is the
+model file (P), the state once on the spill tier (3 P), two weight
+matrices more (0.25 P: a layer's new version may be placed before its old
+one's last reader is done; the scale row and train-traffic measure 3.03
+to 3.12 P in all) and fio's 1 GiB; refused (exit 2, one line) when --dir's
+file system has less free, before anything is written.  (It is not
+planned first: --plan's smallest budget splits this model for a 1-byte
+budget, minutes and GBs of memory.)
 
 Models and data are generated into --dir (default: a temporary directory,
 removed at the end) by /usr/bin/python3 with numpy, onnx and torch.
@@ -86,44 +96,64 @@ def make_resnet18(d, size, rows):
     return os.path.join(out, "model.onnx"), os.path.join(out, "x.npy"), os.path.join(out, "y.npy")
 
 
-def write_mlp(d, name, nin, width, layers, nout, rows, seed=5):
-    """A Gemm/Relu MLP with its weights in one external data file written
-    layer by layer (a model of many GiB never sits in memory), and a data
-    set of `rows` rows.  Returns (onnx, x, y, parameter bytes)."""
+def mlp_params(dims):
+    """The parameters of an MLP of layer widths dims, in file order."""
+    for i in range(len(dims) - 1):
+        for nm, shape in (("w%d" % i, (dims[i], dims[i + 1])), ("b%d" % i, (dims[i + 1],))):
+            yield i, nm, shape
+
+
+def fill_mlp(d, name, dims, seed=5):
+    """The weights' file of write_mlp(..., fill=False), written layer by
+    layer in slices (a model of many GiB never sits in memory)."""
+    rng = np.random.default_rng(seed)
+    with open(os.path.join(d, name + ".bin"), "r+b") as f:
+        for i, nm, shape in mlp_params(dims):
+            b = 1 / np.sqrt(dims[i])
+            for r0 in range(0, shape[0], 1024):  # rows in slices: bounded memory
+                part = (min(1024, shape[0] - r0),) + shape[1:]
+                arr = rng.uniform(-b, b, part) if nm[0] == "w" else np.zeros(part)
+                f.write(arr.astype(np.float32).tobytes())
+
+
+def write_mlp(d, name, nin, width, layers, nout, rows, seed=5, fill=True):
+    """A Gemm/Relu MLP with its weights in one external data file, and a
+    data set of `rows` rows.  fill=False leaves the weights' file sparse
+    (zeros that take no disk: enough to plan) for fill_mlp to write.
+    Returns (onnx, x, y, parameter bytes, widths)."""
     import onnx
     from onnx import TensorProto, helper
     path, data = os.path.join(d, name + ".onnx"), name + ".bin"
     dims = [nin] + [width] * layers + [nout]
-    rng = np.random.default_rng(seed)
     inits, nodes, prev, off = [], [], "x", 0
+    for i, nm, shape in mlp_params(dims):
+        n = int(np.prod(shape)) * 4
+        t = TensorProto(name=nm, data_type=TensorProto.FLOAT, dims=list(shape))
+        t.data_location = TensorProto.EXTERNAL
+        for k, v in (("location", data), ("offset", str(off)), ("length", str(n))):
+            e = t.external_data.add()
+            e.key, e.value = k, v
+        inits.append(t)
+        off += n
+        if nm[0] == "w":
+            continue
+        nodes.append(helper.make_node("Gemm", [prev, "w%d" % i, "b%d" % i], ["h%d" % i]))
+        prev = "h%d" % i
+        if i < len(dims) - 2:
+            nodes.append(helper.make_node("Relu", [prev], ["r%d" % i]))
+            prev = "r%d" % i
     with open(os.path.join(d, data), "wb") as f:
-        for i in range(len(dims) - 1):
-            for nm, shape in (("w%d" % i, (dims[i], dims[i + 1])), ("b%d" % i, (dims[i + 1],))):
-                b = 1 / np.sqrt(dims[i])
-                for r0 in range(0, shape[0], 1024):  # rows in slices: bounded memory
-                    part = shape[:1] and (min(1024, shape[0] - r0),) + shape[1:]
-                    arr = rng.uniform(-b, b, part) if nm[0] == "w" else np.zeros(part)
-                    f.write(arr.astype(np.float32).tobytes())
-                n = int(np.prod(shape)) * 4
-                t = TensorProto(name=nm, data_type=TensorProto.FLOAT, dims=list(shape))
-                t.data_location = TensorProto.EXTERNAL
-                for k, v in (("location", data), ("offset", str(off)), ("length", str(n))):
-                    e = t.external_data.add()
-                    e.key, e.value = k, v
-                inits.append(t)
-                off += n
-            nodes.append(helper.make_node("Gemm", [prev, "w%d" % i, "b%d" % i], ["h%d" % i]))
-            prev = "h%d" % i
-            if i < len(dims) - 2:
-                nodes.append(helper.make_node("Relu", [prev], ["r%d" % i]))
-                prev = "r%d" % i
+        f.truncate(off)  # sparse until filled
+    if fill:
+        fill_mlp(d, name, dims, seed)
     g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", nin])],
                           [helper.make_tensor_value_info(prev, TensorProto.FLOAT, ["batch", nout])], inits)
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
     x, y = os.path.join(d, name + "_x.npy"), os.path.join(d, name + "_y.npy")
+    rng = np.random.default_rng(seed + 1)
     np.save(x, rng.standard_normal((rows, nin), dtype=np.float32))
     np.save(y, rng.integers(0, nout, rows).astype(np.int64))
-    return path, x, y, off
+    return path, x, y, off, dims
 
 
 # ---- runs ----
@@ -235,15 +265,50 @@ def fio_mix(d, read_pct):
     return j["read"]["bw_bytes"] / 1e6, j["write"]["bw_bytes"] / 1e6
 
 
-def bench_scale(cfg, name, width, layers, budget, steps=3):
+FOOT_RE = re.compile(r"tier footprint +([0-9.]+) (B|KiB|MiB|GiB|TiB)")
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def plan_footprint(cfg, args, budget):
+    """The tier footprint --plan predicts (the most the tiers below DRAM
+    hold at once), or None."""
+    p = subprocess.run([cfg.exe] + args + ["--threads", str(cfg.threads), "--plan", "--budget", str(budget)],
+                       capture_output=True, text=True, env=dict(os.environ, TMPDIR=cfg.dir))
+    m = FOOT_RE.search(p.stdout) if p.returncode == 0 else None
+    return int(float(m.group(1)) * UNITS[m.group(2)]) if m else None
+
+
+class Scale:
+    """An MLP for a scale row, its weights' file still sparse, planned
+    (plan: --plan's tier footprint, else None)."""
+    def __init__(self, cfg, name, width, layers, budget, steps=3, plan=True):
+        log("%s: an MLP %d wide, %d layers" % (name, width, layers))
+        self.name, self.budget, self.steps, self.filled = name, budget, steps, False
+        self.onnx, x, y, self.pbytes, self.dims = write_mlp(cfg.dir, name, width, width, layers, 10, 64, fill=False)
+        self.args = [self.onnx, "--train", "--data", x, "--labels", y, "--loss", "cross-entropy", "--optimizer",
+                     "adam", "--lr", "1e-4", "--batch", "32", "--steps", str(steps), "--no-shuffle"]
+        self.foot = plan_footprint(cfg, self.args, budget) if plan else None
+        self.weight = width * width * 4
+
+    def disk_needed(self):
+        """The weights' file, the tiers' peak (--plan's footprint, else the
+        state once), two weight matrices more (a new version the run may
+        place before an old one's last reader is done), fio's 1 GiB."""
+        return self.pbytes + (self.foot or 3 * self.pbytes) + 2 * self.weight + (1 << 30)
+
+
+def bench_scale(cfg, sc):
     """Adam on an MLP whose state exceeds the budget: step time, bytes per
-    tier per step, the fio bound of those bytes measured now."""
-    log("%s: generating an MLP %d wide, %d layers" % (name, width, layers))
-    onnx_path, x, y, pbytes = write_mlp(cfg.dir, name, width, width, layers, 10, 64)
-    args = [onnx_path, "--train", "--data", x, "--labels", y, "--loss", "cross-entropy", "--optimizer", "adam",
-            "--lr", "1e-4", "--batch", "32", "--steps", str(steps), "--no-shuffle"]
+    tier per step, the fio bound of those bytes measured now, the tiers'
+    peak against the plan's footprint."""
+    name, args, budget, pbytes, steps = sc.name, sc.args, sc.budget, sc.pbytes, sc.steps
+    if not sc.filled:
+        log("%s: writing %.1f GB of weights" % (name, pbytes / 1e9))
+        fill_mlp(cfg.dir, name, sc.dims)
+        sc.filled = True
     row = {"row": name, "param_bytes": pbytes, "state_bytes": 3 * pbytes, "budget_bytes": budget,
-           "state_over_budget": 3 * pbytes / budget, "steps": steps}
+           "state_over_budget": 3 * pbytes / budget, "steps": steps, "plan_tier_footprint_bytes": sc.foot,
+           "disk_needed_bytes": sc.disk_needed()}
     log("%s: %d steps at a %.0f MiB budget (state %.0f MiB)" % (name, steps, budget / 1048576,
                                                                3 * pbytes / 1048576))
     logf = os.path.join(cfg.dir, name + ".jsonl")
@@ -266,8 +331,11 @@ def bench_scale(cfg, name, width, layers, budget, steps=3):
     except OSError:
         pass
     ms = statistics.median(l["ms"] for l in lines[1:]) if len(lines) > 1 else lines[0]["ms"]
+    tpeak = r.stats.get("tier_peak_bytes")
     row.update({"ms": ms, "bytes_read_per_step": rd, "bytes_written_per_step": wr,
-                "traffic_over_params": (rd + wr) / pbytes, "peak_rss_bytes": r.stats.get("peak_rss_bytes", 0),
+                "traffic_over_params": (rd + wr) / pbytes, "tier_peak_bytes": tpeak,
+                "tier_peak_over_params": tpeak / pbytes if tpeak else None,
+                "peak_rss_bytes": r.stats.get("peak_rss_bytes", 0),
                 "rss_within_budget": r.stats.get("peak_rss_bytes", 0) <= budget, "fio_mix_read_MBps": rd_bw,
                 "fio_mix_write_MBps": wr_bw, "tiers_total": tier_bytes(r.stats)})
     if rd_bw and wr_bw:
@@ -278,6 +346,9 @@ def bench_scale(cfg, name, width, layers, budget, steps=3):
             "= %.2f of the step; peak RSS %.1f MiB" % (name, ms, rd / 1048576, wr / 1048576, (rd + wr) / pbytes,
                                                      rd_bw, wr_bw, bound, bound / ms,
                                                      row["peak_rss_bytes"] / 1048576))
+    if tpeak:
+        log("  %s: the tiers held at most %.2f P at once (--plan predicted %s)"
+            % (name, tpeak / pbytes, "%.2f P" % (sc.foot / pbytes) if sc.foot else "nothing"))
     return row
 
 
@@ -323,16 +394,19 @@ def parse(argv):
     return c
 
 
+def headline_dims(ram):
+    """Square layers of width w: P ~ layers x w^2 x 4 = RAM / 2, rounded
+    up so that 3 P >= 1.5 RAM."""
+    return -(-int((ram / 2 / 8 / 4) ** 0.5) // 256) * 256, 8
+
+
 def headline_room(cfg, ram):
-    """The headline's disk: the model file (P = RAM / 2), the spill tier and
-    fio's file.  Within a step the spill tier may hold the state's old and
-    new versions (the old one is discarded after the run): up to 6 P where
-    the steady state is 3 P.  A run for P = 11.9 GiB with 74 GB free filled
-    the ~61 GB the model left (> 4.8 P) and stopped in step 0 with ENOSPC.
-    So 7 P + 1 GiB."""
-    need = ram // 2 * 7 + (1 << 30)
-    free = shutil.disk_usage(cfg.dir).free
-    return free >= need, need, free
+    """The disk the headline needs in --dir (Scale.disk_needed: 4.25 P +
+    1 GiB; it was 7 P + 1 GiB while the tiers held the state's two versions
+    within a step) and what it has."""
+    width, layers = headline_dims(ram)
+    p = layers * width * width * 4
+    return p + 3 * p + 2 * width * width * 4 + (1 << 30), shutil.disk_usage(cfg.dir).free
 
 
 def main():
@@ -345,12 +419,17 @@ def main():
     cfg.dir = os.path.abspath(cfg.dir or tempfile.mkdtemp(prefix="hpdlf-bench-ooc17-"))
     os.makedirs(cfg.dir, exist_ok=True)
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    head = None
     if cfg.headline:
-        ok, need, free = headline_room(cfg, ram)
-        if not ok:
-            print("bench_ooc_targets.py: --headline needs %.0f GB free in %s, it has %.0f GB"
-                  % (need / 1e9, cfg.dir, free / 1e9), file=sys.stderr)
+        need, free = headline_room(cfg, ram)
+        if free < need:
+            print("bench_ooc_targets.py: --headline needs %.0f GB free in %s (the model, the tier footprint, "
+                  "fio's file), it has %.0f GB" % (need / 1e9, cfg.dir, free / 1e9), file=sys.stderr)
+            if tmp:
+                shutil.rmtree(cfg.dir, ignore_errors=True)
             return 2
+        width, layers = headline_dims(ram)
+        head = Scale(cfg, "headline", width, layers, cfg.hbudget, plan=False)
     rows = []
     want = lambda r: cfg.only is None or r in cfg.only
     t_of = lambda f: TARGETS[f]
@@ -384,11 +463,9 @@ def main():
                                   (0.25,), lambda f: 2.0))
         if want("scale"):
             # P = 6 x 2048 x 2048 x 4 B + the ends ~ 100 MiB: state 3 P ~ 300 MiB >= 4 x 64 MiB
-            rows.append(bench_scale(cfg, "scale", 2048, 6, 64 << 20))
-        if cfg.headline:
-            # square layers of width w: P ~ layers x w^2 x 4 = RAM / 2
-            layers, width = 8, -(-int((ram / 2 / 8 / 4) ** 0.5) // 256) * 256  # rounded up: 3 P >= 1.5 RAM
-            rows.append(bench_scale(cfg, "headline", width, layers, cfg.hbudget))
+            rows.append(bench_scale(cfg, Scale(cfg, "scale", 2048, 6, 64 << 20)))
+        if head:
+            rows.append(bench_scale(cfg, head))
     finally:
         if tmp:
             shutil.rmtree(cfg.dir, ignore_errors=True)

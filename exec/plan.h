@@ -112,11 +112,23 @@ int hp_plan_inplace_at(const struct hp_graph *g, const struct hp_plan *p, int s,
 int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
 extern _Thread_local uint64_t hp_plan_needed;
 void hp_plan_free(struct hp_plan *p);
-/* The tiers' footprint the plan of g under o predicts (0, 0 in core): the
- * state (weights, optimizer state, inputs) once, and the values it writes
- * below DRAM besides (swapped activations, each counted once). */
+/* The tiers' footprint the plan of g under o predicts (0, 0, 0 in core;
+ * plan_foot.c): the state (weights, optimizer state, inputs) once, the
+ * values it writes below DRAM besides (swapped activations, each counted
+ * once), and the peak: the most the tiers hold at once, walking the plan's
+ * order as the runtime places and frees copies (a swapped value's copy
+ * lives to its last use; the state's previous version goes after its last
+ * reader, hp_plan_state_released; its next version is placed when written
+ * back).  The task net may fire a write-back before a release that the
+ * plan's order puts first, so a run can exceed it by such overlaps. */
 struct hp_exec_opts;
-int hp_plan_footprint(const struct hp_graph *g, const struct hp_exec_opts *o, uint64_t *state, uint64_t *swapped);
+int hp_plan_footprint(const struct hp_graph *g, const struct hp_exec_opts *o, uint64_t *state, uint64_t *swapped,
+		      uint64_t *peak);
+/* Value v is the state's previous version, which the runtime discards
+ * after the last step of a run that reads it (its next version replaces it
+ * at the run's end): a value with a `next`, kept in the store, not a graph
+ * output nor an input, and written by no node (only read in a run). */
+int hp_plan_state_released(const struct hp_graph *g, int v);
 /* Write plan p of g as Graphviz (plan_dot.c). */
 int hp_plan_dot(const struct hp_graph *g, const struct hp_plan *p, const struct hp_plan_opts *o, const char *path);
 

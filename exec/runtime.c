@@ -7,6 +7,7 @@
  * authority on residency, so a mistaken plan only costs time, never data. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,16 @@ struct hp_rt {
 	struct hs_tensor **scratch;  /* per compute worker: kernel workspace, pinned */
 	void **scratch_ptr;
 	int nscratch;
+	/* The state's previous version (a value whose `next` the run writes:
+	 * weights, moments, running statistics): the steps that read it in a
+	 * run, and how many have yet to in this one.  At 0 its tensor is
+	 * discarded, so its copies below DRAM make room for the new version
+	 * at once instead of at the run's end: the tiers hold the state about
+	 * once, not its two versions (issue 17). */
+	int *sreaders;
+	atomic_int *sleft;
+	atomic_int sreleased;        /* discarded so far in this run */
+	int state_gone;              /* a run failed after discarding some: the state is torn */
 };
 
 static uint64_t vbytes(const struct hp_graph *g, int v)
@@ -338,6 +349,50 @@ static void add_kernel_entry(const struct hp_rt *s, int k, struct hp_net_entry *
 	e->ordered = (uint8_t)(sync && (syncs(nd) || e->kind == HP_TR_COMM));
 }
 
+/* Count the steps reading each value of the state's previous version
+ * (a step reading it twice is one reader). */
+static int count_state_readers(struct hp_rt *s)
+{
+	const struct hp_graph *g = s->g;
+
+	s->sreaders = calloc((size_t)g->nvalues + 1, sizeof *s->sreaders);
+	s->sleft = calloc((size_t)g->nvalues + 1, sizeof *s->sleft);
+	if (!s->sreaders || !s->sleft)
+		return hp_error(-ENOMEM, "out of memory");
+	for (int k = 0; k < s->plan->nsteps; k++) {
+		const struct hp_node *nd = &g->nodes[s->plan->node[k]];
+		for (int j = 0; j < nd->ninputs; j++) {
+			int v = nd->inputs[j], dup = 0;
+			for (int i = 0; i < j; i++)
+				dup |= nd->inputs[i] == v;
+			if (!dup && v >= 0 && hp_plan_state_released(g, v))
+				s->sreaders[v]++;
+		}
+	}
+	return 0;
+}
+
+/* Step k read what it needed (lock-free: workers call it at once): the
+ * state it was the last reader of this run is dead, discard it. */
+static int state_read_done(struct hp_rt *s, int k)
+{
+	const struct hp_node *nd = &s->g->nodes[s->plan->node[k]];
+	int rc = 0;
+
+	for (int j = 0; j < nd->ninputs && rc == 0; j++) {
+		int v = nd->inputs[j], dup = 0;
+		for (int i = 0; i < j; i++)
+			dup |= nd->inputs[i] == v;
+		if (dup || v < 0 || !s->sreaders[v] || atomic_fetch_sub(&s->sleft[v], 1) != 1 || !s->ten[v])
+			continue;
+		atomic_fetch_add(&s->sreleased, 1);
+		rc = hs_tensor_discard(s->ten[v], 0, HS_ALL);
+		if (rc < 0)
+			rc = hp_error_prefix(rc, "discarding the previous version of '%s'", s->g->values[v].name);
+	}
+	return rc;
+}
+
 /* The plan as the net's plan order: the prologue (persistent values the
  * steady state does not keep resident are written back first, then those
  * it does are loaded), then per step its I/O, its kernel and the drops
@@ -450,6 +505,8 @@ static int rt_create(struct hp_session *ss)
 		    (rc = place_initializer(s, v)) < 0)
 			return rc;
 	rc = po.workspace ? create_scratch(s, s->workers) : 0;
+	if (rc == 0)
+		rc = count_state_readers(s);
 	if (rc == 0)
 		rc = create_pools(s, ss->pool);
 	if (rc == 0)
@@ -581,7 +638,7 @@ static int rt_fire_kernel(void *arg, int step, int worker, int lane)
 	unpin_io(s, n, in, out);
 	if (inplace)
 		s->ten[n->inputs[0]] = NULL;
-	return rc;
+	return rc < 0 ? rc : state_read_done(s, step);
 }
 
 /* A bucket's reduction, on an I/O thread while backward goes on. */
@@ -608,7 +665,7 @@ static int rt_fire_comm(void *arg, int step, int lane)
 	unpin_io(s, n, in, out);
 	for (int i = 1; inplace && i < n->ninputs; i++)
 		s->ten[n->inputs[i]] = NULL;
-	return rc;
+	return rc < 0 ? rc : state_read_done(s, step);
 }
 
 static const char *io_name(int kind)
@@ -754,6 +811,16 @@ static int verdict(struct hp_rt *s, int rc)
 	return rc2 < 0 ? rc2 : hp_error(rc, "%s", why);
 }
 
+/* After a run failed with part of the state discarded (state_read_done),
+ * neither version of it is whole. */
+static int state_torn(const struct hp_rt *s)
+{
+	if (!s->state_gone)
+		return 0;
+	return hp_error(HP_EUSAGE, "%s: a run failed after it had updated part of the training state: the state is "
+			"lost (resume from a checkpoint)", s->g->path);
+}
+
 static int rt_run(struct hp_session *ss)
 {
 	struct hp_rt *s = ss->state;
@@ -766,10 +833,16 @@ static int rt_run(struct hp_session *ss)
 	 * now if something cannot, not at the step that finally reads it */
 	struct hs_recover_opts ro;
 	recover_opts(s, &ro);
-	if ((rc = hs_store_recover(s->store, &ro, NULL)) < 0)
+	if ((rc = state_torn(s)) < 0 || (rc = hs_store_recover(s->store, &ro, NULL)) < 0)
 		return rc;
+	for (int v = 0; v < g->nvalues; v++)
+		atomic_store(&s->sleft[v], s->sreaders[v]);
+	atomic_store(&s->sreleased, 0);
 	hs_store_stats(s->store, &a);
 	rc = hp_net_run(s->net);
+	/* the state's previous version is partly gone, its next one not
+	 * complete: nothing is left to continue from but a checkpoint */
+	s->state_gone = rc < 0 && atomic_load(&s->sreleased) > 0;
 	/* a daemon died during the run with chunks it needed: the store's
 	 * verdict names what is lost.  (The run is not run again in place:
 	 * the task net is not re-runnable after a failure; a run stopped that
@@ -814,8 +887,10 @@ static int rt_get_output(struct hp_session *ss, int v, void *dst)
 {
 	struct hp_rt *s = ss->state;
 	void *p;
-	int rc;
+	int rc = state_torn(s);
 
+	if (rc < 0)
+		return rc;
 	if (!s->ten[v])
 		return hp_error(HP_EUSAGE, "%s: output '%s' is not computed yet (run first)", s->g->path,
 				s->g->values[v].name);
@@ -836,6 +911,8 @@ static int rt_copy(struct hp_session *ss, int v, uint64_t offset, uint64_t len, 
 	uint64_t cs = hs_chunk_size(s->store);
 	unsigned char *m = mem;
 
+	if (state_torn(s) < 0)
+		return state_torn(s);
 	if (!managed(s->g, v)) {
 		if (write)
 			return hp_error(HP_EUSAGE, "%s: value '%s' cannot be written (not owned by the session)",
@@ -889,6 +966,7 @@ static void rt_stats(const struct hp_session *ss, struct hp_run_info *r, uint64_
 	r->transitions = hp_net_transitions(s->net);
 	r->bytes_loaded = st.bytes_loaded;
 	r->bytes_written = s->run_written;
+	r->tier_peak = hs_store_tier_peak(s->store, HS_TIER_ANY);
 }
 
 static void rt_destroy(struct hp_session *ss)
@@ -910,6 +988,8 @@ static void rt_destroy(struct hp_session *ss)
 		hs_tensor_drop(s->spare[k]);
 	free(s->ten);
 	free(s->spare);
+	free(s->sreaders);
+	free(s->sleft);
 	for (int w = 0; w < s->nscratch; w++)
 		if (s->scratch[w]) {
 			hs_unpin(s->scratch[w], 0, HS_ALL);

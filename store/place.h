@@ -34,5 +34,8 @@ int hs_place_claim(struct hs_place *p, int k, uint64_t addr, uint64_t len);
 /* Fill st->used and st->chunks of tier k (a tier that places itself fills
  * them in its ops->stats: left alone). */
 void hs_place_usage(struct hs_place *p, int k, struct hs_tier_stats *st);
+/* The most bytes ever placed at once on tier k, or (k < 0) on all tiers
+ * together, since the map was created (extents claimed at reopen count). */
+uint64_t hs_place_peak(struct hs_place *p, int k);
 
 #endif

@@ -678,6 +678,13 @@ int hs_store_check(struct hs_store *st)
 	return 0;
 }
 
+uint64_t hs_store_tier_peak(struct hs_store *st, int tier)
+{
+	if (!st || tier < HS_TIER_ANY || tier >= st->ntiers)
+		return 0;
+	return hs_place_peak(st->place, tier);
+}
+
 int hs_store_stats(struct hs_store *st, struct hs_store_stats *out)
 {
 	pthread_mutex_lock(&st->mu);

@@ -974,6 +974,14 @@ void exec_tier_summary(struct hp_session *s, const struct cli *c, json_object *o
 	if (!c->quiet)
 		fprintf(stderr, "hpdlf-exec:   prefetches %llu, hits %llu (%.0f%%), late %llu\n", (unsigned long long)pf,
 			(unsigned long long)pfh, pf ? 100.0 * (double)pfh / (double)pf : 0.0, (unsigned long long)late);
+	/* the footprint: the most the tiers held at once, not what is left */
+	struct hp_run_info ri = { .size = sizeof ri };
+	int peak = st.ntiers > 1 && hp_session_run_info(s, &ri) == 0;
+	if (peak && !c->quiet)
+		fprintf(stderr, "hpdlf-exec:   tiers below DRAM held at most %s at once\n",
+			hp_format_size(ri.tier_peak, u, sizeof u));
+	if (o && peak)
+		json_object_object_add(o, "tier_peak_bytes", json_object_new_int64((int64_t)ri.tier_peak));
 	if (o)
 		tier_stats_json(&st, o);
 }
@@ -1233,12 +1241,12 @@ int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const
 		return rc;
 	if (!c->plan)
 		return 0;
-	uint64_t state = 0, swapped = 0;
+	uint64_t state = 0, swapped = 0, foot = 0;
 	char a[32], b[32], t[32];
 
 	rc = hp_plan_summarize(g, o, &p);
 	if (rc == 0)
-		rc = hp_plan_footprint(g, o, &state, &swapped);
+		rc = hp_plan_footprint(g, o, &state, &swapped, &foot);
 	if (rc == 0 && gmin)
 		rc = smallest_budget(gmin, o, &p);
 	if (rc < 0)
@@ -1247,8 +1255,8 @@ int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const
 	if ((rc = print_stash(g, o)) < 0)
 		return rc;
 	if (o->budget)
-		printf("  tier footprint       %s (state %s once, swapped values %s)\n",
-		       hp_format_size(state + swapped, t, sizeof t), hp_format_size(state, a, sizeof a),
+		printf("  tier footprint       %s at most at once (state %s once, swapped values %s)\n",
+		       hp_format_size(foot, t, sizeof t), hp_format_size(state, a, sizeof a),
 		       hp_format_size(swapped, b, sizeof b));
 	return 0;
 }

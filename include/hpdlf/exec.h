@@ -111,6 +111,8 @@ struct hp_run_info {
 	int transitions;        /* in the task net (0 in core) */
 	uint64_t bytes_loaded;  /* last run: read into DRAM (tiers and model files) */
 	uint64_t bytes_written; /* last run: written below DRAM */
+	uint64_t tier_peak;     /* since the session opened: the most bytes placed at
+				 * once on the tiers below DRAM (hs_store_tier_peak) */
 };
 int hp_session_run_info(const struct hp_session *s, struct hp_run_info *info);
 

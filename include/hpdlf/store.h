@@ -257,6 +257,11 @@ int hs_store_stats(struct hs_store *st, struct hs_store_stats *out);
  * the only copy), its message naming what and where.  Cheap: a run calls it
  * before each step. */
 int hs_store_check(struct hs_store *st);
+/* The most bytes the store ever had placed at once on lower tier `tier`
+ * (an index of opts.tiers), or with HS_TIER_ANY on all lower tiers
+ * together, since it opened: the footprint a run needs on the tiers (what
+ * hs_tier_stats.used shows is only what is placed now).  0 for a bad tier. */
+uint64_t hs_store_tier_peak(struct hs_store *st, int tier);
 
 /* After a tier lost copies (a remote daemon died), put every chunk back
  * into its redundancy, then check as hs_store_check does.  A chunk that

@@ -1084,6 +1084,47 @@ static void test_discard(void **state)
 	hs_store_close(st);
 }
 
+/* The peak of the bytes placed below DRAM (hs_store_tier_peak): a copy
+ * discarded frees its extent at once, the next write-back takes the same
+ * one, and the peak is the most ever held together, not what is left. */
+static void test_tier_peak(void **state)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *a, *b;
+	struct hs_tensor_info ti = { .bytes = 2 * CS, .dtype = HP_U8 };
+	struct hs_store_stats s;
+
+	(void)state;
+	tu_opts(&o, CFG_NVME, CS, 4, 16, "tierpeak");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_store_tier_peak(st, HS_TIER_ANY), 0);
+	assert_int_equal(hs_tensor_create(st, &ti, &a), 0);
+	assert_int_equal(hs_tensor_create(st, &ti, &b), 0);
+	fill_n(a, 2 * CS, 3);
+	assert_int_equal(hs_evict(a, 0, HS_ALL, HS_TIER_ANY), 2);
+	uint64_t at0 = a->ch[0].addr, at1 = a->ch[1].addr;
+	assert_int_equal(hs_store_tier_peak(st, 0), 2 * CS);
+	assert_int_equal(hs_tensor_discard(a, 0, HS_ALL), 0); /* its copies go now */
+	fill_n(b, 2 * CS, 5);
+	assert_int_equal(hs_evict(b, 0, HS_ALL, HS_TIER_ANY), 2);
+	/* b took a's extents: never more than two chunks placed */
+	assert_true((b->ch[0].addr == at0 && b->ch[1].addr == at1) || (b->ch[0].addr == at1 && b->ch[1].addr == at0));
+	assert_int_equal(hs_store_tier_peak(st, 0), 2 * CS);
+	fill_n(a, 2 * CS, 7);
+	assert_int_equal(hs_evict(a, 0, HS_ALL, HS_TIER_ANY), 2);
+	assert_int_equal(hs_store_tier_peak(st, 0), 4 * CS);
+	assert_int_equal(hs_store_tier_peak(st, HS_TIER_ANY), 4 * CS);
+	assert_int_equal(hs_tensor_drop(a), 0);
+	assert_int_equal(hs_tensor_drop(b), 0);
+	assert_int_equal(hs_store_stats(st, &s), 0);
+	assert_int_equal(s.tier[1].used, 0);
+	assert_int_equal(hs_store_tier_peak(st, 0), 4 * CS); /* the peak stays */
+	assert_int_equal(hs_store_tier_peak(st, 1), 0);      /* no such tier */
+	assert_int_equal(hs_store_tier_peak(st, HS_TIER_NONE), 0);
+	hs_store_close(st);
+}
+
 /* A named tensor's committed copy survives a discard until the next commit. */
 static void test_discard_committed(void **state)
 {
@@ -1222,6 +1263,7 @@ int main(void)
 		cmocka_unit_test(test_one_chunk_in_place),
 		cmocka_unit_test(test_evict_many),
 		cmocka_unit_test(test_discard_committed),
+		cmocka_unit_test(test_tier_peak),
 	};
 	int rc;
 

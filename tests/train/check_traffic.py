@@ -16,8 +16,16 @@ its gradient written out once and read back once, 2 A.  An MLP of 7 Gemms
 each steady step (after the first) read and wrote, from --log-json's tier
 counters, must stay within the bound, and the losses must equal the in-core
 run's bit for bit; at the end the spill tier holds at most the state
-(3 P, 2 P, P: the weights and their moments, once) plus 2 A, and --plan's predicted tier footprint is that too.  Written with onnx.helper and seeded numpy into WORKDIR
-(removed when everything passes).  Prints the figures; exits 1 on failure.
+(3 P, 2 P, P: the weights and their moments, once) plus 2 A, and --plan's predicted tier footprint is that too.
+Within a step too: the state's previous version is freed after its last
+reader, so the most the tiers ever held at once (--stats-json
+tier_peak_bytes, the store's placement peak) is at least the state and
+at most the state plus 2 A, and within --plan's predicted footprint (the
+plan's order walked) plus one weight (the task net may write a new
+version back before a release the plan puts first).  With Adam, a spill
+tier of just that size (--tier nvme=FILE:SIZE) trains the same losses (at
+the end-of-step release it needed 5.8 P).  Written with
+onnx.helper and seeded numpy into WORKDIR (removed when everything passes).  Prints the figures; exits 1 on failure.
 """
 import json
 import os
@@ -91,16 +99,23 @@ def main():
         args = [model, "--train", "--data", os.path.join(tmp, "x.npy"), "--labels", os.path.join(tmp, "y.npy"),
                 "--loss", "cross-entropy", "--optimizer", opt, "--lr", "0.001", "--batch", str(BATCH),
                 "--steps", "4", "--no-shuffle", "--threads", "2"] + extra
-        logs = {}
+        logs, peak = {}, None
         for b in (0, budget):
             log = os.path.join(tmp, "log%d.jsonl" % b)
-            r = subprocess.run([exe] + args + ["--log-json", log] + (["--budget", str(b)] if b else []),
+            stat = os.path.join(tmp, "stats%d.json" % b)
+            r = subprocess.run([exe] + args + ["--log-json", log, "--stats-json", stat] +
+                               (["--budget", str(b)] if b else []),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900)
             if not check(r.returncode == 0, "%s at %d B: exit %d %s" % (what, b, r.returncode, r.stderr[-300:])):
                 break
             logs[b] = steps(log)
             held = HOLDS_RE.search(r.stderr)
             if b:
+                with open(stat) as f:
+                    peak = json.load(f).get("tier_peak_bytes")
+                check(peak is not None and ks * p <= peak <= ks * p + 2 * a + (1 << 20),
+                      "%s: the tiers held at most %s B at once: at least the state (%d P) and at most it plus 2 A "
+                      "(and the batch) = %d B" % (what, peak, ks, ks * p + 2 * a + (1 << 20)))
                 check(held and float(held.group(1)) * UNITS[held.group(2)] <= ks * p + 2 * a,
                       "%s: the spill tier holds %s at the end, at most the state (%d P) plus 2 A = %d B"
                       % (what, "%s %s" % held.groups() if held else "(not reported)", ks, ks * p + 2 * a))
@@ -114,6 +129,18 @@ def main():
             check(ks * p <= foot <= ks * p + 2 * a + (1 << 20),
                   "%s --plan: tier footprint %d B is the state (%d P) plus at most 2 A (and the batch)"
                   % (what, foot, ks))
+            check(peak is not None and peak <= foot + WIDTH * WIDTH * 4,
+                  "%s: the measured tier peak %s B is within --plan's footprint %d B plus one weight (%d B)"
+                  % (what, peak, foot, WIDTH * WIDTH * 4))
+            if opt == "adam":
+                size = (int(foot) + WIDTH * WIDTH * 4 + (2 << 20)) >> 20  # MiB, and a header's room
+                log = os.path.join(tmp, "tier.jsonl")
+                r = subprocess.run([exe] + args + ["--log-json", log, "--budget", str(budget), "--tier",
+                                                   "nvme=%s:%dM" % (os.path.join(tmp, "small.spill"), size)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900)
+                check(r.returncode == 0 and [x["loss"] for x in steps(log)] == [x["loss"] for x in logs[0]],
+                      "%s: a spill tier of %d MiB (%.2f P) trains the in-core losses: exit %d %s"
+                      % (what, size, (size << 20) / p, r.returncode, r.stderr[-300:]))
         check([s["loss"] for s in logs[budget]] == [s["loss"] for s in logs[0]],
               "%s: the losses out of core are bitwise the in-core ones" % what)
         bound = k * p + 2 * a
