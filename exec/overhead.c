@@ -5,11 +5,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "hpdlf/store.h"
 #include "hpdlf/tensor.h"
 #include "exec/budget.h"
+#include "exec/comm.h"
 #include "exec/exec_internal.h"
+#include "exec/speed.h"
+#include "exec/speed_version.h"
 
 /* What the runtime adds to the resident set after the measurement,
  * whatever the budget: OpenBLAS's packing buffers (about 6 MiB per thread
@@ -67,14 +72,53 @@ static uint64_t io_copies(const struct hp_graph *g)
 	return in + out;
 }
 
+/* A start-up's resident set varies by a few hundred KiB from process to
+ * process (library pages and thread stacks touched early or late), and
+ * the smallest budget named from 64 MiB on moved by a 2 MiB grain between
+ * two runs of one command now and then.  So the figure is kept, per model
+ * file, mode and version ($XDG_CACHE_HOME/hpdlf), with RSS_MARGIN on top:
+ * a later start-up takes it unless it measures more, then keeps its own.
+ * Never below what this process measured. */
+#define RSS_MARGIN (1ull << 20)
+static uint64_t rss_settled(const struct hp_graph *g, uint64_t now, uint64_t cpus, int remote)
+{
+	char key[1200], path[512], tmp[530];
+	unsigned long long kept = 0;
+	struct stat st;
+	FILE *f;
+
+	if (!g || !g->path || stat(g->path, &st) < 0 || !now)
+		return now;
+	snprintf(key, sizeof key, "version=%s cpus=%llu remote=%d ranks=%d nodes=%d model=%s size=%lld mtime=%lld",
+		 HPDLF_VERSION, (unsigned long long)cpus, remote, hp_comm_size(), g->nnodes, g->path,
+		 (long long)st.st_size, (long long)st.st_mtime);
+	if (hp_speed_cache_path("overhead", key, path, sizeof path) < 0)
+		return now;
+	if ((f = fopen(path, "r"))) {
+		if (fscanf(f, "%llu", &kept) != 1)
+			kept = 0;
+		fclose(f);
+	}
+	if (kept >= now)
+		return kept;
+	kept = now + RSS_MARGIN;
+	snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+	if ((f = fopen(tmp, "w"))) {
+		int bad = fprintf(f, "%llu\n", kept) < 0;
+		if (fclose(f) != 0 || bad || rename(tmp, path) != 0)
+			unlink(tmp);
+	}
+	return kept;
+}
+
 void hp_budget_overhead_measure(const struct hp_graph *g, int remote)
 {
 	uint64_t cpus = (uint64_t)hp_exec_online_cpus(), grain = 2ull << 20, f;
 
 	pthread_mutex_lock(&overhead_mu);
 	if (!overhead_known) {
-		f = rss_now() + io_copies(g) + cpus * BLAS_BUFFER + (cpus + IO_THREADS) * THREAD_STACK + METADATA +
-		    (remote ? REMOTE_BUFFERS : 0);
+		f = rss_settled(g, rss_now(), cpus, remote) + io_copies(g) + cpus * BLAS_BUFFER +
+		    (cpus + IO_THREADS) * THREAD_STACK + METADATA + (remote ? REMOTE_BUFFERS : 0);
 		overhead_fixed = (f + grain - 1) / grain * grain;
 		overhead_known = 1;
 	}
