@@ -65,8 +65,10 @@ struct hp_budget_layout {
 uint64_t hp_budget_overhead(void);
 /* Measure it now, if not yet, with the model g loaded (NULL: none): the
  * caller's copies of its largest input and output count too, and
- * libfabric's growing buffers when a tier is remote. */
-void hp_budget_overhead_measure(const struct hp_graph *g, int remote);
+ * libfabric's growing buffers when a tier is remote.  `mode` tells runs
+ * whose start-ups differ apart (training's data set is loaded by then):
+ * the figure is kept per model and mode (overhead.c). */
+void hp_budget_overhead_measure(const struct hp_graph *g, int remote, const char *mode);
 struct hs_tier_spec;
 /* Whether any of the n tiers is remote (daemons). */
 int hp_budget_tiers_remote(const struct hs_tier_spec *tiers, int n);

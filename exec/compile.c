@@ -39,7 +39,7 @@ int hp_compile(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_budge
 	int rc;
 
 	normalise(o, &n);
-	hp_budget_overhead_measure(g, hp_budget_tiers_remote(n.tiers, n.ntiers));
+	hp_budget_overhead_measure(g, hp_budget_tiers_remote(n.tiers, n.ntiers), "infer");
 	if ((rc = rewrite(g, &n)) < 0)
 		return rc;
 	hp_budget_layout(g, &n, l);

@@ -80,7 +80,7 @@ static uint64_t io_copies(const struct hp_graph *g)
  * a later start-up takes it unless it measures more, then keeps its own.
  * Never below what this process measured. */
 #define RSS_MARGIN (1ull << 20)
-static uint64_t rss_settled(const struct hp_graph *g, uint64_t now, uint64_t cpus, int remote)
+static uint64_t rss_settled(const struct hp_graph *g, uint64_t now, uint64_t cpus, int remote, const char *mode)
 {
 	char key[1200], path[512], tmp[530];
 	unsigned long long kept = 0;
@@ -89,8 +89,8 @@ static uint64_t rss_settled(const struct hp_graph *g, uint64_t now, uint64_t cpu
 
 	if (!g || !g->path || stat(g->path, &st) < 0 || !now)
 		return now;
-	snprintf(key, sizeof key, "version=%s cpus=%llu remote=%d ranks=%d nodes=%d model=%s size=%lld mtime=%lld",
-		 HPDLF_VERSION, (unsigned long long)cpus, remote, hp_comm_size(), g->nnodes, g->path,
+	snprintf(key, sizeof key, "version=%s cpus=%llu remote=%d ranks=%d mode=%s nodes=%d model=%s size=%lld mtime=%lld",
+		 HPDLF_VERSION, (unsigned long long)cpus, remote, hp_comm_size(), mode ? mode : "", g->nnodes, g->path,
 		 (long long)st.st_size, (long long)st.st_mtime);
 	if (hp_speed_cache_path("overhead", key, path, sizeof path) < 0)
 		return now;
@@ -111,13 +111,13 @@ static uint64_t rss_settled(const struct hp_graph *g, uint64_t now, uint64_t cpu
 	return kept;
 }
 
-void hp_budget_overhead_measure(const struct hp_graph *g, int remote)
+void hp_budget_overhead_measure(const struct hp_graph *g, int remote, const char *mode)
 {
 	uint64_t cpus = (uint64_t)hp_exec_online_cpus(), grain = 2ull << 20, f;
 
 	pthread_mutex_lock(&overhead_mu);
 	if (!overhead_known) {
-		f = rss_settled(g, rss_now(), cpus, remote) + io_copies(g) + cpus * BLAS_BUFFER +
+		f = rss_settled(g, rss_now(), cpus, remote, mode) + io_copies(g) + cpus * BLAS_BUFFER +
 		    (cpus + IO_THREADS) * THREAD_STACK + METADATA + (remote ? REMOTE_BUFFERS : 0);
 		overhead_fixed = (f + grain - 1) / grain * grain;
 		overhead_known = 1;
@@ -135,7 +135,7 @@ int hp_budget_tiers_remote(const struct hs_tier_spec *tiers, int n)
 
 uint64_t hp_budget_overhead(void)
 {
-	hp_budget_overhead_measure(NULL, 0);
+	hp_budget_overhead_measure(NULL, 0, NULL);
 	return overhead_fixed;
 }
 

@@ -303,7 +303,7 @@ static int build(struct hp_trainer *t)
 		return rc;
 	/* the process's fixed overhead, measured once the graph is loaded
 	 * (budget.h) */
-	hp_budget_overhead_measure(t->g, hp_budget_tiers_remote(t->o.tiers, t->o.ntiers));
+	hp_budget_overhead_measure(t->g, hp_budget_tiers_remote(t->o.tiers, t->o.ntiers), t->o.data ? t->o.data : "train");
 	if (t->nranks > 1) { /* every rank splits alike: the ranks take the largest overhead */
 		uint64_t lo, hi;
 		if ((rc = hp_comm_minmax_u64(hp_budget_overhead(), &lo, &hi)) < 0)
