@@ -136,11 +136,19 @@ static int r_dropout(struct ad *ad, const struct hp_node *n, const int *dy)
 
 /* ---- matrix products --------------------------------------------------- */
 
+/* MatMul, and MatMulAcc (Y = C + A B: block j > 0 of a MatMul weight cut
+ * along its reduction, split_weight.c), whose C takes dY as it is.  A
+ * block's tiling is the whole product's (the gradients then run the same
+ * sgemms as the whole weight's, kernels/gemm_grad.c). */
 static int r_matmul(struct ad *ad, const struct hp_node *n, const int *dy)
 {
-	int in[3] = { dy[0], n->inputs[0], n->inputs[1] }, want[2] = { 0, 1 };
+	const struct hp_attr *tile = hp_node_attr(n, HP_GEMM_TILE_ATTR);
+	int in[3] = { dy[0], n->inputs[0], n->inputs[1] }, want[2] = { 0, 1 }, rc;
 
-	return ad_emit_to(ad, n, "MatMulGrad", 3, in, 2, want, 0, NULL);
+	rc = ad_emit_to(ad, n, "MatMulGrad", 3, in, 2, want, tile ? 1 : 0, tile);
+	if (rc < 0 || strcmp(n->op_type, "MatMulAcc") || in_at(n, 2) < 0 || !ad_needs(ad, n, 2))
+		return rc;
+	return ad_contrib(ad, n->inputs[2], dy[0]);
 }
 
 static int r_gemm(struct ad *ad, const struct hp_node *n, const int *dy)
@@ -523,7 +531,7 @@ static const struct rule rules[] = {
 	{ "Add", r_binary }, { "Sub", r_binary }, { "Mul", r_binary }, { "Div", r_binary }, { "Pow", r_binary },
 	{ "Max", r_binary }, { "Min", r_binary }, { "Sum", r_sum_like }, { "Expand", r_sum_like },
 	{ "Where", r_where }, { "DropoutTrain", r_dropout },
-	{ "MatMul", r_matmul }, { "Gemm", r_gemm }, { "Conv", r_conv }, { "ConvTranspose", r_conv },
+	{ "MatMul", r_matmul }, { "MatMulAcc", r_matmul }, { "Gemm", r_gemm }, { "Conv", r_conv }, { "ConvTranspose", r_conv },
 	{ "MaxPool", r_pool }, { "AveragePool", r_pool }, { "GlobalMaxPool", r_pool },
 	{ "GlobalAveragePool", r_pool },
 	{ "BatchNormTrain", r_norm }, { "LayerNormalization", r_norm },
@@ -556,7 +564,8 @@ int ad_rule(struct ad *ad, const struct hp_node *n, const int *dy)
 		return ad_no_grad(ad, n, "operator domain has no gradients");
 	for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
 		if (!strcmp(rules[i].op, n->op_type)) {
-			int is_internal_op = !strcmp(n->op_type, "BatchNormTrain") || !strcmp(n->op_type, "DropoutTrain");
+			int is_internal_op = !strcmp(n->op_type, "BatchNormTrain") || !strcmp(n->op_type, "DropoutTrain") ||
+					     !strcmp(n->op_type, "MatMulAcc");
 			if (internal != is_internal_op)
 				break;
 			return rules[i].fn(ad, n, dy);

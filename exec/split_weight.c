@@ -487,10 +487,9 @@ int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const
 		if (!candidate(g, i, &c))
 			continue;
 		/* whole tiles of the kernels, chained reduction blocks: bitwise
-		 * results, in training too for Gemm (its gradients run the same
-		 * tiling, kernels/gemm_grad.c; a MatMul's chain, MatMulAcc, has
-		 * no gradient, so a cut MatMul sums its blocks with Adds) */
-		c.chain = c.reduce && (!spec || !c.matmul);
+		 * results, in training too (the gradients run the same tiling,
+		 * kernels/gemm_grad.c; MatMulAcc's C takes dY as it is) */
+		c.chain = c.reduce;
 		c.quantum = c.reduce ? c.t.kb : c.t.nb;
 		c.train = spec != NULL;
 		int64_t r = choose_rows(&c, budget, avail, copies);

@@ -61,6 +61,31 @@ static int mm_prepare(struct hp_graph *g, struct hp_node *n)
 	return 0;
 }
 
+/* A weight (B 2-D) and all rows of A as one product (M x K by K x N): dA's
+ * and dB's tiles are the forward product's ([mb, nb, kb], the node's
+ * attribute or its dims'), each one sgemm over the whole reduction.  A
+ * block of a weight cut along K (split_weight.c: its rows, A's columns)
+ * then computes the same sgemms as the whole weight's gradients for its
+ * rows and columns, bit for bit. */
+static int mm_tiled(const struct hp_node *n, const struct hp_kargs *a, int64_t m, int64_t k, int64_t nn, float *dx,
+		    float *dw)
+{
+	const float *dy = a->in[0].data, *x = a->in[1].data, *w = a->in[2].data;
+	struct hp_gemm_tiles t;
+
+	if (hp_gemm_node_tiles(n, m, nn, k, &t) < 0)
+		return HP_EMODEL;
+	if (dx) /* dA = dY B^T */
+		hp_gemm_tiled(&(struct hp_gemm_call){ .ta = 0, .tb = 1, .m = m, .n = k, .k = nn, .lda = nn, .ldb = nn,
+						      .ldy = k, .alpha = 1.0f, .a = dy, .b = w, .y = dx,
+						      .t = { .mb = t.mb, .nb = t.kb, .kb = nn > 0 ? nn : 1 } }, a->pool);
+	if (dw) /* dB = A^T dY */
+		hp_gemm_tiled(&(struct hp_gemm_call){ .ta = 1, .tb = 0, .m = k, .n = nn, .k = m, .lda = k, .ldb = nn,
+						      .ldy = nn, .alpha = 1.0f, .a = x, .b = dy, .y = dw,
+						      .t = { .mb = t.kb, .nb = nn > 0 ? nn : 1, .kb = m > 0 ? m : 1 } }, a->pool);
+	return 0;
+}
+
 static int mm_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct mm_priv *p = n->priv;
@@ -78,6 +103,8 @@ static int mm_run(const struct hp_node *n, const struct hp_kargs *a)
 	 * nb thin ones (dB summed by sgemm rather than by beta = 1 per batch). */
 	if (p->bb.rank == 0 && hp_shape_equal(&p->ab, &p->yb) && nb * m <= INT32_MAX)
 		m *= nb, nb = 1;
+	if (nb == 1 && p->bb.rank == 0)
+		return mm_tiled(n, a, m, k, nn, dx, dw);
 	/* An operand with a batch of its own per product (attention's) or one
 	 * product in all: each gradient element is written by one sgemm, which
 	 * overwrites it (beta 0: the same bits as adding into zeros) instead of

@@ -23,10 +23,11 @@ Checks, on models built here with numpy/onnx and on the mlp reference model:
     partitioned step logs, and that hpdlf-exec runs in core to the same logits;
   - a wide MLP (2048x2048 weights) trains with SGD and Adam at a budget of a
     few MiB, close to its in-core losses;
-  - a net of Gemm(transB=0) and Gemm(transB=1) layers trained partitioned
-    (blocks of whole tiles: reduction blocks chained, the data gradients of
-    feature blocks chained, kernels/gemm_grad.c) ends with bitwise the
-    in-core weights, with 1 and 2 threads.
+  - a net of Gemm(transB=0) and Gemm(transB=1) layers, and one of MatMul
+    layers, trained partitioned (blocks of whole tiles: reduction blocks
+    chained, MatMulAcc for a MatMul, the data gradients of feature blocks
+    chained, kernels/gemm_grad.c) end with bitwise the in-core weights, with
+    1 and 2 threads.
 """
 import json
 import os
@@ -273,11 +274,11 @@ def check_wide(exe, tmp):
               % (opt, budget, 100.0 * budget / peak, peak, s.get("partitioned_weights", 0), e))
 
 
-def check_train_bitwise(exe, tmp):
+def check_train_bitwise(exe, tmp, layers=(("gemm", 512), ("gemmT", 512), ("gemmT", 10))):
     import onnx
     from onnx import numpy_helper
     model = os.path.join(tmp, "tb.onnx")
-    make_net(model, [("gemm", 512), ("gemmT", 512), ("gemmT", 10)], 256, 32, seed=9)
+    make_net(model, list(layers), 256, 32, seed=9)
     rng = np.random.default_rng(4)
     np.save(os.path.join(tmp, "tbx.npy"), rng.standard_normal((96, 256)).astype(np.float32))
     np.save(os.path.join(tmp, "tby.npy"), rng.integers(0, 10, 96).astype(np.int64))
@@ -300,9 +301,9 @@ def check_train_bitwise(exe, tmp):
         want, got = weights(ref), weights(out) if rc == 0 else {}
         differ = sorted(k for k in want if got.get(k) != want[k])
         check(rc == 0 and parts >= 2 and not differ,
-              "partitioned training at %d B, %s threads: %d weights cut, the %d exported tensors bitwise the in-core "
-              "ones%s %s" % (budget, threads, parts, len(want), " (differ: %s)" % differ if differ else "",
-                             err.strip()[-300:]))
+              "partitioned training of %s at %d B, %s threads: %d weights cut, the %d exported tensors bitwise the "
+              "in-core ones%s %s" % ("/".join(k for k, _ in layers), budget, threads, parts, len(want),
+                                     " (differ: %s)" % differ if differ else "", err.strip()[-300:]))
 
 
 def main():
@@ -316,6 +317,7 @@ def main():
         check_export(exe, mlp, tmp)
         check_wide(exe, tmp)
         check_train_bitwise(exe, tmp)
+        check_train_bitwise(exe, tmp, (("matmul", 512), ("matmul", 512), ("gemmT", 10)))
     print("%d passed, %d failed" % (PASSED[0], len(FAILS)))
     return 1 if FAILS else 0
 
