@@ -498,26 +498,22 @@ static int train(struct cli *c, struct hp_trainer *t)
 	return rc;
 }
 
-/* What floor_probe creates its trainers from. */
-struct floor_arg {
-	const char *model;
-	const struct hp_trainer_opts *opts;
-};
+static const char *exec_floor_model;
 
 /* exec_floor_probe for --plan: a trainer created at budget b (its
  * session planned), and the node that sets its smallest budget. */
 static int floor_probe(uint64_t b, char *node, size_t n, void *arg)
 {
-	const struct floor_arg *fa = arg;
-	struct hp_trainer_opts o1 = *fa->opts;
+	struct hp_trainer_opts o1 = *(const struct hp_trainer_opts *)arg;
 	struct hp_trainer *t = NULL;
 	struct hp_plan_summary q;
 	struct hp_exec_opts o;
+	const char *model = exec_floor_model;
 	int rc;
 
 	o1.budget = b;
 	o1.resume = 0;
-	rc = hp_trainer_create(fa->model, &o1, &t);
+	rc = hp_trainer_create(model, &o1, &t);
 	hp_exec_opts_init(&o, sizeof o);
 	o.threads = o1.threads, o.budget = b, o.seed = o1.seed, o.ntiers = o1.ntiers, o.tiers = o1.tiers;
 	o.no_split = 1;
@@ -549,8 +545,7 @@ static int plan_step(const struct cli *c, const struct hp_trainer_opts *to, stru
 		o1.budget = 1;
 		o1.resume = 0;
 		rc = hp_trainer_create(c->model, &o1, &t1);
-		struct floor_arg fa = { .model = c->model, .opts = to };
-		exec_floor_probe = floor_probe, exec_floor_arg = &fa;
+		exec_floor_probe = floor_probe, exec_floor_arg = (void *)to, exec_floor_model = c->model;
 		if (rc == 0)
 			rc = exec_plan_only(hp_trainer_graph(t), &o, c, " (one training step)", hp_trainer_graph(t1));
 		exec_floor_probe = NULL;
