@@ -427,6 +427,7 @@ static void filter_plan(struct cg_filter *f, int64_t unit_axis)
 	}
 	hp_colgeom_finish(&f->geo);
 	f->rows = c->cbig / c->group * c->kvol;
+	f->unit = filter_unit(c, unit_axis);
 	f->direct = filter_direct(c);
 	f->slab = !f->direct && filter_slab_plan(f, unit_axis);
 	if (!f->slab) {
@@ -456,13 +457,13 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 		return rc;
 	int64_t unit_axis = hp_attr_int(n, "hpdlf_unit_axis", hp_filter_unit_axis(f.c.n));
 	struct hp_dw dw;
-	f.unit = filter_unit(&f.c, unit_axis);
 	if ((f.dw = dw_geom(&f.c, &dw))) {
-		dw.unit = f.unit;
+		dw.unit = filter_unit(&f.c, unit_axis);
 		f.workspace = hp_dw_filter_ws(&dw);
 	} else {
 		filter_plan(&f, unit_axis);
 	}
+	f.unit = filter_unit(&f.c, unit_axis);
 	if (!(n->priv = malloc(sizeof f)))
 		return hp_node_error(g, n, -ENOMEM, "out of memory");
 	memcpy(n->priv, &f, sizeof f);

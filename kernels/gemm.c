@@ -82,9 +82,6 @@ struct gjob {
 	float alpha, beta;          /* beta scales C */
 	const float *a, *b, *c;     /* c NULL: no C, the first K tile overwrites Y */
 	float *y;
-	int acc;                    /* no C: Y holds a sum the K tiles add to */
-	int reverse_k;              /* K tiles from the last to the first */
-	double min_flops;           /* smaller products run on the caller (0: GEMM_PAR_MIN_FLOPS) */
 	int64_t cs0, cs1, cprob;    /* C strides over Y's rows, columns and problems */
 	struct hp_gemm_tiles t;
 	int64_t mt, nt;             /* tiles per problem */
@@ -108,14 +105,12 @@ static int64_t min64(int64_t a, int64_t b)
 	return a < b ? a : b;
 }
 
-/* A tile of Y (from row i0, column j0) before its K tiles: beta C, what
- * it holds (acc), or zeros when there is no K tile to overwrite it. */
+/* A tile of Y (from row i0, column j0) before its K tiles: beta C, or
+ * zeros when there is no K tile to overwrite it. */
 static void tile_init(const struct gjob *j, int64_t p, int64_t i0, int64_t j0, int64_t mi, int64_t nj, float *y)
 {
 	const float *c = j->c;
 
-	if (j->acc)
-		return;
 	if (!c) {
 		for (int64_t i = 0; i < mi && j->k == 0; i++)
 			memset(y + i * j->n, 0, (size_t)nj * sizeof *y);
@@ -137,13 +132,13 @@ static void tile_run(const struct gjob *j, int64_t tile)
 	if (j->bt)
 		prob_offsets(j->bt, p, &ao, &bo);
 	tile_init(j, p, i0, j0, mi, nj, y);
-	for (int64_t s = 0, kt = (j->k + j->t.kb - 1) / j->t.kb; s < kt; s++) {
-		int64_t k0 = (j->reverse_k ? kt - 1 - s : s) * j->t.kb, kk = min64(j->t.kb, j->k - k0);
+	for (int64_t k0 = 0; k0 < j->k; k0 += j->t.kb) {
+		int64_t kk = min64(j->t.kb, j->k - k0);
 		const float *a = j->a + ao + (j->ta ? k0 * j->lda + i0 : i0 * j->lda + k0);
 		const float *b = j->b + bo + (j->tb ? j0 * j->ldb + k0 : k0 * j->ldb + j0);
 		cblas_sgemm(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans, j->tb ? CblasTrans : CblasNoTrans,
 			    (int)mi, (int)nj, (int)kk, j->alpha, a, (int)j->lda, b, (int)j->ldb,
-			    j->c || j->acc || s ? 1.0f : 0.0f, y, (int)j->n);
+			    j->c || k0 ? 1.0f : 0.0f, y, (int)j->n);
 	}
 }
 
@@ -162,9 +157,7 @@ static void gjob_run(struct gjob *j, struct hp_pool *pool)
 	j->nt = (j->n + j->t.nb - 1) / j->t.nb;
 	/* waking the pool costs more than it saves on small products (the
 	 * mlp's 64x256x256 layer: 0.13 ms per inference alone, 0.145 on 2) */
-	if (2.0 * (double)j->nprob * (double)j->m * (double)j->n * (double)j->k <
-		    (j->min_flops > 0 ? j->min_flops : GEMM_PAR_MIN_FLOPS) ||
-	    j->nprob * j->mt * j->nt < 2)
+	if (2.0 * (double)j->nprob * (double)j->m * (double)j->n * (double)j->k < GEMM_PAR_MIN_FLOPS)
 		pool = NULL;
 	/* BLAS on one thread while tiles run: a threaded call would round
 	 * differently from a serial one. */
@@ -175,19 +168,54 @@ static void gjob_run(struct gjob *j, struct hp_pool *pool)
 
 /* ---- tiled product for the gradients (gemm_tile.h) ---------------------- */
 
+struct tjob {
+	const struct hp_gemm_call *c;
+	int64_t mt, nt;
+};
+
+static void tiled_one(const struct hp_gemm_call *c, int64_t i0, int64_t j0)
+{
+	int64_t mi = min64(c->t.mb, c->m - i0), nj = min64(c->t.nb, c->n - j0), kt = (c->k + c->t.kb - 1) / c->t.kb;
+	float *y = c->y + i0 * c->ldy + j0;
+
+	if (c->k == 0 && !c->accumulate)
+		for (int64_t i = 0; i < mi; i++)
+			memset(y + i * c->ldy, 0, (size_t)nj * sizeof *y);
+	for (int64_t s = 0; s < kt; s++) {
+		int64_t k0 = (c->reverse_k ? kt - 1 - s : s) * c->t.kb, kk = min64(c->t.kb, c->k - k0);
+		const float *a = c->a + (c->ta ? k0 * c->lda + i0 : i0 * c->lda + k0);
+		const float *b = c->b + (c->tb ? j0 * c->ldb + k0 : k0 * c->ldb + j0);
+		cblas_sgemm(CblasRowMajor, c->ta ? CblasTrans : CblasNoTrans, c->tb ? CblasTrans : CblasNoTrans, (int)mi,
+			    (int)nj, (int)kk, c->alpha, a, (int)c->lda, b, (int)c->ldb, c->accumulate || s ? 1.0f : 0.0f,
+			    y, (int)c->ldy);
+	}
+}
+
+static void tiled_range(void *arg, int64_t begin, int64_t end, int tid)
+{
+	const struct tjob *j = arg;
+
+	(void)tid;
+	for (int64_t t = begin; t < end; t++)
+		tiled_one(j->c, t / j->nt * j->c->t.mb, t % j->nt * j->c->t.nb);
+}
+
 void hp_gemm_tiled(const struct hp_gemm_call *c, struct hp_pool *pool)
 {
-	struct gjob j = {
-		.ta = c->ta, .tb = c->tb, .m = c->m, .n = c->n, .k = c->k, .lda = c->lda, .ldb = c->ldb,
-		.alpha = c->alpha, .a = c->a, .b = c->b, .y = c->y, .t = c->t, .nprob = 1,
-		.acc = c->accumulate, .reverse_k = c->reverse_k,
-		/* a training step's products: the pool is awake for the step, so
-		 * smaller ones than an inference's pay (GPT-2-style gradients of
-		 * 256x128x128 ran 12% slower on one thread than OpenBLAS's two) */
-		.min_flops = GEMM_GRAD_PAR_MIN_FLOPS,
-	};
+	struct tjob j = { .c = c };
 
-	gjob_run(&j, pool);
+	if (c->m == 0 || c->n == 0)
+		return;
+	j.mt = (c->m + c->t.mb - 1) / c->t.mb;
+	j.nt = (c->n + c->t.nb - 1) / c->t.nb;
+	/* a training step's products: the pool is awake for the step, so
+	 * smaller ones than an inference's pay (GPT-2-style gradients of
+	 * 256x128x128 ran 12% slower on one thread than OpenBLAS's two) */
+	if (2.0 * (double)c->m * (double)c->n * (double)c->k < GEMM_GRAD_PAR_MIN_FLOPS || j.mt * j.nt < 2)
+		pool = NULL;
+	hp_blas_serial_enter();
+	hp_parallel_for(pool, j.mt * j.nt, 1, tiled_range, &j);
+	hp_blas_serial_leave();
 }
 
 /* ---- Gemm ------------------------------------------------------------- */

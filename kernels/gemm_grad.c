@@ -77,11 +77,11 @@ static int mm_tiled(const struct hp_node *n, const struct hp_kargs *a, int64_t m
 		return HP_EMODEL;
 	if (dx) /* dA = dY B^T */
 		hp_gemm_tiled(&(struct hp_gemm_call){ .ta = 0, .tb = 1, .m = m, .n = k, .k = nn, .lda = nn, .ldb = nn,
-						      .alpha = 1.0f, .a = dy, .b = w, .y = dx,
+						      .ldy = k, .alpha = 1.0f, .a = dy, .b = w, .y = dx,
 						      .t = { .mb = t.mb, .nb = t.kb, .kb = nn > 0 ? nn : 1 } }, a->pool);
 	if (dw) /* dB = A^T dY */
 		hp_gemm_tiled(&(struct hp_gemm_call){ .ta = 1, .tb = 0, .m = k, .n = nn, .k = m, .lda = k, .ldb = nn,
-						      .alpha = 1.0f, .a = x, .b = dy, .y = dw,
+						      .ldy = nn, .alpha = 1.0f, .a = x, .b = dy, .y = dw,
 						      .t = { .mb = t.kb, .nb = nn > 0 ? nn : 1, .kb = m > 0 ? m : 1 } }, a->pool);
 	return 0;
 }
@@ -232,22 +232,22 @@ static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
 		dx = NULL; /* dA done, by the packed op(B)^T (a pipeline stage's, exec/pipe_pack.c) */
 	if (dx && !ta) /* dA = alpha dY op(B)^T */
 		hp_gemm_tiled(&(struct hp_gemm_call){ .ta = 0, .tb = !tb, .accumulate = acc != NULL, .reverse_k = 1,
-						      .m = m, .n = k, .k = nn, .lda = nn, .ldb = ldb,
+						      .m = m, .n = k, .k = nn, .lda = nn, .ldb = ldb, .ldy = k,
 						      .alpha = alpha, .a = dy, .b = w, .y = dx,
 						      .t = { .mb = t.mb, .nb = t.kb, .kb = t.nb } }, a->pool);
 	else if (dx) /* dA = alpha op(B) dY^T */
 		hp_gemm_tiled(&(struct hp_gemm_call){ .ta = tb, .tb = 1, .accumulate = acc != NULL, .reverse_k = 1,
-						      .m = k, .n = m, .k = nn, .lda = ldb, .ldb = nn,
+						      .m = k, .n = m, .k = nn, .lda = ldb, .ldb = nn, .ldy = m,
 						      .alpha = alpha, .a = w, .b = dy, .y = dx,
 						      .t = { .mb = t.kb, .nb = t.mb, .kb = t.nb } }, a->pool);
 	if (dw && !tb) /* dB = alpha op(A)^T dY */
 		hp_gemm_tiled(&(struct hp_gemm_call){ .ta = !ta, .tb = 0, .accumulate = hp_attr_int(n, "accumulate", 0) != 0,
-						      .m = k, .n = nn, .k = m, .lda = lda, .ldb = nn,
+						      .m = k, .n = nn, .k = m, .lda = lda, .ldb = nn, .ldy = nn,
 						      .alpha = alpha, .a = x, .b = dy, .y = dw,
 						      .t = { .mb = t.kb, .nb = t.nb, .kb = t.mb } }, a->pool);
 	else if (dw) /* dB = alpha dY^T op(A) */
 		hp_gemm_tiled(&(struct hp_gemm_call){ .ta = 1, .tb = ta, .accumulate = hp_attr_int(n, "accumulate", 0) != 0,
-						      .m = nn, .n = k, .k = m, .lda = nn, .ldb = lda,
+						      .m = nn, .n = k, .k = m, .lda = nn, .ldb = lda, .ldy = k,
 						      .alpha = alpha, .a = dy, .b = x, .y = dw,
 						      .t = { .mb = t.nb, .nb = t.kb, .kb = t.mb } }, a->pool);
 	return 0;

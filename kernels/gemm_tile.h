@@ -35,7 +35,7 @@ void hp_gemm_tiles(int64_t m, int64_t n, int64_t k, struct hp_gemm_tiles *t);
  * own dims.  Returns 0, or HP_EMODEL for a malformed attribute. */
 int hp_gemm_node_tiles(const struct hp_node *n, int64_t m, int64_t nn, int64_t k, struct hp_gemm_tiles *t);
 
-/* Y (m x n, rows packed) [+]= alpha op(A) op(B) in the fixed tiling:
+/* Y (m x n, row stride ldy) [+]= alpha op(A) op(B) in the fixed tiling:
  * tiles of t.mb rows x t.nb columns of Y, each one single-threaded sgemm
  * per t.kb of the reduction, accumulated in order (from the last K tile
  * to the first with reverse_k), tiles in parallel on the pool.  With
@@ -46,7 +46,7 @@ int hp_gemm_node_tiles(const struct hp_node *n, int64_t m, int64_t nn, int64_t k
  * gradients, the data gradient chained block by block (reverse_k). */
 struct hp_gemm_call {
 	int ta, tb, accumulate, reverse_k;
-	int64_t m, n, k, lda, ldb;
+	int64_t m, n, k, lda, ldb, ldy;
 	float alpha;
 	const float *a, *b;
 	float *y;
