@@ -25,7 +25,8 @@
  * HP_BUDGET_PROCESS_FROM (64 MiB) on: the process's fixed overhead
  * (libraries, the graph, threads, BLAS buffers: hp_budget_overhead,
  * measured once) is taken off it, and `budget` above is what is left for
- * tensors.  Below 64 MiB a process cannot hold its overhead and tensors
+ * tensors and the frame pool's bookkeeping of their pages, which grows with
+ * the pool (hp_budget_pool_meta).  Below 64 MiB a process cannot hold its overhead and tensors
  * anyway: tensors get the budget itself, but never more than 64 MiB minus
  * the overhead (at least 16 MiB), so the tensor budget never falls as the
  * budget grows while the overhead stays under 48 MiB, and the peak RSS
@@ -79,6 +80,9 @@ void hp_budget_overhead_set(uint64_t bytes);
  * smallest process budget whose tensor budget is at least `tensors`. */
 uint64_t hp_budget_tensors(uint64_t process);
 uint64_t hp_budget_process_for(uint64_t tensors);
+/* The store's frame-pool bookkeeping for `bytes` of tensors, resident
+ * beside them (from 64 MiB on the tensor budget leaves room for it). */
+uint64_t hp_budget_pool_meta(uint64_t bytes);
 
 /* The store's unit of DRAM accounting: tensors occupy multiples of it. */
 #define HP_BUDGET_ALIGN 4096ull

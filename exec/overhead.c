@@ -15,6 +15,7 @@
 #include "exec/exec_internal.h"
 #include "exec/speed.h"
 #include "exec/speed_version.h"
+#include "store/frames.h"
 
 /* What the runtime adds to the resident set after the measurement,
  * whatever the budget: OpenBLAS's packing buffers (about 6 MiB per thread
@@ -147,12 +148,25 @@ void hp_budget_overhead_set(uint64_t bytes)
 	pthread_mutex_unlock(&overhead_mu);
 }
 
-/* The most tensors get below 64 MiB (see budget.h). */
+/* The frame pool whose pages and per-page bookkeeping fit in `room`
+ * (the bookkeeping grows with the pool, so the fixed overhead cannot hold
+ * it: an 8 GiB headline run peaked 13 MB over its budget without this). */
+static uint64_t pool_for(uint64_t room)
+{
+	return room / (HS_PAGE + HS_FRAMES_META_PER_PAGE) * HS_PAGE;
+}
+
+/* The most tensors get below 64 MiB (see budget.h): what 64 MiB gives. */
 static uint64_t small_cap(uint64_t f)
 {
 	uint64_t floor = HP_BUDGET_PROCESS_FROM / 4;
 
-	return f + floor < HP_BUDGET_PROCESS_FROM ? HP_BUDGET_PROCESS_FROM - f : floor;
+	return f + floor < HP_BUDGET_PROCESS_FROM ? pool_for(HP_BUDGET_PROCESS_FROM - f) : floor;
+}
+
+uint64_t hp_budget_pool_meta(uint64_t bytes)
+{
+	return (bytes + HS_PAGE - 1) / HS_PAGE * HS_FRAMES_META_PER_PAGE;
 }
 
 uint64_t hp_budget_tensors(uint64_t process)
@@ -163,14 +177,17 @@ uint64_t hp_budget_tensors(uint64_t process)
 		return 0;
 	if (process < HP_BUDGET_PROCESS_FROM)
 		return process < small_cap(f) ? process : small_cap(f);
-	return process > f ? process - f : 1; /* 1: refused, never "in core" */
+	if (process <= f || !pool_for(process - f))
+		return 1; /* refused, never "in core" */
+	return pool_for(process - f);
 }
 
 uint64_t hp_budget_process_for(uint64_t tensors)
 {
 	uint64_t f = hp_budget_overhead();
+	uint64_t need = (tensors + HS_PAGE - 1) / HS_PAGE * HS_PAGE + hp_budget_pool_meta(tensors) + f;
 
 	if (tensors <= small_cap(f))
 		return tensors;
-	return tensors + f > HP_BUDGET_PROCESS_FROM ? tensors + f : HP_BUDGET_PROCESS_FROM;
+	return need > HP_BUDGET_PROCESS_FROM ? need : HP_BUDGET_PROCESS_FROM;
 }

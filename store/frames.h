@@ -33,6 +33,11 @@
 #include "store/tier.h"
 
 #define HS_PAGE 4096u
+/* The pool's bookkeeping per page (free-list links and order: next, prev,
+ * ord in frames.c), all of it touched once the pool has grown to the
+ * budget: 18 MiB for an 8 GiB pool, resident beside the pages themselves
+ * (exec/overhead.c takes it off the tensor budget). */
+#define HS_FRAMES_META_PER_PAGE (2 * sizeof(uint32_t) + sizeof(uint8_t))
 
 struct hs_piece {
 	uint32_t page, n;       /* pages [page, page + n) of the pool */

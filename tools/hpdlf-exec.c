@@ -1107,12 +1107,13 @@ static const char *source(int src, const char *cache)
 }
 
 /* The process's peak: its fixed overhead, the tensors' peak and the
- * staging kept beside them (exec/budget.h). */
+ * staging kept beside them, and the store's bookkeeping of those pages
+ * (exec/budget.h). */
 static uint64_t rss_peak(const struct hp_plan_summary *p)
 {
-	uint64_t t = hp_budget_tensors(p->budget);
+	uint64_t t = hp_budget_tensors(p->budget), pool = p->peak_bytes + (t ? hp_budget_staging(t) : 0);
 
-	return hp_budget_overhead() + p->peak_bytes + (t ? hp_budget_staging(t) : 0);
+	return hp_budget_overhead() + pool + (t ? hp_budget_pool_meta(pool) : 0);
 }
 
 /* The --plan summary: memory, bytes per tier and the predicted time with
