@@ -92,16 +92,19 @@ static int managed(const struct hp_graph *g, int v)
 
 static int inplace_steps;
 
+/* res[v]: 1 resident, 2 loaded and not read since (a load evicted in that
+ * state was read for nothing: the plan must not make one) */
 static void apply_act(const struct hp_graph *g, const struct hp_plan_act_rec *x, char *res, uint64_t *cur,
 		      uint64_t budget, int s)
 {
 	if (x->act == HP_ACT_LOAD) {
 		assert_false(res[x->value]);   /* loaded while resident */
 		assert_true(x->for_step >= s);
-		res[x->value] = 1;
+		res[x->value] = 2;
 		*cur += size_of(g, x->value);
 		assert_true(*cur <= budget);
 	} else {
+		assert_int_not_equal(res[x->value], 2); /* a load evicted before its read */
 		assert_true(res[x->value]);    /* evicted while absent */
 		res[x->value] = 0;
 		*cur -= size_of(g, x->value);
@@ -125,8 +128,10 @@ static void replay(const struct hp_graph *g, const struct hp_plan *p, uint64_t b
 		for (int a = p->act_begin[s]; a < p->act_begin[s + 1]; a++)
 			apply_act(g, &p->acts[a], res, &cur, budget, s);
 		for (int j = 0; j < n->ninputs; j++)
-			if (managed(g, n->inputs[j]))
+			if (managed(g, n->inputs[j])) {
 				assert_true(res[n->inputs[j]]); /* a kernel without its input */
+				res[n->inputs[j]] = 1;
+			}
 		for (int o = 0; o < n->noutputs; o++) {
 			if (!hp_plan_inplace_at(g, p, s, o))
 				continue;
