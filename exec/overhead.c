@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <utime.h>
 
 #include "hpdlf/store.h"
 #include "hpdlf/tensor.h"
@@ -81,12 +82,14 @@ static uint64_t io_copies(const struct hp_graph *g)
  * a later start-up takes it unless it measures more, then keeps its own.
  * Never below what this process measured. */
 #define RSS_MARGIN (1ull << 20)
+/* One file per model, mode and version: the most kept (pruned oldest
+ * first, exec/speed_cache.c). */
+#define OVERHEAD_FILES 256
 static uint64_t rss_settled(const struct hp_graph *g, uint64_t now, uint64_t cpus, int remote, const char *mode)
 {
-	char key[1200], path[512], tmp[530];
-	unsigned long long kept = 0;
+	char key[1200], path[512];
+	double kept = 0;
 	struct stat st;
-	FILE *f;
 
 	if (!g || !g->path || stat(g->path, &st) < 0 || !now)
 		return now;
@@ -95,21 +98,16 @@ static uint64_t rss_settled(const struct hp_graph *g, uint64_t now, uint64_t cpu
 		 (long long)st.st_size, (long long)st.st_mtime);
 	if (hp_speed_cache_path("overhead", key, path, sizeof path) < 0)
 		return now;
-	if ((f = fopen(path, "r"))) {
-		if (fscanf(f, "%llu", &kept) != 1)
-			kept = 0;
-		fclose(f);
+	/* the file names its key: another model whose key hashes alike
+	 * never lends its figure; in pages (the cache keeps 9 digits) */
+	if (hp_speed_cache_read(path, key, &kept, 1) == 0 && kept * 4096 >= (double)now) {
+		utime(path, NULL); /* in use: the newest are the ones kept */
+		return (uint64_t)kept * 4096;
 	}
-	if (kept >= now)
-		return kept;
-	kept = now + RSS_MARGIN;
-	snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
-	if ((f = fopen(tmp, "w"))) {
-		int bad = fprintf(f, "%llu\n", kept) < 0;
-		if (fclose(f) != 0 || bad || rename(tmp, path) != 0)
-			unlink(tmp);
-	}
-	return kept;
+	kept = (double)((now + RSS_MARGIN + 4095) / 4096);
+	hp_speed_cache_write(path, key, &kept, 1);
+	hp_speed_cache_prune("overhead", OVERHEAD_FILES);
+	return (uint64_t)kept * 4096;
 }
 
 void hp_budget_overhead_measure(const struct hp_graph *g, int remote, const char *mode)

@@ -89,6 +89,11 @@ int hp_speed_cache_read(const char *path, const char *key, double *v, int n);
 /* Write them atomically (temporary file + rename); failures are ignored:
  * the cache only saves time. */
 void hp_speed_cache_write(const char *path, const char *key, const double *v, int n);
+/* Keep at most `keep` cache files of `kind` (the newest by modification
+ * time: a reader that uses one touches it); an older surplus is removed
+ * down to three quarters of `keep`.  Files of one key per model (kind
+ * "overhead") would otherwise pile up without bound. */
+void hp_speed_cache_prune(const char *kind, int keep);
 /* "cpu=MODEL threads=N version=V": this machine's key. */
 void hp_speed_machine_key(int threads, char *buf, size_t len);
 int hp_speed_recalibrate_env(void);

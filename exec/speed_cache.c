@@ -1,6 +1,7 @@
 /* Cache files of the speed model: one small text file per key, ending with
  * a checksum of everything before it, replaced atomically.  Anything that
  * does not parse exactly is treated as absent. */
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -70,6 +71,68 @@ int hp_speed_cache_path(const char *kind, const char *key, char *path, size_t le
 	int n = snprintf(path, len, "%s/%s-%08x", dir, kind, (unsigned)hs_crc32c(key, strlen(key)));
 
 	return n >= 0 && (size_t)n < len ? 0 : -1;
+}
+
+struct aged {
+	char name[256];
+	long long mtime;
+};
+
+static int older(const void *a, const void *b)
+{
+	const struct aged *x = a, *y = b;
+
+	return x->mtime < y->mtime ? -1 : x->mtime > y->mtime ? 1 : strcmp(x->name, y->name);
+}
+
+/* The cache files of `kind` in dir: a malloc'ed array, *n entries. */
+static struct aged *list_kind(const char *dir, const char *kind, int *n)
+{
+	DIR *d = opendir(dir);
+	struct aged *a = NULL;
+	struct dirent *e;
+	size_t klen = strlen(kind);
+	int cap = 0;
+	char path[700];
+	struct stat st;
+
+	*n = 0;
+	while (d && (e = readdir(d))) {
+		if (strncmp(e->d_name, kind, klen) || e->d_name[klen] != '-' || strchr(e->d_name, '.'))
+			continue;
+		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+		if (stat(path, &st) < 0 || !S_ISREG(st.st_mode))
+			continue;
+		if (*n == cap) {
+			void *q = realloc(a, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *a);
+			if (!q)
+				break;
+			a = q;
+		}
+		snprintf(a[*n].name, sizeof a[*n].name, "%s", e->d_name);
+		a[(*n)++].mtime = (long long)st.st_mtime;
+	}
+	if (d)
+		closedir(d);
+	return a;
+}
+
+void hp_speed_cache_prune(const char *kind, int keep)
+{
+	char dir[440], path[700];
+	int n;
+	struct aged *a;
+
+	if (keep < 4 || cache_dir(dir, sizeof dir) < 0 || !(a = list_kind(dir, kind, &n)))
+		return;
+	if (n > keep) {
+		qsort(a, (size_t)n, sizeof *a, older);
+		for (int i = 0; i < n - keep * 3 / 4; i++) {
+			snprintf(path, sizeof path, "%s/%s", dir, a[i].name);
+			unlink(path);
+		}
+	}
+	free(a);
 }
 
 /* The file's text up to its checksum line, and whether that checksum holds. */
