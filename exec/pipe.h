@@ -76,6 +76,7 @@ struct hp_pipe {
 	int64_t pack_epoch;         /* weights packed once per step (pipe_pack.c; 0: none) */
 	uint64_t pack_bytes;        /* their packed copies */
 	int *packb, npackb, *packf, npackf; /* the nodes marked, in the backward and forward graphs */
+	int sharded;                /* the optimizer graph reduces and shards the gradients (pipe_shard.c) */
 };
 
 /* This rank's place (t->pipe): stage, pipeline, micro-batch rows; checks
@@ -156,6 +157,11 @@ void hp_pipe_defer_free(struct hp_pipe *p);
 int hp_pipe_mark_pack(struct hp_trainer *t, struct hp_graph *gb);
 uint64_t hp_pipe_pack_bytes(const struct hp_pipe *p);
 void hp_pipe_pack_bump(struct hp_trainer *t);
+
+/* --shard and --sync-bn among the stage's D replicas (pipe_shard.c):
+ * after the stage's graphs are built (gb the backward's), before the
+ * budgets are shared and the sessions made. */
+int hp_pipe_shard(struct hp_trainer *t, struct hp_graph *gb);
 
 /* The stage's parameters between the optimizer and the other graphs. */
 int hp_pipe_sync_params(struct hp_pipe *p, struct hp_session *sb);

@@ -458,7 +458,7 @@ int hp_pipe_build(struct hp_trainer *t)
 	t->vin = p->vin;
 	t->vlab = p->vlab;
 	t->vloss = p->vloss;
-	if ((rc = alloc_slots(t)) < 0 || (rc = hp_pipe_mark_direct(t, gb)) < 0 || (rc = hp_pipe_mark_defer(t, gb)) < 0 ||
+	if ((rc = hp_pipe_shard(t, gb)) < 0 || (rc = alloc_slots(t)) < 0 || (rc = hp_pipe_mark_direct(t, gb)) < 0 || (rc = hp_pipe_mark_defer(t, gb)) < 0 ||
 	    (rc = hp_pipe_mark_pack(t, gb)) < 0 || (rc = hp_pipe_budgets(t, gb, b)) < 0)
 		return rc;
 	/* --trace: the backward's kernels (and the forward's when the
