@@ -162,6 +162,10 @@ void hp_pipe_pack_bump(struct hp_trainer *t);
  * after the stage's graphs are built (gb the backward's), before the
  * budgets are shared and the sessions made. */
 int hp_pipe_shard(struct hp_trainer *t, struct hp_graph *gb);
+/* Checkpoints: bytes [at, at + len) of the whole of sliced float32 state
+ * v (n elements; session s) gathered from the replicas into buf on each;
+ * collective over the group. */
+int hp_pipe_gather_slice(struct hp_session *s, int v, uint64_t n, uint64_t at, size_t len, void *buf);
 
 /* The stage's parameters between the optimizer and the other graphs. */
 int hp_pipe_sync_params(struct hp_pipe *p, struct hp_session *sb);

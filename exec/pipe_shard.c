@@ -19,11 +19,14 @@
  * their statistics over the group (train_dp_sync.c): each micro-batch is
  * normalized over the D pipelines' same micro-batch. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "hpdlf/error.h"
 #include "exec/comm.h"
+#include "exec/exec_internal.h"
 #include "exec/pipe.h"
+#include "exec/shard.h"
 #include "exec/train_dp.h"
 #include "exec/train_internal.h"
 #include "exec/train_shard.h"
@@ -78,4 +81,45 @@ int hp_pipe_shard(struct hp_trainer *t, struct hp_graph *gb)
 	if (t->o.sync_bn && ((rc = hp_dp_sync_bn(t, gb)) < 0 || (p->gf && (rc = hp_dp_sync_bn(t, p->gf)) < 0)))
 		return rc;
 	return shard_optimizer(t);
+}
+
+/* Checkpoints (pipe_ckpt.c): bytes [at, at + len) of the whole of sliced
+ * float32 state v of n elements (session s, this replica holding its
+ * shard partition's slice), gathered from the stage's D replicas into buf
+ * on every one of them.  Collective over the group: every replica calls
+ * it for the same pieces in the same order, a failed read included. */
+int hp_pipe_gather_slice(struct hp_session *s, int v, uint64_t n, uint64_t at, size_t len, void *buf)
+{
+	int D = hp_comm_group_size(), me = hp_comm_group_rank(), tot = 0, rc = 0, r2;
+	int *counts = calloc((size_t)D, sizeof *counts), *displs = calloc((size_t)D, sizeof *displs);
+	uint64_t a = at / sizeof(float), b = (at + len) / sizeof(float), mlo = 0;
+	float *mine = malloc(len + sizeof(float));
+
+	if (!counts || !displs || !mine) {
+		rc = hp_error(-ENOMEM, "out of memory");
+		goto out; /* every replica runs out alike or the job ends */
+	}
+	for (int q = 0; q < D; q++) {
+		uint64_t lo, hi;
+		hp_shard_range(n, q, D, &lo, &hi);
+		lo = lo > a ? lo : a;
+		hi = hi < b ? hi : b;
+		counts[q] = hi > lo ? (int)(hi - lo) : 0;
+		displs[q] = tot;
+		tot += counts[q];
+		if (q == me)
+			mlo = lo;
+	}
+	if (counts[me]) {
+		uint64_t lo, hi;
+		hp_shard_range(n, me, D, &lo, &hi);
+		rc = hp_session_read_value(s, v, (mlo - lo) * sizeof(float), (uint64_t)counts[me] * sizeof(float), mine);
+	}
+	if ((r2 = hp_comm_group_allgatherv(mine, buf, counts, displs)) < 0)
+		rc = r2;
+out:
+	free(counts);
+	free(displs);
+	free(mine);
+	return rc;
 }
