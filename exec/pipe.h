@@ -131,6 +131,9 @@ int hp_pipe_export(struct hp_trainer *t, const char *path, int external);
  * the GemmGrads that add a parameter's gradient into p->acc themselves
  * (before the backward's session is made) and bind them (after). */
 int hp_pipe_budgets(struct hp_trainer *t, const struct hp_graph *gb, uint64_t b[3]);
+/* rc of making session k (0 backward, 1 forward, 2 optimizer) with its
+ * share b: a budget refusal prefixed with the stage and the session. */
+int hp_pipe_budget_error(const struct hp_trainer *t, int k, uint64_t b, int rc);
 int hp_pipe_mark_direct(struct hp_trainer *t, struct hp_graph *gb);
 int hp_pipe_bind_direct(struct hp_trainer *t);
 /* Before each backward: the step's first (first 1) overwrites those sums,
