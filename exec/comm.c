@@ -199,21 +199,24 @@ int hp_comm_barrier(void)
 /* nothing moves while a peer is late: long sleeps cost no bandwidth */
 #define ARRIVE_WAIT_MAX_NS 500000L
 
-int hp_comm_arrive(void)
+static int arrive_on(MPI_Comm comm)
 {
 	MPI_Request req;
 	int err;
 
-	if (size == 1)
-		return 0;
 	pthread_mutex_lock(&mu);
 	hp_comm_watch_enter("arrival barrier before a bucket's collective");
-	err = MPI_Ibarrier(MPI_COMM_WORLD, &req);
+	err = MPI_Ibarrier(comm, &req);
 	if (err == MPI_SUCCESS)
 		err = hp_comm_wait_cap(&req, &mu, ARRIVE_WAIT_MAX_NS);
 	hp_comm_watch_leave();
 	pthread_mutex_unlock(&mu);
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "barrier");
+}
+
+int hp_comm_arrive(void)
+{
+	return size == 1 ? 0 : arrive_on(MPI_COMM_WORLD);
 }
 
 void hp_comm_finalize(void)
@@ -410,6 +413,13 @@ int hp_comm_group_allgatherv(const float *send, float *recv, const int *counts, 
 	if (group == MPI_COMM_NULL)
 		return hp_comm_allgatherv(send, recv, counts, displs);
 	return allgatherv_on(group, group_rank, group_size, send, recv, counts, displs);
+}
+
+int hp_comm_group_arrive(void)
+{
+	if (group == MPI_COMM_NULL)
+		return hp_comm_arrive();
+	return group_size == 1 ? 0 : arrive_on(group);
 }
 
 int hp_comm_group_allreduce_side(double *buf, size_t count)

@@ -83,6 +83,8 @@ int hp_comm_group_size(void);
 int hp_comm_group_reduce_scatter(const float *send, float *recv, const int *counts);
 int hp_comm_group_allgatherv(const float *send, float *recv, const int *counts, const int *displs);
 int hp_comm_group_allreduce_side(double *buf, size_t count);
+/* hp_comm_arrive over the group. */
+int hp_comm_group_arrive(void);
 struct hp_node;
 struct hp_kargs;
 /* An ai.hpdlf AllReduce node (kernels/comm_op.c): the executors run it

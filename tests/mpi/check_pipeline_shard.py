@@ -17,7 +17,10 @@ usage: check_pipeline_shard.py HPDLF_EXEC TESTS_DIR [CASE...]
   run's (the replicas' slices of the moments gathered in place), resumes
   at P=1 with the losses of an uninterrupted 1-rank run within 1e-5, and
   in a P=2 x D=2 run with --shard gradients and another M; a 1-rank
-  checkpoint resumes into a sharded P=2 x D=2 run.
+  checkpoint resumes into a sharded P=2 x D=2 run.  The same for a net
+  whose first weight (1024 x 1088) is larger than a checkpoint's 4 MiB
+  piece, so that a piece ends inside a replica's slice and the next one
+  starts there.
 - sync_bn: a BatchNorm net, P=2 x D=2, M=1: with --sync-bn the losses
   equal the 1-rank run's within 1e-5 (the BatchNorm on stage 0, and on
   stage 1 with --pipeline-cuts conv, and with --shard optimizer); without
@@ -145,18 +148,47 @@ def shard(tmp):
             check(same, '%s, --shard %s: exported weights = --shard none at P=2 x D=2 bit for bit' % (opt, mode))
 
 
+def make_wide(tmp):
+    """Gemm(1024 -> 1088) -> Relu -> Gemm(1088 -> 4), seeded, with data:
+    its first weight and moments span two 4 MiB checkpoint pieces."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    d = os.path.join(tmp, 'wide')
+    os.makedirs(d, exist_ok=True)
+    rng = np.random.default_rng(5)
+    w = lambda name, shape: numpy_helper.from_array((rng.standard_normal(shape) * 0.03).astype(np.float32), name)
+    nodes = [helper.make_node('Gemm', ['x', 'w0', 'b0'], ['h0'], name='fc0'),
+             helper.make_node('Relu', ['h0'], ['r0'], name='relu0'),
+             helper.make_node('Gemm', ['r0', 'w1', 'b1'], ['y'], name='fc1')]
+    g = helper.make_graph(nodes, 'wide', [helper.make_tensor_value_info('x', TensorProto.FLOAT, ['N', 1024])],
+                          [helper.make_tensor_value_info('y', TensorProto.FLOAT, ['N', 4])],
+                          [w('w0', (1024, 1088)), w('b0', (1088,)), w('w1', (1088, 4)), w('b1', (4,))])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), os.path.join(d, 'model.onnx'))
+    np.save(os.path.join(d, 'x.npy'), rng.standard_normal((48, 1024)).astype(np.float32))
+    np.save(os.path.join(d, 'y.npy'), rng.integers(0, 4, 48).astype(np.int64))
+    return d
+
+
 def checkpoint(tmp):
+    for model in (MLP, make_wide(tmp)):
+        checkpoint_of(tmp, model)
+
+
+def checkpoint_of(tmp, MLP):
     j = lambda *n: os.path.join(tmp, *n)
     full, _ = train(0, train_args(MLP, 12, 'adam'), j('full.json'))
     cks = {}
     for mode in ('none', 'optimizer'):
         ck = cks[mode] = j('ck_' + mode)
+        shutil.rmtree(ck, ignore_errors=True)
         first, _ = train(4, train_args(MLP, 12, 'adam', steps=3, extra=PIPE + ['--shard', mode, '--checkpoint', ck]),
                          j('f.json'))
-        check(first is not None and rel(full, first) <= 1e-5, '--shard %s P=2 x D=2 with --checkpoint: steps 0..2' % mode)
+        check(first is not None and rel(full, first) <= 1e-5, '%s: --shard %s P=2 x D=2 with --checkpoint: steps 0..2 '
+              '= 1 rank within 1e-5' % (os.path.basename(MLP), mode))
     a, b = ckpt_tensors(cks['none']), ckpt_tensors(cks['optimizer'])
     check(set(a) == set(b) and len(a) > 6 and all(np.array_equal(a[k], b[k]) for k in a),
-          'checkpoint of --shard optimizer P=2 x D=2 = that of --shard none bit for bit (%d tensors)' % len(a))
+          '%s: checkpoint of --shard optimizer P=2 x D=2 = that of --shard none bit for bit (%d tensors, largest '
+          '%d elements)' % (os.path.basename(MLP), len(a), max((x.size for x in a.values()), default=0)))
     for what, n, extra in (('P=1', 0, []), ('P=2 x D=2 --shard gradients M=2', 4,
                                             ['--pipeline', '2', '--micro-batches', '2', '--shard', 'gradients'])):
         ck = j('ck_copy')
@@ -164,15 +196,16 @@ def checkpoint(tmp):
         shutil.copytree(cks['optimizer'], ck)
         rest, _ = train(n, train_args(MLP, 12, 'adam', extra=extra + ['--checkpoint', ck, '--resume']), j('r.json'))
         check(rest is not None and sorted(rest) == [3, 4, 5] and rel(full, rest) <= 1e-5,
-              'checkpoint of --shard optimizer P=2 x D=2 resumed at %s: steps 3..5 = the uninterrupted 1-rank run '
-              'within 1e-5 (max rel %.2g)' % (what, rel(full, rest) if rest else float('nan')))
+              '%s: checkpoint of --shard optimizer P=2 x D=2 resumed at %s: steps 3..5 = the uninterrupted 1-rank '
+              'run within 1e-5 (max rel %.2g)' % (os.path.basename(MLP), what, rel(full, rest) if rest else float('nan')))
     ck = j('ck_one')
+    shutil.rmtree(ck, ignore_errors=True)
     one, _ = train(0, train_args(MLP, 12, 'adam', steps=3, extra=['--checkpoint', ck]), j('o.json'))
     rest, _ = train(4, train_args(MLP, 12, 'adam', extra=PIPE + ['--shard', 'optimizer', '--checkpoint', ck,
                                                                   '--resume']), j('r1.json'))
     check(one is not None and rest is not None and sorted(rest) == [3, 4, 5] and rel(full, rest) <= 1e-5,
-          '1-rank checkpoint resumed in --shard optimizer P=2 x D=2: steps 3..5 within 1e-5 (max rel %.2g)' %
-          (rel(full, rest) if rest else float('nan')))
+          '%s: 1-rank checkpoint resumed in --shard optimizer P=2 x D=2: steps 3..5 within 1e-5 (max rel %.2g)' %
+          (os.path.basename(MLP), rel(full, rest) if rest else float('nan')))
 
 
 def make(tmp, script, *args):
