@@ -9,6 +9,7 @@
 #include "exec/budget.h"
 #include "exec/exec_internal.h"
 #include "exec/pipe.h"
+#include "exec/plan.h"
 #include "exec/train_internal.h"
 
 static uint64_t vbytes(const struct hp_graph *g, int v)
@@ -39,16 +40,21 @@ static uint64_t graph_need(const struct hp_graph *g)
 	return n;
 }
 
-/* What g's session holds when a run starts, before the plan's first
- * transition can free anything: the inputs the step sets (parameters,
- * the micro-batch's cut values, seeds and saved values, the summed
- * gradients), the state kept from run to run (optimizer state) and the
- * outputs, in the net's pages; with the staging copies and one kernel's
- * scratch held apart beside them (budget.h).  A session given less sees
- * no free byte at its first transition (net.c, stuck()). */
-static uint64_t held_start(const struct hp_graph *g, uint64_t staging)
+/* The least g's session can run with: what it holds when a run starts,
+ * before the plan's first transition can free anything (the inputs the
+ * step sets: parameters, the micro-batch's cut values, seeds and saved
+ * values, the summed gradients; the state kept from run to run, optimizer
+ * state; the outputs), in the net's pages, with the staging copies and
+ * one kernel's scratch held apart beside them (budget.h); and no less
+ * than its planner's smallest budget (its largest step: an update's
+ * parameter, gradient, state and their new values at once).  A session
+ * given less than the first sees no free byte at its first transition
+ * (net.c, stuck()); less than the second, its planner refuses it. */
+static uint64_t held_start(const struct hp_graph *g, uint64_t budget, uint64_t staging)
 {
-	uint64_t n = 0;
+	struct hp_plan_opts po = { .align = HP_BUDGET_ALIGN, .reserve_for = hp_budget_staging,
+				   .workspace = g ? hp_plan_max_workspace(g) : 0, .budget = budget };
+	uint64_t n = 0, least;
 
 	if (!g)
 		return 0;
@@ -58,7 +64,9 @@ static uint64_t held_start(const struct hp_graph *g, uint64_t staging)
 		    (x->kind == HP_VALUE_INPUT || x->next >= 0 || x->is_output))
 			n += vpages(g, v);
 	}
-	return n + staging + hp_plan_max_workspace(g);
+	n += staging + po.workspace;
+	least = hp_plan_min_budget(g, &po, NULL);
+	return n > least ? n : least;
 }
 
 static const char *const what[3] = { "backward", "forward", "optimizer" };
@@ -104,7 +112,7 @@ int hp_pipe_budgets(struct hp_trainer *t, const struct hp_graph *gb, uint64_t b[
 				"larger --budget",
 				p->stage, p->nslot, (unsigned long long)slots, (unsigned long long)budget);
 	for (int k = 0; k < 3; k++) {
-		floor[k] = held_start(g[k], staging);
+		floor[k] = held_start(g[k], hp_budget_tensors(budget), staging);
 		need[k] = graph_need(g[k]);
 		need[k] = need[k] > floor[k] ? need[k] - floor[k] : 0;
 		sum += floor[k];
