@@ -202,7 +202,8 @@ static int ar_piece(struct lay *in, struct lay *out, uint64_t at, float s)
 
 	for (int q = 0; q < in->N; q++)
 		walk(in, q, at, at + (uint64_t)in->counts[q], stage + in->displs[q], PACK);
-	if ((rc = in->grp ? hp_comm_group_allreduce(stage, (size_t)tot) : hp_comm_allreduce(stage, (size_t)tot, HP_F32)) < 0)
+	if ((rc = in->grp ? hp_comm_group_allreduce(stage, (size_t)tot)
+			  : hp_comm_allreduce(stage, (size_t)tot, HP_F32)) < 0)
 		return rc;
 	for (int j = 0; j < tot; j++)
 		stage[j] *= s;

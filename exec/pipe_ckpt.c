@@ -111,8 +111,8 @@ static void list_graph(struct hp_trainer *t, int which, json_object *list)
 		json_object_object_add(e, "shape", hp_ck_shape_json(&w.shape));
 		json_object_object_add(e, "elements", json_object_new_int64((int64_t)w.n));
 		/* a slice's entry is its whole, gathered piece by piece */
-		json_object_object_add(e, "bytes", json_object_new_int64(w.hi - w.lo == w.n ? (int64_t)hp_ckpt_vbytes(t, v)
-									 : (int64_t)(w.n * hp_dtype_size(w.dtype))));
+		int64_t bytes = w.hi - w.lo == w.n ? (int64_t)hp_ckpt_vbytes(t, v) : (int64_t)(w.n * hp_dtype_size(w.dtype));
+		json_object_object_add(e, "bytes", json_object_new_int64(bytes));
 		if (w.hi - w.lo != w.n)
 			json_object_object_add(e, "sliced", json_object_new_int(1));
 		json_object_object_add(e, "graph", json_object_new_int(which));

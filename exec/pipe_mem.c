@@ -122,7 +122,8 @@ int hp_pipe_budgets(struct hp_trainer *t, const struct hp_graph *gb, uint64_t b[
 		return too_small(p, budget, slots, floor);
 	rest = budget - slots - sum;
 	for (int k = 0; k < 3; k++)
-		b[k] = !g[k] ? 0 : floor[k] + (wsum ? (uint64_t)((double)rest * (double)need[k] / (double)wsum) : rest / 3);
+		b[k] = !g[k] ? 0
+			     : floor[k] + (wsum ? (uint64_t)((double)rest * (double)need[k] / (double)wsum) : rest / 3);
 	hp_log(HP_LOG_INFO, "pipeline stage %d: --budget %llu: %llu for the micro-batches in flight, %llu for the "
 	       "backward session, %llu forward, %llu optimizer", p->stage, (unsigned long long)budget,
 	       (unsigned long long)slots, (unsigned long long)b[0], (unsigned long long)b[1], (unsigned long long)b[2]);

@@ -113,7 +113,8 @@ int hp_pipe_gather_slice(struct hp_session *s, int v, uint64_t n, uint64_t at, s
 	if (counts[me]) {
 		uint64_t lo, hi;
 		hp_shard_range(n, me, D, &lo, &hi);
-		rc = hp_session_read_value(s, v, (mlo - lo) * sizeof(float), (uint64_t)counts[me] * sizeof(float), mine);
+		rc = hp_session_read_value(s, v, (mlo - lo) * sizeof(float), (uint64_t)counts[me] * sizeof(float),
+					   mine);
 	}
 	if ((r2 = hp_comm_group_allgatherv(mine, buf, counts, displs)) < 0)
 		rc = r2;

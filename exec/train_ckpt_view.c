@@ -82,7 +82,7 @@ int hp_ckpt_view(const struct hp_trainer *t, int v, struct hp_ckpt_view *out)
 	const struct hp_graph *g = t->g;
 	/* --pipeline: a stage's optimizer state is sharded among its D
 	 * replicas (pipe_shard.c), the group of this rank's place `replica` */
-	int kind = 0, w = -1, r = t->pipe ? t->pipe->replica : t->rank, N = t->pipe ? t->pipe->D : t->nranks;
+	int r = t->pipe ? t->pipe->replica : t->rank, N = t->pipe ? t->pipe->D : t->nranks, kind = 0, w = -1;
 
 	view_self(&g->values[v], out);
 	if (t->o.shard == HP_SHARD_NONE || N < 2)
