@@ -25,6 +25,10 @@ static MPI_Comm side = MPI_COMM_NULL;
  * mixed with a collective's) and the group of a stage's replicas, whose
  * gradients --pipeline with data parallelism sums (hp_comm_group_split). */
 static MPI_Comm p2p = MPI_COMM_NULL, group = MPI_COMM_NULL;
+/* The group's own second communicator (--sync-bn's sums with --pipeline,
+ * issued by compute workers) and this rank's place in the group. */
+static MPI_Comm group_side = MPI_COMM_NULL;
+static int group_rank, group_size = 1;
 
 static int mpi_fail(int err, const char *what)
 {
@@ -195,21 +199,24 @@ int hp_comm_barrier(void)
 /* nothing moves while a peer is late: long sleeps cost no bandwidth */
 #define ARRIVE_WAIT_MAX_NS 500000L
 
-int hp_comm_arrive(void)
+static int arrive_on(MPI_Comm comm)
 {
 	MPI_Request req;
 	int err;
 
-	if (size == 1)
-		return 0;
 	pthread_mutex_lock(&mu);
 	hp_comm_watch_enter("arrival barrier before a bucket's collective");
-	err = MPI_Ibarrier(MPI_COMM_WORLD, &req);
+	err = MPI_Ibarrier(comm, &req);
 	if (err == MPI_SUCCESS)
 		err = hp_comm_wait_cap(&req, &mu, ARRIVE_WAIT_MAX_NS);
 	hp_comm_watch_leave();
 	pthread_mutex_unlock(&mu);
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "barrier");
+}
+
+int hp_comm_arrive(void)
+{
+	return size == 1 ? 0 : arrive_on(MPI_COMM_WORLD);
 }
 
 void hp_comm_finalize(void)
@@ -228,6 +235,8 @@ void hp_comm_finalize(void)
 		MPI_Comm_free(&p2p);
 	if (inited && !finalized && group != MPI_COMM_NULL)
 		MPI_Comm_free(&group);
+	if (inited && !finalized && group_side != MPI_COMM_NULL)
+		MPI_Comm_free(&group_side);
 	if (inited && !finalized)
 		MPI_Finalize();
 	finalized = 1;
@@ -236,13 +245,14 @@ void hp_comm_finalize(void)
 		hp_comm_watch_stop();
 }
 
-/* Reduce-scatter of float32: send holds every rank's block in rank order
- * (counts[q] elements for rank q), recv gets this rank's block summed. */
-int hp_comm_reduce_scatter(const float *send, float *recv, const int *counts)
+/* Reduce-scatter of float32 over comm (this rank `me` of it, n ranks):
+ * send holds every rank's block in rank order (counts[q] elements for
+ * rank q), recv gets this rank's block summed. */
+static int reduce_scatter_on(MPI_Comm comm, int me, int n, const float *send, float *recv, const int *counts)
 {
 	int err;
 
-	if (size == 1) {
+	if (n == 1) {
 		memcpy(recv, send, (size_t)counts[0] * sizeof *recv);
 		return 0;
 	}
@@ -250,32 +260,44 @@ int hp_comm_reduce_scatter(const float *send, float *recv, const int *counts)
 	pthread_mutex_lock(&mu);
 	/* nonblocking, waited for asleep like allreduce_on (comm_wait.c) */
 	hp_comm_watch_enter("reduce-scatter");
-	err = MPI_Ireduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+	err = MPI_Ireduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, comm, &req);
 	if (err == MPI_SUCCESS)
 		err = hp_comm_wait(&req, &mu);
 	hp_comm_watch_leave();
 	pthread_mutex_unlock(&mu);
+	(void)me;
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "reduce-scatter");
 }
 
 /* All-gather of float32 blocks of counts[q] elements at displs[q]. */
-int hp_comm_allgatherv(const float *send, float *recv, const int *counts, const int *displs)
+static int allgatherv_on(MPI_Comm comm, int me, int n, const float *send, float *recv, const int *counts,
+			 const int *displs)
 {
 	int err;
 
-	if (size == 1) {
+	if (n == 1) {
 		memcpy(recv + displs[0], send, (size_t)counts[0] * sizeof *recv);
 		return 0;
 	}
 	MPI_Request req;
 	pthread_mutex_lock(&mu);
 	hp_comm_watch_enter("all-gather");
-	err = MPI_Iallgatherv(send, counts[rank], MPI_FLOAT, recv, counts, displs, MPI_FLOAT, MPI_COMM_WORLD, &req);
+	err = MPI_Iallgatherv(send, counts[me], MPI_FLOAT, recv, counts, displs, MPI_FLOAT, comm, &req);
 	if (err == MPI_SUCCESS)
 		err = hp_comm_wait(&req, &mu);
 	hp_comm_watch_leave();
 	pthread_mutex_unlock(&mu);
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "all-gather");
+}
+
+int hp_comm_reduce_scatter(const float *send, float *recv, const int *counts)
+{
+	return reduce_scatter_on(MPI_COMM_WORLD, rank, size, send, recv, counts);
+}
+
+int hp_comm_allgatherv(const float *send, float *recv, const int *counts, const int *displs)
+{
+	return allgatherv_on(MPI_COMM_WORLD, rank, size, send, recv, counts, displs);
 }
 
 /* A pipeline message's wait sleeps at most this long between tests
@@ -353,12 +375,58 @@ int hp_comm_group_split(int color, int key)
 	hp_comm_watch_enter("communicator split");
 	if (group != MPI_COMM_NULL)
 		MPI_Comm_free(&group);
+	if (group_side != MPI_COMM_NULL)
+		MPI_Comm_free(&group_side);
 	err = MPI_Comm_split(MPI_COMM_WORLD, color, key, &group);
-	if (err == MPI_SUCCESS)
+	if (err == MPI_SUCCESS) {
 		MPI_Comm_set_errhandler(group, MPI_ERRORS_RETURN);
+		MPI_Comm_rank(group, &group_rank);
+		MPI_Comm_size(group, &group_size);
+		err = MPI_Comm_dup(group, &group_side);
+	}
+	if (err == MPI_SUCCESS)
+		MPI_Comm_set_errhandler(group_side, MPI_ERRORS_RETURN);
 	hp_comm_watch_leave();
 	pthread_mutex_unlock(&mu);
 	return err == MPI_SUCCESS ? 0 : mpi_fail(err, "MPI_Comm_split");
+}
+
+int hp_comm_group_rank(void)
+{
+	return group == MPI_COMM_NULL ? rank : group_rank;
+}
+
+int hp_comm_group_size(void)
+{
+	return group == MPI_COMM_NULL ? size : group_size;
+}
+
+int hp_comm_group_reduce_scatter(const float *send, float *recv, const int *counts)
+{
+	if (group == MPI_COMM_NULL)
+		return hp_comm_reduce_scatter(send, recv, counts);
+	return reduce_scatter_on(group, group_rank, group_size, send, recv, counts);
+}
+
+int hp_comm_group_allgatherv(const float *send, float *recv, const int *counts, const int *displs)
+{
+	if (group == MPI_COMM_NULL)
+		return hp_comm_allgatherv(send, recv, counts, displs);
+	return allgatherv_on(group, group_rank, group_size, send, recv, counts, displs);
+}
+
+int hp_comm_group_arrive(void)
+{
+	if (group == MPI_COMM_NULL)
+		return hp_comm_arrive();
+	return group_size == 1 ? 0 : arrive_on(group);
+}
+
+int hp_comm_group_allreduce_side(double *buf, size_t count)
+{
+	if (group_side == MPI_COMM_NULL || group_size == 1)
+		return group == MPI_COMM_NULL ? hp_comm_allreduce_side(buf, count) : 0;
+	return allreduce_on(group_side, buf, count, HP_F64);
 }
 
 int hp_comm_group_allreduce(float *buf, size_t count)

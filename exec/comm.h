@@ -74,6 +74,17 @@ int hp_comm_req_wait(struct hp_comm_req *q);
  * the group, in place (a group of one: nothing). */
 int hp_comm_group_split(int color, int key);
 int hp_comm_group_allreduce(float *buf, size_t count);
+/* This rank's place in that group (the job's when never split), and the
+ * reduce-scatter, all-gather and side sum of doubles above over it: the
+ * collectives of nodes with attribute group=1 (a pipeline stage's D
+ * replicas sharding its optimizer state, synchronising its BatchNorm). */
+int hp_comm_group_rank(void);
+int hp_comm_group_size(void);
+int hp_comm_group_reduce_scatter(const float *send, float *recv, const int *counts);
+int hp_comm_group_allgatherv(const float *send, float *recv, const int *counts, const int *displs);
+int hp_comm_group_allreduce_side(double *buf, size_t count);
+/* hp_comm_arrive over the group. */
+int hp_comm_group_arrive(void);
 struct hp_node;
 struct hp_kargs;
 /* An ai.hpdlf AllReduce node (kernels/comm_op.c): the executors run it

@@ -18,7 +18,13 @@
  * The blocks go through pieces of a staging buffer of this module's own
  * (as comm_reduce.c explains, MPI never reads store pages): piece j holds
  * elements [j*P, (j+1)*P) of every rank's block, so the pieces, and the
- * sums, are the same whichever node reduces the bucket. */
+ * sums, are the same whichever node reduces the bucket.
+ *
+ * A node with attribute group=1 runs over the group of this rank
+ * (hp_comm_group_split: a pipeline stage's D replicas) instead of the job,
+ * its ranks and ranges those of the group; attribute mean_over, when
+ * present, is what the sums are divided by instead of the ranks (a
+ * pipeline's M x D micro-batch means). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -36,7 +42,7 @@ enum dir { PACK, UNPACK };
 
 /* A bucket's tensors as the blocks see them. */
 struct lay {
-	int k, N, r;
+	int k, N, r, grp;
 	uint64_t *n;   /* each tensor's whole element count */
 	float **p;     /* its data: whole, or (sliced) this rank's slice only */
 	int sliced;
@@ -105,12 +111,14 @@ static void lay_free(struct lay *l)
 
 /* Tensors 1..nt-1 of ts (slot 0 is the token): numel from shapes of
  * `whole`, data from `data`. */
-static int lay_init(struct lay *l, int nt, const struct hp_tensor *whole, const struct hp_tensor *data, int sliced)
+static int lay_init(struct lay *l, int grp, int nt, const struct hp_tensor *whole, const struct hp_tensor *data,
+		    int sliced)
 {
 	memset(l, 0, sizeof *l);
 	l->k = nt - 1;
-	l->N = hp_comm_size();
-	l->r = hp_comm_rank();
+	l->grp = grp;
+	l->N = grp ? hp_comm_group_size() : hp_comm_size();
+	l->r = grp ? hp_comm_group_rank() : hp_comm_rank();
 	l->sliced = sliced;
 	l->n = calloc((size_t)l->k + 1, sizeof *l->n);
 	l->p = calloc((size_t)l->k + 1, sizeof *l->p);
@@ -164,7 +172,8 @@ static int rs_piece(struct lay *in, uint64_t at, float *mine, float s)
 	piece_at(in, at);
 	for (int q = 0; q < in->N; q++)
 		walk(in, q, at, at + (uint64_t)in->counts[q], stage + in->displs[q], PACK);
-	if ((rc = hp_comm_reduce_scatter(stage, mine, in->counts)) < 0)
+	if ((rc = in->grp ? hp_comm_group_reduce_scatter(stage, mine, in->counts)
+			  : hp_comm_reduce_scatter(stage, mine, in->counts)) < 0)
 		return rc;
 	for (int j = 0; j < in->counts[in->r]; j++)
 		mine[j] *= s;
@@ -175,7 +184,8 @@ static int rs_piece(struct lay *in, uint64_t at, float *mine, float s)
  * whole tensors of out. */
 static int ag_piece(struct lay *out, uint64_t at, const float *mine)
 {
-	int rc = hp_comm_allgatherv(mine, stage, out->counts, out->displs);
+	int rc = out->grp ? hp_comm_group_allgatherv(mine, stage, out->counts, out->displs)
+			  : hp_comm_allgatherv(mine, stage, out->counts, out->displs);
 
 	for (int q = 0; rc == 0 && q < out->N; q++)
 		walk(out, q, at, at + (uint64_t)out->counts[q], stage + out->displs[q], UNPACK);
@@ -192,7 +202,8 @@ static int ar_piece(struct lay *in, struct lay *out, uint64_t at, float s)
 
 	for (int q = 0; q < in->N; q++)
 		walk(in, q, at, at + (uint64_t)in->counts[q], stage + in->displs[q], PACK);
-	if ((rc = hp_comm_allreduce(stage, (size_t)tot, HP_F32)) < 0)
+	if ((rc = in->grp ? hp_comm_group_allreduce(stage, (size_t)tot)
+			  : hp_comm_allreduce(stage, (size_t)tot, HP_F32)) < 0)
 		return rc;
 	for (int j = 0; j < tot; j++)
 		stage[j] *= s;
@@ -209,12 +220,13 @@ enum rs_mode { RS_SLICE, RS_FULL, RS_ALL };
  * this rank's own gradient) or everybody's into whole outputs (RS_ALL). */
 static int run_rs(const struct hp_node *n, const struct hp_kargs *a, enum rs_mode mode)
 {
-	float s = 1.0f / (float)hp_attr_int(n, "ranks", 1);
+	float s = 1.0f / (float)hp_attr_int(n, "mean_over", hp_attr_int(n, "ranks", 1));
+	int grp = (int)hp_attr_int(n, "group", 0);
 	struct lay in, out = { 0 };
-	int rc = lay_init(&in, a->nin, a->in, a->in, 0);
+	int rc = lay_init(&in, grp, a->nin, a->in, a->in, 0);
 
 	if (rc == 0)
-		rc = lay_init(&out, a->nin, a->in, a->out, mode == RS_SLICE);
+		rc = lay_init(&out, grp, a->nin, a->in, a->out, mode == RS_SLICE);
 	for (int i = 1; rc == 0 && mode == RS_FULL && i < a->nin; i++)
 		memcpy(a->out[i].data, a->in[i].data, (size_t)out.n[i - 1] * sizeof(float));
 	if (rc == 0)
@@ -239,13 +251,14 @@ static int run_rs(const struct hp_node *n, const struct hp_kargs *a, enum rs_mod
 }
 
 /* Every rank's slices (the inputs) into the whole outputs. */
-static int run_ag(const struct hp_kargs *a)
+static int run_ag(const struct hp_node *n, const struct hp_kargs *a)
 {
+	int grp = (int)hp_attr_int(n, "group", 0);
 	struct lay in, out = { 0 };
-	int rc = lay_init(&in, a->nin, a->out, a->in, 1);
+	int rc = lay_init(&in, grp, a->nin, a->out, a->in, 1);
 
 	if (rc == 0)
-		rc = lay_init(&out, a->nin, a->out, a->out, 0);
+		rc = lay_init(&out, grp, a->nin, a->out, a->out, 0);
 	if (rc == 0)
 		rc = need_stage(&in);
 	for (uint64_t at = 0, end = max_len(&in); rc == 0 && at < end; at += in.piece) {
@@ -265,17 +278,16 @@ static int run_ag(const struct hp_kargs *a)
 static int check_node(const struct hp_node *n, const struct hp_kargs *a, int ag)
 {
 	const int64_t *r;
-	int N = hp_comm_size(), k = hp_attr_ints(n, "range", &r);
+	int grp = (int)hp_attr_int(n, "group", 0), k = hp_attr_ints(n, "range", &r);
+	int N = grp ? hp_comm_group_size() : hp_comm_size(), me = grp ? hp_comm_group_rank() : hp_comm_rank();
 
-	if (hp_attr_int(n, "ranks", 1) != N || hp_attr_int(n, "rank", 0) != hp_comm_rank() ||
-	    k != 2 * (a->nin - 1))
-		return hp_error(HP_EINTERNAL, "built for rank %lld of %lld, run by rank %d of %d",
-				(long long)hp_attr_int(n, "rank", 0), (long long)hp_attr_int(n, "ranks", 1),
-				hp_comm_rank(), N);
+	if (hp_attr_int(n, "ranks", 1) != N || hp_attr_int(n, "rank", 0) != me || k != 2 * (a->nin - 1))
+		return hp_error(HP_EINTERNAL, "built for rank %lld of %lld, run by rank %d of %d%s",
+				(long long)hp_attr_int(n, "rank", 0), (long long)hp_attr_int(n, "ranks", 1), me, N,
+				grp ? " (its group)" : "");
 	for (int i = 1; i < a->nin; i++) {
 		uint64_t lo, hi;
-		hp_shard_range((uint64_t)hp_shape_numel(ag ? &a->out[i].shape : &a->in[i].shape), hp_comm_rank(), N,
-			       &lo, &hi);
+		hp_shard_range((uint64_t)hp_shape_numel(ag ? &a->out[i].shape : &a->in[i].shape), me, N, &lo, &hi);
 		if ((uint64_t)r[2 * i - 2] != lo || (uint64_t)r[2 * i - 1] != hi)
 			return hp_error(HP_EINTERNAL, "tensor %d: range [%lld, %lld) is not the shard partition's",
 					i, (long long)r[2 * i - 2], (long long)r[2 * i - 1]);
@@ -290,7 +302,7 @@ static int locked(const struct hp_node *n, const struct hp_kargs *a, int ag, enu
 	if (a->out[0].data)
 		*(float *)a->out[0].data = 0;
 	pthread_mutex_lock(&stage_mu);
-	rc = ag ? run_ag(a) : run_rs(n, a, mode);
+	rc = ag ? run_ag(n, a) : run_rs(n, a, mode);
 	pthread_mutex_unlock(&stage_mu);
 	return rc < 0 ? hp_error_prefix(rc, "node '%s' (%s)", n->name, n->op_type) : 0;
 }

@@ -66,8 +66,9 @@ static void run_job(struct job *j)
 	 * communication, bench/bench_dp.py), and the collective starts its
 	 * tests afresh with short sleeps when its data can move.  Every rank
 	 * does it, traced or not (only rank 0 traces); one barrier's latency
-	 * per bucket. */
-	if (rc == 0 && (rc = hp_comm_arrive()) == 0) {
+	 * per bucket.  A collective over this rank's group (attribute
+	 * group: a pipeline stage's replicas) waits for the group only. */
+	if (rc == 0 && (rc = hp_attr_int(j->n, "group", 0) ? hp_comm_group_arrive() : hp_comm_arrive()) == 0) {
 		double u1 = hp_trace_now_us(j->trace);
 		if (j->trace)
 			hp_trace_span(j->trace, HP_LANE_COMM, "peer-wait", "wait for peers", u0, u1);

@@ -76,6 +76,7 @@ struct hp_pipe {
 	int64_t pack_epoch;         /* weights packed once per step (pipe_pack.c; 0: none) */
 	uint64_t pack_bytes;        /* their packed copies */
 	int *packb, npackb, *packf, npackf; /* the nodes marked, in the backward and forward graphs */
+	int sharded;                /* the optimizer graph reduces and shards the gradients (pipe_shard.c) */
 };
 
 /* This rank's place (t->pipe): stage, pipeline, micro-batch rows; checks
@@ -130,6 +131,9 @@ int hp_pipe_export(struct hp_trainer *t, const char *path, int external);
  * the GemmGrads that add a parameter's gradient into p->acc themselves
  * (before the backward's session is made) and bind them (after). */
 int hp_pipe_budgets(struct hp_trainer *t, const struct hp_graph *gb, uint64_t b[3]);
+/* rc of making session k (0 backward, 1 forward, 2 optimizer) with its
+ * share b: a budget refusal prefixed with the stage and the session. */
+int hp_pipe_budget_error(const struct hp_trainer *t, int k, uint64_t b, int rc);
 int hp_pipe_mark_direct(struct hp_trainer *t, struct hp_graph *gb);
 int hp_pipe_bind_direct(struct hp_trainer *t);
 /* Before each backward: the step's first (first 1) overwrites those sums,
@@ -156,6 +160,15 @@ void hp_pipe_defer_free(struct hp_pipe *p);
 int hp_pipe_mark_pack(struct hp_trainer *t, struct hp_graph *gb);
 uint64_t hp_pipe_pack_bytes(const struct hp_pipe *p);
 void hp_pipe_pack_bump(struct hp_trainer *t);
+
+/* --shard and --sync-bn among the stage's D replicas (pipe_shard.c):
+ * after the stage's graphs are built (gb the backward's), before the
+ * budgets are shared and the sessions made. */
+int hp_pipe_shard(struct hp_trainer *t, struct hp_graph *gb);
+/* Checkpoints: bytes [at, at + len) of the whole of sliced float32 state
+ * v (n elements; session s) gathered from the replicas into buf on each;
+ * collective over the group. */
+int hp_pipe_gather_slice(struct hp_session *s, int v, uint64_t n, uint64_t at, size_t len, void *buf);
 
 /* The stage's parameters between the optimizer and the other graphs. */
 int hp_pipe_sync_params(struct hp_pipe *p, struct hp_session *sb);

@@ -458,7 +458,7 @@ int hp_pipe_build(struct hp_trainer *t)
 	t->vin = p->vin;
 	t->vlab = p->vlab;
 	t->vloss = p->vloss;
-	if ((rc = alloc_slots(t)) < 0 || (rc = hp_pipe_mark_direct(t, gb)) < 0 || (rc = hp_pipe_mark_defer(t, gb)) < 0 ||
+	if ((rc = hp_pipe_shard(t, gb)) < 0 || (rc = alloc_slots(t)) < 0 || (rc = hp_pipe_mark_direct(t, gb)) < 0 || (rc = hp_pipe_mark_defer(t, gb)) < 0 ||
 	    (rc = hp_pipe_mark_pack(t, gb)) < 0 || (rc = hp_pipe_budgets(t, gb, b)) < 0)
 		return rc;
 	/* --trace: the backward's kernels (and the forward's when the
@@ -466,9 +466,12 @@ int hp_pipe_build(struct hp_trainer *t)
 	char trace[4096];
 	if (t->o.trace_path)
 		snprintf(trace, sizeof trace, t->rank ? "%s.%d" : "%s", t->o.trace_path, t->rank);
-	if ((rc = session(t, gb, b[0], t->o.trace_path ? trace : NULL, &t->s)) < 0 || (rc = session(t, p->gf, b[1], NULL, &p->sf)) < 0 ||
-	    (rc = session(t, p->go, b[2], NULL, &p->so)) < 0)
-		return rc;
+	if ((rc = session(t, gb, b[0], t->o.trace_path ? trace : NULL, &t->s)) < 0)
+		return hp_pipe_budget_error(t, 0, b[0], rc);
+	if ((rc = session(t, p->gf, b[1], NULL, &p->sf)) < 0)
+		return hp_pipe_budget_error(t, 1, b[1], rc);
+	if ((rc = session(t, p->go, b[2], NULL, &p->so)) < 0)
+		return hp_pipe_budget_error(t, 2, b[2], rc);
 	if ((rc = hp_dataset_attach(&t->data, hp_session_store(t->s))) < 0 || (rc = hp_pipe_bind_direct(t)) < 0)
 		return rc;
 	return hp_pipe_sync_params(p, t->s);

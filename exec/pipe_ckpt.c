@@ -16,7 +16,10 @@
  *
  * No rank holds more than its stage and one piece; the messages run
  * between steps, when no micro-batch is in flight, so the tags of the
- * micro-batches are free. */
+ * micro-batches are free.  Under --shard (pipe_shard.c) a stage's D
+ * replicas each hold a slice of its optimizer state: the first replica's
+ * pieces of those tensors are gathered from all of them, every replica
+ * walking the same list of pieces. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -107,7 +110,11 @@ static void list_graph(struct hp_trainer *t, int which, json_object *list)
 		json_object_object_add(e, "dtype", json_object_new_string(hp_dtype_name(w.dtype)));
 		json_object_object_add(e, "shape", hp_ck_shape_json(&w.shape));
 		json_object_object_add(e, "elements", json_object_new_int64((int64_t)w.n));
-		json_object_object_add(e, "bytes", json_object_new_int64((int64_t)hp_ckpt_vbytes(t, v)));
+		/* a slice's entry is its whole, gathered piece by piece */
+		int64_t bytes = w.hi - w.lo == w.n ? (int64_t)hp_ckpt_vbytes(t, v) : (int64_t)(w.n * hp_dtype_size(w.dtype));
+		json_object_object_add(e, "bytes", json_object_new_int64(bytes));
+		if (w.hi - w.lo != w.n)
+			json_object_object_add(e, "sliced", json_object_new_int(1));
 		json_object_object_add(e, "graph", json_object_new_int(which));
 		json_object_object_add(e, "value", json_object_new_int(v));
 		json_object_array_add(list, e);
@@ -130,11 +137,21 @@ static json_object *state_list(struct hp_trainer *t, const struct swap *w)
 	return list;
 }
 
-/* Piece [at, at + n) of entry e's tensor of this stage. */
+/* Entry e is a slice of its tensor (hp_ck_jint: -1 for a missing key). */
+static int sliced(json_object *e)
+{
+	return hp_ck_jint(e, "sliced") == 1;
+}
+
+/* Piece [at, at + n) of entry e's tensor of this stage (a slice's:
+ * gathered from the replicas, collective). */
 static int read_piece(struct hp_trainer *t, const struct swap *w, json_object *e, uint64_t at, size_t n, void *buf)
 {
 	struct hp_session *s = hp_ck_jint(e, "graph") ? w->s : t->s;
 
+	if (sliced(e))
+		return hp_pipe_gather_slice(s, (int)hp_ck_jint(e, "value"), (uint64_t)hp_ck_jint(e, "elements"), at, n,
+					    buf);
 	return hp_whole_read(s, (int)hp_ck_jint(e, "value"), at, n, buf);
 }
 
@@ -155,6 +172,8 @@ int hp_pipe_state_read(struct hp_trainer *t, json_object *e, uint64_t at, size_t
 	struct swap w, st;
 	int rc;
 
+	if (sliced(e)) /* the export reads parameters, whole on every replica */
+		return hp_error(HP_EUNSUPPORTED, "'%s' is sharded among the stage's replicas", hp_ck_jstr(e, "name"));
 	use_optimizer(t, &w);
 	st = state_of(t, &w);
 	rc = read_piece(t, &st, e, at, n, buf);
@@ -178,8 +197,9 @@ static int send_stage(struct hp_trainer *t, const struct swap *w, unsigned char 
 		for (uint64_t at = 0; rc == 0 && at < bytes; at += HP_CK_PIECE) {
 			size_t n = bytes - at < HP_CK_PIECE ? (size_t)(bytes - at) : HP_CK_PIECE;
 			/* a piece that cannot be read still goes (the protocol is
-			 * fixed), and the allreduce after says this rank failed */
-			if (!bad && read_piece(t, w, e, at, n, buf) < 0)
+			 * fixed), and the allreduce after says this rank failed;
+			 * read all the same: a slice's gather is collective */
+			if (read_piece(t, w, e, at, n, buf) < 0)
 				bad = 1;
 			rc = blocking(1, buf, n, 0, TAG_DATA);
 		}
@@ -239,7 +259,7 @@ static int take_tensor(struct part *p, int from, json_object *e)
 		size_t n = bytes - at < HP_CK_PIECE ? (size_t)(bytes - at) : HP_CK_PIECE;
 		if (from)
 			rc = blocking(0, p->buf, n, from, TAG_DATA);
-		else if (!p->failed && read_piece(p->t, p->w, e, at, n, p->buf) < 0)
+		else if (read_piece(p->t, p->w, e, at, n, p->buf) < 0) /* collective for a slice */
 			p->failed = 1;
 		if (rc == 0 && !dup && !p->failed && hp_ck_pwrite(&p->f, p->buf, n, p->off + at) < 0)
 			p->failed = 1;
@@ -367,6 +387,26 @@ static int rank0(struct hp_trainer *t, const struct swap *w, unsigned char *buf,
 	return rc;
 }
 
+/* A stage's other replicas: their slices to the first one's gathers, in
+ * the order it reads the pieces. */
+static int help_stage(struct hp_trainer *t, const struct swap *w, unsigned char *buf)
+{
+	json_object *list = state_list(t, w);
+	int bad = 0;
+
+	for (size_t i = 0; i < json_object_array_length(list); i++) {
+		json_object *e = json_object_array_get_idx(list, i);
+		uint64_t bytes = (uint64_t)hp_ck_jint(e, "bytes");
+		for (uint64_t at = 0; sliced(e) && at < bytes; at += HP_CK_PIECE) {
+			size_t n = bytes - at < HP_CK_PIECE ? (size_t)(bytes - at) : HP_CK_PIECE;
+			if (read_piece(t, w, e, at, n, buf) < 0)
+				bad = 1;
+		}
+	}
+	json_object_put(list);
+	return bad ? -EIO : 0;
+}
+
 int hp_pipe_ckpt_write(struct hp_trainer *t)
 {
 	struct hp_pipe *p = t->pipe;
@@ -383,7 +423,7 @@ int hp_pipe_ckpt_write(struct hp_trainer *t)
 	if (t->rank == 0) {
 		rc = rank0(t, &st, buf, &ok);
 	} else {
-		rc = p->replica == 0 ? send_stage(t, &st, buf) : 0;
+		rc = p->replica == 0 ? send_stage(t, &st, buf) : help_stage(t, &st, buf);
 		if (rc == -EIO)
 			rc = hp_error(-EIO, "rank %d: stage %d's state could not be read for the checkpoint", t->rank,
 				      p->stage);

@@ -294,11 +294,12 @@ static int update(struct hp_trainer *t)
 {
 	struct hp_pipe *p = t->pipe;
 	float scale = (float)(1.0 / ((double)p->M * p->D));
-	int rc = hp_comm_group_allreduce(p->acc, p->nparam);
+	/* sharded, the optimizer graph reduces them itself (pipe_shard.c) */
+	int rc = p->sharded ? 0 : hp_comm_group_allreduce(p->acc, p->nparam);
 
 	if (!p->so)
 		return rc;
-	for (uint64_t i = 0; rc == 0 && i < p->nparam; i++)
+	for (uint64_t i = 0; rc == 0 && !p->sharded && i < p->nparam; i++)
 		p->acc[i] *= scale;
 	for (int k = 0; k < p->np && rc == 0; k++)
 		rc = set_in(p->so, p->go, p->ograd[k], p->acc + p->poff[k]);

@@ -141,12 +141,10 @@ static int check_pipeline(const struct hp_trainer_opts *o)
 		return hp_error(HP_EUSAGE, "--micro-batches and --pipeline-cuts need --pipeline P with P >= 2");
 	if (o->pipeline <= 1)
 		return 0;
-	if (o->shard)
-		return hp_error(HP_EUSAGE, "--shard does not go with --pipeline yet (the D replicas of a stage reduce "
-				"whole gradients; each stage already holds only its own parameters and optimizer state)");
-	if (o->sync_bn)
-		return hp_error(HP_EUSAGE, "--sync-bn does not go with --pipeline yet (BatchNorm normalizes over each "
-				"micro-batch of its pipeline)");
+	if (o->shard == HP_SHARD_PARAMETERS)
+		return hp_error(HP_EUSAGE, "--shard parameters does not go with --pipeline (every micro-batch's forward "
+				"and backward would gather the stage's parameters again; use --shard optimizer or "
+				"gradients, which shard a stage's optimizer state among its D replicas)");
 	if (o->graph_only)
 		return hp_error(HP_EUSAGE, "--pipeline: --plan of the training step is --plan --pipeline P (the stages)");
 	if (o->async_sgd)
@@ -365,6 +363,8 @@ int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct
 		t->o.spec.seed = t->o.seed;
 	t->model = strdup(model);
 	rc = t->model ? hp_dp_setup(t) : hp_error(-ENOMEM, "out of memory");
+	if (rc == 0 && t->o.pipeline > 1)
+		rc = hp_pipe_setup(t); /* this rank's stage and pipeline */
 	if (rc == 0)
 		rc = build(t);
 	if (rc < 0) {

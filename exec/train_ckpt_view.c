@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "exec/pipe.h"
 #include "exec/shard.h"
 #include "exec/split_weight.h"
 #include "exec/train_ckpt.h"
@@ -79,10 +80,12 @@ static void view_self(const struct hp_value *val, struct hp_ckpt_view *out)
 int hp_ckpt_view(const struct hp_trainer *t, int v, struct hp_ckpt_view *out)
 {
 	const struct hp_graph *g = t->g;
-	int kind = 0, w = -1;
+	/* --pipeline: a stage's optimizer state is sharded among its D
+	 * replicas (pipe_shard.c), the group of this rank's place `replica` */
+	int r = t->pipe ? t->pipe->replica : t->rank, N = t->pipe ? t->pipe->D : t->nranks, kind = 0, w = -1;
 
 	view_self(&g->values[v], out);
-	if (t->o.shard == HP_SHARD_NONE || t->nranks < 2)
+	if (t->o.shard == HP_SHARD_NONE || N < 2)
 		return 0;
 	for (int i = 0; i < g->nnodes && !kind; i++)
 		if (is_update(&g->nodes[i]))
@@ -99,7 +102,7 @@ int hp_ckpt_view(const struct hp_trainer *t, int v, struct hp_ckpt_view *out)
 		out->name = wv->name;
 	out->shape = wv->shape;
 	out->n = (uint64_t)hp_shape_numel(&wv->shape);
-	hp_shard_range(out->n, t->rank, t->nranks, &out->lo, &out->hi);
+	hp_shard_range(out->n, r, N, &out->lo, &out->hi);
 	if (out->hi - out->lo != (uint64_t)hp_shape_numel(&g->values[v].shape))
 		return hp_error(HP_EINTERNAL, "checkpoint: sharded state '%s' has %lld elements, not slice [%llu, %llu) "
 				"of '%s'", g->values[v].name, (long long)hp_shape_numel(&g->values[v].shape),

@@ -172,7 +172,7 @@ int hp_dp_setup(struct hp_trainer *t)
 	t->nranks = hp_comm_size();
 	t->dpr = t->rank;
 	if (t->o.pipeline > 1)
-		return hp_pipe_setup(t); /* D pipelines share each batch */
+		return 0; /* D pipelines share each batch: hp_pipe_setup (train.c) */
 	/* --plan --ranks N alone: the step of one of N ranks, no MPI */
 	if (t->nranks == 1 && t->o.graph_only && t->o.plan_ranks > 1)
 		t->nranks = t->o.plan_ranks;

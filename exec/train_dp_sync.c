@@ -19,6 +19,12 @@ static int rank_sum(double *buf, size_t n)
 	return hp_comm_allreduce_side(buf, n);
 }
 
+/* --pipeline: over the stage's D replicas (hp_comm_group_split) */
+static int group_sum(double *buf, size_t n)
+{
+	return hp_comm_group_allreduce_side(buf, n);
+}
+
 int hp_dp_sync_bn(struct hp_trainer *t, struct hp_graph *g)
 {
 	struct hp_attr a = { .name = (char *)"sync", .type = HP_ATTR_INT, .i = 1 };
@@ -33,6 +39,6 @@ int hp_dp_sync_bn(struct hp_trainer *t, struct hp_graph *g)
 		if ((rc = hp_graph_add_attr(g, i, &a)) < 0)
 			return rc;
 	}
-	hp_kernels_set_rank_sum(rank_sum);
+	hp_kernels_set_rank_sum(t->pipe ? group_sum : rank_sum);
 	return 0;
 }

@@ -33,8 +33,9 @@ usage: check_pipeline_more.py HPDLF_EXEC TESTS_DIR
   stages (micro-batches of 4 rows) multiply by weights packed once per
   step (kernels/gemm_panels.h) in both runs; of the transformer's stages
   (MatMul) only the last, with the head's Gemm.
-- --shard and --sync-bn with --pipeline are refused with exit 2 and one
-  line naming the flag.
+- --shard parameters with --pipeline is refused with exit 2 and one line
+  naming it (--shard optimizer|gradients and --sync-bn work:
+  check_pipeline_shard.py).
 
 Exit 77 (skip) in a build without MPI or without mpirun.
 """
@@ -252,7 +253,7 @@ def deferred_more(tmp):
 
 
 def refusals(tmp):
-    for extra, word in ((['--shard', 'gradients'], '--shard'), (['--sync-bn'], '--sync-bn')):
+    for extra, word in ((['--shard', 'parameters'], '--shard parameters'),):
         p = subprocess.run(launched(2, train_args(MLP, 12, 'sgd', steps=2, extra=['--pipeline', '2'] + extra)),
                            capture_output=True, text=True, timeout=300, env=ENV)
         lines = sorted(set(l for l in p.stderr.splitlines() if l.startswith('hpdlf-exec:')))
