@@ -194,9 +194,15 @@ static int place_initializer(struct hp_rt *s, int v)
 
 	if (val->data)
 		rc = fill_tensor(s, v, val->data);
-	else if (val->src.kind == HP_BLOB_NONE)
-		rc = fill_tensor(s, v, NULL);
-	else if (val->src.kind == HP_BLOB_FILE && val->src.length < ti.bytes)
+	else if (val->src.kind == HP_BLOB_NONE) {
+		/* zeros (optimizer state): a chunk never written reads as zeros
+		 * at its first pin, so nothing is written (an Adam run wrote
+		 * twice the parameter bytes of zeros below DRAM before step 0) */
+		rc = new_tensor(s, v);
+		if (rc == 0)
+			hs_tensor_set_label(s->ten[v], val->name);
+		return rc < 0 ? hp_error_prefix(rc, "value '%s'", val->name) : 0;
+	} else if (val->src.kind == HP_BLOB_FILE && val->src.length < ti.bytes)
 		return hp_error(HP_EMODEL, "%s: initializer '%s' holds %llu bytes, its shape needs %llu", g->path,
 				val->name, (unsigned long long)val->src.length, (unsigned long long)ti.bytes);
 	else if (val->src.kind == HP_BLOB_FILE && val->next < 0 && val->src.offset % 4096 == 0 && ti.bytes) {

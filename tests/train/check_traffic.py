@@ -148,6 +148,12 @@ def main():
         check([s["loss"] for s in logs[budget]] == [s["loss"] for s in logs[0]],
               "%s: the losses out of core are bitwise the in-core ones" % what)
         bound = k * p + 2 * a
+        # the first step writes the weights below once and then the step's
+        # state, never the optimizer state's initial zeros (a chunk never
+        # written reads as zeros)
+        w0 = logs[budget][0]["tiers"]["nvme0"]["bytes_written"]
+        check(w0 <= (ks + 1) * p + 2 * a + CHUNK_SLACK, "%s step %d: wrote %.2f P <= the weights and the state (%d P) "
+              "+ 2 A" % (what, logs[budget][0]["step"], w0 / p, ks + 1))
         # schema 1 logs cumulative tier counters: a step's traffic is the growth
         for prev, s in zip(logs[budget], logs[budget][1:]):
             t, t0 = s["tiers"]["nvme0"], prev["tiers"]["nvme0"]
