@@ -9,7 +9,9 @@ usage: check_pipe_plan.py HPDLF_EXEC WORKDIR MODELS_DIR
   that Gemm is alone in its stage.
 - A chain of identical Gemm/Relu blocks: over 2 and 4 stages the stages
   hold the same number of blocks (within one node) and their predicted
-  times are within 15% of each other.
+  times are within 15% of each other; the first stage's backward is
+  charged one product less than the second's (its first Gemm reads the
+  data: its gradient has no dA).
 - The table has P rows covering every node once, in order; the bubble
   fraction is (P-1)/(M+P-1) for the M given (default P), under both
   schedules; 1f1b keeps min(M, P-s) micro-batches in flight in stage s,
@@ -122,6 +124,7 @@ def stages(out):
         if m and ' .. ' in names:
             first, last = names.strip().split(' .. ')
             rows.append({'first': int(m.group(2)), 'last': int(m.group(3)), 'ms': float(m.group(9)),
+                         'bwd': float(m.group(7)),
                          'flight': int(m.group(13)), 'first_name': first, 'last_name': last})
     return rows
 
@@ -170,6 +173,12 @@ def test_balanced():
         check(b is not None and abs(b - (P - 1) / (2 * P - 1)) < 1e-3 and bp == P and bm == P,
               'balanced P=%d: bubble (P-1)/(M+P-1) with M=P by default: %s' % (P, b))
         check([r['flight'] for r in rows] == [P - s for s in range(P)], 'balanced P=%d: 1f1b in flight P-s' % P)
+        # the first Gemm reads the data: its gradient computes dW alone, so
+        # the first stage has one product fewer than the next (2n - 1 of 2n)
+        n = sizes[0] // 2
+        check(rows[0]['bwd'] <= (2 * n - 0.5) / (2 * n) * rows[1]['bwd'],
+              'balanced P=%d: the first stage backward (%.3f ms) without its first dA, below the second (%.3f ms) by '
+              'about 1/%d' % (P, rows[0]['bwd'], rows[1]['bwd'], 2 * n))
 
 
 def test_bubble_schedules():
