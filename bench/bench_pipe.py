@@ -2,7 +2,7 @@
 """Pipeline parallelism (issue 14): efficiency against the bubble bound and
 the planner's stage times against measured ones.  Ends with one JSON line.
 
-usage: build/bench/bench_pipe.py [HPDLF_EXEC] [--batch B] [--steps N] [--rounds R] [--keep DIR]
+usage: build/bench/bench_pipe.py [HPDLF_EXEC] [--batch B] [--steps N] [--rounds R] [--keep DIR] [--one-session]
 
 The model, generated here: 8 identical blocks Gemm(1024x1024)/Relu (16
 nodes), cross-entropy over 1024 classes, SGD, --threads 1 per rank, P = 2
@@ -34,11 +34,16 @@ runtime: whether `mpirun -np 2 hpdlf-exec ... --pipeline 2` trains (a build
   its waits for messages on a lane of their own), per stage and step: the
   kernel ms measured against the planner's M x (fwd + bwd) + opt, and the
   ms spent waiting.
+Every process (each rank, the 1-rank run) starts in a session of its own
+  (setsid -w) where the kernel schedules by autogroup: else the two ranks
+  of one mpirun share one process's CPU on a busy machine ("own_sessions"
+  in the JSON; --one-session: all in the bench's).
 """
 import glob
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -70,6 +75,8 @@ def args():
             BATCH = int(rest.pop(0))
         elif x == '--rounds':
             a['rounds'] = int(rest.pop(0))
+        elif x == '--one-session':
+            pass
         elif x == '--keep':
             a['keep'] = rest.pop(0)
         else:
@@ -103,9 +110,16 @@ def make_model(d):
 
 
 def train_cmd(a, d, batch, steps, extra):
-    return [a['exe'], os.path.join(d, 'model.onnx'), '--train', '--data', os.path.join(d, 'x.npy'), '--labels',
+    return SESSION + [a['exe'], os.path.join(d, 'model.onnx'), '--train', '--data', os.path.join(d, 'x.npy'), '--labels',
             os.path.join(d, 'y.npy'), '--batch', str(batch), '--steps', str(steps), '--threads', '1',
             '--optimizer', 'sgd', '--quiet'] + extra
+
+
+def children_cpu_s():
+    """CPU seconds (user + system) of every child process waited for so far
+    (mpirun waits for its ranks, so theirs count)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def step_ms(log):
@@ -197,6 +211,24 @@ def launcher():
     return [mpirun, '--oversubscribe', '-np', str(P)] + (['--allow-run-as-root'] if os.geteuid() == 0 else [])
 
 
+def own_session():
+    """setsid -w before each process: with the kernel's autogroup scheduling
+    (/proc/sys/kernel/sched_autogroup_enabled) every session shares one
+    group's CPU, so on a busy machine two ranks of one mpirun got together
+    the share one lone process gets.  In their own sessions each rank, and
+    the 1-rank run, competes as one process (on an idle machine nothing
+    changes)."""
+    setsid = shutil.which('setsid')
+    try:
+        on = open('/proc/sys/kernel/sched_autogroup_enabled').read().strip() == '1'
+    except OSError:
+        on = False
+    return [setsid, '-w'] if setsid and on and '--one-session' not in sys.argv else []
+
+
+SESSION = []
+
+
 def runtime_available(a, d):
     mpi = launcher()
     if not mpi:
@@ -213,13 +245,15 @@ def runtime_available(a, d):
 def pipelined(a, d, tmp, M, names, bounds, trace=True):
     log, tr = os.path.join(tmp, 'pipe%d.json' % M), os.path.join(tmp, 'trace%d.json' % M)
     extra = ['--pipeline', str(P), '--micro-batches', str(M), '--log-json', log] + (['--trace', tr] if trace else [])
+    c0 = children_cpu_s()
     try:
         p = subprocess.run(launcher() + train_cmd(a, d, BATCH, a['steps'], extra), capture_output=True, text=True,
                            env=ENV, timeout=1800)
     except subprocess.TimeoutExpired:
-        return None, None, 'did not finish in 1800 s'
+        return (None, None), None, 'did not finish in 1800 s'
     if p.returncode != 0:
-        return None, None, p.stderr.strip()[-300:]
+        return (None, None), None, p.stderr.strip()[-300:]
+    cpu = (children_cpu_s() - c0) / a['steps'] * 1e3
     stages = {}
     for f in sorted(glob.glob(tr + '*')) if trace else []:
         try:
@@ -228,26 +262,30 @@ def pipelined(a, d, tmp, M, names, bounds, trace=True):
             r = None
         if r:
             stages[r[0]] = r[1:]
-    return step_ms(log), stages, ''
+    return (step_ms(log), cpu), stages, ''
 
 
 def one_rank(a, tmp):
     log1 = os.path.join(tmp, 'full.json')
+    c0 = children_cpu_s()
     p = subprocess.run(train_cmd(a, tmp, BATCH, a['steps'], ['--log-json', log1]), capture_output=True, text=True,
                        env=ENV, timeout=1800)
-    return step_ms(log1) if p.returncode == 0 else None
+    return (step_ms(log1), (children_cpu_s() - c0) / a['steps'] * 1e3) if p.returncode == 0 else (None, None)
 
 
 def rounds(a, tmp, out, names, bounds, plans):
     """R rounds of the 1-rank run and the pipeline at each M, in turn; the
     last round traces the pipeline (a trace's writes cost a little)."""
-    t1s, tps, loads = [], {r['M']: [] for r in out['rows']}, []
+    t1s, tps, loads, c1s, cps = [], {r['M']: [] for r in out['rows']}, [], [], {r['M']: [] for r in out['rows']}
     for k in range(a['rounds']):
         loads.append(os.getloadavg()[0])
-        t1s.append(one_rank(a, tmp))
+        t1, c1 = one_rank(a, tmp)
+        t1s.append(t1)
+        c1s.append(c1)
         for row in out['rows']:
-            tp, stages, err = pipelined(a, tmp, tmp, row['M'], names, bounds, trace=k == a['rounds'] - 1)
+            (tp, cp), stages, err = pipelined(a, tmp, tmp, row['M'], names, bounds, trace=k == a['rounds'] - 1)
             tps[row['M']].append(tp)
+            cps[row['M']].append(cp)
             if err:
                 row['error'] = err
             if stages:
@@ -260,24 +298,30 @@ def rounds(a, tmp, out, names, bounds, plans):
     t1 = med(t1s)
     out['one_rank_step_ms'] = t1
     out['one_rank_step_ms_rounds'] = [round(x, 2) if x else None for x in t1s]
+    out['one_rank_cpu_ms_per_step'] = round(med(c1s), 1) if med(c1s) else None
     out['load_average_rounds'] = [round(x, 2) for x in loads]
     for row in out['rows']:
         tp = med(tps[row['M']])
         row['pipelined_step_ms'] = tp
         row['pipelined_step_ms_rounds'] = [round(x, 2) if x else None for x in tps[row['M']]]
+        # both ranks' CPU (start-up included) over the 1-rank run's: the
+        # extra work the pipeline does, whatever the load
+        row['cpu_ms_per_step_all_ranks'] = round(med(cps[row['M']]), 1) if med(cps[row['M']]) else None
         row['efficiency'] = round(t1 / (P * tp), 4) if tp and t1 else None
         row['efficiency_rounds'] = [round(x / (P * y), 4) if x and y else None for x, y in zip(t1s, tps[row['M']])]
         row['within_5pct_of_bound'] = row['efficiency'] is not None and row['efficiency'] >= 0.95 * row['bound']
 
 
 def main():
+    global SESSION
     a = args()
+    SESSION = own_session()
     tmp = a['keep'] or tempfile.mkdtemp(prefix='bench-pipe-')
     os.makedirs(tmp, exist_ok=True)
     owner, names = make_model(tmp)
     n = len(names)
     out = {'bench': 'pipe', 'P': P, 'model': '%d x Gemm(%d)/Relu' % (BLOCKS, WIDTH), 'batch': BATCH, 'threads': 1,
-           'steps': a['steps'], 'rounds': a['rounds'], 'rows': []}
+           'steps': a['steps'], 'rounds': a['rounds'], 'own_sessions': bool(SESSION), 'rows': []}
     plans = {}
     for M in (P, 2 * P, 4 * P):
         rows, eff, bound, text = plan(a, tmp, M)

@@ -294,14 +294,14 @@ static int run_order(struct hp_trainer *t)
 	return rc;
 }
 
-static int drain(struct hp_pipe *p)
+static int drain(struct hp_trainer *t)
 {
+	struct hp_pipe *p = t->pipe;
 	int rc = 0;
 
 	for (int k = 0; k < p->nslot; k++) {
 		struct hp_pipe_slot *q = &p->slot[k];
-		int r1 = hp_comm_req_wait(q->sout), r2 = hp_comm_req_wait(q->sgin);
-		q->sout = q->sgin = NULL;
+		int r1 = wait_req(t, &q->sout, "drain activations out", k), r2 = wait_req(t, &q->sgin, "drain gradients out", k);
 		rc = rc < 0 ? rc : r1 < 0 ? r1 : r2;
 	}
 	return rc;
@@ -357,7 +357,7 @@ int hp_pipe_step(struct hp_trainer *t, double *loss)
 	if (rc == 0)
 		hp_pipe_defer_run(t, hp_pipe_grad_scale(p));
 	if (rc == 0)
-		rc = drain(p);
+		rc = drain(t);
 	if (rc == 0)
 		rc = update(t);
 	if (rc < 0)
@@ -365,7 +365,11 @@ int hp_pipe_step(struct hp_trainer *t, double *loss)
 	/* the last stages' mean loss, and any rank's cancel, to every rank */
 	v[0] = p->vloss >= 0 ? p->loss_sum / p->M / p->D : 0;
 	hp_dp_stop_put(t, v + 1);
-	if ((rc = hp_comm_allreduce(v, 1 + HP_DP_STOP_WORDS, HP_F64)) < 0)
+	double u0 = hp_trace_now_us(t->s->trace);
+	rc = hp_comm_allreduce(v, 1 + HP_DP_STOP_WORDS, HP_F64);
+	if (t->s->trace) /* where a stage that finished first waits for the others */
+		hp_trace_span(t->s->trace, HP_PIPE_LANE, "wait", "step end", u0, hp_trace_now_us(t->s->trace));
+	if (rc < 0)
 		return rc;
 	*loss = v[0];
 	hp_dp_stop_take(t, v + 1);
