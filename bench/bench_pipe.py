@@ -33,12 +33,15 @@ runtime: whether `mpirun -np 2 hpdlf-exec ... --pipeline 2` trains (a build
   forward, backward, deferred weight-gradient and optimizer kernels, and
   its waits for messages on a lane of their own), per stage and step: the
   kernel ms measured against the planner's M x (fwd + bwd) + opt, and the
-  ms spent waiting.
+  ms spent waiting; also each kernel at its fastest span in the trace
+  times its runs per step (_fastest_spans: what the step's kernels take
+  without the preemption of a loaded machine).
 Every process (each rank, the 1-rank run) starts in a session of its own
   (setsid -w) where the kernel schedules by autogroup: else the two ranks
   of one mpirun share one process's CPU on a busy machine ("own_sessions"
   in the JSON; --one-session: all in the bench's).
 """
+import collections
 import glob
 import json
 import os
@@ -180,7 +183,16 @@ def trace_step_ms(path, names, bounds, M, skip):
             if e['ts'] >= edges[0]:
                 acc[k] += e['dur'] / 1e3
     kern, wait = kern[skip:-1] or kern, wait[skip:-1] or wait  # the last segment: no next step to close it
-    return s, statistics.median(kern), statistics.median(wait)
+    # each kernel at the fastest it ran in this trace, times how often a
+    # step runs it: the kernel time of a step without the preemption a
+    # loaded machine stretches the spans with
+    fastest, count = {}, collections.Counter()
+    for e in ev:
+        if e['ts'] >= edges[0]:
+            fastest[e['name']] = min(fastest.get(e['name'], float('inf')), e['dur'] / 1e3)
+            count[e['name']] += 1
+    floor = sum(fastest[n] * c for n, c in count.items()) / len(starts)
+    return s, statistics.median(kern), statistics.median(wait), floor
 
 
 def trace_stage_ms(path, owner, names, bounds, skip):
@@ -292,6 +304,7 @@ def rounds(a, tmp, out, names, bounds, plans):
                 row['stages_per_step'] = [{'stage': s, 'predicted_ms': round(row['M'] * (pl['fwd_ms'] + pl['bwd_ms'])
                                                                            + pl['opt_ms'], 2),
                                            'measured_kernel_ms': round(stages[s][0], 2),
+                                           'measured_kernel_ms_fastest_spans': round(stages[s][2], 2),
                                            'waits_ms': round(stages[s][1], 2)}
                                           for s, pl in enumerate(plans[row['M']]) if s in stages]
     med = lambda xs: statistics.median(xs) if xs and None not in xs else None
