@@ -52,6 +52,12 @@ struct hp_prof {
 void hp_prof_add(struct hp_prof *p, int i, uint64_t t0_ns);
 uint64_t hp_prof_now_ns(const struct hp_prof *p);
 
+/* hp_session_create writing its kernels' spans into trace (shared,
+ * hp_trace_ref; NULL: o->trace_path as usual): a pipeline stage's three
+ * sessions in one file on one clock (pipe_build.c). */
+int hp_session_create_traced(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_trace *trace,
+			     struct hp_session **out);
+
 /* The tensor store of an out-of-core session, else NULL. */
 struct hs_store *hp_session_store(const struct hp_session *s);
 

@@ -33,6 +33,9 @@
 
 #include "exec/pipe_graph.h"
 
+/* --trace: the lane of a stage's waits for its messages (pipe_step.c) */
+#define HP_PIPE_LANE 201
+
 struct hp_trainer;
 struct hp_session;
 struct hp_comm_req;
@@ -89,6 +92,9 @@ int hp_pipe_build(struct hp_trainer *t);
  * micro-batch, then the update; *loss the global batch's mean loss on
  * every rank. */
 int hp_pipe_step(struct hp_trainer *t, double *loss);
+/* What the step's summed gradients are multiplied by: 1 / (M D), or 1
+ * when a sharded stage's optimizer divides them itself. */
+float hp_pipe_grad_scale(const struct hp_pipe *p);
 void hp_pipe_free(struct hp_pipe *p);
 
 /* The partition of the trainer's model into P stages: the named cuts, or
@@ -146,11 +152,11 @@ void hp_pipe_zero_acc(struct hp_pipe *p);
  * to one GEMM over the step's rows.  Mark before the budgets are shared
  * and the backward's session is made (after hp_pipe_mark_direct); keep
  * after each micro-batch's backward; run after the last, before the
- * update.  hp_pipe_defer_bytes: the rows they keep. */
+ * update, scaled by the update's 1 / (M D) (hp_pipe_grad_scale).  hp_pipe_defer_bytes: the rows they keep. */
 int hp_pipe_mark_defer(struct hp_trainer *t, struct hp_graph *gb);
 uint64_t hp_pipe_defer_bytes(const struct hp_pipe *p);
 int hp_pipe_defer_keep(struct hp_trainer *t, int m);
-void hp_pipe_defer_run(struct hp_pipe *p);
+void hp_pipe_defer_run(struct hp_trainer *t, float scale);
 void hp_pipe_defer_free(struct hp_pipe *p);
 
 /* Weights packed once per step (pipe_pack.c): mark the nodes that

@@ -12,6 +12,7 @@
 #include "exec/pipe.h"
 #include "exec/pipe_cut.h"
 #include "exec/pipe_even.h"
+#include "exec/trace.h"
 #include "exec/train_internal.h"
 #include "exec/train_params.h"
 
@@ -274,8 +275,10 @@ static int build_forward(struct hp_trainer *t, int loss_value, struct hp_graph *
 	return rc < 0 ? rc : hp_autodiff_ext(*out, &t->o.spec, &x);
 }
 
+/* A stage's session; trace: the file of its spans, or the trace of the
+ * stage's first session to share (one file per rank, on one clock). */
 static int session(struct hp_trainer *t, struct hp_graph *g, uint64_t budget, const char *trace,
-		   struct hp_session **out)
+		   struct hp_trace *shared, struct hp_session **out)
 {
 	struct hp_exec_opts eo;
 
@@ -292,7 +295,7 @@ static int session(struct hp_trainer *t, struct hp_graph *g, uint64_t budget, co
 		eo.ntiers = t->o.ntiers;
 		eo.tiers = t->o.tiers;
 	}
-	return hp_session_create(g, &eo, out);
+	return hp_session_create_traced(g, &eo, shared, out);
 }
 
 static uint64_t cut_bytes(const struct hp_pipe_cut *c, int grads)
@@ -461,17 +464,18 @@ int hp_pipe_build(struct hp_trainer *t)
 	if ((rc = hp_pipe_shard(t, gb)) < 0 || (rc = alloc_slots(t)) < 0 || (rc = hp_pipe_mark_direct(t, gb)) < 0 || (rc = hp_pipe_mark_defer(t, gb)) < 0 ||
 	    (rc = hp_pipe_mark_pack(t, gb)) < 0 || (rc = hp_pipe_budgets(t, gb, b)) < 0)
 		return rc;
-	/* --trace: the backward's kernels (and the forward's when the
-	 * backward recomputes it), a file per rank */
+	/* --trace: the kernels of the stage's three sessions, a file per
+	 * rank (the backward's session opens it) */
 	char trace[4096];
 	if (t->o.trace_path)
 		snprintf(trace, sizeof trace, t->rank ? "%s.%d" : "%s", t->o.trace_path, t->rank);
-	if ((rc = session(t, gb, b[0], t->o.trace_path ? trace : NULL, &t->s)) < 0)
+	if ((rc = session(t, gb, b[0], t->o.trace_path ? trace : NULL, NULL, &t->s)) < 0)
 		return hp_pipe_budget_error(t, 0, b[0], rc);
-	if ((rc = session(t, p->gf, b[1], NULL, &p->sf)) < 0)
+	if ((rc = session(t, p->gf, b[1], NULL, t->s->trace, &p->sf)) < 0)
 		return hp_pipe_budget_error(t, 1, b[1], rc);
-	if ((rc = session(t, p->go, b[2], NULL, &p->so)) < 0)
+	if ((rc = session(t, p->go, b[2], NULL, t->s->trace, &p->so)) < 0)
 		return hp_pipe_budget_error(t, 2, b[2], rc);
+	hp_trace_lane(t->s->trace, HP_PIPE_LANE, "pipeline messages (waits)");
 	if ((rc = hp_dataset_attach(&t->data, hp_session_store(t->s))) < 0 || (rc = hp_pipe_bind_direct(t)) < 0)
 		return rc;
 	return hp_pipe_sync_params(p, t->s);

@@ -148,8 +148,9 @@ struct hp_pipe_desc {
 	struct hp_pipe_stage *stages; /* [P] */
 	double slowest_ms;           /* per micro-batch: a stage's kernels or a cut's transfer one way */
 	double bubble;               /* (P-1)/(M+P-1): the schedule's idle fraction */
-	double step_ms;              /* (M+P-1) * slowest + fill and drain transfers */
-	double one_rank_ms;          /* M * the whole model's time per micro-batch */
+	double step_ms;              /* (M+P-1) * the slowest forward and backward (or link) + the
+				      * slowest update + fill and drain transfers */
+	double one_rank_ms;          /* M * the whole model's forward and backward + its updates */
 	double efficiency;           /* one_rank_ms / (P * step_ms) */
 	uint64_t crossing;           /* activation bytes over all cuts, per micro-batch */
 };

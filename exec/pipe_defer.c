@@ -11,12 +11,14 @@
  * Out of core too: the kept rows are taken off --budget (pipe_mem.c), so
  * an out-of-core stage computes what an in-core one does, bit for bit. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hpdlf/error.h"
 #include "exec/exec_internal.h"
 #include "exec/pipe.h"
+#include "exec/trace.h"
 #include "exec/train_internal.h"
 #include "kernels/gemm_grad.h"
 
@@ -26,6 +28,7 @@ struct hp_pipe_defer {
 	float alpha;
 	float *x, *dy;      /* every micro-batch's op(A) (M x rows x k; k x M rows when ta) and dY */
 	float *scratch;     /* ta: one micro-batch's A out of core */
+	char name[96];      /* its node's, for --trace (the graph may change under a budget) */
 };
 
 /* v is read after the backward's run: an input already is; another value
@@ -113,6 +116,7 @@ static int defer_one(struct hp_pipe *p, struct hp_graph *g, struct hp_pipe_defer
 	if ((rc = keep_value(g, d->va)) < 0)
 		return rc;
 	p->acc_direct[d->param] |= 2; /* accumulate() and zero_acc leave it to hp_pipe_defer_run */
+	snprintf(d->name, sizeof d->name, "%s", g->nodes[d->node].name ? g->nodes[d->node].name : "deferred");
 	return keep_value(g, d->vdy);
 }
 
@@ -185,12 +189,26 @@ int hp_pipe_defer_keep(struct hp_trainer *t, int m)
 }
 
 /* After the step's last backward: each deferred sum, written over p->acc. */
-void hp_pipe_defer_run(struct hp_pipe *p)
+/* The sums come out already scaled by the step's 1 / (M D): the GEMM's
+ * alpha, instead of one more pass over every weight's gradient (at 16
+ * rows a micro-batch that pass cost 4% of a stage's CPU time), which
+ * pipe_step.c asks for only when M D is a power of two (exact: then the
+ * reduced sum is bitwise that of a sharded stage's optimizer); `scale` 1
+ * leaves them to the update's loop.  --trace:
+ * each as a span of the backward's node it stands for, so that the
+ * stage's kernel time is whole. */
+void hp_pipe_defer_run(struct hp_trainer *t, float scale)
 {
+	struct hp_pipe *p = t->pipe;
+	struct hp_trace *tr = t->s->trace;
+
 	for (int j = 0; j < p->ndefer; j++) {
 		const struct hp_pipe_defer *d = &p->defer[j];
+		double u0 = hp_trace_now_us(tr);
 		tk_gemm_grad_dw(d->x, d->dy, p->acc + p->poff[d->param], (int64_t)p->M * d->rows, d->k, d->n, d->ta,
-				d->tb, d->alpha);
+				d->tb, d->alpha * scale);
+		if (tr)
+			hp_trace_span(tr, HP_LANE_COMPUTE, "deferred", d->name, u0, hp_trace_now_us(tr));
 	}
 }
 

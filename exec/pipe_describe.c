@@ -6,7 +6,10 @@
  * A step of M micro-batches over P stages takes (M + P - 1) slots of the
  * slowest stage (forward and backward of one micro-batch each) under both
  * schedules: the fill and drain leave each stage idle (P - 1) of them, the
- * bubble (P - 1) / (M + P - 1).  The transfers overlap compute, except
+ * bubble (P - 1) / (M + P - 1).  The updates run once per step, every
+ * stage's at once after its last backward: the step adds the slowest
+ * stage's, and one rank pays all of them once (not once per micro-batch).
+ * The transfers overlap compute, except
  * that the first activation and the last gradient cross every cut once;
  * a cut whose transfer outlasts every stage's kernels paces the pipeline
  * instead.
@@ -68,7 +71,7 @@ int hp_pipe_describe_chain(const struct hp_graph *model, const struct hp_pipe_ch
 			   const struct hp_pipe_choose_opts *in, struct hp_pipe_desc *d)
 {
 	struct hp_pipe_choose_opts o;
-	double fill = 0, total = 0;
+	double fill = 0, total = 0, slot = 0, opt = 0, total_opt = 0;
 	int rc;
 
 	hp_pipe_opts_full(in, &o);
@@ -81,17 +84,23 @@ int hp_pipe_describe_chain(const struct hp_graph *model, const struct hp_pipe_ch
 	d->M = o.micro_batches;
 	d->schedule = o.schedule;
 	for (int s = 0; s < P; s++) {
+		const struct hp_pipe_stage *st = &d->stages[s];
 		stage_figures(model, c, d, s, bounds[s], bounds[s + 1], &o);
-		d->slowest_ms = d->stages[s].ms > d->slowest_ms ? d->stages[s].ms : d->slowest_ms;
-		if (d->stages[s].send_ms / 2 > d->slowest_ms) /* the link, a stage of its own */
-			d->slowest_ms = d->stages[s].send_ms / 2;
-		d->crossing += d->stages[s].cut_after;
-		fill += d->stages[s].send_ms; /* the first activation forward, the last gradient back */
-		total += d->stages[s].ms;
+		d->slowest_ms = st->ms > d->slowest_ms ? st->ms : d->slowest_ms;
+		if (st->send_ms / 2 > d->slowest_ms) /* the link, a stage of its own */
+			d->slowest_ms = st->send_ms / 2;
+		/* a slot: one micro-batch's forward and backward, or the link's */
+		slot = st->fwd_ms + st->bwd_ms > slot ? st->fwd_ms + st->bwd_ms : slot;
+		slot = st->send_ms / 2 > slot ? st->send_ms / 2 : slot;
+		opt = st->opt_ms > opt ? st->opt_ms : opt;
+		d->crossing += st->cut_after;
+		fill += st->send_ms; /* the first activation forward, the last gradient back */
+		total += st->fwd_ms + st->bwd_ms;
+		total_opt += st->opt_ms;
 	}
 	d->bubble = (double)(P - 1) / (d->M + P - 1);
-	d->step_ms = (d->M + P - 1) * d->slowest_ms + fill;
-	d->one_rank_ms = d->M * total;
+	d->step_ms = (d->M + P - 1) * slot + opt + fill;
+	d->one_rank_ms = d->M * total + total_opt;
 	d->efficiency = d->step_ms > 0 ? d->one_rank_ms / (P * d->step_ms) : 1;
 	return 0;
 }

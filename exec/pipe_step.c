@@ -9,6 +9,7 @@
  * A stage reuses a slot only after the backward of the micro-batch that
  * held it, which the later stages had to finish first. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,7 +17,29 @@
 #include "exec/comm.h"
 #include "exec/exec_internal.h"
 #include "exec/pipe.h"
+#include "exec/trace.h"
 #include "exec/train_internal.h"
+
+/* Wait for message q of the pipeline (*q NULL after; NULL: none); with
+ * --trace, a span on the messages' lane for the time the stage sat idle
+ * in it (cat "wait", named what and the micro-batch). */
+static int wait_req(struct hp_trainer *t, struct hp_comm_req **q, const char *what, int m)
+{
+	struct hp_trace *tr = t->s->trace;
+	double u0 = hp_trace_now_us(tr);
+	int rc;
+
+	if (!*q)
+		return 0;
+	rc = hp_comm_req_wait(*q);
+	*q = NULL;
+	if (tr) {
+		char name[64];
+		snprintf(name, sizeof name, "%s %d", what, m);
+		hp_trace_span(tr, HP_PIPE_LANE, "wait", name, u0, hp_trace_now_us(tr));
+	}
+	return rc;
+}
 
 static uint64_t vbytes(const struct hp_graph *g, int v)
 {
@@ -67,9 +90,8 @@ static int feed_inputs(struct hp_trainer *t, struct hp_session *s, const struct 
 	struct hp_pipe_slot *q = &p->slot[m % p->nslot];
 	const struct hp_pipe_cut *c = cut_in(p);
 	unsigned char *at = q->in;
-	int rc = hp_comm_req_wait(q->rin);
+	int rc = wait_req(t, &q->rin, "activations in", m);
 
-	q->rin = NULL;
 	if (rc < 0)
 		return rc;
 	if (!c)
@@ -101,9 +123,8 @@ static int forward(struct hp_trainer *t, int m)
 
 	if ((rc = gather_x(t, m)) < 0 || (rc = feed_inputs(t, p->sf, p->gf, m)) < 0 || (rc = hp_session_run(p->sf)) < 0)
 		return rc;
-	if ((rc = hp_comm_req_wait(q->sout)) < 0)
+	if ((rc = wait_req(t, &q->sout, "activations out", m - p->nslot)) < 0)
 		return rc;
-	q->sout = NULL;
 	for (int k = 0; k < c->n && rc == 0; k++) {
 		rc = hp_session_read_value(p->sf, c->vals[k], 0, vbytes(p->gf, c->vals[k]), at);
 		at += vbytes(p->gf, c->vals[k]);
@@ -151,9 +172,8 @@ static int feed_seeds(struct hp_trainer *t, int m)
 
 	if (!c)
 		return feed_labels(t, m);
-	if ((rc = hp_comm_req_wait(q->rgout)) < 0)
+	if ((rc = wait_req(t, &q->rgout, "gradients in", m)) < 0)
 		return rc;
-	q->rgout = NULL;
 	for (int k = 0; k < c->n && rc == 0; k++) {
 		if (!c->grad[k])
 			continue;
@@ -198,9 +218,8 @@ static int send_back(struct hp_trainer *t, int m)
 
 	if (!c)
 		return 0;
-	if ((rc = hp_comm_req_wait(q->sgin)) < 0)
+	if ((rc = wait_req(t, &q->sgin, "gradients out", m - p->nslot)) < 0)
 		return rc;
-	q->sgin = NULL;
 	for (int k = 0; k < c->n && rc == 0; k++) {
 		uint64_t b = vbytes(t->g, c->vals[k]);
 		if (!c->grad[k])
@@ -275,14 +294,14 @@ static int run_order(struct hp_trainer *t)
 	return rc;
 }
 
-static int drain(struct hp_pipe *p)
+static int drain(struct hp_trainer *t)
 {
+	struct hp_pipe *p = t->pipe;
 	int rc = 0;
 
 	for (int k = 0; k < p->nslot; k++) {
 		struct hp_pipe_slot *q = &p->slot[k];
-		int r1 = hp_comm_req_wait(q->sout), r2 = hp_comm_req_wait(q->sgin);
-		q->sout = q->sgin = NULL;
+		int r1 = wait_req(t, &q->sout, "drain activations out", k), r2 = wait_req(t, &q->sgin, "drain gradients out", k);
 		rc = rc < 0 ? rc : r1 < 0 ? r1 : r2;
 	}
 	return rc;
@@ -290,23 +309,55 @@ static int drain(struct hp_pipe *p)
 
 /* The mean gradient over the global batch into the optimizer graph, run
  * it, and hand the new parameters to the other graphs. */
+static float defer_scale(const struct hp_pipe *p);
+
 static int update(struct hp_trainer *t)
 {
 	struct hp_pipe *p = t->pipe;
-	float scale = (float)(1.0 / ((double)p->M * p->D));
-	/* sharded, the optimizer graph reduces them itself (pipe_shard.c) */
+	float scale = hp_pipe_grad_scale(p), *acc = p->acc;
+	/* sharded, the optimizer graph reduces and scales them itself
+	 * (pipe_shard.c) */
 	int rc = p->sharded ? 0 : hp_comm_group_allreduce(p->acc, p->nparam);
 
-	if (!p->so)
+	if (!p->so || rc < 0)
 		return rc;
-	for (uint64_t i = 0; rc == 0 && !p->sharded && i < p->nparam; i++)
-		p->acc[i] *= scale;
+	/* a deferred weight gradient may have come scaled (defer_scale) */
+	for (int k = 0; k < p->np && !p->sharded; k++) {
+		uint64_t end = k + 1 < p->np ? p->poff[k + 1] : p->nparam;
+		if (p->acc_direct && (p->acc_direct[k] & 2) && defer_scale(p) != 1.0f)
+			continue;
+		for (uint64_t i = p->poff[k]; i < end; i++) /* locals: the loop vectorizes */
+			acc[i] *= scale;
+	}
+	/* in core the optimizer reads the sums in place (no copy of every
+	 * gradient per step) */
 	for (int k = 0; k < p->np && rc == 0; k++)
-		rc = set_in(p->so, p->go, p->ograd[k], p->acc + p->poff[k]);
+		rc = p->so->ex != &hp_exec_incore ? set_in(p->so, p->go, p->ograd[k], acc + p->poff[k])
+			: hp_session_bind_value(p->so, hp_graph_find_value(p->so->g, p->go->values[p->ograd[k]].name),
+						acc + p->poff[k]);
 	if (rc == 0)
 		rc = hp_session_run(p->so);
 	hp_pipe_pack_bump(t); /* new weights: packed again at their next use */
 	return rc < 0 ? rc : hp_pipe_sync_params(p, t->s);
+}
+
+/* The deferred weight gradients' scale in their GEMM's alpha: the step's
+ * 1 / (M D) when that is a power of two, so that the reduced sum of the
+ * scaled parts is bitwise the scaled reduced sum (what a sharded stage's
+ * optimizer computes); else 1, and the update's loop scales them. */
+static float defer_scale(const struct hp_pipe *p)
+{
+	int64_t md = (int64_t)p->M * p->D;
+
+	return (md & (md - 1)) == 0 ? hp_pipe_grad_scale(p) : 1.0f;
+}
+
+/* What the step's gradient sums are multiplied by before the update: the
+ * mean over M micro-batches and D pipelines, or 1 when the optimizer graph
+ * divides them itself (sharded, pipe_shard.c: mean_over). */
+float hp_pipe_grad_scale(const struct hp_pipe *p)
+{
+	return p->sharded ? 1.0f : (float)(1.0 / ((double)p->M * p->D));
 }
 
 int hp_pipe_step(struct hp_trainer *t, double *loss)
@@ -322,9 +373,9 @@ int hp_pipe_step(struct hp_trainer *t, double *loss)
 	if (rc == 0)
 		rc = run_order(t);
 	if (rc == 0)
-		hp_pipe_defer_run(p);
+		hp_pipe_defer_run(t, defer_scale(p));
 	if (rc == 0)
-		rc = drain(p);
+		rc = drain(t);
 	if (rc == 0)
 		rc = update(t);
 	if (rc < 0)
@@ -332,7 +383,11 @@ int hp_pipe_step(struct hp_trainer *t, double *loss)
 	/* the last stages' mean loss, and any rank's cancel, to every rank */
 	v[0] = p->vloss >= 0 ? p->loss_sum / p->M / p->D : 0;
 	hp_dp_stop_put(t, v + 1);
-	if ((rc = hp_comm_allreduce(v, 1 + HP_DP_STOP_WORDS, HP_F64)) < 0)
+	double u0 = hp_trace_now_us(t->s->trace);
+	rc = hp_comm_allreduce(v, 1 + HP_DP_STOP_WORDS, HP_F64);
+	if (t->s->trace) /* where a stage that finished first waits for the others */
+		hp_trace_span(t->s->trace, HP_PIPE_LANE, "wait", "step end", u0, hp_trace_now_us(t->s->trace));
+	if (rc < 0)
 		return rc;
 	*loss = v[0];
 	hp_dp_stop_take(t, v + 1);

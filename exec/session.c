@@ -534,7 +534,8 @@ const void *hp_session_value_ptr(const struct hp_session *ss, int v)
 
 /* ---- the public calls ---- */
 
-int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_session **out)
+static int session_new(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_trace *shared,
+		       struct hp_session **out)
 {
 	struct hp_exec_opts def;
 	struct hp_budget_layout layout;
@@ -559,7 +560,9 @@ int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct h
 	if (rc < 0)
 		goto fail;
 	hp_blas_threads(s->threads);
-	if (o->trace_path && (rc = hp_trace_open(o->trace_path, &s->trace)) < 0)
+	if (shared)
+		s->trace = hp_trace_ref(shared);
+	else if (o->trace_path && (rc = hp_trace_open(o->trace_path, &s->trace)) < 0)
 		goto fail;
 	if (o->size >= offsetof(struct hp_exec_opts, profile) + sizeof o->profile && o->profile) {
 		s->prof = calloc(1, sizeof *s->prof);
@@ -582,6 +585,17 @@ int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct h
 fail:
 	hp_session_destroy(s);
 	return rc;
+}
+
+int hp_session_create(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_session **out)
+{
+	return session_new(g, o, NULL, out);
+}
+
+int hp_session_create_traced(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_trace *trace,
+			     struct hp_session **out)
+{
+	return session_new(g, o, trace, out);
 }
 
 void hp_session_destroy(struct hp_session *s)

@@ -16,6 +16,7 @@ struct hp_trace {
 	char *path;
 	double t0;
 	int first;
+	int refs;                   /* hp_trace_ref's holders, and the opener */
 	pthread_mutex_t mu;
 };
 
@@ -76,6 +77,7 @@ int hp_trace_open(const char *path, struct hp_trace **out)
 	t->path = strdup(path);
 	t->t0 = mono_us();
 	t->first = 1;
+	t->refs = 1;
 	pthread_mutex_init(&t->mu, NULL);
 	fprintf(t->f, "[\n");
 	lane_name(t, HP_LANE_COMPUTE, "compute worker 0");
@@ -146,11 +148,26 @@ void hp_trace_counter(struct hp_trace *t, const char *name, double at_us, double
 	pthread_mutex_unlock(&t->mu);
 }
 
+struct hp_trace *hp_trace_ref(struct hp_trace *t)
+{
+	if (t) {
+		pthread_mutex_lock(&t->mu);
+		t->refs++;
+		pthread_mutex_unlock(&t->mu);
+	}
+	return t;
+}
+
 int hp_trace_close(struct hp_trace *t)
 {
-	int rc = 0;
+	int rc = 0, last;
 
 	if (!t)
+		return 0;
+	pthread_mutex_lock(&t->mu);
+	last = --t->refs == 0;
+	pthread_mutex_unlock(&t->mu);
+	if (!last)
 		return 0;
 	fprintf(t->f, "\n]\n");
 	if (fclose(t->f) != 0)

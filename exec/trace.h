@@ -24,6 +24,9 @@ void hp_trace_counters(struct hp_trace *t, const char *name, double at_us, int n
 /* Name a lane (thread_name metadata). */
 void hp_trace_lane(struct hp_trace *t, int lane, const char *name);
 double hp_trace_now_us(const struct hp_trace *t);
+/* One more holder of t (a pipeline stage's sessions write one file, on
+ * one clock): each holder closes it, the last close writes it. */
+struct hp_trace *hp_trace_ref(struct hp_trace *t);
 /* Write and free; returns the write status. Accepts NULL. */
 int hp_trace_close(struct hp_trace *t);
 

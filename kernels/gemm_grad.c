@@ -253,11 +253,17 @@ static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
 	return 0;
 }
 
+/* Each product it computes: an output autodiff left out (dA of a layer
+ * reading the data, -1) costs nothing; the pipeline planner (exec/pipe_cost.c)
+ * would otherwise see a first stage as slow as the others. */
 static double gemm_flops(const struct hp_graph *g, const struct hp_node *n)
 {
 	const struct hp_shape *dy = &g->values[n->inputs[0]].shape, *a = &g->values[n->inputs[1]].shape;
+	int outs = 0;
 
-	return 2.0 * n->noutputs * (double)(dy->dims[0] * dy->dims[1]) *
+	for (int o = 0; o < n->noutputs; o++)
+		outs += n->outputs[o] >= 0;
+	return 2.0 * outs * (double)(dy->dims[0] * dy->dims[1]) *
 	       (double)(a->dims[0] * a->dims[1] / (dy->dims[0] ? dy->dims[0] : 1));
 }
 

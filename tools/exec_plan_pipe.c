@@ -105,7 +105,8 @@ static void print_desc(const struct cli *c, const struct hp_pipe_desc *d, const 
 	printf("  bubble fraction      %.3f = (P-1)/(M+P-1) with P=%d, M=%d (%s)\n", d->bubble, d->P, d->M,
 	       d->schedule == HP_PIPE_GPIPE ? "gpipe: all M micro-batches in flight"
 					    : "1f1b: at most P-s micro-batches in flight in stage s");
-	printf("  predicted step       %.2f ms = (M+P-1) x slowest%s; one rank %.2f ms; pipeline efficiency %.1f%% "
+	printf("  predicted step       %.2f ms = (M+P-1) x slowest forward+backward + slowest update%s; one rank "
+	       "%.2f ms; pipeline efficiency %.1f%% "
 	       "(bound %.1f%%)\n", d->step_ms, c->link_GBps > 0 ? " + fill and drain transfers" : "", d->one_rank_ms,
 	       100 * d->efficiency, 100 * (1 - d->bubble));
 }

@@ -9,7 +9,9 @@ usage: check_pipe_plan.py HPDLF_EXEC WORKDIR MODELS_DIR
   that Gemm is alone in its stage.
 - A chain of identical Gemm/Relu blocks: over 2 and 4 stages the stages
   hold the same number of blocks (within one node) and their predicted
-  times are within 15% of each other.
+  times are within 15% of each other; the first stage's backward is
+  charged one product less than the second's (its first Gemm reads the
+  data: its gradient has no dA).
 - The table has P rows covering every node once, in order; the bubble
   fraction is (P-1)/(M+P-1) for the M given (default P), under both
   schedules; 1f1b keeps min(M, P-s) micro-batches in flight in stage s,
@@ -21,7 +23,12 @@ usage: check_pipe_plan.py HPDLF_EXEC WORKDIR MODELS_DIR
 - With --link-bandwidth the predicted step grows by the first
   activation's and the last gradient's transfer over the cut,
   2 x (bytes / bandwidth + latency) with the bytes computed here; a link
-  slower than the stages paces each of the M+P-1 slots instead.
+  slower than the stages paces each of the M+P-1 slots instead (the
+  updates, once per step, added once).
+- The predicted step is (M+P-1) slots of the slowest stage's forward and
+  backward plus the slowest update once, and one rank's step M times the
+  stages' forward and backward plus every update once: for M = 1, 2, 4 on
+  the chain of identical blocks, from the table's columns.
 - Every kernel of the training step is charged to some stage once: with
   one micro-batch, the stages' kernels and milliseconds add up to what the
   whole-step planner (--plan without --pipeline, plan.c, timing the
@@ -122,6 +129,7 @@ def stages(out):
         if m and ' .. ' in names:
             first, last = names.strip().split(' .. ')
             rows.append({'first': int(m.group(2)), 'last': int(m.group(3)), 'ms': float(m.group(9)),
+                         'fwd': float(m.group(6)), 'bwd': float(m.group(7)), 'opt': float(m.group(8)),
                          'flight': int(m.group(13)), 'first_name': first, 'last_name': last})
     return rows
 
@@ -170,6 +178,12 @@ def test_balanced():
         check(b is not None and abs(b - (P - 1) / (2 * P - 1)) < 1e-3 and bp == P and bm == P,
               'balanced P=%d: bubble (P-1)/(M+P-1) with M=P by default: %s' % (P, b))
         check([r['flight'] for r in rows] == [P - s for s in range(P)], 'balanced P=%d: 1f1b in flight P-s' % P)
+        # the first Gemm reads the data: its gradient computes dW alone, so
+        # the first stage has one product fewer than the next (2n - 1 of 2n)
+        n = sizes[0] // 2
+        check(rows[0]['bwd'] <= (2 * n - 0.5) / (2 * n) * rows[1]['bwd'],
+              'balanced P=%d: the first stage backward (%.3f ms) without its first dA, below the second (%.3f ms) by '
+              'about 1/%d' % (P, rows[0]['bwd'], rows[1]['bwd'], 2 * n))
 
 
 def test_bubble_schedules():
@@ -203,10 +217,28 @@ def test_link():
             base = float(m.group(1))
             continue
         x = cut / scale * 1e3 + 3e-3
-        slow = max(max(r['ms'] for r in rows), x)
-        want = 3 * slow + 2 * x if x > max(r['ms'] for r in rows) else base + 2 * x
+        # a slot is a stage's forward and backward of one micro-batch, or
+        # the link's; the updates come once per step
+        fb = max(r['fwd'] + r['bwd'] for r in rows)
+        want = 3 * x + max(r['opt'] for r in rows) + 2 * x if x > fb else base + 2 * x
         check(abs(float(m.group(1)) - want) < 0.03, 'link %s: step %s ms, %.3f expected (transfer %.3f ms)' %
               (bw, m.group(1), want, x))
+
+
+def test_step_formula():
+    d = os.path.join(WORK, 'balanced')
+    for M in (1, 2, 4):
+        rc, out, err = run(d, '--plan', '--pipeline', '2', '--micro-batches', str(M))
+        rows = stages(out)
+        m = re.search(r'predicted step\s+([\d.]+) ms = .*; one rank ([\d.]+) ms; pipeline efficiency ([\d.]+)%', out)
+        if not check(rc == 0 and m and len(rows) == 2, 'M=%d: --plan --pipeline 2 (%s)' % (M, err.strip()[-200:])):
+            continue
+        step = (M + 1) * max(r['fwd'] + r['bwd'] for r in rows) + max(r['opt'] for r in rows)
+        one = M * sum(r['fwd'] + r['bwd'] for r in rows) + sum(r['opt'] for r in rows)
+        check(abs(float(m.group(1)) - step) < 0.03 * (M + 2) and abs(float(m.group(2)) - one) < 0.03 * (M + 2) and
+              abs(float(m.group(3)) - 100 * one / (2 * step)) < 0.2,
+              'M=%d: step %s ms (%.2f from the table), one rank %s ms (%.2f), efficiency %s%%' %
+              (M, m.group(1), step, m.group(2), one, m.group(3)))
 
 
 def test_budget():
@@ -269,6 +301,7 @@ test_balanced()
 test_all_charged()  # after test_balanced, which makes its model
 test_bubble_schedules()
 test_link()
+test_step_formula()
 test_budget()
 test_usage()
 sys.exit(1 if fails else 0)

@@ -542,6 +542,7 @@ static void test_gemm_packed(void **state)
 				gemm_case(ms[i], 7 + 26 * (int64_t)(i & 1), ns[j], t & 1, t >> 1, i & 2 ? 0.5f : 1.0f,
 					  -1.5f, (int)(j % 3) * 2 + 1);
 	gemm_case(16, 1024, 96, 0, 0, 1, 1, 5);
+	gemm_case(16, 1027, 96, 0, 1, 1, 1, 5); /* transposed B packed 8 x 8, a tail of 3 */
 	pack_epoch = 0;
 }
 

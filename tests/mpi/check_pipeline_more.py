@@ -6,8 +6,10 @@ refused.
 usage: check_pipeline_more.py HPDLF_EXEC TESTS_DIR
 
 - A stage's backward reads what its forward saved instead of computing
-  the forward again: rank 0's --trace of a P=2 MLP holds the gradient
-  kernels (GemmGrad) and no forward Gemm, while a 1-rank trace of the
+  the forward again: rank 0's --trace of a P=2 MLP (its forward,
+  backward and optimizer sessions in one file) holds the gradient
+  kernels (GemmGrad) and each forward Gemm exactly once per micro-batch
+  (twice if the backward recomputed it), while a 1-rank trace of the
   same step holds both; the losses are the 1-rank ones.
 - --export-onnx with --pipeline: rank 0 writes the whole model, each
   stage's trained weights read from its rank.  The initializers equal
@@ -39,6 +41,7 @@ usage: check_pipeline_more.py HPDLF_EXEC TESTS_DIR
 
 Exit 77 (skip) in a build without MPI or without mpirun.
 """
+import collections
 import json
 import os
 import shutil
@@ -109,17 +112,29 @@ def ops_in_trace(path):
         return {e.get('cat') for e in json.load(f) if e.get('ph') == 'X'}
 
 
+def forward_runs(path):
+    """Spans of each forward Gemm node in a trace (by node name)."""
+    with open(path) as f:
+        return collections.Counter(e['name'] for e in json.load(f) if e.get('ph') == 'X' and e.get('cat') == 'Gemm')
+
+
 def saved_forward(tmp):
     j = lambda *n: os.path.join(tmp, *n)
-    ref = train(0, train_args(MLP, 12, 'sgd', steps=4, extra=['--trace', j('one.json')]), j('one.log'))
-    got = train(2, train_args(MLP, 12, 'sgd', steps=4, extra=['--pipeline', '2', '--micro-batches', '3',
-                                                                '--trace', j('pipe.json')]), j('pipe.log'))
+    steps, M = 4, 3
+    ref = train(0, train_args(MLP, 12, 'sgd', steps=steps, extra=['--trace', j('one.json')]), j('one.log'))
+    got = train(2, train_args(MLP, 12, 'sgd', steps=steps, extra=['--pipeline', '2', '--micro-batches', str(M),
+                                                                    '--trace', j('pipe.json')]), j('pipe.log'))
     one = ops_in_trace(j('one.json')) if ref else set()
     r0 = ops_in_trace(j('pipe.json')) if got else set()
     r1 = ops_in_trace(j('pipe.json.1')) if got and os.path.exists(j('pipe.json.1')) else set()
-    check('Gemm' in one and 'GemmGrad' in one and 'GemmGrad' in r0 and 'Gemm' not in r0 and 'GemmGrad' in r1,
-          "stage 0's backward runs no forward kernel (rank 0: %s; rank 1 traced: %s; 1 rank: %s)" %
-          (sorted(r0), bool(r1), sorted(one)))
+    # rank 0's trace holds its three sessions: each forward Gemm runs once
+    # per micro-batch (its forward graph), never again in the backward
+    f0 = forward_runs(j('pipe.json')) if got else {}
+    check('Gemm' in one and 'GemmGrad' in one and 'GemmGrad' in r0 and 'GemmGrad' in r1 and f0 and
+          all(c == steps * M for c in f0.values()),
+          "stage 0's backward runs no forward kernel: each of its Gemms %d times in %d steps of %d micro-batches "
+          "(rank 0: %s, Gemm runs %s; rank 1 traced: %s; 1 rank: %s)" %
+          (steps * M, steps, M, sorted(r0), dict(f0), bool(r1), sorted(one)))
     check(got is not None and rel(ref, got) <= 1e-5, 'the saved forward: losses = 1 rank within 1e-5 (max rel %.2g)' %
           (rel(ref, got) if got else float('nan')))
 
