@@ -266,6 +266,7 @@ static int relocate_bounce(struct hs_store *st, struct hs_tensor *t, uint64_t wa
 		struct hs_chunk *c = &t->ch[i];
 		uint64_t np = c->one.n;
 		rc = hs_frames_alloc(st->frames, np, &c->one, &c->many, &c->npieces);
+		hs_frames_unqueue(st->frames, &c->zq); /* mapped again right here: a flush must not empty it */
 		if (rc == 0 && (rc = hs_frames_map(st->frames, t->base + i * st->cs, c->npieces > 1 ? c->many : &c->one,
 						   c->npieces)) == 0) {
 			memcpy(t->base + i * st->cs, b + i * st->cs, (size_t)np * HS_PAGE);
