@@ -120,6 +120,22 @@ static int64_t model_run(const int *owner, uint64_t pages, uint64_t n)
 	return -1;
 }
 
+/* Free a[0..n) and check that the pool of `pool` bytes coalesced back
+ * into whole chunks, one piece each. */
+static void free_all_whole(struct hs_frames *f, struct alloc *a, int n, uint64_t pool)
+{
+	for (int k = 0; k < n; k++)
+		if (a[k].n)
+			hs_frames_free(f, &a[k].one, a[k].many, a[k].n);
+	assert_int_equal(hs_frames_free_bytes(f), pool);
+	for (unsigned k = 0; k < pool / CHUNK; k++) {
+		struct alloc c;
+		assert_int_equal(hs_frames_alloc(f, CP, &c.one, &c.many, &c.n), 0);
+		assert_int_equal(c.n, 1);
+	}
+	hs_frames_destroy(f);
+}
+
 /* Runs (frames.h): against the page-ownership model, under random
  * allocations of the buddy allocator, hs_frames_find_run names the first
  * n free pages in a row (across block boundaries) or none when there are
@@ -183,16 +199,7 @@ static void test_runs_take(void **state)
 			assert_int_equal(hs_frames_is_free(f, q), owner[q] < 0);
 	}
 	assert_true(runs_found > 100 && refused > 100);
-	for (int k = 0; k < 48; k++)
-		if (a[k].n)
-			hs_frames_free(f, &a[k].one, a[k].many, a[k].n);
-	assert_int_equal(hs_frames_free_bytes(f), pool);
-	for (unsigned k = 0; k < pool / CHUNK; k++) { /* coalesced into whole chunks */
-		struct alloc c;
-		assert_int_equal(hs_frames_alloc(f, CP, &c.one, &c.many, &c.n), 0);
-		assert_int_equal(c.n, 1);
-	}
-	hs_frames_destroy(f);
+	free_all_whole(f, a, 48, pool);
 	free(owner);
 }
 
