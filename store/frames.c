@@ -16,6 +16,8 @@
 #define SLAB_MIN (64ull << 20)
 #define HUGE (2ull << 20)
 #define ZQ_MAX 256
+/* runs are searched page by page: pools of at most 4 MiB (frames.h) */
+#define RUN_POOL_PAGES 1024u
 #define MOVE (MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP)
 
 struct zap {
@@ -376,6 +378,87 @@ uint32_t hs_frames_slot(const struct hs_frames *f, const struct hs_piece *p, uin
 		return 0;
 	*off = (p->page - slot * f->slab_pages) * HS_PAGE;
 	return (uint32_t)slot + 1;
+}
+
+/* The free block holding page p: its head in *head, its order in *k.
+ * Blocks are naturally aligned, so only one head per order can hold p. */
+static int free_block_of(const struct hs_frames *f, uint64_t p, uint64_t *head, unsigned *k)
+{
+	if (p >= f->grown)
+		return 0;
+	for (unsigned j = 0; j <= f->maxord; j++) {
+		uint64_t q = p & ~((1ull << j) - 1);
+		if (f->ord[q] == j + 1) {
+			*head = q;
+			*k = j;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+int hs_frames_is_free(const struct hs_frames *f, uint64_t page)
+{
+	uint64_t h;
+	unsigned k;
+
+	return free_block_of(f, page, &h, &k);
+}
+
+int hs_frames_runs(struct hs_frames *f)
+{
+	if (f->pages > RUN_POOL_PAGES || f->pages > f->slab_pages)
+		return 0;
+	while (f->grown < f->pages)
+		if (grow(f) < 0)
+			return 0;
+	return 1;
+}
+
+int hs_frames_take(struct hs_frames *f, uint64_t page, uint64_t n)
+{
+	uint64_t h;
+	unsigned k;
+
+	for (uint64_t p = page; p < page + n; p = h + (1ull << k))
+		if (!free_block_of(f, p, &h, &k))
+			return -ENOMEM;
+	/* carve: the parts of each block outside the range go back (a part
+	 * merging with a block still to carve is found again by its page) */
+	for (uint64_t p = page; p < page + n;) {
+		free_block_of(f, p, &h, &k);
+		uint64_t end = h + (1ull << k);
+		unlink_block(f, (uint32_t)h);
+		if (h < p)
+			free_range(f, h, p - h);
+		if (end > page + n)
+			free_range(f, page + n, end - (page + n));
+		p = end;
+	}
+	return 0;
+}
+
+int hs_frames_find_run(const struct hs_frames *f, uint64_t n, uint64_t *page)
+{
+	uint64_t start = 0, len = 0, h;
+	unsigned k;
+
+	for (uint64_t p = 0; p < f->grown && n;) {
+		if (!free_block_of(f, p, &h, &k)) {
+			len = 0;
+			p++;
+			continue;
+		}
+		if (!len)
+			start = p;
+		len += h + (1ull << k) - p;
+		p = h + (1ull << k);
+		if (len >= n) {
+			*page = start;
+			return 0;
+		}
+	}
+	return -ENOMEM;
 }
 
 uint64_t hs_frames_grown(const struct hs_frames *f)

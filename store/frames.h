@@ -83,6 +83,22 @@ unsigned char *hs_frames_home(const struct hs_frames *f, const struct hs_piece *
  * spans that much, so huge pages move into it whole); free with munmap. */
 void *hs_frames_reserve(uint64_t len);
 
+/* Runs: a tensor of several chunks whose frames lie in one contiguous run
+ * of the pool is used where it lies, as one chunk in one piece is, with
+ * no mremap at all (store.c, run_take).  hs_frames_runs says whether the
+ * pool keeps them: one slab (a run never straddles two registered
+ * buffers), populated now, and small enough (<= 4 MiB: budgets whose
+ * chunks are 16-64 KiB) that a first-fit search page by page, and the
+ * compaction by memcpy that makes room for runs (compact.c), cost less
+ * than the mremaps they save.  hs_frames_find_run finds the first n free
+ * pages in a row without taking them; hs_frames_take takes exactly pages
+ * [page, page + n) if they are all free (-ENOMEM, nothing taken, if not).
+ * Pages taken are freed with hs_frames_free as one piece. */
+int hs_frames_runs(struct hs_frames *f);
+int hs_frames_find_run(const struct hs_frames *f, uint64_t n, uint64_t *page);
+int hs_frames_take(struct hs_frames *f, uint64_t page, uint64_t n);
+int hs_frames_is_free(const struct hs_frames *f, uint64_t page);
+
 /* Slab of a single-piece chunk: 1 + slot (0: several pieces) and offset. */
 uint32_t hs_frames_slot(const struct hs_frames *f, const struct hs_piece *p, uint32_t n, uint64_t *off);
 uint64_t hs_frames_grown(const struct hs_frames *f); /* bytes of the pool allocated */

@@ -751,6 +751,8 @@ int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mod
 	}
 	for (uint64_t i = first; i < first + n && rc == 0; i++)
 		rc = chunk_ready(st, t, i);
+	if (rc == 0 && n > 1)
+		rc = hs_chunks_unify(st, t, first, n);
 	if (rc < 0) {
 		unpin_range(st, t, first, n, 0);
 		goto out;

@@ -102,6 +102,71 @@ unsigned char *hs_chunk_addr(const struct hs_store *st, const struct hs_tensor *
 	return c->home ? hs_frames_home(st->frames, &c->one) : t->base + i * st->cs;
 }
 
+static void reclaim(struct hs_store *st, uint64_t len);
+
+/* Some chunk of t holds frames (resident, loading or kept since a discard). */
+static int framed(const struct hs_tensor *t)
+{
+	for (uint64_t i = 0; i < t->nchunks; i++)
+		if (t->ch[i].npieces)
+			return 1;
+	return 0;
+}
+
+/* Every chunk of t holding frames holds them since a discard: its bytes
+ * are gone, and nobody can hold their address. */
+static int only_cached(const struct hs_tensor *t)
+{
+	for (uint64_t i = 0; i < t->nchunks; i++)
+		if (t->ch[i].npieces && !t->ch[i].cached)
+			return 0;
+	return 1;
+}
+
+/* Frames for chunk i in one piece where it is used in place, no mremap
+ * ever: the one chunk of a tensor anywhere it fits whole, chunk i of
+ * several at its place in the tensor's run, the pages where the whole
+ * tensor lay free in a row when its first chunk came (frames.h).  A
+ * chunk whose place is taken by then is mapped into the tensor's range
+ * as before; hs_pin makes a range of both kinds contiguous (unify).
+ * -1 if it cannot, nothing taken. */
+static int run_take(struct hs_store *st, struct hs_tensor *t, uint64_t i, uint64_t len)
+{
+	struct hs_chunk *c = &t->ch[i];
+	uint64_t np = len / HS_PAGE, page;
+
+	if (!hs_frames_runs(st->frames) || t->maplen > hs_frames_grown(st->frames))
+		return -1; /* (a tensor larger than the pool never lies in it whole: no scans of its chunks) */
+	if (t->nchunks > 1 && framed(t) && only_cached(t)) {
+		for (uint64_t k = 0; k < t->nchunks; k++) /* frames of discarded chunks: nothing to keep */
+			hs_chunk_detach(st, t, k);
+	}
+	if (t->nchunks == 1 || !t->run) {
+		if (t->nchunks > 1 && framed(t))
+			return -1; /* its other chunks lie in its range: stay there */
+		uint64_t want = t->nchunks == 1 ? np : t->maplen / HS_PAGE;
+		reclaim(st, want * HS_PAGE); /* discarded frames first: freeing a chunk in place costs nothing */
+		if (hs_frames_find_run(st->frames, want, &page) < 0 &&
+		    (hs_frames_compact_for(st, want) < 0 || hs_frames_find_run(st->frames, want, &page) < 0))
+			return -1;
+		if (t->nchunks > 1)
+			t->run = page + 1;
+		else if (hs_frames_take(st->frames, page, np) == 0)
+			goto took;
+		else
+			return -1;
+	}
+	page = t->run - 1 + i * (st->cs / HS_PAGE);
+	if (hs_frames_take(st->frames, page, np) < 0 &&
+	    (hs_frames_clear(st, page, np) < 0 || hs_frames_take(st->frames, page, np) < 0))
+		return -1;
+took:
+	c->one = (struct hs_piece){ (uint32_t)page, (uint32_t)np };
+	c->many = NULL;
+	c->npieces = 1;
+	return 0;
+}
+
 int hs_chunk_map(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 {
 	struct hs_chunk *c = &t->ch[i];
@@ -109,7 +174,9 @@ int hs_chunk_map(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 
 	if (c->mapped || !c->npieces)
 		return 0;
-	if (t->nchunks == 1 && c->npieces == 1) { /* used where it lies */
+	/* used where it lies: the one chunk, or one of a tensor in a run even
+	 * if a compaction moved it out of its place (unify puts it back) */
+	if (c->npieces == 1 && (t->nchunks == 1 || t->run)) {
 		c->mapped = c->home = 1;
 		return 0;
 	}
@@ -212,10 +279,10 @@ int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int fl
 		if ((rc = hs_fault_check(HS_FAULT_ALLOC)) != 0)
 			return hp_error(rc, "store: cannot allocate %" PRIu64 " bytes of DRAM frames", len);
 		c->mapped = 0;
-		if (hs_frames_avail_bytes(st->frames) >= len || !steal(st, t, i, len)) {
+		if (run_take(st, t, i, len) < 0 && (hs_frames_avail_bytes(st->frames) >= len || !steal(st, t, i, len))) {
 			reclaim(st, len);
-			rc = hs_frames_alloc(st->frames, len / HS_PAGE, &c->one, &c->many, &c->npieces);
-			if (rc < 0)
+			if (run_take(st, t, i, len) < 0 &&
+			    (rc = hs_frames_alloc(st->frames, len / HS_PAGE, &c->one, &c->many, &c->npieces)) < 0)
 				return rc;
 		}
 	} else {
@@ -255,6 +322,40 @@ void hs_chunk_detach(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 	c->unverified = 0;
 	c->mapped = 0;
 	c->home = 0;
+	if (t->run && !framed(t))
+		t->run = 0; /* the next first chunk looks for a run afresh */
+}
+
+int hs_chunks_unify(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n)
+{
+	uint64_t nhome = 0, inrow = 1, cp = st->cs / HS_PAGE;
+	int rc = 0;
+
+	for (uint64_t i = first; i < first + n; i++) {
+		nhome += t->ch[i].home;
+		if (i > first && t->ch[i].one.page != t->ch[first].one.page + (i - first) * cp)
+			inrow = 0; /* home chunks moved apart by compaction */
+	}
+	if (nhome == 0 || (nhome == n && inrow) || t->nchunks == 1)
+		return 0;
+	for (uint64_t i = first; i < first + n; i++)
+		if (t->ch[i].home && t->ch[i].pins > 1)
+			return hp_error(-EBUSY, "store: pin of %" PRIu64 " chunks of a tensor: chunk %" PRIu64
+					" is pinned where it lies in the frame pool while others of the range lie in the "
+					"tensor's range (pin the whole range at once)", n, i);
+	if (nhome == n && first == 0 && n == t->nchunks && (rc = hs_run_relocate(st, t)) <= 0)
+		return rc; /* a run again (or its range), by memcpy */
+	t->run = 0; /* from now on its chunks come into its range */
+	for (uint64_t i = first; i < first + n && rc == 0; i++) {
+		struct hs_chunk *c = &t->ch[i];
+		if (!c->home)
+			continue;
+		hs_frames_unqueue(st->frames, &c->zq);
+		rc = hs_frames_map(st->frames, t->base + i * st->cs, &c->one, 1);
+		if (rc == 0)
+			c->home = 0;
+	}
+	return rc;
 }
 
 void hs_chunk_io_mem(struct hs_store *st, const struct hs_chunk *c, struct hs_io *io)

@@ -67,6 +67,7 @@ struct hs_tensor {
 	struct hs_file *bfile;
 	uint64_t boff;
 	struct hs_tensor *prev, *next;
+	uint64_t run;           /* 1 + first pool page of its run (store.c, run_take); 0: none */
 	char label[HS_PAGE_NAME];       /* hs_tensor_set_label: the stats page's name */
 };
 
@@ -131,6 +132,23 @@ int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int fl
 int hs_chunk_map(struct hs_store *st, struct hs_tensor *t, uint64_t i);
 void hs_chunk_detach(struct hs_store *st, struct hs_tensor *t, uint64_t i);
 void hs_chunk_io_mem(struct hs_store *st, const struct hs_chunk *c, struct hs_io *io);
+/* compact.c: make n free pages in a row in a pool that keeps runs by
+ * moving chunks used where they lie (memcpy) out of the window that needs
+ * the fewest moves (lock held).  0, or -1 if no window can be emptied. */
+int hs_frames_compact_for(struct hs_store *st, uint64_t n);
+/* The same for exactly pages [page, page + n) (a chunk's place in its run). */
+int hs_frames_clear(struct hs_store *st, uint64_t page, uint64_t n);
+/* Copy the chunks of t, all used where they lie but apart (moved by a
+ * compaction), into a run of their own again, or failing that into its
+ * range (lock held; nobody else may hold their addresses).  0 when they
+ * are contiguous, 1 if it does not apply (runs off, a chunk not in the
+ * pool in one piece: nothing done), or an error (mremap). */
+int hs_run_relocate(struct hs_store *st, struct hs_tensor *t);
+/* Make the mapped chunks [first, first + n) one contiguous view for a pin
+ * (lock held): when some lie in the tensor's run and others in its range,
+ * those in the run move into the range (mremap), unless another pin holds
+ * them (-EBUSY: the executor pins whole tensors, so it never sees that). */
+int hs_chunks_unify(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n);
 /* Where a mapped chunk's bytes are: its place in the tensor's range, or,
  * for the one chunk of a tensor held in one piece, the piece's home in the
  * pool.  Such a chunk is never moved: a pin, an eviction and a new frame

@@ -109,6 +109,100 @@ static void test_buddy_random(void **state)
 	free(owner);
 }
 
+/* First n pages in a row that owner[] says are free (-1 if none). */
+static int64_t model_run(const int *owner, uint64_t pages, uint64_t n)
+{
+	for (uint64_t s = 0, len = 0; s < pages; s++) {
+		len = owner[s] < 0 ? len + 1 : 0;
+		if (len == n)
+			return (int64_t)(s + 1 - n);
+	}
+	return -1;
+}
+
+/* Free a[0..n) and check that the pool of `pool` bytes coalesced back
+ * into whole chunks, one piece each. */
+static void free_all_whole(struct hs_frames *f, struct alloc *a, int n, uint64_t pool)
+{
+	for (int k = 0; k < n; k++)
+		if (a[k].n)
+			hs_frames_free(f, &a[k].one, a[k].many, a[k].n);
+	assert_int_equal(hs_frames_free_bytes(f), pool);
+	for (unsigned k = 0; k < pool / CHUNK; k++) {
+		struct alloc c;
+		assert_int_equal(hs_frames_alloc(f, CP, &c.one, &c.many, &c.n), 0);
+		assert_int_equal(c.n, 1);
+	}
+	hs_frames_destroy(f);
+}
+
+/* Runs (frames.h): against the page-ownership model, under random
+ * allocations of the buddy allocator, hs_frames_find_run names the first
+ * n free pages in a row (across block boundaries) or none when there are
+ * none, hs_frames_is_free says which pages are free, and hs_frames_take
+ * takes exactly a range that is all free (refusing one that is not,
+ * nothing taken); taken ranges free back as one piece and everything
+ * coalesces at the end. */
+static void test_runs_take(void **state)
+{
+	struct hs_frames *f;
+	struct alloc a[48] = { 0 };
+	const uint64_t pool = 4u << 20; /* the largest pool that keeps runs */
+	uint64_t pages = pool / HS_PAGE, s = seed, runs_found = 0, refused = 0;
+	int *owner = malloc(pages * sizeof *owner);
+
+	(void)state;
+	for (uint64_t i = 0; i < pages; i++)
+		owner[i] = -1;
+	assert_int_equal(hs_frames_create(2 * pool, CHUNK, NULL, NULL, &f), 0);
+	assert_int_equal(hs_frames_runs(f), 0); /* 8 MiB: page-by-page searches too long */
+	hs_frames_destroy(f);
+	assert_int_equal(hs_frames_create(pool, CHUNK, NULL, NULL, &f), 0);
+	assert_int_equal(hs_frames_runs(f), 1);
+	for (int step = 0; step < 6000; step++) {
+		int k = (int)(tu_rand(&s) % 48);
+		uint64_t n = 1 + tu_rand(&s) % (3 * CP), at;
+		if (a[k].n) {
+			own(owner, &a[k], -1);
+			hs_frames_free(f, &a[k].one, a[k].many, a[k].n);
+			a[k].n = 0;
+			continue;
+		}
+		int64_t want = model_run(owner, pages, n);
+		int rc = hs_frames_find_run(f, n, &at);
+		assert_int_equal(rc, want < 0 ? -ENOMEM : 0);
+		if (want >= 0)
+			assert_int_equal(at, (uint64_t)want);
+		if (tu_rand(&s) % 2 && rc == 0) { /* take the run found */
+			runs_found++;
+			assert_int_equal(hs_frames_take(f, at, n), 0);
+			a[k] = (struct alloc){ .one = { (uint32_t)at, (uint32_t)n }, .n = 1, .pages = n };
+		} else if (tu_rand(&s) % 2) { /* take a random range: all free or refused */
+			at = tu_rand(&s) % (pages - n);
+			int free_all = 1;
+			for (uint64_t q = at; q < at + n; q++)
+				free_all &= owner[q] < 0;
+			assert_int_equal(hs_frames_take(f, at, n), free_all ? 0 : -ENOMEM);
+			refused += !free_all;
+			if (!free_all)
+				continue;
+			a[k] = (struct alloc){ .one = { (uint32_t)at, (uint32_t)n }, .n = 1, .pages = n };
+		} else {
+			a[k].pages = n > CP ? CP : n;
+			if (hs_frames_alloc(f, a[k].pages, &a[k].one, &a[k].many, &a[k].n) < 0) {
+				a[k].n = 0;
+				continue;
+			}
+		}
+		own(owner, &a[k], k);
+		for (uint64_t q = 0; q < pages; q += 1 + tu_rand(&s) % 7)
+			assert_int_equal(hs_frames_is_free(f, q), owner[q] < 0);
+	}
+	assert_true(runs_found > 100 && refused > 100);
+	free_all_whole(f, a, 48, pool);
+	free(owner);
+}
+
 /* Fragmented free space still serves a request, as several pieces. */
 static void test_buddy_pieces(void **state)
 {
@@ -369,6 +463,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_buddy_random),
 		cmocka_unit_test(test_buddy_pieces),
+		cmocka_unit_test(test_runs_take),
 		cmocka_unit_test(test_map_and_unmap),
 		cmocka_unit_test(test_map_pieces),
 		cmocka_unit_test(test_huge_pages_move_whole),

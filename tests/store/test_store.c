@@ -963,6 +963,175 @@ static void test_one_chunk_in_place(void **state)
 	hs_store_close(st);
 }
 
+/* The executor's pattern, where a small model's whole step runs without
+ * one mremap: whole tensors pinned, prefetched, rewritten and evicted,
+ * the evictions chosen by the caller so that the budget never has to pick
+ * victims itself (the plan evicts what it will not need).  Tensors of 2.5
+ * and 1.5 chunks and one-chunk tensors of 3 pages churn through a pool of
+ * 12 chunks whose free pages end up scattered, so their runs need the
+ * compaction by memcpy: every whole pin points into the pool, no page is
+ * ever moved by mremap, every byte survives. */
+static void test_runs_planned(void **state)
+{
+	const uint64_t cs = 16384, sizes[3] = { 5 * cs / 2, 3 * cs / 2, 3 * 4096 - 50 };
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *t[9];
+	int gen[9], res[9] = { 0 };
+	uint64_t s = seed, m0, bytes[9], pages[9], used = 0;
+	unsigned char *p;
+
+	(void)state;
+	tu_opts(&o, CFG_NVME, cs, 12, 256, "runsp");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	for (int k = 0; k < 9; k++) {
+		struct hs_tensor_info ti = { .bytes = sizes[k % 3], .dtype = HP_U8 };
+		bytes[k] = ti.bytes;
+		pages[k] = (bytes[k] + 4095) / 4096;
+		gen[k] = k;
+		assert_int_equal(hs_tensor_create(st, &ti, &t[k]), 0);
+	}
+	m0 = hs_frames_moves(st->frames);
+	for (int round = 0; round < 600; round++) {
+		int k = round < 9 ? round : (int)(tu_rand(&s) % 9), op = round < 9 ? 2 : (int)(tu_rand(&s) % 3);
+		struct hs_prefetch *pf;
+		while (!res[k] && used + pages[k] > 48) { /* the plan makes room: whole tensors out */
+			int j = (int)(tu_rand(&s) % 9);
+			if (!res[j])
+				continue;
+			assert_true(hs_evict(t[j], 0, HS_ALL, HS_TIER_ANY) >= 0);
+			res[j] = 0;
+			used -= pages[j];
+		}
+		if (!res[k])
+			used += pages[k];
+		res[k] = 1;
+		if (op == 0) {
+			assert_int_equal(hs_prefetch(t[k], 0, HS_ALL, &pf), 0);
+			assert_int_equal(hs_prefetch_wait(pf), 0);
+		} else if (op == 2) {
+			if (round >= 9)
+				assert_int_equal(hs_tensor_discard(t[k], 0, HS_ALL), 0);
+			fill_n(t[k], bytes[k], (unsigned char)(gen[k] = round));
+		}
+		assert_int_equal(hs_pin(t[k], 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+		assert_true(p < t[k]->base || p >= t[k]->base + t[k]->maplen); /* in the pool */
+		for (uint64_t i = 0; i < bytes[k]; i++)
+			assert_int_equal(p[i], (unsigned char)(gen[k] + i * 3));
+		assert_int_equal(hs_unpin(t[k], 0, HS_ALL), 0);
+	}
+	assert_int_equal(hs_frames_moves(st->frames), m0);
+	for (int k = 0; k < 9; k++)
+		assert_int_equal(hs_tensor_drop(t[k]), 0);
+	hs_store_close(st);
+}
+
+/* The same tensors under random churn where the budget picks victims
+ * chunk by chunk (pins of every kind, evictions, prefetches, discards and
+ * rewrites): tensors split by it fall back to their ranges, which must
+ * stay correct; most whole pins still point into the pool.  Every byte
+ * survives. */
+static void test_runs_in_place(void **state)
+{
+	const uint64_t cs = 16384, sizes[3] = { 5 * cs / 2, 3 * cs / 2, 3 * 4096 - 50 };
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *t[9];
+	int gen[9];
+	uint64_t s = seed, m0, bytes[9];
+	unsigned char *p;
+	int in_pool = 0, npins = 0;
+
+	(void)state;
+	tu_opts(&o, CFG_NVME, cs, 12, 256, "runs");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	for (int k = 0; k < 9; k++) {
+		struct hs_tensor_info ti = { .bytes = sizes[k % 3], .dtype = HP_U8 };
+		bytes[k] = ti.bytes;
+		assert_int_equal(hs_tensor_create(st, &ti, &t[k]), 0);
+	}
+	m0 = hs_frames_moves(st->frames);
+	for (int k = 0; k < 9; k++)
+		fill_n(t[k], bytes[k], (unsigned char)(gen[k] = k));
+	for (int round = 0; round < 400; round++) {
+		int k = (int)(tu_rand(&s) % 9), op = (int)(tu_rand(&s) % 5);
+		struct hs_prefetch *pf;
+		if (op == 0) {
+			assert_true(hs_evict(t[k], 0, HS_ALL, HS_TIER_ANY) >= 0);
+		} else if (op == 1) {
+			assert_int_equal(hs_prefetch(t[k], 0, HS_ALL, &pf), 0);
+			assert_int_equal(hs_prefetch_wait(pf), 0);
+		} else if (op == 2) {
+			assert_int_equal(hs_tensor_discard(t[k], 0, HS_ALL), 0);
+			fill_n(t[k], bytes[k], (unsigned char)(gen[k] = round));
+		} else {
+			assert_int_equal(hs_pin(t[k], 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+			in_pool += p < t[k]->base || p >= t[k]->base + t[k]->maplen;
+			npins++;
+			assert_int_equal(hs_unpin(t[k], 0, HS_ALL), 0);
+			expect(t[k], bytes[k], gen[k]);
+		}
+	}
+	fprintf(stderr, "runs: %d of %d whole pins in the pool, %llu mremaps\n", in_pool, npins,
+		(unsigned long long)(hs_frames_moves(st->frames) - m0));
+	/* 43-100% over 50 seeds (the budget's own victims split tensors
+	 * here); without runs 6% (one-chunk tensors in one piece only) */
+	assert_true(4 * in_pool >= npins);
+	for (int k = 0; k < 9; k++)
+		expect(t[k], bytes[k], gen[k]);
+	for (int k = 0; k < 9; k++)
+		assert_int_equal(hs_tensor_drop(t[k]), 0);
+	hs_store_close(st);
+}
+
+/* unify: the first chunk of a (in a fresh pool) pinned alone takes its
+ * run's start; b, pinned whole, takes the pages right after it (first
+ * fit), where a's other chunks belong; they then take pages elsewhere,
+ * and a whole pin of a copies its three chunks into a new run (memcpy,
+ * no mremap) once nobody else holds the first one (before, refused: its
+ * address is in use). */
+static void test_runs_unify(void **state)
+{
+	const uint64_t cs = 16384;
+	struct hs_tensor_info ti = { .bytes = 5 * cs / 2, .dtype = HP_U8 };
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *a, *b;
+	unsigned char *p, *q, *r;
+	uint64_t m0;
+
+	(void)state;
+	tu_opts(&o, CFG_NVME, cs, 12, 64, "runsu");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_create(st, &ti, &a), 0);
+	assert_int_equal(hs_tensor_create(st, &ti, &b), 0);
+	fill_n(a, ti.bytes, 7);
+	fill_n(b, ti.bytes, 8);
+	assert_int_equal(hs_evict(a, 0, HS_ALL, HS_TIER_ANY), 3);
+	assert_int_equal(hs_evict(b, 0, HS_ALL, HS_TIER_ANY), 3);
+	m0 = hs_frames_moves(st->frames);
+	assert_int_equal(hs_pin(a, 0, 1, HS_PIN_READ, (void **)&q), 0);
+	assert_int_equal(hs_pin(b, 0, HS_ALL, HS_PIN_READ, (void **)&r), 0);
+	assert_true(q < a->base || q >= a->base + a->maplen);
+	assert_ptr_equal(r, q + cs);
+	assert_int_equal(hs_pin(a, 0, HS_ALL, HS_PIN_READ, (void **)&p), -EBUSY);
+	assert_non_null(strstr(hp_errmsg(), "pin the whole range at once"));
+	assert_int_equal(hs_frames_moves(st->frames), m0);
+	assert_int_equal(hs_unpin(a, 0, 1), 0);
+	assert_int_equal(hs_pin(a, 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+	assert_true(p < a->base || p >= a->base + a->maplen); /* a run again, elsewhere */
+	assert_true(p >= r + ti.bytes || p + ti.bytes <= r); /* not over b */
+	assert_int_equal(hs_frames_moves(st->frames), m0);
+	for (uint64_t i = 0; i < ti.bytes; i++)
+		assert_int_equal(p[i], (unsigned char)(7 + i * 3));
+	assert_int_equal(hs_unpin(a, 0, HS_ALL), 0);
+	assert_int_equal(hs_unpin(b, 0, HS_ALL), 0);
+	expect(b, ti.bytes, 8);
+	assert_int_equal(hs_tensor_drop(a), 0);
+	assert_int_equal(hs_tensor_drop(b), 0);
+	hs_store_close(st);
+}
+
 /* hs_evict_many: the dirty chunks of several ranges (of several tensors,
  * a chunk named twice, part of a tensor) are written once each and their
  * DRAM freed; clean chunks are dropped without a write; pinned ones stay;
@@ -1261,6 +1430,9 @@ int main(void)
 		cmocka_unit_test(test_backed_to_eof),
 		cmocka_unit_test(test_discard),
 		cmocka_unit_test(test_one_chunk_in_place),
+		cmocka_unit_test(test_runs_planned),
+		cmocka_unit_test(test_runs_in_place),
+		cmocka_unit_test(test_runs_unify),
 		cmocka_unit_test(test_evict_many),
 		cmocka_unit_test(test_discard_committed),
 		cmocka_unit_test(test_tier_peak),

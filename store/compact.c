@@ -1,0 +1,293 @@
+/* Compaction of a small frame pool by memcpy (store_internal.h,
+ * hs_frames_compact_for).  A run for a tensor of several chunks (or one
+ * piece for a chunk of several pages) needs n free pages in a row, and a
+ * pool kept full by the budget is cut into a few free pages here and
+ * there: a tight budget evicts just the bytes it needs.  Chunks used
+ * where they lie can be moved by memcpy instead (a 16 KiB chunk copies in
+ * ~1 us, where mapping the pieces of a fragmented one costs 10-250 us per
+ * mremap each way), so the window of n pages that holds no chunk that
+ * cannot move and the fewest that can is emptied into free pages outside
+ * it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/store_internal.h"
+
+enum { PG_FREE = 0, PG_MOVE, PG_DROP, PG_FIXED };
+
+struct pg {
+	struct hs_tensor *t;
+	uint64_t i;
+	uint8_t kind;
+};
+
+/* Moving a chunk by memcpy is safe when nobody holds its address (no pin)
+ * and no I/O uses its frames (resident, not loading or writing), and its
+ * bytes are at home in the pool (used there, or not mapped yet). */
+static int kind_of(const struct hs_chunk *c)
+{
+	if (c->cached && c->state == CH_ABSENT && !c->pins)
+		return PG_DROP; /* discarded: its frames are freed (moved home first if mapped) */
+	if (c->npieces == 1 && !c->pins && c->state == CH_RESIDENT && (c->home || !c->mapped))
+		return PG_MOVE; /* a chunk of a run moved apart is copied back by unify (hs_run_relocate) */
+	return PG_FIXED;
+}
+
+static struct pg *owners(struct hs_store *st, uint64_t pages)
+{
+	struct pg *o = calloc(pages ? pages : 1, sizeof *o);
+
+	for (struct hs_tensor *t = st->list; o && t; t = t->next)
+		for (uint64_t i = 0; i < t->nchunks; i++) {
+			struct hs_chunk *c = &t->ch[i];
+			const struct hs_piece *p = c->npieces > 1 ? c->many : &c->one;
+			uint8_t k = c->npieces ? (uint8_t)kind_of(c) : PG_FREE;
+			for (uint32_t j = 0; j < c->npieces; j++)
+				for (uint64_t q = p[j].page; q < (uint64_t)p[j].page + p[j].n && q < pages; q++)
+					o[q] = (struct pg){ t, i, k };
+		}
+	/* pages no chunk owns but the pool does not list free: staging, lost */
+	for (uint64_t q = 0; o && q < pages; q++)
+		if (o[q].kind == PG_FREE && !hs_frames_is_free(st->frames, q))
+			o[q].kind = PG_FIXED;
+	return o;
+}
+
+/* The window of n pages with no fixed page, the fewest pages to move and
+ * room outside it for them; -1 if none. */
+static int64_t pick_window(const struct pg *o, uint64_t pages, uint64_t n)
+{
+	uint64_t fixed = 0, move = 0, nfree = 0, best_move = UINT64_MAX;
+	int64_t best = -1;
+
+	for (uint64_t q = 0; q < pages; q++)
+		nfree += o[q].kind == PG_FREE;
+	for (uint64_t q = 0, wfree = 0; q < pages; q++) {
+		fixed += o[q].kind == PG_FIXED;
+		move += o[q].kind == PG_MOVE;
+		wfree += o[q].kind == PG_FREE;
+		if (q >= n) {
+			fixed -= o[q - n].kind == PG_FIXED;
+			move -= o[q - n].kind == PG_MOVE;
+			wfree -= o[q - n].kind == PG_FREE;
+		}
+		if (q + 1 >= n && !fixed && move < best_move && nfree - wfree >= move) {
+			best = (int64_t)(q + 1 - n);
+			best_move = move;
+		}
+	}
+	return best;
+}
+
+struct win {
+	uint64_t s, n;
+	uint8_t *mine;          /* window pages taken here, given back at the end */
+};
+
+/* Take the window's free pages, out of reach of the chunks moved out of it. */
+static void hold_free(struct hs_frames *f, struct win *w)
+{
+	for (uint64_t q = w->s; q < w->s + w->n; q++)
+		if (hs_frames_is_free(f, q) && hs_frames_take(f, q, 1) == 0)
+			w->mine[q - w->s] = 1;
+}
+
+/* Empty chunk (t, i) out of the window: dropped if discarded, else copied
+ * to a free piece outside it.  0 or -1 (it stays). */
+static int evacuate(struct hs_store *st, struct hs_tensor *t, uint64_t i, struct win *w)
+{
+	struct hs_chunk *c = &t->ch[i];
+	struct hs_piece old = c->one;
+	uint64_t to;
+
+	if (!c->npieces) /* a chunk of several pieces met again: gone already */
+		return 0;
+	if (kind_of(c) == PG_FIXED)
+		return -1;
+	if (kind_of(c) == PG_DROP) {
+		hs_chunk_detach(st, t, i);
+	} else {
+		if (hs_frames_find_run(st->frames, old.n, &to) < 0 || hs_frames_take(st->frames, to, old.n) < 0)
+			return -1;
+		c->one.page = (uint32_t)to;
+		memcpy(hs_frames_home(st->frames, &c->one), hs_frames_home(st->frames, &old), (size_t)old.n * HS_PAGE);
+		hs_frames_free(st->frames, &old, NULL, 1);
+	}
+	hold_free(st->frames, w);
+	return 0;
+}
+
+/* Empty window [s, s + n) of o (its pages' owners). */
+static int empty_window(struct hs_store *st, const struct pg *o, uint64_t s, uint64_t n)
+{
+	struct win w = { s, n, calloc(n, 1) };
+	int rc = 0;
+
+	if (!w.mine)
+		return -1;
+	hold_free(st->frames, &w);
+	for (uint64_t q = s; q < s + n && rc == 0; q++)
+		if (o[q].kind != PG_FREE && (q == s || o[q].t != o[q - 1].t || o[q].i != o[q - 1].i))
+			rc = evacuate(st, o[q].t, o[q].i, &w);
+	for (uint64_t q = 0; q < n; q++)
+		if (w.mine[q]) {
+			struct hs_piece p = { (uint32_t)(s + q), 1 };
+			hs_frames_free(st->frames, &p, NULL, 1);
+		}
+	free(w.mine);
+	return rc;
+}
+
+/* Slide every chunk that can move down onto the one below it, lowest
+ * first (dropping discarded ones): the free pages gather in one run above
+ * the last chunk, or below a chunk that cannot move.  Chunks that lay
+ * next to each other (a run) still do.  For when no window can be
+ * emptied: the free pages outside it too scattered to take its chunks. */
+static void slide(struct hs_store *st, const struct pg *o, uint64_t pages)
+{
+	uint64_t cursor = 0;
+
+	for (uint64_t q = 0; q < pages; q++) {
+		int first = !q || o[q].t != o[q - 1].t || o[q].i != o[q - 1].i;
+		struct hs_chunk *c = o[q].t ? &o[q].t->ch[o[q].i] : NULL;
+		if (o[q].kind == PG_FIXED || (c && first && c->npieces && kind_of(c) == PG_FIXED)) {
+			cursor = q + 1 > cursor ? q + 1 : cursor;
+			continue;
+		}
+		if (o[q].kind == PG_FREE || !first || !c->npieces)
+			continue;
+		if (kind_of(c) == PG_DROP) {
+			hs_chunk_detach(st, o[q].t, o[q].i);
+			continue;
+		}
+		struct hs_piece old = c->one;
+		if (cursor < old.page) { /* [cursor, old.page) is free: everything below moved or left */
+			hs_frames_free(st->frames, &old, NULL, 1);
+			if (hs_frames_take(st->frames, cursor, old.n) < 0) { /* cannot happen; keep it where it is */
+				hs_frames_take(st->frames, old.page, old.n);
+				cursor = old.page + old.n;
+				continue;
+			}
+			c->one.page = (uint32_t)cursor;
+			memmove(hs_frames_home(st->frames, &c->one), hs_frames_home(st->frames, &old), (size_t)old.n * HS_PAGE);
+		}
+		cursor = c->one.page + old.n;
+	}
+}
+
+int hs_frames_compact_for(struct hs_store *st, uint64_t n)
+{
+	uint64_t pages = hs_frames_grown(st->frames) / HS_PAGE;
+	struct pg *o = owners(st, pages);
+	int64_t s = o ? pick_window(o, pages, n) : -1;
+	int rc = s < 0 ? -1 : empty_window(st, o, (uint64_t)s, n);
+
+	if (rc < 0 && o) {
+		free(o);
+		if ((o = owners(st, pages)) != NULL) /* the window may have moved some */
+			slide(st, o, pages);
+		rc = 0; /* the caller looks again */
+	}
+	free(o);
+	return rc;
+}
+
+int hs_frames_clear(struct hs_store *st, uint64_t page, uint64_t n)
+{
+	uint64_t pages = hs_frames_grown(st->frames) / HS_PAGE, nfree = 0, wfree = 0, move = 0;
+	struct pg *o = page + n <= pages ? owners(st, pages) : NULL;
+	int rc = o ? 0 : -1;
+
+	for (uint64_t q = 0; o && q < pages; q++) {
+		int in = q >= page && q < page + n;
+		nfree += o[q].kind == PG_FREE;
+		wfree += in && o[q].kind == PG_FREE;
+		move += in && o[q].kind == PG_MOVE;
+		if (in && o[q].kind == PG_FIXED)
+			rc = -1;
+	}
+	if (rc == 0 && nfree - wfree < move)
+		rc = -1;
+	if (rc == 0)
+		rc = empty_window(st, o, page, n);
+	free(o);
+	return rc;
+}
+
+/* Chunks of t copied to their places in the run at page (taken). */
+static void copy_into_run(struct hs_store *st, struct hs_tensor *t, uint64_t page, const unsigned char *from)
+{
+	uint64_t cp = st->cs / HS_PAGE;
+
+	for (uint64_t i = 0; i < t->nchunks; i++) {
+		struct hs_chunk *c = &t->ch[i];
+		struct hs_piece old = c->one;
+		c->one.page = (uint32_t)(page + i * cp);
+		memcpy(hs_frames_home(st->frames, &c->one), from ? from + i * st->cs : hs_frames_home(st->frames, &old),
+		       (size_t)old.n * HS_PAGE);
+		if (!from)
+			hs_frames_free(st->frames, &old, NULL, 1);
+	}
+	t->run = page + 1;
+}
+
+/* No run free beside the chunks themselves: through a bounce buffer, in
+ * the pages they free too, compacting the rest if need be; if even that
+ * finds no run, the chunks go to the tensor's range (mapped, as without
+ * runs): the pages they freed are enough for them in pieces.  The buffer
+ * (the tensor, at most the pool's 4 MiB) is part of the fixed overhead of
+ * budgets under 64 MiB, which bound tensors only (hpdlf-exec(1), MEMORY);
+ * runs are never kept above. */
+static int relocate_bounce(struct hs_store *st, struct hs_tensor *t, uint64_t want)
+{
+	unsigned char *b = malloc(t->maplen);
+	uint64_t page;
+	int rc = 0;
+
+	if (!b)
+		return 1;
+	for (uint64_t i = 0; i < t->nchunks; i++) { /* out of the pool's sight while it looks */
+		struct hs_chunk *c = &t->ch[i];
+		memcpy(b + i * st->cs, hs_frames_home(st->frames, &c->one), (size_t)c->one.n * HS_PAGE);
+		hs_frames_free(st->frames, &c->one, NULL, 1);
+		c->npieces = 0;
+	}
+	if ((hs_frames_find_run(st->frames, want, &page) == 0 ||
+	     (hs_frames_compact_for(st, want) == 0 && hs_frames_find_run(st->frames, want, &page) == 0)) &&
+	    hs_frames_take(st->frames, page, want) == 0) {
+		for (uint64_t i = 0; i < t->nchunks; i++)
+			t->ch[i].npieces = 1;
+		copy_into_run(st, t, page, b);
+		free(b);
+		return 0;
+	}
+	t->run = 0;
+	for (uint64_t i = 0; i < t->nchunks && rc == 0; i++) {
+		struct hs_chunk *c = &t->ch[i];
+		uint64_t np = c->one.n;
+		rc = hs_frames_alloc(st->frames, np, &c->one, &c->many, &c->npieces);
+		hs_frames_unqueue(st->frames, &c->zq); /* mapped again right here: a flush must not empty it */
+		if (rc == 0 && (rc = hs_frames_map(st->frames, t->base + i * st->cs, c->npieces > 1 ? c->many : &c->one,
+						   c->npieces)) == 0) {
+			memcpy(t->base + i * st->cs, b + i * st->cs, (size_t)np * HS_PAGE);
+			c->home = 0;
+		}
+	}
+	free(b);
+	return rc;
+}
+
+int hs_run_relocate(struct hs_store *st, struct hs_tensor *t)
+{
+	uint64_t want = t->maplen / HS_PAGE, page;
+
+	if (!hs_frames_runs(st->frames))
+		return 1;
+	for (uint64_t i = 0; i < t->nchunks; i++)
+		if (!t->ch[i].home || t->ch[i].npieces != 1)
+			return 1;
+	if (hs_frames_find_run(st->frames, want, &page) < 0 || hs_frames_take(st->frames, page, want) < 0)
+		return relocate_bounce(st, t, want);
+	copy_into_run(st, t, page, NULL);
+	return 0;
+}
