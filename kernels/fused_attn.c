@@ -24,6 +24,7 @@
 
 #include "kernels/blas.h"
 #include "kernels/eltwise_impl.h"
+#include "kernels/threadpool.h"
 
 #define BT 64
 #define BS 64
@@ -310,8 +311,10 @@ static void attn_item(const struct attn_job *j, int64_t item, struct tile *w)
 		/* K's rows (keys) are Kt's columns */
 		kt = tile_of(k + s0 * p->k.s1, p->k.s1, p->k.s0, ns, p->d, w->kb, &ldk);
 		vt = tile_of(v + s0 * p->v.s0, p->v.s0, p->v.s1, ns, p->dv, w->vb, &ldv);
+		/* zeros and beta 1: the bits of beta 0 without OpenBLAS's clearing pass (gemm.c) */
+		memset(w->sb, 0, (size_t)(w->nt * BS) * sizeof *w->sb);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)w->nt, (int)ns, (int)p->d, p->scale, qt, ldq,
-			    kt, ldk, 0.0f, w->sb, BS);
+			    kt, ldk, 1.0f, w->sb, BS);
 		if (p->mask_kind)
 			mask_tile(p, j, w, s0, ns);
 		online_softmax(p, w, ns);
@@ -329,7 +332,9 @@ static void attn_item(const struct attn_job *j, int64_t item, struct tile *w)
 			y[r * rs + e * es] = (float)(w->acc[r * p->dv + e] / w->l[r]);
 }
 
-/* Slot `slot` runs items [slot * items / slots, (slot + 1) * items / slots). */
+/* Slot `slot` runs items [slot * items / slots, (slot + 1) * items / slots)
+ * in its own workspace, on whichever thread claimed it (hp_parallel_tiles:
+ * a slot's items give the same bits on any thread). */
 static void attn_slots(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct attn_job *j = arg;
@@ -361,7 +366,7 @@ static int attn_run(const struct hp_node *n, const struct hp_kargs *a)
 	j.slots = j.items < SLOTS ? j.items : SLOTS;
 	/* BLAS on one thread while the slots run, as kernels/gemm.c's tiles */
 	hp_blas_serial_enter();
-	hp_parallel_for(a->pool, j.slots, 1, attn_slots, &j);
+	hp_parallel_tiles(a->pool, j.slots, attn_slots, &j);
 	hp_blas_serial_leave();
 	return 0;
 }
