@@ -227,7 +227,7 @@ void hp_gemm_tiled(const struct hp_gemm_call *c, struct hp_pool *pool)
 	if (2.0 * (double)c->m * (double)c->n * (double)c->k < GEMM_GRAD_PAR_MIN_FLOPS || j.mt * j.nt < 2)
 		pool = NULL;
 	hp_blas_serial_enter();
-	hp_parallel_for(pool, j.mt * j.nt, 1, tiled_range, &j);
+	hp_parallel_tiles(pool, j.mt * j.nt, tiled_range, &j);
 	hp_blas_serial_leave();
 }
 
