@@ -24,7 +24,6 @@
 
 #include "kernels/blas.h"
 #include "kernels/eltwise_impl.h"
-#include "kernels/threadpool.h"
 
 #define BT 64
 #define BS 64
@@ -332,9 +331,7 @@ static void attn_item(const struct attn_job *j, int64_t item, struct tile *w)
 			y[r * rs + e * es] = (float)(w->acc[r * p->dv + e] / w->l[r]);
 }
 
-/* Slot `slot` runs items [slot * items / slots, (slot + 1) * items / slots)
- * in its own workspace, on whichever thread claimed it (hp_parallel_tiles:
- * a slot's items give the same bits on any thread). */
+/* Slot `slot` runs items [slot * items / slots, (slot + 1) * items / slots). */
 static void attn_slots(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct attn_job *j = arg;
@@ -366,7 +363,7 @@ static int attn_run(const struct hp_node *n, const struct hp_kargs *a)
 	j.slots = j.items < SLOTS ? j.items : SLOTS;
 	/* BLAS on one thread while the slots run, as kernels/gemm.c's tiles */
 	hp_blas_serial_enter();
-	hp_parallel_tiles(a->pool, j.slots, attn_slots, &j);
+	hp_parallel_for(a->pool, j.slots, 1, attn_slots, &j);
 	hp_blas_serial_leave();
 	return 0;
 }

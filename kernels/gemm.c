@@ -17,7 +17,6 @@
 #include "kernels/fused_impl.h"
 #include "kernels/gemm_tile.h"
 #include "kernels/ops.h"
-#include "kernels/threadpool.h"
 
 /* ---- tiling ----------------------------------------------------------- */
 
@@ -175,7 +174,7 @@ static void gjob_run(struct gjob *j, struct hp_pool *pool)
 	/* BLAS on one thread while tiles run: a threaded call would round
 	 * differently from a serial one. */
 	hp_blas_serial_enter();
-	hp_parallel_tiles(pool, j->nprob * j->mt * j->nt, tiles_range, j);
+	hp_parallel_for(pool, j->nprob * j->mt * j->nt, 1, tiles_range, j);
 	hp_blas_serial_leave();
 }
 
@@ -227,7 +226,7 @@ void hp_gemm_tiled(const struct hp_gemm_call *c, struct hp_pool *pool)
 	if (2.0 * (double)c->m * (double)c->n * (double)c->k < GEMM_GRAD_PAR_MIN_FLOPS || j.mt * j.nt < 2)
 		pool = NULL;
 	hp_blas_serial_enter();
-	hp_parallel_tiles(pool, j.mt * j.nt, tiled_range, &j);
+	hp_parallel_for(pool, j.mt * j.nt, 1, tiled_range, &j);
 	hp_blas_serial_leave();
 }
 

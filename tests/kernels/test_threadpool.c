@@ -2,8 +2,7 @@
  * covered once, by the fixed shares of n, grain and the pool size, and
  * share k runs as tid k whoever runs it; jobs back to back (workers still
  * polling for the next job) and jobs after a pause longer than the spin
- * (workers asleep) both complete.  hp_parallel_tiles: every item once,
- * tids within the pool.  The suite runs this file twice: as it comes
+ * (workers asleep) both complete.  The suite runs this file twice: as it comes
  * (polling for HPDLF_POOL_SPIN_US's default) and with
  * HPDLF_POOL_SPIN_US=0 (workers sleep at once). */
 #include <setjmp.h>
@@ -18,7 +17,7 @@
 #include <cmocka.h>
 
 #include "hpdlf/kernels.h"
-#include "kernels/threadpool.h"
+#include "kernels/threadpool.h" /* hp_pool_spin_ns */
 
 #define MAXN 5000
 
@@ -27,7 +26,6 @@ struct rec {
 	int threads;
 	_Atomic int hits[MAXN];
 	_Atomic int bad;        /* a range or tid that breaks the contract */
-	_Atomic int calls;
 };
 
 static void rec_reset(struct rec *r, int64_t n, int64_t grain, int threads)
@@ -42,7 +40,6 @@ static void rec_reset(struct rec *r, int64_t n, int64_t grain, int threads)
 	for (int64_t i = 0; i < MAXN; i++)
 		atomic_store(&r->hits[i], 0);
 	atomic_store(&r->bad, 0);
-	atomic_store(&r->calls, 0);
 }
 
 static void fixed_fn(void *arg, int64_t b, int64_t e, int tid)
@@ -53,17 +50,6 @@ static void fixed_fn(void *arg, int64_t b, int64_t e, int tid)
 	/* one range per share, and share k as tid k */
 	if (b != want_b || e != want_e || tid < 0 || tid >= r->threads)
 		atomic_fetch_add(&r->bad, 1);
-	for (int64_t i = b; i < e; i++)
-		atomic_fetch_add(&r->hits[i], 1);
-}
-
-static void tiles_fn(void *arg, int64_t b, int64_t e, int tid)
-{
-	struct rec *r = arg;
-
-	if (tid < 0 || tid >= r->threads)
-		atomic_fetch_add(&r->bad, 1);
-	atomic_fetch_add(&r->calls, 1);
 	for (int64_t i = b; i < e; i++)
 		atomic_fetch_add(&r->hits[i], 1);
 }
@@ -110,28 +96,9 @@ static void test_fixed_shares(void **state)
 	check_once(&R, "hp_parallel_for without a pool");
 }
 
-static void test_tiles(void **state)
-{
-	static const int64_t ns[] = { 1, 2, 5, 33, 400 };
-
-	(void)state;
-	for (int th = 1; th <= 3; th++) {
-		struct hp_pool *p;
-		assert_int_equal(hp_pool_create(th, &p), 0);
-		for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
-			rec_reset(&R, ns[i], 1, th);
-			hp_parallel_tiles(p, ns[i], tiles_fn, &R);
-			check_once(&R, "hp_parallel_tiles");
-			/* one item per call on a pool; inline, one call for all */
-			assert_int_equal(atomic_load(&R.calls), th == 1 || ns[i] == 1 ? 1 : ns[i]);
-		}
-		hp_pool_destroy(p);
-	}
-}
-
-/* Many jobs in a row, alternating the two kinds, then jobs after pauses
- * longer than any spin: a lost wake-up or a worker taking a share of the
- * wrong job shows as a hang or a miscount. */
+/* Many jobs in a row of varying sizes, then jobs after pauses longer than
+ * any spin: a lost wake-up or a worker taking a share of the wrong job
+ * shows as a hang or a miscount. */
 static void test_back_to_back(void **state)
 {
 	struct hp_pool *p;
@@ -140,12 +107,10 @@ static void test_back_to_back(void **state)
 	assert_int_equal(hp_pool_create(2, &p), 0);
 	for (int it = 0; it < 3000; it++) {
 		int64_t n = 1 + it % 97;
-		rec_reset(&R, n, 1, 2);
-		if (it % 2)
-			hp_parallel_tiles(p, n, tiles_fn, &R);
-		else
-			hp_parallel_for(p, n, 1, fixed_fn, &R);
-		check_once(&R, it % 2 ? "tiles back to back" : "shares back to back");
+		int64_t grain = 1 + it % 5;
+		rec_reset(&R, n, grain, 2);
+		hp_parallel_for(p, n, grain, fixed_fn, &R);
+		check_once(&R, "shares back to back");
 	}
 	for (int it = 0; it < 6; it++) {
 		pause_ms(3);
@@ -171,7 +136,6 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fixed_shares),
-		cmocka_unit_test(test_tiles),
 		cmocka_unit_test(test_back_to_back),
 		cmocka_unit_test(test_spin_setting),
 	};
