@@ -66,7 +66,7 @@ static int node_tiles(struct hp_graph *g, struct hp_node *n, int64_t m, int64_t 
 
 /* ---- tiled product ---------------------------------------------------- */
 
-#define GEMM_PAR_MIN_FLOPS 16e6
+#define GEMM_PAR_MIN_FLOPS 4e6
 #define GEMM_GRAD_PAR_MIN_FLOPS 2e6
 
 struct mm_batch {
@@ -167,8 +167,12 @@ static void gjob_run(struct gjob *j, struct hp_pool *pool)
 		return;
 	j->mt = (j->m + j->t.mb - 1) / j->t.mb;
 	j->nt = (j->n + j->t.nb - 1) / j->t.nb;
-	/* waking the pool costs more than it saves on small products (the
-	 * mlp's 64x256x256 layer: 0.13 ms per inference alone, 0.145 on 2) */
+	/* waking the pool costs more than it saves on small products (with
+	 * a pool that slept between kernels, a 64x256x256 layer took 0.13 ms
+	 * alone and 0.145 on 2 threads, and the bar was 16 MFLOP); since the
+	 * pool polls between kernels (threadpool.c), GPT-2-style's 256x128x128
+	 * products (8 MFLOP) gain: 6.03 -> 5.80 ms per inference on 2 threads,
+	 * and the test mlp and LeNet are unchanged */
 	if (2.0 * (double)j->nprob * (double)j->m * (double)j->n * (double)j->k < GEMM_PAR_MIN_FLOPS)
 		pool = NULL;
 	/* BLAS on one thread while tiles run: a threaded call would round
