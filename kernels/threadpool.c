@@ -62,7 +62,7 @@ int64_t hp_pool_spin_ns(void)
 		const char *e = getenv("HPDLF_POOL_SPIN_US");
 		char *end;
 		long long us = e && *e ? strtoll(e, &end, 10) : -1;
-		v = us >= 0 && e && *end == '\0' ? (int64_t)us * 1000 : POOL_SPIN_NS_DEFAULT;
+		v = us >= 0 && e && *end == '\0' ? (int64_t)(us < 1000000 ? us : 1000000) * 1000 : POOL_SPIN_NS_DEFAULT;
 		atomic_store(&cached, v);
 	}
 	return v;
@@ -95,9 +95,9 @@ static int job_done(struct hp_pool *p, uint64_t parts)
 
 /* Poll ready(p, arg) until it holds (1) or spin_ns passed (0).  The core
  * is yielded between rounds of polls, and the spin ends as soon as a yield
- * lets another thread run (it took over YIELD_BUSY_NS): on a machine with
- * more runnable threads than cores a spinning thread takes time from the
- * one it waits for (GPT-2-style on 2 threads at load 12: 2-3x slower). */
+ * lets another thread run (it took over YIELD_BUSY_NS): with more runnable
+ * threads than cores, a spinning thread would take time from the thread it
+ * waits for and from other processes. */
 #define YIELD_BUSY_NS 20000
 
 static int spin_until(struct hp_pool *p, int (*ready)(struct hp_pool *, uint64_t), uint64_t arg)

@@ -8,8 +8,9 @@
 #include "hpdlf/kernels.h"
 
 /* How long an idle worker, and a caller waiting for its workers, polls
- * before sleeping, in ns: HPDLF_POOL_SPIN_US (0: never poll), default
- * 100 us.  Read once per process. */
+ * before sleeping, in ns: HPDLF_POOL_SPIN_US (0: never poll; at most 1 s),
+ * default 100 us; an unparsable value keeps the default.  Read once per
+ * process. */
 int64_t hp_pool_spin_ns(void);
 
 #endif
