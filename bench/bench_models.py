@@ -20,10 +20,12 @@ from), medians of the steps after the first.  GFLOP/s beside every time use
 hpdlf's count of the model's flops for both sides.
 
 Unless --spin, HPDLF_BENCH_NO_SPIN=1 (ONNX Runtime's workers do not spin,
-bench/ort_run.js) and OMP_WAIT_POLICY=PASSIVE (PyTorch's OpenMP workers
-sleep) are set: on a machine shared with other jobs, spinning workers fight
-them for the cores (PyTorch's LeNet step took 139 ms spinning against 5.5
-ms passive, on 2 cores at load 12), and hpdlf's pool sleeps too.
+bench/ort_run.js), OMP_WAIT_POLICY=PASSIVE (PyTorch's OpenMP workers
+sleep) and HPDLF_POOL_SPIN_US=0 (hpdlf's pool threads sleep at once
+instead of polling for the next kernel) are set: on a machine shared with
+other jobs, spinning workers fight them for the cores (PyTorch's LeNet step
+took 139 ms spinning against 5.5 ms passive, on 2 cores at load 12).  With
+--spin all three run as they come (ORT and hpdlf poll between kernels).
 
 Prints a table to stderr and ends with one JSON line on stdout: per model
 the times, GFLOP/s, hpdlf/ORT and hpdlf/PyTorch, and the geometric means.
@@ -124,6 +126,7 @@ def main():
     if not a.spin:
         os.environ.setdefault("HPDLF_BENCH_NO_SPIN", "1")
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        os.environ.setdefault("HPDLF_POOL_SPIN_US", "0")
     names = a.only.split(",")
     tmp = tempfile.TemporaryDirectory(prefix="hpdlf-bench-models-")
     mdir = a.models or tmp.name

@@ -117,6 +117,15 @@ static int fused_run(const struct hp_node *n, const struct hp_kargs *a)
 				    a->out[0].data, a->ws, a->pool, &f->epi, a->nin > f->nin ? a->in[f->nin].data : NULL);
 		return 0;
 	}
+	if (!strcmp(f->inner->name, "MatMul") || !strcmp(f->inner->name, "Gemm")) {
+		struct hp_epi e = f->epi;
+		const float *add = a->nin > f->nin ? a->in[f->nin].data : NULL;
+		if (!add)
+			e.add = HP_EPI_ADD_NONE;
+		if (e.act == HP_EPI_NONE && e.add == HP_EPI_ADD_NONE)
+			return f->inner->run(&v, &ka);
+		return f->inner->name[0] == 'M' ? hp_matmul_run_epi(&v, &ka, &e, add) : hp_gemm_run_epi(&v, &ka, &e, add);
+	}
 	if ((rc = f->inner->run(&v, &ka)) < 0)
 		return rc;
 	hp_epi_run(&f->epi, a->out[0].data, a->nin > f->nin ? a->in[f->nin].data : NULL,

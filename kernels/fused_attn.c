@@ -310,8 +310,10 @@ static void attn_item(const struct attn_job *j, int64_t item, struct tile *w)
 		/* K's rows (keys) are Kt's columns */
 		kt = tile_of(k + s0 * p->k.s1, p->k.s1, p->k.s0, ns, p->d, w->kb, &ldk);
 		vt = tile_of(v + s0 * p->v.s0, p->v.s0, p->v.s1, ns, p->dv, w->vb, &ldv);
+		/* zeros and beta 1: the bits of beta 0 without OpenBLAS's clearing pass (gemm.c) */
+		memset(w->sb, 0, (size_t)(w->nt * BS) * sizeof *w->sb);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)w->nt, (int)ns, (int)p->d, p->scale, qt, ldq,
-			    kt, ldk, 0.0f, w->sb, BS);
+			    kt, ldk, 1.0f, w->sb, BS);
 		if (p->mask_kind)
 			mask_tile(p, j, w, s0, ns);
 		online_softmax(p, w, ns);

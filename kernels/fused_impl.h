@@ -36,5 +36,12 @@ int hp_epi_add_of(const struct hp_shape *ys, const struct hp_shape *a, struct hp
 void hp_epi_span(const struct hp_epi *e, float *y, const float *addend, int64_t b, int64_t end);
 /* y[i] = act(y[i] + addend[...]) over n elements, on the pool. */
 void hp_epi_run(const struct hp_epi *e, float *y, const float *addend, int64_t n, struct hp_pool *pool);
+/* MatMul's and Gemm's kernels (gemm.c) with the epilogue e (NULL: none;
+ * add NONE without an addend) applied to each output tile after its last
+ * K tile, while it is in cache. */
+struct hp_kargs;
+int hp_matmul_run_epi(const struct hp_node *n, const struct hp_kargs *a, const struct hp_epi *e,
+		      const float *addend);
+int hp_gemm_run_epi(const struct hp_node *n, const struct hp_kargs *a, const struct hp_epi *e, const float *addend);
 
 #endif

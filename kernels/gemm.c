@@ -14,6 +14,7 @@
 #include "hpdlf/error.h"
 #include "kernels/blas.h"
 #include "kernels/gemm_panels.h"
+#include "kernels/fused_impl.h"
 #include "kernels/gemm_tile.h"
 #include "kernels/ops.h"
 
@@ -65,7 +66,7 @@ static int node_tiles(struct hp_graph *g, struct hp_node *n, int64_t m, int64_t 
 
 /* ---- tiled product ---------------------------------------------------- */
 
-#define GEMM_PAR_MIN_FLOPS 16e6
+#define GEMM_PAR_MIN_FLOPS 4e6
 #define GEMM_GRAD_PAR_MIN_FLOPS 2e6
 
 struct mm_batch {
@@ -87,6 +88,8 @@ struct gjob {
 	int64_t mt, nt;             /* tiles per problem */
 	int64_t nprob;
 	const struct mm_batch *bt;  /* offsets of A and B per problem (NULL: one problem) */
+	const struct hp_epi *epi;   /* fused epilogue on each tile after its last K tile (NULL: none) */
+	const float *addend;        /* its addend, indexed as Y */
 };
 
 static void prob_offsets(const struct mm_batch *bt, int64_t p, int64_t *ao, int64_t *bo)
@@ -106,13 +109,16 @@ static int64_t min64(int64_t a, int64_t b)
 }
 
 /* A tile of Y (from row i0, column j0) before its K tiles: beta C, or
- * zeros when there is no K tile to overwrite it. */
+ * zeros, and every K tile adds with beta 1.  The same bits as beta 0 on
+ * the first K tile (OpenBLAS clears C in a pass of its own, then adds),
+ * but OpenBLAS's clearing pass was 6% of a GPT-2-style inference on 1 and
+ * on 2 threads (sgemm_beta, slow on what the arena's buffer held before). */
 static void tile_init(const struct gjob *j, int64_t p, int64_t i0, int64_t j0, int64_t mi, int64_t nj, float *y)
 {
 	const float *c = j->c;
 
 	if (!c) {
-		for (int64_t i = 0; i < mi && j->k == 0; i++)
+		for (int64_t i = 0; i < mi; i++)
 			memset(y + i * j->n, 0, (size_t)nj * sizeof *y);
 		return;
 	}
@@ -138,7 +144,13 @@ static void tile_run(const struct gjob *j, int64_t tile)
 		const float *b = j->b + bo + (j->tb ? j0 * j->ldb + k0 : k0 * j->ldb + j0);
 		cblas_sgemm(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans, j->tb ? CblasTrans : CblasNoTrans,
 			    (int)mi, (int)nj, (int)kk, j->alpha, a, (int)j->lda, b, (int)j->ldb,
-			    j->c || k0 ? 1.0f : 0.0f, y, (int)j->n);
+			    1.0f, y, (int)j->n);
+	}
+	/* the epilogue while the tile is in cache; element-wise, so the bits
+	 * are those of a pass over the whole output */
+	for (int64_t i = 0; j->epi && i < mi; i++) {
+		int64_t at = p * j->m * j->n + (i0 + i) * j->n + j0;
+		hp_epi_span(j->epi, j->y, j->addend, at, at + nj);
 	}
 }
 
@@ -155,8 +167,12 @@ static void gjob_run(struct gjob *j, struct hp_pool *pool)
 		return;
 	j->mt = (j->m + j->t.mb - 1) / j->t.mb;
 	j->nt = (j->n + j->t.nb - 1) / j->t.nb;
-	/* waking the pool costs more than it saves on small products (the
-	 * mlp's 64x256x256 layer: 0.13 ms per inference alone, 0.145 on 2) */
+	/* waking the pool costs more than it saves on small products (with
+	 * a pool that slept between kernels, a 64x256x256 layer took 0.13 ms
+	 * alone and 0.145 on 2 threads, and the bar was 16 MFLOP); since the
+	 * pool polls between kernels (threadpool.c), GPT-2-style's 256x128x128
+	 * products (8 MFLOP) gain: 6.03 -> 5.80 ms per inference on 2 threads,
+	 * and the test mlp and LeNet are unchanged */
 	if (2.0 * (double)j->nprob * (double)j->m * (double)j->n * (double)j->k < GEMM_PAR_MIN_FLOPS)
 		pool = NULL;
 	/* BLAS on one thread while tiles run: a threaded call would round
@@ -178,7 +194,7 @@ static void tiled_one(const struct hp_gemm_call *c, int64_t i0, int64_t j0)
 	int64_t mi = min64(c->t.mb, c->m - i0), nj = min64(c->t.nb, c->n - j0), kt = (c->k + c->t.kb - 1) / c->t.kb;
 	float *y = c->y + i0 * c->ldy + j0;
 
-	if (c->k == 0 && !c->accumulate)
+	if (!c->accumulate) /* zeros and beta 1, as tile_init */
 		for (int64_t i = 0; i < mi; i++)
 			memset(y + i * c->ldy, 0, (size_t)nj * sizeof *y);
 	for (int64_t s = 0; s < kt; s++) {
@@ -186,8 +202,8 @@ static void tiled_one(const struct hp_gemm_call *c, int64_t i0, int64_t j0)
 		const float *a = c->a + (c->ta ? k0 * c->lda + i0 : i0 * c->lda + k0);
 		const float *b = c->b + (c->tb ? j0 * c->ldb + k0 : k0 * c->ldb + j0);
 		cblas_sgemm(CblasRowMajor, c->ta ? CblasTrans : CblasNoTrans, c->tb ? CblasTrans : CblasNoTrans, (int)mi,
-			    (int)nj, (int)kk, c->alpha, a, (int)c->lda, b, (int)c->ldb, c->accumulate || s ? 1.0f : 0.0f,
-			    y, (int)c->ldy);
+			    (int)nj, (int)kk, c->alpha, a, (int)c->lda, b, (int)c->ldb, 1.0f, y,
+			    (int)c->ldy);
 	}
 }
 
@@ -318,7 +334,8 @@ static int gemm_panels(struct gemm_p *p, const struct hp_kargs *a, int64_t epoch
 			     a->pool);
 }
 
-static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
+/* The product, and with e the fused epilogue in its tiles (fused.c). */
+int hp_gemm_run_epi(const struct hp_node *n, const struct hp_kargs *a, const struct hp_epi *e, const float *addend)
 {
 	const struct gemm_p *p = n->priv;
 	int64_t epoch = hp_attr_int(n, "pack_b", 0);
@@ -328,12 +345,21 @@ static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
 		.alpha = p->alpha, .beta = p->beta,
 		.a = a->in[0].data, .b = a->in[1].data, .c = p->has_c && a->nin > 2 ? a->in[2].data : NULL,
 		.y = a->out[0].data, .cs0 = p->cs0, .cs1 = p->cs1, .t = p->t, .nprob = 1,
+		.epi = e, .addend = addend,
 	};
 
-	if (epoch > 0 && p->m <= TK_PANEL_MAX_ROWS && tk_panels_ok() && gemm_panels(n->priv, a, epoch) == 0)
+	if (epoch > 0 && p->m <= TK_PANEL_MAX_ROWS && tk_panels_ok() && gemm_panels(n->priv, a, epoch) == 0) {
+		if (e)
+			hp_epi_run(e, a->out[0].data, addend, p->m * p->n, a->pool);
 		return 0;
+	}
 	gjob_run(&j, a->pool);
 	return 0;
+}
+
+static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
+{
+	return hp_gemm_run_epi(n, a, NULL, NULL);
 }
 
 static void gemm_release(struct hp_node *n)
@@ -456,14 +482,15 @@ static int matmul_prepare(struct hp_graph *g, struct hp_node *n)
 	return 0;
 }
 
-static int matmul_run(const struct hp_node *n, const struct hp_kargs *ka)
+int hp_matmul_run_epi(const struct hp_node *n, const struct hp_kargs *ka, const struct hp_epi *e,
+		      const float *addend)
 {
 	const struct matmul_p *p = n->priv;
 	struct gjob j = {
 		.m = p->fold ? p->batch * p->m : p->m, .n = p->n, .k = p->k, .lda = p->k, .ldb = p->n,
 		.alpha = 1.0f, .beta = 1.0f, .a = ka->in[0].data, .b = ka->in[1].data,
 		.c = p->acc ? ka->in[2].data : NULL, .y = ka->out[0].data, .t = p->t,
-		.nprob = p->fold ? 1 : p->batch, .bt = p->fold ? NULL : &p->bt,
+		.nprob = p->fold ? 1 : p->batch, .bt = p->fold ? NULL : &p->bt, .epi = e, .addend = addend,
 	};
 
 	if (hp_shape_numel(&ka->out[0].shape) == 0) /* empty: a batch of 0 beside dims up to 2^62 (fuzz_struct) */
@@ -473,6 +500,11 @@ static int matmul_run(const struct hp_node *n, const struct hp_kargs *ka)
 	j.cprob = j.m * j.n;
 	gjob_run(&j, ka->pool);
 	return 0;
+}
+
+static int matmul_run(const struct hp_node *n, const struct hp_kargs *ka)
+{
+	return hp_matmul_run_epi(n, ka, NULL, NULL);
 }
 
 static double matmul_flops(const struct hp_graph *g, const struct hp_node *n)

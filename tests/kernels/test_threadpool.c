@@ -1,0 +1,143 @@
+/* The worker pool (kernels/threadpool.c).  hp_parallel_for: every item is
+ * covered once, by the fixed shares of n, grain and the pool size, and
+ * share k runs as tid k whoever runs it; jobs back to back (workers still
+ * polling for the next job) and jobs after a pause longer than the spin
+ * (workers asleep) both complete.  The suite runs this file twice: as it comes
+ * (polling for HPDLF_POOL_SPIN_US's default) and with
+ * HPDLF_POOL_SPIN_US=0 (workers sleep at once). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "hpdlf/kernels.h"
+#include "kernels/threadpool.h" /* hp_pool_spin_ns */
+
+#define MAXN 5000
+
+struct rec {
+	int64_t n, chunk;       /* expected share size (hp_parallel_for) */
+	int threads;
+	_Atomic int hits[MAXN];
+	_Atomic int bad;        /* a range or tid that breaks the contract */
+};
+
+static void rec_reset(struct rec *r, int64_t n, int64_t grain, int threads)
+{
+	int64_t parts = (n + grain - 1) / grain;
+
+	if (parts > threads)
+		parts = threads;
+	r->n = n;
+	r->chunk = parts > 0 ? (n + parts - 1) / parts : 0;
+	r->threads = threads;
+	for (int64_t i = 0; i < MAXN; i++)
+		atomic_store(&r->hits[i], 0);
+	atomic_store(&r->bad, 0);
+}
+
+static void fixed_fn(void *arg, int64_t b, int64_t e, int tid)
+{
+	struct rec *r = arg;
+	int64_t want_b = (int64_t)tid * r->chunk, want_e = want_b + r->chunk < r->n ? want_b + r->chunk : r->n;
+
+	/* one range per share, and share k as tid k */
+	if (b != want_b || e != want_e || tid < 0 || tid >= r->threads)
+		atomic_fetch_add(&r->bad, 1);
+	for (int64_t i = b; i < e; i++)
+		atomic_fetch_add(&r->hits[i], 1);
+}
+
+static void check_once(struct rec *r, const char *what)
+{
+	for (int64_t i = 0; i < r->n; i++)
+		if (atomic_load(&r->hits[i]) != 1)
+			fail_msg("%s: item %lld of %lld ran %d times", what, (long long)i, (long long)r->n,
+				 atomic_load(&r->hits[i]));
+	if (atomic_load(&r->bad))
+		fail_msg("%s: %d calls with a wrong range or tid", what, atomic_load(&r->bad));
+}
+
+static struct rec R;
+
+static void pause_ms(int ms)
+{
+	struct timespec t = { 0, ms * 1000000L };
+
+	nanosleep(&t, NULL);
+}
+
+static void test_fixed_shares(void **state)
+{
+	static const int64_t ns[] = { 1, 2, 3, 7, 64, 1000, 4999 };
+	static const int64_t grains[] = { 1, 2, 16, 100, 5000 };
+
+	(void)state;
+	for (int th = 1; th <= 4; th++) {
+		struct hp_pool *p;
+		assert_int_equal(hp_pool_create(th, &p), 0);
+		assert_int_equal(hp_pool_size(p), th);
+		for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+			for (size_t g = 0; g < sizeof grains / sizeof grains[0]; g++) {
+				rec_reset(&R, ns[i], grains[g], th);
+				hp_parallel_for(p, ns[i], grains[g], fixed_fn, &R);
+				check_once(&R, "hp_parallel_for");
+			}
+		hp_pool_destroy(p);
+	}
+	rec_reset(&R, 10, 1, 1); /* no pool: inline, one range */
+	hp_parallel_for(NULL, 10, 1, fixed_fn, &R);
+	check_once(&R, "hp_parallel_for without a pool");
+}
+
+/* Many jobs in a row of varying sizes, then jobs after pauses longer than
+ * any spin: a lost wake-up or a worker taking a share of the wrong job
+ * shows as a hang or a miscount. */
+static void test_back_to_back(void **state)
+{
+	struct hp_pool *p;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &p), 0);
+	for (int it = 0; it < 3000; it++) {
+		int64_t n = 1 + it % 97;
+		int64_t grain = 1 + it % 5;
+		rec_reset(&R, n, grain, 2);
+		hp_parallel_for(p, n, grain, fixed_fn, &R);
+		check_once(&R, "shares back to back");
+	}
+	for (int it = 0; it < 6; it++) {
+		pause_ms(3);
+		rec_reset(&R, 50, 1, 2);
+		hp_parallel_for(p, 50, 1, fixed_fn, &R);
+		check_once(&R, "shares after a pause");
+	}
+	hp_pool_destroy(p);
+}
+
+static void test_spin_setting(void **state)
+{
+	const char *e = getenv("HPDLF_POOL_SPIN_US");
+
+	(void)state;
+	if (e && !strcmp(e, "0"))
+		assert_true(hp_pool_spin_ns() == 0);
+	else if (!e)
+		assert_true(hp_pool_spin_ns() > 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fixed_shares),
+		cmocka_unit_test(test_back_to_back),
+		cmocka_unit_test(test_spin_setting),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
