@@ -1,7 +1,8 @@
 /* Conv over OpenBLAS sgemm or dot products, four paths (hp_conv_setup picks one), and
  * depthwise convolutions (group == input channels) as direct loops
  * (conv_dw.c) where these sgemms are too thin:
- *  - direct: a 1x1 convolution with unit strides and no padding multiplies X;
+ *  - direct: a 1x1 convolution with unit strides and no padding multiplies X
+ *    (conv_pw.c's own product where AVX2 and FMA exist, else sgemm);
  *  - shift (conv_shift.c): stride 1 with at least HP_SHIFT_MIN_CH input
  *    channels per group and planes wide enough that padding columns waste
  *    little: kvol accumulated sgemms over shifted views of a padded slab,
@@ -372,8 +373,11 @@ static void setup_paths(struct hp_conv *cv, int allow_dot)
 	if (cv->shift)
 		return;
 	hp_ctile_plan(c->grid, cv->direct ? HP_CONV_DIRECT_COLS : hp_conv_tile_cap(cv->kdim), &cv->ct);
-	if (cv->direct)
+	if (cv->direct) { /* the tiles above stay for hp_conv_band_align */
+		if (hp_pw_available())
+			cv->workspace = hp_pw_workspace(cv, cv->lean ? 1 : hp_conv_ws_threads());
 		return;
+	}
 	cv->ws_cols = cv->lean ? cv->ct.maxcols : hp_conv_ws_cols(cv->kdim, cv->yvol);
 	if (cv->ws_cols < cv->ct.maxcols)
 		cv->ws_cols = cv->ct.maxcols;
@@ -468,6 +472,10 @@ static void conv_forward_run(const struct hp_conv *cv, struct conv_run *r, struc
 		struct hp_dw d = { .g = cv->g, .batch = cv->batch, .cin = cv->cin, .mult = cv->cout / cv->cin,
 				   .epi = r->epi, .addend = r->addend };
 		hp_dw_forward(&d, r->x, r->w, r->b, r->y, pool);
+		return;
+	}
+	if (cv->direct && hp_pw_available()) {
+		hp_pw_forward(cv, r->x, r->w, r->b, r->y, r->ws, pool, r->epi, r->addend);
 		return;
 	}
 	threads = hp_conv_threads_enter(pool, &saved);

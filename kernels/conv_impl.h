@@ -233,6 +233,15 @@ void hp_dot_forward(const struct hp_conv *cv, const float *x, const float *w, co
 void hp_conv_set_dot(int mode);
 int hp_conv_dot_mode(void);
 
+/* Pointwise path (conv_pw.c): the direct (1x1) Conv as register-blocked
+ * chains of fused multiply-adds, each output summed over k in order from
+ * its bias, whatever the blocking, threads or bands.  Needs AVX2 and FMA
+ * (else the direct path runs on sgemm); workspace for `threads` workers. */
+int hp_pw_available(void);
+size_t hp_pw_workspace(const struct hp_conv *cv, int threads);
+void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		   struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
+
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
 void hp_convt_setup(struct hp_conv *cv);
 int hp_convt_blocked(const struct hp_colgeom *g);
