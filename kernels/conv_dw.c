@@ -20,6 +20,9 @@
  * order; dW element (m, k) sums per-column partials over (n, rows) in
  * order, then the columns in order, in one worker.
  *
+ * 2-D 3x3 windows at stride 1 or 2 take conv_dw3.c's vector rows
+ * instead (with AVX2 and FMA).
+ *
  * The loops are compiled for AVX-512, AVX2 and baseline x86-64 (GCC
  * target_clones); without FMA contraction (-std=c11) every clone computes
  * the same bits. */
@@ -328,6 +331,8 @@ static void fwd_range(void *arg, int64_t b, int64_t e, int tid)
 	const struct dw_run *r = arg;
 	const struct hp_dw *d = r->d;
 	int64_t cout = d->cin * d->mult, last = -1;
+	int dw3 = hp_dw3_eligible(&d->g);
+	float *scratch = NULL;
 	struct dw_pad pd;
 
 	(void)tid;
@@ -337,19 +342,26 @@ static void fwd_range(void *arg, int64_t b, int64_t e, int tid)
 	 * 7 -> 3.5 GFLOP/s with rows split into even and odd columns too);
 	 * without the buffer the ends go tap by tap (the same sums, but for
 	 * the sign of a zero) */
-	if (is_3x3(&d->g) && d->g.grid[0] == 1 && d->g.stride[1] == 1 && d->g.stride[2] == 1)
+	if (is_3x3(&d->g) && d->g.grid[0] == 1 && d->g.stride[1] == 1 && d->g.stride[2] == 1 && !dw3)
 		pd.buf = malloc((size_t)(pd.rows * pd.width) * sizeof(float));
+	if (dw3 && (scratch = malloc(hp_dw3_scratch(&d->g))))
+		hp_dw3_init(&d->g, scratch);
 	for (int64_t i = b; i < e; i++) { /* i = (item, output channel) */
 		int64_t n = i / cout, m = i % cout, c = m / d->mult;
 		const float *x = r->a + (n * d->cin + c) * d->g.img_vol;
+		float bias = r->bias ? r->bias[m] : 0.0f;
 		if (pd.buf && n * d->cin + c != last) /* multipliers share their input plane */
 			pad_plane(&d->g, x, &pd);
 		last = n * d->cin + c;
-		fwd_plane(&d->g, x, &pd, r->b + m * d->g.kvol, r->bias ? r->bias[m] : 0.0f, r->out + i * d->g.grid_vol);
+		if (scratch)
+			hp_dw3_plane(&d->g, x, r->b + m * d->g.kvol, bias, r->out + i * d->g.grid_vol, scratch);
+		else
+			fwd_plane(&d->g, x, &pd, r->b + m * d->g.kvol, bias, r->out + i * d->g.grid_vol);
 		if (d->epi) /* the fused epilogue while the plane is in cache */
 			hp_epi_span(d->epi, r->out, d->addend, i * d->g.grid_vol, (i + 1) * d->g.grid_vol);
 	}
 	free(pd.buf);
+	free(scratch);
 }
 
 void hp_dw_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,

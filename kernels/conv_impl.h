@@ -155,6 +155,15 @@ size_t hp_dw_filter_ws(const struct hp_dw *d);
 void hp_dw_filter(const struct hp_dw *d, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		  struct hp_pool *pool);
 
+/* Depthwise 3x3, 2-D, stride 1 or 2, undilated (conv_dw3.c, AVX2 + FMA):
+ * one output plane y = bias + the taps of input plane x under w (9 floats),
+ * each output one chain of fused multiply-adds in (kh, kw) order, with
+ * hp_dw3_scratch() bytes at scratch. */
+int hp_dw3_eligible(const struct hp_colgeom *g);
+size_t hp_dw3_scratch(const struct hp_colgeom *g);
+/* Once per scratch buffer, before its planes. */
+void hp_dw3_init(const struct hp_colgeom *g, float *scratch);
+void hp_dw3_plane(const struct hp_colgeom *g, const float *x, const float *w, float bias, float *y, float *scratch);
 
 /* Parsed Conv / ConvTranspose node, kept in n->priv. */
 struct hp_conv {
