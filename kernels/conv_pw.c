@@ -55,6 +55,14 @@ size_t hp_pw_workspace(const struct hp_conv *cv, int threads)
 	return (size_t)threads * (size_t)(min64(cv->kdim, PW_KC) * PW_NB) * sizeof(float);
 }
 
+/* The epilogue done in registers as a tile is stored (after its last k
+ * chunk): y = act(y + add), add in y's layout (or NULL), act Relu or Clip
+ * as fused_epi.c computes them (a compare and a select: NaN passes). */
+struct pw_fin {
+	int act;                 /* HP_EPI_NONE, HP_EPI_RELU or HP_EPI_CLIP */
+	float lo, hi;            /* Clip: lo already min(lo, hi) as CLIP() takes it */
+};
+
 struct pw_run {
 	const struct hp_conv *cv;
 	const float *x, *w, *b;
@@ -62,6 +70,8 @@ struct pw_run {
 	const struct hp_epi *epi;
 	const float *addend;
 	int64_t mt, nblk;        /* micro-tiles of rows, column blocks per item */
+	struct pw_fin fin;       /* the epilogue in registers, when fin_ok */
+	int fin_ok, fin_add;     /* epi done as tiles are stored; with a full addend */
 	int64_t per_thread;      /* floats of a worker's panel buffer */
 };
 
@@ -74,11 +84,57 @@ PW_TARGET static PW_INLINE __m256i pw_mask(int n)
 	return _mm256_loadu_si256((const __m256i *)(pw_mask_src + 8 - n));
 }
 
-/* y[r][0..ncols) (+)= the chain over k < kc of a[r][k] * bp[k][.], rows
- * r < mr, nv vectors of columns; first: start from the bias (or 0). */
+PW_TARGET static PW_INLINE __m256 pw_finish(__m256 v, const struct pw_fin *f, const float *add, __m256i mk,
+					   int full)
+{
+	if (add)
+		v = _mm256_add_ps(v, full ? _mm256_loadu_ps(add) : _mm256_maskload_ps(add, mk));
+	if (f->act == HP_EPI_RELU)
+		v = _mm256_blendv_ps(v, _mm256_setzero_ps(), _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ));
+	else if (f->act == HP_EPI_CLIP) {
+		__m256 lo = _mm256_set1_ps(f->lo), hi = _mm256_set1_ps(f->hi);
+		__m256 r = _mm256_blendv_ps(v, hi, _mm256_cmp_ps(v, hi, _CMP_GT_OQ));
+		v = _mm256_blendv_ps(r, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
+	}
+	return v;
+}
+
+/* The lanes of v below n (1..8) to q: masked stores are slow on AMD's
+ * cores. */
+PW_TARGET static PW_INLINE void pw_store_part(float *q, __m256 v, int n)
+{
+	float t[8];
+
+	_mm256_storeu_ps(t, v);
+	for (int i = 0; i < n; i++)
+		q[i] = t[i];
+}
+
+PW_TARGET static void pw_finish_tile(int mr, int nv, float *y, int64_t ldy, int ncols, const struct pw_fin *f,
+				     const float *add)
+{
+	__m256i mk[2] = { pw_mask(ncols), pw_mask(ncols - 8) };
+	int full = ncols == 8 * nv;
+
+	for (int r = 0; r < mr; r++)
+		for (int v = 0; v < nv; v++) {
+			float *q = y + r * ldy + 8 * v;
+			__m256 o = pw_finish(full ? _mm256_loadu_ps(q) : _mm256_maskload_ps(q, mk[v]), f,
+					     add ? add + r * ldy + 8 * v : NULL, mk[v], full);
+			if (full || ncols >= 8 * (v + 1))
+				_mm256_storeu_ps(q, o);
+			else
+				pw_store_part(q, o, ncols - 8 * v);
+		}
+}
+
+/* y[r][0..ncols) (+)= the chain over k < kc of a[r][k] * b[k][.], rows
+ * r < mr, nv vectors of columns (b's rows ldb apart); first: start from
+ * the bias (or 0); f (the last k chunk of a fused node): its epilogue
+ * with the addend at add (y's layout, ldy apart). */
 PW_TARGET static PW_INLINE void pw_tile(const int mr, const int nv, int64_t kc, const float *a, int64_t lda,
-					const float *bp, float *y, int64_t ldy, int ncols, int first,
-					const float *bias)
+					const float *bp, int64_t ldb, float *y, int64_t ldy, int ncols, int first,
+					const float *bias, const struct pw_fin *f, const float *add)
 {
 	__m256 acc[PW_MR][2];
 	__m256i mk[2] = { pw_mask(ncols), pw_mask(ncols - 8) };
@@ -90,9 +146,9 @@ PW_TARGET static PW_INLINE void pw_tile(const int mr, const int nv, int64_t kc, 
 				: full ? _mm256_loadu_ps(y + r * ldy + 8 * v)
 				       : _mm256_maskload_ps(y + r * ldy + 8 * v, mk[v]);
 	for (int64_t k = 0; k < kc; k++) {
-		__m256 b0 = _mm256_loadu_ps(bp + k * PW_NR), b1 = b0;
+		__m256 b0 = _mm256_loadu_ps(bp + k * ldb), b1 = b0;
 		if (nv > 1)
-			b1 = _mm256_loadu_ps(bp + k * PW_NR + 8);
+			b1 = _mm256_loadu_ps(bp + k * ldb + 8);
 		for (int r = 0; r < mr; r++) {
 			__m256 w = _mm256_broadcast_ss(a + r * lda + k);
 			acc[r][0] = _mm256_fmadd_ps(w, b0, acc[r][0]);
@@ -102,23 +158,28 @@ PW_TARGET static PW_INLINE void pw_tile(const int mr, const int nv, int64_t kc, 
 	}
 	for (int r = 0; r < mr; r++)
 		for (int v = 0; v < nv; v++) {
-			if (full)
+			if (full || ncols >= 8 * (v + 1))
 				_mm256_storeu_ps(y + r * ldy + 8 * v, acc[r][v]);
 			else
-				_mm256_maskstore_ps(y + r * ldy + 8 * v, mk[v], acc[r][v]);
+				pw_store_part(y + r * ldy + 8 * v, acc[r][v], ncols - 8 * v);
 		}
+	/* a pass of its own over the tile in L1: inside the loop above,
+	 * GCC kept the accumulators in memory (1x1 classes 85 -> 30 GF/s) */
+	if (f)
+		pw_finish_tile(mr, nv, y, ldy, ncols, f, add);
 }
 
 #define PW_CASE(R)                                                                                    \
 	case R:                                                                                        \
 		if (nv == 1)                                                                           \
-			pw_tile(R, 1, kc, a, lda, bp, y, ldy, ncols, first, bias);                     \
+			pw_tile(R, 1, kc, a, lda, bp, ldb, y, ldy, ncols, first, bias, f, add);        \
 		else                                                                                   \
-			pw_tile(R, 2, kc, a, lda, bp, y, ldy, ncols, first, bias);                     \
+			pw_tile(R, 2, kc, a, lda, bp, ldb, y, ldy, ncols, first, bias, f, add);        \
 		break;
 
-PW_TARGET static void pw_micro(int mr, int64_t kc, const float *a, int64_t lda, const float *bp, float *y,
-			       int64_t ldy, int ncols, int first, const float *bias)
+PW_TARGET static void pw_micro(int mr, int64_t kc, const float *a, int64_t lda, const float *bp, int64_t ldb,
+			       float *y, int64_t ldy, int ncols, int first, const float *bias, const struct pw_fin *f,
+			       const float *add)
 {
 	int nv = ncols > 8 ? 2 : 1;
 
@@ -179,21 +240,45 @@ static void pw_block(const struct pw_run *r, int64_t bg, int64_t j0, int64_t nc,
 
 	for (int64_t k0 = 0; k0 < K; k0 += PW_KC) {
 		int64_t kc = min64(PW_KC, K - k0);
+		const struct pw_fin *fin = r->fin_ok && k0 + kc == K ? &r->fin : NULL;
+		(void)fin; /* without PW_X86 */
 		pw_pack(x, cv->xvol, k0, kc, j0, nc, bp);
 		for (int64_t t = t0; t < t1; t++) {
 			int64_t m0 = t * PW_MR, mr = min64(PW_MR, M - m0);
 			for (int64_t p = 0; p * PW_NR < nc; p++) {
 #ifdef PW_X86
-				pw_micro((int)mr, kc, w + m0 * K + k0, K, bp + p * kc * PW_NR,
-					 r->y + ybase + m0 * cv->yvol + j0 + p * PW_NR, cv->yvol,
-					 (int)min64(PW_NR, nc - p * PW_NR), k0 == 0, bias ? bias + m0 : NULL);
+				int64_t off = ybase + m0 * cv->yvol + j0 + p * PW_NR;
+				pw_micro((int)mr, kc, w + m0 * K + k0, K, bp + p * kc * PW_NR, PW_NR, r->y + off,
+					 cv->yvol, (int)min64(PW_NR, nc - p * PW_NR), k0 == 0, bias ? bias + m0 : NULL,
+					 fin, fin && r->fin_add ? r->addend + off : NULL);
 #endif
 			}
-			for (int64_t m = m0; m < m0 + mr && r->epi && k0 + kc == K; m++)
+			for (int64_t m = m0; m < m0 + mr && r->epi && !r->fin_ok && k0 + kc == K; m++)
 				hp_epi_span(r->epi, r->y, r->addend, ybase + m * cv->yvol + j0,
 					    ybase + m * cv->yvol + j0 + nc);
 		}
 	}
+}
+
+/* The fused epilogues done in registers: Relu or Clip after an optional
+ * addend of y's shape (MobileNetV2's Clip(0, 6) and residual Adds);
+ * others run hp_epi_span on each tile's rows. */
+static void pw_fin_plan(struct pw_run *r)
+{
+	const struct hp_epi *e = r->epi;
+
+	r->fin_ok = 0;
+	r->fin_add = 0;
+#ifdef PW_X86
+	if (!e || (e->add != HP_EPI_ADD_NONE && e->add != HP_EPI_ADD_FULL) ||
+	    (e->act != HP_EPI_NONE && e->act != HP_EPI_RELU && e->act != HP_EPI_CLIP))
+		return;
+	r->fin_ok = 1;
+	r->fin_add = e->add == HP_EPI_ADD_FULL;
+	r->fin.act = e->act;
+	r->fin.hi = e->hi;
+	r->fin.lo = e->lo > e->hi ? e->hi : e->lo;
+#endif
 }
 
 /* Units are (item and group, column block, micro-tile of rows), the tile
@@ -218,6 +303,7 @@ void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, con
 	int saved, threads = hp_conv_threads_enter(pool, &saved);
 	int64_t cap = (int64_t)(cv->workspace / sizeof(float)), units;
 
+	pw_fin_plan(&r);
 	r.mt = (cv->cout_g + PW_MR - 1) / PW_MR;
 	r.nblk = (cv->yvol + PW_NB - 1) / PW_NB;
 	r.per_thread = min64(cv->kdim, PW_KC) * PW_NB;
