@@ -65,6 +65,8 @@ DW3_TARGET static inline __m256i dw3_mask(int64_t n)
  * read). */
 DW3_TARGET static inline __m256 dw3_pad_vec(const float *x, int64_t i, int64_t left, int64_t n)
 {
+	if (i >= left && i - left + 8 <= n) /* inside: masked loads are slow on AMD's cores too */
+		return _mm256_loadu_ps(x + i - left);
 	__m256i idx = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)(i - left)));
 	__m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), idx),
 					 _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), idx));

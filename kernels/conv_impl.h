@@ -250,6 +250,12 @@ int hp_pw_available(void);
 size_t hp_pw_workspace(const struct hp_conv *cv, int threads);
 void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		   struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
+/* One thread: y[M][N] (ldy) = bias (NULL: 0) + w[M][K] (lda) x b[K][N]
+ * (ldb) by the same chains; the im2col path's product where K is at most
+ * HP_PW_GEMM_MAX_K (OpenBLAS packs as long as it multiplies there). */
+void hp_pw_gemm(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, const float *b, int64_t ldb,
+		const float *bias, float *y, int64_t ldy);
+#define HP_PW_GEMM_MAX_K 256
 
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
 void hp_convt_setup(struct hp_conv *cv);

@@ -296,6 +296,31 @@ static void pw_range(void *arg, int64_t b, int64_t e, int tid)
 	}
 }
 
+/* One thread: y[M][N] (ldy) = bias + w[M][K] (lda) x b[K][N] (ldb), each
+ * output one chain over k as above; column panels read in place but the
+ * last, partial one, packed (room for PW_KC rows on the stack). */
+void hp_pw_gemm(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, const float *b, int64_t ldb,
+		const float *bias, float *y, int64_t ldy)
+{
+	float tail[PW_KC * PW_NR];
+	int64_t nfull = N / PW_NR * PW_NR;
+
+	for (int64_t k0 = 0; k0 < K; k0 += PW_KC) {
+		int64_t kc = min64(PW_KC, K - k0);
+		if (N > nfull)
+			pw_pack(b, ldb, k0, kc, nfull, N - nfull, tail);
+		for (int64_t j = 0; j < N; j += PW_NR) /* a panel stays in L1 over the rows */
+			for (int64_t m0 = 0; m0 < M; m0 += PW_MR) {
+#ifdef PW_X86
+				int full = j < nfull;
+				pw_micro((int)min64(PW_MR, M - m0), kc, w + m0 * lda + k0, lda,
+					 full ? b + k0 * ldb + j : tail, full ? ldb : PW_NR, y + m0 * ldy + j, ldy,
+					 (int)min64(PW_NR, N - j), k0 == 0, bias && k0 == 0 ? bias + m0 : NULL, NULL, NULL);
+#endif
+			}
+	}
+}
+
 void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		   struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
 {

@@ -662,18 +662,41 @@ static void test_conv_pw(void **state)
 	hp_pool_destroy(pool);
 }
 
-/* On the pointwise path one thread gives two's bits, and bands of batch
+/* On the pointwise path (and the short-K im2col product) one thread gives two's bits, and bands of batch
  * items and of output rows of every extent and start give the whole
  * node's; FusedConv's epilogue inside its micro-tiles is bitwise the
  * unfused Add and activation. */
-static void test_pw_bands(void **state)
+/* The im2col path's product where K is short (conv_pw.c's hp_pw_gemm):
+ * MobileNetV2's stem (K 27, stride 2), a 5x5 window of 5 channels (K
+ * 125, below the shift path's channels), groups of 2 channels. */
+static const struct cc gemm_cases[] = {
+	{ 2, 0, 2, 3, 8, 1, V3(17, 19, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 3, 5, 7, 1, V3(9, 13, 0), V3(5, 5, 0), V3(1, 1, 0), V3(1, 1, 0), V3(2, 1, 0), V3(2, 3, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 2, 8, 8, 4, V3(10, 11, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+};
+
+static void test_conv_gemm(void **state)
 {
 	struct hp_pool *pool;
 
 	(void)state;
 	assert_int_equal(hp_pool_create(2, &pool), 0);
-	for (size_t i = 0; i < sizeof pw_cases / sizeof pw_cases[0]; i++) {
-		const struct cc *t = &pw_cases[i];
+	for (size_t i = 0; i < sizeof gemm_cases / sizeof gemm_cases[0]; i++) {
+		check(&gemm_cases[i], 190 + (unsigned)i, NULL);
+		check(&gemm_cases[i], 190 + (unsigned)i, pool);
+	}
+	hp_pool_destroy(pool);
+}
+
+static void test_pw_bands(void **state)
+{
+	struct hp_pool *pool;
+	const size_t npw = sizeof pw_cases / sizeof pw_cases[0];
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < npw + sizeof gemm_cases / sizeof gemm_cases[0]; i++) {
+		const struct cc *t = i < npw ? &pw_cases[i] : &gemm_cases[i - npw];
 		struct hp_tensor whole, one;
 		struct built bt;
 		build(t, 9, &bt);
@@ -770,6 +793,7 @@ int main(void)
 		cmocka_unit_test(test_dot_fused),
 		cmocka_unit_test(test_conv_pw),
 		cmocka_unit_test(test_pw_bands),
+		cmocka_unit_test(test_conv_gemm),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_kernel_shape_dims),
 	};
