@@ -662,10 +662,6 @@ static void test_conv_pw(void **state)
 	hp_pool_destroy(pool);
 }
 
-/* On the pointwise path (and the short-K im2col product) one thread gives two's bits, and bands of batch
- * items and of output rows of every extent and start give the whole
- * node's; FusedConv's epilogue inside its micro-tiles is bitwise the
- * unfused Add and activation. */
 /* The im2col path's product where K is short (conv_pw.c's hp_pw_gemm):
  * MobileNetV2's stem (K 27, stride 2), a 5x5 window of 5 channels (K
  * 125, below the shift path's channels), groups of 2 channels. */
@@ -688,6 +684,10 @@ static void test_conv_gemm(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* On the pointwise path and the short-K im2col product one thread gives
+ * two's bits, and bands of batch items and of output rows of every extent
+ * and start give the whole node's; FusedConv's epilogue inside its
+ * micro-tiles is bitwise the unfused Add and activation. */
 static void test_pw_bands(void **state)
 {
 	struct hp_pool *pool;
