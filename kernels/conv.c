@@ -1,7 +1,8 @@
 /* Conv over OpenBLAS sgemm or dot products, four paths (hp_conv_setup picks one), and
  * depthwise convolutions (group == input channels) as direct loops
  * (conv_dw.c) where these sgemms are too thin:
- *  - direct: a 1x1 convolution with unit strides and no padding multiplies X;
+ *  - direct: a 1x1 convolution with unit strides and no padding multiplies X
+ *    (conv_pw.c's own product where AVX2 and FMA exist, else sgemm);
  *  - shift (conv_shift.c): stride 1 with at least HP_SHIFT_MIN_CH input
  *    channels per group and planes wide enough that padding columns waste
  *    little: kvol accumulated sgemms over shifted views of a padded slab,
@@ -9,7 +10,8 @@
  *  - dot (conv_dot.c): few output positions over the whole batch (ResNet's
  *    last stages): dot products of W's rows, read in place, and patch rows
  *    of all items, summed in an order fixed by K alone;
- *  - im2col, below, for everything else.
+ *  - im2col, below, for everything else (K up to HP_PW_GEMM_MAX_K:
+ *    conv_pw.c's product in place of sgemm, where AVX2 and FMA exist).
  *
  * im2col: the output of each (batch, group) is cut into tiles of columns; a tile's
  * column matrix [cin_g * kvol][tile] fits a bounded workspace (at most
@@ -135,6 +137,17 @@ struct conv_run {
 	size_t tmp;      /* shift: floats of the tile buffer */
 };
 
+/* The fused epilogue on a tile's rows while they are in cache. */
+static void conv_tile_epi(const struct conv_run *r, int64_t nb, int64_t g, int64_t j0, int64_t nc)
+{
+	const struct hp_conv *cv = r->cv;
+
+	for (int64_t m = 0; m < cv->cout_g && r->epi; m++) {
+		int64_t i = (nb * cv->cout + g * cv->cout_g + m) * cv->yvol + j0;
+		hp_epi_span(r->epi, r->y, r->addend, i, i + nc);
+	}
+}
+
 static void conv_tile(const struct conv_run *r, int64_t item, float *col)
 {
 	const struct hp_conv *cv = r->cv;
@@ -149,6 +162,13 @@ static void conv_tile(const struct conv_run *r, int64_t item, float *col)
 	/* the bias goes in first and sgemm adds onto it (beta 1): with beta 0
 	 * OpenBLAS clears the tile in a pass of its own (sgemm_beta, 9% of
 	 * MobileNetV2's inference), then the bias took another */
+	if (!cv->direct && cv->kdim <= HP_PW_GEMM_MAX_K && hp_pw_available()) {
+		hp_im2col(&cv->g, cv->cin_g, x, j0, j1, col);
+		hp_pw_gemm(cv->cout_g, nc, cv->kdim, w, cv->kdim, col, nc, r->b ? r->b + g * cv->cout_g : NULL, y,
+			   cv->yvol);
+		conv_tile_epi(r, nb, g, j0, nc);
+		return;
+	}
 	for (int64_t m = 0; m < cv->cout_g && r->b; m++) {
 		float bias = r->b[g * cv->cout_g + m], *row = y + m * cv->yvol;
 		for (int64_t j = 0; j < nc; j++)
@@ -162,11 +182,7 @@ static void conv_tile(const struct conv_run *r, int64_t item, float *col)
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)cv->cout_g, (int)nc, (int)cv->kdim, 1.0f,
 			    w, (int)cv->kdim, col, (int)nc, r->b ? 1.0f : 0.0f, y, (int)cv->yvol);
 	}
-	/* the fused epilogue while the tile is in cache */
-	for (int64_t m = 0; m < cv->cout_g && r->epi; m++) {
-		int64_t i = (nb * cv->cout + g * cv->cout_g + m) * cv->yvol + j0;
-		hp_epi_span(r->epi, r->y, r->addend, i, i + nc);
-	}
+	conv_tile_epi(r, nb, g, j0, nc);
 }
 
 static void conv_range(void *arg, int64_t b, int64_t e, int tid)
@@ -372,8 +388,11 @@ static void setup_paths(struct hp_conv *cv, int allow_dot)
 	if (cv->shift)
 		return;
 	hp_ctile_plan(c->grid, cv->direct ? HP_CONV_DIRECT_COLS : hp_conv_tile_cap(cv->kdim), &cv->ct);
-	if (cv->direct)
+	if (cv->direct) { /* the tiles above stay for hp_conv_band_align */
+		if (hp_pw_available())
+			cv->workspace = hp_pw_workspace(cv, cv->lean ? 1 : hp_conv_ws_threads());
 		return;
+	}
 	cv->ws_cols = cv->lean ? cv->ct.maxcols : hp_conv_ws_cols(cv->kdim, cv->yvol);
 	if (cv->ws_cols < cv->ct.maxcols)
 		cv->ws_cols = cv->ct.maxcols;
@@ -468,6 +487,10 @@ static void conv_forward_run(const struct hp_conv *cv, struct conv_run *r, struc
 		struct hp_dw d = { .g = cv->g, .batch = cv->batch, .cin = cv->cin, .mult = cv->cout / cv->cin,
 				   .epi = r->epi, .addend = r->addend };
 		hp_dw_forward(&d, r->x, r->w, r->b, r->y, pool);
+		return;
+	}
+	if (cv->direct && hp_pw_available()) {
+		hp_pw_forward(cv, r->x, r->w, r->b, r->y, r->ws, pool, r->epi, r->addend);
 		return;
 	}
 	threads = hp_conv_threads_enter(pool, &saved);

@@ -20,6 +20,9 @@
  * order; dW element (m, k) sums per-column partials over (n, rows) in
  * order, then the columns in order, in one worker.
  *
+ * 2-D 3x3 windows at stride 1 or 2 take conv_dw3.c's vector rows
+ * instead (with AVX2 and FMA).
+ *
  * The loops are compiled for AVX-512, AVX2 and baseline x86-64 (GCC
  * target_clones); without FMA contraction (-std=c11) every clone computes
  * the same bits. */
@@ -328,6 +331,8 @@ static void fwd_range(void *arg, int64_t b, int64_t e, int tid)
 	const struct dw_run *r = arg;
 	const struct hp_dw *d = r->d;
 	int64_t cout = d->cin * d->mult, last = -1;
+	int dw3 = hp_dw3_eligible(&d->g);
+	float *scratch = NULL;
 	struct dw_pad pd;
 
 	(void)tid;
@@ -337,19 +342,26 @@ static void fwd_range(void *arg, int64_t b, int64_t e, int tid)
 	 * 7 -> 3.5 GFLOP/s with rows split into even and odd columns too);
 	 * without the buffer the ends go tap by tap (the same sums, but for
 	 * the sign of a zero) */
-	if (is_3x3(&d->g) && d->g.grid[0] == 1 && d->g.stride[1] == 1 && d->g.stride[2] == 1)
+	if (is_3x3(&d->g) && d->g.grid[0] == 1 && d->g.stride[1] == 1 && d->g.stride[2] == 1 && !dw3)
 		pd.buf = malloc((size_t)(pd.rows * pd.width) * sizeof(float));
+	if (dw3 && (scratch = malloc(hp_dw3_scratch(&d->g))))
+		hp_dw3_init(&d->g, scratch);
 	for (int64_t i = b; i < e; i++) { /* i = (item, output channel) */
 		int64_t n = i / cout, m = i % cout, c = m / d->mult;
 		const float *x = r->a + (n * d->cin + c) * d->g.img_vol;
+		float bias = r->bias ? r->bias[m] : 0.0f;
 		if (pd.buf && n * d->cin + c != last) /* multipliers share their input plane */
 			pad_plane(&d->g, x, &pd);
 		last = n * d->cin + c;
-		fwd_plane(&d->g, x, &pd, r->b + m * d->g.kvol, r->bias ? r->bias[m] : 0.0f, r->out + i * d->g.grid_vol);
+		if (scratch)
+			hp_dw3_plane(&d->g, x, r->b + m * d->g.kvol, bias, r->out + i * d->g.grid_vol, scratch);
+		else
+			fwd_plane(&d->g, x, &pd, r->b + m * d->g.kvol, bias, r->out + i * d->g.grid_vol);
 		if (d->epi) /* the fused epilogue while the plane is in cache */
 			hp_epi_span(d->epi, r->out, d->addend, i * d->g.grid_vol, (i + 1) * d->g.grid_vol);
 	}
 	free(pd.buf);
+	free(scratch);
 }
 
 void hp_dw_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,
@@ -471,6 +483,24 @@ static void filter_acc(const struct hp_dw *d, const float *dy, const float *x, i
 
 /* Channel m: out = acc_in + each unit's sum, units from the last batch
  * item's last to the first's first. */
+/* The sum of a unit's partials a[0..n) for one tap: 8 lanes (a[o] into
+ * lane o % 8, in order) and one fixed tree, so the order depends on n
+ * alone.  One running sum was a chain of dependent adds per tap and
+ * position: with a batch of one, units are single rows, and this took
+ * more than the taps (a seventh of MobileNetV2's training step). */
+DW_CLONES static float lane_sum(const float *a, int64_t n)
+{
+	float l[8] = { 0 };
+	int64_t o = 0;
+
+	for (; o + 8 <= n; o += 8)
+		for (int i = 0; i < 8; i++)
+			l[i] += a[o + i];
+	for (int i = 0; o < n; o++, i++)
+		l[i] += a[o];
+	return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
 static void filter_range(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct dw_run *r = arg;
@@ -488,12 +518,8 @@ static void filter_range(void *arg, int64_t b, int64_t e, int tid)
 			for (int64_t q0 = (rows - 1) / urows * urows; q0 >= 0; q0 -= urows) {
 				memset(acc, 0, (size_t)(kvol * ow) * sizeof *acc);
 				filter_acc(d, r->a, r->b, m, nb, q0, q0 + urows < rows ? q0 + urows : rows, acc);
-				for (int64_t k = 0; k < kvol; k++) {
-					float s = 0;
-					for (int64_t o = 0; o < ow; o++)
-						s += acc[k * ow + o];
-					out[k] += s;
-				}
+				for (int64_t k = 0; k < kvol; k++)
+					out[k] += lane_sum(acc + k * ow, ow);
 			}
 	}
 }

@@ -155,6 +155,15 @@ size_t hp_dw_filter_ws(const struct hp_dw *d);
 void hp_dw_filter(const struct hp_dw *d, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		  struct hp_pool *pool);
 
+/* Depthwise 3x3, 2-D, stride 1 or 2, undilated (conv_dw3.c, AVX2 + FMA):
+ * one output plane y = bias + the taps of input plane x under w (9 floats),
+ * each output one chain of fused multiply-adds in (kh, kw) order, with
+ * hp_dw3_scratch() bytes at scratch. */
+int hp_dw3_eligible(const struct hp_colgeom *g);
+size_t hp_dw3_scratch(const struct hp_colgeom *g);
+/* Once per scratch buffer, before its planes. */
+void hp_dw3_init(const struct hp_colgeom *g, float *scratch);
+void hp_dw3_plane(const struct hp_colgeom *g, const float *x, const float *w, float bias, float *y, float *scratch);
 
 /* Parsed Conv / ConvTranspose node, kept in n->priv. */
 struct hp_conv {
@@ -232,6 +241,21 @@ void hp_dot_forward(const struct hp_conv *cv, const float *x, const float *w, co
  * never; read when a Conv is prepared. */
 void hp_conv_set_dot(int mode);
 int hp_conv_dot_mode(void);
+
+/* Pointwise path (conv_pw.c): the direct (1x1) Conv as register-blocked
+ * chains of fused multiply-adds, each output summed over k in order from
+ * its bias, whatever the blocking, threads or bands.  Needs AVX2 and FMA
+ * (else the direct path runs on sgemm); workspace for `threads` workers. */
+int hp_pw_available(void);
+size_t hp_pw_workspace(const struct hp_conv *cv, int threads);
+void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		   struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
+/* One thread: y[M][N] (ldy) = bias (NULL: 0) + w[M][K] (lda) x b[K][N]
+ * (ldb) by the same chains; the im2col path's product where K is at most
+ * HP_PW_GEMM_MAX_K (OpenBLAS packs as long as it multiplies there). */
+void hp_pw_gemm(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, const float *b, int64_t ldb,
+		const float *bias, float *y, int64_t ldy);
+#define HP_PW_GEMM_MAX_K 256
 
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
 void hp_convt_setup(struct hp_conv *cv);

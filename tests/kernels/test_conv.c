@@ -523,7 +523,7 @@ static void check_band(const struct cc *t, const struct built *whole_bt, const s
 							(nc * rows + a) * inner);
 		const float *got = (const float *)out.data + nc * (axis == 0 ? rows : b - a) * inner;
 		if (memcmp(ref, got, (size_t)((axis == 0 ? rows : b - a) * inner) * sizeof(float)))
-			fail_msg("dot path: band [%lld, %lld) on axis %d differs from the whole node", (long long)a,
+			fail_msg("band [%lld, %lld) on axis %d differs from the whole node", (long long)a,
 				 (long long)b, axis);
 	}
 	hp_tensor_free(&out);
@@ -633,6 +633,93 @@ static void test_dot_fused(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* The pointwise path (1x1, stride 1, no pads: conv_pw.c): output channels
+ * not a multiple of its 6-row micro-tile (1, 7, 13, 97), columns not a
+ * multiple of 16 or of its 128-column blocks, K longer than its 256-long
+ * k chunks (running sums resumed from Y), groups, 1-D and 3-D; cases of
+ * 2 MFLOP and more run on both threads. */
+static const struct cc pw_cases[] = {
+	{ 2, 0, 2, 300, 70, 1, V3(9, 15, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 2, 0, 1, 530, 97, 1, V3(7, 7, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 2, 0, 1, 40, 13, 1, V3(14, 14, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 0, 1, 0, 0 },
+	{ 2, 0, 2, 12, 18, 3, V3(6, 6, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 0, 0, 0 },
+	{ 1, 0, 3, 9, 7, 1, V3(40, 0, 0), V3(1, 0, 0), V3(1, 0, 0), V3(1, 0, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 3, 0, 1, 20, 10, 1, V3(3, 4, 5), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 2, 0, 1, 64, 1, 1, V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 2, 0, 4, 96, 144, 1, V3(12, 12, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 0, 1, 0, 0 },
+};
+
+static void test_conv_pw(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < sizeof pw_cases / sizeof pw_cases[0]; i++) {
+		check(&pw_cases[i], 170 + (unsigned)i, NULL);
+		check(&pw_cases[i], 170 + (unsigned)i, pool);
+	}
+	hp_pool_destroy(pool);
+}
+
+/* The im2col path's product where K is short (conv_pw.c's hp_pw_gemm):
+ * MobileNetV2's stem (K 27, stride 2), a 5x5 window of 5 channels (K
+ * 125, below the shift path's channels), groups of 2 channels. */
+static const struct cc gemm_cases[] = {
+	{ 2, 0, 2, 3, 8, 1, V3(17, 19, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 3, 5, 7, 1, V3(9, 13, 0), V3(5, 5, 0), V3(1, 1, 0), V3(1, 1, 0), V3(2, 1, 0), V3(2, 3, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 2, 8, 8, 4, V3(10, 11, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+};
+
+static void test_conv_gemm(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < sizeof gemm_cases / sizeof gemm_cases[0]; i++) {
+		check(&gemm_cases[i], 190 + (unsigned)i, NULL);
+		check(&gemm_cases[i], 190 + (unsigned)i, pool);
+	}
+	hp_pool_destroy(pool);
+}
+
+/* On the pointwise path and the short-K im2col product one thread gives
+ * two's bits, and bands of batch items and of output rows of every extent
+ * and start give the whole node's; FusedConv's epilogue inside its
+ * micro-tiles is bitwise the unfused Add and activation. */
+static void test_pw_bands(void **state)
+{
+	struct hp_pool *pool;
+	const size_t npw = sizeof pw_cases / sizeof pw_cases[0];
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < npw + sizeof gemm_cases / sizeof gemm_cases[0]; i++) {
+		const struct cc *t = i < npw ? &pw_cases[i] : &gemm_cases[i - npw];
+		struct hp_tensor whole, one;
+		struct built bt;
+		build(t, 9, &bt);
+		assert_int_equal(run_case(t, &bt, pool, &whole), 0);
+		assert_int_equal(run_case(t, &bt, NULL, &one), 0);
+		assert_memory_equal(whole.data, one.data, hp_tensor_bytes(&whole));
+		for (int64_t a = 0; a < t->n; a++)
+			for (int64_t b = a + 1; b <= t->n; b++)
+				check_band(t, &bt, &whole, 0, a, b, pool);
+		for (int64_t a = 0; a < whole.shape.dims[2]; a++)
+			for (int64_t b = a + 1; b <= whole.shape.dims[2]; b++)
+				check_band(t, &bt, &whole, 2, a, b, b - a > 2 ? pool : NULL);
+		for (int k = 0; k < 3; k++) {
+			check_fused_dot(t, k, (int)(i + k) % 2, pool);
+			check_fused_dot(t, k, (int)(i + k + 1) % 2, NULL);
+		}
+		hp_tensor_free(&whole);
+		hp_tensor_free(&one);
+		unbuild(&bt);
+	}
+	hp_pool_destroy(pool);
+}
+
 static void expect_error(const struct cc *t, int err, const char *needle)
 {
 	struct hp_tensor out;
@@ -704,6 +791,9 @@ int main(void)
 		cmocka_unit_test(test_conv_dot),
 		cmocka_unit_test(test_dot_bands),
 		cmocka_unit_test(test_dot_fused),
+		cmocka_unit_test(test_conv_pw),
+		cmocka_unit_test(test_pw_bands),
+		cmocka_unit_test(test_conv_gemm),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_kernel_shape_dims),
 	};

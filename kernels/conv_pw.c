@@ -1,0 +1,342 @@
+/* Pointwise Conv (1x1, unit strides, no pads: the "direct" path) as one
+ * register-blocked product per (batch item, group): Y[m][j] = b[m] +
+ * sum_k W[m][k] X[k][j], W read in place, X packed per block of columns.
+ *
+ * Why not OpenBLAS: at a batch of one, MobileNetV2's 1x1 layers at 28x28
+ * and below are one sgemm tile each (at most HP_CONV_DIRECT_COLS columns),
+ * so the second thread idled; and sgemm rounds a column by the call's width
+ * (conv_tile.c), so cutting the product finer would have changed the bits
+ * with the thread count.  Here every output is one chain of fused
+ * multiply-adds over k = 0, 1, ..., K-1, starting from the bias (or 0):
+ * a chunk of k stores its running sums to Y and the next reloads them, so
+ * the bits do not depend on the cache blocking, on where a column or row
+ * sits in a tile, on the thread count or on the bands of a node.  The work
+ * is cut as freely: units of 6 output channels by PW_NB columns, the
+ * pool's workers taking contiguous runs of them.
+ *
+ * Micro-tile: 6 rows by 16 columns (12 ymm accumulators), W broadcast from
+ * its rows, X from a panel [k][16] packed once per run of units that share
+ * the columns; tails of columns are masked (8 or 16 wide), tails of rows
+ * take fewer accumulators.  The fused epilogue (FusedConv) runs on each
+ * micro-tile's rows after its last k chunk, while they are in cache. */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/conv_impl.h"
+#include "kernels/fused_impl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define PW_X86 1
+#define PW_TARGET __attribute__((target("avx2,fma")))
+#define PW_INLINE __attribute__((always_inline)) inline
+#endif
+
+#define PW_MR 6     /* output channels per micro-tile */
+#define PW_NR 16    /* columns per micro-tile (two vectors) */
+#define PW_KC 256   /* k per cache block */
+#define PW_NB 128   /* columns per unit (a multiple of PW_NR) */
+/* Below this many flops a node runs on the caller alone: waking the pool
+ * costs more than the second thread gains. */
+#define PW_PAR_MIN_FLOPS 2e6
+
+static int64_t min64(int64_t a, int64_t b)
+{
+	return a < b ? a : b;
+}
+
+int hp_pw_available(void)
+{
+	return hp_dot_available();
+}
+
+size_t hp_pw_workspace(const struct hp_conv *cv, int threads)
+{
+	return (size_t)threads * (size_t)(min64(cv->kdim, PW_KC) * PW_NB) * sizeof(float);
+}
+
+/* The epilogue done in registers as a tile is stored (after its last k
+ * chunk): y = act(y + add), add in y's layout (or NULL), act Relu or Clip
+ * as fused_epi.c computes them (a compare and a select: NaN passes). */
+struct pw_fin {
+	int act;                 /* HP_EPI_NONE, HP_EPI_RELU or HP_EPI_CLIP */
+	float lo, hi;            /* Clip: lo already min(lo, hi) as CLIP() takes it */
+};
+
+struct pw_run {
+	const struct hp_conv *cv;
+	const float *x, *w, *b;
+	float *y, *ws;
+	const struct hp_epi *epi;
+	const float *addend;
+	int64_t mt, nblk;        /* micro-tiles of rows, column blocks per item */
+	struct pw_fin fin;       /* the epilogue in registers, when fin_ok */
+	int fin_ok, fin_add;     /* epi done as tiles are stored; with a full addend */
+	int64_t per_thread;      /* floats of a worker's panel buffer */
+};
+
+#ifdef PW_X86
+static const int32_t pw_mask_src[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
+
+PW_TARGET static PW_INLINE __m256i pw_mask(int n)
+{
+	n = n < 0 ? 0 : n > 8 ? 8 : n;
+	return _mm256_loadu_si256((const __m256i *)(pw_mask_src + 8 - n));
+}
+
+PW_TARGET static PW_INLINE __m256 pw_finish(__m256 v, const struct pw_fin *f, const float *add, __m256i mk,
+					   int full)
+{
+	if (add)
+		v = _mm256_add_ps(v, full ? _mm256_loadu_ps(add) : _mm256_maskload_ps(add, mk));
+	if (f->act == HP_EPI_RELU)
+		v = _mm256_blendv_ps(v, _mm256_setzero_ps(), _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ));
+	else if (f->act == HP_EPI_CLIP) {
+		__m256 lo = _mm256_set1_ps(f->lo), hi = _mm256_set1_ps(f->hi);
+		__m256 r = _mm256_blendv_ps(v, hi, _mm256_cmp_ps(v, hi, _CMP_GT_OQ));
+		v = _mm256_blendv_ps(r, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
+	}
+	return v;
+}
+
+/* The lanes of v below n (1..8) to q: masked stores are slow on AMD's
+ * cores. */
+PW_TARGET static PW_INLINE void pw_store_part(float *q, __m256 v, int n)
+{
+	float t[8];
+
+	_mm256_storeu_ps(t, v);
+	for (int i = 0; i < n; i++)
+		q[i] = t[i];
+}
+
+PW_TARGET static void pw_finish_tile(int mr, int nv, float *y, int64_t ldy, int ncols, const struct pw_fin *f,
+				     const float *add)
+{
+	__m256i mk[2] = { pw_mask(ncols), pw_mask(ncols - 8) };
+	int full = ncols == 8 * nv;
+
+	for (int r = 0; r < mr; r++)
+		for (int v = 0; v < nv; v++) {
+			float *q = y + r * ldy + 8 * v;
+			__m256 o = pw_finish(full ? _mm256_loadu_ps(q) : _mm256_maskload_ps(q, mk[v]), f,
+					     add ? add + r * ldy + 8 * v : NULL, mk[v], full);
+			if (full || ncols >= 8 * (v + 1))
+				_mm256_storeu_ps(q, o);
+			else
+				pw_store_part(q, o, ncols - 8 * v);
+		}
+}
+
+/* y[r][0..ncols) (+)= the chain over k < kc of a[r][k] * b[k][.], rows
+ * r < mr, nv vectors of columns (b's rows ldb apart); first: start from
+ * the bias (or 0); f (the last k chunk of a fused node): its epilogue
+ * with the addend at add (y's layout, ldy apart). */
+PW_TARGET static PW_INLINE void pw_tile(const int mr, const int nv, int64_t kc, const float *a, int64_t lda,
+					const float *bp, int64_t ldb, float *y, int64_t ldy, int ncols, int first,
+					const float *bias, const struct pw_fin *f, const float *add)
+{
+	__m256 acc[PW_MR][2];
+	__m256i mk[2] = { pw_mask(ncols), pw_mask(ncols - 8) };
+	int full = ncols == 8 * nv;
+
+	for (int r = 0; r < mr; r++)
+		for (int v = 0; v < nv; v++)
+			acc[r][v] = first ? (bias ? _mm256_set1_ps(bias[r]) : _mm256_setzero_ps())
+				: full ? _mm256_loadu_ps(y + r * ldy + 8 * v)
+				       : _mm256_maskload_ps(y + r * ldy + 8 * v, mk[v]);
+	for (int64_t k = 0; k < kc; k++) {
+		__m256 b0 = _mm256_loadu_ps(bp + k * ldb), b1 = b0;
+		if (nv > 1)
+			b1 = _mm256_loadu_ps(bp + k * ldb + 8);
+		for (int r = 0; r < mr; r++) {
+			__m256 w = _mm256_broadcast_ss(a + r * lda + k);
+			acc[r][0] = _mm256_fmadd_ps(w, b0, acc[r][0]);
+			if (nv > 1)
+				acc[r][1] = _mm256_fmadd_ps(w, b1, acc[r][1]);
+		}
+	}
+	for (int r = 0; r < mr; r++)
+		for (int v = 0; v < nv; v++) {
+			if (full || ncols >= 8 * (v + 1))
+				_mm256_storeu_ps(y + r * ldy + 8 * v, acc[r][v]);
+			else
+				pw_store_part(y + r * ldy + 8 * v, acc[r][v], ncols - 8 * v);
+		}
+	/* a pass of its own over the tile in L1: inside the loop above,
+	 * GCC kept the accumulators in memory (1x1 classes 85 -> 30 GF/s) */
+	if (f)
+		pw_finish_tile(mr, nv, y, ldy, ncols, f, add);
+}
+
+#define PW_CASE(R)                                                                                    \
+	case R:                                                                                        \
+		if (nv == 1)                                                                           \
+			pw_tile(R, 1, kc, a, lda, bp, ldb, y, ldy, ncols, first, bias, f, add);        \
+		else                                                                                   \
+			pw_tile(R, 2, kc, a, lda, bp, ldb, y, ldy, ncols, first, bias, f, add);        \
+		break;
+
+PW_TARGET static void pw_micro(int mr, int64_t kc, const float *a, int64_t lda, const float *bp, int64_t ldb,
+			       float *y, int64_t ldy, int ncols, int first, const float *bias, const struct pw_fin *f,
+			       const float *add)
+{
+	int nv = ncols > 8 ? 2 : 1;
+
+	switch (mr) {
+		PW_CASE(1)
+		PW_CASE(2)
+		PW_CASE(3)
+		PW_CASE(4)
+		PW_CASE(5)
+		PW_CASE(6)
+	default:
+		break;
+	}
+}
+#endif
+
+/* bp[p][k][16] = x[k0 + k][j0 + p * 16 + c] for k < kc, zeros past nc
+ * (vector copies: a memcpy call per row of 16 cost as much as the product
+ * when M is 24). */
+#ifdef PW_X86
+PW_TARGET static void pw_pack(const float *x, int64_t ldx, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
+			      float *bp)
+{
+	for (int64_t p = 0; p * PW_NR < nc; p++) {
+		int w = (int)min64(PW_NR, nc - p * PW_NR);
+		float *dst = bp + p * kc * PW_NR;
+		const float *src = x + k0 * ldx + j0 + p * PW_NR;
+		__m256i m0 = pw_mask(w), m1 = pw_mask(w - 8);
+		if (w == PW_NR)
+			for (int64_t k = 0; k < kc; k++, dst += PW_NR, src += ldx) {
+				_mm256_storeu_ps(dst, _mm256_loadu_ps(src));
+				_mm256_storeu_ps(dst + 8, _mm256_loadu_ps(src + 8));
+			}
+		else
+			for (int64_t k = 0; k < kc; k++, dst += PW_NR, src += ldx) {
+				_mm256_storeu_ps(dst, _mm256_maskload_ps(src, m0));
+				_mm256_storeu_ps(dst + 8, _mm256_maskload_ps(src + 8, m1));
+			}
+	}
+}
+#else
+static void pw_pack(const float *x, int64_t ldx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float *bp)
+{
+	(void)x, (void)ldx, (void)k0, (void)kc, (void)j0, (void)nc, (void)bp;
+}
+#endif
+
+/* Units [u0, u1) of one (item, group) column block: micro-tiles of rows
+ * t0..t1, over columns [j0, j0 + nc). */
+static void pw_block(const struct pw_run *r, int64_t bg, int64_t j0, int64_t nc, int64_t t0, int64_t t1,
+		     float *bp)
+{
+	const struct hp_conv *cv = r->cv;
+	int64_t nb = bg / cv->group, g = bg % cv->group, K = cv->kdim, M = cv->cout_g;
+	const float *x = r->x + (nb * cv->cin + g * cv->cin_g) * cv->xvol;
+	const float *w = r->w + g * M * K, *bias = r->b ? r->b + g * M : NULL;
+	int64_t ybase = (nb * cv->cout + g * M) * cv->yvol;
+
+	for (int64_t k0 = 0; k0 < K; k0 += PW_KC) {
+		int64_t kc = min64(PW_KC, K - k0);
+		const struct pw_fin *fin = r->fin_ok && k0 + kc == K ? &r->fin : NULL;
+		(void)fin; /* without PW_X86 */
+		pw_pack(x, cv->xvol, k0, kc, j0, nc, bp);
+		for (int64_t t = t0; t < t1; t++) {
+			int64_t m0 = t * PW_MR, mr = min64(PW_MR, M - m0);
+			for (int64_t p = 0; p * PW_NR < nc; p++) {
+#ifdef PW_X86
+				int64_t off = ybase + m0 * cv->yvol + j0 + p * PW_NR;
+				pw_micro((int)mr, kc, w + m0 * K + k0, K, bp + p * kc * PW_NR, PW_NR, r->y + off,
+					 cv->yvol, (int)min64(PW_NR, nc - p * PW_NR), k0 == 0, bias ? bias + m0 : NULL,
+					 fin, fin && r->fin_add ? r->addend + off : NULL);
+#endif
+			}
+			for (int64_t m = m0; m < m0 + mr && r->epi && !r->fin_ok && k0 + kc == K; m++)
+				hp_epi_span(r->epi, r->y, r->addend, ybase + m * cv->yvol + j0,
+					    ybase + m * cv->yvol + j0 + nc);
+		}
+	}
+}
+
+/* The fused epilogues done in registers: Relu or Clip after an optional
+ * addend of y's shape (MobileNetV2's Clip(0, 6) and residual Adds);
+ * others run hp_epi_span on each tile's rows. */
+static void pw_fin_plan(struct pw_run *r)
+{
+	const struct hp_epi *e = r->epi;
+
+	r->fin_ok = 0;
+	r->fin_add = 0;
+#ifdef PW_X86
+	if (!e || (e->add != HP_EPI_ADD_NONE && e->add != HP_EPI_ADD_FULL) ||
+	    (e->act != HP_EPI_NONE && e->act != HP_EPI_RELU && e->act != HP_EPI_CLIP))
+		return;
+	r->fin_ok = 1;
+	r->fin_add = e->add == HP_EPI_ADD_FULL;
+	r->fin.act = e->act;
+	r->fin.hi = e->hi;
+	r->fin.lo = e->lo > e->hi ? e->hi : e->lo;
+#endif
+}
+
+/* Units are (item and group, column block, micro-tile of rows), the tile
+ * fastest; a worker's run is cut where the column block changes. */
+static void pw_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct pw_run *r = arg;
+	float *bp = r->ws + tid * r->per_thread;
+
+	while (b < e) {
+		int64_t blk = b / r->mt, t0 = b % r->mt, t1 = min64(r->mt, t0 + (e - b));
+		int64_t bg = blk / r->nblk, j0 = blk % r->nblk * PW_NB;
+		pw_block(r, bg, j0, min64(PW_NB, r->cv->yvol - j0), t0, t1, bp);
+		b += t1 - t0;
+	}
+}
+
+/* One thread: y[M][N] (ldy) = bias + w[M][K] (lda) x b[K][N] (ldb), each
+ * output one chain over k as above; column panels read in place but the
+ * last, partial one, packed (room for PW_KC rows on the stack). */
+void hp_pw_gemm(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, const float *b, int64_t ldb,
+		const float *bias, float *y, int64_t ldy)
+{
+	float tail[PW_KC * PW_NR];
+	int64_t nfull = N / PW_NR * PW_NR;
+
+	for (int64_t k0 = 0; k0 < K; k0 += PW_KC) {
+		int64_t kc = min64(PW_KC, K - k0);
+		if (N > nfull)
+			pw_pack(b, ldb, k0, kc, nfull, N - nfull, tail);
+		for (int64_t j = 0; j < N; j += PW_NR) /* a panel stays in L1 over the rows */
+			for (int64_t m0 = 0; m0 < M; m0 += PW_MR) {
+#ifdef PW_X86
+				int full = j < nfull;
+				pw_micro((int)min64(PW_MR, M - m0), kc, w + m0 * lda + k0, lda,
+					 full ? b + k0 * ldb + j : tail, full ? ldb : PW_NR, y + m0 * ldy + j, ldy,
+					 (int)min64(PW_NR, N - j), k0 == 0, bias && k0 == 0 ? bias + m0 : NULL, NULL, NULL);
+#endif
+			}
+	}
+}
+
+void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		   struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
+{
+	struct pw_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws, .epi = epi, .addend = addend };
+	int saved, threads = hp_conv_threads_enter(pool, &saved);
+	int64_t cap = (int64_t)(cv->workspace / sizeof(float)), units;
+
+	pw_fin_plan(&r);
+	r.mt = (cv->cout_g + PW_MR - 1) / PW_MR;
+	r.nblk = (cv->yvol + PW_NB - 1) / PW_NB;
+	r.per_thread = min64(cv->kdim, PW_KC) * PW_NB;
+	units = cv->batch * cv->group * r.nblk * r.mt;
+	if (threads > cap / r.per_thread)
+		threads = (int)(cap / r.per_thread);
+	if (hp_conv_flops(cv) < PW_PAR_MIN_FLOPS)
+		threads = 1;
+	hp_conv_parallel(pool, threads, units, pw_range, &r);
+	hp_conv_threads_leave(saved);
+}
