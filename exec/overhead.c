@@ -175,9 +175,9 @@ uint64_t hp_budget_tensors(uint64_t process)
 		return 0;
 	if (process < HP_BUDGET_PROCESS_FROM)
 		return process < small_cap(f) ? process : small_cap(f);
-	if (process <= f || !pool_for(process - f))
-		return 1; /* refused, never "in core" */
-	return pool_for(process - f);
+	uint64_t t = process > f ? pool_for(process - f) : 0;
+
+	return t ? t : 1; /* 1: refused, never "in core" */
 }
 
 uint64_t hp_budget_process_for(uint64_t tensors)

@@ -106,6 +106,27 @@ static int first_hold(const struct sim *m)
 	return e;
 }
 
+/* The resident value neither pinned nor held whose next use after `step`
+ * is farthest (Belady's choice; ties by value index for determinism), -1
+ * if none; *far its next use. */
+static int belady_victim(struct sim *m, int step, int *far)
+{
+	int victim = -1;
+
+	*far = -1;
+	for (int i = 0; i < m->nresident; i++) {
+		int v = m->resident_list[i], nu;
+		if (m->pinned[v] || m->hold[v])
+			continue;
+		nu = next_use(m, v, step);
+		if (nu > *far || (nu == *far && v < victim)) {
+			*far = nu;
+			victim = v;
+		}
+	}
+	return victim;
+}
+
 /* A preload not used yet when its value is evicted was wasted: it is
  * taken back (no read, no eviction) instead of read twice.  Memory that
  * the steps between needed more than preload foresaw pushed such loads
@@ -148,18 +169,7 @@ static int drop(struct sim *m, int victim, int far, int step)
 static int make_room(struct sim *m, uint64_t bytes, int step)
 {
 	while (m->cur + bytes > m->budget) {
-		int victim = -1, far = -1;
-		for (int i = 0; i < m->nresident; i++) {
-			int v = m->resident_list[i], nu;
-			if (m->pinned[v] || m->hold[v])
-				continue;
-			nu = next_use(m, v, step);
-			/* farthest next use; ties by value index for determinism */
-			if (nu > far || (nu == far && v < victim)) {
-				far = nu;
-				victim = v;
-			}
-		}
+		int far, victim = belady_victim(m, step, &far);
 		if (victim < 0 && m->nheld) {
 			release_holds(m, first_hold(m), step);
 			continue;
@@ -379,17 +389,7 @@ static int preload(struct sim *m, int s, uint64_t ws)
 		return 0;
 	const struct hp_node *n = &g->nodes[p->node[t]];
 	while (m->cur + ws + bytes > m->budget) {
-		int victim = -1, far = -1;
-		for (int i = 0; i < m->nresident; i++) {
-			int v = m->resident_list[i], nu;
-			if (m->pinned[v] || m->hold[v])
-				continue;
-			nu = next_use(m, v, s);
-			if (nu > far || (nu == far && v < victim)) {
-				far = nu;
-				victim = v;
-			}
-		}
+		int far, victim = belady_victim(m, s, &far);
 		if (victim < 0 || far <= t)
 			return 0; /* evictions made so far were due anyway */
 		if ((rc = drop(m, victim, far, s)) < 0)
