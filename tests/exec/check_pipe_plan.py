@@ -236,7 +236,9 @@ def test_step_formula():
         step = (M + 1) * max(r['fwd'] + r['bwd'] for r in rows) + max(r['opt'] for r in rows)
         one = M * sum(r['fwd'] + r['bwd'] for r in rows) + sum(r['opt'] for r in rows)
         check(abs(float(m.group(1)) - step) < 0.03 * (M + 2) and abs(float(m.group(2)) - one) < 0.03 * (M + 2) and
-              abs(float(m.group(3)) - 100 * one / (2 * step)) < 0.2,
+              # the efficiency from the printed step figures (the table's
+              # rounded columns carry up to half a percent at a few ms)
+              abs(float(m.group(3)) - 100 * float(m.group(2)) / (2 * float(m.group(1)))) < 0.2,
               'M=%d: step %s ms (%.2f from the table), one rank %s ms (%.2f), efficiency %s%%' %
               (M, m.group(1), step, m.group(2), one, m.group(3)))
 
