@@ -246,8 +246,12 @@ static int r_conv(struct ad *ad, const struct hp_node *n, const int *dy)
 	na = window_attrs(&w, a);
 	a[na++] = ad_int("group", hp_attr_int(n, "group", 1));
 	a[na] = ad_shape("x_shape", &xs);
+	const int64_t *tag;
+	int ntag = transpose ? -1 : hp_attr_ints(n, "hpdlf_band", &tag), nd = na + 1;
+	if (ntag > 0) /* a band's place in the whole (split_band.c), for split_grad.c */
+		a[nd++] = ad_ints("hpdlf_band", ntag, tag);
 	int din[2] = { dy[0], n->inputs[1] }, dwant[1] = { 0 };
-	if ((rc = ad_emit_to(ad, n, transpose ? "ConvTransposeGradData" : "ConvGradData", 2, din, 1, dwant, na + 1, a)) < 0)
+	if ((rc = ad_emit_to(ad, n, transpose ? "ConvTransposeGradData" : "ConvGradData", 2, din, 1, dwant, nd, a)) < 0)
 		return rc;
 	a[na] = ad_shape("kernel_shape", &ks);
 	if (hp_attr_int(n, "hpdlf_unit_axis", -1) >= 0) /* a band's: its sums' units (split_band.c) */

@@ -249,8 +249,10 @@ static int fall_back(const struct hp_graph *g, const struct hp_split_opts *so, s
 }
 
 /* The smallest budget named (what --plan names: the split for one byte,
- * followed to its fixpoint by fall_back), 0 on error. */
-static uint64_t named_floor(const struct hp_graph *g, const struct hp_split_opts *so)
+ * followed to its fixpoint by fall_back), 0 on error; its graph in *out
+ * when out is not NULL (the caller frees it). */
+static uint64_t named_floor(const struct hp_graph *g, const struct hp_split_opts *so, struct hp_graph **out,
+			    struct hp_split_info *oi)
 {
 	struct hp_graph *keep = NULL;
 	struct hp_split_info ki;
@@ -261,35 +263,55 @@ static uint64_t named_floor(const struct hp_graph *g, const struct hp_split_opts
 		if (split_pass(g, so, 1, 1, 1, &keep, &ki) == 0 && fall_back(g, so, &keep, &ki) == 0)
 			floor = ki.min_after;
 	}
+	if (out && floor) {
+		*out = keep;
+		*oi = ki;
+		return floor;
+	}
 	hp_graph_free(keep);
 	return floor;
 }
 
-/* When the pass at the target cut nothing and nothing fits: the forward
+/* Nothing fits at a budget from the smallest one named up: the forward
  * graph is split before autodiff, so the cut sees forward ops only, while
  * their gradients need about three times their activations (a Relu's
- * reads y and dy and writes dx).  A budget between the two split nothing
- * and was refused (lenet training: 400000-819199 bytes, naming 819200,
- * while 204800-300000 ran).  Then passes cut at half the target, halved
- * again up to DEEPER_TRIES times, until a candidate fits.  Only from the
- * smallest budget named up: below it a run is refused as before, so the
- * figure named stays the smallest that runs (one byte less is refused). */
+ * reads y and dy and writes dx); and a budget's target decides which nodes
+ * are cut.  Budgets between the two were refused (lenet training:
+ * 400000-819199 bytes, naming 819200, while 204800-300000 ran; the 3-D
+ * U-Net of bench_ooc_targets.py at batch 1: 7.3-23.3 MB, naming 23.3 MB,
+ * while 7245824 bytes ran).  Then passes cut at half the target, halved
+ * again up to DEEPER_TRIES times, until a candidate fits; failing that the
+ * graph of the smallest budget named, which needs no more than this one.
+ * So every budget from the figure named up runs, and one byte less is
+ * refused as before. */
 #define DEEPER_TRIES 6
 static int split_deeper(const struct hp_graph *g, const struct hp_split_opts *so, uint64_t budget,
 			uint64_t target, struct hp_graph **keep, struct hp_split_info *ki)
 {
 	uint64_t cut = target, floor;
+	struct hp_graph *fg = NULL;
+	struct hp_split_info fi;
 	int rc = 0;
 
-	if (!budget || ki->min_after <= budget || ki->nsplit)
+	if (!budget || ki->min_after <= budget)
 		return 0;
-	floor = named_floor(g, so);
-	if (!floor || budget < floor)
+	floor = named_floor(g, so, &fg, &fi);
+	if (!floor || budget < floor) {
+		hp_graph_free(fg);
 		return 0;
+	}
 	for (int i = 0; i < DEEPER_TRIES && rc == 0 && ki->min_after > budget; i++) {
 		cut /= 2;
 		rc = split_pass(g, so, budget, target, cut, keep, ki);
 	}
+	if (rc == 0 && ki->min_after > budget && fi.min_after <= budget) {
+		fi.min_before = ki->min_before;
+		hp_graph_free(*keep);
+		*keep = fg;
+		*ki = fi;
+		return 0;
+	}
+	hp_graph_free(fg);
 	return rc;
 }
 

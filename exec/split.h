@@ -53,6 +53,20 @@ struct hp_split_info {
 	uint64_t min_after;     /* ... of the graph kept */
 };
 
+/* Entries of attribute hpdlf_band, which the band pass gives each band of
+ * a Conv in a training graph cut in rows (split_band.c tag_band). */
+#define HP_BAND_TAG_N 12
+
+/* After autodiff of a graph cut in rows: each band's data gradient of a
+ * Conv (ConvGradData) becomes the whole kernel's rows for the input rows
+ * that band owns, computed from the dY rows of every band they need, and
+ * zeros elsewhere in its window.  The halo rows of neighbouring bands then
+ * add zeros to exact sums instead of summing two partial ones, and
+ * out-of-core training is bitwise the in-core one.  Groups whose kernel
+ * path cannot be cut in rows bit for bit stay as they are.  Returns the
+ * number of groups rewritten or a negative error. */
+int hp_split_grad_exact(struct hp_graph *g);
+
 /* g must have passed hp_graph_infer.  On success g is the graph kept,
  * inferred and finished; values keep their indices (new ones are appended,
  * values replaced by bands stay unused).  Returns 0 or a negative error. */

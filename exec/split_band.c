@@ -479,6 +479,31 @@ static int even_bounds(int k, int64_t s, int64_t align, int64_t *olo)
 	return m;
 }
 
+/* Band i of Conv n (node `node`) in a training graph cut in rows: where
+ * its rows lie in the whole, for the exact data gradient
+ * (split_grad.c): group (the first band's output), i, bands, axis, output
+ * rows [lo, hi), input rows read [a, b), input and output rows, n's pads
+ * on the axis. */
+static int tag_band(struct bp *p, const struct hp_node *n, int node, const struct window *w, int i, int64_t hout)
+{
+	const struct band *bd = &p->b[n->outputs[0]];
+	int64_t sin = shape_of(p, n->inputs[0])->dims[p->axis], t[HP_BAND_TAG_N], pl, ph;
+
+	t[0] = bd->val[0];
+	t[1] = i;
+	t[2] = bd->n;
+	t[3] = p->axis;
+	t[4] = bd->lo[i];
+	t[5] = bd->lo[i + 1];
+	window_rows(w, sin, t[4], t[5], &t[6], &t[7], &pl, &ph);
+	t[8] = sin;
+	t[9] = hout;
+	t[10] = w->pl;
+	t[11] = w->ph;
+	struct hp_attr a = { .name = "hpdlf_band", .type = HP_ATTR_INTS, .n = HP_BAND_TAG_N, .ints = t };
+	return hp_graph_add_attr(p->g, node, &a);
+}
+
 /* Rewrite n into the bands [olo[i], olo[i + 1]) of its output; its output
  * becomes a banded value.  path >= 0: the conv path the bands must keep. */
 static int emit_bands(struct bp *p, const struct hp_node *n, enum band_kind kind, const int64_t *olo, int nb,
@@ -491,6 +516,7 @@ static int emit_bands(struct bp *p, const struct hp_node *n, enum band_kind kind
 	struct hp_attr lean = { .name = "hpdlf_lean", .type = HP_ATTR_INT, .i = 1 };
 	struct hp_attr unit = { .name = "hpdlf_unit_axis", .type = HP_ATTR_INT, .i = p->axis };
 	struct window w;
+	int64_t hout = ys.dims[p->axis];
 
 	if (kind == BK_WINDOW && window_geom(p, n, &w) < 0)
 		return HP_EINTERNAL;
@@ -521,6 +547,8 @@ static int emit_bands(struct bp *p, const struct hp_node *n, enum band_kind kind
 			rc = hp_graph_add_attr(p->g, node, &lean);
 		if (rc >= 0 && p->training && (kind == BK_WINDOW || kind == BK_UPSAMPLE))
 			rc = hp_graph_add_attr(p->g, node, &unit);
+		if (rc >= 0 && p->training && kind == BK_WINDOW && p->axis > 0 && !strcmp(n->op_type, "Conv"))
+			rc = tag_band(p, n, node, &w, i, hout);
 		if (rc < 0)
 			return rc;
 	}

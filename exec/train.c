@@ -194,6 +194,8 @@ static int finish_autodiff(struct hp_graph *g, void *arg)
 	uint64_t bucket = t->o.bucket;
 	int ranks = t->o.async_sgd ? 1 : t->nranks; /* async: no gradient is reduced */
 
+	if (rc == 0 && (rc = hp_split_grad_exact(g)) > 0)
+		rc = 0;
 	if (rc == 0 && ranks > 1)
 		rc = hp_dp_sync_bn(t, g);
 	if (rc == 0 && ranks > 1)

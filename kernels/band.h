@@ -25,4 +25,25 @@ int64_t hp_node_band_align(struct hp_graph *g, struct hp_node *n, int axis, int 
  * whole kernel's order. */
 int64_t hp_filter_unit_axis(int64_t batch);
 
+/* The paths of ConvGradData (attribute hpdlf_path of its bands). */
+enum { HP_CGD_PATH_DW = 0, HP_CGD_PATH_FLIP = 1, HP_CGD_PATH_CONVT = 2 };
+
+/* How the dX of a ConvGradData can be cut in rows of axis `axis` so that
+ * each cut is bit for bit the whole's: given all the dY rows its rows
+ * need, a cut of X rows starting at a multiple of xalign, from dY rows
+ * cut at multiples of yalign (or the ends), with hpdlf_path = path, is
+ * the whole's when a cut node reports the same path, alignments and
+ * tiles. */
+struct hp_cgd_bands {
+	int path;              /* in: the path to keep (-1: free); out: taken */
+	int64_t xalign, yalign;
+	int64_t tiles;         /* the tiling along the axis (compare only) */
+};
+
+/* For ConvGradData node n's kind (its strides, dilations, group and W)
+ * with X shape x, dY shape dy and pads (2 per spatial dim): 0, or -1 when
+ * no cut in rows is bitwise. */
+int hp_conv_data_bands(struct hp_graph *g, const struct hp_node *n, const struct hp_shape *x,
+		       const struct hp_shape *dy, const int64_t *pads, int axis, struct hp_cgd_bands *b);
+
 #endif

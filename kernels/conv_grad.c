@@ -26,12 +26,12 @@ struct cgeom {
 };
 
 /* Window attributes and spatial sizes in 3-D, the missing leading dims 1. */
-static int cgeom_init(struct hp_graph *g, const struct hp_node *n, struct cgeom *c, const struct hp_shape *big,
-		      const struct hp_shape *small, const int64_t *k)
+static int cgeom_pads(struct hp_graph *g, const struct hp_node *n, struct cgeom *c, const struct hp_shape *big,
+		      const struct hp_shape *small, const int64_t *k, const int64_t *pads)
 {
-	const int64_t *st = NULL, *pd = NULL, *dl = NULL;
-	int nsp = big->rank - 2, ns = hp_attr_ints(n, "strides", &st), np = hp_attr_ints(n, "pads", &pd);
-	int nd = hp_attr_ints(n, "dilations", &dl);
+	const int64_t *st = NULL, *pd = pads, *dl = NULL;
+	int nsp = big->rank - 2, ns = hp_attr_ints(n, "strides", &st);
+	int np = pads ? 2 * nsp : hp_attr_ints(n, "pads", &pd), nd = hp_attr_ints(n, "dilations", &dl);
 
 	if (nsp < 1 || nsp > 3 || small->rank != big->rank)
 		return hp_node_error(g, n, HP_EUNSUPPORTED, "convolution gradients need 1 to 3 spatial dims of equal rank");
@@ -64,6 +64,12 @@ static int cgeom_init(struct hp_graph *g, const struct hp_node *n, struct cgeom 
 		return hp_node_error(g, n, HP_ESHAPE, "channels (%lld, %lld) or batch do not fit group %lld",
 				     (long long)c->cbig, (long long)c->csmall, (long long)c->group);
 	return 0;
+}
+
+static int cgeom_init(struct hp_graph *g, const struct hp_node *n, struct cgeom *c, const struct hp_shape *big,
+		      const struct hp_shape *small, const int64_t *k)
+{
+	return cgeom_pads(g, n, c, big, small, k, NULL);
 }
 
 /* An hp_conv over the cgeom: Conv (transpose 0) from `img` to `grid`, or
@@ -135,12 +141,14 @@ static int data_priv(struct hp_graph *g, struct hp_node *n, struct cg_data *d)
 }
 
 /* dX of a Conv: for stride 1 a Conv of dY with W transposed and mirrored
- * over padded slabs; otherwise ConvTranspose(dY, W) (col2im). */
-static void conv_data_plan(struct cg_data *d)
+ * over padded slabs; otherwise ConvTranspose(dY, W) (col2im).  path >= 0
+ * (HP_CGD_PATH_*): the path a band of a whole node keeps (the flip
+ * path is taken only where its shift kernel is). */
+static void conv_data_plan(struct cg_data *d, int path)
 {
 	const struct cgeom *c = &d->c;
 	int64_t pad[3];
-	int ok = 1;
+	int ok = path < 0 || path == HP_CGD_PATH_FLIP;
 	struct hp_dw dw;
 
 	if ((d->dw = dw_geom(c, &dw)))
@@ -152,6 +160,8 @@ static void conv_data_plan(struct cg_data *d)
 	if (ok) {
 		conv_from(c, 0, c->csmall, c->cbig, c->small, c->big, pad, &d->cv);
 		d->cv.wflip = 1;
+		if (path == HP_CGD_PATH_FLIP)
+			d->cv.path = HP_CONV_PATH_SHIFT;
 		hp_conv_setup(&d->cv);
 		if (d->cv.shift)
 			return;
@@ -179,11 +189,49 @@ static int conv_data_prepare(struct hp_graph *g, struct hp_node *n)
 		return rc;
 	if (w->shape.dims[0] != d.c.csmall || w->shape.dims[1] * d.c.group != d.c.cbig)
 		return hp_node_error(g, n, HP_ESHAPE, "W channels do not match X/dY and group");
-	conv_data_plan(&d);
+	conv_data_plan(&d, (int)hp_attr_int(n, "hpdlf_path", -1));
 	if ((rc = data_priv(g, n, &d)) < 0)
 		return rc;
 	tk_set_out(g, n, 0, HP_F32, &xs);
 	return 0;
+}
+
+/* Non-blocked ConvTranspose (col2im): the column tiles of dY are fixed
+ * by its grid and each dX element adds them tile by tile, kernel offset
+ * by kernel offset, from zero; so dX rows come out alike from any dY rows
+ * cut at tile boundaries that hold all their contributions. */
+static void convt_bands(const struct hp_conv *cv, int dim, struct hp_cgd_bands *b)
+{
+	const struct hp_ctile *t = &cv->ct;
+
+	b->xalign = 1;
+	b->yalign = hp_ctile_align(t, dim);
+	b->tiles = (int64_t)t->mode << 40 | t->align;
+}
+
+int hp_conv_data_bands(struct hp_graph *g, const struct hp_node *n, const struct hp_shape *x,
+		       const struct hp_shape *dy, const int64_t *pads, int axis, struct hp_cgd_bands *b)
+{
+	struct cg_data d = { 0 };
+	const struct hp_value *w = tk_in(g, n, 1);
+	int dim;
+
+	if (w->shape.rank != x->rank || cgeom_pads(g, n, &d.c, x, dy, w->shape.dims + 2, pads) < 0)
+		return -1;
+	conv_data_plan(&d, b->path);
+	b->path = d.dw ? HP_CGD_PATH_DW : d.transpose ? HP_CGD_PATH_CONVT : HP_CGD_PATH_FLIP;
+	b->xalign = b->yalign = 1;
+	b->tiles = 0;
+	dim = 3 - d.c.nd + axis - 2;
+	if (axis < 2 || dim < 0 || dim > 2)
+		return -1;
+	if (d.dw) /* conv_dw.c's dX: each element's additions in dY's row order */
+		return 0;
+	if (d.transpose)
+		convt_bands(&d.cv, dim, b);
+	else
+		b->xalign = b->tiles = hp_conv_band_align(&d.cv, axis);
+	return b->xalign >= 1 && b->yalign >= 1 ? 0 : -1;
 }
 
 static int data_run(const struct hp_node *n, const struct hp_kargs *a)

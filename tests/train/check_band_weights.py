@@ -11,13 +11,18 @@ ulp, so this compares the exported ONNX initializers byte for byte:
   - a 2-D conv net, batch 16 (bands of batch items): Conv with bias,
     1x1 Conv, depthwise Conv, ConvTranspose, strided Conv;
   - the shipped LeNet with its data (batch 64);
+  - a batch of one, cut into rows of the outermost spatial axis: the 2-D
+    net at 24x24 and the shipped 3-D U-Net (unet3d_tiny).  A band's data
+    gradient is the whole kernel's rows for the input rows it owns, from
+    the dY rows of every band they need (split_grad.c), so halo rows add
+    zeros instead of two partial sums;
 
 each trained 3 SGD steps with momentum in core and at the smallest budget
 the planner names and at a budget between, with 1 and 2 threads (the
 in-core run of the same thread count is the reference).  Each budgeted run
 must really be cut: its plan has more kernels than the in-core plan.
 
-usage: check_band_weights.py HPDLF_EXEC LENET_DIR
+usage: check_band_weights.py HPDLF_EXEC LENET_DIR UNET3D_TINY_DIR
 """
 import os
 import re
@@ -47,8 +52,8 @@ def conv(name, x, w, b, y, **attrs):
     return helper.make_node("Conv", [x, w] + ([b] if b else []), [y], name=name, **attrs)
 
 
-def net2d(path, rng):
-    """x [16,3,12,12] -> Conv 3x3 (8) -> Relu -> Conv 1x1 -> Relu -> depthwise 3x3 -> Relu ->
+def net2d(path, rng, batch=16, side=12):
+    """x [batch,3,side,side] -> Conv 3x3 (8) -> Relu -> Conv 1x1 -> Relu -> depthwise 3x3 -> Relu ->
     ConvTranspose k2 s2 (4) -> Relu -> Conv 3x3 stride 2 (2)."""
     nodes = [conv("c1", "x", "w1", "b1", "a1", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["a1"], ["r0"]),
@@ -64,8 +69,13 @@ def net2d(path, rng):
              init("b2", (8,), rng), init("w3", (8, 4, 2, 2), rng), init("b3", (4,), rng),
              init("w4", (2, 4, 3, 3), rng), init("b4", (2,), rng), init("w5", (8, 8, 1, 1), rng),
              init("b5", (8,), rng)]
-    save(path, nodes, inits, [16, 3, 12, 12], [16, 2, 12, 12])
-    return [16, 3, 12, 12], [16, 2, 12, 12]
+    xs, ys = [batch, 3, side, side], [batch, 2, side, side]
+    save(path, nodes, inits, xs, ys)
+    return xs, ys
+
+
+def net2d_rows(path, rng):
+    return net2d(path, rng, 1, 48)
 
 
 def save(path, nodes, inits, xs, ys):
@@ -120,14 +130,12 @@ def check_model(exe, name, args, tmp):
 
 
 def main():
-    exe, lenet = sys.argv[1], sys.argv[2]
+    exe, lenet, unet = sys.argv[1], sys.argv[2], sys.argv[3]
     rng = np.random.default_rng(7)
     common = ["--train", "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9", "--steps", "3",
               "--no-shuffle", "--quiet"]
     with tempfile.TemporaryDirectory() as tmp:
-        # a batch of one is cut in planes, whose data gradients at band edges
-        # are sums of two bands' parts: not bitwise (hpdlf-exec(1), BUDGET)
-        for name, make, batch in (("net2d", net2d, 16),):
+        for name, make, batch in (("net2d", net2d, 16), ("net2d_rows", net2d_rows, 1)):
             path = os.path.join(tmp, name + ".onnx")
             xs, ys = make(path, rng)
             x, y = (os.path.join(tmp, name + s) for s in ("_x.npy", "_y.npy"))
@@ -138,6 +146,9 @@ def main():
         check_model(exe, "lenet", [os.path.join(lenet, "model.onnx"), "--data", os.path.join(lenet, "x.npy"),
                                    "--labels", os.path.join(lenet, "y.npy"), "--loss", "cross-entropy",
                                    "--batch", "64"] + common, tmp)
+        check_model(exe, "unet3d_tiny", [os.path.join(unet, "model.onnx"), "--data", os.path.join(unet, "x.npy"),
+                                         "--labels", os.path.join(unet, "y.npy"), "--loss", "cross-entropy",
+                                         "--batch", "1"] + common, tmp)
     print("%d failure(s)" % len(FAILS))
     return 1 if FAILS else 0
 

@@ -1,0 +1,365 @@
+/* Exact data gradients of Convs cut in rows (split.h, hp_split_grad_exact).
+ *
+ * A band of a Conv reads a window of its input: its own rows and halo rows
+ * of the neighbouring bands.  Autodiff gives each band the gradient of its
+ * whole window, so an input row in a halo gets two partial sums, added
+ * after the fact: not the whole kernel's bits.  Here each band's
+ * ConvGradData is replaced by the whole kernel's rows for the input rows
+ * the band owns (from the dY rows of every band they need), padded with
+ * zeros to its window; the other bands' halo parts then add zeros. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "exec/split.h"
+#include "kernels/band.h"
+
+/* Band i of a group: its ConvGradData node and where its rows lie. */
+struct gband {
+	int node;
+	const int64_t *t;      /* hpdlf_band (split_band.c tag_band) */
+};
+
+/* The rows one band computes exactly: owned [oa, ob) of the input, cut
+ * [wa, wb) aligned to the kernel's tiles, from dY rows [ya, yb), pads on
+ * the axis of that cut. */
+struct cut {
+	int64_t oa, ob, wa, wb, ya, yb, pl, ph;
+};
+
+/* The geometry of the group on its axis. */
+struct ggeom {
+	int axis, sp, nsp;
+	int64_t hin, hout, k, s, d, p;
+	struct hp_cgd_bands cb;
+	struct hp_shape xs, dys;           /* whole */
+	int64_t pads[2 * HP_MAX_RANK];     /* whole */
+};
+
+enum { T_GROUP, T_I, T_N, T_AXIS, T_LO, T_HI, T_A, T_B, T_HIN, T_HOUT, T_PL, T_PH };
+
+static int64_t at(const struct hp_node *n, const char *name, int i, int64_t dflt)
+{
+	const int64_t *v;
+	int k = hp_attr_ints(n, name, &v);
+
+	return i < k ? v[i] : dflt;
+}
+
+static int64_t floor_div(int64_t a, int64_t b)
+{
+	return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+static int x_shape(const struct hp_node *n, struct hp_shape *s)
+{
+	const int64_t *v;
+	int k = hp_attr_ints(n, "x_shape", &v);
+
+	if (k < 3 || k > HP_MAX_RANK)
+		return -1;
+	s->rank = k;
+	memcpy(s->dims, v, (size_t)k * sizeof *v);
+	return 0;
+}
+
+/* The bands of group `grp` in band order; their count, or 0 when any is
+ * missing or they disagree. */
+static int group_bands(const struct hp_graph *g, int64_t grp, struct gband *b, int max)
+{
+	int nb = -1;
+
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct hp_node *n = &g->nodes[i];
+		const int64_t *t;
+		if (strcmp(n->op_type, "ConvGradData") || hp_attr_ints(n, "hpdlf_band", &t) != HP_BAND_TAG_N ||
+		    t[T_GROUP] != grp)
+			continue;
+		if ((nb >= 0 && t[T_N] != nb) || t[T_N] > max || t[T_I] < 0 || t[T_I] >= t[T_N] || b[t[T_I]].t)
+			return 0;
+		nb = (int)t[T_N];
+		b[t[T_I]] = (struct gband){ .node = i, .t = t };
+	}
+	for (int i = 0; i < nb; i++)
+		if (!b[i].t || g->nodes[b[i].node].inputs[1] != g->nodes[b[0].node].inputs[1])
+			return 0;
+	return nb > 1 ? nb : 0;
+}
+
+/* The whole node's geometry and kernel path; 0, or 1 when no cut in rows
+ * is bitwise. */
+static int whole_geom(struct hp_graph *g, const struct gband *b, struct ggeom *q)
+{
+	const struct hp_node *n = &g->nodes[b[0].node];
+	const struct hp_value *w = &g->values[n->inputs[1]];
+
+	q->axis = (int)b[0].t[T_AXIS];
+	if (x_shape(n, &q->xs) < 0 || q->axis < 2 || q->axis >= q->xs.rank || w->shape.rank != q->xs.rank)
+		return 1;
+	q->nsp = q->xs.rank - 2;
+	q->sp = q->axis - 2;
+	q->hin = b[0].t[T_HIN];
+	q->hout = b[0].t[T_HOUT];
+	q->xs.dims[q->axis] = q->hin;
+	q->dys = g->values[n->inputs[0]].shape;
+	q->dys.dims[q->axis] = q->hout;
+	for (int i = 0; i < 2 * q->nsp; i++)
+		q->pads[i] = at(n, "pads", i, 0);
+	q->pads[q->sp] = b[0].t[T_PL];
+	q->pads[q->sp + q->nsp] = b[0].t[T_PH];
+	q->k = w->shape.dims[q->axis];
+	q->s = at(n, "strides", q->sp, 1);
+	q->d = at(n, "dilations", q->sp, 1);
+	q->p = b[0].t[T_PL];
+	q->cb.path = -1;
+	return hp_conv_data_bands(g, n, &q->xs, &q->dys, q->pads, q->axis, &q->cb) < 0 ? 1 : 0;
+}
+
+/* Band i's cut; 0, or 1 when it cannot be made. */
+static int band_cut(struct hp_graph *g, const struct ggeom *q, const struct gband *b, int nb, int i, struct cut *c)
+{
+	const int64_t *t = b[i].t;
+	int64_t a = q->cb.xalign, ya = q->cb.yalign, lo = q->p - (q->k - 1) * q->d;
+	struct hp_shape xs = q->xs, dys = q->dys;
+	int64_t pads[2 * HP_MAX_RANK];
+	struct hp_cgd_bands cb = { .path = q->cb.path };
+
+	c->oa = i == 0 ? 0 : t[T_A];
+	c->ob = i == nb - 1 ? q->hin : b[i + 1].t[T_A];
+	c->oa = c->oa > t[T_A] ? c->oa : t[T_A];
+	c->ob = c->ob < t[T_B] ? c->ob : t[T_B];
+	if (c->oa >= c->ob)
+		return 1;
+	c->wa = c->oa - c->oa % a;
+	c->wb = (c->ob + a - 1) / a * a;
+	c->wb = c->wb < q->hin ? c->wb : q->hin;
+	/* the first dY row whose window reaches wa, kept where its window
+	 * starts at or below wa (pads >= 0); then out to dY's tiles */
+	c->ya = -floor_div(-(c->wa + lo), q->s);
+	c->ya = c->ya < floor_div(c->wa + q->p, q->s) ? c->ya : floor_div(c->wa + q->p, q->s);
+	c->ya = c->ya > 0 ? c->ya - c->ya % ya : 0;
+	c->yb = floor_div(c->wb - 1 + q->p, q->s) + 1;
+	c->yb = (c->yb + ya - 1) / ya * ya;
+	c->yb = c->yb < q->hout ? c->yb : q->hout;
+	if (c->ya >= c->yb)
+		return 1;
+	c->pl = c->wa + q->p - c->ya * q->s;
+	c->ph = (c->yb - c->ya - 1) * q->s + (q->k - 1) * q->d + 1 - (c->wb - c->wa) - c->pl;
+	c->ph = c->ph > 0 ? c->ph : 0;
+	memcpy(pads, q->pads, sizeof pads);
+	pads[q->sp] = c->pl;
+	pads[q->sp + q->nsp] = c->ph;
+	xs.dims[q->axis] = c->wb - c->wa;
+	dys.dims[q->axis] = c->yb - c->ya;
+	if (hp_conv_data_bands(g, &g->nodes[b[i].node], &xs, &dys, pads, q->axis, &cb) < 0)
+		return 1;
+	return cb.path != q->cb.path || cb.xalign != q->cb.xalign || cb.yalign != q->cb.yalign ||
+	       cb.tiles != q->cb.tiles;
+}
+
+/* ---- building ---- */
+
+static int new_value(struct hp_graph *g, const char *base, const char *what, const struct hp_shape *s)
+{
+	char name[512];
+
+	snprintf(name, sizeof name, "%s/%s%d", base, what, g->nvalues);
+	return hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_F32, s);
+}
+
+static int const_i64s(struct hp_graph *g, const char *base, int n, const int64_t *x)
+{
+	struct hp_shape s = { 1, { n } };
+	char name[512];
+	int v;
+
+	snprintf(name, sizeof name, "%s/c%d", base, g->nvalues);
+	if ((v = hp_graph_add_value(g, name, HP_VALUE_CONSTANT, HP_I64, &s)) < 0)
+		return v;
+	if (!(g->values[v].data = malloc((size_t)n * sizeof *x)))
+		return hp_error(-ENOMEM, "out of memory");
+	memcpy(g->values[v].data, x, (size_t)n * sizeof *x);
+	g->values[v].src.kind = HP_BLOB_MEMORY;
+	return v;
+}
+
+/* Node op(in) -> out, named after base, with the given schedule hint. */
+static int add(struct hp_graph *g, const char *base, const char *op, int nin, const int *in, int out, int sched)
+{
+	char name[512];
+	int node;
+
+	snprintf(name, sizeof name, "%s/%s%d", base, op, g->nnodes);
+	node = hp_graph_add_node(g, name, op, nin, in, 1, &out);
+	if (node >= 0)
+		g->nodes[node].sched = sched;
+	return node;
+}
+
+/* out = rows [a, b) of v on the axis (v itself when whole; out < 0: new). */
+static int slice(struct hp_graph *g, const char *base, int v, int axis, int64_t a, int64_t b, int out, int sched)
+{
+	struct hp_shape s = g->values[v].shape;
+	int in[4] = { v, const_i64s(g, base, 1, &a), const_i64s(g, base, 1, &b) }, rc;
+	int64_t ax = axis;
+
+	in[3] = const_i64s(g, base, 1, &ax);
+	for (int i = 1; i < 4; i++)
+		if (in[i] < 0)
+			return in[i];
+	s.dims[axis] = b - a;
+	if (out < 0 && (out = new_value(g, base, "rows", &s)) < 0)
+		return out;
+	rc = add(g, base, "Slice", 4, in, out, sched);
+	return rc < 0 ? rc : out;
+}
+
+/* dY rows [ya, yb) of the group, from the bands' dY values. */
+static int dy_rows(struct hp_graph *g, const char *base, const struct gband *b, int nb, const struct ggeom *q,
+		   int64_t ya, int64_t yb, int sched)
+{
+	int parts[nb], np = 0, node;
+	struct hp_shape s;
+
+	for (int j = 0; j < nb; j++) {
+		int64_t lo = b[j].t[T_LO], hi = b[j].t[T_HI], a = ya > lo ? ya : lo, e = yb < hi ? yb : hi;
+		int dy = g->nodes[b[j].node].inputs[0];
+		if (a >= e)
+			continue;
+		parts[np] = a == lo && e == hi ? dy : slice(g, base, dy, q->axis, a - lo, e - lo, -1, sched);
+		if (parts[np++] < 0)
+			return parts[np - 1];
+	}
+	if (np == 1)
+		return parts[0];
+	s = g->values[parts[0]].shape;
+	s.dims[q->axis] = yb - ya;
+	int out = new_value(g, base, "dy", &s);
+	if (out < 0 || (node = add(g, base, "Concat", np, parts, out, sched)) < 0)
+		return out < 0 ? out : node;
+	struct hp_attr ax = { .name = "axis", .type = HP_ATTR_INT, .i = q->axis };
+	return (node = hp_graph_add_attr(g, node, &ax)) < 0 ? node : out;
+}
+
+/* n's attributes but its geometry on the axis, and the path kept. */
+static int copy_attrs(struct hp_graph *g, int from, int to, const struct ggeom *q, const struct cut *c)
+{
+	int64_t pads[2 * HP_MAX_RANK], xs[HP_MAX_RANK];
+	struct hp_attr pa = { .name = "pads", .type = HP_ATTR_INTS, .n = 2 * q->nsp, .ints = pads };
+	struct hp_attr xa = { .name = "x_shape", .type = HP_ATTR_INTS, .n = q->xs.rank, .ints = xs };
+	struct hp_attr ka = { .name = "hpdlf_path", .type = HP_ATTR_INT, .i = q->cb.path };
+	int rc;
+
+	for (int i = 0; i < g->nodes[from].nattrs; i++) {
+		const char *name = g->nodes[from].attrs[i].name;
+		if (!strcmp(name, "pads") || !strcmp(name, "x_shape") || !strcmp(name, "hpdlf_path") ||
+		    !strcmp(name, "hpdlf_band"))
+			continue;
+		if ((rc = hp_graph_add_attr(g, to, &g->nodes[from].attrs[i])) < 0)
+			return rc;
+	}
+	memcpy(pads, q->pads, sizeof pads);
+	pads[q->sp] = c->pl;
+	pads[q->sp + q->nsp] = c->ph;
+	memcpy(xs, q->xs.dims, sizeof xs);
+	xs[q->axis] = c->wb - c->wa;
+	if ((rc = hp_graph_add_attr(g, to, &pa)) < 0 || (rc = hp_graph_add_attr(g, to, &xa)) < 0)
+		return rc;
+	return hp_graph_add_attr(g, to, &ka);
+}
+
+/* Band i's exact rows into its window gradient (the old node's output). */
+static int rebuild(struct hp_graph *g, const struct gband *b, int nb, int i, const struct ggeom *q, const struct cut *c)
+{
+	const struct hp_node *old = &g->nodes[b[i].node];
+	int gx = old->outputs[0], w = old->inputs[1], sched = old->sched, rc, node;
+	int64_t a = b[i].t[T_A], e = b[i].t[T_B];
+	char base[400];
+	struct hp_shape s = q->xs;
+
+	snprintf(base, sizeof base, "%s/exact", old->name);
+	int in[2] = { dy_rows(g, base, b, nb, q, c->ya, c->yb, sched), w };
+	if (in[0] < 0)
+		return in[0];
+	int cut = c->oa != c->wa || c->ob != c->wb, pad = c->oa != a || c->ob != e;
+	s.dims[q->axis] = c->wb - c->wa;
+	int out = cut || pad ? new_value(g, base, "gx", &s) : gx;
+	if (out < 0 || (node = add(g, base, "ConvGradData", 2, in, out, sched)) < 0)
+		return out < 0 ? out : node;
+	char *dom = strdup("ai.hpdlf");
+	if (!dom)
+		return hp_error(-ENOMEM, "out of memory");
+	free(g->nodes[node].domain);
+	g->nodes[node].domain = dom;
+	if ((rc = copy_attrs(g, b[i].node, node, q, c)) < 0 || !(cut || pad))
+		return rc;
+	int own = cut ? slice(g, base, out, q->axis, c->oa - c->wa, c->ob - c->wa, pad ? -1 : gx, sched) : out;
+	if (own < 0 || !pad)
+		return own < 0 ? own : 0;
+	int64_t pads[2 * HP_MAX_RANK] = { 0 };
+	pads[q->axis] = c->oa - a;
+	pads[q->axis + q->xs.rank] = e - c->ob;
+	int pin[2] = { own, const_i64s(g, base, 2 * q->xs.rank, pads) };
+	if (pin[1] < 0)
+		return pin[1];
+	return (rc = add(g, base, "Pad", 2, pin, gx, sched)) < 0 ? rc : 0;
+}
+
+/* Group grp rewritten: 1, or 0 when it stays as it is. */
+static int exact_group(struct hp_graph *g, int64_t grp)
+{
+	struct gband b[64] = { { 0 } };
+	struct cut c[64];
+	struct ggeom q;
+	int nb = group_bands(g, grp, b, 64), old[64], rc;
+
+	if (!nb || whole_geom(g, b, &q))
+		return 0;
+	for (int i = 0; i < nb; i++)
+		if (band_cut(g, &q, b, nb, i, &c[i]))
+			return 0;
+	for (int i = 0; i < nb; i++) {
+		old[i] = b[i].node;
+		if ((rc = rebuild(g, b, nb, i, &q, &c[i])) < 0)
+			return rc;
+	}
+	for (int i = 0; i < nb; i++) /* highest index first: removal moves later nodes down */
+		for (int j = i + 1; j < nb; j++)
+			if (old[j] > old[i]) {
+				int x = old[i];
+				old[i] = old[j];
+				old[j] = x;
+			}
+	for (int i = 0; i < nb; i++)
+		hp_graph_remove_node(g, old[i]);
+	return 1;
+}
+
+int hp_split_grad_exact(struct hp_graph *g)
+{
+	int64_t done[256];
+	int ndone = 0, count = 0, rc;
+
+	for (int i = 0; i < g->nnodes; i++) {
+		const int64_t *t;
+		int seen = 0;
+		if (strcmp(g->nodes[i].op_type, "ConvGradData") ||
+		    hp_attr_ints(&g->nodes[i], "hpdlf_band", &t) != HP_BAND_TAG_N)
+			continue;
+		for (int j = 0; j < ndone; j++)
+			seen |= done[j] == t[T_GROUP];
+		if (seen || ndone == (int)(sizeof done / sizeof *done))
+			continue;
+		int64_t grp = t[T_GROUP];
+		done[ndone++] = grp;
+		if ((rc = exact_group(g, grp)) < 0)
+			return rc;
+		count += rc;
+		i = -1; /* nodes moved: scan again, skipping groups done */
+	}
+	if (count && ((rc = hp_graph_finalize(g)) < 0 || (rc = hp_graph_infer(g)) < 0))
+		return rc;
+	return count;
+}
