@@ -246,6 +246,21 @@ static int slice_prepare(struct hp_graph *g, struct hp_node *n)
 	return store_priv(g, n, &p, sizeof p);
 }
 
+/* Elements of dY that lie contiguous in dX: the inner axes the slice takes
+ * whole with step 1, times the next axis's extent if it steps by 1 (a band
+ * of rows is one run per plane, not one offset computation per element). */
+static int64_t slice_run_len(const struct slice_priv *p, const struct hp_shape *ys)
+{
+	int64_t run = 1;
+
+	for (int d = ys->rank - 1; d >= 0 && p->step[d] == 1; d--) {
+		run *= ys->dims[d];
+		if (ys->dims[d] != p->xs.dims[d])
+			break;
+	}
+	return run > 0 ? run : 1;
+}
+
 static int slice_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct slice_priv *p = n->priv;
@@ -260,8 +275,9 @@ static int slice_run(const struct hp_node *n, const struct hp_kargs *a)
 		st[i] = p->step[i] * xst[i];
 	}
 	memset(dx, 0, hp_tensor_bytes(&a->out[0]));
-	for (int64_t i = 0; i < len; i++)
-		dx[base + tk_offset(ys, st, i)] = dy[i];
+	int64_t run = slice_run_len(p, ys);
+	for (int64_t i = 0; i < len; i += run)
+		memcpy(dx + base + tk_offset(ys, st, i), dy + i, (size_t)run * sizeof *dx);
 	return 0;
 }
 

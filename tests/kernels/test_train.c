@@ -1055,6 +1055,32 @@ static void test_slice_grad(void **state)
 	hp_tensor_free(&dy);
 }
 
+/* Row bands (contiguous runs) against a naive scatter: x [2, 3, 6, 5]
+ * rows 1..3 of axis 2 (runs of a plane's rows), then axis 3 cut too
+ * (runs of one row's columns) and axis 1 whole. */
+static void test_slice_grad_runs(void **state)
+{
+	static const int64_t xs[4] = { 2, 3, 6, 5 };
+	static const int64_t cases[2][3][2] = { { { 2, 1 }, { 4, 4 }, { 3, 0 } }, { { 2, 1 }, { 4, 4 }, { 3, 1 } } };
+	(void)state;
+	for (int k = 0; k < 2; k++) {
+		int64_t st[2] = { cases[k][0][1], cases[k][2][1] }, en[2] = { cases[k][1][0], 5 - (k == 1) };
+		int64_t ax[2] = { 2, 3 }, h = en[0] - st[0], w = en[1] - st[1];
+		struct hp_tensor dy = rnd(T(4, 2, 3, h, w), 130 + k, -1, 1), out;
+		struct hp_attr a[4] = { kt_ints("x_shape", 4, xs), kt_ints("starts", 2, st), kt_ints("ends", 2, en),
+					kt_ints("axes", 2, ax) };
+		run("SliceGrad", 1, &dy, 4, a, 1, &out);
+		const float *o = out.data, *d = dy.data;
+		for (int64_t i = 0; i < 2 * 3 * 6 * 5; i++) {
+			int64_t c = i % 5, r = i / 5 % 6, pl = i / 30, in = r >= st[0] && r < en[0] && c >= st[1] && c < en[1];
+			float want = in ? d[(pl * h + r - st[0]) * w + c - st[1]] : 0.0f;
+			assert_true(o[i] == want);
+		}
+		hp_tensor_free(&out);
+		hp_tensor_free(&dy);
+	}
+}
+
 static void test_gather_grad(void **state)
 {
 	int64_t xs[3] = { 2, 5, 3 }, id[2] = { 2, 2 };
@@ -1452,6 +1478,7 @@ int main(void)
 		cmocka_unit_test(test_transpose_grad_paths),
 		cmocka_unit_test(test_concat_split_grad),
 		cmocka_unit_test(test_slice_grad),
+		cmocka_unit_test(test_slice_grad_runs),
 		cmocka_unit_test(test_gather_grad),
 		cmocka_unit_test(test_reduce_grad),
 		cmocka_unit_test(test_resize_grad),
