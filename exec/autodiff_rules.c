@@ -274,7 +274,7 @@ static int r_pool(struct ad *ad, const struct hp_node *n, const int *dy)
 	struct hp_shape xs = shape_of(ad, n->inputs[0]), ys = shape_of(ad, n->outputs[0]), ks = { xs.rank - 2, { 0 } };
 	const int64_t *kv;
 	struct hp_attr a[MAXA];
-	struct window w;
+	struct window w = { 0 };
 
 	if (global)
 		memcpy(ks.dims, xs.dims + 2, (size_t)ks.rank * sizeof ks.dims[0]);
@@ -293,6 +293,10 @@ static int r_pool(struct ad *ad, const struct hp_node *n, const int *dy)
 	}
 	na = window_attrs(&w, a);
 	a[na++] = ad_shape("kernel_shape", &ks);
+	const int64_t *tag;
+	int ntag = global ? -1 : hp_attr_ints(n, "hpdlf_band", &tag);
+	if (ntag > 0) /* a band's place in the whole (split_band.c), for split_grad.c */
+		a[na++] = ad_ints("hpdlf_band", ntag, tag);
 	if (max) {
 		int in[2] = { dy[0], n->inputs[0] }, want[1] = { 0 };
 		return ad_emit_to(ad, n, "MaxPoolGrad", 2, in, 1, want, na, a);

@@ -479,7 +479,8 @@ static int even_bounds(int k, int64_t s, int64_t align, int64_t *olo)
 	return m;
 }
 
-/* Band i of Conv n (node `node`) in a training graph cut in rows: where
+/* Band i of window op n (Conv, pooling; node `node`) in a training graph
+ * cut in rows: where
  * its rows lie in the whole, for the exact data gradient
  * (split_grad.c): group (the first band's output), i, bands, axis, output
  * rows [lo, hi), input rows read [a, b), input and output rows, n's pads
@@ -547,7 +548,7 @@ static int emit_bands(struct bp *p, const struct hp_node *n, enum band_kind kind
 			rc = hp_graph_add_attr(p->g, node, &lean);
 		if (rc >= 0 && p->training && (kind == BK_WINDOW || kind == BK_UPSAMPLE))
 			rc = hp_graph_add_attr(p->g, node, &unit);
-		if (rc >= 0 && p->training && kind == BK_WINDOW && p->axis > 0 && !strcmp(n->op_type, "Conv"))
+		if (rc >= 0 && p->training && kind == BK_WINDOW && p->axis > 0)
 			rc = tag_band(p, n, node, &w, i, hout);
 		if (rc < 0)
 			return rc;

@@ -1,12 +1,17 @@
-/* Exact data gradients of Convs cut in rows (split.h, hp_split_grad_exact).
+/* Exact data gradients of window ops cut in rows (split.h,
+ * hp_split_grad_exact).
  *
- * A band of a Conv reads a window of its input: its own rows and halo rows
- * of the neighbouring bands.  Autodiff gives each band the gradient of its
- * whole window, so an input row in a halo gets two partial sums, added
- * after the fact: not the whole kernel's bits.  Here each band's
- * ConvGradData is replaced by the whole kernel's rows for the input rows
- * the band owns (from the dY rows of every band they need), padded with
- * zeros to its window; the other bands' halo parts then add zeros. */
+ * A band of a Conv or pooling reads a window of its input: its own rows
+ * and halo rows of the neighbouring bands.  Autodiff gives each band the
+ * gradient of its whole window, so an input row in a halo gets two partial
+ * sums, added after the fact: not the whole kernel's bits.  Here each
+ * band's ConvGradData (MaxPoolGrad, AveragePoolGrad) is replaced by the
+ * whole kernel's rows for the input rows the band owns (from the dY rows
+ * of every band they need, and for MaxPoolGrad the X rows under their
+ * windows), padded with zeros to its window; the other bands' halo parts
+ * then add zeros.  The pooling gradients add each output's share in output
+ * order from zero, plane by plane (pool_grad.c), so any cut of rows whose
+ * windows it holds whole is the whole's. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +36,7 @@ struct cut {
 
 /* The geometry of the group on its axis. */
 struct ggeom {
-	int axis, sp, nsp;
+	int axis, sp, nsp, pool;           /* pool: 1 MaxPoolGrad, 2 AveragePoolGrad */
 	int64_t hin, hout, k, s, d, p;
 	struct hp_cgd_bands cb;
 	struct hp_shape xs, dys;           /* whole */
@@ -67,23 +72,35 @@ static int x_shape(const struct hp_node *n, struct hp_shape *s)
 
 /* The bands of group `grp` in band order; their count, or 0 when any is
  * missing or they disagree. */
+static const char *const grad_ops[] = { "ConvGradData", "MaxPoolGrad", "AveragePoolGrad", NULL };
+
+static int grad_op(const struct hp_node *n)
+{
+	for (int i = 0; grad_ops[i]; i++)
+		if (!strcmp(n->op_type, grad_ops[i]))
+			return i;
+	return -1;
+}
+
 static int group_bands(const struct hp_graph *g, int64_t grp, struct gband *b, int max)
 {
-	int nb = -1;
+	int nb = -1, op = -1;
 
 	for (int i = 0; i < g->nnodes; i++) {
 		const struct hp_node *n = &g->nodes[i];
 		const int64_t *t;
-		if (strcmp(n->op_type, "ConvGradData") || hp_attr_ints(n, "hpdlf_band", &t) != HP_BAND_TAG_N ||
-		    t[T_GROUP] != grp)
+		if (grad_op(n) < 0 || hp_attr_ints(n, "hpdlf_band", &t) != HP_BAND_TAG_N || t[T_GROUP] != grp)
 			continue;
+		if (op >= 0 && grad_op(n) != op)
+			return 0;
+		op = grad_op(n);
 		if ((nb >= 0 && t[T_N] != nb) || t[T_N] > max || t[T_I] < 0 || t[T_I] >= t[T_N] || b[t[T_I]].t)
 			return 0;
 		nb = (int)t[T_N];
 		b[t[T_I]] = (struct gband){ .node = i, .t = t };
 	}
 	for (int i = 0; i < nb; i++)
-		if (!b[i].t || g->nodes[b[i].node].inputs[1] != g->nodes[b[0].node].inputs[1])
+		if (!b[i].t || (op == 0 && g->nodes[b[i].node].inputs[1] != g->nodes[b[0].node].inputs[1]))
 			return 0;
 	return nb > 1 ? nb : 0;
 }
@@ -93,10 +110,15 @@ static int group_bands(const struct hp_graph *g, int64_t grp, struct gband *b, i
 static int whole_geom(struct hp_graph *g, const struct gband *b, struct ggeom *q)
 {
 	const struct hp_node *n = &g->nodes[b[0].node];
-	const struct hp_value *w = &g->values[n->inputs[1]];
+	int op = grad_op(n);
 
+	q->pool = op;
 	q->axis = (int)b[0].t[T_AXIS];
-	if (x_shape(n, &q->xs) < 0 || q->axis < 2 || q->axis >= q->xs.rank || w->shape.rank != q->xs.rank)
+	if (op == 1)
+		q->xs = g->values[n->inputs[1]].shape;
+	else if (x_shape(n, &q->xs) < 0)
+		return 1;
+	if (q->axis < 2 || q->axis >= q->xs.rank)
 		return 1;
 	q->nsp = q->xs.rank - 2;
 	q->sp = q->axis - 2;
@@ -109,19 +131,64 @@ static int whole_geom(struct hp_graph *g, const struct gband *b, struct ggeom *q
 		q->pads[i] = at(n, "pads", i, 0);
 	q->pads[q->sp] = b[0].t[T_PL];
 	q->pads[q->sp + q->nsp] = b[0].t[T_PH];
-	q->k = w->shape.dims[q->axis];
 	q->s = at(n, "strides", q->sp, 1);
 	q->d = at(n, "dilations", q->sp, 1);
 	q->p = b[0].t[T_PL];
-	q->cb.path = -1;
+	q->cb = (struct hp_cgd_bands){ .path = -1, .xalign = 1, .yalign = 1 };
+	if (op) { /* pooling: plain loops, cut anywhere */
+		q->k = at(n, "kernel_shape", q->sp, 0);
+		return q->k < 1;
+	}
+	const struct hp_value *w = &g->values[n->inputs[1]];
+	if (w->shape.rank != q->xs.rank)
+		return 1;
+	q->k = w->shape.dims[q->axis];
 	return hp_conv_data_bands(g, n, &q->xs, &q->dys, q->pads, q->axis, &q->cb) < 0 ? 1 : 0;
+}
+
+/* Whether neighbouring bands' windows overlap (else each window's gradient
+ * is already whole rows of its own). */
+static int overlapping(const struct gband *b, int nb)
+{
+	for (int i = 0; i + 1 < nb; i++)
+		if (b[i].t[T_B] > b[i + 1].t[T_A])
+			return 1;
+	return 0;
+}
+
+/* dY rows [ya, yb) whose windows reach X rows [xa, xb); kept where their
+ * windows start at or below xa (pads >= 0). */
+static void dy_span(const struct ggeom *q, int64_t xa, int64_t xb, int64_t *ya, int64_t *yb)
+{
+	int64_t lo = q->p - (q->k - 1) * q->d;
+
+	*ya = -floor_div(-(xa + lo), q->s);
+	*ya = *ya < floor_div(xa + q->p, q->s) ? *ya : floor_div(xa + q->p, q->s);
+	*ya = *ya > 0 ? *ya : 0;
+	*yb = floor_div(xb - 1 + q->p, q->s) + 1;
+	*yb = *yb < q->hout ? *yb : q->hout;
+}
+
+/* A pooling band's cut: X rows under all the windows of its dY rows, so
+ * every window (its maximum, its divisor) is the whole's. */
+static int pool_cut(const struct ggeom *q, struct cut *c)
+{
+	dy_span(q, c->oa, c->ob, &c->ya, &c->yb);
+	if (c->ya >= c->yb)
+		return 1;
+	int64_t x0 = c->ya * q->s - q->p, x1 = (c->yb - 1) * q->s - q->p + (q->k - 1) * q->d + 1;
+	c->wa = x0 > 0 ? x0 : 0;
+	c->wb = x1 < q->hin ? x1 : q->hin;
+	c->pl = c->wa - x0;
+	c->ph = c->wb == q->hin ? q->pads[q->sp + q->nsp] : 0;
+	return c->wa > c->oa || c->wb < c->ob;
 }
 
 /* Band i's cut; 0, or 1 when it cannot be made. */
 static int band_cut(struct hp_graph *g, const struct ggeom *q, const struct gband *b, int nb, int i, struct cut *c)
 {
 	const int64_t *t = b[i].t;
-	int64_t a = q->cb.xalign, ya = q->cb.yalign, lo = q->p - (q->k - 1) * q->d;
+	int64_t a = q->cb.xalign, ya = q->cb.yalign;
 	struct hp_shape xs = q->xs, dys = q->dys;
 	int64_t pads[2 * HP_MAX_RANK];
 	struct hp_cgd_bands cb = { .path = q->cb.path };
@@ -132,15 +199,13 @@ static int band_cut(struct hp_graph *g, const struct ggeom *q, const struct gban
 	c->ob = c->ob < t[T_B] ? c->ob : t[T_B];
 	if (c->oa >= c->ob)
 		return 1;
+	if (q->pool)
+		return pool_cut(q, c);
 	c->wa = c->oa - c->oa % a;
 	c->wb = (c->ob + a - 1) / a * a;
 	c->wb = c->wb < q->hin ? c->wb : q->hin;
-	/* the first dY row whose window reaches wa, kept where its window
-	 * starts at or below wa (pads >= 0); then out to dY's tiles */
-	c->ya = -floor_div(-(c->wa + lo), q->s);
-	c->ya = c->ya < floor_div(c->wa + q->p, q->s) ? c->ya : floor_div(c->wa + q->p, q->s);
-	c->ya = c->ya > 0 ? c->ya - c->ya % ya : 0;
-	c->yb = floor_div(c->wb - 1 + q->p, q->s) + 1;
+	dy_span(q, c->wa, c->wb, &c->ya, &c->yb);
+	c->ya -= c->ya % ya; /* out to dY's tiles */
 	c->yb = (c->yb + ya - 1) / ya * ya;
 	c->yb = c->yb < q->hout ? c->yb : q->hout;
 	if (c->ya >= c->yb)
@@ -216,27 +281,34 @@ static int slice(struct hp_graph *g, const char *base, int v, int axis, int64_t 
 	return rc < 0 ? rc : out;
 }
 
-/* dY rows [ya, yb) of the group, from the bands' dY values. */
-static int dy_rows(struct hp_graph *g, const char *base, const struct gband *b, int nb, const struct ggeom *q,
-		   int64_t ya, int64_t yb, int sched)
+/* Rows [ya, yb) of a value cut into the group's bands: band j holds rows
+ * [lo_j, hi_j) in value `val` (dY: the output rows and the grad's input 0;
+ * X: the window rows and MaxPoolGrad's input 1); -1 when a row is in no
+ * band. */
+static int rows_from(struct hp_graph *g, const char *base, const struct gband *b, int nb, const struct ggeom *q,
+		     int x, int64_t ya, int64_t yb, int sched)
 {
 	int parts[nb], np = 0, node;
+	int64_t cur = ya;
 	struct hp_shape s;
 
-	for (int j = 0; j < nb; j++) {
-		int64_t lo = b[j].t[T_LO], hi = b[j].t[T_HI], a = ya > lo ? ya : lo, e = yb < hi ? yb : hi;
-		int dy = g->nodes[b[j].node].inputs[0];
-		if (a >= e)
+	for (int j = 0; j < nb && cur < yb; j++) {
+		int64_t lo = b[j].t[x ? T_A : T_LO], hi = b[j].t[x ? T_B : T_HI], e = yb < hi ? yb : hi;
+		int v = g->nodes[b[j].node].inputs[x];
+		if (cur < lo || cur >= e)
 			continue;
-		parts[np] = a == lo && e == hi ? dy : slice(g, base, dy, q->axis, a - lo, e - lo, -1, sched);
+		parts[np] = cur == lo && e == hi ? v : slice(g, base, v, q->axis, cur - lo, e - lo, -1, sched);
 		if (parts[np++] < 0)
 			return parts[np - 1];
+		cur = e;
 	}
+	if (cur < yb || !np)
+		return HP_EINTERNAL;
 	if (np == 1)
 		return parts[0];
 	s = g->values[parts[0]].shape;
 	s.dims[q->axis] = yb - ya;
-	int out = new_value(g, base, "dy", &s);
+	int out = new_value(g, base, x ? "x" : "dy", &s);
 	if (out < 0 || (node = add(g, base, "Concat", np, parts, out, sched)) < 0)
 		return out < 0 ? out : node;
 	struct hp_attr ax = { .name = "axis", .type = HP_ATTR_INT, .i = q->axis };
@@ -265,28 +337,31 @@ static int copy_attrs(struct hp_graph *g, int from, int to, const struct ggeom *
 	pads[q->sp + q->nsp] = c->ph;
 	memcpy(xs, q->xs.dims, sizeof xs);
 	xs[q->axis] = c->wb - c->wa;
-	if ((rc = hp_graph_add_attr(g, to, &pa)) < 0 || (rc = hp_graph_add_attr(g, to, &xa)) < 0)
+	if ((rc = hp_graph_add_attr(g, to, &pa)) < 0 || (q->pool != 1 && (rc = hp_graph_add_attr(g, to, &xa)) < 0))
 		return rc;
-	return hp_graph_add_attr(g, to, &ka);
+	return q->pool ? 0 : hp_graph_add_attr(g, to, &ka);
 }
 
 /* Band i's exact rows into its window gradient (the old node's output). */
 static int rebuild(struct hp_graph *g, const struct gband *b, int nb, int i, const struct ggeom *q, const struct cut *c)
 {
 	const struct hp_node *old = &g->nodes[b[i].node];
-	int gx = old->outputs[0], w = old->inputs[1], sched = old->sched, rc, node;
+	int gx = old->outputs[0], sched = old->sched, nin = q->pool == 2 ? 1 : 2, rc, node;
 	int64_t a = b[i].t[T_A], e = b[i].t[T_B];
-	char base[400];
+	char base[400], op[32];
 	struct hp_shape s = q->xs;
 
 	snprintf(base, sizeof base, "%s/exact", old->name);
-	int in[2] = { dy_rows(g, base, b, nb, q, c->ya, c->yb, sched), w };
+	snprintf(op, sizeof op, "%s", old->op_type);
+	int in[2] = { rows_from(g, base, b, nb, q, 0, c->ya, c->yb, sched), g->nodes[b[i].node].inputs[nin - 1] };
 	if (in[0] < 0)
 		return in[0];
+	if (q->pool == 1 && (in[1] = rows_from(g, base, b, nb, q, 1, c->wa, c->wb, sched)) < 0)
+		return in[1];
 	int cut = c->oa != c->wa || c->ob != c->wb, pad = c->oa != a || c->ob != e;
 	s.dims[q->axis] = c->wb - c->wa;
 	int out = cut || pad ? new_value(g, base, "gx", &s) : gx;
-	if (out < 0 || (node = add(g, base, "ConvGradData", 2, in, out, sched)) < 0)
+	if (out < 0 || (node = add(g, base, op, nin, in, out, sched)) < 0)
 		return out < 0 ? out : node;
 	char *dom = strdup("ai.hpdlf");
 	if (!dom)
@@ -315,7 +390,7 @@ static int exact_group(struct hp_graph *g, int64_t grp)
 	struct ggeom q;
 	int nb = group_bands(g, grp, b, 64), old[64], rc;
 
-	if (!nb || whole_geom(g, b, &q))
+	if (!nb || !overlapping(b, nb) || whole_geom(g, b, &q))
 		return 0;
 	for (int i = 0; i < nb; i++)
 		if (band_cut(g, &q, b, nb, i, &c[i]))
@@ -345,8 +420,7 @@ int hp_split_grad_exact(struct hp_graph *g)
 	for (int i = 0; i < g->nnodes; i++) {
 		const int64_t *t;
 		int seen = 0;
-		if (strcmp(g->nodes[i].op_type, "ConvGradData") ||
-		    hp_attr_ints(&g->nodes[i], "hpdlf_band", &t) != HP_BAND_TAG_N)
+		if (grad_op(&g->nodes[i]) < 0 || hp_attr_ints(&g->nodes[i], "hpdlf_band", &t) != HP_BAND_TAG_N)
 			continue;
 		for (int j = 0; j < ndone; j++)
 			seen |= done[j] == t[T_GROUP];

@@ -15,7 +15,9 @@ ulp, so this compares the exported ONNX initializers byte for byte:
     net at 24x24 and the shipped 3-D U-Net (unet3d_tiny).  A band's data
     gradient is the whole kernel's rows for the input rows it owns, from
     the dY rows of every band they need (split_grad.c), so halo rows add
-    zeros instead of two partial sums;
+    zeros instead of two partial sums; and a net of overlapping MaxPool and
+    AveragePool windows at batch 1 (their gradients cut the same way, with
+    the X rows under every window of the dY rows taken);
 
 each trained 3 SGD steps with momentum in core and at the smallest budget
 the planner names and at a budget between, with 1 and 2 threads (the
@@ -78,6 +80,24 @@ def net2d_rows(path, rng):
     return net2d(path, rng, 1, 48)
 
 
+def pool_rows(path, rng):
+    """x [1,3,64,64] -> Conv 3x3 -> Relu -> MaxPool 3x3 stride 2 pad 1 -> Conv 3x3 -> Relu ->
+    AveragePool 3x3 stride 2 pad 1 (pads counted) -> Conv 3x3: overlapping pooling windows."""
+    pool = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    nodes = [conv("c1", "x", "w1", "b1", "a1", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], **pool),
+             conv("c2", "p1", "w2", "b2", "a2", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a2"], ["r2"]),
+             helper.make_node("AveragePool", ["r2"], ["p2"], count_include_pad=1, **pool),
+             conv("c3", "p2", "w3", "b3", "y", kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    inits = [init("w1", (8, 3, 3, 3), rng), init("b1", (8,), rng), init("w2", (8, 8, 3, 3), rng),
+             init("b2", (8,), rng), init("w3", (2, 8, 3, 3), rng), init("b3", (2,), rng)]
+    xs, ys = [1, 3, 64, 64], [1, 2, 16, 16]
+    save(path, nodes, inits, xs, ys)
+    return xs, ys
+
+
 def save(path, nodes, inits, xs, ys):
     g = helper.make_graph(nodes, "bands", [helper.make_tensor_value_info("x", TensorProto.FLOAT, xs)],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ys)], inits)
@@ -135,7 +155,8 @@ def main():
     common = ["--train", "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9", "--steps", "3",
               "--no-shuffle", "--quiet"]
     with tempfile.TemporaryDirectory() as tmp:
-        for name, make, batch in (("net2d", net2d, 16), ("net2d_rows", net2d_rows, 1)):
+        for name, make, batch in (("net2d", net2d, 16), ("net2d_rows", net2d_rows, 1),
+                                  ("pool_rows", pool_rows, 1)):
             path = os.path.join(tmp, name + ".onnx")
             xs, ys = make(path, rng)
             x, y = (os.path.join(tmp, name + s) for s in ("_x.npy", "_y.npy"))
