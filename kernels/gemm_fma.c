@@ -132,9 +132,52 @@ FM_TARGET static void fm_micro(int mr, int64_t kc, const float *a, int64_t ra, i
 	}
 }
 
+/* d[r * 16 + c] = s[c * ls + r] for an 8 x 8 block: eight columns of
+ * op(B) (rows of a transposed B) become eight k rows of a panel. */
+FM_TARGET static void fm_transpose8(float *d, const float *s, int64_t ls)
+{
+	__m256 r[8], t[8];
+
+	for (int i = 0; i < 8; i++)
+		r[i] = _mm256_loadu_ps(s + i * ls);
+	for (int i = 0; i < 8; i += 2) {
+		t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+		t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+	}
+	for (int i = 0; i < 8; i += 4) {
+		r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+		r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+		r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+		r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+	}
+	for (int i = 0; i < 4; i++) {
+		_mm256_store_ps(d + i * FM_NR, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+		_mm256_store_ps(d + (i + 4) * FM_NR, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+	}
+}
+
+/* A panel of w columns from a B whose k run contiguously (sk 1: Gemm's
+ * transB, attention's keys): 8 x 8 blocks through registers for whole
+ * groups of 8 columns and k (the element loop was 7% of a GPT-2-style
+ * inference), the rest one by one.  The same values. */
+FM_TARGET static void fm_pack_t(const float *src, int64_t sj, int64_t kc, int w, float *dst)
+{
+	int64_t k8 = kc / 8 * 8;
+	int w8 = w / 8 * 8;
+
+	if (w < FM_NR)
+		memset(dst, 0, (size_t)(kc * FM_NR) * sizeof *dst);
+	for (int c0 = 0; c0 < w8; c0 += 8)
+		for (int64_t k = 0; k < k8; k += 8)
+			fm_transpose8(dst + k * FM_NR + c0, src + c0 * sj + k, sj);
+	for (int c = 0; c < w; c++)
+		for (int64_t k = c < w8 ? k8 : 0; k < kc; k++)
+			dst[k * FM_NR + c] = src[c * sj + k];
+}
+
 /* bp[p][k][16] = op(B)(k0 + k, j0 + 16 p + c) for k < kc, zeros past nc:
- * vector copies when op(B)'s rows are contiguous (sj 1), else element by
- * element (Gemm's transB: B's rows are op(B)'s columns, read in order). */
+ * vector copies when op(B)'s rows are contiguous (sj 1), transposed
+ * blocks when its columns are (sk 1), else element by element. */
 FM_TARGET static void fm_pack(const float *b, int64_t sk, int64_t sj, int64_t k0, int64_t kc, int64_t j0,
 			      int64_t nc, float *bp)
 {
@@ -142,6 +185,10 @@ FM_TARGET static void fm_pack(const float *b, int64_t sk, int64_t sj, int64_t k0
 		int w = (int)min64(FM_NR, nc - p * FM_NR);
 		float *dst = bp + p * kc * FM_NR;
 		const float *src = b + k0 * sk + (j0 + p * FM_NR) * sj;
+		if (sj != 1 && sk == 1) {
+			fm_pack_t(src, sj, kc, w, dst);
+			continue;
+		}
 		if (sj != 1) {
 			if (w < FM_NR)
 				memset(dst, 0, (size_t)(kc * FM_NR) * sizeof *dst);
@@ -199,6 +246,30 @@ static void fm_init_c(const struct hp_fma_prod *p, int64_t q, int64_t m0, int64_
 			y[i * ldy + j] = p->beta * c[i * p->cs0 + j * p->cs1];
 }
 
+/* The epilogue on rows of micro-tiles t0..t1, columns [j0, j0 + nc), of
+ * problem q while they are in cache; element-wise, so the bits of a pass
+ * over the whole output.  A bias row (an addend over the last axis, what
+ * MatMul + Add fuse to) is added here as vectors: hp_epi_span's general
+ * form divides per element (3% of a GPT-2-style inference). */
+static void fm_epilogue(const struct hp_fma_prod *p, int64_t q, int64_t ldy, int64_t j0, int64_t nc, int64_t t0,
+			int64_t t1)
+{
+	struct hp_epi e = *p->epi;
+	int row_bias = e.add == HP_EPI_ADD_MID && e.inner == 1 && e.mid == p->n && ldy == p->n;
+	const float *bias = p->addend + j0;
+
+	if (row_bias)
+		e.add = HP_EPI_ADD_NONE;
+	for (int64_t i = t0 * FM_MR; i < min64(p->m, t1 * FM_MR); i++) {
+		int64_t at = (q * p->m + i) * ldy + j0;
+		float *y = p->y + at;
+		for (int64_t j = 0; row_bias && j < nc; j++)
+			y[j] = y[j] + bias[j];
+		if (e.add != HP_EPI_ADD_NONE || e.act != HP_EPI_NONE)
+			hp_epi_span(&e, p->y, p->addend, at, at + nc);
+	}
+}
+
 /* Micro-tiles t0..t1 of rows over columns [j0, j0 + nc) of problem q, by
  * chunks of k, op(B)'s chunk packed in bp first. */
 static void fm_block(const struct fm_run *r, int64_t q, int64_t j0, int64_t nc, int64_t t0, int64_t t1, float *bp)
@@ -225,12 +296,8 @@ static void fm_block(const struct fm_run *r, int64_t q, int64_t j0, int64_t nc, 
 	for (int64_t t = t0; p->k == 0 && !p->c && t < t1; t++)
 		for (int64_t i = t * FM_MR; i < min64(p->m, (t + 1) * FM_MR); i++)
 			memset(y + i * ldy + j0, 0, (size_t)nc * sizeof *y);
-	/* the epilogue while the rows are in cache; element-wise, so the
-	 * bits of a pass over the whole output */
-	for (int64_t i = t0 * FM_MR; p->epi && i < min64(p->m, t1 * FM_MR); i++) {
-		int64_t at = (q * p->m + i) * ldy + j0;
-		hp_epi_span(p->epi, p->y, p->addend, at, at + nc);
-	}
+	if (p->epi)
+		fm_epilogue(p, q, ldy, j0, nc, t0, t1);
 }
 
 /* Units are (problem, column block, micro-tile of rows), the tile
