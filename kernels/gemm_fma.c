@@ -284,13 +284,15 @@ static void fm_block(const struct fm_run *r, int64_t q, int64_t j0, int64_t nc, 
 	for (int64_t k0 = 0; k0 < p->k; k0 += FM_KC) {
 		int64_t kc = min64(FM_KC, p->k - k0);
 		fm_pack(b, p->sk, p->sj, k0, kc, j0, nc, bp);
-		for (int64_t t = t0; t < t1; t++) {
-			int64_t m0 = t * FM_MR, mr = min64(FM_MR, p->m - m0);
-			for (int64_t s = 0; s * FM_NR < nc; s++)
+		/* a panel's chunk (16 KiB) stays in L1 while every row tile
+		 * reads it; the rows of A stream from L2 (6 floats a step) */
+		for (int64_t s = 0; s * FM_NR < nc; s++)
+			for (int64_t t = t0; t < t1; t++) {
+				int64_t m0 = t * FM_MR, mr = min64(FM_MR, p->m - m0);
 				fm_micro((int)mr, kc, a + m0 * p->ra + k0 * p->rk, p->ra, p->rk, bp + s * kc * FM_NR,
 					 y + m0 * ldy + j0 + s * FM_NR, ldy, (int)min64(FM_NR, nc - s * FM_NR),
 					 k0 == 0 && !p->c);
-		}
+			}
 	}
 	/* K = 0: the chains are their start, 0 or beta C */
 	for (int64_t t = t0; p->k == 0 && !p->c && t < t1; t++)
