@@ -15,9 +15,11 @@
  * row run, about 1/(2M) of the flops: at 256 rows, 1/512.
  *
  * Work is cut into units of (problem, NB columns, 6 rows), rows fastest,
- * the pool's workers taking contiguous runs of them; a chunk of k stores
+ * each pool thread owning a contiguous share of them and taking the
+ * others' tails when done (fm_share); a chunk of k stores
  * its running sums to Y and the next chunk reloads them, so the chain
  * (and its bits) is the same whatever the blocking or the split. */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -31,10 +33,21 @@
  * pool costs more than the second thread gains (gemm.c's bar). */
 #define FM_PAR_MIN_FLOPS 4e6
 
+#define FM_MAX_SHARES 64
+
+/* A share's unclaimed units: front in the low 32 bits, back in the high. */
+struct fm_share {
+	_Atomic uint64_t fb;
+	char pad[56];               /* one cache line each */
+};
+
 struct fm_run {
 	const struct hp_fma_prod *p;
 	int64_t ldy;                /* Y's row stride */
 	int64_t mt, nblk;           /* micro-tiles of rows, column blocks per problem */
+	struct fm_share *sh;        /* the pool's shares (NULL: fixed ranges) */
+	int nsh;
+	int64_t step;               /* units per claim */
 };
 
 static int64_t min64(int64_t a, int64_t b)
@@ -271,8 +284,10 @@ static void fm_epilogue(const struct hp_fma_prod *p, int64_t q, int64_t ldy, int
 }
 
 /* Micro-tiles t0..t1 of rows over columns [j0, j0 + nc) of problem q, by
- * chunks of k, op(B)'s chunk packed in bp first. */
-static void fm_block(const struct fm_run *r, int64_t q, int64_t j0, int64_t nc, int64_t t0, int64_t t1, float *bp)
+ * chunks of k, op(B)'s chunk packed in bp first (unless packed: bp holds
+ * this block's only chunk already). */
+static void fm_block(const struct fm_run *r, int64_t q, int64_t j0, int64_t nc, int64_t t0, int64_t t1, float *bp,
+		     int packed)
 {
 	const struct hp_fma_prod *p = r->p;
 	const float *a = p->a + (p->aoff ? p->aoff[q] : 0), *b = p->b + (p->boff ? p->boff[q] : 0);
@@ -283,7 +298,8 @@ static void fm_block(const struct fm_run *r, int64_t q, int64_t j0, int64_t nc, 
 		fm_init_c(p, q, t * FM_MR, min64(FM_MR, p->m - t * FM_MR), j0, nc, y + t * FM_MR * ldy + j0, ldy);
 	for (int64_t k0 = 0; k0 < p->k; k0 += FM_KC) {
 		int64_t kc = min64(FM_KC, p->k - k0);
-		fm_pack(b, p->sk, p->sj, k0, kc, j0, nc, bp);
+		if (!packed) /* else bp holds it from the last run of this block */
+			fm_pack(b, p->sk, p->sj, k0, kc, j0, nc, bp);
 		/* a panel's chunk (16 KiB) stays in L1 while every row tile
 		 * reads it; the rows of A stream from L2 (6 floats a step) */
 		for (int64_t s = 0; s * FM_NR < nc; s++)
@@ -302,31 +318,101 @@ static void fm_block(const struct fm_run *r, int64_t q, int64_t j0, int64_t nc, 
 		fm_epilogue(p, q, ldy, j0, nc, t0, t1);
 }
 
-/* Units are (problem, column block, micro-tile of rows), the tile
- * fastest; a worker's run is cut where the column block changes. */
-static void fm_range(void *arg, int64_t b, int64_t e, int tid)
+/* Units [b, e) (problem, column block, micro-tile of rows, the tile
+ * fastest), cut where the column block changes; pk: the (problem, column
+ * block) whose op(B) bp holds when K fits one chunk (-1: none). */
+static void fm_units(const struct fm_run *r, int64_t b, int64_t e, float *bp, int64_t *pk)
 {
-	const struct fm_run *r = arg;
-	float bp[FM_KC * FM_NB] __attribute__((aligned(64)));
-
-	(void)tid;
 	while (b < e) {
 		int64_t blk = b / r->mt, t0 = b % r->mt, t1 = min64(r->mt, t0 + (e - b));
 		int64_t q = blk / r->nblk, j0 = blk % r->nblk * FM_NB;
-		fm_block(r, q, j0, min64(FM_NB, r->p->n - j0), t0, t1, bp);
+		fm_block(r, q, j0, min64(FM_NB, r->p->n - j0), t0, t1, bp, *pk == blk && r->p->k <= FM_KC);
+		*pk = blk;
 		b += t1 - t0;
+	}
+}
+
+static void fm_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	float bp[FM_KC * FM_NB] __attribute__((aligned(64)));
+	int64_t pk = -1;
+
+	(void)tid;
+	fm_units(arg, b, e, bp, &pk);
+}
+
+/* A run of share s's units: from its front (the owner) or its back (a
+ * thread done with its own share), at most r->step of them and within
+ * one column block.  0 when the share is empty. */
+static int fm_claim(struct fm_run *r, int s, int back, int64_t *u0, int64_t *u1)
+{
+	uint64_t v = atomic_load(&r->sh[s].fb), nv;
+
+	for (;;) {
+		int64_t f = (int64_t)(v & 0xffffffffu), b = (int64_t)(v >> 32), n;
+		if (f >= b)
+			return 0;
+		if (back) {
+			n = min64(min64(r->step, b - f), (b - 1) % r->mt + 1);
+			nv = (uint64_t)f | (uint64_t)(b - n) << 32;
+			*u0 = b - n;
+		} else {
+			/* the owner takes a block whole when K spans chunks
+			 * (each claim packs them again) */
+			n = min64(min64(r->p->k <= FM_KC ? r->step : r->mt, b - f), r->mt - f % r->mt);
+			nv = (uint64_t)(f + n) | (uint64_t)b << 32;
+			*u0 = f;
+		}
+		*u1 = *u0 + n;
+		if (atomic_compare_exchange_weak(&r->sh[s].fb, &v, nv))
+			return 1;
+	}
+}
+
+/* Share s: its own units from the front, then the others' from their
+ * backs.  A worker woken late (tens of microseconds, more on a loaded
+ * machine) finds its share's tail done by the caller instead of leaving
+ * the caller waiting for it; each thread still starts on the units it
+ * had in the previous inference, so the cache keeps them.  Who computes
+ * a unit does not change its bits (each output one chain). */
+static void fm_share(void *arg, int64_t b, int64_t e, int tid)
+{
+	struct fm_run *r = arg;
+	float bp[FM_KC * FM_NB] __attribute__((aligned(64)));
+	int64_t u0, u1, pk = -1;
+
+	(void)tid;
+	for (int64_t s = b; s < e; s++) {
+		while (fm_claim(r, (int)s, 0, &u0, &u1))
+			fm_units(r, u0, u1, bp, &pk);
+		for (int o = 1; o < r->nsh; o++)
+			while (fm_claim(r, (int)((s + o) % r->nsh), 1, &u0, &u1))
+				fm_units(r, u0, u1, bp, &pk);
 	}
 }
 
 void hp_fma_gemm(const struct hp_fma_prod *p, struct hp_pool *pool)
 {
-	struct fm_run r = { .p = p, .ldy = p->ldy ? p->ldy : p->n };
+	struct fm_share sh[FM_MAX_SHARES];
+	struct fm_run r = { .p = p, .ldy = p->ldy ? p->ldy : p->n, .sh = sh };
+	int64_t units;
 
 	if (p->m == 0 || p->n == 0 || p->nprob == 0)
 		return;
 	r.mt = (p->m + FM_MR - 1) / FM_MR;
 	r.nblk = (p->n + FM_NB - 1) / FM_NB;
+	units = p->nprob * r.nblk * r.mt;
 	if (2.0 * (double)p->nprob * (double)p->m * (double)p->n * (double)p->k < FM_PAR_MIN_FLOPS)
 		pool = NULL;
-	hp_parallel_for(pool, p->nprob * r.nblk * r.mt, 1, fm_range, &r);
+	r.nsh = hp_pool_size(pool);
+	if (r.nsh == 1 || r.nsh > FM_MAX_SHARES || units >= INT32_MAX || units < r.nsh) {
+		hp_parallel_for(pool, units, 1, fm_range, &r);
+		return;
+	}
+	/* steals of a quarter of a block's rows: fine enough to even out a
+	 * late start, coarse enough to keep op(B)'s packing rare */
+	r.step = (r.mt + 3) / 4;
+	for (int s = 0; s < r.nsh; s++)
+		atomic_init(&sh[s].fb, (uint64_t)(s * units / r.nsh) | (uint64_t)((s + 1) * units / r.nsh) << 32);
+	hp_parallel_for(pool, r.nsh, 1, fm_share, &r);
 }

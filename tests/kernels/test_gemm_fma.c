@@ -316,6 +316,33 @@ static void test_epilogue(void **state)
 	free(r);
 }
 
+/* The threads share a product's units by claims from both ends (a thread
+ * done with its own takes the other's tail): 300 runs on 2 threads, each
+ * bitwise the 1-thread result, whichever thread took which units. */
+static void test_claims(void **state)
+{
+	const int64_t m = 120, n = 256, k = 128;
+	float *a = rnd(m * k, 31), *b = rnd(k * n, 32), *y1 = malloc(m * n * sizeof *y1), *y2 = malloc(m * n * sizeof *y2);
+	struct hp_fma_prod p = { .m = m, .n = n, .k = k, .nprob = 1, .a = a, .b = b, .ra = k, .rk = 1, .sk = n,
+				 .sj = 1, .beta = 1, .y = y1 };
+
+	(void)state;
+	assert_non_null(y1);
+	assert_non_null(y2);
+	hp_fma_gemm(&p, NULL);
+	p.y = y2;
+	for (int it = 0; it < 300; it++) {
+		memset(y2, 0xff, m * n * sizeof *y2);
+		hp_fma_gemm(&p, pool2);
+		if (memcmp(y1, y2, m * n * sizeof *y1))
+			fail_msg("run %d on 2 threads differs from 1 thread", it);
+	}
+	free(a);
+	free(b);
+	free(y1);
+	free(y2);
+}
+
 /* MatMul (batch folded, and batched) and Gemm (transB, bias row) nodes:
  * the kernels' results are the chains. */
 static void test_nodes(void **state)
@@ -382,6 +409,7 @@ int main(void)
 		cmocka_unit_test(test_shapes),
 		cmocka_unit_test(test_batched),
 		cmocka_unit_test(test_epilogue),
+		cmocka_unit_test(test_claims),
 		cmocka_unit_test(test_nodes),
 	};
 
