@@ -24,6 +24,7 @@
 
 #include "kernels/blas.h"
 #include "kernels/eltwise_impl.h"
+#include "kernels/gemm_fma.h"
 
 #define BT 64
 #define BS 64
@@ -285,6 +286,43 @@ static const float *tile_of(const float *x, int64_t rs, int64_t cs, int64_t nr, 
 	return buf;
 }
 
+/* The tile's scores, scale Q Kt: with AVX2+FMA each a chain of FMAs
+ * over d (gemm_fma.h) then scaled, else one sgemm (zeros and beta 1: the
+ * bits of beta 0 without OpenBLAS's clearing pass, gemm.c).  At GPT-2-
+ * and BERT-style heads (64 x 64 x 32) sgemm's per-call packing and
+ * dispatch outweighed the product. */
+static void scores(const struct attn_p *p, struct tile *w, const float *qt, int ldq, const float *kt, int ldk,
+		   int64_t ns)
+{
+	if (hp_fma_gemm_ok()) {
+		/* a BS-wide row stride: the scores' rows land at sb + r * BS */
+		struct hp_fma_prod f = { .m = w->nt, .n = ns, .k = p->d, .nprob = 1, .a = qt, .ra = ldq, .rk = 1,
+					 .b = kt, .sk = 1, .sj = ldk, .beta = 1, .y = w->sb, .ldy = BS };
+		hp_fma_gemm(&f, NULL);
+		for (int64_t r = 0; r < w->nt; r++)
+			scale_row(w->sb + r * BS, ns, p->scale);
+		return;
+	}
+	memset(w->sb, 0, (size_t)(w->nt * BS) * sizeof *w->sb);
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)w->nt, (int)ns, (int)p->d, p->scale, qt, ldq, kt,
+		    ldk, 1.0f, w->sb, BS);
+}
+
+/* acc += P V over the tile's ns keys: FMA chains continuing from acc (its
+ * rows rescaled by online_softmax), else sgemm with beta 1. */
+static void accumulate(const struct attn_p *p, struct tile *w, const float *vt, int ldv, int64_t ns)
+{
+	if (hp_fma_gemm_ok()) {
+		struct hp_fma_prod f = { .m = w->nt, .n = p->dv, .k = ns, .nprob = 1, .a = w->sb, .ra = BS, .rk = 1,
+					 .b = vt, .sk = ldv, .sj = 1, .c = w->acc, .cs0 = p->dv, .cs1 = 1, .beta = 1,
+					 .y = w->acc };
+		hp_fma_gemm(&f, NULL);
+		return;
+	}
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)w->nt, (int)p->dv, (int)ns, 1.0f, w->sb, BS, vt,
+		    ldv, 1.0f, w->acc, (int)p->dv);
+}
+
 static void attn_item(const struct attn_job *j, int64_t item, struct tile *w)
 {
 	const struct attn_p *p = j->p;
@@ -310,15 +348,11 @@ static void attn_item(const struct attn_job *j, int64_t item, struct tile *w)
 		/* K's rows (keys) are Kt's columns */
 		kt = tile_of(k + s0 * p->k.s1, p->k.s1, p->k.s0, ns, p->d, w->kb, &ldk);
 		vt = tile_of(v + s0 * p->v.s0, p->v.s0, p->v.s1, ns, p->dv, w->vb, &ldv);
-		/* zeros and beta 1: the bits of beta 0 without OpenBLAS's clearing pass (gemm.c) */
-		memset(w->sb, 0, (size_t)(w->nt * BS) * sizeof *w->sb);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)w->nt, (int)ns, (int)p->d, p->scale, qt, ldq,
-			    kt, ldk, 1.0f, w->sb, BS);
+		scores(p, w, qt, ldq, kt, ldk, ns);
 		if (p->mask_kind)
 			mask_tile(p, j, w, s0, ns);
 		online_softmax(p, w, ns);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)w->nt, (int)p->dv, (int)ns, 1.0f, w->sb, BS,
-			    vt, ldv, 1.0f, w->acc, (int)p->dv);
+		accumulate(p, w, vt, ldv, ns);
 	}
 	int64_t off = 0, b = w->b, rs = p->ostr[p->nb], es = p->ostr[p->nb + 1];
 	for (int i = p->nb - 1; i >= 0; i--) {

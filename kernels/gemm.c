@@ -1,10 +1,14 @@
 /* Gemm, MatMul and MatMulAcc (domain ai.hpdlf: Y = C + A B, the reduction
- * blocks of a partitioned MatMul) over OpenBLAS cblas_sgemm, in the fixed
- * tiling of gemm_tile.h.  The tiles of a product run on the pool's
+ * blocks of a partitioned MatMul).  With alpha 1 on a CPU with AVX2 and
+ * FMA: the own product of gemm_fma.h, each output one FMA chain over k
+ * from beta C, so the results depend on no tiling, thread count or cut of
+ * the weight splitter.  Otherwise over OpenBLAS cblas_sgemm, in the fixed
+ * tiling of gemm_tile.h: the tiles of a product run on the pool's
  * threads, each tile one sgemm per K tile with BLAS on one thread, so the
  * results depend neither on the thread count nor on how the weight
- * splitter cut the product (its blocks issue the same calls).  MatMul
- * with an unbatched B folds A's batch dims into M. */
+ * splitter cut the product (its blocks issue the same calls).  The path
+ * depends on alpha and the CPU only, so a product's blocks take its path.
+ * MatMul with an unbatched B folds A's batch dims into M. */
 #include <cblas.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -13,6 +17,7 @@
 
 #include "hpdlf/error.h"
 #include "kernels/blas.h"
+#include "kernels/gemm_fma.h"
 #include "kernels/gemm_panels.h"
 #include "kernels/fused_impl.h"
 #include "kernels/gemm_tile.h"
@@ -180,6 +185,47 @@ static void gjob_run(struct gjob *j, struct hp_pool *pool)
 	hp_blas_serial_enter();
 	hp_parallel_for(pool, j->nprob * j->mt * j->nt, 1, tiles_range, j);
 	hp_blas_serial_leave();
+}
+
+/* ---- the own FMA product (gemm_fma.h) -------------------------------- */
+
+/* Whether job j runs as FMA chains instead of OpenBLAS's tiles: a CPU
+ * with AVX2 and FMA and alpha 1 (a chain from beta C has no place for
+ * alpha).  Independent of the extents, so the blocks of a split product
+ * and its bands take the same path as the whole. */
+static int fma_ok(const struct gjob *j)
+{
+	return j->alpha == 1.0f && hp_fma_gemm_ok();
+}
+
+static void fma_run(const struct gjob *j, const int64_t *aoff, const int64_t *boff, struct hp_pool *pool)
+{
+	struct hp_fma_prod p = {
+		.m = j->m, .n = j->n, .k = j->k, .nprob = j->nprob, .a = j->a, .b = j->b, .c = j->c,
+		.ra = j->ta ? 1 : j->lda, .rk = j->ta ? j->lda : 1,
+		.sk = j->tb ? 1 : j->ldb, .sj = j->tb ? j->ldb : 1,
+		.aoff = aoff, .boff = boff, .cs0 = j->cs0, .cs1 = j->cs1, .cprob = j->cprob, .beta = j->beta,
+		.y = j->y, .epi = j->epi, .addend = j->addend,
+	};
+
+	hp_fma_gemm(&p, pool);
+}
+
+/* MatMul's problems with their operands' offsets: 0, or -ENOMEM (then
+ * OpenBLAS's tiles run: the same results within rounding, other bits). */
+static int fma_matmul(const struct gjob *j, struct hp_pool *pool)
+{
+	int64_t *off = NULL;
+
+	if (j->bt) {
+		if (!(off = malloc((size_t)(2 * j->nprob) * sizeof *off)))
+			return -ENOMEM;
+		for (int64_t q = 0; q < j->nprob; q++)
+			prob_offsets(j->bt, q, &off[q], &off[j->nprob + q]);
+	}
+	fma_run(j, off, off ? off + j->nprob : NULL, pool);
+	free(off);
+	return 0;
 }
 
 /* ---- tiled product for the gradients (gemm_tile.h) ---------------------- */
@@ -353,6 +399,10 @@ int hp_gemm_run_epi(const struct hp_node *n, const struct hp_kargs *a, const str
 			hp_epi_run(e, a->out[0].data, addend, p->m * p->n, a->pool);
 		return 0;
 	}
+	if (fma_ok(&j)) {
+		fma_run(&j, NULL, NULL, a->pool);
+		return 0;
+	}
 	gjob_run(&j, a->pool);
 	return 0;
 }
@@ -498,6 +548,8 @@ int hp_matmul_run_epi(const struct hp_node *n, const struct hp_kargs *ka, const 
 	j.cs0 = j.n;
 	j.cs1 = 1;
 	j.cprob = j.m * j.n;
+	if (fma_ok(&j) && fma_matmul(&j, ka->pool) == 0)
+		return 0;
 	gjob_run(&j, ka->pool);
 	return 0;
 }

@@ -1,5 +1,7 @@
 /* The fixed tiling of Gemm and MatMul (kernels/gemm.c), shared with the
- * weight splitter (exec/split_weight.c).
+ * weight splitter (exec/split_weight.c).  Their forward products with
+ * alpha 1 on AVX2+FMA CPUs run as FMA chains (gemm_fma.h) that need no
+ * fixed tiling; the rest, and the gradients, run as below.
  *
  * OpenBLAS rounds an element differently depending on the dims of the
  * sgemm call that computes it and on its position in that call, but the

@@ -1,0 +1,44 @@
+/* Internal to kernels/: Gemm's and MatMul's own AVX2+FMA product
+ * (gemm_fma.c), which gemm.c runs instead of OpenBLAS's tiles when alpha
+ * is 1 and the CPU has AVX2 and FMA.
+ *
+ * Each output is one chain of fused multiply-adds over k = 0, 1, ..., K-1
+ * in order, starting from beta C (or from 0): so its bits depend on no
+ * cache blocking, tile, row band, output-column block or thread count, and
+ * a product cut along K whose blocks each start from the previous block's
+ * result (exec/split_weight.c's chained MatMulAcc / Gemm with beta 1) ends
+ * with the whole product's bits. */
+#ifndef HPDLF_KERNELS_GEMM_FMA_H
+#define HPDLF_KERNELS_GEMM_FMA_H
+
+#include <stdint.h>
+
+#include "hpdlf/kernels.h"
+#include "kernels/fused_impl.h"
+
+/* nprob products Y_p (m x n, rows ldy apart (0: n), the p-th m*ldy
+ * floats of y) = beta C_p + A_p op(B_p), then the epilogue epi (NULL:
+ * none) on each element, indexed as y whole (addend in y's layout).
+ * A_p(i, kk) = a[aoff[p] + i * ra + kk * rk], op(B_p)(kk, j) =
+ * b[boff[p] + kk * sk + j * sj] (aoff, boff NULL: 0), C_p(i, j) =
+ * c[p * cprob + i * cs0 + j * cs1] (c NULL: start from 0). */
+struct hp_fma_prod {
+	int64_t m, n, k, nprob;
+	const float *a, *b, *c;
+	int64_t ra, rk, sk, sj;
+	const int64_t *aoff, *boff;
+	int64_t cs0, cs1, cprob;
+	float beta;
+	float *y;
+	int64_t ldy;
+	const struct hp_epi *epi;
+	const float *addend;
+};
+
+/* 1 when this CPU runs hp_fma_gemm (x86-64 with AVX2 and FMA). */
+int hp_fma_gemm_ok(void);
+/* The product on the pool (alone below a few MFLOP); bitwise the same for
+ * any pool.  Only when hp_fma_gemm_ok(). */
+void hp_fma_gemm(const struct hp_fma_prod *p, struct hp_pool *pool);
+
+#endif
