@@ -3,9 +3,10 @@
  * primitives, and the sgemm calls of hpdlf's im2col path under OpenBLAS,
  * BLIS and libxsmm, forward, data gradient and weight gradient.
  *
- *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--fwd]
+ *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--fwd]
  *
  * --shift and --dot force hpdlf's shift and dot paths (1), forbid them (-1)
+ * (--dwc the same for the channel-blocked depthwise 3x3 kernel, conv_dwc.c)
  * or leave the choice to the planner (0, the default); --fwd times the
  * forward pass only.
  * Every figure is GFLOP/s per CPU-second of one thread (the thread's CPU
@@ -400,10 +401,12 @@ int main(int argc, char **argv)
 			hp_conv_set_shift(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--dot") && i + 1 < argc) /* hpdlf's dot path: auto, always, never */
 			hp_conv_set_dot(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--dwc") && i + 1 < argc) /* channel-blocked depthwise: auto, always, never */
+			hp_dwc_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--fwd"))
 			fwd_only = 1;
 		else {
-			fprintf(stderr, "usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--fwd]\n",
+			fprintf(stderr, "usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--fwd]\n",
 				argv[0]);
 			return 2;
 		}
