@@ -3,9 +3,10 @@
  * primitives, and the sgemm calls of hpdlf's im2col path under OpenBLAS,
  * BLIS and libxsmm, forward, data gradient and weight gradient.
  *
- *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--fwd]
+ *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--fwd]
  *
  * --shift and --dot force hpdlf's shift and dot paths (1), forbid them (-1)
+ * (--dwc the same for the channel-blocked depthwise 3x3 kernel, conv_dwc.c)
  * or leave the choice to the planner (0, the default); --fwd times the
  * forward pass only.
  * Every figure is GFLOP/s per CPU-second of one thread (the thread's CPU
@@ -51,6 +52,9 @@ static const struct cls classes[] = {
 	{ "dw3x3", "MobileNetV2 depthwise 56x56", 1, 144, 144, 56, 56, 3, 1, 1, 144 },
 	{ "dw3x3-s2", "MobileNetV2 depthwise stride 2", 1, 96, 96, 112, 112, 3, 2, 1, 96 },
 	{ "dw3x3-7", "MobileNetV2 depthwise 7x7", 1, 960, 960, 7, 7, 3, 1, 1, 960 },
+	{ "dw3x3-14", "MobileNetV2 depthwise 14x14", 1, 576, 576, 14, 14, 3, 1, 1, 576 },
+	{ "dw3x3-s2-56", "MobileNetV2 depthwise stride 2, 56 -> 28", 1, 144, 144, 56, 56, 3, 2, 1, 144 },
+	{ "dw3x3-s2-14", "MobileNetV2 depthwise stride 2, 14 -> 7", 1, 576, 576, 14, 14, 3, 2, 1, 576 },
 	{ "grouped", "ResNeXt 32 groups", 1, 128, 128, 28, 28, 3, 1, 1, 32 },
 	{ "3x3-r4", "ResNet-18 64x64 stage 3, batch 4", 4, 256, 256, 4, 4, 3, 1, 1, 1 },
 	{ "3x3-r8", "ResNet-18 64x64 stage 2, batch 4", 4, 128, 128, 8, 8, 3, 1, 1, 1 },
@@ -397,10 +401,12 @@ int main(int argc, char **argv)
 			hp_conv_set_shift(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--dot") && i + 1 < argc) /* hpdlf's dot path: auto, always, never */
 			hp_conv_set_dot(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--dwc") && i + 1 < argc) /* channel-blocked depthwise: auto, always, never */
+			hp_dwc_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--fwd"))
 			fwd_only = 1;
 		else {
-			fprintf(stderr, "usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--fwd]\n",
+			fprintf(stderr, "usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--fwd]\n",
 				argv[0]);
 			return 2;
 		}

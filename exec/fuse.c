@@ -293,6 +293,8 @@ int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struc
 		return rc;
 	if (!(opts && opts->splittable) && (rc = run_pass(g, hp_fuse_epilogue, r, &any)) < 0)
 		return rc;
+	if (!(opts && opts->splittable) && (rc = run_pass(g, hp_fuse_invres, r, &any)) < 0)
+		return rc;
 	return any ? hp_graph_infer(g) : 0;
 }
 

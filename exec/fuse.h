@@ -10,6 +10,10 @@
  *   - unless opts->splittable: Conv/MatMul/Gemm + Add + Relu/Clip/Sigmoid/
  *     HardSwish/Gelu into the product's epilogue (bitwise the unfused
  *     nodes, so an out-of-core run may keep them unfused and split).
+ *   - unless opts->splittable, after the epilogues: MobileNetV2's inverted
+ *     residual blocks (1x1 + Clip, depthwise 3x3 + Clip, 1x1 [+ Add]) on
+ *     planes of 14x14 and more into one FusedInvRes, run in bands of rows
+ *     (bitwise the three nodes).
  * Call after hp_graph_infer and before hp_session_create. */
 #ifndef HPDLF_EXEC_FUSE_H
 #define HPDLF_EXEC_FUSE_H

@@ -22,6 +22,7 @@ int hp_fuse_layernorm(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_ln.
 int hp_fuse_attention(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_attn.c */
 int hp_fuse_epilogue(struct hp_graph *g, struct hp_fuse_report *r);  /* fuse_epi.c */
 int hp_fuse_transpose_gemm(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_transpose.c */
+int hp_fuse_invres(struct hp_graph *g, struct hp_fuse_report *r);   /* fuse_ir.c, after the epilogues */
 /* Every Transpose of a float constant at once (a cap on the bytes folded):
  * 1 when some folded, 0, or a negative error. */
 int hp_fuse_const_transpose(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_const.c */

@@ -42,7 +42,7 @@ static int gemm_bound(const char *op)
 {
 	static const char *const ops[] = { "Conv", "ConvTranspose", "Gemm", "MatMul", "ConvGradData",
 					   "ConvGradFilter", "ConvTransposeGradData", "GemmGrad", "MatMulGrad",
-					   "FusedConv", "FusedMatMul", "FusedGemm", "FusedAttention" };
+					   "FusedConv", "FusedMatMul", "FusedGemm", "FusedAttention", "FusedInvRes" };
 
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
 		if (!strcmp(op, ops[i]))

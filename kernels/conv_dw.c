@@ -348,7 +348,7 @@ static void fwd_range(void *arg, int64_t b, int64_t e, int tid)
 		hp_dw3_init(&d->g, scratch);
 	for (int64_t i = b; i < e; i++) { /* i = (item, output channel) */
 		int64_t n = i / cout, m = i % cout, c = m / d->mult;
-		const float *x = r->a + (n * d->cin + c) * d->g.img_vol;
+		const float *x = r->a + (n * d->cin + c) * (d->xstride ? d->xstride : d->g.img_vol);
 		float bias = r->bias ? r->bias[m] : 0.0f;
 		if (pd.buf && n * d->cin + c != last) /* multipliers share their input plane */
 			pad_plane(&d->g, x, &pd);
@@ -364,11 +364,25 @@ static void fwd_range(void *arg, int64_t b, int64_t e, int tid)
 	free(scratch);
 }
 
+void hp_dw_planes(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y, int64_t i0,
+		  int64_t i1)
+{
+	struct dw_run r = { .d = d, .a = x, .b = w, .bias = b, .out = y };
+
+	fwd_range(&r, i0, i1, 0);
+}
+
 void hp_dw_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,
 		   struct hp_pool *pool)
 {
 	struct dw_run r = { .d = d, .a = x, .b = w, .bias = b, .out = y };
-	int saved, threads = hp_conv_threads_enter(pool, &saved);
+	int saved, threads;
+
+	if (d->g.img[0] == 1 && hp_dwc_wanted(&d->g)) { /* small planes and stride 2: channel blocks */
+		hp_dwc_forward(d, x, w, b, y, pool);
+		return;
+	}
+	threads = hp_conv_threads_enter(pool, &saved);
 
 	hp_conv_parallel(pool, threads, d->batch * d->cin * d->mult, fwd_range, &r);
 	hp_conv_threads_leave(saved);

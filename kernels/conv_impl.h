@@ -140,6 +140,7 @@ struct hp_dw {
 	int64_t unit;          /* hp_dw_filter: positions per unit of its sums (0: an item) */
 	const struct hp_epi *epi; /* forward: fused epilogue per plane, or NULL */
 	const float *addend;
+	int64_t xstride;       /* forward: floats from one input plane to the next (0: img_vol) */
 };
 
 /* group == cin > 1 and cout a multiple of cin: the depthwise path. */
@@ -164,6 +165,21 @@ size_t hp_dw3_scratch(const struct hp_colgeom *g);
 /* Once per scratch buffer, before its planes. */
 void hp_dw3_init(const struct hp_colgeom *g, float *scratch);
 void hp_dw3_plane(const struct hp_colgeom *g, const float *x, const float *w, float bias, float *y, float *scratch);
+/* Output planes [i0, i1) (flat (item, output channel)) of hp_dw_forward
+ * by the plane kernels, on the calling thread. */
+void hp_dw_planes(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y, int64_t i0,
+		  int64_t i1);
+
+/* The same 3x3 geometries with eight output channels per register pass
+ * (conv_dwc.c): hp_dw3_plane's chains, so the same bits, over planes of
+ * at most 4096 outputs; hp_dw_forward takes it where wanted (stride 2,
+ * narrow planes). */
+int hp_dwc_eligible(const struct hp_colgeom *g);
+int hp_dwc_wanted(const struct hp_colgeom *g);
+void hp_dwc_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,
+		    struct hp_pool *pool);
+/* Tests and benchmarks only: 0 auto, 1 whenever eligible, -1 never. */
+void hp_dwc_set_mode(int mode);
 
 /* Parsed Conv / ConvTranspose node, kept in n->priv. */
 struct hp_conv {

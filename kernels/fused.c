@@ -199,7 +199,8 @@ static const struct hp_op op_fgelu = {
 };
 
 extern const struct hp_op hp_op_fused_attention; /* fused_attn.c */
+extern const struct hp_op hp_op_fused_invres;    /* fused_ir.c */
 
 const struct hp_op *const hp_ops_fused[] = {
-	&op_fconv, &op_fmatmul, &op_fgemm, &op_fgelu, &hp_op_fused_attention, NULL,
+	&op_fconv, &op_fmatmul, &op_fgemm, &op_fgelu, &hp_op_fused_attention, &hp_op_fused_invres, NULL,
 };

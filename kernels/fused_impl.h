@@ -44,4 +44,12 @@ int hp_matmul_run_epi(const struct hp_node *n, const struct hp_kargs *a, const s
 		      const float *addend);
 int hp_gemm_run_epi(const struct hp_node *n, const struct hp_kargs *a, const struct hp_epi *e, const float *addend);
 
+/* FusedInvRes (fused_ir.c), MobileNetV2's expansion, depthwise and
+ * projection in one node: whether this machine runs it (AVX2 and FMA,
+ * the kernels whose bits it reproduces). */
+int hp_fir_available(void);
+/* Tests only: output rows per band of the nodes prepared from now on (0:
+ * from the cache budget). */
+void hp_fir_set_band_rows(int64_t rows);
+
 #endif

@@ -5,9 +5,11 @@
  * results bitwise equal with and without a pool, and a band of output
  * rows (its input rows with their halo, pads cut as exec/split_band.c
  * cuts them) bitwise equal to those rows of the whole. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,7 @@
 
 #include "hpdlf/error.h"
 #include "kernels/conv_impl.h"
+#include "kernels/fused_impl.h"
 #include "tests/kernels/harness.h"
 
 struct dc {
@@ -276,12 +279,170 @@ static void test_bands(void **state)
 	}
 }
 
+/* ---- conv_dwc.c: eight channels per register pass ---- */
+
+/* Channel counts not a multiple of the block (8), odd and even sizes,
+ * stride 1 and 2, pads 0 to 3 on either side, multipliers 1 and 2, two
+ * items: { nd, n, c, mult, in, k, s, d, pb, pe }. */
+static const struct dc dwc_cases[] = {
+	{ 2, 1, 13, 1, { 7, 7 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 2, 9, 1, { 14, 14 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 20, 1, { 15, 11 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 1 }, { 1, 0 } },
+	{ 2, 1, 5, 2, { 9, 13 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 2, 3 }, { 0, 2 } },
+	{ 2, 2, 8, 1, { 28, 28 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 3, 1, { 1, 1 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 17, 1, { 33, 21 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 3, 0 }, { 2, 3 } },
+	{ 2, 1, 7, 3, { 6, 40 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 0, 0 }, { 0, 0 } },
+	{ 2, 1, 24, 1, { 56, 56 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 0 }, { 1, 1 } },
+};
+
+/* y as one chain per output: bias, then fmaf over (kh, kw), taps in the
+ * padding as w * 0 (the chain both kernels promise), then the epilogue
+ * act(y + addend) with fused_epi.c's Clip (add NULL: none; lo > hi: no
+ * activation). */
+static void chain_ref(const struct dc *t, const float *x, const float *w, const float *b, const float *add, float lo,
+		      float hi, float *y)
+{
+	int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), m = t->c * t->mult;
+
+	for (int64_t n = 0; n < t->n; n++)
+		for (int64_t o = 0; o < m; o++)
+			for (int64_t i = 0; i < oh * ow; i++) {
+				const float *xp = x + (n * t->c + o / t->mult) * t->in[0] * t->in[1];
+				int64_t yi = (n * m + o) * oh * ow + i;
+				float v = b[o];
+				for (int k = 0; k < 9; k++) {
+					int64_t ih = i / ow * t->s[0] - t->pb[0] + k / 3, iw = i % ow * t->s[1] - t->pb[1] + k % 3;
+					int in = ih >= 0 && ih < t->in[0] && iw >= 0 && iw < t->in[1];
+					v = fmaf(w[o * 9 + k], in ? xp[ih * t->in[1] + iw] : 0.0f, v);
+				}
+				if (add)
+					v = v + add[yi];
+				if (lo <= hi)
+					v = v < lo ? lo : v > hi ? hi : v;
+				y[yi] = v;
+			}
+}
+
+static float *dwc_data(size_t n, unsigned seed)
+{
+	float *p = malloc(n * sizeof *p);
+	uint32_t s = seed * 2654435761u + 7;
+
+	for (size_t i = 0; i < n; i++) {
+		s = s * 1664525u + 1013904223u;
+		p[i] = (float)(s >> 8) / (float)(1u << 23) - 1.0f;
+	}
+	return p;
+}
+
+/* Whole node of case t with mode (1 channel blocks, -1 planes) and pool. */
+static void dwc_run(const struct dc *t, int mode, struct hp_pool *pool, const float *x, const float *w,
+		    const float *b, const struct hp_epi *epi, const float *add, float *y)
+{
+	int64_t i0, i1;
+	struct hp_dw d = geom(t, 0, out_dim(t, 0), &i0, &i1);
+
+	d.epi = epi;
+	d.addend = add;
+	hp_dwc_set_mode(mode);
+	hp_dw_forward(&d, x, w, b, y, pool);
+	hp_dwc_set_mode(0);
+}
+
+/* Every output is the promised chain bit for bit (and so within 1e-5 of
+ * double loops), with and without Clip(0, 6) after an addend; the same
+ * bits as the plane kernel and on a pool of 2. */
+static void test_dwc_chains(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int ci = 0; ci < (int)(sizeof dwc_cases / sizeof dwc_cases[0]); ci++) {
+		const struct dc *t = &dwc_cases[ci];
+		int64_t m = t->c * t->mult, ny = t->n * m * out_dim(t, 0) * out_dim(t, 1);
+		size_t nx = (size_t)(t->n * t->c * t->in[0] * t->in[1]);
+		float *x = dwc_data(nx, 3 + ci), *w = dwc_data((size_t)m * 9, 5 + ci), *b = dwc_data((size_t)m, 7 + ci);
+		float *add = dwc_data((size_t)ny, 9 + ci), *ref = malloc((size_t)ny * 4), *y = malloc((size_t)ny * 4);
+		float *y2 = malloc((size_t)ny * 4);
+		struct hp_epi clip = { .act = HP_EPI_CLIP, .add = HP_EPI_ADD_FULL, .lo = 0.0f, .hi = 0.5f };
+		double *dref = calloc((size_t)ny, sizeof *dref);
+		struct refctx rc = { .a = x, .b = w, .out = dref, .pass = 0 };
+
+		int64_t i0, i1;
+		struct hp_dw whole = geom(t, 0, out_dim(t, 0), &i0, &i1);
+
+		assert_true(hp_dwc_eligible(&whole.g));
+		dwc_run(t, 1, NULL, x, w, b, NULL, NULL, y);
+		chain_ref(t, x, w, b, NULL, 1, 0, ref);
+		if (memcmp(y, ref, (size_t)ny * 4))
+			fail_msg("dwc case %d: not the fmaf chain of every output", ci);
+		each(t, ref_visit, &rc);
+		for (int64_t i = 0; i < ny; i++)
+			if (fabs(y[i] - (dref[i] + b[i / (out_dim(t, 0) * out_dim(t, 1)) % m])) > 1e-5 * 8)
+				fail_msg("dwc case %d: %g against loops %g at %lld", ci, y[i], dref[i], (long long)i);
+		dwc_run(t, -1, NULL, x, w, b, NULL, NULL, y2);
+		if (memcmp(y, y2, (size_t)ny * 4))
+			fail_msg("dwc case %d: channel blocks differ from the plane kernel", ci);
+		dwc_run(t, 1, pool, x, w, b, NULL, NULL, y2);
+		if (memcmp(y, y2, (size_t)ny * 4))
+			fail_msg("dwc case %d: a pool of 2 changes the bits", ci);
+		dwc_run(t, 1, pool, x, w, b, &clip, add, y);
+		chain_ref(t, x, w, b, add, 0.0f, 0.5f, ref);
+		if (memcmp(y, ref, (size_t)ny * 4))
+			fail_msg("dwc case %d: the fused Add and Clip differ from fused_epi.c's", ci);
+		dwc_run(t, -1, NULL, x, w, b, &clip, add, y2);
+		if (memcmp(y, y2, (size_t)ny * 4))
+			fail_msg("dwc case %d: fused channel blocks differ from the plane kernel's", ci);
+		free(x), free(w), free(b), free(add), free(ref), free(y), free(y2), free(dref);
+	}
+	hp_pool_destroy(pool);
+}
+
+/* Bands of output rows by channel blocks (their input rows and halo, the
+ * band's top pad) are bitwise the rows of the whole. */
+static void test_dwc_bands(void **state)
+{
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	for (int ci = 0; ci < (int)(sizeof dwc_cases / sizeof dwc_cases[0]); ci++) {
+		const struct dc *t = &dwc_cases[ci];
+		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), i0, i1, m = t->c * t->mult;
+		size_t nx = (size_t)(t->n * t->c * t->in[0] * t->in[1]), ny = (size_t)(t->n * m * oh * ow);
+		float *x = dwc_data(nx, 13 + ci), *w = dwc_data((size_t)m * 9, 15 + ci), *b = dwc_data((size_t)m, 17 + ci);
+		float *y = malloc(ny * 4), *yb = malloc(ny * 4), *xb = malloc(nx * 4);
+
+		dwc_run(t, 1, NULL, x, w, b, NULL, NULL, y);
+		hp_dwc_set_mode(1);
+		for (int64_t r0 = 0; r0 < oh; r0 += 1 + oh / 9)
+			for (int64_t r1 = r0 + 1; r1 <= oh; r1 += 1 + oh / 7) {
+				struct hp_dw band = geom(t, r0, r1, &i0, &i1);
+				for (int64_t p = 0; p < t->n * t->c; p++)
+					memcpy(xb + p * (i1 - i0) * t->in[1], x + (p * t->in[0] + i0) * t->in[1],
+					       (size_t)((i1 - i0) * t->in[1]) * 4);
+				hp_dw_forward(&band, xb, w, b, yb, NULL);
+				for (int64_t p = 0; p < t->n * m; p++)
+					if (memcmp(yb + p * (r1 - r0) * ow, y + (p * oh + r0) * ow, (size_t)((r1 - r0) * ow) * 4))
+						fail_msg("dwc case %d: band [%lld, %lld) differs from the whole", ci,
+							 (long long)r0, (long long)r1);
+			}
+		hp_dwc_set_mode(0);
+		free(x), free(w), free(b), free(y), free(yb), free(xb);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_against_loops),
 		cmocka_unit_test(test_path),
 		cmocka_unit_test(test_bands),
+		cmocka_unit_test(test_dwc_chains),
+		cmocka_unit_test(test_dwc_bands),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

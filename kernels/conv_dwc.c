@@ -1,0 +1,329 @@
+/* Depthwise 3x3 forward, 2-D, stride 1 or 2, undilated, with eight
+ * channels per register pass (AVX2 + FMA): the lanes of a vector are eight
+ * output channels at one position, not eight positions of one channel.
+ *
+ * Why: conv_dw3.c runs one plane at a time, its vectors along a row.  On
+ * MobileNetV2's 14x14 and 7x7 planes a row is one or two vectors (the
+ * last masked), so building its padded rows, the masks and the calls cost
+ * more than the nine taps; at stride 2 a row's inputs must be split into
+ * even and odd columns first.  Here a block of eight planes is transposed
+ * once, row by row, into rows of [position][8 channels] (zero positions
+ * for the padding), every output is nine loads and nine FMAs whatever the
+ * plane's width or the stride, and the block's output plane is transposed
+ * back as one flat run of positions, so even a 7x7 plane is six whole
+ * vectors per channel.
+ *
+ * Determinism: every output is the chain bias + w0 x0 + ... + w8 x8 of
+ * fused multiply-adds in (kh, kw) order, taps in the padding included as
+ * w * 0: conv_dw3.c's chain, so the two kernels give the same bits, and a
+ * block's lanes, the thread count and bands of rows (whose halo rows are
+ * the same image rows) change nothing.  The epilogue (Relu, Clip after an
+ * optional full addend) is fused_epi.c's expression in registers. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/conv_impl.h"
+#include "kernels/fused_impl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define DWC_X86 1
+#define DWC_TARGET __attribute__((target("avx2,fma")))
+#define DWC_INLINE __attribute__((always_inline)) inline
+#endif
+
+#define DWC_L 8     /* channels per block (the lanes) */
+#define DWC_SLOTS 4 /* ring of transposed input rows: a step's three and the next's */
+#define DWC_OB 8    /* outputs of a row per step (independent FMA chains) */
+/* The block's output plane lives transposed in the scratch: planes up to
+ * this many positions (64x64: 128 KiB, in L2). */
+#define DWC_MAX_GRID 4096
+
+static int dwc_mode;
+
+void hp_dwc_set_mode(int mode)
+{
+	dwc_mode = mode;
+}
+
+int hp_dwc_eligible(const struct hp_colgeom *g)
+{
+	return hp_dw3_eligible(g) && g->grid_vol <= DWC_MAX_GRID;
+}
+
+/* Auto: stride 2 (conv_dw3.c splits rows into even and odd columns), and
+ * stride-1 planes narrower than two vectors (its rows are mostly masked
+ * tails).  Wider stride-1 planes vectorize along their rows as well and
+ * need no transposes. */
+int hp_dwc_wanted(const struct hp_colgeom *g)
+{
+	if (dwc_mode < 0 || !hp_dwc_eligible(g))
+		return 0;
+	return dwc_mode > 0 || g->stride[2] == 2 || g->grid[2] < 16;
+}
+
+/* Positions of a transposed input row: up to the last output's last tap,
+ * whole vectors (the transposes go eight positions at a time). */
+static int64_t dwc_width(const struct hp_colgeom *g)
+{
+	return ((g->grid[2] - 1) * g->stride[2] + 3 + 7) / 8 * 8;
+}
+
+/* Floats of a worker's scratch: the ring, a zero row, the output plane. */
+static size_t dwc_floats(const struct hp_colgeom *g)
+{
+	return (size_t)((DWC_SLOTS + 1) * dwc_width(g) * DWC_L + (g->grid_vol + 7) / 8 * 8 * DWC_L);
+}
+
+struct dwc_run {
+	const struct hp_dw *d;
+	const float *x, *w, *b;
+	float *y;
+	int fin;                 /* the epilogue in registers (else per plane after) */
+	int64_t blocks;          /* channel blocks per item */
+};
+
+#ifdef DWC_X86
+static const int32_t dwc_mask_src[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
+
+DWC_TARGET static DWC_INLINE __m256i dwc_mask(int64_t n)
+{
+	return _mm256_loadu_si256((const __m256i *)(dwc_mask_src + 8 - (n < 0 ? 0 : n > 8 ? 8 : n)));
+}
+
+/* Lanes l of image row x at column i - left + l where that lies in
+ * [0, n), zeros elsewhere (masked lanes are not read). */
+DWC_TARGET static DWC_INLINE __m256 dwc_row_vec(const float *x, int64_t i, int64_t left, int64_t n)
+{
+	if (i >= left && i - left + 8 <= n)
+		return _mm256_loadu_ps(x + i - left);
+	__m256i idx = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)(i - left)));
+	__m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), idx),
+					 _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), idx));
+
+	return _mm256_maskload_ps(x + i - left, in);
+}
+
+/* r[i] becomes column i of the 8x8 matrix whose rows were r[0..8). */
+DWC_TARGET static DWC_INLINE void dwc_transpose(__m256 r[8])
+{
+	__m256 t[8], s[8];
+
+	for (int i = 0; i < 4; i++) {
+		t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+	}
+	for (int i = 0; i < 2; i++) {
+		s[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+		s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+		s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+		s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+	}
+	for (int i = 0; i < 4; i++) {
+		r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
+		r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
+	}
+}
+
+/* Image row ih of the block's nc planes (xs[l]) as a transposed row:
+ * row[p][l] = plane l at column p - left, zeros outside. */
+DWC_TARGET static void dwc_fill(const struct hp_colgeom *g, const float *const *xs, int nc, int64_t ih, float *row)
+{
+	int64_t wd = dwc_width(g), left = g->pad[2], n = g->img[2];
+
+	for (int64_t p = 0; p < wd; p += 8) {
+		__m256 v[8];
+		for (int l = 0; l < 8; l++)
+			v[l] = l < nc ? dwc_row_vec(xs[l] + ih * n, p, left, n) : _mm256_setzero_ps();
+		dwc_transpose(v);
+		for (int q = 0; q < 8; q++)
+			_mm256_storeu_ps(row + (p + q) * DWC_L, v[q]);
+	}
+}
+
+/* N outputs of a row from o0, stride S: bias, then the nine taps in
+ * (kh, kw) order, into out[o][8]. */
+DWC_TARGET static DWC_INLINE void dwc_outs(const int N, const int S, const float *const *r, const __m256 *wv,
+					   __m256 b, int64_t o0, float *out)
+{
+	__m256 acc[DWC_OB];
+
+	for (int j = 0; j < N; j++)
+		acc[j] = b;
+	for (int kh = 0; kh < 3; kh++)
+		for (int kw = 0; kw < 3; kw++)
+			for (int j = 0; j < N; j++)
+				acc[j] = _mm256_fmadd_ps(wv[3 * kh + kw],
+							 _mm256_loadu_ps(r[kh] + ((o0 + j) * S + kw) * DWC_L), acc[j]);
+	for (int j = 0; j < N; j++)
+		_mm256_storeu_ps(out + (o0 + j) * DWC_L, acc[j]);
+}
+
+#define DWC_CASE(N)                                                                                   \
+	case N:                                                                                        \
+		if (s == 1)                                                                            \
+			dwc_outs(N, 1, r, wv, b, o0, out);                                             \
+		else                                                                                   \
+			dwc_outs(N, 2, r, wv, b, o0, out);                                             \
+		break;
+
+/* One output row: out[o][8] for o < ow. */
+DWC_TARGET static void dwc_row(int64_t s, int64_t ow, const float *const *r, const __m256 *wv, __m256 b, float *out)
+{
+	for (int64_t o0 = 0; o0 < ow; o0 += DWC_OB) {
+		switch (ow - o0 < DWC_OB ? (int)(ow - o0) : DWC_OB) {
+			DWC_CASE(1)
+			DWC_CASE(2)
+			DWC_CASE(3)
+			DWC_CASE(4)
+			DWC_CASE(5)
+			DWC_CASE(6)
+			DWC_CASE(7)
+			DWC_CASE(8)
+		default:
+			break;
+		}
+	}
+}
+
+/* v = act(v + add) as fused_epi.c computes it (a compare and a select:
+ * NaN passes; Clip's lo already min(lo, hi)). */
+DWC_TARGET static DWC_INLINE __m256 dwc_finish(__m256 v, const struct hp_epi *e, const float *add, int64_t n)
+{
+	if (add)
+		v = _mm256_add_ps(v, n >= 8 ? _mm256_loadu_ps(add) : _mm256_maskload_ps(add, dwc_mask(n)));
+	if (e->act == HP_EPI_RELU) {
+		v = _mm256_blendv_ps(v, _mm256_setzero_ps(), _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ));
+	} else if (e->act == HP_EPI_CLIP) {
+		__m256 lo = _mm256_set1_ps(e->lo > e->hi ? e->hi : e->lo), hi = _mm256_set1_ps(e->hi);
+		__m256 r = _mm256_blendv_ps(v, hi, _mm256_cmp_ps(v, hi, _CMP_GT_OQ));
+		v = _mm256_blendv_ps(r, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
+	}
+	return v;
+}
+
+/* The block's transposed output plane out[q][8] back to its nc planes
+ * ys[l] (and their addends adds[l], or NULL), eight positions at a time;
+ * the plane's last partial vector lane by lane, so nothing past a plane is
+ * written (the next may be another worker's). */
+DWC_TARGET static void dwc_store(const struct dwc_run *r, int64_t vol, const float *out, int nc, float *const *ys,
+				 const float *const *adds)
+{
+	const struct hp_epi *e = r->fin ? r->d->epi : NULL;
+
+	for (int64_t q = 0; q < vol; q += 8) {
+		__m256 v[8];
+		int64_t n = vol - q;
+		for (int i = 0; i < 8; i++)
+			v[i] = _mm256_loadu_ps(out + (q + i) * DWC_L);
+		dwc_transpose(v);
+		for (int l = 0; l < nc; l++) {
+			__m256 o = e ? dwc_finish(v[l], e, adds[l] ? adds[l] + q : NULL, n) : v[l];
+			if (n >= 8) {
+				_mm256_storeu_ps(ys[l] + q, o);
+			} else {
+				float t[8];
+				_mm256_storeu_ps(t, o);
+				for (int64_t i = 0; i < n; i++)
+					ys[l][q + i] = t[i];
+			}
+		}
+	}
+}
+
+/* The transposed row of image row ih (a zero row outside the image), from
+ * the ring: tags[] holds which image row each slot has. */
+static const float *dwc_get(const struct hp_colgeom *g, const float *const *xs, int nc, int64_t ih, float *ring,
+			    int64_t *tags, const float *zero)
+{
+	int64_t wd = dwc_width(g) * DWC_L, s = ih % DWC_SLOTS;
+
+	if (ih < 0 || ih >= g->img[1])
+		return zero;
+	if (tags[s] != ih) {
+		dwc_fill(g, xs, nc, ih, ring + s * wd);
+		tags[s] = ih;
+	}
+	return ring + s * wd;
+}
+
+/* Output channels [m0, m0 + nc) of item n. */
+DWC_TARGET static void dwc_block(const struct dwc_run *r, int64_t n, int64_t m0, int nc, float *scratch)
+{
+	const struct hp_dw *d = r->d;
+	const struct hp_colgeom *g = &d->g;
+	int64_t cout = d->cin * d->mult, wd = dwc_width(g) * DWC_L, tags[DWC_SLOTS], ow = g->grid[2];
+	float *zero = scratch + DWC_SLOTS * wd, *out = zero + wd;
+	const float *xs[8], *adds[8] = { 0 };
+	float *ys[8], wt[9][8] = { { 0 } }, bt[8] = { 0 };
+	__m256 wv[9], b;
+
+	for (int l = 0; l < nc; l++) {
+		int64_t m = m0 + l, c = m / d->mult;
+		xs[l] = r->x + (n * d->cin + c) * (d->xstride ? d->xstride : g->img_vol);
+		ys[l] = r->y + (n * cout + m) * g->grid_vol;
+		if (r->fin && d->epi->add == HP_EPI_ADD_FULL)
+			adds[l] = d->addend + (n * cout + m) * g->grid_vol;
+		for (int t = 0; t < 9; t++)
+			wt[t][l] = r->w[m * 9 + t];
+		bt[l] = r->b ? r->b[m] : 0.0f;
+	}
+	for (int t = 0; t < 9; t++)
+		wv[t] = _mm256_loadu_ps(wt[t]);
+	b = _mm256_loadu_ps(bt);
+	for (int i = 0; i < DWC_SLOTS; i++)
+		tags[i] = -1;
+	for (int64_t oh = 0; oh < g->grid[1]; oh++) {
+		const float *rows[3];
+		for (int kh = 0; kh < 3; kh++)
+			rows[kh] = dwc_get(g, xs, nc, oh * g->stride[1] - g->pad[1] + kh, scratch, tags, zero);
+		dwc_row(g->stride[2], ow, rows, wv, b, out + oh * ow * DWC_L);
+	}
+	dwc_store(r, g->grid_vol, out, nc, ys, adds);
+	for (int l = 0; l < nc && d->epi && !r->fin; l++) /* other epilogues: per plane, in cache */
+		hp_epi_span(d->epi, r->y, d->addend, ys[l] - r->y, ys[l] - r->y + g->grid_vol);
+}
+
+static void dwc_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct dwc_run *r = arg;
+	int64_t cout = r->d->cin * r->d->mult;
+	float *scratch = malloc(dwc_floats(&r->d->g) * sizeof(float));
+
+	(void)tid;
+	for (int64_t i = b; i < e && !scratch; i++) { /* conv_dw3.c's planes: less memory, the same bits */
+		int64_t p0 = i / r->blocks * cout + i % r->blocks * DWC_L, m0 = i % r->blocks * DWC_L;
+		hp_dw_planes(r->d, r->x, r->w, r->b, r->y, p0, p0 + (cout - m0 < DWC_L ? cout - m0 : DWC_L));
+	}
+	if (!scratch)
+		return;
+	memset(scratch + DWC_SLOTS * dwc_width(&r->d->g) * DWC_L, 0,
+	       (size_t)(dwc_width(&r->d->g) * DWC_L) * sizeof(float));
+	for (int64_t i = b; i < e; i++) { /* i = (item, block of output channels) */
+		int64_t n = i / r->blocks, m0 = i % r->blocks * DWC_L;
+		dwc_block(r, n, m0, (int)(cout - m0 < DWC_L ? cout - m0 : DWC_L), scratch);
+	}
+	free(scratch);
+}
+#endif
+
+void hp_dwc_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,
+		    struct hp_pool *pool)
+{
+	struct dwc_run r = { .d = d, .x = x, .w = w, .b = b, .y = y };
+	const struct hp_epi *e = d->epi;
+	int saved, threads;
+
+	r.blocks = (d->cin * d->mult + DWC_L - 1) / DWC_L;
+	r.fin = e && (e->add == HP_EPI_ADD_NONE || (e->add == HP_EPI_ADD_FULL && d->addend)) &&
+		(e->act == HP_EPI_NONE || e->act == HP_EPI_RELU || e->act == HP_EPI_CLIP);
+#ifdef DWC_X86
+	threads = hp_conv_threads_enter(pool, &saved);
+	hp_conv_parallel(pool, threads, d->batch * r.blocks, dwc_range, &r);
+	hp_conv_threads_leave(saved);
+#else
+	(void)saved, (void)threads;
+	hp_dw_planes(d, x, w, b, y, 0, d->batch * d->cin * d->mult);
+#endif
+}

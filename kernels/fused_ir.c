@@ -1,0 +1,289 @@
+/* FusedInvRes (domain ai.hpdlf): MobileNetV2's inverted residual block as
+ * one node, made by exec/fuse_ir.c from the fused chain
+ *
+ *   E = Clip(Conv1x1(X, W1, B1))          expansion
+ *   D = Clip(DepthwiseConv3x3(E, Wd, Bd))  stride 1 or 2
+ *   Y = Conv1x1(D, W2, B2) [+ addend]      projection (the residual)
+ *
+ * inputs X, W1, B1, Wd, Bd, W2, B2 [, addend]; attributes strides (2),
+ * pads (4: top, left, bottom, right) of the depthwise Conv, expand_min,
+ * expand_max, dw_min, dw_max (the two Clips).
+ *
+ * Why: at 112x112 and 56x56 the expanded tensors E and D are 6x the
+ * block's input and output; written by one node and read by the next they
+ * went through memory, and those blocks ran at about 20 GFLOP/s.  Here a
+ * worker takes a run of output rows and walks it in bands of a few rows:
+ * the expansion rows the band needs (a halo of one or two rows, carried
+ * over from the band before instead of recomputed), the band's depthwise
+ * rows, then its projection, all in buffers of the worker that stay in
+ * its cache.  E and D never exist whole.
+ *
+ * Bits: each stage is hpdlf's own kernel for that node, whose outputs are
+ * each one fixed chain of fused multiply-adds: hp_pw_gemm (conv_pw.c's
+ * chain over k from the bias, whatever the columns of a call), the
+ * depthwise kernels on a band of rows (bitwise the whole plane,
+ * tests/kernels/test_conv_dw.c) and fused_epi.c's Clip and Add.  So the
+ * block gives the unfused nodes' bits, for any band height and thread
+ * count (tests/kernels/test_fused_ir.c). */
+#include <errno.h>
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "kernels/conv_impl.h"
+#include "kernels/fused_impl.h"
+
+/* Output rows per band.  Each band calls the three kernels once, whose
+ * fixed costs per call (the depthwise kernels' row buffers, a product's
+ * tails) grew past what the cache saves below about 8 rows (MobileNetV2's
+ * blocks, one thread, CPU time: 1 row 10-40% slower than 8, 16 to 56 rows
+ * no faster); at 8 the window of expanded rows is 0.3 to 1.5 MiB. */
+#define FIR_ROWS 8
+
+struct fir {
+	int64_t n, cin, ce, cout, h, w, oh, ow;
+	int64_t s, pt, pl;          /* depthwise stride, top and left pads */
+	int64_t rows;               /* output rows per band */
+	int64_t ecap;               /* E rows the window holds (fir_ecap) */
+	struct hp_epi e1, e2, e3;   /* Clip of E, Clip of D, the projection's Add */
+	size_t per_thread;          /* floats of a worker's buffers */
+};
+
+static int64_t band_rows_set;
+
+void hp_fir_set_band_rows(int64_t rows)
+{
+	band_rows_set = rows;
+}
+
+int hp_fir_available(void)
+{
+	return hp_pw_available() && hp_dot_available();
+}
+
+/* E rows the window holds: a band's and the next band's new ones, so
+ * that the halo moves to the window's start every other band. */
+static int64_t fir_ecap(const struct fir *f, int64_t rows)
+{
+	return (rows - 1) * f->s + 3 + rows * f->s;
+}
+
+static size_t fir_floats(const struct fir *f, int64_t rows)
+{
+	return (size_t)(f->ce * (fir_ecap(f, rows) * f->w + rows * f->ow));
+}
+
+struct fir_run {
+	const struct fir *f;
+	const float *x, *w1, *b1, *wd, *bd, *w2, *b2, *add;
+	float *y, *ws;
+	int64_t chunks;             /* runs of output rows per item */
+};
+
+/* A worker's window of E rows ([ce][ecap][w]): buffer row 0 holds image
+ * row base, rows [base, top) are computed. */
+struct fir_walk {
+	float *e, *d;
+	int64_t base, top;
+};
+
+/* E rows [e0, e1) of item n in the window: the rows the bands before left
+ * there (moved to its start when the window is full), the others computed
+ * and clipped.  Returns E row e0. */
+static const float *fir_expand(const struct fir_run *r, struct fir_walk *k, int64_t n, int64_t e0, int64_t e1)
+{
+	const struct fir *f = r->f;
+	int64_t ld = f->ecap * f->w, from = e0;
+
+	if (k->base >= 0 && k->base <= e0 && k->top > e0) { /* the halo computed before */
+		from = k->top < e1 ? k->top : e1;
+		if (e1 - k->base > f->ecap) {
+			for (int64_t m = 0; m < f->ce; m++)
+				memmove(k->e + m * ld, k->e + m * ld + (e0 - k->base) * f->w,
+					(size_t)((from - e0) * f->w) * sizeof(float));
+			k->base = e0;
+		}
+	} else {
+		k->base = e0;
+		k->top = e0;
+	}
+	if (from < e1) {
+		hp_pw_gemm(f->ce, (e1 - from) * f->w, f->cin, r->w1, f->cin, r->x + (n * f->cin * f->h + from) * f->w,
+			   f->h * f->w, r->b1, k->e + (from - k->base) * f->w, ld);
+		for (int64_t m = 0; m < f->ce; m++)
+			hp_epi_span(&f->e1, k->e, NULL, m * ld + (from - k->base) * f->w, m * ld + (e1 - k->base) * f->w);
+	}
+	k->top = e1 > k->top ? e1 : k->top;
+	return k->e + (e0 - k->base) * f->w;
+}
+
+/* Output rows [r0, r1) of item n: expansion, depthwise rows, projection. */
+static void fir_band(const struct fir_run *r, struct fir_walk *k, int64_t n, int64_t r0, int64_t r1)
+{
+	const struct fir *f = r->f;
+	int64_t lo = r0 * f->s - f->pt, hi = (r1 - 1) * f->s - f->pt + 3;
+	int64_t e0 = lo < 0 ? 0 : lo, e1 = hi > f->h ? f->h : hi, cols = (r1 - r0) * f->ow;
+	struct hp_dw d = { .batch = 1, .cin = f->ce, .mult = 1, .epi = &f->e2, .xstride = f->ecap * f->w };
+	float *y = r->y + n * f->cout * f->oh * f->ow;
+	const float *e = fir_expand(r, k, n, e0, e1);
+
+	d.g.img[0] = d.g.grid[0] = d.g.k[0] = d.g.stride[0] = d.g.dil[0] = 1;
+	d.g.img[1] = e1 - e0, d.g.img[2] = f->w;
+	d.g.grid[1] = r1 - r0, d.g.grid[2] = f->ow;
+	d.g.k[1] = d.g.k[2] = 3;
+	d.g.stride[1] = d.g.stride[2] = f->s;
+	d.g.dil[1] = d.g.dil[2] = 1;
+	d.g.pad[1] = e0 - lo, d.g.pad[2] = f->pl;
+	hp_colgeom_finish(&d.g);
+	hp_dw_forward(&d, e, r->wd, r->bd, k->d, NULL);
+	hp_pw_gemm(f->cout, cols, f->ce, r->w2, f->ce, k->d, cols, r->b2, y + r0 * f->ow, f->oh * f->ow);
+	for (int64_t m = 0; m < f->cout && f->e3.add != HP_EPI_ADD_NONE && r->add; m++) {
+		int64_t off = (n * f->cout + m) * f->oh * f->ow + r0 * f->ow;
+		hp_epi_span(&f->e3, r->y, r->add, off, off + cols);
+	}
+}
+
+/* Units are (item, run of output rows); a worker walks its runs in bands. */
+static void fir_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct fir_run *r = arg;
+	const struct fir *f = r->f;
+	float *ws = r->ws + (size_t)tid * f->per_thread;
+	struct fir_walk k = { .e = ws, .d = ws + f->ecap * f->ce * f->w };
+
+	for (int64_t u = b; u < e; u++) {
+		int64_t n = u / r->chunks, c = u % r->chunks;
+		int64_t r0 = f->oh * c / r->chunks, r1 = f->oh * (c + 1) / r->chunks;
+		k.base = k.top = -1;
+		for (int64_t q = r0; q < r1; q += f->rows)
+			fir_band(r, &k, n, q, q + f->rows < r1 ? q + f->rows : r1);
+	}
+}
+
+/* ---- the operator ---- */
+
+static int fir_shapes(struct hp_graph *g, struct hp_node *n, struct fir *f)
+{
+	const struct hp_shape *x = &g->values[n->inputs[0]].shape, *w1 = &g->values[n->inputs[1]].shape;
+	const struct hp_shape *wd = &g->values[n->inputs[3]].shape, *w2 = &g->values[n->inputs[5]].shape;
+
+	if (x->rank != 4 || w1->rank != 4 || wd->rank != 4 || w2->rank != 4)
+		return hp_node_error(g, n, HP_ESHAPE, "X and the three weights must be 4-D");
+	f->n = x->dims[0], f->cin = x->dims[1], f->h = x->dims[2], f->w = x->dims[3];
+	f->ce = w1->dims[0], f->cout = w2->dims[0];
+	if (w1->dims[1] != f->cin || w1->dims[2] != 1 || w1->dims[3] != 1 || wd->dims[0] != f->ce ||
+	    wd->dims[1] != 1 || wd->dims[2] != 3 || wd->dims[3] != 3 || w2->dims[1] != f->ce || w2->dims[2] != 1 ||
+	    w2->dims[3] != 1)
+		return hp_node_error(g, n, HP_ESHAPE, "weights are not 1x1 [%lld, %lld], 3x3 depthwise [%lld], 1x1 "
+						      "[*, %lld]", (long long)f->ce, (long long)f->cin,
+				     (long long)f->ce, (long long)f->ce);
+	for (int i = 2; i < 7; i += 2) {
+		int64_t c = i == 6 ? f->cout : f->ce;
+		if (n->inputs[i] >= 0 && hp_shape_numel(&g->values[n->inputs[i]].shape) != c)
+			return hp_node_error(g, n, HP_ESHAPE, "bias %d has not %lld elements", i, (long long)c);
+	}
+	return 0;
+}
+
+static int fir_attrs(struct hp_graph *g, struct hp_node *n, struct fir *f)
+{
+	const int64_t *st = NULL, *pd = NULL;
+	int ns = hp_attr_ints(n, "strides", &st), np = hp_attr_ints(n, "pads", &pd);
+
+	if (ns != 2 || np != 4 || st[0] != st[1] || (st[0] != 1 && st[0] != 2))
+		return hp_node_error(g, n, HP_EMODEL, "strides must be [1, 1] or [2, 2], with 4 pads");
+	for (int i = 0; i < 4; i++) /* so that every band reads an image row */
+		if (pd[i] < 0 || pd[i] > 2)
+			return hp_node_error(g, n, HP_EMODEL, "pads must be 0, 1 or 2");
+	f->s = st[0], f->pt = pd[0], f->pl = pd[1];
+	f->oh = (f->h + pd[0] + pd[2] - 3) / f->s + 1;
+	f->ow = (f->w + pd[1] + pd[3] - 3) / f->s + 1;
+	if (f->oh < 1 || f->ow < 1)
+		return hp_node_error(g, n, HP_ESHAPE, "the depthwise output is empty");
+	f->e1 = (struct hp_epi){ .act = HP_EPI_CLIP, .lo = hp_attr_float(n, "expand_min", -FLT_MAX),
+				 .hi = hp_attr_float(n, "expand_max", FLT_MAX) };
+	f->e2 = (struct hp_epi){ .act = HP_EPI_CLIP, .lo = hp_attr_float(n, "dw_min", -FLT_MAX),
+				 .hi = hp_attr_float(n, "dw_max", FLT_MAX) };
+	f->e3 = (struct hp_epi){ .act = HP_EPI_NONE, .add = HP_EPI_ADD_NONE };
+	return 0;
+}
+
+static int fir_check(struct hp_graph *g, struct hp_node *n, struct fir *f)
+{
+	struct hp_value *y = &g->values[n->outputs[0]];
+	int rc;
+
+	for (int i = 0; i < n->ninputs; i++)
+		if (n->inputs[i] >= 0 && g->values[n->inputs[i]].dtype != HP_F32)
+			return hp_node_error(g, n, HP_EUNSUPPORTED, "only float32 is supported");
+	if (!hp_fir_available())
+		return hp_node_error(g, n, HP_EUNSUPPORTED, "needs AVX2 and FMA");
+	if (n->inputs[0] < 0 || n->inputs[1] < 0 || n->inputs[3] < 0 || n->inputs[5] < 0)
+		return hp_node_error(g, n, HP_EMODEL, "X and the three weights are required");
+	if ((rc = fir_shapes(g, n, f)) < 0 || (rc = fir_attrs(g, n, f)) < 0)
+		return rc;
+	y->dtype = HP_F32;
+	y->shape = (struct hp_shape){ 4, { f->n, f->cout, f->oh, f->ow } };
+	if (n->ninputs > 7 && n->inputs[7] >= 0) {
+		if (!hp_shape_equal(&g->values[n->inputs[7]].shape, &y->shape))
+			return hp_node_error(g, n, HP_ESHAPE, "the addend must have the output's shape");
+		f->e3.add = HP_EPI_ADD_FULL;
+	}
+	return 0;
+}
+
+static int fir_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	struct fir *f = calloc(1, sizeof *f);
+	int rc;
+
+	if (!f)
+		return hp_node_error(g, n, -ENOMEM, "out of memory");
+	if ((rc = fir_check(g, n, f)) < 0) {
+		free(f);
+		return rc;
+	}
+	f->rows = band_rows_set > 0 ? band_rows_set : FIR_ROWS;
+	f->rows = f->rows < f->oh ? f->rows : f->oh;
+	f->ecap = fir_ecap(f, f->rows);
+	f->per_thread = fir_floats(f, f->rows);
+	n->workspace = (size_t)hp_conv_ws_threads() * f->per_thread * sizeof(float);
+	n->priv = f;
+	return 0;
+}
+
+static int fir_exec(const struct hp_node *n, const struct hp_kargs *a)
+{
+	const struct fir *f = n->priv;
+	const float *in[8] = { 0 };
+	struct fir_run r = { .f = f, .y = a->out[0].data, .ws = a->ws };
+	int saved, threads = hp_conv_threads_enter(a->pool, &saved);
+
+	for (int i = 0; i < a->nin && i < 8; i++)
+		in[i] = a->in[i].data;
+	r.x = in[0], r.w1 = in[1], r.b1 = in[2], r.wd = in[3], r.bd = in[4], r.w2 = in[5], r.b2 = in[6];
+	r.add = in[7];
+	if (threads > hp_conv_ws_threads())
+		threads = hp_conv_ws_threads();
+	r.chunks = threads;
+	hp_conv_parallel(a->pool, threads, f->n * r.chunks, fir_range, &r);
+	hp_conv_threads_leave(saved);
+	return 0;
+}
+
+static double fir_flops(const struct hp_graph *g, const struct hp_node *n)
+{
+	const struct fir *f = n->priv;
+
+	(void)g;
+	if (!f)
+		return 0;
+	return 2.0 * (double)f->n *
+	       ((double)f->h * f->w * f->ce * f->cin + (double)f->oh * f->ow * f->ce * (9 + f->cout));
+}
+
+const struct hp_op hp_op_fused_invres = {
+	.domain = "ai.hpdlf", .name = "FusedInvRes", .min_inputs = 7, .max_inputs = 8, .min_outputs = 1,
+	.max_outputs = 1, .prepare = fir_prepare, .run = fir_exec, .flops = fir_flops,
+};
