@@ -1,5 +1,5 @@
 /* Inference graph optimisation (exec/fuse*.c), after import and before
- * planning, for inference only (training never sees it):
+ * planning, for inference (training runs only hp_fuse_training, below):
  *   - BatchNormalization folded into the Conv or Gemm before it;
  *   - GELU as exporters write it (Div/Erf/Add/Mul/Mul, the tanh form) into
  *     one FusedGelu; LayerNorm as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/
@@ -34,5 +34,14 @@ struct hp_fuse_report {
  * hp_fuse_report_free).  opts NULL: every fusion.  0 or a negative error. */
 int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struct hp_fuse_report *r);
 void hp_fuse_report_free(struct hp_fuse_report *r);
+
+/* Training's rewrites, before autodiff, in core and out of core alike:
+ * GELU as exporters write it into FusedGelu (its gradient one UnaryGrad
+ * instead of five element-wise nodes and theirs) and LayerNorm below
+ * opset 17 into LayerNormalization (one LayerNormGrad, kernels/norm_grad.c,
+ * instead of about twenty; GPT-2-style has 9 LayerNorms of [256, 128]).
+ * Both round differently from the chains, as in inference.  0 or a
+ * negative error. */
+int hp_fuse_training(struct hp_graph *g);
 
 #endif
