@@ -35,12 +35,14 @@ struct hp_fuse_report {
 int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struct hp_fuse_report *r);
 void hp_fuse_report_free(struct hp_fuse_report *r);
 
-/* Training's rewrites, before autodiff, in core and out of core alike:
- * GELU as exporters write it into FusedGelu (its gradient one UnaryGrad
- * instead of five element-wise nodes and theirs) and LayerNorm below
- * opset 17 into LayerNormalization (one LayerNormGrad, kernels/norm_grad.c,
- * instead of about twenty; GPT-2-style has 9 LayerNorms of [256, 128]).
- * Both round differently from the chains, as in inference.  0 or a
+/* Training's one rewrite, before autodiff, in core and under a budget
+ * alike: LayerNorm as exporters write it below opset 17 into
+ * LayerNormalization, whose backward is one LayerNormGrad
+ * (kernels/norm_grad.c) instead of about twenty element-wise nodes and
+ * their gradients (GPT-2-style: 9 LayerNorms of [256, 128]).  It rounds
+ * differently from the chain, as in inference.  GELU is left as written:
+ * its fusion changed the out-of-core budgets train-refs probes and met an
+ * exported model whose FusedGelu clashed with a node's name.  0 or a
  * negative error. */
 int hp_fuse_training(struct hp_graph *g);
 

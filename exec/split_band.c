@@ -45,8 +45,7 @@ struct bp {
 
 static const char *const rows_ops[] = { "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "Elu", "Selu",
 					"HardSigmoid", "Softplus", "Neg", "Abs", "Exp", "Identity", "Add", "Sub",
-					"Mul", "Div", "Max", "Min", "Pow", "Sqrt", "Erf", "Gelu", "HardSwish",
-					"FusedGelu", NULL };
+					"Mul", "Div", "Max", "Min", "Pow", "Sqrt", "Erf", "Gelu", "HardSwish", NULL };
 
 static int in_list(const char *op, const char *const *l)
 {
