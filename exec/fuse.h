@@ -40,7 +40,9 @@ void hp_fuse_report_free(struct hp_fuse_report *r);
  * LayerNormalization, whose backward is one LayerNormGrad
  * (kernels/norm_grad.c) instead of about twenty element-wise nodes and
  * their gradients (GPT-2-style: 9 LayerNorms of [256, 128]).  It rounds
- * differently from the chain, as in inference.  GELU is left as written:
+ * differently from the chain, as in inference.  Not for --pipeline
+ * (exec/pipe_build.c): its stages lost the losses to NaN with the fused
+ * transformer of tests/train/ref.  GELU is left as written:
  * its fusion changed the out-of-core budgets train-refs probes and met an
  * exported model whose FusedGelu clashed with a node's name.  0 or a
  * negative error. */

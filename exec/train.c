@@ -256,8 +256,6 @@ static int build_pipeline(struct hp_trainer *t)
 	if (rc == 0)
 		rc = hp_graph_infer(t->g);
 	if (rc == 0)
-		rc = hp_fuse_training(t->g);
-	if (rc == 0)
 		rc = hp_pipe_build(t);
 	if (rc == 0 && !(t->rows = calloc((size_t)t->lbatch, sizeof *t->rows)))
 		rc = hp_error(-ENOMEM, "out of memory");
