@@ -67,6 +67,9 @@ static const struct cls classes[] = {
 	{ "1x1-mb28", "MobileNetV2 expansion 28x28", 1, 32, 192, 28, 28, 1, 1, 0, 1 },
 	{ "1x1-mb56", "MobileNetV2 expansion 56x56", 1, 24, 144, 56, 56, 1, 1, 0, 1 },
 	{ "3x3-s2-mb", "MobileNetV2 stem 224", 1, 3, 32, 224, 224, 3, 2, 1, 1 },
+	{ "3x3-u128", "2-D U-Net level 1, batch 2", 2, 16, 16, 128, 128, 3, 1, 1, 1 },
+	{ "3x3-u64", "2-D U-Net level 2, batch 2", 2, 32, 32, 64, 64, 3, 1, 1, 1 },
+	{ "3x3-u32", "2-D U-Net level 3, batch 2", 2, 64, 64, 32, 32, 3, 1, 1, 1 },
 };
 
 enum pass { FWD, BWD_DATA, BWD_FILTER };

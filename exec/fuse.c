@@ -298,6 +298,19 @@ int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struc
 	return any ? hp_graph_infer(g) : 0;
 }
 
+int hp_fuse_training(struct hp_graph *g)
+{
+	struct hp_fuse_report r;
+	int rc, any = 0;
+
+	memset(&r, 0, sizeof r);
+	rc = run_pass(g, hp_fuse_layernorm, &r, &any);
+	hp_fuse_report_free(&r);
+	if (rc < 0)
+		return rc;
+	return any ? hp_graph_infer(g) : 0;
+}
+
 void hp_fuse_report_free(struct hp_fuse_report *r)
 {
 	for (int i = 0; i < r->nfused; i++)

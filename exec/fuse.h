@@ -1,5 +1,5 @@
 /* Inference graph optimisation (exec/fuse*.c), after import and before
- * planning, for inference only (training never sees it):
+ * planning, for inference (training runs only hp_fuse_training, below):
  *   - BatchNormalization folded into the Conv or Gemm before it;
  *   - GELU as exporters write it (Div/Erf/Add/Mul/Mul, the tanh form) into
  *     one FusedGelu; LayerNorm as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/
@@ -38,5 +38,18 @@ struct hp_fuse_report {
  * hp_fuse_report_free).  opts NULL: every fusion.  0 or a negative error. */
 int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struct hp_fuse_report *r);
 void hp_fuse_report_free(struct hp_fuse_report *r);
+
+/* Training's one rewrite, before autodiff, in core and under a budget
+ * alike: LayerNorm as exporters write it below opset 17 into
+ * LayerNormalization, whose backward is one LayerNormGrad
+ * (kernels/norm_grad.c) instead of about twenty element-wise nodes and
+ * their gradients (GPT-2-style: 9 LayerNorms of [256, 128]).  It rounds
+ * differently from the chain, as in inference.  Not for --pipeline
+ * (exec/pipe_build.c): its stages lost the losses to NaN with the fused
+ * transformer of tests/train/ref.  GELU is left as written:
+ * its fusion changed the out-of-core budgets train-refs probes and met an
+ * exported model whose FusedGelu clashed with a node's name.  0 or a
+ * negative error. */
+int hp_fuse_training(struct hp_graph *g);
 
 #endif

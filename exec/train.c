@@ -11,6 +11,7 @@
 #include "exec/asgd.h"
 #include "exec/comm.h"
 #include "exec/exec_internal.h"
+#include "exec/fuse.h"
 #include "exec/pipe.h"
 #include "exec/remat.h"
 #include "exec/split.h"
@@ -299,7 +300,8 @@ static int build(struct hp_trainer *t)
 		return rc;
 	if (t->pipe)
 		return build_pipeline(t);
-	if ((rc = fit_input(t)) < 0 || (rc = train_params(t)) < 0 || (rc = hp_graph_infer(t->g)) < 0)
+	if ((rc = fit_input(t)) < 0 || (rc = train_params(t)) < 0 || (rc = hp_graph_infer(t->g)) < 0 ||
+	    (rc = hp_fuse_training(t->g)) < 0)
 		return rc;
 	/* the process's fixed overhead, measured once the graph is loaded
 	 * (budget.h) */

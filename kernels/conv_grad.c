@@ -16,6 +16,7 @@
 #include "hpdlf/error.h"
 #include "kernels/band.h"
 #include "kernels/conv_impl.h"
+#include "kernels/eltwise_impl.h"
 #include "kernels/train_util.h"
 
 struct cgeom {
@@ -294,6 +295,8 @@ struct cg_filter {
 	int shares;
 	size_t workspace;
 	int dw;                /* depthwise: conv_dw.c */
+	int w3;                /* 2-D, stride 1, window <= 3 wide, whole items: conv_grad_w3.c */
+	struct hp_w3 w3g;
 };
 
 struct filter_run {
@@ -489,6 +492,27 @@ static void filter_plan(struct cg_filter *f, int64_t unit_axis)
 	f->workspace = ((size_t)(c->csmall * f->rows) + (size_t)f->shares * f->per_worker) * sizeof(float);
 }
 
+/* The direct path of conv_grad_w3.c where it applies (not 1x1: the
+ * direct sgemm reads X in place there).  Only units of batch items: a
+ * band of one row of a batch of one would otherwise take it, which its
+ * whole node (units: rows) never does. */
+static int w3_plan(struct cg_filter *f, int64_t unit_axis)
+{
+	const struct cgeom *c = &f->c;
+	struct hp_w3 *w = &f->w3g;
+
+	/* a forced shift mode (tests, benchmarks) asks for the sgemm paths */
+	if (hp_conv_shift_mode() != 0 || c->kvol == 1 ||
+	    !hp_w3_eligible(c->nd, c->big, c->small, c->k, c->s, c->d, c->group, unit_axis == 0))
+		return 0;
+	*w = (struct hp_w3){ .batch = c->n, .cin = c->cbig, .cout = c->csmall, .ih = c->big[1], .iw = c->big[2],
+			     .oh = c->small[1], .ow = c->small[2], .svol = c->svol, .kh = c->k[1], .kw = c->k[2],
+			     .ph = c->p[1], .pw = c->p[2], .threads = hp_conv_ws_threads() };
+	f->w3 = 1;
+	f->workspace = hp_w3_workspace(w, w->threads);
+	return 1;
+}
+
 static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	struct hp_shape ks, ws;
@@ -508,7 +532,7 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 	if ((f.dw = dw_geom(&f.c, &dw))) {
 		dw.unit = filter_unit(&f.c, unit_axis);
 		f.workspace = hp_dw_filter_ws(&dw);
-	} else {
+	} else if (!w3_plan(&f, unit_axis)) {
 		filter_plan(&f, unit_axis);
 	}
 	f.unit = filter_unit(&f.c, unit_axis);
@@ -565,6 +589,10 @@ static int conv_filter_run(const struct hp_node *n, const struct hp_kargs *a)
 	if (f->dw && dw_geom(c, &dw)) {
 		dw.unit = f->unit;
 		hp_dw_filter(&dw, r.dy, r.x, acc, a->out[0].data, a->ws, a->pool);
+		return 0;
+	}
+	if (f->w3) {
+		hp_w3_filter(&f->w3g, r.dy, r.x, acc, a->out[0].data, a->ws, a->pool);
 		return 0;
 	}
 	threads = hp_conv_threads_enter(a->pool, &saved);
@@ -645,28 +673,50 @@ static int bias_prepare(struct hp_graph *g, struct hp_node *n)
 	return 0;
 }
 
+struct bias_job {
+	const float *dy;
+	const double *in;
+	void *out;
+	int out_f64;
+	int64_t nb, ch, inner, unit;
+};
+
+/* Channels [c0, c1): each unit's sum in 8 double lanes and a fixed tree
+ * (hpk_sum_f), added to the running sum from the last unit to the first.
+ * A band's node holds whole units, so the chain adds what the whole node
+ * adds; one running sum over every element was a chain of dependent adds. */
+static void bias_range(void *arg, int64_t c0, int64_t c1, int tid)
+{
+	const struct bias_job *j = arg;
+
+	(void)tid;
+	for (int64_t c = c0; c < c1; c++) {
+		double acc = j->in ? j->in[c] : 0;
+		for (int64_t b = j->nb - 1; b >= 0; b--)
+			for (int64_t u0 = (j->inner - 1) / j->unit * j->unit; j->inner > 0 && u0 >= 0; u0 -= j->unit) {
+				int64_t len = u0 + j->unit < j->inner ? j->unit : j->inner - u0;
+				acc += hpk_sum_f(j->dy + (b * j->ch + c) * j->inner + u0, len);
+			}
+		if (j->out_f64)
+			((double *)j->out)[c] = acc;
+		else
+			((float *)j->out)[c] = (float)acc;
+	}
+}
+
 static int bias_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct hp_shape *s = &a->in[0].shape;
 	int64_t nb = s->dims[0], ch = s->dims[1], inner = nb > 0 && ch > 0 ? hp_shape_numel(s) / (nb * ch) : 0;
-	int64_t unit = inner;
-	const float *dy = a->in[0].data;
-	const double *in = a->nin > 1 && a->in[1].data ? a->in[1].data : NULL;
+	struct bias_job j = { .dy = a->in[0].data, .in = a->nin > 1 && a->in[1].data ? a->in[1].data : NULL,
+			      .out = a->out[0].data, .out_f64 = a->out[0].dtype == HP_F64, .nb = nb, .ch = ch,
+			      .inner = inner, .unit = inner };
 
 	if (hp_attr_int(n, "hpdlf_unit_axis", hp_filter_unit_axis(nb)) == 2 && s->rank >= 4)
-		unit = s->dims[2] ? inner / s->dims[2] : inner;
-	unit = unit > 0 ? unit : 1;
-	for (int64_t c = 0; c < ch; c++) {
-		double acc = in ? in[c] : 0;
-		for (int64_t b = nb - 1; b >= 0; b--)
-			for (int64_t u0 = (inner - 1) / unit * unit; inner > 0 && u0 >= 0; u0 -= unit)
-				for (int64_t i = u0; i < u0 + unit && i < inner; i++)
-					acc += dy[(b * ch + c) * inner + i];
-		if (a->out[0].dtype == HP_F64)
-			((double *)a->out[0].data)[c] = acc;
-		else
-			((float *)a->out[0].data)[c] = (float)acc;
-	}
+		j.unit = s->dims[2] ? inner / s->dims[2] : inner;
+	j.unit = j.unit > 0 ? j.unit : 1;
+	/* channels are independent: any split gives the same bits */
+	hp_parallel_for(a->pool, ch, HPK_GRAIN / (nb * inner + 1) + 1, bias_range, &j);
 	return 0;
 }
 

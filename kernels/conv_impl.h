@@ -317,4 +317,23 @@ void hp_conv_set_policy(int p);
  * caller alone when threads <= 1. */
 void hp_conv_parallel(struct hp_pool *pool, int threads, int64_t n, hp_range_fn fn, void *arg);
 
+
+/* ConvGradFilter of a 2-D stride-1 convolution with a window at most 3
+ * wide, over whole batch items (conv_grad_w3.c). */
+struct hp_w3 {
+	int64_t batch, cin, cout;
+	int64_t ih, iw, oh, ow, svol; /* X's plane, dY's plane, oh * ow */
+	int64_t kh, kw, ph, pw;       /* window, pads at the start */
+	int threads;                  /* workers the workspace holds buffers for */
+};
+/* Whether the path applies: AVX2+FMA, group 1, the cgeom-style 3-D
+ * geometry of a 2-D convolution, stride and dilation 1, whole items as
+ * the units of the sum (not planes). */
+int hp_w3_eligible(int nd, const int64_t *big, const int64_t *small, const int64_t *k, const int64_t *s,
+		   const int64_t *d, int64_t group, int whole_items);
+size_t hp_w3_workspace(const struct hp_w3 *w, int threads);
+/* dW [cout][cin][kh][kw] = acc (or 0) + the items' parts, last item first. */
+void hp_w3_filter(const struct hp_w3 *w, const float *dy, const float *x, const float *acc, float *dw, float *ws,
+		  struct hp_pool *pool);
+
 #endif

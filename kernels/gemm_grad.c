@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "kernels/blas.h"
 #include "kernels/gemm_grad.h"
 #include "kernels/gemm_tile.h"
 #include "kernels/gemm_panels.h"
@@ -86,6 +87,37 @@ static int mm_tiled(const struct hp_node *n, const struct hp_kargs *a, int64_t m
 	return 0;
 }
 
+/* Below this the pool's wake-up costs more than the second thread gains. */
+#define MM_BATCH_PAR_MIN_FLOPS 1e6
+
+struct mm_batch {
+	const struct mm_priv *p;
+	const int64_t *sa, *sb;
+	int64_t m, k, nn;
+	float bx, bw;
+	const float *dy, *x, *w;
+	float *dx, *dw;
+};
+
+/* Products [b, e) of a batched MatMul's gradients. */
+static void mm_batch_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct mm_batch *j = arg;
+	int64_t m = j->m, k = j->k, nn = j->nn;
+
+	(void)tid;
+	for (int64_t i = b; i < e; i++) {
+		int64_t ao = tk_offset(&j->p->yb, j->sa, i) * m * k, bo = tk_offset(&j->p->yb, j->sb, i) * k * nn;
+		const float *dyi = j->dy + i * m * nn;
+		if (j->dx) /* dA += dY B^T */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)k, (int)nn, 1.0f, dyi,
+				    (int)nn, j->w + bo, (int)nn, j->bx, j->dx + ao, (int)k);
+		if (j->dw) /* dB += A^T dY */
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)nn, (int)m, 1.0f, j->x + ao,
+				    (int)k, dyi, (int)nn, j->bw, j->dw + bo, (int)nn);
+	}
+}
+
 static int mm_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct mm_priv *p = n->priv;
@@ -116,16 +148,17 @@ static int mm_run(const struct hp_node *n, const struct hp_kargs *a)
 		memset(dx, 0, hp_tensor_bytes(&a->out[0]));
 	if (dw && bw != 0.0f)
 		memset(dw, 0, hp_tensor_bytes(&a->out[1]));
-	for (int64_t i = 0; i < nb; i++) {
-		int64_t ao = tk_offset(&p->yb, sa, i) * m * k, bo = tk_offset(&p->yb, sb, i) * k * nn;
-		const float *dyi = dy + i * m * nn;
-		if (dx) /* dA += dY B^T */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)k, (int)nn, 1.0f, dyi,
-				    (int)nn, w + bo, (int)nn, bx, dx + ao, (int)k);
-		if (dw) /* dB += A^T dY */
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)nn, (int)m, 1.0f, x + ao,
-				    (int)k, dyi, (int)nn, bw, dw + bo, (int)nn);
-	}
+	struct mm_batch j = { .p = p, .sa = sa, .sb = sb, .m = m, .k = k, .nn = nn, .bx = bx, .bw = bw,
+			      .dy = dy, .x = x, .w = w, .dx = dx, .dw = dw };
+	/* products that each own their outputs (attention's) run on the pool,
+	 * one single-threaded sgemm each: the same calls whatever the split */
+	struct hp_pool *pool = bx == 0.0f && bw == 0.0f && nb > 1 &&
+					       2.0 * (double)(nb * m * k) * (double)nn >= MM_BATCH_PAR_MIN_FLOPS
+				       ? a->pool
+				       : NULL;
+	hp_blas_serial_enter();
+	hp_parallel_for(pool, nb, 1, mm_batch_range, &j);
+	hp_blas_serial_leave();
 	return 0;
 }
 

@@ -358,7 +358,7 @@ static int64_t ln_rows(const struct hp_shape *s, int64_t axis, int64_t *inner)
 static int ln_grad_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	const struct hp_value *x = tk_in(g, n, 1);
-	int64_t axis = hp_attr_int(n, "axis", -1), inner;
+	int64_t axis = hp_attr_int(n, "axis", -1), inner, rows;
 	int rc;
 
 	if ((rc = tk_need_f32(g, n, 0, 0)) < 0 || (rc = tk_need_f32(g, n, 1, 0)) < 0)
@@ -367,54 +367,135 @@ static int ln_grad_prepare(struct hp_graph *g, struct hp_node *n)
 		return hp_node_error(g, n, HP_ESHAPE, "dY and X shapes differ");
 	if (axis < -x->shape.rank || axis >= x->shape.rank)
 		return hp_node_error(g, n, HP_EMODEL, "axis %lld out of range", (long long)axis);
-	ln_rows(&x->shape, axis < 0 ? axis + x->shape.rank : axis, &inner);
+	rows = ln_rows(&x->shape, axis < 0 ? axis + x->shape.rank : axis, &inner);
 	if ((rc = check_channels(g, n, 2, 2, inner)) < 0)
 		return rc;
 	tk_set_out(g, n, 0, HP_F32, &x->shape);
 	tk_set_out(g, n, 1, HP_F32, &tk_in(g, n, 2)->shape);
 	tk_set_out(g, n, 2, HP_F32, &tk_in(g, n, 2)->shape);
-	n->workspace = 2 * (size_t)inner * sizeof(double);
+	n->workspace = 2 * (size_t)(inner + rows) * sizeof(double);
 	return 0;
 }
+
+/* The backward of a LayerNorm in two passes over the pool: rows (each
+ * row's statistics and dX, the row's sums in 8 lanes and a fixed tree),
+ * then columns (dScale and dB, each column summed over the rows in order).
+ * No sum is ever cut, so the bits do not depend on the split or the
+ * thread count.  The pass over rows was one thread's chains of dependent
+ * double adds. */
+struct lng_job {
+	int64_t rows, d;
+	double eps;
+	const float *dy, *x, *sc;
+	float *dx, *ds, *db;
+	double *mean, *inv; /* per row */
+};
+
+/* a[i % 8] += dy[i] sc[i], q[i % 8] += dy[i] sc[i] (x[i] - mean) inv. */
+HPK_SIMD static void lanes_ln(const float *dy, const float *x, const float *sc, int64_t n, double mean, double inv,
+			      double *a, double *q)
+{
+	int64_t i = 0;
+
+	for (; i + BN_LANES <= n; i += BN_LANES)
+		for (int l = 0; l < BN_LANES; l++) {
+			double gx = (double)dy[i + l] * sc[i + l];
+			a[l] += gx;
+			q[l] += gx * ((x[i + l] - mean) * inv);
+		}
+	for (int l = 0; i < n; i++, l++) {
+		double gx = (double)dy[i] * sc[i];
+		a[l] += gx;
+		q[l] += gx * ((x[i] - mean) * inv);
+	}
+}
+
+HPK_SIMD static void ln_dx_row(const float *dy, const float *x, const float *sc, float *dx, int64_t n, double mean,
+			       double inv, double s1, double s2)
+{
+	for (int64_t i = 0; i < n; i++) {
+		double xh = (x[i] - mean) * inv;
+		dx[i] = (float)(inv * (dy[i] * sc[i] - s1 - xh * s2));
+	}
+}
+
+static void lng_rows(void *arg, int64_t r0, int64_t r1, int tid)
+{
+	const struct lng_job *j = arg;
+	int64_t d = j->d;
+
+	(void)tid;
+	for (int64_t r = r0; r < r1; r++) {
+		const float *xr = j->x + r * d, *gr = j->dy + r * d;
+		double s[BN_LANES] = { 0 }, q[BN_LANES] = { 0 }, mean, inv;
+		lanes_add(xr, d, 0, 0, s);
+		mean = lanes_total(s) / (double)d;
+		lanes_add(xr, d, mean, 1, q);
+		inv = 1 / sqrt(lanes_total(q) / (double)d + j->eps);
+		j->mean[r] = mean;
+		j->inv[r] = inv;
+		if (!j->dx)
+			continue;
+		memset(s, 0, sizeof s);
+		memset(q, 0, sizeof q);
+		lanes_ln(gr, xr, j->sc, d, mean, inv, s, q);
+		ln_dx_row(gr, xr, j->sc, j->dx + r * d, d, mean, inv, lanes_total(s) / (double)d,
+			  lanes_total(q) / (double)d);
+	}
+}
+
+/* acs[i] += dy[i] (x[i] - mean) inv, acb[i] += dy[i] over one row's columns. */
+HPK_SIMD static void ln_cols_row(const float *dy, const float *x, int64_t n, double mean, double inv, double *acs,
+				 double *acb)
+{
+	for (int64_t i = 0; i < n; i++) {
+		acs[i] += dy[i] * ((x[i] - mean) * inv);
+		acb[i] += dy[i];
+	}
+}
+
+static void lng_cols(void *arg, int64_t c0, int64_t c1, int tid)
+{
+	const struct lng_job *j = arg;
+	int64_t d = j->d, b0 = c0 * BN_LANES, b1 = c1 * BN_LANES < d ? c1 * BN_LANES : d;
+	double *acs = j->inv + j->rows + b0, *acb = acs + d; /* this share's columns of the workspace */
+
+	(void)tid;
+	memset(acs, 0, (size_t)(b1 - b0) * sizeof *acs);
+	memset(acb, 0, (size_t)(b1 - b0) * sizeof *acb);
+	for (int64_t r = 0; r < j->rows; r++)
+		ln_cols_row(j->dy + r * d + b0, j->x + r * d + b0, b1 - b0, j->mean[r], j->inv[r], acs, acb);
+	for (int64_t i = 0; i < b1 - b0; i++) {
+		if (j->ds)
+			j->ds[b0 + i] = (float)acs[i];
+		if (j->db)
+			j->db[b0 + i] = (float)acb[i];
+	}
+}
+
+/* Elements per share, as the forward LayerNorm's (kernels/norm.c). */
+#define LNG_GRAIN (HPK_GRAIN / 8)
 
 static int ln_grad_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct hp_shape *s = &a->in[1].shape;
 	int64_t axis = hp_attr_int(n, "axis", -1), d;
-	int64_t rows = ln_rows(s, axis < 0 ? axis + s->rank : axis, &d);
-	double eps = hp_attr_float(n, "epsilon", 1e-5f), *acs = a->ws, *acb = acs + d;
-	const float *dy = a->in[0].data, *x = a->in[1].data, *sc = a->in[2].data;
-	float *dx = a->nout > 0 ? a->out[0].data : NULL, *ds = a->nout > 1 ? a->out[1].data : NULL;
-	float *db = a->nout > 2 ? a->out[2].data : NULL;
+	struct lng_job j = { .eps = hp_attr_float(n, "epsilon", 1e-5f), .dy = a->in[0].data, .x = a->in[1].data,
+			     .sc = a->in[2].data, .dx = a->nout > 0 ? a->out[0].data : NULL,
+			     .ds = a->nout > 1 ? a->out[1].data : NULL, .db = a->nout > 2 ? a->out[2].data : NULL };
+	int64_t blocks;
 
-	memset(a->ws, 0, 2 * (size_t)d * sizeof(double));
-	for (int64_t r = 0; r < rows; r++) {
-		const float *xr = x + r * d, *gr = dy + r * d;
-		double mean = 0, var = 0, inv, s1 = 0, s2 = 0;
-		for (int64_t i = 0; i < d; i++)
-			mean += xr[i];
-		mean /= (double)d;
-		for (int64_t i = 0; i < d; i++)
-			var += (xr[i] - mean) * (xr[i] - mean);
-		inv = 1 / sqrt(var / (double)d + eps);
-		for (int64_t i = 0; i < d; i++) {
-			double xh = (xr[i] - mean) * inv, gx = gr[i] * sc[i];
-			s1 += gx;
-			s2 += gx * xh;
-			acs[i] += gr[i] * xh;
-			acb[i] += gr[i];
-		}
-		for (int64_t i = 0; dx && i < d; i++) {
-			double xh = (xr[i] - mean) * inv;
-			dx[r * d + i] = (float)(inv * (gr[i] * sc[i] - s1 / (double)d - xh * s2 / (double)d));
-		}
-	}
-	for (int64_t i = 0; i < d; i++) {
-		if (ds)
-			ds[i] = (float)acs[i];
-		if (db)
-			db[i] = (float)acb[i];
-	}
+	j.rows = ln_rows(s, axis < 0 ? axis + s->rank : axis, &d);
+	j.d = d;
+	j.mean = a->ws;
+	j.inv = j.mean + j.rows;
+	if (j.rows <= 0 || d <= 0)
+		return 0;
+	hp_parallel_for(a->pool, j.rows, LNG_GRAIN / (d + 1) + 1, lng_rows, &j);
+	if (!j.ds && !j.db)
+		return 0;
+	blocks = (d + BN_LANES - 1) / BN_LANES;
+	hp_parallel_for(a->pool, blocks, LNG_GRAIN / (j.rows * BN_LANES) + 1, lng_cols, &j);
 	return 0;
 }
 

@@ -425,6 +425,13 @@ static void test_filter_2d(void **state)
 	cgf_case(2, 4, 16, 8, 2, I{ 10, 10 }, I{ 3, 3 }, I{ 1, 1 }, I{ 2, 1 }, I{ 2, 1 }, I{ 2, 0 });
 	cgf_case(2, 3, 8, 12, 4, I{ 9, 8 }, I{ 2, 3 }, I{ 2, 2 }, I{ 2, 1 }, I{ 0, 1 }, I{ 1, 1 });
 	cgf_case(2, 3, 4, 8, 4, I{ 9, 8 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 0 }); /* depthwise */
+	/* the direct path (conv_grad_w3.c, auto mode, batches of 2 and 3):
+	 * windows 2, 1 and 3 wide, rows not a multiple of 8, output channels
+	 * not a multiple of 4, pads at either end */
+	cgf_case(2, 2, 5, 7, 1, I{ 6, 70 }, I{ 2, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 0, 2 }, I{ 1, 0 });
+	cgf_case(2, 3, 3, 5, 1, I{ 5, 66 }, I{ 3, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 0 }, I{ 1, 0 });
+	cgf_case(2, 2, 4, 9, 1, I{ 4, 65 }, I{ 1, 2 }, I{ 1, 1 }, I{ 1, 1 }, I{ 0, 1 }, I{ 0, 0 });
+	cgf_case(2, 2, 6, 8, 1, I{ 5, 64 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
 }
 
 static void test_filter_3d(void **state)

@@ -433,6 +433,53 @@ static void test_matmul_grad(void **state)
 	mm_case(4, (int[]){ 2, 1, 4, 5 }, 4, (int[]){ 2, 3, 5, 2 }, 4, (int[]){ 2, 3, 4, 2 });
 }
 
+/* Attention's gradient products (both operands batched alike, above the
+ * pool's threshold): on two threads bitwise one thread, and both against
+ * the products written out in double. */
+static void test_matmul_grad_pool(void **state)
+{
+	enum { B = 8, M = 40, K = 48, N = 40 };
+	struct hp_tensor in[3] = { rnd(T(4, 2, 4, M, N), 24, -1, 1), rnd(T(4, 2, 4, M, K), 25, -1, 1),
+				   rnd(T(4, 2, 4, K, N), 26, -1, 1) };
+	struct hp_tensor one[2], two[2];
+	struct hp_pool *pool;
+	double *da = malloc(sizeof(double) * B * M * K), *db = malloc(sizeof(double) * B * K * N);
+	const float *dy = in[0].data, *a = in[1].data, *b = in[2].data;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	run("MatMulGrad", 3, in, 0, NULL, 2, one);
+	kt_pool = pool;
+	run("MatMulGrad", 3, in, 0, NULL, 2, two);
+	kt_pool = NULL;
+	for (int o = 0; o < 2; o++)
+		assert_memory_equal(one[o].data, two[o].data, (size_t)numel(&one[o]) * sizeof(float));
+	for (int i = 0; i < B; i++) {
+		for (int r = 0; r < M; r++)
+			for (int q = 0; q < K; q++) { /* dA = dY B^T */
+				double v = 0;
+				for (int c = 0; c < N; c++)
+					v += (double)dy[(i * M + r) * N + c] * b[(i * K + q) * N + c];
+				da[(i * M + r) * K + q] = v;
+			}
+		for (int q = 0; q < K; q++)
+			for (int c = 0; c < N; c++) { /* dB = A^T dY */
+				double v = 0;
+				for (int r = 0; r < M; r++)
+					v += (double)a[(i * M + r) * K + q] * dy[(i * M + r) * N + c];
+				db[(i * K + q) * N + c] = v;
+			}
+	}
+	close_to(&two[0], da, 1e-5, "batched MatMul dA");
+	close_to(&two[1], db, 1e-5, "batched MatMul dB");
+	free(da);
+	free(db);
+	free_all(one, 2);
+	free_all(two, 2);
+	free_all(in, 3);
+	hp_pool_destroy(pool);
+}
+
 struct gemm_ctx {
 	double *a, *b, *dy, alpha;
 	int ta, tb;
@@ -831,6 +878,59 @@ static void test_layernorm_grad(void **state)
 	free_all(g, 3);
 	free_all(in, 3);
 	hp_tensor_free(&bias);
+}
+
+/* LayerNormGrad split over two threads (rows for dX, columns for dScale
+ * and dB; 70 columns leave a tail after the 8-lane sums): bitwise one
+ * thread, dX against the formula in double, dScale and dB against finite
+ * differences. */
+static void test_layernorm_grad_pool(void **state)
+{
+	enum { R = 300, LD = 70 };
+	struct hp_tensor in[3] = { rnd(T(3, 3, 100, LD), 74, -1, 1), rnd(T(3, 3, 100, LD), 75, 1, 4),
+				   rnd(T(1, LD), 76, 0.5f, 1.5f) };
+	struct hp_tensor bias = rnd(T(1, LD), 77, -1, 1), one[3], two[3];
+	struct hp_attr a[2] = { kt_int("axis", -1), kt_float("epsilon", 1e-5f) };
+	struct bn_ctx c = { 3, 100, LD, dbl(&in[1]), dbl(&in[2]), dbl(&bias), dbl(&in[0]), 1e-5, 1 };
+	double *dx = malloc(sizeof(double) * R * LD);
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	run("LayerNormGrad", 3, in, 2, a, 3, one);
+	kt_pool = pool;
+	run("LayerNormGrad", 3, in, 2, a, 3, two);
+	kt_pool = NULL;
+	for (int o = 0; o < 3; o++)
+		assert_memory_equal(one[o].data, two[o].data, (size_t)numel(&one[o]) * sizeof(float));
+	for (int r = 0; r < R; r++) {
+		const double *x = c.x + r * LD, *dy = c.dy + r * LD;
+		double mean = 0, var = 0, inv, mg = 0, mgx = 0;
+		for (int i = 0; i < LD; i++)
+			mean += x[i] / LD;
+		for (int i = 0; i < LD; i++)
+			var += (x[i] - mean) * (x[i] - mean) / LD;
+		inv = 1 / sqrt(var + c.eps);
+		for (int i = 0; i < LD; i++) {
+			mg += dy[i] * c.sc[i] / LD;
+			mgx += dy[i] * c.sc[i] * (x[i] - mean) * inv / LD;
+		}
+		for (int i = 0; i < LD; i++)
+			dx[r * LD + i] = inv * (dy[i] * c.sc[i] - mg - (x[i] - mean) * inv * mgx);
+	}
+	close_to(&two[0], dx, 1e-5, "LayerNorm dX (2 threads)");
+	fd_check(bn_loss, &c, c.sc, &two[1], 1e-5, "LayerNorm dScale (2 threads)");
+	fd_check(bn_loss, &c, c.b, &two[2], 1e-5, "LayerNorm dB (2 threads)");
+	free(dx);
+	free(c.x);
+	free(c.sc);
+	free(c.b);
+	free(c.dy);
+	free_all(one, 3);
+	free_all(two, 3);
+	free_all(in, 3);
+	hp_tensor_free(&bias);
+	hp_pool_destroy(pool);
 }
 
 struct sm_ctx {
@@ -1467,12 +1567,14 @@ int main(void)
 		cmocka_unit_test(test_where_grad),
 		cmocka_unit_test(test_dropout),
 		cmocka_unit_test(test_matmul_grad),
+		cmocka_unit_test(test_matmul_grad_pool),
 		cmocka_unit_test(test_gemm_grad),
 		cmocka_unit_test(test_conv_grad),
 		cmocka_unit_test(test_conv_grad_slab),
 		cmocka_unit_test(test_pool_grad),
 		cmocka_unit_test(test_batchnorm),
 		cmocka_unit_test(test_layernorm_grad),
+		cmocka_unit_test(test_layernorm_grad_pool),
 		cmocka_unit_test(test_softmax_grad),
 		cmocka_unit_test(test_transpose_reshape_grad),
 		cmocka_unit_test(test_transpose_grad_paths),

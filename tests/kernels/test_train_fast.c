@@ -135,6 +135,33 @@ static void test_erf_grad(void **state)
 	free_all(in, 2);
 }
 
+/* GELU's vectorized gradient (training's FusedGelu): against the
+ * derivative in double, including the tails where erf saturates, and
+ * bitwise on two threads. */
+static void test_gelu_grad(void **state)
+{
+	int64_t d[1] = { 70001 };
+	struct hp_tensor in[2] = { rnd(Tn(1, d), 7, -1, 1), rnd(Tn(1, d), 8, -6, 6) }, o1, o2;
+	struct hp_attr a = kt_string("op", "Gelu");
+	double *want = malloc((size_t)d[0] * sizeof *want);
+
+	(void)state;
+	F(&in[1])[0] = 0.0f;
+	F(&in[1])[1] = 12.0f;
+	F(&in[1])[2] = -30.0f;
+	run2("UnaryGrad", 2, in, 1, &a, 1, &o1, &o2);
+	for (int64_t i = 0; i < d[0]; i++) {
+		double x = F(&in[1])[i];
+		want[i] = F(&in[0])[i] * (0.5 * erfc(-x / sqrt(2.0)) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI));
+	}
+	close_to(&o1, want, 1e-6, "GeluGrad");
+	same_bits(&o1, &o2, "GeluGrad");
+	free(want);
+	hp_tensor_free(&o1);
+	hp_tensor_free(&o2);
+	free_all(in, 2);
+}
+
 static void test_tanh_grad(void **state)
 {
 	int64_t d[1] = { 70001 };
@@ -568,6 +595,7 @@ int main(void)
 		cmocka_unit_test(test_relu_grad),
 		cmocka_unit_test(test_tanh_grad),
 		cmocka_unit_test(test_erf_grad),
+		cmocka_unit_test(test_gelu_grad),
 		cmocka_unit_test(test_binary_grad_bcast),
 		cmocka_unit_test(test_reduce_grad_bcast),
 		cmocka_unit_test(test_maxpool_grad_tiled),
