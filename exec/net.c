@@ -32,6 +32,15 @@ struct heap {
 	int n;
 };
 
+/* A batch of I/O in flight without an I/O thread (inline I/O). */
+#define MAX_FLIGHTS 32
+struct flight {
+	void *h;
+	int m;
+	int idx[HP_NET_IO_BATCH];
+	struct hp_net_io io[HP_NET_IO_BATCH];
+};
+
 struct hp_net {
 	const struct hp_net_ops *ops;
 	void *arg;
@@ -58,6 +67,9 @@ struct hp_net {
 	struct heap ready[3];
 	/* workers */
 	int nworkers, nio;
+	int inline_io;          /* no I/O threads: the compute worker issues I/O (net.h) */
+	struct flight *fl;      /* its batches in flight, oldest first */
+	int nfl;
 	uint64_t reserved;      /* budget held apart: the workers' kernel scratch */
 	pthread_t *threads;
 	int nthreads;
@@ -216,7 +228,8 @@ static int arcs_remove(struct builder *b, int t, int v)
 static int add_load(struct builder *b, int v)
 {
 	uint64_t nch = b->d->nchunks && b->d->nchunks[v] ? b->d->nchunks[v] : 1, cs = b->d->chunk;
-	int parts = nch >= 2 && !b->res[v] ? (nch < (uint64_t)b->n->nio ? (int)nch : b->n->nio) : 1;
+	int q = b->n->nio > 0 ? b->n->nio : 1; /* inline I/O: one submission reads them all */
+	int parts = nch >= 2 && !b->res[v] ? (nch < (uint64_t)q ? (int)nch : q) : 1;
 	int first = b->n->ntr, rc = 0;
 	uint64_t at = 0;
 
@@ -554,6 +567,8 @@ static struct heap *pick(struct hp_net *n, int cls)
 		return NULL;
 	if (cls == CL_IO)
 		return any->n && (!io->n || any->a[0] < io->a[0]) ? any : io->n ? io : NULL;
+	if (n->inline_io && io->n) /* submitted at once, in flight while kernels run */
+		return io;
 	if (any->n && (!k->n || any->a[0] < k->a[0]))
 		return any;
 	if (k->n)
@@ -606,6 +621,78 @@ static void fire_batch(struct hp_net *n, struct heap *h, int i, int worker, int 
 	}
 }
 
+/* Flight f is done: its transitions complete (lock held). */
+static void land(struct hp_net *n, struct flight *f)
+{
+	for (int k = 0; k < f->m; k++) {
+		n->st.fired[f->io[k].kind]++;
+		if (f->io[k].kind == HP_TR_LOAD && f->io[k].rc == 0)
+			n->st.bytes_loaded += (uint64_t)n->need[f->idx[k]];
+		complete(n, f->idx[k], f->io[k].rc);
+	}
+}
+
+/* Poll the flights (wait: wait for the oldest), landing those done (lock
+ * held on entry and exit, released while polling).  Only the one compute
+ * worker of inline I/O calls this: nobody else touches the flights. */
+static void reap(struct hp_net *n, int wait, int worker)
+{
+	int k = 0;
+
+	for (int i = 0; i < n->nfl; i++) {
+		struct flight *f = &n->fl[i];
+		double t0 = now_ms(), u0 = hp_trace_now_us(n->trace);
+		int w = wait && i == 0;
+		pthread_mutex_unlock(&n->mu);
+		int done = n->ops->io_batch_done(n->arg, f->h, f->io, f->m, w);
+		pthread_mutex_lock(&n->mu);
+		if (w) { /* the worker had nothing else to do */
+			n->st.stall_ms += now_ms() - t0;
+			if (n->trace)
+				hp_trace_span(n->trace, HP_LANE_COMPUTE + worker, "stall", "stall", u0,
+					      hp_trace_now_us(n->trace));
+		}
+		if (done)
+			land(n, f);
+		else if (k != i)
+			n->fl[k++] = *f;
+		else
+			k++;
+	}
+	n->nfl = k;
+}
+
+/* Inline I/O: start i with the batchable transitions next in h, in flight
+ * until reap lands it (lock held on entry and exit). */
+static void start_batch(struct hp_net *n, struct heap *h, int i, int worker)
+{
+	struct flight *f;
+
+	while (n->nfl == MAX_FLIGHTS)
+		reap(n, 1, worker);
+	f = &n->fl[n->nfl];
+	f->m = 0;
+	f->idx[f->m++] = i;
+	while (f->m < HP_NET_IO_BATCH && h->n && batchable(n, h->a[0]))
+		f->idx[f->m++] = heap_pop(h);
+	for (int k = 0; k < f->m; k++) {
+		const struct tr *t = &n->tr[f->idx[k]];
+		f->io[k] = (struct hp_net_io){ .kind = t->kind, .value = t->value, .first = t->first,
+					       .nchunks = t->nchunks };
+		n->state[f->idx[k]] = ST_RUNNING;
+		n->nrunning++;
+	}
+	pthread_mutex_unlock(&n->mu);
+	/* traced on the I/O lanes, one per batch in flight (their spans run
+	 * from the submission to the reaping, across kernels) */
+	f->h = n->ops->start_io_batch(n->arg, f->io, f->m, HP_LANE_IO + n->nfl);
+	pthread_mutex_lock(&n->mu);
+	if (f->h)
+		n->nfl++;
+	else
+		land(n, f);
+}
+
 /* A worker's loop (lock held on entry and exit): for one run (the calling
  * thread), or until the net is destroyed (the others: they sleep between
  * runs, and are woken one at a time as transitions of their class become
@@ -635,7 +722,13 @@ static int stuck(struct hp_net *n)
 static void work(struct hp_net *n, int cls, int worker, int forever)
 {
 	while (forever ? !n->quit : !run_done(n)) {
+		if (n->nfl && (reap(n, 0, worker), !forever && run_done(n)))
+			break; /* its last flights landed */
 		struct heap *h = pick(n, cls);
+		if (!h && n->nfl) {
+			reap(n, 1, worker);
+			continue;
+		}
 		if (!h && !forever && stuck(n))
 			break;
 		if (!h) {
@@ -653,6 +746,10 @@ static void work(struct hp_net *n, int cls, int worker, int forever)
 			continue;
 		}
 		int i = heap_pop(h), rc;
+		if (batchable(n, i) && n->inline_io) {
+			start_batch(n, h, i, worker);
+			continue;
+		}
 		if (batchable(n, i)) {
 			fire_batch(n, h, i, worker, cls);
 			continue;
@@ -817,7 +914,9 @@ int hp_net_create(const struct hp_net_desc *d, const struct hp_net_ops *ops, voi
 	n->budget = d->budget;
 	n->reserved = d->reserved;
 	n->nworkers = d->workers < 1 ? 1 : d->workers;
-	n->nio = d->io_threads < 1 ? 1 : d->io_threads;
+	n->inline_io = d->io_threads == 0 && n->nworkers == 1 && ops->start_io_batch && ops->io_batch_done &&
+		       ops->fire_io_batch;
+	n->nio = n->inline_io ? 0 : d->io_threads < 1 ? 1 : d->io_threads;
 	pthread_mutex_init(&n->mu, NULL);
 	pthread_cond_init(&n->cv[0], NULL);
 	pthread_cond_init(&n->cv[1], NULL);
@@ -836,7 +935,9 @@ int hp_net_create(const struct hp_net_desc *d, const struct hp_net_ops *ops, voi
 	n->need = malloc(((size_t)n->ntr + 1) * sizeof *n->need);
 	for (int c = 0; c < 3; c++)
 		n->ready[c].a = malloc(((size_t)n->ntr + 1) * sizeof(int));
-	if (!n->deps_left || !n->state || !n->need || !n->ready[0].a || !n->ready[1].a || !n->ready[2].a) {
+	n->fl = n->inline_io ? malloc(MAX_FLIGHTS * sizeof *n->fl) : NULL;
+	if (!n->deps_left || !n->state || !n->need || !n->ready[0].a || !n->ready[1].a || !n->ready[2].a ||
+	    (n->inline_io && !n->fl)) {
 		rc = hp_error(-ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -874,5 +975,6 @@ void hp_net_destroy(struct hp_net *n)
 	free(n->need);
 	for (int c = 0; c < 3; c++)
 		free(n->ready[c].a);
+	free(n->fl);
 	free(n);
 }

@@ -74,7 +74,9 @@ struct hp_net_desc {
 	uint64_t budget;           /* tokens of the budget place */
 	uint64_t reserved;         /* of which held apart for the whole session */
 	struct hp_trace *trace;    /* stall spans, or NULL */
-	int workers, io_threads;   /* compute workers (the caller of hp_net_run is 0), I/O threads */
+	int workers, io_threads;   /* compute workers (the caller of hp_net_run is 0), I/O threads;
+				    * io_threads 0 with one worker and the ops start_io_batch and
+				    * io_batch_done: none, the worker issues the I/O itself */
 };
 
 /* What firing a transition does (the caller's side).  lane: the trace
@@ -97,6 +99,17 @@ struct hp_net_ops {
 	 * in plan order), fired at once so that their chunks go to the device in
 	 * one submission; each io's rc set as fire_io would return it. */
 	void (*fire_io_batch)(void *arg, struct hp_net_io *ios, int n, int lane);
+	/* Optional, both or neither: I/O without I/O threads (io_threads 0, one
+	 * compute worker).  start_io_batch starts such a batch and returns at
+	 * once with a handle (NULL: nothing left in flight, each rc set);
+	 * io_batch_done polls it (wait 0) or waits for it (wait 1) and returns 1
+	 * once it is done, each io's rc set and the handle gone, else 0.  The
+	 * compute worker then submits the I/O as it becomes ready, computes
+	 * while it is in flight and reaps it between kernels: no thread is woken
+	 * for it (lenet under a tight budget: ~1,000 futex calls a step between
+	 * the worker and 4 I/O threads on 2 cores). */
+	void *(*start_io_batch)(void *arg, struct hp_net_io *ios, int n, int lane);
+	int (*io_batch_done)(void *arg, void *h, struct hp_net_io *ios, int n, int wait);
 };
 
 #define HP_NET_IO_BATCH 16

@@ -278,6 +278,10 @@ static void name_lanes(struct hp_rt *s, int workers, int nio)
 		snprintf(name, sizeof name, "I/O queue %d (loads, write-backs)", q);
 		hp_trace_lane(s->trace, HP_LANE_IO + q, name);
 	}
+	for (int q = 0; !nio && q < 4; q++) { /* inline I/O: the batches in flight */
+		snprintf(name, sizeof name, "I/O in flight %d (issued by compute worker 0)", q);
+		hp_trace_lane(s->trace, HP_LANE_IO + q, name);
+	}
 }
 
 /* Per compute worker a kernel thread pool: the session's with one worker;
@@ -436,11 +440,14 @@ static int plan_order(const struct hp_rt *s, struct hp_net_entry *e)
 static int rt_fire_kernel(void *arg, int step, int worker, int lane);
 static int rt_fire_io(void *arg, int kind, int v, uint64_t first, uint64_t nchunks, int lane);
 static void rt_fire_io_batch(void *arg, struct hp_net_io *ios, int n, int lane);
+static void *rt_start_io_batch(void *arg, struct hp_net_io *ios, int n, int lane);
+static int rt_io_batch_done(void *arg, void *h, struct hp_net_io *ios, int n, int wait);
 static int rt_fire_comm(void *arg, int step, int lane);
 
 static const struct hp_net_ops rt_net_ops = { .fire_kernel = rt_fire_kernel, .fire_io = rt_fire_io,
 					      .fire_comm = rt_fire_comm, .fire_recompute = rt_fire_kernel,
-					      .fire_io_batch = rt_fire_io_batch };
+					      .fire_io_batch = rt_fire_io_batch, .start_io_batch = rt_start_io_batch,
+					      .io_batch_done = rt_io_batch_done };
 
 /* Values' budget bytes (4 KiB pages, at least one; constants are not
  * managed) and chunk counts (tensors that exist now may load in parts). */
@@ -477,6 +484,25 @@ out:
 	return rc;
 }
 
+/* Tensors below this budget (chunks of at most 64 KiB: small values and
+ * short kernels) have their I/O issued and reaped by the one compute
+ * worker between kernels (net.h: no I/O threads).  On a few cores the
+ * wake-ups of I/O threads cost more than the overlap they give: lenet
+ * trained at 25% of its peak spent more CPU in futex and scheduling than
+ * in its kernels.  Larger budgets keep I/O threads: their kernels run long
+ * enough that loads must start while one runs. */
+#define INLINE_IO_BELOW (4ull << 20)
+
+static int io_threads(const struct hp_rt *s)
+{
+	if (s->opts.io_threads > 0)
+		return s->opts.io_threads;
+	for (int i = 0; i < s->g->nnodes; i++)
+		if (!s->g->nodes[i].folded && hp_comm_is_allreduce(&s->g->nodes[i]))
+			return 4; /* reductions fire on I/O threads */
+	return s->workers == 1 && s->layout.budget < INLINE_IO_BELOW ? 0 : 4;
+}
+
 static int rt_create(struct hp_session *ss)
 {
 	const struct hp_graph *g = ss->g;
@@ -494,7 +520,7 @@ static int rt_create(struct hp_session *ss)
 	s->trace = ss->trace;
 	s->prof = ss->prof;
 	s->workers = s->layout.workers;
-	s->nio = s->opts.io_threads > 0 ? s->opts.io_threads : 4;
+	s->nio = io_threads(s);
 	pthread_mutex_init(&s->spare_mu, NULL);
 	hp_plan_default_opts(&s->layout, &po);
 	rc = hp_plan_build(g, &po, &s->plan);
@@ -720,51 +746,92 @@ static int rt_fire_io(void *arg, int kind, int v, uint64_t first, uint64_t nchun
 	return 0;
 }
 
-/* Loads and write-backs the net found ready together: the loads' reads
- * are submitted first (hs_prefetch_many), the write-backs go out in one
- * batch while they run (hs_evict_many), then the reads are waited for.
- * What each does is what rt_fire_io does for it alone. */
-static void rt_fire_io_batch(void *arg, struct hp_net_io *ios, int n, int lane)
+/* Loads and write-backs the net found ready together, in flight: the
+ * loads' reads are submitted first (hs_prefetch_many), then the
+ * write-backs' writes (hs_evict_start); rt_io_batch_done reaps them. */
+struct rt_flight {
+	struct hs_prefetch *ld, *wb;
+	int rl, rw, fl, fw, nl, nw, lane;
+	double u0;
+};
+
+static int rt_io_batch_done(void *arg, void *h, struct hp_net_io *ios, int n, int wait);
+
+static void *rt_start_io_batch(void *arg, struct hp_net_io *ios, int n, int lane)
 {
 	struct hp_rt *s = arg;
 	struct hs_range ld[n], wb[n];
-	struct hs_prefetch *h = NULL;
-	double u0 = hp_trace_now_us(s->trace);
-	int nl = 0, nw = 0, rl = 0, rw = 0, fl = -1, fw = -1;
+	struct rt_flight *f = calloc(1, sizeof *f);
 
+	if (!f) {
+		for (int k = 0; k < n; k++)
+			ios[k].rc = hp_error(-ENOMEM, "out of memory");
+		return NULL;
+	}
+	*f = (struct rt_flight){ .fl = -1, .fw = -1, .lane = lane, .u0 = hp_trace_now_us(s->trace) };
 	for (int k = 0; k < n; k++) {
 		struct hs_tensor *t = s->ten[ios[k].value];
 		ios[k].rc = 0;
 		if (!t)
 			continue; /* not written yet (an input or output before the first run) */
 		if (ios[k].kind == HP_TR_LOAD) {
-			fl = fl < 0 ? k : fl;
-			ld[nl++] = (struct hs_range){ t, ios[k].first, ios[k].nchunks ? ios[k].nchunks : HS_ALL };
+			f->fl = f->fl < 0 ? k : f->fl;
+			ld[f->nl++] = (struct hs_range){ t, ios[k].first, ios[k].nchunks ? ios[k].nchunks : HS_ALL };
 		} else {
-			fw = fw < 0 ? k : fw;
-			wb[nw++] = (struct hs_range){ t, 0, HS_ALL };
+			f->fw = f->fw < 0 ? k : f->fw;
+			wb[f->nw++] = (struct hs_range){ t, 0, HS_ALL };
 		}
 	}
-	if (nl)
-		rl = hs_prefetch_many(ld, (size_t)nl, &h);
-	if (nw && (rw = hs_evict_many(wb, (size_t)nw, HS_TIER_ANY)) > 0)
-		rw = 0;
-	if (nl && rl == 0)
-		rl = hs_prefetch_wait(h);
-	if (rl < 0)
-		rl = hp_error_prefix(rl, "load of '%s' (with %d more)", s->g->values[ios[fl].value].name, nl - 1);
-	else if (rw < 0)
-		rw = hp_error_prefix(rw, "write-back of '%s' (with %d more)", s->g->values[ios[fw].value].name, nw - 1);
+	if (f->nl)
+		f->rl = hs_prefetch_many(ld, (size_t)f->nl, &f->ld);
+	if (f->nw && (f->rw = hs_evict_start(wb, (size_t)f->nw, HS_TIER_ANY, &f->wb)) > 0)
+		f->rw = 0;
+	if (f->ld || f->wb)
+		return f;
+	rt_io_batch_done(arg, f, ios, n, 1);
+	return NULL;
+}
+
+/* Each io's status (the batch's first failure names its value), its
+ * trace span; f is freed. */
+static int rt_io_batch_done(void *arg, void *h, struct hp_net_io *ios, int n, int wait)
+{
+	struct hp_rt *s = arg;
+	struct rt_flight *f = h;
+
+	if (!wait && ((f->ld && !hs_prefetch_poll(f->ld)) || (f->wb && !hs_prefetch_poll(f->wb))))
+		return 0;
+	if (f->ld)
+		f->rl = hs_prefetch_wait(f->ld);
+	if (f->rl < 0)
+		f->rl = hp_error_prefix(f->rl, "load of '%s' (with %d more)", s->g->values[ios[f->fl].value].name, f->nl - 1);
+	if (f->wb && (f->rw = hs_prefetch_wait(f->wb)) > 0)
+		f->rw = 0;
+	if (f->rl >= 0 && f->rw < 0)
+		f->rw = hp_error_prefix(f->rw, "write-back of '%s' (with %d more)", s->g->values[ios[f->fw].value].name,
+					f->nw - 1);
 	for (int k = 0; k < n; k++) {
 		if (!s->ten[ios[k].value])
 			continue;
-		ios[k].rc = ios[k].kind == HP_TR_LOAD ? rl : rw;
+		ios[k].rc = ios[k].kind == HP_TR_LOAD ? f->rl : f->rw;
 		if (s->trace)
-			hp_trace_span_bytes(s->trace, lane, io_name(ios[k].kind), s->g->values[ios[k].value].name, u0,
+			hp_trace_span_bytes(s->trace, f->lane, io_name(ios[k].kind), s->g->values[ios[k].value].name, f->u0,
 					    hp_trace_now_us(s->trace), io_bytes(s, ios[k].value, ios[k].first, ios[k].nchunks));
 	}
 	if (s->trace)
 		trace_resident(s);
+	free(f);
+	return 1;
+}
+
+/* The same batch on an I/O thread, waited for: what each does is what
+ * rt_fire_io does for it alone. */
+static void rt_fire_io_batch(void *arg, struct hp_net_io *ios, int n, int lane)
+{
+	void *h = rt_start_io_batch(arg, ios, n, lane);
+
+	if (h)
+		rt_io_batch_done(arg, h, ios, n, 1);
 }
 
 /* ---- the executor's ops (session.c) ---- */

@@ -25,6 +25,8 @@ struct hs_prefetch {
 	int err;
 	char msg[300];
 	struct io_req *reqs;
+	int nwb;                        /* write-back: reqs[0..nwb) are its writes, finished at the wait */
+	int evict;                      /* and their chunks are dropped then (hs_evict_start) */
 };
 
 struct io_req {
@@ -226,6 +228,8 @@ static void file_req(struct io_req *r, struct hs_tensor *t, uint64_t i)
 
 static void submit_batch(struct hs_tier *t, struct hs_io **batch, int k);
 static void submit_batches(struct hs_store *st, struct io_req *reqs, int n);
+static void wb_finish(struct hs_store *st, struct hs_prefetch *g);
+static int evict_written(struct hs_store *st, const struct hs_prefetch *g);
 
 /* Submit the direct reads of backed chunks, batched per file (lock NOT
  * held); windowed ones are left to read_windows. */
@@ -395,24 +399,25 @@ static int wb_prepare(struct hs_store *st, struct io_req *r, int target)
 	return rc;
 }
 
-/* Write the chunks of items[] (marked CH_WRITING by the caller, lock held)
- * to `target`; the lock is released during I/O.  Chunks written become
- * clean with their new copy; failed ones stay dirty. */
-int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
+/* Prepare and submit the writes of items[] (marked CH_WRITING by the
+ * caller, lock held and held again on return, released meanwhile) to
+ * `target` as group g: g->reqs and g->nwb.  wb_finish completes them. */
+static int wb_start(struct hs_store *st, struct hs_prefetch *g, struct wb_item *items, int n, int target)
 {
-	struct hs_prefetch g = { .st = st };
 	struct io_req *reqs = calloc(n, sizeof *reqs);
 	char nb[96];
 
 	if (!reqs)
 		return -ENOMEM;
+	g->reqs = reqs;
+	g->nwb = n;
 	pthread_mutex_unlock(&st->mu);
 	for (int j = 0; j < n; j++) {
 		struct io_req *r = &reqs[j];
 		struct hs_tensor *t = items[j].t;
 		r->t = t;
 		r->chunk = items[j].chunk;
-		r->g = &g;
+		r->g = g;
 		r->tier = NO_TIER;
 		r->io = (struct hs_io){ .op = HS_IO_WRITE, .buf = t->base + r->chunk * st->cs,
 					.len = hs_chunk_iolen(t, r->chunk), .done = wb_done, .arg = r };
@@ -425,7 +430,7 @@ int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
 			rc = wb_prepare(st, r, target);
 		if (rc < 0) {
 			pthread_mutex_lock(&st->mu);
-			group_fail(&g, rc, "store: tensor %s chunk %" PRIu64 ": no room on %s: %s", tname(t, nb, sizeof nb),
+			group_fail(g, rc, "store: tensor %s chunk %" PRIu64 ": no room on %s: %s", tname(t, nb, sizeof nb),
 				   r->chunk, target >= 0 ? st->tiers[target]->name : "any lower tier", hp_strerror(rc));
 			pthread_mutex_unlock(&st->mu);
 			continue;
@@ -439,9 +444,15 @@ int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
 	pthread_mutex_unlock(&st->mu);
 	submit_batches(st, reqs, n);
 	pthread_mutex_lock(&st->mu);
-	group_wait(st, &g);
-	for (int j = 0; j < n; j++) {
-		struct io_req *r = &reqs[j];
+	return 0;
+}
+
+/* The writes of g are done (lock held): chunks written become clean with
+ * their new copy, failed ones stay dirty; all are resident again. */
+static void wb_finish(struct hs_store *st, struct hs_prefetch *g)
+{
+	for (int j = 0; j < g->nwb; j++) {
+		struct io_req *r = &g->reqs[j];
 		struct hs_chunk *c = &r->t->ch[r->chunk];
 		c->state = CH_RESIDENT;
 		if (r->tier == NO_TIER)
@@ -458,7 +469,21 @@ int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
 		st->stats.tier[r->tier + 1].demotions++;
 	}
 	pthread_cond_broadcast(&st->cv);
-	free(reqs);
+}
+
+/* Write the chunks of items[] (marked CH_WRITING by the caller, lock held)
+ * to `target`; the lock is released during I/O.  Chunks written become
+ * clean with their new copy; failed ones stay dirty. */
+int hs_write_back(struct hs_store *st, struct wb_item *items, int n, int target)
+{
+	struct hs_prefetch g = { .st = st };
+	int rc = wb_start(st, &g, items, n, target);
+
+	if (rc < 0)
+		return rc;
+	group_wait(st, &g);
+	wb_finish(st, &g);
+	free(g.reqs);
 	if (g.err)
 		return hp_error(g.err, "%s", g.msg);
 	return 0;
@@ -925,6 +950,11 @@ int hs_prefetch_wait(struct hs_prefetch *h)
 	st = h->st;
 	pthread_mutex_lock(&st->mu);
 	group_wait(st, h);
+	if (h->nwb) { /* a write-back (hs_evict_start) is finished by its wait */
+		wb_finish(st, h);
+		if (h->evict)
+			evict_written(st, h);
+	}
 	pthread_mutex_unlock(&st->mu);
 	rc = h->err ? hp_error(h->err, "%s", h->msg) : 0;
 	free(h->reqs);
@@ -959,12 +989,30 @@ static int evict_range(struct hs_store *st, struct hs_tensor *t, uint64_t first,
 	return count;
 }
 
-int hs_evict_many(const struct hs_range *rs, size_t nr, int tier)
+/* The written chunks of g still clean, resident and unpinned leave DRAM
+ * (lock held); returns how many. */
+static int evict_written(struct hs_store *st, const struct hs_prefetch *g)
+{
+	int count = 0;
+
+	for (int j = 0; j < g->nwb; j++) {
+		struct hs_chunk *c = &g->reqs[j].t->ch[g->reqs[j].chunk];
+		if (!c->dirty && c->state == CH_RESIDENT && !c->pins) {
+			drop_chunk(st, g->reqs[j].t, g->reqs[j].chunk);
+			count++;
+		}
+	}
+	return count;
+}
+
+/* Check the ranges and collect the chunks to write (lock taken and held
+ * on success): *wb (malloc'ed), *nwb, and the clean ones dropped now. */
+static int evict_collect(const struct hs_range *rs, size_t nr, int tier, struct wb_item **wbp, int *nwb, int *count)
 {
 	struct hs_store *st;
 	struct wb_item *wb = NULL;
 	uint64_t total = 0;
-	int nwb = 0, count = 0, rc = 0;
+	int rc;
 
 	if (nr == 0 || !rs[0].tensor)
 		return hp_error(HP_EUSAGE, "store: eviction of no ranges");
@@ -985,24 +1033,71 @@ int hs_evict_many(const struct hs_range *rs, size_t nr, int tier)
 	for (size_t k = 0; k < nr; k++)
 		while (st->committing && rs[k].tensor->name)
 			pthread_cond_wait(&st->cv, &st->mu);
+	*nwb = *count = 0;
 	for (size_t k = 0; k < nr; k++) {
 		uint64_t first = rs[k].first, n = rs[k].n;
 		norm_range(rs[k].tensor, &first, &n, "evict");
-		count += evict_range(st, rs[k].tensor, first, n, tier, wb, &nwb);
+		*count += evict_range(st, rs[k].tensor, first, n, tier, wb, nwb);
 	}
-	if (nwb) { /* one write-back: one submission per tier for all of them */
-		rc = hs_write_back(st, wb, nwb, tier);
-		for (int j = 0; j < nwb; j++) {
-			struct hs_chunk *c = &wb[j].t->ch[wb[j].chunk];
-			if (!c->dirty && c->state == CH_RESIDENT && !c->pins) {
-				drop_chunk(st, wb[j].t, wb[j].chunk);
-				count++;
-			}
-		}
+	*wbp = wb;
+	return 0;
+}
+
+int hs_evict_many(const struct hs_range *rs, size_t nr, int tier)
+{
+	struct hs_store *st = nr && rs[0].tensor ? rs[0].tensor->st : NULL;
+	struct hs_prefetch g = { .st = st };
+	struct wb_item *wb = NULL;
+	int nwb = 0, count = 0, rc = evict_collect(rs, nr, tier, &wb, &nwb, &count);
+
+	if (rc < 0)
+		return rc;
+	if (nwb && (rc = wb_start(st, &g, wb, nwb, tier)) == 0) {
+		/* one write-back: one submission per tier for all of them */
+		group_wait(st, &g);
+		wb_finish(st, &g);
+		count += evict_written(st, &g);
+		rc = g.err ? hp_error(g.err, "%s", g.msg) : 0;
+	} else if (nwb) { /* nothing was submitted: the chunks stay dirty and resident */
+		for (int j = 0; j < nwb; j++)
+			wb[j].t->ch[wb[j].chunk].state = CH_RESIDENT;
+		pthread_cond_broadcast(&st->cv);
+	}
+	pthread_mutex_unlock(&st->mu);
+	free(g.reqs);
+	free(wb);
+	hs_statpage_publish(st, 0);
+	return rc < 0 ? rc : count;
+}
+
+int hs_evict_start(const struct hs_range *rs, size_t nr, int tier, struct hs_prefetch **h)
+{
+	struct hs_store *st = nr && rs[0].tensor ? rs[0].tensor->st : NULL;
+	struct hs_prefetch *g = NULL;
+	struct wb_item *wb = NULL;
+	int nwb = 0, count = 0, rc;
+
+	*h = NULL;
+	rc = evict_collect(rs, nr, tier, &wb, &nwb, &count);
+	if (rc < 0)
+		return rc;
+	if (nwb && !(g = calloc(1, sizeof *g)))
+		rc = -ENOMEM;
+	if (g) {
+		g->st = st;
+		g->evict = 1;
+		rc = wb_start(st, g, wb, nwb, tier);
+	}
+	if (rc < 0) { /* nothing was submitted: the chunks stay dirty and resident */
+		for (int j = 0; j < nwb; j++)
+			wb[j].t->ch[wb[j].chunk].state = CH_RESIDENT;
+		pthread_cond_broadcast(&st->cv);
+		free(g);
+		g = NULL;
 	}
 	pthread_mutex_unlock(&st->mu);
 	free(wb);
-	hs_statpage_publish(st, 0);
+	*h = g;
 	return rc < 0 ? rc : count;
 }
 

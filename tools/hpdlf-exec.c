@@ -982,6 +982,18 @@ void exec_tier_summary(struct hp_session *s, const struct cli *c, json_object *o
 			hp_format_size(ri.tier_peak, u, sizeof u));
 	if (o && peak)
 		json_object_object_add(o, "tier_peak_bytes", json_object_new_int64((int64_t)ri.tier_peak));
+	if (o && peak) { /* requests, not bytes: what small values cost is their count */
+		json_object *rq = json_object_new_object();
+		uint64_t rd = 0, wr = 0;
+		for (int i = 1; i < st.ntiers; i++) {
+			rd += st.tier[i].reads;
+			wr += st.tier[i].writes;
+		}
+		json_object_object_add(rq, "reads", json_object_new_int64((int64_t)rd));
+		json_object_object_add(rq, "writes", json_object_new_int64((int64_t)wr));
+		json_object_object_add(o, "io_requests", rq);
+		json_object_object_add(o, "io_threads", json_object_new_int(ri.io_threads));
+	}
 	if (o)
 		tier_stats_json(&st, o);
 }

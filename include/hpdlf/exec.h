@@ -37,7 +37,8 @@ struct hp_exec_opts {
 	int workers;            /* task-net compute workers (0: 1); each kernel gets
 				 * threads / workers threads, so results equal in-core
 				 * ones at that thread count */
-	int io_threads;         /* I/O queues of the task net (0: 4) */
+	int io_threads;         /* I/O queues of the task net (0: 4, or none below 4 MiB of
+				 * tensors with one worker: it issues the I/O itself) */
 	int ntiers;             /* lower tiers of the store (0: a spill file in $TMPDIR) */
 	const struct hs_tier_spec *tiers;
 	int no_split;           /* out of core: keep the graph as it is (see hp_graph_compile) */

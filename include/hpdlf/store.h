@@ -220,6 +220,14 @@ int hs_evict(struct hs_tensor *t, uint64_t first, uint64_t n, int tier);
  * one write-back, one submission per tier, instead of one wait per range.
  * A chunk named twice is written once.  Returns the chunks evicted. */
 int hs_evict_many(const struct hs_range *r, size_t nr, int tier);
+/* hs_evict_many without the wait: the writes are submitted and *h (NULL
+ * when nothing had to be written) is polled and waited on like a prefetch's
+ * handle (hs_prefetch_poll, hs_prefetch_wait).  Until its wait the chunks
+ * being written stay in DRAM, counted as resident; the wait finishes the
+ * eviction (frees their DRAM) and returns the writes' status.  Returns the
+ * clean chunks evicted at once.  One thread can so keep many small writes
+ * in flight while it computes. */
+int hs_evict_start(const struct hs_range *r, size_t nr, int tier, struct hs_prefetch **h);
 /* Next use as a caller-defined time (smaller: sooner); HS_NO_HINT clears. */
 int hs_hint(struct hs_tensor *t, int64_t next_use);
 

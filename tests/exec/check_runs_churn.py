@@ -6,7 +6,10 @@ with bitwise the in-core results.  A chunk copied back into its tensor's
 range by the compaction's last resort once lost its pages to the next
 flush of emptied ranges (the mlp's inference failed after ~500
 iterations at 200K); LeNet trains at 25% of its in-core peak, where a
-step moves ~40 tensors through runs.
+step moves ~40 tensors through runs.  There (below 4 MiB of tensors, one
+worker) the compute worker issues its loads and write-backs itself and
+reaps them between kernels, many in flight at once (--stats-json
+io_threads 0); the I/O requests per step are printed as figures.
 
 usage: check_runs_churn.py HPDLF_EXEC MODELS_DIR
 """
@@ -53,9 +56,16 @@ def main():
             return 1
         with open(st) as f:
             budget = json.load(f)["tensor_peak_bytes"] // 4
-        r2 = run(args + ["--budget", str(budget), "--log-json", ooc])
+        st2 = os.path.join(tmp, "st2.json")
+        r2 = run(args + ["--budget", str(budget), "--log-json", ooc, "--stats-json", st2])
         if check(r2[0] == 0, "lenet at 25%% (%d B), 40 steps: exit 0 (%s)" % (budget, r2[1][-200:])):
             check(losses(ooc) == losses(inc), "lenet at 25%: bitwise the in-core losses")
+            with open(st2) as f:
+                s2 = json.load(f)
+            rq = s2.get("io_requests", {})
+            check(s2.get("io_threads") == 0 and rq.get("reads", 0) > 0 and rq.get("writes", 0) > 0,
+                  "lenet at 25%%: the compute worker issued the I/O (io_threads %s), %.1f reads and %.1f writes "
+                  "a step" % (s2.get("io_threads"), rq.get("reads", 0) / 40, rq.get("writes", 0) / 40))
     return 1 if fails else 0
 
 

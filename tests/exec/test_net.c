@@ -341,13 +341,13 @@ static int fake_comm(void *arg, int step, int lane)
 	return fake_compute(arg, HP_TR_COMM, step, 0);
 }
 
-static int fake_io(void *arg, int kind, int v, uint64_t first, uint64_t nchunks, int lane)
+/* What firing a load or removal does at once (the checks, the bytes a
+ * load takes); returns the bytes a removal gives back when it is done. */
+static uint64_t fake_io_begin(struct fake *f, int kind, int v, uint64_t first, uint64_t nchunks)
 {
-	struct fake *f = arg;
 	const struct net_case *c = f->c;
 	uint64_t bytes = c->vsize[v];
 
-	(void)lane;
 	if (nchunks) { /* one part of a split load */
 		uint64_t end = (first + nchunks) * PAGE < bytes ? (first + nchunks) * PAGE : bytes;
 		bytes = end - first * PAGE;
@@ -362,7 +362,6 @@ static int fake_io(void *arg, int kind, int v, uint64_t first, uint64_t nchunks,
 		f->loaded[v] += bytes;
 		take(f, bytes);
 		pthread_mutex_unlock(&f->mu);
-		nap(f);
 		return 0;
 	}
 	if (f->loaded[v] != c->vsize[v])
@@ -372,10 +371,24 @@ static int fake_io(void *arg, int kind, int v, uint64_t first, uint64_t nchunks,
 	f->removes[v]++;
 	f->loaded[v] = 0;
 	pthread_mutex_unlock(&f->mu);
-	nap(f); /* the bytes are given back when the write-back is done */
+	return c->vsize[v];
+}
+
+static void give(struct fake *f, uint64_t bytes)
+{
 	pthread_mutex_lock(&f->mu);
-	f->resident -= c->vsize[v];
+	f->resident -= bytes;
 	pthread_mutex_unlock(&f->mu);
+}
+
+static int fake_io(void *arg, int kind, int v, uint64_t first, uint64_t nchunks, int lane)
+{
+	struct fake *f = arg;
+	uint64_t back = fake_io_begin(f, kind, v, first, nchunks);
+
+	(void)lane;
+	nap(f); /* a removal's bytes are given back when the write-back is done */
+	give(f, back);
 	return 0;
 }
 
@@ -406,6 +419,66 @@ static void fake_io_batch(void *arg, struct hp_net_io *ios, int n, int lane)
 static const struct hp_net_ops fake_ops_batch = { .fire_kernel = fake_kernel, .fire_io = fake_io,
 						  .fire_comm = fake_comm, .fire_recompute = fake_recompute,
 						  .fire_io_batch = fake_io_batch };
+
+/* Inline I/O (no I/O threads): a batch started is in flight until polled
+ * done, which takes 0 to 3 polls; its removals give their bytes back only
+ * then.  Counted: batches in flight at once, polls answered "not yet". */
+struct fake_flight {
+	uint64_t back;
+	int polls;
+};
+
+static int in_flight, most_in_flight, not_yet;
+
+static void check_batch_kinds(struct fake *f, const struct hp_net_io *ios, int n)
+{
+	pthread_mutex_lock(&f->mu);
+	f->multi += n > 1;
+	for (int k = 0; k < n; k++)
+		if (ios[k].kind != HP_TR_LOAD && ios[k].kind != HP_TR_WRITEBACK)
+			fail_fake(f, "batched an I/O that is neither a load nor a write-back", ios[k].value);
+	pthread_mutex_unlock(&f->mu);
+}
+
+static void *fake_start(void *arg, struct hp_net_io *ios, int n, int lane)
+{
+	struct fake *f = arg;
+	struct fake_flight *x = calloc(1, sizeof *x);
+
+	(void)lane;
+	check_batch_kinds(f, ios, n);
+	for (int k = 0; k < n; k++) {
+		x->back += fake_io_begin(f, ios[k].kind, ios[k].value, ios[k].first, ios[k].nchunks);
+		ios[k].rc = 0;
+	}
+	pthread_mutex_lock(&f->mu);
+	x->polls = (int)(rnd(&f->seed) % 4);
+	pthread_mutex_unlock(&f->mu);
+	if (++in_flight > most_in_flight)
+		most_in_flight = in_flight;
+	return x;
+}
+
+static int fake_done(void *arg, void *h, struct hp_net_io *ios, int n, int wait)
+{
+	struct fake_flight *x = h;
+
+	if (!wait && x->polls-- > 0) {
+		not_yet++;
+		return 0;
+	}
+	for (int k = 0; k < n; k++)
+		ios[k].rc = 0;
+	give(arg, x->back);
+	in_flight--;
+	free(x);
+	return 1;
+}
+
+static const struct hp_net_ops fake_ops_inline = { .fire_kernel = fake_kernel, .fire_io = fake_io,
+						   .fire_comm = fake_comm, .fire_recompute = fake_recompute,
+						   .fire_io_batch = fake_io_batch, .start_io_batch = fake_start,
+						   .io_batch_done = fake_done };
 
 /* ---- running with a deadline ---- */
 
@@ -496,6 +569,7 @@ static void reset_fake(struct fake *f, const struct net_case *c, uint32_t seed)
 
 static void random_nets(const struct hp_net_ops *ops)
 {
+	int inl = ops->start_io_batch != NULL; /* one worker, no I/O threads */
 	struct net_case *c = malloc(sizeof *c);
 	struct fake *f = calloc(1, sizeof *f);
 	long transitions = 0, parts = 0, multi = 0;
@@ -512,6 +586,10 @@ static void random_nets(const struct hp_net_ops *ops)
 		struct hp_net_desc d = { .nvalues = c->nvalues, .vsize = c->vsize, .nchunks = c->nchunks,
 					 .chunk = PAGE, .nentries = c->ne, .entries = c->e, .budget = c->budget,
 					 .reserved = c->reserved, .workers = c->workers, .io_threads = c->nio };
+		if (inl) {
+			c->workers = d.workers = 1;
+			d.io_threads = 0;
+		}
 		assert_int_equal(hp_net_create(&d, ops, f, &n), 0);
 		for (int run = 0; run < 2; run++) {
 			reset_fake(f, c, seed + (uint32_t)run);
@@ -531,9 +609,14 @@ static void random_nets(const struct hp_net_ops *ops)
 	/* the test is only as good as its nets: they must press on the budget */
 	print_message("%ld transitions fired, %ld extra load parts, resident up to %.0f%% of the budget, "
 		      "%ld batches of several loads and write-backs\n", transitions, parts, 100 * fullest, multi);
-	assert_true(parts > 0 && fullest > 0.9);
+	assert_true((inl ? parts == 0 : parts > 0) && fullest > 0.9); /* inline: loads are read whole */
 	if (ops->fire_io_batch)
 		assert_true(multi > 0); /* the batches are exercised */
+	if (inl) { /* and so are flights: several at once, polled before done */
+		print_message("inline I/O: up to %d batches in flight, %d polls answered not yet\n", most_in_flight,
+			      not_yet);
+		assert_true(most_in_flight > 1 && not_yet > 0 && in_flight == 0);
+	}
 	pthread_mutex_destroy(&f->mu);
 	free(f);
 	free(c);
@@ -551,6 +634,14 @@ static void test_random_nets_batched(void **state)
 {
 	(void)state;
 	random_nets(&fake_ops_batch);
+}
+
+/* The same nets with one compute worker issuing the loads and write-backs
+ * itself, in flight while it computes (net.h, inline I/O): same checks. */
+static void test_random_nets_inline(void **state)
+{
+	(void)state;
+	random_nets(&fake_ops_inline);
 }
 
 /* A failing transition stops granting; the run returns its message. */
@@ -635,6 +726,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_random_nets),
 		cmocka_unit_test(test_random_nets_batched),
+		cmocka_unit_test(test_random_nets_inline),
 		cmocka_unit_test(test_failure_stops),
 		cmocka_unit_test(test_stuck_run_fails),
 		cmocka_unit_test(test_missing_op),

@@ -1187,6 +1187,58 @@ static void test_evict_many(void **state)
 	hs_store_close(st);
 }
 
+/* hs_evict_start: the writes are in flight when it returns, the chunks
+ * still resident (CH_WRITING, counted); polled to done, the wait frees
+ * them; the data reads back intact.  Nothing dirty: no handle. */
+static void test_evict_start(void **state)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *a, *c;
+	struct hs_tensor_info t2 = { .bytes = 2 * CS, .dtype = HP_U8 }, t1 = { .bytes = CS - 8, .dtype = HP_U8 };
+	struct hs_store_stats s0, s1;
+	struct hs_prefetch *h;
+	int polls = 0;
+
+	(void)state;
+	tu_opts(&o, CFG_NVME, CS, 8, 32, "evstart");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_create(st, &t2, &a), 0);
+	assert_int_equal(hs_tensor_create(st, &t1, &c), 0);
+	fill_n(a, t2.bytes, 11);
+	fill_n(c, t1.bytes, 31);
+	assert_int_equal(hs_store_stats(st, &s0), 0);
+	struct hs_range r[] = { { a, 0, HS_ALL }, { c, 0, 1 } };
+	assert_int_equal(hs_evict_start(r, 2, HS_TIER_ANY, &h), 0); /* nothing was clean */
+	assert_non_null(h);
+	assert_int_equal(hs_store_stats(st, &s1), 0);
+	assert_int_equal(s1.resident, s0.resident); /* in flight: still in DRAM */
+	assert_int_equal(a->ch[0].state, CH_WRITING);
+	while (!hs_prefetch_poll(h))
+		polls++;
+	assert_int_equal(a->ch[1].state, CH_WRITING); /* done, but finished by the wait */
+	assert_int_equal(hs_prefetch_wait(h), 0);
+	assert_int_equal(hs_store_stats(st, &s1), 0);
+	assert_int_equal(s1.tier[1].writes, s0.tier[1].writes + 3);
+	assert_int_equal(s1.resident, 0);
+	assert_int_equal(a->ch[0].state, CH_ABSENT);
+	assert_int_equal(c->ch[0].state, CH_ABSENT);
+	expect(a, t2.bytes, 11);
+	expect(c, t1.bytes, 31);
+	/* read back clean: evicted at once, no write, no handle */
+	assert_int_equal(hs_store_stats(st, &s0), 0);
+	assert_int_equal(hs_evict_start(r, 2, HS_TIER_ANY, &h), 3);
+	assert_null(h);
+	assert_int_equal(hs_store_stats(st, &s1), 0);
+	assert_int_equal(s1.tier[1].writes, s0.tier[1].writes);
+	assert_int_equal(s1.resident, 0);
+	assert_int_equal(hs_evict_start(r, 0, HS_TIER_ANY, &h), HP_EUSAGE);
+	print_message("hs_evict_start: %d polls before done\n", polls);
+	assert_int_equal(hs_tensor_drop(a), 0);
+	assert_int_equal(hs_tensor_drop(c), 0);
+	hs_store_close(st);
+}
+
 /* Dead dirty chunks are forgotten without a write-back; their frames serve
  * the same chunks again without moving, and other tensors when the pool
  * runs short, while live data (dirty or on a tier) is never lost. */
@@ -1434,6 +1486,7 @@ int main(void)
 		cmocka_unit_test(test_runs_in_place),
 		cmocka_unit_test(test_runs_unify),
 		cmocka_unit_test(test_evict_many),
+		cmocka_unit_test(test_evict_start),
 		cmocka_unit_test(test_discard_committed),
 		cmocka_unit_test(test_tier_peak),
 	};
