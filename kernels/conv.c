@@ -359,7 +359,12 @@ static int dot_wanted(const struct hp_conv *cv)
 
 /* Whether the kxk path suits the node (conv_kxk.c): any Conv but the 1x1
  * stride-1 one (conv_pw.c's) and depthwise ones (conv_dw*.c), unless a test
- * forces the shift or dot path.  Measured in bench/bench_conv_libs.c. */
+ * forces the shift or dot path.  Not for fewer than HP_KXK_MIN_CH input or
+ * output channels per group, where packing the patches costs as much as
+ * the products (bench/bench_conv_libs.c, GF/s per thread against the
+ * path it replaces: the 3-channel stems 3x3-s2-mb 29 against 46 and
+ * u-128c3 32 against 53, grouped 8.8 against 9.5; it wins 3x3-tiny 80
+ * against 34, 3x3-r4 83 against 36, u-32 77 against 51). */
 static int kxk_wanted(const struct hp_conv *cv)
 {
 	if (!hp_kxk_eligible(cv))
@@ -370,7 +375,7 @@ static int kxk_wanted(const struct hp_conv *cv)
 		return hp_conv_kxk_mode() > 0;
 	if (hp_conv_dot_mode() > 0 || hp_conv_shift_mode() > 0)
 		return 0;
-	return !direct_ok(&cv->g) && cv->g.kvol > 1;
+	return !direct_ok(&cv->g) && cv->cin_g >= HP_KXK_MIN_CH && cv->cout_g >= HP_KXK_MIN_CH;
 }
 
 void hp_conv_setup(struct hp_conv *cv)

@@ -274,6 +274,8 @@ void hp_kxk_forward(const struct hp_conv *cv, const float *x, const float *w, co
 /* Tests and benchmarks only: 0 auto, 1 kxk path whenever possible, -1
  * never; read when a Conv is prepared. */
 void hp_conv_set_kxk(int mode);
+/* The auto choice takes it from this many channels per group, in and out. */
+#define HP_KXK_MIN_CH 8
 int hp_conv_kxk_mode(void);
 
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */

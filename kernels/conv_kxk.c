@@ -88,11 +88,26 @@ static int kx_span(const struct hp_conv *cv)
 }
 
 /* Floats per worker: panels of a k chunk, and a spanning block's tile. */
+/* Floats of one panel's area: kc tap pointers, then kc packed taps or the
+ * rows they read (at most kc / k2 + 2 rows of 16 + ext floats, ext <=
+ * 16 * (k2 - 1): kx_rows_ok) and a row of zeros. */
+static int64_t kx_row_floats(const struct hp_colgeom *g)
+{
+	return (KX_NR + (g->k[2] - 1) * g->dil[2] + 7) / 8 * 8;
+}
+
+static int64_t kx_panel_floats(const struct hp_conv *cv)
+{
+	int64_t kc = min64(cv->kdim, KX_KC);
+
+	return kc * (KX_NR + 2) + 3 * kx_row_floats(&cv->g);
+}
+
 static int64_t kx_per_thread(const struct hp_conv *cv)
 {
 	int64_t mt = (cv->cout_g + KX_MR - 1) / KX_MR;
 
-	return min64(cv->kdim, KX_KC) * KX_NB + (kx_span(cv) ? mt * KX_MR * KX_NB : 0);
+	return KX_NB / KX_NR * kx_panel_floats(cv) + (kx_span(cv) ? mt * KX_MR * KX_NB : 0);
 }
 
 size_t hp_kxk_workspace(const struct hp_conv *cv, int threads)
@@ -116,6 +131,7 @@ struct kx_run {
 	int fin_ok, fin_add;     /* epi done as tiles are stored; with a full addend */
 	int64_t per_thread;      /* floats of a worker's panel buffer (and tile buffer) */
 	int64_t panel;           /* floats of the panel buffer */
+	int64_t pf;              /* floats of one panel's area (kx_panel_floats) */
 	int span;                /* blocks span batch items (kx_span) */
 };
 
@@ -166,44 +182,90 @@ KX_TARGET static KX_INLINE __m256i kx_in(__m256i v, int32_t lim)
 				   _mm256_cmpgt_epi32(_mm256_set1_epi32(lim), v));
 }
 
-/* dst[0..16) = the run of n image elements from (id, ih, iw) on at stride
- * 1 (zeros outside the image and from lane n on): vector loads, masked at
- * the row's ends (masked lanes are not read). */
-KX_TARGET static KX_INLINE void kx_pack_run(const float *xc, int32_t id, int32_t ih, int32_t iw, int32_t D,
-					    int32_t H, int32_t W, int n, __m256i m0, __m256i m1, float *dst)
+/* The 16 + ext image elements of row (id, ih) from iw on that a run of
+ * panel columns reads over the kw taps: the image itself when they lie
+ * inside it, else a copy at *dst (zeros outside the image; R floats,
+ * masked vector loads whose masked lanes are never read), or the shared
+ * row of zeros. */
+KX_TARGET static KX_INLINE const float *kx_row(const float *xc, int32_t id, int32_t ih, int32_t iw, int32_t D, int32_t H,
+				     int32_t W, int32_t len, int64_t R, float **dst, const float **zrow)
 {
 	const float *s;
+	float *o = *dst;
 
 	if (id < 0 || id >= D || ih < 0 || ih >= H) {
-		_mm256_storeu_ps(dst, _mm256_setzero_ps());
-		_mm256_storeu_ps(dst + 8, _mm256_setzero_ps());
-		return;
+		if (!*zrow) {
+			memset(o, 0, (size_t)R * sizeof(float));
+			*zrow = o;
+			*dst += R;
+		}
+		return *zrow;
 	}
 	s = xc + ((int64_t)id * H + ih) * W;
-	if (iw >= 0 && iw + n <= W) {
-		_mm256_storeu_ps(dst, n >= 8 ? _mm256_loadu_ps(s + iw) : _mm256_maskload_ps(s + iw, m0));
-		_mm256_storeu_ps(dst + 8, n >= 16 ? _mm256_loadu_ps(s + iw + 8) : _mm256_maskload_ps(s + iw + 8, m1));
-	} else {
-		__m256i l0 = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(iw));
-		__m256i l1 = _mm256_add_epi32(l0, _mm256_set1_epi32(8));
-		__m256i k0 = _mm256_and_si256(kx_in(l0, W), m0), k1 = _mm256_and_si256(kx_in(l1, W), m1);
-		/* lane l reads s[iw + l]; the lanes before the row are masked
-		 * (the address is formed as an integer: it may precede the
-		 * tensor, and masked lanes never fault) */
-		const float *b = (const float *)((uintptr_t)s + (uintptr_t)((intptr_t)iw * (intptr_t)sizeof(float)));
-		_mm256_storeu_ps(dst, _mm256_maskload_ps(b, k0));
-		_mm256_storeu_ps(dst + 8, _mm256_maskload_ps(b + 8, k1));
+	if (iw >= 0 && iw + (int32_t)R <= W)
+		return s + iw;
+	/* lane q reads s[iw + q]; the address is formed as an integer (it
+	 * may precede the tensor), and masked lanes never fault */
+	const float *b = (const float *)((uintptr_t)s + (uintptr_t)((intptr_t)iw * (intptr_t)sizeof(float)));
+	for (int32_t q = 0; q < R; q += 8) {
+		__m256i l = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(q));
+		__m256i ok = _mm256_and_si256(kx_in(_mm256_add_epi32(l, _mm256_set1_epi32(iw)), W),
+					      _mm256_cmpgt_epi32(_mm256_set1_epi32(len), l));
+		_mm256_storeu_ps(o + q, _mm256_maskload_ps(b + q, ok));
+	}
+	*dst += R;
+	return o;
+}
+
+/* Rows may be shared by a run's kw taps when the row copies fit the
+ * panel's area (kx_panel_floats). */
+static int kx_rows_ok(const struct hp_colgeom *g, const struct kx_cols *c)
+{
+	return c->run && g->dil[2] <= KX_NR;
+}
+
+/* The row path of kx_pack: one row (ch, kd, kh) after the other, its kw
+ * taps pointing into it. */
+KX_TARGET static void kx_pack_rows(const struct hp_colgeom *g, const float *x, const struct kx_cols *c, int64_t k0,
+				   int64_t kc, float *dst, const float **ind)
+{
+	int64_t kv = g->kvol, k12 = g->k[1] * g->k[2], R = kx_row_floats(g), t = k0 % kv;
+	int32_t D = (int32_t)g->img[0], H = (int32_t)g->img[1], W = (int32_t)g->img[2];
+	int32_t len = c->n + (int32_t)((g->k[2] - 1) * g->dil[2]), k2 = (int32_t)g->k[2];
+	int32_t kd = (int32_t)(t / k12), kh = (int32_t)(t / k2 % g->k[1]), kw = (int32_t)(t % k2);
+	const float *xc = x + k0 / kv * g->img_vol + c->base[0], *zrow = NULL;
+
+	for (int64_t i = 0; i < kc; kw = 0) {
+		const float *row = kx_row(xc, c->d[0] + kd * (int32_t)g->dil[0], c->h[0] + kh * (int32_t)g->dil[1],
+					  c->w[0], D, H, W, len, R, &dst, &zrow);
+		for (; kw < k2 && i < kc; kw++)
+			ind[i++] = row + kw * g->dil[2];
+		if (++kh == g->k[1]) {
+			kh = 0;
+			if (++kd == g->k[0]) {
+				kd = 0;
+				xc += g->img_vol;
+			}
+		}
 	}
 }
 
-/* dst[k][16] = the taps k0 .. k0 + kc - 1 of the panel's columns from the
- * group's image x (zeros outside it and past the columns). */
+/* ind[k - k0] = where the 16 values of tap k (k0 <= k < k0 + kc) for the
+ * panel's columns are: in the image itself or in a row copy (a run of one
+ * output row at stride 1: its kw taps read the same row, shifted), else
+ * gathered into dst (columns across rows, strides); zeros outside the
+ * image and past the columns. */
 KX_TARGET static void kx_pack(const struct hp_colgeom *g, const float *x, const struct kx_cols *c, int64_t k0,
-			      int64_t kc, float *dst)
+			      int64_t kc, float *dst, const float **ind)
 {
 	int64_t kv = g->kvol, k12 = g->k[1] * g->k[2];
 	int32_t D = (int32_t)g->img[0], H = (int32_t)g->img[1], W = (int32_t)g->img[2];
-	__m256i vd[2], vh[2], vw[2], vb[2], m0 = kx_mask(c->n), m1 = kx_mask(c->n - 8);
+	__m256i vd[2], vh[2], vw[2], vb[2];
+
+	if (kx_rows_ok(g, c)) {
+		kx_pack_rows(g, x, c, k0, kc, dst, ind);
+		return;
+	}
 
 	for (int v = 0; v < 2; v++) {
 		vb[v] = _mm256_loadu_si256((const __m256i *)(c->base + 8 * v));
@@ -215,7 +277,7 @@ KX_TARGET static void kx_pack(const struct hp_colgeom *g, const float *x, const 
 	int32_t kd = (int32_t)(t / k12), kh = (int32_t)(t / g->k[2] % g->k[1]), kw = (int32_t)(t % g->k[2]);
 
 	/* (ch, kd, kh, kw) of k counted up, not divided out per k */
-	for (int64_t k = k0; k < k0 + kc; k++, dst += KX_NR, kw = kw + 1 == g->k[2] ? 0 : kw + 1) {
+	for (int64_t k = k0; k < k0 + kc; k++, kw = kw + 1 == g->k[2] ? 0 : kw + 1) {
 		if (k > k0 && kw == 0 && ++kh == g->k[1]) {
 			kh = 0;
 			if (++kd == g->k[0]) {
@@ -225,11 +287,6 @@ KX_TARGET static void kx_pack(const struct hp_colgeom *g, const float *x, const 
 		}
 		int32_t dd = kd * (int32_t)g->dil[0], dh = kh * (int32_t)g->dil[1], dw = kw * (int32_t)g->dil[2];
 		const float *xc = x + ch * g->img_vol;
-		int32_t id = c->d[0] + dd, ih = c->h[0] + dh, iw = c->w[0] + dw;
-		if (c->run) {
-			kx_pack_run(xc + c->base[0], id, ih, iw, D, H, W, c->n, m0, m1, dst);
-			continue;
-		}
 		for (int v = 0; v < 2; v++) {
 			__m256i a = _mm256_add_epi32(vd[v], _mm256_set1_epi32(dd));
 			__m256i b = _mm256_add_epi32(vh[v], _mm256_set1_epi32(dh));
@@ -242,6 +299,8 @@ KX_TARGET static void kx_pack(const struct hp_colgeom *g, const float *x, const 
 			_mm256_storeu_ps(dst + 8 * v, _mm256_mask_i32gather_ps(_mm256_setzero_ps(), xc, off,
 									       _mm256_castsi256_ps(ok), 4));
 		}
+		ind[k - k0] = dst;
+		dst += KX_NR;
 	}
 }
 
@@ -293,7 +352,7 @@ KX_TARGET static void kx_finish_tile(int mr, int nv, float *y, int64_t ldy, int 
  * r < mr, nv vectors of columns; first: start from the bias (or 0); f (the
  * last k chunk of a fused node): its epilogue with the addend at add. */
 KX_TARGET static KX_INLINE void kx_tile(const int mr, const int nv, int64_t kc, const float *a, int64_t lda,
-					const float *bp, float *y, int64_t ldy, int ncols, int first,
+					const float *const *bp, float *y, int64_t ldy, int ncols, int first,
 					const float *bias, const struct kx_fin *f, const float *add)
 {
 	__m256 acc[KX_MR][2];
@@ -306,9 +365,9 @@ KX_TARGET static KX_INLINE void kx_tile(const int mr, const int nv, int64_t kc, 
 				: full ? _mm256_loadu_ps(y + r * ldy + 8 * v)
 				       : _mm256_maskload_ps(y + r * ldy + 8 * v, mk[v]);
 	for (int64_t k = 0; k < kc; k++) {
-		__m256 b0 = _mm256_loadu_ps(bp + k * KX_NR), b1 = b0;
+		__m256 b0 = _mm256_loadu_ps(bp[k]), b1 = b0;
 		if (nv > 1)
-			b1 = _mm256_loadu_ps(bp + k * KX_NR + 8);
+			b1 = _mm256_loadu_ps(bp[k] + 8);
 		for (int r = 0; r < mr; r++) {
 			__m256 w = _mm256_broadcast_ss(a + r * lda + k);
 			acc[r][0] = _mm256_fmadd_ps(w, b0, acc[r][0]);
@@ -337,7 +396,7 @@ KX_TARGET static KX_INLINE void kx_tile(const int mr, const int nv, int64_t kc, 
 			kx_tile(R, 2, kc, a, lda, bp, y, ldy, ncols, first, bias, f, add);             \
 		break;
 
-KX_TARGET static void kx_micro(int mr, int64_t kc, const float *a, int64_t lda, const float *bp, float *y,
+KX_TARGET static void kx_micro(int mr, int64_t kc, const float *a, int64_t lda, const float *const *bp, float *y,
 			       int64_t ldy, int ncols, int first, const float *bias, const struct kx_fin *f,
 			       const float *add)
 {
@@ -395,13 +454,14 @@ static void kx_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc,
 		int64_t kc = min64(KX_KC, K - k0);
 		const struct kx_fin *fin = r->fin_ok && k0 + kc == K ? &r->fin : NULL;
 		for (int64_t p = 0; p < np; p++)
-			kx_pack(&cv->g, x, &cols[p], k0, kc, bp + p * kc * KX_NR);
+			kx_pack(&cv->g, x, &cols[p], k0, kc, bp + p * r->pf + 2 * min64(K, KX_KC),
+				(const float **)(void *)(bp + p * r->pf));
 		for (int64_t t = t0; t < t1; t++) {
 			int64_t m0 = t * KX_MR, mr = min64(KX_MR, M - m0);
 			for (int64_t p = 0; p < np; p++) {
 				int64_t off = r->span ? (m0 - t0 * KX_MR) * nc + p * KX_NR
 						      : ybase + m0 * cv->yvol + j0 + p * KX_NR;
-				kx_micro((int)mr, kc, w + m0 * K + k0, K, bp + p * kc * KX_NR,
+				kx_micro((int)mr, kc, w + m0 * K + k0, K, (const float *const *)(void *)(bp + p * r->pf),
 					 (r->span ? tmp : r->y) + off, ldy, cols[p].n, k0 == 0, bias ? bias + m0 : NULL,
 					 fin, fin && r->fin_add ? r->addend + off : NULL);
 			}
@@ -463,7 +523,8 @@ void hp_kxk_forward(const struct hp_conv *cv, const float *x, const float *w, co
 	r.span = kx_span(cv);
 	r.mt = (cv->cout_g + KX_MR - 1) / KX_MR;
 	r.nblk = ((r.span ? cv->batch : 1) * cv->yvol + KX_NB - 1) / KX_NB;
-	r.panel = min64(cv->kdim, KX_KC) * KX_NB;
+	r.pf = kx_panel_floats(cv);
+	r.panel = KX_NB / KX_NR * r.pf;
 	r.per_thread = kx_per_thread(cv);
 	units = (r.span ? 1 : cv->batch) * cv->group * r.nblk * r.mt;
 	if (r.span)
