@@ -820,6 +820,7 @@ static void test_kxk_choice(void **state)
 	(void)state;
 	if (!hp_kxk_available())
 		skip();
+	hp_conv_set_kxk(0);
 	*g = (struct hp_colgeom){ .img = { 1, 56, 56 }, .grid = { 1, 56, 56 }, .k = { 1, 3, 3 },
 				  .stride = { 1, 1, 1 }, .dil = { 1, 1, 1 }, .pad = { 0, 1, 1 } };
 	hp_colgeom_finish(g);
