@@ -1,8 +1,9 @@
 /* Conv over OpenBLAS sgemm or dot products, five paths (hp_conv_setup picks one), and
  * depthwise convolutions (group == input channels) as direct loops
  * (conv_dw.c) where these sgemms are too thin:
- *  - kxk (conv_kxk.c), where AVX2 and FMA exist: every Conv node but the
- *    1x1 stride-1 and depthwise ones, as 6x16 register tiles over W read
+ *  - kxk (conv_kxk.c), where AVX2 and FMA exist: 2-D Conv nodes of 8 or
+ *    more channels per group but 1x1 stride-1 and depthwise ones, as 6x16
+ *    register tiles over W read
  *    in place and patches gathered per k chunk; the paths below stay for
  *    the rest, the gradients' forwards and CPUs without AVX2;
  *  - direct: a 1x1 convolution with unit strides and no padding multiplies X
@@ -375,7 +376,9 @@ static int kxk_wanted(const struct hp_conv *cv)
 		return hp_conv_kxk_mode() > 0;
 	if (hp_conv_dot_mode() > 0 || hp_conv_shift_mode() > 0)
 		return 0;
-	return !direct_ok(&cv->g) && cv->cin_g >= HP_KXK_MIN_CH && cv->cout_g >= HP_KXK_MIN_CH;
+	/* 2-D only: 1-D and 3-D (the 3-D U-Net's wide shift-path sgemms) were
+	 * not measured to gain */
+	return cv->nd == 2 && !direct_ok(&cv->g) && cv->cin_g >= HP_KXK_MIN_CH && cv->cout_g >= HP_KXK_MIN_CH;
 }
 
 void hp_conv_setup(struct hp_conv *cv)

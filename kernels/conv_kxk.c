@@ -11,18 +11,22 @@
  * panel of patches gathered straight from the image:
  *  - W is read in place (its rows are broadcast), so there is no weight
  *    packing at all, per call or per weights version;
- *  - the patches of a block of KX_NB output columns are packed per chunk
- *    of KX_KC k into panels [k][16], zeros where a tap falls into the
- *    padding (no im2col of the whole tile: a panel is 16 KiB), by two
- *    vector loads where 16 columns of one output row read an inner run of
- *    the image at stride 1, else by a masked gather;
+ *  - the patches of a block of KX_NB output columns are taken per chunk
+ *    of KX_KC k as 16-column panels, no im2col of the tile: where 16
+ *    columns of one output row read the image at stride 1, each tap is a
+ *    pointer into the image row (or into one zero-padded copy of it at the
+ *    image's edges, shared by the row's kw taps); other panels (columns
+ *    across rows, strides) are gathered into [k][16] with zeros where a
+ *    tap falls into the padding;
  *  - each output is one chain over k = 0, 1, ..., K-1 from its bias (or
  *    0), padding taps included; a chunk of k stores its running sums to Y
  *    and the next reloads them.  The bits therefore depend on no blocking,
  *    thread count, batch band or row band (a band's pads are the taps the
  *    whole node pads);
  *  - the work is cut into units of 6 output channels by KX_NB columns, so
- *    both threads share even a 7x7 plane at a batch of one;
+ *    both threads share even a 7x7 plane at a batch of one; planes of
+ *    fewer than KX_SPAN_VOL positions at larger batches take blocks of
+ *    columns across batch items (ResNet's 2x2 and 4x4 stages at 64x64);
  *  - FusedConv's Relu or Clip after a full addend is applied in registers
  *    to each micro-tile after its last k chunk, other epilogues by
  *    hp_epi_span on the micro-tile's rows while they are in cache. */
