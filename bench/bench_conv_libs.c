@@ -3,9 +3,9 @@
  * primitives, and the sgemm calls of hpdlf's im2col path under OpenBLAS,
  * BLIS and libxsmm, forward, data gradient and weight gradient.
  *
- *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--fwd]
+ *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1] [--fwd]
  *
- * --shift and --dot force hpdlf's shift and dot paths (1), forbid them (-1)
+ * --shift, --dot and --kxk force hpdlf's shift, dot and KxK paths (1), forbid them (-1)
  * (--dwc the same for the channel-blocked depthwise 3x3 kernel, conv_dwc.c)
  * or leave the choice to the planner (0, the default); --fwd times the
  * forward pass only.
@@ -70,6 +70,14 @@ static const struct cls classes[] = {
 	{ "3x3-u128", "2-D U-Net level 1, batch 2", 2, 16, 16, 128, 128, 3, 1, 1, 1 },
 	{ "3x3-u64", "2-D U-Net level 2, batch 2", 2, 32, 32, 64, 64, 3, 1, 1, 1 },
 	{ "3x3-u32", "2-D U-Net level 3, batch 2", 2, 64, 64, 32, 32, 3, 1, 1, 1 },
+	{ "3x3-s2-r8", "ResNet-18 64x64 stage 3 entry, batch 4", 4, 128, 256, 8, 8, 3, 2, 1, 1 },
+	{ "u-128", "2-D U-Net 128x128, batch 2", 2, 16, 16, 128, 128, 3, 1, 1, 1 },
+	{ "u-128c3", "2-D U-Net stem, batch 2", 2, 3, 16, 128, 128, 3, 1, 1, 1 },
+	{ "u-64", "2-D U-Net 64x64, batch 2", 2, 32, 32, 64, 64, 3, 1, 1, 1 },
+	{ "u-32", "2-D U-Net 32x32, batch 2", 2, 64, 64, 32, 32, 3, 1, 1, 1 },
+	{ "u-16", "2-D U-Net 16x16, batch 2", 2, 128, 128, 16, 16, 3, 1, 1, 1 },
+	{ "u-dec32", "2-D U-Net decoder 32x32, batch 2", 2, 128, 64, 32, 32, 3, 1, 1, 1 },
+	{ "u-dec128", "2-D U-Net decoder 128x128, batch 2", 2, 32, 16, 128, 128, 3, 1, 1, 1 },
 };
 
 enum pass { FWD, BWD_DATA, BWD_FILTER };
@@ -406,10 +414,13 @@ int main(int argc, char **argv)
 			hp_conv_set_dot(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--dwc") && i + 1 < argc) /* channel-blocked depthwise: auto, always, never */
 			hp_dwc_set_mode(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--kxk") && i + 1 < argc) /* hpdlf's KxK path: auto, always, never */
+			hp_conv_set_kxk(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--fwd"))
 			fwd_only = 1;
 		else {
-			fprintf(stderr, "usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--fwd]\n",
+			fprintf(stderr,
+				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1] [--fwd]\n",
 				argv[0]);
 			return 2;
 		}

@@ -1,6 +1,11 @@
-/* Conv over OpenBLAS sgemm or dot products, four paths (hp_conv_setup picks one), and
+/* Conv over OpenBLAS sgemm or dot products, five paths (hp_conv_setup picks one), and
  * depthwise convolutions (group == input channels) as direct loops
  * (conv_dw.c) where these sgemms are too thin:
+ *  - kxk (conv_kxk.c), where AVX2 and FMA exist: 2-D Conv nodes of 8 or
+ *    more channels per group but 1x1 stride-1 and depthwise ones, as 6x16
+ *    register tiles over W read
+ *    in place and patches gathered per k chunk; the paths below stay for
+ *    the rest, the gradients' forwards and CPUs without AVX2;
  *  - direct: a 1x1 convolution with unit strides and no padding multiplies X
  *    (conv_pw.c's own product where AVX2 and FMA exist, else sgemm);
  *  - shift (conv_shift.c): stride 1 with at least HP_SHIFT_MIN_CH input
@@ -353,6 +358,29 @@ static int dot_wanted(const struct hp_conv *cv)
 	       cv->kdim >= 64 && hp_dot_workspace(cv, hp_conv_ws_threads()) <= HP_DOT_WS_MAX;
 }
 
+/* Whether the kxk path suits the node (conv_kxk.c): any Conv but the 1x1
+ * stride-1 one (conv_pw.c's) and depthwise ones (conv_dw*.c), unless a test
+ * forces the shift or dot path.  Not for fewer than HP_KXK_MIN_CH input or
+ * output channels per group, where packing the patches costs as much as
+ * the products (bench/bench_conv_libs.c, GF/s per thread against the
+ * path it replaces: the 3-channel stems 3x3-s2-mb 29 against 46 and
+ * u-128c3 32 against 53, grouped 8.8 against 9.5; it wins 3x3-tiny 80
+ * against 34, 3x3-r4 83 against 36, u-32 77 against 51). */
+static int kxk_wanted(const struct hp_conv *cv)
+{
+	if (!hp_kxk_eligible(cv))
+		return 0;
+	if (cv->path >= 0)
+		return cv->path == HP_CONV_PATH_KXK;
+	if (hp_conv_kxk_mode() != 0)
+		return hp_conv_kxk_mode() > 0;
+	if (hp_conv_dot_mode() > 0 || hp_conv_shift_mode() > 0)
+		return 0;
+	/* 2-D only: 1-D and 3-D (the 3-D U-Net's wide shift-path sgemms) were
+	 * not measured to gain */
+	return cv->nd == 2 && !direct_ok(&cv->g) && cv->cin_g >= HP_KXK_MIN_CH && cv->cout_g >= HP_KXK_MIN_CH;
+}
+
 void hp_conv_setup(struct hp_conv *cv)
 {
 	setup_paths(cv, 1);
@@ -364,6 +392,7 @@ static void setup_paths(struct hp_conv *cv, int allow_dot)
 
 	cv->shift = 0;
 	cv->dot = 0;
+	cv->kxk = 0;
 	cv->workspace = 0;
 	/* channels alone decide, so band copies of a node choose it too */
 	cv->dw = !cv->transpose && !cv->wflip && hp_dw_eligible(cv->group, cv->cin, cv->cout) &&
@@ -371,6 +400,11 @@ static void setup_paths(struct hp_conv *cv, int allow_dot)
 	cv->direct = !cv->dw && direct_ok(c) && (cv->path < 0 || cv->path == HP_CONV_PATH_DIRECT);
 	if (cv->dw)
 		return;
+	if ((cv->kxk = allow_dot && kxk_wanted(cv))) {
+		cv->direct = 0;
+		cv->workspace = hp_kxk_workspace(cv, cv->lean ? 1 : hp_conv_ws_threads());
+		return;
+	}
 	if ((cv->dot = allow_dot && dot_wanted(cv))) {
 		cv->direct = 0;
 		cv->workspace = hp_dot_workspace(cv, cv->lean ? 1 : hp_conv_ws_threads());
@@ -405,6 +439,8 @@ int hp_conv_path(const struct hp_conv *cv)
 		return HP_CONV_PATH_DW;
 	if (cv->dot)
 		return HP_CONV_PATH_DOT;
+	if (cv->kxk)
+		return HP_CONV_PATH_KXK;
 	return cv->direct ? HP_CONV_PATH_DIRECT : cv->shift ? HP_CONV_PATH_SHIFT : HP_CONV_PATH_IM2COL;
 }
 
@@ -434,7 +470,7 @@ int64_t hp_conv_band_align(const struct hp_conv *cv, int axis)
 	const struct hp_shift *s = &cv->sh;
 	int dim = 3 - cv->nd + axis - 2;
 
-	if (cv->dot)
+	if (cv->dot || cv->kxk) /* the same holds for the kxk path */
 		return dot_band_align(cv, axis);
 	if (cv->dw) /* every element alike wherever a band starts */
 		return axis == 0 || (axis >= 2 && dim >= 0 && dim <= 2) ? 1 : -1;
@@ -521,6 +557,10 @@ void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *
 	}
 	if (cv->dot) {
 		hp_dot_forward(cv, x, w, b, y, ws, pool, epi, addend);
+		return;
+	}
+	if (cv->kxk) {
+		hp_kxk_forward(cv, x, w, b, y, ws, pool, epi, addend);
 		return;
 	}
 	/* im2col and direct tiles, depthwise planes apply it as they finish;

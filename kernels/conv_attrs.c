@@ -280,12 +280,13 @@ int hp_conv_parse(struct hp_graph *g, struct hp_node *n, int transpose, struct h
 	y = &g->values[n->outputs[0]];
 	memset(cv, 0, sizeof *cv);
 	cv->transpose = transpose;
+	cv->node = 1;
 	if ((rc = check_tensors(g, n, x, w)) < 0)
 		return rc;
 	cv->nd = x->shape.rank - 2;
 	cv->path = (int)hp_attr_int(n, "hpdlf_path", -1);
-	if (cv->path < -1 || cv->path > HP_CONV_PATH_DOT)
-		return hp_node_error(g, n, HP_EMODEL, "attribute hpdlf_path is %d, not -1..4", cv->path);
+	if (cv->path < -1 || cv->path > HP_CONV_PATH_KXK)
+		return hp_node_error(g, n, HP_EMODEL, "attribute hpdlf_path is %d, not -1..5", cv->path);
 	cv->lean = hp_attr_int(n, "hpdlf_lean", 0) != 0;
 	cv->batch = x->shape.dims[0];
 	cv->cin = x->shape.dims[1];

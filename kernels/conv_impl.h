@@ -203,11 +203,14 @@ struct hp_conv {
 	struct hp_ctile ct;    /* im2col and direct tiles; ConvTranspose: of X's grid */
 	int dw;                /* depthwise path (conv_dw.c) */
 	int dot;               /* dot-product path (conv_dot.c) */
+	int kxk;               /* register-tiled KxK path (conv_kxk.c) */
+	int node;              /* parsed from a Conv or ConvTranspose node (hp_conv_parse),
+				* not a gradient's forward (conv_grad.c) */
 };
 
 /* Conv paths, as band copies of a node pin them (attribute hpdlf_path). */
 enum { HP_CONV_PATH_IM2COL = 0, HP_CONV_PATH_SHIFT = 1, HP_CONV_PATH_DIRECT = 2, HP_CONV_PATH_DW = 3,
-       HP_CONV_PATH_DOT = 4 };
+       HP_CONV_PATH_DOT = 4, HP_CONV_PATH_KXK = 5 };
 
 /* Parse attributes and shapes of a Conv (transpose 0) or ConvTranspose node,
  * set the output shape; errors name the node. */
@@ -272,6 +275,24 @@ void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, con
 void hp_pw_gemm(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, const float *b, int64_t ldb,
 		const float *bias, float *y, int64_t ldy);
 #define HP_PW_GEMM_MAX_K 256
+
+/* KxK path (conv_kxk.c): Conv (not transposed, W in its ONNX layout, read
+ * in place) as 6x16 register tiles over output channels x columns, the
+ * patches of each block of columns gathered from X per k chunk; each
+ * output one chain of fused multiply-adds over k = (c, kd, kh, kw) in
+ * order from its bias, whatever the blocking, threads or bands.  Needs
+ * AVX2 and FMA; workspace for `threads` workers. */
+int hp_kxk_available(void);
+int hp_kxk_eligible(const struct hp_conv *cv);
+size_t hp_kxk_workspace(const struct hp_conv *cv, int threads);
+void hp_kxk_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		    struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
+/* Tests and benchmarks only: 0 auto, 1 kxk path whenever possible, -1
+ * never; read when a Conv is prepared. */
+void hp_conv_set_kxk(int mode);
+/* The auto choice takes it from this many channels per group, in and out. */
+#define HP_KXK_MIN_CH 8
+int hp_conv_kxk_mode(void);
 
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
 void hp_convt_setup(struct hp_conv *cv);

@@ -259,11 +259,17 @@ static const struct cc convt_cases[] = {
 	{ 3, 1, 1, 3, 3, 3, V3(3, 4, 3), V3(3, 3, 3), V3(2, 2, 2), V3(1, 1, 1), {0}, {0}, {0}, V3(6, 8, 7), NULL, 0, 1, 0, 1 },
 };
 
+/* Each case on the auto choice, then with the kxk path off (the paths it
+ * replaces, kept for what it does not cover). */
 static void test_conv_cases(void **state)
 {
 	(void)state;
-	for (size_t i = 0; i < sizeof conv_cases / sizeof conv_cases[0]; i++)
-		check(&conv_cases[i], 10 + (unsigned)i, NULL);
+	for (int mode = 0; mode >= -1; mode--) {
+		hp_conv_set_kxk(mode);
+		for (size_t i = 0; i < sizeof conv_cases / sizeof conv_cases[0]; i++)
+			check(&conv_cases[i], 10 + (unsigned)i, NULL);
+	}
+	hp_conv_set_kxk(0);
 }
 
 static void test_convt_cases(void **state)
@@ -289,10 +295,14 @@ static void test_conv_tiled_pool(void **state)
 
 	(void)state;
 	assert_int_equal(hp_pool_create(2, &pool), 0);
-	for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
-		check(&big[i], 90 + (unsigned)i, NULL);
-		check(&big[i], 90 + (unsigned)i, pool);
+	for (int mode = 0; mode >= -1; mode--) { /* auto, then without the kxk path */
+		hp_conv_set_kxk(mode);
+		for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+			check(&big[i], 90 + (unsigned)i, NULL);
+			check(&big[i], 90 + (unsigned)i, pool);
+		}
 	}
+	hp_conv_set_kxk(0);
 	hp_pool_destroy(pool);
 }
 
@@ -720,6 +730,121 @@ static void test_pw_bands(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* The KxK path (conv_kxk.c, forced): 3x3 stride 1 and 2, ResNet's 7x7
+ * stride-2 stem, asymmetric and oversized pads, dilation, groups, 1-D and
+ * 3-D, 1x1 with stride; output channels not a multiple of its 6-row
+ * micro-tile (1, 7, 13, 37), planes narrower than 16 columns and rows
+ * that cross its 16-column panels, K longer than its 256-long k chunks
+ * (running sums resumed from Y); cases of 2 MFLOP and more run on both
+ * threads. */
+static const struct cc kxk_cases[] = {
+	{ 2, 0, 2, 32, 40, 1, V3(20, 21, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 64, 37, 1, V3(7, 7, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 2, 24, 13, 1, V3(15, 17, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 3, 16, 1, V3(37, 35, 0), V3(7, 7, 0), V3(2, 2, 0), V3(1, 1, 0), V3(3, 3, 0), V3(3, 3, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+	{ 2, 0, 1, 10, 7, 1, V3(9, 40, 0), V3(3, 5, 0), V3(1, 1, 0), V3(2, 1, 0), V3(3, 0, 0), V3(1, 4, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 3, 12, 18, 3, V3(10, 11, 0), V3(3, 3, 0), V3(1, 2, 0), V3(1, 1, 0), V3(1, 0, 0), V3(2, 1, 0), {0}, {0}, NULL, 1, 0, 1, 0 },
+	{ 2, 0, 2, 33, 8, 1, V3(9, 9, 0), V3(1, 1, 0), V3(2, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 0, 1, 0, 0 },
+	{ 2, 0, 1, 40, 1, 1, V3(5, 6, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(2, 3, 0), V3(2, 4, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 6, 4, 2, V3(9, 10, 0), V3(2, 3, 0), V3(2, 3, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, "SAME_UPPER", 1, 1, 0, 0 },
+	{ 1, 0, 3, 7, 5, 1, V3(41, 0, 0), V3(4, 0, 0), V3(3, 0, 0), V3(1, 0, 0), V3(2, 0, 0), V3(1, 0, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 3, 0, 2, 4, 9, 1, V3(4, 5, 6), V3(2, 3, 2), V3(1, 2, 1), V3(1, 1, 2), V3(1, 1, 0), V3(0, 1, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 4, 16, 20, 1, V3(4, 4, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+};
+
+static void test_conv_kxk(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_kxk_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_conv_set_kxk(1);
+	for (size_t i = 0; i < sizeof kxk_cases / sizeof kxk_cases[0]; i++) {
+		check(&kxk_cases[i], 210 + (unsigned)i, NULL);
+		check(&kxk_cases[i], 210 + (unsigned)i, pool);
+	}
+	hp_conv_set_kxk(0);
+	hp_pool_destroy(pool);
+}
+
+/* On the KxK path one thread gives two's bits, bands of batch items and of
+ * output rows of every extent and start give the whole node's, and
+ * FusedConv (Relu or Clip after a full, per-channel or scalar addend) is
+ * bitwise the Conv followed by the unfused Add and activation. */
+static void test_kxk_bands(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_kxk_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_conv_set_kxk(1);
+	for (size_t i = 0; i < sizeof kxk_cases / sizeof kxk_cases[0]; i++) {
+		const struct cc *t = &kxk_cases[i];
+		struct hp_tensor whole, one;
+		struct built bt;
+		build(t, 11, &bt);
+		assert_int_equal(run_case(t, &bt, pool, &whole), 0);
+		assert_int_equal(run_case(t, &bt, NULL, &one), 0);
+		assert_memory_equal(whole.data, one.data, hp_tensor_bytes(&whole));
+		for (int64_t a = 0; a < t->n; a++)
+			for (int64_t b = a + 1; b <= t->n; b++)
+				check_band(t, &bt, &whole, 0, a, b, pool);
+		for (int64_t a = 0; a < whole.shape.dims[2]; a++)
+			for (int64_t b = a + 1; b <= whole.shape.dims[2]; b++)
+				check_band(t, &bt, &whole, 2, a, b, b - a > 2 ? pool : NULL);
+		for (int k = 0; k < 3; k++) {
+			check_fused_dot(t, k, (int)(i + k) % 2, pool);
+			check_fused_dot(t, k, (int)(i + k + 1) % 2, NULL);
+		}
+		hp_tensor_free(&whole);
+		hp_tensor_free(&one);
+		unbuild(&bt);
+	}
+	hp_conv_set_kxk(0);
+	hp_pool_destroy(pool);
+}
+
+/* The auto choice: KxK convolutions take the kxk path, 1x1 stride-1 ones
+ * the pointwise path, depthwise ones theirs, and band copies the path
+ * they are pinned to. */
+static void test_kxk_choice(void **state)
+{
+	struct hp_conv cv = { .node = 1, .nd = 2, .batch = 1, .cin = 64, .cout = 64, .group = 1, .cin_g = 64,
+			      .cout_g = 64, .path = -1 };
+	struct hp_colgeom *g = &cv.g;
+
+	(void)state;
+	if (!hp_kxk_available())
+		skip();
+	hp_conv_set_kxk(0);
+	*g = (struct hp_colgeom){ .img = { 1, 56, 56 }, .grid = { 1, 56, 56 }, .k = { 1, 3, 3 },
+				  .stride = { 1, 1, 1 }, .dil = { 1, 1, 1 }, .pad = { 0, 1, 1 } };
+	hp_colgeom_finish(g);
+	cv.xvol = cv.yvol = g->img_vol;
+	cv.kdim = cv.cin_g * g->kvol;
+	hp_conv_setup(&cv);
+	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_KXK);
+	assert_true(cv.workspace > 0);
+	cv.path = HP_CONV_PATH_IM2COL;
+	hp_conv_setup(&cv);
+	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_IM2COL);
+	cv.path = -1;
+	cv.node = 0; /* a gradient's forward keeps its paths */
+	hp_conv_setup(&cv);
+	assert_int_not_equal(hp_conv_path(&cv), HP_CONV_PATH_KXK);
+	cv.node = 1;
+	g->k[1] = g->k[2] = 1;
+	g->pad[1] = g->pad[2] = 0;
+	hp_colgeom_finish(g);
+	cv.kdim = cv.cin_g;
+	hp_conv_setup(&cv);
+	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_DIRECT);
+}
+
 static void expect_error(const struct cc *t, int err, const char *needle)
 {
 	struct hp_tensor out;
@@ -794,6 +919,9 @@ int main(void)
 		cmocka_unit_test(test_conv_pw),
 		cmocka_unit_test(test_pw_bands),
 		cmocka_unit_test(test_conv_gemm),
+		cmocka_unit_test(test_conv_kxk),
+		cmocka_unit_test(test_kxk_bands),
+		cmocka_unit_test(test_kxk_choice),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_kernel_shape_dims),
 	};
