@@ -13,7 +13,8 @@ the 3D U-Net of tools/make_unet3d.py (48^3, as hpdlf-bench-infer and
 hpdlf-bench-train make it).  Inference: BUILD_DIR/bench/hpdlf-bench-infer
 (ONNX Runtime through bench/ort_run.js when node finds onnxruntime-node,
 e.g. NODE_PATH=... after `npm install --ignore-scripts
-onnxruntime-node@1.20.1`), medians of --reps runs.  Training:
+onnxruntime-node@1.20.1`), medians of --reps runs (default 20) after a
+warm-up of at least 3 runs and 300 ms on each side.  Training:
 BUILD_DIR/bench/hpdlf-bench-train --no-budget (PyTorch through
 tools/bench_train_torch.py on the TorchScript module each export was made
 from), medians of the steps after the first.  GFLOP/s beside every time use
@@ -113,7 +114,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--steps", type=int, default=0, help="training steps of the test models (default: "
                     "hpdlf-bench-train's)")
     ap.add_argument("--export-steps", type=int, default=12, help="training steps of the exports")
