@@ -36,6 +36,7 @@
 
 #include "kernels/conv_impl.h"
 #include "kernels/fused_impl.h"
+#include "kernels/fma_tile.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -119,11 +120,6 @@ size_t hp_kxk_workspace(const struct hp_conv *cv, int threads)
 	return (size_t)threads * (size_t)kx_per_thread(cv) * sizeof(float);
 }
 
-struct kx_fin {
-	int act;                 /* HP_EPI_NONE, HP_EPI_RELU or HP_EPI_CLIP */
-	float lo, hi;            /* Clip: lo already min(lo, hi) as CLIP() takes it */
-};
-
 struct kx_run {
 	const struct hp_conv *cv;
 	const float *x, *w, *b;
@@ -131,7 +127,7 @@ struct kx_run {
 	const struct hp_epi *epi;
 	const float *addend;
 	int64_t mt, nblk;        /* micro-tiles of rows, column blocks per item */
-	struct kx_fin fin;       /* the epilogue in registers, when fin_ok */
+	struct hp_fma_fin fin;       /* the epilogue in registers, when fin_ok */
 	int fin_ok, fin_add;     /* epi done as tiles are stored; with a full addend */
 	int64_t per_thread;      /* floats of a worker's panel buffer (and tile buffer) */
 	int64_t panel;           /* floats of the panel buffer */
@@ -171,13 +167,7 @@ static void kx_cols_of(const struct hp_colgeom *g, int64_t j0, int n, int64_t vo
 }
 
 #ifdef KX_X86
-static const int32_t kx_mask_src[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
 
-KX_TARGET static KX_INLINE __m256i kx_mask(int n)
-{
-	n = n < 0 ? 0 : n > 8 ? 8 : n;
-	return _mm256_loadu_si256((const __m256i *)(kx_mask_src + 8 - n));
-}
 
 /* Lanes with 0 <= v < lim. */
 KX_TARGET static KX_INLINE __m256i kx_in(__m256i v, int32_t lim)
@@ -308,59 +298,18 @@ KX_TARGET static void kx_pack(const struct hp_colgeom *g, const float *x, const 
 	}
 }
 
-KX_TARGET static KX_INLINE __m256 kx_finish(__m256 v, const struct kx_fin *f, const float *add, __m256i mk,
-					    int full)
-{
-	if (add)
-		v = _mm256_add_ps(v, full ? _mm256_loadu_ps(add) : _mm256_maskload_ps(add, mk));
-	if (f->act == HP_EPI_RELU)
-		v = _mm256_blendv_ps(v, _mm256_setzero_ps(), _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ));
-	else if (f->act == HP_EPI_CLIP) {
-		__m256 lo = _mm256_set1_ps(f->lo), hi = _mm256_set1_ps(f->hi);
-		__m256 r = _mm256_blendv_ps(v, hi, _mm256_cmp_ps(v, hi, _CMP_GT_OQ));
-		v = _mm256_blendv_ps(r, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
-	}
-	return v;
-}
 
-/* The lanes of v below n (1..8) to q: masked stores are slow on AMD's
- * cores. */
-KX_TARGET static KX_INLINE void kx_store_part(float *q, __m256 v, int n)
-{
-	float t[8];
 
-	_mm256_storeu_ps(t, v);
-	for (int i = 0; i < n; i++)
-		q[i] = t[i];
-}
-
-KX_TARGET static void kx_finish_tile(int mr, int nv, float *y, int64_t ldy, int ncols, const struct kx_fin *f,
-				     const float *add)
-{
-	__m256i mk[2] = { kx_mask(ncols), kx_mask(ncols - 8) };
-	int full = ncols == 8 * nv;
-
-	for (int r = 0; r < mr; r++)
-		for (int v = 0; v < nv; v++) {
-			float *q = y + r * ldy + 8 * v;
-			__m256 o = kx_finish(full ? _mm256_loadu_ps(q) : _mm256_maskload_ps(q, mk[v]), f,
-					     add ? add + r * ldy + 8 * v : NULL, mk[v], full);
-			if (full || ncols >= 8 * (v + 1))
-				_mm256_storeu_ps(q, o);
-			else
-				kx_store_part(q, o, ncols - 8 * v);
-		}
-}
 
 /* y[r][0..ncols) (+)= the chain over k < kc of a[r][k] * bp[k][16], rows
  * r < mr, nv vectors of columns; first: start from the bias (or 0); f (the
  * last k chunk of a fused node): its epilogue with the addend at add. */
 KX_TARGET static KX_INLINE void kx_tile(const int mr, const int nv, int64_t kc, const float *a, int64_t lda,
 					const float *const *bp, float *y, int64_t ldy, int ncols, int first,
-					const float *bias, const struct kx_fin *f, const float *add)
+					const float *bias, const struct hp_fma_fin *f, const float *add)
 {
 	__m256 acc[KX_MR][2];
-	__m256i mk[2] = { kx_mask(ncols), kx_mask(ncols - 8) };
+	__m256i mk[2] = { fma_mask(ncols), fma_mask(ncols - 8) };
 	int full = ncols == 8 * nv;
 
 	for (int r = 0; r < mr; r++)
@@ -384,12 +333,12 @@ KX_TARGET static KX_INLINE void kx_tile(const int mr, const int nv, int64_t kc, 
 			if (full || ncols >= 8 * (v + 1))
 				_mm256_storeu_ps(y + r * ldy + 8 * v, acc[r][v]);
 			else
-				kx_store_part(y + r * ldy + 8 * v, acc[r][v], ncols - 8 * v);
+				fma_store_part(y + r * ldy + 8 * v, acc[r][v], ncols - 8 * v);
 		}
 	/* a pass of its own over the tile in L1 (see conv_pw.c: inside the
 	 * loop GCC kept the accumulators in memory) */
 	if (f)
-		kx_finish_tile(mr, nv, y, ldy, ncols, f, add);
+		fma_finish_tile(mr, nv, y, ldy, ncols, f, add);
 }
 
 #define KX_CASE(R)                                                                                    \
@@ -401,7 +350,7 @@ KX_TARGET static KX_INLINE void kx_tile(const int mr, const int nv, int64_t kc, 
 		break;
 
 KX_TARGET static void kx_micro(int mr, int64_t kc, const float *a, int64_t lda, const float *const *bp, float *y,
-			       int64_t ldy, int ncols, int first, const float *bias, const struct kx_fin *f,
+			       int64_t ldy, int ncols, int first, const float *bias, const struct hp_fma_fin *f,
 			       const float *add)
 {
 	int nv = ncols > 8 ? 2 : 1;
@@ -456,7 +405,7 @@ static void kx_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc,
 			   &cols[p]);
 	for (int64_t k0 = 0; k0 < K; k0 += KX_KC) {
 		int64_t kc = min64(KX_KC, K - k0);
-		const struct kx_fin *fin = r->fin_ok && k0 + kc == K ? &r->fin : NULL;
+		const struct hp_fma_fin *fin = r->fin_ok && k0 + kc == K ? &r->fin : NULL;
 		for (int64_t p = 0; p < np; p++)
 			kx_pack(&cv->g, x, &cols[p], k0, kc, bp + p * r->pf + 2 * min64(K, KX_KC),
 				(const float **)(void *)(bp + p * r->pf));

@@ -24,6 +24,7 @@
 
 #include "kernels/conv_impl.h"
 #include "kernels/fused_impl.h"
+#include "kernels/fma_tile.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -58,11 +59,6 @@ size_t hp_pw_workspace(const struct hp_conv *cv, int threads)
 /* The epilogue done in registers as a tile is stored (after its last k
  * chunk): y = act(y + add), add in y's layout (or NULL), act Relu or Clip
  * as fused_epi.c computes them (a compare and a select: NaN passes). */
-struct pw_fin {
-	int act;                 /* HP_EPI_NONE, HP_EPI_RELU or HP_EPI_CLIP */
-	float lo, hi;            /* Clip: lo already min(lo, hi) as CLIP() takes it */
-};
-
 struct pw_run {
 	const struct hp_conv *cv;
 	const float *x, *w, *b;
@@ -70,63 +66,16 @@ struct pw_run {
 	const struct hp_epi *epi;
 	const float *addend;
 	int64_t mt, nblk;        /* micro-tiles of rows, column blocks per item */
-	struct pw_fin fin;       /* the epilogue in registers, when fin_ok */
+	struct hp_fma_fin fin;       /* the epilogue in registers, when fin_ok */
 	int fin_ok, fin_add;     /* epi done as tiles are stored; with a full addend */
 	int64_t per_thread;      /* floats of a worker's panel buffer */
 };
 
 #ifdef PW_X86
-static const int32_t pw_mask_src[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
 
-PW_TARGET static PW_INLINE __m256i pw_mask(int n)
-{
-	n = n < 0 ? 0 : n > 8 ? 8 : n;
-	return _mm256_loadu_si256((const __m256i *)(pw_mask_src + 8 - n));
-}
 
-PW_TARGET static PW_INLINE __m256 pw_finish(__m256 v, const struct pw_fin *f, const float *add, __m256i mk,
-					   int full)
-{
-	if (add)
-		v = _mm256_add_ps(v, full ? _mm256_loadu_ps(add) : _mm256_maskload_ps(add, mk));
-	if (f->act == HP_EPI_RELU)
-		v = _mm256_blendv_ps(v, _mm256_setzero_ps(), _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ));
-	else if (f->act == HP_EPI_CLIP) {
-		__m256 lo = _mm256_set1_ps(f->lo), hi = _mm256_set1_ps(f->hi);
-		__m256 r = _mm256_blendv_ps(v, hi, _mm256_cmp_ps(v, hi, _CMP_GT_OQ));
-		v = _mm256_blendv_ps(r, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
-	}
-	return v;
-}
 
-/* The lanes of v below n (1..8) to q: masked stores are slow on AMD's
- * cores. */
-PW_TARGET static PW_INLINE void pw_store_part(float *q, __m256 v, int n)
-{
-	float t[8];
 
-	_mm256_storeu_ps(t, v);
-	for (int i = 0; i < n; i++)
-		q[i] = t[i];
-}
-
-PW_TARGET static void pw_finish_tile(int mr, int nv, float *y, int64_t ldy, int ncols, const struct pw_fin *f,
-				     const float *add)
-{
-	__m256i mk[2] = { pw_mask(ncols), pw_mask(ncols - 8) };
-	int full = ncols == 8 * nv;
-
-	for (int r = 0; r < mr; r++)
-		for (int v = 0; v < nv; v++) {
-			float *q = y + r * ldy + 8 * v;
-			__m256 o = pw_finish(full ? _mm256_loadu_ps(q) : _mm256_maskload_ps(q, mk[v]), f,
-					     add ? add + r * ldy + 8 * v : NULL, mk[v], full);
-			if (full || ncols >= 8 * (v + 1))
-				_mm256_storeu_ps(q, o);
-			else
-				pw_store_part(q, o, ncols - 8 * v);
-		}
-}
 
 /* y[r][0..ncols) (+)= the chain over k < kc of a[r][k] * b[k][.], rows
  * r < mr, nv vectors of columns (b's rows ldb apart); first: start from
@@ -134,10 +83,10 @@ PW_TARGET static void pw_finish_tile(int mr, int nv, float *y, int64_t ldy, int 
  * with the addend at add (y's layout, ldy apart). */
 PW_TARGET static PW_INLINE void pw_tile(const int mr, const int nv, int64_t kc, const float *a, int64_t lda,
 					const float *bp, int64_t ldb, float *y, int64_t ldy, int ncols, int first,
-					const float *bias, const struct pw_fin *f, const float *add)
+					const float *bias, const struct hp_fma_fin *f, const float *add)
 {
 	__m256 acc[PW_MR][2];
-	__m256i mk[2] = { pw_mask(ncols), pw_mask(ncols - 8) };
+	__m256i mk[2] = { fma_mask(ncols), fma_mask(ncols - 8) };
 	int full = ncols == 8 * nv;
 
 	for (int r = 0; r < mr; r++)
@@ -161,12 +110,12 @@ PW_TARGET static PW_INLINE void pw_tile(const int mr, const int nv, int64_t kc, 
 			if (full || ncols >= 8 * (v + 1))
 				_mm256_storeu_ps(y + r * ldy + 8 * v, acc[r][v]);
 			else
-				pw_store_part(y + r * ldy + 8 * v, acc[r][v], ncols - 8 * v);
+				fma_store_part(y + r * ldy + 8 * v, acc[r][v], ncols - 8 * v);
 		}
 	/* a pass of its own over the tile in L1: inside the loop above,
 	 * GCC kept the accumulators in memory (1x1 classes 85 -> 30 GF/s) */
 	if (f)
-		pw_finish_tile(mr, nv, y, ldy, ncols, f, add);
+		fma_finish_tile(mr, nv, y, ldy, ncols, f, add);
 }
 
 #define PW_CASE(R)                                                                                    \
@@ -178,7 +127,7 @@ PW_TARGET static PW_INLINE void pw_tile(const int mr, const int nv, int64_t kc, 
 		break;
 
 PW_TARGET static void pw_micro(int mr, int64_t kc, const float *a, int64_t lda, const float *bp, int64_t ldb,
-			       float *y, int64_t ldy, int ncols, int first, const float *bias, const struct pw_fin *f,
+			       float *y, int64_t ldy, int ncols, int first, const float *bias, const struct hp_fma_fin *f,
 			       const float *add)
 {
 	int nv = ncols > 8 ? 2 : 1;
@@ -207,7 +156,7 @@ PW_TARGET static void pw_pack(const float *x, int64_t ldx, int64_t k0, int64_t k
 		int w = (int)min64(PW_NR, nc - p * PW_NR);
 		float *dst = bp + p * kc * PW_NR;
 		const float *src = x + k0 * ldx + j0 + p * PW_NR;
-		__m256i m0 = pw_mask(w), m1 = pw_mask(w - 8);
+		__m256i m0 = fma_mask(w), m1 = fma_mask(w - 8);
 		if (w == PW_NR)
 			for (int64_t k = 0; k < kc; k++, dst += PW_NR, src += ldx) {
 				_mm256_storeu_ps(dst, _mm256_loadu_ps(src));
@@ -240,7 +189,7 @@ static void pw_block(const struct pw_run *r, int64_t bg, int64_t j0, int64_t nc,
 
 	for (int64_t k0 = 0; k0 < K; k0 += PW_KC) {
 		int64_t kc = min64(PW_KC, K - k0);
-		const struct pw_fin *fin = r->fin_ok && k0 + kc == K ? &r->fin : NULL;
+		const struct hp_fma_fin *fin = r->fin_ok && k0 + kc == K ? &r->fin : NULL;
 		(void)fin; /* without PW_X86 */
 		pw_pack(x, cv->xvol, k0, kc, j0, nc, bp);
 		for (int64_t t = t0; t < t1; t++) {
