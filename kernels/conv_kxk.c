@@ -328,13 +328,7 @@ KX_TARGET static KX_INLINE void kx_tile(const int mr, const int nv, int64_t kc, 
 				acc[r][1] = _mm256_fmadd_ps(w, b1, acc[r][1]);
 		}
 	}
-	for (int r = 0; r < mr; r++)
-		for (int v = 0; v < nv; v++) {
-			if (full || ncols >= 8 * (v + 1))
-				_mm256_storeu_ps(y + r * ldy + 8 * v, acc[r][v]);
-			else
-				fma_store_part(y + r * ldy + 8 * v, acc[r][v], ncols - 8 * v);
-		}
+	fma_store_acc(acc, mr, nv, y, ldy, ncols, full);
 	/* a pass of its own over the tile in L1 (see conv_pw.c: inside the
 	 * loop GCC kept the accumulators in memory) */
 	if (f)

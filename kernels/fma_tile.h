@@ -1,7 +1,7 @@
 /* The register-tile epilogue shared by hpdlf's own AVX2+FMA products
- * (conv_pw.c, conv_kxk.c): masks for a partial vector of columns, the
- * fused Relu or Clip after a full addend, and the store of a micro-tile's
- * rows.  The FMA chains themselves stay in each kernel (their operands
+ * (conv_pw.c, conv_kxk.c, gemm_fma.c; the 8x8 transpose also gemm_panels.c):
+ * masks for a partial vector of columns, the fused Relu or Clip after a
+ * full addend, and the stores of a micro-tile's rows.  The FMA chains themselves stay in each kernel (their operands
  * are laid out differently); this part is the same bits everywhere. */
 #ifndef HPDLF_KERNELS_FMA_TILE_H
 #define HPDLF_KERNELS_FMA_TILE_H
@@ -54,6 +54,44 @@ FMA_TARGET static FMA_INLINE void fma_store_part(float *q, __m256 v, int n)
 	_mm256_storeu_ps(t, v);
 	for (int i = 0; i < n; i++)
 		q[i] = t[i];
+}
+
+/* Accumulators acc[r][v] (rows r < mr, nv vectors) to y's first ncols
+ * columns, rows ldy apart; full: ncols == 8 * nv. */
+FMA_TARGET static FMA_INLINE void fma_store_acc(__m256 acc[][2], int mr, int nv, float *y, int64_t ldy, int ncols,
+					       int full)
+{
+	for (int r = 0; r < mr; r++)
+		for (int v = 0; v < nv; v++) {
+			if (full || ncols >= 8 * (v + 1))
+				_mm256_storeu_ps(y + r * ldy + 8 * v, acc[r][v]);
+			else
+				fma_store_part(y + r * ldy + 8 * v, acc[r][v], ncols - 8 * v);
+		}
+}
+
+/* d[r * ld + c] = s[c * ls + r] for an 8 x 8 block: eight columns of a
+ * matrix (rows of its transpose) become eight rows of a panel ld wide. */
+FMA_TARGET static inline void fma_transpose8(float *d, int64_t ld, const float *s, int64_t ls)
+{
+	__m256 r[8], t[8];
+
+	for (int i = 0; i < 8; i++)
+		r[i] = _mm256_loadu_ps(s + i * ls);
+	for (int i = 0; i < 8; i += 2) {
+		t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+		t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+	}
+	for (int i = 0; i < 8; i += 4) {
+		r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+		r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+		r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+		r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+	}
+	for (int i = 0; i < 4; i++) {
+		_mm256_storeu_ps(d + i * ld, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+		_mm256_storeu_ps(d + (i + 4) * ld, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+	}
 }
 
 /* The epilogue over rows r < mr, nv vectors (ncols columns) of y, ldy

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/fma_tile.h"
 #include "kernels/gemm_fma.h"
 
 #define FM_MR 6     /* rows per micro-tile */
@@ -60,25 +61,6 @@ static int64_t min64(int64_t a, int64_t b)
 #define FM_TARGET __attribute__((target("avx2,fma")))
 #define FM_INLINE __attribute__((always_inline)) inline
 
-static const int32_t fm_mask_src[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
-
-FM_TARGET static FM_INLINE __m256i fm_mask(int n)
-{
-	n = n < 0 ? 0 : n > 8 ? 8 : n;
-	return _mm256_loadu_si256((const __m256i *)(fm_mask_src + 8 - n));
-}
-
-/* The lanes of v below n (1..8) to q, without a masked store (slow on
- * AMD's cores). */
-FM_TARGET static FM_INLINE void fm_store_part(float *q, __m256 v, int n)
-{
-	float t[8];
-
-	_mm256_storeu_ps(t, v);
-	for (int i = 0; i < n; i++)
-		q[i] = t[i];
-}
-
 /* y[r][0..ncols) (+)= the chain over k < kc of A(r, k) * bp[k][.], rows
  * r < mr (A(r, k) at a[r * ra + k * rk]), nv vectors of columns; first:
  * from 0, else from y's values (the chain so far, or beta C). */
@@ -86,7 +68,7 @@ FM_TARGET static FM_INLINE void fm_tile(const int mr, const int nv, int64_t kc, 
 					int64_t rk, const float *bp, float *y, int64_t ldy, int ncols, int first)
 {
 	__m256 acc[FM_MR][2];
-	__m256i mk[2] = { fm_mask(ncols), fm_mask(ncols - 8) };
+	__m256i mk[2] = { fma_mask(ncols), fma_mask(ncols - 8) };
 	int full = ncols == 8 * nv;
 
 	for (int r = 0; r < mr; r++)
@@ -105,13 +87,7 @@ FM_TARGET static FM_INLINE void fm_tile(const int mr, const int nv, int64_t kc, 
 				acc[r][1] = _mm256_fmadd_ps(w, b1, acc[r][1]);
 		}
 	}
-	for (int r = 0; r < mr; r++)
-		for (int v = 0; v < nv; v++) {
-			if (full || ncols >= 8 * (v + 1))
-				_mm256_storeu_ps(y + r * ldy + 8 * v, acc[r][v]);
-			else
-				fm_store_part(y + r * ldy + 8 * v, acc[r][v], ncols - 8 * v);
-		}
+	fma_store_acc(acc, mr, nv, y, ldy, ncols, full);
 }
 
 /* A's k stride a constant 1 in the usual case (rows in place), so that
@@ -145,29 +121,6 @@ FM_TARGET static void fm_micro(int mr, int64_t kc, const float *a, int64_t ra, i
 	}
 }
 
-/* d[r * 16 + c] = s[c * ls + r] for an 8 x 8 block: eight columns of
- * op(B) (rows of a transposed B) become eight k rows of a panel. */
-FM_TARGET static void fm_transpose8(float *d, const float *s, int64_t ls)
-{
-	__m256 r[8], t[8];
-
-	for (int i = 0; i < 8; i++)
-		r[i] = _mm256_loadu_ps(s + i * ls);
-	for (int i = 0; i < 8; i += 2) {
-		t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-		t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-	}
-	for (int i = 0; i < 8; i += 4) {
-		r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-		r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
-		r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-		r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-	}
-	for (int i = 0; i < 4; i++) {
-		_mm256_store_ps(d + i * FM_NR, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-		_mm256_store_ps(d + (i + 4) * FM_NR, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
-	}
-}
 
 /* A panel of w columns from a B whose k run contiguously (sk 1: Gemm's
  * transB, attention's keys): 8 x 8 blocks through registers for whole
@@ -182,7 +135,7 @@ FM_TARGET static void fm_pack_t(const float *src, int64_t sj, int64_t kc, int w,
 		memset(dst, 0, (size_t)(kc * FM_NR) * sizeof *dst);
 	for (int c0 = 0; c0 < w8; c0 += 8)
 		for (int64_t k = 0; k < k8; k += 8)
-			fm_transpose8(dst + k * FM_NR + c0, src + c0 * sj + k, sj);
+			fma_transpose8(dst + k * FM_NR + c0, FM_NR, src + c0 * sj + k, sj);
 	for (int c = 0; c < w; c++)
 		for (int64_t k = c < w8 ? k8 : 0; k < kc; k++)
 			dst[k * FM_NR + c] = src[c * sj + k];
@@ -210,7 +163,7 @@ FM_TARGET static void fm_pack(const float *b, int64_t sk, int64_t sj, int64_t k0
 					dst[k * FM_NR + c] = src[c * sj + k * sk];
 			continue;
 		}
-		__m256i m0 = fm_mask(w), m1 = fm_mask(w - 8);
+		__m256i m0 = fma_mask(w), m1 = fma_mask(w - 8);
 		if (w == FM_NR)
 			for (int64_t k = 0; k < kc; k++, dst += FM_NR, src += sk) {
 				_mm256_store_ps(dst, _mm256_loadu_ps(src));

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "kernels/fma_tile.h"
 #include "kernels/gemm_panels.h"
 
 #define MR 6
@@ -144,29 +145,6 @@ static void panels_range(void *arg, int64_t begin, int64_t end, int tid)
 }
 
 #if defined(__x86_64__)
-/* d[r * NR + c] = s[c * ls + r] for an 8 x 8 block: eight rows of the
- * source (op(B)'s columns) become eight kk rows of the panel. */
-__attribute__((target("avx2"))) static void transpose8(float *d, const float *s, int64_t ls)
-{
-	__m256 r[8], t[8];
-
-	for (int i = 0; i < 8; i++)
-		r[i] = _mm256_loadu_ps(s + i * ls);
-	for (int i = 0; i < 8; i += 2) {
-		t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-		t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-	}
-	for (int i = 0; i < 8; i += 4) {
-		r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-		r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
-		r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-		r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-	}
-	for (int i = 0; i < 4; i++) {
-		_mm256_storeu_ps(d + i * NR, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-		_mm256_storeu_ps(d + (i + 4) * NR, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
-	}
-}
 
 /* A whole panel from a transposed B whose kk run contiguously (Gemm's
  * transB = 1 weight, [n][k]): 8 x 8 blocks through registers instead of
@@ -180,7 +158,7 @@ static int pack_transposed(float *d, const float *src, int64_t sj, int64_t k, in
 		return 0;
 	for (int64_t k0 = 0; k0 < k8; k0 += 8)
 		for (int64_t c0 = 0; c0 < NR; c0 += 8)
-			transpose8(d + k0 * NR + c0, src + (j0 + c0) * sj + k0, sj);
+			fma_transpose8(d + k0 * NR + c0, NR, src + (j0 + c0) * sj + k0, sj);
 	for (int64_t kk = k8; kk < k; kk++)
 		for (int64_t c = 0; c < NR; c++)
 			d[kk * NR + c] = src[(j0 + c) * sj + kk];
