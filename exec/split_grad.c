@@ -414,26 +414,31 @@ static int exact_group(struct hp_graph *g, int64_t grp)
 
 int hp_split_grad_exact(struct hp_graph *g)
 {
-	int64_t done[256];
-	int ndone = 0, count = 0, rc;
+	int64_t *done = NULL;
+	int ndone = 0, count = 0, rc = 0;
 
-	for (int i = 0; i < g->nnodes; i++) {
+	for (int i = 0; i < g->nnodes && rc >= 0; i++) {
 		const int64_t *t;
 		int seen = 0;
 		if (grad_op(&g->nodes[i]) < 0 || hp_attr_ints(&g->nodes[i], "hpdlf_band", &t) != HP_BAND_TAG_N)
 			continue;
 		for (int j = 0; j < ndone; j++)
 			seen |= done[j] == t[T_GROUP];
-		if (seen || ndone == (int)(sizeof done / sizeof *done))
+		if (seen)
 			continue;
-		int64_t grp = t[T_GROUP];
+		int64_t grp = t[T_GROUP], *d = realloc(done, (size_t)(ndone + 1) * sizeof *done);
+		if (!d) {
+			rc = hp_error(-ENOMEM, "out of memory");
+			break;
+		}
+		done = d;
 		done[ndone++] = grp;
-		if ((rc = exact_group(g, grp)) < 0)
-			return rc;
-		count += rc;
+		if ((rc = exact_group(g, grp)) > 0)
+			count += rc;
 		i = -1; /* nodes moved: scan again, skipping groups done */
 	}
-	if (count && ((rc = hp_graph_finalize(g)) < 0 || (rc = hp_graph_infer(g)) < 0))
+	free(done);
+	if (rc >= 0 && count && ((rc = hp_graph_finalize(g)) < 0 || (rc = hp_graph_infer(g)) < 0))
 		return rc;
-	return count;
+	return rc < 0 ? rc : count;
 }
