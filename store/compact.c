@@ -240,7 +240,7 @@ static void copy_into_run(struct hs_store *st, struct hs_tensor *t, uint64_t pag
  * runs are never kept above. */
 static int relocate_bounce(struct hs_store *st, struct hs_tensor *t, uint64_t want)
 {
-	unsigned char *b = malloc(t->maplen);
+	unsigned char *b = hs_fault_check(HS_FAULT_BOUNCE) ? NULL : malloc(t->maplen);
 	uint64_t page;
 	int rc = 0;
 

@@ -345,6 +345,7 @@ int hs_chunks_unify(struct hs_store *st, struct hs_tensor *t, uint64_t first, ui
 					"tensor's range (pin the whole range at once)", n, i);
 	if (nhome == n && first == 0 && n == t->nchunks && (rc = hs_run_relocate(st, t)) <= 0)
 		return rc; /* a run again (or its range), by memcpy */
+	rc = 0; /* (1 from hs_run_relocate: no run; the chunks are mapped instead) */
 	t->run = 0; /* from now on its chunks come into its range */
 	for (uint64_t i = first; i < first + n && rc == 0; i++) {
 		struct hs_chunk *c = &t->ch[i];

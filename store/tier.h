@@ -222,6 +222,7 @@ enum hs_fault_site {
 	HS_FAULT_WRITE,         /* tier write completes with err (EIO, ENOSPC) */
 	HS_FAULT_TIER_ALLOC,    /* placement of a tier extent (hs_place_alloc): ENOSPC */
 	HS_FAULT_SUBMIT,        /* nvme: io_uring_submit fails with SQEs queued (-EIO) */
+	HS_FAULT_BOUNCE,        /* the bounce buffer of a run's relocation (compact.c): none */
 	HS_FAULT_NSITES
 };
 void hs_fault_set(enum hs_fault_site site, long nth, int err);

@@ -1132,6 +1132,66 @@ static void test_runs_unify(void **state)
 	hs_store_close(st);
 }
 
+/* A tensor whose chunks lie apart in the pool with no run free for it and
+ * no memory for the bounce buffer: the pin maps its chunks into the
+ * tensor's range instead and hands out one contiguous range holding the
+ * tensor's bytes (it once returned the first chunk's place with the others
+ * elsewhere: kernels read and wrote the neighbours' frames). */
+static void test_runs_unify_mapped(void **state)
+{
+	const uint64_t cs = 16384;
+	struct hs_tensor_info ti = { .bytes = 5 * cs / 2, .dtype = HP_U8 }, tf = { .bytes = 2 * cs, .dtype = HP_U8 };
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *a, *b, *f;
+	unsigned char *p, *q, *r, *s;
+
+	(void)state;
+	tu_opts(&o, CFG_NVME, cs, 8, 64, "runsm");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_create(st, &ti, &a), 0);
+	assert_int_equal(hs_tensor_create(st, &ti, &b), 0);
+	assert_int_equal(hs_tensor_create(st, &tf, &f), 0);
+	fill_n(a, ti.bytes, 7);
+	fill_n(b, ti.bytes, 8);
+	fill_n(f, tf.bytes, 9);
+	assert_int_equal(hs_evict(a, 0, HS_ALL, HS_TIER_ANY), 3);
+	assert_int_equal(hs_evict(b, 0, HS_ALL, HS_TIER_ANY), 3);
+	assert_int_equal(hs_evict(f, 0, HS_ALL, HS_TIER_ANY), 2);
+	/* a's first chunk, then b and f right behind it: a's run is taken */
+	assert_int_equal(hs_pin(a, 0, 1, HS_PIN_READ, (void **)&q), 0);
+	assert_int_equal(hs_pin(b, 0, HS_ALL, HS_PIN_READ, (void **)&r), 0);
+	assert_int_equal(hs_pin(f, 0, HS_ALL, HS_PIN_READ, (void **)&s), 0);
+	assert_ptr_equal(r, q + cs);
+	assert_int_equal(hs_unpin(a, 0, 1), 0);
+	hs_fault_set(HS_FAULT_BOUNCE, 1, -ENOMEM);
+	assert_int_equal(hs_pin(a, 0, HS_ALL, HS_PIN_WRITE, (void **)&p), 0);
+	hs_fault_clear();
+	assert_ptr_equal(p, a->base); /* mapped into its range */
+	for (uint64_t i = 0; i < ti.bytes; i++)
+		if (p[i] != (unsigned char)(7 + i * 3))
+			fail_msg("byte %" PRIu64 " of the pinned range: %u, want %u", i, p[i], (unsigned char)(7 + i * 3));
+	memset(p, 0x5a, ti.bytes); /* writes stay inside a */
+	assert_int_equal(hs_unpin(a, 0, HS_ALL), 0);
+	for (uint64_t i = 0; i < ti.bytes; i++)
+		assert_int_equal(r[i], (unsigned char)(8 + i * 3));
+	for (uint64_t i = 0; i < tf.bytes; i++)
+		assert_int_equal(s[i], (unsigned char)(9 + i * 3));
+	assert_int_equal(hs_unpin(b, 0, HS_ALL), 0);
+	assert_int_equal(hs_unpin(f, 0, HS_ALL), 0);
+	assert_int_equal(hs_evict(a, 0, HS_ALL, HS_TIER_ANY), 3);
+	assert_int_equal(hs_pin(a, 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+	for (uint64_t i = 0; i < ti.bytes; i++)
+		assert_int_equal(p[i], 0x5a);
+	assert_int_equal(hs_unpin(a, 0, HS_ALL), 0);
+	expect(b, ti.bytes, 8);
+	expect(f, tf.bytes, 9);
+	assert_int_equal(hs_tensor_drop(a), 0);
+	assert_int_equal(hs_tensor_drop(b), 0);
+	assert_int_equal(hs_tensor_drop(f), 0);
+	hs_store_close(st);
+}
+
 /* hs_evict_many: the dirty chunks of several ranges (of several tensors,
  * a chunk named twice, part of a tensor) are written once each and their
  * DRAM freed; clean chunks are dropped without a write; pinned ones stay;
@@ -1485,6 +1545,7 @@ int main(void)
 		cmocka_unit_test(test_runs_planned),
 		cmocka_unit_test(test_runs_in_place),
 		cmocka_unit_test(test_runs_unify),
+		cmocka_unit_test(test_runs_unify_mapped),
 		cmocka_unit_test(test_evict_many),
 		cmocka_unit_test(test_evict_start),
 		cmocka_unit_test(test_discard_committed),
