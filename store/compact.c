@@ -214,8 +214,65 @@ int hs_frames_clear(struct hs_store *st, uint64_t page, uint64_t n)
 	return rc;
 }
 
-/* Chunks of t copied to their places in the run at page (taken). */
-static void copy_into_run(struct hs_store *st, struct hs_tensor *t, uint64_t page, const unsigned char *from)
+/* A bounce buffer for a run's relocation: pages of the pool itself (any
+ * pieces), so it costs no memory beyond the budget; a pool of at most
+ * 4 MiB with too few free pages takes it from malloc (part of the fixed
+ * overhead of budgets under 64 MiB, hpdlf-exec(1), MEMORY). */
+struct bounce {
+	unsigned char *mem;     /* malloc'd, or NULL: the pieces */
+	struct hs_piece one, *many;
+	uint32_t n;
+};
+
+#define BOUNCE_MALLOC_MAX (4ull << 20)
+
+static int bounce_get(struct hs_store *st, struct hs_tensor *t, uint64_t want, struct bounce *b)
+{
+	*b = (struct bounce){ 0 };
+	if (hs_fault_check(HS_FAULT_BOUNCE))
+		return -1;
+	if (hs_frames_alloc(st->frames, want, &b->one, &b->many, &b->n) == 0)
+		return 0;
+	if (hs_frames_grown(st->frames) > BOUNCE_MALLOC_MAX || !(b->mem = malloc(t->maplen)))
+		return -1;
+	return 0;
+}
+
+static void bounce_put(struct hs_store *st, struct bounce *b)
+{
+	if (b->mem)
+		free(b->mem);
+	else
+		hs_frames_free(st->frames, &b->one, b->many, b->n);
+	b->many = NULL;
+}
+
+/* n pages between mem and the bounce at page off (to: into the bounce). */
+static void bounce_copy(struct hs_store *st, struct bounce *b, uint64_t off, unsigned char *mem, uint64_t n, int to)
+{
+	const struct hs_piece *p = b->n > 1 ? b->many : &b->one;
+
+	if (b->mem) {
+		memcpy(to ? b->mem + off * HS_PAGE : mem, to ? mem : b->mem + off * HS_PAGE, (size_t)n * HS_PAGE);
+		return;
+	}
+	for (uint32_t k = 0; k < b->n && n; k++) {
+		if (off >= p[k].n) {
+			off -= p[k].n;
+			continue;
+		}
+		uint64_t m = p[k].n - off < n ? p[k].n - off : n;
+		unsigned char *at = hs_frames_home(st->frames, &p[k]) + off * HS_PAGE;
+		memcpy(to ? at : mem, to ? mem : at, (size_t)m * HS_PAGE);
+		mem += m * HS_PAGE;
+		n -= m;
+		off = 0;
+	}
+}
+
+/* Chunks of t copied to their places in the run at page (taken), from
+ * the bounce or from where they lie. */
+static void copy_into_run(struct hs_store *st, struct hs_tensor *t, uint64_t page, struct bounce *b)
 {
 	uint64_t cp = st->cs / HS_PAGE;
 
@@ -223,44 +280,23 @@ static void copy_into_run(struct hs_store *st, struct hs_tensor *t, uint64_t pag
 		struct hs_chunk *c = &t->ch[i];
 		struct hs_piece old = c->one;
 		c->one.page = (uint32_t)(page + i * cp);
-		memcpy(hs_frames_home(st->frames, &c->one), from ? from + i * st->cs : hs_frames_home(st->frames, &old),
-		       (size_t)old.n * HS_PAGE);
-		if (!from)
-			hs_frames_free(st->frames, &old, NULL, 1);
+		if (b) {
+			bounce_copy(st, b, i * cp, hs_frames_home(st->frames, &c->one), old.n, 0);
+			continue;
+		}
+		memcpy(hs_frames_home(st->frames, &c->one), hs_frames_home(st->frames, &old), (size_t)old.n * HS_PAGE);
+		hs_frames_free(st->frames, &old, NULL, 1);
 	}
 	t->run = page + 1;
 }
 
-/* No run free beside the chunks themselves: through a bounce buffer, in
- * the pages they free too, compacting the rest if need be; if even that
- * finds no run, the chunks go to the tensor's range (mapped, as without
- * runs): the pages they freed are enough for them in pieces.  The buffer
- * (the tensor, at most the pool's 4 MiB) is part of the fixed overhead of
- * budgets under 64 MiB, which bound tensors only (hpdlf-exec(1), MEMORY);
- * runs are never kept above. */
-static int relocate_bounce(struct hs_store *st, struct hs_tensor *t, uint64_t want)
+/* The chunks go to the tensor's range (mapped, as without runs), from the
+ * bounce: the pages they freed are enough for them in pieces. */
+static int relocate_mapped(struct hs_store *st, struct hs_tensor *t, struct bounce *b)
 {
-	unsigned char *b = hs_fault_check(HS_FAULT_BOUNCE) ? NULL : malloc(t->maplen);
-	uint64_t page;
+	uint64_t cp = st->cs / HS_PAGE;
 	int rc = 0;
 
-	if (!b)
-		return 1;
-	for (uint64_t i = 0; i < t->nchunks; i++) { /* out of the pool's sight while it looks */
-		struct hs_chunk *c = &t->ch[i];
-		memcpy(b + i * st->cs, hs_frames_home(st->frames, &c->one), (size_t)c->one.n * HS_PAGE);
-		hs_frames_free(st->frames, &c->one, NULL, 1);
-		c->npieces = 0;
-	}
-	if ((hs_frames_find_run(st->frames, want, &page) == 0 ||
-	     (hs_frames_compact_for(st, want) == 0 && hs_frames_find_run(st->frames, want, &page) == 0)) &&
-	    hs_frames_take(st->frames, page, want) == 0) {
-		for (uint64_t i = 0; i < t->nchunks; i++)
-			t->ch[i].npieces = 1;
-		copy_into_run(st, t, page, b);
-		free(b);
-		return 0;
-	}
 	t->run = 0;
 	for (uint64_t i = 0; i < t->nchunks && rc == 0; i++) {
 		struct hs_chunk *c = &t->ch[i];
@@ -269,11 +305,42 @@ static int relocate_bounce(struct hs_store *st, struct hs_tensor *t, uint64_t wa
 		hs_frames_unqueue(st->frames, &c->zq); /* mapped again right here: a flush must not empty it */
 		if (rc == 0 && (rc = hs_frames_map(st->frames, t->base + i * st->cs, c->npieces > 1 ? c->many : &c->one,
 						   c->npieces)) == 0) {
-			memcpy(t->base + i * st->cs, b + i * st->cs, (size_t)np * HS_PAGE);
+			bounce_copy(st, b, i * cp, t->base + i * st->cs, np, 0);
 			c->home = 0;
 		}
 	}
-	free(b);
+	return rc;
+}
+
+/* No run free beside the chunks themselves: through a bounce buffer, in
+ * the pages they free too, compacting the rest if need be; if even that
+ * finds no run, relocate_mapped.  1 if there is no bounce buffer (nothing
+ * done: the caller maps the chunks where they lie). */
+static int relocate_bounce(struct hs_store *st, struct hs_tensor *t, uint64_t want)
+{
+	uint64_t page, cp = st->cs / HS_PAGE;
+	struct bounce b;
+	int rc;
+
+	if (bounce_get(st, t, want, &b) < 0)
+		return 1;
+	for (uint64_t i = 0; i < t->nchunks; i++) { /* out of the pool's sight while it looks */
+		struct hs_chunk *c = &t->ch[i];
+		bounce_copy(st, &b, i * cp, hs_frames_home(st->frames, &c->one), c->one.n, 1);
+		hs_frames_free(st->frames, &c->one, NULL, 1);
+		c->npieces = 0;
+	}
+	if ((hs_frames_find_run(st->frames, want, &page) == 0 ||
+	     (hs_frames_compact_for(st, want) == 0 && hs_frames_find_run(st->frames, want, &page) == 0)) &&
+	    hs_frames_take(st->frames, page, want) == 0) {
+		for (uint64_t i = 0; i < t->nchunks; i++)
+			t->ch[i].npieces = 1;
+		copy_into_run(st, t, page, &b);
+		rc = 0;
+	} else {
+		rc = relocate_mapped(st, t, &b);
+	}
+	bounce_put(st, &b);
 	return rc;
 }
 

@@ -16,8 +16,8 @@
 #define SLAB_MIN (64ull << 20)
 #define HUGE (2ull << 20)
 #define ZQ_MAX 256
-/* runs are searched page by page: pools of at most 4 MiB (frames.h) */
-#define RUN_POOL_PAGES 1024u
+/* runs are searched page by page: pools of at most 32 MiB (frames.h) */
+#define RUN_POOL_PAGES 8192u
 #define MOVE (MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP)
 
 struct zap {

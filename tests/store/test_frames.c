@@ -147,15 +147,18 @@ static void test_runs_take(void **state)
 {
 	struct hs_frames *f;
 	struct alloc a[48] = { 0 };
-	const uint64_t pool = 4u << 20; /* the largest pool that keeps runs */
+	const uint64_t pool = 4u << 20, largest = 32u << 20; /* the largest pool that keeps runs */
 	uint64_t pages = pool / HS_PAGE, s = seed, runs_found = 0, refused = 0;
 	int *owner = malloc(pages * sizeof *owner);
 
 	(void)state;
 	for (uint64_t i = 0; i < pages; i++)
 		owner[i] = -1;
-	assert_int_equal(hs_frames_create(2 * pool, CHUNK, NULL, NULL, &f), 0);
-	assert_int_equal(hs_frames_runs(f), 0); /* 8 MiB: page-by-page searches too long */
+	assert_int_equal(hs_frames_create(2 * largest, CHUNK, NULL, NULL, &f), 0);
+	assert_int_equal(hs_frames_runs(f), 0); /* 64 MiB: page-by-page searches too long */
+	hs_frames_destroy(f);
+	assert_int_equal(hs_frames_create(largest, CHUNK, NULL, NULL, &f), 0);
+	assert_int_equal(hs_frames_runs(f), 1);
 	hs_frames_destroy(f);
 	assert_int_equal(hs_frames_create(pool, CHUNK, NULL, NULL, &f), 0);
 	assert_int_equal(hs_frames_runs(f), 1);
