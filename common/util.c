@@ -5,9 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <stdatomic.h>
+#include <unistd.h>
 
 #include "hpdlf/error.h"
 #include "hpdlf/tensor.h"
+#include "common/cpus.h"
 
 int hp_parse_size(const char *text, uint64_t *out)
 {
@@ -51,4 +54,17 @@ char *hp_format_size(uint64_t bytes, char *buf, size_t len)
 	else
 		snprintf(buf, len, "%.1f %s", v, units[u]);
 	return buf;
+}
+
+int hp_cpus_online(void)
+{
+	static _Atomic int cached;
+	int n = atomic_load_explicit(&cached, memory_order_relaxed);
+
+	if (n == 0) {
+		long v = sysconf(_SC_NPROCESSORS_ONLN);
+		n = v > 0 ? (int)v : 1;
+		atomic_store_explicit(&cached, n, memory_order_relaxed);
+	}
+	return n;
 }

@@ -4,13 +4,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/cpus.h"
 #include "exec/exec_internal.h"
 
 int hp_exec_online_cpus(void)
 {
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-
-	return n > 0 ? (int)n : 1;
+	return hp_cpus_online();
 }
 
 void hp_exec_opts_init(struct hp_exec_opts *o, size_t size)

@@ -41,6 +41,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/cpus.h"
 #include "hpdlf/error.h"
 #include "kernels/band.h"
 #include "kernels/blas.h"
@@ -290,9 +291,9 @@ static int shift_fit(const struct hp_conv *cv, size_t floats, int threads, int64
 
 int hp_conv_ws_threads(void)
 {
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	int n = hp_cpus_online();
 
-	return n < 1 ? 1 : n > 8 ? 8 : (int)n;
+	return n > 8 ? 8 : n;
 }
 
 /* Shift-path workspace: reordered weights plus, per expected thread, a tile
