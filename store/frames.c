@@ -42,7 +42,23 @@ struct hs_frames {
 	struct zap zq[ZQ_MAX];  /* emptied tensor ranges to reserve again */
 	unsigned nzq;
 	uint64_t moves;         /* mremaps done (hs_frames_moves) */
+	uint64_t *freemap;      /* bit p: page p lies in a free block (runs search words) */
 };
+
+/* Bits [p, p + n) of the free map set (on) or cleared. */
+static void mark(struct hs_frames *f, uint64_t p, uint64_t n, int on)
+{
+	while (n) {
+		uint64_t b = p & 63, m = n < 64 - b ? n : 64 - b;
+		uint64_t bits = (m == 64 ? ~0ull : ((1ull << m) - 1)) << b;
+		if (on)
+			f->freemap[p >> 6] |= bits;
+		else
+			f->freemap[p >> 6] &= ~bits;
+		p += m;
+		n -= m;
+	}
+}
 
 static void push(struct hs_frames *f, uint32_t p, unsigned k)
 {
@@ -53,6 +69,7 @@ static void push(struct hs_frames *f, uint32_t p, unsigned k)
 		f->prev[f->head[k]] = p;
 	f->head[k] = p;
 	f->nfree += 1ull << k;
+	mark(f, p, 1ull << k, 1);
 }
 
 static void unlink_block(struct hs_frames *f, uint32_t p)
@@ -67,6 +84,7 @@ static void unlink_block(struct hs_frames *f, uint32_t p)
 		f->prev[f->next[p]] = f->prev[p];
 	f->ord[p] = 0;
 	f->nfree -= 1ull << k;
+	mark(f, p, 1ull << k, 0);
 }
 
 /* Free block (p, k), merging with its free buddies. */
@@ -399,10 +417,7 @@ static int free_block_of(const struct hs_frames *f, uint64_t p, uint64_t *head, 
 
 int hs_frames_is_free(const struct hs_frames *f, uint64_t page)
 {
-	uint64_t h;
-	unsigned k;
-
-	return free_block_of(f, page, &h, &k);
+	return page < f->grown && (f->freemap[page >> 6] >> (page & 63) & 1);
 }
 
 int hs_frames_runs(struct hs_frames *f)
@@ -440,20 +455,33 @@ int hs_frames_take(struct hs_frames *f, uint64_t page, uint64_t n)
 
 int hs_frames_find_run(const struct hs_frames *f, uint64_t n, uint64_t *page)
 {
-	uint64_t start = 0, len = 0, h;
-	unsigned k;
+	uint64_t start = 0, len = 0;
 
-	for (uint64_t p = 0; p < f->grown && n;) {
-		if (!free_block_of(f, p, &h, &k)) {
-			len = 0;
-			p++;
-			continue;
+	/* first fit, a word of the free map at a time: all free, none free,
+	 * or bit by bit */
+	for (uint64_t w = 0; w < (f->grown + 63) / 64 && n; w++) {
+		uint64_t bits = f->freemap[w], base = w * 64;
+		if (bits == ~0ull || bits == 0) {
+			if (!bits) {
+				len = 0;
+				continue;
+			}
+			if (!len)
+				start = base;
+			len += 64;
+		} else {
+			for (uint64_t b = 0; b < 64; b++) {
+				if (!(bits >> b & 1)) {
+					len = 0;
+					continue;
+				}
+				if (!len)
+					start = base + b;
+				if (++len >= n)
+					break;
+			}
 		}
-		if (!len)
-			start = p;
-		len += h + (1ull << k) - p;
-		p = h + (1ull << k);
-		if (len >= n) {
+		if (len >= n && start + n <= f->grown) {
 			*page = start;
 			return 0;
 		}
@@ -505,9 +533,10 @@ int hs_frames_create(uint64_t bytes, uint64_t chunk_size, hs_frames_grow_fn grow
 	f->next = malloc(f->pages * sizeof *f->next);
 	f->prev = malloc(f->pages * sizeof *f->prev);
 	f->ord = calloc(f->pages, 1);
+	f->freemap = calloc((f->pages + 63) / 64 + 1, sizeof *f->freemap);
 	f->pool_len = (f->pages * HS_PAGE + HUGE - 1) & ~(HUGE - 1);
 	f->pool = reserve_aligned(f->pool_len, HUGE);
-	if (!f->next || !f->prev || !f->ord || !f->pool)
+	if (!f->next || !f->prev || !f->ord || !f->freemap || !f->pool)
 		goto fail;
 	madvise(f->pool, f->pool_len, MADV_DONTFORK);
 	madvise(f->pool, f->pool_len, MADV_NOHUGEPAGE);
@@ -527,6 +556,7 @@ void hs_frames_destroy(struct hs_frames *f)
 	free(f->next);
 	free(f->prev);
 	free(f->ord);
+	free(f->freemap);
 	free(f->scratch);
 	free(f);
 }
