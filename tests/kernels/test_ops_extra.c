@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "hpdlf/error.h"
+#include "hpdlf/kernels.h"
 #include "tests/kernels/harness.h"
 
 static float at(const struct hp_tensor *t, int64_t i)
@@ -249,6 +250,36 @@ static void test_lstm_bidirectional_lengths(void **state)
 		hp_tensor_free(&in[i]);
 }
 
+/* hp_op_find (a binary search on names) finds every op of the table under
+ * its own domain and "ai.onnx" for the default one, as a linear scan of
+ * hp_op_list does, and nothing for names that are not there. */
+static void test_op_find_all(void **state)
+{
+	int n;
+	const struct hp_op *const *all = hp_op_list(&n);
+	static const char *absent[] = { "", "A", "Zzzz", "relu", "Conv2", "ConvX", "~" };
+
+	(void)state;
+	assert_true(n > 100);
+	for (int i = 0; i < n; i++) {
+		const char *d = all[i]->domain ? all[i]->domain : "";
+		const struct hp_op *first = NULL;
+		for (int j = 0; j < n && !first; j++) { /* the first of the table: linear */
+			const char *e = all[j]->domain ? all[j]->domain : "";
+			if (!strcmp(all[j]->name, all[i]->name) &&
+			    !strcmp(!strcmp(d, "ai.onnx") ? "" : d, !strcmp(e, "ai.onnx") ? "" : e))
+				first = all[j];
+		}
+		assert_ptr_equal(hp_op_find(d, all[i]->name), first);
+		if (!*d)
+			assert_ptr_equal(hp_op_find("ai.onnx", all[i]->name), first);
+	}
+	for (size_t k = 0; k < sizeof absent / sizeof absent[0]; k++)
+		assert_null(hp_op_find("", absent[k]));
+	assert_null(hp_op_find("no.such.domain", "Relu"));
+	assert_non_null(hp_op_find(NULL, "Relu"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -258,6 +289,7 @@ int main(void)
 		cmocka_unit_test(test_topk_ties),
 		cmocka_unit_test(test_cumsum_reverse_exclusive),
 		cmocka_unit_test(test_lstm_bidirectional_lengths),
+		cmocka_unit_test(test_op_find_all),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
