@@ -7,7 +7,12 @@
  * nodes: such a Constant becomes an initializer holding its value, and the
  * Identity chain is bypassed, so the rest of training (BatchNorm state,
  * export) treats both writings alike.  Constants elsewhere (a scale of 0.5,
- * shape arithmetic) stay constants.  Then --freeze patterns clear the
+ * shape arithmetic) stay constants.  Parameters and running statistics
+ * an exporter merged (Identity of another initializer of equal value) are
+ * untied here, before anything cuts the graph (autodiff_untie.c: a
+ * pipeline stage would otherwise receive LayerNorm 2's weight from stage 0
+ * as an activation and train it tied to LayerNorm 1's; an evaluation graph
+ * would read the root's trained bytes).  Then --freeze patterns clear the
  * trainable flag of the parameters they name. */
 #include <errno.h>
 #include <fnmatch.h>
@@ -16,6 +21,7 @@
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "exec/autodiff_internal.h"
 #include "exec/train_params.h"
 
 /* Input slots of an operator that hold parameters (bit i: input i); `big`:
@@ -152,7 +158,7 @@ int hp_train_params(struct hp_graph *g, const char *const *patterns, int npatter
 
 	memset(pc, 0, sizeof *pc);
 	pc->size = sizeof *pc;
-	if ((rc = promote(g, &pc->from_constants)) < 0)
+	if ((rc = promote(g, &pc->from_constants)) < 0 || (rc = ad_untie_stats(g)) < 0)
 		return rc;
 	if (!(stat = statistics(g)))
 		return hp_error(-ENOMEM, "out of memory");

@@ -35,6 +35,12 @@ usage: check_pipeline_more.py HPDLF_EXEC TESTS_DIR
   stages (micro-batches of 4 rows) multiply by weights packed once per
   step (kernels/gemm_panels.h) in both runs; of the transformer's stages
   (MatMul) only the last, with the head's Gemm.
+- Two LayerNorms whose parameters the exporter merged (n2.weight =
+  Identity(n1.weight), make_lnnet.py), cut apart by a P=2 pipeline, train
+  apart as PyTorch and one rank do: losses and exported weights equal the
+  1-rank run's within 1e-5, n2's export differs from n1's.  (The pipeline
+  once received n2's weight from stage 0 as an activation and trained it
+  tied to n1's: losses off by 1e-3, its export missing n2.weight.)
 - --shard parameters with --pipeline is refused with exit 2 and one line
   naming it (--shard optimizer|gradients and --sync-bn work:
   check_pipeline_shard.py).
@@ -176,6 +182,21 @@ def exports(tmp):
         check(len(stats) >= 2, 'export: the running statistics are among them (%s)' % stats[:4])
 
 
+def merged_ln(tmp):
+    d = make(tmp, 'make_lnnet.py')
+    ref = train(0, train_args(d, 8, 'sgd', steps=6, extra=['--lr', '0.1']), os.path.join(tmp, 'lref.json'))
+    got = train(2, train_args(d, 8, 'sgd', steps=6, extra=['--lr', '0.1', '--pipeline', '2', '--micro-batches', '1',
+                                                           '--pipeline-cuts', 'fc_b']), os.path.join(tmp, 'lp.json'))
+    check(got is not None and ref is not None and len(got) == 6 and rel(ref, got) <= 1e-5,
+          'merged LayerNorm parameters, P=2: losses = 1 rank within 1e-5 (max rel %.2g)'
+          % (rel(ref, got) if got and ref else float('nan')))
+    b = same_export(tmp, 'export, merged LayerNorm parameters P=2 M=1', d, 8, 'sgd', 2,
+                    ['--pipeline', '2', '--micro-batches', '1', '--pipeline-cuts', 'fc_b'], ['--lr', '0.1'])
+    if b is not None:
+        check('n2.weight' in b and 'n1.weight' in b and not np.array_equal(b['n1.weight'], b['n2.weight']),
+              'export: n2.weight trained apart from n1.weight')
+
+
 def make(tmp, script, *args):
     d = os.path.join(tmp, script[5:-3])
     py = os.environ.get('HPDLF_PYTHON') or sys.executable
@@ -280,7 +301,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix='hpdlf-test-pipe2-')
     only = sys.argv[3:]
     try:
-        for name in only or ('saved_forward', 'exports', 'dropout', 'once_per_step', 'deferred_more', 'refusals'):
+        for name in only or ('saved_forward', 'exports', 'merged_ln', 'dropout', 'once_per_step', 'deferred_more',
+                             'refusals'):
             globals()[name](tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
