@@ -162,25 +162,47 @@ static void adopt(struct hp_graph *g, struct hp_graph *c)
 /* The predicted step time of candidate c under the budget: the planner's
  * own schedule at that budget (its loads and write-backs), timed with a
  * fixed model, not the measured one, so that --plan and a run (which
- * never measures) choose alike: kernels at SPLIT_GFLOPS plus
- * SPLIT_KERNEL_US each (pinning, dispatch and the pool's wake-up: LeNet's
- * kernels out of core cost about that much beside their FLOPs), and each
- * load or write-back SPLIT_IO_US of latency on one I/O lane (a request of
- * a few KiB on the development machine's disk) plus its bytes at the
- * tiers' default bandwidths.  More bands cost kernels and, once the
- * schedule overflows the budget, I/O of small pieces; fewer bands may not
- * fit.  A plan that fails (it should not: the candidate fits) predicts
- * HUGE_VAL. */
+ * never measures) choose alike:
+ *   - kernels at SPLIT_GFLOPS (those with one worker's workspace: their
+ *     FLOPs twice, lean_ms), plus SPLIT_KERNEL_US each (pinning, dispatch,
+ *     the pool's wake-up: about what LeNet's kernels cost out of core
+ *     beside their FLOPs);
+ *   - each load or write-back SPLIT_IO_US of latency on one I/O lane plus
+ *     its bytes at the tiers' default bandwidths, and SPLIT_IO_CPU_US on
+ *     the compute lane (below 4 MiB the compute worker submits and reaps
+ *     I/O itself; the store maps the chunks in and out).
+ * More bands cost kernels and, once the schedule overflows the budget, I/O
+ * of small pieces; fewer bands may not fit.  LeNet's inference at 260000
+ * bytes ran 1.4-2.1x faster in 8 bands with 2 loads than in 4 with 16,
+ * which a model without the I/O's CPU preferred.  A plan that fails (it
+ * should not: the candidate fits) predicts HUGE_VAL. */
 #define SPLIT_GFLOPS 50.0
 #define SPLIT_KERNEL_US 20.0
 #define SPLIT_IO_US 100.0
+#define SPLIT_IO_CPU_US 50.0
 #define SPLIT_READ_MBPS 2200.0
 #define SPLIT_WRITE_MBPS 1500.0
+/* Kernels with one worker's workspace (attribute hpdlf_lean, which a
+ * band convolution's gradients share) run their tiles on one thread: their
+ * FLOPs again, as on one of the development machine's two. */
+static double lean_ms(const struct hp_graph *c)
+{
+	double flops = 0;
+
+	for (int i = 0; i < c->nnodes; i++) {
+		const struct hp_node *n = &c->nodes[i];
+		if (!n->folded && hp_attr_int(n, "hpdlf_lean", 0) && n->op && n->op->flops)
+			flops += n->op->flops(c, n);
+	}
+	return flops / SPLIT_GFLOPS / 1e6;
+}
+
 double hp_split_predicted_ms(const struct hp_graph *c, uint64_t budget)
 {
 	struct hp_plan_opts po = { .budget = budget, .align = HP_BUDGET_ALIGN, .reserve_for = hp_budget_staging };
 	struct hp_plan *p = NULL;
 	double ms;
+	int requests = 0;
 
 	po.gflops = SPLIT_GFLOPS;
 	po.read_MBps = SPLIT_READ_MBPS;
@@ -188,7 +210,10 @@ double hp_split_predicted_ms(const struct hp_graph *c, uint64_t budget)
 	po.read_lat_us = po.write_lat_us = SPLIT_IO_US;
 	if (hp_plan_build(c, &po, &p) < 0)
 		return HUGE_VAL;
-	ms = p->predicted_ms + p->nsteps * SPLIT_KERNEL_US / 1e3;
+	for (int a = 0; a < p->nacts; a++)
+		if (p->acts[a].act == HP_ACT_LOAD || p->acts[a].act == HP_ACT_WRITEBACK)
+			requests++;
+	ms = p->predicted_ms + (p->nsteps * SPLIT_KERNEL_US + requests * SPLIT_IO_CPU_US) / 1e3 + lean_ms(c);
 	hp_plan_free(p);
 	return ms;
 }
@@ -196,9 +221,9 @@ double hp_split_predicted_ms(const struct hp_graph *c, uint64_t budget)
 /* Keep, of the candidates that fit the budget, the one predicted fastest
  * (hp_split_predicted_ms; the passes stop at the first within the target, which
  * leaves a quarter of the budget for what the planner keeps resident);
- * while none fits, the smallest.  LeNet at a quarter of its peak fits with
- * 4 bands but not within the target, and ran 1.6-1.9x faster so than with
- * the 8 bands that are. */
+ * while none fits, the smallest.  LeNet training at a quarter of its peak
+ * fits with 4 bands but not within the target, and ran 1.6-1.9x faster so
+ * than with the 8 bands that are. */
 static void consider(struct hp_graph **keep, struct hp_split_info *ki, struct hp_graph *c, struct hp_split_info *ci,
 		     uint64_t budget)
 {
@@ -227,13 +252,12 @@ static int split_pass(const struct hp_graph *g, const struct hp_split_opts *so, 
 	struct hp_graph *c;
 	int rc = 0, within = ki->min_after <= target;
 
-	/* band counts with workspaces for every worker, then (when none fits)
-	 * with one worker's: the kernels then run their tiles on one thread */
+	/* band counts with workspaces for every worker, then (while none is
+	 * within the target) with one worker's: the kernels then run their
+	 * tiles on one thread, which hp_split_predicted_ms counts */
 	for (size_t i = 0; i < 2 * nbc && budget && !within; i++) {
 		if (ki->k == 1 && ki->min_after <= budget)
 			break; /* fits unsplit */
-		if (i == nbc && ki->min_after <= budget)
-			break;
 		rc = candidate(g, band_counts[i % nbc], i >= nbc, cut, so, &c, &ci);
 		if (rc < 0)
 			break;

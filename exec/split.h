@@ -15,15 +15,17 @@
  * start at multiples of its tile (hp_node_band_align; a cut upstream that
  * is not aligned, or much coarser than k even bands, is cut again) and keep
  * the whole node's kernel path (attribute hpdlf_path); a Conv no band can
- * reproduce runs whole.  When no band count fits, the band convolutions
- * get workspace for one worker (attribute hpdlf_lean).
+ * reproduce runs whole.  Candidates whose band convolutions get workspace
+ * for one worker (attribute hpdlf_lean) follow those with every worker's.
  *
  * hp_split_for_budget tries band counts K = 1, 2, 3, 4, 6, ... on a copy
- * of the graph up to the first whose smallest budget leaves a quarter of
+ * of the graph (band convolutions with every worker's workspace, then with
+ * one worker's) up to the first whose smallest budget leaves a quarter of
  * the budget for what the planner keeps resident, and keeps, of those that
  * fit the budget, the one whose plan at the budget is predicted fastest
- * (kernels, their count and the plan's loads and write-backs, timed with a
- * fixed model so that --plan and runs choose alike).  When that splits nothing and nothing fits
+ * (hp_split_predicted_ms: kernels, their count and the plan's loads and
+ * write-backs, timed with a fixed model so that --plan and runs choose
+ * alike).  When that splits nothing and nothing fits
  * (training: gradients need more than the forward ops the cut sees) at a
  * budget no smaller than the smallest one named, the cut is halved below
  * the target until a candidate fits.  Deterministic. */
