@@ -1,6 +1,7 @@
 /* Operator splitting for a budget (see split.h): candidates are rewritten
  * copies of the graph; the first that fits replaces it. */
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +132,7 @@ static int candidate(const struct hp_graph *g, int k, int lean, uint64_t target,
 	info->lean = lean;
 	info->axis = -1;
 	info->nsplit = 0;
+	info->ms = -1;
 	if (rc == 0 && k > 1)
 		rc = hp_split_bands(c, k, so->training, lean, target, &info->nsplit, &info->axis);
 	/* a second pass (weights of big matrix products) slots in here */
@@ -157,15 +159,79 @@ static void adopt(struct hp_graph *g, struct hp_graph *c)
 	hp_graph_free(c);
 }
 
-/* Keep the first candidate within the target, else the first within the
- * budget, else the smallest. */
-static void consider(struct hp_graph **keep, struct hp_split_info *ki, struct hp_graph *c,
-		     const struct hp_split_info *ci, uint64_t budget, uint64_t target)
+/* The predicted step time of candidate c under the budget: the planner's
+ * own schedule at that budget (its loads and write-backs), timed with a
+ * fixed model, not the measured one, so that --plan and a run (which
+ * never measures) choose alike:
+ *   - kernels at SPLIT_GFLOPS (those with one worker's workspace: their
+ *     FLOPs twice, lean_ms), plus SPLIT_KERNEL_US each (pinning, dispatch,
+ *     the pool's wake-up: about what LeNet's kernels cost out of core
+ *     beside their FLOPs);
+ *   - each load or write-back SPLIT_IO_US of latency on one I/O lane plus
+ *     its bytes at the tiers' default bandwidths, and SPLIT_IO_CPU_US on
+ *     the compute lane (below 4 MiB the compute worker submits and reaps
+ *     I/O itself; the store maps the chunks in and out).
+ * More bands cost kernels and, once the schedule overflows the budget, I/O
+ * of small pieces; fewer bands may not fit.  LeNet's inference at 260000
+ * bytes ran 1.4-2.1x faster in 8 bands with 2 loads than in 4 with 16,
+ * which a model without the I/O's CPU preferred.  A plan that fails (it
+ * should not: the candidate fits) predicts HUGE_VAL. */
+#define SPLIT_GFLOPS 50.0
+#define SPLIT_KERNEL_US 20.0
+#define SPLIT_IO_US 100.0
+#define SPLIT_IO_CPU_US 50.0
+#define SPLIT_READ_MBPS 2200.0
+#define SPLIT_WRITE_MBPS 1500.0
+/* Kernels with one worker's workspace (attribute hpdlf_lean, which a
+ * band convolution's gradients share) run their tiles on one thread: their
+ * FLOPs again, as on one of the development machine's two. */
+static double lean_ms(const struct hp_graph *c)
+{
+	double flops = 0;
+
+	for (int i = 0; i < c->nnodes; i++) {
+		const struct hp_node *n = &c->nodes[i];
+		if (!n->folded && hp_attr_int(n, "hpdlf_lean", 0) && n->op && n->op->flops)
+			flops += n->op->flops(c, n);
+	}
+	return flops / SPLIT_GFLOPS / 1e6;
+}
+
+double hp_split_predicted_ms(const struct hp_graph *c, uint64_t budget)
+{
+	struct hp_plan_opts po = { .budget = budget, .align = HP_BUDGET_ALIGN, .reserve_for = hp_budget_staging };
+	struct hp_plan *p = NULL;
+	double ms;
+	int requests = 0;
+
+	po.gflops = SPLIT_GFLOPS;
+	po.read_MBps = SPLIT_READ_MBPS;
+	po.write_MBps = SPLIT_WRITE_MBPS;
+	po.read_lat_us = po.write_lat_us = SPLIT_IO_US;
+	if (hp_plan_build(c, &po, &p) < 0)
+		return HUGE_VAL;
+	for (int a = 0; a < p->nacts; a++)
+		if (p->acts[a].act == HP_ACT_LOAD || p->acts[a].act == HP_ACT_WRITEBACK)
+			requests++;
+	ms = p->predicted_ms + (p->nsteps * SPLIT_KERNEL_US + requests * SPLIT_IO_CPU_US) / 1e3 + lean_ms(c);
+	hp_plan_free(p);
+	return ms;
+}
+
+/* Keep, of the candidates that fit the budget, the one predicted fastest
+ * (hp_split_predicted_ms; the passes stop at the first within the target, which
+ * leaves a quarter of the budget for what the planner keeps resident);
+ * while none fits, the smallest.  LeNet training at a quarter of its peak
+ * fits with 4 bands but not within the target, and ran 1.6-1.9x faster so
+ * than with the 8 bands that are. */
+static void consider(struct hp_graph **keep, struct hp_split_info *ki, struct hp_graph *c, struct hp_split_info *ci,
+		     uint64_t budget)
 {
 	int better = ki->min_after > budget ? ci->min_after < ki->min_after : 0;
 
-	if (ki->min_after > target && ci->min_after <= target)
-		better = 1;
+	ci->ms = budget && ci->min_after <= budget ? hp_split_predicted_ms(c, budget) : -1;
+	if (ci->min_after <= budget && ki->min_after <= budget)
+		better = ki->ms < 0 || ci->ms < ki->ms;
 	if (!better) {
 		hp_graph_free(c);
 		return;
@@ -184,20 +250,20 @@ static int split_pass(const struct hp_graph *g, const struct hp_split_opts *so, 
 	size_t nbc = sizeof band_counts / sizeof *band_counts;
 	struct hp_split_info ci;
 	struct hp_graph *c;
-	int rc = 0;
+	int rc = 0, within = ki->min_after <= target;
 
-	/* band counts with workspaces for every worker, then (when none fits)
-	 * with one worker's: the kernels then run their tiles on one thread */
-	for (size_t i = 0; i < 2 * nbc && budget && ki->min_after > target; i++) {
+	/* band counts with workspaces for every worker, then (while none is
+	 * within the target) with one worker's: the kernels then run their
+	 * tiles on one thread, which hp_split_predicted_ms counts */
+	for (size_t i = 0; i < 2 * nbc && budget && !within; i++) {
 		if (ki->k == 1 && ki->min_after <= budget)
 			break; /* fits unsplit */
-		if (i == nbc && ki->min_after <= budget)
-			break;
 		rc = candidate(g, band_counts[i % nbc], i >= nbc, cut, so, &c, &ci);
 		if (rc < 0)
 			break;
 		ci.min_before = ki->min_before;
-		consider(keep, ki, c, &ci, budget, target);
+		within = ci.min_after <= target;
+		consider(keep, ki, c, &ci, budget);
 	}
 	return rc;
 }

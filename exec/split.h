@@ -15,13 +15,17 @@
  * start at multiples of its tile (hp_node_band_align; a cut upstream that
  * is not aligned, or much coarser than k even bands, is cut again) and keep
  * the whole node's kernel path (attribute hpdlf_path); a Conv no band can
- * reproduce runs whole.  When no band count fits, the band convolutions
- * get workspace for one worker (attribute hpdlf_lean).
+ * reproduce runs whole.  Candidates whose band convolutions get workspace
+ * for one worker (attribute hpdlf_lean) follow those with every worker's.
  *
  * hp_split_for_budget tries band counts K = 1, 2, 3, 4, 6, ... on a copy
- * of the graph and keeps the first whose smallest budget leaves a quarter
- * of the budget for what the planner keeps resident (or, failing that, the
- * first that fits at all).  When that splits nothing and nothing fits
+ * of the graph (band convolutions with every worker's workspace, then with
+ * one worker's) up to the first whose smallest budget leaves a quarter of
+ * the budget for what the planner keeps resident, and keeps, of those that
+ * fit the budget, the one whose plan at the budget is predicted fastest
+ * (hp_split_predicted_ms: kernels, their count and the plan's loads and
+ * write-backs, timed with a fixed model so that --plan and runs choose
+ * alike).  When that splits nothing and nothing fits
  * (training: gradients need more than the forward ops the cut sees) at a
  * budget no smaller than the smallest one named, the cut is halved below
  * the target until a candidate fits.  Deterministic. */
@@ -51,6 +55,8 @@ struct hp_split_info {
 	int lean;               /* band convolutions with one worker's workspace */
 	uint64_t min_before;    /* smallest budget unsplit (after finish) */
 	uint64_t min_after;     /* ... of the graph kept */
+	double ms;              /* its predicted step time at the budget
+				 * (hp_split_predicted_ms), -1: not predicted */
 };
 
 /* Entries of attribute hpdlf_band, which the band pass gives each band of
@@ -84,6 +90,12 @@ uint64_t hp_split_min_budget(const struct hp_graph *g);
  * `target` is the step size above which a whole value is cut; lean: the
  * band convolutions get workspace for one worker (attribute hpdlf_lean). */
 int hp_split_bands(struct hp_graph *g, int k, int training, int lean, uint64_t target, int *nsplit, int *axis);
+
+/* The step time the band pass predicts for graph c (inferred) planned
+ * under a tensor budget: its plan's time model with fixed figures (not the
+ * measured speed model: --plan and runs must choose alike), plus a fixed
+ * cost per kernel; HUGE_VAL when c cannot be planned there. */
+double hp_split_predicted_ms(const struct hp_graph *c, uint64_t budget);
 
 /* A deep copy of g (values and nodes keep their indices; kernels are
  * prepared again by hp_graph_infer), and g taking a copy's contents over

@@ -1,0 +1,143 @@
+/* The band count the band pass keeps (exec/split.c): of the candidates it
+ * tries (2, 3, 4, 6, ... bands with workspace for every worker, then with
+ * one worker's, up to the first whose smallest budget leaves a quarter of
+ * the budget free), those that fit the budget, the one whose plan at the
+ * budget is predicted fastest (hp_split_predicted_ms).  The candidates are
+ * made here one by one with the band pass alone (hp_split_bands), and the
+ * choice of hp_split_for_budget is checked against the fastest of them
+ * over a range of budgets for LeNet at a batch of 64 (inference).  Some of
+ * those budgets must choose otherwise than the rule before it (the first
+ * candidate within the quarter, else the first that fits), and some must
+ * choose one worker's workspace and some not, or the test would not tell
+ * the rules apart. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "hpdlf/exec.h"
+#include "exec/budget.h"
+#include "exec/plan.h"
+#include "exec/split.h"
+
+static const int counts[] = { 2, 3, 4, 6, 8, 12, 16, 24, 32 };
+#define NCOUNTS (int)(sizeof counts / sizeof *counts)
+
+static struct hp_graph *lenet(void)
+{
+	const char *src = getenv("HPDLF_SOURCE_DIR");
+	struct hp_shape s = { 4, { 64, 1, 8, 8 } };
+	struct hp_graph *g = NULL;
+	char path[1024];
+
+	assert_non_null(src);
+	snprintf(path, sizeof path, "%s/tests/models/lenet/model.onnx", src);
+	assert_int_equal(hp_graph_load(path, &g), 0);
+	assert_int_equal(hp_graph_set_input_shape(g, g->values[g->inputs[0]].name, &s), 0);
+	assert_int_equal(hp_graph_infer(g), 0);
+	return g;
+}
+
+struct cand {
+	int k, lean;
+	uint64_t min;
+	double ms;
+};
+
+/* k bands (lean: band convolutions with one worker's workspace), as the
+ * band pass makes them. */
+static void make(const struct hp_graph *g, int k, int lean, uint64_t budget, uint64_t target, struct cand *c)
+{
+	struct hp_graph *x = NULL;
+	int nsplit = 0, axis = -1;
+
+	assert_int_equal(hp_split_graph_copy(g, &x), 0);
+	assert_int_equal(hp_split_bands(x, k, 0, lean, target, &nsplit, &axis), 0);
+	assert_int_equal(hp_graph_infer(x), 0);
+	c->k = k;
+	c->lean = lean;
+	c->min = hp_split_min_budget(x);
+	c->ms = c->min <= budget ? hp_split_predicted_ms(x, budget) : -1;
+	hp_graph_free(x);
+}
+
+/* The band count hp_split_for_budget keeps at budget b; lean set when its
+ * band convolutions got one worker's workspace. */
+static int kept(const struct hp_graph *g, uint64_t b, int *lean, double *ms)
+{
+	struct hp_budget_layout l;
+	struct hp_split_opts so = { .layout = &l };
+	struct hp_split_info info;
+	struct hp_graph *x = NULL;
+
+	hp_budget_layout_init(&l, b);
+	assert_int_equal(l.budget, b);
+	assert_int_equal(hp_split_graph_copy(g, &x), 0);
+	assert_int_equal(hp_graph_infer(x), 0);
+	assert_int_equal(hp_split_for_budget(x, &so, &info), 0);
+	hp_graph_free(x);
+	*lean = info.lean;
+	*ms = info.ms;
+	return info.k;
+}
+
+static void test_fastest_fit(void **state)
+{
+	struct hp_graph *g = lenet();
+	int checked = 0, differ = 0, leaner = 0;
+
+	(void)state;
+	for (uint64_t b = 180000; b <= 420000; b += 10000) {
+		struct cand c[2 * NCOUNTS], *best = NULL, *old = NULL, *first_fit = NULL;
+		uint64_t target = b - b / 4;
+		int lean, k;
+		double ms;
+		if (hp_split_min_budget(g) <= b)
+			continue; /* fits unsplit: nothing to choose */
+		/* every worker's workspace first, then one worker's, up to the
+		 * first within the target */
+		for (int n = 0; n < 2 * NCOUNTS; n++) {
+			make(g, counts[n % NCOUNTS], n >= NCOUNTS, b, target, &c[n]);
+			if (c[n].min <= b && (!best || c[n].ms < best->ms))
+				best = &c[n];
+			if (c[n].min <= b && !first_fit)
+				first_fit = &c[n];
+			if (c[n].min <= target) {
+				old = &c[n];
+				break;
+			}
+		}
+		assert_non_null(best);
+		old = old ? old : first_fit;
+		k = kept(g, b, &lean, &ms);
+		assert_int_equal(k, best->k);
+		assert_int_equal(lean, best->lean);
+		assert_true(ms == best->ms);
+		assert_true(isfinite(ms) && ms > 0);
+		checked++;
+		leaner += lean;
+		differ += best->k != old->k || best->lean != old->lean;
+	}
+	print_message("%d budgets checked, %d chose otherwise than the first within the quarter, %d lean\n", checked,
+		      differ, leaner);
+	assert_true(checked >= 5);
+	assert_true(differ >= 1);
+	assert_true(leaner >= 1 && leaner < checked);
+	hp_graph_free(g);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fastest_fit),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
