@@ -29,10 +29,12 @@
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "hpdlf/error.h"
 #include "kernels/conv_impl.h"
 #include "kernels/fused_impl.h"
+#include "kernels/threadpool.h"
 
 /* Output rows per band.  Each band calls the three kernels once, whose
  * fixed costs per call (the depthwise kernels' row buffers, a product's
@@ -50,11 +52,16 @@ struct fir {
 	size_t per_thread;          /* floats of a worker's buffers */
 };
 
-static int64_t band_rows_set;
+static int64_t band_rows_set, stall_us;
 
 void hp_fir_set_band_rows(int64_t rows)
 {
 	band_rows_set = rows;
+}
+
+void hp_fir_set_stall_us(int64_t us)
+{
+	stall_us = us;
 }
 
 int hp_fir_available(void)
@@ -74,18 +81,21 @@ static size_t fir_floats(const struct fir *f, int64_t rows)
 	return (size_t)(f->ce * (fir_ecap(f, rows) * f->w + rows * f->ow));
 }
 
+/* A worker's window of E rows ([ce][ecap][w]) of item `item`: buffer
+ * row 0 holds image row base, rows [base, top) are computed. */
+struct fir_walk {
+	float *e, *d;
+	int64_t item, base, top;
+};
+
+#define FIR_MAX_THREADS 8 /* hp_conv_ws_threads()'s bound */
+
 struct fir_run {
 	const struct fir *f;
 	const float *x, *w1, *b1, *wd, *bd, *w2, *b2, *add;
 	float *y, *ws;
-	int64_t chunks;             /* runs of output rows per item */
-};
-
-/* A worker's window of E rows ([ce][ecap][w]): buffer row 0 holds image
- * row base, rows [base, top) are computed. */
-struct fir_walk {
-	float *e, *d;
-	int64_t base, top;
+	int64_t bands;              /* bands per item */
+	struct fir_walk walk[FIR_MAX_THREADS]; /* each tid's window */
 };
 
 /* E rows [e0, e1) of item n in the window: the rows the bands before left
@@ -144,20 +154,25 @@ static void fir_band(const struct fir_run *r, struct fir_walk *k, int64_t n, int
 	}
 }
 
-/* Units are (item, run of output rows); a worker walks its runs in bands. */
+/* Units are (item, band of output rows), bands of nearly equal heights;
+ * a worker's window carries the halo over from one band to the next it
+ * takes when they follow each other (its own share, front to back), and
+ * starts afresh on a band taken from another share's back. */
 static void fir_range(void *arg, int64_t b, int64_t e, int tid)
 {
-	const struct fir_run *r = arg;
+	struct fir_run *r = arg;
 	const struct fir *f = r->f;
-	float *ws = r->ws + (size_t)tid * f->per_thread;
-	struct fir_walk k = { .e = ws, .d = ws + f->ecap * f->ce * f->w };
+	struct fir_walk *k = &r->walk[tid];
 
+	if (stall_us > 0 && tid == 1 && k->item == -1) {
+		struct timespec t = { stall_us / 1000000, stall_us % 1000000 * 1000 };
+		nanosleep(&t, NULL);
+	}
 	for (int64_t u = b; u < e; u++) {
-		int64_t n = u / r->chunks, c = u % r->chunks;
-		int64_t r0 = f->oh * c / r->chunks, r1 = f->oh * (c + 1) / r->chunks;
-		k.base = k.top = -1;
-		for (int64_t q = r0; q < r1; q += f->rows)
-			fir_band(r, &k, n, q, q + f->rows < r1 ? q + f->rows : r1);
+		int64_t n = u / r->bands, q = u % r->bands;
+		if (k->item != n)
+			k->item = n, k->base = k->top = -1;
+		fir_band(r, k, n, f->oh * q / r->bands, f->oh * (q + 1) / r->bands);
 	}
 }
 
@@ -266,8 +281,17 @@ static int fir_exec(const struct hp_node *n, const struct hp_kargs *a)
 	r.add = in[7];
 	if (threads > hp_conv_ws_threads())
 		threads = hp_conv_ws_threads();
-	r.chunks = threads;
-	hp_conv_parallel(a->pool, threads, f->n * r.chunks, fir_range, &r);
+	threads = threads < FIR_MAX_THREADS ? threads : FIR_MAX_THREADS;
+	/* bands of at most f->rows rows, their count a multiple of the
+	 * threads, so that the shares are even when the workers come on time */
+	r.bands = (f->oh + f->rows - 1) / f->rows;
+	r.bands = (r.bands + threads - 1) / threads * threads;
+	r.bands = r.bands < f->oh ? r.bands : f->oh;
+	for (int t = 0; t < threads; t++) {
+		float *ws = r.ws + (size_t)t * f->per_thread;
+		r.walk[t] = (struct fir_walk){ .e = ws, .d = ws + f->ecap * f->ce * f->w, .item = -1 };
+	}
+	hp_parallel_steal(threads > 1 ? a->pool : NULL, f->n * r.bands, 1, threads, fir_range, &r);
 	hp_conv_threads_leave(saved);
 	return 0;
 }
