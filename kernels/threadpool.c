@@ -25,7 +25,8 @@
  * Spinning: a worker that finished a job polls for the next one for up to
  * hp_pool_spin_ns() (yielding the core between polls) before it sleeps on
  * the condition variable, and the caller polls for the workers' last shares
- * the same way.  An inference runs its ops back to back with gaps of
+ * the same way (for at least POOL_FINISH_NS, also when workers do not
+ * poll).  An inference runs its ops back to back with gaps of
  * microseconds; without the spin every op paid a futex wake-up and a trip
  * through the scheduler on both sides (GPT-2-style: ~100 context switches
  * per inference on 2 threads, and no gain from the second thread). */
@@ -62,6 +63,14 @@ struct hp_pool {
 };
 
 #define POOL_SPIN_NS_DEFAULT 100000 /* 0.1 ms: a few ops' gaps, far below a time slice */
+/* How long the caller polls for shares that workers are running, whatever
+ * hp_pool_spin_ns() says: every share is taken then, the job ends within
+ * a share (a unit of a stealing job), and sleeping until the last worker
+ * signals added a wake-up of the caller to most jobs without polling
+ * (ONNX Runtime's caller likewise spins for the tasks that started,
+ * allow_spinning or not).  spin_until still gives up at once when another
+ * thread takes the core. */
+#define POOL_FINISH_NS 200000
 
 int64_t hp_pool_spin_ns(void)
 {
@@ -110,11 +119,11 @@ static int job_done(struct hp_pool *p, uint64_t parts)
  * waits for and from other processes. */
 #define YIELD_BUSY_NS 20000
 
-static int spin_until(struct hp_pool *p, int (*ready)(struct hp_pool *, uint64_t), uint64_t arg)
+static int spin_until(struct hp_pool *p, int (*ready)(struct hp_pool *, uint64_t), uint64_t arg, int64_t spin_ns)
 {
 	int64_t t0, t1, t2;
 
-	if (p->spin_ns <= 0)
+	if (spin_ns <= 0)
 		return ready(p, arg);
 	t0 = now_ns();
 	for (;;) {
@@ -124,7 +133,7 @@ static int spin_until(struct hp_pool *p, int (*ready)(struct hp_pool *, uint64_t
 			cpu_relax();
 		}
 		t1 = now_ns();
-		if (t1 - t0 > p->spin_ns)
+		if (t1 - t0 > spin_ns)
 			return ready(p, arg);
 		sched_yield();
 		t2 = now_ns();
@@ -189,7 +198,7 @@ static void claim_shares(struct hp_pool *p)
 /* Wait for a generation other than seen (mu held on return). */
 static void await_job(struct hp_pool *p, uint64_t seen)
 {
-	spin_until(p, gen_moved, seen);
+	spin_until(p, gen_moved, seen, p->spin_ns);
 	pthread_mutex_lock(&p->mu);
 	while (atomic_load(&p->generation) == seen && !p->quit) {
 		p->sleepers++;
@@ -311,9 +320,10 @@ static void run_job(struct hp_pool *p, int64_t n, int64_t chunk, int64_t unit, h
 	claim_shares(p);
 	if (atomic_load(&p->finished) < p->parts) {
 		uint64_t parts = (uint64_t)p->parts;
-		/* the workers are running their last shares: poll for them */
+		/* the workers are running their last shares: poll for them,
+		 * also without polling between kernels (POOL_FINISH_NS) */
 		pthread_mutex_unlock(&p->mu);
-		spin_until(p, job_done, parts);
+		spin_until(p, job_done, parts, p->spin_ns > POOL_FINISH_NS ? p->spin_ns : POOL_FINISH_NS);
 		pthread_mutex_lock(&p->mu);
 	}
 	while (atomic_load(&p->finished) < p->parts) {

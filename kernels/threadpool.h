@@ -7,10 +7,11 @@
 
 #include "hpdlf/kernels.h"
 
-/* How long an idle worker, and a caller waiting for its workers, polls
- * before sleeping, in ns: HPDLF_POOL_SPIN_US (0: never poll; at most 1 s),
- * default 100 us; an unparsable value keeps the default.  Read once per
- * process. */
+/* How long an idle worker polls for the next job before sleeping, in ns:
+ * HPDLF_POOL_SPIN_US (0: never poll; at most 1 s), default 100 us; an
+ * unparsable value keeps the default.  Read once per process.  A caller
+ * whose job's shares are all taken polls for the running ones for this
+ * long but at least 200 us (threadpool.c, POOL_FINISH_NS). */
 int64_t hp_pool_spin_ns(void);
 
 /* hp_parallel_for for kernels whose units are independent: [0, n) in
