@@ -49,6 +49,8 @@ struct fir {
 	int64_t rows;               /* output rows per band */
 	int64_t ecap;               /* E rows the window holds (fir_ecap) */
 	struct hp_epi e1, e2, e3;   /* Clip of E, Clip of D, the projection's Add */
+	float clip1[2];             /* e1 as the depthwise kernels apply it to E (hp_dw.xclip) */
+	size_t dws;                 /* floats of the depthwise kernels' scratch */
 	size_t per_thread;          /* floats of a worker's buffers */
 };
 
@@ -78,13 +80,29 @@ static int64_t fir_ecap(const struct fir *f, int64_t rows)
 
 static size_t fir_floats(const struct fir *f, int64_t rows)
 {
-	return (size_t)(f->ce * (fir_ecap(f, rows) * f->w + rows * f->ow));
+	return (size_t)(f->ce * (fir_ecap(f, rows) * f->w + rows * f->ow)) + f->dws;
+}
+
+/* The depthwise geometry of a band: E rows [e0, e0 + erows) read for
+ * output rows [r0, r0 + rows), pad_top of them above the image. */
+static void fir_geom(const struct fir *f, int64_t erows, int64_t rows, int64_t pad_top, struct hp_colgeom *g)
+{
+	memset(g, 0, sizeof *g);
+	g->img[0] = g->grid[0] = g->k[0] = g->stride[0] = g->dil[0] = 1;
+	g->img[1] = erows, g->img[2] = f->w;
+	g->grid[1] = rows, g->grid[2] = f->ow;
+	g->k[1] = g->k[2] = 3;
+	g->stride[1] = g->stride[2] = f->s;
+	g->dil[1] = g->dil[2] = 1;
+	g->pad[1] = pad_top, g->pad[2] = f->pl;
+	hp_colgeom_finish(g);
 }
 
 /* A worker's window of E rows ([ce][ecap][w]) of item `item`: buffer
- * row 0 holds image row base, rows [base, top) are computed. */
+ * row 0 holds image row base, rows [base, top) are computed; s: the
+ * depthwise kernels' scratch. */
 struct fir_walk {
-	float *e, *d;
+	float *e, *d, *s;
 	int64_t item, base, top;
 };
 
@@ -119,10 +137,11 @@ static const float *fir_expand(const struct fir_run *r, struct fir_walk *k, int6
 		k->top = e0;
 	}
 	if (from < e1) {
+		/* E's Clip is applied as the depthwise kernels read it (fir_band):
+		 * a pass of its own over the window cost 10% of a 56x56 block,
+		 * the window being larger than L2 there */
 		hp_pw_gemm(f->ce, (e1 - from) * f->w, f->cin, r->w1, f->cin, r->x + (n * f->cin * f->h + from) * f->w,
 			   f->h * f->w, r->b1, k->e + (from - k->base) * f->w, ld);
-		for (int64_t m = 0; m < f->ce; m++)
-			hp_epi_span(&f->e1, k->e, NULL, m * ld + (from - k->base) * f->w, m * ld + (e1 - k->base) * f->w);
 	}
 	k->top = e1 > k->top ? e1 : k->top;
 	return k->e + (e0 - k->base) * f->w;
@@ -134,18 +153,12 @@ static void fir_band(const struct fir_run *r, struct fir_walk *k, int64_t n, int
 	const struct fir *f = r->f;
 	int64_t lo = r0 * f->s - f->pt, hi = (r1 - 1) * f->s - f->pt + 3;
 	int64_t e0 = lo < 0 ? 0 : lo, e1 = hi > f->h ? f->h : hi, cols = (r1 - r0) * f->ow;
-	struct hp_dw d = { .batch = 1, .cin = f->ce, .mult = 1, .epi = &f->e2, .xstride = f->ecap * f->w };
+	struct hp_dw d = { .batch = 1, .cin = f->ce, .mult = 1, .epi = &f->e2, .xstride = f->ecap * f->w,
+			   .xclip = f->clip1, .scratch = k->s };
 	float *y = r->y + n * f->cout * f->oh * f->ow;
 	const float *e = fir_expand(r, k, n, e0, e1);
 
-	d.g.img[0] = d.g.grid[0] = d.g.k[0] = d.g.stride[0] = d.g.dil[0] = 1;
-	d.g.img[1] = e1 - e0, d.g.img[2] = f->w;
-	d.g.grid[1] = r1 - r0, d.g.grid[2] = f->ow;
-	d.g.k[1] = d.g.k[2] = 3;
-	d.g.stride[1] = d.g.stride[2] = f->s;
-	d.g.dil[1] = d.g.dil[2] = 1;
-	d.g.pad[1] = e0 - lo, d.g.pad[2] = f->pl;
-	hp_colgeom_finish(&d.g);
+	fir_geom(f, e1 - e0, r1 - r0, e0 - lo, &d.g);
 	hp_dw_forward(&d, e, r->wd, r->bd, k->d, NULL);
 	hp_pw_gemm(f->cout, cols, f->ce, r->w2, f->ce, k->d, cols, r->b2, y + r0 * f->ow, f->oh * f->ow);
 	for (int64_t m = 0; m < f->cout && f->e3.add != HP_EPI_ADD_NONE && r->add; m++) {
@@ -221,6 +234,8 @@ static int fir_attrs(struct hp_graph *g, struct hp_node *n, struct fir *f)
 	f->e2 = (struct hp_epi){ .act = HP_EPI_CLIP, .lo = hp_attr_float(n, "dw_min", -FLT_MAX),
 				 .hi = hp_attr_float(n, "dw_max", FLT_MAX) };
 	f->e3 = (struct hp_epi){ .act = HP_EPI_NONE, .add = HP_EPI_ADD_NONE };
+	f->clip1[0] = f->e1.lo > f->e1.hi ? f->e1.hi : f->e1.lo;
+	f->clip1[1] = f->e1.hi;
 	return 0;
 }
 
@@ -248,20 +263,25 @@ static int fir_check(struct hp_graph *g, struct hp_node *n, struct fir *f)
 	return 0;
 }
 
-static int fir_prepare(struct hp_graph *g, struct hp_node *n)
+static int fir_prepare(struct hp_graph *gr, struct hp_node *n)
 {
 	struct fir *f = calloc(1, sizeof *f);
+	struct hp_colgeom g;
 	int rc;
 
 	if (!f)
-		return hp_node_error(g, n, -ENOMEM, "out of memory");
-	if ((rc = fir_check(g, n, f)) < 0) {
+		return hp_node_error(gr, n, -ENOMEM, "out of memory");
+	if ((rc = fir_check(gr, n, f)) < 0) {
 		free(f);
 		return rc;
 	}
 	f->rows = band_rows_set > 0 ? band_rows_set : FIR_ROWS;
 	f->rows = f->rows < f->oh ? f->rows : f->oh;
 	f->ecap = fir_ecap(f, f->rows);
+	/* the depthwise kernels' scratch for the tallest band: its widths
+	 * are every band's, its output plane the largest */
+	fir_geom(f, (f->rows - 1) * f->s + 3, f->rows, 0, &g);
+	f->dws = (hp_dw_scratch(&g) + 15) / 16 * 16;
 	f->per_thread = fir_floats(f, f->rows);
 	n->workspace = (size_t)hp_conv_ws_threads() * f->per_thread * sizeof(float);
 	n->priv = f;
@@ -289,7 +309,8 @@ static int fir_exec(const struct hp_node *n, const struct hp_kargs *a)
 	r.bands = r.bands < f->oh ? r.bands : f->oh;
 	for (int t = 0; t < threads; t++) {
 		float *ws = r.ws + (size_t)t * f->per_thread;
-		r.walk[t] = (struct fir_walk){ .e = ws, .d = ws + f->ecap * f->ce * f->w, .item = -1 };
+		r.walk[t] = (struct fir_walk){ .e = ws, .d = ws + f->ecap * f->ce * f->w,
+					       .s = ws + f->per_thread - f->dws, .item = -1 };
 	}
 	hp_parallel_steal(threads > 1 ? a->pool : NULL, f->n * r.bands, 1, threads, fir_range, &r);
 	hp_conv_threads_leave(saved);
