@@ -5,7 +5,9 @@
  *   D = Clip(DepthwiseConv3x3(E, Wd, Bd))  stride 1 or 2
  *   Y = Conv1x1(D, W2, B2) [+ addend]      projection (the residual)
  *
- * inputs X, W1, B1, Wd, Bd, W2, B2 [, addend]; attributes strides (2),
+ * inputs X, W1, B1, Wd, Bd, W2, B2 [, addend]; W1 and B1 absent: a block
+ * without expansion (E = X, MobileNetV2's first; its depthwise rows read X
+ * in place and the bands cost no halo).  Attributes strides (2),
  * pads (4: top, left, bottom, right) of the depthwise Conv, expand_min,
  * expand_max, dw_min, dw_max (the two Clips).
  *
@@ -52,6 +54,7 @@ struct fir {
 	float clip1[2];             /* e1 as the depthwise kernels apply it to E (hp_dw.xclip) */
 	size_t dws;                 /* floats of the depthwise kernels' scratch */
 	size_t per_thread;          /* floats of a worker's buffers */
+	int expand;                 /* 0: no expansion (W1 absent), E is X */
 };
 
 static int64_t band_rows_set, stall_us;
@@ -156,7 +159,14 @@ static void fir_band(const struct fir_run *r, struct fir_walk *k, int64_t n, int
 	struct hp_dw d = { .batch = 1, .cin = f->ce, .mult = 1, .epi = &f->e2, .xstride = f->ecap * f->w,
 			   .xclip = f->clip1, .scratch = k->s };
 	float *y = r->y + n * f->cout * f->oh * f->ow;
-	const float *e = fir_expand(r, k, n, e0, e1);
+	const float *e;
+
+	if (f->expand) {
+		e = fir_expand(r, k, n, e0, e1);
+	} else { /* the depthwise rows read X in place */
+		e = r->x + (n * f->cin * f->h + e0) * f->w;
+		d.xstride = f->h * f->w, d.xclip = NULL;
+	}
 
 	fir_geom(f, e1 - e0, r1 - r0, e0 - lo, &d.g);
 	hp_dw_forward(&d, e, r->wd, r->bd, k->d, NULL);
@@ -193,14 +203,17 @@ static void fir_range(void *arg, int64_t b, int64_t e, int tid)
 
 static int fir_shapes(struct hp_graph *g, struct hp_node *n, struct fir *f)
 {
-	const struct hp_shape *x = &g->values[n->inputs[0]].shape, *w1 = &g->values[n->inputs[1]].shape;
-	const struct hp_shape *wd = &g->values[n->inputs[3]].shape, *w2 = &g->values[n->inputs[5]].shape;
+	const struct hp_shape *x = &g->values[n->inputs[0]].shape, *wd = &g->values[n->inputs[3]].shape;
+	const struct hp_shape *w2 = &g->values[n->inputs[5]].shape;
+	/* without W1 (MobileNetV2's first block), a 1x1 identity in its place */
+	struct hp_shape id = { 4, { x->dims[1], x->dims[1], 1, 1 } };
+	const struct hp_shape *w1 = n->inputs[1] >= 0 ? &g->values[n->inputs[1]].shape : &id;
 
 	if (x->rank != 4 || w1->rank != 4 || wd->rank != 4 || w2->rank != 4)
-		return hp_node_error(g, n, HP_ESHAPE, "X and the three weights must be 4-D");
+		return hp_node_error(g, n, HP_ESHAPE, "X and the weights must be 4-D");
 	f->n = x->dims[0], f->cin = x->dims[1], f->h = x->dims[2], f->w = x->dims[3];
-	f->ce = w1->dims[0], f->cout = w2->dims[0];
-	if (w1->dims[1] != f->cin || w1->dims[2] != 1 || w1->dims[3] != 1 || wd->dims[0] != f->ce ||
+	f->ce = w1->dims[0], f->cout = w2->dims[0], f->expand = n->inputs[1] >= 0;
+	if ((!f->expand && n->inputs[2] >= 0) || w1->dims[1] != f->cin || w1->dims[2] != 1 || w1->dims[3] != 1 || wd->dims[0] != f->ce ||
 	    wd->dims[1] != 1 || wd->dims[2] != 3 || wd->dims[3] != 3 || w2->dims[1] != f->ce || w2->dims[2] != 1 ||
 	    w2->dims[3] != 1)
 		return hp_node_error(g, n, HP_ESHAPE, "weights are not 1x1 [%lld, %lld], 3x3 depthwise [%lld], 1x1 "
@@ -249,8 +262,8 @@ static int fir_check(struct hp_graph *g, struct hp_node *n, struct fir *f)
 			return hp_node_error(g, n, HP_EUNSUPPORTED, "only float32 is supported");
 	if (!hp_fir_available())
 		return hp_node_error(g, n, HP_EUNSUPPORTED, "needs AVX2 and FMA");
-	if (n->inputs[0] < 0 || n->inputs[1] < 0 || n->inputs[3] < 0 || n->inputs[5] < 0)
-		return hp_node_error(g, n, HP_EMODEL, "X and the three weights are required");
+	if (n->inputs[0] < 0 || n->inputs[3] < 0 || n->inputs[5] < 0)
+		return hp_node_error(g, n, HP_EMODEL, "X and the depthwise and projection weights are required");
 	if ((rc = fir_shapes(g, n, f)) < 0 || (rc = fir_attrs(g, n, f)) < 0)
 		return rc;
 	y->dtype = HP_F32;
@@ -277,7 +290,7 @@ static int fir_prepare(struct hp_graph *gr, struct hp_node *n)
 	}
 	f->rows = band_rows_set > 0 ? band_rows_set : FIR_ROWS;
 	f->rows = f->rows < f->oh ? f->rows : f->oh;
-	f->ecap = fir_ecap(f, f->rows);
+	f->ecap = f->expand ? fir_ecap(f, f->rows) : 0;
 	/* the depthwise kernels' scratch for the tallest band: its widths
 	 * are every band's, its output plane the largest */
 	fir_geom(f, (f->rows - 1) * f->s + 3, f->rows, 0, &g);
@@ -325,7 +338,7 @@ static double fir_flops(const struct hp_graph *g, const struct hp_node *n)
 	if (!f)
 		return 0;
 	return 2.0 * (double)f->n *
-	       ((double)f->h * f->w * f->ce * f->cin + (double)f->oh * f->ow * f->ce * (9 + f->cout));
+	       ((double)f->h * f->w * f->ce * f->cin * f->expand + (double)f->oh * f->ow * f->ce * (9 + f->cout));
 }
 
 const struct hp_op hp_op_fused_invres = {
