@@ -5,7 +5,9 @@
  *
  * each intermediate read by the next node alone, becomes one FusedInvRes
  * (kernels/fused_ir.c), which runs the block in bands of rows so that the
- * expanded tensors stay in cache.  It computes every element with the
+ * expanded tensors stay in cache; so do the last two nodes alone (a block
+ * without expansion, MobileNetV2's first, or one whose expansion has other
+ * readers; --plan notes them as "InvertedResidual (no expansion)").  It computes every element with the
  * kernels the three nodes use, so it gives their bits; like the epilogue
  * pass it runs only in core (the fused node is never split), and only on
  * planes of 14x14 and more (FIR_MIN_PLANE). */
@@ -92,10 +94,40 @@ static int depthwise(const struct hp_graph *g, const struct hp_node *b, int64_t 
 	return m->s > 0;
 }
 
+/* From the depthwise node m->b (ce channels, its pads and stride in m):
+ * a plane large enough and the projection reading it alone (m->c). */
+static int match_tail(const struct hp_graph *g, int64_t ce, struct ir_match *m)
+{
+	const struct hp_node *b = &g->nodes[m->b], *c;
+	const struct hp_shape *y = &g->values[b->outputs[0]].shape;
+
+	if (y->rank != 4 || y->dims[2] * y->dims[3] < FIR_MIN_PLANE || (m->c = hp_fz_only_reader(g, b->outputs[0])) < 0)
+		return 0;
+	c = &g->nodes[m->c];
+	if (c->inputs[0] != b->outputs[0] || !pointwise(g, c, -1, ce))
+		return 0;
+	if (!hp_fz_is(c, "Conv") && !(is_fused_conv(c, "") && c->ninputs > 3 && c->inputs[3] >= 0))
+		return 0;
+	return hp_fir_available();
+}
+
+/* A block without expansion (MobileNetV2's first): the depthwise node i
+ * reads X itself. */
+static int match_dw_at(const struct hp_graph *g, int i, struct ir_match *m)
+{
+	const struct hp_node *b = &g->nodes[i];
+
+	if (!is_fused_conv(b, "Clip") || (b->ninputs > 3 && b->inputs[3] >= 0) || !conv_shape(g, b, -1, 1, 3))
+		return 0;
+	if (!depthwise(g, b, g->values[b->inputs[0]].shape.dims[1], m))
+		return 0;
+	m->a = -1, m->b = i;
+	return match_tail(g, g->values[b->inputs[0]].shape.dims[1], m);
+}
+
 static int match_at(const struct hp_graph *g, int i, struct ir_match *m)
 {
-	const struct hp_node *a = &g->nodes[i], *b, *c;
-	const struct hp_shape *y;
+	const struct hp_node *a = &g->nodes[i], *b;
 	int64_t ce;
 
 	if (!is_fused_conv(a, "Clip") || (a->ninputs > 3 && a->inputs[3] >= 0) || !conv_shape(g, a, -1, -1, 1))
@@ -109,22 +141,15 @@ static int match_at(const struct hp_graph *g, int i, struct ir_match *m)
 	if (!is_fused_conv(b, "Clip") || (b->ninputs > 3 && b->inputs[3] >= 0) || b->inputs[0] != a->outputs[0] ||
 	    !depthwise(g, b, ce, m))
 		return 0;
-	y = &g->values[b->outputs[0]].shape;
-	if (y->rank != 4 || y->dims[2] * y->dims[3] < FIR_MIN_PLANE || (m->c = hp_fz_only_reader(g, b->outputs[0])) < 0)
-		return 0;
-	c = &g->nodes[m->c];
-	if (c->inputs[0] != b->outputs[0] || !pointwise(g, c, -1, ce))
-		return 0;
-	if (!hp_fz_is(c, "Conv") && !(is_fused_conv(c, "") && c->ninputs > 3 && c->inputs[3] >= 0))
-		return 0;
 	m->a = i;
-	return hp_fir_available();
+	return match_tail(g, ce, m);
 }
 
 static int add_attrs(struct hp_graph *g, int f, const struct ir_match *m)
 {
-	const struct hp_node *a = &g->nodes[m->a], *b = &g->nodes[m->b];
-	float lo1 = hp_attr_float(a, "clip_min", -FLT_MAX), hi1 = hp_attr_float(a, "clip_max", FLT_MAX);
+	const struct hp_node *a = m->a >= 0 ? &g->nodes[m->a] : NULL, *b = &g->nodes[m->b];
+	float lo1 = a ? hp_attr_float(a, "clip_min", -FLT_MAX) : -FLT_MAX;
+	float hi1 = a ? hp_attr_float(a, "clip_max", FLT_MAX) : FLT_MAX;
 	float lo2 = hp_attr_float(b, "clip_min", -FLT_MAX), hi2 = hp_attr_float(b, "clip_max", FLT_MAX);
 	int64_t st[2] = { m->s, m->s };
 	int rc;
@@ -138,21 +163,29 @@ static int add_attrs(struct hp_graph *g, int f, const struct ir_match *m)
 
 static int rewrite(struct hp_graph *g, const struct ir_match *m, struct hp_fuse_report *r)
 {
-	const struct hp_node *a = &g->nodes[m->a], *b = &g->nodes[m->b], *c = &g->nodes[m->c];
-	int in[8] = { a->inputs[0], a->inputs[1], a->ninputs > 2 ? a->inputs[2] : -1, b->inputs[1],
+	const struct hp_node *b = &g->nodes[m->b], *c = &g->nodes[m->c];
+	const struct hp_node *a = m->a >= 0 ? &g->nodes[m->a] : b; /* without expansion: the depthwise node */
+	int exp = m->a >= 0;
+	int in[8] = { a->inputs[0], exp ? a->inputs[1] : -1, exp && a->ninputs > 2 ? a->inputs[2] : -1, b->inputs[1],
 		      b->ninputs > 2 ? b->inputs[2] : -1, c->inputs[1], c->ninputs > 2 ? c->inputs[2] : -1,
 		      c->ninputs > 3 ? c->inputs[3] : -1 };
-	int add = in[7] >= 0, gone[3] = { m->a, m->b, m->c }, f, rc;
+	int add = in[7] >= 0, gone[3] = { m->b, m->c, m->a }, f, rc;
 	char line[768];
 
-	snprintf(line, sizeof line, "InvertedResidual '%s' ('%s', '%s', '%s')", a->name, a->name, b->name, c->name);
+	if (exp)
+		snprintf(line, sizeof line, "InvertedResidual '%s' ('%s', '%s', '%s')", a->name, a->name, b->name,
+			 c->name);
+	else
+		snprintf(line, sizeof line, "InvertedResidual '%s' ('%s', '%s'; no expansion)", b->name, b->name,
+			 c->name);
 	if ((f = hp_fz_add_node(g, a->name, "FusedInvRes", 1, add ? 8 : 7, in, c->outputs[0])) < 0)
 		return f;
 	if ((rc = add_attrs(g, f, m)) < 0)
 		return rc;
-	hp_fz_note(r, add ? "InvertedResidual+Add" : "InvertedResidual", line);
-	r->nodes_removed += 2;
-	hp_fz_remove(g, gone, 3);
+	hp_fz_note(r, exp ? (add ? "InvertedResidual+Add" : "InvertedResidual")
+			  : (add ? "InvertedResidual+Add (no expansion)" : "InvertedResidual (no expansion)"), line);
+	r->nodes_removed += exp ? 2 : 1;
+	hp_fz_remove(g, gone, exp ? 3 : 2);
 	return 1;
 }
 
@@ -162,6 +195,11 @@ int hp_fuse_invres(struct hp_graph *g, struct hp_fuse_report *r)
 
 	for (int i = 0; i < g->nnodes; i++)
 		if (match_at(g, i, &m))
+			return rewrite(g, &m, r);
+	/* then blocks without expansion: a depthwise node that is the middle
+	 * of a whole block took that block's match above */
+	for (int i = 0; i < g->nnodes; i++)
+		if (match_dw_at(g, i, &m))
 			return rewrite(g, &m, r);
 	return 0;
 }

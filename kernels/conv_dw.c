@@ -344,7 +344,7 @@ static void fwd_range(void *arg, int64_t b, int64_t e, int tid)
 	 * the sign of a zero) */
 	if (is_3x3(&d->g) && d->g.grid[0] == 1 && d->g.stride[1] == 1 && d->g.stride[2] == 1 && !dw3)
 		pd.buf = malloc((size_t)(pd.rows * pd.width) * sizeof(float));
-	if (dw3 && (scratch = malloc(hp_dw3_scratch(&d->g))))
+	if (dw3 && (scratch = d->scratch ? d->scratch : malloc(hp_dw3_scratch(&d->g))))
 		hp_dw3_init(&d->g, scratch);
 	for (int64_t i = b; i < e; i++) { /* i = (item, output channel) */
 		int64_t n = i / cout, m = i % cout, c = m / d->mult;
@@ -354,14 +354,23 @@ static void fwd_range(void *arg, int64_t b, int64_t e, int tid)
 			pad_plane(&d->g, x, &pd);
 		last = n * d->cin + c;
 		if (scratch)
-			hp_dw3_plane(&d->g, x, r->b + m * d->g.kvol, bias, r->out + i * d->g.grid_vol, scratch);
+			hp_dw3_plane(&d->g, x, r->b + m * d->g.kvol, bias, r->out + i * d->g.grid_vol, scratch,
+				     d->xclip);
 		else
 			fwd_plane(&d->g, x, &pd, r->b + m * d->g.kvol, bias, r->out + i * d->g.grid_vol);
 		if (d->epi) /* the fused epilogue while the plane is in cache */
 			hp_epi_span(d->epi, r->out, d->addend, i * d->g.grid_vol, (i + 1) * d->g.grid_vol);
 	}
 	free(pd.buf);
-	free(scratch);
+	if (scratch != d->scratch)
+		free(scratch);
+}
+
+size_t hp_dw_scratch(const struct hp_colgeom *g)
+{
+	size_t a = hp_dw3_scratch(g) / sizeof(float), b = hp_dwc_scratch(g);
+
+	return a > b ? a : b;
 }
 
 void hp_dw_planes(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y, int64_t i0,
@@ -378,6 +387,8 @@ void hp_dw_forward(const struct hp_dw *d, const float *x, const float *w, const 
 	struct dw_run r = { .d = d, .a = x, .b = w, .bias = b, .out = y };
 	int saved, threads;
 
+	if (d->scratch) /* one thread's scratch: the caller alone */
+		pool = NULL;
 	if (d->g.img[0] == 1 && hp_dwc_wanted(&d->g)) { /* small planes and stride 2: channel blocks */
 		hp_dwc_forward(d, x, w, b, y, pool);
 		return;

@@ -60,18 +60,31 @@ DW3_TARGET static inline __m256i dw3_mask(int64_t n)
 	return _mm256_loadu_si256((const __m256i *)(dw3_mask_src + 8 - (n < 0 ? 0 : n > 8 ? 8 : n)));
 }
 
+/* Clip(v) as the products' epilogues compute it (kernels/fma_tile.h's
+ * fma_finish: a compare and a select each side, NaN passes), clip[0]
+ * already min(lo, hi); clip NULL: v. */
+DW3_TARGET static inline __m256 dw3_clip(__m256 v, const float *clip)
+{
+	if (!clip)
+		return v;
+	__m256 lo = _mm256_set1_ps(clip[0]), hi = _mm256_set1_ps(clip[1]);
+	__m256 r = _mm256_blendv_ps(v, hi, _mm256_cmp_ps(v, hi, _CMP_GT_OQ));
+
+	return _mm256_blendv_ps(r, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
+}
+
 /* Lanes l of the padded row's vector at i whose image column i - left + l
- * lies in [0, n), loaded from x (zeros elsewhere; masked lanes are not
- * read). */
-DW3_TARGET static inline __m256 dw3_pad_vec(const float *x, int64_t i, int64_t left, int64_t n)
+ * lies in [0, n), loaded from x and clipped (zeros elsewhere, the padding
+ * of the clipped image; masked lanes are not read). */
+DW3_TARGET static inline __m256 dw3_pad_vec(const float *x, int64_t i, int64_t left, int64_t n, const float *clip)
 {
 	if (i >= left && i - left + 8 <= n) /* inside: masked loads are slow on AMD's cores too */
-		return _mm256_loadu_ps(x + i - left);
+		return dw3_clip(_mm256_loadu_ps(x + i - left), clip);
 	__m256i idx = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)(i - left)));
 	__m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), idx),
 					 _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), idx));
 
-	return _mm256_maskload_ps(x + i - left, in);
+	return _mm256_and_ps(dw3_clip(_mm256_maskload_ps(x + i - left, in), clip), _mm256_castsi256_ps(in));
 }
 
 /* Image row x into a padded row: stride 1 as it is, stride 2 as its even
@@ -81,17 +94,17 @@ DW3_TARGET static inline __m256 dw3_pad_vec(const float *x, int64_t i, int64_t l
  * that followed wait for the stores (failed store forwarding), which
  * cost 6x the taps; memset and memcpy calls cost more than the taps on
  * 7x7 planes, and masked stores are slow on AMD's cores. */
-DW3_TARGET static void dw3_fill(const struct hp_colgeom *g, const float *x, float *row)
+DW3_TARGET static void dw3_fill(const struct hp_colgeom *g, const float *x, float *row, const float *clip)
 {
 	int64_t wd = dw3_width(g), left = g->pad[2], n = g->img[2];
 
 	if (g->stride[2] == 1) {
 		for (int64_t i = 0; i < wd; i += 8)
-			_mm256_storeu_ps(row + i, dw3_pad_vec(x, i, left, n));
+			_mm256_storeu_ps(row + i, dw3_pad_vec(x, i, left, n, clip));
 		return;
 	}
 	for (int64_t i = 0; i < wd; i += 16) {
-		__m256 a = dw3_pad_vec(x, i, left, n), b = dw3_pad_vec(x, i + 8, left, n);
+		__m256 a = dw3_pad_vec(x, i, left, n, clip), b = dw3_pad_vec(x, i + 8, left, n, clip);
 		__m256 e = _mm256_shuffle_ps(a, b, 0x88), o = _mm256_shuffle_ps(a, b, 0xdd);
 		_mm256_storeu_ps(row + i / 2, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xd8)));
 		_mm256_storeu_ps(row + wd / 2 + i / 2,
@@ -164,14 +177,14 @@ DW3_TARGET static void dw3_step(int rows, int64_t s, const float *const *r, cons
 /* The padded row of image row ih (a zero row outside the image), from the
  * ring: tags[] holds which image row each slot has. */
 static const float *dw3_get(const struct hp_colgeom *g, const float *x, int64_t ih, float *ring, int64_t *tags,
-			    const float *zero)
+			    const float *zero, const float *clip)
 {
 	int64_t wd = dw3_width(g), s = ih % DW3_SLOTS;
 
 	if (ih < 0 || ih >= g->img[1])
 		return zero;
 	if (tags[s] != ih) {
-		dw3_fill(g, x + ih * g->img[2], ring + s * wd);
+		dw3_fill(g, x + ih * g->img[2], ring + s * wd, clip);
 		tags[s] = ih;
 	}
 	return ring + s * wd;
@@ -182,7 +195,8 @@ void hp_dw3_init(const struct hp_colgeom *g, float *scratch)
 	memset(scratch + DW3_SLOTS * dw3_width(g), 0, (size_t)dw3_width(g) * sizeof(float));
 }
 
-void hp_dw3_plane(const struct hp_colgeom *g, const float *x, const float *w, float bias, float *y, float *scratch)
+void hp_dw3_plane(const struct hp_colgeom *g, const float *x, const float *w, float bias, float *y, float *scratch,
+		  const float *clip)
 {
 	int64_t wd = dw3_width(g), tags[DW3_SLOTS], st = g->stride[1], oh_n = g->grid[1];
 	const float *zero = scratch + DW3_SLOTS * wd;
@@ -193,7 +207,7 @@ void hp_dw3_plane(const struct hp_colgeom *g, const float *x, const float *w, fl
 		int rows = (int)(oh_n - oh < DW3_R ? oh_n - oh : DW3_R);
 		const float *r[2 * (DW3_R - 1) + 3];
 		for (int t = 0; t < st * (rows - 1) + 3; t++)
-			r[t] = dw3_get(g, x, oh * st - g->pad[1] + t, scratch, tags, zero);
+			r[t] = dw3_get(g, x, oh * st - g->pad[1] + t, scratch, tags, zero, clip);
 		dw3_step(rows, st, r, w, bias, y + oh * g->grid[2], g->grid[2], wd / 2, oh + rows == oh_n);
 	}
 }
@@ -203,8 +217,9 @@ void hp_dw3_init(const struct hp_colgeom *g, float *scratch)
 	(void)g, (void)scratch;
 }
 
-void hp_dw3_plane(const struct hp_colgeom *g, const float *x, const float *w, float bias, float *y, float *scratch)
+void hp_dw3_plane(const struct hp_colgeom *g, const float *x, const float *w, float bias, float *y, float *scratch,
+		  const float *clip)
 {
-	(void)g, (void)x, (void)w, (void)bias, (void)y, (void)scratch;
+	(void)g, (void)x, (void)w, (void)bias, (void)y, (void)scratch, (void)clip;
 }
 #endif

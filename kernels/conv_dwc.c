@@ -76,6 +76,11 @@ static size_t dwc_floats(const struct hp_colgeom *g)
 	return (size_t)((DWC_SLOTS + 1) * dwc_width(g) * DWC_L + (g->grid_vol + 7) / 8 * 8 * DWC_L);
 }
 
+size_t hp_dwc_scratch(const struct hp_colgeom *g)
+{
+	return dwc_floats(g);
+}
+
 struct dwc_run {
 	const struct hp_dw *d;
 	const float *x, *w, *b;
@@ -92,17 +97,22 @@ DWC_TARGET static DWC_INLINE __m256i dwc_mask(int64_t n)
 	return _mm256_loadu_si256((const __m256i *)(dwc_mask_src + 8 - (n < 0 ? 0 : n > 8 ? 8 : n)));
 }
 
+/* The lanes l with column i - left + l in [0, n). */
+DWC_TARGET static DWC_INLINE __m256i dwc_in(int64_t i, int64_t left, int64_t n)
+{
+	__m256i idx = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)(i - left)));
+
+	return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), idx),
+				   _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), idx));
+}
+
 /* Lanes l of image row x at column i - left + l where that lies in
  * [0, n), zeros elsewhere (masked lanes are not read). */
 DWC_TARGET static DWC_INLINE __m256 dwc_row_vec(const float *x, int64_t i, int64_t left, int64_t n)
 {
 	if (i >= left && i - left + 8 <= n)
 		return _mm256_loadu_ps(x + i - left);
-	__m256i idx = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)(i - left)));
-	__m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), idx),
-					 _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), idx));
-
-	return _mm256_maskload_ps(x + i - left, in);
+	return _mm256_maskload_ps(x + i - left, dwc_in(i, left, n));
 }
 
 /* r[i] becomes column i of the 8x8 matrix whose rows were r[0..8). */
@@ -127,15 +137,27 @@ DWC_TARGET static DWC_INLINE void dwc_transpose(__m256 r[8])
 }
 
 /* Image row ih of the block's nc planes (xs[l]) as a transposed row:
- * row[p][l] = plane l at column p - left, zeros outside. */
-DWC_TARGET static void dwc_fill(const struct hp_colgeom *g, const float *const *xs, int nc, int64_t ih, float *row)
+ * row[p][l] = plane l at column p - left, zeros outside; with clip
+ * ({lo, hi}, hp_dw.xclip), the values clipped as conv_dw3.c's dw3_clip
+ * does it, the zeros kept. */
+DWC_TARGET static void dwc_fill(const struct hp_colgeom *g, const float *const *xs, int nc, int64_t ih, float *row,
+				const float *clip)
 {
 	int64_t wd = dwc_width(g), left = g->pad[2], n = g->img[2];
+	__m256 lo = _mm256_set1_ps(clip ? clip[0] : 0), hi = _mm256_set1_ps(clip ? clip[1] : 0);
 
 	for (int64_t p = 0; p < wd; p += 8) {
 		__m256 v[8];
 		for (int l = 0; l < 8; l++)
 			v[l] = l < nc ? dwc_row_vec(xs[l] + ih * n, p, left, n) : _mm256_setzero_ps();
+		for (int l = 0; l < nc && clip; l++) {
+			__m256 r = _mm256_blendv_ps(v[l], hi, _mm256_cmp_ps(v[l], hi, _CMP_GT_OQ));
+			__m256 c = _mm256_blendv_ps(r, lo, _mm256_cmp_ps(v[l], lo, _CMP_LT_OQ));
+			if (p >= left && p - left + 8 <= n)
+				v[l] = c;
+			else /* the padding's lanes stay 0 */
+				v[l] = _mm256_and_ps(c, _mm256_castsi256_ps(dwc_in(p, left, n)));
+		}
 		dwc_transpose(v);
 		for (int q = 0; q < 8; q++)
 			_mm256_storeu_ps(row + (p + q) * DWC_L, v[q]);
@@ -235,14 +257,14 @@ DWC_TARGET static void dwc_store(const struct dwc_run *r, int64_t vol, const flo
 /* The transposed row of image row ih (a zero row outside the image), from
  * the ring: tags[] holds which image row each slot has. */
 static const float *dwc_get(const struct hp_colgeom *g, const float *const *xs, int nc, int64_t ih, float *ring,
-			    int64_t *tags, const float *zero)
+			    int64_t *tags, const float *zero, const float *clip)
 {
 	int64_t wd = dwc_width(g) * DWC_L, s = ih % DWC_SLOTS;
 
 	if (ih < 0 || ih >= g->img[1])
 		return zero;
 	if (tags[s] != ih) {
-		dwc_fill(g, xs, nc, ih, ring + s * wd);
+		dwc_fill(g, xs, nc, ih, ring + s * wd, clip);
 		tags[s] = ih;
 	}
 	return ring + s * wd;
@@ -277,7 +299,7 @@ DWC_TARGET static void dwc_block(const struct dwc_run *r, int64_t n, int64_t m0,
 	for (int64_t oh = 0; oh < g->grid[1]; oh++) {
 		const float *rows[3];
 		for (int kh = 0; kh < 3; kh++)
-			rows[kh] = dwc_get(g, xs, nc, oh * g->stride[1] - g->pad[1] + kh, scratch, tags, zero);
+			rows[kh] = dwc_get(g, xs, nc, oh * g->stride[1] - g->pad[1] + kh, scratch, tags, zero, d->xclip);
 		dwc_row(g->stride[2], ow, rows, wv, b, out + oh * ow * DWC_L);
 	}
 	dwc_store(r, g->grid_vol, out, nc, ys, adds);
@@ -289,7 +311,8 @@ static void dwc_range(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct dwc_run *r = arg;
 	int64_t cout = r->d->cin * r->d->mult;
-	float *scratch = malloc(dwc_floats(&r->d->g) * sizeof(float));
+	float *own = r->d->scratch ? NULL : malloc(dwc_floats(&r->d->g) * sizeof(float));
+	float *scratch = r->d->scratch ? r->d->scratch : own;
 
 	(void)tid;
 	for (int64_t i = b; i < e && !scratch; i++) { /* conv_dw3.c's planes: less memory, the same bits */
@@ -304,7 +327,7 @@ static void dwc_range(void *arg, int64_t b, int64_t e, int tid)
 		int64_t n = i / r->blocks, m0 = i % r->blocks * DWC_L;
 		dwc_block(r, n, m0, (int)(cout - m0 < DWC_L ? cout - m0 : DWC_L), scratch);
 	}
-	free(scratch);
+	free(own);
 }
 #endif
 

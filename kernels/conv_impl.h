@@ -141,7 +141,17 @@ struct hp_dw {
 	const struct hp_epi *epi; /* forward: fused epilogue per plane, or NULL */
 	const float *addend;
 	int64_t xstride;       /* forward: floats from one input plane to the next (0: img_vol) */
+	/* forward, with scratch only: {lo, hi} (lo already min(lo, hi)): X's
+	 * values are taken as Clip(x) when read, as fma_tile.h's epilogue
+	 * computes it, the padding stays 0 (fused_ir.c's expansion); NULL:
+	 * as they are */
+	const float *xclip;
+	/* forward: hp_dw_scratch() floats for the calling thread, for a call
+	 * without a pool (NULL: the kernels allocate their own) */
+	float *scratch;
 };
+/* Floats of hp_dw.scratch for geometry g (3x3 paths). */
+size_t hp_dw_scratch(const struct hp_colgeom *g);
 
 /* group == cin > 1 and cout a multiple of cin: the depthwise path. */
 int hp_dw_eligible(int64_t group, int64_t cin, int64_t cout);
@@ -159,12 +169,13 @@ void hp_dw_filter(const struct hp_dw *d, const float *dy, const float *x, const 
 /* Depthwise 3x3, 2-D, stride 1 or 2, undilated (conv_dw3.c, AVX2 + FMA):
  * one output plane y = bias + the taps of input plane x under w (9 floats),
  * each output one chain of fused multiply-adds in (kh, kw) order, with
- * hp_dw3_scratch() bytes at scratch. */
+ * hp_dw3_scratch() bytes at scratch; clip: hp_dw.xclip or NULL. */
 int hp_dw3_eligible(const struct hp_colgeom *g);
 size_t hp_dw3_scratch(const struct hp_colgeom *g);
 /* Once per scratch buffer, before its planes. */
 void hp_dw3_init(const struct hp_colgeom *g, float *scratch);
-void hp_dw3_plane(const struct hp_colgeom *g, const float *x, const float *w, float bias, float *y, float *scratch);
+void hp_dw3_plane(const struct hp_colgeom *g, const float *x, const float *w, float bias, float *y, float *scratch,
+		  const float *clip);
 /* Output planes [i0, i1) (flat (item, output channel)) of hp_dw_forward
  * by the plane kernels, on the calling thread. */
 void hp_dw_planes(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y, int64_t i0,
@@ -176,6 +187,7 @@ void hp_dw_planes(const struct hp_dw *d, const float *x, const float *w, const f
  * narrow planes). */
 int hp_dwc_eligible(const struct hp_colgeom *g);
 int hp_dwc_wanted(const struct hp_colgeom *g);
+size_t hp_dwc_scratch(const struct hp_colgeom *g); /* floats */
 void hp_dwc_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,
 		    struct hp_pool *pool);
 /* Tests and benchmarks only: 0 auto, 1 whenever eligible, -1 never. */

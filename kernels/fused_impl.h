@@ -51,5 +51,9 @@ int hp_fir_available(void);
 /* Tests only: output rows per band of the nodes prepared from now on (0:
  * from the cache budget). */
 void hp_fir_set_band_rows(int64_t rows);
+/* Tests only: tid 1 waits this many microseconds before its first band
+ * of every run (0: never), so that tid 0 takes bands from its share's back
+ * (hp_parallel_steal). */
+void hp_fir_set_stall_us(int64_t us);
 
 #endif

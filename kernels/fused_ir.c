@@ -5,7 +5,9 @@
  *   D = Clip(DepthwiseConv3x3(E, Wd, Bd))  stride 1 or 2
  *   Y = Conv1x1(D, W2, B2) [+ addend]      projection (the residual)
  *
- * inputs X, W1, B1, Wd, Bd, W2, B2 [, addend]; attributes strides (2),
+ * inputs X, W1, B1, Wd, Bd, W2, B2 [, addend]; W1 and B1 absent: a block
+ * without expansion (E = X, MobileNetV2's first; its depthwise rows read X
+ * in place and the bands cost no halo).  Attributes strides (2),
  * pads (4: top, left, bottom, right) of the depthwise Conv, expand_min,
  * expand_max, dw_min, dw_max (the two Clips).
  *
@@ -29,10 +31,12 @@
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "hpdlf/error.h"
 #include "kernels/conv_impl.h"
 #include "kernels/fused_impl.h"
+#include "kernels/threadpool.h"
 
 /* Output rows per band.  Each band calls the three kernels once, whose
  * fixed costs per call (the depthwise kernels' row buffers, a product's
@@ -47,14 +51,22 @@ struct fir {
 	int64_t rows;               /* output rows per band */
 	int64_t ecap;               /* E rows the window holds (fir_ecap) */
 	struct hp_epi e1, e2, e3;   /* Clip of E, Clip of D, the projection's Add */
+	float clip1[2];             /* e1 as the depthwise kernels apply it to E (hp_dw.xclip) */
+	size_t dws;                 /* floats of the depthwise kernels' scratch */
 	size_t per_thread;          /* floats of a worker's buffers */
+	int expand;                 /* 0: no expansion (W1 absent), E is X */
 };
 
-static int64_t band_rows_set;
+static int64_t band_rows_set, stall_us;
 
 void hp_fir_set_band_rows(int64_t rows)
 {
 	band_rows_set = rows;
+}
+
+void hp_fir_set_stall_us(int64_t us)
+{
+	stall_us = us;
 }
 
 int hp_fir_available(void)
@@ -71,21 +83,40 @@ static int64_t fir_ecap(const struct fir *f, int64_t rows)
 
 static size_t fir_floats(const struct fir *f, int64_t rows)
 {
-	return (size_t)(f->ce * (fir_ecap(f, rows) * f->w + rows * f->ow));
+	return (size_t)(f->ce * (fir_ecap(f, rows) * f->w + rows * f->ow)) + f->dws;
 }
+
+/* The depthwise geometry of a band: E rows [e0, e0 + erows) read for
+ * output rows [r0, r0 + rows), pad_top of them above the image. */
+static void fir_geom(const struct fir *f, int64_t erows, int64_t rows, int64_t pad_top, struct hp_colgeom *g)
+{
+	memset(g, 0, sizeof *g);
+	g->img[0] = g->grid[0] = g->k[0] = g->stride[0] = g->dil[0] = 1;
+	g->img[1] = erows, g->img[2] = f->w;
+	g->grid[1] = rows, g->grid[2] = f->ow;
+	g->k[1] = g->k[2] = 3;
+	g->stride[1] = g->stride[2] = f->s;
+	g->dil[1] = g->dil[2] = 1;
+	g->pad[1] = pad_top, g->pad[2] = f->pl;
+	hp_colgeom_finish(g);
+}
+
+/* A worker's window of E rows ([ce][ecap][w]) of item `item`: buffer
+ * row 0 holds image row base, rows [base, top) are computed; s: the
+ * depthwise kernels' scratch. */
+struct fir_walk {
+	float *e, *d, *s;
+	int64_t item, base, top;
+};
+
+#define FIR_MAX_THREADS 8 /* hp_conv_ws_threads()'s bound */
 
 struct fir_run {
 	const struct fir *f;
 	const float *x, *w1, *b1, *wd, *bd, *w2, *b2, *add;
 	float *y, *ws;
-	int64_t chunks;             /* runs of output rows per item */
-};
-
-/* A worker's window of E rows ([ce][ecap][w]): buffer row 0 holds image
- * row base, rows [base, top) are computed. */
-struct fir_walk {
-	float *e, *d;
-	int64_t base, top;
+	int64_t bands;              /* bands per item */
+	struct fir_walk walk[FIR_MAX_THREADS]; /* each tid's window */
 };
 
 /* E rows [e0, e1) of item n in the window: the rows the bands before left
@@ -109,10 +140,11 @@ static const float *fir_expand(const struct fir_run *r, struct fir_walk *k, int6
 		k->top = e0;
 	}
 	if (from < e1) {
+		/* E's Clip is applied as the depthwise kernels read it (fir_band):
+		 * a pass of its own over the window cost 10% of a 56x56 block,
+		 * the window being larger than L2 there */
 		hp_pw_gemm(f->ce, (e1 - from) * f->w, f->cin, r->w1, f->cin, r->x + (n * f->cin * f->h + from) * f->w,
 			   f->h * f->w, r->b1, k->e + (from - k->base) * f->w, ld);
-		for (int64_t m = 0; m < f->ce; m++)
-			hp_epi_span(&f->e1, k->e, NULL, m * ld + (from - k->base) * f->w, m * ld + (e1 - k->base) * f->w);
 	}
 	k->top = e1 > k->top ? e1 : k->top;
 	return k->e + (e0 - k->base) * f->w;
@@ -124,18 +156,19 @@ static void fir_band(const struct fir_run *r, struct fir_walk *k, int64_t n, int
 	const struct fir *f = r->f;
 	int64_t lo = r0 * f->s - f->pt, hi = (r1 - 1) * f->s - f->pt + 3;
 	int64_t e0 = lo < 0 ? 0 : lo, e1 = hi > f->h ? f->h : hi, cols = (r1 - r0) * f->ow;
-	struct hp_dw d = { .batch = 1, .cin = f->ce, .mult = 1, .epi = &f->e2, .xstride = f->ecap * f->w };
+	struct hp_dw d = { .batch = 1, .cin = f->ce, .mult = 1, .epi = &f->e2, .xstride = f->ecap * f->w,
+			   .xclip = f->clip1, .scratch = k->s };
 	float *y = r->y + n * f->cout * f->oh * f->ow;
-	const float *e = fir_expand(r, k, n, e0, e1);
+	const float *e;
 
-	d.g.img[0] = d.g.grid[0] = d.g.k[0] = d.g.stride[0] = d.g.dil[0] = 1;
-	d.g.img[1] = e1 - e0, d.g.img[2] = f->w;
-	d.g.grid[1] = r1 - r0, d.g.grid[2] = f->ow;
-	d.g.k[1] = d.g.k[2] = 3;
-	d.g.stride[1] = d.g.stride[2] = f->s;
-	d.g.dil[1] = d.g.dil[2] = 1;
-	d.g.pad[1] = e0 - lo, d.g.pad[2] = f->pl;
-	hp_colgeom_finish(&d.g);
+	if (f->expand) {
+		e = fir_expand(r, k, n, e0, e1);
+	} else { /* the depthwise rows read X in place */
+		e = r->x + (n * f->cin * f->h + e0) * f->w;
+		d.xstride = f->h * f->w, d.xclip = NULL;
+	}
+
+	fir_geom(f, e1 - e0, r1 - r0, e0 - lo, &d.g);
 	hp_dw_forward(&d, e, r->wd, r->bd, k->d, NULL);
 	hp_pw_gemm(f->cout, cols, f->ce, r->w2, f->ce, k->d, cols, r->b2, y + r0 * f->ow, f->oh * f->ow);
 	for (int64_t m = 0; m < f->cout && f->e3.add != HP_EPI_ADD_NONE && r->add; m++) {
@@ -144,20 +177,25 @@ static void fir_band(const struct fir_run *r, struct fir_walk *k, int64_t n, int
 	}
 }
 
-/* Units are (item, run of output rows); a worker walks its runs in bands. */
+/* Units are (item, band of output rows), bands of nearly equal heights;
+ * a worker's window carries the halo over from one band to the next it
+ * takes when they follow each other (its own share, front to back), and
+ * starts afresh on a band taken from another share's back. */
 static void fir_range(void *arg, int64_t b, int64_t e, int tid)
 {
-	const struct fir_run *r = arg;
+	struct fir_run *r = arg;
 	const struct fir *f = r->f;
-	float *ws = r->ws + (size_t)tid * f->per_thread;
-	struct fir_walk k = { .e = ws, .d = ws + f->ecap * f->ce * f->w };
+	struct fir_walk *k = &r->walk[tid];
 
+	if (stall_us > 0 && tid == 1 && k->item == -1) {
+		struct timespec t = { stall_us / 1000000, stall_us % 1000000 * 1000 };
+		nanosleep(&t, NULL);
+	}
 	for (int64_t u = b; u < e; u++) {
-		int64_t n = u / r->chunks, c = u % r->chunks;
-		int64_t r0 = f->oh * c / r->chunks, r1 = f->oh * (c + 1) / r->chunks;
-		k.base = k.top = -1;
-		for (int64_t q = r0; q < r1; q += f->rows)
-			fir_band(r, &k, n, q, q + f->rows < r1 ? q + f->rows : r1);
+		int64_t n = u / r->bands, q = u % r->bands;
+		if (k->item != n)
+			k->item = n, k->base = k->top = -1;
+		fir_band(r, k, n, f->oh * q / r->bands, f->oh * (q + 1) / r->bands);
 	}
 }
 
@@ -165,14 +203,17 @@ static void fir_range(void *arg, int64_t b, int64_t e, int tid)
 
 static int fir_shapes(struct hp_graph *g, struct hp_node *n, struct fir *f)
 {
-	const struct hp_shape *x = &g->values[n->inputs[0]].shape, *w1 = &g->values[n->inputs[1]].shape;
-	const struct hp_shape *wd = &g->values[n->inputs[3]].shape, *w2 = &g->values[n->inputs[5]].shape;
+	const struct hp_shape *x = &g->values[n->inputs[0]].shape, *wd = &g->values[n->inputs[3]].shape;
+	const struct hp_shape *w2 = &g->values[n->inputs[5]].shape;
+	/* without W1 (MobileNetV2's first block), a 1x1 identity in its place */
+	struct hp_shape id = { 4, { x->dims[1], x->dims[1], 1, 1 } };
+	const struct hp_shape *w1 = n->inputs[1] >= 0 ? &g->values[n->inputs[1]].shape : &id;
 
 	if (x->rank != 4 || w1->rank != 4 || wd->rank != 4 || w2->rank != 4)
-		return hp_node_error(g, n, HP_ESHAPE, "X and the three weights must be 4-D");
+		return hp_node_error(g, n, HP_ESHAPE, "X and the weights must be 4-D");
 	f->n = x->dims[0], f->cin = x->dims[1], f->h = x->dims[2], f->w = x->dims[3];
-	f->ce = w1->dims[0], f->cout = w2->dims[0];
-	if (w1->dims[1] != f->cin || w1->dims[2] != 1 || w1->dims[3] != 1 || wd->dims[0] != f->ce ||
+	f->ce = w1->dims[0], f->cout = w2->dims[0], f->expand = n->inputs[1] >= 0;
+	if ((!f->expand && n->inputs[2] >= 0) || w1->dims[1] != f->cin || w1->dims[2] != 1 || w1->dims[3] != 1 || wd->dims[0] != f->ce ||
 	    wd->dims[1] != 1 || wd->dims[2] != 3 || wd->dims[3] != 3 || w2->dims[1] != f->ce || w2->dims[2] != 1 ||
 	    w2->dims[3] != 1)
 		return hp_node_error(g, n, HP_ESHAPE, "weights are not 1x1 [%lld, %lld], 3x3 depthwise [%lld], 1x1 "
@@ -206,6 +247,8 @@ static int fir_attrs(struct hp_graph *g, struct hp_node *n, struct fir *f)
 	f->e2 = (struct hp_epi){ .act = HP_EPI_CLIP, .lo = hp_attr_float(n, "dw_min", -FLT_MAX),
 				 .hi = hp_attr_float(n, "dw_max", FLT_MAX) };
 	f->e3 = (struct hp_epi){ .act = HP_EPI_NONE, .add = HP_EPI_ADD_NONE };
+	f->clip1[0] = f->e1.lo > f->e1.hi ? f->e1.hi : f->e1.lo;
+	f->clip1[1] = f->e1.hi;
 	return 0;
 }
 
@@ -219,8 +262,8 @@ static int fir_check(struct hp_graph *g, struct hp_node *n, struct fir *f)
 			return hp_node_error(g, n, HP_EUNSUPPORTED, "only float32 is supported");
 	if (!hp_fir_available())
 		return hp_node_error(g, n, HP_EUNSUPPORTED, "needs AVX2 and FMA");
-	if (n->inputs[0] < 0 || n->inputs[1] < 0 || n->inputs[3] < 0 || n->inputs[5] < 0)
-		return hp_node_error(g, n, HP_EMODEL, "X and the three weights are required");
+	if (n->inputs[0] < 0 || n->inputs[3] < 0 || n->inputs[5] < 0)
+		return hp_node_error(g, n, HP_EMODEL, "X and the depthwise and projection weights are required");
 	if ((rc = fir_shapes(g, n, f)) < 0 || (rc = fir_attrs(g, n, f)) < 0)
 		return rc;
 	y->dtype = HP_F32;
@@ -233,20 +276,25 @@ static int fir_check(struct hp_graph *g, struct hp_node *n, struct fir *f)
 	return 0;
 }
 
-static int fir_prepare(struct hp_graph *g, struct hp_node *n)
+static int fir_prepare(struct hp_graph *gr, struct hp_node *n)
 {
 	struct fir *f = calloc(1, sizeof *f);
+	struct hp_colgeom g;
 	int rc;
 
 	if (!f)
-		return hp_node_error(g, n, -ENOMEM, "out of memory");
-	if ((rc = fir_check(g, n, f)) < 0) {
+		return hp_node_error(gr, n, -ENOMEM, "out of memory");
+	if ((rc = fir_check(gr, n, f)) < 0) {
 		free(f);
 		return rc;
 	}
 	f->rows = band_rows_set > 0 ? band_rows_set : FIR_ROWS;
 	f->rows = f->rows < f->oh ? f->rows : f->oh;
-	f->ecap = fir_ecap(f, f->rows);
+	f->ecap = f->expand ? fir_ecap(f, f->rows) : 0;
+	/* the depthwise kernels' scratch for the tallest band: its widths
+	 * are every band's, its output plane the largest */
+	fir_geom(f, (f->rows - 1) * f->s + 3, f->rows, 0, &g);
+	f->dws = (hp_dw_scratch(&g) + 15) / 16 * 16;
 	f->per_thread = fir_floats(f, f->rows);
 	n->workspace = (size_t)hp_conv_ws_threads() * f->per_thread * sizeof(float);
 	n->priv = f;
@@ -266,8 +314,18 @@ static int fir_exec(const struct hp_node *n, const struct hp_kargs *a)
 	r.add = in[7];
 	if (threads > hp_conv_ws_threads())
 		threads = hp_conv_ws_threads();
-	r.chunks = threads;
-	hp_conv_parallel(a->pool, threads, f->n * r.chunks, fir_range, &r);
+	threads = threads < FIR_MAX_THREADS ? threads : FIR_MAX_THREADS;
+	/* bands of at most f->rows rows, their count a multiple of the
+	 * threads, so that the shares are even when the workers come on time */
+	r.bands = (f->oh + f->rows - 1) / f->rows;
+	r.bands = (r.bands + threads - 1) / threads * threads;
+	r.bands = r.bands < f->oh ? r.bands : f->oh;
+	for (int t = 0; t < threads; t++) {
+		float *ws = r.ws + (size_t)t * f->per_thread;
+		r.walk[t] = (struct fir_walk){ .e = ws, .d = ws + f->ecap * f->ce * f->w,
+					       .s = ws + f->per_thread - f->dws, .item = -1 };
+	}
+	hp_parallel_steal(threads > 1 ? a->pool : NULL, f->n * r.bands, 1, threads, fir_range, &r);
 	hp_conv_threads_leave(saved);
 	return 0;
 }
@@ -280,7 +338,7 @@ static double fir_flops(const struct hp_graph *g, const struct hp_node *n)
 	if (!f)
 		return 0;
 	return 2.0 * (double)f->n *
-	       ((double)f->h * f->w * f->ce * f->cin + (double)f->oh * f->ow * f->ce * (9 + f->cout));
+	       ((double)f->h * f->w * f->ce * f->cin * f->expand + (double)f->oh * f->ow * f->ce * (9 + f->cout));
 }
 
 const struct hp_op hp_op_fused_invres = {

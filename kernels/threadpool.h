@@ -7,10 +7,22 @@
 
 #include "hpdlf/kernels.h"
 
-/* How long an idle worker, and a caller waiting for its workers, polls
- * before sleeping, in ns: HPDLF_POOL_SPIN_US (0: never poll; at most 1 s),
- * default 100 us; an unparsable value keeps the default.  Read once per
- * process. */
+/* How long an idle worker polls for the next job before sleeping, in ns:
+ * HPDLF_POOL_SPIN_US (0: never poll; at most 1 s), default 100 us; an
+ * unparsable value keeps the default.  Read once per process.  A caller
+ * whose job's shares are all taken polls for the running ones for this
+ * long but at least 200 us (threadpool.c, POOL_FINISH_NS). */
 int64_t hp_pool_spin_ns(void);
+
+/* hp_parallel_for for kernels whose units are independent: [0, n) in
+ * units of `unit` items, cut into `parts` (at most the pool's size)
+ * shares of whole units.  The thread running share k calls fn on its
+ * units one at a time, first to last, as tid k, then on units taken from
+ * the back of the other shares, still as tid k; so fn is called with one
+ * unit (the last one may be short) at a time, in any order across
+ * threads, and must give the same bits wherever a unit runs.  Without a
+ * pool or with one share: fn(arg, 0, n, 0), once.  No unit count above
+ * 2^32. */
+void hp_parallel_steal(struct hp_pool *p, int64_t n, int64_t unit, int parts, hp_range_fn fn, void *arg);
 
 #endif

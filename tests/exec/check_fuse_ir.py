@@ -47,20 +47,22 @@ def conv(x, w, b, stride=1, pad=0, group=1):
     return y + b[None, :, None, None]
 
 
-def block(m, x, xv, tag, cin, ce, cout, stride, residual, leak=False):
-    """Nodes of one block on value x (float64 copy xv); its output name and value."""
+def block(m, x, xv, tag, cin, ce, cout, stride, residual, expand=True):
+    """Nodes of one block on value x (float64 copy xv); its output name and value.
+    expand=False: no expansion (MobileNetV2's first block), the depthwise Conv reads x."""
     P = m.P
     lo, hi = m.c(0.0), m.c(6.0)
-    w1, b1 = m.w(tag + "w1", (ce, cin, 1, 1), 0.5), m.w(tag + "b1", (ce,), 0.5)
     wd, bd = m.w(tag + "wd", (ce, 1, 3, 3), 0.5), m.w(tag + "bd", (ce,), 0.5)
     w2, b2 = m.w(tag + "w2", (cout, ce, 1, 1), 0.3), m.w(tag + "b2", (cout,), 0.3)
-    m.op("Conv", [x, w1, b1], tag + "c1", kernel_shape=[1, 1])
-    m.op("Clip", [tag + "c1", lo, hi], tag + "e")
-    m.op("Conv", [tag + "e", wd, bd], tag + "c2", kernel_shape=[3, 3], group=ce, strides=[stride, stride],
-         pads=[1, 1, 1, 1])
+    if expand:
+        w1, b1 = m.w(tag + "w1", (ce, cin, 1, 1), 0.5), m.w(tag + "b1", (ce,), 0.5)
+        m.op("Conv", [x, w1, b1], tag + "c1", kernel_shape=[1, 1])
+        m.op("Clip", [tag + "c1", lo, hi], tag + "e")
+    m.op("Conv", [tag + "e" if expand else x, wd, bd], tag + "c2", kernel_shape=[3, 3], group=ce,
+         strides=[stride, stride], pads=[1, 1, 1, 1])
     m.op("Clip", [tag + "c2", lo, hi], tag + "d")
     m.op("Conv", [tag + "d", w2, b2], tag + "p", kernel_shape=[1, 1])
-    e = np.clip(conv(xv, P[w1].astype(np.float64), P[b1]), 0, 6)
+    e = np.clip(conv(xv, P[w1].astype(np.float64), P[b1]), 0, 6) if expand else xv
     d = np.clip(conv(e, P[wd].astype(np.float64), P[bd], stride, 1, ce), 0, 6)
     y = conv(d, P[w2].astype(np.float64), P[b2])
     if residual:
@@ -76,13 +78,17 @@ def model(path):
     b, bv, _ = block(m, a, av, "B", 8, 32, 12, 2, False)
     c, cv, ce = block(m, b, bv, "C", 12, 36, 12, 1, True)
     d, dv, _ = block(m, b, bv, "D", 12, 24, 12, 2, False)
-    m.save(path, [1, 8, 30, 30], [b, c, d, "Ce"])
-    return x, {b: bv, c: cv, d: dv, "Ce": ce}
+    f, fv, _ = block(m, "x", x.astype(np.float64), "F", 8, 8, 5, 1, False, expand=False)
+    m.save(path, [1, 8, 30, 30], [b, c, d, "Ce", f])
+    return x, {b: bv, c: cv, d: dv, "Ce": ce, f: fv}
 
 
 def main():
     exe = sys.argv[1]
-    want = {"InvertedResidual+Add": 1, "InvertedResidual": 1}
+    # C's expansion is an output, so C fuses as a block without expansion
+    # reading it (with its residual Add); F has none
+    want = {"InvertedResidual+Add": 1, "InvertedResidual": 1, "InvertedResidual (no expansion)": 1,
+            "InvertedResidual+Add (no expansion)": 1}
     with tempfile.TemporaryDirectory() as tmp:
         path, xpath = os.path.join(tmp, "ir.onnx"), os.path.join(tmp, "ir_x.npy")
         x, ref = model(path)

@@ -2,7 +2,9 @@
  * covered once, by the fixed shares of n, grain and the pool size, and
  * share k runs as tid k whoever runs it; jobs back to back (workers still
  * polling for the next job) and jobs after a pause longer than the spin
- * (workers asleep) both complete.  The suite runs this file twice: as it comes
+ * (workers asleep) both complete.  hp_parallel_steal: every item once,
+ * in calls of one unit each, tids below the shares, and a late share's
+ * units taken from its back by the other thread.  The suite runs this file twice: as it comes
  * (polling for HPDLF_POOL_SPIN_US's default) and with
  * HPDLF_POOL_SPIN_US=0 (workers sleep at once). */
 #include <setjmp.h>
@@ -121,6 +123,87 @@ static void test_back_to_back(void **state)
 	hp_pool_destroy(p);
 }
 
+/* hp_parallel_steal's calls: one unit each (or everything at once when
+ * there is a single share), as a tid below the shares. */
+static int64_t steal_unit;
+static int steal_parts;
+static _Atomic int steal_tid[MAXN]; /* who ran each item */
+static _Atomic int steal_slept;
+
+static void steal_fn(void *arg, int64_t b, int64_t e, int tid)
+{
+	struct rec *r = arg;
+	int64_t want_e = b + steal_unit < r->n ? b + steal_unit : r->n;
+
+	if (steal_parts > 1 ? b % steal_unit || e != want_e : b != 0 || e != r->n)
+		atomic_fetch_add(&r->bad, 1);
+	if (tid < 0 || tid >= (steal_parts > 1 ? steal_parts : 1))
+		atomic_fetch_add(&r->bad, 1);
+	for (int64_t i = b; i < e; i++) {
+		atomic_fetch_add(&r->hits[i], 1);
+		atomic_store(&steal_tid[i], tid);
+	}
+}
+
+static void test_steal_cover(void **state)
+{
+	static const int64_t ns[] = { 1, 2, 7, 64, 1000, 4999 };
+	static const int64_t units[] = { 1, 3, 16, 5000 };
+
+	(void)state;
+	for (int th = 1; th <= 4; th++) {
+		struct hp_pool *p;
+		assert_int_equal(hp_pool_create(th, &p), 0);
+		for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+			for (size_t u = 0; u < sizeof units / sizeof units[0]; u++)
+				for (int parts = 1; parts <= th + 1; parts++) {
+					int64_t nu = (ns[i] + units[u] - 1) / units[u];
+					steal_unit = units[u];
+					steal_parts = parts > th ? th : parts;
+					steal_parts = steal_parts > nu ? (int)nu : steal_parts;
+					rec_reset(&R, ns[i], 1, th);
+					hp_parallel_steal(p, ns[i], units[u], parts, steal_fn, &R);
+					check_once(&R, "hp_parallel_steal");
+				}
+		hp_pool_destroy(p);
+	}
+	steal_unit = 4, steal_parts = 1;
+	rec_reset(&R, 10, 1, 1);
+	hp_parallel_steal(NULL, 10, 4, 2, steal_fn, &R);
+	check_once(&R, "hp_parallel_steal without a pool");
+}
+
+/* Share 1's first unit stalls for 30 ms: the caller, done with share 0,
+ * must run share 1's other units (from its back) meanwhile, as tid 0.
+ * Without stealing the worker would run them all after the stall. */
+static void slow_fn(void *arg, int64_t b, int64_t e, int tid)
+{
+	if (tid == 1 && !atomic_exchange(&steal_slept, 1))
+		pause_ms(30);
+	steal_fn(arg, b, e, tid);
+}
+
+static void test_steal_late(void **state)
+{
+	struct hp_pool *p;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &p), 0);
+	for (int it = 0; it < 5; it++) {
+		int taken = 0;
+		steal_unit = 1, steal_parts = 2;
+		atomic_store(&steal_slept, 0);
+		rec_reset(&R, 40, 1, 2);
+		hp_parallel_steal(p, 40, 1, 2, slow_fn, &R);
+		check_once(&R, "hp_parallel_steal, a share late");
+		for (int i = 21; i < 40; i++)
+			taken += atomic_load(&steal_tid[i]) == 0;
+		if (taken < 10)
+			fail_msg("the caller ran %d of the late share's 19 last units", taken);
+	}
+	hp_pool_destroy(p);
+}
+
 static void test_spin_setting(void **state)
 {
 	const char *e = getenv("HPDLF_POOL_SPIN_US");
@@ -138,6 +221,8 @@ int main(void)
 		cmocka_unit_test(test_fixed_shares),
 		cmocka_unit_test(test_back_to_back),
 		cmocka_unit_test(test_spin_setting),
+		cmocka_unit_test(test_steal_cover),
+		cmocka_unit_test(test_steal_late),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
