@@ -8,6 +8,7 @@
 
 #include "hpdlf/error.h"
 #include "kernels/blas.h"
+#include "kernels/gemm_fma.h"
 #include "kernels/gemm_grad.h"
 #include "kernels/gemm_tile.h"
 #include "kernels/gemm_panels.h"
@@ -87,6 +88,29 @@ static int mm_tiled(const struct hp_node *n, const struct hp_kargs *a, int64_t m
 	return 0;
 }
 
+/* The own FMA product (gemm_fma.h) where the CPU has it, as the forward
+ * MatMul: each gradient element is one chain of FMAs over its whole
+ * reduction in order (dA over N, dB over the rows), so a weight cut along
+ * K (MatMulAcc blocks) gets the whole's elements bit for bit, whatever the
+ * pool.  dY, A and B are read in place; OpenBLAS's tiles repacked dY for
+ * every tile (MatMulGrad was half of a GPT-2-style training step).
+ * nprob products, p-th at aoff/boff (NULL: one product), each writing its
+ * own dA and dB. */
+static void mm_fma(const struct hp_kargs *a, int64_t nprob, const int64_t *aoff, const int64_t *boff,
+		   const int64_t *yoff, int64_t m, int64_t k, int64_t nn, float *dx, float *dw)
+{
+	const float *dy = a->in[0].data, *x = a->in[1].data, *w = a->in[2].data;
+
+	if (dx) /* dA (m x k) = dY (m x nn) B^T, B^T(j, q) = B[q][j] */
+		hp_fma_gemm(&(struct hp_fma_prod){ .m = m, .n = k, .k = nn, .nprob = nprob, .a = dy, .ra = nn, .rk = 1,
+						   .aoff = yoff, .b = w, .sk = 1, .sj = nn, .boff = boff, .y = dx },
+			    a->pool);
+	if (dw) /* dB (k x nn) = A^T dY, A^T(q, r) = A[r][q] */
+		hp_fma_gemm(&(struct hp_fma_prod){ .m = k, .n = nn, .k = m, .nprob = nprob, .a = x, .ra = 1, .rk = k,
+						   .aoff = aoff, .b = dy, .sk = nn, .sj = 1, .boff = yoff, .y = dw },
+			    a->pool);
+}
+
 /* Below this the pool's wake-up costs more than the second thread gains. */
 #define MM_BATCH_PAR_MIN_FLOPS 1e6
 
@@ -118,6 +142,25 @@ static void mm_batch_range(void *arg, int64_t b, int64_t e, int tid)
 	}
 }
 
+/* Products that each own their dA and dB slices (attention's) as one FMA
+ * call per gradient: 0, or -ENOMEM (then one sgemm per product). */
+static int mm_fma_batch(const struct hp_kargs *a, const struct mm_priv *p, const int64_t *sa, const int64_t *sb,
+			int64_t nb, float *dx, float *dw)
+{
+	int64_t *off = malloc((size_t)(3 * nb) * sizeof *off);
+
+	if (!off)
+		return -ENOMEM;
+	for (int64_t i = 0; i < nb; i++) {
+		off[i] = tk_offset(&p->yb, sa, i) * p->m * p->k;
+		off[nb + i] = tk_offset(&p->yb, sb, i) * p->k * p->n;
+		off[2 * nb + i] = i * p->m * p->n;
+	}
+	mm_fma(a, nb, off, off + nb, off + 2 * nb, p->m, p->k, p->n, dx, dw);
+	free(off);
+	return 0;
+}
+
 static int mm_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct mm_priv *p = n->priv;
@@ -135,6 +178,10 @@ static int mm_run(const struct hp_node *n, const struct hp_kargs *a)
 	 * nb thin ones (dB summed by sgemm rather than by beta = 1 per batch). */
 	if (p->bb.rank == 0 && hp_shape_equal(&p->ab, &p->yb) && nb * m <= INT32_MAX)
 		m *= nb, nb = 1;
+	if (nb == 1 && p->bb.rank == 0 && hp_fma_gemm_ok()) {
+		mm_fma(a, 1, NULL, NULL, NULL, m, k, nn, dx, dw);
+		return 0;
+	}
 	if (nb == 1 && p->bb.rank == 0)
 		return mm_tiled(n, a, m, k, nn, dx, dw);
 	/* An operand with a batch of its own per product (attention's) or one
@@ -148,6 +195,8 @@ static int mm_run(const struct hp_node *n, const struct hp_kargs *a)
 		memset(dx, 0, hp_tensor_bytes(&a->out[0]));
 	if (dw && bw != 0.0f)
 		memset(dw, 0, hp_tensor_bytes(&a->out[1]));
+	if (bx == 0.0f && bw == 0.0f && nb > 1 && hp_fma_gemm_ok() && mm_fma_batch(a, p, sa, sb, nb, dx, dw) == 0)
+		return 0;
 	struct mm_batch j = { .p = p, .sa = sa, .sb = sb, .m = m, .k = k, .nn = nn, .bx = bx, .bw = bw,
 			      .dy = dy, .x = x, .w = w, .dx = dx, .dw = dw };
 	/* products that each own their outputs (attention's) run on the pool,
