@@ -1361,9 +1361,28 @@ static void test_cross_entropy(void **state)
 	free_all(in, 3);
 }
 
+/* The loss and its gradient again on a pool of 2: bitwise the same. */
+static void ce_pool_same(const struct hp_tensor *in, const struct hp_tensor *out, const struct hp_tensor *g)
+{
+	struct hp_pool *pool;
+	struct hp_tensor out2, g2;
+
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	kt_pool = pool;
+	run("SoftmaxCrossEntropy", 2, in + 1, 0, NULL, 1, &out2);
+	run("SoftmaxCrossEntropyGrad", 3, in, 0, NULL, 1, &g2);
+	kt_pool = NULL;
+	assert_memory_equal(out->data, out2.data, sizeof(float));
+	assert_memory_equal(g->data, g2.data, (size_t)numel(g) * sizeof(float));
+	hp_tensor_free(&out2);
+	hp_tensor_free(&g2);
+	hp_pool_destroy(pool);
+}
+
 /* The blocked paths over a wide vocabulary: positions along inner (more
  * than a block of them, ignored labels among them) and rows of contiguous
- * classes (inner 1): the loss and each dLogit against double loops. */
+ * classes (inner 1): the loss and each dLogit against double loops, and
+ * on two threads bitwise one. */
 static void ce_wide_case(int64_t n, int64_t classes, int64_t inner, unsigned seed)
 {
 	int64_t xd[3] = { n, classes, inner }, ld[2] = { n, inner }, one[1] = { 1 }, cnt = 0;
@@ -1381,6 +1400,7 @@ static void ce_wide_case(int64_t n, int64_t classes, int64_t inner, unsigned see
 		lab[p] = p % 7 == 3 ? -100 : (p * 37 + seed) % classes;
 	run("SoftmaxCrossEntropy", 2, in + 1, 0, NULL, 1, &out);
 	run("SoftmaxCrossEntropyGrad", 3, in, 0, NULL, 1, &g);
+	ce_pool_same(in, &out, &g);
 	double *lse = calloc((size_t)np, sizeof *lse);
 	for (int64_t p = 0; p < np; p++) {
 		int64_t o = p / inner, i = p % inner;
@@ -1413,6 +1433,7 @@ static void test_cross_entropy_wide(void **state)
 	(void)state;
 	ce_wide_case(3, 300, 70, 1);  /* a GPT's [batch, vocab, tokens] */
 	ce_wide_case(50, 130, 1, 2);  /* [rows, classes] */
+	ce_wide_case(300, 130, 1, 4); /* the same above the pool's threshold */
 	ce_wide_case(2, 3, 5, 3);
 }
 
