@@ -286,6 +286,44 @@ static int grad_panels(const struct hp_node *n, const struct hp_kargs *a, int m,
 	return rc < 0 ? rc : tk_panels_mul(n->priv, a->in[0].data, nn, 1, m, alpha, a->out[0].data, k, 0, a->pool);
 }
 
+/* dB as FMA chains over the rows (gemm_fma.h), alpha 1: each element's
+ * bits depend on no tile, so the blocks of a weight cut along either axis
+ * (exec/split_weight.c) compute the whole's elements bit for bit.  With
+ * OpenBLAS's tiles a feature cut's blocks rounded differently from the
+ * whole when a block was narrower than the whole's tile (the autoenc
+ * reference's input layer in 6 blocks of 16 rows differed in the last
+ * place after one step). */
+static void gemm_dw_fma(const struct hp_kargs *a, int64_t m, int64_t k, int64_t nn, int ta, int tb, int64_t lda,
+			float *dw)
+{
+	const float *dy = a->in[0].data, *x = a->in[1].data;
+
+	if (!tb) /* dB (k x nn) = op(A)^T dY, op(A)^T(q, i) = op(A)(i, q) */
+		hp_fma_gemm(&(struct hp_fma_prod){ .m = k, .n = nn, .k = m, .nprob = 1, .a = x, .ra = ta ? lda : 1,
+						   .rk = ta ? 1 : lda, .b = dy, .sk = nn, .sj = 1, .y = dw },
+			    a->pool);
+	else /* dB (nn x k) = dY^T op(A) */
+		hp_fma_gemm(&(struct hp_fma_prod){ .m = nn, .n = k, .k = m, .nprob = 1, .a = dy, .ra = 1, .rk = nn,
+						   .b = x, .sk = ta ? 1 : lda, .sj = ta ? lda : 1, .y = dw },
+			    a->pool);
+}
+
+/* dA = dY op(B)^T (transA 0, alpha 1) as FMA chains over N from its last
+ * column to its first (negative strides), each from the running sum of
+ * the blocks after this one (input 3) or from 0: the blocks of a feature
+ * cut, chained by autodiff.c, continue the whole's chains bit for bit. */
+static void gemm_dx_fma(const struct hp_kargs *a, int64_t m, int64_t k, int64_t nn, int tb, int64_t ldb,
+			const float *acc, float *dx)
+{
+	const float *dy = a->in[0].data, *w = a->in[2].data;
+	int64_t last = nn > 0 ? nn - 1 : 0;
+
+	hp_fma_gemm(&(struct hp_fma_prod){ .m = m, .n = k, .k = nn, .nprob = 1, .a = dy + last, .ra = nn, .rk = -1,
+					   .b = tb ? w + last * ldb : w + last, .sk = tb ? -ldb : -1,
+					   .sj = tb ? 1 : ldb, .c = acc, .cs0 = k, .cs1 = 1, .beta = 1.0f, .y = dx },
+		    a->pool);
+}
+
 /* The four products run in the forward product's tiling (gemm_tile.h):
  * a weight cut in blocks at tile bounds gets its gradients bit for bit
  * from the same sgemm calls as the whole weight.  dA sums over N, the
@@ -307,6 +345,10 @@ static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
 		return HP_EMODEL;
 	if (hp_attr_int(n, "defer_dw", 0))
 		dw = NULL;
+	if (dx && !ta && alpha == 1.0f && hp_attr_int(n, "pack_b", 0) <= 0 && hp_fma_gemm_ok()) {
+		gemm_dx_fma(a, m, k, nn, tb, ldb, acc, dx);
+		dx = NULL;
+	}
 	if (dx && acc)
 		memcpy(dx, acc, (size_t)(m * k) * sizeof *dx);
 	else if (dx && !ta && hp_attr_int(n, "pack_b", 0) > 0 && m <= TK_PANEL_MAX_ROWS && tk_panels_ok() &&
@@ -322,6 +364,10 @@ static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
 						      .m = k, .n = m, .k = nn, .lda = ldb, .ldb = nn, .ldy = m,
 						      .alpha = alpha, .a = w, .b = dy, .y = dx,
 						      .t = { .mb = t.kb, .nb = t.mb, .kb = t.nb } }, a->pool);
+	if (dw && alpha == 1.0f && !hp_attr_int(n, "accumulate", 0) && hp_fma_gemm_ok()) {
+		gemm_dw_fma(a, m, k, nn, ta, tb, lda, dw);
+		dw = NULL;
+	}
 	if (dw && !tb) /* dB = alpha op(A)^T dY */
 		hp_gemm_tiled(&(struct hp_gemm_call){ .ta = !ta, .tb = 0, .accumulate = hp_attr_int(n, "accumulate", 0) != 0,
 						      .m = k, .n = nn, .k = m, .lda = lda, .ldb = nn, .ldy = nn,

@@ -1,5 +1,5 @@
-/* MatMulGrad on the own FMA product (kernels/gemm_grad.c over
- * kernels/gemm_fma.c).
+/* MatMulGrad and GemmGrad on the own FMA product (kernels/gemm_grad.c
+ * over kernels/gemm_fma.c).
  *
  * The reference is the definition the out-of-core paths rely on, written
  * here with the C library's fmaf: every dA element one float chain
@@ -10,7 +10,11 @@
  * weight cut along K (exec/split_weight.c's MatMul and MatMulAcc blocks)
  * giving the whole's gradient elements.  Shapes: a linear layer's (batch
  * dims folded into rows, above the pool's threshold, sizes off the 6 x 16
- * tile and the 64-column unit) and attention's (both operands batched). */
+ * tile and the 64-column unit) and attention's (both operands batched).
+ * GemmGrad (alpha 1, every transA/transB): dB the same chains over the
+ * rows; dA (transA 0) a chain over N from its last column to its first,
+ * so that a weight cut along its output features, whose blocks chain dA
+ * from the last block to the first (input 3), gets the whole's bits. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -205,12 +209,129 @@ static void test_k_blocks(void **state)
 	hp_tensor_free(&whole[0]), hp_tensor_free(&whole[1]);
 }
 
+/* ---- GemmGrad(dY, A, B[, dA so far]) ---------------------------------- */
+
+struct gg {
+	int64_t m, k, n;
+	int ta, tb;
+	const float *dy, *a, *b;
+};
+
+static float op_a(const struct gg *g, int64_t i, int64_t q)
+{
+	return g->ta ? g->a[q * g->m + i] : g->a[i * g->k + q];
+}
+
+static float op_b(const struct gg *g, int64_t q, int64_t j)
+{
+	return g->tb ? g->b[j * g->k + q] : g->b[q * g->n + j];
+}
+
+/* dA(i, q): the chain over j from the last column to the first, from 0;
+ * dB(q, j): the chain over the rows in order, from 0. */
+static void check_gemm_chains(const struct gg *g, const float *da, const float *db)
+{
+	for (int64_t i = 0; da && i < g->m; i++)
+		for (int64_t q = 0; q < g->k; q++) {
+			float acc = 0, got = da[i * g->k + q];
+			for (int64_t j = g->n - 1; j >= 0; j--)
+				acc = fmaf(g->dy[i * g->n + j], op_b(g, q, j), acc);
+			if (memcmp(&acc, &got, sizeof acc))
+				fail_msg("Gemm ta %d tb %d: dA[%lld][%lld] = %.9g, the chain %.9g", g->ta, g->tb,
+					 (long long)i, (long long)q, got, acc);
+		}
+	for (int64_t q = 0; q < g->k; q++)
+		for (int64_t j = 0; j < g->n; j++) {
+			float acc = 0, got = db[g->tb ? j * g->k + q : q * g->n + j];
+			for (int64_t r = 0; r < g->m; r++)
+				acc = fmaf(op_a(g, r, q), g->dy[r * g->n + j], acc);
+			if (memcmp(&acc, &got, sizeof acc))
+				fail_msg("Gemm ta %d tb %d: dB at (%lld, %lld) = %.9g, the chain %.9g", g->ta, g->tb,
+					 (long long)q, (long long)j, got, acc);
+		}
+}
+
+static void gemm_grad_run(const struct hp_tensor *in, int nin, int ta, int tb, struct hp_tensor *out,
+			  struct hp_pool *pool)
+{
+	struct hp_attr at[2] = { kt_int("transA", ta), kt_int("transB", tb) };
+	struct kt_case c = { .domain = "ai.hpdlf", .op = "GemmGrad", .nin = nin, .in = in, .nattrs = 2, .attrs = at,
+			     .nout = 2, .pool = pool };
+
+	if (kt_run(&c, out) < 0)
+		fail_msg("GemmGrad: %s", hp_errmsg());
+}
+
+static void gemm_case(int64_t m, int64_t k, int64_t n, int ta, int tb)
+{
+	int64_t yd[] = { m, n }, ad[] = { ta ? k : m, ta ? m : k }, bd[] = { tb ? n : k, tb ? k : n };
+	struct hp_tensor in[3] = { tens(2, yd, 101), tens(2, ad, 102), tens(2, bd, 103) }, one[2], two[2];
+	struct gg g = { m, k, n, ta, tb, in[0].data, in[1].data, in[2].data };
+
+	gemm_grad_run(in, 3, ta, tb, one, NULL);
+	gemm_grad_run(in, 3, ta, tb, two, pool2);
+	check_gemm_chains(&g, ta ? NULL : one[0].data, one[1].data); /* transA's dA: OpenBLAS's tiles */
+	same_bits(&one[0], &two[0], "Gemm dA, 2 threads against 1");
+	same_bits(&one[1], &two[1], "Gemm dB, 2 threads against 1");
+	for (int i = 0; i < 3; i++)
+		hp_tensor_free(&in[i]);
+	for (int i = 0; i < 2; i++)
+		hp_tensor_free(&one[i]), hp_tensor_free(&two[i]);
+}
+
+static void test_gemm(void **state)
+{
+	(void)state;
+	if (!hp_fma_gemm_ok())
+		skip();
+	for (int t = 0; t < 4; t++) {
+		gemm_case(16, 37, 29, t & 1, t >> 1);
+		gemm_case(96, 100, 300, t & 1, t >> 1); /* above the pool's threshold, N past a chunk */
+	}
+}
+
+/* A transB weight [N, K] cut along N (its output features) into rows
+ * [0, 48) and [48, N), as exec/split_weight.c cuts it: the block of the
+ * last rows runs first, the other starts from its dA (input 3).  The
+ * chained dA is the whole's and each block's dB its rows, bit for bit. */
+static void test_gemm_feature_blocks(void **state)
+{
+	enum { M = 40, K = 72, N = 112, N0 = 48 };
+	int64_t yd[] = { M, N }, ad[] = { M, K }, bd[] = { N, K };
+	struct hp_tensor in[3] = { tens(2, yd, 111), tens(2, ad, 112), tens(2, bd, 113) }, whole[2], hi[2], lo[2];
+
+	(void)state;
+	if (!hp_fma_gemm_ok())
+		skip();
+	gemm_grad_run(in, 3, 0, 1, whole, pool2);
+	struct hp_tensor hin[3] = { cols_of(&in[0], M, N, N0, N - N0), in[1], cols_of(&in[2], 1, N * K, N0 * K, (N - N0) * K) };
+	struct hp_tensor lin[4] = { cols_of(&in[0], M, N, 0, N0), in[1], cols_of(&in[2], 1, N * K, 0, N0 * K), { 0 } };
+	hin[2].shape = (struct hp_shape){ .rank = 2, .dims = { N - N0, K } };
+	lin[2].shape = (struct hp_shape){ .rank = 2, .dims = { N0, K } };
+	gemm_grad_run(hin, 3, 0, 1, hi, NULL);
+	lin[3] = hi[0];
+	gemm_grad_run(lin, 4, 0, 1, lo, pool2);
+	same_bits(&lo[0], &whole[0], "chained blocks' dA against the whole's");
+	struct hp_tensor wlo = cols_of(&whole[1], 1, N * K, 0, N0 * K), whi = cols_of(&whole[1], 1, N * K, N0 * K, (N - N0) * K);
+	wlo.shape = lo[1].shape, whi.shape = hi[1].shape;
+	same_bits(&lo[1], &wlo, "first block's dB against the whole's rows");
+	same_bits(&hi[1], &whi, "last block's dB against the whole's rows");
+	hp_tensor_free(&wlo), hp_tensor_free(&whi);
+	hp_tensor_free(&hin[0]), hp_tensor_free(&hin[2]), hp_tensor_free(&lin[0]), hp_tensor_free(&lin[2]);
+	for (int i = 0; i < 2; i++)
+		hp_tensor_free(&whole[i]), hp_tensor_free(&hi[i]), hp_tensor_free(&lo[i]);
+	for (int i = 0; i < 3; i++)
+		hp_tensor_free(&in[i]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_linear),
 		cmocka_unit_test(test_batched),
 		cmocka_unit_test(test_k_blocks),
+		cmocka_unit_test(test_gemm),
+		cmocka_unit_test(test_gemm_feature_blocks),
 	};
 	int rc;
 
