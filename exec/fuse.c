@@ -306,6 +306,8 @@ int hp_fuse_training(struct hp_graph *g)
 	memset(&r, 0, sizeof r);
 	if ((rc = run_pass(g, hp_fuse_gelu, &r, &any)) >= 0)
 		rc = run_pass(g, hp_fuse_layernorm, &r, &any);
+	if (rc >= 0)
+		rc = run_pass(g, hp_fuse_train_linear, &r, &any);
 	hp_fuse_report_free(&r);
 	if (rc < 0)
 		return rc;

@@ -51,8 +51,9 @@ void hp_fuse_report_free(struct hp_fuse_report *r);
  * transformer of tests/train/ref.  (GELU's fusion was taken out once: the
  * out-of-core budgets train-refs probes then met GemmGrad blocks that were
  * not bitwise the whole, fixed in kernels/gemm_grad.c, and the tanh form
- * with x^3 as two Muls overflowed fuse_gelu.c's match.)  0 or a negative
- * error. */
+ * with x^3 as two Muls overflowed fuse_gelu.c's match.)  Then each
+ * MatMul(X, Transpose(W)) of a linear layer into Gemm(X rows, W, transB)
+ * (fuse_train_linear.c).  0 or a negative error. */
 int hp_fuse_training(struct hp_graph *g);
 
 #endif
