@@ -991,6 +991,46 @@ static void test_softmax_grad(void **state)
 	}
 }
 
+/* Attention's rows (a Softmax over the last axis, 70 long: eight-lane
+ * sums with a tail): dX against y (dy - sum dy y) and dy - e^y sum dy in
+ * double, and on two threads bitwise one. */
+static void test_softmax_grad_rows(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int logsm = 0; logsm < 2; logsm++) {
+		enum { R = 2 * 4 * 64, L = 70 };
+		struct hp_tensor in[2] = { rnd(T(4, 2, 4, 64, L), 84, -1, 1), rnd(T(4, 2, 4, 64, L), 85, 0, 0.03f) }, one,
+				 two;
+		struct hp_attr a[1] = { kt_int("axis", -1) };
+		const float *dy = in[0].data, *y = in[1].data;
+		double *want = malloc(sizeof(double) * R * L);
+		const char *op = logsm ? "LogSoftmaxGrad" : "SoftmaxGrad";
+		run(op, 2, in, 1, a, 1, &one);
+		kt_pool = pool;
+		run(op, 2, in, 1, a, 1, &two);
+		kt_pool = NULL;
+		assert_memory_equal(one.data, two.data, sizeof(float) * R * L);
+		for (int r = 0; r < R; r++) {
+			double dot = 0;
+			for (int c = 0; c < L; c++)
+				dot += logsm ? dy[r * L + c] : (double)dy[r * L + c] * y[r * L + c];
+			for (int c = 0; c < L; c++) {
+				int k = r * L + c;
+				want[k] = logsm ? dy[k] - exp(y[k]) * dot : y[k] * (dy[k] - dot);
+			}
+		}
+		close_to(&one, want, 1e-6, op);
+		free(want);
+		hp_tensor_free(&one);
+		hp_tensor_free(&two);
+		free_all(in, 2);
+	}
+	hp_pool_destroy(pool);
+}
+
 /* ---- shape ops -------------------------------------------------------- */
 
 /* Linear maps y = A x given as a gather list: y[i] = sum of x[src] * w;
@@ -1597,6 +1637,7 @@ int main(void)
 		cmocka_unit_test(test_layernorm_grad),
 		cmocka_unit_test(test_layernorm_grad_pool),
 		cmocka_unit_test(test_softmax_grad),
+		cmocka_unit_test(test_softmax_grad_rows),
 		cmocka_unit_test(test_transpose_reshape_grad),
 		cmocka_unit_test(test_transpose_grad_paths),
 		cmocka_unit_test(test_concat_split_grad),
