@@ -42,6 +42,8 @@ static int r_unary(struct ad *ad, const struct hp_node *n, const int *dy)
 	int na = 0, in[2] = { dy[0], n->inputs[0] }, want[1] = { 0 };
 	float lim[2] = { -INFINITY, INFINITY };
 
+	if (!strcmp(op, "FusedGelu")) /* training's fusion of the exporters' GELU (exec/fuse.h) */
+		op = "Gelu";
 	if (!strcmp(op, "Gelu") && !strcmp(hp_attr_string(n, "approximate", "none"), "tanh"))
 		op = "GeluTanh";
 	/* Relu's gradient needs only the sign of x, and y = max(x, 0) > 0
@@ -551,6 +553,7 @@ static const struct rule rules[] = {
 	{ "NegativeLogLikelihoodLoss", r_loss }, { "SoftmaxCrossEntropyLoss", r_loss }, { "CumSum", r_cumsum },
 	{ "DepthToSpace", r_depth_space }, { "SpaceToDepth", r_depth_space }, { "LRN", r_lrn },
 	{ "GroupNormalization", r_group_norm }, { "InstanceNormalization", r_group_norm },
+	{ "FusedGelu", r_unary },
 };
 
 int ad_has_rule(const char *op)
@@ -573,7 +576,7 @@ int ad_rule(struct ad *ad, const struct hp_node *n, const int *dy)
 	for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
 		if (!strcmp(rules[i].op, n->op_type)) {
 			int is_internal_op = !strcmp(n->op_type, "BatchNormTrain") || !strcmp(n->op_type, "DropoutTrain") ||
-					     !strcmp(n->op_type, "MatMulAcc");
+					     !strcmp(n->op_type, "MatMulAcc") || !strcmp(n->op_type, "FusedGelu");
 			if (internal != is_internal_op)
 				break;
 			return rules[i].fn(ad, n, dy);

@@ -304,7 +304,10 @@ int hp_fuse_training(struct hp_graph *g)
 	int rc, any = 0;
 
 	memset(&r, 0, sizeof r);
-	rc = run_pass(g, hp_fuse_layernorm, &r, &any);
+	if ((rc = run_pass(g, hp_fuse_gelu, &r, &any)) >= 0)
+		rc = run_pass(g, hp_fuse_layernorm, &r, &any);
+	if (rc >= 0)
+		rc = run_pass(g, hp_fuse_train_linear, &r, &any);
 	hp_fuse_report_free(&r);
 	if (rc < 0)
 		return rc;

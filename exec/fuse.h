@@ -39,17 +39,21 @@ struct hp_fuse_report {
 int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struct hp_fuse_report *r);
 void hp_fuse_report_free(struct hp_fuse_report *r);
 
-/* Training's one rewrite, before autodiff, in core and under a budget
- * alike: LayerNorm as exporters write it below opset 17 into
- * LayerNormalization, whose backward is one LayerNormGrad
- * (kernels/norm_grad.c) instead of about twenty element-wise nodes and
- * their gradients (GPT-2-style: 9 LayerNorms of [256, 128]).  It rounds
- * differently from the chain, as in inference.  Not for --pipeline
+/* Training's rewrites, before autodiff, in core and under a budget
+ * alike: GELU as exporters write it into FusedGelu, whose backward is one
+ * UnaryGrad (kernels/eltwise_grad.c's vectorized gelu_grad) instead of
+ * five element-wise nodes and their gradients, and LayerNorm as exporters
+ * write it below opset 17 into LayerNormalization, whose backward is one
+ * LayerNormGrad (kernels/norm_grad.c) instead of about twenty (GPT-2-style:
+ * 4 GELUs of [256, 512], 9 LayerNorms of [256, 128]).  Both round
+ * differently from the chains, as in inference.  Not for --pipeline
  * (exec/pipe_build.c): its stages lost the losses to NaN with the fused
- * transformer of tests/train/ref.  GELU is left as written:
- * its fusion changed the out-of-core budgets train-refs probes and met an
- * exported model whose FusedGelu clashed with a node's name.  0 or a
- * negative error. */
+ * transformer of tests/train/ref.  (GELU's fusion was taken out once: the
+ * out-of-core budgets train-refs probes then met GemmGrad blocks that were
+ * not bitwise the whole, fixed in kernels/gemm_grad.c, and the tanh form
+ * with x^3 as two Muls overflowed fuse_gelu.c's match.)  Then each
+ * MatMul(X, Transpose(W)) of a linear layer into Gemm(X rows, W, transB)
+ * (fuse_train_linear.c).  0 or a negative error. */
 int hp_fuse_training(struct hp_graph *g);
 
 #endif

@@ -16,7 +16,7 @@
 
 #include "exec/fuse_internal.h"
 
-#define MAXN 8
+#define MAXN 16 /* the tanh form with x^3 as two Muls is 9 nodes */
 
 struct gelu_match {
 	int nodes[MAXN], n;

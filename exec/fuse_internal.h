@@ -23,6 +23,8 @@ int hp_fuse_attention(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_att
 int hp_fuse_epilogue(struct hp_graph *g, struct hp_fuse_report *r);  /* fuse_epi.c */
 int hp_fuse_transpose_gemm(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_transpose.c */
 int hp_fuse_invres(struct hp_graph *g, struct hp_fuse_report *r);   /* fuse_ir.c, after the epilogues */
+/* Training's MatMul(X, Transpose(W)) into Gemm(X rows, W, transB). */
+int hp_fuse_train_linear(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_train_linear.c */
 /* Every Transpose of a float constant at once (a cap on the bytes folded):
  * 1 when some folded, 0, or a negative error. */
 int hp_fuse_const_transpose(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_const.c */

@@ -195,8 +195,13 @@ static void unary_range(void *arg, int64_t b, int64_t e, int tid)
 static int unary_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	struct unary_job j = { n->priv, a->in[0].data, a->in[1].data, a->out[0].data };
+	/* GELU's and Erf's derivatives cost an exp (and an erf) an element,
+	 * about 7 cycles: worth the pool from a quarter of the memory-bound
+	 * ops' grain, as FusedGelu's forward (fused_epi.c); GPT-2-style's
+	 * [256, 512] ran on one thread. */
+	int64_t grain = j.p->op == U_GELU || j.p->op == U_ERF ? HPK_GRAIN / 4 : HPK_GRAIN;
 
-	hp_parallel_for(a->pool, hp_shape_numel(&a->in[1].shape), HPK_GRAIN, unary_range, &j);
+	hp_parallel_for(a->pool, hp_shape_numel(&a->in[1].shape), grain, unary_range, &j);
 	return 0;
 }
 

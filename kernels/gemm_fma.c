@@ -21,6 +21,7 @@
  * (and its bits) is the same whatever the blocking or the split. */
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/fma_tile.h"
@@ -177,11 +178,30 @@ FM_TARGET static void fm_pack(const float *b, int64_t sk, int64_t sj, int64_t k0
 	}
 }
 
+/* t[i * k + kk] = A(i, kk) = a[kk * rk + i] (ra 1): A's rows made
+ * contiguous, by 8 x 8 blocks through registers. */
+FM_TARGET static void fm_rows_of(const float *a, int64_t rk, int64_t m, int64_t k, float *t)
+{
+	int64_t m8 = m / 8 * 8, k8 = k / 8 * 8;
+
+	for (int64_t i = 0; i < m8; i += 8)
+		for (int64_t kk = 0; kk < k8; kk += 8)
+			fma_transpose8(t + i * k + kk, k, a + kk * rk + i, rk);
+	for (int64_t kk = 0; kk < k; kk++)
+		for (int64_t i = kk < k8 ? m8 : 0; i < m; i++)
+			t[i * k + kk] = a[kk * rk + i];
+}
+
 int hp_fma_gemm_ok(void)
 {
 	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 #else
+static void fm_rows_of(const float *a, int64_t rk, int64_t m, int64_t k, float *t)
+{
+	(void)a, (void)rk, (void)m, (void)k, (void)t;
+}
+
 static void fm_micro(int mr, int64_t kc, const float *a, int64_t ra, int64_t rk, const float *bp, float *y,
 		     int64_t ldy, int ncols, int first)
 {
@@ -344,7 +364,33 @@ static void fm_share(void *arg, int64_t b, int64_t e, int tid)
 	}
 }
 
+static void fm_run(const struct hp_fma_prod *p, struct hp_pool *pool);
+
+/* A transposed in memory (ra 1, a weight gradient's A^T dY) is read 6
+ * floats from each of K cache lines per micro-tile, and read again for
+ * every 16 columns: a BERT-style FFN's dW = X^T dY (X 1 MiB) ran at 2.6x
+ * its forward product.  Its rows are then copied contiguous first (m k
+ * floats, against 2 m n k flops); the chains, and so the bits, are the
+ * same.  Problems with their own offsets keep the strided reads. */
+#define FM_ROWS_MIN 16384 /* elements of A below which it stays in place */
+
 void hp_fma_gemm(const struct hp_fma_prod *p, struct hp_pool *pool)
+{
+	struct hp_fma_prod q = *p;
+	float *t;
+
+	if (p->ra != 1 || p->rk == 1 || p->nprob != 1 || p->aoff || p->m * p->k < FM_ROWS_MIN ||
+	    !(t = malloc((size_t)(p->m * p->k) * sizeof *t))) {
+		fm_run(p, pool);
+		return;
+	}
+	fm_rows_of(p->a, p->rk, p->m, p->k, t);
+	q.a = t, q.ra = p->k, q.rk = 1;
+	fm_run(&q, pool);
+	free(t);
+}
+
+static void fm_run(const struct hp_fma_prod *p, struct hp_pool *pool)
 {
 	struct fm_share sh[FM_MAX_SHARES];
 	struct fm_run r = { .p = p, .ldy = p->ldy ? p->ldy : p->n, .sh = sh };

@@ -8,6 +8,7 @@
 
 #include "hpdlf/error.h"
 #include "kernels/blas.h"
+#include "kernels/gemm_fma.h"
 #include "kernels/gemm_grad.h"
 #include "kernels/gemm_tile.h"
 #include "kernels/gemm_panels.h"
@@ -87,6 +88,29 @@ static int mm_tiled(const struct hp_node *n, const struct hp_kargs *a, int64_t m
 	return 0;
 }
 
+/* The own FMA product (gemm_fma.h) where the CPU has it, as the forward
+ * MatMul: each gradient element is one chain of FMAs over its whole
+ * reduction in order (dA over N, dB over the rows), so a weight cut along
+ * K (MatMulAcc blocks) gets the whole's elements bit for bit, whatever the
+ * pool.  dY, A and B are read in place; OpenBLAS's tiles repacked dY for
+ * every tile (MatMulGrad was half of a GPT-2-style training step).
+ * nprob products, p-th at aoff/boff (NULL: one product), each writing its
+ * own dA and dB. */
+static void mm_fma(const struct hp_kargs *a, int64_t nprob, const int64_t *aoff, const int64_t *boff,
+		   const int64_t *yoff, int64_t m, int64_t k, int64_t nn, float *dx, float *dw)
+{
+	const float *dy = a->in[0].data, *x = a->in[1].data, *w = a->in[2].data;
+
+	if (dx) /* dA (m x k) = dY (m x nn) B^T, B^T(j, q) = B[q][j] */
+		hp_fma_gemm(&(struct hp_fma_prod){ .m = m, .n = k, .k = nn, .nprob = nprob, .a = dy, .ra = nn, .rk = 1,
+						   .aoff = yoff, .b = w, .sk = 1, .sj = nn, .boff = boff, .y = dx },
+			    a->pool);
+	if (dw) /* dB (k x nn) = A^T dY, A^T(q, r) = A[r][q] */
+		hp_fma_gemm(&(struct hp_fma_prod){ .m = k, .n = nn, .k = m, .nprob = nprob, .a = x, .ra = 1, .rk = k,
+						   .aoff = aoff, .b = dy, .sk = nn, .sj = 1, .boff = yoff, .y = dw },
+			    a->pool);
+}
+
 /* Below this the pool's wake-up costs more than the second thread gains. */
 #define MM_BATCH_PAR_MIN_FLOPS 1e6
 
@@ -118,6 +142,25 @@ static void mm_batch_range(void *arg, int64_t b, int64_t e, int tid)
 	}
 }
 
+/* Products that each own their dA and dB slices (attention's) as one FMA
+ * call per gradient: 0, or -ENOMEM (then one sgemm per product). */
+static int mm_fma_batch(const struct hp_kargs *a, const struct mm_priv *p, const int64_t *sa, const int64_t *sb,
+			int64_t nb, float *dx, float *dw)
+{
+	int64_t *off = malloc((size_t)(3 * nb) * sizeof *off);
+
+	if (!off)
+		return -ENOMEM;
+	for (int64_t i = 0; i < nb; i++) {
+		off[i] = tk_offset(&p->yb, sa, i) * p->m * p->k;
+		off[nb + i] = tk_offset(&p->yb, sb, i) * p->k * p->n;
+		off[2 * nb + i] = i * p->m * p->n;
+	}
+	mm_fma(a, nb, off, off + nb, off + 2 * nb, p->m, p->k, p->n, dx, dw);
+	free(off);
+	return 0;
+}
+
 static int mm_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct mm_priv *p = n->priv;
@@ -135,6 +178,10 @@ static int mm_run(const struct hp_node *n, const struct hp_kargs *a)
 	 * nb thin ones (dB summed by sgemm rather than by beta = 1 per batch). */
 	if (p->bb.rank == 0 && hp_shape_equal(&p->ab, &p->yb) && nb * m <= INT32_MAX)
 		m *= nb, nb = 1;
+	if (nb == 1 && p->bb.rank == 0 && hp_fma_gemm_ok()) {
+		mm_fma(a, 1, NULL, NULL, NULL, m, k, nn, dx, dw);
+		return 0;
+	}
 	if (nb == 1 && p->bb.rank == 0)
 		return mm_tiled(n, a, m, k, nn, dx, dw);
 	/* An operand with a batch of its own per product (attention's) or one
@@ -148,6 +195,8 @@ static int mm_run(const struct hp_node *n, const struct hp_kargs *a)
 		memset(dx, 0, hp_tensor_bytes(&a->out[0]));
 	if (dw && bw != 0.0f)
 		memset(dw, 0, hp_tensor_bytes(&a->out[1]));
+	if (bx == 0.0f && bw == 0.0f && nb > 1 && hp_fma_gemm_ok() && mm_fma_batch(a, p, sa, sb, nb, dx, dw) == 0)
+		return 0;
 	struct mm_batch j = { .p = p, .sa = sa, .sb = sb, .m = m, .k = k, .nn = nn, .bx = bx, .bw = bw,
 			      .dy = dy, .x = x, .w = w, .dx = dx, .dw = dw };
 	/* products that each own their outputs (attention's) run on the pool,
@@ -237,6 +286,44 @@ static int grad_panels(const struct hp_node *n, const struct hp_kargs *a, int m,
 	return rc < 0 ? rc : tk_panels_mul(n->priv, a->in[0].data, nn, 1, m, alpha, a->out[0].data, k, 0, a->pool);
 }
 
+/* dB as FMA chains over the rows (gemm_fma.h), alpha 1: each element's
+ * bits depend on no tile, so the blocks of a weight cut along either axis
+ * (exec/split_weight.c) compute the whole's elements bit for bit.  With
+ * OpenBLAS's tiles a feature cut's blocks rounded differently from the
+ * whole when a block was narrower than the whole's tile (the autoenc
+ * reference's input layer in 6 blocks of 16 rows differed in the last
+ * place after one step). */
+static void gemm_dw_fma(const struct hp_kargs *a, int64_t m, int64_t k, int64_t nn, int ta, int tb, int64_t lda,
+			float *dw)
+{
+	const float *dy = a->in[0].data, *x = a->in[1].data;
+
+	if (!tb) /* dB (k x nn) = op(A)^T dY, op(A)^T(q, i) = op(A)(i, q) */
+		hp_fma_gemm(&(struct hp_fma_prod){ .m = k, .n = nn, .k = m, .nprob = 1, .a = x, .ra = ta ? lda : 1,
+						   .rk = ta ? 1 : lda, .b = dy, .sk = nn, .sj = 1, .y = dw },
+			    a->pool);
+	else /* dB (nn x k) = dY^T op(A) */
+		hp_fma_gemm(&(struct hp_fma_prod){ .m = nn, .n = k, .k = m, .nprob = 1, .a = dy, .ra = 1, .rk = nn,
+						   .b = x, .sk = ta ? 1 : lda, .sj = ta ? lda : 1, .y = dw },
+			    a->pool);
+}
+
+/* dA = dY op(B)^T (transA 0, alpha 1) as FMA chains over N from its last
+ * column to its first (negative strides), each from the running sum of
+ * the blocks after this one (input 3) or from 0: the blocks of a feature
+ * cut, chained by autodiff.c, continue the whole's chains bit for bit. */
+static void gemm_dx_fma(const struct hp_kargs *a, int64_t m, int64_t k, int64_t nn, int tb, int64_t ldb,
+			const float *acc, float *dx)
+{
+	const float *dy = a->in[0].data, *w = a->in[2].data;
+	int64_t last = nn > 0 ? nn - 1 : 0;
+
+	hp_fma_gemm(&(struct hp_fma_prod){ .m = m, .n = k, .k = nn, .nprob = 1, .a = dy + last, .ra = nn, .rk = -1,
+					   .b = tb ? w + last * ldb : w + last, .sk = tb ? -ldb : -1,
+					   .sj = tb ? 1 : ldb, .c = acc, .cs0 = k, .cs1 = 1, .beta = 1.0f, .y = dx },
+		    a->pool);
+}
+
 /* The four products run in the forward product's tiling (gemm_tile.h):
  * a weight cut in blocks at tile bounds gets its gradients bit for bit
  * from the same sgemm calls as the whole weight.  dA sums over N, the
@@ -258,6 +345,10 @@ static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
 		return HP_EMODEL;
 	if (hp_attr_int(n, "defer_dw", 0))
 		dw = NULL;
+	if (dx && !ta && alpha == 1.0f && hp_attr_int(n, "pack_b", 0) <= 0 && hp_fma_gemm_ok()) {
+		gemm_dx_fma(a, m, k, nn, tb, ldb, acc, dx);
+		dx = NULL;
+	}
 	if (dx && acc)
 		memcpy(dx, acc, (size_t)(m * k) * sizeof *dx);
 	else if (dx && !ta && hp_attr_int(n, "pack_b", 0) > 0 && m <= TK_PANEL_MAX_ROWS && tk_panels_ok() &&
@@ -273,6 +364,10 @@ static int gemm_run(const struct hp_node *n, const struct hp_kargs *a)
 						      .m = k, .n = m, .k = nn, .lda = ldb, .ldb = nn, .ldy = m,
 						      .alpha = alpha, .a = w, .b = dy, .y = dx,
 						      .t = { .mb = t.kb, .nb = t.mb, .kb = t.nb } }, a->pool);
+	if (dw && alpha == 1.0f && !hp_attr_int(n, "accumulate", 0) && hp_fma_gemm_ok()) {
+		gemm_dw_fma(a, m, k, nn, ta, tb, lda, dw);
+		dw = NULL;
+	}
 	if (dw && !tb) /* dB = alpha op(A)^T dY */
 		hp_gemm_tiled(&(struct hp_gemm_call){ .ta = !ta, .tb = 0, .accumulate = hp_attr_int(n, "accumulate", 0) != 0,
 						      .m = k, .n = nn, .k = m, .lda = lda, .ldb = nn, .ldy = nn,

@@ -541,26 +541,76 @@ static int sm_prepare(struct hp_graph *g, struct hp_node *n)
 	return 0;
 }
 
+/* Sum over a row of dY * Y (Softmax) or of dY (LogSoftmax) in double:
+ * products of two floats are exact in double; eight lanes, then a fixed
+ * tree, so the bits depend on the row alone. */
+static inline double sm_dot(const float *dy, const float *y, int64_t n, int logsm)
+{
+	hpk_d4 lo = { 0 }, hi = { 0 };
+	double l[8];
+	int64_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		hpk_f4 a, b, c, d;
+		memcpy(&a, dy + i, sizeof a);
+		memcpy(&b, dy + i + 4, sizeof b);
+		hpk_d4 da = __builtin_convertvector(a, hpk_d4), db = __builtin_convertvector(b, hpk_d4);
+		if (!logsm) {
+			memcpy(&c, y + i, sizeof c);
+			memcpy(&d, y + i + 4, sizeof d);
+			da *= __builtin_convertvector(c, hpk_d4);
+			db *= __builtin_convertvector(d, hpk_d4);
+		}
+		lo += da;
+		hi += db;
+	}
+	memcpy(l, &lo, sizeof lo);
+	memcpy(l + 4, &hi, sizeof hi);
+	for (int k = 0; i < n; i++, k++)
+		l[k] += logsm ? dy[i] : (double)dy[i] * y[i];
+	return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+}
+
+struct sm_job {
+	struct sm_geom gm;
+	const float *dy, *y;
+	float *dx;
+	int logsm;
+};
+
+/* Positions [b, e) (outer * inner of them), each its own row's sum:
+ * the pool's split does not change a bit.  Contiguous rows (inner 1, a
+ * Softmax over the last axis: attention's) take sm_dot; a strided axis
+ * sums in its order. */
+static void sm_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct sm_job *j = arg;
+	int64_t len = j->gm.len, inner = j->gm.inner;
+
+	(void)tid;
+	for (int64_t p = b; p < e; p++) {
+		int64_t base = p / inner * len * inner + p % inner;
+		const float *dy = j->dy + base, *y = j->y + base;
+		float *dx = j->dx + base;
+		double dot = 0;
+		if (inner == 1)
+			dot = sm_dot(dy, y, len, j->logsm);
+		else
+			for (int64_t c = 0; c < len; c++)
+				dot += j->logsm ? dy[c * inner] : (double)dy[c * inner] * y[c * inner];
+		for (int64_t c = 0; c < len; c++) {
+			int64_t k = c * inner;
+			dx[k] = (float)(j->logsm ? dy[k] - exp(y[k]) * dot : y[k] * (dy[k] - dot));
+		}
+	}
+}
+
 static int sm_run_common(const struct hp_node *n, const struct hp_kargs *a, int logsm)
 {
-	struct sm_geom gm;
-	const float *dy = a->in[0].data, *y = a->in[1].data;
-	float *dx = a->out[0].data;
+	struct sm_job j = { .dy = a->in[0].data, .y = a->in[1].data, .dx = a->out[0].data, .logsm = logsm };
 
-	sm_geom(n, &a->in[1].shape, &gm);
-	for (int64_t o = 0; o < gm.outer; o++)
-		for (int64_t i = 0; i < gm.inner; i++) {
-			int64_t base = o * gm.len * gm.inner + i;
-			double dot = 0;
-			for (int64_t c = 0; c < gm.len; c++) {
-				int64_t k = base + c * gm.inner;
-				dot += logsm ? dy[k] : (double)dy[k] * y[k];
-			}
-			for (int64_t c = 0; c < gm.len; c++) {
-				int64_t k = base + c * gm.inner;
-				dx[k] = (float)(logsm ? dy[k] - exp(y[k]) * dot : y[k] * (dy[k] - dot));
-			}
-		}
+	sm_geom(n, &a->in[1].shape, &j.gm);
+	hp_parallel_for(a->pool, j.gm.outer * j.gm.inner, HPK_GRAIN / 4 / (j.gm.len + 1) + 1, sm_range, &j);
 	return 0;
 }
 

@@ -991,6 +991,46 @@ static void test_softmax_grad(void **state)
 	}
 }
 
+/* Attention's rows (a Softmax over the last axis, 70 long: eight-lane
+ * sums with a tail): dX against y (dy - sum dy y) and dy - e^y sum dy in
+ * double, and on two threads bitwise one. */
+static void test_softmax_grad_rows(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int logsm = 0; logsm < 2; logsm++) {
+		enum { R = 2 * 4 * 64, L = 70 };
+		struct hp_tensor in[2] = { rnd(T(4, 2, 4, 64, L), 84, -1, 1), rnd(T(4, 2, 4, 64, L), 85, 0, 0.03f) }, one,
+				 two;
+		struct hp_attr a[1] = { kt_int("axis", -1) };
+		const float *dy = in[0].data, *y = in[1].data;
+		double *want = malloc(sizeof(double) * R * L);
+		const char *op = logsm ? "LogSoftmaxGrad" : "SoftmaxGrad";
+		run(op, 2, in, 1, a, 1, &one);
+		kt_pool = pool;
+		run(op, 2, in, 1, a, 1, &two);
+		kt_pool = NULL;
+		assert_memory_equal(one.data, two.data, sizeof(float) * R * L);
+		for (int r = 0; r < R; r++) {
+			double dot = 0;
+			for (int c = 0; c < L; c++)
+				dot += logsm ? dy[r * L + c] : (double)dy[r * L + c] * y[r * L + c];
+			for (int c = 0; c < L; c++) {
+				int k = r * L + c;
+				want[k] = logsm ? dy[k] - exp(y[k]) * dot : y[k] * (dy[k] - dot);
+			}
+		}
+		close_to(&one, want, 1e-6, op);
+		free(want);
+		hp_tensor_free(&one);
+		hp_tensor_free(&two);
+		free_all(in, 2);
+	}
+	hp_pool_destroy(pool);
+}
+
 /* ---- shape ops -------------------------------------------------------- */
 
 /* Linear maps y = A x given as a gather list: y[i] = sum of x[src] * w;
@@ -1361,9 +1401,28 @@ static void test_cross_entropy(void **state)
 	free_all(in, 3);
 }
 
+/* The loss and its gradient again on a pool of 2: bitwise the same. */
+static void ce_pool_same(const struct hp_tensor *in, const struct hp_tensor *out, const struct hp_tensor *g)
+{
+	struct hp_pool *pool;
+	struct hp_tensor out2, g2;
+
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	kt_pool = pool;
+	run("SoftmaxCrossEntropy", 2, in + 1, 0, NULL, 1, &out2);
+	run("SoftmaxCrossEntropyGrad", 3, in, 0, NULL, 1, &g2);
+	kt_pool = NULL;
+	assert_memory_equal(out->data, out2.data, sizeof(float));
+	assert_memory_equal(g->data, g2.data, (size_t)numel(g) * sizeof(float));
+	hp_tensor_free(&out2);
+	hp_tensor_free(&g2);
+	hp_pool_destroy(pool);
+}
+
 /* The blocked paths over a wide vocabulary: positions along inner (more
  * than a block of them, ignored labels among them) and rows of contiguous
- * classes (inner 1): the loss and each dLogit against double loops. */
+ * classes (inner 1): the loss and each dLogit against double loops, and
+ * on two threads bitwise one. */
 static void ce_wide_case(int64_t n, int64_t classes, int64_t inner, unsigned seed)
 {
 	int64_t xd[3] = { n, classes, inner }, ld[2] = { n, inner }, one[1] = { 1 }, cnt = 0;
@@ -1381,6 +1440,7 @@ static void ce_wide_case(int64_t n, int64_t classes, int64_t inner, unsigned see
 		lab[p] = p % 7 == 3 ? -100 : (p * 37 + seed) % classes;
 	run("SoftmaxCrossEntropy", 2, in + 1, 0, NULL, 1, &out);
 	run("SoftmaxCrossEntropyGrad", 3, in, 0, NULL, 1, &g);
+	ce_pool_same(in, &out, &g);
 	double *lse = calloc((size_t)np, sizeof *lse);
 	for (int64_t p = 0; p < np; p++) {
 		int64_t o = p / inner, i = p % inner;
@@ -1413,6 +1473,7 @@ static void test_cross_entropy_wide(void **state)
 	(void)state;
 	ce_wide_case(3, 300, 70, 1);  /* a GPT's [batch, vocab, tokens] */
 	ce_wide_case(50, 130, 1, 2);  /* [rows, classes] */
+	ce_wide_case(300, 130, 1, 4); /* the same above the pool's threshold */
 	ce_wide_case(2, 3, 5, 3);
 }
 
@@ -1576,6 +1637,7 @@ int main(void)
 		cmocka_unit_test(test_layernorm_grad),
 		cmocka_unit_test(test_layernorm_grad_pool),
 		cmocka_unit_test(test_softmax_grad),
+		cmocka_unit_test(test_softmax_grad_rows),
 		cmocka_unit_test(test_transpose_reshape_grad),
 		cmocka_unit_test(test_transpose_grad_paths),
 		cmocka_unit_test(test_concat_split_grad),
