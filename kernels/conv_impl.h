@@ -293,6 +293,10 @@ void hp_conv_set_kxk(int mode);
 /* The auto choice takes it from this many channels per group, in and out. */
 #define HP_KXK_MIN_CH 8
 int hp_conv_kxk_mode(void);
+/* Tests and benchmarks only: whether the KxK path reads blocks of whole
+ * output-row runs straight from the image (conv_kxk_run.c; the default)
+ * or packs them as other blocks; the same bits either way. */
+void hp_kxk_set_run(int on);
 
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
 void hp_convt_setup(struct hp_conv *cv);

@@ -37,6 +37,7 @@
 #include "kernels/conv_impl.h"
 #include "kernels/fused_impl.h"
 #include "kernels/fma_tile.h"
+#include "kernels/conv_kxk.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -45,10 +46,6 @@
 #define KX_INLINE __attribute__((always_inline)) inline
 #endif
 
-#define KX_MR 6     /* output channels per micro-tile */
-#define KX_NR 16    /* columns per micro-tile (two vectors) */
-#define KX_KC 256   /* k per cache block */
-#define KX_NB 128   /* columns per unit (a multiple of KX_NR) */
 /* Below this many flops a node runs on the caller alone (as conv_pw.c). */
 #define KX_PAR_MIN_FLOPS 2e6
 
@@ -120,20 +117,6 @@ size_t hp_kxk_workspace(const struct hp_conv *cv, int threads)
 	return (size_t)threads * (size_t)kx_per_thread(cv) * sizeof(float);
 }
 
-struct kx_run {
-	const struct hp_conv *cv;
-	const float *x, *w, *b;
-	float *y, *ws;
-	const struct hp_epi *epi;
-	const float *addend;
-	int64_t mt, nblk;        /* micro-tiles of rows, column blocks per item */
-	struct hp_fma_fin fin;       /* the epilogue in registers, when fin_ok */
-	int fin_ok, fin_add;     /* epi done as tiles are stored; with a full addend */
-	int64_t per_thread;      /* floats of a worker's panel buffer (and tile buffer) */
-	int64_t panel;           /* floats of the panel buffer */
-	int64_t pf;              /* floats of one panel's area (kx_panel_floats) */
-	int span;                /* blocks span batch items (kx_span) */
-};
 
 /* Image coordinates of the first tap of 16 output columns (lanes past the
  * block's end far outside the image) and whether they are one run of a
@@ -432,8 +415,9 @@ static void kx_range(void *arg, int64_t b, int64_t e, int tid)
 
 	while (b < e) {
 		int64_t blk = b / r->mt, t0 = b % r->mt, t1 = min64(r->mt, t0 + (e - b));
-		int64_t bg = blk / r->nblk, j0 = blk % r->nblk * KX_NB;
-		kx_block(r, bg, j0, min64(KX_NB, cols - j0), t0, t1, bp, tmp);
+		int64_t bg = blk / r->nblk, j0 = blk % r->nblk * KX_NB, nc = min64(KX_NB, cols - j0);
+		if (!hp_kxk_run_block(r, bg, j0, nc, t0, t1, bp))
+			kx_block(r, bg, j0, nc, t0, t1, bp, tmp);
 		b += t1 - t0;
 	}
 }

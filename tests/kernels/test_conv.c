@@ -769,6 +769,32 @@ static void test_conv_kxk(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* One case of test_kxk_bands: 1 thread bitwise 2, every batch and row band
+ * bitwise the whole, FusedConv bitwise the unfused nodes. */
+static void kxk_band_case(const struct cc *t, size_t i, struct hp_pool *pool)
+{
+	struct hp_tensor whole, one;
+	struct built bt;
+
+	build(t, 11, &bt);
+	assert_int_equal(run_case(t, &bt, pool, &whole), 0);
+	assert_int_equal(run_case(t, &bt, NULL, &one), 0);
+	assert_memory_equal(whole.data, one.data, hp_tensor_bytes(&whole));
+	for (int64_t a = 0; a < t->n; a++)
+		for (int64_t b = a + 1; b <= t->n; b++)
+			check_band(t, &bt, &whole, 0, a, b, pool);
+	for (int64_t a = 0; a < whole.shape.dims[2]; a++)
+		for (int64_t b = a + 1; b <= whole.shape.dims[2]; b++)
+			check_band(t, &bt, &whole, 2, a, b, b - a > 2 ? pool : NULL);
+	for (int k = 0; k < 3; k++) {
+		check_fused_dot(t, k, (int)(i + k) % 2, pool);
+		check_fused_dot(t, k, (int)(i + k + 1) % 2, NULL);
+	}
+	hp_tensor_free(&whole);
+	hp_tensor_free(&one);
+	unbuild(&bt);
+}
+
 /* On the KxK path one thread gives two's bits, bands of batch items and of
  * output rows of every extent and start give the whole node's, and
  * FusedConv (Relu or Clip after a full, per-channel or scalar addend) is
@@ -782,27 +808,64 @@ static void test_kxk_bands(void **state)
 		skip();
 	assert_int_equal(hp_pool_create(2, &pool), 0);
 	hp_conv_set_kxk(1);
-	for (size_t i = 0; i < sizeof kxk_cases / sizeof kxk_cases[0]; i++) {
-		const struct cc *t = &kxk_cases[i];
-		struct hp_tensor whole, one;
+	for (size_t i = 0; i < sizeof kxk_cases / sizeof kxk_cases[0]; i++)
+		kxk_band_case(&kxk_cases[i], i, pool);
+	hp_conv_set_kxk(0);
+	hp_pool_destroy(pool);
+}
+
+/* The row-run blocks of the KxK path (conv_kxk_run.c: output rows of a
+ * multiple of 16 columns at stride 1 along them, planes of 64 outputs
+ * and more): the U-Net's 16-channel layer at 16x32, K longer than a k
+ * chunk of 85 kernel rows with a micro-tile of one row (13 = 6 + 6 + 1),
+ * rows of 144 (blocks of 128 columns across two output rows), dilation 2
+ * with a 5-wide kernel and pads of 4 (taps far past both edges),
+ * asymmetric pads (a left edge of 2, no right edge), padding rows of 3
+ * and 2, groups, stride 2 down the rows, a 16-wide plane (each panel both
+ * edges), 3-D and 1-D. */
+static const struct cc kxk_run_cases[] = {
+	{ 2, 0, 2, 16, 16, 1, V3(6, 32, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 40, 13, 1, V3(5, 48, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 9, 8, 1, V3(3, 144, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+	{ 2, 0, 1, 8, 7, 1, V3(6, 32, 0), V3(3, 5, 0), V3(1, 1, 0), V3(1, 2, 0), V3(1, 4, 0), V3(1, 4, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 2, 8, 9, 1, V3(5, 32, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(3, 2, 0), V3(2, 0, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 16, 8, 2, V3(6, 16, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 0, 1, 0 },
+	{ 2, 0, 1, 10, 6, 1, V3(9, 32, 0), V3(3, 3, 0), V3(2, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 24, 20, 1, V3(5, 16, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 3, 0, 1, 8, 7, 1, V3(3, 4, 16), V3(3, 3, 3), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 1, 0, 3, 8, 6, 1, V3(64, 0, 0), V3(3, 0, 0), V3(1, 0, 0), V3(1, 0, 0), V3(1, 0, 0), V3(1, 0, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+};
+
+/* The row-run blocks against the reference, bitwise the packed blocks
+ * (hp_kxk_set_run(0)) on 1 and 2 threads, and in bands, on threads and
+ * fused as test_kxk_bands. */
+static void test_kxk_run(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_kxk_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_conv_set_kxk(1);
+	for (size_t i = 0; i < sizeof kxk_run_cases / sizeof kxk_run_cases[0]; i++) {
+		const struct cc *t = &kxk_run_cases[i];
+		struct hp_tensor run, packed;
 		struct built bt;
-		build(t, 11, &bt);
-		assert_int_equal(run_case(t, &bt, pool, &whole), 0);
-		assert_int_equal(run_case(t, &bt, NULL, &one), 0);
-		assert_memory_equal(whole.data, one.data, hp_tensor_bytes(&whole));
-		for (int64_t a = 0; a < t->n; a++)
-			for (int64_t b = a + 1; b <= t->n; b++)
-				check_band(t, &bt, &whole, 0, a, b, pool);
-		for (int64_t a = 0; a < whole.shape.dims[2]; a++)
-			for (int64_t b = a + 1; b <= whole.shape.dims[2]; b++)
-				check_band(t, &bt, &whole, 2, a, b, b - a > 2 ? pool : NULL);
-		for (int k = 0; k < 3; k++) {
-			check_fused_dot(t, k, (int)(i + k) % 2, pool);
-			check_fused_dot(t, k, (int)(i + k + 1) % 2, NULL);
+		check(t, 260 + (unsigned)i, NULL);
+		check(t, 260 + (unsigned)i, pool);
+		build(t, 31, &bt);
+		for (int th = 0; th < 2; th++) {
+			assert_int_equal(run_case(t, &bt, th ? pool : NULL, &run), 0);
+			hp_kxk_set_run(0);
+			assert_int_equal(run_case(t, &bt, th ? NULL : pool, &packed), 0);
+			hp_kxk_set_run(1);
+			assert_memory_equal(run.data, packed.data, hp_tensor_bytes(&run));
+			hp_tensor_free(&run);
+			hp_tensor_free(&packed);
 		}
-		hp_tensor_free(&whole);
-		hp_tensor_free(&one);
 		unbuild(&bt);
+		kxk_band_case(t, i, pool);
 	}
 	hp_conv_set_kxk(0);
 	hp_pool_destroy(pool);
@@ -921,6 +984,7 @@ int main(void)
 		cmocka_unit_test(test_conv_gemm),
 		cmocka_unit_test(test_conv_kxk),
 		cmocka_unit_test(test_kxk_bands),
+		cmocka_unit_test(test_kxk_run),
 		cmocka_unit_test(test_kxk_choice),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_kernel_shape_dims),
