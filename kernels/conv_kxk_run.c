@@ -8,10 +8,12 @@
  * loops; with 16 output channels (three micro-tiles share a panel) that
  * was a third of the kernel's time (perf, class u-128 of
  * hpdlf-bench-conv-libs).  Here:
- *  - the image rows of a (block output row, k chunk) are found once, for
- *    all its panels; a panel's taps are those rows plus its column;
- *  - only the edge panels copy rows (vector loads inside the row, zeros
- *    outside), padding rows point at one row of zeros;
+ *  - the taps of a (block output row, k chunk) are found once, for all
+ *    its panels; a panel reads them at its column's offset (the micro-
+ *    tile adds it), padding rows read a row of zeros;
+ *  - only the edge panels copy rows (zeros outside the image), each
+ *    vector stored once;
+ *  - the next output row's new image rows are prefetched;
  *  - the panels outermost when the chunk's weights of all the block's
  *    micro-tiles fit in L1, so a panel's rows are read from L1 by every
  *    micro-tile.
@@ -82,10 +84,10 @@ KR_TARGET static KR_INLINE __m256 kr_acc0(int first, const float *bias, int r, i
 	return full ? _mm256_loadu_ps(y) : _mm256_maskload_ps(y, m);
 }
 
-/* The chain of k over nk taps, tap k's 16 lanes at taps[k], row r's
+/* The chain of k over nk taps, tap k's 16 lanes at taps[k] + off, row r's
  * weights at a + r * lda (W in place, as kx_tile); then the stores and the
  * epilogue as kx_tile. */
-KR_TARGET static KR_INLINE void kr_tile(const int mr, int64_t nk, const float *const *taps, int ncols,
+KR_TARGET static KR_INLINE void kr_tile(const int mr, int64_t nk, const float *const *taps, int64_t off, int ncols,
 					const float *a, int64_t lda, float *y, int64_t ldy,
 					int first, const float *bias, const struct hp_fma_fin *f, const float *add)
 {
@@ -96,7 +98,7 @@ KR_TARGET static KR_INLINE void kr_tile(const int mr, int64_t nk, const float *c
 
 	KR_INIT(0) KR_INIT(1) KR_INIT(2) KR_INIT(3) KR_INIT(4) KR_INIT(5)
 	for (int64_t k = 0; k < nk; k++, a++) {
-		__m256 b0 = _mm256_loadu_ps(taps[k]), b1 = _mm256_loadu_ps(taps[k] + 8);
+		__m256 b0 = _mm256_loadu_ps(taps[k] + off), b1 = _mm256_loadu_ps(taps[k] + off + 8);
 		KR_FMA(0) KR_FMA(1) KR_FMA(2) KR_FMA(3) KR_FMA(4) KR_FMA(5)
 	}
 	KR_OUT(0) KR_OUT(1) KR_OUT(2) KR_OUT(3) KR_OUT(4) KR_OUT(5)
@@ -108,10 +110,10 @@ KR_TARGET static KR_INLINE void kr_tile(const int mr, int64_t nk, const float *c
 
 #define KR_CASE(R)                                                                      \
 	case R:                                                                         \
-		kr_tile(R, nk, taps, ncols, a, lda, y, ldy, first, bias, f, add);               \
+		kr_tile(R, nk, taps, off, ncols, a, lda, y, ldy, first, bias, f, add);          \
 		break;
 
-KR_TARGET static void kr_micro(int mr, int64_t nk, const float *const *taps, int ncols,
+KR_TARGET static void kr_micro(int mr, int64_t nk, const float *const *taps, int64_t off, int ncols,
 			       const float *a, int64_t lda, float *y, int64_t ldy, int first, const float *bias,
 			       const struct hp_fma_fin *f, const float *add)
 {
@@ -142,34 +144,48 @@ static void kr_panel_of(const struct hp_colgeom *g, int64_t ow, int n, struct kr
 }
 
 /* dst[q] = row[off + q] inside the image row, 0 outside, q < len (a
- * multiple of 8): an edge panel's copy of one kernel row.  Plain loads
- * within the row and a scalar tail (masked loads were a fifth of the
- * kernel's time on AMD's cores). */
+ * multiple of 8): an edge panel's copy of one kernel row.  Each vector of
+ * dst is stored once: plain loads inside the row, masked loads across its
+ * ends (masked lanes are not read: no fault before or after the row);
+ * scalar stores under the vectors the micro-tiles then read cost a
+ * forwarding stall each. */
 KR_TARGET static void kr_copy(const float *row, int64_t off, int64_t W, int64_t len, float *dst)
 {
-	int64_t lo = off < 0 ? -off : 0, hi = W - off < len ? W - off : len, q;
+	__m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
 
-	for (q = 0; q < len; q += 8)
-		_mm256_storeu_ps(dst + q, _mm256_setzero_ps());
-	for (q = lo; q + 8 <= hi; q += 8)
-		_mm256_storeu_ps(dst + q, _mm256_loadu_ps(row + off + q));
-	for (; q < hi; q++)
-		dst[q] = row[off + q];
+	for (int64_t q = 0; q < len; q += 8) {
+		int64_t c = off + q;
+		__m256 v;
+		if (c >= 0 && c + 8 <= W)
+			v = _mm256_loadu_ps(row + c);
+		else if (c + 8 <= 0 || c >= W)
+			v = _mm256_setzero_ps();
+		else {
+			__m256i l = _mm256_add_epi32(iota, _mm256_set1_epi32((int32_t)c));
+			__m256i in = _mm256_and_si256(_mm256_cmpgt_epi32(l, _mm256_set1_epi32(-1)),
+						      _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)W), l));
+			v = _mm256_maskload_ps(row + c, in);
+		}
+		_mm256_storeu_ps(dst + q, v);
+	}
 }
 
-/* rows[i] for kernel rows i0 .. i0 + n - 1 (flat (c, kd, kh)) of output row
- * (od, oh): the image row at column 0, or NULL in the padding. */
-static void kr_rows(const struct hp_colgeom *g, const float *x, int64_t od, int64_t oh, int64_t i0, int64_t n,
-		    const float **rows)
+/* taps[i * k2 + kw] for kernel rows i0 .. i0 + n - 1 (flat (c, kd, kh)) of
+ * output row (od, oh): the image row at column kw * dil, or zrow (zeros
+ * wherever a panel's offset puts its lanes) in the padding. */
+static void kr_row_taps(const struct hp_colgeom *g, const float *x, int64_t od, int64_t oh, int64_t i0, int64_t n,
+			const float *zrow, const float **taps)
 {
-	int64_t k01 = g->k[0] * g->k[1];
+	int64_t k01 = g->k[0] * g->k[1], k2 = g->k[2];
 
 	for (int64_t i = i0; i < i0 + n; i++) {
 		int64_t c = i / k01, kd = i / g->k[1] % g->k[0], kh = i % g->k[1];
 		int64_t id = od * g->stride[0] - g->pad[0] + kd * g->dil[0];
 		int64_t ih = oh * g->stride[1] - g->pad[1] + kh * g->dil[1];
+		const float *row = x + c * g->img_vol + (id * g->img[1] + ih) * g->img[2];
 		int in = id >= 0 && id < g->img[0] && ih >= 0 && ih < g->img[1];
-		rows[i - i0] = in ? x + c * g->img_vol + (id * g->img[1] + ih) * g->img[2] : NULL;
+		for (int64_t kw = 0; kw < k2; kw++)
+			*taps++ = in ? row + kw * g->dil[2] : zrow;
 	}
 }
 
@@ -186,10 +202,11 @@ struct kr_block {
 	int64_t j0, nc, np, t0, t1, ybase, M, K;
 	const float *x, *w, *bias;
 	int64_t rpc, span;                    /* kernel rows per chunk, kr_span */
-	const float *zrow;                    /* span zeros: a padding row's taps */
-	const float **rtab;                   /* per output row: image rows, NULL in the padding */
-	const float **ptab;                   /* per panel: its taps (rpc * k2 each) */
+	const float *zrow;                    /* W + span zeros: a padding row's taps */
+	const float **rtab;                   /* per output row of the block: its taps (rpc * k2 each) */
+	const float **etab;                   /* per edge panel: its taps, into copies */
 	float *copies;                        /* the edge panels' copies of the rows */
+	const float *const *ptaps[KX_NB / KX_NR]; /* per panel: its taps, at + off (edges: + 0) */
 	struct kr_panel pn[KX_NB / KX_NR];
 };
 
@@ -202,51 +219,54 @@ static void kr_one(const struct kr_block *b, int64_t p, int64_t t, int64_t i0, i
 	int64_t off = b->ybase + m0 * cv->yvol + b->j0 + p * KX_NR;
 	const struct hp_fma_fin *fin = r->fin_ok && last ? &r->fin : NULL;
 
-	kr_micro((int)mr, n * k2, b->ptab + p * b->rpc * k2, b->pn[p].ncols,
+	kr_micro((int)mr, n * k2, b->ptaps[p], b->pn[p].edge ? 0 : b->pn[p].off, b->pn[p].ncols,
 		 b->w + m0 * b->K + i0 * k2, b->K, r->y + off, cv->yvol, i0 == 0, b->bias ? b->bias + m0 : NULL, fin,
 		 fin && r->fin_add ? r->addend + off : NULL);
 }
 
-/* Panel p's taps of kernel rows i0 .. i0 + n - 1, from its output row's
- * table rows: into the image, or into copies at the edges. */
-static void kr_panel_taps(struct kr_block *b, int64_t p, const float *const *rows, int64_t n, float **cp)
+/* An edge panel's taps of n kernel rows: copies of its rows (zeros
+ * outside the image) from its output row's taps rt, at t. */
+static void kr_edge_taps(struct kr_block *b, int64_t p, const float *const *rt, int64_t n, const float **t,
+			 float **cp)
 {
 	const struct kr_panel *pn = &b->pn[p];
 	const struct hp_colgeom *g = &b->r->cv->g;
-	const float **t = b->ptab + p * b->rpc * g->k[2], *s;
+	int64_t k2 = g->k[2];
 
-	for (int64_t i = 0; i < n; i++) {
-		if (!rows[i])
-			s = b->zrow;
-		else if (!pn->edge)
-			s = rows[i] + pn->off;
-		else {
-			kr_copy(rows[i], pn->off, g->img[2], b->span, *cp);
+	for (int64_t i = 0; i < n; i++, rt += k2) {
+		const float *s = b->zrow;
+		if (rt[0] != b->zrow) {
+			kr_copy(rt[0], pn->off, g->img[2], b->span, *cp);
 			s = *cp;
 			*cp += b->span;
 		}
-		for (int64_t kw = 0; kw < g->k[2]; kw++)
-			*t++ = s + (rows[i] ? kw * g->dil[2] : 0);
+		for (int64_t kw = 0; kw < k2; kw++)
+			*t++ = s + (s != b->zrow ? kw * g->dil[2] : 0);
 	}
 }
 
-/* The chunk's tables (image rows per output row of the block, taps per
- * panel), then the micro-tiles. */
+/* The chunk's taps (per output row of the block, edge panels their own),
+ * then the micro-tiles. */
 static void kr_chunk(struct kr_block *b, int64_t i0, int64_t n, int last)
 {
 	const struct hp_conv *cv = b->r->cv;
-	int64_t o1 = cv->g.grid[1], o2 = cv->g.grid[2], prev = -1;
-	const float **rows = b->rtab;
+	int64_t o1 = cv->g.grid[1], o2 = cv->g.grid[2], prev = -1, nt = 0, ne = 0, k2 = cv->g.k[2];
+	const float **rt = b->rtab;
 	float *cp = b->copies;
-	int pouter = (b->t1 - b->t0) * KX_MR * n * cv->g.k[2] * (int64_t)sizeof(float) <= KR_W_L1;
+	int pouter = (b->t1 - b->t0) * KX_MR * n * k2 * (int64_t)sizeof(float) <= KR_W_L1;
 
 	for (int64_t p = 0; p < b->np; p++) {
 		int64_t row = (b->j0 + p * KX_NR) / o2;
 		if (row != prev) {
-			rows = b->rtab + (prev < 0 ? 0 : (rows - b->rtab) + b->rpc);
-			kr_rows(&cv->g, b->x, row / o1, row % o1, i0, n, rows);
+			rt = b->rtab + nt++ * b->rpc * k2;
+			kr_row_taps(&cv->g, b->x, row / o1, row % o1, i0, n, b->zrow, rt);
 		}
-		kr_panel_taps(b, p, rows, n, &cp);
+		b->ptaps[p] = rt;
+		if (b->pn[p].edge) {
+			const float **et = b->etab + ne++ * b->rpc * k2;
+			kr_edge_taps(b, p, rt, n, et, &cp);
+			b->ptaps[p] = et;
+		}
 		prev = row;
 	}
 	if (pouter)
@@ -259,29 +279,53 @@ static void kr_chunk(struct kr_block *b, int64_t i0, int64_t n, int last)
 				kr_one(b, p, t, i0, n, last);
 }
 
+/* The image rows the block after this one (the next output row) reads
+ * first, towards L2: a 128-wide plane's block reads 16 channels' new rows
+ * 64 KiB apart, a miss each at the block's first panel otherwise. */
+KR_TARGET static void kr_prefetch_next(const struct kr_block *b)
+{
+	const struct hp_conv *cv = b->r->cv;
+	const struct hp_colgeom *g = &cv->g;
+	int64_t row = (b->j0 + b->nc) / g->grid[2], o1 = g->grid[1], W = g->img[2];
+	int64_t ih = row % o1 * g->stride[1] - g->pad[1] + (g->k[1] - 1) * g->dil[1];
+	int64_t id = row / o1 * g->stride[0] - g->pad[0] + (g->k[0] - 1) * g->dil[0];
+
+	if (row >= g->grid_vol / g->grid[2] || ih < 0 || ih >= g->img[1] || id < 0 || id >= g->img[0])
+		return;
+	for (int64_t c = 0; c < cv->cin_g; c++) {
+		const char *p = (const char *)(b->x + c * g->img_vol + (id * g->img[1] + ih) * W);
+		for (int64_t q = 0; q < W * (int64_t)sizeof(float); q += 64)
+			_mm_prefetch(p + q, _MM_HINT_T1);
+	}
+}
+
 /* The block's geometry and its tables in the worker's panel area; 0 when
  * they do not fit it (the caller packs the block). */
 static int kr_layout(struct kr_block *b, float *buf)
 {
 	const struct hp_conv *cv = b->r->cv;
-	int64_t nedge = 0, nrows = cv->cin_g * cv->g.k[0] * cv->g.k[1], need;
+	int64_t nedge = 0, nrows = cv->cin_g * cv->g.k[0] * cv->g.k[1], k2 = cv->g.k[2], need, zlen;
 
 	b->np = (b->nc + KX_NR - 1) / KX_NR;
 	b->span = kr_span(&cv->g);
+	/* chunks of at most KX_KC taps, as even as whole kernel rows allow (a
+	 * short last chunk would reload Y for a few taps) */
 	b->rpc = kr_min(KX_KC / cv->g.k[2] > 0 ? KX_KC / cv->g.k[2] : 1, nrows);
+	b->rpc = (nrows + (nrows + b->rpc - 1) / b->rpc - 1) / ((nrows + b->rpc - 1) / b->rpc);
 	for (int64_t p = 0; p < b->np; p++) {
 		kr_panel_of(&cv->g, (b->j0 + p * KX_NR) % cv->g.grid[2], (int)kr_min(KX_NR, b->nc - p * KX_NR),
 			    &b->pn[p]);
 		nedge += b->pn[p].edge;
 	}
-	need = b->span + 2 * b->np * b->rpc * (1 + cv->g.k[2]) + nedge * b->rpc * b->span;
+	zlen = cv->g.img[2] + b->span;
+	need = zlen + 2 * (b->np + nedge) * b->rpc * k2 + nedge * b->rpc * b->span;
 	if (need > b->r->panel)
 		return 0;
-	memset(buf, 0, (size_t)b->span * sizeof(float));
+	memset(buf, 0, (size_t)zlen * sizeof(float));
 	b->zrow = buf;
-	b->rtab = (const float **)(void *)(buf + b->span);
-	b->ptab = b->rtab + b->np * b->rpc;
-	b->copies = buf + b->span + 2 * b->np * b->rpc * (1 + cv->g.k[2]);
+	b->rtab = (const float **)(void *)(buf + zlen);
+	b->etab = b->rtab + b->np * b->rpc * k2;
+	b->copies = buf + zlen + 2 * (b->np + nedge) * b->rpc * k2;
 	return 1;
 }
 
@@ -298,6 +342,7 @@ int hp_kxk_run_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc,
 	b.w = r->w + g * b.M * b.K;
 	b.bias = r->b ? r->b + g * b.M : NULL;
 	b.ybase = (nb * cv->cout + g * b.M) * cv->yvol;
+	kr_prefetch_next(&b);
 	for (int64_t i0 = 0; i0 < nrows; i0 += b.rpc) {
 		int64_t n = kr_min(b.rpc, nrows - i0);
 		kr_chunk(&b, i0, n, i0 + n == nrows);
