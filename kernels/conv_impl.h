@@ -304,6 +304,17 @@ int hp_convt_blocked(const struct hp_colgeom *g);
 void hp_convt_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		      struct hp_pool *pool);
 
+/* ConvTranspose nodes (not the gradients' forwards) with kernel == stride,
+ * no pad, two wide along the rows, where AVX2 and FMA exist
+ * (convt_fma.c): each output one chain over the input channels from its
+ * bias; workspace for `threads` workers. */
+int hp_convt_fma_eligible(const struct hp_conv *cv);
+size_t hp_convt_fma_workspace(const struct hp_conv *cv, int threads);
+void hp_convt_fma_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y,
+			  float *ws, struct hp_pool *pool);
+/* Tests and benchmarks only: 0 auto, -1 never; read when a node runs. */
+void hp_convt_set_fma(int mode);
+
 /* 2 * MACs of a parsed node. */
 double hp_conv_flops(const struct hp_conv *cv);
 

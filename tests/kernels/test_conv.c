@@ -2,6 +2,7 @@
  * 2-D and 3-D shapes, groups, strides, dilations, asymmetric pads, every
  * auto_pad mode, output_padding and output_shape; determinism with a pool;
  * error messages. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -871,6 +872,125 @@ static void test_kxk_run(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* ConvTranspose with kernel == stride, two wide along the rows
+ * (convt_fma.c): the U-Net's 2x2 stride 2 with an odd row (14 output
+ * columns: a partial micro-tile), 3x2 stride 3x2 over rows of 40
+ * columns, groups, 1-D, 3-D, 70 input channels with 13 output channels
+ * (a micro-tile of one row), and one of 4 MFLOP on both threads. */
+static const struct cc convt_fma_cases[] = {
+	{ 2, 1, 2, 16, 8, 1, V3(5, 7, 0), V3(2, 2, 0), V3(2, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 2, 1, 1, 13, 7, 1, V3(4, 20, 0), V3(3, 2, 0), V3(3, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 2, 1, 2, 8, 6, 2, V3(3, 9, 0), V3(2, 2, 0), V3(2, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 0, 1, 0, 0 },
+	{ 1, 1, 3, 5, 4, 1, V3(19, 0, 0), V3(2, 0, 0), V3(2, 0, 0), V3(1, 0, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 3, 1, 1, 6, 5, 1, V3(2, 3, 5), V3(2, 2, 2), V3(2, 2, 2), V3(1, 1, 1), {0}, {0}, {0}, {0}, NULL, 1, 0, 0, 0 },
+	{ 2, 1, 1, 70, 13, 1, V3(3, 8, 0), V3(2, 2, 0), V3(2, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 2, 1, 2, 64, 32, 1, V3(8, 16, 0), V3(2, 2, 0), V3(2, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+};
+
+/* Input rows [a, b) of a ConvTranspose case run on their own: output rows
+ * [a * k, b * k), bitwise the whole node's. */
+static void check_convt_rows(const struct cc *t, const struct built *wbt, const struct hp_tensor *whole, int64_t a,
+			     int64_t b, struct hp_pool *pool)
+{
+	struct cc bc = *t;
+	struct built bt;
+	struct hp_tensor out, bx;
+	int64_t rest = 1, xrest = 1, k = t->k[0], rows = t->in[0] * k, dims[5] = { t->n, t->c, b - a };
+
+	for (int i = 1; i < t->nd; i++) {
+		rest *= t->in[i] * t->k[i];
+		xrest *= dims[2 + i] = t->in[i];
+	}
+	bc.in[0] = b - a;
+	bx = kt_tensor(HP_F32, t->nd + 2, dims);
+	for (int64_t nc = 0; nc < t->n * t->c; nc++)
+		memcpy((float *)bx.data + nc * (b - a) * xrest, (const float *)wbt->x.data + (nc * t->in[0] + a) * xrest,
+		       (size_t)((b - a) * xrest) * sizeof(float));
+	build(&bc, 1, &bt);
+	hp_tensor_free(&bt.x);
+	hp_tensor_free(&bt.w);
+	hp_tensor_free(&bt.b);
+	bt.x = bx;
+	bt.w = wbt->w;
+	bt.b = wbt->b;
+	assert_int_equal(run_case(&bc, &bt, pool, &out), 0);
+	for (int64_t nc = 0; nc < t->n * t->m; nc++)
+		assert_memory_equal((const float *)out.data + nc * (b - a) * k * rest,
+				    (const float *)whole->data + (nc * rows + a * k) * rest,
+				    (size_t)((b - a) * k * rest) * sizeof(float));
+	hp_tensor_free(&out);
+	hp_tensor_free(&bt.x);
+}
+
+/* The chains convt_fma.c promises, with libc's fmaf: each output from its
+ * bias (or 0), input channels in order; bitwise. */
+static void check_convt_chain(const struct cc *t, const struct built *bt, const struct hp_tensor *y)
+{
+	int64_t x3[3] = { 1, 1, 1 }, k3[3] = { 1, 1, 1 }, off = 3 - t->nd;
+	int64_t cg = t->c / t->group, mg = t->m / t->group;
+
+	for (int i = 0; i < t->nd; i++) {
+		x3[off + i] = t->in[i];
+		k3[off + i] = t->k[i];
+	}
+	int64_t o3[3] = { x3[0] * k3[0], x3[1] * k3[1], x3[2] * k3[2] }, ov = o3[0] * o3[1] * o3[2];
+	int64_t kv = k3[0] * k3[1] * k3[2], xv = x3[0] * x3[1] * x3[2];
+	for (int64_t n = 0; n < t->n; n++)
+		for (int64_t m = 0; m < t->m; m++)
+			for (int64_t o = 0; o < ov; o++) {
+				int64_t od = o / (o3[1] * o3[2]), oh = o / o3[2] % o3[1], ow = o % o3[2], g = m / mg;
+				int64_t i = (od / k3[0] * x3[1] + oh / k3[1]) * x3[2] + ow / k3[2];
+				int64_t q = (od % k3[0] * k3[1] + oh % k3[1]) * k3[2] + ow % k3[2];
+				float acc = t->bias ? at(&bt->b, m) : 0.0f, got = at(y, (n * t->m + m) * ov + o);
+				for (int64_t c = 0; c < cg; c++)
+					acc = fmaf(at(&bt->w, ((g * cg + c) * mg + m % mg) * kv + q),
+						   at(&bt->x, (n * t->c + g * cg + c) * xv + i), acc);
+				if (memcmp(&acc, &got, sizeof acc))
+					fail_msg("ConvTranspose chain: output %lld of (%lld, %lld): %a, want %a", (long long)o,
+						 (long long)n, (long long)m, (double)got, (double)acc);
+			}
+}
+
+/* Against the reference and the column path (to rounding), bitwise the
+ * fmaf chains, 1 thread bitwise 2, every batch band and band of input
+ * rows bitwise the whole. */
+static void test_convt_fma(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_kxk_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < sizeof convt_fma_cases / sizeof convt_fma_cases[0]; i++) {
+		const struct cc *t = &convt_fma_cases[i];
+		struct hp_tensor whole, one, col;
+		struct built bt;
+		check(t, 300 + (unsigned)i, NULL);
+		check(t, 300 + (unsigned)i, pool);
+		build(t, 41, &bt);
+		assert_int_equal(run_case(t, &bt, pool, &whole), 0);
+		assert_int_equal(run_case(t, &bt, NULL, &one), 0);
+		assert_memory_equal(whole.data, one.data, hp_tensor_bytes(&whole));
+		check_convt_chain(t, &bt, &whole);
+		hp_convt_set_fma(-1);
+		assert_int_equal(run_case(t, &bt, pool, &col), 0);
+		hp_convt_set_fma(0);
+		assert_true(kt_rel_err(&col, &whole) < 1e-5);
+		for (int64_t a = 0; a < t->n; a++)
+			for (int64_t b = a + 1; b <= t->n; b++)
+				check_band(t, &bt, &whole, 0, a, b, pool);
+		for (int64_t a = 0; a < t->in[0]; a++)
+			for (int64_t b = a + 1; b <= t->in[0]; b++)
+				check_convt_rows(t, &bt, &whole, a, b, b - a > 1 ? pool : NULL);
+		hp_tensor_free(&whole);
+		hp_tensor_free(&one);
+		hp_tensor_free(&col);
+		unbuild(&bt);
+	}
+	hp_pool_destroy(pool);
+}
+
 /* The auto choice: KxK convolutions take the kxk path, 1x1 stride-1 ones
  * the pointwise path, depthwise ones theirs, and band copies the path
  * they are pinned to. */
@@ -985,6 +1105,7 @@ int main(void)
 		cmocka_unit_test(test_conv_kxk),
 		cmocka_unit_test(test_kxk_bands),
 		cmocka_unit_test(test_kxk_run),
+		cmocka_unit_test(test_convt_fma),
 		cmocka_unit_test(test_kxk_choice),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_kernel_shape_dims),
