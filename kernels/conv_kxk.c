@@ -422,6 +422,34 @@ static void kx_range(void *arg, int64_t b, int64_t e, int tid)
 	}
 }
 
+/* A worker's share: runs of units claimed until none are left, so that a
+ * worker woken late takes fewer instead of holding the caller (static
+ * halves left the caller waiting for the late half at every node); any
+ * split gives the same bits. */
+static void kx_shares(void *arg, int64_t b, int64_t e, int tid)
+{
+	struct kx_run *r = arg;
+
+	(void)b, (void)e;
+	for (;;) {
+		int64_t i = atomic_fetch_add(&r->next, r->grab);
+		if (i >= r->units)
+			break;
+		kx_range(r, i, min64(i + r->grab, r->units), tid);
+	}
+}
+
+/* Units claimed at a time: about 16 runs per worker, whole column blocks
+ * (their micro-tiles share the block's panels) when that many exist. */
+static int64_t kx_grab(const struct kx_run *r, int threads)
+{
+	int64_t g = r->units / (16 * (int64_t)threads);
+
+	if (g >= r->mt)
+		return g / r->mt * r->mt;
+	return g > 0 ? g : 1;
+}
+
 /* The fused epilogues done in registers: Relu or Clip after an optional
  * addend of y's shape; others run hp_epi_span on each tile's rows. */
 static void kx_fin_plan(struct kx_run *r)
@@ -464,7 +492,10 @@ void hp_kxk_forward(const struct hp_conv *cv, const float *x, const float *w, co
 		threads = (int)(cap / r.per_thread);
 	if (hp_conv_flops(cv) < KX_PAR_MIN_FLOPS)
 		threads = 1;
-	hp_conv_parallel(pool, threads, units, kx_range, &r);
+	r.units = units;
+	r.grab = kx_grab(&r, threads);
+	atomic_init(&r.next, 0);
+	hp_conv_parallel(pool, threads, threads, kx_shares, &r);
 	hp_conv_threads_leave(saved);
 #else
 	(void)cv, (void)x, (void)w, (void)b, (void)y, (void)ws, (void)pool, (void)epi, (void)addend;

@@ -295,7 +295,7 @@ KR_TARGET static void kr_prefetch_next(const struct kr_block *b)
 	for (int64_t c = 0; c < cv->cin_g; c++) {
 		const char *p = (const char *)(b->x + c * g->img_vol + (id * g->img[1] + ih) * W);
 		for (int64_t q = 0; q < W * (int64_t)sizeof(float); q += 64)
-			_mm_prefetch(p + q, _MM_HINT_T1);
+			_mm_prefetch(p + q, _MM_HINT_T0);
 	}
 }
 
