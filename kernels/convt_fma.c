@@ -20,6 +20,7 @@
  * Only ConvTranspose nodes take it: the gradients' transposed products
  * (ConvGradData, conv_grad.c) keep the column path, whose tiles the band
  * pass's exact cuts count on (hp_conv_data_bands). */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -59,6 +60,8 @@ struct ct_run {
 	const float *x, *w, *b;
 	float *y, *ws;
 	int64_t rows, per_thread; /* input rows (d, h) per (item, group); floats per worker */
+	int64_t units;            /* input rows of the whole batch and groups */
+	_Atomic int64_t next;     /* the first row not claimed yet */
 };
 
 /* W's (b = 0, 1) pair at p in every pair of lanes. */
@@ -167,12 +170,16 @@ static void ct_row(const struct ct_run *r, int64_t nb, int64_t g, int64_t row, f
 		}
 }
 
-static void ct_range(void *arg, int64_t b, int64_t e, int tid)
+/* A worker's share: input rows claimed one at a time until none are left
+ * (a worker woken late takes fewer, as conv_kxk.c's). */
+static void ct_shares(void *arg, int64_t b, int64_t e, int tid)
 {
-	const struct ct_run *r = arg;
+	struct ct_run *r = arg;
 	const struct hp_conv *cv = r->cv;
+	int64_t i;
 
-	for (int64_t i = b; i < e; i++) {
+	(void)b, (void)e;
+	while ((i = atomic_fetch_add(&r->next, 1)) < r->units) {
 		int64_t bg = i / r->rows;
 		ct_row(r, bg / cv->group, bg % cv->group, i % r->rows, r->ws + tid * r->per_thread);
 	}
@@ -191,7 +198,9 @@ void hp_convt_fma_forward(const struct hp_conv *cv, const float *x, const float 
 		threads = (int)(cap / r.per_thread);
 	if (hp_conv_flops(cv) < 2e6 || threads < 1)
 		threads = 1;
-	hp_conv_parallel(pool, threads, cv->batch * cv->group * r.rows, ct_range, &r);
+	r.units = cv->batch * cv->group * r.rows;
+	atomic_init(&r.next, 0);
+	hp_conv_parallel(pool, threads, threads, ct_shares, &r);
 	hp_conv_threads_leave(saved);
 }
 
