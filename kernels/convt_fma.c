@@ -145,12 +145,21 @@ FMA_TARGET static void ct_double(const float *x, int64_t xs, int64_t K, int64_t 
 	}
 }
 
+/* Rows of micro-tile t of nt over M output channels: as even as 6 a tile
+ * allows (32 = 6 + 6 + 5 + 5 + 5 + 5, not 6 * 5 + 2: a tile of two rows
+ * has too few chains to hide the FMAs' latency). */
+static int64_t ct_rows(int64_t M, int64_t nt, int64_t t)
+{
+	return M / nt + (t < M % nt);
+}
+
 /* Input row r (flat (d, h)) of item nb, group g: its k0 * k1 output rows. */
 static void ct_row(const struct ct_run *r, int64_t nb, int64_t g, int64_t row, float *xd)
 {
 	const struct hp_conv *cv = r->cv;
 	const struct hp_colgeom *G = &cv->g;
 	int64_t K = cv->cin_g, M = cv->cout_g, kv = G->kvol, ld = ct_ld(cv), W = G->grid[2];
+	int64_t nt = (M + CT_MR - 1) / CT_MR;
 	int64_t d = row / G->grid[1], h = row % G->grid[1];
 	const float *bias = r->b ? r->b + g * M : NULL;
 
@@ -160,9 +169,9 @@ static void ct_row(const struct ct_run *r, int64_t nb, int64_t g, int64_t row, f
 			int64_t orow = (d * G->k[0] + a0) * G->img[1] + h * G->k[1] + a1;
 			float *y = r->y + (nb * cv->cout + g * M) * cv->yvol + orow * G->img[2];
 			const float *w = r->w + g * K * M * kv + (a0 * G->k[1] + a1) * 2;
-			for (int64_t m0 = 0; m0 < M; m0 += CT_MR)
+			for (int64_t t = 0, m0 = 0; t < nt; m0 += ct_rows(M, nt, t), t++)
 				for (int64_t j = 0; j < 2 * W; j += 16) {
-					int mr = (int)(M - m0 < CT_MR ? M - m0 : CT_MR);
+					int mr = (int)ct_rows(M, nt, t);
 					int nc = (int)(2 * W - j < 16 ? 2 * W - j : 16);
 					ct_micro(mr, K, xd + j, ld, w + m0 * kv, M * kv, kv, bias ? bias + m0 : NULL,
 						 y + m0 * cv->yvol + j, cv->yvol, nc);
