@@ -387,16 +387,16 @@ static void kx_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc,
 			kx_pack(&cv->g, x, &cols[p], k0, kc, bp + p * r->pf + 2 * min64(K, KX_KC),
 				(const float **)(void *)(bp + p * r->pf));
 		for (int64_t t = t0; t < t1; t++) {
-			int64_t m0 = t * KX_MR, mr = min64(KX_MR, M - m0);
+			int64_t m0 = kx_tile_m0(M, r->mt, t), mr = kx_tile_rows(M, r->mt, t);
 			for (int64_t p = 0; p < np; p++) {
-				int64_t off = r->span ? (m0 - t0 * KX_MR) * nc + p * KX_NR
+				int64_t off = r->span ? (m0 - kx_tile_m0(M, r->mt, t0)) * nc + p * KX_NR
 						      : ybase + m0 * cv->yvol + j0 + p * KX_NR;
 				kx_micro((int)mr, kc, w + m0 * K + k0, K, (const float *const *)(void *)(bp + p * r->pf),
 					 (r->span ? tmp : r->y) + off, ldy, cols[p].n, k0 == 0, bias ? bias + m0 : NULL,
 					 fin, fin && r->fin_add ? r->addend + off : NULL);
 			}
 			if (r->span && k0 + kc == K)
-				kx_scatter(r, g, j0, nc, m0, m0 + mr, tmp + (m0 - t0 * KX_MR) * nc);
+				kx_scatter(r, g, j0, nc, m0, m0 + mr, tmp + (m0 - kx_tile_m0(M, r->mt, t0)) * nc);
 			for (int64_t m = m0; m < m0 + mr && !r->span && r->epi && !r->fin_ok && k0 + kc == K; m++)
 				hp_epi_span(r->epi, r->y, r->addend, ybase + m * cv->yvol + j0,
 					    ybase + m * cv->yvol + j0 + nc);

@@ -14,6 +14,19 @@
 #define KX_NR 16    /* columns per micro-tile (two vectors) */
 #define KX_KC 256   /* k per cache block */
 #define KX_NB 128   /* columns per unit (a multiple of KX_NR) */
+/* Micro-tile t of mt = ceil(M / KX_MR) over M output channels: rows as
+ * even as KX_MR a tile allows (32 = 6 + 6 + 5 + 5 + 5 + 5, not 6 * 5 + 2:
+ * a tile of two rows has too few chains to hide the FMAs' latency). */
+static inline int64_t kx_tile_m0(int64_t M, int64_t mt, int64_t t)
+{
+	return t * (M / mt) + (t < M % mt ? t : M % mt);
+}
+
+static inline int64_t kx_tile_rows(int64_t M, int64_t mt, int64_t t)
+{
+	return M / mt + (t < M % mt);
+}
+
 struct kx_run {
 	const struct hp_conv *cv;
 	const float *x, *w, *b;

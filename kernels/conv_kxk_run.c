@@ -215,7 +215,7 @@ static void kr_one(const struct kr_block *b, int64_t p, int64_t t, int64_t i0, i
 {
 	const struct kx_run *r = b->r;
 	const struct hp_conv *cv = r->cv;
-	int64_t m0 = t * KX_MR, mr = kr_min(KX_MR, b->M - m0), k2 = cv->g.k[2];
+	int64_t m0 = kx_tile_m0(b->M, r->mt, t), mr = kx_tile_rows(b->M, r->mt, t), k2 = cv->g.k[2];
 	int64_t off = b->ybase + m0 * cv->yvol + b->j0 + p * KX_NR;
 	const struct hp_fma_fin *fin = r->fin_ok && last ? &r->fin : NULL;
 
@@ -347,7 +347,7 @@ int hp_kxk_run_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc,
 		int64_t n = kr_min(b.rpc, nrows - i0);
 		kr_chunk(&b, i0, n, i0 + n == nrows);
 	}
-	for (int64_t m = t0 * KX_MR; r->epi && !r->fin_ok && m < kr_min(t1 * KX_MR, b.M); m++)
+	for (int64_t m = kx_tile_m0(b.M, r->mt, t0); r->epi && !r->fin_ok && m < kx_tile_m0(b.M, r->mt, t1); m++)
 		hp_epi_span(r->epi, r->y, r->addend, b.ybase + m * cv->yvol + j0, b.ybase + m * cv->yvol + j0 + nc);
 	return 1;
 }
