@@ -1,7 +1,7 @@
 /* The KxK path's blocks of whole output-row runs: every 16-column panel of
  * the block lies in one output row read at stride 1 (rows of a multiple
- * of 16 outputs: the U-Net's 128-, 64-, 32- and 16-wide planes), so the
- * taps of a panel are the image's rows themselves, shifted by kw.
+ * of 16 outputs, 32 and more: the U-Net's 128-, 64- and 32-wide planes),
+ * so the taps of a panel are the image's rows themselves, shifted by kw.
  *
  * Why: kx_pack finds each row per (panel, k chunk, block) through kx_row
  * and copies the rows at the image's left and right edges with scalar
@@ -191,10 +191,14 @@ static void kr_row_taps(const struct hp_colgeom *g, const float *x, int64_t od, 
 
 /* Whether every block of the node is panels of single output rows (blocks
  * and panels start at multiples of 16 columns of a plane), and its blocks
- * span no batch items (kx_span: planes under 64 positions). */
+ * span no batch items (kx_span: planes under 64 positions).  Rows of 32
+ * and more: in 16-wide ones every panel is an edge panel, and the copies
+ * of eight output rows a block cost more than packing (class u-16: 44
+ * against 55 GF/s). */
 static int kr_node_ok(const struct hp_conv *cv)
 {
-	return kr_on && cv->g.stride[2] == 1 && cv->g.k[2] <= KR_MAXK && cv->g.grid[2] % KX_NR == 0 && cv->yvol >= 64;
+	return kr_on && cv->g.stride[2] == 1 && cv->g.k[2] <= KR_MAXK && cv->g.grid[2] % KX_NR == 0 &&
+	       cv->g.grid[2] >= 2 * KX_NR && cv->yvol >= 64;
 }
 
 struct kr_block {
