@@ -3,12 +3,17 @@
  * primitives, and the sgemm calls of hpdlf's im2col path under OpenBLAS,
  * BLIS and libxsmm, forward, data gradient and weight gradient.
  *
- *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1] [--fwd]
+ *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1]
+ *                         [--kxk-run 0|1] [--fwd]
  *
  * --shift, --dot and --kxk force hpdlf's shift, dot and KxK paths (1), forbid them (-1)
  * (--dwc the same for the channel-blocked depthwise 3x3 kernel, conv_dwc.c)
- * or leave the choice to the planner (0, the default); --fwd times the
- * forward pass only.
+ * or leave the choice to the planner (0, the default); --kxk-run 0 makes
+ * the KxK path pack every block (conv_kxk_run.c's row-run blocks off);
+ * --fwd times the forward pass only.  The ct-* classes time ConvTranspose
+ * (kernel == stride) forward, hpdlf's FMA path (convt_fma.c) in the hpdlf
+ * column and its column path (an OpenBLAS sgemm and a scatter) in the
+ * OpenBLAS column.
  * Every figure is GFLOP/s per CPU-second of one thread (the thread's CPU
  * clock, medians of --reps runs after a warm-up), so the comparison holds
  * on a machine shared with other jobs; oneDNN runs with one OpenMP thread
@@ -392,6 +397,93 @@ static void row(const struct cls *c, enum pass p, int reps, void *dn, int first)
 		gf(f, tg[1]), gf(f, tg[2]), impl, implb);
 }
 
+/* ---- ConvTranspose (kernel == stride, no pad): hpdlf alone ------------- */
+
+struct ctcls {
+	const char *name, *why;
+	int64_t n, c, m, h, w, k;
+};
+
+static const struct ctcls ct_classes[] = {
+	{ "ct-u16", "2-D U-Net up.0 (16x16 -> 32x32), batch 2", 2, 128, 64, 16, 16, 2 },
+	{ "ct-u32", "2-D U-Net up.1 (32x32 -> 64x64), batch 2", 2, 64, 32, 32, 32, 2 },
+	{ "ct-u64", "2-D U-Net up.2 (64x64 -> 128x128), batch 2", 2, 32, 16, 64, 64, 2 },
+};
+
+static struct hp_graph *convt_graph(const struct ctcls *c)
+{
+	struct hp_graph *g = hp_graph_new("bench");
+	struct hp_shape sh[2] = { { 4, { c->n, c->c, c->h, c->w } }, { 4, { c->c, c->m, c->k, c->k } } };
+	int64_t ks[2] = { c->k, c->k };
+	int in[2], out, node;
+
+	for (int i = 0; i < 2; i++) {
+		char name[8] = { 'i', (char)('0' + i), 0 };
+		in[i] = hp_graph_add_value(g, name, HP_VALUE_INPUT, HP_F32, &sh[i]);
+	}
+	out = hp_graph_add_value(g, "y", HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+	g->inputs = calloc(2, sizeof(int));
+	g->outputs = calloc(1, sizeof(int));
+	g->inputs[g->ninputs++] = in[0];
+	g->inputs[g->ninputs++] = in[1];
+	g->outputs[g->noutputs++] = out;
+	node = hp_graph_add_node(g, c->name, "ConvTranspose", 2, in, 1, &out);
+	attr(g, node, "kernel_shape", 2, ks);
+	attr(g, node, "strides", 2, ks);
+	if (hp_graph_finalize(g) < 0 || hp_graph_infer(g) < 0) {
+		fprintf(stderr, "bench: %s: %s\n", c->name, hp_errmsg());
+		exit(1);
+	}
+	return g;
+}
+
+/* Median ms of one ConvTranspose node, the FMA path (fma 0) or the column
+ * path (-1). */
+static double time_convt(const struct ctcls *c, int fma, int reps)
+{
+	struct hp_graph *g = convt_graph(c);
+	const struct hp_node *n = &g->nodes[0];
+	struct hp_tensor t[3];
+	struct hp_kargs a = { .nin = 2, .in = t, .nout = 1, .out = &t[2] };
+	double ms[64];
+
+	for (int i = 0; i < 3; i++) {
+		const struct hp_value *v = &g->values[i < 2 ? n->inputs[i] : n->outputs[0]];
+		hp_tensor_alloc(&t[i], HP_F32, &v->shape);
+		free(t[i].data);
+		t[i].data = filled((size_t)hp_shape_numel(&v->shape), (unsigned)i + 3);
+	}
+	a.ws_size = n->workspace;
+	a.ws = n->workspace ? aligned_alloc(64, (n->workspace + 63) / 64 * 64) : NULL;
+	hp_convt_set_fma(fma);
+	hp_blas_threads(1);
+	for (int r = 0; r <= reps; r++) {
+		double t0 = now_ms();
+		n->op->run(n, &a);
+		if (r > 0)
+			ms[r - 1] = now_ms() - t0;
+	}
+	hp_convt_set_fma(0);
+	free(a.ws);
+	for (int i = 0; i < 3; i++)
+		hp_tensor_free(&t[i]);
+	hp_graph_free(g);
+	return median(ms, reps);
+}
+
+/* hpdlf column: the FMA path (convt_fma.c); OpenBLAS column: the column
+ * path it replaces (an sgemm and the scatter), both hpdlf's. */
+static void ct_row(const struct ctcls *c, int reps, int first)
+{
+	double f = 2.0 * (double)(c->n * c->c * c->m * c->k * c->k * c->h * c->w);
+	double tf = time_convt(c, 0, reps), tc = time_convt(c, -1, reps);
+
+	printf("%-10s %-3s %8.4f %8.1f %8s %8s %8.1f %8s %8s  fma / column path\n", c->name, "fwd", f * 1e-9,
+	       gf(f, tf), "-", "-", gf(f, tc), "-", "-");
+	fprintf(js, "%s{\"class\":\"%s\",\"pass\":\"fwd\",\"gflop\":%.5f,\"hpdlf\":%.2f,\"hpdlf_column\":%.2f}",
+		first ? "" : ",", c->name, f * 1e-9, gf(f, tf), gf(f, tc));
+}
+
 int main(int argc, char **argv)
 {
 	int reps = 5, nc = (int)(sizeof classes / sizeof classes[0]), first = 1, fwd_only = 0;
@@ -416,11 +508,13 @@ int main(int argc, char **argv)
 			hp_dwc_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--kxk") && i + 1 < argc) /* hpdlf's KxK path: auto, always, never */
 			hp_conv_set_kxk(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--kxk-run") && i + 1 < argc) /* its row-run blocks: on (1), packed (0) */
+			hp_kxk_set_run(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--fwd"))
 			fwd_only = 1;
 		else {
 			fprintf(stderr,
-				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1] [--fwd]\n",
+				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1] [--kxk-run 0|1] [--fwd]\n",
 				argv[0]);
 			return 2;
 		}
@@ -448,6 +542,9 @@ int main(int argc, char **argv)
 		for (int p = 0; p < (fwd_only ? 1 : 3); p++, first = 0)
 			row(&classes[i], (enum pass)p, reps, dn, first);
 	}
+	for (size_t i = 0; i < sizeof ct_classes / sizeof ct_classes[0]; i++, first = 0)
+		if (!only || !strcmp(only, ct_classes[i].name))
+			ct_row(&ct_classes[i], reps, first);
 	fclose(js);
 	printf("{\"bench\":\"conv_libs\",\"reps\":%d,\"unit\":\"GFLOP/s per CPU-second, 1 thread\",\"rows\":[%s]}\n",
 	       reps, buf);

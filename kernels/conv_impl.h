@@ -305,12 +305,27 @@ void hp_conv_set_kxk(int mode);
 /* The auto choice takes it from this many channels per group, in and out. */
 #define HP_KXK_MIN_CH 8
 int hp_conv_kxk_mode(void);
+/* Tests and benchmarks only: whether the KxK path reads blocks of whole
+ * output-row runs straight from the image (conv_kxk_run.c; the default)
+ * or packs them as other blocks; the same bits either way. */
+void hp_kxk_set_run(int on);
 
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
 void hp_convt_setup(struct hp_conv *cv);
 int hp_convt_blocked(const struct hp_colgeom *g);
 void hp_convt_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		      struct hp_pool *pool);
+
+/* ConvTranspose nodes (not the gradients' forwards) with kernel == stride,
+ * no pad, two wide along the rows, where AVX2 and FMA exist
+ * (convt_fma.c): each output one chain over the input channels from its
+ * bias; workspace for `threads` workers. */
+int hp_convt_fma_eligible(const struct hp_conv *cv);
+size_t hp_convt_fma_workspace(const struct hp_conv *cv, int threads);
+void hp_convt_fma_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y,
+			  float *ws, struct hp_pool *pool);
+/* Tests and benchmarks only: 0 auto, -1 never; read when a node runs. */
+void hp_convt_set_fma(int mode);
 
 /* 2 * MACs of a parsed node. */
 double hp_conv_flops(const struct hp_conv *cv);

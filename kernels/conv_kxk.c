@@ -37,6 +37,7 @@
 #include "kernels/conv_impl.h"
 #include "kernels/fused_impl.h"
 #include "kernels/fma_tile.h"
+#include "kernels/conv_kxk.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -45,10 +46,6 @@
 #define KX_INLINE __attribute__((always_inline)) inline
 #endif
 
-#define KX_MR 6     /* output channels per micro-tile */
-#define KX_NR 16    /* columns per micro-tile (two vectors) */
-#define KX_KC 256   /* k per cache block */
-#define KX_NB 128   /* columns per unit (a multiple of KX_NR) */
 /* Below this many flops a node runs on the caller alone (as conv_pw.c). */
 #define KX_PAR_MIN_FLOPS 2e6
 
@@ -120,20 +117,6 @@ size_t hp_kxk_workspace(const struct hp_conv *cv, int threads)
 	return (size_t)threads * (size_t)kx_per_thread(cv) * sizeof(float);
 }
 
-struct kx_run {
-	const struct hp_conv *cv;
-	const float *x, *w, *b;
-	float *y, *ws;
-	const struct hp_epi *epi;
-	const float *addend;
-	int64_t mt, nblk;        /* micro-tiles of rows, column blocks per item */
-	struct hp_fma_fin fin;       /* the epilogue in registers, when fin_ok */
-	int fin_ok, fin_add;     /* epi done as tiles are stored; with a full addend */
-	int64_t per_thread;      /* floats of a worker's panel buffer (and tile buffer) */
-	int64_t panel;           /* floats of the panel buffer */
-	int64_t pf;              /* floats of one panel's area (kx_panel_floats) */
-	int span;                /* blocks span batch items (kx_span) */
-};
 
 /* Image coordinates of the first tap of 16 output columns (lanes past the
  * block's end far outside the image) and whether they are one run of a
@@ -404,16 +387,16 @@ static void kx_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc,
 			kx_pack(&cv->g, x, &cols[p], k0, kc, bp + p * r->pf + 2 * min64(K, KX_KC),
 				(const float **)(void *)(bp + p * r->pf));
 		for (int64_t t = t0; t < t1; t++) {
-			int64_t m0 = t * KX_MR, mr = min64(KX_MR, M - m0);
+			int64_t m0 = kx_tile_m0(M, r->mt, t), mr = kx_tile_rows(M, r->mt, t);
 			for (int64_t p = 0; p < np; p++) {
-				int64_t off = r->span ? (m0 - t0 * KX_MR) * nc + p * KX_NR
+				int64_t off = r->span ? (m0 - kx_tile_m0(M, r->mt, t0)) * nc + p * KX_NR
 						      : ybase + m0 * cv->yvol + j0 + p * KX_NR;
 				kx_micro((int)mr, kc, w + m0 * K + k0, K, (const float *const *)(void *)(bp + p * r->pf),
 					 (r->span ? tmp : r->y) + off, ldy, cols[p].n, k0 == 0, bias ? bias + m0 : NULL,
 					 fin, fin && r->fin_add ? r->addend + off : NULL);
 			}
 			if (r->span && k0 + kc == K)
-				kx_scatter(r, g, j0, nc, m0, m0 + mr, tmp + (m0 - t0 * KX_MR) * nc);
+				kx_scatter(r, g, j0, nc, m0, m0 + mr, tmp + (m0 - kx_tile_m0(M, r->mt, t0)) * nc);
 			for (int64_t m = m0; m < m0 + mr && !r->span && r->epi && !r->fin_ok && k0 + kc == K; m++)
 				hp_epi_span(r->epi, r->y, r->addend, ybase + m * cv->yvol + j0,
 					    ybase + m * cv->yvol + j0 + nc);
@@ -432,10 +415,41 @@ static void kx_range(void *arg, int64_t b, int64_t e, int tid)
 
 	while (b < e) {
 		int64_t blk = b / r->mt, t0 = b % r->mt, t1 = min64(r->mt, t0 + (e - b));
-		int64_t bg = blk / r->nblk, j0 = blk % r->nblk * KX_NB;
-		kx_block(r, bg, j0, min64(KX_NB, cols - j0), t0, t1, bp, tmp);
+		int64_t bg = blk / r->nblk, j0 = blk % r->nblk * KX_NB, nc = min64(KX_NB, cols - j0);
+		if (!hp_kxk_run_block(r, bg, j0, nc, t0, t1, bp))
+			kx_block(r, bg, j0, nc, t0, t1, bp, tmp);
 		b += t1 - t0;
 	}
+}
+
+/* A worker's share: runs of units claimed until none are left, so that a
+ * worker woken late takes fewer instead of holding the caller (static
+ * halves left the caller waiting for the late half at every node); any
+ * split gives the same bits. */
+static void kx_shares(void *arg, int64_t b, int64_t e, int tid)
+{
+	struct kx_run *r = arg;
+
+	(void)b, (void)e;
+	for (;;) {
+		int64_t i = atomic_fetch_add(&r->next, r->grab);
+		if (i >= r->units)
+			break;
+		kx_range(r, i, min64(i + r->grab, r->units), tid);
+	}
+}
+
+/* Units claimed at a time: whole column blocks (a block's micro-tiles
+ * share its packed panels: claiming fewer packs them again, 3.5x slower on
+ * ResNet's 7x7 layers), about 8 runs per worker; with fewer than 4 blocks
+ * per worker, one run per worker as static shares were. */
+static int64_t kx_grab(const struct kx_run *r, int threads)
+{
+	int64_t blocks = r->units / r->mt;
+
+	if (blocks >= 4 * (int64_t)threads)
+		return r->mt * (blocks / (8 * (int64_t)threads) > 0 ? blocks / (8 * (int64_t)threads) : 1);
+	return (r->units + threads - 1) / threads;
 }
 
 /* The fused epilogues done in registers: Relu or Clip after an optional
@@ -480,7 +494,10 @@ void hp_kxk_forward(const struct hp_conv *cv, const float *x, const float *w, co
 		threads = (int)(cap / r.per_thread);
 	if (hp_conv_flops(cv) < KX_PAR_MIN_FLOPS)
 		threads = 1;
-	hp_conv_parallel(pool, threads, units, kx_range, &r);
+	r.units = units;
+	r.grab = kx_grab(&r, threads);
+	atomic_init(&r.next, 0);
+	hp_conv_parallel(pool, threads, threads, kx_shares, &r);
 	hp_conv_threads_leave(saved);
 #else
 	(void)cv, (void)x, (void)w, (void)b, (void)y, (void)ws, (void)pool, (void)epi, (void)addend;

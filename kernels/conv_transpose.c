@@ -1,5 +1,6 @@
 /* ConvTranspose: sgemm (W_g^T x X_g over tiles of input positions) into a
- * bounded column buffer, then hp_col2im adds the columns into Y.
+ * bounded column buffer, then hp_col2im adds the columns into Y; nodes
+ * with kernel == stride two wide along the rows take convt_fma.c.
  *
  * Tiles of input positions are fixed by X's grid (conv_tile.c), so the
  * sgemms, hence the bits, do not depend on the thread count.  With kernel ==
@@ -134,6 +135,12 @@ void hp_convt_setup(struct hp_conv *cv)
 	/* the expected workers' tiles */
 	cv->ws_cols = cv->ct.maxcols * (cv->lean ? 1 : hp_conv_ws_threads());
 	cv->workspace = (size_t)cv->ws_cols * (size_t)rows * sizeof(float);
+	/* the larger of the two: the column path's workspace, which the band
+	 * pass has sized its cuts by, usually is */
+	if (hp_convt_fma_eligible(cv)) {
+		size_t f = hp_convt_fma_workspace(cv, cv->lean ? 1 : hp_conv_ws_threads());
+		cv->workspace = f > cv->workspace ? f : cv->workspace;
+	}
 }
 
 int64_t hp_convt_band_align(const struct hp_conv *cv, int axis)
@@ -174,6 +181,11 @@ void hp_convt_forward(const struct hp_conv *cv, const float *x, const float *w, 
 	int saved, threads = hp_conv_threads_enter(pool, &saved);
 	int64_t items = cv->batch * cv->group, rows = convt_rows(cv);
 
+	if (hp_convt_fma_eligible(cv) && cv->workspace >= hp_convt_fma_workspace(cv, 1)) {
+		hp_conv_threads_leave(saved);
+		hp_convt_fma_forward(cv, x, w, b, y, ws, pool);
+		return;
+	}
 	r.cs = rows / cv->g.kvol;
 	r.nchunk = (cv->cout_g + r.cs - 1) / r.cs;
 	r.per_thread = cv->ct.maxcols * rows;

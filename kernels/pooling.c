@@ -224,6 +224,57 @@ static inline float vmax(float v, float m)
 	return v > m ? v : m;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* Two window rows of a 2x2 MaxPool, eight outputs a step, from the left:
+ * the same selects in the same order as max2_plane's loop (maxps(v, m)
+ * is v > m ? v : m, NaN and signed zeros alike); returns the outputs
+ * done.  Why: the 2-D case ran the generic loop, about 1.3 GB/s on the
+ * U-Net's 128x128 planes. */
+__attribute__((target("avx2"))) static int64_t max2_rows_avx2(const float *r0, const float *r1, float *yo,
+								int64_t OW)
+{
+	int64_t ow = 0;
+
+	for (; ow + 8 <= OW; ow += 8) {
+		const float *q[2] = { r0 + 2 * ow, r1 + 2 * ow };
+		__m256 m = _mm256_set1_ps(-INFINITY);
+		for (int i = 0; i < 2; i++) {
+			__m256 a = _mm256_loadu_ps(q[i]), b = _mm256_loadu_ps(q[i] + 8);
+			__m256d ev = _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xd8);
+			__m256d od = _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xdd)), 0xd8);
+			m = _mm256_max_ps(_mm256_castpd_ps(ev), m);
+			m = _mm256_max_ps(_mm256_castpd_ps(od), m);
+		}
+		_mm256_storeu_ps(yo + ow, m);
+	}
+	return ow;
+}
+
+static int max2_avx2(void)
+{
+	static int cached = -1;
+
+	if (cached < 0) {
+		__builtin_cpu_init();
+		cached = __builtin_cpu_supports("avx2");
+	}
+	return cached;
+}
+#else
+static int64_t max2_rows_avx2(const float *r0, const float *r1, float *yo, int64_t OW)
+{
+	(void)r0, (void)r1, (void)yo, (void)OW;
+	return 0;
+}
+
+static int max2_avx2(void)
+{
+	return 0;
+}
+#endif
+
 /* MaxPool with kernel = stride = 2 on every pooled dim (1 on unit dims). */
 static void max2_plane(const struct pool_p *p, const float *x, float *y)
 {
@@ -252,7 +303,8 @@ static void max2_plane(const struct pool_p *p, const float *x, float *y)
 				}
 				continue;
 			}
-			for (int64_t ow = 0; ow < OW; ow++) {
+			int64_t ow = nr == 2 && kw == 2 && max2_avx2() ? max2_rows_avx2(r[0], r[1], yo, OW) : 0;
+			for (; ow < OW; ow++) {
 				float m = -INFINITY;
 				for (int q = 0; q < nr; q++)
 					for (int c = 0; c < kw; c++)

@@ -2,6 +2,7 @@
  * 2-D and 3-D shapes, groups, strides, dilations, asymmetric pads, every
  * auto_pad mode, output_padding and output_shape; determinism with a pool;
  * error messages. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -769,6 +770,32 @@ static void test_conv_kxk(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* One case of test_kxk_bands: 1 thread bitwise 2, every batch and row band
+ * bitwise the whole, FusedConv bitwise the unfused nodes. */
+static void kxk_band_case(const struct cc *t, size_t i, struct hp_pool *pool)
+{
+	struct hp_tensor whole, one;
+	struct built bt;
+
+	build(t, 11, &bt);
+	assert_int_equal(run_case(t, &bt, pool, &whole), 0);
+	assert_int_equal(run_case(t, &bt, NULL, &one), 0);
+	assert_memory_equal(whole.data, one.data, hp_tensor_bytes(&whole));
+	for (int64_t a = 0; a < t->n; a++)
+		for (int64_t b = a + 1; b <= t->n; b++)
+			check_band(t, &bt, &whole, 0, a, b, pool);
+	for (int64_t a = 0; a < whole.shape.dims[2]; a++)
+		for (int64_t b = a + 1; b <= whole.shape.dims[2]; b++)
+			check_band(t, &bt, &whole, 2, a, b, b - a > 2 ? pool : NULL);
+	for (int k = 0; k < 3; k++) {
+		check_fused_dot(t, k, (int)(i + k) % 2, pool);
+		check_fused_dot(t, k, (int)(i + k + 1) % 2, NULL);
+	}
+	hp_tensor_free(&whole);
+	hp_tensor_free(&one);
+	unbuild(&bt);
+}
+
 /* On the KxK path one thread gives two's bits, bands of batch items and of
  * output rows of every extent and start give the whole node's, and
  * FusedConv (Relu or Clip after a full, per-channel or scalar addend) is
@@ -782,29 +809,187 @@ static void test_kxk_bands(void **state)
 		skip();
 	assert_int_equal(hp_pool_create(2, &pool), 0);
 	hp_conv_set_kxk(1);
-	for (size_t i = 0; i < sizeof kxk_cases / sizeof kxk_cases[0]; i++) {
-		const struct cc *t = &kxk_cases[i];
-		struct hp_tensor whole, one;
+	for (size_t i = 0; i < sizeof kxk_cases / sizeof kxk_cases[0]; i++)
+		kxk_band_case(&kxk_cases[i], i, pool);
+	hp_conv_set_kxk(0);
+	hp_pool_destroy(pool);
+}
+
+/* The row-run blocks of the KxK path (conv_kxk_run.c: output rows of a
+ * multiple of 16 columns at stride 1 along them, planes of 64 outputs
+ * and more): the U-Net's 16-channel layer at 16x32, K longer than a k
+ * chunk of 85 kernel rows with a micro-tile of one row (13 = 6 + 6 + 1),
+ * rows of 144 (blocks of 128 columns across two output rows), dilation 2
+ * with a 5-wide kernel and pads of 4 (taps far past both edges),
+ * asymmetric pads (a left edge of 2, no right edge), padding rows of 3
+ * and 2, groups, stride 2 down the rows, a 16-wide plane (packed: not a
+ * row-run node), a 7-wide kernel of dilation 6 over rows of 32 (each
+ * panel both edges), 3-D and 1-D. */
+static const struct cc kxk_run_cases[] = {
+	{ 2, 0, 2, 16, 16, 1, V3(6, 32, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 40, 13, 1, V3(5, 48, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 9, 8, 1, V3(3, 144, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+	{ 2, 0, 1, 8, 7, 1, V3(6, 32, 0), V3(3, 5, 0), V3(1, 1, 0), V3(1, 2, 0), V3(1, 4, 0), V3(1, 4, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 2, 8, 9, 1, V3(5, 32, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(3, 2, 0), V3(2, 0, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 16, 8, 2, V3(6, 32, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 0, 1, 0 },
+	{ 2, 0, 1, 10, 6, 1, V3(9, 32, 0), V3(3, 3, 0), V3(2, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 24, 20, 1, V3(5, 16, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 12, 10, 1, V3(5, 32, 0), V3(3, 7, 0), V3(1, 1, 0), V3(1, 6, 0), V3(1, 18, 0), V3(1, 18, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 3, 0, 1, 8, 7, 1, V3(3, 4, 32), V3(3, 3, 3), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 1, 0, 3, 8, 6, 1, V3(64, 0, 0), V3(3, 0, 0), V3(1, 0, 0), V3(1, 0, 0), V3(1, 0, 0), V3(1, 0, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+};
+
+/* The row-run blocks against the reference, bitwise the packed blocks
+ * (hp_kxk_set_run(0)) on 1 and 2 threads, and in bands, on threads and
+ * fused as test_kxk_bands. */
+static void test_kxk_run(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_kxk_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_conv_set_kxk(1);
+	for (size_t i = 0; i < sizeof kxk_run_cases / sizeof kxk_run_cases[0]; i++) {
+		const struct cc *t = &kxk_run_cases[i];
+		struct hp_tensor run, packed;
 		struct built bt;
-		build(t, 11, &bt);
+		check(t, 260 + (unsigned)i, NULL);
+		check(t, 260 + (unsigned)i, pool);
+		build(t, 31, &bt);
+		for (int th = 0; th < 2; th++) {
+			assert_int_equal(run_case(t, &bt, th ? pool : NULL, &run), 0);
+			hp_kxk_set_run(0);
+			assert_int_equal(run_case(t, &bt, th ? NULL : pool, &packed), 0);
+			hp_kxk_set_run(1);
+			assert_memory_equal(run.data, packed.data, hp_tensor_bytes(&run));
+			hp_tensor_free(&run);
+			hp_tensor_free(&packed);
+		}
+		unbuild(&bt);
+		kxk_band_case(t, i, pool);
+	}
+	hp_conv_set_kxk(0);
+	hp_pool_destroy(pool);
+}
+
+/* ConvTranspose with kernel == stride, two wide along the rows
+ * (convt_fma.c): the U-Net's 2x2 stride 2 with an odd row (14 output
+ * columns: a partial micro-tile), 3x2 stride 3x2 over rows of 40
+ * columns, groups, 1-D, 3-D, 70 input channels with 13 output channels
+ * (a micro-tile of one row), and one of 4 MFLOP on both threads. */
+static const struct cc convt_fma_cases[] = {
+	{ 2, 1, 2, 16, 8, 1, V3(5, 7, 0), V3(2, 2, 0), V3(2, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 2, 1, 1, 13, 7, 1, V3(4, 20, 0), V3(3, 2, 0), V3(3, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 2, 1, 2, 8, 6, 2, V3(3, 9, 0), V3(2, 2, 0), V3(2, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 0, 1, 0, 0 },
+	{ 1, 1, 3, 5, 4, 1, V3(19, 0, 0), V3(2, 0, 0), V3(2, 0, 0), V3(1, 0, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 3, 1, 1, 6, 5, 1, V3(2, 3, 5), V3(2, 2, 2), V3(2, 2, 2), V3(1, 1, 1), {0}, {0}, {0}, {0}, NULL, 1, 0, 0, 0 },
+	{ 2, 1, 1, 70, 13, 1, V3(3, 8, 0), V3(2, 2, 0), V3(2, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 2, 1, 2, 64, 32, 1, V3(8, 16, 0), V3(2, 2, 0), V3(2, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+};
+
+/* Input rows [a, b) of a ConvTranspose case run on their own: output rows
+ * [a * k, b * k), bitwise the whole node's. */
+static void check_convt_rows(const struct cc *t, const struct built *wbt, const struct hp_tensor *whole, int64_t a,
+			     int64_t b, struct hp_pool *pool)
+{
+	struct cc bc = *t;
+	struct built bt;
+	struct hp_tensor out, bx;
+	int64_t rest = 1, xrest = 1, k = t->k[0], rows = t->in[0] * k, dims[5] = { t->n, t->c, b - a };
+
+	for (int i = 1; i < t->nd; i++) {
+		rest *= t->in[i] * t->k[i];
+		xrest *= dims[2 + i] = t->in[i];
+	}
+	bc.in[0] = b - a;
+	bx = kt_tensor(HP_F32, t->nd + 2, dims);
+	for (int64_t nc = 0; nc < t->n * t->c; nc++)
+		memcpy((float *)bx.data + nc * (b - a) * xrest, (const float *)wbt->x.data + (nc * t->in[0] + a) * xrest,
+		       (size_t)((b - a) * xrest) * sizeof(float));
+	build(&bc, 1, &bt);
+	hp_tensor_free(&bt.x);
+	hp_tensor_free(&bt.w);
+	hp_tensor_free(&bt.b);
+	bt.x = bx;
+	bt.w = wbt->w;
+	bt.b = wbt->b;
+	assert_int_equal(run_case(&bc, &bt, pool, &out), 0);
+	for (int64_t nc = 0; nc < t->n * t->m; nc++)
+		assert_memory_equal((const float *)out.data + nc * (b - a) * k * rest,
+				    (const float *)whole->data + (nc * rows + a * k) * rest,
+				    (size_t)((b - a) * k * rest) * sizeof(float));
+	hp_tensor_free(&out);
+	hp_tensor_free(&bt.x);
+}
+
+/* The chains convt_fma.c promises, with libc's fmaf: each output from its
+ * bias (or 0), input channels in order; bitwise. */
+static void check_convt_chain(const struct cc *t, const struct built *bt, const struct hp_tensor *y)
+{
+	int64_t x3[3] = { 1, 1, 1 }, k3[3] = { 1, 1, 1 }, off = 3 - t->nd;
+	int64_t cg = t->c / t->group, mg = t->m / t->group;
+
+	for (int i = 0; i < t->nd; i++) {
+		x3[off + i] = t->in[i];
+		k3[off + i] = t->k[i];
+	}
+	int64_t o3[3] = { x3[0] * k3[0], x3[1] * k3[1], x3[2] * k3[2] }, ov = o3[0] * o3[1] * o3[2];
+	int64_t kv = k3[0] * k3[1] * k3[2], xv = x3[0] * x3[1] * x3[2];
+	for (int64_t n = 0; n < t->n; n++)
+		for (int64_t m = 0; m < t->m; m++)
+			for (int64_t o = 0; o < ov; o++) {
+				int64_t od = o / (o3[1] * o3[2]), oh = o / o3[2] % o3[1], ow = o % o3[2], g = m / mg;
+				int64_t i = (od / k3[0] * x3[1] + oh / k3[1]) * x3[2] + ow / k3[2];
+				int64_t q = (od % k3[0] * k3[1] + oh % k3[1]) * k3[2] + ow % k3[2];
+				float acc = t->bias ? at(&bt->b, m) : 0.0f, got = at(y, (n * t->m + m) * ov + o);
+				for (int64_t c = 0; c < cg; c++)
+					acc = fmaf(at(&bt->w, ((g * cg + c) * mg + m % mg) * kv + q),
+						   at(&bt->x, (n * t->c + g * cg + c) * xv + i), acc);
+				if (memcmp(&acc, &got, sizeof acc))
+					fail_msg("ConvTranspose chain: output %lld of (%lld, %lld): %a, want %a", (long long)o,
+						 (long long)n, (long long)m, (double)got, (double)acc);
+			}
+}
+
+/* Against the reference and the column path (to rounding), bitwise the
+ * fmaf chains, 1 thread bitwise 2, every batch band and band of input
+ * rows bitwise the whole. */
+static void test_convt_fma(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_kxk_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < sizeof convt_fma_cases / sizeof convt_fma_cases[0]; i++) {
+		const struct cc *t = &convt_fma_cases[i];
+		struct hp_tensor whole, one, col;
+		struct built bt;
+		check(t, 300 + (unsigned)i, NULL);
+		check(t, 300 + (unsigned)i, pool);
+		build(t, 41, &bt);
 		assert_int_equal(run_case(t, &bt, pool, &whole), 0);
 		assert_int_equal(run_case(t, &bt, NULL, &one), 0);
 		assert_memory_equal(whole.data, one.data, hp_tensor_bytes(&whole));
+		check_convt_chain(t, &bt, &whole);
+		hp_convt_set_fma(-1);
+		assert_int_equal(run_case(t, &bt, pool, &col), 0);
+		hp_convt_set_fma(0);
+		assert_true(kt_rel_err(&col, &whole) < 1e-5);
 		for (int64_t a = 0; a < t->n; a++)
 			for (int64_t b = a + 1; b <= t->n; b++)
 				check_band(t, &bt, &whole, 0, a, b, pool);
-		for (int64_t a = 0; a < whole.shape.dims[2]; a++)
-			for (int64_t b = a + 1; b <= whole.shape.dims[2]; b++)
-				check_band(t, &bt, &whole, 2, a, b, b - a > 2 ? pool : NULL);
-		for (int k = 0; k < 3; k++) {
-			check_fused_dot(t, k, (int)(i + k) % 2, pool);
-			check_fused_dot(t, k, (int)(i + k + 1) % 2, NULL);
-		}
+		for (int64_t a = 0; a < t->in[0]; a++)
+			for (int64_t b = a + 1; b <= t->in[0]; b++)
+				check_convt_rows(t, &bt, &whole, a, b, b - a > 1 ? pool : NULL);
 		hp_tensor_free(&whole);
 		hp_tensor_free(&one);
+		hp_tensor_free(&col);
 		unbuild(&bt);
 	}
-	hp_conv_set_kxk(0);
 	hp_pool_destroy(pool);
 }
 
@@ -921,6 +1106,8 @@ int main(void)
 		cmocka_unit_test(test_conv_gemm),
 		cmocka_unit_test(test_conv_kxk),
 		cmocka_unit_test(test_kxk_bands),
+		cmocka_unit_test(test_kxk_run),
+		cmocka_unit_test(test_convt_fma),
 		cmocka_unit_test(test_kxk_choice),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_kernel_shape_dims),

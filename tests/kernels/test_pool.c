@@ -212,6 +212,58 @@ static void test_maxpool_fast(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* 2x2 stride-2 MaxPool over two window rows (2-D, and 3-D with a unit
+ * height), rows wide enough for the vector steps and their tails: bitwise
+ * the selects m = v > m ? v : m from -inf over the taps in order (row by
+ * row, left to right), with NaNs, signed zeros and -inf in the input. */
+static void test_maxpool_2x2_bits(void **state)
+{
+	static const struct {
+		int nsp;
+		int64_t in[3];
+	} cases[] = { { 2, { 5, 37 } }, { 2, { 4, 64 } }, { 2, { 3, 17 } }, { 3, { 4, 1, 40 } } };
+	static const float odd[] = { NAN, -0.0f, 0.0f, -INFINITY, NAN, 0.0f, -0.0f };
+
+	(void)state;
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		int nsp = cases[i].nsp;
+		int64_t dims[5] = { 2, 3 }, od[5] = { 2, 3 }, k[3], rows = 1, W = cases[i].in[nsp - 1], plane = 1, op = 1;
+		struct hp_attr at[2];
+		struct hp_tensor x, y;
+		for (int d = 0; d < nsp; d++) {
+			k[d] = cases[i].in[d] > 1 ? 2 : 1;
+			dims[2 + d] = cases[i].in[d];
+			od[2 + d] = cases[i].in[d] / k[d];
+			plane *= dims[2 + d];
+			op *= od[2 + d];
+		}
+		rows = plane / W;
+		x = kt_tensor(HP_F32, 2 + nsp, dims);
+		kt_fill_random(&x, 70 + (unsigned)i, -2, 2);
+		/* runs of three in seven: windows with two of them in a row */
+		for (int64_t e = 0; e < hp_shape_numel(&x.shape); e++)
+			if (e % 7 < 3)
+				((float *)x.data)[e] = odd[(e / 7 * 3 + e % 7) % (sizeof odd / sizeof odd[0])];
+		at[0] = kt_ints("kernel_shape", nsp, k);
+		at[1] = kt_ints("strides", nsp, k);
+		struct kt_case kc = { .op = "MaxPool", .nin = 1, .in = &x, .nattrs = 2, .attrs = at, .nout = 1 };
+		assert_int_equal(kt_run(&kc, &y), 0);
+		for (int64_t pl = 0; pl < 6; pl++)
+			for (int64_t o = 0; o < op; o++) {
+				int64_t orow = o / (W / 2), ow = o % (W / 2);
+				const float *r0 = (const float *)x.data + pl * plane + 2 * orow * W;
+				float m = -INFINITY, got = ((const float *)y.data)[pl * op + o];
+				const float t[4] = { r0[2 * ow], r0[2 * ow + 1], r0[W + 2 * ow], r0[W + 2 * ow + 1] };
+				for (int q = 0; q < 4; q++)
+					m = t[q] > m ? t[q] : m;
+				assert_true(rows >= 2 * (orow + 1));
+				assert_memory_equal(&m, &got, sizeof m);
+			}
+		hp_tensor_free(&x);
+		hp_tensor_free(&y);
+	}
+}
+
 static void test_avgpool(void **state)
 {
 	(void)state;
@@ -407,6 +459,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_maxpool),
 		cmocka_unit_test(test_maxpool_fast),
+		cmocka_unit_test(test_maxpool_2x2_bits),
 		cmocka_unit_test(test_avgpool),
 		cmocka_unit_test(test_wide_rows),
 		cmocka_unit_test(test_maxpool_int),

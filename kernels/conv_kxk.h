@@ -1,0 +1,56 @@
+/* Private to the KxK path: conv_kxk.c (blocks, packing, the generic
+ * micro-tiles) and conv_kxk_run.c (blocks of whole output-row runs read
+ * straight from the image). */
+#ifndef HPDLF_KERNELS_CONV_KXK_H
+#define HPDLF_KERNELS_CONV_KXK_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "kernels/conv_impl.h"
+#include "kernels/fma_tile.h"
+
+#define KX_MR 6     /* output channels per micro-tile */
+#define KX_NR 16    /* columns per micro-tile (two vectors) */
+#define KX_KC 256   /* k per cache block */
+#define KX_NB 128   /* columns per unit (a multiple of KX_NR) */
+/* Micro-tile t of mt = ceil(M / KX_MR) over M output channels: rows as
+ * even as KX_MR a tile allows (32 = 6 + 6 + 5 + 5 + 5 + 5, not 6 * 5 + 2:
+ * a tile of two rows has too few chains to hide the FMAs' latency). */
+static inline int64_t kx_tile_m0(int64_t M, int64_t mt, int64_t t)
+{
+	return t * (M / mt) + (t < M % mt ? t : M % mt);
+}
+
+static inline int64_t kx_tile_rows(int64_t M, int64_t mt, int64_t t)
+{
+	return M / mt + (t < M % mt);
+}
+
+struct kx_run {
+	const struct hp_conv *cv;
+	const float *x, *w, *b;
+	float *y, *ws;
+	const struct hp_epi *epi;
+	const float *addend;
+	int64_t mt, nblk;        /* micro-tiles of rows, column blocks per item */
+	struct hp_fma_fin fin;       /* the epilogue in registers, when fin_ok */
+	int fin_ok, fin_add;     /* epi done as tiles are stored; with a full addend */
+	int64_t per_thread;      /* floats of a worker's panel buffer (and tile buffer) */
+	int64_t panel;           /* floats of the panel buffer */
+	int64_t pf;              /* floats of one panel's area (kx_panel_floats) */
+	int span;                /* blocks span batch items (kx_span) */
+	int64_t units, grab;     /* work units; units a worker claims at a time */
+	_Atomic int64_t next;    /* the first unit not claimed yet */
+};
+
+/* Micro-tiles t0..t1 of one (item, group) over the output columns
+ * [j0, j0 + nc) when every 16-column panel of them lies in one output row
+ * read at stride 1 (the image's rows are then the panels, tap by tap):
+ * the same chains as kx_block, so the same bits.  0 when the block is not
+ * of that kind (the caller packs the block); buf holds the worker's
+ * panel area. */
+int hp_kxk_run_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc, int64_t t0, int64_t t1,
+		     float *buf);
+
+#endif

@@ -1,0 +1,368 @@
+/* The KxK path's blocks of whole output-row runs: every 16-column panel of
+ * the block lies in one output row read at stride 1 (rows of a multiple
+ * of 16 outputs, 32 and more: the U-Net's 128-, 64- and 32-wide planes),
+ * so the taps of a panel are the image's rows themselves, shifted by kw.
+ *
+ * Why: kx_pack finds each row per (panel, k chunk, block) through kx_row
+ * and copies the rows at the image's left and right edges with scalar
+ * loops; with 16 output channels (three micro-tiles share a panel) that
+ * was a third of the kernel's time (perf, class u-128 of
+ * hpdlf-bench-conv-libs).  Here:
+ *  - the taps of a (block output row, k chunk) are found once, for all
+ *    its panels; a panel reads them at its column's offset (the micro-
+ *    tile adds it), padding rows read a row of zeros;
+ *  - only the edge panels copy rows (zeros outside the image), each
+ *    vector stored once;
+ *  - the next output row's new image rows are prefetched;
+ *  - the panels outermost when the chunk's weights of all the block's
+ *    micro-tiles fit in L1, so a panel's rows are read from L1 by every
+ *    micro-tile.
+ * Each output is the same chain as kx_block's: k = (c, kd, kh, kw) in
+ * order from its bias, padding taps included (w * 0 added), a chunk's
+ * running sums stored to Y and reloaded; so the bits are the packed
+ * path's, whatever the chunking (tests/kernels/test_conv.c). */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/conv_kxk.h"
+#include "kernels/fused_impl.h"
+
+static int kr_on = 1;
+
+void hp_kxk_set_run(int on)
+{
+	kr_on = on;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define KR_TARGET __attribute__((target("avx2,fma")))
+#define KR_INLINE __attribute__((always_inline)) inline
+/* Widest kernel row taken (wider ones pack). */
+#define KR_MAXK 16
+/* Panels outermost when the chunk's weights of the micro-tiles fit this. */
+#define KR_W_L1 (16 << 10)
+
+static int64_t kr_min(int64_t a, int64_t b)
+{
+	return a < b ? a : b;
+}
+
+struct kr_panel {
+	int64_t off;          /* image column of lane 0's first tap */
+	int ncols;            /* output columns of the panel (1..16) */
+	int edge;             /* some lane of some tap falls outside the row */
+};
+
+/* Accumulator (r, v) of a micro-tile: named registers, not an array (GCC
+ * stored an array's 12 vectors to the stack at every kernel row). */
+#define KR_ACC(r, v) c##r##v
+#define KR_INIT(r)                                                                              \
+	if (mr > r) {                                                                           \
+		KR_ACC(r, 0) = kr_acc0(first, bias, r, full, y + r * ldy, sm[0]);               \
+		KR_ACC(r, 1) = kr_acc0(first, bias, r, full, y + r * ldy + 8, sm[1]);           \
+	}
+#define KR_FMA(r)                                                                               \
+	if (mr > r) {                                                                           \
+		__m256 w = _mm256_broadcast_ss(a + r * lda);                                     \
+		KR_ACC(r, 0) = _mm256_fmadd_ps(w, b0, KR_ACC(r, 0));                             \
+		KR_ACC(r, 1) = _mm256_fmadd_ps(w, b1, KR_ACC(r, 1));                             \
+	}
+#define KR_OUT(r)                                                                               \
+	if (mr > r) {                                                                           \
+		acc[r][0] = KR_ACC(r, 0);                                                        \
+		acc[r][1] = KR_ACC(r, 1);                                                        \
+	}
+
+/* A chain's start: the bias (or 0) on the first chunk, else the running
+ * sum stored in y. */
+KR_TARGET static KR_INLINE __m256 kr_acc0(int first, const float *bias, int r, int full, const float *y, __m256i m)
+{
+	if (first)
+		return bias ? _mm256_set1_ps(bias[r]) : _mm256_setzero_ps();
+	return full ? _mm256_loadu_ps(y) : _mm256_maskload_ps(y, m);
+}
+
+/* The chain of k over nk taps, tap k's 16 lanes at taps[k] + off, row r's
+ * weights at a + r * lda (W in place, as kx_tile); then the stores and the
+ * epilogue as kx_tile. */
+KR_TARGET static KR_INLINE void kr_tile(const int mr, int64_t nk, const float *const *taps, int64_t off, int ncols,
+					const float *a, int64_t lda, float *y, int64_t ldy,
+					int first, const float *bias, const struct hp_fma_fin *f, const float *add)
+{
+	__m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+	__m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, acc[KX_MR][2];
+	int full = ncols == KX_NR;
+	__m256i sm[2] = { fma_mask(ncols), fma_mask(ncols - 8) };
+
+	KR_INIT(0) KR_INIT(1) KR_INIT(2) KR_INIT(3) KR_INIT(4) KR_INIT(5)
+	for (int64_t k = 0; k < nk; k++, a++) {
+		__m256 b0 = _mm256_loadu_ps(taps[k] + off), b1 = _mm256_loadu_ps(taps[k] + off + 8);
+		KR_FMA(0) KR_FMA(1) KR_FMA(2) KR_FMA(3) KR_FMA(4) KR_FMA(5)
+	}
+	KR_OUT(0) KR_OUT(1) KR_OUT(2) KR_OUT(3) KR_OUT(4) KR_OUT(5)
+	fma_store_acc(acc, mr, 2, y, ldy, ncols, full);
+	/* a pass of its own, as kx_tile's */
+	if (f)
+		fma_finish_tile(mr, ncols > 8 ? 2 : 1, y, ldy, ncols, f, add);
+}
+
+#define KR_CASE(R)                                                                      \
+	case R:                                                                         \
+		kr_tile(R, nk, taps, off, ncols, a, lda, y, ldy, first, bias, f, add);          \
+		break;
+
+KR_TARGET static void kr_micro(int mr, int64_t nk, const float *const *taps, int64_t off, int ncols,
+			       const float *a, int64_t lda, float *y, int64_t ldy, int first, const float *bias,
+			       const struct hp_fma_fin *f, const float *add)
+{
+	switch (mr) {
+		KR_CASE(1)
+		KR_CASE(2)
+		KR_CASE(3)
+		KR_CASE(4)
+		KR_CASE(5)
+		KR_CASE(6)
+	default:
+		break;
+	}
+}
+
+/* Floats a panel's taps of one kernel row span: 16 lanes and the kw
+ * shifts, in whole vectors. */
+static int64_t kr_span(const struct hp_colgeom *g)
+{
+	return (KX_NR + (g->k[2] - 1) * g->dil[2] + 7) / 8 * 8;
+}
+
+static void kr_panel_of(const struct hp_colgeom *g, int64_t ow, int n, struct kr_panel *pn)
+{
+	pn->off = ow - g->pad[2];
+	pn->ncols = n;
+	pn->edge = pn->off < 0 || pn->off + (g->k[2] - 1) * g->dil[2] + KX_NR > g->img[2];
+}
+
+/* dst[q] = row[off + q] inside the image row, 0 outside, q < len (a
+ * multiple of 8): an edge panel's copy of one kernel row.  Each vector of
+ * dst is stored once: plain loads inside the row, masked loads across its
+ * ends (masked lanes are not read: no fault before or after the row);
+ * scalar stores under the vectors the micro-tiles then read cost a
+ * forwarding stall each. */
+KR_TARGET static void kr_copy(const float *row, int64_t off, int64_t W, int64_t len, float *dst)
+{
+	__m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+
+	for (int64_t q = 0; q < len; q += 8) {
+		int64_t c = off + q;
+		__m256 v;
+		if (c >= 0 && c + 8 <= W)
+			v = _mm256_loadu_ps(row + c);
+		else if (c + 8 <= 0 || c >= W)
+			v = _mm256_setzero_ps();
+		else {
+			__m256i l = _mm256_add_epi32(iota, _mm256_set1_epi32((int32_t)c));
+			__m256i in = _mm256_and_si256(_mm256_cmpgt_epi32(l, _mm256_set1_epi32(-1)),
+						      _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)W), l));
+			v = _mm256_maskload_ps(row + c, in);
+		}
+		_mm256_storeu_ps(dst + q, v);
+	}
+}
+
+/* taps[i * k2 + kw] for kernel rows i0 .. i0 + n - 1 (flat (c, kd, kh)) of
+ * output row (od, oh): the image row at column kw * dil, or zrow (zeros
+ * wherever a panel's offset puts its lanes) in the padding. */
+static void kr_row_taps(const struct hp_colgeom *g, const float *x, int64_t od, int64_t oh, int64_t i0, int64_t n,
+			const float *zrow, const float **taps)
+{
+	int64_t k01 = g->k[0] * g->k[1], k2 = g->k[2];
+
+	for (int64_t i = i0; i < i0 + n; i++) {
+		int64_t c = i / k01, kd = i / g->k[1] % g->k[0], kh = i % g->k[1];
+		int64_t id = od * g->stride[0] - g->pad[0] + kd * g->dil[0];
+		int64_t ih = oh * g->stride[1] - g->pad[1] + kh * g->dil[1];
+		const float *row = x + c * g->img_vol + (id * g->img[1] + ih) * g->img[2];
+		int in = id >= 0 && id < g->img[0] && ih >= 0 && ih < g->img[1];
+		for (int64_t kw = 0; kw < k2; kw++)
+			*taps++ = in ? row + kw * g->dil[2] : zrow;
+	}
+}
+
+/* Whether every block of the node is panels of single output rows (blocks
+ * and panels start at multiples of 16 columns of a plane), and its blocks
+ * span no batch items (kx_span: planes under 64 positions).  Rows of 32
+ * and more: in 16-wide ones every panel is an edge panel, and the copies
+ * of eight output rows a block cost more than packing (class u-16: 44
+ * against 55 GF/s). */
+static int kr_node_ok(const struct hp_conv *cv)
+{
+	return kr_on && cv->g.stride[2] == 1 && cv->g.k[2] <= KR_MAXK && cv->g.grid[2] % KX_NR == 0 &&
+	       cv->g.grid[2] >= 2 * KX_NR && cv->yvol >= 64;
+}
+
+struct kr_block {
+	const struct kx_run *r;
+	int64_t j0, nc, np, t0, t1, ybase, M, K;
+	const float *x, *w, *bias;
+	int64_t rpc, span;                    /* kernel rows per chunk, kr_span */
+	const float *zrow;                    /* W + span zeros: a padding row's taps */
+	const float **rtab;                   /* per output row of the block: its taps (rpc * k2 each) */
+	const float **etab;                   /* per edge panel: its taps, into copies */
+	float *copies;                        /* the edge panels' copies of the rows */
+	const float *const *ptaps[KX_NB / KX_NR]; /* per panel: its taps, at + off (edges: + 0) */
+	struct kr_panel pn[KX_NB / KX_NR];
+};
+
+/* One micro-tile of one panel over the chunk of kernel rows [i0, i0 + n). */
+static void kr_one(const struct kr_block *b, int64_t p, int64_t t, int64_t i0, int64_t n, int last)
+{
+	const struct kx_run *r = b->r;
+	const struct hp_conv *cv = r->cv;
+	int64_t m0 = kx_tile_m0(b->M, r->mt, t), mr = kx_tile_rows(b->M, r->mt, t), k2 = cv->g.k[2];
+	int64_t off = b->ybase + m0 * cv->yvol + b->j0 + p * KX_NR;
+	const struct hp_fma_fin *fin = r->fin_ok && last ? &r->fin : NULL;
+
+	kr_micro((int)mr, n * k2, b->ptaps[p], b->pn[p].edge ? 0 : b->pn[p].off, b->pn[p].ncols,
+		 b->w + m0 * b->K + i0 * k2, b->K, r->y + off, cv->yvol, i0 == 0, b->bias ? b->bias + m0 : NULL, fin,
+		 fin && r->fin_add ? r->addend + off : NULL);
+}
+
+/* An edge panel's taps of n kernel rows: copies of its rows (zeros
+ * outside the image) from its output row's taps rt, at t. */
+static void kr_edge_taps(struct kr_block *b, int64_t p, const float *const *rt, int64_t n, const float **t,
+			 float **cp)
+{
+	const struct kr_panel *pn = &b->pn[p];
+	const struct hp_colgeom *g = &b->r->cv->g;
+	int64_t k2 = g->k[2];
+
+	for (int64_t i = 0; i < n; i++, rt += k2) {
+		const float *s = b->zrow;
+		if (rt[0] != b->zrow) {
+			kr_copy(rt[0], pn->off, g->img[2], b->span, *cp);
+			s = *cp;
+			*cp += b->span;
+		}
+		for (int64_t kw = 0; kw < k2; kw++)
+			*t++ = s + (s != b->zrow ? kw * g->dil[2] : 0);
+	}
+}
+
+/* The chunk's taps (per output row of the block, edge panels their own),
+ * then the micro-tiles. */
+static void kr_chunk(struct kr_block *b, int64_t i0, int64_t n, int last)
+{
+	const struct hp_conv *cv = b->r->cv;
+	int64_t o1 = cv->g.grid[1], o2 = cv->g.grid[2], prev = -1, nt = 0, ne = 0, k2 = cv->g.k[2];
+	const float **rt = b->rtab;
+	float *cp = b->copies;
+	int pouter = (b->t1 - b->t0) * KX_MR * n * k2 * (int64_t)sizeof(float) <= KR_W_L1;
+
+	for (int64_t p = 0; p < b->np; p++) {
+		int64_t row = (b->j0 + p * KX_NR) / o2;
+		if (row != prev) {
+			rt = b->rtab + nt++ * b->rpc * k2;
+			kr_row_taps(&cv->g, b->x, row / o1, row % o1, i0, n, b->zrow, rt);
+		}
+		b->ptaps[p] = rt;
+		if (b->pn[p].edge) {
+			const float **et = b->etab + ne++ * b->rpc * k2;
+			kr_edge_taps(b, p, rt, n, et, &cp);
+			b->ptaps[p] = et;
+		}
+		prev = row;
+	}
+	if (pouter)
+		for (int64_t p = 0; p < b->np; p++)
+			for (int64_t t = b->t0; t < b->t1; t++)
+				kr_one(b, p, t, i0, n, last);
+	else
+		for (int64_t t = b->t0; t < b->t1; t++)
+			for (int64_t p = 0; p < b->np; p++)
+				kr_one(b, p, t, i0, n, last);
+}
+
+/* The image rows the block after this one (the next output row) reads
+ * first, towards L2: a 128-wide plane's block reads 16 channels' new rows
+ * 64 KiB apart, a miss each at the block's first panel otherwise. */
+KR_TARGET static void kr_prefetch_next(const struct kr_block *b)
+{
+	const struct hp_conv *cv = b->r->cv;
+	const struct hp_colgeom *g = &cv->g;
+	int64_t row = (b->j0 + b->nc) / g->grid[2], o1 = g->grid[1], W = g->img[2];
+	int64_t ih = row % o1 * g->stride[1] - g->pad[1] + (g->k[1] - 1) * g->dil[1];
+	int64_t id = row / o1 * g->stride[0] - g->pad[0] + (g->k[0] - 1) * g->dil[0];
+
+	if (row >= g->grid_vol / g->grid[2] || ih < 0 || ih >= g->img[1] || id < 0 || id >= g->img[0])
+		return;
+	for (int64_t c = 0; c < cv->cin_g; c++) {
+		const char *p = (const char *)(b->x + c * g->img_vol + (id * g->img[1] + ih) * W);
+		for (int64_t q = 0; q < W * (int64_t)sizeof(float); q += 64)
+			_mm_prefetch(p + q, _MM_HINT_T0);
+	}
+}
+
+/* The block's geometry and its tables in the worker's panel area; 0 when
+ * they do not fit it (the caller packs the block). */
+static int kr_layout(struct kr_block *b, float *buf)
+{
+	const struct hp_conv *cv = b->r->cv;
+	int64_t nedge = 0, nrows = cv->cin_g * cv->g.k[0] * cv->g.k[1], k2 = cv->g.k[2], need, zlen;
+
+	b->np = (b->nc + KX_NR - 1) / KX_NR;
+	b->span = kr_span(&cv->g);
+	/* chunks of at most KX_KC taps, as even as whole kernel rows allow (a
+	 * short last chunk would reload Y for a few taps) */
+	b->rpc = kr_min(KX_KC / cv->g.k[2] > 0 ? KX_KC / cv->g.k[2] : 1, nrows);
+	b->rpc = (nrows + (nrows + b->rpc - 1) / b->rpc - 1) / ((nrows + b->rpc - 1) / b->rpc);
+	for (int64_t p = 0; p < b->np; p++) {
+		kr_panel_of(&cv->g, (b->j0 + p * KX_NR) % cv->g.grid[2], (int)kr_min(KX_NR, b->nc - p * KX_NR),
+			    &b->pn[p]);
+		nedge += b->pn[p].edge;
+	}
+	zlen = cv->g.img[2] + b->span;
+	need = zlen + 2 * (b->np + nedge) * b->rpc * k2 + nedge * b->rpc * b->span;
+	if (need > b->r->panel)
+		return 0;
+	memset(buf, 0, (size_t)zlen * sizeof(float));
+	b->zrow = buf;
+	b->rtab = (const float **)(void *)(buf + zlen);
+	b->etab = b->rtab + b->np * b->rpc * k2;
+	b->copies = buf + zlen + 2 * (b->np + nedge) * b->rpc * k2;
+	return 1;
+}
+
+int hp_kxk_run_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc, int64_t t0, int64_t t1,
+		     float *buf)
+{
+	const struct hp_conv *cv = r->cv;
+	struct kr_block b = { .r = r, .j0 = j0, .nc = nc, .t0 = t0, .t1 = t1, .M = cv->cout_g, .K = cv->kdim };
+	int64_t nb = bg / cv->group, g = bg % cv->group, nrows = cv->cin_g * cv->g.k[0] * cv->g.k[1];
+
+	if (!kr_node_ok(cv) || r->span || !kr_layout(&b, buf))
+		return 0;
+	b.x = r->x + (nb * cv->cin + g * cv->cin_g) * cv->xvol;
+	b.w = r->w + g * b.M * b.K;
+	b.bias = r->b ? r->b + g * b.M : NULL;
+	b.ybase = (nb * cv->cout + g * b.M) * cv->yvol;
+	kr_prefetch_next(&b);
+	for (int64_t i0 = 0; i0 < nrows; i0 += b.rpc) {
+		int64_t n = kr_min(b.rpc, nrows - i0);
+		kr_chunk(&b, i0, n, i0 + n == nrows);
+	}
+	for (int64_t m = kx_tile_m0(b.M, r->mt, t0); r->epi && !r->fin_ok && m < kx_tile_m0(b.M, r->mt, t1); m++)
+		hp_epi_span(r->epi, r->y, r->addend, b.ybase + m * cv->yvol + j0, b.ybase + m * cv->yvol + j0 + nc);
+	return 1;
+}
+
+#else
+
+int hp_kxk_run_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc, int64_t t0, int64_t t1,
+		     float *buf)
+{
+	(void)r, (void)bg, (void)j0, (void)nc, (void)t0, (void)t1, (void)buf;
+	return 0;
+}
+
+#endif
