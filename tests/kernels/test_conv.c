@@ -695,6 +695,32 @@ static void test_conv_gemm(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* One case of the band tests: 1 thread bitwise 2, every batch and row band
+ * bitwise the whole, FusedConv bitwise the unfused nodes (data from seed). */
+static void band_case(const struct cc *t, size_t i, unsigned seed, struct hp_pool *pool)
+{
+	struct hp_tensor whole, one;
+	struct built bt;
+
+	build(t, seed, &bt);
+	assert_int_equal(run_case(t, &bt, pool, &whole), 0);
+	assert_int_equal(run_case(t, &bt, NULL, &one), 0);
+	assert_memory_equal(whole.data, one.data, hp_tensor_bytes(&whole));
+	for (int64_t a = 0; a < t->n; a++)
+		for (int64_t b = a + 1; b <= t->n; b++)
+			check_band(t, &bt, &whole, 0, a, b, pool);
+	for (int64_t a = 0; a < whole.shape.dims[2]; a++)
+		for (int64_t b = a + 1; b <= whole.shape.dims[2]; b++)
+			check_band(t, &bt, &whole, 2, a, b, b - a > 2 ? pool : NULL);
+	for (int k = 0; k < 3; k++) {
+		check_fused_dot(t, k, (int)(i + k) % 2, pool);
+		check_fused_dot(t, k, (int)(i + k + 1) % 2, NULL);
+	}
+	hp_tensor_free(&whole);
+	hp_tensor_free(&one);
+	unbuild(&bt);
+}
+
 /* On the pointwise path and the short-K im2col product one thread gives
  * two's bits, and bands of batch items and of output rows of every extent
  * and start give the whole node's; FusedConv's epilogue inside its
@@ -707,26 +733,7 @@ static void test_pw_bands(void **state)
 	(void)state;
 	assert_int_equal(hp_pool_create(2, &pool), 0);
 	for (size_t i = 0; i < npw + sizeof gemm_cases / sizeof gemm_cases[0]; i++) {
-		const struct cc *t = i < npw ? &pw_cases[i] : &gemm_cases[i - npw];
-		struct hp_tensor whole, one;
-		struct built bt;
-		build(t, 9, &bt);
-		assert_int_equal(run_case(t, &bt, pool, &whole), 0);
-		assert_int_equal(run_case(t, &bt, NULL, &one), 0);
-		assert_memory_equal(whole.data, one.data, hp_tensor_bytes(&whole));
-		for (int64_t a = 0; a < t->n; a++)
-			for (int64_t b = a + 1; b <= t->n; b++)
-				check_band(t, &bt, &whole, 0, a, b, pool);
-		for (int64_t a = 0; a < whole.shape.dims[2]; a++)
-			for (int64_t b = a + 1; b <= whole.shape.dims[2]; b++)
-				check_band(t, &bt, &whole, 2, a, b, b - a > 2 ? pool : NULL);
-		for (int k = 0; k < 3; k++) {
-			check_fused_dot(t, k, (int)(i + k) % 2, pool);
-			check_fused_dot(t, k, (int)(i + k + 1) % 2, NULL);
-		}
-		hp_tensor_free(&whole);
-		hp_tensor_free(&one);
-		unbuild(&bt);
+		band_case(i < npw ? &pw_cases[i] : &gemm_cases[i - npw], i, 9, pool);
 	}
 	hp_pool_destroy(pool);
 }
@@ -770,32 +777,6 @@ static void test_conv_kxk(void **state)
 	hp_pool_destroy(pool);
 }
 
-/* One case of test_kxk_bands: 1 thread bitwise 2, every batch and row band
- * bitwise the whole, FusedConv bitwise the unfused nodes. */
-static void kxk_band_case(const struct cc *t, size_t i, struct hp_pool *pool)
-{
-	struct hp_tensor whole, one;
-	struct built bt;
-
-	build(t, 11, &bt);
-	assert_int_equal(run_case(t, &bt, pool, &whole), 0);
-	assert_int_equal(run_case(t, &bt, NULL, &one), 0);
-	assert_memory_equal(whole.data, one.data, hp_tensor_bytes(&whole));
-	for (int64_t a = 0; a < t->n; a++)
-		for (int64_t b = a + 1; b <= t->n; b++)
-			check_band(t, &bt, &whole, 0, a, b, pool);
-	for (int64_t a = 0; a < whole.shape.dims[2]; a++)
-		for (int64_t b = a + 1; b <= whole.shape.dims[2]; b++)
-			check_band(t, &bt, &whole, 2, a, b, b - a > 2 ? pool : NULL);
-	for (int k = 0; k < 3; k++) {
-		check_fused_dot(t, k, (int)(i + k) % 2, pool);
-		check_fused_dot(t, k, (int)(i + k + 1) % 2, NULL);
-	}
-	hp_tensor_free(&whole);
-	hp_tensor_free(&one);
-	unbuild(&bt);
-}
-
 /* On the KxK path one thread gives two's bits, bands of batch items and of
  * output rows of every extent and start give the whole node's, and
  * FusedConv (Relu or Clip after a full, per-channel or scalar addend) is
@@ -810,7 +791,7 @@ static void test_kxk_bands(void **state)
 	assert_int_equal(hp_pool_create(2, &pool), 0);
 	hp_conv_set_kxk(1);
 	for (size_t i = 0; i < sizeof kxk_cases / sizeof kxk_cases[0]; i++)
-		kxk_band_case(&kxk_cases[i], i, pool);
+		band_case(&kxk_cases[i], i, 11, pool);
 	hp_conv_set_kxk(0);
 	hp_pool_destroy(pool);
 }
@@ -868,7 +849,7 @@ static void test_kxk_run(void **state)
 			hp_tensor_free(&packed);
 		}
 		unbuild(&bt);
-		kxk_band_case(t, i, pool);
+		band_case(t, i, 11, pool);
 	}
 	hp_conv_set_kxk(0);
 	hp_pool_destroy(pool);
