@@ -4,6 +4,7 @@
 
 #include "hpdlf/exec.h"
 #include "hpdlf/store.h"
+#include "common/cpus.h"
 #include "exec/budget.h"
 #include "exec/exec_internal.h"
 #include "exec/plan.h"
@@ -63,7 +64,7 @@ uint64_t hp_plan_max_workspace(const struct hp_graph *g)
 
 void hp_budget_layout(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_budget_layout *l)
 {
-	int threads = o && o->threads > 0 ? o->threads : hp_exec_online_cpus();
+	int threads = o && o->threads > 0 ? o->threads : hp_cpus_online();
 	struct hp_plan_opts po = { .align = HP_BUDGET_ALIGN, .reserve_for = hp_budget_staging };
 
 	hp_budget_layout_init(l, o ? o->budget : 0);

@@ -84,6 +84,4 @@ struct hp_arena_item {
  * the arena size.  Sizes are rounded up to `align`. */
 int hp_arena_place(struct hp_arena_item *items, int n, uint64_t align, uint64_t *total);
 
-int hp_exec_online_cpus(void);
-
 #endif

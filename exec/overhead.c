@@ -11,6 +11,7 @@
 
 #include "hpdlf/store.h"
 #include "hpdlf/tensor.h"
+#include "common/cpus.h"
 #include "exec/budget.h"
 #include "exec/comm.h"
 #include "exec/exec_internal.h"
@@ -112,7 +113,7 @@ static uint64_t rss_settled(const struct hp_graph *g, uint64_t now, uint64_t cpu
 
 void hp_budget_overhead_measure(const struct hp_graph *g, int remote, const char *mode)
 {
-	uint64_t cpus = (uint64_t)hp_exec_online_cpus(), grain = 2ull << 20, f;
+	uint64_t cpus = (uint64_t)hp_cpus_online(), grain = 2ull << 20, f;
 
 	pthread_mutex_lock(&overhead_mu);
 	if (!overhead_known) {

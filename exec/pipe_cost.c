@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "common/cpus.h"
 #include "exec/budget.h"
 #include "exec/exec_internal.h"
 #include "exec/pipe_cut.h"
@@ -310,7 +311,7 @@ void hp_pipe_chain_free(struct hp_pipe_chain *c)
 
 static void speed_of(const struct hp_pipe_choose_opts *o, struct hp_speed_compute *sp)
 {
-	int threads = o->threads > 0 ? o->threads : hp_exec_online_cpus();
+	int threads = o->threads > 0 ? o->threads : hp_cpus_online();
 
 	if (o->speed)
 		*sp = *o->speed;

@@ -7,6 +7,7 @@
 
 #include "hpdlf/error.h"
 #include "hpdlf/exec.h"
+#include "common/cpus.h"
 #include "exec/exec_internal.h"
 #include "exec/plan.h"
 #include "exec/remat.h"
@@ -30,7 +31,7 @@ struct speed_model {
 static void speed_opts(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_opts *po,
 		       struct speed_model *sm, int measure)
 {
-	int threads = o && o->threads > 0 ? o->threads : hp_exec_online_cpus();
+	int threads = o && o->threads > 0 ? o->threads : hp_cpus_online();
 	int recal = o && o->size >= offsetof(struct hp_exec_opts, recalibrate) + sizeof o->recalibrate && o->recalibrate;
 
 	if (!measure)

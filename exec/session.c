@@ -13,6 +13,7 @@
 #include "hpdlf/exec.h"
 #include "hpdlf/kernels.h"
 #include "hpdlf/store.h"
+#include "common/cpus.h"
 #include "exec/compile.h"
 #include "exec/comm.h"
 #include "exec/comm_thread.h"
@@ -555,7 +556,7 @@ static int session_new(struct hp_graph *g, const struct hp_exec_opts *o, struct 
 	s->g = g;
 	s->layout = layout;
 	memcpy(&s->opts, o, o->size < sizeof s->opts ? o->size : sizeof s->opts);
-	s->threads = o->threads > 0 ? o->threads : hp_exec_online_cpus();
+	s->threads = o->threads > 0 ? o->threads : hp_cpus_online();
 	rc = hp_pool_create(s->threads, &s->pool);
 	if (rc < 0)
 		goto fail;

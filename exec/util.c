@@ -1,16 +1,9 @@
 /* Small executor utilities: option defaults (no file that uses them
- * needs a session), the CPU count. */
+ * needs a session). */
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
-#include "common/cpus.h"
 #include "exec/exec_internal.h"
-
-int hp_exec_online_cpus(void)
-{
-	return hp_cpus_online();
-}
 
 void hp_exec_opts_init(struct hp_exec_opts *o, size_t size)
 {

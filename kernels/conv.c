@@ -39,7 +39,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/cpus.h"
 #include "hpdlf/error.h"
