@@ -2,7 +2,7 @@
 """Issue 16's benchmark: hpdlf against ONNX Runtime (inference) and PyTorch
 (training) on real architectures, same threads, same run.
 
-usage: bench_models.py BUILD_DIR [--threads N] [--reps N] [--steps N]
+usage: bench_models.py BUILD_DIR [--threads N] [--reps N] [--rounds N] [--steps N]
                        [--export-steps N] [--models DIR] [--only NAME[,NAME...]] [--no-train]
                        [--no-infer] [--spin]
 
@@ -14,7 +14,12 @@ hpdlf-bench-train make it).  Inference: BUILD_DIR/bench/hpdlf-bench-infer
 (ONNX Runtime through bench/ort_run.js when node finds onnxruntime-node,
 e.g. NODE_PATH=... after `npm install --ignore-scripts
 onnxruntime-node@1.20.1`), medians of --reps runs (default 20) after a
-warm-up of at least 3 runs and 300 ms on each side.  Training:
+warm-up of at least 3 runs and 300 ms on each side, in --rounds fresh
+process pairs (default 3; hpdlf then ORT each round): the times are the
+medians over the rounds and the ratio the median of the rounds' ratios.
+A process on this kind of shared VM sometimes runs in a slow mode for its
+whole life (every kernel slower by one factor, on either side), so one
+process pair alone can be off by 1.5x.  Training:
 BUILD_DIR/bench/hpdlf-bench-train --no-budget (PyTorch through
 tools/bench_train_torch.py on the TorchScript module each export was made
 from), medians of the steps after the first.  GFLOP/s beside every time use
@@ -58,7 +63,27 @@ def run(cmd, log):
     return last_json(p.stdout)
 
 
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
 def infer(a, name, path, log):
+    rounds = [infer_once(a, name, path, log) for _ in range(a.rounds)]
+    ok = [r for r in rounds if "error" not in r]
+    if not ok:
+        return rounds[0]
+    out = {"ms": median([r["ms"] for r in ok]), "gflops": median([r["gflops"] for r in ok]), "rounds": len(ok)}
+    paired = [r for r in ok if "ratio_vs_ort" in r]
+    if paired:
+        out.update(ort_ms=median([r["ort_ms"] for r in paired]), ort_gflops=median([r["ort_gflops"] for r in paired]),
+                   ratio_vs_ort=median([r["ratio_vs_ort"] for r in paired]),
+                   ratios_vs_ort=[r["ratio_vs_ort"] for r in paired])
+    return out
+
+
+def infer_once(a, name, path, log):
     cmd = [os.path.join(a.build, "bench", "hpdlf-bench-infer"), "--reps", str(a.reps), "--threads", str(a.threads)]
     r = run(cmd + ([path] if path else []), log)
     if not r or not r.get("models"):
@@ -115,6 +140,7 @@ def main():
     ap.add_argument("build")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3, help="inference: process pairs (hpdlf, ORT) per model")
     ap.add_argument("--steps", type=int, default=0, help="training steps of the test models (default: "
                     "hpdlf-bench-train's)")
     ap.add_argument("--export-steps", type=int, default=12, help="training steps of the exports")
@@ -124,6 +150,8 @@ def main():
     ap.add_argument("--no-infer", action="store_true")
     ap.add_argument("--spin", action="store_true", help="leave ORT's and PyTorch's spinning as they default")
     a = ap.parse_args()
+    if a.rounds < 1 or a.reps < 1:
+        ap.error("--rounds and --reps must be at least 1")
     if not a.spin:
         os.environ.setdefault("HPDLF_BENCH_NO_SPIN", "1")
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -147,7 +175,7 @@ def main():
                                  log)
         print("%s: %s" % (n, json.dumps(row)), file=sys.stderr, flush=True)
         rows.append(row)
-    top = {"bench": "models", "threads": a.threads, "reps": a.reps, "spin": a.spin, "models": rows,
+    top = {"bench": "models", "threads": a.threads, "reps": a.reps, "rounds": a.rounds, "spin": a.spin, "models": rows,
            "geomean_ratio_vs_ort": geomean([r.get("infer", {}).get("ratio_vs_ort") for r in rows]),
            "geomean_ratio_vs_torch": geomean([r.get("train", {}).get("ratio_vs_torch") for r in rows])}
     print(table(rows), file=sys.stderr)
