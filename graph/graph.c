@@ -100,7 +100,13 @@ int hp_graph_add_value(struct hp_graph *g, const char *name, enum hp_value_kind 
 		       enum hp_dtype dtype, const struct hp_shape *shape)
 {
 	struct hp_value *v;
+	/* a copy first: callers pass another value's shape, which the
+	 * realloc below may move (exec/train_dp.c's buckets read freed memory
+	 * at a regnet's 300th parameter) */
+	struct hp_shape sh = { .rank = -1 };
 
+	if (shape)
+		sh = *shape;
 	if (g->nvalues == g->values_cap) {
 		int cap = g->values_cap ? 2 * g->values_cap : 64;
 		void *p = realloc(g->values, (size_t)cap * sizeof *g->values);
@@ -116,10 +122,7 @@ int hp_graph_add_value(struct hp_graph *g, const char *name, enum hp_value_kind 
 		return hp_error(-ENOMEM, "out of memory");
 	v->kind = kind;
 	v->dtype = dtype;
-	if (shape)
-		v->shape = *shape;
-	else
-		v->shape.rank = -1; /* unknown rank */
+	v->shape = sh; /* rank -1 without a shape: unknown */
 	v->producer = -1;
 	v->next = -1;
 	v->part_of = -1;

@@ -742,6 +742,34 @@ static void test_big_external(void **state)
 	hp_graph_free(g);
 }
 
+/* A value added with another value's shape, while the value array grows:
+ * the shape must be read before the array moves (exec/train_dp.c adds
+ * each gradient's reduced copy so; under ASan, import-asan, reading it
+ * after the realloc is a use after free). */
+static void test_add_value_own_shape(void **state)
+{
+	struct hp_graph *g = hp_graph_new("grow");
+	struct hp_shape s = { .rank = 2, .dims = { 3, 5 } };
+	char name[32];
+
+	(void)state;
+	assert_non_null(g);
+	assert_int_equal(hp_graph_add_value(g, "v0", HP_VALUE_ACTIVATION, HP_F32, &s), 0);
+	for (int i = 1; i < 300; i++) {
+		snprintf(name, sizeof name, "v%d", i);
+		/* each value takes its predecessor's shape */
+		struct hp_shape *prev = &g->values[i - 1].shape;
+		int v = hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_F32, prev);
+		assert_int_equal(v, i);
+		assert_int_equal(g->values[v].shape.rank, 2);
+		assert_int_equal(g->values[v].shape.dims[0], 3);
+		assert_int_equal(g->values[v].shape.dims[1], 5);
+	}
+	assert_int_equal(hp_graph_add_value(g, "none", HP_VALUE_ACTIVATION, HP_F32, NULL), 300);
+	assert_int_equal(g->values[300].shape.rank, -1);
+	hp_graph_free(g);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -758,6 +786,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_bad_models),
 		cmocka_unit_test(test_truncations),
 		cmocka_unit_test(test_fuzz_regressions),
+		cmocka_unit_test(test_add_value_own_shape),
 	};
 
 	if (argc < 2) {
