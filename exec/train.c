@@ -2,6 +2,7 @@
  * dataset, run step after step with checkpoints. */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -80,11 +81,35 @@ static int fit_input(struct hp_trainer *t)
 	if (!ok)
 		return hp_error(HP_EDATA, "%s samples are %s but the model's input '%s' takes %s (per sample)", x->what,
 				dims_str(&x->shape, 1, a, sizeof a), in->name, dims_str(&in->shape, 1, b, sizeof b));
-	if (in->shape.dims[0] >= 0 && in->shape.dims[0] != t->lbatch)
-		return hp_error(HP_EDATA, "%s: input '%s' has a fixed batch of %lld; --batch is %lld%s", t->model,
-				in->name, (long long)in->shape.dims[0], (long long)t->o.batch,
-				t->nranks > 1 ? " over all ranks" : "");
+	/* exporters fix the batch they traced with (torch.onnx.export without
+	 * dynamic_axes): it trains at another one when nothing inside the
+	 * graph fixes it too, which hp_graph_infer finds (infer_rebatched) */
+	if (in->shape.dims[0] >= 0 && in->shape.dims[0] != t->lbatch) {
+		t->fixed_batch = in->shape.dims[0];
+		in->shape.dims[0] = -1;
+	}
 	return hp_graph_set_input_shape(g, in->name, &s);
+}
+
+/* Shapes at this rank's batch; when that is not the batch the model was
+ * exported with, a node whose shapes then fail names the cause. */
+static int infer_rebatched(struct hp_trainer *t)
+{
+	int rc = hp_graph_infer(t->g);
+	char why[512];
+	const char *in;
+
+	if (rc >= 0 || !t->fixed_batch)
+		return rc;
+	snprintf(why, sizeof why, "%s", hp_errmsg());
+	in = t->g->values[t->vin].name;
+	return hp_error(rc, "%s (input '%s' was exported with a fixed batch of %lld and %s %lld rows: the graph "
+			"fixes the batch inside too; export with a dynamic batch axis, e.g. torch.onnx.export(..., "
+			"dynamic_axes={'%s': {0: 'batch'}}), or give --batch so that %s %lld rows)", why, in,
+			(long long)t->fixed_batch, t->pipe ? "a micro-batch here has" : t->nranks > 1 ? "this rank trains" : "--batch gives",
+			(long long)(t->pipe ? t->pipe->mb : t->lbatch), in,
+			t->pipe ? "a micro-batch has" : t->nranks > 1 ? "each rank trains" : "a step trains",
+			(long long)t->fixed_batch);
 }
 
 /* The labels input autodiff added must take the label file's samples. */
@@ -256,7 +281,7 @@ static int build_pipeline(struct hp_trainer *t)
 	if (rc == 0)
 		rc = train_params(t);
 	if (rc == 0)
-		rc = hp_graph_infer(t->g);
+		rc = infer_rebatched(t);
 	if (rc == 0)
 		rc = hp_pipe_build(t);
 	if (rc == 0 && !(t->rows = calloc((size_t)t->lbatch, sizeof *t->rows)))
@@ -300,7 +325,7 @@ static int build(struct hp_trainer *t)
 		return rc;
 	if (t->pipe)
 		return build_pipeline(t);
-	if ((rc = fit_input(t)) < 0 || (rc = train_params(t)) < 0 || (rc = hp_graph_infer(t->g)) < 0 ||
+	if ((rc = fit_input(t)) < 0 || (rc = train_params(t)) < 0 || (rc = infer_rebatched(t)) < 0 ||
 	    (rc = hp_fuse_training(t->g)) < 0)
 		return rc;
 	/* the process's fixed overhead, measured once the graph is loaded

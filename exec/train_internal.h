@@ -57,6 +57,7 @@ struct hp_trainer {
 	char tier_names[8][16];
 	int rank, nranks;      /* data parallelism: this rank of nranks (1: alone) */
 	int64_t lbatch;        /* rows of each global batch this rank trains on */
+	int64_t fixed_batch;   /* the batch the model's input was exported with when not lbatch, else 0 */
 	int nbuckets;          /* gradient buckets reduced over the ranks */
 	int dp_stop;           /* the signal some rank was cancelled by: all stop after this step */
 	hp_ckpt_progress_fn ckpt_progress; /* test hook (exec/train_hooks.h) */
