@@ -162,6 +162,41 @@ static void test_gelu_grad(void **state)
 	free_all(in, 2);
 }
 
+/* SigmoidGrad and TanhGrad far out in the tails too: each element within
+ * 1e-5 of the double derivative relative to itself (y (1 - y) and
+ * 1 - tanh^2 from float values are 0 there), 1 thread bitwise 2. */
+static void test_tail_grads(void **state)
+{
+	int64_t d[1] = { 70001 };
+	static const char *const ops[] = { "Sigmoid", "Tanh" };
+
+	(void)state;
+	for (int k = 0; k < 2; k++) {
+		struct hp_tensor in[2] = { rnd(Tn(1, d), 5, -1, 1), rnd(Tn(1, d), 6, -9, 9) }, o1, o2;
+		struct hp_attr a = kt_string("op", ops[k]);
+		static const float tails[] = { 20.0f, -20.0f, 40.0f, -40.0f, 15.5f, -0.0f, 1e-20f, -87.0f };
+		for (int i = 0; i < 8; i++)
+			F(&in[1])[i] = tails[i];
+		run2("UnaryGrad", 2, in, 1, &a, 1, &o1, &o2);
+		for (int64_t i = 0; i < d[0]; i++) {
+			double x = F(&in[1])[i], dy = F(&in[0])[i], w;
+			if (k == 0) {
+				double e = exp(-fabs(x));
+				w = dy * e / ((1 + e) * (1 + e));
+			} else {
+				double c = cosh(x);
+				w = dy / (c * c);
+			}
+			if (!(fabs(F(&o1)[i] - w) <= 1e-5 * fabs(w) + 1e-37))
+				fail_msg("%sGrad at x = %.9g: got %.9g, want %.9g", ops[k], x, F(&o1)[i], w);
+		}
+		same_bits(&o1, &o2, ops[k]);
+		hp_tensor_free(&o1);
+		hp_tensor_free(&o2);
+		free_all(in, 2);
+	}
+}
+
 static void test_tanh_grad(void **state)
 {
 	int64_t d[1] = { 70001 };
@@ -594,6 +629,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_relu_grad),
 		cmocka_unit_test(test_tanh_grad),
+		cmocka_unit_test(test_tail_grads),
 		cmocka_unit_test(test_erf_grad),
 		cmocka_unit_test(test_gelu_grad),
 		cmocka_unit_test(test_binary_grad_bcast),
