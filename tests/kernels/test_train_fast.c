@@ -519,6 +519,81 @@ static void test_maxpool_grad_tiled(void **state)
 	maxpool_fd();
 }
 
+/* Overlapping and padded windows in 1 or 2 spatial dims (3x3 stride 1 or
+ * 2 pads 1, asymmetric pads, dilation, windows past the end): each dY to
+ * its window's first maximum (NaN wins), against a scan of every tap. */
+struct ovl {
+	int nsp;
+	int64_t x[4], k[2], s[2], p[4], d[2];
+};
+
+static void maxpool_ovl_case(const struct ovl *o, unsigned seed)
+{
+	int64_t yd[4] = { o->x[0], o->x[1], 1, 1 }, xd[4] = { o->x[0], o->x[1], o->x[2], o->nsp > 1 ? o->x[3] : 1 };
+	int64_t hw[2] = { xd[2], xd[3] }, k[2] = { o->k[0], o->nsp > 1 ? o->k[1] : 1 }, st[2] = { o->s[0], 1 };
+	int64_t pb[2] = { o->p[0], 0 }, dl[2] = { o->d[0], 1 }, pe0 = o->nsp > 1 ? o->p[2] : o->p[1];
+	int64_t pe[2] = { pe0, o->nsp > 1 ? o->p[3] : 0 };
+
+	if (o->nsp > 1)
+		st[1] = o->s[1], pb[1] = o->p[1], dl[1] = o->d[1];
+	for (int q = 0; q < 2; q++)
+		yd[2 + q] = (hw[q] + pb[q] + pe[q] - ((k[q] - 1) * dl[q] + 1)) / st[q] + 1;
+	int rank = 2 + o->nsp;
+	struct hp_tensor in[2] = { rnd(Tn(rank, yd), seed, -1, 1), rnd(Tn(rank, xd), seed + 1, -1, 1) }, o1, o2;
+	for (int64_t i = 0; i < numel(&in[1]); i++)
+		F(&in[1])[i] = roundf(F(&in[1])[i] * 3) / 3; /* ties */
+	F(&in[1])[5] = NAN;
+	struct hp_attr at[4] = { kt_ints("kernel_shape", o->nsp, o->k), kt_ints("strides", o->nsp, o->s),
+				 kt_ints("pads", 2 * o->nsp, o->p), kt_ints("dilations", o->nsp, o->d) };
+	int64_t planes = xd[0] * xd[1], bv = hw[0] * hw[1], j = 0;
+	/* float sums in dY's order, as the kernel adds (overlapping windows
+	 * send several dY to one element) */
+	float *acc = calloc((size_t)(planes * bv), sizeof *acc);
+	double *want = calloc((size_t)(planes * bv), sizeof *want);
+	const float *x = F(&in[1]), *dy = F(&in[0]);
+	for (int64_t pl = 0; pl < planes; pl++)
+		for (int64_t a = 0; a < yd[2]; a++)
+			for (int64_t b = 0; b < yd[3]; b++, j++) {
+				int64_t best = -1;
+				for (int64_t u = 0; u < k[0]; u++)
+					for (int64_t v = 0; v < k[1]; v++) {
+						int64_t h = a * st[0] - pb[0] + u * dl[0], w = b * st[1] - pb[1] + v * dl[1];
+						if (h < 0 || h >= hw[0] || w < 0 || w >= hw[1])
+							continue;
+						int64_t f = pl * bv + h * hw[1] + w;
+						if (best < 0 || (isnan(x[f]) && !isnan(x[best])) || (!isnan(x[best]) && x[f] > x[best]))
+							best = f;
+					}
+				if (best >= 0)
+					acc[best] += dy[j];
+			}
+	for (int64_t i = 0; i < planes * bv; i++)
+		want[i] = acc[i];
+	free(acc);
+	run2("MaxPoolGrad", 2, in, 4, at, 1, &o1, &o2);
+	close_to(&o1, want, 0, "MaxPoolGrad (overlapping windows)");
+	same_bits(&o1, &o2, "MaxPoolGrad (overlapping windows)");
+	free(want);
+	hp_tensor_free(&o1);
+	hp_tensor_free(&o2);
+	free_all(in, 2);
+}
+
+static void test_maxpool_grad_overlap(void **state)
+{
+	static const struct ovl cases[] = {
+		{ 2, { 2, 3, 9, 8 }, { 3, 3 }, { 1, 1 }, { 1, 1, 1, 1 }, { 1, 1 } },    /* inception's pool */
+		{ 2, { 2, 24, 17, 16 }, { 3, 3 }, { 2, 2 }, { 1, 1, 1, 1 }, { 1, 1 } }, /* a stem's, on the pool */
+		{ 2, { 1, 2, 7, 8 }, { 3, 2 }, { 2, 3 }, { 1, 0, 2, 1 }, { 2, 1 } },   /* asymmetric, dilated */
+		{ 2, { 1, 2, 5, 6 }, { 2, 2 }, { 1, 1 }, { 0, 0, 0, 0 }, { 1, 1 } },   /* overlap, no pads */
+		{ 1, { 2, 3, 11 }, { 3 }, { 1 }, { 1, 1 }, { 1 } },                     /* 1-D */
+		{ 1, { 1, 2, 10 }, { 4 }, { 3 }, { 2, 3 }, { 1 } },                     /* 1-D, past the end */
+	};
+	(void)state;
+	for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++)
+		maxpool_ovl_case(&cases[i], 60 + 2 * i);
+}
+
 /* ---- optimizers and GradSum ------------------------------------------------- */
 
 static void test_sgd_fast(void **state)
@@ -635,6 +710,7 @@ int main(void)
 		cmocka_unit_test(test_binary_grad_bcast),
 		cmocka_unit_test(test_reduce_grad_bcast),
 		cmocka_unit_test(test_maxpool_grad_tiled),
+		cmocka_unit_test(test_maxpool_grad_overlap),
 		cmocka_unit_test(test_sgd_fast),
 		cmocka_unit_test(test_adam_fast),
 		cmocka_unit_test(test_grad_sum_fast),
