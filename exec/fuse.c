@@ -295,6 +295,10 @@ int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struc
 		return rc;
 	if (!(opts && opts->splittable) && (rc = run_pass(g, hp_fuse_invres, r, &any)) < 0)
 		return rc;
+	/* last: the products' B as the passes above left them */
+	if (!(opts && opts->splittable) && (rc = hp_fuse_pack_weights(g, r)) < 0)
+		return rc;
+	any |= rc > 0;
 	return any ? hp_graph_infer(g) : 0;
 }
 

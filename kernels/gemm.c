@@ -95,6 +95,7 @@ struct gjob {
 	const struct mm_batch *bt;  /* offsets of A and B per problem (NULL: one problem) */
 	const struct hp_epi *epi;   /* fused epilogue on each tile after its last K tile (NULL: none) */
 	const float *addend;        /* its addend, indexed as Y */
+	const float *bpk;           /* B packed once (HP_GEMM_PACKED_ATTR; FMA product only), else NULL */
 };
 
 static void prob_offsets(const struct mm_batch *bt, int64_t p, int64_t *ao, int64_t *bo)
@@ -205,9 +206,11 @@ static void fma_run(const struct gjob *j, const int64_t *aoff, const int64_t *bo
 		.ra = j->ta ? 1 : j->lda, .rk = j->ta ? j->lda : 1,
 		.sk = j->tb ? 1 : j->ldb, .sj = j->tb ? j->ldb : 1,
 		.aoff = aoff, .boff = boff, .cs0 = j->cs0, .cs1 = j->cs1, .cprob = j->cprob, .beta = j->beta,
-		.y = j->y, .epi = j->epi, .addend = j->addend,
+		.y = j->y, .epi = j->epi, .addend = j->addend, .bpk = j->bpk,
 	};
 
+	if (j->bpk) /* one B for every problem: no offsets */
+		p.b = NULL, p.boff = NULL;
 	hp_fma_gemm(&p, pool);
 }
 
@@ -280,6 +283,27 @@ void hp_gemm_tiled(const struct hp_gemm_call *c, struct hp_pool *pool)
 	hp_blas_serial_leave();
 }
 
+/* ---- B packed once (HP_GEMM_PACKED_ATTR) --------------------------------- */
+
+/* B as the product sees it when the node's input B is packed (exec's
+ * inference pass, fuse_pack.c): [K, N] from [ceil(N / 16), K, 16].  0 when
+ * not packed, 1 when packed, or an error. */
+static int packed_b(struct hp_graph *g, struct hp_node *n, const struct hp_shape *bs, struct hp_shape *lb)
+{
+	int64_t pn = hp_attr_int(n, HP_GEMM_PACKED_ATTR, 0);
+	char s[96];
+
+	if (pn <= 0)
+		return 0;
+	if (bs->rank != 3 || bs->dims[2] != 16 || bs->dims[0] != (pn + 15) / 16 ||
+	    hp_attr_float(n, "alpha", 1.0f) != 1.0f || !hp_fma_gemm_ok())
+		return hp_node_error(g, n, HP_EMODEL, "B %s is not %s = %" PRId64 " columns packed for this CPU's "
+				     "product (alpha 1, AVX2 and FMA)", hp_shape_str(bs, s, sizeof s),
+				     HP_GEMM_PACKED_ATTR, pn);
+	*lb = (struct hp_shape){ .rank = 2, .dims = { bs->dims[1], pn } };
+	return 1;
+}
+
 /* ---- Gemm ------------------------------------------------------------- */
 
 struct gemm_p {
@@ -288,6 +312,7 @@ struct gemm_p {
 	float alpha, beta;
 	int64_t cs0, cs1; /* C strides over rows and columns (0: broadcast) */
 	int has_c;
+	int packed;          /* B packed once (HP_GEMM_PACKED_ATTR) */
 	struct hp_gemm_tiles t;
 	struct tk_panels pk; /* pack_b (gemm_panels.h): op(B) packed once */
 };
@@ -317,26 +342,30 @@ static int gemm_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	const struct hp_value *a = &g->values[n->inputs[0]], *b = &g->values[n->inputs[1]];
 	struct hp_value *y = &g->values[n->outputs[0]];
+	struct hp_shape bsh = b->shape;
 	struct gemm_p *p;
 	char as[96], bs[96];
 	int64_t kb;
-	int rc;
+	int rc, packed;
 
 	if (a->dtype != HP_F32 || b->dtype != HP_F32)
 		return hp_node_error(g, n, HP_EUNSUPPORTED, "only float32 is supported");
-	if (a->shape.rank != 2 || b->shape.rank != 2)
+	if ((packed = packed_b(g, n, &b->shape, &bsh)) < 0)
+		return packed;
+	if (a->shape.rank != 2 || bsh.rank != 2)
 		return hp_node_error(g, n, HP_ESHAPE, "A %s and B %s must be matrices",
 				     hp_shape_str(&a->shape, as, sizeof as), hp_shape_str(&b->shape, bs, sizeof bs));
 	if (!(p = calloc(1, sizeof *p)))
 		return hp_node_error(g, n, -ENOMEM, "out of memory");
+	p->packed = packed;
 	p->ta = hp_attr_int(n, "transA", 0) != 0;
-	p->tb = hp_attr_int(n, "transB", 0) != 0;
+	p->tb = !packed && hp_attr_int(n, "transB", 0) != 0; /* packed: op(B) */
 	p->alpha = hp_attr_float(n, "alpha", 1.0f);
 	p->beta = hp_attr_float(n, "beta", 1.0f);
 	p->m = a->shape.dims[p->ta ? 1 : 0];
 	p->k = a->shape.dims[p->ta ? 0 : 1];
-	kb = b->shape.dims[p->tb ? 1 : 0];
-	p->n = b->shape.dims[p->tb ? 0 : 1];
+	kb = bsh.dims[p->tb ? 1 : 0];
+	p->n = bsh.dims[p->tb ? 0 : 1];
 	n->priv = p;
 	if (kb != p->k)
 		return hp_node_error(g, n, HP_ESHAPE,
@@ -391,9 +420,13 @@ int hp_gemm_run_epi(const struct hp_node *n, const struct hp_kargs *a, const str
 		.alpha = p->alpha, .beta = p->beta,
 		.a = a->in[0].data, .b = a->in[1].data, .c = p->has_c && a->nin > 2 ? a->in[2].data : NULL,
 		.y = a->out[0].data, .cs0 = p->cs0, .cs1 = p->cs1, .t = p->t, .nprob = 1,
-		.epi = e, .addend = addend,
+		.epi = e, .addend = addend, .bpk = p->packed ? a->in[1].data : NULL,
 	};
 
+	if (p->packed) { /* prepare checked alpha 1 and the CPU */
+		fma_run(&j, NULL, NULL, a->pool);
+		return 0;
+	}
 	if (epoch > 0 && p->m <= TK_PANEL_MAX_ROWS && tk_panels_ok() && gemm_panels(n->priv, a, epoch) == 0) {
 		if (e)
 			hp_epi_run(e, a->out[0].data, addend, p->m * p->n, a->pool);
@@ -437,6 +470,7 @@ struct matmul_p {
 	int64_t batch;
 	int fold;                    /* B unbatched, A contiguous: one product of batch*m rows */
 	int acc;                     /* MatMulAcc: Y = C + A B, C of Y's shape */
+	int packed;                  /* B packed once (HP_GEMM_PACKED_ATTR) */
 	struct hp_gemm_tiles t;
 };
 
@@ -520,7 +554,11 @@ static int matmul_prepare(struct hp_graph *g, struct hp_node *n)
 		return hp_node_error(g, n, -ENOMEM, "out of memory");
 	n->priv = p;
 	y->dtype = HP_F32;
-	if ((rc = matmul_shapes(g, n, p, &a->shape, &b->shape, &y->shape)) < 0 || n->ninputs < 3 || n->inputs[2] < 0)
+	struct hp_shape bsh = b->shape;
+	if ((rc = packed_b(g, n, &b->shape, &bsh)) < 0)
+		return rc;
+	p->packed = rc;
+	if ((rc = matmul_shapes(g, n, p, &a->shape, &bsh, &y->shape)) < 0 || n->ninputs < 3 || n->inputs[2] < 0)
 		return rc;
 	const struct hp_value *c = &g->values[n->inputs[2]];
 	char s1[96], s2[96];
@@ -541,6 +579,7 @@ int hp_matmul_run_epi(const struct hp_node *n, const struct hp_kargs *ka, const 
 		.alpha = 1.0f, .beta = 1.0f, .a = ka->in[0].data, .b = ka->in[1].data,
 		.c = p->acc ? ka->in[2].data : NULL, .y = ka->out[0].data, .t = p->t,
 		.nprob = p->fold ? 1 : p->batch, .bt = p->fold ? NULL : &p->bt, .epi = e, .addend = addend,
+		.bpk = p->packed ? ka->in[1].data : NULL,
 	};
 
 	if (hp_shape_numel(&ka->out[0].shape) == 0) /* empty: a batch of 0 beside dims up to 2^62 (fuzz_struct) */
@@ -548,6 +587,8 @@ int hp_matmul_run_epi(const struct hp_node *n, const struct hp_kargs *ka, const 
 	j.cs0 = j.n;
 	j.cs1 = 1;
 	j.cprob = j.m * j.n;
+	if (p->packed) /* only the FMA product reads a packed B */
+		return fma_matmul(&j, ka->pool) == 0 ? 0 : hp_error(-ENOMEM, "out of memory");
 	if (fma_ok(&j) && fma_matmul(&j, ka->pool) == 0)
 		return 0;
 	gjob_run(&j, ka->pool);

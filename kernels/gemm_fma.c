@@ -78,9 +78,9 @@ FM_TARGET static FM_INLINE void fm_tile(const int mr, const int nv, int64_t kc, 
 				: full ? _mm256_loadu_ps(y + r * ldy + 8 * v)
 				       : _mm256_maskload_ps(y + r * ldy + 8 * v, mk[v]);
 	for (int64_t k = 0; k < kc; k++, a += rk, bp += FM_NR) {
-		__m256 b0 = _mm256_load_ps(bp), b1 = b0;
+		__m256 b0 = _mm256_loadu_ps(bp), b1 = b0; /* unaligned: packed B may be a weight */
 		if (nv > 1)
-			b1 = _mm256_load_ps(bp + 8);
+			b1 = _mm256_loadu_ps(bp + 8);
 		for (int r = 0; r < mr; r++) {
 			__m256 w = _mm256_broadcast_ss(a + r * ra);
 			acc[r][0] = _mm256_fmadd_ps(w, b0, acc[r][0]);
@@ -263,7 +263,7 @@ static void fm_block(const struct fm_run *r, int64_t q, int64_t j0, int64_t nc, 
 		     int packed)
 {
 	const struct hp_fma_prod *p = r->p;
-	const float *a = p->a + (p->aoff ? p->aoff[q] : 0), *b = p->b + (p->boff ? p->boff[q] : 0);
+	const float *a = p->a + (p->aoff ? p->aoff[q] : 0), *b = p->bpk ? NULL : p->b + (p->boff ? p->boff[q] : 0);
 	int64_t ldy = r->ldy;
 	float *y = p->y + q * p->m * ldy;
 
@@ -271,17 +271,19 @@ static void fm_block(const struct fm_run *r, int64_t q, int64_t j0, int64_t nc, 
 		fm_init_c(p, q, t * FM_MR, min64(FM_MR, p->m - t * FM_MR), j0, nc, y + t * FM_MR * ldy + j0, ldy);
 	for (int64_t k0 = 0; k0 < p->k; k0 += FM_KC) {
 		int64_t kc = min64(FM_KC, p->k - k0);
-		if (!packed) /* else bp holds it from the last run of this block */
+		if (!packed && !p->bpk) /* else bp holds it from the last run of this block */
 			fm_pack(b, p->sk, p->sj, k0, kc, j0, nc, bp);
 		/* a panel's chunk (16 KiB) stays in L1 while every row tile
 		 * reads it; the rows of A stream from L2 (6 floats a step) */
-		for (int64_t s = 0; s * FM_NR < nc; s++)
+		for (int64_t s = 0; s * FM_NR < nc; s++) {
+			const float *pan = p->bpk ? p->bpk + ((j0 / FM_NR + s) * p->k + k0) * FM_NR : bp + s * kc * FM_NR;
 			for (int64_t t = t0; t < t1; t++) {
 				int64_t m0 = t * FM_MR, mr = min64(FM_MR, p->m - m0);
-				fm_micro((int)mr, kc, a + m0 * p->ra + k0 * p->rk, p->ra, p->rk, bp + s * kc * FM_NR,
+				fm_micro((int)mr, kc, a + m0 * p->ra + k0 * p->rk, p->ra, p->rk, pan,
 					 y + m0 * ldy + j0 + s * FM_NR, ldy, (int)min64(FM_NR, nc - s * FM_NR),
 					 k0 == 0 && !p->c);
 			}
+		}
 	}
 	/* K = 0: the chains are their start, 0 or beta C */
 	for (int64_t t = t0; p->k == 0 && !p->c && t < t1; t++)
@@ -365,6 +367,22 @@ static void fm_share(void *arg, int64_t b, int64_t e, int tid)
 }
 
 static void fm_run(const struct hp_fma_prod *p, struct hp_pool *pool);
+
+int64_t hp_fma_packed_floats(int64_t k, int64_t n)
+{
+	return (n + FM_NR - 1) / FM_NR * k * FM_NR;
+}
+
+/* Panel by panel, element by element: once per weight, at load. */
+void hp_fma_pack_b(const float *b, int64_t sk, int64_t sj, int64_t k, int64_t n, float *dst)
+{
+	for (int64_t q = 0; q * FM_NR < n; q++)
+		for (int64_t kk = 0; kk < k; kk++)
+			for (int64_t c = 0; c < FM_NR; c++) {
+				int64_t j = q * FM_NR + c;
+				dst[(q * k + kk) * FM_NR + c] = j < n ? b[kk * sk + j * sj] : 0.0f;
+			}
+}
 
 /* A transposed in memory (ra 1, a weight gradient's A^T dY) is read 6
  * floats from each of K cache lines per micro-tile, and read again for

@@ -33,7 +33,20 @@ struct hp_fma_prod {
 	int64_t ldy;
 	const struct hp_epi *epi;
 	const float *addend;
+	/* op(B) packed once (hp_fma_pack_b), shared by every problem; NULL:
+	 * b, sk, sj and boff, packed per column block as the product runs */
+	const float *bpk;
 };
+
+/* The attribute of a MatMul, Gemm, FusedMatMul or FusedGemm whose input
+ * B is op(B) packed by hp_fma_pack_b as [ceil(N / 16), K, 16]: N. */
+#define HP_GEMM_PACKED_ATTR "packed_n"
+
+/* Floats of op(B) (K x N) packed: panels of 16 columns (zeros past N),
+ * each K rows of 16, the layout the product reads. */
+int64_t hp_fma_packed_floats(int64_t k, int64_t n);
+/* dst (hp_fma_packed_floats) = op(B) packed, op(B)(kk, j) = b[kk * sk + j * sj]. */
+void hp_fma_pack_b(const float *b, int64_t sk, int64_t sj, int64_t k, int64_t n, float *dst);
 
 /* 1 when this CPU runs hp_fma_gemm (x86-64 with AVX2 and FMA). */
 int hp_fma_gemm_ok(void);

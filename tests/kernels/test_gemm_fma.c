@@ -207,6 +207,38 @@ static void check_chain(const struct gdata *d, const float *whole)
 	free(y[1]);
 }
 
+/* op(B) packed once (hp_fma_pack_b, exec's in-core weights): the same
+ * chains, on 1 and 2 threads; the panels hold op(B) and zeros past N. */
+static void check_packed(const struct gdata *d, const float *whole)
+{
+	const struct gcase *c = d->c;
+	int64_t nf = hp_fma_packed_floats(c->k, c->n);
+	float *bp = malloc((size_t)(nf + 1) * sizeof *bp), *y = malloc((size_t)(c->m * c->n + 1) * sizeof *y);
+	struct hp_fma_prod p = prod_of(d, 0, c->m, 0, c->n, 0, c->k, y, NULL);
+
+	assert_non_null(bp);
+	assert_non_null(y);
+	assert_int_equal(nf, (c->n + 15) / 16 * 16 * c->k);
+	hp_fma_pack_b(d->b, p.sk, p.sj, c->k, c->n, bp);
+	for (int64_t q = 0; q * 16 < c->n; q++)
+		for (int64_t k = 0; k < c->k; k++)
+			for (int64_t j = 0; j < 16; j++) {
+				float want = q * 16 + j < c->n ? b_at(d, k, q * 16 + j) : 0.0f;
+				if (memcmp(&bp[(q * c->k + k) * 16 + j], &want, sizeof want))
+					fail_msg("packed B (%" PRId64 ", %" PRId64 ") of panel %" PRId64 " is not op(B)'s",
+						 k, j, q);
+			}
+	p.bpk = bp;
+	p.b = NULL;
+	for (int t = 0; t < 2; t++) {
+		memset(y, 0, (size_t)(c->m * c->n) * sizeof *y);
+		hp_fma_gemm(&p, t ? pool2 : NULL);
+		assert_same(y, whole, c->m * c->n, t ? "packed B, 2 threads" : "packed B", c);
+	}
+	free(bp);
+	free(y);
+}
+
 static void gcase_run(const struct gcase *c)
 {
 	struct gdata d;
@@ -217,6 +249,7 @@ static void gcase_run(const struct gcase *c)
 	y2 = run_whole(&d, pool2);
 	check_refs(&d, y1, "one thread");
 	assert_same(y2, y1, c->m * c->n, "2 threads", c);
+	check_packed(&d, y1);
 	if (c->m > 2 && c->n > 2) {
 		check_blocks(&d, y1);
 		check_chain(&d, y1);
@@ -403,6 +436,58 @@ static int teardown(void **state)
 	return 0;
 }
 
+/* MatMul and Gemm (transB, bias) nodes whose B is packed (exec's
+ * fuse_pack.c, attribute HP_GEMM_PACKED_ATTR): bitwise the same nodes on
+ * B as it is; a B of another shape is refused. */
+static void test_packed_nodes(void **state)
+{
+	const int64_t m = 33, k = 270, n = 45;
+	struct hp_tensor in[3], pk, y1, y2;
+	struct hp_attr at[2] = { kt_int("transB", 1), kt_int(HP_GEMM_PACKED_ATTR, n) };
+
+	(void)state;
+	in[0] = kt_tensor(HP_F32, 3, (int64_t[]){ 2, m, k });
+	in[1] = kt_tensor(HP_F32, 2, (int64_t[]){ k, n });
+	in[2] = kt_tensor(HP_F32, 1, (int64_t[]){ n });
+	kt_fill_random(&in[0], 5, -1, 1);
+	kt_fill_random(&in[1], 6, -1, 1);
+	kt_fill_random(&in[2], 7, -1, 1);
+	pk = kt_tensor(HP_F32, 3, (int64_t[]){ (n + 15) / 16, k, 16 });
+	hp_fma_pack_b(in[1].data, n, 1, k, n, pk.data);
+	struct kt_case mm = { .op = "MatMul", .nin = 2, .in = in, .nout = 1, .pool = pool2 };
+	assert_int_equal(kt_run(&mm, &y1), 0);
+	struct hp_tensor pin[3] = { in[0], pk, in[2] };
+	struct kt_case mp = { .op = "MatMul", .nin = 2, .in = pin, .nattrs = 1, .attrs = &at[1], .nout = 1, .pool = pool2 };
+	assert_int_equal(kt_run(&mp, &y2), 0);
+	assert_same(y2.data, y1.data, 2 * m * n, "MatMul on a packed B", &(struct gcase){ m, n, k, 0, 0, 0, 1 });
+	hp_tensor_free(&y1);
+	hp_tensor_free(&y2);
+	/* Gemm with transB: B stored [N, K], packed as op(B) */
+	struct hp_tensor bt = kt_tensor(HP_F32, 2, (int64_t[]){ n, k });
+	for (int64_t j = 0; j < n; j++)
+		for (int64_t t = 0; t < k; t++)
+			((float *)bt.data)[j * k + t] = ((const float *)in[1].data)[t * n + j];
+	in[0].shape = (struct hp_shape){ .rank = 2, .dims = { 2 * m, k } };
+	struct hp_tensor gin[3] = { in[0], bt, in[2] };
+	struct kt_case gm = { .op = "Gemm", .nin = 3, .in = gin, .nattrs = 1, .attrs = at, .nout = 1, .pool = pool2 };
+	assert_int_equal(kt_run(&gm, &y1), 0);
+	hp_fma_pack_b(bt.data, 1, k, k, n, pk.data);
+	pin[0] = in[0];
+	struct kt_case gp = { .op = "Gemm", .nin = 3, .in = pin, .nattrs = 2, .attrs = at, .nout = 1, .pool = pool2 };
+	assert_int_equal(kt_run(&gp, &y2), 0);
+	assert_same(y2.data, y1.data, 2 * m * n, "Gemm transB on a packed B", &(struct gcase){ m, n, k, 0, 1, 2, 1 });
+	hp_tensor_free(&y1);
+	hp_tensor_free(&y2);
+	/* a packed B that is not N = 45 columns: refused */
+	struct hp_attr wrong = kt_int(HP_GEMM_PACKED_ATTR, 70);
+	struct kt_case bad = { .op = "MatMul", .nin = 2, .in = pin, .nattrs = 1, .attrs = &wrong, .nout = 1 };
+	assert_true(kt_run(&bad, &y1) < 0);
+	hp_tensor_free(&bt);
+	hp_tensor_free(&pk);
+	for (int i = 0; i < 3; i++)
+		hp_tensor_free(&in[i]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -411,6 +496,7 @@ int main(void)
 		cmocka_unit_test(test_epilogue),
 		cmocka_unit_test(test_claims),
 		cmocka_unit_test(test_nodes),
+		cmocka_unit_test(test_packed_nodes),
 	};
 
 	if (!hp_fma_gemm_ok()) {
