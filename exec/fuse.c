@@ -46,6 +46,22 @@ static int const_f32(const struct hp_graph *g, int v, int64_t n)
 	return x->kind == HP_VALUE_INITIALIZER && x->src.kind == HP_BLOB_FILE;
 }
 
+/* The value v stands for: exporters (torch's, for MobileNetV2's last
+ * BatchNorm) may hand a node its statistics through Identity nodes of an
+ * initializer, which foldable_conv would otherwise not see as constant;
+ * the fold reads the value at the chain's start (at most 16 hops). */
+static int through_identity(const struct hp_graph *g, int v)
+{
+	for (int hops = 0; hops < 16 && v >= 0; hops++) {
+		int p = g->values[v].producer;
+		const struct hp_node *n = p >= 0 ? &g->nodes[p] : NULL;
+		if (!n || !is_op(n, "Identity") || n->ninputs != 1 || n->inputs[0] < 0)
+			break;
+		v = n->inputs[0];
+	}
+	return v;
+}
+
 /* v's floats: its data, or a copy read from the file into *own (to free). */
 static const float *load_f32(const struct hp_graph *g, int v, float **own)
 {
@@ -98,7 +114,7 @@ static int foldable_conv(const struct hp_graph *g, const struct hp_node *b, uint
 	if (m < 1 || product_channels(g, c, m, &cols) < 0)
 		return -1;
 	for (int i = 1; i < 5; i++)
-		if (!const_f32(g, b->inputs[i], m))
+		if (!const_f32(g, through_identity(g, b->inputs[i]), m))
 			return -1;
 	uint64_t bytes = (uint64_t)(hp_shape_numel(&g->values[c->inputs[1]].shape) + m) * sizeof(float);
 	if (bytes > *budget)
@@ -168,8 +184,9 @@ static int fold_values(struct hp_graph *g, int ci, int bi, int *wv, int *bv)
 	const struct hp_node *c = &g->nodes[ci], *b = &g->nodes[bi];
 	const struct hp_value *w = &g->values[c->inputs[1]];
 	struct fold_geom fg = { .beta = 1.0 };
-	int src[6] = { c->inputs[1], c->ninputs > 2 ? c->inputs[2] : -1, b->inputs[1], b->inputs[2], b->inputs[3],
-		       b->inputs[4] };
+	int src[6] = { c->inputs[1], c->ninputs > 2 ? c->inputs[2] : -1, through_identity(g, b->inputs[1]),
+		       through_identity(g, b->inputs[2]), through_identity(g, b->inputs[3]),
+		       through_identity(g, b->inputs[4]) };
 	const float *p[6] = { 0 };
 	float *own[6] = { 0 };
 	int rc = fold_geom_of(g, c, b, &fg);
@@ -241,6 +258,29 @@ static int next_fold(const struct hp_graph *g, int *ci, uint64_t *budget)
 	return -1;
 }
 
+/* Identity nodes whose output nothing reads any more (a folded
+ * BatchNorm's statistics, through_identity): dropped, so that they are no
+ * kernels to dispatch; the graph's outputs stay.  Chains of them go one
+ * link per round (consumers are counted again by hp_graph_finalize). */
+static int drop_dead_identities(struct hp_graph *g)
+{
+	for (int removed = 1, rounds = 0; removed && rounds < 16; rounds++) {
+		int rc;
+		removed = 0;
+		for (int i = g->nnodes - 1; i >= 0; i--) {
+			const struct hp_node *n = &g->nodes[i];
+			int o = n->noutputs == 1 ? n->outputs[0] : -1;
+			if (!is_op(n, "Identity") || o < 0 || g->values[o].nconsumers || g->values[o].is_output)
+				continue;
+			hp_graph_remove_node(g, i);
+			removed = 1;
+		}
+		if (removed && (rc = hp_graph_finalize(g)) < 0)
+			return rc;
+	}
+	return 0;
+}
+
 /* BatchNormalization into Conv or Gemm, until none is left. */
 static int fold_bn(struct hp_graph *g, struct hp_fuse_report *r, int *any)
 {
@@ -258,7 +298,7 @@ static int fold_bn(struct hp_graph *g, struct hp_fuse_report *r, int *any)
 			return rc;
 		*any = 1;
 	}
-	return 0;
+	return *any ? drop_dead_identities(g) : 0;
 }
 
 /* Run pass p until it finds nothing more, relinking after each rewrite. */
