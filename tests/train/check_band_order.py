@@ -18,7 +18,9 @@ bands of one operator, numbered in schedule order; a backward node
 its forward node's band.  For every split Conv, the order in which its
 bands' ConvGradFilter nodes run (the chain) must be the order in which the
 backward starts the bands (the first backward node of each band), and it
-must be the last band first.  Each budget must really be cut (at least two
+must be the last band first; every recomputation of a band must run after
+its band's first backward node and before the next band's (before, they
+all ran at the end, after every band's data gradient).  Each budget must really be cut (at least two
 bands).
 
 usage: check_band_order.py HPDLF_EXEC LENET_DIR WORKDIR
@@ -81,18 +83,30 @@ def check_budget(exe, d, budget, work):
     if not check(nb >= 2, "budget %d: LeNet is cut into %d bands" % (budget, nb)):
         return
     started = []  # bands in the order the backward starts them
+    start_at = {}  # band -> schedule position of its first backward node
+    recomputes = []  # (position, band) of each recomputation of a band
     chains = {}   # split Conv -> bands in the order of its ConvGradFilter chain
-    for _, op, name in steps:
+    for pos, op, name in steps:
         fwd = forward_of(name)
         if fwd is None or fwd not in band:
             continue
         conv, b = band[fwd]
-        if not name.endswith(".recompute") and b not in started:
+        if name.endswith(".recompute"):
+            recomputes.append((pos, b))
+        elif b not in started:
             started.append(b)
+            start_at[b] = pos
         if op == "ConvGradFilter":
             chains.setdefault(conv, []).append(b)
     check(started == list(range(nb - 1, -1, -1)),
           "budget %d: the backward starts the bands last first: %s" % (budget, started))
+    # a band's recomputations run while the backward is in that band: after
+    # its first backward node, before the next band's
+    late = [(pos, b) for pos, b in recomputes
+            if b in start_at and not (start_at[b] < pos < min([start_at[c] for c in start_at if c < b] + [1 << 30]))]
+    # (whether to recompute follows the machine's measured speed: none is no failure)
+    check(not late, "budget %d: %d recomputations of bands each run within its band's backward%s"
+          % (budget, len(recomputes), " (not: %s)" % late[:4] if late else ""))
     check(len(chains) >= 2, "budget %d: %d split Convs have a ConvGradFilter chain" % (budget, len(chains)))
     for conv, chain in sorted(chains.items()):
         check(chain == started, "budget %d: %s's weight-gradient chain %s runs in the backward's band order %s"
