@@ -10,6 +10,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/kernels.h"
 #include "exec/autodiff_internal.h"
+#include "exec/remat.h"
 #include "exec/split_weight.h"
 
 void hp_train_spec_init(struct hp_train_spec *s, size_t size)
@@ -478,7 +479,8 @@ static int backward(struct ad *ad, int nfwd)
 			need |= ad_needs(ad, &n, j);
 		if (!need)
 			continue;
-		ad->sched = n.sched; /* a band's backward runs with its band */
+		/* a band's backward runs with its band, the bands in reverse (remat.h) */
+		ad->sched = n.sched > 0 && n.sched < HP_BAND_MAX ? HP_BAND_BWD_SCHED(n.sched) : n.sched;
 		for (int o = 0; o < n.noutputs; o++) {
 			dy[o] = combine(ad, n.outputs[o]);
 			if (dy[o] < -1)

@@ -115,6 +115,16 @@ static void closure(const struct ctx *c, char *rec)
 	}
 }
 
+/* The hint of the copy of forward node i (hint s): with its band's
+ * backward (remat.h), else after every band, copies of later forward
+ * nodes first. */
+static int copy_hint(int s, int i)
+{
+	int late = LATE - HP_REMAT_LATE_MIN;
+
+	return s > 0 && s < HP_BAND_MAX ? HP_BAND_REMAT_SCHED(s) : LATE - (i < late ? i : late);
+}
+
 static int add_copy(struct hp_graph *g, int i, int *map)
 {
 	char name[1024];
@@ -144,7 +154,7 @@ static int add_copy(struct hp_graph *g, int i, int *map)
 	if (!(g->nodes[node].domain = strdup(g->nodes[i].domain)))
 		return hp_error(-ENOMEM, "out of memory");
 	g->nodes[node].op = g->nodes[i].op;
-	g->nodes[node].sched = LATE - (i < LATE / 2 ? i : LATE / 2 - 1);
+	g->nodes[node].sched = copy_hint(g->nodes[i].sched, i);
 	for (int a = 0; a < g->nodes[i].nattrs; a++)
 		if ((rc = hp_graph_add_attr(g, node, &g->nodes[i].attrs[a])) < 0)
 			return rc;

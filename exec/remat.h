@@ -65,6 +65,21 @@ int hp_remat_chain(const struct hp_remat_item *it, int n, uint64_t mem, int buck
  * when nothing else is ready, copies of later forward nodes first. */
 #define HP_REMAT_SUFFIX ".recompute"
 #define HP_REMAT_SCHED (1 << 24)
+/* The hints of a band's backward nodes and of its recomputations, for a
+ * forward band hint s = band + 1 (split_band.c): the bands in reverse,
+ * the last band's first, each band's recomputations when its backward
+ * waits for them.  A split weight's gradient sums the bands' parts in a
+ * chain from the last band to the first (autodiff walks the forward
+ * backwards), and the last band's activations are the ones still resident
+ * when the forward ends: in the forward's order every band's data
+ * gradient waited, written below DRAM, until the chain reached it, and
+ * the recomputations (hinted after everything) all ran at the end.  Above
+ * the unhinted 0 as band hints were, above HP_REMAT_SCHED / 2 (a band's
+ * recomputation is one), below the other recomputations. */
+#define HP_BAND_MAX (1 << 20)
+#define HP_BAND_BWD_SCHED(s) (HP_REMAT_SCHED / 2 + 2 * (HP_BAND_MAX - (s)))
+#define HP_BAND_REMAT_SCHED(s) (HP_BAND_BWD_SCHED(s) + 1)
+#define HP_REMAT_LATE_MIN (HP_REMAT_SCHED / 2 + 2 * HP_BAND_MAX + 2)
 /* Is node n a recomputation (a copy of a forward node the backward reads):
  * its name and its sched hint say so? */
 int hp_remat_is_copy(const struct hp_node *n);
