@@ -11,8 +11,11 @@
  *  - the taps of a (block output row, k chunk) are found once, for all
  *    its panels; a panel reads them at its column's offset (the micro-
  *    tile adds it), padding rows read a row of zeros;
- *  - only the edge panels copy rows (zeros outside the image), each
- *    vector stored once;
+ *  - the edge panels read the rows in place too, each tap under the mask
+ *    of its kw's lanes inside the row (masked lanes read 0 and touch no
+ *    memory); copying their rows with zeros outside instead was 16% of
+ *    the kernel's samples (kr_copy, u-128: the rows' first touch) and
+ *    kept u-128 at 61-66 GF/s;
  *  - the next output row's new image rows are prefetched;
  *  - the panels outermost when the chunk's weights of all the block's
  *    micro-tiles fit in L1, so a panel's rows are read from L1 by every
@@ -53,6 +56,7 @@ struct kr_panel {
 	int64_t off;          /* image column of lane 0's first tap */
 	int ncols;            /* output columns of the panel (1..16) */
 	int edge;             /* some lane of some tap falls outside the row */
+	int32_t *mask;        /* edge panels: per kw, -1 for the lanes inside the row */
 };
 
 /* Accumulator (r, v) of a micro-tile: named registers, not an array (GCC
@@ -86,10 +90,12 @@ KR_TARGET static KR_INLINE __m256 kr_acc0(int first, const float *bias, int r, i
 
 /* The chain of k over nk taps, tap k's 16 lanes at taps[k] + off, row r's
  * weights at a + r * lda (W in place, as kx_tile); then the stores and the
- * epilogue as kx_tile. */
+ * epilogue as kx_tile.  An edge panel (em not NULL) loads tap k under the
+ * lanes of em's row k % k2 (kw): the lanes outside the image read 0, as
+ * the zeros of a copy would (the same chain, the same bits). */
 KR_TARGET static KR_INLINE void kr_tile(const int mr, int64_t nk, const float *const *taps, int64_t off, int ncols,
-					const float *a, int64_t lda, float *y, int64_t ldy,
-					int first, const float *bias, const struct hp_fma_fin *f, const float *add)
+					const float *a, int64_t lda, float *y, int64_t ldy, int first, const float *bias,
+					const struct hp_fma_fin *f, const float *add, const int32_t *em, int k2)
 {
 	__m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
 	__m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, acc[KX_MR][2];
@@ -97,10 +103,19 @@ KR_TARGET static KR_INLINE void kr_tile(const int mr, int64_t nk, const float *c
 	__m256i sm[2] = { fma_mask(ncols), fma_mask(ncols - 8) };
 
 	KR_INIT(0) KR_INIT(1) KR_INIT(2) KR_INIT(3) KR_INIT(4) KR_INIT(5)
-	for (int64_t k = 0; k < nk; k++, a++) {
-		__m256 b0 = _mm256_loadu_ps(taps[k] + off), b1 = _mm256_loadu_ps(taps[k] + off + 8);
-		KR_FMA(0) KR_FMA(1) KR_FMA(2) KR_FMA(3) KR_FMA(4) KR_FMA(5)
-	}
+	if (!em)
+		for (int64_t k = 0; k < nk; k++, a++) {
+			__m256 b0 = _mm256_loadu_ps(taps[k] + off), b1 = _mm256_loadu_ps(taps[k] + off + 8);
+			KR_FMA(0) KR_FMA(1) KR_FMA(2) KR_FMA(3) KR_FMA(4) KR_FMA(5)
+		}
+	else
+		for (int64_t k = 0; k < nk; taps += k2)
+			for (int kw = 0; kw < k2; kw++, k++, a++) {
+				const __m256i *m = (const __m256i *)(const void *)(em + kw * KX_NR);
+				__m256 b0 = _mm256_maskload_ps(taps[kw] + off, _mm256_loadu_si256(m));
+				__m256 b1 = _mm256_maskload_ps(taps[kw] + off + 8, _mm256_loadu_si256(m + 1));
+				KR_FMA(0) KR_FMA(1) KR_FMA(2) KR_FMA(3) KR_FMA(4) KR_FMA(5)
+			}
 	KR_OUT(0) KR_OUT(1) KR_OUT(2) KR_OUT(3) KR_OUT(4) KR_OUT(5)
 	fma_store_acc(acc, mr, 2, y, ldy, ncols, full);
 	/* a pass of its own, as kx_tile's */
@@ -110,12 +125,12 @@ KR_TARGET static KR_INLINE void kr_tile(const int mr, int64_t nk, const float *c
 
 #define KR_CASE(R)                                                                      \
 	case R:                                                                         \
-		kr_tile(R, nk, taps, off, ncols, a, lda, y, ldy, first, bias, f, add);          \
+		kr_tile(R, nk, taps, off, ncols, a, lda, y, ldy, first, bias, f, add, em, k2); \
 		break;
 
 KR_TARGET static void kr_micro(int mr, int64_t nk, const float *const *taps, int64_t off, int ncols,
 			       const float *a, int64_t lda, float *y, int64_t ldy, int first, const float *bias,
-			       const struct hp_fma_fin *f, const float *add)
+			       const struct hp_fma_fin *f, const float *add, const int32_t *em, int k2)
 {
 	switch (mr) {
 		KR_CASE(1)
@@ -136,43 +151,24 @@ static int64_t kr_span(const struct hp_colgeom *g)
 	return (KX_NR + (g->k[2] - 1) * g->dil[2] + 7) / 8 * 8;
 }
 
-static void kr_panel_of(const struct hp_colgeom *g, int64_t ow, int n, struct kr_panel *pn)
+/* Panel of n output columns from ow; an edge panel's masks go to mask
+ * (k2 rows of 16 lanes). */
+static void kr_panel_of(const struct hp_colgeom *g, int64_t ow, int n, struct kr_panel *pn, int32_t *mask)
 {
 	pn->off = ow - g->pad[2];
 	pn->ncols = n;
 	pn->edge = pn->off < 0 || pn->off + (g->k[2] - 1) * g->dil[2] + KX_NR > g->img[2];
-}
-
-/* dst[q] = row[off + q] inside the image row, 0 outside, q < len (a
- * multiple of 8): an edge panel's copy of one kernel row.  Each vector of
- * dst is stored once: plain loads inside the row, masked loads across its
- * ends (masked lanes are not read: no fault before or after the row);
- * scalar stores under the vectors the micro-tiles then read cost a
- * forwarding stall each. */
-KR_TARGET static void kr_copy(const float *row, int64_t off, int64_t W, int64_t len, float *dst)
-{
-	__m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-
-	for (int64_t q = 0; q < len; q += 8) {
-		int64_t c = off + q;
-		__m256 v;
-		if (c >= 0 && c + 8 <= W)
-			v = _mm256_loadu_ps(row + c);
-		else if (c + 8 <= 0 || c >= W)
-			v = _mm256_setzero_ps();
-		else {
-			__m256i l = _mm256_add_epi32(iota, _mm256_set1_epi32((int32_t)c));
-			__m256i in = _mm256_and_si256(_mm256_cmpgt_epi32(l, _mm256_set1_epi32(-1)),
-						      _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)W), l));
-			v = _mm256_maskload_ps(row + c, in);
+	pn->mask = pn->edge ? mask : NULL;
+	for (int64_t kw = 0; pn->edge && kw < g->k[2]; kw++)
+		for (int q = 0; q < KX_NR; q++) {
+			int64_t c = pn->off + kw * g->dil[2] + q;
+			mask[kw * KX_NR + q] = c >= 0 && c < g->img[2] ? -1 : 0;
 		}
-		_mm256_storeu_ps(dst + q, v);
-	}
 }
 
 /* taps[i * k2 + kw] for kernel rows i0 .. i0 + n - 1 (flat (c, kd, kh)) of
- * output row (od, oh): the image row at column kw * dil, or zrow (zeros
- * wherever a panel's offset puts its lanes) in the padding. */
+ * output row (od, oh): the image row, or zrow (zeros wherever a panel's
+ * lanes inside the image read) in the padding, at column kw * dil. */
 static void kr_row_taps(const struct hp_colgeom *g, const float *x, int64_t od, int64_t oh, int64_t i0, int64_t n,
 			const float *zrow, const float **taps)
 {
@@ -185,7 +181,7 @@ static void kr_row_taps(const struct hp_colgeom *g, const float *x, int64_t od, 
 		const float *row = x + c * g->img_vol + (id * g->img[1] + ih) * g->img[2];
 		int in = id >= 0 && id < g->img[0] && ih >= 0 && ih < g->img[1];
 		for (int64_t kw = 0; kw < k2; kw++)
-			*taps++ = in ? row + kw * g->dil[2] : zrow;
+			*taps++ = (in ? row : zrow) + kw * g->dil[2];
 	}
 }
 
@@ -208,10 +204,9 @@ struct kr_block {
 	int64_t rpc, span;                    /* kernel rows per chunk, kr_span */
 	const float *zrow;                    /* W + span zeros: a padding row's taps */
 	const float **rtab;                   /* per output row of the block: its taps (rpc * k2 each) */
-	const float **etab;                   /* per edge panel: its taps, into copies */
-	float *copies;                        /* the edge panels' copies of the rows */
-	const float *const *ptaps[KX_NB / KX_NR]; /* per panel: its taps, at + off (edges: + 0) */
+	const float *const *ptaps[KX_NB / KX_NR]; /* per panel: its taps, at + off */
 	struct kr_panel pn[KX_NB / KX_NR];
+	int32_t masks[KX_NB / KX_NR][KR_MAXK * KX_NR]; /* of the edge panels */
 };
 
 /* One micro-tile of one panel over the chunk of kernel rows [i0, i0 + n). */
@@ -223,40 +218,17 @@ static void kr_one(const struct kr_block *b, int64_t p, int64_t t, int64_t i0, i
 	int64_t off = b->ybase + m0 * cv->yvol + b->j0 + p * KX_NR;
 	const struct hp_fma_fin *fin = r->fin_ok && last ? &r->fin : NULL;
 
-	kr_micro((int)mr, n * k2, b->ptaps[p], b->pn[p].edge ? 0 : b->pn[p].off, b->pn[p].ncols,
-		 b->w + m0 * b->K + i0 * k2, b->K, r->y + off, cv->yvol, i0 == 0, b->bias ? b->bias + m0 : NULL, fin,
-		 fin && r->fin_add ? r->addend + off : NULL);
+	kr_micro((int)mr, n * k2, b->ptaps[p], b->pn[p].off, b->pn[p].ncols, b->w + m0 * b->K + i0 * k2, b->K,
+		 r->y + off, cv->yvol, i0 == 0, b->bias ? b->bias + m0 : NULL, fin,
+		 fin && r->fin_add ? r->addend + off : NULL, b->pn[p].mask, (int)k2);
 }
 
-/* An edge panel's taps of n kernel rows: copies of its rows (zeros
- * outside the image) from its output row's taps rt, at t. */
-static void kr_edge_taps(struct kr_block *b, int64_t p, const float *const *rt, int64_t n, const float **t,
-			 float **cp)
-{
-	const struct kr_panel *pn = &b->pn[p];
-	const struct hp_colgeom *g = &b->r->cv->g;
-	int64_t k2 = g->k[2];
-
-	for (int64_t i = 0; i < n; i++, rt += k2) {
-		const float *s = b->zrow;
-		if (rt[0] != b->zrow) {
-			kr_copy(rt[0], pn->off, g->img[2], b->span, *cp);
-			s = *cp;
-			*cp += b->span;
-		}
-		for (int64_t kw = 0; kw < k2; kw++)
-			*t++ = s + (s != b->zrow ? kw * g->dil[2] : 0);
-	}
-}
-
-/* The chunk's taps (per output row of the block, edge panels their own),
- * then the micro-tiles. */
+/* The chunk's taps (per output row of the block), then the micro-tiles. */
 static void kr_chunk(struct kr_block *b, int64_t i0, int64_t n, int last)
 {
 	const struct hp_conv *cv = b->r->cv;
-	int64_t o1 = cv->g.grid[1], o2 = cv->g.grid[2], prev = -1, nt = 0, ne = 0, k2 = cv->g.k[2];
+	int64_t o1 = cv->g.grid[1], o2 = cv->g.grid[2], prev = -1, nt = 0, k2 = cv->g.k[2];
 	const float **rt = b->rtab;
-	float *cp = b->copies;
 	int pouter = (b->t1 - b->t0) * KX_MR * n * k2 * (int64_t)sizeof(float) <= KR_W_L1;
 
 	for (int64_t p = 0; p < b->np; p++) {
@@ -266,11 +238,6 @@ static void kr_chunk(struct kr_block *b, int64_t i0, int64_t n, int last)
 			kr_row_taps(&cv->g, b->x, row / o1, row % o1, i0, n, b->zrow, rt);
 		}
 		b->ptaps[p] = rt;
-		if (b->pn[p].edge) {
-			const float **et = b->etab + ne++ * b->rpc * k2;
-			kr_edge_taps(b, p, rt, n, et, &cp);
-			b->ptaps[p] = et;
-		}
 		prev = row;
 	}
 	if (pouter)
@@ -308,7 +275,7 @@ KR_TARGET static void kr_prefetch_next(const struct kr_block *b)
 static int kr_layout(struct kr_block *b, float *buf)
 {
 	const struct hp_conv *cv = b->r->cv;
-	int64_t nedge = 0, nrows = cv->cin_g * cv->g.k[0] * cv->g.k[1], k2 = cv->g.k[2], need, zlen;
+	int64_t nrows = cv->cin_g * cv->g.k[0] * cv->g.k[1], k2 = cv->g.k[2], need, zlen;
 
 	b->np = (b->nc + KX_NR - 1) / KX_NR;
 	b->span = kr_span(&cv->g);
@@ -316,20 +283,16 @@ static int kr_layout(struct kr_block *b, float *buf)
 	 * short last chunk would reload Y for a few taps) */
 	b->rpc = kr_min(KX_KC / cv->g.k[2] > 0 ? KX_KC / cv->g.k[2] : 1, nrows);
 	b->rpc = (nrows + (nrows + b->rpc - 1) / b->rpc - 1) / ((nrows + b->rpc - 1) / b->rpc);
-	for (int64_t p = 0; p < b->np; p++) {
+	for (int64_t p = 0; p < b->np; p++)
 		kr_panel_of(&cv->g, (b->j0 + p * KX_NR) % cv->g.grid[2], (int)kr_min(KX_NR, b->nc - p * KX_NR),
-			    &b->pn[p]);
-		nedge += b->pn[p].edge;
-	}
+			    &b->pn[p], b->masks[p]);
 	zlen = cv->g.img[2] + b->span;
-	need = zlen + 2 * (b->np + nedge) * b->rpc * k2 + nedge * b->rpc * b->span;
+	need = zlen + 2 * b->np * b->rpc * k2;
 	if (need > b->r->panel)
 		return 0;
 	memset(buf, 0, (size_t)zlen * sizeof(float));
 	b->zrow = buf;
 	b->rtab = (const float **)(void *)(buf + zlen);
-	b->etab = b->rtab + b->np * b->rpc * k2;
-	b->copies = buf + zlen + 2 * (b->np + nedge) * b->rpc * k2;
 	return 1;
 }
 
