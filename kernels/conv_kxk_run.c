@@ -11,11 +11,13 @@
  *  - the taps of a (block output row, k chunk) are found once, for all
  *    its panels; a panel reads them at its column's offset (the micro-
  *    tile adds it), padding rows read a row of zeros;
- *  - the edge panels read the rows in place too, each tap under the mask
- *    of its kw's lanes inside the row (masked lanes read 0 and touch no
- *    memory); copying their rows with zeros outside instead was 16% of
- *    the kernel's samples (kr_copy, u-128: the rows' first touch) and
- *    kept u-128 at 61-66 GF/s;
+ *  - with few output channels (KR_MASK_TILES micro-tiles) the edge
+ *    panels read the rows in place too, each tap under the mask of its
+ *    kw's lanes inside the row (masked lanes read 0 and touch no memory):
+ *    copying their rows was 16% of u-128's kernel samples (kr_copy, the
+ *    rows' first touch) and kept it at 61-66 GF/s; with more, the edge
+ *    panels copy their rows (zeros outside the image), each vector
+ *    stored once, and the micro-tiles share the copy;
  *  - the next output row's new image rows are prefetched;
  *  - the panels outermost when the chunk's weights of all the block's
  *    micro-tiles fit in L1, so a panel's rows are read from L1 by every
@@ -46,6 +48,13 @@ void hp_kxk_set_run(int on)
 #define KR_MAXK 16
 /* Panels outermost when the chunk's weights of the micro-tiles fit this. */
 #define KR_W_L1 (16 << 10)
+/* Edge panels read the image under lane masks up to this many micro-tiles
+ * of output channels, and copy their rows (zeros outside) with more: a
+ * masked tap costs each micro-tile, a copy is shared by all of them
+ * (GF/s per CPU-second, hpdlf-bench-conv-libs, medians of 8 rounds:
+ * masks u-128 (3 tiles) 64 -> 68 and u-dec128 61 -> 70, but u-32
+ * (11 tiles) 79 -> 63 and u-dec32 78 -> 64). */
+#define KR_MASK_TILES 3
 
 static int64_t kr_min(int64_t a, int64_t b)
 {
@@ -166,6 +175,33 @@ static void kr_panel_of(const struct hp_colgeom *g, int64_t ow, int n, struct kr
 		}
 }
 
+/* dst[q] = row[off + q] inside the image row, 0 outside, q < len (a
+ * multiple of 8): an edge panel's copy of one kernel row.  Each vector of
+ * dst is stored once: plain loads inside the row, masked loads across its
+ * ends (masked lanes are not read: no fault before or after the row);
+ * scalar stores under the vectors the micro-tiles then read cost a
+ * forwarding stall each. */
+KR_TARGET static void kr_copy(const float *row, int64_t off, int64_t W, int64_t len, float *dst)
+{
+	__m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+
+	for (int64_t q = 0; q < len; q += 8) {
+		int64_t c = off + q;
+		__m256 v;
+		if (c >= 0 && c + 8 <= W)
+			v = _mm256_loadu_ps(row + c);
+		else if (c + 8 <= 0 || c >= W)
+			v = _mm256_setzero_ps();
+		else {
+			__m256i l = _mm256_add_epi32(iota, _mm256_set1_epi32((int32_t)c));
+			__m256i in = _mm256_and_si256(_mm256_cmpgt_epi32(l, _mm256_set1_epi32(-1)),
+						      _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)W), l));
+			v = _mm256_maskload_ps(row + c, in);
+		}
+		_mm256_storeu_ps(dst + q, v);
+	}
+}
+
 /* taps[i * k2 + kw] for kernel rows i0 .. i0 + n - 1 (flat (c, kd, kh)) of
  * output row (od, oh): the image row, or zrow (zeros wherever a panel's
  * lanes inside the image read) in the padding, at column kw * dil. */
@@ -204,7 +240,10 @@ struct kr_block {
 	int64_t rpc, span;                    /* kernel rows per chunk, kr_span */
 	const float *zrow;                    /* W + span zeros: a padding row's taps */
 	const float **rtab;                   /* per output row of the block: its taps (rpc * k2 each) */
-	const float *const *ptaps[KX_NB / KX_NR]; /* per panel: its taps, at + off */
+	int copy;                             /* edge panels copy their rows (else masks) */
+	const float **etab;                   /* copy: per edge panel, its taps into copies */
+	float *copies;                        /* copy: the edge panels' copies of the rows */
+	const float *const *ptaps[KX_NB / KX_NR]; /* per panel: its taps, at + off (copied: + 0) */
 	struct kr_panel pn[KX_NB / KX_NR];
 	int32_t masks[KX_NB / KX_NR][KR_MAXK * KX_NR]; /* of the edge panels */
 };
@@ -218,17 +257,42 @@ static void kr_one(const struct kr_block *b, int64_t p, int64_t t, int64_t i0, i
 	int64_t off = b->ybase + m0 * cv->yvol + b->j0 + p * KX_NR;
 	const struct hp_fma_fin *fin = r->fin_ok && last ? &r->fin : NULL;
 
-	kr_micro((int)mr, n * k2, b->ptaps[p], b->pn[p].off, b->pn[p].ncols, b->w + m0 * b->K + i0 * k2, b->K,
-		 r->y + off, cv->yvol, i0 == 0, b->bias ? b->bias + m0 : NULL, fin,
-		 fin && r->fin_add ? r->addend + off : NULL, b->pn[p].mask, (int)k2);
+	int cp = b->copy && b->pn[p].edge;
+
+	kr_micro((int)mr, n * k2, b->ptaps[p], cp ? 0 : b->pn[p].off, b->pn[p].ncols, b->w + m0 * b->K + i0 * k2,
+		 b->K, r->y + off, cv->yvol, i0 == 0, b->bias ? b->bias + m0 : NULL, fin,
+		 fin && r->fin_add ? r->addend + off : NULL, cp ? NULL : b->pn[p].mask, (int)k2);
 }
 
-/* The chunk's taps (per output row of the block), then the micro-tiles. */
+/* An edge panel's taps of n kernel rows: copies of its rows (zeros
+ * outside the image) from its output row's taps rt, at t. */
+static void kr_edge_taps(struct kr_block *b, int64_t p, const float *const *rt, int64_t n, const float **t,
+			 float **cp)
+{
+	const struct kr_panel *pn = &b->pn[p];
+	const struct hp_colgeom *g = &b->r->cv->g;
+	int64_t k2 = g->k[2];
+
+	for (int64_t i = 0; i < n; i++, rt += k2) {
+		const float *s = b->zrow;
+		if (rt[0] != b->zrow) {
+			kr_copy(rt[0], pn->off, g->img[2], b->span, *cp);
+			s = *cp;
+			*cp += b->span;
+		}
+		for (int64_t kw = 0; kw < k2; kw++)
+			*t++ = s + (s != b->zrow ? kw * g->dil[2] : 0);
+	}
+}
+
+/* The chunk's taps (per output row of the block, edge panels that copy
+ * their own), then the micro-tiles. */
 static void kr_chunk(struct kr_block *b, int64_t i0, int64_t n, int last)
 {
 	const struct hp_conv *cv = b->r->cv;
-	int64_t o1 = cv->g.grid[1], o2 = cv->g.grid[2], prev = -1, nt = 0, k2 = cv->g.k[2];
+	int64_t o1 = cv->g.grid[1], o2 = cv->g.grid[2], prev = -1, nt = 0, ne = 0, k2 = cv->g.k[2];
 	const float **rt = b->rtab;
+	float *cp = b->copies;
 	int pouter = (b->t1 - b->t0) * KX_MR * n * k2 * (int64_t)sizeof(float) <= KR_W_L1;
 
 	for (int64_t p = 0; p < b->np; p++) {
@@ -238,6 +302,11 @@ static void kr_chunk(struct kr_block *b, int64_t i0, int64_t n, int last)
 			kr_row_taps(&cv->g, b->x, row / o1, row % o1, i0, n, b->zrow, rt);
 		}
 		b->ptaps[p] = rt;
+		if (b->copy && b->pn[p].edge) {
+			const float **et = b->etab + ne++ * b->rpc * k2;
+			kr_edge_taps(b, p, rt, n, et, &cp);
+			b->ptaps[p] = et;
+		}
 		prev = row;
 	}
 	if (pouter)
@@ -275,7 +344,7 @@ KR_TARGET static void kr_prefetch_next(const struct kr_block *b)
 static int kr_layout(struct kr_block *b, float *buf)
 {
 	const struct hp_conv *cv = b->r->cv;
-	int64_t nrows = cv->cin_g * cv->g.k[0] * cv->g.k[1], k2 = cv->g.k[2], need, zlen;
+	int64_t nrows = cv->cin_g * cv->g.k[0] * cv->g.k[1], k2 = cv->g.k[2], need, zlen, nedge = 0;
 
 	b->np = (b->nc + KX_NR - 1) / KX_NR;
 	b->span = kr_span(&cv->g);
@@ -283,16 +352,21 @@ static int kr_layout(struct kr_block *b, float *buf)
 	 * short last chunk would reload Y for a few taps) */
 	b->rpc = kr_min(KX_KC / cv->g.k[2] > 0 ? KX_KC / cv->g.k[2] : 1, nrows);
 	b->rpc = (nrows + (nrows + b->rpc - 1) / b->rpc - 1) / ((nrows + b->rpc - 1) / b->rpc);
-	for (int64_t p = 0; p < b->np; p++)
+	b->copy = b->r->mt > KR_MASK_TILES;
+	for (int64_t p = 0; p < b->np; p++) {
 		kr_panel_of(&cv->g, (b->j0 + p * KX_NR) % cv->g.grid[2], (int)kr_min(KX_NR, b->nc - p * KX_NR),
 			    &b->pn[p], b->masks[p]);
+		nedge += b->copy && b->pn[p].edge;
+	}
 	zlen = cv->g.img[2] + b->span;
-	need = zlen + 2 * b->np * b->rpc * k2;
+	need = zlen + 2 * (b->np + nedge) * b->rpc * k2 + nedge * b->rpc * b->span;
 	if (need > b->r->panel)
 		return 0;
 	memset(buf, 0, (size_t)zlen * sizeof(float));
 	b->zrow = buf;
 	b->rtab = (const float **)(void *)(buf + zlen);
+	b->etab = b->rtab + b->np * b->rpc * k2;
+	b->copies = buf + zlen + 2 * (b->np + nedge) * b->rpc * k2;
 	return 1;
 }
 
