@@ -51,9 +51,10 @@ void hp_kxk_set_run(int on)
 /* Edge panels read the image under lane masks up to this many micro-tiles
  * of output channels, and copy their rows (zeros outside) with more: a
  * masked tap costs each micro-tile, a copy is shared by all of them
- * (GF/s per CPU-second, hpdlf-bench-conv-libs, medians of 8 rounds:
- * masks u-128 (3 tiles) 64 -> 68 and u-dec128 61 -> 70, but u-32
- * (11 tiles) 79 -> 63 and u-dec32 78 -> 64). */
+ * (GF/s per CPU-second, hpdlf-bench-conv-libs --fwd, medians of 6-8
+ * rounds alternating with copies: masks took u-128 (3 tiles) from 68 to
+ * 72 and u-dec128 (3) from 62 to 72, but u-32 (11) from 79 to 63 and
+ * u-dec32 (11) from 78 to 64). */
 #define KR_MASK_TILES 3
 
 static int64_t kr_min(int64_t a, int64_t b)
@@ -65,7 +66,7 @@ struct kr_panel {
 	int64_t off;          /* image column of lane 0's first tap */
 	int ncols;            /* output columns of the panel (1..16) */
 	int edge;             /* some lane of some tap falls outside the row */
-	int32_t *mask;        /* edge panels: per kw, -1 for the lanes inside the row */
+	int32_t *mask;        /* edge panels read under masks: per kw, -1 for the lanes inside the row */
 };
 
 /* Accumulator (r, v) of a micro-tile: named registers, not an array (GCC
@@ -161,14 +162,14 @@ static int64_t kr_span(const struct hp_colgeom *g)
 }
 
 /* Panel of n output columns from ow; an edge panel's masks go to mask
- * (k2 rows of 16 lanes). */
+ * (k2 rows of 16 lanes) unless it is NULL (the panel copies its rows). */
 static void kr_panel_of(const struct hp_colgeom *g, int64_t ow, int n, struct kr_panel *pn, int32_t *mask)
 {
 	pn->off = ow - g->pad[2];
 	pn->ncols = n;
 	pn->edge = pn->off < 0 || pn->off + (g->k[2] - 1) * g->dil[2] + KX_NR > g->img[2];
 	pn->mask = pn->edge ? mask : NULL;
-	for (int64_t kw = 0; pn->edge && kw < g->k[2]; kw++)
+	for (int64_t kw = 0; pn->mask && kw < g->k[2]; kw++)
 		for (int q = 0; q < KX_NR; q++) {
 			int64_t c = pn->off + kw * g->dil[2] + q;
 			mask[kw * KX_NR + q] = c >= 0 && c < g->img[2] ? -1 : 0;
@@ -256,7 +257,6 @@ static void kr_one(const struct kr_block *b, int64_t p, int64_t t, int64_t i0, i
 	int64_t m0 = kx_tile_m0(b->M, r->mt, t), mr = kx_tile_rows(b->M, r->mt, t), k2 = cv->g.k[2];
 	int64_t off = b->ybase + m0 * cv->yvol + b->j0 + p * KX_NR;
 	const struct hp_fma_fin *fin = r->fin_ok && last ? &r->fin : NULL;
-
 	int cp = b->copy && b->pn[p].edge;
 
 	kr_micro((int)mr, n * k2, b->ptaps[p], cp ? 0 : b->pn[p].off, b->pn[p].ncols, b->w + m0 * b->K + i0 * k2,
@@ -355,7 +355,7 @@ static int kr_layout(struct kr_block *b, float *buf)
 	b->copy = b->r->mt > KR_MASK_TILES;
 	for (int64_t p = 0; p < b->np; p++) {
 		kr_panel_of(&cv->g, (b->j0 + p * KX_NR) % cv->g.grid[2], (int)kr_min(KX_NR, b->nc - p * KX_NR),
-			    &b->pn[p], b->masks[p]);
+			    &b->pn[p], b->copy ? NULL : b->masks[p]);
 		nedge += b->copy && b->pn[p].edge;
 	}
 	zlen = cv->g.img[2] + b->span;
