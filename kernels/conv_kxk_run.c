@@ -209,16 +209,21 @@ KR_TARGET static void kr_copy(const float *row, int64_t off, int64_t W, int64_t 
 static void kr_row_taps(const struct hp_colgeom *g, const float *x, int64_t od, int64_t oh, int64_t i0, int64_t n,
 			const float *zrow, const float **taps)
 {
-	int64_t k01 = g->k[0] * g->k[1], k2 = g->k[2];
+	int64_t k2 = g->k[2], c = i0 / (g->k[0] * g->k[1]), kd = i0 / g->k[1] % g->k[0], kh = i0 % g->k[1];
 
-	for (int64_t i = i0; i < i0 + n; i++) {
-		int64_t c = i / k01, kd = i / g->k[1] % g->k[0], kh = i % g->k[1];
+	/* (c, kd, kh) counted along, not divided out of i per row */
+	for (int64_t i = 0; i < n; i++) {
 		int64_t id = od * g->stride[0] - g->pad[0] + kd * g->dil[0];
 		int64_t ih = oh * g->stride[1] - g->pad[1] + kh * g->dil[1];
 		const float *row = x + c * g->img_vol + (id * g->img[1] + ih) * g->img[2];
 		int in = id >= 0 && id < g->img[0] && ih >= 0 && ih < g->img[1];
 		for (int64_t kw = 0; kw < k2; kw++)
 			*taps++ = (in ? row : zrow) + kw * g->dil[2];
+		if (++kh == g->k[1]) {
+			kh = 0;
+			if (++kd == g->k[0])
+				kd = 0, c++;
+		}
 	}
 }
 
