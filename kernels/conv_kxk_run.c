@@ -14,10 +14,10 @@
  *  - with few output channels (KR_MASK_TILES micro-tiles) the edge
  *    panels read the rows in place too, each tap under the mask of its
  *    kw's lanes inside the row (masked lanes read 0 and touch no memory):
- *    copying their rows was 16% of u-128's kernel samples (kr_copy, the
- *    rows' first touch) and kept it at 61-66 GF/s; with more, the edge
- *    panels copy their rows (zeros outside the image), each vector
- *    stored once, and the micro-tiles share the copy;
+ *    kr_copy had 16% of u-128's kernel samples, though mostly as the
+ *    rows' first touch, which the micro-tiles then take over; with more,
+ *    the edge panels copy their rows (zeros outside the image), each
+ *    vector stored once, and the micro-tiles share the copy;
  *  - the next output row's new image rows are prefetched;
  *  - the panels outermost when the chunk's weights of all the block's
  *    micro-tiles fit in L1, so a panel's rows are read from L1 by every
@@ -51,10 +51,10 @@ void hp_kxk_set_run(int on)
 /* Edge panels read the image under lane masks up to this many micro-tiles
  * of output channels, and copy their rows (zeros outside) with more: a
  * masked tap costs each micro-tile, a copy is shared by all of them
- * (GF/s per CPU-second, hpdlf-bench-conv-libs --fwd, medians of 6-8
- * rounds alternating with copies: masks took u-128 (3 tiles) from 68 to
- * 72 and u-dec128 (3) from 62 to 72, but u-32 (11) from 79 to 63 and
- * u-dec32 (11) from 78 to 64). */
+ * (hpdlf-bench-conv-libs classes, 1 thread, one process, 200 calls each
+ * way alternating, median GF/s, copies -> masks: u-128 (3 tiles) 74.5 ->
+ * 76.0, u-dec128 (3) 73.3 -> 75.0; u-64 (6) 74.0 -> 73.1, u-32 (11)
+ * 81.2 -> 72.0, u-dec32 (11) 81.5 -> 72.4). */
 #define KR_MASK_TILES 3
 
 static int64_t kr_min(int64_t a, int64_t b)
