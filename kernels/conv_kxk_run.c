@@ -11,8 +11,13 @@
  *  - the taps of a (block output row, k chunk) are found once, for all
  *    its panels; a panel reads them at its column's offset (the micro-
  *    tile adds it), padding rows read a row of zeros;
- *  - only the edge panels copy rows (zeros outside the image), each
- *    vector stored once;
+ *  - with few output channels (KR_MASK_TILES micro-tiles) the edge
+ *    panels read the rows in place too, each tap under the mask of its
+ *    kw's lanes inside the row (masked lanes read 0 and touch no memory):
+ *    kr_copy had 16% of u-128's kernel samples, though mostly as the
+ *    rows' first touch, which the micro-tiles then take over; with more,
+ *    the edge panels copy their rows (zeros outside the image), each
+ *    vector stored once, and the micro-tiles share the copy;
  *  - the next output row's new image rows are prefetched;
  *  - the panels outermost when the chunk's weights of all the block's
  *    micro-tiles fit in L1, so a panel's rows are read from L1 by every
@@ -43,6 +48,14 @@ void hp_kxk_set_run(int on)
 #define KR_MAXK 16
 /* Panels outermost when the chunk's weights of the micro-tiles fit this. */
 #define KR_W_L1 (16 << 10)
+/* Edge panels read the image under lane masks up to this many micro-tiles
+ * of output channels, and copy their rows (zeros outside) with more: a
+ * masked tap costs each micro-tile, a copy is shared by all of them
+ * (hpdlf-bench-conv-libs classes, 1 thread, one process, 200 calls each
+ * way alternating, median GF/s, copies -> masks: u-128 (3 tiles) 74.5 ->
+ * 76.0, u-dec128 (3) 73.3 -> 75.0; u-64 (6) 74.0 -> 73.1, u-32 (11)
+ * 81.2 -> 72.0, u-dec32 (11) 81.5 -> 72.4). */
+#define KR_MASK_TILES 3
 
 static int64_t kr_min(int64_t a, int64_t b)
 {
@@ -53,6 +66,8 @@ struct kr_panel {
 	int64_t off;          /* image column of lane 0's first tap */
 	int ncols;            /* output columns of the panel (1..16) */
 	int edge;             /* some lane of some tap falls outside the row */
+	int32_t *mask;        /* edge panels read under masks: per kw, -1 for the lanes inside the row */
+	int hf;               /* with masks: bit h, lanes 8h .. 8h + 7 inside the row for every kw */
 };
 
 /* Accumulator (r, v) of a micro-tile: named registers, not an array (GCC
@@ -86,10 +101,15 @@ KR_TARGET static KR_INLINE __m256 kr_acc0(int first, const float *bias, int r, i
 
 /* The chain of k over nk taps, tap k's 16 lanes at taps[k] + off, row r's
  * weights at a + r * lda (W in place, as kx_tile); then the stores and the
- * epilogue as kx_tile. */
+ * epilogue as kx_tile.  An edge panel (em not NULL) loads tap k under the
+ * lanes of em's row k % k2 (kw): the lanes outside the image read 0, as
+ * the zeros of a copy would (the same chain, the same bits); its halves
+ * of 8 lanes inside the row for every kw (bits 0 and 1 of hf) load
+ * plainly (masked loads cost more: with every tap masked, u-32's 3x3
+ * ran at 68 GF/s, with its inner halves plain at 72, in one process). */
 KR_TARGET static KR_INLINE void kr_tile(const int mr, int64_t nk, const float *const *taps, int64_t off, int ncols,
-					const float *a, int64_t lda, float *y, int64_t ldy,
-					int first, const float *bias, const struct hp_fma_fin *f, const float *add)
+					const float *a, int64_t lda, float *y, int64_t ldy, int first, const float *bias,
+					const struct hp_fma_fin *f, const float *add, const int32_t *em, int k2, int hf)
 {
 	__m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
 	__m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, acc[KX_MR][2];
@@ -97,10 +117,21 @@ KR_TARGET static KR_INLINE void kr_tile(const int mr, int64_t nk, const float *c
 	__m256i sm[2] = { fma_mask(ncols), fma_mask(ncols - 8) };
 
 	KR_INIT(0) KR_INIT(1) KR_INIT(2) KR_INIT(3) KR_INIT(4) KR_INIT(5)
-	for (int64_t k = 0; k < nk; k++, a++) {
-		__m256 b0 = _mm256_loadu_ps(taps[k] + off), b1 = _mm256_loadu_ps(taps[k] + off + 8);
-		KR_FMA(0) KR_FMA(1) KR_FMA(2) KR_FMA(3) KR_FMA(4) KR_FMA(5)
-	}
+	if (!em)
+		for (int64_t k = 0; k < nk; k++, a++) {
+			__m256 b0 = _mm256_loadu_ps(taps[k] + off), b1 = _mm256_loadu_ps(taps[k] + off + 8);
+			KR_FMA(0) KR_FMA(1) KR_FMA(2) KR_FMA(3) KR_FMA(4) KR_FMA(5)
+		}
+	else
+		for (int64_t k = 0; k < nk; taps += k2)
+			for (int kw = 0; kw < k2; kw++, k++, a++) {
+				const __m256i *m = (const __m256i *)(const void *)(em + kw * KX_NR);
+				const float *t = taps[kw] + off;
+				__m256 b0 = hf & 1 ? _mm256_loadu_ps(t) : _mm256_maskload_ps(t, _mm256_loadu_si256(m));
+				__m256 b1 = hf & 2 ? _mm256_loadu_ps(t + 8)
+						     : _mm256_maskload_ps(t + 8, _mm256_loadu_si256(m + 1));
+				KR_FMA(0) KR_FMA(1) KR_FMA(2) KR_FMA(3) KR_FMA(4) KR_FMA(5)
+			}
 	KR_OUT(0) KR_OUT(1) KR_OUT(2) KR_OUT(3) KR_OUT(4) KR_OUT(5)
 	fma_store_acc(acc, mr, 2, y, ldy, ncols, full);
 	/* a pass of its own, as kx_tile's */
@@ -110,12 +141,12 @@ KR_TARGET static KR_INLINE void kr_tile(const int mr, int64_t nk, const float *c
 
 #define KR_CASE(R)                                                                      \
 	case R:                                                                         \
-		kr_tile(R, nk, taps, off, ncols, a, lda, y, ldy, first, bias, f, add);          \
+		kr_tile(R, nk, taps, off, ncols, a, lda, y, ldy, first, bias, f, add, em, k2, hf); \
 		break;
 
 KR_TARGET static void kr_micro(int mr, int64_t nk, const float *const *taps, int64_t off, int ncols,
 			       const float *a, int64_t lda, float *y, int64_t ldy, int first, const float *bias,
-			       const struct hp_fma_fin *f, const float *add)
+			       const struct hp_fma_fin *f, const float *add, const int32_t *em, int k2, int hf)
 {
 	switch (mr) {
 		KR_CASE(1)
@@ -136,11 +167,22 @@ static int64_t kr_span(const struct hp_colgeom *g)
 	return (KX_NR + (g->k[2] - 1) * g->dil[2] + 7) / 8 * 8;
 }
 
-static void kr_panel_of(const struct hp_colgeom *g, int64_t ow, int n, struct kr_panel *pn)
+/* Panel of n output columns from ow; an edge panel's masks go to mask
+ * (k2 rows of 16 lanes) unless it is NULL (the panel copies its rows). */
+static void kr_panel_of(const struct hp_colgeom *g, int64_t ow, int n, struct kr_panel *pn, int32_t *mask)
 {
 	pn->off = ow - g->pad[2];
 	pn->ncols = n;
 	pn->edge = pn->off < 0 || pn->off + (g->k[2] - 1) * g->dil[2] + KX_NR > g->img[2];
+	pn->mask = pn->edge ? mask : NULL;
+	pn->hf = 3;
+	for (int64_t kw = 0; pn->mask && kw < g->k[2]; kw++)
+		for (int q = 0; q < KX_NR; q++) {
+			int64_t c = pn->off + kw * g->dil[2] + q;
+			mask[kw * KX_NR + q] = c >= 0 && c < g->img[2] ? -1 : 0;
+			if (!mask[kw * KX_NR + q])
+				pn->hf &= ~(1 << (q / 8));
+		}
 }
 
 /* dst[q] = row[off + q] inside the image row, 0 outside, q < len (a
@@ -171,21 +213,26 @@ KR_TARGET static void kr_copy(const float *row, int64_t off, int64_t W, int64_t 
 }
 
 /* taps[i * k2 + kw] for kernel rows i0 .. i0 + n - 1 (flat (c, kd, kh)) of
- * output row (od, oh): the image row at column kw * dil, or zrow (zeros
- * wherever a panel's offset puts its lanes) in the padding. */
+ * output row (od, oh): the image row, or zrow (zeros wherever a panel's
+ * lanes inside the image read) in the padding, at column kw * dil. */
 static void kr_row_taps(const struct hp_colgeom *g, const float *x, int64_t od, int64_t oh, int64_t i0, int64_t n,
 			const float *zrow, const float **taps)
 {
-	int64_t k01 = g->k[0] * g->k[1], k2 = g->k[2];
+	int64_t k2 = g->k[2], c = i0 / (g->k[0] * g->k[1]), kd = i0 / g->k[1] % g->k[0], kh = i0 % g->k[1];
 
-	for (int64_t i = i0; i < i0 + n; i++) {
-		int64_t c = i / k01, kd = i / g->k[1] % g->k[0], kh = i % g->k[1];
+	/* (c, kd, kh) counted along, not divided out of i per row */
+	for (int64_t i = 0; i < n; i++) {
 		int64_t id = od * g->stride[0] - g->pad[0] + kd * g->dil[0];
 		int64_t ih = oh * g->stride[1] - g->pad[1] + kh * g->dil[1];
 		const float *row = x + c * g->img_vol + (id * g->img[1] + ih) * g->img[2];
 		int in = id >= 0 && id < g->img[0] && ih >= 0 && ih < g->img[1];
 		for (int64_t kw = 0; kw < k2; kw++)
-			*taps++ = in ? row + kw * g->dil[2] : zrow;
+			*taps++ = (in ? row : zrow) + kw * g->dil[2];
+		if (++kh == g->k[1]) {
+			kh = 0;
+			if (++kd == g->k[0])
+				kd = 0, c++;
+		}
 	}
 }
 
@@ -208,10 +255,12 @@ struct kr_block {
 	int64_t rpc, span;                    /* kernel rows per chunk, kr_span */
 	const float *zrow;                    /* W + span zeros: a padding row's taps */
 	const float **rtab;                   /* per output row of the block: its taps (rpc * k2 each) */
-	const float **etab;                   /* per edge panel: its taps, into copies */
-	float *copies;                        /* the edge panels' copies of the rows */
-	const float *const *ptaps[KX_NB / KX_NR]; /* per panel: its taps, at + off (edges: + 0) */
+	int copy;                             /* edge panels copy their rows (else masks) */
+	const float **etab;                   /* copy: per edge panel, its taps into copies */
+	float *copies;                        /* copy: the edge panels' copies of the rows */
+	const float *const *ptaps[KX_NB / KX_NR]; /* per panel: its taps, at + off (copied: + 0) */
 	struct kr_panel pn[KX_NB / KX_NR];
+	int32_t masks[KX_NB / KX_NR][KR_MAXK * KX_NR]; /* of the edge panels */
 };
 
 /* One micro-tile of one panel over the chunk of kernel rows [i0, i0 + n). */
@@ -222,10 +271,11 @@ static void kr_one(const struct kr_block *b, int64_t p, int64_t t, int64_t i0, i
 	int64_t m0 = kx_tile_m0(b->M, r->mt, t), mr = kx_tile_rows(b->M, r->mt, t), k2 = cv->g.k[2];
 	int64_t off = b->ybase + m0 * cv->yvol + b->j0 + p * KX_NR;
 	const struct hp_fma_fin *fin = r->fin_ok && last ? &r->fin : NULL;
+	int cp = b->copy && b->pn[p].edge;
 
-	kr_micro((int)mr, n * k2, b->ptaps[p], b->pn[p].edge ? 0 : b->pn[p].off, b->pn[p].ncols,
-		 b->w + m0 * b->K + i0 * k2, b->K, r->y + off, cv->yvol, i0 == 0, b->bias ? b->bias + m0 : NULL, fin,
-		 fin && r->fin_add ? r->addend + off : NULL);
+	kr_micro((int)mr, n * k2, b->ptaps[p], cp ? 0 : b->pn[p].off, b->pn[p].ncols, b->w + m0 * b->K + i0 * k2,
+		 b->K, r->y + off, cv->yvol, i0 == 0, b->bias ? b->bias + m0 : NULL, fin,
+		 fin && r->fin_add ? r->addend + off : NULL, cp ? NULL : b->pn[p].mask, (int)k2, b->pn[p].hf);
 }
 
 /* An edge panel's taps of n kernel rows: copies of its rows (zeros
@@ -249,8 +299,8 @@ static void kr_edge_taps(struct kr_block *b, int64_t p, const float *const *rt, 
 	}
 }
 
-/* The chunk's taps (per output row of the block, edge panels their own),
- * then the micro-tiles. */
+/* The chunk's taps (per output row of the block, edge panels that copy
+ * their own), then the micro-tiles. */
 static void kr_chunk(struct kr_block *b, int64_t i0, int64_t n, int last)
 {
 	const struct hp_conv *cv = b->r->cv;
@@ -266,7 +316,7 @@ static void kr_chunk(struct kr_block *b, int64_t i0, int64_t n, int last)
 			kr_row_taps(&cv->g, b->x, row / o1, row % o1, i0, n, b->zrow, rt);
 		}
 		b->ptaps[p] = rt;
-		if (b->pn[p].edge) {
+		if (b->copy && b->pn[p].edge) {
 			const float **et = b->etab + ne++ * b->rpc * k2;
 			kr_edge_taps(b, p, rt, n, et, &cp);
 			b->ptaps[p] = et;
@@ -308,7 +358,7 @@ KR_TARGET static void kr_prefetch_next(const struct kr_block *b)
 static int kr_layout(struct kr_block *b, float *buf)
 {
 	const struct hp_conv *cv = b->r->cv;
-	int64_t nedge = 0, nrows = cv->cin_g * cv->g.k[0] * cv->g.k[1], k2 = cv->g.k[2], need, zlen;
+	int64_t nrows = cv->cin_g * cv->g.k[0] * cv->g.k[1], k2 = cv->g.k[2], need, zlen, nedge = 0;
 
 	b->np = (b->nc + KX_NR - 1) / KX_NR;
 	b->span = kr_span(&cv->g);
@@ -316,10 +366,11 @@ static int kr_layout(struct kr_block *b, float *buf)
 	 * short last chunk would reload Y for a few taps) */
 	b->rpc = kr_min(KX_KC / cv->g.k[2] > 0 ? KX_KC / cv->g.k[2] : 1, nrows);
 	b->rpc = (nrows + (nrows + b->rpc - 1) / b->rpc - 1) / ((nrows + b->rpc - 1) / b->rpc);
+	b->copy = b->r->mt > KR_MASK_TILES;
 	for (int64_t p = 0; p < b->np; p++) {
 		kr_panel_of(&cv->g, (b->j0 + p * KX_NR) % cv->g.grid[2], (int)kr_min(KX_NR, b->nc - p * KX_NR),
-			    &b->pn[p]);
-		nedge += b->pn[p].edge;
+			    &b->pn[p], b->copy ? NULL : b->masks[p]);
+		nedge += b->copy && b->pn[p].edge;
 	}
 	zlen = cv->g.img[2] + b->span;
 	need = zlen + 2 * (b->np + nedge) * b->rpc * k2 + nedge * b->rpc * b->span;

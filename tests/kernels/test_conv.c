@@ -805,7 +805,12 @@ static void test_kxk_bands(void **state)
  * asymmetric pads (a left edge of 2, no right edge), padding rows of 3
  * and 2, groups, stride 2 down the rows, a 16-wide plane (packed: not a
  * row-run node), a 7-wide kernel of dilation 6 over rows of 32 (each
- * panel both edges), 3-D and 1-D. */
+ * panel both edges), 3-D and 1-D.  Edge panels read the rows under lane
+ * masks up to 3 micro-tiles of output channels (18 and fewer) and copy
+ * them with more: the last three cases (32, 20 and 19 output channels)
+ * copy, with 32-wide rows (every panel an edge), a 5-wide kernel of
+ * dilation 2 and pads of 4, and a 7-wide one of dilation 6 without a
+ * bias. */
 static const struct cc kxk_run_cases[] = {
 	{ 2, 0, 2, 16, 16, 1, V3(6, 32, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
 	{ 2, 0, 1, 40, 13, 1, V3(5, 48, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
@@ -818,6 +823,9 @@ static const struct cc kxk_run_cases[] = {
 	{ 2, 0, 1, 12, 10, 1, V3(5, 32, 0), V3(3, 7, 0), V3(1, 1, 0), V3(1, 6, 0), V3(1, 18, 0), V3(1, 18, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
 	{ 3, 0, 1, 8, 7, 1, V3(3, 4, 32), V3(3, 3, 3), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
 	{ 1, 0, 3, 8, 6, 1, V3(64, 0, 0), V3(3, 0, 0), V3(1, 0, 0), V3(1, 0, 0), V3(1, 0, 0), V3(1, 0, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 2, 8, 32, 1, V3(5, 32, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 6, 20, 1, V3(4, 48, 0), V3(3, 5, 0), V3(1, 1, 0), V3(1, 2, 0), V3(1, 4, 0), V3(1, 4, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 5, 19, 1, V3(4, 32, 0), V3(3, 7, 0), V3(1, 1, 0), V3(1, 6, 0), V3(1, 18, 0), V3(1, 18, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
 };
 
 /* The row-run blocks against the reference, bitwise the packed blocks
