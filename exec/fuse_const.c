@@ -59,26 +59,6 @@ static void permute(const float *x, const struct hp_shape *xs, const int *perm, 
 	}
 }
 
-/* A new in-memory initializer named after value `like`, holding y. */
-static int add_init(struct hp_graph *g, int like, float *y)
-{
-	char name[512];
-	struct hp_shape s = g->values[like].shape;
-	int v;
-
-	snprintf(name, sizeof name, "%s.const", g->values[like].name);
-	for (int i = 1; hp_graph_find_value(g, name) >= 0; i++)
-		snprintf(name, sizeof name, "%s.const#%d", g->values[like].name, i);
-	if ((v = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, HP_F32, &s)) < 0) {
-		free(y);
-		return v;
-	}
-	g->values[v].data = y;
-	g->values[v].src = (struct hp_blob){ .kind = HP_BLOB_MEMORY, .length = (uint64_t)hp_shape_numel(&s) * 4 };
-	g->values[v].trainable = 0;
-	return v;
-}
-
 /* Fold Transpose node t: its readers read the new initializer instead. */
 static int fold_one(struct hp_graph *g, int t, struct hp_fuse_report *r)
 {
@@ -100,7 +80,7 @@ static int fold_one(struct hp_graph *g, int t, struct hp_fuse_report *r)
 	free(own);
 	snprintf(line, sizeof line, "Transpose '%s' of constant '%s' computed once", g->nodes[t].name,
 		 g->values[x].name);
-	if ((v = add_init(g, out, y)) < 0)
+	if ((v = hp_fz_memory_init(g, g->values[out].name, ".const", &g->values[out].shape, y)) < 0)
 		return v;
 	for (int i = 0; i < g->nnodes; i++)
 		for (int j = 0; j < g->nodes[i].ninputs; j++)
@@ -108,16 +88,6 @@ static int fold_one(struct hp_graph *g, int t, struct hp_fuse_report *r)
 				g->nodes[i].inputs[j] = v;
 	hp_fz_note(r, "Transpose of a constant", line);
 	r->nodes_removed++;
-	return 0;
-}
-
-/* Value v is fed by the user (an IR 3 model lists its weights among the
- * inputs, and --input may replace one): not a constant to fold. */
-static int user_fed(const struct hp_graph *g, int v)
-{
-	for (int i = 0; i < g->ninputs; i++)
-		if (g->inputs[i] == v)
-			return 1;
 	return 0;
 }
 
@@ -131,7 +101,7 @@ static int foldable(const struct hp_graph *g, const struct hp_node *n, uint64_t 
 		return 0;
 	x = &g->values[n->inputs[0]];
 	y = &g->values[n->outputs[0]];
-	if (!hp_fz_const(g, n->inputs[0]) || user_fed(g, n->inputs[0]) || y->is_output || y->dtype != HP_F32 || x->shape.rank < 1 ||
+	if (!hp_fz_const(g, n->inputs[0]) || hp_fz_user_fed(g, n->inputs[0]) || y->is_output || y->dtype != HP_F32 || x->shape.rank < 1 ||
 	    perm_of(n, x->shape.rank, perm) < 0)
 		return 0;
 	return (uint64_t)hp_shape_numel(&x->shape) * sizeof(float) <= left &&

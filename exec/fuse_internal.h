@@ -42,6 +42,13 @@ int hp_fz_only_reader(const struct hp_graph *g, int v);
 int hp_fz_scalar(const struct hp_graph *g, int v, double *x);
 /* Value v is a float constant or initializer held in memory or the file. */
 int hp_fz_const(const struct hp_graph *g, int v);
+/* Value v is fed by the user (an IR 3 model lists its weights among the
+ * inputs, and --input may replace one): not a constant to fold. */
+int hp_fz_user_fed(const struct hp_graph *g, int v);
+/* A new float initializer of shape s held in memory (data, which it owns
+ * from then on, freed on failure), named base + suffix (+ "#i" while the
+ * name is taken); its value index. */
+int hp_fz_memory_init(struct hp_graph *g, const char *base, const char *suffix, const struct hp_shape *s, float *data);
 /* |x - want| within 1e-6 of want (exporters round their constants). */
 int hp_fz_near(double x, double want);
 /* The input of binary node n that is not value v (-1 when both or none). */

@@ -26,14 +26,6 @@ static int is_product(const struct hp_node *n)
 	       (!strcmp(n->domain, "ai.hpdlf") && (!strcmp(n->op_type, "FusedMatMul") || !strcmp(n->op_type, "FusedGemm")));
 }
 
-static int user_fed(const struct hp_graph *g, int v)
-{
-	for (int i = 0; i < g->ninputs; i++)
-		if (g->inputs[i] == v)
-			return 1;
-	return 0;
-}
-
 /* Node i's B packs: what it multiplies by, K x N of op(B), fits the cap. */
 static int packable(const struct hp_graph *g, int i, uint64_t left, int64_t *k, int64_t *n, int *tb)
 {
@@ -45,7 +37,7 @@ static int packable(const struct hp_graph *g, int i, uint64_t left, int64_t *k, 
 	    hp_attr_int(nd, "pack_b", 0) != 0 || hp_attr_float(nd, "alpha", 1.0f) != 1.0f)
 		return 0;
 	bv = &g->values[b];
-	if (!hp_fz_const(g, b) || user_fed(g, b) || bv->is_output || bv->shape.rank != 2 ||
+	if (!hp_fz_const(g, b) || hp_fz_user_fed(g, b) || bv->is_output || bv->shape.rank != 2 ||
 	    hp_fz_only_reader(g, b) != i || g->values[nd->outputs[0]].dtype != HP_F32)
 		return 0;
 	*tb = strstr(nd->op_type, "Gemm") && hp_attr_int(nd, "transB", 0) != 0;
@@ -54,14 +46,12 @@ static int packable(const struct hp_graph *g, int i, uint64_t left, int64_t *k, 
 	return *k > 0 && *n > 0 && (uint64_t)hp_fma_packed_floats(*k, *n) * sizeof(float) <= left;
 }
 
-/* A new in-memory initializer beside B holding it packed. */
+/* A new in-memory initializer beside B holding it packed (dst). */
 static int add_packed(struct hp_graph *g, int b, int64_t k, int64_t n, int tb, float *dst)
 {
 	struct hp_shape s = { .rank = 3, .dims = { (n + 15) / 16, k, 16 } };
 	const float *x = g->values[b].data;
 	float *own = NULL;
-	char name[512];
-	int v;
 
 	if (!x && (!(own = malloc((size_t)(k * n) * sizeof *own + 1)) || hp_graph_read_init(g, b, own) < 0)) {
 		free(own);
@@ -70,17 +60,7 @@ static int add_packed(struct hp_graph *g, int b, int64_t k, int64_t n, int tb, f
 	}
 	hp_fma_pack_b(x ? x : own, tb ? 1 : n, tb ? k : 1, k, n, dst);
 	free(own);
-	snprintf(name, sizeof name, "%s.packed", g->values[b].name);
-	for (int i = 1; hp_graph_find_value(g, name) >= 0; i++)
-		snprintf(name, sizeof name, "%s.packed#%d", g->values[b].name, i);
-	if ((v = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, HP_F32, &s)) < 0) {
-		free(dst);
-		return v;
-	}
-	g->values[v].data = dst;
-	g->values[v].src = (struct hp_blob){ .kind = HP_BLOB_MEMORY, .length = (uint64_t)hp_shape_numel(&s) * 4 };
-	g->values[v].trainable = 0;
-	return v;
+	return hp_fz_memory_init(g, g->values[b].name, ".packed", &s, dst);
 }
 
 static int pack_one(struct hp_graph *g, int i, int64_t k, int64_t n, int tb, struct hp_fuse_report *r)

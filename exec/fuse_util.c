@@ -42,6 +42,32 @@ int hp_fz_const(const struct hp_graph *g, int v)
 	return x->kind == HP_VALUE_INITIALIZER && x->src.kind == HP_BLOB_FILE;
 }
 
+int hp_fz_user_fed(const struct hp_graph *g, int v)
+{
+	for (int i = 0; i < g->ninputs; i++)
+		if (g->inputs[i] == v)
+			return 1;
+	return 0;
+}
+
+int hp_fz_memory_init(struct hp_graph *g, const char *base, const char *suffix, const struct hp_shape *s, float *data)
+{
+	char name[512];
+	int v;
+
+	snprintf(name, sizeof name, "%s%s", base, suffix);
+	for (int i = 1; hp_graph_find_value(g, name) >= 0; i++)
+		snprintf(name, sizeof name, "%s%s#%d", base, suffix, i);
+	if ((v = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, HP_F32, s)) < 0) {
+		free(data);
+		return v;
+	}
+	g->values[v].data = data;
+	g->values[v].src = (struct hp_blob){ .kind = HP_BLOB_MEMORY, .length = (uint64_t)hp_shape_numel(s) * 4 };
+	g->values[v].trainable = 0;
+	return v;
+}
+
 int hp_fz_scalar(const struct hp_graph *g, int v, double *x)
 {
 	const struct hp_value *c = v >= 0 ? &g->values[v] : NULL;

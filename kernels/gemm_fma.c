@@ -167,13 +167,13 @@ FM_TARGET static void fm_pack(const float *b, int64_t sk, int64_t sj, int64_t k0
 		__m256i m0 = fma_mask(w), m1 = fma_mask(w - 8);
 		if (w == FM_NR)
 			for (int64_t k = 0; k < kc; k++, dst += FM_NR, src += sk) {
-				_mm256_store_ps(dst, _mm256_loadu_ps(src));
-				_mm256_store_ps(dst + 8, _mm256_loadu_ps(src + 8));
+				_mm256_storeu_ps(dst, _mm256_loadu_ps(src));
+				_mm256_storeu_ps(dst + 8, _mm256_loadu_ps(src + 8));
 			}
 		else
 			for (int64_t k = 0; k < kc; k++, dst += FM_NR, src += sk) {
-				_mm256_store_ps(dst, _mm256_maskload_ps(src, m0));
-				_mm256_store_ps(dst + 8, _mm256_maskload_ps(src + 8, m1));
+				_mm256_storeu_ps(dst, _mm256_maskload_ps(src, m0));
+				_mm256_storeu_ps(dst + 8, _mm256_maskload_ps(src + 8, m1));
 			}
 	}
 }
@@ -373,15 +373,12 @@ int64_t hp_fma_packed_floats(int64_t k, int64_t n)
 	return (n + FM_NR - 1) / FM_NR * k * FM_NR;
 }
 
-/* Panel by panel, element by element: once per weight, at load. */
+/* The whole of op(B) as one column block and one k chunk: fm_pack's
+ * panels [k][16], one after the other (stores unaligned: dst may be any
+ * weight's memory). */
 void hp_fma_pack_b(const float *b, int64_t sk, int64_t sj, int64_t k, int64_t n, float *dst)
 {
-	for (int64_t q = 0; q * FM_NR < n; q++)
-		for (int64_t kk = 0; kk < k; kk++)
-			for (int64_t c = 0; c < FM_NR; c++) {
-				int64_t j = q * FM_NR + c;
-				dst[(q * k + kk) * FM_NR + c] = j < n ? b[kk * sk + j * sj] : 0.0f;
-			}
+	fm_pack(b, sk, sj, 0, k, 0, n, dst);
 }
 
 /* A transposed in memory (ra 1, a weight gradient's A^T dY) is read 6

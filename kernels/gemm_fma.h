@@ -45,7 +45,8 @@ struct hp_fma_prod {
 /* Floats of op(B) (K x N) packed: panels of 16 columns (zeros past N),
  * each K rows of 16, the layout the product reads. */
 int64_t hp_fma_packed_floats(int64_t k, int64_t n);
-/* dst (hp_fma_packed_floats) = op(B) packed, op(B)(kk, j) = b[kk * sk + j * sj]. */
+/* dst (hp_fma_packed_floats) = op(B) packed, op(B)(kk, j) = b[kk * sk + j * sj];
+ * only when hp_fma_gemm_ok(). */
 void hp_fma_pack_b(const float *b, int64_t sk, int64_t sj, int64_t k, int64_t n, float *dst);
 
 /* 1 when this CPU runs hp_fma_gemm (x86-64 with AVX2 and FMA). */
