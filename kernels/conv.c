@@ -47,6 +47,7 @@
 #include "kernels/conv_impl.h"
 #include "kernels/fused_impl.h"
 #include "kernels/ops.h"
+#include "kernels/threadpool.h"
 
 static int policy; /* 0 auto, 1 pool + 1-thread BLAS, 2 caller + BLAS threads */
 static size_t tile_bytes = HP_CONV_TILE_BYTES;
@@ -129,6 +130,15 @@ void hp_conv_parallel(struct hp_pool *pool, int threads, int64_t n, hp_range_fn 
 		return;
 	}
 	hp_parallel_for(pool, n, (n + threads - 1) / threads, fn, arg);
+}
+
+void hp_conv_steal(struct hp_pool *pool, int threads, int64_t n, int64_t unit, hp_range_fn fn, void *arg)
+{
+	if (threads <= 1 || n <= unit) {
+		fn(arg, 0, n, 0);
+		return;
+	}
+	hp_parallel_steal(pool, n, unit, threads, fn, arg);
 }
 
 struct conv_run {

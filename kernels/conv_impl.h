@@ -364,6 +364,12 @@ void hp_conv_set_policy(int p);
 /* hp_parallel_for over at most `threads` workers (tid < threads), or the
  * caller alone when threads <= 1. */
 void hp_conv_parallel(struct hp_pool *pool, int threads, int64_t n, hp_range_fn fn, void *arg);
+/* The same over items whose bits do not depend on the thread that runs
+ * them (hp_parallel_steal, kernels/threadpool.h): fn gets one unit of
+ * `unit` items at a time, and a thread that finished its share takes the
+ * units of a late one, so no thread waits for a worker's wake-up to run
+ * that worker's share. */
+void hp_conv_steal(struct hp_pool *pool, int threads, int64_t n, int64_t unit, hp_range_fn fn, void *arg);
 
 
 /* ConvGradFilter of a 2-D stride-1 convolution with a window at most 3
