@@ -4,9 +4,10 @@
  * BLIS and libxsmm, forward, data gradient and weight gradient.
  *
  *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1]
- *                         [--kxk-run 0|1] [--fwd]
+ *                         [--grp 0|1|-1] [--kxk-run 0|1] [--fwd]
  *
- * --shift, --dot and --kxk force hpdlf's shift, dot and KxK paths (1), forbid them (-1)
+ * --shift, --dot, --kxk and --grp force hpdlf's shift, dot, KxK and grouped
+ * (conv_grp.c) paths (1), forbid them (-1)
  * (--dwc the same for the channel-blocked depthwise 3x3 kernel, conv_dwc.c)
  * or leave the choice to the planner (0, the default); --kxk-run 0 makes
  * the KxK path pack every block (conv_kxk_run.c's row-run blocks off);
@@ -61,6 +62,10 @@ static const struct cls classes[] = {
 	{ "dw3x3-s2-56", "MobileNetV2 depthwise stride 2, 56 -> 28", 1, 144, 144, 56, 56, 3, 2, 1, 144 },
 	{ "dw3x3-s2-14", "MobileNetV2 depthwise stride 2, 14 -> 7", 1, 576, 576, 14, 14, 3, 2, 1, 576 },
 	{ "grouped", "ResNeXt 32 groups", 1, 128, 128, 28, 28, 3, 1, 1, 32 },
+	{ "grouped-s2", "ResNeXt 32 groups, stride 2", 1, 256, 256, 56, 56, 3, 2, 1, 32 },
+	{ "grouped-w8", "RegNet groups of 8", 1, 64, 64, 28, 28, 3, 1, 1, 8 },
+	{ "grouped-16", "ResNeXt stage 3, 16 per group", 1, 512, 512, 14, 14, 3, 1, 1, 32 },
+	{ "grouped-32", "ResNeXt stage 4, 32 per group", 1, 1024, 1024, 7, 7, 3, 1, 1, 32 },
 	{ "3x3-r4", "ResNet-18 64x64 stage 3, batch 4", 4, 256, 256, 4, 4, 3, 1, 1, 1 },
 	{ "3x3-r8", "ResNet-18 64x64 stage 2, batch 4", 4, 128, 128, 8, 8, 3, 1, 1, 1 },
 	{ "3x3-r16", "ResNet-18 64x64 stage 1, batch 4", 4, 64, 64, 16, 16, 3, 1, 1, 1 },
@@ -508,13 +513,15 @@ int main(int argc, char **argv)
 			hp_dwc_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--kxk") && i + 1 < argc) /* hpdlf's KxK path: auto, always, never */
 			hp_conv_set_kxk(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--grp") && i + 1 < argc) /* hpdlf's grouped path: auto, always, never */
+			hp_conv_set_grp(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--kxk-run") && i + 1 < argc) /* its row-run blocks: on (1), packed (0) */
 			hp_kxk_set_run(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--fwd"))
 			fwd_only = 1;
 		else {
 			fprintf(stderr,
-				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1] [--kxk-run 0|1] [--fwd]\n",
+				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--fwd]\n",
 				argv[0]);
 			return 2;
 		}

@@ -1,6 +1,9 @@
-/* Conv over OpenBLAS sgemm or dot products, five paths (hp_conv_setup picks one), and
+/* Conv over OpenBLAS sgemm or dot products, six paths (hp_conv_setup picks one), and
  * depthwise convolutions (group == input channels) as direct loops
  * (conv_dw.c) where these sgemms are too thin:
+ *  - grouped (conv_grp.c), where AVX2 and FMA exist: 2-D Conv nodes of
+ *    2 to 32 channels per group (not depthwise), as 4x24 register tiles
+ *    over staged, phase-split input rows;
  *  - kxk (conv_kxk.c), where AVX2 and FMA exist: 2-D Conv nodes of 8 or
  *    more channels per group but 1x1 stride-1 and depthwise ones, as 6x16
  *    register tiles over W read
@@ -403,6 +406,7 @@ static void setup_paths(struct hp_conv *cv, int allow_dot)
 	cv->shift = 0;
 	cv->dot = 0;
 	cv->kxk = 0;
+	cv->grp = 0;
 	cv->workspace = 0;
 	/* channels alone decide, so band copies of a node choose it too */
 	cv->dw = !cv->transpose && !cv->wflip && hp_dw_eligible(cv->group, cv->cin, cv->cout) &&
@@ -410,6 +414,11 @@ static void setup_paths(struct hp_conv *cv, int allow_dot)
 	cv->direct = !cv->dw && direct_ok(c) && (cv->path < 0 || cv->path == HP_CONV_PATH_DIRECT);
 	if (cv->dw)
 		return;
+	if ((cv->grp = allow_dot && hp_grp_wanted(cv))) {
+		cv->direct = 0;
+		cv->workspace = hp_grp_workspace(cv, cv->lean ? 1 : hp_conv_ws_threads());
+		return;
+	}
 	if ((cv->kxk = allow_dot && kxk_wanted(cv))) {
 		cv->direct = 0;
 		cv->workspace = hp_kxk_workspace(cv, cv->lean ? 1 : hp_conv_ws_threads());
@@ -451,6 +460,8 @@ int hp_conv_path(const struct hp_conv *cv)
 		return HP_CONV_PATH_DOT;
 	if (cv->kxk)
 		return HP_CONV_PATH_KXK;
+	if (cv->grp)
+		return HP_CONV_PATH_GRP;
 	return cv->direct ? HP_CONV_PATH_DIRECT : cv->shift ? HP_CONV_PATH_SHIFT : HP_CONV_PATH_IM2COL;
 }
 
@@ -480,7 +491,7 @@ int64_t hp_conv_band_align(const struct hp_conv *cv, int axis)
 	const struct hp_shift *s = &cv->sh;
 	int dim = 3 - cv->nd + axis - 2;
 
-	if (cv->dot || cv->kxk) /* the same holds for the kxk path */
+	if (cv->dot || cv->kxk || cv->grp) /* the same holds for the kxk and grouped paths */
 		return dot_band_align(cv, axis);
 	if (cv->dw) /* every element alike wherever a band starts */
 		return axis == 0 || (axis >= 2 && dim >= 0 && dim <= 2) ? 1 : -1;
@@ -571,6 +582,10 @@ void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *
 	}
 	if (cv->kxk) {
 		hp_kxk_forward(cv, x, w, b, y, ws, pool, epi, addend);
+		return;
+	}
+	if (cv->grp) {
+		hp_grp_forward(cv, x, w, b, y, ws, pool, epi, addend);
 		return;
 	}
 	/* im2col and direct tiles, depthwise planes apply it as they finish;

@@ -216,13 +216,14 @@ struct hp_conv {
 	int dw;                /* depthwise path (conv_dw.c) */
 	int dot;               /* dot-product path (conv_dot.c) */
 	int kxk;               /* register-tiled KxK path (conv_kxk.c) */
+	int grp;               /* grouped path, few channels per group (conv_grp.c) */
 	int node;              /* parsed from a Conv or ConvTranspose node (hp_conv_parse),
 				* not a gradient's forward (conv_grad.c) */
 };
 
 /* Conv paths, as band copies of a node pin them (attribute hpdlf_path). */
 enum { HP_CONV_PATH_IM2COL = 0, HP_CONV_PATH_SHIFT = 1, HP_CONV_PATH_DIRECT = 2, HP_CONV_PATH_DW = 3,
-       HP_CONV_PATH_DOT = 4, HP_CONV_PATH_KXK = 5 };
+       HP_CONV_PATH_DOT = 4, HP_CONV_PATH_KXK = 5, HP_CONV_PATH_GRP = 6 };
 
 /* Parse attributes and shapes of a Conv (transpose 0) or ConvTranspose node,
  * set the output shape; errors name the node. */
@@ -309,6 +310,20 @@ int hp_conv_kxk_mode(void);
  * output-row runs straight from the image (conv_kxk_run.c; the default)
  * or packs them as other blocks; the same bits either way. */
 void hp_kxk_set_run(int on);
+
+/* Grouped path (conv_grp.c): 2-D Conv nodes with groups of up to 32
+ * channels in and out (not depthwise), where AVX2 and FMA exist: staged, phase-split input rows and 4x24 register tiles; each
+ * output one chain over k = (c, kh, kw) in order from its bias, whatever
+ * the row blocks, threads or bands.  Workspace for `threads` workers. */
+int hp_grp_eligible(const struct hp_conv *cv);
+int hp_grp_wanted(const struct hp_conv *cv);
+size_t hp_grp_workspace(const struct hp_conv *cv, int threads);
+void hp_grp_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		    struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
+/* Tests and benchmarks only: 0 auto, 1 whenever eligible, -1 never; read
+ * when a Conv is prepared. */
+void hp_conv_set_grp(int mode);
+int hp_conv_grp_mode(void);
 
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
 void hp_convt_setup(struct hp_conv *cv);

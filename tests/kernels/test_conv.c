@@ -666,10 +666,12 @@ static void test_conv_pw(void **state)
 
 	(void)state;
 	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_conv_set_grp(-1); /* its grouped case too */
 	for (size_t i = 0; i < sizeof pw_cases / sizeof pw_cases[0]; i++) {
 		check(&pw_cases[i], 170 + (unsigned)i, NULL);
 		check(&pw_cases[i], 170 + (unsigned)i, pool);
 	}
+	hp_conv_set_grp(0);
 	hp_pool_destroy(pool);
 }
 
@@ -688,10 +690,12 @@ static void test_conv_gemm(void **state)
 
 	(void)state;
 	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_conv_set_grp(-1); /* its groups of 2 channels too */
 	for (size_t i = 0; i < sizeof gemm_cases / sizeof gemm_cases[0]; i++) {
 		check(&gemm_cases[i], 190 + (unsigned)i, NULL);
 		check(&gemm_cases[i], 190 + (unsigned)i, pool);
 	}
+	hp_conv_set_grp(0);
 	hp_pool_destroy(pool);
 }
 
@@ -735,6 +739,95 @@ static void test_pw_bands(void **state)
 	for (size_t i = 0; i < npw + sizeof gemm_cases / sizeof gemm_cases[0]; i++) {
 		band_case(i < npw ? &pw_cases[i] : &gemm_cases[i - npw], i, 9, pool);
 	}
+	hp_pool_destroy(pool);
+}
+
+/* The grouped path (conv_grp.c): ResNeXt's 4 channels per group, stride 2
+ * with asymmetric pads, dilation with a 3x5 kernel, strides 2 and 3 with a
+ * 5x5 kernel (three column phases), 32 channels per group over a 7x7 plane,
+ * a grouped 1x1, row blocks of 6 of 20 rows (32 input channels per group
+ * fill the staging), one output channel per group (a micro-tile of one
+ * row), a kernel wider than the image with pads of 3 (taps past both
+ * edges), SAME_UPPER at stride 2, and one without a bias. */
+static const struct cc grp_cases[] = {
+	{ 2, 0, 2, 16, 16, 4, V3(9, 10, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 12, 18, 6, V3(15, 17, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), V3(1, 0, 0), V3(2, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 8, 10, 2, V3(11, 23, 0), V3(3, 5, 0), V3(1, 1, 0), V3(2, 1, 0), V3(2, 2, 0), V3(2, 2, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 9, 6, 3, V3(20, 31, 0), V3(5, 5, 0), V3(2, 3, 0), V3(1, 1, 0), V3(2, 2, 0), V3(2, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 64, 64, 2, V3(7, 7, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 2, 8, 8, 4, V3(5, 6, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 2, 0, 1, 64, 8, 2, V3(20, 28, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 2, 6, 3, 3, V3(8, 9, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 4, 4, 2, V3(3, 4, 0), V3(5, 5, 0), V3(1, 1, 0), V3(1, 1, 0), V3(3, 3, 0), V3(3, 3, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 6, 4, 2, V3(9, 10, 0), V3(2, 3, 0), V3(2, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, "SAME_UPPER", 1, 1, 0, 0 },
+	{ 2, 0, 2, 12, 12, 3, V3(6, 13, 0), V3(3, 3, 0), V3(1, 2, 0), V3(1, 1, 0), V3(1, 1, 0), V3(0, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+};
+
+/* The chains the grouped path promises, in float: each output from its
+ * bias (0 without one), then fmaf(w, x, acc) for every tap (c, kh, kw) in
+ * order, padding taps with x = 0. */
+static void grp_chain_ref(const struct cc *t, const struct built *bt, const int64_t *o, const int64_t *pb,
+			  float *y)
+{
+	int64_t cg = t->c / t->group, mg = t->m / t->group;
+
+	for (int64_t n = 0; n < t->n; n++)
+		for (int64_t m = 0; m < t->m; m++)
+			for (int64_t oh = 0; oh < o[0]; oh++)
+				for (int64_t ow = 0; ow < o[1]; ow++) {
+					float acc = t->bias ? at(&bt->b, m) : 0.0f;
+					for (int64_t c = 0; c < cg; c++)
+						for (int64_t kh = 0; kh < t->k[0]; kh++)
+							for (int64_t kw = 0; kw < t->k[1]; kw++) {
+								int64_t ih = oh * t->s[0] - pb[0] + kh * t->d[0];
+								int64_t iw = ow * t->s[1] - pb[1] + kw * t->d[1];
+								int in = ih >= 0 && ih < t->in[0] && iw >= 0 && iw < t->in[1];
+								int64_t xi = ((n * t->c + m / mg * cg + c) * t->in[0] + ih) * t->in[1] + iw;
+								float x = in ? at(&bt->x, xi) : 0.0f;
+								acc = fmaf(at(&bt->w, ((m * cg + c) * t->k[0] + kh) * t->k[1] + kw), x, acc);
+							}
+					y[((n * t->m + m) * o[0] + oh) * o[1] + ow] = acc;
+				}
+}
+
+/* Against the double reference; bitwise the float chains on 1 and 2
+ * threads; 1 thread bitwise 2, every batch and row band bitwise the whole,
+ * FusedConv bitwise the unfused nodes (band_case); and the auto choice
+ * takes the path for these groups and leaves wider ones (64 channels per
+ * group) and depthwise ones alone. */
+static void test_conv_grp(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_conv_set_grp(1);
+	for (size_t i = 0; i < sizeof grp_cases / sizeof grp_cases[0]; i++) {
+		const struct cc *t = &grp_cases[i];
+		int64_t o[2], pb[2];
+		struct hp_tensor out;
+		struct built bt;
+		float *ref;
+		check(t, 300 + (unsigned)i, NULL);
+		check(t, 300 + (unsigned)i, pool);
+		build(t, 330 + (unsigned)i, &bt);
+		o[0] = ref_axis(t, 0, &pb[0]);
+		o[1] = ref_axis(t, 1, &pb[1]);
+		ref = malloc((size_t)(t->n * t->m * o[0] * o[1]) * sizeof(float));
+		grp_chain_ref(t, &bt, o, pb, ref);
+		for (int th = 0; th < 2; th++) {
+			assert_int_equal(run_case(t, &bt, th ? pool : NULL, &out), 0);
+			if (memcmp(out.data, ref, hp_tensor_bytes(&out)))
+				fail_msg("grouped case %zu (%d threads): not the float chains", i, th + 1);
+			hp_tensor_free(&out);
+		}
+		free(ref);
+		unbuild(&bt);
+		band_case(t, i, 13, pool);
+	}
+	hp_conv_set_grp(0);
 	hp_pool_destroy(pool);
 }
 
@@ -1019,6 +1112,45 @@ static void test_kxk_choice(void **state)
 	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_DIRECT);
 }
 
+/* The auto choice of the grouped path: groups of 4 and of 32 channels
+ * take it, groups of 64 the kxk path, depthwise ones theirs, a gradient's
+ * forward and a band pinned to another path keep theirs. */
+static void test_grp_choice(void **state)
+{
+	struct hp_conv cv = { .node = 1, .nd = 2, .batch = 1, .cin = 128, .cout = 128, .group = 32, .cin_g = 4,
+			      .cout_g = 4, .path = -1 };
+	struct hp_colgeom *g = &cv.g;
+
+	(void)state;
+	if (!hp_kxk_available())
+		skip();
+	*g = (struct hp_colgeom){ .img = { 1, 28, 28 }, .grid = { 1, 28, 28 }, .k = { 1, 3, 3 },
+				  .stride = { 1, 1, 1 }, .dil = { 1, 1, 1 }, .pad = { 0, 1, 1 } };
+	hp_colgeom_finish(g);
+	cv.xvol = cv.yvol = g->img_vol;
+	cv.kdim = cv.cin_g * g->kvol;
+	hp_conv_setup(&cv);
+	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_GRP);
+	assert_true(cv.workspace > 0);
+	cv.group = 4, cv.cin_g = cv.cout_g = 32, cv.kdim = 32 * 9;
+	hp_conv_setup(&cv);
+	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_GRP);
+	cv.path = HP_CONV_PATH_IM2COL;
+	hp_conv_setup(&cv);
+	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_IM2COL);
+	cv.path = -1;
+	cv.node = 0;
+	hp_conv_setup(&cv);
+	assert_int_not_equal(hp_conv_path(&cv), HP_CONV_PATH_GRP);
+	cv.node = 1;
+	cv.group = 2, cv.cin_g = cv.cout_g = 64, cv.kdim = 64 * 9;
+	hp_conv_setup(&cv);
+	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_KXK);
+	cv.group = 128, cv.cin_g = cv.cout_g = 1, cv.kdim = 9;
+	hp_conv_setup(&cv);
+	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_DW);
+}
+
 static void expect_error(const struct cc *t, int err, const char *needle)
 {
 	struct hp_tensor out;
@@ -1094,6 +1226,8 @@ int main(void)
 		cmocka_unit_test(test_pw_bands),
 		cmocka_unit_test(test_conv_gemm),
 		cmocka_unit_test(test_conv_kxk),
+		cmocka_unit_test(test_conv_grp),
+		cmocka_unit_test(test_grp_choice),
 		cmocka_unit_test(test_kxk_bands),
 		cmocka_unit_test(test_kxk_run),
 		cmocka_unit_test(test_convt_fma),

@@ -1,0 +1,366 @@
+/* Grouped 2-D convolution with few channels per group (conv_grp.c): the
+ * ResNeXt and RegNet layers of 2-7 channels per group that the kxk path
+ * leaves alone (HP_KXK_MIN_CH) and that im2col turned into one thin sgemm
+ * per (item, group): M = 4 output channels, K = 36, at 9-18 GF/s a thread
+ * (bench/bench_conv_libs.c, class grouped).
+ *
+ * Here a unit is a block of output rows of one (item, group).  Its input
+ * rows are staged once per unit, zero-padded, and at stride S split into
+ * S column phases, so that every tap (c, kh, kw) of a run of output
+ * columns is one contiguous load.  A micro-tile is up to 4 output channels
+ * x 24 columns in 12 registers; each of its outputs is one chain of fused
+ * multiply-adds over k = (c, kh, kw) in order from its bias, padding taps
+ * included as zeros.  That chain depends on the geometry alone: not on the
+ * row block, the column tile, the thread that runs a unit, or a band of
+ * the node's output rows (a band sees real rows where the whole sees them,
+ * and padding where the whole sees padding), so bands and thread counts
+ * give the bits of the whole node.
+ *
+ * Units are independent and their bits do not depend on who runs them, so
+ * the workers steal (hp_conv_steal): a late worker's rows run on the
+ * caller instead of waiting for its wake-up. */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/conv_impl.h"
+#include "kernels/fused_impl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define GR_X86 1
+#define GR_TARGET __attribute__((target("avx2,fma")))
+#endif
+
+#define GR_MR 4              /* output channels per micro-tile */
+#define GR_NV 3              /* 8-column vectors per micro-tile */
+/* The auto choice up to this many channels per group, in and out: in
+ * bench/bench_conv_libs.c the path it replaced (kxk from 8 channels,
+ * im2col below) ran at 17, 21, 26 and 40 GF/s a thread on groups of 4, 8,
+ * 16 and 32 channels where this one runs at 54, 52, 66 and 56; wider
+ * groups were not measured. */
+#define GR_AUTO_MAX_CH 32
+#define GR_MAX_STRIDE 8       /* column strides the staging takes */
+#define GR_STAGE_FLOATS 8192 /* staged input per unit, about half of L1 and L2's share */
+
+static int grp_mode; /* 0 auto, 1 whenever eligible, -1 never */
+
+void hp_conv_set_grp(int mode)
+{
+	grp_mode = mode;
+}
+
+int hp_conv_grp_mode(void)
+{
+	return grp_mode;
+}
+
+/* The staging of one unit of rb output rows (gr_stage), the tap offsets
+ * into it (gr_taps) and its outputs (gr_block). */
+struct gr_geom {
+	int64_t ih, iw, oh, ow;
+	int64_t kh, kw, sh, sw, dh, dw, pt, pl;
+	int64_t rb, nrp, phw, plane; /* output rows per unit, staged rows per row phase, floats per row, per phase plane */
+	int64_t kdim, nrb;
+	int64_t stage, lo;           /* floats of the staging (with slack), of the outputs per channel */
+};
+
+static void gr_geom(const struct hp_conv *cv, struct gr_geom *q)
+{
+	const struct hp_colgeom *c = &cv->g;
+	int64_t per_row, tw = 8 * GR_NV;
+
+	q->ih = c->img[1], q->iw = c->img[2], q->oh = c->grid[1], q->ow = c->grid[2];
+	q->kh = c->k[1], q->kw = c->k[2], q->sh = c->stride[1], q->sw = c->stride[2];
+	q->dh = c->dil[1], q->dw = c->dil[2], q->pt = c->pad[1], q->pl = c->pad[2];
+	/* a staged row holds what one output row reads of one phase: its
+	 * columns and the taps' reach past them */
+	q->phw = q->ow + (q->kw - 1) * q->dw / q->sw;
+	q->kdim = cv->cin_g * q->kh * q->kw;
+	per_row = cv->cin_g * q->sh * q->sw * q->phw;
+	q->rb = (GR_STAGE_FLOATS / per_row) - (q->kh - 1) * q->dh / q->sh;
+	q->rb = q->rb < 1 ? 1 : q->rb > q->oh ? q->oh : q->rb;
+	q->nrp = q->rb + (q->kh - 1) * q->dh / q->sh;
+	q->plane = q->nrp * q->phw;
+	q->nrb = (q->oh + q->rb - 1) / q->rb;
+	q->stage = cv->cin_g * q->sh * q->sw * q->plane + tw + 16;
+	q->lo = (q->rb * q->phw + tw - 1) / tw * tw;
+}
+int hp_grp_eligible(const struct hp_conv *cv)
+{
+	struct gr_geom q;
+
+	if (!cv->node || cv->transpose || cv->wflip || cv->dw || cv->nd != 2 || cv->group < 2 || cv->g.img[0] != 1 ||
+	    cv->g.grid[0] != 1 || cv->g.k[0] != 1 || cv->g.stride[2] > GR_MAX_STRIDE)
+		return 0;
+	gr_geom(cv, &q);
+	return q.stage + q.kdim < INT32_MAX / 2; /* tap offsets are int32 */
+}
+
+int hp_grp_wanted(const struct hp_conv *cv)
+{
+	if (!hp_grp_eligible(cv) || !hp_dot_available())
+		return 0;
+	if (cv->path >= 0)
+		return cv->path == HP_CONV_PATH_GRP;
+	if (grp_mode)
+		return grp_mode > 0;
+	/* a test or benchmark that forces another path gets it */
+	if (hp_conv_dot_mode() > 0 || hp_conv_shift_mode() > 0 || (hp_conv_kxk_mode() > 0 && hp_kxk_eligible(cv)))
+		return 0;
+	return cv->cin_g <= GR_AUTO_MAX_CH && cv->cout_g <= GR_AUTO_MAX_CH;
+}
+
+/* Per worker: the staged rows and the tap offsets. */
+static size_t gr_per_thread(const struct hp_conv *cv, const struct gr_geom *q)
+{
+	int64_t outs = (cv->cout_g + GR_MR - 1) / GR_MR * GR_MR * q->lo;
+
+	return (size_t)(q->stage + q->kdim + 8 + outs);
+}
+
+size_t hp_grp_workspace(const struct hp_conv *cv, int threads)
+{
+	struct gr_geom q;
+
+	gr_geom(cv, &q);
+	return gr_per_thread(cv, &q) * (size_t)threads * sizeof(float);
+}
+
+#ifdef GR_X86
+
+struct gr_run {
+	const struct hp_conv *cv;
+	struct gr_geom q;
+	const float *x, *w, *b;
+	float *y, *ws;
+	const struct hp_epi *epi;
+	const float *addend;
+	size_t per_thread;
+};
+
+static GR_TARGET __m256i gr_mask(int64_t n)
+{
+	static const int32_t m[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
+
+	return _mm256_loadu_si256((const __m256i *)(m + 8 - (n < 8 ? n : 8)));
+}
+
+/* dst[0 .. n) = src[0 .. n) (src NULL: zeros), inline: the rows are
+ * short, and libc's calls cost as much as the copies here.  Into the
+ * staging, whose rows are filled in address order and which has slack at
+ * its end: the last vector is stored whole (AMD's masked stores take tens
+ * of cycles) and the next row's fill overwrites the excess. */
+static GR_TARGET void gr_fill(float *dst, const float *src, int64_t n)
+{
+	int64_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, src ? _mm256_loadu_ps(src + i) : _mm256_setzero_ps());
+	if (i < n)
+		_mm256_storeu_ps(dst + i, src ? _mm256_maskload_ps(src + i, gr_mask(n - i)) : _mm256_setzero_ps());
+}
+
+/* The same into Y, where nothing past dst[n - 1] may be written. */
+static GR_TARGET void gr_put(float *dst, const float *src, int64_t n)
+{
+	int64_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, _mm256_loadu_ps(src + i));
+	if (i + 4 <= n) {
+		_mm_storeu_ps(dst + i, _mm_loadu_ps(src + i));
+		i += 4;
+	}
+	for (; i < n; i++)
+		dst[i] = src[i];
+}
+
+/* Phase p of the padded rows: dst[i] = src[i * sw + p - pl] for i in
+ * [lo, hi), zero elsewhere; lo and hi without a division per row. */
+static void gr_bounds(const struct gr_geom *q, int64_t p, int64_t *lo, int64_t *hi)
+{
+	int64_t o = p - q->pl, l = o >= 0 ? 0 : (-o + q->sw - 1) / q->sw;
+	int64_t h = q->iw - o <= 0 ? 0 : (q->iw - o + q->sw - 1) / q->sw; /* first i with i * sw + o >= iw */
+
+	*hi = h < q->phw ? h : q->phw;
+	*lo = l < *hi ? l : *hi;
+}
+
+/* dst[i] = src[i * 2] for i in [lo, hi), where src[0 .. n) is readable:
+ * pairs of vectors deinterleaved, the ends one by one. */
+static GR_TARGET void gr_even(float *dst, const float *src, int64_t lo, int64_t hi, int64_t n)
+{
+	int64_t i = lo;
+
+	for (; i + 8 <= hi && 2 * i + 16 <= n; i += 8) {
+		__m256 a = _mm256_loadu_ps(src + 2 * i), b = _mm256_loadu_ps(src + 2 * i + 8);
+		__m256 e = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+		_mm256_storeu_ps(dst + i, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xd8)));
+	}
+	for (; i < hi; i++)
+		dst[i] = src[2 * i];
+}
+
+/* The staging of output rows from oh0 of channel block xc (cin_g planes):
+ * for each channel c, row phase rp < sh and column phase cp < sw, nrp rows
+ * of phw floats; row r of (rp, cp) holds the padded input row
+ * oh0 * sh - pt + r * sh + rp at columns i * sw + cp - pl, zeros outside
+ * the image.  Filled in address order (gr_fill's overrun). */
+static GR_TARGET void gr_stage(const struct gr_geom *q, int64_t cin_g, const float *xc, int64_t oh0, float *st)
+{
+	int64_t lo[GR_MAX_STRIDE], hi[GR_MAX_STRIDE], r0 = oh0 * q->sh - q->pt;
+	float *dst = st;
+
+	for (int64_t p = 0; p < q->sw; p++)
+		gr_bounds(q, p, &lo[p], &hi[p]);
+	for (int64_t c = 0; c < cin_g; c++)
+		for (int64_t rp = 0; rp < q->sh; rp++)
+			for (int64_t cp = 0; cp < q->sw; cp++)
+				for (int64_t r = 0; r < q->nrp; r++, dst += q->phw) {
+					int64_t ir = r0 + r * q->sh + rp, o = cp - q->pl;
+					const float *src = xc + (c * q->ih + ir) * q->iw;
+					if (ir < 0 || ir >= q->ih) {
+						gr_fill(dst, NULL, q->phw);
+						continue;
+					}
+					gr_fill(dst, NULL, lo[cp]);
+					if (q->sw == 1)
+						gr_fill(dst + lo[cp], src + lo[cp] + o, hi[cp] - lo[cp]);
+					else if (q->sw == 2 && o >= 0)
+						gr_even(dst, src + o, lo[cp], hi[cp], q->iw - o);
+					else
+						for (int64_t i = lo[cp]; i < hi[cp]; i++)
+							dst[i] = src[i * q->sw + o];
+					gr_fill(dst + hi[cp], NULL, q->phw - hi[cp]);
+				}
+}
+/* Offset of tap k = (c, kh, kw) in the staging, for output row 0 of the unit. */
+static void gr_taps(const struct gr_geom *q, int64_t cin_g, int32_t *off)
+{
+	int64_t k = 0;
+
+	for (int64_t c = 0; c < cin_g; c++)
+		for (int64_t a = 0; a < q->kh; a++)
+			for (int64_t b = 0; b < q->kw; b++) {
+				int64_t row = a * q->dh, col = b * q->dw;
+				int64_t plane = (c * q->sh + row % q->sh) * q->sw + col % q->sw;
+				off[k++] = (int32_t)(plane * q->plane + row / q->sh * q->phw + col / q->sw);
+			}
+}
+/* Tiles t < ntiles of 4 channels x 24 columns, kept in named registers
+ * (an array of accumulators was kept on the stack): acc = bias, then acc
+ * += w[m][k] * s[off[k] + 24 t + column] for k in order, stored to
+ * o[m * lo + 24 t ...] whole (o and the staging have room for the last
+ * tile's overrun, which no one reads). */
+static GR_TARGET void gr_run(const float *s, const int32_t *off, int64_t kdim, const float *const *w,
+			     const float *bias, int64_t ntiles, float *o, int64_t lo)
+{
+	const float *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+
+	for (int64_t t = 0; t < ntiles; t++, s += 8 * GR_NV, o += 8 * GR_NV) {
+		__m256 a00 = _mm256_broadcast_ss(bias), a01 = a00, a02 = a00;
+		__m256 a10 = _mm256_broadcast_ss(bias + 1), a11 = a10, a12 = a10;
+		__m256 a20 = _mm256_broadcast_ss(bias + 2), a21 = a20, a22 = a20;
+		__m256 a30 = _mm256_broadcast_ss(bias + 3), a31 = a30, a32 = a30;
+		for (int64_t k = 0; k < kdim; k++) {
+			const float *p = s + off[k];
+			__m256 x0 = _mm256_loadu_ps(p), x1 = _mm256_loadu_ps(p + 8), x2 = _mm256_loadu_ps(p + 16);
+			__m256 v = _mm256_broadcast_ss(w0 + k);
+			a00 = _mm256_fmadd_ps(v, x0, a00), a01 = _mm256_fmadd_ps(v, x1, a01);
+			a02 = _mm256_fmadd_ps(v, x2, a02);
+			v = _mm256_broadcast_ss(w1 + k);
+			a10 = _mm256_fmadd_ps(v, x0, a10), a11 = _mm256_fmadd_ps(v, x1, a11);
+			a12 = _mm256_fmadd_ps(v, x2, a12);
+			v = _mm256_broadcast_ss(w2 + k);
+			a20 = _mm256_fmadd_ps(v, x0, a20), a21 = _mm256_fmadd_ps(v, x1, a21);
+			a22 = _mm256_fmadd_ps(v, x2, a22);
+			v = _mm256_broadcast_ss(w3 + k);
+			a30 = _mm256_fmadd_ps(v, x0, a30), a31 = _mm256_fmadd_ps(v, x1, a31);
+			a32 = _mm256_fmadd_ps(v, x2, a32);
+		}
+		_mm256_storeu_ps(o, a00), _mm256_storeu_ps(o + 8, a01), _mm256_storeu_ps(o + 16, a02);
+		_mm256_storeu_ps(o + lo, a10), _mm256_storeu_ps(o + lo + 8, a11), _mm256_storeu_ps(o + lo + 16, a12);
+		_mm256_storeu_ps(o + 2 * lo, a20), _mm256_storeu_ps(o + 2 * lo + 8, a21);
+		_mm256_storeu_ps(o + 2 * lo + 16, a22);
+		_mm256_storeu_ps(o + 3 * lo, a30), _mm256_storeu_ps(o + 3 * lo + 8, a31);
+		_mm256_storeu_ps(o + 3 * lo + 16, a32);
+	}
+}
+
+/* Output rows [oh0, oh1) of item n, group g, all the group's channels,
+ * from the staging st: the unit's output rows are one run of columns,
+ * column j = row * phw + output column (a row's last phw - ow columns are
+ * computed and dropped), so the tiles stay whole where the rows are
+ * narrow.  The run goes to o and is copied out row by row.  With fewer
+ * than 4 channels left, the last one's chain also runs in the spare rows
+ * of o. */
+static GR_TARGET void gr_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh0, int64_t oh1,
+			       const float *st, const int32_t *off, float *o)
+{
+	const struct hp_conv *cv = r->cv;
+	const struct gr_geom *q = &r->q;
+	int64_t yv = q->oh * q->ow, tw = 8 * GR_NV, len = (oh1 - oh0 - 1) * q->phw + q->ow;
+
+	for (int64_t m = 0; m < cv->cout_g; m += GR_MR) {
+		int mr = (int)(cv->cout_g - m < GR_MR ? cv->cout_g - m : GR_MR);
+		int64_t co = g * cv->cout_g + m;
+		const float *wr[GR_MR];
+		float bias[GR_MR];
+		for (int i = 0; i < GR_MR; i++) {
+			int c = i < mr ? i : mr - 1;
+			wr[i] = r->w + (co + c) * q->kdim;
+			bias[i] = r->b ? r->b[co + c] : 0.0f;
+		}
+		gr_run(st, off, q->kdim, wr, bias, (len + tw - 1) / tw, o, q->lo);
+		for (int i = 0; i < mr; i++) {
+			float *y = r->y + (n * cv->cout + co + i) * yv;
+			for (int64_t oh = oh0; oh < oh1; oh++)
+				gr_put(y + oh * q->ow, o + i * q->lo + (oh - oh0) * q->phw, q->ow);
+		}
+	}
+}
+static void gr_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct gr_run *r = arg;
+	const struct hp_conv *cv = r->cv;
+	const struct gr_geom *q = &r->q;
+	float *st = r->ws + (size_t)tid * r->per_thread;
+	int32_t *off = (int32_t *)(st + q->stage);
+	float *o = st + q->stage + q->kdim + 8;
+	int64_t yv = q->oh * q->ow;
+
+	gr_taps(q, cv->cin_g, off);
+	for (int64_t u = b; u < e; u++) { /* u = ((n * group + g) * nrb + row block) */
+		int64_t blk = u % q->nrb, ng = u / q->nrb, n = ng / cv->group, g = ng % cv->group;
+		int64_t oh0 = blk * q->rb, oh1 = oh0 + q->rb < q->oh ? oh0 + q->rb : q->oh;
+		const float *xc = r->x + (n * cv->cin + g * cv->cin_g) * q->ih * q->iw;
+		gr_stage(q, cv->cin_g, xc, oh0, st);
+		gr_block(r, n, g, oh0, oh1, st, off, o);
+		if (r->epi)
+			for (int64_t co = g * cv->cout_g; co < (g + 1) * cv->cout_g; co++) {
+				int64_t at = (n * cv->cout + co) * yv;
+				hp_epi_span(r->epi, r->y, r->addend, at + oh0 * q->ow, at + oh1 * q->ow);
+			}
+	}
+}
+
+#endif
+
+void hp_grp_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		    struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
+{
+#ifdef GR_X86
+	struct gr_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws, .epi = epi, .addend = addend };
+	int saved, threads = hp_conv_threads_enter(pool, &saved);
+	int64_t cap;
+
+	gr_geom(cv, &r.q);
+	r.per_thread = gr_per_thread(cv, &r.q);
+	cap = (int64_t)(cv->workspace / sizeof(float) / r.per_thread);
+	threads = threads < cap ? threads : (int)cap;
+	hp_conv_steal(pool, threads, cv->batch * cv->group * r.q.nrb, 1, gr_range, &r);
+	hp_conv_threads_leave(saved);
+#else
+	(void)cv, (void)x, (void)w, (void)b, (void)y, (void)ws, (void)pool, (void)epi, (void)addend;
+#endif
+}
