@@ -64,6 +64,7 @@ static const struct cls classes[] = {
 	{ "grouped", "ResNeXt 32 groups", 1, 128, 128, 28, 28, 3, 1, 1, 32 },
 	{ "grouped-s2", "ResNeXt 32 groups, stride 2", 1, 256, 256, 56, 56, 3, 2, 1, 32 },
 	{ "grouped-w8", "RegNet groups of 8", 1, 64, 64, 28, 28, 3, 1, 1, 8 },
+	{ "lenet-c1", "LeNet's first conv, batch 64", 64, 1, 6, 28, 28, 5, 1, 0, 1 },
 	{ "grouped-16", "ResNeXt stage 3, 16 per group", 1, 512, 512, 14, 14, 3, 1, 1, 32 },
 	{ "grouped-32", "ResNeXt stage 4, 32 per group", 1, 1024, 1024, 7, 7, 3, 1, 1, 32 },
 	{ "3x3-r4", "ResNet-18 64x64 stage 3, batch 4", 4, 256, 256, 4, 4, 3, 1, 1, 1 },

@@ -2,8 +2,8 @@
  * depthwise convolutions (group == input channels) as direct loops
  * (conv_dw.c) where these sgemms are too thin:
  *  - grouped (conv_grp.c), where AVX2 and FMA exist: 2-D Conv nodes of
- *    2 to 32 channels per group (not depthwise), as 4x24 register tiles
- *    over staged, phase-split input rows;
+ *    2 to 32 channels per group (not depthwise) and stems of 1-4 input
+ *    channels, as 4x24 register tiles over staged, phase-split input rows;
  *  - kxk (conv_kxk.c), where AVX2 and FMA exist: 2-D Conv nodes of 8 or
  *    more channels per group but 1x1 stride-1 and depthwise ones, as 6x16
  *    register tiles over W read

@@ -1,16 +1,19 @@
-/* Grouped 2-D convolution with few channels per group (conv_grp.c): the
- * ResNeXt and RegNet layers of 2-7 channels per group that the kxk path
- * leaves alone (HP_KXK_MIN_CH) and that im2col turned into one thin sgemm
- * per (item, group): M = 4 output channels, K = 36, at 9-18 GF/s a thread
- * (bench/bench_conv_libs.c, class grouped).
+/* 2-D convolution with few input channels per group (conv_grp.c): the
+ * ResNeXt and RegNet layers of 2-32 channels per group, which im2col and
+ * the kxk path ran as thin products per (item, group) (M = 4 output
+ * channels, K = 36 on ResNeXt's first stage: 9-18 GF/s a thread in
+ * bench/bench_conv_libs.c, class grouped), and the stems of 1-4 input
+ * channels, where they pack or gather K = 3 x kvol rows per tile.
  *
  * Here a unit is a block of output rows of one (item, group).  Its input
- * rows are staged once per unit, zero-padded, and at stride S split into
- * S column phases, so that every tap (c, kh, kw) of a run of output
- * columns is one contiguous load.  A micro-tile is up to 4 output channels
- * x 24 columns in 12 registers; each of its outputs is one chain of fused
- * multiply-adds over k = (c, kh, kw) in order from its bias, padding taps
- * included as zeros.  That chain depends on the geometry alone: not on the
+ * rows are staged once per unit, zero-padded, and at strides split into
+ * row and column phases, so that every tap (c, kh, kw) of a run of output
+ * positions is one contiguous load, and the unit's rows are one run of
+ * columns (a row's few columns past the output's width computed and
+ * dropped), so that the tiles stay whole on narrow planes.  A micro-tile
+ * is up to 4 output channels x 24 columns in 12 registers; each of its
+ * outputs is one chain of fused multiply-adds over k = (c, kh, kw) in
+ * order from its bias, padding taps included as zeros.  That chain depends on the geometry alone: not on the
  * row block, the column tile, the thread that runs a unit, or a band of
  * the node's output rows (a band sees real rows where the whole sees them,
  * and padding where the whole sees padding), so bands and thread counts
@@ -39,6 +42,14 @@
  * 16 and 32 channels where this one runs at 54, 52, 66 and 56; wider
  * groups were not measured. */
 #define GR_AUTO_MAX_CH 32
+/* Convolutions of one group with at most this many input channels (the
+ * stems of RGB and grayscale images) take the path too: there the other
+ * paths pack or gather K = 3-4 x kvol rows for every tile; in
+ * bench/bench_conv_libs.c ResNet's 7x7 stride-2 stem ran at 64 GF/s a
+ * thread there and at 82 here, MobileNetV2's 3x3 stride-2 stem at 53 and
+ * 56, the U-Net's 3-channel 3x3 at 55 and 67, LeNet's first conv (1
+ * channel, 5x5) at 26 and 44. */
+#define GR_STEM_MAX_CIN 4
 #define GR_MAX_STRIDE 8       /* column strides the staging takes */
 #define GR_STAGE_FLOATS 8192 /* staged input per unit, about half of L1 and L2's share */
 
@@ -89,7 +100,7 @@ int hp_grp_eligible(const struct hp_conv *cv)
 {
 	struct gr_geom q;
 
-	if (!cv->node || cv->transpose || cv->wflip || cv->dw || cv->nd != 2 || cv->group < 2 || cv->g.img[0] != 1 ||
+	if (!cv->node || cv->transpose || cv->wflip || cv->dw || cv->nd != 2 || (cv->group < 2 && cv->cin_g > GR_STEM_MAX_CIN) || cv->g.img[0] != 1 ||
 	    cv->g.grid[0] != 1 || cv->g.k[0] != 1 || cv->g.stride[2] > GR_MAX_STRIDE)
 		return 0;
 	gr_geom(cv, &q);
@@ -107,6 +118,8 @@ int hp_grp_wanted(const struct hp_conv *cv)
 	/* a test or benchmark that forces another path gets it */
 	if (hp_conv_dot_mode() > 0 || hp_conv_shift_mode() > 0 || (hp_conv_kxk_mode() > 0 && hp_kxk_eligible(cv)))
 		return 0;
+	if (cv->group == 1) /* a stem */
+		return 1;
 	return cv->cin_g <= GR_AUTO_MAX_CH && cv->cout_g <= GR_AUTO_MAX_CH;
 }
 

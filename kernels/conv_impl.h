@@ -311,9 +311,10 @@ int hp_conv_kxk_mode(void);
  * or packs them as other blocks; the same bits either way. */
 void hp_kxk_set_run(int on);
 
-/* Grouped path (conv_grp.c): 2-D Conv nodes with groups of up to 32
- * channels in and out (not depthwise), where AVX2 and FMA exist: staged, phase-split input rows and 4x24 register tiles; each
- * output one chain over k = (c, kh, kw) in order from its bias, whatever
+/* Grouped path (conv_grp.c): 2-D Conv nodes with groups of 2-32 channels
+ * in and out (not depthwise) or one group of 1-4 input channels (stems),
+ * where AVX2 and FMA exist: staged, phase-split input rows and 4x24
+ * register tiles; each output one chain over k = (c, kh, kw) in order from its bias, whatever
  * the row blocks, threads or bands.  Workspace for `threads` workers. */
 int hp_grp_eligible(const struct hp_conv *cv);
 int hp_grp_wanted(const struct hp_conv *cv);

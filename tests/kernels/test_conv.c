@@ -748,7 +748,9 @@ static void test_pw_bands(void **state)
  * a grouped 1x1, row blocks of 6 of 20 rows (32 input channels per group
  * fill the staging), one output channel per group (a micro-tile of one
  * row), a kernel wider than the image with pads of 3 (taps past both
- * edges), SAME_UPPER at stride 2, and one without a bias. */
+ * edges), SAME_UPPER at stride 2, one without a bias; and stems of one
+ * group: ResNet's 7x7 stride 2 on 3 channels, LeNet's 5x5 on 1, a 3x3
+ * stride 2 on 4 channels to 32. */
 static const struct cc grp_cases[] = {
 	{ 2, 0, 2, 16, 16, 4, V3(9, 10, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
 	{ 2, 0, 1, 12, 18, 6, V3(15, 17, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), V3(1, 0, 0), V3(2, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
@@ -761,6 +763,9 @@ static const struct cc grp_cases[] = {
 	{ 2, 0, 1, 4, 4, 2, V3(3, 4, 0), V3(5, 5, 0), V3(1, 1, 0), V3(1, 1, 0), V3(3, 3, 0), V3(3, 3, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
 	{ 2, 0, 1, 6, 4, 2, V3(9, 10, 0), V3(2, 3, 0), V3(2, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, "SAME_UPPER", 1, 1, 0, 0 },
 	{ 2, 0, 2, 12, 12, 3, V3(6, 13, 0), V3(3, 3, 0), V3(1, 2, 0), V3(1, 1, 0), V3(1, 1, 0), V3(0, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+	{ 2, 0, 1, 3, 13, 1, V3(29, 31, 0), V3(7, 7, 0), V3(2, 2, 0), V3(1, 1, 0), V3(3, 3, 0), V3(3, 3, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+	{ 2, 0, 3, 1, 6, 1, V3(12, 12, 0), V3(5, 5, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 2, 0, 2, 4, 32, 1, V3(16, 10, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
 };
 
 /* The chains the grouped path promises, in float: each output from its
@@ -1114,7 +1119,8 @@ static void test_kxk_choice(void **state)
 
 /* The auto choice of the grouped path: groups of 4 and of 32 channels
  * take it, groups of 64 the kxk path, depthwise ones theirs, a gradient's
- * forward and a band pinned to another path keep theirs. */
+ * forward and a band pinned to another path keep theirs; a stem of 3
+ * input channels takes it, one of 5 does not. */
 static void test_grp_choice(void **state)
 {
 	struct hp_conv cv = { .node = 1, .nd = 2, .batch = 1, .cin = 128, .cout = 128, .group = 32, .cin_g = 4,
@@ -1149,6 +1155,12 @@ static void test_grp_choice(void **state)
 	cv.group = 128, cv.cin_g = cv.cout_g = 1, cv.kdim = 9;
 	hp_conv_setup(&cv);
 	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_DW);
+	cv.group = 1, cv.cin = cv.cin_g = 3, cv.cout = cv.cout_g = 64, cv.kdim = 27; /* a stem */
+	hp_conv_setup(&cv);
+	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_GRP);
+	cv.cin = cv.cin_g = 5, cv.kdim = 45;
+	hp_conv_setup(&cv);
+	assert_int_not_equal(hp_conv_path(&cv), HP_CONV_PATH_GRP);
 }
 
 static void expect_error(const struct cc *t, int err, const char *needle)
