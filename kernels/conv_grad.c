@@ -142,14 +142,15 @@ static int data_priv(struct hp_graph *g, struct hp_node *n, struct cg_data *d)
 }
 
 /* dX of a Conv: for stride 1 a Conv of dY with W transposed and mirrored
- * over padded slabs; otherwise ConvTranspose(dY, W) (col2im).  path >= 0
+ * over padded slabs, or on the grouped path (conv_grp.c) for groups of up
+ * to 32 channels; otherwise ConvTranspose(dY, W) (col2im).  path >= 0
  * (HP_CGD_PATH_*): the path a band of a whole node keeps (the flip
  * path is taken only where its shift kernel is). */
 static void conv_data_plan(struct cg_data *d, int path)
 {
 	const struct cgeom *c = &d->c;
 	int64_t pad[3];
-	int ok = path < 0 || path == HP_CGD_PATH_FLIP;
+	int ok = path < 0 || path == HP_CGD_PATH_FLIP || path == HP_CGD_PATH_GRP;
 	struct hp_dw dw;
 
 	if ((d->dw = dw_geom(c, &dw)))
@@ -163,8 +164,10 @@ static void conv_data_plan(struct cg_data *d, int path)
 		d->cv.wflip = 1;
 		if (path == HP_CGD_PATH_FLIP)
 			d->cv.path = HP_CONV_PATH_SHIFT;
+		if (path == HP_CGD_PATH_GRP)
+			d->cv.path = HP_CONV_PATH_GRP;
 		hp_conv_setup(&d->cv);
-		if (d->cv.shift)
+		if (d->cv.shift || d->cv.grp)
 			return;
 	}
 	d->transpose = 1;
@@ -220,7 +223,7 @@ int hp_conv_data_bands(struct hp_graph *g, const struct hp_node *n, const struct
 	if (w->shape.rank != x->rank || cgeom_pads(g, n, &d.c, x, dy, w->shape.dims + 2, pads) < 0)
 		return -1;
 	conv_data_plan(&d, b->path);
-	b->path = d.dw ? HP_CGD_PATH_DW : d.transpose ? HP_CGD_PATH_CONVT : HP_CGD_PATH_FLIP;
+	b->path = d.dw ? HP_CGD_PATH_DW : d.transpose ? HP_CGD_PATH_CONVT : d.cv.grp ? HP_CGD_PATH_GRP : HP_CGD_PATH_FLIP;
 	b->xalign = b->yalign = 1;
 	b->tiles = 0;
 	dim = 3 - d.c.nd + axis - 2;

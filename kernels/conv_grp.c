@@ -100,8 +100,14 @@ int hp_grp_eligible(const struct hp_conv *cv)
 {
 	struct gr_geom q;
 
-	if (!cv->node || cv->transpose || cv->wflip || cv->dw || cv->nd != 2 || (cv->group < 2 && cv->cin_g > GR_STEM_MAX_CIN) || cv->g.img[0] != 1 ||
-	    cv->g.grid[0] != 1 || cv->g.k[0] != 1 || cv->g.stride[2] > GR_MAX_STRIDE)
+	if (cv->transpose || cv->dw || cv->nd != 2 || (cv->group < 2 && cv->cin_g > GR_STEM_MAX_CIN) ||
+	    cv->g.img[0] != 1 || cv->g.grid[0] != 1 || cv->g.k[0] != 1 || cv->g.stride[2] > GR_MAX_STRIDE)
+		return 0;
+	/* Conv nodes, and ConvGradData's stride-1 forward of dY over the
+	 * weights transposed and mirrored (conv_grad.c) of two groups or more */
+	if (!cv->node && !(cv->wflip && cv->group > 1 && cv->g.stride[1] == 1 && cv->g.stride[2] == 1))
+		return 0;
+	if (cv->node && cv->wflip)
 		return 0;
 	gr_geom(cv, &q);
 	return q.stage + q.kdim < INT32_MAX / 2; /* tap offsets are int32 */
@@ -131,12 +137,18 @@ static size_t gr_per_thread(const struct hp_conv *cv, const struct gr_geom *q)
 	return (size_t)(q->stage + q->kdim + 8 + outs);
 }
 
+/* ConvGradData's weights in a Conv's layout, before the workers' parts. */
+static size_t gr_flip_floats(const struct hp_conv *cv)
+{
+	return cv->wflip ? (size_t)(cv->cout * cv->cin_g * cv->g.kvol + 15) / 16 * 16 : 0;
+}
+
 size_t hp_grp_workspace(const struct hp_conv *cv, int threads)
 {
 	struct gr_geom q;
 
 	gr_geom(cv, &q);
-	return gr_per_thread(cv, &q) * (size_t)threads * sizeof(float);
+	return (gr_flip_floats(cv) + gr_per_thread(cv, &q) * (size_t)threads) * sizeof(float);
 }
 
 #ifdef GR_X86
@@ -359,17 +371,43 @@ static void gr_range(void *arg, int64_t b, int64_t e, int tid)
 
 #endif
 
+#ifdef GR_X86
+/* w' [cout][cin_g][kh][kw] from ConvGradData's w [cin][cout_g][kh][kw]
+ * (the Conv's own W: its output channels are this forward's input
+ * channels), mirrored along both axes. */
+static void gr_flip(const struct hp_conv *cv, const float *w, float *f)
+{
+	int64_t kh = cv->g.k[1], kw = cv->g.k[2], kv = kh * kw;
+
+	for (int64_t m = 0; m < cv->cout; m++) {
+		int64_t g = m / cv->cout_g, mi = m % cv->cout_g;
+		for (int64_t j = 0; j < cv->cin_g; j++) {
+			const float *src = w + ((g * cv->cin_g + j) * cv->cout_g + mi) * kv;
+			float *dst = f + (m * cv->cin_g + j) * kv;
+			for (int64_t t = 0; t < kv; t++)
+				dst[t] = src[kv - 1 - t];
+		}
+	}
+}
+#endif
+
 void hp_grp_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		    struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
 {
 #ifdef GR_X86
 	struct gr_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws, .epi = epi, .addend = addend };
 	int saved, threads = hp_conv_threads_enter(pool, &saved);
+	size_t flip = gr_flip_floats(cv);
 	int64_t cap;
 
+	if (flip) {
+		gr_flip(cv, w, ws);
+		r.w = ws;
+		r.ws = ws + flip;
+	}
 	gr_geom(cv, &r.q);
 	r.per_thread = gr_per_thread(cv, &r.q);
-	cap = (int64_t)(cv->workspace / sizeof(float) / r.per_thread);
+	cap = (int64_t)((cv->workspace / sizeof(float) - flip) / r.per_thread);
 	threads = threads < cap ? threads : (int)cap;
 	hp_conv_steal(pool, threads, cv->batch * cv->group * r.q.nrb, 1, gr_range, &r);
 	hp_conv_threads_leave(saved);

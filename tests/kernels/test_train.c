@@ -704,6 +704,35 @@ static void test_conv_grad_slab(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* ConvGradData of grouped Conv nodes on the grouped path (conv_grp.c,
+ * forced: dY over W transposed and mirrored), on one and two threads:
+ * groups of 2 and 3 channels, pads below and above the kernel's reach,
+ * dilation, a 1x1 and a 5x3 kernel. */
+static void test_conv_grad_grp(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_conv_set_grp(1);
+	for (int v = 0; v < 2; v++) {
+		kt_pool = v ? pool : NULL;
+		cv_case(0, 2, 2, (int[]){ 6, 7 }, (int[]){ 3, 3 }, (int[]){ 1, 1 }, (int[]){ 1, 1 }, (int[]){ 1, 1 },
+			(int[]){ 1, 1 }, NULL);
+		cv_case(0, 2, 2, (int[]){ 9, 5 }, (int[]){ 5, 3 }, (int[]){ 1, 1 }, (int[]){ 2, 1 }, (int[]){ 3, 0 },
+			(int[]){ 1, 2 }, NULL);
+		cv_case(0, 2, 2, (int[]){ 4, 6 }, (int[]){ 1, 1 }, (int[]){ 1, 1 }, (int[]){ 1, 1 }, (int[]){ 0, 0 },
+			(int[]){ 0, 0 }, NULL);
+		cv_case(0, 2, 2, (int[]){ 5, 5 }, (int[]){ 3, 3 }, (int[]){ 1, 1 }, (int[]){ 1, 1 }, (int[]){ 0, 0 },
+			(int[]){ 0, 0 }, NULL);
+	}
+	kt_pool = NULL;
+	hp_conv_set_grp(0);
+	hp_pool_destroy(pool);
+}
+
 /* ---- pooling ------------------------------------------------------------- */
 
 struct pool_ctx {
@@ -1632,6 +1661,7 @@ int main(void)
 		cmocka_unit_test(test_gemm_grad),
 		cmocka_unit_test(test_conv_grad),
 		cmocka_unit_test(test_conv_grad_slab),
+		cmocka_unit_test(test_conv_grad_grp),
 		cmocka_unit_test(test_pool_grad),
 		cmocka_unit_test(test_batchnorm),
 		cmocka_unit_test(test_layernorm_grad),
