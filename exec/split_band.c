@@ -85,6 +85,24 @@ static uint64_t node_need(const struct hp_graph *g, const struct hp_node *n)
 	return need;
 }
 
+/* The same for a training step: a node's gradient holds its output's
+ * gradient beside the inputs and outputs its forward held (Relu's
+ * UnaryGrad: dY, Y, dX), so the node's need counts its outputs twice.
+ * Without it the cut followed the forward alone, and a backward node
+ * larger than every forward one bounded the smallest budget (a 3-channel
+ * stem whose convolution needed little workspace left its Relu's
+ * gradient whole: 416 KiB where cut bands needed 376). */
+static uint64_t train_need(const struct bp *p, const struct hp_node *n)
+{
+	uint64_t need = node_need(p->g, n);
+
+	if (p->training)
+		for (int o = 0; o < n->noutputs; o++)
+			if (n->outputs[o] >= 0)
+				need += (vbytes(p->g, n->outputs[o]) + 4095) / 4096 * 4096;
+	return need;
+}
+
 static int attr_at(const struct hp_node *n, const char *name, int i, int64_t dflt)
 {
 	const int64_t *v;
@@ -630,7 +648,7 @@ static int rewrite_node(struct bp *p, struct hp_node *n)
 		kind = BK_NONE;
 	for (int j = 0; kind != BK_NONE && j < n->ninputs; j++)
 		banded |= banded_input(p, n, kind, j) && p->b[n->inputs[j]].n > 0;
-	if (kind != BK_NONE && (banded || node_need(p->g, n) > p->target) &&
+	if (kind != BK_NONE && (banded || train_need(p, n) > p->target) &&
 	    p->g->values[n->inputs[0]].kind != HP_VALUE_CONSTANT) {
 		nb = pick_bounds(p, n, kind, align, &olo);
 		if (nb < 0)

@@ -52,6 +52,7 @@
 #define GR_STEM_MAX_CIN 4
 #define GR_MAX_STRIDE 8       /* column strides the staging takes */
 #define GR_STAGE_FLOATS 8192 /* staged input per unit, about half of L1 and L2's share */
+#define GR_OUT_FLOATS 1024   /* output columns per unit (a micro-tile row's run in o) */
 
 static int grp_mode; /* 0 auto, 1 whenever eligible, -1 never */
 
@@ -89,6 +90,8 @@ static void gr_geom(const struct hp_conv *cv, struct gr_geom *q)
 	q->kdim = cv->cin_g * q->kh * q->kw;
 	per_row = cv->cin_g * q->sh * q->sw * q->phw;
 	q->rb = (GR_STAGE_FLOATS / per_row) - (q->kh - 1) * q->dh / q->sh;
+	if (q->rb > GR_OUT_FLOATS / q->phw) /* the outputs of a micro-tile row, too */
+		q->rb = GR_OUT_FLOATS / q->phw;
 	q->rb = q->rb < 1 ? 1 : q->rb > q->oh ? q->oh : q->rb;
 	q->nrp = q->rb + (q->kh - 1) * q->dh / q->sh;
 	q->plane = q->nrp * q->phw;
@@ -132,9 +135,8 @@ int hp_grp_wanted(const struct hp_conv *cv)
 /* Per worker: the staged rows and the tap offsets. */
 static size_t gr_per_thread(const struct hp_conv *cv, const struct gr_geom *q)
 {
-	int64_t outs = (cv->cout_g + GR_MR - 1) / GR_MR * GR_MR * q->lo;
-
-	return (size_t)(q->stage + q->kdim + 8 + outs);
+	(void)cv;
+	return (size_t)(q->stage + q->kdim + 8 + GR_MR * q->lo);
 }
 
 /* ConvGradData's weights in a Conv's layout, before the workers' parts. */
