@@ -253,8 +253,9 @@ static GR_TARGET void gr_stage(const struct gr_geom *q, int64_t cin_g, const flo
 					gr_fill(dst, NULL, lo[cp]);
 					if (q->sw == 1)
 						gr_fill(dst + lo[cp], src + lo[cp] + o, hi[cp] - lo[cp]);
-					else if (q->sw == 2 && o >= 0)
-						gr_even(dst, src + o, lo[cp], hi[cp], q->iw - o);
+					else if (q->sw == 2) /* from the first column inside the row */
+						gr_even(dst + lo[cp], src + 2 * lo[cp] + o, 0, hi[cp] - lo[cp],
+							q->iw - 2 * lo[cp] - o);
 					else
 						for (int64_t i = lo[cp]; i < hi[cp]; i++)
 							dst[i] = src[i * q->sw + o];
