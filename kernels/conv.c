@@ -549,7 +549,9 @@ static void conv_forward_run(const struct hp_conv *cv, struct conv_run *r, struc
 	if (!cv->direct && threads > cv->ws_cols / cv->ct.maxcols)
 		threads = (int)(cv->ws_cols / cv->ct.maxcols);
 	r->per_thread = cv->direct ? 0 : cv->ct.maxcols * cv->kdim;
-	hp_conv_parallel(pool, threads, items * cv->ct.per, conv_range, r);
+	/* tiles are independent (each output from one call of its own tile):
+	 * a thread done early takes a late one's (MobileNetV2's stem) */
+	hp_conv_steal(pool, threads, items * cv->ct.per, 1, conv_range, r);
 	hp_conv_threads_leave(saved);
 }
 

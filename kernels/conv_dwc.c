@@ -87,6 +87,7 @@ struct dwc_run {
 	float *y;
 	int fin;                 /* the epilogue in registers (else per plane after) */
 	int64_t blocks;          /* channel blocks per item */
+	float *scratch;          /* dwc_floats() per thread, zero rows cleared; NULL: none */
 };
 
 #ifdef DWC_X86
@@ -307,26 +308,44 @@ DWC_TARGET static void dwc_block(const struct dwc_run *r, int64_t n, int64_t m0,
 		hp_epi_span(d->epi, r->y, d->addend, ys[l] - r->y, ys[l] - r->y + g->grid_vol);
 }
 
+/* Units are (item, block of output channels); a worker's scratch is its
+ * slice of r->scratch (hp_dwc_forward's, or the caller's hp_dw.scratch). */
 static void dwc_range(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct dwc_run *r = arg;
 	int64_t cout = r->d->cin * r->d->mult;
-	float *own = r->d->scratch ? NULL : malloc(dwc_floats(&r->d->g) * sizeof(float));
-	float *scratch = r->d->scratch ? r->d->scratch : own;
+	float *scratch = r->scratch ? r->scratch + (size_t)tid * dwc_floats(&r->d->g) : NULL;
 
-	(void)tid;
 	for (int64_t i = b; i < e && !scratch; i++) { /* conv_dw3.c's planes: less memory, the same bits */
 		int64_t p0 = i / r->blocks * cout + i % r->blocks * DWC_L, m0 = i % r->blocks * DWC_L;
 		hp_dw_planes(r->d, r->x, r->w, r->b, r->y, p0, p0 + (cout - m0 < DWC_L ? cout - m0 : DWC_L));
 	}
-	if (!scratch)
-		return;
-	memset(scratch + DWC_SLOTS * dwc_width(&r->d->g) * DWC_L, 0,
-	       (size_t)(dwc_width(&r->d->g) * DWC_L) * sizeof(float));
-	for (int64_t i = b; i < e; i++) { /* i = (item, block of output channels) */
+	for (int64_t i = b; i < e && scratch; i++) { /* i = (item, block of output channels) */
 		int64_t n = i / r->blocks, m0 = i % r->blocks * DWC_L;
 		dwc_block(r, n, m0, (int)(cout - m0 < DWC_L ? cout - m0 : DWC_L), scratch);
 	}
+}
+#endif
+
+/* Blocks per stolen unit: about this many units a thread, so that a
+ * thread done early takes a late one's blocks in small pieces. */
+#define DWC_UNITS_PER_THREAD 8
+
+#ifdef DWC_X86
+/* The blocks over `threads` threads, each with its scratch: allocated for
+ * all of them once per call (units are single blocks, and a thread may
+ * run many: its share's, then a late share's), or the caller's. */
+static void dwc_steal(struct dwc_run *r, struct hp_pool *pool, int threads)
+{
+	const struct hp_dw *d = r->d;
+	int64_t units = d->batch * r->blocks, su = units / ((int64_t)threads * DWC_UNITS_PER_THREAD);
+	size_t one = dwc_floats(&d->g), wd = (size_t)(dwc_width(&d->g) * DWC_L);
+	float *own = d->scratch ? NULL : malloc((size_t)threads * one * sizeof(float));
+
+	r->scratch = d->scratch ? d->scratch : own;
+	for (int t = 0; t < threads && r->scratch; t++) /* the zero row */
+		memset(r->scratch + t * one + DWC_SLOTS * wd, 0, wd * sizeof(float));
+	hp_conv_steal(pool, threads, units, su < 1 ? 1 : su, dwc_range, r);
 	free(own);
 }
 #endif
@@ -343,7 +362,7 @@ void hp_dwc_forward(const struct hp_dw *d, const float *x, const float *w, const
 		(e->act == HP_EPI_NONE || e->act == HP_EPI_RELU || e->act == HP_EPI_CLIP);
 #ifdef DWC_X86
 	threads = hp_conv_threads_enter(pool, &saved);
-	hp_conv_parallel(pool, threads, d->batch * r.blocks, dwc_range, &r);
+	dwc_steal(&r, pool, threads);
 	hp_conv_threads_leave(saved);
 #else
 	(void)saved, (void)threads;

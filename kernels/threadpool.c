@@ -72,6 +72,22 @@ struct hp_pool {
  * thread takes the core. */
 #define POOL_FINISH_NS 200000
 
+/* Tests (hp_pool_set_steal_stall_us, hp_pool_stolen_units): how late a
+ * worker starts its share of a stealing job, and the units run by a
+ * thread other than their share's. */
+static _Atomic int64_t steal_stall_ns;
+static _Atomic uint64_t stolen_units;
+
+void hp_pool_set_steal_stall_us(int64_t us)
+{
+	atomic_store(&steal_stall_ns, us > 0 ? us * 1000 : 0);
+}
+
+uint64_t hp_pool_stolen_units(void)
+{
+	return atomic_load(&stolen_units);
+}
+
 int64_t hp_pool_spin_ns(void)
 {
 	static _Atomic int64_t cached = -1;
@@ -178,8 +194,10 @@ static void run_share(struct hp_pool *p, int k)
 	while ((u = take_unit(p, k, 0)) >= 0)
 		run_unit(p, k, u, k);
 	for (int d = 1; d < p->parts; d++)
-		while ((u = take_unit(p, (k + d) % p->parts, 1)) >= 0)
+		while ((u = take_unit(p, (k + d) % p->parts, 1)) >= 0) {
+			atomic_fetch_add_explicit(&stolen_units, 1, memory_order_relaxed);
 			run_unit(p, (k + d) % p->parts, u, k);
+		}
 }
 
 /* Run the current job's unclaimed shares (mu held on entry and on return). */
@@ -221,6 +239,13 @@ static void *worker(void *v)
 		if (p->quit)
 			break;
 		seen = atomic_load(&p->generation);
+		if (p->unit && atomic_load_explicit(&steal_stall_ns, memory_order_relaxed) > 0) {
+			int64_t ns = atomic_load(&steal_stall_ns);
+			struct timespec t = { ns / 1000000000, ns % 1000000000 };
+			pthread_mutex_unlock(&p->mu);
+			nanosleep(&t, NULL); /* tests: a late worker */
+			pthread_mutex_lock(&p->mu);
+		}
 		claim_shares(p);
 		pthread_mutex_unlock(&p->mu);
 	}
