@@ -12,7 +12,9 @@
  * the bits do not depend on the cache blocking, on where a column or row
  * sits in a tile, on the thread count or on the bands of a node.  The work
  * is cut as freely: units of 6 output channels by PW_NB columns, the
- * pool's workers taking contiguous runs of them.
+ * pool's workers taking contiguous runs of them and then, one stolen unit
+ * of a few micro-tiles at a time, the rest of a late worker's run
+ * (hp_conv_steal: without polling a worker starts a wake-up late).
  *
  * Micro-tile: 6 rows by 16 columns (12 ymm accumulators), W broadcast from
  * its rows, X from a panel [k][16] packed once per run of units that share
