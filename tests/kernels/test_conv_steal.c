@@ -47,6 +47,8 @@ static const struct sc cases[] = {
 	/* depthwise */
 	{ "dw 7x7 s1 960 (channel blocks)", 1, 960, 960, 7, 7, 3, 1, 1, 1, 960, "Clip", 0, 1 },
 	{ "dw 14x14 s2 100, batch 2 (channel blocks)", 2, 100, 100, 14, 14, 3, 2, 1, 1, 100, NULL, 0, 1 },
+	{ "dw 57x56 s2 36 (channel blocks, wide rows)", 1, 36, 36, 57, 56, 3, 2, 1, 1, 36, "Relu", 0, 1 },
+	{ "dw 41x43 s2 pad 2, 21 (wide rows, a partial block)", 1, 21, 21, 41, 43, 3, 2, 2, 1, 21, NULL, 0, 1 },
 	{ "dw 20x21 s1 37 (rows of conv_dw3.c)", 1, 37, 37, 20, 21, 3, 1, 1, 1, 37, "Relu", 1, 1 },
 	{ "dw 48x44 s1 64 (rows of conv_dw3.c, threads at once)", 1, 64, 64, 48, 44, 3, 1, 1, 1, 64, NULL, 0, 1 },
 	{ "dw 18x18 s1 dil 2, 20 (padded rows)", 1, 20, 20, 18, 18, 3, 1, 2, 2, 20, NULL, 0, 1 },
