@@ -80,7 +80,32 @@ static _Atomic uint64_t stolen_units;
 
 void hp_pool_set_steal_stall_us(int64_t us)
 {
-	atomic_store(&steal_stall_ns, us > 0 ? us * 1000 : 0);
+	atomic_store(&steal_stall_ns, us > 0 ? us * 1000 : us < 0 ? -1 : 0);
+}
+
+/* Whether every unit of the current stealing job has been taken. */
+static int all_taken(struct hp_pool *p)
+{
+	for (int k = 0; k < p->parts; k++) {
+		uint64_t s = atomic_load(&p->spans[k]);
+		if ((s & 0xffffffffu) < s >> 32)
+			return 0;
+	}
+	return 1;
+}
+
+/* The tests' late worker (mu held on entry and return). */
+static void stall_worker(struct hp_pool *p)
+{
+	int64_t ns = atomic_load(&steal_stall_ns);
+	struct timespec t = { ns / 1000000000, ns % 1000000000 }, poll = { 0, 20000 };
+
+	pthread_mutex_unlock(&p->mu);
+	if (ns > 0)
+		nanosleep(&t, NULL);
+	while (ns < 0 && !all_taken(p)) /* until the others took every unit */
+		nanosleep(&poll, NULL);
+	pthread_mutex_lock(&p->mu);
 }
 
 uint64_t hp_pool_stolen_units(void)
@@ -239,13 +264,8 @@ static void *worker(void *v)
 		if (p->quit)
 			break;
 		seen = atomic_load(&p->generation);
-		if (p->unit && atomic_load_explicit(&steal_stall_ns, memory_order_relaxed) > 0) {
-			int64_t ns = atomic_load(&steal_stall_ns);
-			struct timespec t = { ns / 1000000000, ns % 1000000000 };
-			pthread_mutex_unlock(&p->mu);
-			nanosleep(&t, NULL); /* tests: a late worker */
-			pthread_mutex_lock(&p->mu);
-		}
+		if (p->unit && atomic_load_explicit(&steal_stall_ns, memory_order_relaxed) != 0)
+			stall_worker(p);
 		claim_shares(p);
 		pthread_mutex_unlock(&p->mu);
 	}

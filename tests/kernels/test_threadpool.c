@@ -204,9 +204,10 @@ static void test_steal_late(void **state)
 	hp_pool_destroy(p);
 }
 
-/* The tests' late worker (hp_pool_set_steal_stall_us): a worker 20 ms
- * late leaves the caller every unit of its share, each counted by
- * hp_pool_stolen_units; without the stall no job waits for it. */
+/* The tests' late worker (hp_pool_set_steal_stall_us): a worker that
+ * waits until every unit is taken (-1) leaves the caller every unit of its
+ * share, each counted by hp_pool_stolen_units; one 20 ms late, the same
+ * but for the caller's own delays. */
 static void test_steal_stall_hook(void **state)
 {
 	struct hp_pool *p;
@@ -215,9 +216,11 @@ static void test_steal_stall_hook(void **state)
 	assert_int_equal(hp_pool_create(2, &p), 0);
 	for (int it = 0; it < 3; it++) {
 		uint64_t before = hp_pool_stolen_units();
+		/* the worker comes after every unit was taken: all of its share
+		 * stolen, whatever the machine's load */
 		steal_unit = 1, steal_parts = 2;
 		rec_reset(&R, 40, 1, 2);
-		hp_pool_set_steal_stall_us(20000);
+		hp_pool_set_steal_stall_us(-1);
 		hp_parallel_steal(p, 40, 1, 2, steal_fn, &R);
 		hp_pool_set_steal_stall_us(0);
 		check_once(&R, "hp_parallel_steal, a worker stalled by the hook");
