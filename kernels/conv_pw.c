@@ -274,13 +274,16 @@ static void pw_range(void *arg, int64_t b, int64_t e, int tid)
 
 /* One thread: y[M][N] (ldy) = bias + w[M][K] (lda) x b[K][N] (ldb), each
  * output one chain over k as above; column panels read in place but the
- * last, partial one, packed (room for PW_KC rows on the stack). */
-void hp_pw_gemm(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, const float *b, int64_t ldb,
-		const float *bias, float *y, int64_t ldy)
+ * last, partial one, packed (room for PW_KC rows on the stack); f (with
+ * add in y's layout, or NULL): the epilogue in registers after the last
+ * k chunk. */
+static void pw_gemm_fin(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, const float *b, int64_t ldb,
+			const float *bias, float *y, int64_t ldy, const struct hp_fma_fin *f, const float *add)
 {
 	float tail[PW_KC * PW_NR];
 	int64_t nfull = N / PW_NR * PW_NR;
 
+	(void)f, (void)add; /* without PW_X86 */
 	for (int64_t k0 = 0; k0 < K; k0 += PW_KC) {
 		int64_t kc = min64(PW_KC, K - k0);
 		if (N > nfull)
@@ -288,13 +291,32 @@ void hp_pw_gemm(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, co
 		for (int64_t j = 0; j < N; j += PW_NR) /* a panel stays in L1 over the rows */
 			for (int64_t m0 = 0; m0 < M; m0 += PW_MR) {
 #ifdef PW_X86
-				int full = j < nfull;
+				int full = j < nfull, last = k0 + kc == K;
 				pw_micro((int)min64(PW_MR, M - m0), kc, w + m0 * lda + k0, lda,
 					 full ? b + k0 * ldb + j : tail, full ? ldb : PW_NR, y + m0 * ldy + j, ldy,
-					 (int)min64(PW_NR, N - j), k0 == 0, bias && k0 == 0 ? bias + m0 : NULL, NULL, NULL);
+					 (int)min64(PW_NR, N - j), k0 == 0, bias && k0 == 0 ? bias + m0 : NULL,
+					 last ? f : NULL, last && f && add ? add + m0 * ldy + j : NULL);
 #endif
 			}
 	}
+}
+
+void hp_pw_gemm(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, const float *b, int64_t ldb,
+		const float *bias, float *y, int64_t ldy)
+{
+	pw_gemm_fin(M, N, K, w, lda, b, ldb, bias, y, ldy, NULL, NULL);
+}
+
+int hp_pw_gemm_epi(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, const float *b, int64_t ldb,
+		   const float *bias, float *y, int64_t ldy, const struct hp_epi *epi, const float *add)
+{
+	struct pw_run r = { .epi = epi };
+
+	pw_fin_plan(&r);
+	if (!r.fin_ok || (r.fin_add && !add))
+		return 0;
+	pw_gemm_fin(M, N, K, w, lda, b, ldb, bias, y, ldy, &r.fin, r.fin_add ? add : NULL);
+	return 1;
 }
 
 /* Full panels of X read in place where a plane is one column block

@@ -94,8 +94,9 @@ static int all_taken(struct hp_pool *p)
 	return 1;
 }
 
-/* The tests' late worker (mu held on entry and return). */
-static void stall_worker(struct hp_pool *p)
+/* The tests' late worker (mu held on entry and return): whether a newer
+ * job than `seen` came meanwhile (its shares then wait for its own stall). */
+static int stall_worker(struct hp_pool *p, uint64_t seen)
 {
 	int64_t ns = atomic_load(&steal_stall_ns);
 	struct timespec t = { ns / 1000000000, ns % 1000000000 }, poll = { 0, 20000 };
@@ -106,6 +107,7 @@ static void stall_worker(struct hp_pool *p)
 	while (ns < 0 && !all_taken(p)) /* until the others took every unit */
 		nanosleep(&poll, NULL);
 	pthread_mutex_lock(&p->mu);
+	return atomic_load(&p->generation) != seen;
 }
 
 uint64_t hp_pool_stolen_units(void)
@@ -264,8 +266,10 @@ static void *worker(void *v)
 		if (p->quit)
 			break;
 		seen = atomic_load(&p->generation);
-		if (p->unit && atomic_load_explicit(&steal_stall_ns, memory_order_relaxed) != 0)
-			stall_worker(p);
+		if (p->unit && atomic_load_explicit(&steal_stall_ns, memory_order_relaxed) != 0 && stall_worker(p, seen)) {
+			pthread_mutex_unlock(&p->mu);
+			continue;
+		}
 		claim_shares(p);
 		pthread_mutex_unlock(&p->mu);
 	}
