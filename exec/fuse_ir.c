@@ -9,8 +9,7 @@
  * without expansion, MobileNetV2's first, or one whose expansion has other
  * readers; --plan notes them as "InvertedResidual (no expansion)").  It computes every element with the
  * kernels the three nodes use, so it gives their bits; like the epilogue
- * pass it runs only in core (the fused node is never split), and only on
- * planes of 14x14 and more (FIR_MIN_PLANE). */
+ * pass it runs only in core (the fused node is never split). */
 #include <float.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,10 +17,13 @@
 #include "exec/fuse_internal.h"
 #include "kernels/fused_impl.h"
 
-/* Depthwise output planes of at least this many positions (14x14): on
- * MobileNetV2's 7x7 blocks the fused node was no faster (one thread, CPU
- * time), on its 14x14 ones 10% faster, on the larger ones 15-30%. */
-#define FIR_MIN_PLANE 196
+/* Depthwise output planes of at least this many positions: all.  Below
+ * 14x14 the fused node runs by blocks of channels (kernels/fused_ir.c),
+ * two parallel runs instead of the three nodes' (MobileNetV2's 7x7 blocks,
+ * where bands of rows were no faster than the unfused nodes on one
+ * thread, CPU time); from 14x14 by bands of rows, 10% faster than the
+ * unfused nodes on 14x14, 15-30% on larger planes. */
+#define FIR_MIN_PLANE 1
 
 struct ir_match {
 	int a, b, c;              /* expansion, depthwise, projection nodes */

@@ -308,6 +308,7 @@ struct dw_run {
 	const struct hp_dw *d;
 	const float *a, *b, *bias, *acc;
 	float *out, *ws;
+	float *bufs;      /* forward: fwd_floats() per thread, or NULL (fwd_range allocates) */
 };
 
 /* The padded rows' layout for a 3x3 geometry: room on the left for the
@@ -326,25 +327,42 @@ static void pad_geom(const struct hp_colgeom *g, struct dw_pad *p)
 	p->rows = need_rows > p->rows ? need_rows : p->rows;
 }
 
+/* Whether the forward pads planes (fwd_plane's 3x3 rows): stride 1 only:
+ * at stride 2 the copy of a plane four times the output's size cost more
+ * than the ends of rows gain (dw3x3-s2 fwd 7 -> 3.5 GFLOP/s with rows
+ * split into even and odd columns too); without the buffer the ends go
+ * tap by tap (the same sums, but for the sign of a zero). */
+static int fwd_pads(const struct hp_colgeom *g)
+{
+	return is_3x3(g) && g->grid[0] == 1 && g->stride[1] == 1 && g->stride[2] == 1 && !hp_dw3_eligible(g);
+}
+
+/* Floats of a thread's forward buffer: conv_dw3.c's scratch or the padded
+ * plane (0: none). */
+static size_t fwd_floats(const struct hp_dw *d)
+{
+	struct dw_pad pd;
+
+	if (hp_dw3_eligible(&d->g))
+		return d->scratch ? 0 : hp_dw3_scratch(&d->g) / sizeof(float);
+	pad_geom(&d->g, &pd);
+	return fwd_pads(&d->g) ? (size_t)(pd.rows * pd.width) : 0;
+}
+
 static void fwd_range(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct dw_run *r = arg;
 	const struct hp_dw *d = r->d;
 	int64_t cout = d->cin * d->mult, last = -1;
 	int dw3 = hp_dw3_eligible(&d->g);
+	size_t own = r->bufs ? 0 : fwd_floats(d);
+	float *buf = r->bufs ? r->bufs + (size_t)tid * fwd_floats(d) : own ? malloc(own * sizeof(float)) : NULL;
 	float *scratch = NULL;
 	struct dw_pad pd;
 
-	(void)tid;
 	pad_geom(&d->g, &pd);
-	/* stride 1 only: at stride 2 the copy of a plane four times the
-	 * output's size cost more than the ends of rows gain (dw3x3-s2 fwd
-	 * 7 -> 3.5 GFLOP/s with rows split into even and odd columns too);
-	 * without the buffer the ends go tap by tap (the same sums, but for
-	 * the sign of a zero) */
-	if (is_3x3(&d->g) && d->g.grid[0] == 1 && d->g.stride[1] == 1 && d->g.stride[2] == 1 && !dw3)
-		pd.buf = malloc((size_t)(pd.rows * pd.width) * sizeof(float));
-	if (dw3 && (scratch = d->scratch ? d->scratch : malloc(hp_dw3_scratch(&d->g))))
+	pd.buf = fwd_pads(&d->g) ? buf : NULL;
+	if (dw3 && (scratch = d->scratch ? d->scratch : buf))
 		hp_dw3_init(&d->g, scratch);
 	for (int64_t i = b; i < e; i++) { /* i = (item, output channel) */
 		int64_t n = i / cout, m = i % cout, c = m / d->mult;
@@ -361,9 +379,8 @@ static void fwd_range(void *arg, int64_t b, int64_t e, int tid)
 		if (d->epi) /* the fused epilogue while the plane is in cache */
 			hp_epi_span(d->epi, r->out, d->addend, i * d->g.grid_vol, (i + 1) * d->g.grid_vol);
 	}
-	free(pd.buf);
-	if (scratch != d->scratch)
-		free(scratch);
+	if (own)
+		free(buf);
 }
 
 size_t hp_dw_scratch(const struct hp_colgeom *g)
@@ -381,11 +398,16 @@ void hp_dw_planes(const struct hp_dw *d, const float *x, const float *w, const f
 	fwd_range(&r, i0, i1, 0);
 }
 
+/* Planes per stolen unit: about this many units a thread, so that a
+ * thread done early takes a late one's planes in small pieces. */
+#define DW_UNITS_PER_THREAD 8
+
 void hp_dw_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,
 		   struct hp_pool *pool)
 {
 	struct dw_run r = { .d = d, .a = x, .b = w, .bias = b, .out = y };
 	int saved, threads;
+	int64_t planes = d->batch * d->cin * d->mult, su;
 
 	if (d->scratch) /* one thread's scratch: the caller alone */
 		pool = NULL;
@@ -394,8 +416,15 @@ void hp_dw_forward(const struct hp_dw *d, const float *x, const float *w, const 
 		return;
 	}
 	threads = hp_conv_threads_enter(pool, &saved);
-
-	hp_conv_parallel(pool, threads, d->batch * d->cin * d->mult, fwd_range, &r);
+	su = planes / ((int64_t)threads * DW_UNITS_PER_THREAD);
+	/* every thread's buffer once per call: a thread may run many units */
+	if (fwd_floats(d) > 0 && threads > 1)
+		r.bufs = malloc((size_t)threads * fwd_floats(d) * sizeof(float));
+	if (threads > 1 && (r.bufs || fwd_floats(d) == 0))
+		hp_conv_steal(pool, threads, planes, su < 1 ? 1 : su, fwd_range, &r);
+	else /* one thread (or no memory for the buffers): fwd_range's own */
+		fwd_range(&r, 0, planes, 0);
+	free(r.bufs);
 	hp_conv_threads_leave(saved);
 }
 

@@ -287,6 +287,11 @@ void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, con
  * HP_PW_GEMM_MAX_K (OpenBLAS packs as long as it multiplies there). */
 void hp_pw_gemm(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, const float *b, int64_t ldb,
 		const float *bias, float *y, int64_t ldy);
+/* hp_pw_gemm, then epi (Relu or Clip after an optional full addend, add
+ * in y's layout) on each tile in registers as fused_epi.c computes it:
+ * 1; 0, computing nothing, for other epilogues. */
+int hp_pw_gemm_epi(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, const float *b, int64_t ldb,
+		   const float *bias, float *y, int64_t ldy, const struct hp_epi *epi, const float *add);
 #define HP_PW_GEMM_MAX_K 256
 
 /* KxK path (conv_kxk.c): Conv (not transposed, W in its ONNX layout, read

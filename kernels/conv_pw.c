@@ -12,7 +12,9 @@
  * the bits do not depend on the cache blocking, on where a column or row
  * sits in a tile, on the thread count or on the bands of a node.  The work
  * is cut as freely: units of 6 output channels by PW_NB columns, the
- * pool's workers taking contiguous runs of them.
+ * pool's workers taking contiguous runs of them and then, one stolen unit
+ * of a few micro-tiles at a time, the rest of a late worker's run
+ * (hp_conv_steal: without polling a worker starts a wake-up late).
  *
  * Micro-tile: 6 rows by 16 columns (12 ymm accumulators), W broadcast from
  * its rows, X from a panel [k][16] packed once per run of units that share
@@ -40,6 +42,14 @@
 /* Below this many flops a node runs on the caller alone: waking the pool
  * costs more than the second thread gains. */
 #define PW_PAR_MIN_FLOPS 2e6
+/* Stealing (hp_conv_steal): about this many units per thread, so that a
+ * thread done early takes work from a late one in small pieces; and at
+ * least this many micro-tiles of rows per unit where a unit packs its own
+ * panel of X (a panel packed for fewer rows costs a third of their
+ * products and more). */
+#define PW_UNITS_PER_THREAD 4
+#define PW_MIN_PACKED_TILES 8
+#define PW_MAX_TID 8 /* hp_conv_ws_threads()'s bound */
 
 static int64_t min64(int64_t a, int64_t b)
 {
@@ -69,6 +79,8 @@ struct pw_run {
 	struct hp_fma_fin fin;       /* the epilogue in registers, when fin_ok */
 	int fin_ok, fin_add;     /* epi done as tiles are stored; with a full addend */
 	int64_t per_thread;      /* floats of a worker's panel buffer */
+	int inplace;             /* full panels read from X in place (pw_inplace) */
+	int64_t tail_of[PW_MAX_TID]; /* in place: the (item, group) whose tail panel tid's buffer holds, or -1 */
 };
 
 #ifdef PW_X86
@@ -170,30 +182,51 @@ static void pw_pack(const float *x, int64_t ldx, int64_t k0, int64_t kc, int64_t
 }
 #endif
 
+/* The panel of X that micro-tiles read for columns j0 + p * 16 of k chunk
+ * [k0, k0 + kc): packed by pw_block in bp, or, in place (pw_inplace), X
+ * itself but for the last partial panel, packed once for all k. */
+static const float *pw_panel(const struct pw_run *r, const float *x, const float *bp, int64_t k0, int64_t kc,
+			     int64_t j0, int64_t nc, int64_t p, int64_t *ldb)
+{
+	*ldb = PW_NR;
+	if (!r->inplace)
+		return bp + p * kc * PW_NR;
+	if ((p + 1) * PW_NR > nc)
+		return bp + k0 * PW_NR;
+	*ldb = r->cv->xvol;
+	return x + k0 * r->cv->xvol + j0 + p * PW_NR;
+}
+
 /* Units [u0, u1) of one (item, group) column block: micro-tiles of rows
  * t0..t1, over columns [j0, j0 + nc). */
-static void pw_block(const struct pw_run *r, int64_t bg, int64_t j0, int64_t nc, int64_t t0, int64_t t1,
-		     float *bp)
+static void pw_block(struct pw_run *r, int64_t bg, int64_t j0, int64_t nc, int64_t t0, int64_t t1, float *bp,
+		     int tid)
 {
 	const struct hp_conv *cv = r->cv;
 	int64_t nb = bg / cv->group, g = bg % cv->group, K = cv->kdim, M = cv->cout_g;
 	const float *x = r->x + (nb * cv->cin + g * cv->cin_g) * cv->xvol;
 	const float *w = r->w + g * M * K, *bias = r->b ? r->b + g * M : NULL;
-	int64_t ybase = (nb * cv->cout + g * M) * cv->yvol;
+	int64_t ybase = (nb * cv->cout + g * M) * cv->yvol, nfull = nc / PW_NR * PW_NR, ldb;
 
+	if (r->inplace && nfull < nc && r->tail_of[tid] != bg) { /* units of one block share it */
+		pw_pack(x, cv->xvol, 0, K, j0 + nfull, nc - nfull, bp);
+		r->tail_of[tid] = bg;
+	}
 	for (int64_t k0 = 0; k0 < K; k0 += PW_KC) {
 		int64_t kc = min64(PW_KC, K - k0);
 		const struct hp_fma_fin *fin = r->fin_ok && k0 + kc == K ? &r->fin : NULL;
-		(void)fin; /* without PW_X86 */
-		pw_pack(x, cv->xvol, k0, kc, j0, nc, bp);
+		(void)fin, (void)ldb; /* without PW_X86 */
+		if (!r->inplace)
+			pw_pack(x, cv->xvol, k0, kc, j0, nc, bp);
 		for (int64_t t = t0; t < t1; t++) {
 			int64_t m0 = t * PW_MR, mr = min64(PW_MR, M - m0);
 			for (int64_t p = 0; p * PW_NR < nc; p++) {
 #ifdef PW_X86
 				int64_t off = ybase + m0 * cv->yvol + j0 + p * PW_NR;
-				pw_micro((int)mr, kc, w + m0 * K + k0, K, bp + p * kc * PW_NR, PW_NR, r->y + off,
-					 cv->yvol, (int)min64(PW_NR, nc - p * PW_NR), k0 == 0, bias ? bias + m0 : NULL,
-					 fin, fin && r->fin_add ? r->addend + off : NULL);
+				const float *src = pw_panel(r, x, bp, k0, kc, j0, nc, p, &ldb);
+				pw_micro((int)mr, kc, w + m0 * K + k0, K, src, ldb, r->y + off, cv->yvol,
+					 (int)min64(PW_NR, nc - p * PW_NR), k0 == 0, bias ? bias + m0 : NULL, fin,
+					 fin && r->fin_add ? r->addend + off : NULL);
 #endif
 			}
 			for (int64_t m = m0; m < m0 + mr && r->epi && !r->fin_ok && k0 + kc == K; m++)
@@ -228,26 +261,29 @@ static void pw_fin_plan(struct pw_run *r)
  * fastest; a worker's run is cut where the column block changes. */
 static void pw_range(void *arg, int64_t b, int64_t e, int tid)
 {
-	const struct pw_run *r = arg;
+	struct pw_run *r = arg;
 	float *bp = r->ws + tid * r->per_thread;
 
 	while (b < e) {
 		int64_t blk = b / r->mt, t0 = b % r->mt, t1 = min64(r->mt, t0 + (e - b));
 		int64_t bg = blk / r->nblk, j0 = blk % r->nblk * PW_NB;
-		pw_block(r, bg, j0, min64(PW_NB, r->cv->yvol - j0), t0, t1, bp);
+		pw_block(r, bg, j0, min64(PW_NB, r->cv->yvol - j0), t0, t1, bp, tid);
 		b += t1 - t0;
 	}
 }
 
 /* One thread: y[M][N] (ldy) = bias + w[M][K] (lda) x b[K][N] (ldb), each
  * output one chain over k as above; column panels read in place but the
- * last, partial one, packed (room for PW_KC rows on the stack). */
-void hp_pw_gemm(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, const float *b, int64_t ldb,
-		const float *bias, float *y, int64_t ldy)
+ * last, partial one, packed (room for PW_KC rows on the stack); f (with
+ * add in y's layout, or NULL): the epilogue in registers after the last
+ * k chunk. */
+static void pw_gemm_fin(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, const float *b, int64_t ldb,
+			const float *bias, float *y, int64_t ldy, const struct hp_fma_fin *f, const float *add)
 {
 	float tail[PW_KC * PW_NR];
 	int64_t nfull = N / PW_NR * PW_NR;
 
+	(void)f, (void)add; /* without PW_X86 */
 	for (int64_t k0 = 0; k0 < K; k0 += PW_KC) {
 		int64_t kc = min64(PW_KC, K - k0);
 		if (N > nfull)
@@ -255,13 +291,55 @@ void hp_pw_gemm(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, co
 		for (int64_t j = 0; j < N; j += PW_NR) /* a panel stays in L1 over the rows */
 			for (int64_t m0 = 0; m0 < M; m0 += PW_MR) {
 #ifdef PW_X86
-				int full = j < nfull;
+				int full = j < nfull, last = k0 + kc == K;
 				pw_micro((int)min64(PW_MR, M - m0), kc, w + m0 * lda + k0, lda,
 					 full ? b + k0 * ldb + j : tail, full ? ldb : PW_NR, y + m0 * ldy + j, ldy,
-					 (int)min64(PW_NR, N - j), k0 == 0, bias && k0 == 0 ? bias + m0 : NULL, NULL, NULL);
+					 (int)min64(PW_NR, N - j), k0 == 0, bias && k0 == 0 ? bias + m0 : NULL,
+					 last ? f : NULL, last && f && add ? add + m0 * ldy + j : NULL);
 #endif
 			}
 	}
+}
+
+void hp_pw_gemm(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, const float *b, int64_t ldb,
+		const float *bias, float *y, int64_t ldy)
+{
+	pw_gemm_fin(M, N, K, w, lda, b, ldb, bias, y, ldy, NULL, NULL);
+}
+
+int hp_pw_gemm_epi(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, const float *b, int64_t ldb,
+		   const float *bias, float *y, int64_t ldy, const struct hp_epi *epi, const float *add)
+{
+	struct pw_run r = { .epi = epi };
+
+	pw_fin_plan(&r);
+	if (!r.fin_ok || (r.fin_add && !add))
+		return 0;
+	pw_gemm_fin(M, N, K, w, lda, b, ldb, bias, y, ldy, &r.fin, r.fin_add ? add : NULL);
+	return 1;
+}
+
+/* Full panels of X read in place where a plane is one column block
+ * (MobileNetV2's 7x7 layers: its rows 49 floats apart stay in cache) and
+ * the tail panel for all of K fits a worker's buffer: the units of a
+ * block then share the tail and nothing else is packed, so they can be
+ * single micro-tiles.  Larger planes pack, as rows of X a plane apart
+ * would each be a page of their own. */
+static int pw_inplace(const struct hp_conv *cv, int64_t per_thread)
+{
+	return cv->yvol <= PW_NB && cv->kdim * PW_NR <= per_thread;
+}
+
+/* Micro-tiles per stolen unit (pw_run's units above): PW_UNITS_PER_THREAD
+ * units a thread, not fewer than PW_MIN_PACKED_TILES rows (or a whole
+ * block) per unit where units pack their panels. */
+static int64_t pw_steal_unit(const struct pw_run *r, int64_t units, int threads)
+{
+	int64_t su = units / ((int64_t)threads * PW_UNITS_PER_THREAD);
+
+	if (!r->inplace && su < min64(r->mt, PW_MIN_PACKED_TILES))
+		su = min64(r->mt, PW_MIN_PACKED_TILES);
+	return su < 1 ? 1 : su;
 }
 
 void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
@@ -275,11 +353,15 @@ void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, con
 	r.mt = (cv->cout_g + PW_MR - 1) / PW_MR;
 	r.nblk = (cv->yvol + PW_NB - 1) / PW_NB;
 	r.per_thread = min64(cv->kdim, PW_KC) * PW_NB;
+	r.inplace = pw_inplace(cv, r.per_thread);
+	for (int t = 0; t < PW_MAX_TID; t++)
+		r.tail_of[t] = -1;
 	units = cv->batch * cv->group * r.nblk * r.mt;
 	if (threads > cap / r.per_thread)
 		threads = (int)(cap / r.per_thread);
+	threads = threads < PW_MAX_TID ? threads : PW_MAX_TID;
 	if (hp_conv_flops(cv) < PW_PAR_MIN_FLOPS)
 		threads = 1;
-	hp_conv_parallel(pool, threads, units, pw_range, &r);
+	hp_conv_steal(pool, threads, units, pw_steal_unit(&r, units, threads), pw_range, &r);
 	hp_conv_threads_leave(saved);
 }

@@ -55,5 +55,8 @@ void hp_fir_set_band_rows(int64_t rows);
  * of every run (0: never), so that tid 0 takes bands from its share's back
  * (hp_parallel_steal). */
 void hp_fir_set_stall_us(int64_t us);
+/* Tests only: how the nodes prepared from now on run (0: by plane size,
+ * 1: bands of rows, 2: blocks of channels). */
+void hp_fir_set_mode(int mode);
 
 #endif

@@ -20,6 +20,17 @@
  * rows, then its projection, all in buffers of the worker that stay in
  * its cache.  E and D never exist whole.
  *
+ * Planes below FIR_CHAN_PLANE (MobileNetV2's 7x7 blocks) run by blocks
+ * of channels instead: a band of rows there is most of the plane, and the
+ * rows above and below it that the depthwise rows read would be expanded
+ * twice (once per thread, 2 rows of 7).  A worker takes a block of
+ * FIR_CB expanded channels, computes its whole E plane in its buffer and
+ * the depthwise planes from it into D (the node's workspace: 188 KiB at
+ * 960 x 7 x 7); then the projection's rows are cut among the workers.
+ * Two parallel runs instead of the unfused nodes' three, each stealing
+ * (hp_parallel_steal): without polling each run waits for a worker's
+ * wake-up.
+ *
  * Bits: each stage is hpdlf's own kernel for that node, whose outputs are
  * each one fixed chain of fused multiply-adds: hp_pw_gemm (conv_pw.c's
  * chain over k from the bias, whatever the columns of a call), the
@@ -44,6 +55,16 @@
  * blocks, one thread, CPU time: 1 row 10-40% slower than 8, 16 to 56 rows
  * no faster); at 8 the window of expanded rows is 0.3 to 1.5 MiB. */
 #define FIR_ROWS 8
+/* Output planes below this many positions run by blocks of channels (14x14
+ * and up: bands of rows, measured 10-30% faster than the unfused nodes on
+ * one thread, exec/fuse_ir.c). */
+#define FIR_CHAN_PLANE 196
+/* Expanded channels per block: whole micro-tiles of conv_pw.c (6 rows)
+ * and blocks of conv_dwc.c (8 channels); E's block of a 7x7 plane is
+ * 9.4 KiB. */
+#define FIR_CB 48
+/* Projection micro-tiles (6 output channels) per stolen unit. */
+#define FIR_PROJ_TILES 2
 
 struct fir {
 	int64_t n, cin, ce, cout, h, w, oh, ow;
@@ -55,9 +76,18 @@ struct fir {
 	size_t dws;                 /* floats of the depthwise kernels' scratch */
 	size_t per_thread;          /* floats of a worker's buffers */
 	int expand;                 /* 0: no expansion (W1 absent), E is X */
+	int chan;                   /* by blocks of channels (FIR_CHAN_PLANE) */
+	size_t dsz;                 /* chan: floats of D at the workspace's start */
+	struct hp_colgeom gfull;    /* chan: the depthwise geometry of the whole plane */
 };
 
 static int64_t band_rows_set, stall_us;
+static int mode_set;
+
+void hp_fir_set_mode(int mode)
+{
+	mode_set = mode;
+}
 
 void hp_fir_set_band_rows(int64_t rows)
 {
@@ -116,6 +146,7 @@ struct fir_run {
 	const float *x, *w1, *b1, *wd, *bd, *w2, *b2, *add;
 	float *y, *ws;
 	int64_t bands;              /* bands per item */
+	int64_t cblocks, ptiles;    /* chan: channel blocks, projection micro-tiles per item */
 	struct fir_walk walk[FIR_MAX_THREADS]; /* each tid's window */
 };
 
@@ -197,6 +228,75 @@ static void fir_range(void *arg, int64_t b, int64_t e, int tid)
 			k->item = n, k->base = k->top = -1;
 		fir_band(r, k, n, f->oh * q / r->bands, f->oh * (q + 1) / r->bands);
 	}
+}
+
+/* Channel mode, first run: units are (item, block of FIR_CB expanded
+ * channels); E's block in the worker's buffer, its depthwise planes into
+ * D (the workspace's start), Clips as in fir_band. */
+static void fir_ch_dw(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct fir_run *r = arg;
+	const struct fir *f = r->f;
+	int64_t hw = f->h * f->w, ohw = f->oh * f->ow;
+	float *eb = r->ws + f->dsz + (size_t)tid * f->per_thread;
+
+	for (int64_t u = b; u < e; u++) {
+		int64_t n = u / r->cblocks, c0 = u % r->cblocks * FIR_CB;
+		int64_t nc = f->ce - c0 < FIR_CB ? f->ce - c0 : FIR_CB;
+		struct hp_dw d = { .g = f->gfull, .batch = 1, .cin = nc, .mult = 1, .epi = &f->e2, .xstride = hw,
+				   .xclip = f->clip1, .scratch = eb + f->per_thread - f->dws };
+		const float *src = eb;
+		if (f->expand)
+			hp_pw_gemm(nc, hw, f->cin, r->w1 + c0 * f->cin, f->cin, r->x + n * f->cin * hw, hw,
+				   r->b1 ? r->b1 + c0 : NULL, eb, hw);
+		else /* the depthwise planes read X in place */
+			src = r->x + (n * f->cin + c0) * hw, d.xclip = NULL;
+		hp_dw_forward(&d, src, r->wd + c0 * 9, r->bd ? r->bd + c0 : NULL, r->ws + (n * f->ce + c0) * ohw,
+			      NULL);
+	}
+}
+
+/* Channel mode, second run: units are (item, micro-tile of 6 output
+ * channels); runs of them within an item are one product over D. */
+static void fir_ch_proj(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct fir_run *r = arg;
+	const struct fir *f = r->f;
+	int64_t ohw = f->oh * f->ow;
+
+	(void)tid;
+	while (b < e) {
+		int64_t n = b / r->ptiles, t0 = b % r->ptiles, t1 = t0 + (e - b) < r->ptiles ? t0 + (e - b) : r->ptiles;
+		int64_t m0 = t0 * 6, m1 = t1 * 6 < f->cout ? t1 * 6 : f->cout;
+		float *y = r->y + (n * f->cout + m0) * ohw;
+		hp_pw_gemm(m1 - m0, ohw, f->ce, r->w2 + m0 * f->ce, f->ce, r->ws + n * f->ce * ohw, ohw,
+			   r->b2 ? r->b2 + m0 : NULL, y, ohw);
+		for (int64_t m = m0; m < m1 && f->e3.add != HP_EPI_ADD_NONE && r->add; m++) {
+			int64_t off = (n * f->cout + m) * ohw;
+			hp_epi_span(&f->e3, r->y, r->add, off, off + ohw);
+		}
+		b += t1 - t0;
+	}
+}
+
+static void fir_ch_exec(struct fir_run *r, struct hp_pool *pool, int threads)
+{
+	const struct fir *f = r->f;
+
+	r->cblocks = (f->ce + FIR_CB - 1) / FIR_CB;
+	r->ptiles = (f->cout + 5) / 6;
+	hp_parallel_steal(threads > 1 ? pool : NULL, f->n * r->cblocks, 1, threads, fir_ch_dw, r);
+	hp_parallel_steal(threads > 1 ? pool : NULL, f->n * r->ptiles, FIR_PROJ_TILES, threads, fir_ch_proj, r);
+}
+
+/* Channel mode's buffers: D, then per worker E's block and the depthwise
+ * kernels' scratch for the whole plane. */
+static void fir_ch_prepare(struct fir *f)
+{
+	fir_geom(f, f->h, f->oh, f->pt, &f->gfull);
+	f->dws = (hp_dw_scratch(&f->gfull) + 15) / 16 * 16;
+	f->dsz = (size_t)(f->n * f->ce * f->oh * f->ow + 15) / 16 * 16;
+	f->per_thread = (size_t)(FIR_CB * f->h * f->w + 15) / 16 * 16 + f->dws;
 }
 
 /* ---- the operator ---- */
@@ -288,6 +388,7 @@ static int fir_prepare(struct hp_graph *gr, struct hp_node *n)
 		free(f);
 		return rc;
 	}
+	f->chan = mode_set ? mode_set == 2 : f->oh * f->ow < FIR_CHAN_PLANE;
 	f->rows = band_rows_set > 0 ? band_rows_set : FIR_ROWS;
 	f->rows = f->rows < f->oh ? f->rows : f->oh;
 	f->ecap = f->expand ? fir_ecap(f, f->rows) : 0;
@@ -296,7 +397,9 @@ static int fir_prepare(struct hp_graph *gr, struct hp_node *n)
 	fir_geom(f, (f->rows - 1) * f->s + 3, f->rows, 0, &g);
 	f->dws = (hp_dw_scratch(&g) + 15) / 16 * 16;
 	f->per_thread = fir_floats(f, f->rows);
-	n->workspace = (size_t)hp_conv_ws_threads() * f->per_thread * sizeof(float);
+	if (f->chan)
+		fir_ch_prepare(f);
+	n->workspace = (f->dsz + (size_t)hp_conv_ws_threads() * f->per_thread) * sizeof(float);
 	n->priv = f;
 	return 0;
 }
@@ -315,6 +418,11 @@ static int fir_exec(const struct hp_node *n, const struct hp_kargs *a)
 	if (threads > hp_conv_ws_threads())
 		threads = hp_conv_ws_threads();
 	threads = threads < FIR_MAX_THREADS ? threads : FIR_MAX_THREADS;
+	if (f->chan) {
+		fir_ch_exec(&r, a->pool, threads);
+		hp_conv_threads_leave(saved);
+		return 0;
+	}
 	/* bands of at most f->rows rows, their count a multiple of the
 	 * threads, so that the shares are even when the workers come on time */
 	r.bands = (f->oh + f->rows - 1) / f->rows;

@@ -72,6 +72,49 @@ struct hp_pool {
  * thread takes the core. */
 #define POOL_FINISH_NS 200000
 
+/* Tests (hp_pool_set_steal_stall_us, hp_pool_stolen_units): how late a
+ * worker starts its share of a stealing job, and the units run by a
+ * thread other than their share's. */
+static _Atomic int64_t steal_stall_ns;
+static _Atomic uint64_t stolen_units;
+
+void hp_pool_set_steal_stall_us(int64_t us)
+{
+	atomic_store(&steal_stall_ns, us > 0 ? us * 1000 : us < 0 ? -1 : 0);
+}
+
+/* Whether every unit of the current stealing job has been taken. */
+static int all_taken(struct hp_pool *p)
+{
+	for (int k = 0; k < p->parts; k++) {
+		uint64_t s = atomic_load(&p->spans[k]);
+		if ((s & 0xffffffffu) < s >> 32)
+			return 0;
+	}
+	return 1;
+}
+
+/* The tests' late worker (mu held on entry and return): whether a newer
+ * job than `seen` came meanwhile (its shares then wait for its own stall). */
+static int stall_worker(struct hp_pool *p, uint64_t seen)
+{
+	int64_t ns = atomic_load(&steal_stall_ns);
+	struct timespec t = { ns / 1000000000, ns % 1000000000 }, poll = { 0, 20000 };
+
+	pthread_mutex_unlock(&p->mu);
+	if (ns > 0)
+		nanosleep(&t, NULL);
+	while (ns < 0 && !all_taken(p)) /* until the others took every unit */
+		nanosleep(&poll, NULL);
+	pthread_mutex_lock(&p->mu);
+	return atomic_load(&p->generation) != seen;
+}
+
+uint64_t hp_pool_stolen_units(void)
+{
+	return atomic_load(&stolen_units);
+}
+
 int64_t hp_pool_spin_ns(void)
 {
 	static _Atomic int64_t cached = -1;
@@ -178,8 +221,10 @@ static void run_share(struct hp_pool *p, int k)
 	while ((u = take_unit(p, k, 0)) >= 0)
 		run_unit(p, k, u, k);
 	for (int d = 1; d < p->parts; d++)
-		while ((u = take_unit(p, (k + d) % p->parts, 1)) >= 0)
+		while ((u = take_unit(p, (k + d) % p->parts, 1)) >= 0) {
+			atomic_fetch_add_explicit(&stolen_units, 1, memory_order_relaxed);
 			run_unit(p, (k + d) % p->parts, u, k);
+		}
 }
 
 /* Run the current job's unclaimed shares (mu held on entry and on return). */
@@ -221,6 +266,10 @@ static void *worker(void *v)
 		if (p->quit)
 			break;
 		seen = atomic_load(&p->generation);
+		if (p->unit && atomic_load_explicit(&steal_stall_ns, memory_order_relaxed) != 0 && stall_worker(p, seen)) {
+			pthread_mutex_unlock(&p->mu);
+			continue;
+		}
 		claim_shares(p);
 		pthread_mutex_unlock(&p->mu);
 	}

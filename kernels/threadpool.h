@@ -25,4 +25,12 @@ int64_t hp_pool_spin_ns(void);
  * 2^32. */
 void hp_parallel_steal(struct hp_pool *p, int64_t n, int64_t unit, int parts, hp_range_fn fn, void *arg);
 
+/* Tests: a worker sleeps us microseconds before it starts its share of
+ * a stealing job (0: never, the default; below 0: until the other threads
+ * have taken every unit of the job), so that the other threads take its
+ * units; and the units of stealing jobs run so far by a thread other than
+ * their share's (process-wide). */
+void hp_pool_set_steal_stall_us(int64_t us);
+uint64_t hp_pool_stolen_units(void);
+
 #endif

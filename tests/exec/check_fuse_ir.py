@@ -8,8 +8,8 @@ A model written here (onnx.helper, seeded NumPy weights), 1x8x30x30:
   A  1x1 8->24 + Clip(0, 6), depthwise 3x3 + Clip, 1x1 24->8, + x  (fuses, with the Add)
   B  1x1 8->32 + Clip, depthwise 3x3 stride 2 + Clip, 1x1 32->12    (fuses; 15x15 out)
   C  like A on B's output, its expansion also a graph output       (must not fuse)
-  D  like B on B's output, 8x8 out: below the 14x14 planes fused    (must not fuse)
-Checks: --plan lists exactly the two blocks (and --no-fuse, --budget none);
+  D  like B on B's output, 8x8 out                                  (fuses, by blocks of channels)
+Checks: --plan lists exactly the three blocks (and --no-fuse, --budget none);
 every output bitwise --no-fuse (the block computes each element with the
 unfused nodes' kernels), at 1 and 2 threads; within TOL * max|ref| of a
 float64 NumPy evaluation; out of core (unfused, split) bitwise in core.
@@ -87,7 +87,7 @@ def main():
     exe = sys.argv[1]
     # C's expansion is an output, so C fuses as a block without expansion
     # reading it (with its residual Add); F has none
-    want = {"InvertedResidual+Add": 1, "InvertedResidual": 1, "InvertedResidual (no expansion)": 1,
+    want = {"InvertedResidual+Add": 1, "InvertedResidual": 2, "InvertedResidual (no expansion)": 1,
             "InvertedResidual+Add (no expansion)": 1}
     with tempfile.TemporaryDirectory() as tmp:
         path, xpath = os.path.join(tmp, "ir.onnx"), os.path.join(tmp, "ir_x.npy")

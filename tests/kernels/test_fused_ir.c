@@ -4,7 +4,8 @@
  *    depthwise + Clip, Conv 1x1 or FusedConv 1x1 + Add), each run alone;
  *  - within 1e-5 of nested loops in double (Clip in between);
  *  - the same bits for every band height and on 1 or 2 threads, also when
- *    one thread comes late and the other takes its bands from the back. */
+ *    one thread comes late and the other takes its bands from the back;
+ *  - the same for the blocks of channels that small planes run by. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 #include "hpdlf/error.h"
 #include "kernels/conv_impl.h"
 #include "kernels/fused_impl.h"
+#include "kernels/threadpool.h"
 #include "tests/kernels/harness.h"
 
 struct ic {
@@ -41,6 +43,11 @@ static const struct ic cases[] = {
 	{ 2, 9, 9, 7, 12, 17, 1, { 0, 1, 2, 0 }, 1, 1 },
 	{ 1, 11, 11, 6, 15, 14, 2, { 1, 1, 1, 1 }, 0, 1 },
 	{ 1, 32, 32, 16, 40, 40, 1, { 1, 1, 1, 1 }, 0, 1 },
+	/* MobileNetV2's 7x7 blocks (blocks of channels unless forced) */
+	{ 1, 160, 960, 160, 7, 7, 1, { 1, 1, 1, 1 }, 1, 0 },
+	{ 1, 96, 576, 160, 14, 14, 2, { 1, 1, 1, 1 }, 0, 0 },
+	{ 2, 300, 100, 13, 9, 8, 1, { 1, 0, 1, 2 }, 1, 0 },
+	{ 2, 50, 50, 20, 6, 5, 2, { 2, 1, 0, 1 }, 0, 1 },
 };
 
 /* The expansion's Clip floor: 0 as in MobileNetV2, or above 0, where the
@@ -192,6 +199,16 @@ static void loops(const struct ic *t, const struct data *d, double *y)
 	free(dd);
 }
 
+/* Whether the node runs more than one unit in some parallel run: bands of
+ * rows (chan 0; an even count from 2 rows), or blocks of 48 expanded
+ * channels, or pairs of 6-row tiles of the projection (chan 1). */
+static int parallel(const struct ic *t, int chan)
+{
+	if (!chan)
+		return t->n * odim(t, 0) >= 2;
+	return t->n * ((t->ce + 47) / 48) >= 2 || t->n * ((t->cout + 11) / 12) >= 2;
+}
+
 static void test_against_unfused(void **state)
 {
 	struct hp_pool *pool;
@@ -212,10 +229,21 @@ static void test_against_unfused(void **state)
 		make(t, 40 + (unsigned)ci, &d);
 		unfused(t, &d, &want);
 		ny = hp_shape_numel(&want.shape);
-		for (int p = 0; p < 2; p++) {
-			fused(t, &d, p ? pool : NULL, &got);
+		/* bands of rows and blocks of channels, 1 thread, 2, and 2 whose
+		 * worker comes late (the caller takes its units) */
+		for (int p = 0; p < 6; p++) {
+			uint64_t stolen = hp_pool_stolen_units();
+			hp_fir_set_mode(1 + p / 3);
+			hp_pool_set_steal_stall_us(p % 3 == 2 ? -1 : 0);
+			fused(t, &d, p % 3 ? pool : NULL, &got);
+			hp_pool_set_steal_stall_us(0);
+			hp_fir_set_mode(0);
 			if (memcmp(got.data, want.data, (size_t)ny * sizeof(float)))
-				fail_msg("case %d (%s): not the unfused nodes' bits", ci, p ? "2 threads" : "1 thread");
+				fail_msg("case %d (%s, %s): not the unfused nodes' bits", ci,
+					 p / 3 ? "blocks of channels" : "bands of rows",
+					 p % 3 == 0 ? "1 thread" : p % 3 == 1 ? "2 threads" : "2, one late");
+			if (p % 3 == 2 && parallel(t, p / 3) && hp_pool_stolen_units() == stolen)
+				fail_msg("case %d: nothing stolen from a late worker", ci);
 			hp_tensor_free(&got);
 		}
 		ref = malloc((size_t)ny * sizeof *ref);
@@ -251,6 +279,7 @@ static void test_bands(void **state)
 		struct hp_tensor whole, got;
 
 		make(t, 70 + (unsigned)ci, &d);
+		hp_fir_set_mode(1); /* bands, whatever the plane */
 		hp_fir_set_band_rows(odim(t, 0));
 		fused(t, &d, NULL, &whole);
 		for (int64_t rows = 1; rows < odim(t, 0); rows += 1 + rows / 2)
@@ -265,6 +294,7 @@ static void test_bands(void **state)
 			}
 		hp_fir_set_band_rows(0);
 		hp_fir_set_stall_us(0);
+		hp_fir_set_mode(0);
 		hp_tensor_free(&whole);
 		drop(&d);
 	}

@@ -204,6 +204,36 @@ static void test_steal_late(void **state)
 	hp_pool_destroy(p);
 }
 
+/* The tests' late worker (hp_pool_set_steal_stall_us): a worker that
+ * waits until every unit is taken (-1) leaves the caller every unit of its
+ * share, each counted by hp_pool_stolen_units; one 20 ms late, the same
+ * but for the caller's own delays. */
+static void test_steal_stall_hook(void **state)
+{
+	struct hp_pool *p;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &p), 0);
+	for (int it = 0; it < 3; it++) {
+		uint64_t before = hp_pool_stolen_units();
+		/* the worker comes after every unit was taken: all of its share
+		 * stolen, whatever the machine's load */
+		steal_unit = 1, steal_parts = 2;
+		rec_reset(&R, 40, 1, 2);
+		hp_pool_set_steal_stall_us(-1);
+		hp_parallel_steal(p, 40, 1, 2, steal_fn, &R);
+		hp_pool_set_steal_stall_us(0);
+		check_once(&R, "hp_parallel_steal, a worker stalled by the hook");
+		for (int i = 20; i < 40; i++)
+			if (atomic_load(&steal_tid[i]) != 0)
+				fail_msg("unit %d of the stalled worker's share ran as tid %d", i, atomic_load(&steal_tid[i]));
+		if (hp_pool_stolen_units() - before != 20)
+			fail_msg("%llu units counted as stolen, not 20",
+				 (unsigned long long)(hp_pool_stolen_units() - before));
+	}
+	hp_pool_destroy(p);
+}
+
 static void test_spin_setting(void **state)
 {
 	const char *e = getenv("HPDLF_POOL_SPIN_US");
@@ -223,6 +253,7 @@ int main(void)
 		cmocka_unit_test(test_spin_setting),
 		cmocka_unit_test(test_steal_cover),
 		cmocka_unit_test(test_steal_late),
+		cmocka_unit_test(test_steal_stall_hook),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
