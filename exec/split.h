@@ -68,7 +68,9 @@ struct hp_split_info {
  * that band owns, computed from the dY rows of every band they need, and
  * zeros elsewhere in its window.  The halo rows of neighbouring bands then
  * add zeros to exact sums instead of summing two partial ones, and
- * out-of-core training is bitwise the in-core one.  Groups whose kernel
+ * out-of-core training is bitwise the in-core one.  A band owns the rows
+ * of its own input band where it can (hp_split_grad_owners), and the zero
+ * pieces are then left out (hp_split_grad_prune).  Groups whose kernel
  * path cannot be cut in rows bit for bit stay as they are.  Returns the
  * number of groups rewritten or a negative error. */
 int hp_split_grad_exact(struct hp_graph *g);
