@@ -68,10 +68,34 @@ struct hp_split_info {
  * that band owns, computed from the dY rows of every band they need, and
  * zeros elsewhere in its window.  The halo rows of neighbouring bands then
  * add zeros to exact sums instead of summing two partial ones, and
- * out-of-core training is bitwise the in-core one.  Groups whose kernel
+ * out-of-core training is bitwise the in-core one.  A band owns the rows
+ * of its own input band where it can (hp_split_grad_owners), and the zero
+ * pieces are then left out (hp_split_grad_prune).  Groups whose kernel
  * path cannot be cut in rows bit for bit stay as they are.  Returns the
  * number of groups rewritten or a negative error. */
 int hp_split_grad_exact(struct hp_graph *g);
+
+/* One band of an exact group (split_grad_zero.c): gx its window gradient
+ * (autodiff's ConvGradData/pooling gradient output), [a, b) its window
+ * and [oa, ob) the rows it owns (whole rows of the input on `axis`). */
+struct hp_band_rows {
+	int gx, axis;
+	int64_t a, b, oa, ob;
+};
+
+/* The rows bands 1 .. nb-1 own start at own[i] (own[0], own[nb] the
+ * caller's): where the pieces of both neighbouring windows are cut (the
+ * input's own band cuts), so that no halo piece holds owned rows; else at
+ * the window's start. */
+void hp_split_grad_owners(const struct hp_graph *g, const struct hp_band_rows *b, int nb, int axis, int64_t *own);
+
+/* After the exact rewrite: the pieces of each band's window gradient
+ * outside its owned rows are zero; those pieces, the band-sized
+ * SliceGrads of them and their places in GradSums are removed and the
+ * owned piece is the owned rows' node's output (no Pad, no ConcatGrad).
+ * All or nothing: 0 (g unchanged) when a zero would reach another op.
+ * Returns the bands pruned or a negative error; g needs finalizing. */
+int hp_split_grad_prune(struct hp_graph *g, const struct hp_band_rows *b, int n);
 
 /* g must have passed hp_graph_infer.  On success g is the graph kept,
  * inferred and finished; values keep their indices (new ones are appended,

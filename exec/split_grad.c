@@ -184,8 +184,10 @@ static int pool_cut(const struct ggeom *q, struct cut *c)
 	return c->wa > c->oa || c->wb < c->ob;
 }
 
-/* Band i's cut; 0, or 1 when it cannot be made. */
-static int band_cut(struct hp_graph *g, const struct ggeom *q, const struct gband *b, int nb, int i, struct cut *c)
+/* Band i's cut, owning input rows [own[i], own[i + 1]) of its window; 0,
+ * or 1 when it cannot be made. */
+static int band_cut(struct hp_graph *g, const struct ggeom *q, const struct gband *b, const int64_t *own, int i,
+		    struct cut *c)
 {
 	const int64_t *t = b[i].t;
 	int64_t a = q->cb.xalign, ya = q->cb.yalign;
@@ -193,8 +195,8 @@ static int band_cut(struct hp_graph *g, const struct ggeom *q, const struct gban
 	int64_t pads[2 * HP_MAX_RANK];
 	struct hp_cgd_bands cb = { .path = q->cb.path };
 
-	c->oa = i == 0 ? 0 : t[T_A];
-	c->ob = i == nb - 1 ? q->hin : b[i + 1].t[T_A];
+	c->oa = own[i];
+	c->ob = own[i + 1];
 	c->oa = c->oa > t[T_A] ? c->oa : t[T_A];
 	c->ob = c->ob < t[T_B] ? c->ob : t[T_B];
 	if (c->oa >= c->ob)
@@ -382,19 +384,70 @@ static int rebuild(struct hp_graph *g, const struct gband *b, int nb, int i, con
 	return (rc = add(g, base, "Pad", 2, pin, gx, sched)) < 0 ? rc : 0;
 }
 
+/* The bands' rows for hp_split_grad_prune, over all groups. */
+struct rowsbuf {
+	struct hp_band_rows *r;
+	int n, cap;
+};
+
+/* The cuts of the group's bands: owning their input bands' rows
+ * (hp_split_grad_owners), else, as before, from each window's start on;
+ * 0, or 1 when neither can be made. */
+static int group_cuts(struct hp_graph *g, const struct ggeom *q, const struct gband *b, int nb, struct cut *c,
+		      struct hp_band_rows *r)
+{
+	int64_t own[65];
+
+	for (int i = 0; i < nb; i++)
+		r[i] = (struct hp_band_rows){ .gx = g->nodes[b[i].node].outputs[0], .axis = q->axis,
+					      .a = b[i].t[T_A], .b = b[i].t[T_B] };
+	own[0] = 0;
+	own[nb] = q->hin;
+	hp_split_grad_owners(g, r, nb, q->axis, own);
+	for (int pass = 0; pass < 2; pass++) {
+		int bad = 0;
+		for (int i = 1; pass && i < nb; i++)
+			own[i] = b[i].t[T_A];
+		for (int i = 0; i < nb && !bad; i++)
+			bad = band_cut(g, q, b, own, i, &c[i]);
+		if (!bad)
+			break;
+		if (pass)
+			return 1;
+	}
+	for (int i = 0; i < nb; i++) {
+		r[i].oa = c[i].oa;
+		r[i].ob = c[i].ob;
+	}
+	return 0;
+}
+
+static int keep_rows(struct rowsbuf *rb, const struct hp_band_rows *r, int nb)
+{
+	if (rb->n + nb > rb->cap) {
+		int cap = 2 * (rb->n + nb);
+		struct hp_band_rows *x = realloc(rb->r, (size_t)cap * sizeof *x);
+		if (!x)
+			return hp_error(-ENOMEM, "out of memory");
+		rb->r = x;
+		rb->cap = cap;
+	}
+	memcpy(rb->r + rb->n, r, (size_t)nb * sizeof *r);
+	rb->n += nb;
+	return 0;
+}
+
 /* Group grp rewritten: 1, or 0 when it stays as it is. */
-static int exact_group(struct hp_graph *g, int64_t grp)
+static int exact_group(struct hp_graph *g, int64_t grp, struct rowsbuf *rb)
 {
 	struct gband b[64] = { { 0 } };
 	struct cut c[64];
+	struct hp_band_rows r[64];
 	struct ggeom q;
 	int nb = group_bands(g, grp, b, 64), old[64], rc;
 
-	if (!nb || !overlapping(b, nb) || whole_geom(g, b, &q))
+	if (!nb || !overlapping(b, nb) || whole_geom(g, b, &q) || group_cuts(g, &q, b, nb, c, r))
 		return 0;
-	for (int i = 0; i < nb; i++)
-		if (band_cut(g, &q, b, nb, i, &c[i]))
-			return 0;
 	for (int i = 0; i < nb; i++) {
 		old[i] = b[i].node;
 		if ((rc = rebuild(g, b, nb, i, &q, &c[i])) < 0)
@@ -409,13 +462,14 @@ static int exact_group(struct hp_graph *g, int64_t grp)
 			}
 	for (int i = 0; i < nb; i++)
 		hp_graph_remove_node(g, old[i]);
-	return 1;
+	return (rc = keep_rows(rb, r, nb)) < 0 ? rc : 1;
 }
 
 int hp_split_grad_exact(struct hp_graph *g)
 {
 	int64_t *done = NULL;
 	int ndone = 0, count = 0, rc = 0;
+	struct rowsbuf rb = { 0 };
 
 	for (int i = 0; i < g->nnodes && rc >= 0; i++) {
 		const int64_t *t;
@@ -433,11 +487,14 @@ int hp_split_grad_exact(struct hp_graph *g)
 		}
 		done = d;
 		done[ndone++] = grp;
-		if ((rc = exact_group(g, grp)) > 0)
+		if ((rc = exact_group(g, grp, &rb)) > 0)
 			count += rc;
 		i = -1; /* nodes moved: scan again, skipping groups done */
 	}
 	free(done);
+	if (rc >= 0 && count)
+		rc = hp_split_grad_prune(g, rb.r, rb.n);
+	free(rb.r);
 	if (rc >= 0 && count && ((rc = hp_graph_finalize(g)) < 0 || (rc = hp_graph_infer(g)) < 0))
 		return rc;
 	return rc < 0 ? rc : count;
