@@ -10,6 +10,7 @@
 
 #include "hpdlf/error.h"
 #include "store/crc.h"
+#include "store/iomerge.h"
 #include "store/place.h"
 #include "store/store_internal.h"
 
@@ -329,10 +330,16 @@ static void req_init(struct io_req *r, struct hs_tensor *t, uint64_t i, struct h
 
 /* ---- write-back ---- */
 
-/* A tier that refuses a batch accepted none of it: complete them here. */
+/* Requests that continue each other go as one (iomerge.h) to a tier the
+ * store places; a tier that refuses a batch accepted none of it: complete
+ * them here. */
 static void submit_batch(struct hs_tier *t, struct hs_io **batch, int k)
 {
-	int rc = t->ops->submit(t, batch, k);
+	int rc;
+
+	if (!t->ops->place)
+		k = hs_io_merge(batch, k);
+	rc = t->ops->submit(t, batch, k);
 
 	for (int j = 0; rc < 0 && j < k; j++) {
 		batch[j]->res = rc;
