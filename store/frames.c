@@ -323,6 +323,21 @@ int hs_frames_unmap(struct hs_frames *f, unsigned char *va, const struct hs_piec
 	return rc;
 }
 
+int hs_frames_home_span(struct hs_frames *f, unsigned char *va, uint64_t page, uint64_t n)
+{
+	int rc = move(f, va, f->pool + (size_t)page * HS_PAGE, (size_t)n * HS_PAGE);
+
+	if (rc < 0)
+		return hp_error(rc, "store: cannot move %llu bytes of frames home from a tensor: %s",
+				(unsigned long long)n * HS_PAGE, strerror(-rc));
+	return 0;
+}
+
+void hs_frames_queue(struct hs_frames *f, unsigned char *va, uint64_t len, uint32_t *ref)
+{
+	queue_range(f, va, len, ref);
+}
+
 int hs_frames_move(struct hs_frames *f, unsigned char *from, unsigned char *to, uint64_t len, uint32_t *ref)
 {
 	int rc = move(f, from, to, len);
@@ -487,6 +502,25 @@ int hs_frames_find_run(const struct hs_frames *f, uint64_t n, uint64_t *page)
 		}
 	}
 	return -ENOMEM;
+}
+
+uint64_t hs_frames_longest(const struct hs_frames *f, uint64_t *page)
+{
+	uint64_t best = 0, start = 0, len = 0;
+
+	for (uint64_t p = 0; p < f->grown; p++) {
+		if (!(f->freemap[p >> 6] >> (p & 63) & 1)) {
+			len = 0;
+			continue;
+		}
+		if (!len++)
+			start = p;
+		if (len > best) {
+			best = len;
+			*page = start;
+		}
+	}
+	return best;
 }
 
 uint64_t hs_frames_grown(const struct hs_frames *f)

@@ -691,11 +691,16 @@ static int pin_claim(struct hs_store *st, struct hs_tensor *t, uint64_t first, u
 	}
 	need += sb; /* unaligned file reads share one window (submit_loads) */
 	rc = make_room(st, need, "pin", t, own);
+	for (uint64_t i = first; rc == 0 && i < first + n; i++)
+		if (t->ch[i].state == CH_LOADING)
+			rc = hs_chunk_attach(st, t, i, HS_ATTACH_DEFER);
+	if (rc == 0) /* all at once: a stretch of chunks is one mremap */
+		rc = hs_chunks_map(st, t, first, n);
 	for (uint64_t i = first; rc == 0 && i < first + n; i++) {
 		struct hs_chunk *c = &t->ch[i];
 		int fresh = c->tier == NO_TIER && !t->bpath; /* nothing to read: zeros */
-		if (c->state == CH_LOADING)
-			rc = hs_chunk_attach(st, t, i, HS_ATTACH_MAP | (fresh && mode != HS_PIN_OVERWRITE ? HS_ATTACH_ZERO : 0));
+		if (c->state == CH_LOADING && fresh && mode != HS_PIN_OVERWRITE)
+			memset(hs_chunk_addr(st, t, i), 0, hs_chunk_iolen(t, i)); /* frames are reused */
 	}
 	if (rc < 0) {
 		for (uint64_t i = first; i < first + n; i++)
@@ -781,6 +786,7 @@ int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mod
 		rc = hp_error(g.err, "%s", g.msg);
 		goto out;
 	}
+	rc = hs_chunks_map(st, t, first, n); /* what prefetches left unmapped, a stretch at a time */
 	for (uint64_t i = first; i < first + n && rc == 0; i++)
 		rc = chunk_ready(st, t, i);
 	if (rc == 0 && n > 1)
