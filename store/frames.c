@@ -504,23 +504,36 @@ int hs_frames_find_run(const struct hs_frames *f, uint64_t n, uint64_t *page)
 	return -ENOMEM;
 }
 
-uint64_t hs_frames_longest(const struct hs_frames *f, uint64_t *page)
+/* Stretch [s, e) from its first page aligned to `align`: better than the
+ * best so far (*got pages at *page)?  One that holds `want` whole beats
+ * any that does not, and among those the shorter wins (best fit: long
+ * stretches stay whole for runs); among those that do not, the longer. */
+static void consider(uint64_t s, uint64_t e, uint64_t want, uint64_t align, uint64_t *page, uint64_t *got)
 {
-	uint64_t best = 0, start = 0, len = 0;
+	uint64_t a = (s + align - 1) / align * align, n = e > a ? e - a : 0;
 
-	for (uint64_t p = 0; p < f->grown; p++) {
-		if (!(f->freemap[p >> 6] >> (p & 63) & 1)) {
-			len = 0;
-			continue;
-		}
-		if (!len++)
-			start = p;
-		if (len > best) {
-			best = len;
-			*page = start;
-		}
+	if (n < align)
+		return;
+	if (*got >= want ? n >= want && n < *got : n > *got) {
+		*page = a;
+		*got = n;
 	}
-	return best;
+}
+
+uint64_t hs_frames_stretch(const struct hs_frames *f, uint64_t want, uint64_t align, uint64_t *page)
+{
+	uint64_t got = 0, start = 0;
+	int in = 0;
+
+	for (uint64_t p = 0; p <= f->grown; p++) {
+		int free = p < f->grown && (f->freemap[p >> 6] >> (p & 63) & 1);
+		if (free && !in)
+			start = p;
+		else if (!free && in)
+			consider(start, p, want, align, page, &got);
+		in = free;
+	}
+	return got;
 }
 
 uint64_t hs_frames_grown(const struct hs_frames *f)

@@ -104,9 +104,11 @@ int hs_frames_runs(struct hs_frames *f);
 int hs_frames_find_run(const struct hs_frames *f, uint64_t n, uint64_t *page);
 int hs_frames_take(struct hs_frames *f, uint64_t page, uint64_t n);
 int hs_frames_is_free(const struct hs_frames *f, uint64_t page);
-/* The longest stretch of free pages: its length, its first page in *page
- * (untouched when there is none). */
-uint64_t hs_frames_longest(const struct hs_frames *f, uint64_t *page);
+/* A stretch of free pages from a page aligned to `align` (a power of two)
+ * for up to `want` of them: the shortest that holds all `want`, else the
+ * longest (at least `align` pages).  Its pages from *page (untouched when
+ * there is none) or 0. */
+uint64_t hs_frames_stretch(const struct hs_frames *f, uint64_t want, uint64_t align, uint64_t *page);
 
 /* Slab of a single-piece chunk: 1 + slot (0: several pieces) and offset. */
 uint32_t hs_frames_slot(const struct hs_frames *f, const struct hs_piece *p, uint32_t n, uint64_t *off);

@@ -168,8 +168,10 @@ took:
 }
 
 /* Frames for chunk i of a tensor of several that found no run: the pages
- * right after chunk i - 1's, else the start of the longest free stretch,
- * so that the chunks of a pin lie back to back where they can and move
+ * right after chunk i - 1's, else the start (chunk-aligned, as the buddy
+ * allocator would place it) of the shortest free stretch that holds the
+ * rest of the tensor, or failing that of the longest, so that the chunks
+ * of a pin lie back to back where they can and move
  * into the tensor's range, and home again, one mremap per stretch
  * (hs_chunks_map, hs_chunk_detach_stretch) instead of one per chunk (a
  * 26-page workspace of LeNet at 25% took 7 each way, several times a
@@ -177,7 +179,7 @@ took:
 static int next_take(struct hs_store *st, struct hs_tensor *t, uint64_t i, uint64_t len)
 {
 	const struct hs_chunk *prev = i ? &t->ch[i - 1] : NULL;
-	uint64_t np = len / HS_PAGE, page = 0;
+	uint64_t np = len / HS_PAGE, page = 0, cp = st->cs / HS_PAGE, rest = t->maplen / HS_PAGE - i * cp;
 	int ok = 0;
 
 	if (t->nchunks == 1 || t->run || !hs_frames_runs(st->frames))
@@ -186,7 +188,7 @@ static int next_take(struct hs_store *st, struct hs_tensor *t, uint64_t i, uint6
 		ok = hs_frames_take(st->frames, prev->one.page + prev->one.n, np) == 0;
 	if (ok)
 		page = prev->one.page + prev->one.n;
-	else if (hs_frames_longest(st->frames, &page) < np || hs_frames_take(st->frames, page, np) < 0)
+	else if (hs_frames_stretch(st->frames, rest, cp, &page) < np || hs_frames_take(st->frames, page, np) < 0)
 		return -1;
 	t->ch[i].one = (struct hs_piece){ (uint32_t)page, (uint32_t)np };
 	t->ch[i].many = NULL;

@@ -164,9 +164,56 @@ static void test_stretch_churn(void **state)
 	hs_store_close(st);
 }
 
+/* hs_frames_stretch against a brute-force reference: pools of 48-300
+ * pages with random pages taken; for each alignment and want, every
+ * aligned page that starts its stretch's aligned part is a candidate of
+ * (consecutive free pages from it) pages, at least `align`; the shortest
+ * holding `want`, else the longest, first in the pool on ties. */
+static void test_stretch_pick(void **state)
+{
+	uint64_t s = seed;
+
+	(void)state;
+	for (int round = 0; round < 300; round++) {
+		uint64_t pages = 48 + tu_rand(&s) % 253, align = 1ull << (tu_rand(&s) % 4), page = 0;
+		struct hs_frames *f;
+		assert_int_equal(hs_frames_create(pages * HS_PAGE, CS, NULL, NULL, &f), 0);
+		assert_int_equal(hs_frames_runs(f), 1);
+		for (uint64_t p = 0; p < pages; p++)
+			if (tu_rand(&s) % 3 == 0)
+				assert_int_equal(hs_frames_take(f, p, 1), 0);
+		uint64_t want = 1 + tu_rand(&s) % 40, best = 0, at = 0;
+		for (uint64_t a = 0; a < pages; a += align) {
+			if (!hs_frames_is_free(f, a))
+				continue;
+			uint64_t first = a; /* the stretch's first free page */
+			while (first > 0 && hs_frames_is_free(f, first - 1))
+				first--;
+			if ((first + align - 1) / align * align != a)
+				continue; /* not the stretch's first aligned page */
+			uint64_t n = 0;
+			while (a + n < pages && hs_frames_is_free(f, a + n))
+				n++;
+			if (n < align)
+				continue;
+			int better = best >= want ? (n >= want && n < best) : n > best;
+			if (better) {
+				best = n;
+				at = a;
+			}
+		}
+		uint64_t got = hs_frames_stretch(f, want, align, &page);
+		assert_int_equal(got, best);
+		if (best)
+			assert_int_equal(page, at);
+		hs_frames_destroy(f);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_stretch_pick),
 		cmocka_unit_test(test_stretch_pin),
 		cmocka_unit_test(test_stretch_churn),
 	};
