@@ -21,8 +21,10 @@
 
 #include "store/tier.h"
 
-/* Largest merged request (bytes). */
-#define HS_IO_MERGE_MAX (1u << 20)
+/* Largest merged request (bytes): what the block layer takes as one
+ * request here (max_sectors_kb 4 MiB, docs/store-format.md), so a 3-D
+ * U-Net's 1 MiB chunks merge too. */
+#define HS_IO_MERGE_MAX (4u << 20)
 
 /* Merge ios[0..n) in place: on return ios[0..ret) are the requests to
  * submit, merged ones being wrappers (malloc'ed; if that fails the

@@ -167,27 +167,28 @@ static void test_merge_model(void **state)
 	}
 }
 
-/* 256 back-to-back requests of one page become one of HS_IO_MERGE_MAX;
- * the next two (3/4 and 1/2 of it) stay apart. */
+/* HS_IO_MERGE_MAX / 4096 back-to-back requests of one page become one of
+ * HS_IO_MERGE_MAX; the next two (3/4 and 1/2 of it) stay apart. */
+#define NPG ((int)(HS_IO_MERGE_MAX / 4096))
 static void test_merge_cap(void **state)
 {
-	static struct rec r[258];
-	struct hs_io *ios[258];
+	static struct rec r[NPG + 2];
+	static struct hs_io *ios[NPG + 2];
 
 	(void)state;
-	for (int i = 0; i < 258; i++) {
-		size_t len = i < 256 ? 4096 : i == 256 ? 3 * HS_IO_MERGE_MAX / 4 : HS_IO_MERGE_MAX / 2;
-		uint64_t at = i <= 256 ? (uint64_t)i * 4096 : 256 * 4096 + 3 * HS_IO_MERGE_MAX / 4;
+	for (int i = 0; i < NPG + 2; i++) {
+		size_t len = i < NPG ? 4096 : i == NPG ? 3 * HS_IO_MERGE_MAX / 4 : HS_IO_MERGE_MAX / 2;
+		uint64_t at = i <= NPG ? (uint64_t)i * 4096 : (uint64_t)NPG * 4096 + 3 * HS_IO_MERGE_MAX / 4;
 		r[i] = (struct rec){ .io = { .op = HS_IO_WRITE, .addr = at, .buf = (char *)(uintptr_t)(0x200000 + at),
 					     .len = len, .done = rec_done, .arg = &r[i] } };
 		ios[i] = &r[i].io;
 	}
-	int m = hs_io_merge(ios, 258);
-	assert_int_equal(m, 3); /* [0, 256) whole, then 256 alone, then 257 */
-	assert_int_equal(ios[0]->len, 256 * 4096);
+	int m = hs_io_merge(ios, NPG + 2);
+	assert_int_equal(m, 3); /* [0, NPG) whole, then NPG alone, then NPG + 1 */
+	assert_int_equal(ios[0]->len, HS_IO_MERGE_MAX);
 	for (int j = 0; j < m; j++)
 		ios[j]->done(ios[j]);
-	for (int i = 0; i < 258; i++)
+	for (int i = 0; i < NPG + 2; i++)
 		assert_int_equal(r[i].calls, 1);
 }
 
