@@ -105,7 +105,7 @@ static int evacuate(struct hs_store *st, struct hs_tensor *t, uint64_t i, struct
 	if (kind_of(c) == PG_FIXED)
 		return -1;
 	if (kind_of(c) == PG_DROP) {
-		hs_chunk_detach(st, t, i);
+		hs_chunk_detach_stretch(st, t, i);
 	} else {
 		if (hs_frames_find_run(st->frames, old.n, &to) < 0 || hs_frames_take(st->frames, to, old.n) < 0)
 			return -1;
@@ -157,7 +157,7 @@ static void slide(struct hs_store *st, const struct pg *o, uint64_t pages)
 		if (o[q].kind == PG_FREE || !first || !c->npieces)
 			continue;
 		if (kind_of(c) == PG_DROP) {
-			hs_chunk_detach(st, o[q].t, o[q].i);
+			hs_chunk_detach_stretch(st, o[q].t, o[q].i);
 			continue;
 		}
 		struct hs_piece old = c->one;

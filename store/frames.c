@@ -323,6 +323,21 @@ int hs_frames_unmap(struct hs_frames *f, unsigned char *va, const struct hs_piec
 	return rc;
 }
 
+int hs_frames_home_span(struct hs_frames *f, unsigned char *va, uint64_t page, uint64_t n)
+{
+	int rc = move(f, va, f->pool + (size_t)page * HS_PAGE, (size_t)n * HS_PAGE);
+
+	if (rc < 0)
+		return hp_error(rc, "store: cannot move %llu bytes of frames home from a tensor: %s",
+				(unsigned long long)n * HS_PAGE, strerror(-rc));
+	return 0;
+}
+
+void hs_frames_queue(struct hs_frames *f, unsigned char *va, uint64_t len, uint32_t *ref)
+{
+	queue_range(f, va, len, ref);
+}
+
 int hs_frames_move(struct hs_frames *f, unsigned char *from, unsigned char *to, uint64_t len, uint32_t *ref)
 {
 	int rc = move(f, from, to, len);
@@ -487,6 +502,38 @@ int hs_frames_find_run(const struct hs_frames *f, uint64_t n, uint64_t *page)
 		}
 	}
 	return -ENOMEM;
+}
+
+/* Stretch [s, e) from its first page aligned to `align`: better than the
+ * best so far (*got pages at *page)?  One that holds `want` whole beats
+ * any that does not, and among those the shorter wins (best fit: long
+ * stretches stay whole for runs); among those that do not, the longer. */
+static void consider(uint64_t s, uint64_t e, uint64_t want, uint64_t align, uint64_t *page, uint64_t *got)
+{
+	uint64_t a = (s + align - 1) / align * align, n = e > a ? e - a : 0;
+
+	if (n < align)
+		return;
+	if (*got >= want ? n >= want && n < *got : n > *got) {
+		*page = a;
+		*got = n;
+	}
+}
+
+uint64_t hs_frames_stretch(const struct hs_frames *f, uint64_t want, uint64_t align, uint64_t *page)
+{
+	uint64_t got = 0, start = 0;
+	int in = 0;
+
+	for (uint64_t p = 0; p <= f->grown; p++) {
+		int free = p < f->grown && (f->freemap[p >> 6] >> (p & 63) & 1);
+		if (free && !in)
+			start = p;
+		else if (!free && in)
+			consider(start, p, want, align, page, &got);
+		in = free;
+	}
+	return got;
 }
 
 uint64_t hs_frames_grown(const struct hs_frames *f)

@@ -74,6 +74,12 @@ void hs_frames_unqueue(struct hs_frames *f, uint32_t *ref);
  * `to` must not be queued. */
 int hs_frames_move(struct hs_frames *f, unsigned char *from, unsigned char *to, uint64_t len, uint32_t *ref);
 void hs_frames_flush(struct hs_frames *f);
+/* Stretches (store.c, hs_chunks_map): move the n pages mapped at va home
+ * to pages [page, page + n) with one mremap, nothing queued (the caller
+ * queues each chunk's range with hs_frames_queue, as hs_frames_unmap
+ * would); on error nothing moved. */
+int hs_frames_home_span(struct hs_frames *f, unsigned char *va, uint64_t page, uint64_t n);
+void hs_frames_queue(struct hs_frames *f, unsigned char *va, uint64_t len, uint32_t *ref);
 
 /* The home address of a single piece (its pages while no tensor range
  * holds them). */
@@ -98,6 +104,11 @@ int hs_frames_runs(struct hs_frames *f);
 int hs_frames_find_run(const struct hs_frames *f, uint64_t n, uint64_t *page);
 int hs_frames_take(struct hs_frames *f, uint64_t page, uint64_t n);
 int hs_frames_is_free(const struct hs_frames *f, uint64_t page);
+/* A stretch of free pages from a page aligned to `align` (a power of two)
+ * for up to `want` of them: the shortest that holds all `want`, else the
+ * longest (at least `align` pages).  Its pages from *page (untouched when
+ * there is none) or 0. */
+uint64_t hs_frames_stretch(const struct hs_frames *f, uint64_t want, uint64_t align, uint64_t *page);
 
 /* Slab of a single-piece chunk: 1 + slot (0: several pieces) and offset. */
 uint32_t hs_frames_slot(const struct hs_frames *f, const struct hs_piece *p, uint32_t n, uint64_t *off);

@@ -10,6 +10,7 @@
 
 #include "hpdlf/error.h"
 #include "store/crc.h"
+#include "store/iomerge.h"
 #include "store/place.h"
 #include "store/store_internal.h"
 
@@ -329,10 +330,16 @@ static void req_init(struct io_req *r, struct hs_tensor *t, uint64_t i, struct h
 
 /* ---- write-back ---- */
 
-/* A tier that refuses a batch accepted none of it: complete them here. */
+/* Requests that continue each other go as one (iomerge.h) to a tier the
+ * store places; a tier that refuses a batch accepted none of it: complete
+ * them here. */
 static void submit_batch(struct hs_tier *t, struct hs_io **batch, int k)
 {
-	int rc = t->ops->submit(t, batch, k);
+	int rc;
+
+	if (!t->ops->place)
+		k = hs_io_merge(batch, k);
+	rc = t->ops->submit(t, batch, k);
 
 	for (int j = 0; rc < 0 && j < k; j++) {
 		batch[j]->res = rc;
@@ -684,11 +691,16 @@ static int pin_claim(struct hs_store *st, struct hs_tensor *t, uint64_t first, u
 	}
 	need += sb; /* unaligned file reads share one window (submit_loads) */
 	rc = make_room(st, need, "pin", t, own);
+	for (uint64_t i = first; rc == 0 && i < first + n; i++)
+		if (t->ch[i].state == CH_LOADING)
+			rc = hs_chunk_attach(st, t, i, HS_ATTACH_DEFER);
+	if (rc == 0) /* all at once: a stretch of chunks is one mremap */
+		rc = hs_chunks_map(st, t, first, n);
 	for (uint64_t i = first; rc == 0 && i < first + n; i++) {
 		struct hs_chunk *c = &t->ch[i];
 		int fresh = c->tier == NO_TIER && !t->bpath; /* nothing to read: zeros */
-		if (c->state == CH_LOADING)
-			rc = hs_chunk_attach(st, t, i, HS_ATTACH_MAP | (fresh && mode != HS_PIN_OVERWRITE ? HS_ATTACH_ZERO : 0));
+		if (c->state == CH_LOADING && fresh && mode != HS_PIN_OVERWRITE)
+			memset(hs_chunk_addr(st, t, i), 0, hs_chunk_iolen(t, i)); /* frames are reused */
 	}
 	if (rc < 0) {
 		for (uint64_t i = first; i < first + n; i++)
@@ -774,6 +786,7 @@ int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mod
 		rc = hp_error(g.err, "%s", g.msg);
 		goto out;
 	}
+	rc = hs_chunks_map(st, t, first, n); /* what prefetches left unmapped, a stretch at a time */
 	for (uint64_t i = first; i < first + n && rc == 0; i++)
 		rc = chunk_ready(st, t, i);
 	if (rc == 0 && n > 1)

@@ -139,7 +139,7 @@ static int run_take(struct hs_store *st, struct hs_tensor *t, uint64_t i, uint64
 		return -1; /* (a tensor larger than the pool never lies in it whole: no scans of its chunks) */
 	if (t->nchunks > 1 && framed(t) && only_cached(t)) {
 		for (uint64_t k = 0; k < t->nchunks; k++) /* frames of discarded chunks: nothing to keep */
-			hs_chunk_detach(st, t, k);
+			hs_chunk_detach_stretch(st, t, k);
 	}
 	if (t->nchunks == 1 || !t->run) {
 		if (t->nchunks > 1 && framed(t))
@@ -164,6 +164,35 @@ took:
 	c->one = (struct hs_piece){ (uint32_t)page, (uint32_t)np };
 	c->many = NULL;
 	c->npieces = 1;
+	return 0;
+}
+
+/* Frames for chunk i of a tensor of several that found no run: the pages
+ * right after chunk i - 1's, else the start (chunk-aligned, as the buddy
+ * allocator would place it) of the shortest free stretch that holds the
+ * rest of the tensor, or failing that of the longest, so that the chunks
+ * of a pin lie back to back where they can and move
+ * into the tensor's range, and home again, one mremap per stretch
+ * (hs_chunks_map, hs_chunk_detach_stretch) instead of one per chunk (a
+ * 26-page workspace of LeNet at 25% took 7 each way, several times a
+ * step).  -1 if neither is free, nothing taken. */
+static int next_take(struct hs_store *st, struct hs_tensor *t, uint64_t i, uint64_t len)
+{
+	const struct hs_chunk *prev = i ? &t->ch[i - 1] : NULL;
+	uint64_t np = len / HS_PAGE, page = 0, cp = st->cs / HS_PAGE, rest = t->maplen / HS_PAGE - i * cp;
+	int ok = 0;
+
+	if (t->nchunks == 1 || t->run || !hs_frames_runs(st->frames))
+		return -1;
+	if (prev && prev->npieces == 1 && !prev->home && prev->one.n == st->cs / HS_PAGE)
+		ok = hs_frames_take(st->frames, prev->one.page + prev->one.n, np) == 0;
+	if (ok)
+		page = prev->one.page + prev->one.n;
+	else if (hs_frames_stretch(st->frames, rest, cp, &page) < np || hs_frames_take(st->frames, page, np) < 0)
+		return -1;
+	t->ch[i].one = (struct hs_piece){ (uint32_t)page, (uint32_t)np };
+	t->ch[i].many = NULL;
+	t->ch[i].npieces = 1;
 	return 0;
 }
 
@@ -224,7 +253,7 @@ static void reclaim(struct hs_store *st, uint64_t len)
 	}
 	qsort(v, n, sizeof *v, cmp_last_use);
 	for (size_t k = 0; k < n && hs_frames_avail_bytes(st->frames) < len; k++)
-		hs_chunk_detach(st, v[k].t, v[k].i);
+		hs_chunk_detach_stretch(st, v[k].t, v[k].i);
 	free(v);
 }
 
@@ -281,7 +310,7 @@ int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int fl
 		c->mapped = 0;
 		if (run_take(st, t, i, len) < 0 && (hs_frames_avail_bytes(st->frames) >= len || !steal(st, t, i, len))) {
 			reclaim(st, len);
-			if (run_take(st, t, i, len) < 0 &&
+			if (run_take(st, t, i, len) < 0 && next_take(st, t, i, len) < 0 &&
 			    (rc = hs_frames_alloc(st->frames, len / HS_PAGE, &c->one, &c->many, &c->npieces)) < 0)
 				return rc;
 		}
@@ -289,6 +318,8 @@ int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int fl
 		return 0;
 	}
 	c->unverified = 0;
+	if (flags & HS_ATTACH_DEFER)
+		return 0;
 	if (flags || !fixed_read(st, t, c))
 		rc = hs_chunk_map(st, t, i);
 	if (rc < 0) {
@@ -300,6 +331,20 @@ int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int fl
 	if (flags & HS_ATTACH_ZERO)
 		memset(hs_chunk_addr(st, t, i), 0, len); /* frames are reused: no fresh zero pages */
 	return 0;
+}
+
+/* The chunk holds no frames any more (they went home, freed, or stranded). */
+static void forget_frames(struct hs_tensor *t, uint64_t i)
+{
+	struct hs_chunk *c = &t->ch[i];
+
+	c->npieces = 0;
+	c->many = NULL;
+	c->unverified = 0;
+	c->mapped = 0;
+	c->home = 0;
+	if (t->run && !framed(t))
+		t->run = 0; /* the next first chunk looks for a run afresh */
 }
 
 void hs_chunk_detach(struct hs_store *st, struct hs_tensor *t, uint64_t i)
@@ -317,13 +362,82 @@ void hs_chunk_detach(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 		free(c->many); /* stranded: the frames are lost to the pool, never handed out twice */
 	else
 		hs_frames_free(st->frames, &c->one, c->many, c->npieces);
-	c->npieces = 0;
-	c->many = NULL;
-	c->unverified = 0;
-	c->mapped = 0;
-	c->home = 0;
-	if (t->run && !framed(t))
-		t->run = 0; /* the next first chunk looks for a run afresh */
+	forget_frames(t, i);
+}
+
+/* Chunk j continues the stretch ending with chunk j - 1: mapped into the
+ * range in one piece (ok() says which chunks qualify), on the pages right
+ * after the previous one's, which is a whole chunk (so the range is
+ * contiguous too). */
+static int continues(const struct hs_store *st, const struct hs_tensor *t, uint64_t j)
+{
+	const struct hs_chunk *a = &t->ch[j - 1], *b = &t->ch[j];
+
+	return a->one.n == st->cs / HS_PAGE && b->one.page == a->one.page + a->one.n;
+}
+
+static int droppable(const struct hs_chunk *c)
+{
+	return c->cached && c->state == CH_ABSENT && c->npieces == 1 && c->mapped && !c->home && !c->pins;
+}
+
+void hs_chunk_detach_stretch(struct hs_store *st, struct hs_tensor *t, uint64_t i)
+{
+	uint64_t a = i, b = i + 1, pages = 0;
+
+	if (t->nchunks == 1 || !droppable(&t->ch[i])) {
+		hs_chunk_detach(st, t, i);
+		return;
+	}
+	while (a > 0 && droppable(&t->ch[a - 1]) && continues(st, t, a))
+		a--;
+	while (b < t->nchunks && droppable(&t->ch[b]) && continues(st, t, b))
+		b++;
+	for (uint64_t k = a; k < b; k++)
+		pages += t->ch[k].one.n;
+	if (b - a < 2 || hs_frames_home_span(st->frames, t->base + a * st->cs, t->ch[a].one.page, pages) < 0) {
+		for (uint64_t k = a; k < b; k++) /* one by one (what failed as a whole) */
+			hs_chunk_detach(st, t, k);
+		return;
+	}
+	for (uint64_t k = a; k < b; k++) {
+		struct hs_chunk *c = &t->ch[k];
+		c->cached = 0;
+		st->cached -= hs_chunk_iolen(t, k);
+		hs_frames_queue(st->frames, t->base + k * st->cs, (uint64_t)c->one.n * HS_PAGE, &c->zq);
+		hs_frames_free(st->frames, &c->one, NULL, 1);
+		forget_frames(t, k);
+	}
+}
+
+/* Chunk i would be mapped into the range (not used where it lies), one piece. */
+static int mappable(const struct hs_tensor *t, uint64_t i)
+{
+	const struct hs_chunk *c = &t->ch[i];
+
+	return c->npieces == 1 && !c->mapped && t->nchunks > 1 && !t->run;
+}
+
+int hs_chunks_map(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n)
+{
+	int rc = 0;
+
+	for (uint64_t i = first, j; i < first + n && rc == 0; i = j) {
+		uint64_t pages = t->ch[i].one.n;
+		for (j = i + 1; mappable(t, i) && j < first + n && mappable(t, j) && continues(st, t, j); j++)
+			pages += t->ch[j].one.n;
+		if (j - i < 2) {
+			rc = t->ch[i].npieces ? hs_chunk_map(st, t, i) : 0;
+			continue;
+		}
+		struct hs_piece span = { t->ch[i].one.page, (uint32_t)pages };
+		for (uint64_t k = i; k < j; k++)
+			hs_frames_unqueue(st->frames, &t->ch[k].zq); /* mapped again right here */
+		rc = hs_frames_map(st->frames, t->base + i * st->cs, &span, 1);
+		for (uint64_t k = i; k < j && rc == 0; k++)
+			t->ch[k].mapped = 1;
+	}
+	return rc;
 }
 
 int hs_chunks_unify(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n)

@@ -127,10 +127,19 @@ void hs_stat_io(struct hs_store *st, int tier, const struct hs_io *io);
  * them back, and takes other discarded chunks' frames, oldest first, when
  * the pool has too few free.  detach frees them and queues the range for
  * unmapping; io_mem points a request at the registered region. */
-enum { HS_ATTACH_MAP = 1, HS_ATTACH_ZERO = 2 };
+enum { HS_ATTACH_MAP = 1, HS_ATTACH_ZERO = 2, HS_ATTACH_DEFER = 4 };
 int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int flags);
 int hs_chunk_map(struct hs_store *st, struct hs_tensor *t, uint64_t i);
 void hs_chunk_detach(struct hs_store *st, struct hs_tensor *t, uint64_t i);
+/* Stretches: chunks of a tensor with no run lie back to back in the pool
+ * where they can (attach), so mapping them is one mremap per stretch.
+ * HS_ATTACH_DEFER allocates only (no map, no zeroing); hs_chunks_map then
+ * maps every unmapped chunk of [first, first + n) holding frames, a
+ * stretch at a time.  hs_chunk_detach_stretch detaches chunk i, and when
+ * it is a discarded chunk mapped into the range, the discarded mapped
+ * chunks back to back with it too, moving them home with one mremap. */
+int hs_chunks_map(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n);
+void hs_chunk_detach_stretch(struct hs_store *st, struct hs_tensor *t, uint64_t i);
 void hs_chunk_io_mem(struct hs_store *st, const struct hs_chunk *c, struct hs_io *io);
 /* compact.c: make n free pages in a row in a pool that keeps runs by
  * moving chunks used where they lie (memcpy) out of the window that needs

@@ -108,6 +108,9 @@ struct hs_io {
 	 * register_mem: mem_slot = slot + 1 (0: none), at byte mem_off of it. */
 	uint32_t mem_slot;
 	uint64_t mem_off;
+	/* Requests of the store this one stands for (merged: store/iomerge.h);
+	 * 0 or 1: itself.  Fault injection counts each (hs_fault_io). */
+	uint32_t nreq;
 };
 
 enum hs_tier_flags {
@@ -230,7 +233,8 @@ void hs_fault_clear(void);
 /* 0, or the error to inject at this call of `site`. */
 int hs_fault_check(enum hs_fault_site site);
 /* For tiers: the result to inject into this request (READ, SHORT_READ or
- * WRITE site by io->op), or 0 to do it for real. */
+ * WRITE site by io->op), or 0 to do it for real.  A merged request counts
+ * as the io->nreq requests it stands for, and fails if any of them would. */
 int hs_fault_io(const struct hs_io *io);
 
 #endif
