@@ -25,4 +25,10 @@ int64_t hp_pool_spin_ns(void);
  * 2^32. */
 void hp_parallel_steal(struct hp_pool *p, int64_t n, int64_t unit, int parts, hp_range_fn fn, void *arg);
 
+/* Tests only: before running its first share of a job, a worker (who 1)
+ * or the caller (who 0) sleeps ns nanoseconds (0, the default: never),
+ * so that the other thread takes that share's units (stealing jobs) and a
+ * test can check that the bits do not depend on who ran a unit. */
+void hp_pool_test_delay(int who, int64_t ns);
+
 #endif
