@@ -23,14 +23,14 @@
  *    and the next reloads them.  The bits therefore depend on no blocking,
  *    thread count, batch band or row band (a band's pads are the taps the
  *    whole node pads);
- *  - the work is cut into pieces of KX_NB columns by a range of 6-channel
- *    micro-tiles (whole blocks of columns when there are enough, so that
- *    both threads share even a 7x7 plane at a batch of one), and the
- *    pieces are stolen (hp_conv_steal): each thread takes its share's
- *    front to back, then the back of a late thread's share, so a worker
- *    woken late (without polling: a futex wake-up of a halted vCPU, 0.1 ms
- *    and more) holds nobody up, and each thread keeps the same half of
- *    the planes from one layer to the next; planes of fewer than
+ *  - the work is cut into units of 6 output channels by KX_NB columns,
+ *    taken in runs (whole column blocks when there are enough, else one
+ *    run per thread, so that both threads share even a 7x7 plane at a
+ *    batch of one) that are stolen (hp_conv_steal): each thread takes its
+ *    share's front to back, then the back of a late thread's share, so a
+ *    worker woken late (without polling: a futex wake-up of a halted
+ *    vCPU, 0.1 ms and more) holds nobody up, and each thread keeps the
+ *    same half of the planes from one layer to the next; planes of fewer than
  *    KX_SPAN_VOL positions at larger batches take blocks of columns
  *    across batch items (ResNet's 2x2 and 4x4 stages at 64x64);
  *  - FusedConv's Relu or Clip after a full addend is applied in registers
@@ -410,18 +410,9 @@ static void kx_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc,
 	}
 }
 
-/* Micro-tiles [t0, t1) of piece i of q of a block of mt: as even as whole
- * tiles allow. */
-static int64_t kx_piece_t0(int64_t mt, int64_t q, int64_t i)
-{
-	return i * mt / q;
-}
-
-/* Pieces [b, e): piece i is tiles [kx_piece_t0(i % q), kx_piece_t0(i % q
- * + 1)) of column block i / q, blocks in (item and group, column block)
- * order (spanning: (group, block of the batch's columns)).  Consecutive
- * pieces of one block run as one range of tiles, so a caller running the
- * whole node alone packs each block once. */
+/* Units are (item and group, column block, micro-tile of rows), the tile
+ * fastest (spanning: (group, block of the batch's columns, micro-tile));
+ * a range is cut where the column block changes. */
 static void kx_range(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct kx_run *r = arg;
@@ -429,27 +420,25 @@ static void kx_range(void *arg, int64_t b, int64_t e, int tid)
 	int64_t cols = r->span ? r->cv->batch * r->cv->yvol : r->cv->yvol;
 
 	while (b < e) {
-		int64_t blk = b / r->q, last = min64(e, (blk + 1) * r->q);
-		int64_t t0 = kx_piece_t0(r->mt, r->q, b % r->q), t1 = kx_piece_t0(r->mt, r->q, last - blk * r->q);
+		int64_t blk = b / r->mt, t0 = b % r->mt, t1 = min64(r->mt, t0 + (e - b));
 		int64_t bg = blk / r->nblk, j0 = blk % r->nblk * KX_NB, nc = min64(KX_NB, cols - j0);
 		if (!hp_kxk_run_block(r, bg, j0, nc, t0, t1, bp))
 			kx_block(r, bg, j0, nc, t0, t1, bp, tmp);
-		b = last;
+		b += t1 - t0;
 	}
 }
 
-/* Pieces per column block: whole blocks (a block's micro-tiles share its
- * packed panels: cutting it packs them again, 3.5x slower on ResNet's 7x7
- * layers) when the node has KX_MIN_PIECES of them, else the fewest pieces
- * that make KX_MIN_PIECES (a 7x7 plane at a batch of one is one block).
- * Fixed by the node's shape alone, not the thread count; and any cut
- * gives the same bits. */
-#define KX_MIN_PIECES 8
-static int64_t kx_pieces(int64_t blocks, int64_t mt)
+/* Micro-tiles per stolen unit: a whole column block (its micro-tiles
+ * share its packed panels: cutting it packs them again, 3.5x slower on
+ * ResNet's 7x7 layers) when the node has 4 blocks per thread or more;
+ * with fewer, one run of tiles per thread as the static shares were (a
+ * 7x7 plane at a batch of one is one block; ResNet's 28x28 ones 7).
+ * Any cut gives the same bits. */
+static int64_t kx_unit(const struct kx_run *r, int threads)
 {
-	int64_t q = blocks >= KX_MIN_PIECES ? 1 : (KX_MIN_PIECES + blocks - 1) / blocks;
-
-	return q < mt ? q : mt;
+	if (r->blocks >= 4 * (int64_t)threads)
+		return r->mt;
+	return (r->blocks * r->mt + threads - 1) / threads;
 }
 
 /* The fused epilogues done in registers: Relu or Clip after an optional
@@ -488,16 +477,15 @@ void hp_kxk_forward(const struct hp_conv *cv, const float *x, const float *w, co
 	r.panel = KX_NB / KX_NR * r.pf;
 	r.per_thread = kx_per_thread(cv);
 	r.blocks = (r.span ? 1 : cv->batch) * cv->group * r.nblk;
-	r.q = kx_pieces(r.blocks, r.mt);
 	if (r.span)
 		r.fin_ok = 0; /* the epilogue after the scatter */
 	if (threads > cap / r.per_thread)
 		threads = (int)(cap / r.per_thread);
 	if (hp_conv_flops(cv) < KX_PAR_MIN_FLOPS)
 		threads = 1;
-	/* each thread takes its share's pieces front to back, then the
-	 * pieces a late thread has not begun (hp_conv_steal) */
-	hp_conv_steal(pool, threads, r.blocks * r.q, 1, kx_range, &r);
+	/* each thread takes its share's units front to back, then the
+	 * units a late thread has not begun (hp_conv_steal) */
+	hp_conv_steal(pool, threads, r.blocks * r.mt, kx_unit(&r, threads), kx_range, &r);
 	hp_conv_threads_leave(saved);
 #else
 	(void)cv, (void)x, (void)w, (void)b, (void)y, (void)ws, (void)pool, (void)epi, (void)addend;

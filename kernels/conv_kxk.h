@@ -39,7 +39,7 @@ struct kx_run {
 	int64_t panel;           /* floats of the panel buffer */
 	int64_t pf;              /* floats of one panel's area (kx_panel_floats) */
 	int span;                /* blocks span batch items (kx_span) */
-	int64_t blocks, q;       /* column blocks of the node; pieces (tile ranges) per block */
+	int64_t blocks;          /* column blocks of the node (of mt micro-tiles each) */
 };
 
 /* Micro-tiles t0..t1 of one (item, group) over the output columns

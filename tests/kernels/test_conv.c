@@ -986,8 +986,8 @@ static void test_convt_fma(void **state)
 /* Stolen units (hp_conv_steal) on the paths the 2-D U-Net runs: its
  * 3-channel stem, 16-channel 3x3 (row runs, masked edges), 32-channel
  * (row runs, copied edges), 16-wide plane (packed blocks), a 7x7 plane of
- * one block cut into pieces of micro-tiles, 18-wide rows (packed, rows
- * across panels), and the 2x2 stride-2 ConvTranspose. */
+ * one block cut into a run of micro-tiles per thread, 18-wide rows
+ * (packed, rows across panels), and the 2x2 stride-2 ConvTranspose. */
 static const struct cc steal_cases[] = {
 	{ 2, 0, 2, 3, 16, 1, V3(64, 64, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
 	{ 2, 0, 2, 16, 16, 1, V3(32, 48, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
