@@ -290,7 +290,8 @@ static void test_avgpool(void **state)
 	check_pool(CFG(.op = "LpPool", .nsp = 1, .in = { 9 }, .k = { 3 }, .s = { 2 }, .p = 3), 1, 2, 27, NULL);
 }
 
-/* Pooling over enough planes to run in parallel (stolen runs of planes):
+/* Pooling of enough window taps to run in parallel (2^20 and more; stolen
+ * runs of planes):
  * the U-Net's 2x2 stride-2 MaxPool with and without Indices and a padded
  * 3x3 AveragePool, against the reference on one thread and on two with the
  * worker, the caller or neither delayed (hp_pool_test_delay), and two
@@ -329,9 +330,9 @@ static void test_pool_steal(void **state)
 	(void)state;
 	assert_int_equal(hp_pool_create(2, &pool), 0);
 	for (int idx = 0; idx < 2; idx++)
-		steal_pool_case(CFG(.op = "MaxPool", .nsp = 2, .in = { 64, 64 }, .k = { 2, 2 }, .s = { 2, 2 },
+		steal_pool_case(CFG(.op = "MaxPool", .nsp = 2, .in = { 128, 256 }, .k = { 2, 2 }, .s = { 2, 2 },
 				    .explicit_pads = 1, .with_idx = idx), 2, 16, 40 + (unsigned)idx, pool);
-	steal_pool_case(CFG(.op = "AveragePool", .nsp = 2, .in = { 40, 37 }, .k = { 3, 3 }, .s = { 1, 1 },
+	steal_pool_case(CFG(.op = "AveragePool", .nsp = 2, .in = { 100, 130 }, .k = { 3, 3 }, .s = { 1, 1 },
 			    .pads = { 1, 1, 1, 1 }, .explicit_pads = 1), 2, 9, 42, pool);
 	hp_pool_destroy(pool);
 }

@@ -317,7 +317,7 @@ static void test_transpose_tiles(void **state)
 
 /* ---- Concat / Split ---------------------------------------------------- */
 
-/* Concat and Split of a few hundred KiB (the parallel path: units of
+/* Concat and Split of a few MiB (the parallel path, from 2 MiB: units of
  * 64 KiB of the whole that start inside pieces and outer rows) along
  * axes 0, 1 and 2, against index loops: on one thread, then on two with
  * the worker, the caller or neither delayed (hp_pool_test_delay: the other
@@ -346,12 +346,12 @@ static void check_concat(const struct hp_tensor *out, const struct hp_tensor *in
 
 static void concat_steal_case(int axis, struct hp_pool *pool)
 {
-	int64_t d[3][4], f = axis == 2 ? 20 : 1, w[3] = { 5 * f, 7 * f, f }; /* 370 KiB and more */
+	int64_t d[3][4], f = axis == 2 ? 20 : 1, w[3] = { 5 * f, 7 * f, f }; /* 2.3 MiB and more */
 	struct hp_tensor in[3], out, parts[3];
 	struct hp_attr a = kt_int("axis", axis);
 
 	for (int k = 0; k < 3; k++) {
-		const int64_t base[4] = { 3, 4, 77, 31 };
+		const int64_t base[4] = { 6, 4, 77, 151 };
 		for (int q = 0; q < 4; q++)
 			d[k][q] = q == axis ? w[k] : base[q];
 		in[k] = rnd(HP_F32, 4, d[k], 70 + (unsigned)k);
