@@ -375,9 +375,7 @@ static int dot_wanted(const struct hp_conv *cv)
  * the products (bench/bench_conv_libs.c, GF/s per thread against the
  * path it replaces: the 3-channel stems 3x3-s2-mb 29 against 46 and
  * u-128c3 32 against 53, grouped 8.8 against 9.5; it wins 3x3-tiny 80
- * against 34, 3x3-r4 83 against 36, u-32 77 against 51); but from one
- * input channel where the blocks are row runs read in place
- * (hp_kxk_rows_node: u-128c3 60 against 55.5). */
+ * against 34, 3x3-r4 83 against 36, u-32 77 against 51). */
 static int kxk_wanted(const struct hp_conv *cv)
 {
 	if (!hp_kxk_eligible(cv))
@@ -390,8 +388,7 @@ static int kxk_wanted(const struct hp_conv *cv)
 		return 0;
 	/* 2-D only: 1-D and 3-D (the 3-D U-Net's wide shift-path sgemms) were
 	 * not measured to gain */
-	return cv->nd == 2 && !direct_ok(&cv->g) && (cv->cin_g >= HP_KXK_MIN_CH || hp_kxk_rows_node(cv)) &&
-	       cv->cout_g >= HP_KXK_MIN_CH;
+	return cv->nd == 2 && !direct_ok(&cv->g) && cv->cin_g >= HP_KXK_MIN_CH && cv->cout_g >= HP_KXK_MIN_CH;
 }
 
 void hp_conv_setup(struct hp_conv *cv)

@@ -309,13 +309,6 @@ int hp_conv_kxk_mode(void);
  * output-row runs straight from the image (conv_kxk_run.c; the default)
  * or packs them as other blocks; the same bits either way. */
 void hp_kxk_set_run(int on);
-/* Whether every block of the node reads whole output-row runs in place
- * (conv_kxk_run.c) whatever its row or batch bands: stride 1 along rows
- * of a multiple of 16 and at least 64 outputs, kernel rows up to 16 wide.
- * The auto choice takes the kxk path for such nodes from 1 input channel
- * (the 2-D U-Net's 3-channel stem: u-128c3 60 GF/s on it against 55.5 on
- * im2col, hpdlf-bench-conv-libs, 1 thread). */
-int hp_kxk_rows_node(const struct hp_conv *cv);
 
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
 void hp_convt_setup(struct hp_conv *cv);

@@ -39,15 +39,6 @@ void hp_kxk_set_run(int on)
 	kr_on = on;
 }
 
-/* Rows of 64 and more: every row band (one row and more) keeps the planes
- * of 64 positions that kr_node_ok wants. */
-int hp_kxk_rows_node(const struct hp_conv *cv)
-{
-	const struct hp_colgeom *g = &cv->g;
-
-	return g->stride[2] == 1 && g->k[2] <= 16 && g->grid[2] % 16 == 0 && g->grid[2] >= 64;
-}
-
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 

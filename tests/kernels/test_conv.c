@@ -1034,9 +1034,8 @@ static void test_steal_bits(void **state)
 }
 
 /* The auto choice: KxK convolutions take the kxk path, 1x1 stride-1 ones
- * the pointwise path, depthwise ones theirs, band copies the path they
- * are pinned to, and 3-channel stems the kxk path only where its blocks
- * are row runs. */
+ * the pointwise path, depthwise ones theirs, and band copies the path
+ * they are pinned to. */
 static void test_kxk_choice(void **state)
 {
 	struct hp_conv cv = { .node = 1, .nd = 2, .batch = 1, .cin = 64, .cout = 64, .group = 1, .cin_g = 64,
@@ -1069,24 +1068,6 @@ static void test_kxk_choice(void **state)
 	cv.kdim = cv.cin_g;
 	hp_conv_setup(&cv);
 	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_DIRECT);
-	/* 3 input channels: kxk where the blocks are row runs read in place
-	 * (the U-Net's 128-wide stride-1 stem), not at stride 2 (MobileNet's
-	 * stem) or on 56-wide rows (not a multiple of 16) */
-	for (int v = 0; v < 3; v++) {
-		int64_t wd = v == 2 ? 56 : 128, st = v == 1 ? 2 : 1;
-		cv.cin = cv.cin_g = 3;
-		cv.cout = cv.cout_g = 16;
-		*g = (struct hp_colgeom){ .img = { 1, wd, wd }, .grid = { 1, wd / st, wd / st }, .k = { 1, 3, 3 },
-					  .stride = { 1, st, st }, .dil = { 1, 1, 1 }, .pad = { 0, 1, 1 } };
-		hp_colgeom_finish(g);
-		cv.xvol = g->img_vol;
-		cv.yvol = g->grid_vol;
-		cv.kdim = cv.cin_g * g->kvol;
-		hp_conv_setup(&cv);
-		if ((hp_conv_path(&cv) == HP_CONV_PATH_KXK) != (v == 0))
-			fail_msg("3-channel stem, %lld wide, stride %lld: path %d", (long long)wd, (long long)st,
-				 hp_conv_path(&cv));
-	}
 }
 
 static void expect_error(const struct cc *t, int err, const char *needle)
