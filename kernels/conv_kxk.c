@@ -30,9 +30,10 @@
  *    share's front to back, then the back of a late thread's share, so a
  *    worker woken late (without polling: a futex wake-up of a halted
  *    vCPU, 0.1 ms and more) holds nobody up, and each thread keeps the
- *    same half of the planes from one layer to the next; planes of fewer than
- *    KX_SPAN_VOL positions at larger batches take blocks of columns
- *    across batch items (ResNet's 2x2 and 4x4 stages at 64x64);
+ *    same half of the planes from one layer to the next;
+ *  - planes of fewer than KX_SPAN_VOL positions at larger batches take
+ *    blocks of columns across batch items (ResNet's 2x2 and 4x4 stages
+ *    at 64x64);
  *  - FusedConv's Relu or Clip after a full addend is applied in registers
  *    to each micro-tile after its last k chunk, other epilogues by
  *    hp_epi_span on the micro-tile's rows while they are in cache. */
