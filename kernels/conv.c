@@ -565,8 +565,10 @@ static void conv_forward_run(const struct hp_conv *cv, struct conv_run *r, struc
 	if (!cv->direct && threads > cv->ws_cols / cv->ct.maxcols)
 		threads = (int)(cv->ws_cols / cv->ct.maxcols);
 	r->per_thread = cv->direct ? 0 : cv->ct.maxcols * cv->kdim;
-	/* tiles are independent (each output from one call of its own tile):
-	 * a thread done early takes a late one's (MobileNetV2's stem) */
+	/* tiles are independent, each in its runner's slice of the workspace
+	 * (the tiling is fixed by the workspace, not by who runs a tile):
+	 * stolen, so that a late worker leaves its tiles to the caller
+	 * (MobileNetV2's and the U-Net's stems before conv_grp.c) */
 	hp_conv_steal(pool, threads, items * cv->ct.per, 1, conv_range, r);
 	hp_conv_threads_leave(saved);
 }

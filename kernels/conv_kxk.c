@@ -23,10 +23,17 @@
  *    and the next reloads them.  The bits therefore depend on no blocking,
  *    thread count, batch band or row band (a band's pads are the taps the
  *    whole node pads);
- *  - the work is cut into units of 6 output channels by KX_NB columns, so
- *    both threads share even a 7x7 plane at a batch of one; planes of
- *    fewer than KX_SPAN_VOL positions at larger batches take blocks of
- *    columns across batch items (ResNet's 2x2 and 4x4 stages at 64x64);
+ *  - the work is cut into units of 6 output channels by KX_NB columns,
+ *    taken in runs (whole column blocks when there are enough, else one
+ *    run per thread, so that both threads share even a 7x7 plane at a
+ *    batch of one) that are stolen (hp_conv_steal): each thread takes its
+ *    share's front to back, then the back of a late thread's share, so a
+ *    worker woken late (without polling: a futex wake-up of a halted
+ *    vCPU, 0.1 ms and more) holds nobody up, and each thread keeps the
+ *    same half of the planes from one layer to the next;
+ *  - planes of fewer than KX_SPAN_VOL positions at larger batches take
+ *    blocks of columns across batch items (ResNet's 2x2 and 4x4 stages
+ *    at 64x64);
  *  - FusedConv's Relu or Clip after a full addend is applied in registers
  *    to each micro-tile after its last k chunk, other epilogues by
  *    hp_epi_span on the micro-tile's rows while they are in cache. */
@@ -406,7 +413,7 @@ static void kx_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc,
 
 /* Units are (item and group, column block, micro-tile of rows), the tile
  * fastest (spanning: (group, block of the batch's columns, micro-tile));
- * a worker's run is cut where the column block changes. */
+ * a range is cut where the column block changes. */
 static void kx_range(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct kx_run *r = arg;
@@ -422,34 +429,17 @@ static void kx_range(void *arg, int64_t b, int64_t e, int tid)
 	}
 }
 
-/* A worker's share: runs of units claimed until none are left, so that a
- * worker woken late takes fewer instead of holding the caller (static
- * halves left the caller waiting for the late half at every node); any
- * split gives the same bits. */
-static void kx_shares(void *arg, int64_t b, int64_t e, int tid)
+/* Micro-tiles per stolen unit: a whole column block (its micro-tiles
+ * share its packed panels: cutting it packs them again, 3.5x slower on
+ * ResNet's 7x7 layers) when the node has 4 blocks per thread or more;
+ * with fewer, one run of tiles per thread as the static shares were (a
+ * 7x7 plane at a batch of one is one block; ResNet's 28x28 ones 7).
+ * Any cut gives the same bits. */
+static int64_t kx_unit(const struct kx_run *r, int threads)
 {
-	struct kx_run *r = arg;
-
-	(void)b, (void)e;
-	for (;;) {
-		int64_t i = atomic_fetch_add(&r->next, r->grab);
-		if (i >= r->units)
-			break;
-		kx_range(r, i, min64(i + r->grab, r->units), tid);
-	}
-}
-
-/* Units claimed at a time: whole column blocks (a block's micro-tiles
- * share its packed panels: claiming fewer packs them again, 3.5x slower on
- * ResNet's 7x7 layers), about 8 runs per worker; with fewer than 4 blocks
- * per worker, one run per worker as static shares were. */
-static int64_t kx_grab(const struct kx_run *r, int threads)
-{
-	int64_t blocks = r->units / r->mt;
-
-	if (blocks >= 4 * (int64_t)threads)
-		return r->mt * (blocks / (8 * (int64_t)threads) > 0 ? blocks / (8 * (int64_t)threads) : 1);
-	return (r->units + threads - 1) / threads;
+	if (r->blocks >= 4 * (int64_t)threads)
+		return r->mt;
+	return (r->blocks * r->mt + threads - 1) / threads;
 }
 
 /* The fused epilogues done in registers: Relu or Clip after an optional
@@ -478,7 +468,7 @@ void hp_kxk_forward(const struct hp_conv *cv, const float *x, const float *w, co
 #ifdef KX_X86
 	struct kx_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws, .epi = epi, .addend = addend };
 	int saved, threads = hp_conv_threads_enter(pool, &saved);
-	int64_t cap = (int64_t)(cv->workspace / sizeof(float)), units;
+	int64_t cap = (int64_t)(cv->workspace / sizeof(float));
 
 	kx_fin_plan(&r);
 	r.span = kx_span(cv);
@@ -487,17 +477,16 @@ void hp_kxk_forward(const struct hp_conv *cv, const float *x, const float *w, co
 	r.pf = kx_panel_floats(cv);
 	r.panel = KX_NB / KX_NR * r.pf;
 	r.per_thread = kx_per_thread(cv);
-	units = (r.span ? 1 : cv->batch) * cv->group * r.nblk * r.mt;
+	r.blocks = (r.span ? 1 : cv->batch) * cv->group * r.nblk;
 	if (r.span)
 		r.fin_ok = 0; /* the epilogue after the scatter */
 	if (threads > cap / r.per_thread)
 		threads = (int)(cap / r.per_thread);
 	if (hp_conv_flops(cv) < KX_PAR_MIN_FLOPS)
 		threads = 1;
-	r.units = units;
-	r.grab = kx_grab(&r, threads);
-	atomic_init(&r.next, 0);
-	hp_conv_parallel(pool, threads, threads, kx_shares, &r);
+	/* each thread takes its share's units front to back, then the
+	 * units a late thread has not begun (hp_conv_steal) */
+	hp_conv_steal(pool, threads, r.blocks * r.mt, kx_unit(&r, threads), kx_range, &r);
 	hp_conv_threads_leave(saved);
 #else
 	(void)cv, (void)x, (void)w, (void)b, (void)y, (void)ws, (void)pool, (void)epi, (void)addend;

@@ -4,7 +4,6 @@
 #ifndef HPDLF_KERNELS_CONV_KXK_H
 #define HPDLF_KERNELS_CONV_KXK_H
 
-#include <stdatomic.h>
 #include <stdint.h>
 
 #include "kernels/conv_impl.h"
@@ -40,8 +39,7 @@ struct kx_run {
 	int64_t panel;           /* floats of the panel buffer */
 	int64_t pf;              /* floats of one panel's area (kx_panel_floats) */
 	int span;                /* blocks span batch items (kx_span) */
-	int64_t units, grab;     /* work units; units a worker claims at a time */
-	_Atomic int64_t next;    /* the first unit not claimed yet */
+	int64_t blocks;          /* column blocks of the node (of mt micro-tiles each) */
 };
 
 /* Micro-tiles t0..t1 of one (item, group) over the output columns

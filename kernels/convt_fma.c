@@ -20,7 +20,6 @@
  * Only ConvTranspose nodes take it: the gradients' transposed products
  * (ConvGradData, conv_grad.c) keep the column path, whose tiles the band
  * pass's exact cuts count on (hp_conv_data_bands). */
-#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -60,8 +59,6 @@ struct ct_run {
 	const float *x, *w, *b;
 	float *y, *ws;
 	int64_t rows, per_thread; /* input rows (d, h) per (item, group); floats per worker */
-	int64_t units;            /* input rows of the whole batch and groups */
-	_Atomic int64_t next;     /* the first row not claimed yet */
 };
 
 /* W's (b = 0, 1) pair at p in every pair of lanes. */
@@ -179,16 +176,15 @@ static void ct_row(const struct ct_run *r, int64_t nb, int64_t g, int64_t row, f
 		}
 }
 
-/* A worker's share: input rows claimed one at a time until none are left
- * (a worker woken late takes fewer, as conv_kxk.c's). */
-static void ct_shares(void *arg, int64_t b, int64_t e, int tid)
+/* Input rows [b, e) of the whole batch and groups (one at a time when
+ * stolen, hp_conv_steal: each thread takes its share's rows front to
+ * back, then the back of a late thread's share). */
+static void ct_range(void *arg, int64_t b, int64_t e, int tid)
 {
-	struct ct_run *r = arg;
+	const struct ct_run *r = arg;
 	const struct hp_conv *cv = r->cv;
-	int64_t i;
 
-	(void)b, (void)e;
-	while ((i = atomic_fetch_add(&r->next, 1)) < r->units) {
+	for (int64_t i = b; i < e; i++) {
 		int64_t bg = i / r->rows;
 		ct_row(r, bg / cv->group, bg % cv->group, i % r->rows, r->ws + tid * r->per_thread);
 	}
@@ -207,9 +203,7 @@ void hp_convt_fma_forward(const struct hp_conv *cv, const float *x, const float 
 		threads = (int)(cap / r.per_thread);
 	if (hp_conv_flops(cv) < 2e6 || threads < 1)
 		threads = 1;
-	r.units = cv->batch * cv->group * r.rows;
-	atomic_init(&r.next, 0);
-	hp_conv_parallel(pool, threads, threads, ct_shares, &r);
+	hp_conv_steal(pool, threads, cv->batch * cv->group * r.rows, 1, ct_range, &r);
 	hp_conv_threads_leave(saved);
 }
 

@@ -16,6 +16,7 @@
 #include "common/checked.h"
 #include "kernels/ops.h"
 #include "kernels/shape_util.h"
+#include "kernels/threadpool.h"
 #include "kernels/typegen.h"
 
 /* Elements of the per-thread row buffer of the row path (on the stack):
@@ -531,13 +532,30 @@ static void pool_planes(void *arg, int64_t b, int64_t e, int tid)
 	}
 }
 
+/* Window taps (outputs x kernel volume) below which a pooling node runs
+ * on the caller alone: about 0.1 ms (the U-Net's 2x2 MaxPool of 2x16x128
+ * x128, 524K taps, took 47 us on one thread), where a worker's wake-up
+ * without polling costs the caller 10 us and more, and far more when the
+ * guest puts the worker on the caller's vCPU. */
+#define POOL_PAR_MIN_TAPS (1 << 20)
+/* Outputs per stolen unit of planes. */
+#define POOL_UNIT 4096
+
+/* Planes are independent and each is computed whole by one call, so the
+ * units (runs of planes of about POOL_UNIT outputs, by the shape alone)
+ * are stolen (hp_parallel_steal): a worker woken late leaves its units to
+ * the caller instead of holding it up for its whole share. */
 static int pool_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct pool_p *p = n->priv;
 	struct pool_job j = { p, a->in[0].data, a->out[0].data, a->nout > 1 ? a->out[1].data : NULL };
 	int64_t op = p->out[0] * p->out[1] * p->out[2];
 
-	hp_parallel_for(a->pool, p->planes, 1 + 16384 / (op + 1), pool_planes, &j);
+	if (p->planes * op * p->k[0] * p->k[1] * p->k[2] < POOL_PAR_MIN_TAPS || p->planes < 2) {
+		pool_planes(&j, 0, p->planes, 0);
+		return 0;
+	}
+	hp_parallel_steal(a->pool, p->planes, 1 + POOL_UNIT / (op + 1), hp_pool_size(a->pool), pool_planes, &j);
 	return 0;
 }
 

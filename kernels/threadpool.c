@@ -252,6 +252,25 @@ static void await_job(struct hp_pool *p, uint64_t seen)
 	}
 }
 
+static _Atomic int64_t delay_ns[2]; /* hp_pool_test_delay: caller, workers */
+
+void hp_pool_test_delay(int who, int64_t ns)
+{
+	atomic_store(&delay_ns[who > 0], ns > 0 ? ns : 0);
+}
+
+static void test_sleep(int who)
+{
+	int64_t ns = atomic_load_explicit(&delay_ns[who], memory_order_relaxed);
+	struct timespec t;
+
+	if (!ns)
+		return;
+	t.tv_sec = (time_t)(ns / 1000000000);
+	t.tv_nsec = (long)(ns % 1000000000);
+	nanosleep(&t, NULL);
+}
+
 static void *worker(void *v)
 {
 	struct hp_pool *p = v;
@@ -269,6 +288,11 @@ static void *worker(void *v)
 		if (p->unit && atomic_load_explicit(&steal_stall_ns, memory_order_relaxed) != 0 && stall_worker(p, seen)) {
 			pthread_mutex_unlock(&p->mu);
 			continue;
+		}
+		if (atomic_load_explicit(&delay_ns[1], memory_order_relaxed) && p->next < p->parts) {
+			pthread_mutex_unlock(&p->mu);
+			test_sleep(1);
+			pthread_mutex_lock(&p->mu);
 		}
 		claim_shares(p);
 		pthread_mutex_unlock(&p->mu);
@@ -363,6 +387,7 @@ static void run_job(struct hp_pool *p, int64_t n, int64_t chunk, int64_t unit, h
 	if (p->sleepers)
 		pthread_cond_broadcast(&p->go);
 	pthread_mutex_unlock(&p->mu);
+	test_sleep(0);
 	run_share(p, 0);
 	pthread_mutex_lock(&p->mu);
 	atomic_fetch_add(&p->finished, 1);

@@ -33,4 +33,10 @@ void hp_parallel_steal(struct hp_pool *p, int64_t n, int64_t unit, int parts, hp
 void hp_pool_set_steal_stall_us(int64_t us);
 uint64_t hp_pool_stolen_units(void);
 
+/* Tests only: before running its first share of a job, a worker (who 1)
+ * or the caller (who 0) sleeps ns nanoseconds (0, the default: never),
+ * so that the other thread takes that share's units (stealing jobs) and a
+ * test can check that the bits do not depend on who ran a unit. */
+void hp_pool_test_delay(int who, int64_t ns);
+
 #endif

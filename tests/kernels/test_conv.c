@@ -14,6 +14,7 @@
 
 #include "hpdlf/error.h"
 #include "kernels/conv_impl.h"
+#include "kernels/threadpool.h" /* hp_pool_test_delay */
 #include "tests/kernels/harness.h"
 
 struct cc {
@@ -1080,6 +1081,56 @@ static void test_convt_fma(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* Stolen units (hp_conv_steal) on the paths the 2-D U-Net runs: its
+ * 3-channel stem, 16-channel 3x3 (row runs, masked edges), 32-channel
+ * (row runs, copied edges), 16-wide plane (packed blocks), a 7x7 plane of
+ * one block cut into a run of micro-tiles per thread, 18-wide rows
+ * (packed, rows across panels), and the 2x2 stride-2 ConvTranspose. */
+static const struct cc steal_cases[] = {
+	{ 2, 0, 2, 3, 16, 1, V3(64, 64, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 2, 16, 16, 1, V3(32, 48, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 2, 32, 32, 1, V3(16, 32, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+	{ 2, 0, 2, 64, 128, 1, V3(16, 16, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 64, 37, 1, V3(7, 7, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 24, 20, 1, V3(18, 18, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 1, 2, 64, 32, 1, V3(16, 16, 0), V3(2, 2, 0), V3(2, 2, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+};
+
+/* Each case against the loops, then on two threads with the worker and
+ * then the caller delayed before its share (hp_pool_test_delay: the other
+ * thread steals its units from the back), and plainly: bitwise one
+ * thread's every time, whoever ran which unit. */
+static void test_steal_bits(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_kxk_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < sizeof steal_cases / sizeof steal_cases[0]; i++) {
+		const struct cc *t = &steal_cases[i];
+		struct hp_tensor one, two;
+		struct built bt;
+		check(t, 400 + (unsigned)i, pool);
+		build(t, 43, &bt);
+		assert_int_equal(run_case(t, &bt, NULL, &one), 0);
+		for (int who = 1; who >= -1; who--) {
+			if (who >= 0)
+				hp_pool_test_delay(who, 2000000);
+			assert_int_equal(run_case(t, &bt, pool, &two), 0);
+			hp_pool_test_delay(who >= 0 ? who : 0, 0);
+			if (memcmp(one.data, two.data, hp_tensor_bytes(&one)))
+				fail_msg("steal case %zu, %s delayed: 2 threads differ from 1", i,
+					 who == 1 ? "worker" : who == 0 ? "caller" : "nobody");
+			hp_tensor_free(&two);
+		}
+		hp_tensor_free(&one);
+		unbuild(&bt);
+	}
+	hp_pool_destroy(pool);
+}
+
 /* The auto choice: KxK convolutions take the kxk path, 1x1 stride-1 ones
  * the pointwise path, depthwise ones theirs, and band copies the path
  * they are pinned to. */
@@ -1243,6 +1294,7 @@ int main(void)
 		cmocka_unit_test(test_kxk_bands),
 		cmocka_unit_test(test_kxk_run),
 		cmocka_unit_test(test_convt_fma),
+		cmocka_unit_test(test_steal_bits),
 		cmocka_unit_test(test_kxk_choice),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_kernel_shape_dims),

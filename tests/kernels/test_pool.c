@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "hpdlf/error.h"
+#include "kernels/threadpool.h" /* hp_pool_test_delay */
 #include "tests/kernels/harness.h"
 
 struct pcfg {
@@ -289,6 +290,53 @@ static void test_avgpool(void **state)
 	check_pool(CFG(.op = "LpPool", .nsp = 1, .in = { 9 }, .k = { 3 }, .s = { 2 }, .p = 3), 1, 2, 27, NULL);
 }
 
+/* Pooling of enough window taps to run in parallel (2^20 and more; stolen
+ * runs of planes):
+ * the U-Net's 2x2 stride-2 MaxPool with and without Indices and a padded
+ * 3x3 AveragePool, against the reference on one thread and on two with the
+ * worker, the caller or neither delayed (hp_pool_test_delay), and two
+ * threads bitwise one. */
+static void steal_pool_case(const struct pcfg *c, int64_t n, int64_t ch, unsigned seed, struct hp_pool *pool)
+{
+	int64_t dims[4] = { n, ch, c->in[0], c->in[1] };
+	struct hp_tensor x = kt_tensor(HP_F32, 4, dims), one[2], two[2];
+	struct hp_attr at[4] = { kt_ints("kernel_shape", 2, c->k), kt_ints("strides", 2, c->s),
+				 kt_ints("pads", 4, c->pads) };
+	struct kt_case kc = { .op = c->op, .nin = 1, .in = &x, .nattrs = 3, .attrs = at, .nout = c->with_idx ? 2 : 1 };
+
+	kt_fill_random(&x, seed, -3, 3);
+	assert_int_equal(kt_run(&kc, one), 0);
+	kc.pool = pool;
+	for (int who = 1; who >= -1; who--) {
+		if (who >= 0)
+			hp_pool_test_delay(who, 2000000);
+		check_pool(c, n, ch, seed, pool);
+		assert_int_equal(kt_run(&kc, two), 0);
+		hp_pool_test_delay(who == 1, 0);
+		for (int o = 0; o < kc.nout; o++) {
+			assert_memory_equal(one[o].data, two[o].data, hp_tensor_bytes(&one[o]));
+			hp_tensor_free(&two[o]);
+		}
+	}
+	for (int o = 0; o < kc.nout; o++)
+		hp_tensor_free(&one[o]);
+	hp_tensor_free(&x);
+}
+
+static void test_pool_steal(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int idx = 0; idx < 2; idx++)
+		steal_pool_case(CFG(.op = "MaxPool", .nsp = 2, .in = { 128, 256 }, .k = { 2, 2 }, .s = { 2, 2 },
+				    .explicit_pads = 1, .with_idx = idx), 2, 16, 40 + (unsigned)idx, pool);
+	steal_pool_case(CFG(.op = "AveragePool", .nsp = 2, .in = { 100, 130 }, .k = { 3, 3 }, .s = { 1, 1 },
+			    .pads = { 1, 1, 1, 1 }, .explicit_pads = 1), 2, 9, 42, pool);
+	hp_pool_destroy(pool);
+}
+
 /* Rows wider than the row buffer (several column blocks), and a dilated
  * window wider than it (the per-output path), against the reference. */
 static void test_wide_rows(void **state)
@@ -462,6 +510,7 @@ int main(void)
 		cmocka_unit_test(test_maxpool_2x2_bits),
 		cmocka_unit_test(test_avgpool),
 		cmocka_unit_test(test_wide_rows),
+		cmocka_unit_test(test_pool_steal),
 		cmocka_unit_test(test_maxpool_int),
 		cmocka_unit_test(test_pool_threads),
 		cmocka_unit_test(test_global),

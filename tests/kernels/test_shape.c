@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "hpdlf/error.h"
+#include "kernels/threadpool.h" /* hp_pool_test_delay */
 #include "tests/kernels/harness.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -315,6 +316,78 @@ static void test_transpose_tiles(void **state)
 }
 
 /* ---- Concat / Split ---------------------------------------------------- */
+
+/* Concat and Split of a few MiB (the parallel path, from 2 MiB: units of
+ * 64 KiB of the whole that start inside pieces and outer rows) along
+ * axes 0, 1 and 2, against index loops: on one thread, then on two with
+ * the worker, the caller or neither delayed (hp_pool_test_delay: the other
+ * thread steals the late one's units). */
+static void check_concat(const struct hp_tensor *out, const struct hp_tensor *in, const int64_t (*d)[4], int axis)
+{
+	int64_t st[4] = { 0, d[0][axis], d[0][axis] + d[1][axis], 0 }, od[4];
+
+	for (int q = 0; q < 4; q++)
+		od[q] = q == axis ? st[2] + d[2][axis] : d[0][q];
+	for (int64_t i = 0; i < od[0] * od[1] * od[2] * od[3]; i++) {
+		int64_t ix[4], r = i, k = 0, pi = 0;
+		for (int q = 3; q >= 0; q--) {
+			ix[q] = r % od[q];
+			r /= od[q];
+		}
+		while (k < 2 && ix[axis] >= st[k + 1])
+			k++;
+		ix[axis] -= st[k];
+		for (int q = 0; q < 4; q++)
+			pi = pi * d[k][q] + ix[q];
+		if (memcmp((const float *)out->data + i, (const float *)in[k].data + pi, sizeof(float)))
+			fail_msg("Concat along %d: element %lld", axis, (long long)i);
+	}
+}
+
+static void concat_steal_case(int axis, struct hp_pool *pool)
+{
+	int64_t d[3][4], f = axis == 2 ? 20 : 1, w[3] = { 5 * f, 7 * f, f }; /* 2.3 MiB and more */
+	struct hp_tensor in[3], out, parts[3];
+	struct hp_attr a = kt_int("axis", axis);
+
+	for (int k = 0; k < 3; k++) {
+		const int64_t base[4] = { 6, 4, 77, 151 };
+		for (int q = 0; q < 4; q++)
+			d[k][q] = q == axis ? w[k] : base[q];
+		in[k] = rnd(HP_F32, 4, d[k], 70 + (unsigned)k);
+	}
+	for (int who = 2; who >= -1; who--) {
+		struct hp_tensor sin[2] = { { 0 }, vec64(3, w) };
+		struct kt_case c = { .op = "Concat", .nin = 3, .in = in, .nattrs = 1, .attrs = &a, .nout = 1,
+				     .pool = who < 2 ? pool : NULL };
+		struct kt_case sc = { .op = "Split", .nin = 2, .in = sin, .const_mask = 2, .nattrs = 1, .attrs = &a, .nout = 3,
+				      .pool = c.pool };
+		if (who == 0 || who == 1)
+			hp_pool_test_delay(who, 2000000);
+		assert_int_equal(kt_run(&c, &out), 0);
+		sin[0] = out;
+		assert_int_equal(kt_run(&sc, parts), 0);
+		hp_pool_test_delay(who == 1, 0);
+		check_concat(&out, in, (const int64_t(*)[4])d, axis);
+		for (int k = 0; k < 3; k++)
+			assert_same(&parts[k], &in[k]);
+		free_all(parts, 3);
+		hp_tensor_free(&sin[1]);
+		hp_tensor_free(&out);
+	}
+	free_all(in, 3);
+}
+
+static void test_concat_steal(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int axis = 0; axis < 3; axis++)
+		concat_steal_case(axis, pool);
+	hp_pool_destroy(pool);
+}
 
 static void test_concat_split(void **state)
 {
@@ -1061,6 +1134,7 @@ int main(void)
 		cmocka_unit_test(test_transpose),
 		cmocka_unit_test(test_transpose_tiles),
 		cmocka_unit_test(test_concat_split),
+		cmocka_unit_test(test_concat_steal),
 		cmocka_unit_test(test_slice),
 		cmocka_unit_test(test_gather),
 		cmocka_unit_test(test_gather_elements),

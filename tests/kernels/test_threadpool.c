@@ -234,6 +234,65 @@ static void test_steal_stall_hook(void **state)
 	hp_pool_destroy(p);
 }
 
+/* hp_pool_test_delay: a worker that sleeps 30 ms before its share leaves
+ * it to the caller (who takes it from the back, as tid 0); a caller that
+ * sleeps leaves its share to the worker (as tid 1).  Kernels' tests use
+ * the hook to check their bits whoever ran a unit. */
+static void busy_fn(void *arg, int64_t b, int64_t e, int tid)
+{
+	struct timespec t0, t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+	while ((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec) < 100000);
+	steal_fn(arg, b, e, tid);
+}
+
+static int ran_by(int64_t b, int64_t e, int tid)
+{
+	int n = 0;
+
+	for (int64_t i = b; i < e; i++)
+		n += atomic_load(&steal_tid[i]) == tid;
+	return n;
+}
+
+/* One job with thread `who` delayed: whether the other ran at least `want`
+ * of its share's 20 units. */
+static int delayed_job(struct hp_pool *p, int who, int want)
+{
+	hp_pool_test_delay(who, 30000000);
+	rec_reset(&R, 40, 1, 2);
+	hp_parallel_steal(p, 40, 1, 2, busy_fn, &R);
+	hp_pool_test_delay(who, 0);
+	check_once(&R, "hp_parallel_steal, a thread delayed");
+	return who == 1 ? ran_by(20, 40, 0) >= want : ran_by(0, 20, 1) >= want;
+}
+
+static void test_steal_delay_hook(void **state)
+{
+	struct hp_pool *p;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &p), 0);
+	steal_unit = 1, steal_parts = 2;
+	/* the late thread's share is mostly run by the other one (which
+	 * needs a unit or two to take over); a few tries, as a loaded
+	 * machine may not run the worker within the caller's 30 ms */
+	for (int who = 1; who >= 0; who--) {
+		int ok = 0;
+		for (int t = 0; t < 5 && !ok; t++)
+			ok = delayed_job(p, who, who ? 15 : 10);
+		if (!ok)
+			fail_msg("%s delayed: the other thread did not run its share", who ? "worker" : "caller");
+	}
+	rec_reset(&R, 40, 1, 2); /* off again */
+	hp_parallel_steal(p, 40, 1, 2, busy_fn, &R);
+	check_once(&R, "hp_parallel_steal after the delays");
+	hp_pool_destroy(p);
+}
+
 static void test_spin_setting(void **state)
 {
 	const char *e = getenv("HPDLF_POOL_SPIN_US");
@@ -254,6 +313,7 @@ int main(void)
 		cmocka_unit_test(test_steal_cover),
 		cmocka_unit_test(test_steal_late),
 		cmocka_unit_test(test_steal_stall_hook),
+		cmocka_unit_test(test_steal_delay_hook),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
