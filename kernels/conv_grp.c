@@ -39,7 +39,7 @@
 /* The auto choice up to this many channels per group, in and out: in
  * bench/bench_conv_libs.c the path it replaced (kxk from 8 channels,
  * im2col below) ran at 17, 21, 26 and 40 GF/s a thread on groups of 4, 8,
- * 16 and 32 channels where this one runs at 54, 52, 66 and 56; wider
+ * 16 and 32 channels where this one runs at 58, 72, 66 and 58; wider
  * groups were not measured. */
 #define GR_AUTO_MAX_CH 32
 /* Convolutions of one group with at most this many input channels (the
@@ -71,9 +71,10 @@ int hp_conv_grp_mode(void)
 struct gr_geom {
 	int64_t ih, iw, oh, ow;
 	int64_t kh, kw, sh, sw, dh, dw, pt, pl;
-	int64_t rb, nrp, phw, plane; /* output rows per unit, staged rows per row phase, floats per row, per phase plane */
+	int64_t rb, nrp;   /* output rows per unit, staged rows per row phase */
+	int64_t phw, plane; /* floats per staged row, per phase plane */
 	int64_t kdim, nrb;
-	int64_t stage, lo;           /* floats of the staging (with slack), of the outputs per channel */
+	int64_t stage, lo;  /* floats of the staging (with slack), of a micro-tile row's outputs in o */
 };
 
 static void gr_geom(const struct hp_conv *cv, struct gr_geom *q)
@@ -99,6 +100,7 @@ static void gr_geom(const struct hp_conv *cv, struct gr_geom *q)
 	q->stage = cv->cin_g * q->sh * q->sw * q->plane + tw + 16;
 	q->lo = (q->rb * q->phw + tw - 1) / tw * tw;
 }
+
 int hp_grp_eligible(const struct hp_conv *cv)
 {
 	struct gr_geom q;
