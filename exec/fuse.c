@@ -123,25 +123,6 @@ static int foldable_conv(const struct hp_graph *g, const struct hp_node *b, uint
 	return p;
 }
 
-/* A new initializer named base + suffix holding `n` floats (taken over). */
-static int new_init(struct hp_graph *g, const char *base, const char *suffix, const struct hp_shape *s, float *data)
-{
-	char name[512];
-	int v;
-
-	snprintf(name, sizeof name, "%s%s", base, suffix);
-	for (int i = 1; hp_graph_find_value(g, name) >= 0; i++)
-		snprintf(name, sizeof name, "%s%s#%d", base, suffix, i);
-	if ((v = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, HP_F32, s)) < 0) {
-		free(data);
-		return v;
-	}
-	g->values[v].data = data;
-	g->values[v].src = (struct hp_blob){ .kind = HP_BLOB_MEMORY, .length = (uint64_t)hp_shape_numel(s) * 4 };
-	g->values[v].trainable = 0;
-	return v;
-}
-
 struct fold_geom {
 	int64_t m, per;   /* channels, weights per channel */
 	int cols;         /* channels are the columns of W (Gemm, transB 0) */
@@ -208,12 +189,12 @@ static int fold_values(struct hp_graph *g, int ci, int bi, int *wv, int *bv)
 		free(nb);
 		return rc;
 	}
-	struct hp_shape ws = w->shape; /* new_init may move the values */
-	if ((*wv = new_init(g, w->name, ".bnfold", &ws, nw)) < 0) {
+	struct hp_shape ws = w->shape; /* hp_fz_memory_init may move the values */
+	if ((*wv = hp_fz_memory_init(g, w->name, ".bnfold", &ws, nw)) < 0) {
 		free(nb);
 		return *wv;
 	}
-	*bv = new_init(g, g->values[b->outputs[0]].name, ".bias.bnfold", &bs, nb);
+	*bv = hp_fz_memory_init(g, g->values[b->outputs[0]].name, ".bias.bnfold", &bs, nb);
 	return *bv < 0 ? *bv : 0;
 }
 
