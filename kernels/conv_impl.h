@@ -329,7 +329,6 @@ void hp_grp_forward(const struct hp_conv *cv, const float *x, const float *w, co
 /* Tests and benchmarks only: 0 auto, 1 whenever eligible, -1 never; read
  * when a Conv is prepared. */
 void hp_conv_set_grp(int mode);
-int hp_conv_grp_mode(void);
 
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
 void hp_convt_setup(struct hp_conv *cv);
