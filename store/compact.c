@@ -15,11 +15,27 @@
 
 enum { PG_FREE = 0, PG_MOVE, PG_DROP, PG_FIXED };
 
+/* A bounce buffer for a run's relocation: pages of the pool itself (any
+ * pieces), so it costs no memory beyond the budget; a pool of at most
+ * 4 MiB with too few free pages takes it from malloc (part of the fixed
+ * overhead of budgets under 64 MiB, hpdlf-exec(1), MEMORY). */
+struct bounce {
+	unsigned char *mem;     /* malloc'd, or NULL: the pieces */
+	struct hs_piece one, *many;
+	uint32_t n;
+};
+
 struct pg {
 	struct hs_tensor *t;
-	uint64_t i;
+	uint64_t i;             /* chunk of t, or piece of the bounce */
 	uint8_t kind;
+	uint8_t bounce;         /* a page of the bounce buffer (fixed, but slide moves it) */
 };
+
+static struct hs_piece *bounce_pieces(struct bounce *b)
+{
+	return b->n > 1 ? b->many : &b->one;
+}
 
 /* Moving a chunk by memcpy is safe when nobody holds its address (no pin)
  * and no I/O uses its frames (resident, not loading or writing), and its
@@ -33,9 +49,13 @@ static int kind_of(const struct hs_chunk *c)
 	return PG_FIXED;
 }
 
-static struct pg *owners(struct hs_store *st, uint64_t pages)
+static struct pg *owners(struct hs_store *st, uint64_t pages, struct bounce *b)
 {
 	struct pg *o = calloc(pages ? pages : 1, sizeof *o);
+
+	for (uint32_t j = 0; o && b && !b->mem && j < b->n; j++)
+		for (uint64_t q = bounce_pieces(b)[j].page; q < (uint64_t)bounce_pieces(b)[j].page + bounce_pieces(b)[j].n && q < pages; q++)
+			o[q] = (struct pg){ NULL, j, PG_FIXED, 1 };
 
 	for (struct hs_tensor *t = st->list; o && t; t = t->next)
 		for (uint64_t i = 0; i < t->nchunks; i++) {
@@ -44,7 +64,7 @@ static struct pg *owners(struct hs_store *st, uint64_t pages)
 			uint8_t k = c->npieces ? (uint8_t)kind_of(c) : PG_FREE;
 			for (uint32_t j = 0; j < c->npieces; j++)
 				for (uint64_t q = p[j].page; q < (uint64_t)p[j].page + p[j].n && q < pages; q++)
-					o[q] = (struct pg){ t, i, k };
+					o[q] = (struct pg){ t, i, k, 0 };
 		}
 	/* pages no chunk owns but the pool does not list free: staging, lost */
 	for (uint64_t q = 0; o && q < pages; q++)
@@ -138,18 +158,42 @@ static int empty_window(struct hs_store *st, const struct pg *o, uint64_t s, uin
 	return rc;
 }
 
+/* Piece j of bounce b slid down to page to (below it, [to, its page) free). */
+static void slide_bounce(struct hs_store *st, struct bounce *b, uint32_t j, uint64_t to)
+{
+	struct hs_piece *p = &bounce_pieces(b)[j], old = *p;
+
+	hs_frames_free(st->frames, &old, NULL, 1);
+	if (hs_frames_take(st->frames, to, old.n) < 0) { /* cannot happen; keep it where it is */
+		hs_frames_take(st->frames, old.page, old.n);
+		return;
+	}
+	p->page = (uint32_t)to;
+	memmove(hs_frames_home(st->frames, p), hs_frames_home(st->frames, &old), (size_t)old.n * HS_PAGE);
+}
+
 /* Slide every chunk that can move down onto the one below it, lowest
  * first (dropping discarded ones): the free pages gather in one run above
  * the last chunk, or below a chunk that cannot move.  Chunks that lay
  * next to each other (a run) still do.  For when no window can be
- * emptied: the free pages outside it too scattered to take its chunks. */
-static void slide(struct hs_store *st, const struct pg *o, uint64_t pages)
+ * emptied: the free pages outside it too scattered to take its chunks.
+ * The pieces of bounce b (the bytes of the tensor looking for a run) move
+ * too: held where they lie they would cut the free pages apart. */
+static void slide(struct hs_store *st, const struct pg *o, uint64_t pages, struct bounce *b)
 {
 	uint64_t cursor = 0;
 
 	for (uint64_t q = 0; q < pages; q++) {
-		int first = !q || o[q].t != o[q - 1].t || o[q].i != o[q - 1].i;
+		int first = !q || o[q].t != o[q - 1].t || o[q].i != o[q - 1].i || o[q].bounce != o[q - 1].bounce;
 		struct hs_chunk *c = o[q].t ? &o[q].t->ch[o[q].i] : NULL;
+		if (o[q].bounce) {
+			if (first) {
+				if (cursor < bounce_pieces(b)[o[q].i].page)
+					slide_bounce(st, b, (uint32_t)o[q].i, cursor);
+				cursor = bounce_pieces(b)[o[q].i].page + bounce_pieces(b)[o[q].i].n;
+			}
+			continue;
+		}
 		if (o[q].kind == PG_FIXED || (c && first && c->npieces && kind_of(c) == PG_FIXED)) {
 			cursor = q + 1 > cursor ? q + 1 : cursor;
 			continue;
@@ -175,27 +219,33 @@ static void slide(struct hs_store *st, const struct pg *o, uint64_t pages)
 	}
 }
 
-int hs_frames_compact_for(struct hs_store *st, uint64_t n)
+/* hs_frames_compact_for, with the pieces of bounce b (NULL: none) in the pool. */
+static int compact_for(struct hs_store *st, uint64_t n, struct bounce *b)
 {
 	uint64_t pages = hs_frames_grown(st->frames) / HS_PAGE;
-	struct pg *o = owners(st, pages);
+	struct pg *o = owners(st, pages, b);
 	int64_t s = o ? pick_window(o, pages, n) : -1;
 	int rc = s < 0 ? -1 : empty_window(st, o, (uint64_t)s, n);
 
 	if (rc < 0 && o) {
 		free(o);
-		if ((o = owners(st, pages)) != NULL) /* the window may have moved some */
-			slide(st, o, pages);
+		if ((o = owners(st, pages, b)) != NULL) /* the window may have moved some */
+			slide(st, o, pages, b);
 		rc = 0; /* the caller looks again */
 	}
 	free(o);
 	return rc;
 }
 
+int hs_frames_compact_for(struct hs_store *st, uint64_t n)
+{
+	return compact_for(st, n, NULL);
+}
+
 int hs_frames_clear(struct hs_store *st, uint64_t page, uint64_t n)
 {
 	uint64_t pages = hs_frames_grown(st->frames) / HS_PAGE, nfree = 0, wfree = 0, move = 0;
-	struct pg *o = page + n <= pages ? owners(st, pages) : NULL;
+	struct pg *o = page + n <= pages ? owners(st, pages, NULL) : NULL;
 	int rc = o ? 0 : -1;
 
 	for (uint64_t q = 0; o && q < pages; q++) {
@@ -213,16 +263,6 @@ int hs_frames_clear(struct hs_store *st, uint64_t page, uint64_t n)
 	free(o);
 	return rc;
 }
-
-/* A bounce buffer for a run's relocation: pages of the pool itself (any
- * pieces), so it costs no memory beyond the budget; a pool of at most
- * 4 MiB with too few free pages takes it from malloc (part of the fixed
- * overhead of budgets under 64 MiB, hpdlf-exec(1), MEMORY). */
-struct bounce {
-	unsigned char *mem;     /* malloc'd, or NULL: the pieces */
-	struct hs_piece one, *many;
-	uint32_t n;
-};
 
 #define BOUNCE_MALLOC_MAX (4ull << 20)
 
@@ -250,7 +290,7 @@ static void bounce_put(struct hs_store *st, struct bounce *b)
 /* n pages between mem and the bounce at page off (to: into the bounce). */
 static void bounce_copy(struct hs_store *st, struct bounce *b, uint64_t off, unsigned char *mem, uint64_t n, int to)
 {
-	const struct hs_piece *p = b->n > 1 ? b->many : &b->one;
+	const struct hs_piece *p = bounce_pieces(b);
 
 	if (b->mem) {
 		memcpy(to ? b->mem + off * HS_PAGE : mem, to ? mem : b->mem + off * HS_PAGE, (size_t)n * HS_PAGE);
@@ -331,7 +371,7 @@ static int relocate_bounce(struct hs_store *st, struct hs_tensor *t, uint64_t wa
 		c->npieces = 0;
 	}
 	if ((hs_frames_find_run(st->frames, want, &page) == 0 ||
-	     (hs_frames_compact_for(st, want) == 0 && hs_frames_find_run(st->frames, want, &page) == 0)) &&
+	     (compact_for(st, want, &b) == 0 && hs_frames_find_run(st->frames, want, &page) == 0)) &&
 	    hs_frames_take(st->frames, page, want) == 0) {
 		for (uint64_t i = 0; i < t->nchunks; i++)
 			t->ch[i].npieces = 1;
