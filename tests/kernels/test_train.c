@@ -888,6 +888,84 @@ static void test_batchnorm(void **state)
 	hp_tensor_free(&dy);
 }
 
+/* |got - want| within ulps float32 ulps of want (want's own rounding is 1/2). */
+static void near_ulps(float got, double want, double ulps, const char *what, int ch)
+{
+	double tol = ulps * ldexp(fabs(want), -23);
+
+	if (!(fabs(got - want) <= tol))
+		fail_msg("%s, channel %d: %.9g against %.9g (%.1f ulps, at most %.1f)", what, ch, got, want,
+			 fabs(got - want) / ldexp(fabs(want), -23), ulps);
+}
+
+/* The sums of BatchNormTrain and BatchNormGrad over a channel of 2^20
+ * elements, offset far from 0 as activations often are: accumulated in
+ * double as PyTorch's CPU kernels do, the statistics and dScale/dB come
+ * out within 2 ulps of the float64 value (rounding alone is 1/2); float
+ * accumulators miss (planted: 8 float lanes put the mean of channel 0 8 ulps
+ * off, and check_numerics.py's 2x-of-PyTorch criterion alone
+ * does not see them).  Momentum 0 makes the running statistics the batch's
+ * (the variance unbiased, as torch). */
+static void test_batchnorm_sums(void **state)
+{
+	enum { N = 16, C = 2, S = 256 * 256 };
+	const int64_t cnt = (int64_t)N * S;
+	struct hp_tensor in[5] = { T(4, N, C, 256, 256), rnd(T(1, C), 71, 0.5f, 1.5f), rnd(T(1, C), 72, -1, 1),
+				   rnd(T(1, C), 73, -1, 1), rnd(T(1, C), 74, 0.5f, 2) };
+	struct hp_attr a[2] = { kt_float("epsilon", 1e-5f), kt_float("momentum", 0.0f) };
+	struct hp_tensor out[3], dy = rnd(T(4, N, C, 256, 256), 75, 0.5f, 1.5f), g[3];
+	const float lo[C] = { 99, -3 }, hi[C] = { 101, 5 };
+	float *x = in[0].data, *d = dy.data;
+
+	(void)state;
+	kt_fill_random(&in[0], 76, 0, 1);
+	for (int64_t b = 0; b < N; b++) /* channel c uniform in [lo, hi) */
+		for (int c = 0; c < C; c++)
+			for (int64_t i = 0; i < S; i++) {
+				float *v = &x[(b * C + c) * S + i];
+				*v = lo[c] + (hi[c] - lo[c]) * *v;
+			}
+	run("BatchNormTrain", 5, in, 2, a, 3, out);
+	struct hp_tensor gin[3] = { dy, in[0], in[1] };
+	run("BatchNormGrad", 3, gin, 1, a, 3, g);
+	for (int c = 0; c < C; c++) {
+		double mean = 0, var = 0, sdy = 0, sdyx = 0, inv, sc = ((float *)in[1].data)[c], bias = ((float *)in[2].data)[c];
+		for (int64_t b = 0; b < N; b++)
+			for (int64_t i = 0; i < S; i++)
+				mean += x[(b * C + c) * S + i];
+		mean /= (double)cnt;
+		for (int64_t b = 0; b < N; b++)
+			for (int64_t i = 0; i < S; i++)
+				var += pow(x[(b * C + c) * S + i] - mean, 2);
+		var /= (double)cnt;
+		inv = 1 / sqrt(var + 1e-5);
+		for (int64_t b = 0; b < N; b++)
+			for (int64_t i = 0; i < S; i++) {
+				int64_t k = (b * C + c) * S + i;
+				sdy += d[k];
+				sdyx += d[k] * (x[k] - mean) * inv;
+			}
+		near_ulps(((float *)out[1].data)[c], mean, 2, "BatchNormTrain running mean", c);
+		near_ulps(((float *)out[2].data)[c], var * (double)cnt / (double)(cnt - 1), 2, "BatchNormTrain running var", c);
+		near_ulps(((float *)g[2].data)[c], sdy, 2, "BatchNormGrad dB", c);
+		near_ulps(((float *)g[1].data)[c], sdyx, 2, "BatchNormGrad dScale", c);
+		for (int64_t b = 0; b < N; b += N - 1) /* first and last item: Y and dX from the exact statistics */
+			for (int64_t i = 0; i < S; i += 97) {
+				int64_t k = (b * C + c) * S + i;
+				double xh = (x[k] - mean) * inv;
+				double y = xh * sc + bias, dx = sc * inv * (d[k] - sdy / (double)cnt - xh * sdyx / (double)cnt);
+				if (!(fabs(((float *)out[0].data)[k] - y) <= 1e-6 * (1 + fabs(y))))
+					fail_msg("BatchNormTrain Y[%lld]: %.9g against %.9g", (long long)k, ((float *)out[0].data)[k], y);
+				if (!(fabs(((float *)g[0].data)[k] - dx) <= 1e-6 * (1 + fabs(dx))))
+					fail_msg("BatchNormGrad dX[%lld]: %.9g against %.9g", (long long)k, ((float *)g[0].data)[k], dx);
+			}
+	}
+	free_all(g, 3);
+	free_all(out, 3);
+	free_all(in, 5);
+	hp_tensor_free(&dy);
+}
+
 static void test_layernorm_grad(void **state)
 {
 	struct hp_tensor in[3] = { rnd(T(3, 2, 3, 5), 70, -1, 1), rnd(T(3, 2, 3, 5), 71, -2, 2), rnd(T(1, 5), 72, 0.5f, 1.5f) };
@@ -1664,6 +1742,7 @@ int main(void)
 		cmocka_unit_test(test_conv_grad_grp),
 		cmocka_unit_test(test_pool_grad),
 		cmocka_unit_test(test_batchnorm),
+		cmocka_unit_test(test_batchnorm_sums),
 		cmocka_unit_test(test_layernorm_grad),
 		cmocka_unit_test(test_layernorm_grad_pool),
 		cmocka_unit_test(test_softmax_grad),

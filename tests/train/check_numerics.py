@@ -16,8 +16,8 @@ Generates here (PyTorch, seeded) two small models and their data:
   transformer  token + position embeddings, two pre-norm encoder blocks
           (fused LayerNormalization at opset 17, multi-head attention with
           Softmax, exact GELU), mean pool, Linear.
-Each is trained for STEPS steps of SGD with momentum from the same float32
-initial weights three times: PyTorch in float64 (the reference), PyTorch in
+The ResNets see 16x16 images.  Each is trained for STEPS steps of SGD with
+momentum from the same float32 initial weights three times: PyTorch in float64 (the reference), PyTorch in
 float32, and hpdlf-exec --train.  Acceptance at every step i:
 
     |hpdlf_i - f64_i| <= 2 * |torch32_i - f64_i| + FLOOR * |f64_i|
@@ -28,7 +28,18 @@ round onto the float64 loss from demanding better than float32 can write.
 The worst ratio over the steps is printed.  The trained parameters and
 running statistics after the last step (--export-onnx, matched by name),
 a far finer measure than the losses, must likewise be within 2x PyTorch
-float32's L2 distance to float64's.  If PyTorch is missing the test
+float32's L2 distance to float64's.
+
+ReLU makes that comparison a lottery unless the float64 run keeps away
+from its kink: an input within ~1e-7 of 0 lies on either side depending on
+float32 rounding alone, and one such flip changes the step's weight
+gradients by ~1e-5 (100x float32's error) and the trajectories part for
+good (a 32x32 batch-32 ResNet here passed the float64 run at 3e-8 from the
+kink; hpdlf, exact in its reductions, rounded it to the other side at step
+3).  So the generator takes the first data and weight seed from 5 on whose
+float64 run keeps every ReLU input at least MARGIN (1e-6, ten times the
+float32 runs' activation error) from 0, and says which.  The transformer
+has no kink: seed 5.  If PyTorch is missing the test
 is skipped (exit 77); tools/setup.sh installs python3-torch.
 """
 import json
@@ -42,6 +53,7 @@ FLOOR = 2.0 ** -24
 
 GEN = r'''
 import math, sys, json
+SEEDS, MARGIN = 40, 1e-6
 import numpy as np
 np.float = float; np.int = int; np.bool = bool; np.object = object
 import torch, torch.nn as nn, torch.nn.functional as F
@@ -55,8 +67,8 @@ class Basic(nn.Module):
         if stride != 1 or cin != cout:
             s.proj = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
     def forward(s, x):
-        y = s.b2(s.c2(F.relu(s.b1(s.c1(x)))))
-        return F.relu(y + (x if s.proj is None else s.proj(x)))
+        y = s.b2(s.c2(relu(s.b1(s.c1(x)))))
+        return relu(y + (x if s.proj is None else s.proj(x)))
 
 class ResNet(nn.Module):
     def __init__(s):
@@ -65,7 +77,7 @@ class ResNet(nn.Module):
         s.l1, s.l2 = Basic(16, 16, 1), Basic(16, 32, 2)
         s.fc = nn.Linear(32, 10)
     def forward(s, x):
-        x = s.l2(s.l1(F.relu(s.bn(s.stem(x)))))
+        x = s.l2(s.l1(relu(s.bn(s.stem(x)))))
         return s.fc(x.mean(dim=(2, 3)))
 
 class Block(nn.Module):
@@ -122,22 +134,44 @@ def train(m, x, y, cfg, dtype):
         loss.backward()
         opt.step()
         out.append(float(loss))
-    return out, {k: v.detach().double().numpy() for k, v in m.state_dict().items() if v.is_floating_point()}
+    return out, {k: v.detach().double().numpy().copy() for k, v in m.state_dict().items() if v.is_floating_point()}
 
-def main(name, d, cfg):
-    torch.set_num_threads(1)
-    rng = np.random.default_rng(5)
-    torch.manual_seed(5)
-    g = torch.Generator().manual_seed(6)
+KINK = [float("inf"), False]  # nearest ReLU input to 0 in the float64 run; recording
+
+def relu(x):
+    if KINK[1] and x.dtype == torch.float64:
+        KINK[0] = min(KINK[0], float(x.detach().abs().min()))
+    return F.relu(x)
+
+def make(name, seed, cfg):
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed + 1)
     if name.startswith("resnet"):
-        m, x = ResNet(), rng.standard_normal((64, 3, 32, 32)).astype(np.float32)
+        hw = cfg["hw"]
+        m, x = ResNet(), rng.standard_normal((64, 3, hw, hw)).astype(np.float32)
         y = ((x[:, 0, :8].mean(axis=(1, 2)) > 0) * 5 + rng.integers(0, 5, 64)).astype(np.int64)
     else:
         m, x = Transformer(), rng.integers(0, 32, (64, 16)).astype(np.int64)
         y = (((x == 3).sum(axis=1) + (x[:, 0] > 15) * 2) % 4).astype(np.int64)
     if name != "resnet_fresh":
         distinct(m, g)
-    init = {k: v.clone() for k, v in m.state_dict().items()}
+    return m, x, y
+
+def main(name, d, cfg):
+    torch.set_num_threads(1)
+    for seed in range(5, 5 + SEEDS):
+        m, x, y = make(name, seed, cfg)
+        init = {k: v.clone() for k, v in m.state_dict().items()}
+        KINK[:] = [float("inf"), True]
+        f64, w64 = train(m, x, y, cfg, torch.float64)
+        KINK[1] = False
+        if KINK[0] >= MARGIN:
+            break
+    else:
+        sys.exit("no seed in 5..%d keeps every ReLU input of the float64 run %g from 0 (nearest %g)" % (4 + SEEDS, MARGIN, KINK[0]))
+    m.load_state_dict(init)
+    m = m.float()
     m.eval()
     torch.onnx.export(m, torch.from_numpy(x[:2]), d + "/model.onnx", input_names=["input"],
                       output_names=["logits"], dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
@@ -145,19 +179,18 @@ def main(name, d, cfg):
                       do_constant_folding=False)  # folding renames transposed Linear weights
     np.save(d + "/x.npy", x)
     np.save(d + "/y.npy", y)
-    res = {}
-    for key, dt in (("f64", torch.float64), ("f32", torch.float32)):
-        m.load_state_dict(init)
-        res[key], w = train(m, x, y, cfg, dt)
-        np.savez(d + "/w_" + key + ".npz", **w)
-    json.dump(res, open(d + "/ref.json", "w"))
+    np.savez(d + "/w_f64.npz", **w64)
+    m.load_state_dict(init)
+    f32, w32 = train(m, x, y, cfg, torch.float32)
+    np.savez(d + "/w_f32.npz", **w32)
+    json.dump({"f64": f64, "f32": f32, "seed": seed, "kink": KINK[0]}, open(d + "/ref.json", "w"))
 
 main(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))
 '''
 
 CONFIGS = {
-    "resnet": dict(lr=0.1, momentum=0.9, batch=32, steps=STEPS),
-    "resnet_fresh": dict(lr=0.1, momentum=0.9, batch=8, steps=STEPS),
+    "resnet": dict(lr=0.1, momentum=0.9, batch=16, steps=STEPS, hw=16),
+    "resnet_fresh": dict(lr=0.1, momentum=0.9, batch=8, steps=STEPS, hw=16),
     "transformer": dict(lr=0.05, momentum=0.9, batch=16, steps=STEPS),
 }
 
@@ -212,6 +245,7 @@ def check_model(exe, py, name, tmp):
         return
     with open(os.path.join(d, "ref.json")) as f:
         ref = json.load(f)
+    print("     %s: seed %d, nearest ReLU input of the float64 run %.2e from 0" % (name, ref["seed"], ref["kink"]))
     if name == "resnet_fresh":
         import onnx
         ids = [n for n in onnx.load(os.path.join(d, "model.onnx")).graph.node if n.op_type == "Identity"]
