@@ -62,6 +62,7 @@ static const struct cls classes[] = {
 	{ "dw3x3-s2-56", "MobileNetV2 depthwise stride 2, 56 -> 28", 1, 144, 144, 56, 56, 3, 2, 1, 144 },
 	{ "dw3x3-s2-14", "MobileNetV2 depthwise stride 2, 14 -> 7", 1, 576, 576, 14, 14, 3, 2, 1, 576 },
 	{ "grouped", "ResNeXt 32 groups", 1, 128, 128, 28, 28, 3, 1, 1, 32 },
+	{ "grouped-b8", "ResNeXt 32 groups, batch 8 (training)", 8, 128, 128, 28, 28, 3, 1, 1, 32 },
 	{ "grouped-s2", "ResNeXt 32 groups, stride 2", 1, 256, 256, 56, 56, 3, 2, 1, 32 },
 	{ "grouped-w8", "RegNet groups of 8", 1, 64, 64, 28, 28, 3, 1, 1, 8 },
 	{ "lenet-c1", "LeNet's first conv, batch 64", 64, 1, 6, 28, 28, 5, 1, 0, 1 },

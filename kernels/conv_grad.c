@@ -300,6 +300,8 @@ struct cg_filter {
 	int dw;                /* depthwise: conv_dw.c */
 	int w3;                /* 2-D, stride 1, window <= 3 wide, whole items: conv_grad_w3.c */
 	struct hp_w3 w3g;
+	int grp;               /* 2-D, 2-32 channels per group: conv_grad_grp.c */
+	struct hp_gfilt gfg;
 };
 
 struct filter_run {
@@ -516,6 +518,30 @@ static int w3_plan(struct cg_filter *f, int64_t unit_axis)
 	return 1;
 }
 
+/* The grouped path of conv_grad_grp.c where it applies: its units are
+ * those of the sgemm path (items, or rows with a batch of one), so a band
+ * of the node takes it where the whole does. */
+static int grp_plan(struct cg_filter *f, int64_t unit_axis)
+{
+	const struct cgeom *c = &f->c;
+	struct hp_colgeom geo = { 0 };
+
+	if (c->nd != 2 || c->group < 2)
+		return 0;
+	for (int i = 0; i < 3; i++) {
+		geo.img[i] = c->big[i];
+		geo.grid[i] = c->small[i];
+		geo.k[i] = c->k[i];
+		geo.stride[i] = c->s[i];
+		geo.dil[i] = c->d[i];
+		geo.pad[i] = c->p[i];
+	}
+	hp_colgeom_finish(&geo);
+	f->grp = hp_gfilt_plan(&f->gfg, &geo, c->n, c->cbig, c->csmall, c->group, filter_unit(c, unit_axis),
+			       hp_conv_ws_threads());
+	return f->grp;
+}
+
 static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	struct hp_shape ks, ws;
@@ -535,6 +561,8 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 	if ((f.dw = dw_geom(&f.c, &dw))) {
 		dw.unit = filter_unit(&f.c, unit_axis);
 		f.workspace = hp_dw_filter_ws(&dw);
+	} else if (grp_plan(&f, unit_axis)) {
+		f.workspace = hp_gfilt_workspace(&f.gfg);
 	} else if (!w3_plan(&f, unit_axis)) {
 		filter_plan(&f, unit_axis);
 	}
@@ -596,6 +624,10 @@ static int conv_filter_run(const struct hp_node *n, const struct hp_kargs *a)
 	}
 	if (f->w3) {
 		hp_w3_filter(&f->w3g, r.dy, r.x, acc, a->out[0].data, a->ws, a->pool);
+		return 0;
+	}
+	if (f->grp) {
+		hp_gfilt_run(&f->gfg, r.dy, r.x, acc, a->out[0].data, a->ws, a->pool);
 		return 0;
 	}
 	threads = hp_conv_threads_enter(a->pool, &saved);

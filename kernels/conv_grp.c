@@ -61,6 +61,11 @@ void hp_conv_set_grp(int mode)
 	grp_mode = mode;
 }
 
+int hp_conv_grp_mode(void)
+{
+	return grp_mode;
+}
+
 /* The staging of one unit of rb output rows (gr_stage), the tap offsets
  * into it (gr_taps) and its outputs (gr_block). */
 struct gr_geom {

@@ -327,8 +327,30 @@ size_t hp_grp_workspace(const struct hp_conv *cv, int threads);
 void hp_grp_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		    struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 /* Tests and benchmarks only: 0 auto, 1 whenever eligible, -1 never; read
- * when a Conv is prepared. */
+ * when a Conv is prepared (and by ConvGradFilter's grouped path: -1 keeps
+ * it on the sgemm path). */
 void hp_conv_set_grp(int mode);
+int hp_conv_grp_mode(void);
+
+/* ConvGradFilter of a 2-D convolution of 2-32 channels per group, in and
+ * out (conv_grad_grp.c), where AVX2 and FMA exist: 4x4 register tiles of
+ * 8 lanes over im2col chunks, each element's lanes added in one fixed
+ * tree per unit (a batch item, or a row with a batch of one), the units
+ * from the last to the first into dW, from acc (the bands after it) or 0. */
+struct hp_gfilt {
+	struct hp_colgeom geo; /* img: X's side (cin), grid: dY's side (cout) */
+	int64_t n, cin, cout, group, cg, mg;
+	int64_t bvol, svol, rows; /* rows: cg * kvol, dW's row length */
+	int64_t unit, chunk;      /* positions per unit, per im2col chunk */
+	int threads;
+};
+/* 1 and q planned if the path takes the geometry (unit: positions per
+ * unit, a divisor of the plane), else 0. */
+int hp_gfilt_plan(struct hp_gfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
+		  int64_t group, int64_t unit, int threads);
+size_t hp_gfilt_workspace(const struct hp_gfilt *q);
+void hp_gfilt_run(const struct hp_gfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
+		  struct hp_pool *pool);
 
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
 void hp_convt_setup(struct hp_conv *cv);

@@ -424,6 +424,10 @@ static void test_filter_2d(void **state)
 	cgf_case(2, 3, 9, 10, 1, I{ 12, 11 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 0 }, I{ 1, 2 });
 	cgf_case(2, 4, 16, 8, 2, I{ 10, 10 }, I{ 3, 3 }, I{ 1, 1 }, I{ 2, 1 }, I{ 2, 1 }, I{ 2, 0 });
 	cgf_case(2, 3, 8, 12, 4, I{ 9, 8 }, I{ 2, 3 }, I{ 2, 2 }, I{ 2, 1 }, I{ 0, 1 }, I{ 1, 1 });
+	/* the grouped path (conv_grad_grp.c): rows of 20 (units of rows with a
+	 * batch of one), 4 per group, and 8 per group at stride 2 in rows */
+	cgf_case(2, 2, 8, 8, 2, I{ 6, 20 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	cgf_case(2, 2, 16, 12, 2, I{ 9, 34 }, I{ 3, 3 }, I{ 2, 2 }, I{ 1, 1 }, I{ 1, 1 }, I{ 0, 1 });
 	cgf_case(2, 3, 4, 8, 4, I{ 9, 8 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 0 }); /* depthwise */
 	/* the direct path (conv_grad_w3.c, auto mode, batches of 2 and 3):
 	 * windows 2, 1 and 3 wide, rows not a multiple of 8, output channels

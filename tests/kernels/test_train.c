@@ -708,6 +708,164 @@ static void test_conv_grad_slab(void **state)
  * forced: dY over W transposed and mirrored), on one and two threads:
  * groups of 2 and 3 channels, pads below and above the kernel's reach,
  * dilation, a 1x1 and a 5x3 kernel. */
+/* ConvGradFilter on the grouped path (conv_grad_grp.c), replayed here in
+ * scalar float: lane l of dW element e sums, by fused multiply-adds from
+ * 0, the positions (row, column) of a unit with column = l mod 8, rows in
+ * order and columns in order; per unit, last first, dW += ((l0 + l1) +
+ * (l2 + l3)) + ((l4 + l5) + (l6 + l7)), from acc or 0.  Units: batch
+ * items, or with a batch of one, rows. */
+struct gfc {
+	int n, cin, cout, group, ih, iw, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
+};
+
+static int gfc_oh(const struct gfc *c)
+{
+	return (c->ih + c->pt + c->pb - (c->kh - 1) * c->dh - 1) / c->sh + 1;
+}
+
+static int gfc_ow(const struct gfc *c)
+{
+	return (c->iw + c->pl + c->pr - (c->kw - 1) * c->dw - 1) / c->sw + 1;
+}
+
+static void gfc_ref(const struct gfc *c, const float *dy, const float *x, const float *acc, float *out, double *dbl_out)
+{
+	int cg = c->cin / c->group, mg = c->cout / c->group, rows = cg * c->kh * c->kw, oh = gfc_oh(c), ow = gfc_ow(c);
+	int urows = c->n >= 2 ? oh : 1;
+
+	for (int g = 0; g < c->group; g++)
+		for (int m = 0; m < mg; m++)
+			for (int t = 0; t < rows; t++) {
+				int e = (g * mg + m) * rows + t, ch = t / (c->kh * c->kw), ky = t % (c->kh * c->kw) / c->kw,
+				    kx = t % c->kw;
+				float o = acc ? acc[e] : 0;
+				double od = acc ? acc[e] : 0;
+				for (int nb = c->n - 1; nb >= 0; nb--)
+					for (int u = oh / urows - 1; u >= 0; u--) {
+						float l[8] = { 0 };
+						for (int r = u * urows; r < (u + 1) * urows; r++)
+							for (int q = 0; q < ow; q++) {
+								int yy = r * c->sh + ky * c->dh - c->pt, xx = q * c->sw + kx * c->dw - c->pl;
+								float xv = yy >= 0 && yy < c->ih && xx >= 0 && xx < c->iw
+										   ? x[((nb * c->cin + g * cg + ch) * c->ih + yy) * c->iw + xx]
+										   : 0.0f;
+								float d = dy[((nb * c->cout + g * mg + m) * oh + r) * ow + q];
+								l[q % 8] = fmaf(d, xv, l[q % 8]);
+								od += (double)d * xv;
+							}
+						o = o + (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])));
+					}
+				out[e] = o;
+				dbl_out[e] = od;
+			}
+}
+
+/* ConvGradFilter of c over items [i0, i1) of dy and x, from acc; units
+ * of whole items if items (a band's node of the batch says so). */
+static void gfc_run(const struct gfc *c, const struct hp_tensor *dy, const struct hp_tensor *x, int i0, int i1,
+		    const struct hp_tensor *acc, int items, struct hp_tensor *out)
+{
+	int cg = c->cin / c->group, oh = gfc_oh(c), ow = gfc_ow(c);
+	int64_t st[2] = { c->sh, c->sw }, dl[2] = { c->dh, c->dw }, pads[4] = { c->pt, c->pl, c->pb, c->pr },
+		ks[2] = { c->kh, c->kw };
+	struct hp_tensor in[3] = { T(4, i1 - i0, c->cout, oh, ow), T(4, i1 - i0, c->cin, c->ih, c->iw) };
+	struct hp_attr a[6] = { kt_int("group", c->group), kt_ints("strides", 2, st), kt_ints("dilations", 2, dl),
+				kt_ints("pads", 4, pads), kt_ints("kernel_shape", 2, ks), kt_int("hpdlf_unit_axis", 0) };
+
+	memcpy(in[0].data, (const float *)dy->data + (size_t)i0 * c->cout * oh * ow,
+	       (size_t)(i1 - i0) * c->cout * oh * ow * sizeof(float));
+	memcpy(in[1].data, (const float *)x->data + (size_t)i0 * c->cin * c->ih * c->iw,
+	       (size_t)(i1 - i0) * c->cin * c->ih * c->iw * sizeof(float));
+	if (acc)
+		in[2] = *acc;
+	run("ConvGradFilter", acc ? 3 : 2, in, items ? 6 : 5, a, 1, out);
+	(void)cg;
+	hp_tensor_free(&in[0]);
+	hp_tensor_free(&in[1]);
+}
+
+static void bitwise(const struct hp_tensor *a, const struct hp_tensor *b, const char *what)
+{
+	int64_t n = numel(a);
+
+	assert_int_equal(n, numel(b));
+	for (int64_t i = 0; i < n; i++)
+		if (memcmp((const float *)a->data + i, (const float *)b->data + i, sizeof(float)))
+			fail_msg("%s: element %lld: %.9g against %.9g", what, (long long)i, ((const float *)a->data)[i],
+				 ((const float *)b->data)[i]);
+}
+
+/* The grouped path against its scalar replay (bitwise) and a float64
+ * sum (close), from a running sum and from 0, on one and two threads; a
+ * batch chained item by item (the bands of a batch) bitwise the whole.
+ * Shapes (units of 16 positions and more, rows of 8 and more: the path's
+ * own limits): ResNeXt's 4 per group at 1 and 3 items (rows and items as
+ * units; 19 columns: a masked tail), 32 per group on a plane whose
+ * staging takes two blocks (lanes kept between them), 3 in and 5 out per
+ * group with stride 2, dilation 2 and uneven pads (edge tiles), a 1x1 of
+ * 8 per group, and a column stride of 3. */
+static void test_conv_grad_filter_grp(void **state)
+{
+	const struct gfc cases[] = {
+		{ 1, 8, 8, 2, 9, 19, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 },
+		{ 3, 8, 8, 2, 9, 19, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 },
+		{ 2, 64, 64, 2, 20, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 },
+		{ 1, 6, 10, 2, 13, 36, 3, 3, 2, 2, 2, 2, 2, 1, 0, 3 },
+		{ 2, 6, 10, 2, 13, 36, 3, 3, 2, 2, 2, 2, 2, 1, 0, 3 },
+		{ 2, 16, 4, 2, 7, 9, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0 },
+		{ 2, 12, 8, 4, 8, 29, 3, 5, 1, 3, 1, 1, 1, 2, 1, 2 },
+	};
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		const struct gfc *c = &cases[k];
+		int cg = c->cin / c->group, oh = gfc_oh(c), ow = gfc_ow(c);
+		struct hp_tensor dy = rnd(T(4, c->n, c->cout, oh, ow), 90 + (unsigned)k, -1, 1);
+		struct hp_tensor x = rnd(T(4, c->n, c->cin, c->ih, c->iw), 100 + (unsigned)k, -1, 1);
+		struct hp_tensor acc = rnd(T(4, c->cout, cg, c->kh, c->kw), 110 + (unsigned)k, -1, 1), out, ref;
+		size_t ne = (size_t)numel(&acc);
+		double *want = malloc(ne * sizeof *want);
+		char what[96];
+		for (int withacc = 0; withacc < 2; withacc++) {
+			ref = T(4, c->cout, cg, c->kh, c->kw);
+			gfc_ref(c, dy.data, x.data, withacc ? acc.data : NULL, ref.data, want);
+			for (int v = 0; v < 2; v++) {
+				kt_pool = v ? pool : NULL;
+				gfc_run(c, &dy, &x, 0, c->n, withacc ? &acc : NULL, 0, &out);
+				snprintf(what, sizeof what, "case %zu (acc %d, %d threads) against its replay", k, withacc, v + 1);
+				bitwise(&out, &ref, what);
+				snprintf(what, sizeof what, "case %zu (acc %d) against float64", k, withacc);
+				close_to(&out, want, 1e-5, what);
+				hp_tensor_free(&out);
+			}
+			kt_pool = NULL;
+			if (c->n >= 2) { /* items chained from the last, as bands of the batch */
+				struct hp_tensor run_acc = { 0 }, step;
+				for (int i = c->n - 1; i >= 0; i--) {
+					const struct hp_tensor *from = i == c->n - 1 ? (withacc ? &acc : NULL) : &run_acc;
+					gfc_run(c, &dy, &x, i, i + 1, from, 1, &step);
+					if (i != c->n - 1)
+						hp_tensor_free(&run_acc);
+					run_acc = step;
+				}
+				snprintf(what, sizeof what, "case %zu (acc %d): items chained", k, withacc);
+				bitwise(&run_acc, &ref, what);
+				hp_tensor_free(&run_acc);
+			}
+			hp_tensor_free(&ref);
+		}
+		free(want);
+		hp_tensor_free(&dy);
+		hp_tensor_free(&x);
+		hp_tensor_free(&acc);
+	}
+	hp_pool_destroy(pool);
+}
+
 static void test_conv_grad_grp(void **state)
 {
 	struct hp_pool *pool;
@@ -1740,6 +1898,7 @@ int main(void)
 		cmocka_unit_test(test_conv_grad),
 		cmocka_unit_test(test_conv_grad_slab),
 		cmocka_unit_test(test_conv_grad_grp),
+		cmocka_unit_test(test_conv_grad_filter_grp),
 		cmocka_unit_test(test_pool_grad),
 		cmocka_unit_test(test_batchnorm),
 		cmocka_unit_test(test_batchnorm_sums),

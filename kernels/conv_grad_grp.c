@@ -1,0 +1,342 @@
+/* ConvGradFilter of 2-D grouped convolutions with 2-32 channels per group
+ * (conv_grad_grp.c): ResNeXt's and RegNet's layers.  Through im2col each
+ * (unit, group) was one sgemm of M = the group's output channels (4-32)
+ * by N = its taps (cin_g x kvol, 36-288) over K = the unit's positions,
+ * 15 GF/s a thread on ResNeXt's first stage (bench/bench_conv_libs.c,
+ * class grouped, pass dW), where the forward runs at 90.
+ *
+ * Here a micro-tile is 4 output channels x 4 taps of one group: 16
+ * registers of 8 lanes, lane l summing the positions p = l mod 8 of the
+ * unit, each lane one chain of fused multiply-adds over its positions in
+ * order.  The unit's columns come from im2col in chunks of positions (a
+ * multiple of 8, so a lane keeps its positions across chunks; lane sums
+ * wait in the worker's buffer between chunks).  At the unit's end each
+ * element's 8 lanes are added in one fixed tree,
+ *     ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)),
+ * and that sum is added to dW.  Units run from the last to the first, as
+ * on the sgemm path (conv_grad.c): a unit is a batch item, or with a
+ * batch of one a row of the output, the cuts a band of the node can make,
+ * and a band's node starts from the sum of the bands after it, so bands
+ * give the bits of the whole node.  Nothing depends on the thread that
+ * runs a group, so the workers steal groups (hp_conv_steal). */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/conv_impl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define GF_X86 1
+#define GF_TARGET __attribute__((target("avx2,fma")))
+#endif
+
+#define GF_MAX_CH 32           /* channels per group, in and out */
+#define GF_STAGE_FLOATS 16384  /* a row block's staged input: 64 KiB */
+#define GF_MAX_STRIDE 8
+/* Units of at least this many positions, rows of at least 8: each unit
+ * pays its lanes' trees, each row its masked tail.  bench_conv_libs.c,
+ * pass dW, GF/s a thread (sgemm path / here, machine shared): ResNeXt's 4
+ * per group at 28x28, batch 1 (units: rows of 28) 15 / 36, batch 8 23 /
+ * 38; RegNet's 8 per group 31 / 38; 8 per group at stride 2 20 / 22; but
+ * 16 per group on 14x14 rows 31 / 28, 32 per group on 7x7 rows 27 / 15. */
+#define GF_MIN_UNIT 16
+
+/* Staged floats per channel and input row: the stride's column phases of
+ * the padded row, each pq long. */
+static int64_t gf_pq(const struct hp_gfilt *q)
+{
+	int64_t sw = q->geo.stride[2], pw = (q->geo.grid[2] - 1) * sw + (q->geo.k[2] - 1) * q->geo.dil[2] + 1;
+
+	return (pw + sw - 1) / sw;
+}
+
+/* Input rows staged for rb output rows. */
+static int64_t gf_in_rows(const struct hp_gfilt *q, int64_t rb)
+{
+	return (rb - 1) * q->geo.stride[1] + (q->geo.k[1] - 1) * q->geo.dil[1] + 1;
+}
+
+int hp_gfilt_plan(struct hp_gfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
+		  int64_t group, int64_t unit, int threads)
+{
+	int64_t cg = group > 0 ? cin / group : 0, mg = group > 0 ? cout / group : 0;
+
+	memset(q, 0, sizeof *q);
+	/* -1 (tests, benchmarks) or a forced shift mode asks for the sgemm paths */
+	if (hp_conv_grp_mode() < 0 || hp_conv_shift_mode() != 0 || !hp_dot_available() || group < 2 || cg < 2 || cg > GF_MAX_CH || mg < 1 ||
+	    mg > GF_MAX_CH || geo->img[0] != 1 || geo->grid[0] != 1 || geo->k[0] != 1 ||
+	    geo->stride[2] > GF_MAX_STRIDE || unit % geo->grid[2] != 0 || unit < GF_MIN_UNIT || geo->grid[2] < 8)
+		return 0;
+	q->geo = *geo;
+	q->n = n, q->cin = cin, q->cout = cout, q->group = group, q->cg = cg, q->mg = mg;
+	q->bvol = geo->img_vol, q->svol = geo->grid_vol, q->rows = cg * geo->kvol;
+	q->unit = unit;
+	/* output rows per staged block: as many as fit the staging, at least one */
+	int64_t per_in_row = cg * geo->stride[2] * gf_pq(q), rb = geo->grid[1];
+	while (rb > 1 && gf_in_rows(q, rb) * per_in_row > GF_STAGE_FLOATS)
+		rb = (rb + 1) / 2;
+	q->chunk = rb;
+	q->threads = threads > 0 ? threads : 1;
+	return 1;
+}
+
+/* Lane sums of a micro-tile: 4 x 4 x 8 floats per (channel block, tap block). */
+#define GF_TILE_FLOATS 128
+static int64_t gf_lp_at(const struct hp_gfilt *q, int64_t m0, int64_t t0)
+{
+	return (m0 / 4 * ((q->rows + 3) / 4) + t0 / 4) * GF_TILE_FLOATS;
+}
+
+static size_t gf_stage_floats(const struct hp_gfilt *q)
+{
+	return (size_t)(gf_in_rows(q, q->chunk) * q->cg * q->geo.stride[2] * gf_pq(q) + 16);
+}
+
+static size_t gf_per_worker(const struct hp_gfilt *q)
+{
+	return gf_stage_floats(q) + (size_t)gf_lp_at(q, (q->mg + 3) / 4 * 4, 0) + 16;
+}
+
+size_t hp_gfilt_workspace(const struct hp_gfilt *q)
+{
+	return gf_per_worker(q) * (size_t)q->threads * sizeof(float);
+}
+
+/* dW[e] += tree(lanes[e][0..8)): the order the vector path adds them in. */
+static float gf_tree(const float *l)
+{
+	return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+#ifdef GF_X86
+
+struct gf_run {
+	const struct hp_gfilt *q;
+	const float *dy, *x, *acc;
+	float *dw, *ws;
+};
+
+static GF_TARGET __m256i gf_mask(int64_t n)
+{
+	static const int32_t m[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
+
+	return _mm256_loadu_si256((const __m256i *)(m + 8 - (n < 8 ? n : 8)));
+}
+
+/* One micro-tile of mr <= 4 output channels x nr <= 4 taps over nu units
+ * of ur output rows of ow positions each, the last unit first: dy[i] the
+ * channels' first rows (next row dstep on), col[j] the taps' staged first
+ * rows (next row cstep on).  Each unit's lanes start at 0, or (not first:
+ * one unit continued) from lp [mr][nr] x 8; they end in lp (not last) or,
+ * added in gf_tree's order, in dW rows dw[i] (stride ldw) at taps
+ * [0, nr). */
+static inline __attribute__((always_inline)) GF_TARGET void
+gf_tile(int mr, int nr, const float *const *dy, const float *const *col, int64_t nu, int64_t ur, int64_t ow,
+	int64_t dstep, int64_t cstep, float *lp, int first, int last, float *dw, int64_t ldw)
+{
+	int64_t nv = ow / 8, tail = ow % 8;
+	__m256i m = gf_mask(tail);
+
+	for (int64_t un = nu - 1; un >= 0; un--) {
+		__m256 a[4][4];
+		for (int i = 0; i < 4; i++) /* (the unused ones too: variable mr, nr leave GCC unsure) */
+			for (int j = 0; j < 4; j++)
+				a[i][j] = _mm256_setzero_ps();
+		if (!first)
+			for (int i = 0; i < mr; i++)
+				for (int j = 0; j < nr; j++)
+					a[i][j] = _mm256_loadu_ps(lp + (i * 4 + j) * 8);
+		for (int64_t r = un * ur; r < (un + 1) * ur; r++) {
+			const float *dp[4], *cp[4];
+			for (int i = 0; i < mr; i++)
+				dp[i] = dy[i] + r * dstep;
+			for (int j = 0; j < nr; j++)
+				cp[j] = col[j] + r * cstep;
+			for (int64_t v = 0; v < nv; v++) {
+				__m256 d[4], c[4];
+				for (int i = 0; i < mr; i++)
+					d[i] = _mm256_loadu_ps(dp[i] + v * 8);
+				for (int j = 0; j < nr; j++)
+					c[j] = _mm256_loadu_ps(cp[j] + v * 8);
+				for (int i = 0; i < mr; i++)
+					for (int j = 0; j < nr; j++)
+						a[i][j] = _mm256_fmadd_ps(d[i], c[j], a[i][j]);
+			}
+			if (tail) { /* masked lanes read 0: +0 * 0 leaves them */
+				__m256 d[4], c[4];
+				for (int i = 0; i < mr; i++)
+					d[i] = _mm256_maskload_ps(dp[i] + nv * 8, m);
+				for (int j = 0; j < nr; j++)
+					c[j] = _mm256_maskload_ps(cp[j] + nv * 8, m);
+				for (int i = 0; i < mr; i++)
+					for (int j = 0; j < nr; j++)
+						a[i][j] = _mm256_fmadd_ps(d[i], c[j], a[i][j]);
+			}
+		}
+		if (!last) {
+			for (int i = 0; i < mr; i++)
+				for (int j = 0; j < nr; j++)
+					_mm256_storeu_ps(lp + (i * 4 + j) * 8, a[i][j]);
+			continue;
+		}
+		if (nr == 4 && mr % 2 == 0) { /* two channels' 4 taps per tree of hadds: gf_tree's order */
+			for (int i = 0; i < mr; i += 2) {
+				__m256 ab = _mm256_hadd_ps(a[i][0], a[i][1]), cd = _mm256_hadd_ps(a[i][2], a[i][3]);
+				__m256 ef = _mm256_hadd_ps(a[i + 1][0], a[i + 1][1]), gh = _mm256_hadd_ps(a[i + 1][2], a[i + 1][3]);
+				__m256 s0 = _mm256_hadd_ps(ab, cd), s1 = _mm256_hadd_ps(ef, gh);
+				__m128 t0 = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+				__m128 t1 = _mm_add_ps(_mm256_castps256_ps128(s1), _mm256_extractf128_ps(s1, 1));
+				float *w0 = dw + i * ldw, *w1 = w0 + ldw;
+				_mm_storeu_ps(w0, _mm_add_ps(_mm_loadu_ps(w0), t0));
+				_mm_storeu_ps(w1, _mm_add_ps(_mm_loadu_ps(w1), t1));
+			}
+			continue;
+		}
+		for (int i = 0; i < mr; i++)
+			for (int j = 0; j < nr; j++) {
+				float l[8];
+				_mm256_storeu_ps(l, a[i][j]);
+				dw[i * ldw + j] += gf_tree(l);
+			}
+	}
+}
+
+static GF_TARGET void gf_tile44(const float *const *dy, const float *const *col, int64_t nu, int64_t ur, int64_t ow,
+				int64_t dstep, int64_t cstep, float *lp, int first, int last, float *dw, int64_t ldw)
+{
+	gf_tile(4, 4, dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
+}
+
+/* Tiles at the edges (fewer channels or taps): the same sums, slower. */
+static GF_TARGET void gf_tile_edge(int mr, int nr, const float *const *dy, const float *const *col, int64_t nu,
+				   int64_t ur, int64_t ow, int64_t dstep, int64_t cstep, float *lp, int first, int last,
+				   float *dw, int64_t ldw)
+{
+	gf_tile(mr, nr, dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
+}
+
+static void gf_tile_any(int mr, int nr, const float *const *dy, const float *const *col, int64_t nu, int64_t ur,
+			int64_t ow, int64_t dstep, int64_t cstep, float *lp, int first, int last, float *dw, int64_t ldw)
+{
+	if (mr == 4 && nr == 4)
+		gf_tile44(dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
+	else
+		gf_tile_edge(mr, nr, dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
+}
+
+/* The padded input rows of output rows [b0, b1) of channels [0, cg) at
+ * img, each split into its stride's column phases (gf_pq floats each). */
+static void gf_stage(const struct hp_gfilt *q, const float *img, int64_t b0, int64_t b1, float *st)
+{
+	const struct hp_colgeom *g = &q->geo;
+	int64_t sw = g->stride[2], pq = gf_pq(q), nr = gf_in_rows(q, b1 - b0), ih = g->img[1], iw = g->img[2];
+	int64_t top = b0 * g->stride[1] - g->pad[1], left = g->pad[2];
+
+	for (int64_t c = 0; c < q->cg; c++)
+		for (int64_t r = 0; r < nr; r++) {
+			int64_t y = top + r;
+			const float *src = y >= 0 && y < ih ? img + (c * ih + y) * iw : NULL;
+			if (sw == 1) { /* zeros, the row, zeros */
+				float *dst = st + (c * nr + r) * pq;
+				int64_t a = left < pq ? left : pq, b = src ? (left + iw < pq ? left + iw : pq) : a;
+				memset(dst, 0, (size_t)a * sizeof *dst);
+				if (b > a)
+					memcpy(dst + a, src + (a - left), (size_t)(b - a) * sizeof *dst);
+				memset(dst + b, 0, (size_t)(pq - b) * sizeof *dst);
+				continue;
+			}
+			for (int64_t f = 0; f < sw; f++) {
+				float *dst = st + ((c * nr + r) * sw + f) * pq;
+				for (int64_t k = 0; k < pq; k++) {
+					int64_t x = k * sw + f - left;
+					dst[k] = src && x >= 0 && x < iw ? src[x] : 0.0f;
+				}
+			}
+		}
+}
+
+/* The micro-tiles of output rows [b0, b1) staged at st (from its row
+ * sb0), in units of ur rows, the last first: lanes from lp unless first,
+ * trees into dW at last. */
+static void gf_block(const struct hp_gfilt *q, const float *dyg, const float *st, int64_t sb0, int64_t sb1,
+		     int64_t b0, int64_t b1, int64_t ur, float *lp, int first, int last, float *dw)
+{
+	const struct hp_colgeom *geo = &q->geo;
+	int64_t rows = q->rows, mg = q->mg, ow = geo->grid[2], sw = geo->stride[2], pq = gf_pq(q);
+	int64_t kw = geo->k[2], kv = geo->k[1] * kw, nin = gf_in_rows(q, sb1 - sb0);
+	const float *base = st + (b0 - sb0) * geo->stride[1] * sw * pq;
+
+	for (int64_t m0 = 0; m0 < mg; m0 += 4)
+		for (int64_t t0 = 0; t0 < rows; t0 += 4) {
+			int mr = (int)(mg - m0 < 4 ? mg - m0 : 4), nr = (int)(rows - t0 < 4 ? rows - t0 : 4);
+			const float *dp[4], *cp[4];
+			for (int i = 0; i < mr; i++)
+				dp[i] = dyg + (m0 + i) * q->svol + b0 * ow;
+			for (int j = 0; j < nr; j++) {
+				int64_t t = t0 + j, c = t / kv, y = t % kv / kw, x = t % kw, dx = x * geo->dil[2];
+				cp[j] = base + ((c * nin + y * geo->dil[1]) * sw + dx % sw) * pq + dx / sw;
+			}
+			gf_tile_any(mr, nr, dp, cp, (b1 - b0) / ur, ur, ow, ow, geo->stride[1] * sw * pq,
+				    lp + gf_lp_at(q, m0, t0), first, last, dw + m0 * rows + t0, rows);
+		}
+}
+
+/* Group g: its dW rows from the running sum (or 0), then every unit, the
+ * last first.  Units of rows share a staged block of q->chunk rows;
+ * units longer than that take it in blocks, their lanes kept in between. */
+static void gf_group(const struct gf_run *r, int64_t g, float *ws)
+{
+	const struct hp_gfilt *q = r->q;
+	int64_t rows = q->rows, mg = q->mg, oh = q->geo.grid[1], urows = q->unit / q->geo.grid[2];
+	float *st = ws, *lp = ws + gf_stage_floats(q);
+	float *dw = r->dw + g * mg * rows;
+
+	if (r->acc)
+		memcpy(dw, r->acc + g * mg * rows, (size_t)(mg * rows) * sizeof *dw);
+	else
+		memset(dw, 0, (size_t)(mg * rows) * sizeof *dw);
+	for (int64_t nb = q->n - 1; nb >= 0; nb--) {
+		const float *img = r->x + (nb * q->cin + g * q->cg) * q->bvol;
+		const float *dyg = r->dy + (nb * q->cout + g * mg) * q->svol;
+		if (urows <= q->chunk) {
+			int64_t per = q->chunk / urows * urows, nblk = (oh + per - 1) / per;
+			for (int64_t k = nblk - 1; k >= 0; k--) {
+				int64_t s0 = k * per, s1 = s0 + per < oh ? s0 + per : oh;
+				gf_stage(q, img, s0, s1, st);
+				gf_block(q, dyg, st, s0, s1, s0, s1, urows, lp, 1, 1, dw);
+			}
+			continue;
+		}
+		for (int64_t r0 = oh - urows; r0 >= 0; r0 -= urows)
+			for (int64_t b0 = r0; b0 < r0 + urows; b0 += q->chunk) {
+				int64_t b1 = b0 + q->chunk < r0 + urows ? b0 + q->chunk : r0 + urows;
+				gf_stage(q, img, b0, b1, st);
+				gf_block(q, dyg, st, b0, b1, b0, b1, b1 - b0, lp, b0 == r0, b1 == r0 + urows, dw);
+			}
+	}
+}
+
+static void gf_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct gf_run *r = arg;
+
+	for (int64_t g = b; g < e; g++)
+		gf_group(r, g, r->ws + (size_t)tid * gf_per_worker(r->q));
+}
+
+#endif
+
+void hp_gfilt_run(const struct hp_gfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
+		  struct hp_pool *pool)
+{
+#ifdef GF_X86
+	struct gf_run r = { .q = q, .dy = dy, .x = x, .acc = acc, .dw = dw, .ws = ws };
+	int saved, threads = hp_conv_threads_enter(pool, &saved);
+
+	threads = threads < q->threads ? threads : q->threads;
+	hp_conv_steal(pool, threads, q->group, 1, gf_range, &r);
+	hp_conv_threads_leave(saved);
+#else
+	(void)q, (void)dy, (void)x, (void)acc, (void)dw, (void)ws, (void)pool;
+#endif
+}
