@@ -13,6 +13,12 @@ Generates here (PyTorch, seeded) two small models and their data:
           BatchNorm of one width reads its weight and bias as Identity of one
           shared tensor (as a torchvision ResNet-18 export does); PyTorch
           trains them apart, and so must hpdlf.
+  resnext the stem, then two ResNeXt bottlenecks (1x1, 3x3 in groups of 4
+          channels, 1x1; the second strided with a projection): grouped
+          convolutions and their filter gradients (conv_grad_grp.c).
+          Not one of issue 16's acceptance models: its losses are held
+          within 1e-6 of float64's (relative) instead of the 2x rule, its
+          trained tensors to the 2x rule as the others'.
   transformer  token + position embeddings, two pre-norm encoder blocks
           (fused LayerNormalization at opset 17, multi-head attention with
           Softmax, exact GELU), mean pool, Linear.
@@ -69,6 +75,30 @@ class Basic(nn.Module):
     def forward(s, x):
         y = s.b2(s.c2(relu(s.b1(s.c1(x)))))
         return relu(y + (x if s.proj is None else s.proj(x)))
+
+class NeXt(nn.Module):
+    """ResNeXt's bottleneck: 1x1, 3x3 in groups of 4 channels, 1x1."""
+    def __init__(s, cin, width, cout, stride):
+        super().__init__()
+        s.a, s.ba = nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width)
+        s.b, s.bb = nn.Conv2d(width, width, 3, stride, 1, groups=width // 4, bias=False), nn.BatchNorm2d(width)
+        s.c, s.bc = nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout)
+        s.proj = None
+        if stride != 1 or cin != cout:
+            s.proj = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+    def forward(s, x):
+        y = s.bc(s.c(relu(s.bb(s.b(relu(s.ba(s.a(x))))))))
+        return relu(y + (x if s.proj is None else s.proj(x)))
+
+class ResNeXt(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.stem, s.bn = nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16)
+        s.l1, s.l2 = NeXt(16, 32, 32, 1), NeXt(32, 64, 32, 2)
+        s.fc = nn.Linear(32, 10)
+    def forward(s, x):
+        x = s.l2(s.l1(relu(s.bn(s.stem(x)))))
+        return s.fc(x.mean(dim=(2, 3)))
 
 class ResNet(nn.Module):
     def __init__(s):
@@ -147,9 +177,9 @@ def make(name, seed, cfg):
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed + 1)
-    if name.startswith("resnet"):
+    if name.startswith("res"):
         hw = cfg["hw"]
-        m, x = ResNet(), rng.standard_normal((64, 3, hw, hw)).astype(np.float32)
+        m, x = ResNeXt() if name == "resnext" else ResNet(), rng.standard_normal((64, 3, hw, hw)).astype(np.float32)
         y = ((x[:, 0, :8].mean(axis=(1, 2)) > 0) * 5 + rng.integers(0, 5, 64)).astype(np.int64)
     else:
         m, x = Transformer(), rng.integers(0, 32, (64, 16)).astype(np.int64)
@@ -191,6 +221,11 @@ main(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))
 CONFIGS = {
     "resnet": dict(lr=0.1, momentum=0.9, batch=16, steps=STEPS, hw=16),
     "resnet_fresh": dict(lr=0.1, momentum=0.9, batch=8, steps=STEPS, hw=16),
+    # not one of issue 16's acceptance models: a check of grouped
+    # convolutions' gradients, whose losses are compared at 1e-6 of float64
+    # (a step where PyTorch's float32 loss lands within 1.7e-8 of float64's
+    # asks the 2x rule for better than an ulp of 2.3; its weights keep it)
+    "resnext": dict(lr=0.1, momentum=0.9, batch=8, steps=STEPS, hw=16, loss_rel=1e-6),
     "transformer": dict(lr=0.05, momentum=0.9, batch=16, steps=STEPS),
 }
 
@@ -254,11 +289,11 @@ def check_model(exe, py, name, tmp):
         got, err = hpdlf_losses(exe, d, cfg, ["--threads", threads])
         if not check(got is not None and len(got) == STEPS, "%s --threads %s: trains %s" % (name, threads, err)):
             continue
-        worst, bad = 0.0, []
+        worst, bad, rel = 0.0, [], cfg.get("loss_rel")
         for i, (h, t, r) in enumerate(zip(got, ref["f32"], ref["f64"])):
             eh, et = abs(h - r), abs(t - r)
-            allowed = 2 * et + FLOOR * abs(r)
-            worst = max(worst, eh / max(et, FLOOR * abs(r)))
+            allowed = rel * abs(r) if rel else 2 * et + FLOOR * abs(r)
+            worst = max(worst, eh / (rel * abs(r)) if rel else eh / max(et, FLOOR * abs(r)))
             if eh > allowed:
                 bad.append("step %d: hpdlf %.3e, torch f32 %.3e from f64" % (i, eh, et))
         print("     %s --threads %s: |hpdlf - f64| %s" % (name, threads, " ".join("%.1e" % abs(h - r)
@@ -269,8 +304,12 @@ def check_model(exe, py, name, tmp):
         print("     %s --threads %s: %d trained tensors, |w_hpdlf - w64| %.3e, |w_f32 - w64| %.3e" % (name, threads, nw, ewh, ewt))
         check(nw > 0 and ewh <= 2 * ewt, "%s --threads %s: the %d trained tensors within 2x PyTorch float32's distance to "
               "float64 (%.2e against %.2e)" % (name, threads, nw, ewh, ewt))
-        check(not bad, "%s --threads %s: %d steps within 2x PyTorch float32's distance to float64 "
-              "(worst ratio %.2f) %s" % (name, threads, STEPS, worst, "; ".join(bad)))
+        if rel:
+            check(not bad, "%s --threads %s: %d steps within %g of float64, relative (worst ratio %.2f) %s"
+                  % (name, threads, STEPS, rel, worst, "; ".join(bad)))
+        else:
+            check(not bad, "%s --threads %s: %d steps within 2x PyTorch float32's distance to float64 "
+                  "(worst ratio %.2f) %s" % (name, threads, STEPS, worst, "; ".join(bad)))
 
 
 def main():
