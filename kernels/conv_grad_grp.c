@@ -2,8 +2,8 @@
  * (conv_grad_grp.c): ResNeXt's and RegNet's layers.  Through im2col each
  * (unit, group) was one sgemm of M = the group's output channels (4-32)
  * by N = its taps (cin_g x kvol, 36-288) over K = the unit's positions,
- * 15 GF/s a thread on ResNeXt's first stage (bench/bench_conv_libs.c,
- * class grouped, pass dW), where the forward runs at 90.
+ * 13-15 GF/s a thread on ResNeXt's first stage (bench/bench_conv_libs.c,
+ * class grouped, pass dW), where the forward runs at 90; here 52.
  *
  * Here a micro-tile is 4 output channels x 4 taps of one group: 16
  * registers of 8 lanes, lane l summing the positions p = l mod 8 of the
@@ -28,6 +28,10 @@
 #include <immintrin.h>
 #define GF_X86 1
 #define GF_TARGET __attribute__((target("avx2,fma")))
+/* the same code with AVX-512VL's 32 vector registers: a 4x4 tile's 16
+ * accumulators and 8 operands fit (with 16, GCC keeps accumulators on
+ * the stack: 37 GF/s against 60 on ResNeXt's batch of 8) */
+#define GF_TARGET512 __attribute__((target("avx2,fma,avx512f,avx512vl")))
 #endif
 
 #define GF_MAX_CH 32           /* channels per group, in and out */
@@ -35,10 +39,13 @@
 #define GF_MAX_STRIDE 8
 /* Units of at least this many positions, rows of at least 8: each unit
  * pays its lanes' trees, each row its masked tail.  bench_conv_libs.c,
- * pass dW, GF/s a thread (sgemm path / here, machine shared): ResNeXt's 4
- * per group at 28x28, batch 1 (units: rows of 28) 15 / 36, batch 8 23 /
- * 38; RegNet's 8 per group 31 / 38; 8 per group at stride 2 20 / 22; but
- * 16 per group on 14x14 rows 31 / 28, 32 per group on 7x7 rows 27 / 15. */
+ * pass dW, GF/s a thread (sgemm path / here, 2 runs each alternating, the
+ * machine shared with 4 other builds): ResNeXt's 4 per group at 28x28,
+ * batch 1 (units: rows of 28) 13-15 / 52-53, batch 8 19-20 / 58-64;
+ * RegNet's 8 per group 31 / 57; 8 per group at stride 2 13-17 / 32-33.
+ * In an earlier version (16 ymm registers, accumulators spilled), 16 per
+ * group on 14x14 rows ran at 31 / 28 and 32 per group on 7x7 at 27 / 15:
+ * those stay on the sgemm path. */
 #define GF_MIN_UNIT 16
 
 /* Staged floats per channel and input row: the stride's column phases of
@@ -207,6 +214,22 @@ static GF_TARGET void gf_tile44(const float *const *dy, const float *const *col,
 	gf_tile(4, 4, dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
 }
 
+static GF_TARGET512 void gf_tile44_512(const float *const *dy, const float *const *col, int64_t nu, int64_t ur,
+				       int64_t ow, int64_t dstep, int64_t cstep, float *lp, int first, int last, float *dw,
+				       int64_t ldw)
+{
+	gf_tile(4, 4, dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
+}
+
+static int gf_wide(void)
+{
+	static int cached = -1;
+
+	if (cached < 0)
+		cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+	return cached;
+}
+
 /* Tiles at the edges (fewer channels or taps): the same sums, slower. */
 static GF_TARGET void gf_tile_edge(int mr, int nr, const float *const *dy, const float *const *col, int64_t nu,
 				   int64_t ur, int64_t ow, int64_t dstep, int64_t cstep, float *lp, int first, int last,
@@ -218,7 +241,9 @@ static GF_TARGET void gf_tile_edge(int mr, int nr, const float *const *dy, const
 static void gf_tile_any(int mr, int nr, const float *const *dy, const float *const *col, int64_t nu, int64_t ur,
 			int64_t ow, int64_t dstep, int64_t cstep, float *lp, int first, int last, float *dw, int64_t ldw)
 {
-	if (mr == 4 && nr == 4)
+	if (mr == 4 && nr == 4 && gf_wide())
+		gf_tile44_512(dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
+	else if (mr == 4 && nr == 4)
 		gf_tile44(dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
 	else
 		gf_tile_edge(mr, nr, dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
@@ -247,10 +272,20 @@ static void gf_stage(const struct hp_gfilt *q, const float *img, int64_t b0, int
 			}
 			for (int64_t f = 0; f < sw; f++) {
 				float *dst = st + ((c * nr + r) * sw + f) * pq;
-				for (int64_t k = 0; k < pq; k++) {
-					int64_t x = k * sw + f - left;
-					dst[k] = src && x >= 0 && x < iw ? src[x] : 0.0f;
-				}
+				/* columns k * sw + f - left inside the row: k in [ka, kb) */
+				int64_t ka = left > f ? (left - f + sw - 1) / sw : 0, kb = (iw + left - f + sw - 1) / sw;
+				ka = ka < pq ? ka : pq;
+				kb = !src ? ka : kb < pq ? kb : pq;
+				kb = kb > ka ? kb : ka;
+				int64_t o = f - left;
+				memset(dst, 0, (size_t)ka * sizeof *dst);
+				if (sw == 2) /* a constant stride: GCC deinterleaves in vectors */
+					for (int64_t k = ka; k < kb; k++)
+						dst[k] = src[2 * k + o];
+				else
+					for (int64_t k = ka; k < kb; k++)
+						dst[k] = src[k * sw + o];
+				memset(dst + kb, 0, (size_t)(pq - kb) * sizeof *dst);
 			}
 		}
 }
