@@ -127,7 +127,13 @@ static int window_geom(const struct bp *p, const struct hp_node *n, struct windo
 		const struct hp_shape *wt = shape_of(p, n->inputs[1]);
 		w->k = wt->dims[2 + w->sp];
 	} else {
-		if (hp_attr_int(n, "ceil_mode", 0))
+		/* ceil_mode: the last window may reach past the pads; a band's
+		 * own pads (window_rows) then reach as far, which MaxPool ignores
+		 * as it ignores pads, and AveragePool too where it does not count
+		 * pads (count_include_pad 0); counting them, it would divide by
+		 * more than the whole node does */
+		if (hp_attr_int(n, "ceil_mode", 0) &&
+		    (strcmp(n->op_type, "MaxPool") && hp_attr_int(n, "count_include_pad", 0)))
 			return -1;
 		w->k = attr_at(n, "kernel_shape", w->sp, -1);
 	}

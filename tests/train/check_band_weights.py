@@ -17,7 +17,8 @@ ulp, so this compares the exported ONNX initializers byte for byte:
     the dY rows of every band they need (split_grad.c), so halo rows add
     zeros instead of two partial sums; and a net of overlapping MaxPool and
     AveragePool windows at batch 1 (their gradients cut the same way, with
-    the X rows under every window of the dY rows taken);
+    the X rows under every window of the dY rows taken), and one of pooling
+    with ceil_mode, whose last windows reach past the rows;
 
 each trained 3 SGD steps with momentum in core and at the smallest budget
 the planner names and at a budget between, with 1 and 2 threads (the
@@ -98,6 +99,25 @@ def pool_rows(path, rng):
     return xs, ys
 
 
+def pool_ceil(path, rng):
+    """x [1,3,62,62] -> Conv 3x3 -> Relu -> MaxPool 3x3 stride 2, ceil_mode (31 rows, not 30) ->
+    Conv 3x3 -> Relu -> AveragePool 2x2 stride 2, ceil_mode, pads not counted (16 rows, not 15) ->
+    Conv 3x3: the last windows reach past the rows, which bands must ignore as the whole node does."""
+    nodes = [conv("c1", "x", "w1", "b1", "a1", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+             conv("c2", "p1", "w2", "b2", "a2", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a2"], ["r2"]),
+             helper.make_node("AveragePool", ["r2"], ["p2"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1,
+                              count_include_pad=0),
+             conv("c3", "p2", "w3", "b3", "y", kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    inits = [init("w1", (8, 3, 3, 3), rng), init("b1", (8,), rng), init("w2", (8, 8, 3, 3), rng),
+             init("b2", (8,), rng), init("w3", (2, 8, 3, 3), rng), init("b3", (2,), rng)]
+    xs, ys = [1, 3, 62, 62], [1, 2, 16, 16]
+    save(path, nodes, inits, xs, ys)
+    return xs, ys
+
+
 def save(path, nodes, inits, xs, ys):
     g = helper.make_graph(nodes, "bands", [helper.make_tensor_value_info("x", TensorProto.FLOAT, xs)],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ys)], inits)
@@ -146,6 +166,13 @@ def check_model(exe, name, args, tmp):
             if not check(rc == 0 and cut > whole, "%s: runs cut into bands: exit %d %s"
                          % (what, rc, err.strip()[-300:])):
                 continue
+            if name == "pool_ceil":  # the ceil_mode pools themselves cut, not only the convolutions
+                dot = os.path.join(tmp, "%s_%d_%s.dot" % (name, budget, threads))
+                run(exe, a + ["--plan-dot", dot])
+                text = open(dot).read() if os.path.exists(dot) else ""
+                npool = [len(re.findall(r'label="\d+: %s ' % op, text)) for op in ("MaxPool", "AveragePool")]
+                check(min(npool) >= 2, "%s: MaxPool and AveragePool in bands (%d and %d kernels)"
+                      % (what, npool[0], npool[1]))
             got = weights(out)
             differ = sorted(k for k in want if got.get(k) != want[k])
             check(len(want) > 0 and not differ, "%s: %d exported tensors bitwise the in-core ones%s"
@@ -159,7 +186,7 @@ def main():
               "--no-shuffle", "--quiet"]
     with tempfile.TemporaryDirectory() as tmp:
         for name, make, batch in (("net2d", net2d, 16), ("net2d_rows", net2d_rows, 1),
-                                  ("pool_rows", pool_rows, 1)):
+                                  ("pool_rows", pool_rows, 1), ("pool_ceil", pool_ceil, 1)):
             path = os.path.join(tmp, name + ".onnx")
             xs, ys = make(path, rng)
             x, y = (os.path.join(tmp, name + s) for s in ("_x.npy", "_y.npy"))
