@@ -568,7 +568,7 @@ static void trace_resident(struct hp_rt *s)
 	hp_trace_counters(s->trace, "resident bytes", hp_trace_now_us(s->trace), st.ntiers, keys, vals);
 }
 
-static int pin_io(struct hp_rt *s, const struct hp_node *n, struct hp_tensor *in, struct hp_tensor *out)
+static int pin_inputs(struct hp_rt *s, const struct hp_node *n, struct hp_tensor *in)
 {
 	const struct hp_graph *g = s->g;
 	int rc;
@@ -590,6 +590,14 @@ static int pin_io(struct hp_rt *s, const struct hp_node *n, struct hp_tensor *in
 			return hp_error_prefix(rc, "%s: node '%s' (%s): input '%s'", g->path, n->name, n->op_type,
 					       g->values[v].name);
 	}
+	return 0;
+}
+
+static int pin_outputs(struct hp_rt *s, const struct hp_node *n, struct hp_tensor *out)
+{
+	const struct hp_graph *g = s->g;
+	int rc;
+
 	for (int o = 0; o < n->noutputs; o++) {
 		int v = n->outputs[o];
 		if (v < 0)
@@ -604,6 +612,21 @@ static int pin_io(struct hp_rt *s, const struct hp_node *n, struct hp_tensor *in
 					       g->values[v].name);
 	}
 	return 0;
+}
+
+/* A kernel's inputs and outputs pinned.  The outputs first, unless one is
+ * its input (in place): frames for them are taken while the inputs, resident
+ * but not pinned yet, can still be moved by compaction (store/compact.c)
+ * to leave the outputs a run of free pages, instead of the pins of the
+ * inputs cutting the pool's free pages apart (each output then mapped into
+ * its range, an mremap each way). */
+static int pin_io(struct hp_rt *s, const struct hp_node *n, struct hp_tensor *in, struct hp_tensor *out, int inplace)
+{
+	int rc;
+
+	if (inplace)
+		return (rc = pin_inputs(s, n, in)) < 0 ? rc : pin_outputs(s, n, out);
+	return (rc = pin_outputs(s, n, out)) < 0 ? rc : pin_inputs(s, n, in);
 }
 
 static void unpin_io(struct hp_rt *s, const struct hp_node *n, const struct hp_tensor *in,
@@ -641,7 +664,7 @@ static int rt_fire_kernel(void *arg, int step, int worker, int lane)
 	struct hp_kargs a = { .nin = n->ninputs, .in = in, .nout = n->noutputs, .out = out,
 			      .ws_size = n->workspace, .pool = s->pools[worker] };
 	struct hs_tensor *ws = NULL;
-	int rc;
+	int rc = 0;
 
 	int inplace = hp_plan_inplace(s->g, s->plan, step);
 
@@ -649,11 +672,19 @@ static int rt_fire_kernel(void *arg, int step, int worker, int lane)
 	memset(out, 0, sizeof out);
 	if (inplace)
 		s->ten[n->outputs[0]] = s->ten[n->inputs[0]];
-	rc = pin_io(s, n, in, out);
-	if (rc == 0 && n->workspace && s->nscratch)
+	/* the scratch first, then the outputs, then the inputs (pin_io): the
+	 * largest tensors of a kernel at tight budgets (LeNet at 25%: scratch
+	 * of 25 pages, activations of 16, in a pool of 64) find a run of free
+	 * pages while compaction can still move the resident inputs aside;
+	 * taken after the inputs' pins, which fix their chunks where they lie,
+	 * the scratch rarely found one and was mapped chunk by chunk into its
+	 * range and home again, several kernels a step */
+	if (n->workspace && s->nscratch)
 		a.ws = s->scratch_ptr[worker];
-	else if (rc == 0 && n->workspace)
+	else if (n->workspace)
 		rc = pin_workspace(s, n, &ws, &a.ws);
+	if (rc == 0)
+		rc = pin_io(s, n, in, out, inplace);
 	if (rc == 0 && !(inplace && (n->op->flags & HP_OP_ALIAS))) {
 		double u0 = hp_trace_now_us(s->trace);
 		uint64_t p0 = hp_prof_now_ns(s->prof);
@@ -687,7 +718,7 @@ static int rt_fire_comm(void *arg, int step, int lane)
 	memset(out, 0, sizeof out);
 	for (int i = 1; inplace && i < n->ninputs; i++) /* each sum over its gradient */
 		s->ten[n->outputs[i]] = s->ten[n->inputs[i]];
-	rc = pin_io(s, n, in, out);
+	rc = pin_io(s, n, in, out, 1); /* inputs first, as always for reductions */
 	if (rc == 0 && hp_comm_thread_enabled()) /* the comm thread issues it, in the chain's order */
 		rc = hp_comm_thread_run(n, &a, s->trace);
 	else if (rc == 0)

@@ -49,7 +49,14 @@ static int kind_of(const struct hs_chunk *c)
 	return PG_FIXED;
 }
 
-static struct pg *owners(struct hs_store *st, uint64_t pages, struct bounce *b)
+/* The owner and kind of every page of the pool.  keep_runs: the chunks of
+ * a tensor of several lying in its run count as fixed, so that emptying a
+ * window never takes one chunk out of a run (evacuate moves chunks one by
+ * one to wherever there is room: the run broken, its tensor's next whole
+ * pin copies it into a new run or maps it, an mremap each way; LeNet
+ * trained at 25% of its peak, whose 64 KiB activations are 4 chunks in a
+ * 64-page pool, did that several times a step).  slide moves runs whole. */
+static struct pg *owners(struct hs_store *st, uint64_t pages, struct bounce *b, int keep_runs)
 {
 	struct pg *o = calloc(pages ? pages : 1, sizeof *o);
 
@@ -62,6 +69,8 @@ static struct pg *owners(struct hs_store *st, uint64_t pages, struct bounce *b)
 			struct hs_chunk *c = &t->ch[i];
 			const struct hs_piece *p = c->npieces > 1 ? c->many : &c->one;
 			uint8_t k = c->npieces ? (uint8_t)kind_of(c) : PG_FREE;
+			if (k == PG_MOVE && keep_runs && t->run && t->nchunks > 1)
+				k = PG_FIXED;
 			for (uint32_t j = 0; j < c->npieces; j++)
 				for (uint64_t q = p[j].page; q < (uint64_t)p[j].page + p[j].n && q < pages; q++)
 					o[q] = (struct pg){ t, i, k, 0 };
@@ -223,13 +232,13 @@ static void slide(struct hs_store *st, const struct pg *o, uint64_t pages, struc
 static int compact_for(struct hs_store *st, uint64_t n, struct bounce *b)
 {
 	uint64_t pages = hs_frames_grown(st->frames) / HS_PAGE;
-	struct pg *o = owners(st, pages, b);
+	struct pg *o = owners(st, pages, b, 1);
 	int64_t s = o ? pick_window(o, pages, n) : -1;
 	int rc = s < 0 ? -1 : empty_window(st, o, (uint64_t)s, n);
 
 	if (rc < 0 && o) {
 		free(o);
-		if ((o = owners(st, pages, b)) != NULL) /* the window may have moved some */
+		if ((o = owners(st, pages, b, 0)) != NULL) /* the window may have moved some */
 			slide(st, o, pages, b);
 		rc = 0; /* the caller looks again */
 	}
@@ -245,7 +254,7 @@ int hs_frames_compact_for(struct hs_store *st, uint64_t n)
 int hs_frames_clear(struct hs_store *st, uint64_t page, uint64_t n)
 {
 	uint64_t pages = hs_frames_grown(st->frames) / HS_PAGE, nfree = 0, wfree = 0, move = 0;
-	struct pg *o = page + n <= pages ? owners(st, pages, NULL) : NULL;
+	struct pg *o = page + n <= pages ? owners(st, pages, NULL, 0) : NULL;
 	int rc = o ? 0 : -1;
 
 	for (uint64_t q = 0; o && q < pages; q++) {

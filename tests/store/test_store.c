@@ -1132,6 +1132,71 @@ static void test_runs_unify(void **state)
 	hs_store_close(st);
 }
 
+
+/* A window emptied for a run keeps other runs whole: in a full pool of 8
+ * chunks (a, two chunks, at pages 0-7; x, y one each; z two; w, v one
+ * each), x and w dropped, c (two chunks) needs 8 free pages in a row.
+ * The windows moving the fewest pages (4) are [4, 12), which holds a's
+ * second chunk, and [8, 16), which holds y: c takes the second, y moves
+ * by memcpy, and a stays where it was, its whole pin at the same address
+ * with no page moved.  (Moving a's second chunk out instead broke a's
+ * run: its next whole pin copied or mapped it again.) */
+static void test_runs_window_keeps_runs(void **state)
+{
+	const uint64_t cs = 16384;
+	struct hs_tensor_info two = { .bytes = 2 * cs, .dtype = HP_U8 }, one = { .bytes = cs, .dtype = HP_U8 };
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *a, *x, *y, *z, *w, *v, *c;
+	unsigned char *p, *pa, *py;
+	uint64_t m0;
+
+	(void)state;
+	tu_opts(&o, CFG_NVME, cs, 8, 64, "runsw");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_create(st, &two, &a), 0);
+	assert_int_equal(hs_tensor_create(st, &one, &x), 0);
+	assert_int_equal(hs_tensor_create(st, &one, &y), 0);
+	assert_int_equal(hs_tensor_create(st, &two, &z), 0);
+	assert_int_equal(hs_tensor_create(st, &one, &w), 0);
+	assert_int_equal(hs_tensor_create(st, &one, &v), 0);
+	assert_int_equal(hs_tensor_create(st, &two, &c), 0);
+	m0 = hs_frames_moves(st->frames);
+	fill_n(a, two.bytes, 1);
+	fill_n(x, one.bytes, 2);
+	fill_n(y, one.bytes, 3);
+	fill_n(z, two.bytes, 4);
+	fill_n(w, one.bytes, 5);
+	fill_n(v, one.bytes, 6);
+	assert_int_equal(hs_pin(a, 0, HS_ALL, HS_PIN_READ, (void **)&pa), 0);
+	assert_int_equal(hs_unpin(a, 0, HS_ALL), 0);
+	assert_int_equal(hs_pin(y, 0, HS_ALL, HS_PIN_READ, (void **)&py), 0);
+	assert_int_equal(hs_unpin(y, 0, HS_ALL), 0);
+	assert_true(pa < a->base || pa >= a->base + a->maplen); /* a run in the pool */
+	assert_ptr_equal(py, pa + 3 * cs);                    /* the layout above */
+	assert_int_equal(hs_tensor_drop(x), 0);
+	assert_int_equal(hs_tensor_drop(w), 0);
+	fill_n(c, two.bytes, 7);
+	assert_int_equal(hs_pin(c, 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+	assert_ptr_equal(p, pa + 2 * cs); /* [8, 16): where x and y lay */
+	assert_int_equal(hs_unpin(c, 0, HS_ALL), 0);
+	assert_int_equal(hs_pin(a, 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+	assert_ptr_equal(p, pa);
+	assert_int_equal(hs_unpin(a, 0, HS_ALL), 0);
+	assert_int_equal(hs_frames_moves(st->frames), m0);
+	expect(a, two.bytes, 1);
+	expect(y, one.bytes, 3);
+	expect(z, two.bytes, 4);
+	expect(v, one.bytes, 6);
+	expect(c, two.bytes, 7);
+	assert_int_equal(hs_frames_moves(st->frames), m0);
+	assert_int_equal(hs_tensor_drop(a), 0);
+	assert_int_equal(hs_tensor_drop(y), 0);
+	assert_int_equal(hs_tensor_drop(z), 0);
+	assert_int_equal(hs_tensor_drop(v), 0);
+	assert_int_equal(hs_tensor_drop(c), 0);
+	hs_store_close(st);
+}
 /* A tensor whose chunks lie apart in the pool with no run free for it and
  * no memory for the bounce buffer: the pin maps its chunks into the
  * tensor's range instead and hands out one contiguous range holding the
@@ -1545,6 +1610,7 @@ int main(void)
 		cmocka_unit_test(test_runs_planned),
 		cmocka_unit_test(test_runs_in_place),
 		cmocka_unit_test(test_runs_unify),
+		cmocka_unit_test(test_runs_window_keeps_runs),
 		cmocka_unit_test(test_runs_unify_mapped),
 		cmocka_unit_test(test_evict_many),
 		cmocka_unit_test(test_evict_start),
