@@ -1004,12 +1004,14 @@ fail:
 	return rc;
 }
 
-uint64_t hp_plan_min_budget(const struct hp_graph *g, const struct hp_plan_opts *o, int *step)
+static uint64_t min_budget_at(const struct hp_graph *g, const struct hp_plan_opts *o, int *step, int *node)
 {
 	struct sim m = { .g = g, .o = o };
 	struct hp_plan *p = calloc(1, sizeof *p);
 	uint64_t minb = 0;
 
+	if (node)
+		*node = -1;
 	if (!p)
 		return 0;
 	m.p = p;
@@ -1018,12 +1020,24 @@ uint64_t hp_plan_min_budget(const struct hp_graph *g, const struct hp_plan_opts 
 		minb = p->min_budget;
 		if (step)
 			*step = p->min_step;
+		if (node && p->nsteps)
+			*node = p->node[p->min_step];
 	}
 	p->use_start = m.use_start;
 	p->uses = m.uses;
 	sim_free(&m);
 	hp_plan_free(p);
 	return minb;
+}
+
+uint64_t hp_plan_min_budget(const struct hp_graph *g, const struct hp_plan_opts *o, int *step)
+{
+	return min_budget_at(g, o, step, NULL);
+}
+
+uint64_t hp_plan_min_budget_node(const struct hp_graph *g, const struct hp_plan_opts *o, int *node)
+{
+	return min_budget_at(g, o, NULL, node);
 }
 
 void hp_plan_free(struct hp_plan *p)

@@ -93,6 +93,9 @@ int hp_plan_next_use(const struct hp_plan *p, int v, int step);
 void hp_plan_default_opts(const struct hp_budget_layout *l, struct hp_plan_opts *po);
 /* The smallest budget under these options (the largest single step's need). */
 uint64_t hp_plan_min_budget(const struct hp_graph *g, const struct hp_plan_opts *o, int *step);
+/* The same, and in *node (when not NULL) the index in g->nodes of the
+ * step with that need, -1 when there is none. */
+uint64_t hp_plan_min_budget_node(const struct hp_graph *g, const struct hp_plan_opts *o, int *node);
 
 /* Step s writes its output 0 into input 0's tensor (the op allows it, the
  * input dies there, same bytes, both activations of this run): the output

@@ -120,9 +120,65 @@ static uint64_t split_target(const struct hp_budget_layout *l)
 	return l->budget - l->budget / 4;
 }
 
-/* The graph cut into k bands (k = 1: as is), inferred and finished. */
-static int candidate(const struct hp_graph *g, int k, int lean, uint64_t target, const struct hp_split_opts *so,
-		     struct hp_graph **out, struct hp_split_info *info)
+static int prepare_again(struct hp_graph *g, struct hp_node *n)
+{
+	if (n->op->release)
+		n->op->release(n);
+	else
+		free(n->priv);
+	n->priv = NULL;
+	n->workspace = 0;
+	return n->op->prepare(g, n);
+}
+
+/* While the step that needs most is a filter gradient (ConvGradFilter,
+ * after autodiff: the cut sees the forward ops only) that holds buffers
+ * for every worker, that node alone gets one worker's (attribute
+ * hpdlf_lean: its shares run in turn on one thread, the same sgemms and
+ * sums, conv_grad.c) until the graph fits the budget.  A band's filter
+ * gradient holds its X band with the halo, its dY band and the buffers:
+ * in the 3-D U-Net of bench_ooc_targets.py trained at a batch of 1 the
+ * first decoder convolution's (X 9.7 MB, dY 4.7 MB, workspace 6.8 MB of
+ * which 3.4 the second worker's) set the smallest budget of every band
+ * count up to 32; the smallest budget named fell from 7245824 bytes to
+ * 6410240.  (At a quarter of its peak, 22858956 bytes, its 2-band
+ * candidate then needs 23166976 for the forward band convolution, whose
+ * one-worker form is the lean candidates' and slower there; 3 bands are
+ * kept.)  Deterministic in the budget: a smaller budget leans the same
+ * nodes first, so the smallest budget named still runs. */
+#define LEAN_TRIES 64
+static int lean_where_needed(struct hp_graph *c, uint64_t budget, uint64_t *minb)
+{
+	struct hp_plan_opts po = { .align = HP_BUDGET_ALIGN, .reserve_for = hp_budget_staging };
+	struct hp_attr on = { .name = "hpdlf_lean", .type = HP_ATTR_INT, .i = 1 };
+	int rc = 0;
+
+	for (int i = 0; i < LEAN_TRIES && rc == 0 && *minb > budget; i++) {
+		int s;
+		hp_plan_min_budget_node(c, &po, &s);
+		if (s < 0)
+			break;
+		struct hp_node *n = &c->nodes[s];
+		size_t ws = n->workspace;
+		if (n->folded || !n->op || strcmp(n->domain, "ai.hpdlf") || strcmp(n->op_type, "ConvGradFilter") ||
+		    hp_attr_int(n, "hpdlf_lean", -1) >= 0)
+			break;
+		if ((rc = hp_graph_add_attr(c, s, &on)) < 0 || (rc = prepare_again(c, n)) < 0)
+			break;
+		if (n->workspace >= ws) { /* one worker already: as it was */
+			n->attrs[n->nattrs - 1].i = 0;
+			rc = prepare_again(c, n);
+			break;
+		}
+		*minb = hp_split_min_budget(c);
+	}
+	return rc;
+}
+
+/* The graph cut into k bands (k = 1: as is), inferred and finished, and
+ * made lean where that fits it into the budget (0: none). */
+static int candidate(const struct hp_graph *g, int k, int lean, uint64_t target, uint64_t budget,
+		     const struct hp_split_opts *so, struct hp_graph **out, struct hp_split_info *info)
 {
 	struct hp_graph *c;
 	int rc = graph_clone(g, &c);
@@ -145,6 +201,10 @@ static int candidate(const struct hp_graph *g, int k, int lean, uint64_t target,
 		return rc;
 	}
 	info->min_after = hp_split_min_budget(c);
+	if (budget && info->min_after > budget && (rc = lean_where_needed(c, budget, &info->min_after)) < 0) {
+		hp_graph_free(c);
+		return rc;
+	}
 	*out = c;
 	return 0;
 }
@@ -258,7 +318,7 @@ static int split_pass(const struct hp_graph *g, const struct hp_split_opts *so, 
 	for (size_t i = 0; i < 2 * nbc && budget && !within; i++) {
 		if (ki->k == 1 && ki->min_after <= budget)
 			break; /* fits unsplit */
-		rc = candidate(g, band_counts[i % nbc], i >= nbc, cut, so, &c, &ci);
+		rc = candidate(g, band_counts[i % nbc], i >= nbc, cut, budget, so, &c, &ci);
 		if (rc < 0)
 			break;
 		ci.min_before = ki->min_before;
@@ -273,7 +333,7 @@ static int pass_at(const struct hp_graph *g, const struct hp_split_opts *so, uin
 		   struct hp_split_info *ki)
 {
 	uint64_t target = b - b / 4; /* split_target of a layout of b */
-	int rc = candidate(g, 1, 0, target, so, keep, ki);
+	int rc = candidate(g, 1, 0, target, b, so, keep, ki);
 
 	if (rc < 0)
 		return rc;
@@ -324,7 +384,7 @@ static uint64_t named_floor(const struct hp_graph *g, const struct hp_split_opts
 	struct hp_split_info ki;
 	uint64_t floor = 0;
 
-	if (candidate(g, 1, 0, 1, so, &keep, &ki) == 0) {
+	if (candidate(g, 1, 0, 1, 1, so, &keep, &ki) == 0) {
 		ki.min_before = ki.min_after;
 		if (split_pass(g, so, 1, 1, 1, &keep, &ki) == 0 && fall_back(g, so, &keep, &ki) == 0)
 			floor = ki.min_after;
@@ -388,7 +448,7 @@ int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, stru
 	uint64_t budget = so->layout->budget, target = split_target(so->layout);
 	int rc;
 
-	rc = candidate(g, 1, 0, target, so, &keep, &ki);
+	rc = candidate(g, 1, 0, target, budget, so, &keep, &ki);
 	if (rc < 0)
 		return rc;
 	ki.min_before = ki.min_after;

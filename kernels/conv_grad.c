@@ -280,7 +280,10 @@ const struct hp_op tk_op_conv_grad_data = {
  * the machine's core count, never by the run's threads, which take the
  * shares; the sum is never cut.  A tile's columns come from im2col, or,
  * for stride 1 where it pays, from a padded slab of the input (the shift
- * geometry of conv_shift.c, without folding the batch). */
+ * geometry of conv_shift.c, without folding the batch).  With attribute
+ * hpdlf_lean (the budget's splitter gives it where a node's workspace
+ * decides the smallest budget, split.c) the same shares run in turn on one
+ * thread with one worker's buffers: the same sgemms, the same sums. */
 
 #define FILTER_ROWQ 32
 
@@ -297,6 +300,8 @@ struct cg_filter {
 	size_t per_worker;     /* floats of one worker's buffers */
 	int shares;
 	size_t workspace;
+	int lean;              /* attribute hpdlf_lean: one worker's buffers, the
+				 * shares run in turn on the calling thread */
 	int dw;                /* depthwise: conv_dw.c */
 	int w3;                /* 2-D, stride 1, window <= 3 wide, whole items: conv_grad_w3.c */
 	struct hp_w3 w3g;
@@ -494,7 +499,8 @@ static void filter_plan(struct cg_filter *f, int64_t unit_axis)
 	rowblocks = (f->rows + FILTER_ROWQ - 1) / FILTER_ROWQ;
 	f->shares = (int)(c->group >= nt ? nt : rowblocks < nt ? rowblocks : nt);
 	f->shares = f->shares > 1 ? f->shares : 1;
-	f->workspace = ((size_t)(c->csmall * f->rows) + (size_t)f->shares * f->per_worker) * sizeof(float);
+	f->workspace = ((size_t)(c->csmall * f->rows) + (size_t)(f->lean ? 1 : f->shares) * f->per_worker) *
+		       sizeof(float);
 }
 
 /* The direct path of conv_grad_w3.c where it applies (not 1x1: the
@@ -564,6 +570,7 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 	} else if (grp_plan(&f, unit_axis)) {
 		f.workspace = hp_gfilt_workspace(&f.gfg);
 	} else if (!w3_plan(&f, unit_axis)) {
+		f.lean = hp_attr_int(n, "hpdlf_lean", 0) != 0;
 		filter_plan(&f, unit_axis);
 	}
 	f.unit = filter_unit(&f.c, unit_axis);
@@ -632,6 +639,7 @@ static int conv_filter_run(const struct hp_node *n, const struct hp_kargs *a)
 	}
 	threads = hp_conv_threads_enter(a->pool, &saved);
 	threads = threads < f->shares ? threads : f->shares;
+	threads = f->lean ? 1 : threads;
 	if (acc)
 		filter_transpose(f, acc, r.part, 0);
 	else

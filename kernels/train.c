@@ -126,16 +126,36 @@ HPK_SIMD static void add_into(float *y, const float *x, int64_t n)
 		y[j] += x[j];
 }
 
-/* Inputs added in their order, element by element: any split gives the same bits. */
+/* Inputs added in their order, element by element: any split gives the same bits.
+ * The output may be input 0's tensor (HP_OP_INPLACE: the planner gives it
+ * input 0's memory where that dies here); when a later input is that
+ * tensor too, the sums of a block are taken in a buffer first (the same
+ * additions in the same order). */
+#define GRAD_SUM_BLOCK 256
 static void grad_sum_range(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct grad_sum_job *j = arg;
-	float *y = j->a->out[0].data;
+	float *y = j->a->out[0].data, buf[GRAD_SUM_BLOCK];
+	const float *x0 = j->a->in[0].data;
+	int alias = 0;
 
 	(void)tid;
-	memcpy(y + b, (const float *)j->a->in[0].data + b, (size_t)(e - b) * sizeof *y);
 	for (int i = 1; i < j->nin; i++)
-		add_into(y + b, (const float *)j->a->in[i].data + b, e - b);
+		alias |= j->a->in[i].data == (const void *)y;
+	if (!alias) {
+		if (y != x0)
+			memcpy(y + b, x0 + b, (size_t)(e - b) * sizeof *y);
+		for (int i = 1; i < j->nin; i++)
+			add_into(y + b, (const float *)j->a->in[i].data + b, e - b);
+		return;
+	}
+	for (int64_t b0 = b; b0 < e; b0 += GRAD_SUM_BLOCK) {
+		int64_t n = e - b0 < GRAD_SUM_BLOCK ? e - b0 : GRAD_SUM_BLOCK;
+		memcpy(buf, x0 + b0, (size_t)n * sizeof *buf);
+		for (int i = 1; i < j->nin; i++)
+			add_into(buf, (const float *)j->a->in[i].data + b0, n);
+		memcpy(y + b0, buf, (size_t)n * sizeof *buf);
+	}
 }
 
 static int grad_sum_run(const struct hp_node *n, const struct hp_kargs *a)
@@ -148,7 +168,8 @@ static int grad_sum_run(const struct hp_node *n, const struct hp_kargs *a)
 
 const struct hp_op tk_op_grad_sum = {
 	.domain = TK_DOMAIN, .name = "GradSum", .min_inputs = 1, .max_inputs = 1 << 20,
-	.min_outputs = 1, .max_outputs = 1, .prepare = grad_sum_prepare, .run = grad_sum_run,
+	.min_outputs = 1, .max_outputs = 1, .flags = HP_OP_INPLACE, .prepare = grad_sum_prepare,
+	.run = grad_sum_run,
 };
 
 /* ---- StepInc(step): step + 1 (int64 scalar) ---------------------------- */

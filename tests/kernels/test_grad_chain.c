@@ -460,6 +460,47 @@ static void test_filter_row_units(void **state)
 	cgf_case(2, 2, 64, 8, 1, I{ 3, 224 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
 }
 
+/* Attribute hpdlf_lean (exec/split.c gives it where a filter gradient's
+ * workspace decides the smallest budget): one worker's buffers, the same
+ * bits as with every worker's, on two threads; the workspace smaller by
+ * a worker's buffers when the rows are cut in shares for several cores. */
+static void lean_case(int nsp, int64_t n, int64_t cx, int64_t cy, const int *xs, const int *k, const int *p)
+{
+	static const int one[3] = { 1, 1, 1 };
+	struct cgf c;
+	struct cgf_attrs at;
+	struct hp_attr a[7];
+	struct hp_tensor in[2], full, lean;
+	size_t wf, wl;
+
+	cgf_init(&c, nsp, n, cx, cy, 1, xs, k, one, one, p, p);
+	cgf_attrs(&c, -1, 0, n >= 2 ? 0 : 2, &at);
+	memcpy(a, at.a, (size_t)at.n * sizeof *a);
+	a[at.n] = kt_int("hpdlf_lean", 1);
+	in[0] = c.dy;
+	in[1] = c.x;
+	wf = grun("ConvGradFilter", 2, in, at.n, a, 1, &full, pool2);
+	wl = grun("ConvGradFilter", 2, in, at.n + 1, a, 1, &lean, pool2);
+	if (memcmp(full.data, lean.data, hp_tensor_bytes(&full)))
+		fail_msg("ConvGradFilter %dD n=%lld: hpdlf_lean changed the bits", nsp, (long long)n);
+	assert_true(wl <= wf);
+	if (hp_conv_ws_threads() > 1 && !(wl < wf))
+		fail_msg("ConvGradFilter %dD n=%lld: hpdlf_lean kept %zu workspace bytes", nsp, (long long)n, wl);
+	hp_tensor_free(&full);
+	hp_tensor_free(&lean);
+	cgf_free(&c);
+}
+
+static void test_filter_lean(void **state)
+{
+	(void)state;
+	/* the 3-D U-Net's decoder convolutions at a batch of one (units: planes) */
+	lean_case(3, 1, 32, 16, I{ 9, 12, 12 }, I{ 3, 3, 3 }, I{ 1, 1, 1 });
+	/* units of batch items */
+	lean_case(2, 3, 24, 8, I{ 11, 13 }, I{ 3, 3 }, I{ 1, 1 });
+	lean_case(1, 2, 40, 6, I{ 300 }, I{ 5 }, I{ 2 });
+}
+
 /* The auto plan took the slab path somewhere above (test order: last). */
 static void test_filter_paths(void **state)
 {
@@ -706,7 +747,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_filter_1d), cmocka_unit_test(test_filter_2d), cmocka_unit_test(test_filter_3d),
-		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
+		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

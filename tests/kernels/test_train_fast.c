@@ -686,6 +686,42 @@ static void test_grad_sum_fast(void **state)
 	free_all(in, 3);
 }
 
+/* GradSum in place (HP_OP_INPLACE: the planner may give the output input
+ * 0's tensor): the same bits as into a new tensor, also when a later input
+ * is that tensor too (y = (a + b) + a, not (a + b) + (a + b)). */
+static void test_grad_sum_inplace(void **state)
+{
+	int64_t d[1] = { 100003 }, n = d[0];
+	struct hp_tensor in[3] = { rnd(Tn(1, d), 73, -1, 1), rnd(Tn(1, d), 74, -1, 1), rnd(Tn(1, d), 75, -1, 1) };
+	const struct hp_op *op = hp_op_find(D, "GradSum");
+	float *y = malloc((size_t)n * sizeof *y);
+
+	(void)state;
+	assert_non_null(op);
+	assert_true(op->flags & HP_OP_INPLACE);
+	for (int dup = 0; dup < 2; dup++)
+		for (int th = 0; th < 2; th++) {
+			struct hp_node node = { .ninputs = 3, .noutputs = 1 };
+			struct hp_tensor ai[3] = { in[0], in[1], dup ? in[0] : in[2] }, out = in[0];
+			struct hp_kargs ka = { .nin = 3, .nout = 1, .in = ai, .out = &out, .pool = th ? pool : NULL };
+			memcpy(y, in[0].data, (size_t)n * sizeof *y);
+			ai[0].data = out.data = y;
+			if (dup)
+				ai[2].data = y;
+			assert_int_equal(op->run(&node, &ka), 0);
+			for (int64_t i = 0; i < n; i++) {
+				float want = F(&in[0])[i];
+				want += F(&in[1])[i];
+				want += dup ? F(&in[0])[i] : F(&in[2])[i];
+				if (memcmp(&y[i], &want, sizeof want))
+					fail_msg("GradSum in place (%s, %d threads) at %lld: got %.9g, want %.9g",
+						 dup ? "input 0 twice" : "distinct inputs", th + 1, (long long)i, y[i], want);
+			}
+		}
+	free(y);
+	free_all(in, 3);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -714,6 +750,7 @@ int main(void)
 		cmocka_unit_test(test_sgd_fast),
 		cmocka_unit_test(test_adam_fast),
 		cmocka_unit_test(test_grad_sum_fast),
+		cmocka_unit_test(test_grad_sum_inplace),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
