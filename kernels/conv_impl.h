@@ -293,6 +293,10 @@ void hp_pw_gemm(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, co
 int hp_pw_gemm_epi(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, const float *b, int64_t ldb,
 		   const float *bias, float *y, int64_t ldy, const struct hp_epi *epi, const float *add);
 #define HP_PW_GEMM_MAX_K 256
+/* Tests and benchmarks only: 1, the AVX2 micro-tiles even where the CPU
+ * has AVX-512 (the same bits: each output the same chain); 0, the
+ * default. */
+void hp_pw_set_avx2(int on);
 
 /* KxK path (conv_kxk.c): Conv (not transposed, W in its ONNX layout, read
  * in place) as 6x16 register tiles over output channels x columns, the
