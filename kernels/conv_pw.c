@@ -169,18 +169,19 @@ PW_TARGET512 static PW_INLINE void pw_tile512(const int mr, const int np, int64_
 				acc[r][2] = _mm512_fmadd_ps(w, b2, acc[r][2]);
 		}
 	}
+	/* the partial vectors through t in a loop of their own: a copy loop
+	 * inside this one left the accumulators in memory (GCC 12) */
+	float t[PW_MR][16];
 	for (int r = 0; r < mr; r++)
 		for (int v = 0; v < np; v++) {
-			float *q = y + r * ldy + 16 * v;
-			if (v < np - 1 || part == 16) {
-				_mm512_storeu_ps(q, acc[r][v]);
-			} else {
-				float t[16];
-				_mm512_storeu_ps(t, acc[r][v]);
-				for (int i = 0; i < part; i++)
-					q[i] = t[i];
-			}
+			if (v < np - 1 || part == 16)
+				_mm512_storeu_ps(y + r * ldy + 16 * v, acc[r][v]);
+			else
+				_mm512_storeu_ps(t[r], acc[r][v]);
 		}
+	if (part < 16)
+		for (int r = 0; r < mr; r++)
+			memcpy(y + r * ldy + 16 * (np - 1), t[r], (size_t)part * sizeof(float));
 }
 
 #define PW_CASE512(R)                                                                                 \
