@@ -333,6 +333,9 @@ void hp_grp_forward(const struct hp_conv *cv, const float *x, const float *w, co
 /* Tests and benchmarks only: 0 auto, 1 whenever eligible, -1 never; read
  * when a Conv is prepared. */
 void hp_conv_set_grp(int mode);
+/* Tests and benchmarks only: 1, the grouped path's AVX2 tiles even where
+ * the CPU has AVX-512 (the same bits); 0, the default. */
+void hp_grp_set_avx2(int on);
 
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
 void hp_convt_setup(struct hp_conv *cv);

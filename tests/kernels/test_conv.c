@@ -888,10 +888,11 @@ static void grp_chain_ref(const struct cc *t, const struct built *bt, const int6
 }
 
 /* Against the double reference; bitwise the float chains on 1 and 2
- * threads; 1 thread bitwise 2, every batch and row band bitwise the whole,
- * FusedConv bitwise the unfused nodes (band_case); and the auto choice
- * takes the path for these groups and leaves wider ones (64 channels per
- * group) and depthwise ones alone. */
+ * threads, on the AVX-512 tiles and the AVX2 ones; 1 thread bitwise 2,
+ * every batch and row band bitwise the whole, FusedConv bitwise the
+ * unfused nodes (band_case); and the auto choice takes the path for
+ * these groups and leaves wider ones (64 channels per group) and
+ * depthwise ones alone. */
 static void test_conv_grp(void **state)
 {
 	struct hp_pool *pool;
@@ -914,10 +915,13 @@ static void test_conv_grp(void **state)
 		o[1] = ref_axis(t, 1, &pb[1]);
 		ref = malloc((size_t)(t->n * t->m * o[0] * o[1]) * sizeof(float));
 		grp_chain_ref(t, &bt, o, pb, ref);
-		for (int th = 0; th < 2; th++) {
-			assert_int_equal(run_case(t, &bt, th ? pool : NULL, &out), 0);
+		for (int th = 0; th < 4; th++) { /* 1 and 2 threads, AVX-512 tiles and AVX2 ones */
+			hp_grp_set_avx2(th >= 2);
+			assert_int_equal(run_case(t, &bt, th % 2 ? pool : NULL, &out), 0);
+			hp_grp_set_avx2(0);
 			if (memcmp(out.data, ref, hp_tensor_bytes(&out)))
-				fail_msg("grouped case %zu (%d threads): not the float chains", i, th + 1);
+				fail_msg("grouped case %zu (%d threads%s): not the float chains", i, th % 2 + 1,
+					 th >= 2 ? ", AVX2" : "");
 			hp_tensor_free(&out);
 		}
 		free(ref);
