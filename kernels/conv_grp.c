@@ -32,6 +32,7 @@
 #include <immintrin.h>
 #define GR_X86 1
 #define GR_TARGET __attribute__((target("avx2,fma")))
+#define GR_TARGET512 __attribute__((target("avx512f,avx2,fma")))
 #endif
 
 #define GR_MR 4              /* output channels per micro-tile */
@@ -53,6 +54,14 @@
 #define GR_MAX_STRIDE 8       /* column strides the staging takes */
 #define GR_STAGE_FLOATS 8192 /* staged input per unit, about half of L1 and L2's share */
 #define GR_OUT_FLOATS 1024   /* output columns per unit (a micro-tile row's run in o) */
+
+/* Tests and benchmarks: 1, gr_run's AVX2 tiles only. */
+static int gr_avx2;
+
+void hp_grp_set_avx2(int on)
+{
+	gr_avx2 = on;
+}
 
 static int grp_mode; /* 0 auto, 1 whenever eligible, -1 never */
 
@@ -317,6 +326,56 @@ static GR_TARGET void gr_run(const float *s, const int32_t *off, int64_t kdim, c
 	}
 }
 
+/* gr_run's tiles two at a time in AVX-512 (4 channels x 48 columns, 12
+ * zmm accumulators; Zen 5 runs a 512-bit FMA per pipe): every lane the
+ * same chain, so the same bits; an odd last tile by gr_run. */
+static GR_TARGET512 void gr_run512(const float *s, const int32_t *off, int64_t kdim, const float *const *w,
+				   const float *bias, int64_t ntiles, float *o, int64_t lo)
+{
+	const float *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+	int64_t t = 0;
+
+	for (; t + 2 <= ntiles; t += 2, s += 16 * GR_NV, o += 16 * GR_NV) {
+		__m512 a00 = _mm512_set1_ps(bias[0]), a01 = a00, a02 = a00;
+		__m512 a10 = _mm512_set1_ps(bias[1]), a11 = a10, a12 = a10;
+		__m512 a20 = _mm512_set1_ps(bias[2]), a21 = a20, a22 = a20;
+		__m512 a30 = _mm512_set1_ps(bias[3]), a31 = a30, a32 = a30;
+		for (int64_t k = 0; k < kdim; k++) {
+			const float *p = s + off[k];
+			__m512 x0 = _mm512_loadu_ps(p), x1 = _mm512_loadu_ps(p + 16), x2 = _mm512_loadu_ps(p + 32);
+			__m512 v = _mm512_set1_ps(w0[k]);
+			a00 = _mm512_fmadd_ps(v, x0, a00), a01 = _mm512_fmadd_ps(v, x1, a01);
+			a02 = _mm512_fmadd_ps(v, x2, a02);
+			v = _mm512_set1_ps(w1[k]);
+			a10 = _mm512_fmadd_ps(v, x0, a10), a11 = _mm512_fmadd_ps(v, x1, a11);
+			a12 = _mm512_fmadd_ps(v, x2, a12);
+			v = _mm512_set1_ps(w2[k]);
+			a20 = _mm512_fmadd_ps(v, x0, a20), a21 = _mm512_fmadd_ps(v, x1, a21);
+			a22 = _mm512_fmadd_ps(v, x2, a22);
+			v = _mm512_set1_ps(w3[k]);
+			a30 = _mm512_fmadd_ps(v, x0, a30), a31 = _mm512_fmadd_ps(v, x1, a31);
+			a32 = _mm512_fmadd_ps(v, x2, a32);
+		}
+		_mm512_storeu_ps(o, a00), _mm512_storeu_ps(o + 16, a01), _mm512_storeu_ps(o + 32, a02);
+		_mm512_storeu_ps(o + lo, a10), _mm512_storeu_ps(o + lo + 16, a11), _mm512_storeu_ps(o + lo + 32, a12);
+		_mm512_storeu_ps(o + 2 * lo, a20), _mm512_storeu_ps(o + 2 * lo + 16, a21);
+		_mm512_storeu_ps(o + 2 * lo + 32, a22);
+		_mm512_storeu_ps(o + 3 * lo, a30), _mm512_storeu_ps(o + 3 * lo + 16, a31);
+		_mm512_storeu_ps(o + 3 * lo + 32, a32);
+	}
+	if (t < ntiles)
+		gr_run(s, off, kdim, w, bias, ntiles - t, o, lo);
+}
+
+static int gr_512(void)
+{
+	static int cached = -1;
+
+	if (cached < 0)
+		cached = __builtin_cpu_supports("avx512f") ? 1 : 0;
+	return cached && !gr_avx2;
+}
+
 /* Output rows [oh0, oh1) of item n, group g, all the group's channels,
  * from the staging st: the unit's output rows are one run of columns,
  * column j = row * phw + output column (a row's last phw - ow columns are
@@ -341,7 +400,10 @@ static GR_TARGET void gr_block(const struct gr_run *r, int64_t n, int64_t g, int
 			wr[i] = r->w + (co + c) * q->kdim;
 			bias[i] = r->b ? r->b[co + c] : 0.0f;
 		}
-		gr_run(st, off, q->kdim, wr, bias, (len + tw - 1) / tw, o, q->lo);
+		if (gr_512())
+			gr_run512(st, off, q->kdim, wr, bias, (len + tw - 1) / tw, o, q->lo);
+		else
+			gr_run(st, off, q->kdim, wr, bias, (len + tw - 1) / tw, o, q->lo);
 		for (int i = 0; i < mr; i++) {
 			float *y = r->y + (n * cv->cout + co + i) * yv;
 			for (int64_t oh = oh0; oh < oh1; oh++)

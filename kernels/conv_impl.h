@@ -293,6 +293,10 @@ void hp_pw_gemm(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, co
 int hp_pw_gemm_epi(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, const float *b, int64_t ldb,
 		   const float *bias, float *y, int64_t ldy, const struct hp_epi *epi, const float *add);
 #define HP_PW_GEMM_MAX_K 256
+/* Tests and benchmarks only: 1, the AVX2 micro-tiles even where the CPU
+ * has AVX-512 (the same bits: each output the same chain); 0, the
+ * default. */
+void hp_pw_set_avx2(int on);
 
 /* KxK path (conv_kxk.c): Conv (not transposed, W in its ONNX layout, read
  * in place) as 6x16 register tiles over output channels x columns, the
@@ -334,14 +338,14 @@ int hp_conv_grp_mode(void);
 
 /* ConvGradFilter of a 2-D convolution of 2-32 channels per group, in and
  * out (conv_grad_grp.c), where AVX2 and FMA exist: 4x4 register tiles of
- * 8 lanes over im2col chunks, each element's lanes added in one fixed
+ * 8 lanes over staged input rows, each element's lanes added in one fixed
  * tree per unit (a batch item, or a row with a batch of one), the units
  * from the last to the first into dW, from acc (the bands after it) or 0. */
 struct hp_gfilt {
 	struct hp_colgeom geo; /* img: X's side (cin), grid: dY's side (cout) */
 	int64_t n, cin, cout, group, cg, mg;
 	int64_t bvol, svol, rows; /* rows: cg * kvol, dW's row length */
-	int64_t unit, chunk;      /* positions per unit, per im2col chunk */
+	int64_t unit, chunk;      /* positions per unit, output rows per staged block */
 	int threads;
 };
 /* 1 and q planned if the path takes the geometry (unit: positions per
@@ -351,6 +355,9 @@ int hp_gfilt_plan(struct hp_gfilt *q, const struct hp_colgeom *geo, int64_t n, i
 size_t hp_gfilt_workspace(const struct hp_gfilt *q);
 void hp_gfilt_run(const struct hp_gfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		  struct hp_pool *pool);
+/* Tests and benchmarks only: 1, the grouped path's AVX2 tiles even where
+ * the CPU has AVX-512 (the same bits); 0, the default. */
+void hp_grp_set_avx2(int on);
 
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
 void hp_convt_setup(struct hp_conv *cv);

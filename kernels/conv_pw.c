@@ -32,6 +32,7 @@
 #include <immintrin.h>
 #define PW_X86 1
 #define PW_TARGET __attribute__((target("avx2,fma")))
+#define PW_TARGET512 __attribute__((target("avx512f,avx512vl,avx2,fma")))
 #define PW_INLINE __attribute__((always_inline)) inline
 #endif
 
@@ -50,6 +51,15 @@
 #define PW_UNITS_PER_THREAD 4
 #define PW_MIN_PACKED_TILES 8
 #define PW_MAX_TID 8 /* hp_conv_ws_threads()'s bound */
+
+/* Tests and benchmarks: 1, the AVX2 tiles only; 0, AVX-512 where the CPU
+ * has it. */
+static int pw_isa_set;
+
+void hp_pw_set_avx2(int on)
+{
+	pw_isa_set = on;
+}
 
 static int64_t min64(int64_t a, int64_t b)
 {
@@ -122,6 +132,97 @@ PW_TARGET static PW_INLINE void pw_tile(const int mr, const int nv, int64_t kc, 
 	 * GCC kept the accumulators in memory (1x1 classes 85 -> 30 GF/s) */
 	if (f)
 		fma_finish_tile(mr, nv, y, ldy, ncols, f, add);
+}
+
+/* AVX-512 (this machine's Zen 5 runs a 512-bit FMA per pipe, twice the
+ * AVX2 tile's flops a cycle): np (1..3) panels of 16 columns side by side,
+ * panel i at bp + i * ps (rows ldb apart), one zmm per row and panel (18
+ * accumulators at most), the first ncols (np * 16 - 15 .. np * 16) stored.
+ * Every lane is the AVX2 tile's chain (the same fused multiply-adds from
+ * the bias, in k's order), so the same bits; tails are loaded masked and
+ * stored through a buffer (masked stores are slow on AMD's cores). */
+PW_TARGET512 static PW_INLINE void pw_tile512(const int mr, const int np, int64_t kc, const float *a, int64_t lda,
+					      const float *bp, int64_t ldb, int64_t ps, float *y, int64_t ldy,
+					      int ncols, int first, const float *bias)
+{
+	__m512 acc[PW_MR][3];
+	int part = ncols - 16 * (np - 1); /* columns of the last vector, 1..16 */
+	__mmask16 mk = (__mmask16)((1u << part) - 1);
+
+	for (int r = 0; r < mr; r++)
+		for (int v = 0; v < np; v++)
+			acc[r][v] = first ? (bias ? _mm512_set1_ps(bias[r]) : _mm512_setzero_ps())
+				: v < np - 1 || part == 16 ? _mm512_loadu_ps(y + r * ldy + 16 * v)
+							  : _mm512_maskz_loadu_ps(mk, y + r * ldy + 16 * v);
+	for (int64_t k = 0; k < kc; k++) {
+		__m512 b0 = _mm512_loadu_ps(bp + k * ldb), b1 = b0, b2 = b0;
+		if (np > 1)
+			b1 = _mm512_loadu_ps(bp + ps + k * ldb);
+		if (np > 2)
+			b2 = _mm512_loadu_ps(bp + 2 * ps + k * ldb);
+		for (int r = 0; r < mr; r++) {
+			__m512 w = _mm512_set1_ps(a[r * lda + k]);
+			acc[r][0] = _mm512_fmadd_ps(w, b0, acc[r][0]);
+			if (np > 1)
+				acc[r][1] = _mm512_fmadd_ps(w, b1, acc[r][1]);
+			if (np > 2)
+				acc[r][2] = _mm512_fmadd_ps(w, b2, acc[r][2]);
+		}
+	}
+	/* the partial vectors through t in a loop of their own: a copy loop
+	 * inside this one left the accumulators in memory (GCC 12) */
+	float t[PW_MR][16];
+	for (int r = 0; r < mr; r++)
+		for (int v = 0; v < np; v++) {
+			if (v < np - 1 || part == 16)
+				_mm512_storeu_ps(y + r * ldy + 16 * v, acc[r][v]);
+			else
+				_mm512_storeu_ps(t[r], acc[r][v]);
+		}
+	if (part < 16)
+		for (int r = 0; r < mr; r++)
+			memcpy(y + r * ldy + 16 * (np - 1), t[r], (size_t)part * sizeof(float));
+}
+
+#define PW_CASE512(R)                                                                                 \
+	case R:                                                                                        \
+		if (np == 1)                                                                           \
+			pw_tile512(R, 1, kc, a, lda, bp, ldb, ps, y, ldy, ncols, first, bias);         \
+		else if (np == 2)                                                                      \
+			pw_tile512(R, 2, kc, a, lda, bp, ldb, ps, y, ldy, ncols, first, bias);         \
+		else                                                                                   \
+			pw_tile512(R, 3, kc, a, lda, bp, ldb, ps, y, ldy, ncols, first, bias);         \
+		break;
+
+/* mr rows by np panels (ncols columns, the epilogue f as pw_tile's, per
+ * 16 columns after the store). */
+PW_TARGET512 static void pw_micro512(int mr, int np, int64_t kc, const float *a, int64_t lda, const float *bp,
+				     int64_t ldb, int64_t ps, float *y, int64_t ldy, int ncols, int first,
+				     const float *bias, const struct hp_fma_fin *f, const float *add)
+{
+	switch (mr) {
+		PW_CASE512(1)
+		PW_CASE512(2)
+		PW_CASE512(3)
+		PW_CASE512(4)
+		PW_CASE512(5)
+		PW_CASE512(6)
+	default:
+		break;
+	}
+	for (int v = 0; f && v * PW_NR < ncols; v++) {
+		int nc = ncols - v * PW_NR < PW_NR ? ncols - v * PW_NR : PW_NR;
+		fma_finish_tile(mr, nc > 8 ? 2 : 1, y + v * PW_NR, ldy, nc, f, add ? add + v * PW_NR : NULL);
+	}
+}
+
+static int pw_512(void)
+{
+	static int cached = -1;
+
+	if (cached < 0)
+		cached = __builtin_cpu_supports("avx512f") ? 1 : 0;
+	return cached && !pw_isa_set;
 }
 
 #define PW_CASE(R)                                                                                    \
@@ -220,13 +321,25 @@ static void pw_block(struct pw_run *r, int64_t bg, int64_t j0, int64_t nc, int64
 			pw_pack(x, cv->xvol, k0, kc, j0, nc, bp);
 		for (int64_t t = t0; t < t1; t++) {
 			int64_t m0 = t * PW_MR, mr = min64(PW_MR, M - m0);
-			for (int64_t p = 0; p * PW_NR < nc; p++) {
+			for (int64_t p = 0, np = 1; p * PW_NR < nc; p += np) {
 #ifdef PW_X86
 				int64_t off = ybase + m0 * cv->yvol + j0 + p * PW_NR;
 				const float *src = pw_panel(r, x, bp, k0, kc, j0, nc, p, &ldb);
-				pw_micro((int)mr, kc, w + m0 * K + k0, K, src, ldb, r->y + off, cv->yvol,
-					 (int)min64(PW_NR, nc - p * PW_NR), k0 == 0, bias ? bias + m0 : NULL, fin,
-					 fin && r->fin_add ? r->addend + off : NULL);
+				if (!pw_512()) {
+					np = 1;
+					pw_micro((int)mr, kc, w + m0 * K + k0, K, src, ldb, r->y + off, cv->yvol,
+						 (int)min64(PW_NR, nc - p * PW_NR), k0 == 0, bias ? bias + m0 : NULL,
+						 fin, fin && r->fin_add ? r->addend + off : NULL);
+					continue;
+				}
+				/* packed panels (the tail zero-padded) kc * 16 apart; in
+				 * place, the full ones 16 apart and the packed tail alone */
+				np = r->inplace ? ((p + 1) * PW_NR > nc ? 1 : min64(3, nfull / PW_NR - p))
+						: min64(3, (nc - p * PW_NR + PW_NR - 1) / PW_NR);
+				pw_micro512((int)mr, (int)np, kc, w + m0 * K + k0, K, src, ldb,
+					    r->inplace ? PW_NR : kc * PW_NR, r->y + off, cv->yvol,
+					    (int)min64(np * PW_NR, nc - p * PW_NR), k0 == 0, bias ? bias + m0 : NULL,
+					    fin, fin && r->fin_add ? r->addend + off : NULL);
 #endif
 			}
 			for (int64_t m = m0; m < m0 + mr && r->epi && !r->fin_ok && k0 + kc == K; m++)
@@ -288,7 +401,21 @@ static void pw_gemm_fin(int64_t M, int64_t N, int64_t K, const float *w, int64_t
 		int64_t kc = min64(PW_KC, K - k0);
 		if (N > nfull)
 			pw_pack(b, ldb, k0, kc, nfull, N - nfull, tail);
-		for (int64_t j = 0; j < N; j += PW_NR) /* a panel stays in L1 over the rows */
+		for (int64_t j = 0, nj = PW_NR; j < N; j += nj) { /* a panel stays in L1 over the rows */
+#ifdef PW_X86
+			if (pw_512()) { /* up to 3 full panels in place, or the tail */
+				int full = j < nfull, last = k0 + kc == K;
+				nj = full ? min64(3 * PW_NR, nfull - j) : N - j;
+				for (int64_t m0 = 0; m0 < M; m0 += PW_MR)
+					pw_micro512((int)min64(PW_MR, M - m0), (int)((nj + PW_NR - 1) / PW_NR), kc,
+						    w + m0 * lda + k0, lda, full ? b + k0 * ldb + j : tail,
+						    full ? ldb : PW_NR, PW_NR, y + m0 * ldy + j, ldy, (int)nj, k0 == 0,
+						    bias && k0 == 0 ? bias + m0 : NULL, last ? f : NULL,
+						    last && f && add ? add + m0 * ldy + j : NULL);
+				continue;
+			}
+			nj = PW_NR;
+#endif
 			for (int64_t m0 = 0; m0 < M; m0 += PW_MR) {
 #ifdef PW_X86
 				int full = j < nfull, last = k0 + kc == K;
@@ -298,6 +425,7 @@ static void pw_gemm_fin(int64_t M, int64_t N, int64_t K, const float *w, int64_t
 					 last ? f : NULL, last && f && add ? add + m0 * ldy + j : NULL);
 #endif
 			}
+		}
 	}
 }
 

@@ -201,6 +201,12 @@ static void fir_band(const struct fir_run *r, struct fir_walk *k, int64_t n, int
 
 	fir_geom(f, e1 - e0, r1 - r0, e0 - lo, &d.g);
 	hp_dw_forward(&d, e, r->wd, r->bd, k->d, NULL);
+	/* the residual Add in the projection's registers (conv_pw.c's
+	 * epilogue: y + add, as hp_epi_span) */
+	if (f->e3.add != HP_EPI_ADD_NONE && r->add &&
+	    hp_pw_gemm_epi(f->cout, cols, f->ce, r->w2, f->ce, k->d, cols, r->b2, y + r0 * f->ow, f->oh * f->ow,
+			   &f->e3, r->add + (y - r->y) + r0 * f->ow))
+		return;
 	hp_pw_gemm(f->cout, cols, f->ce, r->w2, f->ce, k->d, cols, r->b2, y + r0 * f->ow, f->oh * f->ow);
 	for (int64_t m = 0; m < f->cout && f->e3.add != HP_EPI_ADD_NONE && r->add; m++) {
 		int64_t off = (n * f->cout + m) * f->oh * f->ow + r0 * f->ow;
@@ -269,13 +275,17 @@ static void fir_ch_proj(void *arg, int64_t b, int64_t e, int tid)
 		int64_t n = b / r->ptiles, t0 = b % r->ptiles, t1 = t0 + (e - b) < r->ptiles ? t0 + (e - b) : r->ptiles;
 		int64_t m0 = t0 * 6, m1 = t1 * 6 < f->cout ? t1 * 6 : f->cout;
 		float *y = r->y + (n * f->cout + m0) * ohw;
+		b += t1 - t0;
+		if (f->e3.add != HP_EPI_ADD_NONE && r->add &&
+		    hp_pw_gemm_epi(m1 - m0, ohw, f->ce, r->w2 + m0 * f->ce, f->ce, r->ws + n * f->ce * ohw, ohw,
+				   r->b2 ? r->b2 + m0 : NULL, y, ohw, &f->e3, r->add + (y - r->y)))
+			continue;
 		hp_pw_gemm(m1 - m0, ohw, f->ce, r->w2 + m0 * f->ce, f->ce, r->ws + n * f->ce * ohw, ohw,
 			   r->b2 ? r->b2 + m0 : NULL, y, ohw);
 		for (int64_t m = m0; m < m1 && f->e3.add != HP_EPI_ADD_NONE && r->add; m++) {
 			int64_t off = (n * f->cout + m) * ohw;
 			hp_epi_span(&f->e3, r->y, r->add, off, off + ohw);
 		}
-		b += t1 - t0;
 	}
 }
 

@@ -14,6 +14,7 @@
 
 #include "hpdlf/error.h"
 #include "kernels/conv_impl.h"
+#include "kernels/fused_impl.h" /* hp_epi_span */
 #include "kernels/threadpool.h" /* hp_pool_test_delay */
 #include "tests/kernels/harness.h"
 
@@ -743,6 +744,96 @@ static void test_pw_bands(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* conv_pw.c's product (hp_pw_gemm, hp_pw_gemm_epi) on its AVX-512 tiles
+ * (up to three panels of 16 columns, a tail of 1 to 16) and on its AVX2
+ * ones gives, bit for bit, the chains it promises: each output from its
+ * bias (or 0), then fmaf(w[m][k], b[k][j], acc) for k = 0, 1, ..., K-1,
+ * across the k chunks of 256; and the Clip after an addend as
+ * hp_epi_span computes it.  Within 1e-5 of the sum of |terms| of a double
+ * reference.  Shapes: MobileNetV2's 7x7 (49 columns: 3 panels and 1
+ * column) and 14x14 planes, rows of 1 to 13 (tails of the 6-row tiles),
+ * K past a chunk, X rows wider than N (in place, ldb > N). */
+static void test_pw_isa(void **state)
+{
+	static const int64_t shapes[][4] = { /* M, N, K, ldb - N */
+		{ 13, 49, 300, 0 }, { 6, 49, 960, 0 }, { 12, 196, 64, 3 }, { 5, 33, 7, 0 },  { 1, 16, 1, 0 },
+		{ 7, 48, 257, 1 },  { 3, 5, 40, 11 },  { 8, 97, 256, 0 },  { 2, 64, 513, 2 }, { 11, 17, 20, 0 },
+	};
+	unsigned st = 12345;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+		int64_t M = shapes[i][0], N = shapes[i][1], K = shapes[i][2], ldb = N + shapes[i][3];
+		float *w = malloc((size_t)(M * K) * sizeof(float)), *b = malloc((size_t)(K * ldb) * sizeof(float));
+		float *bias = malloc((size_t)M * sizeof(float)), *add = malloc((size_t)(M * N) * sizeof(float));
+		float *ref = malloc((size_t)(M * N) * sizeof(float)), *refe = malloc((size_t)(M * N) * sizeof(float));
+		float *y = malloc((size_t)(M * N) * sizeof(float));
+		struct hp_epi epi = { .act = HP_EPI_CLIP, .add = HP_EPI_ADD_FULL, .lo = 0.0f, .hi = 0.5f };
+		float *arr[] = { w, b, bias, add };
+		int64_t len[] = { M * K, K * ldb, M, M * N };
+
+		assert_non_null(w), assert_non_null(b), assert_non_null(bias), assert_non_null(add);
+		assert_non_null(ref), assert_non_null(refe), assert_non_null(y);
+		for (int a = 0; a < 4; a++)
+			for (int64_t e = 0; e < len[a]; e++) {
+				st = st * 1103515245u + 12345u;
+				arr[a][e] = (float)((st >> 8) & 0xffff) / 32768.0f - 1.0f;
+			}
+		for (int64_t m = 0; m < M; m++)
+			for (int64_t j = 0; j < N; j++) {
+				float acc = i % 2 ? 0.0f : bias[m];
+				double d = acc, mag = fabs(d);
+				for (int64_t k = 0; k < K; k++) {
+					acc = fmaf(w[m * K + k], b[k * ldb + j], acc);
+					d += (double)w[m * K + k] * b[k * ldb + j];
+					mag += fabs((double)w[m * K + k] * b[k * ldb + j]);
+				}
+				ref[m * N + j] = refe[m * N + j] = acc;
+				assert_true(fabs((double)acc - d) <= 1e-5 * mag + 1e-30);
+			}
+		hp_epi_span(&epi, refe, add, 0, M * N);
+		for (int avx2 = 0; avx2 < 2; avx2++) {
+			hp_pw_set_avx2(avx2);
+			for (int64_t e = 0; e < M * N; e++)
+				y[e] = NAN;
+			hp_pw_gemm(M, N, K, w, K, b, ldb, i % 2 ? NULL : bias, y, N);
+			assert_memory_equal(y, ref, (size_t)(M * N) * sizeof(float));
+			for (int64_t e = 0; e < M * N; e++)
+				y[e] = NAN;
+			assert_int_equal(hp_pw_gemm_epi(M, N, K, w, K, b, ldb, i % 2 ? NULL : bias, y, N, &epi, add), 1);
+			assert_memory_equal(y, refe, (size_t)(M * N) * sizeof(float));
+		}
+		hp_pw_set_avx2(0);
+		free(w), free(b), free(bias), free(add), free(ref), free(refe), free(y);
+	}
+}
+
+/* The pointwise path's node on the AVX2 tiles gives the AVX-512 ones' bits
+ * (pw_cases: packed panels, panels read in place, groups, 1 and 2
+ * threads), and against the double reference (check). */
+static void test_pw_isa_nodes(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < sizeof pw_cases / sizeof pw_cases[0]; i++) {
+		struct hp_tensor a, v;
+		struct built bt;
+		build(&pw_cases[i], 400 + (unsigned)i, &bt);
+		assert_int_equal(run_case(&pw_cases[i], &bt, i % 2 ? pool : NULL, &a), 0);
+		hp_pw_set_avx2(1);
+		assert_int_equal(run_case(&pw_cases[i], &bt, i % 2 ? NULL : pool, &v), 0);
+		check(&pw_cases[i], 420 + (unsigned)i, pool);
+		hp_pw_set_avx2(0);
+		assert_memory_equal(a.data, v.data, hp_tensor_bytes(&a));
+		hp_tensor_free(&a);
+		hp_tensor_free(&v);
+		unbuild(&bt);
+	}
+	hp_pool_destroy(pool);
+}
+
 /* The grouped path (conv_grp.c): ResNeXt's 4 channels per group, stride 2
  * with asymmetric pads, dilation with a 3x5 kernel, strides 2 and 3 with a
  * 5x5 kernel (three column phases), 32 channels per group over a 7x7 plane,
@@ -797,10 +888,11 @@ static void grp_chain_ref(const struct cc *t, const struct built *bt, const int6
 }
 
 /* Against the double reference; bitwise the float chains on 1 and 2
- * threads; 1 thread bitwise 2, every batch and row band bitwise the whole,
- * FusedConv bitwise the unfused nodes (band_case); and the auto choice
- * takes the path for these groups and leaves wider ones (64 channels per
- * group) and depthwise ones alone. */
+ * threads, on the AVX-512 tiles and the AVX2 ones; 1 thread bitwise 2,
+ * every batch and row band bitwise the whole, FusedConv bitwise the
+ * unfused nodes (band_case); and the auto choice takes the path for
+ * these groups and leaves wider ones (64 channels per group) and
+ * depthwise ones alone. */
 static void test_conv_grp(void **state)
 {
 	struct hp_pool *pool;
@@ -823,10 +915,13 @@ static void test_conv_grp(void **state)
 		o[1] = ref_axis(t, 1, &pb[1]);
 		ref = malloc((size_t)(t->n * t->m * o[0] * o[1]) * sizeof(float));
 		grp_chain_ref(t, &bt, o, pb, ref);
-		for (int th = 0; th < 2; th++) {
-			assert_int_equal(run_case(t, &bt, th ? pool : NULL, &out), 0);
+		for (int th = 0; th < 4; th++) { /* 1 and 2 threads, AVX-512 tiles and AVX2 ones */
+			hp_grp_set_avx2(th >= 2);
+			assert_int_equal(run_case(t, &bt, th % 2 ? pool : NULL, &out), 0);
+			hp_grp_set_avx2(0);
 			if (memcmp(out.data, ref, hp_tensor_bytes(&out)))
-				fail_msg("grouped case %zu (%d threads): not the float chains", i, th + 1);
+				fail_msg("grouped case %zu (%d threads%s): not the float chains", i, th % 2 + 1,
+					 th >= 2 ? ", AVX2" : "");
 			hp_tensor_free(&out);
 		}
 		free(ref);
@@ -1288,6 +1383,8 @@ int main(void)
 		cmocka_unit_test(test_conv_pw),
 		cmocka_unit_test(test_pw_bands),
 		cmocka_unit_test(test_conv_gemm),
+		cmocka_unit_test(test_pw_isa),
+		cmocka_unit_test(test_pw_isa_nodes),
 		cmocka_unit_test(test_conv_kxk),
 		cmocka_unit_test(test_conv_grp),
 		cmocka_unit_test(test_grp_choice),
