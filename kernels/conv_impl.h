@@ -315,6 +315,10 @@ int hp_conv_kxk_mode(void);
  * output-row runs straight from the image (conv_kxk_run.c; the default)
  * or packs them as other blocks; the same bits either way. */
 void hp_kxk_set_run(int on);
+/* Tests and benchmarks only: whether row-run blocks take AVX-512 tiles of
+ * two panels where the CPU has AVX-512 (the default) or AVX2 tiles of
+ * one; the same bits either way. */
+void hp_kxk_set_wide(int on);
 
 /* Grouped path (conv_grp.c): 2-D Conv nodes with groups of 2-32 channels
  * in and out (not depthwise) or one group of 1-4 input channels (stems),

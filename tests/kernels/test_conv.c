@@ -928,7 +928,8 @@ static const struct cc kxk_run_cases[] = {
 };
 
 /* The row-run blocks against the reference, bitwise the packed blocks
- * (hp_kxk_set_run(0)) on 1 and 2 threads, and in bands, on threads and
+ * (hp_kxk_set_run(0)) and the row-run blocks of AVX2 tiles only
+ * (hp_kxk_set_wide(0)) on 1 and 2 threads, and in bands, on threads and
  * fused as test_kxk_bands. */
 static void test_kxk_run(void **state)
 {
@@ -951,6 +952,12 @@ static void test_kxk_run(void **state)
 			hp_kxk_set_run(0);
 			assert_int_equal(run_case(t, &bt, th ? NULL : pool, &packed), 0);
 			hp_kxk_set_run(1);
+			assert_memory_equal(run.data, packed.data, hp_tensor_bytes(&run));
+			hp_tensor_free(&packed);
+			/* the AVX-512 pair tiles off: the AVX2 tiles, same bits */
+			hp_kxk_set_wide(0);
+			assert_int_equal(run_case(t, &bt, th ? NULL : pool, &packed), 0);
+			hp_kxk_set_wide(1);
 			assert_memory_equal(run.data, packed.data, hp_tensor_bytes(&run));
 			hp_tensor_free(&run);
 			hp_tensor_free(&packed);
