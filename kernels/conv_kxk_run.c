@@ -17,7 +17,11 @@
  *    kr_copy had 16% of u-128's kernel samples, though mostly as the
  *    rows' first touch, which the micro-tiles then take over; with more,
  *    the edge panels copy their rows (zeros outside the image), each
- *    vector stored once, and the micro-tiles share the copy;
+ *    vector stored once, and the micro-tiles share the copy (always with
+ *    AVX-512: kw_tile);
+ *  - where the CPU has AVX-512, two panels side by side are one tile of
+ *    6 channels x 32 columns in zmm registers (kw_tile), twice the flops
+ *    per instruction;
  *  - the next output row's new image rows are prefetched;
  *  - the panels outermost when the chunk's weights of all the block's
  *    micro-tiles fit in L1, so a panel's rows are read from L1 by every
@@ -68,7 +72,6 @@ struct kr_panel {
 	int edge;             /* some lane of some tap falls outside the row */
 	int32_t *mask;        /* edge panels read under masks: per kw, -1 for the lanes inside the row */
 	int hf;               /* with masks: bit h, lanes 8h .. 8h + 7 inside the row for every kw */
-	__mmask16 km[KR_MAXK]; /* the masks as lane bits for kw_tile (all lanes without masks) */
 };
 
 /* Accumulator (r, v) of a micro-tile: named registers, not an array (GCC
@@ -168,9 +171,14 @@ KR_TARGET static void kr_micro(int mr, int64_t nk, const float *const *taps, int
  * flops per instruction (class u-32 of hpdlf-bench-conv-libs: oneDNN's
  * blocked AVX-512 kernel 262 GF/s against these AVX2 tiles' 115).  Each
  * lane is the same chain as kr_tile's (one FMA per tap, k in order, from
- * the bias or the stored running sum), so the bits are kr_tile's; tap
- * loads of edge panels are masked (masked lanes read 0 and no memory).
- * Only full panels (16 columns): every run-node panel is one. */
+ * the bias or the stored running sum), so the bits are kr_tile's.  Edge
+ * panels always read copies of their rows (kr_copy), whatever the
+ * channels: the tiles' masked 512-bit loads cost more than the copies
+ * (hpdlf-bench-conv-libs --kxk 1 --fwd --reps 20, 1 thread, three runs
+ * alternating, GF/s, masks -> copies: u-128 (3 tiles) 165 -> 180,
+ * u-dec128 (3) 161 -> 172, u-128c3 136 -> 142; u-64 (6) copies -> masks
+ * 181 -> 142, u-32 (11) 201 -> 160).  Only full panels (16 columns):
+ * every run-node panel is one. */
 #define KR_WIDE_TARGET __attribute__((target("avx512f,avx2,fma")))
 
 static int kr_wide_on = 1;
@@ -209,42 +217,29 @@ static int kr_wide_ok(void)
 	}
 
 /* Rows r < mr of panels 0 and 1 (y and y + 16) over nk taps: panel i's
- * tap k at ti[k] + oi, under the lane mask ei[k % k2] when masked. */
-KR_WIDE_TARGET static KR_INLINE void kw_tile(const int mr, const int masked, int64_t nk, const float *const *t0,
-					     int64_t o0, const float *const *t1, int64_t o1, const __mmask16 *e0,
-					     const __mmask16 *e1, int k2, const float *a, int64_t lda, float *y,
+ * tap k at ti[k] + oi. */
+KR_WIDE_TARGET static KR_INLINE void kw_tile(const int mr, int64_t nk, const float *const *t0, int64_t o0,
+					     const float *const *t1, int64_t o1, const float *a, int64_t lda, float *y,
 					     int64_t ldy, int first, const float *bias)
 {
 	__m512 p0 = _mm512_setzero_ps(), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0;
 	__m512 q0 = p0, q1 = p0, q2 = p0, q3 = p0, q4 = p0, q5 = p0;
 
 	KW_INIT(0) KW_INIT(1) KW_INIT(2) KW_INIT(3) KW_INIT(4) KW_INIT(5)
-	if (!masked)
-		for (int64_t k = 0; k < nk; k++, a++) {
-			__m512 b0 = _mm512_loadu_ps(t0[k] + o0), b1 = _mm512_loadu_ps(t1[k] + o1);
-			KW_FMA(0) KW_FMA(1) KW_FMA(2) KW_FMA(3) KW_FMA(4) KW_FMA(5)
-		}
-	else
-		for (int64_t k = 0; k < nk; t0 += k2, t1 += k2)
-			for (int kw = 0; kw < k2; kw++, k++, a++) {
-				__m512 b0 = _mm512_maskz_loadu_ps(e0[kw], t0[kw] + o0);
-				__m512 b1 = _mm512_maskz_loadu_ps(e1[kw], t1[kw] + o1);
-				KW_FMA(0) KW_FMA(1) KW_FMA(2) KW_FMA(3) KW_FMA(4) KW_FMA(5)
-			}
+	for (int64_t k = 0; k < nk; k++, a++) {
+		__m512 b0 = _mm512_loadu_ps(t0[k] + o0), b1 = _mm512_loadu_ps(t1[k] + o1);
+		KW_FMA(0) KW_FMA(1) KW_FMA(2) KW_FMA(3) KW_FMA(4) KW_FMA(5)
+	}
 	KW_OUT(0) KW_OUT(1) KW_OUT(2) KW_OUT(3) KW_OUT(4) KW_OUT(5)
 }
 
-#define KW_CASE(R)                                                                                      \
-	case R:                                                                                         \
-		if (masked)                                                                             \
-			kw_tile(R, 1, nk, t0, o0, t1, o1, e0, e1, k2, a, lda, y, ldy, first, bias);     \
-		else                                                                                    \
-			kw_tile(R, 0, nk, t0, o0, t1, o1, e0, e1, k2, a, lda, y, ldy, first, bias);     \
+#define KW_CASE(R)                                                                      \
+	case R:                                                                         \
+		kw_tile(R, nk, t0, o0, t1, o1, a, lda, y, ldy, first, bias);            \
 		break;
 
-KR_WIDE_TARGET static void kw_micro(int mr, int masked, int64_t nk, const float *const *t0, int64_t o0,
-				    const float *const *t1, int64_t o1, const __mmask16 *e0, const __mmask16 *e1,
-				    int k2, const float *a, int64_t lda, float *y, int64_t ldy, int first,
+KR_WIDE_TARGET static void kw_micro(int mr, int64_t nk, const float *const *t0, int64_t o0, const float *const *t1,
+				    int64_t o1, const float *a, int64_t lda, float *y, int64_t ldy, int first,
 				    const float *bias, const struct hp_fma_fin *f, const float *add)
 {
 	switch (mr) {
@@ -280,16 +275,12 @@ static void kr_panel_of(const struct hp_colgeom *g, int64_t ow, int n, struct kr
 	pn->edge = pn->off < 0 || pn->off + (g->k[2] - 1) * g->dil[2] + KX_NR > g->img[2];
 	pn->mask = pn->edge ? mask : NULL;
 	pn->hf = 3;
-	for (int64_t kw = 0; kw < g->k[2]; kw++)
-		pn->km[kw] = 0xffff;
 	for (int64_t kw = 0; pn->mask && kw < g->k[2]; kw++)
 		for (int q = 0; q < KX_NR; q++) {
 			int64_t c = pn->off + kw * g->dil[2] + q;
 			mask[kw * KX_NR + q] = c >= 0 && c < g->img[2] ? -1 : 0;
-			if (!mask[kw * KX_NR + q]) {
+			if (!mask[kw * KX_NR + q])
 				pn->hf &= ~(1 << (q / 8));
-				pn->km[kw] &= (__mmask16)~(1u << q);
-			}
 		}
 }
 
@@ -398,7 +389,7 @@ static int64_t kr_pair(const struct kr_block *b, int64_t p, int64_t t, int64_t i
 	int64_t m0, mr, k2 = cv->g.k[2], off;
 	int c0, c1;
 
-	if (!wide || p + 1 >= b->np || p0->ncols != KX_NR || p1->ncols != KX_NR) {
+	if (!wide || !b->copy || p + 1 >= b->np || p0->ncols != KX_NR || p1->ncols != KX_NR) {
 		kr_one(b, p, t, i0, n, last);
 		return 1;
 	}
@@ -407,9 +398,8 @@ static int64_t kr_pair(const struct kr_block *b, int64_t p, int64_t t, int64_t i
 	off = b->ybase + m0 * cv->yvol + b->j0 + p * KX_NR;
 	c0 = b->copy && p0->edge;
 	c1 = b->copy && p1->edge;
-	kw_micro((int)mr, (!c0 && p0->mask) || (!c1 && p1->mask), n * k2, b->ptaps[p], c0 ? 0 : p0->off,
-		 b->ptaps[p + 1], c1 ? 0 : p1->off, p0->km, p1->km, (int)k2, b->w + m0 * b->K + i0 * k2, b->K,
-		 r->y + off, cv->yvol, i0 == 0, b->bias ? b->bias + m0 : NULL,
+	kw_micro((int)mr, n * k2, b->ptaps[p], c0 ? 0 : p0->off, b->ptaps[p + 1], c1 ? 0 : p1->off,
+		 b->w + m0 * b->K + i0 * k2, b->K, r->y + off, cv->yvol, i0 == 0, b->bias ? b->bias + m0 : NULL,
 		 r->fin_ok && last ? &r->fin : NULL, r->fin_ok && last && r->fin_add ? r->addend + off : NULL);
 	return 2;
 }
@@ -502,7 +492,7 @@ static int kr_layout(struct kr_block *b, float *buf)
 	 * short last chunk would reload Y for a few taps) */
 	b->rpc = kr_min(KX_KC / cv->g.k[2] > 0 ? KX_KC / cv->g.k[2] : 1, nrows);
 	b->rpc = (nrows + (nrows + b->rpc - 1) / b->rpc - 1) / ((nrows + b->rpc - 1) / b->rpc);
-	b->copy = b->r->mt > KR_MASK_TILES;
+	b->copy = kr_wide_ok() || b->r->mt > KR_MASK_TILES;
 	for (int64_t p = 0; p < b->np; p++) {
 		kr_panel_of(&cv->g, (b->j0 + p * KX_NR) % cv->g.grid[2], (int)kr_min(KX_NR, b->nc - p * KX_NR),
 			    &b->pn[p], b->copy ? NULL : b->masks[p]);
