@@ -188,7 +188,7 @@ void hp_kxk_set_wide(int on)
 	kr_wide_on = on;
 }
 
-static int kr_wide_ok(void)
+int hp_kxk_wide_ok(void)
 {
 	static int cached = -1;
 
@@ -238,7 +238,7 @@ KR_WIDE_TARGET static KR_INLINE void kw_tile(const int mr, int64_t nk, const flo
 		kw_tile(R, nk, t0, o0, t1, o1, a, lda, y, ldy, first, bias);            \
 		break;
 
-KR_WIDE_TARGET static void kw_micro(int mr, int64_t nk, const float *const *t0, int64_t o0, const float *const *t1,
+KR_WIDE_TARGET void hp_kxk_wide_micro(int mr, int64_t nk, const float *const *t0, int64_t o0, const float *const *t1,
 				    int64_t o1, const float *a, int64_t lda, float *y, int64_t ldy, int first,
 				    const float *bias, const struct hp_fma_fin *f, const float *add)
 {
@@ -398,7 +398,7 @@ static int64_t kr_pair(const struct kr_block *b, int64_t p, int64_t t, int64_t i
 	off = b->ybase + m0 * cv->yvol + b->j0 + p * KX_NR;
 	c0 = b->copy && p0->edge;
 	c1 = b->copy && p1->edge;
-	kw_micro((int)mr, n * k2, b->ptaps[p], c0 ? 0 : p0->off, b->ptaps[p + 1], c1 ? 0 : p1->off,
+	hp_kxk_wide_micro((int)mr, n * k2, b->ptaps[p], c0 ? 0 : p0->off, b->ptaps[p + 1], c1 ? 0 : p1->off,
 		 b->w + m0 * b->K + i0 * k2, b->K, r->y + off, cv->yvol, i0 == 0, b->bias ? b->bias + m0 : NULL,
 		 r->fin_ok && last ? &r->fin : NULL, r->fin_ok && last && r->fin_add ? r->addend + off : NULL);
 	return 2;
@@ -433,7 +433,7 @@ static void kr_chunk(struct kr_block *b, int64_t i0, int64_t n, int last)
 	int64_t o1 = cv->g.grid[1], o2 = cv->g.grid[2], prev = -1, nt = 0, ne = 0, k2 = cv->g.k[2];
 	const float **rt = b->rtab;
 	float *cp = b->copies;
-	int pouter = (b->t1 - b->t0) * KX_MR * n * k2 * (int64_t)sizeof(float) <= KR_W_L1, wide = kr_wide_ok();
+	int pouter = (b->t1 - b->t0) * KX_MR * n * k2 * (int64_t)sizeof(float) <= KR_W_L1, wide = hp_kxk_wide_ok();
 
 	for (int64_t p = 0; p < b->np; p++) {
 		int64_t row = (b->j0 + p * KX_NR) / o2;
@@ -492,7 +492,7 @@ static int kr_layout(struct kr_block *b, float *buf)
 	 * short last chunk would reload Y for a few taps) */
 	b->rpc = kr_min(KX_KC / cv->g.k[2] > 0 ? KX_KC / cv->g.k[2] : 1, nrows);
 	b->rpc = (nrows + (nrows + b->rpc - 1) / b->rpc - 1) / ((nrows + b->rpc - 1) / b->rpc);
-	b->copy = kr_wide_ok() || b->r->mt > KR_MASK_TILES;
+	b->copy = hp_kxk_wide_ok() || b->r->mt > KR_MASK_TILES;
 	for (int64_t p = 0; p < b->np; p++) {
 		kr_panel_of(&cv->g, (b->j0 + p * KX_NR) % cv->g.grid[2], (int)kr_min(KX_NR, b->nc - p * KX_NR),
 			    &b->pn[p], b->copy ? NULL : b->masks[p]);
@@ -538,6 +538,11 @@ int hp_kxk_run_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc,
 void hp_kxk_set_wide(int on)
 {
 	(void)on;
+}
+
+int hp_kxk_wide_ok(void)
+{
+	return 0;
 }
 
 int hp_kxk_run_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc, int64_t t0, int64_t t1,

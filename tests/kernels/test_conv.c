@@ -843,7 +843,7 @@ static void test_conv_grp(void **state)
  * micro-tile (1, 7, 13, 37), planes narrower than 16 columns and rows
  * that cross its 16-column panels, K longer than its 256-long k chunks
  * (running sums resumed from Y); cases of 2 MFLOP and more run on both
- * threads. */
+ * threads; bitwise the same without the AVX-512 tiles (hp_kxk_set_wide). */
 static const struct cc kxk_cases[] = {
 	{ 2, 0, 2, 32, 40, 1, V3(20, 21, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
 	{ 2, 0, 1, 64, 37, 1, V3(7, 7, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
@@ -869,8 +869,20 @@ static void test_conv_kxk(void **state)
 	assert_int_equal(hp_pool_create(2, &pool), 0);
 	hp_conv_set_kxk(1);
 	for (size_t i = 0; i < sizeof kxk_cases / sizeof kxk_cases[0]; i++) {
+		struct hp_tensor wide, narrow;
+		struct built bt;
 		check(&kxk_cases[i], 210 + (unsigned)i, NULL);
 		check(&kxk_cases[i], 210 + (unsigned)i, pool);
+		/* the AVX-512 tiles of two panels off: the AVX2 tiles' bits */
+		build(&kxk_cases[i], 37, &bt);
+		assert_int_equal(run_case(&kxk_cases[i], &bt, pool, &wide), 0);
+		hp_kxk_set_wide(0);
+		assert_int_equal(run_case(&kxk_cases[i], &bt, NULL, &narrow), 0);
+		hp_kxk_set_wide(1);
+		assert_memory_equal(wide.data, narrow.data, hp_tensor_bytes(&wide));
+		hp_tensor_free(&wide);
+		hp_tensor_free(&narrow);
+		unbuild(&bt);
 	}
 	hp_conv_set_kxk(0);
 	hp_pool_destroy(pool);
