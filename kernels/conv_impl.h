@@ -350,6 +350,10 @@ void hp_convt_fma_forward(const struct hp_conv *cv, const float *x, const float 
 			  float *ws, struct hp_pool *pool);
 /* Tests and benchmarks only: 0 auto, -1 never; read when a node runs. */
 void hp_convt_set_fma(int mode);
+/* Tests and benchmarks only: whether convt_fma.c takes AVX-512 tiles of 32
+ * columns where the CPU has AVX-512 (the default) or AVX2 tiles of 16; the
+ * same bits either way. */
+void hp_convt_set_wide(int on);
 
 /* 2 * MACs of a parsed node. */
 double hp_conv_flops(const struct hp_conv *cv);

@@ -1061,7 +1061,7 @@ static void check_convt_chain(const struct cc *t, const struct built *bt, const 
 }
 
 /* Against the reference and the column path (to rounding), bitwise the
- * fmaf chains, 1 thread bitwise 2, every batch band and band of input
+ * fmaf chains and the AVX2 tiles alone, 1 thread bitwise 2, every batch band and band of input
  * rows bitwise the whole. */
 static void test_convt_fma(void **state)
 {
@@ -1082,6 +1082,12 @@ static void test_convt_fma(void **state)
 		assert_int_equal(run_case(t, &bt, NULL, &one), 0);
 		assert_memory_equal(whole.data, one.data, hp_tensor_bytes(&whole));
 		check_convt_chain(t, &bt, &whole);
+		/* the AVX-512 tiles of 32 columns off: the AVX2 tiles' bits */
+		hp_convt_set_wide(0);
+		assert_int_equal(run_case(t, &bt, pool, &col), 0);
+		hp_convt_set_wide(1);
+		assert_memory_equal(whole.data, col.data, hp_tensor_bytes(&whole));
+		hp_tensor_free(&col);
 		hp_convt_set_fma(-1);
 		assert_int_equal(run_case(t, &bt, pool, &col), 0);
 		hp_convt_set_fma(0);
