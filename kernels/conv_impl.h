@@ -299,7 +299,9 @@ int hp_pw_gemm_epi(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda,
  * patches of each block of columns gathered from X per k chunk; each
  * output one chain of fused multiply-adds over k = (c, kd, kh, kw) in
  * order from its bias, whatever the blocking, threads or bands.  Needs
- * AVX2 and FMA; workspace for `threads` workers. */
+ * AVX2 and FMA; with AVX-512, two full panels side by side are one 6x32
+ * tile in zmm registers (the same chains, the same bits); workspace for
+ * `threads` workers. */
 int hp_kxk_available(void);
 int hp_kxk_eligible(const struct hp_conv *cv);
 size_t hp_kxk_workspace(const struct hp_conv *cv, int threads);
