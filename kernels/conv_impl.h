@@ -303,7 +303,9 @@ void hp_pw_set_avx2(int on);
  * patches of each block of columns gathered from X per k chunk; each
  * output one chain of fused multiply-adds over k = (c, kd, kh, kw) in
  * order from its bias, whatever the blocking, threads or bands.  Needs
- * AVX2 and FMA; workspace for `threads` workers. */
+ * AVX2 and FMA; with AVX-512, two full panels side by side are one 6x32
+ * tile in zmm registers (the same chains, the same bits); workspace for
+ * `threads` workers. */
 int hp_kxk_available(void);
 int hp_kxk_eligible(const struct hp_conv *cv);
 size_t hp_kxk_workspace(const struct hp_conv *cv, int threads);
@@ -319,6 +321,10 @@ int hp_conv_kxk_mode(void);
  * output-row runs straight from the image (conv_kxk_run.c; the default)
  * or packs them as other blocks; the same bits either way. */
 void hp_kxk_set_run(int on);
+/* Tests and benchmarks only: whether row-run blocks take AVX-512 tiles of
+ * two panels where the CPU has AVX-512 (the default) or AVX2 tiles of
+ * one; the same bits either way. */
+void hp_kxk_set_wide(int on);
 
 /* Grouped path (conv_grp.c): 2-D Conv nodes with groups of 2-32 channels
  * in and out (not depthwise) or one group of 1-4 input channels (stems),
@@ -375,6 +381,10 @@ void hp_convt_fma_forward(const struct hp_conv *cv, const float *x, const float 
 			  float *ws, struct hp_pool *pool);
 /* Tests and benchmarks only: 0 auto, -1 never; read when a node runs. */
 void hp_convt_set_fma(int mode);
+/* Tests and benchmarks only: whether convt_fma.c takes AVX-512 tiles of 32
+ * columns where the CPU has AVX-512 (the default) or AVX2 tiles of 16; the
+ * same bits either way. */
+void hp_convt_set_wide(int on);
 
 /* 2 * MACs of a parsed node. */
 double hp_conv_flops(const struct hp_conv *cv);

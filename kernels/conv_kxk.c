@@ -383,6 +383,7 @@ static void kx_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc,
 	int64_t ybase = (nb * cv->cout + g * M) * cv->yvol, np = (nc + KX_NR - 1) / KX_NR;
 	int64_t ldy = r->span ? nc : cv->yvol;
 	struct kx_cols cols[KX_NB / KX_NR];
+	int wide = hp_kxk_wide_ok();
 
 	for (int64_t p = 0; p < np; p++)
 		kx_cols_of(&cv->g, j0 + p * KX_NR, (int)min64(KX_NR, nc - p * KX_NR), cv->yvol, cv->cin * cv->xvol,
@@ -395,12 +396,22 @@ static void kx_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc,
 				(const float **)(void *)(bp + p * r->pf));
 		for (int64_t t = t0; t < t1; t++) {
 			int64_t m0 = kx_tile_m0(M, r->mt, t), mr = kx_tile_rows(M, r->mt, t);
-			for (int64_t p = 0; p < np; p++) {
+			for (int64_t p = 0, d; p < np; p += d) {
 				int64_t off = r->span ? (m0 - kx_tile_m0(M, r->mt, t0)) * nc + p * KX_NR
 						      : ybase + m0 * cv->yvol + j0 + p * KX_NR;
-				kx_micro((int)mr, kc, w + m0 * K + k0, K, (const float *const *)(void *)(bp + p * r->pf),
-					 (r->span ? tmp : r->y) + off, ldy, cols[p].n, k0 == 0, bias ? bias + m0 : NULL,
-					 fin, fin && r->fin_add ? r->addend + off : NULL);
+				const float *const *t = (const float *const *)(void *)(bp + p * r->pf);
+				/* two full panels side by side: one AVX-512 tile */
+				d = wide && p + 1 < np && cols[p].n == KX_NR && cols[p + 1].n == KX_NR ? 2 : 1;
+				if (d == 2)
+					hp_kxk_wide_micro((int)mr, kc, t, 0,
+							  (const float *const *)(void *)(bp + (p + 1) * r->pf), 0,
+							  w + m0 * K + k0, K, (r->span ? tmp : r->y) + off, ldy, k0 == 0,
+							  bias ? bias + m0 : NULL, fin,
+							  fin && r->fin_add ? r->addend + off : NULL);
+				else
+					kx_micro((int)mr, kc, w + m0 * K + k0, K, t, (r->span ? tmp : r->y) + off, ldy,
+						 cols[p].n, k0 == 0, bias ? bias + m0 : NULL, fin,
+						 fin && r->fin_add ? r->addend + off : NULL);
 			}
 			if (r->span && k0 + kc == K)
 				kx_scatter(r, g, j0, nc, m0, m0 + mr, tmp + (m0 - kx_tile_m0(M, r->mt, t0)) * nc);

@@ -17,7 +17,11 @@
  *    kr_copy had 16% of u-128's kernel samples, though mostly as the
  *    rows' first touch, which the micro-tiles then take over; with more,
  *    the edge panels copy their rows (zeros outside the image), each
- *    vector stored once, and the micro-tiles share the copy;
+ *    vector stored once, and the micro-tiles share the copy (always with
+ *    AVX-512: kw_tile);
+ *  - where the CPU has AVX-512, two panels side by side are one tile of
+ *    6 channels x 32 columns in zmm registers (kw_tile), twice the flops
+ *    per instruction;
  *  - the next output row's new image rows are prefetched;
  *  - the panels outermost when the chunk's weights of all the block's
  *    micro-tiles fit in L1, so a panel's rows are read from L1 by every
@@ -160,6 +164,101 @@ KR_TARGET static void kr_micro(int mr, int64_t nk, const float *const *taps, int
 	}
 }
 
+/* AVX-512 micro-tiles of two panels side by side (32 output columns, two
+ * zmm accumulators per output channel, 12 chains at 6 channels): on this
+ * project's Zen 5 machines a 512-bit FMA issues at the rate of a 256-bit
+ * one, so a 16-lane panel is one register and the kernel does twice the
+ * flops per instruction (class u-32 of hpdlf-bench-conv-libs: oneDNN's
+ * blocked AVX-512 kernel 262 GF/s against these AVX2 tiles' 115).  Each
+ * lane is the same chain as kr_tile's (one FMA per tap, k in order, from
+ * the bias or the stored running sum), so the bits are kr_tile's.  Edge
+ * panels always read copies of their rows (kr_copy), whatever the
+ * channels: the tiles' masked 512-bit loads cost more than the copies
+ * (hpdlf-bench-conv-libs --kxk 1 --fwd --reps 20, 1 thread, three runs
+ * alternating, GF/s, masks -> copies: u-128 (3 tiles) 165 -> 180,
+ * u-dec128 (3) 161 -> 172, u-128c3 136 -> 142; u-64 (6) copies -> masks
+ * 181 -> 142, u-32 (11) 201 -> 160).  Only full panels (16 columns):
+ * every run-node panel is one. */
+#define KR_WIDE_TARGET __attribute__((target("avx512f,avx2,fma")))
+
+static int kr_wide_on = 1;
+
+void hp_kxk_set_wide(int on)
+{
+	kr_wide_on = on;
+}
+
+int hp_kxk_wide_ok(void)
+{
+	static int cached = -1;
+
+	if (cached < 0)
+		cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+			 __builtin_cpu_supports("fma");
+	return cached && kr_wide_on;
+}
+
+#define KW_INIT(r)                                                                              \
+	if (mr > r) {                                                                           \
+		p##r = first ? (bias ? _mm512_set1_ps(bias[r]) : _mm512_setzero_ps())           \
+			     : _mm512_loadu_ps(y + r * ldy);                                    \
+		q##r = first ? p##r : _mm512_loadu_ps(y + r * ldy + KX_NR);                    \
+	}
+#define KW_FMA(r)                                                                               \
+	if (mr > r) {                                                                           \
+		__m512 w = _mm512_set1_ps(a[r * lda]);                                          \
+		p##r = _mm512_fmadd_ps(w, b0, p##r);                                            \
+		q##r = _mm512_fmadd_ps(w, b1, q##r);                                            \
+	}
+#define KW_OUT(r)                                                                               \
+	if (mr > r) {                                                                           \
+		_mm512_storeu_ps(y + r * ldy, p##r);                                            \
+		_mm512_storeu_ps(y + r * ldy + KX_NR, q##r);                                   \
+	}
+
+/* Rows r < mr of panels 0 and 1 (y and y + 16) over nk taps: panel i's
+ * tap k at ti[k] + oi. */
+KR_WIDE_TARGET static KR_INLINE void kw_tile(const int mr, int64_t nk, const float *const *t0, int64_t o0,
+					     const float *const *t1, int64_t o1, const float *a, int64_t lda, float *y,
+					     int64_t ldy, int first, const float *bias)
+{
+	__m512 p0 = _mm512_setzero_ps(), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0;
+	__m512 q0 = p0, q1 = p0, q2 = p0, q3 = p0, q4 = p0, q5 = p0;
+
+	KW_INIT(0) KW_INIT(1) KW_INIT(2) KW_INIT(3) KW_INIT(4) KW_INIT(5)
+	for (int64_t k = 0; k < nk; k++, a++) {
+		__m512 b0 = _mm512_loadu_ps(t0[k] + o0), b1 = _mm512_loadu_ps(t1[k] + o1);
+		KW_FMA(0) KW_FMA(1) KW_FMA(2) KW_FMA(3) KW_FMA(4) KW_FMA(5)
+	}
+	KW_OUT(0) KW_OUT(1) KW_OUT(2) KW_OUT(3) KW_OUT(4) KW_OUT(5)
+}
+
+#define KW_CASE(R)                                                                      \
+	case R:                                                                         \
+		kw_tile(R, nk, t0, o0, t1, o1, a, lda, y, ldy, first, bias);            \
+		break;
+
+KR_WIDE_TARGET void hp_kxk_wide_micro(int mr, int64_t nk, const float *const *t0, int64_t o0, const float *const *t1,
+				    int64_t o1, const float *a, int64_t lda, float *y, int64_t ldy, int first,
+				    const float *bias, const struct hp_fma_fin *f, const float *add)
+{
+	switch (mr) {
+		KW_CASE(1)
+		KW_CASE(2)
+		KW_CASE(3)
+		KW_CASE(4)
+		KW_CASE(5)
+		KW_CASE(6)
+	default:
+		break;
+	}
+	/* a pass of its own, as kr_tile's */
+	if (f) {
+		fma_finish_tile(mr, 2, y, ldy, KX_NR, f, add);
+		fma_finish_tile(mr, 2, y + KX_NR, ldy, KX_NR, f, add ? add + KX_NR : NULL);
+	}
+}
+
 /* Floats a panel's taps of one kernel row span: 16 lanes and the kw
  * shifts, in whole vectors. */
 static int64_t kr_span(const struct hp_colgeom *g)
@@ -278,6 +377,33 @@ static void kr_one(const struct kr_block *b, int64_t p, int64_t t, int64_t i0, i
 		 fin && r->fin_add ? r->addend + off : NULL, cp ? NULL : b->pn[p].mask, (int)k2, b->pn[p].hf);
 }
 
+/* Micro-tile t of panels p and p + 1 over the chunk of kernel rows
+ * [i0, i0 + n) as one AVX-512 tile (kw_tile) when the machine has it and
+ * both panels are full, else each as kr_one; the panels done (2 or 1,
+ * whatever t). */
+static int64_t kr_pair(const struct kr_block *b, int64_t p, int64_t t, int64_t i0, int64_t n, int last, int wide)
+{
+	const struct kx_run *r = b->r;
+	const struct hp_conv *cv = r->cv;
+	const struct kr_panel *p0 = &b->pn[p], *p1 = &b->pn[p + 1];
+	int64_t m0, mr, k2 = cv->g.k[2], off;
+	int c0, c1;
+
+	if (!wide || !b->copy || p + 1 >= b->np || p0->ncols != KX_NR || p1->ncols != KX_NR) {
+		kr_one(b, p, t, i0, n, last);
+		return 1;
+	}
+	m0 = kx_tile_m0(b->M, r->mt, t);
+	mr = kx_tile_rows(b->M, r->mt, t);
+	off = b->ybase + m0 * cv->yvol + b->j0 + p * KX_NR;
+	c0 = b->copy && p0->edge;
+	c1 = b->copy && p1->edge;
+	hp_kxk_wide_micro((int)mr, n * k2, b->ptaps[p], c0 ? 0 : p0->off, b->ptaps[p + 1], c1 ? 0 : p1->off,
+		 b->w + m0 * b->K + i0 * k2, b->K, r->y + off, cv->yvol, i0 == 0, b->bias ? b->bias + m0 : NULL,
+		 r->fin_ok && last ? &r->fin : NULL, r->fin_ok && last && r->fin_add ? r->addend + off : NULL);
+	return 2;
+}
+
 /* An edge panel's taps of n kernel rows: copies of its rows (zeros
  * outside the image) from its output row's taps rt, at t. */
 static void kr_edge_taps(struct kr_block *b, int64_t p, const float *const *rt, int64_t n, const float **t,
@@ -307,7 +433,7 @@ static void kr_chunk(struct kr_block *b, int64_t i0, int64_t n, int last)
 	int64_t o1 = cv->g.grid[1], o2 = cv->g.grid[2], prev = -1, nt = 0, ne = 0, k2 = cv->g.k[2];
 	const float **rt = b->rtab;
 	float *cp = b->copies;
-	int pouter = (b->t1 - b->t0) * KX_MR * n * k2 * (int64_t)sizeof(float) <= KR_W_L1;
+	int pouter = (b->t1 - b->t0) * KX_MR * n * k2 * (int64_t)sizeof(float) <= KR_W_L1, wide = hp_kxk_wide_ok();
 
 	for (int64_t p = 0; p < b->np; p++) {
 		int64_t row = (b->j0 + p * KX_NR) / o2;
@@ -324,13 +450,13 @@ static void kr_chunk(struct kr_block *b, int64_t i0, int64_t n, int last)
 		prev = row;
 	}
 	if (pouter)
-		for (int64_t p = 0; p < b->np; p++)
+		for (int64_t p = 0, d = 1; p < b->np; p += d)
 			for (int64_t t = b->t0; t < b->t1; t++)
-				kr_one(b, p, t, i0, n, last);
+				d = kr_pair(b, p, t, i0, n, last, wide);
 	else
 		for (int64_t t = b->t0; t < b->t1; t++)
-			for (int64_t p = 0; p < b->np; p++)
-				kr_one(b, p, t, i0, n, last);
+			for (int64_t p = 0; p < b->np;)
+				p += kr_pair(b, p, t, i0, n, last, wide);
 }
 
 /* The image rows the block after this one (the next output row) reads
@@ -366,7 +492,7 @@ static int kr_layout(struct kr_block *b, float *buf)
 	 * short last chunk would reload Y for a few taps) */
 	b->rpc = kr_min(KX_KC / cv->g.k[2] > 0 ? KX_KC / cv->g.k[2] : 1, nrows);
 	b->rpc = (nrows + (nrows + b->rpc - 1) / b->rpc - 1) / ((nrows + b->rpc - 1) / b->rpc);
-	b->copy = b->r->mt > KR_MASK_TILES;
+	b->copy = hp_kxk_wide_ok() || b->r->mt > KR_MASK_TILES;
 	for (int64_t p = 0; p < b->np; p++) {
 		kr_panel_of(&cv->g, (b->j0 + p * KX_NR) % cv->g.grid[2], (int)kr_min(KX_NR, b->nc - p * KX_NR),
 			    &b->pn[p], b->copy ? NULL : b->masks[p]);
@@ -408,6 +534,16 @@ int hp_kxk_run_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc,
 }
 
 #else
+
+void hp_kxk_set_wide(int on)
+{
+	(void)on;
+}
+
+int hp_kxk_wide_ok(void)
+{
+	return 0;
+}
 
 int hp_kxk_run_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc, int64_t t0, int64_t t1,
 		     float *buf)

@@ -54,5 +54,9 @@ int hp_fma_gemm_ok(void);
 /* The product on the pool (alone below a few MFLOP); bitwise the same for
  * any pool.  Only when hp_fma_gemm_ok(). */
 void hp_fma_gemm(const struct hp_fma_prod *p, struct hp_pool *pool);
+/* Tests and benchmarks only: whether the product takes AVX-512 tiles of
+ * two 16-column panels where the CPU has AVX-512 (the default) or AVX2
+ * tiles of one; the same bits either way. */
+void hp_fma_set_wide(int on);
 
 #endif

@@ -938,7 +938,7 @@ static void test_conv_grp(void **state)
  * micro-tile (1, 7, 13, 37), planes narrower than 16 columns and rows
  * that cross its 16-column panels, K longer than its 256-long k chunks
  * (running sums resumed from Y); cases of 2 MFLOP and more run on both
- * threads. */
+ * threads; bitwise the same without the AVX-512 tiles (hp_kxk_set_wide). */
 static const struct cc kxk_cases[] = {
 	{ 2, 0, 2, 32, 40, 1, V3(20, 21, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
 	{ 2, 0, 1, 64, 37, 1, V3(7, 7, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
@@ -964,8 +964,20 @@ static void test_conv_kxk(void **state)
 	assert_int_equal(hp_pool_create(2, &pool), 0);
 	hp_conv_set_kxk(1);
 	for (size_t i = 0; i < sizeof kxk_cases / sizeof kxk_cases[0]; i++) {
+		struct hp_tensor wide, narrow;
+		struct built bt;
 		check(&kxk_cases[i], 210 + (unsigned)i, NULL);
 		check(&kxk_cases[i], 210 + (unsigned)i, pool);
+		/* the AVX-512 tiles of two panels off: the AVX2 tiles' bits */
+		build(&kxk_cases[i], 37, &bt);
+		assert_int_equal(run_case(&kxk_cases[i], &bt, pool, &wide), 0);
+		hp_kxk_set_wide(0);
+		assert_int_equal(run_case(&kxk_cases[i], &bt, NULL, &narrow), 0);
+		hp_kxk_set_wide(1);
+		assert_memory_equal(wide.data, narrow.data, hp_tensor_bytes(&wide));
+		hp_tensor_free(&wide);
+		hp_tensor_free(&narrow);
+		unbuild(&bt);
 	}
 	hp_conv_set_kxk(0);
 	hp_pool_destroy(pool);
@@ -1023,7 +1035,8 @@ static const struct cc kxk_run_cases[] = {
 };
 
 /* The row-run blocks against the reference, bitwise the packed blocks
- * (hp_kxk_set_run(0)) on 1 and 2 threads, and in bands, on threads and
+ * (hp_kxk_set_run(0)) and the row-run blocks of AVX2 tiles only
+ * (hp_kxk_set_wide(0)) on 1 and 2 threads, and in bands, on threads and
  * fused as test_kxk_bands. */
 static void test_kxk_run(void **state)
 {
@@ -1046,6 +1059,12 @@ static void test_kxk_run(void **state)
 			hp_kxk_set_run(0);
 			assert_int_equal(run_case(t, &bt, th ? NULL : pool, &packed), 0);
 			hp_kxk_set_run(1);
+			assert_memory_equal(run.data, packed.data, hp_tensor_bytes(&run));
+			hp_tensor_free(&packed);
+			/* the AVX-512 pair tiles off: the AVX2 tiles, same bits */
+			hp_kxk_set_wide(0);
+			assert_int_equal(run_case(t, &bt, th ? NULL : pool, &packed), 0);
+			hp_kxk_set_wide(1);
 			assert_memory_equal(run.data, packed.data, hp_tensor_bytes(&run));
 			hp_tensor_free(&run);
 			hp_tensor_free(&packed);
@@ -1137,7 +1156,7 @@ static void check_convt_chain(const struct cc *t, const struct built *bt, const 
 }
 
 /* Against the reference and the column path (to rounding), bitwise the
- * fmaf chains, 1 thread bitwise 2, every batch band and band of input
+ * fmaf chains and the AVX2 tiles alone, 1 thread bitwise 2, every batch band and band of input
  * rows bitwise the whole. */
 static void test_convt_fma(void **state)
 {
@@ -1158,6 +1177,12 @@ static void test_convt_fma(void **state)
 		assert_int_equal(run_case(t, &bt, NULL, &one), 0);
 		assert_memory_equal(whole.data, one.data, hp_tensor_bytes(&whole));
 		check_convt_chain(t, &bt, &whole);
+		/* the AVX-512 tiles of 32 columns off: the AVX2 tiles' bits */
+		hp_convt_set_wide(0);
+		assert_int_equal(run_case(t, &bt, pool, &col), 0);
+		hp_convt_set_wide(1);
+		assert_memory_equal(whole.data, col.data, hp_tensor_bytes(&whole));
+		hp_tensor_free(&col);
 		hp_convt_set_fma(-1);
 		assert_int_equal(run_case(t, &bt, pool, &col), 0);
 		hp_convt_set_fma(0);

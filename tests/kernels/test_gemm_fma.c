@@ -249,6 +249,12 @@ static void gcase_run(const struct gcase *c)
 	y2 = run_whole(&d, pool2);
 	check_refs(&d, y1, "one thread");
 	assert_same(y2, y1, c->m * c->n, "2 threads", c);
+	/* the AVX2 tiles alone (no AVX-512 pairs of panels): the same bits */
+	hp_fma_set_wide(0);
+	free(y2);
+	y2 = run_whole(&d, pool2);
+	hp_fma_set_wide(1);
+	assert_same(y2, y1, c->m * c->n, "AVX2 tiles only", c);
 	check_packed(&d, y1);
 	if (c->m > 2 && c->n > 2) {
 		check_blocks(&d, y1);
