@@ -3,22 +3,25 @@
  * (unit, group) was one sgemm of M = the group's output channels (4-32)
  * by N = its taps (cin_g x kvol, 36-288) over K = the unit's positions,
  * 13-15 GF/s a thread on ResNeXt's first stage (bench/bench_conv_libs.c,
- * class grouped, pass dW), where the forward runs at 90; here 52.
+ * class grouped, pass dW); here 54, and 98 on a batch of 8.
  *
- * Here a micro-tile is 4 output channels x 4 taps of one group: 16
- * registers of 8 lanes, lane l summing the positions p = l mod 8 of the
- * unit, each lane one chain of fused multiply-adds over its positions in
- * order.  The unit's columns come from im2col in chunks of positions (a
- * multiple of 8, so a lane keeps its positions across chunks; lane sums
- * wait in the worker's buffer between chunks).  At the unit's end each
- * element's 8 lanes are added in one fixed tree,
- *     ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)),
+ * The group's input rows are staged once per block of output rows, zero
+ * padded and split into column phases at strides, so that a tap's row of
+ * positions is one contiguous load.  A micro-tile is 4 output channels x
+ * 4 taps of one group; lane l of an element sums the unit's positions
+ * whose column is l mod L (L = 16 for units of several rows, 8 for units
+ * of one row), each lane one chain of fused multiply-adds over its
+ * positions, rows in order and columns in order (lane sums wait in the
+ * worker's buffer between staged blocks).  At the unit's end each
+ * element's lanes are added in one fixed tree,
+ *     t(l0..l7) [+ t(l8..l15)],  t(a..h) = ((a + b) + (c + d)) + ((e + f) + (g + h)),
  * and that sum is added to dW.  Units run from the last to the first, as
  * on the sgemm path (conv_grad.c): a unit is a batch item, or with a
  * batch of one a row of the output, the cuts a band of the node can make,
  * and a band's node starts from the sum of the bands after it, so bands
  * give the bits of the whole node.  Nothing depends on the thread that
- * runs a group, so the workers steal groups (hp_conv_steal). */
+ * runs a group, so the workers steal groups (hp_conv_steal).  AVX-512
+ * runs 16 lanes in one vector, AVX2 in two: the same chains. */
 #include <stdint.h>
 #include <string.h>
 
@@ -39,10 +42,10 @@
 #define GF_MAX_STRIDE 8
 /* Units of at least this many positions, rows of at least 8: each unit
  * pays its lanes' trees, each row its masked tail.  bench_conv_libs.c,
- * pass dW, GF/s a thread (sgemm path / here, 2 runs each alternating, the
- * machine shared with 4 other builds): ResNeXt's 4 per group at 28x28,
- * batch 1 (units: rows of 28) 13-15 / 52-53, batch 8 19-20 / 58-64;
- * RegNet's 8 per group 31 / 57; 8 per group at stride 2 13-17 / 32-33.
+ * pass dW, GF/s a thread (sgemm path / here, alternating): ResNeXt's 4
+ * per group at 28x28, batch 1 (units: rows of 28) 15 / 54, batch 8 (16
+ * lanes) 25 / 98; RegNet's 8 per group 31 / 58; 8 per group at stride 2
+ * 21 / 39.
  * In an earlier version (16 ymm registers, accumulators spilled), 16 per
  * group on 14x14 rows ran at 31 / 28 and 32 per group on 7x7 at 27 / 15:
  * those stay on the sgemm path. */
@@ -83,12 +86,16 @@ int hp_gfilt_plan(struct hp_gfilt *q, const struct hp_colgeom *geo, int64_t n, i
 	while (rb > 1 && gf_in_rows(q, rb) * per_in_row > GF_STAGE_FLOATS)
 		rb = (rb + 1) / 2;
 	q->chunk = rb;
+	/* units of several rows (batch items) take 16 lanes, 16 positions a
+	 * vector; rows alone take 8, whose trees then cost half (ResNeXt's 28
+	 * columns: rows 53 GF/s with 8 lanes, 44 with 16; items 61 and 99) */
+	q->lanes = unit / geo->grid[2] > 1 ? 16 : 8;
 	q->threads = threads > 0 ? threads : 1;
 	return 1;
 }
 
-/* Lane sums of a micro-tile: 4 x 4 x 8 floats per (channel block, tap block). */
-#define GF_TILE_FLOATS 128
+/* Lane sums of a micro-tile: 4 x 4 x 16 floats per (channel block, tap block). */
+#define GF_TILE_FLOATS 256
 static int64_t gf_lp_at(const struct hp_gfilt *q, int64_t m0, int64_t t0)
 {
 	return (m0 / 4 * ((q->rows + 3) / 4) + t0 / 4) * GF_TILE_FLOATS;
@@ -109,10 +116,22 @@ size_t hp_gfilt_workspace(const struct hp_gfilt *q)
 	return gf_per_worker(q) * (size_t)q->threads * sizeof(float);
 }
 
-/* dW[e] += tree(lanes[e][0..8)): the order the vector path adds them in. */
-static float gf_tree(const float *l)
+/* dW[e] += tree(lanes[e][0..16)): the order the vector paths add them in. */
+static float gf_tree8(const float *l)
 {
 	return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+static float gf_tree(const float *l)
+{
+	return gf_tree8(l) + gf_tree8(l + 8);
+}
+
+static int gf_avx2; /* tests: the AVX2 tiles even where AVX-512 exists */
+
+void hp_gfilt_set_avx2(int on)
+{
+	gf_avx2 = on;
 }
 
 #ifdef GF_X86
@@ -130,70 +149,91 @@ static GF_TARGET __m256i gf_mask(int64_t n)
 	return _mm256_loadu_si256((const __m256i *)(m + 8 - (n < 8 ? n : 8)));
 }
 
+/* The hadd tree of 8 lane vectors a..h into [tree8(a), .., tree8(d)] (t0)
+ * and [tree8(e), .., tree8(h)] (t1). */
+static inline __attribute__((always_inline)) GF_TARGET void gf_hadd8(__m256 a, __m256 b, __m256 c, __m256 d, __m256 e,
+								  __m256 f, __m256 g, __m256 h, __m128 *t0,
+								  __m128 *t1)
+{
+	__m256 s0 = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+	__m256 s1 = _mm256_hadd_ps(_mm256_hadd_ps(e, f), _mm256_hadd_ps(g, h));
+
+	*t0 = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+	*t1 = _mm_add_ps(_mm256_castps256_ps128(s1), _mm256_extractf128_ps(s1, 1));
+}
+
+/* dW rows w0 and w1 at 4 taps += tree8(lo lanes) + tree8(hi lanes) of two
+ * channels' 4 accumulators each (lo[0..4) and hi[0..4) the first's). */
+static inline __attribute__((always_inline)) GF_TARGET void gf_put2x4(const __m256 *lo0, const __m256 *hi0,
+								   const __m256 *lo1, const __m256 *hi1, float *w0,
+								   float *w1)
+{
+	__m128 a0, a1, b0, b1;
+
+	gf_hadd8(lo0[0], lo0[1], lo0[2], lo0[3], lo1[0], lo1[1], lo1[2], lo1[3], &a0, &a1);
+	gf_hadd8(hi0[0], hi0[1], hi0[2], hi0[3], hi1[0], hi1[1], hi1[2], hi1[3], &b0, &b1);
+	_mm_storeu_ps(w0, _mm_add_ps(_mm_loadu_ps(w0), _mm_add_ps(a0, b0)));
+	_mm_storeu_ps(w1, _mm_add_ps(_mm_loadu_ps(w1), _mm_add_ps(a1, b1)));
+}
+
 /* One micro-tile of mr <= 4 output channels x nr <= 4 taps over nu units
  * of ur output rows of ow positions each, the last unit first: dy[i] the
  * channels' first rows (next row dstep on), col[j] the taps' staged first
- * rows (next row cstep on).  Each unit's lanes start at 0, or (not first:
- * one unit continued) from lp [mr][nr] x 8; they end in lp (not last) or,
- * added in gf_tree's order, in dW rows dw[i] (stride ldw) at taps
- * [0, nr). */
+ * rows (next row cstep on).  16 lanes: column q of a row goes to lane
+ * q mod 16, here two vectors of 8 (a[i][j][0] lanes 0-7, [1] 8-15).  Each
+ * unit's lanes start at 0, or (not first: one unit continued) from lp
+ * [4][4] x 16; they end in lp (not last) or, added in gf_tree's order, in
+ * dW rows dw[i] (stride ldw) at taps [0, nr). */
 static inline __attribute__((always_inline)) GF_TARGET void
-gf_tile(int mr, int nr, const float *const *dy, const float *const *col, int64_t nu, int64_t ur, int64_t ow,
+gf_tile(int mr, int nr, int hw, const float *const *dy, const float *const *col, int64_t nu, int64_t ur, int64_t ow,
 	int64_t dstep, int64_t cstep, float *lp, int first, int last, float *dw, int64_t ldw)
 {
 	int64_t nv = ow / 8, tail = ow % 8;
 	__m256i m = gf_mask(tail);
 
 	for (int64_t un = nu - 1; un >= 0; un--) {
-		__m256 a[4][4];
+		__m256 a[4][4][2];
 		for (int i = 0; i < 4; i++) /* (the unused ones too: variable mr, nr leave GCC unsure) */
 			for (int j = 0; j < 4; j++)
-				a[i][j] = _mm256_setzero_ps();
+				a[i][j][0] = a[i][j][1] = _mm256_setzero_ps();
 		if (!first)
 			for (int i = 0; i < mr; i++)
 				for (int j = 0; j < nr; j++)
-					a[i][j] = _mm256_loadu_ps(lp + (i * 4 + j) * 8);
+					for (int h = 0; h < hw; h++)
+						a[i][j][h] = _mm256_loadu_ps(lp + (i * 4 + j) * 16 + h * 8);
 		for (int64_t r = un * ur; r < (un + 1) * ur; r++) {
 			const float *dp[4], *cp[4];
 			for (int i = 0; i < mr; i++)
 				dp[i] = dy[i] + r * dstep;
 			for (int j = 0; j < nr; j++)
 				cp[j] = col[j] + r * cstep;
-			for (int64_t v = 0; v < nv; v++) {
+			for (int64_t v = 0; v <= nv; v++) {
+				int h = hw == 2 ? (int)(v & 1) : 0;
 				__m256 d[4], c[4];
-				for (int i = 0; i < mr; i++)
-					d[i] = _mm256_loadu_ps(dp[i] + v * 8);
+				if (v == nv && !tail)
+					break;
+				for (int i = 0; i < mr; i++) /* masked lanes read 0: +0 * 0 leaves them */
+					d[i] = v < nv ? _mm256_loadu_ps(dp[i] + v * 8) : _mm256_maskload_ps(dp[i] + v * 8, m);
 				for (int j = 0; j < nr; j++)
-					c[j] = _mm256_loadu_ps(cp[j] + v * 8);
+					c[j] = v < nv ? _mm256_loadu_ps(cp[j] + v * 8) : _mm256_maskload_ps(cp[j] + v * 8, m);
 				for (int i = 0; i < mr; i++)
 					for (int j = 0; j < nr; j++)
-						a[i][j] = _mm256_fmadd_ps(d[i], c[j], a[i][j]);
-			}
-			if (tail) { /* masked lanes read 0: +0 * 0 leaves them */
-				__m256 d[4], c[4];
-				for (int i = 0; i < mr; i++)
-					d[i] = _mm256_maskload_ps(dp[i] + nv * 8, m);
-				for (int j = 0; j < nr; j++)
-					c[j] = _mm256_maskload_ps(cp[j] + nv * 8, m);
-				for (int i = 0; i < mr; i++)
-					for (int j = 0; j < nr; j++)
-						a[i][j] = _mm256_fmadd_ps(d[i], c[j], a[i][j]);
+						a[i][j][h] = _mm256_fmadd_ps(d[i], c[j], a[i][j][h]);
 			}
 		}
 		if (!last) {
 			for (int i = 0; i < mr; i++)
 				for (int j = 0; j < nr; j++)
-					_mm256_storeu_ps(lp + (i * 4 + j) * 8, a[i][j]);
+					for (int h = 0; h < hw; h++)
+						_mm256_storeu_ps(lp + (i * 4 + j) * 16 + h * 8, a[i][j][h]);
 			continue;
 		}
-		if (nr == 4 && mr % 2 == 0) { /* two channels' 4 taps per tree of hadds: gf_tree's order */
+		if (hw == 1 && nr == 4 && mr % 2 == 0) { /* two channels' 4 taps per tree of hadds */
 			for (int i = 0; i < mr; i += 2) {
-				__m256 ab = _mm256_hadd_ps(a[i][0], a[i][1]), cd = _mm256_hadd_ps(a[i][2], a[i][3]);
-				__m256 ef = _mm256_hadd_ps(a[i + 1][0], a[i + 1][1]), gh = _mm256_hadd_ps(a[i + 1][2], a[i + 1][3]);
-				__m256 s0 = _mm256_hadd_ps(ab, cd), s1 = _mm256_hadd_ps(ef, gh);
-				__m128 t0 = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
-				__m128 t1 = _mm_add_ps(_mm256_castps256_ps128(s1), _mm256_extractf128_ps(s1, 1));
+				__m128 t0, t1;
 				float *w0 = dw + i * ldw, *w1 = w0 + ldw;
+				gf_hadd8(a[i][0][0], a[i][1][0], a[i][2][0], a[i][3][0], a[i + 1][0][0], a[i + 1][1][0],
+					 a[i + 1][2][0], a[i + 1][3][0], &t0, &t1);
 				_mm_storeu_ps(w0, _mm_add_ps(_mm_loadu_ps(w0), t0));
 				_mm_storeu_ps(w1, _mm_add_ps(_mm_loadu_ps(w1), t1));
 			}
@@ -201,24 +241,71 @@ gf_tile(int mr, int nr, const float *const *dy, const float *const *col, int64_t
 		}
 		for (int i = 0; i < mr; i++)
 			for (int j = 0; j < nr; j++) {
-				float l[8];
-				_mm256_storeu_ps(l, a[i][j]);
-				dw[i * ldw + j] += gf_tree(l);
+				float l[16];
+				_mm256_storeu_ps(l, a[i][j][0]);
+				_mm256_storeu_ps(l + 8, a[i][j][1]);
+				dw[i * ldw + j] += hw == 2 ? gf_tree(l) : gf_tree8(l);
 			}
 	}
 }
 
-static GF_TARGET void gf_tile44(const float *const *dy, const float *const *col, int64_t nu, int64_t ur, int64_t ow,
-				int64_t dstep, int64_t cstep, float *lp, int first, int last, float *dw, int64_t ldw)
-{
-	gf_tile(4, 4, dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
-}
-
+/* The 4 x 4 tile in AVX-512: one 16-lane vector per accumulator. */
 static GF_TARGET512 void gf_tile44_512(const float *const *dy, const float *const *col, int64_t nu, int64_t ur,
 				       int64_t ow, int64_t dstep, int64_t cstep, float *lp, int first, int last, float *dw,
 				       int64_t ldw)
 {
-	gf_tile(4, 4, dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
+	int64_t nv = ow / 16, tail = ow % 16;
+	__mmask16 m = (__mmask16)((1u << tail) - 1);
+
+	for (int64_t un = nu - 1; un >= 0; un--) {
+		__m512 a[4][4];
+		for (int i = 0; i < 4; i++)
+			for (int j = 0; j < 4; j++)
+				a[i][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(lp + (i * 4 + j) * 16);
+		for (int64_t r = un * ur; r < (un + 1) * ur; r++) {
+			const float *dp[4], *cp[4];
+			for (int i = 0; i < 4; i++)
+				dp[i] = dy[i] + r * dstep;
+			for (int j = 0; j < 4; j++)
+				cp[j] = col[j] + r * cstep;
+			for (int64_t v = 0; v < nv; v++) {
+				__m512 d[4], c[4];
+				for (int i = 0; i < 4; i++)
+					d[i] = _mm512_loadu_ps(dp[i] + v * 16);
+				for (int j = 0; j < 4; j++)
+					c[j] = _mm512_loadu_ps(cp[j] + v * 16);
+				for (int i = 0; i < 4; i++)
+					for (int j = 0; j < 4; j++)
+						a[i][j] = _mm512_fmadd_ps(d[i], c[j], a[i][j]);
+			}
+			if (tail) { /* masked lanes read 0: +0 * 0 leaves them */
+				__m512 d[4], c[4];
+				for (int i = 0; i < 4; i++)
+					d[i] = _mm512_maskz_loadu_ps(m, dp[i] + nv * 16);
+				for (int j = 0; j < 4; j++)
+					c[j] = _mm512_maskz_loadu_ps(m, cp[j] + nv * 16);
+				for (int i = 0; i < 4; i++)
+					for (int j = 0; j < 4; j++)
+						a[i][j] = _mm512_fmadd_ps(d[i], c[j], a[i][j]);
+			}
+		}
+		if (!last) {
+			for (int i = 0; i < 4; i++)
+				for (int j = 0; j < 4; j++)
+					_mm512_storeu_ps(lp + (i * 4 + j) * 16, a[i][j]);
+			continue;
+		}
+		for (int i = 0; i < 4; i += 2) {
+			__m256 lo0[4], hi0[4], lo1[4], hi1[4];
+			for (int j = 0; j < 4; j++) {
+				lo0[j] = _mm512_castps512_ps256(a[i][j]);
+				hi0[j] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[i][j]), 1));
+				lo1[j] = _mm512_castps512_ps256(a[i + 1][j]);
+				hi1[j] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[i + 1][j]), 1));
+			}
+			gf_put2x4(lo0, hi0, lo1, hi1, dw + i * ldw, dw + (i + 1) * ldw);
+		}
+	}
 }
 
 static int gf_wide(void)
@@ -227,26 +314,55 @@ static int gf_wide(void)
 
 	if (cached < 0)
 		cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-	return cached;
+	return cached && !gf_avx2;
 }
 
-/* Tiles at the edges (fewer channels or taps): the same sums, slower. */
-static GF_TARGET void gf_tile_edge(int mr, int nr, const float *const *dy, const float *const *col, int64_t nu,
-				   int64_t ur, int64_t ow, int64_t dstep, int64_t cstep, float *lp, int first, int last,
-				   float *dw, int64_t ldw)
+/* The other tiles: the same sums.  8 lanes: the 4 x 4 tile in 16
+ * registers of 8 (AVX-512VL's 32 hold them; AVX2's 16 spill).  16 lanes
+ * without AVX-512: a full tile in two halves of 2 taps. */
+static GF_TARGET void gf_tile_small(int mr, int nr, int hw, const float *const *dy, const float *const *col,
+				    int64_t nu, int64_t ur, int64_t ow, int64_t dstep, int64_t cstep, float *lp, int first,
+				    int last, float *dw, int64_t ldw)
 {
-	gf_tile(mr, nr, dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
+	gf_tile(mr, nr, hw, dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
 }
 
-static void gf_tile_any(int mr, int nr, const float *const *dy, const float *const *col, int64_t nu, int64_t ur,
-			int64_t ow, int64_t dstep, int64_t cstep, float *lp, int first, int last, float *dw, int64_t ldw)
+static GF_TARGET void gf_tile44_8(const float *const *dy, const float *const *col, int64_t nu, int64_t ur, int64_t ow,
+				  int64_t dstep, int64_t cstep, float *lp, int first, int last, float *dw, int64_t ldw)
 {
-	if (mr == 4 && nr == 4 && gf_wide())
+	gf_tile(4, 4, 1, dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
+}
+
+static GF_TARGET512 void gf_tile44_8w(const float *const *dy, const float *const *col, int64_t nu, int64_t ur,
+				      int64_t ow, int64_t dstep, int64_t cstep, float *lp, int first, int last, float *dw,
+				      int64_t ldw)
+{
+	gf_tile(4, 4, 1, dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
+}
+
+static GF_TARGET void gf_tile42_16(const float *const *dy, const float *const *col, int64_t nu, int64_t ur,
+				   int64_t ow, int64_t dstep, int64_t cstep, float *lp, int first, int last, float *dw,
+				   int64_t ldw)
+{
+	gf_tile(4, 2, 2, dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
+}
+
+static void gf_tile_any(int lanes, int mr, int nr, const float *const *dy, const float *const *col, int64_t nu,
+			int64_t ur, int64_t ow, int64_t dstep, int64_t cstep, float *lp, int first, int last, float *dw,
+			int64_t ldw)
+{
+	if (mr != 4 || nr != 4)
+		gf_tile_small(mr, nr, lanes / 8, dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
+	else if (lanes == 16 && gf_wide())
 		gf_tile44_512(dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
-	else if (mr == 4 && nr == 4)
-		gf_tile44(dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
-	else
-		gf_tile_edge(mr, nr, dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
+	else if (lanes == 16) { /* lp's layout is [4][4] x 16 whatever the tile: taps 2-3 at 2 */
+		gf_tile42_16(dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
+		gf_tile42_16(dy, col + 2, nu, ur, ow, dstep, cstep, lp + 2 * 16, first, last, dw + 2, ldw);
+	} else if (gf_wide()) {
+		gf_tile44_8w(dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
+	} else {
+		gf_tile44_8(dy, col, nu, ur, ow, dstep, cstep, lp, first, last, dw, ldw);
+	}
 }
 
 /* The padded input rows of output rows [b0, b1) of channels [0, cg) at
@@ -311,7 +427,7 @@ static void gf_block(const struct hp_gfilt *q, const float *dyg, const float *st
 				int64_t t = t0 + j, c = t / kv, y = t % kv / kw, x = t % kw, dx = x * geo->dil[2];
 				cp[j] = base + ((c * nin + y * geo->dil[1]) * sw + dx % sw) * pq + dx / sw;
 			}
-			gf_tile_any(mr, nr, dp, cp, (b1 - b0) / ur, ur, ow, ow, geo->stride[1] * sw * pq,
+			gf_tile_any(q->lanes, mr, nr, dp, cp, (b1 - b0) / ur, ur, ow, ow, geo->stride[1] * sw * pq,
 				    lp + gf_lp_at(q, m0, t0), first, last, dw + m0 * rows + t0, rows);
 		}
 }

@@ -344,7 +344,7 @@ int hp_conv_grp_mode(void);
 
 /* ConvGradFilter of a 2-D convolution of 2-32 channels per group, in and
  * out (conv_grad_grp.c), where AVX2 and FMA exist: 4x4 register tiles of
- * 8 lanes over staged input rows, each element's lanes added in one fixed
+ * 8 or 16 lanes over staged input rows, each element's lanes added in one fixed
  * tree per unit (a batch item, or a row with a batch of one), the units
  * from the last to the first into dW, from acc (the bands after it) or 0. */
 struct hp_gfilt {
@@ -352,6 +352,7 @@ struct hp_gfilt {
 	int64_t n, cin, cout, group, cg, mg;
 	int64_t bvol, svol, rows; /* rows: cg * kvol, dW's row length */
 	int64_t unit, chunk;      /* positions per unit, output rows per staged block */
+	int lanes;                /* 16 for units of several rows, 8 for rows */
 	int threads;
 };
 /* 1 and q planned if the path takes the geometry (unit: positions per
@@ -359,6 +360,9 @@ struct hp_gfilt {
 int hp_gfilt_plan(struct hp_gfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
 		  int64_t group, int64_t unit, int threads);
 size_t hp_gfilt_workspace(const struct hp_gfilt *q);
+/* Tests only: 1, the AVX2 tiles even where the CPU has AVX-512 (the same
+ * bits); 0, the default. */
+void hp_gfilt_set_avx2(int on);
 void hp_gfilt_run(const struct hp_gfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		  struct hp_pool *pool);
 /* Tests and benchmarks only: 1, the grouped path's AVX2 tiles even where

@@ -710,10 +710,11 @@ static void test_conv_grad_slab(void **state)
  * dilation, a 1x1 and a 5x3 kernel. */
 /* ConvGradFilter on the grouped path (conv_grad_grp.c), replayed here in
  * scalar float: lane l of dW element e sums, by fused multiply-adds from
- * 0, the positions (row, column) of a unit with column = l mod 8, rows in
- * order and columns in order; per unit, last first, dW += ((l0 + l1) +
- * (l2 + l3)) + ((l4 + l5) + (l6 + l7)), from acc or 0.  Units: batch
- * items, or with a batch of one, rows. */
+ * 0, the positions (row, column) of a unit with column = l mod L, rows in
+ * order and columns in order; per unit, last first, dW += t(l0..l7), and
+ * with 16 lanes + t(l8..l15), t(a..h) = ((a + b) + (c + d)) + ((e + f) +
+ * (g + h)), from acc or 0.  Units: batch items (L = 16 if they have
+ * several rows), or with a batch of one, rows (L = 8). */
 struct gfc {
 	int n, cin, cout, group, ih, iw, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
 };
@@ -731,7 +732,7 @@ static int gfc_ow(const struct gfc *c)
 static void gfc_ref(const struct gfc *c, const float *dy, const float *x, const float *acc, float *out, double *dbl_out)
 {
 	int cg = c->cin / c->group, mg = c->cout / c->group, rows = cg * c->kh * c->kw, oh = gfc_oh(c), ow = gfc_ow(c);
-	int urows = c->n >= 2 ? oh : 1;
+	int urows = c->n >= 2 ? oh : 1, lanes = urows > 1 ? 16 : 8;
 
 	for (int g = 0; g < c->group; g++)
 		for (int m = 0; m < mg; m++)
@@ -742,7 +743,7 @@ static void gfc_ref(const struct gfc *c, const float *dy, const float *x, const 
 				double od = acc ? acc[e] : 0;
 				for (int nb = c->n - 1; nb >= 0; nb--)
 					for (int u = oh / urows - 1; u >= 0; u--) {
-						float l[8] = { 0 };
+						float l[16] = { 0 };
 						for (int r = u * urows; r < (u + 1) * urows; r++)
 							for (int q = 0; q < ow; q++) {
 								int yy = r * c->sh + ky * c->dh - c->pt, xx = q * c->sw + kx * c->dw - c->pl;
@@ -750,10 +751,12 @@ static void gfc_ref(const struct gfc *c, const float *dy, const float *x, const 
 										   ? x[((nb * c->cin + g * cg + ch) * c->ih + yy) * c->iw + xx]
 										   : 0.0f;
 								float d = dy[((nb * c->cout + g * mg + m) * oh + r) * ow + q];
-								l[q % 8] = fmaf(d, xv, l[q % 8]);
+								l[q % lanes] = fmaf(d, xv, l[q % lanes]);
 								od += (double)d * xv;
 							}
-						o = o + (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])));
+						float t0 = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+						float t1 = ((l[8] + l[9]) + (l[10] + l[11])) + ((l[12] + l[13]) + (l[14] + l[15]));
+						o = o + (lanes == 16 ? t0 + t1 : t0);
 					}
 				out[e] = o;
 				dbl_out[e] = od;
@@ -833,16 +836,19 @@ static void test_conv_grad_filter_grp(void **state)
 		for (int withacc = 0; withacc < 2; withacc++) {
 			ref = T(4, c->cout, cg, c->kh, c->kw);
 			gfc_ref(c, dy.data, x.data, withacc ? acc.data : NULL, ref.data, want);
-			for (int v = 0; v < 2; v++) {
-				kt_pool = v ? pool : NULL;
+			for (int v = 0; v < 4; v++) { /* 1 and 2 threads, then AVX2's tiles on 1 and 2 */
+				kt_pool = v % 2 ? pool : NULL;
+				hp_gfilt_set_avx2(v >= 2);
 				gfc_run(c, &dy, &x, 0, c->n, withacc ? &acc : NULL, 0, &out);
-				snprintf(what, sizeof what, "case %zu (acc %d, %d threads) against its replay", k, withacc, v + 1);
+				snprintf(what, sizeof what, "case %zu (acc %d, %d threads%s) against its replay", k, withacc,
+					 v % 2 + 1, v >= 2 ? ", AVX2 tiles" : "");
 				bitwise(&out, &ref, what);
 				snprintf(what, sizeof what, "case %zu (acc %d) against float64", k, withacc);
 				close_to(&out, want, 1e-5, what);
 				hp_tensor_free(&out);
 			}
 			kt_pool = NULL;
+			hp_gfilt_set_avx2(0);
 			if (c->n >= 2) { /* items chained from the last, as bands of the batch */
 				struct hp_tensor run_acc = { 0 }, step;
 				for (int i = c->n - 1; i >= 0; i--) {
