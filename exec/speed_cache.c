@@ -13,6 +13,7 @@
 #include "exec/speed.h"
 #include "store/crc.h"
 #include "exec/speed_version.h"
+#include "exec/speed_rev.h"
 
 #define MAGIC "hpdlf-speed 2" /* 2: crc32c file checksum */
 #define MAX_FILE 4096
@@ -39,7 +40,7 @@ void hp_speed_machine_key(int threads, char *buf, size_t len)
 	}
 	if (f)
 		fclose(f);
-	snprintf(buf, len, "cpu=%s threads=%d version=%s", model, threads, HPDLF_VERSION);
+	snprintf(buf, len, "cpu=%s threads=%d version=%s rev=%s", model, threads, HPDLF_VERSION, HPDLF_SPEED_REV);
 }
 
 /* $XDG_CACHE_HOME/hpdlf, else ~/.cache/hpdlf (created); -1: neither. */
