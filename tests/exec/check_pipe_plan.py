@@ -235,10 +235,13 @@ def test_step_formula():
             continue
         step = (M + 1) * max(r['fwd'] + r['bwd'] for r in rows) + max(r['opt'] for r in rows)
         one = M * sum(r['fwd'] + r['bwd'] for r in rows) + sum(r['opt'] for r in rows)
-        check(abs(float(m.group(1)) - step) < 0.03 * (M + 2) and abs(float(m.group(2)) - one) < 0.03 * (M + 2) and
-              # the efficiency from the printed step figures (the table's
-              # rounded columns carry up to half a percent at a few ms)
-              abs(float(m.group(3)) - 100 * float(m.group(2)) / (2 * float(m.group(1)))) < 0.2,
+        # the efficiency from the printed step figures, which are rounded
+        # to 0.01 ms: the true ratio lies between their extremes (at 2.67
+        # and 3.52 ms that spans 0.45 of a percent, more than the 0.2 this
+        # allowed when steps took longer), the efficiency printed to 0.1%
+        ps, po = float(m.group(1)), float(m.group(2))
+        lo, hi = 100 * (po - 0.005) / (2 * (ps + 0.005)) - 0.05, 100 * (po + 0.005) / (2 * (ps - 0.005)) + 0.05
+        check(abs(ps - step) < 0.03 * (M + 2) and abs(po - one) < 0.03 * (M + 2) and lo <= float(m.group(3)) <= hi,
               'M=%d: step %s ms (%.2f from the table), one rank %s ms (%.2f), efficiency %s%%' %
               (M, m.group(1), step, m.group(2), one, m.group(3)))
 
