@@ -212,11 +212,7 @@ static int set_op(struct hp_node *n, const char *op)
 		free(d);
 		return hp_error(-ENOMEM, "out of memory");
 	}
-	if (n->op && n->op->release)
-		n->op->release(n);
-	else
-		free(n->priv);
-	n->priv = NULL;
+	hp_node_release(n);
 	n->op = NULL;
 	free(n->op_type);
 	free(n->domain);

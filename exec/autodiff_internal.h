@@ -5,6 +5,7 @@
 
 #include "exec/autodiff.h"
 #include "hpdlf/graph.h"
+#include "exec/exec_internal.h"
 
 struct ad {
 	struct hp_graph *g;

@@ -74,6 +74,10 @@ int hp_session_bind_value(struct hp_session *s, int v, void *data);
  * until the next run or bind. */
 const void *hp_session_value_ptr(const struct hp_session *s, int v);
 
+/* The state node n's op prepared, freed (op->release, else free(priv));
+ * priv NULL.  For a node prepared again or dropped. */
+void hp_node_release(struct hp_node *n);
+
 /* One value to place in the arena: alive over steps [start, end]. */
 struct hp_arena_item {
 	uint64_t size;

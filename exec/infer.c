@@ -10,6 +10,7 @@
 
 #include "hpdlf/error.h"
 #include "hpdlf/graph.h"
+#include "exec/exec_internal.h"
 #include "hpdlf/kernels.h"
 #include "onnx/control.h"
 
@@ -120,11 +121,7 @@ static int infer_node(struct hp_graph *g, struct hp_node *n)
 					     "input '%s' has no concrete shape (give it with --shape NAME=DIMS)",
 					     v->name);
 	}
-	if (n->op->release)
-		n->op->release(n);
-	else
-		free(n->priv);
-	n->priv = NULL;
+	hp_node_release(n);
 	n->workspace = 0;
 	rc = n->op->prepare(g, n);
 	if (rc < 0)

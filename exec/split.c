@@ -122,11 +122,7 @@ static uint64_t split_target(const struct hp_budget_layout *l)
 
 static int prepare_again(struct hp_graph *g, struct hp_node *n)
 {
-	if (n->op->release)
-		n->op->release(n);
-	else
-		free(n->priv);
-	n->priv = NULL;
+	hp_node_release(n);
 	n->workspace = 0;
 	return n->op->prepare(g, n);
 }

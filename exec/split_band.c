@@ -8,6 +8,7 @@
 
 #include "hpdlf/error.h"
 #include "hpdlf/kernels.h"
+#include "exec/exec_internal.h"
 #include "exec/split.h"
 #include "kernels/band.h"
 
@@ -598,10 +599,7 @@ static int push_node(struct hp_graph *g, const struct hp_node *n)
 
 static void drop_node(struct hp_node *n)
 {
-	if (n->op && n->op->release)
-		n->op->release(n);
-	else
-		free(n->priv);
+	hp_node_release(n);
 	for (int i = 0; i < n->nattrs; i++) {
 		struct hp_attr *a = &n->attrs[i];
 		free(a->name), free(a->s), free(a->ints), free(a->floats), free(a->t.data);

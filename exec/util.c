@@ -1,5 +1,6 @@
 /* Small executor utilities: option defaults (no file that uses them
  * needs a session). */
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -28,4 +29,13 @@ void hp_prof_add(struct hp_prof *p, int i, uint64_t t0_ns)
 		return;
 	__atomic_fetch_add(&p->ns[i], hp_prof_now_ns(p) - t0_ns, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&p->calls[i], 1, __ATOMIC_RELAXED);
+}
+
+void hp_node_release(struct hp_node *n)
+{
+	if (n->op && n->op->release)
+		n->op->release(n);
+	else
+		free(n->priv);
+	n->priv = NULL;
 }

@@ -111,21 +111,27 @@ struct cg_data {
 	int dw;                /* Conv's dX by conv_dw.c (cv holds the Conv's geometry) */
 };
 
+/* The column geometry of c: the image is the big side, the grid the small. */
+static void cgeom_colgeom(const struct cgeom *c, struct hp_colgeom *g)
+{
+	for (int i = 0; i < 3; i++) {
+		g->img[i] = c->big[i];
+		g->grid[i] = c->small[i];
+		g->k[i] = c->k[i];
+		g->stride[i] = c->s[i];
+		g->dil[i] = c->d[i];
+		g->pad[i] = c->p[i];
+	}
+	hp_colgeom_finish(g);
+}
+
 /* The depthwise geometry of a Conv (X big, Y small) when it has one. */
 static int dw_geom(const struct cgeom *c, struct hp_dw *d)
 {
 	if (!hp_dw_eligible(c->group, c->cbig, c->csmall))
 		return 0;
 	memset(d, 0, sizeof *d);
-	for (int i = 0; i < 3; i++) {
-		d->g.img[i] = c->big[i];
-		d->g.grid[i] = c->small[i];
-		d->g.k[i] = c->k[i];
-		d->g.stride[i] = c->s[i];
-		d->g.dil[i] = c->d[i];
-		d->g.pad[i] = c->p[i];
-	}
-	hp_colgeom_finish(&d->g);
+	cgeom_colgeom(c, &d->g);
 	d->batch = c->n;
 	d->cin = c->cbig;
 	d->mult = c->csmall / c->cbig;
@@ -478,15 +484,7 @@ static void filter_plan(struct cg_filter *f, int64_t unit_axis)
 	int64_t rowblocks;
 	int nt = hp_conv_ws_threads();
 
-	for (int i = 0; i < 3; i++) {
-		f->geo.img[i] = c->big[i];
-		f->geo.grid[i] = c->small[i];
-		f->geo.k[i] = c->k[i];
-		f->geo.stride[i] = c->s[i];
-		f->geo.dil[i] = c->d[i];
-		f->geo.pad[i] = c->p[i];
-	}
-	hp_colgeom_finish(&f->geo);
+	cgeom_colgeom(c, &f->geo);
 	f->rows = c->cbig / c->group * c->kvol;
 	f->unit = filter_unit(c, unit_axis);
 	f->direct = filter_direct(c);
@@ -534,15 +532,7 @@ static int grp_plan(struct cg_filter *f, int64_t unit_axis)
 
 	if (c->nd != 2 || c->group < 2)
 		return 0;
-	for (int i = 0; i < 3; i++) {
-		geo.img[i] = c->big[i];
-		geo.grid[i] = c->small[i];
-		geo.k[i] = c->k[i];
-		geo.stride[i] = c->s[i];
-		geo.dil[i] = c->d[i];
-		geo.pad[i] = c->p[i];
-	}
-	hp_colgeom_finish(&geo);
+	cgeom_colgeom(c, &geo);
 	f->grp = hp_gfilt_plan(&f->gfg, &geo, c->n, c->cbig, c->csmall, c->group, filter_unit(c, unit_axis),
 			       hp_conv_ws_threads());
 	return f->grp;

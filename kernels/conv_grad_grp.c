@@ -73,8 +73,8 @@ int hp_gfilt_plan(struct hp_gfilt *q, const struct hp_colgeom *geo, int64_t n, i
 
 	memset(q, 0, sizeof *q);
 	/* -1 (tests, benchmarks) or a forced shift mode asks for the sgemm paths */
-	if (hp_conv_grp_mode() < 0 || hp_conv_shift_mode() != 0 || !hp_dot_available() || group < 2 || cg < 2 || cg > GF_MAX_CH || mg < 1 ||
-	    mg > GF_MAX_CH || geo->img[0] != 1 || geo->grid[0] != 1 || geo->k[0] != 1 ||
+	if (hp_conv_grp_mode() < 0 || hp_conv_shift_mode() != 0 || !hp_dot_available() || group < 2 || cg < 2 ||
+	    cg > GF_MAX_CH || mg < 1 || mg > GF_MAX_CH || geo->img[0] != 1 || geo->grid[0] != 1 || geo->k[0] != 1 ||
 	    geo->stride[2] > GF_MAX_STRIDE || unit % geo->grid[2] != 0 || unit < GF_MIN_UNIT || geo->grid[2] < 8)
 		return 0;
 	q->geo = *geo;
@@ -116,6 +116,15 @@ size_t hp_gfilt_workspace(const struct hp_gfilt *q)
 	return gf_per_worker(q) * (size_t)q->threads * sizeof(float);
 }
 
+static int gf_avx2; /* tests: the AVX2 tiles even where AVX-512 exists */
+
+void hp_gfilt_set_avx2(int on)
+{
+	gf_avx2 = on;
+}
+
+#ifdef GF_X86
+
 /* dW[e] += tree(lanes[e][0..16)): the order the vector paths add them in. */
 static float gf_tree8(const float *l)
 {
@@ -126,15 +135,6 @@ static float gf_tree(const float *l)
 {
 	return gf_tree8(l) + gf_tree8(l + 8);
 }
-
-static int gf_avx2; /* tests: the AVX2 tiles even where AVX-512 exists */
-
-void hp_gfilt_set_avx2(int on)
-{
-	gf_avx2 = on;
-}
-
-#ifdef GF_X86
 
 struct gf_run {
 	const struct hp_gfilt *q;
