@@ -122,6 +122,37 @@ static void test_compute_cache(void **state)
 	assert_int_equal(c.src, HP_SPEED_MEASURED);
 }
 
+/* The tier model: bandwidths, and a fixed cost per request that was
+ * measured (requests in flight through the store: a system call and a
+ * completion each, never free; the probe once stopped after its first
+ * request and reported the floor, 0.1 us), cached with the same figures. */
+static void test_tier_probe(void **state)
+{
+	struct hs_tier_spec spec = { .kind = HS_TIER_NVME };
+	struct hp_speed_tier a, b;
+	const char *tmp0 = getenv("TMPDIR");
+	char *tmp = tmp0 ? strdup(tmp0) : NULL;
+
+	(void)state;
+	unsetenv("HPDLF_RECALIBRATE");
+	setenv("TMPDIR", dir, 1); /* the probe's file goes next to the spill file */
+	hp_speed_tier_get(&spec, 16384, 1, &a);
+	assert_int_equal(a.src, HP_SPEED_MEASURED);
+	print_message("tier %s: read %.0f MB/s + %.1f us, write %.0f MB/s + %.1f us\n", a.name, a.read_MBps,
+		      a.read_lat_us, a.write_MBps, a.write_lat_us);
+	assert_true(a.read_MBps > 1 && a.write_MBps > 1);
+	assert_true(a.read_lat_us >= 1.0);
+	hp_speed_tier_get(&spec, 16384, 0, &b);
+	assert_int_equal(b.src, HP_SPEED_CACHED);
+	assert_true(fabs(b.read_lat_us - a.read_lat_us) <= 1e-6 * a.read_lat_us);
+	assert_true(fabs(b.write_lat_us - a.write_lat_us) <= 1e-6 * (a.write_lat_us + 1));
+	if (tmp)
+		setenv("TMPDIR", tmp, 1);
+	else
+		unsetenv("TMPDIR");
+	free(tmp);
+}
+
 /* ---- the model ---- */
 
 static void test_interpolation(void **state)
@@ -404,6 +435,7 @@ int main(void)
 		cmocka_unit_test(test_interpolation),
 		cmocka_unit_test(test_kernel_cost),
 		cmocka_unit_test(test_compute_cache),
+		cmocka_unit_test(test_tier_probe),
 		cmocka_unit_test(test_plan_infer),
 		cmocka_unit_test(test_plan_train),
 	};
