@@ -12,6 +12,7 @@
 #include "exec/exec_internal.h"
 #include "exec/split_weight.h"
 #include "exec/train_internal.h"
+#include "kernels/band.h"
 #include "kernels/gemm_tile.h"
 
 #define WS_ALIGN 4096ull      /* the store's unit of DRAM accounting */
@@ -25,6 +26,8 @@ struct ws_cand {
 	int c_dim;            /* the dim of C that is cut */
 	int x_axis;           /* reduction cut: the axis of X cut */
 	int matmul;
+	int conv;             /* Conv: output channels cut, outputs concatenated on axis 1 */
+	int path;             /* its kernel path (kernels/band.h), kept by the blocks */
 	int chain;            /* inference reduction cut: block j accumulates into block j - 1 */
 	int64_t rows;         /* the weight's outer dim */
 	int64_t quantum;      /* blocks are whole tiles of the kernels (bitwise) */
@@ -188,14 +191,65 @@ static void cand_tiles(const struct hp_graph *g, struct ws_cand *c)
 		hp_gemm_tiles(m, n, k, &c->t); /* the kernel's prepare rejected it already */
 }
 
-static int candidate(const struct hp_graph *g, int i, struct ws_cand *c)
+/* Output channels of a Conv (inference): block j is the same Conv over
+ * channels [j r, (j + 1) r) of W and B, and Concat along the channels
+ * gives y.  On the paths of hpdlf's own tiles (hp_conv_channels_exact:
+ * 1x1, kxk, dot) every output channel is its own chain of products over
+ * the input channels and taps, the same in a block as in the whole, and
+ * the blocks keep the whole's path, so the outputs are bitwise those in
+ * core; blocks are multiples of CONV_QUANTUM channels (the kxk path's
+ * least).  Convs on sgemm paths stay whole.  Only ungrouped ones: a
+ * group's outputs read only its input channels, which a cut would have
+ * to split too.  Training keeps the Conv whole (the blocks' input
+ * gradients would be summed in another order).  Only where the weight
+ * outweighs the activations: else bands of the activations cut the step
+ * cheaper. */
+#define CONV_QUANTUM 8
+static int conv_candidate(struct hp_graph *g, int i, struct ws_cand *c)
+{
+	const struct hp_value *w = &g->values[c->w], *x = &g->values[c->x];
+	struct hp_node *n = &g->nodes[i];
+
+	if (!movable(g, c->w) || w->shape.rank < 3 || x->shape.rank != w->shape.rank || x->dtype != HP_F32 ||
+	    hp_attr_int(n, "group", 1) != 1 || w->shape.dims[0] < 2 * CONV_QUANTUM ||
+	    !hp_conv_channels_exact(g, n, &c->path))
+		return 0;
+	c->conv = 1;
+	c->rows = w->shape.dims[0];
+	c->xb = vbytes(g, c->x);
+	c->yb = vbytes(g, c->y);
+	c->wb = vbytes(g, c->w);
+	c->ws = (n->workspace + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN;
+	c->quantum = CONV_QUANTUM;
+	/* activations larger than the weight: the band pass cuts the step
+	 * (split_band.c) for less than a weight cut, whose blocks each read
+	 * all of X */
+	if (c->wb < c->xb + c->yb)
+		return 0;
+	if (c->c >= 0)
+		return bias_cut(g, c, c->rows);
+	return 1;
+}
+
+static int candidate(struct hp_graph *g, int i, struct ws_cand *c, int train)
 {
 	const struct hp_node *n = &g->nodes[i];
-	int gemm = !strcmp(n->op_type, "Gemm");
+	int gemm = !strcmp(n->op_type, "Gemm"), conv = !strcmp(n->op_type, "Conv");
 
 	memset(c, 0, sizeof *c);
-	if (n->folded || (n->domain[0] && strcmp(n->domain, "ai.onnx")) || (!gemm && strcmp(n->op_type, "MatMul")))
+	if (n->folded || (n->domain[0] && strcmp(n->domain, "ai.onnx")) ||
+	    (!gemm && !(conv && !train) && strcmp(n->op_type, "MatMul")))
 		return 0;
+	if (conv) {
+		if (n->ninputs < 2 || n->inputs[0] < 0 || n->inputs[1] < 0 || n->outputs[0] < 0)
+			return 0;
+		c->node = i;
+		c->x = n->inputs[0];
+		c->w = n->inputs[1];
+		c->y = n->outputs[0];
+		c->c = n->ninputs > 2 ? n->inputs[2] : -1;
+		return conv_candidate(g, i, c);
+	}
 	if (n->ninputs < 2 || n->inputs[0] < 0 || n->inputs[1] < 0 || n->outputs[0] < 0)
 		return 0;
 	c->node = i;
@@ -344,7 +398,7 @@ static int rewrite_feature(struct hp_graph *g, const struct ws_cand *c, int64_t 
 		if ((rc = block(g, c, j, c->x, wj, cj, yj)) < 0)
 			return rc;
 	}
-	struct hp_attr ax = { .name = "axis", .type = HP_ATTR_INT, .i = g->values[c->y].shape.rank - 1 };
+	struct hp_attr ax = { .name = "axis", .type = HP_ATTR_INT, .i = c->conv ? 1 : g->values[c->y].shape.rank - 1 };
 	return add_op(g, g->nodes[c->node].name, "Concat", 0, (int)k, ys, 1, &c->y, &ax, 1);
 }
 
@@ -450,6 +504,18 @@ static int add_tiles(struct hp_graph *g, const struct ws_cand *c)
 	return hp_graph_add_attr(g, c->node, &a);
 }
 
+/* A Conv's blocks run the path the whole would (kernels/conv.c chooses by
+ * channel counts too: the dot path from 16 output channels, kxk from 8),
+ * as split_band.c's bands do: the block clones copy the attribute. */
+static int pin_conv_path(struct hp_graph *g, const struct ws_cand *c)
+{
+	struct hp_attr a = { .name = "hpdlf_path", .type = HP_ATTR_INT, .i = c->path };
+
+	if (hp_node_attr(&g->nodes[c->node], "hpdlf_path"))
+		return 0;
+	return hp_graph_add_attr(g, c->node, &a);
+}
+
 static int rewrite(struct hp_graph *g, const struct ws_cand *c, int64_t r)
 {
 	int64_t k = (c->rows + r - 1) / r;
@@ -457,7 +523,7 @@ static int rewrite(struct hp_graph *g, const struct ws_cand *c, int64_t r)
 
 	if (!ys)
 		return hp_error(-ENOMEM, "out of memory");
-	if ((rc = add_tiles(g, c)) == 0)
+	if ((rc = c->conv ? pin_conv_path(g, c) : add_tiles(g, c)) == 0)
 		rc = c->reduce ? rewrite_reduce(g, c, r, k, ys) : rewrite_feature(g, c, r, k, ys);
 	free(ys);
 	if (rc < 0)
@@ -467,7 +533,7 @@ static int rewrite(struct hp_graph *g, const struct ws_cand *c, int64_t r)
 		g->values[c->c].trainable = 0;
 	hp_log(HP_LOG_INFO, "%s: weight '%s' of node '%s' (%s) cut in %lld blocks of %lld rows along its %s axis",
 	       g->path, g->values[c->w].name, g->nodes[c->node].name, g->nodes[c->node].op_type, (long long)k,
-	       (long long)r, c->reduce ? "reduction" : "output-feature");
+	       (long long)r, c->reduce ? "reduction" : c->conv ? "output-channel" : "output-feature");
 	return 0;
 }
 
@@ -484,13 +550,14 @@ int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const
 	budget = l->budget > l->staging ? l->budget - l->staging : l->budget;
 	avail = budget / 20 * 17;
 	for (int i = 0; i < n0; i++) {
-		if (!candidate(g, i, &c))
+		if (!candidate(g, i, &c, spec != NULL))
 			continue;
 		/* whole tiles of the kernels, chained reduction blocks: bitwise
 		 * results, in training too (the gradients run the same tiling,
 		 * kernels/gemm_grad.c; MatMulAcc's C takes dY as it is) */
 		c.chain = c.reduce;
-		c.quantum = c.reduce ? c.t.kb : c.t.nb;
+		if (!c.conv)
+			c.quantum = c.reduce ? c.t.kb : c.t.nb;
 		c.train = spec != NULL;
 		int64_t r = choose_rows(&c, budget, avail, copies);
 		if (r >= c.rows)

@@ -34,7 +34,10 @@ struct hp_trainer;
  * MatMulAcc), so its outputs are bitwise those in core
  * (kernels/gemm_tile.h); training sums the blocks with Adds.
  * g must be inferred; it is re-inferred.  Returns the number of weights
- * partitioned, or a negative error.  Budget 0 (in core): nothing. */
+ * partitioned, or a negative error.  Budget 0 (in core): nothing.
+ * Inference also cuts an ungrouped Conv's weight along its output
+ * channels (blocks of whole multiples of 8 channels, outputs concatenated
+ * on axis 1, the whole's kernel path kept: bitwise in core). */
 int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec);
 
 /* Weights partitioned in g (wholes with parts). */

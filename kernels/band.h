@@ -17,6 +17,15 @@
  * shapes must be inferred. */
 int64_t hp_node_band_align(struct hp_graph *g, struct hp_node *n, int axis, int *path);
 
+/* Whether a Conv node n (ungrouped, shapes inferred) runs a path that
+ * computes every output channel by the same chain whatever channels run
+ * beside it: hpdlf's own 1x1, kxk and dot tiles (tests/exec/
+ * check_wsplit_bitwise.py), not sgemm (OpenBLAS's per-element sums depend
+ * on M: a 24-channel 3-D conv cut in blocks of 8 moved 896 outputs by an
+ * ulp) nor the stems' grouped tiles.  *path: the path, for the blocks to
+ * keep (attribute hpdlf_path); -1 when n does not parse. */
+int hp_conv_channels_exact(struct hp_graph *g, struct hp_node *n, int *path);
+
 /* The axis the weight gradients' sums (ConvGradFilter, BiasGrad) take
  * their units on by default: 0 (batch items) for a batch of two or more,
  * else 2 (planes of the first spatial axis).  Training graphs are cut on

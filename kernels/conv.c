@@ -630,6 +630,18 @@ int64_t hp_node_band_align(struct hp_graph *g, struct hp_node *n, int axis, int 
 	return hp_conv_band_align(&cv, axis);
 }
 
+int hp_conv_channels_exact(struct hp_graph *g, struct hp_node *n, int *path)
+{
+	struct hp_conv cv;
+
+	*path = -1;
+	if (n->domain[0] || strcmp(n->op_type, "Conv") || hp_conv_parse(g, n, 0, &cv) < 0)
+		return 0;
+	hp_conv_setup(&cv);
+	*path = hp_conv_path(&cv);
+	return cv.group == 1 && (*path == HP_CONV_PATH_DIRECT || *path == HP_CONV_PATH_KXK || *path == HP_CONV_PATH_DOT);
+}
+
 static int conv_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct hp_conv *cv = n->priv;

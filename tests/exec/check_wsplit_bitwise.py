@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Inference with Gemm/MatMul weights cut into blocks (exec/split_weight.c)
+"""Inference with Gemm/MatMul/Conv weights cut into blocks (exec/split_weight.c)
 is bitwise the in-core inference, at every budget down to the smallest.
 
 usage: check_wsplit_bitwise.py HPDLF_EXEC MLP_DIR
@@ -10,6 +10,11 @@ Models (built here with numpy/onnx, plus the mlp reference model):
             Transpose (cut along the reduction: chained partial sums)
   matmul    MatMul of a rank-3 activation, bias Add (reduction cut,
             MatMulAcc blocks)
+  conv      Conv 3x3 (bias, Relu), 1x1, 3x3 stride 2 dilation 2 with
+            uneven pads and no bias, a 1000-channel 1x1 classifier, batch
+            2 (cut along output channels, outputs concatenated)
+  conv3d    Conv 3x3x3 and 1x1x1 on a 4x4x4 volume (the dot path; 3-D
+            convs of more positions run sgemm and stay whole)
 For each: the in-core outputs with 1 and 2 threads must be bitwise equal;
 the smallest budget that runs is found by bisection; at 50% and 25% of the
 in-core peak (when runnable) and at the smallest budget, the run must
@@ -97,6 +102,59 @@ def model_matmul(path, rng):
     return lambda x: np.maximum(f64(x) @ f64(w1), 0) @ f64(w2) + b2
 
 
+def conv_f64(x, w, b=None, stride=1, dil=1, pads=None):
+    """float64 convolution, N C spatial..., group 1; pads (begins, ends)."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    nd = x.ndim - 2
+    pads = pads or ([0] * nd, [0] * nd)
+    x = np.pad(x, [(0, 0), (0, 0)] + [(pads[0][i], pads[1][i]) for i in range(nd)])
+    k = w.shape[2:]
+    span = [dil * (k[i] - 1) + 1 for i in range(nd)]
+    win = np.lib.stride_tricks.sliding_window_view(x, span, axis=tuple(range(2, 2 + nd)))
+    win = win[(slice(None), slice(None)) + tuple(slice(None, None, stride) for _ in range(nd)) +
+              tuple(slice(None, None, dil) for _ in range(nd))]
+    axes = tuple(range(2 + nd, 2 + 2 * nd))
+    y = np.tensordot(win, w, axes=((1,) + axes, (1,) + tuple(range(2, 2 + nd))))  # N spatial... Cout
+    y = np.moveaxis(y, -1, 1)
+    if b is not None:
+        y = y + b.astype(np.float64).reshape((1, -1) + (1,) * nd)
+    return y
+
+
+def model_conv(path, rng):
+    from onnx import helper, numpy_helper as nh
+    w1, b1 = arr(rng, (192, 64, 3, 3), 0.05), arr(rng, (192,), 0.1)
+    w2, b2 = arr(rng, (480, 192, 1, 1), 0.07), arr(rng, (480,), 0.1)
+    w3 = arr(rng, (144, 480, 3, 3), 0.02)
+    w4, b4 = arr(rng, (1000, 144, 1, 1), 0.08), arr(rng, (1000,), 0.1)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["h1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["h1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["h2"]), helper.make_node("Relu", ["h2"], ["r2"]),
+             helper.make_node("Conv", ["r2", "w3"], ["h3"], strides=[2, 2], dilations=[2, 2], pads=[2, 1, 1, 2]),
+             helper.make_node("Conv", ["h3", "w4", "b4"], ["y"])]
+    inits = [nh.from_array(v, n) for n, v in (("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2), ("w3", w3),
+                                              ("w4", w4), ("b4", b4))]
+    save(path, nodes, inits, [2, 64, 15, 15], [2, 1000, 7, 7])
+    relu = lambda a: np.maximum(a, 0)
+
+    def ref(x):
+        r1 = relu(conv_f64(x, w1, b1, pads=([1, 1], [1, 1])))
+        r2 = relu(conv_f64(r1, w2, b2))
+        return conv_f64(conv_f64(r2, w3, None, 2, 2, ([2, 1], [1, 2])), w4, b4)
+    return ref
+
+
+def model_conv3d(path, rng):
+    from onnx import helper, numpy_helper as nh
+    w1, b1 = arr(rng, (144, 24, 3, 3, 3), 0.04), arr(rng, (144,), 0.1)
+    w2 = arr(rng, (240, 144, 1, 1, 1), 0.08)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["h1"], pads=[1, 1, 1, 1, 1, 1]),
+             helper.make_node("Relu", ["h1"], ["r1"]), helper.make_node("Conv", ["r1", "w2"], ["y"])]
+    inits = [nh.from_array(v, n) for n, v in (("w1", w1), ("b1", b1), ("w2", w2))]
+    save(path, nodes, inits, [1, 24, 4, 4, 4], [1, 240, 4, 4, 4])
+    return lambda x: conv_f64(np.maximum(conv_f64(x, w1, b1, pads=([1] * 3, [1] * 3)), 0), w2)
+
+
 # ---- runs ------------------------------------------------------------------
 
 class Model:
@@ -164,7 +222,8 @@ def main():
     rng = np.random.default_rng(3)
     with tempfile.TemporaryDirectory() as tmp:
         for name, make, xshape in (("feature", model_feature, (48, 384)), ("reduce", model_reduce, (40, 640)),
-                                   ("matmul", model_matmul, (2, 20, 512))):
+                                   ("matmul", model_matmul, (2, 20, 512)), ("conv", model_conv, (2, 64, 15, 15)),
+                                   ("conv3d", model_conv3d, (1, 24, 4, 4, 4))):
             path, xin = os.path.join(tmp, name + ".onnx"), os.path.join(tmp, name + "_x.npy")
             ref = make(path, rng)
             np.save(xin, rng.standard_normal(xshape).astype(np.float32))
