@@ -24,6 +24,7 @@ struct ws_cand {
 	int reduce;           /* cut the reduction axis: partial products summed */
 	int c_split;          /* feature cut: C cut alongside (else shared, a scalar) */
 	int c_dim;            /* the dim of C that is cut */
+	int c_copy, c_root;   /* C shared with other nodes: blocks get copies of the initializer c_root */
 	int x_axis;           /* reduction cut: the axis of X cut */
 	int matmul;
 	int conv;             /* Conv: output channels cut, outputs concatenated on axis 1 */
@@ -164,21 +165,45 @@ static int movable(const struct hp_graph *g, int v)
 	       hp_shape_numel(&w->shape) > 0;
 }
 
-/* Gemm bias: cut with the features when it is a row [N] / [1, N]. */
-static int bias_cut(const struct hp_graph *g, struct ws_cand *c, int64_t n)
+/* The initializer a constant value v is (through Identity nodes: the
+ * PyTorch exporter writes equal parameters once and the others as
+ * Identity of it, as torchvision's zero-initialised biases), or -1. */
+static int const_root(const struct hp_graph *g, int v)
+{
+	for (int hops = 0; v >= 0 && hops < 16; hops++) {
+		const struct hp_value *x = &g->values[v];
+		const struct hp_node *p = x->producer >= 0 ? &g->nodes[x->producer] : NULL;
+		if (x->kind == HP_VALUE_INITIALIZER || x->kind == HP_VALUE_CONSTANT)
+			return x->dtype == HP_F32 && x->part_of < 0 && (x->data || x->src.kind != HP_BLOB_NONE) ? v : -1;
+		if (!p || p->domain[0] || strcmp(p->op_type, "Identity") || p->ninputs < 1)
+			return -1;
+		v = p->inputs[0];
+	}
+	return -1;
+}
+
+/* Gemm bias: cut with the features when it is a row [N] / [1, N]; a
+ * Conv's [C] with its channels.  Inference also cuts a bias that other
+ * nodes share (c_copy: each block gets a copy of its range). */
+static int bias_cut(const struct hp_graph *g, struct ws_cand *c, int64_t n, int train)
 {
 	const struct hp_value *cv = &g->values[c->c];
 
 	c->cb = vbytes(g, c->c);
 	if (hp_shape_numel(&cv->shape) == 1)
 		return 1; /* shared by every block */
-	if (!movable(g, c->c) || hp_shape_numel(&cv->shape) != n || cv->shape.rank > 2 ||
-	    (cv->shape.rank == 2 && cv->shape.dims[0] != 1))
+	if (hp_shape_numel(&cv->shape) != n || cv->shape.rank > 2 || (cv->shape.rank == 2 && cv->shape.dims[0] != 1))
 		return 0;
+	if (!movable(g, c->c)) {
+		if (train || (c->c_root = const_root(g, c->c)) < 0)
+			return 0;
+		c->c_copy = 1;
+	}
 	c->c_split = 1;
 	c->c_dim = cv->shape.rank - 1;
 	return 1;
 }
+
 
 /* The whole product's tiling (M x N x K from X and the weight). */
 static void cand_tiles(const struct hp_graph *g, struct ws_cand *c)
@@ -227,7 +252,7 @@ static int conv_candidate(struct hp_graph *g, int i, struct ws_cand *c)
 	if (c->wb < c->xb + c->yb)
 		return 0;
 	if (c->c >= 0)
-		return bias_cut(g, c, c->rows);
+		return bias_cut(g, c, c->rows, 0);
 	return 1;
 }
 
@@ -270,7 +295,7 @@ static int candidate(struct hp_graph *g, int i, struct ws_cand *c, int train)
 	c->ws = (n->workspace + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN;
 	cand_tiles(g, c);
 	if (c->c >= 0 && !c->reduce)
-		return bias_cut(g, c, c->rows);
+		return bias_cut(g, c, c->rows, train);
 	c->cb = c->c >= 0 ? vbytes(g, c->c) : 0;
 	return 1;
 }
@@ -281,6 +306,34 @@ static int fresh_name(const struct hp_graph *g, char *buf, size_t len, const cha
 	for (int s = 1; hp_graph_find_value(g, buf) >= 0; s++)
 		snprintf(buf, len, "%s.%s%d_%d", base, what, k, s);
 	return 0;
+}
+
+/* Block [r0, r0 + rn) of a shared bias (c_copy): a new initializer of its
+ * own bytes, read from the root's. */
+static int add_bias_copy(struct hp_graph *g, const struct ws_cand *c, int k, int64_t r0, int64_t rn)
+{
+	struct hp_shape s = g->values[c->c].shape;
+	uint64_t all = vbytes(g, c->c_root);
+	float *buf = malloc(all ? all : 1);
+	char name[512];
+	int v, rc;
+
+	if (!buf)
+		return hp_error(-ENOMEM, "out of memory");
+	if ((rc = hp_graph_read_init(g, c->c_root, buf)) < 0) {
+		free(buf);
+		return rc;
+	}
+	fresh_name(g, name, sizeof name, g->values[c->c].name, "part", k);
+	s.dims[c->c_dim] = rn;
+	if ((v = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, HP_F32, &s)) < 0) {
+		free(buf);
+		return v;
+	}
+	memmove(buf, buf + r0, (size_t)rn * sizeof *buf);
+	g->values[v].data = buf;
+	g->values[v].src = (struct hp_blob){ .kind = HP_BLOB_MEMORY, .length = (uint64_t)rn * sizeof *buf };
+	return v;
 }
 
 /* Block k of whole: [d0 .. dims[dim] = rn .. ] from index r0 of `dim` (all
@@ -391,7 +444,7 @@ static int rewrite_feature(struct hp_graph *g, const struct ws_cand *c, int64_t 
 		int wj = add_part(g, c->w, 0, j, r0, rn), cj = c->c, yj;
 		if (wj < 0)
 			return wj;
-		if (c->c_split && (cj = add_part(g, c->c, c->c_dim, j, r0, rn)) < 0)
+		if (c->c_split && (cj = c->c_copy ? add_bias_copy(g, c, j, r0, rn) : add_part(g, c->c, c->c_dim, j, r0, rn)) < 0)
 			return cj;
 		if ((ys[j] = yj = add_act(g, c->y, "part", j)) < 0)
 			return yj;
@@ -529,7 +582,7 @@ static int rewrite(struct hp_graph *g, const struct ws_cand *c, int64_t r)
 	if (rc < 0)
 		return rc;
 	g->values[c->w].trainable = 0; /* its parts are trained */
-	if (c->c_split)
+	if (c->c_split && !c->c_copy)
 		g->values[c->c].trainable = 0;
 	hp_log(HP_LOG_INFO, "%s: weight '%s' of node '%s' (%s) cut in %lld blocks of %lld rows along its %s axis",
 	       g->path, g->values[c->w].name, g->nodes[c->node].name, g->nodes[c->node].op_type, (long long)k,

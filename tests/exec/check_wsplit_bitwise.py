@@ -10,6 +10,9 @@ Models (built here with numpy/onnx, plus the mlp reference model):
             Transpose (cut along the reduction: chained partial sums)
   matmul    MatMul of a rank-3 activation, bias Add (reduction cut,
             MatMulAcc blocks)
+  shared    two Gemm transB=1 whose biases are one initializer, the second
+            through an Identity (as the PyTorch exporter writes equal
+            parameters: torchvision's VGG); the shared bias is copied per block
   conv      Conv 3x3 (bias, Relu), 1x1, 3x3 stride 2 dilation 2 with
             uneven pads and no bias, a 1000-channel 1x1 classifier, batch
             2 (cut along output channels, outputs concatenated)
@@ -76,6 +79,17 @@ def model_feature(path, rng):
     save(path, nodes, inits, [48, 384], [48, 500])
     f64 = lambda a: a.astype(np.float64)
     return lambda x: f64(np.maximum(f64(x) @ f64(w1).T + b1, 0)) @ f64(w2).T + b2
+
+
+def model_shared(path, rng):
+    from onnx import helper, numpy_helper as nh
+    w1, w2, b = arr(rng, (1024, 256), 0.05), arr(rng, (1024, 1024), 0.03), arr(rng, (1024,), 0.1)
+    nodes = [helper.make_node("Gemm", ["x", "w1", "b"], ["h"], transB=1), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Identity", ["b"], ["b2"]), helper.make_node("Gemm", ["r", "w2", "b2"], ["y"], transB=1)]
+    inits = [nh.from_array(v, n) for n, v in (("w1", w1), ("w2", w2), ("b", b))]
+    save(path, nodes, inits, [32, 256], [32, 1024])
+    f64 = lambda a: a.astype(np.float64)
+    return lambda x: f64(np.maximum(f64(x) @ f64(w1).T + b, 0)) @ f64(w2).T + b
 
 
 def model_reduce(path, rng):
@@ -221,7 +235,8 @@ def main():
     exe, mlp = sys.argv[1], sys.argv[2]
     rng = np.random.default_rng(3)
     with tempfile.TemporaryDirectory() as tmp:
-        for name, make, xshape in (("feature", model_feature, (48, 384)), ("reduce", model_reduce, (40, 640)),
+        for name, make, xshape in (("feature", model_feature, (48, 384)), ("shared", model_shared, (32, 256)),
+                                   ("reduce", model_reduce, (40, 640)),
                                    ("matmul", model_matmul, (2, 20, 512)), ("conv", model_conv, (2, 64, 15, 15)),
                                    ("conv3d", model_conv3d, (1, 24, 4, 4, 4))):
             path, xin = os.path.join(tmp, name + ".onnx"), os.path.join(tmp, name + "_x.npy")
