@@ -590,6 +590,55 @@ static int rewrite(struct hp_graph *g, const struct ws_cand *c, int64_t r)
 	return 0;
 }
 
+/* Training: a weight the Gemm/MatMul cut does not take (a Conv's, a
+ * ConvTranspose's, an embedding table) whose optimizer step (`copies`
+ * tensors of its size at once: p, grad, p' and the state) does not fit
+ * `avail` is stored as blocks of its outer rows, each trained as its own
+ * parameter, and the node reads their Concat (axis 0): exact copies, so
+ * forward, gradients and updates are bitwise those of the whole weight,
+ * and the update steps hold one block at a time.  Returns 1 when cut. */
+static int cut_for_update(struct hp_graph *g, int node, int slot, uint64_t budget, uint64_t avail, int copies)
+{
+	int w = g->nodes[node].inputs[slot], cat, *parts, rc = 0;
+	const char *op = g->nodes[node].op_type;
+	const struct hp_value *wv;
+	int64_t rows, r, k;
+	uint64_t row;
+
+	/* Gemm and MatMul weights are the pass above's (cut there or not) */
+	if (w < 0 || !movable(g, w) || !g->values[w].trainable || g->values[w].shape.rank < 2 ||
+	    (!g->nodes[node].domain[0] && (!strcmp(op, "Gemm") || !strcmp(op, "MatMul"))))
+		return 0;
+	wv = &g->values[w];
+	rows = wv->shape.dims[0];
+	row = vbytes(g, w) / (uint64_t)rows;
+	if ((uint64_t)copies * al(vbytes(g, w)) + (copies == 7 ? WS_ALIGN : 0) <= budget || rows < 2)
+		return 0;
+	for (k = 2; k < rows && k < WS_MAX_PARTS; k++)
+		if ((uint64_t)copies * al(row * (uint64_t)((rows + k - 1) / k)) + (copies == 7 ? WS_ALIGN : 0) <= avail)
+			break;
+	r = (rows + k - 1) / k;
+	k = (rows + r - 1) / r;
+	if (!(parts = calloc((size_t)k, sizeof *parts)))
+		return hp_error(-ENOMEM, "out of memory");
+	for (int j = 0; j < k && rc >= 0; j++)
+		rc = parts[j] = add_part(g, w, 0, j, j * r, rows - j * r < r ? rows - j * r : r);
+	if (rc >= 0 && (rc = cat = add_act(g, w, "cat", 0)) >= 0) {
+		struct hp_attr ax = { .name = "axis", .type = HP_ATTR_INT, .i = 0 };
+		char base[600];
+		snprintf(base, sizeof base, "%s/%s", g->nodes[node].name, g->values[w].name);
+		if ((rc = add_op(g, base, "Concat", 0, (int)k, parts, 1, &cat, &ax, 1)) >= 0) {
+			g->nodes[node].inputs[slot] = cat;
+			g->values[w].trainable = 0; /* its parts are trained */
+			hp_log(HP_LOG_INFO, "%s: weight '%s' of node '%s' (%s) kept in %lld blocks of %lld rows for its optimizer step",
+			       g->path, g->values[w].name, g->nodes[node].name, g->nodes[node].op_type, (long long)k,
+			       (long long)r);
+		}
+	}
+	free(parts);
+	return rc < 0 ? rc : 1;
+}
+
 int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec)
 {
 	int n0 = g->nnodes, done = 0, rc, copies = update_copies(spec);
@@ -619,6 +668,13 @@ int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const
 			return hp_error_prefix(rc, "partitioning weight '%s'", g->values[c.w].name);
 		done++;
 	}
+	for (int i = 0; spec && i < n0; i++) /* g->nodes moves as nodes are added */
+		for (int slot = 0; !g->nodes[i].folded && slot < g->nodes[i].ninputs; slot++) {
+			int w = g->nodes[i].inputs[slot];
+			if ((rc = cut_for_update(g, i, slot, budget, avail, copies)) < 0)
+				return hp_error_prefix(rc, "partitioning weight '%s'", g->values[w].name);
+			done += rc;
+		}
 	if (!done)
 		return 0;
 	if ((rc = hp_graph_finalize(g)) < 0 || (rc = hp_graph_infer(g)) < 0)
