@@ -162,7 +162,11 @@ def test_heavy():
 def test_balanced():
     d = balanced()
     for P in (2, 4):
-        rc, out, err = run(d, '--plan', '--pipeline', str(P))
+        # micro-batches of 64-128 samples: products of 8-17 MFLOP, where the
+        # measured speed model grows less than 1.5x per doubling; at 8
+        # samples (0.5 MFLOP) a model calibrated on a loaded machine charged
+        # a product and its half alike, and the dA check below failed
+        rc, out, err = run(d, '--plan', '--pipeline', str(P), batch=256)
         if not check(rc == 0, 'balanced: --plan --pipeline %d runs (%s)' % (P, err.strip()[-300:])):
             continue
         print(out)
