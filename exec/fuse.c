@@ -310,7 +310,7 @@ int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struc
 		if ((rc = run_pass(g, always[i], r, &any)) < 0)
 			return rc;
 	/* after the passes that absorb Transposes into a product or attention */
-	if ((rc = hp_fuse_const_transpose(g, r)) < 0 || (rc > 0 && (any = 1) && (rc = hp_graph_finalize(g)) < 0))
+	if ((rc = hp_fuse_const_transpose(g, r, opts && opts->splittable)) < 0 || (rc > 0 && (any = 1) && (rc = hp_graph_finalize(g)) < 0))
 		return rc;
 	if (!(opts && opts->splittable) && (rc = run_pass(g, hp_fuse_epilogue, r, &any)) < 0)
 		return rc;

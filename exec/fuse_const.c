@@ -8,16 +8,26 @@
  * changes no value, so the products see the same bits as before; the
  * pass runs in core and out of core alike.  The transposed weights live
  * in memory (the graph's), at most CONST_MAX_BYTES of them, so that both
- * modes fold the same nodes. */
+ * modes fold the same nodes; except under a budget, where memory outside
+ * the store would break it (a 32 MB weight so folded held 64 MB beside a
+ * 16 MiB budget): there a 2-D weight's transpose of at least
+ * SPILL_MIN_BYTES is written to an unlinked file in $TMPDIR in blocks of
+ * at most SPILL_BLOCK_BYTES, read from the model file a row slice at a
+ * time, and the new initializer is that file's bytes (/proc/self/fd/N),
+ * which the store pages like any weight of the model. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "hpdlf/error.h"
 #include "exec/fuse_internal.h"
 
 #define CONST_MAX_BYTES (256u << 20)
+#define SPILL_MIN_BYTES (1u << 20)
+#define SPILL_BLOCK_BYTES (4u << 20)
 
 /* The permutation of Transpose node n over rank r (default: reversed);
  * 0, or -1 when malformed. */
@@ -59,8 +69,137 @@ static void permute(const float *x, const struct hp_shape *xs, const int *perm, 
 	}
 }
 
+static int fold_mem(struct hp_graph *g, int t, struct hp_fuse_report *r);
+
+/* An unlinked file in $TMPDIR (or /tmp), open for the process's life,
+ * named by /proc/self/fd/N in g->files; its index, or a negative error. */
+static int spill_file(struct hp_graph *g, int *fd)
+{
+	const char *tmp = getenv("TMPDIR");
+	char path[64], tpl[4200];
+	char **p;
+
+	snprintf(tpl, sizeof tpl, "%s", tmp && *tmp ? tmp : "/tmp");
+	if ((*fd = open(tpl, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600)) < 0) {
+		snprintf(tpl, sizeof tpl, "%s/hpdlf-const-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+		if ((*fd = mkostemp(tpl, O_CLOEXEC)) < 0)
+			return hp_error(-errno, "folding transposed weights: cannot create a file in %s: %s",
+					tmp && *tmp ? tmp : "/tmp", strerror(errno));
+		unlink(tpl);
+	}
+	snprintf(path, sizeof path, "/proc/self/fd/%d", *fd);
+	if (!(p = realloc(g->files, (size_t)(g->nfiles + 1) * sizeof *g->files)) || !(p[g->nfiles] = strdup(path))) {
+		if (p)
+			g->files = p;
+		close(*fd);
+		return hp_error(-ENOMEM, "out of memory");
+	}
+	g->files = p;
+	return g->nfiles++;
+}
+
+/* x [R, C] (its bytes in memory, or the blob src) transposed into file fd:
+ * output rows [c0, c1) (input columns) a block at a time. */
+static int spill_transpose(const struct hp_value *x, int fd, const char *xpath)
+{
+	int64_t R = x->shape.dims[0], C = x->shape.dims[1], cols = SPILL_BLOCK_BYTES / 4 / (R ? R : 1);
+	float *blk, *row;
+	int in = -1, rc = 0;
+
+	cols = cols < 1 ? 1 : cols > C ? C : cols;
+	blk = malloc((size_t)(cols * R) * sizeof *blk);
+	row = malloc((size_t)cols * sizeof *row);
+	if (!blk || !row) {
+		rc = hp_error(-ENOMEM, "out of memory");
+		goto out;
+	}
+	if (!x->data && (in = open(xpath, O_RDONLY | O_CLOEXEC)) < 0) {
+		rc = hp_error(-errno, "%s: %s", xpath, strerror(errno));
+		goto out;
+	}
+	for (int64_t c0 = 0; c0 < C && rc == 0; c0 += cols) {
+		int64_t nc = C - c0 < cols ? C - c0 : cols;
+		for (int64_t r = 0; r < R && rc == 0; r++) {
+			const float *src = row;
+			if (x->data) {
+				src = (const float *)x->data + r * C + c0;
+			} else {
+				size_t want = (size_t)nc * sizeof *row;
+				ssize_t got = pread(in, row, want, (off_t)(x->src.offset + (uint64_t)(r * C + c0) * 4));
+				if (got != (ssize_t)want) {
+					rc = hp_error(got < 0 ? -errno : -EIO, "%s: initializer '%s': %s", xpath, x->name,
+						      got < 0 ? strerror(errno) : "short read");
+					break;
+				}
+			}
+			for (int64_t j = 0; j < nc; j++)
+				blk[j * R + r] = src[j];
+		}
+		size_t len = (size_t)(nc * R) * sizeof *blk;
+		for (size_t done = 0; rc == 0 && done < len;) {
+			ssize_t w = pwrite(fd, (const char *)blk + done, len - done, (off_t)((uint64_t)(c0 * R) * 4 + done));
+			if (w <= 0)
+				rc = hp_error(w < 0 ? -errno : -EIO, "folding '%s': writing its transpose: %s", x->name,
+					      w < 0 ? strerror(errno) : "no space");
+			else
+				done += (size_t)w;
+		}
+	}
+out:
+	if (in >= 0)
+		close(in);
+	free(blk);
+	free(row);
+	return rc;
+}
+
+/* Under a budget: fold 2-D Transpose node t into a file (see the top). */
+static int fold_spilled(struct hp_graph *g, int t, struct hp_fuse_report *r)
+{
+	int x = g->nodes[t].inputs[0], out = g->nodes[t].outputs[0], fd, fi, v, rc;
+	struct hp_shape ys = g->values[out].shape;
+	char name[512], line[512];
+
+	if ((fi = spill_file(g, &fd)) < 0)
+		return fi;
+	/* the value's blob file, read before g->files moved */
+	const struct hp_value *xv = &g->values[x];
+	if ((rc = spill_transpose(xv, fd, xv->data ? NULL : g->files[xv->src.file])) < 0)
+		return rc;
+	snprintf(name, sizeof name, "%s.const", g->values[out].name);
+	for (int i = 1; hp_graph_find_value(g, name) >= 0; i++)
+		snprintf(name, sizeof name, "%s.const#%d", g->values[out].name, i);
+	if ((v = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, HP_F32, &ys)) < 0)
+		return v;
+	g->values[v].src = (struct hp_blob){ .kind = HP_BLOB_FILE, .file = fi, .offset = 0,
+					     .length = (uint64_t)hp_shape_numel(&ys) * 4 };
+	g->values[v].trainable = 0;
+	for (int i = 0; i < g->nnodes; i++)
+		for (int j = 0; j < g->nodes[i].ninputs; j++)
+			if (g->nodes[i].inputs[j] == out)
+				g->nodes[i].inputs[j] = v;
+	snprintf(line, sizeof line, "Transpose '%s' of constant '%s' computed once (to a file: under a budget)",
+		 g->nodes[t].name, g->values[x].name);
+	hp_fz_note(r, "Transpose of a constant", line);
+	r->nodes_removed++;
+	return 0;
+}
+
 /* Fold Transpose node t: its readers read the new initializer instead. */
-static int fold_one(struct hp_graph *g, int t, struct hp_fuse_report *r)
+static int fold_one(struct hp_graph *g, int t, struct hp_fuse_report *r, int spill)
+{
+	const struct hp_value *xv = &g->values[g->nodes[t].inputs[0]];
+	int perm[HP_MAX_RANK];
+
+	if (spill && xv->shape.rank == 2 && perm_of(&g->nodes[t], 2, perm) == 0 && perm[0] == 1 &&
+	    (uint64_t)hp_shape_numel(&xv->shape) * 4 >= SPILL_MIN_BYTES && xv->dtype == HP_F32 &&
+	    (xv->data || (xv->src.kind == HP_BLOB_FILE && xv->src.file >= 0 && xv->src.file < g->nfiles)))
+		return fold_spilled(g, t, r);
+	return fold_mem(g, t, r);
+}
+
+/* Fold Transpose node t in memory. */
+static int fold_mem(struct hp_graph *g, int t, struct hp_fuse_report *r)
 {
 	int x = g->nodes[t].inputs[0], out = g->nodes[t].outputs[0], perm[HP_MAX_RANK], v;
 	struct hp_shape xs = g->values[x].shape;
@@ -108,7 +247,7 @@ static int foldable(const struct hp_graph *g, const struct hp_node *n, uint64_t 
 	       hp_shape_numel(&x->shape) < ((int64_t)1 << 31);
 }
 
-int hp_fuse_const_transpose(struct hp_graph *g, struct hp_fuse_report *r)
+int hp_fuse_const_transpose(struct hp_graph *g, struct hp_fuse_report *r, int spill)
 {
 	uint64_t left = CONST_MAX_BYTES;
 	int any = 0, rc;
@@ -117,7 +256,7 @@ int hp_fuse_const_transpose(struct hp_graph *g, struct hp_fuse_report *r)
 		if (!foldable(g, &g->nodes[i], left))
 			continue;
 		left -= (uint64_t)hp_shape_numel(&g->values[g->nodes[i].inputs[0]].shape) * sizeof(float);
-		if ((rc = fold_one(g, i, r)) < 0)
+		if ((rc = fold_one(g, i, r, spill)) < 0)
 			return rc;
 		any = 1;
 	}

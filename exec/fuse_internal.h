@@ -27,7 +27,7 @@ int hp_fuse_invres(struct hp_graph *g, struct hp_fuse_report *r);   /* fuse_ir.c
 int hp_fuse_train_linear(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_train_linear.c */
 /* Every Transpose of a float constant at once (a cap on the bytes folded):
  * 1 when some folded, 0, or a negative error. */
-int hp_fuse_const_transpose(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_const.c */
+int hp_fuse_const_transpose(struct hp_graph *g, struct hp_fuse_report *r, int spill); /* fuse_const.c */
 int hp_fuse_pack_weights(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_pack.c, in core, last */
 
 /* ---- fuse_util.c ---- */

@@ -1,10 +1,13 @@
 /* Operator splitting for a budget (see split.h): candidates are rewritten
  * copies of the graph; the first that fits replaces it. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "hpdlf/error.h"
 #include "hpdlf/kernels.h"
@@ -94,9 +97,25 @@ static int graph_clone(const struct hp_graph *g, struct hp_graph **out)
 		d->files = calloc((size_t)g->nfiles + 1, sizeof *d->files);
 		rc = d->producer && d->files ? 0 : hp_error(-ENOMEM, "out of memory");
 	}
-	for (int i = 0; rc == 0 && i < g->nfiles; i++, d->nfiles++)
-		if (!(d->files[i] = strdup(g->files[i])))
+	for (int i = 0; rc == 0 && i < g->nfiles; i++, d->nfiles++) {
+		char own[64];
+		int fd;
+		/* a file the graph holds open (exec/fuse_const.c): the clone
+		 * holds its own descriptor, which hp_graph_free closes */
+		if (!strncmp(g->files[i], "/proc/self/fd/", 14)) {
+			if ((fd = fcntl(atoi(g->files[i] + 14), F_DUPFD_CLOEXEC, 0)) < 0) {
+				rc = hp_error(-errno, "cannot duplicate %s: %s", g->files[i], strerror(errno));
+				break;
+			}
+			snprintf(own, sizeof own, "/proc/self/fd/%d", fd);
+			if (!(d->files[i] = strdup(own))) {
+				close(fd);
+				rc = hp_error(-ENOMEM, "out of memory");
+			}
+		} else if (!(d->files[i] = strdup(g->files[i]))) {
 			rc = hp_error(-ENOMEM, "out of memory");
+		}
+	}
 	for (int v = 0; rc == 0 && v < g->nvalues; v++)
 		rc = copy_value(d, &g->values[v]);
 	for (int i = 0; rc == 0 && i < g->nnodes; i++)

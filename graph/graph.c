@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "hpdlf/error.h"
 #include "hpdlf/graph.h"
@@ -75,8 +76,12 @@ void hp_graph_free(struct hp_graph *g)
 		for (int d = 0; d < HP_MAX_RANK; d++)
 			free(g->values[i].dim_param[d]);
 	}
-	for (int i = 0; i < g->nfiles; i++)
+	for (int i = 0; i < g->nfiles; i++) {
+		/* an unlinked file the graph holds open (exec/fuse_const.c) */
+		if (!strncmp(g->files[i], "/proc/self/fd/", 14))
+			close(atoi(g->files[i] + 14));
 		free(g->files[i]);
+	}
 	free(g->files);
 	free(g->nodes);
 	free(g->values);

@@ -1286,6 +1286,12 @@ static int load_smallest(const struct cli *c, const struct hp_exec_opts *o, stru
 	notes_said = 1; /* the model is loaded a second time: its notes were said */
 	rc = load_model(c, g);
 	o1.budget = 1;
+	if (rc == 0 && !c->no_fuse) { /* fused as a budgeted run is (the report was printed) */
+		struct hp_fuse_opts fo = { .splittable = 1 };
+		struct hp_fuse_report r;
+		rc = hp_fuse_inference(*g, &fo, &r);
+		hp_fuse_report_free(&r);
+	}
 	return rc < 0 ? rc : hp_graph_compile(*g, &o1);
 }
 
