@@ -43,7 +43,7 @@ int hp_compile(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_budge
 	 * page (weights packed or transposed in memory by the fusions), and
 	 * its start-up figure, kept per model, shrank a later budgeted run's
 	 * tensors to nothing */
-	hp_budget_overhead_measure(g, hp_budget_tiers_remote(n.tiers, n.ntiers), n.budget ? "infer" : "infer-incore");
+	hp_budget_overhead_measure(g, hp_budget_tiers_remote(n.tiers, n.ntiers), n.budget ? "infer-budget" : "infer");
 	if ((rc = rewrite(g, &n)) < 0)
 		return rc;
 	hp_budget_layout(g, &n, l);

@@ -14,10 +14,12 @@
  * The Conv gets new initializers held in memory (a weight another node
  * also reads is untouched), at most FUSE_MAX_BYTES of them. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "hpdlf/error.h"
 #include "hpdlf/kernels.h"
@@ -159,8 +161,76 @@ static int fold_geom_of(const struct hp_graph *g, const struct hp_node *c, const
 	return 0;
 }
 
-/* Folded weight and bias of Conv or Gemm node ci under BatchNorm node bi. */
-static int fold_values(struct hp_graph *g, int ci, int bi, int *wv, int *bv)
+/* Under a budget: weight W' = W a (rows of channels, fg->cols 0) computed
+ * a block of channels at a time into the graph's spill file, W read from
+ * memory or a block at a time from its file; the same expression per
+ * element as fold_math.  The new initializer's index, or an error. */
+static int fold_spilled(struct hp_graph *g, int w, const struct fold_geom *fg, const double *a)
+{
+	const struct hp_value *x = &g->values[w];
+	int64_t kb = HP_FZ_SPILL_BLOCK_BYTES / 4 / (fg->per ? fg->per : 1), per = fg->per;
+	float *blk, *own = NULL;
+	int fd, fi, in = -1, v, rc = 0;
+	uint64_t at;
+	char name[512];
+
+	kb = kb < 1 ? 1 : kb > fg->m ? fg->m : kb;
+	if ((fi = hp_fz_spill(g, &fd, &at)) < 0)
+		return fi;
+	x = &g->values[w];
+	if (!(blk = malloc((size_t)(kb * per) * sizeof *blk)) || (!x->data && !(own = malloc((size_t)(kb * per) * 4)))) {
+		free(blk);
+		return hp_error(-ENOMEM, "out of memory");
+	}
+	if (!x->data && (in = open(g->files[x->src.file], O_RDONLY | O_CLOEXEC)) < 0)
+		rc = hp_error(-errno, "%s: %s", g->files[x->src.file], strerror(errno));
+	for (int64_t k0 = 0; k0 < fg->m && rc == 0; k0 += kb) {
+		int64_t nk = fg->m - k0 < kb ? fg->m - k0 : kb;
+		size_t len = (size_t)(nk * per) * sizeof *blk;
+		const float *W = x->data ? (const float *)x->data + k0 * per : own;
+		if (!x->data) {
+			ssize_t got = pread(in, own, len, (off_t)(x->src.offset + (uint64_t)(k0 * per) * 4));
+			if (got != (ssize_t)len) {
+				rc = hp_error(got < 0 ? -errno : -EIO, "%s: initializer '%s': %s", g->files[x->src.file],
+					      x->name, got < 0 ? strerror(errno) : "short read");
+				break;
+			}
+		}
+		for (int64_t k = 0; k < nk; k++)
+			for (int64_t i = 0; i < per; i++)
+				blk[k * per + i] = (float)(W[k * per + i] * a[k0 + k]);
+		for (size_t done = 0; rc == 0 && done < len;) {
+			ssize_t wr = pwrite(fd, (const char *)blk + done, len - done,
+					    (off_t)(at + (uint64_t)(k0 * per) * 4 + done));
+			if (wr <= 0)
+				rc = hp_error(wr < 0 ? -errno : -EIO, "folding '%s': writing it: %s", x->name,
+					      wr < 0 ? strerror(errno) : "no space");
+			else
+				done += (size_t)wr;
+		}
+	}
+	if (in >= 0)
+		close(in);
+	free(blk);
+	free(own);
+	if (rc < 0)
+		return rc;
+	struct hp_shape ws = g->values[w].shape;
+	snprintf(name, sizeof name, "%s.bnfold", g->values[w].name);
+	for (int i = 1; hp_graph_find_value(g, name) >= 0; i++)
+		snprintf(name, sizeof name, "%s.bnfold#%d", g->values[w].name, i);
+	if ((v = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, HP_F32, &ws)) < 0)
+		return v;
+	g->values[v].src = (struct hp_blob){ .kind = HP_BLOB_FILE, .file = fi, .offset = at,
+					     .length = (uint64_t)hp_shape_numel(&ws) * 4 };
+	g->values[v].trainable = 0;
+	return v;
+}
+
+/* Folded weight and bias of Conv or Gemm node ci under BatchNorm node bi;
+ * spill: under a budget (fold_spilled for a weight of HP_FZ_SPILL_MIN_BYTES
+ * or more in channel rows). */
+static int fold_values(struct hp_graph *g, int ci, int bi, int *wv, int *bv, int spill)
 {
 	const struct hp_node *c = &g->nodes[ci], *b = &g->nodes[bi];
 	const struct hp_value *w = &g->values[c->inputs[1]];
@@ -172,27 +242,50 @@ static int fold_values(struct hp_graph *g, int ci, int bi, int *wv, int *bv)
 	float *own[6] = { 0 };
 	int rc = fold_geom_of(g, c, b, &fg);
 	struct hp_shape bs = { 1, { fg.m } };
-	float *nw = malloc((size_t)hp_shape_numel(&w->shape) * sizeof *nw), *nb = malloc((size_t)fg.m * sizeof *nb);
+	int spilled = spill && !fg.cols && (uint64_t)hp_shape_numel(&w->shape) * 4 >= HP_FZ_SPILL_MIN_BYTES &&
+		      (w->data || (w->src.kind == HP_BLOB_FILE && w->src.file >= 0 && w->src.file < g->nfiles));
+	float *nw = spilled ? NULL : malloc((size_t)hp_shape_numel(&w->shape) * sizeof *nw);
+	float *nb = malloc((size_t)fg.m * sizeof *nb);
+	double *a = spilled ? malloc((size_t)fg.m * sizeof *a) : NULL;
 
-	if (!nw || !nb)
+	if ((!spilled && !nw) || !nb || (spilled && !a))
 		rc = hp_error(-ENOMEM, "out of memory");
 
-	for (int i = 0; i < 6 && rc == 0; i++)
+	for (int i = spilled ? 1 : 0; i < 6 && rc == 0; i++)
 		if (src[i] >= 0 && !(p[i] = load_f32(g, src[i], &own[i])))
 			rc = hp_error(-ENOMEM, "cannot read '%s' to fold it", g->values[src[i]].name);
-	if (rc == 0)
+	if (rc == 0 && !spilled)
 		fold_math(p, &fg, hp_attr_float(b, "epsilon", 1e-5f), nw, nb);
+	if (rc == 0 && spilled) { /* fold_math's bias, and its factors for the weight */
+		const float *cb = p[1], *sc = p[2], *bias = p[3], *mean = p[4], *var = p[5];
+		double eps = hp_attr_float(b, "epsilon", 1e-5f);
+		for (int64_t k = 0; k < fg.m; k++) {
+			double bb = cb ? cb[fg.scalar_bias ? 0 : k] : 0.0;
+			a[k] = sc[k] / sqrt((double)var[k] + eps);
+			nb[k] = (float)((fg.beta * bb - mean[k]) * a[k] + bias[k]);
+		}
+	}
 	for (int i = 0; i < 6; i++)
 		free(own[i]);
 	if (rc < 0) {
 		free(nw);
 		free(nb);
+		free(a);
 		return rc;
 	}
-	struct hp_shape ws = w->shape; /* hp_fz_memory_init may move the values */
-	if ((*wv = hp_fz_memory_init(g, w->name, ".bnfold", &ws, nw)) < 0) {
-		free(nb);
-		return *wv;
+	if (spilled) {
+		*wv = fold_spilled(g, src[0], &fg, a);
+		free(a);
+		if (*wv < 0) {
+			free(nb);
+			return *wv;
+		}
+	} else {
+		struct hp_shape ws = w->shape; /* hp_fz_memory_init may move the values */
+		if ((*wv = hp_fz_memory_init(g, w->name, ".bnfold", &ws, nw)) < 0) {
+			free(nb);
+			return *wv;
+		}
 	}
 	*bv = hp_fz_memory_init(g, g->values[b->outputs[0]].name, ".bias.bnfold", &bs, nb);
 	return *bv < 0 ? *bv : 0;
@@ -263,7 +356,7 @@ static int drop_dead_identities(struct hp_graph *g)
 }
 
 /* BatchNormalization into Conv or Gemm, until none is left. */
-static int fold_bn(struct hp_graph *g, struct hp_fuse_report *r, int *any)
+static int fold_bn(struct hp_graph *g, struct hp_fuse_report *r, int *any, int spill)
 {
 	int rc, i, ci;
 	uint64_t budget = FUSE_MAX_BYTES;
@@ -271,7 +364,7 @@ static int fold_bn(struct hp_graph *g, struct hp_fuse_report *r, int *any)
 	/* producers and consumers are node indices: relink after every fold */
 	while ((i = next_fold(g, &ci, &budget)) >= 0) {
 		int wv = -1, bv = -1;
-		if ((rc = fold_values(g, ci, i, &wv, &bv)) < 0 || (rc = rewire(g, ci, i, wv, bv)) < 0)
+		if ((rc = fold_values(g, ci, i, &wv, &bv, spill)) < 0 || (rc = rewire(g, ci, i, wv, bv)) < 0)
 			return rc;
 		note(r, &g->nodes[i], &g->nodes[ci]);
 		hp_graph_remove_node(g, i);
@@ -304,7 +397,7 @@ int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struc
 	int rc, any = 0;
 
 	memset(r, 0, sizeof *r);
-	if ((rc = fold_bn(g, r, &any)) < 0)
+	if ((rc = fold_bn(g, r, &any, opts && opts->splittable)) < 0)
 		return rc;
 	for (size_t i = 0; i < sizeof always / sizeof always[0]; i++)
 		if ((rc = run_pass(g, always[i], r, &any)) < 0)

@@ -11,9 +11,9 @@
  * modes fold the same nodes; except under a budget, where memory outside
  * the store would break it (a 32 MB weight so folded held 64 MB beside a
  * 16 MiB budget): there a 2-D weight's transpose of at least
- * SPILL_MIN_BYTES is written to an unlinked file in $TMPDIR in blocks of
- * at most SPILL_BLOCK_BYTES, read from the model file a row slice at a
- * time, and the new initializer is that file's bytes (/proc/self/fd/N),
+ * HP_FZ_SPILL_MIN_BYTES is written to the graph's spill file (hp_fz_spill) in
+ * blocks of at most HP_FZ_SPILL_BLOCK_BYTES, read from the model file a row
+ * slice at a time, and the new initializer is those bytes of the file,
  * which the store pages like any weight of the model. */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,8 +26,6 @@
 #include "exec/fuse_internal.h"
 
 #define CONST_MAX_BYTES (256u << 20)
-#define SPILL_MIN_BYTES (1u << 20)
-#define SPILL_BLOCK_BYTES (4u << 20)
 
 /* The permutation of Transpose node n over rank r (default: reversed);
  * 0, or -1 when malformed. */
@@ -70,39 +68,11 @@ static void permute(const float *x, const struct hp_shape *xs, const int *perm, 
 }
 
 static int fold_mem(struct hp_graph *g, int t, struct hp_fuse_report *r);
-
-/* An unlinked file in $TMPDIR (or /tmp), open for the process's life,
- * named by /proc/self/fd/N in g->files; its index, or a negative error. */
-static int spill_file(struct hp_graph *g, int *fd)
-{
-	const char *tmp = getenv("TMPDIR");
-	char path[64], tpl[4200];
-	char **p;
-
-	snprintf(tpl, sizeof tpl, "%s", tmp && *tmp ? tmp : "/tmp");
-	if ((*fd = open(tpl, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600)) < 0) {
-		snprintf(tpl, sizeof tpl, "%s/hpdlf-const-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-		if ((*fd = mkostemp(tpl, O_CLOEXEC)) < 0)
-			return hp_error(-errno, "folding transposed weights: cannot create a file in %s: %s",
-					tmp && *tmp ? tmp : "/tmp", strerror(errno));
-		unlink(tpl);
-	}
-	snprintf(path, sizeof path, "/proc/self/fd/%d", *fd);
-	if (!(p = realloc(g->files, (size_t)(g->nfiles + 1) * sizeof *g->files)) || !(p[g->nfiles] = strdup(path))) {
-		if (p)
-			g->files = p;
-		close(*fd);
-		return hp_error(-ENOMEM, "out of memory");
-	}
-	g->files = p;
-	return g->nfiles++;
-}
-
 /* x [R, C] (its bytes in memory, or the blob src) transposed into file fd:
  * output rows [c0, c1) (input columns) a block at a time. */
-static int spill_transpose(const struct hp_value *x, int fd, const char *xpath)
+static int spill_transpose(const struct hp_value *x, int fd, uint64_t at, const char *xpath)
 {
-	int64_t R = x->shape.dims[0], C = x->shape.dims[1], cols = SPILL_BLOCK_BYTES / 4 / (R ? R : 1);
+	int64_t R = x->shape.dims[0], C = x->shape.dims[1], cols = HP_FZ_SPILL_BLOCK_BYTES / 4 / (R ? R : 1);
 	float *blk, *row;
 	int in = -1, rc = 0;
 
@@ -137,7 +107,7 @@ static int spill_transpose(const struct hp_value *x, int fd, const char *xpath)
 		}
 		size_t len = (size_t)(nc * R) * sizeof *blk;
 		for (size_t done = 0; rc == 0 && done < len;) {
-			ssize_t w = pwrite(fd, (const char *)blk + done, len - done, (off_t)((uint64_t)(c0 * R) * 4 + done));
+			ssize_t w = pwrite(fd, (const char *)blk + done, len - done, (off_t)(at + (uint64_t)(c0 * R) * 4 + done));
 			if (w <= 0)
 				rc = hp_error(w < 0 ? -errno : -EIO, "folding '%s': writing its transpose: %s", x->name,
 					      w < 0 ? strerror(errno) : "no space");
@@ -159,19 +129,19 @@ static int fold_spilled(struct hp_graph *g, int t, struct hp_fuse_report *r)
 	int x = g->nodes[t].inputs[0], out = g->nodes[t].outputs[0], fd, fi, v, rc;
 	struct hp_shape ys = g->values[out].shape;
 	char name[512], line[512];
+	uint64_t at;
 
-	if ((fi = spill_file(g, &fd)) < 0)
+	if ((fi = hp_fz_spill(g, &fd, &at)) < 0)
 		return fi;
-	/* the value's blob file, read before g->files moved */
 	const struct hp_value *xv = &g->values[x];
-	if ((rc = spill_transpose(xv, fd, xv->data ? NULL : g->files[xv->src.file])) < 0)
+	if ((rc = spill_transpose(xv, fd, at, xv->data ? NULL : g->files[xv->src.file])) < 0)
 		return rc;
 	snprintf(name, sizeof name, "%s.const", g->values[out].name);
 	for (int i = 1; hp_graph_find_value(g, name) >= 0; i++)
 		snprintf(name, sizeof name, "%s.const#%d", g->values[out].name, i);
 	if ((v = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, HP_F32, &ys)) < 0)
 		return v;
-	g->values[v].src = (struct hp_blob){ .kind = HP_BLOB_FILE, .file = fi, .offset = 0,
+	g->values[v].src = (struct hp_blob){ .kind = HP_BLOB_FILE, .file = fi, .offset = at,
 					     .length = (uint64_t)hp_shape_numel(&ys) * 4 };
 	g->values[v].trainable = 0;
 	for (int i = 0; i < g->nnodes; i++)
@@ -192,7 +162,7 @@ static int fold_one(struct hp_graph *g, int t, struct hp_fuse_report *r, int spi
 	int perm[HP_MAX_RANK];
 
 	if (spill && xv->shape.rank == 2 && perm_of(&g->nodes[t], 2, perm) == 0 && perm[0] == 1 &&
-	    (uint64_t)hp_shape_numel(&xv->shape) * 4 >= SPILL_MIN_BYTES && xv->dtype == HP_F32 &&
+	    (uint64_t)hp_shape_numel(&xv->shape) * 4 >= HP_FZ_SPILL_MIN_BYTES && xv->dtype == HP_F32 &&
 	    (xv->data || (xv->src.kind == HP_BLOB_FILE && xv->src.file >= 0 && xv->src.file < g->nfiles)))
 		return fold_spilled(g, t, r);
 	return fold_mem(g, t, r);

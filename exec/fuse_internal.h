@@ -49,6 +49,15 @@ int hp_fz_user_fed(const struct hp_graph *g, int v);
  * from then on, freed on failure), named base + suffix (+ "#i" while the
  * name is taken); its value index. */
 int hp_fz_memory_init(struct hp_graph *g, const char *base, const char *suffix, const struct hp_shape *s, float *data);
+/* Under a budget, weights the fusions compute go to a file, not to memory
+ * beside the budget: the graph's spill file (an unlinked file in $TMPDIR,
+ * or /tmp, open for the graph's life and named /proc/self/fd/N in
+ * g->files; hp_graph_free closes it), made at the first call.  Its index
+ * in g->files, *fd, and *at, the 4 KiB-aligned offset past its end where
+ * the next weight goes; or a negative error. */
+#define HP_FZ_SPILL_MIN_BYTES (1u << 20)  /* smaller folded weights stay in memory */
+#define HP_FZ_SPILL_BLOCK_BYTES (4u << 20) /* computed and written a block at a time */
+int hp_fz_spill(struct hp_graph *g, int *fd, uint64_t *at);
 /* |x - want| within 1e-6 of want (exporters round their constants). */
 int hp_fz_near(double x, double want);
 /* The input of binary node n that is not value v (-1 when both or none). */

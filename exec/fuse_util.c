@@ -1,9 +1,12 @@
 /* Helpers shared by the fusion passes (fuse_internal.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "hpdlf/error.h"
 #include "exec/fuse_internal.h"
@@ -208,4 +211,36 @@ void hp_fz_note(struct hp_fuse_report *r, const char *pattern, const char *line)
 	}
 	r->lines = l;
 	l[r->nfused - 1] = strdup(line);
+}
+
+int hp_fz_spill(struct hp_graph *g, int *fd, uint64_t *at)
+{
+	const char *tmp = getenv("TMPDIR");
+	char path[64], tpl[4200];
+	struct stat st;
+	char **p;
+
+	for (int i = g->nfiles - 1; i > 0; i--) /* the graph's own, made earlier */
+		if (!strncmp(g->files[i], "/proc/self/fd/", 14) && fstat(*fd = atoi(g->files[i] + 14), &st) == 0) {
+			*at = ((uint64_t)st.st_size + 4095) / 4096 * 4096;
+			return i;
+		}
+	snprintf(tpl, sizeof tpl, "%s", tmp && *tmp ? tmp : "/tmp");
+	if ((*fd = open(tpl, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600)) < 0) {
+		snprintf(tpl, sizeof tpl, "%s/hpdlf-const-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+		if ((*fd = mkostemp(tpl, O_CLOEXEC)) < 0)
+			return hp_error(-errno, "folding weights under a budget: cannot create a file in %s: %s",
+					tmp && *tmp ? tmp : "/tmp", strerror(errno));
+		unlink(tpl);
+	}
+	snprintf(path, sizeof path, "/proc/self/fd/%d", *fd);
+	if (!(p = realloc(g->files, (size_t)(g->nfiles + 1) * sizeof *g->files)) || !(p[g->nfiles] = strdup(path))) {
+		if (p)
+			g->files = p;
+		close(*fd);
+		return hp_error(-ENOMEM, "out of memory");
+	}
+	g->files = p;
+	*at = 0;
+	return g->nfiles++;
 }

@@ -16,6 +16,7 @@
 #include "exec/comm.h"
 #include "exec/exec_internal.h"
 #include "exec/speed.h"
+#include "exec/speed_rev.h"
 #include "exec/speed_version.h"
 #include "store/frames.h"
 
@@ -79,7 +80,9 @@ static uint64_t io_copies(const struct hp_graph *g)
  * process (library pages and thread stacks touched early or late), and
  * the smallest budget named from 64 MiB on moved by a 2 MiB grain between
  * two runs of one command now and then.  So the figure is kept, per model
- * file, mode and version ($XDG_CACHE_HOME/hpdlf), with RSS_MARGIN on top:
+ * file, mode, version and source revision ($XDG_CACHE_HOME/hpdlf: a build
+ * that holds less at start-up is not stuck with an older one's most), with
+ * RSS_MARGIN on top:
  * a later start-up takes it unless it measures more, then keeps its own.
  * Never below what this process measured. */
 #define RSS_MARGIN (1ull << 20)
@@ -94,8 +97,8 @@ static uint64_t rss_settled(const struct hp_graph *g, uint64_t now, uint64_t cpu
 
 	if (!g || !g->path || stat(g->path, &st) < 0 || !now)
 		return now;
-	snprintf(key, sizeof key, "version=%s cpus=%llu remote=%d ranks=%d mode=%s nodes=%d model=%s size=%lld mtime=%lld",
-		 HPDLF_VERSION, (unsigned long long)cpus, remote, hp_comm_size(), mode ? mode : "", g->nnodes, g->path,
+	snprintf(key, sizeof key, "version=%s rev=%s cpus=%llu remote=%d ranks=%d mode=%s nodes=%d model=%s size=%lld mtime=%lld",
+		 HPDLF_VERSION, HPDLF_SPEED_REV, (unsigned long long)cpus, remote, hp_comm_size(), mode ? mode : "", g->nnodes, g->path,
 		 (long long)st.st_size, (long long)st.st_mtime);
 	if (hp_speed_cache_path("overhead", key, path, sizeof path) < 0)
 		return now;

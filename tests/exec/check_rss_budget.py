@@ -17,6 +17,10 @@ first, removed when everything passes), then:
     (exec/fuse_const.c), not to memory beside the budget: peak RSS within
     64 and 96 MiB, outputs bitwise the in-core ones, and the smallest
     budget --plan names counts the transpose folded as the run does;
+  * inference of 6 Conv 3x3 512->512 + BatchNormalization + Relu (54 MiB
+    of weights): the BatchNorms are folded into the Convs' weights, under
+    a budget into a file too (exec/fuse.c), not into memory beside it:
+    peak RSS within 64 and 96 MiB, outputs bitwise the in-core ones;
   * training: an MLP of 7 Gemms 1024 wide with Adam (weights, gradients and
     moments: a tensor peak of about 150 MiB in core) at 64 and 96 MiB: the
     peak RSS is within the budget, the losses those of the in-core run
@@ -94,6 +98,25 @@ def tmatmul(path, rng):
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16, 8192])],
                           [numpy_helper.from_array(w, "w")])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def bnconv(path, rng):
+    inits, nodes, prev = [], [], "x"
+    for i in range(6):
+        inits += [numpy_helper.from_array(rng.uniform(-0.02, 0.02, (512, 512, 3, 3)).astype(np.float32), "w%d" % i),
+                  numpy_helper.from_array(rng.uniform(0.5, 1.5, 512).astype(np.float32), "s%d" % i),
+                  numpy_helper.from_array(rng.uniform(-0.1, 0.1, 512).astype(np.float32), "b%d" % i),
+                  numpy_helper.from_array(rng.uniform(-0.1, 0.1, 512).astype(np.float32), "m%d" % i),
+                  numpy_helper.from_array(rng.uniform(0.5, 2.0, 512).astype(np.float32), "v%d" % i)]
+        nodes += [helper.make_node("Conv", [prev, "w%d" % i], ["c%d" % i], pads=[1, 1, 1, 1]),
+                  helper.make_node("BatchNormalization", ["c%d" % i, "s%d" % i, "b%d" % i, "m%d" % i, "v%d" % i],
+                                   ["n%d" % i]),
+                  helper.make_node("Relu", ["n%d" % i], ["r%d" % i])]
+        prev = "r%d" % i
+    g = helper.make_graph(nodes, "bnconv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 512, 4, 4])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [1, 512, 4, 4])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return prev
 
 
 def stats_of(path):
@@ -210,6 +233,8 @@ def main():
     mlp(os.path.join(tmp, "train.onnx"), 1024, 6, 1024, 10, rng)
     matmul(os.path.join(tmp, "mm.onnx"), rng)
     tmatmul(os.path.join(tmp, "tmm.onnx"), rng)
+    bn_out = bnconv(os.path.join(tmp, "bn.onnx"), rng)
+    np.save(os.path.join(tmp, "xb.npy"), rng.standard_normal((1, 512, 4, 4)).astype(np.float32))
     np.save(os.path.join(tmp, "xt.npy"), rng.standard_normal((2, 16, 2048)).astype(np.float32))
     np.save(os.path.join(tmp, "xi.npy"), rng.standard_normal((64, 1792)).astype(np.float32))
     np.save(os.path.join(tmp, "xm.npy"), rng.standard_normal((1, 1024)).astype(np.float32))
@@ -217,6 +242,7 @@ def main():
     np.save(os.path.join(tmp, "y.npy"), rng.integers(0, 10, 256).astype(np.int64))
     rows = infer_checks(exe, tmp, out)
     rows += infer_checks(exe, tmp, "y", "tmm.onnx", "xt.npy", "transposed W")
+    rows += infer_checks(exe, tmp, bn_out, "bn.onnx", "xb.npy", "Conv+BN")
     rows += train_checks(exe, tmp)
     smallest_checks(exe, "MatMul 64 MiB weight, --no-split",
                     [os.path.join(tmp, "mm.onnx"), "--input", "x=" + os.path.join(tmp, "xm.npy"), "--no-split",
