@@ -253,17 +253,34 @@ static int r_conv(struct ad *ad, const struct hp_node *n, const int *dy)
 	if (ntag > 0) /* a band's place in the whole (split_band.c), for split_grad.c */
 		a[nd++] = ad_ints("hpdlf_band", ntag, tag);
 	int din[2] = { dy[0], n->inputs[1] }, dwant[1] = { 0 };
-	if ((rc = ad_emit_to(ad, n, transpose ? "ConvTransposeGradData" : "ConvGradData", 2, din, 1, dwant, nd, a)) < 0)
-		return rc;
-	a[na] = ad_shape("kernel_shape", &ks);
+	struct hp_attr fa[MAXA];
+	int nfa = na;
+	memcpy(fa, a, sizeof a);
+	fa[nfa] = ad_shape("kernel_shape", &ks);
 	if (hp_attr_int(n, "hpdlf_unit_axis", -1) >= 0) /* a band's: its sums' units (split_band.c) */
-		a[++na] = ad_int("hpdlf_unit_axis", hp_attr_int(n, "hpdlf_unit_axis", 0));
+		fa[++nfa] = ad_int("hpdlf_unit_axis", hp_attr_int(n, "hpdlf_unit_axis", 0));
 	int fin[2] = { dy[0], n->inputs[0] }, fwant[1] = { 1 };
 	if (transpose) {
 		fin[0] = n->inputs[0];
 		fin[1] = dy[0];
 	}
-	if ((rc = ad_emit_to(ad, n, "ConvGradFilter", 2, fin, 1, fwant, na + 1, a)) < 0)
+	/* A whole convolution's filter gradient first: it reads X and dY but
+	 * not W, so out of core W's load runs while it computes, and the
+	 * update that follows it (autodiff.c add_update) and the data gradient
+	 * find W there.  The data gradient first made ResNet-18's backward
+	 * wait for each 9-MiB weight of its last layers, whose load could only
+	 * start once the previous layer's update had freed the budget (14 ms a
+	 * step stalled at 50% of its peak; now 1.5).  Same kernels, same
+	 * results.  A band's (split_band.c: hpdlf_unit_axis) keeps the data
+	 * gradient first: its weight stays resident over the bands' chain, and
+	 * its band's recomputations run after the band's first backward node
+	 * (remat.c, test band-order). */
+	int gf_first = hp_attr_int(n, "hpdlf_unit_axis", -1) < 0;
+	if (gf_first && (rc = ad_emit_to(ad, n, "ConvGradFilter", 2, fin, 1, fwant, nfa + 1, fa)) < 0)
+		return rc;
+	if ((rc = ad_emit_to(ad, n, transpose ? "ConvTransposeGradData" : "ConvGradData", 2, din, 1, dwant, nd, a)) < 0)
+		return rc;
+	if (!gf_first && (rc = ad_emit_to(ad, n, "ConvGradFilter", 2, fin, 1, fwant, nfa + 1, fa)) < 0)
 		return rc;
 	int bwant[1] = { 2 }, unit = hp_attr_int(n, "hpdlf_unit_axis", -1) >= 0;
 	struct hp_attr ua = ad_int("hpdlf_unit_axis", hp_attr_int(n, "hpdlf_unit_axis", 0));

@@ -191,8 +191,9 @@ static int lean_where_needed(struct hp_graph *c, uint64_t budget, uint64_t *minb
 }
 
 /* The graph cut into k bands (k = 1: as is), inferred and finished, and
- * made lean where that fits it into the budget (0: none). */
-static int candidate(const struct hp_graph *g, int k, int lean, uint64_t target, uint64_t budget,
+ * made lean where that fits it into the budget (0: none); rejoin: with the
+ * bands joined back where weights outweigh them (hp_split_bands). */
+static int candidate(const struct hp_graph *g, int k, int lean, int rejoin, uint64_t target, uint64_t budget,
 		     const struct hp_split_opts *so, struct hp_graph **out, struct hp_split_info *info)
 {
 	struct hp_graph *c;
@@ -201,11 +202,17 @@ static int candidate(const struct hp_graph *g, int k, int lean, uint64_t target,
 	*out = NULL;
 	info->k = k;
 	info->lean = lean;
+	info->rejoined = 0;
 	info->axis = -1;
 	info->nsplit = 0;
 	info->ms = -1;
 	if (rc == 0 && k > 1)
-		rc = hp_split_bands(c, k, so->training, lean, target, &info->nsplit, &info->axis);
+		rc = hp_split_bands(c, k, so->training, lean, target, &info->nsplit, &info->axis,
+				    rejoin ? &info->rejoined : NULL);
+	if (rc == 0 && rejoin && !info->rejoined) { /* the same graph as without */
+		hp_graph_free(c);
+		return 0;
+	}
 	/* a second pass (weights of big matrix products) slots in here */
 	if (rc == 0)
 		rc = hp_graph_infer(c); /* the copy's kernels are not prepared yet */
@@ -318,9 +325,13 @@ static void consider(struct hp_graph **keep, struct hp_split_info *ki, struct hp
 
 /* One pass over the band counts, splitting what needs more than cut (the
  * target, or below it: split_deeper); *keep and *ki hold the best graph so
- * far (the unsplit one on the first pass). */
+ * far (the unsplit one on the first pass).  rejoin: each candidate that
+ * fits the budget is also tried with its bands joined back where weights
+ * outweigh them (hp_split_bands), kept when predicted faster.  Only the
+ * pass at the budget given does: the smallest budget named (named_floor,
+ * fall_back) is the plain cut's, whatever the budget. */
 static int split_pass(const struct hp_graph *g, const struct hp_split_opts *so, uint64_t budget, uint64_t target,
-		      uint64_t cut, struct hp_graph **keep, struct hp_split_info *ki)
+		      uint64_t cut, int rejoin, struct hp_graph **keep, struct hp_split_info *ki)
 {
 	size_t nbc = sizeof band_counts / sizeof *band_counts;
 	struct hp_split_info ci;
@@ -333,12 +344,22 @@ static int split_pass(const struct hp_graph *g, const struct hp_split_opts *so, 
 	for (size_t i = 0; i < 2 * nbc && budget && !within; i++) {
 		if (ki->k == 1 && ki->min_after <= budget)
 			break; /* fits unsplit */
-		rc = candidate(g, band_counts[i % nbc], i >= nbc, cut, budget, so, &c, &ci);
+		rc = candidate(g, band_counts[i % nbc], i >= nbc, 0, cut, budget, so, &c, &ci);
 		if (rc < 0)
 			break;
 		ci.min_before = ki->min_before;
 		within = ci.min_after <= target;
+		int fits = ci.min_after <= budget;
 		consider(keep, ki, c, &ci, budget);
+		if (!rejoin || !fits || so->training) /* inference only: hp_split_bands */
+			continue;
+		rc = candidate(g, band_counts[i % nbc], i >= nbc, 1, cut, budget, so, &c, &ci);
+		if (rc < 0)
+			break;
+		if (c) {
+			ci.min_before = ki->min_before;
+			consider(keep, ki, c, &ci, budget);
+		}
 	}
 	return rc;
 }
@@ -348,12 +369,12 @@ static int pass_at(const struct hp_graph *g, const struct hp_split_opts *so, uin
 		   struct hp_split_info *ki)
 {
 	uint64_t target = b - b / 4; /* split_target of a layout of b */
-	int rc = candidate(g, 1, 0, target, b, so, keep, ki);
+	int rc = candidate(g, 1, 0, 0, target, b, so, keep, ki);
 
 	if (rc < 0)
 		return rc;
 	ki->min_before = ki->min_after;
-	return split_pass(g, so, b, target, target, keep, ki);
+	return split_pass(g, so, b, target, target, 0, keep, ki);
 }
 
 /* Nothing fits the budget: the smallest candidate's figure may not be one
@@ -399,9 +420,9 @@ static uint64_t named_floor(const struct hp_graph *g, const struct hp_split_opts
 	struct hp_split_info ki;
 	uint64_t floor = 0;
 
-	if (candidate(g, 1, 0, 1, 1, so, &keep, &ki) == 0) {
+	if (candidate(g, 1, 0, 0, 1, 1, so, &keep, &ki) == 0) {
 		ki.min_before = ki.min_after;
-		if (split_pass(g, so, 1, 1, 1, &keep, &ki) == 0 && fall_back(g, so, &keep, &ki) == 0)
+		if (split_pass(g, so, 1, 1, 1, 0, &keep, &ki) == 0 && fall_back(g, so, &keep, &ki) == 0)
 			floor = ki.min_after;
 	}
 	if (out && floor) {
@@ -443,7 +464,7 @@ static int split_deeper(const struct hp_graph *g, const struct hp_split_opts *so
 	}
 	for (int i = 0; i < DEEPER_TRIES && rc == 0 && ki->min_after > budget; i++) {
 		cut /= 2;
-		rc = split_pass(g, so, budget, target, cut, keep, ki);
+		rc = split_pass(g, so, budget, target, cut, 0, keep, ki);
 	}
 	if (rc == 0 && ki->min_after > budget && fi.min_after <= budget) {
 		fi.min_before = ki->min_before;
@@ -463,11 +484,11 @@ int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, stru
 	uint64_t budget = so->layout->budget, target = split_target(so->layout);
 	int rc;
 
-	rc = candidate(g, 1, 0, target, budget, so, &keep, &ki);
+	rc = candidate(g, 1, 0, 0, target, budget, so, &keep, &ki);
 	if (rc < 0)
 		return rc;
 	ki.min_before = ki.min_after;
-	rc = split_pass(g, so, budget, target, target, &keep, &ki);
+	rc = split_pass(g, so, budget, target, target, 1, &keep, &ki);
 	if (rc == 0)
 		rc = split_deeper(g, so, budget, target, &keep, &ki);
 	if (rc == 0 && budget && ki.min_after > budget)

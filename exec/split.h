@@ -53,6 +53,7 @@ struct hp_split_info {
 	int axis;               /* 0: batch, 2: outermost spatial, -1: not split */
 	int nsplit;             /* original nodes rewritten into bands */
 	int lean;               /* band convolutions with one worker's workspace */
+	int rejoined;           /* ops kept whole after a cut chain (hp_split_bands) */
 	uint64_t min_before;    /* smallest budget unsplit (after finish) */
 	uint64_t min_after;     /* ... of the graph kept */
 	double ms;              /* its predicted step time at the budget
@@ -112,8 +113,13 @@ uint64_t hp_split_min_budget(const struct hp_graph *g);
 
 /* The band pass alone: cut g (inferred) into k bands where it helps;
  * `target` is the step size above which a whole value is cut; lean: the
- * band convolutions get workspace for one worker (attribute hpdlf_lean). */
-int hp_split_bands(struct hp_graph *g, int k, int training, int lean, uint64_t target, int *nsplit, int *axis);
+ * band convolutions get workspace for one worker (attribute hpdlf_lean).
+ * rejoined NULL: a chain stays cut until an op that cannot be banded;
+ * else (inference) the bands are joined back before ops that fit the target
+ * whole and whose weights outweigh their banded inputs (rejoin_here),
+ * and *rejoined is the number of ops kept whole so. */
+int hp_split_bands(struct hp_graph *g, int k, int training, int lean, uint64_t target, int *nsplit, int *axis,
+		   int *rejoined);
 
 /* The step time the band pass predicts for graph c (inferred) planned
  * under a tensor budget: its plan's time model with fixed figures (not the

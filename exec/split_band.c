@@ -35,6 +35,9 @@ struct window {
 struct bp {
 	struct hp_graph *g;
 	int k, axis, training, lean;
+	int rejoin;            /* join the bands back before ops whose weights outweigh
+				* their banded inputs (see rejoin_here) */
+	int nrejoined;         /* ops kept whole so */
 	uint64_t target;
 	struct band *b;        /* per original value */
 	char *whole;           /* per original value: its whole form exists */
@@ -638,6 +641,41 @@ static int pick_bounds(struct bp *p, struct hp_node *n, enum band_kind kind, int
 	return m;
 }
 
+/* In the rejoining pass: whether node n, which has banded inputs but fits
+ * the target whole, is better kept whole.  An op whose weights (the
+ * initializers it reads) take at least as many bytes as its banded inputs
+ * reads them once per band out of core, where they are rarely resident at
+ * a tight budget, for activations a Concat joins back in one copy: the deep
+ * layers of a ResNet at batch 32 cut in 2 bands read 9-MiB weights twice
+ * (95 MiB of loads for 47 MiB of state an iteration).  An op without
+ * weights whose other inputs are whole already (the residual Add after a
+ * convolution kept whole) joins too, rather than cutting a whole value
+ * into bands again.  Everything after a joined op stays whole unless it
+ * needs more than the target.  Inference only: in training the joins'
+ * gradients are cut again (ConcatGrad) and a value read both banded and
+ * whole sums two gradients (GradSum), which the 3-D U-Net at a quarter of
+ * its peak then wrote below DRAM (test band-zero). */
+static int rejoin_here(const struct bp *p, const struct hp_node *n, enum band_kind kind)
+{
+	uint64_t w = 0, a = 0;
+	int whole_in = 0;
+
+	if (!p->rejoin || p->training || train_need(p, n) > p->target)
+		return 0;
+	for (int j = 0; j < n->ninputs; j++) {
+		int v = n->inputs[j];
+		if (v < 0)
+			continue;
+		if (banded_input(p, n, kind, j) && p->b[v].n > 0)
+			a += vbytes(p->g, v);
+		else if (banded_input(p, n, kind, j))
+			whole_in = 1;
+		else if (p->g->values[v].kind == HP_VALUE_INITIALIZER)
+			w += vbytes(p->g, v);
+	}
+	return w ? w >= a : whole_in;
+}
+
 /* One original node: banded, or kept with whole inputs.  A Conv whose
  * tiles would not fall alike in its bands stays whole (bitwise results). */
 static int rewrite_node(struct bp *p, struct hp_node *n)
@@ -652,6 +690,11 @@ static int rewrite_node(struct bp *p, struct hp_node *n)
 		kind = BK_NONE;
 	for (int j = 0; kind != BK_NONE && j < n->ninputs; j++)
 		banded |= banded_input(p, n, kind, j) && p->b[n->inputs[j]].n > 0;
+	if (banded && rejoin_here(p, n, kind)) {
+		banded = 0;
+		kind = BK_NONE;
+		p->nrejoined++;
+	}
 	if (kind != BK_NONE && (banded || train_need(p, n) > p->target) &&
 	    p->g->values[n->inputs[0]].kind != HP_VALUE_CONSTANT) {
 		nb = pick_bounds(p, n, kind, align, &olo);
@@ -695,9 +738,11 @@ static int pick_axis(const struct hp_graph *g, int k, int training)
 	return 0;
 }
 
-int hp_split_bands(struct hp_graph *g, int k, int training, int lean, uint64_t target, int *nsplit, int *axis)
+int hp_split_bands(struct hp_graph *g, int k, int training, int lean, uint64_t target, int *nsplit, int *axis,
+		   int *rejoined)
 {
-	struct bp p = { .g = g, .k = k, .training = training, .lean = lean, .target = target, .nvals = g->nvalues };
+	struct bp p = { .g = g, .k = k, .training = training, .lean = lean, .rejoin = rejoined != NULL,
+			.target = target, .nvals = g->nvalues };
 	struct hp_node *old = g->nodes;
 	int nold = g->nnodes, rc = 0, i;
 
@@ -726,5 +771,7 @@ int hp_split_bands(struct hp_graph *g, int k, int training, int lean, uint64_t t
 	free(p.whole);
 	*nsplit = p.nsplit;
 	*axis = p.axis;
+	if (rejoined)
+		*rejoined = p.nrejoined;
 	return rc < 0 ? rc : hp_graph_finalize(g);
 }

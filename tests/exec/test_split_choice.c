@@ -60,7 +60,7 @@ static void make(const struct hp_graph *g, int k, int lean, uint64_t budget, uin
 	int nsplit = 0, axis = -1;
 
 	assert_int_equal(hp_split_graph_copy(g, &x), 0);
-	assert_int_equal(hp_split_bands(x, k, 0, lean, target, &nsplit, &axis), 0);
+	assert_int_equal(hp_split_bands(x, k, 0, lean, target, &nsplit, &axis, NULL), 0);
 	assert_int_equal(hp_graph_infer(x), 0);
 	c->k = k;
 	c->lean = lean;
