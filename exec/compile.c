@@ -28,7 +28,7 @@ static int rewrite(struct hp_graph *g, const struct hp_exec_opts *o)
 	/* the splitters run before the graph is final: the layout of the
 	 * budget alone (kernel scratch counted with each step) */
 	hp_budget_layout_init(&l, o->budget);
-	if (!o->no_weight_split && (rc = hp_split_weights(g, &l, NULL)) < 0)
+	if (!o->no_weight_split && (rc = hp_split_weights(g, &l, NULL, 0)) < 0)
 		return rc;
 	return hp_split_ops(g, &l, NULL);
 }

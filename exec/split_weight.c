@@ -639,7 +639,8 @@ static int cut_for_update(struct hp_graph *g, int node, int slot, uint64_t budge
 	return rc < 0 ? rc : 1;
 }
 
-int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec)
+int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec,
+		     int update_cut)
 {
 	int n0 = g->nnodes, done = 0, rc, copies = update_copies(spec);
 	uint64_t budget, avail;
@@ -668,7 +669,7 @@ int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const
 			return hp_error_prefix(rc, "partitioning weight '%s'", g->values[c.w].name);
 		done++;
 	}
-	for (int i = 0; spec && i < n0; i++) /* g->nodes moves as nodes are added */
+	for (int i = 0; spec && update_cut && i < n0; i++) /* g->nodes moves as nodes are added */
 		for (int slot = 0; !g->nodes[i].folded && slot < g->nodes[i].ninputs; slot++) {
 			int w = g->nodes[i].inputs[slot];
 			if ((rc = cut_for_update(g, i, slot, budget, avail, copies)) < 0)

@@ -4,8 +4,8 @@
  * forward, backward and optimizer touches one block at a time.
  *
  *   hp_graph_infer(g);
- *   hp_split_weights(g, &layout, &spec);  // training: before hp_autodiff
- *   hp_split_weights(g, &layout, NULL);   // inference: hp_compile does it
+ *   hp_split_weights(g, &layout, &spec, 0);  // training: before hp_autodiff
+ *   hp_split_weights(g, &layout, NULL, 0);   // inference: hp_compile does it
  *
  * Checkpoints and ONNX export keep writing the whole tensors: the helpers
  * below read and write a whole by its parts, a piece at a time. */
@@ -37,8 +37,14 @@ struct hp_trainer;
  * partitioned, or a negative error.  Budget 0 (in core): nothing.
  * Inference also cuts an ungrouped Conv's weight along its output
  * channels (blocks of whole multiples of 8 channels, outputs concatenated
- * on axis 1, the whole's kernel path kept: bitwise in core). */
-int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec);
+ * on axis 1, the whole's kernel path kept: bitwise in core).
+ * update_cut (training): also keep any other weight whose optimizer update
+ * would not fit in blocks of rows that the node reads through a Concat
+ * (exact copies: bitwise); the trainer asks for it only when a first
+ * build without it was refused for the budget, since the update is often
+ * fused into the gradient and fits whole. */
+int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec,
+		     int update_cut);
 
 /* Weights partitioned in g (wholes with parts). */
 int hp_split_count(const struct hp_graph *g);

@@ -338,7 +338,7 @@ static int build(struct hp_trainer *t)
 		hp_budget_overhead_set(hi);
 	}
 	hp_budget_layout_init(&l, t->o.budget);
-	if (!no_split(t) && (rc = hp_split_weights(t->g, &l, &t->o.spec)) < 0)
+	if (!no_split(t) && (rc = hp_split_weights(t->g, &l, &t->o.spec, t->update_cut)) < 0)
 		return rc;
 	if ((rc = make_training_graph(t, &l)) < 0 || (rc = fit_labels(t)) < 0 || (rc = recompute(t)) < 0)
 		return rc;
@@ -371,6 +371,24 @@ static int build(struct hp_trainer *t)
 	return t->asgd ? hp_asgd_ckpt(t, 0) : hp_ckpt_read(t);
 }
 
+/* A graph-only trainer's step fits its budget: planned as its session
+ * would plan it (hpdlf-exec's --plan does the same next). */
+static int fits(struct hp_trainer *t)
+{
+	struct hp_exec_opts eo;
+	struct hp_plan_summary q;
+
+	hp_exec_opts_init(&eo, sizeof eo);
+	eo.threads = t->o.threads;
+	eo.budget = t->o.budget;
+	eo.seed = t->o.seed;
+	eo.ntiers = t->o.ntiers;
+	eo.tiers = t->o.tiers;
+	eo.no_split = 1; /* split before autodiff, if at all */
+	int rc = hp_plan_summarize(t->g, &eo, &q);
+	return rc != HP_EBUDGET && rc != HP_EBUDGET_OP;
+}
+
 int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct hp_trainer **out)
 {
 	struct hp_trainer *t;
@@ -396,6 +414,22 @@ int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct
 		rc = hp_pipe_setup(t); /* this rank's stage and pipeline */
 	if (rc == 0)
 		rc = build(t);
+	if (rc == 0 && t->o.graph_only && t->o.budget && t->nranks <= 1 && !t->pipe && !fits(t))
+		rc = HP_EBUDGET_OP; /* --plan: the run would be refused (and retry) */
+	if ((rc == HP_EBUDGET || rc == HP_EBUDGET_OP) && t->o.budget && t->nranks <= 1 && !t->pipe) {
+		/* refused for the budget: once more with the weights whose
+		 * optimizer update does not fit kept in blocks (split_weight.h) */
+		struct hp_trainer_opts keep = t->o;
+		hp_trainer_destroy(t);
+		if (!(t = calloc(1, sizeof *t)))
+			return hp_error(-ENOMEM, "out of memory");
+		t->o = keep;
+		t->update_cut = 1;
+		t->model = strdup(model);
+		rc = t->model ? hp_dp_setup(t) : hp_error(-ENOMEM, "out of memory");
+		if (rc == 0)
+			rc = build(t);
+	}
 	if (rc < 0) {
 		hp_trainer_destroy(t);
 		return rc;

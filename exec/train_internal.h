@@ -41,6 +41,7 @@ void hp_dataset_close(struct hp_dataset *d);
 
 struct hp_trainer {
 	struct hp_trainer_opts o;
+	int update_cut;         /* weights kept in blocks for their update (split_weight.h) */
 	char *model;
 	struct hp_graph *g;
 	struct hp_session *s;

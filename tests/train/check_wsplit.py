@@ -31,7 +31,9 @@ Checks, on models built here with numpy/onnx and on the mlp reference model:
   - a net of convolutions whose 3x3 weight (2.25 MiB) fits a step but not
     its optimizer update (SGD with momentum: 5 copies; Adam: 7), trained at
     a budget that keeps it in blocks for the update only (the Conv reads
-    their Concat), ends with bitwise the in-core losses and weights.
+    their Concat; the trainer does so after a first build is refused for
+    the budget, and --plan plans what the run takes), ends with bitwise
+    the in-core losses and weights.
 """
 import json
 import os
@@ -359,6 +361,10 @@ def check_train_conv_update(exe, tmp):
         if not check(ok, "conv update blocks, %s: a budget (of %d B in core) cuts the 3x3 weight and runs (%s)"
                      % (opt[1], peak, "; ".join(tried))):
             continue
+        rc, pout, err = run(exe, base + ["--budget", str(budget), "--plan"])
+        check(rc == 0 and "smallest budget" in pout,
+              "conv update blocks, %s: --plan at %d B plans the step the run takes (exit %d) %s"
+              % (opt[1], budget, rc, err.strip()[-200:]))
         want, got = weights(ref), weights(out)
         differ = sorted(k for k in want if got.get(k) != want[k])
         check(losses(lo) == losses(lr) and not differ and set(got) == set(want),
