@@ -24,8 +24,8 @@
  * panel (MobileNetV2's 7x7 planes: 49 = 48 + 1), its first tile also
  * takes those columns as vectors over its rows (lane r, row r: the
  * broadcast weights blended into one vector), instead of a panel of 16
- * columns of which 15 were wasted (1x1 at 7x7: 175 -> 205 GFLOP/s per
- * CPU-second).  The fused epilogue (FusedConv) runs on each
+ * columns of which 15 were wasted; with tails of 1 or 2 those tiles are
+ * 8 rows (PW_MR512; 1x1 at 7x7: 170 -> 235 GFLOP/s per CPU-second).  The fused epilogue (FusedConv) runs on each
  * micro-tile's rows after its last k chunk, while they are in cache. */
 #include <stdint.h>
 #include <string.h>
@@ -61,6 +61,12 @@
  * takes as vectors over its rows (pw_tile512) instead of a tile of their
  * own: MobileNetV2's 7x7 planes are 3 panels and 1 column. */
 #define PW_TAIL 4
+/* Rows of those tiles with a tail of 1 or 2 columns: 24 + 1 or 2
+ * accumulators still fit the 32 zmm registers, and a plane of one tile of
+ * columns then reads X once per 8 rows (1x1 at 7x7: 210 -> 245 GFLOP/s
+ * per CPU-second); elsewhere 8 rows were slower than 6 (tails of 3 or 4
+ * spill, and wide planes lost 3-8%). */
+#define PW_MR512 8
 
 /* Tests and benchmarks: 1, the AVX2 tiles only; 0, AVX-512 where the CPU
  * has it. */
@@ -95,7 +101,7 @@ struct pw_run {
 	float *y, *ws;
 	const struct hp_epi *epi;
 	const float *addend;
-	int64_t mt, nblk;        /* micro-tiles of rows, column blocks per item */
+	int64_t mr, mt, nblk;    /* rows per micro-tile, micro-tiles of rows, column blocks per item */
 	struct hp_fma_fin fin;       /* the epilogue in registers, when fin_ok */
 	int fin_ok, fin_add;     /* epi done as tiles are stored; with a full addend */
 	int64_t per_thread;      /* floats of a worker's panel buffer */
@@ -156,10 +162,10 @@ PW_TARGET512 static PW_INLINE void pw_tile512(const int mr, const int np, const 
 					      int64_t ldc, float *y, int64_t ldy, int64_t coff, int ncols, int first,
 					      const float *bias)
 {
-	__m512 acc[PW_MR][3], tc[PW_TAIL];
+	__m512 acc[PW_MR512][3], tc[PW_TAIL];
 	int part = ncols - 16 * (np - 1); /* columns of the last vector, 1..16 */
 	__mmask16 mk = (__mmask16)((1u << part) - 1), mr_mk = (__mmask16)((1u << mr) - 1);
-	float t[PW_MR][16];
+	float t[PW_MR512][16];
 
 	for (int r = 0; r < mr; r++)
 		for (int v = 0; v < np; v++)
@@ -245,6 +251,8 @@ PW_TARGET512 static void pw_micro512(int mr, int np, int nt, int64_t kc, const f
 		PW_CASE512(4)
 		PW_CASE512(5)
 		PW_CASE512(6)
+		PW_CASE512(7)
+		PW_CASE512(8)
 	default:
 		break;
 	}
@@ -302,6 +310,13 @@ static int pw_fuse_tail(int64_t nfull, int64_t nt)
 	(void)nfull, (void)nt;
 	return 0;
 #endif
+}
+
+/* Rows per tile of the first tile of columns where nt columns are fused
+ * into it (PW_MR512). */
+static int64_t pw_tile_rows(int fuse, int64_t nt)
+{
+	return fuse && nt <= 2 ? PW_MR512 : PW_MR;
 }
 
 /* bp[p][k][16] = x[k0 + k][j0 + p * 16 + c] for k < kc, zeros past nc
@@ -373,7 +388,7 @@ static void pw_block(struct pw_run *r, int64_t bg, int64_t j0, int64_t nc, int64
 		if (!r->inplace)
 			pw_pack(x, cv->xvol, k0, kc, j0, nc, bp);
 		for (int64_t t = t0; t < t1; t++) {
-			int64_t m0 = t * PW_MR, mr = min64(PW_MR, M - m0);
+			int64_t m0 = t * r->mr, mr = min64(r->mr, M - m0);
 			for (int64_t p = 0, np = 1; p * PW_NR < nc; p += np) {
 #ifdef PW_X86
 				int64_t off = ybase + m0 * cv->yvol + j0 + p * PW_NR;
@@ -462,9 +477,10 @@ static void pw_gemm_fin(int64_t M, int64_t N, int64_t K, const float *w, int64_t
 #ifdef PW_X86
 			if (pw_512()) { /* up to 3 full panels in place, or the tail */
 				int full = j < nfull, last = k0 + kc == K, nt = fuse && j == 0 ? (int)(N - nfull) : 0;
+				int64_t mstep = pw_tile_rows(nt > 0, nt);
 				nj = full ? min64(3 * PW_NR, nfull - j) : N - j;
-				for (int64_t m0 = 0; m0 < M; m0 += PW_MR)
-					pw_micro512((int)min64(PW_MR, M - m0), (int)((nj + PW_NR - 1) / PW_NR), nt, kc,
+				for (int64_t m0 = 0; m0 < M; m0 += mstep)
+					pw_micro512((int)min64(mstep, M - m0), (int)((nj + PW_NR - 1) / PW_NR), nt, kc,
 						    w + m0 * lda + k0, lda, full ? b + k0 * ldb + j : tail,
 						    full ? ldb : PW_NR, PW_NR, b + k0 * ldb + nfull, ldb,
 						    y + m0 * ldy + j, ldy, nfull - j, (int)nj, k0 == 0,
@@ -538,10 +554,12 @@ void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, con
 	int64_t cap = (int64_t)(cv->workspace / sizeof(float)), units;
 
 	pw_fin_plan(&r);
-	r.mt = (cv->cout_g + PW_MR - 1) / PW_MR;
 	r.nblk = (cv->yvol + PW_NB - 1) / PW_NB;
 	r.per_thread = min64(cv->kdim, PW_KC) * PW_NB;
 	r.inplace = pw_inplace(cv, r.per_thread);
+	/* in place, a plane is one block of columns: its tail is every tile's */
+	r.mr = pw_tile_rows(r.inplace && pw_fuse_tail(cv->yvol / PW_NR * PW_NR, cv->yvol % PW_NR), cv->yvol % PW_NR);
+	r.mt = (cv->cout_g + r.mr - 1) / r.mr;
 	for (int t = 0; t < PW_MAX_TID; t++)
 		r.tail_of[t] = -1;
 	units = cv->batch * cv->group * r.nblk * r.mt;

@@ -756,13 +756,14 @@ static void test_pw_bands(void **state)
  * column) and 14x14 planes, rows of 1 to 13 (tails of the 6-row tiles),
  * K past a chunk, X rows wider than N (in place, ldb > N); tails of 1 to
  * 4 columns after 3 panels or more (taken into the first tile's rows'
- * vectors on AVX-512) and of 5. */
+ * vectors on AVX-512, its tiles 8 rows with tails of 1 or 2: 8 + 5 and
+ * 8 + 7 rows) and of 5. */
 static void test_pw_isa(void **state)
 {
 	static const int64_t shapes[][4] = { /* M, N, K, ldb - N */
 		{ 13, 49, 300, 0 }, { 6, 49, 960, 0 }, { 12, 196, 64, 3 }, { 5, 33, 7, 0 },  { 1, 16, 1, 0 },
 		{ 7, 48, 257, 1 },  { 3, 5, 40, 11 },  { 8, 97, 256, 0 },  { 2, 64, 513, 2 }, { 11, 17, 20, 0 },
-		{ 4, 50, 300, 0 },  { 9, 99, 40, 2 },  { 6, 52, 20, 0 },   { 5, 53, 9, 1 },
+		{ 4, 50, 300, 0 },  { 9, 99, 40, 2 },  { 6, 52, 20, 0 },   { 5, 53, 9, 1 },  { 15, 50, 30, 3 },
 	};
 	unsigned st = 12345;
 
