@@ -25,7 +25,7 @@
  * takes those columns as vectors over its rows (lane r, row r: the
  * broadcast weights blended into one vector), instead of a panel of 16
  * columns of which 15 were wasted; with tails of 1 or 2 those tiles are
- * 8 rows (PW_MR512; 1x1 at 7x7: 170 -> 235 GFLOP/s per CPU-second).  The fused epilogue (FusedConv) runs on each
+ * 8 rows (PW_MR512; 1x1 at 7x7: 175 -> 250 GFLOP/s per CPU-second).  The fused epilogue (FusedConv) runs on each
  * micro-tile's rows after its last k chunk, while they are in cache. */
 #include <stdint.h>
 #include <string.h>
@@ -157,29 +157,21 @@ PW_TARGET static PW_INLINE void pw_tile(const int mr, const int nv, int64_t kc, 
  * Every lane is the AVX2 tile's chain (the same fused multiply-adds from
  * the bias, in k's order), so the same bits; tails are loaded masked and
  * stored through a buffer (masked stores are slow on AMD's cores). */
-PW_TARGET512 static PW_INLINE void pw_tile512(const int mr, const int np, const int nt, int64_t kc, const float *a,
-					      int64_t lda, const float *bp, int64_t ldb, int64_t ps, const float *xc,
-					      int64_t ldc, float *y, int64_t ldy, int64_t coff, int ncols, int first,
-					      const float *bias)
+PW_TARGET512 static PW_INLINE void pw_tile512(const int mr, const int np, int64_t kc, const float *a, int64_t lda,
+					      const float *bp, int64_t ldb, int64_t ps, float *y, int64_t ldy,
+					      int ncols, int first, const float *bias)
 {
-	__m512 acc[PW_MR512][3], tc[PW_TAIL];
+	__m512 acc[PW_MR][3];
 	int part = ncols - 16 * (np - 1); /* columns of the last vector, 1..16 */
-	__mmask16 mk = (__mmask16)((1u << part) - 1), mr_mk = (__mmask16)((1u << mr) - 1);
-	float t[PW_MR512][16];
+	__mmask16 mk = (__mmask16)((1u << part) - 1);
 
 	for (int r = 0; r < mr; r++)
 		for (int v = 0; v < np; v++)
 			acc[r][v] = first ? (bias ? _mm512_set1_ps(bias[r]) : _mm512_setzero_ps())
 				: v < np - 1 || part == 16 ? _mm512_loadu_ps(y + r * ldy + 16 * v)
 							  : _mm512_maskz_loadu_ps(mk, y + r * ldy + 16 * v);
-	for (int c = 0; c < nt; c++) {
-		for (int r = 0; r < 16 && !first; r++)
-			t[0][r] = r < mr ? y[r * ldy + coff + c] : 0.0f;
-		tc[c] = first ? (bias ? _mm512_maskz_loadu_ps(mr_mk, bias) : _mm512_setzero_ps())
-			      : _mm512_loadu_ps(t[0]);
-	}
 	for (int64_t k = 0; k < kc; k++) {
-		__m512 b0 = _mm512_loadu_ps(bp + k * ldb), b1 = b0, b2 = b0, wc = b0;
+		__m512 b0 = _mm512_loadu_ps(bp + k * ldb), b1 = b0, b2 = b0;
 		if (np > 1)
 			b1 = _mm512_loadu_ps(bp + ps + k * ldb);
 		if (np > 2)
@@ -191,19 +183,11 @@ PW_TARGET512 static PW_INLINE void pw_tile512(const int mr, const int np, const 
 				acc[r][1] = _mm512_fmadd_ps(w, b1, acc[r][1]);
 			if (np > 2)
 				acc[r][2] = _mm512_fmadd_ps(w, b2, acc[r][2]);
-			if (nt > 0) /* lane r of the tail's vectors: row r */
-				wc = r == 0 ? w : _mm512_mask_mov_ps(wc, (__mmask16)(1u << r), w);
 		}
-		for (int c = 0; c < nt; c++)
-			tc[c] = _mm512_fmadd_ps(wc, _mm512_set1_ps(xc[k * ldc + c]), tc[c]);
 	}
 	/* the partial vectors through t in a loop of their own: a copy loop
 	 * inside this one left the accumulators in memory (GCC 12) */
-	for (int c = 0; c < nt; c++) {
-		_mm512_storeu_ps(t[0], tc[c]);
-		for (int r = 0; r < mr; r++)
-			y[r * ldy + coff + c] = t[0][r];
-	}
+	float t[PW_MR][16];
 	for (int r = 0; r < mr; r++)
 		for (int v = 0; v < np; v++) {
 			if (v < np - 1 || part == 16)
@@ -216,33 +200,21 @@ PW_TARGET512 static PW_INLINE void pw_tile512(const int mr, const int np, const 
 			memcpy(y + r * ldy + 16 * (np - 1), t[r], (size_t)part * sizeof(float));
 }
 
-#define PW_TILE512(R, NP, NT)                                                                         \
-	pw_tile512(R, NP, NT, kc, a, lda, bp, ldb, ps, xc, ldc, y, ldy, coff, ncols, first, bias)
 #define PW_CASE512(R)                                                                                 \
 	case R:                                                                                        \
-		if (nt == 1)                                                                           \
-			PW_TILE512(R, 3, 1);                                                           \
-		else if (nt == 2)                                                                      \
-			PW_TILE512(R, 3, 2);                                                           \
-		else if (nt == 3)                                                                      \
-			PW_TILE512(R, 3, 3);                                                           \
-		else if (nt == 4)                                                                      \
-			PW_TILE512(R, 3, 4);                                                           \
-		else if (np == 1)                                                                      \
-			PW_TILE512(R, 1, 0);                                                           \
+		if (np == 1)                                                                           \
+			pw_tile512(R, 1, kc, a, lda, bp, ldb, ps, y, ldy, ncols, first, bias);         \
 		else if (np == 2)                                                                      \
-			PW_TILE512(R, 2, 0);                                                           \
+			pw_tile512(R, 2, kc, a, lda, bp, ldb, ps, y, ldy, ncols, first, bias);         \
 		else                                                                                   \
-			PW_TILE512(R, 3, 0);                                                           \
+			pw_tile512(R, 3, kc, a, lda, bp, ldb, ps, y, ldy, ncols, first, bias);         \
 		break;
 
-/* mr rows by np panels (ncols columns) and, with np 3, nt (0..PW_TAIL)
- * columns more: X's at xc (rows ldc apart), Y's at y + coff; the epilogue
- * f as pw_tile's, per 16 columns after the store. */
-PW_TARGET512 static void pw_micro512(int mr, int np, int nt, int64_t kc, const float *a, int64_t lda,
-				     const float *bp, int64_t ldb, int64_t ps, const float *xc, int64_t ldc, float *y,
-				     int64_t ldy, int64_t coff, int ncols, int first, const float *bias,
-				     const struct hp_fma_fin *f, const float *add)
+/* mr rows by np panels (ncols columns, the epilogue f as pw_tile's, per
+ * 16 columns after the store). */
+PW_TARGET512 static void pw_micro512(int mr, int np, int64_t kc, const float *a, int64_t lda, const float *bp,
+				     int64_t ldb, int64_t ps, float *y, int64_t ldy, int ncols, int first,
+				     const float *bias, const struct hp_fma_fin *f, const float *add)
 {
 	switch (mr) {
 		PW_CASE512(1)
@@ -251,8 +223,6 @@ PW_TARGET512 static void pw_micro512(int mr, int np, int nt, int64_t kc, const f
 		PW_CASE512(4)
 		PW_CASE512(5)
 		PW_CASE512(6)
-		PW_CASE512(7)
-		PW_CASE512(8)
 	default:
 		break;
 	}
@@ -260,8 +230,109 @@ PW_TARGET512 static void pw_micro512(int mr, int np, int nt, int64_t kc, const f
 		int nc = ncols - v * PW_NR < PW_NR ? ncols - v * PW_NR : PW_NR;
 		fma_finish_tile(mr, nc > 8 ? 2 : 1, y + v * PW_NR, ldy, nc, f, add ? add + v * PW_NR : NULL);
 	}
-	if (f && nt > 0)
+}
+
+/* The tile of three full panels (48 columns) and nt (1..PW_TAIL) columns
+ * more, X's at xc (rows ldc apart), Y's at y + coff: those columns are
+ * vectors over the tile's rows (lane r, row r; the rows' broadcast
+ * weights blended into one vector), so each output is the same chain as
+ * in pw_tile512.  Apart from pw_tile512: as one function, its tiles
+ * without tails lost 5-15% where K is short (GCC 12's code for them). */
+PW_TARGET512 static PW_INLINE void pw_tile512t(const int mr, const int nt, int64_t kc, const float *a, int64_t lda,
+					       const float *bp, int64_t ldb, int64_t ps, const float *xc, int64_t ldc,
+					       float *y, int64_t ldy, int64_t coff, int first, const float *bias)
+{
+	__m512 acc[PW_MR512][3], tc[PW_TAIL];
+	__mmask16 mr_mk = (__mmask16)((1u << mr) - 1);
+	float t[16];
+
+	for (int r = 0; r < mr; r++)
+		for (int v = 0; v < 3; v++)
+			acc[r][v] = first ? (bias ? _mm512_set1_ps(bias[r]) : _mm512_setzero_ps())
+					  : _mm512_loadu_ps(y + r * ldy + 16 * v);
+	for (int c = 0; c < nt; c++) {
+		for (int r = 0; r < 16 && !first; r++)
+			t[r] = r < mr ? y[r * ldy + coff + c] : 0.0f;
+		tc[c] = first ? (bias ? _mm512_maskz_loadu_ps(mr_mk, bias) : _mm512_setzero_ps()) : _mm512_loadu_ps(t);
+	}
+	for (int64_t k = 0; k < kc; k++) {
+		__m512 b0 = _mm512_loadu_ps(bp + k * ldb), b1 = _mm512_loadu_ps(bp + ps + k * ldb);
+		__m512 b2 = _mm512_loadu_ps(bp + 2 * ps + k * ldb), wc = b0;
+		for (int r = 0; r < mr; r++) {
+			__m512 w = _mm512_set1_ps(a[r * lda + k]);
+			acc[r][0] = _mm512_fmadd_ps(w, b0, acc[r][0]);
+			acc[r][1] = _mm512_fmadd_ps(w, b1, acc[r][1]);
+			acc[r][2] = _mm512_fmadd_ps(w, b2, acc[r][2]);
+			wc = r == 0 ? w : _mm512_mask_mov_ps(wc, (__mmask16)(1u << r), w);
+		}
+		for (int c = 0; c < nt; c++)
+			tc[c] = _mm512_fmadd_ps(wc, _mm512_set1_ps(xc[k * ldc + c]), tc[c]);
+	}
+	for (int c = 0; c < nt; c++) {
+		_mm512_storeu_ps(t, tc[c]);
+		for (int r = 0; r < mr; r++)
+			y[r * ldy + coff + c] = t[r];
+	}
+	for (int r = 0; r < mr; r++)
+		for (int v = 0; v < 3; v++)
+			_mm512_storeu_ps(y + r * ldy + 16 * v, acc[r][v]);
+}
+
+#define PW_TILE512T(R, NT)                                                                            \
+	pw_tile512t(R, NT, kc, a, lda, bp, ldb, ps, xc, ldc, y, ldy, coff, first, bias)
+#define PW_CASE512T(R)                                                                                \
+	case R:                                                                                       \
+		if (nt == 1)                                                                          \
+			PW_TILE512T(R, 1);                                                            \
+		else if (nt == 2)                                                                     \
+			PW_TILE512T(R, 2);                                                            \
+		else if (nt == 3)                                                                     \
+			PW_TILE512T(R, 3);                                                            \
+		else                                                                                  \
+			PW_TILE512T(R, 4);                                                            \
+		break;
+
+/* mr (1..PW_MR512) rows by 48 columns and nt more (pw_tile512t), then the
+ * epilogue f as pw_micro512's. */
+PW_TARGET512 static void pw_micro512t(int mr, int nt, int64_t kc, const float *a, int64_t lda, const float *bp,
+				      int64_t ldb, int64_t ps, const float *xc, int64_t ldc, float *y, int64_t ldy,
+				      int64_t coff, int first, const float *bias, const struct hp_fma_fin *f,
+				      const float *add)
+{
+	switch (mr) {
+		PW_CASE512T(1)
+		PW_CASE512T(2)
+		PW_CASE512T(3)
+		PW_CASE512T(4)
+		PW_CASE512T(5)
+		PW_CASE512T(6)
+		PW_CASE512T(7)
+		PW_CASE512T(8)
+	default:
+		break;
+	}
+	for (int v = 0; f && v < 3; v++)
+		fma_finish_tile(mr, 2, y + v * PW_NR, ldy, PW_NR, f, add ? add + v * PW_NR : NULL);
+	if (f)
 		fma_finish_tile(mr, 1, y + coff, ldy, nt, f, add ? add + coff : NULL);
+}
+
+/* pw_micro512t with nt tail columns, else pw_micro512 (rows past PW_MR,
+ * in tiles of PW_MR512 rows, by a second call).  Inline, so that
+ * pw_gemm_fin's calls keep their constant panel stride (GCC's clone of
+ * pw_micro512 for it: 3% on short K). */
+static PW_INLINE void pw_micro512x(int mr, int np, int nt, int64_t kc, const float *a, int64_t lda,
+				   const float *bp, int64_t ldb, int64_t ps, const float *xc, int64_t ldc, float *y,
+				   int64_t ldy, int64_t coff, int ncols, int first, const float *bias,
+				   const struct hp_fma_fin *f, const float *add)
+{
+	if (nt > 0) {
+		pw_micro512t(mr, nt, kc, a, lda, bp, ldb, ps, xc, ldc, y, ldy, coff, first, bias, f, add);
+		return;
+	}
+	for (int m = 0; m < mr; m += PW_MR)
+		pw_micro512(mr - m < PW_MR ? mr - m : PW_MR, np, kc, a + m * lda, lda, bp, ldb, ps, y + m * ldy, ldy,
+			    ncols, first, bias ? bias + m : NULL, f, add ? add + m * ldy : NULL);
 }
 
 static int pw_512(void)
@@ -404,11 +475,11 @@ static void pw_block(struct pw_run *r, int64_t bg, int64_t j0, int64_t nc, int64
 				 * place, the full ones 16 apart and the packed tail alone */
 				np = r->inplace ? ((p + 1) * PW_NR > nc ? 1 : min64(3, nfull / PW_NR - p))
 						: min64(3, (nc - p * PW_NR + PW_NR - 1) / PW_NR);
-				pw_micro512((int)mr, (int)np, fuse && p == 0 ? (int)(nc - nfull) : 0, kc, w + m0 * K + k0,
-					    K, src, ldb, r->inplace ? PW_NR : kc * PW_NR,
-					    x + k0 * cv->xvol + j0 + nfull, cv->xvol, r->y + off, cv->yvol,
-					    nfull - p * PW_NR, (int)min64(np * PW_NR, nc - p * PW_NR), k0 == 0,
-					    bias ? bias + m0 : NULL, fin, fin && r->fin_add ? r->addend + off : NULL);
+				pw_micro512x((int)mr, (int)np, fuse && p == 0 ? (int)(nc - nfull) : 0, kc, w + m0 * K + k0,
+					     K, src, ldb, r->inplace ? PW_NR : kc * PW_NR,
+					     x + k0 * cv->xvol + j0 + nfull, cv->xvol, r->y + off, cv->yvol,
+					     nfull - p * PW_NR, (int)min64(np * PW_NR, nc - p * PW_NR), k0 == 0,
+					     bias ? bias + m0 : NULL, fin, fin && r->fin_add ? r->addend + off : NULL);
 				if (fuse && (p + np) * PW_NR == nfull)
 					break;
 #endif
@@ -480,12 +551,12 @@ static void pw_gemm_fin(int64_t M, int64_t N, int64_t K, const float *w, int64_t
 				int64_t mstep = pw_tile_rows(nt > 0, nt);
 				nj = full ? min64(3 * PW_NR, nfull - j) : N - j;
 				for (int64_t m0 = 0; m0 < M; m0 += mstep)
-					pw_micro512((int)min64(mstep, M - m0), (int)((nj + PW_NR - 1) / PW_NR), nt, kc,
-						    w + m0 * lda + k0, lda, full ? b + k0 * ldb + j : tail,
-						    full ? ldb : PW_NR, PW_NR, b + k0 * ldb + nfull, ldb,
-						    y + m0 * ldy + j, ldy, nfull - j, (int)nj, k0 == 0,
-						    bias && k0 == 0 ? bias + m0 : NULL, last ? f : NULL,
-						    last && f && add ? add + m0 * ldy + j : NULL);
+					pw_micro512x((int)min64(mstep, M - m0), (int)((nj + PW_NR - 1) / PW_NR), nt, kc,
+						     w + m0 * lda + k0, lda, full ? b + k0 * ldb + j : tail,
+						     full ? ldb : PW_NR, PW_NR, b + k0 * ldb + nfull, ldb,
+						     y + m0 * ldy + j, ldy, nfull - j, (int)nj, k0 == 0,
+						     bias && k0 == 0 ? bias + m0 : NULL, last ? f : NULL,
+						     last && f && add ? add + m0 * ldy + j : NULL);
 				if (fuse && j + nj == nfull)
 					break;
 				continue;
