@@ -25,8 +25,9 @@
  * takes those columns as vectors over its rows (lane r, row r: the
  * broadcast weights blended into one vector), instead of a panel of 16
  * columns of which 15 were wasted; with tails of 1 or 2 those tiles are
- * 8 rows (PW_MR512; 1x1 at 7x7: 175 -> 250 GFLOP/s per CPU-second).  The fused epilogue (FusedConv) runs on each
- * micro-tile's rows after its last k chunk, while they are in cache. */
+ * 8 rows (PW_MR512; 1x1 at 7x7: 175 -> 250 GFLOP/s per CPU-second).  The
+ * fused epilogue (FusedConv) runs on each micro-tile's rows after its
+ * last k chunk, while they are in cache. */
 #include <stdint.h>
 #include <string.h>
 
