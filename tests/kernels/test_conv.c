@@ -747,7 +747,8 @@ static void test_pw_bands(void **state)
 }
 
 /* conv_pw.c's product (hp_pw_gemm, hp_pw_gemm_epi) on its AVX-512 tiles
- * (up to three panels of 16 columns, a tail of 1 to 16) and on its AVX2
+ * (up to three panels of 16 columns, four where K is 64 or more: 64
+ * columns, 196's runs of 4, 3 and 2; a tail of 1 to 16) and on its AVX2
  * ones gives, bit for bit, the chains it promises: each output from its
  * bias (or 0), then fmaf(w[m][k], b[k][j], acc) for k = 0, 1, ..., K-1,
  * across the k chunks of 256; and the Clip after an addend as
