@@ -19,8 +19,15 @@
  * Micro-tile: 6 rows by 16 columns (12 ymm accumulators), W broadcast from
  * its rows, X from a panel [k][16] packed once per run of units that share
  * the columns; tails of columns are masked (8 or 16 wide), tails of rows
- * take fewer accumulators.  The fused epilogue (FusedConv) runs on each
- * micro-tile's rows after its last k chunk, while they are in cache. */
+ * take fewer accumulators.  With AVX-512, a tile is up to 3 panels (48
+ * columns) and, where a block of columns ends 1 to 4 past its last full
+ * panel (MobileNetV2's 7x7 planes: 49 = 48 + 1), its first tile also
+ * takes those columns as vectors over its rows (lane r, row r: the
+ * broadcast weights blended into one vector), instead of a panel of 16
+ * columns of which 15 were wasted; with tails of 1 or 2 those tiles are
+ * 8 rows (PW_MR512; 1x1 at 7x7: 175 -> 250 GFLOP/s per CPU-second).  The
+ * fused epilogue (FusedConv) runs on each micro-tile's rows after its
+ * last k chunk, while they are in cache. */
 #include <stdint.h>
 #include <string.h>
 
@@ -51,6 +58,20 @@
 #define PW_UNITS_PER_THREAD 4
 #define PW_MIN_PACKED_TILES 8
 #define PW_MAX_TID 8 /* hp_conv_ws_threads()'s bound */
+/* Columns past the last full panel that an AVX-512 tile of three panels
+ * takes as vectors over its rows (pw_tile512) instead of a tile of their
+ * own: MobileNetV2's 7x7 planes are 3 panels and 1 column. */
+#define PW_TAIL 4
+/* pw_gemm_fin's runs of 7 full panels or more, or 4, as tiles of 4 panels
+ * (pw_tile512w) from this k chunk length: 5% faster at 14x14's 112 columns
+ * and K 64, 5% slower below K 32. */
+#define PW_WIDE_K 64
+/* Rows of those tiles with a tail of 1 or 2 columns: 24 + 1 or 2
+ * accumulators still fit the 32 zmm registers, and a plane of one tile of
+ * columns then reads X once per 8 rows (1x1 at 7x7: 210 -> 245 GFLOP/s
+ * per CPU-second); elsewhere 8 rows were slower than 6 (tails of 3 or 4
+ * spill, and wide planes lost 3-8%). */
+#define PW_MR512 8
 
 /* Tests and benchmarks: 1, the AVX2 tiles only; 0, AVX-512 where the CPU
  * has it. */
@@ -85,7 +106,7 @@ struct pw_run {
 	float *y, *ws;
 	const struct hp_epi *epi;
 	const float *addend;
-	int64_t mt, nblk;        /* micro-tiles of rows, column blocks per item */
+	int64_t mr, mt, nblk;    /* rows per micro-tile, micro-tiles of rows, column blocks per item */
 	struct hp_fma_fin fin;       /* the epilogue in registers, when fin_ok */
 	int fin_ok, fin_add;     /* epi done as tiles are stored; with a full addend */
 	int64_t per_thread;      /* floats of a worker's panel buffer */
@@ -216,6 +237,157 @@ PW_TARGET512 static void pw_micro512(int mr, int np, int64_t kc, const float *a,
 	}
 }
 
+/* The tile of three full panels (48 columns) and nt (1..PW_TAIL) columns
+ * more, X's at xc (rows ldc apart), Y's at y + coff: those columns are
+ * vectors over the tile's rows (lane r, row r; the rows' broadcast
+ * weights blended into one vector), so each output is the same chain as
+ * in pw_tile512.  Apart from pw_tile512: as one function, its tiles
+ * without tails lost 5-15% where K is short (GCC 12's code for them). */
+PW_TARGET512 static PW_INLINE void pw_tile512t(const int mr, const int nt, int64_t kc, const float *a, int64_t lda,
+					       const float *bp, int64_t ldb, int64_t ps, const float *xc, int64_t ldc,
+					       float *y, int64_t ldy, int64_t coff, int first, const float *bias)
+{
+	__m512 acc[PW_MR512][3], tc[PW_TAIL];
+	__mmask16 mr_mk = (__mmask16)((1u << mr) - 1);
+	float t[16];
+
+	for (int r = 0; r < mr; r++)
+		for (int v = 0; v < 3; v++)
+			acc[r][v] = first ? (bias ? _mm512_set1_ps(bias[r]) : _mm512_setzero_ps())
+					  : _mm512_loadu_ps(y + r * ldy + 16 * v);
+	for (int c = 0; c < nt; c++) {
+		for (int r = 0; r < 16 && !first; r++)
+			t[r] = r < mr ? y[r * ldy + coff + c] : 0.0f;
+		tc[c] = first ? (bias ? _mm512_maskz_loadu_ps(mr_mk, bias) : _mm512_setzero_ps()) : _mm512_loadu_ps(t);
+	}
+	for (int64_t k = 0; k < kc; k++) {
+		__m512 b0 = _mm512_loadu_ps(bp + k * ldb), b1 = _mm512_loadu_ps(bp + ps + k * ldb);
+		__m512 b2 = _mm512_loadu_ps(bp + 2 * ps + k * ldb), wc = b0;
+		for (int r = 0; r < mr; r++) {
+			__m512 w = _mm512_set1_ps(a[r * lda + k]);
+			acc[r][0] = _mm512_fmadd_ps(w, b0, acc[r][0]);
+			acc[r][1] = _mm512_fmadd_ps(w, b1, acc[r][1]);
+			acc[r][2] = _mm512_fmadd_ps(w, b2, acc[r][2]);
+			wc = r == 0 ? w : _mm512_mask_mov_ps(wc, (__mmask16)(1u << r), w);
+		}
+		for (int c = 0; c < nt; c++)
+			tc[c] = _mm512_fmadd_ps(wc, _mm512_set1_ps(xc[k * ldc + c]), tc[c]);
+	}
+	for (int c = 0; c < nt; c++) {
+		_mm512_storeu_ps(t, tc[c]);
+		for (int r = 0; r < mr; r++)
+			y[r * ldy + coff + c] = t[r];
+	}
+	for (int r = 0; r < mr; r++)
+		for (int v = 0; v < 3; v++)
+			_mm512_storeu_ps(y + r * ldy + 16 * v, acc[r][v]);
+}
+
+#define PW_TILE512T(R, NT)                                                                            \
+	pw_tile512t(R, NT, kc, a, lda, bp, ldb, ps, xc, ldc, y, ldy, coff, first, bias)
+#define PW_CASE512T(R)                                                                                \
+	case R:                                                                                       \
+		if (nt == 1)                                                                          \
+			PW_TILE512T(R, 1);                                                            \
+		else if (nt == 2)                                                                     \
+			PW_TILE512T(R, 2);                                                            \
+		else if (nt == 3)                                                                     \
+			PW_TILE512T(R, 3);                                                            \
+		else                                                                                  \
+			PW_TILE512T(R, 4);                                                            \
+		break;
+
+/* mr (1..PW_MR512) rows by 48 columns and nt more (pw_tile512t), then the
+ * epilogue f as pw_micro512's. */
+PW_TARGET512 static void pw_micro512t(int mr, int nt, int64_t kc, const float *a, int64_t lda, const float *bp,
+				      int64_t ldb, int64_t ps, const float *xc, int64_t ldc, float *y, int64_t ldy,
+				      int64_t coff, int first, const float *bias, const struct hp_fma_fin *f,
+				      const float *add)
+{
+	switch (mr) {
+		PW_CASE512T(1)
+		PW_CASE512T(2)
+		PW_CASE512T(3)
+		PW_CASE512T(4)
+		PW_CASE512T(5)
+		PW_CASE512T(6)
+		PW_CASE512T(7)
+		PW_CASE512T(8)
+	default:
+		break;
+	}
+	for (int v = 0; f && v < 3; v++)
+		fma_finish_tile(mr, 2, y + v * PW_NR, ldy, PW_NR, f, add ? add + v * PW_NR : NULL);
+	if (f)
+		fma_finish_tile(mr, 1, y + coff, ldy, nt, f, add ? add + coff : NULL);
+}
+
+/* Four full panels (64 columns) side by side, rows r < mr (1..PW_MR): 24
+ * accumulators at most, a row's broadcast weight serving 4 vectors
+ * instead of 3 (pw_gemm_fin's runs of 7 panels and more). */
+PW_TARGET512 static PW_INLINE void pw_tile512w(const int mr, int64_t kc, const float *a, int64_t lda, const float *bp,
+					       int64_t ldb, float *y, int64_t ldy, int first, const float *bias)
+{
+	__m512 acc[PW_MR][4];
+
+	for (int r = 0; r < mr; r++)
+		for (int v = 0; v < 4; v++)
+			acc[r][v] = first ? (bias ? _mm512_set1_ps(bias[r]) : _mm512_setzero_ps())
+					  : _mm512_loadu_ps(y + r * ldy + 16 * v);
+	for (int64_t k = 0; k < kc; k++) {
+		__m512 b0 = _mm512_loadu_ps(bp + k * ldb), b1 = _mm512_loadu_ps(bp + k * ldb + 16);
+		__m512 b2 = _mm512_loadu_ps(bp + k * ldb + 32), b3 = _mm512_loadu_ps(bp + k * ldb + 48);
+		for (int r = 0; r < mr; r++) {
+			__m512 w = _mm512_set1_ps(a[r * lda + k]);
+			acc[r][0] = _mm512_fmadd_ps(w, b0, acc[r][0]);
+			acc[r][1] = _mm512_fmadd_ps(w, b1, acc[r][1]);
+			acc[r][2] = _mm512_fmadd_ps(w, b2, acc[r][2]);
+			acc[r][3] = _mm512_fmadd_ps(w, b3, acc[r][3]);
+		}
+	}
+	for (int r = 0; r < mr; r++)
+		for (int v = 0; v < 4; v++)
+			_mm512_storeu_ps(y + r * ldy + 16 * v, acc[r][v]);
+}
+
+PW_TARGET512 static void pw_micro512w(int mr, int64_t kc, const float *a, int64_t lda, const float *bp, int64_t ldb,
+				      float *y, int64_t ldy, int first, const float *bias, const struct hp_fma_fin *f,
+				      const float *add)
+{
+	switch (mr) {
+	case 1: pw_tile512w(1, kc, a, lda, bp, ldb, y, ldy, first, bias); break;
+	case 2: pw_tile512w(2, kc, a, lda, bp, ldb, y, ldy, first, bias); break;
+	case 3: pw_tile512w(3, kc, a, lda, bp, ldb, y, ldy, first, bias); break;
+	case 4: pw_tile512w(4, kc, a, lda, bp, ldb, y, ldy, first, bias); break;
+	case 5: pw_tile512w(5, kc, a, lda, bp, ldb, y, ldy, first, bias); break;
+	default: pw_tile512w(6, kc, a, lda, bp, ldb, y, ldy, first, bias); break;
+	}
+	for (int v = 0; f && v < 4; v++)
+		fma_finish_tile(mr, 2, y + v * PW_NR, ldy, PW_NR, f, add ? add + v * PW_NR : NULL);
+}
+
+/* pw_micro512t with nt tail columns, else pw_micro512 (rows past PW_MR,
+ * in tiles of PW_MR512 rows, by a second call).  Inline, so that
+ * pw_gemm_fin's calls keep their constant panel stride (GCC's clone of
+ * pw_micro512 for it: 3% on short K). */
+static PW_INLINE void pw_micro512x(int mr, int np, int nt, int64_t kc, const float *a, int64_t lda,
+				   const float *bp, int64_t ldb, int64_t ps, const float *xc, int64_t ldc, float *y,
+				   int64_t ldy, int64_t coff, int ncols, int first, const float *bias,
+				   const struct hp_fma_fin *f, const float *add)
+{
+	if (nt > 0) {
+		pw_micro512t(mr, nt, kc, a, lda, bp, ldb, ps, xc, ldc, y, ldy, coff, first, bias, f, add);
+		return;
+	}
+	if (np == 4) { /* panels in place, PW_NR apart */
+		pw_micro512w(mr, kc, a, lda, bp, ldb, y, ldy, first, bias, f, add);
+		return;
+	}
+	for (int m = 0; m < mr; m += PW_MR)
+		pw_micro512(mr - m < PW_MR ? mr - m : PW_MR, np, kc, a + m * lda, lda, bp, ldb, ps, y + m * ldy, ldy,
+			    ncols, first, bias ? bias + m : NULL, f, add ? add + m * ldy : NULL);
+}
+
 static int pw_512(void)
 {
 	static int cached = -1;
@@ -251,6 +423,25 @@ PW_TARGET static void pw_micro(int mr, int64_t kc, const float *a, int64_t lda, 
 	}
 }
 #endif
+
+/* Whether the AVX-512 tiles take nt columns after nfull full ones into
+ * their first tile of three panels (pw_tile512). */
+static int pw_fuse_tail(int64_t nfull, int64_t nt)
+{
+#ifdef PW_X86
+	return pw_512() && nt > 0 && nt <= PW_TAIL && nfull >= 3 * PW_NR;
+#else
+	(void)nfull, (void)nt;
+	return 0;
+#endif
+}
+
+/* Rows per tile of the first tile of columns where nt columns are fused
+ * into it (PW_MR512). */
+static int64_t pw_tile_rows(int fuse, int64_t nt)
+{
+	return fuse && nt <= 2 ? PW_MR512 : PW_MR;
+}
 
 /* bp[p][k][16] = x[k0 + k][j0 + p * 16 + c] for k < kc, zeros past nc
  * (vector copies: a memcpy call per row of 16 cost as much as the product
@@ -308,8 +499,9 @@ static void pw_block(struct pw_run *r, int64_t bg, int64_t j0, int64_t nc, int64
 	const float *x = r->x + (nb * cv->cin + g * cv->cin_g) * cv->xvol;
 	const float *w = r->w + g * M * K, *bias = r->b ? r->b + g * M : NULL;
 	int64_t ybase = (nb * cv->cout + g * M) * cv->yvol, nfull = nc / PW_NR * PW_NR, ldb;
+	int fuse = r->inplace && pw_fuse_tail(nfull, nc - nfull); /* the tail in the first tile */
 
-	if (r->inplace && nfull < nc && r->tail_of[tid] != bg) { /* units of one block share it */
+	if (r->inplace && nfull < nc && !fuse && r->tail_of[tid] != bg) { /* units of one block share it */
 		pw_pack(x, cv->xvol, 0, K, j0 + nfull, nc - nfull, bp);
 		r->tail_of[tid] = bg;
 	}
@@ -320,7 +512,7 @@ static void pw_block(struct pw_run *r, int64_t bg, int64_t j0, int64_t nc, int64
 		if (!r->inplace)
 			pw_pack(x, cv->xvol, k0, kc, j0, nc, bp);
 		for (int64_t t = t0; t < t1; t++) {
-			int64_t m0 = t * PW_MR, mr = min64(PW_MR, M - m0);
+			int64_t m0 = t * r->mr, mr = min64(r->mr, M - m0);
 			for (int64_t p = 0, np = 1; p * PW_NR < nc; p += np) {
 #ifdef PW_X86
 				int64_t off = ybase + m0 * cv->yvol + j0 + p * PW_NR;
@@ -336,10 +528,19 @@ static void pw_block(struct pw_run *r, int64_t bg, int64_t j0, int64_t nc, int64
 				 * place, the full ones 16 apart and the packed tail alone */
 				np = r->inplace ? ((p + 1) * PW_NR > nc ? 1 : min64(3, nfull / PW_NR - p))
 						: min64(3, (nc - p * PW_NR + PW_NR - 1) / PW_NR);
-				pw_micro512((int)mr, (int)np, kc, w + m0 * K + k0, K, src, ldb,
-					    r->inplace ? PW_NR : kc * PW_NR, r->y + off, cv->yvol,
-					    (int)min64(np * PW_NR, nc - p * PW_NR), k0 == 0, bias ? bias + m0 : NULL,
-					    fin, fin && r->fin_add ? r->addend + off : NULL);
+				if (!fuse) { /* pw_micro512 itself: 5% on short K (1x1 at 56x56) */
+					pw_micro512((int)mr, (int)np, kc, w + m0 * K + k0, K, src, ldb,
+						    r->inplace ? PW_NR : kc * PW_NR, r->y + off, cv->yvol,
+						    (int)min64(np * PW_NR, nc - p * PW_NR), k0 == 0, bias ? bias + m0 : NULL,
+						    fin, fin && r->fin_add ? r->addend + off : NULL);
+					continue;
+				}
+				pw_micro512x((int)mr, (int)np, p == 0 ? (int)(nc - nfull) : 0, kc, w + m0 * K + k0, K, src,
+					     ldb, PW_NR, x + k0 * cv->xvol + j0 + nfull, cv->xvol, r->y + off, cv->yvol,
+					     nfull - p * PW_NR, (int)min64(np * PW_NR, nc - p * PW_NR), k0 == 0,
+					     bias ? bias + m0 : NULL, fin, fin && r->fin_add ? r->addend + off : NULL);
+				if ((p + np) * PW_NR == nfull)
+					break;
 #endif
 			}
 			for (int64_t m = m0; m < m0 + mr && r->epi && !r->fin_ok && k0 + kc == K; m++)
@@ -395,23 +596,30 @@ static void pw_gemm_fin(int64_t M, int64_t N, int64_t K, const float *w, int64_t
 {
 	float tail[PW_KC * PW_NR];
 	int64_t nfull = N / PW_NR * PW_NR;
+	int fuse = pw_fuse_tail(nfull, N - nfull); /* the tail in the first tiles */
 
 	(void)f, (void)add; /* without PW_X86 */
 	for (int64_t k0 = 0; k0 < K; k0 += PW_KC) {
 		int64_t kc = min64(PW_KC, K - k0);
-		if (N > nfull)
+		if (N > nfull && !fuse)
 			pw_pack(b, ldb, k0, kc, nfull, N - nfull, tail);
 		for (int64_t j = 0, nj = PW_NR; j < N; j += nj) { /* a panel stays in L1 over the rows */
 #ifdef PW_X86
 			if (pw_512()) { /* up to 3 full panels in place, or the tail */
-				int full = j < nfull, last = k0 + kc == K;
-				nj = full ? min64(3 * PW_NR, nfull - j) : N - j;
-				for (int64_t m0 = 0; m0 < M; m0 += PW_MR)
-					pw_micro512((int)min64(PW_MR, M - m0), (int)((nj + PW_NR - 1) / PW_NR), kc,
-						    w + m0 * lda + k0, lda, full ? b + k0 * ldb + j : tail,
-						    full ? ldb : PW_NR, PW_NR, y + m0 * ldy + j, ldy, (int)nj, k0 == 0,
-						    bias && k0 == 0 ? bias + m0 : NULL, last ? f : NULL,
-						    last && f && add ? add + m0 * ldy + j : NULL);
+				int full = j < nfull, last = k0 + kc == K, nt = fuse && j == 0 ? (int)(N - nfull) : 0;
+				int64_t mstep = pw_tile_rows(nt > 0, nt);
+				/* runs of 4 panels where K is not short, no run of 1 after them */
+				int64_t rem = (nfull - j) / PW_NR, wide = nt == 0 && kc >= PW_WIDE_K && (rem >= 7 || rem == 4);
+				nj = !full ? N - j : PW_NR * (wide ? 4 : min64(3, rem));
+				for (int64_t m0 = 0; m0 < M; m0 += mstep)
+					pw_micro512x((int)min64(mstep, M - m0), (int)((nj + PW_NR - 1) / PW_NR), nt, kc,
+						     w + m0 * lda + k0, lda, full ? b + k0 * ldb + j : tail,
+						     full ? ldb : PW_NR, PW_NR, b + k0 * ldb + nfull, ldb,
+						     y + m0 * ldy + j, ldy, nfull - j, (int)nj, k0 == 0,
+						     bias && k0 == 0 ? bias + m0 : NULL, last ? f : NULL,
+						     last && f && add ? add + m0 * ldy + j : NULL);
+				if (fuse && j + nj == nfull)
+					break;
 				continue;
 			}
 			nj = PW_NR;
@@ -478,10 +686,12 @@ void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, con
 	int64_t cap = (int64_t)(cv->workspace / sizeof(float)), units;
 
 	pw_fin_plan(&r);
-	r.mt = (cv->cout_g + PW_MR - 1) / PW_MR;
 	r.nblk = (cv->yvol + PW_NB - 1) / PW_NB;
 	r.per_thread = min64(cv->kdim, PW_KC) * PW_NB;
 	r.inplace = pw_inplace(cv, r.per_thread);
+	/* in place, a plane is one block of columns: its tail is every tile's */
+	r.mr = pw_tile_rows(r.inplace && pw_fuse_tail(cv->yvol / PW_NR * PW_NR, cv->yvol % PW_NR), cv->yvol % PW_NR);
+	r.mt = (cv->cout_g + r.mr - 1) / r.mr;
 	for (int t = 0; t < PW_MAX_TID; t++)
 		r.tail_of[t] = -1;
 	units = cv->batch * cv->group * r.nblk * r.mt;

@@ -63,7 +63,9 @@
  * and blocks of conv_dwc.c (8 channels); E's block of a 7x7 plane is
  * 9.4 KiB. */
 #define FIR_CB 48
-/* Projection micro-tiles (6 output channels) per stolen unit. */
+/* Projection rows (output channels) per tile: conv_pw.c's AVX-512 tiles
+ * of a 7x7 plane (49 columns) are 8 rows; and tiles per stolen unit. */
+#define FIR_PROJ_ROWS 8
 #define FIR_PROJ_TILES 2
 
 struct fir {
@@ -262,7 +264,7 @@ static void fir_ch_dw(void *arg, int64_t b, int64_t e, int tid)
 	}
 }
 
-/* Channel mode, second run: units are (item, micro-tile of 6 output
+/* Channel mode, second run: units are (item, tile of FIR_PROJ_ROWS output
  * channels); runs of them within an item are one product over D. */
 static void fir_ch_proj(void *arg, int64_t b, int64_t e, int tid)
 {
@@ -273,7 +275,7 @@ static void fir_ch_proj(void *arg, int64_t b, int64_t e, int tid)
 	(void)tid;
 	while (b < e) {
 		int64_t n = b / r->ptiles, t0 = b % r->ptiles, t1 = t0 + (e - b) < r->ptiles ? t0 + (e - b) : r->ptiles;
-		int64_t m0 = t0 * 6, m1 = t1 * 6 < f->cout ? t1 * 6 : f->cout;
+		int64_t m0 = t0 * FIR_PROJ_ROWS, m1 = t1 * FIR_PROJ_ROWS < f->cout ? t1 * FIR_PROJ_ROWS : f->cout;
 		float *y = r->y + (n * f->cout + m0) * ohw;
 		b += t1 - t0;
 		if (f->e3.add != HP_EPI_ADD_NONE && r->add &&
@@ -294,7 +296,7 @@ static void fir_ch_exec(struct fir_run *r, struct hp_pool *pool, int threads)
 	const struct fir *f = r->f;
 
 	r->cblocks = (f->ce + FIR_CB - 1) / FIR_CB;
-	r->ptiles = (f->cout + 5) / 6;
+	r->ptiles = (f->cout + FIR_PROJ_ROWS - 1) / FIR_PROJ_ROWS;
 	hp_parallel_steal(threads > 1 ? pool : NULL, f->n * r->cblocks, 1, threads, fir_ch_dw, r);
 	hp_parallel_steal(threads > 1 ? pool : NULL, f->n * r->ptiles, FIR_PROJ_TILES, threads, fir_ch_proj, r);
 }

@@ -649,8 +649,9 @@ static void test_dot_fused(void **state)
 /* The pointwise path (1x1, stride 1, no pads: conv_pw.c): output channels
  * not a multiple of its 6-row micro-tile (1, 7, 13, 97), columns not a
  * multiple of 16 or of its 128-column blocks, K longer than its 256-long
- * k chunks (running sums resumed from Y), groups, 1-D and 3-D; cases of
- * 2 MFLOP and more run on both threads. */
+ * k chunks (running sums resumed from Y), groups, 1-D and 3-D, planes of
+ * 3 panels and 1 or 2 columns (7x7, 5x10: the tail in the first tile);
+ * cases of 2 MFLOP and more run on both threads. */
 static const struct cc pw_cases[] = {
 	{ 2, 0, 2, 300, 70, 1, V3(9, 15, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
 	{ 2, 0, 1, 530, 97, 1, V3(7, 7, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
@@ -660,6 +661,7 @@ static const struct cc pw_cases[] = {
 	{ 3, 0, 1, 20, 10, 1, V3(3, 4, 5), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
 	{ 2, 0, 1, 64, 1, 1, V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
 	{ 2, 0, 4, 96, 144, 1, V3(12, 12, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 0, 1, 0, 0 },
+	{ 2, 0, 1, 270, 20, 1, V3(5, 10, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
 };
 
 static void test_conv_pw(void **state)
@@ -745,19 +747,24 @@ static void test_pw_bands(void **state)
 }
 
 /* conv_pw.c's product (hp_pw_gemm, hp_pw_gemm_epi) on its AVX-512 tiles
- * (up to three panels of 16 columns, a tail of 1 to 16) and on its AVX2
+ * (up to three panels of 16 columns, four where K is 64 or more: 64
+ * columns, 196's runs of 4, 3 and 2; a tail of 1 to 16) and on its AVX2
  * ones gives, bit for bit, the chains it promises: each output from its
  * bias (or 0), then fmaf(w[m][k], b[k][j], acc) for k = 0, 1, ..., K-1,
  * across the k chunks of 256; and the Clip after an addend as
  * hp_epi_span computes it.  Within 1e-5 of the sum of |terms| of a double
  * reference.  Shapes: MobileNetV2's 7x7 (49 columns: 3 panels and 1
  * column) and 14x14 planes, rows of 1 to 13 (tails of the 6-row tiles),
- * K past a chunk, X rows wider than N (in place, ldb > N). */
+ * K past a chunk, X rows wider than N (in place, ldb > N); tails of 1 to
+ * 4 columns after 3 panels or more (taken into the first tile's rows'
+ * vectors on AVX-512, its tiles 8 rows with tails of 1 or 2: 8 + 5 and
+ * 8 + 7 rows) and of 5. */
 static void test_pw_isa(void **state)
 {
 	static const int64_t shapes[][4] = { /* M, N, K, ldb - N */
 		{ 13, 49, 300, 0 }, { 6, 49, 960, 0 }, { 12, 196, 64, 3 }, { 5, 33, 7, 0 },  { 1, 16, 1, 0 },
 		{ 7, 48, 257, 1 },  { 3, 5, 40, 11 },  { 8, 97, 256, 0 },  { 2, 64, 513, 2 }, { 11, 17, 20, 0 },
+		{ 4, 50, 300, 0 },  { 9, 99, 40, 2 },  { 6, 52, 20, 0 },   { 5, 53, 9, 1 },  { 15, 50, 30, 3 },
 	};
 	unsigned st = 12345;
 

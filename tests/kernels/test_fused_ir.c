@@ -201,12 +201,12 @@ static void loops(const struct ic *t, const struct data *d, double *y)
 
 /* Whether the node runs more than one unit in some parallel run: bands of
  * rows (chan 0; an even count from 2 rows), or blocks of 48 expanded
- * channels, or pairs of 6-row tiles of the projection (chan 1). */
+ * channels, or pairs of 8-row tiles of the projection (chan 1). */
 static int parallel(const struct ic *t, int chan)
 {
 	if (!chan)
 		return t->n * odim(t, 0) >= 2;
-	return t->n * ((t->ce + 47) / 48) >= 2 || t->n * ((t->cout + 11) / 12) >= 2;
+	return t->n * ((t->ce + 47) / 48) >= 2 || t->n * ((t->cout + 15) / 16) >= 2;
 }
 
 static void test_against_unfused(void **state)
