@@ -394,9 +394,18 @@ static void kx_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc,
 		for (int64_t p = 0; p < np; p++)
 			kx_pack(&cv->g, x, &cols[p], k0, kc, bp + p * r->pf + 2 * min64(K, KX_KC),
 				(const float **)(void *)(bp + p * r->pf));
-		for (int64_t t = t0; t < t1; t++) {
+		for (int64_t t = t0, dt; t < t1; t += dt) {
 			int64_t m0 = kx_tile_m0(M, r->mt, t), mr = kx_tile_rows(M, r->mt, t);
-			for (int64_t p = 0, d; p < np; p += d) {
+			/* a lone panel: two micro-tiles of rows as one AVX-512 tile */
+			dt = wide && np == 1 && t + 1 < t1 ? 2 : 1;
+			if (wide && np == 1) {
+				int64_t off = r->span ? (m0 - kx_tile_m0(M, r->mt, t0)) * nc : ybase + m0 * cv->yvol + j0;
+				mr += dt == 2 ? kx_tile_rows(M, r->mt, t + 1) : 0;
+				hp_kxk_tall_micro((int)mr, kc, (const float *const *)(void *)bp, w + m0 * K + k0, K,
+						  (r->span ? tmp : r->y) + off, ldy, cols[0].n, k0 == 0,
+						  bias ? bias + m0 : NULL, fin, fin && r->fin_add ? r->addend + off : NULL);
+			}
+			for (int64_t p = 0, d; p < np && !(wide && np == 1); p += d) {
 				int64_t off = r->span ? (m0 - kx_tile_m0(M, r->mt, t0)) * nc + p * KX_NR
 						      : ybase + m0 * cv->yvol + j0 + p * KX_NR;
 				const float *const *t = (const float *const *)(void *)(bp + p * r->pf);

@@ -64,4 +64,14 @@ void hp_kxk_wide_micro(int mr, int64_t nk, const float *const *t0, int64_t o0, c
 		       const float *a, int64_t lda, float *y, int64_t ldy, int first, const float *bias,
 		       const struct hp_fma_fin *f, const float *add);
 
+/* Only when hp_kxk_wide_ok(): rows r < mr <= 2 * KX_MR of one panel of
+ * ncols (1..16) columns over nk taps, tap k's lanes at t[k] (lanes past
+ * ncols neither read nor stored), row r's weights at a + r * lda; from the
+ * bias (or 0) when first, else from y; then f's epilogue (NULL: none)
+ * with the addend at add in y's layout.  The chains, and so the bits, of
+ * kx_tile (conv_kxk_run.c). */
+void hp_kxk_tall_micro(int mr, int64_t nk, const float *const *t, const float *a, int64_t lda, float *y,
+		       int64_t ldy, int ncols, int first, const float *bias, const struct hp_fma_fin *f,
+		       const float *add);
+
 #endif

@@ -1076,6 +1076,67 @@ static void test_kxk_run(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* Blocks of a single 16-column panel (conv_kxk_run.c's kt_tile: two
+ * micro-tiles of rows as one AVX-512 tile): ResNet-18's 2x2 planes at a
+ * batch of 4 (16 columns across the items) and its 4x4 -> 2x2 stride-2
+ * entry, with K past a k chunk (running sums resumed) and output channels
+ * that leave a micro-tile without a partner (37: 7 tiles; 130 on two
+ * threads: 11 tiles each); a partial panel (3 items: 12 columns), a 3x3
+ * plane at a batch of one (9 columns of one item, not spanning), a 1x1
+ * plane of 10 items. */
+static const struct cc kxk_tall_cases[] = {
+	{ 2, 0, 4, 40, 37, 1, V3(2, 2, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 4, 64, 130, 1, V3(2, 2, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+	{ 2, 0, 4, 32, 24, 1, V3(4, 4, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 3, 30, 13, 1, V3(2, 2, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 48, 20, 1, V3(3, 3, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 10, 20, 25, 1, V3(1, 1, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+};
+
+/* The single-panel blocks against the double reference, bitwise the float
+ * chains (grp_chain_ref: the KxK path's chains are the grouped path's) on
+ * 1 and 2 threads, with the AVX-512 tiles and with the AVX2 ones; 1 thread
+ * bitwise 2, bands bitwise the whole, FusedConv bitwise unfused
+ * (band_case). */
+static void test_kxk_tall(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_kxk_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_conv_set_kxk(1);
+	for (size_t i = 0; i < sizeof kxk_tall_cases / sizeof kxk_tall_cases[0]; i++) {
+		const struct cc *t = &kxk_tall_cases[i];
+		int64_t o[2], pb[2];
+		struct hp_tensor out;
+		struct built bt;
+		float *ref;
+		check(t, 360 + (unsigned)i, NULL);
+		check(t, 360 + (unsigned)i, pool);
+		build(t, 370 + (unsigned)i, &bt);
+		o[0] = ref_axis(t, 0, &pb[0]);
+		o[1] = ref_axis(t, 1, &pb[1]);
+		ref = malloc((size_t)(t->n * t->m * o[0] * o[1]) * sizeof(float));
+		grp_chain_ref(t, &bt, o, pb, ref);
+		for (int th = 0; th < 4; th++) { /* 1 and 2 threads, AVX-512 tiles and AVX2 ones */
+			hp_kxk_set_wide(th < 2);
+			assert_int_equal(run_case(t, &bt, th % 2 ? pool : NULL, &out), 0);
+			hp_kxk_set_wide(1);
+			if (memcmp(out.data, ref, hp_tensor_bytes(&out)))
+				fail_msg("single-panel case %zu (%d threads%s): not the float chains", i, th % 2 + 1,
+					 th >= 2 ? ", AVX2" : "");
+			hp_tensor_free(&out);
+		}
+		free(ref);
+		unbuild(&bt);
+		band_case(t, i, 17, pool);
+	}
+	hp_conv_set_kxk(0);
+	hp_pool_destroy(pool);
+}
+
 /* ConvTranspose with kernel == stride, two wide along the rows
  * (convt_fma.c): the U-Net's 2x2 stride 2 with an odd row (14 output
  * columns: a partial micro-tile), 3x2 stride 3x2 over rows of 40
@@ -1415,6 +1476,7 @@ int main(void)
 		cmocka_unit_test(test_grp_choice),
 		cmocka_unit_test(test_kxk_bands),
 		cmocka_unit_test(test_kxk_run),
+		cmocka_unit_test(test_kxk_tall),
 		cmocka_unit_test(test_convt_fma),
 		cmocka_unit_test(test_steal_bits),
 		cmocka_unit_test(test_kxk_choice),
