@@ -51,9 +51,6 @@ struct kx_run {
 int hp_kxk_run_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc, int64_t t0, int64_t t1,
 		     float *buf);
 
-/* Whether the AVX-512 tiles of two panels run (the CPU has AVX-512 and
- * hp_kxk_set_wide has not turned them off). */
-int hp_kxk_wide_ok(void);
 /* Only when hp_kxk_wide_ok(): rows r < mr of two full 16-column panels
  * side by side (y and y + 16, rows ldy apart) over nk taps, panel i's tap k
  * at ti[k] + oi, row r's weights at a + r * lda; from the bias (or 0)
