@@ -179,9 +179,12 @@ def test_balanced():
               'balanced P=%d: bubble (P-1)/(M+P-1) with M=P by default: %s' % (P, b))
         check([r['flight'] for r in rows] == [P - s for s in range(P)], 'balanced P=%d: 1f1b in flight P-s' % P)
         # the first Gemm reads the data: its gradient computes dW alone, so
-        # the first stage has one product fewer than the next (2n - 1 of 2n)
+        # the first stage has one product fewer than the next (2n - 1 of 2n);
+        # against the range the printed figures allow (rounded to 0.01 ms:
+        # at P=4 they are about 0.1 ms, and faster calibration convolutions
+        # printed 0.10 against 0.11, which the unrounded figures may meet)
         n = sizes[0] // 2
-        check(rows[0]['bwd'] <= (2 * n - 0.5) / (2 * n) * rows[1]['bwd'],
+        check(rows[0]['bwd'] - 0.005 <= (2 * n - 0.5) / (2 * n) * (rows[1]['bwd'] + 0.005),
               'balanced P=%d: the first stage backward (%.3f ms) without its first dA, below the second (%.3f ms) by '
               'about 1/%d' % (P, rows[0]['bwd'], rows[1]['bwd'], 2 * n))
 
