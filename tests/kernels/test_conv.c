@@ -1349,6 +1349,55 @@ static void test_kxk_choice(void **state)
 	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_DIRECT);
 }
 
+/* The auto choice on 3-D nodes: one the shift path leaves (4 channels,
+ * unet3d_tiny's) takes the kxk path where its AVX-512 tiles run and
+ * im2col where they do not; one of 32 channels at 24^3 keeps the shift
+ * path; a gradient's forward keeps its paths.  Such a node on the auto
+ * choice against the reference, 1 thread bitwise 2, bands bitwise the
+ * whole, fused bitwise unfused. */
+static void test_kxk3_choice(void **state)
+{
+	static const struct cc small3 = { 3, 0, 2, 4, 4, 1, V3(6, 7, 8), V3(3, 3, 3), V3(1, 1, 1), V3(1, 1, 1),
+					  V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, NULL, 1, 1, 1, 0 };
+	struct hp_conv cv = { .node = 1, .nd = 3, .batch = 1, .cin = 4, .cout = 4, .group = 1, .cin_g = 4,
+			      .cout_g = 4, .path = -1 };
+	struct hp_colgeom *g = &cv.g;
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_kxk_available())
+		skip();
+	hp_conv_set_kxk(0);
+	*g = (struct hp_colgeom){ .img = { 16, 16, 16 }, .grid = { 16, 16, 16 }, .k = { 3, 3, 3 },
+				  .stride = { 1, 1, 1 }, .dil = { 1, 1, 1 }, .pad = { 1, 1, 1 } };
+	hp_colgeom_finish(g);
+	cv.xvol = cv.yvol = g->img_vol;
+	cv.kdim = cv.cin_g * g->kvol;
+	hp_conv_setup(&cv);
+	assert_int_equal(hp_conv_path(&cv), hp_kxk_wide_ok() ? HP_CONV_PATH_KXK : HP_CONV_PATH_IM2COL);
+	hp_kxk_set_wide(0);
+	hp_conv_setup(&cv);
+	hp_kxk_set_wide(1);
+	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_IM2COL);
+	cv.node = 0;
+	hp_conv_setup(&cv);
+	assert_int_not_equal(hp_conv_path(&cv), HP_CONV_PATH_KXK);
+	cv.node = 1;
+	cv.cin = cv.cout = cv.cin_g = cv.cout_g = 32;
+	*g = (struct hp_colgeom){ .img = { 24, 24, 24 }, .grid = { 24, 24, 24 }, .k = { 3, 3, 3 },
+				  .stride = { 1, 1, 1 }, .dil = { 1, 1, 1 }, .pad = { 1, 1, 1 } };
+	hp_colgeom_finish(g);
+	cv.xvol = cv.yvol = g->img_vol;
+	cv.kdim = cv.cin_g * g->kvol;
+	hp_conv_setup(&cv);
+	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_SHIFT);
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	check(&small3, 380, NULL);
+	check(&small3, 380, pool);
+	band_case(&small3, 0, 19, pool);
+	hp_pool_destroy(pool);
+}
+
 /* The auto choice of the grouped path: groups of 4 and of 32 channels
  * take it, groups of 64 the kxk path, depthwise ones theirs, a gradient's
  * forward and a band pinned to another path keep theirs; a stem of 3
@@ -1480,6 +1529,7 @@ int main(void)
 		cmocka_unit_test(test_convt_fma),
 		cmocka_unit_test(test_steal_bits),
 		cmocka_unit_test(test_kxk_choice),
+		cmocka_unit_test(test_kxk3_choice),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_kernel_shape_dims),
 	};
