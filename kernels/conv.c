@@ -394,9 +394,24 @@ static int kxk_wanted(const struct hp_conv *cv)
 		return hp_conv_kxk_mode() > 0;
 	if (hp_conv_dot_mode() > 0 || hp_conv_shift_mode() > 0)
 		return 0;
-	/* 2-D only: 1-D and 3-D (the 3-D U-Net's wide shift-path sgemms) were
-	 * not measured to gain */
+	/* 2-D only here: 1-D and 3-D (the 3-D U-Net's wide shift-path sgemms)
+	 * were not measured to gain; 3-D nodes the shift path leaves take it
+	 * after all (kxk3_wanted) */
 	return cv->nd == 2 && !direct_ok(&cv->g) && cv->cin_g >= HP_KXK_MIN_CH && cv->cout_g >= HP_KXK_MIN_CH;
+}
+
+/* Whether a 3-D node the shift path leaves (fewer than HP_SHIFT_MIN_CH
+ * input channels per group, planes too narrow for its slabs) takes the
+ * kxk path rather than im2col, on the auto choice, where its AVX-512 tiles
+ * run (the AVX2 ones were not measured here): it beats im2col's column matrices and sgemm there (the test model
+ * unet3d_tiny, 4-16 channels at 16^3 to 4^3: 1960 -> 1530 ms of CPU time
+ * for 2050 inferences, 1 thread; the 48^3 U-Net of tools/make_unet3d.py,
+ * whose stem and two 6^3 convs change path: 1657 -> 1622 ms for 12; 5 and 3 runs
+ * alternating, medians of perf stat's task-clock). */
+static int kxk3_wanted(const struct hp_conv *cv)
+{
+	return cv->path < 0 && hp_conv_kxk_mode() == 0 && hp_conv_dot_mode() <= 0 && hp_conv_shift_mode() <= 0 &&
+	       hp_kxk_eligible(cv) && hp_kxk_wide_ok() && cv->nd == 3 && !cv->direct;
 }
 
 void hp_conv_setup(struct hp_conv *cv)
@@ -445,6 +460,12 @@ static void setup_paths(struct hp_conv *cv, int allow_dot)
 	}
 	if (cv->shift)
 		return;
+	if (allow_dot && kxk3_wanted(cv)) {
+		cv->kxk = 1;
+		cv->direct = 0;
+		cv->workspace = hp_kxk_workspace(cv, cv->lean ? 1 : hp_conv_ws_threads());
+		return;
+	}
 	hp_ctile_plan(c->grid, cv->direct ? HP_CONV_DIRECT_COLS : hp_conv_tile_cap(cv->kdim), &cv->ct);
 	if (cv->direct) { /* the tiles above stay for hp_conv_band_align */
 		if (hp_pw_available())

@@ -325,6 +325,9 @@ void hp_kxk_set_run(int on);
  * two panels where the CPU has AVX-512 (the default) or AVX2 tiles of
  * one; the same bits either way. */
 void hp_kxk_set_wide(int on);
+/* Whether the KxK path's AVX-512 tiles run (the CPU has AVX-512 and
+ * hp_kxk_set_wide has not turned them off). */
+int hp_kxk_wide_ok(void);
 
 /* Grouped path (conv_grp.c): 2-D Conv nodes with groups of 2-32 channels
  * in and out (not depthwise) or one group of 1-4 input channels (stems),

@@ -189,14 +189,17 @@ KX_TARGET static KX_INLINE const float *kx_row(const float *xc, int32_t id, int3
 	if (iw >= 0 && iw + (int32_t)R <= W)
 		return s + iw;
 	/* o[q] = s[iw + q] for q in [lo, hi), zeros around (masked loads
-	 * were 40% of the packing on AMD) */
-	int32_t lo = iw < 0 ? -iw : 0, hi = W - iw < len ? W - iw : len;
-	for (int32_t q = 0; q < lo && q < R; q++)
-		o[q] = 0.0f;
-	for (int32_t q = lo; q < hi; q++)
+	 * were 40% of the packing on AMD): zeros over all R floats (a
+	 * multiple of 8), then the row's part in whole vectors and a scalar
+	 * tail (16-wide planes copy every row: the scalar loop was half of
+	 * class 3x3-r16's packing) */
+	int32_t lo = iw < 0 ? -iw : 0, hi = W - iw < len ? W - iw : len, q = lo;
+	for (int64_t v = 0; v < R; v += 8)
+		_mm256_storeu_ps(o + v, _mm256_setzero_ps());
+	for (; q + 8 <= hi; q += 8)
+		_mm256_storeu_ps(o + q, _mm256_loadu_ps(s + iw + q));
+	for (; q < hi; q++)
 		o[q] = s[iw + q];
-	for (int32_t q = hi > lo ? hi : lo; q < R; q++)
-		o[q] = 0.0f;
 	*dst += R;
 	return o;
 }
@@ -394,9 +397,18 @@ static void kx_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc,
 		for (int64_t p = 0; p < np; p++)
 			kx_pack(&cv->g, x, &cols[p], k0, kc, bp + p * r->pf + 2 * min64(K, KX_KC),
 				(const float **)(void *)(bp + p * r->pf));
-		for (int64_t t = t0; t < t1; t++) {
+		for (int64_t t = t0, dt; t < t1; t += dt) {
 			int64_t m0 = kx_tile_m0(M, r->mt, t), mr = kx_tile_rows(M, r->mt, t);
-			for (int64_t p = 0, d; p < np; p += d) {
+			/* a lone panel: two micro-tiles of rows as one AVX-512 tile */
+			dt = wide && np == 1 && t + 1 < t1 ? 2 : 1;
+			if (wide && np == 1) {
+				int64_t off = r->span ? (m0 - kx_tile_m0(M, r->mt, t0)) * nc : ybase + m0 * cv->yvol + j0;
+				mr += dt == 2 ? kx_tile_rows(M, r->mt, t + 1) : 0;
+				hp_kxk_tall_micro((int)mr, kc, (const float *const *)(void *)bp, w + m0 * K + k0, K,
+						  (r->span ? tmp : r->y) + off, ldy, cols[0].n, k0 == 0,
+						  bias ? bias + m0 : NULL, fin, fin && r->fin_add ? r->addend + off : NULL);
+			}
+			for (int64_t p = 0, d; p < np && !(wide && np == 1); p += d) {
 				int64_t off = r->span ? (m0 - kx_tile_m0(M, r->mt, t0)) * nc + p * KX_NR
 						      : ybase + m0 * cv->yvol + j0 + p * KX_NR;
 				const float *const *t = (const float *const *)(void *)(bp + p * r->pf);

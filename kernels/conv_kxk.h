@@ -51,9 +51,6 @@ struct kx_run {
 int hp_kxk_run_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc, int64_t t0, int64_t t1,
 		     float *buf);
 
-/* Whether the AVX-512 tiles of two panels run (the CPU has AVX-512 and
- * hp_kxk_set_wide has not turned them off). */
-int hp_kxk_wide_ok(void);
 /* Only when hp_kxk_wide_ok(): rows r < mr of two full 16-column panels
  * side by side (y and y + 16, rows ldy apart) over nk taps, panel i's tap k
  * at ti[k] + oi, row r's weights at a + r * lda; from the bias (or 0)
@@ -63,5 +60,15 @@ int hp_kxk_wide_ok(void);
 void hp_kxk_wide_micro(int mr, int64_t nk, const float *const *t0, int64_t o0, const float *const *t1, int64_t o1,
 		       const float *a, int64_t lda, float *y, int64_t ldy, int first, const float *bias,
 		       const struct hp_fma_fin *f, const float *add);
+
+/* Only when hp_kxk_wide_ok(): rows r < mr <= 2 * KX_MR of one panel of
+ * ncols (1..16) columns over nk taps, tap k's lanes at t[k] (lanes past
+ * ncols neither read nor stored), row r's weights at a + r * lda; from the
+ * bias (or 0) when first, else from y; then f's epilogue (NULL: none)
+ * with the addend at add in y's layout.  The chains, and so the bits, of
+ * kx_tile (conv_kxk_run.c). */
+void hp_kxk_tall_micro(int mr, int64_t nk, const float *const *t, const float *a, int64_t lda, float *y,
+		       int64_t ldy, int ncols, int first, const float *bias, const struct hp_fma_fin *f,
+		       const float *add);
 
 #endif

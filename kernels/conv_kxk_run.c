@@ -259,6 +259,86 @@ KR_WIDE_TARGET void hp_kxk_wide_micro(int mr, int64_t nk, const float *const *t0
 	}
 }
 
+/* AVX-512 micro-tiles of one panel and two micro-tiles of rows (up to
+ * 2 * KX_MR = 12 output channels, one zmm accumulator each): a block of a
+ * single panel (ResNet-18's 2x2 planes at a batch of 4 are 16 columns in
+ * all) has no second panel for kw_tile, and the AVX2 tile of one panel
+ * does half the flops per instruction (class 3x3-tiny of
+ * hpdlf-bench-conv-libs --fwd: 116 GF/s).  Twelve chains hide the FMAs'
+ * latency as kw_tile's twelve do; the weights are broadcast from their
+ * rows in place, so each tap's panel vector is loaded once for 12 FMAs.
+ * Such blocks stream their weights (ResNet-18's stage 4: 27 MiB of them,
+ * read once an inference, past L3 beside the rest): every 16 taps each
+ * row prefetches the line of the next micro-tiles' row below it, so the
+ * next tile finds its chunk of W in L1 (ResNet-18 at 64x64, 1 thread:
+ * 1837 -> 1712 ms of CPU time for 220 inferences, one binary, 5 runs
+ * alternating, medians).
+ * Each lane is the same chain as kx_tile's (one FMA per tap, k in order,
+ * from the bias or the stored running sum): the same bits. */
+#define KT_INIT(r)                                                                              \
+	if (mr > r)                                                                             \
+		p##r = first ? (bias ? _mm512_set1_ps(bias[r]) : _mm512_setzero_ps())           \
+			     : _mm512_maskz_loadu_ps(cm, y + r * ldy);
+#define KT_FMA(r)                                                                               \
+	if (mr > r)                                                                             \
+		p##r = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda]), b0, p##r);
+#define KT_OUT(r)                                                                               \
+	if (mr > r)                                                                             \
+		_mm512_mask_storeu_ps(y + r * ldy, cm, p##r);
+
+KR_WIDE_TARGET static KR_INLINE void kt_tile(const int mr, int64_t nk, const float *const *t, const float *a,
+					     int64_t lda, float *y, int64_t ldy, __mmask16 cm, int first,
+					     const float *bias)
+{
+	__m512 p0 = _mm512_setzero_ps(), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0;
+	__m512 p6 = p0, p7 = p0, p8 = p0, p9 = p0, p10 = p0, p11 = p0;
+
+	KT_INIT(0) KT_INIT(1) KT_INIT(2) KT_INIT(3) KT_INIT(4) KT_INIT(5)
+	KT_INIT(6) KT_INIT(7) KT_INIT(8) KT_INIT(9) KT_INIT(10) KT_INIT(11)
+	for (int64_t k = 0; k < nk; k++, a++) {
+		__m512 b0 = _mm512_maskz_loadu_ps(cm, t[k]);
+		if ((k & 15) == 0) /* the next tile's rows, a line each (prefetches never fault) */
+			for (int r = 0; r < mr; r++)
+				_mm_prefetch((const char *)(a + (mr + r) * lda), _MM_HINT_T0);
+		KT_FMA(0) KT_FMA(1) KT_FMA(2) KT_FMA(3) KT_FMA(4) KT_FMA(5)
+		KT_FMA(6) KT_FMA(7) KT_FMA(8) KT_FMA(9) KT_FMA(10) KT_FMA(11)
+	}
+	KT_OUT(0) KT_OUT(1) KT_OUT(2) KT_OUT(3) KT_OUT(4) KT_OUT(5)
+	KT_OUT(6) KT_OUT(7) KT_OUT(8) KT_OUT(9) KT_OUT(10) KT_OUT(11)
+}
+
+#define KT_CASE(R)                                                                      \
+	case R:                                                                         \
+		kt_tile(R, nk, t, a, lda, y, ldy, cm, first, bias);                     \
+		break;
+
+KR_WIDE_TARGET void hp_kxk_tall_micro(int mr, int64_t nk, const float *const *t, const float *a, int64_t lda,
+				    float *y, int64_t ldy, int ncols, int first, const float *bias,
+				    const struct hp_fma_fin *f, const float *add)
+{
+	__mmask16 cm = (__mmask16)((1u << ncols) - 1);
+
+	switch (mr) {
+		KT_CASE(1)
+		KT_CASE(2)
+		KT_CASE(3)
+		KT_CASE(4)
+		KT_CASE(5)
+		KT_CASE(6)
+		KT_CASE(7)
+		KT_CASE(8)
+		KT_CASE(9)
+		KT_CASE(10)
+		KT_CASE(11)
+		KT_CASE(12)
+	default:
+		break;
+	}
+	/* a pass of its own, as kr_tile's */
+	if (f)
+		fma_finish_tile(mr, ncols > 8 ? 2 : 1, y, ldy, ncols, f, add);
+}
+
 /* Floats a panel's taps of one kernel row span: 16 lanes and the kw
  * shifts, in whole vectors. */
 static int64_t kr_span(const struct hp_colgeom *g)

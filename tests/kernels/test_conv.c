@@ -1083,6 +1083,67 @@ static void test_kxk_run(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* Blocks of a single 16-column panel (conv_kxk_run.c's kt_tile: two
+ * micro-tiles of rows as one AVX-512 tile): ResNet-18's 2x2 planes at a
+ * batch of 4 (16 columns across the items) and its 4x4 -> 2x2 stride-2
+ * entry, with K past a k chunk (running sums resumed) and output channels
+ * that leave a micro-tile without a partner (37: 7 tiles; 130 on two
+ * threads: 11 tiles each); a partial panel (3 items: 12 columns), a 3x3
+ * plane at a batch of one (9 columns of one item, not spanning), a 1x1
+ * plane of 10 items. */
+static const struct cc kxk_tall_cases[] = {
+	{ 2, 0, 4, 40, 37, 1, V3(2, 2, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 4, 64, 130, 1, V3(2, 2, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+	{ 2, 0, 4, 32, 24, 1, V3(4, 4, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 3, 30, 13, 1, V3(2, 2, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 48, 20, 1, V3(3, 3, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 10, 20, 25, 1, V3(1, 1, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+};
+
+/* The single-panel blocks against the double reference, bitwise the float
+ * chains (grp_chain_ref: the KxK path's chains are the grouped path's) on
+ * 1 and 2 threads, with the AVX-512 tiles and with the AVX2 ones; 1 thread
+ * bitwise 2, bands bitwise the whole, FusedConv bitwise unfused
+ * (band_case). */
+static void test_kxk_tall(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_kxk_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_conv_set_kxk(1);
+	for (size_t i = 0; i < sizeof kxk_tall_cases / sizeof kxk_tall_cases[0]; i++) {
+		const struct cc *t = &kxk_tall_cases[i];
+		int64_t o[2], pb[2];
+		struct hp_tensor out;
+		struct built bt;
+		float *ref;
+		check(t, 360 + (unsigned)i, NULL);
+		check(t, 360 + (unsigned)i, pool);
+		build(t, 370 + (unsigned)i, &bt);
+		o[0] = ref_axis(t, 0, &pb[0]);
+		o[1] = ref_axis(t, 1, &pb[1]);
+		ref = malloc((size_t)(t->n * t->m * o[0] * o[1]) * sizeof(float));
+		grp_chain_ref(t, &bt, o, pb, ref);
+		for (int th = 0; th < 4; th++) { /* 1 and 2 threads, AVX-512 tiles and AVX2 ones */
+			hp_kxk_set_wide(th < 2);
+			assert_int_equal(run_case(t, &bt, th % 2 ? pool : NULL, &out), 0);
+			hp_kxk_set_wide(1);
+			if (memcmp(out.data, ref, hp_tensor_bytes(&out)))
+				fail_msg("single-panel case %zu (%d threads%s): not the float chains", i, th % 2 + 1,
+					 th >= 2 ? ", AVX2" : "");
+			hp_tensor_free(&out);
+		}
+		free(ref);
+		unbuild(&bt);
+		band_case(t, i, 17, pool);
+	}
+	hp_conv_set_kxk(0);
+	hp_pool_destroy(pool);
+}
+
 /* ConvTranspose with kernel == stride, two wide along the rows
  * (convt_fma.c): the U-Net's 2x2 stride 2 with an odd row (14 output
  * columns: a partial micro-tile), 3x2 stride 3x2 over rows of 40
@@ -1295,6 +1356,55 @@ static void test_kxk_choice(void **state)
 	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_DIRECT);
 }
 
+/* The auto choice on 3-D nodes: one the shift path leaves (4 channels,
+ * unet3d_tiny's) takes the kxk path where its AVX-512 tiles run and
+ * im2col where they do not; one of 32 channels at 24^3 keeps the shift
+ * path; a gradient's forward keeps its paths.  Such a node on the auto
+ * choice against the reference, 1 thread bitwise 2, bands bitwise the
+ * whole, fused bitwise unfused. */
+static void test_kxk3_choice(void **state)
+{
+	static const struct cc small3 = { 3, 0, 2, 4, 4, 1, V3(6, 7, 8), V3(3, 3, 3), V3(1, 1, 1), V3(1, 1, 1),
+					  V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, NULL, 1, 1, 1, 0 };
+	struct hp_conv cv = { .node = 1, .nd = 3, .batch = 1, .cin = 4, .cout = 4, .group = 1, .cin_g = 4,
+			      .cout_g = 4, .path = -1 };
+	struct hp_colgeom *g = &cv.g;
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_kxk_available())
+		skip();
+	hp_conv_set_kxk(0);
+	*g = (struct hp_colgeom){ .img = { 16, 16, 16 }, .grid = { 16, 16, 16 }, .k = { 3, 3, 3 },
+				  .stride = { 1, 1, 1 }, .dil = { 1, 1, 1 }, .pad = { 1, 1, 1 } };
+	hp_colgeom_finish(g);
+	cv.xvol = cv.yvol = g->img_vol;
+	cv.kdim = cv.cin_g * g->kvol;
+	hp_conv_setup(&cv);
+	assert_int_equal(hp_conv_path(&cv), hp_kxk_wide_ok() ? HP_CONV_PATH_KXK : HP_CONV_PATH_IM2COL);
+	hp_kxk_set_wide(0);
+	hp_conv_setup(&cv);
+	hp_kxk_set_wide(1);
+	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_IM2COL);
+	cv.node = 0;
+	hp_conv_setup(&cv);
+	assert_int_not_equal(hp_conv_path(&cv), HP_CONV_PATH_KXK);
+	cv.node = 1;
+	cv.cin = cv.cout = cv.cin_g = cv.cout_g = 32;
+	*g = (struct hp_colgeom){ .img = { 24, 24, 24 }, .grid = { 24, 24, 24 }, .k = { 3, 3, 3 },
+				  .stride = { 1, 1, 1 }, .dil = { 1, 1, 1 }, .pad = { 1, 1, 1 } };
+	hp_colgeom_finish(g);
+	cv.xvol = cv.yvol = g->img_vol;
+	cv.kdim = cv.cin_g * g->kvol;
+	hp_conv_setup(&cv);
+	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_SHIFT);
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	check(&small3, 380, NULL);
+	check(&small3, 380, pool);
+	band_case(&small3, 0, 19, pool);
+	hp_pool_destroy(pool);
+}
+
 /* The auto choice of the grouped path: groups of 4 and of 32 channels
  * take it, groups of 64 the kxk path, depthwise ones theirs, a gradient's
  * forward and a band pinned to another path keep theirs; a stem of 3
@@ -1422,9 +1532,11 @@ int main(void)
 		cmocka_unit_test(test_grp_choice),
 		cmocka_unit_test(test_kxk_bands),
 		cmocka_unit_test(test_kxk_run),
+		cmocka_unit_test(test_kxk_tall),
 		cmocka_unit_test(test_convt_fma),
 		cmocka_unit_test(test_steal_bits),
 		cmocka_unit_test(test_kxk_choice),
+		cmocka_unit_test(test_kxk3_choice),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_kernel_shape_dims),
 	};
