@@ -111,16 +111,15 @@ static int first_hold(const struct sim *m)
 /* Victim policies (hp_plan_opts.victims: how many of them hp_plan_build
  * tries, keeping the plan that moves least).  Belady's farthest next use
  * counts evictions, not bytes: a dirty victim is written back and read
- * again, a clean one only read, and one large victim may make the room of
- * several small ones, or cost more than they do.  The 3-D U-Net of
- * bench_ooc_targets.py (64^3, 12 bands) at a quarter of its peak: Belady
- * 64.8 MiB read and 52.1 written a run, clean-first 61.3 and 46.1, and
- * 4.5% less CPU a run (359.5 against 376.5 ms, medians of 5 alternating). */
+ * again, a clean one only read.  The 3-D U-Net of bench_ooc_targets.py
+ * (64^3, 12 bands) at a quarter of its peak: Belady 64.8 MiB read and 52.1
+ * written a run, clean first 61.3 and 46.1, and 4.5% less CPU a run (359.5
+ * against 376.5 ms, medians of 5 alternating).  (Distance times bytes and
+ * distance over bytes were tried too: they won rarely, and the first
+ * planned a write-back of a graph input that runs do not make.) */
 enum victim_policy {
 	VICTIM_FARTHEST, /* farthest next use */
 	VICTIM_CLEAN,    /* a clean victim's distance counts twice */
-	VICTIM_SIZE,     /* distance times bytes */
-	VICTIM_SMALL,    /* distance over bytes */
 	VICTIM_NPOL
 };
 
@@ -132,10 +131,6 @@ static double victim_score(const struct sim *m, int pol, int v, int nu, int step
 
 	if (pol == VICTIM_CLEAN)
 		return m->dirty[v] ? d : 2 * d;
-	if (pol == VICTIM_SIZE)
-		return d * (double)m->size[v];
-	if (pol == VICTIM_SMALL)
-		return d / (double)(m->size[v] ? m->size[v] : 1);
 	return nu;
 }
 
@@ -1059,12 +1054,12 @@ fail:
  * follows): each byte read and written at PLAN_READ_MBPS and
  * PLAN_WRITE_MBPS (besides the disk, the store copies and checksums every
  * byte on the compute lane: the U-Net's runs' CPU time grew with the bytes
- * moved), PLAN_REQ_US per request.  At 100 us a request the U-Net at 48^3
- * and a quarter of its peak kept a plan of 57 loads and 50.7 MiB moved over
- * Belady's 137 loads and 34.8 MiB, and ran with 4% more CPU a run. */
+ * moved), PLAN_REQ_US per request, little: at 48^3 and a quarter of its
+ * peak a plan of 57 loads and 50.7 MiB moved ran with 4% more CPU than
+ * Belady's of 137 loads and 34.8 MiB. */
 #define PLAN_READ_MBPS 2200.0
 #define PLAN_WRITE_MBPS 1500.0
-#define PLAN_REQ_US 10.0
+#define PLAN_REQ_US 1.0
 static double io_cost(const struct hp_plan *p)
 {
 	int wb = 0;

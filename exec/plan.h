@@ -91,7 +91,7 @@ struct hp_plan {
 };
 
 #define HP_PLAN_NEVER (1 << 30)
-#define HP_PLAN_VICTIMS 4 /* victim policies there are (plan.c) */
+#define HP_PLAN_VICTIMS 2 /* victim policies there are (plan.c) */
 
 /* First step after `step` that reads v, or HP_PLAN_NEVER. */
 int hp_plan_next_use(const struct hp_plan *p, int v, int step);

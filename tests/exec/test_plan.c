@@ -218,14 +218,14 @@ static void test_replay(void **state)
 }
 
 /* What a plan's I/O costs by plan.c's io_cost: bytes at 2200 and 1500
- * MB/s, 10 us a request. */
+ * MB/s, 1 us a request. */
 static double moved(const struct hp_plan *p)
 {
 	int wb = 0;
 
 	for (int a = 0; a < p->nacts; a++)
 		wb += p->acts[a].act == HP_ACT_WRITEBACK;
-	return (double)p->bytes_loaded / 2200 + (double)p->bytes_written / 1500 + (double)(p->loads + (uint64_t)wb) * 10;
+	return (double)p->bytes_loaded / 2200 + (double)p->bytes_written / 1500 + (double)(p->loads + (uint64_t)wb);
 }
 
 /* Every victim policy (hp_plan_default_opts): the plan kept replays within
