@@ -4,7 +4,9 @@
  * planner simulates it once under the budget: a value's memory is released
  * at its last use; when room is needed the resident value whose next use is
  * farthest is evicted (Belady), written back only if it is dirty and needed
- * again; loads are then hoisted as early as the budget allows so they
+ * again (or, hp_plan_opts.victims, by other victim policies too: the plan
+ * that moves least is kept); loads are then hoisted as early as the budget
+ * allows so they
  * overlap the compute of earlier steps.  The runtime follows the plan; the
  * store stays the authority on residency, so a plan can only make a run
  * slower, never wrong. */
@@ -46,6 +48,12 @@ struct hp_plan_opts {
 	double read_MBps, write_MBps; /* tier bandwidth model */
 	double read_lat_us, write_lat_us; /* and the fixed cost of one request */
 	int max_lookahead;     /* steps a load may be hoisted (0: unlimited) */
+	/* Victim policies hp_plan_build tries, keeping the plan that moves
+	 * least (plan.c io_cost): 0 or 1 Belady's farthest next use alone
+	 * (what predictions of candidates use: split, remat), more: the others
+	 * too (hp_plan_default_opts: all, the plan --plan prints and runs
+	 * follow). */
+	int victims;
 	/* Data parallelism: a reduction step (hp_comm_is_allreduce) holds its
 	 * buffers (gradients in, sums out) while it is in flight on the
 	 * communication thread, until its predicted end: the reductions one
@@ -83,6 +91,7 @@ struct hp_plan {
 };
 
 #define HP_PLAN_NEVER (1 << 30)
+#define HP_PLAN_VICTIMS 2 /* victim policies there are (plan.c) */
 
 /* First step after `step` that reads v, or HP_PLAN_NEVER. */
 int hp_plan_next_use(const struct hp_plan *p, int v, int step);

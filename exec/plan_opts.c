@@ -16,6 +16,7 @@ void hp_plan_default_opts(const struct hp_budget_layout *l, struct hp_plan_opts 
 	po->reserve_for = hp_budget_staging;
 	po->workers = l->workers;
 	po->chunk = l->chunk;
+	po->victims = HP_PLAN_VICTIMS;
 	/* a reduction's buffers stay held while it is in flight */
 	po->comm_ranks = hp_comm_size();
 	po->comm_GBps = hp_comm_link(&po->comm_lat_us);

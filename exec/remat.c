@@ -292,6 +292,7 @@ int hp_remat_plan(struct hp_graph *g, int loss, const struct hp_plan_opts *po, s
 
 	st = st ? st : &dummy;
 	memset(st, 0, sizeof *st);
+	c.po.victims = 0; /* candidates by Belady's plans alone (a plan per policy: 2.3x the CPU at 4) */
 	if (!po->budget || hp_plan_build(g, &c.po, &p0) < 0)
 		goto out; /* in core; or the session reports it */
 	if ((rc = analyse(&c, loss)) < 0)

@@ -20,7 +20,9 @@
  *
  * hp_split_for_budget tries band counts K = 1, 2, 3, 4, 6, ... on a copy
  * of the graph (band convolutions with every worker's workspace, then with
- * one worker's) up to the first whose smallest budget leaves a quarter of
+ * one worker's; in inference each first with the producers that band-cut
+ * nodes read cut ahead of them, and, where that cut any, without) up to
+ * the first whose smallest budget leaves a quarter of
  * the budget for what the planner keeps resident, and keeps, of those that
  * fit the budget, the one whose plan at the budget is predicted fastest
  * (hp_split_predicted_ms: kernels, their count and the plan's loads and
@@ -54,6 +56,7 @@ struct hp_split_info {
 	int nsplit;             /* original nodes rewritten into bands */
 	int lean;               /* band convolutions with one worker's workspace */
 	int rejoined;           /* ops kept whole after a cut chain (hp_split_bands) */
+	int ahead;              /* nodes cut ahead of their readers (hp_split_bands) */
 	uint64_t min_before;    /* smallest budget unsplit (after finish) */
 	uint64_t min_after;     /* ... of the graph kept */
 	double ms;              /* its predicted step time at the budget
@@ -113,13 +116,15 @@ uint64_t hp_split_min_budget(const struct hp_graph *g);
 
 /* The band pass alone: cut g (inferred) into k bands where it helps;
  * `target` is the step size above which a whole value is cut; lean: the
- * band convolutions get workspace for one worker (attribute hpdlf_lean).
- * rejoined NULL: a chain stays cut until an op that cannot be banded;
- * else (inference) the bands are joined back before ops that fit the target
- * whole and whose weights outweigh their banded inputs (rejoin_here),
- * and *rejoined is the number of ops kept whole so. */
-int hp_split_bands(struct hp_graph *g, int k, int training, int lean, uint64_t target, int *nsplit, int *axis,
-		   int *rejoined);
+ * band convolutions get workspace for one worker (attribute hpdlf_lean);
+ * ahead: a node whose output is read in bands by a node cut for its own
+ * need is cut too, though it needs less than the target (*nahead, may be
+ * NULL: the nodes so cut).  rejoined NULL: a chain stays cut until an op
+ * that cannot be banded; else (inference) the bands are joined back before
+ * ops that fit the target whole and whose weights outweigh their banded
+ * inputs (rejoin_here), and *rejoined is the number of ops kept whole so. */
+int hp_split_bands(struct hp_graph *g, int k, int training, int lean, int ahead, uint64_t target, int *nsplit,
+		   int *axis, int *nahead, int *rejoined);
 
 /* The step time the band pass predicts for graph c (inferred) planned
  * under a tensor budget: its plan's time model with fixed figures (not the

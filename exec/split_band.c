@@ -41,6 +41,9 @@ struct bp {
 	uint64_t target;
 	struct band *b;        /* per original value */
 	char *whole;           /* per original value: its whole form exists */
+	char *cut_read;        /* per original value: read cut by a node cut for its own need */
+	int ahead;             /* cut the producers of those values too */
+	int nahead;            /* nodes cut only for that */
 	int nvals;
 	int seq;
 	int nsplit;
@@ -681,7 +684,7 @@ static int rejoin_here(const struct bp *p, const struct hp_node *n, enum band_ki
 static int rewrite_node(struct bp *p, struct hp_node *n)
 {
 	enum band_kind kind = kind_of(p, n);
-	int banded = 0, nb, rc, path = -1;
+	int banded = 0, nb, rc, path = -1, ahead = 0;
 	int64_t *olo, align = 1;
 
 	if (kind == BK_WINDOW || kind == BK_UPSAMPLE)
@@ -695,7 +698,9 @@ static int rewrite_node(struct bp *p, struct hp_node *n)
 		kind = BK_NONE;
 		p->nrejoined++;
 	}
-	if (kind != BK_NONE && (banded || train_need(p, n) > p->target) &&
+	if (kind != BK_NONE && !banded && train_need(p, n) <= p->target)
+		ahead = p->ahead && p->cut_read[n->outputs[0]];
+	if (kind != BK_NONE && (banded || train_need(p, n) > p->target || ahead) &&
 	    p->g->values[n->inputs[0]].kind != HP_VALUE_CONSTANT) {
 		nb = pick_bounds(p, n, kind, align, &olo);
 		if (nb < 0)
@@ -703,8 +708,10 @@ static int rewrite_node(struct bp *p, struct hp_node *n)
 		rc = nb >= 2 ? emit_bands(p, n, kind, olo, nb, path) : 1;
 		free(olo);
 		if (rc <= 0) {
-			if (rc == 0)
+			if (rc == 0) {
 				drop_node(n);
+				p->nahead += ahead;
+			}
 			return rc;
 		}
 	}
@@ -717,6 +724,31 @@ static int rewrite_node(struct bp *p, struct hp_node *n)
 	/* whole convolutions too get workspace for one worker */
 	rc = hp_graph_add_attr(p->g, p->g->nnodes - 1, &(struct hp_attr){ .name = "hpdlf_lean", .type = HP_ATTR_INT, .i = 1 });
 	return rc < 0 ? rc : 0;
+}
+
+/* With `ahead`: the values a node cut for its own need (above the target)
+ * reads in bands; their producers are cut too where they can be.  Cutting
+ * only from the first node whose need is above the target left a producer
+ * below it whole, and each band of its reader sliced the whole output,
+ * which a tight plan evicts between bands and reads again: the 3-D U-Net
+ * of bench_ooc_targets.py at half its peak kept its first Conv whole (1 MiB
+ * in, 16 MiB out) and read that output 5 times a run, 80 of the 121.6 MiB
+ * the run read (18.0 MiB with it cut).  One level back only. */
+static void mark_cut_reads(struct bp *p, struct hp_node *nodes, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct hp_node *c = &nodes[i];
+		enum band_kind kind = kind_of(p, c);
+		int path;
+		if (kind == BK_NONE || train_need(p, c) <= p->target ||
+		    p->g->values[c->inputs[0]].kind == HP_VALUE_CONSTANT)
+			continue;
+		if ((kind == BK_WINDOW || kind == BK_UPSAMPLE) && hp_node_band_align(p->g, c, p->axis, &path) < 1)
+			continue;
+		for (int j = 0; j < c->ninputs; j++)
+			if (banded_input(p, c, kind, j) && c->inputs[j] < p->nvals)
+				p->cut_read[c->inputs[j]] = 1;
+	}
 }
 
 /* Training cuts where the weight gradients' sums have their units
@@ -738,21 +770,24 @@ static int pick_axis(const struct hp_graph *g, int k, int training)
 	return 0;
 }
 
-int hp_split_bands(struct hp_graph *g, int k, int training, int lean, uint64_t target, int *nsplit, int *axis,
-		   int *rejoined)
+int hp_split_bands(struct hp_graph *g, int k, int training, int lean, int ahead, uint64_t target, int *nsplit,
+		   int *axis, int *nahead, int *rejoined)
 {
-	struct bp p = { .g = g, .k = k, .training = training, .lean = lean, .rejoin = rejoined != NULL,
-			.target = target, .nvals = g->nvalues };
+	struct bp p = { .g = g, .k = k, .training = training, .lean = lean, .ahead = ahead,
+			.rejoin = rejoined != NULL, .target = target, .nvals = g->nvalues };
 	struct hp_node *old = g->nodes;
 	int nold = g->nnodes, rc = 0, i;
 
 	p.axis = pick_axis(g, k, training);
 	p.b = calloc((size_t)p.nvals + 1, sizeof *p.b);
 	p.whole = calloc((size_t)p.nvals + 1, 1);
-	if (!p.b || !p.whole) {
-		free(p.b), free(p.whole);
+	p.cut_read = calloc((size_t)p.nvals + 1, 1);
+	if (!p.b || !p.whole || !p.cut_read) {
+		free(p.b), free(p.whole), free(p.cut_read);
 		return hp_error(-ENOMEM, "out of memory splitting the graph");
 	}
+	if (ahead)
+		mark_cut_reads(&p, old, nold);
 	g->nodes = NULL;
 	g->nnodes = g->nodes_cap = 0;
 	for (i = 0; i < nold && rc >= 0; i++)
@@ -769,9 +804,12 @@ int hp_split_bands(struct hp_graph *g, int k, int training, int lean, uint64_t t
 		free(p.b[v].lo), free(p.b[v].val);
 	free(p.b);
 	free(p.whole);
+	free(p.cut_read);
 	*nsplit = p.nsplit;
 	*axis = p.axis;
 	if (rejoined)
 		*rejoined = p.nrejoined;
+	if (nahead)
+		*nahead = p.nahead;
 	return rc < 0 ? rc : hp_graph_finalize(g);
 }

@@ -1,15 +1,17 @@
 /* The band count the band pass keeps (exec/split.c): of the candidates it
  * tries (2, 3, 4, 6, ... bands with workspace for every worker, then with
- * one worker's, up to the first whose smallest budget leaves a quarter of
- * the budget free), those that fit the budget, the one whose plan at the
+ * one worker's, each with the producers of values read cut cut ahead and,
+ * where that cut any, without, up to the first whose smallest budget
+ * leaves a quarter of the budget free), those that fit the budget, the one
+ * whose plan at the
  * budget is predicted fastest (hp_split_predicted_ms).  The candidates are
  * made here one by one with the band pass alone (hp_split_bands), and the
  * choice of hp_split_for_budget is checked against the fastest of them
  * over a range of budgets for LeNet at a batch of 64 (inference).  Some of
  * those budgets must choose otherwise than the rule before it (the first
  * candidate within the quarter, else the first that fits), and some must
- * choose one worker's workspace and some not, or the test would not tell
- * the rules apart. */
+ * choose one worker's workspace and some not, and some the producers cut
+ * ahead and some not, or the test would not tell the rules apart. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -47,20 +49,21 @@ static struct hp_graph *lenet(void)
 }
 
 struct cand {
-	int k, lean;
+	int k, lean, ahead;
 	uint64_t min;
 	double ms;
 };
 
-/* k bands (lean: band convolutions with one worker's workspace), as the
- * band pass makes them. */
-static void make(const struct hp_graph *g, int k, int lean, uint64_t budget, uint64_t target, struct cand *c)
+/* k bands (lean: band convolutions with one worker's workspace; ahead:
+ * producers of values read cut cut too), as the band pass makes them. */
+static void make(const struct hp_graph *g, int k, int lean, int ahead, uint64_t budget, uint64_t target,
+		 struct cand *c)
 {
 	struct hp_graph *x = NULL;
 	int nsplit = 0, axis = -1;
 
 	assert_int_equal(hp_split_graph_copy(g, &x), 0);
-	assert_int_equal(hp_split_bands(x, k, 0, lean, target, &nsplit, &axis, NULL), 0);
+	assert_int_equal(hp_split_bands(x, k, 0, lean, ahead, target, &nsplit, &axis, &c->ahead, NULL), 0);
 	assert_int_equal(hp_graph_infer(x), 0);
 	c->k = k;
 	c->lean = lean;
@@ -71,7 +74,7 @@ static void make(const struct hp_graph *g, int k, int lean, uint64_t budget, uin
 
 /* The band count hp_split_for_budget keeps at budget b; lean set when its
  * band convolutions got one worker's workspace. */
-static int kept(const struct hp_graph *g, uint64_t b, int *lean, double *ms)
+static int kept(const struct hp_graph *g, uint64_t b, int *lean, int *ahead, double *ms)
 {
 	struct hp_budget_layout l;
 	struct hp_split_opts so = { .layout = &l };
@@ -85,6 +88,7 @@ static int kept(const struct hp_graph *g, uint64_t b, int *lean, double *ms)
 	assert_int_equal(hp_split_for_budget(x, &so, &info), 0);
 	hp_graph_free(x);
 	*lean = info.lean;
+	*ahead = info.ahead;
 	*ms = info.ms;
 	return info.k;
 }
@@ -92,45 +96,52 @@ static int kept(const struct hp_graph *g, uint64_t b, int *lean, double *ms)
 static void test_fastest_fit(void **state)
 {
 	struct hp_graph *g = lenet();
-	int checked = 0, differ = 0, leaner = 0;
+	int checked = 0, differ = 0, leaner = 0, aheads = 0;
 
 	(void)state;
 	for (uint64_t b = 180000; b <= 420000; b += 10000) {
-		struct cand c[2 * NCOUNTS], *best = NULL, *old = NULL, *first_fit = NULL;
+		struct cand c[4 * NCOUNTS], *best = NULL, *old = NULL, *first_fit = NULL;
 		uint64_t target = b - b / 4;
-		int lean, k;
+		int lean, ahead, k, nc = 0, within = 0;
 		double ms;
 		if (hp_split_min_budget(g) <= b)
 			continue; /* fits unsplit: nothing to choose */
 		/* every worker's workspace first, then one worker's, up to the
-		 * first within the target */
-		for (int n = 0; n < 2 * NCOUNTS; n++) {
-			make(g, counts[n % NCOUNTS], n >= NCOUNTS, b, target, &c[n]);
-			if (c[n].min <= b && (!best || c[n].ms < best->ms))
-				best = &c[n];
-			if (c[n].min <= b && !first_fit)
-				first_fit = &c[n];
-			if (c[n].min <= target) {
-				old = &c[n];
-				break;
+		 * first within the target; each cut ahead, then (if that cut
+		 * any) not */
+		for (int n = 0; n < 2 * NCOUNTS && !within; n++) {
+			for (int a = 1, any = 1; a >= 0 && any; a--) {
+				struct cand *x = &c[nc++];
+				make(g, counts[n % NCOUNTS], n >= NCOUNTS, a, b, target, x);
+				any = x->ahead > 0;
+				if (x->min <= b && (!best || x->ms < best->ms))
+					best = x;
+				if (x->min <= b && !first_fit)
+					first_fit = x;
+				if (x->min <= target && !old)
+					old = x;
+				within |= x->min <= target;
 			}
 		}
 		assert_non_null(best);
 		old = old ? old : first_fit;
-		k = kept(g, b, &lean, &ms);
+		k = kept(g, b, &lean, &ahead, &ms);
 		assert_int_equal(k, best->k);
 		assert_int_equal(lean, best->lean);
+		assert_int_equal(ahead, best->ahead);
 		assert_true(ms == best->ms);
 		assert_true(isfinite(ms) && ms > 0);
 		checked++;
 		leaner += lean;
+		aheads += ahead > 0;
 		differ += best->k != old->k || best->lean != old->lean;
 	}
-	print_message("%d budgets checked, %d chose otherwise than the first within the quarter, %d lean\n", checked,
-		      differ, leaner);
+	print_message("%d budgets checked, %d chose otherwise than the first within the quarter, %d lean, "
+		      "%d cut ahead\n", checked, differ, leaner, aheads);
 	assert_true(checked >= 5);
 	assert_true(differ >= 1);
 	assert_true(leaner >= 1 && leaner < checked);
+	assert_true(aheads >= 1 && aheads < checked);
 	hp_graph_free(g);
 }
 
