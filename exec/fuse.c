@@ -188,26 +188,12 @@ static int fold_spilled(struct hp_graph *g, int w, const struct fold_geom *fg, c
 		int64_t nk = fg->m - k0 < kb ? fg->m - k0 : kb;
 		size_t len = (size_t)(nk * per) * sizeof *blk;
 		const float *W = x->data ? (const float *)x->data + k0 * per : own;
-		if (!x->data) {
-			ssize_t got = pread(in, own, len, (off_t)(x->src.offset + (uint64_t)(k0 * per) * 4));
-			if (got != (ssize_t)len) {
-				rc = hp_error(got < 0 ? -errno : -EIO, "%s: initializer '%s': %s", g->files[x->src.file],
-					      x->name, got < 0 ? strerror(errno) : "short read");
-				break;
-			}
-		}
+		if (!x->data && (rc = hp_fz_read_at(in, g->files[x->src.file], x, (uint64_t)(k0 * per) * 4, own, len)) < 0)
+			break;
 		for (int64_t k = 0; k < nk; k++)
 			for (int64_t i = 0; i < per; i++)
 				blk[k * per + i] = (float)(W[k * per + i] * a[k0 + k]);
-		for (size_t done = 0; rc == 0 && done < len;) {
-			ssize_t wr = pwrite(fd, (const char *)blk + done, len - done,
-					    (off_t)(at + (uint64_t)(k0 * per) * 4 + done));
-			if (wr <= 0)
-				rc = hp_error(wr < 0 ? -errno : -EIO, "folding '%s': writing it: %s", x->name,
-					      wr < 0 ? strerror(errno) : "no space");
-			else
-				done += (size_t)wr;
-		}
+		rc = hp_fz_write_at(fd, at + (uint64_t)(k0 * per) * 4, blk, len, x->name);
 	}
 	if (in >= 0)
 		close(in);

@@ -91,29 +91,16 @@ static int spill_transpose(const struct hp_value *x, int fd, uint64_t at, const 
 		int64_t nc = C - c0 < cols ? C - c0 : cols;
 		for (int64_t r = 0; r < R && rc == 0; r++) {
 			const float *src = row;
-			if (x->data) {
+			if (x->data)
 				src = (const float *)x->data + r * C + c0;
-			} else {
-				size_t want = (size_t)nc * sizeof *row;
-				ssize_t got = pread(in, row, want, (off_t)(x->src.offset + (uint64_t)(r * C + c0) * 4));
-				if (got != (ssize_t)want) {
-					rc = hp_error(got < 0 ? -errno : -EIO, "%s: initializer '%s': %s", xpath, x->name,
-						      got < 0 ? strerror(errno) : "short read");
-					break;
-				}
-			}
+			else if ((rc = hp_fz_read_at(in, xpath, x, (uint64_t)(r * C + c0) * 4, row,
+						     (size_t)nc * sizeof *row)) < 0)
+				break;
 			for (int64_t j = 0; j < nc; j++)
 				blk[j * R + r] = src[j];
 		}
-		size_t len = (size_t)(nc * R) * sizeof *blk;
-		for (size_t done = 0; rc == 0 && done < len;) {
-			ssize_t w = pwrite(fd, (const char *)blk + done, len - done, (off_t)(at + (uint64_t)(c0 * R) * 4 + done));
-			if (w <= 0)
-				rc = hp_error(w < 0 ? -errno : -EIO, "folding '%s': writing its transpose: %s", x->name,
-					      w < 0 ? strerror(errno) : "no space");
-			else
-				done += (size_t)w;
-		}
+		if (rc == 0)
+			rc = hp_fz_write_at(fd, at + (uint64_t)(c0 * R) * 4, blk, (size_t)(nc * R) * sizeof *blk, x->name);
 	}
 out:
 	if (in >= 0)

@@ -58,6 +58,11 @@ int hp_fz_memory_init(struct hp_graph *g, const char *base, const char *suffix, 
 #define HP_FZ_SPILL_MIN_BYTES (1u << 20)  /* smaller folded weights stay in memory */
 #define HP_FZ_SPILL_BLOCK_BYTES (4u << 20) /* computed and written a block at a time */
 int hp_fz_spill(struct hp_graph *g, int *fd, uint64_t *at);
+/* len bytes of file-backed initializer x from byte `at` of its bytes, read
+ * from fd (x's file, named path in messages); 0 or an error naming both. */
+int hp_fz_read_at(int fd, const char *path, const struct hp_value *x, uint64_t at, void *dst, size_t len);
+/* len bytes at offset `at` of the spill file fd; 0 or an error naming what. */
+int hp_fz_write_at(int fd, uint64_t at, const void *src, size_t len, const char *what);
 /* |x - want| within 1e-6 of want (exporters round their constants). */
 int hp_fz_near(double x, double want);
 /* The input of binary node n that is not value v (-1 when both or none). */

@@ -244,3 +244,25 @@ int hp_fz_spill(struct hp_graph *g, int *fd, uint64_t *at)
 	*at = 0;
 	return g->nfiles++;
 }
+
+int hp_fz_read_at(int fd, const char *path, const struct hp_value *x, uint64_t at, void *dst, size_t len)
+{
+	ssize_t got = pread(fd, dst, len, (off_t)(x->src.offset + at));
+
+	if (got == (ssize_t)len)
+		return 0;
+	return hp_error(got < 0 ? -errno : -EIO, "%s: initializer '%s': %s", path, x->name,
+			got < 0 ? strerror(errno) : "short read");
+}
+
+int hp_fz_write_at(int fd, uint64_t at, const void *src, size_t len, const char *what)
+{
+	for (size_t done = 0; done < len;) {
+		ssize_t w = pwrite(fd, (const char *)src + done, len - done, (off_t)(at + done));
+		if (w <= 0)
+			return hp_error(w < 0 ? -errno : -ENOSPC, "folding '%s' under a budget: writing it to $TMPDIR: %s",
+					what, w < 0 ? strerror(errno) : "no space");
+		done += (size_t)w;
+	}
+	return 0;
+}

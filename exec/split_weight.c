@@ -265,23 +265,15 @@ static int candidate(struct hp_graph *g, int i, struct ws_cand *c, int train)
 	if (n->folded || (n->domain[0] && strcmp(n->domain, "ai.onnx")) ||
 	    (!gemm && !(conv && !train) && strcmp(n->op_type, "MatMul")))
 		return 0;
-	if (conv) {
-		if (n->ninputs < 2 || n->inputs[0] < 0 || n->inputs[1] < 0 || n->outputs[0] < 0)
-			return 0;
-		c->node = i;
-		c->x = n->inputs[0];
-		c->w = n->inputs[1];
-		c->y = n->outputs[0];
-		c->c = n->ninputs > 2 ? n->inputs[2] : -1;
-		return conv_candidate(g, i, c);
-	}
 	if (n->ninputs < 2 || n->inputs[0] < 0 || n->inputs[1] < 0 || n->outputs[0] < 0)
 		return 0;
 	c->node = i;
 	c->x = n->inputs[0];
 	c->w = n->inputs[1];
 	c->y = n->outputs[0];
-	c->c = gemm && n->ninputs > 2 ? n->inputs[2] : -1;
+	c->c = (gemm || conv) && n->ninputs > 2 ? n->inputs[2] : -1;
+	if (conv)
+		return conv_candidate(g, i, c);
 	if (!movable(g, c->w) || g->values[c->w].shape.rank != 2 || g->values[c->x].dtype != HP_F32 ||
 	    g->values[c->x].shape.rank < 1)
 		return 0;
