@@ -77,9 +77,12 @@ void hp_graph_free(struct hp_graph *g)
 			free(g->values[i].dim_param[d]);
 	}
 	for (int i = 0; i < g->nfiles; i++) {
-		/* an unlinked file the graph holds open (exec/fuse_const.c) */
-		if (!strncmp(g->files[i], "/proc/self/fd/", 14))
-			close(atoi(g->files[i] + 14));
+		/* an unlinked file the graph holds open (hp_fz_spill in
+		 * exec/fuse_util.c), never the model's own path, files[0] */
+		char *end = NULL;
+		long fd = i > 0 && !strncmp(g->files[i], "/proc/self/fd/", 14) ? strtol(g->files[i] + 14, &end, 10) : -1;
+		if (fd > 2 && end && !*end)
+			close((int)fd);
 		free(g->files[i]);
 	}
 	free(g->files);
