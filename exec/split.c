@@ -102,7 +102,7 @@ static int graph_clone(const struct hp_graph *g, struct hp_graph **out)
 		int fd;
 		/* a file the graph holds open (exec/fuse_const.c): the clone
 		 * holds its own descriptor, which hp_graph_free closes */
-		if (!strncmp(g->files[i], "/proc/self/fd/", 14)) {
+		if (i > 0 && !strncmp(g->files[i], "/proc/self/fd/", 14)) {
 			if ((fd = fcntl(atoi(g->files[i] + 14), F_DUPFD_CLOEXEC, 0)) < 0) {
 				rc = hp_error(-errno, "cannot duplicate %s: %s", g->files[i], strerror(errno));
 				break;
