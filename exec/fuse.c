@@ -170,9 +170,8 @@ static int fold_spilled(struct hp_graph *g, int w, const struct fold_geom *fg, c
 	const struct hp_value *x = &g->values[w];
 	int64_t kb = HP_FZ_SPILL_BLOCK_BYTES / 4 / (fg->per ? fg->per : 1), per = fg->per;
 	float *blk, *own = NULL;
-	int fd, fi, in = -1, v, rc = 0;
+	int fd, fi, in = -1, rc = 0;
 	uint64_t at;
-	char name[512];
 
 	kb = kb < 1 ? 1 : kb > fg->m ? fg->m : kb;
 	if ((fi = hp_fz_spill(g, &fd, &at)) < 0)
@@ -202,15 +201,7 @@ static int fold_spilled(struct hp_graph *g, int w, const struct fold_geom *fg, c
 	if (rc < 0)
 		return rc;
 	struct hp_shape ws = g->values[w].shape;
-	snprintf(name, sizeof name, "%s.bnfold", g->values[w].name);
-	for (int i = 1; hp_graph_find_value(g, name) >= 0; i++)
-		snprintf(name, sizeof name, "%s.bnfold#%d", g->values[w].name, i);
-	if ((v = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, HP_F32, &ws)) < 0)
-		return v;
-	g->values[v].src = (struct hp_blob){ .kind = HP_BLOB_FILE, .file = fi, .offset = at,
-					     .length = (uint64_t)hp_shape_numel(&ws) * 4 };
-	g->values[v].trainable = 0;
-	return v;
+	return hp_fz_file_init(g, g->values[w].name, ".bnfold", &ws, fi, at);
 }
 
 /* Folded weight and bias of Conv or Gemm node ci under BatchNorm node bi;

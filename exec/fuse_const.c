@@ -68,6 +68,16 @@ static void permute(const float *x, const struct hp_shape *xs, const int *perm, 
 }
 
 static int fold_mem(struct hp_graph *g, int t, struct hp_fuse_report *r);
+
+/* The readers of value out read value v instead. */
+static void read_instead(struct hp_graph *g, int out, int v)
+{
+	for (int i = 0; i < g->nnodes; i++)
+		for (int j = 0; j < g->nodes[i].ninputs; j++)
+			if (g->nodes[i].inputs[j] == out)
+				g->nodes[i].inputs[j] = v;
+}
+
 /* x [R, C] (its bytes in memory, or the blob src) transposed into file fd:
  * output rows [c0, c1) (input columns) a block at a time. */
 static int spill_transpose(const struct hp_value *x, int fd, uint64_t at, const char *xpath)
@@ -115,7 +125,7 @@ static int fold_spilled(struct hp_graph *g, int t, struct hp_fuse_report *r)
 {
 	int x = g->nodes[t].inputs[0], out = g->nodes[t].outputs[0], fd, fi, v, rc;
 	struct hp_shape ys = g->values[out].shape;
-	char name[512], line[512];
+	char line[512];
 	uint64_t at;
 
 	if ((fi = hp_fz_spill(g, &fd, &at)) < 0)
@@ -123,18 +133,9 @@ static int fold_spilled(struct hp_graph *g, int t, struct hp_fuse_report *r)
 	const struct hp_value *xv = &g->values[x];
 	if ((rc = spill_transpose(xv, fd, at, xv->data ? NULL : g->files[xv->src.file])) < 0)
 		return rc;
-	snprintf(name, sizeof name, "%s.const", g->values[out].name);
-	for (int i = 1; hp_graph_find_value(g, name) >= 0; i++)
-		snprintf(name, sizeof name, "%s.const#%d", g->values[out].name, i);
-	if ((v = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, HP_F32, &ys)) < 0)
+	if ((v = hp_fz_file_init(g, g->values[out].name, ".const", &ys, fi, at)) < 0)
 		return v;
-	g->values[v].src = (struct hp_blob){ .kind = HP_BLOB_FILE, .file = fi, .offset = at,
-					     .length = (uint64_t)hp_shape_numel(&ys) * 4 };
-	g->values[v].trainable = 0;
-	for (int i = 0; i < g->nnodes; i++)
-		for (int j = 0; j < g->nodes[i].ninputs; j++)
-			if (g->nodes[i].inputs[j] == out)
-				g->nodes[i].inputs[j] = v;
+	read_instead(g, out, v);
 	snprintf(line, sizeof line, "Transpose '%s' of constant '%s' computed once (to a file: under a budget)",
 		 g->nodes[t].name, g->values[x].name);
 	hp_fz_note(r, "Transpose of a constant", line);
@@ -178,10 +179,7 @@ static int fold_mem(struct hp_graph *g, int t, struct hp_fuse_report *r)
 		 g->values[x].name);
 	if ((v = hp_fz_memory_init(g, g->values[out].name, ".const", &g->values[out].shape, y)) < 0)
 		return v;
-	for (int i = 0; i < g->nnodes; i++)
-		for (int j = 0; j < g->nodes[i].ninputs; j++)
-			if (g->nodes[i].inputs[j] == out)
-				g->nodes[i].inputs[j] = v;
+	read_instead(g, out, v);
 	hp_fz_note(r, "Transpose of a constant", line);
 	r->nodes_removed++;
 	return 0;

@@ -58,6 +58,9 @@ int hp_fz_memory_init(struct hp_graph *g, const char *base, const char *suffix, 
 #define HP_FZ_SPILL_MIN_BYTES (1u << 20)  /* smaller folded weights stay in memory */
 #define HP_FZ_SPILL_BLOCK_BYTES (4u << 20) /* computed and written a block at a time */
 int hp_fz_spill(struct hp_graph *g, int *fd, uint64_t *at);
+/* hp_fz_memory_init's initializer, its bytes those at `at` of g->files[file]. */
+int hp_fz_file_init(struct hp_graph *g, const char *base, const char *suffix, const struct hp_shape *s, int file,
+		    uint64_t at);
 /* len bytes of file-backed initializer x from byte `at` of its bytes, read
  * from fd (x's file, named path in messages); 0 or an error naming both. */
 int hp_fz_read_at(int fd, const char *path, const struct hp_value *x, uint64_t at, void *dst, size_t len);

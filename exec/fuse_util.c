@@ -53,7 +53,8 @@ int hp_fz_user_fed(const struct hp_graph *g, int v)
 	return 0;
 }
 
-int hp_fz_memory_init(struct hp_graph *g, const char *base, const char *suffix, const struct hp_shape *s, float *data)
+/* A new untrained float initializer named base + suffix (made unique). */
+static int new_init(struct hp_graph *g, const char *base, const char *suffix, const struct hp_shape *s)
 {
 	char name[512];
 	int v;
@@ -61,13 +62,32 @@ int hp_fz_memory_init(struct hp_graph *g, const char *base, const char *suffix, 
 	snprintf(name, sizeof name, "%s%s", base, suffix);
 	for (int i = 1; hp_graph_find_value(g, name) >= 0; i++)
 		snprintf(name, sizeof name, "%s%s#%d", base, suffix, i);
-	if ((v = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, HP_F32, s)) < 0) {
+	if ((v = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, HP_F32, s)) >= 0)
+		g->values[v].trainable = 0;
+	return v;
+}
+
+int hp_fz_file_init(struct hp_graph *g, const char *base, const char *suffix, const struct hp_shape *s, int file,
+		    uint64_t at)
+{
+	int v = new_init(g, base, suffix, s);
+
+	if (v >= 0)
+		g->values[v].src = (struct hp_blob){ .kind = HP_BLOB_FILE, .file = file, .offset = at,
+						     .length = (uint64_t)hp_shape_numel(s) * 4 };
+	return v;
+}
+
+int hp_fz_memory_init(struct hp_graph *g, const char *base, const char *suffix, const struct hp_shape *s, float *data)
+{
+	int v = new_init(g, base, suffix, s);
+
+	if (v < 0) {
 		free(data);
 		return v;
 	}
 	g->values[v].data = data;
 	g->values[v].src = (struct hp_blob){ .kind = HP_BLOB_MEMORY, .length = (uint64_t)hp_shape_numel(s) * 4 };
-	g->values[v].trainable = 0;
 	return v;
 }
 

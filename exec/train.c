@@ -389,6 +389,32 @@ static int fits(struct hp_trainer *t)
 	return rc != HP_EBUDGET && rc != HP_EBUDGET_OP;
 }
 
+/* One trainer from validated options; update_cut: weights kept in blocks
+ * for their optimizer update (split_weight.h).  *out even on failure. */
+static int create_once(const char *model, const struct hp_trainer_opts *o, int update_cut, struct hp_trainer **out)
+{
+	struct hp_trainer *t;
+	int rc;
+
+	if (!(*out = t = calloc(1, sizeof *t)))
+		return hp_error(-ENOMEM, "out of memory");
+	hp_trainer_opts_init(&t->o, sizeof t->o);
+	memcpy(&t->o, o, o->size < sizeof t->o ? o->size : sizeof t->o);
+	t->o.size = sizeof t->o;
+	if (!t->o.spec.seed)
+		t->o.spec.seed = t->o.seed;
+	t->update_cut = update_cut;
+	t->model = strdup(model);
+	rc = t->model ? hp_dp_setup(t) : hp_error(-ENOMEM, "out of memory");
+	if (rc == 0 && t->o.pipeline > 1)
+		rc = hp_pipe_setup(t); /* this rank's stage and pipeline */
+	if (rc == 0)
+		rc = build(t);
+	if (rc == 0 && !update_cut && t->o.graph_only && t->o.budget && t->nranks <= 1 && !t->pipe && !fits(t))
+		rc = HP_EBUDGET_OP; /* --plan: the run would be refused (and retry) */
+	return rc;
+}
+
 int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct hp_trainer **out)
 {
 	struct hp_trainer *t;
@@ -401,34 +427,12 @@ int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct
 		return rc;
 	if (o->size >= offsetof(struct hp_trainer_opts, parzen) + sizeof o->parzen && (rc = check_async(o)) < 0)
 		return rc;
-	if (!(t = calloc(1, sizeof *t)))
-		return hp_error(-ENOMEM, "out of memory");
-	hp_trainer_opts_init(&t->o, sizeof t->o);
-	memcpy(&t->o, o, o->size < sizeof t->o ? o->size : sizeof t->o);
-	t->o.size = sizeof t->o;
-	if (!t->o.spec.seed)
-		t->o.spec.seed = t->o.seed;
-	t->model = strdup(model);
-	rc = t->model ? hp_dp_setup(t) : hp_error(-ENOMEM, "out of memory");
-	if (rc == 0 && t->o.pipeline > 1)
-		rc = hp_pipe_setup(t); /* this rank's stage and pipeline */
-	if (rc == 0)
-		rc = build(t);
-	if (rc == 0 && t->o.graph_only && t->o.budget && t->nranks <= 1 && !t->pipe && !fits(t))
-		rc = HP_EBUDGET_OP; /* --plan: the run would be refused (and retry) */
+	rc = create_once(model, o, 0, &t);
 	if ((rc == HP_EBUDGET || rc == HP_EBUDGET_OP) && t->o.budget && t->nranks <= 1 && !t->pipe) {
 		/* refused for the budget: once more with the weights whose
-		 * optimizer update does not fit kept in blocks (split_weight.h) */
-		struct hp_trainer_opts keep = t->o;
+		 * optimizer update does not fit kept in blocks */
 		hp_trainer_destroy(t);
-		if (!(t = calloc(1, sizeof *t)))
-			return hp_error(-ENOMEM, "out of memory");
-		t->o = keep;
-		t->update_cut = 1;
-		t->model = strdup(model);
-		rc = t->model ? hp_dp_setup(t) : hp_error(-ENOMEM, "out of memory");
-		if (rc == 0)
-			rc = build(t);
+		rc = create_once(model, o, 1, &t);
 	}
 	if (rc < 0) {
 		hp_trainer_destroy(t);
