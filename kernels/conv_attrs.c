@@ -288,6 +288,7 @@ int hp_conv_parse(struct hp_graph *g, struct hp_node *n, int transpose, struct h
 	if (cv->path < -1 || cv->path > HP_CONV_PATH_GRP)
 		return hp_node_error(g, n, HP_EMODEL, "attribute hpdlf_path is %d, not -1..6", cv->path);
 	cv->lean = hp_attr_int(n, "hpdlf_lean", 0) != 0;
+	cv->narrow = cv->lean && hp_attr_int(n, "hpdlf_narrow", 0) != 0;
 	cv->batch = x->shape.dims[0];
 	cv->cin = x->shape.dims[1];
 	cv->group = hp_attr_int(n, "group", 1);

@@ -212,6 +212,8 @@ struct hp_conv {
 	int64_t kdim;          /* rows of the column matrix (cin_g or cout_g) * kvol */
 	int path;              /* attribute hpdlf_path of a band (HP_CONV_PATH_*), else -1 */
 	int lean;              /* attribute hpdlf_lean: workspace for one worker */
+	int narrow;            /* attribute hpdlf_narrow: with lean, the KxK path's
+				* blocks may be narrower (conv_kxk.c kx_block_cols) */
 	struct hp_ctile ct;    /* im2col and direct tiles; ConvTranspose: of X's grid */
 	int dw;                /* depthwise path (conv_dw.c) */
 	int dot;               /* dot-product path (conv_dot.c) */

@@ -112,11 +112,45 @@ static int64_t kx_panel_floats(const struct hp_conv *cv)
 	return kc * (KX_NR + 2) + 3 * kx_row_floats(&cv->g);
 }
 
+/* The column space: a plane, or the batch's planes when blocks span items. */
+static int64_t kx_colspace(const struct hp_conv *cv)
+{
+	return kx_span(cv) ? cv->batch * cv->yvol : cv->yvol;
+}
+
+/* Columns per block: KX_NB; half that for a node with one worker's
+ * workspace that may take narrower blocks (attributes hpdlf_lean and
+ * hpdlf_narrow: an inference band under a tight budget) whose column
+ * space is at most two blocks, where the panels are most of what its step
+ * holds (the tiny 3-D U-Net's 16-channel 8x8x8 bands: 146 KiB of panels
+ * for 64 KiB of tensors).  Blocks are ranges of whole chains, so any
+ * width gives the same bits.  Not in training: the band search then
+ * chose LeNet's 6 one-worker bands at 200000 bytes, a batch cut its second
+ * convolution's tiles cut again (halo Slices), where it ran 8. */
+static int64_t kx_block_cols(const struct hp_conv *cv)
+{
+	return cv->narrow && kx_colspace(cv) <= 2 * KX_NB ? KX_NB / 2 : KX_NB;
+}
+
+/* Columns of a worker's block area: a block's, or fewer when the column
+ * space is smaller: its one block's panels and tile need no more (a band
+ * of a few rows or samples of small planes held twice its tensors' bytes
+ * in panels).  The row-run blocks that do not fit the smaller area pack
+ * theirs instead: the same bits (tests/kernels/test_conv.c, test_kxk_run). */
+static int64_t kx_area_cols(const struct hp_conv *cv)
+{
+	int64_t cols = kx_colspace(cv), nb = kx_block_cols(cv);
+
+	if (cols >= nb)
+		return nb;
+	return (cols + KX_NR - 1) / KX_NR * KX_NR;
+}
+
 static int64_t kx_per_thread(const struct hp_conv *cv)
 {
-	int64_t mt = (cv->cout_g + KX_MR - 1) / KX_MR;
+	int64_t mt = (cv->cout_g + KX_MR - 1) / KX_MR, nb = kx_area_cols(cv);
 
-	return KX_NB / KX_NR * kx_panel_floats(cv) + (kx_span(cv) ? mt * KX_MR * KX_NB : 0);
+	return nb / KX_NR * kx_panel_floats(cv) + (kx_span(cv) ? mt * KX_MR * nb : 0);
 }
 
 size_t hp_kxk_workspace(const struct hp_conv *cv, int threads)
@@ -441,11 +475,11 @@ static void kx_range(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct kx_run *r = arg;
 	float *bp = r->ws + tid * r->per_thread, *tmp = bp + r->panel;
-	int64_t cols = r->span ? r->cv->batch * r->cv->yvol : r->cv->yvol;
+	int64_t cols = kx_colspace(r->cv);
 
 	while (b < e) {
 		int64_t blk = b / r->mt, t0 = b % r->mt, t1 = min64(r->mt, t0 + (e - b));
-		int64_t bg = blk / r->nblk, j0 = blk % r->nblk * KX_NB, nc = min64(KX_NB, cols - j0);
+		int64_t bg = blk / r->nblk, j0 = blk % r->nblk * r->nbw, nc = min64(r->nbw, cols - j0);
 		if (!hp_kxk_run_block(r, bg, j0, nc, t0, t1, bp))
 			kx_block(r, bg, j0, nc, t0, t1, bp, tmp);
 		b += t1 - t0;
@@ -496,9 +530,10 @@ void hp_kxk_forward(const struct hp_conv *cv, const float *x, const float *w, co
 	kx_fin_plan(&r);
 	r.span = kx_span(cv);
 	r.mt = (cv->cout_g + KX_MR - 1) / KX_MR;
-	r.nblk = ((r.span ? cv->batch : 1) * cv->yvol + KX_NB - 1) / KX_NB;
+	r.nbw = kx_block_cols(cv);
+	r.nblk = (kx_colspace(cv) + r.nbw - 1) / r.nbw;
 	r.pf = kx_panel_floats(cv);
-	r.panel = KX_NB / KX_NR * r.pf;
+	r.panel = kx_area_cols(cv) / KX_NR * r.pf;
 	r.per_thread = kx_per_thread(cv);
 	r.blocks = (r.span ? 1 : cv->batch) * cv->group * r.nblk;
 	if (r.span)

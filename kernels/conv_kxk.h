@@ -33,6 +33,7 @@ struct kx_run {
 	const struct hp_epi *epi;
 	const float *addend;
 	int64_t mt, nblk;        /* micro-tiles of rows, column blocks per item */
+	int64_t nbw;             /* columns per block (kx_block_cols) */
 	struct hp_fma_fin fin;       /* the epilogue in registers, when fin_ok */
 	int fin_ok, fin_add;     /* epi done as tiles are stored; with a full addend */
 	int64_t per_thread;      /* floats of a worker's panel buffer (and tile buffer) */

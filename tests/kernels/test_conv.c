@@ -1083,6 +1083,53 @@ static void test_kxk_run(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* A node with one worker's workspace that may take narrower blocks
+ * (attributes hpdlf_lean and hpdlf_narrow, an inference band under a
+ * tight budget) over a column space of at most two blocks runs blocks of
+ * 64 columns in a smaller panel area (conv_kxk.c kx_block_cols): bitwise
+ * the node without the attribute (128-column blocks), on 1 and 2 threads,
+ * and the reference.  Shapes: a 16x16 plane (4 blocks of 64; row-run
+ * blocks), a 10x10 plane (64 + 36), a 3-D 4x8x8 volume of 16 channels as
+ * the tiny U-Net's bands, 6x6 planes of 4 items spanning (144 columns),
+ * and a 12x12 plane under a 5x5 kernel (past a k chunk). */
+static const struct cc kxk_lean_cases[] = {
+	{ 2, 0, 1, 16, 8, 1, V3(16, 16, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 2, 12, 14, 1, V3(10, 10, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 3, 0, 1, 16, 8, 1, V3(4, 8, 8), V3(3, 3, 3), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), V3(1, 1, 1), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 4, 16, 32, 1, V3(6, 6, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 24, 10, 1, V3(12, 12, 0), V3(5, 5, 0), V3(1, 1, 0), V3(1, 1, 0), V3(2, 2, 0), V3(2, 2, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+};
+
+static void test_kxk_lean(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_kxk_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_conv_set_kxk(1);
+	for (size_t i = 0; i < sizeof kxk_lean_cases / sizeof kxk_lean_cases[0]; i++) {
+		const struct cc *t = &kxk_lean_cases[i];
+		struct hp_tensor wide, lean;
+		struct built bt;
+		check(t, 300 + (unsigned)i, pool);
+		build(t, 41, &bt);
+		assert_int_equal(run_case(t, &bt, pool, &wide), 0);
+		bt.attrs[bt.nattrs++] = kt_int("hpdlf_lean", 1);
+		bt.attrs[bt.nattrs++] = kt_int("hpdlf_narrow", 1);
+		for (int th = 0; th < 2; th++) {
+			assert_int_equal(run_case(t, &bt, th ? pool : NULL, &lean), 0);
+			assert_memory_equal(wide.data, lean.data, hp_tensor_bytes(&wide));
+			hp_tensor_free(&lean);
+		}
+		hp_tensor_free(&wide);
+		unbuild(&bt);
+	}
+	hp_conv_set_kxk(0);
+	hp_pool_destroy(pool);
+}
+
 /* Blocks of a single 16-column panel (conv_kxk_run.c's kt_tile: two
  * micro-tiles of rows as one AVX-512 tile): ResNet-18's 2x2 planes at a
  * batch of 4 (16 columns across the items) and its 4x4 -> 2x2 stride-2
@@ -1532,6 +1579,7 @@ int main(void)
 		cmocka_unit_test(test_grp_choice),
 		cmocka_unit_test(test_kxk_bands),
 		cmocka_unit_test(test_kxk_run),
+		cmocka_unit_test(test_kxk_lean),
 		cmocka_unit_test(test_kxk_tall),
 		cmocka_unit_test(test_convt_fma),
 		cmocka_unit_test(test_steal_bits),
