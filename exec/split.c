@@ -343,29 +343,44 @@ static int split_pass(const struct hp_graph *g, const struct hp_split_opts *so, 
 	size_t nbc = sizeof band_counts / sizeof *band_counts;
 	struct hp_split_info ci;
 	struct hp_graph *c;
-	int rc = 0, within = ki->min_after <= target;
+	int rc = 0, within = ki->min_after <= target, kw = 0;
 
 	/* band counts with workspaces for every worker, then (while none is
 	 * within the target) with one worker's: the kernels then run their
-	 * tiles on one thread, which hp_split_predicted_ms counts */
-	for (size_t i = 0; i < 2 * nbc && budget && !within; i++) {
+	 * tiles on one thread, which hp_split_predicted_ms counts.  When a
+	 * cut with every worker's workspace is within the target at kw bands,
+	 * the one-worker cuts of fewer bands are tried still: fewer, larger
+	 * bands can be faster than more on two threads (LeNet's training at a
+	 * quarter of its peak, once its convolutions' panels shrank to their
+	 * bands: 12 bands and 335 kernels where 4 one-worker bands ran 91,
+	 * predicted 25.5 against 14.6 ms) */
+	for (size_t i = 0; i < 2 * nbc && budget && (!within || kw); i++) {
+		int lean = i >= nbc, k = band_counts[i % nbc];
 		if (ki->k == 1 && ki->min_after <= budget)
 			break; /* fits unsplit */
+		if (kw && !lean)
+			continue;
+		if (kw && k >= kw)
+			break;
 		/* producers cut ahead of their band-cut readers, then (when
 		 * that cut any) not: more bands can cost as well as save; each
 		 * that fits also with its bands joined back (rejoin) */
 		for (int ahead = 1, cut_any = 1; ahead >= 0 && cut_any && rc == 0; ahead--) {
-			rc = candidate(g, band_counts[i % nbc], i >= nbc, ahead, 0, cut, budget, so, &c, &ci);
+			rc = candidate(g, k, lean, ahead, 0, cut, budget, so, &c, &ci);
 			if (rc < 0)
 				break;
 			ci.min_before = ki->min_before;
+			if (ci.min_after <= target && !within && !lean)
+				kw = k;
+			else if (ci.min_after <= target && lean)
+				kw = 0; /* the one-worker pass ends here */
 			within |= ci.min_after <= target;
 			cut_any = ci.ahead > 0;
 			int fits = ci.min_after <= budget;
 			consider(keep, ki, c, &ci, budget);
 			if (!rejoin || !fits || so->training) /* inference only: hp_split_bands */
 				continue;
-			rc = candidate(g, band_counts[i % nbc], i >= nbc, ahead, 1, cut, budget, so, &c, &ci);
+			rc = candidate(g, k, lean, ahead, 1, cut, budget, so, &c, &ci);
 			if (rc < 0)
 				break;
 			if (c) {
