@@ -220,6 +220,13 @@ static enum band_kind kind_of(const struct bp *p, const struct hp_node *n)
 		int a = norm_axis(hp_attr_int(n, "axis", p->g->opset >= 13 ? -1 : 1), rank);
 		return (p->g->opset >= 13 ? a != p->axis : a > p->axis) ? BK_ROWS : BK_NONE;
 	}
+	/* inference: products by a weight and Flatten cut along the batch
+	 * rows, so a chain need not be joined back before its classifier */
+	if (!strcmp(op, "Gemm") || !strcmp(op, "MatMul"))
+		return !p->training && p->axis == 0 && hp_node_rows_exact(p->g, n) ? BK_ROWS : BK_NONE;
+	if (!strcmp(op, "Flatten"))
+		return !p->training && p->axis == 0 &&
+			       norm_axis(hp_attr_int(n, "axis", 1), shape_of(p, n->inputs[0])->rank) >= 1 ? BK_ROWS : BK_NONE;
 	if (!in_list(op, rows_ops))
 		return BK_NONE;
 	for (int j = 0; j < n->ninputs; j++)
@@ -233,7 +240,8 @@ static int banded_input(const struct bp *p, const struct hp_node *n, enum band_k
 {
 	if (n->inputs[j] < 0)
 		return 0;
-	if (k == BK_WINDOW || k == BK_UPSAMPLE || !strcmp(n->op_type, "BatchNormalization"))
+	if (k == BK_WINDOW || k == BK_UPSAMPLE || !strcmp(n->op_type, "BatchNormalization") ||
+	    !strcmp(n->op_type, "Gemm") || !strcmp(n->op_type, "MatMul") || !strcmp(n->op_type, "Flatten"))
 		return j == 0;
 	if (!strcmp(n->op_type, "Concat") || !strcmp(n->op_type, "Softmax") || !strcmp(n->op_type, "LogSoftmax"))
 		return 1;
@@ -546,6 +554,7 @@ static int emit_bands(struct bp *p, const struct hp_node *n, enum band_kind kind
 	struct band *bd = &p->b[y];
 	struct hp_attr pa = { .name = "hpdlf_path", .type = HP_ATTR_INT, .i = path };
 	struct hp_attr lean = { .name = "hpdlf_lean", .type = HP_ATTR_INT, .i = 1 };
+	struct hp_attr narrow = { .name = "hpdlf_narrow", .type = HP_ATTR_INT, .i = 1 };
 	struct hp_attr unit = { .name = "hpdlf_unit_axis", .type = HP_ATTR_INT, .i = p->axis };
 	struct window w;
 	int64_t hout = ys.dims[p->axis];
@@ -577,6 +586,9 @@ static int emit_bands(struct bp *p, const struct hp_node *n, enum band_kind kind
 			rc = hp_graph_add_attr(p->g, node, &pa);
 		if (rc >= 0 && p->lean && (kind == BK_WINDOW || kind == BK_UPSAMPLE))
 			rc = hp_graph_add_attr(p->g, node, &lean);
+		/* inference: narrower KxK blocks too (kernels/conv_kxk.c) */
+		if (rc >= 0 && p->lean && !p->training && kind == BK_WINDOW)
+			rc = hp_graph_add_attr(p->g, node, &narrow);
 		if (rc >= 0 && p->training && (kind == BK_WINDOW || kind == BK_UPSAMPLE))
 			rc = hp_graph_add_attr(p->g, node, &unit);
 		if (rc >= 0 && p->training && kind == BK_WINDOW && p->axis > 0)
@@ -688,7 +700,7 @@ static int rewrite_node(struct bp *p, struct hp_node *n)
 	int64_t *olo, align = 1;
 
 	if (kind == BK_WINDOW || kind == BK_UPSAMPLE)
-		align = hp_node_band_align(p->g, n, p->axis, &path);
+		align = hp_node_band_align(p->g, n, p->axis, p->training, &path);
 	if (align < 1)
 		kind = BK_NONE;
 	for (int j = 0; kind != BK_NONE && j < n->ninputs; j++)
@@ -723,6 +735,9 @@ static int rewrite_node(struct bp *p, struct hp_node *n)
 		return rc;
 	/* whole convolutions too get workspace for one worker */
 	rc = hp_graph_add_attr(p->g, p->g->nnodes - 1, &(struct hp_attr){ .name = "hpdlf_lean", .type = HP_ATTR_INT, .i = 1 });
+	if (rc >= 0 && !p->training)
+		rc = hp_graph_add_attr(p->g, p->g->nnodes - 1,
+				       &(struct hp_attr){ .name = "hpdlf_narrow", .type = HP_ATTR_INT, .i = 1 });
 	return rc < 0 ? rc : 0;
 }
 
@@ -743,7 +758,7 @@ static void mark_cut_reads(struct bp *p, struct hp_node *nodes, int n)
 		if (kind == BK_NONE || train_need(p, c) <= p->target ||
 		    p->g->values[c->inputs[0]].kind == HP_VALUE_CONSTANT)
 			continue;
-		if ((kind == BK_WINDOW || kind == BK_UPSAMPLE) && hp_node_band_align(p->g, c, p->axis, &path) < 1)
+		if ((kind == BK_WINDOW || kind == BK_UPSAMPLE) && hp_node_band_align(p->g, c, p->axis, p->training, &path) < 1)
 			continue;
 		for (int j = 0; j < c->ninputs; j++)
 			if (banded_input(p, c, kind, j) && c->inputs[j] < p->nvals)

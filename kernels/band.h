@@ -14,8 +14,19 @@
  * attribute hpdlf_path = *path (when *path >= 0: the kernel path n chose,
  * which a band's smaller extent could change).  -1: no band does; 1 for
  * every op whose elements do not depend on where a band starts.  n's input
- * shapes must be inferred. */
-int64_t hp_node_band_align(struct hp_graph *g, struct hp_node *n, int axis, int *path);
+ * shapes must be inferred.  Inference (training 0): a ConvTranspose on
+ * convt_fma.c's path (one chain per output whatever the band) may start a
+ * band at any input row; training keeps its column tiles, which its
+ * gradients' cuts count on. */
+int64_t hp_node_band_align(struct hp_graph *g, struct hp_node *n, int axis, int training, int *path);
+
+/* Whether a Gemm or MatMul node n computes each row of its output on axis
+ * 0 (A's rows, or its batch) the same whatever rows run beside it: alpha 1
+ * on a CPU where the product runs as FMA chains over k from beta C
+ * (kernels/gemm.c fma_ok), A not transposed, B a rank-2 constant weight, C
+ * (Gemm) without rows of its own.  Inference only: the weight's gradient
+ * sums over the rows. */
+int hp_node_rows_exact(const struct hp_graph *g, const struct hp_node *n);
 
 /* Whether a Conv node n (ungrouped, shapes inferred) runs a path that
  * computes every output channel by the same chain whatever channels run

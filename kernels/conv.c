@@ -632,7 +632,7 @@ void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, c
 	hp_conv_forward_epi(cv, x, w, b, y, ws, pool, NULL, NULL);
 }
 
-int64_t hp_node_band_align(struct hp_graph *g, struct hp_node *n, int axis, int *path)
+int64_t hp_node_band_align(struct hp_graph *g, struct hp_node *n, int axis, int training, int *path)
 {
 	int transpose = !strcmp(n->op_type, "ConvTranspose");
 	struct hp_conv cv;
@@ -644,7 +644,7 @@ int64_t hp_node_band_align(struct hp_graph *g, struct hp_node *n, int axis, int 
 		return -1;
 	if (transpose) {
 		hp_convt_setup(&cv);
-		return hp_convt_band_align(&cv, axis);
+		return training ? hp_convt_band_align(&cv, axis) : hp_convt_fma_band_align(&cv, axis);
 	}
 	hp_conv_setup(&cv);
 	*path = hp_conv_path(&cv);

@@ -239,6 +239,11 @@ void hp_conv_setup(struct hp_conv *cv);
 int hp_conv_path(const struct hp_conv *cv);
 int64_t hp_conv_band_align(const struct hp_conv *cv, int axis);
 int64_t hp_convt_band_align(const struct hp_conv *cv, int axis);
+/* hp_convt_band_align where the node runs convt_fma.c's chains (every
+ * output one chain over the input channels wherever a band starts): a band
+ * may start at any input row, i.e. at multiples of the kernel on the
+ * outer axes. */
+int64_t hp_convt_fma_band_align(const struct hp_conv *cv, int axis);
 /* Columns per tile of the direct (1x1) path, and at most per im2col or
  * ConvTranspose tile: wider sgemms gain little, and tiles of many small
  * planes would leave a band pass few places to cut. */

@@ -156,6 +156,18 @@ int64_t hp_convt_band_align(const struct hp_conv *cv, int axis)
 	return a < 0 ? -1 : a * cv->g.k[dim];
 }
 
+int64_t hp_convt_fma_band_align(const struct hp_conv *cv, int axis)
+{
+	int dim = 3 - cv->nd + axis - 2;
+
+	/* the forward takes the FMA path when its workspace holds one worker's
+	 * (hp_convt_forward): the node's and each band's always do */
+	if (axis < 2 || dim < 0 || dim > 1 || !hp_convt_fma_eligible(cv) ||
+	    cv->workspace < hp_convt_fma_workspace(cv, 1))
+		return hp_convt_band_align(cv, axis);
+	return cv->g.k[dim];
+}
+
 static int convt_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	struct hp_conv *cv = malloc(sizeof *cv);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "kernels/band.h"
 #include "kernels/blas.h"
 #include "kernels/gemm_fma.h"
 #include "kernels/gemm_panels.h"
@@ -197,6 +198,32 @@ static void gjob_run(struct gjob *j, struct hp_pool *pool)
 static int fma_ok(const struct gjob *j)
 {
 	return j->alpha == 1.0f && hp_fma_gemm_ok();
+}
+
+static int weight_like(const struct hp_graph *g, int v)
+{
+	return v >= 0 && (g->values[v].kind == HP_VALUE_INITIALIZER || g->values[v].kind == HP_VALUE_CONSTANT) &&
+	       g->values[v].shape.rank == 2;
+}
+
+int hp_node_rows_exact(const struct hp_graph *g, const struct hp_node *n)
+{
+	int gemm = !strcmp(n->op_type, "Gemm");
+	const struct hp_value *a;
+
+	if (n->domain[0] || (!gemm && strcmp(n->op_type, "MatMul")) || n->ninputs < 2 || n->inputs[0] < 0 ||
+	    !hp_fma_gemm_ok())
+		return 0;
+	a = &g->values[n->inputs[0]];
+	if (a->dtype != HP_F32 || a->shape.rank < 2 || !weight_like(g, n->inputs[1]))
+		return 0;
+	if (!gemm)
+		return 1;
+	if (hp_attr_float(n, "alpha", 1.0f) != 1.0f || hp_attr_int(n, "transA", 0))
+		return 0;
+	/* C broadcast over the rows: passed whole to every band */
+	return n->ninputs < 3 || n->inputs[2] < 0 || g->values[n->inputs[2]].shape.rank < 2 ||
+	       g->values[n->inputs[2]].shape.dims[0] == 1;
 }
 
 static void fma_run(const struct gjob *j, const int64_t *aoff, const int64_t *boff, struct hp_pool *pool)

@@ -23,8 +23,8 @@ the smallest budget that runs is found by bisection; at 50% and 25% of the
 in-core peak (when runnable) and at the smallest budget, the run must
 partition weights, stay within the budget and give the in-core outputs
 bitwise (and numpy's within 1e-4).  The mlp's smallest budget must be at
-most 36% of its in-core peak (its floor: the Concat of a 64x256 activation
-beside the staging buffers, ~34%).
+most 25% of its in-core peak (it was 34%: the Concat of a 64x256
+activation beside the staging buffers, until Gemm was cut in batch rows).
 """
 import json
 import os
@@ -244,7 +244,7 @@ def main():
             np.save(xin, rng.standard_normal(xshape).astype(np.float32))
             check_model(Model(exe, tmp, name, path, xin, "x", "y", ref))
         check_model(Model(exe, tmp, "mlp", os.path.join(mlp, "model.onnx"), os.path.join(mlp, "infer_x.npy"),
-                          "input", "logits"), max_min_frac=0.36)
+                          "input", "logits"), max_min_frac=0.25)
     print("%d passed, %d failed" % (PASSED[0], len(FAILS)))
     return 1 if FAILS else 0
 

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Issue 17: small models run inference at a quarter of their in-core peak.
+
+usage: check_small_quarter.py HPDLF_EXEC MODELS_DIR TMP
+
+The reference models of tests/models (lenet, mlp, unet3d_tiny) at the
+inputs they ship (infer_x.npy: batches of 64, 64 and 2) and a MatMul model
+built here (a rank-3 activation times weights, as transformers' linear
+layers are exported: 64 -> 256 -> 16 features; graph outputs are joined
+whole, so its output is kept small).  Their smallest budgets were 29%, 33% and 26% of
+the in-core tensor peak: a LeNet band's convolution held workspace for 128
+columns where the band had 64, the Concat that joined a Gemm's bands (or
+its weight's blocks) back held the whole activation and its parts, and a
+ConvTranspose could not be cut in rows.  For each model:
+  - the in-core outputs (2 threads) are the reference; the in-core tensor
+    peak comes from --stats-json, as bench_ooc_targets.py takes it;
+  - the smallest budget --plan names (given a budget of a quarter of the
+    peak) is at most a quarter of the peak;
+  - runs at a quarter of the peak, with 1 and 2 threads, stay within the
+    budget (tensor peak) and give the in-core outputs bitwise;
+  - the MatMul model's output matches float64 numpy.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+
+FAILS = []
+PASSED = [0]
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if ok:
+        PASSED[0] += 1
+    else:
+        FAILS.append(what)
+    return ok
+
+
+def run(exe, args):
+    p = subprocess.run([exe] + args, capture_output=True, text=True, timeout=600)
+    return p.returncode, p.stdout, p.stderr
+
+
+def matmul_model(path, xin, rng):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper as nh
+    w1 = (rng.standard_normal((64, 256)) * 0.1).astype(np.float32)
+    b1 = (rng.standard_normal(256) * 0.1).astype(np.float32)
+    w2 = (rng.standard_normal((256, 16)) * 0.1).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"]), helper.make_node("Add", ["m1", "b1"], ["a1"]),
+             helper.make_node("Relu", ["a1"], ["r1"]), helper.make_node("MatMul", ["r1", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "mm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 32, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, 32, 16])],
+                          [nh.from_array(w1, "w1"), nh.from_array(b1, "b1"), nh.from_array(w2, "w2")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    x = rng.standard_normal((16, 32, 64)).astype(np.float32)
+    np.save(xin, x)
+    x64 = x.astype(np.float64)
+    return np.maximum(x64 @ w1 + b1, 0) @ w2.astype(np.float64)
+
+
+def infer(exe, tmp, name, model, xname, xin, tag, budget=None, threads=2):
+    st = os.path.join(tmp, "%s_%s.json" % (name, tag))
+    od = os.path.join(tmp, "%s_%s" % (name, tag))
+    args = [model, "--input", "%s=%s" % (xname, xin), "--output-dir", od, "--stats-json", st,
+            "--threads", str(threads), "--quiet"]
+    rc, _, err = run(exe, args + (["--budget", str(budget)] if budget else []))
+    if rc != 0:
+        return None, None, err.strip()[-400:]
+    outs = {f: np.load(os.path.join(od, f)) for f in sorted(os.listdir(od))}
+    with open(st) as f:
+        return outs, json.load(f), ""
+
+
+def smallest(exe, model, xname, xin, budget):
+    rc, out, err = run(exe, [model, "--input", "%s=%s" % (xname, xin), "--budget", str(budget), "--plan"])
+    m = re.search(r"smallest budget\s.*?= (\d+) bytes", out) or re.search(r"smallest budget that works is (\d+)", err)
+    return int(m.group(1)) if m else None
+
+
+def check_model(exe, tmp, name, model, xname, xin, ref=None):
+    base, s, err = infer(exe, tmp, name, model, xname, xin, "incore")
+    if not check(base is not None, "%s in core runs %s" % (name, err)):
+        return
+    if ref is not None:
+        y = next(iter(base.values())).astype(np.float64)
+        e = float(np.max(np.abs(y - ref)))
+        check(e <= 1e-4 * max(1.0, float(np.max(np.abs(ref)))), "%s in core matches float64 numpy (%.1e)" % (name, e))
+    peak = s["tensor_peak_bytes"]
+    q = peak // 4
+    low = smallest(exe, model, xname, xin, q)
+    check(low is not None and low <= q, "%s: --plan's smallest budget %s B <= a quarter of the in-core peak %d B "
+          "(%.1f%%)" % (name, low, peak, 100.0 * (low or 0) / peak))
+    for threads in (2, 1):
+        outs, st, err = infer(exe, tmp, name, model, xname, xin, "q_t%d" % threads, q, threads)
+        what = "%s at %d B (25%% of %d), %d thread(s)" % (name, q, peak, threads)
+        if not check(outs is not None, what + ": runs " + err):
+            continue
+        check(st["tensor_peak_bytes"] <= q, what + ": tensor peak %d B within the budget" % st["tensor_peak_bytes"])
+        same = outs.keys() == base.keys() and all(np.array_equal(outs[k], base[k]) for k in base)
+        check(same, what + ": outputs bitwise the in-core ones")
+
+
+def main():
+    exe, models, tmp = sys.argv[1], sys.argv[2], sys.argv[3]
+    os.makedirs(tmp, exist_ok=True)
+    for name, xname in (("lenet", "input"), ("mlp", "input"), ("unet3d_tiny", "input")):
+        d = os.path.join(models, name)
+        check_model(exe, tmp, name, os.path.join(d, "model.onnx"), xname, os.path.join(d, "infer_x.npy"))
+    path, xin = os.path.join(tmp, "matmul.onnx"), os.path.join(tmp, "matmul_x.npy")
+    ref = matmul_model(path, xin, np.random.default_rng(7))
+    check_model(exe, tmp, "matmul", path, "x", xin, ref)
+    print("%d passed, %d failed" % (PASSED[0], len(FAILS)))
+    return 1 if FAILS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
