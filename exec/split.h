@@ -7,9 +7,12 @@
  * outermost spatial axis.  Each band of a chain stays its own value; a
  * window op (Conv, pooling) takes its halo rows as Slices of the
  * neighbouring bands, Concat'ed onto its band, with its pads on that axis
- * kept only at the outer edges.  Anything that cannot be banded (Gemm,
- * Flatten, reductions over the axis, BatchNormalization in training, graph
- * outputs) gets the bands Concat'ed back first.  Outputs are bitwise the
+ * kept only at the outer edges.  Anything that cannot be banded
+ * (reductions over the axis, BatchNormalization in training, graph
+ * outputs; in training Gemm, MatMul and Flatten too) gets the bands
+ * Concat'ed back first.  Inference cuts Gemm/MatMul by a weight and
+ * Flatten along the batch rows where each row is its own FMA chains
+ * (hp_node_rows_exact).  Outputs are bitwise the
  * unsplit ones: the conv kernels cut their sgemms into tiles fixed by the
  * geometry (OpenBLAS rounds a column by the call's width), a Conv's bands
  * start at multiples of its tile (hp_node_band_align; a cut upstream that
