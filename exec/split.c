@@ -347,13 +347,16 @@ static int split_pass(const struct hp_graph *g, const struct hp_split_opts *so, 
 
 	/* band counts with workspaces for every worker, then (while none is
 	 * within the target) with one worker's: the kernels then run their
-	 * tiles on one thread, which hp_split_predicted_ms counts.  When a
-	 * cut with every worker's workspace is within the target at kw bands,
-	 * the one-worker cuts of fewer bands are tried still: fewer, larger
-	 * bands can be faster than more on two threads (LeNet's training at a
-	 * quarter of its peak, once its convolutions' panels shrank to their
-	 * bands: 12 bands and 335 kernels where 4 one-worker bands ran 91,
-	 * predicted 25.5 against 14.6 ms) */
+	 * tiles on one thread, which hp_split_predicted_ms counts.  In
+	 * training, when a cut with every worker's workspace is within the
+	 * target at kw bands, the one-worker cuts of fewer bands are tried
+	 * still: fewer, larger bands can be faster than more on two threads
+	 * (LeNet's training at a quarter of its peak, once its convolutions'
+	 * panels shrank to their bands: 12 bands and 335 kernels where 4
+	 * one-worker bands ran 91, predicted 25.5 against 14.6 ms).  Not in
+	 * inference: the 3-D U-Net of bench_ooc_targets.py at a quarter took
+	 * a one-worker cut predicted faster that read 115.8 MiB a run where
+	 * the plain cut read 58.3, and ran slower. */
 	for (size_t i = 0; i < 2 * nbc && budget && (!within || kw); i++) {
 		int lean = i >= nbc, k = band_counts[i % nbc];
 		if (ki->k == 1 && ki->min_after <= budget)
@@ -370,7 +373,7 @@ static int split_pass(const struct hp_graph *g, const struct hp_split_opts *so, 
 			if (rc < 0)
 				break;
 			ci.min_before = ki->min_before;
-			if (ci.min_after <= target && !within && !lean)
+			if (ci.min_after <= target && !within && !lean && so->training)
 				kw = k;
 			else if (ci.min_after <= target && lean)
 				kw = 0; /* the one-worker pass ends here */
