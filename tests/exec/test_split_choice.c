@@ -107,23 +107,13 @@ static void test_fastest_fit(void **state)
 		if (hp_split_min_budget(g) <= b)
 			continue; /* fits unsplit: nothing to choose */
 		/* every worker's workspace first, then one worker's, up to the
-		 * first within the target (after an every-worker cut within it
-		 * at kw bands, the one-worker cuts of fewer bands); each cut
-		 * ahead, then (if that cut any) not */
-		for (int n = 0, kw = 0; n < 2 * NCOUNTS && (!within || kw); n++) {
-			int ln = n >= NCOUNTS, kn = counts[n % NCOUNTS];
-			if (kw && !ln)
-				continue;
-			if (kw && kn >= kw)
-				break;
+		 * first within the target; each cut ahead, then (if that cut
+		 * any) not */
+		for (int n = 0; n < 2 * NCOUNTS && !within; n++) {
 			for (int a = 1, any = 1; a >= 0 && any; a--) {
 				struct cand *x = &c[nc++];
-				make(g, kn, ln, a, b, target, x);
+				make(g, counts[n % NCOUNTS], n >= NCOUNTS, a, b, target, x);
 				any = x->ahead > 0;
-				if (x->min <= target && !within && !ln)
-					kw = kn;
-				else if (x->min <= target && ln)
-					kw = 0;
 				if (x->min <= b && (!best || x->ms < best->ms))
 					best = x;
 				if (x->min <= b && !first_fit)
