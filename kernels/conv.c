@@ -632,6 +632,27 @@ void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, c
 	hp_conv_forward_epi(cv, x, w, b, y, ws, pool, NULL, NULL);
 }
 
+/* Inference: the dot, KxK and grouped paths compute every output by one
+ * chain wherever a band starts (tests/kernels/test_conv.c: test_dot_bands,
+ * test_kxk_run, the grouped cases), but report the alignment of the path
+ * they replace (dot_band_align), which on rows can be none: a 2-D conv
+ * whose batch the shift path folds into its tiles.  Where that leaves no
+ * cut on the axis, any row does; elsewhere the cuts stay where they were
+ * (finer ones let the band search take plans its fixed model favours and
+ * that ran slower: the bench's 3-D U-Net, kernels/conv_transpose.c).  The
+ * 2-D U-Net of bench/make_bench_models.py (batch 2, 128x128) so runs at a
+ * quarter of its peak; it needed 42%. */
+static int64_t infer_align(const struct hp_conv *cv, int axis)
+{
+	int dim = 3 - cv->nd + axis - 2;
+	int64_t a = hp_conv_band_align(cv, axis), extent;
+
+	if (!(cv->dot || cv->kxk || cv->grp) || (axis != 0 && (axis < 2 || dim < 0 || dim > 2)))
+		return a;
+	extent = axis == 0 ? cv->batch : cv->g.grid[dim];
+	return a >= 1 && a < extent ? a : 1;
+}
+
 int64_t hp_node_band_align(struct hp_graph *g, struct hp_node *n, int axis, int training, int *path)
 {
 	int transpose = !strcmp(n->op_type, "ConvTranspose");
@@ -648,7 +669,7 @@ int64_t hp_node_band_align(struct hp_graph *g, struct hp_node *n, int axis, int 
 	}
 	hp_conv_setup(&cv);
 	*path = hp_conv_path(&cv);
-	return hp_conv_band_align(&cv, axis);
+	return training ? hp_conv_band_align(&cv, axis) : infer_align(&cv, axis);
 }
 
 int hp_conv_channels_exact(struct hp_graph *g, struct hp_node *n, int *path)

@@ -4,8 +4,9 @@
 usage: check_small_quarter.py HPDLF_EXEC MODELS_DIR TMP
 
 The reference models of tests/models (lenet, mlp, unet3d_tiny) at the
-inputs they ship (infer_x.npy: batches of 64, 64 and 2) and a MatMul model
-built here (a rank-3 activation times weights, as transformers' linear
+inputs they ship (infer_x.npy: batches of 64, 64 and 2), a 2-D U-Net built
+here (batch 2, 64x64, BatchNorm: it needed 33%, its KxK convolutions never
+cut in rows) and a MatMul model built here (a rank-3 activation times weights, as transformers' linear
 layers are exported: 64 -> 256 -> 16 features; graph outputs are joined
 whole, so its output is kept small).  Their smallest budgets were 29%, 33% and 26% of
 the in-core tensor peak: a LeNet band's convolution held workspace for 128
@@ -64,6 +65,58 @@ def matmul_model(path, xin, rng):
     return np.maximum(x64 @ w1 + b1, 0) @ w2.astype(np.float64)
 
 
+def unet2d_model(path, xin, rng):
+    """A 2-D U-Net as bench/make_bench_models.py exports one (Conv + BN +
+    Relu blocks, max pooling, ConvTranspose up-sampling, skip Concats), at
+    64x64 and a batch of 2: its 3x3 convolutions run the KxK path, whose
+    row cuts the band pass took from the shift path it replaced, which folds
+    the batch into its tiles: no row cut, so it needed a third of its peak."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper as nh
+    inits, nodes = [], []
+
+    def arr(name, a):
+        inits.append(nh.from_array(a.astype(np.float32), name))
+        return name
+
+    def block(x, cin, cout, name):
+        for i in (1, 2):
+            c = cin if i == 1 else cout
+            w = arr(name + "w%d" % i, rng.standard_normal((cout, c, 3, 3)) * (2.0 / (9 * c)) ** 0.5)
+            b = arr(name + "b%d" % i, rng.standard_normal(cout) * 0.1)
+            nodes.append(helper.make_node("Conv", [x, w, b], [name + "c%d" % i], pads=[1, 1, 1, 1]))
+            bn = [arr(name + "n%d%s" % (i, k), v) for k, v in (("s", 1 + rng.standard_normal(cout) * 0.1),
+                                                                 ("b", rng.standard_normal(cout) * 0.1),
+                                                                 ("m", rng.standard_normal(cout) * 0.1),
+                                                                 ("v", 1 + rng.random(cout)))]
+            nodes.append(helper.make_node("BatchNormalization", [name + "c%d" % i] + bn, [name + "n%d" % i]))
+            nodes.append(helper.make_node("Relu", [name + "n%d" % i], [name + "r%d" % i]))
+            x = name + "r%d" % i
+        return x
+
+    def up(x, cin, cout, name):
+        w = arr(name + "w", rng.standard_normal((cin, cout, 2, 2)) * 0.1)
+        b = arr(name + "b", rng.standard_normal(cout) * 0.1)
+        nodes.append(helper.make_node("ConvTranspose", [x, w, b], [name], kernel_shape=[2, 2], strides=[2, 2]))
+        return name
+
+    e0 = block("x", 3, 16, "e0")
+    nodes.append(helper.make_node("MaxPool", [e0], ["p0"], kernel_shape=[2, 2], strides=[2, 2]))
+    e1 = block("p0", 16, 32, "e1")
+    nodes.append(helper.make_node("MaxPool", [e1], ["p1"], kernel_shape=[2, 2], strides=[2, 2]))
+    m = block("p1", 32, 64, "m")
+    nodes.append(helper.make_node("Concat", [up(m, 64, 32, "u1"), e1], ["k1"], axis=1))
+    d1 = block("k1", 64, 32, "d1")
+    nodes.append(helper.make_node("Concat", [up(d1, 32, 16, "u0"), e0], ["k0"], axis=1))
+    d0 = block("k0", 32, 16, "d0")
+    nodes.append(helper.make_node("Conv", [d0, arr("ow", rng.standard_normal((2, 16, 1, 1)) * 0.2),
+                                           arr("ob", rng.standard_normal(2) * 0.1)], ["y"]))
+    g = helper.make_graph(nodes, "unet2d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 64, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2, 64, 64])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    np.save(xin, rng.standard_normal((2, 3, 64, 64)).astype(np.float32))
+
+
 def infer(exe, tmp, name, model, xname, xin, tag, budget=None, threads=2):
     st = os.path.join(tmp, "%s_%s.json" % (name, tag))
     od = os.path.join(tmp, "%s_%s" % (name, tag))
@@ -115,6 +168,9 @@ def main():
     path, xin = os.path.join(tmp, "matmul.onnx"), os.path.join(tmp, "matmul_x.npy")
     ref = matmul_model(path, xin, np.random.default_rng(7))
     check_model(exe, tmp, "matmul", path, "x", xin, ref)
+    path, xin = os.path.join(tmp, "unet2d.onnx"), os.path.join(tmp, "unet2d_x.npy")
+    unet2d_model(path, xin, np.random.default_rng(5))
+    check_model(exe, tmp, "unet2d", path, "x", xin)
     print("%d passed, %d failed" % (PASSED[0], len(FAILS)))
     return 1 if FAILS else 0
 
