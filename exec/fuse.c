@@ -23,7 +23,9 @@
 
 #include "hpdlf/error.h"
 #include "hpdlf/kernels.h"
+#include "exec/budget.h"
 #include "exec/fuse_internal.h"
+#include "exec/plan.h"
 
 static int is_op(const struct hp_node *n, const char *op)
 {
@@ -390,6 +392,31 @@ int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struc
 	if (!(opts && opts->splittable) && (rc = hp_fuse_pack_weights(g, r)) < 0)
 		return rc;
 	any |= rc > 0;
+	return any ? hp_graph_infer(g) : 0;
+}
+
+int hp_fuse_after_split(struct hp_graph *g, struct hp_fuse_report *r)
+{
+	struct hp_plan_opts po = { .align = HP_BUDGET_ALIGN };
+	struct hp_fuse_cap cap = { .align = HP_BUDGET_ALIGN };
+	int rc, any = 0;
+
+	/* the largest step with its kernel's workspace, and without (the
+	 * runtime's scratch reserved once: hp_plan_min_budget adds it to the
+	 * largest step, here one byte) */
+	cap.step = hp_plan_min_budget(g, &po, NULL);
+	po.workspace = 1;
+	cap.io = hp_plan_min_budget(g, &po, NULL);
+	if (!cap.step || !cap.io)
+		return 0; /* nothing to plan: nothing to fuse */
+	cap.io--;
+	while ((rc = hp_fuse_epilogue_within(g, r, &cap)) > 0) {
+		if ((rc = hp_graph_finalize(g)) < 0)
+			return rc;
+		any = 1;
+	}
+	if (rc < 0)
+		return rc;
 	return any ? hp_graph_infer(g) : 0;
 }
 

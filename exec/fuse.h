@@ -9,7 +9,7 @@
  *   - MatMul of a transposed matrix into Gemm with transA/transB;
  *   - unless opts->splittable: Conv/MatMul/Gemm + Add + Relu/Clip/Sigmoid/
  *     HardSwish/Gelu into the product's epilogue (bitwise the unfused
- *     nodes, so an out-of-core run may keep them unfused and split).
+ *     nodes; an out-of-core run fuses them once split, hp_fuse_after_split).
  *   - unless opts->splittable, after the epilogues: MobileNetV2's inverted
  *     residual blocks (1x1 + Clip, depthwise 3x3 + Clip, 1x1 [+ Add]) on
  *     planes of 14x14 and more into one FusedInvRes, run in bands of rows
@@ -22,7 +22,8 @@
 
 struct hp_fuse_opts {
 	int splittable; /* the run may split operators (a --budget): skip the fusions that only save
-			 * time (epilogues), keep those that change rounding, the same in both modes */
+			 * time (epilogues: hp_fuse_after_split), keep those that change rounding, the
+			 * same in both modes */
 };
 
 struct hp_fuse_report {
@@ -38,6 +39,19 @@ struct hp_fuse_report {
  * hp_fuse_report_free).  opts NULL: every fusion.  0 or a negative error. */
 int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struct hp_fuse_report *r);
 void hp_fuse_report_free(struct hp_fuse_report *r);
+
+/* What hp_fuse_inference left out with opts->splittable, once the graph
+ * is compiled for its budget (hp_graph_compile: weights cut in blocks,
+ * operators in bands): the epilogues (Conv/MatMul/Gemm + Add + activation)
+ * of the nodes as they are now.  A band keeps its hpdlf_path in the fused
+ * node, so it computes the whole fused node's bits, which are the unfused
+ * nodes' (fuse_epi.c): outputs stay bitwise the in-core ones.  A match is
+ * fused only where the fused step needs no more than the graph's largest
+ * step already does (the fused node holds the addend beside the product's
+ * inputs and output), so the smallest budget is unchanged, whatever the
+ * budget.  Not the inverted residuals nor weight packing (in memory,
+ * beside the budget).  Appends to r; 0 or a negative error. */
+int hp_fuse_after_split(struct hp_graph *g, struct hp_fuse_report *r);
 
 /* Training's rewrites, before autodiff, in core and under a budget
  * alike: GELU as exporters write it into FusedGelu, whose backward is one
