@@ -20,6 +20,8 @@
 
 #include "hpdlf/graph.h"
 
+struct hp_exec_opts;
+
 struct hp_fuse_opts {
 	int splittable; /* the run may split operators (a --budget): skip the fusions that only save
 			 * time (epilogues: hp_fuse_after_split), keep those that change rounding, the
@@ -41,17 +43,20 @@ int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struc
 void hp_fuse_report_free(struct hp_fuse_report *r);
 
 /* What hp_fuse_inference left out with opts->splittable, once the graph
- * is compiled for its budget (hp_graph_compile: weights cut in blocks,
+ * is compiled for o->budget (hp_graph_compile: weights cut in blocks,
  * operators in bands): the epilogues (Conv/MatMul/Gemm + Add + activation)
  * of the nodes as they are now.  A band keeps its hpdlf_path in the fused
  * node, so it computes the whole fused node's bits, which are the unfused
- * nodes' (fuse_epi.c): outputs stay bitwise the in-core ones.  A match is
- * fused only where the fused step needs no more than the graph's largest
- * step already does (the fused node holds the addend beside the product's
- * inputs and output), so the smallest budget is unchanged, whatever the
- * budget.  Not the inverted residuals nor weight packing (in memory,
- * beside the budget).  Appends to r; 0 or a negative error. */
-int hp_fuse_after_split(struct hp_graph *g, struct hp_fuse_report *r);
+ * nodes' (fuse_epi.c): outputs stay bitwise the in-core ones.  The fused
+ * node holds the addend beside the product's inputs and output, so a match
+ * is fused only where its step needs no more than the graph's largest step
+ * already does, or than the split pass's target for the budget (three
+ * quarters of it, beside the workers' reserved scratch): the graph still
+ * fits the budget, and the smallest budget named (the graph compiled for
+ * one byte, exec/split.c) is unchanged.  Not the inverted residuals nor
+ * weight packing (in memory, beside the budget).  o->budget 0 (a tier, in
+ * core): every epilogue.  Appends to r; 0 or a negative error. */
+int hp_fuse_after_split(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_fuse_report *r);
 
 /* Training's rewrites, before autodiff, in core and under a budget
  * alike: GELU as exporters write it into FusedGelu, whose backward is one

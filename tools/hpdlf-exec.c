@@ -1291,7 +1291,7 @@ static int load_smallest(const struct cli *c, const struct hp_exec_opts *o, stru
 		struct hp_fuse_report r;
 		rc = hp_fuse_inference(*g, &fo, &r);
 		if (rc == 0 && (rc = hp_graph_compile(*g, &o1)) == 0)
-			rc = hp_fuse_after_split(*g, &r);
+			rc = hp_fuse_after_split(*g, &o1, &r);
 		hp_fuse_report_free(&r);
 		return rc;
 	}
@@ -1346,7 +1346,7 @@ static int fuse_split(struct hp_graph *g, const struct cli *c, int ntiers, struc
 	if (split || c->plan || c->plan_dot)
 		rc = hp_graph_compile(g, o);
 	if (rc == 0 && split && !c->no_fuse)
-		rc = hp_fuse_after_split(g, r);
+		rc = hp_fuse_after_split(g, o, r);
 	if (rc == 0 && c->plan && !c->no_fuse) {
 		printf("fused %d pattern%s (%d nodes fewer)%s\n", r->nfused, r->nfused == 1 ? "" : "s",
 		       r->nodes_removed, r->nfused ? ":" : "");
