@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,9 @@
 
 #include "hpdlf/error.h"
 #include "hpdlf/kernels.h"
+#include "exec/budget.h"
 #include "exec/fuse_internal.h"
+#include "exec/plan.h"
 
 static int is_op(const struct hp_node *n, const char *op)
 {
@@ -390,6 +393,42 @@ int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struc
 	if (!(opts && opts->splittable) && (rc = hp_fuse_pack_weights(g, r)) < 0)
 		return rc;
 	any |= rc > 0;
+	return any ? hp_graph_infer(g) : 0;
+}
+
+int hp_fuse_after_split(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_fuse_report *r)
+{
+	struct hp_plan_opts po = { .align = HP_BUDGET_ALIGN };
+	struct hp_fuse_cap cap = { .align = HP_BUDGET_ALIGN, .io = UINT64_MAX, .step = UINT64_MAX };
+	struct hp_budget_layout l;
+	int rc, any = 0;
+
+	hp_budget_layout(g, o, &l);
+	if (l.budget) {
+		/* the largest step with its kernel's workspace, and without (the
+		 * runtime's scratch reserved once: hp_plan_min_budget adds it to
+		 * the largest step, here one byte); or up to what the split pass
+		 * cuts at (split_target: a quarter of the budget left for what
+		 * the plan keeps resident), the reserved scratch beside it */
+		uint64_t target = l.budget - l.budget / 4;
+		cap.step = hp_plan_min_budget(g, &po, NULL);
+		po.workspace = 1;
+		cap.io = hp_plan_min_budget(g, &po, NULL);
+		if (!cap.step || !cap.io)
+			return 0; /* nothing to plan: nothing to fuse */
+		cap.io--;
+		if (cap.step < target)
+			cap.step = target;
+		if (target > l.workspace && cap.io < target - l.workspace)
+			cap.io = target - l.workspace;
+	}
+	while ((rc = hp_fuse_epilogue_within(g, r, &cap)) > 0) {
+		if ((rc = hp_graph_finalize(g)) < 0)
+			return rc;
+		any = 1;
+	}
+	if (rc < 0)
+		return rc;
 	return any ? hp_graph_infer(g) : 0;
 }
 

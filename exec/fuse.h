@@ -9,7 +9,7 @@
  *   - MatMul of a transposed matrix into Gemm with transA/transB;
  *   - unless opts->splittable: Conv/MatMul/Gemm + Add + Relu/Clip/Sigmoid/
  *     HardSwish/Gelu into the product's epilogue (bitwise the unfused
- *     nodes, so an out-of-core run may keep them unfused and split).
+ *     nodes; an out-of-core run fuses them once split, hp_fuse_after_split).
  *   - unless opts->splittable, after the epilogues: MobileNetV2's inverted
  *     residual blocks (1x1 + Clip, depthwise 3x3 + Clip, 1x1 [+ Add]) on
  *     planes of 14x14 and more into one FusedInvRes, run in bands of rows
@@ -20,9 +20,12 @@
 
 #include "hpdlf/graph.h"
 
+struct hp_exec_opts;
+
 struct hp_fuse_opts {
 	int splittable; /* the run may split operators (a --budget): skip the fusions that only save
-			 * time (epilogues), keep those that change rounding, the same in both modes */
+			 * time (epilogues: hp_fuse_after_split), keep those that change rounding, the
+			 * same in both modes */
 };
 
 struct hp_fuse_report {
@@ -38,6 +41,22 @@ struct hp_fuse_report {
  * hp_fuse_report_free).  opts NULL: every fusion.  0 or a negative error. */
 int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struct hp_fuse_report *r);
 void hp_fuse_report_free(struct hp_fuse_report *r);
+
+/* What hp_fuse_inference left out with opts->splittable, once the graph
+ * is compiled for o->budget (hp_graph_compile: weights cut in blocks,
+ * operators in bands): the epilogues (Conv/MatMul/Gemm + Add + activation)
+ * of the nodes as they are now.  A band keeps its hpdlf_path in the fused
+ * node, so it computes the whole fused node's bits, which are the unfused
+ * nodes' (fuse_epi.c): outputs stay bitwise the in-core ones.  The fused
+ * node holds the addend beside the product's inputs and output, so a match
+ * is fused only where its step needs no more than the graph's largest step
+ * already does, or than the split pass's target for the budget (three
+ * quarters of it, beside the workers' reserved scratch): the graph still
+ * fits the budget, and the smallest budget named (the graph compiled for
+ * one byte, exec/split.c) is unchanged.  Not the inverted residuals nor
+ * weight packing (in memory, beside the budget).  o->budget 0 (a tier, in
+ * core): every epilogue.  Appends to r; 0 or a negative error. */
+int hp_fuse_after_split(struct hp_graph *g, const struct hp_exec_opts *o, struct hp_fuse_report *r);
 
 /* Training's rewrites, before autodiff, in core and under a budget
  * alike: GELU as exporters write it into FusedGelu, whose backward is one

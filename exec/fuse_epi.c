@@ -4,10 +4,11 @@
  * Sigmoid, HardSwish, a FusedGelu) become one FusedConv/FusedMatMul/
  * FusedGemm (kernels/fused.c) that applies them to the product's output
  * in one pass.  Every element is computed as the unfused Add and
- * activation compute it, so the fused node gives the unfused bits: the
- * driver runs this pass only when operators will not be split (in core),
- * and an out-of-core run keeps the plain, splittable nodes with the same
- * result. */
+ * activation compute it, so the fused node gives the unfused bits.  In
+ * core the driver runs this pass with the others; under a budget once the
+ * graph is cut for it (hp_fuse_after_split, on the bands and blocks, which
+ * keep their kernel path in the fused node's attributes), so that the
+ * split pass sees only plain nodes. */
 #include <float.h>
 #include <stdio.h>
 #include <string.h>
@@ -139,5 +140,56 @@ int hp_fuse_epilogue(struct hp_graph *g, struct hp_fuse_report *r)
 	for (int i = 0; i < g->nnodes; i++)
 		if (match_at(g, i, &m))
 			return rewrite(g, &m, r);
+	return 0;
+}
+
+/* Bytes of value v as the planner counts a step's (exec/plan.c step_need:
+ * a constant is no tensor of the store), rounded up to align. */
+static uint64_t held(const struct hp_graph *g, int v, uint64_t align)
+{
+	struct hp_tensor t;
+	uint64_t b;
+
+	if (v < 0 || g->values[v].kind == HP_VALUE_CONSTANT)
+		return 0;
+	t = (struct hp_tensor){ .dtype = g->values[v].dtype, .shape = g->values[v].shape };
+	b = hp_tensor_bytes(&t);
+	return (b + align - 1) / align * align;
+}
+
+/* The fused node's step: its distinct inputs and its output (a fused
+ * node computes out of place), and the product's workspace, which the
+ * fused node's (the product's kernel, prepared on the same attributes)
+ * is. */
+static void fused_need(const struct hp_graph *g, const struct epi_match *m, uint64_t align, uint64_t *io,
+		       uint64_t *ws)
+{
+	const struct hp_node *n = &g->nodes[m->prod];
+	int in[4], nin = fused_inputs(n, m, in);
+
+	*io = held(g, m->out, align);
+	for (int i = 0; i < nin; i++) {
+		int dup = 0;
+		for (int k = 0; k < i; k++)
+			dup |= in[k] == in[i];
+		if (!dup)
+			*io += held(g, in[i], align);
+	}
+	*ws = (n->workspace + align - 1) / align * align;
+}
+
+int hp_fuse_epilogue_within(struct hp_graph *g, struct hp_fuse_report *r, const struct hp_fuse_cap *cap)
+{
+	uint64_t align = cap->align > 1 ? cap->align : 1;
+	struct epi_match m;
+
+	for (int i = 0; i < g->nnodes; i++) {
+		uint64_t io, ws;
+		if (g->nodes[i].folded || !match_at(g, i, &m))
+			continue;
+		fused_need(g, &m, align, &io, &ws);
+		if (io <= cap->io && io + ws <= cap->step)
+			return rewrite(g, &m, r);
+	}
 	return 0;
 }

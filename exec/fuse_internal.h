@@ -21,6 +21,14 @@ int hp_fuse_gelu(struct hp_graph *g, struct hp_fuse_report *r);      /* fuse_gel
 int hp_fuse_layernorm(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_ln.c */
 int hp_fuse_attention(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_attn.c */
 int hp_fuse_epilogue(struct hp_graph *g, struct hp_fuse_report *r);  /* fuse_epi.c */
+/* hp_fuse_epilogue on a graph the split pass rewrote: only a match whose
+ * fused step needs at most what a step of the graph already does, as the
+ * planner counts (exec/plan.c step_need, values rounded to align): io its
+ * inputs and output, step those and its workspace. */
+struct hp_fuse_cap {
+	uint64_t align, io, step;
+};
+int hp_fuse_epilogue_within(struct hp_graph *g, struct hp_fuse_report *r, const struct hp_fuse_cap *cap);
 int hp_fuse_transpose_gemm(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_transpose.c */
 int hp_fuse_invres(struct hp_graph *g, struct hp_fuse_report *r);   /* fuse_ir.c, after the epilogues */
 /* Training's MatMul(X, Transpose(W)) into Gemm(X rows, W, transB). */

@@ -11,8 +11,9 @@
  * and run on the node with only its inputs (so it tiles and rounds exactly
  * as the unfused node), and the epilogue runs over its output in one pass
  * instead of one node (and one tensor) per element-wise op.  These nodes
- * are never split out of core (their domain is not ai.onnx): fuse_epi.c
- * makes them only in core, where nothing is split. */
+ * are never split out of core (their domain is not ai.onnx): under a
+ * budget exec/fuse.c makes them once the graph is split, of the band
+ * nodes, whose attributes (hpdlf_path) the product's kernel reads here. */
 #include <errno.h>
 #include <float.h>
 #include <stdlib.h>

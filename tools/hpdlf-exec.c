@@ -1290,7 +1290,10 @@ static int load_smallest(const struct cli *c, const struct hp_exec_opts *o, stru
 		struct hp_fuse_opts fo = { .splittable = 1 };
 		struct hp_fuse_report r;
 		rc = hp_fuse_inference(*g, &fo, &r);
+		if (rc == 0 && (rc = hp_graph_compile(*g, &o1)) == 0)
+			rc = hp_fuse_after_split(*g, &o1, &r);
 		hp_fuse_report_free(&r);
+		return rc;
 	}
 	return rc < 0 ? rc : hp_graph_compile(*g, &o1);
 }
@@ -1318,28 +1321,40 @@ static int load_model(const struct cli *c, struct hp_graph **g)
 	return rc;
 }
 
-/* Inference graph optimisation unless --no-fuse; --plan lists the fusions:
- * how many of each pattern, then each one.  Under a budget or a tier the
- * run may split operators, so the fusions that only save time (and give
- * the unfused bits) are left out there (exec/fuse.h). */
-static int fuse(struct hp_graph *g, const struct cli *c, int ntiers)
+/* Inference graph optimisation unless --no-fuse, into *r.  Under a budget
+ * or a tier the run may split operators, so the fusions that only save
+ * time (and give the unfused bits) wait for the split: fuse_split. */
+static int fuse(struct hp_graph *g, const struct cli *c, int ntiers, struct hp_fuse_report *r)
 {
 	struct hp_fuse_opts fo = { .splittable = c->budget != 0 || ntiers > 0 };
-	struct hp_fuse_report r;
-	int rc;
 
-	if (c->no_fuse)
-		return 0;
-	rc = hp_fuse_inference(g, &fo, &r);
-	if (rc == 0 && c->plan) {
-		printf("fused %d pattern%s (%d nodes fewer)%s\n", r.nfused, r.nfused == 1 ? "" : "s", r.nodes_removed,
-		       r.nfused ? ":" : "");
-		for (int i = 0; i < r.npatterns; i++)
-			printf("  %s: %d\n", r.patterns[i], r.counts[i]);
-		for (int i = 0; i < r.nfused; i++)
-			printf("  %s\n", r.lines[i] ? r.lines[i] : "?");
+	memset(r, 0, sizeof *r);
+	return c->no_fuse ? 0 : hp_fuse_inference(g, &fo, r);
+}
+
+/* Under a budget or a tier: the graph compiled for the budget (weights in
+ * blocks, operators in bands: what hp_session_create would do first),
+ * then the epilogues on its nodes as they are now (exec/fuse.h
+ * hp_fuse_after_split); the session then takes the graph as it is
+ * (o->no_split).  --plan lists the fusions of both passes: how many of
+ * each pattern, then each one. */
+static int fuse_split(struct hp_graph *g, const struct cli *c, int ntiers, struct hp_exec_opts *o,
+		      struct hp_fuse_report *r)
+{
+	int split = c->budget != 0 || ntiers > 0, rc = 0;
+
+	if (split || c->plan || c->plan_dot)
+		rc = hp_graph_compile(g, o);
+	if (rc == 0 && split && !c->no_fuse)
+		rc = hp_fuse_after_split(g, o, r);
+	if (rc == 0 && c->plan && !c->no_fuse) {
+		printf("fused %d pattern%s (%d nodes fewer)%s\n", r->nfused, r->nfused == 1 ? "" : "s",
+		       r->nodes_removed, r->nfused ? ":" : "");
+		for (int i = 0; i < r->npatterns; i++)
+			printf("  %s: %d\n", r->patterns[i], r->counts[i]);
+		for (int i = 0; i < r->nfused; i++)
+			printf("  %s\n", r->lines[i] ? r->lines[i] : "?");
 	}
-	hp_fuse_report_free(&r);
 	return rc;
 }
 
@@ -1351,6 +1366,7 @@ int main(int argc, char **argv)
 	struct hp_graph *g = NULL;
 	double *ms = NULL, wall = 0;
 	struct hs_tier_spec tiers[HS_MAX_TIERS];
+	struct hp_fuse_report fr = { 0 };
 	int rc, ntiers = 0;
 
 	if ((rc = exec_log_init()) != 0)
@@ -1381,7 +1397,7 @@ int main(int argc, char **argv)
 	exec_warn_unused(&c);
 	rc = load_model(&c, &g);
 	if (rc == 0)
-		rc = fuse(g, &c, ntiers);
+		rc = fuse(g, &c, ntiers, &fr);
 	if (rc < 0)
 		goto out;
 	hp_exec_opts_init(&o, sizeof o);
@@ -1397,10 +1413,11 @@ int main(int argc, char **argv)
 	o.no_split = c.no_split;
 	/* HPDLF_WEIGHT_SPLIT=0: keep weights whole (the planner's own minimum) */
 	o.no_weight_split = env_off("HPDLF_WEIGHT_SPLIT");
+	/* what hp_session_create does first (--plan sees the graph a run
+	 * plans), and the epilogues on the graph compiled */
+	rc = fuse_split(g, &c, ntiers, &o, &fr);
 	if (c.plan || c.plan_dot) {
 		struct hp_graph *gmin = NULL;
-		/* what hp_session_create does first: --plan sees the graph a run plans */
-		rc = hp_graph_compile(g, &o);
 		if (rc == 0 && c.plan)
 			rc = load_smallest(&c, &o, &gmin);
 		o.no_split = 1;
@@ -1409,6 +1426,9 @@ int main(int argc, char **argv)
 		hp_graph_free(gmin);
 		goto out;
 	}
+	if (rc < 0)
+		goto out;
+	o.no_split = 1; /* compiled */
 	exec_tiers_opened(c.quiet);
 	rc = hp_session_create(g, &o, &s);
 	weights_split = hp_split_count(g);
@@ -1433,6 +1453,7 @@ int main(int argc, char **argv)
 	if (rc == 0)
 		rc = summarize(s, g, &c, ms, nms, wall);
 out:
+	hp_fuse_report_free(&fr);
 	free(ms);
 	free(warm_prof);
 	hp_session_destroy(s);

@@ -2,10 +2,11 @@
  * (every kernel finds its inputs resident, resident bytes never exceed the
  * budget, nothing is loaded twice or evicted while absent), the budget
  * error below the minimum, planning a 10,000-node graph in well under a
- * second of CPU time, and data parallelism's reductions: summed in place
+ * second of CPU time, data parallelism's reductions: summed in place
  * over their gradients, their sums never evicted while in flight (until
  * the next reduction is issued), a budget too tight for that still
- * planned. */
+ * planned, and an inference's input read back at a run's end for the
+ * next run. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -421,6 +422,62 @@ static void test_reductions_in_flight(void **state)
 	hp_graph_free(g);
 }
 
+/* An inference whose input x is read by its first and third steps, then
+ * pushed out by a step that needs most of the budget (a Sum of three
+ * activations): the plan reads x back at the run's end, where the last
+ * step (a product down to one column) leaves room, so that the next run starts with x
+ * resident instead of loading it before its first step, with nothing to
+ * overlap that load with.  The same bytes a run: the first step's load is
+ * gone. */
+static void test_inputs_back_at_end(void **state)
+{
+	struct hp_graph *g = hp_graph_new("plan-test");
+	int x = value(g, "x", HP_VALUE_INPUT, 64), w[3], h[6];
+	int in[6][3], nin[6] = { 2, 2, 2, 3, 2, 2 };
+	const char *op[6] = { "Add", "Add", "Add", "Sum", "Add", "MatMul" };
+	uint64_t b = 3 * 65536; /* the Sum (in place) and x do not fit with the weights */
+	struct hp_shape col = { 2, { 256, 1 } };
+	char name[32];
+	int first = 0;
+
+	(void)state;
+	for (int k = 0; k < 3; k++) {
+		snprintf(name, sizeof name, "w%d", k);
+		w[k] = value(g, name, HP_VALUE_INITIALIZER, 1);
+	}
+	int wm = hp_graph_add_value(g, "wm", HP_VALUE_INITIALIZER, HP_F32, &col); /* the end: [64, 1] */
+	assert_true(wm >= 0);
+	g->values[wm].data = calloc(256, sizeof(float));
+	g->values[wm].src.kind = HP_BLOB_MEMORY;
+	for (int i = 0; i < 6; i++) {
+		snprintf(name, sizeof name, "h%d", i);
+		h[i] = hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+	}
+	memcpy(in, (int[6][3]){ { x, w[0] }, { h[0], w[1] }, { h[1], x }, { h[2], h[0], w[2] }, { h[3], w[2] }, { h[4], wm } },
+	       sizeof in);
+	for (int i = 0; i < 6; i++) {
+		snprintf(name, sizeof name, "n%d", i);
+		assert_true(hp_graph_add_node(g, name, op[i], nin[i], in[i], 1, &h[i]) >= 0);
+	}
+	g->outputs = malloc(sizeof(int));
+	g->outputs[g->noutputs++] = h[5];
+	assert_int_equal(hp_graph_finalize(g), 0);
+	assert_int_equal(hp_graph_infer(g), 0);
+	struct hp_plan *p = plan(g, b);
+	replay(g, p, b);
+	for (int a = p->act_begin[0]; a < p->act_begin[1]; a++)
+		first |= p->acts[a].act == HP_ACT_LOAD && p->acts[a].value == x;
+	print_message("x resident at the start %d, loaded for the first step %d, %llu bytes loaded a run\n",
+		      p->start_resident[x], first, (unsigned long long)p->bytes_loaded);
+	assert_true(p->start_resident[x]);
+	assert_false(first);
+	/* x twice (for the third step, and at the end instead of for the
+	 * first), the four weights once: what it read without the end's load */
+	assert_int_equal(p->bytes_loaded, 2 * 65536 + 4 * 4096);
+	hp_plan_free(p);
+	hp_graph_free(g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -429,6 +486,7 @@ int main(void)
 		cmocka_unit_test(test_below_minimum),
 		cmocka_unit_test(test_10k_nodes),
 		cmocka_unit_test(test_reductions_in_flight),
+		cmocka_unit_test(test_inputs_back_at_end),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
