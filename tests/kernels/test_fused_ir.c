@@ -5,7 +5,9 @@
  *  - within 1e-5 of nested loops in double (Clip in between);
  *  - the same bits for every band height and on 1 or 2 threads, also when
  *    one thread comes late and the other takes its bands from the back;
- *  - the same for the blocks of channels that small planes run by. */
+ *  - the same for the blocks of channels that small planes run by, and for
+ *    their blocked form (AVX-512; W1 and W2 transposed as inputs 8 and 9,
+ *    as exec/fuse_pack.c gives them), whose AVX2 fallback is the former. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -48,6 +50,11 @@ static const struct ic cases[] = {
 	{ 1, 96, 576, 160, 14, 14, 2, { 1, 1, 1, 1 }, 0, 0 },
 	{ 2, 300, 100, 13, 9, 8, 1, { 1, 0, 1, 2 }, 1, 0 },
 	{ 2, 50, 50, 20, 6, 5, 2, { 2, 1, 0, 1 }, 0, 1 },
+	/* blocked channels: a last block of 16 channels, of fewer than 16
+	 * (expanded and output), K past 256, odd pads at stride 2 */
+	{ 2, 7, 48, 48, 9, 8, 2, { 0, 1, 2, 0 }, 1, 0 },
+	{ 1, 13, 40, 20, 5, 6, 1, { 2, 0, 1, 2 }, 1, 0 },
+	{ 1, 300, 272, 33, 4, 3, 1, { 1, 1, 1, 1 }, 0, 0 },
 };
 
 /* The expansion's Clip floor: 0 as in MobileNetV2, or above 0, where the
@@ -63,7 +70,22 @@ static int64_t odim(const struct ic *t, int i)
 
 struct data {
 	struct hp_tensor x, w1, b1, wd, bd, w2, b2, add;
+	struct hp_tensor w1t, w2t; /* [cin][ce rounded to 16], [ce][cout rounded to 16], zeros past */
 };
+
+/* w [m][k] as [k][m rounded up to 16]. */
+static struct hp_tensor transposed(const struct hp_tensor *w, int64_t m, int64_t k)
+{
+	int64_t dims[2] = { k, (m + 15) / 16 * 16 };
+	struct hp_tensor t = kt_tensor(HP_F32, 2, dims);
+	const float *a = w->data;
+	float *b = t.data;
+
+	for (int64_t kk = 0; kk < k; kk++)
+		for (int64_t r = 0; r < dims[1]; r++)
+			b[kk * dims[1] + r] = r < m ? a[r * k + kk] : 0.0f;
+	return t;
+}
 
 static void make(const struct ic *t, unsigned seed, struct data *d)
 {
@@ -86,11 +108,13 @@ static void make(const struct ic *t, unsigned seed, struct data *d)
 	kt_fill_random(&d->w2, seed + 5, -0.5f, 0.5f);
 	kt_fill_random(&d->b2, seed + 6, -1, 1);
 	kt_fill_random(&d->add, seed + 7, -1, 1);
+	d->w1t = transposed(&d->w1, t->ce, t->cin);
+	d->w2t = transposed(&d->w2, t->cout, t->ce);
 }
 
 static void drop(struct data *d)
 {
-	struct hp_tensor *all[] = { &d->x, &d->w1, &d->b1, &d->wd, &d->bd, &d->w2, &d->b2, &d->add };
+	struct hp_tensor *all[] = { &d->x, &d->w1, &d->b1, &d->wd, &d->bd, &d->w2, &d->b2, &d->add, &d->w1t, &d->w2t };
 
 	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
 		hp_tensor_free(all[i]);
@@ -139,9 +163,10 @@ static void unfused(const struct ic *t, const struct data *d, struct hp_tensor *
 	hp_tensor_free(&dd);
 }
 
-static void fused(const struct ic *t, const struct data *d, struct hp_pool *pool, struct hp_tensor *y)
+/* packed: with W1 and W2 transposed (inputs 8 and 9). */
+static void fused_in(const struct ic *t, const struct data *d, int packed, struct hp_pool *pool, struct hp_tensor *y)
 {
-	struct hp_tensor in[8] = { d->x, d->w1, d->b1, d->wd, d->bd, d->w2, d->b2, d->add };
+	struct hp_tensor in[10] = { d->x, d->w1, d->b1, d->wd, d->bd, d->w2, d->b2, d->add, d->w1t, d->w2t };
 	int64_t st[2] = { t->s, t->s };
 	struct hp_attr a[6] = { kt_ints("strides", 2, st), kt_ints("pads", 4, t->pads), kt_float("expand_min", lo1),
 				kt_float("expand_max", 1.5f), kt_float("dw_min", 0.0f), kt_float("dw_max", 1.5f) };
@@ -150,8 +175,18 @@ static void fused(const struct ic *t, const struct data *d, struct hp_pool *pool
 
 	if (t->noexp) /* absent inputs */
 		in[1].data = in[2].data = NULL;
+	if (packed && !t->noexp) {
+		c.nin = 10;
+		if (!t->add)
+			in[7].data = NULL;
+	}
 	if (kt_run(&c, y) < 0)
 		fail_msg("FusedInvRes: %s", hp_errmsg());
+}
+
+static void fused(const struct ic *t, const struct data *d, struct hp_pool *pool, struct hp_tensor *y)
+{
+	fused_in(t, d, 0, pool, y);
 }
 
 static double clip(double v, double lo)
@@ -201,11 +236,14 @@ static void loops(const struct ic *t, const struct data *d, double *y)
 
 /* Whether the node runs more than one unit in some parallel run: bands of
  * rows (chan 0; an even count from 2 rows), or blocks of 48 expanded
- * channels, or pairs of 8-row tiles of the projection (chan 1). */
+ * channels, or pairs of 8-row tiles of the projection (chan 1), or
+ * blocks of 32 expanded or output channels (chan 2, blocked). */
 static int parallel(const struct ic *t, int chan)
 {
 	if (!chan)
 		return t->n * odim(t, 0) >= 2;
+	if (chan == 2 && !t->noexp && hp_pw_512())
+		return t->n * ((t->ce + 31) / 32) >= 2 || t->n * ((t->cout + 31) / 32) >= 2;
 	return t->n * ((t->ce + 47) / 48) >= 2 || t->n * ((t->cout + 15) / 16) >= 2;
 }
 
@@ -229,20 +267,24 @@ static void test_against_unfused(void **state)
 		make(t, 40 + (unsigned)ci, &d);
 		unfused(t, &d, &want);
 		ny = hp_shape_numel(&want.shape);
-		/* bands of rows and blocks of channels, 1 thread, 2, and 2 whose
-		 * worker comes late (the caller takes its units) */
-		for (int p = 0; p < 6; p++) {
+		/* bands of rows, blocks of channels, blocked channels (then
+		 * again with the AVX2 tiles: the blocks of channels), 1 thread, 2,
+		 * and 2 whose worker comes late (the caller takes its units) */
+		for (int p = 0; p < 12; p++) {
+			static const char *const how[] = { "bands of rows", "blocks of channels", "blocked channels",
+							   "blocked channels, AVX2" };
 			uint64_t stolen = hp_pool_stolen_units();
-			hp_fir_set_mode(1 + p / 3);
+			hp_fir_set_mode(1 + (p / 3 < 3 ? p / 3 : 2));
+			hp_pw_set_avx2(p / 3 == 3);
 			hp_pool_set_steal_stall_us(p % 3 == 2 ? -1 : 0);
-			fused(t, &d, p % 3 ? pool : NULL, &got);
+			fused_in(t, &d, p / 3 >= 2, p % 3 ? pool : NULL, &got);
 			hp_pool_set_steal_stall_us(0);
+			hp_pw_set_avx2(0);
 			hp_fir_set_mode(0);
 			if (memcmp(got.data, want.data, (size_t)ny * sizeof(float)))
-				fail_msg("case %d (%s, %s): not the unfused nodes' bits", ci,
-					 p / 3 ? "blocks of channels" : "bands of rows",
+				fail_msg("case %d (%s, %s): not the unfused nodes' bits", ci, how[p / 3],
 					 p % 3 == 0 ? "1 thread" : p % 3 == 1 ? "2 threads" : "2, one late");
-			if (p % 3 == 2 && parallel(t, p / 3) && hp_pool_stolen_units() == stolen)
+			if (p % 3 == 2 && parallel(t, p / 3 == 2 ? 2 : p / 3 ? 1 : 0) && hp_pool_stolen_units() == stolen)
 				fail_msg("case %d: nothing stolen from a late worker", ci);
 			hp_tensor_free(&got);
 		}
