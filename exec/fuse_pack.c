@@ -131,9 +131,8 @@ static int pack_invres(struct hp_graph *g, uint64_t *left, struct hp_fuse_report
 		if (xs->rank != 4 || s1->rank != 4 || s2->rank != 4 || st[0] < 1)
 			continue;
 		int64_t ce = s1->dims[0], cin = s1->dims[1], cout = s2->dims[0];
-		int64_t oh = (xs->dims[2] + pd[0] + pd[2] - 3) / st[0] + 1, ow = (xs->dims[3] + pd[1] + pd[3] - 3) / st[0] + 1;
 		uint64_t bytes = (uint64_t)(cin * ((ce + 15) / 16 * 16) + ce * ((cout + 15) / 16 * 16)) * sizeof(float);
-		if (!hp_fir_packs(oh, ow) || s2->dims[1] != ce || bytes > *left || !hp_fz_const(g, w1) ||
+		if (!hp_fir_packs(xs->dims[2], xs->dims[3]) || s2->dims[1] != ce || bytes > *left || !hp_fz_const(g, w1) ||
 		    !hp_fz_const(g, w2) || hp_fz_user_fed(g, w1) || hp_fz_user_fed(g, w2) ||
 		    g->values[w1].dtype != HP_F32 || g->values[w2].dtype != HP_F32)
 			continue;

@@ -55,10 +55,10 @@ void hp_fir_set_band_rows(int64_t rows);
  * of every run (0: never), so that tid 0 takes bands from its share's back
  * (hp_parallel_steal). */
 void hp_fir_set_stall_us(int64_t us);
-/* Whether a FusedInvRes node of an oh x ow output plane runs by blocked
+/* Whether a FusedInvRes node of an h x w input plane runs by blocked
  * channels where its 1x1 weights come transposed (inputs 8 and 9, made
- * once by exec/fuse_pack.c): AVX-512 and a small plane. */
-int hp_fir_packs(int64_t oh, int64_t ow);
+ * once by exec/fuse_pack.c): AVX-512 and a plane up to 56x56. */
+int hp_fir_packs(int64_t h, int64_t w);
 /* Tests only: how the nodes prepared from now on run (0: by plane size,
  * 1: bands of rows, 2: blocks of channels, 3: blocked channels where the
  * transposed weights are given and AVX-512 runs, else as 2). */
