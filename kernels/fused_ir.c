@@ -524,6 +524,62 @@ FIR_T512 static void fir_bk_edw(void *arg, int64_t b, int64_t e, int tid)
 	}
 }
 
+/* r[i] becomes column i of the 16x16 matrix whose rows were r[0..16). */
+FIR_T512 static FIR_INLINE void fir_tr16(__m512 r[16])
+{
+	__m512 t[16], u[16];
+
+	for (int i = 0; i < 8; i++) {
+		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+	}
+	for (int i = 0; i < 4; i++) { /* u[4i + j]: rows 4i..4i+3 of columns j, 4 + j, 8 + j, 12 + j */
+		u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+		u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+		u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+		u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+	}
+	for (int j = 0; j < 4; j++) {
+		__m512 a = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88), b = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xdd);
+		__m512 c = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88), d = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xdd);
+		r[j] = _mm512_shuffle_f32x4(a, c, 0x88);
+		r[8 + j] = _mm512_shuffle_f32x4(a, c, 0xdd);
+		r[4 + j] = _mm512_shuffle_f32x4(b, d, 0x88);
+		r[12 + j] = _mm512_shuffle_f32x4(b, d, 0xdd);
+	}
+}
+
+/* The projection's tile buffer t[q - qa][FIR_BC] (output channels
+ * [m0, m0 + 16 mv), positions [qa, qb)) to Y's planes, + the addend as
+ * conv_pw.c's epilogue (y + add): 16 positions at a time through a
+ * transpose, the rest one by one. */
+FIR_T512 static void fir_bk_out(const struct fir *f, const struct fir_run *r, int64_t n, int64_t m0, int mv,
+				int64_t qa, int64_t qb, const float *t)
+{
+	int64_t P = f->oh * f->ow, q16 = qa + (qb - qa) / 16 * 16;
+	int add = f->e3.add != HP_EPI_ADD_NONE && r->add;
+
+	for (int v = 0; v < mv; v++) {
+		int64_t nl = f->cout - m0 - 16 * v < 16 ? f->cout - m0 - 16 * v : 16;
+		for (int64_t q = qa; q < q16; q += 16) {
+			__m512 c[16];
+			for (int i = 0; i < 16; i++)
+				c[i] = _mm512_loadu_ps(t + (q - qa + i) * FIR_BC + 16 * v);
+			fir_tr16(c);
+			for (int64_t l = 0; l < nl; l++) {
+				int64_t off = (n * f->cout + m0 + 16 * v + l) * P + q;
+				_mm512_storeu_ps(r->y + off, add ? _mm512_add_ps(c[l], _mm512_loadu_ps(r->add + off)) : c[l]);
+			}
+		}
+		for (int64_t l = 0; l < nl; l++) {
+			int64_t off = (n * f->cout + m0 + 16 * v + l) * P;
+			for (int64_t q = q16; q < qb; q++)
+				r->y[off + q] = add ? t[(q - qa) * FIR_BC + 16 * v + l] + r->add[off + q]
+						    : t[(q - qa) * FIR_BC + 16 * v + l];
+		}
+	}
+}
+
 /* Second run: units are (item, block of FIR_BC output channels, run of
  * FIR_QT tiles of positions); the tiles through the worker's buffer to
  * Y's planes, + the addend. */
@@ -547,16 +603,7 @@ FIR_T512 static void fir_bk_proj(void *arg, int64_t b, int64_t e, int tid)
 			else
 				FIR_NP_CASES(FIR_P1, f, d, r->w2t, r->b2, m0, q0, tq)
 		}
-		for (int64_t l = 0; l < 16 * mv && m0 + l < f->cout; l++) {
-			int64_t off = (n * f->cout + m0 + l) * P;
-			float *y = r->y + off;
-			if (f->e3.add != HP_EPI_ADD_NONE && r->add)
-				for (int64_t q = qa; q < qb; q++) /* conv_pw.c's epilogue: y + add */
-					y[q] = t[(q - qa) * FIR_BC + l] + r->add[off + q];
-			else
-				for (int64_t q = qa; q < qb; q++)
-					y[q] = t[(q - qa) * FIR_BC + l];
-		}
+		fir_bk_out(f, r, n, m0, mv, qa, qb, t);
 	}
 }
 
