@@ -159,6 +159,7 @@ struct fir_run {
 	float *y, *ws;
 	int64_t bands;              /* bands per item */
 	int64_t cblocks, ptiles;    /* chan: channel blocks, projection micro-tiles per item */
+	int64_t runs;               /* blk: runs of position tiles per projection block */
 	struct fir_walk walk[FIR_MAX_THREADS]; /* each tid's window */
 };
 
@@ -438,13 +439,14 @@ static int64_t fir_tiles(int64_t n)
 	return (n + FIR_NP - 1) / FIR_NP;
 }
 
+/* E's image rows [e0, e1). */
 FIR_T512 static void fir_bk_expand(const struct fir *f, int mv, const float *x, const float *wt, const float *b,
-				   int64_t c0, float *e)
+				   int64_t c0, int64_t e0, int64_t e1, float *e)
 {
-	int64_t hw = f->h * f->w, nt = fir_tiles(hw);
+	int64_t pa = e0 * f->w, n = (e1 - e0) * f->w, nt = fir_tiles(n);
 
 	for (int64_t i = 0; i < nt; i++) {
-		int64_t p0 = hw * i / nt, np = hw * (i + 1) / nt - p0;
+		int64_t p0 = pa + n * i / nt, np = pa + n * (i + 1) / nt - p0;
 		if (mv == 2)
 			FIR_NP_CASES(FIR_E2, f, x, wt, b, c0, p0, e)
 		else
@@ -452,10 +454,11 @@ FIR_T512 static void fir_bk_expand(const struct fir *f, int mv, const float *x, 
 	}
 }
 
-/* D's vectors of channels [c0, c0 + 16 mv) from E's block: bias, the nine
- * taps in (kh, kw) order, conv_dwc.c's dwc_finish Clip. */
+/* D's vectors of channels [c0, c0 + 16 mv), output rows [r0, r1), from
+ * E's block: bias, the nine taps in (kh, kw) order, conv_dwc.c's
+ * dwc_finish Clip. */
 FIR_T512 static void fir_bk_dw(const struct fir *f, int mv, const float *wd, const float *bd, int64_t c0,
-			       const float *e, float *d)
+			       int64_t r0, int64_t r1, const float *e, float *d)
 {
 	int64_t P = f->oh * f->ow, s = f->s;
 	__m512 hi = _mm512_set1_ps(f->e2.hi), lo = _mm512_set1_ps(f->e2.lo > f->e2.hi ? f->e2.hi : f->e2.lo);
@@ -469,7 +472,7 @@ FIR_T512 static void fir_bk_dw(const struct fir *f, int mv, const float *wd, con
 		float *dv = d + (c >> 4) * P * FIR_BV;
 		for (int t = 0; t < 9; t++)
 			w[t] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, idx, wd + c * 9 + t, 4);
-		for (int64_t oy = 0; oy < f->oh; oy++) {
+		for (int64_t oy = r0; oy < r1; oy++) {
 			const float *er = e + (oy * s * f->wp) * FIR_BC + 16 * v;
 			float *dr = dv + oy * f->ow * FIR_BV;
 			int64_t ox = 0;
@@ -501,7 +504,8 @@ FIR_T512 static void fir_bk_dw(const struct fir *f, int mv, const float *wd, con
 	}
 }
 
-/* First run: units are (item, block of FIR_BC expanded channels). */
+/* First run: units are (item, block of FIR_BC expanded channels, band of
+ * output rows); a band expands the E rows it reads (its halo again). */
 FIR_T512 static void fir_bk_edw(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct fir_run *r = arg;
@@ -517,10 +521,12 @@ FIR_T512 static void fir_bk_edw(void *arg, int64_t b, int64_t e, int tid)
 				_mm512_storeu_ps(eb + (i * f->wp + j) * FIR_BC + 16, _mm512_setzero_ps());
 			}
 	for (int64_t u = b; u < e; u++) {
-		int64_t n = u / r->cblocks, c0 = u % r->cblocks * FIR_BC;
+		int64_t n = u / (r->cblocks * r->bands), c0 = u / r->bands % r->cblocks * FIR_BC, q = u % r->bands;
+		int64_t r0 = f->oh * q / r->bands, r1 = f->oh * (q + 1) / r->bands;
+		int64_t e0 = r0 * f->s - f->pt, e1 = (r1 - 1) * f->s - f->pt + 3; /* E rows the band reads */
 		int mv = f->cep - c0 >= FIR_BC ? 2 : 1;
-		fir_bk_expand(f, mv, r->x + n * f->cin * hw, r->w1t, r->b1, c0, eb);
-		fir_bk_dw(f, mv, r->wd, r->bd, c0, eb, r->ws + n * f->cep * P);
+		fir_bk_expand(f, mv, r->x + n * f->cin * hw, r->w1t, r->b1, c0, e0 < 0 ? 0 : e0, e1 > f->h ? f->h : e1, eb);
+		fir_bk_dw(f, mv, r->wd, r->bd, c0, r0, r1, eb, r->ws + n * f->cep * P);
 	}
 }
 
@@ -587,7 +593,7 @@ FIR_T512 static void fir_bk_proj(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct fir_run *r = arg;
 	const struct fir *f = r->f;
-	int64_t P = f->oh * f->ow, nt = fir_tiles(P), runs = (nt + FIR_QT - 1) / FIR_QT;
+	int64_t P = f->oh * f->ow, nt = fir_tiles(P), runs = r->runs;
 	float *t = r->ws + f->bdsz + (size_t)tid * f->bper + (size_t)(f->hp * f->wp * FIR_BC);
 
 	for (int64_t u = b; u < e; u++) {
@@ -613,9 +619,21 @@ static void fir_bk_exec(struct fir_run *r, struct hp_pool *pool, int threads)
 
 	r->cblocks = (f->cep + FIR_BC - 1) / FIR_BC;
 	r->ptiles = (f->coutp + FIR_BC - 1) / FIR_BC;
-	hp_parallel_steal(threads > 1 ? pool : NULL, f->n * r->cblocks, 1, threads, fir_bk_edw, r);
-	hp_parallel_steal(threads > 1 ? pool : NULL, f->n * r->ptiles * ((fir_tiles(f->oh * f->ow) + FIR_QT - 1) / FIR_QT), 1,
-			  threads, fir_bk_proj, r);
+	/* a few blocks that the threads cannot share evenly (56x56: 144
+	 * channels, 4.5 blocks) in bands of rows, one a thread */
+	r->bands = 1;
+	if (threads > 1 && f->n * r->cblocks < 4 * threads && f->n * r->cblocks % threads)
+		r->bands = threads < f->oh ? threads : f->oh;
+	if (band_rows_set > 0) /* tests */
+		r->bands = (f->oh + band_rows_set - 1) / band_rows_set;
+	hp_parallel_steal(threads > 1 ? pool : NULL, f->n * r->cblocks * r->bands, 1, threads, fir_bk_edw, r);
+	/* at most FIR_QT tiles a unit, and 4 units a thread where the tiles
+	 * allow (a 7x7 plane's 160 output channels: 5 blocks, cut 3 to 2) */
+	int64_t nt = fir_tiles(f->oh * f->ow), units = f->n * r->ptiles;
+	r->runs = (nt + FIR_QT - 1) / FIR_QT;
+	if (threads > 1 && units * r->runs < 4 * threads)
+		r->runs = (4 * threads + units - 1) / units < nt ? (4 * threads + units - 1) / units : nt;
+	hp_parallel_steal(threads > 1 ? pool : NULL, units * r->runs, 1, threads, fir_bk_proj, r);
 }
 #endif
 

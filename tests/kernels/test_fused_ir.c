@@ -164,7 +164,7 @@ static void unfused(const struct ic *t, const struct data *d, struct hp_tensor *
 }
 
 /* packed: with W1 and W2 transposed (inputs 8 and 9). */
-static void fused_in(const struct ic *t, const struct data *d, int packed, struct hp_pool *pool, struct hp_tensor *y)
+static void fused(const struct ic *t, const struct data *d, int packed, struct hp_pool *pool, struct hp_tensor *y)
 {
 	struct hp_tensor in[10] = { d->x, d->w1, d->b1, d->wd, d->bd, d->w2, d->b2, d->add, d->w1t, d->w2t };
 	int64_t st[2] = { t->s, t->s };
@@ -184,10 +184,6 @@ static void fused_in(const struct ic *t, const struct data *d, int packed, struc
 		fail_msg("FusedInvRes: %s", hp_errmsg());
 }
 
-static void fused(const struct ic *t, const struct data *d, struct hp_pool *pool, struct hp_tensor *y)
-{
-	fused_in(t, d, 0, pool, y);
-}
 
 static double clip(double v, double lo)
 {
@@ -277,7 +273,7 @@ static void test_against_unfused(void **state)
 			hp_fir_set_mode(1 + (p / 3 < 3 ? p / 3 : 2));
 			hp_pw_set_avx2(p / 3 == 3);
 			hp_pool_set_steal_stall_us(p % 3 == 2 ? -1 : 0);
-			fused_in(t, &d, p / 3 >= 2, p % 3 ? pool : NULL, &got);
+			fused(t, &d, p / 3 >= 2, p % 3 ? pool : NULL, &got);
 			hp_pool_set_steal_stall_us(0);
 			hp_pw_set_avx2(0);
 			hp_fir_set_mode(0);
@@ -306,7 +302,8 @@ static void test_against_unfused(void **state)
 }
 
 /* Every band height (1 row up to the whole plane) gives the same bits, on
- * 1 and 2 threads (runs of rows cut in two, halos carried over or not). */
+ * 1 and 2 threads (runs of rows cut in two, halos carried over or not);
+ * also by blocked channels, whose bands expand their halo rows again. */
 static void test_bands(void **state)
 {
 	struct hp_pool *pool;
@@ -315,23 +312,27 @@ static void test_bands(void **state)
 	if (!hp_fir_available())
 		skip();
 	assert_int_equal(hp_pool_create(2, &pool), 0);
-	for (int ci = 0; ci < (int)(sizeof cases / sizeof cases[0]); ci++) {
-		const struct ic *t = &cases[ci];
+	for (int ci = 0; ci < 2 * NCASES; ci++) {
+		const struct ic *t = &cases[ci % NCASES];
+		int blk = ci >= NCASES;
 		struct data d;
 		struct hp_tensor whole, got;
 
+		if (blk && t->noexp)
+			continue;
 		make(t, 70 + (unsigned)ci, &d);
-		hp_fir_set_mode(1); /* bands, whatever the plane */
+		hp_fir_set_mode(blk ? 3 : 1); /* bands, whatever the plane */
 		hp_fir_set_band_rows(odim(t, 0));
-		fused(t, &d, NULL, &whole);
+		fused(t, &d, blk, NULL, &whole);
 		for (int64_t rows = 1; rows < odim(t, 0); rows += 1 + rows / 2)
 			for (int p = 0; p < 3; p++) {
 				hp_fir_set_band_rows(rows);
 				hp_fir_set_stall_us(p == 2 ? 2000 : 0); /* the caller takes tid 1's bands */
-				fused(t, &d, p ? pool : NULL, &got);
+				fused(t, &d, blk, p ? pool : NULL, &got);
 				if (memcmp(got.data, whole.data, (size_t)hp_shape_numel(&whole.shape) * sizeof(float)))
-					fail_msg("case %d: bands of %lld rows (%s) differ from the whole", ci,
-						 (long long)rows, p == 0 ? "1 thread" : p == 1 ? "2 threads" : "2, one late");
+					fail_msg("case %d: bands of %lld rows (%s%s) differ from the whole", ci % NCASES,
+						 (long long)rows, p == 0 ? "1 thread" : p == 1 ? "2 threads" : "2, one late",
+						 blk ? ", blocked channels" : "");
 				hp_tensor_free(&got);
 			}
 		hp_fir_set_band_rows(0);
