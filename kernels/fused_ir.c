@@ -5,7 +5,7 @@
  *   D = Clip(DepthwiseConv3x3(E, Wd, Bd))  stride 1 or 2
  *   Y = Conv1x1(D, W2, B2) [+ addend]      projection (the residual)
  *
- * inputs X, W1, B1, Wd, Bd, W2, B2 [, addend]; W1 and B1 absent: a block
+ * inputs X, W1, B1, Wd, Bd, W2, B2 [, addend [, W1^T, W2^T]]; W1 and B1 absent: a block
  * without expansion (E = X, MobileNetV2's first; its depthwise rows read X
  * in place and the bands cost no halo).  Attributes strides (2),
  * pads (4: top, left, bottom, right) of the depthwise Conv, expand_min,
@@ -30,6 +30,12 @@
  * Two parallel runs instead of the unfused nodes' three, each stealing
  * (hp_parallel_steal): without polling each run waits for a worker's
  * wake-up.
+ *
+ * With AVX-512, and W1 and W2 also given transposed (inputs 8 and 9,
+ * [cin][ce] and [ce][cout], each row rounded up to 16 with zeros: made
+ * once by exec/fuse_pack.c), blocks whose input plane has at most 56x56
+ * positions run by blocked channels (fir_bk_*, below): E and D as
+ * [position][16 channels], no transposes in the depthwise stage.
  *
  * Bits: each stage is hpdlf's own kernel for that node, whose outputs are
  * each one fixed chain of fused multiply-adds: hp_pw_gemm (conv_pw.c's
