@@ -382,10 +382,12 @@ FIR_T512 static FIR_INLINE void fir_bk_etile(const int MV, const int NP, const s
 				acc[v][j] = _mm512_fmadd_ps(wv[v], xb, acc[v][j]);
 		}
 	}
-	for (int j = 0; j < NP; j++) {
-		int64_t p = p0 + j, at = ((p / f->w + f->pt) * f->wp + p % f->w + f->pl) * FIR_BC;
+	for (int64_t j = 0, ih = p0 / f->w, iw = p0 % f->w; j < NP; j++) {
+		int64_t at = ((ih + f->pt) * f->wp + iw + f->pl) * FIR_BC;
 		for (int v = 0; v < MV; v++) /* conv_dwc.c's dwc_clip, as the depthwise kernels read E */
 			_mm512_storeu_ps(e + at + 16 * v, _mm512_max_ps(lo, _mm512_min_ps(hi, acc[v][j])));
+		if (++iw == f->w)
+			iw = 0, ih++;
 	}
 }
 
