@@ -367,23 +367,31 @@ FIR_T512 static FIR_INLINE void fir_bk_etile(const int MV, const int NP, const s
 	__m512 acc[2][FIR_NP], wv[2], bv[2];
 	__m512 lo = _mm512_set1_ps(f->clip1[0]), hi = _mm512_set1_ps(f->clip1[1]);
 
+	#pragma GCC unroll 16
 	for (int v = 0; v < MV; v++)
 		bv[v] = b ? _mm512_maskz_loadu_ps(fir_lanes(f->ce - c0 - 16 * v), b + c0 + 16 * v) : _mm512_setzero_ps();
+	#pragma GCC unroll 16
 	for (int v = 0; v < MV; v++)
+		#pragma GCC unroll 16
 		for (int j = 0; j < NP; j++)
 			acc[v][j] = bv[v];
 	for (int64_t k = 0; k < f->cin; k++) {
 		const float *xk = x + k * hw + p0;
+		#pragma GCC unroll 16
 		for (int v = 0; v < MV; v++)
 			wv[v] = _mm512_loadu_ps(wt + k * f->cep + c0 + 16 * v);
+		#pragma GCC unroll 16
 		for (int j = 0; j < NP; j++) {
 			__m512 xb = _mm512_set1_ps(xk[j]);
+			#pragma GCC unroll 16
 			for (int v = 0; v < MV; v++)
 				acc[v][j] = _mm512_fmadd_ps(wv[v], xb, acc[v][j]);
 		}
 	}
+	#pragma GCC unroll 16
 	for (int64_t j = 0, ih = p0 / f->w, iw = p0 % f->w; j < NP; j++) {
 		int64_t at = ((ih + f->pt) * f->wp + iw + f->pl) * FIR_BC;
+		#pragma GCC unroll 16
 		for (int v = 0; v < MV; v++) /* conv_dwc.c's dwc_clip, as the depthwise kernels read E */
 			_mm512_storeu_ps(e + at + 16 * v, _mm512_max_ps(lo, _mm512_min_ps(hi, acc[v][j])));
 		if (++iw == f->w)
@@ -399,22 +407,30 @@ FIR_T512 static FIR_INLINE void fir_bk_ptile(const int MV, const int NP, const s
 	int64_t P = f->oh * f->ow;
 	__m512 acc[2][FIR_NP], wv[2], bv[2];
 
+	#pragma GCC unroll 16
 	for (int v = 0; v < MV; v++)
 		bv[v] = b ? _mm512_maskz_loadu_ps(fir_lanes(f->cout - m0 - 16 * v), b + m0 + 16 * v) : _mm512_setzero_ps();
+	#pragma GCC unroll 16
 	for (int v = 0; v < MV; v++)
+		#pragma GCC unroll 16
 		for (int j = 0; j < NP; j++)
 			acc[v][j] = bv[v];
 	for (int64_t k = 0; k < f->ce; k++) {
 		const float *dk = d + ((k >> 4) * P + q0) * FIR_BV + (k & 15);
+		#pragma GCC unroll 16
 		for (int v = 0; v < MV; v++)
 			wv[v] = _mm512_loadu_ps(wt + k * f->coutp + m0 + 16 * v);
+		#pragma GCC unroll 16
 		for (int j = 0; j < NP; j++) {
 			__m512 db = _mm512_set1_ps(dk[j * FIR_BV]);
+			#pragma GCC unroll 16
 			for (int v = 0; v < MV; v++)
 				acc[v][j] = _mm512_fmadd_ps(wv[v], db, acc[v][j]);
 		}
 	}
+	#pragma GCC unroll 16
 	for (int j = 0; j < NP; j++)
+		#pragma GCC unroll 16
 		for (int v = 0; v < MV; v++)
 			_mm512_storeu_ps(t + j * FIR_BC + 16 * v, acc[v][j]);
 }
