@@ -57,7 +57,7 @@ void hp_fir_set_band_rows(int64_t rows);
 void hp_fir_set_stall_us(int64_t us);
 /* Whether a FusedInvRes node of an h x w input plane runs by blocked
  * channels where its 1x1 weights come transposed (inputs 8 and 9, made
- * once by exec/fuse_pack.c): AVX-512 and a plane up to 56x56. */
+ * once by exec/fuse_pack.c): AVX-512 and a plane up to 112x112. */
 int hp_fir_packs(int64_t h, int64_t w);
 /* Tests only: how the nodes prepared from now on run (0: by plane size,
  * 1: bands of rows, 2: blocks of channels, 3: blocked channels where the

@@ -33,7 +33,7 @@
  *
  * With AVX-512, and W1 and W2 also given transposed (inputs 8 and 9,
  * [cin][ce] and [ce][cout], each row rounded up to 16 with zeros: made
- * once by exec/fuse_pack.c), blocks whose input plane has at most 56x56
+ * once by exec/fuse_pack.c), blocks whose input plane has at most 112x112
  * positions run by blocked channels (fir_bk_*, below): E and D as
  * [position][16 channels], no transposes in the depthwise stage.
  *
@@ -66,10 +66,10 @@
  * one thread, exec/fuse_ir.c). */
 #define FIR_CHAN_PLANE 196
 /* Input planes up to this many positions run by blocked channels where
- * W1 and W2 come transposed (AVX-512; MobileNetV2's from 56x56, one
- * thread, CPU time: 15-40% faster than bands of rows; at 112x112 with
- * stride 2, 10% slower). */
-#define FIR_BLK_PLANE 3136
+ * W1 and W2 come transposed (AVX-512; MobileNetV2's blocks, one thread,
+ * CPU time: 15-45% less than bands of rows, 19% at 112x112 with stride
+ * 2; bands of rows whose E rows stay in L2 gained nothing there). */
+#define FIR_BLK_PLANE 12544
 /* Expanded channels per block: whole micro-tiles of conv_pw.c (6 rows)
  * and blocks of conv_dwc.c (8 channels); E's block of a 7x7 plane is
  * 9.4 KiB. */
