@@ -478,9 +478,42 @@ FIR_T512 static void fir_bk_expand(const struct fir *f, int mv, const float *x, 
 	}
 }
 
+/* N outputs of a row at stride S: er at the first one's top left tap,
+ * out at its vector. */
+FIR_T512 static FIR_INLINE void fir_bk_dwn(const int S, const int N, const float *er, int64_t wp, const __m512 *w,
+					   __m512 bv, __m512 lo, __m512 hi, float *out)
+{
+	__m512 a[8];
+
+#pragma GCC unroll 8
+	for (int j = 0; j < N; j++)
+		a[j] = bv;
+#pragma GCC unroll 3
+	for (int kh = 0; kh < 3; kh++)
+#pragma GCC unroll 3
+		for (int kw = 0; kw < 3; kw++)
+#pragma GCC unroll 8
+			for (int j = 0; j < N; j++)
+				a[j] = _mm512_fmadd_ps(w[3 * kh + kw], _mm512_loadu_ps(er + (kh * wp + j * S + kw) * FIR_BC), a[j]);
+#pragma GCC unroll 8
+	for (int j = 0; j < N; j++) {
+		__m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a[j], hi, _CMP_GT_OQ), a[j], hi);
+		r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a[j], lo, _CMP_LT_OQ), r, lo);
+		_mm512_storeu_ps(out + j * FIR_BV, r);
+	}
+}
+
+#define FIR_DW_CASE(N)                                                                                   \
+	case N:                                                                                          \
+		if (s == 1)                                                                              \
+			fir_bk_dwn(1, N, er + ox * FIR_BC, f->wp, w, bv, lo, hi, dr + ox * FIR_BV);     \
+		else                                                                                     \
+			fir_bk_dwn(2, N, er + 2 * ox * FIR_BC, f->wp, w, bv, lo, hi, dr + ox * FIR_BV); \
+		break;
+
 /* D's vectors of channels [c0, c0 + 16 mv), output rows [r0, r1), from
  * E's block: bias, the nine taps in (kh, kw) order, conv_dwc.c's
- * dwc_finish Clip. */
+ * dwc_finish Clip; eight outputs of a row at a time (chains in flight). */
 FIR_T512 static void fir_bk_dw(const struct fir *f, int mv, const float *wd, const float *bd, int64_t c0,
 			       int64_t r0, int64_t r1, const float *e, float *d)
 {
@@ -499,30 +532,19 @@ FIR_T512 static void fir_bk_dw(const struct fir *f, int mv, const float *wd, con
 		for (int64_t oy = r0; oy < r1; oy++) {
 			const float *er = e + (oy * s * f->wp) * FIR_BC + 16 * v;
 			float *dr = dv + oy * f->ow * FIR_BV;
-			int64_t ox = 0;
-			for (; ox + 4 <= f->ow; ox += 4) {
-				__m512 a[4];
-				for (int j = 0; j < 4; j++)
-					a[j] = bv;
-				for (int kh = 0; kh < 3; kh++)
-					for (int kw = 0; kw < 3; kw++)
-						for (int j = 0; j < 4; j++)
-							a[j] = _mm512_fmadd_ps(w[3 * kh + kw],
-									       _mm512_loadu_ps(er + (kh * f->wp + (ox + j) * s + kw) * FIR_BC), a[j]);
-				for (int j = 0; j < 4; j++) {
-					__m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a[j], hi, _CMP_GT_OQ), a[j], hi);
-					r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a[j], lo, _CMP_LT_OQ), r, lo);
-					_mm512_storeu_ps(dr + (ox + j) * FIR_BV, r);
+			for (int64_t ox = 0; ox < f->ow; ox += 8) {
+				switch (f->ow - ox < 8 ? (int)(f->ow - ox) : 8) {
+					FIR_DW_CASE(1)
+					FIR_DW_CASE(2)
+					FIR_DW_CASE(3)
+					FIR_DW_CASE(4)
+					FIR_DW_CASE(5)
+					FIR_DW_CASE(6)
+					FIR_DW_CASE(7)
+					FIR_DW_CASE(8)
+				default:
+					break;
 				}
-			}
-			for (; ox < f->ow; ox++) {
-				__m512 a = bv;
-				for (int kh = 0; kh < 3; kh++)
-					for (int kw = 0; kw < 3; kw++)
-						a = _mm512_fmadd_ps(w[3 * kh + kw], _mm512_loadu_ps(er + (kh * f->wp + ox * s + kw) * FIR_BC), a);
-				__m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, hi, _CMP_GT_OQ), a, hi);
-				r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, lo, _CMP_LT_OQ), r, lo);
-				_mm512_storeu_ps(dr + ox * FIR_BV, r);
 			}
 		}
 	}
