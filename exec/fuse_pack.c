@@ -8,7 +8,9 @@
  * weights).  Packing moves values, so each output keeps its chain and its
  * bits; it runs only where nothing is split (a packed B cannot be cut into
  * row bands or blocks).  At most PACK_MAX_BYTES of weights are packed: the
- * packed copies live in the graph's memory. */
+ * packed copies live in the graph's memory.  FusedInvRes nodes that run
+ * by blocked channels (kernels/fused_ir.c, AVX-512) get their two 1x1
+ * weights transposed beside the originals, as inputs 8 and 9. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,10 +86,10 @@ static int pack_one(struct hp_graph *g, int i, int64_t k, int64_t n, int tb, str
 	return 0;
 }
 
-/* FusedInvRes node i's 1x1 weights, W [m][k] (m rows of k), transposed
+/* A FusedInvRes node's 1x1 weight w, W [m][k] (m rows of k), transposed
  * into a new initializer [k][mp] (mp: m rounded up to 16, the columns past
- * m zero), the panels its blocked 7x7 path reads (kernels/fused_ir.c);
- * its value index. */
+ * m zero), the vectors its blocked path reads (kernels/fused_ir.c); its
+ * value index. */
 static int add_transposed(struct hp_graph *g, int w, int64_t m, int64_t k, const char *suffix)
 {
 	int64_t mp = (m + 15) / 16 * 16;
