@@ -805,7 +805,7 @@ static int fir_prepare(struct hp_graph *gr, struct hp_node *n)
 	}
 	f->chan = mode_set ? mode_set >= 2 : f->oh * f->ow < FIR_CHAN_PLANE;
 	f->blk = n->ninputs > 8 && (mode_set == 3 || (!mode_set && hp_fir_packs(f->h, f->w)));
-	f->chan |= f->blk; /* and so without AVX-512 (hp_pw_set_avx2) */
+	/* without AVX-512 (hp_pw_set_avx2) the node runs as f->chan says */
 	f->rows = band_rows_set > 0 ? band_rows_set : FIR_ROWS;
 	f->rows = f->rows < f->oh ? f->rows : f->oh;
 	f->ecap = f->expand ? fir_ecap(f, f->rows) : 0;
