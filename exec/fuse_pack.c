@@ -8,7 +8,9 @@
  * weights).  Packing moves values, so each output keeps its chain and its
  * bits; it runs only where nothing is split (a packed B cannot be cut into
  * row bands or blocks).  At most PACK_MAX_BYTES of weights are packed: the
- * packed copies live in the graph's memory. */
+ * packed copies live in the graph's memory.  FusedInvRes nodes that run
+ * by blocked channels (kernels/fused_ir.c, AVX-512) get their two 1x1
+ * weights transposed beside the originals, as inputs 8 and 9. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 
 #include "hpdlf/error.h"
 #include "exec/fuse_internal.h"
+#include "kernels/fused_impl.h"
 #include "kernels/gemm_fma.h"
 
 #define PACK_MAX_BYTES (1ull << 30)
@@ -83,14 +86,86 @@ static int pack_one(struct hp_graph *g, int i, int64_t k, int64_t n, int tb, str
 	return 0;
 }
 
+/* A FusedInvRes node's 1x1 weight w, W [m][k] (m rows of k), transposed
+ * into a new initializer [k][mp] (mp: m rounded up to 16, the columns past
+ * m zero), the vectors its blocked path reads (kernels/fused_ir.c); its
+ * value index. */
+static int add_transposed(struct hp_graph *g, int w, int64_t m, int64_t k, const char *suffix)
+{
+	int64_t mp = (m + 15) / 16 * 16;
+	struct hp_shape s = { .rank = 2, .dims = { k, mp } };
+	const float *x = g->values[w].data;
+	float *own = NULL, *dst = aligned_alloc(64, (size_t)((k * mp * 4 + 63) / 64 * 64));
+
+	if (!dst || (!x && (!(own = malloc((size_t)(k * m) * sizeof *own + 1)) || hp_graph_read_init(g, w, own) < 0))) {
+		free(own);
+		free(dst);
+		return hp_error(-ENOMEM, "cannot read '%s' to pack it", g->values[w].name);
+	}
+	x = x ? x : own;
+	for (int64_t kk = 0; kk < k; kk++)
+		for (int64_t r = 0; r < mp; r++)
+			dst[kk * mp + r] = r < m ? x[r * k + kk] : 0.0f;
+	free(own);
+	return hp_fz_memory_init(g, g->values[w].name, suffix, &s, dst);
+}
+
+/* FusedInvRes nodes that fused_ir.c runs by blocked channels get their
+ * expansion and projection weights transposed once, as inputs 8 and 9;
+ * moving values only, so every output keeps its chain. */
+static int pack_invres(struct hp_graph *g, uint64_t *left, struct hp_fuse_report *r)
+{
+	int any = 0;
+
+	for (int i = 0; i < g->nnodes; i++) {
+		struct hp_node *nd = &g->nodes[i];
+		const int64_t *st = NULL, *pd = NULL;
+		int *in, v1, v2;
+		char line[512];
+
+		if (strcmp(nd->domain, "ai.hpdlf") || strcmp(nd->op_type, "FusedInvRes") || nd->ninputs > 8 ||
+		    nd->inputs[1] < 0 || nd->inputs[5] < 0 || hp_attr_ints(nd, "strides", &st) != 2 ||
+		    hp_attr_ints(nd, "pads", &pd) != 4)
+			continue;
+		int w1 = nd->inputs[1], w2 = nd->inputs[5];
+		const struct hp_shape *xs = &g->values[nd->inputs[0]].shape, *s1 = &g->values[w1].shape;
+		const struct hp_shape *s2 = &g->values[w2].shape;
+		if (xs->rank != 4 || s1->rank != 4 || s2->rank != 4 || st[0] < 1)
+			continue;
+		int64_t ce = s1->dims[0], cin = s1->dims[1], cout = s2->dims[0];
+		uint64_t bytes = (uint64_t)(cin * ((ce + 15) / 16 * 16) + ce * ((cout + 15) / 16 * 16)) * sizeof(float);
+		if (!hp_fir_packs(xs->dims[2], xs->dims[3]) || s2->dims[1] != ce || bytes > *left || !hp_fz_const(g, w1) ||
+		    !hp_fz_const(g, w2) || hp_fz_user_fed(g, w1) || hp_fz_user_fed(g, w2) ||
+		    g->values[w1].dtype != HP_F32 || g->values[w2].dtype != HP_F32)
+			continue;
+		if ((v1 = add_transposed(g, w1, ce, cin, ".t16")) < 0 || (v2 = add_transposed(g, w2, cout, ce, ".t16")) < 0)
+			return v1 < 0 ? v1 : v2;
+		nd = &g->nodes[i]; /* the initializers may have moved the values, not the nodes */
+		if (!(in = realloc(nd->inputs, 10 * sizeof *in)))
+			return hp_error(-ENOMEM, "out of memory");
+		for (int j = nd->ninputs; j < 8; j++)
+			in[j] = -1;
+		in[8] = v1, in[9] = v2;
+		nd->inputs = in, nd->ninputs = 10;
+		*left -= bytes;
+		snprintf(line, sizeof line, "weights of FusedInvRes '%s' transposed once (blocks of channels)", nd->name);
+		hp_fz_note(r, "Packed weights", line);
+		any = 1;
+	}
+	return any;
+}
+
 int hp_fuse_pack_weights(struct hp_graph *g, struct hp_fuse_report *r)
 {
 	uint64_t left = PACK_MAX_BYTES;
 	int64_t k, n;
 	int tb, any = 0, rc;
 
+	if ((rc = pack_invres(g, &left, r)) < 0)
+		return rc;
+	any = rc;
 	if (!hp_fma_gemm_ok())
-		return 0;
+		return any;
 	for (int i = 0; i < g->nnodes; i++) {
 		if (!packable(g, i, left, &k, &n, &tb))
 			continue;

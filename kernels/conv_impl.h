@@ -304,6 +304,9 @@ int hp_pw_gemm_epi(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda,
  * has AVX-512 (the same bits: each output the same chain); 0, the
  * default. */
 void hp_pw_set_avx2(int on);
+/* Whether conv_pw.c runs its AVX-512 tiles (the CPU has them, not forced
+ * off by hp_pw_set_avx2). */
+int hp_pw_512(void);
 
 /* KxK path (conv_kxk.c): Conv (not transposed, W in its ONNX layout, read
  * in place) as 6x16 register tiles over output channels x columns, the

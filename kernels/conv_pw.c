@@ -397,6 +397,11 @@ static int pw_512(void)
 	return cached && !pw_isa_set;
 }
 
+int hp_pw_512(void)
+{
+	return pw_512();
+}
+
 #define PW_CASE(R)                                                                                    \
 	case R:                                                                                        \
 		if (nv == 1)                                                                           \

@@ -55,8 +55,13 @@ void hp_fir_set_band_rows(int64_t rows);
  * of every run (0: never), so that tid 0 takes bands from its share's back
  * (hp_parallel_steal). */
 void hp_fir_set_stall_us(int64_t us);
+/* Whether a FusedInvRes node of an h x w input plane runs by blocked
+ * channels where its 1x1 weights come transposed (inputs 8 and 9, made
+ * once by exec/fuse_pack.c): AVX-512 and a plane up to 112x112. */
+int hp_fir_packs(int64_t h, int64_t w);
 /* Tests only: how the nodes prepared from now on run (0: by plane size,
- * 1: bands of rows, 2: blocks of channels). */
+ * 1: bands of rows, 2: blocks of channels, 3: blocked channels where the
+ * transposed weights are given and AVX-512 runs, else as 2). */
 void hp_fir_set_mode(int mode);
 
 #endif

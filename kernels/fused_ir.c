@@ -5,7 +5,7 @@
  *   D = Clip(DepthwiseConv3x3(E, Wd, Bd))  stride 1 or 2
  *   Y = Conv1x1(D, W2, B2) [+ addend]      projection (the residual)
  *
- * inputs X, W1, B1, Wd, Bd, W2, B2 [, addend]; W1 and B1 absent: a block
+ * inputs X, W1, B1, Wd, Bd, W2, B2 [, addend [, W1^T, W2^T]]; W1 and B1 absent: a block
  * without expansion (E = X, MobileNetV2's first; its depthwise rows read X
  * in place and the bands cost no halo).  Attributes strides (2),
  * pads (4: top, left, bottom, right) of the depthwise Conv, expand_min,
@@ -30,6 +30,12 @@
  * Two parallel runs instead of the unfused nodes' three, each stealing
  * (hp_parallel_steal): without polling each run waits for a worker's
  * wake-up.
+ *
+ * With AVX-512, and W1 and W2 also given transposed (inputs 8 and 9,
+ * [cin][ce] and [ce][cout], each row rounded up to 16 with zeros: made
+ * once by exec/fuse_pack.c), blocks whose input plane has at most 112x112
+ * positions run by blocked channels (fir_bk_*, below): E and D as
+ * [position][16 channels], no transposes in the depthwise stage.
  *
  * Bits: each stage is hpdlf's own kernel for that node, whose outputs are
  * each one fixed chain of fused multiply-adds: hp_pw_gemm (conv_pw.c's
@@ -59,6 +65,11 @@
  * and up: bands of rows, measured 10-30% faster than the unfused nodes on
  * one thread, exec/fuse_ir.c). */
 #define FIR_CHAN_PLANE 196
+/* Input planes up to this many positions run by blocked channels where
+ * W1 and W2 come transposed (AVX-512; MobileNetV2's blocks, one thread,
+ * CPU time: 15-45% less than bands of rows, 19% at 112x112 with stride
+ * 2; bands of rows whose E rows stay in L2 gained nothing there). */
+#define FIR_BLK_PLANE 12544
 /* Expanded channels per block: whole micro-tiles of conv_pw.c (6 rows)
  * and blocks of conv_dwc.c (8 channels); E's block of a 7x7 plane is
  * 9.4 KiB. */
@@ -81,6 +92,10 @@ struct fir {
 	int chan;                   /* by blocks of channels (FIR_CHAN_PLANE) */
 	size_t dsz;                 /* chan: floats of D at the workspace's start */
 	struct hp_colgeom gfull;    /* chan: the depthwise geometry of the whole plane */
+	int blk;                    /* chan by blocked channels (fir_bk_*): W1, W2 transposed given */
+	int64_t cep, coutp;         /* blk: ce and cout rounded up to FIR_BV */
+	int64_t hp, wp;             /* blk: E's padded plane */
+	size_t bdsz, bper;          /* blk: floats of D, and of a worker's E block and tile */
 };
 
 static int64_t band_rows_set, stall_us;
@@ -146,9 +161,11 @@ struct fir_walk {
 struct fir_run {
 	const struct fir *f;
 	const float *x, *w1, *b1, *wd, *bd, *w2, *b2, *add;
+	const float *w1t, *w2t;     /* blk: W1 as [cin][cep], W2 as [ce][coutp] (exec/fuse_pack.c) */
 	float *y, *ws;
 	int64_t bands;              /* bands per item */
 	int64_t cblocks, ptiles;    /* chan: channel blocks, projection micro-tiles per item */
+	int64_t runs;               /* blk: runs of position tiles per projection block */
 	struct fir_walk walk[FIR_MAX_THREADS]; /* each tid's window */
 };
 
@@ -311,6 +328,383 @@ static void fir_ch_prepare(struct fir *f)
 	f->per_thread = (size_t)(FIR_CB * f->h * f->w + 15) / 16 * 16 + f->dws;
 }
 
+/* ---- blocked channels (AVX-512) ----
+ *
+ * Channel mode with E and D as [position][16 channels]: the expansion
+ * computes a vector of 16 channels at a position as bias + the chain over
+ * k of W1^T[k][16] * x[k][p] (x broadcast; W1^T the transposed weights
+ * made once, inputs 8 and 9), clipped, into a zero-padded plane; each
+ * depthwise output is then the bias and nine FMAs over neighbouring
+ * positions of that plane, no transposes; the projection broadcasts D's
+ * values against W2^T[k][16] vectors and its tiles go back to Y's planes
+ * (with the residual Add) through a small buffer.  Every output is the
+ * same chain of fused multiply-adds as conv_pw.c's (from the bias, k in
+ * order) and conv_dwc.c's (bias, taps in (kh, kw) order, padding as
+ * w * 0), Clips as theirs: the unfused nodes' bits. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define FIR_X86 1
+#define FIR_T512 __attribute__((target("avx512f,avx512vl,avx2,fma")))
+#define FIR_INLINE __attribute__((always_inline)) inline
+#endif
+
+#define FIR_BV 16 /* lanes */
+#define FIR_BC 32 /* expanded channels per unit, output channels per projection unit */
+#define FIR_NP 14 /* positions per register tile (2 x 14 accumulators) */
+#define FIR_QT 14 /* the projection's tiles per unit (a plane's above 196 positions) */
+
+#ifdef FIR_X86
+FIR_T512 static FIR_INLINE __mmask16 fir_lanes(int64_t n)
+{
+	return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+}
+
+/* E's vectors at image positions [p0, p0 + NP) of channels [c0, c0 + 16 MV). */
+FIR_T512 static FIR_INLINE void fir_bk_etile(const int MV, const int NP, const struct fir *f, const float *x,
+					     const float *wt, const float *b, int64_t c0, int64_t p0, float *e)
+{
+	int64_t hw = f->h * f->w;
+	__m512 acc[2][FIR_NP], wv[2], bv[2];
+	__m512 lo = _mm512_set1_ps(f->clip1[0]), hi = _mm512_set1_ps(f->clip1[1]);
+
+	#pragma GCC unroll 16
+	for (int v = 0; v < MV; v++)
+		bv[v] = b ? _mm512_maskz_loadu_ps(fir_lanes(f->ce - c0 - 16 * v), b + c0 + 16 * v) : _mm512_setzero_ps();
+	#pragma GCC unroll 16
+	for (int v = 0; v < MV; v++)
+		#pragma GCC unroll 16
+		for (int j = 0; j < NP; j++)
+			acc[v][j] = bv[v];
+	for (int64_t k = 0; k < f->cin; k++) {
+		const float *xk = x + k * hw + p0;
+		#pragma GCC unroll 16
+		for (int v = 0; v < MV; v++)
+			wv[v] = _mm512_loadu_ps(wt + k * f->cep + c0 + 16 * v);
+		#pragma GCC unroll 16
+		for (int j = 0; j < NP; j++) {
+			__m512 xb = _mm512_set1_ps(xk[j]);
+			#pragma GCC unroll 16
+			for (int v = 0; v < MV; v++)
+				acc[v][j] = _mm512_fmadd_ps(wv[v], xb, acc[v][j]);
+		}
+	}
+	#pragma GCC unroll 16
+	for (int64_t j = 0, ih = p0 / f->w, iw = p0 % f->w; j < NP; j++) {
+		int64_t at = ((ih + f->pt) * f->wp + iw + f->pl) * FIR_BC;
+		#pragma GCC unroll 16
+		for (int v = 0; v < MV; v++) /* conv_dwc.c's dwc_clip, as the depthwise kernels read E */
+			_mm512_storeu_ps(e + at + 16 * v, _mm512_max_ps(lo, _mm512_min_ps(hi, acc[v][j])));
+		if (++iw == f->w)
+			iw = 0, ih++;
+	}
+}
+
+/* Y's vectors (output channels [m0, m0 + 16 MV)) at positions [q0, q0 + NP)
+ * into t[j][FIR_BC] (position q0 + j). */
+FIR_T512 static FIR_INLINE void fir_bk_ptile(const int MV, const int NP, const struct fir *f, const float *d,
+					     const float *wt, const float *b, int64_t m0, int64_t q0, float *t)
+{
+	int64_t P = f->oh * f->ow;
+	__m512 acc[2][FIR_NP], wv[2], bv[2];
+
+	#pragma GCC unroll 16
+	for (int v = 0; v < MV; v++)
+		bv[v] = b ? _mm512_maskz_loadu_ps(fir_lanes(f->cout - m0 - 16 * v), b + m0 + 16 * v) : _mm512_setzero_ps();
+	#pragma GCC unroll 16
+	for (int v = 0; v < MV; v++)
+		#pragma GCC unroll 16
+		for (int j = 0; j < NP; j++)
+			acc[v][j] = bv[v];
+	for (int64_t k = 0; k < f->ce; k++) {
+		const float *dk = d + ((k >> 4) * P + q0) * FIR_BV + (k & 15);
+		#pragma GCC unroll 16
+		for (int v = 0; v < MV; v++)
+			wv[v] = _mm512_loadu_ps(wt + k * f->coutp + m0 + 16 * v);
+		#pragma GCC unroll 16
+		for (int j = 0; j < NP; j++) {
+			__m512 db = _mm512_set1_ps(dk[j * FIR_BV]);
+			#pragma GCC unroll 16
+			for (int v = 0; v < MV; v++)
+				acc[v][j] = _mm512_fmadd_ps(wv[v], db, acc[v][j]);
+		}
+	}
+	#pragma GCC unroll 16
+	for (int j = 0; j < NP; j++)
+		#pragma GCC unroll 16
+		for (int v = 0; v < MV; v++)
+			_mm512_storeu_ps(t + j * FIR_BC + 16 * v, acc[v][j]);
+}
+
+#define FIR_NP_CASES(F, ...)                                                                                \
+	switch (np) {                                                                                        \
+	case 1: F(1, __VA_ARGS__); break;                                                                    \
+	case 2: F(2, __VA_ARGS__); break;                                                                    \
+	case 3: F(3, __VA_ARGS__); break;                                                                    \
+	case 4: F(4, __VA_ARGS__); break;                                                                    \
+	case 5: F(5, __VA_ARGS__); break;                                                                    \
+	case 6: F(6, __VA_ARGS__); break;                                                                    \
+	case 7: F(7, __VA_ARGS__); break;                                                                    \
+	case 8: F(8, __VA_ARGS__); break;                                                                    \
+	case 9: F(9, __VA_ARGS__); break;                                                                    \
+	case 10: F(10, __VA_ARGS__); break;                                                                  \
+	case 11: F(11, __VA_ARGS__); break;                                                                  \
+	case 12: F(12, __VA_ARGS__); break;                                                                  \
+	case 13: F(13, __VA_ARGS__); break;                                                                  \
+	default: F(14, __VA_ARGS__); break;                                                                  \
+	}
+#define FIR_E1(NP, ...) fir_bk_etile(1, NP, __VA_ARGS__)
+#define FIR_E2(NP, ...) fir_bk_etile(2, NP, __VA_ARGS__)
+#define FIR_P1(NP, ...) fir_bk_ptile(1, NP, __VA_ARGS__)
+#define FIR_P2(NP, ...) fir_bk_ptile(2, NP, __VA_ARGS__)
+
+/* Runs of n positions as tiles of nearly equal sizes, at most FIR_NP. */
+static int64_t fir_tiles(int64_t n)
+{
+	return (n + FIR_NP - 1) / FIR_NP;
+}
+
+/* E's image rows [e0, e1). */
+FIR_T512 static void fir_bk_expand(const struct fir *f, int mv, const float *x, const float *wt, const float *b,
+				   int64_t c0, int64_t e0, int64_t e1, float *e)
+{
+	int64_t pa = e0 * f->w, n = (e1 - e0) * f->w, nt = fir_tiles(n);
+
+	for (int64_t i = 0; i < nt; i++) {
+		int64_t p0 = pa + n * i / nt, np = pa + n * (i + 1) / nt - p0;
+		if (mv == 2)
+			FIR_NP_CASES(FIR_E2, f, x, wt, b, c0, p0, e)
+		else
+			FIR_NP_CASES(FIR_E1, f, x, wt, b, c0, p0, e)
+	}
+}
+
+/* N outputs of a row at stride S: er at the first one's top left tap,
+ * out at its vector. */
+FIR_T512 static FIR_INLINE void fir_bk_dwn(const int S, const int N, const float *er, int64_t wp, const __m512 *w,
+					   __m512 bv, __m512 lo, __m512 hi, float *out)
+{
+	__m512 a[8];
+
+#pragma GCC unroll 8
+	for (int j = 0; j < N; j++)
+		a[j] = bv;
+#pragma GCC unroll 3
+	for (int kh = 0; kh < 3; kh++)
+#pragma GCC unroll 3
+		for (int kw = 0; kw < 3; kw++)
+#pragma GCC unroll 8
+			for (int j = 0; j < N; j++)
+				a[j] = _mm512_fmadd_ps(w[3 * kh + kw], _mm512_loadu_ps(er + (kh * wp + j * S + kw) * FIR_BC), a[j]);
+#pragma GCC unroll 8
+	for (int j = 0; j < N; j++) {
+		__m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a[j], hi, _CMP_GT_OQ), a[j], hi);
+		r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a[j], lo, _CMP_LT_OQ), r, lo);
+		_mm512_storeu_ps(out + j * FIR_BV, r);
+	}
+}
+
+#define FIR_DW_CASE(N)                                                                                   \
+	case N:                                                                                          \
+		if (s == 1)                                                                              \
+			fir_bk_dwn(1, N, er + ox * FIR_BC, f->wp, w, bv, lo, hi, dr + ox * FIR_BV);     \
+		else                                                                                     \
+			fir_bk_dwn(2, N, er + 2 * ox * FIR_BC, f->wp, w, bv, lo, hi, dr + ox * FIR_BV); \
+		break;
+
+/* D's vectors of channels [c0, c0 + 16 mv), output rows [r0, r1), from
+ * E's block: bias, the nine taps in (kh, kw) order, conv_dwc.c's
+ * dwc_finish Clip; eight outputs of a row at a time (chains in flight). */
+FIR_T512 static void fir_bk_dw(const struct fir *f, int mv, const float *wd, const float *bd, int64_t c0,
+			       int64_t r0, int64_t r1, const float *e, float *d)
+{
+	int64_t P = f->oh * f->ow, s = f->s;
+	__m512 hi = _mm512_set1_ps(f->e2.hi), lo = _mm512_set1_ps(f->e2.lo > f->e2.hi ? f->e2.hi : f->e2.lo);
+
+	for (int v = 0; v < mv; v++) {
+		int64_t c = c0 + 16 * v;
+		__mmask16 mk = fir_lanes(f->ce - c);
+		__m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+						 _mm512_set1_epi32(9));
+		__m512 w[9], bv = bd ? _mm512_maskz_loadu_ps(mk, bd + c) : _mm512_setzero_ps();
+		float *dv = d + (c >> 4) * P * FIR_BV;
+		for (int t = 0; t < 9; t++)
+			w[t] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, idx, wd + c * 9 + t, 4);
+		for (int64_t oy = r0; oy < r1; oy++) {
+			const float *er = e + (oy * s * f->wp) * FIR_BC + 16 * v;
+			float *dr = dv + oy * f->ow * FIR_BV;
+			for (int64_t ox = 0; ox < f->ow; ox += 8) {
+				switch (f->ow - ox < 8 ? (int)(f->ow - ox) : 8) {
+					FIR_DW_CASE(1)
+					FIR_DW_CASE(2)
+					FIR_DW_CASE(3)
+					FIR_DW_CASE(4)
+					FIR_DW_CASE(5)
+					FIR_DW_CASE(6)
+					FIR_DW_CASE(7)
+					FIR_DW_CASE(8)
+				default:
+					break;
+				}
+			}
+		}
+	}
+}
+
+/* First run: units are (item, block of FIR_BC expanded channels, band of
+ * output rows); a band expands the E rows it reads (its halo again). */
+FIR_T512 static void fir_bk_edw(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct fir_run *r = arg;
+	const struct fir *f = r->f;
+	int64_t hw = f->h * f->w, P = f->oh * f->ow;
+	float *eb = r->ws + f->bdsz + (size_t)tid * f->bper;
+
+	/* the padding's positions: zeros (the image's are all written) */
+	for (int64_t i = 0; i < f->hp; i++)
+		for (int64_t j = 0; j < f->wp; j++)
+			if (i < f->pt || i >= f->pt + f->h || j < f->pl || j >= f->pl + f->w) {
+				_mm512_storeu_ps(eb + (i * f->wp + j) * FIR_BC, _mm512_setzero_ps());
+				_mm512_storeu_ps(eb + (i * f->wp + j) * FIR_BC + 16, _mm512_setzero_ps());
+			}
+	for (int64_t u = b; u < e; u++) {
+		int64_t n = u / (r->cblocks * r->bands), c0 = u / r->bands % r->cblocks * FIR_BC, q = u % r->bands;
+		int64_t r0 = f->oh * q / r->bands, r1 = f->oh * (q + 1) / r->bands;
+		int64_t e0 = r0 * f->s - f->pt, e1 = (r1 - 1) * f->s - f->pt + 3; /* E rows the band reads */
+		int mv = f->cep - c0 >= FIR_BC ? 2 : 1;
+		fir_bk_expand(f, mv, r->x + n * f->cin * hw, r->w1t, r->b1, c0, e0 < 0 ? 0 : e0, e1 > f->h ? f->h : e1, eb);
+		fir_bk_dw(f, mv, r->wd, r->bd, c0, r0, r1, eb, r->ws + n * f->cep * P);
+	}
+}
+
+/* r[i] becomes column i of the 16x16 matrix whose rows were r[0..16). */
+FIR_T512 static FIR_INLINE void fir_tr16(__m512 r[16])
+{
+	__m512 t[16], u[16];
+
+	for (int i = 0; i < 8; i++) {
+		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+	}
+	for (int i = 0; i < 4; i++) { /* u[4i + j]: rows 4i..4i+3 of columns j, 4 + j, 8 + j, 12 + j */
+		u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+		u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+		u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+		u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+	}
+	for (int j = 0; j < 4; j++) {
+		__m512 a = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88), b = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xdd);
+		__m512 c = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88), d = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xdd);
+		r[j] = _mm512_shuffle_f32x4(a, c, 0x88);
+		r[8 + j] = _mm512_shuffle_f32x4(a, c, 0xdd);
+		r[4 + j] = _mm512_shuffle_f32x4(b, d, 0x88);
+		r[12 + j] = _mm512_shuffle_f32x4(b, d, 0xdd);
+	}
+}
+
+/* The projection's tile buffer t[q - qa][FIR_BC] (output channels
+ * [m0, m0 + 16 mv), positions [qa, qb)) to Y's planes, + the addend as
+ * conv_pw.c's epilogue (y + add): 16 positions at a time through a
+ * transpose, the rest one by one. */
+FIR_T512 static void fir_bk_out(const struct fir *f, const struct fir_run *r, int64_t n, int64_t m0, int mv,
+				int64_t qa, int64_t qb, const float *t)
+{
+	int64_t P = f->oh * f->ow, q16 = qa + (qb - qa) / 16 * 16;
+	int add = f->e3.add != HP_EPI_ADD_NONE && r->add;
+
+	for (int v = 0; v < mv; v++) {
+		int64_t nl = f->cout - m0 - 16 * v < 16 ? f->cout - m0 - 16 * v : 16;
+		for (int64_t q = qa; q < q16; q += 16) {
+			__m512 c[16];
+			for (int i = 0; i < 16; i++)
+				c[i] = _mm512_loadu_ps(t + (q - qa + i) * FIR_BC + 16 * v);
+			fir_tr16(c);
+			for (int64_t l = 0; l < nl; l++) {
+				int64_t off = (n * f->cout + m0 + 16 * v + l) * P + q;
+				_mm512_storeu_ps(r->y + off, add ? _mm512_add_ps(c[l], _mm512_loadu_ps(r->add + off)) : c[l]);
+			}
+		}
+		for (int64_t l = 0; l < nl; l++) {
+			int64_t off = (n * f->cout + m0 + 16 * v + l) * P;
+			for (int64_t q = q16; q < qb; q++)
+				r->y[off + q] = add ? t[(q - qa) * FIR_BC + 16 * v + l] + r->add[off + q]
+						    : t[(q - qa) * FIR_BC + 16 * v + l];
+		}
+	}
+}
+
+/* Second run: units are (item, block of FIR_BC output channels, run of
+ * FIR_QT tiles of positions); the tiles through the worker's buffer to
+ * Y's planes, + the addend. */
+FIR_T512 static void fir_bk_proj(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct fir_run *r = arg;
+	const struct fir *f = r->f;
+	int64_t P = f->oh * f->ow, nt = fir_tiles(P), runs = r->runs;
+	float *t = r->ws + f->bdsz + (size_t)tid * f->bper + (size_t)(f->hp * f->wp * FIR_BC);
+
+	for (int64_t u = b; u < e; u++) {
+		int64_t n = u / (r->ptiles * runs), m0 = u / runs % r->ptiles * FIR_BC, k = u % runs;
+		int64_t i0 = nt * k / runs, i1 = nt * (k + 1) / runs, qa = P * i0 / nt, qb = P * i1 / nt;
+		int mv = f->coutp - m0 >= FIR_BC ? 2 : 1;
+		const float *d = r->ws + n * f->cep * P;
+		for (int64_t i = i0; i < i1; i++) {
+			int64_t q0 = P * i / nt, np = P * (i + 1) / nt - q0;
+			float *tq = t + (q0 - qa) * FIR_BC;
+			if (mv == 2)
+				FIR_NP_CASES(FIR_P2, f, d, r->w2t, r->b2, m0, q0, tq)
+			else
+				FIR_NP_CASES(FIR_P1, f, d, r->w2t, r->b2, m0, q0, tq)
+		}
+		fir_bk_out(f, r, n, m0, mv, qa, qb, t);
+	}
+}
+
+static void fir_bk_exec(struct fir_run *r, struct hp_pool *pool, int threads)
+{
+	const struct fir *f = r->f;
+
+	r->cblocks = (f->cep + FIR_BC - 1) / FIR_BC;
+	r->ptiles = (f->coutp + FIR_BC - 1) / FIR_BC;
+	/* a few blocks that the threads cannot share evenly (56x56: 144
+	 * channels, 4.5 blocks) in bands of rows, one a thread */
+	r->bands = 1;
+	if (threads > 1 && f->n * r->cblocks < 4 * threads && f->n * r->cblocks % threads)
+		r->bands = threads < f->oh ? threads : f->oh;
+	if (band_rows_set > 0) /* tests */
+		r->bands = (f->oh + band_rows_set - 1) / band_rows_set;
+	hp_parallel_steal(threads > 1 ? pool : NULL, f->n * r->cblocks * r->bands, 1, threads, fir_bk_edw, r);
+	/* at most FIR_QT tiles a unit, and 4 units a thread where the tiles
+	 * allow (a 7x7 plane's 160 output channels: 5 blocks, cut 3 to 2) */
+	int64_t nt = fir_tiles(f->oh * f->ow), units = f->n * r->ptiles;
+	r->runs = (nt + FIR_QT - 1) / FIR_QT;
+	if (threads > 1 && units * r->runs < 4 * threads)
+		r->runs = (4 * threads + units - 1) / units < nt ? (4 * threads + units - 1) / units : nt;
+	hp_parallel_steal(threads > 1 ? pool : NULL, units * r->runs, 1, threads, fir_bk_proj, r);
+}
+#endif
+
+int hp_fir_packs(int64_t h, int64_t w)
+{
+#ifdef FIR_X86
+	return __builtin_cpu_supports("avx512f") && h * w <= FIR_BLK_PLANE;
+#else
+	(void)h, (void)w;
+	return 0;
+#endif
+}
+
+/* Blocked channels' buffers: D ([item][cep / 16][position][16]), then per
+ * worker E's padded block and the projection's tile buffer. */
+static void fir_bk_prepare(struct fir *f)
+{
+	f->cep = (f->ce + FIR_BV - 1) / FIR_BV * FIR_BV;
+	f->coutp = (f->cout + FIR_BV - 1) / FIR_BV * FIR_BV;
+	f->hp = (f->oh - 1) * f->s + 3 > f->pt + f->h ? (f->oh - 1) * f->s + 3 : f->pt + f->h;
+	f->wp = (f->ow - 1) * f->s + 3 > f->pl + f->w ? (f->ow - 1) * f->s + 3 : f->pl + f->w;
+	f->bdsz = (size_t)(f->n * f->cep * f->oh * f->ow + 15) / 16 * 16;
+	f->bper = (size_t)((f->hp * f->wp + FIR_QT * FIR_NP) * FIR_BC + 15) / 16 * 16;
+}
+
 /* ---- the operator ---- */
 
 static int fir_shapes(struct hp_graph *g, struct hp_node *n, struct fir *f)
@@ -385,6 +779,15 @@ static int fir_check(struct hp_graph *g, struct hp_node *n, struct fir *f)
 			return hp_node_error(g, n, HP_ESHAPE, "the addend must have the output's shape");
 		f->e3.add = HP_EPI_ADD_FULL;
 	}
+	if (n->ninputs > 8) { /* W1 and W2 transposed (exec/fuse_pack.c) */
+		int64_t cep = (f->ce + 15) / 16 * 16, coutp = (f->cout + 15) / 16 * 16;
+		struct hp_shape s1 = { 2, { f->cin, cep } }, s2 = { 2, { f->ce, coutp } };
+		if (n->ninputs != 10 || n->inputs[8] < 0 || n->inputs[9] < 0 || !f->expand ||
+		    !hp_shape_equal(&g->values[n->inputs[8]].shape, &s1) ||
+		    !hp_shape_equal(&g->values[n->inputs[9]].shape, &s2))
+			return hp_node_error(g, n, HP_ESHAPE, "transposed weights must be [%lld, %lld] and [%lld, %lld]",
+					     (long long)f->cin, (long long)cep, (long long)f->ce, (long long)coutp);
+	}
 	return 0;
 }
 
@@ -400,7 +803,9 @@ static int fir_prepare(struct hp_graph *gr, struct hp_node *n)
 		free(f);
 		return rc;
 	}
-	f->chan = mode_set ? mode_set == 2 : f->oh * f->ow < FIR_CHAN_PLANE;
+	f->chan = mode_set ? mode_set >= 2 : f->oh * f->ow < FIR_CHAN_PLANE;
+	f->blk = n->ninputs > 8 && (mode_set == 3 || (!mode_set && hp_fir_packs(f->h, f->w)));
+	/* without AVX-512 (hp_pw_set_avx2) the node runs as f->chan says */
 	f->rows = band_rows_set > 0 ? band_rows_set : FIR_ROWS;
 	f->rows = f->rows < f->oh ? f->rows : f->oh;
 	f->ecap = f->expand ? fir_ecap(f, f->rows) : 0;
@@ -412,6 +817,12 @@ static int fir_prepare(struct hp_graph *gr, struct hp_node *n)
 	if (f->chan)
 		fir_ch_prepare(f);
 	n->workspace = (f->dsz + (size_t)hp_conv_ws_threads() * f->per_thread) * sizeof(float);
+	if (f->blk) {
+		size_t bytes;
+		fir_bk_prepare(f);
+		bytes = (f->bdsz + (size_t)hp_conv_ws_threads() * f->bper) * sizeof(float);
+		n->workspace = bytes > n->workspace ? bytes : n->workspace;
+	}
 	n->priv = f;
 	return 0;
 }
@@ -419,17 +830,24 @@ static int fir_prepare(struct hp_graph *gr, struct hp_node *n)
 static int fir_exec(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct fir *f = n->priv;
-	const float *in[8] = { 0 };
+	const float *in[10] = { 0 };
 	struct fir_run r = { .f = f, .y = a->out[0].data, .ws = a->ws };
 	int saved, threads = hp_conv_threads_enter(a->pool, &saved);
 
-	for (int i = 0; i < a->nin && i < 8; i++)
+	for (int i = 0; i < a->nin && i < 10; i++)
 		in[i] = a->in[i].data;
 	r.x = in[0], r.w1 = in[1], r.b1 = in[2], r.wd = in[3], r.bd = in[4], r.w2 = in[5], r.b2 = in[6];
-	r.add = in[7];
+	r.add = in[7], r.w1t = in[8], r.w2t = in[9];
 	if (threads > hp_conv_ws_threads())
 		threads = hp_conv_ws_threads();
 	threads = threads < FIR_MAX_THREADS ? threads : FIR_MAX_THREADS;
+#ifdef FIR_X86
+	if (f->blk && hp_pw_512()) {
+		fir_bk_exec(&r, a->pool, threads);
+		hp_conv_threads_leave(saved);
+		return 0;
+	}
+#endif
 	if (f->chan) {
 		fir_ch_exec(&r, a->pool, threads);
 		hp_conv_threads_leave(saved);
@@ -462,6 +880,6 @@ static double fir_flops(const struct hp_graph *g, const struct hp_node *n)
 }
 
 const struct hp_op hp_op_fused_invres = {
-	.domain = "ai.hpdlf", .name = "FusedInvRes", .min_inputs = 7, .max_inputs = 8, .min_outputs = 1,
+	.domain = "ai.hpdlf", .name = "FusedInvRes", .min_inputs = 7, .max_inputs = 10, .min_outputs = 1,
 	.max_outputs = 1, .prepare = fir_prepare, .run = fir_exec, .flops = fir_flops,
 };
