@@ -358,6 +358,12 @@ int hp_plan_comm_inplace(const struct hp_graph *g, const struct hp_plan *p, int 
 	return 1;
 }
 
+int hp_plan_state_released(const struct hp_graph *g, int v)
+{
+	return v >= 0 && g->values[v].kind != HP_VALUE_CONSTANT && g->values[v].next >= 0 &&
+	       !g->values[v].is_output && g->values[v].kind != HP_VALUE_INPUT && g->values[v].producer < 0;
+}
+
 /* Output o of update step s is the next version of one of its state
  * inputs, read by no later step of the run: the update writes it over
  * that input's bytes (issue 17: W' over W, v' over v). */
