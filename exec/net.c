@@ -22,7 +22,8 @@ struct tr {
 	int64_t need, release;  /* budget tokens taken when granted / given back when fired */
 	int out_begin, nout;    /* KERNEL/RECOMPUTE/COMM: values it makes resident, in outs[] */
 	int unheld;             /* in place: the input whose bytes it took over, else -1 */
-	int nunheld;            /* COMM in place: the inputs it took over, in outs[] after its outputs */
+	int nunheld;            /* COMM in place, or a kernel's `over`: the inputs it took
+				 * over, in outs[] after its outputs */
 	int ndeps;
 	int succ_begin;         /* successors: succ[succ_begin .. tr[i+1].succ_begin) */
 };
@@ -325,6 +326,9 @@ static int add_kernel(struct builder *b, const struct hp_net_entry *e)
 	}
 	for (int i = 1; e->inplace && e->kind == HP_TR_COMM && i < e->nin && rc == 0; i++)
 		rc = take_over(b, t, e->in[i], e->out[i]);
+	for (int o = 0; e->over && o < e->nout && rc == 0; o++)
+		if (e->over[o] >= 0)
+			rc = take_over(b, t, e->in[e->over[o]], e->out[o]);
 	for (int o = 0; o < e->nout && rc == 0; o++) {
 		int v = e->out[o];
 		if (!managed(n, v))
@@ -343,6 +347,11 @@ static int add_kernel(struct builder *b, const struct hp_net_entry *e)
 	n->tr[t].nout = n->nouts - n->tr[t].out_begin;
 	for (int i = 1; e->inplace && e->kind == HP_TR_COMM && i < e->nin && rc == 0; i++, n->tr[t].nunheld++)
 		rc = add_out(b, e->in[i]);
+	for (int o = 0; e->over && o < e->nout && rc == 0; o++)
+		if (e->over[o] >= 0) {
+			rc = add_out(b, e->in[e->over[o]]);
+			n->tr[t].nunheld++;
+		}
 	return rc;
 }
 
@@ -890,6 +899,10 @@ static int check_desc(const struct hp_net_desc *d, const struct hp_net_ops *ops)
 			return hp_error(HP_EINTERNAL, "task net: entry %d: in place without input and output", i);
 		for (int j = 1; e->inplace && e->kind == HP_TR_COMM && j < e->nin; j++)
 			if (e->in[j] < 0 || e->out[j] < 0 || !d->vsize[e->in[j]] || !d->vsize[e->out[j]])
+				return hp_error(HP_EINTERNAL, "task net: entry %d: bad value in place", i);
+		for (int o = 0; e->over && o < e->nout; o++)
+			if (e->over[o] >= e->nin || (e->over[o] >= 0 && (e->kind == HP_TR_COMM || e->out[o] < 0 ||
+					   e->in[e->over[o]] < 0 || !d->vsize[e->out[o]] || !d->vsize[e->in[e->over[o]]])))
 				return hp_error(HP_EINTERNAL, "task net: entry %d: bad value in place", i);
 	}
 	return 0;

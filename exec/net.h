@@ -60,6 +60,9 @@ struct hp_net_entry {
 	int step;              /* KERNEL/RECOMPUTE/COMM: handed to its fire op */
 	int nin, nout;         /* KERNEL/RECOMPUTE/COMM: values read and written */
 	const int *in, *out;   /* (entries < 0 or of size 0 are not managed: ignored) */
+	const int *over;       /* KERNEL/RECOMPUTE, or NULL: per output, the index in
+				* in[] of the input whose bytes it takes over, -1 none
+				* (besides inplace's out[0] over in[0]) */
 	uint64_t workspace;    /* KERNEL/RECOMPUTE: scratch bytes taken for its duration */
 };
 

@@ -358,9 +358,50 @@ int hp_plan_comm_inplace(const struct hp_graph *g, const struct hp_plan *p, int 
 	return 1;
 }
 
+int hp_plan_state_released(const struct hp_graph *g, int v)
+{
+	return v >= 0 && g->values[v].kind != HP_VALUE_CONSTANT && g->values[v].next >= 0 &&
+	       !g->values[v].is_output && g->values[v].kind != HP_VALUE_INPUT && g->values[v].producer < 0;
+}
+
+/* Output o of update step s is the next version of one of its state
+ * inputs, read by no later step of the run: the update writes it over
+ * that input's bytes (issue 17: W' over W, v' over v). */
+static int update_src(const struct hp_graph *g, const struct hp_plan *p, int s, int o)
+{
+	const struct hp_node *n = &g->nodes[p->node[s]];
+	int b = n->outputs[o];
+
+	if (!(n->op->flags & HP_OP_STATE_INPLACE) || b < 0 || g->values[b].is_output ||
+	    g->values[b].producer != p->node[s])
+		return -1;
+	for (int j = 0; j < n->ninputs; j++) {
+		int a = n->inputs[j];
+		if (a < 0 || g->values[a].next != b)
+			continue;
+		if (!hp_plan_state_released(g, a) || hp_plan_next_use(p, a, s) != HP_PLAN_NEVER ||
+		    g->values[a].dtype != g->values[b].dtype || !hp_shape_equal(&g->values[a].shape, &g->values[b].shape))
+			return -1;
+		for (int k = 0; k < n->ninputs; k++)
+			if (k != j && n->inputs[k] == a)
+				return -1;
+		return j;
+	}
+	return -1;
+}
+
+int hp_plan_inplace_src(const struct hp_graph *g, const struct hp_plan *p, int s, int o)
+{
+	if (o == 0 && hp_plan_inplace(g, p, s))
+		return 0;
+	if (o > 0 && hp_plan_comm_inplace(g, p, s))
+		return o;
+	return update_src(g, p, s, o);
+}
+
 int hp_plan_inplace_at(const struct hp_graph *g, const struct hp_plan *p, int s, int o)
 {
-	return o == 0 ? hp_plan_inplace(g, p, s) : hp_plan_comm_inplace(g, p, s);
+	return hp_plan_inplace_src(g, p, s, o) >= 0;
 }
 
 /* Bytes step s needs resident at once: distinct inputs, outputs, workspace. */
@@ -574,10 +615,11 @@ static int simulate_step(struct sim *m, int s)
 		p->loads++;
 	}
 	for (int o = 0; o < n->noutputs; o++) {
-		if (!hp_plan_inplace_at(g, p, s, o))
+		int j = hp_plan_inplace_src(g, p, s, o);
+		if (j < 0)
 			continue;
-		/* output o takes input o's bytes over */
-		set_resident(m, n->inputs[o], 0);
+		/* output o takes input j's bytes over */
+		set_resident(m, n->inputs[j], 0);
 		set_resident(m, n->outputs[o], 1);
 		m->dirty[n->outputs[o]] = 1;
 		m->below[n->outputs[o]] = 0;
@@ -1158,6 +1200,8 @@ static uint64_t min_budget_at(const struct hp_graph *g, const struct hp_plan_opt
 		return 0;
 	m.p = p;
 	if (sim_alloc(&m, g->nvalues, g->nnodes) == 0 && build_schedule(&m) == 0) {
+		p->use_start = m.use_start; /* step_need asks which updates are in place */
+		p->uses = m.uses;
 		min_budget(&m);
 		minb = p->min_budget;
 		if (step)

@@ -116,7 +116,14 @@ int hp_plan_inplace(const struct hp_graph *g, const struct hp_plan *p, int s);
  * of the bucket, not two.  The collective packs a piece before it
  * unpacks that piece's sums (comm_shard.c), so in place is exact. */
 int hp_plan_comm_inplace(const struct hp_graph *g, const struct hp_plan *p, int s);
-/* Output o of step s takes its input's bytes over (either of the two). */
+/* Output o of step s takes the bytes of its input returned over, -1: none.
+ * Besides the two above, an optimizer update (HP_OP_STATE_INPLACE) writes
+ * each next version of the state over the state it reads, when no later
+ * step of the run reads that state: the update holds W and dW, not W, dW
+ * and W' (and m, v once, not twice).  The state's old version is gone from
+ * then on, as it was when its last reader discarded it (runtime.c). */
+int hp_plan_inplace_src(const struct hp_graph *g, const struct hp_plan *p, int s, int o);
+/* hp_plan_inplace_src(...) >= 0. */
 int hp_plan_inplace_at(const struct hp_graph *g, const struct hp_plan *p, int s, int o);
 
 /* Fails with HP_EBUDGET_OP when a step needs more than o->budget at once;

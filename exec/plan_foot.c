@@ -9,12 +9,6 @@
 #include "exec/exec_internal.h"
 #include "exec/plan.h"
 
-int hp_plan_state_released(const struct hp_graph *g, int v)
-{
-	return v >= 0 && g->values[v].kind != HP_VALUE_CONSTANT && g->values[v].next >= 0 &&
-	       !g->values[v].is_output && g->values[v].kind != HP_VALUE_INPUT && g->values[v].producer < 0;
-}
-
 static uint64_t size_of(const struct hp_graph *g, int v)
 {
 	struct hp_tensor t = { .dtype = g->values[v].dtype, .shape = g->values[v].shape };

@@ -333,13 +333,21 @@ static int graph_syncs(const struct hp_graph *g)
 	return 0;
 }
 
-static void add_kernel_entry(const struct hp_rt *s, int k, struct hp_net_entry *e, int sync)
+/* over: room for the step's outputs (net.h's hp_net_entry.over), kept
+ * until the net is built; the number of them used. */
+static int add_kernel_entry(const struct hp_rt *s, int k, struct hp_net_entry *e, int sync, int *over)
 {
 	const struct hp_node *nd = &s->g->nodes[s->plan->node[k]];
+	int inplace = hp_plan_inplace(s->g, s->plan, k), extra = 0;
 
 	*e = (struct hp_net_entry){ .kind = HP_TR_KERNEL, .step = k, .nin = nd->ninputs, .in = nd->inputs,
-				    .nout = nd->noutputs, .out = nd->outputs,
-				    .inplace = (uint8_t)hp_plan_inplace(s->g, s->plan, k) };
+				    .nout = nd->noutputs, .out = nd->outputs, .inplace = (uint8_t)inplace };
+	for (int o = 0; o < nd->noutputs && !hp_comm_is_allreduce(nd); o++) {
+		over[o] = o == 0 && inplace ? -1 : hp_plan_inplace_src(s->g, s->plan, k, o);
+		extra |= over[o] >= 0;
+	}
+	if (extra)
+		e->over = over;
 	if (!s->nscratch) /* scratch per kernel, else the workers' own */
 		e->workspace = (nd->workspace + 4095) / 4096 * 4096;
 	/* a bucket's reduction fires on an I/O thread (no workspace: it packs
@@ -357,6 +365,7 @@ static void add_kernel_entry(const struct hp_rt *s, int k, struct hp_net_entry *
 	 * on every rank (a rank blocked in a statistics sum never holds back a
 	 * bucket its peer waits for) */
 	e->ordered = (uint8_t)(sync && (syncs(nd) || e->kind == HP_TR_COMM));
+	return extra ? nd->noutputs : 0;
 }
 
 /* Count the steps reading each value of the state's previous version
@@ -407,7 +416,7 @@ static int state_read_done(struct hp_rt *s, int k)
  * steady state does not keep resident are written back first, then those
  * it does are loaded), then per step its I/O, its kernel and the drops
  * after it (inputs at their last use, outputs nobody reads). */
-static int plan_order(const struct hp_rt *s, struct hp_net_entry *e)
+static int plan_order(const struct hp_rt *s, struct hp_net_entry *e, int *over)
 {
 	const struct hp_graph *g = s->g;
 	const struct hp_plan *p = s->plan;
@@ -426,7 +435,7 @@ static int plan_order(const struct hp_rt *s, struct hp_net_entry *e)
 							.kind = act == HP_ACT_LOAD ? HP_TR_LOAD
 								: act == HP_ACT_WRITEBACK ? HP_TR_WRITEBACK : HP_TR_EVICT };
 		}
-		add_kernel_entry(s, k, &e[n++], sync);
+		over += add_kernel_entry(s, k, &e[n++], sync, over);
 		for (int j = 0; j < nd->ninputs; j++)
 			if (managed(g, nd->inputs[j]) && p->last_use[nd->inputs[j]] == k)
 				e[n++] = (struct hp_net_entry){ .kind = HP_TR_DROP, .value = nd->inputs[j] };
@@ -461,9 +470,10 @@ static int create_net(struct hp_rt *s)
 	uint64_t *vsize = calloc(nv, sizeof *vsize);
 	uint32_t *nch = calloc(nv, sizeof *nch);
 	struct hp_net_entry *e = malloc((size_t)order_bound(s) * sizeof *e + sizeof *e);
+	int *over = malloc((size_t)order_bound(s) * sizeof *over + sizeof *over);
 	int rc;
 
-	if (!vsize || !nch || !e) {
+	if (!vsize || !nch || !e || !over) {
 		rc = hp_error(-ENOMEM, "out of memory");
 		goto out;
 	}
@@ -475,12 +485,13 @@ static int create_net(struct hp_rt *s)
 	d.vsize = vsize;
 	d.nchunks = nch;
 	d.entries = e;
-	d.nentries = plan_order(s, e);
+	d.nentries = plan_order(s, e, over);
 	rc = hp_net_create(&d, &rt_net_ops, s, &s->net);
 out:
 	free(vsize);
 	free(nch);
 	free(e);
+	free(over);
 	return rc;
 }
 
@@ -656,6 +667,27 @@ static int pin_workspace(struct hp_rt *s, const struct hp_node *n, struct hs_ten
 	return rc < 0 ? hp_node_error(s->g, n, rc, "workspace of %zu bytes: %s", n->workspace, hp_errmsg()) : 0;
 }
 
+/* The outputs of step k written over an input's tensor (hp_plan_inplace_src)
+ * take that tensor now; the number of them.  An update writing the state
+ * over its previous version leaves no whole version behind if the run
+ * fails from here on (state_torn). */
+static int take_inplace(struct hp_rt *s, int k, int *src)
+{
+	const struct hp_node *n = &s->g->nodes[s->plan->node[k]];
+	int any = 0;
+
+	for (int o = 0; o < n->noutputs; o++) {
+		src[o] = hp_plan_inplace_src(s->g, s->plan, k, o);
+		if (src[o] < 0)
+			continue;
+		any++;
+		s->ten[n->outputs[o]] = s->ten[n->inputs[src[o]]];
+		if (hp_plan_state_released(s->g, n->inputs[src[o]]))
+			atomic_fetch_add(&s->sreleased, 1);
+	}
+	return any;
+}
+
 static int rt_fire_kernel(void *arg, int step, int worker, int lane)
 {
 	struct hp_rt *s = arg;
@@ -664,14 +696,11 @@ static int rt_fire_kernel(void *arg, int step, int worker, int lane)
 	struct hp_kargs a = { .nin = n->ninputs, .in = in, .nout = n->noutputs, .out = out,
 			      .ws_size = n->workspace, .pool = s->pools[worker] };
 	struct hs_tensor *ws = NULL;
-	int rc = 0;
-
-	int inplace = hp_plan_inplace(s->g, s->plan, step);
+	int src[n->noutputs + 1], rc = 0;
 
 	memset(in, 0, sizeof in);
 	memset(out, 0, sizeof out);
-	if (inplace)
-		s->ten[n->outputs[0]] = s->ten[n->inputs[0]];
+	int inplace = take_inplace(s, step, src);
 	/* the scratch first, then the outputs, then the inputs (pin_io): the
 	 * largest tensors of a kernel at tight budgets (LeNet at 25%: scratch
 	 * of 25 pages, activations of 16, in a pool of 64) find a run of free
@@ -685,7 +714,7 @@ static int rt_fire_kernel(void *arg, int step, int worker, int lane)
 		rc = pin_workspace(s, n, &ws, &a.ws);
 	if (rc == 0)
 		rc = pin_io(s, n, in, out, inplace);
-	if (rc == 0 && !(inplace && (n->op->flags & HP_OP_ALIAS))) {
+	if (rc == 0 && !(src[0] == 0 && (n->op->flags & HP_OP_ALIAS))) {
 		double u0 = hp_trace_now_us(s->trace);
 		uint64_t p0 = hp_prof_now_ns(s->prof);
 		rc = n->op->run(n, &a);
@@ -699,8 +728,9 @@ static int rt_fire_kernel(void *arg, int step, int worker, int lane)
 		rc = rc < 0 ? rc : r2;
 	}
 	unpin_io(s, n, in, out);
-	if (inplace)
-		s->ten[n->inputs[0]] = NULL;
+	for (int o = 0; o < n->noutputs; o++)
+		if (src[o] >= 0)
+			s->ten[n->inputs[src[o]]] = NULL;
 	return rc < 0 ? rc : state_read_done(s, step);
 }
 

@@ -574,7 +574,7 @@ static double update_flops(const struct hp_graph *g, const struct hp_node *n)
 
 const struct hp_op tk_op_sgd = {
 	.domain = TK_DOMAIN, .name = "SGDUpdate", .min_inputs = 2, .max_inputs = 3,
-	.min_outputs = 1, .max_outputs = 2, .flags = HP_OP_NO_FOLD,
+	.min_outputs = 1, .max_outputs = 2, .flags = HP_OP_NO_FOLD | HP_OP_STATE_INPLACE,
 	.prepare = sgd_prepare, .run = sgd_run, .flops = update_flops,
 };
 
@@ -642,7 +642,7 @@ static int adam_run(const struct hp_node *n, const struct hp_kargs *a)
 
 const struct hp_op tk_op_adam = {
 	.domain = TK_DOMAIN, .name = "AdamUpdate", .min_inputs = 5, .max_inputs = 5,
-	.min_outputs = 3, .max_outputs = 3, .flags = HP_OP_NO_FOLD,
+	.min_outputs = 3, .max_outputs = 3, .flags = HP_OP_NO_FOLD | HP_OP_STATE_INPLACE,
 	.prepare = adam_prepare, .run = adam_run, .flops = update_flops,
 };
 

@@ -163,6 +163,8 @@ enum hp_op_flags {
 	HP_OP_INPLACE = 1u << 0,     /* out[0] may alias in[0] (same size) */
 	HP_OP_NO_FOLD = 1u << 1,     /* never constant-fold (random ops) */
 	HP_OP_ALIAS = 1u << 2,       /* out[0] is in[0]'s bytes reinterpreted (Reshape...) */
+	HP_OP_STATE_INPLACE = 1u << 3, /* elementwise: an output that is an input's next
+					* version (hp_value.next) may alias that input */
 };
 
 struct hp_op {
