@@ -1405,8 +1405,9 @@ static void test_kxk_choice(void **state)
 
 /* The auto choice on 3-D nodes: one the shift path leaves (4 channels,
  * unet3d_tiny's) takes the kxk path where its AVX-512 tiles run and
- * im2col where they do not; one of 32 channels at 24^3 keeps the shift
- * path; a gradient's forward keeps its paths.  Such a node on the auto
+ * im2col where they do not; one of 32 channels at 24^3 (the 3-D U-Net's)
+ * takes the kxk path too where the AVX-512 tiles run and keeps the shift
+ * path where they do not; a gradient's forward keeps its paths.  Such a node on the auto
  * choice against the reference, 1 thread bitwise 2, bands bitwise the
  * whole, fused bitwise unfused. */
 static void test_kxk3_choice(void **state)
@@ -1444,6 +1445,10 @@ static void test_kxk3_choice(void **state)
 	cv.xvol = cv.yvol = g->img_vol;
 	cv.kdim = cv.cin_g * g->kvol;
 	hp_conv_setup(&cv);
+	assert_int_equal(hp_conv_path(&cv), hp_kxk_wide_ok() ? HP_CONV_PATH_KXK : HP_CONV_PATH_SHIFT);
+	hp_kxk_set_wide(0);
+	hp_conv_setup(&cv);
+	hp_kxk_set_wide(1);
 	assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_SHIFT);
 	assert_int_equal(hp_pool_create(2, &pool), 0);
 	check(&small3, 380, NULL);
