@@ -196,15 +196,18 @@ static const struct layer layers[] = {
 };
 
 /* Input- and filter-gradient ops of every layer (the first layer has no
- * input gradient): 1-thread CPU GFLOP/s and pool wall ms. */
-static void bench_backward(struct hp_pool *pool, int threads, int reps, double scale)
+ * input gradient): 1-thread CPU GFLOP/s and pool wall ms, each against
+ * sgemm's peak measured in the same run (peak: N threads, peak1: one
+ * thread's CPU time), per op and per pass (dX, dW) over the model. */
+static void bench_backward(struct hp_pool *pool, int threads, int reps, double scale, double peak, double peak1)
 {
 	static const char *names[2] = { "dX", "dW" };
-	double flops = 0, cpu = 0, wall = 0;
+	double flops = 0, cpu = 0, wall = 0, pf[2] = { 0, 0 }, pc[2] = { 0, 0 }, pw[2] = { 0, 0 };
 	int nl = (int)(sizeof layers / sizeof layers[0]);
 
 	printf("\nbackward (ai.hpdlf ConvGradData / ConvTransposeGradData / ConvGradFilter):\n");
-	printf("%-22s %4s %7s %9s %8s %8s\n", "layer", "op", "GFLOP", "pool GF/s", "1T cpu", "pool ms");
+	printf("%-22s %4s %7s %9s %8s %8s %7s %7s\n", "layer", "op", "GFLOP", "pool GF/s", "1T cpu", "pool ms",
+	       "%pool", "%1T");
 	for (int i = 0; i < nl; i++)
 		for (int p = 0; p < 2; p++) {
 			const struct layer *l = &layers[i];
@@ -222,15 +225,29 @@ static void bench_backward(struct hp_pool *pool, int threads, int reps, double s
 			flops += f * l->count;
 			cpu += t1 * l->count;
 			wall += tp * l->count;
-			printf("%-22s %4s %7.3f %9.1f %8.1f %8.2f\n", l->name, names[p], f * 1e-9, f / (tp * 1e6), f / (t1 * 1e6),
-			       tp);
+			pf[p] += f * l->count;
+			pc[p] += t1 * l->count;
+			pw[p] += tp * l->count;
+			printf("%-22s %4s %7.3f %9.1f %8.1f %8.2f %6.0f%% %6.0f%%\n", l->name, names[p], f * 1e-9,
+			       f / (tp * 1e6), f / (t1 * 1e6), tp, 100 * f / (tp * 1e6) / peak, 100 * f / (t1 * 1e6) / peak1);
 			hp_graph_free(g);
 		}
+	for (int p = 0; p < 2; p++)
+		printf("U-Net conv %s (x counts): %.2f GFLOP; pool %.1f GF/s (%.0f%% of sgemm's %.1f); 1 thread CPU %.1f GF/s "
+		       "(%.0f%% of sgemm's %.1f)\n",
+		       names[p], pf[p] * 1e-9, pf[p] / (pw[p] * 1e6), 100 * pf[p] / (pw[p] * 1e6) / peak, peak,
+		       pf[p] / (pc[p] * 1e6), 100 * pf[p] / (pc[p] * 1e6) / peak1, peak1);
 	printf("U-Net conv backward (x counts): %.2f GFLOP; pool %.1f ms on %d threads; 1 thread CPU %.1f ms (%.1f GF/s)\n",
 	       flops * 1e-9, wall, threads, cpu, flops / (cpu * 1e6));
 	printf("{\"bench\":\"kernels_backward\",\"threads\":%d,\"gflop\":%.3f,\"ms_pool\":%.2f,\"ms_cpu_1t\":%.2f,"
-	       "\"gflops_1t_cpu\":%.1f}\n",
-	       threads, flops * 1e-9, wall, cpu, flops / (cpu * 1e6));
+	       "\"gflops_1t_cpu\":%.1f,\"ratio_to_sgemm_pool\":%.3f,\"ratio_to_sgemm_1t_cpu\":%.3f",
+	       threads, flops * 1e-9, wall, cpu, flops / (cpu * 1e6), flops / (wall * 1e6) / peak,
+	       flops / (cpu * 1e6) / peak1);
+	for (int p = 0; p < 2; p++)
+		printf(",\"%s_gflops_pool\":%.1f,\"%s_gflops_1t_cpu\":%.1f,\"%s_ratio_pool\":%.3f,\"%s_ratio_1t_cpu\":%.3f",
+		       names[p], pf[p] / (pw[p] * 1e6), names[p], pf[p] / (pc[p] * 1e6), names[p],
+		       pf[p] / (pw[p] * 1e6) / peak, names[p], pf[p] / (pc[p] * 1e6) / peak1);
+	printf("}\n");
 }
 
 int main(int argc, char **argv)
@@ -322,7 +339,7 @@ int main(int argc, char **argv)
 		       results[i].gf_blas / peak, results[i].gf_cpu1, results[i].gf_cpu1 / peak1);
 	printf("]}\n");
 	if (backward)
-		bench_backward(pool, threads, reps, scale);
+		bench_backward(pool, threads, reps, scale, peak, peak1);
 	hp_pool_destroy(pool);
 	return 0;
 }
