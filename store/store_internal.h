@@ -22,7 +22,7 @@ struct hs_chunk {
 	uint8_t dirty;
 	uint8_t prefetched;     /* loaded by a prefetch, not pinned since */
 	uint8_t mapped;         /* its frames appear in the tensor's range */
-	uint8_t unverified;     /* read into unmapped frames: crc32c checked at the next pin */
+	uint8_t unverified;     /* read into unmapped frames of several pieces: crc32c checked at the next pin */
 	uint8_t cached;         /* CH_ABSENT, discarded, frames kept for its next pin */
 	uint8_t home;           /* mapped where its frames live in the pool (hs_chunk_addr) */
 	uint32_t pins, wpins;
