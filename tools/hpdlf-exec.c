@@ -1174,29 +1174,58 @@ void *exec_floor_arg;
 
 /* Below gmin's figure: a run splits for its own budget, and may fit a
  * smaller one than the graph split for 1 byte (lenet training: 131072
- * against 143360).  Bisected on HP_BUDGET_ALIGN between 0 and the figure,
- * for at most FLOOR_PROBE_SECONDS of probes (a big model keeps the best
- * found by then). */
+ * against 143360).  Searched on HP_BUDGET_ALIGN downwards from the
+ * figure: steps of 1, 2, 4, ... pages while runs fit, then bisection
+ * between the last that did not and the last that did, so that the
+ * figure named runs and one page less (any budget one byte less) is
+ * refused.  The floor lies close below the figure (ResNet-18 training:
+ * 6 pages below 5208), where a bisection from 0 spent its
+ * FLOOR_PROBE_SECONDS on probes far below and named 5208.  A big model
+ * keeps the best found within FLOOR_PROBE_SECONDS. */
+static int floor_fits(uint64_t pages, struct hp_plan_summary *p, char *node, size_t n)
+{
+	char at[1024];
+
+	if (exec_floor_probe(pages * HP_BUDGET_ALIGN, at, sizeof at, exec_floor_arg) <= 0)
+		return 0;
+	p->min_budget = pages * HP_BUDGET_ALIGN;
+	snprintf(node, n, "%s", at);
+	p->min_node = node;
+	return 1;
+}
+
+static int floor_time_up(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec) > FLOOR_PROBE_SECONDS;
+}
+
 static void floor_below(struct hp_plan_summary *p, char *node, size_t n)
 {
-	uint64_t lo = 0, hi = p->min_budget / HP_BUDGET_ALIGN;
-	struct timespec t0, t;
+	uint64_t lo = 0, hi = p->min_budget / HP_BUDGET_ALIGN, step = 1;
+	struct timespec t0;
 
+	if (!exec_floor_probe)
+		return;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while (exec_floor_probe && hi - lo > 1) {
-		uint64_t mid = lo + (hi - lo) / 2;
-		char at[1024];
-		if (exec_floor_probe(mid * HP_BUDGET_ALIGN, at, sizeof at, exec_floor_arg) > 0) {
-			hi = mid;
-			p->min_budget = mid * HP_BUDGET_ALIGN;
-			snprintf(node, n, "%s", at);
-			p->min_node = node;
-		} else {
-			lo = mid;
-		}
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if ((double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec) > FLOOR_PROBE_SECONDS)
+	while (hi > step) { /* gallop: lo ends as a page count that does not fit (0: none found) */
+		if (!floor_fits(hi - step, p, node, n)) {
+			lo = hi - step;
 			break;
+		}
+		hi -= step;
+		step *= 2;
+		if (floor_time_up(&t0))
+			return;
+	}
+	while (hi - lo > 1 && !floor_time_up(&t0)) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (floor_fits(mid, p, node, n))
+			hi = mid;
+		else
+			lo = mid;
 	}
 }
 
