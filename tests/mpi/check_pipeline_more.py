@@ -292,7 +292,7 @@ def refusals(tmp):
     for extra, word in ((['--shard', 'parameters'], '--shard parameters'),):
         p = subprocess.run(launched(2, train_args(MLP, 12, 'sgd', steps=2, extra=['--pipeline', '2'] + extra)),
                            capture_output=True, text=True, timeout=300, env=ENV)
-        lines = sorted(set(l for l in p.stderr.splitlines() if l.startswith('hpdlf-exec:')))
+        lines = sorted(set(l[l.find('hpdlf-exec:'):] for l in p.stderr.splitlines() if 'hpdlf-exec:' in l))
         check(p.returncode == 2 and len(lines) == 1 and word in lines[0],
               '--pipeline with %s: exit 2 with one line (%d, %s)' % (word, p.returncode, lines[:2]))
 

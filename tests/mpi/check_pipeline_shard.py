@@ -252,7 +252,7 @@ def budget(tmp):
           'transformer P=2 M=4 --budget 2M trains with the in-core losses bit for bit')
     rc, err = run(launched(2, train_args(TRANSFORMER, 16, 'sgd', steps=3, extra=flags + ['--budget', '600K'])),
                   timeout=120)
-    lines = sorted(set(l for l in err.splitlines() if l.startswith('hpdlf-exec:') and 'is too small' in l))
+    lines = sorted(set(l[l.find('hpdlf-exec:'):] for l in err.splitlines() if 'hpdlf-exec:' in l and 'is too small' in l))
     need = [int(m.group(1)) for l in lines for m in [re.search(r'needs at least (\d+) bytes', l)] if m]
     check(rc == 2 and lines and all('pipeline stage' in l for l in lines) and need and STUCK not in err,
           '--budget 600K: refused at set-up (exit %d) naming the stage and the bytes it needs (%s)' %
@@ -268,7 +268,7 @@ def refusals(tmp):
     p = subprocess.run(launched(2, train_args(MLP, 12, 'sgd', steps=2, extra=['--pipeline', '2', '--shard',
                                                                                'parameters'])),
                        capture_output=True, text=True, timeout=300, env=ENV)
-    lines = sorted(set(l for l in p.stderr.splitlines() if l.startswith('hpdlf-exec:')))
+    lines = sorted(set(l[l.find('hpdlf-exec:'):] for l in p.stderr.splitlines() if 'hpdlf-exec:' in l))
     check(p.returncode == 2 and len(lines) == 1 and '--shard parameters' in lines[0],
           '--pipeline with --shard parameters: exit 2 with one line (%d, %s)' % (p.returncode, lines[:2]))
 
