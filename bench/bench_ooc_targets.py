@@ -15,7 +15,10 @@ smallest budget the planner accepts, the peak RSS (VmHWM, --stats-json)
 and the bytes each tier moved.  From 64 MiB up --budget bounds the whole
 process (rss_within_budget: peak RSS <= budget); below it bounds the
 tensors and the fixed overhead comes on top (hpdlf-exec(1), MEMORY), and
-the row says so ("budget_bounds": "tensors").
+the row says so ("budget_bounds": "tensors"); tensors then get the budget
+but at most what 64 MiB leaves them, so each row also gives the tensor
+peak the run held and its share of the in-core one ("tensor_peak_fraction":
+a "50%" row of a small model holds about a third).
 
 rows (targets from issue 17: <= 1.1x at 50%, <= 1.2x at 25%; lenet <= 2x):
   unet3d_infer    tools/make_unet3d.py, one 64^3 volume, at 50% and 25%
@@ -244,9 +247,15 @@ def bench_row(cfg, name, args, fractions, target_of):
                       "rss_within_budget": rss <= e["budget"] if e["budget"] >= PROCESS_FROM
                       else rss <= PROCESS_FROM,
                       "tiers_total": tier_bytes(e["stats"])})
-            log("  %s at %.0f%% (%.1f MiB%s): %.1f ms vs %.1f in core = %.2fx (target %.1fx), peak RSS %.1f MiB"
+            # below 64 MiB tensors get the budget but at most what 64 MiB
+            # leaves them (exec/budget.h): the share of the in-core peak the
+            # run really held
+            tp = e["stats"].get("tensor_peak_bytes", 0)
+            b.update({"tensor_peak_bytes": tp, "tensor_peak_fraction": tp / peak if peak else 0})
+            log("  %s at %.0f%% (%.1f MiB%s): %.1f ms vs %.1f in core = %.2fx (target %.1fx), peak RSS %.1f MiB, "
+                "tensors %.1f MiB (%.0f%% of the in-core peak)"
                 % (name, 100 * f, e["budget"] / 1048576, ", raised" if e["raised"] else "", ms, ims, ms / ims,
-                   target_of(f), rss / 1048576))
+                   target_of(f), rss / 1048576, tp / 1048576, 100 * tp / peak if peak else 0))
         row["budgets"].append(b)
     return row
 
