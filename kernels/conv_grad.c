@@ -147,16 +147,35 @@ static int data_priv(struct hp_graph *g, struct hp_node *n, struct cg_data *d)
 	return 0;
 }
 
+/* Whether the stride-1 dX cv (wflip) runs on the KxK path's AVX-512
+ * tiles (conv_kxk.c, W' packed per call): path >= 0 a band's kept path;
+ * not when a test forces the shift or dot path, nor with fewer than
+ * HP_KXK_MIN_CH channels in or out (as Conv nodes); groups keep their
+ * paths (not measured). */
+static int data_kxk_wanted(const struct hp_conv *cv, int path)
+{
+	if (!hp_kxk_flip_eligible(cv) || hp_conv_kxk_mode() < 0)
+		return 0;
+	if (path >= 0)
+		return path == HP_CGD_PATH_KXK;
+	if (hp_conv_kxk_mode() > 0)
+		return 1;
+	if (hp_conv_dot_mode() > 0 || hp_conv_shift_mode() > 0)
+		return 0;
+	return cv->group == 1 && cv->g.kvol > 1 && cv->cin_g >= HP_KXK_MIN_CH && cv->cout_g >= HP_KXK_MIN_CH;
+}
+
 /* dX of a Conv: for stride 1 a Conv of dY with W transposed and mirrored
- * over padded slabs, or on the grouped path (conv_grp.c) for groups of up
- * to 32 channels; otherwise ConvTranspose(dY, W) (col2im).  path >= 0
- * (HP_CGD_PATH_*): the path a band of a whole node keeps (the flip
- * path is taken only where its shift kernel is). */
+ * on the KxK path's tiles (data_kxk_wanted), over padded slabs, or on the
+ * grouped path (conv_grp.c) for groups of up to 32 channels; otherwise
+ * ConvTranspose(dY, W) (col2im).  path >= 0 (HP_CGD_PATH_*): the path a
+ * band of a whole node keeps (the flip path is taken only where its shift
+ * kernel is). */
 static void conv_data_plan(struct cg_data *d, int path)
 {
 	const struct cgeom *c = &d->c;
 	int64_t pad[3];
-	int ok = path < 0 || path == HP_CGD_PATH_FLIP || path == HP_CGD_PATH_GRP;
+	int ok = path < 0 || path == HP_CGD_PATH_FLIP || path == HP_CGD_PATH_GRP || path == HP_CGD_PATH_KXK;
 	struct hp_dw dw;
 
 	if ((d->dw = dw_geom(c, &dw)))
@@ -168,13 +187,20 @@ static void conv_data_plan(struct cg_data *d, int path)
 	if (ok) {
 		conv_from(c, 0, c->csmall, c->cbig, c->small, c->big, pad, &d->cv);
 		d->cv.wflip = 1;
+		if (data_kxk_wanted(&d->cv, path)) {
+			d->cv.kxk = 1;
+			d->cv.workspace = hp_kxk_workspace(&d->cv, hp_conv_ws_threads());
+			return;
+		}
 		if (path == HP_CGD_PATH_FLIP)
 			d->cv.path = HP_CONV_PATH_SHIFT;
 		if (path == HP_CGD_PATH_GRP)
 			d->cv.path = HP_CONV_PATH_GRP;
-		hp_conv_setup(&d->cv);
-		if (d->cv.shift || d->cv.grp)
-			return;
+		if (path != HP_CGD_PATH_KXK) {
+			hp_conv_setup(&d->cv);
+			if (d->cv.shift || d->cv.grp)
+				return;
+		}
 	}
 	d->transpose = 1;
 	conv_from(c, 1, c->csmall, c->cbig, c->big, c->small, c->p, &d->cv);
@@ -229,13 +255,19 @@ int hp_conv_data_bands(struct hp_graph *g, const struct hp_node *n, const struct
 	if (w->shape.rank != x->rank || cgeom_pads(g, n, &d.c, x, dy, w->shape.dims + 2, pads) < 0)
 		return -1;
 	conv_data_plan(&d, b->path);
-	b->path = d.dw ? HP_CGD_PATH_DW : d.transpose ? HP_CGD_PATH_CONVT : d.cv.grp ? HP_CGD_PATH_GRP : HP_CGD_PATH_FLIP;
+	b->path = d.dw ? HP_CGD_PATH_DW
+		: d.transpose ? HP_CGD_PATH_CONVT
+		: d.cv.grp ? HP_CGD_PATH_GRP
+		: d.cv.kxk ? HP_CGD_PATH_KXK
+			   : HP_CGD_PATH_FLIP;
 	b->xalign = b->yalign = 1;
 	b->tiles = 0;
 	dim = 3 - d.c.nd + axis - 2;
 	if (axis < 2 || dim < 0 || dim > 2)
 		return -1;
 	if (d.dw) /* conv_dw.c's dX: each element's additions in dY's row order */
+		return 0;
+	if (d.cv.kxk) /* every element one chain over (c, kd, kh, kw) from 0, wherever a band starts */
 		return 0;
 	if (d.transpose)
 		convt_bands(&d.cv, dim, b);

@@ -55,6 +55,8 @@
 
 /* Below this many flops a node runs on the caller alone (as conv_pw.c). */
 #define KX_PAR_MIN_FLOPS 2e6
+/* Flipped weights of at least this many floats are packed by all workers. */
+#define KX_FLIP_PAR_MIN (1 << 16)
 
 static int kxk_mode; /* 0 auto, 1 whenever possible, -1 never */
 
@@ -84,6 +86,22 @@ int hp_kxk_eligible(const struct hp_conv *cv)
 {
 	return cv->node && !cv->transpose && !cv->wflip && hp_kxk_available() && cv->g.img_vol < INT_MAX / 2 &&
 	       cv->g.grid_vol < INT_MAX / 2;
+}
+
+/* The stride-1 dX of a Conv as a Conv of dY with W transposed and
+ * mirrored (conv_grad.c), where the AVX-512 tiles run: W is packed per
+ * call, W'[g][m][c][k] = W[g][c][m][kvol - 1 - k], ahead of the workers'
+ * areas; then the same chains as a Conv node's over W'. */
+int hp_kxk_flip_eligible(const struct hp_conv *cv)
+{
+	return cv->wflip && !cv->transpose && hp_kxk_available() && hp_kxk_wide_ok() &&
+	       cv->g.img_vol < INT_MAX / 2 && cv->g.grid_vol < INT_MAX / 2;
+}
+
+/* Floats of the packed W' (a whole number of cache lines), 0 unflipped. */
+static int64_t kx_flip_floats(const struct hp_conv *cv)
+{
+	return cv->wflip ? (cv->cout * cv->kdim + 15) / 16 * 16 : 0;
 }
 
 /* Whether column blocks span batch items: planes of fewer than
@@ -155,7 +173,33 @@ static int64_t kx_per_thread(const struct hp_conv *cv)
 
 size_t hp_kxk_workspace(const struct hp_conv *cv, int threads)
 {
-	return (size_t)threads * (size_t)kx_per_thread(cv) * sizeof(float);
+	return ((size_t)threads * (size_t)kx_per_thread(cv) + (size_t)kx_flip_floats(cv)) * sizeof(float);
+}
+
+/* W' rows of source channels [b, e) of all groups (flat g * cin_g + c):
+ * each source row [cout_g][kvol] is read once, in order, and goes to
+ * cout_g rows of W' at column c * kvol, mirrored. */
+struct kx_flip {
+	const struct hp_conv *cv;
+	const float *w;
+	float *wf;
+};
+
+static void kx_flip_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct kx_flip *f = arg;
+	const struct hp_conv *cv = f->cv;
+	int64_t kv = cv->g.kvol, og = cv->cout_g, ig = cv->cin_g, K = cv->kdim;
+
+	(void)tid;
+	for (int64_t gc = b; gc < e; gc++) {
+		int64_t g = gc / ig, c = gc % ig;
+		const float *src = f->w + gc * og * kv;
+		float *dst = f->wf + g * og * K + c * kv + kv - 1;
+		for (int64_t m = 0; m < og; m++, src += kv, dst += K)
+			for (int64_t k = 0; k < kv; k++)
+				dst[-k] = src[k];
+	}
 }
 
 
@@ -525,7 +569,15 @@ void hp_kxk_forward(const struct hp_conv *cv, const float *x, const float *w, co
 #ifdef KX_X86
 	struct kx_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws, .epi = epi, .addend = addend };
 	int saved, threads = hp_conv_threads_enter(pool, &saved);
-	int64_t cap = (int64_t)(cv->workspace / sizeof(float));
+	int64_t cap = (int64_t)(cv->workspace / sizeof(float)) - kx_flip_floats(cv);
+
+	if (cv->wflip) { /* W' at the workspace's front: copies, the same on any cut */
+		struct kx_flip f = { .cv = cv, .w = w, .wf = ws };
+		int64_t rows = cv->group * cv->cin_g;
+		hp_conv_parallel(pool, cv->cout * cv->kdim >= KX_FLIP_PAR_MIN ? threads : 1, rows, kx_flip_range, &f);
+		r.w = ws;
+		r.ws = ws + kx_flip_floats(cv);
+	}
 
 	kx_fin_plan(&r);
 	r.span = kx_span(cv);
