@@ -902,7 +902,8 @@ static void test_conv_grad_grp(void **state)
  * here in scalar float: dX[n][g, m][o] is one chain of fused
  * multiply-adds from 0 over k = (c, kd, kh, kw) of the flipped window,
  * taps in dY's padding included (w * 0), with W'[m][c][k] =
- * W[g, c][m][kvol - 1 - k]; and a float64 sum beside it.  Row bands of
+ * W[g, c][m][kvol - 1 - k], packed whole per call or per micro-tile
+ * and k chunk; and a float64 sum beside it.  Row bands of
  * the first spatial axis with hpdlf_path = HP_CGD_PATH_KXK (4), their
  * dY rows and pads cut as exec/split_grad.c cuts them, are bitwise the
  * whole node's rows. */
@@ -996,10 +997,16 @@ static void test_conv_grad_kxk(void **state)
 		{ 2, 2, 20, 32, 1, { 11, 37 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
 		/* a 5x3 kernel, dilation 2 across, pads below and above the reach */
 		{ 2, 1, 9, 12, 1, { 13, 21 }, { 5, 3 }, { 1, 2 }, { 3, 1 } },
-		/* ResNet's small planes (blocks across batch items) */
+		/* ResNet's small planes (blocks across batch items, W' packed per
+		 * micro-tile) */
 		{ 2, 4, 16, 24, 1, { 2, 2 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		/* W' packed per micro-tile (one column block per group): windows
+		 * cut by the k chunk (K = 360) */
+		{ 2, 1, 14, 40, 1, { 5, 7 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
 		/* groups */
 		{ 2, 2, 16, 24, 2, { 7, 18 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		/* 3-D, W' per micro-tile: windows of 27 taps */
+		{ 3, 2, 9, 12, 1, { 2, 3, 3 }, { 3, 3, 3 }, { 1, 1, 1 }, { 1, 1, 1 } },
 		/* 3-D, the U-Net's 3x3x3 */
 		{ 3, 2, 8, 16, 1, { 5, 6, 19 }, { 3, 3, 3 }, { 1, 1, 1 }, { 1, 1, 1 } },
 		{ 3, 1, 12, 10, 1, { 6, 4, 33 }, { 3, 2, 3 }, { 2, 1, 1 }, { 2, 0, 1 } },
