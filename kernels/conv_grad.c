@@ -171,7 +171,7 @@ static int data_kxk_wanted(const struct hp_conv *cv, int path)
  * ConvTranspose(dY, W) (col2im).  path >= 0 (HP_CGD_PATH_*): the path a
  * band of a whole node keeps (the flip path is taken only where its shift
  * kernel is). */
-static void conv_data_plan(struct cg_data *d, int path)
+static void data_plan(struct cg_data *d, int path, int allow_kxk)
 {
 	const struct cgeom *c = &d->c;
 	int64_t pad[3];
@@ -187,7 +187,7 @@ static void conv_data_plan(struct cg_data *d, int path)
 	if (ok) {
 		conv_from(c, 0, c->csmall, c->cbig, c->small, c->big, pad, &d->cv);
 		d->cv.wflip = 1;
-		if (data_kxk_wanted(&d->cv, path)) {
+		if (allow_kxk && data_kxk_wanted(&d->cv, path)) {
 			d->cv.kxk = 1;
 			d->cv.workspace = hp_kxk_workspace(&d->cv, hp_conv_ws_threads());
 			return;
@@ -205,6 +205,22 @@ static void conv_data_plan(struct cg_data *d, int path)
 	d->transpose = 1;
 	conv_from(c, 1, c->csmall, c->cbig, c->big, c->small, c->p, &d->cv);
 	hp_convt_setup(&d->cv);
+}
+
+/* The plan of a node or of a band (path: its attribute hpdlf_path, a
+ * KxK band's with the path it replaces above HP_CGD_PATH_BITS). */
+static void conv_data_plan(struct cg_data *d, int path)
+{
+	data_plan(d, path >= 0 && (path & HP_CGD_PATH_MASK) == HP_CGD_PATH_KXK ? HP_CGD_PATH_KXK : path, 1);
+}
+
+static int data_path(const struct cg_data *d)
+{
+	return d->dw ? HP_CGD_PATH_DW
+		: d->transpose ? HP_CGD_PATH_CONVT
+		: d->cv.grp ? HP_CGD_PATH_GRP
+		: d->cv.kxk ? HP_CGD_PATH_KXK
+			    : HP_CGD_PATH_FLIP;
 }
 
 /* ---- ConvGradData(dY, W) -> dX  (attrs x_shape, group, strides, pads, dilations) */
@@ -245,35 +261,55 @@ static void convt_bands(const struct hp_conv *cv, int dim, struct hp_cgd_bands *
 	b->tiles = (int64_t)t->mode << 40 | t->align;
 }
 
+/* The cuts of a plan other than KxK. */
+static int data_cuts(const struct cg_data *d, int axis, struct hp_cgd_bands *b)
+{
+	int dim = 3 - d->c.nd + axis - 2;
+
+	b->xalign = b->yalign = 1;
+	b->tiles = 0;
+	if (axis < 2 || dim < 0 || dim > 2)
+		return -1;
+	if (d->dw) /* conv_dw.c's dX: each element's additions in dY's row order */
+		return 0;
+	if (d->transpose)
+		convt_bands(&d->cv, dim, b);
+	else
+		b->xalign = b->tiles = hp_conv_band_align(&d->cv, axis);
+	return b->xalign >= 1 && b->yalign >= 1 ? 0 : -1;
+}
+
+/* The KxK path computes every dX element by one chain over (c, kd, kh,
+ * kw) from 0 wherever a band starts (tests/kernels/test_train.c,
+ * test_conv_grad_kxk), so any cut would do; it reports the cuts of the
+ * path it replaces (pinned in its bands' hpdlf_path), so that the band
+ * pass cuts the graph where it did before this path existed, as the
+ * forward's KxK path does (conv.c dot_band_align): with any row allowed,
+ * the training plan of the shipped LeNet at 340000 bytes (its second
+ * Conv's dX on this path) cut into 347 kernels instead of 91 and ran
+ * band recomputations outside their band's backward (tests/train
+ * check_band_order.py). */
 int hp_conv_data_bands(struct hp_graph *g, const struct hp_node *n, const struct hp_shape *x,
 		       const struct hp_shape *dy, const int64_t *pads, int axis, struct hp_cgd_bands *b)
 {
-	struct cg_data d = { 0 };
+	struct cg_data d = { 0 }, o = { 0 };
 	const struct hp_value *w = tk_in(g, n, 1);
-	int dim;
+	int rp;
 
 	if (w->shape.rank != x->rank || cgeom_pads(g, n, &d.c, x, dy, w->shape.dims + 2, pads) < 0)
 		return -1;
 	conv_data_plan(&d, b->path);
-	b->path = d.dw ? HP_CGD_PATH_DW
-		: d.transpose ? HP_CGD_PATH_CONVT
-		: d.cv.grp ? HP_CGD_PATH_GRP
-		: d.cv.kxk ? HP_CGD_PATH_KXK
-			   : HP_CGD_PATH_FLIP;
-	b->xalign = b->yalign = 1;
-	b->tiles = 0;
-	dim = 3 - d.c.nd + axis - 2;
-	if (axis < 2 || dim < 0 || dim > 2)
+	if (!d.cv.kxk) {
+		b->path = data_path(&d);
+		return data_cuts(&d, axis, b);
+	}
+	rp = b->path >= 0 ? (b->path >> HP_CGD_PATH_BITS) - 1 : -1;
+	o.c = d.c;
+	data_plan(&o, rp, 0);
+	if (rp >= 0 && data_path(&o) != rp)
 		return -1;
-	if (d.dw) /* conv_dw.c's dX: each element's additions in dY's row order */
-		return 0;
-	if (d.cv.kxk) /* every element one chain over (c, kd, kh, kw) from 0, wherever a band starts */
-		return 0;
-	if (d.transpose)
-		convt_bands(&d.cv, dim, b);
-	else
-		b->xalign = b->tiles = hp_conv_band_align(&d.cv, axis);
-	return b->xalign >= 1 && b->yalign >= 1 ? 0 : -1;
+	b->path = HP_CGD_PATH_KXK | (data_path(&o) + 1) << HP_CGD_PATH_BITS;
+	return data_cuts(&o, axis, b);
 }
 
 static int data_run(const struct hp_node *n, const struct hp_kargs *a)
