@@ -109,6 +109,8 @@ struct cg_data {
 	int transpose;         /* run cv as ConvTranspose */
 	struct hp_conv cv;
 	int dw;                /* Conv's dX by conv_dw.c (cv holds the Conv's geometry) */
+	int64_t crop[3];       /* KxK: leading dY rows per dim its windows never reach */
+	size_t crop_at;        /* with crop: bytes of cv's workspace, then dY cropped */
 };
 
 /* The column geometry of c: the image is the big side, the grid the small. */
@@ -143,7 +145,8 @@ static int data_priv(struct hp_graph *g, struct hp_node *n, struct cg_data *d)
 	if (!(n->priv = malloc(sizeof *d)))
 		return hp_node_error(g, n, -ENOMEM, "out of memory");
 	memcpy(n->priv, d, sizeof *d);
-	n->workspace = d->cv.workspace;
+	n->workspace = d->crop_at ? d->crop_at + (size_t)(d->cv.batch * d->cv.cin * d->cv.xvol) * sizeof(float)
+				  : d->cv.workspace;
 	return 0;
 }
 
@@ -174,24 +177,43 @@ static int data_kxk_wanted(const struct hp_conv *cv, int path)
 static void data_plan(struct cg_data *d, int path, int allow_kxk)
 {
 	const struct cgeom *c = &d->c;
-	int64_t pad[3];
+	int64_t pad[3], small[3], crop = 0;
 	int ok = path < 0 || path == HP_CGD_PATH_FLIP || path == HP_CGD_PATH_GRP || path == HP_CGD_PATH_KXK;
 	struct hp_dw dw;
 
+	d->crop_at = 0;
 	if ((d->dw = dw_geom(c, &dw)))
 		return;
 	for (int i = 0; i < 3; i++) {
 		pad[i] = (c->k[i] - 1) * c->d[i] - c->p[i];
-		ok &= c->s[i] == 1 && pad[i] >= 0;
+		d->crop[i] = pad[i] < 0 ? -pad[i] : 0;
+		small[i] = c->small[i] - d->crop[i];
+		crop |= d->crop[i] > 0;
+		ok &= c->s[i] == 1 && small[i] >= 1;
+	}
+	if (ok && allow_kxk) {
+		/* a band's dY rows cut out to the replaced path's tiles start
+		 * above its windows' reach: the KxK path reads them from row
+		 * crop on (pads 0), the same taps */
+		for (int i = 0; i < 3; i++)
+			pad[i] = d->crop[i] ? 0 : pad[i];
+		conv_from(c, 0, c->csmall, c->cbig, small, c->big, pad, &d->cv);
+		d->cv.wflip = 1;
+		if (data_kxk_wanted(&d->cv, path)) {
+			d->cv.kxk = 1;
+			d->cv.workspace = hp_kxk_workspace(&d->cv, hp_conv_ws_threads());
+			d->crop_at = crop ? (d->cv.workspace + 63) / 64 * 64 : 0;
+			return;
+		}
+	}
+	memset(d->crop, 0, sizeof d->crop);
+	for (int i = 0; i < 3; i++) {
+		pad[i] = (c->k[i] - 1) * c->d[i] - c->p[i];
+		ok &= pad[i] >= 0;
 	}
 	if (ok) {
 		conv_from(c, 0, c->csmall, c->cbig, c->small, c->big, pad, &d->cv);
 		d->cv.wflip = 1;
-		if (allow_kxk && data_kxk_wanted(&d->cv, path)) {
-			d->cv.kxk = 1;
-			d->cv.workspace = hp_kxk_workspace(&d->cv, hp_conv_ws_threads());
-			return;
-		}
 		if (path == HP_CGD_PATH_FLIP)
 			d->cv.path = HP_CONV_PATH_SHIFT;
 		if (path == HP_CGD_PATH_GRP)
@@ -312,12 +334,31 @@ int hp_conv_data_bands(struct hp_graph *g, const struct hp_node *n, const struct
 	return data_cuts(&o, axis, b);
 }
 
+/* dY's rows from d->crop on, into dst ([batch * csmall][the cropped volume]). */
+static void data_crop(const struct cg_data *d, const float *dy, float *dst)
+{
+	const struct cgeom *c = &d->c;
+	int64_t n0 = c->small[0] - d->crop[0], n1 = c->small[1] - d->crop[1], n2 = c->small[2] - d->crop[2];
+
+	for (int64_t pl = 0; pl < c->n * c->csmall; pl++)
+		for (int64_t i = 0; i < n0; i++)
+			for (int64_t j = 0; j < n1; j++, dst += n2)
+				memcpy(dst,
+				       dy + ((pl * c->small[0] + d->crop[0] + i) * c->small[1] + d->crop[1] + j) * c->small[2] +
+					       d->crop[2],
+				       (size_t)n2 * sizeof(float));
+}
+
 static int data_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct cg_data *d = n->priv;
 	struct hp_dw dw;
 
-	if (d->dw && dw_geom(&d->c, &dw))
+	if (d->crop_at) {
+		float *dy = (float *)(void *)((char *)a->ws + d->crop_at);
+		data_crop(d, a->in[0].data, dy);
+		hp_conv_forward(&d->cv, dy, a->in[1].data, NULL, a->out[0].data, a->ws, a->pool);
+	} else if (d->dw && dw_geom(&d->c, &dw))
 		hp_dw_data(&dw, a->in[0].data, a->in[1].data, a->out[0].data, a->pool);
 	else if (d->transpose)
 		hp_convt_forward(&d->cv, a->in[0].data, a->in[1].data, NULL, a->out[0].data, a->ws, a->pool);

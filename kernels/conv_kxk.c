@@ -195,33 +195,6 @@ size_t hp_kxk_workspace(const struct hp_conv *cv, int threads)
 	return ((size_t)threads * (size_t)kx_per_thread(cv) + (size_t)kx_flip_floats(cv)) * sizeof(float);
 }
 
-/* W' rows of source channels [b, e) of all groups (flat g * cin_g + c):
- * each source row [cout_g][kvol] is read once, in order, and goes to
- * cout_g rows of W' at column c * kvol, mirrored. */
-struct kx_flip {
-	const struct hp_conv *cv;
-	const float *w;
-	float *wf;
-};
-
-static void kx_flip_range(void *arg, int64_t b, int64_t e, int tid)
-{
-	const struct kx_flip *f = arg;
-	const struct hp_conv *cv = f->cv;
-	int64_t kv = cv->g.kvol, og = cv->cout_g, ig = cv->cin_g, K = cv->kdim;
-
-	(void)tid;
-	for (int64_t gc = b; gc < e; gc++) {
-		int64_t g = gc / ig, c = gc % ig;
-		const float *src = f->w + gc * og * kv;
-		float *dst = f->wf + g * og * K + c * kv + kv - 1;
-		for (int64_t m = 0; m < og; m++, src += kv, dst += K)
-			for (int64_t k = 0; k < kv; k++)
-				dst[-k] = src[k];
-	}
-}
-
-
 /* Image coordinates of the first tap of 16 output columns (lanes past the
  * block's end far outside the image) and whether they are one run of a
  * single output row read at stride 1. */
@@ -254,6 +227,32 @@ static void kx_cols_of(const struct hp_colgeom *g, int64_t j0, int n, int64_t vo
 }
 
 #ifdef KX_X86
+
+/* W' rows of source channels [b, e) of all groups (flat g * cin_g + c):
+ * each source row [cout_g][kvol] is read once, in order, and goes to
+ * cout_g rows of W' at column c * kvol, mirrored. */
+struct kx_flip {
+	const struct hp_conv *cv;
+	const float *w;
+	float *wf;
+};
+
+static void kx_flip_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct kx_flip *f = arg;
+	const struct hp_conv *cv = f->cv;
+	int64_t kv = cv->g.kvol, og = cv->cout_g, ig = cv->cin_g, K = cv->kdim;
+
+	(void)tid;
+	for (int64_t gc = b; gc < e; gc++) {
+		int64_t g = gc / ig, c = gc % ig;
+		const float *src = f->w + gc * og * kv;
+		float *dst = f->wf + g * og * K + c * kv + kv - 1;
+		for (int64_t m = 0; m < og; m++, src += kv, dst += K)
+			for (int64_t k = 0; k < kv; k++)
+				dst[-k] = src[k];
+	}
+}
 
 
 /* Lanes with 0 <= v < lim. */

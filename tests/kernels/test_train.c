@@ -906,7 +906,7 @@ static void test_conv_grad_grp(void **state)
  * and k chunk; and a float64 sum beside it.  Row bands of
  * the first spatial axis with hpdlf_path = HP_CGD_PATH_KXK (4), their
  * dY rows and pads cut as exec/split_grad.c cuts them, are bitwise the
- * whole node's rows. */
+ * whole node's rows, also from dY rows beyond their windows' reach. */
 struct kxd {
 	int nsp, n, cx, cy, group;
 	int xs[3], k[3], d[3], p[3]; /* spatial, first nsp used */
@@ -1049,8 +1049,12 @@ static void test_conv_grad_kxk(void **state)
 		for (int b = 0; b < 3; b++)
 			for (int half = 0; half < 2; half++) {
 				int xa = half ? cut[b] : 0, xb = half ? H : cut[b];
-				int p = c->p[0], kd = (c->k[0] - 1) * c->d[0];
+				int p = c->p[0], kd = (c->k[0] - 1) * c->d[0], ext = b == 1 ? 3 : 0;
 				int ya = xa + p - kd > 0 ? xa + p - kd : 0, yb = xb + p < Ho ? xb + p : Ho;
+				/* dY rows cut out beyond the windows' reach (a replaced
+				 * path's tiles): the leading ones cropped */
+				ya = ya - ext > 0 ? ya - ext : 0;
+				yb = yb + ext < Ho ? yb + ext : Ho;
 				int64_t bx[5], bp[6];
 				if (xa >= xb || ya >= yb)
 					continue;
