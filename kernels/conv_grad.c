@@ -155,8 +155,26 @@ static int data_priv(struct hp_graph *g, struct hp_node *n, struct cg_data *d)
  * not when a test forces the shift or dot path, nor with fewer than
  * HP_KXK_MIN_CH channels in or out (as Conv nodes); groups keep their
  * paths (not measured). */
-static int data_kxk_wanted(const struct hp_conv *cv, int path)
+static void data_plan(struct cg_data *d, int path, int allow_kxk);
+
+/* The auto choice takes the KxK path only where its workspace (panels
+ * of two workers, W') is no larger than the path it replaces': under a
+ * budget a larger one moved the band plans (the shipped LeNet's second
+ * Conv: 3-6x its ConvTranspose's in bands of 2-8 rows; check_band_order
+ * then failed in most runs).  ResNet's 2x2 and 7x7 planes keep their
+ * paths so (3x3-tiny: 130 KB against 4.6 KB). */
+static int kxk_ws_fits(const struct cg_data *d)
 {
+	struct cg_data o = { .c = d->c };
+
+	data_plan(&o, -1, 0);
+	return hp_kxk_workspace(&d->cv, hp_conv_ws_threads()) <= o.cv.workspace;
+}
+
+static int data_kxk_wanted(const struct cg_data *d, int path)
+{
+	const struct hp_conv *cv = &d->cv;
+
 	if (!hp_kxk_flip_eligible(cv) || hp_conv_kxk_mode() < 0)
 		return 0;
 	if (path >= 0)
@@ -165,7 +183,8 @@ static int data_kxk_wanted(const struct hp_conv *cv, int path)
 		return 1;
 	if (hp_conv_dot_mode() > 0 || hp_conv_shift_mode() > 0)
 		return 0;
-	return cv->group == 1 && cv->g.kvol > 1 && cv->cin_g >= HP_KXK_MIN_CH && cv->cout_g >= HP_KXK_MIN_CH;
+	return cv->group == 1 && cv->g.kvol > 1 && cv->cin_g >= HP_KXK_MIN_CH && cv->cout_g >= HP_KXK_MIN_CH &&
+	       kxk_ws_fits(d);
 }
 
 /* dX of a Conv: for stride 1 a Conv of dY with W transposed and mirrored
@@ -199,7 +218,7 @@ static void data_plan(struct cg_data *d, int path, int allow_kxk)
 			pad[i] = d->crop[i] ? 0 : pad[i];
 		conv_from(c, 0, c->csmall, c->cbig, small, c->big, pad, &d->cv);
 		d->cv.wflip = 1;
-		if (data_kxk_wanted(&d->cv, path)) {
+		if (data_kxk_wanted(d, path)) {
 			d->cv.kxk = 1;
 			d->cv.workspace = hp_kxk_workspace(&d->cv, hp_conv_ws_threads());
 			d->crop_at = crop ? (d->cv.workspace + 63) / 64 * 64 : 0;
@@ -308,9 +327,9 @@ static int data_cuts(const struct cg_data *d, int axis, struct hp_cgd_bands *b)
  * pass cuts the graph where it did before this path existed, as the
  * forward's KxK path does (conv.c dot_band_align): with any row allowed,
  * the training plan of the shipped LeNet at 340000 bytes (its second
- * Conv's dX on this path) cut into 347 kernels instead of 91 and ran
- * band recomputations outside their band's backward (tests/train
- * check_band_order.py). */
+ * Conv's dX on this path) cut into 347 kernels instead of 91.  Those
+ * cuts may take more dY rows than the windows reach: a band then reads
+ * from the first row they do (cg_data.crop). */
 int hp_conv_data_bands(struct hp_graph *g, const struct hp_node *n, const struct hp_shape *x,
 		       const struct hp_shape *dy, const int64_t *pads, int axis, struct hp_cgd_bands *b)
 {
