@@ -150,15 +150,10 @@ static int data_priv(struct hp_graph *g, struct hp_node *n, struct cg_data *d)
 	return 0;
 }
 
-/* Whether the stride-1 dX cv (wflip) runs on the KxK path's AVX-512
- * tiles (conv_kxk.c, W' packed per call): path >= 0 a band's kept path;
- * not when a test forces the shift or dot path, nor with fewer than
- * HP_KXK_MIN_CH channels in or out (as Conv nodes); groups keep their
- * paths (not measured). */
 static void data_plan(struct cg_data *d, int path, int allow_kxk);
 
 /* The auto choice takes the KxK path only where its workspace (panels
- * of two workers, W') is no larger than the path it replaces': under a
+ * of two workers, W') is no larger than the path it replaces: under a
  * budget a larger one moved the band plans (the shipped LeNet's second
  * Conv: 3-6x its ConvTranspose's in bands of 2-8 rows; check_band_order
  * then failed in most runs).  ResNet's 2x2 and 7x7 planes keep their
@@ -171,6 +166,11 @@ static int kxk_ws_fits(const struct cg_data *d)
 	return hp_kxk_workspace(&d->cv, hp_conv_ws_threads()) <= o.cv.workspace;
 }
 
+/* Whether the stride-1 dX d->cv (wflip) runs on the KxK path's AVX-512
+ * tiles (conv_kxk.c, W' packed per call): path >= 0 a band's kept path;
+ * not when a test forces the shift or dot path, nor with fewer than
+ * HP_KXK_MIN_CH channels in or out (as Conv nodes); groups keep their
+ * paths (not measured). */
 static int data_kxk_wanted(const struct cg_data *d, int path)
 {
 	const struct hp_conv *cv = &d->cv;
