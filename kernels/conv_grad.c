@@ -109,6 +109,8 @@ struct cg_data {
 	int transpose;         /* run cv as ConvTranspose */
 	struct hp_conv cv;
 	int dw;                /* Conv's dX by conv_dw.c (cv holds the Conv's geometry) */
+	int64_t crop[3];       /* KxK: leading dY rows per dim its windows never reach */
+	size_t crop_at;        /* with crop: bytes of cv's workspace, then dY cropped */
 };
 
 /* The column geometry of c: the image is the big side, the grid the small. */
@@ -143,27 +145,90 @@ static int data_priv(struct hp_graph *g, struct hp_node *n, struct cg_data *d)
 	if (!(n->priv = malloc(sizeof *d)))
 		return hp_node_error(g, n, -ENOMEM, "out of memory");
 	memcpy(n->priv, d, sizeof *d);
-	n->workspace = d->cv.workspace;
+	n->workspace = d->crop_at ? d->crop_at + (size_t)(d->cv.batch * d->cv.cin * d->cv.xvol) * sizeof(float)
+				  : d->cv.workspace;
 	return 0;
 }
 
+static void data_plan(struct cg_data *d, int path, int allow_kxk);
+
+/* The auto choice takes the KxK path only where its workspace (panels
+ * of two workers, W') is no larger than the path it replaces: under a
+ * budget a larger one moved the band plans (the shipped LeNet's second
+ * Conv: 3-6x its ConvTranspose's in bands of 2-8 rows; check_band_order
+ * then failed in most runs).  ResNet's 2x2 and 7x7 planes keep their
+ * paths so (3x3-tiny: 130 KB against 4.6 KB). */
+static int kxk_ws_fits(const struct cg_data *d)
+{
+	struct cg_data o = { .c = d->c };
+
+	data_plan(&o, -1, 0);
+	return hp_kxk_workspace(&d->cv, hp_conv_ws_threads()) <= o.cv.workspace;
+}
+
+/* Whether the stride-1 dX d->cv (wflip) runs on the KxK path's AVX-512
+ * tiles (conv_kxk.c, W' packed per call): path >= 0 a band's kept path;
+ * not when a test forces the shift or dot path, nor with fewer than
+ * HP_KXK_MIN_CH channels in or out (as Conv nodes); groups keep their
+ * paths (not measured). */
+static int data_kxk_wanted(const struct cg_data *d, int path)
+{
+	const struct hp_conv *cv = &d->cv;
+
+	if (!hp_kxk_flip_eligible(cv) || hp_conv_kxk_mode() < 0)
+		return 0;
+	if (path >= 0)
+		return path == HP_CGD_PATH_KXK;
+	if (hp_conv_kxk_mode() > 0)
+		return 1;
+	if (hp_conv_dot_mode() > 0 || hp_conv_shift_mode() > 0)
+		return 0;
+	return cv->group == 1 && cv->g.kvol > 1 && cv->cin_g >= HP_KXK_MIN_CH && cv->cout_g >= HP_KXK_MIN_CH &&
+	       kxk_ws_fits(d);
+}
+
 /* dX of a Conv: for stride 1 a Conv of dY with W transposed and mirrored
- * over padded slabs, or on the grouped path (conv_grp.c) for groups of up
- * to 32 channels; otherwise ConvTranspose(dY, W) (col2im).  path >= 0
- * (HP_CGD_PATH_*): the path a band of a whole node keeps (the flip
- * path is taken only where its shift kernel is). */
-static void conv_data_plan(struct cg_data *d, int path)
+ * on the KxK path's tiles (data_kxk_wanted), over padded slabs, or on the
+ * grouped path (conv_grp.c) for groups of up to 32 channels; otherwise
+ * ConvTranspose(dY, W) (col2im).  path >= 0 (HP_CGD_PATH_*): the path a
+ * band of a whole node keeps (the flip path is taken only where its shift
+ * kernel is). */
+static void data_plan(struct cg_data *d, int path, int allow_kxk)
 {
 	const struct cgeom *c = &d->c;
-	int64_t pad[3];
-	int ok = path < 0 || path == HP_CGD_PATH_FLIP || path == HP_CGD_PATH_GRP;
+	int64_t pad[3], small[3], crop = 0;
+	int ok = path < 0 || path == HP_CGD_PATH_FLIP || path == HP_CGD_PATH_GRP || path == HP_CGD_PATH_KXK;
 	struct hp_dw dw;
 
+	d->crop_at = 0;
 	if ((d->dw = dw_geom(c, &dw)))
 		return;
 	for (int i = 0; i < 3; i++) {
 		pad[i] = (c->k[i] - 1) * c->d[i] - c->p[i];
-		ok &= c->s[i] == 1 && pad[i] >= 0;
+		d->crop[i] = pad[i] < 0 ? -pad[i] : 0;
+		small[i] = c->small[i] - d->crop[i];
+		crop |= d->crop[i] > 0;
+		ok &= c->s[i] == 1 && small[i] >= 1;
+	}
+	if (ok && allow_kxk) {
+		/* a band's dY rows cut out to the replaced path's tiles start
+		 * above its windows' reach: the KxK path reads them from row
+		 * crop on (pads 0), the same taps */
+		for (int i = 0; i < 3; i++)
+			pad[i] = d->crop[i] ? 0 : pad[i];
+		conv_from(c, 0, c->csmall, c->cbig, small, c->big, pad, &d->cv);
+		d->cv.wflip = 1;
+		if (data_kxk_wanted(d, path)) {
+			d->cv.kxk = 1;
+			d->cv.workspace = hp_kxk_workspace(&d->cv, hp_conv_ws_threads());
+			d->crop_at = crop ? (d->cv.workspace + 63) / 64 * 64 : 0;
+			return;
+		}
+	}
+	memset(d->crop, 0, sizeof d->crop);
+	for (int i = 0; i < 3; i++) {
+		pad[i] = (c->k[i] - 1) * c->d[i] - c->p[i];
+		ok &= pad[i] >= 0;
 	}
 	if (ok) {
 		conv_from(c, 0, c->csmall, c->cbig, c->small, c->big, pad, &d->cv);
@@ -172,13 +237,31 @@ static void conv_data_plan(struct cg_data *d, int path)
 			d->cv.path = HP_CONV_PATH_SHIFT;
 		if (path == HP_CGD_PATH_GRP)
 			d->cv.path = HP_CONV_PATH_GRP;
-		hp_conv_setup(&d->cv);
-		if (d->cv.shift || d->cv.grp)
-			return;
+		if (path != HP_CGD_PATH_KXK) {
+			hp_conv_setup(&d->cv);
+			if (d->cv.shift || d->cv.grp)
+				return;
+		}
 	}
 	d->transpose = 1;
 	conv_from(c, 1, c->csmall, c->cbig, c->big, c->small, c->p, &d->cv);
 	hp_convt_setup(&d->cv);
+}
+
+/* The plan of a node or of a band (path: its attribute hpdlf_path, a
+ * KxK band's with the path it replaces above HP_CGD_PATH_BITS). */
+static void conv_data_plan(struct cg_data *d, int path)
+{
+	data_plan(d, path >= 0 && (path & HP_CGD_PATH_MASK) == HP_CGD_PATH_KXK ? HP_CGD_PATH_KXK : path, 1);
+}
+
+static int data_path(const struct cg_data *d)
+{
+	return d->dw ? HP_CGD_PATH_DW
+		: d->transpose ? HP_CGD_PATH_CONVT
+		: d->cv.grp ? HP_CGD_PATH_GRP
+		: d->cv.kxk ? HP_CGD_PATH_KXK
+			    : HP_CGD_PATH_FLIP;
 }
 
 /* ---- ConvGradData(dY, W) -> dX  (attrs x_shape, group, strides, pads, dilations) */
@@ -219,29 +302,70 @@ static void convt_bands(const struct hp_conv *cv, int dim, struct hp_cgd_bands *
 	b->tiles = (int64_t)t->mode << 40 | t->align;
 }
 
+/* The cuts of a plan other than KxK. */
+static int data_cuts(const struct cg_data *d, int axis, struct hp_cgd_bands *b)
+{
+	int dim = 3 - d->c.nd + axis - 2;
+
+	b->xalign = b->yalign = 1;
+	b->tiles = 0;
+	if (axis < 2 || dim < 0 || dim > 2)
+		return -1;
+	if (d->dw) /* conv_dw.c's dX: each element's additions in dY's row order */
+		return 0;
+	if (d->transpose)
+		convt_bands(&d->cv, dim, b);
+	else
+		b->xalign = b->tiles = hp_conv_band_align(&d->cv, axis);
+	return b->xalign >= 1 && b->yalign >= 1 ? 0 : -1;
+}
+
+/* The KxK path computes every dX element by one chain over (c, kd, kh,
+ * kw) from 0 wherever a band starts (tests/kernels/test_train.c,
+ * test_conv_grad_kxk), so any cut would do; it reports the cuts of the
+ * path it replaces (pinned in its bands' hpdlf_path), so that the band
+ * pass cuts the graph where it did before this path existed, as the
+ * forward's KxK path does (conv.c dot_band_align): with any row allowed,
+ * the training plan of the shipped LeNet at 340000 bytes (its second
+ * Conv's dX on this path) cut into 347 kernels instead of 91.  Those
+ * cuts may take more dY rows than the windows reach: a band then reads
+ * from the first row they do (cg_data.crop). */
 int hp_conv_data_bands(struct hp_graph *g, const struct hp_node *n, const struct hp_shape *x,
 		       const struct hp_shape *dy, const int64_t *pads, int axis, struct hp_cgd_bands *b)
 {
-	struct cg_data d = { 0 };
+	struct cg_data d = { 0 }, o = { 0 };
 	const struct hp_value *w = tk_in(g, n, 1);
-	int dim;
+	int rp;
 
 	if (w->shape.rank != x->rank || cgeom_pads(g, n, &d.c, x, dy, w->shape.dims + 2, pads) < 0)
 		return -1;
 	conv_data_plan(&d, b->path);
-	b->path = d.dw ? HP_CGD_PATH_DW : d.transpose ? HP_CGD_PATH_CONVT : d.cv.grp ? HP_CGD_PATH_GRP : HP_CGD_PATH_FLIP;
-	b->xalign = b->yalign = 1;
-	b->tiles = 0;
-	dim = 3 - d.c.nd + axis - 2;
-	if (axis < 2 || dim < 0 || dim > 2)
+	if (!d.cv.kxk) {
+		b->path = data_path(&d);
+		return data_cuts(&d, axis, b);
+	}
+	rp = b->path >= 0 ? (b->path >> HP_CGD_PATH_BITS) - 1 : -1;
+	o.c = d.c;
+	data_plan(&o, rp, 0);
+	if (rp >= 0 && data_path(&o) != rp)
 		return -1;
-	if (d.dw) /* conv_dw.c's dX: each element's additions in dY's row order */
-		return 0;
-	if (d.transpose)
-		convt_bands(&d.cv, dim, b);
-	else
-		b->xalign = b->tiles = hp_conv_band_align(&d.cv, axis);
-	return b->xalign >= 1 && b->yalign >= 1 ? 0 : -1;
+	b->path = HP_CGD_PATH_KXK | (data_path(&o) + 1) << HP_CGD_PATH_BITS;
+	return data_cuts(&o, axis, b);
+}
+
+/* dY's rows from d->crop on, into dst ([batch * csmall][the cropped volume]). */
+static void data_crop(const struct cg_data *d, const float *dy, float *dst)
+{
+	const struct cgeom *c = &d->c;
+	int64_t n0 = c->small[0] - d->crop[0], n1 = c->small[1] - d->crop[1], n2 = c->small[2] - d->crop[2];
+
+	for (int64_t pl = 0; pl < c->n * c->csmall; pl++)
+		for (int64_t i = 0; i < n0; i++)
+			for (int64_t j = 0; j < n1; j++, dst += n2)
+				memcpy(dst,
+				       dy + ((pl * c->small[0] + d->crop[0] + i) * c->small[1] + d->crop[1] + j) * c->small[2] +
+					       d->crop[2],
+				       (size_t)n2 * sizeof(float));
 }
 
 static int data_run(const struct hp_node *n, const struct hp_kargs *a)
@@ -249,7 +373,11 @@ static int data_run(const struct hp_node *n, const struct hp_kargs *a)
 	const struct cg_data *d = n->priv;
 	struct hp_dw dw;
 
-	if (d->dw && dw_geom(&d->c, &dw))
+	if (d->crop_at) {
+		float *dy = (float *)(void *)((char *)a->ws + d->crop_at);
+		data_crop(d, a->in[0].data, dy);
+		hp_conv_forward(&d->cv, dy, a->in[1].data, NULL, a->out[0].data, a->ws, a->pool);
+	} else if (d->dw && dw_geom(&d->c, &dw))
 		hp_dw_data(&dw, a->in[0].data, a->in[1].data, a->out[0].data, a->pool);
 	else if (d->transpose)
 		hp_convt_forward(&d->cv, a->in[0].data, a->in[1].data, NULL, a->out[0].data, a->ws, a->pool);

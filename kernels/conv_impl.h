@@ -205,7 +205,7 @@ struct hp_conv {
 	int shift;             /* stride-1 Conv over padded slabs (struct hp_shift) */
 	struct hp_shift sh;
 	int blocked;           /* ConvTranspose, kernel == stride, no pad: blocks tile Y */
-	int wflip;             /* shift only: W is [cin][cout_g][k], used transposed and mirrored */
+	int wflip;             /* shift, grouped and kxk: W is [cin][cout_g][k], used transposed and mirrored */
 	size_t workspace;      /* bytes (hp_conv_setup) */
 	struct hp_colgeom g;
 	int64_t ws_cols;       /* column-buffer capacity, in columns of kdim floats */
@@ -318,6 +318,10 @@ int hp_pw_512(void);
  * `threads` workers. */
 int hp_kxk_available(void);
 int hp_kxk_eligible(const struct hp_conv *cv);
+/* A stride-1 Conv with wflip (ConvGradData's, conv_grad.c) the KxK path
+ * can run, over W' packed per call at the front of its workspace: needs
+ * the AVX-512 tiles (hp_kxk_wide_ok). */
+int hp_kxk_flip_eligible(const struct hp_conv *cv);
 size_t hp_kxk_workspace(const struct hp_conv *cv, int threads);
 void hp_kxk_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		    struct hp_pool *pool, const struct hp_epi *epi, const float *addend);

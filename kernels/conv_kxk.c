@@ -55,6 +55,10 @@
 
 /* Below this many flops a node runs on the caller alone (as conv_pw.c). */
 #define KX_PAR_MIN_FLOPS 2e6
+/* Row stride of a micro-tile's W' packed per k chunk (kx_flip_tile512). */
+#define KX_FLIP_LD (KX_KC + 16)
+/* Flipped weights of at least this many floats are packed by all workers. */
+#define KX_FLIP_PAR_MIN (1 << 16)
 
 static int kxk_mode; /* 0 auto, 1 whenever possible, -1 never */
 
@@ -84,6 +88,38 @@ int hp_kxk_eligible(const struct hp_conv *cv)
 {
 	return cv->node && !cv->transpose && !cv->wflip && hp_kxk_available() && cv->g.img_vol < INT_MAX / 2 &&
 	       cv->g.grid_vol < INT_MAX / 2;
+}
+
+/* The stride-1 dX of a Conv as a Conv of dY with W transposed and
+ * mirrored (conv_grad.c), where the AVX-512 tiles run: W is packed per
+ * call, W'[g][m][c][k] = W[g][c][m][kvol - 1 - k], ahead of the workers'
+ * areas; then the same chains as a Conv node's over W'. */
+int hp_kxk_flip_eligible(const struct hp_conv *cv)
+{
+	return cv->wflip && !cv->transpose && hp_kxk_available() && hp_kxk_wide_ok() &&
+	       cv->g.img_vol < INT_MAX / 2 && cv->g.grid_vol < INT_MAX / 2;
+}
+
+static int kx_span(const struct hp_conv *cv);
+static int64_t kx_colspace(const struct hp_conv *cv);
+static int64_t kx_block_cols(const struct hp_conv *cv);
+
+/* Whether W' is packed per (micro-tile, k chunk) as blocks take them,
+ * into the worker's area (kx_flip_tile), rather than whole per call: when
+ * every weight is taken by one column block only (a plane, or the batch's
+ * planes, of at most KX_NB columns), so packing it there costs no more
+ * and W' never goes through memory (3x3-tiny of hpdlf-bench-conv-libs:
+ * 9.4 MB of W' for 75 MFLOP). */
+static int kx_flip_lazy(const struct hp_conv *cv)
+{
+	return cv->wflip && (kx_span(cv) || cv->batch == 1) && kx_colspace(cv) <= kx_block_cols(cv);
+}
+
+/* Floats of the packed W' (a whole number of cache lines), 0 unflipped
+ * or packed per micro-tile. */
+static int64_t kx_flip_floats(const struct hp_conv *cv)
+{
+	return cv->wflip && !kx_flip_lazy(cv) ? (cv->cout * cv->kdim + 15) / 16 * 16 : 0;
 }
 
 /* Whether column blocks span batch items: planes of fewer than
@@ -150,14 +186,14 @@ static int64_t kx_per_thread(const struct hp_conv *cv)
 {
 	int64_t mt = (cv->cout_g + KX_MR - 1) / KX_MR, nb = kx_area_cols(cv);
 
-	return nb / KX_NR * kx_panel_floats(cv) + (kx_span(cv) ? mt * KX_MR * nb : 0);
+	return nb / KX_NR * kx_panel_floats(cv) + (kx_span(cv) ? mt * KX_MR * nb : 0) +
+	       (kx_flip_lazy(cv) ? 2 * KX_MR * KX_FLIP_LD : 0);
 }
 
 size_t hp_kxk_workspace(const struct hp_conv *cv, int threads)
 {
-	return (size_t)threads * (size_t)kx_per_thread(cv) * sizeof(float);
+	return ((size_t)threads * (size_t)kx_per_thread(cv) + (size_t)kx_flip_floats(cv)) * sizeof(float);
 }
-
 
 /* Image coordinates of the first tap of 16 output columns (lanes past the
  * block's end far outside the image) and whether they are one run of a
@@ -191,6 +227,32 @@ static void kx_cols_of(const struct hp_colgeom *g, int64_t j0, int n, int64_t vo
 }
 
 #ifdef KX_X86
+
+/* W' rows of source channels [b, e) of all groups (flat g * cin_g + c):
+ * each source row [cout_g][kvol] is read once, in order, and goes to
+ * cout_g rows of W' at column c * kvol, mirrored. */
+struct kx_flip {
+	const struct hp_conv *cv;
+	const float *w;
+	float *wf;
+};
+
+static void kx_flip_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct kx_flip *f = arg;
+	const struct hp_conv *cv = f->cv;
+	int64_t kv = cv->g.kvol, og = cv->cout_g, ig = cv->cin_g, K = cv->kdim;
+
+	(void)tid;
+	for (int64_t gc = b; gc < e; gc++) {
+		int64_t g = gc / ig, c = gc % ig;
+		const float *src = f->w + gc * og * kv;
+		float *dst = f->wf + g * og * K + c * kv + kv - 1;
+		for (int64_t m = 0; m < og; m++, src += kv, dst += K)
+			for (int64_t k = 0; k < kv; k++)
+				dst[-k] = src[k];
+	}
+}
 
 
 /* Lanes with 0 <= v < lim. */
@@ -407,16 +469,48 @@ static void kx_scatter(const struct kx_run *r, int64_t g, int64_t j0, int64_t nc
 		}
 }
 
+/* dst[r][k - k0] = W'[g][m0 + r][k] for r < mr, k0 <= k < k0 + kc, from
+ * W [cin][cout_g][kvol] (W'[m][c][t] = W[c][m][kvol - 1 - t]): per
+ * channel c the mr rows' taps are one run of W; whole windows of up to 16
+ * taps mirrored in a register where the CPU has AVX-512. */
+__attribute__((target("avx512f"))) static void kx_flip_tile512(const struct hp_conv *cv, const float *w, int64_t g,
+							      int64_t m0, int64_t mr, int64_t k0, int64_t kc,
+							      float *dst)
+{
+	int64_t kv = cv->g.kvol, og = cv->cout_g, ig = cv->cin_g;
+	__m512i rev = _mm512_sub_epi32(_mm512_set1_epi32((int)kv - 1),
+				       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+	__mmask16 mk = (__mmask16)((1u << (kv < 16 ? kv : 16)) - 1);
+
+	/* channels outer, their mr rows' taps one run of W; a window's
+	 * whole-vector store runs over the slots of the next, stored after
+	 * it, or into the row's 16 floats of slack */
+	for (int64_t k = k0; k < k0 + kc;) {
+		int64_t c = k / kv, t0 = k % kv, t1 = min64(kv, t0 + (k0 + kc - k));
+		const float *src = w + ((g * ig + c) * og + m0) * kv;
+		float *o = dst + (k - k0);
+		if (t0 == 0 && t1 == kv && kv <= 16)
+			for (int64_t r = 0; r < mr; r++, src += kv, o += KX_FLIP_LD)
+				_mm512_storeu_ps(o, _mm512_permutexvar_ps(rev, _mm512_maskz_loadu_ps(mk, src)));
+		else
+			for (int64_t r = 0; r < mr; r++, src += kv, o += KX_FLIP_LD)
+				for (int64_t t = t0; t < t1; t++)
+					o[t - t0] = src[kv - 1 - t];
+		k += t1 - t0;
+	}
+}
+
 /* Micro-tiles of rows t0..t1 of one (item, group) over its columns
  * [j0, j0 + nc) (spanning: of one group over columns of the batch),
  * k chunk by k chunk; bp holds the chunk's panels. */
 static void kx_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc, int64_t t0, int64_t t1,
-		     float *bp, float *tmp)
+		     float *bp, float *tmp, float *wt)
 {
 	const struct hp_conv *cv = r->cv;
 	int64_t nb = r->span ? 0 : bg / cv->group, g = r->span ? bg : bg % cv->group, K = cv->kdim, M = cv->cout_g;
 	const float *x = r->x + (nb * cv->cin + g * cv->cin_g) * cv->xvol;
 	const float *w = r->w + g * M * K, *bias = r->b ? r->b + g * M : NULL;
+	int64_t lda = K;
 	int64_t ybase = (nb * cv->cout + g * M) * cv->yvol, np = (nc + KX_NR - 1) / KX_NR;
 	int64_t ldy = r->span ? nc : cv->yvol;
 	struct kx_cols cols[KX_NB / KX_NR];
@@ -435,10 +529,17 @@ static void kx_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc,
 			int64_t m0 = kx_tile_m0(M, r->mt, t), mr = kx_tile_rows(M, r->mt, t);
 			/* a lone panel: two micro-tiles of rows as one AVX-512 tile */
 			dt = wide && np == 1 && t + 1 < t1 ? 2 : 1;
+			const float *wa = w + m0 * K + k0;
+			if (r->wlazy) { /* W' of the micro-tile(s) for this k chunk */
+				int64_t rows = mr + (dt == 2 ? kx_tile_rows(M, r->mt, t + 1) : 0);
+				kx_flip_tile512(cv, r->w, g, m0, rows, k0, kc, wt);
+				wa = wt;
+				lda = KX_FLIP_LD;
+			}
 			if (wide && np == 1) {
 				int64_t off = r->span ? (m0 - kx_tile_m0(M, r->mt, t0)) * nc : ybase + m0 * cv->yvol + j0;
 				mr += dt == 2 ? kx_tile_rows(M, r->mt, t + 1) : 0;
-				hp_kxk_tall_micro((int)mr, kc, (const float *const *)(void *)bp, w + m0 * K + k0, K,
+				hp_kxk_tall_micro((int)mr, kc, (const float *const *)(void *)bp, wa, lda,
 						  (r->span ? tmp : r->y) + off, ldy, cols[0].n, k0 == 0,
 						  bias ? bias + m0 : NULL, fin, fin && r->fin_add ? r->addend + off : NULL);
 			}
@@ -451,11 +552,11 @@ static void kx_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc,
 				if (d == 2)
 					hp_kxk_wide_micro((int)mr, kc, t, 0,
 							  (const float *const *)(void *)(bp + (p + 1) * r->pf), 0,
-							  w + m0 * K + k0, K, (r->span ? tmp : r->y) + off, ldy, k0 == 0,
+							  wa, lda, (r->span ? tmp : r->y) + off, ldy, k0 == 0,
 							  bias ? bias + m0 : NULL, fin,
 							  fin && r->fin_add ? r->addend + off : NULL);
 				else
-					kx_micro((int)mr, kc, w + m0 * K + k0, K, t, (r->span ? tmp : r->y) + off, ldy,
+					kx_micro((int)mr, kc, wa, lda, t, (r->span ? tmp : r->y) + off, ldy,
 						 cols[p].n, k0 == 0, bias ? bias + m0 : NULL, fin,
 						 fin && r->fin_add ? r->addend + off : NULL);
 			}
@@ -481,7 +582,7 @@ static void kx_range(void *arg, int64_t b, int64_t e, int tid)
 		int64_t blk = b / r->mt, t0 = b % r->mt, t1 = min64(r->mt, t0 + (e - b));
 		int64_t bg = blk / r->nblk, j0 = blk % r->nblk * r->nbw, nc = min64(r->nbw, cols - j0);
 		if (!hp_kxk_run_block(r, bg, j0, nc, t0, t1, bp))
-			kx_block(r, bg, j0, nc, t0, t1, bp, tmp);
+			kx_block(r, bg, j0, nc, t0, t1, bp, tmp, bp + r->per_thread - 2 * KX_MR * KX_FLIP_LD);
 		b += t1 - t0;
 	}
 }
@@ -525,7 +626,16 @@ void hp_kxk_forward(const struct hp_conv *cv, const float *x, const float *w, co
 #ifdef KX_X86
 	struct kx_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws, .epi = epi, .addend = addend };
 	int saved, threads = hp_conv_threads_enter(pool, &saved);
-	int64_t cap = (int64_t)(cv->workspace / sizeof(float));
+	int64_t cap = (int64_t)(cv->workspace / sizeof(float)) - kx_flip_floats(cv);
+
+	r.wlazy = kx_flip_lazy(cv);
+	if (cv->wflip && !r.wlazy) { /* W' at the workspace's front: copies, the same on any cut */
+		struct kx_flip f = { .cv = cv, .w = w, .wf = ws };
+		int64_t rows = cv->group * cv->cin_g;
+		hp_conv_parallel(pool, cv->cout * cv->kdim >= KX_FLIP_PAR_MIN ? threads : 1, rows, kx_flip_range, &f);
+		r.w = ws;
+		r.ws = ws + kx_flip_floats(cv);
+	}
 
 	kx_fin_plan(&r);
 	r.span = kx_span(cv);

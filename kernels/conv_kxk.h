@@ -41,6 +41,9 @@ struct kx_run {
 	int64_t pf;              /* floats of one panel's area (kx_panel_floats) */
 	int span;                /* blocks span batch items (kx_span) */
 	int64_t blocks;          /* column blocks of the node (of mt micro-tiles each) */
+	int wlazy;               /* wflip: w is W itself, packed per micro-tile and k
+				  * chunk by kx_block (conv_kxk.c kx_flip_lazy); else
+				  * w is W' (or an unflipped W) read in place */
 };
 
 /* Micro-tiles t0..t1 of one (item, group) over the output columns

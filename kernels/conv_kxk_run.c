@@ -597,7 +597,7 @@ int hp_kxk_run_block(const struct kx_run *r, int64_t bg, int64_t j0, int64_t nc,
 	struct kr_block b = { .r = r, .j0 = j0, .nc = nc, .t0 = t0, .t1 = t1, .M = cv->cout_g, .K = cv->kdim };
 	int64_t nb = bg / cv->group, g = bg % cv->group, nrows = cv->cin_g * cv->g.k[0] * cv->g.k[1];
 
-	if (!kr_node_ok(cv) || r->span || !kr_layout(&b, buf))
+	if (!kr_node_ok(cv) || r->span || r->wlazy || !kr_layout(&b, buf))
 		return 0;
 	b.x = r->x + (nb * cv->cin + g * cv->cin_g) * cv->xvol;
 	b.w = r->w + g * b.M * b.K;

@@ -897,6 +897,195 @@ static void test_conv_grad_grp(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* ConvGradData of a stride-1 Conv on the KxK path's AVX-512 tiles
+ * (conv_kxk.c, W transposed and mirrored, packed per call), replayed
+ * here in scalar float: dX[n][g, m][o] is one chain of fused
+ * multiply-adds from 0 over k = (c, kd, kh, kw) of the flipped window,
+ * taps in dY's padding included (w * 0), with W'[m][c][k] =
+ * W[g, c][m][kvol - 1 - k], packed whole per call or per micro-tile
+ * and k chunk; and a float64 sum beside it.  Row bands of
+ * the first spatial axis with hpdlf_path = HP_CGD_PATH_KXK (4), their
+ * dY rows and pads cut as exec/split_grad.c cuts them, are bitwise the
+ * whole node's rows, also from dY rows beyond their windows' reach. */
+struct kxd {
+	int nsp, n, cx, cy, group;
+	int xs[3], k[3], d[3], p[3]; /* spatial, first nsp used */
+};
+
+static int kxd_out(const struct kxd *c, int q)
+{
+	return c->xs[q] + 2 * c->p[q] - (c->k[q] - 1) * c->d[q];
+}
+
+static void kxd_ref(const struct kxd *c, const float *dy, const float *w, float *dx, double *want)
+{
+	int64_t X[3] = { 1, 1, 1 }, Y[3] = { 1, 1, 1 }, K[3] = { 1, 1, 1 }, Dl[3] = { 1, 1, 1 }, P[3] = { 0, 0, 0 };
+	int cxg = c->cx / c->group, cyg = c->cy / c->group;
+
+	for (int q = 0; q < c->nsp; q++) {
+		int j = 3 - c->nsp + q;
+		X[j] = c->xs[q];
+		Y[j] = kxd_out(c, q);
+		K[j] = c->k[q];
+		Dl[j] = c->d[q];
+		P[j] = (c->k[q] - 1) * c->d[q] - c->p[q]; /* the flipped Conv's pad */
+	}
+	int64_t xv = X[0] * X[1] * X[2], kv = K[0] * K[1] * K[2];
+	for (int n = 0; n < c->n; n++)
+		for (int g = 0; g < c->group; g++)
+			for (int m = 0; m < cxg; m++)
+				for (int64_t o = 0; o < xv; o++) {
+					int64_t od = o / (X[1] * X[2]), oh = o / X[2] % X[1], ow = o % X[2];
+					float acc = 0.0f;
+					double sum = 0;
+					for (int ch = 0; ch < cyg; ch++)
+						for (int64_t t = 0; t < kv; t++) {
+							int64_t td = t / (K[1] * K[2]), th = t / K[2] % K[1], tw = t % K[2];
+							int64_t id = od - P[0] + td * Dl[0], ih = oh - P[1] + th * Dl[1],
+								iw = ow - P[2] + tw * Dl[2];
+							int in = id >= 0 && id < Y[0] && ih >= 0 && ih < Y[1] && iw >= 0 && iw < Y[2];
+							float v = in ? dy[((int64_t)(n * c->cy + g * cyg + ch) * Y[0] + id) * Y[1] * Y[2] +
+									  ih * Y[2] + iw]
+								     : 0.0f;
+							float wt = w[((int64_t)(g * cyg + ch) * cxg + m) * kv + kv - 1 - t];
+							acc = fmaf(wt, v, acc);
+							sum += (double)wt * v;
+						}
+					int64_t e = (int64_t)(n * c->cx + g * cxg + m) * xv + o;
+					dx[e] = acc;
+					want[e] = sum;
+				}
+}
+
+static struct hp_tensor kxd_tensor(int nsp, int a, int b, const int *sp)
+{
+	int64_t d[5] = { a, b, sp[0], nsp > 1 ? sp[1] : 1, nsp > 2 ? sp[2] : 1 };
+
+	return kt_tensor(HP_F32, 2 + nsp, d);
+}
+
+/* ConvGradData of c on dY rows [ya, ya + dyrows) of the first spatial
+ * axis for X rows of x_shape xsh, pads pads, hpdlf_path path (< 0: none). */
+static void kxd_run(const struct kxd *c, const struct hp_tensor *dy, const struct hp_tensor *w, int ya, int dyrows,
+		    const int64_t *xsh, const int64_t *pads, int path, struct hp_tensor *out)
+{
+	int64_t dl[3], one[3] = { 1, 1, 1 }, inner = 1, ys[3];
+	struct hp_tensor band;
+
+	for (int q = 0; q < c->nsp; q++) {
+		dl[q] = c->d[q];
+		ys[q] = kxd_out(c, q);
+		inner *= q ? ys[q] : 1;
+	}
+	ys[0] = dyrows;
+	band = kxd_tensor(c->nsp, c->n, c->cy, (int[]){ (int)ys[0], (int)ys[1], (int)ys[2] });
+	for (int64_t pl = 0; pl < (int64_t)c->n * c->cy; pl++)
+		memcpy((float *)band.data + pl * dyrows * inner,
+		       (const float *)dy->data + (pl * kxd_out(c, 0) + ya) * inner, (size_t)(dyrows * inner) * sizeof(float));
+	struct hp_attr a[6] = { kt_int("group", c->group), kt_ints("strides", c->nsp, one),
+				kt_ints("dilations", c->nsp, dl), kt_ints("pads", 2 * c->nsp, pads),
+				kt_ints("x_shape", 2 + c->nsp, xsh), kt_int("hpdlf_path", path) };
+	struct hp_tensor in[2] = { band, *w };
+	run("ConvGradData", 2, in, path >= 0 ? 6 : 5, a, 1, out);
+	hp_tensor_free(&band);
+}
+
+static void test_conv_grad_kxk(void **state)
+{
+	const struct kxd cases[] = {
+		/* K = 32 * 9 = 288: two k chunks; 20 rows: 4 uneven micro-tiles */
+		{ 2, 2, 20, 32, 1, { 11, 37 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		/* a 5x3 kernel, dilation 2 across, pads below and above the reach */
+		{ 2, 1, 9, 12, 1, { 13, 21 }, { 5, 3 }, { 1, 2 }, { 3, 1 } },
+		/* ResNet's small planes (blocks across batch items, W' packed per
+		 * micro-tile) */
+		{ 2, 4, 16, 24, 1, { 2, 2 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		/* W' packed per micro-tile (one column block per group): windows
+		 * cut by the k chunk (K = 360) */
+		{ 2, 1, 14, 40, 1, { 5, 7 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		/* groups */
+		{ 2, 2, 16, 24, 2, { 7, 18 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		/* 3-D, W' per micro-tile: windows of 27 taps */
+		{ 3, 2, 9, 12, 1, { 2, 3, 3 }, { 3, 3, 3 }, { 1, 1, 1 }, { 1, 1, 1 } },
+		/* 3-D, the U-Net's 3x3x3 */
+		{ 3, 2, 8, 16, 1, { 5, 6, 19 }, { 3, 3, 3 }, { 1, 1, 1 }, { 1, 1, 1 } },
+		{ 3, 1, 12, 10, 1, { 6, 4, 33 }, { 3, 2, 3 }, { 2, 1, 1 }, { 2, 0, 1 } },
+	};
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_kxk_available() || !hp_kxk_wide_ok())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_conv_set_kxk(1);
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		const struct kxd *c = &cases[k];
+		int ys[3] = { 1, 1, 1 }, H = c->xs[0], Ho = kxd_out(c, 0), cut[3] = { 1, H / 2, H - 1 };
+		int64_t xsh[5] = { c->n, c->cx, c->xs[0], c->xs[1], c->xs[2] }, pads[6] = { 0 }, inner = 1;
+		for (int q = 0; q < c->nsp; q++) {
+			ys[q] = kxd_out(c, q);
+			pads[q] = pads[c->nsp + q] = c->p[q];
+			inner *= q ? c->xs[q] : 1;
+		}
+		struct hp_tensor dy = kxd_tensor(c->nsp, c->n, c->cy, ys), out, whole, ref;
+		struct hp_tensor w = kxd_tensor(c->nsp, c->cy, c->cx / c->group, c->k);
+		char what[96];
+		kt_fill_random(&dy, 120 + (unsigned)k, -1, 1);
+		kt_fill_random(&w, 130 + (unsigned)k, -1, 1);
+		ref = kxd_tensor(c->nsp, c->n, c->cx, c->xs);
+		double *want = malloc((size_t)numel(&ref) * sizeof *want);
+		kxd_ref(c, dy.data, w.data, ref.data, want);
+		for (int v = 0; v < 2; v++) {
+			kt_pool = v ? pool : NULL;
+			kxd_run(c, &dy, &w, 0, Ho, xsh, pads, v ? -1 : 4, &out);
+			snprintf(what, sizeof what, "case %zu (%d threads) against its replay", k, v + 1);
+			bitwise(&out, &ref, what);
+			snprintf(what, sizeof what, "case %zu against float64", k);
+			close_to(&out, want, 1e-5, what);
+			hp_tensor_free(&out);
+		}
+		/* row bands [xa, xb) of the first spatial axis, as split_grad.c cuts them */
+		whole = ref;
+		for (int b = 0; b < 3; b++)
+			for (int half = 0; half < 2; half++) {
+				int xa = half ? cut[b] : 0, xb = half ? H : cut[b];
+				int p = c->p[0], kd = (c->k[0] - 1) * c->d[0], ext = b == 1 ? 3 : 0;
+				int ya = xa + p - kd > 0 ? xa + p - kd : 0, yb = xb + p < Ho ? xb + p : Ho;
+				/* dY rows cut out beyond the windows' reach (a replaced
+				 * path's tiles): the leading ones cropped */
+				ya = ya - ext > 0 ? ya - ext : 0;
+				yb = yb + ext < Ho ? yb + ext : Ho;
+				int64_t bx[5], bp[6];
+				if (xa >= xb || ya >= yb)
+					continue;
+				memcpy(bx, xsh, sizeof bx);
+				memcpy(bp, pads, sizeof bp);
+				bx[2] = xb - xa;
+				bp[0] = xa + p - ya;
+				bp[c->nsp] = (yb - ya - 1) + kd + 1 - (xb - xa) - bp[0];
+				bp[c->nsp] = bp[c->nsp] > 0 ? bp[c->nsp] : 0;
+				kt_pool = half ? pool : NULL;
+				kxd_run(c, &dy, &w, ya, yb - ya, bx, bp, 4, &out);
+				for (int64_t pl = 0; pl < (int64_t)c->n * c->cx; pl++)
+					for (int64_t i = 0; i < (xb - xa) * inner; i++) {
+						float got = ((const float *)out.data)[pl * (xb - xa) * inner + i];
+						float exp = ((const float *)whole.data)[(pl * H + xa) * inner + i];
+						if (memcmp(&got, &exp, sizeof got))
+							fail_msg("case %zu band [%d, %d): plane %lld element %lld: %.9g against %.9g",
+								 k, xa, xb, (long long)pl, (long long)i, got, exp);
+					}
+				hp_tensor_free(&out);
+			}
+		kt_pool = NULL;
+		free(want);
+		hp_tensor_free(&ref);
+		hp_tensor_free(&dy);
+		hp_tensor_free(&w);
+	}
+	hp_conv_set_kxk(0);
+	hp_pool_destroy(pool);
+}
+
 /* ---- pooling ------------------------------------------------------------- */
 
 struct pool_ctx {
@@ -1904,6 +2093,7 @@ int main(void)
 		cmocka_unit_test(test_conv_grad),
 		cmocka_unit_test(test_conv_grad_slab),
 		cmocka_unit_test(test_conv_grad_grp),
+		cmocka_unit_test(test_conv_grad_kxk),
 		cmocka_unit_test(test_conv_grad_filter_grp),
 		cmocka_unit_test(test_pool_grad),
 		cmocka_unit_test(test_batchnorm),
