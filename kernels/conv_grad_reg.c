@@ -1,0 +1,278 @@
+/* ConvGradFilter of ungrouped convolutions in 1-3 spatial dims over
+ * AVX-512 register tiles (conv_grad_reg.c): ResNet-18's small planes.
+ *
+ * Why: through im2col ConvGradFilter is one sgemm of cin*kvol x cout
+ * outputs per tile of positions; on small planes (2x2 and 4x4 at a batch
+ * of 4: ResNet-18 at 64x64, stages 3 and 4) the reduction is 4-16
+ * positions long and the output millions of elements, so each sgemm
+ * packs and writes dW^T for a few multiply-adds (14-37 GF/s a thread,
+ * bench_conv_libs.c, pass dW).  Here a tile of 8 output channels x 48
+ * taps of dW stays in 24 registers over the whole reduction, every batch
+ * item and position, and is written once.
+ *
+ * Positions are packed in chunks: the chunk's input taps transposed (a
+ * row of cin*kvol taps per position, zero where the window leaves the
+ * input, rounded up to 16) and dY (8 output channels per position and
+ * channel block).  A tile then runs, per position, 3 loads of taps and 8
+ * broadcasts of dY into 24 fused multiply-adds.
+ *
+ * Every element of dW is ONE chain of fused multiply-adds,
+ *     s = acc (or 0);  s = fma(dy, x, s) over the positions in order,
+ * the order: the units (batch items, or with a batch of one the planes of
+ * the first spatial axis: conv_grad.c's units, hp_filter_unit_axis) from
+ * the last to the first, each unit's positions from the first to the
+ * last.  Between chunks s waits in dW (a float, exactly).  So a band of
+ * units that starts from the sum of the bands after it (input acc) ends
+ * with the whole node's bits, and no thread count or tile split changes
+ * a bit: each element is computed by one thread, in that order. */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/conv_impl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define RF_X86 1
+#define RF_TARGET __attribute__((target("avx2,fma,avx512f")))
+#endif
+
+#define RF_MR 8          /* output channels per tile */
+#define RF_NV 3          /* vectors of 16 taps per tile */
+#define RF_PACK 262144   /* packed taps per chunk at most (1 MiB) */
+#define RF_KMAX 512
+#define RF_KVOL_MAX 512 /* window volume at most */      /* positions per chunk at most: a tile's taps in L2 */
+
+static int rf_mode; /* 0 auto, 1 wherever it can run, -1 never */
+
+void hp_rfilt_set_mode(int mode)
+{
+	rf_mode = mode;
+}
+
+static int rf_avx512(void)
+{
+#ifdef RF_X86
+	static int cached = -1;
+
+	if (cached < 0)
+		cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+	return cached;
+#else
+	return 0;
+#endif
+}
+
+int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
+		  int64_t group, int64_t unit, int threads)
+{
+	int64_t rows = cin * geo->kvol, svol = geo->grid_vol;
+
+	memset(q, 0, sizeof *q);
+	/* a forced shift or grouped mode (tests, benchmarks) asks for the sgemm paths */
+	if (rf_mode < 0 || hp_conv_shift_mode() != 0 || !rf_avx512() || group != 1 || n < 1 || unit < 1 ||
+	    svol % unit || rows < 1 || cout < 1 || geo->kvol > RF_KVOL_MAX)
+		return 0;
+	/* Auto: where the sgemm's reduction is short and the output wide:
+	 * units of at most 1024 positions and at least 32 output channels
+	 * (the packed taps are read once per 8 output channels; with fewer
+	 * channels packing weighs as much as the tile). */
+	if (rf_mode == 0 && (unit > 1024 || cout < 32 || rows < 16))
+		return 0;
+	q->geo = *geo;
+	q->n = n, q->cin = cin, q->cout = cout;
+	q->bvol = geo->img_vol, q->svol = svol, q->rows = rows, q->unit = unit;
+	q->ldt = (rows + 15) / 16 * 16;
+	q->mb = (cout + RF_MR - 1) / RF_MR;
+	int64_t kc = RF_PACK / q->ldt, total = n * svol;
+	kc = kc < RF_KMAX ? kc : RF_KMAX;
+	kc = kc > 16 ? kc : 16;
+	q->kc = kc < total ? kc : total;
+	q->threads = threads > 0 ? threads : 1;
+	return 1;
+}
+
+/* Floats: the packed taps (with a tile's overrun past the last row) and dY. */
+static size_t rf_taps_floats(const struct hp_rfilt *q)
+{
+	return (size_t)(q->kc * q->ldt + RF_NV * 16);
+}
+
+size_t hp_rfilt_workspace(const struct hp_rfilt *q)
+{
+	return (rf_taps_floats(q) + (size_t)(q->mb * q->kc * RF_MR)) * sizeof(float);
+}
+
+/* Position g of the chain: its batch item and position in the item. */
+static void rf_pos(const struct hp_rfilt *q, int64_t g, int64_t *item, int64_t *pos)
+{
+	int64_t upi = q->svol / q->unit, u = q->n * upi - 1 - g / q->unit;
+
+	*item = u / upi;
+	*pos = u % upi * q->unit + g % q->unit;
+}
+
+struct rf_run {
+	const struct hp_rfilt *q;
+	const float *dy, *x, *acc;
+	float *dw, *taps, *dyp;
+	int64_t g0, kn;  /* the chunk: chain positions [g0, g0 + kn) */
+	int first;       /* the first chunk: tiles start from acc or 0 */
+};
+
+/* Chunk positions [b, e): their taps rows and dY. */
+static void rf_pack(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct rf_run *r = arg;
+	const struct hp_rfilt *q = r->q;
+	const struct hp_colgeom *g = &q->geo;
+	int64_t kh = g->k[1], kw = g->k[2];
+
+	(void)tid;
+	for (int64_t k = b; k < e; k++) {
+		int64_t item, pos;
+		rf_pos(q, r->g0 + k, &item, &pos);
+		int64_t o2 = pos % g->grid[2], o1 = pos / g->grid[2] % g->grid[1], o0 = pos / (g->grid[1] * g->grid[2]);
+		int64_t i0 = o0 * g->stride[0] - g->pad[0], i1 = o1 * g->stride[1] - g->pad[1];
+		int64_t i2 = o2 * g->stride[2] - g->pad[2];
+		float *dst = r->taps + k * q->ldt;
+		const float *xi = r->x + item * q->cin * q->bvol;
+		int64_t off[RF_KVOL_MAX], t = 0; /* the window's offsets in a plane, -1 outside */
+		for (int64_t a0 = 0; a0 < g->k[0]; a0++) {
+			int64_t z = i0 + a0 * g->dil[0];
+			int zin = z >= 0 && z < g->img[0];
+			for (int64_t a1 = 0; a1 < kh; a1++) {
+				int64_t y = i1 + a1 * g->dil[1];
+				int yin = zin && y >= 0 && y < g->img[1];
+				for (int64_t a2 = 0; a2 < kw; a2++, t++) {
+					int64_t xx = i2 + a2 * g->dil[2];
+					off[t] = yin && xx >= 0 && xx < g->img[2] ? (z * g->img[1] + y) * g->img[2] + xx : -1;
+				}
+			}
+		}
+		for (int64_t c = 0; c < q->cin; c++, dst += t) {
+			const float *xc = xi + c * q->bvol;
+			for (int64_t j = 0; j < t; j++)
+				dst[j] = off[j] >= 0 ? xc[off[j]] : 0.0f;
+		}
+		for (int64_t t = q->rows; t < q->ldt; t++)
+			*dst++ = 0.0f;
+	}
+	/* dY in runs of positions of one unit (consecutive in dY's rows) */
+	for (int64_t k0 = b; k0 < e;) {
+		int64_t item, pos, g = r->g0 + k0, run = q->unit - g % q->unit;
+		run = run < e - k0 ? run : e - k0;
+		rf_pos(q, g, &item, &pos);
+		const float *dyi = r->dy + item * q->cout * q->svol + pos;
+		for (int64_t m = 0; m < q->mb * RF_MR; m++) {
+			float *d = r->dyp + (m / RF_MR * q->kc + k0) * RF_MR + m % RF_MR;
+			const float *s = dyi + m * q->svol;
+			for (int64_t j = 0; j < run; j++)
+				d[j * RF_MR] = m < q->cout ? s[j] : 0.0f;
+		}
+		k0 += run;
+	}
+}
+
+#ifdef RF_X86
+/* One tile: dW rows [0, mr) at dst (row stride ld), nv vectors of taps
+ * (the last one masked by last), from src (the same layout: acc or dW)
+ * or 0, over kn positions of taps (row stride ldt) and dyp ([kn][8]). */
+static inline __attribute__((always_inline)) RF_TARGET void rf_tile(const int nv, const float *taps, int64_t ldt,
+								 const float *dyp, int64_t kn, const float *src,
+								 float *dst, int64_t ld, int mr, __mmask16 last)
+{
+	__m512 a[RF_MR][RF_NV];
+
+	for (int i = 0; i < RF_MR; i++)
+		for (int v = 0; v < nv; v++)
+			a[i][v] = src && i < mr ? _mm512_maskz_loadu_ps(v == nv - 1 ? last : 0xffff, src + i * ld + v * 16)
+						: _mm512_setzero_ps();
+	for (int64_t k = 0; k < kn; k++) {
+		__m512 c[RF_NV];
+		for (int v = 0; v < nv; v++)
+			c[v] = _mm512_loadu_ps(taps + k * ldt + v * 16);
+		for (int i = 0; i < RF_MR; i++) {
+			__m512 d = _mm512_set1_ps(dyp[k * RF_MR + i]);
+			for (int v = 0; v < nv; v++)
+				a[i][v] = _mm512_fmadd_ps(d, c[v], a[i][v]);
+		}
+	}
+	for (int i = 0; i < mr; i++)
+		for (int v = 0; v < nv; v++)
+			_mm512_mask_storeu_ps(dst + i * ld + v * 16, v == nv - 1 ? last : 0xffff, a[i][v]);
+}
+
+static RF_TARGET void rf_tile3(const float *taps, int64_t ldt, const float *dyp, int64_t kn, const float *src, float *dst,
+			       int64_t ld, int mr, __mmask16 last)
+{
+	rf_tile(3, taps, ldt, dyp, kn, src, dst, ld, mr, last);
+}
+
+static RF_TARGET void rf_tile2(const float *taps, int64_t ldt, const float *dyp, int64_t kn, const float *src, float *dst,
+			       int64_t ld, int mr, __mmask16 last)
+{
+	rf_tile(2, taps, ldt, dyp, kn, src, dst, ld, mr, last);
+}
+
+static RF_TARGET void rf_tile1(const float *taps, int64_t ldt, const float *dyp, int64_t kn, const float *src, float *dst,
+			       int64_t ld, int mr, __mmask16 last)
+{
+	rf_tile(1, taps, ldt, dyp, kn, src, dst, ld, mr, last);
+}
+#endif
+
+/* Tiles [b, e) of the chunk: tap blocks of 48 outside, channel blocks of
+ * 8 inside (a block's taps stay in cache across the channels). */
+static void rf_tiles(void *arg, int64_t b, int64_t e, int tid)
+{
+#ifdef RF_X86
+	const struct rf_run *r = arg;
+	const struct hp_rfilt *q = r->q;
+	int64_t tw = RF_NV * 16;
+
+	(void)tid;
+	for (int64_t t = b; t < e; t++) {
+		int64_t t0 = t / q->mb * tw, m0 = t % q->mb * RF_MR, taps = q->rows - t0 < tw ? q->rows - t0 : tw;
+		int nv = (int)((taps + 15) / 16), mr = (int)(q->cout - m0 < RF_MR ? q->cout - m0 : RF_MR);
+		int64_t lastn = taps - (int64_t)(nv - 1) * 16;
+		__mmask16 last = (__mmask16)(lastn >= 16 ? 0xffff : (1u << lastn) - 1);
+		const float *src = r->first ? (r->acc ? r->acc + m0 * q->rows + t0 : NULL) : r->dw + m0 * q->rows + t0;
+		const float *tp = r->taps + t0, *dp = r->dyp + m0 / RF_MR * q->kc * RF_MR;
+		float *dst = r->dw + m0 * q->rows + t0;
+		if (nv == 3)
+			rf_tile3(tp, q->ldt, dp, r->kn, src, dst, q->rows, mr, last);
+		else if (nv == 2)
+			rf_tile2(tp, q->ldt, dp, r->kn, src, dst, q->rows, mr, last);
+		else
+			rf_tile1(tp, q->ldt, dp, r->kn, src, dst, q->rows, mr, last);
+	}
+#else
+	(void)arg, (void)b, (void)e, (void)tid;
+#endif
+}
+
+void hp_rfilt_run(const struct hp_rfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
+		  struct hp_pool *pool)
+{
+	struct rf_run r = { .q = q, .dy = dy, .x = x, .acc = acc, .dw = dw, .taps = ws, .dyp = ws + rf_taps_floats(q) };
+	int64_t total = q->n * q->svol, ntiles = (q->rows + RF_NV * 16 - 1) / (RF_NV * 16) * q->mb;
+	int saved, threads = hp_conv_threads_enter(pool, &saved);
+
+	threads = threads < q->threads ? threads : q->threads;
+	/* the overrun of the last tap rows' tiles: finite values, never stored */
+	memset(r.taps + q->kc * q->ldt, 0, RF_NV * 16 * sizeof(float));
+	if (total == 0) {
+		if (acc)
+			memcpy(dw, acc, (size_t)(q->cout * q->rows) * sizeof *dw);
+		else
+			memset(dw, 0, (size_t)(q->cout * q->rows) * sizeof *dw);
+	}
+	for (int64_t g0 = 0; g0 < total; g0 += q->kc) {
+		r.g0 = g0;
+		r.kn = total - g0 < q->kc ? total - g0 : q->kc;
+		r.first = g0 == 0;
+		hp_conv_parallel(pool, threads, r.kn, rf_pack, &r);
+		hp_conv_parallel(pool, threads, ntiles, rf_tiles, &r);
+	}
+	hp_conv_threads_leave(saved);
+}
