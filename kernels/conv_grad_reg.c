@@ -42,7 +42,7 @@
 #define RF_KMAX 512
 #define RF_KVOL_MAX 512 /* window volume at most */      /* positions per chunk at most: a tile's taps in L2 */
 
-static int rf_mode; /* 0 auto, 1 wherever it can run, -1 never */
+static int rf_mode; /* 0 auto, >= 1 wherever it can run, -1 never */
 
 void hp_rfilt_set_mode(int mode)
 {
@@ -86,6 +86,7 @@ int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, i
 	int64_t kc = RF_PACK / q->ldt, total = n * svol;
 	kc = kc < RF_KMAX ? kc : RF_KMAX;
 	kc = kc > 16 ? kc : 16;
+	kc = rf_mode > 1 ? rf_mode : kc; /* tests: chunks of rf_mode positions */
 	q->kc = kc < total ? kc : total;
 	q->threads = threads > 0 ? threads : 1;
 	return 1;

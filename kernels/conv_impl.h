@@ -466,8 +466,9 @@ struct hp_rfilt {
 int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
 		  int64_t group, int64_t unit, int threads);
 size_t hp_rfilt_workspace(const struct hp_rfilt *q);
-/* Tests and benchmarks only: 0 auto, 1 wherever it can run, -1 never;
- * read when a ConvGradFilter is prepared. */
+/* Tests and benchmarks only: 0 auto, 1 wherever it can run, -1 never,
+ * k > 1 wherever it can run in chunks of k positions; read when a
+ * ConvGradFilter is prepared. */
 void hp_rfilt_set_mode(int mode);
 void hp_rfilt_run(const struct hp_rfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		  struct hp_pool *pool);
