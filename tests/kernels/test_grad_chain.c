@@ -535,6 +535,10 @@ static void test_filter_reg(void **state)
 	rf_case(2, 4, 32, 16, I{ 2, 2 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
 	rf_case(2, 4, 16, 24, I{ 8, 8 }, I{ 1, 1 }, I{ 2, 2 }, I{ 1, 1 }, I{ 0, 0 }, I{ 0, 0 });
 	rf_case(1, 3, 7, 9, I{ 13 }, I{ 3 }, I{ 2 }, I{ 1 }, I{ 1 }, I{ 2 });
+	/* windows of 16 taps and more: packed through im2col and transposes,
+	 * runs of 16 positions and a tail (the stem's 7x7 of stride 2) */
+	rf_case(2, 2, 3, 17, I{ 15, 14 }, I{ 7, 7 }, I{ 2, 2 }, I{ 1, 1 }, I{ 3, 3 }, I{ 3, 2 });
+	rf_case(2, 2, 5, 9, I{ 9, 11 }, I{ 4, 5 }, I{ 1, 1 }, I{ 1, 1 }, I{ 2, 1 }, I{ 1, 2 });
 	rf_case(3, 2, 5, 10, I{ 4, 5, 6 }, I{ 3, 3, 2 }, I{ 1, 2, 1 }, I{ 1, 1, 2 }, I{ 1, 1, 0 }, I{ 1, 0, 1 });
 }
 
