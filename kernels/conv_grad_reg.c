@@ -222,6 +222,63 @@ static void rf_row(const struct hp_rfilt *q, const float *xi, int64_t pos, const
 	rf_gather(q, xi, off, cols, dst);
 }
 
+#ifdef RF_X86
+/* Blocks of 16 positions from rows: stride 1 along rows at least 8 long. */
+static int rf_rows(const struct hp_rfilt *q)
+{
+	return q->geo.stride[2] == 1 && q->geo.grid[2] >= 8 && q->geo.k[2] <= 16;
+}
+
+/* Stride 1 along rows: the taps of 16 positions from pos (one item's, at
+ * xi) as tmp [ldt][16], each tap's row segments in masked loads (lanes
+ * outside the input read nothing and stay 0). */
+static RF_TARGET void rf_block16(const struct hp_rfilt *q, const float *xi, int64_t pos, float *tmp)
+{
+	const struct hp_colgeom *g = &q->geo;
+	int64_t ow = g->grid[2], nseg = 0, iw = g->img[2], kw = g->k[2], d2 = g->dil[2];
+	/* per row segment: its lanes [l0, l1), the window's first input row
+	 * (z, y) and column shift (lane l reads column sh + l) */
+	int64_t l0[17], l1[17], zb[17], yb[17], sh[17];
+
+	for (int64_t l = 0; l < 16; nseg++) {
+		int64_t p = pos + l, ox = p % ow, len = ow - ox < 16 - l ? ow - ox : 16 - l, r = p / ow;
+		l0[nseg] = l, l1[nseg] = l + len;
+		zb[nseg] = r / g->grid[1] * g->stride[0] - g->pad[0];
+		yb[nseg] = r % g->grid[1] * g->stride[1] - g->pad[1];
+		sh[nseg] = ox - l - g->pad[2];
+		l += len;
+	}
+	for (int64_t c = 0, t = 0; c < q->cin; c++)
+		for (int64_t a0 = 0; a0 < g->k[0]; a0++)
+			for (int64_t a1 = 0; a1 < g->k[1]; a1++) {
+				__m512 v[16];
+				for (int64_t a2 = 0; a2 < kw; a2++)
+					v[a2] = _mm512_setzero_ps();
+				for (int64_t sg = 0; sg < nseg; sg++) {
+					int64_t z = zb[sg] + a0 * g->dil[0], y = yb[sg] + a1 * g->dil[1];
+					if (z < 0 || z >= g->img[0] || y < 0 || y >= g->img[1])
+						continue;
+					const float *row = xi + c * q->bvol + (z * g->img[1] + y) * iw;
+					for (int64_t a2 = 0; a2 < kw; a2++) {
+						int64_t s2 = sh[sg] + a2 * d2, lo = l0[sg] > -s2 ? l0[sg] : -s2;
+						int64_t hi = l1[sg] < iw - s2 ? l1[sg] : iw - s2;
+						if (hi <= lo)
+							continue;
+						__mmask16 m = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+						v[a2] = _mm512_mask_loadu_ps(v[a2], m, (const float *)((uintptr_t)row + (uintptr_t)(s2 * 4)));
+					}
+				}
+				for (int64_t a2 = 0; a2 < kw; a2++, t++)
+					_mm512_storeu_ps(tmp + t * 16, v[a2]);
+			}
+}
+#else
+static void rf_block16(const struct hp_rfilt *q, const float *xi, int64_t pos, float *tmp)
+{
+	(void)q, (void)xi, (void)pos, (void)tmp;
+}
+#endif
+
 /* Chunk positions [b, e): their taps rows and dY. */
 static void rf_pack(void *arg, int64_t b, int64_t e, int tid)
 {
@@ -239,9 +296,12 @@ static void rf_pack(void *arg, int64_t b, int64_t e, int tid)
 		 * in registers (the same values as rf_row's; below 16 taps its
 		 * offsets' permute beats im2col on small planes: 3x3 at 16x16,
 		 * 64 channels: 133 GF/s against 118; 7x7: 80 against 99) */
-		for (; g->kvol >= 16 && k + 16 <= k0 + run; k += 16) {
+		for (; (g->kvol >= 16 || rf_rows(q)) && k + 16 <= k0 + run; k += 16) {
 			float *tmp = r->tmp + (size_t)tid * (size_t)(q->ldt * 16);
-			hp_im2col(g, q->cin, xi, pos + (k - k0), pos + (k - k0) + 16, tmp);
+			if (rf_rows(q))
+				rf_block16(q, xi, pos + (k - k0), tmp);
+			else
+				hp_im2col(g, q->cin, xi, pos + (k - k0), pos + (k - k0) + 16, tmp);
 			for (int64_t t = 0; t < q->ldt; t += 16)
 				rf_tr16(tmp + t * 16, r->taps + k * q->ldt + t, q->ldt);
 		}
