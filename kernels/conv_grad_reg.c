@@ -84,25 +84,29 @@ int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, i
 	q->bvol = geo->img_vol, q->svol = svol, q->rows = rows, q->unit = unit;
 	q->ldt = (rows + 15) / 16 * 16;
 	q->mb = (cout + RF_MR - 1) / RF_MR;
-	int64_t kc = RF_PACK / q->ldt, total = n * svol;
+	/* workers own blocks of 48 taps (every output channel of them): each
+	 * packs its taps and all of dY, so the run needs no barrier */
+	int64_t ntb = (q->ldt + RF_NV * 16 - 1) / (RF_NV * 16), w = threads > 0 ? threads : 1;
+	q->workers = (int)(w < ntb ? w : ntb);
+	q->tw = (ntb + q->workers - 1) / q->workers * RF_NV * 16;
+	q->tw = q->tw < q->ldt ? q->tw : q->ldt;
+	int64_t kc = RF_PACK / q->tw, total = n * svol;
 	kc = kc < RF_KMAX ? kc : RF_KMAX;
 	kc = kc > 16 ? kc : 16;
 	kc = rf_mode > 1 ? rf_mode : kc; /* tests: chunks of rf_mode positions */
 	q->kc = kc < total ? kc : total;
-	q->threads = threads > 0 ? threads : 1;
 	return 1;
 }
 
-/* Floats: the packed taps (with a tile's overrun past the last row) and dY. */
-static size_t rf_taps_floats(const struct hp_rfilt *q)
+/* Floats of a worker's buffers: packed taps, dY, 16 positions' taps rows. */
+static size_t rf_worker_floats(const struct hp_rfilt *q)
 {
-	return (size_t)(q->kc * q->ldt + RF_NV * 16);
+	return (size_t)(q->kc * q->tw) + (size_t)(q->mb * q->kc * RF_MR) + (size_t)((q->ldt + 16) * 16);
 }
 
 size_t hp_rfilt_workspace(const struct hp_rfilt *q)
 {
-	return (rf_taps_floats(q) + (size_t)(q->mb * q->kc * RF_MR) + (size_t)(2 * q->ldt) +
-		(size_t)q->threads * (size_t)(q->ldt * 16)) * sizeof(float);
+	return ((size_t)(2 * q->ldt) + (size_t)q->workers * rf_worker_floats(q)) * sizeof(float);
 }
 
 /* Position g of the chain: its batch item and position in the item. */
@@ -117,11 +121,17 @@ static void rf_pos(const struct hp_rfilt *q, int64_t g, int64_t *item, int64_t *
 struct rf_run {
 	const struct hp_rfilt *q;
 	const float *dy, *x, *acc;
-	float *dw, *taps, *dyp;
+	float *dw, *ws;
 	int32_t *cols;   /* per packed tap: its channel's offset, its window tap */
-	float *tmp;      /* per worker: im2col rows of 16 positions */
-	int64_t g0, kn;  /* the chunk: chain positions [g0, g0 + kn) */
-	int first;       /* the first chunk: tiles start from acc or 0 */
+	int shares;      /* the run's workers: blocks of taps in as many shares */
+	int64_t tw, kc;  /* a share's packed taps, positions per chunk */
+};
+
+/* A worker's chunk: chain positions [g0, g0 + kn), taps [t0, t1) packed
+ * at taps (row stride tw), dY at dyp, 16 positions' taps rows at tmp. */
+struct rf_chunk {
+	int64_t g0, kn, t0, t1;
+	float *taps, *dyp, *tmp;
 };
 
 /* The taps tables: tap t of a packed row is X's channel t / kvol at its
@@ -138,11 +148,12 @@ static void rf_cols(const struct hp_rfilt *q, int32_t *cols)
 /* A packed row: X's values at the window's offsets off of each tap,
  * gathered 16 taps at a time, 0 outside. */
 static RF_TARGET void rf_gather(const struct hp_rfilt *q, const float *xi, const int32_t *off, const int32_t *cols,
-				float *dst)
+				int64_t t0, int64_t t1, float *dst)
 {
 	__m512i offv = _mm512_loadu_si512(off), zero = _mm512_setzero_si512();
 
-	for (int64_t t = 0; t < q->ldt; t += 16) {
+	dst -= t0;
+	for (int64_t t = t0; t < t1; t += 16) {
 		__m512i kv = _mm512_loadu_si512(cols + q->ldt + t);
 		__m512i o = q->geo.kvol < 16 ? _mm512_permutexvar_epi32(kv, offv) : _mm512_i32gather_epi32(kv, off, 4);
 		__mmask16 m = _mm512_cmpge_epi32_mask(o, zero);
@@ -188,14 +199,16 @@ static void rf_tr16(const float *src, float *dst, int64_t ldd)
 	(void)src, (void)dst, (void)ldd;
 }
 
-static void rf_gather(const struct hp_rfilt *q, const float *xi, const int32_t *off, const int32_t *cols, float *dst)
+static void rf_gather(const struct hp_rfilt *q, const float *xi, const int32_t *off, const int32_t *cols, int64_t t0,
+		      int64_t t1, float *dst)
 {
-	(void)q, (void)xi, (void)off, (void)cols, (void)dst;
+	(void)q, (void)xi, (void)off, (void)cols, (void)t0, (void)t1, (void)dst;
 }
 #endif
 
-/* The packed row of position pos of the item at xi. */
-static void rf_row(const struct hp_rfilt *q, const float *xi, int64_t pos, const int32_t *cols, float *dst)
+/* Taps [t0, t1) of the packed row of position pos of the item at xi. */
+static void rf_row(const struct hp_rfilt *q, const float *xi, int64_t pos, const int32_t *cols, int64_t t0, int64_t t1,
+		   float *dst)
 {
 	const struct hp_colgeom *g = &q->geo;
 	int64_t kh = g->k[1], kw = g->k[2];
@@ -219,7 +232,7 @@ static void rf_row(const struct hp_rfilt *q, const float *xi, int64_t pos, const
 	}
 	for (; t < g->kvol + 16; t++)
 		off[t] = -1; /* the padding taps' (rf_cols: tap kvol) */
-	rf_gather(q, xi, off, cols, dst);
+	rf_gather(q, xi, off, cols, t0, t1, dst);
 }
 
 #ifdef RF_X86
@@ -229,10 +242,11 @@ static int rf_rows(const struct hp_rfilt *q)
 	return q->geo.stride[2] == 1 && q->geo.grid[2] >= 8 && q->geo.k[2] <= 16;
 }
 
-/* Stride 1 along rows: the taps of 16 positions from pos (one item's, at
- * xi) as tmp [ldt][16], each tap's row segments in masked loads (lanes
+/* Stride 1 along rows: the taps of channels [c0, c1) of 16 positions from
+ * pos (one item's, at xi) as tmp [tap][16], each tap's row segments in masked loads (lanes
  * outside the input read nothing and stay 0). */
-static RF_TARGET void rf_block16(const struct hp_rfilt *q, const float *xi, int64_t pos, float *tmp)
+static RF_TARGET void rf_block16(const struct hp_rfilt *q, const float *xi, int64_t pos, int64_t c0, int64_t c1,
+				 float *tmp)
 {
 	const struct hp_colgeom *g = &q->geo;
 	int64_t ow = g->grid[2], nseg = 0, iw = g->img[2], kw = g->k[2], d2 = g->dil[2];
@@ -248,7 +262,7 @@ static RF_TARGET void rf_block16(const struct hp_rfilt *q, const float *xi, int6
 		sh[nseg] = ox - l - g->pad[2];
 		l += len;
 	}
-	for (int64_t c = 0, t = 0; c < q->cin; c++)
+	for (int64_t c = c0, t = c0 * g->kvol; c < c1; c++)
 		for (int64_t a0 = 0; a0 < g->k[0]; a0++)
 			for (int64_t a1 = 0; a1 < g->k[1]; a1++) {
 				__m512 v[16];
@@ -273,53 +287,49 @@ static RF_TARGET void rf_block16(const struct hp_rfilt *q, const float *xi, int6
 			}
 }
 #else
-static void rf_block16(const struct hp_rfilt *q, const float *xi, int64_t pos, float *tmp)
+static void rf_block16(const struct hp_rfilt *q, const float *xi, int64_t pos, int64_t c0, int64_t c1, float *tmp)
 {
-	(void)q, (void)xi, (void)pos, (void)tmp;
+	(void)q, (void)xi, (void)pos, (void)c0, (void)c1, (void)tmp;
 }
 #endif
 
-/* Chunk positions [b, e): their taps rows and dY. */
-static void rf_pack(void *arg, int64_t b, int64_t e, int tid)
+/* The chunk's taps [t0, t1) and dY (every output channel). */
+static void rf_pack(const struct rf_run *r, const struct rf_chunk *ch)
 {
-	const struct rf_run *r = arg;
 	const struct hp_rfilt *q = r->q;
 	const struct hp_colgeom *g = &q->geo;
+	int64_t c0 = ch->t0 / g->kvol, c1 = (ch->t1 + g->kvol - 1) / g->kvol;
 
-	for (int64_t k0 = b; k0 < e;) {
-		int64_t item, pos, g0 = r->g0 + k0, run = q->unit - g0 % q->unit;
-		run = run < e - k0 ? run : e - k0;
-		rf_pos(q, g0, &item, &pos);
+	c1 = c1 < q->cin ? c1 : q->cin;
+	for (int64_t k0 = 0; k0 < ch->kn;) {
+		int64_t item, pos, gq = ch->g0 + k0, run = q->unit - gq % q->unit;
+		run = run < ch->kn - k0 ? run : ch->kn - k0;
+		rf_pos(q, gq, &item, &pos);
 		const float *xi = r->x + item * q->cin * q->bvol;
 		int64_t k = k0;
-		/* wide windows, 16 positions at a time: im2col's rows, transposed
-		 * in registers (the same values as rf_row's; below 16 taps its
-		 * offsets' permute beats im2col on small planes: 3x3 at 16x16,
-		 * 64 channels: 133 GF/s against 118; 7x7: 80 against 99) */
+		/* 16 positions at a time: stride-1 rows in masked loads, or wide
+		 * windows through im2col, then transposed in registers (the same
+		 * values as rf_row's; below 16 taps its offsets' permute beats
+		 * im2col on small planes: 3x3 at 16x16, 64 channels: 133 GF/s
+		 * against 118; 7x7: 80 against 99) */
 		for (; (g->kvol >= 16 || rf_rows(q)) && k + 16 <= k0 + run; k += 16) {
-			float *tmp = r->tmp + (size_t)tid * (size_t)(q->ldt * 16);
+			int64_t p = pos + (k - k0);
 			if (rf_rows(q))
-				rf_block16(q, xi, pos + (k - k0), tmp);
+				rf_block16(q, xi, p, c0, c1, ch->tmp);
 			else
-				hp_im2col(g, q->cin, xi, pos + (k - k0), pos + (k - k0) + 16, tmp);
-			for (int64_t t = 0; t < q->ldt; t += 16)
-				rf_tr16(tmp + t * 16, r->taps + k * q->ldt + t, q->ldt);
+				hp_im2col(g, c1 - c0, xi + c0 * q->bvol, p, p + 16, ch->tmp + c0 * g->kvol * 16);
+			for (int64_t t = ch->t0; t < ch->t1; t += 16)
+				rf_tr16(ch->tmp + t * 16, ch->taps + k * r->tw + (t - ch->t0), r->tw);
 		}
 		for (; k < k0 + run; k++)
-			rf_row(q, xi, pos + (k - k0), r->cols, r->taps + k * q->ldt);
-		k0 += run;
-	}
-	/* dY in runs of positions of one unit (consecutive in dY's rows) */
-	for (int64_t k0 = b; k0 < e;) {
-		int64_t item, pos, gq = r->g0 + k0, run = q->unit - gq % q->unit;
-		run = run < e - k0 ? run : e - k0;
-		rf_pos(q, gq, &item, &pos);
+			rf_row(q, xi, pos + (k - k0), r->cols, ch->t0, ch->t1, ch->taps + k * r->tw);
+		/* dY in runs of positions of one unit (consecutive in dY's rows) */
 		const float *dyi = r->dy + item * q->cout * q->svol + pos;
 		for (int64_t m = 0; m < q->mb * RF_MR; m++) {
-			float *d = r->dyp + (m / RF_MR * q->kc + k0) * RF_MR + m % RF_MR;
-			const float *s = dyi + m * q->svol;
+			float *d = ch->dyp + (m / RF_MR * r->kc + k0) * RF_MR + m % RF_MR;
+			const float *sm = dyi + m * q->svol;
 			for (int64_t j = 0; j < run; j++)
-				d[j * RF_MR] = m < q->cout ? s[j] : 0.0f;
+				d[j * RF_MR] = m < q->cout ? sm[j] : 0.0f;
 		}
 		k0 += run;
 	}
@@ -373,64 +383,83 @@ static RF_TARGET void rf_tile1(const float *taps, int64_t ldt, const float *dyp,
 }
 #endif
 
-/* Tiles [b, e) of the chunk: tap blocks of 48 outside, channel blocks of
- * 8 inside (a block's taps stay in cache across the channels). */
-static void rf_tiles(void *arg, int64_t b, int64_t e, int tid)
+/* The chunk's tiles: taps [t0, t1) in blocks of 48 outside, channel
+ * blocks of 8 inside (a block's taps stay in cache across the channels). */
+static void rf_tiles(const struct rf_run *r, const struct rf_chunk *ch)
 {
 #ifdef RF_X86
-	const struct rf_run *r = arg;
 	const struct hp_rfilt *q = r->q;
 	int64_t tw = RF_NV * 16;
 
-	(void)tid;
-	for (int64_t t = b; t < e; t++) {
-		int64_t t0 = t / q->mb * tw, m0 = t % q->mb * RF_MR, taps = q->rows - t0 < tw ? q->rows - t0 : tw;
-		int nv = (int)((taps + 15) / 16), mr = (int)(q->cout - m0 < RF_MR ? q->cout - m0 : RF_MR);
-		int64_t lastn = taps - (int64_t)(nv - 1) * 16;
-		__mmask16 last = (__mmask16)(lastn >= 16 ? 0xffff : (1u << lastn) - 1);
-		const float *src = r->first ? (r->acc ? r->acc + m0 * q->rows + t0 : NULL) : r->dw + m0 * q->rows + t0;
-		const float *tp = r->taps + t0, *dp = r->dyp + m0 / RF_MR * q->kc * RF_MR;
-		float *dst = r->dw + m0 * q->rows + t0;
-		if (nv == 3)
-			rf_tile3(tp, q->ldt, dp, r->kn, src, dst, q->rows, mr, last);
-		else if (nv == 2)
-			rf_tile2(tp, q->ldt, dp, r->kn, src, dst, q->rows, mr, last);
-		else
-			rf_tile1(tp, q->ldt, dp, r->kn, src, dst, q->rows, mr, last);
-	}
+	for (int64_t t0 = ch->t0; t0 < ch->t1; t0 += tw)
+		for (int64_t m0 = 0; m0 < q->cout; m0 += RF_MR) {
+			int64_t taps = q->rows - t0 < tw ? q->rows - t0 : tw;
+			int nv = (int)((taps + 15) / 16), mr = (int)(q->cout - m0 < RF_MR ? q->cout - m0 : RF_MR);
+			int64_t lastn = taps - (int64_t)(nv - 1) * 16;
+			__mmask16 last = (__mmask16)(lastn >= 16 ? 0xffff : (1u << lastn) - 1);
+			const float *src = ch->g0 == 0 ? (r->acc ? r->acc + m0 * q->rows + t0 : NULL)
+						       : r->dw + m0 * q->rows + t0;
+			const float *tp = ch->taps + (t0 - ch->t0), *dp = ch->dyp + m0 / RF_MR * r->kc * RF_MR;
+			float *dst = r->dw + m0 * q->rows + t0;
+			if (nv == 3)
+				rf_tile3(tp, r->tw, dp, ch->kn, src, dst, q->rows, mr, last);
+			else if (nv == 2)
+				rf_tile2(tp, r->tw, dp, ch->kn, src, dst, q->rows, mr, last);
+			else
+				rf_tile1(tp, r->tw, dp, ch->kn, src, dst, q->rows, mr, last);
+		}
 #else
-	(void)arg, (void)b, (void)e, (void)tid;
+	(void)r, (void)ch;
 #endif
+}
+
+/* Workers' shares [b, e): blocks of taps, every chunk of the chain. */
+static void rf_work(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct rf_run *r = arg;
+	const struct hp_rfilt *q = r->q;
+	int64_t ntb = (q->ldt + RF_NV * 16 - 1) / (RF_NV * 16), total = q->n * q->svol;
+	float *buf = r->ws + (size_t)tid * rf_worker_floats(q); /* sized for q's tw, kc */
+	struct rf_chunk ch = { .taps = buf, .dyp = buf + q->kc * q->tw, .tmp = buf + q->kc * q->tw + q->mb * q->kc * RF_MR };
+
+	/* taps rows past the window's (im2col and rf_block16 fill the rest) */
+	memset(ch.tmp + q->rows * 16, 0, (size_t)((q->ldt + 16 - q->rows) * 16) * sizeof(float));
+	for (int64_t s = b; s < e; s++) {
+		ch.t0 = ntb * s / r->shares * RF_NV * 16;
+		ch.t1 = ntb * (s + 1) / r->shares * RF_NV * 16;
+		ch.t1 = ch.t1 < q->ldt ? ch.t1 : q->ldt;
+		for (ch.g0 = 0; ch.g0 < total; ch.g0 += r->kc) {
+			ch.kn = total - ch.g0 < r->kc ? total - ch.g0 : r->kc;
+			rf_pack(r, &ch);
+			rf_tiles(r, &ch);
+		}
+	}
 }
 
 void hp_rfilt_run(const struct hp_rfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		  struct hp_pool *pool)
 {
-	struct rf_run r = { .q = q, .dy = dy, .x = x, .acc = acc, .dw = dw, .taps = ws, .dyp = ws + rf_taps_floats(q) };
-	r.cols = (int32_t *)(r.dyp + q->mb * q->kc * RF_MR);
-	r.tmp = (float *)(r.cols + 2 * q->ldt);
-	int64_t total = q->n * q->svol, ntiles = (q->rows + RF_NV * 16 - 1) / (RF_NV * 16) * q->mb;
+	struct rf_run r = { .q = q, .dy = dy, .x = x, .acc = acc, .dw = dw, .cols = (int32_t *)ws, .ws = ws + 2 * q->ldt };
 	int saved, threads = hp_conv_threads_enter(pool, &saved);
 
-	threads = threads < q->threads ? threads : q->threads;
-	/* the overrun of the last tap rows' tiles: finite values, never stored */
-	memset(r.taps + q->kc * q->ldt, 0, RF_NV * 16 * sizeof(float));
-	rf_cols(q, r.cols);
-	for (int i = 0; i < q->threads; i++) /* im2col fills rows [0, rows): the padding's stay 0 */
-		memset(r.tmp + (size_t)i * (size_t)(q->ldt * 16) + q->rows * 16, 0,
-		       (size_t)((q->ldt - q->rows) * 16) * sizeof(float));
-	if (total == 0) {
+	threads = threads < q->workers ? threads : q->workers;
+	/* as many shares as threads run (no share packs dY twice on one
+	 * thread): wider shares take chunks as much shorter; neither changes
+	 * a bit */
+	int64_t ntb = (q->ldt + RF_NV * 16 - 1) / (RF_NV * 16);
+	r.shares = threads;
+	r.tw = (ntb + threads - 1) / threads * RF_NV * 16;
+	r.tw = r.tw < q->ldt ? r.tw : q->ldt;
+	r.kc = q->kc * q->tw / r.tw;
+	r.kc = r.kc > 1 ? r.kc : 1;
+	if (q->n * q->svol == 0) {
 		if (acc)
 			memcpy(dw, acc, (size_t)(q->cout * q->rows) * sizeof *dw);
 		else
 			memset(dw, 0, (size_t)(q->cout * q->rows) * sizeof *dw);
 	}
-	for (int64_t g0 = 0; g0 < total; g0 += q->kc) {
-		r.g0 = g0;
-		r.kn = total - g0 < q->kc ? total - g0 : q->kc;
-		r.first = g0 == 0;
-		hp_conv_parallel(pool, threads, r.kn, rf_pack, &r);
-		hp_conv_parallel(pool, threads, ntiles, rf_tiles, &r);
-	}
+	rf_cols(q, r.cols);
+	/* at most a worker per share (tid < threads): its buffers are the tid's */
+	hp_conv_parallel(pool, threads, r.shares, rf_work, &r);
 	hp_conv_threads_leave(saved);
 }

@@ -460,7 +460,8 @@ struct hp_rfilt {
 	int64_t bvol, svol, rows; /* rows: cin * kvol, dW's row length */
 	int64_t unit, ldt, mb, kc; /* ldt: packed row (rows up to 16), mb: blocks of 8
 				    * output channels, kc: positions per chunk */
-	int threads;
+	int64_t tw;                /* a worker's packed taps (blocks of 48) */
+	int workers;
 };
 /* 1 and q planned if the path takes the geometry, else 0. */
 int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
