@@ -39,8 +39,9 @@
 #define RF_MR 8          /* output channels per tile */
 #define RF_NV 3          /* vectors of 16 taps per tile */
 #define RF_PACK 262144   /* packed taps per chunk at most (1 MiB) */
-#define RF_KMAX 512
-#define RF_KVOL_MAX 512 /* window volume at most */      /* positions per chunk at most: a tile's taps in L2 */
+#define RF_KMAX 512      /* positions per chunk at most: a tile's taps in L2 */
+#define RF_KVOL_MAX 512  /* window volume at most */
+#define RF_SEG 256       /* taps per segment of rf_pack's 16-position blocks */
 
 static int rf_mode; /* 0 auto, >= 1 wherever it can run, -1 never */
 
@@ -73,11 +74,14 @@ int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, i
 	    svol % unit || rows < 1 || cout < 1 || geo->kvol > RF_KVOL_MAX ||
 	    cin * geo->img_vol >= INT32_MAX)
 		return 0;
-	/* Auto: where the sgemm's reduction is short and the output wide:
-	 * units of at most 1024 positions and at least 32 output channels
-	 * (the packed taps are read once per 8 output channels; with fewer
-	 * channels packing weighs as much as the tile). */
-	if (rf_mode == 0 && (unit > 1024 || cout < 32 || rows < 16))
+	/* Auto: units of at most 1024 positions (the sizes measured), and
+	 * enough multiply-adds per packed float: a position packs about rows
+	 * + cout floats for rows * cout multiply-adds.  bench_conv_libs.c, pass
+	 * dW, GF/s a thread (sgemm paths / here): MobileNetV2's stem, 27 taps
+	 * x 32 channels (ratio 15), 41-52 / 26-38; its 1x1 expansions at 56x56,
+	 * 24 x 144 (21), 87 / 85, at 28x28, 32 x 192 (27), 91 / 111; the 3-D
+	 * U-Net's 16 -> 32 at 24^3, 432 x 32 (30), 71 / 96. */
+	if (rf_mode == 0 && (unit > 1024 || rows * cout < 24 * (rows + cout)))
 		return 0;
 	q->geo = *geo;
 	q->n = n, q->cin = cin, q->cout = cout;
@@ -101,7 +105,7 @@ int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, i
 /* Floats of a worker's buffers: packed taps, dY, 16 positions' taps rows. */
 static size_t rf_worker_floats(const struct hp_rfilt *q)
 {
-	return (size_t)(q->kc * q->tw) + (size_t)(q->mb * q->kc * RF_MR) + (size_t)((q->ldt + 16) * 16);
+	return (size_t)(q->kc * q->tw) + (size_t)(q->mb * q->kc * RF_MR) + (size_t)((RF_SEG + q->geo.kvol + 16) * 16);
 }
 
 size_t hp_rfilt_workspace(const struct hp_rfilt *q)
@@ -243,7 +247,7 @@ static int rf_rows(const struct hp_rfilt *q)
 }
 
 /* Stride 1 along rows: the taps of channels [c0, c1) of 16 positions from
- * pos (one item's, at xi) as tmp [tap][16], each tap's row segments in masked loads (lanes
+ * pos (one item's, at xi) as tmp [tap - c0 * kvol][16], each tap's row segments in masked loads (lanes
  * outside the input read nothing and stay 0). */
 static RF_TARGET void rf_block16(const struct hp_rfilt *q, const float *xi, int64_t pos, int64_t c0, int64_t c1,
 				 float *tmp)
@@ -262,7 +266,7 @@ static RF_TARGET void rf_block16(const struct hp_rfilt *q, const float *xi, int6
 		sh[nseg] = ox - l - g->pad[2];
 		l += len;
 	}
-	for (int64_t c = c0, t = c0 * g->kvol; c < c1; c++)
+	for (int64_t c = c0, t = 0; c < c1; c++)
 		for (int64_t a0 = 0; a0 < g->k[0]; a0++)
 			for (int64_t a1 = 0; a1 < g->k[1]; a1++) {
 				__m512 v[16];
@@ -298,9 +302,6 @@ static void rf_pack(const struct rf_run *r, const struct rf_chunk *ch)
 {
 	const struct hp_rfilt *q = r->q;
 	const struct hp_colgeom *g = &q->geo;
-	int64_t c0 = ch->t0 / g->kvol, c1 = (ch->t1 + g->kvol - 1) / g->kvol;
-
-	c1 = c1 < q->cin ? c1 : q->cin;
 	for (int64_t k0 = 0; k0 < ch->kn;) {
 		int64_t item, pos, gq = ch->g0 + k0, run = q->unit - gq % q->unit;
 		run = run < ch->kn - k0 ? run : ch->kn - k0;
@@ -314,12 +315,20 @@ static void rf_pack(const struct rf_run *r, const struct rf_chunk *ch)
 		 * against 118; 7x7: 80 against 99) */
 		for (; (g->kvol >= 16 || rf_rows(q)) && k + 16 <= k0 + run; k += 16) {
 			int64_t p = pos + (k - k0);
-			if (rf_rows(q))
-				rf_block16(q, xi, p, c0, c1, ch->tmp);
-			else
-				hp_im2col(g, c1 - c0, xi + c0 * q->bvol, p, p + 16, ch->tmp + c0 * g->kvol * 16);
-			for (int64_t t = ch->t0; t < ch->t1; t += 16)
-				rf_tr16(ch->tmp + t * 16, ch->taps + k * r->tw + (t - ch->t0), r->tw);
+			/* in segments of RF_SEG taps: their channels' rows stay in L1 */
+			for (int64_t s0 = ch->t0; s0 < ch->t1; s0 += RF_SEG) {
+				int64_t s1 = s0 + RF_SEG < ch->t1 ? s0 + RF_SEG : ch->t1;
+				int64_t ca = s0 / g->kvol, cb = (s1 + g->kvol - 1) / g->kvol, base = ca * g->kvol;
+				cb = cb < q->cin ? cb : q->cin;
+				if (rf_rows(q))
+					rf_block16(q, xi, p, ca, cb, ch->tmp);
+				else
+					hp_im2col(g, cb - ca, xi + ca * q->bvol, p, p + 16, ch->tmp);
+				if (s1 > q->rows) /* the padding taps' rows: 0 */
+					memset(ch->tmp + (q->rows - base) * 16, 0, (size_t)((s1 - q->rows) * 16) * sizeof(float));
+				for (int64_t t = s0; t < s1; t += 16)
+					rf_tr16(ch->tmp + (t - base) * 16, ch->taps + k * r->tw + (t - ch->t0), r->tw);
+			}
 		}
 		for (; k < k0 + run; k++)
 			rf_row(q, xi, pos + (k - k0), r->cols, ch->t0, ch->t1, ch->taps + k * r->tw);
@@ -422,8 +431,6 @@ static void rf_work(void *arg, int64_t b, int64_t e, int tid)
 	float *buf = r->ws + (size_t)tid * rf_worker_floats(q); /* sized for q's tw, kc */
 	struct rf_chunk ch = { .taps = buf, .dyp = buf + q->kc * q->tw, .tmp = buf + q->kc * q->tw + q->mb * q->kc * RF_MR };
 
-	/* taps rows past the window's (im2col and rf_block16 fill the rest) */
-	memset(ch.tmp + q->rows * 16, 0, (size_t)((q->ldt + 16 - q->rows) * 16) * sizeof(float));
 	for (int64_t s = b; s < e; s++) {
 		ch.t0 = ntb * s / r->shares * RF_NV * 16;
 		ch.t1 = ntb * (s + 1) / r->shares * RF_NV * 16;
