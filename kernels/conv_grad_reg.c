@@ -243,19 +243,25 @@ static void rf_row(const struct hp_rfilt *q, const float *xi, int64_t pos, const
 /* Blocks of 16 positions from rows: stride 1 along rows at least 8 long. */
 static int rf_rows(const struct hp_rfilt *q)
 {
-	return q->geo.stride[2] == 1 && q->geo.grid[2] >= 8 && q->geo.k[2] <= 16;
+	/* at stride 2 only for wide windows: below 16 taps rf_row's permuted
+	 * offsets and gathers win (1x1 of stride 2, 64 -> 128 channels: 121
+	 * GF/s against 104), above im2col loses (7x7 of stride 2: 97 against 106) */
+	return (q->geo.stride[2] == 1 || (q->geo.stride[2] == 2 && q->geo.kvol >= 16)) && q->geo.grid[2] >= 8 &&
+	       q->geo.k[2] <= 16;
 }
 
-/* Stride 1 along rows: the taps of channels [c0, c1) of 16 positions from
- * pos (one item's, at xi) as tmp [tap - c0 * kvol][16], each tap's row segments in masked loads (lanes
- * outside the input read nothing and stay 0). */
+/* Stride 1 or 2 along rows: the taps of channels [c0, c1) of 16 positions
+ * from pos (one item's, at xi) as tmp [tap - c0 * kvol][16], each tap's
+ * row segments in masked loads (lanes outside the input read nothing and
+ * stay 0), at stride 2 two vectors' even columns. */
 static RF_TARGET void rf_block16(const struct hp_rfilt *q, const float *xi, int64_t pos, int64_t c0, int64_t c1,
 				 float *tmp)
 {
 	const struct hp_colgeom *g = &q->geo;
-	int64_t ow = g->grid[2], nseg = 0, iw = g->img[2], kw = g->k[2], d2 = g->dil[2];
+	int64_t ow = g->grid[2], nseg = 0, iw = g->img[2], kw = g->k[2], d2 = g->dil[2], st = g->stride[2];
+	const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
 	/* per row segment: its lanes [l0, l1), the window's first input row
-	 * (z, y) and column shift (lane l reads column sh + l) */
+	 * (z, y) and column shift (lane l reads column sh + st * l) */
 	int64_t l0[17], l1[17], zb[17], yb[17], sh[17];
 
 	for (int64_t l = 0; l < 16; nseg++) {
@@ -263,7 +269,7 @@ static RF_TARGET void rf_block16(const struct hp_rfilt *q, const float *xi, int6
 		l0[nseg] = l, l1[nseg] = l + len;
 		zb[nseg] = r / g->grid[1] * g->stride[0] - g->pad[0];
 		yb[nseg] = r % g->grid[1] * g->stride[1] - g->pad[1];
-		sh[nseg] = ox - l - g->pad[2];
+		sh[nseg] = (ox - l) * st - g->pad[2];
 		l += len;
 	}
 	for (int64_t c = c0, t = 0; c < c1; c++)
@@ -278,12 +284,25 @@ static RF_TARGET void rf_block16(const struct hp_rfilt *q, const float *xi, int6
 						continue;
 					const float *row = xi + c * q->bvol + (z * g->img[1] + y) * iw;
 					for (int64_t a2 = 0; a2 < kw; a2++) {
-						int64_t s2 = sh[sg] + a2 * d2, lo = l0[sg] > -s2 ? l0[sg] : -s2;
-						int64_t hi = l1[sg] < iw - s2 ? l1[sg] : iw - s2;
+						/* lanes [lo, hi) of the segment read columns inside the row */
+						int64_t s2 = sh[sg] + a2 * d2, lo = s2 >= 0 ? 0 : (-s2 + st - 1) / st;
+						int64_t hi = iw > s2 ? (iw - s2 + st - 1) / st : 0;
+						lo = lo > l0[sg] ? lo : l0[sg];
+						hi = hi < l1[sg] ? hi : l1[sg];
 						if (hi <= lo)
 							continue;
-						__mmask16 m = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
-						v[a2] = _mm512_mask_loadu_ps(v[a2], m, (const float *)((uintptr_t)row + (uintptr_t)(s2 * 4)));
+						uint32_t m = ((1u << hi) - 1) & ~((1u << lo) - 1);
+						const float *at = (const float *)((uintptr_t)row + (uintptr_t)(s2 * 4));
+						if (st == 1) {
+							v[a2] = _mm512_mask_loadu_ps(v[a2], (__mmask16)m, at);
+							continue;
+						}
+						uint32_t m2 = 0; /* lane l: column 2 l of the two vectors */
+						for (int64_t l = lo; l < hi; l++)
+							m2 |= 1u << (2 * l);
+						__m512 a = _mm512_maskz_loadu_ps((__mmask16)m2, at);
+						__m512 b = _mm512_maskz_loadu_ps((__mmask16)(m2 >> 16), at + 16);
+						v[a2] = _mm512_mask_mov_ps(v[a2], (__mmask16)m, _mm512_permutex2var_ps(a, even, b));
 					}
 				}
 				for (int64_t a2 = 0; a2 < kw; a2++, t++)

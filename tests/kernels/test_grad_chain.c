@@ -539,6 +539,8 @@ static void test_filter_reg(void **state)
 	 * runs of 16 positions and a tail (the stem's 7x7 of stride 2) */
 	rf_case(2, 2, 3, 17, I{ 15, 14 }, I{ 7, 7 }, I{ 2, 2 }, I{ 1, 1 }, I{ 3, 3 }, I{ 3, 2 });
 	rf_case(2, 2, 5, 9, I{ 9, 11 }, I{ 4, 5 }, I{ 1, 1 }, I{ 1, 1 }, I{ 2, 1 }, I{ 1, 2 });
+	/* rows of 10 at stride 2 through masked loads of even columns */
+	rf_case(2, 2, 3, 9, I{ 9, 20 }, I{ 5, 5 }, I{ 1, 2 }, I{ 1, 1 }, I{ 2, 1 }, I{ 2, 2 });
 	rf_case(3, 2, 5, 10, I{ 4, 5, 6 }, I{ 3, 3, 2 }, I{ 1, 2, 1 }, I{ 1, 1, 2 }, I{ 1, 1, 0 }, I{ 1, 0, 1 });
 }
 
