@@ -197,7 +197,27 @@ static RF_TARGET void rf_tr16(const float *src, float *dst, int64_t ldd)
 	for (int i = 0; i < 16; i++)
 		_mm512_storeu_ps(dst + i * ldd, r[i]);
 }
+
+/* dY of 16 channels (rows ld apart) x 16 positions at src into two blocks
+ * of 8 channels: dst [16][8] and dst + next [16][8]. */
+static RF_TARGET void rf_dy16(const float *src, int64_t ld, float *dst, int64_t next)
+{
+	float rows[256] __attribute__((aligned(64))), t[256] __attribute__((aligned(64)));
+
+	for (int i = 0; i < 16; i++)
+		_mm512_store_ps(rows + i * 16, _mm512_loadu_ps(src + i * ld));
+	rf_tr16(rows, t, 16);
+	for (int j = 0; j < 16; j++) {
+		_mm256_storeu_ps(dst + j * RF_MR, _mm256_load_ps(t + j * 16));
+		_mm256_storeu_ps(dst + next + j * RF_MR, _mm256_load_ps(t + j * 16 + 8));
+	}
+}
 #else
+static void rf_dy16(const float *src, int64_t ld, float *dst, int64_t next)
+{
+	(void)src, (void)ld, (void)dst, (void)next;
+}
+
 static void rf_tr16(const float *src, float *dst, int64_t ldd)
 {
 	(void)src, (void)dst, (void)ldd;
@@ -353,10 +373,15 @@ static void rf_pack(const struct rf_run *r, const struct rf_chunk *ch)
 			rf_row(q, xi, pos + (k - k0), r->cols, ch->t0, ch->t1, ch->taps + k * r->tw);
 		/* dY in runs of positions of one unit (consecutive in dY's rows) */
 		const float *dyi = r->dy + item * q->cout * q->svol + pos;
+		int64_t m16 = q->cout / 16 * 16, j16 = run / 16 * 16;
+		for (int64_t m = 0; m < m16; m += 16) /* 16 channels x 16 positions transposed */
+			for (int64_t j = 0; j < j16; j += 16)
+				rf_dy16(dyi + m * q->svol + j, q->svol, ch->dyp + (m / RF_MR * r->kc + k0 + j) * RF_MR,
+					r->kc * RF_MR);
 		for (int64_t m = 0; m < q->mb * RF_MR; m++) {
 			float *d = ch->dyp + (m / RF_MR * r->kc + k0) * RF_MR + m % RF_MR;
 			const float *sm = dyi + m * q->svol;
-			for (int64_t j = 0; j < run; j++)
+			for (int64_t j = m < m16 ? j16 : 0; j < run; j++)
 				d[j * RF_MR] = m < q->cout ? sm[j] : 0.0f;
 		}
 		k0 += run;
