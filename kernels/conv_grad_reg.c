@@ -14,7 +14,18 @@
  * row of cin*kvol taps per position, zero where the window leaves the
  * input, rounded up to 16) and dY (8 output channels per position and
  * channel block).  A tile then runs, per position, 3 loads of taps and 8
- * broadcasts of dY into 24 fused multiply-adds.
+ * broadcasts of dY into 24 fused multiply-adds.  Packing is what the
+ * tiles wait for where channels are few (a packed float feeds cout
+ * multiply-adds): taps rows come from permuted window offsets and
+ * gathers (small windows, short rows), from masked row loads (rows of
+ * stride 1, or 2 for wide windows) or im2col (other wide windows) turned
+ * by 16 x 16 register transposes, dY through the same transposes.
+ *
+ * Each worker owns blocks of 48 taps (for every output channel) and packs
+ * its own chunks, its taps and all of dY: a run has no barrier but its
+ * end (a shared packing took two per chunk, and on this shared machine a
+ * descheduled worker made each wait a time slice: the 3-D U-Net's 24^3
+ * layers ran 5-20 times slower on two threads).
  *
  * Every element of dW is ONE chain of fused multiply-adds,
  *     s = acc (or 0);  s = fma(dy, x, s) over the positions in order,
