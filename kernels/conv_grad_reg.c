@@ -53,6 +53,8 @@
 #define RF_KMAX 512      /* positions per chunk at most: a tile's taps in L2 */
 #define RF_KVOL_MAX 512  /* window volume at most */
 #define RF_SEG 256       /* taps per segment of rf_pack's 16-position blocks */
+#define RF_BLK 64        /* positions per block of a sum */
+#define RF_BLK_MIN 16    /* units this long and longer sum in blocks */
 
 static int rf_mode; /* 0 auto, >= 1 wherever it can run, -1 never */
 
@@ -109,7 +111,11 @@ int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, i
 	kc = kc < RF_KMAX ? kc : RF_KMAX;
 	kc = kc > 16 ? kc : 16;
 	kc = rf_mode > 1 ? rf_mode : kc; /* tests: chunks of rf_mode positions */
+	/* units of RF_BLK_MIN positions and more sum in blocks of RF_BLK */
+	q->blk = unit >= RF_BLK_MIN ? RF_BLK : 0;
+	int64_t kb = q->blk * ((q->ldt + q->tw - 1) / q->tw); /* a block in every run's chunk */
 	q->kc = kc < total ? kc : total;
+	q->kc = q->kc > kb ? q->kc : kb;
 	return 1;
 }
 
@@ -146,6 +152,8 @@ struct rf_run {
  * at taps (row stride tw), dY at dyp, 16 positions' taps rows at tmp. */
 struct rf_chunk {
 	int64_t g0, kn, t0, t1;
+	int64_t blen[RF_KMAX]; /* with q->blk: the chunk's blocks' positions */
+	int nblk;
 	float *taps, *dyp, *tmp;
 };
 
@@ -404,11 +412,37 @@ static void rf_pack(const struct rf_run *r, const struct rf_chunk *ch)
  * (the last one masked by last), from src (the same layout: acc or dW)
  * or 0, over kn positions of taps (row stride ldt) and dyp ([kn][8]). */
 static inline __attribute__((always_inline)) RF_TARGET void rf_tile(const int nv, const float *taps, int64_t ldt,
-								 const float *dyp, int64_t kn, const float *src,
-								 float *dst, int64_t ld, int mr, __mmask16 last)
+								 const float *dyp, int64_t kn, const int64_t *blen,
+								 int nblk, const float *src, float *dst, int64_t ld, int mr,
+								 __mmask16 last)
 {
 	__m512 a[RF_MR][RF_NV];
 
+	if (nblk) { /* blocks: each a chain from 0, then added to the sum in dst */
+		for (int b = 0; b < nblk; b++, taps += blen[b - 1] * ldt, dyp += blen[b - 1] * RF_MR) {
+			const float *run = b ? dst : src;
+			for (int i = 0; i < RF_MR; i++)
+				for (int v = 0; v < nv; v++)
+					a[i][v] = _mm512_setzero_ps();
+			for (int64_t k = 0; k < blen[b]; k++) {
+				__m512 c[RF_NV];
+				for (int v = 0; v < nv; v++)
+					c[v] = _mm512_loadu_ps(taps + k * ldt + v * 16);
+				for (int i = 0; i < RF_MR; i++) {
+					__m512 d = _mm512_set1_ps(dyp[k * RF_MR + i]);
+					for (int v = 0; v < nv; v++)
+						a[i][v] = _mm512_fmadd_ps(d, c[v], a[i][v]);
+				}
+			}
+			for (int i = 0; i < mr; i++)
+				for (int v = 0; v < nv; v++) {
+					__mmask16 m = v == nv - 1 ? last : 0xffff;
+					__m512 s = run ? _mm512_maskz_loadu_ps(m, run + i * ld + v * 16) : _mm512_setzero_ps();
+					_mm512_mask_storeu_ps(dst + i * ld + v * 16, m, _mm512_add_ps(s, a[i][v]));
+				}
+		}
+		return;
+	}
 	for (int i = 0; i < RF_MR; i++)
 		for (int v = 0; v < nv; v++)
 			a[i][v] = src && i < mr ? _mm512_maskz_loadu_ps(v == nv - 1 ? last : 0xffff, src + i * ld + v * 16)
@@ -428,22 +462,22 @@ static inline __attribute__((always_inline)) RF_TARGET void rf_tile(const int nv
 			_mm512_mask_storeu_ps(dst + i * ld + v * 16, v == nv - 1 ? last : 0xffff, a[i][v]);
 }
 
-static RF_TARGET void rf_tile3(const float *taps, int64_t ldt, const float *dyp, int64_t kn, const float *src, float *dst,
-			       int64_t ld, int mr, __mmask16 last)
+static RF_TARGET void rf_tile3(const float *taps, int64_t ldt, const float *dyp, int64_t kn, const int64_t *blen,
+			       int nblk, const float *src, float *dst, int64_t ld, int mr, __mmask16 last)
 {
-	rf_tile(3, taps, ldt, dyp, kn, src, dst, ld, mr, last);
+	rf_tile(3, taps, ldt, dyp, kn, blen, nblk, src, dst, ld, mr, last);
 }
 
-static RF_TARGET void rf_tile2(const float *taps, int64_t ldt, const float *dyp, int64_t kn, const float *src, float *dst,
-			       int64_t ld, int mr, __mmask16 last)
+static RF_TARGET void rf_tile2(const float *taps, int64_t ldt, const float *dyp, int64_t kn, const int64_t *blen,
+			       int nblk, const float *src, float *dst, int64_t ld, int mr, __mmask16 last)
 {
-	rf_tile(2, taps, ldt, dyp, kn, src, dst, ld, mr, last);
+	rf_tile(2, taps, ldt, dyp, kn, blen, nblk, src, dst, ld, mr, last);
 }
 
-static RF_TARGET void rf_tile1(const float *taps, int64_t ldt, const float *dyp, int64_t kn, const float *src, float *dst,
-			       int64_t ld, int mr, __mmask16 last)
+static RF_TARGET void rf_tile1(const float *taps, int64_t ldt, const float *dyp, int64_t kn, const int64_t *blen,
+			       int nblk, const float *src, float *dst, int64_t ld, int mr, __mmask16 last)
 {
-	rf_tile(1, taps, ldt, dyp, kn, src, dst, ld, mr, last);
+	rf_tile(1, taps, ldt, dyp, kn, blen, nblk, src, dst, ld, mr, last);
 }
 #endif
 
@@ -466,15 +500,34 @@ static void rf_tiles(const struct rf_run *r, const struct rf_chunk *ch)
 			const float *tp = ch->taps + (t0 - ch->t0), *dp = ch->dyp + m0 / RF_MR * r->kc * RF_MR;
 			float *dst = r->dw + m0 * q->rows + t0;
 			if (nv == 3)
-				rf_tile3(tp, r->tw, dp, ch->kn, src, dst, q->rows, mr, last);
+				rf_tile3(tp, r->tw, dp, ch->kn, ch->blen, ch->nblk, src, dst, q->rows, mr, last);
 			else if (nv == 2)
-				rf_tile2(tp, r->tw, dp, ch->kn, src, dst, q->rows, mr, last);
+				rf_tile2(tp, r->tw, dp, ch->kn, ch->blen, ch->nblk, src, dst, q->rows, mr, last);
 			else
-				rf_tile1(tp, r->tw, dp, ch->kn, src, dst, q->rows, mr, last);
+				rf_tile1(tp, r->tw, dp, ch->kn, ch->blen, ch->nblk, src, dst, q->rows, mr, last);
 		}
 #else
 	(void)r, (void)ch;
 #endif
+}
+
+/* With blocks: the chunk ends at a block's end, and its blocks' lengths. */
+static void rf_blocks(const struct hp_rfilt *q, struct rf_chunk *ch)
+{
+	int64_t e = ch->g0 + ch->kn, total = q->n * q->svol;
+
+	ch->nblk = 0;
+	if (!q->blk)
+		return;
+	if (e < total) /* the last block start at or before e (kc >= blk: after g0) */
+		e = e / q->unit * q->unit + e % q->unit / q->blk * q->blk;
+	int64_t g = ch->g0;
+	for (; g < e && ch->nblk < RF_KMAX; ch->nblk++) {
+		int64_t j = g % q->unit, len = q->unit - j < q->blk ? q->unit - j : q->blk;
+		ch->blen[ch->nblk] = len;
+		g += len;
+	}
+	ch->kn = g - ch->g0;
 }
 
 /* Workers' shares [b, e): blocks of taps, every chunk of the chain. */
@@ -490,8 +543,9 @@ static void rf_work(void *arg, int64_t b, int64_t e, int tid)
 		ch.t0 = ntb * s / r->shares * RF_NV * 16;
 		ch.t1 = ntb * (s + 1) / r->shares * RF_NV * 16;
 		ch.t1 = ch.t1 < q->ldt ? ch.t1 : q->ldt;
-		for (ch.g0 = 0; ch.g0 < total; ch.g0 += r->kc) {
+		for (ch.g0 = 0; ch.g0 < total; ch.g0 += ch.kn) {
 			ch.kn = total - ch.g0 < r->kc ? total - ch.g0 : r->kc;
+			rf_blocks(q, &ch);
 			rf_pack(r, &ch);
 			rf_tiles(r, &ch);
 		}

@@ -461,6 +461,7 @@ struct hp_rfilt {
 	int64_t unit, ldt, mb, kc; /* ldt: packed row (rows up to 16), mb: blocks of 8
 				    * output channels, kc: positions per chunk */
 	int64_t tw;                /* a worker's packed taps (blocks of 48) */
+	int64_t blk;               /* positions per block of a unit's sum (0: one chain) */
 	int workers;
 };
 /* 1 and q planned if the path takes the geometry, else 0. */

@@ -461,9 +461,13 @@ static void test_filter_row_units(void **state)
 }
 
 /* ---- the register-tile path (conv_grad_reg.c) ----
- * dW replayed in scalar: each element one chain of fmaf from 0 over the
- * units from the last to the first (batch items, or with a batch of one
- * the planes of the first spatial axis), each unit's positions in order. */
+ * dW replayed in scalar: each element a running sum from 0 over the units
+ * from the last to the first (batch items, or with a batch of one the
+ * planes of the first spatial axis), each unit's positions in order: one
+ * chain of fmaf for units shorter than RF_BLK_MIN, else blocks of RF_BLK
+ * positions, each a chain of fmaf from 0, added to the sum. */
+#define RF_BLK 64
+#define RF_BLK_MIN 16
 static float *rf_replay(const struct cgf *c)
 {
 	int64_t kvol = c->k[0] * c->k[1] * c->k[2], yv = c->ys[0] * c->ys[1] * c->ys[2], xv = c->xs[0] * c->xs[1] * c->xs[2];
@@ -475,7 +479,7 @@ static float *rf_replay(const struct cgf *c)
 		for (int64_t ci = 0; ci < c->cx; ci++)
 			for (int64_t kk = 0; kk < kvol; kk++) {
 				int64_t kq[3] = { kk / (c->k[1] * c->k[2]), kk / c->k[2] % c->k[1], kk % c->k[2] };
-				float s = 0;
+				float s = 0, part = 0;
 				for (int64_t u = c->n * upi - 1; u >= 0; u--)
 					for (int64_t p = u % upi * unit; p < (u % upi + 1) * unit; p++) {
 						int64_t nb = u / upi, ix = 0, inside = 1;
@@ -485,7 +489,15 @@ static float *rf_replay(const struct cgf *c)
 							inside &= i >= 0 && i < c->xs[q];
 							ix = ix * c->xs[q] + i;
 						}
-						s = fmaf(dy[(nb * c->cy + m) * yv + p], inside ? x[(nb * c->cx + ci) * xv + ix] : 0.0f, s);
+						float xv1 = inside ? x[(nb * c->cx + ci) * xv + ix] : 0.0f;
+						if (unit < RF_BLK_MIN) {
+							s = fmaf(dy[(nb * c->cy + m) * yv + p], xv1, s);
+							continue;
+						}
+						int64_t j = p - u % upi * unit; /* blocks of RF_BLK in the unit */
+						part = fmaf(dy[(nb * c->cy + m) * yv + p], xv1, j % RF_BLK ? part : 0.0f);
+						if ((j + 1) % RF_BLK == 0 || j + 1 == unit)
+							s = s + part;
 					}
 				w[(m * c->cx + ci) * kvol + kk] = s;
 			}
