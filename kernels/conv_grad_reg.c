@@ -27,15 +27,20 @@
  * descheduled worker made each wait a time slice: the 3-D U-Net's 24^3
  * layers ran 5-20 times slower on two threads).
  *
- * Every element of dW is ONE chain of fused multiply-adds,
- *     s = acc (or 0);  s = fma(dy, x, s) over the positions in order,
- * the order: the units (batch items, or with a batch of one the planes of
- * the first spatial axis: conv_grad.c's units, hp_filter_unit_axis) from
- * the last to the first, each unit's positions from the first to the
- * last.  Between chunks s waits in dW (a float, exactly).  So a band of
- * units that starts from the sum of the bands after it (input acc) ends
- * with the whole node's bits, and no thread count or tile split changes
- * a bit: each element is computed by one thread, in that order. */
+ * Every element of dW is one running sum in one order,
+ *     s = acc (or 0);  then the units (batch items, or with a batch of one
+ *     the planes of the first spatial axis: conv_grad.c's units,
+ *     hp_filter_unit_axis) from the last to the first, each unit's
+ *     positions in order:
+ * units shorter than RF_BLK_MIN as one chain s = fma(dy, x, s); longer
+ * ones in blocks of RF_BLK positions, each a chain from 0 added to s (a
+ * single chain over a batch of 16 32x32 planes was 5.6 times further from
+ * a double sum than the sgemm path's tiles; in blocks it is as close).
+ * Blocks never cross units and s waits in dW (a float, exactly) between
+ * chunks, which hold whole blocks.  So a band of units that starts from
+ * the sum of the bands after it (input acc) ends with the whole node's
+ * bits, and no thread count, share or chunk changes a bit: each element
+ * is computed by one thread, in that order. */
 #include <stdint.h>
 #include <string.h>
 
@@ -113,9 +118,8 @@ int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, i
 	kc = rf_mode > 1 ? rf_mode : kc; /* tests: chunks of rf_mode positions */
 	/* units of RF_BLK_MIN positions and more sum in blocks of RF_BLK */
 	q->blk = unit >= RF_BLK_MIN ? RF_BLK : 0;
-	int64_t kb = q->blk * ((q->ldt + q->tw - 1) / q->tw); /* a block in every run's chunk */
+	kc = kc > q->blk ? kc : q->blk; /* a chunk short of the whole holds a block */
 	q->kc = kc < total ? kc : total;
-	q->kc = q->kc > kb ? q->kc : kb;
 	return 1;
 }
 
@@ -568,6 +572,11 @@ void hp_rfilt_run(const struct hp_rfilt *q, const float *dy, const float *x, con
 	r.tw = r.tw < q->ldt ? r.tw : q->ldt;
 	r.kc = q->kc * q->tw / r.tw;
 	r.kc = r.kc > 1 ? r.kc : 1;
+	if (r.kc < q->blk && r.kc < q->n * q->svol) { /* no block fits: the plan's shares, in turn */
+		r.shares = q->workers;
+		r.tw = q->tw;
+		r.kc = q->kc;
+	}
 	if (q->n * q->svol == 0) {
 		if (acc)
 			memcpy(dw, acc, (size_t)(q->cout * q->rows) * sizeof *dw);
