@@ -441,6 +441,8 @@ struct cg_filter {
 	struct hp_w3 w3g;
 	int grp;               /* 2-D, 2-32 channels per group: conv_grad_grp.c */
 	struct hp_gfilt gfg;
+	int reg;               /* ungrouped, small units, AVX-512: conv_grad_reg.c */
+	struct hp_rfilt rfg;
 };
 
 struct filter_run {
@@ -666,6 +668,20 @@ static int grp_plan(struct cg_filter *f, int64_t unit_axis)
 	return f->grp;
 }
 
+/* The register-tile path of conv_grad_reg.c where it applies: it decides
+ * by the unit, the channels and the window, never by what a band changes
+ * (the batch, or the planes of the first axis when units are planes). */
+static int reg_plan(struct cg_filter *f, int64_t unit_axis)
+{
+	const struct cgeom *c = &f->c;
+	struct hp_colgeom geo = { 0 };
+
+	cgeom_colgeom(c, &geo);
+	f->reg = hp_rfilt_plan(&f->rfg, &geo, c->n, c->cbig, c->csmall, c->group, filter_unit(c, unit_axis),
+			       hp_conv_ws_threads());
+	return f->reg;
+}
+
 static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	struct hp_shape ks, ws;
@@ -687,7 +703,10 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 		f.workspace = hp_dw_filter_ws(&dw);
 	} else if (grp_plan(&f, unit_axis)) {
 		f.workspace = hp_gfilt_workspace(&f.gfg);
-	} else if (!w3_plan(&f, unit_axis)) {
+	} else if (w3_plan(&f, unit_axis)) { /* its workspace set */
+	} else if (reg_plan(&f, unit_axis)) {
+		f.workspace = hp_rfilt_workspace(&f.rfg);
+	} else {
 		f.lean = hp_attr_int(n, "hpdlf_lean", 0) != 0;
 		filter_plan(&f, unit_axis);
 	}
@@ -753,6 +772,10 @@ static int conv_filter_run(const struct hp_node *n, const struct hp_kargs *a)
 	}
 	if (f->grp) {
 		hp_gfilt_run(&f->gfg, r.dy, r.x, acc, a->out[0].data, a->ws, a->pool);
+		return 0;
+	}
+	if (f->reg) {
+		hp_rfilt_run(&f->rfg, r.dy, r.x, acc, a->out[0].data, a->ws, a->pool);
 		return 0;
 	}
 	threads = hp_conv_threads_enter(a->pool, &saved);

@@ -452,6 +452,33 @@ void hp_conv_parallel(struct hp_pool *pool, int threads, int64_t n, hp_range_fn 
 void hp_conv_steal(struct hp_pool *pool, int threads, int64_t n, int64_t unit, hp_range_fn fn, void *arg);
 
 
+/* ConvGradFilter of an ungrouped convolution in 1-3 spatial dims
+ * (conv_grad_reg.c), where AVX-512F exists: 8 output channels x 48 taps of
+ * dW in registers over packed chunks of positions, each element ONE chain
+ * of fused multiply-adds from acc (or 0) over the units (unit: positions
+ * per unit, a divisor of the plane) from the last to the first, each
+ * unit's positions in order. */
+struct hp_rfilt {
+	struct hp_colgeom geo;    /* img: X's side (cin), grid: dY's side (cout) */
+	int64_t n, cin, cout;
+	int64_t bvol, svol, rows; /* rows: cin * kvol, dW's row length */
+	int64_t unit, ldt, mb, kc; /* ldt: packed row (rows up to 16), mb: blocks of 8
+				    * output channels, kc: positions per chunk */
+	int64_t tw;                /* a worker's packed taps (blocks of 48) */
+	int64_t blk;               /* positions per block of a unit's sum (0: one chain) */
+	int workers;
+};
+/* 1 and q planned if the path takes the geometry, else 0. */
+int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
+		  int64_t group, int64_t unit, int threads);
+size_t hp_rfilt_workspace(const struct hp_rfilt *q);
+/* Tests and benchmarks only: 0 auto, 1 wherever it can run, -1 never,
+ * k > 1 wherever it can run in chunks of k positions; read when a
+ * ConvGradFilter is prepared. */
+void hp_rfilt_set_mode(int mode);
+void hp_rfilt_run(const struct hp_rfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
+		  struct hp_pool *pool);
+
 /* ConvGradFilter of a 2-D stride-1 convolution with a window at most 3
  * wide, over whole batch items (conv_grad_w3.c). */
 struct hp_w3 {

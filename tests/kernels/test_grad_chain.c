@@ -460,6 +460,102 @@ static void test_filter_row_units(void **state)
 	cgf_case(2, 2, 64, 8, 1, I{ 3, 224 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
 }
 
+/* ---- the register-tile path (conv_grad_reg.c) ----
+ * dW replayed in scalar: each element a running sum from 0 over the units
+ * from the last to the first (batch items, or with a batch of one the
+ * planes of the first spatial axis), each unit's positions in order: one
+ * chain of fmaf for units shorter than RF_BLK_MIN, else blocks of RF_BLK
+ * positions, each a chain of fmaf from 0, added to the sum. */
+#define RF_BLK 64
+#define RF_BLK_MIN 16
+static float *rf_replay(const struct cgf *c)
+{
+	int64_t kvol = c->k[0] * c->k[1] * c->k[2], yv = c->ys[0] * c->ys[1] * c->ys[2], xv = c->xs[0] * c->xs[1] * c->xs[2];
+	int64_t unit = c->n == 1 && c->nsp >= 2 ? yv / c->ys[3 - c->nsp] : yv, upi = yv / unit;
+	float *w = calloc((size_t)(c->cy * c->cx * kvol), sizeof *w);
+	const float *x = c->x.data, *dy = c->dy.data;
+
+	for (int64_t m = 0; m < c->cy; m++)
+		for (int64_t ci = 0; ci < c->cx; ci++)
+			for (int64_t kk = 0; kk < kvol; kk++) {
+				int64_t kq[3] = { kk / (c->k[1] * c->k[2]), kk / c->k[2] % c->k[1], kk % c->k[2] };
+				float s = 0, part = 0;
+				for (int64_t u = c->n * upi - 1; u >= 0; u--)
+					for (int64_t p = u % upi * unit; p < (u % upi + 1) * unit; p++) {
+						int64_t nb = u / upi, ix = 0, inside = 1;
+						int64_t o[3] = { p / (c->ys[1] * c->ys[2]), p / c->ys[2] % c->ys[1], p % c->ys[2] };
+						for (int q = 0; q < 3; q++) {
+							int64_t i = o[q] * c->s[q] - c->pb[q] + kq[q] * c->d[q];
+							inside &= i >= 0 && i < c->xs[q];
+							ix = ix * c->xs[q] + i;
+						}
+						float xv1 = inside ? x[(nb * c->cx + ci) * xv + ix] : 0.0f;
+						if (unit < RF_BLK_MIN) {
+							s = fmaf(dy[(nb * c->cy + m) * yv + p], xv1, s);
+							continue;
+						}
+						int64_t j = p - u % upi * unit; /* blocks of RF_BLK in the unit */
+						part = fmaf(dy[(nb * c->cy + m) * yv + p], xv1, j % RF_BLK ? part : 0.0f);
+						if ((j + 1) % RF_BLK == 0 || j + 1 == unit)
+							s = s + part;
+					}
+				w[(m * c->cx + ci) * kvol + kk] = s;
+			}
+	return w;
+}
+
+/* A case on the register-tile path, forced, in one chunk and in chunks
+ * of 5 and 16 positions, with a batch of n and of one: the scalar replay
+ * bit for bit, then cgf_check's naive, threads and chains of bands. */
+static void rf_case(int nsp, int64_t n, int64_t cx, int64_t cy, const int *xs, const int *k, const int *s,
+		    const int *d, const int *pb, const int *pe)
+{
+	static const int chunks[3] = { 1, 5, 16 };
+
+	for (int bi = 0; bi < 2; bi++) {
+		struct cgf c;
+		cgf_init(&c, nsp, bi ? 1 : n, cx, cy, 1, xs, k, s, d, pb, pe);
+		float *want = rf_replay(&c);
+		for (int ch = 0; ch < 3; ch++) {
+			char what[160];
+			struct hp_tensor o;
+			hp_rfilt_set_mode(chunks[ch]);
+			snprintf(what, sizeof what, "register tiles %dD n=%lld cx=%lld cy=%lld chunks of %d (1: default)", nsp,
+				 (long long)c.n, (long long)cx, (long long)cy, chunks[ch]);
+			filter(&c, &c.dy, &c.x, NULL, -1, 0, -1, pool2, &o);
+			if (memcmp(o.data, want, hp_tensor_bytes(&o)))
+				fail_msg("%s: not the scalar replay's bits", what);
+			hp_tensor_free(&o);
+			cgf_check(&c, what);
+		}
+		hp_rfilt_set_mode(0);
+		free(want);
+		cgf_free(&c);
+	}
+}
+
+static void test_filter_reg(void **state)
+{
+	(void)state;
+	if (!__builtin_cpu_supports("avx512f"))
+		skip();
+	/* taps not a multiple of 16 or 48, output channels not of 8 */
+	rf_case(2, 3, 9, 13, I{ 6, 5 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	/* strides, dilations, uneven pads; three tap blocks and a tail */
+	rf_case(2, 2, 12, 20, I{ 9, 8 }, I{ 3, 2 }, I{ 2, 1 }, I{ 1, 2 }, I{ 1, 0 }, I{ 2, 1 });
+	/* ResNet-18's shapes in small: 2x2 planes, 1x1 of stride 2 */
+	rf_case(2, 4, 32, 16, I{ 2, 2 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	rf_case(2, 4, 16, 24, I{ 8, 8 }, I{ 1, 1 }, I{ 2, 2 }, I{ 1, 1 }, I{ 0, 0 }, I{ 0, 0 });
+	rf_case(1, 3, 7, 9, I{ 13 }, I{ 3 }, I{ 2 }, I{ 1 }, I{ 1 }, I{ 2 });
+	/* windows of 16 taps and more: packed through im2col and transposes,
+	 * runs of 16 positions and a tail (the stem's 7x7 of stride 2) */
+	rf_case(2, 2, 3, 17, I{ 15, 14 }, I{ 7, 7 }, I{ 2, 2 }, I{ 1, 1 }, I{ 3, 3 }, I{ 3, 2 });
+	rf_case(2, 2, 5, 9, I{ 9, 11 }, I{ 4, 5 }, I{ 1, 1 }, I{ 1, 1 }, I{ 2, 1 }, I{ 1, 2 });
+	/* rows of 10 at stride 2 through masked loads of even columns */
+	rf_case(2, 2, 3, 9, I{ 9, 20 }, I{ 5, 5 }, I{ 1, 2 }, I{ 1, 1 }, I{ 2, 1 }, I{ 2, 2 });
+	rf_case(3, 2, 5, 10, I{ 4, 5, 6 }, I{ 3, 3, 2 }, I{ 1, 2, 1 }, I{ 1, 1, 2 }, I{ 1, 1, 0 }, I{ 1, 0, 1 });
+}
+
 /* Attribute hpdlf_lean (exec/split.c gives it where a filter gradient's
  * workspace decides the smallest budget): one worker's buffers, the same
  * bits as with every worker's, on two threads; the workspace smaller by
@@ -747,7 +843,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_filter_1d), cmocka_unit_test(test_filter_2d), cmocka_unit_test(test_filter_3d),
-		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
+		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_reg), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,0 +1,590 @@
+/* ConvGradFilter of ungrouped convolutions in 1-3 spatial dims over
+ * AVX-512 register tiles (conv_grad_reg.c): ResNet-18's small planes.
+ *
+ * Why: through im2col ConvGradFilter is one sgemm of cin*kvol x cout
+ * outputs per tile of positions; on small planes (2x2 and 4x4 at a batch
+ * of 4: ResNet-18 at 64x64, stages 3 and 4) the reduction is 4-16
+ * positions long and the output millions of elements, so each sgemm
+ * packs and writes dW^T for a few multiply-adds (14-37 GF/s a thread,
+ * bench_conv_libs.c, pass dW).  Here a tile of 8 output channels x 48
+ * taps of dW stays in 24 registers over the whole reduction, every batch
+ * item and position, and is written once.
+ *
+ * Positions are packed in chunks: the chunk's input taps transposed (a
+ * row of cin*kvol taps per position, zero where the window leaves the
+ * input, rounded up to 16) and dY (8 output channels per position and
+ * channel block).  A tile then runs, per position, 3 loads of taps and 8
+ * broadcasts of dY into 24 fused multiply-adds.  Packing is what the
+ * tiles wait for where channels are few (a packed float feeds cout
+ * multiply-adds): taps rows come from permuted window offsets and
+ * gathers (small windows, short rows), from masked row loads (rows of
+ * stride 1, or 2 for wide windows) or im2col (other wide windows) turned
+ * by 16 x 16 register transposes, dY through the same transposes.
+ *
+ * Each worker owns blocks of 48 taps (for every output channel) and packs
+ * its own chunks, its taps and all of dY: a run has no barrier but its
+ * end (a shared packing took two per chunk, and on this shared machine a
+ * descheduled worker made each wait a time slice: the 3-D U-Net's 24^3
+ * layers ran 5-20 times slower on two threads).
+ *
+ * Every element of dW is one running sum in one order,
+ *     s = acc (or 0);  then the units (batch items, or with a batch of one
+ *     the planes of the first spatial axis: conv_grad.c's units,
+ *     hp_filter_unit_axis) from the last to the first, each unit's
+ *     positions in order:
+ * units shorter than RF_BLK_MIN as one chain s = fma(dy, x, s); longer
+ * ones in blocks of RF_BLK positions, each a chain from 0 added to s (a
+ * single chain over a batch of 16 32x32 planes was 5.6 times further from
+ * a double sum than the sgemm path's tiles; in blocks it is as close).
+ * Blocks never cross units and s waits in dW (a float, exactly) between
+ * chunks, which hold whole blocks.  So a band of units that starts from
+ * the sum of the bands after it (input acc) ends with the whole node's
+ * bits, and no thread count, share or chunk changes a bit: each element
+ * is computed by one thread, in that order. */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/conv_impl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define RF_X86 1
+#define RF_TARGET __attribute__((target("avx2,fma,avx512f")))
+#endif
+
+#define RF_MR 8          /* output channels per tile */
+#define RF_NV 3          /* vectors of 16 taps per tile */
+#define RF_PACK 262144   /* packed taps per chunk at most (1 MiB) */
+#define RF_KMAX 512      /* positions per chunk at most: a tile's taps in L2 */
+#define RF_KVOL_MAX 512  /* window volume at most */
+#define RF_SEG 256       /* taps per segment of rf_pack's 16-position blocks */
+#define RF_BLK 64        /* positions per block of a sum */
+#define RF_BLK_MIN 16    /* units this long and longer sum in blocks */
+
+static int rf_mode; /* 0 auto, >= 1 wherever it can run, -1 never */
+
+void hp_rfilt_set_mode(int mode)
+{
+	rf_mode = mode;
+}
+
+static int rf_avx512(void)
+{
+#ifdef RF_X86
+	static int cached = -1;
+
+	if (cached < 0)
+		cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+	return cached;
+#else
+	return 0;
+#endif
+}
+
+int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
+		  int64_t group, int64_t unit, int threads)
+{
+	int64_t rows = cin * geo->kvol, svol = geo->grid_vol;
+
+	memset(q, 0, sizeof *q);
+	/* a forced shift or grouped mode (tests, benchmarks) asks for the sgemm paths */
+	if (rf_mode < 0 || hp_conv_shift_mode() != 0 || !rf_avx512() || group != 1 || n < 1 || unit < 1 ||
+	    svol % unit || rows < 1 || cout < 1 || geo->kvol > RF_KVOL_MAX ||
+	    cin * geo->img_vol >= INT32_MAX)
+		return 0;
+	/* Auto: units of at most 1024 positions (the sizes measured), and
+	 * enough multiply-adds per packed float: a position packs about rows
+	 * + cout floats for rows * cout multiply-adds.  bench_conv_libs.c, pass
+	 * dW, GF/s a thread (sgemm paths / here): MobileNetV2's stem, 27 taps
+	 * x 32 channels (ratio 15), 41-52 / 26-38; its 1x1 expansions at 56x56,
+	 * 24 x 144 (21), 87 / 85, at 28x28, 32 x 192 (27), 91 / 111; the 3-D
+	 * U-Net's 16 -> 32 at 24^3, 432 x 32 (30), 71 / 96. */
+	if (rf_mode == 0 && (unit > 1024 || rows * cout < 24 * (rows + cout)))
+		return 0;
+	q->geo = *geo;
+	q->n = n, q->cin = cin, q->cout = cout;
+	q->bvol = geo->img_vol, q->svol = svol, q->rows = rows, q->unit = unit;
+	q->ldt = (rows + 15) / 16 * 16;
+	q->mb = (cout + RF_MR - 1) / RF_MR;
+	/* workers own blocks of 48 taps (every output channel of them): each
+	 * packs its taps and all of dY, so the run needs no barrier */
+	int64_t ntb = (q->ldt + RF_NV * 16 - 1) / (RF_NV * 16), w = threads > 0 ? threads : 1;
+	q->workers = (int)(w < ntb ? w : ntb);
+	q->tw = (ntb + q->workers - 1) / q->workers * RF_NV * 16;
+	q->tw = q->tw < q->ldt ? q->tw : q->ldt;
+	int64_t kc = RF_PACK / q->tw, total = n * svol;
+	kc = kc < RF_KMAX ? kc : RF_KMAX;
+	kc = kc > 16 ? kc : 16;
+	kc = rf_mode > 1 ? rf_mode : kc; /* tests: chunks of rf_mode positions */
+	/* units of RF_BLK_MIN positions and more sum in blocks of RF_BLK */
+	q->blk = unit >= RF_BLK_MIN ? RF_BLK : 0;
+	kc = kc > q->blk ? kc : q->blk; /* a chunk short of the whole holds a block */
+	q->kc = kc < total ? kc : total;
+	return 1;
+}
+
+/* Floats of a worker's buffers: packed taps, dY, 16 positions' taps rows. */
+static size_t rf_worker_floats(const struct hp_rfilt *q)
+{
+	return (size_t)(q->kc * q->tw) + (size_t)(q->mb * q->kc * RF_MR) + (size_t)((RF_SEG + q->geo.kvol + 16) * 16);
+}
+
+size_t hp_rfilt_workspace(const struct hp_rfilt *q)
+{
+	return ((size_t)(2 * q->ldt) + (size_t)q->workers * rf_worker_floats(q)) * sizeof(float);
+}
+
+/* Position g of the chain: its batch item and position in the item. */
+static void rf_pos(const struct hp_rfilt *q, int64_t g, int64_t *item, int64_t *pos)
+{
+	int64_t upi = q->svol / q->unit, u = q->n * upi - 1 - g / q->unit;
+
+	*item = u / upi;
+	*pos = u % upi * q->unit + g % q->unit;
+}
+
+struct rf_run {
+	const struct hp_rfilt *q;
+	const float *dy, *x, *acc;
+	float *dw, *ws;
+	int32_t *cols;   /* per packed tap: its channel's offset, its window tap */
+	int shares;      /* the run's workers: blocks of taps in as many shares */
+	int64_t tw, kc;  /* a share's packed taps, positions per chunk */
+};
+
+/* A worker's chunk: chain positions [g0, g0 + kn), taps [t0, t1) packed
+ * at taps (row stride tw), dY at dyp, 16 positions' taps rows at tmp. */
+struct rf_chunk {
+	int64_t g0, kn, t0, t1;
+	int64_t blen[RF_KMAX]; /* with q->blk: the chunk's blocks' positions */
+	int nblk;
+	float *taps, *dyp, *tmp;
+};
+
+/* The taps tables: tap t of a packed row is X's channel t / kvol at its
+ * offset cols[t] and window tap cols[ldt + t] (kvol: a padding tap). */
+static void rf_cols(const struct hp_rfilt *q, int32_t *cols)
+{
+	for (int64_t t = 0; t < q->ldt; t++) {
+		cols[t] = t < q->rows ? (int32_t)(t / q->geo.kvol * q->bvol) : 0;
+		cols[q->ldt + t] = (int32_t)(t < q->rows ? t % q->geo.kvol : q->geo.kvol);
+	}
+}
+
+#ifdef RF_X86
+/* A packed row: X's values at the window's offsets off of each tap,
+ * gathered 16 taps at a time, 0 outside. */
+static RF_TARGET void rf_gather(const struct hp_rfilt *q, const float *xi, const int32_t *off, const int32_t *cols,
+				int64_t t0, int64_t t1, float *dst)
+{
+	__m512i offv = _mm512_loadu_si512(off), zero = _mm512_setzero_si512();
+
+	dst -= t0;
+	for (int64_t t = t0; t < t1; t += 16) {
+		__m512i kv = _mm512_loadu_si512(cols + q->ldt + t);
+		__m512i o = q->geo.kvol < 16 ? _mm512_permutexvar_epi32(kv, offv) : _mm512_i32gather_epi32(kv, off, 4);
+		__mmask16 m = _mm512_cmpge_epi32_mask(o, zero);
+		__m512i idx = _mm512_add_epi32(o, _mm512_loadu_si512(cols + t));
+		_mm512_storeu_ps(dst + t, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, xi, 4));
+	}
+}
+
+/* dst rows j (stride ldd) at taps [0, 16) = src [16 taps][16 positions] column j. */
+static RF_TARGET void rf_tr16(const float *src, float *dst, int64_t ldd)
+{
+	__m512 r[16], t[16];
+	for (int i = 0; i < 16; i++)
+		r[i] = _mm512_loadu_ps(src + i * 16);
+	for (int i = 0; i < 8; i++) {
+		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+	}
+	for (int i = 0; i < 4; i++) {
+		r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+		r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+		r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+		r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+	}
+	for (int i = 0; i < 4; i++) {
+		t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
+		t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xDD);
+		t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+		t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xDD);
+	}
+	for (int i = 0; i < 4; i++) {
+		r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+		r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+		r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
+		r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xDD);
+	}
+	for (int i = 0; i < 16; i++)
+		_mm512_storeu_ps(dst + i * ldd, r[i]);
+}
+
+/* dY of 16 channels (rows ld apart) x 16 positions at src into two blocks
+ * of 8 channels: dst [16][8] and dst + next [16][8]. */
+static RF_TARGET void rf_dy16(const float *src, int64_t ld, float *dst, int64_t next)
+{
+	float rows[256] __attribute__((aligned(64))), t[256] __attribute__((aligned(64)));
+
+	for (int i = 0; i < 16; i++)
+		_mm512_store_ps(rows + i * 16, _mm512_loadu_ps(src + i * ld));
+	rf_tr16(rows, t, 16);
+	for (int j = 0; j < 16; j++) {
+		_mm256_storeu_ps(dst + j * RF_MR, _mm256_load_ps(t + j * 16));
+		_mm256_storeu_ps(dst + next + j * RF_MR, _mm256_load_ps(t + j * 16 + 8));
+	}
+}
+#else
+static void rf_dy16(const float *src, int64_t ld, float *dst, int64_t next)
+{
+	(void)src, (void)ld, (void)dst, (void)next;
+}
+
+static void rf_tr16(const float *src, float *dst, int64_t ldd)
+{
+	(void)src, (void)dst, (void)ldd;
+}
+
+static void rf_gather(const struct hp_rfilt *q, const float *xi, const int32_t *off, const int32_t *cols, int64_t t0,
+		      int64_t t1, float *dst)
+{
+	(void)q, (void)xi, (void)off, (void)cols, (void)t0, (void)t1, (void)dst;
+}
+#endif
+
+/* Taps [t0, t1) of the packed row of position pos of the item at xi. */
+static void rf_row(const struct hp_rfilt *q, const float *xi, int64_t pos, const int32_t *cols, int64_t t0, int64_t t1,
+		   float *dst)
+{
+	const struct hp_colgeom *g = &q->geo;
+	int64_t kh = g->k[1], kw = g->k[2];
+	int64_t o2 = pos % g->grid[2], o1 = pos / g->grid[2] % g->grid[1], o0 = pos / (g->grid[1] * g->grid[2]);
+	int64_t i0 = o0 * g->stride[0] - g->pad[0], i1 = o1 * g->stride[1] - g->pad[1];
+	int64_t i2 = o2 * g->stride[2] - g->pad[2];
+	int32_t off[RF_KVOL_MAX + 16]; /* the window's offsets in a plane, -1 outside */
+	int64_t t = 0;
+
+	for (int64_t a0 = 0; a0 < g->k[0]; a0++) {
+		int64_t z = i0 + a0 * g->dil[0];
+		int zin = z >= 0 && z < g->img[0];
+		for (int64_t a1 = 0; a1 < kh; a1++) {
+			int64_t y = i1 + a1 * g->dil[1];
+			int yin = zin && y >= 0 && y < g->img[1];
+			for (int64_t a2 = 0; a2 < kw; a2++, t++) {
+				int64_t xx = i2 + a2 * g->dil[2];
+				off[t] = yin && xx >= 0 && xx < g->img[2] ? (int32_t)((z * g->img[1] + y) * g->img[2] + xx) : -1;
+			}
+		}
+	}
+	for (; t < g->kvol + 16; t++)
+		off[t] = -1; /* the padding taps' (rf_cols: tap kvol) */
+	rf_gather(q, xi, off, cols, t0, t1, dst);
+}
+
+#ifdef RF_X86
+/* Blocks of 16 positions from rows: stride 1 along rows at least 8 long. */
+static int rf_rows(const struct hp_rfilt *q)
+{
+	/* at stride 2 only for wide windows: below 16 taps rf_row's permuted
+	 * offsets and gathers win (1x1 of stride 2, 64 -> 128 channels: 121
+	 * GF/s against 104), above im2col loses (7x7 of stride 2: 97 against 106) */
+	return (q->geo.stride[2] == 1 || (q->geo.stride[2] == 2 && q->geo.kvol >= 16)) && q->geo.grid[2] >= 8 &&
+	       q->geo.k[2] <= 16;
+}
+
+/* Stride 1 or 2 along rows: the taps of channels [c0, c1) of 16 positions
+ * from pos (one item's, at xi) as tmp [tap - c0 * kvol][16], each tap's
+ * row segments in masked loads (lanes outside the input read nothing and
+ * stay 0), at stride 2 two vectors' even columns. */
+static RF_TARGET void rf_block16(const struct hp_rfilt *q, const float *xi, int64_t pos, int64_t c0, int64_t c1,
+				 float *tmp)
+{
+	const struct hp_colgeom *g = &q->geo;
+	int64_t ow = g->grid[2], nseg = 0, iw = g->img[2], kw = g->k[2], d2 = g->dil[2], st = g->stride[2];
+	const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+	/* per row segment: its lanes [l0, l1), the window's first input row
+	 * (z, y) and column shift (lane l reads column sh + st * l) */
+	int64_t l0[17], l1[17], zb[17], yb[17], sh[17];
+
+	for (int64_t l = 0; l < 16; nseg++) {
+		int64_t p = pos + l, ox = p % ow, len = ow - ox < 16 - l ? ow - ox : 16 - l, r = p / ow;
+		l0[nseg] = l, l1[nseg] = l + len;
+		zb[nseg] = r / g->grid[1] * g->stride[0] - g->pad[0];
+		yb[nseg] = r % g->grid[1] * g->stride[1] - g->pad[1];
+		sh[nseg] = (ox - l) * st - g->pad[2];
+		l += len;
+	}
+	for (int64_t c = c0, t = 0; c < c1; c++)
+		for (int64_t a0 = 0; a0 < g->k[0]; a0++)
+			for (int64_t a1 = 0; a1 < g->k[1]; a1++) {
+				__m512 v[16];
+				for (int64_t a2 = 0; a2 < kw; a2++)
+					v[a2] = _mm512_setzero_ps();
+				for (int64_t sg = 0; sg < nseg; sg++) {
+					int64_t z = zb[sg] + a0 * g->dil[0], y = yb[sg] + a1 * g->dil[1];
+					if (z < 0 || z >= g->img[0] || y < 0 || y >= g->img[1])
+						continue;
+					const float *row = xi + c * q->bvol + (z * g->img[1] + y) * iw;
+					for (int64_t a2 = 0; a2 < kw; a2++) {
+						/* lanes [lo, hi) of the segment read columns inside the row */
+						int64_t s2 = sh[sg] + a2 * d2, lo = s2 >= 0 ? 0 : (-s2 + st - 1) / st;
+						int64_t hi = iw > s2 ? (iw - s2 + st - 1) / st : 0;
+						lo = lo > l0[sg] ? lo : l0[sg];
+						hi = hi < l1[sg] ? hi : l1[sg];
+						if (hi <= lo)
+							continue;
+						uint32_t m = ((1u << hi) - 1) & ~((1u << lo) - 1);
+						const float *at = (const float *)((uintptr_t)row + (uintptr_t)(s2 * 4));
+						if (st == 1) {
+							v[a2] = _mm512_mask_loadu_ps(v[a2], (__mmask16)m, at);
+							continue;
+						}
+						uint32_t m2 = 0; /* lane l: column 2 l of the two vectors */
+						for (int64_t l = lo; l < hi; l++)
+							m2 |= 1u << (2 * l);
+						__m512 a = _mm512_maskz_loadu_ps((__mmask16)m2, at);
+						__m512 b = _mm512_maskz_loadu_ps((__mmask16)(m2 >> 16), at + 16);
+						v[a2] = _mm512_mask_mov_ps(v[a2], (__mmask16)m, _mm512_permutex2var_ps(a, even, b));
+					}
+				}
+				for (int64_t a2 = 0; a2 < kw; a2++, t++)
+					_mm512_storeu_ps(tmp + t * 16, v[a2]);
+			}
+}
+#else
+static void rf_block16(const struct hp_rfilt *q, const float *xi, int64_t pos, int64_t c0, int64_t c1, float *tmp)
+{
+	(void)q, (void)xi, (void)pos, (void)c0, (void)c1, (void)tmp;
+}
+#endif
+
+/* The chunk's taps [t0, t1) and dY (every output channel). */
+static void rf_pack(const struct rf_run *r, const struct rf_chunk *ch)
+{
+	const struct hp_rfilt *q = r->q;
+	const struct hp_colgeom *g = &q->geo;
+	for (int64_t k0 = 0; k0 < ch->kn;) {
+		int64_t item, pos, gq = ch->g0 + k0, run = q->unit - gq % q->unit;
+		run = run < ch->kn - k0 ? run : ch->kn - k0;
+		rf_pos(q, gq, &item, &pos);
+		const float *xi = r->x + item * q->cin * q->bvol;
+		int64_t k = k0;
+		/* 16 positions at a time: stride-1 rows in masked loads, or wide
+		 * windows through im2col, then transposed in registers (the same
+		 * values as rf_row's; below 16 taps its offsets' permute beats
+		 * im2col on small planes: 3x3 at 16x16, 64 channels: 133 GF/s
+		 * against 118; 7x7: 80 against 99) */
+		for (; (g->kvol >= 16 || rf_rows(q)) && k + 16 <= k0 + run; k += 16) {
+			int64_t p = pos + (k - k0);
+			/* in segments of RF_SEG taps: their channels' rows stay in L1 */
+			for (int64_t s0 = ch->t0; s0 < ch->t1; s0 += RF_SEG) {
+				int64_t s1 = s0 + RF_SEG < ch->t1 ? s0 + RF_SEG : ch->t1;
+				int64_t ca = s0 / g->kvol, cb = (s1 + g->kvol - 1) / g->kvol, base = ca * g->kvol;
+				cb = cb < q->cin ? cb : q->cin;
+				if (rf_rows(q))
+					rf_block16(q, xi, p, ca, cb, ch->tmp);
+				else
+					hp_im2col(g, cb - ca, xi + ca * q->bvol, p, p + 16, ch->tmp);
+				if (s1 > q->rows) /* the padding taps' rows: 0 */
+					memset(ch->tmp + (q->rows - base) * 16, 0, (size_t)((s1 - q->rows) * 16) * sizeof(float));
+				for (int64_t t = s0; t < s1; t += 16)
+					rf_tr16(ch->tmp + (t - base) * 16, ch->taps + k * r->tw + (t - ch->t0), r->tw);
+			}
+		}
+		for (; k < k0 + run; k++)
+			rf_row(q, xi, pos + (k - k0), r->cols, ch->t0, ch->t1, ch->taps + k * r->tw);
+		/* dY in runs of positions of one unit (consecutive in dY's rows) */
+		const float *dyi = r->dy + item * q->cout * q->svol + pos;
+		int64_t m16 = q->cout / 16 * 16, j16 = run / 16 * 16;
+		for (int64_t m = 0; m < m16; m += 16) /* 16 channels x 16 positions transposed */
+			for (int64_t j = 0; j < j16; j += 16)
+				rf_dy16(dyi + m * q->svol + j, q->svol, ch->dyp + (m / RF_MR * r->kc + k0 + j) * RF_MR,
+					r->kc * RF_MR);
+		for (int64_t m = 0; m < q->mb * RF_MR; m++) {
+			float *d = ch->dyp + (m / RF_MR * r->kc + k0) * RF_MR + m % RF_MR;
+			const float *sm = dyi + m * q->svol;
+			for (int64_t j = m < m16 ? j16 : 0; j < run; j++)
+				d[j * RF_MR] = m < q->cout ? sm[j] : 0.0f;
+		}
+		k0 += run;
+	}
+}
+
+#ifdef RF_X86
+/* One tile: dW rows [0, mr) at dst (row stride ld), nv vectors of taps
+ * (the last one masked by last), from src (the same layout: acc or dW)
+ * or 0, over kn positions of taps (row stride ldt) and dyp ([kn][8]). */
+static inline __attribute__((always_inline)) RF_TARGET void rf_tile(const int nv, const float *taps, int64_t ldt,
+								 const float *dyp, int64_t kn, const int64_t *blen,
+								 int nblk, const float *src, float *dst, int64_t ld, int mr,
+								 __mmask16 last)
+{
+	__m512 a[RF_MR][RF_NV];
+
+	if (nblk) { /* blocks: each a chain from 0, then added to the sum in dst */
+		for (int b = 0; b < nblk; b++, taps += blen[b - 1] * ldt, dyp += blen[b - 1] * RF_MR) {
+			const float *run = b ? dst : src;
+			for (int i = 0; i < RF_MR; i++)
+				for (int v = 0; v < nv; v++)
+					a[i][v] = _mm512_setzero_ps();
+			for (int64_t k = 0; k < blen[b]; k++) {
+				__m512 c[RF_NV];
+				for (int v = 0; v < nv; v++)
+					c[v] = _mm512_loadu_ps(taps + k * ldt + v * 16);
+				for (int i = 0; i < RF_MR; i++) {
+					__m512 d = _mm512_set1_ps(dyp[k * RF_MR + i]);
+					for (int v = 0; v < nv; v++)
+						a[i][v] = _mm512_fmadd_ps(d, c[v], a[i][v]);
+				}
+			}
+			for (int i = 0; i < mr; i++)
+				for (int v = 0; v < nv; v++) {
+					__mmask16 m = v == nv - 1 ? last : 0xffff;
+					__m512 s = run ? _mm512_maskz_loadu_ps(m, run + i * ld + v * 16) : _mm512_setzero_ps();
+					_mm512_mask_storeu_ps(dst + i * ld + v * 16, m, _mm512_add_ps(s, a[i][v]));
+				}
+		}
+		return;
+	}
+	for (int i = 0; i < RF_MR; i++)
+		for (int v = 0; v < nv; v++)
+			a[i][v] = src && i < mr ? _mm512_maskz_loadu_ps(v == nv - 1 ? last : 0xffff, src + i * ld + v * 16)
+						: _mm512_setzero_ps();
+	for (int64_t k = 0; k < kn; k++) {
+		__m512 c[RF_NV];
+		for (int v = 0; v < nv; v++)
+			c[v] = _mm512_loadu_ps(taps + k * ldt + v * 16);
+		for (int i = 0; i < RF_MR; i++) {
+			__m512 d = _mm512_set1_ps(dyp[k * RF_MR + i]);
+			for (int v = 0; v < nv; v++)
+				a[i][v] = _mm512_fmadd_ps(d, c[v], a[i][v]);
+		}
+	}
+	for (int i = 0; i < mr; i++)
+		for (int v = 0; v < nv; v++)
+			_mm512_mask_storeu_ps(dst + i * ld + v * 16, v == nv - 1 ? last : 0xffff, a[i][v]);
+}
+
+static RF_TARGET void rf_tile3(const float *taps, int64_t ldt, const float *dyp, int64_t kn, const int64_t *blen,
+			       int nblk, const float *src, float *dst, int64_t ld, int mr, __mmask16 last)
+{
+	rf_tile(3, taps, ldt, dyp, kn, blen, nblk, src, dst, ld, mr, last);
+}
+
+static RF_TARGET void rf_tile2(const float *taps, int64_t ldt, const float *dyp, int64_t kn, const int64_t *blen,
+			       int nblk, const float *src, float *dst, int64_t ld, int mr, __mmask16 last)
+{
+	rf_tile(2, taps, ldt, dyp, kn, blen, nblk, src, dst, ld, mr, last);
+}
+
+static RF_TARGET void rf_tile1(const float *taps, int64_t ldt, const float *dyp, int64_t kn, const int64_t *blen,
+			       int nblk, const float *src, float *dst, int64_t ld, int mr, __mmask16 last)
+{
+	rf_tile(1, taps, ldt, dyp, kn, blen, nblk, src, dst, ld, mr, last);
+}
+#endif
+
+/* The chunk's tiles: taps [t0, t1) in blocks of 48 outside, channel
+ * blocks of 8 inside (a block's taps stay in cache across the channels). */
+static void rf_tiles(const struct rf_run *r, const struct rf_chunk *ch)
+{
+#ifdef RF_X86
+	const struct hp_rfilt *q = r->q;
+	int64_t tw = RF_NV * 16;
+
+	for (int64_t t0 = ch->t0; t0 < ch->t1; t0 += tw)
+		for (int64_t m0 = 0; m0 < q->cout; m0 += RF_MR) {
+			int64_t taps = q->rows - t0 < tw ? q->rows - t0 : tw;
+			int nv = (int)((taps + 15) / 16), mr = (int)(q->cout - m0 < RF_MR ? q->cout - m0 : RF_MR);
+			int64_t lastn = taps - (int64_t)(nv - 1) * 16;
+			__mmask16 last = (__mmask16)(lastn >= 16 ? 0xffff : (1u << lastn) - 1);
+			const float *src = ch->g0 == 0 ? (r->acc ? r->acc + m0 * q->rows + t0 : NULL)
+						       : r->dw + m0 * q->rows + t0;
+			const float *tp = ch->taps + (t0 - ch->t0), *dp = ch->dyp + m0 / RF_MR * r->kc * RF_MR;
+			float *dst = r->dw + m0 * q->rows + t0;
+			if (nv == 3)
+				rf_tile3(tp, r->tw, dp, ch->kn, ch->blen, ch->nblk, src, dst, q->rows, mr, last);
+			else if (nv == 2)
+				rf_tile2(tp, r->tw, dp, ch->kn, ch->blen, ch->nblk, src, dst, q->rows, mr, last);
+			else
+				rf_tile1(tp, r->tw, dp, ch->kn, ch->blen, ch->nblk, src, dst, q->rows, mr, last);
+		}
+#else
+	(void)r, (void)ch;
+#endif
+}
+
+/* With blocks: the chunk ends at a block's end, and its blocks' lengths. */
+static void rf_blocks(const struct hp_rfilt *q, struct rf_chunk *ch)
+{
+	int64_t e = ch->g0 + ch->kn, total = q->n * q->svol;
+
+	ch->nblk = 0;
+	if (!q->blk)
+		return;
+	if (e < total) /* the last block start at or before e (kc >= blk: after g0) */
+		e = e / q->unit * q->unit + e % q->unit / q->blk * q->blk;
+	int64_t g = ch->g0;
+	for (; g < e && ch->nblk < RF_KMAX; ch->nblk++) {
+		int64_t j = g % q->unit, len = q->unit - j < q->blk ? q->unit - j : q->blk;
+		ch->blen[ch->nblk] = len;
+		g += len;
+	}
+	ch->kn = g - ch->g0;
+}
+
+/* Workers' shares [b, e): blocks of taps, every chunk of the chain. */
+static void rf_work(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct rf_run *r = arg;
+	const struct hp_rfilt *q = r->q;
+	int64_t ntb = (q->ldt + RF_NV * 16 - 1) / (RF_NV * 16), total = q->n * q->svol;
+	float *buf = r->ws + (size_t)tid * rf_worker_floats(q); /* sized for q's tw, kc */
+	struct rf_chunk ch = { .taps = buf, .dyp = buf + q->kc * q->tw, .tmp = buf + q->kc * q->tw + q->mb * q->kc * RF_MR };
+
+	for (int64_t s = b; s < e; s++) {
+		ch.t0 = ntb * s / r->shares * RF_NV * 16;
+		ch.t1 = ntb * (s + 1) / r->shares * RF_NV * 16;
+		ch.t1 = ch.t1 < q->ldt ? ch.t1 : q->ldt;
+		for (ch.g0 = 0; ch.g0 < total; ch.g0 += ch.kn) {
+			ch.kn = total - ch.g0 < r->kc ? total - ch.g0 : r->kc;
+			rf_blocks(q, &ch);
+			rf_pack(r, &ch);
+			rf_tiles(r, &ch);
+		}
+	}
+}
+
+void hp_rfilt_run(const struct hp_rfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
+		  struct hp_pool *pool)
+{
+	struct rf_run r = { .q = q, .dy = dy, .x = x, .acc = acc, .dw = dw, .cols = (int32_t *)ws, .ws = ws + 2 * q->ldt };
+	int saved, threads = hp_conv_threads_enter(pool, &saved);
+
+	threads = threads < q->workers ? threads : q->workers;
+	/* as many shares as threads run (no share packs dY twice on one
+	 * thread): wider shares take chunks as much shorter; neither changes
+	 * a bit */
+	int64_t ntb = (q->ldt + RF_NV * 16 - 1) / (RF_NV * 16);
+	r.shares = threads;
+	r.tw = (ntb + threads - 1) / threads * RF_NV * 16;
+	r.tw = r.tw < q->ldt ? r.tw : q->ldt;
+	r.kc = q->kc * q->tw / r.tw;
+	r.kc = r.kc > 1 ? r.kc : 1;
+	if (r.kc < q->blk && r.kc < q->n * q->svol) { /* no block fits: the plan's shares, in turn */
+		r.shares = q->workers;
+		r.tw = q->tw;
+		r.kc = q->kc;
+	}
+	if (q->n * q->svol == 0) {
+		if (acc)
+			memcpy(dw, acc, (size_t)(q->cout * q->rows) * sizeof *dw);
+		else
+			memset(dw, 0, (size_t)(q->cout * q->rows) * sizeof *dw);
+	}
+	rf_cols(q, r.cols);
+	/* at most a worker per share (tid < threads): its buffers are the tid's */
+	hp_conv_parallel(pool, threads, r.shares, rf_work, &r);
+	hp_conv_threads_leave(saved);
+}
