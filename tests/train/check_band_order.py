@@ -19,8 +19,9 @@ its forward node's band.  For every split Conv, the order in which its
 bands' ConvGradFilter nodes run (the chain) must be the order in which the
 backward starts the bands (the first backward node of each band), and it
 must be the last band first; every recomputation of a band must run after
-its band's first backward node and before the next band's (before, they
-all ran at the end, after every band's data gradient).  Each budget must really be cut (at least two
+the backward started the band before it and before it starts the band
+after it (before, they all ran at the end, after every band's data
+gradient).  Each budget must really be cut (at least two
 bands).
 
 usage: check_band_order.py HPDLF_EXEC LENET_DIR WORKDIR
@@ -100,10 +101,14 @@ def check_budget(exe, d, budget, work):
             chains.setdefault(conv, []).append(b)
     check(started == list(range(nb - 1, -1, -1)),
           "budget %d: the backward starts the bands last first: %s" % (budget, started))
-    # a band's recomputations run while the backward is in that band: after
-    # its first backward node, before the next band's
+    # a band's recomputations run while the backward reaches that band:
+    # after the band before it in the backward's order (b + 1) started,
+    # before the band after it (b - 1) starts.  Whether the band's own
+    # first backward node needs one of them (then it runs just before)
+    # follows the keep/recompute choice, and so the measured speed model
+    # (under load, MaxPoolGrad's input was recomputed rather than kept).
     late = [(pos, b) for pos, b in recomputes
-            if b in start_at and not (start_at[b] < pos < min([start_at[c] for c in start_at if c < b] + [1 << 30]))]
+            if b in start_at and not (start_at.get(b + 1, -1) < pos < start_at.get(b - 1, 1 << 30))]
     # (whether to recompute follows the machine's measured speed: none is no failure)
     check(not late, "budget %d: %d recomputations of bands each run within its band's backward%s"
           % (budget, len(recomputes), " (not: %s)" % late[:4] if late else ""))
