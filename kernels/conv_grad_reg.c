@@ -134,6 +134,18 @@ size_t hp_rfilt_workspace(const struct hp_rfilt *q)
 	return ((size_t)(2 * q->ldt) + (size_t)q->workers * rf_worker_floats(q)) * sizeof(float);
 }
 
+void hp_rfilt_fit(struct hp_rfilt *q, size_t bytes)
+{
+	int64_t floor = q->blk > 16 ? q->blk : 16;
+
+	if (rf_mode > 1)
+		return;
+	while (q->kc > floor && hp_rfilt_workspace(q) > bytes) {
+		int64_t kc = q->kc / 2 / 16 * 16;
+		q->kc = kc > floor ? kc : floor;
+	}
+}
+
 /* Position g of the chain: its batch item and position in the item. */
 static void rf_pos(const struct hp_rfilt *q, int64_t g, int64_t *item, int64_t *pos)
 {

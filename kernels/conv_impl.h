@@ -472,6 +472,11 @@ struct hp_rfilt {
 int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
 		  int64_t group, int64_t unit, int threads);
 size_t hp_rfilt_workspace(const struct hp_rfilt *q);
+/* Fewer positions per chunk, so that the workspace is at most `bytes`
+ * where chunks of 16 positions and more (a block's, when units sum in
+ * blocks) can do it, else the least of those; the chunk size changes no
+ * bit.  Not in the tests' chunk mode (hp_rfilt_set_mode k > 1). */
+void hp_rfilt_fit(struct hp_rfilt *q, size_t bytes);
 /* Tests and benchmarks only: 0 auto, 1 wherever it can run, -1 never,
  * k > 1 wherever it can run in chunks of k positions; read when a
  * ConvGradFilter is prepared. */
