@@ -424,6 +424,24 @@ static void rf_pack(const struct rf_run *r, const struct rf_chunk *ch)
 }
 
 #ifdef RF_X86
+/* kn positions into the tile's sums a: per position nv vectors of taps
+ * (row stride ldt) times each of 8 dY values (dyp: [kn][8]). */
+static inline __attribute__((always_inline)) RF_TARGET void rf_fma(__m512 a[RF_MR][RF_NV], const int nv,
+								const float *taps, int64_t ldt, const float *dyp,
+								int64_t kn)
+{
+	for (int64_t k = 0; k < kn; k++) {
+		__m512 c[RF_NV];
+		for (int v = 0; v < nv; v++)
+			c[v] = _mm512_loadu_ps(taps + k * ldt + v * 16);
+		for (int i = 0; i < RF_MR; i++) {
+			__m512 d = _mm512_set1_ps(dyp[k * RF_MR + i]);
+			for (int v = 0; v < nv; v++)
+				a[i][v] = _mm512_fmadd_ps(d, c[v], a[i][v]);
+		}
+	}
+}
+
 /* One tile: dW rows [0, mr) at dst (row stride ld), nv vectors of taps
  * (the last one masked by last), from src (the same layout: acc or dW)
  * or 0, over kn positions of taps (row stride ldt) and dyp ([kn][8]). */
@@ -440,16 +458,7 @@ static inline __attribute__((always_inline)) RF_TARGET void rf_tile(const int nv
 			for (int i = 0; i < RF_MR; i++)
 				for (int v = 0; v < nv; v++)
 					a[i][v] = _mm512_setzero_ps();
-			for (int64_t k = 0; k < blen[b]; k++) {
-				__m512 c[RF_NV];
-				for (int v = 0; v < nv; v++)
-					c[v] = _mm512_loadu_ps(taps + k * ldt + v * 16);
-				for (int i = 0; i < RF_MR; i++) {
-					__m512 d = _mm512_set1_ps(dyp[k * RF_MR + i]);
-					for (int v = 0; v < nv; v++)
-						a[i][v] = _mm512_fmadd_ps(d, c[v], a[i][v]);
-				}
-			}
+			rf_fma(a, nv, taps, ldt, dyp, blen[b]);
 			for (int i = 0; i < mr; i++)
 				for (int v = 0; v < nv; v++) {
 					__mmask16 m = v == nv - 1 ? last : 0xffff;
@@ -463,16 +472,7 @@ static inline __attribute__((always_inline)) RF_TARGET void rf_tile(const int nv
 		for (int v = 0; v < nv; v++)
 			a[i][v] = src && i < mr ? _mm512_maskz_loadu_ps(v == nv - 1 ? last : 0xffff, src + i * ld + v * 16)
 						: _mm512_setzero_ps();
-	for (int64_t k = 0; k < kn; k++) {
-		__m512 c[RF_NV];
-		for (int v = 0; v < nv; v++)
-			c[v] = _mm512_loadu_ps(taps + k * ldt + v * 16);
-		for (int i = 0; i < RF_MR; i++) {
-			__m512 d = _mm512_set1_ps(dyp[k * RF_MR + i]);
-			for (int v = 0; v < nv; v++)
-				a[i][v] = _mm512_fmadd_ps(d, c[v], a[i][v]);
-		}
-	}
+	rf_fma(a, nv, taps, ldt, dyp, kn);
 	for (int i = 0; i < mr; i++)
 		for (int v = 0; v < nv; v++)
 			_mm512_mask_storeu_ps(dst + i * ld + v * 16, v == nv - 1 ? last : 0xffff, a[i][v]);
