@@ -392,6 +392,153 @@ static void dwc_range(void *arg, int64_t b, int64_t e, int tid)
 }
 #endif
 
+#ifdef DWC_X86
+/* ---- the weight gradient (ConvGradFilter) of the same geometries ----
+ * Eight output channels in the lanes again: X's rows transposed into the
+ * ring as above, dY's rows transposed eight positions at a time in
+ * registers.  Tap k = (kh, kw) of a unit (grid rows [q0, q1) of one item)
+ * is, per channel, the sum over its rows in order of each row's chain of
+ * fused multiply-adds over the row's positions in order from 0 (a tap in
+ * the padding adds dY * 0); dW adds the units from the last to the first
+ * (conv_dw.c's order of units, which bands keep).  A unit's sums depend on
+ * its own dY and X rows alone, so workers, blocks and bands of rows or
+ * items give the same bits. */
+struct dwc_frun {
+	const struct hp_dw *d;
+	const float *dy, *x, *acc;
+	float *dw, *scratch;     /* dwc_ffloats() per thread */
+	int64_t blocks, urows;
+};
+
+/* Floats of a worker's dW scratch: the ring and a zero row. */
+static size_t dwc_ffloats(const struct hp_colgeom *g)
+{
+	return (size_t)((DWC_SLOTS + 1) * dwc_width(g) * DWC_L);
+}
+
+/* One row's nine chains: part[k] += (the chain over positions o of
+ * dY[o] * X row kh at o s + kw, from 0), for the block's lanes. */
+DWC_TARGET static void dwc_frow(int64_t s, int64_t ow, const float *const *dys, int nc, const float *const *r,
+				__m256 *part)
+{
+	__m256 a[9];
+
+	for (int k = 0; k < 9; k++)
+		a[k] = _mm256_setzero_ps();
+	for (int64_t o0 = 0; o0 < ow; o0 += 8) {
+		__m256 v[8];
+		int n = ow - o0 < 8 ? (int)(ow - o0) : 8;
+		for (int l = 0; l < 8; l++)
+			v[l] = l >= nc ? _mm256_setzero_ps()
+			       : n == 8 ? _mm256_loadu_ps(dys[l] + o0)
+					: _mm256_maskload_ps(dys[l] + o0, dwc_mask(n));
+		dwc_transpose(v);
+		for (int j = 0; j < n; j++) {
+			int64_t p = (o0 + j) * s * DWC_L;
+			for (int kh = 0; kh < 3; kh++)
+				for (int kw = 0; kw < 3; kw++)
+					a[3 * kh + kw] =
+						_mm256_fmadd_ps(v[j], _mm256_loadu_ps(r[kh] + p + kw * DWC_L), a[3 * kh + kw]);
+		}
+	}
+	for (int k = 0; k < 9; k++)
+		part[k] = _mm256_add_ps(part[k], a[k]);
+}
+
+/* Output channels [m0, m0 + nc): dW = acc + the units, last first. */
+DWC_TARGET static void dwc_fblock(const struct dwc_frun *r, int64_t m0, int nc, float *scratch)
+{
+	const struct hp_dw *d = r->d;
+	const struct hp_colgeom *g = &d->g;
+	int64_t wd = dwc_width(g) * DWC_L, tags[DWC_SLOTS], ow = g->grid[2], rows = g->grid[1];
+	float *zero = scratch + DWC_SLOTS * wd, t[9][8] = { { 0 } };
+	const float *xs[8], *dys[8];
+	__m256 out[9];
+
+	for (int l = 0; l < nc; l++)
+		for (int k = 0; k < 9; k++)
+			t[k][l] = r->acc ? r->acc[(m0 + l) * 9 + k] : 0.0f;
+	for (int k = 0; k < 9; k++)
+		out[k] = _mm256_loadu_ps(t[k]);
+	for (int64_t n = d->batch - 1; n >= 0; n--) {
+		for (int l = 0; l < nc; l++) {
+			int64_t m = m0 + l;
+			xs[l] = r->x + (n * d->cin + m / d->mult) * g->img_vol;
+			dys[l] = r->dy + (n * d->cin * d->mult + m) * g->grid_vol;
+		}
+		for (int i = 0; i < DWC_SLOTS; i++)
+			tags[i] = -1;
+		for (int64_t q0 = (rows - 1) / r->urows * r->urows; q0 >= 0; q0 -= r->urows) {
+			int64_t q1 = q0 + r->urows < rows ? q0 + r->urows : rows;
+			__m256 u[9];
+			for (int k = 0; k < 9; k++)
+				u[k] = _mm256_setzero_ps();
+			for (int64_t q = q0; q < q1; q++) {
+				const float *rw[3], *dq[8];
+				for (int kh = 0; kh < 3; kh++)
+					rw[kh] = dwc_get(g, xs, nc, q * g->stride[1] - g->pad[1] + kh, scratch, tags, zero, NULL);
+				for (int l = 0; l < nc; l++)
+					dq[l] = dys[l] + q * ow;
+				dwc_frow(g->stride[2], ow, dq, nc, rw, u);
+			}
+			for (int k = 0; k < 9; k++)
+				out[k] = _mm256_add_ps(out[k], u[k]);
+		}
+	}
+	for (int k = 0; k < 9; k++)
+		_mm256_storeu_ps(t[k], out[k]);
+	for (int l = 0; l < nc; l++)
+		for (int k = 0; k < 9; k++)
+			r->dw[(m0 + l) * 9 + k] = t[k][l];
+}
+
+static void dwc_frange(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct dwc_frun *r = arg;
+	int64_t cout = r->d->cin * r->d->mult;
+	float *scratch = r->scratch + (size_t)tid * dwc_ffloats(&r->d->g);
+
+	memset(scratch + DWC_SLOTS * dwc_width(&r->d->g) * DWC_L, 0,
+	       (size_t)(dwc_width(&r->d->g) * DWC_L) * sizeof(float)); /* the zero row */
+	for (int64_t i = b; i < e; i++)
+		dwc_fblock(r, i * DWC_L, (int)(cout - i * DWC_L < DWC_L ? cout - i * DWC_L : DWC_L), scratch);
+}
+#endif
+
+int hp_dwc_filter_eligible(const struct hp_colgeom *g)
+{
+#ifdef DWC_X86
+	return hp_dw3_eligible(g);
+#else
+	(void)g;
+	return 0;
+#endif
+}
+
+size_t hp_dwc_filter_scratch(const struct hp_colgeom *g)
+{
+#ifdef DWC_X86
+	return dwc_ffloats(g);
+#else
+	(void)g;
+	return 0;
+#endif
+}
+
+void hp_dwc_filter(const struct hp_dw *d, const float *dy, const float *x, const float *acc, float *dw, float *ws,
+		   int threads, struct hp_pool *pool)
+{
+#ifdef DWC_X86
+	int64_t ow = d->g.grid[2], rows = d->g.grid_vol / ow, urows = d->unit > 0 ? d->unit / ow : rows;
+	struct dwc_frun r = { .d = d, .dy = dy, .x = x, .acc = acc, .dw = dw, .scratch = ws,
+			      .blocks = (d->cin * d->mult + DWC_L - 1) / DWC_L, .urows = urows > 0 ? urows : rows };
+
+	hp_conv_parallel(pool, threads, r.blocks, dwc_frange, &r);
+#else
+	(void)d, (void)dy, (void)x, (void)acc, (void)dw, (void)ws, (void)threads, (void)pool;
+#endif
+}
+
 /* Blocks per stolen unit: about this many units a thread, so that a
  * thread done early takes a late one's blocks in small pieces. */
 #define DWC_UNITS_PER_THREAD 8

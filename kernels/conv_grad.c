@@ -201,8 +201,10 @@ static void data_plan(struct cg_data *d, int path, int allow_kxk)
 	struct hp_dw dw;
 
 	d->crop_at = 0;
-	if ((d->dw = dw_geom(c, &dw)))
+	if ((d->dw = dw_geom(c, &dw))) {
+		d->cv.workspace = hp_dw_data_ws(&dw);
 		return;
+	}
 	for (int i = 0; i < 3; i++) {
 		pad[i] = (c->k[i] - 1) * c->d[i] - c->p[i];
 		d->crop[i] = pad[i] < 0 ? -pad[i] : 0;
@@ -378,7 +380,7 @@ static int data_run(const struct hp_node *n, const struct hp_kargs *a)
 		data_crop(d, a->in[0].data, dy);
 		hp_conv_forward(&d->cv, dy, a->in[1].data, NULL, a->out[0].data, a->ws, a->pool);
 	} else if (d->dw && dw_geom(&d->c, &dw))
-		hp_dw_data(&dw, a->in[0].data, a->in[1].data, a->out[0].data, a->pool);
+		hp_dw_data(&dw, a->in[0].data, a->in[1].data, a->out[0].data, d->cv.workspace ? a->ws : NULL, a->pool);
 	else if (d->transpose)
 		hp_convt_forward(&d->cv, a->in[0].data, a->in[1].data, NULL, a->out[0].data, a->ws, a->pool);
 	else

@@ -157,8 +157,10 @@ size_t hp_dw_scratch(const struct hp_colgeom *g);
 int hp_dw_eligible(int64_t group, int64_t cin, int64_t cout);
 void hp_dw_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,
 		   struct hp_pool *pool);
-/* dX [batch][cin][img] from dY [batch][cin * mult][grid] and W. */
-void hp_dw_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, struct hp_pool *pool);
+/* dX [batch][cin][img] from dY [batch][cin * mult][grid] and W, with
+ * hp_dw_data_ws() bytes at ws (NULL: the scatter loops). */
+size_t hp_dw_data_ws(const struct hp_dw *d);
+void hp_dw_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, float *ws, struct hp_pool *pool);
 /* dW [cin * mult][kvol] = acc (NULL: 0) + the units of dY and X from the
  * last to the first, each unit summed on its own (the order ConvGradFilter
  * keeps for bands, conv_grad.c), with hp_dw_filter_ws() bytes at ws. */
@@ -192,6 +194,15 @@ void hp_dwc_forward(const struct hp_dw *d, const float *x, const float *w, const
 		    struct hp_pool *pool);
 /* Tests and benchmarks only: 0 auto, 1 whenever eligible, -1 never. */
 void hp_dwc_set_mode(int mode);
+/* dW of those geometries (any plane size) with eight channels in the
+ * lanes: hp_dw_filter's units and their order, each unit per channel the
+ * sum over its rows in order of each row's chain of fused multiply-adds
+ * from 0; hp_dwc_filter_scratch() floats per thread at ws (threads of
+ * them).  Not eligible without AVX2 and FMA. */
+int hp_dwc_filter_eligible(const struct hp_colgeom *g);
+size_t hp_dwc_filter_scratch(const struct hp_colgeom *g); /* floats */
+void hp_dwc_filter(const struct hp_dw *d, const float *dy, const float *x, const float *acc, float *dw, float *ws,
+		   int threads, struct hp_pool *pool);
 
 /* Parsed Conv / ConvTranspose node, kept in n->priv. */
 struct hp_conv {

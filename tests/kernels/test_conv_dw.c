@@ -435,6 +435,203 @@ static void test_dwc_bands(void **state)
 	}
 }
 
+/* ---- conv_dwc.c's weight gradient ---- */
+
+/* dW as the chain conv_dwc.c promises: per channel and tap, acc, then the
+ * units (urows grid rows of an item) from the last to the first, each the
+ * sum over its rows in order of the row's fmaf chain over its positions
+ * from 0 (taps in the padding as dY * 0). */
+static void dwf_ref(const struct dc *t, const float *dy, const float *x, const float *acc, int64_t urows, float *dw)
+{
+	int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), m = t->c * t->mult;
+
+	for (int64_t o = 0; o < m; o++)
+		for (int k = 0; k < 9; k++) {
+			float out = acc ? acc[o * 9 + k] : 0.0f;
+			for (int64_t n = t->n - 1; n >= 0; n--) {
+				const float *xp = x + (n * t->c + o / t->mult) * t->in[0] * t->in[1];
+				const float *dyp = dy + (n * m + o) * oh * ow;
+				for (int64_t q0 = (oh - 1) / urows * urows; q0 >= 0; q0 -= urows) {
+					float u = 0.0f;
+					for (int64_t q = q0; q < q0 + urows && q < oh; q++) {
+						float a = 0.0f;
+						for (int64_t j = 0; j < ow; j++) {
+							int64_t ih = q * t->s[0] - t->pb[0] + k / 3, iw = j * t->s[1] - t->pb[1] + k % 3;
+							int in = ih >= 0 && ih < t->in[0] && iw >= 0 && iw < t->in[1];
+							a = fmaf(dyp[q * ow + j], in ? xp[ih * t->in[1] + iw] : 0.0f, a);
+						}
+						u = u + a;
+					}
+					out = out + u;
+				}
+			}
+			dw[o * 9 + k] = out;
+		}
+}
+
+/* hp_dw_filter of geometry d (unit: positions per unit, 0 an item). */
+static void dwf_run(struct hp_dw d, int64_t unit, const float *dy, const float *x, const float *acc, float *dw,
+		    struct hp_pool *pool)
+{
+	float *ws = malloc(hp_dw_filter_ws(&d));
+
+	d.unit = unit;
+	hp_dw_filter(&d, dy, x, acc, dw, ws, pool);
+	free(ws);
+}
+
+/* Every dW element is the promised chain bit for bit (units of one row and
+ * of an item, from a running sum and from 0), alone and on a pool of 2;
+ * and with units of rows, two bands of rows chained (the lower band
+ * starting from the upper's sums, its input rows and halo, the band's top
+ * pad) are bitwise the whole. */
+static void test_dwc_filter(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int ci = 0; ci < (int)(sizeof dwc_cases / sizeof dwc_cases[0]); ci++) {
+		const struct dc *t = &dwc_cases[ci];
+		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), i0, i1, m = t->c * t->mult;
+		size_t nx = (size_t)(t->n * t->c * t->in[0] * t->in[1]), ny = (size_t)(t->n * m * oh * ow);
+		float *x = dwc_data(nx, 23 + ci), *dy = dwc_data(ny, 29 + ci), *acc = dwc_data((size_t)m * 9, 31 + ci);
+		float *ref = malloc((size_t)m * 9 * 4), *got = malloc((size_t)m * 9 * 4), *hi = malloc((size_t)m * 9 * 4);
+		float *xb = malloc(nx * 4), *dyb = malloc(ny * 4);
+		struct hp_dw whole = geom(t, 0, oh, &i0, &i1);
+
+		for (int u = 0; u < 2; u++)
+			for (int a = 0; a < 2; a++)
+				for (int p = 0; p < 2; p++) {
+					dwf_ref(t, dy, x, a ? acc : NULL, u ? oh : 1, ref);
+					dwf_run(whole, u ? 0 : ow, dy, x, a ? acc : NULL, got, p ? pool : NULL);
+					if (memcmp(ref, got, (size_t)m * 9 * 4))
+						fail_msg("dwc case %d: dW (units of %s, %s, %s) is not the chain", ci,
+							 u ? "an item" : "a row", a ? "running sum" : "from 0",
+							 p ? "pool" : "alone");
+				}
+		dwf_ref(t, dy, x, NULL, 1, ref);
+		for (int64_t r = 1; t->n == 1 && r < oh; r += 1 + oh / 5) {
+			struct hp_dw up = geom(t, r, oh, &i0, &i1), lo;
+			for (int64_t pl = 0; pl < t->c; pl++)
+				memcpy(xb + pl * (i1 - i0) * t->in[1], x + (pl * t->in[0] + i0) * t->in[1],
+				       (size_t)((i1 - i0) * t->in[1]) * 4);
+			for (int64_t pl = 0; pl < m; pl++)
+				memcpy(dyb + pl * (oh - r) * ow, dy + (pl * oh + r) * ow, (size_t)((oh - r) * ow) * 4);
+			dwf_run(up, ow, dyb, xb, NULL, hi, NULL);
+			lo = geom(t, 0, r, &i0, &i1);
+			for (int64_t pl = 0; pl < t->c; pl++)
+				memcpy(xb + pl * (i1 - i0) * t->in[1], x + (pl * t->in[0] + i0) * t->in[1],
+				       (size_t)((i1 - i0) * t->in[1]) * 4);
+			for (int64_t pl = 0; pl < m; pl++)
+				memcpy(dyb + pl * r * ow, dy + pl * oh * ow, (size_t)(r * ow) * 4);
+			dwf_run(lo, ow, dyb, xb, hi, got, pool);
+			if (memcmp(ref, got, (size_t)m * 9 * 4))
+				fail_msg("dwc case %d: bands [%lld, %lld) after [0, %lld) differ from the whole", ci,
+					 (long long)r, (long long)oh, (long long)r);
+		}
+		free(x), free(dy), free(acc), free(ref), free(got), free(hi), free(xb), free(dyb);
+	}
+	hp_pool_destroy(pool);
+}
+
+/* ---- stride-1 dX as a forward of dY with W mirrored ---- */
+
+/* dX as the chain it promises: per element 0, then fmaf over the mirrored
+ * taps (kh, kw) = (2, 2) .. (0, 0) of the dY window, outside dY as w * 0. */
+static void dwd_ref(const struct dc *t, const float *dy, const float *w, float *dx)
+{
+	int64_t oh = out_dim(t, 0), ow = out_dim(t, 1);
+
+	for (int64_t pl = 0; pl < t->n * t->c; pl++)
+		for (int64_t i = 0; i < t->in[0]; i++)
+			for (int64_t j = 0; j < t->in[1]; j++) {
+				float v = 0.0f;
+				for (int k = 0; k < 9; k++) {
+					int64_t yi = i + t->pb[0] - (2 - k / 3), yj = j + t->pb[1] - (2 - k % 3);
+					int in = yi >= 0 && yi < oh && yj >= 0 && yj < ow;
+					v = fmaf(w[pl % t->c * 9 + 8 - k], in ? dy[(pl * oh + yi) * ow + yj] : 0.0f, v);
+				}
+				dx[(pl * t->in[0] + i) * t->in[1] + j] = v;
+			}
+}
+
+/* The geometry of dX rows [r0, r1) from dY rows [y0, y1) (pads cut as the
+ * band pass cuts them: the band's top pad what makes row r0 meet y0). */
+static struct hp_dw dwd_geom(const struct dc *t, int64_t r0, int64_t r1, int64_t y0, int64_t y1)
+{
+	struct hp_dw d = { .batch = t->n, .cin = t->c, .mult = 1 };
+
+	d.g.img[0] = d.g.grid[0] = d.g.k[0] = d.g.stride[0] = d.g.dil[0] = 1;
+	d.g.img[1] = r1 - r0, d.g.img[2] = t->in[1];
+	d.g.grid[1] = y1 - y0, d.g.grid[2] = out_dim(t, 1);
+	for (int i = 0; i < 2; i++)
+		d.g.k[1 + i] = 3, d.g.stride[1 + i] = 1, d.g.dil[1 + i] = 1, d.g.pad[1 + i] = t->pb[i];
+	d.g.pad[1] = t->pb[0] + r0 - y0;
+	hp_colgeom_finish(&d.g);
+	return d;
+}
+
+static const struct dc dwd_cases[] = {
+	{ 2, 1, 13, 1, { 7, 7 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 2, 9, 1, { 14, 14 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 5, 1, { 9, 30 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 2, 0 }, { 0, 2 } },
+	{ 2, 1, 4, 1, { 12, 23 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 0, 2 }, { 2, 1 } },
+	{ 2, 1, 3, 1, { 1, 1 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 17, 1, { 40, 56 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+};
+
+/* Every dX element is that chain bit for bit, alone and on a pool of 2;
+ * bands of dX rows from the dY rows they need (or one more above) are
+ * bitwise the rows of the whole. */
+static void test_dw_data_flip(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int ci = 0; ci < (int)(sizeof dwd_cases / sizeof dwd_cases[0]); ci++) {
+		const struct dc *t = &dwd_cases[ci];
+		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), ih = t->in[0], iw = t->in[1];
+		size_t nx = (size_t)(t->n * t->c * ih * iw), ny = (size_t)(t->n * t->c * oh * ow);
+		float *dy = dwc_data(ny, 41 + ci), *w = dwc_data((size_t)t->c * 9, 43 + ci), *ws = malloc((size_t)t->c * 36);
+		float *ref = malloc(nx * 4), *got = malloc(nx * 4), *dyb = malloc(ny * 4);
+		struct hp_dw whole = dwd_geom(t, 0, ih, 0, oh);
+
+		assert_int_equal(hp_dw_data_ws(&whole), (size_t)t->c * 36);
+		dwd_ref(t, dy, w, ref);
+		for (int p = 0; p < 2; p++) {
+			hp_dw_data(&whole, dy, w, got, ws, p ? pool : NULL);
+			if (memcmp(ref, got, nx * 4))
+				fail_msg("dwd case %d: dX is not the chain (%s)", ci, p ? "pool" : "alone");
+		}
+		for (int64_t r0 = 0; r0 < ih; r0 += 1 + ih / 6)
+			for (int64_t r1 = r0 + 1; r1 <= ih; r1 += 1 + ih / 5)
+				for (int wide = 0; wide < 2; wide++) {
+					int64_t y0 = r0 + t->pb[0] - 2 - wide, y1 = r1 + t->pb[0];
+					y0 = y0 < 0 ? 0 : y0, y1 = y1 > oh ? oh : y1;
+					if (y0 >= y1)
+						continue;
+					struct hp_dw band = dwd_geom(t, r0, r1, y0, y1);
+					for (int64_t pl = 0; pl < t->n * t->c; pl++)
+						memcpy(dyb + pl * (y1 - y0) * ow, dy + (pl * oh + y0) * ow,
+						       (size_t)((y1 - y0) * ow) * 4);
+					hp_dw_data(&band, dyb, w, got, ws, pool);
+					for (int64_t pl = 0; pl < t->n * t->c; pl++)
+						if (memcmp(got + pl * (r1 - r0) * iw, ref + (pl * ih + r0) * iw,
+							   (size_t)((r1 - r0) * iw) * 4))
+							fail_msg("dwd case %d: band [%lld, %lld) from dY [%lld, %lld) differs", ci,
+								 (long long)r0, (long long)r1, (long long)y0, (long long)y1);
+				}
+		free(dy), free(w), free(ws), free(ref), free(got), free(dyb);
+	}
+	hp_pool_destroy(pool);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -443,6 +640,8 @@ int main(void)
 		cmocka_unit_test(test_bands),
 		cmocka_unit_test(test_dwc_chains),
 		cmocka_unit_test(test_dwc_bands),
+		cmocka_unit_test(test_dwc_filter),
+		cmocka_unit_test(test_dw_data_flip),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
