@@ -499,7 +499,11 @@ size_t hp_dw_data_ws(const struct hp_dw *d)
 {
 	struct hp_dw f;
 
-	return data_flip(d, &f) ? (size_t)(d->cin * 9) * sizeof(float) : 0;
+	if (data_flip(d, &f))
+		return (size_t)(d->cin * 9) * sizeof(float);
+	if (hp_dwc_data_eligible(d))
+		return (size_t)hp_conv_ws_threads() * hp_dwc_data_scratch(&d->g) * sizeof(float);
+	return 0;
 }
 
 void hp_dw_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, float *ws, struct hp_pool *pool)
@@ -516,6 +520,11 @@ void hp_dw_data(const struct hp_dw *d, const float *dy, const float *w, float *d
 		return;
 	}
 	threads = hp_conv_threads_enter(pool, &saved);
+	if (ws && hp_dwc_data_eligible(d)) { /* stride 2: conv_dwc.c */
+		hp_dwc_data(d, dy, w, dx, ws, threads < hp_conv_ws_threads() ? threads : hp_conv_ws_threads(), pool);
+		hp_conv_threads_leave(saved);
+		return;
+	}
 
 	hp_conv_parallel(pool, threads, d->batch * d->cin, data_range, &r);
 	hp_conv_threads_leave(saved);

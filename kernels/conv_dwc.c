@@ -505,6 +505,158 @@ static void dwc_frange(void *arg, int64_t b, int64_t e, int tid)
 }
 #endif
 
+#ifdef DWC_X86
+/* ---- the data gradient (ConvGradData) at stride 2 ----
+ * dX's element (i, j) takes the taps (kh, kw) whose dY position
+ * ((i + pad - kh) / 2, (j + pad - kw) / 2) is whole: eight channels in
+ * the lanes, dY's rows transposed into the ring (a zero position left of
+ * each row and zeros past it, zero rows outside dY), one chain of fused
+ * multiply-adds from 0 per element over its taps in (kh, kw) order (those
+ * outside dY as w * 0), then the row transposed back to the planes.  An
+ * element's bits depend on its own dY window alone: blocks, workers and
+ * bands of rows give the same. */
+struct dwc_drun {
+	const struct hp_dw *d;
+	const float *dy, *w;
+	float *dx, *scratch;     /* dwc_dfloats() per thread */
+	struct hp_colgeom gy;    /* dY's rows as the ring's geometry */
+	int64_t blocks;
+};
+
+/* The ring's geometry: image dY, one zero position on the left (pad 1),
+ * rows as wide as the last dX column's leftmost tap needs. */
+static void dwc_dgeom(const struct hp_colgeom *g, struct hp_colgeom *gy)
+{
+	int64_t last = (g->img[2] - 1 + g->pad[2]) / 2; /* the rightmost dY column a tap reaches */
+
+	memset(gy, 0, sizeof *gy);
+	gy->img[0] = gy->grid[0] = gy->k[0] = gy->k[1] = gy->k[2] = 1;
+	gy->stride[0] = gy->stride[1] = gy->stride[2] = gy->dil[0] = gy->dil[1] = gy->dil[2] = 1;
+	gy->img[1] = g->grid[1];
+	gy->img[2] = g->grid[2];
+	gy->grid[1] = 1;
+	gy->grid[2] = last > 0 ? last : 1; /* dwc_width: >= last + 2 positions */
+	gy->pad[2] = 1;
+	hp_colgeom_finish(gy);
+}
+
+static size_t dwc_dfloats(const struct hp_colgeom *g)
+{
+	struct hp_colgeom gy;
+
+	dwc_dgeom(g, &gy);
+	return (size_t)((DWC_SLOTS + 1) * dwc_width(&gy) * DWC_L + (g->img[2] + 7) / 8 * 8 * DWC_L);
+}
+
+/* Channels [c0, c0 + nc) of item n. */
+DWC_TARGET static void dwc_dblock(const struct dwc_drun *r, int64_t n, int64_t c0, int nc, float *scratch)
+{
+	const struct hp_dw *d = r->d;
+	const struct hp_colgeom *g = &d->g;
+	int64_t wd = dwc_width(&r->gy) * DWC_L, tags[DWC_SLOTS], iw = g->img[2], ph = g->pad[1], pw = g->pad[2];
+	float *zero = scratch + DWC_SLOTS * wd, *out = zero + wd, wt[9][8] = { { 0 } };
+	const float *dys[8];
+	float *dxs[8];
+	__m256 wv[9];
+
+	for (int l = 0; l < nc; l++) {
+		dys[l] = r->dy + (n * d->cin + c0 + l) * g->grid_vol;
+		dxs[l] = r->dx + (n * d->cin + c0 + l) * g->img_vol;
+		for (int t = 0; t < 9; t++)
+			wt[t][l] = r->w[(c0 + l) * 9 + t];
+	}
+	for (int t = 0; t < 9; t++)
+		wv[t] = _mm256_loadu_ps(wt[t]);
+	for (int i = 0; i < DWC_SLOTS; i++)
+		tags[i] = -1;
+	for (int64_t i = 0; i < g->img[1]; i++) {
+		const float *rows[3] = { NULL, NULL, NULL };
+		for (int kh = 0; kh < 3; kh++)
+			if (!((i + ph - kh) & 1))
+				rows[kh] = dwc_get(&r->gy, dys, nc, (i + ph - kh) / 2, scratch, tags, zero, NULL);
+		for (int64_t j = 0; j < iw; j++) {
+			__m256 acc = _mm256_setzero_ps();
+			int64_t b = j + pw;
+			for (int kh = 0; kh < 3; kh++) {
+				if (!rows[kh])
+					continue;
+				for (int kw = b & 1; kw < 3; kw += 2) /* (b - kw) even */
+					acc = _mm256_fmadd_ps(wv[3 * kh + kw], _mm256_loadu_ps(rows[kh] + ((b - kw) / 2 + 1) * DWC_L),
+							      acc);
+			}
+			_mm256_storeu_ps(out + j * DWC_L, acc);
+		}
+		for (int64_t q = 0; q < iw; q += 8) { /* the row back to the planes */
+			__m256 v[8];
+			int64_t m = iw - q;
+			for (int t = 0; t < 8; t++)
+				v[t] = t < m ? _mm256_loadu_ps(out + (q + t) * DWC_L) : _mm256_setzero_ps();
+			dwc_transpose(v);
+			for (int l = 0; l < nc; l++) {
+				float *dst = dxs[l] + i * iw + q;
+				if (m >= 8) {
+					_mm256_storeu_ps(dst, v[l]);
+				} else {
+					float t8[8];
+					_mm256_storeu_ps(t8, v[l]);
+					for (int64_t e = 0; e < m; e++)
+						dst[e] = t8[e];
+				}
+			}
+		}
+	}
+}
+
+static void dwc_drange(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct dwc_drun *r = arg;
+	float *scratch = r->scratch + (size_t)tid * dwc_dfloats(&r->d->g);
+	int64_t wd = dwc_width(&r->gy) * DWC_L;
+
+	memset(scratch + DWC_SLOTS * wd, 0, (size_t)wd * sizeof(float)); /* the zero row */
+	for (int64_t u = b; u < e; u++) {
+		int64_t n = u / r->blocks, c0 = u % r->blocks * DWC_L;
+		dwc_dblock(r, n, c0, (int)(r->d->cin - c0 < DWC_L ? r->d->cin - c0 : DWC_L), scratch);
+	}
+}
+#endif
+
+int hp_dwc_data_eligible(const struct hp_dw *d)
+{
+#ifdef DWC_X86
+	const struct hp_colgeom *g = &d->g;
+
+	return d->mult == 1 && hp_dw3_eligible(g) && g->stride[1] == 2 && g->stride[2] == 2 && g->pad[2] >= 0;
+#else
+	(void)d;
+	return 0;
+#endif
+}
+
+size_t hp_dwc_data_scratch(const struct hp_colgeom *g)
+{
+#ifdef DWC_X86
+	return dwc_dfloats(g);
+#else
+	(void)g;
+	return 0;
+#endif
+}
+
+void hp_dwc_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, float *ws, int threads,
+		 struct hp_pool *pool)
+{
+#ifdef DWC_X86
+	struct dwc_drun r = { .d = d, .dy = dy, .w = w, .dx = dx, .scratch = ws,
+			      .blocks = (d->cin + DWC_L - 1) / DWC_L };
+
+	dwc_dgeom(&d->g, &r.gy);
+	hp_conv_parallel(pool, threads, d->batch * r.blocks, dwc_drange, &r);
+#else
+	(void)d, (void)dy, (void)w, (void)dx, (void)ws, (void)threads, (void)pool;
+#endif
+}
+
 int hp_dwc_filter_eligible(const struct hp_colgeom *g)
 {
 #ifdef DWC_X86

@@ -199,6 +199,13 @@ void hp_dwc_set_mode(int mode);
  * sum over its rows in order of each row's chain of fused multiply-adds
  * from 0; hp_dwc_filter_scratch() floats per thread at ws (threads of
  * them).  Not eligible without AVX2 and FMA. */
+/* dX of multiplier-1 geometries at stride 2, eight channels in the lanes:
+ * each element one chain of fused multiply-adds from 0 over its taps in
+ * (kh, kw) order; hp_dwc_data_scratch() floats per thread at ws. */
+int hp_dwc_data_eligible(const struct hp_dw *d);
+size_t hp_dwc_data_scratch(const struct hp_colgeom *g); /* floats */
+void hp_dwc_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, float *ws, int threads,
+		 struct hp_pool *pool);
 int hp_dwc_filter_eligible(const struct hp_colgeom *g);
 size_t hp_dwc_filter_scratch(const struct hp_colgeom *g); /* floats */
 void hp_dwc_filter(const struct hp_dw *d, const float *dy, const float *x, const float *acc, float *dw, float *ws,

@@ -539,20 +539,26 @@ static void test_dwc_filter(void **state)
 
 /* ---- stride-1 dX as a forward of dY with W mirrored ---- */
 
-/* dX as the chain it promises: per element 0, then fmaf over the mirrored
- * taps (kh, kw) = (2, 2) .. (0, 0) of the dY window, outside dY as w * 0. */
+/* dX as the chains promised: per element 0, then fmaf over the taps of
+ * its dY window, outside dY as w * 0: at stride 1 the mirrored taps
+ * (kh, kw) = (2, 2) .. (0, 0); at stride 2 the taps (0, 0) .. (2, 2) whose
+ * dY position ((i + p - kh) / 2, (j + p - kw) / 2) is whole. */
 static void dwd_ref(const struct dc *t, const float *dy, const float *w, float *dx)
 {
-	int64_t oh = out_dim(t, 0), ow = out_dim(t, 1);
+	int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), s = t->s[0];
 
 	for (int64_t pl = 0; pl < t->n * t->c; pl++)
 		for (int64_t i = 0; i < t->in[0]; i++)
 			for (int64_t j = 0; j < t->in[1]; j++) {
 				float v = 0.0f;
-				for (int k = 0; k < 9; k++) {
-					int64_t yi = i + t->pb[0] - (2 - k / 3), yj = j + t->pb[1] - (2 - k % 3);
-					int in = yi >= 0 && yi < oh && yj >= 0 && yj < ow;
-					v = fmaf(w[pl % t->c * 9 + 8 - k], in ? dy[(pl * oh + yi) * ow + yj] : 0.0f, v);
+				for (int q = 0; q < 9; q++) {
+					int k = s == 1 ? 8 - q : q, kh = k / 3, kw = k % 3;
+					int64_t a = i + t->pb[0] - kh, b = j + t->pb[1] - kw;
+					if (s == 2 && ((a & 1) || (b & 1)))
+						continue;
+					int64_t yi = a / s, yj = b / s;
+					int in = a >= 0 && b >= 0 && yi < oh && yj < ow;
+					v = fmaf(w[pl % t->c * 9 + k], in ? dy[(pl * oh + yi) * ow + yj] : 0.0f, v);
 				}
 				dx[(pl * t->in[0] + i) * t->in[1] + j] = v;
 			}
@@ -568,8 +574,8 @@ static struct hp_dw dwd_geom(const struct dc *t, int64_t r0, int64_t r1, int64_t
 	d.g.img[1] = r1 - r0, d.g.img[2] = t->in[1];
 	d.g.grid[1] = y1 - y0, d.g.grid[2] = out_dim(t, 1);
 	for (int i = 0; i < 2; i++)
-		d.g.k[1 + i] = 3, d.g.stride[1 + i] = 1, d.g.dil[1 + i] = 1, d.g.pad[1 + i] = t->pb[i];
-	d.g.pad[1] = t->pb[0] + r0 - y0;
+		d.g.k[1 + i] = 3, d.g.stride[1 + i] = t->s[i], d.g.dil[1 + i] = 1, d.g.pad[1 + i] = t->pb[i];
+	d.g.pad[1] = t->pb[0] + r0 - t->s[0] * y0;
 	hp_colgeom_finish(&d.g);
 	return d;
 }
@@ -581,11 +587,18 @@ static const struct dc dwd_cases[] = {
 	{ 2, 1, 4, 1, { 12, 23 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 0, 2 }, { 2, 1 } },
 	{ 2, 1, 3, 1, { 1, 1 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
 	{ 2, 1, 17, 1, { 40, 56 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	/* stride 2 (conv_dwc.c): odd and even sizes, pads 0 to 3, tails */
+	{ 2, 1, 13, 1, { 14, 14 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 2, 9, 1, { 15, 11 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 1 }, { 1, 0 } },
+	{ 2, 1, 20, 1, { 33, 21 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 3, 0 }, { 2, 3 } },
+	{ 2, 1, 5, 1, { 7, 40 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 2, 2 }, { 0, 1 } },
+	{ 2, 1, 8, 1, { 56, 56 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 0 }, { 1, 1 } },
+	{ 2, 1, 3, 1, { 1, 2 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
 };
 
 /* Every dX element is that chain bit for bit, alone and on a pool of 2;
  * bands of dX rows from the dY rows they need (or one more above) are
- * bitwise the rows of the whole. */
+ * bitwise the rows of the whole; the band's workspace is its own. */
 static void test_dw_data_flip(void **state)
 {
 	struct hp_pool *pool;
@@ -602,7 +615,8 @@ static void test_dw_data_flip(void **state)
 		float *ref = malloc(nx * 4), *got = malloc(nx * 4), *dyb = malloc(ny * 4);
 		struct hp_dw whole = dwd_geom(t, 0, ih, 0, oh);
 
-		assert_int_equal(hp_dw_data_ws(&whole), (size_t)t->c * 36);
+		assert_true(hp_dw_data_ws(&whole) > 0);
+		ws = realloc(ws, hp_dw_data_ws(&whole));
 		dwd_ref(t, dy, w, ref);
 		for (int p = 0; p < 2; p++) {
 			hp_dw_data(&whole, dy, w, got, ws, p ? pool : NULL);
@@ -612,7 +626,9 @@ static void test_dw_data_flip(void **state)
 		for (int64_t r0 = 0; r0 < ih; r0 += 1 + ih / 6)
 			for (int64_t r1 = r0 + 1; r1 <= ih; r1 += 1 + ih / 5)
 				for (int wide = 0; wide < 2; wide++) {
-					int64_t y0 = r0 + t->pb[0] - 2 - wide, y1 = r1 + t->pb[0];
+					/* dY rows the band's windows reach: i + p - kh = s * oh */
+					int64_t lo = r0 + t->pb[0] - 2, y0 = (lo < 0 ? 0 : (lo + t->s[0] - 1) / t->s[0]) - wide;
+					int64_t y1 = (r1 - 1 + t->pb[0]) / t->s[0] + 1;
 					y0 = y0 < 0 ? 0 : y0, y1 = y1 > oh ? oh : y1;
 					if (y0 >= y1)
 						continue;
@@ -620,6 +636,7 @@ static void test_dw_data_flip(void **state)
 					for (int64_t pl = 0; pl < t->n * t->c; pl++)
 						memcpy(dyb + pl * (y1 - y0) * ow, dy + (pl * oh + y0) * ow,
 						       (size_t)((y1 - y0) * ow) * 4);
+					ws = realloc(ws, hp_dw_data_ws(&band));
 					hp_dw_data(&band, dyb, w, got, ws, pool);
 					for (int64_t pl = 0; pl < t->n * t->c; pl++)
 						if (memcmp(got + pl * (r1 - r0) * iw, ref + (pl * ih + r0) * iw,
