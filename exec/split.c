@@ -175,7 +175,8 @@ static int lean_where_needed(struct hp_graph *c, uint64_t budget, uint64_t *minb
 			break;
 		struct hp_node *n = &c->nodes[s];
 		size_t ws = n->workspace;
-		if (n->folded || !n->op || strcmp(n->domain, "ai.hpdlf") || strcmp(n->op_type, "ConvGradFilter") ||
+		if (n->folded || !n->op || strcmp(n->domain, "ai.hpdlf") ||
+		    (strcmp(n->op_type, "ConvGradFilter") && strcmp(n->op_type, "ConvGradData")) ||
 		    hp_attr_int(n, "hpdlf_lean", -1) >= 0)
 			break;
 		if ((rc = hp_graph_add_attr(c, s, &on)) < 0 || (rc = prepare_again(c, n)) < 0)

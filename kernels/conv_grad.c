@@ -111,6 +111,11 @@ struct cg_data {
 	int dw;                /* Conv's dX by conv_dw.c (cv holds the Conv's geometry) */
 	int64_t crop[3];       /* KxK: leading dY rows per dim its windows never reach */
 	size_t crop_at;        /* with crop: bytes of cv's workspace, then dY cropped */
+	int lean;              /* attribute hpdlf_lean (split.c, where this node's
+				* workspace decides the smallest budget): one
+				* worker's buffers (KxK panels, slab or column
+				* tiles), which then runs the node alone; the
+				* tiles and chains are the same, so the same bits */
 };
 
 /* The column geometry of c: the image is the big side, the grid the small. */
@@ -222,7 +227,8 @@ static void data_plan(struct cg_data *d, int path, int allow_kxk)
 		d->cv.wflip = 1;
 		if (data_kxk_wanted(d, path)) {
 			d->cv.kxk = 1;
-			d->cv.workspace = hp_kxk_workspace(&d->cv, hp_conv_ws_threads());
+			d->cv.lean = d->lean;
+			d->cv.workspace = hp_kxk_workspace(&d->cv, d->lean ? 1 : hp_conv_ws_threads());
 			d->crop_at = crop ? (d->cv.workspace + 63) / 64 * 64 : 0;
 			return;
 		}
@@ -235,6 +241,7 @@ static void data_plan(struct cg_data *d, int path, int allow_kxk)
 	if (ok) {
 		conv_from(c, 0, c->csmall, c->cbig, c->small, c->big, pad, &d->cv);
 		d->cv.wflip = 1;
+		d->cv.lean = d->lean;
 		if (path == HP_CGD_PATH_FLIP)
 			d->cv.path = HP_CONV_PATH_SHIFT;
 		if (path == HP_CGD_PATH_GRP)
@@ -247,6 +254,7 @@ static void data_plan(struct cg_data *d, int path, int allow_kxk)
 	}
 	d->transpose = 1;
 	conv_from(c, 1, c->csmall, c->cbig, c->big, c->small, c->p, &d->cv);
+	d->cv.lean = d->lean;
 	hp_convt_setup(&d->cv);
 }
 
@@ -284,6 +292,7 @@ static int conv_data_prepare(struct hp_graph *g, struct hp_node *n)
 		return rc;
 	if (w->shape.dims[0] != d.c.csmall || w->shape.dims[1] * d.c.group != d.c.cbig)
 		return hp_node_error(g, n, HP_ESHAPE, "W channels do not match X/dY and group");
+	d.lean = hp_attr_int(n, "hpdlf_lean", 0) != 0;
 	conv_data_plan(&d, (int)hp_attr_int(n, "hpdlf_path", -1));
 	if ((rc = data_priv(g, n, &d)) < 0)
 		return rc;

@@ -1154,6 +1154,62 @@ static void pool_case(int max, int include_pad, int ceil_mode, int dil)
 	hp_tensor_free(&dy);
 }
 
+/* ConvGradData with attribute hpdlf_lean (the splitter's, where its
+ * workspace decides the smallest budget: one worker's buffers) gives the
+ * bits it gives without, alone and on a pool of 2: the column path
+ * (strided, and the tiny U-Net's 3-D 3x3x3, which set its smallest
+ * training budget), the KxK tiles, the slab path. */
+static void test_conv_grad_lean(void **state)
+{
+	static const struct {
+		int nsp, n, cx, cy, s, x[3], k;
+	} cases[] = {
+		{ 2, 2, 8, 16, 2, { 13, 18, 1 }, 3 }, { 3, 2, 16, 8, 1, { 8, 8, 8 }, 3 }, { 3, 1, 24, 32, 1, { 6, 7, 9 }, 3 },
+		{ 2, 2, 32, 48, 1, { 15, 17, 1 }, 3 }, { 2, 1, 6, 16, 1, { 12, 12, 1 }, 5 },
+	};
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+		int nsp = cases[t].nsp, ys[3] = { 1, 1, 1 }, ks[3] = { 1, 1, 1 };
+		int64_t xsh[5] = { cases[t].n, cases[t].cx, 1, 1, 1 }, st[3], dl[3] = { 1, 1, 1 }, pads[6];
+		for (int q = 0; q < nsp; q++) {
+			int p = cases[t].k / 2;
+			xsh[2 + q] = cases[t].x[q];
+			ys[q] = (cases[t].x[q] + 2 * p - cases[t].k) / cases[t].s + 1;
+			ks[q] = cases[t].k;
+			st[q] = cases[t].s;
+			pads[q] = pads[nsp + q] = p;
+		}
+		struct hp_tensor dy = kxd_tensor(nsp, cases[t].n, cases[t].cy, ys), w = kxd_tensor(nsp, cases[t].cy, cases[t].cx, ks);
+		struct hp_tensor out[2][2];
+		kt_fill_random(&dy, 140 + (unsigned)t, -1, 1);
+		kt_fill_random(&w, 150 + (unsigned)t, -1, 1);
+		for (int lean = 0; lean < 2; lean++)
+			for (int v = 0; v < 2; v++) {
+				struct hp_attr a[6] = { kt_int("group", 1), kt_ints("strides", nsp, st), kt_ints("dilations", nsp, dl),
+							kt_ints("pads", 2 * nsp, pads), kt_ints("x_shape", 2 + nsp, xsh),
+							kt_int("hpdlf_lean", 1) };
+				struct hp_tensor din[2] = { dy, w };
+				kt_pool = v ? pool : NULL;
+				run("ConvGradData", 2, din, lean ? 6 : 5, a, 1, &out[lean][v]);
+			}
+		kt_pool = NULL;
+		/* the same pool (without one OpenBLAS may thread its sgemms,
+		 * whose bits then depend on its split) */
+		for (int v = 0; v < 2; v++)
+			if (memcmp(out[1][v].data, out[0][v].data, hp_tensor_bytes(&out[0][v])))
+				fail_msg("case %zu: hpdlf_lean %s differs from the node's bits", t,
+					 v ? "on a pool of 2" : "without a pool");
+		for (int i = 0; i < 4; i++)
+			hp_tensor_free(&out[i / 2][i % 2]);
+		hp_tensor_free(&dy);
+		hp_tensor_free(&w);
+	}
+	hp_pool_destroy(pool);
+}
+
 static void test_pool_grad(void **state)
 {
 	(void)state;
@@ -2094,6 +2150,7 @@ int main(void)
 		cmocka_unit_test(test_conv_grad_slab),
 		cmocka_unit_test(test_conv_grad_grp),
 		cmocka_unit_test(test_conv_grad_kxk),
+		cmocka_unit_test(test_conv_grad_lean),
 		cmocka_unit_test(test_conv_grad_filter_grp),
 		cmocka_unit_test(test_pool_grad),
 		cmocka_unit_test(test_batchnorm),
