@@ -372,8 +372,17 @@ static int dot_wanted(const struct hp_conv *cv)
 		return cv->path == HP_CONV_PATH_DOT;
 	if (hp_conv_dot_mode() != 0)
 		return hp_conv_dot_mode() > 0;
-	return !direct_ok(&cv->g) && cv->batch * cv->yvol <= HP_DOT_MAX_COLS && cv->cout_g >= 16 &&
-	       cv->kdim >= 64 && hp_dot_workspace(cv, hp_conv_ws_threads()) <= HP_DOT_WS_MAX;
+	/* A gradient's product (ConvTransposeGradData, no node of its own)
+	 * decides per batch item: its band nodes, one or a few items of the
+	 * whole, choose anew (no hpdlf_path pins them), and by the whole
+	 * batch's columns the tiny 3-D U-Net's deepest up-sampling took
+	 * im2col whole (2 x 64 columns) and this path in bands of one item
+	 * (64): out of core its encoder's gradients came out an ulp off. */
+	struct hp_conv one = *cv;
+	if (!cv->node)
+		one.batch = 1;
+	return !direct_ok(&cv->g) && one.batch * cv->yvol <= HP_DOT_MAX_COLS && cv->cout_g >= 16 &&
+	       cv->kdim >= 64 && hp_dot_workspace(&one, hp_conv_ws_threads()) <= HP_DOT_WS_MAX;
 }
 
 /* Whether the kxk path suits the node (conv_kxk.c): any Conv but the 1x1

@@ -1210,6 +1210,59 @@ static void test_conv_grad_lean(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* ConvTransposeGradData (the U-Net's up-sampling's dX: a strided Conv of
+ * dY, chosen anew in every band node) gives each batch item the bits it
+ * gives that item alone: out of core, training cuts a batch into bands of
+ * items.  The first case picked the dot path for one item (64 columns) and
+ * im2col for two, and the tiny U-Net's gradients came out an ulp off. */
+static void test_convt_grad_items(void **state)
+{
+	static const struct {
+		int nsp, n, cx, cy, x, k;
+	} cases[] = { { 3, 2, 16, 8, 4, 2 }, { 3, 3, 8, 4, 8, 2 }, { 2, 2, 32, 16, 8, 2 }, { 2, 4, 24, 16, 4, 3 } };
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	kt_pool = pool;
+	for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+		int nsp = cases[t].nsp, k = cases[t].k, ys[3], ks[3] = { k, k, k };
+		int64_t xsh[5] = { cases[t].n, cases[t].cx, cases[t].x, cases[t].x, cases[t].x }, st[3] = { k, k, k };
+		int64_t dl[3] = { 1, 1, 1 }, pads[6] = { 0 };
+		for (int q = 0; q < 3; q++)
+			ys[q] = cases[t].x * k;
+		struct hp_tensor dy = kxd_tensor(nsp, cases[t].n, cases[t].cy, ys), w = kxd_tensor(nsp, cases[t].cx, cases[t].cy, ks);
+		struct hp_tensor whole, one;
+		kt_fill_random(&dy, 160 + (unsigned)t, -1, 1);
+		kt_fill_random(&w, 170 + (unsigned)t, -1, 1);
+		struct hp_attr a[5] = { kt_int("group", 1), kt_ints("strides", nsp, st), kt_ints("dilations", nsp, dl),
+					kt_ints("pads", 2 * nsp, pads), kt_ints("x_shape", 2 + nsp, xsh) };
+		struct hp_tensor din[2] = { dy, w };
+		run("ConvTransposeGradData", 2, din, 5, a, 1, &whole);
+		size_t per = hp_tensor_bytes(&whole) / (size_t)cases[t].n, dper = hp_tensor_bytes(&dy) / (size_t)cases[t].n;
+		for (int item = 0; item < cases[t].n; item++) {
+			int64_t xs1[5], dsh[5];
+			memcpy(xs1, xsh, sizeof xs1);
+			memcpy(dsh, dy.shape.dims, sizeof dsh);
+			xs1[0] = dsh[0] = 1;
+			struct hp_tensor dy1 = kt_tensor(HP_F32, 2 + nsp, dsh);
+			memcpy(dy1.data, (const char *)dy.data + (size_t)item * dper, dper);
+			a[4] = kt_ints("x_shape", 2 + nsp, xs1);
+			struct hp_tensor d1[2] = { dy1, w };
+			run("ConvTransposeGradData", 2, d1, 5, a, 1, &one);
+			if (memcmp(one.data, (const char *)whole.data + (size_t)item * per, per))
+				fail_msg("case %zu: item %d alone differs from its part of the batch", t, item);
+			hp_tensor_free(&one);
+			hp_tensor_free(&dy1);
+		}
+		hp_tensor_free(&whole);
+		hp_tensor_free(&dy);
+		hp_tensor_free(&w);
+	}
+	kt_pool = NULL;
+	hp_pool_destroy(pool);
+}
+
 static void test_pool_grad(void **state)
 {
 	(void)state;
@@ -2151,6 +2204,7 @@ int main(void)
 		cmocka_unit_test(test_conv_grad_grp),
 		cmocka_unit_test(test_conv_grad_kxk),
 		cmocka_unit_test(test_conv_grad_lean),
+		cmocka_unit_test(test_convt_grad_items),
 		cmocka_unit_test(test_conv_grad_filter_grp),
 		cmocka_unit_test(test_pool_grad),
 		cmocka_unit_test(test_batchnorm),
