@@ -712,8 +712,15 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 		struct cg_filter s = f;
 		s.lean = 0;
 		filter_plan(&s, unit_axis);
-		hp_rfilt_fit(&f.rfg, s.workspace);
-		f.workspace = hp_rfilt_workspace(&f.rfg);
+		if (hp_rfilt_fit(&f.rfg, s.workspace)) {
+			if (hp_attr_int(n, "hpdlf_lean", 0) != 0)
+				hp_rfilt_lean(&f.rfg);
+			f.workspace = hp_rfilt_workspace(&f.rfg);
+		} else { /* the co-lane tiles would take more: the sgemm path */
+			f.reg = 0;
+			f.lean = hp_attr_int(n, "hpdlf_lean", 0) != 0;
+			filter_plan(&f, unit_axis);
+		}
 	} else {
 		f.lean = hp_attr_int(n, "hpdlf_lean", 0) != 0;
 		filter_plan(&f, unit_axis);

@@ -556,6 +556,36 @@ static void test_filter_reg(void **state)
 	rf_case(3, 2, 5, 10, I{ 4, 5, 6 }, I{ 3, 3, 2 }, I{ 1, 2, 1 }, I{ 1, 1, 2 }, I{ 1, 1, 0 }, I{ 1, 0, 1 });
 }
 
+/* The co-lane tiles (conv_grad_reg.c, few output channels): the same
+ * replay bit for bit, forced, in chunks as rf_case, then cgf_check. */
+static void rd_case(int nsp, int64_t n, int64_t cx, int64_t cy, const int *xs, const int *k, const int *s,
+		    const int *d, const int *pb, const int *pe)
+{
+	hp_rfilt_set_direct(1);
+	rf_case(nsp, n, cx, cy, xs, k, s, d, pb, pe);
+	hp_rfilt_set_direct(0);
+}
+
+static void test_filter_colane(void **state)
+{
+	(void)state;
+	if (!__builtin_cpu_supports("avx512f"))
+		skip();
+	/* the 3-D U-Net's 16-channel layers in small: one vector of channels,
+	 * window rows 9 per tile, a tail tile of 1 (cx 3 -> 27 rows) */
+	rd_case(3, 2, 3, 16, I{ 5, 6, 20 }, I{ 3, 3, 3 }, I{ 1, 1, 1 }, I{ 1, 1, 1 }, I{ 1, 1, 1 }, I{ 1, 1, 1 });
+	/* channels not of 16; rows of 2 taps; strides, dilations (not on
+	 * rows), uneven pads; units shorter than a block (one chain) */
+	rd_case(3, 2, 4, 5, I{ 4, 7, 9 }, I{ 2, 3, 2 }, I{ 1, 2, 2 }, I{ 2, 1, 1 }, I{ 1, 0, 1 }, I{ 0, 1, 0 });
+	/* two and four vectors of channels (a last one partial), rows of 1 */
+	rd_case(2, 3, 7, 20, I{ 9, 11 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	rd_case(2, 2, 5, 40, I{ 8, 13 }, I{ 3, 1 }, I{ 2, 1 }, I{ 1, 1 }, I{ 1, 0 }, I{ 0, 0 });
+	rd_case(2, 2, 6, 64, I{ 7, 10 }, I{ 2, 2 }, I{ 1, 2 }, I{ 2, 1 }, I{ 0, 1 }, I{ 1, 0 });
+	/* ConvTranspose's dW roles in small: window 2 of stride 2 */
+	rd_case(3, 1, 6, 12, I{ 8, 8, 8 }, I{ 2, 2, 2 }, I{ 2, 2, 2 }, I{ 1, 1, 1 }, I{ 0, 0, 0 }, I{ 0, 0, 0 });
+	rd_case(1, 3, 4, 16, I{ 70 }, I{ 3 }, I{ 1 }, I{ 1 }, I{ 2 }, I{ 0 });
+}
+
 /* Attribute hpdlf_lean (exec/split.c gives it where a filter gradient's
  * workspace decides the smallest budget): one worker's buffers, the same
  * bits as with every worker's, on two threads; the workspace smaller by
@@ -843,7 +873,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_filter_1d), cmocka_unit_test(test_filter_2d), cmocka_unit_test(test_filter_3d),
-		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_reg), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
+		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_reg), cmocka_unit_test(test_filter_colane), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
