@@ -1,5 +1,7 @@
-/* ConvGradFilter of ungrouped convolutions in 1-3 spatial dims over
- * AVX-512 register tiles (conv_grad_reg.c): ResNet-18's small planes.
+/* ConvGradFilter of convolutions in 1-3 spatial dims over AVX-512
+ * register tiles (conv_grad_reg.c): ResNet-18's small planes (packed
+ * tiles, ungrouped), and layers of 8-128 output channels, or groups of
+ * 16-64 (co-lane tiles, below: the 3-D U-Net, ResNeXt's later stages).
  *
  * Why: through im2col ConvGradFilter is one sgemm of cin*kvol x cout
  * outputs per tile of positions; on small planes (2x2 and 4x4 at a batch
@@ -112,30 +114,49 @@ static int rd_rows(int nc, int64_t kw)
 
 static int rd_eligible(const struct hp_colgeom *geo, int64_t cout)
 {
-	return geo->dil[2] == 1 && geo->k[2] <= 3 && cout <= 64;
+	return geo->dil[2] == 1 && geo->k[2] <= 3 && cout <= 1024;
 }
 
-/* Auto: 16 output channels and fewer (the tiles above leave them to the
- * sgemm path where they pack more floats than they multiply). */
+/* Auto: 8 to 64 output channels, up to 128 on rows of 16 and more.
+ * bench_conv_libs.c, pass dW, GF/s a CPU-second (packed tiles or sgemm
+ * path / here): 64 -> 64 at 32x32, 145 / 195; 3 -> 32 of stride 2 at
+ * 224x224, 49 / 107; 128 -> 128 at 16x16, 138 / 158; but 128 at 8x8, 150
+ * / 130, 256 at 4x4, 150 / 64 (rows of a few columns: a segment's row
+ * pointers and edge columns for a few positions); 2 channels, 18 / 5
+ * (the vectors' lanes mostly idle). */
 static int rd_wanted(const struct hp_colgeom *geo, int64_t cout)
 {
+	return cout >= 8 && (cout <= 64 || (cout <= 128 && geo->grid[2] >= 16));
+}
+
+/* Groups: 16 to 64 output channels a group (fewer leave lanes idle, and
+ * their dW^T takes more than the sgemm path's workspace).  bench_conv_libs.c,
+ * pass dW, GF/s a CPU-second (sgemm path / here): ResNeXt's 16 a group at
+ * 14x14, 20-28 / 53-58; 32 a group at 7x7, 20-25 / 42-49. */
+static int rd_wanted_grp(const struct hp_colgeom *geo, int64_t mg)
+{
 	(void)geo;
-	return cout >= 8 && cout <= 64;
+	return mg >= 16 && mg <= 64;
 }
 
 static int rd_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
-		   int64_t unit, int threads)
+		   int64_t group, int64_t unit, int threads)
 {
 	q->geo = *geo;
+	q->group = group, q->xitem = cin * geo->img_vol, q->yitem = cout * geo->grid_vol;
+	cin /= group, cout /= group;
 	q->n = n, q->cin = cin, q->cout = cout;
 	q->bvol = geo->img_vol, q->svol = geo->grid_vol, q->rows = cin * geo->kvol, q->unit = unit;
 	q->direct = 1;
 	q->nc = cout <= 16 ? 1 : cout <= 32 ? 2 : 4;
 	q->rt = rd_rows(q->nc, geo->k[2]);
+	q->ncg = (cout + q->nc * 16 - 1) / (q->nc * 16);
+	q->lanes = q->ncg * q->nc * 16;
 	q->trows = cin * geo->k[0] * geo->k[1];
 	q->ntile = (q->trows + q->rt - 1) / q->rt;
 	int64_t w = threads > 0 ? threads : 1, total = n * q->svol;
-	q->workers = (int)(w < q->ntile ? w : q->ntile);
+	int64_t nt = group * q->ntile * q->ncg;
+	q->workers = (int)(w < nt ? w : nt);
 	q->blk = unit >= RF_BLK_MIN ? RF_BLK : 0;
 	int64_t kc = rf_mode > 1 ? rf_mode : RD_CHUNK;
 	kc = kc > q->blk ? kc : q->blk;
@@ -150,10 +171,14 @@ int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, i
 
 	memset(q, 0, sizeof *q);
 	/* a forced shift or grouped mode (tests, benchmarks) asks for the sgemm paths */
-	if (rf_mode < 0 || hp_conv_shift_mode() != 0 || !rf_avx512() || group != 1 || n < 1 || unit < 1 ||
-	    svol % unit || rows < 1 || cout < 1 || geo->kvol > RF_KVOL_MAX ||
+	if (rf_mode < 0 || hp_conv_shift_mode() != 0 || !rf_avx512() || group < 1 || cin % group || cout % group ||
+	    n < 1 || unit < 1 || svol % unit || rows < 1 || cout < 1 || geo->kvol > RF_KVOL_MAX ||
 	    cin * geo->img_vol >= INT32_MAX)
 		return 0;
+	if (group > 1) /* groups: the co-lane tiles only */
+		return hp_conv_grp_mode() >= 0 && rd_eligible(geo, cout / group) &&
+		       (rd_mode > 0 || (rd_mode == 0 && rf_mode == 0 && rd_wanted_grp(geo, cout / group))) &&
+		       rd_plan(q, geo, n, cin, cout, group, unit, threads);
 	/* Auto: units of at most 1024 positions (the sizes measured), and
 	 * enough multiply-adds per packed float: a position packs about rows
 	 * + cout floats for rows * cout multiply-adds.  bench_conv_libs.c, pass
@@ -165,7 +190,7 @@ int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, i
 	if (!rd && rf_mode == 0 && (unit > 1024 || rows * cout < 24 * (rows + cout)))
 		return 0;
 	if (rd)
-		return rd_plan(q, geo, n, cin, cout, unit, threads);
+		return rd_plan(q, geo, n, cin, cout, 1, unit, threads);
 	q->geo = *geo;
 	q->n = n, q->cin = cin, q->cout = cout;
 	q->bvol = geo->img_vol, q->svol = svol, q->rows = rows, q->unit = unit;
@@ -205,7 +230,7 @@ struct rd_seg {
  * 16 x 16 transpose. */
 static size_t rd_worker_floats(const struct hp_rfilt *q)
 {
-	size_t f = (size_t)(q->kc * q->nc * 16) + (size_t)(q->geo.img[2] + 16) +
+	size_t f = (size_t)(q->kc * q->lanes) + (size_t)(q->geo.img[2] + 16) +
 		   (size_t)(2 * q->kc + 2) * (sizeof(struct rd_seg) / sizeof(float)) + 256;
 	return (f + 15) / 16 * 16;
 }
@@ -213,7 +238,7 @@ static size_t rd_worker_floats(const struct hp_rfilt *q)
 size_t hp_rfilt_workspace(const struct hp_rfilt *q)
 {
 	if (q->direct)
-		return ((size_t)(q->ntile * q->rt * q->geo.k[2] * q->nc * 16) + (size_t)q->workers * rd_worker_floats(q)) *
+		return ((size_t)(q->group * q->rows * q->lanes) + (size_t)q->workers * rd_worker_floats(q)) *
 		       sizeof(float);
 	return ((size_t)(2 * q->ldt) + (size_t)q->workers * rf_worker_floats(q)) * sizeof(float);
 }
@@ -672,7 +697,7 @@ static void rf_work(void *arg, int64_t b, int64_t e, int tid)
 struct rd_run {
 	const struct hp_rfilt *q;
 	const float *dy, *x, *acc;
-	float *dw, *dwt, *ws; /* dwt: dW^T [rows][nc * 16], the sums between chunks */
+	float *dw, *dwt, *ws; /* dwt: dW^T [group][rows][lanes], the sums between chunks */
 	int shares;
 };
 
@@ -694,17 +719,17 @@ static inline __attribute__((always_inline)) RF_TARGET void rd_tile(const int NC
 								 const struct hp_rfilt *q, const float *x,
 								 const float *zero, const struct rd_tab *tab, int nr,
 								 const struct rd_seg *seg, int nseg, const float *dyp,
-								 float *s, int chain)
+								 float *s, int64_t ls, int chain)
 {
 	const struct hp_colgeom *g = &q->geo;
-	const int L = NC * 16;
+	const int64_t L = ls;
 	__m512 a[RD_ACC];
 	int64_t id = g->img[0], ih = g->img[1], iw = g->img[2], s2 = g->stride[2], p2 = g->pad[2];
 	/* columns whose window taps all lie in the row */
 	int64_t wlo = (p2 + s2 - 1) / s2, whi = iw - KW + p2 >= 0 ? (iw - KW + p2) / s2 + 1 : 0;
 
-	for (int i = 0; i < R * KW * NC; i++)
-		a[i] = chain ? _mm512_loadu_ps(s + i * 16) : _mm512_setzero_ps();
+	for (int i = 0; i < R * KW * NC; i++) /* rows past nr: none of dW's, none in s */
+		a[i] = chain && i / (KW * NC) < nr ? _mm512_loadu_ps(s + i / NC * ls + i % NC * 16) : _mm512_setzero_ps();
 	for (int sg = 0; sg < nseg; sg++) {
 		const float *rp[RD_RMAX];
 		for (int r = 0; r < R; r++) {
@@ -749,16 +774,19 @@ static inline __attribute__((always_inline)) RF_TARGET void rd_tile(const int NC
 			}
 		}
 	}
-	for (int i = 0; i < R * KW * NC; i++)
-		_mm512_storeu_ps(s + i * 16, chain ? a[i] : _mm512_add_ps(_mm512_loadu_ps(s + i * 16), a[i]));
+	for (int i = 0; i < R * KW * NC; i++) {
+		float *si = s + i / NC * ls + i % NC * 16;
+		if (i / (KW * NC) < nr)
+			_mm512_storeu_ps(si, chain ? a[i] : _mm512_add_ps(_mm512_loadu_ps(si), a[i]));
+	}
 }
 
 #define RD_FN(NC, R, KW)                                                                                              \
 	static RF_TARGET void rd_tile_##NC##_##KW(const struct hp_rfilt *q, const float *x, const float *zero,         \
 						  const struct rd_tab *tab, int nr, const struct rd_seg *seg, int nseg, \
-						  const float *dyp, float *s, int chain)                              \
+						  const float *dyp, float *s, int64_t ls, int chain)                  \
 	{                                                                                                             \
-		rd_tile(NC, R, KW, q, x, zero, tab, nr, seg, nseg, dyp, s, chain);                                    \
+		rd_tile(NC, R, KW, q, x, zero, tab, nr, seg, nseg, dyp, s, ls, chain);                                \
 	}
 /* as rd_rows */
 RD_FN(1, 12, 1)
@@ -772,7 +800,7 @@ RD_FN(4, 3, 2)
 RD_FN(4, 2, 3)
 
 typedef void (*rd_tile_fn)(const struct hp_rfilt *q, const float *x, const float *zero, const struct rd_tab *tab,
-			   int nr, const struct rd_seg *seg, int nseg, const float *dyp, float *s, int chain);
+			   int nr, const struct rd_seg *seg, int nseg, const float *dyp, float *s, int64_t ls, int chain);
 
 static rd_tile_fn rd_fn(const struct hp_rfilt *q)
 {
@@ -786,16 +814,16 @@ static rd_tile_fn rd_fn(const struct hp_rfilt *q)
 
 /* dY of chain positions [g0, g0 + kn) as dyp [position][nc * 16] (0 past
  * cout), 16 x 16 blocks through a transpose at tmp. */
-static void rd_pack(const struct rd_run *r, int64_t g0, int64_t kn, float *dyp, float *tmp)
+static void rd_pack(const struct rd_run *r, const float *dy, int64_t g0, int64_t kn, float *dyp, float *tmp)
 {
 	const struct hp_rfilt *q = r->q;
-	int64_t L = q->nc * 16, m16 = q->cout / 16 * 16;
+	int64_t L = q->lanes, m16 = q->cout / 16 * 16;
 
 	for (int64_t k0 = 0; k0 < kn;) {
 		int64_t item, pos, gq = g0 + k0, run = q->unit - gq % q->unit;
 		run = run < kn - k0 ? run : kn - k0;
 		rf_pos(q, gq, &item, &pos);
-		const float *dyi = r->dy + item * q->cout * q->svol + pos;
+		const float *dyi = dy + item * q->yitem + pos;
 		int64_t j16 = run / 16 * 16;
 		for (int64_t m = 0; m < m16; m += 16)
 			for (int64_t j = 0; j < j16; j += 16) {
@@ -829,7 +857,7 @@ static int rd_segs(const struct hp_rfilt *q, const struct rf_chunk *ch, struct r
 			int64_t w0 = pos % g->grid[2], len = g->grid[2] - w0, row = pos / g->grid[2];
 			len = len < run ? len : run;
 			len = len < kend - k ? len : kend - k;
-			seg[nseg++] = (struct rd_seg){ .xb = item * q->cin * q->bvol,
+			seg[nseg++] = (struct rd_seg){ .xb = item * q->xitem,
 						       .zi = row / g->grid[1] * g->stride[0] - g->pad[0],
 						       .yi = row % g->grid[1] * g->stride[1] - g->pad[1],
 						       .w0 = w0,
@@ -843,53 +871,81 @@ static int rd_segs(const struct hp_rfilt *q, const struct rf_chunk *ch, struct r
 }
 
 /* Workers' shares [b, e): tiles of window rows, every chunk of the chain. */
+/* Tiles [t0, t1) of group gr (window rows tt / ncg, channel group tt %
+ * ncg), every chunk of the chain. */
+static void rd_tiles(const struct rd_run *r, int64_t gr, int64_t t0, int64_t t1, float *buf)
+{
+	const struct hp_rfilt *q = r->q;
+	const struct hp_colgeom *g = &q->geo;
+	int64_t L = q->lanes, cl = q->nc * 16, kw = g->k[2], total = q->n * q->svol;
+	struct rd_seg *seg = (struct rd_seg *)buf;
+	float *dyp = buf + (size_t)(2 * q->kc + 2) * (sizeof(struct rd_seg) / sizeof(float));
+	float *tmp = dyp + q->kc * L, *zero = tmp + 256;
+	const float *x = r->x + gr * q->cin * q->bvol, *dy = r->dy + gr * q->cout * q->svol;
+	const float *acc = r->acc ? r->acc + gr * q->cout * q->rows : NULL;
+	float *dw = r->dw + gr * q->cout * q->rows, *dwt = r->dwt + gr * q->rows * L;
+	struct rf_chunk ch;
+	int bseg[RF_KMAX + 1];
+
+	for (int64_t tt = t0; tt < t1; tt++) { /* the sums start from acc (or 0) */
+		int64_t j0 = tt / q->ncg * q->rt * kw, m0 = tt % q->ncg * cl;
+		int64_t j1 = j0 + q->rt * kw < q->rows ? j0 + q->rt * kw : q->rows;
+		for (int64_t j = j0; j < j1; j++)
+			for (int64_t m = m0; m < m0 + cl; m++)
+				dwt[j * L + m] = acc && m < q->cout ? acc[m * q->rows + j] : 0.0f;
+	}
+	for (ch.g0 = 0; ch.g0 < total; ch.g0 += ch.kn) {
+		ch.kn = total - ch.g0 < q->kc ? total - ch.g0 : q->kc;
+		rf_blocks(q, &ch);
+		rd_pack(r, dy, ch.g0, ch.kn, dyp, tmp);
+		int nb = rd_segs(q, &ch, seg, bseg);
+#ifdef RF_X86
+		rd_tile_fn fn = rd_fn(q);
+		for (int64_t tt = t0; tt < t1; tt++) {
+			struct rd_tab tab[RD_RMAX];
+			int64_t tr = tt / q->ncg, m0 = tt % q->ncg * cl;
+			int nr = (int)(q->trows - tr * q->rt < q->rt ? q->trows - tr * q->rt : q->rt);
+			for (int i = 0; i < nr; i++) {
+				int64_t j = tr * q->rt + i, kk = j % (g->k[0] * g->k[1]);
+				tab[i] = (struct rd_tab){ .coff = j / (g->k[0] * g->k[1]) * q->bvol,
+							  .a0 = kk / g->k[1] * g->dil[0],
+							  .a1 = kk % g->k[1] * g->dil[1] };
+			}
+			for (int bi = 0; bi < nb; bi++)
+				fn(q, x, zero, tab, nr, seg + bseg[bi], bseg[bi + 1] - bseg[bi], dyp + m0,
+				   dwt + tr * q->rt * kw * L + m0, L, !q->blk);
+		}
+#else
+		(void)nb, (void)x;
+#endif
+	}
+	for (int64_t tt = t0; tt < t1; tt++) {
+		int64_t j0 = tt / q->ncg * q->rt * kw, m0 = tt % q->ncg * cl;
+		int64_t j1 = j0 + q->rt * kw < q->rows ? j0 + q->rt * kw : q->rows;
+		int64_t m1 = m0 + cl < q->cout ? m0 + cl : q->cout;
+		for (int64_t m = m0; m < m1; m++)
+			for (int64_t j = j0; j < j1; j++)
+				dw[m * q->rows + j] = dwt[j * L + m];
+	}
+}
+
+/* Workers' shares [b, e): tiles of every group, group by group. */
 static void rd_work(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct rd_run *r = arg;
 	const struct hp_rfilt *q = r->q;
-	const struct hp_colgeom *g = &q->geo;
-	int64_t L = q->nc * 16, kw = g->k[2], total = q->n * q->svol, tl = q->rt * kw * L;
+	int64_t ng = q->ntile * q->ncg, nt = q->group * ng;
 	float *buf = r->ws + (size_t)tid * rd_worker_floats(q);
-	struct rd_seg *seg = (struct rd_seg *)buf;
-	float *dyp = buf + (size_t)(2 * q->kc + 2) * (sizeof(struct rd_seg) / sizeof(float));
-	float *tmp = dyp + q->kc * L, *zero = tmp + 256;
-	struct rf_chunk ch;
-	int bseg[RF_KMAX + 1];
+	float *zero = buf + (size_t)(2 * q->kc + 2) * (sizeof(struct rd_seg) / sizeof(float)) + q->kc * q->lanes + 256;
 
-	memset(zero, 0, (size_t)(g->img[2] + 16) * sizeof(float));
+	memset(zero, 0, (size_t)(q->geo.img[2] + 16) * sizeof(float));
 	for (int64_t sh = b; sh < e; sh++) {
-		int64_t t0 = q->ntile * sh / r->shares, t1 = q->ntile * (sh + 1) / r->shares;
-		/* the sums start from acc (or 0) */
-		for (int64_t j = t0 * q->rt * kw; j < t1 * q->rt * kw; j++)
-			for (int64_t m = 0; m < L; m++)
-				r->dwt[j * L + m] = r->acc && m < q->cout && j < q->rows ? r->acc[m * q->rows + j] : 0.0f;
-		for (ch.g0 = 0; ch.g0 < total; ch.g0 += ch.kn) {
-			ch.kn = total - ch.g0 < q->kc ? total - ch.g0 : q->kc;
-			rf_blocks(q, &ch);
-			rd_pack(r, ch.g0, ch.kn, dyp, tmp);
-			int nb = rd_segs(q, &ch, seg, bseg);
-#ifdef RF_X86
-			rd_tile_fn fn = rd_fn(q);
-			for (int64_t tt = t0; tt < t1; tt++) {
-				struct rd_tab tab[RD_RMAX];
-				int nr = (int)(q->trows - tt * q->rt < q->rt ? q->trows - tt * q->rt : q->rt);
-				for (int i = 0; i < nr; i++) {
-					int64_t j = tt * q->rt + i, kk = j % (g->k[0] * g->k[1]);
-					tab[i] = (struct rd_tab){ .coff = j / (g->k[0] * g->k[1]) * q->bvol,
-								  .a0 = kk / g->k[1] * g->dil[0],
-								  .a1 = kk % g->k[1] * g->dil[1] };
-				}
-				for (int bi = 0; bi < nb; bi++)
-					fn(q, r->x, zero, tab, nr, seg + bseg[bi], bseg[bi + 1] - bseg[bi], dyp,
-					   r->dwt + tt * tl, !q->blk);
-			}
-#else
-			(void)nb;
-#endif
+		int64_t t0 = nt * sh / r->shares, t1 = nt * (sh + 1) / r->shares;
+		for (int64_t t = t0; t < t1;) {
+			int64_t gr = t / ng, te = (gr + 1) * ng < t1 ? (gr + 1) * ng : t1;
+			rd_tiles(r, gr, t - gr * ng, te - gr * ng, buf);
+			t = te;
 		}
-		for (int64_t m = 0; m < q->cout; m++)
-			for (int64_t j = t0 * q->rt * kw; j < t1 * q->rt * kw && j < q->rows; j++)
-				r->dw[m * q->rows + j] = r->dwt[j * L + m];
 	}
 }
 
@@ -899,7 +955,7 @@ static void rd_run(const struct hp_rfilt *q, const float *dy, const float *x, co
 	struct rd_run r = { .q = q, .dy = dy, .x = x, .acc = acc, .dw = dw, .dwt = ws };
 	int saved, threads = hp_conv_threads_enter(pool, &saved);
 
-	r.ws = ws + q->ntile * q->rt * q->geo.k[2] * q->nc * 16;
+	r.ws = ws + q->group * q->rows * q->lanes;
 	threads = threads < q->workers ? threads : q->workers;
 	r.shares = threads;
 	/* at most a worker per share (tid < threads): its buffers are the tid's */

@@ -472,6 +472,8 @@ struct hp_rfilt {
 	 * output channels, X broadcast where it lies (no taps packed) */
 	int direct, nc, rt;
 	int64_t trows, ntile;      /* window rows cin * k[0] * k[1], tiles of rt of them */
+	int64_t ncg, lanes;        /* groups of nc vectors of output channels, their lanes */
+	int64_t group, xitem, yitem; /* convolution groups (cin, cout: a group's), floats per item of X, dY */
 };
 /* 1 and q planned if the path takes the geometry, else 0. */
 int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
