@@ -693,6 +693,42 @@ static int reg_plan(struct cg_filter *f, int64_t unit_axis)
 	return f->reg;
 }
 
+/* The register tiles' chunks no larger than keeps the workspace within
+ * the sgemm path's: LeNet's second Conv (16 -> 32, 3x3 at 8x8, batch 64)
+ * took 560 KiB in chunks of 512 positions against 92 KiB there, a third
+ * more than its whole training step held before.  0 (f->reg cleared)
+ * where the co-lane tiles cannot fit it.
+ * The co-lane tiles need less (the 3-D U-Net's 48^3 layers: about 200 KiB
+ * against 3.5 MiB) but name the sgemm path's workspace (with the same
+ * hpdlf_lean) to the planner: with their own, the U-Net's plan at a
+ * quarter of its peak cut its bands elsewhere and kept band-sized zero
+ * halo gradients (tests/train/check_band_zero.py), a planner matter left
+ * for its own change. */
+static int reg_fit(struct cg_filter *f, const struct hp_node *n, int64_t unit_axis)
+{
+	struct cg_filter s = *f;
+	int lean = hp_attr_int(n, "hpdlf_lean", 0) != 0;
+
+	s.lean = 0;
+	s.reg = 0;
+	filter_plan(&s, unit_axis);
+	if (!hp_rfilt_fit(&f->rfg, s.workspace)) {
+		f->reg = 0;
+		return 0;
+	}
+	if (lean) {
+		hp_rfilt_lean(&f->rfg);
+		s = *f;
+		s.lean = 1;
+		s.reg = 0;
+		filter_plan(&s, unit_axis);
+	}
+	f->workspace = hp_rfilt_workspace(&f->rfg);
+	if (f->rfg.direct && f->workspace < s.workspace)
+		f->workspace = s.workspace;
+	return 1;
+}
+
 static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	struct hp_shape ks, ws;
@@ -715,16 +751,9 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 	} else if (grp_plan(&f, unit_axis)) {
 		f.workspace = hp_gfilt_workspace(&f.gfg);
 	} else if (w3_plan(&f, unit_axis)) { /* its workspace set */
-	} else if (reg_plan(&f, unit_axis)) {
-		/* chunks no larger than keeps the workspace within the sgemm
-		 * path's: LeNet's second Conv (16 -> 32, 3x3 at 8x8, batch 64)
-		 * took 560 KiB in chunks of 512 positions against 92 KiB there,
-		 * a third more than its whole training step held before */
-		struct cg_filter s = f;
-		s.lean = 0;
-		filter_plan(&s, unit_axis);
-		hp_rfilt_fit(&f.rfg, s.workspace);
-		f.workspace = hp_rfilt_workspace(&f.rfg);
+	} else if (reg_plan(&f, unit_axis) && reg_fit(&f, n, unit_axis)) {
+		/* groups: where conv_grad_grp.c does not run, 16-64 output
+		 * channels a group on co-lane tiles */
 	} else {
 		f.lean = hp_attr_int(n, "hpdlf_lean", 0) != 0;
 		filter_plan(&f, unit_axis);

@@ -1,5 +1,7 @@
-/* ConvGradFilter of ungrouped convolutions in 1-3 spatial dims over
- * AVX-512 register tiles (conv_grad_reg.c): ResNet-18's small planes.
+/* ConvGradFilter of convolutions in 1-3 spatial dims over AVX-512
+ * register tiles (conv_grad_reg.c): ResNet-18's small planes (packed
+ * tiles, ungrouped), and layers of 8-128 output channels, or groups of
+ * 16-64 (co-lane tiles, below: the 3-D U-Net, ResNeXt's later stages).
  *
  * Why: through im2col ConvGradFilter is one sgemm of cin*kvol x cout
  * outputs per tile of positions; on small planes (2x2 and 4x4 at a batch
@@ -62,10 +64,16 @@
 #define RF_BLK_MIN 16    /* units this long and longer sum in blocks */
 
 static int rf_mode; /* 0 auto, >= 1 wherever it can run, -1 never */
+static int rd_mode; /* co-lane tiles: 0 auto, 1 wherever they can run, -1 never */
 
 void hp_rfilt_set_mode(int mode)
 {
 	rf_mode = mode;
+}
+
+void hp_rfilt_set_direct(int mode)
+{
+	rd_mode = mode;
 }
 
 static int rf_avx512(void)
@@ -81,6 +89,81 @@ static int rf_avx512(void)
 #endif
 }
 
+/* ---- co-lane tiles: few output channels ----
+ * With 16 output channels (the 3-D U-Net's first and last level) a packed
+ * tap feeds 16 multiply-adds and packing is what the tiles above wait
+ * for.  Here a tile of dW^T (rt window rows: a channel and a tap of the
+ * first two window axes; k[2] taps of the row; nc vectors of 16 output
+ * channels) stays in registers; per position nc vectors of dY (packed,
+ * [position][nc * 16]) and one broadcast of X per tap, read where X lies
+ * (a row outside the input reads a row of zeros, a tap outside the row
+ * a 0), so nothing but dY is packed.  The sums are the same as the
+ * tiles': each element's lane takes the positions in order, blocks and
+ * units alike, with the same zeros, so the bits are those of the tiles
+ * above. */
+#define RD_CHUNK 512 /* positions per chunk at most */
+
+/* Tap rows per tile by output-channel vectors and row taps: 24-27
+ * accumulators, at most 12 row pointers. */
+static int rd_rows(int nc, int64_t kw)
+{
+	static const int rt[3][3] = { { 12, 12, 9 }, { 12, 6, 4 }, { 6, 3, 2 } };
+
+	return rt[nc == 1 ? 0 : nc == 2 ? 1 : 2][kw - 1];
+}
+
+static int rd_eligible(const struct hp_colgeom *geo, int64_t cout)
+{
+	return geo->dil[2] == 1 && geo->k[2] <= 3 && cout <= 1024;
+}
+
+/* Auto: 8 to 64 output channels, up to 128 on rows of 16 and more.
+ * bench_conv_libs.c, pass dW, GF/s a CPU-second (packed tiles or sgemm
+ * path / here): 64 -> 64 at 32x32, 145 / 195; 3 -> 32 of stride 2 at
+ * 224x224, 49 / 107; 128 -> 128 at 16x16, 138 / 158; but 128 at 8x8, 150
+ * / 130, 256 at 4x4, 150 / 64 (rows of a few columns: a segment's row
+ * pointers and edge columns for a few positions); 2 channels, 18 / 5
+ * (the vectors' lanes mostly idle). */
+static int rd_wanted(const struct hp_colgeom *geo, int64_t cout)
+{
+	return cout >= 8 && (cout <= 64 || (cout <= 128 && geo->grid[2] >= 16));
+}
+
+/* Groups: 16 to 64 output channels a group (fewer leave lanes idle, and
+ * their dW^T takes more than the sgemm path's workspace).  bench_conv_libs.c,
+ * pass dW, GF/s a CPU-second (sgemm path / here): ResNeXt's 16 a group at
+ * 14x14, 20-28 / 53-58; 32 a group at 7x7, 20-25 / 42-49. */
+static int rd_wanted_grp(const struct hp_colgeom *geo, int64_t mg)
+{
+	(void)geo;
+	return mg >= 16 && mg <= 64;
+}
+
+static int rd_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
+		   int64_t group, int64_t unit, int threads)
+{
+	q->geo = *geo;
+	q->group = group, q->xitem = cin * geo->img_vol, q->yitem = cout * geo->grid_vol;
+	cin /= group, cout /= group;
+	q->n = n, q->cin = cin, q->cout = cout;
+	q->bvol = geo->img_vol, q->svol = geo->grid_vol, q->rows = cin * geo->kvol, q->unit = unit;
+	q->direct = 1;
+	q->nc = cout <= 16 ? 1 : cout <= 32 ? 2 : 4;
+	q->rt = rd_rows(q->nc, geo->k[2]);
+	q->ncg = (cout + q->nc * 16 - 1) / (q->nc * 16);
+	q->lanes = q->ncg * q->nc * 16;
+	q->trows = cin * geo->k[0] * geo->k[1];
+	q->ntile = (q->trows + q->rt - 1) / q->rt;
+	int64_t w = threads > 0 ? threads : 1, total = n * q->svol;
+	int64_t nt = group * q->ntile * q->ncg;
+	q->workers = (int)(w < nt ? w : nt);
+	q->blk = unit >= RF_BLK_MIN ? RF_BLK : 0;
+	int64_t kc = rf_mode > 1 ? rf_mode : RD_CHUNK;
+	kc = kc > q->blk ? kc : q->blk;
+	q->kc = kc < total ? kc : total;
+	return 1;
+}
+
 int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
 		  int64_t group, int64_t unit, int threads)
 {
@@ -88,10 +171,14 @@ int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, i
 
 	memset(q, 0, sizeof *q);
 	/* a forced shift or grouped mode (tests, benchmarks) asks for the sgemm paths */
-	if (rf_mode < 0 || hp_conv_shift_mode() != 0 || !rf_avx512() || group != 1 || n < 1 || unit < 1 ||
-	    svol % unit || rows < 1 || cout < 1 || geo->kvol > RF_KVOL_MAX ||
+	if (rf_mode < 0 || hp_conv_shift_mode() != 0 || !rf_avx512() || group < 1 || cin % group || cout % group ||
+	    n < 1 || unit < 1 || svol % unit || rows < 1 || cout < 1 || geo->kvol > RF_KVOL_MAX ||
 	    cin * geo->img_vol >= INT32_MAX)
 		return 0;
+	if (group > 1) /* groups: the co-lane tiles only */
+		return hp_conv_grp_mode() >= 0 && rd_eligible(geo, cout / group) &&
+		       (rd_mode > 0 || (rd_mode == 0 && rf_mode == 0 && rd_wanted_grp(geo, cout / group))) &&
+		       rd_plan(q, geo, n, cin, cout, group, unit, threads);
 	/* Auto: units of at most 1024 positions (the sizes measured), and
 	 * enough multiply-adds per packed float: a position packs about rows
 	 * + cout floats for rows * cout multiply-adds.  bench_conv_libs.c, pass
@@ -99,8 +186,11 @@ int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, i
 	 * x 32 channels (ratio 15), 41-52 / 26-38; its 1x1 expansions at 56x56,
 	 * 24 x 144 (21), 87 / 85, at 28x28, 32 x 192 (27), 91 / 111; the 3-D
 	 * U-Net's 16 -> 32 at 24^3, 432 x 32 (30), 71 / 96. */
-	if (rf_mode == 0 && (unit > 1024 || rows * cout < 24 * (rows + cout)))
+	int rd = rd_eligible(geo, cout) && (rd_mode > 0 || (rd_mode == 0 && rf_mode == 0 && rd_wanted(geo, cout)));
+	if (!rd && rf_mode == 0 && (unit > 1024 || rows * cout < 24 * (rows + cout)))
 		return 0;
+	if (rd)
+		return rd_plan(q, geo, n, cin, cout, 1, unit, threads);
 	q->geo = *geo;
 	q->n = n, q->cin = cin, q->cout = cout;
 	q->bvol = geo->img_vol, q->svol = svol, q->rows = rows, q->unit = unit;
@@ -129,21 +219,56 @@ static size_t rf_worker_floats(const struct hp_rfilt *q)
 	return (size_t)(q->kc * q->tw) + (size_t)(q->mb * q->kc * RF_MR) + (size_t)((RF_SEG + q->geo.kvol + 16) * 16);
 }
 
+/* A co-lane worker's row segments of a chunk: at most one per position
+ * and one more per block. */
+struct rd_seg {
+	int64_t xb, zi, yi; /* the item's X, the window's first input plane and row */
+	int64_t w0, len, k; /* the segment's first column and length, its first position in the chunk */
+};
+
+/* Floats of a co-lane worker's buffers: dY, a row of zeros, segments, a
+ * 16 x 16 transpose. */
+static size_t rd_worker_floats(const struct hp_rfilt *q)
+{
+	size_t f = (size_t)(q->kc * q->lanes) + (size_t)(q->geo.img[2] + 16) +
+		   (size_t)(2 * q->kc + 2) * (sizeof(struct rd_seg) / sizeof(float)) + 256;
+	return (f + 15) / 16 * 16;
+}
+
 size_t hp_rfilt_workspace(const struct hp_rfilt *q)
 {
+	if (q->direct)
+		return ((size_t)(q->group * q->rows * q->lanes) + (size_t)q->workers * rd_worker_floats(q)) *
+		       sizeof(float);
 	return ((size_t)(2 * q->ldt) + (size_t)q->workers * rf_worker_floats(q)) * sizeof(float);
 }
 
-void hp_rfilt_fit(struct hp_rfilt *q, size_t bytes)
+int hp_rfilt_fit(struct hp_rfilt *q, size_t bytes)
 {
 	int64_t floor = q->blk > 16 ? q->blk : 16;
 
-	if (rf_mode > 1)
-		return;
+	if (rf_mode > 1 || (q->direct && rd_mode > 0))
+		return 1;
+	if (q->direct) {
+		/* the co-lane tiles only where their chunks of floor positions
+		 * fit, whatever the batch (a band's shorter chain must not
+		 * change the path) */
+		struct hp_rfilt f = *q;
+		f.kc = floor;
+		if (hp_rfilt_workspace(&f) > bytes)
+			return 0;
+	}
 	while (q->kc > floor && hp_rfilt_workspace(q) > bytes) {
 		int64_t kc = q->kc / 2 / 16 * 16;
 		q->kc = kc > floor ? kc : floor;
 	}
+	return 1;
+}
+
+void hp_rfilt_lean(struct hp_rfilt *q)
+{
+	if (q->direct)
+		q->workers = 1;
 }
 
 /* Position g of the chain: its batch item and position in the item. */
@@ -568,9 +693,283 @@ static void rf_work(void *arg, int64_t b, int64_t e, int tid)
 	}
 }
 
+/* ---- co-lane tiles: the run ---- */
+struct rd_run {
+	const struct hp_rfilt *q;
+	const float *dy, *x, *acc;
+	float *dw, *dwt, *ws; /* dwt: dW^T [group][rows][lanes], the sums between chunks */
+	int shares;
+};
+
+/* A tile's window rows: the channel's offset in an item, the offsets of
+ * the first two window axes (dilated). */
+struct rd_tab {
+	int64_t coff, a0, a1;
+};
+
+#ifdef RF_X86
+#define RD_ACC 27 /* accumulators at most */
+#define RD_RMAX 12 /* window rows per tile at most */
+
+/* One tile over one block (or, with chain, over the chunk continuing the
+ * sums): segments [0, nseg) of positions, dY at dyp ([position][nc * 16]),
+ * the sums at s ([row][k[2]][nc * 16]: read, then s + the block, or with
+ * chain the chain from s). */
+static inline __attribute__((always_inline)) RF_TARGET void rd_tile(const int NC, const int R, const int KW,
+								 const struct hp_rfilt *q, const float *x,
+								 const float *zero, const struct rd_tab *tab, int nr,
+								 const struct rd_seg *seg, int nseg, const float *dyp,
+								 float *s, int64_t ls, int chain)
+{
+	const struct hp_colgeom *g = &q->geo;
+	const int64_t L = ls;
+	__m512 a[RD_ACC];
+	int64_t id = g->img[0], ih = g->img[1], iw = g->img[2], s2 = g->stride[2], p2 = g->pad[2];
+	/* columns whose window taps all lie in the row */
+	int64_t wlo = (p2 + s2 - 1) / s2, whi = iw - KW + p2 >= 0 ? (iw - KW + p2) / s2 + 1 : 0;
+
+	for (int i = 0; i < R * KW * NC; i++) /* rows past nr: none of dW's, none in s */
+		a[i] = chain && i / (KW * NC) < nr ? _mm512_loadu_ps(s + i / NC * ls + i % NC * 16) : _mm512_setzero_ps();
+	for (int sg = 0; sg < nseg; sg++) {
+		const float *rp[RD_RMAX];
+		for (int r = 0; r < R; r++) {
+			int64_t zi = seg[sg].zi + tab[r].a0, yi = seg[sg].yi + tab[r].a1;
+			rp[r] = r < nr && zi >= 0 && zi < id && yi >= 0 && yi < ih
+					? x + seg[sg].xb + tab[r].coff + (zi * ih + yi) * iw
+					: zero;
+		}
+		int64_t w = seg[sg].w0, w1 = w + seg[sg].len;
+		int64_t wa = wlo < w1 ? wlo : w1, wb = whi < w1 ? whi : w1;
+		const float *dp = dyp + seg[sg].k * L;
+		for (int part = 0; part < 3; part++) {
+			int64_t end = part == 0 ? wa : part == 1 ? wb : w1;
+			if (part == 1) {
+				for (; w < end; w++, dp += L) { /* every tap in the row */
+					__m512 d[4];
+					int64_t xw = w * s2 - p2;
+					for (int c = 0; c < NC; c++)
+						d[c] = _mm512_loadu_ps(dp + c * 16);
+					for (int r = 0; r < R; r++)
+						for (int t = 0; t < KW; t++) {
+							__m512 b = _mm512_set1_ps(rp[r][xw + t]);
+							for (int c = 0; c < NC; c++)
+								a[(r * KW + t) * NC + c] =
+									_mm512_fmadd_ps(d[c], b, a[(r * KW + t) * NC + c]);
+						}
+				}
+				continue;
+			}
+			for (; w < end; w++, dp += L) { /* taps outside the row read 0 */
+				__m512 d[4];
+				int64_t xw = w * s2 - p2;
+				for (int c = 0; c < NC; c++)
+					d[c] = _mm512_loadu_ps(dp + c * 16);
+				for (int r = 0; r < R; r++)
+					for (int t = 0; t < KW; t++) {
+						int64_t xi = xw + t;
+						__m512 b = _mm512_set1_ps(xi >= 0 && xi < iw ? rp[r][xi] : 0.0f);
+						for (int c = 0; c < NC; c++)
+							a[(r * KW + t) * NC + c] = _mm512_fmadd_ps(d[c], b, a[(r * KW + t) * NC + c]);
+					}
+			}
+		}
+	}
+	for (int i = 0; i < R * KW * NC; i++) {
+		float *si = s + i / NC * ls + i % NC * 16;
+		if (i / (KW * NC) < nr)
+			_mm512_storeu_ps(si, chain ? a[i] : _mm512_add_ps(_mm512_loadu_ps(si), a[i]));
+	}
+}
+
+#define RD_FN(NC, R, KW)                                                                                              \
+	static RF_TARGET void rd_tile_##NC##_##KW(const struct hp_rfilt *q, const float *x, const float *zero,         \
+						  const struct rd_tab *tab, int nr, const struct rd_seg *seg, int nseg, \
+						  const float *dyp, float *s, int64_t ls, int chain)                  \
+	{                                                                                                             \
+		rd_tile(NC, R, KW, q, x, zero, tab, nr, seg, nseg, dyp, s, ls, chain);                                \
+	}
+/* as rd_rows */
+RD_FN(1, 12, 1)
+RD_FN(1, 12, 2)
+RD_FN(1, 9, 3)
+RD_FN(2, 12, 1)
+RD_FN(2, 6, 2)
+RD_FN(2, 4, 3)
+RD_FN(4, 6, 1)
+RD_FN(4, 3, 2)
+RD_FN(4, 2, 3)
+
+typedef void (*rd_tile_fn)(const struct hp_rfilt *q, const float *x, const float *zero, const struct rd_tab *tab,
+			   int nr, const struct rd_seg *seg, int nseg, const float *dyp, float *s, int64_t ls, int chain);
+
+static rd_tile_fn rd_fn(const struct hp_rfilt *q)
+{
+	static const rd_tile_fn fn[3][3] = { { rd_tile_1_1, rd_tile_1_2, rd_tile_1_3 },
+					     { rd_tile_2_1, rd_tile_2_2, rd_tile_2_3 },
+					     { rd_tile_4_1, rd_tile_4_2, rd_tile_4_3 } };
+
+	return fn[q->nc == 1 ? 0 : q->nc == 2 ? 1 : 2][q->geo.k[2] - 1];
+}
+#endif
+
+/* dY of chain positions [g0, g0 + kn) as dyp [position][nc * 16] (0 past
+ * cout), 16 x 16 blocks through a transpose at tmp. */
+static void rd_pack(const struct rd_run *r, const float *dy, int64_t g0, int64_t kn, float *dyp, float *tmp)
+{
+	const struct hp_rfilt *q = r->q;
+	int64_t L = q->lanes, m16 = q->cout / 16 * 16;
+
+	for (int64_t k0 = 0; k0 < kn;) {
+		int64_t item, pos, gq = g0 + k0, run = q->unit - gq % q->unit;
+		run = run < kn - k0 ? run : kn - k0;
+		rf_pos(q, gq, &item, &pos);
+		const float *dyi = dy + item * q->yitem + pos;
+		int64_t j16 = run / 16 * 16;
+		for (int64_t m = 0; m < m16; m += 16)
+			for (int64_t j = 0; j < j16; j += 16) {
+				for (int i = 0; i < 16; i++)
+					memcpy(tmp + i * 16, dyi + (m + i) * q->svol + j, 16 * sizeof(float));
+				rf_tr16(tmp, dyp + (k0 + j) * L + m, L);
+			}
+		for (int64_t m = 0; m < L; m++) {
+			float *d = dyp + k0 * L + m;
+			const float *sm = dyi + m * q->svol;
+			for (int64_t j = m < m16 ? j16 : 0; j < run; j++)
+				d[j * L] = m < q->cout ? sm[j] : 0.0f;
+		}
+		k0 += run;
+	}
+}
+
+/* The chunk's row segments, block by block: bseg[b] the first of block b. */
+static int rd_segs(const struct hp_rfilt *q, const struct rf_chunk *ch, struct rd_seg *seg, int *bseg)
+{
+	const struct hp_colgeom *g = &q->geo;
+	int nb = ch->nblk ? ch->nblk : 1, nseg = 0;
+	int64_t k = 0;
+
+	for (int b = 0; b < nb; b++) {
+		int64_t kend = k + (ch->nblk ? ch->blen[b] : ch->kn);
+		bseg[b] = nseg;
+		while (k < kend) {
+			int64_t item, pos, gq = ch->g0 + k, run = q->unit - gq % q->unit;
+			rf_pos(q, gq, &item, &pos);
+			int64_t w0 = pos % g->grid[2], len = g->grid[2] - w0, row = pos / g->grid[2];
+			len = len < run ? len : run;
+			len = len < kend - k ? len : kend - k;
+			seg[nseg++] = (struct rd_seg){ .xb = item * q->xitem,
+						       .zi = row / g->grid[1] * g->stride[0] - g->pad[0],
+						       .yi = row % g->grid[1] * g->stride[1] - g->pad[1],
+						       .w0 = w0,
+						       .len = len,
+						       .k = k };
+			k += len;
+		}
+	}
+	bseg[nb] = nseg;
+	return nb;
+}
+
+/* Workers' shares [b, e): tiles of window rows, every chunk of the chain. */
+/* Tiles [t0, t1) of group gr (window rows tt / ncg, channel group tt %
+ * ncg), every chunk of the chain. */
+static void rd_tiles(const struct rd_run *r, int64_t gr, int64_t t0, int64_t t1, float *buf)
+{
+	const struct hp_rfilt *q = r->q;
+	const struct hp_colgeom *g = &q->geo;
+	int64_t L = q->lanes, cl = q->nc * 16, kw = g->k[2], total = q->n * q->svol;
+	struct rd_seg *seg = (struct rd_seg *)buf;
+	float *dyp = buf + (size_t)(2 * q->kc + 2) * (sizeof(struct rd_seg) / sizeof(float));
+	float *tmp = dyp + q->kc * L, *zero = tmp + 256;
+	const float *x = r->x + gr * q->cin * q->bvol, *dy = r->dy + gr * q->cout * q->svol;
+	const float *acc = r->acc ? r->acc + gr * q->cout * q->rows : NULL;
+	float *dw = r->dw + gr * q->cout * q->rows, *dwt = r->dwt + gr * q->rows * L;
+	struct rf_chunk ch;
+	int bseg[RF_KMAX + 1];
+
+	for (int64_t tt = t0; tt < t1; tt++) { /* the sums start from acc (or 0) */
+		int64_t j0 = tt / q->ncg * q->rt * kw, m0 = tt % q->ncg * cl;
+		int64_t j1 = j0 + q->rt * kw < q->rows ? j0 + q->rt * kw : q->rows;
+		for (int64_t j = j0; j < j1; j++)
+			for (int64_t m = m0; m < m0 + cl; m++)
+				dwt[j * L + m] = acc && m < q->cout ? acc[m * q->rows + j] : 0.0f;
+	}
+	for (ch.g0 = 0; ch.g0 < total; ch.g0 += ch.kn) {
+		ch.kn = total - ch.g0 < q->kc ? total - ch.g0 : q->kc;
+		rf_blocks(q, &ch);
+		rd_pack(r, dy, ch.g0, ch.kn, dyp, tmp);
+		int nb = rd_segs(q, &ch, seg, bseg);
+#ifdef RF_X86
+		rd_tile_fn fn = rd_fn(q);
+		for (int64_t tt = t0; tt < t1; tt++) {
+			struct rd_tab tab[RD_RMAX];
+			int64_t tr = tt / q->ncg, m0 = tt % q->ncg * cl;
+			int nr = (int)(q->trows - tr * q->rt < q->rt ? q->trows - tr * q->rt : q->rt);
+			for (int i = 0; i < nr; i++) {
+				int64_t j = tr * q->rt + i, kk = j % (g->k[0] * g->k[1]);
+				tab[i] = (struct rd_tab){ .coff = j / (g->k[0] * g->k[1]) * q->bvol,
+							  .a0 = kk / g->k[1] * g->dil[0],
+							  .a1 = kk % g->k[1] * g->dil[1] };
+			}
+			for (int bi = 0; bi < nb; bi++)
+				fn(q, x, zero, tab, nr, seg + bseg[bi], bseg[bi + 1] - bseg[bi], dyp + m0,
+				   dwt + tr * q->rt * kw * L + m0, L, !q->blk);
+		}
+#else
+		(void)nb, (void)x;
+#endif
+	}
+	for (int64_t tt = t0; tt < t1; tt++) {
+		int64_t j0 = tt / q->ncg * q->rt * kw, m0 = tt % q->ncg * cl;
+		int64_t j1 = j0 + q->rt * kw < q->rows ? j0 + q->rt * kw : q->rows;
+		int64_t m1 = m0 + cl < q->cout ? m0 + cl : q->cout;
+		for (int64_t m = m0; m < m1; m++)
+			for (int64_t j = j0; j < j1; j++)
+				dw[m * q->rows + j] = dwt[j * L + m];
+	}
+}
+
+/* Workers' shares [b, e): tiles of every group, group by group. */
+static void rd_work(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct rd_run *r = arg;
+	const struct hp_rfilt *q = r->q;
+	int64_t ng = q->ntile * q->ncg, nt = q->group * ng;
+	float *buf = r->ws + (size_t)tid * rd_worker_floats(q);
+	float *zero = buf + (size_t)(2 * q->kc + 2) * (sizeof(struct rd_seg) / sizeof(float)) + q->kc * q->lanes + 256;
+
+	memset(zero, 0, (size_t)(q->geo.img[2] + 16) * sizeof(float));
+	for (int64_t sh = b; sh < e; sh++) {
+		int64_t t0 = nt * sh / r->shares, t1 = nt * (sh + 1) / r->shares;
+		for (int64_t t = t0; t < t1;) {
+			int64_t gr = t / ng, te = (gr + 1) * ng < t1 ? (gr + 1) * ng : t1;
+			rd_tiles(r, gr, t - gr * ng, te - gr * ng, buf);
+			t = te;
+		}
+	}
+}
+
+static void rd_run(const struct hp_rfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
+		   struct hp_pool *pool)
+{
+	struct rd_run r = { .q = q, .dy = dy, .x = x, .acc = acc, .dw = dw, .dwt = ws };
+	int saved, threads = hp_conv_threads_enter(pool, &saved);
+
+	r.ws = ws + q->group * q->rows * q->lanes;
+	threads = threads < q->workers ? threads : q->workers;
+	r.shares = threads;
+	/* at most a worker per share (tid < threads): its buffers are the tid's */
+	hp_conv_parallel(pool, threads, r.shares, rd_work, &r);
+	hp_conv_threads_leave(saved);
+}
+
 void hp_rfilt_run(const struct hp_rfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		  struct hp_pool *pool)
 {
+	if (q->direct) {
+		rd_run(q, dy, x, acc, dw, ws, pool);
+		return;
+	}
 	struct rf_run r = { .q = q, .dy = dy, .x = x, .acc = acc, .dw = dw, .cols = (int32_t *)ws, .ws = ws + 2 * q->ldt };
 	int saved, threads = hp_conv_threads_enter(pool, &saved);
 

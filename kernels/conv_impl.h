@@ -485,6 +485,13 @@ struct hp_rfilt {
 	int64_t tw;                /* a worker's packed taps (blocks of 48) */
 	int64_t blk;               /* positions per block of a unit's sum (0: one chain) */
 	int workers;
+	/* co-lane tiles (few output channels): dW^T tiles of rt window rows
+	 * (channel, first two window axes) x k[2] taps x nc vectors of 16
+	 * output channels, X broadcast where it lies (no taps packed) */
+	int direct, nc, rt;
+	int64_t trows, ntile;      /* window rows cin * k[0] * k[1], tiles of rt of them */
+	int64_t ncg, lanes;        /* groups of nc vectors of output channels, their lanes */
+	int64_t group, xitem, yitem; /* convolution groups (cin, cout: a group's), floats per item of X, dY */
 };
 /* 1 and q planned if the path takes the geometry, else 0. */
 int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
@@ -493,12 +500,20 @@ size_t hp_rfilt_workspace(const struct hp_rfilt *q);
 /* Fewer positions per chunk, so that the workspace is at most `bytes`
  * where chunks of 16 positions and more (a block's, when units sum in
  * blocks) can do it, else the least of those; the chunk size changes no
- * bit.  Not in the tests' chunk mode (hp_rfilt_set_mode k > 1). */
-void hp_rfilt_fit(struct hp_rfilt *q, size_t bytes);
+ * bit.  Not in the tests' chunk mode (hp_rfilt_set_mode k > 1).  0: the
+ * co-lane tiles cannot fit `bytes` (the caller takes the sgemm path). */
+int hp_rfilt_fit(struct hp_rfilt *q, size_t bytes);
+/* Attribute hpdlf_lean: the co-lane tiles with one worker's buffers (the
+ * same bits); the packed tiles as they are. */
+void hp_rfilt_lean(struct hp_rfilt *q);
 /* Tests and benchmarks only: 0 auto, 1 wherever it can run, -1 never,
  * k > 1 wherever it can run in chunks of k positions; read when a
  * ConvGradFilter is prepared. */
 void hp_rfilt_set_mode(int mode);
+/* Tests and benchmarks only: the co-lane tiles 0 where the plan wants
+ * them, 1 wherever they can run (with hp_rfilt_set_mode's chunks), -1
+ * never; read when a ConvGradFilter is prepared. */
+void hp_rfilt_set_direct(int mode);
 void hp_rfilt_run(const struct hp_rfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		  struct hp_pool *pool);
 

@@ -472,11 +472,12 @@ static float *rf_replay(const struct cgf *c)
 {
 	int64_t kvol = c->k[0] * c->k[1] * c->k[2], yv = c->ys[0] * c->ys[1] * c->ys[2], xv = c->xs[0] * c->xs[1] * c->xs[2];
 	int64_t unit = c->n == 1 && c->nsp >= 2 ? yv / c->ys[3 - c->nsp] : yv, upi = yv / unit;
-	float *w = calloc((size_t)(c->cy * c->cx * kvol), sizeof *w);
+	int64_t cg = c->cx / c->group, mg = c->cy / c->group;
+	float *w = calloc((size_t)(c->cy * cg * kvol), sizeof *w);
 	const float *x = c->x.data, *dy = c->dy.data;
 
 	for (int64_t m = 0; m < c->cy; m++)
-		for (int64_t ci = 0; ci < c->cx; ci++)
+		for (int64_t ci = 0; ci < cg; ci++)
 			for (int64_t kk = 0; kk < kvol; kk++) {
 				int64_t kq[3] = { kk / (c->k[1] * c->k[2]), kk / c->k[2] % c->k[1], kk % c->k[2] };
 				float s = 0, part = 0;
@@ -489,7 +490,7 @@ static float *rf_replay(const struct cgf *c)
 							inside &= i >= 0 && i < c->xs[q];
 							ix = ix * c->xs[q] + i;
 						}
-						float xv1 = inside ? x[(nb * c->cx + ci) * xv + ix] : 0.0f;
+						float xv1 = inside ? x[(nb * c->cx + m / mg * cg + ci) * xv + ix] : 0.0f;
 						if (unit < RF_BLK_MIN) {
 							s = fmaf(dy[(nb * c->cy + m) * yv + p], xv1, s);
 							continue;
@@ -499,7 +500,7 @@ static float *rf_replay(const struct cgf *c)
 						if ((j + 1) % RF_BLK == 0 || j + 1 == unit)
 							s = s + part;
 					}
-				w[(m * c->cx + ci) * kvol + kk] = s;
+				w[(m * cg + ci) * kvol + kk] = s;
 			}
 	return w;
 }
@@ -507,21 +508,21 @@ static float *rf_replay(const struct cgf *c)
 /* A case on the register-tile path, forced, in one chunk and in chunks
  * of 5 and 16 positions, with a batch of n and of one: the scalar replay
  * bit for bit, then cgf_check's naive, threads and chains of bands. */
-static void rf_case(int nsp, int64_t n, int64_t cx, int64_t cy, const int *xs, const int *k, const int *s,
-		    const int *d, const int *pb, const int *pe)
+static void rf_gcase(int nsp, int64_t n, int64_t cx, int64_t cy, int64_t group, const int *xs, const int *k,
+		     const int *s, const int *d, const int *pb, const int *pe)
 {
 	static const int chunks[3] = { 1, 5, 16 };
 
 	for (int bi = 0; bi < 2; bi++) {
 		struct cgf c;
-		cgf_init(&c, nsp, bi ? 1 : n, cx, cy, 1, xs, k, s, d, pb, pe);
+		cgf_init(&c, nsp, bi ? 1 : n, cx, cy, group, xs, k, s, d, pb, pe);
 		float *want = rf_replay(&c);
 		for (int ch = 0; ch < 3; ch++) {
 			char what[160];
 			struct hp_tensor o;
 			hp_rfilt_set_mode(chunks[ch]);
-			snprintf(what, sizeof what, "register tiles %dD n=%lld cx=%lld cy=%lld chunks of %d (1: default)", nsp,
-				 (long long)c.n, (long long)cx, (long long)cy, chunks[ch]);
+			snprintf(what, sizeof what, "register tiles %dD n=%lld cx=%lld cy=%lld group=%lld chunks of %d (1: default)",
+				 nsp, (long long)c.n, (long long)cx, (long long)cy, (long long)group, chunks[ch]);
 			filter(&c, &c.dy, &c.x, NULL, -1, 0, -1, pool2, &o);
 			if (memcmp(o.data, want, hp_tensor_bytes(&o)))
 				fail_msg("%s: not the scalar replay's bits", what);
@@ -532,6 +533,12 @@ static void rf_case(int nsp, int64_t n, int64_t cx, int64_t cy, const int *xs, c
 		free(want);
 		cgf_free(&c);
 	}
+}
+
+static void rf_case(int nsp, int64_t n, int64_t cx, int64_t cy, const int *xs, const int *k, const int *s,
+		    const int *d, const int *pb, const int *pe)
+{
+	rf_gcase(nsp, n, cx, cy, 1, xs, k, s, d, pb, pe);
 }
 
 static void test_filter_reg(void **state)
@@ -554,6 +561,46 @@ static void test_filter_reg(void **state)
 	/* rows of 10 at stride 2 through masked loads of even columns */
 	rf_case(2, 2, 3, 9, I{ 9, 20 }, I{ 5, 5 }, I{ 1, 2 }, I{ 1, 1 }, I{ 2, 1 }, I{ 2, 2 });
 	rf_case(3, 2, 5, 10, I{ 4, 5, 6 }, I{ 3, 3, 2 }, I{ 1, 2, 1 }, I{ 1, 1, 2 }, I{ 1, 1, 0 }, I{ 1, 0, 1 });
+}
+
+/* The co-lane tiles (conv_grad_reg.c, few output channels): the same
+ * replay bit for bit, forced, in chunks as rf_case, then cgf_check. */
+static void rd_case(int nsp, int64_t n, int64_t cx, int64_t cy, const int *xs, const int *k, const int *s,
+		    const int *d, const int *pb, const int *pe)
+{
+	hp_rfilt_set_direct(1);
+	rf_case(nsp, n, cx, cy, xs, k, s, d, pb, pe);
+	hp_rfilt_set_direct(0);
+}
+
+static void test_filter_colane(void **state)
+{
+	(void)state;
+	if (!__builtin_cpu_supports("avx512f"))
+		skip();
+	/* the 3-D U-Net's 16-channel layers in small: one vector of channels,
+	 * window rows 9 per tile, a tail tile of 1 (cx 3 -> 27 rows) */
+	rd_case(3, 2, 3, 16, I{ 5, 6, 20 }, I{ 3, 3, 3 }, I{ 1, 1, 1 }, I{ 1, 1, 1 }, I{ 1, 1, 1 }, I{ 1, 1, 1 });
+	/* channels not of 16; rows of 2 taps; strides, dilations (not on
+	 * rows), uneven pads; units shorter than a block (one chain) */
+	rd_case(3, 2, 4, 5, I{ 4, 7, 9 }, I{ 2, 3, 2 }, I{ 1, 2, 2 }, I{ 2, 1, 1 }, I{ 1, 0, 1 }, I{ 0, 1, 0 });
+	/* two and four vectors of channels (a last one partial), rows of 1 */
+	rd_case(2, 3, 7, 20, I{ 9, 11 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	rd_case(2, 2, 5, 40, I{ 8, 13 }, I{ 3, 1 }, I{ 2, 1 }, I{ 1, 1 }, I{ 1, 0 }, I{ 0, 0 });
+	rd_case(2, 2, 6, 64, I{ 7, 10 }, I{ 2, 2 }, I{ 1, 2 }, I{ 2, 1 }, I{ 0, 1 }, I{ 1, 0 });
+	/* several groups of four vectors of channels, the last one partial */
+	rd_case(2, 2, 5, 150, I{ 6, 7 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	rd_case(3, 2, 3, 130, I{ 3, 4, 5 }, I{ 1, 2, 2 }, I{ 1, 1, 2 }, I{ 1, 1, 1 }, I{ 0, 1, 0 }, I{ 0, 0, 1 });
+	/* groups (ResNeXt's 16 and 32 a group in small, rows too short for
+	 * conv_grad_grp.c): 3 groups of 16 and of 20 output channels, 2 of 40 */
+	hp_rfilt_set_direct(1);
+	rf_gcase(2, 2, 6, 48, 3, I{ 7, 7 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	rf_gcase(2, 2, 9, 60, 3, I{ 5, 6 }, I{ 3, 3 }, I{ 2, 1 }, I{ 1, 1 }, I{ 1, 0 }, I{ 0, 1 });
+	rf_gcase(3, 2, 4, 80, 2, I{ 3, 4, 9 }, I{ 2, 2, 3 }, I{ 1, 1, 1 }, I{ 1, 1, 1 }, I{ 0, 1, 1 }, I{ 1, 0, 1 });
+	hp_rfilt_set_direct(0);
+	/* ConvTranspose's dW roles in small: window 2 of stride 2 */
+	rd_case(3, 1, 6, 12, I{ 8, 8, 8 }, I{ 2, 2, 2 }, I{ 2, 2, 2 }, I{ 1, 1, 1 }, I{ 0, 0, 0 }, I{ 0, 0, 0 });
+	rd_case(1, 3, 4, 16, I{ 70 }, I{ 3 }, I{ 1 }, I{ 1 }, I{ 2 }, I{ 0 });
 }
 
 /* Attribute hpdlf_lean (exec/split.c gives it where a filter gradient's
@@ -843,7 +890,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_filter_1d), cmocka_unit_test(test_filter_2d), cmocka_unit_test(test_filter_3d),
-		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_reg), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
+		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_reg), cmocka_unit_test(test_filter_colane), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
