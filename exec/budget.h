@@ -8,7 +8,7 @@
  * chunk      the store's unit of paging.  Small budgets get small chunks so
  *            paging stays fine-grained: at most a 16th of the budget, and
  *            below 4 MiB a 64th (staging is two chunks, which a budget of
- *            a few hundred KiB must not lose to it); never below 16 KiB.
+ *            a few hundred KiB must not lose to it); never below 8 KiB.
  * staging    kept free beside the plan for staging copies (inputs in,
  *            outputs and dataset rows out): one chunk copied at a time,
  *            its source and its destination.

@@ -925,6 +925,16 @@ static void cold_start(struct sim *m)
 	}
 }
 
+/* A training graph (state values have a next version): the caller writes
+ * its inputs, the next batch, before every run. */
+static int fed_each_run(const struct hp_graph *g)
+{
+	for (int v = 0; v < g->nvalues; v++)
+		if (g->values[v].next >= 0)
+			return 1;
+	return 0;
+}
+
 /* Steady state: the next run starts with what this one kept resident.
  * The runtime reconciles at the start of each run (loads what the plan
  * expects resident, writes back or drops what it does not). */
@@ -941,6 +951,23 @@ static void warm_start(struct sim *m)
 			set_resident(m, v, 0);
 		if (p->start_resident[v])
 			p->start_bytes += m->size[v];
+	}
+	/* A training step's inputs are the next batch, which the caller writes
+	 * before each run (hp_session_set_input: resident and dirty, as in the
+	 * cold run).  Planned absent, the prologue wrote each back and the
+	 * steps read it in again (LeNet at a quarter of its peak: 17 KiB a
+	 * step, two synchronous writes, a load and a stall before the first
+	 * kernel).  Inference reads its inputs back at the run's end instead
+	 * (preload_next_run). */
+	for (int i = 0; i < m->g->ninputs && fed_each_run(m->g); i++) {
+		int u = m->g->inputs[i];
+		if (m->persist[u] && !m->resident[u] && m->use_start[u] < m->use_start[u + 1] &&
+		    m->cur + m->size[u] <= m->budget) {
+			set_resident(m, u, 1);
+			m->dirty[u] = 1;
+			p->start_resident[u] = 1;
+			p->start_bytes += m->size[u];
+		}
 	}
 	memcpy(m->cursor, m->use_start, (size_t)m->g->nvalues * sizeof *m->cursor);
 	memset(m->pre, 0xff, (size_t)m->g->nvalues * sizeof *m->pre); /* -1: the recs start anew */
@@ -978,8 +1005,16 @@ static void rotate_state(struct sim *m)
 static void count_reconcile(struct sim *m)
 {
 	struct hp_plan *p = m->p;
+	int fed = fed_each_run(m->g);
 
 	for (int v = 0; v < m->g->nvalues; v++) {
+		int input = fed && m->g->values[v].kind == HP_VALUE_INPUT && managed(m->g, v) && m->persist[v] &&
+			    m->use_start[v] < m->use_start[v + 1];
+		if (input) { /* the caller's new batch: resident, dirty */
+			if (!p->start_resident[v])
+				p->bytes_written += m->size[v]; /* written back by the prologue */
+			continue;
+		}
 		if (m->resident[v] && !p->start_resident[v] && m->dirty[v])
 			p->bytes_written += m->size[v];
 		if (!m->resident[v] && p->start_resident[v]) {

@@ -517,6 +517,8 @@ static int load_batch(struct hp_trainer *t, int64_t step)
 	int rc = hp_train_rows(t, step);
 
 	if (rc == 0)
+		hp_dataset_prefetch(&t->data, hp_session_store(t->s), t->rows, t->lbatch);
+	if (rc == 0)
 		rc = hp_darray_gather(&t->data.x, t->rows, t->lbatch, t->xb.data);
 	if (rc == 0)
 		rc = hp_session_set_input(t->s, t->g->values[t->vin].name, &t->xb);

@@ -23,6 +23,7 @@ struct hp_darray {
 	void *map;             /* in core: the file mapped */
 	size_t map_len;
 	struct hs_tensor *ten; /* out of core: a store tensor backed by the file */
+	uint64_t skip;         /* ten's bytes before the first row (its start block-aligned) */
 	uint64_t chunk;
 };
 
@@ -37,6 +38,10 @@ int hp_dataset_open(struct hp_dataset *d, const char *data, const char *labels);
 int hp_dataset_attach(struct hp_dataset *d, struct hs_store *st);
 /* Copy rows[0..n) of array a into dst (n * row_bytes). */
 int hp_darray_gather(struct hp_darray *a, const int64_t *rows, int64_t n, void *dst);
+/* Out of core: read ahead, in one batch of requests, the chunks of the
+ * rows the gathers of data and labels will copy next (a part of them at
+ * most; an optimisation only: the gathers read whatever it did not). */
+void hp_dataset_prefetch(struct hp_dataset *d, struct hs_store *st, const int64_t *rows, int64_t n);
 void hp_dataset_close(struct hp_dataset *d);
 
 struct hp_trainer {

@@ -1,6 +1,6 @@
 /* One budget layout (exec/budget.c): for a range of budgets the layout's
  * figures match a table worked out by hand from the rules (chunk at most a
- * 16th of the budget, a 64th below 4 MiB, never below 16 KiB; staging two
+ * 16th of the budget, a 64th below 4 MiB, never below 8 KiB; staging two
  * chunks), and the planner's options, the splitters' smallest budget, the
  * session's store and the error of a too-small budget all see that layout.
  * The same graph compiled by hp_graph_compile (what --plan plans) and by
@@ -30,7 +30,8 @@
 static const struct {
 	uint64_t budget, chunk;
 } table[] = {
-	{ 512 * KIB, 16 * KIB },  /* a 64th is 8 KiB: the 16 KiB floor */
+	{ 256 * KIB, 8 * KIB },   /* a 64th is 4 KiB: the 8 KiB floor */
+	{ 512 * KIB, 8 * KIB },   /* a 64th */
 	{ 1 * MIB, 16 * KIB },    /* a 64th */
 	{ 3 * MIB, 32 * KIB },    /* a 64th is 48 KiB: the power of two below */
 	{ 4 * MIB, 256 * KIB },   /* from 4 MiB on: a 16th */
