@@ -1,0 +1,212 @@
+/* dX of a strided Conv by phases (polyphase decomposition).
+ *
+ * dX[c][x] = sum over (m, t) with x + p - t * d = s * y of W[m][c][t]
+ * dY[m][y], per spatial dim.  The X positions x = r + s * q of one phase
+ * r (0 <= r < s per dim) take the taps t = r + p (mod s) only (for
+ * dilation d: t * d = r + p (mod s)), t0 < t1 < ... in steps of
+ * s / gcd(s, d), and reach dY rows y = q + off - j * d' (d' = d / gcd(s,
+ * d), off = (r + p - t0 * d) / s) for the j-th: a stride-1 Conv of dY
+ * with those taps of W, transposed and mirrored, and pad (kr - 1) * d' -
+ * off.  Each phase runs on the KxK path's AVX-512 tiles (conv_kxk.c, the
+ * W' of its taps packed from W as the stride-1 dX's is: cv.wtap) into a
+ * scratch, which is then scattered to its positions of dX; positions of
+ * a phase with no taps (a 1x1 or 3x3 kernel at stride 4, 1x1 at stride 2
+ * off the even positions) are zero.
+ *
+ * Why: the strided dX ran as ConvTranspose(dY, W) (an sgemm into columns,
+ * then col2im adding kvol columns into each element), 27-73% of sgemm's
+ * peak on ResNet-18's strided classes (hpdlf-bench-conv-libs); here there
+ * are no column adds and the flops are those of the taps alone.
+ *
+ * Bits: each dX element is one chain of fused multiply-adds from 0 over
+ * (m, then its phase's taps from the largest t down), taps whose dY row is
+ * out of range adding 0 * W; which rows, phases and threads run beside it
+ * changes nothing (KxK's chains do not depend on the blocking), nor where
+ * a band of X rows starts: a band's element keeps its taps (the same t
+ * mod s) and its dY rows (a band holds all it reaches).  A band's pads
+ * may make off larger than the taps reach (its dY rows cut out to the
+ * replaced path's tiles): the phase then computes `extra` leading
+ * positions it does not scatter, the same taps for the rest.
+ * tests/kernels/test_train.c test_conv_grad_phase replays the chains. */
+#include <string.h>
+
+#include "kernels/conv_grad_phase.h"
+
+static int cgp_mode;
+
+void hp_cgp_set_mode(int mode)
+{
+	cgp_mode = mode;
+}
+
+int hp_cgp_mode(void)
+{
+	return cgp_mode;
+}
+
+static int64_t mod64(int64_t a, int64_t b)
+{
+	return (a % b + b) % b;
+}
+
+/* The taps of phase r along one dim, largest first (the mirrored order):
+ * their count; *pad, *extra, *dil and *q of its stride-1 Conv. */
+static int64_t dim_taps(const struct hp_cgp_geom *c, int i, int64_t r, int64_t *taps, int64_t *pad, int64_t *extra,
+			int64_t *dil, int64_t *q)
+{
+	int64_t s = c->s[i], d = c->d[i], p = c->p[i], n = 0, lst[64];
+
+	for (int64_t t = 0; t < c->k[i] && n < 64; t++)
+		if (mod64(r + p - t * d, s) == 0)
+			lst[n++] = t;
+	*q = c->big[i] > r ? (c->big[i] - r + s - 1) / s : 0;
+	*pad = *extra = 0;
+	*dil = 1;
+	if (!n)
+		return 0;
+	if (n > 1)
+		*dil = (lst[1] - lst[0]) * d / s;
+	int64_t off = (r + p - lst[0] * d) / s; /* exact */
+	*pad = (n - 1) * *dil - off;
+	if (*pad < 0)
+		*extra = -*pad, *pad = 0;
+	for (int64_t j = 0; j < n; j++)
+		taps[j] = lst[n - 1 - j];
+	return n;
+}
+
+int hp_cgp_plan(struct hp_cgp *p, const struct hp_cgp_geom *c, int threads)
+{
+	int64_t nph = c->s[0] * c->s[1] * c->s[2], yp = 0;
+	size_t kws = 0;
+
+	memset(p, 0, sizeof *p);
+	p->c = *c;
+	if (nph < 2 || nph > 64 || !hp_kxk_available() || !hp_kxk_wide_ok())
+		return -1;
+	for (int64_t ph = 0; ph < nph; ph++) {
+		int64_t r[3] = { ph / (c->s[1] * c->s[2]), ph / c->s[2] % c->s[1], ph % c->s[2] };
+		int64_t taps[3][64], kr[3], pad[3], extra[3], dil[3], q[3], kvol = 1, qv = 1;
+		for (int i = 0; i < 3; i++) {
+			kr[i] = dim_taps(c, i, r[i], taps[i], &pad[i], &extra[i], &dil[i], &q[i]);
+			kvol *= kr[i];
+			qv *= q[i];
+		}
+		if (!qv)
+			continue;
+		if (!kvol) {
+			p->zero = 1;
+			continue;
+		}
+		if (p->nph == HP_CGP_MAX_PHASES || kvol > HP_CGP_MAX_TAPS)
+			return -1;
+		struct hp_cgp_phase *f = &p->ph[p->nph++];
+		struct hp_conv *cv = &f->cv;
+		for (int64_t a = 0, t = 0; a < kr[0]; a++)
+			for (int64_t b = 0; b < kr[1]; b++)
+				for (int64_t e = 0; e < kr[2]; e++)
+					f->tap[t++] = (int32_t)((taps[0][a] * c->k[1] + taps[1][b]) * c->k[2] + taps[2][e]);
+		cv->nd = c->nd;
+		cv->path = -1;
+		cv->batch = c->n;
+		cv->cin = c->csmall;
+		cv->cout = c->cbig;
+		cv->group = c->group;
+		cv->cin_g = c->csmall / c->group;
+		cv->cout_g = c->cbig / c->group;
+		for (int i = 0; i < 3; i++) {
+			f->r[i] = r[i];
+			f->q[i] = q[i];
+			f->extra[i] = extra[i];
+			cv->g.img[i] = c->small[i];
+			cv->g.grid[i] = q[i] + extra[i];
+			cv->g.k[i] = kr[i];
+			cv->g.stride[i] = 1;
+			cv->g.dil[i] = dil[i];
+			cv->g.pad[i] = pad[i];
+		}
+		hp_colgeom_finish(&cv->g);
+		cv->xvol = cv->g.img_vol;
+		cv->yvol = cv->g.grid_vol;
+		cv->kdim = cv->cin_g * cv->g.kvol;
+		cv->wflip = 1;
+		cv->wkvol = c->k[0] * c->k[1] * c->k[2];
+		cv->wtap = f->tap; /* for the checks; hp_cgp_run sets its copy's */
+		if (!hp_kxk_flip_eligible(cv))
+			return -1;
+		cv->kxk = 1;
+		cv->workspace = hp_kxk_workspace(cv, threads);
+		cv->wtap = NULL;
+		kws = cv->workspace > kws ? cv->workspace : kws;
+		yp = c->n * c->cbig * cv->yvol > yp ? c->n * c->cbig * cv->yvol : yp;
+	}
+	if (!p->nph)
+		return -1;
+	p->yp = (yp + 15) / 16 * 16;
+	p->workspace = (size_t)p->yp * sizeof(float) + kws;
+	return 0;
+}
+
+int hp_cgp_wanted(const struct hp_cgp *p)
+{
+	(void)p;
+	return cgp_mode > 0;
+}
+
+struct cgp_scatter {
+	const struct hp_cgp *p;
+	const struct hp_cgp_phase *f;
+	const float *yp;
+	float *dx;
+};
+
+/* Planes [b, e) of the phase scratch to their positions of dX. */
+static void scatter_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct cgp_scatter *a = arg;
+	const struct hp_cgp_geom *c = &a->p->c;
+	const struct hp_cgp_phase *f = a->f;
+	const struct hp_colgeom *g = &f->cv.g;
+	int64_t bvol = c->big[0] * c->big[1] * c->big[2], s2 = c->s[2];
+
+	(void)tid;
+	for (int64_t pl = b; pl < e; pl++)
+		for (int64_t q0 = 0; q0 < f->q[0]; q0++)
+			for (int64_t q1 = 0; q1 < f->q[1]; q1++) {
+				const float *restrict src =
+					a->yp + pl * g->grid_vol +
+					((q0 + f->extra[0]) * g->grid[1] + q1 + f->extra[1]) * g->grid[2] + f->extra[2];
+				float *restrict dst = a->dx + pl * bvol +
+						      ((f->r[0] + c->s[0] * q0) * c->big[1] + f->r[1] + c->s[1] * q1) *
+							      c->big[2] +
+						      f->r[2];
+				for (int64_t q2 = 0; q2 < f->q[2]; q2++)
+					dst[q2 * s2] = src[q2];
+			}
+}
+
+/* Below this many floats of dX a scatter runs on the caller. */
+#define CGP_PAR_MIN (1 << 15)
+
+void hp_cgp_run(const struct hp_cgp *p, const float *dy, const float *w, float *dx, float *ws,
+		struct hp_pool *pool)
+{
+	const struct hp_cgp_geom *c = &p->c;
+	int64_t planes = c->n * c->cbig, bvol = c->big[0] * c->big[1] * c->big[2];
+	float *yp = ws, *kws = ws + p->yp;
+
+	if (p->zero)
+		memset(dx, 0, (size_t)(planes * bvol) * sizeof(float));
+	for (int i = 0; i < p->nph; i++) {
+		const struct hp_cgp_phase *f = &p->ph[i];
+		struct hp_conv cv = f->cv;
+		struct cgp_scatter a = { .p = p, .f = f, .yp = yp, .dx = dx };
+		int saved, threads;
+
+		cv.wtap = f->tap;
+		hp_kxk_forward(&cv, dy, w, NULL, yp, kws, pool, NULL, NULL);
+		threads = hp_conv_threads_enter(pool, &saved);
+		hp_conv_parallel(pool, planes * bvol >= CGP_PAR_MIN ? threads : 1, planes, scatter_range, &a);
+		hp_conv_threads_leave(saved);
+	}
+}
