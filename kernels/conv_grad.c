@@ -156,8 +156,9 @@ static int data_priv(struct hp_graph *g, struct hp_node *n, struct cg_data *d)
 static void data_plan(struct cg_data *d, int path, int allow_kxk);
 
 /* Whether the strided dX runs by phases (conv_grad_phase.c), planned into
- * d: a band's kept path (path >= 0), or where a test or benchmark forces
- * it (hp_cgp_wanted). */
+ * d: a band's kept path (path >= 0), or the auto choice (hp_cgp_wanted)
+ * where its workspace is no larger than the path it replaces (as
+ * kxk_ws_fits), or where a test or benchmark forces it. */
 static int data_phase(struct cg_data *d, int path)
 {
 	const struct cgeom *c = &d->c;
@@ -173,6 +174,12 @@ static int data_phase(struct cg_data *d, int path)
 	memcpy(geo.p, c->p, sizeof geo.p);
 	if (hp_cgp_plan(&d->ph, &geo, hp_conv_ws_threads()) < 0 || (path < 0 && !hp_cgp_wanted(&d->ph)))
 		return 0;
+	if (path < 0 && hp_cgp_mode() <= 0) {
+		struct cg_data o = { .c = d->c };
+		data_plan(&o, -1, 0);
+		if (d->ph.workspace > o.cv.workspace)
+			return 0;
+	}
 	memset(&d->cv, 0, sizeof d->cv);
 	d->cv.workspace = d->ph.workspace;
 	d->phase = 1;

@@ -13,6 +13,10 @@
  * a phase with no taps (a 1x1 or 3x3 kernel at stride 4, 1x1 at stride 2
  * off the even positions) are zero.
  *
+ * A 1x1 kernel has one phase with one tap (the others are zero): it
+ * runs straight from dY and W with no workspace (direct_item), each
+ * element the same chain as on the KxK tiles.
+ *
  * Why: the strided dX ran as ConvTranspose(dY, W) (an sgemm into columns,
  * then col2im adding kvol columns into each element), 27-73% of sgemm's
  * peak on ResNet-18's strided classes (hpdlf-bench-conv-libs); here there
@@ -31,6 +35,11 @@
 #include <string.h>
 
 #include "kernels/conv_grad_phase.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define CGP_X86 1
+#endif
 
 static int cgp_mode;
 
@@ -144,14 +153,115 @@ int hp_cgp_plan(struct hp_cgp *p, const struct hp_cgp_geom *c, int threads)
 		return -1;
 	p->yp = (yp + 15) / 16 * 16;
 	p->workspace = (size_t)p->yp * sizeof(float) + kws;
+#ifdef CGP_X86
+	/* a 1x1 kernel: one phase of one tap, straight from dY and W */
+	if (c->k[0] * c->k[1] * c->k[2] == 1 && c->group == 1 && p->nph == 1) {
+		p->direct = 1;
+		p->yp = 0;
+		p->workspace = 0;
+	}
+#endif
 	return 0;
 }
 
 int hp_cgp_wanted(const struct hp_cgp *p)
 {
-	(void)p;
-	return cgp_mode > 0;
+	if (cgp_mode || hp_conv_kxk_mode() < 0)
+		return cgp_mode > 0;
+	return p->direct && p->c.csmall >= HP_KXK_MIN_CH && p->c.cbig >= HP_KXK_MIN_CH;
 }
+
+#ifdef CGP_X86
+/* The 1x1 kernel's phase (direct): dX[n][c][r + s q] = chain over m from
+ * 0 of W[m][c] dY[n][m][q + off] where that is in dY (the KxK path's
+ * chain for a single tap, so the same bits), 0 elsewhere; 32 channels
+ * (two vectors, lanes over c) by CGP_P phase positions in registers, W
+ * read in place by rows, dY broadcast in place; no workspace.  Items:
+ * (n, block of 32 channels), disjoint planes of dX. */
+#define CGP_P 6
+#define CGP_CB 32
+
+struct cgp_direct {
+	const struct hp_cgp *p;
+	const float *dy, *w;
+	float *dx;
+	int64_t nq, cblocks;   /* phase positions with a tap, channel blocks */
+};
+
+/* dX offset and dY offset of phase position j (in dY when *dyo >= 0). */
+static void direct_pos(const struct hp_cgp *p, int64_t j, int64_t *dxo, int64_t *dyo)
+{
+	const struct hp_cgp_geom *c = &p->c;
+	const struct hp_cgp_phase *f = &p->ph[0];
+	int64_t q[3] = { j / (f->q[1] * f->q[2]), j / f->q[2] % f->q[1], j % f->q[2] }, x[3], y[3];
+	int in = 1;
+
+	for (int i = 0; i < 3; i++) {
+		x[i] = f->r[i] + c->s[i] * q[i];
+		y[i] = q[i] + f->extra[i] - f->cv.g.pad[i]; /* the tap's dY position */
+		in &= y[i] >= 0 && y[i] < c->small[i];
+	}
+	*dxo = (x[0] * c->big[1] + x[1]) * c->big[2] + x[2];
+	*dyo = in ? (y[0] * c->small[1] + y[1]) * c->small[2] + y[2] : -1;
+}
+
+__attribute__((target("avx512f"))) static void direct_item(const struct cgp_direct *a, int64_t item)
+{
+	const struct hp_cgp *p = a->p;
+	const struct hp_cgp_geom *c = &p->c;
+	int64_t n = item / a->cblocks, c0 = item % a->cblocks * CGP_CB, cb = c->cbig - c0 < CGP_CB ? c->cbig - c0 : CGP_CB;
+	int64_t bvol = c->big[0] * c->big[1] * c->big[2], svol = c->small[0] * c->small[1] * c->small[2];
+	int64_t nq = a->nq, M = c->csmall, ldw = c->cbig;
+	const float *dy = a->dy + n * M * svol, *w = a->w + c0;
+	float *dx = a->dx + (n * c->cbig + c0) * bvol;
+	__mmask16 k0 = (__mmask16)(cb >= 16 ? 0xffff : (1u << cb) - 1);
+	__mmask16 k1 = (__mmask16)(cb >= 32 ? 0xffff : cb > 16 ? (1u << (cb - 16)) - 1 : 0);
+	float tile[CGP_P][CGP_CB];
+
+	for (int64_t ch = 0; ch < cb; ch++)
+		memset(dx + ch * bvol, 0, (size_t)bvol * sizeof(float));
+	for (int64_t j0 = 0; j0 < nq; j0 += CGP_P) {
+		int64_t dxo[CGP_P], dyo[CGP_P], np = nq - j0 < CGP_P ? nq - j0 : CGP_P, live = 0;
+		const float *src[CGP_P];
+		__m512 acc[CGP_P][2];
+		for (int i = 0; i < CGP_P; i++) {
+			if (i < np)
+				direct_pos(p, j0 + i, &dxo[i], &dyo[i]);
+			else
+				dxo[i] = dyo[i] = -1;
+			src[i] = dy + (dyo[i] >= 0 ? dyo[i] : 0);
+			live |= dyo[i] >= 0;
+			acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+		}
+		if (!live)
+			continue; /* no taps: zeros */
+		for (int64_t m = 0; m < M; m++) {
+			__m512 w0 = _mm512_maskz_loadu_ps(k0, w + m * ldw), w1 = _mm512_maskz_loadu_ps(k1, w + m * ldw + 16);
+#pragma GCC unroll 6
+			for (int i = 0; i < CGP_P; i++) {
+				__m512 b = _mm512_set1_ps(src[i][m * svol]);
+				acc[i][0] = _mm512_fmadd_ps(w0, b, acc[i][0]);
+				acc[i][1] = _mm512_fmadd_ps(w1, b, acc[i][1]);
+			}
+		}
+		for (int i = 0; i < CGP_P; i++) {
+			_mm512_storeu_ps(tile[i], acc[i][0]);
+			_mm512_storeu_ps(tile[i] + 16, acc[i][1]);
+		}
+		for (int i = 0; i < np; i++)
+			if (dyo[i] >= 0)
+				for (int64_t ch = 0; ch < cb; ch++)
+					dx[ch * bvol + dxo[i]] = tile[i][ch];
+	}
+}
+
+static void direct_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	(void)tid;
+	for (int64_t i = b; i < e; i++)
+		direct_item(arg, i);
+}
+#endif
 
 struct cgp_scatter {
 	const struct hp_cgp *p;
@@ -195,6 +305,18 @@ void hp_cgp_run(const struct hp_cgp *p, const float *dy, const float *w, float *
 	int64_t planes = c->n * c->cbig, bvol = c->big[0] * c->big[1] * c->big[2];
 	float *yp = ws, *kws = ws + p->yp;
 
+#ifdef CGP_X86
+	if (p->direct) {
+		const struct hp_cgp_phase *f = &p->ph[0];
+		struct cgp_direct a = { .p = p, .dy = dy, .w = w, .dx = dx, .nq = f->q[0] * f->q[1] * f->q[2],
+					.cblocks = (c->cbig + CGP_CB - 1) / CGP_CB };
+		int saved, threads = hp_conv_threads_enter(pool, &saved);
+		double flops = 2.0 * (double)(c->n * c->cbig * c->csmall) * (double)a.nq;
+		hp_conv_parallel(pool, flops >= CGP_PAR_MIN * 64.0 ? threads : 1, c->n * a.cblocks, direct_range, &a);
+		hp_conv_threads_leave(saved);
+		return;
+	}
+#endif
 	if (p->zero)
 		memset(dx, 0, (size_t)(planes * bvol) * sizeof(float));
 	for (int i = 0; i < p->nph; i++) {

@@ -31,6 +31,8 @@ struct hp_cgp {
 	struct hp_cgp_geom c;
 	int nph;               /* phases with taps and positions */
 	int zero;              /* some X positions have no taps: dX zeroed first */
+	int direct;            /* a 1x1 kernel, ungrouped: its one phase straight from
+				* dY and W, no workspace (the same chains) */
 	int64_t yp;            /* floats of the phase scratch (a multiple of 16) */
 	size_t workspace;      /* bytes: the scratch, then the largest phase's KxK workspace */
 	struct hp_cgp_phase ph[HP_CGP_MAX_PHASES];
@@ -42,12 +44,14 @@ struct hp_cgp {
  * for its 32-bit offsets). */
 int hp_cgp_plan(struct hp_cgp *p, const struct hp_cgp_geom *c, int threads);
 
-/* Whether the auto choice takes the plan: only when a test or benchmark
- * forces it (hp_cgp_set_mode).  Forced, it ran ResNet-18's strided dX
- * classes 1.1-1.3x faster than ConvTranspose's col2im (hpdlf-bench-conv-
- * libs), but with 3-25x its workspace (KxK panels of two workers and the
- * phase scratch against col2im's small tiles), which the auto choice of a
- * new dX path may not exceed (conv_grad.c kxk_ws_fits). */
+/* Whether the auto choice takes the plan (conv_grad.c then also asks
+ * that its workspace be no larger than col2im's): 1x1 kernels (direct),
+ * ungrouped, at least HP_KXK_MIN_CH channels each side, unless the KxK
+ * path is forbidden (hp_conv_set_kxk(-1)).  Other kernels run on the KxK
+ * tiles only when forced: there ResNet-18's strided dX classes ran 1.1-1.3x
+ * faster than ConvTranspose's col2im (hpdlf-bench-conv-libs) but with
+ * 3-25x its workspace (KxK panels of two workers and the phase scratch
+ * against col2im's small tiles). */
 int hp_cgp_wanted(const struct hp_cgp *p);
 
 /* dX = ConvGradData(dY, W) with p->workspace bytes at ws. */

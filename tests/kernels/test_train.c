@@ -1088,8 +1088,9 @@ static void test_conv_grad_kxk(void **state)
 	hp_pool_destroy(pool);
 }
 
-/* ConvGradData of a strided Conv by phases (kernels/conv_grad_phase.c),
- * replayed here in scalar float: dX[n][g, c][x] is one chain of fused
+/* ConvGradData of a strided Conv by phases (kernels/conv_grad_phase.c:
+ * the KxK tiles, or for 1x1 kernels the direct kernel), replayed here in
+ * scalar float: dX[n][g, c][x] is one chain of fused
  * multiply-adds from 0 over (m, then the taps t with x + p - t * d = 0
  * (mod s) per dim, each dim's from the largest t down), taps whose dY
  * position y = (x + p - t * d) / s is out of range included (w * 0);
@@ -1208,6 +1209,10 @@ static void test_conv_grad_phase(void **state)
 		{ 2, 2, 20, 32, 1, { 11, 17 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		/* 1x1 stride 2: three phases of zeros */
 		{ 2, 4, 16, 24, 1, { 8, 9 }, { 1, 1 }, { 2, 2 }, { 1, 1 }, { 0, 0 } },
+		/* 1x1 (direct: no workspace): 40 channels (a block of 32 and
+		 * 8), strides 2 and 3, a pad: positions whose tap leaves dY */
+		{ 2, 2, 40, 16, 1, { 9, 7 }, { 1, 1 }, { 2, 3 }, { 1, 1 }, { 1, 0 } },
+		{ 3, 1, 8, 12, 1, { 5, 6, 7 }, { 1, 1, 1 }, { 2, 2, 2 }, { 1, 1, 1 }, { 0, 0, 0 } },
 		/* the 7x7 stem: windows of 49 taps (W' packed by scalars) */
 		{ 2, 1, 3, 8, 1, { 13, 14 }, { 7, 7 }, { 2, 2 }, { 1, 1 }, { 3, 3 } },
 		/* a 5x3 kernel, strides 3 and 2, dilation 2 across */
