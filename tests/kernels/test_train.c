@@ -1089,7 +1089,7 @@ static void test_conv_grad_kxk(void **state)
 }
 
 /* ConvGradData of a strided Conv by phases (kernels/conv_grad_phase.c:
- * the KxK tiles, or for 1x1 kernels the direct kernel), replayed here in
+ * the KxK tiles, or the 1x1 kernels' direct kernel), replayed here in
  * scalar float: dX[n][g, c][x] is one chain of fused
  * multiply-adds from 0 over (m, then the taps t with x + p - t * d = 0
  * (mod s) per dim, each dim's from the largest t down), taps whose dY
@@ -1213,6 +1213,10 @@ static void test_conv_grad_phase(void **state)
 		 * 8), strides 2 and 3, a pad: positions whose tap leaves dY */
 		{ 2, 2, 40, 16, 1, { 9, 7 }, { 1, 1 }, { 2, 3 }, { 1, 1 }, { 1, 0 } },
 		{ 3, 1, 8, 12, 1, { 5, 6, 7 }, { 1, 1, 1 }, { 2, 2, 2 }, { 1, 1, 1 }, { 0, 0, 0 } },
+		/* 72 positions a phase plane, 20 channels */
+		{ 2, 2, 20, 24, 1, { 16, 18 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		/* stride 3: nine phases */
+		{ 2, 1, 9, 12, 1, { 15, 12 }, { 3, 3 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
 		/* the 7x7 stem: windows of 49 taps (W' packed by scalars) */
 		{ 2, 1, 3, 8, 1, { 13, 14 }, { 7, 7 }, { 2, 2 }, { 1, 1 }, { 3, 3 } },
 		/* a 5x3 kernel, strides 3 and 2, dilation 2 across */
