@@ -15,7 +15,9 @@
  *
  * A 1x1 kernel has one phase with one tap (the others are zero): it
  * runs straight from dY and W with no workspace (direct_item), each
- * element the same chain as on the KxK tiles.
+ * element the same chain as on the KxK tiles.  So do, lanes over
+ * positions, the phases of other kernels that are as wide as dY's rows
+ * (lanes_item: even sizes at stride 2, ResNet's downsampling).
  *
  * Why: the strided dX ran as ConvTranspose(dY, W) (an sgemm into columns,
  * then col2im adding kvol columns into each element), 27-73% of sgemm's
@@ -40,6 +42,9 @@
 #include <immintrin.h>
 #define CGP_X86 1
 #endif
+
+/* Channels per block of the lanes kernel (lanes_item). */
+#define CGP_LR 12
 
 static int cgp_mode;
 
@@ -159,6 +164,15 @@ int hp_cgp_plan(struct hp_cgp *p, const struct hp_cgp_geom *c, int threads)
 		p->direct = 1;
 		p->yp = 0;
 		p->workspace = 0;
+	} else if (c->group == 1) { /* phases as wide as dY's rows: lanes over positions */
+		int ok = 1;
+		for (int i = 0; i < p->nph; i++)
+			ok &= p->ph[i].q[2] == c->small[2] && p->ph[i].extra[2] == 0;
+		if (ok && c->cbig >= CGP_LR) {
+			p->lanes = 1;
+			p->yp = 0;
+			p->workspace = 0;
+		}
 	}
 #endif
 	return 0;
@@ -168,7 +182,13 @@ int hp_cgp_wanted(const struct hp_cgp *p)
 {
 	if (cgp_mode || hp_conv_kxk_mode() < 0)
 		return cgp_mode > 0;
-	return p->direct && p->c.csmall >= HP_KXK_MIN_CH && p->c.cbig >= HP_KXK_MIN_CH;
+	if (p->c.csmall < HP_KXK_MIN_CH || p->c.cbig < HP_KXK_MIN_CH)
+		return 0;
+	if (p->lanes) /* not phase planes of fewer than 16 positions (3x3-s2-r4: 2x2) */
+		for (int i = 0; i < p->nph; i++)
+			if (p->ph[i].q[1] * p->ph[i].q[2] < 16)
+				return 0;
+	return p->direct || p->lanes;
 }
 
 #ifdef CGP_X86
@@ -261,6 +281,155 @@ static void direct_range(void *arg, int64_t b, int64_t e, int tid)
 	for (int64_t i = b; i < e; i++)
 		direct_item(arg, i);
 }
+
+/* Phases whose rows are as wide as dY's (lanes): dX[n][c][x] for the
+ * phase's positions q, 32 of them (flattened over the phase's (q1, q2),
+ * which with q[2] == small[2] read dY at the same flattened offsets plus
+ * the tap's; two vectors of 16, each from its own plane and item) by 6
+ * channels in registers: per (m, tap) of the chain two
+ * masked loads of dY (lanes whose tap falls outside dY read 0: the
+ * padding taps' w * 0) and 6 broadcasts of W[m][c][tap] read in place;
+ * the results scattered to their positions of dX.  The same chains as
+ * the KxK tiles' (m, then the phase's taps from the largest down); no
+ * workspace.  Items: (phase, block of 6 channels, pair of vectors of 16
+ * positions of any planes or batch items), disjoint elements of dX; the
+ * block's rows of W stay in cache while its vectors take them. */
+
+struct cgp_lanes {
+	const struct hp_cgp *p;
+	const float *dy, *w;
+	float *dx;
+	int64_t items[HP_CGP_MAX_PHASES + 1]; /* first item of each phase */
+	int64_t cblocks;
+};
+
+/* Vector v of phase f: its item, first plane, first position. */
+static void lanes_vec(const struct hp_cgp_phase *f, int64_t v, int64_t *n, int64_t *q0, int64_t *j0)
+{
+	int64_t pv = (f->q[1] * f->q[2] + 15) / 16, nq0 = v / pv;
+
+	*n = nq0 / f->q[0];
+	*q0 = nq0 % f->q[0];
+	*j0 = v % pv * 16;
+}
+
+/* The chains of 12 channels (W rows kv apart) by two vectors of
+ * positions, in registers: named accumulators (an array of them went
+ * through the stack). */
+#define CGP_ACC(r) __m512 a##r##0 = _mm512_setzero_ps(), a##r##1 = _mm512_setzero_ps()
+#define CGP_FMA(r)                                                              \
+	do {                                                                    \
+		__m512 b = _mm512_set1_ps(wt[(r) * kv]);                        \
+		a##r##0 = _mm512_fmadd_ps(b, x0, a##r##0);                      \
+		a##r##1 = _mm512_fmadd_ps(b, x1, a##r##1);                      \
+	} while (0)
+#define CGP_OUT(r) (acc[r][0] = a##r##0, acc[r][1] = a##r##1)
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+lanes_chain(const float *d0, const float *d1, const float *w, int64_t M, int64_t svol, int64_t wstep, int64_t kv,
+	    int nt, const int32_t (*off)[2], const int32_t *tap, const __mmask16 (*mk)[2], __m512 (*acc)[2])
+{
+	CGP_ACC(0); CGP_ACC(1); CGP_ACC(2); CGP_ACC(3); CGP_ACC(4); CGP_ACC(5);
+	CGP_ACC(6); CGP_ACC(7); CGP_ACC(8); CGP_ACC(9); CGP_ACC(10); CGP_ACC(11);
+	for (int64_t m = 0; m < M; m++, d0 += svol, d1 += svol, w += wstep)
+		for (int t = 0; t < nt; t++) {
+			__m512 x0 = _mm512_maskz_loadu_ps(mk[t][0], d0 + off[t][0]);
+			__m512 x1 = _mm512_maskz_loadu_ps(mk[t][1], d1 + off[t][1]);
+			const float *wt = w + tap[t];
+			CGP_FMA(0); CGP_FMA(1); CGP_FMA(2); CGP_FMA(3); CGP_FMA(4); CGP_FMA(5);
+			CGP_FMA(6); CGP_FMA(7); CGP_FMA(8); CGP_FMA(9); CGP_FMA(10); CGP_FMA(11);
+		}
+	CGP_OUT(0); CGP_OUT(1); CGP_OUT(2); CGP_OUT(3); CGP_OUT(4); CGP_OUT(5);
+	CGP_OUT(6); CGP_OUT(7); CGP_OUT(8); CGP_OUT(9); CGP_OUT(10); CGP_OUT(11);
+}
+
+__attribute__((target("avx512f"))) static void lanes_item(const struct cgp_lanes *a, int ph, int64_t item)
+{
+	const struct hp_cgp *p = a->p;
+	const struct hp_cgp_geom *c = &p->c;
+	const struct hp_cgp_phase *f = &p->ph[ph];
+	const struct hp_colgeom *g = &f->cv.g;
+	int64_t plane = f->q[1] * f->q[2], nvec = c->n * f->q[0] * ((plane + 15) / 16);
+	int64_t tiles = (nvec + 1) / 2, cb = item / tiles, tl = item % tiles, c0 = cb * CGP_LR, skip = 0;
+
+	/* the last block ends at cbig (cbig >= CGP_LR), its rows the block
+	 * before it took left out */
+	if (c0 + CGP_LR > c->cbig) {
+		skip = c0 + CGP_LR - c->cbig;
+		c0 = c->cbig - CGP_LR;
+	}
+	int64_t bvol = c->big[0] * c->big[1] * c->big[2], svol = c->small[0] * c->small[1] * c->small[2];
+	int64_t kv = c->k[0] * c->k[1] * c->k[2], M = c->csmall, ntap = g->kvol;
+	int32_t off[HP_CGP_MAX_TAPS][2], tap[HP_CGP_MAX_TAPS], idx[2][16];
+	__mmask16 mk[HP_CGP_MAX_TAPS][2], live[2] = { 0, 0 };
+	const float *dyv[2];
+	float *dxv[2];
+	int nt = 0;
+
+	for (int t = 0; t < ntap; t++)
+		mk[t][0] = mk[t][1] = 0;
+	for (int sd = 0; sd < 2; sd++) {
+		int64_t v = 2 * tl + sd, n = 0, q0 = 0, j0 = 0;
+		dyv[sd] = a->dy;
+		dxv[sd] = a->dx;
+		memset(idx[sd], 0, sizeof idx[sd]);
+		if (v >= nvec)
+			continue;
+		lanes_vec(f, v, &n, &q0, &j0);
+		dyv[sd] = a->dy + n * M * svol;
+		dxv[sd] = a->dx + (n * c->cbig + c0) * bvol;
+		for (int l = 0; l < 16; l++) {
+			int64_t jj = j0 + l, q1 = jj / f->q[2], q2 = jj % f->q[2];
+			live[sd] |= (__mmask16)((jj < plane) << l);
+			idx[sd][l] = jj < plane ? (int32_t)(((f->r[0] + c->s[0] * q0) * c->big[1] + f->r[1] + c->s[1] * q1) *
+								    c->big[2] +
+							    f->r[2] + c->s[2] * q2)
+					    : 0;
+		}
+		/* each tap's lanes inside dY (the others add w * 0: masked to 0) */
+		for (int64_t t = 0; t < ntap; t++) {
+			int64_t jt[3] = { t / (g->k[1] * g->k[2]), t / g->k[2] % g->k[1], t % g->k[2] }, y0, a1, a2;
+			uint32_t m16 = 0;
+			y0 = q0 + f->extra[0] - g->pad[0] + jt[0] * g->dil[0];
+			a1 = f->extra[1] - g->pad[1] + jt[1] * g->dil[1];
+			a2 = -g->pad[2] + jt[2] * g->dil[2];
+			for (int l = 0; l < 16 && y0 >= 0 && y0 < c->small[0]; l++) {
+				int64_t jj = j0 + l, q1 = jj / f->q[2], q2 = jj % f->q[2];
+				m16 |= (uint32_t)(jj < plane && q1 + a1 >= 0 && q1 + a1 < c->small[1] && q2 + a2 >= 0 &&
+						  q2 + a2 < c->small[2])
+				       << l;
+			}
+			mk[t][sd] = (__mmask16)m16;
+			off[t][sd] = m16 ? (int32_t)((y0 * c->small[1] + a1) * c->small[2] + a2 + j0) : 0;
+		}
+	}
+	for (int64_t t = 0; t < ntap; t++) /* taps no lane takes add w * 0 everywhere: left out */
+		if (mk[t][0] | mk[t][1]) {
+			mk[nt][0] = mk[t][0], mk[nt][1] = mk[t][1];
+			off[nt][0] = off[t][0], off[nt][1] = off[t][1];
+			tap[nt++] = f->tap[t];
+		}
+	__m512 acc[CGP_LR][2];
+	lanes_chain(dyv[0], dyv[1], a->w + c0 * kv, M, svol, c->cbig * kv, kv, nt, off, tap, mk, acc);
+	__m512i i0 = _mm512_loadu_si512(idx[0]), i1 = _mm512_loadu_si512(idx[1]);
+	for (int r = (int)skip; r < CGP_LR; r++) {
+		_mm512_mask_i32scatter_ps(dxv[0] + r * bvol, live[0], i0, acc[r][0], 4);
+		_mm512_mask_i32scatter_ps(dxv[1] + r * bvol, live[1], i1, acc[r][1], 4);
+	}
+}
+
+static void lanes_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct cgp_lanes *a = arg;
+	int ph = 0;
+
+	(void)tid;
+	for (int64_t i = b; i < e; i++) {
+		while (i >= a->items[ph + 1])
+			ph++;
+		lanes_item(a, ph, i - a->items[ph]);
+	}
+}
 #endif
 
 struct cgp_scatter {
@@ -313,6 +482,22 @@ void hp_cgp_run(const struct hp_cgp *p, const float *dy, const float *w, float *
 		int saved, threads = hp_conv_threads_enter(pool, &saved);
 		double flops = 2.0 * (double)(c->n * c->cbig * c->csmall) * (double)a.nq;
 		hp_conv_parallel(pool, flops >= CGP_PAR_MIN * 64.0 ? threads : 1, c->n * a.cblocks, direct_range, &a);
+		hp_conv_threads_leave(saved);
+		return;
+	}
+	if (p->lanes) {
+		struct cgp_lanes a = { .p = p, .dy = dy, .w = w, .dx = dx, .cblocks = (c->cbig + CGP_LR - 1) / CGP_LR };
+		int saved, threads;
+		double flops = 0;
+		if (p->zero)
+			memset(dx, 0, (size_t)(c->n * c->cbig * bvol) * sizeof(float));
+		for (int i = 0; i < p->nph; i++) {
+			const struct hp_cgp_phase *f = &p->ph[i];
+			a.items[i + 1] = a.items[i] + (c->n * f->q[0] * ((f->q[1] * f->q[2] + 15) / 16) + 1) / 2 * a.cblocks;
+			flops += 2.0 * (double)(c->n * c->cbig * c->csmall) * (double)(f->cv.g.kvol * f->cv.g.grid_vol);
+		}
+		threads = hp_conv_threads_enter(pool, &saved);
+		hp_conv_parallel(pool, flops >= CGP_PAR_MIN * 64.0 ? threads : 1, a.items[p->nph], lanes_range, &a);
 		hp_conv_threads_leave(saved);
 		return;
 	}

@@ -33,6 +33,9 @@ struct hp_cgp {
 	int zero;              /* some X positions have no taps: dX zeroed first */
 	int direct;            /* a 1x1 kernel, ungrouped: its one phase straight from
 				* dY and W, no workspace (the same chains) */
+	int lanes;             /* other kernels, ungrouped, phases as wide as dY's
+				* rows: lanes over positions, no workspace (the same
+				* chains) */
 	int64_t yp;            /* floats of the phase scratch (a multiple of 16) */
 	size_t workspace;      /* bytes: the scratch, then the largest phase's KxK workspace */
 	struct hp_cgp_phase ph[HP_CGP_MAX_PHASES];
@@ -45,13 +48,12 @@ struct hp_cgp {
 int hp_cgp_plan(struct hp_cgp *p, const struct hp_cgp_geom *c, int threads);
 
 /* Whether the auto choice takes the plan (conv_grad.c then also asks
- * that its workspace be no larger than col2im's): 1x1 kernels (direct),
- * ungrouped, at least HP_KXK_MIN_CH channels each side, unless the KxK
- * path is forbidden (hp_conv_set_kxk(-1)).  Other kernels run on the KxK
- * tiles only when forced: there ResNet-18's strided dX classes ran 1.1-1.3x
- * faster than ConvTranspose's col2im (hpdlf-bench-conv-libs) but with
- * 3-25x its workspace (KxK panels of two workers and the phase scratch
- * against col2im's small tiles). */
+ * that its workspace be no larger than col2im's): the kernels without
+ * workspace (direct: 1x1; lanes: phases as wide as dY's rows with phase
+ * planes of 16 positions or more), ungrouped, at least HP_KXK_MIN_CH
+ * channels each side, unless the KxK path is forbidden
+ * (hp_conv_set_kxk(-1)).  The KxK tiles run only when forced: with 3-25x
+ * col2im's workspace (KxK panels of two workers and the phase scratch). */
 int hp_cgp_wanted(const struct hp_cgp *p);
 
 /* dX = ConvGradData(dY, W) with p->workspace bytes at ws. */

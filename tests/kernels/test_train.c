@@ -1089,8 +1089,9 @@ static void test_conv_grad_kxk(void **state)
 }
 
 /* ConvGradData of a strided Conv by phases (kernels/conv_grad_phase.c:
- * the KxK tiles, or the 1x1 kernels' direct kernel), replayed here in
- * scalar float: dX[n][g, c][x] is one chain of fused
+ * the KxK tiles, the 1x1 kernels' direct kernel, or lanes over positions
+ * where the phases are as wide as dY's rows and there are 12 channels or
+ * more), replayed here in scalar float: dX[n][g, c][x] is one chain of fused
  * multiply-adds from 0 over (m, then the taps t with x + p - t * d = 0
  * (mod s) per dim, each dim's from the largest t down), taps whose dY
  * position y = (x + p - t * d) / s is out of range included (w * 0);
@@ -1213,15 +1214,19 @@ static void test_conv_grad_phase(void **state)
 		 * 8), strides 2 and 3, a pad: positions whose tap leaves dY */
 		{ 2, 2, 40, 16, 1, { 9, 7 }, { 1, 1 }, { 2, 3 }, { 1, 1 }, { 1, 0 } },
 		{ 3, 1, 8, 12, 1, { 5, 6, 7 }, { 1, 1, 1 }, { 2, 2, 2 }, { 1, 1, 1 }, { 0, 0, 0 } },
-		/* 72 positions a phase plane, 20 channels */
+		/* lanes: 72 positions a phase plane, 20 channels (two blocks of 12
+		 * overlapping) */
 		{ 2, 2, 20, 24, 1, { 16, 18 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		/* 3-D as wide as dY's rows (lanes), dilation 2 (lanes) */
+		{ 3, 2, 16, 12, 1, { 5, 6, 8 }, { 3, 3, 3 }, { 2, 2, 2 }, { 1, 1, 1 }, { 1, 1, 1 } },
+		{ 2, 1, 14, 12, 1, { 12, 14 }, { 3, 3 }, { 2, 2 }, { 2, 2 }, { 2, 2 } },
 		/* stride 3: nine phases */
 		{ 2, 1, 9, 12, 1, { 15, 12 }, { 3, 3 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
 		/* the 7x7 stem: windows of 49 taps (W' packed by scalars) */
 		{ 2, 1, 3, 8, 1, { 13, 14 }, { 7, 7 }, { 2, 2 }, { 1, 1 }, { 3, 3 } },
 		/* a 5x3 kernel, strides 3 and 2, dilation 2 across */
 		{ 2, 1, 9, 12, 1, { 17, 15 }, { 5, 3 }, { 3, 2 }, { 1, 2 }, { 2, 1 } },
-		/* ResNet's small planes: blocks across batch items, W' per micro-tile */
+		/* ResNet's small planes (lanes: vectors of 4 positions) */
 		{ 2, 4, 24, 40, 1, { 4, 4 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		/* groups */
 		{ 2, 2, 16, 24, 2, { 9, 10 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
