@@ -168,7 +168,8 @@ int hp_cgp_plan(struct hp_cgp *p, const struct hp_cgp_geom *c, int threads)
 		int ok = 1;
 		for (int i = 0; i < p->nph; i++)
 			ok &= p->ph[i].q[2] == c->small[2] && p->ph[i].extra[2] == 0;
-		if (ok && c->cbig >= CGP_LR) {
+		/* scatter offsets of 32 bits */
+		if (ok && c->cbig >= CGP_LR && c->n * c->cbig * c->big[0] * c->big[1] * c->big[2] < INT32_MAX / 2) {
 			p->lanes = 1;
 			p->yp = 0;
 			p->workspace = 0;
@@ -184,10 +185,6 @@ int hp_cgp_wanted(const struct hp_cgp *p)
 		return cgp_mode > 0;
 	if (p->c.csmall < HP_KXK_MIN_CH || p->c.cbig < HP_KXK_MIN_CH)
 		return 0;
-	if (p->lanes) /* not phase planes of fewer than 16 positions (3x3-s2-r4: 2x2) */
-		for (int i = 0; i < p->nph; i++)
-			if (p->ph[i].q[1] * p->ph[i].q[2] < 16)
-				return 0;
 	return p->direct || p->lanes;
 }
 
@@ -283,17 +280,20 @@ static void direct_range(void *arg, int64_t b, int64_t e, int tid)
 }
 
 /* Phases whose rows are as wide as dY's (lanes): dX[n][c][x] for the
- * phase's positions q, 32 of them (flattened over the phase's (q1, q2),
- * which with q[2] == small[2] read dY at the same flattened offsets plus
- * the tap's; two vectors of 16, each from its own plane and item) by 6
- * channels in registers: per (m, tap) of the chain two
- * masked loads of dY (lanes whose tap falls outside dY read 0: the
- * padding taps' w * 0) and 6 broadcasts of W[m][c][tap] read in place;
- * the results scattered to their positions of dX.  The same chains as
- * the KxK tiles' (m, then the phase's taps from the largest down); no
- * workspace.  Items: (phase, block of 6 channels, pair of vectors of 16
- * positions of any planes or batch items), disjoint elements of dX; the
- * block's rows of W stay in cache while its vectors take them. */
+ * phase's positions q, two vectors of 16 (flattened over the phase's
+ * (q1, q2), which with q[2] == small[2] read dY at the same flattened
+ * offsets plus the tap's; each vector from its own plane and item, or
+ * for planes of fewer than 8 positions several whole planes, of any
+ * items) by CGP_LR channels in registers: per (m, tap) of the chain a
+ * masked load of dY per vector (per plane: merged), lanes whose tap
+ * falls outside dY reading 0 (the padding taps' w * 0), and CGP_LR
+ * broadcasts of W[m][c][tap] read in place; the results scattered to
+ * their positions of dX.  The same chains as the KxK tiles' (m, then the
+ * phase's taps from the largest down); no workspace.  Items: (phase,
+ * block of CGP_LR channels, pair of vectors), disjoint elements of dX
+ * (the last block ends at cbig and writes only the rows the one before
+ * it left); the block's rows of W stay in cache while its vectors take
+ * them. */
 
 struct cgp_lanes {
 	const struct hp_cgp *p;
@@ -341,6 +341,107 @@ lanes_chain(const float *d0, const float *d1, const float *w, int64_t M, int64_t
 		}
 	CGP_OUT(0); CGP_OUT(1); CGP_OUT(2); CGP_OUT(3); CGP_OUT(4); CGP_OUT(5);
 	CGP_OUT(6); CGP_OUT(7); CGP_OUT(8); CGP_OUT(9); CGP_OUT(10); CGP_OUT(11);
+}
+
+/* lanes_chain for vectors of several small planes (ppv of them, each its
+ * own item or plane of dY): each vector per tap one masked load per
+ * plane, merged. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+lanes_chain_seg(const float *dy, const float *w, int64_t M, int64_t svol, int64_t wstep, int64_t kv, int nt, int ppv,
+		const int64_t (*off)[2][16], const int32_t *tap, const __mmask16 (*mk)[2][16], __m512 (*acc)[2])
+{
+	CGP_ACC(0); CGP_ACC(1); CGP_ACC(2); CGP_ACC(3); CGP_ACC(4); CGP_ACC(5);
+	CGP_ACC(6); CGP_ACC(7); CGP_ACC(8); CGP_ACC(9); CGP_ACC(10); CGP_ACC(11);
+	for (int64_t m = 0; m < M; m++, dy += svol, w += wstep)
+		for (int t = 0; t < nt; t++) {
+			__m512 x0 = _mm512_setzero_ps(), x1 = _mm512_setzero_ps();
+			for (int k = 0; k < ppv; k++) {
+				x0 = _mm512_mask_loadu_ps(x0, mk[t][0][k], dy + off[t][0][k]);
+				x1 = _mm512_mask_loadu_ps(x1, mk[t][1][k], dy + off[t][1][k]);
+			}
+			const float *wt = w + tap[t];
+			CGP_FMA(0); CGP_FMA(1); CGP_FMA(2); CGP_FMA(3); CGP_FMA(4); CGP_FMA(5);
+			CGP_FMA(6); CGP_FMA(7); CGP_FMA(8); CGP_FMA(9); CGP_FMA(10); CGP_FMA(11);
+		}
+	CGP_OUT(0); CGP_OUT(1); CGP_OUT(2); CGP_OUT(3); CGP_OUT(4); CGP_OUT(5);
+	CGP_OUT(6); CGP_OUT(7); CGP_OUT(8); CGP_OUT(9); CGP_OUT(10); CGP_OUT(11);
+}
+
+/* Phase planes of fewer than 8 positions: ppv = 16 / plane whole planes
+ * (over items and q0) per vector. */
+__attribute__((target("avx512f"))) static void lanes_item_seg(const struct cgp_lanes *a, int ph, int64_t item)
+{
+	const struct hp_cgp *p = a->p;
+	const struct hp_cgp_geom *c = &p->c;
+	const struct hp_cgp_phase *f = &p->ph[ph];
+	const struct hp_colgeom *g = &f->cv.g;
+	int64_t plane = f->q[1] * f->q[2], ppv = 16 / plane, planes = c->n * f->q[0], nvec = (planes + ppv - 1) / ppv;
+	int64_t tiles = (nvec + 1) / 2, cb = item / tiles, tl = item % tiles, c0 = cb * CGP_LR, skip = 0;
+
+	if (c0 + CGP_LR > c->cbig) {
+		skip = c0 + CGP_LR - c->cbig;
+		c0 = c->cbig - CGP_LR;
+	}
+	int64_t bvol = c->big[0] * c->big[1] * c->big[2], svol = c->small[0] * c->small[1] * c->small[2];
+	int64_t kv = c->k[0] * c->k[1] * c->k[2], M = c->csmall, ntap = g->kvol;
+	int64_t off[HP_CGP_MAX_TAPS][2][16];
+	int32_t tap[HP_CGP_MAX_TAPS], idx[2][16];
+	__mmask16 mk[HP_CGP_MAX_TAPS][2][16], live[2] = { 0, 0 }, any[HP_CGP_MAX_TAPS];
+	int nt = 0;
+
+	memset(mk, 0, sizeof mk);
+	memset(off, 0, sizeof off);
+	memset(idx, 0, sizeof idx);
+	for (int sd = 0; sd < 2; sd++)
+		for (int k = 0; k < ppv; k++) {
+			int64_t pi = (2 * tl + sd) * ppv + k;
+			if (2 * tl + sd >= nvec || pi >= planes)
+				continue;
+			int64_t n = pi / f->q[0], q0 = pi % f->q[0], l0 = k * plane;
+			for (int64_t j = 0; j < plane; j++) {
+				int64_t q1 = j / f->q[2], q2 = j % f->q[2];
+				live[sd] |= (__mmask16)(1u << (l0 + j));
+				idx[sd][l0 + j] = (int32_t)(n * c->cbig * bvol +
+							    ((f->r[0] + c->s[0] * q0) * c->big[1] + f->r[1] + c->s[1] * q1) *
+								    c->big[2] +
+							    f->r[2] + c->s[2] * q2);
+			}
+			for (int64_t t = 0; t < ntap; t++) {
+				int64_t jt[3] = { t / (g->k[1] * g->k[2]), t / g->k[2] % g->k[1], t % g->k[2] }, y0, a1, a2;
+				uint32_t m16 = 0;
+				y0 = q0 + f->extra[0] - g->pad[0] + jt[0] * g->dil[0];
+				a1 = f->extra[1] - g->pad[1] + jt[1] * g->dil[1];
+				a2 = -g->pad[2] + jt[2] * g->dil[2];
+				for (int64_t j = 0; j < plane && y0 >= 0 && y0 < c->small[0]; j++) {
+					int64_t q1 = j / f->q[2], q2 = j % f->q[2];
+					m16 |= (uint32_t)(q1 + a1 >= 0 && q1 + a1 < c->small[1] && q2 + a2 >= 0 &&
+							  q2 + a2 < c->small[2])
+					       << (l0 + j);
+				}
+				mk[t][sd][k] = (__mmask16)m16;
+				off[t][sd][k] = m16 ? n * M * svol + (y0 * c->small[1] + a1) * c->small[2] + a2 - l0 : 0;
+			}
+		}
+	for (int64_t t = 0; t < ntap; t++) {
+		any[t] = 0;
+		for (int k = 0; k < ppv; k++)
+			any[t] |= mk[t][0][k] | mk[t][1][k];
+	}
+	for (int64_t t = 0; t < ntap; t++) /* taps no lane takes add w * 0 everywhere: left out */
+		if (any[t]) {
+			memcpy(mk[nt], mk[t], sizeof mk[t]);
+			memcpy(off[nt], off[t], sizeof off[t]);
+			tap[nt++] = f->tap[t];
+		}
+	__m512 acc[CGP_LR][2];
+	lanes_chain_seg(a->dy, a->w + c0 * kv, M, svol, c->cbig * kv, kv, nt, (int)ppv,
+			(const int64_t(*)[2][16])off, tap, (const __mmask16(*)[2][16])mk, acc);
+	__m512i i0 = _mm512_loadu_si512(idx[0]), i1 = _mm512_loadu_si512(idx[1]);
+	float *dx = a->dx + c0 * bvol;
+	for (int r = (int)skip; r < CGP_LR; r++) {
+		_mm512_mask_i32scatter_ps(dx + r * bvol, live[0], i0, acc[r][0], 4);
+		_mm512_mask_i32scatter_ps(dx + r * bvol, live[1], i1, acc[r][1], 4);
+	}
 }
 
 __attribute__((target("avx512f"))) static void lanes_item(const struct cgp_lanes *a, int ph, int64_t item)
@@ -427,7 +528,10 @@ static void lanes_range(void *arg, int64_t b, int64_t e, int tid)
 	for (int64_t i = b; i < e; i++) {
 		while (i >= a->items[ph + 1])
 			ph++;
-		lanes_item(a, ph, i - a->items[ph]);
+		if (a->p->ph[ph].q[1] * a->p->ph[ph].q[2] < 8)
+			lanes_item_seg(a, ph, i - a->items[ph]);
+		else
+			lanes_item(a, ph, i - a->items[ph]);
 	}
 }
 #endif
@@ -493,7 +597,9 @@ void hp_cgp_run(const struct hp_cgp *p, const float *dy, const float *w, float *
 			memset(dx, 0, (size_t)(c->n * c->cbig * bvol) * sizeof(float));
 		for (int i = 0; i < p->nph; i++) {
 			const struct hp_cgp_phase *f = &p->ph[i];
-			a.items[i + 1] = a.items[i] + (c->n * f->q[0] * ((f->q[1] * f->q[2] + 15) / 16) + 1) / 2 * a.cblocks;
+			int64_t plane = f->q[1] * f->q[2], nvec = plane < 8 ? (c->n * f->q[0] + 16 / plane - 1) / (16 / plane)
+									    : c->n * f->q[0] * ((plane + 15) / 16);
+			a.items[i + 1] = a.items[i] + (nvec + 1) / 2 * a.cblocks;
 			flops += 2.0 * (double)(c->n * c->cbig * c->csmall) * (double)(f->cv.g.kvol * f->cv.g.grid_vol);
 		}
 		threads = hp_conv_threads_enter(pool, &saved);

@@ -34,8 +34,8 @@ struct hp_cgp {
 	int direct;            /* a 1x1 kernel, ungrouped: its one phase straight from
 				* dY and W, no workspace (the same chains) */
 	int lanes;             /* other kernels, ungrouped, phases as wide as dY's
-				* rows: lanes over positions, no workspace (the same
-				* chains) */
+				* rows, cbig >= 12: lanes over positions, no
+				* workspace (the same chains) */
 	int64_t yp;            /* floats of the phase scratch (a multiple of 16) */
 	size_t workspace;      /* bytes: the scratch, then the largest phase's KxK workspace */
 	struct hp_cgp_phase ph[HP_CGP_MAX_PHASES];
@@ -49,8 +49,8 @@ int hp_cgp_plan(struct hp_cgp *p, const struct hp_cgp_geom *c, int threads);
 
 /* Whether the auto choice takes the plan (conv_grad.c then also asks
  * that its workspace be no larger than col2im's): the kernels without
- * workspace (direct: 1x1; lanes: phases as wide as dY's rows with phase
- * planes of 16 positions or more), ungrouped, at least HP_KXK_MIN_CH
+ * workspace (direct: 1x1; lanes: phases as wide as dY's rows, at least
+ * 12 channels in X), ungrouped, at least HP_KXK_MIN_CH
  * channels each side, unless the KxK path is forbidden
  * (hp_conv_set_kxk(-1)).  The KxK tiles run only when forced: with 3-25x
  * col2im's workspace (KxK panels of two workers and the phase scratch). */

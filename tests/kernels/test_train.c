@@ -1220,6 +1220,10 @@ static void test_conv_grad_phase(void **state)
 		/* 3-D as wide as dY's rows (lanes), dilation 2 (lanes) */
 		{ 3, 2, 16, 12, 1, { 5, 6, 8 }, { 3, 3, 3 }, { 2, 2, 2 }, { 1, 1, 1 }, { 1, 1, 1 } },
 		{ 2, 1, 14, 12, 1, { 12, 14 }, { 3, 3 }, { 2, 2 }, { 2, 2 }, { 2, 2 } },
+		/* lanes, phase planes of 6 and 4 positions: several per vector
+		 * (items, and in 3-D depths) */
+		{ 2, 3, 12, 16, 1, { 6, 4 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		{ 3, 2, 12, 8, 1, { 4, 4, 4 }, { 3, 3, 3 }, { 2, 2, 2 }, { 1, 1, 1 }, { 1, 1, 1 } },
 		/* stride 3: nine phases */
 		{ 2, 1, 9, 12, 1, { 15, 12 }, { 3, 3 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
 		/* the 7x7 stem: windows of 49 taps (W' packed by scalars) */
