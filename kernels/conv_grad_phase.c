@@ -603,7 +603,9 @@ void hp_cgp_run(const struct hp_cgp *p, const float *dy, const float *w, float *
 			flops += 2.0 * (double)(c->n * c->cbig * c->csmall) * (double)(f->cv.g.kvol * f->cv.g.grid_vol);
 		}
 		threads = hp_conv_threads_enter(pool, &saved);
-		hp_conv_parallel(pool, flops >= CGP_PAR_MIN * 64.0 ? threads : 1, a.items[p->nph], lanes_range, &a);
+		/* phases of more taps cost more: a thread done with its share
+		 * takes the rest of the other's */
+		hp_conv_steal(pool, flops >= CGP_PAR_MIN * 64.0 ? threads : 1, a.items[p->nph], 1, lanes_range, &a);
 		hp_conv_threads_leave(saved);
 		return;
 	}
