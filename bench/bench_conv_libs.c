@@ -4,14 +4,15 @@
  * BLIS and libxsmm, forward, data gradient and weight gradient.
  *
  *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1]
- *                         [--grp 0|1|-1] [--kxk-run 0|1] [--fwd]
+ *                         [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--fwd]
  *
  * --shift, --dot, --kxk and --grp force hpdlf's shift, dot, KxK and grouped
  * (conv_grp.c) paths (1), forbid them (-1)
  * (--dwc the same for the channel-blocked depthwise 3x3 kernel, conv_dwc.c)
  * or leave the choice to the planner (0, the default); --kxk-run 0 makes
  * the KxK path pack every block (conv_kxk_run.c's row-run blocks off);
- * --fwd times the forward pass only.  The ct-* classes time ConvTranspose
+ * --phase 1 runs a strided dX by phases (conv_grad_phase.c; off by
+ * default); --fwd times the forward pass only.  The ct-* classes time ConvTranspose
  * (kernel == stride) forward, hpdlf's FMA path (convt_fma.c) in the hpdlf
  * column and its column path (an OpenBLAS sgemm and a scatter) in the
  * OpenBLAS column.
@@ -38,6 +39,7 @@
 #include "hpdlf/graph.h"
 #include "hpdlf/kernels.h"
 #include "kernels/blas.h"
+#include "kernels/conv_grad_phase.h"
 #include "kernels/conv_impl.h"
 
 #ifdef HPDLF_HAVE_DNNL
@@ -83,6 +85,9 @@ static const struct cls classes[] = {
 	{ "3x3-u64", "2-D U-Net level 2, batch 2", 2, 32, 32, 64, 64, 3, 1, 1, 1 },
 	{ "3x3-u32", "2-D U-Net level 3, batch 2", 2, 64, 64, 32, 32, 3, 1, 1, 1 },
 	{ "3x3-s2-r8", "ResNet-18 64x64 stage 3 entry, batch 4", 4, 128, 256, 8, 8, 3, 2, 1, 1 },
+	{ "3x3-s2-224", "ResNet-18 224x224 stage 2 entry, batch 2", 2, 64, 128, 56, 56, 3, 2, 1, 1 },
+	{ "3x3-s2-224r4", "ResNet-18 224x224 stage 4 entry, batch 2", 2, 256, 512, 14, 14, 3, 2, 1, 1 },
+	{ "1x1-s2-224", "ResNet shortcut at 224x224, batch 2", 2, 64, 128, 56, 56, 1, 2, 0, 1 },
 	{ "u-128", "2-D U-Net 128x128, batch 2", 2, 16, 16, 128, 128, 3, 1, 1, 1 },
 	{ "u-128c3", "2-D U-Net stem, batch 2", 2, 3, 16, 128, 128, 3, 1, 1, 1 },
 	{ "u-64", "2-D U-Net 64x64, batch 2", 2, 32, 32, 64, 64, 3, 1, 1, 1 },
@@ -515,6 +520,8 @@ int main(int argc, char **argv)
 			hp_dwc_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--kxk") && i + 1 < argc) /* hpdlf's KxK path: auto, always, never */
 			hp_conv_set_kxk(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--phase") && i + 1 < argc) /* strided dX by phases: off, on */
+			hp_cgp_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--grp") && i + 1 < argc) /* hpdlf's grouped path: auto, always, never */
 			hp_conv_set_grp(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--kxk-run") && i + 1 < argc) /* its row-run blocks: on (1), packed (0) */
@@ -523,7 +530,7 @@ int main(int argc, char **argv)
 			fwd_only = 1;
 		else {
 			fprintf(stderr,
-				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--fwd]\n",
+				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--fwd]\n",
 				argv[0]);
 			return 2;
 		}

@@ -15,6 +15,7 @@
 
 #include "hpdlf/error.h"
 #include "kernels/band.h"
+#include "kernels/conv_grad_phase.h"
 #include "kernels/conv_impl.h"
 #include "kernels/eltwise_impl.h"
 #include "kernels/train_util.h"
@@ -116,6 +117,8 @@ struct cg_data {
 				* worker's buffers (KxK panels, slab or column
 				* tiles), which then runs the node alone; the
 				* tiles and chains are the same, so the same bits */
+	int phase;             /* strided: by phases (conv_grad_phase.c; cv.workspace its) */
+	struct hp_cgp ph;
 };
 
 /* The column geometry of c: the image is the big side, the grid the small. */
@@ -156,6 +159,37 @@ static int data_priv(struct hp_graph *g, struct hp_node *n, struct cg_data *d)
 }
 
 static void data_plan(struct cg_data *d, int path, int allow_kxk);
+
+/* Whether the strided dX runs by phases (conv_grad_phase.c), planned into
+ * d: a band's kept path (path >= 0), or the auto choice (hp_cgp_wanted)
+ * where its workspace is no larger than the path it replaces (as
+ * kxk_ws_fits), or where a test or benchmark forces it. */
+static int data_phase(struct cg_data *d, int path)
+{
+	const struct cgeom *c = &d->c;
+	struct hp_cgp_geom geo = { .nd = c->nd, .n = c->n, .cbig = c->cbig, .csmall = c->csmall, .group = c->group };
+
+	if (path >= 0 && path != HP_CGD_PATH_PHASE)
+		return 0;
+	memcpy(geo.big, c->big, sizeof geo.big);
+	memcpy(geo.small, c->small, sizeof geo.small);
+	memcpy(geo.k, c->k, sizeof geo.k);
+	memcpy(geo.s, c->s, sizeof geo.s);
+	memcpy(geo.d, c->d, sizeof geo.d);
+	memcpy(geo.p, c->p, sizeof geo.p);
+	if (hp_cgp_plan(&d->ph, &geo, hp_conv_ws_threads()) < 0 || (path < 0 && !hp_cgp_wanted(&d->ph)))
+		return 0;
+	if (path < 0 && hp_cgp_mode() <= 0) {
+		struct cg_data o = { .c = d->c };
+		data_plan(&o, -1, 0);
+		if (d->ph.workspace > o.cv.workspace)
+			return 0;
+	}
+	memset(&d->cv, 0, sizeof d->cv);
+	d->cv.workspace = d->ph.workspace;
+	d->phase = 1;
+	return 1;
+}
 
 /* The auto choice takes the KxK path only where its workspace (panels
  * of two workers, W') is no larger than the path it replaces: under a
@@ -206,10 +240,13 @@ static void data_plan(struct cg_data *d, int path, int allow_kxk)
 	struct hp_dw dw;
 
 	d->crop_at = 0;
+	d->phase = 0;
 	if ((d->dw = dw_geom(c, &dw))) {
 		d->cv.workspace = hp_dw_data_ws(&dw);
 		return;
 	}
+	if (allow_kxk && data_phase(d, path))
+		return;
 	for (int i = 0; i < 3; i++) {
 		pad[i] = (c->k[i] - 1) * c->d[i] - c->p[i];
 		d->crop[i] = pad[i] < 0 ? -pad[i] : 0;
@@ -262,12 +299,15 @@ static void data_plan(struct cg_data *d, int path, int allow_kxk)
  * KxK band's with the path it replaces above HP_CGD_PATH_BITS). */
 static void conv_data_plan(struct cg_data *d, int path)
 {
-	data_plan(d, path >= 0 && (path & HP_CGD_PATH_MASK) == HP_CGD_PATH_KXK ? HP_CGD_PATH_KXK : path, 1);
+	int p = path >= 0 ? path & HP_CGD_PATH_MASK : path;
+
+	data_plan(d, p == HP_CGD_PATH_KXK || p == HP_CGD_PATH_PHASE ? p : path, 1);
 }
 
 static int data_path(const struct cg_data *d)
 {
 	return d->dw ? HP_CGD_PATH_DW
+		: d->phase ? HP_CGD_PATH_PHASE
 		: d->transpose ? HP_CGD_PATH_CONVT
 		: d->cv.grp ? HP_CGD_PATH_GRP
 		: d->cv.kxk ? HP_CGD_PATH_KXK
@@ -351,7 +391,7 @@ int hp_conv_data_bands(struct hp_graph *g, const struct hp_node *n, const struct
 	if (w->shape.rank != x->rank || cgeom_pads(g, n, &d.c, x, dy, w->shape.dims + 2, pads) < 0)
 		return -1;
 	conv_data_plan(&d, b->path);
-	if (!d.cv.kxk) {
+	if (!d.cv.kxk && !d.phase) {
 		b->path = data_path(&d);
 		return data_cuts(&d, axis, b);
 	}
@@ -360,7 +400,7 @@ int hp_conv_data_bands(struct hp_graph *g, const struct hp_node *n, const struct
 	data_plan(&o, rp, 0);
 	if (rp >= 0 && data_path(&o) != rp)
 		return -1;
-	b->path = HP_CGD_PATH_KXK | (data_path(&o) + 1) << HP_CGD_PATH_BITS;
+	b->path = data_path(&d) | (data_path(&o) + 1) << HP_CGD_PATH_BITS;
 	return data_cuts(&o, axis, b);
 }
 
@@ -384,7 +424,9 @@ static int data_run(const struct hp_node *n, const struct hp_kargs *a)
 	const struct cg_data *d = n->priv;
 	struct hp_dw dw;
 
-	if (d->crop_at) {
+	if (d->phase) {
+		hp_cgp_run(&d->ph, a->in[0].data, a->in[1].data, a->out[0].data, a->ws, a->pool);
+	} else if (d->crop_at) {
 		float *dy = (float *)(void *)((char *)a->ws + d->crop_at);
 		data_crop(d, a->in[0].data, dy);
 		hp_conv_forward(&d->cv, dy, a->in[1].data, NULL, a->out[0].data, a->ws, a->pool);

@@ -239,6 +239,10 @@ struct hp_conv {
 	int grp;               /* grouped path, few channels per group (conv_grp.c) */
 	int node;              /* parsed from a Conv or ConvTranspose node (hp_conv_parse),
 				* not a gradient's forward (conv_grad.c) */
+	const int32_t *wtap;   /* kxk with wflip, or NULL: W's windows hold wkvol taps and
+				* W'[m][c][t] = W[c][m][wtap[t]] (a strided dX's phase,
+				* conv_grad_phase.c); NULL: wkvol = kvol, wtap[t] = kvol - 1 - t */
+	int64_t wkvol;
 };
 
 /* Conv paths, as band copies of a node pin them (attribute hpdlf_path). */

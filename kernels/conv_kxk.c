@@ -242,12 +242,20 @@ static void kx_flip_range(void *arg, int64_t b, int64_t e, int tid)
 	const struct kx_flip *f = arg;
 	const struct hp_conv *cv = f->cv;
 	int64_t kv = cv->g.kvol, og = cv->cout_g, ig = cv->cin_g, K = cv->kdim;
+	int64_t wkv = cv->wtap ? cv->wkvol : kv;
 
 	(void)tid;
 	for (int64_t gc = b; gc < e; gc++) {
 		int64_t g = gc / ig, c = gc % ig;
-		const float *src = f->w + gc * og * kv;
+		const float *src = f->w + gc * og * wkv;
 		float *dst = f->wf + g * og * K + c * kv + kv - 1;
+		if (cv->wtap) {
+			dst -= kv - 1;
+			for (int64_t m = 0; m < og; m++, src += wkv, dst += K)
+				for (int64_t k = 0; k < kv; k++)
+					dst[k] = src[cv->wtap[k]];
+			continue;
+		}
 		for (int64_t m = 0; m < og; m++, src += kv, dst += K)
 			for (int64_t k = 0; k < kv; k++)
 				dst[-k] = src[k];
@@ -477,21 +485,28 @@ __attribute__((target("avx512f"))) static void kx_flip_tile512(const struct hp_c
 							      int64_t m0, int64_t mr, int64_t k0, int64_t kc,
 							      float *dst)
 {
-	int64_t kv = cv->g.kvol, og = cv->cout_g, ig = cv->cin_g;
-	__m512i rev = _mm512_sub_epi32(_mm512_set1_epi32((int)kv - 1),
-				       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-	__mmask16 mk = (__mmask16)((1u << (kv < 16 ? kv : 16)) - 1);
+	int64_t kv = cv->g.kvol, og = cv->cout_g, ig = cv->cin_g, wkv = cv->wtap ? cv->wkvol : kv;
+	int32_t tap[16];
+	__m512i idx;
+	__mmask16 mk = (__mmask16)((1u << (wkv < 16 ? wkv : 16)) - 1);
 
+	for (int t = 0; t < 16; t++) /* lanes past kv: any source lane */
+		tap[t] = t >= kv ? 0 : cv->wtap ? cv->wtap[t] : (int32_t)(kv - 1 - t);
+	idx = _mm512_loadu_si512(tap);
 	/* channels outer, their mr rows' taps one run of W; a window's
 	 * whole-vector store runs over the slots of the next, stored after
 	 * it, or into the row's 16 floats of slack */
 	for (int64_t k = k0; k < k0 + kc;) {
 		int64_t c = k / kv, t0 = k % kv, t1 = min64(kv, t0 + (k0 + kc - k));
-		const float *src = w + ((g * ig + c) * og + m0) * kv;
+		const float *src = w + ((g * ig + c) * og + m0) * wkv;
 		float *o = dst + (k - k0);
-		if (t0 == 0 && t1 == kv && kv <= 16)
-			for (int64_t r = 0; r < mr; r++, src += kv, o += KX_FLIP_LD)
-				_mm512_storeu_ps(o, _mm512_permutexvar_ps(rev, _mm512_maskz_loadu_ps(mk, src)));
+		if (t0 == 0 && t1 == kv && wkv <= 16)
+			for (int64_t r = 0; r < mr; r++, src += wkv, o += KX_FLIP_LD)
+				_mm512_storeu_ps(o, _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(mk, src)));
+		else if (cv->wtap)
+			for (int64_t r = 0; r < mr; r++, src += wkv, o += KX_FLIP_LD)
+				for (int64_t t = t0; t < t1; t++)
+					o[t - t0] = src[cv->wtap[t]];
 		else
 			for (int64_t r = 0; r < mr; r++, src += kv, o += KX_FLIP_LD)
 				for (int64_t t = t0; t < t1; t++)

@@ -13,6 +13,8 @@
 #include <cmocka.h>
 
 #include "hpdlf/error.h"
+#include "kernels/band.h"
+#include "kernels/conv_grad_phase.h"
 #include "kernels/conv_impl.h"
 #include "tests/kernels/harness.h"
 
@@ -1083,6 +1085,233 @@ static void test_conv_grad_kxk(void **state)
 		hp_tensor_free(&w);
 	}
 	hp_conv_set_kxk(0);
+	hp_pool_destroy(pool);
+}
+
+/* ConvGradData of a strided Conv by phases (kernels/conv_grad_phase.c:
+ * the KxK tiles, the 1x1 kernels' direct kernel, or lanes over positions
+ * where the phases are as wide as dY's rows and there are 12 channels or
+ * more), replayed here in scalar float: dX[n][g, c][x] is one chain of fused
+ * multiply-adds from 0 over (m, then the taps t with x + p - t * d = 0
+ * (mod s) per dim, each dim's from the largest t down), taps whose dY
+ * position y = (x + p - t * d) / s is out of range included (w * 0);
+ * positions with no taps are 0.  Beside it a float64 sum.  On 1 and 2
+ * threads, whole (forced) and with hpdlf_path = HP_CGD_PATH_PHASE; row
+ * bands of the first spatial axis cut as exec/split_grad.c cuts them
+ * (some with dY rows beyond the windows' reach) are bitwise the whole
+ * node's rows. */
+struct phd {
+	int nsp, n, cx, cy, group;
+	int xs[3], k[3], s[3], d[3], p[3]; /* spatial, first nsp used */
+};
+
+static int phd_out(const struct phd *c, int q)
+{
+	return (c->xs[q] + 2 * c->p[q] - (c->k[q] - 1) * c->d[q] - 1) / c->s[q] + 1;
+}
+
+static int64_t phd_fdiv(int64_t a, int64_t b)
+{
+	return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+static void phd_ref(const struct phd *c, const float *dy, const float *w, float *dx, double *want)
+{
+	int64_t X[3] = { 1, 1, 1 }, Y[3] = { 1, 1, 1 }, K[3] = { 1, 1, 1 }, S[3] = { 1, 1, 1 }, Dl[3] = { 1, 1, 1 },
+		P[3] = { 0, 0, 0 };
+	int cxg = c->cx / c->group, cyg = c->cy / c->group;
+
+	for (int q = 0; q < c->nsp; q++) {
+		int j = 3 - c->nsp + q;
+		X[j] = c->xs[q];
+		Y[j] = phd_out(c, q);
+		K[j] = c->k[q];
+		S[j] = c->s[q];
+		Dl[j] = c->d[q];
+		P[j] = c->p[q];
+	}
+	int64_t xv = X[0] * X[1] * X[2], kv = K[0] * K[1] * K[2];
+	for (int n = 0; n < c->n; n++)
+		for (int g = 0; g < c->group; g++)
+			for (int m = 0; m < cxg; m++)
+				for (int64_t o = 0; o < xv; o++) {
+					int64_t pos[3] = { o / (X[1] * X[2]), o / X[2] % X[1], o % X[2] };
+					int64_t taps[3][16], nt[3] = { 0, 0, 0 };
+					float acc = 0.0f;
+					double sum = 0;
+					for (int j = 0; j < 3; j++) /* the largest tap first */
+						for (int64_t t = K[j] - 1; t >= 0; t--)
+							if ((pos[j] + P[j] - t * Dl[j]) % S[j] == 0)
+								taps[j][nt[j]++] = t;
+					for (int ch = 0; ch < cyg; ch++)
+						for (int64_t a = 0; a < nt[0]; a++)
+							for (int64_t b = 0; b < nt[1]; b++)
+								for (int64_t e = 0; e < nt[2]; e++) {
+									int64_t t[3] = { taps[0][a], taps[1][b], taps[2][e] }, y[3];
+									int in = 1;
+									for (int j = 0; j < 3; j++) {
+										y[j] = phd_fdiv(pos[j] + P[j] - t[j] * Dl[j], S[j]);
+										in &= y[j] >= 0 && y[j] < Y[j];
+									}
+									float v = in ? dy[((int64_t)(n * c->cy + g * cyg + ch) * Y[0] + y[0]) *
+												  Y[1] * Y[2] +
+											  y[1] * Y[2] + y[2]]
+										     : 0.0f;
+									float wt = w[((int64_t)(g * cyg + ch) * cxg + m) * kv +
+										     (t[0] * K[1] + t[1]) * K[2] + t[2]];
+									acc = fmaf(wt, v, acc);
+									sum += (double)wt * v;
+								}
+					int64_t e = (int64_t)(n * c->cx + g * cxg + m) * xv + o;
+					dx[e] = acc;
+					want[e] = sum;
+				}
+}
+
+static struct hp_tensor phd_tensor(int nsp, int a, int b, const int *sp)
+{
+	int64_t d[5] = { a, b, sp[0], nsp > 1 ? sp[1] : 1, nsp > 2 ? sp[2] : 1 };
+
+	return kt_tensor(HP_F32, 2 + nsp, d);
+}
+
+/* ConvGradData of c on dY rows [ya, ya + dyrows) of the first spatial
+ * axis for X rows of x_shape xsh, pads pads, hpdlf_path path (< 0: none). */
+static void phd_run(const struct phd *c, const struct hp_tensor *dy, const struct hp_tensor *w, int ya, int dyrows,
+		    const int64_t *xsh, const int64_t *pads, int path, struct hp_tensor *out)
+{
+	int64_t dl[3], st[3], inner = 1;
+	int ys[3] = { 1, 1, 1 };
+	struct hp_tensor band;
+
+	for (int q = 0; q < c->nsp; q++) {
+		dl[q] = c->d[q];
+		st[q] = c->s[q];
+		ys[q] = phd_out(c, q);
+		inner *= q ? ys[q] : 1;
+	}
+	ys[0] = dyrows;
+	band = phd_tensor(c->nsp, c->n, c->cy, ys);
+	for (int64_t pl = 0; pl < (int64_t)c->n * c->cy; pl++)
+		memcpy((float *)band.data + pl * dyrows * inner,
+		       (const float *)dy->data + (pl * phd_out(c, 0) + ya) * inner, (size_t)(dyrows * inner) * sizeof(float));
+	struct hp_attr a[6] = { kt_int("group", c->group), kt_ints("strides", c->nsp, st),
+				kt_ints("dilations", c->nsp, dl), kt_ints("pads", 2 * c->nsp, pads),
+				kt_ints("x_shape", 2 + c->nsp, xsh), kt_int("hpdlf_path", path) };
+	struct hp_tensor in[2] = { band, *w };
+	run("ConvGradData", 2, in, path >= 0 ? 6 : 5, a, 1, out);
+	hp_tensor_free(&band);
+}
+
+static void test_conv_grad_phase(void **state)
+{
+	const struct phd cases[] = {
+		/* ResNet's 3x3 stride 2, odd sizes: phases of 1, 2 and 4 taps */
+		{ 2, 2, 20, 32, 1, { 11, 17 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		/* 1x1 stride 2: three phases of zeros */
+		{ 2, 4, 16, 24, 1, { 8, 9 }, { 1, 1 }, { 2, 2 }, { 1, 1 }, { 0, 0 } },
+		/* 1x1 (direct: no workspace): 40 channels (a block of 32 and
+		 * 8), strides 2 and 3, a pad: positions whose tap leaves dY */
+		{ 2, 2, 40, 16, 1, { 9, 7 }, { 1, 1 }, { 2, 3 }, { 1, 1 }, { 1, 0 } },
+		{ 3, 1, 8, 12, 1, { 5, 6, 7 }, { 1, 1, 1 }, { 2, 2, 2 }, { 1, 1, 1 }, { 0, 0, 0 } },
+		/* lanes: 72 positions a phase plane, 20 channels (two blocks of 12
+		 * overlapping) */
+		{ 2, 2, 20, 24, 1, { 16, 18 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		/* 3-D as wide as dY's rows (lanes), dilation 2 (lanes) */
+		{ 3, 2, 16, 12, 1, { 5, 6, 8 }, { 3, 3, 3 }, { 2, 2, 2 }, { 1, 1, 1 }, { 1, 1, 1 } },
+		{ 2, 1, 14, 12, 1, { 12, 14 }, { 3, 3 }, { 2, 2 }, { 2, 2 }, { 2, 2 } },
+		/* lanes, phase planes of 6 and 4 positions: several per vector
+		 * (items, and in 3-D depths) */
+		{ 2, 3, 12, 16, 1, { 6, 4 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		{ 3, 2, 12, 8, 1, { 4, 4, 4 }, { 3, 3, 3 }, { 2, 2, 2 }, { 1, 1, 1 }, { 1, 1, 1 } },
+		/* stride 3: nine phases */
+		{ 2, 1, 9, 12, 1, { 15, 12 }, { 3, 3 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		/* the 7x7 stem: windows of 49 taps (W' packed by scalars) */
+		{ 2, 1, 3, 8, 1, { 13, 14 }, { 7, 7 }, { 2, 2 }, { 1, 1 }, { 3, 3 } },
+		/* a 5x3 kernel, strides 3 and 2, dilation 2 across */
+		{ 2, 1, 9, 12, 1, { 17, 15 }, { 5, 3 }, { 3, 2 }, { 1, 2 }, { 2, 1 } },
+		/* ResNet's small planes (lanes: vectors of 4 positions) */
+		{ 2, 4, 24, 40, 1, { 4, 4 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		/* groups */
+		{ 2, 2, 16, 24, 2, { 9, 10 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		/* two k chunks (K = 80 * 4 = 320), batch 1: W' per micro-tile */
+		{ 2, 1, 14, 80, 1, { 7, 9 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		/* 3-D */
+		{ 3, 2, 8, 12, 1, { 5, 6, 7 }, { 3, 3, 3 }, { 2, 2, 2 }, { 1, 1, 1 }, { 1, 1, 1 } },
+	};
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_kxk_available() || !hp_kxk_wide_ok())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		const struct phd *c = &cases[k];
+		int ys[3] = { 1, 1, 1 }, H = c->xs[0], Ho = phd_out(c, 0), cut[3] = { 1, H / 2, H - 2 };
+		int64_t xsh[5] = { c->n, c->cx, c->xs[0], c->xs[1], c->xs[2] }, pads[6] = { 0 }, inner = 1;
+		for (int q = 0; q < c->nsp; q++) {
+			ys[q] = phd_out(c, q);
+			pads[q] = pads[c->nsp + q] = c->p[q];
+			inner *= q ? c->xs[q] : 1;
+		}
+		struct hp_tensor dy = phd_tensor(c->nsp, c->n, c->cy, ys), out, whole, ref;
+		struct hp_tensor w = phd_tensor(c->nsp, c->cy, c->cx / c->group, c->k);
+		char what[96];
+		kt_fill_random(&dy, 220 + (unsigned)k, -1, 1);
+		kt_fill_random(&w, 230 + (unsigned)k, -1, 1);
+		ref = phd_tensor(c->nsp, c->n, c->cx, c->xs);
+		double *want = malloc((size_t)numel(&ref) * sizeof *want);
+		phd_ref(c, dy.data, w.data, ref.data, want);
+		for (int v = 0; v < 2; v++) {
+			kt_pool = v ? pool : NULL;
+			hp_cgp_set_mode(v ? 0 : 1);
+			phd_run(c, &dy, &w, 0, Ho, xsh, pads, v ? HP_CGD_PATH_PHASE : -1, &out);
+			hp_cgp_set_mode(0);
+			snprintf(what, sizeof what, "case %zu (%d threads) against its replay", k, v + 1);
+			bitwise(&out, &ref, what);
+			snprintf(what, sizeof what, "case %zu against float64", k);
+			close_to(&out, want, 1e-5, what);
+			hp_tensor_free(&out);
+		}
+		/* row bands [xa, xb) of the first spatial axis, as split_grad.c cuts them */
+		whole = ref;
+		for (int b = 0; b < 3; b++)
+			for (int half = 0; half < 2; half++) {
+				int xa = half ? cut[b] : 0, xb = half ? H : cut[b];
+				int p = c->p[0], s = c->s[0], kd = (c->k[0] - 1) * c->d[0], ext = b == 1 ? 2 : 0;
+				int64_t ya = -phd_fdiv(-(xa + p - kd), s), yb = phd_fdiv(xb - 1 + p, s) + 1;
+				ya = ya < phd_fdiv(xa + p, s) ? ya : phd_fdiv(xa + p, s);
+				/* dY rows cut out beyond the windows' reach (a replaced
+				 * path's tiles) */
+				ya = ya - ext > 0 ? ya - ext : 0;
+				yb = yb + ext < Ho ? yb + ext : Ho;
+				int64_t bx[5], bp[6];
+				if (xa >= xb || ya >= yb)
+					continue;
+				memcpy(bx, xsh, sizeof bx);
+				memcpy(bp, pads, sizeof bp);
+				bx[2] = xb - xa;
+				bp[0] = xa + p - ya * s;
+				bp[c->nsp] = (yb - ya - 1) * s + kd + 1 - (xb - xa) - bp[0];
+				bp[c->nsp] = bp[c->nsp] > 0 ? bp[c->nsp] : 0;
+				kt_pool = half ? pool : NULL;
+				phd_run(c, &dy, &w, (int)ya, (int)(yb - ya), bx, bp, HP_CGD_PATH_PHASE, &out);
+				for (int64_t pl = 0; pl < (int64_t)c->n * c->cx; pl++)
+					for (int64_t i = 0; i < (xb - xa) * inner; i++) {
+						float got = ((const float *)out.data)[pl * (xb - xa) * inner + i];
+						float exp = ((const float *)whole.data)[(pl * H + xa) * inner + i];
+						if (memcmp(&got, &exp, sizeof got))
+							fail_msg("case %zu band [%d, %d): plane %lld element %lld: %.9g against %.9g",
+								 k, xa, xb, (long long)pl, (long long)i, got, exp);
+					}
+				hp_tensor_free(&out);
+			}
+		kt_pool = NULL;
+		free(want);
+		hp_tensor_free(&ref);
+		hp_tensor_free(&dy);
+		hp_tensor_free(&w);
+	}
 	hp_pool_destroy(pool);
 }
 
@@ -2205,6 +2434,7 @@ int main(void)
 		cmocka_unit_test(test_conv_grad_kxk),
 		cmocka_unit_test(test_conv_grad_lean),
 		cmocka_unit_test(test_convt_grad_items),
+		cmocka_unit_test(test_conv_grad_phase),
 		cmocka_unit_test(test_conv_grad_filter_grp),
 		cmocka_unit_test(test_pool_grad),
 		cmocka_unit_test(test_batchnorm),
