@@ -46,10 +46,12 @@ int hp_conv_channels_exact(struct hp_graph *g, struct hp_node *n, int *path);
 int64_t hp_filter_unit_axis(int64_t batch);
 
 /* The paths of ConvGradData (attribute hpdlf_path of its bands).  A
- * KxK band's (kernels/conv_grad.c: stride 1 on conv_kxk.c's tiles) holds
+ * KxK band's (kernels/conv_grad.c: stride 1 on conv_kxk.c's tiles) or a
+ * PW band's (1x1 stride 1 on conv_pw.c's tiles) holds
  * in its bits from HP_CGD_PATH_BITS up 1 + the path it replaces, whose
  * cuts it keeps. */
-enum { HP_CGD_PATH_DW = 0, HP_CGD_PATH_FLIP = 1, HP_CGD_PATH_CONVT = 2, HP_CGD_PATH_GRP = 3, HP_CGD_PATH_KXK = 4 };
+enum { HP_CGD_PATH_DW = 0, HP_CGD_PATH_FLIP = 1, HP_CGD_PATH_CONVT = 2, HP_CGD_PATH_GRP = 3, HP_CGD_PATH_KXK = 4,
+       HP_CGD_PATH_PW = 5 };
 #define HP_CGD_PATH_BITS 4
 #define HP_CGD_PATH_MASK ((1 << HP_CGD_PATH_BITS) - 1)
 

@@ -111,6 +111,7 @@ struct cg_data {
 	int dw;                /* Conv's dX by conv_dw.c (cv holds the Conv's geometry) */
 	int64_t crop[3];       /* KxK: leading dY rows per dim its windows never reach */
 	size_t crop_at;        /* with crop: bytes of cv's workspace, then dY cropped */
+	int64_t pw_off;        /* 1x1 on conv_pw.c's tiles: dY read from this element on */
 };
 
 /* The column geometry of c: the image is the big side, the grid the small. */
@@ -152,6 +153,15 @@ static int data_priv(struct hp_graph *g, struct hp_node *n, struct cg_data *d)
 
 static void data_plan(struct cg_data *d, int path, int allow_kxk);
 
+/* Tests and benchmarks: 0 auto, 1 the 1x1 dX on conv_pw.c's tiles
+ * wherever it can run, -1 never (data_pw_plan). */
+static int pw_mode;
+
+void hp_cgd_set_pw(int mode)
+{
+	pw_mode = mode;
+}
+
 /* The auto choice takes the KxK path only where its workspace (panels
  * of two workers, W') is no larger than the path it replaces: under a
  * budget a larger one moved the band plans (the shipped LeNet's second
@@ -187,6 +197,67 @@ static int data_kxk_wanted(const struct cg_data *d, int path)
 	       kxk_ws_fits(d);
 }
 
+/* dY's plane read from element off on as dX's, for a 1x1 stride-1
+ * geometry: -1 unless at most one dim has dY rows beyond X's (a band's,
+ * exec/split_grad.c cuts it at the replaced path's tiles) and every dim
+ * before it is 1 wide, so that dX's positions are dY's from off on. */
+static int64_t pw_offset(const struct cgeom *c)
+{
+	int64_t lead = 1, inner = 1;
+	int at = -1;
+
+	for (int i = 0; i < 3; i++) {
+		if (c->s[i] != 1)
+			return -1;
+		if (c->small[i] != c->big[i] || c->p[i]) {
+			if (at >= 0 || lead != 1 || c->small[i] - c->p[i] < c->big[i])
+				return -1;
+			at = i;
+		}
+		lead *= c->big[i];
+	}
+	for (int i = at + 1; at >= 0 && i < 3; i++)
+		inner *= c->big[i];
+	return at >= 0 ? c->p[at] * inner : 0;
+}
+
+/* The 1x1 stride-1 dX on conv_pw.c's tiles (a Conv of dY with W read
+ * transposed in place, hp_conv.wflip): each dX element one chain of
+ * fused multiply-adds over dY's channels from 0, so any band is the
+ * whole; the bands keep the replaced path's cuts, as KxK's do, reading
+ * dY from its first row under their X rows (pw_offset).  It replaced
+ * ConvTranspose's sgemm and copy per column tile (bench/
+ * bench_conv_libs.c, GF/s per CPU-second: class 1x1 59 -> 194,
+ * MobileNetV2's 1x1-mb7 .. mb56 88-106 -> 161-231).  Its workspace is
+ * cut to the replaced path's (fewer workers, shorter k chunks:
+ * hp_pw_forward), so band plans under a budget stay where they were
+ * (kxk_ws_fits); group 1 only (groups not measured). */
+static int data_pw_plan(struct cg_data *d, int path)
+{
+	const struct cgeom *c = &d->c;
+	struct cg_data o = { .c = d->c };
+	int64_t off = pw_offset(c), zero[3] = { 0, 0, 0 };
+	size_t least;
+
+	if (c->kvol != 1 || c->group != 1 || off < 0 || !hp_pw_flip_available() || (path >= 0 && path != HP_CGD_PATH_PW) ||
+	    (path < 0 && pw_mode < 0))
+		return 0;
+	conv_from(c, 0, c->csmall, c->cbig, c->big, c->big, zero, &d->cv);
+	d->cv.wflip = 1;
+	hp_conv_setup(&d->cv);
+	if (!d->cv.direct)
+		return 0;
+	d->cv.xvol = c->svol; /* dY's plane stride */
+	d->pw_off = off;
+	data_plan(&o, -1, 0);
+	least = hp_pw_workspace_min(&d->cv);
+	if (path < 0 && pw_mode == 0 && o.cv.workspace < least)
+		return 0;
+	d->cv.workspace = d->cv.workspace < o.cv.workspace ? d->cv.workspace : o.cv.workspace;
+	d->cv.workspace = d->cv.workspace > least ? d->cv.workspace : least;
+	return 1;
+}
+
 /* dX of a Conv: for stride 1 a Conv of dY with W transposed and mirrored
  * on the KxK path's tiles (data_kxk_wanted), over padded slabs, or on the
  * grouped path (conv_grp.c) for groups of up to 32 channels; otherwise
@@ -201,7 +272,10 @@ static void data_plan(struct cg_data *d, int path, int allow_kxk)
 	struct hp_dw dw;
 
 	d->crop_at = 0;
+	d->pw_off = 0;
 	if ((d->dw = dw_geom(c, &dw)))
+		return;
+	if (allow_kxk && data_pw_plan(d, path))
 		return;
 	for (int i = 0; i < 3; i++) {
 		pad[i] = (c->k[i] - 1) * c->d[i] - c->p[i];
@@ -252,7 +326,9 @@ static void data_plan(struct cg_data *d, int path, int allow_kxk)
  * KxK band's with the path it replaces above HP_CGD_PATH_BITS). */
 static void conv_data_plan(struct cg_data *d, int path)
 {
-	data_plan(d, path >= 0 && (path & HP_CGD_PATH_MASK) == HP_CGD_PATH_KXK ? HP_CGD_PATH_KXK : path, 1);
+	int p = path >= 0 ? path & HP_CGD_PATH_MASK : -1;
+
+	data_plan(d, p == HP_CGD_PATH_KXK || p == HP_CGD_PATH_PW ? p : path, 1);
 }
 
 static int data_path(const struct cg_data *d)
@@ -261,6 +337,7 @@ static int data_path(const struct cg_data *d)
 		: d->transpose ? HP_CGD_PATH_CONVT
 		: d->cv.grp ? HP_CGD_PATH_GRP
 		: d->cv.kxk ? HP_CGD_PATH_KXK
+		: d->cv.direct ? HP_CGD_PATH_PW
 			    : HP_CGD_PATH_FLIP;
 }
 
@@ -340,7 +417,7 @@ int hp_conv_data_bands(struct hp_graph *g, const struct hp_node *n, const struct
 	if (w->shape.rank != x->rank || cgeom_pads(g, n, &d.c, x, dy, w->shape.dims + 2, pads) < 0)
 		return -1;
 	conv_data_plan(&d, b->path);
-	if (!d.cv.kxk) {
+	if (data_path(&d) != HP_CGD_PATH_KXK && data_path(&d) != HP_CGD_PATH_PW) {
 		b->path = data_path(&d);
 		return data_cuts(&d, axis, b);
 	}
@@ -349,7 +426,7 @@ int hp_conv_data_bands(struct hp_graph *g, const struct hp_node *n, const struct
 	data_plan(&o, rp, 0);
 	if (rp >= 0 && data_path(&o) != rp)
 		return -1;
-	b->path = HP_CGD_PATH_KXK | (data_path(&o) + 1) << HP_CGD_PATH_BITS;
+	b->path = data_path(&d) | (data_path(&o) + 1) << HP_CGD_PATH_BITS;
 	return data_cuts(&o, axis, b);
 }
 
@@ -382,7 +459,8 @@ static int data_run(const struct hp_node *n, const struct hp_kargs *a)
 	else if (d->transpose)
 		hp_convt_forward(&d->cv, a->in[0].data, a->in[1].data, NULL, a->out[0].data, a->ws, a->pool);
 	else
-		hp_conv_forward(&d->cv, a->in[0].data, a->in[1].data, NULL, a->out[0].data, a->ws, a->pool);
+		hp_conv_forward(&d->cv, (const float *)a->in[0].data + d->pw_off, a->in[1].data, NULL, a->out[0].data,
+				a->ws, a->pool);
 	return 0;
 }
 

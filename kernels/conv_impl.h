@@ -287,6 +287,11 @@ int hp_conv_dot_mode(void);
  * (else the direct path runs on sgemm); workspace for `threads` workers. */
 int hp_pw_available(void);
 size_t hp_pw_workspace(const struct hp_conv *cv, int threads);
+/* A wflip node (a 1x1 ConvGradData's: W [K][M] read transposed, no bias
+ * nor epilogue) runs where this is 1 (AVX-512), in at least
+ * hp_pw_workspace_min bytes (one worker, short k chunks). */
+int hp_pw_flip_available(void);
+size_t hp_pw_workspace_min(const struct hp_conv *cv);
 void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		   struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 /* One thread: y[M][N] (ldy) = bias (NULL: 0) + w[M][K] (lda) x b[K][N]
@@ -331,6 +336,10 @@ void hp_conv_set_kxk(int mode);
 /* The auto choice takes it from this many channels per group, in and out. */
 #define HP_KXK_MIN_CH 8
 int hp_conv_kxk_mode(void);
+/* Tests and benchmarks only: 0 auto, 1 a 1x1 stride-1 ConvGradData on
+ * conv_pw.c's tiles (W read transposed: hp_conv.wflip) wherever it can
+ * run, -1 never; read when the node is prepared (conv_grad.c). */
+void hp_cgd_set_pw(int mode);
 /* Tests and benchmarks only: whether the KxK path reads blocks of whole
  * output-row runs straight from the image (conv_kxk_run.c; the default)
  * or packs them as other blocks; the same bits either way. */
