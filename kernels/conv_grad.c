@@ -112,6 +112,8 @@ struct cg_data {
 	int64_t crop[3];       /* KxK: leading dY rows per dim its windows never reach */
 	size_t crop_at;        /* with crop: bytes of cv's workspace, then dY cropped */
 	int64_t pw_off;        /* 1x1 on conv_pw.c's tiles: dY read from this element on */
+	int tiny;              /* tiny planes on conv_grad_tiny.c's tiles (td) */
+	struct hp_tinyd td;
 };
 
 /* The column geometry of c: the image is the big side, the grid the small. */
@@ -146,8 +148,9 @@ static int data_priv(struct hp_graph *g, struct hp_node *n, struct cg_data *d)
 	if (!(n->priv = malloc(sizeof *d)))
 		return hp_node_error(g, n, -ENOMEM, "out of memory");
 	memcpy(n->priv, d, sizeof *d);
-	n->workspace = d->crop_at ? d->crop_at + (size_t)(d->cv.batch * d->cv.cin * d->cv.xvol) * sizeof(float)
-				  : d->cv.workspace;
+	n->workspace = d->tiny	  ? hp_tinyd_workspace(&d->td)
+		       : d->crop_at ? d->crop_at + (size_t)(d->cv.batch * d->cv.cin * d->cv.xvol) * sizeof(float)
+				    : d->cv.workspace;
 	return 0;
 }
 
@@ -160,6 +163,14 @@ static int pw_mode;
 void hp_cgd_set_pw(int mode)
 {
 	pw_mode = mode;
+}
+
+/* The same for the tiny path (data_tiny_plan). */
+static int tiny_mode;
+
+void hp_cgd_set_tiny(int mode)
+{
+	tiny_mode = mode;
 }
 
 /* The auto choice takes the KxK path only where its workspace (panels
@@ -258,6 +269,34 @@ static int data_pw_plan(struct cg_data *d, int path)
 	return 1;
 }
 
+/* The stride-1 dX of tiny planes on conv_grad_tiny.c's tiles, where the
+ * KxK path's workspace does not fit (kxk_ws_fits): planes of at most
+ * HP_TINYD_MAX_PLANE positions (never the batch: a batch band's choice
+ * is the whole's), group 1, channels as the KxK path's; its workspace
+ * fitted to the replaced path's.  Each dX
+ * element is the KxK path's chain, so any band is the whole; bands keep
+ * the replaced path's cuts (as KxK's), their dY rows beyond the windows
+ * read as negative pads.  bench_conv_libs.c, class 3x3-tiny (ResNet-18
+ * at 64x64, stage 4), GF/s per CPU-second: see the commit. */
+static int data_tiny_plan(struct cg_data *d, int path)
+{
+	const struct cgeom *c = &d->c;
+	struct cg_data o = { .c = d->c };
+
+	if ((path >= 0 && path != HP_CGD_PATH_TINY) || (path < 0 && tiny_mode < 0) || c->group != 1 || c->kvol < 2)
+		return 0;
+	if (path < 0 && tiny_mode == 0 && (c->cbig < HP_KXK_MIN_CH || c->csmall < HP_KXK_MIN_CH))
+		return 0;
+	if (!hp_tinyd_plan(&d->td, c->n, c->cbig, c->csmall, c->big, c->small, c->k, c->d, c->p))
+		return 0;
+	data_plan(&o, -1, 0);
+	if (path < 0 && tiny_mode == 0 && o.cv.workspace < hp_tinyd_workspace_min(&d->td))
+		return 0;
+	hp_tinyd_fit(&d->td, o.cv.workspace);
+	d->tiny = 1;
+	return 1;
+}
+
 /* dX of a Conv: for stride 1 a Conv of dY with W transposed and mirrored
  * on the KxK path's tiles (data_kxk_wanted), over padded slabs, or on the
  * grouped path (conv_grp.c) for groups of up to 32 channels; otherwise
@@ -268,11 +307,13 @@ static void data_plan(struct cg_data *d, int path, int allow_kxk)
 {
 	const struct cgeom *c = &d->c;
 	int64_t pad[3], small[3], crop = 0;
-	int ok = path < 0 || path == HP_CGD_PATH_FLIP || path == HP_CGD_PATH_GRP || path == HP_CGD_PATH_KXK;
+	int ok = path < 0 || path == HP_CGD_PATH_FLIP || path == HP_CGD_PATH_GRP || path == HP_CGD_PATH_KXK ||
+		 path == HP_CGD_PATH_TINY;
 	struct hp_dw dw;
 
 	d->crop_at = 0;
 	d->pw_off = 0;
+	d->tiny = 0;
 	if ((d->dw = dw_geom(c, &dw)))
 		return;
 	if (allow_kxk && data_pw_plan(d, path))
@@ -298,6 +339,8 @@ static void data_plan(struct cg_data *d, int path, int allow_kxk)
 			d->crop_at = crop ? (d->cv.workspace + 63) / 64 * 64 : 0;
 			return;
 		}
+		if (data_tiny_plan(d, path))
+			return;
 	}
 	memset(d->crop, 0, sizeof d->crop);
 	for (int i = 0; i < 3; i++) {
@@ -328,12 +371,13 @@ static void conv_data_plan(struct cg_data *d, int path)
 {
 	int p = path >= 0 ? path & HP_CGD_PATH_MASK : -1;
 
-	data_plan(d, p == HP_CGD_PATH_KXK || p == HP_CGD_PATH_PW ? p : path, 1);
+	data_plan(d, p == HP_CGD_PATH_KXK || p == HP_CGD_PATH_PW || p == HP_CGD_PATH_TINY ? p : path, 1);
 }
 
 static int data_path(const struct cg_data *d)
 {
 	return d->dw ? HP_CGD_PATH_DW
+		: d->tiny ? HP_CGD_PATH_TINY
 		: d->transpose ? HP_CGD_PATH_CONVT
 		: d->cv.grp ? HP_CGD_PATH_GRP
 		: d->cv.kxk ? HP_CGD_PATH_KXK
@@ -417,7 +461,7 @@ int hp_conv_data_bands(struct hp_graph *g, const struct hp_node *n, const struct
 	if (w->shape.rank != x->rank || cgeom_pads(g, n, &d.c, x, dy, w->shape.dims + 2, pads) < 0)
 		return -1;
 	conv_data_plan(&d, b->path);
-	if (data_path(&d) != HP_CGD_PATH_KXK && data_path(&d) != HP_CGD_PATH_PW) {
+	if (data_path(&d) != HP_CGD_PATH_KXK && data_path(&d) != HP_CGD_PATH_PW && data_path(&d) != HP_CGD_PATH_TINY) {
 		b->path = data_path(&d);
 		return data_cuts(&d, axis, b);
 	}
@@ -450,7 +494,9 @@ static int data_run(const struct hp_node *n, const struct hp_kargs *a)
 	const struct cg_data *d = n->priv;
 	struct hp_dw dw;
 
-	if (d->crop_at) {
+	if (d->tiny) {
+		hp_tinyd_run(&d->td, a->in[0].data, a->in[1].data, a->out[0].data, a->ws, a->pool);
+	} else if (d->crop_at) {
 		float *dy = (float *)(void *)((char *)a->ws + d->crop_at);
 		data_crop(d, a->in[0].data, dy);
 		hp_conv_forward(&d->cv, dy, a->in[1].data, NULL, a->out[0].data, a->ws, a->pool);

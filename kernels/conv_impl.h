@@ -493,6 +493,40 @@ void hp_rfilt_set_mode(int mode);
 void hp_rfilt_run(const struct hp_rfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		  struct hp_pool *pool);
 
+/* ConvGradData of a stride-1 convolution whose dX planes are at most
+ * HP_TINYD_MAX_PLANE positions (conv_grad_tiny.c), where AVX-512F
+ * exists: register tiles of 8 dX channels by blocks of whole items of at
+ * most HP_TINYD_MAX_COLS columns, W broadcast in
+ * place, dY's taps packed per chunk of its channels; each element one
+ * chain over k = (m, t) of the mirrored window from 0, pads included
+ * (the KxK path's chains).  Geometry in 3-D (leading dims 1): x dX's
+ * dims, y dY's, k the window, d dilations, p the Conv's pads at the
+ * start (a band's may exceed the window: dY rows beyond its reach). */
+#define HP_TINYD_MAX_PLANE 16
+#define HP_TINYD_MAX_COLS 48
+#define HP_TINYD_MAX_KVOL 49
+struct hp_tinyd {
+	int64_t n, cx, cy, kvol, xvol, yvol;
+	int64_t ipb, cols, nv; /* items per block of columns, its columns, vectors */
+	int64_t X[3], Y[3], K[3], D[3], P[3]; /* P: the mirrored Conv's pads, (k - 1) d - p */
+	size_t ws_bytes;
+};
+int hp_tinyd_available(void);
+/* 1 and t planned if the path can run the geometry, else 0. */
+int hp_tinyd_plan(struct hp_tinyd *t, int64_t n, int64_t cx, int64_t cy, const int64_t *x, const int64_t *y,
+		  const int64_t *k, const int64_t *d, const int64_t *p);
+/* The least workspace (one worker, one channel of dY per chunk); fit sets
+ * the workspace to `bytes` (at least the least): fewer workers, shorter
+ * chunks, no bit changes. */
+size_t hp_tinyd_workspace_min(const struct hp_tinyd *t);
+void hp_tinyd_fit(struct hp_tinyd *t, size_t bytes);
+size_t hp_tinyd_workspace(const struct hp_tinyd *t);
+void hp_tinyd_run(const struct hp_tinyd *t, const float *dy, const float *w, float *dx, float *ws,
+		  struct hp_pool *pool);
+/* Tests and benchmarks only: 0 auto, 1 wherever it can run (stride 1,
+ * group 1), -1 never; read when a ConvGradData is prepared. */
+void hp_cgd_set_tiny(int mode);
+
 /* ConvGradFilter of a 2-D stride-1 convolution with a window at most 3
  * wide, over whole batch items (conv_grad_w3.c). */
 struct hp_w3 {
