@@ -238,8 +238,10 @@ static int64_t pw_offset(const struct cgeom *c)
  * whole; the bands keep the replaced path's cuts, as KxK's do, reading
  * dY from its first row under their X rows (pw_offset).  It replaced
  * ConvTranspose's sgemm and copy per column tile (bench/
- * bench_conv_libs.c, GF/s per CPU-second: class 1x1 59 -> 194,
- * MobileNetV2's 1x1-mb7 .. mb56 88-106 -> 161-231).  Its workspace is
+ * bench_conv_libs.c, GF/s per CPU-second, medians of 5 alternating
+ * runs: class 1x1 59 -> 206, MobileNetV2's 1x1-mb7 .. mb56 89-108 ->
+ * 166-199; MobileNetV2's training step at batch 1, one thread, 5% less
+ * CPU time).  Its workspace is
  * cut to the replaced path's (fewer workers, shorter k chunks:
  * hp_pw_forward), so band plans under a budget stay where they were
  * (kxk_ws_fits); group 1 only (groups not measured). */
@@ -277,7 +279,9 @@ static int data_pw_plan(struct cg_data *d, int path)
  * element is the KxK path's chain, so any band is the whole; bands keep
  * the replaced path's cuts (as KxK's), their dY rows beyond the windows
  * read as negative pads.  bench_conv_libs.c, class 3x3-tiny (ResNet-18
- * at 64x64, stage 4), GF/s per CPU-second: see the commit. */
+ * at 64x64, stage 4), GF/s per CPU-second under a load average of 10:
+ * 23-28 -> 102-124 (the KxK path's tiles 56-84); ResNet-18's training
+ * step at batch 4, one thread: see the commits. */
 static int data_tiny_plan(struct cg_data *d, int path)
 {
 	const struct cgeom *c = &d->c;

@@ -3,7 +3,7 @@
  * planes at a batch of 4.
  *
  * Why: there the KxK path's tiles (conv_kxk.c, W' packed per micro-tile)
- * run at 83 GF/s per CPU-second, but their workspace (130 KB: a tile
+ * run at 56-84 GF/s per CPU-second, but their workspace (130 KB: a tile
  * buffer of every output channel) is 28 times the ConvTranspose path's it
  * would replace, which moved band plans under a budget (conv_grad.c,
  * kxk_ws_fits); ConvTranspose's sgemms of 4 columns ran at 30.  Here the
@@ -185,6 +185,11 @@ TD_TARGET static TD_INLINE void td_tile(const struct td_run *r, const int mr, co
 			}
 	for (int64_t mm = 0; mm < km; mm++) {
 		const float *wm = r->w + ((m0 + mm) * t->cx + c0) * kv + kv - 1;
+		/* the next tile's weights of this m: the tiles read W once, in
+		 * km runs of TD_MR * kvol floats 18 KB apart (3x3-tiny), which
+		 * the hardware prefetch did not follow (32-79 -> 102-124 GF/s) */
+		for (int64_t l = 0; l < TD_MR * kv; l += 16)
+			_mm_prefetch((const char *)(wm + 1 - kv + TD_MR * kv + l), _MM_HINT_T0);
 		for (int64_t tap = 0; tap < kv; tap++) {
 			const float *bq = b + (mm * kv + tap) * nc;
 			__m512 b0 = _mm512_loadu_ps(bq), b1 = b0, b2 = b0;
