@@ -46,12 +46,13 @@ int hp_conv_channels_exact(struct hp_graph *g, struct hp_node *n, int *path);
 int64_t hp_filter_unit_axis(int64_t batch);
 
 /* The paths of ConvGradData (attribute hpdlf_path of its bands).  A
- * KxK band's (kernels/conv_grad.c: stride 1 on conv_kxk.c's tiles) and a
- * PHASE band's (strided, kernels/conv_grad_phase.c) hold in their bits
- * from HP_CGD_PATH_BITS up 1 + the path they replace, whose cuts they
- * keep. */
+ * KxK band's (kernels/conv_grad.c: stride 1 on conv_kxk.c's tiles), a
+ * PHASE band's (strided, kernels/conv_grad_phase.c), a PW band's (1x1
+ * stride 1 on conv_pw.c's tiles) or a TINY band's (conv_grad_tiny.c)
+ * holds in its bits from HP_CGD_PATH_BITS up 1 + the path it replaces,
+ * whose cuts it keeps. */
 enum { HP_CGD_PATH_DW = 0, HP_CGD_PATH_FLIP = 1, HP_CGD_PATH_CONVT = 2, HP_CGD_PATH_GRP = 3, HP_CGD_PATH_KXK = 4,
-       HP_CGD_PATH_PHASE = 5 };
+       HP_CGD_PATH_PHASE = 5, HP_CGD_PATH_PW = 6, HP_CGD_PATH_TINY = 7 };
 #define HP_CGD_PATH_BITS 4
 #define HP_CGD_PATH_MASK ((1 << HP_CGD_PATH_BITS) - 1)
 

@@ -119,6 +119,9 @@ struct cg_data {
 				* tiles and chains are the same, so the same bits */
 	int phase;             /* strided: by phases (conv_grad_phase.c; cv.workspace its) */
 	struct hp_cgp ph;
+	int64_t pw_off;        /* 1x1 on conv_pw.c's tiles: dY read from this element on */
+	int tiny;              /* tiny planes on conv_grad_tiny.c's tiles (td) */
+	struct hp_tinyd td;
 };
 
 /* The column geometry of c: the image is the big side, the grid the small. */
@@ -153,12 +156,30 @@ static int data_priv(struct hp_graph *g, struct hp_node *n, struct cg_data *d)
 	if (!(n->priv = malloc(sizeof *d)))
 		return hp_node_error(g, n, -ENOMEM, "out of memory");
 	memcpy(n->priv, d, sizeof *d);
-	n->workspace = d->crop_at ? d->crop_at + (size_t)(d->cv.batch * d->cv.cin * d->cv.xvol) * sizeof(float)
-				  : d->cv.workspace;
+	n->workspace = d->tiny	  ? hp_tinyd_workspace(&d->td)
+		       : d->crop_at ? d->crop_at + (size_t)(d->cv.batch * d->cv.cin * d->cv.xvol) * sizeof(float)
+				    : d->cv.workspace;
 	return 0;
 }
 
 static void data_plan(struct cg_data *d, int path, int allow_kxk);
+
+/* Tests and benchmarks: 0 auto, 1 the 1x1 dX on conv_pw.c's tiles
+ * wherever it can run, -1 never (data_pw_plan). */
+static int pw_mode;
+
+void hp_cgd_set_pw(int mode)
+{
+	pw_mode = mode;
+}
+
+/* The same for the tiny path (data_tiny_plan). */
+static int tiny_mode;
+
+void hp_cgd_set_tiny(int mode)
+{
+	tiny_mode = mode;
+}
 
 /* Whether the strided dX runs by phases (conv_grad_phase.c), planned into
  * d: a band's kept path (path >= 0), or the auto choice (hp_cgp_wanted)
@@ -226,6 +247,99 @@ static int data_kxk_wanted(const struct cg_data *d, int path)
 	       kxk_ws_fits(d);
 }
 
+/* dY's plane read from element off on as dX's, for a 1x1 stride-1
+ * geometry: -1 unless at most one dim has dY rows beyond X's (a band's,
+ * exec/split_grad.c cuts it at the replaced path's tiles) and every dim
+ * before it is 1 wide, so that dX's positions are dY's from off on. */
+static int64_t pw_offset(const struct cgeom *c)
+{
+	int64_t lead = 1, inner = 1;
+	int at = -1;
+
+	for (int i = 0; i < 3; i++) {
+		if (c->s[i] != 1)
+			return -1;
+		if (c->small[i] != c->big[i] || c->p[i]) {
+			if (at >= 0 || lead != 1 || c->small[i] - c->p[i] < c->big[i])
+				return -1;
+			at = i;
+		}
+		lead *= c->big[i];
+	}
+	for (int i = at + 1; at >= 0 && i < 3; i++)
+		inner *= c->big[i];
+	return at >= 0 ? c->p[at] * inner : 0;
+}
+
+/* The 1x1 stride-1 dX on conv_pw.c's tiles (a Conv of dY with W read
+ * transposed in place, hp_conv.wflip): each dX element one chain of
+ * fused multiply-adds over dY's channels from 0, so any band is the
+ * whole; the bands keep the replaced path's cuts, as KxK's do, reading
+ * dY from its first row under their X rows (pw_offset).  It replaced
+ * ConvTranspose's sgemm and copy per column tile (bench/
+ * bench_conv_libs.c, GF/s per CPU-second, medians of 5 alternating
+ * runs: class 1x1 59 -> 206, MobileNetV2's 1x1-mb7 .. mb56 89-108 ->
+ * 166-199; MobileNetV2's training step at batch 1, one thread, 5% less
+ * CPU time).  Its workspace is
+ * cut to the replaced path's (fewer workers, shorter k chunks:
+ * hp_pw_forward), so band plans under a budget stay where they were
+ * (kxk_ws_fits); group 1 only (groups not measured). */
+static int data_pw_plan(struct cg_data *d, int path)
+{
+	const struct cgeom *c = &d->c;
+	struct cg_data o = { .c = d->c };
+	int64_t off = pw_offset(c), zero[3] = { 0, 0, 0 };
+	size_t least;
+
+	if (c->kvol != 1 || c->group != 1 || off < 0 || !hp_pw_flip_available() || (path >= 0 && path != HP_CGD_PATH_PW) ||
+	    (path < 0 && pw_mode < 0))
+		return 0;
+	conv_from(c, 0, c->csmall, c->cbig, c->big, c->big, zero, &d->cv);
+	d->cv.wflip = 1;
+	hp_conv_setup(&d->cv);
+	if (!d->cv.direct)
+		return 0;
+	d->cv.xvol = c->svol; /* dY's plane stride */
+	d->pw_off = off;
+	data_plan(&o, -1, 0);
+	least = hp_pw_workspace_min(&d->cv);
+	if (path < 0 && pw_mode == 0 && o.cv.workspace < least)
+		return 0;
+	d->cv.workspace = d->cv.workspace < o.cv.workspace ? d->cv.workspace : o.cv.workspace;
+	d->cv.workspace = d->cv.workspace > least ? d->cv.workspace : least;
+	return 1;
+}
+
+/* The stride-1 dX of tiny planes on conv_grad_tiny.c's tiles, where the
+ * KxK path's workspace does not fit (kxk_ws_fits): planes of at most
+ * HP_TINYD_MAX_PLANE positions (never the batch: a batch band's choice
+ * is the whole's), group 1, channels as the KxK path's; its workspace
+ * fitted to the replaced path's.  Each dX
+ * element is the KxK path's chain, so any band is the whole; bands keep
+ * the replaced path's cuts (as KxK's), their dY rows beyond the windows
+ * read as negative pads.  bench_conv_libs.c, class 3x3-tiny (ResNet-18
+ * at 64x64, stage 4), GF/s per CPU-second under a load average of 10:
+ * 23-28 -> 102-124 (the KxK path's tiles 56-84); ResNet-18's training
+ * step at batch 4, one thread: see the commits. */
+static int data_tiny_plan(struct cg_data *d, int path)
+{
+	const struct cgeom *c = &d->c;
+	struct cg_data o = { .c = d->c };
+
+	if ((path >= 0 && path != HP_CGD_PATH_TINY) || (path < 0 && tiny_mode < 0) || c->group != 1 || c->kvol < 2)
+		return 0;
+	if (path < 0 && tiny_mode == 0 && (c->cbig < HP_KXK_MIN_CH || c->csmall < HP_KXK_MIN_CH))
+		return 0;
+	if (!hp_tinyd_plan(&d->td, c->n, c->cbig, c->csmall, c->big, c->small, c->k, c->d, c->p))
+		return 0;
+	data_plan(&o, -1, 0);
+	if (path < 0 && tiny_mode == 0 && o.cv.workspace < hp_tinyd_workspace_min(&d->td))
+		return 0;
+	hp_tinyd_fit(&d->td, o.cv.workspace);
+	d->tiny = 1;
+	return 1;
+}
+
 /* dX of a Conv: for stride 1 a Conv of dY with W transposed and mirrored
  * on the KxK path's tiles (data_kxk_wanted), over padded slabs, or on the
  * grouped path (conv_grp.c) for groups of up to 32 channels; otherwise
@@ -236,16 +350,21 @@ static void data_plan(struct cg_data *d, int path, int allow_kxk)
 {
 	const struct cgeom *c = &d->c;
 	int64_t pad[3], small[3], crop = 0;
-	int ok = path < 0 || path == HP_CGD_PATH_FLIP || path == HP_CGD_PATH_GRP || path == HP_CGD_PATH_KXK;
+	int ok = path < 0 || path == HP_CGD_PATH_FLIP || path == HP_CGD_PATH_GRP || path == HP_CGD_PATH_KXK ||
+		 path == HP_CGD_PATH_TINY;
 	struct hp_dw dw;
 
 	d->crop_at = 0;
 	d->phase = 0;
+	d->pw_off = 0;
+	d->tiny = 0;
 	if ((d->dw = dw_geom(c, &dw))) {
 		d->cv.workspace = hp_dw_data_ws(&dw);
 		return;
 	}
 	if (allow_kxk && data_phase(d, path))
+		return;
+	if (allow_kxk && data_pw_plan(d, path))
 		return;
 	for (int i = 0; i < 3; i++) {
 		pad[i] = (c->k[i] - 1) * c->d[i] - c->p[i];
@@ -269,6 +388,8 @@ static void data_plan(struct cg_data *d, int path, int allow_kxk)
 			d->crop_at = crop ? (d->cv.workspace + 63) / 64 * 64 : 0;
 			return;
 		}
+		if (data_tiny_plan(d, path))
+			return;
 	}
 	memset(d->crop, 0, sizeof d->crop);
 	for (int i = 0; i < 3; i++) {
@@ -299,18 +420,22 @@ static void data_plan(struct cg_data *d, int path, int allow_kxk)
  * KxK band's with the path it replaces above HP_CGD_PATH_BITS). */
 static void conv_data_plan(struct cg_data *d, int path)
 {
-	int p = path >= 0 ? path & HP_CGD_PATH_MASK : path;
+	int p = path >= 0 ? path & HP_CGD_PATH_MASK : -1;
 
-	data_plan(d, p == HP_CGD_PATH_KXK || p == HP_CGD_PATH_PHASE ? p : path, 1);
+	data_plan(d,
+		  p == HP_CGD_PATH_KXK || p == HP_CGD_PATH_PHASE || p == HP_CGD_PATH_PW || p == HP_CGD_PATH_TINY ? p : path,
+		  1);
 }
 
 static int data_path(const struct cg_data *d)
 {
 	return d->dw ? HP_CGD_PATH_DW
 		: d->phase ? HP_CGD_PATH_PHASE
+		: d->tiny ? HP_CGD_PATH_TINY
 		: d->transpose ? HP_CGD_PATH_CONVT
 		: d->cv.grp ? HP_CGD_PATH_GRP
 		: d->cv.kxk ? HP_CGD_PATH_KXK
+		: d->cv.direct ? HP_CGD_PATH_PW
 			    : HP_CGD_PATH_FLIP;
 }
 
@@ -391,7 +516,8 @@ int hp_conv_data_bands(struct hp_graph *g, const struct hp_node *n, const struct
 	if (w->shape.rank != x->rank || cgeom_pads(g, n, &d.c, x, dy, w->shape.dims + 2, pads) < 0)
 		return -1;
 	conv_data_plan(&d, b->path);
-	if (!d.cv.kxk && !d.phase) {
+	if (data_path(&d) != HP_CGD_PATH_KXK && data_path(&d) != HP_CGD_PATH_PHASE && data_path(&d) != HP_CGD_PATH_PW &&
+	    data_path(&d) != HP_CGD_PATH_TINY) {
 		b->path = data_path(&d);
 		return data_cuts(&d, axis, b);
 	}
@@ -426,6 +552,8 @@ static int data_run(const struct hp_node *n, const struct hp_kargs *a)
 
 	if (d->phase) {
 		hp_cgp_run(&d->ph, a->in[0].data, a->in[1].data, a->out[0].data, a->ws, a->pool);
+	} else if (d->tiny) {
+		hp_tinyd_run(&d->td, a->in[0].data, a->in[1].data, a->out[0].data, a->ws, a->pool);
 	} else if (d->crop_at) {
 		float *dy = (float *)(void *)((char *)a->ws + d->crop_at);
 		data_crop(d, a->in[0].data, dy);
@@ -435,7 +563,8 @@ static int data_run(const struct hp_node *n, const struct hp_kargs *a)
 	else if (d->transpose)
 		hp_convt_forward(&d->cv, a->in[0].data, a->in[1].data, NULL, a->out[0].data, a->ws, a->pool);
 	else
-		hp_conv_forward(&d->cv, a->in[0].data, a->in[1].data, NULL, a->out[0].data, a->ws, a->pool);
+		hp_conv_forward(&d->cv, (const float *)a->in[0].data + d->pw_off, a->in[1].data, NULL, a->out[0].data,
+				a->ws, a->pool);
 	return 0;
 }
 

@@ -309,6 +309,11 @@ int hp_conv_dot_mode(void);
  * (else the direct path runs on sgemm); workspace for `threads` workers. */
 int hp_pw_available(void);
 size_t hp_pw_workspace(const struct hp_conv *cv, int threads);
+/* A wflip node (a 1x1 ConvGradData's: W [K][M] read transposed, no bias
+ * nor epilogue) runs where this is 1 (AVX-512), in at least
+ * hp_pw_workspace_min bytes (one worker, short k chunks). */
+int hp_pw_flip_available(void);
+size_t hp_pw_workspace_min(const struct hp_conv *cv);
 void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		   struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 /* One thread: y[M][N] (ldy) = bias (NULL: 0) + w[M][K] (lda) x b[K][N]
@@ -353,6 +358,10 @@ void hp_conv_set_kxk(int mode);
 /* The auto choice takes it from this many channels per group, in and out. */
 #define HP_KXK_MIN_CH 8
 int hp_conv_kxk_mode(void);
+/* Tests and benchmarks only: 0 auto, 1 a 1x1 stride-1 ConvGradData on
+ * conv_pw.c's tiles (W read transposed: hp_conv.wflip) wherever it can
+ * run, -1 never; read when the node is prepared (conv_grad.c). */
+void hp_cgd_set_pw(int mode);
 /* Tests and benchmarks only: whether the KxK path reads blocks of whole
  * output-row runs straight from the image (conv_kxk_run.c; the default)
  * or packs them as other blocks; the same bits either way. */
@@ -520,6 +529,40 @@ void hp_rfilt_set_mode(int mode);
 void hp_rfilt_set_direct(int mode);
 void hp_rfilt_run(const struct hp_rfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		  struct hp_pool *pool);
+
+/* ConvGradData of a stride-1 convolution whose dX planes are at most
+ * HP_TINYD_MAX_PLANE positions (conv_grad_tiny.c), where AVX-512F
+ * exists: register tiles of 8 dX channels by blocks of whole items of at
+ * most HP_TINYD_MAX_COLS columns, W broadcast in
+ * place, dY's taps packed per chunk of its channels; each element one
+ * chain over k = (m, t) of the mirrored window from 0, pads included
+ * (the KxK path's chains).  Geometry in 3-D (leading dims 1): x dX's
+ * dims, y dY's, k the window, d dilations, p the Conv's pads at the
+ * start (a band's may exceed the window: dY rows beyond its reach). */
+#define HP_TINYD_MAX_PLANE 16
+#define HP_TINYD_MAX_COLS 48
+#define HP_TINYD_MAX_KVOL 49
+struct hp_tinyd {
+	int64_t n, cx, cy, kvol, xvol, yvol;
+	int64_t ipb, cols, nv; /* items per block of columns, its columns, vectors */
+	int64_t X[3], Y[3], K[3], D[3], P[3]; /* P: the mirrored Conv's pads, (k - 1) d - p */
+	size_t ws_bytes;
+};
+int hp_tinyd_available(void);
+/* 1 and t planned if the path can run the geometry, else 0. */
+int hp_tinyd_plan(struct hp_tinyd *t, int64_t n, int64_t cx, int64_t cy, const int64_t *x, const int64_t *y,
+		  const int64_t *k, const int64_t *d, const int64_t *p);
+/* The least workspace (one worker, one channel of dY per chunk); fit sets
+ * the workspace to `bytes` (at least the least): fewer workers, shorter
+ * chunks, no bit changes. */
+size_t hp_tinyd_workspace_min(const struct hp_tinyd *t);
+void hp_tinyd_fit(struct hp_tinyd *t, size_t bytes);
+size_t hp_tinyd_workspace(const struct hp_tinyd *t);
+void hp_tinyd_run(const struct hp_tinyd *t, const float *dy, const float *w, float *dx, float *ws,
+		  struct hp_pool *pool);
+/* Tests and benchmarks only: 0 auto, 1 wherever it can run (stride 1,
+ * group 1), -1 never; read when a ConvGradData is prepared. */
+void hp_cgd_set_tiny(int mode);
 
 /* ConvGradFilter of a 2-D stride-1 convolution with a window at most 3
  * wide, over whole batch items (conv_grad_w3.c). */

@@ -47,6 +47,7 @@
 #define PW_NR 16    /* columns per micro-tile (two vectors) */
 #define PW_KC 256   /* k per cache block */
 #define PW_NB 128   /* columns per unit (a multiple of PW_NR) */
+#define PW_MIN_KC 16 /* wflip: k per cache block at least, where a workspace is tight */
 /* Below this many flops a node runs on the caller alone: waking the pool
  * costs more than the second thread gains. */
 #define PW_PAR_MIN_FLOPS 2e6
@@ -110,6 +111,7 @@ struct pw_run {
 	struct hp_fma_fin fin;       /* the epilogue in registers, when fin_ok */
 	int fin_ok, fin_add;     /* epi done as tiles are stored; with a full addend */
 	int64_t per_thread;      /* floats of a worker's panel buffer */
+	int64_t kc;              /* wflip: k per cache block (pw_flip_fit) */
 	int inplace;             /* full panels read from X in place (pw_inplace) */
 	int64_t tail_of[PW_MAX_TID]; /* in place: the (item, group) whose tail panel tid's buffer holds, or -1 */
 };
@@ -576,6 +578,135 @@ static void pw_fin_plan(struct pw_run *r)
 #endif
 }
 
+/* ---- ConvGradData's 1x1 (cv->wflip): W [K][M] read transposed -------
+ * pw_tile512's chains with W's k stride ka (a row's weights ka apart):
+ * copies, as a stride parameter in the forward's tiles lost GCC's clones
+ * of them (1x1-mb28 forward 235 -> 206 GF/s per CPU-second).  AVX-512
+ * tiles over packed panels only (no bias, no epilogue, no fused tail). */
+#ifdef PW_X86
+PW_TARGET512 static PW_INLINE void pwf_tile(const int mr, const int np, int64_t kc, const float *a, int64_t ka,
+					    const float *bp, int64_t ps, float *y, int64_t ldy, int ncols, int first)
+{
+	__m512 acc[PW_MR][3];
+	int part = ncols - 16 * (np - 1);
+	__mmask16 mk = (__mmask16)((1u << part) - 1);
+	float t[PW_MR][16];
+
+	for (int r = 0; r < mr; r++)
+		for (int v = 0; v < np; v++)
+			acc[r][v] = first ? _mm512_setzero_ps()
+				: v < np - 1 || part == 16 ? _mm512_loadu_ps(y + r * ldy + 16 * v)
+							  : _mm512_maskz_loadu_ps(mk, y + r * ldy + 16 * v);
+	for (int64_t k = 0; k < kc; k++) {
+		__m512 b0 = _mm512_loadu_ps(bp + k * PW_NR), b1 = b0, b2 = b0;
+		if (np > 1)
+			b1 = _mm512_loadu_ps(bp + ps + k * PW_NR);
+		if (np > 2)
+			b2 = _mm512_loadu_ps(bp + 2 * ps + k * PW_NR);
+		for (int r = 0; r < mr; r++) {
+			__m512 w = _mm512_set1_ps(a[r + k * ka]);
+			acc[r][0] = _mm512_fmadd_ps(w, b0, acc[r][0]);
+			if (np > 1)
+				acc[r][1] = _mm512_fmadd_ps(w, b1, acc[r][1]);
+			if (np > 2)
+				acc[r][2] = _mm512_fmadd_ps(w, b2, acc[r][2]);
+		}
+	}
+	for (int r = 0; r < mr; r++)
+		for (int v = 0; v < np; v++) {
+			if (v < np - 1 || part == 16)
+				_mm512_storeu_ps(y + r * ldy + 16 * v, acc[r][v]);
+			else
+				_mm512_storeu_ps(t[r], acc[r][v]);
+		}
+	if (part < 16)
+		for (int r = 0; r < mr; r++)
+			memcpy(y + r * ldy + 16 * (np - 1), t[r], (size_t)part * sizeof(float));
+}
+
+#define PWF_CASE(R)                                                                     \
+	case R:                                                                         \
+		if (np == 1)                                                            \
+			pwf_tile(R, 1, kc, a, ka, bp, ps, y, ldy, ncols, first);        \
+		else if (np == 2)                                                       \
+			pwf_tile(R, 2, kc, a, ka, bp, ps, y, ldy, ncols, first);        \
+		else                                                                    \
+			pwf_tile(R, 3, kc, a, ka, bp, ps, y, ldy, ncols, first);        \
+		break;
+
+PW_TARGET512 static void pwf_micro(int mr, int np, int64_t kc, const float *a, int64_t ka, const float *bp,
+				   int64_t ps, float *y, int64_t ldy, int ncols, int first)
+{
+	switch (mr) {
+		PWF_CASE(1)
+		PWF_CASE(2)
+		PWF_CASE(3)
+		PWF_CASE(4)
+		PWF_CASE(5)
+		PWF_CASE(6)
+	default:
+		break;
+	}
+}
+
+/* pw_block's units for wflip: panels of dY packed per k chunk of r->kc. */
+static void pwf_block(struct pw_run *r, int64_t bg, int64_t j0, int64_t nc, int64_t t0, int64_t t1, float *bp)
+{
+	const struct hp_conv *cv = r->cv;
+	int64_t nb = bg / cv->group, g = bg % cv->group, K = cv->kdim, M = cv->cout_g;
+	const float *x = r->x + (nb * cv->cin + g * cv->cin_g) * cv->xvol, *w = r->w + g * M * K;
+	float *y = r->y + (nb * cv->cout + g * M) * cv->yvol + j0;
+
+	for (int64_t k0 = 0; k0 < K; k0 += r->kc) {
+		int64_t kc = min64(r->kc, K - k0);
+		pw_pack(x, cv->xvol, k0, kc, j0, nc, bp);
+		for (int64_t t = t0; t < t1; t++) {
+			int64_t m0 = t * PW_MR, mr = min64(PW_MR, M - m0);
+			for (int64_t p = 0, np; p * PW_NR < nc; p += np) {
+				np = min64(3, (nc - p * PW_NR + PW_NR - 1) / PW_NR);
+				pwf_micro((int)mr, (int)np, kc, w + k0 * M + m0, M, bp + p * kc * PW_NR, kc * PW_NR,
+					  y + m0 * cv->yvol + p * PW_NR, cv->yvol, (int)min64(np * PW_NR, nc - p * PW_NR),
+					  k0 == 0);
+			}
+		}
+	}
+}
+#else
+static void pwf_block(struct pw_run *r, int64_t bg, int64_t j0, int64_t nc, int64_t t0, int64_t t1, float *bp)
+{
+	(void)r, (void)bg, (void)j0, (void)nc, (void)t0, (void)t1, (void)bp;
+}
+#endif
+
+int hp_pw_flip_available(void)
+{
+#ifdef PW_X86
+	return hp_pw_available() && pw_512();
+#else
+	return 0;
+#endif
+}
+
+/* The workspace of a wflip node may be no larger than the path it
+ * replaced (conv_grad.c), so that a band plan stays where it was: fewer
+ * workers, then shorter k chunks (no bit changes: each output is one
+ * chain over k wherever its chunks end). */
+static int pw_flip_fit(struct pw_run *r, int64_t cap, int threads)
+{
+	int64_t kmin = min64(r->cv->kdim, PW_MIN_KC);
+
+	while (threads > 1 && cap / threads < kmin * PW_NB)
+		threads--;
+	r->kc = min64(PW_KC, cap / threads / PW_NB);
+	r->kc = r->kc > 1 ? r->kc : 1;
+	return threads;
+}
+
+size_t hp_pw_workspace_min(const struct hp_conv *cv)
+{
+	return (size_t)(min64(cv->kdim, PW_MIN_KC) * PW_NB) * sizeof(float);
+}
+
 /* Units are (item and group, column block, micro-tile of rows), the tile
  * fastest; a worker's run is cut where the column block changes. */
 static void pw_range(void *arg, int64_t b, int64_t e, int tid)
@@ -586,7 +717,10 @@ static void pw_range(void *arg, int64_t b, int64_t e, int tid)
 	while (b < e) {
 		int64_t blk = b / r->mt, t0 = b % r->mt, t1 = min64(r->mt, t0 + (e - b));
 		int64_t bg = blk / r->nblk, j0 = blk % r->nblk * PW_NB;
-		pw_block(r, bg, j0, min64(PW_NB, r->cv->yvol - j0), t0, t1, bp, tid);
+		if (r->cv->wflip)
+			pwf_block(r, bg, j0, min64(PW_NB, r->cv->yvol - j0), t0, t1, bp);
+		else
+			pw_block(r, bg, j0, min64(PW_NB, r->cv->yvol - j0), t0, t1, bp, tid);
 		b += t1 - t0;
 	}
 }
@@ -696,6 +830,12 @@ void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, con
 	r.inplace = pw_inplace(cv, r.per_thread);
 	/* in place, a plane is one block of columns: its tail is every tile's */
 	r.mr = pw_tile_rows(r.inplace && pw_fuse_tail(cv->yvol / PW_NR * PW_NR, cv->yvol % PW_NR), cv->yvol % PW_NR);
+	if (cv->wflip) { /* pwf_block: packed panels, PW_MR rows */
+		threads = pw_flip_fit(&r, cap, threads);
+		r.per_thread = min64(cv->kdim, r.kc) * PW_NB;
+		r.inplace = 0;
+		r.mr = PW_MR;
+	}
 	r.mt = (cv->cout_g + r.mr - 1) / r.mr;
 	for (int t = 0; t < PW_MAX_TID; t++)
 		r.tail_of[t] = -1;

@@ -992,6 +992,77 @@ static void kxd_run(const struct kxd *c, const struct hp_tensor *dy, const struc
 	hp_tensor_free(&band);
 }
 
+/* kxd's cases on hpdlf_path `path` (whole nodes also on the auto choice,
+ * 2 threads): bitwise their replay, within 1e-5 of float64, and row
+ * bands bitwise the whole. */
+static void kxd_cases(const struct kxd *cases, size_t ncases, int path, struct hp_pool *pool)
+{
+	for (size_t k = 0; k < ncases; k++) {
+		const struct kxd *c = &cases[k];
+		int ys[3] = { 1, 1, 1 }, H = c->xs[0], Ho = kxd_out(c, 0), cut[3] = { 1, H / 2, H - 1 };
+		int64_t xsh[5] = { c->n, c->cx, c->xs[0], c->xs[1], c->xs[2] }, pads[6] = { 0 }, inner = 1;
+		for (int q = 0; q < c->nsp; q++) {
+			ys[q] = kxd_out(c, q);
+			pads[q] = pads[c->nsp + q] = c->p[q];
+			inner *= q ? c->xs[q] : 1;
+		}
+		struct hp_tensor dy = kxd_tensor(c->nsp, c->n, c->cy, ys), out, whole, ref;
+		struct hp_tensor w = kxd_tensor(c->nsp, c->cy, c->cx / c->group, c->k);
+		char what[96];
+		kt_fill_random(&dy, 120 + (unsigned)k, -1, 1);
+		kt_fill_random(&w, 130 + (unsigned)k, -1, 1);
+		ref = kxd_tensor(c->nsp, c->n, c->cx, c->xs);
+		double *want = malloc((size_t)numel(&ref) * sizeof *want);
+		kxd_ref(c, dy.data, w.data, ref.data, want);
+		for (int v = 0; v < 2; v++) {
+			kt_pool = v ? pool : NULL;
+			kxd_run(c, &dy, &w, 0, Ho, xsh, pads, v ? -1 : path, &out);
+			snprintf(what, sizeof what, "case %zu (%d threads) against its replay", k, v + 1);
+			bitwise(&out, &ref, what);
+			snprintf(what, sizeof what, "case %zu against float64", k);
+			close_to(&out, want, 1e-5, what);
+			hp_tensor_free(&out);
+		}
+		/* row bands [xa, xb) of the first spatial axis, as split_grad.c cuts them */
+		whole = ref;
+		for (int b = 0; b < 3; b++)
+			for (int half = 0; half < 2; half++) {
+				int xa = half ? cut[b] : 0, xb = half ? H : cut[b];
+				int p = c->p[0], kd = (c->k[0] - 1) * c->d[0], ext = b == 1 ? 3 : 0;
+				int ya = xa + p - kd > 0 ? xa + p - kd : 0, yb = xb + p < Ho ? xb + p : Ho;
+				/* dY rows cut out beyond the windows' reach (a replaced
+				 * path's tiles): the leading ones cropped */
+				ya = ya - ext > 0 ? ya - ext : 0;
+				yb = yb + ext < Ho ? yb + ext : Ho;
+				int64_t bx[5], bp[6];
+				if (xa >= xb || ya >= yb)
+					continue;
+				memcpy(bx, xsh, sizeof bx);
+				memcpy(bp, pads, sizeof bp);
+				bx[2] = xb - xa;
+				bp[0] = xa + p - ya;
+				bp[c->nsp] = (yb - ya - 1) + kd + 1 - (xb - xa) - bp[0];
+				bp[c->nsp] = bp[c->nsp] > 0 ? bp[c->nsp] : 0;
+				kt_pool = half ? pool : NULL;
+				kxd_run(c, &dy, &w, ya, yb - ya, bx, bp, path, &out);
+				for (int64_t pl = 0; pl < (int64_t)c->n * c->cx; pl++)
+					for (int64_t i = 0; i < (xb - xa) * inner; i++) {
+						float got = ((const float *)out.data)[pl * (xb - xa) * inner + i];
+						float exp = ((const float *)whole.data)[(pl * H + xa) * inner + i];
+						if (memcmp(&got, &exp, sizeof got))
+							fail_msg("case %zu band [%d, %d): plane %lld element %lld: %.9g against %.9g",
+								 k, xa, xb, (long long)pl, (long long)i, got, exp);
+					}
+				hp_tensor_free(&out);
+			}
+		kt_pool = NULL;
+		free(want);
+		hp_tensor_free(&ref);
+		hp_tensor_free(&dy);
+		hp_tensor_free(&w);
+	}
+}
+
 static void test_conv_grad_kxk(void **state)
 {
 	const struct kxd cases[] = {
@@ -1020,61 +1091,110 @@ static void test_conv_grad_kxk(void **state)
 		skip();
 	assert_int_equal(hp_pool_create(2, &pool), 0);
 	hp_conv_set_kxk(1);
+	kxd_cases(cases, sizeof cases / sizeof cases[0], 4, pool);
+	hp_conv_set_kxk(0);
+	hp_pool_destroy(pool);
+}
+
+/* ConvGradData of a stride-1 Conv on tiny planes (conv_grad_tiny.c,
+ * hpdlf_path HP_CGD_PATH_TINY): the KxK path's chains, so kxd's
+ * replay; one to three vectors of columns in blocks of whole batch items
+ * (the last one short), row tiles with tails, chunks of dY's channels,
+ * dilations and pads beyond the window's reach, 1-D to 3-D. */
+static void test_conv_grad_tiny(void **state)
+{
+	const struct kxd cases[] = {
+		{ 2, 4, 16, 24, 1, { 2, 2 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 7, 20, 12, 1, { 3, 3 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 3, 9, 12, 1, { 4, 3 }, { 5, 3 }, { 1, 2 }, { 3, 1 } },
+		{ 2, 2, 11, 100, 1, { 3, 3 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		{ 3, 2, 9, 12, 1, { 2, 2, 3 }, { 3, 3, 3 }, { 1, 1, 1 }, { 1, 1, 1 } },
+		{ 1, 5, 10, 33, 1, { 13 }, { 3 }, { 1 }, { 1 } },
+	};
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_tinyd_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_cgd_set_tiny(1);
+	kxd_cases(cases, sizeof cases / sizeof cases[0], HP_CGD_PATH_TINY, pool);
+	hp_cgd_set_tiny(0);
+	hp_pool_destroy(pool);
+}
+
+/* ConvGradData of a 1x1 stride-1 Conv on conv_pw.c's tiles (W read
+ * transposed in place), replayed as kxd_ref does (every dX element one
+ * chain over dY's channels from 0), within 1e-5 of float64, 1 and 2
+ * threads; row bands of the first spatial axis with hpdlf_path =
+ * HP_CGD_PATH_PW, from dY rows beyond their own (a replaced path's
+ * tiles: pads), are bitwise the whole's.  The cases cover packed and
+ * in-place panels, a fused tail column (7x7), k chunks (K > 256, and a
+ * workspace cut to the least: 16 per chunk), 1-D and 3-D. */
+static void test_conv_grad_pw(void **state)
+{
+	const struct kxd cases[] = {
+		{ 2, 2, 20, 37, 1, { 11, 13 }, { 1, 1 }, { 1, 1 }, { 0, 0 } },
+		{ 2, 1, 30, 300, 1, { 7, 7 }, { 1, 1 }, { 1, 1 }, { 0, 0 } },
+		{ 2, 3, 13, 40, 1, { 5, 5 }, { 1, 1 }, { 1, 1 }, { 0, 0 } },
+		{ 2, 4, 64, 256, 1, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 0, 0 } },
+		{ 3, 2, 9, 24, 1, { 3, 4, 5 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0, 0, 0 } },
+		{ 1, 2, 17, 33, 1, { 150 }, { 1 }, { 1 }, { 0 } },
+	};
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_pw_flip_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_cgd_set_pw(1);
 	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
 		const struct kxd *c = &cases[k];
-		int ys[3] = { 1, 1, 1 }, H = c->xs[0], Ho = kxd_out(c, 0), cut[3] = { 1, H / 2, H - 1 };
+		int ys[3] = { 1, 1, 1 }, H = c->xs[0], cut[3] = { 1, H / 2, H - 1 };
 		int64_t xsh[5] = { c->n, c->cx, c->xs[0], c->xs[1], c->xs[2] }, pads[6] = { 0 }, inner = 1;
 		for (int q = 0; q < c->nsp; q++) {
 			ys[q] = kxd_out(c, q);
-			pads[q] = pads[c->nsp + q] = c->p[q];
 			inner *= q ? c->xs[q] : 1;
 		}
-		struct hp_tensor dy = kxd_tensor(c->nsp, c->n, c->cy, ys), out, whole, ref;
-		struct hp_tensor w = kxd_tensor(c->nsp, c->cy, c->cx / c->group, c->k);
+		struct hp_tensor dy = kxd_tensor(c->nsp, c->n, c->cy, ys), out, ref;
+		struct hp_tensor w = kxd_tensor(c->nsp, c->cy, c->cx, c->k);
 		char what[96];
-		kt_fill_random(&dy, 120 + (unsigned)k, -1, 1);
-		kt_fill_random(&w, 130 + (unsigned)k, -1, 1);
+		kt_fill_random(&dy, 140 + (unsigned)k, -1, 1);
+		kt_fill_random(&w, 150 + (unsigned)k, -1, 1);
 		ref = kxd_tensor(c->nsp, c->n, c->cx, c->xs);
 		double *want = malloc((size_t)numel(&ref) * sizeof *want);
 		kxd_ref(c, dy.data, w.data, ref.data, want);
 		for (int v = 0; v < 2; v++) {
 			kt_pool = v ? pool : NULL;
-			kxd_run(c, &dy, &w, 0, Ho, xsh, pads, v ? -1 : 4, &out);
-			snprintf(what, sizeof what, "case %zu (%d threads) against its replay", k, v + 1);
+			kxd_run(c, &dy, &w, 0, H, xsh, pads, v ? -1 : HP_CGD_PATH_PW, &out);
+			snprintf(what, sizeof what, "1x1 case %zu (%d threads) against its replay", k, v + 1);
 			bitwise(&out, &ref, what);
-			snprintf(what, sizeof what, "case %zu against float64", k);
+			snprintf(what, sizeof what, "1x1 case %zu against float64", k);
 			close_to(&out, want, 1e-5, what);
 			hp_tensor_free(&out);
 		}
-		/* row bands [xa, xb) of the first spatial axis, as split_grad.c cuts them */
-		whole = ref;
+		/* X rows [xa, xb) from dY rows [ya, yb) reaching ext rows past them */
 		for (int b = 0; b < 3; b++)
 			for (int half = 0; half < 2; half++) {
-				int xa = half ? cut[b] : 0, xb = half ? H : cut[b];
-				int p = c->p[0], kd = (c->k[0] - 1) * c->d[0], ext = b == 1 ? 3 : 0;
-				int ya = xa + p - kd > 0 ? xa + p - kd : 0, yb = xb + p < Ho ? xb + p : Ho;
-				/* dY rows cut out beyond the windows' reach (a replaced
-				 * path's tiles): the leading ones cropped */
-				ya = ya - ext > 0 ? ya - ext : 0;
-				yb = yb + ext < Ho ? yb + ext : Ho;
-				int64_t bx[5], bp[6];
-				if (xa >= xb || ya >= yb)
+				int xa = half ? cut[b] : 0, xb = half ? H : cut[b], ext = b == 1 ? 3 : b;
+				int ya = xa - ext > 0 ? xa - ext : 0, yb = xb + ext < H ? xb + ext : H;
+				int64_t bx[5], bp[6] = { 0 };
+				if (xa >= xb)
 					continue;
 				memcpy(bx, xsh, sizeof bx);
-				memcpy(bp, pads, sizeof bp);
 				bx[2] = xb - xa;
-				bp[0] = xa + p - ya;
-				bp[c->nsp] = (yb - ya - 1) + kd + 1 - (xb - xa) - bp[0];
-				bp[c->nsp] = bp[c->nsp] > 0 ? bp[c->nsp] : 0;
+				bp[0] = xa - ya;
+				bp[c->nsp] = yb - xb;
 				kt_pool = half ? pool : NULL;
-				kxd_run(c, &dy, &w, ya, yb - ya, bx, bp, 4, &out);
+				kxd_run(c, &dy, &w, ya, yb - ya, bx, bp, HP_CGD_PATH_PW, &out);
 				for (int64_t pl = 0; pl < (int64_t)c->n * c->cx; pl++)
 					for (int64_t i = 0; i < (xb - xa) * inner; i++) {
 						float got = ((const float *)out.data)[pl * (xb - xa) * inner + i];
-						float exp = ((const float *)whole.data)[(pl * H + xa) * inner + i];
+						float exp = ((const float *)ref.data)[(pl * H + xa) * inner + i];
 						if (memcmp(&got, &exp, sizeof got))
-							fail_msg("case %zu band [%d, %d): plane %lld element %lld: %.9g against %.9g",
-								 k, xa, xb, (long long)pl, (long long)i, got, exp);
+							fail_msg("1x1 case %zu band [%d, %d) from [%d, %d): plane %lld element "
+								 "%lld: %.9g against %.9g",
+								 k, xa, xb, ya, yb, (long long)pl, (long long)i, got, exp);
 					}
 				hp_tensor_free(&out);
 			}
@@ -1084,7 +1204,7 @@ static void test_conv_grad_kxk(void **state)
 		hp_tensor_free(&dy);
 		hp_tensor_free(&w);
 	}
-	hp_conv_set_kxk(0);
+	hp_cgd_set_pw(0);
 	hp_pool_destroy(pool);
 }
 
@@ -2435,6 +2555,8 @@ int main(void)
 		cmocka_unit_test(test_conv_grad_lean),
 		cmocka_unit_test(test_convt_grad_items),
 		cmocka_unit_test(test_conv_grad_phase),
+		cmocka_unit_test(test_conv_grad_pw),
+		cmocka_unit_test(test_conv_grad_tiny),
 		cmocka_unit_test(test_conv_grad_filter_grp),
 		cmocka_unit_test(test_pool_grad),
 		cmocka_unit_test(test_batchnorm),
