@@ -125,7 +125,11 @@ static void test_compute_cache(void **state)
 /* The tier model: bandwidths, and a fixed cost per request that was
  * measured (requests in flight through the store: a system call and a
  * completion each, never free; the probe once stopped after its first
- * request and reported the floor, 0.1 us), cached with the same figures. */
+ * request and reported the floor, 0.1 us), cached with the same figures.
+ * The figure itself is a timing (each request's time less its bytes at
+ * the streaming bandwidth): it was 0.2 us once under a loaded machine's
+ * disk, so the check is that it was measured, above the floor, not that
+ * it exceeds some speed. */
 static void test_tier_probe(void **state)
 {
 	struct hs_tier_spec spec = { .kind = HS_TIER_NVME };
@@ -141,7 +145,7 @@ static void test_tier_probe(void **state)
 	print_message("tier %s: read %.0f MB/s + %.1f us, write %.0f MB/s + %.1f us\n", a.name, a.read_MBps,
 		      a.read_lat_us, a.write_MBps, a.write_lat_us);
 	assert_true(a.read_MBps > 1 && a.write_MBps > 1);
-	assert_true(a.read_lat_us >= 1.0);
+	assert_true(a.read_lat_us > 0.1);
 	hp_speed_tier_get(&spec, 16384, 0, &b);
 	assert_int_equal(b.src, HP_SPEED_CACHED);
 	assert_true(fabs(b.read_lat_us - a.read_lat_us) <= 1e-6 * a.read_lat_us);
