@@ -24,6 +24,11 @@ each trained 3 SGD steps with momentum in core and at the smallest budget
 the planner names and at a budget between, with 1 and 2 threads (the
 in-core run of the same thread count is the reference).  Each budgeted run
 must really be cut: its plan has more kernels than the in-core plan.
+Those small steps round an ulp of gradient away (w - 0.01 g keeps few of
+g's bits), so each model also takes one step at --lr 1e6 without momentum
+at the smallest budget, 2 threads: its weights then carry the gradients'
+bits (the tiny U-Net's up-sampling gradient once took another kernel path
+in bands of one item, an ulp off, which only Adam's weights showed).
 
 usage: check_band_weights.py HPDLF_EXEC LENET_DIR UNET3D_TINY_DIR
 """
@@ -141,12 +146,31 @@ def kernels(exe, args):
     return int(m.group(1)) if rc == 0 and m else -1
 
 
+def grad_bits(exe, name, args, low, tmp):
+    """One step at lr 1e6, no momentum: in core and at `low`, 2 threads."""
+    a = list(args)
+    for flag, value in (("--lr", "1e6"), ("--momentum", "0"), ("--steps", "1")):
+        a[a.index(flag) + 1] = value
+    got = []
+    for budget in (None, low):
+        out = os.path.join(tmp, "%s_g_%s.onnx" % (name, budget))
+        rc, _, err = run(exe, a + ["--threads", "2", "--export-onnx", out] + (["--budget", str(budget)] if budget else []))
+        if not check(rc == 0, "%s, one step at lr 1e6%s: exit %d %s"
+                     % (name, " at %d B" % budget if budget else " in core", rc, err.strip()[-300:])):
+            return
+        got.append(weights(out))
+    differ = sorted(k for k in got[0] if got[1].get(k) != got[0][k])
+    check(len(got[0]) > 0 and not differ, "%s at %d B: every gradient bitwise the in-core one (one step at lr 1e6)%s"
+          % (name, low, " (differ: %s)" % differ[:4] if differ else ""))
+
+
 def check_model(exe, name, args, tmp):
     probe = run(exe, args + ["--threads", "1", "--budget", "4096", "--steps", "1"])[2]
     m = re.search(r"smallest budget that works is (\d+) bytes", probe)
     if not check(m is not None, "%s: the planner names a smallest budget (%s)" % (name, probe.strip()[-200:])):
         return
     low = int(m.group(1))
+    grad_bits(exe, name, args, low, tmp)
     whole = kernels(exe, args + ["--threads", "1"])
     for threads in ("1", "2"):
         ref = os.path.join(tmp, "%s_in_%s.onnx" % (name, threads))
