@@ -117,16 +117,18 @@ static int rd_eligible(const struct hp_colgeom *geo, int64_t cout)
 	return geo->dil[2] == 1 && geo->k[2] <= 3 && cout <= 1024;
 }
 
-/* Auto: 8 to 64 output channels, up to 128 on rows of 16 and more.
- * bench_conv_libs.c, pass dW, GF/s a CPU-second (packed tiles or sgemm
- * path / here): 64 -> 64 at 32x32, 145 / 195; 3 -> 32 of stride 2 at
- * 224x224, 49 / 107; 128 -> 128 at 16x16, 138 / 158; but 128 at 8x8, 150
- * / 130, 256 at 4x4, 150 / 64 (rows of a few columns: a segment's row
- * pointers and edge columns for a few positions); 2 channels, 18 / 5
- * (the vectors' lanes mostly idle). */
+/* Auto: 8 to 64 output channels on rows of 8 and more, up to 128 on rows
+ * of 16 and more.  bench_conv_libs.c, pass dW, GF/s a CPU-second (packed
+ * tiles or sgemm path / here): 64 -> 64 at 32x32, 145 / 195; 3 -> 32 of
+ * stride 2 at 224x224, 49 / 107; 128 -> 128 at 16x16, 138 / 158; but 128
+ * at 8x8, 150 / 130, 256 at 4x4, 150 / 64 (rows of a few columns: a
+ * segment's row pointers and edge columns for a few positions); 2
+ * channels, 18 / 5 (the vectors' lanes mostly idle).  The shipped LeNet's
+ * second Conv (6 -> 16 at 4x4, batch 64) ran its dW 1.8x slower here
+ * (--trace, 1 thread: 189-255 against 344-445 us a step). */
 static int rd_wanted(const struct hp_colgeom *geo, int64_t cout)
 {
-	return cout >= 8 && (cout <= 64 || (cout <= 128 && geo->grid[2] >= 16));
+	return cout >= 8 && geo->grid[2] >= 8 && (cout <= 64 || (cout <= 128 && geo->grid[2] >= 16));
 }
 
 /* Groups: 16 to 64 output channels a group (fewer leave lanes idle, and
