@@ -530,17 +530,13 @@ void hp_dw_data(const struct hp_dw *d, const float *dy, const float *w, float *d
 	hp_conv_threads_leave(saved);
 }
 
-/* Whether dW takes conv_dwc.c's channel blocks (2-D 3x3, stride 1 or 2,
- * undilated, with AVX2 and FMA). */
-static int filter_dw3(const struct hp_dw *d)
-{
-	return hp_dwc_filter_eligible(&d->g);
-}
-
-/* Floats of a worker's dW buffer: the per-column partials, or conv_dwc.c's. */
+/* Floats of a worker's dW buffer: the per-column partials, or conv_dwc.c's
+ * where its channel blocks run (2-D 3x3, stride 1 or 2, undilated, AVX2
+ * and FMA). */
 static size_t filter_floats(const struct hp_dw *d)
 {
-	size_t a = (size_t)(d->g.kvol * d->g.grid[2]), b = filter_dw3(d) ? hp_dwc_filter_scratch(&d->g) : 0;
+	size_t a = (size_t)(d->g.kvol * d->g.grid[2]);
+	size_t b = hp_dwc_filter_eligible(&d->g) ? hp_dwc_filter_scratch(&d->g) : 0;
 
 	return a > b ? a : b;
 }
@@ -630,10 +626,9 @@ static void filter_range(void *arg, int64_t b, int64_t e, int tid)
 	const struct hp_dw *d = r->d;
 	int64_t ow = d->g.grid[2], kvol = d->g.kvol, rows = d->g.grid_vol / ow;
 	int64_t urows = d->unit > 0 ? d->unit / ow : rows;
-	float *acc;
+	float *acc = r->ws + (size_t)tid * filter_floats(d);
 
 	urows = urows > 0 ? urows : rows;
-	acc = r->ws + (size_t)tid * filter_floats(d);
 	for (int64_t m = b; m < e; m++) {
 		float *out = r->out + m * kvol;
 		for (int64_t k = 0; k < kvol; k++)
@@ -656,7 +651,7 @@ void hp_dw_filter(const struct hp_dw *d, const float *dy, const float *x, const 
 
 	if (threads > hp_conv_ws_threads())
 		threads = hp_conv_ws_threads();
-	if (filter_dw3(d)) /* conv_dwc.c: eight channels in the lanes */
+	if (hp_dwc_filter_eligible(&d->g)) /* conv_dwc.c: eight channels in the lanes */
 		hp_dwc_filter(d, dy, x, acc, dw, ws, threads, pool);
 	else
 		hp_conv_parallel(pool, threads, d->cin * d->mult, filter_range, &r);
