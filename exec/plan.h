@@ -143,6 +143,9 @@ void hp_plan_free(struct hp_plan *p);
 struct hp_exec_opts;
 int hp_plan_footprint(const struct hp_graph *g, const struct hp_exec_opts *o, uint64_t *state, uint64_t *swapped,
 		      uint64_t *peak);
+/* The same of a plan already built. */
+int hp_plan_footprint_of(const struct hp_graph *g, const struct hp_plan *p, uint64_t *state, uint64_t *swapped,
+			 uint64_t *peak);
 /* Value v is the state's previous version, which the runtime discards
  * after the last step of a run that reads it (its next version replaces it
  * at the run's end): a value with a `next`, kept in the store, not a graph

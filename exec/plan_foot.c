@@ -91,24 +91,14 @@ static void walk_plan(struct walk *w, char *seen, uint64_t *state, uint64_t *swa
 		walk_step(w, k);
 }
 
-int hp_plan_footprint(const struct hp_graph *g, const struct hp_exec_opts *o, uint64_t *state, uint64_t *swapped,
-		      uint64_t *peak)
+int hp_plan_footprint_of(const struct hp_graph *g, const struct hp_plan *p, uint64_t *state, uint64_t *swapped,
+			 uint64_t *peak)
 {
-	struct hp_budget_layout l;
-	struct hp_plan_opts po;
-	struct hp_plan *p = NULL;
-	struct walk w = { .g = g };
-	int rc;
+	struct walk w = { .g = g, .p = p };
+	char *seen = calloc((size_t)g->nvalues + 1, 1);
+	int rc = 0;
 
 	*state = *swapped = *peak = 0;
-	hp_budget_layout(g, o, &l);
-	if (!l.budget)
-		return 0;
-	hp_plan_default_opts(&l, &po);
-	if ((rc = hp_plan_build(g, &po, &p)) < 0)
-		return rc;
-	w.p = p;
-	char *seen = calloc((size_t)g->nvalues + 1, 1);
 	w.on = calloc((size_t)g->nvalues + 1, 1);
 	w.last_read = calloc((size_t)g->nvalues + 1, sizeof *w.last_read);
 	if (seen && w.on && w.last_read) {
@@ -120,6 +110,25 @@ int hp_plan_footprint(const struct hp_graph *g, const struct hp_exec_opts *o, ui
 	free(seen);
 	free(w.on);
 	free(w.last_read);
+	return rc;
+}
+
+int hp_plan_footprint(const struct hp_graph *g, const struct hp_exec_opts *o, uint64_t *state, uint64_t *swapped,
+		      uint64_t *peak)
+{
+	struct hp_budget_layout l;
+	struct hp_plan_opts po;
+	struct hp_plan *p = NULL;
+	int rc;
+
+	*state = *swapped = *peak = 0;
+	hp_budget_layout(g, o, &l);
+	if (!l.budget)
+		return 0;
+	hp_plan_default_opts(&l, &po);
+	if ((rc = hp_plan_build(g, &po, &p)) < 0)
+		return rc;
+	rc = hp_plan_footprint_of(g, p, state, swapped, peak);
 	hp_plan_free(p);
 	return rc;
 }

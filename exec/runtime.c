@@ -21,6 +21,7 @@
 #include "exec/exec_internal.h"
 #include "exec/net.h"
 #include "exec/plan.h"
+#include "exec/tier_room.h"
 #include "exec/remat.h"
 #include "exec/trace.h"
 #include "kernels/blas.h"
@@ -535,6 +536,8 @@ static int rt_create(struct hp_session *ss)
 	pthread_mutex_init(&s->spare_mu, NULL);
 	hp_plan_default_opts(&s->layout, &po);
 	rc = hp_plan_build(g, &po, &s->plan);
+	if (rc == 0) /* before the store writes anything below DRAM */
+		rc = hp_tier_room_check(g, s->plan, &s->opts);
 	if (rc < 0)
 		return rc;
 	rc = open_store(s);
