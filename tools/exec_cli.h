@@ -99,6 +99,8 @@ struct hs_tier_spec;
 /* --tier KIND=PATH[:SIZE] options as store tier specs (paths point into c);
  * returns 0 or a process exit status (2) after saying why on stderr. */
 int exec_parse_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n);
+/* "hpdlf-exec: " fmt (with arg) and the --help hint on stderr; returns 2. */
+int exec_usage_error(const char *fmt, const char *arg);
 /* Refuse (2, said on stderr) a --tier file holding a committed persistent
  * store with named tensors, which the run would overwrite; else 0. */
 int exec_check_tier_files(const struct cli *c);

@@ -41,7 +41,7 @@ static int fail(int rc)
 	return hp_exit_status(rc);
 }
 
-static int usage_error(const char *fmt, const char *arg)
+int exec_usage_error(const char *fmt, const char *arg)
 {
 	fprintf(stderr, "hpdlf-exec: ");
 	fprintf(stderr, fmt, arg);
@@ -54,9 +54,9 @@ static int add_named(struct named *list, int *n, const char *arg, const char *fl
 	const char *eq = strchr(arg, '=');
 
 	if (!eq || eq == arg || !eq[1])
-		return usage_error("expected NAME=VALUE, got '%s'", arg);
+		return exec_usage_error("expected NAME=VALUE, got '%s'", arg);
 	if (*n == MAX_NAMED)
-		return usage_error("too many %s options", flag);
+		return exec_usage_error("too many %s options", flag);
 	list[*n].name = strndup(arg, (size_t)(eq - arg));
 	list[*n].value = strdup(eq + 1);
 	(*n)++;
@@ -166,7 +166,7 @@ static int parse_shard(const char *arg, struct cli *c)
 			c->shard = m;
 			return 0;
 		}
-	return usage_error("--shard: expected none, optimizer, gradients or parameters, got '%s'", arg);
+	return exec_usage_error("--shard: expected none, optimizer, gradients or parameters, got '%s'", arg);
 }
 
 /* --blend W in [0, 1], or mean (m/(m+1) for m received states). */
@@ -182,7 +182,7 @@ static int parse_blend(const char *arg, struct cli *c)
 	errno = 0;
 	c->blend = strtod(arg, &end);
 	if (end == arg || *end || errno || !(c->blend >= 0 && c->blend <= 1))
-		return usage_error("--blend: expected a weight in [0, 1] or 'mean', got '%s'", arg);
+		return exec_usage_error("--blend: expected a weight in [0, 1] or 'mean', got '%s'", arg);
 	return 0;
 }
 
@@ -193,7 +193,7 @@ static int parse_async(int o, struct cli *c)
 	case OPT_SYNC:
 		c->sync_given = 1;
 		if (strcmp(optarg, "sync") && strcmp(optarg, "async"))
-			return usage_error("--sync: expected sync or async, got '%s'", optarg);
+			return exec_usage_error("--sync: expected sync or async, got '%s'", optarg);
 		c->sync_async = !strcmp(optarg, "async");
 		return 0;
 	case OPT_EXCHANGE_EVERY: return parse_int(optarg, "--exchange-every", 1, &c->exchange_every);
@@ -222,11 +222,11 @@ static int parse_pipeline(int o, struct cli *c)
 			c->schedule = optarg[0] == 'g';
 			return 0;
 		}
-		return usage_error("--schedule: expected 1f1b or gpipe, got '%s'", optarg);
+		return exec_usage_error("--schedule: expected 1f1b or gpipe, got '%s'", optarg);
 	}
 	rc = parse_int(optarg, o == OPT_PIPELINE ? "--pipeline" : "--micro-batches", 1, &v);
 	if (rc == 0 && v > 1 << 20)
-		return usage_error("--pipeline/--micro-batches: at most 1048576, got '%s'", optarg);
+		return exec_usage_error("--pipeline/--micro-batches: at most 1048576, got '%s'", optarg);
 	if (o == OPT_PIPELINE)
 		c->pipeline = (int)v;
 	else
@@ -266,7 +266,7 @@ static int parse_more(int o, struct cli *c)
 	case OPT_EXPORT: c->export_onnx = optarg; return 0;
 	case OPT_BUCKET:
 		if (hp_parse_size(optarg, &c->bucket) < 0 || !c->bucket)
-			return usage_error("--bucket: expected a size such as 4M, got '%s'", optarg);
+			return exec_usage_error("--bucket: expected a size such as 4M, got '%s'", optarg);
 		return 0;
 	case OPT_SYNC_BN: c->sync_bn = 1; return 0;
 	case OPT_SHARD:
@@ -275,7 +275,7 @@ static int parse_more(int o, struct cli *c)
 		long v;
 		int rc = parse_int(optarg, "--ranks", 1, &v);
 		if (rc == 0 && v > 1 << 20)
-			return usage_error("--ranks: at most 1048576, got '%s'", optarg);
+			return exec_usage_error("--ranks: at most 1048576, got '%s'", optarg);
 		c->ranks = (int)v;
 		return rc;
 	}
@@ -283,7 +283,7 @@ static int parse_more(int o, struct cli *c)
 	case OPT_LINK_LAT: return exec_parse_link_latency(optarg, &c->link_lat_us);
 	case OPT_TIER:
 		if (c->ntiers == (int)(sizeof c->tiers / sizeof c->tiers[0]))
-			return usage_error("%s", "too many --tier options");
+			return exec_usage_error("%s", "too many --tier options");
 		c->tiers[c->ntiers++] = optarg;
 		return 0;
 	case OPT_STORE: c->store = optarg; return 0;
@@ -291,9 +291,9 @@ static int parse_more(int o, struct cli *c)
 	case OPT_INFO: c->info = 1; return 0;
 	case OPT_FREEZE:
 		if (c->nfreeze == (int)(sizeof c->freeze / sizeof c->freeze[0]))
-			return usage_error("%s", "too many --freeze options");
+			return exec_usage_error("%s", "too many --freeze options");
 		if (!*optarg)
-			return usage_error("%s", "--freeze: expected a pattern of parameter names such as 'conv1.*'");
+			return exec_usage_error("%s", "--freeze: expected a pattern of parameter names such as 'conv1.*'");
 		c->freeze[c->nfreeze++] = optarg;
 		return 0;
 	case OPT_VAL_DATA: c->val_data = optarg; return 0;
@@ -313,7 +313,7 @@ static int parse_more(int o, struct cli *c)
 		long v;
 		int rc = parse_int(optarg, "--replicas", 1, &v);
 		if (rc == 0 && v > 2)
-			return usage_error("--replicas: 1 or 2, got '%s'", optarg);
+			return exec_usage_error("--replicas: 1 or 2, got '%s'", optarg);
 		c->replicas = (int)v;
 		return rc;
 	}
@@ -323,7 +323,7 @@ static int parse_more(int o, struct cli *c)
 		c->workers = (int)v;
 		return rc;
 	}
-	default: return usage_error("%s", "unknown option");
+	default: return exec_usage_error("%s", "unknown option");
 	}
 }
 
@@ -443,9 +443,9 @@ static int parse_args(int argc, char **argv, struct cli *c)
 		switch (o) {
 		case OPT_BUDGET:
 			if (hp_parse_size(optarg, &c->budget) < 0)
-				return usage_error("--budget: %s", hp_errmsg());
+				return exec_usage_error("--budget: %s", hp_errmsg());
 			if (!c->budget)
-				return usage_error("--budget: %s is no memory at all (leave --budget out to run in core)",
+				return exec_usage_error("--budget: %s is no memory at all (leave --budget out to run in core)",
 						   optarg);
 			break;
 		case OPT_SHAPE: rc = add_named(c->shapes, &c->nshapes, optarg, "--shape"); break;
@@ -460,7 +460,7 @@ static int parse_args(int argc, char **argv, struct cli *c)
 			errno = 0;
 			c->duration = strtod(optarg, &end);
 			if (errno || end == optarg || *end || !(c->duration > 0) || c->duration > 31536000)
-				return usage_error("--duration: expected seconds in (0, 31536000], got '%s'", optarg);
+				return exec_usage_error("--duration: expected seconds in (0, 31536000], got '%s'", optarg);
 			break;
 		}
 		case OPT_SEED: rc = parse_int(optarg, "--seed", 0, &v); c->seed = (uint64_t)v; c->seed_given = 1; break;
@@ -483,119 +483,8 @@ static int parse_args(int argc, char **argv, struct cli *c)
 			return rc;
 	}
 	if (optind != argc - 1)
-		return usage_error("%s", optind >= argc ? "no model given" : "more than one model given");
+		return exec_usage_error("%s", optind >= argc ? "no model given" : "more than one model given");
 	c->model = argv[optind];
-	return 0;
-}
-
-/* --tier files hold only this run's scratch (the store opens them with
- * reset: nothing in them is named or committed), so none outlives the run
- * at its full size (a 64G sparse file left on a node's scratch disk per
- * job): a file the run created is removed at exit, a regular file that
- * existed is truncated to zero bytes, and says so.  Devices are left as
- * they are.  Armed only once the store may have opened them
- * (exec_tiers_opened): a usage error leaves a given file untouched.  Done
- * by atexit, so also after SIGINT/SIGTERM/SIGUSR1 (they end the run through
- * exit); a second signal, which kills at once, leaves the files. */
-static struct tier_file {
-	char path[4096];
-	int created;
-} tier_files[16];
-static int ntier_files, tiers_armed, tiers_quiet, tiers_atexit;
-
-static void tidy_tier_files(void)
-{
-	for (int i = 0; tiers_armed && i < ntier_files; i++) {
-		struct tier_file *f = &tier_files[i];
-		struct stat sb;
-
-		if (lstat(f->path, &sb) < 0 || !S_ISREG(sb.st_mode))
-			continue;
-		if (f->created)
-			unlink(f->path);
-		else if (sb.st_size && truncate(f->path, 0) == 0 && !tiers_quiet)
-			fprintf(stderr, "hpdlf-exec: --tier %s: truncated to 0 bytes (it held this run's scratch "
-				"only)\n", f->path);
-	}
-	tiers_armed = 0;
-}
-
-void exec_tiers_opened(int quiet)
-{
-	if (ntier_files && !tiers_atexit)
-		tiers_atexit = atexit(tidy_tier_files) == 0;
-	tiers_armed = 1;
-	tiers_quiet = quiet;
-}
-
-void exec_tiers_tidy(void)
-{
-	tidy_tier_files();
-}
-
-static void note_tier_file(const char *path)
-{
-	struct stat sb;
-	int exists = lstat(path, &sb) == 0;
-
-	if (ntier_files == 16 || (!exists && errno != ENOENT))
-		return;
-	tier_files[ntier_files].created = !exists;
-	snprintf(tier_files[ntier_files++].path, sizeof tier_files[0].path, "%s", path);
-}
-
-/* nvme=PATH[:SIZE] or pmem=PATH[:SIZE]: what follows the last ':' must be a
- * size; a path that holds ':' is given with one more ':' at its end
- * ("nvme=/scratch/a:b:" is the path /scratch/a:b at the default size). */
-static int parse_tier(const char *arg, struct hs_tier_spec *t)
-{
-	const char *eq = strchr(arg, '='), *colon;
-	static char paths[16][4096];
-	static int used;
-	uint64_t size = 0;
-	size_t len;
-
-	memset(t, 0, sizeof *t);
-	if (!eq || !eq[1])
-		return usage_error("--tier: expected nvme=PATH[:SIZE] or pmem=PATH[:SIZE], got '%s'", arg);
-	if (!strncmp(arg, "nvme=", 5))
-		t->kind = HS_TIER_NVME;
-	else if (!strncmp(arg, "pmem=", 5))
-		t->kind = HS_TIER_PMEM;
-	else
-		return usage_error("--tier: unknown tier kind in '%s' (nvme= or pmem=)", arg);
-	len = strlen(eq + 1);
-	colon = strrchr(eq + 1, ':');
-	if (colon && colon[1] && hp_parse_size(colon + 1, &size) < 0)
-		return usage_error("--tier: %s (a path holding ':' ends with one more ':')", hp_errmsg());
-	if (colon)
-		len = (size_t)(colon - (eq + 1));
-	if (!len || len >= sizeof paths[0] || used == 16)
-		return usage_error("--tier: bad path in '%s'", arg);
-	memcpy(paths[used], eq + 1, len);
-	paths[used][len] = 0;
-	t->path = paths[used++];
-	t->size = size;
-	note_tier_file(t->path);
-	return 0;
-}
-
-int exec_parse_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n)
-{
-	int rc;
-
-	*n = 0;
-	if ((rc = exec_check_tier_files(c)) != 0)
-		return rc;
-	if (c->ntiers > HS_MAX_TIERS) {
-		fprintf(stderr, "hpdlf-exec: at most %d --tier options\n", HS_MAX_TIERS);
-		return 2;
-	}
-	for (int i = 0; i < c->ntiers; i++) {
-		if ((rc = parse_tier(c->tiers[i], &specs[i])) != 0)
-			return rc;
-		(*n)++;
-	}
 	return 0;
 }
 
@@ -921,83 +810,6 @@ static int run_iterations(struct hp_session *s, const struct cli *c, double **ms
 	return rc;
 }
 
-/* The --stats-json "tiers" (one object per tier, DRAM included, the keys
- * of a --log-json tier) and, apart from them, the "prefetch" counters. */
-static void tier_stats_json(const struct hs_store_stats *st, json_object *o)
-{
-	json_object *tiers = json_object_new_object(), *pf = json_object_new_object();
-	uint64_t n = 0, hits = 0, late = 0;
-
-	for (int i = 0; i < st->ntiers; i++) {
-		const struct hs_tier_stats *t = &st->tier[i];
-		json_object *j = json_object_new_object();
-		n += t->prefetches;
-		hits += t->prefetch_hits;
-		late += t->prefetch_late;
-		json_object_object_add(j, "used", json_object_new_int64((int64_t)(i ? t->used : st->resident)));
-		json_object_object_add(j, "bytes_read", json_object_new_int64((int64_t)t->bytes_read));
-		json_object_object_add(j, "bytes_written", json_object_new_int64((int64_t)t->bytes_written));
-		json_object_object_add(tiers, i ? t->name : "dram", j);
-	}
-	json_object_object_add(pf, "prefetches", json_object_new_int64((int64_t)n));
-	json_object_object_add(pf, "hits", json_object_new_int64((int64_t)hits));
-	json_object_object_add(pf, "late", json_object_new_int64((int64_t)late));
-	json_object_object_add(pf, "hit_rate", json_object_new_double(n ? (double)hits / (double)n : 0));
-	json_object_object_add(o, "tiers", tiers);
-	json_object_object_add(o, "prefetch", pf);
-}
-
-/* Bytes moved per tier and the prefetch hit rate, out of core; into the
- * --stats-json document `o` (as "tiers" and "prefetch") when given. */
-void exec_tier_summary(struct hp_session *s, const struct cli *c, json_object *o)
-{
-	struct hs_store_stats st;
-	char a[32], b[32], u[32];
-	uint64_t pf = 0, pfh = 0, late = 0;
-
-	if (hp_session_store_stats(s, &st) < 0) {
-		if (o) /* in core: the same keys, nothing below DRAM */
-			json_object_object_add(o, "tiers", json_object_new_object());
-		return;
-	}
-	for (int i = 0; i < st.ntiers; i++) {
-		const struct hs_tier_stats *t = &st.tier[i];
-		pf += t->prefetches;
-		pfh += t->prefetch_hits;
-		late += t->prefetch_late;
-		if (i == 0 || c->quiet)
-			continue;
-		fprintf(stderr, "hpdlf-exec:   tier %-8s read %s, written %s, holds %s\n", t->name,
-			hp_format_size(t->bytes_read, a, sizeof a), hp_format_size(t->bytes_written, b, sizeof b),
-			hp_format_size(t->used, u, sizeof u));
-	}
-	if (!c->quiet)
-		fprintf(stderr, "hpdlf-exec:   prefetches %llu, hits %llu (%.0f%%), late %llu\n", (unsigned long long)pf,
-			(unsigned long long)pfh, pf ? 100.0 * (double)pfh / (double)pf : 0.0, (unsigned long long)late);
-	/* the footprint: the most the tiers held at once, not what is left */
-	struct hp_run_info ri = { .size = sizeof ri };
-	int peak = st.ntiers > 1 && hp_session_run_info(s, &ri) == 0;
-	if (peak && !c->quiet)
-		fprintf(stderr, "hpdlf-exec:   tiers below DRAM held at most %s at once\n",
-			hp_format_size(ri.tier_peak, u, sizeof u));
-	if (o && peak)
-		json_object_object_add(o, "tier_peak_bytes", json_object_new_int64((int64_t)ri.tier_peak));
-	if (o && peak) { /* requests, not bytes: what small values cost is their count */
-		json_object *rq = json_object_new_object();
-		uint64_t rd = 0, wr = 0;
-		for (int i = 1; i < st.ntiers; i++) {
-			rd += st.tier[i].reads;
-			wr += st.tier[i].writes;
-		}
-		json_object_object_add(rq, "reads", json_object_new_int64((int64_t)rd));
-		json_object_object_add(rq, "writes", json_object_new_int64((int64_t)wr));
-		json_object_object_add(o, "io_requests", rq);
-		json_object_object_add(o, "io_threads", json_object_new_int(ri.io_threads));
-	}
-	if (o)
-		tier_stats_json(&st, o);
-}
-
 /* Figures of n sorted iteration times: median as before (the upper one of
  * an even count), percentiles by nearest rank. */
 struct timing {
@@ -1110,196 +922,6 @@ static int summarize(struct hp_session *s, const struct hp_graph *g, const struc
 	json_object_put(o);
 	if (rc < 0)
 		return hp_error(-EIO, "%s: cannot write statistics", c->stats_json);
-	return 0;
-}
-
-static const char *source(int src, const char *cache)
-{
-	return src == 1 ? (cache[0] ? "measured now, cached" : "measured now") : src == 2 ? "cached" : "built-in default";
-}
-
-/* The process's peak: its fixed overhead, the tensors' peak and the
- * staging kept beside them, and the store's bookkeeping of those pages
- * (exec/budget.h). */
-static uint64_t rss_peak(const struct hp_plan_summary *p)
-{
-	uint64_t t = hp_budget_tensors(p->budget), pool = p->peak_bytes + (t ? hp_budget_staging(t) : 0);
-
-	return hp_budget_overhead() + pool + (t ? hp_budget_pool_meta(pool) : 0);
-}
-
-/* The --plan summary: memory, bytes per tier and the predicted time with
- * the speed model behind it. */
-static void print_plan(const struct hp_plan_summary *p, const char *what, const struct cli *c)
-{
-	char a[32], b[32], node[1024];
-
-	printf("plan for %s%s: %d kernels, budget %s\n", c->model, what, p->steps,
-	       p->budget ? hp_format_size(p->budget, a, sizeof a) : "unlimited (in core)");
-	printf("  peak tensor memory   %s\n", hp_format_size(p->peak_bytes, a, sizeof a));
-	printf("  peak RSS (predicted) %s (fixed overhead %s", hp_format_size(rss_peak(p), a, sizeof a),
-	       hp_format_size(hp_budget_overhead(), b, sizeof b));
-	if (p->budget >= HP_BUDGET_PROCESS_FROM)
-		printf(", taken off the budget: %s for tensors", hp_format_size(hp_budget_tensors(p->budget), a, sizeof a));
-	else if (p->budget)
-		printf(" beside the budget: below 64 MiB it bounds tensors only");
-	printf(")\n");
-	printf("  smallest budget      %s = %llu bytes (node '%s')\n", hp_format_size(p->min_budget, b, sizeof b),
-	       (unsigned long long)p->min_budget, hp_escape(p->min_node, node, sizeof node));
-	printf("  tier %-15s read %s (%llu bytes) in %llu loads (%llu prefetched early), written %s (%llu bytes)\n",
-	       p->tier_name[0] ? p->tier_name : "(none)", hp_format_size(p->bytes_loaded, a, sizeof a),
-	       (unsigned long long)p->bytes_loaded, (unsigned long long)p->loads, (unsigned long long)p->prefetched,
-	       hp_format_size(p->bytes_written, b, sizeof b), (unsigned long long)p->bytes_written);
-	printf("  predicted step time  %.2f ms (%s-bound: compute %.2f ms, I/O %.2f ms)\n", p->predicted_ms,
-	       p->io_ms > p->compute_ms ? "I/O" : "compute", p->compute_ms, p->io_ms);
-	printf("    sgemm-bound        %3d kernels %9.2f ms  (%.1f GFLOP/s at %.2g FLOP .. %.1f at %.2g)\n",
-	       p->gemm_kernels, p->gemm_ms, p->gflops_small, p->flops_small, p->gflops, p->flops_large);
-	printf("    memory-bound       %3d kernels %9.2f ms  (%.1f GB/s)\n", p->mem_kernels, p->mem_ms, p->mem_GBps);
-	printf("    of which dispatch              %9.2f ms  (%.1f us per kernel)\n", p->dispatch_ms, p->dispatch_us);
-	printf("    compute model      %d thread%s per kernel, %d lane%s: %s\n", p->threads, p->threads > 1 ? "s" : "",
-	       p->workers, p->workers > 1 ? "s" : "", source(p->compute_source, p->compute_cache));
-	if (p->tier_name[0]) {
-		printf("    I/O read           %9.2f ms  (%.0f MB/s + %.0f us per load)\n", p->read_ms, p->read_MBps,
-		       p->read_lat_us);
-		printf("    I/O write          %9.2f ms  (%.0f MB/s + %.0f us per write-back)\n", p->write_ms,
-		       p->write_MBps, p->write_lat_us);
-		printf("    tier model         %s: %s\n", p->tier_name, source(p->tier_source, p->tier_cache));
-	}
-}
-
-int (*exec_floor_probe)(uint64_t b, char *node, size_t n, void *arg);
-void *exec_floor_arg;
-
-#define FLOOR_PROBE_SECONDS 3.0
-
-/* Below gmin's figure: a run splits for its own budget, and may fit a
- * smaller one than the graph split for 1 byte (lenet training: 131072
- * against 143360).  Searched on HP_BUDGET_ALIGN downwards from the
- * figure: steps of 1, 2, 4, ... pages while runs fit, then bisection
- * between the last that did not and the last that did, so that the
- * figure named runs and one page less (any budget one byte less) is
- * refused.  The floor lies close below the figure (ResNet-18 training:
- * 6 pages below 5208), where a bisection from 0 spent its
- * FLOOR_PROBE_SECONDS on probes far below and named 5208.  A big model
- * keeps the best found within FLOOR_PROBE_SECONDS. */
-static int floor_fits(uint64_t pages, struct hp_plan_summary *p, char *node, size_t n)
-{
-	char at[1024];
-
-	if (exec_floor_probe(pages * HP_BUDGET_ALIGN, at, sizeof at, exec_floor_arg) <= 0)
-		return 0;
-	p->min_budget = pages * HP_BUDGET_ALIGN;
-	snprintf(node, n, "%s", at);
-	p->min_node = node;
-	return 1;
-}
-
-static int floor_time_up(const struct timespec *t0)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec) > FLOOR_PROBE_SECONDS;
-}
-
-static void floor_below(struct hp_plan_summary *p, char *node, size_t n)
-{
-	uint64_t lo = 0, hi = p->min_budget / HP_BUDGET_ALIGN, step = 1;
-	struct timespec t0;
-
-	if (!exec_floor_probe)
-		return;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while (hi > step) { /* gallop: lo ends as a page count that does not fit (0: none found) */
-		if (!floor_fits(hi - step, p, node, n)) {
-			lo = hi - step;
-			break;
-		}
-		hi -= step;
-		step *= 2;
-		if (floor_time_up(&t0))
-			return;
-	}
-	while (hi - lo > 1 && !floor_time_up(&t0)) {
-		uint64_t mid = lo + (hi - lo) / 2;
-		if (floor_fits(mid, p, node, n))
-			hi = mid;
-		else
-			lo = mid;
-	}
-}
-
-/* The smallest budget of gmin (compiled for 1 byte) into p: the figure a
- * run below it is refused with, then planned at that figure for its node;
- * for training, lower where a run fits (floor_below). */
-static int smallest_budget(const struct hp_graph *gmin, const struct hp_exec_opts *o, struct hp_plan_summary *p)
-{
-	static char node[1024];
-	struct hp_exec_opts o1 = *o;
-	struct hp_plan_summary *q = malloc(sizeof *q);
-	int rc;
-
-	if (!q)
-		return hp_error(-ENOMEM, "out of memory");
-	o1.budget = 1;
-	o1.no_split = 1;
-	rc = hp_plan_summarize(gmin, &o1, q);
-	if (rc == HP_EBUDGET_OP) {
-		p->min_budget = o1.budget = hp_exec_min_budget();
-		rc = hp_plan_summarize(gmin, &o1, q);
-		if (rc == 0 && q->min_budget == p->min_budget) {
-			snprintf(node, sizeof node, "%s", q->min_node);
-			p->min_node = node;
-		}
-		if (rc >= 0)
-			floor_below(p, node, sizeof node);
-	}
-	free(q);
-	return rc < 0 ? rc : 0;
-}
-
-/* A training step's activations by fate: kept, swapped, recomputed (exec/remat.h). */
-static int print_stash(const struct hp_graph *g, const struct hp_exec_opts *o)
-{
-	struct hp_remat_figures f;
-	char a[32], b[32], d[32];
-	int rc = hp_remat_summarize(g, o, &f);
-
-	if (rc < 0 || !(f.kept || f.swapped || f.recomputed))
-		return rc;
-	printf("  backward's stash     kept %s, swapped %s, recomputed %s (%d node%s, %.4g MFLOP)\n",
-	       hp_format_size(f.kept, a, sizeof a), hp_format_size(f.swapped, b, sizeof b),
-	       hp_format_size(f.recomputed, d, sizeof d), f.nodes, f.nodes == 1 ? "" : "s", f.flops / 1e6);
-	return 0;
-}
-
-int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c, const char *what,
-		   const struct hp_graph *gmin)
-{
-	struct hp_plan_summary p;
-	int rc;
-
-	if (c->plan_dot && (rc = hp_plan_write_dot(g, o, c->plan_dot)) < 0)
-		return rc;
-	if (!c->plan)
-		return 0;
-	uint64_t state = 0, swapped = 0, foot = 0;
-	char a[32], b[32], t[32];
-
-	rc = hp_plan_summarize(g, o, &p);
-	if (rc == 0)
-		rc = hp_plan_footprint(g, o, &state, &swapped, &foot);
-	if (rc == 0 && gmin)
-		rc = smallest_budget(gmin, o, &p);
-	if (rc < 0)
-		return rc;
-	print_plan(&p, what, c);
-	if ((rc = print_stash(g, o)) < 0)
-		return rc;
-	if (o->budget)
-		printf("  tier footprint       %s at most at once (state %s once, swapped values %s)\n",
-		       hp_format_size(foot, t, sizeof t), hp_format_size(state, a, sizeof a),
-		       hp_format_size(swapped, b, sizeof b));
 	return 0;
 }
 
