@@ -160,11 +160,13 @@ static int64_t pick_window(const struct pg *o, uint64_t pages, uint64_t n)
 	}
 	for (int k = 0; k < FIT_TRIES && best >= 0 && cost && h; k++) {
 		uint64_t w = UINT64_MAX, c = UINT64_MAX;
-		for (uint64_t q = 0; q + n <= pages; q++)
+		for (uint64_t q = 0; k && q + n <= pages; q++) /* (the first try: the cheapest, best) */
 			if (cost[q] < c) {
 				c = cost[q];
 				w = q;
 			}
+		if (!k)
+			w = (uint64_t)best;
 		if (w == UINT64_MAX)
 			break;
 		if (window_fits(o, pages, w, n, h)) {
