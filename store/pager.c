@@ -787,10 +787,12 @@ int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mod
 		else
 			req_init(&reqs[nreq++], t, i, &g);
 	}
-	pthread_mutex_unlock(&st->mu);
-	submit_loads(st, &g, reqs, nreq);
-	pthread_mutex_lock(&st->mu);
-	group_wait(st, &g);
+	if (nreq || g.stage) { /* a pin of resident chunks keeps the lock: nothing to read or give back */
+		pthread_mutex_unlock(&st->mu);
+		submit_loads(st, &g, reqs, nreq);
+		pthread_mutex_lock(&st->mu);
+		group_wait(st, &g);
+	}
 	if (g.err) {
 		unpin_range(st, t, first, n, 0);
 		rc = hp_error(g.err, "%s", g.msg);

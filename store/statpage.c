@@ -371,9 +371,13 @@ void hs_statpage_publish(struct hs_store *st, int force)
 	if (!p)
 		return;
 	now = hs_now_ns();
+	/* every pin and unpin calls here: look at the clock before taking the
+	 * lock (a stale read only delays or repeats an update) */
+	if (!force && now - __atomic_load_n(&st->page_last_ns, __ATOMIC_RELAXED) < PUBLISH_EVERY_NS)
+		return;
 	pthread_mutex_lock(&st->mu);
 	if (force || now - st->page_last_ns >= PUBLISH_EVERY_NS) {
-		st->page_last_ns = now;
+		__atomic_store_n(&st->page_last_ns, now, __ATOMIC_RELAXED);
 		uint64_t s = atomic_load_explicit(&p->seq, memory_order_relaxed);
 		atomic_store_explicit(&p->seq, s + 1, memory_order_relaxed);
 		atomic_thread_fence(memory_order_release);
