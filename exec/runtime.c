@@ -23,6 +23,7 @@
 #include "exec/plan.h"
 #include "exec/remat.h"
 #include "exec/trace.h"
+#include "store/tier_uring.h"
 #include "kernels/blas.h"
 
 /* The out-of-core executor's state (the session's common part is not
@@ -451,12 +452,13 @@ static int rt_fire_io(void *arg, int kind, int v, uint64_t first, uint64_t nchun
 static void rt_fire_io_batch(void *arg, struct hp_net_io *ios, int n, int lane);
 static void *rt_start_io_batch(void *arg, struct hp_net_io *ios, int n, int lane);
 static int rt_io_batch_done(void *arg, void *h, struct hp_net_io *ios, int n, int wait);
+static void rt_io_plug(void *arg, int on);
 static int rt_fire_comm(void *arg, int step, int lane);
 
 static const struct hp_net_ops rt_net_ops = { .fire_kernel = rt_fire_kernel, .fire_io = rt_fire_io,
 					      .fire_comm = rt_fire_comm, .fire_recompute = rt_fire_kernel,
 					      .fire_io_batch = rt_fire_io_batch, .start_io_batch = rt_start_io_batch,
-					      .io_batch_done = rt_io_batch_done };
+					      .io_batch_done = rt_io_batch_done, .io_plug = rt_io_plug };
 
 /* Values' budget bytes (4 KiB pages, at least one; constants are not
  * managed) and chunk counts (tensors that exist now may load in parts). */
@@ -843,10 +845,12 @@ static void *rt_start_io_batch(void *arg, struct hp_net_io *ios, int n, int lane
 			wb[f->nw++] = (struct hs_range){ t, 0, HS_ALL };
 		}
 	}
+	hs_tier_uring_plug(1); /* the reads and writes in one io_uring_enter */
 	if (f->nl)
 		f->rl = hs_prefetch_many(ld, (size_t)f->nl, &f->ld);
 	if (f->nw && (f->rw = hs_evict_start(wb, (size_t)f->nw, HS_TIER_ANY, &f->wb)) > 0)
 		f->rw = 0;
+	hs_tier_uring_plug(0);
 	if (f->ld || f->wb)
 		return f;
 	rt_io_batch_done(arg, f, ios, n, 1);
@@ -883,6 +887,12 @@ static int rt_io_batch_done(void *arg, void *h, struct hp_net_io *ios, int n, in
 		trace_resident(s);
 	free(f);
 	return 1;
+}
+
+static void rt_io_plug(void *arg, int on)
+{
+	(void)arg;
+	hs_tier_uring_plug(on);
 }
 
 /* The same batch on an I/O thread, waited for: what each does is what
