@@ -729,14 +729,19 @@ static void reap(struct hp_net *n, int wait, int worker)
  * load, for the worker to wait, or DEFER_KERNELS kernels, and goes with
  * them in one submission: lenet at a quarter of its peak wrote back ~20
  * tiny gradients a step one io_uring_enter each, a device notify each.
- * Nothing outside the net knows of a deferred write-back: its value stays
- * resident and dirty, its transition running. */
+ * Only small batches wait (DEFER_BYTES): a request's fixed cost is worth
+ * saving there, while a large write-back's bandwidth and the budget it
+ * frees are not worth delaying.  Nothing outside the net knows of a
+ * deferred write-back: its value stays resident and dirty, its transition
+ * running. */
 #define DEFER_KERNELS 2
+#define DEFER_BYTES (64u << 10)
 
 static void start_batch(struct hp_net *n, struct heap *h, int i, int worker)
 {
 	struct flight *f;
 	int wb_only = 1;
+	uint64_t bytes = 0;
 
 	while (n->nfl == MAX_FLIGHTS)
 		reap(n, 1, worker);
@@ -750,6 +755,7 @@ static void start_batch(struct hp_net *n, struct heap *h, int i, int worker)
 		f->io[k] = (struct hp_net_io){ .kind = t->kind, .value = t->value, .first = t->first,
 					       .nchunks = t->nchunks };
 		wb_only &= t->kind == HP_TR_WRITEBACK;
+		bytes += n->vsize[t->value];
 		n->state[f->idx[k]] = ST_RUNNING;
 		n->nrunning++;
 	}
@@ -757,7 +763,7 @@ static void start_batch(struct hp_net *n, struct heap *h, int i, int worker)
 	f->deferred = 1;
 	f->born = n->kfired;
 	n->nfl++;
-	if (!wb_only || !n->ops->io_plug)
+	if (!wb_only || bytes > DEFER_BYTES || !n->ops->io_plug)
 		launch(n);
 }
 

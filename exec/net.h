@@ -115,9 +115,9 @@ struct hp_net_ops {
 	int (*io_batch_done)(void *arg, void *h, struct hp_net_io *ios, int n, int wait);
 	/* Optional, with start_io_batch: on 1, hold back the submissions of the
 	 * start_io_batch calls that follow; on 0, submit them at once (nested
-	 * as hs_tier_uring_plug).  With it, batches of write-backs only wait
-	 * for the next batch with a load, or for the worker to wait, or two
-	 * kernels, and go in one submission with them. */
+	 * as hs_tier_uring_plug).  With it, small batches of write-backs only
+	 * (64 KiB at most) wait for the next batch with a load, or for the
+	 * worker to wait, or two kernels, and go in one submission with them. */
 	void (*io_plug)(void *arg, int on);
 };
 
