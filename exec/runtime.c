@@ -60,6 +60,7 @@ struct hp_rt {
 	atomic_int sreleased;        /* discarded so far in this run */
 	int state_gone;              /* a run failed after discarding some: the state is torn */
 	struct out_snap *snap;       /* per graph output (g->outputs' order): small ones' bytes */
+	int *snap_of;                /* per value: its slot in snap if a small graph output, else -1 */
 	uint64_t run_gen;            /* runs started */
 };
 
@@ -389,12 +390,7 @@ static int add_kernel_entry(const struct hp_rt *s, int k, struct hp_net_entry *e
 /* The slot of v among the graph's small outputs (SNAP_BYTES), or -1. */
 static int snap_slot(const struct hp_rt *s, int v)
 {
-	if (!s->snap || v < 0 || !managed(s->g, v) || vbytes(s->g, v) > SNAP_BYTES)
-		return -1;
-	for (int k = 0; k < s->g->noutputs; k++)
-		if (s->g->outputs[k] == v)
-			return k;
-	return -1;
+	return s->snap_of && v >= 0 && v < s->g->nvalues ? s->snap_of[v] : -1;
 }
 
 /* After step k wrote its outputs (their chunks resident: the net starts
@@ -426,8 +422,16 @@ static int count_state_readers(struct hp_rt *s)
 	s->sreaders = calloc((size_t)g->nvalues + 1, sizeof *s->sreaders);
 	s->sleft = calloc((size_t)g->nvalues + 1, sizeof *s->sleft);
 	s->snap = calloc((size_t)g->noutputs + 1, sizeof *s->snap);
-	if (!s->sreaders || !s->sleft || !s->snap)
+	s->snap_of = malloc(((size_t)g->nvalues + 1) * sizeof *s->snap_of);
+	if (!s->sreaders || !s->sleft || !s->snap || !s->snap_of)
 		return hp_error(-ENOMEM, "out of memory");
+	for (int v = 0; v < g->nvalues; v++)
+		s->snap_of[v] = -1;
+	for (int k = 0; k < g->noutputs; k++) {
+		int v = g->outputs[k];
+		if (v >= 0 && managed(g, v) && vbytes(g, v) <= SNAP_BYTES)
+			s->snap_of[v] = k;
+	}
 	for (int k = 0; k < s->plan->nsteps; k++) {
 		const struct hp_node *nd = &g->nodes[s->plan->node[k]];
 		for (int j = 0; j < nd->ninputs; j++) {
@@ -1196,6 +1200,7 @@ static void rt_destroy(struct hp_session *ss)
 	free(s->sreaders);
 	free(s->sleft);
 	free(s->snap);
+	free(s->snap_of);
 	for (int w = 0; w < s->nscratch; w++)
 		if (s->scratch[w]) {
 			hs_unpin(s->scratch[w], 0, HS_ALL);
