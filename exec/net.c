@@ -37,6 +37,8 @@ struct heap {
 #define MAX_FLIGHTS 32
 struct flight {
 	void *h;
+	int deferred;           /* not started yet: write-backs only (launch) */
+	uint64_t born;          /* kernels fired when it was deferred */
 	int m;
 	int idx[HP_NET_IO_BATCH];
 	struct hp_net_io io[HP_NET_IO_BATCH];
@@ -71,6 +73,7 @@ struct hp_net {
 	int inline_io;          /* no I/O threads: the compute worker issues I/O (net.h) */
 	struct flight *fl;      /* its batches in flight, oldest first */
 	int nfl;
+	uint64_t kfired;        /* kernels the inline worker fired (deferred write-backs' age) */
 	uint64_t reserved;      /* budget held apart: the workers' kernel scratch */
 	pthread_t *threads;
 	int nthreads;
@@ -641,15 +644,64 @@ static void land(struct hp_net *n, struct flight *f)
 	}
 }
 
-/* Poll the flights (wait: wait for the oldest), landing those done (lock
- * held on entry and exit, released while polling).  Only the one compute
- * worker of inline I/O calls this: nobody else touches the flights. */
+/* Start the deferred flights, oldest first, under one plug (ops->io_plug:
+ * their requests in one submission), landing any that finished at once
+ * (lock held on entry and exit, released while starting). */
+static void launch(struct hp_net *n)
+{
+	int any = 0, k = 0;
+
+	for (int i = 0; i < n->nfl; i++)
+		any |= n->fl[i].deferred;
+	if (!any)
+		return;
+	pthread_mutex_unlock(&n->mu);
+	if (n->ops->io_plug)
+		n->ops->io_plug(n->arg, 1);
+	for (int i = 0; i < n->nfl; i++) {
+		struct flight *f = &n->fl[i];
+		/* traced on the I/O lanes, one per batch in flight (their spans
+		 * run from the submission to the reaping, across kernels) */
+		if (f->deferred)
+			f->h = n->ops->start_io_batch(n->arg, f->io, f->m, HP_LANE_IO + i);
+	}
+	if (n->ops->io_plug)
+		n->ops->io_plug(n->arg, 0);
+	pthread_mutex_lock(&n->mu);
+	for (int i = 0; i < n->nfl; i++) {
+		struct flight *f = &n->fl[i];
+		if (f->deferred) {
+			f->deferred = 0;
+			if (!f->h) {
+				land(n, f);
+				continue;
+			}
+		}
+		if (k != i)
+			n->fl[k] = *f;
+		k++;
+	}
+	n->nfl = k;
+}
+
+/* Poll the flights (wait: start the deferred ones and wait for the
+ * oldest), landing those done (lock held on entry and exit, released
+ * while polling).  Only the one compute worker of inline I/O calls this:
+ * nobody else touches the flights. */
 static void reap(struct hp_net *n, int wait, int worker)
 {
 	int k = 0;
 
+	if (wait)
+		launch(n); /* nothing else to do: what is waited for must be on its way */
 	for (int i = 0; i < n->nfl; i++) {
 		struct flight *f = &n->fl[i];
+		if (f->deferred) {
+			if (k != i)
+				n->fl[k] = *f;
+			k++;
+			continue;
+		}
 		double t0 = now_ms(), u0 = hp_trace_now_us(n->trace);
 		int w = wait && i == 0;
 		pthread_mutex_unlock(&n->mu);
@@ -672,10 +724,24 @@ static void reap(struct hp_net *n, int wait, int worker)
 }
 
 /* Inline I/O: start i with the batchable transitions next in h, in flight
- * until reap lands it (lock held on entry and exit). */
+ * until reap lands it (lock held on entry and exit).  With ops->io_plug, a
+ * batch of write-backs only waits (deferred) for the next batch with a
+ * load, for the worker to wait, or DEFER_KERNELS kernels, and goes with
+ * them in one submission: lenet at a quarter of its peak wrote back ~20
+ * tiny gradients a step one io_uring_enter each, a device notify each.
+ * Only small batches wait (DEFER_BYTES): a request's fixed cost is worth
+ * saving there, while a large write-back's bandwidth and the budget it
+ * frees are not worth delaying.  Nothing outside the net knows of a
+ * deferred write-back: its value stays resident and dirty, its transition
+ * running. */
+#define DEFER_KERNELS 2
+#define DEFER_BYTES (64u << 10)
+
 static void start_batch(struct hp_net *n, struct heap *h, int i, int worker)
 {
 	struct flight *f;
+	int wb_only = 1;
+	uint64_t bytes = 0;
 
 	while (n->nfl == MAX_FLIGHTS)
 		reap(n, 1, worker);
@@ -688,18 +754,28 @@ static void start_batch(struct hp_net *n, struct heap *h, int i, int worker)
 		const struct tr *t = &n->tr[f->idx[k]];
 		f->io[k] = (struct hp_net_io){ .kind = t->kind, .value = t->value, .first = t->first,
 					       .nchunks = t->nchunks };
+		wb_only &= t->kind == HP_TR_WRITEBACK;
+		bytes += n->vsize[t->value];
 		n->state[f->idx[k]] = ST_RUNNING;
 		n->nrunning++;
 	}
-	pthread_mutex_unlock(&n->mu);
-	/* traced on the I/O lanes, one per batch in flight (their spans run
-	 * from the submission to the reaping, across kernels) */
-	f->h = n->ops->start_io_batch(n->arg, f->io, f->m, HP_LANE_IO + n->nfl);
-	pthread_mutex_lock(&n->mu);
-	if (f->h)
-		n->nfl++;
-	else
-		land(n, f);
+	f->h = NULL;
+	f->deferred = 1;
+	f->born = n->kfired;
+	n->nfl++;
+	if (!wb_only || bytes > DEFER_BYTES || !n->ops->io_plug)
+		launch(n);
+}
+
+/* Before the inline worker fires a kernel: start deferred write-backs
+ * that have waited DEFER_KERNELS kernels (lock held). */
+static void launch_aged(struct hp_net *n)
+{
+	for (int i = 0; i < n->nfl; i++)
+		if (n->fl[i].deferred && n->kfired - n->fl[i].born >= DEFER_KERNELS) {
+			launch(n);
+			return;
+		}
 }
 
 /* A worker's loop (lock held on entry and exit): for one run (the calling
@@ -765,6 +841,10 @@ static void work(struct hp_net *n, int cls, int worker, int forever)
 		}
 		if (h->n && h != &n->ready[cls] && n->idle[CL_IO])
 			pthread_cond_signal(&n->cv[CL_IO]); /* more I/O: share it */
+		if (n->inline_io && is_compute(n->tr[i].kind)) {
+			launch_aged(n);
+			n->kfired++;
+		}
 		n->state[i] = ST_RUNNING;
 		n->nrunning++;
 		pthread_mutex_unlock(&n->mu);

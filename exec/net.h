@@ -113,6 +113,12 @@ struct hp_net_ops {
 	 * the worker and 4 I/O threads on 2 cores). */
 	void *(*start_io_batch)(void *arg, struct hp_net_io *ios, int n, int lane);
 	int (*io_batch_done)(void *arg, void *h, struct hp_net_io *ios, int n, int wait);
+	/* Optional, with start_io_batch: on 1, hold back the submissions of the
+	 * start_io_batch calls that follow; on 0, submit them at once (nested
+	 * as hs_tier_uring_plug).  With it, small batches of write-backs only
+	 * (64 KiB at most) wait for the next batch with a load, or for the
+	 * worker to wait, or two kernels, and go in one submission with them. */
+	void (*io_plug)(void *arg, int on);
 };
 
 #define HP_NET_IO_BATCH 16

@@ -24,6 +24,7 @@
 #include "exec/tier_room.h"
 #include "exec/remat.h"
 #include "exec/trace.h"
+#include "store/tier_uring.h"
 #include "kernels/blas.h"
 
 /* The out-of-core executor's state (the session's common part is not
@@ -59,6 +60,24 @@ struct hp_rt {
 	atomic_int *sleft;
 	atomic_int sreleased;        /* discarded so far in this run */
 	int state_gone;              /* a run failed after discarding some: the state is torn */
+	struct out_snap *snap;       /* per graph output (g->outputs' order): small ones' bytes */
+	int *snap_of;                /* per value: its slot in snap if a small graph output, else -1 */
+	uint64_t run_gen;            /* runs started */
+};
+
+/* A graph output of at most SNAP_BYTES (a training step's loss) is copied
+ * aside after each step that writes it (the last one, in plan order,
+ * leaves its final bytes: a value is not written after its last writer),
+ * and the caller's read after the run takes that copy while the value is
+ * still held.  Under a tight budget the plan writes the loss back and
+ * evicts it: reading it after the run was a synchronous load, a
+ * submission and a wait (lenet at a quarter: 50-300 us at the end of a
+ * ~3 ms step). */
+#define SNAP_BYTES 64
+
+struct out_snap {
+	uint64_t gen;                /* run_gen of the run that wrote b; 0: none */
+	unsigned char b[SNAP_BYTES];
 };
 
 static uint64_t vbytes(const struct hp_graph *g, int v)
@@ -369,6 +388,32 @@ static int add_kernel_entry(const struct hp_rt *s, int k, struct hp_net_entry *e
 	return extra ? nd->noutputs : 0;
 }
 
+/* The slot of v among the graph's small outputs (SNAP_BYTES), or -1. */
+static int snap_slot(const struct hp_rt *s, int v)
+{
+	return s->snap_of && v >= 0 && v < s->g->nvalues ? s->snap_of[v] : -1;
+}
+
+/* After step k wrote its outputs (their chunks resident: the net starts
+ * no write-back of them before the step completes): the small graph
+ * outputs' bytes, copied aside. */
+static int snap_outputs(struct hp_rt *s, const struct hp_node *n)
+{
+	for (int o = 0; o < n->noutputs; o++) {
+		int v = n->outputs[o], k = snap_slot(s, v);
+		void *p;
+		if (k < 0 || !s->ten[v])
+			continue;
+		int rc = hs_pin(s->ten[v], 0, HS_ALL, HS_PIN_READ, &p);
+		if (rc < 0)
+			return hp_error_prefix(rc, "value '%s'", s->g->values[v].name);
+		memcpy(s->snap[k].b, p, vbytes(s->g, v));
+		hs_unpin(s->ten[v], 0, HS_ALL);
+		s->snap[k].gen = s->run_gen;
+	}
+	return 0;
+}
+
 /* Count the steps reading each value of the state's previous version
  * (a step reading it twice is one reader). */
 static int count_state_readers(struct hp_rt *s)
@@ -377,8 +422,17 @@ static int count_state_readers(struct hp_rt *s)
 
 	s->sreaders = calloc((size_t)g->nvalues + 1, sizeof *s->sreaders);
 	s->sleft = calloc((size_t)g->nvalues + 1, sizeof *s->sleft);
-	if (!s->sreaders || !s->sleft)
+	s->snap = calloc((size_t)g->noutputs + 1, sizeof *s->snap);
+	s->snap_of = malloc(((size_t)g->nvalues + 1) * sizeof *s->snap_of);
+	if (!s->sreaders || !s->sleft || !s->snap || !s->snap_of)
 		return hp_error(-ENOMEM, "out of memory");
+	for (int v = 0; v < g->nvalues; v++)
+		s->snap_of[v] = -1;
+	for (int k = 0; k < g->noutputs; k++) {
+		int v = g->outputs[k];
+		if (v >= 0 && managed(g, v) && vbytes(g, v) <= SNAP_BYTES)
+			s->snap_of[v] = k;
+	}
 	for (int k = 0; k < s->plan->nsteps; k++) {
 		const struct hp_node *nd = &g->nodes[s->plan->node[k]];
 		for (int j = 0; j < nd->ninputs; j++) {
@@ -452,12 +506,13 @@ static int rt_fire_io(void *arg, int kind, int v, uint64_t first, uint64_t nchun
 static void rt_fire_io_batch(void *arg, struct hp_net_io *ios, int n, int lane);
 static void *rt_start_io_batch(void *arg, struct hp_net_io *ios, int n, int lane);
 static int rt_io_batch_done(void *arg, void *h, struct hp_net_io *ios, int n, int wait);
+static void rt_io_plug(void *arg, int on);
 static int rt_fire_comm(void *arg, int step, int lane);
 
 static const struct hp_net_ops rt_net_ops = { .fire_kernel = rt_fire_kernel, .fire_io = rt_fire_io,
 					      .fire_comm = rt_fire_comm, .fire_recompute = rt_fire_kernel,
 					      .fire_io_batch = rt_fire_io_batch, .start_io_batch = rt_start_io_batch,
-					      .io_batch_done = rt_io_batch_done };
+					      .io_batch_done = rt_io_batch_done, .io_plug = rt_io_plug };
 
 /* Values' budget bytes (4 KiB pages, at least one; constants are not
  * managed) and chunk counts (tensors that exist now may load in parts). */
@@ -734,6 +789,8 @@ static int rt_fire_kernel(void *arg, int step, int worker, int lane)
 	for (int o = 0; o < n->noutputs; o++)
 		if (src[o] >= 0)
 			s->ten[n->inputs[src[o]]] = NULL;
+	if (rc == 0)
+		rc = snap_outputs(s, n);
 	return rc < 0 ? rc : state_read_done(s, step);
 }
 
@@ -761,6 +818,8 @@ static int rt_fire_comm(void *arg, int step, int lane)
 	unpin_io(s, n, in, out);
 	for (int i = 1; inplace && i < n->ninputs; i++)
 		s->ten[n->inputs[i]] = NULL;
+	if (rc == 0)
+		rc = snap_outputs(s, n);
 	return rc < 0 ? rc : state_read_done(s, step);
 }
 
@@ -846,10 +905,12 @@ static void *rt_start_io_batch(void *arg, struct hp_net_io *ios, int n, int lane
 			wb[f->nw++] = (struct hs_range){ t, 0, HS_ALL };
 		}
 	}
+	hs_tier_uring_plug(1); /* the reads and writes in one io_uring_enter */
 	if (f->nl)
 		f->rl = hs_prefetch_many(ld, (size_t)f->nl, &f->ld);
 	if (f->nw && (f->rw = hs_evict_start(wb, (size_t)f->nw, HS_TIER_ANY, &f->wb)) > 0)
 		f->rw = 0;
+	hs_tier_uring_plug(0);
 	if (f->ld || f->wb)
 		return f;
 	rt_io_batch_done(arg, f, ios, n, 1);
@@ -886,6 +947,12 @@ static int rt_io_batch_done(void *arg, void *h, struct hp_net_io *ios, int n, in
 		trace_resident(s);
 	free(f);
 	return 1;
+}
+
+static void rt_io_plug(void *arg, int on)
+{
+	(void)arg;
+	hs_tier_uring_plug(on);
 }
 
 /* The same batch on an I/O thread, waited for: what each does is what
@@ -976,6 +1043,7 @@ static int rt_run(struct hp_session *ss)
 		atomic_store(&s->sleft[v], s->sreaders[v]);
 	atomic_store(&s->sreleased, 0);
 	hs_store_stats(s->store, &a);
+	s->run_gen++;
 	rc = hp_net_run(s->net);
 	/* the state's previous version is partly gone, its next one not
 	 * complete: nothing is left to continue from but a checkpoint */
@@ -1062,6 +1130,13 @@ static int rt_copy(struct hp_session *ss, int v, uint64_t offset, uint64_t len, 
 	}
 	if (!s->ten[v])
 		return hp_error(HP_EUSAGE, "%s: value '%s' is not held by the session", s->g->path, s->g->values[v].name);
+	int k = snap_slot(s, v);
+	if (k >= 0 && write)
+		s->snap[k].gen = 0;
+	if (k >= 0 && !write && s->run_gen && s->snap[k].gen == s->run_gen && offset + len <= vbytes(s->g, v)) {
+		memcpy(mem, s->snap[k].b + offset, len); /* the last run's bytes, copied aside (SNAP_BYTES) */
+		return 0;
+	}
 	while (len) {
 		uint64_t c = offset / cs, in = offset - c * cs, n = cs - in < len ? cs - in : len;
 		unsigned char *p;
@@ -1127,6 +1202,8 @@ static void rt_destroy(struct hp_session *ss)
 	free(s->spare);
 	free(s->sreaders);
 	free(s->sleft);
+	free(s->snap);
+	free(s->snap_of);
 	for (int w = 0; w < s->nscratch; w++)
 		if (s->scratch[w]) {
 			hs_unpin(s->scratch[w], 0, HS_ALL);

@@ -18,6 +18,14 @@ int hs_tier_file_open(const char *path, struct hs_tier **out);
 uint64_t hs_tier_file_size(struct hs_tier *t);
 /* 1: reads bypass the page cache (addresses, lengths and buffers aligned). */
 int hs_tier_file_direct(struct hs_tier *t);
+/* Plug (on 1) or unplug (on 0) this thread's submissions, nested: while
+ * plugged, requests the thread submits to one nvme or file tier wait in
+ * its ring (a few at most) and go in one io_uring_enter at the outermost
+ * unplug, or sooner: when the ring fills, when this thread polls that
+ * tier, or with another thread's submission to it.  The plugged thread
+ * must not wait for those requests except by polling that tier (a store
+ * condition wait would wait forever): plug only around submitting calls. */
+void hs_tier_uring_plug(int on);
 /* Requests an nvme tier served from registered buffers (0 for other tiers). */
 uint64_t hs_tier_nvme_fixed_ios(struct hs_tier *t);
 

@@ -340,6 +340,75 @@ static void test_nvme_submit_fault_exactly_once(void **state)
 	free(one);
 }
 
+/* Plugged (hs_tier_uring_plug), a thread's requests wait in the ring until
+ * the outermost unplug, or until that thread polls the tier, and a plug
+ * whose io_uring_enter fails completes each with the error exactly once. */
+static void wait_calls(struct counted *c, int n, struct hs_tier *t)
+{
+	for (int k = 0; k < 500; k++) {
+		int all = 1;
+		for (int i = 0; i < n; i++)
+			all &= atomic_load(&c[i].calls) == 1;
+		if (all)
+			return;
+		t->ops->poll(t, 1); /* waits up to 10 ms */
+	}
+	fail_msg("plugged requests not completed in 5 s");
+}
+
+static void test_nvme_plug(void **state)
+{
+	enum { N = 3, BL = HS_IO_ALIGN };
+	struct hs_tier *t;
+	struct counted c[N];
+	struct hs_io *p[N];
+	unsigned char *buf = aligned_alloc(HS_IO_ALIGN, (size_t)N * BL);
+
+	(void)state;
+	assert_int_equal(open_kind(HS_TIER_NVME, "nvme-plug", 1 << 20, &t), 0);
+	memset(buf, 7, (size_t)N * BL);
+	for (int i = 0; i < N; i++) {
+		memset(&c[i], 0, sizeof c[i]);
+		c[i].io = (struct hs_io){ .op = HS_IO_WRITE, .addr = 8192 + (uint64_t)i * BL, .buf = buf + (size_t)i * BL,
+					  .len = BL, .done = counted_done, .res = 1 };
+		p[i] = &c[i].io;
+	}
+	/* nested: held until the outer unplug (50 ms is ages for one block,
+	 * submitted or not the CQ thread would have reaped it) */
+	hs_tier_uring_plug(1);
+	hs_tier_uring_plug(1);
+	assert_int_equal(t->ops->submit(t, p, 2), 2);
+	hs_tier_uring_plug(0);
+	usleep(50000);
+	assert_int_equal(atomic_load(&c[0].calls) + atomic_load(&c[1].calls), 0);
+	hs_tier_uring_plug(0);
+	wait_calls(c, 2, t);
+	assert_int_equal(c[0].io.res, 0);
+	assert_int_equal(c[1].io.res, 0);
+	/* still plugged, this thread polls for its own request: it goes */
+	hs_tier_uring_plug(1);
+	assert_int_equal(t->ops->submit(t, &p[2], 1), 1);
+	wait_calls(&c[2], 1, t);
+	assert_int_equal(c[2].io.res, 0);
+	hs_tier_uring_plug(0);
+	/* the unplug's io_uring_enter fails: each plugged request once, -EIO */
+	for (int i = 0; i < 2; i++) {
+		atomic_store(&c[i].calls, 0);
+		c[i].io.res = 1;
+	}
+	hs_tier_uring_plug(1);
+	assert_int_equal(t->ops->submit(t, p, 2), 2);
+	hs_fault_set(HS_FAULT_SUBMIT, 1, -EIO);
+	hs_tier_uring_plug(0);
+	hs_fault_clear();
+	t->ops->close(t); /* waits for all in flight */
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(atomic_load(&c[i].calls), 1);
+		assert_int_equal(c[i].io.res, -EIO);
+	}
+	free(buf);
+}
+
 /* The read-only file tier: a batch of block reads through submit, the last
  * one reaching past the end of the file (complete: every byte up to the
  * end), writes refused, a file that shrank under it reads short. */
@@ -438,6 +507,7 @@ int main(void)
 		cmocka_unit_test(test_pmem_tier_msync_path),
 		cmocka_unit_test(test_nvme_tier),
 		cmocka_unit_test(test_nvme_submit_fault_exactly_once),
+		cmocka_unit_test(test_nvme_plug),
 		cmocka_unit_test(test_file_tier),
 		cmocka_unit_test(test_nvme_refuses_tmpfs),
 		cmocka_unit_test(test_bad_paths),
