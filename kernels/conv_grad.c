@@ -625,6 +625,8 @@ struct cg_filter {
 	struct hp_gfilt gfg;
 	int reg;               /* ungrouped, small units, AVX-512: conv_grad_reg.c */
 	struct hp_rfilt rfg;
+	int lane;              /* stride 1, few channels, whole items, AVX-512: conv_grad_lane.c */
+	struct hp_lfilt lfg;
 };
 
 struct filter_run {
@@ -900,6 +902,32 @@ static int reg_fit(struct cg_filter *f, const struct hp_node *n, int64_t unit_ax
 	return 1;
 }
 
+/* The position-lane tiles of conv_grad_lane.c where they apply (units of
+ * whole items only: they decide by the unit, the channels and the
+ * window, never by the batch), in fewer workers where the workspace of
+ * the sgemm path they replace (with the same hpdlf_lean) would not hold
+ * them all; the node names that path's workspace to the planner, as
+ * reg_fit does, so the plans do not change. */
+static int lane_plan(struct cg_filter *f, const struct hp_node *n, int64_t unit_axis)
+{
+	const struct cgeom *c = &f->c;
+	struct hp_colgeom geo = { 0 };
+	struct cg_filter s = *f;
+
+	cgeom_colgeom(c, &geo);
+	if (!hp_lfilt_plan(&f->lfg, &geo, c->n, c->cbig, c->csmall, c->group, filter_unit(c, unit_axis),
+			   hp_conv_ws_threads()))
+		return 0;
+	s.lean = hp_attr_int(n, "hpdlf_lean", 0) != 0;
+	filter_plan(&s, unit_axis);
+	if (!hp_lfilt_fit(&f->lfg, s.workspace))
+		return 0;
+	f->lane = 1;
+	f->workspace = hp_lfilt_workspace(&f->lfg);
+	f->workspace = f->workspace > s.workspace ? f->workspace : s.workspace;
+	return 1;
+}
+
 static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	struct hp_shape ks, ws;
@@ -921,6 +949,7 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 		f.workspace = hp_dw_filter_ws(&dw);
 	} else if (grp_plan(&f, unit_axis)) {
 		f.workspace = hp_gfilt_workspace(&f.gfg);
+	} else if (lane_plan(&f, n, unit_axis)) { /* its workspace set */
 	} else if (w3_plan(&f, unit_axis)) { /* its workspace set */
 	} else if (reg_plan(&f, unit_axis) && reg_fit(&f, n, unit_axis)) {
 		/* groups: where conv_grad_grp.c does not run, 16-64 output
@@ -991,6 +1020,10 @@ static int conv_filter_run(const struct hp_node *n, const struct hp_kargs *a)
 	}
 	if (f->grp) {
 		hp_gfilt_run(&f->gfg, r.dy, r.x, acc, a->out[0].data, a->ws, a->pool);
+		return 0;
+	}
+	if (f->lane) {
+		hp_lfilt_run(&f->lfg, r.dy, r.x, acc, a->out[0].data, a->ws, a->pool);
 		return 0;
 	}
 	if (f->reg) {
