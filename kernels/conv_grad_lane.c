@@ -184,25 +184,45 @@ static inline __attribute__((always_inline)) LF_TARGET void lf_tile(const int MC
 }
 
 #define LF_FN(MC, NT)                                                                                          \
-	static LF_TARGET void lf_tile_##MC(const struct hp_lfilt *q, int64_t m0, int64_t t0, const float *dyp, \
-					   int64_t ldy, const float *xp, int64_t cs, float *dw)                 \
+	static LF_TARGET void lf_tile_##MC##_##NT(const struct hp_lfilt *q, int64_t m0, int64_t t0,            \
+						  const float *dyp, int64_t ldy, const float *xp, int64_t cs,  \
+						  float *dw)                                                   \
 	{                                                                                                      \
 		lf_tile(MC, NT, q, m0, t0, dyp, ldy, xp, cs, dw);                                              \
 	}
-/* as lf_nt */
-LF_FN(1, 16)
-LF_FN(2, 12)
-LF_FN(3, 8)
-LF_FN(4, 6)
-LF_FN(5, 5)
-LF_FN(6, 4)
-LF_FN(7, 3)
-LF_FN(8, 2)
+/* as lf_nt, and every shorter block of taps (a tail block) */
+#define LF_FN2(MC) LF_FN(MC, 1) LF_FN(MC, 2)
+#define LF_FN3(MC) LF_FN2(MC) LF_FN(MC, 3)
+#define LF_FN4(MC) LF_FN3(MC) LF_FN(MC, 4)
+#define LF_FN5(MC) LF_FN4(MC) LF_FN(MC, 5)
+#define LF_FN6(MC) LF_FN5(MC) LF_FN(MC, 6)
+#define LF_FN8(MC) LF_FN6(MC) LF_FN(MC, 7) LF_FN(MC, 8)
+#define LF_FN12(MC) LF_FN8(MC) LF_FN(MC, 9) LF_FN(MC, 10) LF_FN(MC, 11) LF_FN(MC, 12)
+#define LF_FN16(MC) LF_FN12(MC) LF_FN(MC, 13) LF_FN(MC, 14) LF_FN(MC, 15) LF_FN(MC, 16)
+LF_FN16(1)
+LF_FN12(2)
+LF_FN8(3)
+LF_FN6(4)
+LF_FN5(5)
+LF_FN4(6)
+LF_FN3(7)
+LF_FN2(8)
 
 typedef void (*lf_tile_fn)(const struct hp_lfilt *, int64_t, int64_t, const float *, int64_t, const float *, int64_t,
 			   float *);
-static const lf_tile_fn lf_tiles[LF_MC + 1] = { NULL,	 lf_tile_1, lf_tile_2, lf_tile_3, lf_tile_4,
-						 lf_tile_5, lf_tile_6, lf_tile_7, lf_tile_8 };
+#define LF_P2(MC) lf_tile_##MC##_1, lf_tile_##MC##_2
+#define LF_P3(MC) LF_P2(MC), lf_tile_##MC##_3
+#define LF_P4(MC) LF_P3(MC), lf_tile_##MC##_4
+#define LF_P5(MC) LF_P4(MC), lf_tile_##MC##_5
+#define LF_P6(MC) LF_P5(MC), lf_tile_##MC##_6
+#define LF_P8(MC) LF_P6(MC), lf_tile_##MC##_7, lf_tile_##MC##_8
+#define LF_P12(MC) LF_P8(MC), lf_tile_##MC##_9, lf_tile_##MC##_10, lf_tile_##MC##_11, lf_tile_##MC##_12
+#define LF_P16(MC) LF_P12(MC), lf_tile_##MC##_13, lf_tile_##MC##_14, lf_tile_##MC##_15, lf_tile_##MC##_16
+/* [mc][nt - 1] */
+static const lf_tile_fn lf_tiles[LF_MC + 1][16] = {
+	{ NULL },   { LF_P16(1) }, { LF_P12(2) }, { LF_P8(3) }, { LF_P6(4) },
+	{ LF_P5(5) }, { LF_P4(6) },  { LF_P3(7) },  { LF_P2(8) },
+};
 #endif
 
 struct lf_run {
@@ -257,7 +277,6 @@ static void lf_work(void *arg, int64_t b, int64_t e, int tid)
 	const struct hp_colgeom *g = &q->geo;
 	float *buf = r->ws + (size_t)tid * q->per_worker;
 	float *ybuf = buf, *xbuf = buf + (q->copy_dy ? q->cout * q->len : 0);
-	lf_tile_fn fn = lf_tiles[q->mc];
 
 	for (int64_t s = b; s < e; s++) {
 		int64_t k0 = q->tiles * s / r->shares, k1 = q->tiles * (s + 1) / r->shares;
@@ -272,8 +291,10 @@ static void lf_work(void *arg, int64_t b, int64_t e, int tid)
 				lf_copy_x(q, xp, xbuf);
 				xp = xbuf, cs = q->xh * q->pw;
 			}
-			for (int64_t k = k0; k < k1; k++)
-				fn(q, k / q->ntb * q->mc, k % q->ntb * q->nt, dyp, ldy, xp, cs, r->dw);
+			for (int64_t k = k0; k < k1; k++) { /* a tail block of taps in a shorter tile */
+				int64_t t0 = k % q->ntb * q->nt, nt = q->taps - t0 < q->nt ? q->taps - t0 : q->nt;
+				lf_tiles[q->mc][nt - 1](q, k / q->ntb * q->mc, t0, dyp, ldy, xp, cs, r->dw);
+			}
 		}
 	}
 #else
