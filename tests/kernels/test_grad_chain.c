@@ -409,6 +409,20 @@ static void cgf_case(int nsp, int64_t n, int64_t cx, int64_t cy, int64_t group, 
 
 #define I (const int[])
 
+/* A 1x1 of stride 1 without pads (X its own column matrix: no slab path
+ * to force), with a batch of n and of one: cgf_check. */
+static void pw_case(int64_t n, int64_t cx, int64_t cy, const int *xs)
+{
+	for (int bi = 0; bi < 2; bi++) {
+		struct cgf c;
+		char what[96];
+		cgf_init(&c, 2, bi ? 1 : n, cx, cy, 1, xs, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 0, 0 }, I{ 0, 0 });
+		snprintf(what, sizeof what, "1x1 n=%lld cx=%lld cy=%lld", (long long)c.n, (long long)cx, (long long)cy);
+		cgf_check(&c, what);
+		cgf_free(&c);
+	}
+}
+
 static void test_filter_1d(void **state)
 {
 	(void)state;
@@ -436,6 +450,10 @@ static void test_filter_2d(void **state)
 	cgf_case(2, 3, 3, 5, 1, I{ 5, 66 }, I{ 3, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 0 }, I{ 1, 0 });
 	cgf_case(2, 2, 4, 9, 1, I{ 4, 65 }, I{ 1, 2 }, I{ 1, 1 }, I{ 1, 1 }, I{ 0, 1 }, I{ 0, 0 });
 	cgf_case(2, 2, 6, 8, 1, I{ 5, 64 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	/* 1x1 with more output channels than rows: the sgemms write dW
+	 * (M: output channels), in one share of rows and in two */
+	pw_case(3, 6, 40, I{ 5, 9 });
+	pw_case(2, 34, 40, I{ 4, 7 });
 }
 
 static void test_filter_3d(void **state)
