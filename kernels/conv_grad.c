@@ -611,6 +611,8 @@ struct cg_filter {
 	int64_t rows;          /* cg * kvol: rows of dW^T per group */
 	int slab;              /* the slab path (sh) */
 	int direct;            /* 1x1, stride 1, no pads: X is the column matrix */
+	int swap;              /* direct, ungrouped, more output channels than rows:
+				 * the sgemms write dW (M: output channels) */
 	struct hp_shift sh;
 	int64_t chunk;         /* slab: output planes per slab (1 when units are planes) */
 	size_t per_worker;     /* floats of one worker's buffers */
@@ -625,6 +627,8 @@ struct cg_filter {
 	struct hp_gfilt gfg;
 	int reg;               /* ungrouped, small units, AVX-512: conv_grad_reg.c */
 	struct hp_rfilt rfg;
+	int lane;              /* stride 1, few channels, whole items, AVX-512: conv_grad_lane.c */
+	struct hp_lfilt lfg;
 };
 
 struct filter_run {
@@ -669,6 +673,11 @@ static void filter_share(const struct cg_filter *f, int t, int64_t *g0, int64_t 
 static void filter_gemm(const struct cg_filter *f, int64_t r0, int64_t r1, int64_t c0, const float *col,
 			int64_t ldcol, const float *dy, int64_t lddy, int64_t nc, float *part)
 {
+	if (f->swap) { /* part: dW itself, columns [r0, r1) */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)f->c.csmall, (int)(r1 - r0), (int)nc, 1.0f, dy,
+			    (int)lddy, col + (r0 - c0 * f->c.kvol) * ldcol, (int)ldcol, 1.0f, part + r0, (int)f->rows);
+		return;
+	}
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)(f->c.csmall / f->c.group), (int)nc,
 		    1.0f, col + (r0 - c0 * f->c.kvol) * ldcol, (int)ldcol, dy, (int)lddy, 1.0f, part,
 		    (int)(f->c.csmall / f->c.group));
@@ -744,7 +753,7 @@ static void filter_shares(void *arg, int64_t b, int64_t e, int tid)
 			for (int64_t nb = c->n - 1; nb >= 0; nb--) {
 				const float *img = r->x + (nb * c->cbig + g * cg + c0) * c->bvol;
 				const float *dy = r->dy + (nb * c->csmall + g * mg) * c->svol;
-				float *part = r->part + (g * f->rows + r0) * mg;
+				float *part = f->swap ? r->part : r->part + (g * f->rows + r0) * mg;
 				if (f->slab)
 					filter_item_slab(f, img, dy, c0, c1, r0, r1, part, buf);
 				else
@@ -800,6 +809,11 @@ static void filter_plan(struct cg_filter *f, int64_t unit_axis)
 	f->rows = c->cbig / c->group * c->kvol;
 	f->unit = filter_unit(c, unit_axis);
 	f->direct = filter_direct(c);
+	/* OpenBLAS runs these short-K sgemms faster with M the larger side
+	 * (bench_conv_libs.c 1x1-mb56, 24 -> 144 at 56x56, batch 1: units of
+	 * K = 56; 1x1, 96 -> 24, keeps dW^T); it decides by the channels, so
+	 * every band takes the whole node's orientation */
+	f->swap = f->direct && c->group == 1 && c->csmall > f->rows;
 	f->slab = !f->direct && filter_slab_plan(f, unit_axis);
 	if (!f->slab) {
 		f->tc = f->direct ? f->unit : hp_conv_tile_cap(f->rows); /* no copy to keep in cache */
@@ -900,6 +914,32 @@ static int reg_fit(struct cg_filter *f, const struct hp_node *n, int64_t unit_ax
 	return 1;
 }
 
+/* The position-lane tiles of conv_grad_lane.c where they apply (units of
+ * whole items only: they decide by the unit, the channels and the
+ * window, never by the batch), in fewer workers where the workspace of
+ * the sgemm path they replace (with the same hpdlf_lean) would not hold
+ * them all; the node names that path's workspace to the planner, as
+ * reg_fit does, so the plans do not change. */
+static int lane_plan(struct cg_filter *f, const struct hp_node *n, int64_t unit_axis)
+{
+	const struct cgeom *c = &f->c;
+	struct hp_colgeom geo = { 0 };
+	struct cg_filter s = *f;
+
+	cgeom_colgeom(c, &geo);
+	if (!hp_lfilt_plan(&f->lfg, &geo, c->n, c->cbig, c->csmall, c->group, filter_unit(c, unit_axis),
+			   hp_conv_ws_threads()))
+		return 0;
+	s.lean = hp_attr_int(n, "hpdlf_lean", 0) != 0;
+	filter_plan(&s, unit_axis);
+	if (!hp_lfilt_fit(&f->lfg, s.workspace))
+		return 0;
+	f->lane = 1;
+	f->workspace = hp_lfilt_workspace(&f->lfg);
+	f->workspace = f->workspace > s.workspace ? f->workspace : s.workspace;
+	return 1;
+}
+
 static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	struct hp_shape ks, ws;
@@ -921,6 +961,7 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 		f.workspace = hp_dw_filter_ws(&dw);
 	} else if (grp_plan(&f, unit_axis)) {
 		f.workspace = hp_gfilt_workspace(&f.gfg);
+	} else if (lane_plan(&f, n, unit_axis)) { /* its workspace set */
 	} else if (w3_plan(&f, unit_axis)) { /* its workspace set */
 	} else if (reg_plan(&f, unit_axis) && reg_fit(&f, n, unit_axis)) {
 		/* groups: where conv_grad_grp.c does not run, 16-64 output
@@ -993,6 +1034,10 @@ static int conv_filter_run(const struct hp_node *n, const struct hp_kargs *a)
 		hp_gfilt_run(&f->gfg, r.dy, r.x, acc, a->out[0].data, a->ws, a->pool);
 		return 0;
 	}
+	if (f->lane) {
+		hp_lfilt_run(&f->lfg, r.dy, r.x, acc, a->out[0].data, a->ws, a->pool);
+		return 0;
+	}
 	if (f->reg) {
 		hp_rfilt_run(&f->rfg, r.dy, r.x, acc, a->out[0].data, a->ws, a->pool);
 		return 0;
@@ -1000,13 +1045,18 @@ static int conv_filter_run(const struct hp_node *n, const struct hp_kargs *a)
 	threads = hp_conv_threads_enter(a->pool, &saved);
 	threads = threads < f->shares ? threads : f->shares;
 	threads = f->lean ? 1 : threads;
-	if (acc)
+	if (f->swap) /* the sums in dW itself */
+		r.part = a->out[0].data;
+	if (f->swap && acc)
+		memcpy(r.part, acc, dwn * sizeof *r.part);
+	else if (acc)
 		filter_transpose(f, acc, r.part, 0);
 	else
 		memset(r.part, 0, dwn * sizeof *r.part);
 	/* at most a worker per share (tid < threads): its buffers are the tid's */
 	hp_conv_parallel(a->pool, threads, f->shares, filter_shares, &r);
-	filter_transpose(f, r.part, a->out[0].data, 1);
+	if (!f->swap)
+		filter_transpose(f, r.part, a->out[0].data, 1);
 	hp_conv_threads_leave(saved);
 	return 0;
 }

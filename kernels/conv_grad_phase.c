@@ -43,8 +43,10 @@
 #define CGP_X86 1
 #endif
 
-/* Channels per block of the lanes kernel (lanes_item). */
+/* Channels per block of the lanes kernel (lanes_item), and of its one
+ * vector blocks (lanes_chain_seg1). */
 #define CGP_LR 12
+#define CGP_LR1 24
 
 static int cgp_mode;
 
@@ -289,18 +291,22 @@ static void direct_range(void *arg, int64_t b, int64_t e, int tid)
  * falls outside dY reading 0 (the padding taps' w * 0), and CGP_LR
  * broadcasts of W[m][c][tap] read in place; the results scattered to
  * their positions of dX.  The same chains as the KxK tiles' (m, then the
- * phase's taps from the largest down); no workspace.  Items: (phase,
- * block of CGP_LR channels, pair of vectors), disjoint elements of dX
- * (the last block ends at cbig and writes only the rows the one before
- * it left); the block's rows of W stay in cache while its vectors take
- * them. */
+ * phase's taps from the largest down); no workspace.  Items: (block of
+ * lr channels, phase, pair of vectors), disjoint elements of dX (the last
+ * block ends at cbig and writes only the rows the one before it left);
+ * the block's rows of W stay in cache while its phases and vectors take
+ * them (phase by phase, W went through memory once per phase: ResNet-18's
+ * 3x3-s2-r4 reads 4.7 MB of it).  Where every phase is one vector of
+ * small planes (that class: 2x2 planes of 4 items), a block is CGP_LR1
+ * channels by that one vector (lanes_chain_seg1; the pair's second
+ * vector was all masked lanes, half of the multiply-adds). */
 
 struct cgp_lanes {
 	const struct hp_cgp *p;
 	const float *dy, *w;
 	float *dx;
-	int64_t items[HP_CGP_MAX_PHASES + 1]; /* first item of each phase */
-	int64_t cblocks;
+	int64_t tiles[HP_CGP_MAX_PHASES + 1]; /* a block's first item of each phase */
+	int64_t cblocks, lr;   /* channel blocks of lr channels */
 };
 
 /* Vector v of phase f: its item, first plane, first position. */
@@ -324,6 +330,9 @@ static void lanes_vec(const struct hp_cgp_phase *f, int64_t v, int64_t *n, int64
 		a##r##1 = _mm512_fmadd_ps(b, x1, a##r##1);                      \
 	} while (0)
 #define CGP_OUT(r) (acc[r][0] = a##r##0, acc[r][1] = a##r##1)
+#define CGP_ACC1(r) __m512 a##r = _mm512_setzero_ps()
+#define CGP_FMA1(r) (a##r = _mm512_fmadd_ps(_mm512_set1_ps(wt[(r) * kv]), x0, a##r))
+#define CGP_OUT1(r) (acc[r] = a##r)
 
 __attribute__((target("avx512f"), always_inline)) static inline void
 lanes_chain(const float *d0, const float *d1, const float *w, int64_t M, int64_t svol, int64_t wstep, int64_t kv,
@@ -367,6 +376,32 @@ lanes_chain_seg(const float *dy, const float *w, int64_t M, int64_t svol, int64_
 	CGP_OUT(6); CGP_OUT(7); CGP_OUT(8); CGP_OUT(9); CGP_OUT(10); CGP_OUT(11);
 }
 
+/* lanes_chain_seg of CGP_LR1 channels by one vector. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+lanes_chain_seg1(const float *dy, const float *w, int64_t M, int64_t svol, int64_t wstep, int64_t kv, int nt, int ppv,
+		 const int64_t (*off)[2][16], const int32_t *tap, const __mmask16 (*mk)[2][16], __m512 *acc)
+{
+	CGP_ACC1(0); CGP_ACC1(1); CGP_ACC1(2); CGP_ACC1(3); CGP_ACC1(4); CGP_ACC1(5);
+	CGP_ACC1(6); CGP_ACC1(7); CGP_ACC1(8); CGP_ACC1(9); CGP_ACC1(10); CGP_ACC1(11);
+	CGP_ACC1(12); CGP_ACC1(13); CGP_ACC1(14); CGP_ACC1(15); CGP_ACC1(16); CGP_ACC1(17);
+	CGP_ACC1(18); CGP_ACC1(19); CGP_ACC1(20); CGP_ACC1(21); CGP_ACC1(22); CGP_ACC1(23);
+	for (int64_t m = 0; m < M; m++, dy += svol, w += wstep)
+		for (int t = 0; t < nt; t++) {
+			__m512 x0 = _mm512_setzero_ps();
+			for (int k = 0; k < ppv; k++)
+				x0 = _mm512_mask_loadu_ps(x0, mk[t][0][k], dy + off[t][0][k]);
+			const float *wt = w + tap[t];
+			CGP_FMA1(0); CGP_FMA1(1); CGP_FMA1(2); CGP_FMA1(3); CGP_FMA1(4); CGP_FMA1(5);
+			CGP_FMA1(6); CGP_FMA1(7); CGP_FMA1(8); CGP_FMA1(9); CGP_FMA1(10); CGP_FMA1(11);
+			CGP_FMA1(12); CGP_FMA1(13); CGP_FMA1(14); CGP_FMA1(15); CGP_FMA1(16); CGP_FMA1(17);
+			CGP_FMA1(18); CGP_FMA1(19); CGP_FMA1(20); CGP_FMA1(21); CGP_FMA1(22); CGP_FMA1(23);
+		}
+	CGP_OUT1(0); CGP_OUT1(1); CGP_OUT1(2); CGP_OUT1(3); CGP_OUT1(4); CGP_OUT1(5);
+	CGP_OUT1(6); CGP_OUT1(7); CGP_OUT1(8); CGP_OUT1(9); CGP_OUT1(10); CGP_OUT1(11);
+	CGP_OUT1(12); CGP_OUT1(13); CGP_OUT1(14); CGP_OUT1(15); CGP_OUT1(16); CGP_OUT1(17);
+	CGP_OUT1(18); CGP_OUT1(19); CGP_OUT1(20); CGP_OUT1(21); CGP_OUT1(22); CGP_OUT1(23);
+}
+
 /* Phase planes of fewer than 8 positions: ppv = 16 / plane whole planes
  * (over items and q0) per vector. */
 __attribute__((target("avx512f"))) static void lanes_item_seg(const struct cgp_lanes *a, int ph, int64_t item)
@@ -376,11 +411,11 @@ __attribute__((target("avx512f"))) static void lanes_item_seg(const struct cgp_l
 	const struct hp_cgp_phase *f = &p->ph[ph];
 	const struct hp_colgeom *g = &f->cv.g;
 	int64_t plane = f->q[1] * f->q[2], ppv = 16 / plane, planes = c->n * f->q[0], nvec = (planes + ppv - 1) / ppv;
-	int64_t tiles = (nvec + 1) / 2, cb = item / tiles, tl = item % tiles, c0 = cb * CGP_LR, skip = 0;
+	int64_t tiles = (nvec + 1) / 2, cb = item / tiles, tl = item % tiles, lr = a->lr, c0 = cb * lr, skip = 0;
 
-	if (c0 + CGP_LR > c->cbig) {
-		skip = c0 + CGP_LR - c->cbig;
-		c0 = c->cbig - CGP_LR;
+	if (c0 + lr > c->cbig) {
+		skip = c0 + lr - c->cbig;
+		c0 = c->cbig - lr;
 	}
 	int64_t bvol = c->big[0] * c->big[1] * c->big[2], svol = c->small[0] * c->small[1] * c->small[2];
 	int64_t kv = c->k[0] * c->k[1] * c->k[2], M = c->csmall, ntap = g->kvol;
@@ -433,11 +468,19 @@ __attribute__((target("avx512f"))) static void lanes_item_seg(const struct cgp_l
 			memcpy(off[nt], off[t], sizeof off[t]);
 			tap[nt++] = f->tap[t];
 		}
+	__m512i i0 = _mm512_loadu_si512(idx[0]), i1 = _mm512_loadu_si512(idx[1]);
+	float *dx = a->dx + c0 * bvol;
+	if (lr == CGP_LR1) { /* one vector (nvec 1): the second is empty */
+		__m512 acc1[CGP_LR1];
+		lanes_chain_seg1(a->dy, a->w + c0 * kv, M, svol, c->cbig * kv, kv, nt, (int)ppv,
+				 (const int64_t(*)[2][16])off, tap, (const __mmask16(*)[2][16])mk, acc1);
+		for (int r = (int)skip; r < CGP_LR1; r++)
+			_mm512_mask_i32scatter_ps(dx + r * bvol, live[0], i0, acc1[r], 4);
+		return;
+	}
 	__m512 acc[CGP_LR][2];
 	lanes_chain_seg(a->dy, a->w + c0 * kv, M, svol, c->cbig * kv, kv, nt, (int)ppv,
 			(const int64_t(*)[2][16])off, tap, (const __mmask16(*)[2][16])mk, acc);
-	__m512i i0 = _mm512_loadu_si512(idx[0]), i1 = _mm512_loadu_si512(idx[1]);
-	float *dx = a->dx + c0 * bvol;
 	for (int r = (int)skip; r < CGP_LR; r++) {
 		_mm512_mask_i32scatter_ps(dx + r * bvol, live[0], i0, acc[r][0], 4);
 		_mm512_mask_i32scatter_ps(dx + r * bvol, live[1], i1, acc[r][1], 4);
@@ -522,16 +565,20 @@ __attribute__((target("avx512f"))) static void lanes_item(const struct cgp_lanes
 static void lanes_range(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct cgp_lanes *a = arg;
-	int ph = 0;
+	int64_t per = a->tiles[a->p->nph];
 
 	(void)tid;
 	for (int64_t i = b; i < e; i++) {
-		while (i >= a->items[ph + 1])
+		int64_t cb = i / per, j = i % per;
+		int ph = 0;
+		while (j >= a->tiles[ph + 1])
 			ph++;
+		/* the phase's item of block cb, vector pair j - tiles[ph] */
+		int64_t item = cb * (a->tiles[ph + 1] - a->tiles[ph]) + j - a->tiles[ph];
 		if (a->p->ph[ph].q[1] * a->p->ph[ph].q[2] < 8)
-			lanes_item_seg(a, ph, i - a->items[ph]);
+			lanes_item_seg(a, ph, item);
 		else
-			lanes_item(a, ph, i - a->items[ph]);
+			lanes_item(a, ph, item);
 	}
 }
 #endif
@@ -590,7 +637,7 @@ void hp_cgp_run(const struct hp_cgp *p, const float *dy, const float *w, float *
 		return;
 	}
 	if (p->lanes) {
-		struct cgp_lanes a = { .p = p, .dy = dy, .w = w, .dx = dx, .cblocks = (c->cbig + CGP_LR - 1) / CGP_LR };
+		struct cgp_lanes a = { .p = p, .dy = dy, .w = w, .dx = dx, .lr = c->cbig >= CGP_LR1 ? CGP_LR1 : CGP_LR };
 		int saved, threads;
 		double flops = 0;
 		if (p->zero)
@@ -599,13 +646,16 @@ void hp_cgp_run(const struct hp_cgp *p, const float *dy, const float *w, float *
 			const struct hp_cgp_phase *f = &p->ph[i];
 			int64_t plane = f->q[1] * f->q[2], nvec = plane < 8 ? (c->n * f->q[0] + 16 / plane - 1) / (16 / plane)
 									    : c->n * f->q[0] * ((plane + 15) / 16);
-			a.items[i + 1] = a.items[i] + (nvec + 1) / 2 * a.cblocks;
+			a.tiles[i + 1] = a.tiles[i] + (nvec + 1) / 2;
+			a.lr = plane < 8 && nvec == 1 ? a.lr : CGP_LR;
 			flops += 2.0 * (double)(c->n * c->cbig * c->csmall) * (double)(f->cv.g.kvol * f->cv.g.grid_vol);
 		}
+		a.cblocks = (c->cbig + a.lr - 1) / a.lr;
 		threads = hp_conv_threads_enter(pool, &saved);
 		/* phases of more taps cost more: a thread done with its share
 		 * takes the rest of the other's */
-		hp_conv_steal(pool, flops >= CGP_PAR_MIN * 64.0 ? threads : 1, a.items[p->nph], 1, lanes_range, &a);
+		hp_conv_steal(pool, flops >= CGP_PAR_MIN * 64.0 ? threads : 1, a.cblocks * a.tiles[p->nph], 1, lanes_range,
+			      &a);
 		hp_conv_threads_leave(saved);
 		return;
 	}

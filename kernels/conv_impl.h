@@ -530,6 +530,36 @@ void hp_rfilt_set_direct(int mode);
 void hp_rfilt_run(const struct hp_rfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		  struct hp_pool *pool);
 
+/* ConvGradFilter of a stride-1 convolution in 1-2 spatial dims with few
+ * output channels and taps, units of whole batch items
+ * (conv_grad_lane.c), where AVX-512F exists: 16 positions in the lanes,
+ * tiles of mc output channels x nt taps, dY's rows padded to X's padded
+ * row; each element s = acc (or 0), then per item from the last to the
+ * first s = s + a fixed tree over 16 lanes, each lane a chain of fused
+ * multiply-adds from 0 over the item's positions in order. */
+struct hp_lfilt {
+	struct hp_colgeom geo;     /* img: X's side (cin), grid: dY's side (cout) */
+	int64_t n, cin, cout, taps; /* taps: cin * kvol, dW's row length */
+	int64_t pw, xh, len;       /* padded row, X's padded rows, the flat plane's length */
+	int copy_x, copy_dy;       /* X copied into its padded image, dY into rows of pw */
+	int64_t ncb, mc, nt, ntb, tiles; /* blocks of mc output channels, of nt taps, tiles */
+	int workers;
+	size_t per_worker;         /* floats */
+};
+/* 1 and q planned if the path takes the geometry (unit: positions per
+ * unit; only whole items), else 0. */
+int hp_lfilt_plan(struct hp_lfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
+		  int64_t group, int64_t unit, int threads);
+size_t hp_lfilt_workspace(const struct hp_lfilt *q);
+/* Fewer workers, so that the workspace is at most `bytes`; 0 where one
+ * worker's does not fit (not in the forced mode).  Changes no bit. */
+int hp_lfilt_fit(struct hp_lfilt *q, size_t bytes);
+/* Tests and benchmarks only: 0 auto, 1 wherever it can run, -1 never;
+ * read when a ConvGradFilter is prepared. */
+void hp_lfilt_set_mode(int mode);
+void hp_lfilt_run(const struct hp_lfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
+		  struct hp_pool *pool);
+
 /* ConvGradData of a stride-1 convolution whose dX planes are at most
  * HP_TINYD_MAX_PLANE positions (conv_grad_tiny.c), where AVX-512F
  * exists: register tiles of 8 dX channels by blocks of whole items of at

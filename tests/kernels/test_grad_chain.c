@@ -409,6 +409,20 @@ static void cgf_case(int nsp, int64_t n, int64_t cx, int64_t cy, int64_t group, 
 
 #define I (const int[])
 
+/* A 1x1 of stride 1 without pads (X its own column matrix: no slab path
+ * to force), with a batch of n and of one: cgf_check. */
+static void pw_case(int64_t n, int64_t cx, int64_t cy, const int *xs)
+{
+	for (int bi = 0; bi < 2; bi++) {
+		struct cgf c;
+		char what[96];
+		cgf_init(&c, 2, bi ? 1 : n, cx, cy, 1, xs, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 0, 0 }, I{ 0, 0 });
+		snprintf(what, sizeof what, "1x1 n=%lld cx=%lld cy=%lld", (long long)c.n, (long long)cx, (long long)cy);
+		cgf_check(&c, what);
+		cgf_free(&c);
+	}
+}
+
 static void test_filter_1d(void **state)
 {
 	(void)state;
@@ -436,6 +450,10 @@ static void test_filter_2d(void **state)
 	cgf_case(2, 3, 3, 5, 1, I{ 5, 66 }, I{ 3, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 0 }, I{ 1, 0 });
 	cgf_case(2, 2, 4, 9, 1, I{ 4, 65 }, I{ 1, 2 }, I{ 1, 1 }, I{ 1, 1 }, I{ 0, 1 }, I{ 0, 0 });
 	cgf_case(2, 2, 6, 8, 1, I{ 5, 64 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	/* 1x1 with more output channels than rows: the sgemms write dW
+	 * (M: output channels), in one share of rows and in two */
+	pw_case(3, 6, 40, I{ 5, 9 });
+	pw_case(2, 34, 40, I{ 4, 7 });
 }
 
 static void test_filter_3d(void **state)
@@ -601,6 +619,100 @@ static void test_filter_colane(void **state)
 	/* ConvTranspose's dW roles in small: window 2 of stride 2 */
 	rd_case(3, 1, 6, 12, I{ 8, 8, 8 }, I{ 2, 2, 2 }, I{ 2, 2, 2 }, I{ 1, 1, 1 }, I{ 0, 0, 0 }, I{ 0, 0, 0 });
 	rd_case(1, 3, 4, 16, I{ 70 }, I{ 3 }, I{ 1 }, I{ 1 }, I{ 2 }, I{ 0 });
+}
+
+/* ---- the position-lane tiles (conv_grad_lane.c) ----
+ * dW replayed in scalar: s from 0, then per batch item from the last to
+ * the first s = s + tree(16 lanes), lane l a chain of fmaf from 0 over
+ * the padded flat positions q = l, l + 16, ... below L = (oh - 1) pw + ow
+ * (pw = ow + (k[2] - 1) d[2]; dY 0 in the padding columns, X read at the
+ * flat offset of the tap in X's padded image of rows of pw, 0 in its
+ * pads). */
+static float lf_tree(const float *l)
+{
+	float r8[8], r4[4], r2[2];
+
+	for (int i = 0; i < 8; i++)
+		r8[i] = l[i] + l[i + 8];
+	for (int i = 0; i < 4; i++)
+		r4[i] = r8[i] + r8[i + 4];
+	for (int i = 0; i < 2; i++)
+		r2[i] = r4[i] + r4[i + 2];
+	return r2[0] + r2[1];
+}
+
+static float *lf_replay(const struct cgf *c)
+{
+	int64_t kh = c->k[1], kw = c->k[2], kvol = kh * kw, oh = c->ys[1], ow = c->ys[2], ih = c->xs[1], iw = c->xs[2];
+	int64_t pw = ow + (kw - 1) * c->d[2], len = (oh - 1) * pw + ow;
+	float *w = calloc((size_t)(c->cy * c->cx * kvol), sizeof *w);
+	const float *x = c->x.data, *dy = c->dy.data;
+
+	for (int64_t m = 0; m < c->cy; m++)
+		for (int64_t ci = 0; ci < c->cx; ci++)
+			for (int64_t kk = 0; kk < kvol; kk++) {
+				float s = 0;
+				for (int64_t u = c->n - 1; u >= 0; u--) {
+					float lane[16] = { 0 };
+					for (int64_t q = 0; q < len; q++) {
+						int64_t r = q / pw, col = q % pw;
+						int64_t f = (r + kk / kw * c->d[1]) * pw + col + kk % kw * c->d[2];
+						int64_t i = f / pw - c->pb[1], j = f % pw - c->pb[2];
+						float yv = col < ow ? dy[((u * c->cy + m) * oh + r) * ow + col] : 0.0f;
+						float xv = i >= 0 && i < ih && j >= 0 && j < iw ? x[((u * c->cx + ci) * ih + i) * iw + j] : 0.0f;
+						lane[q % 16] = fmaf(yv, xv, lane[q % 16]);
+					}
+					s = s + lf_tree(lane);
+				}
+				w[(m * c->cx + ci) * kvol + kk] = s;
+			}
+	return w;
+}
+
+/* A case on the position-lane tiles, forced (units: batch items, so
+ * batches of 2 and more): the scalar replay bit for bit, then
+ * cgf_check's naive, threads and chains of batch bands. */
+static void lf_case(int nsp, int64_t n, int64_t cx, int64_t cy, const int *xs, const int *k, const int *d,
+		    const int *pb, const int *pe)
+{
+	static const int one[2] = { 1, 1 };
+	struct cgf c;
+	struct hp_tensor o;
+	char what[160];
+
+	hp_lfilt_set_mode(1);
+	cgf_init(&c, nsp, n, cx, cy, 1, xs, k, one, d, pb, pe);
+	float *want = lf_replay(&c);
+	snprintf(what, sizeof what, "position lanes %dD n=%lld cx=%lld cy=%lld", nsp, (long long)n, (long long)cx,
+		 (long long)cy);
+	filter(&c, &c.dy, &c.x, NULL, -1, 0, -1, pool2, &o);
+	if (memcmp(o.data, want, hp_tensor_bytes(&o)))
+		fail_msg("%s: not the scalar replay's bits", what);
+	hp_tensor_free(&o);
+	cgf_check(&c, what);
+	hp_lfilt_set_mode(0);
+	free(want);
+	cgf_free(&c);
+}
+
+static void test_filter_lane(void **state)
+{
+	(void)state;
+	if (!__builtin_cpu_supports("avx512f"))
+		skip();
+	/* LeNet's first Conv in small: one channel in, 6 out, 5x5 without
+	 * pads (dY copied into rows of X's, X in place) */
+	lf_case(2, 3, 1, 6, I{ 12, 13 }, I{ 5, 5 }, I{ 1, 1 }, I{ 0, 0 }, I{ 0, 0 });
+	/* pads (X copied into its padded image), dilations, uneven windows */
+	lf_case(2, 2, 2, 3, I{ 9, 11 }, I{ 3, 4 }, I{ 1, 2 }, I{ 1, 2 }, I{ 2, 1 });
+	/* two blocks of output channels (6 and 5: a repeated one not stored),
+	 * a tail block of taps */
+	lf_case(2, 3, 3, 11, I{ 8, 10 }, I{ 2, 5 }, I{ 1, 1 }, I{ 0, 2 }, I{ 1, 0 });
+	/* 1x1: dY and X in place; 8 channels a block, taps not of 2 */
+	lf_case(2, 2, 7, 8, I{ 7, 9 }, I{ 1, 1 }, I{ 1, 1 }, I{ 0, 0 }, I{ 0, 0 });
+	/* 1-D; a plane shorter than a vector (one masked vector) */
+	lf_case(1, 3, 2, 5, I{ 40 }, I{ 7 }, I{ 1 }, I{ 3 }, I{ 3 });
+	lf_case(2, 4, 2, 1, I{ 3, 4 }, I{ 2, 2 }, I{ 1, 1 }, I{ 0, 0 }, I{ 0, 0 });
 }
 
 /* Attribute hpdlf_lean (exec/split.c gives it where a filter gradient's
@@ -890,7 +1002,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_filter_1d), cmocka_unit_test(test_filter_2d), cmocka_unit_test(test_filter_3d),
-		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_reg), cmocka_unit_test(test_filter_colane), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
+		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_reg), cmocka_unit_test(test_filter_colane), cmocka_unit_test(test_filter_lane), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

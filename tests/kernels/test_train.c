@@ -1352,6 +1352,13 @@ static void test_conv_grad_phase(void **state)
 		{ 2, 1, 9, 12, 1, { 17, 15 }, { 5, 3 }, { 3, 2 }, { 1, 2 }, { 2, 1 } },
 		/* ResNet's small planes (lanes: vectors of 4 positions) */
 		{ 2, 4, 24, 40, 1, { 4, 4 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		/* blocks of 24 channels by one vector (every phase one vector):
+		 * 40 and 30 channels (the last block overlapping the one before),
+		 * 2 items of 2x3 phase planes; 3x3 phase planes of one item (one
+		 * vector, blocks of 12 by a pair) */
+		{ 2, 4, 40, 24, 1, { 4, 4 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 2, 30, 16, 1, { 4, 6 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 1, 26, 12, 1, { 6, 6 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		/* groups */
 		{ 2, 2, 16, 24, 2, { 9, 10 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		/* two k chunks (K = 80 * 4 = 320), batch 1: W' per micro-tile */
