@@ -111,16 +111,91 @@ static size_t gf_per_worker(const struct hp_gfilt *q)
 	return gf_stage_floats(q) + (size_t)gf_lp_at(q, (q->mg + 3) / 4 * 4, 0) + 16;
 }
 
-size_t hp_gfilt_workspace(const struct hp_gfilt *q)
-{
-	return gf_per_worker(q) * (size_t)q->threads * sizeof(float);
-}
 
 static int gf_avx2; /* tests: the AVX2 tiles even where AVX-512 exists */
 
 void hp_gfilt_set_avx2(int on)
 {
 	gf_avx2 = on;
+}
+
+/* ---- the co-lane tiles ----
+ * A slab is 16 consecutive input channels: 16 / cg whole groups (cg 2,
+ * 4, 8, 16) or 16 of one group's (cg a multiple of 16).  Lane l holds
+ * the dW elements of input channel 16 s + l; a tile is up to GC_TM
+ * output channels (of each lane's own group) x up to GC_TT taps, each
+ * accumulator a vector of 16 such elements.  Per position, a tile loads
+ * one staged input vector per tap (the slab's channels at one column,
+ * staged transposed and zero padded: no masks) and per output channel
+ * one dY vector: a broadcast of dY where a slab is one group's, else a
+ * permute of dY's 16 / cg groups' channels at that position (packed per
+ * chunk), so each lane reads its own group's dY.  No lane trees: every
+ * element is one running sum in conv_grad_reg.c's order (see
+ * hp_gfilt_colane), its state in the worker's buffer between chunks. */
+static int gc_mode;
+
+void hp_gfilt_set_colane(int mode)
+{
+	gc_mode = mode;
+}
+
+#define GC_TM 3             /* output channels per tile */
+#define GC_TT 9             /* taps per tile */
+#define GC_BLK 64           /* positions per block (conv_grad_reg.c's RF_BLK) */
+#define GC_BLK_MIN 16       /* units this long and longer sum in blocks */
+#define GC_STAGE 8192       /* staged floats per chunk (rows of at least one output row) */
+
+static int64_t gc_in_rows(const struct hp_gfilt *q, int64_t rb)
+{
+	return (rb - 1) * q->geo.stride[1] + (q->geo.k[1] - 1) * q->geo.dil[1] + 1;
+}
+
+static size_t gc_per_worker(const struct hp_gfilt *q)
+{
+	int64_t rb = q->chunk, ow = q->geo.grid[2], kvol = q->geo.k[1] * q->geo.k[2];
+
+	return (size_t)(gc_in_rows(q, rb) * q->pw * 16 + (q->sg > 1 ? rb * ow * 16 : 0) + 2 * q->mg * kvol * 16 + 16);
+}
+
+int hp_gfilt_colane(struct hp_gfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
+		    int64_t group, int64_t unit, int threads)
+{
+	int64_t cg = group > 0 ? cin / group : 0, mg = group > 0 ? cout / group : 0, sg = cg >= 16 ? 1 : cg > 0 ? 16 / cg : 0;
+	int ok;
+
+	memset(q, 0, sizeof *q);
+#ifdef GF_X86
+	ok = __builtin_cpu_supports("avx512f") != 0;
+#else
+	ok = 0;
+#endif
+	ok &= gc_mode >= 0 && hp_conv_grp_mode() >= 0 && hp_conv_shift_mode() == 0 && group >= 2 && cg >= 2 && mg >= 1;
+	ok &= cg >= 16 ? cg % 16 == 0 : 16 % cg == 0 && sg * mg <= 16 && group % sg == 0;
+	ok &= geo->img[0] == 1 && geo->grid[0] == 1 && geo->k[0] == 1 && unit % geo->grid[2] == 0 && unit >= 1;
+	ok &= geo->kvol <= 64 && geo->img_vol * 16 < INT32_MAX && geo->grid_vol * 16 < INT32_MAX;
+	if (!ok)
+		return 0;
+	q->geo = *geo;
+	q->n = n, q->cin = cin, q->cout = cout, q->group = group, q->cg = cg, q->mg = mg;
+	q->bvol = geo->img_vol, q->svol = geo->grid_vol, q->rows = cg * geo->kvol;
+	q->unit = unit;
+	q->cl = 1;
+	q->sg = sg;
+	q->slabs = cin / 16;
+	q->blk = unit >= GC_BLK_MIN ? GC_BLK : 0;
+	q->pw = (geo->grid[2] - 1) * geo->stride[2] + (geo->k[2] - 1) * geo->dil[2] + 1;
+	/* output rows per chunk: as many as the staging holds, at least one */
+	int64_t rb = geo->grid[1];
+	while (rb > 1 && gc_in_rows(q, rb) * q->pw * 16 > GC_STAGE)
+		rb = (rb + 1) / 2;
+	q->chunk = rb;
+	q->threads = threads > 0 ? threads : 1;
+	return 1;
+}
+
+size_t hp_gfilt_workspace(const struct hp_gfilt *q)
+{
+	return (q->cl ? gc_per_worker(q) : gf_per_worker(q)) * (size_t)q->threads * sizeof(float);
 }
 
 #ifdef GF_X86
@@ -475,6 +550,215 @@ static void gf_range(void *arg, int64_t b, int64_t e, int tid)
 		gf_group(r, g, r->ws + (size_t)tid * gf_per_worker(r->q));
 }
 
+#define GC_TARGET __attribute__((target("avx2,fma,avx512f")))
+
+/* One tile over npos positions: accumulators from buf (ld: floats per
+ * output channel) or 0 (!load), positions at xp (next xstep on, taps at
+ * toff[]), dY at dp (next dstep on): a permute of the packed vector (perm
+ * per channel) or (one group) a broadcast, channels dm apart; at the end
+ * added to sum (not NULL) or stored to buf. */
+static inline __attribute__((always_inline)) GC_TARGET void
+gc_tile_impl(const int TM, const int TT, const int BC, const float *xp, int64_t xstep, const int64_t *toff,
+	     const float *dp, int64_t dstep, int64_t dm, const __m512i *perm, int64_t npos, float *buf, int64_t ld,
+	     int load, float *sum)
+{
+	__m512 a[GC_TM][GC_TT];
+
+	for (int i = 0; i < TM; i++)
+		for (int t = 0; t < TT; t++)
+			a[i][t] = load ? _mm512_loadu_ps(buf + i * ld + t * 16) : _mm512_setzero_ps();
+	for (int64_t p = 0; p < npos; p++, xp += xstep, dp += dstep) {
+		__m512 d[GC_TM];
+		if (BC) {
+			for (int i = 0; i < TM; i++)
+				d[i] = _mm512_set1_ps(dp[i * dm]);
+		} else {
+			__m512 v = _mm512_loadu_ps(dp);
+			for (int i = 0; i < TM; i++)
+				d[i] = _mm512_permutexvar_ps(perm[i], v);
+		}
+		for (int t = 0; t < TT; t++) {
+			__m512 x = _mm512_loadu_ps(xp + toff[t]);
+			for (int i = 0; i < TM; i++)
+				a[i][t] = _mm512_fmadd_ps(d[i], x, a[i][t]);
+		}
+	}
+	for (int i = 0; i < TM; i++)
+		for (int t = 0; t < TT; t++) {
+			float *o = (sum ? sum : buf) + i * ld + t * 16;
+			_mm512_storeu_ps(o, sum ? _mm512_add_ps(_mm512_loadu_ps(o), a[i][t]) : a[i][t]);
+		}
+}
+
+typedef void (*gc_tile_fn)(const float *, int64_t, const int64_t *, const float *, int64_t, int64_t, const __m512i *,
+			   int64_t, float *, int64_t, int, float *);
+
+#define GC_INST(TM, TT, BC)                                                                                         \
+	static GC_TARGET void gc_tile_##TM##_##TT##_##BC(const float *xp, int64_t xstep, const int64_t *toff,      \
+							  const float *dp, int64_t dstep, int64_t dm,              \
+							  const __m512i *perm, int64_t npos, float *buf, int64_t ld, \
+							  int load, float *sum)                                    \
+	{                                                                                                           \
+		gc_tile_impl(TM, TT, BC, xp, xstep, toff, dp, dstep, dm, perm, npos, buf, ld, load, sum);          \
+	}
+#define GC_INST_T(TM, BC)                                                                                           \
+	GC_INST(TM, 1, BC) GC_INST(TM, 2, BC) GC_INST(TM, 3, BC) GC_INST(TM, 4, BC) GC_INST(TM, 5, BC)              \
+	GC_INST(TM, 6, BC) GC_INST(TM, 7, BC) GC_INST(TM, 8, BC) GC_INST(TM, 9, BC)
+GC_INST_T(1, 0)
+GC_INST_T(2, 0)
+GC_INST_T(3, 0)
+GC_INST_T(1, 1)
+GC_INST_T(2, 1)
+GC_INST_T(3, 1)
+#define GC_ROW_T(TM, BC)                                                                                            \
+	{ gc_tile_##TM##_1_##BC, gc_tile_##TM##_2_##BC, gc_tile_##TM##_3_##BC, gc_tile_##TM##_4_##BC,              \
+	  gc_tile_##TM##_5_##BC, gc_tile_##TM##_6_##BC, gc_tile_##TM##_7_##BC, gc_tile_##TM##_8_##BC,              \
+	  gc_tile_##TM##_9_##BC }
+static const gc_tile_fn gc_tiles[2][GC_TM][GC_TT] = { { GC_ROW_T(1, 0), GC_ROW_T(2, 0), GC_ROW_T(3, 0) },
+						       { GC_ROW_T(1, 1), GC_ROW_T(2, 1), GC_ROW_T(3, 1) } };
+
+/* Stages input rows [y0, y0 + nr) (padded coordinates: row y0 is input
+ * row y0 - pad) of slab channels c0.. of item img into st: [row][pw
+ * columns][16 channels], zeros outside the input. */
+static GC_TARGET void gc_stage(const struct hp_gfilt *q, const float *img, int64_t y0, int64_t nr, float *st)
+{
+	const struct hp_colgeom *g = &q->geo;
+	int64_t ih = g->img[1], iw = g->img[2], pl = g->pad[2], pw = q->pw;
+	const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+					       _mm512_set1_epi32((int)q->bvol));
+
+	for (int64_t r = 0; r < nr; r++) {
+		int64_t y = y0 + r - g->pad[1];
+		float *dst = st + r * pw * 16;
+		if (y < 0 || y >= ih) {
+			memset(dst, 0, (size_t)(pw * 16) * sizeof *dst);
+			continue;
+		}
+		const float *src = img + y * iw;
+		for (int64_t c = 0; c < pw; c++) {
+			int64_t x = c - pl;
+			__m512 v = x >= 0 && x < iw ? _mm512_i32gather_ps(idx, src + x, 4) : _mm512_setzero_ps();
+			_mm512_storeu_ps(dst + c * 16, v);
+		}
+	}
+}
+
+struct gc_ctx {
+	const struct hp_gfilt *q;
+	const float *dy;  /* the item's dY, at the slab's first group */
+	const float *st;  /* staged rows of the chunk, from output row cy0 */
+	const float *dyt; /* packed dY of the chunk (groups per slab > 1) */
+	int64_t cy0;
+	int64_t toff[64];
+	__m512i perm[64];
+	float *sb, *pb;
+};
+
+/* Output row y, columns [xa, xb), one block's positions (or a chain's),
+ * every tile: from pb (load) or 0 or, chains, from sb; into sb (fold) or
+ * pb. */
+static GC_TARGET void gc_seg(const struct gc_ctx *c, int64_t y, int64_t xa, int64_t xb, int load, int fold)
+{
+	const struct hp_gfilt *q = c->q;
+	const struct hp_colgeom *g = &q->geo;
+	int64_t kvol = g->k[1] * g->k[2], ow = g->grid[2], ld = kvol * 16, bc = q->sg == 1;
+	const float *xp = c->st + ((y - c->cy0) * g->stride[1] * q->pw + xa * g->stride[2]) * 16;
+	const float *dp = bc ? c->dy + y * ow + xa : c->dyt + ((y - c->cy0) * ow + xa) * 16;
+	int chain = q->blk == 0;
+
+	for (int64_t m0 = 0; m0 < q->mg; m0 += GC_TM)
+		for (int64_t t0 = 0; t0 < kvol; t0 += GC_TT) {
+			int tm = (int)(q->mg - m0 < GC_TM ? q->mg - m0 : GC_TM), tt = (int)(kvol - t0 < GC_TT ? kvol - t0 : GC_TT);
+			float *sb = c->sb + m0 * ld + t0 * 16, *pb = c->pb + m0 * ld + t0 * 16;
+			gc_tiles[bc][tm - 1][tt - 1](xp, g->stride[2] * 16, c->toff + t0, bc ? dp + m0 * q->svol : dp,
+						     bc ? 1 : 16, q->svol, c->perm + m0, xb - xa, chain ? sb : pb, ld,
+						     chain || load, chain ? NULL : fold ? sb : NULL);
+		}
+}
+
+/* Output row y of a unit whose position j0 is the row's first: its
+ * blocks' segments. */
+static void gc_row(const struct gc_ctx *c, int64_t y, int64_t j0)
+{
+	int64_t ow = c->q->geo.grid[2], blk = c->q->blk, unit = c->q->unit;
+
+	if (!blk) {
+		gc_seg(c, y, 0, ow, 1, 0);
+		return;
+	}
+	for (int64_t x = 0; x < ow;) {
+		int64_t j = j0 + x, e = (j / blk + 1) * blk - j0; /* the block's end in this row */
+		e = e < ow ? e : ow;
+		gc_seg(c, y, x, e, j % blk != 0, (j0 + e) % blk == 0 || j0 + e == unit);
+		x = e;
+	}
+}
+
+static GC_TARGET void gc_slab(const struct gf_run *r, int64_t s, float *ws)
+{
+	const struct hp_gfilt *q = r->q;
+	const struct hp_colgeom *g = &q->geo;
+	int64_t kvol = g->k[1] * g->k[2], ow = g->grid[2], oh = g->grid[1], cg = q->cg, mg = q->mg, rb = q->chunk;
+	int64_t urows = q->unit / ow, g0 = s * 16 / cg, nin = gc_in_rows(q, rb);
+	struct gc_ctx c = { .q = q };
+	float *st = ws, *dyt = st + nin * q->pw * 16, *sb = dyt + (q->sg > 1 ? rb * ow * 16 : 0), *pb = sb + mg * kvol * 16;
+
+	c.st = st, c.dyt = dyt, c.sb = sb, c.pb = pb;
+	for (int64_t t = 0; t < kvol; t++)
+		c.toff[t] = (t / g->k[2] * g->dil[1] * q->pw + t % g->k[2] * g->dil[2]) * 16;
+	for (int64_t m = 0; m < (q->sg > 1 ? mg : 0); m++) {
+		int32_t ix[16];
+		for (int l = 0; l < 16; l++)
+			ix[l] = (int32_t)(q->sg > 1 ? l / cg * mg + m : 0);
+		c.perm[m] = _mm512_loadu_si512(ix);
+	}
+	for (int l = 0; l < 16; l++) { /* the running sums from acc or 0 */
+		int64_t ch = s * 16 + l, gi = ch / cg, ci = ch % cg;
+		for (int64_t m = 0; m < mg; m++)
+			for (int64_t t = 0; t < kvol; t++)
+				sb[(m * kvol + t) * 16 + l] = r->acc ? r->acc[((gi * mg + m) * cg + ci) * kvol + t] : 0.0f;
+	}
+	for (int64_t nb = q->n - 1; nb >= 0; nb--) {
+		const float *img = r->x + (nb * q->cin + s * 16) * q->bvol;
+		c.dy = r->dy + (nb * q->cout + g0 * mg) * q->svol;
+		int64_t nch = (oh + rb - 1) / rb;
+		for (int64_t kk = 0; kk < nch; kk++) {
+			/* units of rows: chunks and rows from the last; of items: in order */
+			int64_t k = urows == 1 ? nch - 1 - kk : kk, y0 = k * rb, y1 = y0 + rb < oh ? y0 + rb : oh;
+			gc_stage(q, img, y0 * g->stride[1], gc_in_rows(q, y1 - y0), st);
+			if (q->sg > 1) { /* dY of the slab's groups, [position][channel] */
+				int nc = (int)(q->sg * mg);
+				__mmask16 mk = (__mmask16)((1u << nc) - 1);
+				const __m512i idx = _mm512_mullo_epi32(
+					_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+					_mm512_set1_epi32((int)q->svol));
+				for (int64_t p = y0 * ow; p < y1 * ow; p++)
+					_mm512_storeu_ps(dyt + (p - y0 * ow) * 16,
+							 _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, idx, c.dy + p, 4));
+			}
+			c.cy0 = y0;
+			for (int64_t yy = y0; yy < y1; yy++) {
+				int64_t y = urows == 1 ? y1 - 1 - (yy - y0) : yy;
+				gc_row(&c, y, urows == 1 ? 0 : y * ow);
+			}
+		}
+	}
+	for (int l = 0; l < 16; l++) {
+		int64_t ch = s * 16 + l, gi = ch / cg, ci = ch % cg;
+		for (int64_t m = 0; m < mg; m++)
+			for (int64_t t = 0; t < kvol; t++)
+				r->dw[((gi * mg + m) * cg + ci) * kvol + t] = sb[(m * kvol + t) * 16 + l];
+	}
+}
+
+static void gc_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct gf_run *r = arg;
+
+	for (int64_t s = b; s < e; s++)
+		gc_slab(r, s, r->ws + (size_t)tid * gc_per_worker(r->q));
+}
+
 #endif
 
 void hp_gfilt_run(const struct hp_gfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
@@ -485,7 +769,10 @@ void hp_gfilt_run(const struct hp_gfilt *q, const float *dy, const float *x, con
 	int saved, threads = hp_conv_threads_enter(pool, &saved);
 
 	threads = threads < q->threads ? threads : q->threads;
-	hp_conv_steal(pool, threads, q->group, 1, gf_range, &r);
+	if (q->cl)
+		hp_conv_steal(pool, threads, q->slabs, 1, gc_range, &r);
+	else
+		hp_conv_steal(pool, threads, q->group, 1, gf_range, &r);
 	hp_conv_threads_leave(saved);
 #else
 	(void)q, (void)dy, (void)x, (void)acc, (void)dw, (void)ws, (void)pool;
