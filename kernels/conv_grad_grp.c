@@ -144,6 +144,7 @@ void hp_gfilt_set_colane(int mode)
 #define GC_BLK 64           /* positions per block (conv_grad_reg.c's RF_BLK) */
 #define GC_BLK_MIN 16       /* units this long and longer sum in blocks */
 #define GC_STAGE 8192       /* staged floats per chunk (rows of at least one output row) */
+#define GC_SEGS 256         /* segments per chunk at most */
 
 static int64_t gc_in_rows(const struct hp_gfilt *q, int64_t rb)
 {
@@ -173,6 +174,7 @@ int hp_gfilt_colane(struct hp_gfilt *q, const struct hp_colgeom *geo, int64_t n,
 	ok &= cg >= 16 ? cg % 16 == 0 : 16 % cg == 0 && sg * mg <= 16 && group % sg == 0;
 	ok &= geo->img[0] == 1 && geo->grid[0] == 1 && geo->k[0] == 1 && unit % geo->grid[2] == 0 && unit >= 1;
 	ok &= geo->kvol <= 64 && geo->img_vol * 16 < INT32_MAX && geo->grid_vol * 16 < INT32_MAX;
+	ok &= geo->grid[2] / GC_BLK + 2 <= GC_SEGS && geo->pad[1] >= 0 && geo->pad[2] >= 0;
 	if (!ok)
 		return 0;
 	q->geo = *geo;
@@ -186,7 +188,7 @@ int hp_gfilt_colane(struct hp_gfilt *q, const struct hp_colgeom *geo, int64_t n,
 	q->pw = (geo->grid[2] - 1) * geo->stride[2] + (geo->k[2] - 1) * geo->dil[2] + 1;
 	/* output rows per chunk: as many as the staging holds, at least one */
 	int64_t rb = geo->grid[1];
-	while (rb > 1 && gc_in_rows(q, rb) * q->pw * 16 > GC_STAGE)
+	while (rb > 1 && (gc_in_rows(q, rb) * q->pw * 16 > GC_STAGE || rb * (geo->grid[2] / GC_BLK + 2) > GC_SEGS))
 		rb = (rb + 1) / 2;
 	q->chunk = rb;
 	q->threads = threads > 0 ? threads : 1;
@@ -552,54 +554,78 @@ static void gf_range(void *arg, int64_t b, int64_t e, int tid)
 
 #define GC_TARGET __attribute__((target("avx2,fma,avx512f")))
 
-/* One tile over npos positions: accumulators from buf (ld: floats per
- * output channel) or 0 (!load), positions at xp (next xstep on, taps at
- * toff[]), dY at dp (next dstep on): a permute of the packed vector (perm
- * per channel) or (one group) a broadcast, channels dm apart; at the end
- * added to sum (not NULL) or stored to buf. */
+/* A run of positions of one output row inside one block (or chain):
+ * staged input at xo floats on, dY at doff, npos positions; reset: a
+ * block starts here (accumulators from 0), fold: one ends here (added to
+ * the sum). */
+struct gc_seg {
+	int32_t xo, doff, npos;
+	uint8_t reset, fold;
+};
+
+/* One tile over a chunk's segments: accumulators from the sums sb
+ * (chains: q->blk 0), or from the block in progress pb unless the first
+ * segment starts one; per position the staged input vector of each tap
+ * (toff[]) and per output channel dY, a permute of the packed vector
+ * (perm) or (one group) a broadcast, channels dm apart; blocks that end
+ * are added to sb, one still going is left in pb (ld: floats per output
+ * channel in sb and pb). */
 static inline __attribute__((always_inline)) GC_TARGET void
-gc_tile_impl(const int TM, const int TT, const int BC, const float *xp, int64_t xstep, const int64_t *toff,
-	     const float *dp, int64_t dstep, int64_t dm, const __m512i *perm, int64_t npos, float *buf, int64_t ld,
-	     int load, float *sum)
+gc_tile_impl(const int TM, const int TT, const int BC, const float *xb, int64_t xstep, const int64_t *toff,
+	     const float *db, int64_t dstep, int64_t dm, const __m512i *perm, const struct gc_seg *sg, int nseg,
+	     float *sb, float *pb, int64_t ld, int chain)
 {
 	__m512 a[GC_TM][GC_TT];
+	const float *from = chain ? sb : pb;
 
 	for (int i = 0; i < TM; i++)
 		for (int t = 0; t < TT; t++)
-			a[i][t] = load ? _mm512_loadu_ps(buf + i * ld + t * 16) : _mm512_setzero_ps();
-	for (int64_t p = 0; p < npos; p++, xp += xstep, dp += dstep) {
-		__m512 d[GC_TM];
-		if (BC) {
+			a[i][t] = chain || !sg[0].reset ? _mm512_loadu_ps(from + i * ld + t * 16) : _mm512_setzero_ps();
+	for (int k = 0; k < nseg; k++) {
+		const float *xp = xb + sg[k].xo, *dp = db + sg[k].doff;
+		if (!chain && sg[k].reset && k)
 			for (int i = 0; i < TM; i++)
-				d[i] = _mm512_set1_ps(dp[i * dm]);
-		} else {
-			__m512 v = _mm512_loadu_ps(dp);
-			for (int i = 0; i < TM; i++)
-				d[i] = _mm512_permutexvar_ps(perm[i], v);
+				for (int t = 0; t < TT; t++)
+					a[i][t] = _mm512_setzero_ps();
+		for (int64_t p = 0; p < sg[k].npos; p++, xp += xstep, dp += dstep) {
+			__m512 d[GC_TM];
+			if (BC) {
+				for (int i = 0; i < TM; i++)
+					d[i] = _mm512_set1_ps(dp[i * dm]);
+			} else {
+				__m512 v = _mm512_loadu_ps(dp);
+				for (int i = 0; i < TM; i++)
+					d[i] = _mm512_permutexvar_ps(perm[i], v);
+			}
+			for (int t = 0; t < TT; t++) {
+				__m512 x = _mm512_loadu_ps(xp + toff[t]);
+				for (int i = 0; i < TM; i++)
+					a[i][t] = _mm512_fmadd_ps(d[i], x, a[i][t]);
+			}
 		}
-		for (int t = 0; t < TT; t++) {
-			__m512 x = _mm512_loadu_ps(xp + toff[t]);
+		if (!chain && sg[k].fold)
 			for (int i = 0; i < TM; i++)
-				a[i][t] = _mm512_fmadd_ps(d[i], x, a[i][t]);
-		}
+				for (int t = 0; t < TT; t++) {
+					float *o = sb + i * ld + t * 16;
+					_mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), a[i][t]));
+				}
 	}
-	for (int i = 0; i < TM; i++)
-		for (int t = 0; t < TT; t++) {
-			float *o = (sum ? sum : buf) + i * ld + t * 16;
-			_mm512_storeu_ps(o, sum ? _mm512_add_ps(_mm512_loadu_ps(o), a[i][t]) : a[i][t]);
-		}
+	if (chain || !sg[nseg - 1].fold)
+		for (int i = 0; i < TM; i++)
+			for (int t = 0; t < TT; t++)
+				_mm512_storeu_ps((chain ? sb : pb) + i * ld + t * 16, a[i][t]);
 }
 
 typedef void (*gc_tile_fn)(const float *, int64_t, const int64_t *, const float *, int64_t, int64_t, const __m512i *,
-			   int64_t, float *, int64_t, int, float *);
+			   const struct gc_seg *, int, float *, float *, int64_t, int);
 
 #define GC_INST(TM, TT, BC)                                                                                         \
-	static GC_TARGET void gc_tile_##TM##_##TT##_##BC(const float *xp, int64_t xstep, const int64_t *toff,      \
-							  const float *dp, int64_t dstep, int64_t dm,              \
-							  const __m512i *perm, int64_t npos, float *buf, int64_t ld, \
-							  int load, float *sum)                                    \
+	static GC_TARGET void gc_tile_##TM##_##TT##_##BC(const float *xb, int64_t xstep, const int64_t *toff,      \
+							  const float *db, int64_t dstep, int64_t dm,              \
+							  const __m512i *perm, const struct gc_seg *sg, int nseg,  \
+							  float *sb, float *pb, int64_t ld, int chain)             \
 	{                                                                                                           \
-		gc_tile_impl(TM, TT, BC, xp, xstep, toff, dp, dstep, dm, perm, npos, buf, ld, load, sum);          \
+		gc_tile_impl(TM, TT, BC, xb, xstep, toff, db, dstep, dm, perm, sg, nseg, sb, pb, ld, chain);       \
 	}
 #define GC_INST_T(TM, BC)                                                                                           \
 	GC_INST(TM, 1, BC) GC_INST(TM, 2, BC) GC_INST(TM, 3, BC) GC_INST(TM, 4, BC) GC_INST(TM, 5, BC)              \
@@ -617,6 +643,41 @@ GC_INST_T(3, 1)
 static const gc_tile_fn gc_tiles[2][GC_TM][GC_TT] = { { GC_ROW_T(1, 0), GC_ROW_T(2, 0), GC_ROW_T(3, 0) },
 						       { GC_ROW_T(1, 1), GC_ROW_T(2, 1), GC_ROW_T(3, 1) } };
 
+/* dst [n][16] = rows [0, nr) (ld apart) of src at columns [0, n), zero
+ * in rows nr..15: a 16 x 16 transpose in registers. */
+static GC_TARGET void gc_tr16(const float *src, int64_t ld, int n, int nr, float *dst)
+{
+	__m512 r[16], t[16];
+	__mmask16 m = (__mmask16)((1u << n) - 1);
+
+	for (int i = 0; i < 16; i++)
+		r[i] = i < nr ? _mm512_maskz_loadu_ps(m, src + i * ld) : _mm512_setzero_ps();
+	for (int i = 0; i < 8; i++) {
+		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+	}
+	for (int i = 0; i < 4; i++) {
+		r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+		r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+		r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+		r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+	}
+	for (int i = 0; i < 4; i++) {
+		t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
+		t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xDD);
+		t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+		t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xDD);
+	}
+	for (int i = 0; i < 4; i++) {
+		r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+		r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+		r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
+		r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xDD);
+	}
+	for (int i = 0; i < n; i++)
+		_mm512_storeu_ps(dst + i * 16, r[i]);
+}
+
 /* Stages input rows [y0, y0 + nr) (padded coordinates: row y0 is input
  * row y0 - pad) of slab channels c0.. of item img into st: [row][pw
  * columns][16 channels], zeros outside the input. */
@@ -624,22 +685,19 @@ static GC_TARGET void gc_stage(const struct hp_gfilt *q, const float *img, int64
 {
 	const struct hp_colgeom *g = &q->geo;
 	int64_t ih = g->img[1], iw = g->img[2], pl = g->pad[2], pw = q->pw;
-	const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-					       _mm512_set1_epi32((int)q->bvol));
+	int64_t xe = iw < pw - pl ? iw : pw - pl; /* columns [0, xe) of a row are staged */
 
 	for (int64_t r = 0; r < nr; r++) {
 		int64_t y = y0 + r - g->pad[1];
 		float *dst = st + r * pw * 16;
-		if (y < 0 || y >= ih) {
+		if (y < 0 || y >= ih || xe <= 0) {
 			memset(dst, 0, (size_t)(pw * 16) * sizeof *dst);
 			continue;
 		}
-		const float *src = img + y * iw;
-		for (int64_t c = 0; c < pw; c++) {
-			int64_t x = c - pl;
-			__m512 v = x >= 0 && x < iw ? _mm512_i32gather_ps(idx, src + x, 4) : _mm512_setzero_ps();
-			_mm512_storeu_ps(dst + c * 16, v);
-		}
+		memset(dst, 0, (size_t)(pl * 16) * sizeof *dst);
+		for (int64_t x = 0; x < xe; x += 16)
+			gc_tr16(img + y * iw + x, q->bvol, (int)(xe - x < 16 ? xe - x : 16), 16, dst + (pl + x) * 16);
+		memset(dst + (pl + xe) * 16, 0, (size_t)((pw - pl - xe) * 16) * sizeof *dst);
 	}
 }
 
@@ -654,44 +712,41 @@ struct gc_ctx {
 	float *sb, *pb;
 };
 
-/* Output row y, columns [xa, xb), one block's positions (or a chain's),
- * every tile: from pb (load) or 0 or, chains, from sb; into sb (fold) or
- * pb. */
-static GC_TARGET void gc_seg(const struct gc_ctx *c, int64_t y, int64_t xa, int64_t xb, int load, int fold)
+/* Output row y (the chunk's row y - cy0) of a unit whose position j0 is
+ * the row's first: its segments, appended at sg[*ns]. */
+static void gc_row_segs(const struct hp_gfilt *q, int64_t y, int64_t cy0, int64_t j0, struct gc_seg *sg, int *ns)
+{
+	const struct hp_colgeom *g = &q->geo;
+	int64_t ow = g->grid[2], blk = q->blk ? q->blk : ow, unit = q->unit, bc = q->sg == 1;
+
+	for (int64_t x = 0; x < ow;) {
+		int64_t j = j0 + x, e = (j / blk + 1) * blk - j0; /* the block's end in this row */
+		e = e < ow ? e : ow;
+		struct gc_seg *o = &sg[(*ns)++];
+		o->xo = (int32_t)(((y - cy0) * g->stride[1] * q->pw + x * g->stride[2]) * 16);
+		o->doff = (int32_t)(bc ? y * ow + x : ((y - cy0) * ow + x) * 16);
+		o->npos = (int32_t)(e - x);
+		o->reset = j % blk == 0;
+		o->fold = (j0 + e) % blk == 0 || j0 + e == unit;
+		x = e;
+	}
+}
+
+/* Every tile of the chunk over its segments. */
+static void gc_tiles_run(const struct gc_ctx *c, const struct gc_seg *segs, int ns)
 {
 	const struct hp_gfilt *q = c->q;
 	const struct hp_colgeom *g = &q->geo;
-	int64_t kvol = g->k[1] * g->k[2], ow = g->grid[2], ld = kvol * 16, bc = q->sg == 1;
-	const float *xp = c->st + ((y - c->cy0) * g->stride[1] * q->pw + xa * g->stride[2]) * 16;
-	const float *dp = bc ? c->dy + y * ow + xa : c->dyt + ((y - c->cy0) * ow + xa) * 16;
-	int chain = q->blk == 0;
+	int64_t kvol = g->k[1] * g->k[2], ld = kvol * 16;
+	int bc = q->sg == 1;
 
 	for (int64_t m0 = 0; m0 < q->mg; m0 += GC_TM)
 		for (int64_t t0 = 0; t0 < kvol; t0 += GC_TT) {
 			int tm = (int)(q->mg - m0 < GC_TM ? q->mg - m0 : GC_TM), tt = (int)(kvol - t0 < GC_TT ? kvol - t0 : GC_TT);
-			float *sb = c->sb + m0 * ld + t0 * 16, *pb = c->pb + m0 * ld + t0 * 16;
-			gc_tiles[bc][tm - 1][tt - 1](xp, g->stride[2] * 16, c->toff + t0, bc ? dp + m0 * q->svol : dp,
-						     bc ? 1 : 16, q->svol, c->perm + m0, xb - xa, chain ? sb : pb, ld,
-						     chain || load, chain ? NULL : fold ? sb : NULL);
+			gc_tiles[bc][tm - 1][tt - 1](c->st, g->stride[2] * 16, c->toff + t0, bc ? c->dy + m0 * q->svol : c->dyt,
+						     bc ? 1 : 16, q->svol, c->perm + m0, segs, ns, c->sb + m0 * ld + t0 * 16,
+						     c->pb + m0 * ld + t0 * 16, ld, q->blk == 0);
 		}
-}
-
-/* Output row y of a unit whose position j0 is the row's first: its
- * blocks' segments. */
-static void gc_row(const struct gc_ctx *c, int64_t y, int64_t j0)
-{
-	int64_t ow = c->q->geo.grid[2], blk = c->q->blk, unit = c->q->unit;
-
-	if (!blk) {
-		gc_seg(c, y, 0, ow, 1, 0);
-		return;
-	}
-	for (int64_t x = 0; x < ow;) {
-		int64_t j = j0 + x, e = (j / blk + 1) * blk - j0; /* the block's end in this row */
-		e = e < ow ? e : ow;
-		gc_seg(c, y, x, e, j % blk != 0, (j0 + e) % blk == 0 || j0 + e == unit);
-		x = e;
-	}
 }
 
 static GC_TARGET void gc_slab(const struct gf_run *r, int64_t s, float *ws)
@@ -701,6 +756,7 @@ static GC_TARGET void gc_slab(const struct gf_run *r, int64_t s, float *ws)
 	int64_t kvol = g->k[1] * g->k[2], ow = g->grid[2], oh = g->grid[1], cg = q->cg, mg = q->mg, rb = q->chunk;
 	int64_t urows = q->unit / ow, g0 = s * 16 / cg, nin = gc_in_rows(q, rb);
 	struct gc_ctx c = { .q = q };
+	struct gc_seg segs[GC_SEGS];
 	float *st = ws, *dyt = st + nin * q->pw * 16, *sb = dyt + (q->sg > 1 ? rb * ow * 16 : 0), *pb = sb + mg * kvol * 16;
 
 	c.st = st, c.dyt = dyt, c.sb = sb, c.pb = pb;
@@ -726,21 +782,16 @@ static GC_TARGET void gc_slab(const struct gf_run *r, int64_t s, float *ws)
 			/* units of rows: chunks and rows from the last; of items: in order */
 			int64_t k = urows == 1 ? nch - 1 - kk : kk, y0 = k * rb, y1 = y0 + rb < oh ? y0 + rb : oh;
 			gc_stage(q, img, y0 * g->stride[1], gc_in_rows(q, y1 - y0), st);
-			if (q->sg > 1) { /* dY of the slab's groups, [position][channel] */
-				int nc = (int)(q->sg * mg);
-				__mmask16 mk = (__mmask16)((1u << nc) - 1);
-				const __m512i idx = _mm512_mullo_epi32(
-					_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-					_mm512_set1_epi32((int)q->svol));
-				for (int64_t p = y0 * ow; p < y1 * ow; p++)
-					_mm512_storeu_ps(dyt + (p - y0 * ow) * 16,
-							 _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, idx, c.dy + p, 4));
-			}
-			c.cy0 = y0;
+			if (q->sg > 1) /* dY of the slab's groups, [position][channel] */
+				for (int64_t p = y0 * ow; p < y1 * ow; p += 16)
+					gc_tr16(c.dy + p, q->svol, (int)(y1 * ow - p < 16 ? y1 * ow - p : 16), (int)(q->sg * mg),
+						dyt + (p - y0 * ow) * 16);
+			int ns = 0;
 			for (int64_t yy = y0; yy < y1; yy++) {
 				int64_t y = urows == 1 ? y1 - 1 - (yy - y0) : yy;
-				gc_row(&c, y, urows == 1 ? 0 : y * ow);
+				gc_row_segs(q, y, y0, urows == 1 ? 0 : y * ow, segs, &ns);
 			}
+			gc_tiles_run(&c, segs, ns);
 		}
 	}
 	for (int l = 0; l < 16; l++) {
