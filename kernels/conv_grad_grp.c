@@ -143,7 +143,7 @@ void hp_gfilt_set_colane(int mode)
 #define GC_TT 9             /* taps per tile */
 #define GC_BLK 64           /* positions per block (conv_grad_reg.c's RF_BLK) */
 #define GC_BLK_MIN 16       /* units this long and longer sum in blocks */
-#define GC_STAGE 8192       /* staged floats per chunk (rows of at least one output row) */
+#define GC_STAGE 16384      /* staged floats per chunk (rows of at least one output row) */
 #define GC_SEGS 256         /* segments per chunk at most */
 
 static int64_t gc_in_rows(const struct hp_gfilt *q, int64_t rb)
@@ -560,6 +560,7 @@ static void gf_range(void *arg, int64_t b, int64_t e, int tid)
  * the sum). */
 struct gc_seg {
 	int32_t xo, doff, npos;
+	int32_t nrow, xrs, drs; /* rows of npos (chains: a chunk's), steps to the next */
 	uint8_t reset, fold;
 };
 
@@ -582,12 +583,13 @@ gc_tile_impl(const int TM, const int TT, const int BC, const float *xb, int64_t 
 		for (int t = 0; t < TT; t++)
 			a[i][t] = chain || !sg[0].reset ? _mm512_loadu_ps(from + i * ld + t * 16) : _mm512_setzero_ps();
 	for (int k = 0; k < nseg; k++) {
-		const float *xp = xb + sg[k].xo, *dp = db + sg[k].doff;
 		if (!chain && sg[k].reset && k)
 			for (int i = 0; i < TM; i++)
 				for (int t = 0; t < TT; t++)
 					a[i][t] = _mm512_setzero_ps();
-		for (int64_t p = 0; p < sg[k].npos; p++, xp += xstep, dp += dstep) {
+		for (int64_t rr = 0; rr < sg[k].nrow; rr++)
+		for (int64_t p = 0, np = sg[k].npos, o = sg[k].xo + rr * sg[k].xrs, e = sg[k].doff + rr * sg[k].drs; p < np; p++) {
+			const float *xp = xb + o + p * xstep, *dp = db + e + p * dstep;
 			__m512 d[GC_TM];
 			if (BC) {
 				for (int i = 0; i < TM; i++)
@@ -643,15 +645,17 @@ GC_INST_T(3, 1)
 static const gc_tile_fn gc_tiles[2][GC_TM][GC_TT] = { { GC_ROW_T(1, 0), GC_ROW_T(2, 0), GC_ROW_T(3, 0) },
 						       { GC_ROW_T(1, 1), GC_ROW_T(2, 1), GC_ROW_T(3, 1) } };
 
-/* dst [n][16] = rows [0, nr) (ld apart) of src at columns [0, n), zero
- * in rows nr..15: a 16 x 16 transpose in registers. */
-static GC_TARGET void gc_tr16(const float *src, int64_t ld, int n, int nr, float *dst)
+/* Rows i < nr of src (at so[i]) at columns [0, n), zero in rows nr..15,
+ * transposed: column j (16 floats, the first w) to dst + dof[j], j < n:
+ * a 16 x 16 transpose in registers. */
+static inline __attribute__((always_inline)) GC_TARGET void gc_tr16x(const float *src, const int64_t *so, int n, int nr,
+								  float *dst, const int64_t *dof, int w)
 {
 	__m512 r[16], t[16];
-	__mmask16 m = (__mmask16)((1u << n) - 1);
+	__mmask16 m = (__mmask16)((1u << n) - 1), mw = (__mmask16)((1u << w) - 1);
 
 	for (int i = 0; i < 16; i++)
-		r[i] = i < nr ? _mm512_maskz_loadu_ps(m, src + i * ld) : _mm512_setzero_ps();
+		r[i] = i < nr ? _mm512_maskz_loadu_ps(m, src + so[i]) : _mm512_setzero_ps();
 	for (int i = 0; i < 8; i++) {
 		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
 		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
@@ -675,7 +679,43 @@ static GC_TARGET void gc_tr16(const float *src, int64_t ld, int n, int nr, float
 		r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xDD);
 	}
 	for (int i = 0; i < n; i++)
-		_mm512_storeu_ps(dst + i * 16, r[i]);
+		_mm512_mask_storeu_ps(dst + dof[i], mw, r[i]);
+}
+
+static const int64_t gc_i16[16] = { 0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240 };
+
+/* dst [n][16] = rows [0, nr) (ld apart) of src at columns [0, n), zero
+ * in rows nr..15. */
+static GC_TARGET void gc_tr16(const float *src, int64_t ld, int n, int nr, float *dst)
+{
+	int64_t so[16];
+
+	for (int i = 0; i < 16; i++)
+		so[i] = i * ld;
+	gc_tr16x(src, so, n, nr, dst, gc_i16, 16);
+}
+
+/* The slab's running sums sb [m][t][16] from dW-shaped w (to_sb) or
+ * back: lane l's row of kvol taps at w + m * cg * kvol + off[l]. */
+static GC_TARGET void gc_sums(const struct hp_gfilt *q, float *w, const int64_t *off, float *sb, int to_sb)
+{
+	int64_t kvol = q->geo.kvol;
+
+	for (int64_t m = 0; m < q->mg; m++) {
+		float *wm = w + m * q->cg * kvol, *sm = sb + m * kvol * 16;
+		if (kvol > 16) {
+			for (int l = 0; l < 16; l++)
+				for (int64_t t = 0; t < kvol; t++)
+					if (to_sb)
+						sm[t * 16 + l] = wm[off[l] + t];
+					else
+						wm[off[l] + t] = sm[t * 16 + l];
+		} else if (to_sb) {
+			gc_tr16x(wm, off, (int)kvol, 16, sm, gc_i16, 16);
+		} else {
+			gc_tr16x(sm, gc_i16, 16, (int)kvol, wm, off, (int)kvol);
+		}
+	}
 }
 
 /* Stages input rows [y0, y0 + nr) (padded coordinates: row y0 is input
@@ -713,11 +753,19 @@ struct gc_ctx {
 };
 
 /* Output row y (the chunk's row y - cy0) of a unit whose position j0 is
- * the row's first: its segments, appended at sg[*ns]. */
-static void gc_row_segs(const struct hp_gfilt *q, int64_t y, int64_t cy0, int64_t j0, struct gc_seg *sg, int *ns)
+ * the row's first: its segments, appended at sg[*ns]; chains take a
+ * chunk's rows in one segment, the next row below (down: units of rows,
+ * the last first) or above. */
+static void gc_row_segs(const struct hp_gfilt *q, int64_t y, int64_t cy0, int64_t j0, int down, struct gc_seg *sg,
+			int *ns)
 {
 	const struct hp_colgeom *g = &q->geo;
 	int64_t ow = g->grid[2], blk = q->blk ? q->blk : ow, unit = q->unit, bc = q->sg == 1;
+
+	if (!q->blk && *ns) { /* chains: one more row of the chunk's segment */
+		sg[0].nrow++;
+		return;
+	}
 
 	for (int64_t x = 0; x < ow;) {
 		int64_t j = j0 + x, e = (j / blk + 1) * blk - j0; /* the block's end in this row */
@@ -726,6 +774,9 @@ static void gc_row_segs(const struct hp_gfilt *q, int64_t y, int64_t cy0, int64_
 		o->xo = (int32_t)(((y - cy0) * g->stride[1] * q->pw + x * g->stride[2]) * 16);
 		o->doff = (int32_t)(bc ? y * ow + x : ((y - cy0) * ow + x) * 16);
 		o->npos = (int32_t)(e - x);
+		o->nrow = 1;
+		o->xrs = (int32_t)((down ? -1 : 1) * g->stride[1] * q->pw * 16); /* units of rows: rows from the last */
+		o->drs = (int32_t)((down ? -1 : 1) * (bc ? ow : ow * 16));
 		o->reset = j % blk == 0;
 		o->fold = (j0 + e) % blk == 0 || j0 + e == unit;
 		x = e;
@@ -740,10 +791,14 @@ static void gc_tiles_run(const struct gc_ctx *c, const struct gc_seg *segs, int 
 	int64_t kvol = g->k[1] * g->k[2], ld = kvol * 16;
 	int bc = q->sg == 1;
 
-	for (int64_t m0 = 0; m0 < q->mg; m0 += GC_TM)
+	/* tiles of 3 output channels, the last two of 2 where 1 would be left
+	 * (a tile of 1 loads a tap's vector per multiply-add) */
+	for (int64_t m0 = 0, tm; m0 < q->mg; m0 += tm)
 		for (int64_t t0 = 0; t0 < kvol; t0 += GC_TT) {
-			int tm = (int)(q->mg - m0 < GC_TM ? q->mg - m0 : GC_TM), tt = (int)(kvol - t0 < GC_TT ? kvol - t0 : GC_TT);
-			gc_tiles[bc][tm - 1][tt - 1](c->st, g->stride[2] * 16, c->toff + t0, bc ? c->dy + m0 * q->svol : c->dyt,
+			int64_t left = q->mg - m0;
+			tm = left == 4 ? 2 : left < GC_TM ? left : GC_TM;
+			int tt = (int)(kvol - t0 < GC_TT ? kvol - t0 : GC_TT);
+			gc_tiles[bc][(int)tm - 1][tt - 1](c->st, g->stride[2] * 16, c->toff + t0, bc ? c->dy + m0 * q->svol : c->dyt,
 						     bc ? 1 : 16, q->svol, c->perm + m0, segs, ns, c->sb + m0 * ld + t0 * 16,
 						     c->pb + m0 * ld + t0 * 16, ld, q->blk == 0);
 		}
@@ -768,12 +823,16 @@ static GC_TARGET void gc_slab(const struct gf_run *r, int64_t s, float *ws)
 			ix[l] = (int32_t)(q->sg > 1 ? l / cg * mg + m : 0);
 		c.perm[m] = _mm512_loadu_si512(ix);
 	}
-	for (int l = 0; l < 16; l++) { /* the running sums from acc or 0 */
+	int64_t off[16]; /* lane l's dW row (output channel 0 of its group) */
+	for (int l = 0; l < 16; l++) {
 		int64_t ch = s * 16 + l, gi = ch / cg, ci = ch % cg;
-		for (int64_t m = 0; m < mg; m++)
-			for (int64_t t = 0; t < kvol; t++)
-				sb[(m * kvol + t) * 16 + l] = r->acc ? r->acc[((gi * mg + m) * cg + ci) * kvol + t] : 0.0f;
+		off[l] = ((gi - g0) * mg * cg + ci) * kvol;
 	}
+	float *dwb = r->dw + g0 * mg * cg * kvol; /* the slab's first group's */
+	if (r->acc) /* the running sums from acc or 0 */
+		gc_sums(q, (float *)r->acc + g0 * mg * cg * kvol, off, sb, 1);
+	else
+		memset(sb, 0, (size_t)(mg * kvol * 16) * sizeof *sb);
 	for (int64_t nb = q->n - 1; nb >= 0; nb--) {
 		const float *img = r->x + (nb * q->cin + s * 16) * q->bvol;
 		c.dy = r->dy + (nb * q->cout + g0 * mg) * q->svol;
@@ -789,17 +848,12 @@ static GC_TARGET void gc_slab(const struct gf_run *r, int64_t s, float *ws)
 			int ns = 0;
 			for (int64_t yy = y0; yy < y1; yy++) {
 				int64_t y = urows == 1 ? y1 - 1 - (yy - y0) : yy;
-				gc_row_segs(q, y, y0, urows == 1 ? 0 : y * ow, segs, &ns);
+				gc_row_segs(q, y, y0, urows == 1 ? 0 : y * ow, urows == 1, segs, &ns);
 			}
 			gc_tiles_run(&c, segs, ns);
 		}
 	}
-	for (int l = 0; l < 16; l++) {
-		int64_t ch = s * 16 + l, gi = ch / cg, ci = ch % cg;
-		for (int64_t m = 0; m < mg; m++)
-			for (int64_t t = 0; t < kvol; t++)
-				r->dw[((gi * mg + m) * cg + ci) * kvol + t] = sb[(m * kvol + t) * 16 + l];
-	}
+	gc_sums(q, dwb, off, sb, 0);
 }
 
 static void gc_range(void *arg, int64_t b, int64_t e, int tid)

@@ -632,6 +632,9 @@ static void test_filter_grp_colane(void **state)
 	 * (one chain), dilation, a 5x3 window (taps in tiles of 9 and 6) */
 	gc_case(2, 32, 10, 2, I{ 7, 7 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
 	gc_case(2, 64, 6, 2, I{ 9, 12 }, I{ 5, 3 }, I{ 1, 2 }, I{ 2, 1 }, I{ 2, 1 }, I{ 3, 2 });
+	/* a 5x5 window: 25 taps (tiles of 9, 9, 7; sums moved without the
+	 * 16 x 16 transposes) */
+	gc_case(2, 16, 8, 4, I{ 8, 9 }, I{ 5, 5 }, I{ 1, 1 }, I{ 1, 1 }, I{ 2, 2 }, I{ 2, 2 });
 	/* rows of 70 (two blocks a row) staged in several chunks */
 	gc_case(2, 16, 8, 4, I{ 12, 70 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
 }
