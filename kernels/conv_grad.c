@@ -902,9 +902,10 @@ static int reg_fit(struct cg_filter *f, const struct hp_node *n, int64_t unit_ax
 
 /* Grouped layers on conv_grad_grp.c's co-lane tiles where they apply
  * (chosen by channels, window and unit, which bands keep), in place of
- * the path chosen before; the node names the larger of the two
- * workspaces (the replaced path's wherever theirs is smaller, so band
- * plans stay). */
+ * the path chosen before, in chunks of rows that fit that path's
+ * workspace; the node names the larger of the two workspaces: the
+ * replaced path's (band plans stay) unless even chunks of one row need
+ * more (a band of a row or two of a batch of one). */
 static void grp_colane(struct cg_filter *f, const struct hp_node *n, int64_t unit_axis)
 {
 	const struct cgeom *c = &f->c;
@@ -915,7 +916,7 @@ static void grp_colane(struct cg_filter *f, const struct hp_node *n, int64_t uni
 		return;
 	cgeom_colgeom(c, &geo);
 	if (!hp_gfilt_colane(&q, &geo, c->n, c->cbig, c->csmall, c->group, filter_unit(c, unit_axis),
-			     hp_attr_int(n, "hpdlf_lean", 0) ? 1 : hp_conv_ws_threads()))
+			     hp_attr_int(n, "hpdlf_lean", 0) ? 1 : hp_conv_ws_threads(), f->workspace))
 		return;
 	f->gfg = q;
 	f->grp = 1, f->w3 = 0, f->reg = 0;

@@ -158,8 +158,13 @@ static size_t gc_per_worker(const struct hp_gfilt *q)
 	return (size_t)(gc_in_rows(q, rb) * q->pw * 16 + (q->sg > 1 ? rb * ow * 16 : 0) + 2 * q->mg * kvol * 16 + 16);
 }
 
+size_t hp_gfilt_workspace(const struct hp_gfilt *q)
+{
+	return (q->cl ? gc_per_worker(q) : gf_per_worker(q)) * (size_t)q->threads * sizeof(float);
+}
+
 int hp_gfilt_colane(struct hp_gfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
-		    int64_t group, int64_t unit, int threads)
+		    int64_t group, int64_t unit, int threads, size_t ws_max)
 {
 	int64_t cg = group > 0 ? cin / group : 0, mg = group > 0 ? cout / group : 0, sg = cg >= 16 ? 1 : cg > 0 ? 16 / cg : 0;
 	int ok;
@@ -187,17 +192,12 @@ int hp_gfilt_colane(struct hp_gfilt *q, const struct hp_colgeom *geo, int64_t n,
 	q->blk = unit >= GC_BLK_MIN ? GC_BLK : 0;
 	q->pw = (geo->grid[2] - 1) * geo->stride[2] + (geo->k[2] - 1) * geo->dil[2] + 1;
 	/* output rows per chunk: as many as the staging holds, at least one */
-	int64_t rb = geo->grid[1];
-	while (rb > 1 && (gc_in_rows(q, rb) * q->pw * 16 > GC_STAGE || rb * (geo->grid[2] / GC_BLK + 2) > GC_SEGS))
-		rb = (rb + 1) / 2;
-	q->chunk = rb;
 	q->threads = threads > 0 ? threads : 1;
+	for (q->chunk = geo->grid[1]; q->chunk > 1; q->chunk = (q->chunk + 1) / 2)
+		if (gc_in_rows(q, q->chunk) * q->pw * 16 <= GC_STAGE && q->chunk * (geo->grid[2] / GC_BLK + 2) <= GC_SEGS &&
+		    (!ws_max || hp_gfilt_workspace(q) <= ws_max))
+			break;
 	return 1;
-}
-
-size_t hp_gfilt_workspace(const struct hp_gfilt *q)
-{
-	return (q->cl ? gc_per_worker(q) : gf_per_worker(q)) * (size_t)q->threads * sizeof(float);
 }
 
 #ifdef GF_X86

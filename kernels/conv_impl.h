@@ -419,9 +419,11 @@ void hp_gfilt_set_avx2(int on);
  * 16 % cg == 0 with 16 / cg groups' output channels at most 16, or cg a
  * multiple of 16; AVX-512F): 1 and q planned, else 0.  Their sums are
  * conv_grad_reg.c's order (units from the last, positions in order, one
- * chain for units shorter than 16, else blocks of 64 added to the sum). */
+ * chain for units shorter than 16, else blocks of 64 added to the sum).
+ * Their chunks of rows shrink to fit ws_max bytes (0: no limit) where a
+ * chunk of one row does (which changes no bit). */
 int hp_gfilt_colane(struct hp_gfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
-		    int64_t group, int64_t unit, int threads);
+		    int64_t group, int64_t unit, int threads, size_t ws_max);
 /* Tests and benchmarks: 1 forces the co-lane tiles where they apply, -1
  * forbids them, 0 (default) lets them run where they apply. */
 void hp_gfilt_set_colane(int mode);
