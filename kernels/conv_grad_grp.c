@@ -21,7 +21,17 @@
  * and a band's node starts from the sum of the bands after it, so bands
  * give the bits of the whole node.  Nothing depends on the thread that
  * runs a group, so the workers steal groups (hp_conv_steal).  AVX-512
- * runs 16 lanes in one vector, AVX2 in two: the same chains. */
+ * runs 16 lanes in one vector, AVX2 in two: the same chains.
+ *
+ * Where AVX-512F is present, conv_grad.c takes the co-lane tiles below
+ * instead (hp_gfilt_colane: groups of 2, 4, 8 or 16k input channels, and
+ * of 16 / cg groups' output channels at most 16): lanes over 16 input
+ * channels, no lane trees, each element one running sum in conv_grad_reg.c's
+ * order.  bench_conv_libs.c, pass dW, GF/s per CPU-second (above / co-lane,
+ * alternating, medians of 5): ResNeXt 4 a group at 28x28 54 / 132, batch 8
+ * 75 / 116, RegNet's 8 a group 59 / 158, stride 2 39 / 111; 16 a group at
+ * 14x14 and 32 at 7x7 (before: conv_grad_reg.c's tiles over output
+ * channels) 62 / 175 and 52 / 139. */
 #include <stdint.h>
 #include <string.h>
 
