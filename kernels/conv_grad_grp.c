@@ -754,9 +754,8 @@ static GC_TARGET void gc_stage(const struct hp_gfilt *q, const float *img, int64
 struct gc_ctx {
 	const struct hp_gfilt *q;
 	const float *dy;  /* the item's dY, at the slab's first group */
-	const float *st;  /* staged rows of the chunk, from output row cy0 */
+	const float *st;  /* staged rows of the chunk */
 	const float *dyt; /* packed dY of the chunk (groups per slab > 1) */
-	int64_t cy0;
 	int64_t toff[64];
 	__m512i perm[64];
 	float *sb, *pb;
