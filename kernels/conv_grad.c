@@ -940,6 +940,29 @@ static int lane_plan(struct cg_filter *f, const struct hp_node *n, int64_t unit_
 	return 1;
 }
 
+/* Grouped layers on conv_grad_grp.c's co-lane tiles where they apply
+ * (chosen by channels, window and unit, which bands keep), in place of
+ * the path chosen before, in chunks of rows that fit that path's
+ * workspace; the node names the larger of the two workspaces: the
+ * replaced path's (band plans stay) unless even chunks of one row need
+ * more (a band of a row or two of a batch of one). */
+static void grp_colane(struct cg_filter *f, const struct hp_node *n, int64_t unit_axis)
+{
+	const struct cgeom *c = &f->c;
+	struct hp_colgeom geo = { 0 };
+	struct hp_gfilt q;
+
+	if (f->dw || c->nd != 2 || c->group < 2)
+		return;
+	cgeom_colgeom(c, &geo);
+	if (!hp_gfilt_colane(&q, &geo, c->n, c->cbig, c->csmall, c->group, filter_unit(c, unit_axis),
+			     hp_attr_int(n, "hpdlf_lean", 0) ? 1 : hp_conv_ws_threads(), f->workspace))
+		return;
+	f->gfg = q;
+	f->grp = 1, f->w3 = 0, f->reg = 0, f->lane = 0;
+	f->workspace = hp_gfilt_workspace(&q) > f->workspace ? hp_gfilt_workspace(&q) : f->workspace;
+}
+
 static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	struct hp_shape ks, ws;
@@ -970,6 +993,7 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 		f.lean = hp_attr_int(n, "hpdlf_lean", 0) != 0;
 		filter_plan(&f, unit_axis);
 	}
+	grp_colane(&f, n, unit_axis);
 	f.unit = filter_unit(&f.c, unit_axis);
 	if (!(n->priv = malloc(sizeof f)))
 		return hp_node_error(g, n, -ENOMEM, "out of memory");

@@ -21,7 +21,17 @@
  * and a band's node starts from the sum of the bands after it, so bands
  * give the bits of the whole node.  Nothing depends on the thread that
  * runs a group, so the workers steal groups (hp_conv_steal).  AVX-512
- * runs 16 lanes in one vector, AVX2 in two: the same chains. */
+ * runs 16 lanes in one vector, AVX2 in two: the same chains.
+ *
+ * Where AVX-512F is present, conv_grad.c takes the co-lane tiles below
+ * instead (hp_gfilt_colane: groups of 2, 4, 8 or 16k input channels, and
+ * of 16 / cg groups' output channels at most 16): lanes over 16 input
+ * channels, no lane trees, each element one running sum in conv_grad_reg.c's
+ * order.  bench_conv_libs.c, pass dW, GF/s per CPU-second (above / co-lane,
+ * alternating, medians of 5): ResNeXt 4 a group at 28x28 54 / 132, batch 8
+ * 75 / 116, RegNet's 8 a group 59 / 158, stride 2 39 / 111; 16 a group at
+ * 14x14 and 32 at 7x7 (before: conv_grad_reg.c's tiles over output
+ * channels) 62 / 175 and 52 / 139. */
 #include <stdint.h>
 #include <string.h>
 
@@ -111,16 +121,93 @@ static size_t gf_per_worker(const struct hp_gfilt *q)
 	return gf_stage_floats(q) + (size_t)gf_lp_at(q, (q->mg + 3) / 4 * 4, 0) + 16;
 }
 
-size_t hp_gfilt_workspace(const struct hp_gfilt *q)
-{
-	return gf_per_worker(q) * (size_t)q->threads * sizeof(float);
-}
 
 static int gf_avx2; /* tests: the AVX2 tiles even where AVX-512 exists */
 
 void hp_gfilt_set_avx2(int on)
 {
 	gf_avx2 = on;
+}
+
+/* ---- the co-lane tiles ----
+ * A slab is 16 consecutive input channels: 16 / cg whole groups (cg 2,
+ * 4, 8, 16) or 16 of one group's (cg a multiple of 16).  Lane l holds
+ * the dW elements of input channel 16 s + l; a tile is up to GC_TM
+ * output channels (of each lane's own group) x up to GC_TT taps, each
+ * accumulator a vector of 16 such elements.  Per position, a tile loads
+ * one staged input vector per tap (the slab's channels at one column,
+ * staged transposed and zero padded: no masks) and per output channel
+ * one dY vector: a broadcast of dY where a slab is one group's, else a
+ * permute of dY's 16 / cg groups' channels at that position (packed per
+ * chunk), so each lane reads its own group's dY.  No lane trees: every
+ * element is one running sum in conv_grad_reg.c's order (see
+ * hp_gfilt_colane), its state in the worker's buffer between chunks. */
+static int gc_mode;
+
+void hp_gfilt_set_colane(int mode)
+{
+	gc_mode = mode;
+}
+
+#define GC_TM 3             /* output channels per tile */
+#define GC_TT 9             /* taps per tile */
+#define GC_BLK 64           /* positions per block (conv_grad_reg.c's RF_BLK) */
+#define GC_BLK_MIN 16       /* units this long and longer sum in blocks */
+#define GC_STAGE 16384      /* staged floats per chunk (rows of at least one output row) */
+#define GC_SEGS 256         /* segments per chunk at most */
+
+static int64_t gc_in_rows(const struct hp_gfilt *q, int64_t rb)
+{
+	return (rb - 1) * q->geo.stride[1] + (q->geo.k[1] - 1) * q->geo.dil[1] + 1;
+}
+
+static size_t gc_per_worker(const struct hp_gfilt *q)
+{
+	int64_t rb = q->chunk, ow = q->geo.grid[2], kvol = q->geo.k[1] * q->geo.k[2];
+
+	return (size_t)(gc_in_rows(q, rb) * q->pw * 16 + (q->sg > 1 ? rb * ow * 16 : 0) + 2 * q->mg * kvol * 16 + 16);
+}
+
+size_t hp_gfilt_workspace(const struct hp_gfilt *q)
+{
+	return (q->cl ? gc_per_worker(q) : gf_per_worker(q)) * (size_t)q->threads * sizeof(float);
+}
+
+int hp_gfilt_colane(struct hp_gfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
+		    int64_t group, int64_t unit, int threads, size_t ws_max)
+{
+	int64_t cg = group > 0 ? cin / group : 0, mg = group > 0 ? cout / group : 0, sg = cg >= 16 ? 1 : cg > 0 ? 16 / cg : 0;
+	int ok;
+
+	memset(q, 0, sizeof *q);
+#ifdef GF_X86
+	ok = __builtin_cpu_supports("avx512f") != 0;
+#else
+	ok = 0;
+#endif
+	ok &= gc_mode >= 0 && hp_conv_grp_mode() >= 0 && hp_conv_shift_mode() == 0 && group >= 2 && cg >= 2 && mg >= 1;
+	ok &= cg >= 16 ? cg % 16 == 0 : 16 % cg == 0 && sg * mg <= 16 && group % sg == 0;
+	ok &= geo->img[0] == 1 && geo->grid[0] == 1 && geo->k[0] == 1 && unit % geo->grid[2] == 0 && unit >= 1;
+	ok &= geo->kvol <= 64 && geo->img_vol * 16 < INT32_MAX && geo->grid_vol * 16 < INT32_MAX;
+	ok &= geo->grid[2] / GC_BLK + 2 <= GC_SEGS && geo->pad[1] >= 0 && geo->pad[2] >= 0;
+	if (!ok)
+		return 0;
+	q->geo = *geo;
+	q->n = n, q->cin = cin, q->cout = cout, q->group = group, q->cg = cg, q->mg = mg;
+	q->bvol = geo->img_vol, q->svol = geo->grid_vol, q->rows = cg * geo->kvol;
+	q->unit = unit;
+	q->cl = 1;
+	q->sg = sg;
+	q->slabs = cin / 16;
+	q->blk = unit >= GC_BLK_MIN ? GC_BLK : 0;
+	q->pw = (geo->grid[2] - 1) * geo->stride[2] + (geo->k[2] - 1) * geo->dil[2] + 1;
+	/* output rows per chunk: as many as the staging holds, at least one */
+	q->threads = threads > 0 ? threads : 1;
+	for (q->chunk = geo->grid[1]; q->chunk > 1; q->chunk = (q->chunk + 1) / 2)
+		if (gc_in_rows(q, q->chunk) * q->pw * 16 <= GC_STAGE && q->chunk * (geo->grid[2] / GC_BLK + 2) <= GC_SEGS &&
+		    (!ws_max || hp_gfilt_workspace(q) <= ws_max))
+			break;
+	return 1;
 }
 
 #ifdef GF_X86
@@ -475,6 +562,317 @@ static void gf_range(void *arg, int64_t b, int64_t e, int tid)
 		gf_group(r, g, r->ws + (size_t)tid * gf_per_worker(r->q));
 }
 
+#define GC_TARGET __attribute__((target("avx2,fma,avx512f")))
+
+/* A run of positions of one output row inside one block (or chain):
+ * staged input at xo floats on, dY at doff, npos positions; reset: a
+ * block starts here (accumulators from 0), fold: one ends here (added to
+ * the sum). */
+struct gc_seg {
+	int32_t xo, doff, npos;
+	int32_t nrow, xrs, drs; /* rows of npos (chains: a chunk's), steps to the next */
+	uint8_t reset, fold;
+};
+
+/* One tile over a chunk's segments: accumulators from the sums sb
+ * (chains: q->blk 0), or from the block in progress pb unless the first
+ * segment starts one; per position the staged input vector of each tap
+ * (toff[]) and per output channel dY, a permute of the packed vector
+ * (perm) or (one group) a broadcast, channels dm apart; blocks that end
+ * are added to sb, one still going is left in pb (ld: floats per output
+ * channel in sb and pb). */
+static inline __attribute__((always_inline)) GC_TARGET void
+gc_tile_impl(const int TM, const int TT, const int BC, const float *xb, int64_t xstep, const int64_t *toff,
+	     const float *db, int64_t dstep, int64_t dm, const __m512i *perm, const struct gc_seg *sg, int nseg,
+	     float *sb, float *pb, int64_t ld, int chain)
+{
+	__m512 a[GC_TM][GC_TT];
+	const float *from = chain ? sb : pb;
+
+	for (int i = 0; i < TM; i++)
+		for (int t = 0; t < TT; t++)
+			a[i][t] = chain || !sg[0].reset ? _mm512_loadu_ps(from + i * ld + t * 16) : _mm512_setzero_ps();
+	for (int k = 0; k < nseg; k++) {
+		if (!chain && sg[k].reset && k)
+			for (int i = 0; i < TM; i++)
+				for (int t = 0; t < TT; t++)
+					a[i][t] = _mm512_setzero_ps();
+		for (int64_t rr = 0; rr < sg[k].nrow; rr++)
+		for (int64_t p = 0, np = sg[k].npos, o = sg[k].xo + rr * sg[k].xrs, e = sg[k].doff + rr * sg[k].drs; p < np; p++) {
+			const float *xp = xb + o + p * xstep, *dp = db + e + p * dstep;
+			__m512 d[GC_TM];
+			if (BC) {
+				for (int i = 0; i < TM; i++)
+					d[i] = _mm512_set1_ps(dp[i * dm]);
+			} else {
+				__m512 v = _mm512_loadu_ps(dp);
+				for (int i = 0; i < TM; i++)
+					d[i] = _mm512_permutexvar_ps(perm[i], v);
+			}
+			for (int t = 0; t < TT; t++) {
+				__m512 x = _mm512_loadu_ps(xp + toff[t]);
+				for (int i = 0; i < TM; i++)
+					a[i][t] = _mm512_fmadd_ps(d[i], x, a[i][t]);
+			}
+		}
+		if (!chain && sg[k].fold)
+			for (int i = 0; i < TM; i++)
+				for (int t = 0; t < TT; t++) {
+					float *o = sb + i * ld + t * 16;
+					_mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), a[i][t]));
+				}
+	}
+	if (chain || !sg[nseg - 1].fold)
+		for (int i = 0; i < TM; i++)
+			for (int t = 0; t < TT; t++)
+				_mm512_storeu_ps((chain ? sb : pb) + i * ld + t * 16, a[i][t]);
+}
+
+typedef void (*gc_tile_fn)(const float *, int64_t, const int64_t *, const float *, int64_t, int64_t, const __m512i *,
+			   const struct gc_seg *, int, float *, float *, int64_t, int);
+
+#define GC_INST(TM, TT, BC)                                                                                         \
+	static GC_TARGET void gc_tile_##TM##_##TT##_##BC(const float *xb, int64_t xstep, const int64_t *toff,      \
+							  const float *db, int64_t dstep, int64_t dm,              \
+							  const __m512i *perm, const struct gc_seg *sg, int nseg,  \
+							  float *sb, float *pb, int64_t ld, int chain)             \
+	{                                                                                                           \
+		gc_tile_impl(TM, TT, BC, xb, xstep, toff, db, dstep, dm, perm, sg, nseg, sb, pb, ld, chain);       \
+	}
+#define GC_INST_T(TM, BC)                                                                                           \
+	GC_INST(TM, 1, BC) GC_INST(TM, 2, BC) GC_INST(TM, 3, BC) GC_INST(TM, 4, BC) GC_INST(TM, 5, BC)              \
+	GC_INST(TM, 6, BC) GC_INST(TM, 7, BC) GC_INST(TM, 8, BC) GC_INST(TM, 9, BC)
+GC_INST_T(1, 0)
+GC_INST_T(2, 0)
+GC_INST_T(3, 0)
+GC_INST_T(1, 1)
+GC_INST_T(2, 1)
+GC_INST_T(3, 1)
+#define GC_ROW_T(TM, BC)                                                                                            \
+	{ gc_tile_##TM##_1_##BC, gc_tile_##TM##_2_##BC, gc_tile_##TM##_3_##BC, gc_tile_##TM##_4_##BC,              \
+	  gc_tile_##TM##_5_##BC, gc_tile_##TM##_6_##BC, gc_tile_##TM##_7_##BC, gc_tile_##TM##_8_##BC,              \
+	  gc_tile_##TM##_9_##BC }
+static const gc_tile_fn gc_tiles[2][GC_TM][GC_TT] = { { GC_ROW_T(1, 0), GC_ROW_T(2, 0), GC_ROW_T(3, 0) },
+						       { GC_ROW_T(1, 1), GC_ROW_T(2, 1), GC_ROW_T(3, 1) } };
+
+/* Rows i < nr of src (at so[i]) at columns [0, n), zero in rows nr..15,
+ * transposed: column j (16 floats, the first w) to dst + dof[j], j < n:
+ * a 16 x 16 transpose in registers. */
+static inline __attribute__((always_inline)) GC_TARGET void gc_tr16x(const float *src, const int64_t *so, int n, int nr,
+								  float *dst, const int64_t *dof, int w)
+{
+	__m512 r[16], t[16];
+	__mmask16 m = (__mmask16)((1u << n) - 1), mw = (__mmask16)((1u << w) - 1);
+
+	for (int i = 0; i < 16; i++)
+		r[i] = i < nr ? _mm512_maskz_loadu_ps(m, src + so[i]) : _mm512_setzero_ps();
+	for (int i = 0; i < 8; i++) {
+		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+	}
+	for (int i = 0; i < 4; i++) {
+		r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+		r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+		r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+		r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+	}
+	for (int i = 0; i < 4; i++) {
+		t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
+		t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xDD);
+		t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+		t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xDD);
+	}
+	for (int i = 0; i < 4; i++) {
+		r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+		r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+		r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
+		r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xDD);
+	}
+	for (int i = 0; i < n; i++)
+		_mm512_mask_storeu_ps(dst + dof[i], mw, r[i]);
+}
+
+static const int64_t gc_i16[16] = { 0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240 };
+
+/* dst [n][16] = rows [0, nr) (ld apart) of src at columns [0, n), zero
+ * in rows nr..15. */
+static GC_TARGET void gc_tr16(const float *src, int64_t ld, int n, int nr, float *dst)
+{
+	int64_t so[16];
+
+	for (int i = 0; i < 16; i++)
+		so[i] = i * ld;
+	gc_tr16x(src, so, n, nr, dst, gc_i16, 16);
+}
+
+/* The slab's running sums sb [m][t][16] from dW-shaped w (to_sb) or
+ * back: lane l's row of kvol taps at w + m * cg * kvol + off[l]. */
+static GC_TARGET void gc_sums(const struct hp_gfilt *q, float *w, const int64_t *off, float *sb, int to_sb)
+{
+	int64_t kvol = q->geo.kvol;
+
+	for (int64_t m = 0; m < q->mg; m++) {
+		float *wm = w + m * q->cg * kvol, *sm = sb + m * kvol * 16;
+		if (kvol > 16) {
+			for (int l = 0; l < 16; l++)
+				for (int64_t t = 0; t < kvol; t++)
+					if (to_sb)
+						sm[t * 16 + l] = wm[off[l] + t];
+					else
+						wm[off[l] + t] = sm[t * 16 + l];
+		} else if (to_sb) {
+			gc_tr16x(wm, off, (int)kvol, 16, sm, gc_i16, 16);
+		} else {
+			gc_tr16x(sm, gc_i16, 16, (int)kvol, wm, off, (int)kvol);
+		}
+	}
+}
+
+/* Stages input rows [y0, y0 + nr) (padded coordinates: row y0 is input
+ * row y0 - pad) of slab channels c0.. of item img into st: [row][pw
+ * columns][16 channels], zeros outside the input. */
+static GC_TARGET void gc_stage(const struct hp_gfilt *q, const float *img, int64_t y0, int64_t nr, float *st)
+{
+	const struct hp_colgeom *g = &q->geo;
+	int64_t ih = g->img[1], iw = g->img[2], pl = g->pad[2], pw = q->pw;
+	int64_t xe = iw < pw - pl ? iw : pw - pl; /* columns [0, xe) of a row are staged */
+
+	for (int64_t r = 0; r < nr; r++) {
+		int64_t y = y0 + r - g->pad[1];
+		float *dst = st + r * pw * 16;
+		if (y < 0 || y >= ih || xe <= 0) {
+			memset(dst, 0, (size_t)(pw * 16) * sizeof *dst);
+			continue;
+		}
+		memset(dst, 0, (size_t)(pl * 16) * sizeof *dst);
+		for (int64_t x = 0; x < xe; x += 16)
+			gc_tr16(img + y * iw + x, q->bvol, (int)(xe - x < 16 ? xe - x : 16), 16, dst + (pl + x) * 16);
+		memset(dst + (pl + xe) * 16, 0, (size_t)((pw - pl - xe) * 16) * sizeof *dst);
+	}
+}
+
+struct gc_ctx {
+	const struct hp_gfilt *q;
+	const float *dy;  /* the item's dY, at the slab's first group */
+	const float *st;  /* staged rows of the chunk */
+	const float *dyt; /* packed dY of the chunk (groups per slab > 1) */
+	int64_t toff[64];
+	__m512i perm[64];
+	float *sb, *pb;
+};
+
+/* Output row y (the chunk's row y - cy0) of a unit whose position j0 is
+ * the row's first: its segments, appended at sg[*ns]; chains take a
+ * chunk's rows in one segment, the next row below (down: units of rows,
+ * the last first) or above. */
+static void gc_row_segs(const struct hp_gfilt *q, int64_t y, int64_t cy0, int64_t j0, int down, struct gc_seg *sg,
+			int *ns)
+{
+	const struct hp_colgeom *g = &q->geo;
+	int64_t ow = g->grid[2], blk = q->blk ? q->blk : ow, unit = q->unit, bc = q->sg == 1;
+
+	if (!q->blk && *ns) { /* chains: one more row of the chunk's segment */
+		sg[0].nrow++;
+		return;
+	}
+
+	for (int64_t x = 0; x < ow;) {
+		int64_t j = j0 + x, e = (j / blk + 1) * blk - j0; /* the block's end in this row */
+		e = e < ow ? e : ow;
+		struct gc_seg *o = &sg[(*ns)++];
+		o->xo = (int32_t)(((y - cy0) * g->stride[1] * q->pw + x * g->stride[2]) * 16);
+		o->doff = (int32_t)(bc ? y * ow + x : ((y - cy0) * ow + x) * 16);
+		o->npos = (int32_t)(e - x);
+		o->nrow = 1;
+		o->xrs = (int32_t)((down ? -1 : 1) * g->stride[1] * q->pw * 16); /* units of rows: rows from the last */
+		o->drs = (int32_t)((down ? -1 : 1) * (bc ? ow : ow * 16));
+		o->reset = j % blk == 0;
+		o->fold = (j0 + e) % blk == 0 || j0 + e == unit;
+		x = e;
+	}
+}
+
+/* Every tile of the chunk over its segments. */
+static void gc_tiles_run(const struct gc_ctx *c, const struct gc_seg *segs, int ns)
+{
+	const struct hp_gfilt *q = c->q;
+	const struct hp_colgeom *g = &q->geo;
+	int64_t kvol = g->k[1] * g->k[2], ld = kvol * 16;
+	int bc = q->sg == 1;
+
+	/* tiles of 3 output channels, the last two of 2 where 1 would be left
+	 * (a tile of 1 loads a tap's vector per multiply-add) */
+	for (int64_t m0 = 0, tm; m0 < q->mg; m0 += tm)
+		for (int64_t t0 = 0; t0 < kvol; t0 += GC_TT) {
+			int64_t left = q->mg - m0;
+			tm = left == 4 ? 2 : left < GC_TM ? left : GC_TM;
+			int tt = (int)(kvol - t0 < GC_TT ? kvol - t0 : GC_TT);
+			gc_tiles[bc][(int)tm - 1][tt - 1](c->st, g->stride[2] * 16, c->toff + t0, bc ? c->dy + m0 * q->svol : c->dyt,
+						     bc ? 1 : 16, q->svol, c->perm + m0, segs, ns, c->sb + m0 * ld + t0 * 16,
+						     c->pb + m0 * ld + t0 * 16, ld, q->blk == 0);
+		}
+}
+
+static GC_TARGET void gc_slab(const struct gf_run *r, int64_t s, float *ws)
+{
+	const struct hp_gfilt *q = r->q;
+	const struct hp_colgeom *g = &q->geo;
+	int64_t kvol = g->k[1] * g->k[2], ow = g->grid[2], oh = g->grid[1], cg = q->cg, mg = q->mg, rb = q->chunk;
+	int64_t urows = q->unit / ow, g0 = s * 16 / cg, nin = gc_in_rows(q, rb);
+	struct gc_ctx c = { .q = q };
+	struct gc_seg segs[GC_SEGS];
+	float *st = ws, *dyt = st + nin * q->pw * 16, *sb = dyt + (q->sg > 1 ? rb * ow * 16 : 0), *pb = sb + mg * kvol * 16;
+
+	c.st = st, c.dyt = dyt, c.sb = sb, c.pb = pb;
+	for (int64_t t = 0; t < kvol; t++)
+		c.toff[t] = (t / g->k[2] * g->dil[1] * q->pw + t % g->k[2] * g->dil[2]) * 16;
+	for (int64_t m = 0; m < (q->sg > 1 ? mg : 0); m++) {
+		int32_t ix[16];
+		for (int l = 0; l < 16; l++)
+			ix[l] = (int32_t)(q->sg > 1 ? l / cg * mg + m : 0);
+		c.perm[m] = _mm512_loadu_si512(ix);
+	}
+	int64_t off[16]; /* lane l's dW row (output channel 0 of its group) */
+	for (int l = 0; l < 16; l++) {
+		int64_t ch = s * 16 + l, gi = ch / cg, ci = ch % cg;
+		off[l] = ((gi - g0) * mg * cg + ci) * kvol;
+	}
+	float *dwb = r->dw + g0 * mg * cg * kvol; /* the slab's first group's */
+	if (r->acc) /* the running sums from acc or 0 */
+		gc_sums(q, (float *)r->acc + g0 * mg * cg * kvol, off, sb, 1);
+	else
+		memset(sb, 0, (size_t)(mg * kvol * 16) * sizeof *sb);
+	for (int64_t nb = q->n - 1; nb >= 0; nb--) {
+		const float *img = r->x + (nb * q->cin + s * 16) * q->bvol;
+		c.dy = r->dy + (nb * q->cout + g0 * mg) * q->svol;
+		int64_t nch = (oh + rb - 1) / rb;
+		for (int64_t kk = 0; kk < nch; kk++) {
+			/* units of rows: chunks and rows from the last; of items: in order */
+			int64_t k = urows == 1 ? nch - 1 - kk : kk, y0 = k * rb, y1 = y0 + rb < oh ? y0 + rb : oh;
+			gc_stage(q, img, y0 * g->stride[1], gc_in_rows(q, y1 - y0), st);
+			if (q->sg > 1) /* dY of the slab's groups, [position][channel] */
+				for (int64_t p = y0 * ow; p < y1 * ow; p += 16)
+					gc_tr16(c.dy + p, q->svol, (int)(y1 * ow - p < 16 ? y1 * ow - p : 16), (int)(q->sg * mg),
+						dyt + (p - y0 * ow) * 16);
+			int ns = 0;
+			for (int64_t yy = y0; yy < y1; yy++) {
+				int64_t y = urows == 1 ? y1 - 1 - (yy - y0) : yy;
+				gc_row_segs(q, y, y0, urows == 1 ? 0 : y * ow, urows == 1, segs, &ns);
+			}
+			gc_tiles_run(&c, segs, ns);
+		}
+	}
+	gc_sums(q, dwb, off, sb, 0);
+}
+
+static void gc_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct gf_run *r = arg;
+
+	for (int64_t s = b; s < e; s++)
+		gc_slab(r, s, r->ws + (size_t)tid * gc_per_worker(r->q));
+}
+
 #endif
 
 void hp_gfilt_run(const struct hp_gfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
@@ -485,7 +883,10 @@ void hp_gfilt_run(const struct hp_gfilt *q, const float *dy, const float *x, con
 	int saved, threads = hp_conv_threads_enter(pool, &saved);
 
 	threads = threads < q->threads ? threads : q->threads;
-	hp_conv_steal(pool, threads, q->group, 1, gf_range, &r);
+	if (q->cl)
+		hp_conv_steal(pool, threads, q->slabs, 1, gc_range, &r);
+	else
+		hp_conv_steal(pool, threads, q->group, 1, gf_range, &r);
 	hp_conv_threads_leave(saved);
 #else
 	(void)q, (void)dy, (void)x, (void)acc, (void)dw, (void)ws, (void)pool;

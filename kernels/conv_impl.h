@@ -402,6 +402,10 @@ struct hp_gfilt {
 	int64_t unit, chunk;      /* positions per unit, output rows per staged block */
 	int lanes;                /* 16 for units of several rows, 8 for rows */
 	int threads;
+	/* the co-lane tiles (conv_grad_grp.c, hp_gfilt_colane): lanes over 16
+	 * input channels (a slab: 16 / cg groups, or 16 of one group's) */
+	int cl;
+	int64_t slabs, sg, blk, pw; /* slabs, groups per slab, block (0: one chain), staged row */
 };
 /* 1 and q planned if the path takes the geometry (unit: positions per
  * unit, a divisor of the plane), else 0. */
@@ -411,6 +415,18 @@ size_t hp_gfilt_workspace(const struct hp_gfilt *q);
 /* Tests only: 1, the AVX2 tiles even where the CPU has AVX-512 (the same
  * bits); 0, the default. */
 void hp_gfilt_set_avx2(int on);
+/* The co-lane tiles where they apply (2-D groups of cg input channels,
+ * 16 % cg == 0 with 16 / cg groups' output channels at most 16, or cg a
+ * multiple of 16; AVX-512F): 1 and q planned, else 0.  Their sums are
+ * conv_grad_reg.c's order (units from the last, positions in order, one
+ * chain for units shorter than 16, else blocks of 64 added to the sum).
+ * Their chunks of rows shrink to fit ws_max bytes (0: no limit) where a
+ * chunk of one row does (which changes no bit). */
+int hp_gfilt_colane(struct hp_gfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
+		    int64_t group, int64_t unit, int threads, size_t ws_max);
+/* Tests and benchmarks: 1 forces the co-lane tiles where they apply, -1
+ * forbids them, 0 (default) lets them run where they apply. */
+void hp_gfilt_set_colane(int mode);
 void hp_gfilt_run(const struct hp_gfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		  struct hp_pool *pool);
 /* Tests and benchmarks only: 1, the grouped path's AVX2 tiles even where

@@ -715,6 +715,42 @@ static void test_filter_lane(void **state)
 	lf_case(2, 4, 2, 1, I{ 3, 4 }, I{ 2, 2 }, I{ 1, 1 }, I{ 0, 0 }, I{ 0, 0 });
 }
 
+/* The co-lane tiles of conv_grad_grp.c (grouped layers, lanes over 16
+ * input channels): conv_grad_reg.c's order, so the same scalar replay bit
+ * for bit, then cgf_check (naive, 1 vs 2 threads, chains of batch and of
+ * row bands bitwise the whole), each at batch n and 1 (units of rows). */
+static void gc_case(int64_t n, int64_t cx, int64_t cy, int64_t group, const int *xs, const int *k, const int *s,
+		    const int *d, const int *pb, const int *pe)
+{
+	hp_gfilt_set_colane(1);
+	rf_gcase(2, n, cx, cy, group, xs, k, s, d, pb, pe);
+	hp_gfilt_set_colane(0);
+}
+
+static void test_filter_grp_colane(void **state)
+{
+	(void)state;
+	if (!__builtin_cpu_supports("avx512f"))
+		skip();
+	/* ResNeXt's 4 per group: 4 groups a slab, rows of 19 (blocks of one
+	 * row; with a batch, blocks across rows), output channels in tiles of
+	 * 3 and 1 */
+	gc_case(2, 16, 16, 4, I{ 7, 19 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	/* 8 per group at stride 2, uneven pads; 2 a group, 8 groups a slab,
+	 * one output channel; two slabs */
+	gc_case(2, 32, 32, 4, I{ 9, 34 }, I{ 3, 3 }, I{ 2, 2 }, I{ 1, 1 }, I{ 1, 1 }, I{ 0, 1 });
+	gc_case(3, 32, 16, 16, I{ 6, 9 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	/* 16 and 32 a group (dY broadcast), 5 and 3 out per group; rows of 7
+	 * (one chain), dilation, a 5x3 window (taps in tiles of 9 and 6) */
+	gc_case(2, 32, 10, 2, I{ 7, 7 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	gc_case(2, 64, 6, 2, I{ 9, 12 }, I{ 5, 3 }, I{ 1, 2 }, I{ 2, 1 }, I{ 2, 1 }, I{ 3, 2 });
+	/* a 5x5 window: 25 taps (tiles of 9, 9, 7; sums moved without the
+	 * 16 x 16 transposes) */
+	gc_case(2, 16, 8, 4, I{ 8, 9 }, I{ 5, 5 }, I{ 1, 1 }, I{ 1, 1 }, I{ 2, 2 }, I{ 2, 2 });
+	/* rows of 70 (two blocks a row) staged in several chunks */
+	gc_case(2, 16, 8, 4, I{ 12, 70 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+}
+
 /* Attribute hpdlf_lean (exec/split.c gives it where a filter gradient's
  * workspace decides the smallest budget): one worker's buffers, the same
  * bits as with every worker's, on two threads; the workspace smaller by
@@ -1002,7 +1038,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_filter_1d), cmocka_unit_test(test_filter_2d), cmocka_unit_test(test_filter_3d),
-		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_reg), cmocka_unit_test(test_filter_colane), cmocka_unit_test(test_filter_lane), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
+		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_reg), cmocka_unit_test(test_filter_colane), cmocka_unit_test(test_filter_lane), cmocka_unit_test(test_filter_grp_colane), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

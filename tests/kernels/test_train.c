@@ -826,6 +826,7 @@ static void test_conv_grad_filter_grp(void **state)
 	if (!hp_dot_available())
 		skip();
 	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_gfilt_set_colane(-1); /* the lane-tree tiles (the co-lane tiles: test_grad_chain.c) */
 	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
 		const struct gfc *c = &cases[k];
 		int cg = c->cin / c->group, oh = gfc_oh(c), ow = gfc_ow(c);
@@ -871,6 +872,7 @@ static void test_conv_grad_filter_grp(void **state)
 		hp_tensor_free(&x);
 		hp_tensor_free(&acc);
 	}
+	hp_gfilt_set_colane(0);
 	hp_pool_destroy(pool);
 }
 
