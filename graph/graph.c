@@ -341,8 +341,11 @@ static int anti_edges(const struct hp_graph *g, int *indeg, int **writer, int **
 
 	if (!w)
 		return hp_error(-ENOMEM, "out of memory sorting the graph");
-	for (int v = 0; v < g->nvalues; v++)
+	for (int v = 0; v < g->nvalues; v++) {
 		w[v] = g->values[v].next >= 0 ? next_writer(g, v) : -1;
+		if (w[v] >= 0 && g->nodes[w[v]].sched == HP_SCHED_EAGER)
+			w[v] = -1;
+	}
 	for (int i = 0; i < g->nnodes; i++)
 		for (int j = 0; j < g->nodes[i].ninputs; j++) {
 			int v = g->nodes[i].inputs[j];
@@ -374,11 +377,12 @@ static int anti_edges(const struct hp_graph *g, int *indeg, int **writer, int **
 }
 
 /* anti: a node writing a value's next version (next_writer) waits for
- * every other reader of the value, so that the version it replaces is
- * dead when it runs and its bytes may take the new one (exec/plan.c's
- * in-place update: W' over W; without the wait ResNet-18's stage-4
- * update ran between its Conv's filter and data gradients, holding W, dW
- * and W' at once).  Order only: no value changes. */
+ * every other reader of the value (unless hinted HP_SCHED_EAGER), so
+ * that the version it replaces is dead when it runs and its bytes may
+ * take the new one (exec/plan.c's in-place update: W' over W; without
+ * the wait ResNet-18's stage-4 update ran between its Conv's filter and
+ * data gradients, holding W, dW and W' at once).  Order only: no value
+ * changes. */
 static int topo_sort_with(struct hp_graph *g, int anti)
 {
 	int *indeg, *start, *adj, *fill, *queue, tail = 0, rc = 0, nedges = 0, nanti = 0;

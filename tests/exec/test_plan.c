@@ -483,8 +483,9 @@ static void test_inputs_back_at_end(void **state)
  * that reads W (a Conv's data gradient after its filter gradient): the
  * graph's order makes it wait for that reader, and the plan writes W'
  * over W's bytes, so the step holds W and dW, not 3 W (issue 17).  A
- * reader that needs W' itself cannot wait so: sorted without the wait. */
-static void update_after_readers(int cycle)
+ * reader that needs W' itself cannot wait so: sorted without the wait;
+ * an update hinted HP_SCHED_EAGER does not wait. */
+static void update_after_readers(int cycle, int eager)
 {
 	struct hp_graph *g = hp_graph_new("plan-test");
 	int x = value(g, "x", HP_VALUE_INPUT, 64), w = value(g, "w", HP_VALUE_INITIALIZER, 64), h[5], un = -1, rn = -1;
@@ -502,6 +503,7 @@ static void update_after_readers(int cycle)
 	assert_true(upd >= 0);
 	free(g->nodes[upd].domain);
 	g->nodes[upd].domain = strdup("ai.hpdlf");
+	g->nodes[upd].sched = eager ? HP_SCHED_EAGER : -1;
 	assert_true(hp_graph_add_node(g, "r1", "Relu", 1, &h[0], 1, &h[1]) >= 0);
 	assert_true(hp_graph_add_node(g, "r2", "Relu", 1, &h[1], 1, &h[2]) >= 0);
 	assert_true(hp_graph_add_node(g, "reader", "Add", 2, (int[]){ h[2], cycle ? w2 : w }, 1, &h[3]) >= 0);
@@ -516,9 +518,9 @@ static void update_after_readers(int cycle)
 		un = !strcmp(g->nodes[i].name, "upd") ? i : un;
 		rn = !strcmp(g->nodes[i].name, "reader") ? i : rn;
 	}
-	print_message("cycle %d: the update at %d, the other reader of w at %d\n", cycle, un, rn);
+	print_message("cycle %d eager %d: the update at %d, the other reader of w at %d\n", cycle, eager, un, rn);
 	assert_true(un >= 0 && rn >= 0);
-	if (cycle) {
+	if (cycle || eager) {
 		assert_true(un < rn);
 		hp_graph_free(g);
 		return;
@@ -538,8 +540,9 @@ static void update_after_readers(int cycle)
 static void test_update_after_readers(void **state)
 {
 	(void)state;
-	update_after_readers(0);
-	update_after_readers(1);
+	update_after_readers(0, 0);
+	update_after_readers(1, 0);
+	update_after_readers(0, 1);
 }
 
 int main(void)
