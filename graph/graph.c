@@ -320,9 +320,73 @@ static int ready_pop(struct ready *r)
 	return top;
 }
 
-static int topo_sort(struct hp_graph *g)
+/* The node that writes value v's next version and reads v itself (an
+ * optimizer update: W -> W'), or -1. */
+static int next_writer(const struct hp_graph *g, int v)
 {
-	int *indeg, *start, *adj, *fill, *queue, tail = 0, rc = 0, nedges = 0;
+	int b = g->values[v].next, u = b >= 0 ? g->values[b].producer : -1;
+
+	for (int j = 0; u >= 0 && j < g->nodes[u].ninputs; j++)
+		if (g->nodes[u].inputs[j] == v)
+			return u;
+	return -1;
+}
+
+/* The waits of topo_sort_with as edges reader -> writer: indeg[writer]
+ * counted, each reader's writers in (*xstart)[i] .. (*xstart)[i + 1] of
+ * *xadj; *nanti their number (0: none, nothing allocated but *writer). */
+static int anti_edges(const struct hp_graph *g, int *indeg, int **writer, int **xstart, int **xadj, int *nanti)
+{
+	int *w = *writer = malloc(((size_t)g->nvalues + 1) * sizeof *w), n = 0;
+
+	if (!w)
+		return hp_error(-ENOMEM, "out of memory sorting the graph");
+	for (int v = 0; v < g->nvalues; v++) {
+		w[v] = g->values[v].next >= 0 ? next_writer(g, v) : -1;
+		if (w[v] >= 0 && g->nodes[w[v]].sched == HP_SCHED_EAGER)
+			w[v] = -1;
+	}
+	for (int i = 0; i < g->nnodes; i++)
+		for (int j = 0; j < g->nodes[i].ninputs; j++) {
+			int v = g->nodes[i].inputs[j];
+			n += v >= 0 && w[v] >= 0 && w[v] != i;
+		}
+	if (!(*nanti = n))
+		return 0;
+	*xstart = calloc((size_t)g->nnodes + 2, sizeof **xstart);
+	*xadj = malloc((size_t)n * sizeof **xadj);
+	if (!*xstart || !*xadj)
+		return hp_error(-ENOMEM, "out of memory sorting the graph");
+	for (int i = 0; i < g->nnodes; i++)
+		for (int j = 0; j < g->nodes[i].ninputs; j++) {
+			int v = g->nodes[i].inputs[j];
+			if (v >= 0 && w[v] >= 0 && w[v] != i) {
+				(*xstart)[i + 1]++;
+				indeg[w[v]]++;
+			}
+		}
+	for (int i = 0; i < g->nnodes; i++)
+		(*xstart)[i + 1] += (*xstart)[i];
+	for (int i = 0, k = 0; i < g->nnodes; i++)
+		for (int j = 0; j < g->nodes[i].ninputs; j++) {
+			int v = g->nodes[i].inputs[j];
+			if (v >= 0 && w[v] >= 0 && w[v] != i)
+				(*xadj)[k++] = w[v];
+		}
+	return 0;
+}
+
+/* anti: a node writing a value's next version (next_writer) waits for
+ * every other reader of the value (unless hinted HP_SCHED_EAGER), so
+ * that the version it replaces is dead when it runs and its bytes may
+ * take the new one (exec/plan.c's in-place update: W' over W; without
+ * the wait ResNet-18's stage-4 update ran between its Conv's filter and
+ * data gradients, holding W, dW and W' at once).  Order only: no value
+ * changes. */
+static int topo_sort_with(struct hp_graph *g, int anti)
+{
+	int *indeg, *start, *adj, *fill, *queue, tail = 0, rc = 0, nedges = 0, nanti = 0;
+	int *xstart = NULL, *xadj = NULL, *writer = NULL;
 	struct hp_node *sorted;
 	struct ready rd = { 0 };
 	int64_t seq = 0;
@@ -357,11 +421,14 @@ static int topo_sort(struct hp_graph *g)
 			if (v >= 0 && g->values[v].producer >= 0)
 				adj[start[v] + fill[v]++] = i;
 		}
+	if (anti && (rc = anti_edges(g, indeg, &writer, &xstart, &xadj, &nanti)) < 0)
+		goto out;
 	for (int i = 0; i < g->nnodes; i++)
 		if (!indeg[i])
 			ready_push(&rd, sched_key(g->nodes[i].sched, seq++), i);
 	while (rd.n) {
-		const struct hp_node *n = &g->nodes[queue[tail++] = ready_pop(&rd)];
+		int i = ready_pop(&rd);
+		const struct hp_node *n = &g->nodes[queue[tail++] = i];
 		for (int o = 0; o < n->noutputs; o++) {
 			int v = n->outputs[o];
 			if (v < 0)
@@ -370,6 +437,13 @@ static int topo_sort(struct hp_graph *g)
 				if (--indeg[adj[k]] == 0)
 					ready_push(&rd, sched_key(g->nodes[adj[k]].sched, seq++), adj[k]);
 		}
+		for (int k = nanti ? xstart[i] : 0; k < (nanti ? xstart[i + 1] : 0); k++)
+			if (--indeg[xadj[k]] == 0)
+				ready_push(&rd, sched_key(g->nodes[xadj[k]].sched, seq++), xadj[k]);
+	}
+	if (tail != g->nnodes && nanti) {
+		rc = 1; /* a reader depends on the new version: sort without the waits */
+		goto out;
 	}
 	if (tail != g->nnodes) {
 		for (int i = 0; i < g->nnodes; i++)
@@ -392,7 +466,17 @@ out:
 	free(adj);
 	free(rd.key);
 	free(rd.node);
+	free(writer);
+	free(xstart);
+	free(xadj);
 	return rc;
+}
+
+static int topo_sort(struct hp_graph *g)
+{
+	int rc = topo_sort_with(g, 1);
+
+	return rc == 1 ? topo_sort_with(g, 0) : rc;
 }
 
 int hp_graph_finalize(struct hp_graph *g)

@@ -123,8 +123,16 @@ struct hp_node {
 	int folded;                /* outputs were computed at compile time */
 	int sched;                 /* ordering hint (0: none): among ready nodes the topological
 				    * sort takes smaller hints first, e.g. band i + 1 of a split
-				    * operator, so that bands run depth first */
+				    * operator, so that bands run depth first; a node that reads
+				    * a value and writes its next version (an optimizer update)
+				    * waits for the value's other readers, unless its hint is
+				    * HP_SCHED_EAGER */
 };
+
+/* A node's sched hint: run first among ready nodes, and, writing a
+ * value's next version, as soon as its inputs are there (before the
+ * value's other readers: the old version and the new one both held). */
+#define HP_SCHED_EAGER (-2)
 
 struct hp_graph {
 	char *path;                /* model file */

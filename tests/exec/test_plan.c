@@ -5,8 +5,9 @@
  * second of CPU time, data parallelism's reductions: summed in place
  * over their gradients, their sums never evicted while in flight (until
  * the next reduction is issued), a budget too tight for that still
- * planned, and an inference's input read back at a run's end for the
- * next run. */
+ * planned, an inference's input read back at a run's end for the next
+ * run, and an optimizer update ordered after the other readers of its
+ * weight so that it writes in place. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -478,6 +479,72 @@ static void test_inputs_back_at_end(void **state)
 	hp_graph_free(g);
 }
 
+/* An update SGDUpdate(W, dW) -> W' ready (dW done) before another node
+ * that reads W (a Conv's data gradient after its filter gradient): the
+ * graph's order makes it wait for that reader, and the plan writes W'
+ * over W's bytes, so the step holds W and dW, not 3 W (issue 17).  A
+ * reader that needs W' itself cannot wait so: sorted without the wait;
+ * an update hinted HP_SCHED_EAGER does not wait. */
+static void update_after_readers(int cycle, int eager)
+{
+	struct hp_graph *g = hp_graph_new("plan-test");
+	int x = value(g, "x", HP_VALUE_INPUT, 64), w = value(g, "w", HP_VALUE_INITIALIZER, 64), h[5], un = -1, rn = -1;
+	char name[32];
+
+	for (int i = 0; i < 5; i++) {
+		snprintf(name, sizeof name, "h%d", i);
+		h[i] = hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+	}
+	int w2 = hp_graph_add_value(g, "w'", HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+	/* h0 = Relu(x) (the "dW"); upd(w, h0) -> w'; two Relus; reader = Add(h2, w);
+	 * with cycle reader = Add(h2, w') and both = Add(h3, w) */
+	assert_true(hp_graph_add_node(g, "dw", "Relu", 1, &x, 1, &h[0]) >= 0);
+	int upd = hp_graph_add_node(g, "upd", "SGDUpdate", 2, (int[]){ w, h[0] }, 1, &w2);
+	assert_true(upd >= 0);
+	free(g->nodes[upd].domain);
+	g->nodes[upd].domain = strdup("ai.hpdlf");
+	g->nodes[upd].sched = eager ? HP_SCHED_EAGER : -1;
+	assert_true(hp_graph_add_node(g, "r1", "Relu", 1, &h[0], 1, &h[1]) >= 0);
+	assert_true(hp_graph_add_node(g, "r2", "Relu", 1, &h[1], 1, &h[2]) >= 0);
+	assert_true(hp_graph_add_node(g, "reader", "Add", 2, (int[]){ h[2], cycle ? w2 : w }, 1, &h[3]) >= 0);
+	if (cycle)
+		assert_true(hp_graph_add_node(g, "both", "Add", 2, (int[]){ h[3], w }, 1, &h[4]) >= 0);
+	g->values[w].next = w2;
+	g->outputs = malloc(sizeof(int));
+	g->outputs[g->noutputs++] = h[cycle ? 4 : 3];
+	assert_int_equal(hp_graph_finalize(g), 0);
+	assert_int_equal(hp_graph_infer(g), 0);
+	for (int i = 0; i < g->nnodes; i++) {
+		un = !strcmp(g->nodes[i].name, "upd") ? i : un;
+		rn = !strcmp(g->nodes[i].name, "reader") ? i : rn;
+	}
+	print_message("cycle %d eager %d: the update at %d, the other reader of w at %d\n", cycle, eager, un, rn);
+	assert_true(un >= 0 && rn >= 0);
+	if (cycle || eager) {
+		assert_true(un < rn);
+		hp_graph_free(g);
+		return;
+	}
+	assert_true(un > rn);
+	struct hp_plan *p = plan(g, 1 << 30);
+	assert_int_equal(p->node[p->nsteps - 1], un);
+	assert_int_equal(hp_plan_inplace_src(g, p, p->nsteps - 1, 0), 0);
+	/* the largest step holds three 64-row values (the reader's h2, w and
+	 * h3; the update's w and h0, w' over w), not four */
+	print_message("smallest budget %llu\n", (unsigned long long)p->min_budget);
+	assert_int_equal(p->min_budget, 3 * 65536);
+	hp_plan_free(p);
+	hp_graph_free(g);
+}
+
+static void test_update_after_readers(void **state)
+{
+	(void)state;
+	update_after_readers(0, 0);
+	update_after_readers(1, 0);
+	update_after_readers(0, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -487,6 +554,7 @@ int main(void)
 		cmocka_unit_test(test_10k_nodes),
 		cmocka_unit_test(test_reductions_in_flight),
 		cmocka_unit_test(test_inputs_back_at_end),
+		cmocka_unit_test(test_update_after_readers),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
