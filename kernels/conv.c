@@ -344,6 +344,15 @@ static int shift_wanted(const struct hp_conv *cv, int folded)
 		return cv->path == HP_CONV_PATH_SHIFT;
 	if (shift_mode > 0)
 		return 1;
+	/* A 1-D or 2-D gradient's product (ConvGradData's Conv of dY with W
+	 * mirrored, no node of its own) never: its band nodes, one or a few
+	 * items of the whole cut out of core, choose anew (no hpdlf_path pins
+	 * them), and both this test (items) and the folding read the batch.
+	 * SqueezeNet's Fire at 11x11 (3x3, 128 -> 32) took this path for its
+	 * two items and col2im for one, and trained at a quarter of its peak
+	 * its gradients came out an ulp off the in-core ones. */
+	if (!cv->node && cv->nd < 3)
+		return 0;
 	/* a 2-D or 1-D node of one item would run on one worker */
 	return cv->g.kvol > 1 && cv->cin_g >= HP_SHIFT_MIN_CH && (cv->nd == 3 || shift_items(cv) >= 2) &&
 	       hp_shift_useful(&cv->sh) >= min_useful;
