@@ -17,7 +17,9 @@
  * runs straight from dY and W with no workspace (direct_item), each
  * element the same chain as on the KxK tiles.  So do, lanes over
  * positions, the phases of other kernels that are as wide as dY's rows
- * (lanes_item: even sizes at stride 2, ResNet's downsampling).
+ * (lanes_item: even sizes at stride 2, ResNet's downsampling), grouped
+ * too (ResNeXt's downsampling 3x3, 8 to 32 channels a group: a block's
+ * channels in one group, its chains over that group's m).
  *
  * Why: the strided dX ran as ConvTranspose(dY, W) (an sgemm into columns,
  * then col2im adding kvol columns into each element), 27-73% of sgemm's
@@ -47,6 +49,7 @@
  * vector blocks (lanes_chain_seg1). */
 #define CGP_LR 12
 #define CGP_LR1 24
+#define CGP_LR8 8
 
 static int cgp_mode;
 
@@ -58,6 +61,22 @@ void hp_cgp_set_mode(int mode)
 int hp_cgp_mode(void)
 {
 	return cgp_mode;
+}
+
+/* Grouped lanes (lanes_item): the channels of a block, all of one group
+ * (CGP_LR8 for 8 or 16 a group, CGP_LR for 12 or more, the last block of
+ * a group ending at the group's end), or 0 where the kernel does not
+ * take the groups: fewer than 8 a group, or dY rows narrower than 8
+ * (phase planes a band's rows could make smaller than 8 positions, which
+ * lanes_item_seg takes ungrouped only; the innermost extent no band
+ * cuts). */
+static int64_t cgp_group_lr(const struct hp_cgp_geom *c)
+{
+	int64_t cg = c->cbig / c->group;
+
+	if (c->small[2] < 8)
+		return 0;
+	return cg == 8 || cg == 16 ? CGP_LR8 : cg >= CGP_LR ? CGP_LR : 0;
 }
 
 static int64_t mod64(int64_t a, int64_t b)
@@ -166,7 +185,7 @@ int hp_cgp_plan(struct hp_cgp *p, const struct hp_cgp_geom *c, int threads)
 		p->direct = 1;
 		p->yp = 0;
 		p->workspace = 0;
-	} else if (c->group == 1) { /* phases as wide as dY's rows: lanes over positions */
+	} else if (c->group == 1 || cgp_group_lr(c)) { /* phases as wide as dY's rows: lanes over positions */
 		int ok = 1;
 		for (int i = 0; i < p->nph; i++)
 			ok &= p->ph[i].q[2] == c->small[2] && p->ph[i].extra[2] == 0;
@@ -352,6 +371,22 @@ lanes_chain(const float *d0, const float *d1, const float *w, int64_t M, int64_t
 	CGP_OUT(6); CGP_OUT(7); CGP_OUT(8); CGP_OUT(9); CGP_OUT(10); CGP_OUT(11);
 }
 
+/* lanes_chain of CGP_LR8 channels (grouped: 8 or 16 a group). */
+__attribute__((target("avx512f"), always_inline)) static inline void
+lanes_chain8(const float *d0, const float *d1, const float *w, int64_t M, int64_t svol, int64_t wstep, int64_t kv,
+	     int nt, const int32_t (*off)[2], const int32_t *tap, const __mmask16 (*mk)[2], __m512 (*acc)[2])
+{
+	CGP_ACC(0); CGP_ACC(1); CGP_ACC(2); CGP_ACC(3); CGP_ACC(4); CGP_ACC(5); CGP_ACC(6); CGP_ACC(7);
+	for (int64_t m = 0; m < M; m++, d0 += svol, d1 += svol, w += wstep)
+		for (int t = 0; t < nt; t++) {
+			__m512 x0 = _mm512_maskz_loadu_ps(mk[t][0], d0 + off[t][0]);
+			__m512 x1 = _mm512_maskz_loadu_ps(mk[t][1], d1 + off[t][1]);
+			const float *wt = w + tap[t];
+			CGP_FMA(0); CGP_FMA(1); CGP_FMA(2); CGP_FMA(3); CGP_FMA(4); CGP_FMA(5); CGP_FMA(6); CGP_FMA(7);
+		}
+	CGP_OUT(0); CGP_OUT(1); CGP_OUT(2); CGP_OUT(3); CGP_OUT(4); CGP_OUT(5); CGP_OUT(6); CGP_OUT(7);
+}
+
 /* lanes_chain for vectors of several small planes (ppv of them, each its
  * own item or plane of dY): each vector per tap one masked load per
  * plane, merged. */
@@ -493,17 +528,23 @@ __attribute__((target("avx512f"))) static void lanes_item(const struct cgp_lanes
 	const struct hp_cgp_geom *c = &p->c;
 	const struct hp_cgp_phase *f = &p->ph[ph];
 	const struct hp_colgeom *g = &f->cv.g;
-	int64_t plane = f->q[1] * f->q[2], nvec = c->n * f->q[0] * ((plane + 15) / 16);
-	int64_t tiles = (nvec + 1) / 2, cb = item / tiles, tl = item % tiles, c0 = cb * CGP_LR, skip = 0;
+	int64_t plane = f->q[1] * f->q[2], nvec = c->n * f->q[0] * ((plane + 15) / 16), lr = a->lr;
+	int64_t tiles = (nvec + 1) / 2, cb = item / tiles, tl = item % tiles, skip = 0;
+	/* blocks of lr channels within a group (ungrouped: of cbig) */
+	int64_t cg = c->cbig / c->group, M = c->csmall / c->group, bpg = (cg + lr - 1) / lr, gi = cb / bpg;
+	int64_t c0 = cb % bpg * lr;
 
-	/* the last block ends at cbig (cbig >= CGP_LR), its rows the block
-	 * before it took left out */
-	if (c0 + CGP_LR > c->cbig) {
-		skip = c0 + CGP_LR - c->cbig;
-		c0 = c->cbig - CGP_LR;
+	/* the last block ends at the group's end (cg >= lr), its rows the
+	 * block before it took left out */
+	if (c0 + lr > cg) {
+		skip = c0 + lr - cg;
+		c0 = cg - lr;
 	}
 	int64_t bvol = c->big[0] * c->big[1] * c->big[2], svol = c->small[0] * c->small[1] * c->small[2];
-	int64_t kv = c->k[0] * c->k[1] * c->k[2], M = c->csmall, ntap = g->kvol;
+	int64_t kv = c->k[0] * c->k[1] * c->k[2], ntap = g->kvol;
+	/* W[gi * M + m][c0 + r][t], the group's dY planes gi * M + m */
+	const float *wb = a->w + (gi * M * cg + c0) * kv;
+	int64_t dyg = gi * M * svol;
 	int32_t off[HP_CGP_MAX_TAPS][2], tap[HP_CGP_MAX_TAPS], idx[2][16];
 	__mmask16 mk[HP_CGP_MAX_TAPS][2], live[2] = { 0, 0 };
 	const float *dyv[2];
@@ -520,8 +561,8 @@ __attribute__((target("avx512f"))) static void lanes_item(const struct cgp_lanes
 		if (v >= nvec)
 			continue;
 		lanes_vec(f, v, &n, &q0, &j0);
-		dyv[sd] = a->dy + n * M * svol;
-		dxv[sd] = a->dx + (n * c->cbig + c0) * bvol;
+		dyv[sd] = a->dy + n * c->csmall * svol + dyg;
+		dxv[sd] = a->dx + (n * c->cbig + gi * cg + c0) * bvol;
 		for (int l = 0; l < 16; l++) {
 			int64_t jj = j0 + l, q1 = jj / f->q[2], q2 = jj % f->q[2];
 			live[sd] |= (__mmask16)((jj < plane) << l);
@@ -554,9 +595,12 @@ __attribute__((target("avx512f"))) static void lanes_item(const struct cgp_lanes
 			tap[nt++] = f->tap[t];
 		}
 	__m512 acc[CGP_LR][2];
-	lanes_chain(dyv[0], dyv[1], a->w + c0 * kv, M, svol, c->cbig * kv, kv, nt, off, tap, mk, acc);
+	if (lr == CGP_LR8)
+		lanes_chain8(dyv[0], dyv[1], wb, M, svol, cg * kv, kv, nt, off, tap, mk, acc);
+	else
+		lanes_chain(dyv[0], dyv[1], wb, M, svol, cg * kv, kv, nt, off, tap, mk, acc);
 	__m512i i0 = _mm512_loadu_si512(idx[0]), i1 = _mm512_loadu_si512(idx[1]);
-	for (int r = (int)skip; r < CGP_LR; r++) {
+	for (int r = (int)skip; r < lr; r++) {
 		_mm512_mask_i32scatter_ps(dxv[0] + r * bvol, live[0], i0, acc[r][0], 4);
 		_mm512_mask_i32scatter_ps(dxv[1] + r * bvol, live[1], i1, acc[r][1], 4);
 	}
@@ -638,6 +682,7 @@ void hp_cgp_run(const struct hp_cgp *p, const float *dy, const float *w, float *
 	}
 	if (p->lanes) {
 		struct cgp_lanes a = { .p = p, .dy = dy, .w = w, .dx = dx, .lr = c->cbig >= CGP_LR1 ? CGP_LR1 : CGP_LR };
+		int64_t grp = c->group > 1 ? cgp_group_lr(c) : 0;
 		int saved, threads;
 		double flops = 0;
 		if (p->zero)
@@ -647,10 +692,11 @@ void hp_cgp_run(const struct hp_cgp *p, const float *dy, const float *w, float *
 			int64_t plane = f->q[1] * f->q[2], nvec = plane < 8 ? (c->n * f->q[0] + 16 / plane - 1) / (16 / plane)
 									    : c->n * f->q[0] * ((plane + 15) / 16);
 			a.tiles[i + 1] = a.tiles[i] + (nvec + 1) / 2;
-			a.lr = plane < 8 && nvec == 1 ? a.lr : CGP_LR;
-			flops += 2.0 * (double)(c->n * c->cbig * c->csmall) * (double)(f->cv.g.kvol * f->cv.g.grid_vol);
+			a.lr = grp ? grp : plane < 8 && nvec == 1 ? a.lr : CGP_LR;
+			flops += 2.0 * (double)(c->n * c->cbig * (c->csmall / c->group)) *
+				 (double)(f->cv.g.kvol * f->cv.g.grid_vol);
 		}
-		a.cblocks = (c->cbig + a.lr - 1) / a.lr;
+		a.cblocks = c->group * ((c->cbig / c->group + a.lr - 1) / a.lr);
 		threads = hp_conv_threads_enter(pool, &saved);
 		/* phases of more taps cost more: a thread done with its share
 		 * takes the rest of the other's */

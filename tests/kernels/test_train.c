@@ -1361,8 +1361,16 @@ static void test_conv_grad_phase(void **state)
 		{ 2, 4, 40, 24, 1, { 4, 4 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		{ 2, 2, 30, 16, 1, { 4, 6 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		{ 2, 1, 26, 12, 1, { 6, 6 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
-		/* groups */
+		/* groups (dY rows of 5: the KxK phases) */
 		{ 2, 2, 16, 24, 2, { 9, 10 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		/* grouped lanes: 8 a group (ResNeXt's stride-2 3x3, blocks of 8),
+		 * 16 a group (two blocks of 8 in each), 20 a group (blocks of 12,
+		 * the second overlapping), 12 a group with 9 out a group; odd
+		 * heights and a batch of 2 */
+		{ 2, 2, 32, 32, 4, { 15, 16 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 1, 48, 24, 3, { 16, 18 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 2, 40, 16, 2, { 11, 16 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 1, 36, 27, 3, { 9, 20 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		/* two k chunks (K = 80 * 4 = 320), batch 1: W' per micro-tile */
 		{ 2, 1, 14, 80, 1, { 7, 9 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		/* 3-D */
