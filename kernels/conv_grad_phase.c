@@ -51,7 +51,12 @@
 #define CGP_LR1 24
 #define CGP_LR8 8
 
-static int cgp_mode;
+static int cgp_mode, cgp_pair_mode;
+
+void hp_cgp_set_pair(int mode)
+{
+	cgp_pair_mode = mode;
+}
 
 void hp_cgp_set_mode(int mode)
 {
@@ -194,6 +199,12 @@ int hp_cgp_plan(struct hp_cgp *p, const struct hp_cgp_geom *c, int threads)
 			p->lanes = 1;
 			p->yp = 0;
 			p->workspace = 0;
+			/* grouped, stride 2 along rows twice dY's: phases in pairs */
+			ok = c->group > 1 && c->s[2] == 2 && c->big[2] == 2 * c->small[2] && p->nph % 2 == 0;
+			for (int i = 0; ok && i < p->nph; i += 2)
+				ok = p->ph[i].r[2] == 0 && p->ph[i + 1].r[2] == 1 && p->ph[i].r[0] == p->ph[i + 1].r[0] &&
+				     p->ph[i].r[1] == p->ph[i + 1].r[1];
+			p->pair = ok && cgp_pair_mode >= 0;
 		}
 	}
 #endif
@@ -625,6 +636,184 @@ static void lanes_range(void *arg, int64_t b, int64_t e, int tid)
 			lanes_item(a, ph, item);
 	}
 }
+
+/* Grouped phases in pairs (pair_item): the two phases of a stride 2
+ * along rows that share their rows (r[2] = 0 and 1, dX rows twice dY's)
+ * as one item per vector of 16 positions, all blocks of channels of all
+ * groups in turn (a group's chains are 8 m by 1 to 4 taps: the taps'
+ * masks, worked out per vector, and the scatters of lanes_item cost more
+ * than the multiply-adds there, 24 GF/s per CPU-second on ResNeXt's
+ * 256-channel 56x56 stride-2 3x3); per block and channel the two phases'
+ * vectors are interleaved (vpermt2ps) into dX's columns 2 q2 and 2 q2 + 1
+ * and stored with masks, one store per run of a row.  The same chains as
+ * lanes_item's (m of the group, then the phase's taps from the largest
+ * down, those no lane takes left out). */
+
+/* One vector's taps of phase f (v from lanes_vec: q0, j0): the taps some
+ * lane takes, their masks and dY offsets (from the item's plane); the
+ * count. */
+static int pair_taps(const struct hp_cgp_geom *c, const struct hp_cgp_phase *f, int64_t q0, int64_t j0, int32_t *off,
+		     int32_t *tap, __mmask16 *mk)
+{
+	const struct hp_colgeom *g = &f->cv.g;
+	int64_t plane = f->q[1] * f->q[2];
+	int nt = 0;
+
+	for (int64_t t = 0; t < g->kvol; t++) {
+		int64_t jt[3] = { t / (g->k[1] * g->k[2]), t / g->k[2] % g->k[1], t % g->k[2] }, y0, a1, a2;
+		uint32_t m16 = 0;
+		y0 = q0 + f->extra[0] - g->pad[0] + jt[0] * g->dil[0];
+		a1 = f->extra[1] - g->pad[1] + jt[1] * g->dil[1];
+		a2 = -g->pad[2] + jt[2] * g->dil[2];
+		for (int l = 0; l < 16 && y0 >= 0 && y0 < c->small[0]; l++) {
+			int64_t jj = j0 + l, q1 = jj / f->q[2], q2 = jj % f->q[2];
+			m16 |= (uint32_t)(jj < plane && q1 + a1 >= 0 && q1 + a1 < c->small[1] && q2 + a2 >= 0 &&
+					  q2 + a2 < c->small[2])
+			       << l;
+		}
+		if (!m16)
+			continue; /* adds w * 0 in every lane: left out */
+		mk[nt] = (__mmask16)m16;
+		off[nt] = (int32_t)((y0 * c->small[1] + a1) * c->small[2] + a2 + j0);
+		tap[nt++] = f->tap[t];
+	}
+	return nt;
+}
+
+#define CGP_FMAP(r, x, i)                                                       \
+	do {                                                                    \
+		__m512 b = _mm512_set1_ps(wt[(r) * kv]);                        \
+		a##r##i = _mm512_fmadd_ps(b, x, a##r##i);                       \
+	} while (0)
+
+/* The chains of 8 channels by the pair's two vectors (0: phase a). */
+__attribute__((target("avx512f"), always_inline)) static inline void
+pair_chain8(const float *d, const float *w, int64_t M, int64_t svol, int64_t wstep, int64_t kv, int na,
+	    const int32_t *offa, const int32_t *tapa, const __mmask16 *mka, int nb, const int32_t *offb,
+	    const int32_t *tapb, const __mmask16 *mkb, __m512 (*acc)[2])
+{
+	CGP_ACC(0); CGP_ACC(1); CGP_ACC(2); CGP_ACC(3); CGP_ACC(4); CGP_ACC(5); CGP_ACC(6); CGP_ACC(7);
+	for (int64_t m = 0; m < M; m++, d += svol, w += wstep) {
+		for (int t = 0; t < na; t++) {
+			__m512 x = _mm512_maskz_loadu_ps(mka[t], d + offa[t]);
+			const float *wt = w + tapa[t];
+			CGP_FMAP(0, x, 0); CGP_FMAP(1, x, 0); CGP_FMAP(2, x, 0); CGP_FMAP(3, x, 0);
+			CGP_FMAP(4, x, 0); CGP_FMAP(5, x, 0); CGP_FMAP(6, x, 0); CGP_FMAP(7, x, 0);
+		}
+		for (int t = 0; t < nb; t++) {
+			__m512 x = _mm512_maskz_loadu_ps(mkb[t], d + offb[t]);
+			const float *wt = w + tapb[t];
+			CGP_FMAP(0, x, 1); CGP_FMAP(1, x, 1); CGP_FMAP(2, x, 1); CGP_FMAP(3, x, 1);
+			CGP_FMAP(4, x, 1); CGP_FMAP(5, x, 1); CGP_FMAP(6, x, 1); CGP_FMAP(7, x, 1);
+		}
+	}
+	CGP_OUT(0); CGP_OUT(1); CGP_OUT(2); CGP_OUT(3); CGP_OUT(4); CGP_OUT(5); CGP_OUT(6); CGP_OUT(7);
+}
+
+/* pair_chain8 of 12 channels. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+pair_chain12(const float *d, const float *w, int64_t M, int64_t svol, int64_t wstep, int64_t kv, int na,
+	     const int32_t *offa, const int32_t *tapa, const __mmask16 *mka, int nb, const int32_t *offb,
+	     const int32_t *tapb, const __mmask16 *mkb, __m512 (*acc)[2])
+{
+	CGP_ACC(0); CGP_ACC(1); CGP_ACC(2); CGP_ACC(3); CGP_ACC(4); CGP_ACC(5);
+	CGP_ACC(6); CGP_ACC(7); CGP_ACC(8); CGP_ACC(9); CGP_ACC(10); CGP_ACC(11);
+	for (int64_t m = 0; m < M; m++, d += svol, w += wstep) {
+		for (int t = 0; t < na; t++) {
+			__m512 x = _mm512_maskz_loadu_ps(mka[t], d + offa[t]);
+			const float *wt = w + tapa[t];
+			CGP_FMAP(0, x, 0); CGP_FMAP(1, x, 0); CGP_FMAP(2, x, 0); CGP_FMAP(3, x, 0);
+			CGP_FMAP(4, x, 0); CGP_FMAP(5, x, 0); CGP_FMAP(6, x, 0); CGP_FMAP(7, x, 0);
+			CGP_FMAP(8, x, 0); CGP_FMAP(9, x, 0); CGP_FMAP(10, x, 0); CGP_FMAP(11, x, 0);
+		}
+		for (int t = 0; t < nb; t++) {
+			__m512 x = _mm512_maskz_loadu_ps(mkb[t], d + offb[t]);
+			const float *wt = w + tapb[t];
+			CGP_FMAP(0, x, 1); CGP_FMAP(1, x, 1); CGP_FMAP(2, x, 1); CGP_FMAP(3, x, 1);
+			CGP_FMAP(4, x, 1); CGP_FMAP(5, x, 1); CGP_FMAP(6, x, 1); CGP_FMAP(7, x, 1);
+			CGP_FMAP(8, x, 1); CGP_FMAP(9, x, 1); CGP_FMAP(10, x, 1); CGP_FMAP(11, x, 1);
+		}
+	}
+	CGP_OUT(0); CGP_OUT(1); CGP_OUT(2); CGP_OUT(3); CGP_OUT(4); CGP_OUT(5);
+	CGP_OUT(6); CGP_OUT(7); CGP_OUT(8); CGP_OUT(9); CGP_OUT(10); CGP_OUT(11);
+}
+
+struct cgp_pair {
+	const struct hp_cgp *p;
+	const float *dy, *w;
+	float *dx;
+	int64_t first[HP_CGP_MAX_PHASES / 2 + 1]; /* each pair's first item (its vectors) */
+	int64_t lr;            /* channels of a block */
+};
+
+__attribute__((target("avx512f"))) static void pair_item(const struct cgp_pair *a, int64_t item)
+{
+	const struct hp_cgp *p = a->p;
+	const struct hp_cgp_geom *c = &p->c;
+	int k = 0;
+	while (item >= a->first[k + 1])
+		k++;
+	const struct hp_cgp_phase *fa = &p->ph[2 * k], *fb = fa + 1;
+	int64_t v = item - a->first[k], n = 0, q0 = 0, j0 = 0, plane = fa->q[1] * fa->q[2], lr = a->lr;
+	int64_t bvol = c->big[0] * c->big[1] * c->big[2], svol = c->small[0] * c->small[1] * c->small[2];
+	int64_t kv = c->k[0] * c->k[1] * c->k[2], cg = c->cbig / c->group, M = c->csmall / c->group;
+	int64_t bpg = (cg + lr - 1) / lr, segb[2][16];
+	int32_t offa[HP_CGP_MAX_TAPS], offb[HP_CGP_MAX_TAPS], tapa[HP_CGP_MAX_TAPS], tapb[HP_CGP_MAX_TAPS];
+	__mmask16 mka[HP_CGP_MAX_TAPS], mkb[HP_CGP_MAX_TAPS], segm[2][16];
+	int nseg[2] = { 0, 0 };
+
+	lanes_vec(fa, v, &n, &q0, &j0);
+	int na = pair_taps(c, fa, q0, j0, offa, tapa, mka), nb = pair_taps(c, fb, q0, j0, offb, tapb, mkb);
+	/* the interleaved halves' runs: element e of half h is position
+	 * j0 + 8 h + e / 2, column 2 q2 + (e & 1) */
+	for (int h = 0; h < 2; h++) {
+		int64_t cur = INT64_MIN;
+		for (int e = 0; e < 16; e++) {
+			int64_t jj = j0 + 8 * h + e / 2, q1 = jj / fa->q[2], q2 = jj % fa->q[2], o;
+			if (jj >= plane)
+				break;
+			o = ((fa->r[0] + c->s[0] * q0) * c->big[1] + fa->r[1] + c->s[1] * q1) * c->big[2] + 2 * q2 +
+			    (e & 1) - e;
+			if (o != cur) {
+				segb[h][nseg[h]] = o;
+				segm[h][nseg[h]++] = 0;
+				cur = o;
+			}
+			segm[h][nseg[h] - 1] |= (__mmask16)(1u << e);
+		}
+	}
+	const __m512i ilo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+	const __m512i ihi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+	for (int64_t cb = 0; cb < c->group * bpg; cb++) {
+		int64_t gi = cb / bpg, c0 = cb % bpg * lr, skip = 0;
+		if (c0 + lr > cg) { /* the group's last block ends at its end */
+			skip = c0 + lr - cg;
+			c0 = cg - lr;
+		}
+		const float *wb = a->w + (gi * M * cg + c0) * kv, *d = a->dy + (n * c->csmall + gi * M) * svol;
+		float *dx = a->dx + (n * c->cbig + gi * cg + c0) * bvol;
+		__m512 acc[CGP_LR][2];
+		if (lr == CGP_LR8)
+			pair_chain8(d, wb, M, svol, cg * kv, kv, na, offa, tapa, mka, nb, offb, tapb, mkb, acc);
+		else
+			pair_chain12(d, wb, M, svol, cg * kv, kv, na, offa, tapa, mka, nb, offb, tapb, mkb, acc);
+		for (int64_t r = skip; r < lr; r++) {
+			__m512 lo = _mm512_permutex2var_ps(acc[r][0], ilo, acc[r][1]);
+			__m512 hi = _mm512_permutex2var_ps(acc[r][0], ihi, acc[r][1]);
+			for (int k = 0; k < nseg[0]; k++)
+				_mm512_mask_storeu_ps(dx + r * bvol + segb[0][k], segm[0][k], lo);
+			for (int k = 0; k < nseg[1]; k++)
+				_mm512_mask_storeu_ps(dx + r * bvol + segb[1][k], segm[1][k], hi);
+		}
+	}
+}
+
+static void pair_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	(void)tid;
+	for (int64_t i = b; i < e; i++)
+		pair_item(arg, i);
+}
 #endif
 
 struct cgp_scatter {
@@ -677,6 +866,24 @@ void hp_cgp_run(const struct hp_cgp *p, const float *dy, const float *w, float *
 		int saved, threads = hp_conv_threads_enter(pool, &saved);
 		double flops = 2.0 * (double)(c->n * c->cbig * c->csmall) * (double)a.nq;
 		hp_conv_parallel(pool, flops >= CGP_PAR_MIN * 64.0 ? threads : 1, c->n * a.cblocks, direct_range, &a);
+		hp_conv_threads_leave(saved);
+		return;
+	}
+	if (p->pair) {
+		struct cgp_pair a = { .p = p, .dy = dy, .w = w, .dx = dx, .lr = cgp_group_lr(c) };
+		int saved, threads;
+		double flops = 0;
+		if (p->zero)
+			memset(dx, 0, (size_t)(c->n * c->cbig * bvol) * sizeof(float));
+		for (int i = 0; i < p->nph; i++) {
+			const struct hp_cgp_phase *f = &p->ph[i];
+			if (i % 2 == 0) /* a pair's phases share q[0] and q[1] */
+				a.first[i / 2 + 1] = a.first[i / 2] + c->n * f->q[0] * ((f->q[1] * f->q[2] + 15) / 16);
+			flops += 2.0 * (double)(c->n * c->cbig * (c->csmall / c->group)) *
+				 (double)(f->cv.g.kvol * f->cv.g.grid_vol);
+		}
+		threads = hp_conv_threads_enter(pool, &saved);
+		hp_conv_steal(pool, flops >= CGP_PAR_MIN * 64.0 ? threads : 1, a.first[p->nph / 2], 1, pair_range, &a);
 		hp_conv_threads_leave(saved);
 		return;
 	}

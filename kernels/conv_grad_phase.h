@@ -37,6 +37,9 @@ struct hp_cgp {
 				* cbig >= 12, ungrouped or 8, 16 or at least 12
 				* channels a group (dY rows of 8 or more): lanes
 				* over positions, no workspace (the same chains) */
+	int pair;              /* lanes, grouped, stride 2 along rows twice dY's:
+				* the two phases of a row as one item
+				* (pair_item, the same chains) */
 	int64_t yp;            /* floats of the phase scratch (a multiple of 16) */
 	size_t workspace;      /* bytes: the scratch, then the largest phase's KxK workspace */
 	struct hp_cgp_phase ph[HP_CGP_MAX_PHASES];
@@ -64,6 +67,8 @@ void hp_cgp_run(const struct hp_cgp *p, const float *dy, const float *w, float *
 
 /* Tests and benchmarks only: 0 auto, 1 whenever it applies, -1 never. */
 void hp_cgp_set_mode(int mode);
+/* Tests only: -1 grouped lanes never in pairs (0: where they apply). */
+void hp_cgp_set_pair(int mode);
 int hp_cgp_mode(void);
 
 #endif

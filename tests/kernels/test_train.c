@@ -1213,7 +1213,9 @@ static void test_conv_grad_pw(void **state)
 /* ConvGradData of a strided Conv by phases (kernels/conv_grad_phase.c:
  * the KxK tiles, the 1x1 kernels' direct kernel, or lanes over positions
  * where the phases are as wide as dY's rows and there are 12 channels or
- * more), replayed here in scalar float: dX[n][g, c][x] is one chain of fused
+ * more, grouped too: unpaired, or the two phases of a row in pairs, which
+ * run on 1 thread and on 2 threads respectively, and in the second half
+ * of each band cut), replayed here in scalar float: dX[n][g, c][x] is one chain of fused
  * multiply-adds from 0 over (m, then the taps t with x + p - t * d = 0
  * (mod s) per dim, each dim's from the largest t down), taps whose dY
  * position y = (x + p - t * d) / s is out of range included (w * 0);
@@ -1402,8 +1404,10 @@ static void test_conv_grad_phase(void **state)
 		for (int v = 0; v < 2; v++) {
 			kt_pool = v ? pool : NULL;
 			hp_cgp_set_mode(v ? 0 : 1);
+			hp_cgp_set_pair(v ? 0 : -1); /* grouped lanes: unpaired, then in pairs */
 			phd_run(c, &dy, &w, 0, Ho, xsh, pads, v ? HP_CGD_PATH_PHASE : -1, &out);
 			hp_cgp_set_mode(0);
+			hp_cgp_set_pair(0);
 			snprintf(what, sizeof what, "case %zu (%d threads) against its replay", k, v + 1);
 			bitwise(&out, &ref, what);
 			snprintf(what, sizeof what, "case %zu against float64", k);
@@ -1432,7 +1436,9 @@ static void test_conv_grad_phase(void **state)
 				bp[c->nsp] = (yb - ya - 1) * s + kd + 1 - (xb - xa) - bp[0];
 				bp[c->nsp] = bp[c->nsp] > 0 ? bp[c->nsp] : 0;
 				kt_pool = half ? pool : NULL;
+				hp_cgp_set_pair(half ? 0 : -1);
 				phd_run(c, &dy, &w, (int)ya, (int)(yb - ya), bx, bp, HP_CGD_PATH_PHASE, &out);
+				hp_cgp_set_pair(0);
 				for (int64_t pl = 0; pl < (int64_t)c->n * c->cx; pl++)
 					for (int64_t i = 0; i < (xb - xa) * inner; i++) {
 						float got = ((const float *)out.data)[pl * (xb - xa) * inner + i];
