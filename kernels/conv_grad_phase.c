@@ -649,14 +649,13 @@ static void lanes_range(void *arg, int64_t b, int64_t e, int tid)
  * lanes_item's (m of the group, then the phase's taps from the largest
  * down, those no lane takes left out). */
 
-/* One vector's taps of phase f (v from lanes_vec: q0, j0): the taps some
- * lane takes, their masks and dY offsets (from the item's plane); the
- * count. */
-static int pair_taps(const struct hp_cgp_geom *c, const struct hp_cgp_phase *f, int64_t q0, int64_t j0, int32_t *off,
-		     int32_t *tap, __mmask16 *mk)
+/* One vector's taps of phase f (v from lanes_vec: q0, j0; its lanes'
+ * positions lq1, lq2, live where below nl): the taps some lane takes,
+ * their masks and dY offsets (from the item's plane); the count. */
+static int pair_taps(const struct hp_cgp_geom *c, const struct hp_cgp_phase *f, int64_t q0, int64_t j0, int nl,
+		     const int64_t *lq1, const int64_t *lq2, int32_t *off, int32_t *tap, __mmask16 *mk)
 {
 	const struct hp_colgeom *g = &f->cv.g;
-	int64_t plane = f->q[1] * f->q[2];
 	int nt = 0;
 
 	for (int64_t t = 0; t < g->kvol; t++) {
@@ -665,12 +664,10 @@ static int pair_taps(const struct hp_cgp_geom *c, const struct hp_cgp_phase *f, 
 		y0 = q0 + f->extra[0] - g->pad[0] + jt[0] * g->dil[0];
 		a1 = f->extra[1] - g->pad[1] + jt[1] * g->dil[1];
 		a2 = -g->pad[2] + jt[2] * g->dil[2];
-		for (int l = 0; l < 16 && y0 >= 0 && y0 < c->small[0]; l++) {
-			int64_t jj = j0 + l, q1 = jj / f->q[2], q2 = jj % f->q[2];
-			m16 |= (uint32_t)(jj < plane && q1 + a1 >= 0 && q1 + a1 < c->small[1] && q2 + a2 >= 0 &&
-					  q2 + a2 < c->small[2])
+		for (int l = 0; l < nl && y0 >= 0 && y0 < c->small[0]; l++)
+			m16 |= (uint32_t)(lq1[l] + a1 >= 0 && lq1[l] + a1 < c->small[1] && lq2[l] + a2 >= 0 &&
+					  lq2[l] + a2 < c->small[2])
 			       << l;
-		}
 		if (!m16)
 			continue; /* adds w * 0 in every lane: left out */
 		mk[nt] = (__mmask16)m16;
@@ -762,18 +759,30 @@ __attribute__((target("avx512f"))) static void pair_item(const struct cgp_pair *
 	__mmask16 mka[HP_CGP_MAX_TAPS], mkb[HP_CGP_MAX_TAPS], segm[2][16];
 	int nseg[2] = { 0, 0 };
 
+	int64_t lq1[16], lq2[16];
+	int nl = 0;
+
 	lanes_vec(fa, v, &n, &q0, &j0);
-	int na = pair_taps(c, fa, q0, j0, offa, tapa, mka), nb = pair_taps(c, fb, q0, j0, offb, tapb, mkb);
-	/* the interleaved halves' runs: element e of half h is position
-	 * j0 + 8 h + e / 2, column 2 q2 + (e & 1) */
+	/* the lanes' positions (q1, q2), without a division each */
+	for (int64_t q1 = j0 / fa->q[2], q2 = j0 % fa->q[2]; nl < 16 && j0 + nl < plane; nl++) {
+		lq1[nl] = q1;
+		lq2[nl] = q2;
+		if (++q2 == fa->q[2])
+			q2 = 0, q1++;
+	}
+	int na = pair_taps(c, fa, q0, j0, nl, lq1, lq2, offa, tapa, mka);
+	int nb = pair_taps(c, fb, q0, j0, nl, lq1, lq2, offb, tapb, mkb);
+	/* the interleaved halves' runs: element e of half h is lane
+	 * 8 h + e / 2, column 2 q2 + (e & 1) */
 	for (int h = 0; h < 2; h++) {
 		int64_t cur = INT64_MIN;
 		for (int e = 0; e < 16; e++) {
-			int64_t jj = j0 + 8 * h + e / 2, q1 = jj / fa->q[2], q2 = jj % fa->q[2], o;
-			if (jj >= plane)
+			int l = 8 * h + e / 2;
+			int64_t o;
+			if (l >= nl)
 				break;
-			o = ((fa->r[0] + c->s[0] * q0) * c->big[1] + fa->r[1] + c->s[1] * q1) * c->big[2] + 2 * q2 +
-			    (e & 1) - e;
+			o = ((fa->r[0] + c->s[0] * q0) * c->big[1] + fa->r[1] + c->s[1] * lq1[l]) * c->big[2] +
+			    2 * lq2[l] + (e & 1) - e;
 			if (o != cur) {
 				segb[h][nseg[h]] = o;
 				segm[h][nseg[h]++] = 0;
