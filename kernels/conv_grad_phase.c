@@ -68,19 +68,14 @@ int hp_cgp_mode(void)
 	return cgp_mode;
 }
 
-/* Grouped lanes (lanes_item): the channels of a block, all of one group
- * (CGP_LR8 for 8 or 16 a group, CGP_LR for 12 or more, the last block of
- * a group ending at the group's end), or 0 where the kernel does not
- * take the groups: fewer than 8 a group, or dY rows narrower than 8
- * (phase planes a band's rows could make smaller than 8 positions, which
- * lanes_item_seg takes ungrouped only; the innermost extent no band
- * cuts). */
+/* Grouped lanes (lanes_item, pair_item): the channels of a block, all of
+ * one group (CGP_LR8 for 8 or 16 a group, CGP_LR for 12 or more, the last
+ * block of a group ending at the group's end), or 0 where the kernels do
+ * not take the groups (fewer than 8 a group). */
 static int64_t cgp_group_lr(const struct hp_cgp_geom *c)
 {
 	int64_t cg = c->cbig / c->group;
 
-	if (c->small[2] < 8)
-		return 0;
 	return cg == 8 || cg == 16 ? CGP_LR8 : cg >= CGP_LR ? CGP_LR : 0;
 }
 
@@ -196,15 +191,24 @@ int hp_cgp_plan(struct hp_cgp *p, const struct hp_cgp_geom *c, int threads)
 			ok &= p->ph[i].q[2] == c->small[2] && p->ph[i].extra[2] == 0;
 		/* scatter offsets of 32 bits */
 		if (ok && c->cbig >= CGP_LR && c->n * c->cbig * c->big[0] * c->big[1] * c->big[2] < INT32_MAX / 2) {
-			p->lanes = 1;
-			p->yp = 0;
-			p->workspace = 0;
 			/* grouped, stride 2 along rows twice dY's: phases in pairs */
-			ok = c->group > 1 && c->s[2] == 2 && c->big[2] == 2 * c->small[2] && p->nph % 2 == 0;
-			for (int i = 0; ok && i < p->nph; i += 2)
-				ok = p->ph[i].r[2] == 0 && p->ph[i + 1].r[2] == 1 && p->ph[i].r[0] == p->ph[i + 1].r[0] &&
-				     p->ph[i].r[1] == p->ph[i + 1].r[1];
-			p->pair = ok && cgp_pair_mode >= 0;
+			int pair = c->group > 1 && c->s[2] == 2 && c->big[2] == 2 * c->small[2] && p->nph % 2 == 0;
+			for (int i = 0; pair && i < p->nph; i += 2)
+				pair = p->ph[i].r[2] == 0 && p->ph[i + 1].r[2] == 1 &&
+				       p->ph[i].r[0] == p->ph[i + 1].r[0] && p->ph[i].r[1] == p->ph[i + 1].r[1];
+			p->pair = pair && cgp_pair_mode >= 0;
+			/* grouped unpaired: not on dY rows narrower than 8 (phase
+			 * planes a band's rows could make smaller than 8
+			 * positions, which lanes_item_seg takes ungrouped only;
+			 * the innermost extent no band cuts); pair_item takes
+			 * planes of any size */
+			if (c->group == 1 || p->pair || c->small[2] >= 8) {
+				p->lanes = 1;
+				p->yp = 0;
+				p->workspace = 0;
+			} else {
+				p->pair = 0;
+			}
 		}
 	}
 #endif

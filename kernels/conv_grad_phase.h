@@ -35,8 +35,9 @@ struct hp_cgp {
 				* dY and W, no workspace (the same chains) */
 	int lanes;             /* other kernels, phases as wide as dY's rows,
 				* cbig >= 12, ungrouped or 8, 16 or at least 12
-				* channels a group (dY rows of 8 or more): lanes
-				* over positions, no workspace (the same chains) */
+				* channels a group (in pairs, or on dY rows of 8
+				* or more): lanes over positions, no workspace
+				* (the same chains) */
 	int pair;              /* lanes, grouped, stride 2 along rows twice dY's:
 				* the two phases of a row as one item
 				* (pair_item, the same chains) */

@@ -1363,7 +1363,7 @@ static void test_conv_grad_phase(void **state)
 		{ 2, 4, 40, 24, 1, { 4, 4 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		{ 2, 2, 30, 16, 1, { 4, 6 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		{ 2, 1, 26, 12, 1, { 6, 6 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
-		/* groups (dY rows of 5: the KxK phases) */
+		/* groups (dY rows of 5: in pairs; unpaired the KxK phases) */
 		{ 2, 2, 16, 24, 2, { 9, 10 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		/* grouped lanes: 8 a group (ResNeXt's stride-2 3x3, blocks of 8),
 		 * 16 a group (two blocks of 8 in each), 20 a group (blocks of 12,
@@ -1373,6 +1373,11 @@ static void test_conv_grad_phase(void **state)
 		{ 2, 1, 48, 24, 3, { 16, 18 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		{ 2, 2, 40, 16, 2, { 11, 16 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		{ 2, 1, 36, 27, 3, { 9, 20 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		/* dY rows of 7 and 3 (in pairs only; unpaired the KxK phases):
+		 * ResNeXt's last stride-2 3x3, 32 a group, and phase planes of
+		 * 9 positions, 2 items */
+		{ 2, 1, 64, 32, 2, { 14, 14 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 2, 16, 16, 2, { 6, 6 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		/* two k chunks (K = 80 * 4 = 320), batch 1: W' per micro-tile */
 		{ 2, 1, 14, 80, 1, { 7, 9 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		/* 3-D */
