@@ -1378,6 +1378,10 @@ static void test_conv_grad_phase(void **state)
 		 * 9 positions, 2 items */
 		{ 2, 1, 64, 32, 2, { 14, 14 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		{ 2, 2, 16, 16, 2, { 6, 6 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		/* grouped 3-D (eight phases, four pairs) and 1-D (bands cut the
+		 * rows the pairs interleave) */
+		{ 3, 1, 16, 16, 2, { 5, 6, 8 }, { 3, 3, 3 }, { 2, 2, 2 }, { 1, 1, 1 }, { 1, 1, 1 } },
+		{ 1, 2, 16, 24, 2, { 34 }, { 3 }, { 2 }, { 1 }, { 1 } },
 		/* two k chunks (K = 80 * 4 = 320), batch 1: W' per micro-tile */
 		{ 2, 1, 14, 80, 1, { 7, 9 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		/* 3-D */
