@@ -66,6 +66,8 @@ static const struct cls classes[] = {
 	{ "grouped", "ResNeXt 32 groups", 1, 128, 128, 28, 28, 3, 1, 1, 32 },
 	{ "grouped-b8", "ResNeXt 32 groups, batch 8 (training)", 8, 128, 128, 28, 28, 3, 1, 1, 32 },
 	{ "grouped-s2", "ResNeXt 32 groups, stride 2", 1, 256, 256, 56, 56, 3, 2, 1, 32 },
+	{ "grouped-s2-16", "ResNeXt stage 4 entry, 16 per group, stride 2", 1, 512, 512, 28, 28, 3, 2, 1, 32 },
+	{ "grouped-s2-32", "ResNeXt stage 5 entry, 32 per group, stride 2", 1, 1024, 1024, 14, 14, 3, 2, 1, 32 },
 	{ "grouped-w8", "RegNet groups of 8", 1, 64, 64, 28, 28, 3, 1, 1, 8 },
 	{ "lenet-c1", "LeNet's first conv, batch 64", 64, 1, 6, 28, 28, 5, 1, 0, 1 },
 	{ "grouped-16", "ResNeXt stage 3, 16 per group", 1, 512, 512, 14, 14, 3, 1, 1, 32 },

@@ -17,7 +17,9 @@
  * runs straight from dY and W with no workspace (direct_item), each
  * element the same chain as on the KxK tiles.  So do, lanes over
  * positions, the phases of other kernels that are as wide as dY's rows
- * (lanes_item: even sizes at stride 2, ResNet's downsampling).
+ * (lanes_item: even sizes at stride 2, ResNet's downsampling), grouped
+ * too (ResNeXt's downsampling 3x3, 8 to 32 channels a group: a block's
+ * channels in one group, its chains over that group's m).
  *
  * Why: the strided dX ran as ConvTranspose(dY, W) (an sgemm into columns,
  * then col2im adding kvol columns into each element), 27-73% of sgemm's
@@ -47,8 +49,14 @@
  * vector blocks (lanes_chain_seg1). */
 #define CGP_LR 12
 #define CGP_LR1 24
+#define CGP_LR8 8
 
-static int cgp_mode;
+static int cgp_mode, cgp_pair_mode;
+
+void hp_cgp_set_pair(int mode)
+{
+	cgp_pair_mode = mode;
+}
 
 void hp_cgp_set_mode(int mode)
 {
@@ -58,6 +66,17 @@ void hp_cgp_set_mode(int mode)
 int hp_cgp_mode(void)
 {
 	return cgp_mode;
+}
+
+/* Grouped lanes (lanes_item, pair_item): the channels of a block, all of
+ * one group (CGP_LR8 for 8 or 16 a group, CGP_LR for 12 or more, the last
+ * block of a group ending at the group's end), or 0 where the kernels do
+ * not take the groups (fewer than 8 a group). */
+static int64_t cgp_group_lr(const struct hp_cgp_geom *c)
+{
+	int64_t cg = c->cbig / c->group;
+
+	return cg == 8 || cg == 16 ? CGP_LR8 : cg >= CGP_LR ? CGP_LR : 0;
 }
 
 static int64_t mod64(int64_t a, int64_t b)
@@ -166,15 +185,30 @@ int hp_cgp_plan(struct hp_cgp *p, const struct hp_cgp_geom *c, int threads)
 		p->direct = 1;
 		p->yp = 0;
 		p->workspace = 0;
-	} else if (c->group == 1) { /* phases as wide as dY's rows: lanes over positions */
+	} else if (c->group == 1 || cgp_group_lr(c)) { /* phases as wide as dY's rows: lanes over positions */
 		int ok = 1;
 		for (int i = 0; i < p->nph; i++)
 			ok &= p->ph[i].q[2] == c->small[2] && p->ph[i].extra[2] == 0;
 		/* scatter offsets of 32 bits */
 		if (ok && c->cbig >= CGP_LR && c->n * c->cbig * c->big[0] * c->big[1] * c->big[2] < INT32_MAX / 2) {
-			p->lanes = 1;
-			p->yp = 0;
-			p->workspace = 0;
+			/* grouped, stride 2 along rows twice dY's: phases in pairs */
+			int pair = c->group > 1 && c->s[2] == 2 && c->big[2] == 2 * c->small[2] && p->nph % 2 == 0;
+			for (int i = 0; pair && i < p->nph; i += 2)
+				pair = p->ph[i].r[2] == 0 && p->ph[i + 1].r[2] == 1 &&
+				       p->ph[i].r[0] == p->ph[i + 1].r[0] && p->ph[i].r[1] == p->ph[i + 1].r[1];
+			p->pair = pair && cgp_pair_mode >= 0;
+			/* grouped unpaired: not on dY rows narrower than 8 (phase
+			 * planes a band's rows could make smaller than 8
+			 * positions, which lanes_item_seg takes ungrouped only;
+			 * the innermost extent no band cuts); pair_item takes
+			 * planes of any size */
+			if (c->group == 1 || p->pair || c->small[2] >= 8) {
+				p->lanes = 1;
+				p->yp = 0;
+				p->workspace = 0;
+			} else {
+				p->pair = 0;
+			}
 		}
 	}
 #endif
@@ -352,6 +386,22 @@ lanes_chain(const float *d0, const float *d1, const float *w, int64_t M, int64_t
 	CGP_OUT(6); CGP_OUT(7); CGP_OUT(8); CGP_OUT(9); CGP_OUT(10); CGP_OUT(11);
 }
 
+/* lanes_chain of CGP_LR8 channels (grouped: 8 or 16 a group). */
+__attribute__((target("avx512f"), always_inline)) static inline void
+lanes_chain8(const float *d0, const float *d1, const float *w, int64_t M, int64_t svol, int64_t wstep, int64_t kv,
+	     int nt, const int32_t (*off)[2], const int32_t *tap, const __mmask16 (*mk)[2], __m512 (*acc)[2])
+{
+	CGP_ACC(0); CGP_ACC(1); CGP_ACC(2); CGP_ACC(3); CGP_ACC(4); CGP_ACC(5); CGP_ACC(6); CGP_ACC(7);
+	for (int64_t m = 0; m < M; m++, d0 += svol, d1 += svol, w += wstep)
+		for (int t = 0; t < nt; t++) {
+			__m512 x0 = _mm512_maskz_loadu_ps(mk[t][0], d0 + off[t][0]);
+			__m512 x1 = _mm512_maskz_loadu_ps(mk[t][1], d1 + off[t][1]);
+			const float *wt = w + tap[t];
+			CGP_FMA(0); CGP_FMA(1); CGP_FMA(2); CGP_FMA(3); CGP_FMA(4); CGP_FMA(5); CGP_FMA(6); CGP_FMA(7);
+		}
+	CGP_OUT(0); CGP_OUT(1); CGP_OUT(2); CGP_OUT(3); CGP_OUT(4); CGP_OUT(5); CGP_OUT(6); CGP_OUT(7);
+}
+
 /* lanes_chain for vectors of several small planes (ppv of them, each its
  * own item or plane of dY): each vector per tap one masked load per
  * plane, merged. */
@@ -493,17 +543,23 @@ __attribute__((target("avx512f"))) static void lanes_item(const struct cgp_lanes
 	const struct hp_cgp_geom *c = &p->c;
 	const struct hp_cgp_phase *f = &p->ph[ph];
 	const struct hp_colgeom *g = &f->cv.g;
-	int64_t plane = f->q[1] * f->q[2], nvec = c->n * f->q[0] * ((plane + 15) / 16);
-	int64_t tiles = (nvec + 1) / 2, cb = item / tiles, tl = item % tiles, c0 = cb * CGP_LR, skip = 0;
+	int64_t plane = f->q[1] * f->q[2], nvec = c->n * f->q[0] * ((plane + 15) / 16), lr = a->lr;
+	int64_t tiles = (nvec + 1) / 2, cb = item / tiles, tl = item % tiles, skip = 0;
+	/* blocks of lr channels within a group (ungrouped: of cbig) */
+	int64_t cg = c->cbig / c->group, M = c->csmall / c->group, bpg = (cg + lr - 1) / lr, gi = cb / bpg;
+	int64_t c0 = cb % bpg * lr;
 
-	/* the last block ends at cbig (cbig >= CGP_LR), its rows the block
-	 * before it took left out */
-	if (c0 + CGP_LR > c->cbig) {
-		skip = c0 + CGP_LR - c->cbig;
-		c0 = c->cbig - CGP_LR;
+	/* the last block ends at the group's end (cg >= lr), its rows the
+	 * block before it took left out */
+	if (c0 + lr > cg) {
+		skip = c0 + lr - cg;
+		c0 = cg - lr;
 	}
 	int64_t bvol = c->big[0] * c->big[1] * c->big[2], svol = c->small[0] * c->small[1] * c->small[2];
-	int64_t kv = c->k[0] * c->k[1] * c->k[2], M = c->csmall, ntap = g->kvol;
+	int64_t kv = c->k[0] * c->k[1] * c->k[2], ntap = g->kvol;
+	/* W[gi * M + m][c0 + r][t], the group's dY planes gi * M + m */
+	const float *wb = a->w + (gi * M * cg + c0) * kv;
+	int64_t dyg = gi * M * svol;
 	int32_t off[HP_CGP_MAX_TAPS][2], tap[HP_CGP_MAX_TAPS], idx[2][16];
 	__mmask16 mk[HP_CGP_MAX_TAPS][2], live[2] = { 0, 0 };
 	const float *dyv[2];
@@ -520,8 +576,8 @@ __attribute__((target("avx512f"))) static void lanes_item(const struct cgp_lanes
 		if (v >= nvec)
 			continue;
 		lanes_vec(f, v, &n, &q0, &j0);
-		dyv[sd] = a->dy + n * M * svol;
-		dxv[sd] = a->dx + (n * c->cbig + c0) * bvol;
+		dyv[sd] = a->dy + n * c->csmall * svol + dyg;
+		dxv[sd] = a->dx + (n * c->cbig + gi * cg + c0) * bvol;
 		for (int l = 0; l < 16; l++) {
 			int64_t jj = j0 + l, q1 = jj / f->q[2], q2 = jj % f->q[2];
 			live[sd] |= (__mmask16)((jj < plane) << l);
@@ -554,9 +610,12 @@ __attribute__((target("avx512f"))) static void lanes_item(const struct cgp_lanes
 			tap[nt++] = f->tap[t];
 		}
 	__m512 acc[CGP_LR][2];
-	lanes_chain(dyv[0], dyv[1], a->w + c0 * kv, M, svol, c->cbig * kv, kv, nt, off, tap, mk, acc);
+	if (lr == CGP_LR8)
+		lanes_chain8(dyv[0], dyv[1], wb, M, svol, cg * kv, kv, nt, off, tap, mk, acc);
+	else
+		lanes_chain(dyv[0], dyv[1], wb, M, svol, cg * kv, kv, nt, off, tap, mk, acc);
 	__m512i i0 = _mm512_loadu_si512(idx[0]), i1 = _mm512_loadu_si512(idx[1]);
-	for (int r = (int)skip; r < CGP_LR; r++) {
+	for (int r = (int)skip; r < lr; r++) {
 		_mm512_mask_i32scatter_ps(dxv[0] + r * bvol, live[0], i0, acc[r][0], 4);
 		_mm512_mask_i32scatter_ps(dxv[1] + r * bvol, live[1], i1, acc[r][1], 4);
 	}
@@ -580,6 +639,193 @@ static void lanes_range(void *arg, int64_t b, int64_t e, int tid)
 		else
 			lanes_item(a, ph, item);
 	}
+}
+
+/* Grouped phases in pairs (pair_item): the two phases of a stride 2
+ * along rows that share their rows (r[2] = 0 and 1, dX rows twice dY's)
+ * as one item per vector of 16 positions, all blocks of channels of all
+ * groups in turn (a group's chains are 8 m by 1 to 4 taps: the taps'
+ * masks, worked out per vector, and the scatters of lanes_item cost more
+ * than the multiply-adds there, 24 GF/s per CPU-second on ResNeXt's
+ * 256-channel 56x56 stride-2 3x3); per block and channel the two phases'
+ * vectors are interleaved (vpermt2ps) into dX's columns 2 q2 and 2 q2 + 1
+ * and stored with masks, one store per run of a row.  The same chains as
+ * lanes_item's (m of the group, then the phase's taps from the largest
+ * down, those no lane takes left out). */
+
+/* One vector's taps of phase f (v from lanes_vec: q0, j0; its lanes'
+ * positions lq1, lq2, live where below nl): the taps some lane takes,
+ * their masks and dY offsets (from the item's plane); the count. */
+static int pair_taps(const struct hp_cgp_geom *c, const struct hp_cgp_phase *f, int64_t q0, int64_t j0, int nl,
+		     const int64_t *lq1, const int64_t *lq2, int32_t *off, int32_t *tap, __mmask16 *mk)
+{
+	const struct hp_colgeom *g = &f->cv.g;
+	int nt = 0;
+
+	for (int64_t t = 0; t < g->kvol; t++) {
+		int64_t jt[3] = { t / (g->k[1] * g->k[2]), t / g->k[2] % g->k[1], t % g->k[2] }, y0, a1, a2;
+		uint32_t m16 = 0;
+		y0 = q0 + f->extra[0] - g->pad[0] + jt[0] * g->dil[0];
+		a1 = f->extra[1] - g->pad[1] + jt[1] * g->dil[1];
+		a2 = -g->pad[2] + jt[2] * g->dil[2];
+		for (int l = 0; l < nl && y0 >= 0 && y0 < c->small[0]; l++)
+			m16 |= (uint32_t)(lq1[l] + a1 >= 0 && lq1[l] + a1 < c->small[1] && lq2[l] + a2 >= 0 &&
+					  lq2[l] + a2 < c->small[2])
+			       << l;
+		if (!m16)
+			continue; /* adds w * 0 in every lane: left out */
+		mk[nt] = (__mmask16)m16;
+		off[nt] = (int32_t)((y0 * c->small[1] + a1) * c->small[2] + a2 + j0);
+		tap[nt++] = f->tap[t];
+	}
+	return nt;
+}
+
+#define CGP_FMAP(r, x, i)                                                       \
+	do {                                                                    \
+		__m512 b = _mm512_set1_ps(wt[(r) * kv]);                        \
+		a##r##i = _mm512_fmadd_ps(b, x, a##r##i);                       \
+	} while (0)
+
+/* The chains of 8 channels by the pair's two vectors (0: phase a). */
+__attribute__((target("avx512f"), always_inline)) static inline void
+pair_chain8(const float *d, const float *w, int64_t M, int64_t svol, int64_t wstep, int64_t kv, int na,
+	    const int32_t *offa, const int32_t *tapa, const __mmask16 *mka, int nb, const int32_t *offb,
+	    const int32_t *tapb, const __mmask16 *mkb, __m512 (*acc)[2])
+{
+	CGP_ACC(0); CGP_ACC(1); CGP_ACC(2); CGP_ACC(3); CGP_ACC(4); CGP_ACC(5); CGP_ACC(6); CGP_ACC(7);
+	for (int64_t m = 0; m < M; m++, d += svol, w += wstep) {
+		for (int t = 0; t < na; t++) {
+			__m512 x = _mm512_maskz_loadu_ps(mka[t], d + offa[t]);
+			const float *wt = w + tapa[t];
+			CGP_FMAP(0, x, 0); CGP_FMAP(1, x, 0); CGP_FMAP(2, x, 0); CGP_FMAP(3, x, 0);
+			CGP_FMAP(4, x, 0); CGP_FMAP(5, x, 0); CGP_FMAP(6, x, 0); CGP_FMAP(7, x, 0);
+		}
+		for (int t = 0; t < nb; t++) {
+			__m512 x = _mm512_maskz_loadu_ps(mkb[t], d + offb[t]);
+			const float *wt = w + tapb[t];
+			CGP_FMAP(0, x, 1); CGP_FMAP(1, x, 1); CGP_FMAP(2, x, 1); CGP_FMAP(3, x, 1);
+			CGP_FMAP(4, x, 1); CGP_FMAP(5, x, 1); CGP_FMAP(6, x, 1); CGP_FMAP(7, x, 1);
+		}
+	}
+	CGP_OUT(0); CGP_OUT(1); CGP_OUT(2); CGP_OUT(3); CGP_OUT(4); CGP_OUT(5); CGP_OUT(6); CGP_OUT(7);
+}
+
+/* pair_chain8 of 12 channels. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+pair_chain12(const float *d, const float *w, int64_t M, int64_t svol, int64_t wstep, int64_t kv, int na,
+	     const int32_t *offa, const int32_t *tapa, const __mmask16 *mka, int nb, const int32_t *offb,
+	     const int32_t *tapb, const __mmask16 *mkb, __m512 (*acc)[2])
+{
+	CGP_ACC(0); CGP_ACC(1); CGP_ACC(2); CGP_ACC(3); CGP_ACC(4); CGP_ACC(5);
+	CGP_ACC(6); CGP_ACC(7); CGP_ACC(8); CGP_ACC(9); CGP_ACC(10); CGP_ACC(11);
+	for (int64_t m = 0; m < M; m++, d += svol, w += wstep) {
+		for (int t = 0; t < na; t++) {
+			__m512 x = _mm512_maskz_loadu_ps(mka[t], d + offa[t]);
+			const float *wt = w + tapa[t];
+			CGP_FMAP(0, x, 0); CGP_FMAP(1, x, 0); CGP_FMAP(2, x, 0); CGP_FMAP(3, x, 0);
+			CGP_FMAP(4, x, 0); CGP_FMAP(5, x, 0); CGP_FMAP(6, x, 0); CGP_FMAP(7, x, 0);
+			CGP_FMAP(8, x, 0); CGP_FMAP(9, x, 0); CGP_FMAP(10, x, 0); CGP_FMAP(11, x, 0);
+		}
+		for (int t = 0; t < nb; t++) {
+			__m512 x = _mm512_maskz_loadu_ps(mkb[t], d + offb[t]);
+			const float *wt = w + tapb[t];
+			CGP_FMAP(0, x, 1); CGP_FMAP(1, x, 1); CGP_FMAP(2, x, 1); CGP_FMAP(3, x, 1);
+			CGP_FMAP(4, x, 1); CGP_FMAP(5, x, 1); CGP_FMAP(6, x, 1); CGP_FMAP(7, x, 1);
+			CGP_FMAP(8, x, 1); CGP_FMAP(9, x, 1); CGP_FMAP(10, x, 1); CGP_FMAP(11, x, 1);
+		}
+	}
+	CGP_OUT(0); CGP_OUT(1); CGP_OUT(2); CGP_OUT(3); CGP_OUT(4); CGP_OUT(5);
+	CGP_OUT(6); CGP_OUT(7); CGP_OUT(8); CGP_OUT(9); CGP_OUT(10); CGP_OUT(11);
+}
+
+struct cgp_pair {
+	const struct hp_cgp *p;
+	const float *dy, *w;
+	float *dx;
+	int64_t first[HP_CGP_MAX_PHASES / 2 + 1]; /* each pair's first item (its vectors) */
+	int64_t lr;            /* channels of a block */
+};
+
+__attribute__((target("avx512f"))) static void pair_item(const struct cgp_pair *a, int64_t item)
+{
+	const struct hp_cgp *p = a->p;
+	const struct hp_cgp_geom *c = &p->c;
+	int k = 0;
+	while (item >= a->first[k + 1])
+		k++;
+	const struct hp_cgp_phase *fa = &p->ph[2 * k], *fb = fa + 1;
+	int64_t v = item - a->first[k], n = 0, q0 = 0, j0 = 0, plane = fa->q[1] * fa->q[2], lr = a->lr;
+	int64_t bvol = c->big[0] * c->big[1] * c->big[2], svol = c->small[0] * c->small[1] * c->small[2];
+	int64_t kv = c->k[0] * c->k[1] * c->k[2], cg = c->cbig / c->group, M = c->csmall / c->group;
+	int64_t bpg = (cg + lr - 1) / lr, segb[2][16];
+	int32_t offa[HP_CGP_MAX_TAPS], offb[HP_CGP_MAX_TAPS], tapa[HP_CGP_MAX_TAPS], tapb[HP_CGP_MAX_TAPS];
+	__mmask16 mka[HP_CGP_MAX_TAPS], mkb[HP_CGP_MAX_TAPS], segm[2][16];
+	int nseg[2] = { 0, 0 };
+
+	int64_t lq1[16], lq2[16];
+	int nl = 0;
+
+	lanes_vec(fa, v, &n, &q0, &j0);
+	/* the lanes' positions (q1, q2), without a division each */
+	for (int64_t q1 = j0 / fa->q[2], q2 = j0 % fa->q[2]; nl < 16 && j0 + nl < plane; nl++) {
+		lq1[nl] = q1;
+		lq2[nl] = q2;
+		if (++q2 == fa->q[2])
+			q2 = 0, q1++;
+	}
+	int na = pair_taps(c, fa, q0, j0, nl, lq1, lq2, offa, tapa, mka);
+	int nb = pair_taps(c, fb, q0, j0, nl, lq1, lq2, offb, tapb, mkb);
+	/* the interleaved halves' runs: element e of half h is lane
+	 * 8 h + e / 2, column 2 q2 + (e & 1) */
+	for (int h = 0; h < 2; h++) {
+		int64_t cur = INT64_MIN;
+		for (int e = 0; e < 16; e++) {
+			int l = 8 * h + e / 2;
+			int64_t o;
+			if (l >= nl)
+				break;
+			o = ((fa->r[0] + c->s[0] * q0) * c->big[1] + fa->r[1] + c->s[1] * lq1[l]) * c->big[2] +
+			    2 * lq2[l] + (e & 1) - e;
+			if (o != cur) {
+				segb[h][nseg[h]] = o;
+				segm[h][nseg[h]++] = 0;
+				cur = o;
+			}
+			segm[h][nseg[h] - 1] |= (__mmask16)(1u << e);
+		}
+	}
+	const __m512i ilo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+	const __m512i ihi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+	for (int64_t cb = 0; cb < c->group * bpg; cb++) {
+		int64_t gi = cb / bpg, c0 = cb % bpg * lr, skip = 0;
+		if (c0 + lr > cg) { /* the group's last block ends at its end */
+			skip = c0 + lr - cg;
+			c0 = cg - lr;
+		}
+		const float *wb = a->w + (gi * M * cg + c0) * kv, *d = a->dy + (n * c->csmall + gi * M) * svol;
+		float *dx = a->dx + (n * c->cbig + gi * cg + c0) * bvol;
+		__m512 acc[CGP_LR][2];
+		if (lr == CGP_LR8)
+			pair_chain8(d, wb, M, svol, cg * kv, kv, na, offa, tapa, mka, nb, offb, tapb, mkb, acc);
+		else
+			pair_chain12(d, wb, M, svol, cg * kv, kv, na, offa, tapa, mka, nb, offb, tapb, mkb, acc);
+		for (int64_t r = skip; r < lr; r++) {
+			__m512 lo = _mm512_permutex2var_ps(acc[r][0], ilo, acc[r][1]);
+			__m512 hi = _mm512_permutex2var_ps(acc[r][0], ihi, acc[r][1]);
+			for (int k = 0; k < nseg[0]; k++)
+				_mm512_mask_storeu_ps(dx + r * bvol + segb[0][k], segm[0][k], lo);
+			for (int k = 0; k < nseg[1]; k++)
+				_mm512_mask_storeu_ps(dx + r * bvol + segb[1][k], segm[1][k], hi);
+		}
+	}
+}
+
+static void pair_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	(void)tid;
+	for (int64_t i = b; i < e; i++)
+		pair_item(arg, i);
 }
 #endif
 
@@ -636,8 +882,27 @@ void hp_cgp_run(const struct hp_cgp *p, const float *dy, const float *w, float *
 		hp_conv_threads_leave(saved);
 		return;
 	}
+	if (p->pair) {
+		struct cgp_pair a = { .p = p, .dy = dy, .w = w, .dx = dx, .lr = cgp_group_lr(c) };
+		int saved, threads;
+		double flops = 0;
+		if (p->zero)
+			memset(dx, 0, (size_t)(c->n * c->cbig * bvol) * sizeof(float));
+		for (int i = 0; i < p->nph; i++) {
+			const struct hp_cgp_phase *f = &p->ph[i];
+			if (i % 2 == 0) /* a pair's phases share q[0] and q[1] */
+				a.first[i / 2 + 1] = a.first[i / 2] + c->n * f->q[0] * ((f->q[1] * f->q[2] + 15) / 16);
+			flops += 2.0 * (double)(c->n * c->cbig * (c->csmall / c->group)) *
+				 (double)(f->cv.g.kvol * f->cv.g.grid_vol);
+		}
+		threads = hp_conv_threads_enter(pool, &saved);
+		hp_conv_steal(pool, flops >= CGP_PAR_MIN * 64.0 ? threads : 1, a.first[p->nph / 2], 1, pair_range, &a);
+		hp_conv_threads_leave(saved);
+		return;
+	}
 	if (p->lanes) {
 		struct cgp_lanes a = { .p = p, .dy = dy, .w = w, .dx = dx, .lr = c->cbig >= CGP_LR1 ? CGP_LR1 : CGP_LR };
+		int64_t grp = c->group > 1 ? cgp_group_lr(c) : 0;
 		int saved, threads;
 		double flops = 0;
 		if (p->zero)
@@ -647,10 +912,11 @@ void hp_cgp_run(const struct hp_cgp *p, const float *dy, const float *w, float *
 			int64_t plane = f->q[1] * f->q[2], nvec = plane < 8 ? (c->n * f->q[0] + 16 / plane - 1) / (16 / plane)
 									    : c->n * f->q[0] * ((plane + 15) / 16);
 			a.tiles[i + 1] = a.tiles[i] + (nvec + 1) / 2;
-			a.lr = plane < 8 && nvec == 1 ? a.lr : CGP_LR;
-			flops += 2.0 * (double)(c->n * c->cbig * c->csmall) * (double)(f->cv.g.kvol * f->cv.g.grid_vol);
+			a.lr = grp ? grp : plane < 8 && nvec == 1 ? a.lr : CGP_LR;
+			flops += 2.0 * (double)(c->n * c->cbig * (c->csmall / c->group)) *
+				 (double)(f->cv.g.kvol * f->cv.g.grid_vol);
 		}
-		a.cblocks = (c->cbig + a.lr - 1) / a.lr;
+		a.cblocks = c->group * ((c->cbig / c->group + a.lr - 1) / a.lr);
 		threads = hp_conv_threads_enter(pool, &saved);
 		/* phases of more taps cost more: a thread done with its share
 		 * takes the rest of the other's */

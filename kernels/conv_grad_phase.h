@@ -33,9 +33,14 @@ struct hp_cgp {
 	int zero;              /* some X positions have no taps: dX zeroed first */
 	int direct;            /* a 1x1 kernel, ungrouped: its one phase straight from
 				* dY and W, no workspace (the same chains) */
-	int lanes;             /* other kernels, ungrouped, phases as wide as dY's
-				* rows, cbig >= 12: lanes over positions, no
-				* workspace (the same chains) */
+	int lanes;             /* other kernels, phases as wide as dY's rows,
+				* cbig >= 12, ungrouped or 8, 16 or at least 12
+				* channels a group (in pairs, or on dY rows of 8
+				* or more): lanes over positions, no workspace
+				* (the same chains) */
+	int pair;              /* lanes, grouped, stride 2 along rows twice dY's:
+				* the two phases of a row as one item
+				* (pair_item, the same chains) */
 	int64_t yp;            /* floats of the phase scratch (a multiple of 16) */
 	size_t workspace;      /* bytes: the scratch, then the largest phase's KxK workspace */
 	struct hp_cgp_phase ph[HP_CGP_MAX_PHASES];
@@ -49,8 +54,9 @@ int hp_cgp_plan(struct hp_cgp *p, const struct hp_cgp_geom *c, int threads);
 
 /* Whether the auto choice takes the plan (conv_grad.c then also asks
  * that its workspace be no larger than col2im's): the kernels without
- * workspace (direct: 1x1; lanes: phases as wide as dY's rows, at least
- * 12 channels in X), ungrouped, at least HP_KXK_MIN_CH
+ * workspace (direct: 1x1, ungrouped; lanes: phases as wide as dY's rows,
+ * at least 12 channels in X, ungrouped or grouped as p->lanes says), at
+ * least HP_KXK_MIN_CH
  * channels each side, unless the KxK path is forbidden
  * (hp_conv_set_kxk(-1)).  The KxK tiles run only when forced: with 3-25x
  * col2im's workspace (KxK panels of two workers and the phase scratch). */
@@ -62,6 +68,8 @@ void hp_cgp_run(const struct hp_cgp *p, const float *dy, const float *w, float *
 
 /* Tests and benchmarks only: 0 auto, 1 whenever it applies, -1 never. */
 void hp_cgp_set_mode(int mode);
+/* Tests only: -1 grouped lanes never in pairs (0: where they apply). */
+void hp_cgp_set_pair(int mode);
 int hp_cgp_mode(void);
 
 #endif

@@ -1213,7 +1213,9 @@ static void test_conv_grad_pw(void **state)
 /* ConvGradData of a strided Conv by phases (kernels/conv_grad_phase.c:
  * the KxK tiles, the 1x1 kernels' direct kernel, or lanes over positions
  * where the phases are as wide as dY's rows and there are 12 channels or
- * more), replayed here in scalar float: dX[n][g, c][x] is one chain of fused
+ * more, grouped too: unpaired, or the two phases of a row in pairs, which
+ * run on 1 thread and on 2 threads respectively, and in the second half
+ * of each band cut), replayed here in scalar float: dX[n][g, c][x] is one chain of fused
  * multiply-adds from 0 over (m, then the taps t with x + p - t * d = 0
  * (mod s) per dim, each dim's from the largest t down), taps whose dY
  * position y = (x + p - t * d) / s is out of range included (w * 0);
@@ -1361,8 +1363,25 @@ static void test_conv_grad_phase(void **state)
 		{ 2, 4, 40, 24, 1, { 4, 4 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		{ 2, 2, 30, 16, 1, { 4, 6 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		{ 2, 1, 26, 12, 1, { 6, 6 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
-		/* groups */
+		/* groups (dY rows of 5: in pairs; unpaired the KxK phases) */
 		{ 2, 2, 16, 24, 2, { 9, 10 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		/* grouped lanes: 8 a group (ResNeXt's stride-2 3x3, blocks of 8),
+		 * 16 a group (two blocks of 8 in each), 20 a group (blocks of 12,
+		 * the second overlapping), 12 a group with 9 out a group; odd
+		 * heights and a batch of 2 */
+		{ 2, 2, 32, 32, 4, { 15, 16 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 1, 48, 24, 3, { 16, 18 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 2, 40, 16, 2, { 11, 16 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 1, 36, 27, 3, { 9, 20 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		/* dY rows of 7 and 3 (in pairs only; unpaired the KxK phases):
+		 * ResNeXt's last stride-2 3x3, 32 a group, and phase planes of
+		 * 9 positions, 2 items */
+		{ 2, 1, 64, 32, 2, { 14, 14 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 2, 16, 16, 2, { 6, 6 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
+		/* grouped 3-D (eight phases, four pairs) and 1-D (bands cut the
+		 * rows the pairs interleave) */
+		{ 3, 1, 16, 16, 2, { 5, 6, 8 }, { 3, 3, 3 }, { 2, 2, 2 }, { 1, 1, 1 }, { 1, 1, 1 } },
+		{ 1, 2, 16, 24, 2, { 34 }, { 3 }, { 2 }, { 1 }, { 1 } },
 		/* two k chunks (K = 80 * 4 = 320), batch 1: W' per micro-tile */
 		{ 2, 1, 14, 80, 1, { 7, 9 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },
 		/* 3-D */
@@ -1394,8 +1413,10 @@ static void test_conv_grad_phase(void **state)
 		for (int v = 0; v < 2; v++) {
 			kt_pool = v ? pool : NULL;
 			hp_cgp_set_mode(v ? 0 : 1);
+			hp_cgp_set_pair(v ? 0 : -1); /* grouped lanes: unpaired, then in pairs */
 			phd_run(c, &dy, &w, 0, Ho, xsh, pads, v ? HP_CGD_PATH_PHASE : -1, &out);
 			hp_cgp_set_mode(0);
+			hp_cgp_set_pair(0);
 			snprintf(what, sizeof what, "case %zu (%d threads) against its replay", k, v + 1);
 			bitwise(&out, &ref, what);
 			snprintf(what, sizeof what, "case %zu against float64", k);
@@ -1424,7 +1445,9 @@ static void test_conv_grad_phase(void **state)
 				bp[c->nsp] = (yb - ya - 1) * s + kd + 1 - (xb - xa) - bp[0];
 				bp[c->nsp] = bp[c->nsp] > 0 ? bp[c->nsp] : 0;
 				kt_pool = half ? pool : NULL;
+				hp_cgp_set_pair(half ? 0 : -1);
 				phd_run(c, &dy, &w, (int)ya, (int)(yb - ya), bx, bp, HP_CGD_PATH_PHASE, &out);
+				hp_cgp_set_pair(0);
 				for (int64_t pl = 0; pl < (int64_t)c->n * c->cx; pl++)
 					for (int64_t i = 0; i < (xb - xa) * inner; i++) {
 						float got = ((const float *)out.data)[pl * (xb - xa) * inner + i];
