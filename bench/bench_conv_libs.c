@@ -4,7 +4,7 @@
  * BLIS and libxsmm, forward, data gradient and weight gradient.
  *
  *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1]
- *                         [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--fwd]
+ *                         [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--fwd]
  *
  * --shift, --dot, --kxk and --grp force hpdlf's shift, dot, KxK and grouped
  * (conv_grp.c) paths (1), forbid them (-1)
@@ -526,6 +526,8 @@ int main(int argc, char **argv)
 			hp_conv_set_grp(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--kxk-run") && i + 1 < argc) /* its row-run blocks: on (1), packed (0) */
 			hp_kxk_set_run(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--pw") && i + 1 < argc) /* 1x1 dW on conv_grad_pw.c: auto, always, never */
+			hp_pfilt_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--fwd"))
 			fwd_only = 1;
 		else {

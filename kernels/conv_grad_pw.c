@@ -63,17 +63,22 @@ int hp_pfilt_plan(struct hp_pfilt *q, int64_t n, int64_t cin, int64_t cout, int6
 {
 	memset(q, 0, sizeof *q);
 	/* a forced shift mode (tests, benchmarks) asks for the sgemm paths */
-	if (pf_mode < 0 || hp_conv_shift_mode() != 0 || !pf_avx512() || n < 1 || cin < 16 || cin % 16 || cout < 1 ||
+	if (pf_mode < 0 || hp_conv_shift_mode() != 0 || !pf_avx512() || n < 1 || cin < 1 || cout < 1 ||
 	    unit < 1 || unit > PF_UMAX || svol % unit || cin * svol >= INT32_MAX || cout * svol >= INT32_MAX)
 		return 0;
 	/* Auto: rows of 14 to 64 positions (bench_conv_libs.c, pass dW, GF/s
 	 * a thread, sgemm path / here: the 1x1 classes at a batch of one) */
-	if (pf_mode == 0 && unit < 14)
+	if (pf_mode == 0 && (unit < 14 || cin < 16))
 		return 0;
 	q->n = n, q->cin = cin, q->cout = cout, q->svol = svol, q->unit = unit;
-	q->shares = (cin + PF_CB - 1) / PF_CB;
+	/* shares: blocks of PF_CB input channels, each cut in mparts ranges
+	 * of output channels (whole tiles) where the blocks are fewer than
+	 * the threads; a share packs its block's X itself */
+	int64_t w = threads > 0 ? threads : 1, cb = (cin + PF_CB - 1) / PF_CB, tiles = (cout + PF_MR - 1) / PF_MR;
+	q->mparts = cb >= w ? 1 : (w + cb - 1) / cb;
+	q->mparts = q->mparts < tiles ? q->mparts : tiles;
+	q->shares = cb * q->mparts;
 	q->per_worker = (size_t)(unit * PF_CB);
-	int64_t w = threads > 0 ? threads : 1;
 	q->workers = (int)(w < q->shares ? w : q->shares);
 	return 1;
 }
@@ -99,15 +104,16 @@ void hp_pfilt_lean(struct hp_pfilt *q)
 }
 
 #ifdef PF_X86
-/* dst [j][PF_CB] (j < np) at lanes [0, 16) = rows i < 16 (ld apart) of src
- * at columns j: a 16 x 16 transpose in registers. */
-static inline __attribute__((always_inline)) PF_TARGET void pf_tr16(const float *src, int64_t ld, int np, float *dst)
+/* dst [j][PF_CB] (j < np) at lanes [0, 16) = rows i < nr (ld apart) of
+ * src at columns j, 0 in lanes nr..15: a 16 x 16 transpose in registers. */
+static inline __attribute__((always_inline)) PF_TARGET void pf_tr16(const float *src, int64_t ld, int np, int nr,
+								  float *dst)
 {
 	__m512 r[16], t[16];
 	__mmask16 m = (__mmask16)((1u << np) - 1);
 
 	for (int i = 0; i < 16; i++)
-		r[i] = _mm512_maskz_loadu_ps(m, src + i * ld);
+		r[i] = i < nr ? _mm512_maskz_loadu_ps(m, src + i * ld) : _mm512_setzero_ps();
 	for (int i = 0; i < 8; i++) {
 		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
 		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
@@ -134,19 +140,22 @@ static inline __attribute__((always_inline)) PF_TARGET void pf_tr16(const float 
 		_mm512_storeu_ps(dst + j * PF_CB, r[j]);
 }
 
-/* A unit's T [len][PF_CB] from nv vectors of input channels of X (rows ld
- * apart) at its first position x. */
-static PF_TARGET void pf_pack(const float *x, int64_t ld, int64_t len, int nv, float *t)
+/* A unit's T [len][PF_CB] from nc input channels (rows ld apart, 0 in
+ * the lanes after them) of X at its first position x. */
+static PF_TARGET void pf_pack(const float *x, int64_t ld, int64_t len, int nc, float *t)
 {
-	for (int v = 0; v < nv; v++)
+	for (int v = 0; v * 16 < nc; v++)
 		for (int64_t p0 = 0; p0 < len; p0 += 16)
-			pf_tr16(x + v * 16 * ld + p0, ld, (int)(len - p0 < 16 ? len - p0 : 16), t + p0 * PF_CB + v * 16);
+			pf_tr16(x + v * 16 * ld + p0, ld, (int)(len - p0 < 16 ? len - p0 : 16),
+				nc - v * 16 < 16 ? nc - v * 16 : 16, t + p0 * PF_CB + v * 16);
 }
 
-/* dW rows [0, MR) (ldw apart) at nv vectors of input channels += the
- * unit's chains: t = fma(dy, x, t) over len positions, dY's rows ldy apart. */
+/* dW rows [0, MR) (ldw apart) at NV vectors of input channels (of the
+ * last only the lanes of ml) += the unit's chains: t = fma(dy, x, t) over
+ * len positions, dY's rows ldy apart. */
 static inline __attribute__((always_inline)) PF_TARGET void pf_tile(const float *t, const float *dy, int64_t ldy,
-								 int64_t len, float *w, int64_t ldw, int MR, int NV)
+								 int64_t len, float *w, int64_t ldw, __mmask16 ml, int MR,
+								 int NV)
 {
 	__m512 a[PF_MR][2];
 
@@ -162,17 +171,21 @@ static inline __attribute__((always_inline)) PF_TARGET void pf_tile(const float 
 				a[i][1] = _mm512_fmadd_ps(y, x1, a[i][1]);
 		}
 	}
-	for (int i = 0; i < MR; i++)
-		for (int v = 0; v < NV; v++)
-			_mm512_storeu_ps(w + i * ldw + v * 16, _mm512_add_ps(_mm512_loadu_ps(w + i * ldw + v * 16), a[i][v]));
+	for (int i = 0; i < MR; i++) {
+		if (NV > 1)
+			_mm512_storeu_ps(w + i * ldw, _mm512_add_ps(_mm512_loadu_ps(w + i * ldw), a[i][0]));
+		float *l = w + i * ldw + (NV - 1) * 16;
+		_mm512_mask_storeu_ps(l, ml, _mm512_add_ps(_mm512_maskz_loadu_ps(ml, l), a[i][NV - 1]));
+	}
 }
 
-typedef void (*pf_tile_fn)(const float *t, const float *dy, int64_t ldy, int64_t len, float *w, int64_t ldw);
+typedef void (*pf_tile_fn)(const float *t, const float *dy, int64_t ldy, int64_t len, float *w, int64_t ldw,
+			   __mmask16 ml);
 #define PF_INST(MR, NV)                                                                                             \
 	static PF_TARGET void pf_tile_##MR##_##NV(const float *t, const float *dy, int64_t ldy, int64_t len, float *w, \
-						  int64_t ldw)                                                      \
+						  int64_t ldw, __mmask16 ml)                                        \
 	{                                                                                                           \
-		pf_tile(t, dy, ldy, len, w, ldw, MR, NV);                                                           \
+		pf_tile(t, dy, ldy, len, w, ldw, ml, MR, NV);                                                       \
 	}
 #define PF_INST2(MR) PF_INST(MR, 1) PF_INST(MR, 2)
 PF_INST2(1)
@@ -198,26 +211,30 @@ struct pf_run {
 	float *dw, *ws;
 };
 
-/* Shares [b, e): blocks of PF_CB input channels, every output channel. */
+/* Shares [b, e): a block of PF_CB input channels and a range of tiles of
+ * output channels each. */
 static void pf_work(void *arg, int64_t b, int64_t e, int tid)
 {
 #ifdef PF_X86
 	const struct pf_run *r = arg;
 	const struct hp_pfilt *q = r->q;
-	int64_t L = q->unit, units = q->svol / L;
+	int64_t L = q->unit, units = q->svol / L, tiles = (q->cout + PF_MR - 1) / PF_MR;
 	float *t = r->ws + (size_t)tid * q->per_worker;
 
 	for (int64_t sh = b; sh < e; sh++) {
-		int64_t c0 = sh * PF_CB;
-		int nv = q->cin - c0 < PF_CB ? (int)((q->cin - c0) / 16) : 2;
+		int64_t c0 = sh / q->mparts * PF_CB, part = sh % q->mparts;
+		int64_t m0 = tiles * part / q->mparts * PF_MR, m1 = tiles * (part + 1) / q->mparts * PF_MR;
+		int nc = q->cin - c0 < PF_CB ? (int)(q->cin - c0) : PF_CB, nv = (nc + 15) / 16;
+		__mmask16 ml = (__mmask16)((1u << (nc - (nv - 1) * 16)) - 1);
+		m1 = m1 < q->cout ? m1 : q->cout;
 		for (int64_t nb = q->n - 1; nb >= 0; nb--)
 			for (int64_t u = units - 1; u >= 0; u--) {
 				const float *dy = r->dy + nb * q->cout * q->svol + u * L;
-				pf_pack(r->x + (nb * q->cin + c0) * q->svol + u * L, q->svol, L, nv, t);
-				for (int64_t m0 = 0; m0 < q->cout; m0 += PF_MR) {
-					int mr = q->cout - m0 < PF_MR ? (int)(q->cout - m0) : PF_MR;
-					pf_tiles[mr - 1][nv - 1](t, dy + m0 * q->svol, q->svol, L, r->dw + m0 * q->cin + c0,
-								 q->cin);
+				pf_pack(r->x + (nb * q->cin + c0) * q->svol + u * L, q->svol, L, nc, t);
+				for (int64_t m = m0; m < m1; m += PF_MR) {
+					int mr = m1 - m < PF_MR ? (int)(m1 - m) : PF_MR;
+					pf_tiles[mr - 1][nv - 1](t, dy + m * q->svol, q->svol, L, r->dw + m * q->cin + c0, q->cin,
+								 ml);
 				}
 			}
 	}

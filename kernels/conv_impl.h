@@ -577,16 +577,16 @@ void hp_lfilt_run(const struct hp_lfilt *q, const float *dy, const float *x, con
 		  struct hp_pool *pool);
 
 /* ConvGradFilter of a 1x1 convolution of stride 1 without pads,
- * ungrouped, with units of at most 64 positions and input channels a
- * multiple of 16 (conv_grad_pw.c), where AVX-512F exists: lanes over 16
- * input channels, X transposed per unit in blocks of 32 channels, tiles
- * of 12 output channels x 32 input channels in registers; each element
+ * ungrouped, with units of at most 64 positions (conv_grad_pw.c), where
+ * AVX-512F exists: lanes over 16 input channels, X transposed per unit in
+ * blocks of 32 channels, tiles of 12 output channels x 32 input channels
+ * in registers; each element
  * s = acc (or 0), then per unit from the last to the first s = s + (a
  * chain of fused multiply-adds from 0 over the unit's positions in
  * order). */
 struct hp_pfilt {
 	int64_t n, cin, cout, svol, unit; /* svol: positions per item, a multiple of unit */
-	int64_t shares;                   /* blocks of 32 input channels */
+	int64_t shares, mparts;           /* blocks of 32 input channels x ranges of output channels */
 	int workers;
 	size_t per_worker;                /* floats: a unit's transposed X */
 };

@@ -838,8 +838,14 @@ static void test_filter_pw(void **state)
 	/* units of batch items: 5 x 6 planes, 3-D planes of 2 x 3 x 9 */
 	pf_case(0, 2, 3, 64, 7, I{ 5, 6 });
 	pf_case(0, 3, 2, 32, 56, I{ 2, 3, 9 });
-	/* forced where auto declines: rows of 5, a 1-D item of 12, the most
-	 * positions a unit takes */
+	/* MobileNetV2's expansion 24 -> 144 at rows of 56 (a vector of 8
+	 * channels; one block of channels, its output channels in two
+	 * shares); 40 in: a block of 32 and one of 8 */
+	pf_case(0, 2, 1, 24, 144, I{ 3, 56 });
+	pf_case(0, 2, 1, 40, 30, I{ 4, 20 });
+	/* forced where auto declines: 5 channels in, rows of 5, a 1-D item
+	 * of 12, the most positions a unit takes */
+	pf_case(1, 2, 2, 5, 26, I{ 3, 7 });
 	pf_case(1, 2, 1, 16, 5, I{ 4, 5 });
 	pf_case(1, 1, 3, 32, 9, I{ 12 });
 	pf_case(1, 2, 1, 32, 12, I{ 3, 64 });
