@@ -78,7 +78,10 @@ int hp_pfilt_plan(struct hp_pfilt *q, int64_t n, int64_t cin, int64_t cout, int6
 	q->mparts = cb >= w ? 1 : (w + cb - 1) / cb;
 	q->mparts = q->mparts < tiles ? q->mparts : tiles;
 	q->shares = cb * q->mparts;
-	q->per_worker = (size_t)(unit * PF_CB);
+	/* T's rows: a block's channels, 8 apart at least (24 at 24: two
+	 * workers' within the sgemm path's workspace of 24 -> 144 at 56x56) */
+	q->ldt = cin < PF_CB ? (cin + 7) / 8 * 8 : PF_CB;
+	q->per_worker = (size_t)(unit * q->ldt + 16);
 	q->workers = (int)(w < q->shares ? w : q->shares);
 	return 1;
 }
@@ -104,10 +107,10 @@ void hp_pfilt_lean(struct hp_pfilt *q)
 }
 
 #ifdef PF_X86
-/* dst [j][PF_CB] (j < np) at lanes [0, 16) = rows i < nr (ld apart) of
- * src at columns j, 0 in lanes nr..15: a 16 x 16 transpose in registers. */
+/* dst [j][ldt] (j < np) at lanes [0, nr) = rows i < nr (ld apart) of src
+ * at columns j: a 16 x 16 transpose in registers. */
 static inline __attribute__((always_inline)) PF_TARGET void pf_tr16(const float *src, int64_t ld, int np, int nr,
-								  float *dst)
+								  float *dst, int64_t ldt)
 {
 	__m512 r[16], t[16];
 	__mmask16 m = (__mmask16)((1u << np) - 1);
@@ -137,25 +140,29 @@ static inline __attribute__((always_inline)) PF_TARGET void pf_tr16(const float 
 		r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xDD);
 	}
 	for (int j = 0; j < np; j++)
-		_mm512_storeu_ps(dst + j * PF_CB, r[j]);
+		if (nr == 16)
+			_mm512_storeu_ps(dst + j * ldt, r[j]);
+		else
+			_mm512_mask_storeu_ps(dst + j * ldt, (__mmask16)((1u << nr) - 1), r[j]);
 }
 
-/* A unit's T [len][PF_CB] from nc input channels (rows ld apart, 0 in
- * the lanes after them) of X at its first position x. */
-static PF_TARGET void pf_pack(const float *x, int64_t ld, int64_t len, int nc, float *t)
+/* A unit's T [len][ldt] from nc input channels (rows ld apart) of X at
+ * its first position x. */
+static PF_TARGET void pf_pack(const float *x, int64_t ld, int64_t len, int nc, float *t, int64_t ldt)
 {
 	for (int v = 0; v * 16 < nc; v++)
 		for (int64_t p0 = 0; p0 < len; p0 += 16)
 			pf_tr16(x + v * 16 * ld + p0, ld, (int)(len - p0 < 16 ? len - p0 : 16),
-				nc - v * 16 < 16 ? nc - v * 16 : 16, t + p0 * PF_CB + v * 16);
+				nc - v * 16 < 16 ? nc - v * 16 : 16, t + p0 * ldt + v * 16, ldt);
 }
 
 /* dW rows [0, MR) (ldw apart) at NV vectors of input channels (of the
- * last only the lanes of ml) += the unit's chains: t = fma(dy, x, t) over
- * len positions, dY's rows ldy apart. */
-static inline __attribute__((always_inline)) PF_TARGET void pf_tile(const float *t, const float *dy, int64_t ldy,
-								 int64_t len, float *w, int64_t ldw, __mmask16 ml, int MR,
-								 int NV)
+ * last only the lanes of ml; the others read T's next row or the 16
+ * floats after T, and are not stored) += the unit's chains: t = fma(dy, x, t) over len positions of T (rows
+ * ldt apart), dY's rows ldy apart. */
+static inline __attribute__((always_inline)) PF_TARGET void pf_tile(const float *t, int64_t ldt, const float *dy,
+								 int64_t ldy, int64_t len, float *w, int64_t ldw,
+								 __mmask16 ml, int MR, int NV)
 {
 	__m512 a[PF_MR][2];
 
@@ -163,7 +170,7 @@ static inline __attribute__((always_inline)) PF_TARGET void pf_tile(const float 
 		for (int v = 0; v < NV; v++)
 			a[i][v] = _mm512_setzero_ps();
 	for (int64_t p = 0; p < len; p++) {
-		__m512 x0 = _mm512_loadu_ps(t + p * PF_CB), x1 = NV > 1 ? _mm512_loadu_ps(t + p * PF_CB + 16) : x0;
+		__m512 x0 = _mm512_loadu_ps(t + p * ldt), x1 = NV > 1 ? _mm512_loadu_ps(t + p * ldt + 16) : x0;
 		for (int i = 0; i < MR; i++) {
 			__m512 y = _mm512_set1_ps(dy[i * ldy + p]);
 			a[i][0] = _mm512_fmadd_ps(y, x0, a[i][0]);
@@ -179,13 +186,13 @@ static inline __attribute__((always_inline)) PF_TARGET void pf_tile(const float 
 	}
 }
 
-typedef void (*pf_tile_fn)(const float *t, const float *dy, int64_t ldy, int64_t len, float *w, int64_t ldw,
-			   __mmask16 ml);
+typedef void (*pf_tile_fn)(const float *t, int64_t ldt, const float *dy, int64_t ldy, int64_t len, float *w,
+			   int64_t ldw, __mmask16 ml);
 #define PF_INST(MR, NV)                                                                                             \
-	static PF_TARGET void pf_tile_##MR##_##NV(const float *t, const float *dy, int64_t ldy, int64_t len, float *w, \
-						  int64_t ldw, __mmask16 ml)                                        \
+	static PF_TARGET void pf_tile_##MR##_##NV(const float *t, int64_t ldt, const float *dy, int64_t ldy,          \
+						  int64_t len, float *w, int64_t ldw, __mmask16 ml)                 \
 	{                                                                                                           \
-		pf_tile(t, dy, ldy, len, w, ldw, ml, MR, NV);                                                       \
+		pf_tile(t, ldt, dy, ldy, len, w, ldw, ml, MR, NV);                                                  \
 	}
 #define PF_INST2(MR) PF_INST(MR, 1) PF_INST(MR, 2)
 PF_INST2(1)
@@ -230,11 +237,11 @@ static void pf_work(void *arg, int64_t b, int64_t e, int tid)
 		for (int64_t nb = q->n - 1; nb >= 0; nb--)
 			for (int64_t u = units - 1; u >= 0; u--) {
 				const float *dy = r->dy + nb * q->cout * q->svol + u * L;
-				pf_pack(r->x + (nb * q->cin + c0) * q->svol + u * L, q->svol, L, nc, t);
+				pf_pack(r->x + (nb * q->cin + c0) * q->svol + u * L, q->svol, L, nc, t, q->ldt);
 				for (int64_t m = m0; m < m1; m += PF_MR) {
 					int mr = m1 - m < PF_MR ? (int)(m1 - m) : PF_MR;
-					pf_tiles[mr - 1][nv - 1](t, dy + m * q->svol, q->svol, L, r->dw + m * q->cin + c0, q->cin,
-								 ml);
+					pf_tiles[mr - 1][nv - 1](t, q->ldt, dy + m * q->svol, q->svol, L, r->dw + m * q->cin + c0,
+								 q->cin, ml);
 				}
 			}
 	}

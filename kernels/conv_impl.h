@@ -587,6 +587,7 @@ void hp_lfilt_run(const struct hp_lfilt *q, const float *dy, const float *x, con
 struct hp_pfilt {
 	int64_t n, cin, cout, svol, unit; /* svol: positions per item, a multiple of unit */
 	int64_t shares, mparts;           /* blocks of 32 input channels x ranges of output channels */
+	int64_t ldt;                      /* floats per position of a unit's transposed X */
 	int workers;
 	size_t per_worker;                /* floats: a unit's transposed X */
 };
