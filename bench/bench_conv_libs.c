@@ -4,7 +4,7 @@
  * BLIS and libxsmm, forward, data gradient and weight gradient.
  *
  *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1]
- *                         [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--fwd]
+ *                         [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--fwd]
  *
  * --shift, --dot, --kxk and --grp force hpdlf's shift, dot, KxK and grouped
  * (conv_grp.c) paths (1), forbid them (-1)
@@ -82,6 +82,9 @@ static const struct cls classes[] = {
 	{ "1x1-mb14", "MobileNetV2 expansion 14x14", 1, 64, 384, 14, 14, 1, 1, 0, 1 },
 	{ "1x1-mb28", "MobileNetV2 expansion 28x28", 1, 32, 192, 28, 28, 1, 1, 0, 1 },
 	{ "1x1-mb56", "MobileNetV2 expansion 56x56", 1, 24, 144, 56, 56, 1, 1, 0, 1 },
+	{ "1x1-r50e7", "ResNet-50 bottleneck expansion 7x7, batch 4", 4, 512, 2048, 7, 7, 1, 1, 0, 1 },
+	{ "1x1-r50r7", "ResNet-50 bottleneck reduction 7x7, batch 4", 4, 2048, 512, 7, 7, 1, 1, 0, 1 },
+	{ "1x1-b2-8", "1x1 at 8x8, batch 2", 2, 64, 256, 8, 8, 1, 1, 0, 1 },
 	{ "3x3-s2-mb", "MobileNetV2 stem 224", 1, 3, 32, 224, 224, 3, 2, 1, 1 },
 	{ "3x3-u128", "2-D U-Net level 1, batch 2", 2, 16, 16, 128, 128, 3, 1, 1, 1 },
 	{ "3x3-u64", "2-D U-Net level 2, batch 2", 2, 32, 32, 64, 64, 3, 1, 1, 1 },
@@ -528,6 +531,8 @@ int main(int argc, char **argv)
 			hp_conv_set_grp(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--kxk-run") && i + 1 < argc) /* its row-run blocks: on (1), packed (0) */
 			hp_kxk_set_run(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--pw") && i + 1 < argc) /* 1x1 dW on conv_grad_pw.c: auto, always, never */
+			hp_pfilt_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--fwd"))
 			fwd_only = 1;
 		else {

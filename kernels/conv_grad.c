@@ -629,6 +629,8 @@ struct cg_filter {
 	struct hp_rfilt rfg;
 	int lane;              /* stride 1, few channels, whole items, AVX-512: conv_grad_lane.c */
 	struct hp_lfilt lfg;
+	int pw;                /* direct, ungrouped, short units, AVX-512: conv_grad_pw.c */
+	struct hp_pfilt pfg;
 };
 
 struct filter_run {
@@ -940,6 +942,32 @@ static int lane_plan(struct cg_filter *f, const struct hp_node *n, int64_t unit_
 	return 1;
 }
 
+/* The pointwise tiles of conv_grad_pw.c where they apply (a 1x1 the
+ * sgemm path reads in place, units of rows: they decide by the unit and
+ * the channels, never by the batch or the planes a band holds), in fewer
+ * workers where the sgemm path's workspace (with the same hpdlf_lean)
+ * would not hold them all; the node names that path's workspace to the
+ * planner, as lane_plan does, so the plans do not change. */
+static int pw_plan(struct cg_filter *f, const struct hp_node *n, int64_t unit_axis)
+{
+	const struct cgeom *c = &f->c;
+	struct cg_filter s = *f;
+
+	if (!filter_direct(c) || c->group != 1 ||
+	    !hp_pfilt_plan(&f->pfg, c->n, c->cbig, c->csmall, c->svol, filter_unit(c, unit_axis), hp_conv_ws_threads()))
+		return 0;
+	s.lean = hp_attr_int(n, "hpdlf_lean", 0) != 0;
+	filter_plan(&s, unit_axis);
+	if (s.lean)
+		hp_pfilt_lean(&f->pfg);
+	if (!hp_pfilt_fit(&f->pfg, s.workspace))
+		return 0;
+	f->pw = 1;
+	f->workspace = hp_pfilt_workspace(&f->pfg);
+	f->workspace = f->workspace > s.workspace ? f->workspace : s.workspace;
+	return 1;
+}
+
 /* Grouped layers on conv_grad_grp.c's co-lane tiles where they apply
  * (chosen by channels, window and unit, which bands keep), in place of
  * the path chosen before, in chunks of rows that fit that path's
@@ -959,7 +987,7 @@ static void grp_colane(struct cg_filter *f, const struct hp_node *n, int64_t uni
 			     hp_attr_int(n, "hpdlf_lean", 0) ? 1 : hp_conv_ws_threads(), f->workspace))
 		return;
 	f->gfg = q;
-	f->grp = 1, f->w3 = 0, f->reg = 0, f->lane = 0;
+	f->grp = 1, f->w3 = 0, f->reg = 0, f->lane = 0, f->pw = 0;
 	f->workspace = hp_gfilt_workspace(&q) > f->workspace ? hp_gfilt_workspace(&q) : f->workspace;
 }
 
@@ -984,6 +1012,7 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 		f.workspace = hp_dw_filter_ws(&dw);
 	} else if (grp_plan(&f, unit_axis)) {
 		f.workspace = hp_gfilt_workspace(&f.gfg);
+	} else if (pw_plan(&f, n, unit_axis)) { /* its workspace set */
 	} else if (lane_plan(&f, n, unit_axis)) { /* its workspace set */
 	} else if (w3_plan(&f, unit_axis)) { /* its workspace set */
 	} else if (reg_plan(&f, unit_axis) && reg_fit(&f, n, unit_axis)) {
@@ -1056,6 +1085,10 @@ static int conv_filter_run(const struct hp_node *n, const struct hp_kargs *a)
 	}
 	if (f->grp) {
 		hp_gfilt_run(&f->gfg, r.dy, r.x, acc, a->out[0].data, a->ws, a->pool);
+		return 0;
+	}
+	if (f->pw) {
+		hp_pfilt_run(&f->pfg, r.dy, r.x, acc, a->out[0].data, a->ws, a->pool);
 		return 0;
 	}
 	if (f->lane) {

@@ -576,6 +576,35 @@ void hp_lfilt_set_mode(int mode);
 void hp_lfilt_run(const struct hp_lfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		  struct hp_pool *pool);
 
+/* ConvGradFilter of a 1x1 convolution of stride 1 without pads,
+ * ungrouped, with units of at most 64 positions (conv_grad_pw.c), where
+ * AVX-512F exists: lanes over 16 input channels, X transposed per unit in
+ * blocks of 32 channels, tiles of 12 output channels x 32 input channels
+ * in registers; each element
+ * s = acc (or 0), then per unit from the last to the first s = s + (a
+ * chain of fused multiply-adds from 0 over the unit's positions in
+ * order). */
+struct hp_pfilt {
+	int64_t n, cin, cout, svol, unit; /* svol: positions per item, a multiple of unit */
+	int64_t shares, mparts;           /* blocks of 32 input channels x ranges of output channels */
+	int64_t ldt;                      /* floats per position of a unit's transposed X */
+	int workers;
+	size_t per_worker;                /* floats: a unit's transposed X */
+};
+/* 1 and q planned if the path takes the geometry, else 0. */
+int hp_pfilt_plan(struct hp_pfilt *q, int64_t n, int64_t cin, int64_t cout, int64_t svol, int64_t unit, int threads);
+size_t hp_pfilt_workspace(const struct hp_pfilt *q);
+/* Fewer workers, so that the workspace is at most `bytes`; 0 where one
+ * worker's does not fit (not in the forced mode).  Changes no bit. */
+int hp_pfilt_fit(struct hp_pfilt *q, size_t bytes);
+/* Attribute hpdlf_lean: one worker's buffers (the same bits). */
+void hp_pfilt_lean(struct hp_pfilt *q);
+/* Tests and benchmarks only: 0 auto, 1 wherever it can run, -1 never;
+ * read when a ConvGradFilter is prepared. */
+void hp_pfilt_set_mode(int mode);
+void hp_pfilt_run(const struct hp_pfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
+		  struct hp_pool *pool);
+
 /* ConvGradData of a stride-1 convolution whose dX planes are at most
  * HP_TINYD_MAX_PLANE positions (conv_grad_tiny.c), where AVX-512F
  * exists: register tiles of 8 dX channels by blocks of whole items of at

@@ -751,6 +751,106 @@ static void test_filter_grp_colane(void **state)
 	gc_case(2, 16, 8, 4, I{ 12, 70 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
 }
 
+/* The pointwise tiles of conv_grad_pw.c (a 1x1 of stride 1 without pads,
+ * units of at most 64 positions): each element s = 0, then the units
+ * (batch items, or with a batch of one plane rows) from the last to the
+ * first, s = s + (t = 0, t = fma(dy, x, t) over the unit's positions). */
+static float *pf_replay(const struct cgf *c)
+{
+	int64_t svol = c->ys[0] * c->ys[1] * c->ys[2];
+	int64_t unit = c->n >= 2 || c->nsp < 2 ? svol : svol / c->ys[3 - c->nsp];
+	float *w = calloc((size_t)(c->cy * c->cx), sizeof *w);
+	const float *x = c->x.data, *dy = c->dy.data;
+
+	for (int64_t m = 0; m < c->cy; m++)
+		for (int64_t ci = 0; ci < c->cx; ci++) {
+			float s = 0;
+			for (int64_t nb = c->n - 1; nb >= 0; nb--)
+				for (int64_t u = svol / unit - 1; u >= 0; u--) {
+					float t = 0;
+					for (int64_t p = u * unit; p < (u + 1) * unit; p++)
+						t = fmaf(dy[(nb * c->cy + m) * svol + p], x[(nb * c->cx + ci) * svol + p], t);
+					s = s + t;
+				}
+			w[m * c->cx + ci] = s;
+		}
+	return w;
+}
+
+/* A 1x1 case on the pointwise tiles (forced: mode 1, or auto: mode 0):
+ * the scalar replay bit for bit, hpdlf_lean's the same bits, the
+ * workspace the sgemm path's (the planner's figure does not change), then
+ * cgf_check (naive, 1 vs 2 threads, chains of bands). */
+static void pf_case(int mode, int nsp, int64_t n, int64_t cx, int64_t cy, const int *xs)
+{
+	static const int one[3] = { 1, 1, 1 }, zero[3] = { 0, 0, 0 };
+	struct cgf c;
+	struct cgf_attrs at;
+	struct hp_attr a[7];
+	struct hp_tensor o, lean, in[2];
+	char what[160];
+	size_t ws, wsg, wsl;
+
+	cgf_init(&c, nsp, n, cx, cy, 1, xs, one, one, one, zero, zero);
+	snprintf(what, sizeof what, "pointwise %dD n=%lld cx=%lld cy=%lld mode %d", nsp, (long long)n, (long long)cx,
+		 (long long)cy, mode);
+	float *want = pf_replay(&c);
+	hp_pfilt_set_mode(-1);
+	wsg = filter(&c, &c.dy, &c.x, NULL, -1, 0, -1, NULL, &o);
+	hp_tensor_free(&o);
+	hp_pfilt_set_mode(mode);
+	ws = filter(&c, &c.dy, &c.x, NULL, -1, 0, -1, pool2, &o);
+	if (memcmp(o.data, want, hp_tensor_bytes(&o)))
+		fail_msg("%s: not the scalar replay's bits", what);
+	if (mode == 0 && ws != wsg)
+		fail_msg("%s: workspace %zu, the sgemm path's %zu", what, ws, wsg);
+	cgf_attrs(&c, -1, 0, -1, &at);
+	memcpy(a, at.a, (size_t)at.n * sizeof *a);
+	a[at.n] = kt_int("hpdlf_lean", 1);
+	in[0] = c.dy;
+	in[1] = c.x;
+	wsl = grun("ConvGradFilter", 2, in, at.n + 1, a, 1, &lean, pool2);
+	if (memcmp(lean.data, want, hp_tensor_bytes(&lean)))
+		fail_msg("%s: hpdlf_lean changed the bits", what);
+	assert_true(wsl <= ws);
+	hp_tensor_free(&lean);
+	hp_tensor_free(&o);
+	cgf_check(&c, what);
+	hp_pfilt_set_mode(0);
+	free(want);
+	cgf_free(&c);
+}
+
+static void test_filter_pw(void **state)
+{
+	(void)state;
+	if (!__builtin_cpu_supports("avx512f"))
+		skip();
+	/* MobileNetV2's projection 96 -> 24 with rows of 28 (batch of one:
+	 * units of rows; shares of 32 channels, tiles of 12 output channels) */
+	pf_case(0, 2, 1, 96, 24, I{ 5, 28 });
+	/* its expansion 32 -> 192 at rows of 14 */
+	pf_case(0, 2, 1, 32, 40, I{ 4, 14 });
+	/* 48 in (a share of one vector), 13 out (a tile of 1), rows of 17
+	 * (a transpose of one position), 30 positions: 16 + 14 */
+	pf_case(0, 2, 1, 48, 13, I{ 6, 17 });
+	pf_case(0, 2, 1, 16, 64, I{ 3, 30 });
+	/* units of batch items: 5 x 6 planes, 3-D planes of 2 x 3 x 9 */
+	pf_case(0, 2, 3, 64, 7, I{ 5, 6 });
+	pf_case(0, 3, 2, 32, 56, I{ 2, 3, 9 });
+	/* MobileNetV2's expansion 24 -> 144 at rows of 56 (a vector of 8
+	 * channels; one block of channels, its output channels in two
+	 * shares); 40 in: a block of 32 and one of 8 */
+	pf_case(0, 2, 1, 24, 144, I{ 3, 56 });
+	pf_case(0, 2, 1, 40, 30, I{ 4, 20 });
+	/* forced where auto declines: 5 channels in, rows of 5, a 1-D item
+	 * of 12, the most positions a unit takes */
+	pf_case(1, 2, 2, 5, 26, I{ 3, 7 });
+	pf_case(1, 2, 1, 16, 5, I{ 4, 5 });
+	pf_case(1, 1, 3, 32, 9, I{ 12 });
+	pf_case(1, 2, 1, 32, 12, I{ 3, 64 });
+}
+
 /* Attribute hpdlf_lean (exec/split.c gives it where a filter gradient's
  * workspace decides the smallest budget): one worker's buffers, the same
  * bits as with every worker's, on two threads; the workspace smaller by
@@ -1038,7 +1138,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_filter_1d), cmocka_unit_test(test_filter_2d), cmocka_unit_test(test_filter_3d),
-		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_reg), cmocka_unit_test(test_filter_colane), cmocka_unit_test(test_filter_lane), cmocka_unit_test(test_filter_grp_colane), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
+		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_reg), cmocka_unit_test(test_filter_colane), cmocka_unit_test(test_filter_lane), cmocka_unit_test(test_filter_pw), cmocka_unit_test(test_filter_grp_colane), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

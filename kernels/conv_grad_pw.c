@@ -1,0 +1,270 @@
+/* ConvGradFilter of a 1x1 convolution of stride 1 without pads,
+ * ungrouped, with short units (conv_grad_pw.c), where AVX-512F exists:
+ * MobileNetV2's pointwise layers at a batch of one, whose units are plane
+ * rows of 7 to 64 positions.
+ *
+ * Why: on the sgemm path each unit is one sgemm of cout x cin outputs
+ * whose reduction is the unit, one row (K = 28 at 28x28): packing and
+ * writing the whole of dW for 28 multiply-adds a float ran MobileNetV2's
+ * projection 96 -> 24 at 28x28 at about 86 GF/s a thread
+ * (bench_conv_libs.c, class 1x1, pass dW).  Here a worker owns a block of
+ * PF_CB input channels: per unit it transposes them (16 x 16 register
+ * transposes) into T [position][PF_CB], and a tile of up to PF_MR output
+ * channels x 2 vectors of 16 input channels keeps its 24 sums in
+ * registers over the unit's positions: per position 2 loads of T and
+ * PF_MR broadcasts of dY, read where it lies, into 24 fused multiply-adds.
+ * dW itself holds the running sums between units.
+ *
+ * Every element of dW is one running sum in one order,
+ *     s = acc (or 0);  then the units (conv_grad.c's: batch items, or
+ *     with a batch of one the planes of the first spatial axis,
+ *     hp_filter_unit_axis) from the last to the first, per unit
+ *     t = 0, t = fma(dy, x, t) over its positions in order, s = s + t.
+ * So a band of units that starts from the sum of the bands after it
+ * (input acc) ends with the whole node's bits, and no thread count or
+ * share changes a bit: each element is computed by one worker, in that
+ * order. */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/conv_impl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define PF_X86 1
+#define PF_TARGET __attribute__((target("avx2,fma,avx512f")))
+#endif
+
+#define PF_CB 32   /* input channels per share (2 vectors) */
+#define PF_MR 12   /* output channels per tile */
+#define PF_UMAX 64 /* positions per unit at most */
+
+static int pf_mode; /* 0 auto, 1 wherever it can run, -1 never */
+
+void hp_pfilt_set_mode(int mode)
+{
+	pf_mode = mode;
+}
+
+static int pf_avx512(void)
+{
+#ifdef PF_X86
+	static int cached = -1;
+
+	if (cached < 0)
+		cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+	return cached;
+#else
+	return 0;
+#endif
+}
+
+int hp_pfilt_plan(struct hp_pfilt *q, int64_t n, int64_t cin, int64_t cout, int64_t svol, int64_t unit, int threads)
+{
+	memset(q, 0, sizeof *q);
+	/* a forced shift mode (tests, benchmarks) asks for the sgemm paths */
+	if (pf_mode < 0 || hp_conv_shift_mode() != 0 || !pf_avx512() || n < 1 || cin < 1 || cout < 1 ||
+	    unit < 1 || unit > PF_UMAX || svol % unit || cin * svol >= INT32_MAX || cout * svol >= INT32_MAX)
+		return 0;
+	/* Auto: units of 14 to 64 positions, 16 input channels and more
+	 * (bench_conv_libs.c, pass dW, GF/s a thread, sgemm path / here, at a
+	 * batch of one: 96 -> 24 at rows of 28 82 / 158, 32 -> 192 at 28
+	 * 107 / 191, 64 -> 384 at 14 97 / 169, 24 -> 144 at 56 95 / 131; at
+	 * rows of 7, 160 -> 960 and 960 -> 160, 152 / 140 and 140 / 130) */
+	if (pf_mode == 0 && (unit < 14 || cin < 16))
+		return 0;
+	q->n = n, q->cin = cin, q->cout = cout, q->svol = svol, q->unit = unit;
+	/* shares: blocks of PF_CB input channels, each cut in mparts ranges
+	 * of output channels (whole tiles) where the blocks are fewer than
+	 * the threads; a share packs its block's X itself */
+	int64_t w = threads > 0 ? threads : 1, cb = (cin + PF_CB - 1) / PF_CB, tiles = (cout + PF_MR - 1) / PF_MR;
+	q->mparts = cb >= w ? 1 : (w + cb - 1) / cb;
+	q->mparts = q->mparts < tiles ? q->mparts : tiles;
+	q->shares = cb * q->mparts;
+	/* T's rows: a block's channels, 8 apart at least (24 at 24: two
+	 * workers' within the sgemm path's workspace of 24 -> 144 at 56x56) */
+	q->ldt = cin < PF_CB ? (cin + 7) / 8 * 8 : PF_CB;
+	q->per_worker = (size_t)(unit * q->ldt + 16);
+	q->workers = (int)(w < q->shares ? w : q->shares);
+	return 1;
+}
+
+size_t hp_pfilt_workspace(const struct hp_pfilt *q)
+{
+	return (size_t)q->workers * q->per_worker * sizeof(float);
+}
+
+int hp_pfilt_fit(struct hp_pfilt *q, size_t bytes)
+{
+	int64_t w = (int64_t)(bytes / (q->per_worker * sizeof(float)));
+
+	if (w < 1)
+		return pf_mode > 0 ? (q->workers = 1) : 0;
+	q->workers = (int)(w < q->workers ? w : q->workers);
+	return 1;
+}
+
+void hp_pfilt_lean(struct hp_pfilt *q)
+{
+	q->workers = 1;
+}
+
+#ifdef PF_X86
+/* dst [j][ldt] (j < np) at lanes [0, nr) = rows i < nr (ld apart) of src
+ * at columns j: a 16 x 16 transpose in registers. */
+static inline __attribute__((always_inline)) PF_TARGET void pf_tr16(const float *src, int64_t ld, int np, int nr,
+								  float *dst, int64_t ldt)
+{
+	__m512 r[16], t[16];
+	__mmask16 m = (__mmask16)((1u << np) - 1);
+
+	for (int i = 0; i < 16; i++)
+		r[i] = i < nr ? _mm512_maskz_loadu_ps(m, src + i * ld) : _mm512_setzero_ps();
+	for (int i = 0; i < 8; i++) {
+		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+	}
+	for (int i = 0; i < 4; i++) {
+		r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+		r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+		r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+		r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+	}
+	for (int i = 0; i < 4; i++) {
+		t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
+		t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xDD);
+		t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+		t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xDD);
+	}
+	for (int i = 0; i < 4; i++) {
+		r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+		r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+		r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
+		r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xDD);
+	}
+	for (int j = 0; j < np; j++)
+		if (nr == 16)
+			_mm512_storeu_ps(dst + j * ldt, r[j]);
+		else
+			_mm512_mask_storeu_ps(dst + j * ldt, (__mmask16)((1u << nr) - 1), r[j]);
+}
+
+/* A unit's T [len][ldt] from nc input channels (rows ld apart) of X at
+ * its first position x. */
+static PF_TARGET void pf_pack(const float *x, int64_t ld, int64_t len, int nc, float *t, int64_t ldt)
+{
+	for (int v = 0; v * 16 < nc; v++)
+		for (int64_t p0 = 0; p0 < len; p0 += 16)
+			pf_tr16(x + v * 16 * ld + p0, ld, (int)(len - p0 < 16 ? len - p0 : 16),
+				nc - v * 16 < 16 ? nc - v * 16 : 16, t + p0 * ldt + v * 16, ldt);
+}
+
+/* dW rows [0, MR) (ldw apart) at NV vectors of input channels (of the
+ * last only the lanes of ml; the others read T's next row or the 16
+ * floats after T, and are not stored) += the unit's chains: t = fma(dy, x, t) over len positions of T (rows
+ * ldt apart), dY's rows ldy apart. */
+static inline __attribute__((always_inline)) PF_TARGET void pf_tile(const float *t, int64_t ldt, const float *dy,
+								 int64_t ldy, int64_t len, float *w, int64_t ldw,
+								 __mmask16 ml, int MR, int NV)
+{
+	__m512 a[PF_MR][2];
+
+	for (int i = 0; i < MR; i++)
+		for (int v = 0; v < NV; v++)
+			a[i][v] = _mm512_setzero_ps();
+	for (int64_t p = 0; p < len; p++) {
+		__m512 x0 = _mm512_loadu_ps(t + p * ldt), x1 = NV > 1 ? _mm512_loadu_ps(t + p * ldt + 16) : x0;
+		for (int i = 0; i < MR; i++) {
+			__m512 y = _mm512_set1_ps(dy[i * ldy + p]);
+			a[i][0] = _mm512_fmadd_ps(y, x0, a[i][0]);
+			if (NV > 1)
+				a[i][1] = _mm512_fmadd_ps(y, x1, a[i][1]);
+		}
+	}
+	for (int i = 0; i < MR; i++) {
+		if (NV > 1)
+			_mm512_storeu_ps(w + i * ldw, _mm512_add_ps(_mm512_loadu_ps(w + i * ldw), a[i][0]));
+		float *l = w + i * ldw + (NV - 1) * 16;
+		_mm512_mask_storeu_ps(l, ml, _mm512_add_ps(_mm512_maskz_loadu_ps(ml, l), a[i][NV - 1]));
+	}
+}
+
+typedef void (*pf_tile_fn)(const float *t, int64_t ldt, const float *dy, int64_t ldy, int64_t len, float *w,
+			   int64_t ldw, __mmask16 ml);
+#define PF_INST(MR, NV)                                                                                             \
+	static PF_TARGET void pf_tile_##MR##_##NV(const float *t, int64_t ldt, const float *dy, int64_t ldy,          \
+						  int64_t len, float *w, int64_t ldw, __mmask16 ml)                 \
+	{                                                                                                           \
+		pf_tile(t, ldt, dy, ldy, len, w, ldw, ml, MR, NV);                                                  \
+	}
+#define PF_INST2(MR) PF_INST(MR, 1) PF_INST(MR, 2)
+PF_INST2(1)
+PF_INST2(2)
+PF_INST2(3)
+PF_INST2(4)
+PF_INST2(5)
+PF_INST2(6)
+PF_INST2(7)
+PF_INST2(8)
+PF_INST2(9)
+PF_INST2(10)
+PF_INST2(11)
+PF_INST2(12)
+#define PF_ROW(MR) { pf_tile_##MR##_1, pf_tile_##MR##_2 }
+static const pf_tile_fn pf_tiles[PF_MR][2] = { PF_ROW(1), PF_ROW(2), PF_ROW(3), PF_ROW(4),  PF_ROW(5),  PF_ROW(6),
+					       PF_ROW(7), PF_ROW(8), PF_ROW(9), PF_ROW(10), PF_ROW(11), PF_ROW(12) };
+#endif
+
+struct pf_run {
+	const struct hp_pfilt *q;
+	const float *dy, *x;
+	float *dw, *ws;
+};
+
+/* Shares [b, e): a block of PF_CB input channels and a range of tiles of
+ * output channels each. */
+static void pf_work(void *arg, int64_t b, int64_t e, int tid)
+{
+#ifdef PF_X86
+	const struct pf_run *r = arg;
+	const struct hp_pfilt *q = r->q;
+	int64_t L = q->unit, units = q->svol / L, tiles = (q->cout + PF_MR - 1) / PF_MR;
+	float *t = r->ws + (size_t)tid * q->per_worker;
+
+	for (int64_t sh = b; sh < e; sh++) {
+		int64_t c0 = sh / q->mparts * PF_CB, part = sh % q->mparts;
+		int64_t m0 = tiles * part / q->mparts * PF_MR, m1 = tiles * (part + 1) / q->mparts * PF_MR;
+		int nc = q->cin - c0 < PF_CB ? (int)(q->cin - c0) : PF_CB, nv = (nc + 15) / 16;
+		__mmask16 ml = (__mmask16)((1u << (nc - (nv - 1) * 16)) - 1);
+		m1 = m1 < q->cout ? m1 : q->cout;
+		for (int64_t nb = q->n - 1; nb >= 0; nb--)
+			for (int64_t u = units - 1; u >= 0; u--) {
+				const float *dy = r->dy + nb * q->cout * q->svol + u * L;
+				pf_pack(r->x + (nb * q->cin + c0) * q->svol + u * L, q->svol, L, nc, t, q->ldt);
+				for (int64_t m = m0; m < m1; m += PF_MR) {
+					int mr = m1 - m < PF_MR ? (int)(m1 - m) : PF_MR;
+					pf_tiles[mr - 1][nv - 1](t, q->ldt, dy + m * q->svol, q->svol, L, r->dw + m * q->cin + c0,
+								 q->cin, ml);
+				}
+			}
+	}
+#else
+	(void)arg, (void)b, (void)e, (void)tid;
+#endif
+}
+
+void hp_pfilt_run(const struct hp_pfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
+		  struct hp_pool *pool)
+{
+	struct pf_run r = { .q = q, .dy = dy, .x = x, .dw = dw, .ws = ws };
+	int saved, threads = hp_conv_threads_enter(pool, &saved);
+
+	if (acc && acc != dw)
+		memcpy(dw, acc, (size_t)(q->cout * q->cin) * sizeof *dw);
+	else if (!acc)
+		memset(dw, 0, (size_t)(q->cout * q->cin) * sizeof *dw);
+	threads = threads < q->workers ? threads : q->workers;
+	/* at most a worker per share (tid < threads): its buffers are the tid's */
+	hp_conv_parallel(pool, threads, q->shares, pf_work, &r);
+	hp_conv_threads_leave(saved);
+}
