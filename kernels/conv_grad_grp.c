@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "kernels/conv_impl.h"
+#include "kernels/simd_tr16.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -661,33 +662,12 @@ static const gc_tile_fn gc_tiles[2][GC_TM][GC_TT] = { { GC_ROW_T(1, 0), GC_ROW_T
 static inline __attribute__((always_inline)) GC_TARGET void gc_tr16x(const float *src, const int64_t *so, int n, int nr,
 								  float *dst, const int64_t *dof, int w)
 {
-	__m512 r[16], t[16];
+	__m512 r[16];
 	__mmask16 m = (__mmask16)((1u << n) - 1), mw = (__mmask16)((1u << w) - 1);
 
 	for (int i = 0; i < 16; i++)
 		r[i] = i < nr ? _mm512_maskz_loadu_ps(m, src + so[i]) : _mm512_setzero_ps();
-	for (int i = 0; i < 8; i++) {
-		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-	}
-	for (int i = 0; i < 4; i++) {
-		r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-		r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-		r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-		r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-	}
-	for (int i = 0; i < 4; i++) {
-		t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
-		t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xDD);
-		t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
-		t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xDD);
-	}
-	for (int i = 0; i < 4; i++) {
-		r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
-		r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
-		r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
-		r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xDD);
-	}
+	hp_tr16_ps(r);
 	for (int i = 0; i < n; i++)
 		_mm512_mask_storeu_ps(dst + dof[i], mw, r[i]);
 }

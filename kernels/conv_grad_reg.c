@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "kernels/conv_impl.h"
+#include "kernels/simd_tr16.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -331,31 +332,10 @@ static RF_TARGET void rf_gather(const struct hp_rfilt *q, const float *xi, const
 /* dst rows j (stride ldd) at taps [0, 16) = src [16 taps][16 positions] column j. */
 static RF_TARGET void rf_tr16(const float *src, float *dst, int64_t ldd)
 {
-	__m512 r[16], t[16];
+	__m512 r[16];
 	for (int i = 0; i < 16; i++)
 		r[i] = _mm512_loadu_ps(src + i * 16);
-	for (int i = 0; i < 8; i++) {
-		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-	}
-	for (int i = 0; i < 4; i++) {
-		r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-		r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-		r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-		r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-	}
-	for (int i = 0; i < 4; i++) {
-		t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
-		t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xDD);
-		t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
-		t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xDD);
-	}
-	for (int i = 0; i < 4; i++) {
-		r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
-		r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
-		r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
-		r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xDD);
-	}
+	hp_tr16_ps(r);
 	for (int i = 0; i < 16; i++)
 		_mm512_storeu_ps(dst + i * ldd, r[i]);
 }
