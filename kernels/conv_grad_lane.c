@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "kernels/conv_impl.h"
+#include "kernels/cpu.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -47,19 +48,6 @@ static int lf_mode; /* 0 auto, 1 wherever it can run, -1 never */
 void hp_lfilt_set_mode(int mode)
 {
 	lf_mode = mode;
-}
-
-static int lf_avx512(void)
-{
-#ifdef LF_X86
-	static int cached = -1;
-
-	if (cached < 0)
-		cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-	return cached;
-#else
-	return 0;
-#endif
 }
 
 /* Taps per tile by output channels per tile: mc * nt accumulators, mc
@@ -78,7 +66,7 @@ int hp_lfilt_plan(struct hp_lfilt *q, const struct hp_colgeom *geo, int64_t n, i
 		  int64_t group, int64_t unit, int threads)
 {
 	memset(q, 0, sizeof *q);
-	if (lf_mode < 0 || hp_conv_shift_mode() != 0 || !lf_avx512() || group != 1 || n < 1 || cin < 1 ||
+	if (lf_mode < 0 || hp_conv_shift_mode() != 0 || !hp_cpu_avx512_fma() || group != 1 || n < 1 || cin < 1 ||
 	    cout < 1 || unit != geo->grid_vol || geo->img[0] != 1 || geo->grid[0] != 1 || geo->k[0] != 1 ||
 	    geo->stride[1] != 1 || geo->stride[2] != 1 || geo->grid_vol < 1 || cin * geo->img_vol >= INT32_MAX)
 		return 0;

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "kernels/conv_impl.h"
+#include "kernels/cpu.h"
 #include "kernels/simd_tr16.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -47,24 +48,11 @@ void hp_pfilt_set_mode(int mode)
 	pf_mode = mode;
 }
 
-static int pf_avx512(void)
-{
-#ifdef PF_X86
-	static int cached = -1;
-
-	if (cached < 0)
-		cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-	return cached;
-#else
-	return 0;
-#endif
-}
-
 int hp_pfilt_plan(struct hp_pfilt *q, int64_t n, int64_t cin, int64_t cout, int64_t svol, int64_t unit, int threads)
 {
 	memset(q, 0, sizeof *q);
 	/* a forced shift mode (tests, benchmarks) asks for the sgemm paths */
-	if (pf_mode < 0 || hp_conv_shift_mode() != 0 || !pf_avx512() || n < 1 || cin < 1 || cout < 1 ||
+	if (pf_mode < 0 || hp_conv_shift_mode() != 0 || !hp_cpu_avx512_fma() || n < 1 || cin < 1 || cout < 1 ||
 	    unit < 1 || unit > PF_UMAX || svol % unit || cin * svol >= INT32_MAX || cout * svol >= INT32_MAX)
 		return 0;
 	/* Auto: units of 14 to 64 positions, 16 input channels and more

@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "kernels/conv_impl.h"
+#include "kernels/cpu.h"
 #include "kernels/simd_tr16.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -75,19 +76,6 @@ void hp_rfilt_set_mode(int mode)
 void hp_rfilt_set_direct(int mode)
 {
 	rd_mode = mode;
-}
-
-static int rf_avx512(void)
-{
-#ifdef RF_X86
-	static int cached = -1;
-
-	if (cached < 0)
-		cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-	return cached;
-#else
-	return 0;
-#endif
 }
 
 /* ---- co-lane tiles: few output channels ----
@@ -174,7 +162,7 @@ int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, i
 
 	memset(q, 0, sizeof *q);
 	/* a forced shift or grouped mode (tests, benchmarks) asks for the sgemm paths */
-	if (rf_mode < 0 || hp_conv_shift_mode() != 0 || !rf_avx512() || group < 1 || cin % group || cout % group ||
+	if (rf_mode < 0 || hp_conv_shift_mode() != 0 || !hp_cpu_avx512_fma() || group < 1 || cin % group || cout % group ||
 	    n < 1 || unit < 1 || svol % unit || rows < 1 || cout < 1 || geo->kvol > RF_KVOL_MAX ||
 	    cin * geo->img_vol >= INT32_MAX)
 		return 0;

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "kernels/conv_impl.h"
+#include "kernels/cpu.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -45,15 +46,7 @@ static int64_t min64(int64_t a, int64_t b)
 
 int hp_tinyd_available(void)
 {
-#ifdef TD_X86
-	static int cached = -1;
-
-	if (cached < 0)
-		cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-	return cached;
-#else
-	return 0;
-#endif
+	return hp_cpu_avx512_fma();
 }
 
 /* Floats of a worker's packed taps for km channels of dY. */
