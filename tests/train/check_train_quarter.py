@@ -10,6 +10,14 @@ and a SqueezeNet-like net built here (a Fire module: a 1x1 squeeze and
 its stem's filter gradient needs 33%): its 3x3 expand's data gradient
 took the shift path for two items and col2im for a band of one, an ulp
 off out of core (kernels/conv.c shift_wanted).
+An encoder-decoder with GroupNorm exported by PyTorch (so the GroupNorm
+is Reshape, InstanceNormalization of ones and zeros, Reshape, Mul and Add
+by Unsqueeze of the weight and bias; skipped without PyTorch), batch 2, at
+a quarter: the Unsqueezes are folded when the forward is cut in bands, so
+the Mul and Add were cut as if by constants, and their weights' gradients
+came out as band partials added up, not the whole sum's bits
+(exec/split_band.c now knows what was folded from a parameter, and keeps
+such a Mul whole).
 The tiny U-Net's smallest training budget was 31% of its peak: its
 decoder convolution's data gradient (the column path) held column tiles
 for both workers, 432 KiB beside 64-128 KiB bands; the splitter now gives
@@ -155,28 +163,65 @@ def fire_model(tmp):
     return d
 
 
-def fire_bits(exe, fbase, tmp):
-    """The Fire net at a third of its peak (its stem's filter gradient
-    needs 33%, a floor left alone): 3 SGD steps and the lr-1e6 step export
-    the in-core weights bitwise."""
-    st = os.path.join(tmp, "fire_in.json")
+def groupnorm_model(tmp):
+    """A small encoder-decoder with GroupNorm and SiLU (Conv 3->16 at
+    32x32, a strided Conv 16->32, bilinear Upsample, Concat with the skip,
+    Conv 48->16, a 1x1 head, mean over the plane), exported by PyTorch
+    itself so that the GroupNorm is written as its exporter writes it; 8
+    samples of 3x32x32.  None without PyTorch."""
+    try:
+        import numpy as np
+        import torch
+        from torch import nn
+    except ImportError:
+        return None
+
+    def block(cin, cout, stride):
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1), nn.GroupNorm(4, cout), nn.SiLU())
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e1, self.e2 = block(3, 16, 1), block(16, 32, 2)
+            self.up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+            self.d1, self.head = block(48, 16, 1), nn.Conv2d(16, 10, 1)
+
+        def forward(self, x):
+            a = self.e1(x)
+            return self.head(self.d1(torch.cat([self.up(self.e2(a)), a], 1))).mean((2, 3))
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(11)
+    d = os.path.join(tmp, "gnorm")
+    os.makedirs(d, exist_ok=True)
+    torch.onnx.export(Net().eval(), torch.zeros(2, 3, 32, 32), os.path.join(d, "model.onnx"), opset_version=17,
+                      input_names=["x"], output_names=["y"], do_constant_folding=False)
+    np.save(os.path.join(d, "x.npy"), rng.standard_normal((8, 3, 32, 32)).astype(np.float32))
+    np.save(os.path.join(d, "y.npy"), rng.integers(0, 10, 8).astype(np.int64))
+    return d
+
+
+def net_bits(exe, name, fbase, tmp, div, what):
+    """A net built here at 1/div of its peak: 3 SGD steps and the lr-1e6
+    step export the in-core weights bitwise."""
+    st = os.path.join(tmp, name + "_in.json")
     rc, _, err = run(exe, fbase + ["--steps", "1", "--optimizer", "sgd", "--lr", "0.05", "--stats-json", st])
-    if not check(rc == 0, "fire in core: exit %d %s" % (rc, err.strip()[-300:])):
+    if not check(rc == 0, "%s in core: exit %d %s" % (name, rc, err.strip()[-300:])):
         return
-    third = json.load(open(st))["tensor_peak_bytes"] // 3
+    part = json.load(open(st))["tensor_peak_bytes"] // div
     for steps, lr in (("3", "0.05"), ("1", "1e6")):
         got = []
-        for b in (None, third):
-            out = os.path.join(tmp, "fire_%s_%s.onnx" % (lr, b))
+        for b in (None, part):
+            out = os.path.join(tmp, "%s_%s_%s.onnx" % (name, lr, b))
             rc, _, err = run(exe, fbase + ["--steps", steps, "--optimizer", "sgd", "--lr", lr, "--threads", "2",
                                            "--export-onnx", out] + (["--budget", str(b)] if b else []))
-            if not check(rc == 0, "fire, %s steps at lr %s%s: exit %d %s"
-                         % (steps, lr, " at %d B" % b if b else " in core", rc, err.strip()[-300:])):
+            if not check(rc == 0, "%s, %s steps at lr %s%s: exit %d %s"
+                         % (name, steps, lr, " at %d B" % b if b else " in core", rc, err.strip()[-300:])):
                 return
             got.append(weights(out))
         differ = sorted(k for k in got[0] if got[1].get(k) != got[0][k])
-        check(not differ, "fire: %s steps at lr %s at a third (%d B) export the in-core weights bitwise%s"
-              % (steps, lr, third, " (differ: %s)" % differ[:4] if differ else ""))
+        check(not differ, "%s: %s steps at lr %s at %s (%d B) export the in-core weights bitwise%s"
+              % (name, steps, lr, what, part, " (differ: %s)" % differ[:4] if differ else ""))
 
 
 def main():
@@ -185,7 +230,15 @@ def main():
     fire = fire_model(tmp)
     fbase = [os.path.join(fire, "model.onnx"), "--train", "--data", os.path.join(fire, "x.npy"), "--labels",
              os.path.join(fire, "y.npy"), "--loss", "cross-entropy", "--batch", "2", "--no-shuffle", "--quiet"]
-    fire_bits(exe, fbase, tmp)
+    # its stem's filter gradient needs 33%, a floor left alone
+    net_bits(exe, "fire", fbase, tmp, 3, "a third")
+    gn = groupnorm_model(tmp)
+    if gn:
+        net_bits(exe, "gnorm", [os.path.join(gn, "model.onnx"), "--train", "--data", os.path.join(gn, "x.npy"),
+                                "--labels", os.path.join(gn, "y.npy"), "--loss", "cross-entropy", "--batch", "2",
+                                "--no-shuffle", "--quiet"], tmp, 4, "a quarter")
+    else:
+        print("skip the GroupNorm net: PyTorch is missing (tools/setup.sh installs python3-torch)")
     for name, batch in (("lenet", 64), ("mlp", 64), ("unet3d_tiny", 2)):
         d = os.path.join(models, name)
         base = [os.path.join(d, "model.onnx"), "--train", "--data", os.path.join(d, "x.npy"), "--labels",
