@@ -249,6 +249,10 @@ static int classes_last(struct hp_trainer *t)
 	}
 	if (!last || first)
 		return 0;
+	if (t->pipe) /* its stages are cut from the model file again (pipe_build.c) */
+		return hp_error(HP_EUSAGE, "%s: the labels fit output '%s' with the classes on its last axis, which "
+				"--pipeline does not take: export the logits with the classes on axis 1 (e.g. "
+				"logits.transpose(1, 2)), or train without --pipeline", t->model, g->values[x].name);
 	snprintf(name, sizeof name, "%s/classes_first", g->values[x].name);
 	perm[0] = 0;
 	perm[1] = r - 1;
@@ -339,6 +343,8 @@ static int build_pipeline(struct hp_trainer *t)
 		rc = train_params(t);
 	if (rc == 0)
 		rc = infer_rebatched(t);
+	if (rc == 0)
+		rc = classes_last(t);
 	if (rc == 0)
 		rc = hp_pipe_build(t);
 	if (rc == 0 && !(t->rows = calloc((size_t)t->lbatch, sizeof *t->rows)))

@@ -13,11 +13,14 @@ file) must equal a float64 NumPy run of the same model within 1e-5
 (relative), with one label at ignore_index -100; the same run at a budget
 of a third of the in-core tensor peak (or the smallest that works, more
 here: the model is tiny) gives bitwise the same losses; labels
-of another length are refused with status 2 naming both shapes.
+of another length are refused with status 2 naming both shapes; with MPI,
+--pipeline 2 refuses the classes last (status 2, saying what to do) and
+labels of another length.
 """
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -126,10 +129,34 @@ def main():
           "validation loss %s and accuracy %s, NumPy %.6f and %.6f"
           % (last.get("val_loss"), last.get("val_accuracy"), vloss, vacc))
     check([r["loss"] for r in got["budget"]] == losses, "under a budget the losses are the in-core ones")
+    pipeline(exe, base, path["y_long.npy"])
     rc, err = run(exe, base[:5] + [path["y_long.npy"]] + base[6:])
     check(rc == 2 and "samples are 6 but the loss wants labels of 11 per sample" in err and
           "or 5 with the classes on its last axis" in err, "labels of %d a sample refused: exit %d %s"
           % (T + 1, rc, err.strip()[-200:]))
+
+
+def pipeline(exe, base, y_long):
+    """--pipeline (2 stages) does not take the classes last: status 2 and a
+    line saying what to do; labels of another length are refused there too
+    (they failed at the first step with 'label out of range').  Skipped
+    without MPI."""
+    mpirun = shutil.which("mpirun")
+    if os.environ.get("HPDLF_TEST_HAVE_MPI") != "1" or not mpirun:
+        print("skip --pipeline: no MPI")
+        return
+    launch = [mpirun, "--oversubscribe", "-np", "2"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    args = base[:base.index("--val-data")]  # (validation is not the point here)
+    for labels, want in ((None, "with the classes on its last axis, which --pipeline does not take"),
+                         (y_long, "samples are 6 but the loss wants labels of 11 per sample")):
+        a = list(args)
+        if labels:
+            a[a.index("--labels") + 1] = labels
+        p = subprocess.run(launch + [exe] + a + ["--pipeline", "2", "--micro-batches", "2"], capture_output=True,
+                           text=True, timeout=300, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+        check(p.returncode == 2 and want in p.stderr, "--pipeline 2%s: exit %d, '%s' %s"
+              % (" with labels of 6" if labels else "", p.returncode, want,
+                 "" if want in p.stderr else p.stderr.strip()[-300:]))
 
 
 if __name__ == "__main__":
