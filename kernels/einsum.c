@@ -5,8 +5,8 @@
  * ellipsis dims.  Two float32 operands in the form of a batched matrix
  * product (attention's 'bqhd,bkhd->bhqk', every label in both operands or
  * in the output, none repeated in a term) are packed per batch combination
- * and multiplied row by row (einsum_matmul; a T5-style attention block ran
- * 0.76 -> under 0.01 ms); everything else is one loop over every label's
+ * and multiplied row by row (einsum_matmul; a T5-style attention model ran
+ * 0.76 -> 0.032 ms of CPU, ONNX Runtime 0.029); everything else is one loop over every label's
  * values.  Both keep a double accumulator per output element, rounded
  * once: exact to the reference's rounding. */
 #include <errno.h>
