@@ -389,7 +389,7 @@ static int build(struct hp_trainer *t)
 	if (t->pipe)
 		return build_pipeline(t);
 	if ((rc = fit_input(t)) < 0 || (rc = train_params(t)) < 0 || (rc = infer_rebatched(t)) < 0 ||
-	    (rc = classes_last(t)) < 0 || (rc = hp_fuse_training(t->g)) < 0)
+	    (rc = hp_fuse_training(t->g)) < 0 || (rc = classes_last(t)) < 0)
 		return rc;
 	/* the process's fixed overhead, measured once the graph is loaded
 	 * (budget.h) */

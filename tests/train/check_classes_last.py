@@ -40,11 +40,15 @@ def check(ok, what):
 
 
 def model(e, w, b):
-    nodes = [helper.make_node("Gather", ["emb", "idx"], ["h"]), helper.make_node("MatMul", ["h", "w"], ["m"]),
-             helper.make_node("Add", ["m", "b"], ["logits"])]
+    """Written as torch exports a Linear in training mode (MatMul by the
+    Transpose of the [V, D] weight, then Add), which training fuses into a
+    Gemm (exec/fuse_train_linear.c): the fusion rebuilt the graph without
+    the loss's Transpose when that was added first."""
+    nodes = [helper.make_node("Gather", ["emb", "idx"], ["h"]), helper.make_node("Transpose", ["w"], ["wt"]),
+             helper.make_node("MatMul", ["h", "wt"], ["m"]), helper.make_node("Add", ["m", "b"], ["logits"])]
     g = helper.make_graph(nodes, "lm", [helper.make_tensor_value_info("idx", TensorProto.INT64, ["N", T])],
                           [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", T, V])],
-                          [numpy_helper.from_array(e, "emb"), numpy_helper.from_array(w, "w"),
+                          [numpy_helper.from_array(e, "emb"), numpy_helper.from_array(w.T.copy(), "w"),
                            numpy_helper.from_array(b, "b")])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
 
