@@ -16,6 +16,7 @@
 #include "hpdlf/error.h"
 #include "kernels/band.h"
 #include "kernels/conv_grad_phase.h"
+#include "kernels/conv_grad_stem.h"
 #include "kernels/conv_impl.h"
 #include "kernels/eltwise_impl.h"
 #include "kernels/train_util.h"
@@ -631,6 +632,8 @@ struct cg_filter {
 	struct hp_lfilt lfg;
 	int pw;                /* direct, ungrouped, short units, AVX-512: conv_grad_pw.c */
 	struct hp_pfilt pfg;
+	int stem;              /* few input taps, 16+ output channels, AVX-512: conv_grad_stem.c */
+	struct hp_sfilt sfg;
 };
 
 struct filter_run {
@@ -968,6 +971,32 @@ static int pw_plan(struct cg_filter *f, const struct hp_node *n, int64_t unit_ax
 	return 1;
 }
 
+/* The co-lane tiles of conv_grad_stem.c where they apply (they decide
+ * by the channels and the window, never by the batch or a band's rows),
+ * in fewer workers where the sgemm path's workspace (with the same
+ * hpdlf_lean) would not hold them all; the node names that path's
+ * workspace to the planner, as lane_plan does, so the plans do not
+ * change. */
+static int stem_plan(struct cg_filter *f, const struct hp_node *n, int64_t unit_axis)
+{
+	const struct cgeom *c = &f->c;
+	struct hp_colgeom geo = { 0 };
+	struct cg_filter s = *f;
+
+	cgeom_colgeom(c, &geo);
+	if (!hp_sfilt_plan(&f->sfg, &geo, c->n, c->cbig, c->csmall, c->group, filter_unit(c, unit_axis),
+			   hp_conv_ws_threads()))
+		return 0;
+	s.lean = hp_attr_int(n, "hpdlf_lean", 0) != 0;
+	filter_plan(&s, unit_axis);
+	if (!hp_sfilt_fit(&f->sfg, s.workspace, s.lean))
+		return 0;
+	f->stem = 1;
+	f->workspace = hp_sfilt_workspace(&f->sfg);
+	f->workspace = f->workspace > s.workspace ? f->workspace : s.workspace;
+	return 1;
+}
+
 /* Grouped layers on conv_grad_grp.c's co-lane tiles where they apply
  * (chosen by channels, window and unit, which bands keep), in place of
  * the path chosen before, in chunks of rows that fit that path's
@@ -1013,6 +1042,7 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 	} else if (grp_plan(&f, unit_axis)) {
 		f.workspace = hp_gfilt_workspace(&f.gfg);
 	} else if (pw_plan(&f, n, unit_axis)) { /* its workspace set */
+	} else if (stem_plan(&f, n, unit_axis)) { /* its workspace set */
 	} else if (lane_plan(&f, n, unit_axis)) { /* its workspace set */
 	} else if (w3_plan(&f, unit_axis)) { /* its workspace set */
 	} else if (reg_plan(&f, unit_axis) && reg_fit(&f, n, unit_axis)) {
@@ -1089,6 +1119,10 @@ static int conv_filter_run(const struct hp_node *n, const struct hp_kargs *a)
 	}
 	if (f->pw) {
 		hp_pfilt_run(&f->pfg, r.dy, r.x, acc, a->out[0].data, a->ws, a->pool);
+		return 0;
+	}
+	if (f->stem) {
+		hp_sfilt_run(&f->sfg, r.dy, r.x, acc, a->out[0].data, a->ws, a->pool);
 		return 0;
 	}
 	if (f->lane) {
