@@ -64,8 +64,11 @@ static int sf_rows(int64_t kw)
 
 /* Auto: 16 output channels and more, at most 4 input channels, stride 2
  * and more along rows.  bench_conv_libs.c, pass dW, GF/s a CPU-second
- * (path before / here): 3x3-s2-mb (MobileNetV2's stem, 3 -> 32 at 224x224
- * of stride 2, batch 1: the sgemm path) 50 / see the commit. */
+ * (path before / here, one run alternating): 3x3-s2-mb (MobileNetV2's
+ * stem, 3 -> 32 at 224x224 of stride 2, batch 1: the sgemm path) 51-52 /
+ * 128-131; 7x7-s2 (ResNet's stem at 64x64, 3 -> 64, batch 4: the packed
+ * register tiles) 117-122 / 171.  Stride 1 keeps conv_grad_reg.c's
+ * co-lane tiles (not measured here). */
 static int sf_wanted(const struct hp_colgeom *geo, int64_t cin, int64_t cout)
 {
 	return cout >= 16 && cin <= 4 && geo->stride[2] >= 2;
