@@ -971,30 +971,34 @@ static int pw_plan(struct cg_filter *f, const struct hp_node *n, int64_t unit_ax
 	return 1;
 }
 
-/* The co-lane tiles of conv_grad_stem.c where they apply (they decide
- * by the channels and the window, never by the batch or a band's rows),
- * in fewer workers where the sgemm path's workspace (with the same
- * hpdlf_lean) would not hold them all; the node names that path's
- * workspace to the planner, as lane_plan does, so the plans do not
- * change. */
-static int stem_plan(struct cg_filter *f, const struct hp_node *n, int64_t unit_axis)
+/* Ungrouped layers on conv_grad_stem.c's co-lane tiles where they apply
+ * (chosen by the channels and the window, never by the batch or a
+ * band's rows), in place of the path chosen before, in as many workers
+ * as fit the least of that path's workspace and the sgemm path's (with
+ * the same hpdlf_lean: figures a band of items or rows keeps); the node
+ * names the replaced path's workspace to the planner, so the plans do
+ * not change. */
+static void stem_colane(struct cg_filter *f, const struct hp_node *n, int64_t unit_axis)
 {
 	const struct cgeom *c = &f->c;
 	struct hp_colgeom geo = { 0 };
 	struct cg_filter s = *f;
+	struct hp_sfilt q;
 
+	if (f->dw || c->group != 1)
+		return;
 	cgeom_colgeom(c, &geo);
-	if (!hp_sfilt_plan(&f->sfg, &geo, c->n, c->cbig, c->csmall, c->group, filter_unit(c, unit_axis),
+	if (!hp_sfilt_plan(&q, &geo, c->n, c->cbig, c->csmall, c->group, filter_unit(c, unit_axis),
 			   hp_conv_ws_threads()))
-		return 0;
+		return;
 	s.lean = hp_attr_int(n, "hpdlf_lean", 0) != 0;
+	s.w3 = s.grp = s.reg = s.lane = s.pw = 0;
 	filter_plan(&s, unit_axis);
-	if (!hp_sfilt_fit(&f->sfg, s.workspace, s.lean))
-		return 0;
-	f->stem = 1;
-	f->workspace = hp_sfilt_workspace(&f->sfg);
-	f->workspace = f->workspace > s.workspace ? f->workspace : s.workspace;
-	return 1;
+	if (!hp_sfilt_fit(&q, s.workspace < f->workspace ? s.workspace : f->workspace, s.lean))
+		return;
+	f->sfg = q;
+	f->stem = 1, f->w3 = 0, f->grp = 0, f->reg = 0, f->lane = 0, f->pw = 0;
+	f->workspace = hp_sfilt_workspace(&q) > f->workspace ? hp_sfilt_workspace(&q) : f->workspace;
 }
 
 /* Grouped layers on conv_grad_grp.c's co-lane tiles where they apply
@@ -1042,7 +1046,6 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 	} else if (grp_plan(&f, unit_axis)) {
 		f.workspace = hp_gfilt_workspace(&f.gfg);
 	} else if (pw_plan(&f, n, unit_axis)) { /* its workspace set */
-	} else if (stem_plan(&f, n, unit_axis)) { /* its workspace set */
 	} else if (lane_plan(&f, n, unit_axis)) { /* its workspace set */
 	} else if (w3_plan(&f, unit_axis)) { /* its workspace set */
 	} else if (reg_plan(&f, unit_axis) && reg_fit(&f, n, unit_axis)) {
@@ -1053,6 +1056,7 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 		filter_plan(&f, unit_axis);
 	}
 	grp_colane(&f, n, unit_axis);
+	stem_colane(&f, n, unit_axis);
 	f.unit = filter_unit(&f.c, unit_axis);
 	if (!(n->priv = malloc(sizeof f)))
 		return hp_node_error(g, n, -ENOMEM, "out of memory");

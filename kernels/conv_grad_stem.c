@@ -49,7 +49,7 @@
 #define SF_BLK_MIN 16 /* units this long and longer sum in blocks */
 #define SF_RMAX 9     /* window rows per tile at most */
 
-static int sf_mode; /* 0 auto, 1 wherever it can run, -1 never */
+static int sf_mode; /* 0 auto, 1 wherever it can run (2: in splits of a tile), -1 never */
 
 void hp_sfilt_set_mode(int mode)
 {
@@ -62,16 +62,56 @@ static int sf_rows(int64_t kw)
 	return kw == 3 ? 9 : kw == 5 ? 5 : kw == 7 ? 4 : 0;
 }
 
-/* Auto: 16 output channels and more, at most 4 input channels, stride 2
- * and more along rows.  bench_conv_libs.c, pass dW, GF/s a CPU-second
+/* Auto: 16 to 64 output channels; at most 4 input channels of stride 2
+ * and more along rows (stems), or stride 1 on rows of 64 and more (where
+ * conv_grad_w3.c ran with whole items).  bench_conv_libs.c, pass dW, GF/s a CPU-second
  * (path before / here, one run alternating): 3x3-s2-mb (MobileNetV2's
  * stem, 3 -> 32 at 224x224 of stride 2, batch 1: the sgemm path) 51-52 /
  * 128-131; 7x7-s2 (ResNet's stem at 64x64, 3 -> 64, batch 4: the packed
- * register tiles) 117-122 / 171.  Stride 1 keeps conv_grad_reg.c's
- * co-lane tiles (not measured here). */
+ * register tiles) 117-122 / 144-171; the 2-D U-Net's layers at batch 2
+ * (conv_grad_w3.c): u-64 (32 -> 32 at 64x64) 89-93 / 179-184, 3x3-u128
+ * (16 -> 16 at 128x128) 92-97 / 157-168, u-dec128 (32 -> 16) 92-99 /
+ * 167-181.  Rows of 32 (u-32, conv_grad_reg.c's co-lane tiles: 177-180
+ * / 187-188) and of 16 or less (3x3-r16 172 / 171, 3x3-r8 161 / 137,
+ * 3x3-small 141 / 53) keep their paths. */
 static int sf_wanted(const struct hp_colgeom *geo, int64_t cin, int64_t cout)
 {
-	return cout >= 16 && cin <= 4 && geo->stride[2] >= 2;
+	if (cout < 16 || cout > 64)
+		return 0;
+	/* two jobs at least (a vector of channels x its tiles), as the path
+	 * replaced runs on two threads: the U-Net's 3 -> 16 at 128x128 keeps
+	 * conv_grad_w3.c (104 GF/s; here 137 on one worker, 102 in two tiles) */
+	if (geo->stride[1] == 1 && geo->stride[2] == 1)
+		return geo->grid[2] >= 64 && geo->k[2] <= 3 && (cout > 16 || cin * geo->k[1] > sf_rows(geo->k[2]));
+	return cin <= 4 && geo->stride[2] >= 2;
+}
+
+/* Taps of split j of ns: tiles [ntile j / ns, ntile (j + 1) / ns), tile
+ * i the window rows [trows i / ntile, trows (i + 1) / ntile). */
+static void sf_tiles_of(const struct hp_sfilt *q, int64_t j, int64_t ns, int64_t *t0, int64_t *t1)
+{
+	*t0 = q->ntile * j / ns;
+	*t1 = q->ntile * (j + 1) / ns;
+}
+
+static int64_t sf_row(const struct hp_sfilt *q, int64_t tile)
+{
+	return q->trows * tile / q->ntile;
+}
+
+/* ns splits of the tiles a vector of channels, at most w workers. */
+static void sf_split(struct hp_sfilt *q, int64_t ns, int64_t w)
+{
+	int64_t most = 0, jobs = q->ncv * ns;
+
+	for (int64_t j = 0; j < ns; j++) {
+		int64_t t0, t1;
+		sf_tiles_of(q, j, ns, &t0, &t1);
+		most = sf_row(q, t1) - sf_row(q, t0) > most ? sf_row(q, t1) - sf_row(q, t0) : most;
+	}
+	q->splits = ns;
+	q->workers = (int)(w < jobs ? w : jobs);
+	q->per_worker = (size_t)((q->kc + most * q->geo.k[2]) * 16);
 }
 
 int hp_sfilt_plan(struct hp_sfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
@@ -93,9 +133,8 @@ int hp_sfilt_plan(struct hp_sfilt *q, const struct hp_colgeom *geo, int64_t n, i
 	q->ncv = (cout + 15) / 16;
 	q->rt = sf_rows(geo->k[2]);
 	q->ntile = (int)((q->trows + q->rt - 1) / q->rt);
-	int64_t w = threads > 0 ? threads : 1;
-	q->workers = (int)(w < q->ncv ? w : q->ncv);
-	q->per_worker = (size_t)((q->kc + q->taps) * 16);
+	q->threads = threads > 0 ? threads : 1;
+	sf_split(q, 1, q->threads);
 	q->zero = (size_t)(geo->img[2] + 15) / 16 * 16;
 	return 1;
 }
@@ -107,13 +146,20 @@ size_t hp_sfilt_workspace(const struct hp_sfilt *q)
 
 int hp_sfilt_fit(struct hp_sfilt *q, size_t bytes, int lean)
 {
-	if (lean)
-		q->workers = 1;
-	if (sf_mode > 0)
+	int64_t w0 = lean ? 1 : q->threads;
+
+	if (sf_mode > 0) { /* tests: 2, every tile its own split */
+		sf_split(q, sf_mode > 1 ? q->ntile : 1, w0);
 		return 1;
-	while (q->workers > 1 && hp_sfilt_workspace(q) > bytes)
-		q->workers--;
-	return hp_sfilt_workspace(q) <= bytes;
+	}
+	/* the most workers, then the fewest splits (each packs dY again) */
+	for (int64_t w = w0; w >= 1; w--)
+		for (int64_t ns = 1; ns <= q->ntile; ns++) {
+			sf_split(q, ns, w);
+			if ((q->workers == w || ns == q->ntile) && hp_sfilt_workspace(q) <= bytes)
+				return 1;
+		}
+	return 0;
 }
 
 /* A row segment of a block: dY row oh, columns [w0, w0 + cnt), at
@@ -249,18 +295,23 @@ static int sf_segs(const struct hp_sfilt *q, int64_t p0, int64_t cnt, struct sf_
 	return n;
 }
 
-/* Output channels [16 cv, 16 cv + 16) for every tap, from acc (or 0) over
- * the units from the last to the first. */
-static void sf_job(const struct sf_run *r, int64_t cv, float *buf)
+/* Job j: output channels [16 cv, 16 cv + 16) (cv = j / splits) for the
+ * taps of split j % splits, from acc (or 0) over the units from the last
+ * to the first. */
+static void sf_job(const struct sf_run *r, int64_t j, float *buf)
 {
 #ifdef SF_X86
 	const struct hp_sfilt *q = r->q;
 	const struct hp_colgeom *g = &q->geo;
 	float *y = buf, *s = buf + q->kc * 16;
-	int64_t m0 = cv * 16, upi = g->grid_vol / q->unit, kwi = g->k[2] == 3 ? 0 : g->k[2] == 5 ? 1 : 2;
+	int64_t m0 = j / q->splits * 16, upi = g->grid_vol / q->unit, kwi = g->k[2] == 3 ? 0 : g->k[2] == 5 ? 1 : 2;
+	int64_t i0, i1;
 	struct sf_seg seg[SF_BLK + 1];
 
-	for (int64_t t = 0; t < q->taps; t++)
+	sf_tiles_of(q, j % q->splits, q->splits, &i0, &i1);
+	int64_t ta = sf_row(q, i0) * g->k[2], tb = sf_row(q, i1) * g->k[2]; /* the split's taps */
+	s -= ta * 16; /* s[t * 16 + l] for t in [ta, tb) */
+	for (int64_t t = ta; t < tb; t++)
 		for (int64_t l = 0; l < 16; l++)
 			s[t * 16 + l] = r->acc && m0 + l < q->cout ? r->acc[(m0 + l) * q->taps + t] : 0.0f;
 	for (int64_t u = q->n * upi - 1; u >= 0; u--) {
@@ -270,18 +321,18 @@ static void sf_job(const struct sf_run *r, int64_t cv, float *buf)
 			int64_t cnt = q->unit - b0 < q->kc ? q->unit - b0 : q->kc;
 			sf_pack(q, dyi, m0, base + b0, cnt, y);
 			int nseg = sf_segs(q, base + b0, cnt, seg);
-			for (int i = 0; i < q->ntile; i++) {
-				int64_t w0 = q->trows * i / q->ntile, w1 = q->trows * (i + 1) / q->ntile;
+			for (int64_t i = i0; i < i1; i++) {
+				int64_t w0 = sf_row(q, i), w1 = sf_row(q, i + 1);
 				sf_tiles[kwi][w1 - w0 - 1](q, seg, nseg, xi, r->ws, w0, y, s + w0 * g->k[2] * 16,
 							    q->blk == 0);
 			}
 		}
 	}
 	for (int64_t l = 0; l < 16 && m0 + l < q->cout; l++)
-		for (int64_t t = 0; t < q->taps; t++)
+		for (int64_t t = ta; t < tb; t++)
 			r->dw[(m0 + l) * q->taps + t] = s[t * 16 + l];
 #else
-	(void)r, (void)cv, (void)buf;
+	(void)r, (void)j, (void)buf;
 #endif
 }
 
@@ -289,8 +340,8 @@ static void sf_work(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct sf_run *r = arg;
 
-	for (int64_t cv = b; cv < e; cv++)
-		sf_job(r, cv, r->ws + r->q->zero + (size_t)tid * r->q->per_worker);
+	for (int64_t j = b; j < e; j++)
+		sf_job(r, j, r->ws + r->q->zero + (size_t)tid * r->q->per_worker);
 }
 
 void hp_sfilt_run(const struct hp_sfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
@@ -302,6 +353,6 @@ void hp_sfilt_run(const struct hp_sfilt *q, const float *dy, const float *x, con
 	memset(ws, 0, q->zero * sizeof *ws);
 	threads = threads < q->workers ? threads : q->workers;
 	/* at most a worker per share (tid < threads): its buffers are the tid's */
-	hp_conv_parallel(pool, threads, q->ncv, sf_work, &r);
+	hp_conv_parallel(pool, threads, q->ncv * q->splits, sf_work, &r);
 	hp_conv_threads_leave(saved);
 }

@@ -22,6 +22,7 @@ struct hp_sfilt {
 	int64_t unit, blk, kc;       /* positions per unit, per block (0: one chain), per packed chunk */
 	int64_t trows, ncv;          /* window rows cin * k[1]; vectors of 16 output channels */
 	int rt, ntile, workers;      /* window rows per tile at most, tiles, workers */
+	int64_t splits, threads;     /* jobs a vector of channels (tiles split), threads planned */
 	size_t per_worker, zero;     /* floats: a worker's dY and sums; the shared row of zeros */
 };
 
@@ -29,12 +30,14 @@ struct hp_sfilt {
 int hp_sfilt_plan(struct hp_sfilt *q, const struct hp_colgeom *geo, int64_t n, int64_t cin, int64_t cout,
 		  int64_t group, int64_t unit, int threads);
 size_t hp_sfilt_workspace(const struct hp_sfilt *q);
-/* Fewer workers (one with lean), so that the workspace is at most
+/* The most workers (one with lean), then the fewest splits of the tiles
+ * (a worker's sums: its split's taps), so that the workspace is at most
  * `bytes`; 0 where one worker's does not fit (not in the forced mode).
  * Changes no bit. */
 int hp_sfilt_fit(struct hp_sfilt *q, size_t bytes, int lean);
-/* Tests and benchmarks only: 0 auto, 1 wherever it can run, -1 never;
- * read when a ConvGradFilter is prepared. */
+/* Tests and benchmarks only: 0 auto, 1 wherever it can run (2: with
+ * every tile its own job), -1 never; read when a ConvGradFilter is
+ * prepared. */
 void hp_sfilt_set_mode(int mode);
 void hp_sfilt_run(const struct hp_sfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		  struct hp_pool *pool);

@@ -758,12 +758,15 @@ static void test_filter_grp_colane(void **state)
  * output channels, any stride): conv_grad_reg.c's order, so the same
  * scalar replay bit for bit, then cgf_check (naive, 1 vs 2 threads,
  * chains of batch and of row bands bitwise the whole), each at batch n
- * and 1 (units of rows). */
+ * and 1 (units of rows), with the tiles of a vector of channels in one
+ * job and each in its own. */
 static void sf_case(int nsp, int64_t n, int64_t cx, int64_t cy, const int *xs, const int *k, const int *s,
 		    const int *d, const int *pb, const int *pe)
 {
-	hp_sfilt_set_mode(1);
-	rf_gcase(nsp, n, cx, cy, 1, xs, k, s, d, pb, pe);
+	for (int m = 1; m <= 2; m++) { /* whole, and every tile its own job */
+		hp_sfilt_set_mode(m);
+		rf_gcase(nsp, n, cx, cy, 1, xs, k, s, d, pb, pe);
+	}
 	hp_sfilt_set_mode(0);
 }
 
@@ -784,6 +787,9 @@ static void test_filter_stem(void **state)
 	 * edges, 4 tiles of 5 rows; one vector of channels, partial */
 	sf_case(2, 3, 4, 16, I{ 9, 23 }, I{ 5, 5 }, I{ 1, 1 }, I{ 2, 1 }, I{ 2, 1 }, I{ 1, 3 });
 	sf_case(2, 2, 2, 9, I{ 11, 40 }, I{ 3, 5 }, I{ 2, 3 }, I{ 1, 1 }, I{ 0, 4 }, I{ 2, 2 });
+	/* the U-Net's 3x3 of stride 1 on rows of 64 and more in small: 96
+	 * window rows in 11 tiles */
+	sf_case(2, 2, 32, 32, I{ 5, 66 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
 	/* 1-D: units of whole items at batch 1 too */
 	sf_case(1, 3, 3, 48, I{ 150 }, I{ 7 }, I{ 2 }, I{ 1 }, I{ 3 }, I{ 2 });
 }
