@@ -632,7 +632,7 @@ struct cg_filter {
 	struct hp_lfilt lfg;
 	int pw;                /* direct, ungrouped, short units, AVX-512: conv_grad_pw.c */
 	struct hp_pfilt pfg;
-	int stem;              /* few input taps, 16+ output channels, AVX-512: conv_grad_stem.c */
+	int stem;              /* ungrouped, 16-64 output channels, AVX-512: conv_grad_stem.c */
 	struct hp_sfilt sfg;
 };
 

@@ -1,7 +1,8 @@
-/* ConvGradFilter of convolutions with few input taps and 16 or more
- * output channels, of any stride, over AVX-512 co-lane tiles
- * (conv_grad_stem.c): MobileNetV2's stem, 3 -> 32, 3x3 of stride 2 at
- * 224x224, batch 1.
+/* ConvGradFilter of ungrouped convolutions with 16-64 output channels,
+ * of any stride, over AVX-512 co-lane tiles (conv_grad_stem.c):
+ * MobileNetV2's stem, 3 -> 32, 3x3 of stride 2 at 224x224, batch 1 (and
+ * ResNet's 7x7 stem, the 2-D U-Net's 3x3s on rows of 64 and more: the
+ * auto rule, sf_wanted).
  *
  * Why: there dW is 32 x 27 elements and the reduction 112 x 112
  * positions long; at a batch of one its units are rows of 112 positions
@@ -19,7 +20,10 @@
  * reads a row of zeros, a column outside it a 0, the edge positions
  * only), into fused multiply-adds.  The sums of its taps wait in its
  * buffer between blocks (1.7 KiB for 27 taps); two workers and the row of
- * zeros take 12.3 KiB.
+ * zeros take 12.3 KiB.  Where a worker's sums of every tap would not fit
+ * the replaced path's workspace (288 taps of the U-Net's 32-channel
+ * layers), a vector of channels is split into jobs of its tiles, each
+ * packing its own dY.
  *
  * Every element of dW is one running sum in conv_grad_reg.c's order:
  *     s = acc (or 0); then the units (batch items, or with a batch of one

@@ -1,6 +1,8 @@
-/* ConvGradFilter of convolutions with few input taps and 16 or more
- * output channels, of any stride (conv_grad_stem.c): MobileNetV2's stem
- * (3 -> 32, 3x3 of stride 2 at 224x224), where AVX-512F exists.  Lanes
+/* ConvGradFilter of ungrouped 1-D and 2-D convolutions with 16-64 output
+ * channels and windows 3, 5 or 7 wide, of any stride (conv_grad_stem.c):
+ * the stems (MobileNetV2's 3 -> 32, 3x3 of stride 2 at 224x224; ResNet's
+ * 7x7) and the 2-D U-Net's layers on rows of 64 and more, where AVX-512F
+ * exists.  Lanes
  * are 16 output channels, a tile holds dW^T for every tap of up to 28, X
  * is broadcast where it lies and dY packed a block of 64 positions at a
  * time, so a worker needs 4 KiB of dY and its sums: the sgemm path it
