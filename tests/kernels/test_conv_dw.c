@@ -294,6 +294,11 @@ static const struct dc dwc_cases[] = {
 	{ 2, 1, 17, 1, { 33, 21 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 3, 0 }, { 2, 3 } },
 	{ 2, 1, 7, 3, { 6, 40 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 0, 0 }, { 0, 0 } },
 	{ 2, 1, 24, 1, { 56, 56 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 0 }, { 1, 1 } },
+	/* sixteen lanes (conv_dw_grad.c): blocks of 16 and a partial one,
+	 * rows of three transposes, odd row counts (a last row alone) */
+	{ 2, 2, 40, 1, { 9, 37 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 9, 2, { 11, 35 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 0 } },
+	{ 2, 1, 32, 1, { 7, 7 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
 };
 
 /* y as one chain per output: bias, then fmaf over (kh, kw), taps in the
@@ -502,16 +507,20 @@ static void test_dwc_filter(void **state)
 		float *xb = malloc(nx * 4), *dyb = malloc(ny * 4);
 		struct hp_dw whole = geom(t, 0, oh, &i0, &i1);
 
-		for (int u = 0; u < 2; u++)
-			for (int a = 0; a < 2; a++)
-				for (int p = 0; p < 2; p++) {
-					dwf_ref(t, dy, x, a ? acc : NULL, u ? oh : 1, ref);
-					dwf_run(whole, u ? 0 : ow, dy, x, a ? acc : NULL, got, p ? pool : NULL);
-					if (memcmp(ref, got, (size_t)m * 9 * 4))
-						fail_msg("dwc case %d: dW (units of %s, %s, %s) is not the chain", ci,
-							 u ? "an item" : "a row", a ? "running sum" : "from 0",
-							 p ? "pool" : "alone");
-				}
+		for (int isa = 0; isa < 2; isa++)
+			for (int u = 0; u < 3; u++)
+				for (int a = 0; a < 2; a++)
+					for (int p = 0; p < 2; p++) {
+						int64_t ur = u == 0 ? 1 : u == 1 ? oh : 3;
+						hp_dwg_set_avx2(isa);
+						dwf_ref(t, dy, x, a ? acc : NULL, ur, ref);
+						dwf_run(whole, u == 1 ? 0 : ur * ow, dy, x, a ? acc : NULL, got, p ? pool : NULL);
+						hp_dwg_set_avx2(0);
+						if (memcmp(ref, got, (size_t)m * 9 * 4))
+							fail_msg("dwc case %d: dW (%s, units of %lld rows, %s, %s) is not the chain",
+								 ci, isa ? "eight lanes" : "sixteen lanes", (long long)ur,
+								 a ? "running sum" : "from 0", p ? "pool" : "alone");
+					}
 		dwf_ref(t, dy, x, NULL, 1, ref);
 		for (int64_t r = 1; t->n == 1 && r < oh; r += 1 + oh / 5) {
 			struct hp_dw up = geom(t, r, oh, &i0, &i1), lo;
