@@ -30,7 +30,7 @@
 
 #include "kernels/simd_tr16.h"
 #define DWG_X86 1
-#define DWG_TARGET __attribute__((target("avx512f,fma")))
+#define DWG_TARGET __attribute__((target("avx512f,avx512vl,fma")))
 #define DWG_INLINE __attribute__((always_inline)) inline
 #endif
 
@@ -47,7 +47,7 @@ void hp_dwg_set_avx2(int on)
 int hp_dwg_available(const struct hp_colgeom *g)
 {
 #ifdef DWG_X86
-	return !dwg_avx2 && hp_cpu_avx512_fma() && hp_dw3_eligible(g);
+	return !dwg_avx2 && hp_cpu_avx512_fma() && __builtin_cpu_supports("avx512vl") && hp_dw3_eligible(g);
 #else
 	(void)g;
 	return 0;
@@ -91,25 +91,45 @@ static __mmask16 dwg_mask(int64_t c, int64_t lo, int64_t hi)
 	return a >= b ? 0 : (__mmask16)(((1u << b) - 1) & ~((1u << a) - 1));
 }
 
+/* Sixteen planes' floats at ps[l] + off, transposed into o[16][16]. */
+DWG_TARGET __attribute__((noinline)) static void dwg_chunk(const float *const *ps, int64_t off, float *o)
+{
+	__m512 v[DWG_L];
+
+	for (int l = 0; l < DWG_L; l++)
+		v[l] = _mm512_loadu_ps(ps[l] + off);
+	hp_tr16_ps(v);
+	for (int q = 0; q < DWG_L; q++)
+		_mm512_storeu_ps(o + q * DWG_L, v[q]);
+}
+
+/* The same for the lanes in m of the first nc planes, zeros elsewhere
+ * (masked lanes are not read). */
+DWG_TARGET __attribute__((noinline)) static void dwg_chunk_part(const float *const *ps, int nc, int64_t off,
+								 __mmask16 m, float *o)
+{
+	__m512 v[DWG_L];
+
+	for (int l = 0; l < DWG_L; l++)
+		v[l] = l < nc ? _mm512_maskz_loadu_ps(m, ps[l] + off) : _mm512_setzero_ps();
+	hp_tr16_ps(v);
+	for (int q = 0; q < DWG_L; q++)
+		_mm512_storeu_ps(o + q * DWG_L, v[q]);
+}
+
 /* Row r of the block's nc planes (ps[l], rows of n floats) from column c0
  * on, as a transposed row of `width` positions: row[p][l] = plane l at
- * column c0 + p, zeros outside [0, n) and past the planes. */
-DWG_TARGET static void dwg_fill(const float *const *ps, int nc, int64_t r, int64_t n, int64_t c0, int64_t width,
-				float *row)
+ * column c0 + p, zeros outside [0, n) and past the planes.  Whole chunks
+ * by a function of their own: inside the masked loop GCC kept the
+ * transpose's registers on the stack (fills two thirds of the time). */
+static void dwg_fill(const float *const *ps, int nc, int64_t r, int64_t n, int64_t c0, int64_t width, float *row)
 {
 	for (int64_t p = 0; p < width; p += DWG_L) {
-		int64_t c = c0 + p;
-		__mmask16 m = dwg_mask(c, 0, n);
-		__m512 v[DWG_L];
-		if (m == 0xffff)
-			for (int l = 0; l < DWG_L; l++)
-				v[l] = l < nc ? _mm512_loadu_ps(ps[l] + r * n + c) : _mm512_setzero_ps();
+		__mmask16 m = dwg_mask(c0 + p, 0, n);
+		if (m == 0xffff && nc == DWG_L)
+			dwg_chunk(ps, r * n + c0 + p, row + p * DWG_L);
 		else
-			for (int l = 0; l < DWG_L; l++)
-				v[l] = l < nc && m ? _mm512_maskz_loadu_ps(m, ps[l] + r * n + c) : _mm512_setzero_ps();
-		hp_tr16_ps(v);
-		for (int q = 0; q < DWG_L; q++)
-			_mm512_storeu_ps(row + (p + q) * DWG_L, v[q]);
+			dwg_chunk_part(ps, m ? nc : 0, r * n + c0 + p, m, row + p * DWG_L);
 	}
 }
 
