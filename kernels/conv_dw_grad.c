@@ -67,10 +67,41 @@ static int64_t dwg_owp(const struct hp_colgeom *g)
 	return (g->grid[2] + DWG_L - 1) / DWG_L * DWG_L;
 }
 
-/* Floats of a worker's scratch: the ring, a zero row, two dY rows. */
+/* Small planes whole: X's rows that the taps read, [Hp][Wp] positions with
+ * the padding as zeros, and dY's plane, each transposed as one flat run
+ * of positions, where that takes at most two thirds of the transposes row
+ * by row do (a 7x7 plane's row of 9 positions is one transpose of 16; the
+ * plane, 4 for 7 rows: dw3x3-7 29.6 -> 36 GFLOP/s; at 14x14, 26 of 28
+ * and 17 of 21 transposes, the copies cost more) and fits in L1
+ * (DWG_FLAT positions). */
+#define DWG_FLAT 512
+
+static int64_t dwg_hp(const struct hp_colgeom *g)
+{
+	return (g->grid[1] - 1) * g->stride[1] + 3;
+}
+
+static int64_t dwg_wp(const struct hp_colgeom *g)
+{
+	return (g->grid[2] - 1) * g->stride[2] + 3;
+}
+
+static int dwg_flat(const struct hp_colgeom *g)
+{
+	int64_t flat = (g->img_vol + DWG_L - 1) / DWG_L + (g->grid_vol + DWG_L - 1) / DWG_L;
+	int64_t rows = (g->img[1] * dwg_width(g) + g->grid[1] * dwg_owp(g)) / DWG_L;
+
+	return dwg_hp(g) * dwg_wp(g) + g->grid_vol + DWG_L <= DWG_FLAT && 3 * flat < 2 * rows;
+}
+
+/* Floats of a worker's scratch: the ring, a zero row, two dY rows; or the
+ * whole planes (dY's rounded up to whole transposes). */
 size_t hp_dwg_scratch(const struct hp_colgeom *g)
 {
-	return (size_t)(((DWG_SLOTS + 1) * dwg_width(g) + 2 * dwg_owp(g)) * DWG_L);
+	int64_t ring = (DWG_SLOTS + 1) * dwg_width(g) + 2 * dwg_owp(g);
+	int64_t flat = dwg_hp(g) * dwg_wp(g) + (g->grid_vol + DWG_L - 1) / DWG_L * DWG_L;
+
+	return (size_t)((ring > flat ? ring : flat) * DWG_L);
 }
 
 #ifdef DWG_X86
@@ -154,10 +185,11 @@ static const float *dwg_get(const struct hp_colgeom *g, const float *const *xs, 
 DWG_TARGET static DWG_INLINE void dwg_rows(const int S, const int R, int64_t ow, const float *const *x,
 					   const float *d0, const float *d1, __m512 *a, __m512 *b)
 {
-	__m512 A[9], B[9];
+	__m512 A[9], B[9], z = _mm512_setzero_ps();
 
+	__asm__("" : "+v"(z)); /* else GCC zeroes A and B in memory (rep stos, a fifth of a 7x7 row's time) */
 	for (int k = 0; k < 9; k++)
-		A[k] = B[k] = _mm512_setzero_ps();
+		A[k] = B[k] = z;
 	for (int64_t o = 0; o < ow; o++) {
 		__m512 g0 = _mm512_loadu_ps(d0 + o * DWG_L), g1 = R == 2 ? _mm512_loadu_ps(d1 + o * DWG_L) : g0;
 		for (int r = 0; r < (R == 2 ? S + 3 : 3); r++)
@@ -176,20 +208,61 @@ DWG_TARGET static DWG_INLINE void dwg_rows(const int S, const int R, int64_t ow,
 	}
 }
 
+/* The block's item whole (dwg_flat): xp[Hp][Wp] = X's padded rows, dyp =
+ * dY's plane, both transposed. */
+static void dwg_fill_flat(const struct hp_colgeom *g, const float *const *xs, const float *const *dys, int nc,
+			  float *xp, float *dyp)
+{
+	int64_t hp = dwg_hp(g), wp = dwg_wp(g), vol = g->img_vol, w = g->img[2], ih = 0, iw = 0;
+	float t[DWG_L * DWG_L];
+
+	memset(xp, 0, (size_t)(hp * wp * DWG_L) * sizeof *xp);
+	for (int64_t f = 0; f < vol; f += DWG_L) {
+		__mmask16 m = dwg_mask(f, 0, vol);
+		if (m == 0xffff && nc == DWG_L)
+			dwg_chunk(xs, f, t);
+		else
+			dwg_chunk_part(xs, nc, f, m, t);
+		for (int q = 0; q < DWG_L && f + q < vol; q++) {
+			int64_t pr = ih + g->pad[1], pc = iw + g->pad[2];
+			if (pr >= 0 && pr < hp && pc >= 0 && pc < wp)
+				memcpy(xp + (pr * wp + pc) * DWG_L, t + q * DWG_L, DWG_L * sizeof *t);
+			if (++iw == w)
+				iw = 0, ih++;
+		}
+	}
+	for (int64_t f = 0; f < g->grid_vol; f += DWG_L) {
+		__mmask16 m = dwg_mask(f, 0, g->grid_vol);
+		if (m == 0xffff && nc == DWG_L)
+			dwg_chunk(dys, f, dyp + f * DWG_L);
+		else
+			dwg_chunk_part(dys, nc, f, m, dyp + f * DWG_L);
+	}
+}
+
 /* Grid rows q (and q + 1 when two) of the block's item: their chains into
- * a (and b). */
+ * a (and b); X's and dY's rows from the ring and transposed here, or
+ * from the whole planes (flat). */
 DWG_TARGET static void dwg_pass(const struct hp_colgeom *g, const float *const *xs, const float *const *dys, int nc,
-				int64_t q, int two, float *scratch, int64_t *tags, __m512 *a, __m512 *b)
+				int64_t q, int two, int flat, float *scratch, int64_t *tags, __m512 *a, __m512 *b)
 {
 	int64_t wd = dwg_width(g), ow = g->grid[2], owp = dwg_owp(g), s = g->stride[1];
 	float *zero = scratch + DWG_SLOTS * wd * DWG_L, *d0 = zero + wd * DWG_L, *d1 = d0 + owp * DWG_L;
 	const float *x[5];
 
-	for (int r = 0; r < (two ? (int)s + 3 : 3); r++)
-		x[r] = dwg_get(g, xs, nc, q * s - g->pad[1] + r, scratch, tags, zero);
-	dwg_fill(dys, nc, q, ow, 0, owp, d0);
-	if (two)
-		dwg_fill(dys, nc, q + 1, ow, 0, owp, d1);
+	if (flat) {
+		int64_t wp = dwg_wp(g);
+		for (int r = 0; r < (two ? (int)s + 3 : 3); r++)
+			x[r] = scratch + (q * s + r) * wp * DWG_L;
+		d0 = scratch + dwg_hp(g) * wp * DWG_L + q * ow * DWG_L;
+		d1 = d0 + ow * DWG_L;
+	} else {
+		for (int r = 0; r < (two ? (int)s + 3 : 3); r++)
+			x[r] = dwg_get(g, xs, nc, q * s - g->pad[1] + r, scratch, tags, zero);
+		dwg_fill(dys, nc, q, ow, 0, owp, d0);
+		if (two)
+			dwg_fill(dys, nc, q + 1, ow, 0, owp, d1);
+	}
 	if (s == 1 && two)
 		dwg_rows(1, 2, ow, x, d0, d1, a, b);
 	else if (s == 1)
@@ -208,14 +281,17 @@ DWG_TARGET static void dwg_item(const struct dwg_run *r, const float *const *xs,
 {
 	const struct hp_colgeom *g = &r->d->g;
 	int64_t rows = g->grid[1], tags[DWG_SLOTS];
+	int flat = dwg_flat(g);
 	__m512 a[9], b[9];
 
 	for (int i = 0; i < DWG_SLOTS; i++)
 		tags[i] = -1;
+	if (flat)
+		dwg_fill_flat(g, xs, dys, nc, scratch, scratch + dwg_hp(g) * dwg_wp(g) * DWG_L);
 	if (r->urows == 1) {
 		for (int64_t q = rows - 1; q >= 0; q -= 2) {
 			int two = q >= 1;
-			dwg_pass(g, xs, dys, nc, two ? q - 1 : q, two, scratch, tags, a, b);
+			dwg_pass(g, xs, dys, nc, two ? q - 1 : q, two, flat, scratch, tags, a, b);
 			for (int k = 0; k < 9 && two; k++) /* unit q: 0 + its row */
 				out[k] = _mm512_add_ps(out[k], _mm512_add_ps(_mm512_setzero_ps(), b[k]));
 			for (int k = 0; k < 9; k++)
@@ -230,7 +306,7 @@ DWG_TARGET static void dwg_item(const struct dwg_run *r, const float *const *xs,
 			u[k] = _mm512_setzero_ps();
 		for (int64_t q = q0; q < q1; q += 2) {
 			int two = q + 1 < q1;
-			dwg_pass(g, xs, dys, nc, q, two, scratch, tags, a, b);
+			dwg_pass(g, xs, dys, nc, q, two, flat, scratch, tags, a, b);
 			for (int k = 0; k < 9; k++) {
 				u[k] = _mm512_add_ps(u[k], a[k]);
 				if (two)
@@ -247,15 +323,16 @@ DWG_TARGET static void dwg_block(const struct dwg_run *r, int64_t m0, int nc, fl
 {
 	const struct hp_dw *d = r->d;
 	const struct hp_colgeom *g = &d->g;
-	float t[9][DWG_L] = { { 0 } };
+	float t[9][DWG_L];
 	const float *xs[DWG_L], *dys[DWG_L];
-	__m512 out[9];
+	__m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+					 _mm512_set1_epi32(9));
+	__mmask16 m = (__mmask16)((1u << nc) - 1);
+	__m512 out[9], z = _mm512_setzero_ps();
 
-	for (int l = 0; l < nc; l++)
-		for (int k = 0; k < 9; k++)
-			t[k][l] = r->acc ? r->acc[(m0 + l) * 9 + k] : 0.0f;
-	for (int k = 0; k < 9; k++)
-		out[k] = _mm512_loadu_ps(t[k]);
+	__asm__("" : "+v"(z)); /* as in dwg_rows */
+	for (int k = 0; k < 9; k++) /* acc[m0 + l][k] into lane l */
+		out[k] = r->acc ? _mm512_mask_i32gather_ps(z, m, idx, r->acc + m0 * 9 + k, 4) : z;
 	for (int64_t n = d->batch - 1; n >= 0; n--) {
 		for (int l = 0; l < nc; l++) {
 			int64_t m = m0 + l;
@@ -278,7 +355,8 @@ static void dwg_range(void *arg, int64_t b, int64_t e, int tid)
 	int64_t cout = r->d->cin * r->d->mult;
 	float *scratch = r->scratch + (size_t)tid * hp_dwg_scratch(g);
 
-	memset(scratch + DWG_SLOTS * dwg_width(g) * DWG_L, 0, (size_t)(dwg_width(g) * DWG_L) * sizeof(float));
+	if (!dwg_flat(g)) /* the zero row */
+		memset(scratch + DWG_SLOTS * dwg_width(g) * DWG_L, 0, (size_t)(dwg_width(g) * DWG_L) * sizeof(float));
 	for (int64_t i = b; i < e; i++)
 		dwg_block(r, i * DWG_L, (int)(cout - i * DWG_L < DWG_L ? cout - i * DWG_L : DWG_L), scratch);
 }
