@@ -171,9 +171,10 @@ static void dwg_fill(const float *const *ps, int nc, int64_t r, int64_t n, int64
 	}
 }
 
-/* The transposed X row ih (the zero row outside the image) from the ring. */
-static const float *dwg_get(const struct hp_colgeom *g, const float *const *xs, int nc, int64_t ih, int64_t pf, float *ring,
-			    int64_t *tags, const float *zero)
+/* The transposed X row ih (the zero row outside the image) from the ring
+ * (pf: dwg_chunk's). */
+static const float *dwg_get(const struct hp_colgeom *g, const float *const *xs, int nc, int64_t ih, int64_t pf,
+			    float *ring, int64_t *tags, const float *zero)
 {
 	int64_t wd = dwg_width(g), s = ih % DWG_SLOTS;
 
