@@ -1,14 +1,17 @@
 /* Depthwise 3x3 weight gradient (ConvGradFilter), 2-D, stride 1 or 2,
  * undilated, with sixteen output channels in the lanes of a zmm register
  * (AVX-512F + FMA): conv_dwc.c's dW (eight channels in ymm lanes) at twice
- * the width, with 16 x 16 transposes and two output rows per pass.
+ * the width, with 16 x 16 transposes, two output rows per pass at stride
+ * 1, and small planes transposed whole.
  *
  * Why: conv_dwc.c's tiles ran MobileNetV2's dW at 16-50 GFLOP/s per
  * CPU-second (bench/bench_conv_libs.c, dw3x3-*), a fifth of what this
  * CPU's 512-bit FMAs do; its 8 x 8 transposes of X's and dY's rows cost
  * more shuffles per float than 16 x 16 ones, and each row's nine chains
- * loaded their X vectors alone where two rows share three of four
- * (stride 1) or one of five (stride 2) X rows.
+ * loaded their X vectors alone where two rows at stride 1 share three of
+ * four X rows.  The transposes are still most of the time (a 16 x 16 one
+ * costs about as much as 70 FMAs here); at stride 2 two rows a pass (one
+ * X row of five shared) ran 35% slower than one, so it takes one.
  *
  * Determinism: the chain is conv_dwc.c's, lane for lane: tap k of channel
  * m in a unit (grid rows [q0, q1) of one item) is the sum over its rows in
@@ -35,7 +38,7 @@
 #endif
 
 #define DWG_L 16    /* channels per block (the lanes) */
-#define DWG_SLOTS 8 /* ring of transposed X rows: a pass's five at stride 2, and the next's */
+#define DWG_SLOTS 4 /* ring of transposed X rows: a pass's (at most four), and the next's */
 
 static int dwg_avx2;
 
@@ -250,14 +253,16 @@ static void dwg_fill_flat(const struct hp_colgeom *g, const float *const *xs, co
 
 /* Grid rows q (and q + 1 when two) of the block's item: their chains into
  * a (and b); X's and dY's rows from the ring and transposed here, or
- * from the whole planes (flat); dir: +1 when the next pass's rows are
- * below, -1 above (prefetched). */
-DWG_TARGET static void dwg_pass(const struct hp_colgeom *g, const float *const *xs, const float *const *dys, int nc,
-				int64_t q, int two, int flat, int dir, float *scratch, int64_t *tags, __m512 *a, __m512 *b)
+ * from the whole planes (flat); dir: grid rows from this pass's to the
+ * next's (prefetched).  Inlined: called, its chains went through memory
+ * (dw3x3-7 48 -> 40 GFLOP/s per CPU-second). */
+DWG_TARGET static DWG_INLINE void dwg_pass(const struct hp_colgeom *g, const float *const *xs,
+					   const float *const *dys, int nc, int64_t q, int two, int flat, int dir,
+					   float *scratch, int64_t *tags, __m512 *a, __m512 *b)
 {
 	int64_t wd = dwg_width(g), ow = g->grid[2], owp = dwg_owp(g), s = g->stride[1];
 	float *zero = scratch + DWG_SLOTS * wd * DWG_L, *d0 = zero + wd * DWG_L, *d1 = d0 + owp * DWG_L;
-	const float *x[5];
+	const float *x[4];
 
 	if (flat) {
 		int64_t wp = dwg_wp(g);
@@ -267,17 +272,15 @@ DWG_TARGET static void dwg_pass(const struct hp_colgeom *g, const float *const *
 		d1 = d0 + ow * DWG_L;
 	} else {
 		for (int r = 0; r < (two ? (int)s + 3 : 3); r++)
-			x[r] = dwg_get(g, xs, nc, q * s - g->pad[1] + r, dir * 2 * s * g->img[2], scratch, tags, zero);
-		dwg_fill(dys, nc, q, ow, 0, owp, d0, dir * 2 * ow);
+			x[r] = dwg_get(g, xs, nc, q * s - g->pad[1] + r, dir * s * g->img[2], scratch, tags, zero);
+		dwg_fill(dys, nc, q, ow, 0, owp, d0, dir * ow);
 		if (two)
-			dwg_fill(dys, nc, q + 1, ow, 0, owp, d1, dir * 2 * ow);
+			dwg_fill(dys, nc, q + 1, ow, 0, owp, d1, dir * ow);
 	}
 	if (s == 1 && two)
 		dwg_rows(1, 2, ow, x, d0, d1, a, b);
 	else if (s == 1)
 		dwg_rows(1, 1, ow, x, d0, d1, a, b);
-	else if (two)
-		dwg_rows(2, 2, ow, x, d0, d1, a, b);
 	else
 		dwg_rows(2, 1, ow, x, d0, d1, a, b);
 }
@@ -290,7 +293,7 @@ DWG_TARGET static void dwg_item(const struct dwg_run *r, const float *const *xs,
 {
 	const struct hp_colgeom *g = &r->d->g;
 	int64_t rows = g->grid[1], tags[DWG_SLOTS];
-	int flat = dwg_flat(g);
+	int flat = dwg_flat(g), pairs = g->stride[1] == 1;
 	__m512 a[9], b[9];
 
 	for (int i = 0; i < DWG_SLOTS; i++)
@@ -298,9 +301,9 @@ DWG_TARGET static void dwg_item(const struct dwg_run *r, const float *const *xs,
 	if (flat)
 		dwg_fill_flat(g, xs, dys, nc, scratch, scratch + dwg_hp(g) * dwg_wp(g) * DWG_L);
 	if (r->urows == 1) {
-		for (int64_t q = rows - 1; q >= 0; q -= 2) {
-			int two = q >= 1;
-			dwg_pass(g, xs, dys, nc, two ? q - 1 : q, two, flat, -1, scratch, tags, a, b);
+		for (int64_t q = rows - 1; q >= 0; q -= 1 + pairs) {
+			int two = q >= 1 && pairs;
+			dwg_pass(g, xs, dys, nc, two ? q - 1 : q, two, flat, -1 - pairs, scratch, tags, a, b);
 			for (int k = 0; k < 9 && two; k++) /* unit q: 0 + its row */
 				out[k] = _mm512_add_ps(out[k], _mm512_add_ps(_mm512_setzero_ps(), b[k]));
 			for (int k = 0; k < 9; k++)
@@ -313,9 +316,9 @@ DWG_TARGET static void dwg_item(const struct dwg_run *r, const float *const *xs,
 		__m512 u[9];
 		for (int k = 0; k < 9; k++)
 			u[k] = _mm512_setzero_ps();
-		for (int64_t q = q0; q < q1; q += 2) {
-			int two = q + 1 < q1;
-			dwg_pass(g, xs, dys, nc, q, two, flat, 1, scratch, tags, a, b);
+		for (int64_t q = q0; q < q1; q += 1 + pairs) {
+			int two = q + 1 < q1 && pairs;
+			dwg_pass(g, xs, dys, nc, q, two, flat, 1 + pairs, scratch, tags, a, b);
 			for (int k = 0; k < 9; k++) {
 				u[k] = _mm512_add_ps(u[k], a[k]);
 				if (two)
