@@ -294,11 +294,6 @@ static const struct dc dwc_cases[] = {
 	{ 2, 1, 17, 1, { 33, 21 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 3, 0 }, { 2, 3 } },
 	{ 2, 1, 7, 3, { 6, 40 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 0, 0 }, { 0, 0 } },
 	{ 2, 1, 24, 1, { 56, 56 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 0 }, { 1, 1 } },
-	/* sixteen lanes (conv_dw_grad.c): blocks of 16 and a partial one,
-	 * rows of three transposes, odd row counts (a last row alone) */
-	{ 2, 2, 40, 1, { 9, 37 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
-	{ 2, 1, 9, 2, { 11, 35 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 0 } },
-	{ 2, 1, 32, 1, { 7, 7 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
 };
 
 /* y as one chain per output: bias, then fmaf over (kh, kw), taps in the
@@ -474,6 +469,23 @@ static void dwf_ref(const struct dc *t, const float *dy, const float *x, const f
 		}
 }
 
+/* dW's geometries: dwc_cases, then for sixteen lanes (conv_dw_grad.c)
+ * blocks of 16 and a partial one, rows of three transposes, odd row
+ * counts (a last row alone), a 7x7 plane transposed whole. */
+static const struct dc dwf_more[] = {
+	{ 2, 2, 40, 1, { 9, 37 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 9, 2, { 11, 35 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 0 } },
+	{ 2, 1, 32, 1, { 7, 7 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+};
+#define DWF_CASES (int)(sizeof dwc_cases / sizeof dwc_cases[0] + sizeof dwf_more / sizeof dwf_more[0])
+
+static const struct dc *dwf_case(int ci)
+{
+	int nc = (int)(sizeof dwc_cases / sizeof dwc_cases[0]);
+
+	return ci < nc ? &dwc_cases[ci] : &dwf_more[ci - nc];
+}
+
 /* hp_dw_filter of geometry d (unit: positions per unit, 0 an item). */
 static void dwf_run(struct hp_dw d, int64_t unit, const float *dy, const float *x, const float *acc, float *dw,
 		    struct hp_pool *pool)
@@ -498,8 +510,8 @@ static void test_dwc_filter(void **state)
 	if (!hp_dot_available())
 		skip();
 	assert_int_equal(hp_pool_create(2, &pool), 0);
-	for (int ci = 0; ci < (int)(sizeof dwc_cases / sizeof dwc_cases[0]); ci++) {
-		const struct dc *t = &dwc_cases[ci];
+	for (int ci = 0; ci < DWF_CASES; ci++) {
+		const struct dc *t = dwf_case(ci);
 		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), i0, i1, m = t->c * t->mult;
 		size_t nx = (size_t)(t->n * t->c * t->in[0] * t->in[1]), ny = (size_t)(t->n * m * oh * ow);
 		float *x = dwc_data(nx, 23 + ci), *dy = dwc_data(ny, 29 + ci), *acc = dwc_data((size_t)m * 9, 31 + ci);
