@@ -89,14 +89,6 @@ static int64_t dwg_wp(const struct hp_colgeom *g)
 	return (g->grid[2] - 1) * g->stride[2] + 3;
 }
 
-static int dwg_flat(const struct hp_colgeom *g)
-{
-	int64_t flat = (g->img_vol + DWG_L - 1) / DWG_L + (g->grid_vol + DWG_L - 1) / DWG_L;
-	int64_t rows = (g->img[1] * dwg_width(g) + g->grid[1] * dwg_owp(g)) / DWG_L;
-
-	return dwg_hp(g) * dwg_wp(g) + g->grid_vol + DWG_L <= DWG_FLAT && 3 * flat < 2 * rows;
-}
-
 /* Floats of a worker's scratch: the ring, a zero row, two dY rows; or the
  * whole planes (dY's rounded up to whole transposes). */
 size_t hp_dwg_scratch(const struct hp_colgeom *g)
@@ -108,6 +100,14 @@ size_t hp_dwg_scratch(const struct hp_colgeom *g)
 }
 
 #ifdef DWG_X86
+static int dwg_flat(const struct hp_colgeom *g)
+{
+	int64_t flat = (g->img_vol + DWG_L - 1) / DWG_L + (g->grid_vol + DWG_L - 1) / DWG_L;
+	int64_t rows = (g->img[1] * dwg_width(g) + g->grid[1] * dwg_owp(g)) / DWG_L;
+
+	return dwg_hp(g) * dwg_wp(g) + g->grid_vol + DWG_L <= DWG_FLAT && 3 * flat < 2 * rows;
+}
+
 struct dwg_run {
 	const struct hp_dw *d;
 	const float *dy, *x, *acc;
