@@ -672,7 +672,9 @@ int hp_dwc_filter_eligible(const struct hp_colgeom *g)
 size_t hp_dwc_filter_scratch(const struct hp_colgeom *g)
 {
 #ifdef DWC_X86
-	return dwc_ffloats(g);
+	size_t a = dwc_ffloats(g), b = hp_dwg_scratch(g); /* either kernel may run (tests switch) */
+
+	return a > b ? a : b;
 #else
 	(void)g;
 	return 0;
@@ -687,6 +689,10 @@ void hp_dwc_filter(const struct hp_dw *d, const float *dy, const float *x, const
 	struct dwc_frun r = { .d = d, .dy = dy, .x = x, .acc = acc, .dw = dw, .scratch = ws,
 			      .blocks = (d->cin * d->mult + DWC_L - 1) / DWC_L, .urows = urows > 0 ? urows : rows };
 
+	if (hp_dwg_available(&d->g)) { /* conv_dw_grad.c: sixteen channels, the same chains */
+		hp_dwg_filter(d, dy, x, acc, dw, ws, threads, pool);
+		return;
+	}
 	hp_conv_parallel(pool, threads, r.blocks, dwc_frange, &r);
 #else
 	(void)d, (void)dy, (void)x, (void)acc, (void)dw, (void)ws, (void)threads, (void)pool;

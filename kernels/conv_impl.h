@@ -210,6 +210,16 @@ int hp_dwc_filter_eligible(const struct hp_colgeom *g);
 size_t hp_dwc_filter_scratch(const struct hp_colgeom *g); /* floats */
 void hp_dwc_filter(const struct hp_dw *d, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		   int threads, struct hp_pool *pool);
+/* The same dW with sixteen channels in zmm lanes (conv_dw_grad.c,
+ * AVX-512F and FMA): hp_dwc_filter's chains bit for bit, which it takes
+ * where available; hp_dwg_scratch() floats per thread. */
+int hp_dwg_available(const struct hp_colgeom *g);
+size_t hp_dwg_scratch(const struct hp_colgeom *g); /* floats */
+void hp_dwg_filter(const struct hp_dw *d, const float *dy, const float *x, const float *acc, float *dw, float *ws,
+		   int threads, struct hp_pool *pool);
+/* Tests only: 1, conv_dwc.c's eight-channel tiles even where the CPU has
+ * AVX-512 (the same bits); 0, the default. */
+void hp_dwg_set_avx2(int on);
 
 /* Parsed Conv / ConvTranspose node, kept in n->priv. */
 struct hp_conv {

@@ -469,6 +469,23 @@ static void dwf_ref(const struct dc *t, const float *dy, const float *x, const f
 		}
 }
 
+/* dW's geometries: dwc_cases, then for sixteen lanes (conv_dw_grad.c)
+ * blocks of 16 and a partial one, rows of three transposes, odd row
+ * counts (a last row alone), a 7x7 plane transposed whole. */
+static const struct dc dwf_more[] = {
+	{ 2, 2, 40, 1, { 9, 37 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 9, 2, { 11, 35 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 0 } },
+	{ 2, 1, 32, 1, { 7, 7 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+};
+#define DWF_CASES (int)(sizeof dwc_cases / sizeof dwc_cases[0] + sizeof dwf_more / sizeof dwf_more[0])
+
+static const struct dc *dwf_case(int ci)
+{
+	int nc = (int)(sizeof dwc_cases / sizeof dwc_cases[0]);
+
+	return ci < nc ? &dwc_cases[ci] : &dwf_more[ci - nc];
+}
+
 /* hp_dw_filter of geometry d (unit: positions per unit, 0 an item). */
 static void dwf_run(struct hp_dw d, int64_t unit, const float *dy, const float *x, const float *acc, float *dw,
 		    struct hp_pool *pool)
@@ -493,8 +510,8 @@ static void test_dwc_filter(void **state)
 	if (!hp_dot_available())
 		skip();
 	assert_int_equal(hp_pool_create(2, &pool), 0);
-	for (int ci = 0; ci < (int)(sizeof dwc_cases / sizeof dwc_cases[0]); ci++) {
-		const struct dc *t = &dwc_cases[ci];
+	for (int ci = 0; ci < DWF_CASES; ci++) {
+		const struct dc *t = dwf_case(ci);
 		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), i0, i1, m = t->c * t->mult;
 		size_t nx = (size_t)(t->n * t->c * t->in[0] * t->in[1]), ny = (size_t)(t->n * m * oh * ow);
 		float *x = dwc_data(nx, 23 + ci), *dy = dwc_data(ny, 29 + ci), *acc = dwc_data((size_t)m * 9, 31 + ci);
@@ -502,16 +519,20 @@ static void test_dwc_filter(void **state)
 		float *xb = malloc(nx * 4), *dyb = malloc(ny * 4);
 		struct hp_dw whole = geom(t, 0, oh, &i0, &i1);
 
-		for (int u = 0; u < 2; u++)
-			for (int a = 0; a < 2; a++)
-				for (int p = 0; p < 2; p++) {
-					dwf_ref(t, dy, x, a ? acc : NULL, u ? oh : 1, ref);
-					dwf_run(whole, u ? 0 : ow, dy, x, a ? acc : NULL, got, p ? pool : NULL);
-					if (memcmp(ref, got, (size_t)m * 9 * 4))
-						fail_msg("dwc case %d: dW (units of %s, %s, %s) is not the chain", ci,
-							 u ? "an item" : "a row", a ? "running sum" : "from 0",
-							 p ? "pool" : "alone");
-				}
+		for (int isa = 0; isa < 2; isa++)
+			for (int u = 0; u < 3; u++)
+				for (int a = 0; a < 2; a++)
+					for (int p = 0; p < 2; p++) {
+						int64_t ur = u == 0 ? 1 : u == 1 ? oh : 3;
+						hp_dwg_set_avx2(isa);
+						dwf_ref(t, dy, x, a ? acc : NULL, ur, ref);
+						dwf_run(whole, u == 1 ? 0 : ur * ow, dy, x, a ? acc : NULL, got, p ? pool : NULL);
+						hp_dwg_set_avx2(0);
+						if (memcmp(ref, got, (size_t)m * 9 * 4))
+							fail_msg("dwc case %d: dW (%s, units of %lld rows, %s, %s) is not the chain",
+								 ci, isa ? "eight lanes" : "sixteen lanes", (long long)ur,
+								 a ? "running sum" : "from 0", p ? "pool" : "alone");
+					}
 		dwf_ref(t, dy, x, NULL, 1, ref);
 		for (int64_t r = 1; t->n == 1 && r < oh; r += 1 + oh / 5) {
 			struct hp_dw up = geom(t, r, oh, &i0, &i1), lo;
