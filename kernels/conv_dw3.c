@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "kernels/conv_impl.h"
+#include "kernels/cpu.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -305,11 +306,116 @@ DW3_TARGET static void dw3_dstep(int rows, int64_t s, const float *const *r, con
 	}
 }
 
+/* With AVX-512 where it runs: the columns whose loads lie inside the row
+ * sixteen outputs at a time (at stride 2 each tap column one two-source
+ * permute of the loaded columns, vpermt2ps, where AVX2 takes two shuffles
+ * per sixteen and the final lane reorder), the rest as above.  The same
+ * chains, so the same bits.  (All columns so, the ends by masked loads
+ * and stores, ran 20% slower: 56x56 planes 69 against 86 GFLOP/s.) */
+#define DW3_T512 __attribute__((target("avx512f,avx512vl,avx2,fma")))
+
+/* Outputs o .. o + 15 of R rows, their loads inside the image row. */
+DW3_T512 static inline __attribute__((always_inline)) void
+dw3_col16(const int R, const int S, const float *const *r, const __m512 *wv, __m512 b, int64_t base, float *y,
+	  int64_t ldy, int64_t o)
+{
+	const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+	/* columns base + 2 + 2l: a2 from base + 2, c2 from base + 17 (so
+	 * that nothing past base + 32 is read) */
+	const __m512i i2 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+	__m512 acc[DW3_R];
+
+	for (int j = 0; j < R; j++)
+		acc[j] = b;
+#pragma GCC unroll 9
+	for (int t = 0; t < S * (R - 1) + 3; t++) {
+		const float *p = r[t] + base;
+		__m512 v0, v1, v2;
+		if (S == 1) {
+			v0 = _mm512_loadu_ps(p);
+			v1 = _mm512_loadu_ps(p + 1);
+			v2 = _mm512_loadu_ps(p + 2);
+		} else {
+			__m512 a = _mm512_loadu_ps(p), c = _mm512_loadu_ps(p + 16);
+			__m512 a2 = _mm512_loadu_ps(p + 2), c2 = _mm512_loadu_ps(p + 17);
+			v0 = _mm512_permutex2var_ps(a, ie, c);
+			v1 = _mm512_permutex2var_ps(a, io, c);
+			v2 = _mm512_permutex2var_ps(a2, i2, c2);
+		}
+#pragma GCC unroll 4
+		for (int j = 0; j < R; j++) {
+			int kh = t - S * j;
+			if (kh < 0 || kh > 2)
+				continue;
+			acc[j] = _mm512_fmadd_ps(wv[3 * kh], v0, acc[j]);
+			acc[j] = _mm512_fmadd_ps(wv[3 * kh + 1], v1, acc[j]);
+			acc[j] = _mm512_fmadd_ps(wv[3 * kh + 2], v2, acc[j]);
+		}
+	}
+	for (int j = 0; j < R; j++)
+		_mm512_storeu_ps(y + j * ldy + o, acc[j]);
+}
+
+DW3_T512 static inline __attribute__((always_inline)) void
+dw3_drows512(const int R, const int S, const float *const *r, const __m256 *wv, __m256 b, const __m512 *wz,
+	     __m512 bz, float *y, int64_t ow, int64_t p, int64_t n, int last)
+{
+	const int64_t span = S == 1 ? 18 : 33; /* columns a vector's loads cover */
+
+	for (int64_t o = 0; o < ow;) {
+		int64_t base = o * S - p;
+		__m256 acc[DW3_R];
+		if (o + 16 <= ow && base >= 0 && base + span <= n) {
+			dw3_col16(R, S, r, wz, bz, base, y, ow, o);
+			o += 16;
+			continue;
+		}
+		if (base >= 0 && base + (S == 1 ? 10 : 18) <= n) {
+			dw3_col(R, S, 0, r, wv, b, base, NULL, acc);
+		} else {
+			__m256i m[4];
+			for (int k = 0; k < 4; k++)
+				m[k] = dw3_in(base + (S == 1 ? k : (k & 1) * 8 + (k & 2)), n);
+			dw3_col(R, S, 1, r, wv, b, base, m, acc);
+		}
+		dw3_put(R, acc, y, ow, ow, o, last);
+		o += 8;
+	}
+}
+
+#define DW3_ZCASE(R)                                                                                  \
+	case R:                                                                                        \
+		if (s == 1)                                                                            \
+			dw3_drows512(R, 1, r, wv, b, wz, bz, y, ow, p, n, last);                       \
+		else                                                                                   \
+			dw3_drows512(R, 2, r, wv, b, wz, bz, y, ow, p, n, last);                       \
+		break;
+
+DW3_T512 static void dw3_dstep512(int rows, int64_t s, const float *const *r, const float *w, float bias, float *y,
+				  int64_t ow, int64_t p, int64_t n, int last)
+{
+	__m256 wv[9], b = _mm256_set1_ps(bias);
+	__m512 wz[9], bz = _mm512_set1_ps(bias);
+
+	for (int t = 0; t < 9; t++)
+		wv[t] = _mm256_broadcast_ss(w + t), wz[t] = _mm512_set1_ps(w[t]);
+	switch (rows) {
+		DW3_ZCASE(1)
+		DW3_ZCASE(2)
+		DW3_ZCASE(3)
+		DW3_ZCASE(4)
+	default:
+		break;
+	}
+}
+
 /* hp_dw3_plane without the ring (no clip): the zero row is the scratch's. */
 static void dw3_direct(const struct hp_colgeom *g, const float *x, const float *w, float bias, float *y,
 		       const float *zero)
 {
 	int64_t st = g->stride[1], oh_n = g->grid[1], n = g->img[2];
+	int avx512 = hp_cpu_avx512_fma();
 
 	for (int64_t oh = 0; oh < oh_n; oh += DW3_R) {
 		int rows = (int)(oh_n - oh < DW3_R ? oh_n - oh : DW3_R);
@@ -318,7 +424,10 @@ static void dw3_direct(const struct hp_colgeom *g, const float *x, const float *
 			int64_t ih = oh * st - g->pad[1] + t;
 			r[t] = ih < 0 || ih >= g->img[1] ? zero : x + ih * n;
 		}
-		dw3_dstep(rows, st, r, w, bias, y + oh * g->grid[2], g->grid[2], g->pad[2], n, oh + rows == oh_n);
+		if (avx512)
+			dw3_dstep512(rows, st, r, w, bias, y + oh * g->grid[2], g->grid[2], g->pad[2], n, oh + rows == oh_n);
+		else
+			dw3_dstep(rows, st, r, w, bias, y + oh * g->grid[2], g->grid[2], g->pad[2], n, oh + rows == oh_n);
 	}
 }
 
