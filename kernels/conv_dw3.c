@@ -312,7 +312,7 @@ DW3_TARGET static void dw3_dstep(int rows, int64_t s, const float *const *r, con
  * per sixteen and the final lane reorder), the rest as above.  The same
  * chains, so the same bits.  (All columns so, the ends by masked loads
  * and stores, ran 20% slower: 56x56 planes 69 against 86 GFLOP/s.) */
-#define DW3_T512 __attribute__((target("avx512f,avx512vl,avx2,fma")))
+#define DW3_T512 __attribute__((target("avx512f,avx2,fma")))
 
 /* Outputs o .. o + 15 of R rows, their loads inside the image row. */
 DW3_T512 static inline __attribute__((always_inline)) void
