@@ -20,8 +20,10 @@
  * order; dW element (m, k) sums per-column partials over (n, rows) in
  * order, then the columns in order, in one worker.
  *
- * 2-D 3x3 windows at stride 1 or 2 take conv_dw3.c's vector rows
- * instead (with AVX2 and FMA).
+ * 2-D 3x3 windows at stride 1 or 2 take conv_dw3.c's vector rows or
+ * conv_dwc.c's channel blocks instead (with AVX2 and FMA), and so do
+ * their data gradients (stride 1 as a forward, stride 2 as conv_dw3.c's
+ * dX rows or conv_dwc.c's blocks: one chain per element either way).
  *
  * The loops are compiled for AVX-512, AVX2 and baseline x86-64 (GCC
  * target_clones); without FMA contraction (-std=c11) every clone computes
@@ -411,7 +413,7 @@ void hp_dw_forward(const struct hp_dw *d, const float *x, const float *w, const 
 
 	if (d->scratch) /* one thread's scratch: the caller alone */
 		pool = NULL;
-	if (d->g.img[0] == 1 && hp_dwc_wanted(&d->g)) { /* small planes and stride 2: channel blocks */
+	if (d->g.img[0] == 1 && hp_dwc_wanted(&d->g, d->xclip != NULL)) { /* narrow planes: channel blocks */
 		hp_dwc_forward(d, x, w, b, y, pool);
 		return;
 	}
@@ -452,6 +454,25 @@ static void data_plane(const struct hp_dw *d, const float *dy, const float *w, f
 						}
 					}
 			}
+}
+
+/* Stride-2 dX planes by conv_dw3.c's rows (multiplier 1). */
+static void data3_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct dw_run *r = arg;
+	const struct hp_dw *d = r->d;
+
+	(void)tid;
+	for (int64_t i = b; i < e; i++)
+		hp_dw3_data_plane(&d->g, r->a + i * d->g.grid_vol, r->b + i % d->cin * 9, r->out + i * d->g.img_vol);
+}
+
+/* Whether conv_dw3.c's rows take a stride-2 dX rather than conv_dwc.c's
+ * channel blocks (the same chains): dX rows of a vector or more (112x112:
+ * 35 against 15 GFLOP/s per CPU-second, 14x14: 15 against 10). */
+static int data_rows(const struct hp_dw *d)
+{
+	return d->mult == 1 && hp_dw3_data_eligible(&d->g) && d->g.img[2] >= 8;
 }
 
 static void data_range(void *arg, int64_t b, int64_t e, int tid)
@@ -520,6 +541,11 @@ void hp_dw_data(const struct hp_dw *d, const float *dy, const float *w, float *d
 		return;
 	}
 	threads = hp_conv_threads_enter(pool, &saved);
+	if (ws && hp_dwc_data_eligible(d) && data_rows(d)) {
+		hp_conv_parallel(pool, threads, d->batch * d->cin, data3_range, &r);
+		hp_conv_threads_leave(saved);
+		return;
+	}
 	if (ws && hp_dwc_data_eligible(d)) { /* stride 2: conv_dwc.c */
 		hp_dwc_data(d, dy, w, dx, ws, threads < hp_conv_ws_threads() ? threads : hp_conv_ws_threads(), pool);
 		hp_conv_threads_leave(saved);

@@ -178,6 +178,11 @@ size_t hp_dw3_scratch(const struct hp_colgeom *g);
 void hp_dw3_init(const struct hp_colgeom *g, float *scratch);
 void hp_dw3_plane(const struct hp_colgeom *g, const float *x, const float *w, float bias, float *y, float *scratch,
 		  const float *clip);
+/* dX plane of one channel (multiplier 1) at stride 2 from its dY plane:
+ * each element one chain of fused multiply-adds from 0 over its taps in
+ * (kh, kw) order (conv_dwc.c's hp_dwc_data's chain). */
+int hp_dw3_data_eligible(const struct hp_colgeom *g);
+void hp_dw3_data_plane(const struct hp_colgeom *g, const float *dy, const float *w, float *dx);
 /* Output planes [i0, i1) (flat (item, output channel)) of hp_dw_forward
  * by the plane kernels, on the calling thread. */
 void hp_dw_planes(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y, int64_t i0,
@@ -188,7 +193,7 @@ void hp_dw_planes(const struct hp_dw *d, const float *x, const float *w, const f
  * at most 4096 outputs; hp_dw_forward takes it where wanted (stride 2,
  * narrow planes). */
 int hp_dwc_eligible(const struct hp_colgeom *g);
-int hp_dwc_wanted(const struct hp_colgeom *g);
+int hp_dwc_wanted(const struct hp_colgeom *g, int clip); /* clip: hp_dw.xclip set */
 size_t hp_dwc_scratch(const struct hp_colgeom *g); /* floats */
 void hp_dwc_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,
 		    struct hp_pool *pool);
