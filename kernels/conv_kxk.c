@@ -195,6 +195,16 @@ size_t hp_kxk_workspace(const struct hp_conv *cv, int threads)
 	return ((size_t)threads * (size_t)kx_per_thread(cv) + (size_t)kx_flip_floats(cv)) * sizeof(float);
 }
 
+size_t hp_kxk_workspace_item(const struct hp_conv *cv, int threads)
+{
+	struct hp_conv one = *cv;
+
+	one.batch = 1;
+	return ((size_t)threads * (size_t)kx_per_thread(&one) +
+		(size_t)(cv->wflip ? (cv->cout * cv->kdim + 15) / 16 * 16 : 0)) *
+	       sizeof(float);
+}
+
 /* Image coordinates of the first tap of 16 output columns (lanes past the
  * block's end far outside the image) and whether they are one run of a
  * single output row read at stride 1. */
