@@ -224,21 +224,23 @@ static int data_phase(struct cg_data *d, int path)
  * Neither side reads the batch, so that a node and every band of its
  * items (unpinned: out of core, training cuts the forward into bands of
  * items before autodiff) choose alike (tests/kernels/test_train.c,
- * test_conv_grad_items): the KxK path's workspace for one item with W'
- * packed whole, against the replaced path's for one item or, where
- * larger, the shift path's at its largest over batches
- * (hp_conv_shift_ws_most) where its window, channels and tiles would
- * take it: the path this one replaced before 1-D and 2-D gradient
+ * test_conv_grad_items): the KxK path's largest workspace over batches
+ * (hp_kxk_workspace_most: blocks full, W' packed whole) against the
+ * replaced path's for one item or, where larger, the shift path's
+ * largest (hp_conv_shift_ws_most) where its window, channels and tiles
+ * would take it: the path this one replaced before 1-D and 2-D gradient
  * products stopped taking it (conv.c shift_wanted: its choice and folding
  * read the batch).  Against col2im's alone, all but the 16-channel data
  * gradients of the 2-D U-Net and ResNet-18's (64x64, batch 4) at 16x16
  * and 8x8 fell to col2im, its 4x4 ones to the tiny path: 8-11% more CPU
- * time a training step (1 thread).  Read at the node's batch, the KxK workspace (W' packed per
- * micro-tile for one item of at most KX_NB positions) fitted col2im's
- * for a band of one item but not for the whole (128 <- 8 channels at
- * 8x8; 3-D 64 <- 64 at 4^3), an ulp off out of core; the shift path's
- * grows with the batch up to its largest (ResNet-18's 16x16: 350 KB for
- * one item, 848 KB for four). */
+ * time a training step (1 thread).  Read at the node's batch, the KxK
+ * workspace (W' packed per micro-tile for one item of at most KX_NB
+ * positions) fitted col2im's for a band of one item but not for the
+ * whole (128 <- 8 channels at 8x8; 3-D 64 <- 64 at 4^3), an ulp off out
+ * of core.  Its workspace for one item against the shift path's largest
+ * took the shipped LeNet's second Conv (16 <- 32 at 4x4, batch 64: 82 KB
+ * for one item, 336 KB for 64, shift's 101 KB) off the tiny path, and
+ * its training plan at 265508 bytes from 88 to 172 kernels. */
 static int kxk_ws_fits(const struct cg_data *d)
 {
 	const struct cgeom *c = &d->c;
@@ -259,7 +261,7 @@ static int kxk_ws_fits(const struct cg_data *d)
 		s = hp_conv_shift_ws_most(&sh);
 		yard = s > yard ? s : yard;
 	}
-	return hp_kxk_workspace_item(&d->cv, hp_conv_ws_threads()) <= yard;
+	return hp_kxk_workspace_most(&d->cv, hp_conv_ws_threads()) <= yard;
 }
 
 /* Whether the stride-1 dX d->cv (wflip) runs on the KxK path's AVX-512

@@ -350,11 +350,11 @@ int hp_kxk_eligible(const struct hp_conv *cv);
  * the AVX-512 tiles (hp_kxk_wide_ok). */
 int hp_kxk_flip_eligible(const struct hp_conv *cv);
 size_t hp_kxk_workspace(const struct hp_conv *cv, int threads);
-/* The workspace of one batch item of cv's geometry with W' (wflip)
- * packed whole: the same for a node and every band of its items (the
- * workspace itself reads the batch: blocks spanning items, W' packed per
- * micro-tile where one block takes all columns). */
-size_t hp_kxk_workspace_item(const struct hp_conv *cv, int threads);
+/* The largest workspace over the batches of cv's geometry: the same for
+ * a node and every band of its items (the workspace itself reads the
+ * batch: blocks spanning items, W' packed per micro-tile where one block
+ * takes all columns). */
+size_t hp_kxk_workspace_most(const struct hp_conv *cv, int threads);
 void hp_kxk_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		    struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 /* Tests and benchmarks only: 0 auto, 1 kxk path whenever possible, -1
