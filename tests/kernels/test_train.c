@@ -1655,9 +1655,9 @@ static void test_convt_grad_items(void **state)
  * the col2im workspace at the node's batch as its yardstick and its own
  * there (W' packed per micro-tile for one item of at most 128 positions),
  * cases 14-18 differ (128 <- 8 channels at 8x8, 3-D at 4^3); with the
- * shift path's at the node's batch, cases 1 and 5; with its own at the
- * node's batch, cases 3, 10 and 16-18.  The last three: the 2-D U-Net's
- * and ResNet-18's. */
+ * shift path's at the node's batch, case 1; with its own at the node's
+ * batch, cases 3, 10 and 16-18.  The last three: the 2-D U-Net's and
+ * ResNet-18's. */
 static void test_conv_grad_items(void **state)
 {
 	static const struct {
