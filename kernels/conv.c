@@ -364,6 +364,26 @@ static int direct_ok(const struct hp_colgeom *c)
 	       c->stride[1] == 1 && c->stride[2] == 1 && c->grid_vol == c->img_vol;
 }
 
+/* The batch at which the shift path's workspace is at its largest: its
+ * slabs and tiles full (from HP_SHIFT_FOLDED_SLAB_TILES tiles of folded
+ * planes per worker on, or HP_SHIFT_SLAB_PLANES planes). */
+#define SHIFT_WS_MOST_BATCH ((int64_t)1 << 16)
+
+size_t hp_conv_shift_ws_most(const struct hp_conv *cv)
+{
+	struct hp_conv o = *cv;
+	int folded;
+
+	o.batch = SHIFT_WS_MOST_BATCH;
+	o.lean = 0;
+	if (direct_ok(&o.g) || o.g.kvol < 2 || o.cin_g < HP_SHIFT_MIN_CH || hp_shift_init(&o.sh, &o.g, o.cin_g, o.cout_g))
+		return 0;
+	folded = o.nd <= 2 && hp_shift_fold(&o.sh, o.batch, o.cin * o.xvol, o.cout * o.yvol) == 0;
+	if (hp_shift_useful(&o.sh) < (folded ? HP_SHIFT_MIN_USEFUL_FOLDED : HP_SHIFT_MIN_USEFUL))
+		return 0;
+	return shift_ws(&o);
+}
+
 static int direct_ok(const struct hp_colgeom *c);
 static void setup_paths(struct hp_conv *cv, int allow_dot);
 

@@ -217,14 +217,52 @@ static int data_phase(struct cg_data *d, int path)
  * of two workers, W') is no larger than the path it replaces: under a
  * budget a larger one moved the band plans (the shipped LeNet's second
  * Conv: 3-6x its ConvTranspose's in bands of 2-8 rows; check_band_order
- * then failed in most runs).  ResNet's 2x2 and 7x7 planes keep their
- * paths so (3x3-tiny: 130 KB against 4.6 KB). */
+ * then failed in most runs).  ResNet's 2x2 planes keep their path so
+ * (3x3-tiny: 130 KB against 4.6 KB); 7x7 ones of 512 channels (224x224
+ * inputs) take it, as the shift path's workspace holds W' too (not
+ * measured).
+ *
+ * Neither side reads the batch, so that a node and every band of its
+ * items (unpinned: out of core, training cuts the forward into bands of
+ * items before autodiff) choose alike (tests/kernels/test_train.c,
+ * test_conv_grad_items): the KxK path's largest workspace over batches
+ * (hp_kxk_workspace_most: blocks full, W' packed whole) against the
+ * replaced path's for one item or, where larger, the shift path's
+ * largest (hp_conv_shift_ws_most) where its window, channels and tiles
+ * would take it: the path this one replaced before 1-D and 2-D gradient
+ * products stopped taking it (conv.c shift_wanted: its choice and folding
+ * read the batch).  Against col2im's alone, all but the 16-channel data
+ * gradients of the 2-D U-Net and ResNet-18's (64x64, batch 4) at 16x16
+ * and 8x8 fell to col2im, its 4x4 ones to the tiny path: 8-11% more CPU
+ * time a training step (1 thread).  Read at the node's batch, the KxK
+ * workspace (W' packed per micro-tile for one item of at most KX_NB
+ * positions) fitted col2im's for a band of one item but not for the
+ * whole (128 <- 8 channels at 8x8; 3-D 64 <- 64 at 4^3), an ulp off out
+ * of core.  Its workspace for one item against the shift path's largest
+ * took the shipped LeNet's second Conv (16 <- 32 at 4x4, batch 64: 82 KB
+ * for one item, 336 KB for 64, shift's 101 KB) off the tiny path, and
+ * its training plan at 265508 bytes from 88 to 172 kernels. */
 static int kxk_ws_fits(const struct cg_data *d)
 {
+	const struct cgeom *c = &d->c;
 	struct cg_data o = { .c = d->c };
+	struct hp_conv sh;
+	int64_t pad[3];
+	size_t yard, s;
+	int ok = 1;
 
+	o.c.n = 1;
 	data_plan(&o, -1, 0);
-	return hp_kxk_workspace(&d->cv, hp_conv_ws_threads()) <= o.cv.workspace;
+	yard = o.cv.workspace;
+	for (int i = 0; i < 3; i++)
+		ok &= (pad[i] = (c->k[i] - 1) * c->d[i] - c->p[i]) >= 0;
+	if (ok) {
+		conv_from(&o.c, 0, c->csmall, c->cbig, c->small, c->big, pad, &sh);
+		sh.wflip = 1;
+		s = hp_conv_shift_ws_most(&sh);
+		yard = s > yard ? s : yard;
+	}
+	return hp_kxk_workspace_most(&d->cv, hp_conv_ws_threads()) <= yard;
 }
 
 /* Whether the stride-1 dX d->cv (wflip) runs on the KxK path's AVX-512

@@ -365,6 +365,11 @@ int hp_kxk_eligible(const struct hp_conv *cv);
  * the AVX-512 tiles (hp_kxk_wide_ok). */
 int hp_kxk_flip_eligible(const struct hp_conv *cv);
 size_t hp_kxk_workspace(const struct hp_conv *cv, int threads);
+/* The largest workspace over the batches of cv's geometry: the same for
+ * a node and every band of its items (the workspace itself reads the
+ * batch: blocks spanning items, W' packed per micro-tile where one block
+ * takes all columns). */
+size_t hp_kxk_workspace_most(const struct hp_conv *cv, int threads);
 void hp_kxk_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		    struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 /* Tests and benchmarks only: 0 auto, 1 kxk path whenever possible, -1
@@ -481,6 +486,10 @@ size_t hp_conv_ws_max(void);
 /* Threads a workspace is sized for (the cores, at most 8); fewer at run
  * time is fine, more run with fewer workers or smaller chunks. */
 int hp_conv_ws_threads(void);
+/* The shift path's largest workspace over the batches of cv's geometry
+ * (1-D and 2-D folded, as a node of several items folds them) where its
+ * window, channels and tiles would take it, whatever the mode; else 0. */
+size_t hp_conv_shift_ws_most(const struct hp_conv *cv);
 /* Tests and benchmarks only: override the budget (0 restores the default). */
 void hp_conv_set_ws_max(size_t b);
 

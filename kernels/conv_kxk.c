@@ -195,6 +195,18 @@ size_t hp_kxk_workspace(const struct hp_conv *cv, int threads)
 	return ((size_t)threads * (size_t)kx_per_thread(cv) + (size_t)kx_flip_floats(cv)) * sizeof(float);
 }
 
+size_t hp_kxk_workspace_most(const struct hp_conv *cv, int threads)
+{
+	struct hp_conv one = *cv, many = *cv;
+	size_t a, b;
+
+	one.batch = 1;
+	many.batch = KX_NB + 1; /* every block full, spanning items where they do, W' packed whole */
+	a = hp_kxk_workspace(&one, threads);
+	b = hp_kxk_workspace(&many, threads);
+	return a > b ? a : b;
+}
+
 /* Image coordinates of the first tap of 16 output columns (lanes past the
  * block's end far outside the image) and whether they are one run of a
  * single output row read at stride 1. */
