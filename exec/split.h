@@ -82,6 +82,13 @@ struct hp_split_info {
  * number of groups rewritten or a negative error. */
 int hp_split_grad_exact(struct hp_graph *g);
 
+/* After autodiff of a graph whose recurrent nodes were cut into bands of
+ * batch entries (attribute hpdlf_rnn_band): the GradSums of neighbouring
+ * bands' weight gradients become one chain of running sums in float64
+ * (split_rnn.c), so the bands add what the whole RNNGrad adds.  Returns
+ * the sums chained or a negative error; g is finalized and inferred. */
+int hp_split_rnn_chain(struct hp_graph *g);
+
 /* One band of an exact group (split_grad_zero.c): gx its window gradient
  * (autodiff's ConvGradData/pooling gradient output), [a, b) its window
  * and [oa, ob) the rows it owns (whole rows of the input on `axis`). */
