@@ -12,7 +12,10 @@
  * outputs; in training Gemm, MatMul and Flatten too) gets the bands
  * Concat'ed back first.  Inference cuts Gemm/MatMul by a weight and
  * Flatten along the batch rows where each row is its own FMA chains
- * (hp_node_rows_exact).  Outputs are bitwise the
+ * (hp_node_rows_exact).  RNN, GRU and LSTM with layout 1 are cut in bands
+ * of batch entries (each entry runs alone; their RNNGrads chain the weight
+ * sums, split_rnn.c), and Squeeze, Unsqueeze and Reshape that keep the
+ * batch axis carry the bands between layers.  Outputs are bitwise the
  * unsplit ones: the conv kernels cut their sgemms into tiles fixed by the
  * geometry (OpenBLAS rounds a column by the call's width), a Conv's bands
  * start at multiples of its tile (hp_node_band_align; a cut upstream that
