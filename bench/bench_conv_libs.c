@@ -4,7 +4,7 @@
  * BLIS and libxsmm, forward, data gradient and weight gradient.
  *
  *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1]
- *                         [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--fwd]
+ *                         [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--fwd]
  *
  * --shift, --dot, --kxk and --grp force hpdlf's shift, dot, KxK and grouped
  * (conv_grp.c) paths (1), forbid them (-1)
@@ -40,6 +40,7 @@
 #include "hpdlf/kernels.h"
 #include "kernels/blas.h"
 #include "kernels/conv_grad_phase.h"
+#include "kernels/conv_grad_stem.h"
 #include "kernels/conv_impl.h"
 
 #ifdef HPDLF_HAVE_DNNL
@@ -533,11 +534,13 @@ int main(int argc, char **argv)
 			hp_kxk_set_run(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--pw") && i + 1 < argc) /* 1x1 dW on conv_grad_pw.c: auto, always, never */
 			hp_pfilt_set_mode(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--stem") && i + 1 < argc) /* dW on conv_grad_stem.c: auto, always, never */
+			hp_sfilt_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--fwd"))
 			fwd_only = 1;
 		else {
 			fprintf(stderr,
-				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--fwd]\n",
+				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--fwd]\n",
 				argv[0]);
 			return 2;
 		}

@@ -368,6 +368,20 @@ static int find_io(struct hp_trainer *t, struct hp_graph *gb, int had_loss)
 		return hp_error(HP_EINTERNAL, "%s: the last stage has no loss output", t->model);
 	if (p->vlab < 0)
 		return 0;
+	const struct hp_shape *ls = &gb->values[p->vlab].shape, *ys = &t->data.y.shape;
+	int fit = ls->rank == ys->rank;
+	for (int d = 1; fit && d < ys->rank; d++)
+		fit = ls->dims[d] == ys->dims[d];
+	if (!fit) {
+		char a[128], b[128];
+		struct hp_shape sa = { 0 }, sb = { 0 };
+		for (int d = 1; d < ys->rank; d++)
+			sa.dims[sa.rank++] = ys->dims[d];
+		for (int d = 1; d < ls->rank; d++)
+			sb.dims[sb.rank++] = ls->dims[d];
+		return hp_error(HP_EDATA, "%s samples are %s but the loss wants labels of %s per sample", t->data.y.what,
+				hp_shape_str(&sa, a, sizeof a), hp_shape_str(&sb, b, sizeof b));
+	}
 	t->widen_labels = gb->values[p->vlab].dtype == HP_I64 && t->data.y.dtype == HP_I32;
 	if (gb->values[p->vlab].dtype != t->data.y.dtype && !t->widen_labels)
 		return hp_error(HP_EDATA, "%s is %s but the loss wants %s labels", t->data.y.what,

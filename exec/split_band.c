@@ -43,6 +43,10 @@ struct bp {
 	struct band *b;        /* per original value */
 	char *whole;           /* per original value: its whole form exists */
 	char *cut_read;        /* per original value: read cut by a node cut for its own need */
+	char *param;           /* per original value: a trainable parameter or folded from one
+				* (a PyTorch GroupNorm's Unsqueeze of its weight): autodiff
+				* unfolds those after the split, and the gradient reaches the
+				* weight through them */
 	int ahead;             /* cut the producers of those values too */
 	int nahead;            /* nodes cut only for that */
 	int nvals;
@@ -194,7 +198,8 @@ static int rows_input(const struct bp *p, const struct hp_node *n, int j)
 	at = p->axis - (y->rank - x->rank);
 	/* training: the gradient of an input broadcast along the axis sums
 	 * over it, and band partials added up would not be that sum's bits */
-	if ((at < 0 || x->dims[at] == 1) && p->training && p->g->values[v].kind != HP_VALUE_CONSTANT)
+	if ((at < 0 || x->dims[at] == 1) && p->training &&
+	    (p->g->values[v].kind != HP_VALUE_CONSTANT || (v < p->nvals && p->param[v])))
 		return -1;
 	if (at < 0 || x->dims[at] == 1)
 		return y->dims[p->axis] == 1 ? -1 : 0;
@@ -909,6 +914,22 @@ static int pick_axis(const struct hp_graph *g, int k, int training)
 	return 0;
 }
 
+/* p->param: trainable parameters, then the outputs of folded nodes that
+ * read one (nodes in order). */
+static void mark_params(struct bp *p, const struct hp_node *nodes, int n)
+{
+	for (int v = 0; v < p->nvals; v++)
+		p->param[v] = p->g->values[v].trainable && p->g->values[v].kind == HP_VALUE_INITIALIZER;
+	for (int i = 0; i < n; i++) {
+		int from = 0;
+		for (int j = 0; nodes[i].folded && j < nodes[i].ninputs; j++)
+			from |= nodes[i].inputs[j] >= 0 && nodes[i].inputs[j] < p->nvals && p->param[nodes[i].inputs[j]];
+		for (int o = 0; from && o < nodes[i].noutputs; o++)
+			if (nodes[i].outputs[o] >= 0 && nodes[i].outputs[o] < p->nvals)
+				p->param[nodes[i].outputs[o]] = 1;
+	}
+}
+
 int hp_split_bands(struct hp_graph *g, int k, int training, int lean, int ahead, uint64_t target, int *nsplit,
 		   int *axis, int *nahead, int *rejoined)
 {
@@ -921,10 +942,12 @@ int hp_split_bands(struct hp_graph *g, int k, int training, int lean, int ahead,
 	p.b = calloc((size_t)p.nvals + 1, sizeof *p.b);
 	p.whole = calloc((size_t)p.nvals + 1, 1);
 	p.cut_read = calloc((size_t)p.nvals + 1, 1);
-	if (!p.b || !p.whole || !p.cut_read) {
-		free(p.b), free(p.whole), free(p.cut_read);
+	p.param = calloc((size_t)p.nvals + 1, 1);
+	if (!p.b || !p.whole || !p.cut_read || !p.param) {
+		free(p.b), free(p.whole), free(p.cut_read), free(p.param);
 		return hp_error(-ENOMEM, "out of memory splitting the graph");
 	}
+	mark_params(&p, old, nold);
 	if (ahead)
 		mark_cut_reads(&p, old, nold);
 	g->nodes = NULL;
@@ -944,6 +967,7 @@ int hp_split_bands(struct hp_graph *g, int k, int training, int lean, int ahead,
 	free(p.b);
 	free(p.whole);
 	free(p.cut_read);
+	free(p.param);
 	*nsplit = p.nsplit;
 	*axis = p.axis;
 	if (rejoined)

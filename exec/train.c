@@ -135,10 +135,20 @@ static int fit_labels(struct hp_trainer *t)
 	int ok = lv->shape.rank == y->shape.rank;
 	for (int i = 1; ok && i < y->shape.rank; i++)
 		ok = lv->shape.dims[i] == y->shape.dims[i];
-	if (!ok)
-		return hp_error(HP_EDATA, "%s samples are %s but the loss wants labels of %s per sample (from output '%s')",
-				y->what, dims_str(&y->shape, 1, a, sizeof a), dims_str(&lv->shape, 1, b, sizeof b),
-				t->o.spec.output ? t->o.spec.output : g->values[g->outputs[0]].name);
+	if (!ok) {
+		const char *on = t->o.spec.output ? t->o.spec.output : g->values[g->outputs[0]].name;
+		int x = hp_graph_find_value(g, on);
+		char c[128] = "";
+		/* a sequence model's logits: say what labels with the classes last would be */
+		if (t->o.spec.loss == HP_LOSS_CROSS_ENTROPY && x >= 0 && g->values[x].shape.rank >= 3) {
+			struct hp_shape s = g->values[x].shape;
+			s.rank--;
+			snprintf(c, sizeof c, ", classes on axis 1; or %s with the classes on its last axis",
+				 dims_str(&s, 1, (char[96]){ 0 }, 96));
+		}
+		return hp_error(HP_EDATA, "%s samples are %s but the loss wants labels of %s per sample (from output '%s'%s)",
+				y->what, dims_str(&y->shape, 1, a, sizeof a), dims_str(&lv->shape, 1, b, sizeof b), on, c);
+	}
 	return 0;
 }
 
@@ -211,12 +221,63 @@ static int check_async(const struct hp_trainer_opts *o)
 	return 0;
 }
 
+/* Cross-entropy takes the classes on the output's axis 1 (as PyTorch's
+ * F.cross_entropy and ONNX's SoftmaxCrossEntropyLoss do).  A language
+ * model's logits [N, T, V] with labels [N, T] have them last: where the
+ * label file's sample dims are the output's but its last (and not the
+ * output's but its axis 1), a Transpose puts the classes on axis 1 for
+ * the loss.  The model's output is left as it is (inference, export and
+ * validation read it). */
+static int classes_last(struct hp_trainer *t)
+{
+	struct hp_graph *g = t->g;
+	int x = t->o.spec.output ? hp_graph_find_value(g, t->o.spec.output) : g->noutputs ? g->outputs[0] : -1;
+	const struct hp_shape *xs, *ys = &t->data.y.shape;
+	int r, last = 1, first = 1, v, node, rc;
+	int64_t perm[HP_MAX_RANK];
+	char name[512];
+
+	if (t->o.spec.loss != HP_LOSS_CROSS_ENTROPY || x < 0 || t->vin < 0)
+		return 0;
+	xs = &g->values[x].shape;
+	r = xs->rank;
+	if (r < 3 || ys->rank != r - 1)
+		return 0;
+	for (int d = 1; d < r - 1; d++) {
+		last &= ys->dims[d] == xs->dims[d];
+		first &= ys->dims[d] == xs->dims[d + 1];
+	}
+	if (!last || first)
+		return 0;
+	if (t->pipe) /* its stages are cut from the model file again (pipe_build.c) */
+		return hp_error(HP_EUSAGE, "%s: the labels fit output '%s' with the classes on its last axis, which "
+				"--pipeline does not take: export the logits with the classes on axis 1 (e.g. "
+				"logits.transpose(1, 2)), or train without --pipeline", t->model, g->values[x].name);
+	snprintf(name, sizeof name, "%s/classes_first", g->values[x].name);
+	perm[0] = 0;
+	perm[1] = r - 1;
+	for (int d = 2; d < r; d++)
+		perm[d] = d - 1;
+	struct hp_attr a = { .name = "perm", .type = HP_ATTR_INTS, .ints = perm, .n = r };
+	if ((v = hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_F32, NULL)) < 0 ||
+	    (node = hp_graph_add_node(g, name, "Transpose", 1, &x, 1, &v)) < 0 || (rc = hp_graph_add_attr(g, node, &a)) < 0)
+		return v < 0 ? v : node < 0 ? node : rc;
+	if (!(t->classes_first = strdup(name)))
+		return hp_error(-ENOMEM, "out of memory");
+	return (rc = hp_graph_finalize(g)) < 0 ? rc : hp_graph_infer(g);
+}
+
 /* Autodiff, then (with several ranks) the gradients' reductions before
  * the updates. */
 static int finish_autodiff(struct hp_graph *g, void *arg)
 {
 	struct hp_trainer *t = arg;
-	int rc = hp_autodiff(g, &t->o.spec);
+	struct hp_train_spec spec = t->o.spec;
+	int rc;
+
+	if (t->classes_first)
+		spec.output = t->classes_first;
+	rc = hp_autodiff(g, &spec);
 	uint64_t bucket = t->o.bucket;
 	int ranks = t->o.async_sgd ? 1 : t->nranks; /* async: no gradient is reduced */
 
@@ -283,6 +344,8 @@ static int build_pipeline(struct hp_trainer *t)
 	if (rc == 0)
 		rc = infer_rebatched(t);
 	if (rc == 0)
+		rc = classes_last(t);
+	if (rc == 0)
 		rc = hp_pipe_build(t);
 	if (rc == 0 && !(t->rows = calloc((size_t)t->lbatch, sizeof *t->rows)))
 		rc = hp_error(-ENOMEM, "out of memory");
@@ -326,7 +389,7 @@ static int build(struct hp_trainer *t)
 	if (t->pipe)
 		return build_pipeline(t);
 	if ((rc = fit_input(t)) < 0 || (rc = train_params(t)) < 0 || (rc = infer_rebatched(t)) < 0 ||
-	    (rc = hp_fuse_training(t->g)) < 0)
+	    (rc = hp_fuse_training(t->g)) < 0 || (rc = classes_last(t)) < 0)
 		return rc;
 	/* the process's fixed overhead, measured once the graph is loaded
 	 * (budget.h) */
@@ -455,6 +518,7 @@ void hp_trainer_destroy(struct hp_trainer *t)
 	hp_tensor_free(&t->xb);
 	hp_tensor_free(&t->yb);
 	free(t->ytmp);
+	free(t->classes_first);
 	free(t->rows);
 	free(t->perm);
 	free(t->model);

@@ -141,25 +141,28 @@ static int64_t label_at(const struct hp_darray *y, const void *p, int64_t i)
 static void add_ce(const struct hp_trainer *t, const struct hp_tensor *out, const void *lab, int64_t rows,
 		   struct eval_sums *sum)
 {
-	int64_t c = out->shape.rank > 1 ? out->shape.dims[1] : out->shape.dims[0];
+	/* classes on axis 1, or last (train.c classes_last) */
+	int last = t->classes_first != NULL;
+	int64_t c = out->shape.rank > 1 ? out->shape.dims[last ? out->shape.rank - 1 : 1] : out->shape.dims[0];
 	int64_t sp = hp_shape_numel(&out->shape) / (out->shape.rank > 1 ? out->shape.dims[0] : 1) / c;
+	int64_t st = last ? 1 : sp;
 	const float *x = out->data;
 
 	for (int64_t r = 0; r < rows; r++)
 		for (int64_t s = 0; s < sp; s++) {
 			int64_t y = label_at(&t->eval->data.y, lab, r * sp + s), arg = 0;
-			const float *row = x + r * c * sp + s;
+			const float *row = x + (last ? (r * sp + s) * c : r * c * sp + s);
 			double mx = -INFINITY, z = 0;
 			if (y == t->o.spec.ignore_index)
 				continue;
 			for (int64_t k = 0; k < c; k++)
-				if (row[k * sp] > mx) {
-					mx = row[k * sp];
+				if (row[k * st] > mx) {
+					mx = row[k * st];
 					arg = k;
 				}
 			for (int64_t k = 0; k < c; k++)
-				z += exp(row[k * sp] - mx);
-			sum->loss += y >= 0 && y < c ? mx + log(z) - row[y * sp] : NAN;
+				z += exp(row[k * st] - mx);
+			sum->loss += y >= 0 && y < c ? mx + log(z) - row[y * st] : NAN;
 			sum->correct += arg == y;
 			sum->count += 1;
 		}

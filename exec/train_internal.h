@@ -53,6 +53,8 @@ struct hp_trainer {
 	struct hp_dataset data;
 	int vin, vlab, vloss;  /* the data input, the labels input, the loss */
 	int widen_labels;      /* int32 label file fed to an int64 input */
+	char *classes_first;   /* cross-entropy over the output's last axis: the Transpose
+				* that puts its classes on axis 1, the loss's input (NULL: none) */
 	int64_t step, total;
 	uint64_t shuffle_seed;
 	int64_t *perm, perm_epoch;

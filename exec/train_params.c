@@ -7,7 +7,10 @@
  * nodes: such a Constant becomes an initializer holding its value, and the
  * Identity chain is bypassed, so the rest of training (BatchNorm state,
  * export) treats both writings alike.  Constants elsewhere (a scale of 0.5,
- * shape arithmetic) stay constants.  Parameters and running statistics
+ * shape arithmetic) stay constants, and so do the scale of ones and bias
+ * of zeros of a GroupNorm decomposed through InstanceNormalization, and
+ * every Constant of a PyTorch export (its parameters are initializers).
+ * Parameters and running statistics
  * an exporter merged (Identity of another initializer of equal value) are
  * untied here, before anything cuts the graph (autodiff_untie.c: a
  * pipeline stage would otherwise receive LayerNorm 2's weight from stage 0
@@ -91,11 +94,70 @@ static void bypass_identities(struct hp_graph *g)
 	}
 }
 
+/* Whether every element of constant v is x. */
+static int all_equal(const struct hp_value *v, float x)
+{
+	const float *d = v->data;
+
+	for (int64_t i = 0; i < hp_shape_numel(&v->shape); i++)
+		if (d[i] != x)
+			return 0;
+	return 1;
+}
+
+/* The only node reading value v, or NULL. */
+static const struct hp_node *sole_consumer(const struct hp_graph *g, int v)
+{
+	const struct hp_node *c = NULL;
+
+	for (int i = 0; i < g->nnodes; i++)
+		for (int k = 0; k < g->nodes[i].ninputs; k++)
+			if (g->nodes[i].inputs[k] == v) {
+				if (c && c != &g->nodes[i])
+					return NULL;
+				c = &g->nodes[i];
+			}
+	return c;
+}
+
+/* GroupNorm as exporters decompose it (PyTorch before opset 18,
+ * Paddle2ONNX): Reshape to [N, groups, -1], InstanceNormalization with a
+ * scale of ones and a bias of zeros, Reshape back, then Mul and Add by
+ * the real weight and bias.  That scale and bias are the decomposition's
+ * identity, not parameters: training them adds a degree of freedom the
+ * source model does not have (a PyTorch GroupNorm net's losses parted
+ * from PyTorch's at step 2). */
+static int groupnorm_identity(const struct hp_graph *g, const struct hp_node *n)
+{
+	const struct hp_node *next;
+	int in;
+
+	if (strcmp(n->op_type, "InstanceNormalization") || n->ninputs != 3 || n->noutputs != 1 ||
+	    !constant_tensor(g, n->inputs[1]) || !constant_tensor(g, n->inputs[2]) ||
+	    !all_equal(&g->values[n->inputs[1]], 1.0f) || !all_equal(&g->values[n->inputs[2]], 0.0f))
+		return 0;
+	in = g->values[n->inputs[0]].producer;
+	next = sole_consumer(g, n->outputs[0]);
+	return in >= 0 && !strcmp(g->nodes[in].op_type, "Reshape") && next && !strcmp(next->op_type, "Reshape");
+}
+
+/* PyTorch's exporter writes every parameter and buffer as an
+ * initializer; its Constant nodes are its own (GroupNorm's identity
+ * above, a Normalize's mean and std), which PyTorch does not train. */
+static int params_are_initializers(const struct hp_graph *g)
+{
+	return g->producer && !strcmp(g->producer, "pytorch");
+}
+
 static int promote(struct hp_graph *g, int64_t *count)
 {
 	bypass_identities(g);
+	if (params_are_initializers(g))
+		return hp_graph_finalize(g);
 	for (int i = 0; i < g->nnodes; i++) {
 		const struct hp_node *n = &g->nodes[i];
+		if (groupnorm_identity(g, n))
+			continue;
 		for (int k = 0; k < n->ninputs; k++) {
 			struct hp_value *v = n->inputs[k] >= 0 ? &g->values[n->inputs[k]] : NULL;
 			if (!v || !constant_tensor(g, n->inputs[k]) || !slot_is_param(g, n, k))

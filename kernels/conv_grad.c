@@ -16,6 +16,7 @@
 #include "hpdlf/error.h"
 #include "kernels/band.h"
 #include "kernels/conv_grad_phase.h"
+#include "kernels/conv_grad_stem.h"
 #include "kernels/conv_impl.h"
 #include "kernels/eltwise_impl.h"
 #include "kernels/train_util.h"
@@ -631,6 +632,8 @@ struct cg_filter {
 	struct hp_lfilt lfg;
 	int pw;                /* direct, ungrouped, short units, AVX-512: conv_grad_pw.c */
 	struct hp_pfilt pfg;
+	int stem;              /* ungrouped, 16-64 output channels, AVX-512: conv_grad_stem.c */
+	struct hp_sfilt sfg;
 };
 
 struct filter_run {
@@ -972,6 +975,36 @@ static int pw_plan(struct cg_filter *f, const struct hp_node *n, int64_t unit_ax
 	return 1;
 }
 
+/* Ungrouped layers on conv_grad_stem.c's co-lane tiles where they apply
+ * (chosen by the channels and the window, never by the batch or a
+ * band's rows), in place of the path chosen before, in as many workers
+ * as fit the least of that path's workspace and the sgemm path's (with
+ * the same hpdlf_lean: figures a band of items or rows keeps); the node
+ * names the replaced path's workspace to the planner, so the plans do
+ * not change. */
+static void stem_colane(struct cg_filter *f, const struct hp_node *n, int64_t unit_axis)
+{
+	const struct cgeom *c = &f->c;
+	struct hp_colgeom geo = { 0 };
+	struct cg_filter s = *f;
+	struct hp_sfilt q;
+
+	if (f->dw || c->group != 1)
+		return;
+	cgeom_colgeom(c, &geo);
+	if (!hp_sfilt_plan(&q, &geo, c->n, c->cbig, c->csmall, c->group, filter_unit(c, unit_axis),
+			   hp_conv_ws_threads()))
+		return;
+	s.lean = hp_attr_int(n, "hpdlf_lean", 0) != 0;
+	s.w3 = s.grp = s.reg = s.lane = s.pw = 0;
+	filter_plan(&s, unit_axis);
+	if (!hp_sfilt_fit(&q, s.workspace < f->workspace ? s.workspace : f->workspace, s.lean))
+		return;
+	f->sfg = q;
+	f->stem = 1, f->w3 = 0, f->grp = 0, f->reg = 0, f->lane = 0, f->pw = 0;
+	f->workspace = hp_sfilt_workspace(&q) > f->workspace ? hp_sfilt_workspace(&q) : f->workspace;
+}
+
 /* Grouped layers on conv_grad_grp.c's co-lane tiles where they apply
  * (chosen by channels, window and unit, which bands keep), in place of
  * the path chosen before, in chunks of rows that fit that path's
@@ -1027,6 +1060,7 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 		filter_plan(&f, unit_axis);
 	}
 	grp_colane(&f, n, unit_axis);
+	stem_colane(&f, n, unit_axis);
 	f.unit = filter_unit(&f.c, unit_axis);
 	if (!(n->priv = malloc(sizeof f)))
 		return hp_node_error(g, n, -ENOMEM, "out of memory");
@@ -1093,6 +1127,10 @@ static int conv_filter_run(const struct hp_node *n, const struct hp_kargs *a)
 	}
 	if (f->pw) {
 		hp_pfilt_run(&f->pfg, r.dy, r.x, acc, a->out[0].data, a->ws, a->pool);
+		return 0;
+	}
+	if (f->stem) {
+		hp_sfilt_run(&f->sfg, r.dy, r.x, acc, a->out[0].data, a->ws, a->pool);
 		return 0;
 	}
 	if (f->lane) {

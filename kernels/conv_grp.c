@@ -27,6 +27,7 @@
 
 #include "kernels/conv_impl.h"
 #include "kernels/fused_impl.h"
+#include "kernels/simd_tr16.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -61,6 +62,15 @@ static int gr_avx2;
 void hp_grp_set_avx2(int on)
 {
 	gr_avx2 = on;
+}
+
+/* Tests: -1, ConvGradData's 7-column planes on the column tiles too
+ * (gr_colane's tiles off; the same bits). */
+static int gr_cl_mode;
+
+void hp_grp_set_colane(int mode)
+{
+	gr_cl_mode = mode;
 }
 
 static int grp_mode; /* 0 auto, 1 whenever eligible, -1 never */
@@ -376,6 +386,120 @@ static int gr_512(void)
 	return cached && !gr_avx2;
 }
 
+/* ---- co-lane tiles: ConvGradData of 7-column planes ----
+ * ResNeXt's last stage (32 channels a group at 7x7) ran its dX on the
+ * column tiles at 88-92 GF/s a CPU-second (bench_conv_libs.c grouped-32):
+ * a unit's run of 7 rows of 9 staged columns is 61 columns, 72 computed
+ * for 49 kept.  Here the lanes are 16 output channels of the group and a
+ * tile R rows x 7 columns x NV vectors of channels (28 or 14
+ * accumulators); per tap k, NV vectors of the weights ([k][channel], the
+ * flipped weights' layout for this path) and one broadcast of the staged
+ * input per position into fused multiply-adds.  Each output is the same
+ * chain as gr_run's, from its bias over k in order, padding included,
+ * so the bits are the column tiles'.  The sums leave through 16 x 16
+ * transposes and masked stores of a channel's run of rows. */
+#define GR_CL_OW 7
+
+static int gr_colane(const struct hp_conv *cv, const struct gr_geom *q)
+{
+#ifdef GR_X86
+	return gr_cl_mode >= 0 && gr_512() && cv->wflip && cv->cout_g % 16 == 0 && q->ow == GR_CL_OW && q->sw == 1;
+#else
+	(void)cv, (void)q;
+	return 0;
+#endif
+}
+
+#ifdef GR_X86
+/* R rows of the unit from staged row s, output channels of wt's first
+ * (wt: [k][ldw]), the first `valid` positions stored into y (the first
+ * channel's plane from the tile's first row; planes of yv floats). */
+static inline __attribute__((always_inline)) GR_TARGET512 void gr_cl_tile(const int NV, const int R,
+									   const float *s, const int32_t *off,
+									   int64_t kdim, const float *wt,
+									   int64_t ldw, const float *bias,
+									   int64_t phw, float *y, int64_t yv,
+									   int valid)
+{
+	__m512 a[2][4 * GR_CL_OW];
+	const int P = R * GR_CL_OW;
+
+	for (int v = 0; v < NV; v++) {
+		__m512 b = bias ? _mm512_loadu_ps(bias + 16 * v) : _mm512_setzero_ps();
+		for (int i = 0; i < P; i++)
+			a[v][i] = b;
+	}
+	for (int64_t k = 0; k < kdim; k++) {
+		const float *p = s + off[k];
+		__m512 w[2];
+		for (int v = 0; v < NV; v++)
+			w[v] = _mm512_loadu_ps(wt + k * ldw + 16 * v);
+		for (int r = 0; r < R; r++)
+			for (int c = 0; c < GR_CL_OW; c++) {
+				__m512 x = _mm512_set1_ps(p[r * phw + c]);
+				for (int v = 0; v < NV; v++)
+					a[v][r * GR_CL_OW + c] = _mm512_fmadd_ps(w[v], x, a[v][r * GR_CL_OW + c]);
+			}
+	}
+	for (int v = 0; v < NV; v++)
+		for (int j0 = 0; j0 < valid; j0 += 16) {
+			int n = valid - j0 < 16 ? valid - j0 : 16;
+			__mmask16 mk = (__mmask16)((1u << n) - 1);
+			__m512 t[16];
+			for (int i = 0; i < 16; i++)
+				t[i] = i < n ? a[v][j0 + i] : _mm512_setzero_ps();
+			hp_tr16_ps(t);
+			for (int m = 0; m < 16; m++)
+				_mm512_mask_storeu_ps(y + (16 * v + m) * yv + j0, mk, t[m]);
+		}
+}
+
+#define GR_CL_FN(NV, R)                                                                                       \
+	static GR_TARGET512 void gr_cl_##NV##_##R(const float *s, const int32_t *off, int64_t kdim,          \
+						  const float *wt, int64_t ldw, const float *bias, int64_t phw, \
+						  float *y, int64_t yv, int valid)                            \
+	{                                                                                                     \
+		gr_cl_tile(NV, R, s, off, kdim, wt, ldw, bias, phw, y, yv, valid);                            \
+	}
+GR_CL_FN(2, 1)
+GR_CL_FN(2, 2)
+GR_CL_FN(1, 3)
+GR_CL_FN(1, 4)
+
+/* gr_block's outputs on the co-lane tiles: channels in vectors of 32
+ * (NV 2, tiles of 2 rows) where the group has a multiple of 32, else of
+ * 16 (tiles of 4 rows); a last tile of the rows left. */
+static void gr_cl_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh0, int64_t oh1, const float *st,
+			const int32_t *off)
+{
+	const struct hp_conv *cv = r->cv;
+	const struct gr_geom *q = &r->q;
+	int64_t yv = q->oh * q->ow, mg = cv->cout_g, nv = mg % 32 ? 1 : 2, rt = nv == 2 ? 2 : 4;
+	const float *wt = r->w + g * q->kdim * mg;
+
+	for (int64_t m = 0; m < mg; m += 16 * nv) {
+		int64_t co = g * mg + m;
+		const float *bias = r->b ? r->b + co : NULL;
+		float *y = r->y + (n * cv->cout + co) * yv;
+		for (int64_t oh = oh0; oh < oh1; oh += rt) {
+			int64_t rows = oh1 - oh < rt ? oh1 - oh : rt;
+			const float *s = st + (oh - oh0) * q->phw;
+			float *yo = y + oh * q->ow;
+			int valid = (int)(rows * q->ow);
+			if (nv == 2 && rows == 2)
+				gr_cl_2_2(s, off, q->kdim, wt + m, mg, bias, q->phw, yo, yv, valid);
+			else if (nv == 2)
+				gr_cl_2_1(s, off, q->kdim, wt + m, mg, bias, q->phw, yo, yv, valid);
+			else if (rows == 4)
+				gr_cl_1_4(s, off, q->kdim, wt + m, mg, bias, q->phw, yo, yv, valid);
+			else /* 3 rows and fewer: the tile of 3 (rows past oh1 read the
+			      * staging's next rows or slack and are not stored) */
+				gr_cl_1_3(s, off, q->kdim, wt + m, mg, bias, q->phw, yo, yv, valid);
+		}
+	}
+}
+#endif
+
 /* Output rows [oh0, oh1) of item n, group g, all the group's channels,
  * from the staging st: the unit's output rows are one run of columns,
  * column j = row * phw + output column (a row's last phw - ow columns are
@@ -390,6 +514,10 @@ static GR_TARGET void gr_block(const struct gr_run *r, int64_t n, int64_t g, int
 	const struct gr_geom *q = &r->q;
 	int64_t yv = q->oh * q->ow, tw = 8 * GR_NV, len = (oh1 - oh0 - 1) * q->phw + q->ow;
 
+	if (gr_colane(cv, q)) {
+		gr_cl_block(r, n, g, oh0, oh1, st, off);
+		return;
+	}
 	for (int64_t m = 0; m < cv->cout_g; m += GR_MR) {
 		int mr = (int)(cv->cout_g - m < GR_MR ? cv->cout_g - m : GR_MR);
 		int64_t co = g * cv->cout_g + m;
@@ -441,8 +569,9 @@ static void gr_range(void *arg, int64_t b, int64_t e, int tid)
 #ifdef GR_X86
 /* w' [cout][cin_g][kh][kw] from ConvGradData's w [cin][cout_g][kh][kw]
  * (the Conv's own W: its output channels are this forward's input
- * channels), mirrored along both axes. */
-static void gr_flip(const struct hp_conv *cv, const float *w, float *f)
+ * channels), mirrored along both axes; for the co-lane tiles (cl) w'^T
+ * [group][cin_g][kh][kw][cout_g]. */
+static void gr_flip(const struct hp_conv *cv, const float *w, float *f, int cl)
 {
 	int64_t kh = cv->g.k[1], kw = cv->g.k[2], kv = kh * kw;
 
@@ -451,8 +580,12 @@ static void gr_flip(const struct hp_conv *cv, const float *w, float *f)
 		for (int64_t j = 0; j < cv->cin_g; j++) {
 			const float *src = w + ((g * cv->cin_g + j) * cv->cout_g + mi) * kv;
 			float *dst = f + (m * cv->cin_g + j) * kv;
-			for (int64_t t = 0; t < kv; t++)
-				dst[t] = src[kv - 1 - t];
+			if (cl)
+				for (int64_t t = 0; t < kv; t++)
+					f[((g * cv->cin_g + j) * kv + t) * cv->cout_g + mi] = src[kv - 1 - t];
+			else
+				for (int64_t t = 0; t < kv; t++)
+					dst[t] = src[kv - 1 - t];
 		}
 	}
 }
@@ -467,12 +600,12 @@ void hp_grp_forward(const struct hp_conv *cv, const float *x, const float *w, co
 	size_t flip = gr_flip_floats(cv);
 	int64_t cap;
 
+	gr_geom(cv, &r.q);
 	if (flip) {
-		gr_flip(cv, w, ws);
+		gr_flip(cv, w, ws, gr_colane(cv, &r.q));
 		r.w = ws;
 		r.ws = ws + flip;
 	}
-	gr_geom(cv, &r.q);
 	r.per_thread = gr_per_thread(cv, &r.q);
 	cap = (int64_t)((cv->workspace / sizeof(float) - flip) / r.per_thread);
 	threads = threads < cap ? threads : (int)cap;

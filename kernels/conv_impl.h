@@ -432,6 +432,9 @@ void hp_gfilt_run(const struct hp_gfilt *q, const float *dy, const float *x, con
 /* Tests and benchmarks only: 1, the grouped path's AVX2 tiles even where
  * the CPU has AVX-512 (the same bits); 0, the default. */
 void hp_grp_set_avx2(int on);
+/* Tests only: -1 runs ConvGradData's 7-column planes on the column tiles
+ * (conv_grp.c's co-lane tiles off; the same bits), 0 auto. */
+void hp_grp_set_colane(int mode);
 
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
 void hp_convt_setup(struct hp_conv *cv);

@@ -2,10 +2,13 @@
  * repeated letters for diagonals, implicit output when "->" is absent:
  * the letters seen once, in alphabetical order, after the ellipsis dims),
  * over float32/float64/int32/int64 operands that broadcast on their
- * ellipsis dims.  Evaluated as one loop over every label's values with a
- * double accumulator per output element: exact to the reference's
- * rounding, and O(product of all label sizes) -- a general fallback, not a
- * replacement for MatMul on large products. */
+ * ellipsis dims.  Two float32 operands in the form of a batched matrix
+ * product (attention's 'bqhd,bkhd->bhqk', every label in both operands or
+ * in the output, none repeated in a term) are packed per batch combination
+ * and multiplied row by row (einsum_matmul; a T5-style attention model ran
+ * 0.76 -> 0.032 ms of CPU, ONNX Runtime 0.029); everything else is one loop over every label's
+ * values.  Both keep a double accumulator per output element, rounded
+ * once: exact to the reference's rounding. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -184,6 +187,108 @@ static void label_strides(const struct epriv *p, const struct hp_tensor *t, int 
 			ls[p->lab[i][d]] += st[d];
 }
 
+/* Offsets of every combination of the labels in lab[0..nl) (the last
+ * fastest) into an operand whose per-label strides are ls. */
+static void combo_offsets(const struct epriv *p, const int *lab, int nl, const int64_t *ls, int64_t *off)
+{
+	int64_t val[HP_MAX_RANK * 2] = { 0 }, total = 1;
+
+	for (int k = 0; k < nl; k++)
+		total *= p->size[lab[k]];
+	for (int64_t c = 0; c < total; c++) {
+		int64_t o = 0;
+		for (int k = 0; k < nl; k++)
+			o += val[k] * ls[lab[k]];
+		off[c] = o;
+		for (int k = nl - 1; k >= 0; k--) {
+			if (++val[k] < p->size[lab[k]])
+				break;
+			val[k] = 0;
+		}
+	}
+}
+
+/* Two float32 operands, no label repeated within a term, every label in
+ * both operands or in the output (a batched matrix product, as attention
+ * writes 'bqhd,bkhd->bhqk'): per batch combination the operands are
+ * packed as [M][K] and [K][N] and each output element is the sum over its
+ * K combinations in order, in double, rounded once.  -1: not that form
+ * (the general loop runs). */
+static int einsum_matmul(const struct hp_node *n, const struct epriv *p, const struct hp_kargs *a, int64_t (*ls)[NLAB])
+{
+	int cat[4][NLAB], nc[4] = { 0 }; /* batch, M (A only), N (B only), K (contracted) */
+	int in[2][NLAB] = { { 0 } }, out[NLAB] = { 0 };
+	int64_t sz[4] = { 1, 1, 1, 1 }, *off[9];
+	const float *A = a->in[0].data, *B = a->in[1].data;
+	float *O = a->out[0].data, *ap, *bp;
+	double *acc;
+
+	if (p->nin != 2 || a->in[0].dtype != HP_F32)
+		return -1;
+	for (int i = 0; i < 2; i++)
+		for (int d = 0; d < p->rank[i]; d++)
+			if (in[i][p->lab[i][d]]++)
+				return -1; /* a diagonal */
+	for (int d = 0; d < p->nout_lab; d++)
+		out[p->out[d]] = 1;
+	for (int k = 0; k < p->nlab; k++) {
+		int l = p->used[k], c = in[0][l] && in[1][l] ? (out[l] ? 0 : 3) : in[0][l] && out[l] ? 1
+				       : in[1][l] && out[l] ? 2 : -1;
+		if (c < 0)
+			return -1; /* summed over one operand alone */
+		cat[c][nc[c]++] = l;
+		sz[c] *= p->size[l];
+	}
+	static const int of[9] = { 0, 0, 0, 1, 3, 1, 2, 3, 2 }; /* the category each offset list runs over */
+	for (int i = 0; i < 9; i++)
+		off[i] = malloc((size_t)(sz[of[i]] + 1) * sizeof(int64_t));
+	ap = malloc((size_t)(sz[1] * sz[3] + 1) * sizeof *ap);
+	bp = malloc((size_t)(sz[3] * sz[2] + 1) * sizeof *bp);
+	acc = malloc((size_t)(sz[2] + 1) * sizeof *acc);
+	int ok = ap && bp && acc;
+	for (int i = 0; i < 9; i++)
+		ok &= off[i] != NULL;
+	if (ok) {
+		/* off[0..2]: batch offsets in A, B, O; [3..5]: M in A, K in A, M in O;
+		 * [6..8]: N in B, K in B, N in O */
+		combo_offsets(p, cat[0], nc[0], ls[0], off[0]);
+		combo_offsets(p, cat[0], nc[0], ls[1], off[1]);
+		combo_offsets(p, cat[0], nc[0], ls[EMAXIN], off[2]);
+		combo_offsets(p, cat[1], nc[1], ls[0], off[3]);
+		combo_offsets(p, cat[3], nc[3], ls[0], off[4]);
+		combo_offsets(p, cat[1], nc[1], ls[EMAXIN], off[5]);
+		combo_offsets(p, cat[2], nc[2], ls[1], off[6]);
+		combo_offsets(p, cat[3], nc[3], ls[1], off[7]);
+		combo_offsets(p, cat[2], nc[2], ls[EMAXIN], off[8]);
+		for (int64_t b = 0; b < sz[0]; b++) {
+			for (int64_t m = 0; m < sz[1]; m++)
+				for (int64_t k = 0; k < sz[3]; k++)
+					ap[m * sz[3] + k] = A[off[0][b] + off[3][m] + off[4][k]];
+			for (int64_t k = 0; k < sz[3]; k++)
+				for (int64_t j = 0; j < sz[2]; j++)
+					bp[k * sz[2] + j] = B[off[1][b] + off[7][k] + off[6][j]];
+			for (int64_t m = 0; m < sz[1]; m++) {
+				for (int64_t j = 0; j < sz[2]; j++)
+					acc[j] = 0;
+				for (int64_t k = 0; k < sz[3]; k++) {
+					double x = ap[m * sz[3] + k];
+					const float *br = bp + k * sz[2];
+					for (int64_t j = 0; j < sz[2]; j++)
+						acc[j] += x * br[j];
+				}
+				for (int64_t j = 0; j < sz[2]; j++)
+					O[off[2][b] + off[5][m] + off[8][j]] = (float)acc[j];
+			}
+		}
+	}
+	for (int i = 0; i < 9; i++)
+		free(off[i]);
+	free(ap);
+	free(bp);
+	free(acc);
+	return ok ? 0 : hp_node_error(NULL, n, -ENOMEM, "out of memory");
+}
+
 static int einsum_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct epriv *p = n->priv;
@@ -202,6 +307,12 @@ static int einsum_run(const struct hp_node *n, const struct hp_kargs *a)
 	memset(ls[EMAXIN], 0, sizeof ls[EMAXIN]);
 	for (int d = 0; d < p->nout_lab; d++)
 		ls[EMAXIN][p->out[d]] = ost[d];
+	int mm = einsum_matmul(n, p, a, ls);
+	if (mm != -1) {
+		free(ls);
+		free(acc);
+		return mm;
+	}
 	for (int k = 0; k < p->nlab; k++)
 		total *= p->size[p->used[k]];
 	for (int64_t it = 0; it < total; it++) {

@@ -27,8 +27,10 @@ static int nx_start(struct hp_graph *g, struct hp_node *n, struct nxpriv **p, in
 	if (!(*p = calloc(1, sizeof **p)))
 		return hp_node_error(g, n, -ENOMEM, "out of memory");
 	n->priv = *p;
-	hpk_out(g, n, 0)->dtype = HP_F32;
-	hpk_out(g, n, 0)->shape = x->shape;
+	if (hpk_out(g, n, 0)) { /* GroupNormGrad's dX is not wanted for a norm of the model's input */
+		hpk_out(g, n, 0)->dtype = HP_F32;
+		hpk_out(g, n, 0)->shape = x->shape;
+	}
 	return 0;
 }
 
@@ -201,15 +203,18 @@ static int gn_grad_prepare(struct hp_graph *g, struct hp_node *n)
 			hpk_out(g, n, o)->dtype = HP_F32;
 			hpk_out(g, n, o)->shape = hpk_in(g, n, 2)->shape;
 		}
+	n->workspace = 2 * (size_t)hp_shape_numel(&hpk_in(g, n, 2)->shape) * sizeof(double);
 	return 0;
 }
 
-/* Per group: mean and 1/sigma of x, then the sums the gradients need. */
+/* Per group: mean and 1/sigma of x, then the sums the gradients need;
+ * dScale's and dBias's sums go to acc (double, k of each), rounded once at
+ * the end (gn_grad_run), as BatchNorm's backward sums are. */
 static void gn_grad_group(const struct nxpriv *p, const struct hp_kargs *a, int64_t base, int64_t gi, int64_t m,
-			  int64_t inner)
+			  int64_t inner, double *acc, int64_t k)
 {
 	const float *dy = a->in[0].data, *x = a->in[1].data, *sc = a->in[2].data;
-	float *dx = a->out[0].data, *ds = a->nout > 1 ? a->out[1].data : NULL, *db = a->nout > 2 ? a->out[2].data : NULL;
+	float *dx = a->out[0].data;
 	int64_t cpg = m / inner;
 	double mean = hpk_sum_f(x + base, m) / (double)m, r, mg = 0, mgx = 0;
 
@@ -218,12 +223,10 @@ static void gn_grad_group(const struct nxpriv *p, const struct hp_kargs *a, int6
 		int64_t ch = p->per_channel ? gi * cpg + j / inner : gi;
 		double xh = (x[base + j] - mean) * r, gv = dy[base + j] * sc[ch];
 		mg += gv / (double)m, mgx += gv * xh / (double)m;
-		if (ds)
-			ds[ch] += (float)(dy[base + j] * xh);
-		if (db)
-			db[ch] += dy[base + j];
+		acc[ch] += dy[base + j] * xh;
+		acc[k + ch] += dy[base + j];
 	}
-	for (int64_t j = 0; j < m; j++) {
+	for (int64_t j = 0; dx && j < m; j++) { /* no dX for a norm of the model's input */
 		int64_t ch = p->per_channel ? gi * cpg + j / inner : gi;
 		double xh = (x[base + j] - mean) * r;
 		dx[base + j] = (float)((dy[base + j] * sc[ch] - mg - xh * mgx) * r);
@@ -236,13 +239,15 @@ static int gn_grad_run(const struct hp_node *n, const struct hp_kargs *a)
 	const struct hp_shape *s = &a->in[1].shape;
 	int64_t C = s->dims[1], cpg = C / p->groups, inner = hpk_prod(s->dims, 2, s->rank);
 	int64_t k = p->per_channel ? C : p->groups;
+	double *acc = a->ws;
 
-	for (int o = 1; o < 3 && o < a->nout; o++)
-		if (a->out[o].data)
-			memset(a->out[o].data, 0, (size_t)k * sizeof(float));
+	memset(acc, 0, 2 * (size_t)k * sizeof *acc);
 	for (int64_t b = 0; b < s->dims[0]; b++)
 		for (int64_t gi = 0; gi < p->groups; gi++)
-			gn_grad_group(p, a, (b * C + gi * cpg) * inner, gi, cpg * inner, inner);
+			gn_grad_group(p, a, (b * C + gi * cpg) * inner, gi, cpg * inner, inner, acc, k);
+	for (int o = 1; o < 3 && o < a->nout; o++)
+		for (int64_t c = 0; a->out[o].data && c < k; c++)
+			((float *)a->out[o].data)[c] = (float)acc[(o - 1) * k + c];
 	return 0;
 }
 

@@ -27,8 +27,8 @@ struct cli {
 	/* training (--train) */
 	int train;
 	const char *data, *labels, *loss, *optimizer;
-	double lr, momentum, weight_decay;
-	int lr_given, momentum_given, weight_decay_given, nesterov;
+	double lr, momentum, weight_decay, beta1, beta2, eps;
+	int lr_given, momentum_given, weight_decay_given, nesterov, betas_given, eps_given;
 	long batch, steps, epochs;
 	int shuffle;                 /* -1: default (no shuffle), 0, 1 */
 	const char *checkpoint, *export_onnx;

@@ -135,6 +135,8 @@ static void warn_ignored(const struct cli *c, const struct hp_train_spec *sp)
 		warn(c, "--momentum is ignored by --optimizer adam/adamw (SGD momentum; Adam has its own moments)");
 	if (adam && c->nesterov)
 		warn(c, "--nesterov is ignored by --optimizer adam/adamw (it is SGD's)");
+	if (!adam && (c->betas_given || c->eps_given))
+		warn(c, "--betas and --eps are ignored by --optimizer sgd (they are Adam's)");
 	if (c->shuffle_both)
 		warn(c, c->shuffle ? "--no-shuffle and --shuffle both given: the last, --shuffle, holds"
 				   : "--shuffle and --no-shuffle both given: the last, --no-shuffle, holds");
@@ -195,6 +197,12 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	o->spec.momentum = c->momentum_given ? c->momentum : 0;
 	o->spec.weight_decay = c->weight_decay_given ? c->weight_decay : -1;
 	o->spec.nesterov = c->nesterov;
+	if (c->betas_given) {
+		o->spec.beta1 = c->beta1;
+		o->spec.beta2 = c->beta2;
+	}
+	if (c->eps_given)
+		o->spec.eps = c->eps;
 	o->spec.seed = c->seed;
 	o->data = c->data;
 	o->labels = c->labels;

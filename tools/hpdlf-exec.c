@@ -78,7 +78,7 @@ static int parse_int(const char *arg, const char *flag, long lo, long *out)
 
 enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER, OPT_WARMUP, OPT_DURATION, OPT_PROFILE, OPT_VERSION, OPT_SEED, OPT_THREADS,
        OPT_LOG, OPT_STATS, OPT_TRACE, OPT_PLAN, OPT_TRAIN, OPT_QUIET, OPT_HELP, OPT_PLAN_DOT,
-       OPT_DATA, OPT_LABELS, OPT_LOSS, OPT_OPTIM, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BATCH,
+       OPT_DATA, OPT_LABELS, OPT_LOSS, OPT_OPTIM, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BETAS, OPT_EPS, OPT_BATCH,
        OPT_STEPS, OPT_EPOCHS, OPT_SHUFFLE, OPT_NO_SHUFFLE, OPT_CKPT, OPT_CKPT_EVERY, OPT_RESUME, OPT_RESUME_IF, OPT_STOP_NAN,
        OPT_GO_NAN,
        OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS, OPT_NO_SPLIT,
@@ -104,6 +104,7 @@ static const struct option long_opts[] = {
 	{ "loss", required_argument, 0, OPT_LOSS },	  { "optimizer", required_argument, 0, OPT_OPTIM },
 	{ "lr", required_argument, 0, OPT_LR },		  { "momentum", required_argument, 0, OPT_MOMENTUM },
 	{ "nesterov", no_argument, 0, OPT_NESTEROV },	  { "weight-decay", required_argument, 0, OPT_WD },
+	{ "betas", required_argument, 0, OPT_BETAS },	  { "eps", required_argument, 0, OPT_EPS },
 	{ "batch", required_argument, 0, OPT_BATCH },	  { "steps", required_argument, 0, OPT_STEPS },
 	{ "epochs", required_argument, 0, OPT_EPOCHS },	  { "shuffle", no_argument, 0, OPT_SHUFFLE },
 	{ "no-shuffle", no_argument, 0, OPT_NO_SHUFFLE }, { "checkpoint", required_argument, 0, OPT_CKPT },
@@ -153,6 +154,28 @@ static int parse_double(const char *arg, const char *flag, double *out, int *giv
 		return 2;
 	}
 	*given = 1;
+	return 0;
+}
+
+/* --betas B1,B2: Adam's decay rates, each in [0, 1). */
+static int parse_betas(const char *arg, struct cli *c)
+{
+	char *end;
+
+	int two = 0;
+
+	errno = 0;
+	c->beta1 = strtod(arg, &end);
+	if (end != arg && *end == ',' && !errno) {
+		const char *b = end + 1;
+		c->beta2 = strtod(b, &end);
+		two = end != b;
+	}
+	if (!two || *end || errno || !(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1)) {
+		fprintf(stderr, "hpdlf-exec: --betas wants two numbers in [0, 1) as B1,B2 (e.g. 0.9,0.999), got '%s'\n", arg);
+		return 2;
+	}
+	c->betas_given = 1;
 	return 0;
 }
 
@@ -252,6 +275,14 @@ static int parse_more(int o, struct cli *c)
 	case OPT_MOMENTUM: return parse_double(optarg, "--momentum", &c->momentum, &c->momentum_given);
 	case OPT_WD: return parse_double(optarg, "--weight-decay", &c->weight_decay, &c->weight_decay_given);
 	case OPT_NESTEROV: c->nesterov = 1; return 0;
+	case OPT_BETAS: return parse_betas(optarg, c);
+	case OPT_EPS:
+		if (parse_double(optarg, "--eps", &c->eps, &c->eps_given))
+			return 2;
+		if (c->eps > 0)
+			return 0;
+		fprintf(stderr, "hpdlf-exec: --eps wants a positive number, got '%s'\n", optarg);
+		return 2;
 	case OPT_BATCH: return parse_int(optarg, "--batch", 1, &c->batch);
 	case OPT_STEPS: return parse_int(optarg, "--steps", 1, &c->steps);
 	case OPT_EPOCHS: return parse_int(optarg, "--epochs", 1, &c->epochs);
@@ -355,6 +386,7 @@ static int check_mode(const struct cli *c)
 		{ c->data != NULL, "--data" }, { c->labels != NULL, "--labels" }, { c->loss != NULL, "--loss" },
 		{ c->optimizer != NULL, "--optimizer" }, { c->lr_given, "--lr" }, { c->momentum_given, "--momentum" },
 		{ c->weight_decay_given, "--weight-decay" }, { c->nesterov, "--nesterov" }, { c->batch != 0, "--batch" },
+		{ c->betas_given, "--betas" }, { c->eps_given, "--eps" },
 		{ c->steps != 0, "--steps" }, { c->epochs != 0, "--epochs" }, { c->shuffle >= 0, "--shuffle/--no-shuffle" },
 		{ c->checkpoint != NULL, "--checkpoint" }, { c->checkpoint_every != 0, "--checkpoint-every" },
 		{ c->resume != 0, "--resume" }, { c->export_onnx != NULL, "--export-onnx" },

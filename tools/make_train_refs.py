@@ -7,7 +7,8 @@ Needs PyTorch (Debian's python3-torch 1.13), which the tests do not: they
 only read what this writes.  For each small seeded model it writes into
 OUT_DIR/NAME/: model.onnx (dynamic batch), x.npy, y.npy and train.json,
 which lists trainings of the same initial weights with several optimizers
-(SGD with momentum, Nesterov and weight decay, Adam, AdamW), each with the
+(SGD with momentum, Nesterov and weight decay, Adam, AdamW, Adam with other
+betas and eps), each with the
 loss of every step in PyTorch.  Step i trains on rows [(i*B) mod N, +B)
 (wrapping), no shuffle, like `hpdlf-exec --train --no-shuffle`.
 
@@ -63,6 +64,7 @@ OPTIMIZERS = [
     dict(optimizer="sgd", lr=0.02, momentum=0.9, nesterov=True, weight_decay=5e-3),
     dict(optimizer="adam", lr=3e-3, momentum=0.0, nesterov=False, weight_decay=1e-3),
     dict(optimizer="adamw", lr=3e-3, momentum=0.0, nesterov=False, weight_decay=0.05),
+    dict(optimizer="adam", lr=3e-3, momentum=0.0, nesterov=False, weight_decay=0.0, betas=[0.8, 0.99], eps=1e-4),
 ]
 
 
@@ -247,7 +249,8 @@ def make_optimizer(m, c):
         return torch.optim.SGD(m.parameters(), lr=c["lr"], momentum=c["momentum"], nesterov=c["nesterov"],
                                weight_decay=c["weight_decay"])
     cls = torch.optim.Adam if c["optimizer"] == "adam" else torch.optim.AdamW
-    return cls(m.parameters(), lr=c["lr"], betas=(0.9, 0.999), eps=1e-8, weight_decay=c["weight_decay"])
+    return cls(m.parameters(), lr=c["lr"], betas=tuple(c.get("betas", (0.9, 0.999))), eps=c.get("eps", 1e-8),
+               weight_decay=c["weight_decay"])
 
 
 def train(m, c, x, y, batch, steps):

@@ -2,8 +2,8 @@
 """No silent acceptance in training (issue 20, item 7): every missing
 required option named in one message (exit 2); options the optimizer
 never reads or that contradict the run are accepted with one warning line
-each, said once (--momentum/--nesterov with Adam, a --batch above the
-data set, --checkpoint-every not below the steps, --shuffle and
+each, said once (--momentum/--nesterov with Adam, --betas/--eps with SGD,
+a --batch above the data set, --checkpoint-every not below the steps, --shuffle and
 --no-shuffle together, inference's --profile shown nowhere); a clean
 command line gets no warning.
 
@@ -55,6 +55,8 @@ def main():
         (["--batch", "4", "--optimizer", "adam", "--momentum", "0.9"], ["--momentum is ignored by --optimizer adam"]),
         (["--batch", "4", "--optimizer", "adamw", "--nesterov", "--momentum", "0.9"],
          ["--momentum is ignored", "--nesterov is ignored"]),
+        (["--batch", "4", "--betas", "0.8,0.99", "--eps", "1e-6"], ["--betas and --eps are ignored by --optimizer sgd"]),
+        (["--batch", "4", "--optimizer", "adam", "--betas", "0.8,0.99", "--eps", "1e-6"], []),
         (["--batch", str(nsamples + 5)], [f"--batch {nsamples + 5} is larger than the {nsamples} samples"]),
         (["--batch", "4", "--shuffle", "--no-shuffle"], ["the last, --no-shuffle, holds"]),
         (["--batch", "4", "--no-shuffle", "--shuffle"], ["the last, --shuffle, holds"]),
@@ -64,6 +66,13 @@ def main():
         warns = [ln for ln in err.splitlines() if ln.startswith("hpdlf-exec: warning: ")]
         check(rc == 0 and len(warns) == len(want) and all(any(w in ln for ln in warns) for w in want),
               f"{' '.join(extra)}: exit {rc}, one warning each {warns}")
+    for bad, want in ((["--betas", "0.9,1"], "--betas wants two numbers in [0, 1)"),
+                      (["--betas", "0.9"], "--betas wants two numbers in [0, 1)"),
+                      (["--betas", "0.9,"], "--betas wants two numbers in [0, 1)"),
+                      (["--betas", "0.9,0.99,0.5"], "--betas wants two numbers in [0, 1)"),
+                      (["--eps", "0"], "--eps wants a positive number")):
+        rc, err = run(base + ["--batch", "4", "--optimizer", "adam"] + bad)
+        check(rc == 2 and want in err, f"{' '.join(bad)} is refused: exit {rc} {err!r}")
     rc, err = run(base + ["--batch", "4", "--nesterov"])
     check(rc == 2 and "Nesterov" in err, f"--nesterov without --momentum is refused: exit {rc} {err!r}")
     # in core (no --budget) tiers, daemons' copies and splitting are never used

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "hpdlf/error.h"
+#include "kernels/conv_grad_stem.h"
 #include "kernels/conv_impl.h"
 #include "kernels/gemm_tile.h"
 #include "tests/kernels/harness.h"
@@ -556,7 +557,9 @@ static void rf_gcase(int nsp, int64_t n, int64_t cx, int64_t cy, int64_t group, 
 static void rf_case(int nsp, int64_t n, int64_t cx, int64_t cy, const int *xs, const int *k, const int *s,
 		    const int *d, const int *pb, const int *pe)
 {
+	hp_sfilt_set_mode(-1); /* the register tiles, not conv_grad_stem.c's */
 	rf_gcase(nsp, n, cx, cy, 1, xs, k, s, d, pb, pe);
+	hp_sfilt_set_mode(0);
 }
 
 static void test_filter_reg(void **state)
@@ -749,6 +752,46 @@ static void test_filter_grp_colane(void **state)
 	gc_case(2, 16, 8, 4, I{ 8, 9 }, I{ 5, 5 }, I{ 1, 1 }, I{ 1, 1 }, I{ 2, 2 }, I{ 2, 2 });
 	/* rows of 70 (two blocks a row) staged in several chunks */
 	gc_case(2, 16, 8, 4, I{ 12, 70 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+}
+
+/* The co-lane tiles of conv_grad_stem.c (few input taps, lanes over 16
+ * output channels, any stride): conv_grad_reg.c's order, so the same
+ * scalar replay bit for bit, then cgf_check (naive, 1 vs 2 threads,
+ * chains of batch and of row bands bitwise the whole), each at batch n
+ * and 1 (units of rows), with the tiles of a vector of channels in one
+ * job and each in its own. */
+static void sf_case(int nsp, int64_t n, int64_t cx, int64_t cy, const int *xs, const int *k, const int *s,
+		    const int *d, const int *pb, const int *pe)
+{
+	for (int m = 1; m <= 2; m++) { /* whole, and every tile its own job */
+		hp_sfilt_set_mode(m);
+		rf_gcase(nsp, n, cx, cy, 1, xs, k, s, d, pb, pe);
+	}
+	hp_sfilt_set_mode(0);
+}
+
+static void test_filter_stem(void **state)
+{
+	(void)state;
+	if (!__builtin_cpu_supports("avx512f"))
+		skip();
+	/* MobileNetV2's stem in small: rows of 15 (one chain a row at batch
+	 * 1; blocks of 64 across rows with a batch), rows of 70 (a block of
+	 * 64 and one of 6), the left pad column at the edge */
+	sf_case(2, 2, 3, 32, I{ 20, 30 }, I{ 3, 3 }, I{ 2, 2 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	sf_case(2, 2, 3, 32, I{ 7, 140 }, I{ 3, 3 }, I{ 2, 2 }, I{ 1, 1 }, I{ 1, 1 }, I{ 0, 1 });
+	/* ResNet's 7x7 stem: 21 window rows in 6 tiles of 3 and 4; 20
+	 * output channels (a partial second vector) */
+	sf_case(2, 2, 3, 20, I{ 15, 14 }, I{ 7, 7 }, I{ 2, 2 }, I{ 1, 1 }, I{ 3, 3 }, I{ 3, 2 });
+	/* 5x5 windows of stride 1 and 3, dilated rows, uneven pads on both
+	 * edges, 4 tiles of 5 rows; one vector of channels, partial */
+	sf_case(2, 3, 4, 16, I{ 9, 23 }, I{ 5, 5 }, I{ 1, 1 }, I{ 2, 1 }, I{ 2, 1 }, I{ 1, 3 });
+	sf_case(2, 2, 2, 9, I{ 11, 40 }, I{ 3, 5 }, I{ 2, 3 }, I{ 1, 1 }, I{ 0, 4 }, I{ 2, 2 });
+	/* the U-Net's 3x3 of stride 1 on rows of 64 and more in small: 96
+	 * window rows in 11 tiles */
+	sf_case(2, 2, 32, 32, I{ 5, 66 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	/* 1-D: units of whole items at batch 1 too */
+	sf_case(1, 3, 3, 48, I{ 150 }, I{ 7 }, I{ 2 }, I{ 1 }, I{ 3 }, I{ 2 });
 }
 
 /* The pointwise tiles of conv_grad_pw.c (a 1x1 of stride 1 without pads,
@@ -1146,7 +1189,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_filter_1d), cmocka_unit_test(test_filter_2d), cmocka_unit_test(test_filter_3d),
-		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_reg), cmocka_unit_test(test_filter_colane), cmocka_unit_test(test_filter_lane), cmocka_unit_test(test_filter_pw), cmocka_unit_test(test_filter_grp_colane), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
+		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_reg), cmocka_unit_test(test_filter_colane), cmocka_unit_test(test_filter_lane), cmocka_unit_test(test_filter_pw), cmocka_unit_test(test_filter_grp_colane), cmocka_unit_test(test_filter_stem), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

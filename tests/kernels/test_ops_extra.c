@@ -94,6 +94,95 @@ static void test_lrn(void **state)
 	}
 }
 
+/* Einsums of the batched-product form (kernels/einsum.c einsum_matmul):
+ * attention's two products, a broadcast ellipsis, a broadcast batch label,
+ * an outer product, a full contraction and an implicit output, each
+ * against loops written out here in double. */
+static void run_einsum(const char *eqs, struct hp_tensor *a, struct hp_tensor *b, const double *want, int64_t n,
+		       int rank)
+{
+	struct hp_tensor in[2] = { *a, *b }, y;
+	struct hp_attr eq = kt_string("equation", eqs);
+	struct kt_case c = { .op = "Einsum", .nin = 2, .in = in, .nattrs = 1, .attrs = &eq, .nout = 1 };
+
+	assert_int_equal(kt_run(&c, &y), 0);
+	assert_int_equal(y.shape.rank, rank);
+	assert_int_equal(hp_shape_numel(&y.shape), n);
+	expect_close(&y, want, n, 1e-6, eqs);
+	hp_tensor_free(&y);
+}
+
+static void test_einsum_products(void **state)
+{
+	enum { B = 2, Q = 5, K = 4, H = 3, D = 6 };
+	int64_t qd[4] = { B, Q, H, D }, kd[4] = { B, K, H, D }, sd[4] = { B, H, Q, K };
+	int64_t e1[4] = { 2, 1, 3, 4 }, e2[2] = { 4, 5 }, b1[3] = { 1, 3, 4 }, b2[3] = { 2, 4, 2 }, v1[1] = { 7 },
+		v2[1] = { 9 };
+	struct hp_tensor q = kt_tensor(HP_F32, 4, qd), k = kt_tensor(HP_F32, 4, kd), s = kt_tensor(HP_F32, 4, sd);
+	struct hp_tensor x = kt_tensor(HP_F32, 4, e1), w = kt_tensor(HP_F32, 2, e2), u = kt_tensor(HP_F32, 3, b1);
+	struct hp_tensor t = kt_tensor(HP_F32, 3, b2), o1 = kt_tensor(HP_F32, 1, v1), o2 = kt_tensor(HP_F32, 1, v2);
+	static double want[B * Q * H * D + 64];
+
+	(void)state;
+	kt_fill_random(&q, 11, -1, 1);
+	kt_fill_random(&k, 12, -1, 1);
+	kt_fill_random(&s, 13, -1, 1);
+	kt_fill_random(&x, 14, -1, 1);
+	kt_fill_random(&w, 15, -1, 1);
+	kt_fill_random(&u, 16, -1, 1);
+	kt_fill_random(&t, 17, -1, 1);
+	kt_fill_random(&o1, 18, -1, 1);
+	kt_fill_random(&o2, 19, -1, 1);
+	/* scores: bqhd,bkhd->bhqk */
+	memset(want, 0, sizeof want);
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < H; h++)
+			for (int i = 0; i < Q; i++)
+				for (int j = 0; j < K; j++)
+					for (int d = 0; d < D; d++)
+						want[((b * H + h) * Q + i) * K + j] += (double)at(&q, ((b * Q + i) * H + h) * D + d) *
+										     at(&k, ((b * K + j) * H + h) * D + d);
+	run_einsum("bqhd,bkhd->bhqk", &q, &k, want, B * H * Q * K, 4);
+	/* weighted values: bhqk,bkhd->bqhd */
+	memset(want, 0, sizeof want);
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < H; h++)
+			for (int i = 0; i < Q; i++)
+				for (int d = 0; d < D; d++)
+					for (int j = 0; j < K; j++)
+						want[((b * Q + i) * H + h) * D + d] += (double)at(&s, ((b * H + h) * Q + i) * K + j) *
+										     at(&k, ((b * K + j) * H + h) * D + d);
+	run_einsum("bhqk,bkhd->bqhd", &s, &k, want, B * Q * H * D, 4);
+	/* a broadcast ellipsis against a matrix: ...ij,jk->...ik, x [2,1,3,4] */
+	memset(want, 0, sizeof want);
+	for (int e = 0; e < 2; e++)
+		for (int i = 0; i < 3; i++)
+			for (int j = 0; j < 5; j++)
+				for (int l = 0; l < 4; l++)
+					want[(e * 3 + i) * 5 + j] += (double)at(&x, (e * 3 + i) * 4 + l) * at(&w, l * 5 + j);
+	run_einsum("...ij,jk->...ik", &x, &w, want, 2 * 3 * 5, 4);
+	/* a batch label of size 1 in one operand (broadcast): bij,bjk->bik, u [1,3,4], t [2,4,2] */
+	memset(want, 0, sizeof want);
+	for (int b = 0; b < 2; b++)
+		for (int i = 0; i < 3; i++)
+			for (int j = 0; j < 2; j++)
+				for (int l = 0; l < 4; l++)
+					want[(b * 3 + i) * 2 + j] += (double)at(&u, i * 4 + l) * at(&t, (b * 4 + l) * 2 + j);
+	run_einsum("bij,bjk->bik", &u, &t, want, 2 * 3 * 2, 3);
+	/* an outer product, implicit output (i,j -> ij) */
+	for (int i = 0; i < 7; i++)
+		for (int j = 0; j < 9; j++)
+			want[i * 9 + j] = (double)at(&o1, i) * at(&o2, j);
+	run_einsum("i,j", &o1, &o2, want, 63, 2);
+	/* a full contraction: bqhd,bqhd-> over q with itself */
+	want[0] = 0;
+	for (int e = 0; e < B * Q * H * D; e++)
+		want[0] += (double)at(&q, e) * at(&q, e);
+	run_einsum("bqhd,bqhd->", &q, &q, want, 1, 0);
+	hp_tensor_free(&q), hp_tensor_free(&k), hp_tensor_free(&s), hp_tensor_free(&x), hp_tensor_free(&w);
+	hp_tensor_free(&u), hp_tensor_free(&t), hp_tensor_free(&o1), hp_tensor_free(&o2);
+}
+
 static void test_einsum(void **state)
 {
 	int64_t ad[3] = { 2, 3, 4 }, bd[3] = { 2, 4, 5 }, td[4] = { 2, 1, 3, 3 };
@@ -286,6 +375,7 @@ int main(void)
 		cmocka_unit_test(test_group_norm),
 		cmocka_unit_test(test_lrn),
 		cmocka_unit_test(test_einsum),
+		cmocka_unit_test(test_einsum_products),
 		cmocka_unit_test(test_topk_ties),
 		cmocka_unit_test(test_cumsum_reverse_exclusive),
 		cmocka_unit_test(test_lstm_bidirectional_lengths),

@@ -997,6 +997,8 @@ static void kxd_run(const struct kxd *c, const struct hp_tensor *dy, const struc
 /* kxd's cases on hpdlf_path `path` (whole nodes also on the auto choice,
  * 2 threads): bitwise their replay, within 1e-5 of float64, and row
  * bands bitwise the whole. */
+static int kxd_no_ext; /* bands only from the dY rows their windows reach (the grouped path) */
+
 static void kxd_cases(const struct kxd *cases, size_t ncases, int path, struct hp_pool *pool)
 {
 	for (size_t k = 0; k < ncases; k++) {
@@ -1030,7 +1032,7 @@ static void kxd_cases(const struct kxd *cases, size_t ncases, int path, struct h
 		for (int b = 0; b < 3; b++)
 			for (int half = 0; half < 2; half++) {
 				int xa = half ? cut[b] : 0, xb = half ? H : cut[b];
-				int p = c->p[0], kd = (c->k[0] - 1) * c->d[0], ext = b == 1 ? 3 : 0;
+				int p = c->p[0], kd = (c->k[0] - 1) * c->d[0], ext = b == 1 && !kxd_no_ext ? 3 : 0;
 				int ya = xa + p - kd > 0 ? xa + p - kd : 0, yb = xb + p < Ho ? xb + p : Ho;
 				/* dY rows cut out beyond the windows' reach (a replaced
 				 * path's tiles): the leading ones cropped */
@@ -1095,6 +1097,41 @@ static void test_conv_grad_kxk(void **state)
 	hp_conv_set_kxk(1);
 	kxd_cases(cases, sizeof cases / sizeof cases[0], 4, pool);
 	hp_conv_set_kxk(0);
+	hp_pool_destroy(pool);
+}
+
+/* ConvGradData of grouped stride-1 Convs on 7-column planes through the
+ * grouped path (conv_grp.c, hpdlf_path HP_CGD_PATH_GRP): its co-lane
+ * tiles (16 or 32 channels of dX a group in the lanes) and its column
+ * tiles (hp_grp_set_colane(-1)) both kxd's replay (the grouped path's
+ * chains are the KxK path's), within 1e-5 of float64, 1 and 2 threads,
+ * row bands bitwise the whole (from the dY rows their windows reach:
+ * beyond them the path leaves its bands to col2im): row tiles of 2 and 1 (32 a group), of
+ * 4 and 3 with a short last one (16 a group), 5x3 and 3x5 windows. */
+static void test_conv_grad_grp_colane(void **state)
+{
+	const struct kxd cases[] = {
+		{ 2, 2, 64, 64, 2, { 7, 7 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 1, 48, 30, 3, { 9, 7 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 1, 32, 16, 2, { 6, 7 }, { 5, 3 }, { 1, 1 }, { 2, 1 } },
+		{ 2, 2, 32, 64, 2, { 5, 7 }, { 3, 5 }, { 1, 1 }, { 1, 2 } },
+		{ 2, 1, 96, 96, 3, { 7, 7 }, { 3, 3 }, { 2, 1 }, { 2, 1 } },
+	};
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_conv_set_grp(1);
+	kxd_no_ext = 1;
+	for (int m = 0; m < 2; m++) {
+		hp_grp_set_colane(-m);
+		kxd_cases(cases, sizeof cases / sizeof cases[0], HP_CGD_PATH_GRP, pool);
+	}
+	kxd_no_ext = 0;
+	hp_grp_set_colane(0);
+	hp_conv_set_grp(0);
 	hp_pool_destroy(pool);
 }
 
@@ -2651,7 +2688,7 @@ int main(void)
 		cmocka_unit_test(test_conv_grad_items),
 		cmocka_unit_test(test_conv_grad_phase),
 		cmocka_unit_test(test_conv_grad_pw),
-		cmocka_unit_test(test_conv_grad_tiny),
+		cmocka_unit_test(test_conv_grad_tiny), cmocka_unit_test(test_conv_grad_grp_colane),
 		cmocka_unit_test(test_conv_grad_filter_grp),
 		cmocka_unit_test(test_pool_grad),
 		cmocka_unit_test(test_batchnorm),

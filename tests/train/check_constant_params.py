@@ -12,6 +12,15 @@ trained weights are initializers that equal the initializer run's.
 --freeze keeps the matching parameters bit for bit (checked in the export)
 while the others change; a pattern matching nothing, or --freeze without
 --train, is status 2.
+
+A GroupNorm written as exporters decompose it (Reshape, then
+InstanceNormalization with Constant nodes of ones and zeros, Reshape back,
+Mul and Add by the real weight and bias) is trained with only its weight
+and bias: the ones and zeros stay constants, both as Paddle2ONNX would
+write the model and as PyTorch does (producer "pytorch", whose Constant
+nodes are never parameters: here also a Normalize-like Mul by a Constant
+vector).  Where PyTorch is installed the losses must equal nn.GroupNorm's
+(training the ones and zeros too parted from them at step 2).
 """
 import json
 import os
@@ -51,6 +60,90 @@ def build(w, as_constants):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
 
 
+def build_groupnorm(w, producer):
+    """x [N, 4, 6, 6] (times a Constant vector for PyTorch) -> GroupNorm(2
+    groups) as decomposed -> Relu -> Flatten -> MatMul + bias."""
+    mk = helper.make_node
+    c = lambda name, v: mk("Constant", [], [name], value=numpy_helper.from_array(np.asarray(v), name))  # noqa: E731
+    nodes = [c("gn.shape1", np.array([0, 2, -1], np.int64)), c("gn.ones", np.ones(2, np.float32)),
+             c("gn.zeros", np.zeros(2, np.float32)), c("gn.shape2", np.array([0, 4, 6, 6], np.int64))]
+    src = "x"
+    if producer == "pytorch":
+        nodes += [c("norm.std", w["norm.std"]), mk("Mul", ["x", "norm.std"], ["xs"])]
+        src = "xs"
+    nodes += [mk("Reshape", [src, "gn.shape1"], ["g1"]),
+              mk("InstanceNormalization", ["g1", "gn.ones", "gn.zeros"], ["g2"], epsilon=1e-5),
+              mk("Reshape", ["g2", "gn.shape2"], ["g3"]), mk("Mul", ["g3", "gn.weight"], ["g4"]),
+              mk("Add", ["g4", "gn.bias"], ["g5"]), mk("Relu", ["g5"], ["r"]), mk("Flatten", ["r"], ["f"]),
+              mk("MatMul", ["f", "fc.w"], ["mm"]), mk("Add", ["mm", "fc.b"], ["logits"])]
+    inits = [numpy_helper.from_array(w[k], k) for k in ("gn.weight", "gn.bias", "fc.w", "fc.b")]
+    g = helper.make_graph(nodes, "gn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 6, 6])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name=producer)
+
+
+def torch_groupnorm_losses(w, x, y, with_std):
+    """The same net in PyTorch (nn.GroupNorm), SGD as train() runs it; None
+    without PyTorch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(1)
+    gn = torch.nn.GroupNorm(2, 4)
+    with torch.no_grad():
+        gn.weight.copy_(torch.from_numpy(w["gn.weight"].reshape(4)))
+        gn.bias.copy_(torch.from_numpy(w["gn.bias"].reshape(4)))
+    fw = torch.nn.Parameter(torch.from_numpy(w["fc.w"].copy()))
+    fb = torch.nn.Parameter(torch.from_numpy(w["fc.b"].copy()))
+    std = torch.from_numpy(w["norm.std"])
+    opt = torch.optim.SGD([gn.weight, gn.bias, fw, fb], lr=0.1, momentum=0.9)
+    out = []
+    for i in range(6):
+        xb = torch.from_numpy(x[8 * i:8 * i + 8])
+        if with_std:
+            xb = xb * std
+        logits = torch.relu(gn(xb)).flatten(1) @ fw + fb
+        loss = torch.nn.functional.cross_entropy(logits, torch.from_numpy(y[8 * i:8 * i + 8]))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        out.append(float(loss))
+    return out
+
+
+def check_groupnorm(exe, tmp, x, y):
+    f = lambda *s: (RNG.standard_normal(s) * 0.3).astype(np.float32)  # noqa: E731
+    w = {"gn.weight": 1 + f(4, 1, 1), "gn.bias": f(4, 1, 1), "fc.w": f(4 * 36, 3), "fc.b": f(3),
+         "norm.std": (1 + np.abs(f(1, 4, 1, 1))).astype(np.float32)}
+    for producer in ("PaddlePaddle", "pytorch"):
+        path = os.path.join(tmp, "gn_%s.onnx" % producer)
+        onnx.save(build_groupnorm(w, producer), path)
+        losses, line, trained = train(exe, tmp, path, "gn_" + producer, ["--no-shuffle", "--loss", "cross-entropy"])
+        if not losses:
+            continue
+        if "trained (4 tensors)" not in line:
+            FAILS.append("GroupNorm (%s): summary '%s': want only its weight and bias and fc's trained" %
+                         (producer, line.strip()))
+            continue
+        moved = [k for k in ("gn.ones", "gn.zeros", "norm.std") if k in trained and
+                 not np.array_equal(trained[k], np.ones(2) if k == "gn.ones" else
+                                    np.zeros(2) if k == "gn.zeros" else w[k])]
+        if moved:
+            FAILS.append("GroupNorm (%s): the export changed %s" % (producer, moved))
+            continue
+        ref = torch_groupnorm_losses(w, x, y, producer == "pytorch")
+        if ref is None:
+            print("ok   GroupNorm (%s): %s (PyTorch missing: losses not compared)" % (producer, line.strip()))
+            continue
+        worst = max(abs(a - b) / abs(b) for a, b in zip(losses, ref))
+        if worst > 1e-5:
+            FAILS.append("GroupNorm (%s): losses %s, PyTorch's %s (worst relative %.2g)" %
+                         (producer, losses, ref, worst))
+        else:
+            print("ok   GroupNorm (%s): 4 tensors trained, losses within %.1g of nn.GroupNorm's" % (producer, worst))
+
+
 def train(exe, tmp, model, tag, extra=()):
     log = os.path.join(tmp, tag + ".jsonl")
     out = os.path.join(tmp, tag + "_trained.onnx")
@@ -76,6 +169,13 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         np.save(os.path.join(tmp, "x.npy"), RNG.standard_normal((32, 2, 6, 6)).astype(np.float32))
         np.save(os.path.join(tmp, "y.npy"), RNG.integers(0, 3, 32).astype(np.int64))
+        gx = RNG.standard_normal((48, 4, 6, 6)).astype(np.float32)
+        gy = RNG.integers(0, 3, 48).astype(np.int64)
+        gdir = os.path.join(tmp, "gn")
+        os.mkdir(gdir)
+        np.save(os.path.join(gdir, "x.npy"), gx)
+        np.save(os.path.join(gdir, "y.npy"), gy)
+        check_groupnorm(exe, gdir, gx, gy)
         paths = {}
         for tag, const in (("inits", False), ("consts", True)):
             paths[tag] = os.path.join(tmp, tag + ".onnx")

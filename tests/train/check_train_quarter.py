@@ -19,6 +19,14 @@ quarter and at the smallest budget named as above: their nodes were
 kept whole (LSTM 55%, GRU 68% of the peak with torch's exports); they are
 cut into bands of batch entries whose RNNGrads chain their weight sums in
 float64 (exec/split_rnn.c), bitwise the whole node's.
+An encoder-decoder with GroupNorm exported by PyTorch (so the GroupNorm
+is Reshape, InstanceNormalization of ones and zeros, Reshape, Mul and Add
+by Unsqueeze of the weight and bias; skipped without PyTorch), batch 2, at
+a quarter: the Unsqueezes are folded when the forward is cut in bands, so
+the Mul and Add were cut as if by constants, and their weights' gradients
+came out as band partials added up, not the whole sum's bits
+(exec/split_band.c now knows what was folded from a parameter, and keeps
+such a Mul whole).
 The tiny U-Net's smallest training budget was 31% of its peak: its
 decoder convolution's data gradient (the column path) held column tiles
 for both workers, 432 KiB beside 64-128 KiB bands; the splitter now gives
@@ -202,35 +210,73 @@ def rnn_model(tmp, kind, layers, bidir, batch=128, seq=32, inp=8, hidden=16):
     return d
 
 
-def fire_bits(exe, fbase, tmp):
-    """The Fire net at a quarter of its peak: the smallest budget named
-    is at most that, and 3 SGD steps and the lr-1e6 step export the in-core
-    weights bitwise."""
-    st = os.path.join(tmp, "fire_in.json")
+def groupnorm_model(tmp):
+    """A small encoder-decoder with GroupNorm and SiLU (Conv 3->16 at
+    32x32, a strided Conv 16->32, bilinear Upsample, Concat with the skip,
+    Conv 48->16, a 1x1 head, mean over the plane), exported by PyTorch
+    itself so that the GroupNorm is written as its exporter writes it; 8
+    samples of 3x32x32.  None without PyTorch."""
+    try:
+        import numpy as np
+        import torch
+        from torch import nn
+    except ImportError:
+        return None
+
+    def block(cin, cout, stride):
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1), nn.GroupNorm(4, cout), nn.SiLU())
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e1, self.e2 = block(3, 16, 1), block(16, 32, 2)
+            self.up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+            self.d1, self.head = block(48, 16, 1), nn.Conv2d(16, 10, 1)
+
+        def forward(self, x):
+            a = self.e1(x)
+            return self.head(self.d1(torch.cat([self.up(self.e2(a)), a], 1))).mean((2, 3))
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(11)
+    d = os.path.join(tmp, "gnorm")
+    os.makedirs(d, exist_ok=True)
+    torch.onnx.export(Net().eval(), torch.zeros(2, 3, 32, 32), os.path.join(d, "model.onnx"), opset_version=17,
+                      input_names=["x"], output_names=["y"], do_constant_folding=False)
+    np.save(os.path.join(d, "x.npy"), rng.standard_normal((8, 3, 32, 32)).astype(np.float32))
+    np.save(os.path.join(d, "y.npy"), rng.integers(0, 10, 8).astype(np.int64))
+    return d
+
+
+def net_bits(exe, name, fbase, tmp, div, what):
+    """A net built here at 1/div of its peak: 3 SGD steps and the lr-1e6
+    step export the in-core weights bitwise; at a quarter, the smallest
+    budget named there is at most a quarter too."""
+    st = os.path.join(tmp, name + "_in.json")
     rc, _, err = run(exe, fbase + ["--steps", "1", "--optimizer", "sgd", "--lr", "0.05", "--stats-json", st])
-    if not check(rc == 0, "fire in core: exit %d %s" % (rc, err.strip()[-300:])):
+    if not check(rc == 0, "%s in core: exit %d %s" % (name, rc, err.strip()[-300:])):
         return
-    peak = json.load(open(st))["tensor_peak_bytes"]
-    quarter = peak // 4
-    rc, out, err = run(exe, fbase + ["--steps", "1", "--optimizer", "sgd", "--lr", "0.05", "--threads", "2", "--plan",
-                                     "--budget", str(quarter)])
-    m = SMALLEST_RE.search(out)
-    check(rc == 0 and m is not None and int(m.group(1)) <= quarter,
-          "fire: the smallest budget named at a quarter of %d B is at most %d B: exit %d %s"
-          % (peak, quarter, rc, m.group(0) if m else (out + err).strip()[-300:]))
+    part = json.load(open(st))["tensor_peak_bytes"] // div
+    if div == 4:
+        rc, out, err = run(exe, fbase + ["--steps", "1", "--optimizer", "sgd", "--lr", "0.05", "--threads", "2",
+                                         "--plan", "--budget", str(part)])
+        m = SMALLEST_RE.search(out)
+        check(rc == 0 and m is not None and int(m.group(1)) <= part,
+              "%s: the smallest budget named at a quarter of %d B is at most %d B: exit %d %s"
+              % (name, div * part, part, rc, m.group(0) if m else (out + err).strip()[-300:]))
     for steps, lr in (("3", "0.05"), ("1", "1e6")):
         got = []
-        for b in (None, quarter):
-            out = os.path.join(tmp, "fire_%s_%s.onnx" % (lr, b))
+        for b in (None, part):
+            out = os.path.join(tmp, "%s_%s_%s.onnx" % (name, lr, b))
             rc, _, err = run(exe, fbase + ["--steps", steps, "--optimizer", "sgd", "--lr", lr, "--threads", "2",
                                            "--export-onnx", out] + (["--budget", str(b)] if b else []))
-            if not check(rc == 0, "fire, %s steps at lr %s%s: exit %d %s"
-                         % (steps, lr, " at %d B" % b if b else " in core", rc, err.strip()[-300:])):
+            if not check(rc == 0, "%s, %s steps at lr %s%s: exit %d %s"
+                         % (name, steps, lr, " at %d B" % b if b else " in core", rc, err.strip()[-300:])):
                 return
             got.append(weights(out))
         differ = sorted(k for k in got[0] if got[1].get(k) != got[0][k])
-        check(not differ, "fire: %s steps at lr %s at a quarter (%d B) export the in-core weights bitwise%s"
-              % (steps, lr, quarter, " (differ: %s)" % differ[:4] if differ else ""))
+        check(not differ, "%s: %s steps at lr %s at %s (%d B) export the in-core weights bitwise%s"
+              % (name, steps, lr, what, part, " (differ: %s)" % differ[:4] if differ else ""))
 
 
 def main():
@@ -239,7 +285,14 @@ def main():
     fire = fire_model(tmp)
     fbase = [os.path.join(fire, "model.onnx"), "--train", "--data", os.path.join(fire, "x.npy"), "--labels",
              os.path.join(fire, "y.npy"), "--loss", "cross-entropy", "--batch", "2", "--no-shuffle", "--quiet"]
-    fire_bits(exe, fbase, tmp)
+    net_bits(exe, "fire", fbase, tmp, 4, "a quarter")
+    gn = groupnorm_model(tmp)
+    if gn:
+        net_bits(exe, "gnorm", [os.path.join(gn, "model.onnx"), "--train", "--data", os.path.join(gn, "x.npy"),
+                                "--labels", os.path.join(gn, "y.npy"), "--loss", "cross-entropy", "--batch", "2",
+                                "--no-shuffle", "--quiet"], tmp, 4, "a quarter")
+    else:
+        print("skip the GroupNorm net: PyTorch is missing (tools/setup.sh installs python3-torch)")
     # (an LSTM at seq 32 names the smallest budget at its input's first
     # Slice, which a run at that figure exceeds by a page: left to the
     # planner; at seq 24 its RNNGrad bands decide)

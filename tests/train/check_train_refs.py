@@ -6,7 +6,8 @@ usage: check_train_refs.py HPDLF_EXEC REF_DIR
 REF_DIR/NAME/ holds model.onnx, x.npy, y.npy and train.json, written by
 tools/make_train_refs.py with PyTorch 1.13 (run by hand: the tests need no
 torch).  train.json lists trainings (SGD with momentum, Nesterov and weight
-decay, Adam, AdamW) with PyTorch's loss at every step; for the BatchNorm
+decay, Adam, AdamW, Adam with --betas and --eps) with PyTorch's loss at
+every step; for the BatchNorm
 model also the running statistics after training and the eval-mode logits
 of infer_x.npy.  Checks, for every model and training:
   - in core, every step's loss within 1e-3 relative of PyTorch's;
@@ -67,11 +68,16 @@ def train_args(folder, r):
          "--labels", os.path.join(folder, "y.npy"), "--loss", r["loss"], "--optimizer", r["optimizer"],
          "--lr", repr(r["lr"]), "--momentum", repr(r["momentum"]), "--weight-decay", repr(r["weight_decay"]),
          "--batch", str(r["batch"]), "--steps", str(r["steps"]), "--no-shuffle", "--quiet", "--threads", "1"]
+    if "betas" in r:
+        a += ["--betas", "%r,%r" % tuple(r["betas"])]
+    if "eps" in r:
+        a += ["--eps", repr(r["eps"])]
     return a + (["--nesterov"] if r["nesterov"] else [])
 
 
 def label(r):
-    return "%s%s wd %g" % (r["optimizer"], " nesterov" if r["nesterov"] else "", r["weight_decay"])
+    return "%s%s wd %g%s" % (r["optimizer"], " nesterov" if r["nesterov"] else "", r["weight_decay"],
+                            " betas %g,%g eps %g" % (*r["betas"], r["eps"]) if "betas" in r else "")
 
 
 def ooc_budget(exe, args, peak, tmp):
@@ -225,7 +231,8 @@ def check_resume(rep, exe, folder, r, tmp):
 def ooc_run(index, runs):
     """The training run out of core: Nesterov SGD and AdamW take turns over
     the models; a model with neither pages its last training."""
-    want = [k for k, r in enumerate(runs) if (r["nesterov"] if index % 2 == 0 else r["optimizer"] == "adamw")]
+    want = [k for k, r in enumerate(runs) if (r["nesterov"] if index % 2 == 0 else r["optimizer"] == "adamw")
+            and "betas" not in r]
     return want[0] if want else len(runs) - 1
 
 

@@ -718,6 +718,43 @@ static void test_group_instance_norm_grads(void **state)
 	hp_graph_free(g);
 }
 
+/* x (the model's input) -> InstanceNormalization -> Tanh -> * W, and x ->
+ * GroupNormalization(2 groups) beside it, MSE: the norms' GroupNormGrad
+ * wants no dX (as a PyTorch net starting with InstanceNorm2d(affine=True)
+ * has; its prepare wrote dX's shape through a missing output and crashed
+ * training); the scales' and biases' gradients against central
+ * differences. */
+static void test_norm_of_input_grads(void **state)
+{
+	struct hp_graph *g = hp_graph_new("normin");
+	struct hp_attr ga[2] = { { .name = "num_groups", .type = HP_ATTR_INT, .i = 2 },
+				 { .name = "epsilon", .type = HP_ATTR_FLOAT, .f = 1e-3f } };
+	struct hp_train_spec t;
+	struct mini m;
+	int x = value(g, "x", HP_VALUE_INPUT, HP_F32, shp(4, 3, 4, 2, 5));
+	int w = param(g, "W", shp(4, 3, 4, 2, 5), 51, -1, 1);
+	int is = param(g, "is", shp(1, 4), 52, 0.5f, 1.5f), ib = param(g, "ib", shp(1, 4), 53, -0.5f, 0.5f);
+	int gs = param(g, "gs", shp(1, 4), 54, 0.5f, 1.5f), gb = param(g, "gb", shp(1, 4), 55, -0.5f, 0.5f), h, k;
+
+	(void)state;
+	h = node(g, "InstanceNormalization", 3, (int[]){ x, is, ib }, act(g, "in"), 1, &ga[1]);
+	h = node(g, "Tanh", 1, &h, act(g, "t"), 0, NULL);
+	h = node(g, "Mul", 2, (int[]){ h, w }, act(g, "hw"), 0, NULL);
+	k = node(g, "GroupNormalization", 3, (int[]){ x, gs, gb }, act(g, "gn"), 2, ga);
+	set_output(g, node(g, "Add", 2, (int[]){ h, k }, act(g, "out"), 0, NULL));
+	assert_int_equal(hp_graph_finalize(g), 0);
+	hp_train_spec_init(&t, sizeof t);
+	t.loss = HP_LOSS_MSE;
+	if (hp_autodiff(g, &t) < 0)
+		fail_msg("%s", hp_errmsg());
+	mini_init(&m, g);
+	fill_inputs(&m, "x", 56, -2, 2);
+	fill_inputs(&m, "labels", 57, -1, 1);
+	check_gradients(&m, 5);
+	mini_free(&m);
+	hp_graph_free(g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -733,6 +770,7 @@ int main(void)
 		cmocka_unit_test(test_loss_ops_and_cumsum_grads),
 		cmocka_unit_test(test_depth_space_grads),
 		cmocka_unit_test(test_group_instance_norm_grads),
+		cmocka_unit_test(test_norm_of_input_grads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
