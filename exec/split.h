@@ -12,7 +12,10 @@
  * outputs; in training Gemm, MatMul and Flatten too) gets the bands
  * Concat'ed back first.  Inference cuts Gemm/MatMul by a weight and
  * Flatten along the batch rows where each row is its own FMA chains
- * (hp_node_rows_exact).  Outputs are bitwise the
+ * (hp_node_rows_exact).  RNN, GRU and LSTM with layout 1 are cut in bands
+ * of batch entries (each entry runs alone; their RNNGrads chain the weight
+ * sums, split_rnn.c), and Squeeze, Unsqueeze and Reshape that keep the
+ * batch axis carry the bands between layers.  Outputs are bitwise the
  * unsplit ones: the conv kernels cut their sgemms into tiles fixed by the
  * geometry (OpenBLAS rounds a column by the call's width), a Conv's bands
  * start at multiples of its tile (hp_node_band_align; a cut upstream that
@@ -81,6 +84,13 @@ struct hp_split_info {
  * path cannot be cut in rows bit for bit stay as they are.  Returns the
  * number of groups rewritten or a negative error. */
 int hp_split_grad_exact(struct hp_graph *g);
+
+/* After autodiff of a graph whose recurrent nodes were cut into bands of
+ * batch entries (attribute hpdlf_rnn_band): the GradSums of neighbouring
+ * bands' weight gradients become one chain of running sums in float64
+ * (split_rnn.c), so the bands add what the whole RNNGrad adds.  Returns
+ * the sums chained or a negative error; g is finalized and inferred. */
+int hp_split_rnn_chain(struct hp_graph *g);
 
 /* One band of an exact group (split_grad_zero.c): gx its window gradient
  * (autodiff's ConvGradData/pooling gradient output), [a, b) its window

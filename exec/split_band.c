@@ -17,6 +17,7 @@ enum band_kind {
 	BK_ROWS,       /* output row r from input rows r (elementwise, channel ops) */
 	BK_WINDOW,     /* Conv, pooling: a window of input rows, halos */
 	BK_UPSAMPLE,   /* ConvTranspose with kernel == stride: rows [r/s, ...) */
+	BK_RNN,        /* RNN, GRU, LSTM with layout 1: batch entries, every output */
 };
 
 /* How a value is cut: bands [lo[i], lo[i+1]) of the axis, value val[i]. */
@@ -66,6 +67,12 @@ static int in_list(const char *op, const char *const *l)
 	return 0;
 }
 
+/* RNN, GRU, LSTM of the ONNX domain. */
+static int is_rnn(const struct hp_node *n)
+{
+	return !n->domain[0] && (!strcmp(n->op_type, "LSTM") || !strcmp(n->op_type, "GRU") || !strcmp(n->op_type, "RNN"));
+}
+
 static const struct hp_shape *shape_of(const struct bp *p, int v)
 {
 	return &p->g->values[v].shape;
@@ -106,6 +113,11 @@ static uint64_t node_need(const struct hp_graph *g, const struct hp_node *n)
 static uint64_t train_need(const struct bp *p, const struct hp_node *n)
 {
 	uint64_t need = node_need(p->g, n);
+
+	/* a recurrent node's RNNGrad holds every input's gradient too, and
+	 * its weights' sums in double (kernels/rnn_grad.c) */
+	if (p->training && is_rnn(n))
+		return 3 * need;
 
 	if (p->training)
 		for (int o = 0; o < n->noutputs; o++)
@@ -201,6 +213,43 @@ static int norm_axis(int64_t a, int rank)
 	return (int)(a < 0 ? a + rank : a);
 }
 
+/* Squeeze, Unsqueeze whose axes (an attribute, or a constant input) leave
+ * the batch axis 0 in place: output entry r from input entry r. */
+static int squeeze_rows(const struct bp *p, const struct hp_node *n)
+{
+	const int64_t *ax = NULL;
+	int na = hp_attr_ints(n, "axes", &ax);
+	int rank = shape_of(p, !strcmp(n->op_type, "Squeeze") ? n->inputs[0] : n->outputs[0])->rank;
+
+	if (p->axis != 0)
+		return 0;
+	if (na <= 0 && n->ninputs > 1 && n->inputs[1] >= 0) {
+		const struct hp_value *v = &p->g->values[n->inputs[1]];
+		if ((v->kind != HP_VALUE_CONSTANT && v->kind != HP_VALUE_INITIALIZER) || v->trainable || !v->data ||
+		    v->dtype != HP_I64 || v->shape.rank != 1)
+			return 0;
+		ax = v->data;
+		na = (int)v->shape.dims[0];
+	}
+	if (na <= 0)
+		return 0; /* Squeeze of every 1: the batch may be one */
+	for (int i = 0; i < na; i++)
+		if (norm_axis(ax[i], rank) == 0)
+			return 0;
+	return 1;
+}
+
+/* Reshape to a constant shape whose first entry 0 copies the batch axis
+ * 0 (allowzero 0): output entry r from input entry r. */
+static int reshape_rows(const struct bp *p, const struct hp_node *n)
+{
+	const struct hp_value *v = n->ninputs > 1 && n->inputs[1] >= 0 ? &p->g->values[n->inputs[1]] : NULL;
+
+	return p->axis == 0 && v && (v->kind == HP_VALUE_CONSTANT || v->kind == HP_VALUE_INITIALIZER) && !v->trainable &&
+	       v->data && v->dtype == HP_I64 && v->shape.rank == 1 && v->shape.dims[0] >= 1 &&
+	       ((const int64_t *)v->data)[0] == 0 && !hp_attr_int(n, "allowzero", 0);
+}
+
 /* What kind of banding node n allows on the axis. */
 static enum band_kind kind_of(const struct bp *p, const struct hp_node *n)
 {
@@ -208,8 +257,18 @@ static enum band_kind kind_of(const struct bp *p, const struct hp_node *n)
 	struct window w;
 	int rank;
 
-	if (n->folded || n->domain[0] || n->noutputs != 1 || n->ninputs < 1 || n->inputs[0] < 0)
+	if (n->folded || n->domain[0] || n->ninputs < 1 || n->inputs[0] < 0)
 		return BK_NONE;
+	/* batch entries run alone (kernels/rnn.c): with layout 1 the batch is
+	 * axis 0 of X, sequence_lens, the initial states and every output */
+	if (is_rnn(n))
+		return p->axis == 0 && hp_attr_int(n, "layout", 0) == 1 ? BK_RNN : BK_NONE;
+	if (n->noutputs != 1)
+		return BK_NONE;
+	if (!strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze"))
+		return squeeze_rows(p, n) ? BK_ROWS : BK_NONE;
+	if (!strcmp(op, "Reshape"))
+		return reshape_rows(p, n) ? BK_ROWS : BK_NONE;
 	rank = shape_of(p, n->outputs[0])->rank;
 	if (rank <= p->axis || (p->axis > 0 && rank < 3))
 		return BK_NONE;
@@ -245,6 +304,10 @@ static int banded_input(const struct bp *p, const struct hp_node *n, enum band_k
 {
 	if (n->inputs[j] < 0)
 		return 0;
+	if (k == BK_RNN) /* X, sequence_lens, initial_h, initial_c */
+		return j == 0 || j == 4 || j == 5 || j == 6;
+	if (!strcmp(n->op_type, "Squeeze") || !strcmp(n->op_type, "Unsqueeze") || !strcmp(n->op_type, "Reshape"))
+		return j == 0;
 	if (k == BK_WINDOW || k == BK_UPSAMPLE || !strcmp(n->op_type, "BatchNormalization") ||
 	    !strcmp(n->op_type, "Gemm") || !strcmp(n->op_type, "MatMul") || !strcmp(n->op_type, "Flatten"))
 		return j == 0;
@@ -606,6 +669,63 @@ static int emit_bands(struct bp *p, const struct hp_node *n, enum band_kind kind
 	return 0;
 }
 
+/* A recurrent node (BK_RNN) in the bands [olo[i], olo[i + 1]) of its
+ * batch: each band's node writes those entries of every output, and
+ * carries hpdlf_rnn_band { first entry, end, batch } (its RNNGrad chains
+ * the weight sums, split_rnn.c). */
+static int emit_rnn(struct bp *p, const struct hp_node *n, const int64_t *olo, int nb)
+{
+	int in[n->ninputs + 1], out[n->noutputs + 1];
+	int64_t whole = olo[nb];
+
+	for (int o = 0; o < n->noutputs; o++) {
+		struct band *bd = &p->b[n->outputs[o] >= 0 ? n->outputs[o] : 0];
+		if (n->outputs[o] < 0)
+			continue;
+		bd->lo = malloc((size_t)(nb + 2) * sizeof *bd->lo);
+		bd->val = malloc((size_t)(nb + 1) * sizeof *bd->val);
+		if (!bd->lo || !bd->val)
+			return -ENOMEM;
+		memcpy(bd->lo, olo, (size_t)(nb + 1) * sizeof *bd->lo);
+		bd->n = nb;
+	}
+	for (int i = 0; i < nb; i++) {
+		int64_t t[3] = { olo[i], olo[i + 1], whole };
+		struct hp_attr tag = { .name = "hpdlf_rnn_band", .type = HP_ATTR_INTS, .n = 3, .ints = t };
+		char name[512];
+		int rc, node;
+		p->band = i + 1;
+		rc = band_inputs(p, n, BK_RNN, olo[i], olo[i + 1], in, NULL, NULL, NULL);
+		if (rc < 0)
+			return rc;
+		for (int o = 0; o < n->noutputs; o++) {
+			struct hp_shape ys;
+			out[o] = -1;
+			if (n->outputs[o] < 0)
+				continue;
+			ys = *shape_of(p, n->outputs[o]);
+			ys.dims[0] = olo[i + 1] - olo[i];
+			out[o] = p->b[n->outputs[o]].val[i] = new_value(p, p->g->values[n->outputs[o]].name, "band",
+								       n->outputs[o], &ys);
+			if (out[o] < 0)
+				return out[o];
+		}
+		snprintf(name, sizeof name, "%s/%s%d", n->name, n->op_type, p->seq++);
+		node = hp_graph_add_node(p->g, name, n->op_type, n->ninputs, in, n->noutputs, out);
+		if (node < 0)
+			return node;
+		p->g->nodes[node].sched = p->band;
+		rc = copy_attrs(p, n, node, NULL, 0, 0);
+		if (rc >= 0)
+			rc = hp_graph_add_attr(p->g, node, &tag);
+		if (rc < 0)
+			return rc;
+	}
+	p->band = 0;
+	p->nsplit++;
+	return 0;
+}
+
 static int push_node(struct hp_graph *g, const struct hp_node *n)
 {
 	if (g->nnodes == g->nodes_cap) {
@@ -638,8 +758,12 @@ static void drop_node(struct hp_node *n)
  * the band count (< 2: keep n whole). */
 static int pick_bounds(struct bp *p, struct hp_node *n, enum band_kind kind, int64_t align, int64_t **olo)
 {
-	int nb, owned, ref, m;
-	int64_t *lo, sout = shape_of(p, n->outputs[0])->dims[p->axis];
+	int nb, owned, ref, m, y = n->outputs[0];
+	int64_t *lo, sout;
+
+	for (int o = 1; y < 0 && o < n->noutputs; o++) /* a recurrent node may omit Y */
+		y = n->outputs[o];
+	sout = shape_of(p, y)->dims[p->axis];
 
 	nb = ref_bands(p, n, kind, &ref, &lo, &owned);
 	if (nb < 0)
@@ -722,7 +846,7 @@ static int rewrite_node(struct bp *p, struct hp_node *n)
 		nb = pick_bounds(p, n, kind, align, &olo);
 		if (nb < 0)
 			return nb;
-		rc = nb >= 2 ? emit_bands(p, n, kind, olo, nb, path) : 1;
+		rc = nb < 2 ? 1 : kind == BK_RNN ? emit_rnn(p, n, olo, nb) : emit_bands(p, n, kind, olo, nb, path);
 		free(olo);
 		if (rc <= 0) {
 			if (rc == 0) {

@@ -468,8 +468,12 @@ static int exact_group(struct hp_graph *g, int64_t grp, struct rowsbuf *rb)
 int hp_split_grad_exact(struct hp_graph *g)
 {
 	int64_t *done = NULL;
-	int ndone = 0, count = 0, rc = 0;
+	int ndone = 0, count = 0, rc = hp_split_rnn_chain(g);
 	struct rowsbuf rb = { 0 };
+
+	if (rc < 0)
+		return rc;
+	rc = 0;
 
 	for (int i = 0; i < g->nnodes && rc >= 0; i++) {
 		const int64_t *t;

@@ -931,7 +931,11 @@ static int reg_plan(struct cg_filter *f, int64_t unit_axis)
  * hpdlf_lean) to the planner: with their own, the U-Net's plan at a
  * quarter of its peak cut its bands elsewhere and kept band-sized zero
  * halo gradients (tests/train/check_band_zero.py), a planner matter left
- * for its own change. */
+ * for its own change.  With hpdlf_lean (given where the budget needs it,
+ * exec/split.c) they name their own, one worker's in chunks of one block
+ * (hp_rfilt_lean): the Fire net of tests/train/check_train_quarter.py
+ * held 97 KiB for its stem's filter gradient (8 -> 16, 3x3 at 24x24, a
+ * band of one item), its smallest budget a third of its peak. */
 static int reg_fit(struct cg_filter *f, const struct hp_node *n, int64_t unit_axis)
 {
 	struct cg_filter s = *f;
@@ -952,7 +956,7 @@ static int reg_fit(struct cg_filter *f, const struct hp_node *n, int64_t unit_ax
 		filter_plan(&s, unit_axis);
 	}
 	f->workspace = hp_rfilt_workspace(&f->rfg);
-	if (f->rfg.direct && f->workspace < s.workspace)
+	if (f->rfg.direct && f->workspace < s.workspace && !lean)
 		f->workspace = s.workspace;
 	return 1;
 }

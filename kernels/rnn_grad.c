@@ -12,9 +12,18 @@
  * workspace), so training keeps only X, W, R, B and the initial states
  * alive, not the gates of every step.  Everything is in double with the
  * states rounded to float after each step as the forward does (rnn_run.c);
- * weight gradients are summed in double in batch order (deterministic).
- * Steps past a batch entry's sequence length carry no gradient; the clip
- * attribute zeroes the gradient where it clipped. */
+ * weight gradients are summed in double over the batch entries from the
+ * last to the first (deterministic).  Steps past a batch entry's sequence
+ * length carry no gradient; the clip attribute zeroes the gradient where
+ * it clipped.
+ *
+ * Bands of the batch (exec/split_band.c) chain their weight sums: inputs
+ * 11-14, where present, are the running sums (float64, the layout of
+ * outputs 1, 2, 3 and 7) of the bands after this one, which the node
+ * continues from instead of zeros; attribute "partial" (a mask of bits 1,
+ * 2, 3, 7) makes those outputs the running sums in float64 for the band
+ * before it (exec/split_rnn.c).  The chain from the last band to the first
+ * then adds, in double, what the whole node adds, and rounds once. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -26,6 +35,7 @@
 #include "kernels/train_util.h"
 
 #define BASE 3
+#define ACC (BASE + 8) /* inputs: running sums of outputs 1, 2, 3, 7 */
 
 struct rg {
 	const struct rnn_priv *p;
@@ -307,9 +317,21 @@ static void run_entry(struct rg *g, const struct hp_kargs *a, int dir, int64_t b
 
 static void put(struct hp_tensor *o, int64_t off, const double *src, int64_t n)
 {
-	if (o->data)
+	if (o->data && o->dtype == HP_F64)
+		memcpy((double *)o->data + off, src, (size_t)n * sizeof *src);
+	else if (o->data)
 		for (int64_t i = 0; i < n; i++)
 			((float *)o->data)[off + i] = (float)src[i];
+}
+
+/* This direction's sums start from the running sum of input `acc` (a
+ * band's chain) or zeros. */
+static void start(const struct hp_kargs *a, int acc, int64_t off, double *dst, int64_t n)
+{
+	if (a->nin > acc && a->in[acc].data)
+		memcpy(dst, (const double *)a->in[acc].data + off, (size_t)n * sizeof *dst);
+	else
+		memset(dst, 0, (size_t)n * sizeof *dst);
 }
 
 static void carve(struct rg *g, double *ws)
@@ -356,8 +378,11 @@ static int grad_run(const struct hp_node *n, const struct hp_kargs *a)
 		g.wb = bias;
 		g.rb = bias ? bias + GH : NULL;
 		g.peep = a->in[BASE + 7].data ? (const float *)a->in[BASE + 7].data + dir * 3 * H : NULL;
-		memset(g.dw, 0, (size_t)(GH * I + GH * H + 2 * GH + 3 * H) * sizeof *g.dw);
-		for (int64_t b = 0; b < p->batch; b++)
+		start(a, ACC, dir * GH * I, g.dw, GH * I);
+		start(a, ACC + 1, dir * GH * H, g.dr, GH * H);
+		start(a, ACC + 2, dir * 2 * GH, g.db, 2 * GH);
+		start(a, ACC + 3, dir * 3 * H, g.dp, 3 * H);
+		for (int64_t b = p->batch - 1; b >= 0; b--)
 			run_entry(&g, a, dir, b);
 		put(&a->out[1], dir * GH * I, g.dw, GH * I);
 		put(&a->out[2], dir * GH * H, g.dr, GH * H);
@@ -380,19 +405,30 @@ static int grad_prepare(struct hp_graph *g, struct hp_node *n)
 	for (int i = 0; i < 3; i++)
 		if ((rc = tk_need_f32(g, n, i, 1)) < 0)
 			return rc;
+	int64_t partial = hp_attr_int(n, "partial", 0);
+	if (partial & ~(int64_t)0x8e)
+		return hp_node_error(g, n, HP_EMODEL, "attribute partial names outputs other than 1, 2, 3, 7");
 	for (int o = 0; o < n->noutputs; o++) {
 		const struct hp_value *in = hpk_in(g, n, BASE + o);
 		if (n->outputs[o] < 0)
 			continue;
 		if (o == 4 || !in)
 			return hp_node_error(g, n, HP_EMODEL, "output %d has no forward input to be the gradient of", o);
-		tk_set_out(g, n, o, HP_F32, &in->shape);
+		tk_set_out(g, n, o, partial >> o & 1 ? HP_F64 : HP_F32, &in->shape);
+	}
+	for (int k = 0; k < 4; k++) { /* running sums: float64, their output's shape */
+		const struct hp_value *acc = hpk_in(g, n, ACC + k), *in = hpk_in(g, n, BASE + (k < 3 ? k + 1 : 7));
+		if (!acc)
+			continue;
+		if (!in || acc->dtype != HP_F64 || acc->shape.rank != in->shape.rank ||
+		    hp_shape_numel(&acc->shape) != hp_shape_numel(&in->shape))
+			return hp_node_error(g, n, HP_EMODEL, "running sum %d must be float64 shaped as its gradient", k);
 	}
 	n->workspace = grad_workspace(p);
 	return 0;
 }
 
 const struct hp_op tk_op_rnn_grad = {
-	.domain = TK_DOMAIN, .name = "RNNGrad", .min_inputs = BASE + 8, .max_inputs = BASE + 8,
+	.domain = TK_DOMAIN, .name = "RNNGrad", .min_inputs = BASE + 8, .max_inputs = ACC + 4,
 	.min_outputs = 8, .max_outputs = 8, .prepare = grad_prepare, .run = grad_run, .flops = NULL,
 };

@@ -898,7 +898,7 @@ static void test_filter_pw(void **state)
  * workspace decides the smallest budget): one worker's buffers, the same
  * bits as with every worker's, on two threads; the workspace smaller by
  * a worker's buffers when the rows are cut in shares for several cores. */
-static void lean_case(int nsp, int64_t n, int64_t cx, int64_t cy, const int *xs, const int *k, const int *p)
+static size_t lean_case(int nsp, int64_t n, int64_t cx, int64_t cy, const int *xs, const int *k, const int *p)
 {
 	static const int one[3] = { 1, 1, 1 };
 	struct cgf c;
@@ -923,6 +923,7 @@ static void lean_case(int nsp, int64_t n, int64_t cx, int64_t cy, const int *xs,
 	hp_tensor_free(&full);
 	hp_tensor_free(&lean);
 	cgf_free(&c);
+	return wl;
 }
 
 static void test_filter_lean(void **state)
@@ -933,6 +934,13 @@ static void test_filter_lean(void **state)
 	/* units of batch items */
 	lean_case(2, 3, 24, 8, I{ 11, 13 }, I{ 3, 3 }, I{ 1, 1 });
 	lean_case(1, 2, 40, 6, I{ 300 }, I{ 5 }, I{ 2 });
+	/* the Fire net's stem (tests/train/check_train_quarter.py): on the
+	 * co-lane tiles, lean names their one worker's chunks of one block,
+	 * not the sgemm path's one-worker buffers (97 KiB: a third of the
+	 * net's peak) */
+	size_t wl = lean_case(2, 2, 8, 16, I{ 24, 24 }, I{ 3, 3 }, I{ 1, 1 });
+	if (__builtin_cpu_supports("avx512f") && wl > 48 * 1024)
+		fail_msg("the Fire stem's lean filter gradient names %zu workspace bytes", wl);
 }
 
 /* The auto plan took the slab path somewhere above (test order: last). */
