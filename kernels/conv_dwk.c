@@ -95,6 +95,7 @@ struct dwk_run {
 	float *y;
 	int64_t blocks;          /* channel blocks per item */
 	float *scratch;          /* dwk_floats() per thread, zero rows cleared */
+	float *wp;               /* per block: W as [kvol][8], then the bias [8] (lanes past cout 0) */
 };
 
 #ifdef DWK_X86
@@ -321,19 +322,15 @@ DWK_TARGET static void dwk_block(const struct dwk_run *r, int64_t n, int64_t m0,
 	int64_t cout = d->cin * d->mult, wd = dwk_width(g) * DWK_L, slots = dwk_slots(g), kk = g->kvol;
 	int64_t tags[DWK_MAXSPAN], ow = g->grid[2], carry = 0, done = 0;
 	float *zero = scratch + slots * wd, *out = zero + wd;
-	const float *xs[8];
-	float *ys[8], wt[DWK_MAXK * DWK_MAXK * DWK_L] = { 0 }, bt[8] = { 0 };
-	__m256 b;
+	const float *xs[8], *wt = r->wp + m0 / DWK_L * (kk + 1) * DWK_L;
+	float *ys[8];
+	__m256 b = _mm256_loadu_ps(wt + kk * DWK_L);
 
 	for (int l = 0; l < nc; l++) {
 		int64_t m = m0 + l, c = m / d->mult;
 		xs[l] = r->x + (n * d->cin + c) * (d->xstride ? d->xstride : g->img_vol);
 		ys[l] = r->y + (n * cout + m) * g->grid_vol;
-		for (int64_t t = 0; t < kk; t++)
-			wt[t * DWK_L + l] = r->w[m * kk + t];
-		bt[l] = r->b ? r->b[m] : 0.0f;
 	}
-	b = _mm256_loadu_ps(bt);
 	for (int i = 0; i < DWK_MAXSPAN; i++)
 		tags[i] = -1;
 	for (int64_t oh = 0; oh < g->grid[1]; oh++) {
@@ -400,15 +397,26 @@ int hp_dwk_forward(const struct hp_dw *d, const float *x, const float *w, const 
 {
 #ifdef DWK_X86
 	struct dwk_run r = { .d = d, .x = x, .w = w, .b = b, .y = y };
-	int saved, threads = hp_conv_threads_enter(pool, &saved);
-	int64_t units, su;
+	int saved, threads;
+	int64_t units, su, kk = d->g.kvol, cout = d->cin * d->mult;
 	size_t one = dwk_floats(&d->g), wd = (size_t)(dwk_width(&d->g) * DWK_L);
 
-	r.blocks = (d->cin * d->mult + DWK_L - 1) / DWK_L;
+	r.blocks = (cout + DWK_L - 1) / DWK_L;
+	r.wp = malloc((size_t)(r.blocks * (kk + 1) * DWK_L) * sizeof(float));
+	if (!r.wp)
+		return -1;
+	for (int64_t m = 0; m < r.blocks * DWK_L; m++) { /* the weights once per call, not per (item, block) */
+		float *q = r.wp + m / DWK_L * (kk + 1) * DWK_L + m % DWK_L;
+		for (int64_t t = 0; t < kk; t++)
+			q[t * DWK_L] = m < cout ? w[m * kk + t] : 0.0f;
+		q[kk * DWK_L] = m < cout && b ? b[m] : 0.0f;
+	}
+	threads = hp_conv_threads_enter(pool, &saved);
 	units = d->batch * r.blocks;
 	su = units / ((int64_t)threads * DWK_UNITS_PER_THREAD);
 	r.scratch = malloc((size_t)threads * one * sizeof(float));
 	if (!r.scratch) {
+		free(r.wp);
 		hp_conv_threads_leave(saved);
 		return -1;
 	}
@@ -416,6 +424,7 @@ int hp_dwk_forward(const struct hp_dw *d, const float *x, const float *w, const 
 		memset(r.scratch + t * one + (size_t)dwk_slots(&d->g) * wd, 0, wd * sizeof(float));
 	hp_conv_steal(pool, threads, units, su < 1 ? 1 : su, dwk_range, &r);
 	free(r.scratch);
+	free(r.wp);
 	hp_conv_threads_leave(saved);
 	return 0;
 #else

@@ -277,6 +277,72 @@ static void test_data_flip(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* The dX geometry of dX rows [r0, r1) from dY rows [y0, y1) (multiplier
+ * 1), as conv_grad.c's bands of ConvGradData take it. */
+static struct hp_dw dx_geom(const struct kc *t, int64_t r0, int64_t r1, int64_t y0, int64_t y1)
+{
+	struct hp_dw d = { .batch = t->n, .cin = t->c, .mult = 1 };
+
+	d.g.img[0] = d.g.grid[0] = d.g.k[0] = d.g.stride[0] = d.g.dil[0] = 1;
+	d.g.img[1] = r1 - r0, d.g.img[2] = t->in[1];
+	d.g.grid[1] = y1 - y0, d.g.grid[2] = out_dim(t, 1);
+	for (int i = 0; i < 2; i++)
+		d.g.k[1 + i] = t->k, d.g.stride[1 + i] = 1, d.g.dil[1 + i] = t->d[i], d.g.pad[1 + i] = t->pb[i];
+	d.g.pad[1] = t->pb[0] + r0 - y0;
+	hp_colgeom_finish(&d.g);
+	return d;
+}
+
+/* Bands of dX rows from the dY rows their windows reach (or one more
+ * above) are bitwise the rows of the whole, on a pool of 2. */
+static void test_data_bands(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int ci = 0; ci < (int)(sizeof cases / sizeof cases[0]); ci++) {
+		const struct kc *t = &cases[ci];
+		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), ih = t->in[0], iw = t->in[1], reach = (t->k - 1) * t->d[0];
+		size_t nx = (size_t)(t->n * t->c * ih * iw), ny = (size_t)(t->n * t->c * oh * ow);
+		if (t->s != 1 || t->mult != 1)
+			continue;
+		float *dy = data(ny, 51 + ci), *w = data((size_t)(t->c * t->k * t->k), 53 + ci);
+		float *whole = malloc(nx * 4), *got = malloc(nx * 4), *dyb = malloc(ny * 4);
+		struct hp_dw d = dx_geom(t, 0, ih, 0, oh);
+		float *ws = malloc(hp_dw_data_ws(&d));
+
+		hp_dw_data(&d, dy, w, whole, ws, NULL);
+		for (int64_t r0 = 0; r0 < ih; r0 += 1 + ih / 6)
+			for (int64_t r1 = r0 + 1; r1 <= ih; r1 += 1 + ih / 5)
+				for (int wide = 0; wide < 2; wide++) {
+					/* dY rows o with o = i + pb - kh dil for i in the band */
+					int64_t y0 = r0 + t->pb[0] - reach - wide, y1 = r1 - 1 + t->pb[0] + 1;
+					y0 = y0 < 0 ? 0 : y0, y1 = y1 > oh ? oh : y1;
+					if (y0 >= y1)
+						continue;
+					struct hp_dw band = dx_geom(t, r0, r1, y0, y1);
+					struct hp_dw f;
+					assert_true(hp_dwk_data_flip(&band, &f));
+					for (int64_t pl = 0; pl < t->n * t->c; pl++)
+						memcpy(dyb + pl * (y1 - y0) * ow, dy + (pl * oh + y0) * ow,
+						       (size_t)((y1 - y0) * ow) * 4);
+					float *bws = malloc(hp_dw_data_ws(&band));
+					hp_dw_data(&band, dyb, w, got, bws, pool);
+					free(bws);
+					for (int64_t pl = 0; pl < t->n * t->c; pl++)
+						if (memcmp(got + pl * (r1 - r0) * iw, whole + (pl * ih + r0) * iw,
+							   (size_t)((r1 - r0) * iw) * 4))
+							fail_msg("case %d: dX band [%lld, %lld) from dY [%lld, %lld) differs", ci,
+								 (long long)r0, (long long)r1, (long long)y0, (long long)y1);
+				}
+		free(dy), free(w), free(whole), free(got), free(dyb), free(ws);
+	}
+	hp_pool_destroy(pool);
+}
+
 /* Which geometries take the path: not the undilated 3x3 (conv_dw3.c),
  * not 3-D, stride 3 or unequal strides, nor 4x4 windows. */
 static void test_eligible(void **state)
@@ -314,6 +380,7 @@ int main(void)
 		cmocka_unit_test(test_chains),
 		cmocka_unit_test(test_bands),
 		cmocka_unit_test(test_data_flip),
+		cmocka_unit_test(test_data_bands),
 		cmocka_unit_test(test_eligible),
 	};
 
