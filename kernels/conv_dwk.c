@@ -70,6 +70,7 @@ int hp_dwk_eligible(const struct hp_colgeom *g)
 	return !hp_dw3_eligible(g); /* undilated 3x3: conv_dw3.c and conv_dwc.c */
 }
 
+#ifdef DWK_X86
 /* Positions of a transposed input row: up to the last output's last tap,
  * whole vectors (the transposes go eight positions at a time). */
 static int64_t dwk_width(const struct hp_colgeom *g)
@@ -98,7 +99,6 @@ struct dwk_run {
 	float *wp;               /* per block: W as [kvol][8], then the bias [8] (lanes past cout 0) */
 };
 
-#ifdef DWK_X86
 /* The lanes l with column i - left + l in [0, n). */
 DWK_TARGET static DWK_INLINE __m256i dwk_in(int64_t i, int64_t left, int64_t n)
 {
