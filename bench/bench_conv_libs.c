@@ -3,12 +3,15 @@
  * primitives, and the sgemm calls of hpdlf's im2col path under OpenBLAS,
  * BLIS and libxsmm, forward, data gradient and weight gradient.
  *
- *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1]
- *                         [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--fwd]
+ *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1]
+ *                         [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1]
+ *                         [--stem 0|1|-1] [--fwd]
  *
  * --shift, --dot, --kxk and --grp force hpdlf's shift, dot, KxK and grouped
  * (conv_grp.c) paths (1), forbid them (-1)
- * (--dwc the same for the channel-blocked depthwise 3x3 kernel, conv_dwc.c)
+ * (--dwc the same for the channel-blocked depthwise 3x3 kernel, conv_dwc.c;
+ * --dwk -1 runs 5x5, 7x7 and dilated 3x3 depthwise windows on conv_dw.c's
+ * generic rows instead of conv_dwk.c's channel blocks)
  * or leave the choice to the planner (0, the default); --kxk-run 0 makes
  * the KxK path pack every block (conv_kxk_run.c's row-run blocks off);
  * --phase 1 runs a strided dX by phases (conv_grad_phase.c; off by
@@ -64,6 +67,14 @@ static const struct cls classes[] = {
 	{ "dw3x3-14", "MobileNetV2 depthwise 14x14", 1, 576, 576, 14, 14, 3, 1, 1, 576 },
 	{ "dw3x3-s2-56", "MobileNetV2 depthwise stride 2, 56 -> 28", 1, 144, 144, 56, 56, 3, 2, 1, 144 },
 	{ "dw3x3-s2-14", "MobileNetV2 depthwise stride 2, 14 -> 7", 1, 576, 576, 14, 14, 3, 2, 1, 576 },
+	{ "dw5x5", "MnasNet depthwise 5x5 8x8, batch 2", 2, 72, 72, 8, 8, 5, 1, 2, 72 },
+	{ "dw5x5-3", "EfficientNet-B0 depthwise 5x5 3x3 (96x96 input)", 1, 1152, 1152, 3, 3, 5, 1, 2, 1152 },
+	{ "dw5x5-6", "MobileNetV3-small depthwise 5x5 6x6, batch 2", 2, 240, 240, 6, 6, 5, 1, 2, 240 },
+	{ "dw5x5-14", "EfficientNet-B0 depthwise 5x5 14x14 (224 input)", 1, 480, 480, 14, 14, 5, 1, 2, 480 },
+	{ "dw5x5-s2", "EfficientNet-B0 depthwise 5x5 stride 2, 24 -> 12", 1, 144, 144, 24, 24, 5, 2, 2, 144 },
+	{ "dw5x5-s2-12", "MobileNetV3-small depthwise 5x5 stride 2, 12 -> 6, batch 2", 2, 96, 96, 12, 12, 5, 2, 2, 96 },
+	{ "dw5x5-s2-56", "EfficientNet-B0 depthwise 5x5 stride 2, 56 -> 28 (224 input)", 1, 144, 144, 56, 56, 5, 2, 2, 144 },
+	{ "dw7x7", "ConvNeXt-T depthwise 7x7 14x14", 1, 384, 384, 14, 14, 7, 1, 3, 384 },
 	{ "grouped", "ResNeXt 32 groups", 1, 128, 128, 28, 28, 3, 1, 1, 32 },
 	{ "grouped-b8", "ResNeXt 32 groups, batch 8 (training)", 8, 128, 128, 28, 28, 3, 1, 1, 32 },
 	{ "grouped-s2", "ResNeXt 32 groups, stride 2", 1, 256, 256, 56, 56, 3, 2, 1, 32 },
@@ -524,6 +535,8 @@ int main(int argc, char **argv)
 			hp_conv_set_dot(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--dwc") && i + 1 < argc) /* channel-blocked depthwise: auto, always, never */
 			hp_dwc_set_mode(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--dwk") && i + 1 < argc) /* depthwise 5x5/7x7 by channel blocks: auto, never */
+			hp_dwk_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--kxk") && i + 1 < argc) /* hpdlf's KxK path: auto, always, never */
 			hp_conv_set_kxk(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--phase") && i + 1 < argc) /* strided dX by phases: off, on */
@@ -540,7 +553,7 @@ int main(int argc, char **argv)
 			fwd_only = 1;
 		else {
 			fprintf(stderr,
-				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--fwd]\n",
+				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--fwd]\n",
 				argv[0]);
 			return 2;
 		}

@@ -417,6 +417,9 @@ void hp_dw_forward(const struct hp_dw *d, const float *x, const float *w, const 
 		hp_dwc_forward(d, x, w, b, y, pool);
 		return;
 	}
+	/* 5x5, 7x7 and dilated 3x3 (2-D, stride 1 or 2): conv_dwk.c */
+	if (!d->scratch && !d->xclip && hp_dwk_eligible(&d->g) && hp_dwk_forward(d, x, w, b, y, pool) == 0)
+		return;
 	threads = hp_conv_threads_enter(pool, &saved);
 	su = planes / ((int64_t)threads * DW_UNITS_PER_THREAD);
 	/* every thread's buffer once per call: a thread may run many units */
@@ -522,6 +525,8 @@ size_t hp_dw_data_ws(const struct hp_dw *d)
 
 	if (data_flip(d, &f))
 		return (size_t)(d->cin * 9) * sizeof(float);
+	if (hp_dwk_data_flip(d, &f)) /* 5x5, 7x7, dilated 3x3: mirrored weights */
+		return (size_t)(d->cin * d->g.kvol) * sizeof(float);
 	if (hp_dwc_data_eligible(d))
 		return (size_t)hp_conv_ws_threads() * hp_dwc_data_scratch(&d->g) * sizeof(float);
 	return 0;
@@ -537,6 +542,13 @@ void hp_dw_data(const struct hp_dw *d, const float *dy, const float *w, float *d
 		for (int64_t c = 0; c < d->cin; c++)
 			for (int k = 0; k < 9; k++)
 				ws[c * 9 + k] = w[c * 9 + 8 - k];
+		hp_dw_forward(&f, dy, ws, NULL, dx, pool);
+		return;
+	}
+	if (ws && hp_dwk_data_flip(d, &f)) { /* stride 1, 5x5, 7x7, dilated 3x3: conv_dwk.c's forward */
+		for (int64_t c = 0, kk = d->g.kvol; c < d->cin; c++)
+			for (int64_t k = 0; k < kk; k++)
+				ws[c * kk + k] = w[c * kk + kk - 1 - k];
 		hp_dw_forward(&f, dy, ws, NULL, dx, pool);
 		return;
 	}

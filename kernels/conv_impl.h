@@ -199,6 +199,20 @@ void hp_dwc_forward(const struct hp_dw *d, const float *x, const float *w, const
 		    struct hp_pool *pool);
 /* Tests and benchmarks only: 0 auto, 1 whenever eligible, -1 never. */
 void hp_dwc_set_mode(int mode);
+/* Depthwise KxK forward (conv_dwk.c, AVX2 + FMA): 2-D, K = 3, 5 or 7
+ * square, stride 1 or 2, any dilation, but not conv_dw3.c's undilated 3x3;
+ * eight output channels per register pass, each output the chain bias +
+ * taps in (kh, kw) order of fused multiply-adds, taps in the padding as
+ * w * 0.  hp_dw_forward takes it for every such geometry (without xclip
+ * or scratch); hp_dwk_forward returns -1 only when out of memory. */
+int hp_dwk_eligible(const struct hp_colgeom *g);
+int hp_dwk_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,
+		   struct hp_pool *pool);
+/* Tests and benchmarks only: 0 auto, -1 never (conv_dw.c's generic rows). */
+void hp_dwk_set_mode(int mode);
+/* A stride-1 dX of such a window (multiplier 1) as hp_dwk_forward's
+ * geometry f (dY the image, W mirrored); 0 where it does not apply. */
+int hp_dwk_data_flip(const struct hp_dw *d, struct hp_dw *f);
 /* dW of those geometries (any plane size) with eight channels in the
  * lanes: hp_dw_filter's units and their order, each unit per channel the
  * sum over its rows in order of each row's chain of fused multiply-adds

@@ -1,0 +1,388 @@
+/* Depthwise KxK forward by channel blocks (kernels/conv_dwk.c): 5x5, 7x7
+ * and dilated 3x3 windows at stride 1 and 2.  Every output is the chain
+ * the kernel promises bit for bit (bias, then fmaf over the taps in
+ * (kh, kw) order, taps in the padding as w * 0; a scalar replay here),
+ * within 1e-5 of double loops and of conv_dw.c's generic rows, the same
+ * bits on a pool of 2, with the fused Add and Clip after it, and for
+ * every band of output rows (its input rows with their halo, the band's
+ * top pad, as exec/split_band.c cuts them) the rows of the whole. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kernels/conv_impl.h"
+#include "kernels/fused_impl.h"
+#include "tests/kernels/harness.h"
+
+/* { n, c, mult, in, k, s, d, pb, pe } (2-D, square windows; every input
+ * row read: geom()'s whole geometry assumes it) */
+struct kc {
+	int64_t n, c, mult, in[2], k, s, d[2], pb[2], pe[2];
+};
+
+static const struct kc cases[] = {
+	/* the nets' layers: 5x5 pads 2 at stride 1 and 2, planes of 2 to 33 */
+	{ 2, 13, 1, { 8, 8 }, 5, 1, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 1, 20, 1, { 33, 31 }, 5, 2, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 2, 9, 1, { 2, 2 }, 5, 1, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 1, 16, 1, { 4, 3 }, 5, 2, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 1, 8, 1, { 24, 24 }, 5, 1, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	/* 7x7 (ConvNeXt's: pads 3), uneven pads, a multiplier */
+	{ 1, 11, 1, { 14, 14 }, 7, 1, { 1, 1 }, { 3, 3 }, { 3, 3 } },
+	{ 2, 5, 2, { 17, 12 }, 7, 2, { 1, 1 }, { 0, 3 }, { 2, 1 } },
+	{ 1, 3, 1, { 9, 29 }, 7, 1, { 1, 1 }, { 1, 0 }, { 0, 2 } },
+	/* dilated: 3x3 (conv_dw3.c's are undilated), 5x5, rows and columns apart */
+	{ 1, 10, 1, { 15, 19 }, 3, 1, { 2, 2 }, { 2, 2 }, { 2, 2 } },
+	{ 2, 7, 1, { 12, 16 }, 3, 2, { 1, 3 }, { 1, 3 }, { 0, 2 } },
+	{ 1, 9, 1, { 12, 11 }, 5, 1, { 2, 1 }, { 4, 2 }, { 3, 2 } },
+};
+
+static int64_t out_dim(const struct kc *t, int i)
+{
+	return (t->in[i] + t->pb[i] + t->pe[i] - (t->k - 1) * t->d[i] - 1) / t->s + 1;
+}
+
+/* The geometry of output rows [r0, r1) as conv_dw.c takes it: the band's
+ * input rows [*i0, *i1) and what remains of the top pad above them. */
+static struct hp_dw geom(const struct kc *t, int64_t r0, int64_t r1, int64_t *i0, int64_t *i1)
+{
+	struct hp_dw d = { .batch = t->n, .cin = t->c, .mult = t->mult };
+	int64_t lo = r0 * t->s - t->pb[0], hi = (r1 - 1) * t->s - t->pb[0] + (t->k - 1) * t->d[0] + 1;
+
+	*i0 = lo < 0 ? 0 : lo;
+	*i1 = hi > t->in[0] ? t->in[0] : hi;
+	d.g.img[0] = d.g.grid[0] = d.g.k[0] = d.g.stride[0] = d.g.dil[0] = 1;
+	d.g.img[1] = *i1 - *i0, d.g.img[2] = t->in[1];
+	d.g.grid[1] = r1 - r0, d.g.grid[2] = out_dim(t, 1);
+	for (int i = 0; i < 2; i++)
+		d.g.k[1 + i] = t->k, d.g.stride[1 + i] = t->s, d.g.dil[1 + i] = t->d[i], d.g.pad[1 + i] = t->pb[i];
+	d.g.pad[1] = *i0 - lo;
+	hp_colgeom_finish(&d.g);
+	return d;
+}
+
+/* y as one chain per output: bias, then fmaf over (kh, kw), taps in the
+ * padding as w * 0; then act(y + addend) with Clip (add NULL: none;
+ * lo > hi: no activation).  dbl: the taps in double instead, padding
+ * skipped (the loops the chains approximate). */
+static void chain_ref(const struct kc *t, const float *x, const float *w, const float *b, const float *add, float lo,
+		      float hi, float *y, double *dbl)
+{
+	int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), m = t->c * t->mult, kk = t->k * t->k;
+
+	for (int64_t n = 0; n < t->n; n++)
+		for (int64_t o = 0; o < m; o++)
+			for (int64_t i = 0; i < oh * ow; i++) {
+				const float *xp = x + (n * t->c + o / t->mult) * t->in[0] * t->in[1];
+				int64_t yi = (n * m + o) * oh * ow + i;
+				float v = b[o];
+				double dv = b[o];
+				for (int64_t k = 0; k < kk; k++) {
+					int64_t ih = i / ow * t->s - t->pb[0] + k / t->k * t->d[0];
+					int64_t iw = i % ow * t->s - t->pb[1] + k % t->k * t->d[1];
+					int in = ih >= 0 && ih < t->in[0] && iw >= 0 && iw < t->in[1];
+					v = fmaf(w[o * kk + k], in ? xp[ih * t->in[1] + iw] : 0.0f, v);
+					if (in)
+						dv += (double)w[o * kk + k] * xp[ih * t->in[1] + iw];
+				}
+				if (add)
+					v = v + add[yi];
+				if (lo <= hi)
+					v = v < lo ? lo : v > hi ? hi : v;
+				y[yi] = v;
+				if (dbl)
+					dbl[yi] = dv;
+			}
+}
+
+static float *data(size_t n, unsigned seed)
+{
+	float *p = malloc(n * sizeof *p);
+	uint32_t s = seed * 2654435761u + 7;
+
+	for (size_t i = 0; i < n; i++) {
+		s = s * 1664525u + 1013904223u;
+		p[i] = (float)(s >> 8) / (float)(1u << 23) - 1.0f;
+	}
+	return p;
+}
+
+/* The whole node of case t (mode -1: conv_dw.c's generic rows). */
+static void run(const struct kc *t, int mode, struct hp_pool *pool, const float *x, const float *w, const float *b,
+		const struct hp_epi *epi, const float *add, float *y)
+{
+	int64_t i0, i1;
+	struct hp_dw d = geom(t, 0, out_dim(t, 0), &i0, &i1);
+
+	d.epi = epi;
+	d.addend = add;
+	hp_dwk_set_mode(mode);
+	hp_dw_forward(&d, x, w, b, y, pool);
+	hp_dwk_set_mode(0);
+}
+
+static void test_chains(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int ci = 0; ci < (int)(sizeof cases / sizeof cases[0]); ci++) {
+		const struct kc *t = &cases[ci];
+		int64_t m = t->c * t->mult, ny = t->n * m * out_dim(t, 0) * out_dim(t, 1), i0, i1;
+		size_t nx = (size_t)(t->n * t->c * t->in[0] * t->in[1]);
+		float *x = data(nx, 3 + ci), *w = data((size_t)(m * t->k * t->k), 5 + ci), *b = data((size_t)m, 7 + ci);
+		float *add = data((size_t)ny, 9 + ci), *ref = malloc((size_t)ny * 4), *y = malloc((size_t)ny * 4);
+		float *y2 = malloc((size_t)ny * 4);
+		double *dref = malloc((size_t)ny * sizeof *dref);
+		struct hp_epi clip = { .act = HP_EPI_CLIP, .add = HP_EPI_ADD_FULL, .lo = 0.0f, .hi = 0.5f };
+		struct hp_dw whole = geom(t, 0, out_dim(t, 0), &i0, &i1);
+
+		assert_true(hp_dwk_eligible(&whole.g));
+		run(t, 0, NULL, x, w, b, NULL, NULL, y);
+		chain_ref(t, x, w, b, NULL, 1, 0, ref, dref);
+		if (memcmp(y, ref, (size_t)ny * 4))
+			fail_msg("case %d: not the fmaf chain of every output", ci);
+		for (int64_t i = 0; i < ny; i++)
+			if (fabs(y[i] - dref[i]) > 1e-5 * (double)(t->k * t->k))
+				fail_msg("case %d: %g against loops %g at %lld", ci, y[i], dref[i], (long long)i);
+		run(t, -1, NULL, x, w, b, NULL, NULL, y2); /* generic rows: other roundings, the same sums */
+		for (int64_t i = 0; i < ny; i++)
+			if (fabs(y[i] - y2[i]) > 1e-5 * (double)(t->k * t->k))
+				fail_msg("case %d: %g against the generic rows' %g at %lld", ci, y[i], y2[i], (long long)i);
+		run(t, 0, pool, x, w, b, NULL, NULL, y2);
+		if (memcmp(y, y2, (size_t)ny * 4))
+			fail_msg("case %d: a pool of 2 changes the bits", ci);
+		run(t, 0, pool, x, w, b, &clip, add, y);
+		chain_ref(t, x, w, b, add, 0.0f, 0.5f, ref, NULL);
+		if (memcmp(y, ref, (size_t)ny * 4))
+			fail_msg("case %d: the fused Add and Clip differ from fused_epi.c's", ci);
+		free(x), free(w), free(b), free(add), free(ref), free(y), free(y2), free(dref);
+	}
+	hp_pool_destroy(pool);
+}
+
+/* Bands of output rows (their input rows and halo, the band's top pad) are
+ * bitwise the rows of the whole, alone and on a pool of 2. */
+static void test_bands(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int ci = 0; ci < (int)(sizeof cases / sizeof cases[0]); ci++) {
+		const struct kc *t = &cases[ci];
+		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), i0, i1, m = t->c * t->mult;
+		size_t nx = (size_t)(t->n * t->c * t->in[0] * t->in[1]), ny = (size_t)(t->n * m * oh * ow);
+		float *x = data(nx, 13 + ci), *w = data((size_t)(m * t->k * t->k), 15 + ci), *b = data((size_t)m, 17 + ci);
+		float *y = malloc(ny * 4), *yb = malloc(ny * 4), *xb = malloc(nx * 4);
+
+		run(t, 0, NULL, x, w, b, NULL, NULL, y);
+		for (int64_t r0 = 0; r0 < oh; r0 += 1 + oh / 9)
+			for (int64_t r1 = r0 + 1; r1 <= oh; r1 += 1 + oh / 7) {
+				struct hp_dw band = geom(t, r0, r1, &i0, &i1);
+				assert_true(hp_dwk_eligible(&band.g));
+				for (int64_t p = 0; p < t->n * t->c; p++)
+					memcpy(xb + p * (i1 - i0) * t->in[1], x + (p * t->in[0] + i0) * t->in[1],
+					       (size_t)((i1 - i0) * t->in[1]) * 4);
+				hp_dw_forward(&band, xb, w, b, yb, (r0 + r1) % 2 ? pool : NULL);
+				for (int64_t p = 0; p < t->n * m; p++)
+					if (memcmp(yb + p * (r1 - r0) * ow, y + (p * oh + r0) * ow, (size_t)((r1 - r0) * ow) * 4))
+						fail_msg("case %d: band [%lld, %lld) differs from the whole", ci,
+							 (long long)r0, (long long)r1);
+			}
+		free(x), free(w), free(b), free(y), free(yb), free(xb);
+	}
+	hp_pool_destroy(pool);
+}
+
+/* dX of a stride-1 case (multiplier 1) as the kernel's forward with the
+ * mirrored window: each element 0 + fmaf over the taps in mirrored
+ * (kh, kw) order, dY outside as 0 (a scalar replay); within 1e-5 of the
+ * double loops and of the scatter loops (mode -1); a pool of 2 gives the
+ * same bits. */
+static void dx_ref(const struct kc *t, const float *dy, const float *w, float *dx, double *dbl)
+{
+	int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), kk = t->k * t->k;
+
+	for (int64_t pl = 0; pl < t->n * t->c; pl++)
+		for (int64_t i = 0; i < t->in[0] * t->in[1]; i++) {
+			float v = 0.0f;
+			double dv = 0;
+			for (int64_t k = kk - 1; k >= 0; k--) {
+				int64_t yh = i / t->in[1] + t->pb[0] - k / t->k * t->d[0];
+				int64_t yw = i % t->in[1] + t->pb[1] - k % t->k * t->d[1];
+				int in = yh >= 0 && yh < oh && yw >= 0 && yw < ow;
+				float g = in ? dy[(pl * oh + yh) * ow + yw] : 0.0f;
+				v = fmaf(w[pl % t->c * kk + k], g, v);
+				dv += (double)w[pl % t->c * kk + k] * g;
+			}
+			dx[pl * t->in[0] * t->in[1] + i] = v;
+			dbl[pl * t->in[0] * t->in[1] + i] = dv;
+		}
+}
+
+static void test_data_flip(void **state)
+{
+	struct hp_pool *pool;
+	int tested = 0;
+
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int ci = 0; ci < (int)(sizeof cases / sizeof cases[0]); ci++) {
+		const struct kc *t = &cases[ci];
+		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), i0, i1;
+		size_t nx = (size_t)(t->n * t->c * t->in[0] * t->in[1]), ny = (size_t)(t->n * t->c * oh * ow);
+		struct hp_dw d = geom(t, 0, oh, &i0, &i1), f;
+		if (t->s != 1 || t->mult != 1)
+			continue;
+		float *dy = data(ny, 41 + ci), *w = data((size_t)(t->c * t->k * t->k), 43 + ci);
+		float *ref = malloc(nx * 4), *got = malloc(nx * 4), *ws = malloc(hp_dw_data_ws(&d) + 4);
+		double *dref = malloc(nx * sizeof *dref);
+
+		assert_true(hp_dwk_data_flip(&d, &f));
+		assert_true(hp_dw_data_ws(&d) >= (size_t)(t->c * t->k * t->k) * 4);
+		dx_ref(t, dy, w, ref, dref);
+		for (int p = 0; p < 2; p++) {
+			hp_dw_data(&d, dy, w, got, ws, p ? pool : NULL);
+			if (memcmp(ref, got, nx * 4))
+				fail_msg("case %d: dX is not the mirrored chain (%s)", ci, p ? "pool" : "alone");
+		}
+		for (size_t i = 0; i < nx; i++)
+			if (fabs(got[i] - dref[i]) > 1e-5 * (double)(t->k * t->k))
+				fail_msg("case %d: dX %g against loops %g at %zu", ci, got[i], dref[i], i);
+		hp_dwk_set_mode(-1);
+		hp_dw_data(&d, dy, w, got, ws, NULL);
+		hp_dwk_set_mode(0);
+		for (size_t i = 0; i < nx; i++)
+			if (fabs(got[i] - ref[i]) > 1e-5 * (double)(t->k * t->k))
+				fail_msg("case %d: dX %g against the scatter loops' %g at %zu", ci, ref[i], got[i], i);
+		free(dy), free(w), free(ref), free(got), free(ws), free(dref);
+		tested++;
+	}
+	assert_true(tested >= 5);
+	hp_pool_destroy(pool);
+}
+
+/* The dX geometry of dX rows [r0, r1) from dY rows [y0, y1) (multiplier
+ * 1), as conv_grad.c's bands of ConvGradData take it. */
+static struct hp_dw dx_geom(const struct kc *t, int64_t r0, int64_t r1, int64_t y0, int64_t y1)
+{
+	struct hp_dw d = { .batch = t->n, .cin = t->c, .mult = 1 };
+
+	d.g.img[0] = d.g.grid[0] = d.g.k[0] = d.g.stride[0] = d.g.dil[0] = 1;
+	d.g.img[1] = r1 - r0, d.g.img[2] = t->in[1];
+	d.g.grid[1] = y1 - y0, d.g.grid[2] = out_dim(t, 1);
+	for (int i = 0; i < 2; i++)
+		d.g.k[1 + i] = t->k, d.g.stride[1 + i] = 1, d.g.dil[1 + i] = t->d[i], d.g.pad[1 + i] = t->pb[i];
+	d.g.pad[1] = t->pb[0] + r0 - y0;
+	hp_colgeom_finish(&d.g);
+	return d;
+}
+
+/* Bands of dX rows from the dY rows their windows reach (or one more
+ * above) are bitwise the rows of the whole, on a pool of 2. */
+static void test_data_bands(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int ci = 0; ci < (int)(sizeof cases / sizeof cases[0]); ci++) {
+		const struct kc *t = &cases[ci];
+		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), ih = t->in[0], iw = t->in[1], reach = (t->k - 1) * t->d[0];
+		size_t nx = (size_t)(t->n * t->c * ih * iw), ny = (size_t)(t->n * t->c * oh * ow);
+		if (t->s != 1 || t->mult != 1)
+			continue;
+		float *dy = data(ny, 51 + ci), *w = data((size_t)(t->c * t->k * t->k), 53 + ci);
+		float *whole = malloc(nx * 4), *got = malloc(nx * 4), *dyb = malloc(ny * 4);
+		struct hp_dw d = dx_geom(t, 0, ih, 0, oh);
+		float *ws = malloc(hp_dw_data_ws(&d));
+
+		hp_dw_data(&d, dy, w, whole, ws, NULL);
+		for (int64_t r0 = 0; r0 < ih; r0 += 1 + ih / 6)
+			for (int64_t r1 = r0 + 1; r1 <= ih; r1 += 1 + ih / 5)
+				for (int wide = 0; wide < 2; wide++) {
+					/* dY rows o with o = i + pb - kh dil for i in the band */
+					int64_t y0 = r0 + t->pb[0] - reach - wide, y1 = r1 - 1 + t->pb[0] + 1;
+					y0 = y0 < 0 ? 0 : y0, y1 = y1 > oh ? oh : y1;
+					if (y0 >= y1)
+						continue;
+					struct hp_dw band = dx_geom(t, r0, r1, y0, y1);
+					struct hp_dw f;
+					assert_true(hp_dwk_data_flip(&band, &f));
+					for (int64_t pl = 0; pl < t->n * t->c; pl++)
+						memcpy(dyb + pl * (y1 - y0) * ow, dy + (pl * oh + y0) * ow,
+						       (size_t)((y1 - y0) * ow) * 4);
+					float *bws = malloc(hp_dw_data_ws(&band));
+					hp_dw_data(&band, dyb, w, got, bws, pool);
+					free(bws);
+					for (int64_t pl = 0; pl < t->n * t->c; pl++)
+						if (memcmp(got + pl * (r1 - r0) * iw, whole + (pl * ih + r0) * iw,
+							   (size_t)((r1 - r0) * iw) * 4))
+							fail_msg("case %d: dX band [%lld, %lld) from dY [%lld, %lld) differs", ci,
+								 (long long)r0, (long long)r1, (long long)y0, (long long)y1);
+				}
+		free(dy), free(w), free(whole), free(got), free(dyb), free(ws);
+	}
+	hp_pool_destroy(pool);
+}
+
+/* Which geometries take the path: not the undilated 3x3 (conv_dw3.c),
+ * not 3-D, stride 3 or unequal strides, nor 4x4 windows. */
+static void test_eligible(void **state)
+{
+	int64_t i0, i1;
+	struct kc t = cases[0];
+	struct hp_dw d;
+
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	t.k = 3;
+	d = geom(&t, 0, out_dim(&t, 0), &i0, &i1);
+	assert_false(hp_dwk_eligible(&d.g));
+	t.k = 4;
+	d = geom(&t, 0, out_dim(&t, 0), &i0, &i1);
+	assert_false(hp_dwk_eligible(&d.g));
+	t.k = 5, t.s = 3;
+	d = geom(&t, 0, out_dim(&t, 0), &i0, &i1);
+	assert_false(hp_dwk_eligible(&d.g));
+	t.s = 2;
+	d = geom(&t, 0, out_dim(&t, 0), &i0, &i1);
+	assert_true(hp_dwk_eligible(&d.g));
+	d.g.stride[1] = 1;
+	assert_false(hp_dwk_eligible(&d.g));
+	hp_dwk_set_mode(-1);
+	d.g.stride[1] = 2;
+	assert_false(hp_dwk_eligible(&d.g));
+	hp_dwk_set_mode(0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_chains),
+		cmocka_unit_test(test_bands),
+		cmocka_unit_test(test_data_flip),
+		cmocka_unit_test(test_data_bands),
+		cmocka_unit_test(test_eligible),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
