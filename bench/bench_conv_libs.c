@@ -85,6 +85,11 @@ static const struct cls classes[] = {
 	{ "1x1-r50e7", "ResNet-50 bottleneck expansion 7x7, batch 4", 4, 512, 2048, 7, 7, 1, 1, 0, 1 },
 	{ "1x1-r50r7", "ResNet-50 bottleneck reduction 7x7, batch 4", 4, 2048, 512, 7, 7, 1, 1, 0, 1 },
 	{ "1x1-b2-8", "1x1 at 8x8, batch 2", 2, 64, 256, 8, 8, 1, 1, 0, 1 },
+	{ "1x1-t2", "MNASNet's last 1x1 at 2x2, batch 2", 2, 320, 1280, 2, 2, 1, 1, 0, 1 },
+	{ "1x1-t4", "MNASNet's last 1x1 at 4x4, batch 2", 2, 320, 1280, 4, 4, 1, 1, 0, 1 },
+	{ "1x1-t3", "MobileNetV3-Small expansion at 3x3, batch 2", 2, 96, 576, 3, 3, 1, 1, 0, 1 },
+	{ "1x1-t3p", "EfficientNet-B0 projection at 3x3", 1, 1152, 320, 3, 3, 1, 1, 0, 1 },
+	{ "1x1-se", "EfficientNet-B0 squeeze-excitation 1x1, batch 2", 2, 48, 1152, 1, 1, 1, 1, 0, 1 },
 	{ "3x3-s2-mb", "MobileNetV2 stem 224", 1, 3, 32, 224, 224, 3, 2, 1, 1 },
 	{ "3x3-u128", "2-D U-Net level 1, batch 2", 2, 16, 16, 128, 128, 3, 1, 1, 1 },
 	{ "3x3-u64", "2-D U-Net level 2, batch 2", 2, 32, 32, 64, 64, 3, 1, 1, 1 },
@@ -533,11 +538,13 @@ int main(int argc, char **argv)
 			hp_kxk_set_run(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--pw") && i + 1 < argc) /* 1x1 dW on conv_grad_pw.c: auto, always, never */
 			hp_pfilt_set_mode(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--pwt") && i + 1 < argc) /* 1x1 at tiny planes (conv_pwt.c): auto, always, never */
+			hp_pwt_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--fwd"))
 			fwd_only = 1;
 		else {
 			fprintf(stderr,
-				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--fwd]\n",
+				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pwt 0|1|-1] [--fwd]\n",
 				argv[0]);
 			return 2;
 		}
