@@ -99,6 +99,8 @@ PWT_TARGET512 static void pwt_pack16(const float *w, int64_t lda, int mr, int64_
 	for (int64_t k0 = 0; k0 < K; k0 += 16) {
 		int kr = K - k0 < 16 ? (int)(K - k0) : 16;
 		__mmask16 mk = (__mmask16)((1u << kr) - 1);
+		for (int i = 0; i < mr; i++) /* W comes from L3 or memory: 16 streams */
+			_mm_prefetch((const char *)(w + i * lda + k0 + 64), _MM_HINT_T0);
 		for (int i = 0; i < 16; i++)
 			r[i] = i < mr ? _mm512_maskz_loadu_ps(mk, w + i * lda + k0) : _mm512_setzero_ps();
 		pwt_tr16(r);
