@@ -89,6 +89,7 @@ static const struct cls classes[] = {
 	{ "1x1-t4", "MNASNet's last 1x1 at 4x4, batch 2", 2, 320, 1280, 4, 4, 1, 1, 0, 1 },
 	{ "1x1-t3", "MobileNetV3-Small expansion at 3x3, batch 2", 2, 96, 576, 3, 3, 1, 1, 0, 1 },
 	{ "1x1-t3p", "EfficientNet-B0 projection at 3x3", 1, 1152, 320, 3, 3, 1, 1, 0, 1 },
+	{ "1x1-t6", "EfficientNet-B0 expansion at 6x6", 1, 112, 672, 6, 6, 1, 1, 0, 1 },
 	{ "1x1-se", "EfficientNet-B0 squeeze-excitation 1x1, batch 2", 2, 48, 1152, 1, 1, 1, 1, 0, 1 },
 	{ "3x3-s2-mb", "MobileNetV2 stem 224", 1, 3, 32, 224, 224, 3, 2, 1, 1 },
 	{ "3x3-u128", "2-D U-Net level 1, batch 2", 2, 16, 16, 128, 128, 3, 1, 1, 1 },
