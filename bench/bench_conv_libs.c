@@ -5,7 +5,7 @@
  *
  *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1]
  *                         [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1]
- *                         [--stem 0|1|-1] [--fwd]
+ *                         [--stem 0|1|-1] [--pwt 0|1|-1] [--fwd]
  *
  * --shift, --dot, --kxk and --grp force hpdlf's shift, dot, KxK and grouped
  * (conv_grp.c) paths (1), forbid them (-1)
@@ -97,6 +97,12 @@ static const struct cls classes[] = {
 	{ "1x1-r50e7", "ResNet-50 bottleneck expansion 7x7, batch 4", 4, 512, 2048, 7, 7, 1, 1, 0, 1 },
 	{ "1x1-r50r7", "ResNet-50 bottleneck reduction 7x7, batch 4", 4, 2048, 512, 7, 7, 1, 1, 0, 1 },
 	{ "1x1-b2-8", "1x1 at 8x8, batch 2", 2, 64, 256, 8, 8, 1, 1, 0, 1 },
+	{ "1x1-t2", "MNASNet's last 1x1 at 2x2, batch 2", 2, 320, 1280, 2, 2, 1, 1, 0, 1 },
+	{ "1x1-t4", "MNASNet's last 1x1 at 4x4, batch 2", 2, 320, 1280, 4, 4, 1, 1, 0, 1 },
+	{ "1x1-t3", "MobileNetV3-Small expansion at 3x3, batch 2", 2, 96, 576, 3, 3, 1, 1, 0, 1 },
+	{ "1x1-t3p", "EfficientNet-B0 projection at 3x3", 1, 1152, 320, 3, 3, 1, 1, 0, 1 },
+	{ "1x1-t6", "EfficientNet-B0 expansion at 6x6", 1, 112, 672, 6, 6, 1, 1, 0, 1 },
+	{ "1x1-se", "EfficientNet-B0 squeeze-excitation 1x1, batch 2", 2, 48, 1152, 1, 1, 1, 1, 0, 1 },
 	{ "3x3-s2-mb", "MobileNetV2 stem 224", 1, 3, 32, 224, 224, 3, 2, 1, 1 },
 	{ "3x3-u128", "2-D U-Net level 1, batch 2", 2, 16, 16, 128, 128, 3, 1, 1, 1 },
 	{ "3x3-u64", "2-D U-Net level 2, batch 2", 2, 32, 32, 64, 64, 3, 1, 1, 1 },
@@ -549,11 +555,13 @@ int main(int argc, char **argv)
 			hp_pfilt_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--stem") && i + 1 < argc) /* dW on conv_grad_stem.c: auto, always, never */
 			hp_sfilt_set_mode(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--pwt") && i + 1 < argc) /* 1x1 at tiny planes (conv_pwt.c): auto, always, never */
+			hp_pwt_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--fwd"))
 			fwd_only = 1;
 		else {
 			fprintf(stderr,
-				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--fwd]\n",
+				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--pwt 0|1|-1] [--fwd]\n",
 				argv[0]);
 			return 2;
 		}

@@ -364,6 +364,18 @@ void hp_pw_set_avx2(int on);
  * off by hp_pw_set_avx2). */
 int hp_pw_512(void);
 
+/* conv_pw.c's nodes at tiny planes (conv_pwt.c): vectors over 16 output
+ * channels, each position (or item, for planes of one position) a
+ * broadcast; every output conv_pw.c's chain, so the same bits.  Wanted
+ * (AVX-512, no wflip, a plane below 16 positions, W^T's panel of K x 16
+ * in a worker's per_thread floats of conv_pw.c's workspace): 1. */
+int hp_pwt_wanted(const struct hp_conv *cv, int64_t per_thread);
+void hp_pwt_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		    int64_t per_thread, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
+/* Tests and benchmarks only: 0 auto, 1 wherever it can run (any plane),
+ * -1 never; read when a node runs. */
+void hp_pwt_set_mode(int mode);
+
 /* KxK path (conv_kxk.c): Conv (not transposed, W in its ONNX layout, read
  * in place) as 6x16 register tiles over output channels x columns, the
  * patches of each block of columns gathered from X per k chunk; each

@@ -821,8 +821,14 @@ void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, con
 		   struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
 {
 	struct pw_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws, .epi = epi, .addend = addend };
-	int saved, threads = hp_conv_threads_enter(pool, &saved);
 	int64_t cap = (int64_t)(cv->workspace / sizeof(float)), units;
+	int saved, threads;
+
+	if (hp_pwt_wanted(cv, min64(cv->kdim, PW_KC) * PW_NB)) { /* tiny planes: conv_pwt.c */
+		hp_pwt_forward(cv, x, w, b, y, ws, min64(cv->kdim, PW_KC) * PW_NB, pool, epi, addend);
+		return;
+	}
+	threads = hp_conv_threads_enter(pool, &saved);
 
 	pw_fin_plan(&r);
 	r.nblk = (cv->yvol + PW_NB - 1) / PW_NB;

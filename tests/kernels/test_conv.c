@@ -662,6 +662,17 @@ static const struct cc pw_cases[] = {
 	{ 2, 0, 1, 64, 1, 1, V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
 	{ 2, 0, 4, 96, 144, 1, V3(12, 12, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 0, 1, 0, 0 },
 	{ 2, 0, 1, 270, 20, 1, V3(5, 10, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	/* tiny planes (conv_pwt.c): 2x2 with K and M off 16 (units of 32
+	 * channels and a last one of 13), 3x3 with K past 256, 3x5 (two tiles
+	 * of positions), planes of one position (items as columns, 14 of them
+	 * two tiles), groups at 2x2, 1-D */
+	{ 2, 0, 2, 70, 45, 1, V3(2, 2, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 2, 0, 3, 300, 40, 1, V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 2, 0, 2, 33, 17, 1, V3(3, 5, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 0, 1, 0, 0 },
+	{ 2, 0, 5, 33, 20, 1, V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 2, 0, 14, 24, 70, 1, V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	{ 2, 0, 2, 12, 18, 3, V3(2, 2, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 0, 0, 0 },
+	{ 1, 0, 3, 40, 64, 1, V3(5, 0, 0), V3(1, 0, 0), V3(1, 0, 0), V3(1, 0, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
 };
 
 static void test_conv_pw(void **state)
@@ -836,6 +847,67 @@ static void test_pw_isa_nodes(void **state)
 		assert_memory_equal(a.data, v.data, hp_tensor_bytes(&a));
 		hp_tensor_free(&a);
 		hp_tensor_free(&v);
+		unbuild(&bt);
+	}
+	hp_pool_destroy(pool);
+}
+
+/* FusedConv with act (full addend), pwt mode as given. */
+static void run_fused_act(const struct built *bt, const struct hp_tensor *add, const char *act,
+			  struct hp_pool *pool, struct hp_tensor *out)
+{
+	struct hp_tensor in[4] = { bt->x, bt->w, bt->b, *add };
+	struct hp_attr attrs[12];
+
+	memcpy(attrs, bt->attrs, (size_t)bt->nattrs * sizeof attrs[0]);
+	attrs[bt->nattrs] = kt_string("activation", act);
+	struct kt_case c = { .domain = "ai.hpdlf", .op = "FusedConv", .nin = 4, .in = in, .nattrs = bt->nattrs + 1,
+			     .attrs = attrs, .nout = 1, .pool = pool };
+	assert_int_equal(kt_run(&c, out), 0);
+}
+
+/* The tiny-plane path (conv_pwt.c, vectors over output channels) gives
+ * conv_pw.c's bits: on every pointwise case, taken everywhere it can run
+ * and nowhere, on 1 and 2 threads, Conv and FusedConv with a full addend
+ * and each activation the epilogue knows (in registers or not). */
+static void test_pwt_bits(void **state)
+{
+	static const char *const acts[] = { "Relu", "Clip", "Sigmoid", "HardSwish" };
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < sizeof pw_cases / sizeof pw_cases[0]; i++) {
+		const struct cc *t = &pw_cases[i];
+		struct hp_tensor a, v, add;
+		struct built bt;
+		build(t, 600 + (unsigned)i, &bt);
+		for (int f = 0; f <= 4; f++) {
+			if (f > 0) {
+				assert_int_equal(run_case(t, &bt, NULL, &a), 0);
+				add = kt_tensor(HP_F32, a.shape.rank, a.shape.dims);
+				kt_fill_random(&add, 601 + (unsigned)i, -1, 1);
+				hp_tensor_free(&a);
+			}
+			hp_pwt_set_mode(-1);
+			if (f == 0)
+				assert_int_equal(run_case(t, &bt, i % 2 ? pool : NULL, &a), 0);
+			else
+				run_fused_act(&bt, &add, acts[f - 1], i % 2 ? pool : NULL, &a);
+			hp_pwt_set_mode(1);
+			if (f == 0)
+				assert_int_equal(run_case(t, &bt, i % 2 ? NULL : pool, &v), 0);
+			else
+				run_fused_act(&bt, &add, acts[f - 1], i % 2 ? NULL : pool, &v);
+			hp_pwt_set_mode(0);
+			if (memcmp(a.data, v.data, hp_tensor_bytes(&a)))
+				fail_msg("pointwise case %zu (%s): the tiny-plane path differs from conv_pw.c's", i,
+					 f ? acts[f - 1] : "Conv");
+			hp_tensor_free(&a);
+			hp_tensor_free(&v);
+			if (f > 0)
+				hp_tensor_free(&add);
+		}
 		unbuild(&bt);
 	}
 	hp_pool_destroy(pool);
@@ -1579,6 +1651,7 @@ int main(void)
 		cmocka_unit_test(test_conv_gemm),
 		cmocka_unit_test(test_pw_isa),
 		cmocka_unit_test(test_pw_isa_nodes),
+		cmocka_unit_test(test_pwt_bits),
 		cmocka_unit_test(test_conv_kxk),
 		cmocka_unit_test(test_conv_grp),
 		cmocka_unit_test(test_grp_choice),

@@ -1,0 +1,254 @@
+/* Pointwise Conv (conv_pw.c's nodes) at tiny planes: Y^T = X^T W^T, the
+ * vectors over 16 output channels and each column (a position of one
+ * item, or an item where the plane is one position) a broadcast.
+ *
+ * Why: conv_pw.c's vectors run over the columns of one (item, group), so
+ * a plane of 4 positions filled a quarter of the lanes, one of a single
+ * position (squeeze-and-excitation's 1x1s) a sixteenth; MNASNet's last
+ * 1x1 (320 -> 1280 at 2x2, batch 2) ran at about 4 GFLOP/s.  Here the
+ * lanes are output channels, so they are full wherever M is a multiple
+ * of 16, whatever the plane.
+ *
+ * The bits: every output is conv_pw.c's chain, its bias (or 0) and then
+ * one fused multiply-add per k = 0, 1, ..., K-1 in order, so the path
+ * taken (and the threads, the bands of items and rows) never shows in
+ * the results.  The fused epilogue (FusedConv) runs as hp_epi_span on
+ * each item's rows of a tile once they are stored, as conv_pw.c's
+ * fallback does; its register epilogue gives those bits too.
+ *
+ * W^T: a unit (group, 16 or 32 output channels) transposes its rows of W
+ * once into a panel [K][16 * nv] of its worker's share of conv_pw.c's
+ * workspace (16 x 16 blocks transposed in registers), then runs every
+ * item of the node over it. */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/conv_impl.h"
+#include "kernels/fused_impl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define PWT_X86 1
+#define PWT_TARGET512 __attribute__((target("avx512f,avx512vl,avx2,fma")))
+#define PWT_INLINE __attribute__((always_inline)) inline
+#endif
+
+/* Columns per tile: with two vectors of channels, 24 accumulators and the
+ * two weight vectors fit the 32 zmm registers. */
+#define PWT_MAX_P 12
+/* Planes below this many positions take the path (auto mode). */
+#define PWT_MAX_PLANE 16
+#define PWT_MAX_TID 8
+/* as conv_pw.c's PW_PAR_MIN_FLOPS */
+#define PWT_PAR_MIN_FLOPS 2e6
+
+static int pwt_mode;
+
+void hp_pwt_set_mode(int mode)
+{
+	pwt_mode = mode;
+}
+
+struct pwt_run {
+	const struct hp_conv *cv;
+	const float *x, *w, *b;
+	float *y, *ws;
+	const struct hp_epi *epi;
+	const float *addend;
+	int nv;             /* vectors of 16 channels per unit */
+	int64_t mt;         /* units per group */
+	int64_t per_thread; /* floats of a worker's panel */
+};
+
+#ifdef PWT_X86
+/* r[i] (16 rows of 16) becomes its transpose: r[j] lane i = old r[i] lane j. */
+PWT_TARGET512 static PWT_INLINE void pwt_tr16(__m512 r[16])
+{
+	__m512 t[16];
+
+	for (int i = 0; i < 16; i += 2) {
+		t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+		t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+	}
+	for (int i = 0; i < 16; i += 4) {
+		r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+		r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+		r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+		r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+	}
+	for (int i = 0; i < 4; i++) {
+		t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
+		t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xdd);
+		t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+		t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xdd);
+	}
+	for (int i = 0; i < 4; i++) {
+		r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+		r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
+		r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
+		r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xdd);
+	}
+}
+
+/* wt[k][ld] lanes [0, 16) = w[r][k] (rows lda apart) for r < mr, 0 past
+ * them; k < K. */
+PWT_TARGET512 static void pwt_pack16(const float *w, int64_t lda, int mr, int64_t K, float *wt, int64_t ld)
+{
+	__m512 r[16];
+
+	for (int64_t k0 = 0; k0 < K; k0 += 16) {
+		int kr = K - k0 < 16 ? (int)(K - k0) : 16;
+		__mmask16 mk = (__mmask16)((1u << kr) - 1);
+		for (int i = 0; i < mr; i++) /* W comes from L3 or memory: 16 streams */
+			_mm_prefetch((const char *)(w + i * lda + k0 + 64), _MM_HINT_T0);
+		for (int i = 0; i < 16; i++)
+			r[i] = i < mr ? _mm512_maskz_loadu_ps(mk, w + i * lda + k0) : _mm512_setzero_ps();
+		pwt_tr16(r);
+		for (int i = 0; i < kr; i++)
+			_mm512_storeu_ps(wt + (k0 + i) * ld, r[i]);
+	}
+}
+
+/* t[p][16 * nv] = the chains of P columns (column p's X at x + p * cs,
+ * rows ldx apart) for the panel's 16 * nv channels: from the bias (lanes
+ * below mr) or 0, then fma(wt[k], x[k][p], acc) for k < K. */
+PWT_TARGET512 static PWT_INLINE void pwt_tile(const int nv, const int P, int64_t K, const float *wt, const float *x,
+					      int64_t ldx, int64_t cs, const float *bias, int mr, float *t)
+{
+	__m512 acc[2][PWT_MAX_P];
+	__m512 b0 = _mm512_setzero_ps(), b1 = b0;
+
+	if (bias) {
+		b0 = _mm512_maskz_loadu_ps((__mmask16)(mr >= 16 ? 0xffff : (1u << mr) - 1), bias);
+		if (nv > 1 && mr > 16)
+			b1 = _mm512_maskz_loadu_ps((__mmask16)(mr >= 32 ? 0xffff : (1u << (mr - 16)) - 1), bias + 16);
+	}
+	for (int p = 0; p < P; p++) {
+		acc[0][p] = b0;
+		acc[1][p] = b1;
+	}
+	for (int64_t k = 0; k < K; k++) {
+		const float *xk = x + k * ldx;
+		__m512 w0 = _mm512_loadu_ps(wt + k * 16 * nv), w1 = w0;
+		if (nv > 1)
+			w1 = _mm512_loadu_ps(wt + k * 16 * nv + 16);
+		for (int p = 0; p < P; p++) {
+			__m512 xb = _mm512_set1_ps(xk[p * cs]);
+			acc[0][p] = _mm512_fmadd_ps(w0, xb, acc[0][p]);
+			if (nv > 1)
+				acc[1][p] = _mm512_fmadd_ps(w1, xb, acc[1][p]);
+		}
+	}
+	for (int p = 0; p < P; p++)
+		for (int v = 0; v < nv; v++)
+			_mm512_storeu_ps(t + (p * nv + v) * 16, acc[v][p]);
+}
+
+#define PWT_CASE(P, CS)                                                                               \
+	case P:                                                                                       \
+		if (nv > 1)                                                                           \
+			pwt_tile(2, P, K, wt, x, ldx, CS, bias, mr, t);                               \
+		else                                                                                  \
+			pwt_tile(1, P, K, wt, x, ldx, CS, bias, mr, t);                               \
+		break;
+
+PWT_TARGET512 static void pwt_micro(int nv, int P, int64_t K, const float *wt, const float *x, int64_t ldx,
+				    int64_t cs, const float *bias, int mr, float *t)
+{
+	if (cs == 1) { /* positions of one item: constant offsets */
+		switch (P) {
+			PWT_CASE(1, 1) PWT_CASE(2, 1) PWT_CASE(3, 1) PWT_CASE(4, 1) PWT_CASE(5, 1) PWT_CASE(6, 1)
+			PWT_CASE(7, 1) PWT_CASE(8, 1) PWT_CASE(9, 1) PWT_CASE(10, 1) PWT_CASE(11, 1) PWT_CASE(12, 1)
+		default:
+			break;
+		}
+		return;
+	}
+	switch (P) {
+		PWT_CASE(1, cs) PWT_CASE(2, cs) PWT_CASE(3, cs) PWT_CASE(4, cs) PWT_CASE(5, cs) PWT_CASE(6, cs)
+		PWT_CASE(7, cs) PWT_CASE(8, cs) PWT_CASE(9, cs) PWT_CASE(10, cs) PWT_CASE(11, cs) PWT_CASE(12, cs)
+	default:
+		break;
+	}
+}
+
+/* One unit: channels [m0, m0 + mr) of group g for every item. */
+static void pwt_unit(const struct pwt_run *r, int64_t g, int64_t m0, float *wt)
+{
+	const struct hp_conv *cv = r->cv;
+	int64_t K = cv->kdim, M = cv->cout_g, yv = cv->yvol;
+	int mr = (int)(M - m0 < 16 * r->nv ? M - m0 : 16 * r->nv), nv = mr > 16 ? r->nv : 1;
+	int64_t ld = 16 * nv; /* the panel's row: a last unit of 16 channels or fewer takes one vector */
+	const float *bias = r->b ? r->b + g * M + m0 : NULL;
+	float t[PWT_MAX_P * 32];
+
+	for (int v = 0; v * 16 < mr; v++)
+		pwt_pack16(r->w + (g * M + m0 + 16 * v) * K, K, mr - 16 * v < 16 ? mr - 16 * v : 16, K, wt + 16 * v, ld);
+	/* a plane of one position: the items are the columns */
+	int64_t ncol = yv == 1 ? cv->batch : yv, nitem = yv == 1 ? 1 : cv->batch;
+	int64_t xs = cv->cin * cv->xvol, ys = cv->cout * yv, ntile = (ncol + PWT_MAX_P - 1) / PWT_MAX_P;
+	for (int64_t n = 0; n < nitem; n++) {
+		const float *x = r->x + n * xs + g * cv->cin_g * cv->xvol;
+		int64_t ybase = n * ys + (g * M + m0) * yv;
+		for (int64_t c0 = 0, i = 0; c0 < ncol; i++) {
+			int64_t P = (ncol - c0 + (ntile - i) - 1) / (ntile - i); /* tiles of near-equal width */
+			pwt_micro(nv, (int)P, K, wt, x + (yv == 1 ? c0 * xs : c0), cv->xvol, yv == 1 ? xs : 1, bias,
+				  mr, t);
+			for (int64_t p = 0; p < P; p++) {
+				float *y = r->y + ybase + (yv == 1 ? (c0 + p) * ys : c0 + p);
+				for (int l = 0; l < mr; l++)
+					y[l * yv] = t[p * ld + l];
+			}
+			c0 += P;
+		}
+		for (int64_t i = 0; r->epi && i < (yv == 1 ? cv->batch : 1); i++) {
+			int64_t b = ybase + i * ys;
+			hp_epi_span(r->epi, r->y, r->addend, b, b + mr * yv);
+		}
+	}
+}
+
+static void pwt_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	struct pwt_run *r = arg;
+
+	for (; b < e; b++)
+		pwt_unit(r, b / r->mt, b % r->mt * 16 * r->nv, r->ws + tid * r->per_thread);
+}
+#endif
+
+int hp_pwt_wanted(const struct hp_conv *cv, int64_t per_thread)
+{
+#ifdef PWT_X86
+	if (pwt_mode < 0 || cv->wflip || !hp_pw_512() || cv->kdim * 16 > per_thread)
+		return 0;
+	return pwt_mode > 0 || cv->yvol < PWT_MAX_PLANE;
+#else
+	(void)cv, (void)per_thread;
+	return 0;
+#endif
+}
+
+void hp_pwt_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		    int64_t per_thread, struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
+{
+#ifdef PWT_X86
+	struct pwt_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws, .epi = epi, .addend = addend };
+	int saved, threads = hp_conv_threads_enter(pool, &saved);
+	int64_t cap = (int64_t)(cv->workspace / sizeof(float)), units;
+
+	r.nv = cv->kdim * 32 <= per_thread && cv->cout_g > 16 ? 2 : 1;
+	r.per_thread = per_thread;
+	r.mt = (cv->cout_g + 16 * r.nv - 1) / (16 * r.nv);
+	units = cv->group * r.mt;
+	if (threads > cap / per_thread)
+		threads = (int)(cap / per_thread);
+	threads = threads < PWT_MAX_TID ? threads : PWT_MAX_TID;
+	if (hp_conv_flops(cv) < PWT_PAR_MIN_FLOPS)
+		threads = 1;
+	hp_conv_steal(pool, threads, units, 1, pwt_range, &r);
+	hp_conv_threads_leave(saved);
+#else
+	(void)cv, (void)x, (void)w, (void)b, (void)y, (void)ws, (void)per_thread, (void)pool, (void)epi, (void)addend;
+#endif
+}
