@@ -781,11 +781,16 @@ static int chunk_ready(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 	return rc;
 }
 
+/* Requests a pin of this many chunks keeps on its stack: most pins are of
+ * resident chunks of small tensors, 3 a kernel (the 3-D U-Net trained at a
+ * quarter of its peak: ~1800 a step), and read nothing at all. */
+#define PIN_LOCAL_REQS 4
+
 int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mode, void **ptr)
 {
 	struct hs_store *st = t->st;
 	struct hs_prefetch g = { .st = st };
-	struct io_req *reqs = NULL;
+	struct io_req local[PIN_LOCAL_REQS], *reqs = local; /* (req_init fills each one used) */
 	int nreq = 0, rc;
 
 	rc = norm_range(t, &first, &n, "pin");
@@ -794,7 +799,7 @@ int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mod
 	if (mode < HS_PIN_READ || mode > HS_PIN_OVERWRITE || (t->bpath && mode != HS_PIN_READ))
 		return hp_error(HP_EUSAGE, "store: pin of tensor '%s': %s", t->name ? t->name : "?",
 				t->bpath ? "a file-backed tensor is read-only" : "bad pin mode");
-	if (n && !(reqs = calloc(n, sizeof *reqs)))
+	if (n > PIN_LOCAL_REQS && !(reqs = malloc(n * sizeof *reqs)))
 		return -ENOMEM;
 	pthread_mutex_lock(&st->mu);
 	while (st->committing && t->name && mode != HS_PIN_READ)
@@ -847,7 +852,8 @@ int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mod
 	*ptr = hs_chunk_addr(st, t, first);
 out:
 	pthread_mutex_unlock(&st->mu);
-	free(reqs);
+	if (reqs != local)
+		free(reqs);
 	hs_statpage_publish(st, 0);
 	return rc;
 }
