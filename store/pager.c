@@ -75,20 +75,24 @@ static int norm_range(const struct hs_tensor *t, uint64_t *first, uint64_t *n, c
 	return 0;
 }
 
-/* A clean chunk leaves DRAM (lock held).  One with a copy below DRAM keeps
- * its frames, cached like a discarded chunk's (not resident: not in the
- * budget; reclaim, compaction and steal free them when frames run short)
- * but kept: they still hold the copy's bytes, so a load before they go
- * takes them back instead of reading (a write-back and its read soon
- * after: lenet's per-band gradient sums at a quarter of its peak, the
- * weights evicted between bands).  Chunks whose crc32c is still to be
- * checked (unverified) and file-backed chunks go as before, and all do
- * unless the store was opened with keep_clean. */
+/* A clean chunk leaves DRAM (lock held).  The one chunk of a tensor with
+ * a copy below DRAM keeps its frames, cached like a discarded chunk's
+ * (not resident: not in the budget; reclaim, compaction and steal free
+ * them when frames run short) but kept: they still hold the copy's bytes,
+ * so a load before they go takes them back instead of reading (a value
+ * written back and read again soon after: lenet's per-band gradient sums
+ * at a quarter of its peak, its weights evicted between bands, several
+ * loads a step each a submission and a device round trip).  Chunks of
+ * tensors of several go as before: kept, they held pages their tensor's
+ * next load needed in a run, so its other chunks were mapped one by one
+ * (lenet at a quarter: about 11 more mremaps a step, +40%).  So do chunks whose crc32c is still to be checked (unverified),
+ * file-backed chunks, and all unless the store was opened with keep_clean. */
 static void drop_chunk(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 {
 	struct hs_chunk *c = &t->ch[i];
 
-	if (st->o.keep_clean && c->npieces && !c->unverified && !c->dirty && c->tier != NO_TIER && !t->bpath) {
+	if (st->o.keep_clean && t->nchunks == 1 && c->npieces && !c->unverified && !c->dirty && c->tier != NO_TIER &&
+	    !t->bpath) {
 		c->cached = c->kept = 1;
 		st->cached += hs_chunk_iolen(t, i);
 	} else {

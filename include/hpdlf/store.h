@@ -138,11 +138,12 @@ struct hs_store_opts {
 	int reset;              /* ignore and overwrite existing data in tier files */
 	int stats_page;         /* publish a stats page, hs_statpage_path() (default 0) */
 	const struct hs_policy *policy; /* NULL: hs_policy_default */
-	/* A clean chunk with a copy below DRAM that leaves DRAM (evicted, or
-	 * written back and evicted) keeps its frames: cached, outside the
-	 * budget, freed (discarded chunks' first) when frames run short; a load
-	 * of it before then takes them back with no read (hs_store_tier_kept
-	 * counts those bytes).  Default 0: every load reads. */
+	/* The chunk of a one-chunk tensor with a copy below DRAM that leaves
+	 * DRAM clean (evicted, or written back and evicted) keeps its frames:
+	 * cached, outside the budget, freed (discarded chunks' first) when
+	 * frames run short; a load of it before then takes them back with no
+	 * read (hs_store_tier_kept counts those bytes).  Default 0: every load
+	 * reads. */
 	int keep_clean;
 };
 

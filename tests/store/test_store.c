@@ -294,10 +294,11 @@ static void test_budget(void **state)
 
 /* ---- prefetch statistics ---- */
 
-/* keep_clean (the executor's stores): a clean chunk leaving DRAM keeps its
- * frames.  A pin or a prefetch before they are needed elsewhere takes them
- * back with no read (hs_store_tier_kept counts it); once other chunks took
- * them, or the chunk was discarded, its next load reads (or gives zeros). */
+/* keep_clean (the executor's stores): the clean chunk of a one-chunk
+ * tensor leaving DRAM keeps its frames.  A pin or a prefetch before they
+ * are needed elsewhere takes them back with no read (hs_store_tier_kept
+ * counts it); once other chunks took them, or the chunk was discarded, its
+ * next load reads (or gives zeros).  Tensors of several chunks keep none. */
 static int all_bytes(const unsigned char *p, uint64_t n, unsigned char v)
 {
 	for (uint64_t i = 0; i < n; i++)
@@ -377,6 +378,22 @@ static void test_keep_clean(void **state)
 	assert_int_equal(hs_unpin(a, 0, HS_ALL), 0);
 	assert_int_equal(hs_store_tier_kept(st, 0), kept);
 	assert_int_equal(hs_store_tier_kept(st, 1), 0); /* no such tier */
+	/* a tensor of several chunks keeps none: its next load reads them all */
+	struct hs_tensor *m;
+	struct hs_tensor_info t2 = { .bytes = 2 * CS, .dtype = HP_U8 };
+	assert_int_equal(hs_tensor_create(st, &t2, &m), 0);
+	assert_int_equal(hs_pin(m, 0, HS_ALL, HS_PIN_OVERWRITE, (void **)&p), 0);
+	memset(p, 0x77, 2 * CS);
+	assert_int_equal(hs_unpin(m, 0, HS_ALL), 0);
+	assert_int_equal(hs_store_stats(st, &s), 0);
+	uint64_t reads = s.tier[1].reads;
+	assert_int_equal(hs_evict(m, 0, HS_ALL, HS_TIER_ANY), 2);
+	assert_int_equal(hs_pin(m, 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+	assert_true(all_bytes(p, 2 * CS, 0x77));
+	assert_int_equal(hs_unpin(m, 0, HS_ALL), 0);
+	assert_int_equal(hs_store_stats(st, &s), 0);
+	assert_int_equal(s.tier[1].reads, reads + 2);
+	assert_int_equal(hs_store_tier_kept(st, 0), kept);
 	hs_store_close(st);
 }
 
