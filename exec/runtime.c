@@ -248,6 +248,7 @@ static int open_store(struct hp_rt *s)
 	so.budget = s->layout.budget;
 	so.chunk_size = s->layout.chunk;
 	so.stats_page = 1;
+	so.keep_clean = 1; /* a write-back read again soon after costs no read */
 	if (s->opts.size >= offsetof(struct hp_exec_opts, tiers) + sizeof s->opts.tiers && s->opts.ntiers > 0) {
 		if (s->opts.ntiers > HS_MAX_TIERS)
 			return hp_error(HP_EUSAGE, "at most %d tiers", HS_MAX_TIERS);
@@ -1232,6 +1233,11 @@ const struct hp_executor hp_exec_ooc = {
 struct hs_store *hp_session_store(const struct hp_session *ss)
 {
 	return ss->ex == &hp_exec_ooc ? ((const struct hp_rt *)ss->state)->store : NULL;
+}
+
+uint64_t hp_session_tier_kept(const struct hp_session *s, int tier)
+{
+	return hs_store_tier_kept(hp_session_store(s), tier);
 }
 
 int hp_session_store_stats(const struct hp_session *s, struct hs_store_stats *out)

@@ -75,11 +75,29 @@ static int norm_range(const struct hs_tensor *t, uint64_t *first, uint64_t *n, c
 	return 0;
 }
 
+/* A clean chunk leaves DRAM (lock held).  The one chunk of a tensor with
+ * a copy below DRAM keeps its frames, cached like a discarded chunk's
+ * (not resident: not in the budget; reclaim, compaction and steal free
+ * them when frames run short) but kept: they still hold the copy's bytes,
+ * so a load before they go takes them back instead of reading (a value
+ * written back and read again soon after: lenet's per-band gradient sums
+ * at a quarter of its peak, its weights evicted between bands, several
+ * loads a step each a submission and a device round trip).  Chunks of
+ * tensors of several go as before: kept, they held pages their tensor's
+ * next load needed in a run, so its other chunks were mapped one by one
+ * (lenet at a quarter: about 11 more mremaps a step, +40%).  So do chunks whose crc32c is still to be checked (unverified),
+ * file-backed chunks, and all unless the store was opened with keep_clean. */
 static void drop_chunk(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 {
 	struct hs_chunk *c = &t->ch[i];
 
-	hs_chunk_detach(st, t, i);
+	if (st->o.keep_clean && t->nchunks == 1 && c->npieces && !c->unverified && !c->dirty && c->tier != NO_TIER &&
+	    !t->bpath) {
+		c->cached = c->kept = 1;
+		st->cached += hs_chunk_iolen(t, i);
+	} else {
+		hs_chunk_detach(st, t, i);
+	}
 	c->state = CH_ABSENT;
 	c->prefetched = 0;
 	st->resident -= hs_chunk_iolen(t, i);
@@ -632,6 +650,17 @@ void hs_staging_release(struct hs_store *st, uint64_t bytes)
 
 /* ---- pin / unpin ---- */
 
+/* A loading chunk that attach gave its kept frames back (lock held): its
+ * bytes are its copy's, resident without a read. */
+static void take_kept(struct hs_store *st, struct hs_tensor *t, uint64_t i)
+{
+	struct hs_chunk *c = &t->ch[i];
+
+	c->kept = 0;
+	c->state = CH_RESIDENT;
+	st->bytes_kept[c->tier] += hs_chunk_iolen(t, i);
+}
+
 /* Wait (lock held) until no chunk of the range is being moved. */
 static void wait_idle(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n, int count_late)
 {
@@ -756,11 +785,16 @@ static int chunk_ready(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 	return rc;
 }
 
+/* Requests a pin of this many chunks keeps on its stack: most pins are of
+ * resident chunks of small tensors, 3 a kernel (the 3-D U-Net trained at a
+ * quarter of its peak: ~1800 a step), and read nothing at all. */
+#define PIN_LOCAL_REQS 4
+
 int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mode, void **ptr)
 {
 	struct hs_store *st = t->st;
 	struct hs_prefetch g = { .st = st };
-	struct io_req *reqs = NULL;
+	struct io_req local[PIN_LOCAL_REQS], *reqs = local; /* (req_init fills each one used) */
 	int nreq = 0, rc;
 
 	rc = norm_range(t, &first, &n, "pin");
@@ -769,7 +803,7 @@ int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mod
 	if (mode < HS_PIN_READ || mode > HS_PIN_OVERWRITE || (t->bpath && mode != HS_PIN_READ))
 		return hp_error(HP_EUSAGE, "store: pin of tensor '%s': %s", t->name ? t->name : "?",
 				t->bpath ? "a file-backed tensor is read-only" : "bad pin mode");
-	if (n && !(reqs = calloc(n, sizeof *reqs)))
+	if (n > PIN_LOCAL_REQS && !(reqs = malloc(n * sizeof *reqs)))
 		return -ENOMEM;
 	pthread_mutex_lock(&st->mu);
 	while (st->committing && t->name && mode != HS_PIN_READ)
@@ -784,8 +818,11 @@ int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mod
 			continue;
 		if (mode == HS_PIN_OVERWRITE || (c->tier == NO_TIER && !t->bpath))
 			c->state = CH_RESIDENT; /* nothing to read: zeros or overwritten */
+		else if (c->kept)
+			take_kept(st, t, i);
 		else
 			req_init(&reqs[nreq++], t, i, &g);
+		c->kept = 0;
 	}
 	if (nreq || g.stage) { /* a pin of resident chunks keeps the lock: nothing to read or give back */
 		pthread_mutex_unlock(&st->mu);
@@ -819,7 +856,8 @@ int hs_pin(struct hs_tensor *t, uint64_t first, uint64_t n, enum hs_pin_mode mod
 	*ptr = hs_chunk_addr(st, t, first);
 out:
 	pthread_mutex_unlock(&st->mu);
-	free(reqs);
+	if (reqs != local)
+		free(reqs);
 	hs_statpage_publish(st, 0);
 	return rc;
 }
@@ -866,20 +904,39 @@ static void prefetch_range(struct hs_store *st, struct hs_tensor *t, uint64_t fi
 	}
 }
 
-/* Give the prepared reads frames, or undo them all (lock held). */
-static int prefetch_attach(struct hs_store *st, struct hs_prefetch *g, int nreq, uint64_t need)
+/* Give the prepared reads frames, or undo them all (lock held).  Chunks
+ * whose kept frames attach gave back are resident at once: their requests
+ * leave the group (never submitted); *nreq is what is left to read. */
+static int prefetch_attach(struct hs_store *st, struct hs_prefetch *g, int *nreq, uint64_t need)
 {
-	int rc = make_room(st, need, "prefetch", g->reqs[0].t, 0);
+	int rc = make_room(st, need, "prefetch", g->reqs[0].t, 0), k = 0;
 
-	for (int j = 0; rc == 0 && j < nreq; j++) {
+	for (int j = 0; rc == 0 && j < *nreq; j++) {
 		struct io_req *r = &g->reqs[j];
 		rc = hs_chunk_attach(st, r->t, r->chunk, 0);
 		hs_chunk_io_mem(st, &r->t->ch[r->chunk], &r->io);
 		r->io.buf = hs_chunk_addr(st, r->t, r->chunk);
 	}
-	if (rc == 0)
+	for (int j = 0; rc == 0 && j < *nreq; j++) {
+		struct io_req *r = &g->reqs[j];
+		if (!r->t->ch[r->chunk].kept) {
+			if (k != j) {
+				g->reqs[k] = *r;
+				g->reqs[k].io.arg = &g->reqs[k];
+			}
+			k++;
+			continue;
+		}
+		take_kept(st, r->t, r->chunk);
+		if (r->tier != NO_TIER) /* out of the group: nothing to wait for */
+			g->tpending[r->tier]--;
+		g->pending--;
+	}
+	if (rc == 0) {
+		*nreq = k;
 		return 0;
-	for (int j = 0; j < nreq; j++) {
+	}
+	for (int j = 0; j < *nreq; j++) {
 		struct io_req *r = &g->reqs[j];
 		struct hs_chunk *c = &r->t->ch[r->chunk];
 		hs_chunk_detach(st, r->t, r->chunk);
@@ -923,7 +980,8 @@ int hs_prefetch_many(const struct hs_range *rs, size_t nr, struct hs_prefetch **
 		prefetch_range(st, rs[k].tensor, first, n, g, &nreq, &need);
 	}
 	need += g->stage; /* unaligned file reads share one window (submit_loads) */
-	rc = nreq ? prefetch_attach(st, g, nreq, need) : 0;
+	int nchunks = nreq; /* (those taken back from kept frames too) */
+	rc = nreq ? prefetch_attach(st, g, &nreq, need) : 0;
 	if (rc < 0) {
 		pthread_mutex_unlock(&st->mu);
 		free(g->reqs);
@@ -932,7 +990,7 @@ int hs_prefetch_many(const struct hs_range *rs, size_t nr, struct hs_prefetch **
 	}
 	st->resident += need;
 	st->staging += g->stage;
-	st->stats.tier[0].prefetches += nreq;
+	st->stats.tier[0].prefetches += nchunks;
 	pthread_mutex_unlock(&st->mu);
 	submit_loads(st, g, g->reqs, nreq);
 	*h = g;

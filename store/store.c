@@ -218,12 +218,17 @@ int hs_chunk_map(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 struct cached_ref {
 	struct hs_tensor *t;
 	uint64_t i, last_use;
+	int kept;
 };
 
+/* Discarded chunks' frames first (their bytes are dead), then kept ones
+ * (a load may still take them back), least recently used first. */
 static int cmp_last_use(const void *a, const void *b)
 {
 	const struct cached_ref *x = a, *y = b;
 
+	if (x->kept != y->kept)
+		return x->kept - y->kept;
 	return (x->last_use > y->last_use) - (x->last_use < y->last_use);
 }
 
@@ -243,7 +248,7 @@ static void reclaim(struct hs_store *st, uint64_t len)
 	for (struct hs_tensor *t = st->list; v && t; t = t->next)
 		for (uint64_t i = 0; i < t->nchunks; i++)
 			if (t->ch[i].cached && t->ch[i].state == CH_ABSENT)
-				v[n++] = (struct cached_ref){ t, i, t->ch[i].last_use };
+				v[n++] = (struct cached_ref){ t, i, t->ch[i].last_use, t->ch[i].kept };
 	if (!v) { /* no memory to sort: any order */
 		for (struct hs_tensor *t = st->list; t && hs_frames_avail_bytes(st->frames) < len; t = t->next)
 			for (uint64_t i = 0; i < t->nchunks; i++)
@@ -291,6 +296,7 @@ static int steal(struct hs_store *st, struct hs_tensor *t, uint64_t i, uint64_t 
 	v->npieces = 0;
 	v->mapped = 0;
 	v->cached = 0;
+	v->kept = 0;
 	st->cached -= len;
 	return 1;
 }
@@ -348,6 +354,7 @@ static void forget_frames(struct hs_tensor *t, uint64_t i)
 	c->npieces = 0;
 	c->many = NULL;
 	c->unverified = 0;
+	c->kept = 0;
 	c->mapped = 0;
 	c->home = 0;
 	if (t->run && !framed(t))
@@ -509,6 +516,7 @@ void hs_chunk_release_copy(struct hs_store *st, struct hs_tensor *t, struct hs_c
 {
 	uint64_t i = (uint64_t)(c - t->ch);
 
+	c->kept = 0; /* no copy its frames could stand for */
 	if (c->tier == NO_TIER)
 		return;
 	if (!(c->tier == c->ctier && c->addr == c->caddr))
@@ -899,6 +907,19 @@ int hs_store_check(struct hs_store *st)
 			return rc;
 	}
 	return 0;
+}
+
+uint64_t hs_store_tier_kept(struct hs_store *st, int tier)
+{
+	uint64_t n = 0;
+
+	if (!st || tier < HS_TIER_ANY || tier >= st->ntiers)
+		return 0;
+	pthread_mutex_lock(&st->mu);
+	for (int k = 0; k < st->ntiers; k++)
+		n += tier == HS_TIER_ANY || tier == k ? st->bytes_kept[k] : 0;
+	pthread_mutex_unlock(&st->mu);
+	return n;
 }
 
 uint64_t hs_store_tier_peak(struct hs_store *st, int tier)

@@ -24,6 +24,7 @@ struct hs_chunk {
 	uint8_t mapped;         /* its frames appear in the tensor's range */
 	uint8_t unverified;     /* read into unmapped frames of several pieces: crc32c checked at the next pin */
 	uint8_t cached;         /* CH_ABSENT, discarded, frames kept for its next pin */
+	uint8_t kept;           /* cached, its frames still holding its copy's bytes (left DRAM clean, keep_clean): a load takes them back, no read */
 	uint8_t home;           /* mapped where its frames live in the pool (hs_chunk_addr) */
 	uint32_t pins, wpins;
 	int8_t tier;            /* current copy: tier index or NO_TIER */
@@ -80,7 +81,8 @@ struct hs_store {
 	uint64_t resident;      /* DRAM bytes held: resident chunks + staging */
 	uint64_t pinned;        /* bytes of chunks with pins > 0 */
 	uint64_t staging;
-	uint64_t cached;        /* bytes of frames kept by discarded chunks (not resident) */
+	uint64_t cached;        /* bytes of frames kept by discarded (or kept) chunks (not resident) */
+	uint64_t bytes_kept[HS_MAX_TIERS];      /* loads from each tier served by kept frames (drop_chunk): not read */
 	int ntiers;
 	struct hs_tier *tiers[HS_MAX_TIERS];
 	int home;               /* first persistent tier (catalog), or NO_TIER */

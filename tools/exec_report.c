@@ -82,6 +82,7 @@ void exec_sample_fill(struct exec_sampler *sp, struct hp_session *s, struct exec
 		o->used = i ? t->used : st.resident;
 		o->bytes_read = t->bytes_read;
 		o->bytes_written = t->bytes_written;
+		o->bytes_kept = i ? hp_session_tier_kept(s, i - 1) : 0;
 		o->read_per_s = rate(t->bytes_read, sp->read[i], x->ms);
 		o->write_per_s = rate(t->bytes_written, sp->written[i], x->ms);
 		sp->read[i] = t->bytes_read;
@@ -110,6 +111,7 @@ static json_object *tiers_json(const struct exec_sample *x)
 		add_int(j, "used", (int64_t)t->used);
 		add_int(j, "bytes_read", (int64_t)t->bytes_read);
 		add_int(j, "bytes_written", (int64_t)t->bytes_written);
+		add_int(j, "bytes_kept", (int64_t)t->bytes_kept);
 		json_object_object_add(j, "read_bytes_per_s", jnum(t->read_per_s));
 		json_object_object_add(j, "write_bytes_per_s", jnum(t->write_per_s));
 		json_object_object_add(tiers, t->name, j);

@@ -18,6 +18,7 @@ struct exec_tier_sample {
 	char name[16];
 	uint64_t used;                  /* bytes held now (DRAM: resident) */
 	uint64_t bytes_read, bytes_written; /* since the process started */
+	uint64_t bytes_kept;            /* loads served without a read (hs_store_tier_kept), since the start */
 	double read_per_s, write_per_s; /* over this step */
 };
 

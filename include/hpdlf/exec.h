@@ -99,6 +99,9 @@ struct hs_store_stats;
 struct hs_tier_spec;
 /* Tiering statistics of the session's store (out of core); -ENOENT in core. */
 int hp_session_store_stats(const struct hp_session *s, struct hs_store_stats *out);
+/* Bytes of loads from lower tier `tier` served without a read
+ * (hs_store_tier_kept); 0 in core. */
+uint64_t hp_session_tier_kept(const struct hp_session *s, int tier);
 
 /* Details of the last run (out of core: the task net's figures).  Set
  * info->size = sizeof *info before the call. */

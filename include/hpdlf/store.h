@@ -138,6 +138,13 @@ struct hs_store_opts {
 	int reset;              /* ignore and overwrite existing data in tier files */
 	int stats_page;         /* publish a stats page, hs_statpage_path() (default 0) */
 	const struct hs_policy *policy; /* NULL: hs_policy_default */
+	/* The chunk of a one-chunk tensor with a copy below DRAM that leaves
+	 * DRAM clean (evicted, or written back and evicted) keeps its frames:
+	 * cached, outside the budget, freed (discarded chunks' first) when
+	 * frames run short; a load of it before then takes them back with no
+	 * read (hs_store_tier_kept counts those bytes).  Default 0: every load
+	 * reads. */
+	int keep_clean;
 };
 
 void hs_store_opts_init(struct hs_store_opts *o, size_t size);
@@ -270,6 +277,12 @@ int hs_store_check(struct hs_store *st);
  * together, since it opened: the footprint a run needs on the tiers (what
  * hs_tier_stats.used shows is only what is placed now).  0 for a bad tier. */
 uint64_t hs_store_tier_peak(struct hs_store *st, int tier);
+/* Bytes of loads from lower tier `tier` (HS_TIER_ANY: all) that needed no
+ * read, since the store opened: a clean chunk leaving DRAM keeps its frames
+ * (cached, outside the budget) until they are needed elsewhere, and a load
+ * of it before that takes them back.  Not in bytes_read; bytes_read plus
+ * this is what the loads asked for.  0 for a bad tier. */
+uint64_t hs_store_tier_kept(struct hs_store *st, int tier);
 
 /* After a tier lost copies (a remote daemon died), put every chunk back
  * into its redundancy, then check as hs_store_check does.  A chunk that

@@ -294,6 +294,109 @@ static void test_budget(void **state)
 
 /* ---- prefetch statistics ---- */
 
+/* keep_clean (the executor's stores): the clean chunk of a one-chunk
+ * tensor leaving DRAM keeps its frames.  A pin or a prefetch before they
+ * are needed elsewhere takes them back with no read (hs_store_tier_kept
+ * counts it); once other chunks took them, or the chunk was discarded, its
+ * next load reads (or gives zeros).  Tensors of several chunks keep none. */
+static int all_bytes(const unsigned char *p, uint64_t n, unsigned char v)
+{
+	for (uint64_t i = 0; i < n; i++)
+		if (p[i] != v)
+			return 0;
+	return 1;
+}
+
+static void test_keep_clean(void **state)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *a, *b[4];
+	struct hs_tensor_info ti = { .bytes = CS, .dtype = HP_U8 };
+	struct hs_store_stats s;
+	struct hs_prefetch *h;
+	unsigned char *p;
+
+	(void)state;
+	tu_opts(&o, CFG_NVME, CS, 4, 16, "keep");
+	o.keep_clean = 1;
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_create(st, &ti, &a), 0);
+	assert_int_equal(hs_pin(a, 0, HS_ALL, HS_PIN_OVERWRITE, (void **)&p), 0);
+	memset(p, 0x5a, CS);
+	assert_int_equal(hs_unpin(a, 0, HS_ALL), 0);
+	assert_int_equal(hs_evict(a, 0, HS_ALL, HS_TIER_ANY), 1); /* written back, left DRAM */
+	assert_int_equal(hs_store_stats(st, &s), 0);
+	assert_int_equal(s.resident, 0);
+	assert_int_equal(s.tier[1].writes, 1);
+	/* a pin at once: the frames still hold the bytes written */
+	assert_int_equal(hs_pin(a, 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+	assert_true(all_bytes(p, CS, 0x5a));
+	assert_int_equal(hs_unpin(a, 0, HS_ALL), 0);
+	assert_int_equal(hs_store_stats(st, &s), 0);
+	assert_int_equal(s.tier[1].reads, 0);
+	assert_int_equal(s.resident, CS);
+	assert_int_equal(hs_store_tier_kept(st, 0), CS);
+	/* clean now: evicted with no write, kept again; a prefetch takes it back */
+	assert_int_equal(hs_evict(a, 0, HS_ALL, HS_TIER_ANY), 1);
+	assert_int_equal(hs_prefetch(a, 0, HS_ALL, &h), 0);
+	assert_int_equal(hs_prefetch_wait(h), 0);
+	assert_int_equal(hs_pin(a, 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+	assert_true(all_bytes(p, CS, 0x5a));
+	assert_int_equal(hs_unpin(a, 0, HS_ALL), 0);
+	assert_int_equal(hs_store_stats(st, &s), 0);
+	assert_int_equal(s.tier[1].reads, 0);
+	assert_int_equal(s.tier[1].writes, 1);
+	assert_int_equal(hs_store_tier_kept(st, HS_TIER_ANY), 2 * CS);
+	/* the pool's four chunks of frames go to other tensors: a's with them */
+	assert_int_equal(hs_evict(a, 0, HS_ALL, HS_TIER_ANY), 1);
+	for (int k = 0; k < 4; k++) {
+		assert_int_equal(hs_tensor_create(st, &ti, &b[k]), 0);
+		assert_int_equal(hs_pin(b[k], 0, HS_ALL, HS_PIN_OVERWRITE, (void **)&p), 0);
+		memset(p, 0xe0 + k, CS);
+		assert_int_equal(hs_unpin(b[k], 0, HS_ALL), 0);
+	}
+	assert_int_equal(hs_pin(a, 0, HS_ALL, HS_PIN_READ, (void **)&p), 0); /* read again */
+	assert_true(all_bytes(p, CS, 0x5a));
+	assert_int_equal(hs_unpin(a, 0, HS_ALL), 0);
+	assert_int_equal(hs_store_stats(st, &s), 0);
+	assert_int_equal(s.tier[1].reads, 1);
+	assert_int_equal(hs_store_tier_kept(st, 0), 2 * CS);
+	for (int k = 0; k < 4; k++) { /* and theirs are theirs */
+		assert_int_equal(hs_pin(b[k], 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+		assert_true(all_bytes(p, CS, (unsigned char)(0xe0 + k)));
+		assert_int_equal(hs_unpin(b[k], 0, HS_ALL), 0);
+	}
+	/* kept, then discarded: no copy, its bytes dead; its next pin gives zeros */
+	assert_int_equal(hs_pin(a, 0, HS_ALL, HS_PIN_READ, (void **)&p), 0); /* (the pins above evicted it) */
+	assert_int_equal(hs_unpin(a, 0, HS_ALL), 0);
+	assert_int_equal(hs_evict(a, 0, HS_ALL, HS_TIER_ANY), 1);
+	uint64_t kept = hs_store_tier_kept(st, 0);
+	assert_int_equal(hs_tensor_discard(a, 0, HS_ALL), 0);
+	assert_int_equal(hs_pin(a, 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+	assert_true(all_bytes(p, CS, 0));
+	assert_int_equal(hs_unpin(a, 0, HS_ALL), 0);
+	assert_int_equal(hs_store_tier_kept(st, 0), kept);
+	assert_int_equal(hs_store_tier_kept(st, 1), 0); /* no such tier */
+	/* a tensor of several chunks keeps none: its next load reads them all */
+	struct hs_tensor *m;
+	struct hs_tensor_info t2 = { .bytes = 2 * CS, .dtype = HP_U8 };
+	assert_int_equal(hs_tensor_create(st, &t2, &m), 0);
+	assert_int_equal(hs_pin(m, 0, HS_ALL, HS_PIN_OVERWRITE, (void **)&p), 0);
+	memset(p, 0x77, 2 * CS);
+	assert_int_equal(hs_unpin(m, 0, HS_ALL), 0);
+	assert_int_equal(hs_store_stats(st, &s), 0);
+	uint64_t reads = s.tier[1].reads;
+	assert_int_equal(hs_evict(m, 0, HS_ALL, HS_TIER_ANY), 2);
+	assert_int_equal(hs_pin(m, 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+	assert_true(all_bytes(p, 2 * CS, 0x77));
+	assert_int_equal(hs_unpin(m, 0, HS_ALL), 0);
+	assert_int_equal(hs_store_stats(st, &s), 0);
+	assert_int_equal(s.tier[1].reads, reads + 2);
+	assert_int_equal(hs_store_tier_kept(st, 0), kept);
+	hs_store_close(st);
+}
+
 static void test_prefetch_stats(void **state)
 {
 	struct hs_store_opts o;
@@ -1597,6 +1700,7 @@ int main(void)
 		cmocka_unit_test(test_policy_nvme),
 		cmocka_unit_test(test_budget),
 		cmocka_unit_test(test_prefetch_stats),
+		cmocka_unit_test(test_keep_clean),
 		cmocka_unit_test(test_prefetch_many),
 		cmocka_unit_test(test_rss),
 		cmocka_unit_test(test_threads),
