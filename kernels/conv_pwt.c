@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "kernels/conv_impl.h"
+#include "kernels/simd_tr16.h"
 #include "kernels/fused_impl.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -64,30 +65,7 @@ struct pwt_run {
 /* r[i] (16 rows of 16) becomes its transpose: r[j] lane i = old r[i] lane j. */
 PWT_TARGET512 static PWT_INLINE void pwt_tr16(__m512 r[16])
 {
-	__m512 t[16];
-
-	for (int i = 0; i < 16; i += 2) {
-		t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-		t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-	}
-	for (int i = 0; i < 16; i += 4) {
-		r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-		r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
-		r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-		r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-	}
-	for (int i = 0; i < 4; i++) {
-		t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
-		t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xdd);
-		t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
-		t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xdd);
-	}
-	for (int i = 0; i < 4; i++) {
-		r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
-		r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
-		r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
-		r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xdd);
-	}
+	hp_tr16_ps(r);
 }
 
 /* wt[k][ld] lanes [0, 16) = w[r][k] (rows lda apart) for r < mr, 0 past

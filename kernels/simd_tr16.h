@@ -1,7 +1,7 @@
 /* A 16 x 16 transpose of floats in 16 zmm registers: lane i of r[j] ends
  * as lane j of r[i] (unpacks, then 128-bit lane shuffles, 64
  * instructions).  Shared by the AVX-512 gradient tiles (conv_grad_reg.c,
- * conv_grad_grp.c, conv_grad_pw.c), whose loads and stores around it
+ * conv_grad_grp.c, conv_grad_pw.c) and conv_pwt.c, whose loads and stores around it
  * differ; the caller's target must include avx512f. */
 #ifndef HPDLF_KERNELS_SIMD_TR16_H
 #define HPDLF_KERNELS_SIMD_TR16_H
