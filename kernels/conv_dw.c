@@ -491,6 +491,26 @@ static void data_range(void *arg, int64_t b, int64_t e, int tid)
 	}
 }
 
+/* f: the stride-1 dX of d as a forward of dY with the kernel mirrored
+ * (images and grids swapped, pads (k - 1) * dil - pad); the caller checks
+ * that a path takes it. */
+void hp_dw_flip(const struct hp_dw *d, struct hp_dw *f)
+{
+	const struct hp_colgeom *g = &d->g;
+
+	memset(f, 0, sizeof *f);
+	f->batch = d->batch;
+	f->cin = d->cin;
+	f->mult = 1;
+	f->g = *g;
+	for (int i = 0; i < 3; i++) {
+		f->g.img[i] = g->grid[i];
+		f->g.grid[i] = g->img[i];
+		f->g.pad[i] = (g->k[i] - 1) * g->dil[i] - g->pad[i];
+	}
+	hp_colgeom_finish(&f->g);
+}
+
 /* A stride-1 dX as a forward (multiplier 1, 2-D 3x3, undilated, column
  * pads of 0 to 2): dY as the image, dX as the grid, pads 2 - p, W
  * mirrored, no bias.  Its planes are conv_dw3.c's (or conv_dwc.c's, the
@@ -505,17 +525,7 @@ static int data_flip(const struct hp_dw *d, struct hp_dw *f)
 	if (d->mult != 1 || g->img[0] != 1 || g->k[0] != 1 || g->k[1] != 3 || g->k[2] != 3 || g->stride[1] != 1 ||
 	    g->stride[2] != 1 || g->dil[1] != 1 || g->dil[2] != 1 || g->pad[2] < 0 || g->pad[2] > 2)
 		return 0;
-	memset(f, 0, sizeof *f);
-	f->batch = d->batch;
-	f->cin = d->cin;
-	f->mult = 1;
-	f->g = *g;
-	for (int i = 0; i < 3; i++) {
-		f->g.img[i] = g->grid[i];
-		f->g.grid[i] = g->img[i];
-		f->g.pad[i] = (g->k[i] - 1) * g->dil[i] - g->pad[i];
-	}
-	hp_colgeom_finish(&f->g);
+	hp_dw_flip(d, f);
 	return hp_dw3_eligible(&f->g);
 }
 

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "kernels/conv_impl.h"
+#include "kernels/simd_tr16.h"
 #include "kernels/fused_impl.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -125,22 +126,7 @@ DWC_TARGET static DWC_INLINE __m256 dwc_row_vec(const float *x, int64_t i, int64
 /* r[i] becomes column i of the 8x8 matrix whose rows were r[0..8). */
 DWC_TARGET static DWC_INLINE void dwc_transpose(__m256 r[8])
 {
-	__m256 t[8], s[8];
-
-	for (int i = 0; i < 4; i++) {
-		t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-		t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-	}
-	for (int i = 0; i < 2; i++) {
-		s[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-		s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
-		s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-		s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
-	}
-	for (int i = 0; i < 4; i++) {
-		r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
-		r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
-	}
+	hp_tr8_ps(r);
 }
 
 /* v > hi ? hi : v, then (v < lo ? lo : that) as conv_dw3.c's dw3_clip:

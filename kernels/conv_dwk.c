@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "kernels/conv_impl.h"
+#include "kernels/simd_tr16.h"
 #include "kernels/fused_impl.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -108,26 +109,10 @@ DWK_TARGET static DWK_INLINE __m256i dwk_in(int64_t i, int64_t left, int64_t n)
 				   _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), idx));
 }
 
-/* r[i] becomes column i of the 8x8 matrix whose rows were r[0..8)
- * (conv_dwc.c's dwc_transpose). */
+/* r[i] becomes column i of the 8x8 matrix whose rows were r[0..8). */
 DWK_TARGET static DWK_INLINE void dwk_transpose(__m256 r[8])
 {
-	__m256 t[8], s[8];
-
-	for (int i = 0; i < 4; i++) {
-		t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-		t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-	}
-	for (int i = 0; i < 2; i++) {
-		s[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-		s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
-		s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-		s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
-	}
-	for (int i = 0; i < 4; i++) {
-		r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
-		r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
-	}
+	hp_tr8_ps(r);
 }
 
 /* Image row ih of the block's nc planes (xs[l]) as a transposed row:
@@ -378,17 +363,7 @@ int hp_dwk_data_flip(const struct hp_dw *d, struct hp_dw *f)
 	if (d->mult != 1 || g->img[0] != 1 || g->k[0] != 1 || g->stride[1] != 1 || g->stride[2] != 1 ||
 	    g->pad[2] < 0 || g->pad[2] > (g->k[2] - 1) * g->dil[2])
 		return 0;
-	memset(f, 0, sizeof *f);
-	f->batch = d->batch;
-	f->cin = d->cin;
-	f->mult = 1;
-	f->g = *g;
-	for (int i = 0; i < 3; i++) {
-		f->g.img[i] = g->grid[i];
-		f->g.grid[i] = g->img[i];
-		f->g.pad[i] = (g->k[i] - 1) * g->dil[i] - g->pad[i];
-	}
-	hp_colgeom_finish(&f->g);
+	hp_dw_flip(d, f);
 	return hp_dwk_eligible(&f->g);
 }
 

@@ -210,6 +210,8 @@ int hp_dwk_forward(const struct hp_dw *d, const float *x, const float *w, const 
 		   struct hp_pool *pool);
 /* Tests and benchmarks only: 0 auto, -1 never (conv_dw.c's generic rows). */
 void hp_dwk_set_mode(int mode);
+/* The stride-1 dX of d as a forward of dY with the kernel mirrored (conv_dw.c). */
+void hp_dw_flip(const struct hp_dw *d, struct hp_dw *f);
 /* A stride-1 dX of such a window (multiplier 1) as hp_dwk_forward's
  * geometry f (dY the image, W mirrored); 0 where it does not apply. */
 int hp_dwk_data_flip(const struct hp_dw *d, struct hp_dw *f);

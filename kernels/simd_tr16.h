@@ -36,6 +36,30 @@ static inline __attribute__((always_inline, target("avx512f"))) void hp_tr16_ps(
 		r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xDD);
 	}
 }
+
+/* An 8 x 8 transpose of floats in 8 ymm registers: r[i] becomes column i
+ * of the matrix whose rows were r[0..8).  Shared by the depthwise
+ * channel-block kernels (conv_dwc.c, conv_dwk.c); the caller's target
+ * must include avx. */
+static inline __attribute__((always_inline, target("avx"))) void hp_tr8_ps(__m256 *r)
+{
+	__m256 t[8], s[8];
+
+	for (int i = 0; i < 4; i++) {
+		t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+	}
+	for (int i = 0; i < 2; i++) {
+		s[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+		s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+		s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+		s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+	}
+	for (int i = 0; i < 4; i++) {
+		r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
+		r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
+	}
+}
 #endif
 
 #endif
