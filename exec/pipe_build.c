@@ -368,24 +368,10 @@ static int find_io(struct hp_trainer *t, struct hp_graph *gb, int had_loss)
 		return hp_error(HP_EINTERNAL, "%s: the last stage has no loss output", t->model);
 	if (p->vlab < 0)
 		return 0;
-	const struct hp_shape *ls = &gb->values[p->vlab].shape, *ys = &t->data.y.shape;
-	int fit = ls->rank == ys->rank;
-	for (int d = 1; fit && d < ys->rank; d++)
-		fit = ls->dims[d] == ys->dims[d];
-	if (!fit) {
-		char a[128], b[128];
-		struct hp_shape sa = { 0 }, sb = { 0 };
-		for (int d = 1; d < ys->rank; d++)
-			sa.dims[sa.rank++] = ys->dims[d];
-		for (int d = 1; d < ls->rank; d++)
-			sb.dims[sb.rank++] = ls->dims[d];
-		return hp_error(HP_EDATA, "%s samples are %s but the loss wants labels of %s per sample", t->data.y.what,
-				hp_shape_str(&sa, a, sizeof a), hp_shape_str(&sb, b, sizeof b));
-	}
-	t->widen_labels = gb->values[p->vlab].dtype == HP_I64 && t->data.y.dtype == HP_I32;
-	if (gb->values[p->vlab].dtype != t->data.y.dtype && !t->widen_labels)
-		return hp_error(HP_EDATA, "%s is %s but the loss wants %s labels", t->data.y.what,
-				hp_dtype_name(t->data.y.dtype), hp_dtype_name(gb->values[p->vlab].dtype));
+	int rc = hp_train_fit_labels(t, t->g, &gb->values[p->vlab],
+				     t->o.spec.output ? t->o.spec.output : t->g->values[t->g->outputs[0]].name);
+	if (rc < 0)
+		return rc;
 	p->ybuf = malloc(vbytes(gb, p->vlab) + 1);
 	p->ytmp = malloc((size_t)p->mb * t->data.y.row_bytes + 1);
 	return p->ybuf && p->ytmp ? 0 : hp_error(-ENOMEM, "out of memory");

@@ -116,10 +116,7 @@ static int infer_rebatched(struct hp_trainer *t)
 static int fit_labels(struct hp_trainer *t)
 {
 	const struct hp_graph *g = t->g;
-	const struct hp_darray *y = &t->data.y;
 	const char *name = t->o.spec.labels ? t->o.spec.labels : "labels";
-	const struct hp_value *lv;
-	char a[128], b[128];
 
 	t->vlab = hp_graph_find_value(g, name);
 	t->vloss = g->noutputs ? g->outputs[g->noutputs - 1] : -1;
@@ -127,29 +124,8 @@ static int fit_labels(struct hp_trainer *t)
 		return hp_error(HP_EINTERNAL, "%s: the training graph has no loss output", t->model);
 	if (t->vlab < 0)
 		return 0; /* output:NAME: the graph computes its own loss */
-	lv = &g->values[t->vlab];
-	t->widen_labels = lv->dtype == HP_I64 && y->dtype == HP_I32;
-	if (lv->dtype != y->dtype && !t->widen_labels)
-		return hp_error(HP_EDATA, "%s is %s but the loss wants %s labels", y->what, hp_dtype_name(y->dtype),
-				hp_dtype_name(lv->dtype));
-	int ok = lv->shape.rank == y->shape.rank;
-	for (int i = 1; ok && i < y->shape.rank; i++)
-		ok = lv->shape.dims[i] == y->shape.dims[i];
-	if (!ok) {
-		const char *on = t->o.spec.output ? t->o.spec.output : g->values[g->outputs[0]].name;
-		int x = hp_graph_find_value(g, on);
-		char c[128] = "";
-		/* a sequence model's logits: say what labels with the classes last would be */
-		if (t->o.spec.loss == HP_LOSS_CROSS_ENTROPY && x >= 0 && g->values[x].shape.rank >= 3) {
-			struct hp_shape s = g->values[x].shape;
-			s.rank--;
-			snprintf(c, sizeof c, ", classes on axis 1; or %s with the classes on its last axis",
-				 dims_str(&s, 1, (char[96]){ 0 }, 96));
-		}
-		return hp_error(HP_EDATA, "%s samples are %s but the loss wants labels of %s per sample (from output '%s'%s)",
-				y->what, dims_str(&y->shape, 1, a, sizeof a), dims_str(&lv->shape, 1, b, sizeof b), on, c);
-	}
-	return 0;
+	return hp_train_fit_labels(t, g, &g->values[t->vlab],
+				   t->o.spec.output ? t->o.spec.output : g->values[g->outputs[0]].name);
 }
 
 static int alloc_batch(struct hp_trainer *t)

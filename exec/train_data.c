@@ -438,3 +438,42 @@ void hp_dataset_close(struct hp_dataset *d)
 	close_array(&d->x);
 	close_array(&d->y);
 }
+
+/* s without its dim 0 (the sample), as hp_shape_str writes it. */
+static char *sample_dims(const struct hp_shape *s, char *buf, size_t len)
+{
+	struct hp_shape t = { 0 };
+
+	for (int i = 1; i < s->rank; i++)
+		t.dims[t.rank++] = s->dims[i];
+	return hp_shape_str(&t, buf, len);
+}
+
+/* Labels input lv (the loss's, read by output `on`) takes the label
+ * file's samples: its dtype (int32 widened to int64) and its sample dims;
+ * sets t->widen_labels.  The trainer's (train.c) and --pipeline's last
+ * stage's (pipe_build.c). */
+int hp_train_fit_labels(struct hp_trainer *t, const struct hp_graph *g, const struct hp_value *lv, const char *on)
+{
+	const struct hp_darray *y = &t->data.y;
+	char a[128], b[128], c[128] = "";
+	int ok = lv->shape.rank == y->shape.rank, x = hp_graph_find_value(g, on);
+
+	t->widen_labels = lv->dtype == HP_I64 && y->dtype == HP_I32;
+	if (lv->dtype != y->dtype && !t->widen_labels)
+		return hp_error(HP_EDATA, "%s is %s but the loss wants %s labels", y->what, hp_dtype_name(y->dtype),
+				hp_dtype_name(lv->dtype));
+	for (int i = 1; ok && i < y->shape.rank; i++)
+		ok = lv->shape.dims[i] == y->shape.dims[i];
+	if (ok)
+		return 0;
+	/* a sequence model's logits: say what labels with the classes last would be */
+	if (t->o.spec.loss == HP_LOSS_CROSS_ENTROPY && x >= 0 && g->values[x].shape.rank >= 3) {
+		struct hp_shape s = g->values[x].shape;
+		s.rank--;
+		snprintf(c, sizeof c, ", classes on axis 1; or %s with the classes on its last axis",
+			 sample_dims(&s, (char[96]){ 0 }, 96));
+	}
+	return hp_error(HP_EDATA, "%s samples are %s but the loss wants labels of %s per sample (from output '%s'%s)",
+			y->what, sample_dims(&y->shape, a, sizeof a), sample_dims(&lv->shape, b, sizeof b), on, c);
+}

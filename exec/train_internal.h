@@ -113,4 +113,8 @@ int hp_dp_sync_bn(struct hp_trainer *t, struct hp_graph *g);
 /* This rank's samples of step `step` into t->rows (lbatch of them). */
 int hp_train_rows(struct hp_trainer *t, int64_t step);
 
+/* Labels input lv, read by the loss over output `on` of g, takes the
+ * label file's samples (dtype, sample dims); sets widen_labels (train_data.c). */
+int hp_train_fit_labels(struct hp_trainer *t, const struct hp_graph *g, const struct hp_value *lv, const char *on);
+
 #endif
