@@ -495,12 +495,18 @@ static void wake_all(struct hp_net *n)
 	pthread_cond_broadcast(&n->cv[CL_IO]);
 }
 
-/* Grant budget tokens in plan order as far as they go (lock held). */
+/* Grant budget tokens in plan order as far as they go (lock held).  A
+ * transition that needs none is granted even when the tokens are below
+ * zero: a run starts below zero when the inputs set before it (the next
+ * batch) sit beside values the previous run left resident, and the
+ * prologue's write-backs that give those back need nothing (an LSTM whose
+ * smallest budget is its input's first Slice stopped at step 1 with
+ * "-4096 are free"). */
 static void grant_more(struct hp_net *n)
 {
 	while (n->grant < n->ntr && !n->err) {
 		int i = n->grant;
-		if (n->need[i] > n->free_tokens)
+		if (n->need[i] > 0 && n->need[i] > n->free_tokens)
 			break;
 		n->free_tokens -= n->need[i];
 		if (n->deps_left[i] == 0)
