@@ -137,6 +137,10 @@ int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const
  * takes (a run splits for its own budget). */
 extern int (*exec_floor_probe)(uint64_t b, char *node, size_t n, void *arg);
 extern void *exec_floor_arg;
+/* The smallest budget at or below `from` (a figure a run fits) that a run
+ * still fits, searched with exec_floor_probe as --plan searches below its
+ * figure (tools/exec_plan.c floor_below); `from` when none below fits. */
+uint64_t exec_floor_search(uint64_t from, char *node, size_t n);
 
 struct hp_trainer;
 /* --plan of a data-parallel step (exec_plan_comm.c): the link, the

@@ -132,6 +132,16 @@ static void floor_below(struct hp_plan_summary *p, char *node, size_t n)
 	}
 }
 
+uint64_t exec_floor_search(uint64_t from, char *node, size_t n)
+{
+	struct hp_plan_summary p;
+
+	memset(&p, 0, sizeof p);
+	p.min_budget = from;
+	floor_below(&p, node, n);
+	return p.min_budget;
+}
+
 /* The smallest budget of gmin (compiled for 1 byte) into p: the figure a
  * run below it is refused with, then planned at that figure for its node;
  * for training, lower where a run fits (floor_below). */

@@ -565,6 +565,35 @@ static int plan_step(const struct cli *c, const struct hp_trainer_opts *to, stru
 	return rc == 0 && c->plan ? exec_plan_comm(t, &o, c->bucket != 0) : rc;
 }
 
+/* A refusal names the smallest budget of the step cut for the budget
+ * given, and a step cut for a larger one can need less: at --budget 1 a
+ * mobile net's refusal named 6.3 MiB where --plan, searching below its
+ * figure, names 1.6 MiB, which runs (one byte less is refused naming it).
+ * The refusal searches below its figure the same way and names what it
+ * finds, so that every refusal and --plan agree.  One rank only: creating
+ * a trainer agrees with the others. */
+static int refusal_floor(const struct cli *c, const struct hp_trainer_opts *to, int rc)
+{
+	static char msg[4096], node[1024];
+	const char *tag = "; the smallest budget that works is ";
+	uint64_t named = hp_exec_min_budget(), s;
+	char *at;
+
+	if (rc != HP_EBUDGET_OP || hp_comm_size() != 1 || c->pipeline || !named || !to->budget || named <= to->budget)
+		return rc;
+	snprintf(msg, sizeof msg, "%s", hp_errmsg());
+	if (!(at = strstr(msg, tag)))
+		return rc;
+	exec_floor_probe = floor_probe, exec_floor_arg = (void *)to, exec_floor_model = c->model;
+	s = exec_floor_search(named, node, sizeof node);
+	exec_floor_probe = NULL;
+	if (s >= named || s <= to->budget) /* nothing lower fits, or the budget given lies above a fit */
+		return hp_error(rc, "%s", msg);
+	snprintf(at + strlen(tag), sizeof msg - (size_t)(at + strlen(tag) - msg), "%llu bytes (--budget %lluK)",
+		 (unsigned long long)s, (unsigned long long)((s + 1023) / 1024));
+	return hp_error(rc, "%s", msg);
+}
+
 /* Rank 0 alone talks and writes files: the others train the same
  * weights (checkpoints are the trainer's: every rank writes its part). */
 static void quiet_rank(struct cli *c)
@@ -652,6 +681,8 @@ int exec_train_main(struct cli *c)
 		rc = 0;
 	else if (rc == 0)
 		rc = train(c, t);
+	if (rc == HP_EBUDGET_OP) /* at creation, or --plan's summary */
+		rc = refusal_floor(c, &o, rc);
 	if (rc == 0 && c->export_onnx)
 		rc = hp_trainer_export_onnx(t, c->export_onnx, getenv("HPDLF_EXPORT_EXTERNAL_DATA") &&
 							       !strcmp(getenv("HPDLF_EXPORT_EXTERNAL_DATA"), "1"));

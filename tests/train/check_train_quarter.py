@@ -23,6 +23,11 @@ exec/net.c grant_more): their nodes were
 kept whole (LSTM 55%, GRU 68% of the peak with torch's exports); they are
 cut into bands of batch entries whose RNNGrads chain their weight sums in
 float64 (exec/split_rnn.c), bitwise the whole node's.
+A DCGAN-like ConvTranspose generator (at 47% of its peak: its
+ConvTranspose filter gradients are kept whole) checks that the smallest
+budget --plan names runs and that --budget 1 is refused naming it too:
+the step cut for 1 byte named 176 KiB, its floor is 144 KiB
+(tools/exec_train.c refusal_floor).
 An encoder-decoder with GroupNorm exported by PyTorch (so the GroupNorm
 is Reshape, InstanceNormalization of ones and zeros, Reshape, Mul and Add
 by Unsqueeze of the weight and bias; skipped without PyTorch), batch 2, at
@@ -124,6 +129,31 @@ def check_model(exe, name, args, tmp):
     check(rc == 2 and len(lines) == 1 and "smallest budget that works is %d bytes" % smallest in err,
           "%s at one byte less is refused with exit 2 and one line naming %d: exit %d %s"
           % (name, smallest, rc, err.strip()[-300:]))
+    # far below, the step is cut for that budget and its own figure can
+    # lie above the floor (tools/exec_train.c refusal_floor)
+    for extra in (["--plan"], []):
+        rc, _, err = run(exe, args + ["--threads", "2", "--budget", "1"] + extra)
+        check(rc == 2 and "smallest budget that works is %d bytes" % smallest in err,
+              "%s at --budget 1%s is refused with exit 2 naming %d: exit %d %s"
+              % (name, " --plan" if extra else "", smallest, rc, err.strip()[-300:]))
+
+
+def check_floor(exe, name, args):
+    """The smallest budget --plan names at a roomy budget runs, one byte
+    less is refused naming it, and so is --budget 1, with and without
+    --plan."""
+    rc, out, err = run(exe, args + ["--threads", "2", "--plan", "--budget", "64M"])
+    m = SMALLEST_RE.search(out)
+    if not check(rc == 0 and m is not None, "%s: --plan at 64M: exit %d %s" % (name, rc, (out + err).strip()[-300:])):
+        return
+    smallest = int(m.group(1))
+    rc, _, err = run(exe, args + ["--threads", "2", "--budget", str(smallest)])
+    check(rc == 0, "%s runs at the smallest budget named, %d B: exit %d %s" % (name, smallest, rc, err.strip()[-300:]))
+    for b, extra in ((smallest - 1, []), (1, []), (1, ["--plan"])):
+        rc, _, err = run(exe, args + ["--threads", "2", "--budget", str(b)] + extra)
+        check(rc == 2 and len(err.strip().splitlines()) == 1 and "smallest budget that works is %d bytes" % smallest in err,
+              "%s at --budget %d%s is refused with exit 2 and one line naming %d: exit %d %s"
+              % (name, b, " --plan" if extra else "", smallest, rc, err.strip()[-300:]))
 
 
 def check_grad_bits(exe, name, args, quarter, tmp):
@@ -211,6 +241,54 @@ def rnn_model(tmp, kind, layers, bidir, batch=128, seq=32, inp=8, hidden=16):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), os.path.join(d, "model.onnx"))
     np.save(os.path.join(d, "x.npy"), rng.standard_normal((2 * batch, seq, inp)).astype(np.float32))
     np.save(os.path.join(d, "y.npy"), rng.integers(0, 10, 2 * batch).astype(np.int64))
+    return d
+
+
+def convt_model(tmp):
+    """A DCGAN-like generator (noise [2, 16, 1, 1] through three
+    ConvTranspose, BatchNorm and Relu, to a 3x3 Conv and a global pool to
+    10 classes), as torch exports it.  Compiled for a budget of 1 byte its
+    step cuts the 32x16x4x4 weight into blocks for its update, whose Concat
+    back for the forward then names 176 KiB; a step cut for its own floor
+    needs 144 KiB (tools/exec_train.c refusal_floor)."""
+    import numpy as np
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(5)
+    inits, nodes = [], []
+
+    def w(name, *shape, scale=None):
+        a = rng.standard_normal(shape) * (scale if scale is not None else 1 / np.sqrt(np.prod(shape[1:])))
+        inits.append(numpy_helper.from_array(a.astype(np.float32), name))
+        return name
+
+    x = "x"
+    for i, (cin, cout, k, s, p) in enumerate(((16, 32, 4, 1, 0), (32, 16, 4, 2, 1), (16, 8, 4, 2, 1))):
+        nodes.append(helper.make_node("ConvTranspose", [x, w("w%d" % i, cin, cout, k, k), w("b%d" % i, cout, scale=0.1)],
+                                      ["t%d" % i], kernel_shape=[k, k], strides=[s, s], pads=[p] * 4))
+        x = "t%d" % i
+        if i < 2:
+            inits.append(numpy_helper.from_array(np.ones(cout, np.float32), "g%d" % i))
+            inits.append(numpy_helper.from_array(np.zeros(cout, np.float32), "be%d" % i))
+            inits.append(numpy_helper.from_array(np.zeros(cout, np.float32), "m%d" % i))
+            inits.append(numpy_helper.from_array(np.ones(cout, np.float32), "v%d" % i))
+            nodes.append(helper.make_node("BatchNormalization", [x, "g%d" % i, "be%d" % i, "m%d" % i, "v%d" % i],
+                                          ["n%d" % i]))
+            nodes.append(helper.make_node("Relu", ["n%d" % i], ["r%d" % i]))
+            x = "r%d" % i
+    nodes.append(helper.make_node("Tanh", [x], ["th"]))
+    nodes.append(helper.make_node("Conv", ["th", w("cw", 10, 8, 3, 3), w("cb", 10, scale=0.1)], ["c"],
+                                  kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4))
+    nodes.append(helper.make_node("GlobalAveragePool", ["c"], ["gp"]))
+    nodes.append(helper.make_node("Flatten", ["gp"], ["y"]))
+    g = helper.make_graph(nodes, "convt", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16, 1, 1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 10])], inits)
+    d = os.path.join(tmp, "convt")
+    os.makedirs(d, exist_ok=True)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.producer_name = "pytorch"
+    onnx.save(m, os.path.join(d, "model.onnx"))
+    np.save(os.path.join(d, "x.npy"), rng.standard_normal((8, 16, 1, 1)).astype(np.float32))
+    np.save(os.path.join(d, "y.npy"), rng.integers(0, 10, 8).astype(np.int64))
     return d
 
 
@@ -313,6 +391,10 @@ def main():
         if QUARTERS.get(name + "-sgd"):
             check_grad_bits(exe, name, [a if a != "2" else "1" for a in base] + ["--optimizer", "sgd", "--lr", "1e6"],
                             QUARTERS[name + "-sgd"], tmp)
+    d = convt_model(tmp)
+    check_floor(exe, "convt-sgd", [os.path.join(d, "model.onnx"), "--train", "--data", os.path.join(d, "x.npy"),
+                                   "--labels", os.path.join(d, "y.npy"), "--loss", "cross-entropy", "--batch", "2",
+                                   "--steps", "3", "--no-shuffle", "--quiet", "--optimizer", "sgd", "--lr", "0.05"])
     for name, batch in (("lenet", 64), ("mlp", 64), ("unet3d_tiny", 2)):
         d = os.path.join(models, name)
         base = [os.path.join(d, "model.onnx"), "--train", "--data", os.path.join(d, "x.npy"), "--labels",
