@@ -113,6 +113,8 @@ int exec_store_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n);
  * an _exit). */
 void exec_tiers_opened(int quiet);
 void exec_tiers_tidy(void);
+/* The same from a signal handler (async-signal-safe: no message). */
+void exec_tiers_tidy_signal(void);
 
 struct hp_session;
 struct json_object;

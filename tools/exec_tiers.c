@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -54,6 +55,25 @@ void exec_tiers_opened(int quiet)
 		tiers_atexit = atexit(tidy_tier_files) == 0;
 	tiers_armed = 1;
 	tiers_quiet = quiet;
+}
+
+void exec_tiers_tidy_signal(void)
+{
+	for (int i = 0; tiers_armed && i < ntier_files; i++) {
+		struct stat sb;
+		if (fstatat(AT_FDCWD, tier_files[i].path, &sb, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(sb.st_mode))
+			continue;
+		if (tier_files[i].created) {
+			unlink(tier_files[i].path);
+		} else if (sb.st_size && truncate(tier_files[i].path, 0) == 0 && !tiers_quiet) {
+			static const char a[] = "hpdlf-exec: --tier ", b[] = ": truncated to 0 bytes (it held this run's "
+									 "scratch only)\n";
+			if (write(2, a, sizeof a - 1) < 0 || write(2, tier_files[i].path, strlen(tier_files[i].path)) < 0 ||
+			    write(2, b, sizeof b - 1) < 0)
+				continue;
+		}
+	}
+	tiers_armed = 0;
 }
 
 void exec_tiers_tidy(void)

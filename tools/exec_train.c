@@ -26,14 +26,26 @@
 #include "tools/train_progress.h"
 #include "tools/tune_run.h"
 
-static volatile sig_atomic_t interrupted;
+static volatile sig_atomic_t interrupted, stepping;
 
 /* SIGINT (Ctrl-C) and SIGTERM (Slurm's scancel, time limit, preemption)
  * stop training at the next step with a checkpoint; the signal is kept for
- * the exit status (128 + N). */
+ * the exit status (128 + N).  Before the first step (planning, which for a
+ * large net split for a small budget takes minutes, or --plan) there is no
+ * step to stop at and nothing to save: the process ends at once, removing
+ * the tier files it created. */
 static void on_stop(int sig)
 {
+	static const char term[] = "hpdlf-exec: terminated before training started\n",
+			  intr[] = "hpdlf-exec: interrupted before training started\n";
+
 	interrupted = sig;
+	if (!stepping) {
+		exec_tiers_tidy_signal();
+		if (write(2, sig == SIGTERM ? term : intr, sig == SIGTERM ? sizeof term - 1 : sizeof intr - 1) < 0)
+			_exit(128 + sig);
+		_exit(128 + sig);
+	}
 	signal(sig, SIG_DFL); /* a second signal ends the process at once */
 }
 
@@ -492,6 +504,7 @@ static int train(struct cli *c, struct hp_trainer *t)
 	}
 	hp_progress_init(&r.bar, !c->quiet && isatty(2), "step");
 	exec_sampler_init(&r.sampler, hp_trainer_session(t));
+	stepping = 1; /* a signal now stops at the next step */
 	rc = hp_trainer_run(t, on_step, &r);
 	hp_progress_end(&r.bar);
 	exec_metrics_stop();
@@ -668,6 +681,8 @@ int exec_train_main(struct cli *c)
 		o.budget = 0; /* the whole step is not planned: each stage is, under the budget (exec_plan_pipe.c) */
 	if (!o.graph_only)
 		exec_tiers_opened(c->quiet);
+	if (getenv("HPDLF_TEST_TERM_IN_PLAN")) /* check_signals.py: a signal while the step is planned */
+		raise(SIGTERM);
 	rc = hp_trainer_create(c->model, &o, &t);
 	if (rc == 0 && !o.graph_only)
 		warn_sizes(c, t);

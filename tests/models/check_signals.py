@@ -16,7 +16,9 @@ usage: check_signals.py HPDLF_EXEC MODEL_DIR [MAKE_COMMITTED_STORE]
 - Disk hygiene (issue 20 item 8): a --tier file that existed is truncated
   to 0 bytes at exit and one line says so, also after SIGTERM (training
   and inference); one the run created is removed; a usage error leaves a
-  given file as it was; a file holding a program's committed named tensors
+  given file as it was; a SIGTERM while the step is still being planned
+  (HPDLF_TEST_TERM_IN_PLAN) ends the run at once with 143, tidying the
+  --tier files the same way; a file holding a program's committed named tensors
   (a persistent store, made here through the public API) is refused with
   one line, status 2, its bytes untouched.
 
@@ -213,6 +215,27 @@ def tier_hygiene(exe, folder, tmp):
               f"left {os.path.exists(new)})")
     else:
         p.kill()
+    # a signal before the first step (planning a large net for a small
+    # budget takes minutes; --plan) ends the run at once, tidied
+    env = dict(os.environ, HPDLF_TEST_TERM_IN_PLAN="1")
+    for what, extra in (("training", []), ("--plan", ["--plan"])):
+        with open(old, "wb") as f:
+            f.write(b"stale spill data" * 4096)
+        if os.path.exists(new):
+            os.unlink(new)
+        for path, made in ((old, False), (new, True)):
+            r = subprocess.run(train + ["--steps", "2", "--tier", "nvme=%s:64M" % path] + extra, capture_output=True,
+                               text=True, timeout=60, env=env)
+            lines = r.stderr.strip().splitlines()
+            gone = not os.path.exists(path)
+            # --plan never opens the tiers: an existing file keeps its bytes
+            kept = 0 if not extra else 16 * 4096
+            check(r.returncode == 143 and "terminated before training started" in r.stderr and
+                  (gone if made else (not gone and os.path.getsize(path) == kept and len(lines) == 2 - bool(extra) and
+                                      (extra or ("--tier %s: truncated to 0 bytes" % path) in r.stderr))),
+                  f"{what}: SIGTERM while planning exits 143 at once, the {'new' if made else 'existing'} --tier "
+                  f"file {'removed' if made else 'at %d bytes, one line each' % kept} (status {r.returncode}, "
+                  f"{'gone' if gone else os.path.getsize(path)}: {r.stderr.strip()[-300:]!r})")
     with open(old, "wb") as f:
         f.write(b"keep me" * 100)
     r = subprocess.run(train + ["--steps", "2", "--tier", "nvme=%s:64M" % old, "--momentum", "lots"],
