@@ -454,6 +454,69 @@ static int create_once(const char *model, const struct hp_trainer_opts *o, int u
 	return rc;
 }
 
+/* --lr-schedule and its numbers (fields the caller's struct may lack are 0). */
+static int check_lr(const struct hp_trainer_opts *o)
+{
+	struct hp_trainer_opts f;
+
+	hp_trainer_opts_init(&f, sizeof f);
+	memcpy(&f, o, o->size < sizeof f ? o->size : sizeof f);
+	if (f.lr_schedule < HP_LR_CONSTANT || f.lr_schedule > HP_LR_STEP || f.warmup_steps < 0)
+		return hp_error(HP_EUSAGE, "learning-rate schedule %d or warmup of %lld steps unknown", f.lr_schedule,
+				(long long)f.warmup_steps);
+	if (f.lr_schedule == HP_LR_STEP && (f.lr_step_size < 1 || f.lr_gamma < 0 || f.warmup_steps))
+		return hp_error(HP_EUSAGE, "the step schedule needs a period of at least one step and a factor >= 0, "
+				"and takes no warmup");
+	if ((f.lr_schedule || f.warmup_steps) && f.pipeline > 1)
+		return hp_error(HP_EUSAGE, "a learning-rate schedule does not go with --pipeline yet (its stages "
+				"update their own parameters; each would need the schedule)");
+	return 0;
+}
+
+double hp_trainer_lr(const struct hp_trainer *t, int64_t step)
+{
+	const struct hp_trainer_opts *o = &t->o;
+	double base = o->spec.lr, lr;
+	int64_t w = o->warmup_steps, rest = t->total - w;
+
+	switch (o->lr_schedule) {
+	case HP_LR_STEP: /* StepLR: the previous rate times gamma at each period's end */
+		lr = base;
+		for (int64_t k = o->lr_step_size; k <= step; k += o->lr_step_size)
+			lr *= o->lr_gamma > 0 ? o->lr_gamma : 0.1;
+		return lr;
+	case HP_LR_LINEAR:
+		if (step < w)
+			break;
+		return base * fmax(0.0, (double)(t->total - step) / (double)(rest > 1 ? rest : 1));
+	case HP_LR_COSINE:
+		if (step < w)
+			break;
+		lr = (double)(step - w) / (double)(rest > 1 ? rest : 1);
+		return base * fmax(0.0, 0.5 * (1.0 + cos(M_PI * 0.5 * 2.0 * lr)));
+	default:
+		if (step >= w)
+			return base;
+	}
+	return base * ((double)step / (double)(w > 1 ? w : 1));
+}
+
+/* The rate of this step into every optimizer update (the kernels read
+ * their "lr" attribute at each run). */
+static void set_lr(struct hp_trainer *t)
+{
+	float lr = (float)hp_trainer_lr(t, t->step);
+
+	for (int i = 0; i < t->g->nnodes; i++) {
+		struct hp_node *n = &t->g->nodes[i];
+		if (strcmp(n->domain, "ai.hpdlf") || (strcmp(n->op_type, "SGDUpdate") && strcmp(n->op_type, "AdamUpdate")))
+			continue;
+		for (int a = 0; a < n->nattrs; a++)
+			if (!strcmp(n->attrs[a].name, "lr"))
+				n->attrs[a].f = lr;
+	}
+}
+
 int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct hp_trainer **out)
 {
 	struct hp_trainer *t;
@@ -465,6 +528,8 @@ int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct
 	if ((rc = check_opts(o)) < 0)
 		return rc;
 	if (o->size >= offsetof(struct hp_trainer_opts, parzen) + sizeof o->parzen && (rc = check_async(o)) < 0)
+		return rc;
+	if ((rc = check_lr(o)) < 0)
 		return rc;
 	rc = create_once(model, o, 0, &t);
 	if ((rc == HP_EBUDGET || rc == HP_EBUDGET_OP) && t->o.budget && t->nranks <= 1 && !t->pipe) {
@@ -613,6 +678,8 @@ int hp_trainer_step(struct hp_trainer *t, struct hp_step_info *info)
 		if (rc == 0)
 			rc = hp_pipe_step(t, &info->loss);
 	} else {
+		if (t->o.lr_schedule || t->o.warmup_steps)
+			set_lr(t);
 		rc = load_batch(t, t->step);
 		if (rc == 0)
 			rc = hp_asgd_before(t);

@@ -29,6 +29,9 @@ struct cli {
 	const char *data, *labels, *loss, *optimizer;
 	double lr, momentum, weight_decay, beta1, beta2, eps;
 	int lr_given, momentum_given, weight_decay_given, nesterov, betas_given, eps_given;
+	int lr_schedule, lr_schedule_given; /* --lr-schedule: enum hp_lr_schedule */
+	long warmup_steps, lr_step_size;    /* --warmup-steps (-1: not given), step:N */
+	double lr_gamma;                    /* step:N,G */
 	long batch, steps, epochs;
 	int shuffle;                 /* -1: default (no shuffle), 0, 1 */
 	const char *checkpoint, *export_onnx;

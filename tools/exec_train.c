@@ -215,6 +215,12 @@ static int to_opts(struct cli *c, struct hp_trainer_opts *o)
 	}
 	if (c->eps_given)
 		o->spec.eps = c->eps;
+	o->lr_schedule = c->lr_schedule;
+	o->warmup_steps = c->warmup_steps > 0 ? c->warmup_steps : 0;
+	o->lr_step_size = c->lr_step_size;
+	o->lr_gamma = c->lr_gamma;
+	if (c->lr_schedule == HP_LR_STEP && c->warmup_steps > 0)
+		return usage("%s", "--warmup-steps does not go with --lr-schedule step:N (as PyTorch's StepLR)");
 	o->spec.seed = c->seed;
 	o->data = c->data;
 	o->labels = c->labels;

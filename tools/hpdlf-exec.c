@@ -78,7 +78,7 @@ static int parse_int(const char *arg, const char *flag, long lo, long *out)
 
 enum { OPT_BUDGET = 256, OPT_SHAPE, OPT_INPUT, OPT_OUTPUT, OPT_OUTDIR, OPT_ITER, OPT_WARMUP, OPT_DURATION, OPT_PROFILE, OPT_VERSION, OPT_SEED, OPT_THREADS,
        OPT_LOG, OPT_STATS, OPT_TRACE, OPT_PLAN, OPT_TRAIN, OPT_QUIET, OPT_HELP, OPT_PLAN_DOT,
-       OPT_DATA, OPT_LABELS, OPT_LOSS, OPT_OPTIM, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BETAS, OPT_EPS, OPT_BATCH,
+       OPT_DATA, OPT_LABELS, OPT_LOSS, OPT_OPTIM, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BETAS, OPT_EPS, OPT_LR_SCHED, OPT_WARMUP_STEPS, OPT_BATCH,
        OPT_STEPS, OPT_EPOCHS, OPT_SHUFFLE, OPT_NO_SHUFFLE, OPT_CKPT, OPT_CKPT_EVERY, OPT_RESUME, OPT_RESUME_IF, OPT_STOP_NAN,
        OPT_GO_NAN,
        OPT_EXPORT, OPT_TIER, OPT_STORE, OPT_HOSTFILE, OPT_TOKEN, OPT_WORKERS, OPT_REPLICAS, OPT_NO_SPLIT,
@@ -105,6 +105,7 @@ static const struct option long_opts[] = {
 	{ "lr", required_argument, 0, OPT_LR },		  { "momentum", required_argument, 0, OPT_MOMENTUM },
 	{ "nesterov", no_argument, 0, OPT_NESTEROV },	  { "weight-decay", required_argument, 0, OPT_WD },
 	{ "betas", required_argument, 0, OPT_BETAS },	  { "eps", required_argument, 0, OPT_EPS },
+	{ "lr-schedule", required_argument, 0, OPT_LR_SCHED }, { "warmup-steps", required_argument, 0, OPT_WARMUP_STEPS },
 	{ "batch", required_argument, 0, OPT_BATCH },	  { "steps", required_argument, 0, OPT_STEPS },
 	{ "epochs", required_argument, 0, OPT_EPOCHS },	  { "shuffle", no_argument, 0, OPT_SHUFFLE },
 	{ "no-shuffle", no_argument, 0, OPT_NO_SHUFFLE }, { "checkpoint", required_argument, 0, OPT_CKPT },
@@ -177,6 +178,38 @@ static int parse_betas(const char *arg, struct cli *c)
 	}
 	c->betas_given = 1;
 	return 0;
+}
+
+/* --lr-schedule constant | linear | cosine | step:N[,G] */
+static int parse_lr_schedule(const char *arg, struct cli *c)
+{
+	static const char *const kinds[] = { "constant", "linear", "cosine" };
+	char *end;
+
+	c->lr_schedule_given = 1;
+	for (int k = 0; k < 3; k++)
+		if (!strcmp(arg, kinds[k])) {
+			c->lr_schedule = k;
+			return 0;
+		}
+	if (!strncmp(arg, "step:", 5)) {
+		errno = 0;
+		c->lr_step_size = strtol(arg + 5, &end, 10);
+		c->lr_gamma = 0.1;
+		if (end != arg + 5 && *end == ',') {
+			const char *g = end + 1;
+			c->lr_gamma = strtod(g, &end);
+			if (end == g)
+				end = (char *)"?";
+		}
+		if (!*end && !errno && c->lr_step_size >= 1 && c->lr_gamma >= 0 && isfinite(c->lr_gamma)) {
+			c->lr_schedule = HP_LR_STEP;
+			return 0;
+		}
+	}
+	fprintf(stderr, "hpdlf-exec: --lr-schedule wants constant, linear, cosine or step:N[,G] (N >= 1 steps, "
+		"G >= 0), got '%s'\n", arg);
+	return 2;
 }
 
 static int parse_shard(const char *arg, struct cli *c)
@@ -276,6 +309,16 @@ static int parse_more(int o, struct cli *c)
 	case OPT_WD: return parse_double(optarg, "--weight-decay", &c->weight_decay, &c->weight_decay_given);
 	case OPT_NESTEROV: c->nesterov = 1; return 0;
 	case OPT_BETAS: return parse_betas(optarg, c);
+	case OPT_LR_SCHED: return parse_lr_schedule(optarg, c);
+	case OPT_WARMUP_STEPS: {
+		char *end;
+		errno = 0;
+		c->warmup_steps = strtol(optarg, &end, 10);
+		if (end != optarg && !*end && !errno && c->warmup_steps >= 0)
+			return 0;
+		fprintf(stderr, "hpdlf-exec: --warmup-steps wants an integer >= 0, got '%s'\n", optarg);
+		return 2;
+	}
 	case OPT_EPS:
 		if (parse_double(optarg, "--eps", &c->eps, &c->eps_given))
 			return 2;
@@ -387,6 +430,7 @@ static int check_mode(const struct cli *c)
 		{ c->optimizer != NULL, "--optimizer" }, { c->lr_given, "--lr" }, { c->momentum_given, "--momentum" },
 		{ c->weight_decay_given, "--weight-decay" }, { c->nesterov, "--nesterov" }, { c->batch != 0, "--batch" },
 		{ c->betas_given, "--betas" }, { c->eps_given, "--eps" },
+		{ c->lr_schedule_given, "--lr-schedule" }, { c->warmup_steps >= 0, "--warmup-steps" },
 		{ c->steps != 0, "--steps" }, { c->epochs != 0, "--epochs" }, { c->shuffle >= 0, "--shuffle/--no-shuffle" },
 		{ c->checkpoint != NULL, "--checkpoint" }, { c->checkpoint_every != 0, "--checkpoint-every" },
 		{ c->resume != 0, "--resume" }, { c->export_onnx != NULL, "--export-onnx" },
@@ -469,6 +513,7 @@ static int parse_args(int argc, char **argv, struct cli *c)
 	c->seed = 1;
 	c->blend = -1;
 	c->shuffle = -1;
+	c->warmup_steps = -1;
 	opterr = 0; /* bad_option says it once, with a suggestion */
 	while ((o = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
 		rc = 0;

@@ -8,7 +8,8 @@ only read what this writes.  For each small seeded model it writes into
 OUT_DIR/NAME/: model.onnx (dynamic batch), x.npy, y.npy and train.json,
 which lists trainings of the same initial weights with several optimizers
 (SGD with momentum, Nesterov and weight decay, Adam, AdamW, Adam with other
-betas and eps), each with the
+betas and eps, and three learning-rate schedules: cosine with warmup for
+SGD, linear with warmup for AdamW, step for Adam), each with the
 loss of every step in PyTorch.  Step i trains on rows [(i*B) mod N, +B)
 (wrapping), no shuffle, like `hpdlf-exec --train --no-shuffle`.
 
@@ -65,6 +66,10 @@ OPTIMIZERS = [
     dict(optimizer="adam", lr=3e-3, momentum=0.0, nesterov=False, weight_decay=1e-3),
     dict(optimizer="adamw", lr=3e-3, momentum=0.0, nesterov=False, weight_decay=0.05),
     dict(optimizer="adam", lr=3e-3, momentum=0.0, nesterov=False, weight_decay=0.0, betas=[0.8, 0.99], eps=1e-4),
+    # learning-rate schedules (hpdlf-exec --lr-schedule, --warmup-steps)
+    dict(optimizer="sgd", lr=0.05, momentum=0.9, nesterov=False, weight_decay=1e-3, schedule="cosine", warmup=3),
+    dict(optimizer="adamw", lr=3e-3, momentum=0.0, nesterov=False, weight_decay=0.05, schedule="linear", warmup=2),
+    dict(optimizer="adam", lr=3e-3, momentum=0.0, nesterov=False, weight_decay=1e-3, schedule="step:4,0.5"),
 ]
 
 
@@ -253,8 +258,31 @@ def make_optimizer(m, c):
                weight_decay=c["weight_decay"])
 
 
+def make_scheduler(opt, c, steps):
+    """Hugging Face's get_{constant,linear,cosine}_schedule_with_warmup
+    factors through LambdaLR, or StepLR; None for a constant rate."""
+    kind, w = c.get("schedule", "constant"), c.get("warmup", 0)
+    if kind.startswith("step:"):
+        n, g = kind[5:].split(",")
+        return torch.optim.lr_scheduler.StepLR(opt, step_size=int(n), gamma=float(g))
+    if kind == "constant" and not w:
+        return None
+
+    def factor(t):
+        if t < w:
+            return float(t) / float(max(1, w))
+        if kind == "constant":
+            return 1.0
+        if kind == "linear":
+            return max(0.0, float(steps - t) / float(max(1, steps - w)))
+        progress = float(t - w) / float(max(1, steps - w))
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * float(0.5) * 2.0 * progress)))
+    return torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
 def train(m, c, x, y, batch, steps):
     opt = make_optimizer(m, c)
+    sched = make_scheduler(opt, c, steps)
     m.train()
     losses, n = [], len(x)
     for i in range(steps):
@@ -265,6 +293,8 @@ def train(m, c, x, y, batch, steps):
         loss = out if out.dim() == 0 else F.cross_entropy(out, yb)
         loss.backward()
         opt.step()
+        if sched:
+            sched.step()
         losses.append(float(loss))
     return losses
 

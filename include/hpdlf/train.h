@@ -192,6 +192,27 @@ struct hp_trainer_opts {
 	 * those that are cheaper to compute again than to page, when it
 	 * predicts a faster step; results are bitwise the same either way). */
 	int no_recompute;
+	/* The learning rate of each step (enum hp_lr_schedule): spec.lr times
+	 * the schedule's factor at the step, in double, as PyTorch's LambdaLR
+	 * and StepLR give it when stepped after every optimizer step, with
+	 * Hugging Face's get_{constant,linear,cosine}_schedule_with_warmup
+	 * factors: during the first warmup_steps, step / warmup_steps (0 at
+	 * step 0); then 1 (constant), falling linearly to 0 at the last step
+	 * (linear), or 0.5 (1 + cos(pi p)) with p the share of the steps after
+	 * the warmup done (cosine).  HP_LR_STEP: times lr_gamma after every
+	 * lr_step_size steps (no warmup).  The steps are the run's total
+	 * (steps, or epochs' worth), resumed runs included. */
+	int64_t warmup_steps;
+	int64_t lr_step_size;
+	double lr_gamma;              /* HP_LR_STEP: 0 means 0.1 */
+	int lr_schedule;
+};
+
+enum hp_lr_schedule {
+	HP_LR_CONSTANT = 0,
+	HP_LR_LINEAR = 1,
+	HP_LR_COSINE = 2,
+	HP_LR_STEP = 3,
 };
 
 /* 1F1B: a stage alternates forwards and backwards once P micro-batches
@@ -214,6 +235,9 @@ struct hs_tier_spec;
  * resuming (HP_EDATA if it does not fit the model). */
 int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct hp_trainer **out);
 void hp_trainer_destroy(struct hp_trainer *t);
+
+/* The learning rate the trainer's schedule gives step `step` (0-based). */
+double hp_trainer_lr(const struct hp_trainer *t, int64_t step);
 
 struct hp_step_info {
 	int64_t step;                 /* 0-based index of the step just done */

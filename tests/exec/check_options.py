@@ -70,7 +70,13 @@ def main():
                       (["--betas", "0.9"], "--betas wants two numbers in [0, 1)"),
                       (["--betas", "0.9,"], "--betas wants two numbers in [0, 1)"),
                       (["--betas", "0.9,0.99,0.5"], "--betas wants two numbers in [0, 1)"),
-                      (["--eps", "0"], "--eps wants a positive number")):
+                      (["--eps", "0"], "--eps wants a positive number"),
+                      (["--lr-schedule", "exp"], "--lr-schedule wants constant, linear, cosine or step:N[,G]"),
+                      (["--lr-schedule", "step:0"], "--lr-schedule wants constant, linear, cosine or step:N[,G]"),
+                      (["--lr-schedule", "step:3,"], "--lr-schedule wants constant, linear, cosine or step:N[,G]"),
+                      (["--lr-schedule", "step:3,-1"], "--lr-schedule wants constant, linear, cosine or step:N[,G]"),
+                      (["--warmup-steps", "-2"], "--warmup-steps wants an integer >= 0"),
+                      (["--lr-schedule", "step:3", "--warmup-steps", "2"], "--warmup-steps does not go with")):
         rc, err = run(base + ["--batch", "4", "--optimizer", "adam"] + bad)
         check(rc == 2 and want in err, f"{' '.join(bad)} is refused: exit {rc} {err!r}")
     rc, err = run(base + ["--batch", "4", "--nesterov"])

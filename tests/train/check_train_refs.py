@@ -6,8 +6,10 @@ usage: check_train_refs.py HPDLF_EXEC REF_DIR
 REF_DIR/NAME/ holds model.onnx, x.npy, y.npy and train.json, written by
 tools/make_train_refs.py with PyTorch 1.13 (run by hand: the tests need no
 torch).  train.json lists trainings (SGD with momentum, Nesterov and weight
-decay, Adam, AdamW, Adam with --betas and --eps) with PyTorch's loss at
-every step; for the BatchNorm
+decay, Adam, AdamW, Adam with --betas and --eps, and --lr-schedule: cosine
+with warmup for SGD, linear with warmup for AdamW, step:4,0.5 for Adam,
+against LambdaLR with Hugging Face's factors and StepLR) with PyTorch's
+loss at every step; for the BatchNorm
 model also the running statistics after training and the eval-mode logits
 of infer_x.npy.  Checks, for every model and training:
   - in core, every step's loss within 1e-3 relative of PyTorch's;
@@ -72,12 +74,17 @@ def train_args(folder, r):
         a += ["--betas", "%r,%r" % tuple(r["betas"])]
     if "eps" in r:
         a += ["--eps", repr(r["eps"])]
+    if "schedule" in r:
+        a += ["--lr-schedule", r["schedule"]]
+    if r.get("warmup"):
+        a += ["--warmup-steps", str(r["warmup"])]
     return a + (["--nesterov"] if r["nesterov"] else [])
 
 
 def label(r):
-    return "%s%s wd %g%s" % (r["optimizer"], " nesterov" if r["nesterov"] else "", r["weight_decay"],
-                            " betas %g,%g eps %g" % (*r["betas"], r["eps"]) if "betas" in r else "")
+    return "%s%s wd %g%s%s" % (r["optimizer"], " nesterov" if r["nesterov"] else "", r["weight_decay"],
+                              " betas %g,%g eps %g" % (*r["betas"], r["eps"]) if "betas" in r else "",
+                              " lr %s warmup %d" % (r["schedule"], r.get("warmup", 0)) if "schedule" in r else "")
 
 
 def ooc_budget(exe, args, peak, tmp):
