@@ -1240,6 +1240,15 @@ uint64_t hp_session_tier_kept(const struct hp_session *s, int tier)
 	return hs_store_tier_kept(hp_session_store(s), tier);
 }
 
+int hp_session_frame_stats(const struct hp_session *s, struct hs_frame_stats *out)
+{
+	struct hs_store *st = hp_session_store(s);
+
+	if (!st)
+		return -ENOENT;
+	return hs_store_frame_stats(st, out);
+}
+
 int hp_session_store_stats(const struct hp_session *s, struct hs_store_stats *out)
 {
 	struct hs_store *st = hp_session_store(s);

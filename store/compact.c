@@ -214,6 +214,7 @@ static int evacuate(struct hs_store *st, struct hs_tensor *t, uint64_t i, struct
 			return -1;
 		c->one.page = (uint32_t)to;
 		memcpy(hs_frames_home(st->frames, &c->one), hs_frames_home(st->frames, &old), (size_t)old.n * HS_PAGE);
+		st->fst.compact_bytes += (uint64_t)old.n * HS_PAGE;
 		hs_frames_free(st->frames, &old, NULL, 1);
 	}
 	hold_free(st->frames, w);
@@ -253,6 +254,7 @@ static void slide_bounce(struct hs_store *st, struct bounce *b, uint32_t j, uint
 	}
 	p->page = (uint32_t)to;
 	memmove(hs_frames_home(st->frames, p), hs_frames_home(st->frames, &old), (size_t)old.n * HS_PAGE);
+	st->fst.compact_bytes += (uint64_t)old.n * HS_PAGE;
 }
 
 /* Slide every chunk that can move and has free pages above it down onto
@@ -312,6 +314,7 @@ static void slide(struct hs_store *st, const struct pg *o, uint64_t pages, struc
 			}
 			c->one.page = (uint32_t)cursor;
 			memmove(hs_frames_home(st->frames, &c->one), hs_frames_home(st->frames, &old), (size_t)old.n * HS_PAGE);
+			st->fst.compact_bytes += (uint64_t)old.n * HS_PAGE;
 		}
 		cursor = c->one.page + old.n;
 	}
@@ -326,10 +329,13 @@ static int compact_for(struct hs_store *st, uint64_t n, struct bounce *b)
 	int64_t s = o ? pick_window(o, pages, n) : -1;
 	int rc = s < 0 ? -1 : empty_window(st, o, (uint64_t)s, n);
 
+	st->fst.compactions++;
 	if (rc < 0 && o) {
 		free(o);
-		if ((o = owners(st, pages, b, 0)) != NULL) /* the window may have moved some */
+		if ((o = owners(st, pages, b, 0)) != NULL) { /* the window may have moved some */
+			st->fst.slides++;
 			slide(st, o, pages, b);
+		}
 		rc = 0; /* the caller looks again */
 	}
 	free(o);
@@ -357,8 +363,10 @@ int hs_frames_clear(struct hs_store *st, uint64_t page, uint64_t n)
 	}
 	if (rc == 0 && nfree - wfree < move)
 		rc = -1;
-	if (rc == 0)
+	if (rc == 0) {
+		st->fst.compactions++;
 		rc = empty_window(st, o, page, n);
+	}
 	free(o);
 	return rc;
 }
@@ -391,6 +399,7 @@ static void bounce_copy(struct hs_store *st, struct bounce *b, uint64_t off, uns
 {
 	const struct hs_piece *p = bounce_pieces(b);
 
+	st->fst.compact_bytes += n * HS_PAGE;
 	if (b->mem) {
 		memcpy(to ? b->mem + off * HS_PAGE : mem, to ? mem : b->mem + off * HS_PAGE, (size_t)n * HS_PAGE);
 		return;
@@ -424,6 +433,7 @@ static void copy_into_run(struct hs_store *st, struct hs_tensor *t, uint64_t pag
 			continue;
 		}
 		memcpy(hs_frames_home(st->frames, &c->one), hs_frames_home(st->frames, &old), (size_t)old.n * HS_PAGE);
+		st->fst.compact_bytes += (uint64_t)old.n * HS_PAGE;
 		hs_frames_free(st->frames, &old, NULL, 1);
 	}
 	t->run = page + 1;

@@ -867,6 +867,22 @@ int hs_tensor_set_label(struct hs_tensor *t, const char *label)
 	return 0;
 }
 
+int hs_store_frame_stats(struct hs_store *st, struct hs_frame_stats *out)
+{
+	struct hs_frame_stats r;
+	size_t n = out->size < sizeof r ? out->size : sizeof r;
+
+	if (out->size < offsetof(struct hs_frame_stats, mremaps) + sizeof r.mremaps)
+		return hp_error(HP_EUSAGE, "hs_store_frame_stats: set out->size");
+	pthread_mutex_lock(&st->mu);
+	r = st->fst;
+	r.mremaps = hs_frames_moves(st->frames);
+	pthread_mutex_unlock(&st->mu);
+	r.size = n;
+	memcpy(out, &r, n);
+	return 0;
+}
+
 int hs_tensor_get_info(const struct hs_tensor *t, struct hs_tensor_info *out)
 {
 	out->bytes = t->bytes;

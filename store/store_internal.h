@@ -106,6 +106,7 @@ struct hs_store {
 	/* recover.c: tiers' loss epochs handled, and its counters */
 	uint64_t rec_epoch[HS_MAX_TIERS];
 	struct hs_recover_stats rec;
+	struct hs_frame_stats fst;      /* hs_store_frame_stats (mremaps: the pool's own count) */
 };
 
 struct freed_ext {

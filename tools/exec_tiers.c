@@ -222,4 +222,13 @@ void exec_tier_summary(struct hp_session *s, const struct cli *c, json_object *o
 	}
 	if (o)
 		tier_stats_json(&st, o);
+	struct hs_frame_stats fs = { .size = sizeof fs };
+	if (o && hp_session_frame_stats(s, &fs) == 0) { /* what paging cost in CPU beside the bytes */
+		json_object *fr = json_object_new_object();
+		json_object_object_add(fr, "mremaps", json_object_new_int64((int64_t)fs.mremaps));
+		json_object_object_add(fr, "compactions", json_object_new_int64((int64_t)fs.compactions));
+		json_object_object_add(fr, "slides", json_object_new_int64((int64_t)fs.slides));
+		json_object_object_add(fr, "compact_bytes", json_object_new_int64((int64_t)fs.compact_bytes));
+		json_object_object_add(o, "frames", fr);
+	}
 }

@@ -102,6 +102,10 @@ int hp_session_store_stats(const struct hp_session *s, struct hs_store_stats *ou
 /* Bytes of loads from lower tier `tier` served without a read
  * (hs_store_tier_kept); 0 in core. */
 uint64_t hp_session_tier_kept(const struct hp_session *s, int tier);
+struct hs_frame_stats;
+/* The work of the store's DRAM frame pool (hs_store_frame_stats: set
+ * out->size): mremaps, compactions, their copies; -ENOENT in core. */
+int hp_session_frame_stats(const struct hp_session *s, struct hs_frame_stats *out);
 
 /* Details of the last run (out of core: the task net's figures).  Set
  * info->size = sizeof *info before the call. */

@@ -283,6 +283,19 @@ uint64_t hs_store_tier_peak(struct hs_store *st, int tier);
  * of it before that takes them back.  Not in bytes_read; bytes_read plus
  * this is what the loads asked for.  0 for a bad tier. */
 uint64_t hs_store_tier_kept(struct hs_store *st, int tier);
+/* What the DRAM frame pool did since the store opened, the CPU cost of
+ * paging that the tiers' byte counts do not show: `mremaps` (moves of
+ * frames between the pool and tensor ranges: pieces of chunks mapped or
+ * unmapped, 10-250 us each), `compactions` (searches for a window of free
+ * pages to empty for a run, and clears of a run's place), of which `slides`
+ * moved every movable chunk down the pool, and `compact_bytes` (the bytes
+ * they copied, memcpy or memmove, and those copied to bring a tensor's
+ * chunks moved apart back together: through a bounce buffer, each way). */
+struct hs_frame_stats {
+	size_t size;            /* set by the caller: sizeof; fields past it are left alone */
+	uint64_t mremaps, compactions, slides, compact_bytes;
+};
+int hs_store_frame_stats(struct hs_store *st, struct hs_frame_stats *out); /* HP_EUSAGE: size unset */
 
 /* After a tier lost copies (a remote daemon died), put every chunk back
  * into its redundancy, then check as hs_store_check does.  A chunk that

@@ -9,7 +9,9 @@ iterations at 200K); LeNet trains at 25% of its in-core peak, where a
 step moves ~40 tensors through runs.  There (below 4 MiB of tensors, one
 worker) the compute worker issues its loads and write-backs itself and
 reaps them between kernels, many in flight at once (--stats-json
-io_threads 0); the I/O requests per step are printed as figures.
+io_threads 0); the I/O requests per step are printed as figures, and so
+is the frame pool's work (--stats-json frames: out of core only, the
+compactions that made runs, the bytes they copied, the mremaps).
 
 usage: check_runs_churn.py HPDLF_EXEC MODELS_DIR
 """
@@ -55,7 +57,9 @@ def main():
         if not check(r1[0] == 0, "lenet in core: exit 0 (%s)" % r1[1][-200:]):
             return 1
         with open(st) as f:
-            budget = json.load(f)["tensor_peak_bytes"] // 4
+            s1 = json.load(f)
+        budget = s1["tensor_peak_bytes"] // 4
+        check("frames" not in s1, "lenet in core: no frame pool in --stats-json")
         st2 = os.path.join(tmp, "st2.json")
         r2 = run(args + ["--budget", str(budget), "--log-json", ooc, "--stats-json", st2])
         if check(r2[0] == 0, "lenet at 25%% (%d B), 40 steps: exit 0 (%s)" % (budget, r2[1][-200:])):
@@ -66,6 +70,13 @@ def main():
             check(s2.get("io_threads") == 0 and rq.get("reads", 0) > 0 and rq.get("writes", 0) > 0,
                   "lenet at 25%%: the compute worker issued the I/O (io_threads %s), %.1f reads and %.1f writes "
                   "a step" % (s2.get("io_threads"), rq.get("reads", 0) / 40, rq.get("writes", 0) / 40))
+            fr = s2.get("frames", {})
+            keys = ("mremaps", "compactions", "slides", "compact_bytes")
+            check(all(isinstance(fr.get(k), int) and fr[k] >= 0 for k in keys) and fr["slides"] <= fr["compactions"]
+                  and fr["compactions"] > 0 and fr["compact_bytes"] > 0 and fr["compact_bytes"] % 4096 == 0,
+                  "lenet at 25%%: --stats-json frames: %.1f compactions (%.1f slides) copying %.0f KiB, %.1f mremaps "
+                  "a step" % (fr.get("compactions", 0) / 40, fr.get("slides", 0) / 40,
+                              fr.get("compact_bytes", 0) / 40 / 1024, fr.get("mremaps", 0) / 40))
     return 1 if fails else 0
 
 

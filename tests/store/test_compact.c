@@ -6,7 +6,8 @@
  * chunks fit the free stretches outside it whole, not merely the cheapest
  * by count), which chunks the slide moves (only those with free pages
  * above them before the next wall: the others stay), where the free run
- * ends up, and that every byte survives. */
+ * ends up, that every byte survives, and what hs_store_frame_stats counts
+ * for it (compactions, slides, bytes copied, no mremap). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hpdlf/error.h"
 #include "hpdlf/store.h"
 #include "store/store_internal.h"
 #include "util.h"
@@ -100,6 +102,26 @@ static void finish(struct hs_store *st, struct unit *u, int n)
 	hs_store_close(st);
 }
 
+static struct hs_frame_stats frame_stats(struct hs_store *st)
+{
+	struct hs_frame_stats f = { .size = sizeof f };
+
+	assert_int_equal(hs_store_frame_stats(st, &f), 0);
+	assert_int_equal(f.size, sizeof f);
+	return f;
+}
+
+/* The counters' change from a to b: compactions, slides, bytes copied; by
+ * memcpy alone (chunks used where they lie: no mremap). */
+static void expect_counted(struct hs_frame_stats a, struct hs_frame_stats b, uint64_t compactions, uint64_t slides,
+			   uint64_t bytes)
+{
+	assert_int_equal(b.compactions - a.compactions, compactions);
+	assert_int_equal(b.slides - a.slides, slides);
+	assert_int_equal(b.compact_bytes - a.compact_bytes, bytes);
+	assert_int_equal(b.mremaps, a.mremaps);
+}
+
 static unsigned page_of(const struct unit *u)
 {
 	return u->t->ch[0].one.page;
@@ -121,6 +143,7 @@ static void test_window_that_fits(void **state)
 	};
 	int n = (int)(sizeof u / sizeof *u);
 	struct hs_store *st = layout(u, n);
+	struct hs_frame_stats f0 = frame_stats(st);
 	uint64_t page = 0;
 
 	(void)state;
@@ -130,6 +153,7 @@ static void test_window_that_fits(void **state)
 	assert_int_equal(hs_frames_find_run(st->frames, 6, &page), 0);
 	assert_int_equal(page, 8);
 	pthread_mutex_unlock(&st->mu);
+	expect_counted(f0, frame_stats(st), 1, 0, 4 * 4096); /* the two 2-page chunks */
 	assert_int_equal(page_of(&u[0]), 0); /* the 4-page chunk stayed */
 	assert_int_equal(page_of(&u[3]), 4); /* first fit outside the window */
 	assert_int_equal(page_of(&u[5]), 16);
@@ -155,6 +179,7 @@ static void test_slide_keeps_the_top(void **state)
 	};
 	int n = (int)(sizeof u / sizeof *u);
 	struct hs_store *st = layout(u, n);
+	struct hs_frame_stats f0 = frame_stats(st);
 	uint64_t page = 0;
 
 	(void)state;
@@ -164,6 +189,7 @@ static void test_slide_keeps_the_top(void **state)
 	assert_int_equal(hs_frames_find_run(st->frames, 4, &page), 0);
 	assert_int_equal(page, 8);
 	pthread_mutex_unlock(&st->mu);
+	expect_counted(f0, frame_stats(st), 1, 1, 4 * 4096); /* B alone moved */
 	assert_int_equal(page_of(&u[0]), 0);
 	assert_int_equal(page_of(&u[2]), 4);  /* B slid onto A */
 	assert_int_equal(page_of(&u[4]), 12); /* C stayed */
@@ -173,11 +199,31 @@ static void test_slide_keeps_the_top(void **state)
 	finish(st, u, n);
 }
 
+/* The size convention: 0 is refused, a short struct gets only its part. */
+static void test_frame_stats_size(void **state)
+{
+	struct unit u[] = { { 48, MOVE, NULL } };
+	struct hs_store *st = layout(u, 1);
+	struct hs_frame_stats f = { 0 };
+	struct { size_t size; uint64_t mremaps, rest; } part = { sizeof(size_t) + sizeof(uint64_t), 7, 99 };
+
+	(void)state;
+	f.compactions = 5;
+	assert_int_equal(hs_store_frame_stats(st, &f), HP_EUSAGE);
+	assert_int_equal(f.compactions, 5);
+	assert_int_equal(hs_store_frame_stats(st, (struct hs_frame_stats *)&part), 0);
+	assert_int_equal(part.size, sizeof(size_t) + sizeof(uint64_t));
+	assert_int_equal(part.mremaps, 0); /* one chunk used where it lies: never moved */
+	assert_int_equal(part.rest, 99);
+	finish(st, u, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_window_that_fits),
 		cmocka_unit_test(test_slide_keeps_the_top),
+		cmocka_unit_test(test_frame_stats_size),
 	};
 	int rc;
 
