@@ -467,9 +467,6 @@ static int check_lr(const struct hp_trainer_opts *o)
 	if (f.lr_schedule == HP_LR_STEP && (f.lr_step_size < 1 || f.lr_gamma < 0 || f.warmup_steps))
 		return hp_error(HP_EUSAGE, "the step schedule needs a period of at least one step and a factor >= 0, "
 				"and takes no warmup");
-	if ((f.lr_schedule || f.warmup_steps) && f.pipeline > 1)
-		return hp_error(HP_EUSAGE, "a learning-rate schedule does not go with --pipeline yet (its stages "
-				"update their own parameters; each would need the schedule)");
 	return 0;
 }
 
@@ -503,18 +500,26 @@ double hp_trainer_lr(const struct hp_trainer *t, int64_t step)
 
 /* The rate of this step into every optimizer update (the kernels read
  * their "lr" attribute at each run). */
-static void set_lr(struct hp_trainer *t)
+static void set_lr_in(struct hp_graph *g, float lr)
 {
-	float lr = (float)hp_trainer_lr(t, t->step);
-
-	for (int i = 0; i < t->g->nnodes; i++) {
-		struct hp_node *n = &t->g->nodes[i];
+	for (int i = 0; g && i < g->nnodes; i++) {
+		struct hp_node *n = &g->nodes[i];
 		if (strcmp(n->domain, "ai.hpdlf") || (strcmp(n->op_type, "SGDUpdate") && strcmp(n->op_type, "AdamUpdate")))
 			continue;
 		for (int a = 0; a < n->nattrs; a++)
 			if (!strcmp(n->attrs[a].name, "lr"))
 				n->attrs[a].f = lr;
 	}
+}
+
+/* ... in the step's graph, and a pipeline stage's optimizer graph. */
+static void set_lr(struct hp_trainer *t)
+{
+	float lr = (float)hp_trainer_lr(t, t->step);
+
+	set_lr_in(t->g, lr);
+	if (t->pipe)
+		set_lr_in(t->pipe->go, lr);
 }
 
 int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct hp_trainer **out)
@@ -673,13 +678,13 @@ int hp_trainer_step(struct hp_trainer *t, struct hp_step_info *info)
 	if (t->step >= t->total)
 		return 0;
 	tier_delta(t, info); /* count from here */
+	if (t->o.lr_schedule || t->o.warmup_steps)
+		set_lr(t);
 	if (t->pipe) {
 		rc = hp_train_rows(t, t->step);
 		if (rc == 0)
 			rc = hp_pipe_step(t, &info->loss);
 	} else {
-		if (t->o.lr_schedule || t->o.warmup_steps)
-			set_lr(t);
 		rc = load_batch(t, t->step);
 		if (rc == 0)
 			rc = hp_asgd_before(t);

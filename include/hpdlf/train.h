@@ -201,7 +201,8 @@ struct hp_trainer_opts {
 	 * (linear), or 0.5 (1 + cos(pi p)) with p the share of the steps after
 	 * the warmup done (cosine).  HP_LR_STEP: times lr_gamma after every
 	 * lr_step_size steps (no warmup).  The steps are the run's total
-	 * (steps, or epochs' worth), resumed runs included. */
+	 * (steps, or epochs' worth), resumed runs included; every rank and
+	 * pipeline stage sets it into its updates. */
 	int64_t warmup_steps;
 	int64_t lr_step_size;
 	double lr_gamma;              /* HP_LR_STEP: 0 means 0.1 */
