@@ -138,6 +138,7 @@ int exec_log_write(FILE *f, const struct exec_sample *x)
 	json_object_object_add(o, "tiers", tiers_json(x));
 	if (x->has_loss) {
 		json_object_object_add(o, "loss", jnum(x->loss));
+		json_object_object_add(o, "lr", jnum(x->lr));
 		add_int(o, "epoch", x->epoch);
 		json_object_object_add(o, "samples_per_s", jnum(x->ms > 0 ? (double)x->samples / x->ms * 1e3 : 0));
 		json_object_object_add(o, "checkpoint", json_object_new_boolean(x->checkpointed));

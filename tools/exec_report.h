@@ -28,6 +28,7 @@ struct exec_sample {
 	double ms, time_s;              /* this step; since the first measured one */
 	double flops;                   /* of one step */
 	double loss;                    /* training only (has_loss) */
+	double lr;                      /* training: the step's learning rate */
 	int has_loss;
 	int64_t epoch, samples;         /* training only: epoch, batch */
 	int checkpointed;

@@ -347,6 +347,7 @@ static void sample_step(struct run_state *r, const struct hp_step_info *in, stru
 	x->ms = in->ms;
 	x->flops = in->flops;
 	x->loss = in->loss;
+	x->lr = hp_trainer_lr(r->t, in->step);
 	x->has_loss = 1;
 	x->epoch = in->epoch;
 	x->samples = in->samples;

@@ -26,7 +26,7 @@ fails = 0
 COMMON = {"schema": int, "mode": str, "step": int, "steps": int, "time_s": float, "ms": float,
           "gflops": float, "stall_ms": float, "resident_bytes": int, "budget_bytes": int, "rss_bytes": int,
           "tiers": dict}
-TRAIN = {"loss": float, "epoch": int, "samples_per_s": float, "checkpoint": bool}
+TRAIN = {"loss": float, "lr": float, "epoch": int, "samples_per_s": float, "checkpoint": bool}
 TIER = {"used": int, "bytes_read": int, "bytes_written": int, "read_bytes_per_s": float,
         "write_bytes_per_s": float}
 
