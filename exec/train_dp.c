@@ -227,7 +227,8 @@ static int job_hash(const struct hp_trainer *t, uint64_t *model, uint64_t *flags
 			 (uint64_t)o->sync_bn, (uint64_t)o->shard, (uint64_t)o->async_sgd, (uint64_t)o->async_deterministic,
 			 (uint64_t)o->exchange_every, (uint64_t)o->exchange_peers, dbits(o->blend), (uint64_t)o->parzen,
 			 (uint64_t)o->pipeline, (uint64_t)o->micro_batches,
-			 (uint64_t)o->pipeline_schedule, (uint64_t)o->npipeline_cuts };
+			 (uint64_t)o->pipeline_schedule, (uint64_t)o->npipeline_cuts, (uint64_t)o->lr_schedule,
+			 (uint64_t)o->warmup_steps, (uint64_t)o->lr_step_size, dbits(o->lr_gamma) };
 
 	*model = 0;
 	*flags = 0;
