@@ -1,0 +1,296 @@
+/* Depthwise 5x5 and 7x7 weight gradient (ConvGradFilter), 2-D, stride 1
+ * or 2, undilated, with sixteen output channels in the lanes of a zmm
+ * register (AVX-512F + FMA): conv_dw_grad.c's 3x3 dW for the larger
+ * windows.  X's rows and dY's rows of a block of sixteen planes are
+ * transposed into rows of [position][16 channels] (zero positions for the
+ * padding), X's held in a ring so that each is transposed once per item;
+ * a grid row's K*K chains then run over its positions with one dY vector
+ * and one X vector (a memory operand) per FMA, the window rows of a 7x7
+ * in two passes (4 and 3 rows: 28 and 21 chains in registers).
+ *
+ * Why: conv_dw.c's generic loops (a pass of per-column partials per tap
+ * and row, then a lane tree per unit) ran the nets' 5x5 dW at 1-3
+ * GFLOP/s, about 30% of MnasNet's, MobileNetV3's and EfficientNet's
+ * training step.  A KxK window does K*K / 9 times the 3x3's FMAs on each
+ * transposed float, so the transposes that bound conv_dw_grad.c weigh
+ * far less here.
+ *
+ * Determinism: conv_dwc.c's and conv_dw_grad.c's chain, for every window
+ * size: tap k of channel m in a unit (grid rows [q0, q1) of one item) is
+ * the sum over the unit's rows in order, from 0, of each row's chain of
+ * fused multiply-adds over the row's positions in order from 0 (a tap in
+ * the padding adds dY * 0); dW is acc (or 0) plus the units, from the
+ * last item's last unit to the first item's first.  A unit of one row
+ * adds 0 + its chain.  Blocks, workers and bands of rows or items (each
+ * band starting from the sum of the bands after it) change no bit;
+ * hp_dw_filter takes this path for every geometry hp_dkg_eligible()
+ * names, whatever the batch, unit or band, so in core and out of core
+ * agree.  These are not conv_dw.c's generic bits (per-column partials
+ * summed by a lane tree); without AVX-512 the generic loops run. */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/conv_impl.h"
+#include "kernels/cpu.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#include "kernels/simd_tr16.h"
+#define DKG_X86 1
+#define DKG_TARGET __attribute__((target("avx512f,avx512vl,fma")))
+#define DKG_INLINE __attribute__((always_inline)) inline
+#endif
+
+#define DKG_L 16    /* channels per block (the lanes) */
+#define DKG_SLOTS 8 /* ring of transposed X rows: a window's (at most 7) and the next's first */
+#define DKG_MAXKK 49
+
+static int dkg_mode;
+
+void hp_dkg_set_mode(int mode)
+{
+	dkg_mode = mode;
+}
+
+/* The geometry alone (not the mode nor the CPU): workspace sizes. */
+static int dkg_shape(const struct hp_colgeom *g)
+{
+	int64_t k = g->k[1];
+
+	return g->img[0] == 1 && g->k[0] == 1 && g->k[2] == k && (k == 5 || k == 7) && g->stride[1] == g->stride[2] &&
+	       (g->stride[1] == 1 || g->stride[1] == 2) && g->dil[1] == 1 && g->dil[2] == 1;
+}
+
+int hp_dkg_eligible(const struct hp_colgeom *g)
+{
+#ifdef DKG_X86
+	return dkg_mode >= 0 && dkg_shape(g) && hp_cpu_avx512_fma() && __builtin_cpu_supports("avx512vl");
+#else
+	(void)g;
+	return 0;
+#endif
+}
+
+/* Positions of a transposed X row: up to the last output's last tap,
+ * whole transposes. */
+static int64_t dkg_width(const struct hp_colgeom *g)
+{
+	return ((g->grid[2] - 1) * g->stride[2] + g->k[2] + DKG_L - 1) / DKG_L * DKG_L;
+}
+
+/* Positions of a transposed dY row. */
+static int64_t dkg_owp(const struct hp_colgeom *g)
+{
+	return (g->grid[2] + DKG_L - 1) / DKG_L * DKG_L;
+}
+
+/* Floats of a worker's scratch: the ring, a zero row, a dY row. */
+size_t hp_dkg_scratch(const struct hp_colgeom *g)
+{
+	if (!dkg_shape(g))
+		return 0;
+	return (size_t)(((DKG_SLOTS + 1) * dkg_width(g) + dkg_owp(g)) * DKG_L);
+}
+
+#ifdef DKG_X86
+struct dkg_run {
+	const struct hp_dw *d;
+	const float *dy, *x, *acc;
+	float *dw, *scratch; /* hp_dkg_scratch() per thread */
+	int64_t blocks, urows;
+};
+
+/* The lanes l with lo <= c + l < hi. */
+static __mmask16 dkg_mask(int64_t c, int64_t lo, int64_t hi)
+{
+	int64_t a = lo - c, b = hi - c;
+
+	a = a < 0 ? 0 : a;
+	b = b > DKG_L ? DKG_L : b;
+	return a >= b ? 0 : (__mmask16)(((1u << b) - 1) & ~((1u << a) - 1));
+}
+
+/* Sixteen planes' floats at ps[l] + off, transposed into o[16][16]. */
+DKG_TARGET __attribute__((noinline)) static void dkg_chunk(const float *const *ps, int64_t off, float *o)
+{
+	__m512 v[DKG_L];
+
+	for (int l = 0; l < DKG_L; l++)
+		v[l] = _mm512_loadu_ps(ps[l] + off);
+	hp_tr16_ps(v);
+	for (int q = 0; q < DKG_L; q++)
+		_mm512_storeu_ps(o + q * DKG_L, v[q]);
+}
+
+/* The same for the lanes in m of the first nc planes, zeros elsewhere
+ * (masked lanes are not read). */
+DKG_TARGET __attribute__((noinline)) static void dkg_chunk_part(const float *const *ps, int nc, int64_t off,
+								 __mmask16 m, float *o)
+{
+	__m512 v[DKG_L];
+
+	for (int l = 0; l < DKG_L; l++)
+		v[l] = l < nc ? _mm512_maskz_loadu_ps(m, ps[l] + off) : _mm512_setzero_ps();
+	hp_tr16_ps(v);
+	for (int q = 0; q < DKG_L; q++)
+		_mm512_storeu_ps(o + q * DKG_L, v[q]);
+}
+
+/* Row r of the block's nc planes (ps[l], rows of n floats) from column c0
+ * on, as a transposed row of `width` positions: row[p][l] = plane l at
+ * column c0 + p, zeros outside [0, n) and past the planes. */
+static void dkg_fill(const float *const *ps, int nc, int64_t r, int64_t n, int64_t c0, int64_t width, float *row)
+{
+	for (int64_t p = 0; p < width; p += DKG_L) {
+		__mmask16 m = dkg_mask(c0 + p, 0, n);
+		if (m == 0xffff && nc == DKG_L)
+			dkg_chunk(ps, r * n + c0 + p, row + p * DKG_L);
+		else if (m)
+			dkg_chunk_part(ps, nc, r * n + c0 + p, m, row + p * DKG_L);
+		else
+			memset(row + p * DKG_L, 0, DKG_L * DKG_L * sizeof *row);
+	}
+}
+
+/* The transposed X row ih (the zero row outside the image) from the ring. */
+static const float *dkg_get(const struct hp_colgeom *g, const float *const *xs, int nc, int64_t ih, float *ring,
+			    int64_t *tags, const float *zero)
+{
+	int64_t wd = dkg_width(g), s = ih % DKG_SLOTS;
+
+	if (ih < 0 || ih >= g->img[1])
+		return zero;
+	if (tags[s] != ih) {
+		dkg_fill(xs, nc, ih, g->img[2], -g->pad[2], wd, ring + s * wd * DKG_L);
+		tags[s] = ih;
+	}
+	return ring + s * wd * DKG_L;
+}
+
+/* R window rows' chains of one grid row (window K, stride S): a[r K + kw]
+ * the chain from 0 over positions o of dY[o] * X row x[r] at o S + kw. */
+DKG_TARGET static DKG_INLINE void dkg_rows(const int K, const int S, const int R, int64_t ow, const float *const *x,
+					   const float *d, __m512 *a)
+{
+	__m512 A[4 * 7], z = _mm512_setzero_ps();
+
+	__asm__("" : "+v"(z)); /* else GCC zeroes A in memory (conv_dw_grad.c's dwg_rows) */
+	for (int k = 0; k < R * K; k++)
+		A[k] = z;
+	for (int64_t o = 0; o < ow; o++) {
+		__m512 g = _mm512_loadu_ps(d + o * DKG_L);
+		for (int r = 0; r < R; r++)
+			for (int kw = 0; kw < K; kw++)
+				A[r * K + kw] =
+					_mm512_fmadd_ps(g, _mm512_loadu_ps(x[r] + (o * S + kw) * DKG_L), A[r * K + kw]);
+	}
+	for (int k = 0; k < R * K; k++)
+		a[k] = A[k];
+}
+
+/* Grid row q of the block's item: its K*K chains into a. */
+DKG_TARGET static void dkg_pass(const struct hp_colgeom *g, const float *const *xs, const float *const *dys, int nc,
+				int64_t q, float *scratch, int64_t *tags, __m512 *a)
+{
+	int64_t wd = dkg_width(g), ow = g->grid[2], owp = dkg_owp(g), s = g->stride[1], k = g->k[1];
+	float *zero = scratch + DKG_SLOTS * wd * DKG_L, *d = zero + wd * DKG_L;
+	const float *x[7];
+
+	for (int r = 0; r < k; r++)
+		x[r] = dkg_get(g, xs, nc, q * s - g->pad[1] + r, scratch, tags, zero);
+	dkg_fill(dys, nc, q, ow, 0, owp, d);
+	if (k == 5 && s == 1)
+		dkg_rows(5, 1, 5, ow, x, d, a);
+	else if (k == 5)
+		dkg_rows(5, 2, 5, ow, x, d, a);
+	else if (s == 1) {
+		dkg_rows(7, 1, 4, ow, x, d, a);
+		dkg_rows(7, 1, 3, ow, x + 4, d, a + 28);
+	} else {
+		dkg_rows(7, 2, 4, ow, x, d, a);
+		dkg_rows(7, 2, 3, ow, x + 4, d, a + 28);
+	}
+}
+
+/* The item's units into out, the last first: a unit sums its rows' chains
+ * in order from 0. */
+DKG_TARGET static void dkg_item(const struct dkg_run *r, const float *const *xs, const float *const *dys, int nc,
+				float *scratch, __m512 *out)
+{
+	const struct hp_colgeom *g = &r->d->g;
+	int64_t rows = g->grid[1], tags[DKG_SLOTS], kk = g->kvol;
+	__m512 a[DKG_MAXKK], u[DKG_MAXKK];
+
+	for (int i = 0; i < DKG_SLOTS; i++)
+		tags[i] = -1;
+	for (int64_t q0 = (rows - 1) / r->urows * r->urows; q0 >= 0; q0 -= r->urows) {
+		int64_t q1 = q0 + r->urows < rows ? q0 + r->urows : rows;
+		for (int64_t k = 0; k < kk; k++)
+			u[k] = _mm512_setzero_ps();
+		for (int64_t q = q0; q < q1; q++) {
+			dkg_pass(g, xs, dys, nc, q, scratch, tags, a);
+			for (int64_t k = 0; k < kk; k++)
+				u[k] = _mm512_add_ps(u[k], a[k]);
+		}
+		for (int64_t k = 0; k < kk; k++)
+			out[k] = _mm512_add_ps(out[k], u[k]);
+	}
+}
+
+/* Output channels [m0, m0 + nc): dW = acc + the units, last first. */
+DKG_TARGET static void dkg_block(const struct dkg_run *r, int64_t m0, int nc, float *scratch)
+{
+	const struct hp_dw *d = r->d;
+	const struct hp_colgeom *g = &d->g;
+	int64_t kk = g->kvol;
+	float t[DKG_MAXKK][DKG_L];
+	const float *xs[DKG_L], *dys[DKG_L];
+	__m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+					 _mm512_set1_epi32((int)kk));
+	__mmask16 m = (__mmask16)((1u << nc) - 1);
+	__m512 out[DKG_MAXKK], z = _mm512_setzero_ps();
+
+	for (int64_t k = 0; k < kk; k++) /* acc[m0 + l][k] into lane l */
+		out[k] = r->acc ? _mm512_mask_i32gather_ps(z, m, idx, r->acc + m0 * kk + k, 4) : z;
+	for (int64_t n = d->batch - 1; n >= 0; n--) {
+		for (int l = 0; l < nc; l++) {
+			int64_t c = m0 + l;
+			xs[l] = r->x + (n * d->cin + c / d->mult) * g->img_vol;
+			dys[l] = r->dy + (n * d->cin * d->mult + c) * g->grid_vol;
+		}
+		dkg_item(r, xs, dys, nc, scratch, out);
+	}
+	for (int64_t k = 0; k < kk; k++)
+		_mm512_storeu_ps(t[k], out[k]);
+	for (int l = 0; l < nc; l++)
+		for (int64_t k = 0; k < kk; k++)
+			r->dw[(m0 + l) * kk + k] = t[k][l];
+}
+
+static void dkg_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct dkg_run *r = arg;
+	const struct hp_colgeom *g = &r->d->g;
+	int64_t cout = r->d->cin * r->d->mult;
+	float *scratch = r->scratch + (size_t)tid * hp_dkg_scratch(g);
+
+	memset(scratch + DKG_SLOTS * dkg_width(g) * DKG_L, 0, (size_t)(dkg_width(g) * DKG_L) * sizeof(float));
+	for (int64_t i = b; i < e; i++)
+		dkg_block(r, i * DKG_L, (int)(cout - i * DKG_L < DKG_L ? cout - i * DKG_L : DKG_L), scratch);
+}
+#endif
+
+void hp_dkg_filter(const struct hp_dw *d, const float *dy, const float *x, const float *acc, float *dw, float *ws,
+		   int threads, struct hp_pool *pool)
+{
+#ifdef DKG_X86
+	int64_t ow = d->g.grid[2], rows = d->g.grid_vol / ow, urows = d->unit > 0 ? d->unit / ow : rows;
+	struct dkg_run r = { .d = d, .dy = dy, .x = x, .acc = acc, .dw = dw, .scratch = ws,
+			     .blocks = (d->cin * d->mult + DKG_L - 1) / DKG_L, .urows = urows > 0 ? urows : rows };
+
+	hp_conv_parallel(pool, threads, r.blocks, dkg_range, &r);
+#else
+	(void)d, (void)dy, (void)x, (void)acc, (void)dw, (void)ws, (void)threads, (void)pool;
+#endif
+}
