@@ -179,11 +179,14 @@ DKG_TARGET static DKG_INLINE void dkg_rows(const int K, const int S, const int R
 	for (int k = 0; k < R * K; k++)
 		A[k] = z;
 	for (int64_t o = 0; o < ow; o++) {
+		/* opaque: else GCC carries X vectors from one position to the
+		 * next (stride 1) and spills the chains */
+		int64_t xo = o * S * DKG_L;
+		__asm__("" : "+r"(xo));
 		__m512 g = _mm512_loadu_ps(d + o * DKG_L);
 		for (int r = 0; r < R; r++)
 			for (int kw = 0; kw < K; kw++)
-				A[r * K + kw] =
-					_mm512_fmadd_ps(g, _mm512_loadu_ps(x[r] + (o * S + kw) * DKG_L), A[r * K + kw]);
+				A[r * K + kw] = _mm512_fmadd_ps(g, _mm512_loadu_ps(x[r] + xo + kw * DKG_L), A[r * K + kw]);
 	}
 	for (int k = 0; k < R * K; k++)
 		a[k] = A[k];
