@@ -168,10 +168,12 @@ static const float *dkg_get(const struct hp_colgeom *g, const float *const *xs, 
 	return ring + s * wd * DKG_L;
 }
 
-/* R window rows' chains of one grid row (window K, stride S): a[r K + kw]
- * the chain from 0 over positions o of dY[o] * X row x[r] at o S + kw. */
+/* R window rows' chains of one grid row (window K, stride S), each added
+ * to its unit's sum: u[r K + kw] += the chain from 0 over positions o of
+ * dY[o] * X row x[r] at o S + kw (added here: returned, GCC copied the
+ * chains out with rep movs, a seventh of a 3x3 plane's time). */
 DKG_TARGET static DKG_INLINE void dkg_rows(const int K, const int S, const int R, int64_t ow, const float *const *x,
-					   const float *d, __m512 *a)
+					   const float *d, __m512 *u)
 {
 	__m512 A[4 * 7], z = _mm512_setzero_ps();
 
@@ -189,12 +191,12 @@ DKG_TARGET static DKG_INLINE void dkg_rows(const int K, const int S, const int R
 				A[r * K + kw] = _mm512_fmadd_ps(g, _mm512_loadu_ps(x[r] + xo + kw * DKG_L), A[r * K + kw]);
 	}
 	for (int k = 0; k < R * K; k++)
-		a[k] = A[k];
+		u[k] = _mm512_add_ps(u[k], A[k]);
 }
 
-/* Grid row q of the block's item: its K*K chains into a. */
+/* Grid row q of the block's item: its K*K chains added to u. */
 DKG_TARGET static void dkg_pass(const struct hp_colgeom *g, const float *const *xs, const float *const *dys, int nc,
-				int64_t q, float *scratch, int64_t *tags, __m512 *a)
+				int64_t q, float *scratch, int64_t *tags, __m512 *u)
 {
 	int64_t wd = dkg_width(g), ow = g->grid[2], owp = dkg_owp(g), s = g->stride[1], k = g->k[1];
 	float *zero = scratch + DKG_SLOTS * wd * DKG_L, *d = zero + wd * DKG_L;
@@ -204,15 +206,15 @@ DKG_TARGET static void dkg_pass(const struct hp_colgeom *g, const float *const *
 		x[r] = dkg_get(g, xs, nc, q * s - g->pad[1] + r, scratch, tags, zero);
 	dkg_fill(dys, nc, q, ow, 0, owp, d);
 	if (k == 5 && s == 1)
-		dkg_rows(5, 1, 5, ow, x, d, a);
+		dkg_rows(5, 1, 5, ow, x, d, u);
 	else if (k == 5)
-		dkg_rows(5, 2, 5, ow, x, d, a);
+		dkg_rows(5, 2, 5, ow, x, d, u);
 	else if (s == 1) {
-		dkg_rows(7, 1, 4, ow, x, d, a);
-		dkg_rows(7, 1, 3, ow, x + 4, d, a + 28);
+		dkg_rows(7, 1, 4, ow, x, d, u);
+		dkg_rows(7, 1, 3, ow, x + 4, d, u + 28);
 	} else {
-		dkg_rows(7, 2, 4, ow, x, d, a);
-		dkg_rows(7, 2, 3, ow, x + 4, d, a + 28);
+		dkg_rows(7, 2, 4, ow, x, d, u);
+		dkg_rows(7, 2, 3, ow, x + 4, d, u + 28);
 	}
 }
 
@@ -223,7 +225,7 @@ DKG_TARGET static void dkg_item(const struct dkg_run *r, const float *const *xs,
 {
 	const struct hp_colgeom *g = &r->d->g;
 	int64_t rows = g->grid[1], tags[DKG_SLOTS], kk = g->kvol;
-	__m512 a[DKG_MAXKK], u[DKG_MAXKK];
+	__m512 u[DKG_MAXKK];
 
 	for (int i = 0; i < DKG_SLOTS; i++)
 		tags[i] = -1;
@@ -231,11 +233,8 @@ DKG_TARGET static void dkg_item(const struct dkg_run *r, const float *const *xs,
 		int64_t q1 = q0 + r->urows < rows ? q0 + r->urows : rows;
 		for (int64_t k = 0; k < kk; k++)
 			u[k] = _mm512_setzero_ps();
-		for (int64_t q = q0; q < q1; q++) {
-			dkg_pass(g, xs, dys, nc, q, scratch, tags, a);
-			for (int64_t k = 0; k < kk; k++)
-				u[k] = _mm512_add_ps(u[k], a[k]);
-		}
+		for (int64_t q = q0; q < q1; q++)
+			dkg_pass(g, xs, dys, nc, q, scratch, tags, u);
 		for (int64_t k = 0; k < kk; k++)
 			out[k] = _mm512_add_ps(out[k], u[k]);
 	}
@@ -247,15 +246,18 @@ DKG_TARGET static void dkg_block(const struct dkg_run *r, int64_t m0, int nc, fl
 	const struct hp_dw *d = r->d;
 	const struct hp_colgeom *g = &d->g;
 	int64_t kk = g->kvol;
-	float t[DKG_MAXKK][DKG_L];
 	const float *xs[DKG_L], *dys[DKG_L];
-	__m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-					 _mm512_set1_epi32((int)kk));
-	__mmask16 m = (__mmask16)((1u << nc) - 1);
-	__m512 out[DKG_MAXKK], z = _mm512_setzero_ps();
+	__m512 out[DKG_MAXKK + DKG_L - 1], v[DKG_L];
 
-	for (int64_t k = 0; k < kk; k++) /* acc[m0 + l][k] into lane l */
-		out[k] = r->acc ? _mm512_mask_i32gather_ps(z, m, idx, r->acc + m0 * kk + k, 4) : z;
+	for (int64_t k0 = 0; k0 < kk; k0 += DKG_L) { /* acc[m0 + l][k] into lane l: transposes, not gathers */
+		__mmask16 km = dkg_mask(k0, 0, kk);
+		for (int l = 0; l < DKG_L; l++)
+			v[l] = r->acc && l < nc ? _mm512_maskz_loadu_ps(km, r->acc + (m0 + l) * kk + k0) : _mm512_setzero_ps();
+		if (r->acc)
+			hp_tr16_ps(v);
+		for (int q = 0; q < DKG_L; q++)
+			out[k0 + q] = v[q];
+	}
 	for (int64_t n = d->batch - 1; n >= 0; n--) {
 		for (int l = 0; l < nc; l++) {
 			int64_t c = m0 + l;
@@ -264,11 +266,14 @@ DKG_TARGET static void dkg_block(const struct dkg_run *r, int64_t m0, int nc, fl
 		}
 		dkg_item(r, xs, dys, nc, scratch, out);
 	}
-	for (int64_t k = 0; k < kk; k++)
-		_mm512_storeu_ps(t[k], out[k]);
-	for (int l = 0; l < nc; l++)
-		for (int64_t k = 0; k < kk; k++)
-			r->dw[(m0 + l) * kk + k] = t[k][l];
+	for (int64_t k0 = 0; k0 < kk; k0 += DKG_L) { /* lane l to dw[m0 + l][k] */
+		__mmask16 km = dkg_mask(k0, 0, kk);
+		for (int q = 0; q < DKG_L; q++)
+			v[q] = out[k0 + q];
+		hp_tr16_ps(v);
+		for (int l = 0; l < nc; l++)
+			_mm512_mask_storeu_ps(r->dw + (m0 + l) * kk + k0, km, v[l]);
+	}
 }
 
 static void dkg_range(void *arg, int64_t b, int64_t e, int tid)
