@@ -543,6 +543,8 @@ size_t hp_dw_data_ws(const struct hp_dw *d)
 		return (size_t)(d->cin * d->g.kvol) * sizeof(float);
 	if (hp_dwc_data_eligible(d))
 		return (size_t)hp_conv_ws_threads() * hp_dwc_data_scratch(&d->g) * sizeof(float);
+	if (d->mult == 1) /* 5x5, 7x7 at stride 2: conv_dwk_grad.c's (whether it runs or not) */
+		return (size_t)hp_conv_ws_threads() * hp_dkd_scratch(&d->g) * sizeof(float);
 	return 0;
 }
 
@@ -569,6 +571,11 @@ void hp_dw_data(const struct hp_dw *d, const float *dy, const float *w, float *d
 	threads = hp_conv_threads_enter(pool, &saved);
 	if (ws && hp_dwc_data_eligible(d) && data_rows(d)) {
 		hp_conv_parallel(pool, threads, d->batch * d->cin, data3_range, &r);
+		hp_conv_threads_leave(saved);
+		return;
+	}
+	if (ws && hp_dkd_eligible(d)) { /* 5x5, 7x7 at stride 2: conv_dwk_grad.c */
+		hp_dkd_data(d, dy, w, dx, ws, threads < hp_conv_ws_threads() ? threads : hp_conv_ws_threads(), pool);
 		hp_conv_threads_leave(saved);
 		return;
 	}

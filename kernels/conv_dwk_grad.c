@@ -93,6 +93,47 @@ size_t hp_dkg_scratch(const struct hp_colgeom *g)
 	return (size_t)(((DKG_SLOTS + 1) * dkg_width(g) + dkg_owp(g)) * DKG_L);
 }
 
+/* ---- dX at stride 2 ---- */
+
+/* dX of d at stride 2 here: multiplier 1, the dW path's windows. */
+int hp_dkd_eligible(const struct hp_dw *d)
+{
+	return d->mult == 1 && d->g.stride[1] == 2 && hp_dkg_eligible(&d->g);
+}
+
+/* dY positions left of column 0 that a transposed dY row holds (zeros),
+ * and its width: every tap of dkd_row's groups of DKD_N outputs of one
+ * parity, whole transposes. */
+#define DKD_N 8
+static int64_t dkd_left(const struct hp_colgeom *g)
+{
+	int64_t lo = (g->pad[2] - (g->k[2] - 1)) >> 1; /* floor */
+
+	return lo < 0 ? -lo : 0;
+}
+
+static int64_t dkd_width(const struct hp_colgeom *g)
+{
+	int64_t hi = (g->img[2] + 2 * DKD_N + g->pad[2]) >> 1, w = hi > g->grid[2] ? hi : g->grid[2];
+
+	return (dkd_left(g) + w + 1 + DKG_L - 1) / DKG_L * DKG_L;
+}
+
+/* Positions of a dX row's transposed outputs (groups run past the row). */
+static int64_t dkd_xw(const struct hp_colgeom *g)
+{
+	return (g->img[2] + 2 * DKD_N + DKG_L - 1) / DKG_L * DKG_L;
+}
+
+/* Floats of a worker's dX scratch: the dY ring, a zero row, the weights
+ * in lanes, a row of outputs. */
+size_t hp_dkd_scratch(const struct hp_colgeom *g)
+{
+	if (!dkg_shape(g) || g->stride[1] != 2)
+		return 0;
+	return (size_t)(((DKG_SLOTS + 1) * dkd_width(g) + DKG_MAXKK + DKG_L + dkd_xw(g)) * DKG_L);
+}
+
 #ifdef DKG_X86
 struct dkg_run {
 	const struct hp_dw *d;
@@ -276,6 +317,124 @@ DKG_TARGET static void dkg_block(const struct dkg_run *r, int64_t m0, int nc, fl
 	}
 }
 
+/* The transposed dY row yh (the zero row outside the grid) from the ring,
+ * column 0 at position dkd_left(). */
+static const float *dkd_get(const struct hp_colgeom *g, const float *const *ys, int nc, int64_t yh, float *ring,
+			    int64_t *tags, const float *zero)
+{
+	int64_t wd = dkd_width(g), s = yh % DKG_SLOTS;
+
+	if (yh < 0 || yh >= g->grid[1])
+		return zero;
+	if (tags[s] != yh) {
+		dkg_fill(ys, nc, yh, g->grid[2], -dkd_left(g), wd, ring + s * wd * DKG_L);
+		tags[s] = yh;
+	}
+	return ring + s * wd * DKG_L;
+}
+
+/* DKD_N outputs of one dX row, one parity: out[j] (position iw0 + 2 j) =
+ * 0 + fmas over the taps (kh, kw) in order whose dY position is whole:
+ * rows y[0..nr) (their kh in kh[]), columns kw = kw0, kw0 + 2, ... (nw of
+ * them) at dY position b + j - (kw - kw0) / 2 (b: a position of the
+ * transposed rows). */
+DKG_TARGET static DKG_INLINE void dkd_group(const float *const *y, const int *kh, int nr, int kw0, int nw, int K,
+					    int64_t b, const float *wt, float *out)
+{
+	__m512 A[DKD_N], z = _mm512_setzero_ps();
+
+	__asm__("" : "+v"(z));
+	for (int j = 0; j < DKD_N; j++)
+		A[j] = z;
+	for (int r = 0; r < nr; r++)
+		for (int t = 0; t < nw; t++) {
+			__m512 w = _mm512_loadu_ps(wt + (kh[r] * K + kw0 + 2 * t) * DKG_L);
+			const float *yr = y[r] + (b - t) * DKG_L;
+			for (int j = 0; j < DKD_N; j++)
+				A[j] = _mm512_fmadd_ps(w, _mm512_loadu_ps(yr + j * DKG_L), A[j]);
+		}
+	for (int j = 0; j < DKD_N; j++)
+		_mm512_storeu_ps(out + 2 * j * DKG_L, A[j]);
+}
+
+/* dX row ih of the block's item into xr[iw][16]. */
+DKG_TARGET static void dkd_row(const struct hp_colgeom *g, const float *const *ys, int nc, int64_t ih, float *ring,
+			       int64_t *tags, const float *zero, const float *wt, float *xr)
+{
+	int64_t iw = g->img[2], ph = g->pad[1], pw = g->pad[2], left = dkd_left(g);
+	int K = (int)g->k[1], kh[4], nr = 0;
+	const float *y[4];
+
+	for (int k = 0; k < K; k++) /* the window rows whose dY row is whole, in order */
+		if (((ih + ph - k) & 1) == 0) {
+			kh[nr] = k;
+			y[nr++] = dkd_get(g, ys, nc, (ih + ph - k) >> 1, ring, tags, zero);
+		}
+	for (int par = 0; par < 2 && par < iw; par++) {
+		int kw0 = (int)((par + pw) & 1), nw = (K - kw0 + 1) / 2;
+		for (int64_t i0 = par; i0 < iw; i0 += 2 * DKD_N) {
+			int64_t b = ((i0 + pw - kw0) >> 1) + left;
+			if (K == 5)
+				dkd_group(y, kh, nr, kw0, nw, 5, b, wt, xr + i0 * DKG_L);
+			else
+				dkd_group(y, kh, nr, kw0, nw, 7, b, wt, xr + i0 * DKG_L);
+		}
+	}
+}
+
+struct dkd_run {
+	const struct hp_dw *d;
+	const float *dy, *w;
+	float *dx, *scratch;
+	int64_t blocks;
+};
+
+/* Units [b, e): (item, block of sixteen channels). */
+DKG_TARGET static void dkd_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct dkd_run *r = arg;
+	const struct hp_dw *d = r->d;
+	const struct hp_colgeom *g = &d->g;
+	int64_t wd = dkd_width(g), kk = g->kvol, iw = g->img[2], tags[DKG_SLOTS];
+	float *ring = r->scratch + (size_t)tid * hp_dkd_scratch(g), *zero = ring + DKG_SLOTS * wd * DKG_L;
+	float *wt = zero + wd * DKG_L, *xr = wt + (DKG_MAXKK + DKG_L) * DKG_L;
+	const float *ys[DKG_L];
+	float *xs[DKG_L];
+	__m512 v[DKG_L];
+
+	memset(zero, 0, (size_t)(wd * DKG_L) * sizeof *zero);
+	for (int64_t u = b; u < e; u++) {
+		int64_t n = u / r->blocks, c0 = u % r->blocks * DKG_L;
+		int nc = (int)(d->cin - c0 < DKG_L ? d->cin - c0 : DKG_L);
+		if (u == b || c0 != (u - 1) % r->blocks * DKG_L) /* the block's weights in lanes: wt[k][l] */
+			for (int64_t k0 = 0; k0 < kk; k0 += DKG_L) {
+				__mmask16 km = dkg_mask(k0, 0, kk);
+				for (int l = 0; l < DKG_L; l++)
+					v[l] = l < nc ? _mm512_maskz_loadu_ps(km, r->w + (c0 + l) * kk + k0) : _mm512_setzero_ps();
+				hp_tr16_ps(v);
+				for (int q = 0; q < DKG_L; q++)
+					_mm512_storeu_ps(wt + (k0 + q) * DKG_L, v[q]);
+			}
+		for (int l = 0; l < nc; l++) {
+			ys[l] = r->dy + (n * d->cin + c0 + l) * g->grid_vol;
+			xs[l] = r->dx + (n * d->cin + c0 + l) * g->img_vol;
+		}
+		for (int i = 0; i < DKG_SLOTS; i++)
+			tags[i] = -1;
+		for (int64_t ih = 0; ih < g->img[1]; ih++) {
+			dkd_row(g, ys, nc, ih, ring, tags, zero, wt, xr);
+			for (int64_t p = 0; p < iw; p += DKG_L) { /* back to the planes */
+				__mmask16 m = dkg_mask(p, 0, iw);
+				for (int q = 0; q < DKG_L; q++)
+					v[q] = _mm512_loadu_ps(xr + (p + q) * DKG_L);
+				hp_tr16_ps(v);
+				for (int l = 0; l < nc; l++)
+					_mm512_mask_storeu_ps(xs[l] + ih * iw + p, m, v[l]);
+			}
+		}
+	}
+}
+
 static void dkg_range(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct dkg_run *r = arg;
@@ -288,6 +447,19 @@ static void dkg_range(void *arg, int64_t b, int64_t e, int tid)
 		dkg_block(r, i * DKG_L, (int)(cout - i * DKG_L < DKG_L ? cout - i * DKG_L : DKG_L), scratch);
 }
 #endif
+
+void hp_dkd_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, float *ws, int threads,
+		 struct hp_pool *pool)
+{
+#ifdef DKG_X86
+	struct dkd_run r = { .d = d, .dy = dy, .w = w, .dx = dx, .scratch = ws,
+			     .blocks = (d->cin + DKG_L - 1) / DKG_L };
+
+	hp_conv_parallel(pool, threads, d->batch * r.blocks, dkd_range, &r);
+#else
+	(void)d, (void)dy, (void)w, (void)dx, (void)ws, (void)threads, (void)pool;
+#endif
+}
 
 void hp_dkg_filter(const struct hp_dw *d, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		   int threads, struct hp_pool *pool)

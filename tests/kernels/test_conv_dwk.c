@@ -278,7 +278,8 @@ static void test_data_flip(void **state)
 }
 
 /* The dX geometry of dX rows [r0, r1) from dY rows [y0, y1) (multiplier
- * 1), as conv_grad.c's bands of ConvGradData take it. */
+ * 1), as conv_grad.c's bands of ConvGradData take it (the top pad
+ * negative where y0 lies above the band). */
 static struct hp_dw dx_geom(const struct kc *t, int64_t r0, int64_t r1, int64_t y0, int64_t y1)
 {
 	struct hp_dw d = { .batch = t->n, .cin = t->c, .mult = 1 };
@@ -287,8 +288,8 @@ static struct hp_dw dx_geom(const struct kc *t, int64_t r0, int64_t r1, int64_t 
 	d.g.img[1] = r1 - r0, d.g.img[2] = t->in[1];
 	d.g.grid[1] = y1 - y0, d.g.grid[2] = out_dim(t, 1);
 	for (int i = 0; i < 2; i++)
-		d.g.k[1 + i] = t->k, d.g.stride[1 + i] = 1, d.g.dil[1 + i] = t->d[i], d.g.pad[1 + i] = t->pb[i];
-	d.g.pad[1] = t->pb[0] + r0 - y0;
+		d.g.k[1 + i] = t->k, d.g.stride[1 + i] = t->s, d.g.dil[1 + i] = t->d[i], d.g.pad[1 + i] = t->pb[i];
+	d.g.pad[1] = t->pb[0] + r0 - t->s * y0;
 	hp_colgeom_finish(&d.g);
 	return d;
 }
@@ -339,6 +340,111 @@ static void test_data_bands(void **state)
 								 (long long)r0, (long long)r1, (long long)y0, (long long)y1);
 				}
 		free(dy), free(w), free(whole), free(got), free(dyb), free(ws);
+	}
+	hp_pool_destroy(pool);
+}
+
+/* ---- dX at stride 2 (conv_dwk_grad.c) ---- */
+
+/* { n, c, mult, in, k, s, d, pb, pe }: stride 2, multiplier 1 (blocks of
+ * 16 and partial ones, odd and even widths and pads) */
+static const struct kc s2cases[] = {
+	{ 1, 20, 1, { 33, 31 }, 5, 2, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 2, 13, 1, { 12, 12 }, 5, 2, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 1, 16, 1, { 4, 3 }, 5, 2, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 1, 33, 1, { 24, 24 }, 5, 2, { 1, 1 }, { 1, 2 }, { 2, 1 } },
+	{ 1, 17, 1, { 14, 15 }, 7, 2, { 1, 1 }, { 3, 3 }, { 3, 3 } },
+	{ 2, 5, 1, { 17, 12 }, 7, 2, { 1, 1 }, { 0, 3 }, { 2, 1 } },
+	{ 1, 9, 1, { 7, 40 }, 5, 2, { 1, 1 }, { 0, 0 }, { 1, 1 } },
+};
+
+/* dX as the chain promised: per element 0, then fmaf over the taps (kh, kw)
+ * in order whose dY position ((i + pb - kh) / 2, (j + pb - kw) / 2) is
+ * whole, dY outside the grid as 0; dbl: the same in double, outside skipped. */
+static void dx2_ref(const struct kc *t, const float *dy, const float *w, float *dx, double *dbl)
+{
+	int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), kk = t->k * t->k;
+
+	for (int64_t pl = 0; pl < t->n * t->c; pl++)
+		for (int64_t i = 0; i < t->in[0] * t->in[1]; i++) {
+			float v = 0.0f;
+			double dv = 0;
+			for (int64_t k = 0; k < kk; k++) {
+				int64_t a = i / t->in[1] + t->pb[0] - k / t->k, b = i % t->in[1] + t->pb[1] - k % t->k;
+				if ((a & 1) || (b & 1))
+					continue;
+				int in = a >= 0 && b >= 0 && a / 2 < oh && b / 2 < ow;
+				float g = in ? dy[(pl * oh + a / 2) * ow + b / 2] : 0.0f;
+				v = fmaf(w[pl % t->c * kk + k], g, v);
+				dv += (double)w[pl % t->c * kk + k] * g;
+			}
+			dx[pl * t->in[0] * t->in[1] + i] = v;
+			dbl[pl * t->in[0] * t->in[1] + i] = dv;
+		}
+}
+
+/* Stride-2 dX is the chain bit for bit, alone and on a pool of 2; within
+ * 1e-5 K^2 of double loops and of the scatter loops (mode -1); bands of dX
+ * rows from the dY rows their windows reach (or one more above) are
+ * bitwise the rows of the whole. */
+static void test_data_s2(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int ci = 0; ci < (int)(sizeof s2cases / sizeof s2cases[0]); ci++) {
+		const struct kc *t = &s2cases[ci];
+		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), ih = t->in[0], iw = t->in[1];
+		size_t nx = (size_t)(t->n * t->c * ih * iw), ny = (size_t)(t->n * t->c * oh * ow);
+		struct hp_dw d = dx_geom(t, 0, ih, 0, oh);
+		if (!hp_dkd_eligible(&d)) {
+			hp_pool_destroy(pool);
+			skip();
+		}
+		float *dy = data(ny, 61 + ci), *w = data((size_t)(t->c * t->k * t->k), 63 + ci), *dyb = malloc(ny * 4);
+		float *ref = malloc(nx * 4), *got = malloc(nx * 4), *ws = malloc(hp_dw_data_ws(&d));
+		double *dref = malloc(nx * sizeof *dref);
+
+		dx2_ref(t, dy, w, ref, dref);
+		for (int p = 0; p < 2; p++) {
+			memset(got, 0x7f, nx * 4);
+			hp_dw_data(&d, dy, w, got, ws, p ? pool : NULL);
+			if (memcmp(ref, got, nx * 4))
+				fail_msg("s2 case %d: dX is not the chain (%s)", ci, p ? "pool" : "alone");
+		}
+		for (size_t i = 0; i < nx; i++)
+			if (fabs(got[i] - dref[i]) > 1e-5 * (double)(t->k * t->k))
+				fail_msg("s2 case %d: dX %g against loops %g at %zu", ci, got[i], dref[i], i);
+		hp_dkg_set_mode(-1);
+		hp_dw_data(&d, dy, w, got, ws, NULL);
+		hp_dkg_set_mode(0);
+		for (size_t i = 0; i < nx; i++)
+			if (fabs(got[i] - ref[i]) > 1e-5 * (double)(t->k * t->k))
+				fail_msg("s2 case %d: dX %g against the scatter loops' %g at %zu", ci, ref[i], got[i], i);
+		for (int64_t r0 = 0; r0 < ih; r0 += 1 + ih / 6)
+			for (int64_t r1 = r0 + 1; r1 <= ih; r1 += 1 + ih / 5)
+				for (int wide = 0; wide < 2; wide++) {
+					/* dY rows o with 2 o = i + pb - kh for i in the band */
+					int64_t y0 = (r0 + t->pb[0] - (t->k - 1) + 1) / 2 - wide, y1 = (r1 - 1 + t->pb[0]) / 2 + 1;
+					y0 = y0 < 0 ? 0 : y0, y1 = y1 > oh ? oh : y1;
+					if (y0 >= y1)
+						continue;
+					struct hp_dw band = dx_geom(t, r0, r1, y0, y1);
+					assert_true(hp_dkd_eligible(&band));
+					for (int64_t pl = 0; pl < t->n * t->c; pl++)
+						memcpy(dyb + pl * (y1 - y0) * ow, dy + (pl * oh + y0) * ow,
+						       (size_t)((y1 - y0) * ow) * 4);
+					float *bws = malloc(hp_dw_data_ws(&band));
+					hp_dw_data(&band, dyb, w, got, bws, (r0 + r1) % 2 ? pool : NULL);
+					free(bws);
+					for (int64_t pl = 0; pl < t->n * t->c; pl++)
+						if (memcmp(got + pl * (r1 - r0) * iw, ref + (pl * ih + r0) * iw,
+							   (size_t)((r1 - r0) * iw) * 4))
+							fail_msg("s2 case %d: dX band [%lld, %lld) from dY [%lld, %lld) differs", ci,
+								 (long long)r0, (long long)r1, (long long)y0, (long long)y1);
+				}
+		free(dy), free(w), free(dyb), free(ref), free(got), free(ws), free(dref);
 	}
 	hp_pool_destroy(pool);
 }
@@ -521,6 +627,7 @@ int main(void)
 		cmocka_unit_test(test_data_flip),
 		cmocka_unit_test(test_data_bands),
 		cmocka_unit_test(test_filter),
+		cmocka_unit_test(test_data_s2),
 		cmocka_unit_test(test_eligible),
 	};
 
