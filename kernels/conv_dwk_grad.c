@@ -85,12 +85,42 @@ static int64_t dkg_owp(const struct hp_colgeom *g)
 	return (g->grid[2] + DKG_L - 1) / DKG_L * DKG_L;
 }
 
-/* Floats of a worker's scratch: the ring, a zero row, a dY row. */
+/* Small planes whole (conv_dw_grad.c's flat planes): X's rows that the
+ * taps read, [Hp][Wp] positions with the padding as zeros, and dY's plane,
+ * each transposed as one flat run of positions, where that takes at most
+ * two thirds of the transposes row by row do (6x6 at 5x5: 6 against 12)
+ * and fits in L1 (DKG_FLAT positions). */
+#define DKG_FLAT 512
+
+static int64_t dkg_hp(const struct hp_colgeom *g)
+{
+	return (g->grid[1] - 1) * g->stride[1] + g->k[1];
+}
+
+static int64_t dkg_wp(const struct hp_colgeom *g)
+{
+	return (g->grid[2] - 1) * g->stride[2] + g->k[2];
+}
+
+static int dkg_flat(const struct hp_colgeom *g)
+{
+	int64_t flat = (g->img_vol + DKG_L - 1) / DKG_L + (g->grid_vol + DKG_L - 1) / DKG_L;
+	int64_t rows = (g->img[1] * dkg_width(g) + g->grid[1] * dkg_owp(g)) / DKG_L;
+
+	return dkg_hp(g) * dkg_wp(g) + g->grid_vol + DKG_L <= DKG_FLAT && 3 * flat <= 2 * rows;
+}
+
+/* Floats of a worker's scratch: the ring, a zero row, a dY row; or the
+ * whole planes (dY's rounded up to whole transposes). */
 size_t hp_dkg_scratch(const struct hp_colgeom *g)
 {
+	int64_t ring, flat;
+
 	if (!dkg_shape(g))
 		return 0;
-	return (size_t)(((DKG_SLOTS + 1) * dkg_width(g) + dkg_owp(g)) * DKG_L);
+	ring = (DKG_SLOTS + 1) * dkg_width(g) + dkg_owp(g);
+	flat = dkg_hp(g) * dkg_wp(g) + (g->grid_vol + DKG_L - 1) / DKG_L * DKG_L;
+	return (size_t)((ring > flat ? ring : flat) * DKG_L);
 }
 
 /* ---- dX at stride 2 ---- */
@@ -235,17 +265,57 @@ DKG_TARGET static DKG_INLINE void dkg_rows(const int K, const int S, const int R
 		u[k] = _mm512_add_ps(u[k], A[k]);
 }
 
-/* Grid row q of the block's item: its K*K chains added to u. */
+/* The block's item whole (dkg_flat): xp[Hp][Wp] = X's padded rows, dyp =
+ * dY's plane, both transposed. */
+static void dkg_fill_flat(const struct hp_colgeom *g, const float *const *xs, const float *const *dys, int nc,
+			  float *xp, float *dyp)
+{
+	int64_t hp = dkg_hp(g), wp = dkg_wp(g), vol = g->img_vol, w = g->img[2], ih = 0, iw = 0;
+	float t[DKG_L * DKG_L];
+
+	memset(xp, 0, (size_t)(hp * wp * DKG_L) * sizeof *xp);
+	for (int64_t f = 0; f < vol; f += DKG_L) {
+		__mmask16 m = dkg_mask(f, 0, vol);
+		if (m == 0xffff && nc == DKG_L)
+			dkg_chunk(xs, f, t);
+		else
+			dkg_chunk_part(xs, nc, f, m, t);
+		for (int q = 0; q < DKG_L && f + q < vol; q++) {
+			int64_t pr = ih + g->pad[1], pc = iw + g->pad[2];
+			if (pr >= 0 && pr < hp && pc >= 0 && pc < wp)
+				memcpy(xp + (pr * wp + pc) * DKG_L, t + q * DKG_L, DKG_L * sizeof *t);
+			if (++iw == w)
+				iw = 0, ih++;
+		}
+	}
+	for (int64_t f = 0; f < g->grid_vol; f += DKG_L) {
+		__mmask16 m = dkg_mask(f, 0, g->grid_vol);
+		if (m == 0xffff && nc == DKG_L)
+			dkg_chunk(dys, f, dyp + f * DKG_L);
+		else
+			dkg_chunk_part(dys, nc, f, m, dyp + f * DKG_L);
+	}
+}
+
+/* Grid row q of the block's item: its K*K chains added to u; X's and dY's
+ * rows from the ring and transposed here, or from the whole planes. */
 DKG_TARGET static void dkg_pass(const struct hp_colgeom *g, const float *const *xs, const float *const *dys, int nc,
-				int64_t q, float *scratch, int64_t *tags, __m512 *u)
+				int64_t q, int flat, float *scratch, int64_t *tags, __m512 *u)
 {
 	int64_t wd = dkg_width(g), ow = g->grid[2], owp = dkg_owp(g), s = g->stride[1], k = g->k[1];
 	float *zero = scratch + DKG_SLOTS * wd * DKG_L, *d = zero + wd * DKG_L;
 	const float *x[7];
 
-	for (int r = 0; r < k; r++)
-		x[r] = dkg_get(g, xs, nc, q * s - g->pad[1] + r, scratch, tags, zero);
-	dkg_fill(dys, nc, q, ow, 0, owp, d);
+	if (flat) {
+		int64_t wp = dkg_wp(g);
+		for (int r = 0; r < k; r++)
+			x[r] = scratch + (q * s + r) * wp * DKG_L;
+		d = scratch + dkg_hp(g) * wp * DKG_L + q * ow * DKG_L;
+	} else {
+		for (int r = 0; r < k; r++)
+			x[r] = dkg_get(g, xs, nc, q * s - g->pad[1] + r, scratch, tags, zero);
+		dkg_fill(dys, nc, q, ow, 0, owp, d);
+	}
 	if (k == 5 && s == 1)
 		dkg_rows(5, 1, 5, ow, x, d, u);
 	else if (k == 5)
@@ -266,16 +336,19 @@ DKG_TARGET static void dkg_item(const struct dkg_run *r, const float *const *xs,
 {
 	const struct hp_colgeom *g = &r->d->g;
 	int64_t rows = g->grid[1], tags[DKG_SLOTS], kk = g->kvol;
+	int flat = dkg_flat(g);
 	__m512 u[DKG_MAXKK];
 
 	for (int i = 0; i < DKG_SLOTS; i++)
 		tags[i] = -1;
+	if (flat)
+		dkg_fill_flat(g, xs, dys, nc, scratch, scratch + dkg_hp(g) * dkg_wp(g) * DKG_L);
 	for (int64_t q0 = (rows - 1) / r->urows * r->urows; q0 >= 0; q0 -= r->urows) {
 		int64_t q1 = q0 + r->urows < rows ? q0 + r->urows : rows;
 		for (int64_t k = 0; k < kk; k++)
 			u[k] = _mm512_setzero_ps();
 		for (int64_t q = q0; q < q1; q++)
-			dkg_pass(g, xs, dys, nc, q, scratch, tags, u);
+			dkg_pass(g, xs, dys, nc, q, flat, scratch, tags, u);
 		for (int64_t k = 0; k < kk; k++)
 			out[k] = _mm512_add_ps(out[k], u[k]);
 	}
@@ -442,7 +515,8 @@ static void dkg_range(void *arg, int64_t b, int64_t e, int tid)
 	int64_t cout = r->d->cin * r->d->mult;
 	float *scratch = r->scratch + (size_t)tid * hp_dkg_scratch(g);
 
-	memset(scratch + DKG_SLOTS * dkg_width(g) * DKG_L, 0, (size_t)(dkg_width(g) * DKG_L) * sizeof(float));
+	if (!dkg_flat(g)) /* the zero row */
+		memset(scratch + DKG_SLOTS * dkg_width(g) * DKG_L, 0, (size_t)(dkg_width(g) * DKG_L) * sizeof(float));
 	for (int64_t i = b; i < e; i++)
 		dkg_block(r, i * DKG_L, (int)(cout - i * DKG_L < DKG_L ? cout - i * DKG_L : DKG_L), scratch);
 }
