@@ -102,14 +102,6 @@ static int64_t dkg_wp(const struct hp_colgeom *g)
 	return (g->grid[2] - 1) * g->stride[2] + g->k[2];
 }
 
-static int dkg_flat(const struct hp_colgeom *g)
-{
-	int64_t flat = (g->img_vol + DKG_L - 1) / DKG_L + (g->grid_vol + DKG_L - 1) / DKG_L;
-	int64_t rows = (g->img[1] * dkg_width(g) + g->grid[1] * dkg_owp(g)) / DKG_L;
-
-	return dkg_hp(g) * dkg_wp(g) + g->grid_vol + DKG_L <= DKG_FLAT && 3 * flat <= 2 * rows;
-}
-
 /* Floats of a worker's scratch: the ring, a zero row, a dY row; or the
  * whole planes (dY's rounded up to whole transposes). */
 size_t hp_dkg_scratch(const struct hp_colgeom *g)
@@ -165,6 +157,14 @@ size_t hp_dkd_scratch(const struct hp_colgeom *g)
 }
 
 #ifdef DKG_X86
+static int dkg_flat(const struct hp_colgeom *g)
+{
+	int64_t flat = (g->img_vol + DKG_L - 1) / DKG_L + (g->grid_vol + DKG_L - 1) / DKG_L;
+	int64_t rows = (g->img[1] * dkg_width(g) + g->grid[1] * dkg_owp(g)) / DKG_L;
+
+	return dkg_hp(g) * dkg_wp(g) + g->grid_vol + DKG_L <= DKG_FLAT && 3 * flat <= 2 * rows;
+}
+
 struct dkg_run {
 	const struct hp_dw *d;
 	const float *dy, *x, *acc;
