@@ -11,7 +11,8 @@
  * (conv_grp.c) paths (1), forbid them (-1)
  * (--dwc the same for the channel-blocked depthwise 3x3 kernel, conv_dwc.c;
  * --dwk -1 runs 5x5, 7x7 and dilated 3x3 depthwise windows on conv_dw.c's
- * generic rows instead of conv_dwk.c's channel blocks)
+ * generic rows instead of conv_dwk.c's channel blocks, and their dW on
+ * conv_dw.c's generic loops instead of conv_dwk_grad.c's)
  * or leave the choice to the planner (0, the default); --kxk-run 0 makes
  * the KxK path pack every block (conv_kxk_run.c's row-run blocks off);
  * --phase 1 runs a strided dX by phases (conv_grad_phase.c; off by
@@ -75,6 +76,8 @@ static const struct cls classes[] = {
 	{ "dw5x5-s2-12", "MobileNetV3-small depthwise 5x5 stride 2, 12 -> 6, batch 2", 2, 96, 96, 12, 12, 5, 2, 2, 96 },
 	{ "dw5x5-s2-56", "EfficientNet-B0 depthwise 5x5 stride 2, 56 -> 28 (224 input)", 1, 144, 144, 56, 56, 5, 2, 2, 144 },
 	{ "dw7x7", "ConvNeXt-T depthwise 7x7 14x14", 1, 384, 384, 14, 14, 7, 1, 3, 384 },
+	{ "dw7x7-56", "ConvNeXt-T depthwise 7x7 56x56", 1, 96, 96, 56, 56, 7, 1, 3, 96 },
+	{ "dw7x7-7", "ConvNeXt-T depthwise 7x7 7x7", 1, 768, 768, 7, 7, 7, 1, 3, 768 },
 	{ "grouped", "ResNeXt 32 groups", 1, 128, 128, 28, 28, 3, 1, 1, 32 },
 	{ "grouped-b8", "ResNeXt 32 groups, batch 8 (training)", 8, 128, 128, 28, 28, 3, 1, 1, 32 },
 	{ "grouped-s2", "ResNeXt 32 groups, stride 2", 1, 256, 256, 56, 56, 3, 2, 1, 32 },
@@ -542,7 +545,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--dwc") && i + 1 < argc) /* channel-blocked depthwise: auto, always, never */
 			hp_dwc_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--dwk") && i + 1 < argc) /* depthwise 5x5/7x7 by channel blocks: auto, never */
-			hp_dwk_set_mode(atoi(argv[++i]));
+			hp_dwk_set_mode(atoi(argv[i + 1])), hp_dkg_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--kxk") && i + 1 < argc) /* hpdlf's KxK path: auto, always, never */
 			hp_conv_set_kxk(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--phase") && i + 1 < argc) /* strided dX by phases: off, on */

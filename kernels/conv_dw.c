@@ -24,6 +24,10 @@
  * conv_dwc.c's channel blocks instead (with AVX2 and FMA), and so do
  * their data gradients (stride 1 as a forward, stride 2 as conv_dw3.c's
  * dX rows or conv_dwc.c's blocks: one chain per element either way).
+ * The dW of 5x5 and 7x7 windows (undilated, stride 1 or 2) is
+ * conv_dwk_grad.c's where AVX-512 exists, by geometry alone: per unit,
+ * the rows' fused multiply-add chains over positions summed in row order
+ * (conv_dwc.c's chain), units from the last as here.
  *
  * The loops are compiled for AVX-512, AVX2 and baseline x86-64 (GCC
  * target_clones); without FMA contraction (-std=c11) every clone computes
@@ -539,6 +543,8 @@ size_t hp_dw_data_ws(const struct hp_dw *d)
 		return (size_t)(d->cin * d->g.kvol) * sizeof(float);
 	if (hp_dwc_data_eligible(d))
 		return (size_t)hp_conv_ws_threads() * hp_dwc_data_scratch(&d->g) * sizeof(float);
+	if (d->mult == 1) /* 5x5, 7x7 at stride 2: conv_dwk_grad.c's (whether it runs or not) */
+		return (size_t)hp_conv_ws_threads() * hp_dkd_scratch(&d->g) * sizeof(float);
 	return 0;
 }
 
@@ -568,6 +574,11 @@ void hp_dw_data(const struct hp_dw *d, const float *dy, const float *w, float *d
 		hp_conv_threads_leave(saved);
 		return;
 	}
+	if (ws && hp_dkd_eligible(d)) { /* 5x5, 7x7 at stride 2: conv_dwk_grad.c */
+		hp_dkd_data(d, dy, w, dx, ws, threads < hp_conv_ws_threads() ? threads : hp_conv_ws_threads(), pool);
+		hp_conv_threads_leave(saved);
+		return;
+	}
 	if (ws && hp_dwc_data_eligible(d)) { /* stride 2: conv_dwc.c */
 		hp_dwc_data(d, dy, w, dx, ws, threads < hp_conv_ws_threads() ? threads : hp_conv_ws_threads(), pool);
 		hp_conv_threads_leave(saved);
@@ -585,7 +596,9 @@ static size_t filter_floats(const struct hp_dw *d)
 {
 	size_t a = (size_t)(d->g.kvol * d->g.grid[2]);
 	size_t b = hp_dwc_filter_eligible(&d->g) ? hp_dwc_filter_scratch(&d->g) : 0;
+	size_t c = hp_dkg_scratch(&d->g); /* 5x5, 7x7: conv_dwk_grad.c's (whether it runs or not) */
 
+	a = a > c ? a : c;
 	return a > b ? a : b;
 }
 
@@ -701,6 +714,8 @@ void hp_dw_filter(const struct hp_dw *d, const float *dy, const float *x, const 
 		threads = hp_conv_ws_threads();
 	if (hp_dwc_filter_eligible(&d->g)) /* conv_dwc.c: eight channels in the lanes */
 		hp_dwc_filter(d, dy, x, acc, dw, ws, threads, pool);
+	else if (hp_dkg_eligible(&d->g)) /* 5x5, 7x7: conv_dwk_grad.c, sixteen channels in the lanes */
+		hp_dkg_filter(d, dy, x, acc, dw, ws, threads, pool);
 	else
 		hp_conv_parallel(pool, threads, d->cin * d->mult, filter_range, &r);
 	hp_conv_threads_leave(saved);

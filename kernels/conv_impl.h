@@ -238,6 +238,28 @@ int hp_dwg_available(const struct hp_colgeom *g);
 size_t hp_dwg_scratch(const struct hp_colgeom *g); /* floats */
 void hp_dwg_filter(const struct hp_dw *d, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		   int threads, struct hp_pool *pool);
+/* dW of 2-D depthwise 5x5 and 7x7 windows, stride 1 or 2, undilated, with
+ * sixteen channels in zmm lanes (conv_dwk_grad.c, AVX-512F and FMA):
+ * hp_dw_filter's units and their order, each unit per channel the sum
+ * over its rows in order of each row's chain of fused multiply-adds from
+ * 0 (conv_dwc.c's chain); hp_dkg_scratch() floats per thread at ws (0 for
+ * other geometries, whatever the CPU).  hp_dw_filter takes it wherever
+ * eligible. */
+int hp_dkg_eligible(const struct hp_colgeom *g);
+size_t hp_dkg_scratch(const struct hp_colgeom *g); /* floats */
+void hp_dkg_filter(const struct hp_dw *d, const float *dy, const float *x, const float *acc, float *dw, float *ws,
+		   int threads, struct hp_pool *pool);
+/* Tests and benchmarks only: 0 auto, -1 never (conv_dw.c's generic loops). */
+void hp_dkg_set_mode(int mode);
+/* dX of those windows at stride 2, multiplier 1 (conv_dwk_grad.c, the
+ * same lanes): each element one chain of fused multiply-adds from 0 over
+ * its taps in (kh, kw) order whose dY position is whole, dY outside the
+ * grid as 0 (conv_dwc.c's 3x3 chain); hp_dkd_scratch() floats per thread
+ * at ws (0 for other geometries, whatever the CPU). */
+int hp_dkd_eligible(const struct hp_dw *d);
+size_t hp_dkd_scratch(const struct hp_colgeom *g); /* floats */
+void hp_dkd_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, float *ws, int threads,
+		 struct hp_pool *pool);
 /* Tests only: 1, conv_dwc.c's eight-channel tiles even where the CPU has
  * AVX-512 (the same bits); 0, the default. */
 void hp_dwg_set_avx2(int on);

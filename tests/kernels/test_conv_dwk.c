@@ -278,7 +278,8 @@ static void test_data_flip(void **state)
 }
 
 /* The dX geometry of dX rows [r0, r1) from dY rows [y0, y1) (multiplier
- * 1), as conv_grad.c's bands of ConvGradData take it. */
+ * 1), as conv_grad.c's bands of ConvGradData take it (the top pad
+ * negative where y0 lies above the band). */
 static struct hp_dw dx_geom(const struct kc *t, int64_t r0, int64_t r1, int64_t y0, int64_t y1)
 {
 	struct hp_dw d = { .batch = t->n, .cin = t->c, .mult = 1 };
@@ -287,8 +288,8 @@ static struct hp_dw dx_geom(const struct kc *t, int64_t r0, int64_t r1, int64_t 
 	d.g.img[1] = r1 - r0, d.g.img[2] = t->in[1];
 	d.g.grid[1] = y1 - y0, d.g.grid[2] = out_dim(t, 1);
 	for (int i = 0; i < 2; i++)
-		d.g.k[1 + i] = t->k, d.g.stride[1 + i] = 1, d.g.dil[1 + i] = t->d[i], d.g.pad[1 + i] = t->pb[i];
-	d.g.pad[1] = t->pb[0] + r0 - y0;
+		d.g.k[1 + i] = t->k, d.g.stride[1 + i] = t->s, d.g.dil[1 + i] = t->d[i], d.g.pad[1 + i] = t->pb[i];
+	d.g.pad[1] = t->pb[0] + r0 - t->s * y0;
 	hp_colgeom_finish(&d.g);
 	return d;
 }
@@ -343,6 +344,250 @@ static void test_data_bands(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* ---- dX at stride 2 (conv_dwk_grad.c) ---- */
+
+/* { n, c, mult, in, k, s, d, pb, pe }: stride 2, multiplier 1 (blocks of
+ * 16 and partial ones, odd and even widths and pads) */
+static const struct kc s2cases[] = {
+	{ 1, 20, 1, { 33, 31 }, 5, 2, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 2, 13, 1, { 12, 12 }, 5, 2, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 1, 16, 1, { 4, 3 }, 5, 2, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 1, 33, 1, { 24, 24 }, 5, 2, { 1, 1 }, { 1, 2 }, { 2, 1 } },
+	{ 1, 17, 1, { 14, 15 }, 7, 2, { 1, 1 }, { 3, 3 }, { 3, 3 } },
+	{ 2, 5, 1, { 17, 12 }, 7, 2, { 1, 1 }, { 0, 3 }, { 2, 1 } },
+	{ 1, 9, 1, { 7, 40 }, 5, 2, { 1, 1 }, { 0, 0 }, { 1, 1 } },
+};
+
+/* dX as the chain promised: per element 0, then fmaf over the taps (kh, kw)
+ * in order whose dY position ((i + pb - kh) / 2, (j + pb - kw) / 2) is
+ * whole, dY outside the grid as 0; dbl: the same in double, outside skipped. */
+static void dx2_ref(const struct kc *t, const float *dy, const float *w, float *dx, double *dbl)
+{
+	int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), kk = t->k * t->k;
+
+	for (int64_t pl = 0; pl < t->n * t->c; pl++)
+		for (int64_t i = 0; i < t->in[0] * t->in[1]; i++) {
+			float v = 0.0f;
+			double dv = 0;
+			for (int64_t k = 0; k < kk; k++) {
+				int64_t a = i / t->in[1] + t->pb[0] - k / t->k, b = i % t->in[1] + t->pb[1] - k % t->k;
+				if ((a & 1) || (b & 1))
+					continue;
+				int in = a >= 0 && b >= 0 && a / 2 < oh && b / 2 < ow;
+				float g = in ? dy[(pl * oh + a / 2) * ow + b / 2] : 0.0f;
+				v = fmaf(w[pl % t->c * kk + k], g, v);
+				dv += (double)w[pl % t->c * kk + k] * g;
+			}
+			dx[pl * t->in[0] * t->in[1] + i] = v;
+			dbl[pl * t->in[0] * t->in[1] + i] = dv;
+		}
+}
+
+/* Stride-2 dX is the chain bit for bit, alone and on a pool of 2; within
+ * 1e-5 K^2 of double loops and of the scatter loops (mode -1); bands of dX
+ * rows from the dY rows their windows reach (or one more above) are
+ * bitwise the rows of the whole. */
+static void test_data_s2(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int ci = 0; ci < (int)(sizeof s2cases / sizeof s2cases[0]); ci++) {
+		const struct kc *t = &s2cases[ci];
+		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), ih = t->in[0], iw = t->in[1];
+		size_t nx = (size_t)(t->n * t->c * ih * iw), ny = (size_t)(t->n * t->c * oh * ow);
+		struct hp_dw d = dx_geom(t, 0, ih, 0, oh);
+		if (!hp_dkd_eligible(&d)) {
+			hp_pool_destroy(pool);
+			skip();
+		}
+		float *dy = data(ny, 61 + ci), *w = data((size_t)(t->c * t->k * t->k), 63 + ci), *dyb = malloc(ny * 4);
+		float *ref = malloc(nx * 4), *got = malloc(nx * 4), *ws = malloc(hp_dw_data_ws(&d));
+		double *dref = malloc(nx * sizeof *dref);
+
+		dx2_ref(t, dy, w, ref, dref);
+		for (int p = 0; p < 2; p++) {
+			memset(got, 0x7f, nx * 4);
+			hp_dw_data(&d, dy, w, got, ws, p ? pool : NULL);
+			if (memcmp(ref, got, nx * 4))
+				fail_msg("s2 case %d: dX is not the chain (%s)", ci, p ? "pool" : "alone");
+		}
+		for (size_t i = 0; i < nx; i++)
+			if (fabs(got[i] - dref[i]) > 1e-5 * (double)(t->k * t->k))
+				fail_msg("s2 case %d: dX %g against loops %g at %zu", ci, got[i], dref[i], i);
+		hp_dkg_set_mode(-1);
+		hp_dw_data(&d, dy, w, got, ws, NULL);
+		hp_dkg_set_mode(0);
+		for (size_t i = 0; i < nx; i++)
+			if (fabs(got[i] - ref[i]) > 1e-5 * (double)(t->k * t->k))
+				fail_msg("s2 case %d: dX %g against the scatter loops' %g at %zu", ci, ref[i], got[i], i);
+		for (int64_t r0 = 0; r0 < ih; r0 += 1 + ih / 6)
+			for (int64_t r1 = r0 + 1; r1 <= ih; r1 += 1 + ih / 5)
+				for (int wide = 0; wide < 2; wide++) {
+					/* dY rows o with 2 o = i + pb - kh for i in the band */
+					int64_t y0 = (r0 + t->pb[0] - (t->k - 1) + 1) / 2 - wide, y1 = (r1 - 1 + t->pb[0]) / 2 + 1;
+					y0 = y0 < 0 ? 0 : y0, y1 = y1 > oh ? oh : y1;
+					if (y0 >= y1)
+						continue;
+					struct hp_dw band = dx_geom(t, r0, r1, y0, y1);
+					assert_true(hp_dkd_eligible(&band));
+					for (int64_t pl = 0; pl < t->n * t->c; pl++)
+						memcpy(dyb + pl * (y1 - y0) * ow, dy + (pl * oh + y0) * ow,
+						       (size_t)((y1 - y0) * ow) * 4);
+					float *bws = malloc(hp_dw_data_ws(&band));
+					hp_dw_data(&band, dyb, w, got, bws, (r0 + r1) % 2 ? pool : NULL);
+					free(bws);
+					for (int64_t pl = 0; pl < t->n * t->c; pl++)
+						if (memcmp(got + pl * (r1 - r0) * iw, ref + (pl * ih + r0) * iw,
+							   (size_t)((r1 - r0) * iw) * 4))
+							fail_msg("s2 case %d: dX band [%lld, %lld) from dY [%lld, %lld) differs", ci,
+								 (long long)r0, (long long)r1, (long long)y0, (long long)y1);
+				}
+		free(dy), free(w), free(dyb), free(ref), free(got), free(ws), free(dref);
+	}
+	hp_pool_destroy(pool);
+}
+
+/* ---- dW (conv_dwk_grad.c) ---- */
+
+/* dW as the chain conv_dwk_grad.c promises (conv_dwc.c's): per channel and
+ * tap, acc, then the units (urows grid rows of an item) from the last to
+ * the first, each the sum from 0 over its rows in order of the row's fmaf
+ * chain over its positions from 0 (taps in the padding as dY * 0).  dbl:
+ * the same sums in double, padding skipped (from 0, any order). */
+static void dwf_ref(const struct kc *t, const float *dy, const float *x, const float *acc, int64_t urows, float *dw,
+		    double *dbl)
+{
+	int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), m = t->c * t->mult, kk = t->k * t->k;
+
+	for (int64_t o = 0; o < m; o++)
+		for (int64_t k = 0; k < kk; k++) {
+			float out = acc ? acc[o * kk + k] : 0.0f;
+			double dv = 0.0;
+			for (int64_t n = t->n - 1; n >= 0; n--) {
+				const float *xp = x + (n * t->c + o / t->mult) * t->in[0] * t->in[1];
+				const float *dyp = dy + (n * m + o) * oh * ow;
+				for (int64_t q0 = (oh - 1) / urows * urows; q0 >= 0; q0 -= urows) {
+					float u = 0.0f;
+					for (int64_t q = q0; q < q0 + urows && q < oh; q++) {
+						float a = 0.0f;
+						for (int64_t j = 0; j < ow; j++) {
+							int64_t ih = q * t->s - t->pb[0] + k / t->k * t->d[0];
+							int64_t iw = j * t->s - t->pb[1] + k % t->k * t->d[1];
+							int in = ih >= 0 && ih < t->in[0] && iw >= 0 && iw < t->in[1];
+							a = fmaf(dyp[q * ow + j], in ? xp[ih * t->in[1] + iw] : 0.0f, a);
+							if (in)
+								dv += (double)dyp[q * ow + j] * xp[ih * t->in[1] + iw];
+						}
+						u = u + a;
+					}
+					out = out + u;
+				}
+			}
+			dw[o * kk + k] = out;
+			if (dbl)
+				dbl[o * kk + k] = dv;
+		}
+}
+
+/* hp_dw_filter of geometry d (unit: positions per unit, 0 an item; mode
+ * -1: conv_dw.c's generic loops). */
+static void dwf_run(struct hp_dw d, int64_t unit, int mode, const float *dy, const float *x, const float *acc,
+		    float *dw, struct hp_pool *pool)
+{
+	float *ws = malloc(hp_dw_filter_ws(&d));
+
+	d.unit = unit;
+	hp_dkg_set_mode(mode);
+	hp_dw_filter(&d, dy, x, acc, dw, ws, pool);
+	hp_dkg_set_mode(0);
+	free(ws);
+}
+
+/* The undilated 5x5 and 7x7 cases: every dW element is the promised chain
+ * bit for bit (units of one row, three rows and an item; from a running
+ * sum and from 0; alone and on a pool of 2), within 1e-6 per term of
+ * double loops and of the generic loops; bands chained as the band pass
+ * chains them (the later band first, the earlier starting from its sums)
+ * are bitwise the whole: bands of rows (their input rows and halo, the
+ * band's top pad) with units of a row, bands of items with units of an
+ * item. */
+static void test_filter(void **state)
+{
+	struct hp_pool *pool;
+	int ran = 0;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int ci = 0; ci < (int)(sizeof cases / sizeof cases[0]); ci++) {
+		const struct kc *t = &cases[ci];
+		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), i0, i1, m = t->c * t->mult, kk = t->k * t->k;
+		size_t nx = (size_t)(t->n * t->c * t->in[0] * t->in[1]), ny = (size_t)(t->n * m * oh * ow);
+		struct hp_dw whole = geom(t, 0, oh, &i0, &i1);
+		float *x, *dy, *acc, *ref, *got, *hi, *xb, *dyb;
+		double *dbl, tol = 1e-6 * (double)(t->n * oh * ow);
+
+		if (t->k < 5 || t->d[0] != 1 || t->d[1] != 1 || !hp_dkg_eligible(&whole.g))
+			continue;
+		ran++;
+		x = data(nx, 23 + ci), dy = data(ny, 29 + ci), acc = data((size_t)(m * kk), 31 + ci);
+		ref = malloc((size_t)(m * kk) * 4), got = malloc((size_t)(m * kk) * 4), hi = malloc((size_t)(m * kk) * 4);
+		dbl = malloc((size_t)(m * kk) * sizeof *dbl), xb = malloc(nx * 4), dyb = malloc(ny * 4);
+		for (int u = 0; u < 3; u++)
+			for (int a = 0; a < 2; a++)
+				for (int p = 0; p < 2; p++) {
+					int64_t ur = u == 0 ? 1 : u == 1 ? oh : 3;
+					dwf_ref(t, dy, x, a ? acc : NULL, ur, ref, NULL);
+					dwf_run(whole, u == 1 ? 0 : ur * ow, 0, dy, x, a ? acc : NULL, got, p ? pool : NULL);
+					if (memcmp(ref, got, (size_t)(m * kk) * 4))
+						fail_msg("case %d: dW (units of %lld rows, %s, %s) is not the chain", ci,
+							 (long long)ur, a ? "running sum" : "from 0", p ? "pool" : "alone");
+				}
+		dwf_ref(t, dy, x, NULL, 1, ref, dbl);
+		dwf_run(whole, 0, -1, dy, x, NULL, hi, NULL); /* generic loops: other roundings, the same sums */
+		for (int64_t i = 0; i < m * kk; i++)
+			if (fabs(ref[i] - dbl[i]) > tol || fabs(ref[i] - hi[i]) > tol)
+				fail_msg("case %d: dW %g against loops %g and the generic loops' %g at %lld", ci, ref[i],
+					 dbl[i], hi[i], (long long)i);
+		for (int64_t r = 1; t->n == 1 && r < oh; r += 1 + oh / 5) { /* bands of rows, units of a row */
+			struct hp_dw up = geom(t, r, oh, &i0, &i1), lo;
+			for (int64_t pl = 0; pl < t->c; pl++)
+				memcpy(xb + pl * (i1 - i0) * t->in[1], x + (pl * t->in[0] + i0) * t->in[1],
+				       (size_t)((i1 - i0) * t->in[1]) * 4);
+			for (int64_t pl = 0; pl < m; pl++)
+				memcpy(dyb + pl * (oh - r) * ow, dy + (pl * oh + r) * ow, (size_t)((oh - r) * ow) * 4);
+			assert_true(hp_dkg_eligible(&up.g));
+			dwf_run(up, ow, 0, dyb, xb, NULL, hi, NULL);
+			lo = geom(t, 0, r, &i0, &i1);
+			for (int64_t pl = 0; pl < t->c; pl++)
+				memcpy(xb + pl * (i1 - i0) * t->in[1], x + (pl * t->in[0] + i0) * t->in[1],
+				       (size_t)((i1 - i0) * t->in[1]) * 4);
+			for (int64_t pl = 0; pl < m; pl++)
+				memcpy(dyb + pl * r * ow, dy + pl * oh * ow, (size_t)(r * ow) * 4);
+			dwf_run(lo, ow, 0, dyb, xb, hi, got, pool);
+			if (memcmp(ref, got, (size_t)(m * kk) * 4))
+				fail_msg("case %d: bands [%lld, %lld) after [0, %lld) differ from the whole", ci,
+					 (long long)r, (long long)oh, (long long)r);
+		}
+		if (t->n >= 2) { /* bands of items, units of an item */
+			struct hp_dw part = whole;
+			int64_t xi = (size_t)(t->c * t->in[0] * t->in[1]), yi = m * oh * ow;
+			dwf_ref(t, dy, x, NULL, oh, ref, NULL);
+			part.batch = t->n - 1;
+			dwf_run(part, 0, 0, dy + yi, x + xi, NULL, hi, pool);
+			part.batch = 1;
+			dwf_run(part, 0, 0, dy, x, hi, got, NULL);
+			if (memcmp(ref, got, (size_t)(m * kk) * 4))
+				fail_msg("case %d: items [1, %lld) then item 0 differ from the whole", ci, (long long)t->n);
+		}
+		free(x), free(dy), free(acc), free(ref), free(got), free(hi), free(dbl), free(xb), free(dyb);
+	}
+	hp_pool_destroy(pool);
+	if (!ran)
+		skip();
+}
+
 /* Which geometries take the path: not the undilated 3x3 (conv_dw3.c),
  * not 3-D, stride 3 or unequal strides, nor 4x4 windows. */
 static void test_eligible(void **state)
@@ -381,6 +626,8 @@ int main(void)
 		cmocka_unit_test(test_bands),
 		cmocka_unit_test(test_data_flip),
 		cmocka_unit_test(test_data_bands),
+		cmocka_unit_test(test_filter),
+		cmocka_unit_test(test_data_s2),
 		cmocka_unit_test(test_eligible),
 	};
 

@@ -9,7 +9,8 @@ autodiff.c chain()).  A loss can round alike while a weight differs by an
 ulp, so this compares the exported ONNX initializers byte for byte:
 
   - a 2-D conv net, batch 16 (bands of batch items): Conv with bias,
-    1x1 Conv, depthwise Conv, ConvTranspose, strided Conv;
+    1x1 Conv, depthwise Conv, ConvTranspose, strided Conv; and one of
+    depthwise 5x5 and 7x7 (stride 2) windows, batch 8 and, in rows, 1;
   - the shipped LeNet with its data (batch 64);
   - a batch of one, cut into rows of the outermost spatial axis: the 2-D
     net at 24x24 and the shipped 3-D U-Net (unet3d_tiny).  A band's data
@@ -84,6 +85,29 @@ def net2d(path, rng, batch=16, side=12):
 
 def net2d_rows(path, rng):
     return net2d(path, rng, 1, 48)
+
+
+def dwk(path, rng, batch=8, side=12):
+    """x [batch,3,side,side] -> Conv 3x3 (24) -> Relu -> depthwise 5x5 pad 2 -> Relu -> depthwise 7x7
+    stride 2 pad 3 -> Relu -> Conv 1x1 (2): the 5x5 and 7x7 depthwise weight gradients
+    (conv_dwk_grad.c: blocks of 16 channels, so one whole and one partial)."""
+    nodes = [conv("c1", "x", "w1", "b1", "a1", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a1"], ["r1"]),
+             conv("dw5", "r1", "w2", "b2", "a2", kernel_shape=[5, 5], pads=[2, 2, 2, 2], group=24),
+             helper.make_node("Relu", ["a2"], ["r2"]),
+             conv("dw7", "r2", "w3", "b3", "a3", kernel_shape=[7, 7], pads=[3, 3, 3, 3], strides=[2, 2], group=24),
+             helper.make_node("Relu", ["a3"], ["r3"]),
+             conv("pw", "r3", "w4", "b4", "y", kernel_shape=[1, 1])]
+    inits = [init("w1", (24, 3, 3, 3), rng), init("b1", (24,), rng), init("w2", (24, 1, 5, 5), rng),
+             init("b2", (24,), rng), init("w3", (24, 1, 7, 7), rng), init("b3", (24,), rng),
+             init("w4", (2, 24, 1, 1), rng), init("b4", (2,), rng)]
+    xs, ys = [batch, 3, side, side], [batch, 2, side // 2, side // 2]
+    save(path, nodes, inits, xs, ys)
+    return xs, ys
+
+
+def dwk_rows(path, rng):
+    return dwk(path, rng, 1, 40)
 
 
 def pool_rows(path, rng):
@@ -210,7 +234,8 @@ def main():
               "--no-shuffle", "--quiet"]
     with tempfile.TemporaryDirectory() as tmp:
         for name, make, batch in (("net2d", net2d, 16), ("net2d_rows", net2d_rows, 1),
-                                  ("pool_rows", pool_rows, 1), ("pool_ceil", pool_ceil, 1)):
+                                  ("pool_rows", pool_rows, 1), ("pool_ceil", pool_ceil, 1),
+                                  ("dwk", dwk, 8), ("dwk_rows", dwk_rows, 1)):
             path = os.path.join(tmp, name + ".onnx")
             xs, ys = make(path, rng)
             x, y = (os.path.join(tmp, name + s) for s in ("_x.npy", "_y.npy"))
