@@ -26,7 +26,8 @@
 #include "tools/train_progress.h"
 #include "tools/tune_run.h"
 
-static volatile sig_atomic_t interrupted, stepping;
+static volatile sig_atomic_t interrupted, stepping, stop_quiet;
+static char stop_tail[768] = " before training started\n";
 
 /* SIGINT (Ctrl-C) and SIGTERM (Slurm's scancel, time limit, preemption)
  * stop training at the next step with a checkpoint; the signal is kept for
@@ -36,13 +37,15 @@ static volatile sig_atomic_t interrupted, stepping;
  * the tier files it created. */
 static void on_stop(int sig)
 {
-	static const char term[] = "hpdlf-exec: terminated before training started\n",
-			  intr[] = "hpdlf-exec: interrupted before training started\n";
+	static const char term[] = "hpdlf-exec: terminated", intr[] = "hpdlf-exec: interrupted";
 
 	interrupted = sig;
 	if (!stepping) {
 		exec_tiers_tidy_signal();
-		if (write(2, sig == SIGTERM ? term : intr, sig == SIGTERM ? sizeof term - 1 : sizeof intr - 1) < 0)
+		/* ranks other than 0 are quiet (a launcher ends them all) */
+		if (!stop_quiet &&
+		    (write(2, sig == SIGTERM ? term : intr, sig == SIGTERM ? sizeof term - 1 : sizeof intr - 1) < 0 ||
+		     write(2, stop_tail, strlen(stop_tail)) < 0))
 			_exit(128 + sig);
 		_exit(128 + sig);
 	}
@@ -676,6 +679,10 @@ int exec_train_main(struct cli *c)
 		return train_fail(rc);
 	export_hook_init();
 	quiet_rank(c);
+	stop_quiet = hp_comm_rank() != 0;
+	if (c->checkpoint) /* what a signal before the first step says (on_stop) */
+		snprintf(stop_tail, sizeof stop_tail, " before training started; nothing was written (run again, with "
+			 "--resume-if-present to continue from the last checkpoint in %s if it holds one)\n", c->checkpoint);
 	/* before to_opts: it opens the daemons' tier (libfabric's 0.2 s load) */
 	signal(SIGINT, on_stop);
 	signal(SIGTERM, on_stop);
