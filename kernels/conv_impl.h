@@ -369,8 +369,10 @@ int hp_pw_512(void);
 /* conv_pw.c's nodes at tiny planes (conv_pwt.c): vectors over 16 output
  * channels, each position (or item, for planes of one position) a
  * broadcast; every output conv_pw.c's chain, so the same bits.  Wanted
- * (AVX-512, no wflip, a plane below 16 positions, W^T's panel of K x 16
- * in a worker's per_thread floats of conv_pw.c's workspace): 1. */
+ * (AVX-512, a plane below 16 positions, and unless wflip W^T's panel of
+ * K x 16 in a worker's per_thread floats of conv_pw.c's workspace; a
+ * wflip node, ConvGradData's, reads W [K][M]'s rows in place as its
+ * panels and needs no workspace): 1. */
 int hp_pwt_wanted(const struct hp_conv *cv, int64_t per_thread);
 void hp_pwt_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		    int64_t per_thread, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
