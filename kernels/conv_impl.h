@@ -647,7 +647,8 @@ struct hp_pfilt {
 	int64_t shares, mparts;           /* blocks of 32 input channels x ranges of output channels */
 	int64_t ldt;                      /* floats per position of a unit's transposed X */
 	int workers;
-	size_t per_worker;                /* floats: a unit's transposed X */
+	size_t per_worker;                /* floats: a unit's (a chunk's) transposed X */
+	int64_t chunk;                    /* tiny units: units a tile runs with dW in registers; else 0 */
 };
 /* 1 and q planned if the path takes the geometry, else 0. */
 int hp_pfilt_plan(struct hp_pfilt *q, int64_t n, int64_t cin, int64_t cout, int64_t svol, int64_t unit, int threads);
