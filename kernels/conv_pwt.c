@@ -56,6 +56,8 @@ void hp_pwt_set_mode(int mode)
 struct pwt_run {
 	const struct hp_conv *cv;
 	const float *x, *w, *b;
+	const float *wt;    /* W^T packed once ([K][ldwt], exec/fuse_pack.c), or NULL */
+	int64_t ldwt;
 	float *y, *ws;
 	const struct hp_epi *epi;
 	const float *addend;
@@ -183,6 +185,9 @@ static void pwt_unit(const struct pwt_run *r, int64_t g, int64_t m0, float *buf)
 		ldw = M;
 		if (mr < 16 * nv)
 			mk = (__mmask16)((1u << (mr - 16 * (nv - 1))) - 1);
+	} else if (r->wt) { /* packed at plan time, zeros past M */
+		wt = r->wt + m0;
+		ldw = r->ldwt;
 	} else {
 		for (int v = 0; v * 16 < mr; v++)
 			pwt_pack16(r->w + (g * M + m0 + 16 * v) * K, K, mr - 16 * v < 16 ? mr - 16 * v : 16, K,
@@ -229,6 +234,44 @@ int hp_pwt_wanted(const struct hp_conv *cv, int64_t per_thread)
 	return pwt_mode > 0 || cv->yvol < PWT_MAX_PLANE;
 #else
 	(void)cv, (void)per_thread;
+	return 0;
+#endif
+}
+
+int hp_pwt_packs(const struct hp_conv *cv)
+{
+	return cv->direct && !cv->dw && !cv->dot && !cv->kxk && !cv->grp && !cv->shift && !cv->transpose &&
+	       !cv->wflip && cv->group == 1 && hp_pw_available() && hp_pwt_wanted(cv, INT64_MAX);
+}
+
+int hp_pwt_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
+			  struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
+{
+#ifdef PWT_X86
+	struct pwt_run r = { .cv = cv, .x = x, .wt = wt, .ldwt = (cv->cout + 15) / 16 * 16, .b = b, .y = y,
+			     .addend = addend };
+	struct hp_epi e;
+	int saved, threads;
+
+	if (!hp_pwt_packs(cv))
+		return 0;
+	if (epi) { /* as hp_conv_forward_epi: an omitted addend, the activation only */
+		e = *epi;
+		if (!addend)
+			e.add = HP_EPI_ADD_NONE;
+		r.epi = e.act == HP_EPI_NONE && e.add == HP_EPI_ADD_NONE ? NULL : &e;
+	}
+	threads = hp_conv_threads_enter(pool, &saved);
+	r.nv = cv->cout_g > 16 ? 2 : 1;
+	r.mt = (cv->cout_g + 16 * r.nv - 1) / (16 * r.nv);
+	threads = threads < PWT_MAX_TID ? threads : PWT_MAX_TID;
+	if (hp_conv_flops(cv) < PWT_PAR_MIN_FLOPS)
+		threads = 1;
+	hp_conv_steal(pool, threads, r.mt, 1, pwt_range, &r);
+	hp_conv_threads_leave(saved);
+	return 1;
+#else
+	(void)cv, (void)x, (void)wt, (void)b, (void)y, (void)pool, (void)epi, (void)addend;
 	return 0;
 #endif
 }
