@@ -13,7 +13,7 @@
  * weights transposed beside the originals, as inputs 8 and 9.  Pointwise
  * Convs at tiny planes (kernels/conv_pwt.c: squeeze-and-excitation, the
  * 2x2 to 3x3 stages of mobile networks at small inputs) get theirs
- * transposed the same way, as a FusedConv's input 4 (a plain Conv becomes
+ * transposed into that path's panels, as a FusedConv's input 4 (a plain Conv becomes
  * a FusedConv without epilogue); their tiles transposed W at every run
  * before (6-15% of MNASNet's, MobileNetV3's and EfficientNet-B0's
  * inference at 64-96 pixels). */
@@ -210,9 +210,28 @@ static int set_fused_conv(struct hp_graph *g, int i)
 	return hp_fz_attr_str(g, i, "activation", "");
 }
 
-/* Pointwise Convs at tiny planes: W [M][K] transposed once into [K][M
- * rounded up to 16] as input 4 of a FusedConv; moving values only, so
- * every output keeps its chain. */
+/* W [m][k] as conv_pwt.c's tiles read it (hp_pwt_pack), a new
+ * initializer; its value index. */
+static int add_pwt(struct hp_graph *g, int w, int64_t m, int64_t k)
+{
+	int64_t nf = hp_pwt_packed_floats(m, k);
+	struct hp_shape s = { .rank = 2, .dims = { k, nf / k } };
+	const float *x = g->values[w].data;
+	float *own = NULL, *dst = aligned_alloc(64, (size_t)((nf * 4 + 63) / 64 * 64));
+
+	if (!dst || (!x && (!(own = malloc((size_t)(k * m) * sizeof *own + 1)) || hp_graph_read_init(g, w, own) < 0))) {
+		free(own);
+		free(dst);
+		return hp_error(-ENOMEM, "cannot read '%s' to pack it", g->values[w].name);
+	}
+	hp_pwt_pack(x ? x : own, m, k, dst);
+	free(own);
+	return hp_fz_memory_init(g, g->values[w].name, ".pwt", &s, dst);
+}
+
+/* Pointwise Convs at tiny planes: W [M][K] packed once into the panels
+ * of conv_pwt.c's tiles as input 4 of a FusedConv; moving values only,
+ * so every output keeps its chain. */
 static int pack_pw_tiny(struct hp_graph *g, uint64_t *left, struct hp_fuse_report *r)
 {
 	int any = 0, v, rc, *in;
@@ -223,10 +242,10 @@ static int pack_pw_tiny(struct hp_graph *g, uint64_t *left, struct hp_fuse_repor
 			continue;
 		int w = g->nodes[i].inputs[1];
 		int64_t m = g->values[w].shape.dims[0], k = g->values[w].shape.dims[1];
-		uint64_t bytes = (uint64_t)(k * ((m + 15) / 16 * 16)) * sizeof(float);
+		uint64_t bytes = (uint64_t)hp_pwt_packed_floats(m, k) * sizeof(float);
 		if (bytes > *left)
 			continue;
-		if ((v = add_transposed(g, w, m, k, ".t16")) < 0)
+		if ((v = add_pwt(g, w, m, k)) < 0)
 			return v;
 		if (hp_fz_is(&g->nodes[i], "Conv") && (rc = set_fused_conv(g, i)) < 0)
 			return rc;
@@ -238,7 +257,7 @@ static int pack_pw_tiny(struct hp_graph *g, uint64_t *left, struct hp_fuse_repor
 		in[4] = v;
 		nd->inputs = in, nd->ninputs = 5;
 		*left -= bytes;
-		snprintf(line, sizeof line, "weight '%s' of Conv '%s' transposed once (tiny planes)", g->values[w].name,
+		snprintf(line, sizeof line, "weight '%s' of Conv '%s' packed once (tiny planes)", g->values[w].name,
 			 nd->name);
 		hp_fz_note(r, "Packed weights", line);
 		any = 1;

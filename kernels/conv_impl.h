@@ -377,10 +377,14 @@ int hp_pwt_wanted(const struct hp_conv *cv, int64_t per_thread);
 void hp_pwt_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		    int64_t per_thread, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 /* Whether a Conv's forward (ungrouped, conv_pw.c's) runs on those tiles
- * from W^T packed once, [K][M rounded up to 16] with zeros past M
- * (exec/fuse_pack.c, inference in core); and that run, the bits of the
- * others: 0 where it does not apply (the caller runs the node as usual). */
+ * from W [M][K] packed once (exec/fuse_pack.c, inference in core) by
+ * hp_pwt_pack into hp_pwt_packed_floats(M, K) floats: the tiles' panels,
+ * [K][32] per unit of 32 channels (the last [K][16] where 16 or fewer),
+ * zeros past M; and that run, the bits of the others: 0 where it does
+ * not apply (the caller runs the node as usual). */
 int hp_pwt_packs(const struct hp_conv *cv);
+int64_t hp_pwt_packed_floats(int64_t m, int64_t k);
+void hp_pwt_pack(const float *w, int64_t m, int64_t k, float *dst);
 int hp_pwt_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
 			  struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 /* Tests and benchmarks only: 0 auto, 1 wherever it can run (any plane),

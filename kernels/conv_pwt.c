@@ -56,8 +56,7 @@ void hp_pwt_set_mode(int mode)
 struct pwt_run {
 	const struct hp_conv *cv;
 	const float *x, *w, *b;
-	const float *wt;    /* W^T packed once ([K][ldwt], exec/fuse_pack.c), or NULL */
-	int64_t ldwt;
+	const float *wt;    /* the panels packed once (hp_pwt_pack), or NULL */
 	float *y, *ws;
 	const struct hp_epi *epi;
 	const float *addend;
@@ -135,16 +134,19 @@ PWT_TARGET512 static PWT_INLINE void pwt_tile(const int nv, const int P, const i
 			_mm512_storeu_ps(t + (p * nv + v) * 16, acc[v][p]);
 }
 
+/* Panels of rows 16 * nv apart (W^T packed here or at plan time) take
+ * tiles with that stride a constant; W's rows in place (wflip) the
+ * others, masked. */
 #define PWT_CASE(P, CS)                                                                               \
 	case P:                                                                                       \
-		if (nv > 1 && mk != 0xffff)                                                           \
-			pwt_tile(2, P, 1, K, wt, ldw, mk, x, ldx, CS, bias, mr, t);                   \
+		if (nv > 1 && ldw == 32 && mk == 0xffff)                                              \
+			pwt_tile(2, P, 0, K, wt, 32, mk, x, ldx, CS, bias, mr, t);                    \
 		else if (nv > 1)                                                                      \
-			pwt_tile(2, P, 0, K, wt, ldw, mk, x, ldx, CS, bias, mr, t);                   \
-		else if (mk != 0xffff)                                                                \
-			pwt_tile(1, P, 1, K, wt, ldw, mk, x, ldx, CS, bias, mr, t);                   \
+			pwt_tile(2, P, 1, K, wt, ldw, mk, x, ldx, CS, bias, mr, t);                   \
+		else if (ldw == 16 && mk == 0xffff)                                                   \
+			pwt_tile(1, P, 0, K, wt, 16, mk, x, ldx, CS, bias, mr, t);                    \
 		else                                                                                  \
-			pwt_tile(1, P, 0, K, wt, ldw, mk, x, ldx, CS, bias, mr, t);                   \
+			pwt_tile(1, P, 1, K, wt, ldw, mk, x, ldx, CS, bias, mr, t);                   \
 		break;
 
 PWT_TARGET512 static void pwt_micro(int nv, int P, int64_t K, const float *wt, int64_t ldw, __mmask16 mk,
@@ -185,9 +187,8 @@ static void pwt_unit(const struct pwt_run *r, int64_t g, int64_t m0, float *buf)
 		ldw = M;
 		if (mr < 16 * nv)
 			mk = (__mmask16)((1u << (mr - 16 * (nv - 1))) - 1);
-	} else if (r->wt) { /* packed at plan time, zeros past M */
-		wt = r->wt + m0;
-		ldw = r->ldwt;
+	} else if (r->wt) { /* the panels packed at plan time (hp_pwt_pack) */
+		wt = r->wt + m0 * K;
 	} else {
 		for (int v = 0; v * 16 < mr; v++)
 			pwt_pack16(r->w + (g * M + m0 + 16 * v) * K, K, mr - 16 * v < 16 ? mr - 16 * v : 16, K,
@@ -238,6 +239,32 @@ int hp_pwt_wanted(const struct hp_conv *cv, int64_t per_thread)
 #endif
 }
 
+/* The packed run's units: 32 channels where M > 16 (the last one 16 or
+ * fewer: one vector), else one of M. */
+static int pwt_packed_nv(int64_t m)
+{
+	return m > 16 ? 2 : 1;
+}
+
+int64_t hp_pwt_packed_floats(int64_t m, int64_t k)
+{
+	int64_t u = 16 * pwt_packed_nv(m), last = m - (m - 1) / u * u;
+
+	return k * ((m - last) + (last > 16 ? 32 : 16));
+}
+
+void hp_pwt_pack(const float *w, int64_t m, int64_t k, float *dst)
+{
+	int64_t u = 16 * pwt_packed_nv(m);
+
+	for (int64_t m0 = 0; m0 < m; m0 += u) {
+		int64_t mr = m - m0 < u ? m - m0 : u, ld = mr > 16 ? 32 : 16;
+		for (int64_t kk = 0; kk < k; kk++)
+			for (int64_t l = 0; l < ld; l++)
+				dst[m0 * k + kk * ld + l] = l < mr ? w[(m0 + l) * k + kk] : 0.0f;
+	}
+}
+
 int hp_pwt_packs(const struct hp_conv *cv)
 {
 	return cv->direct && !cv->dw && !cv->dot && !cv->kxk && !cv->grp && !cv->shift && !cv->transpose &&
@@ -248,8 +275,7 @@ int hp_pwt_forward_packed(const struct hp_conv *cv, const float *x, const float 
 			  struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
 {
 #ifdef PWT_X86
-	struct pwt_run r = { .cv = cv, .x = x, .wt = wt, .ldwt = (cv->cout + 15) / 16 * 16, .b = b, .y = y,
-			     .addend = addend };
+	struct pwt_run r = { .cv = cv, .x = x, .wt = wt, .b = b, .y = y, .addend = addend };
 	struct hp_epi e;
 	int saved, threads;
 
@@ -262,7 +288,7 @@ int hp_pwt_forward_packed(const struct hp_conv *cv, const float *x, const float 
 		r.epi = e.act == HP_EPI_NONE && e.add == HP_EPI_ADD_NONE ? NULL : &e;
 	}
 	threads = hp_conv_threads_enter(pool, &saved);
-	r.nv = cv->cout_g > 16 ? 2 : 1;
+	r.nv = pwt_packed_nv(cv->cout_g);
 	r.mt = (cv->cout_g + 16 * r.nv - 1) / (16 * r.nv);
 	threads = threads < PWT_MAX_TID ? threads : PWT_MAX_TID;
 	if (hp_conv_flops(cv) < PWT_PAR_MIN_FLOPS)
