@@ -53,6 +53,7 @@
 /* Units below this many positions run in chunks (pf_work_tiny). */
 #define PF_TINY 14
 #define PF_TMR 4   /* output channels per tile there */
+#define PF_TPFD 16 /* rows of dW ahead that they prefetch */
 
 static int pf_mode; /* 0 auto, 1 wherever it can run, -1 never */
 
@@ -299,6 +300,14 @@ static void pf_share_tiny(const struct pf_run *r, int64_t c0, int nc, int nv, __
 		for (int64_t m = m0; m < m1; m += PF_TMR) {
 			int mr = m1 - m < PF_TMR ? (int)(m1 - m) : PF_TMR;
 			const float *src = hi < total ? r->dw : r->acc;
+			/* dW's rows (a tile's lines each) from L3 or memory: the
+			 * rows PF_TPFD ahead, for writing, and acc's */
+			for (int64_t i = m + PF_TPFD; i < m + PF_TPFD + mr && i < m1; i++)
+				for (int v = 0; v < nv; v++) {
+					_mm_prefetch((const char *)(r->dw + i * q->cin + c0 + 16 * v), _MM_HINT_ET0);
+					if (src && src != r->dw)
+						_mm_prefetch((const char *)(src + i * q->cin + c0 + 16 * v), _MM_HINT_T0);
+				}
 			pf_ttiles[mr - 1][nv - 1](tp, inplace ? q->cin : L * q->ldt, q->ldt, r->dy + m * q->svol, dyo,
 						  q->svol, nu, L, src ? src + m * q->cin + c0 : NULL,
 						  r->dw + m * q->cin + c0, q->cin, ml);

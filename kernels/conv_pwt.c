@@ -43,6 +43,8 @@
 /* Planes below this many positions take the path (auto mode). */
 #define PWT_MAX_PLANE 16
 #define PWT_MAX_TID 8
+/* Rows of W ahead that the tiles reading W in place (wflip) prefetch. */
+#define PWT_PFD 16
 /* as conv_pw.c's PW_PAR_MIN_FLOPS */
 #define PWT_PAR_MIN_FLOPS 2e6
 
@@ -92,13 +94,13 @@ PWT_TARGET512 static void pwt_pack16(const float *w, int64_t lda, int mr, int64_
 }
 
 /* t[p][16 * nv] = the chains of P columns (column p's X at x + p * cs,
- * rows ldx apart) for the panel's 16 * nv channels (panel rows ldw apart;
- * with MK, its last vector's lanes of mk only, the others read as 0):
- * from the bias (lanes below mr) or 0, then fma(wt[k], x[k][p], acc) for
- * k < K. */
-PWT_TARGET512 static PWT_INLINE void pwt_tile(const int nv, const int P, const int MK, int64_t K, const float *wt,
-					      int64_t ldw, __mmask16 mk, const float *x, int64_t ldx, int64_t cs,
-					      const float *bias, int mr, float *t)
+ * rows ldx apart) for the panel's 16 * nv channels (panel rows ldw apart,
+ * with LV W's own rows, prefetched; with MK, its last vector's lanes of
+ * mk only, the others read as 0): from the bias (lanes below mr) or 0,
+ * then fma(wt[k], x[k][p], acc) for k < K. */
+PWT_TARGET512 static PWT_INLINE void pwt_tile(const int nv, const int P, const int MK, const int LV, int64_t K,
+					      const float *wt, int64_t ldw, __mmask16 mk, const float *x,
+					      int64_t ldx, int64_t cs, const float *bias, int mr, float *t)
 {
 	__m512 acc[2][PWT_MAX_P];
 	__m512 b0 = _mm512_setzero_ps(), b1 = b0;
@@ -115,6 +117,11 @@ PWT_TARGET512 static PWT_INLINE void pwt_tile(const int nv, const int P, const i
 	for (int64_t k = 0; k < K; k++) {
 		const float *xk = x + k * ldx;
 		__m512 w0, w1;
+		if (LV) { /* W's rows in place, a row apart: from L3 or memory */
+			_mm_prefetch((const char *)(wt + (k + PWT_PFD) * ldw), _MM_HINT_T0);
+			if (nv > 1)
+				_mm_prefetch((const char *)(wt + (k + PWT_PFD) * ldw + 16), _MM_HINT_T0);
+		}
 		if (nv > 1) {
 			w0 = _mm512_loadu_ps(wt + k * ldw);
 			w1 = MK ? _mm512_maskz_loadu_ps(mk, wt + k * ldw + 16) : _mm512_loadu_ps(wt + k * ldw + 16);
@@ -136,17 +143,22 @@ PWT_TARGET512 static PWT_INLINE void pwt_tile(const int nv, const int P, const i
 
 /* Panels of rows 16 * nv apart (W^T packed here or at plan time) take
  * tiles with that stride a constant; W's rows in place (wflip) the
- * others, masked. */
+ * others, prefetching, masked only for a last unit of fewer channels
+ * (masked loads throughout ran 1x1-t2's dX at 85 GF/s, not 190). */
 #define PWT_CASE(P, CS)                                                                               \
 	case P:                                                                                       \
 		if (nv > 1 && ldw == 32 && mk == 0xffff)                                              \
-			pwt_tile(2, P, 0, K, wt, 32, mk, x, ldx, CS, bias, mr, t);                    \
+			pwt_tile(2, P, 0, 0, K, wt, 32, mk, x, ldx, CS, bias, mr, t);                 \
+		else if (nv > 1 && mk == 0xffff)                                                      \
+			pwt_tile(2, P, 0, 1, K, wt, ldw, mk, x, ldx, CS, bias, mr, t);                \
 		else if (nv > 1)                                                                      \
-			pwt_tile(2, P, 1, K, wt, ldw, mk, x, ldx, CS, bias, mr, t);                   \
+			pwt_tile(2, P, 1, 1, K, wt, ldw, mk, x, ldx, CS, bias, mr, t);                \
 		else if (ldw == 16 && mk == 0xffff)                                                   \
-			pwt_tile(1, P, 0, K, wt, 16, mk, x, ldx, CS, bias, mr, t);                    \
+			pwt_tile(1, P, 0, 0, K, wt, 16, mk, x, ldx, CS, bias, mr, t);                 \
+		else if (mk == 0xffff)                                                                \
+			pwt_tile(1, P, 0, 1, K, wt, ldw, mk, x, ldx, CS, bias, mr, t);                \
 		else                                                                                  \
-			pwt_tile(1, P, 1, K, wt, ldw, mk, x, ldx, CS, bias, mr, t);                   \
+			pwt_tile(1, P, 1, 1, K, wt, ldw, mk, x, ldx, CS, bias, mr, t);                \
 		break;
 
 PWT_TARGET512 static void pwt_micro(int nv, int P, int64_t K, const float *wt, int64_t ldw, __mmask16 mk,
