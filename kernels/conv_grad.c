@@ -342,7 +342,9 @@ static int data_pw_plan(struct cg_data *d, int path)
 	d->pw_off = off;
 	data_plan(&o, -1, 0);
 	least = hp_pw_workspace_min(&d->cv);
-	if (path < 0 && pw_mode == 0 && o.cv.workspace < least)
+	/* tiny planes run conv_pwt.c's tiles, which read W in place and need
+	 * no workspace: taken whatever the replaced path's */
+	if (path < 0 && pw_mode == 0 && o.cv.workspace < least && !hp_pwt_wanted(&d->cv, 0))
 		return 0;
 	d->cv.workspace = d->cv.workspace < o.cv.workspace ? d->cv.workspace : o.cv.workspace;
 	d->cv.workspace = d->cv.workspace > least ? d->cv.workspace : least;

@@ -391,11 +391,24 @@ int hp_pw_512(void);
 /* conv_pw.c's nodes at tiny planes (conv_pwt.c): vectors over 16 output
  * channels, each position (or item, for planes of one position) a
  * broadcast; every output conv_pw.c's chain, so the same bits.  Wanted
- * (AVX-512, no wflip, a plane below 16 positions, W^T's panel of K x 16
- * in a worker's per_thread floats of conv_pw.c's workspace): 1. */
+ * (AVX-512, a plane below 16 positions, and unless wflip W^T's panel of
+ * K x 16 in a worker's per_thread floats of conv_pw.c's workspace; a
+ * wflip node, ConvGradData's, reads W [K][M]'s rows in place as its
+ * panels and needs no workspace): 1. */
 int hp_pwt_wanted(const struct hp_conv *cv, int64_t per_thread);
 void hp_pwt_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		    int64_t per_thread, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
+/* Whether a Conv's forward (ungrouped, conv_pw.c's) runs on those tiles
+ * from W [M][K] packed once (exec/fuse_pack.c, inference in core) by
+ * hp_pwt_pack into hp_pwt_packed_floats(M, K) floats: the tiles' panels,
+ * [K][32] per unit of 32 channels (the last [K][16] where 16 or fewer),
+ * zeros past M; and that run, the bits of the others: 0 where it does
+ * not apply (the caller runs the node as usual). */
+int hp_pwt_packs(const struct hp_conv *cv);
+int64_t hp_pwt_packed_floats(int64_t m, int64_t k);
+void hp_pwt_pack(const float *w, int64_t m, int64_t k, float *dst);
+int hp_pwt_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
+			  struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 /* Tests and benchmarks only: 0 auto, 1 wherever it can run (any plane),
  * -1 never; read when a node runs. */
 void hp_pwt_set_mode(int mode);
@@ -667,7 +680,8 @@ struct hp_pfilt {
 	int64_t shares, mparts;           /* blocks of 32 input channels x ranges of output channels */
 	int64_t ldt;                      /* floats per position of a unit's transposed X */
 	int workers;
-	size_t per_worker;                /* floats: a unit's transposed X */
+	size_t per_worker;                /* floats: a unit's (a chunk's) transposed X */
+	int64_t chunk;                    /* tiny units: units a tile runs with dW in registers; else 0 */
 };
 /* 1 and q planned if the path takes the geometry, else 0. */
 int hp_pfilt_plan(struct hp_pfilt *q, int64_t n, int64_t cin, int64_t cout, int64_t svol, int64_t unit, int threads);

@@ -19,7 +19,15 @@
  * W^T: a unit (group, 16 or 32 output channels) transposes its rows of W
  * once into a panel [K][16 * nv] of its worker's share of conv_pw.c's
  * workspace (16 x 16 blocks transposed in registers), then runs every
- * item of the node over it. */
+ * item of the node over it.  Inference in core packs those panels once
+ * instead (exec/fuse_pack.c: hp_pwt_pack, a FusedConv's input 4; the
+ * per-run transposes were 6-15% of MNASNet's, MobileNetV3-Small's and
+ * EfficientNet-B0's inference at 64-96 pixels).  ConvGradData's 1x1
+ * (cv->wflip: dX = W^T dY, W [K][M]) has those panels already: its units
+ * read W's rows in place, prefetched (W comes from memory in a training
+ * step), masked past the last channel, with no workspace (conv_grad.c
+ * takes the path for tiny planes whatever the replaced path's
+ * workspace). */
 #include <stdint.h>
 #include <string.h>
 
@@ -40,6 +48,8 @@
 /* Planes below this many positions take the path (auto mode). */
 #define PWT_MAX_PLANE 16
 #define PWT_MAX_TID 8
+/* Rows of W ahead that the tiles reading W in place (wflip) prefetch. */
+#define PWT_PFD 16
 /* as conv_pw.c's PW_PAR_MIN_FLOPS */
 #define PWT_PAR_MIN_FLOPS 2e6
 
@@ -53,6 +63,7 @@ void hp_pwt_set_mode(int mode)
 struct pwt_run {
 	const struct hp_conv *cv;
 	const float *x, *w, *b;
+	const float *wt;    /* the panels packed once (hp_pwt_pack), or NULL */
 	float *y, *ws;
 	const struct hp_epi *epi;
 	const float *addend;
@@ -88,9 +99,12 @@ PWT_TARGET512 static void pwt_pack16(const float *w, int64_t lda, int mr, int64_
 }
 
 /* t[p][16 * nv] = the chains of P columns (column p's X at x + p * cs,
- * rows ldx apart) for the panel's 16 * nv channels: from the bias (lanes
- * below mr) or 0, then fma(wt[k], x[k][p], acc) for k < K. */
-PWT_TARGET512 static PWT_INLINE void pwt_tile(const int nv, const int P, int64_t K, const float *wt, const float *x,
+ * rows ldx apart) for the panel's 16 * nv channels (panel rows ldw apart,
+ * with LV W's own rows, prefetched; with MK, its last vector's lanes of
+ * mk only, the others read as 0): from the bias (lanes below mr) or 0,
+ * then fma(wt[k], x[k][p], acc) for k < K. */
+PWT_TARGET512 static PWT_INLINE void pwt_tile(const int nv, const int P, const int MK, const int LV, int64_t K,
+					      const float *wt, int64_t ldw, __mmask16 mk, const float *x,
 					      int64_t ldx, int64_t cs, const float *bias, int mr, float *t)
 {
 	__m512 acc[2][PWT_MAX_P];
@@ -107,9 +121,19 @@ PWT_TARGET512 static PWT_INLINE void pwt_tile(const int nv, const int P, int64_t
 	}
 	for (int64_t k = 0; k < K; k++) {
 		const float *xk = x + k * ldx;
-		__m512 w0 = _mm512_loadu_ps(wt + k * 16 * nv), w1 = w0;
-		if (nv > 1)
-			w1 = _mm512_loadu_ps(wt + k * 16 * nv + 16);
+		__m512 w0, w1;
+		if (LV) { /* W's rows in place, a row apart: from L3 or memory */
+			_mm_prefetch((const char *)(wt + (k + PWT_PFD) * ldw), _MM_HINT_T0);
+			if (nv > 1)
+				_mm_prefetch((const char *)(wt + (k + PWT_PFD) * ldw + 16), _MM_HINT_T0);
+		}
+		if (nv > 1) {
+			w0 = _mm512_loadu_ps(wt + k * ldw);
+			w1 = MK ? _mm512_maskz_loadu_ps(mk, wt + k * ldw + 16) : _mm512_loadu_ps(wt + k * ldw + 16);
+		} else {
+			w0 = MK ? _mm512_maskz_loadu_ps(mk, wt + k * ldw) : _mm512_loadu_ps(wt + k * ldw);
+			w1 = w0;
+		}
 		for (int p = 0; p < P; p++) {
 			__m512 xb = _mm512_set1_ps(xk[p * cs]);
 			acc[0][p] = _mm512_fmadd_ps(w0, xb, acc[0][p]);
@@ -122,16 +146,28 @@ PWT_TARGET512 static PWT_INLINE void pwt_tile(const int nv, const int P, int64_t
 			_mm512_storeu_ps(t + (p * nv + v) * 16, acc[v][p]);
 }
 
+/* Panels of rows 16 * nv apart (W^T packed here or at plan time) take
+ * tiles with that stride a constant; W's rows in place (wflip) the
+ * others, prefetching, masked only for a last unit of fewer channels
+ * (masked loads throughout ran 1x1-t2's dX at 85 GF/s, not 190). */
 #define PWT_CASE(P, CS)                                                                               \
 	case P:                                                                                       \
-		if (nv > 1)                                                                           \
-			pwt_tile(2, P, K, wt, x, ldx, CS, bias, mr, t);                               \
+		if (nv > 1 && ldw == 32 && mk == 0xffff)                                              \
+			pwt_tile(2, P, 0, 0, K, wt, 32, mk, x, ldx, CS, bias, mr, t);                 \
+		else if (nv > 1 && mk == 0xffff)                                                      \
+			pwt_tile(2, P, 0, 1, K, wt, ldw, mk, x, ldx, CS, bias, mr, t);                \
+		else if (nv > 1)                                                                      \
+			pwt_tile(2, P, 1, 1, K, wt, ldw, mk, x, ldx, CS, bias, mr, t);                \
+		else if (ldw == 16 && mk == 0xffff)                                                   \
+			pwt_tile(1, P, 0, 0, K, wt, 16, mk, x, ldx, CS, bias, mr, t);                 \
+		else if (mk == 0xffff)                                                                \
+			pwt_tile(1, P, 0, 1, K, wt, ldw, mk, x, ldx, CS, bias, mr, t);                \
 		else                                                                                  \
-			pwt_tile(1, P, K, wt, x, ldx, CS, bias, mr, t);                               \
+			pwt_tile(1, P, 1, 1, K, wt, ldw, mk, x, ldx, CS, bias, mr, t);                \
 		break;
 
-PWT_TARGET512 static void pwt_micro(int nv, int P, int64_t K, const float *wt, const float *x, int64_t ldx,
-				    int64_t cs, const float *bias, int mr, float *t)
+PWT_TARGET512 static void pwt_micro(int nv, int P, int64_t K, const float *wt, int64_t ldw, __mmask16 mk,
+				    const float *x, int64_t ldx, int64_t cs, const float *bias, int mr, float *t)
 {
 	if (cs == 1) { /* positions of one item: constant offsets */
 		switch (P) {
@@ -151,7 +187,7 @@ PWT_TARGET512 static void pwt_micro(int nv, int P, int64_t K, const float *wt, c
 }
 
 /* One unit: channels [m0, m0 + mr) of group g for every item. */
-static void pwt_unit(const struct pwt_run *r, int64_t g, int64_t m0, float *wt)
+static void pwt_unit(const struct pwt_run *r, int64_t g, int64_t m0, float *buf)
 {
 	const struct hp_conv *cv = r->cv;
 	int64_t K = cv->kdim, M = cv->cout_g, yv = cv->yvol;
@@ -159,9 +195,22 @@ static void pwt_unit(const struct pwt_run *r, int64_t g, int64_t m0, float *wt)
 	int64_t ld = 16 * nv; /* the panel's row: a last unit of 16 channels or fewer takes one vector */
 	const float *bias = r->b ? r->b + g * M + m0 : NULL;
 	float t[PWT_MAX_P * 32];
+	const float *wt = buf;
+	int64_t ldw = ld;
+	__mmask16 mk = 0xffff;
 
-	for (int v = 0; v * 16 < mr; v++)
-		pwt_pack16(r->w + (g * M + m0 + 16 * v) * K, K, mr - 16 * v < 16 ? mr - 16 * v : 16, K, wt + 16 * v, ld);
+	if (cv->wflip) { /* W [K][M] per group: its rows are the panel's, read in place */
+		wt = r->w + g * M * K + m0;
+		ldw = M;
+		if (mr < 16 * nv)
+			mk = (__mmask16)((1u << (mr - 16 * (nv - 1))) - 1);
+	} else if (r->wt) { /* the panels packed at plan time (hp_pwt_pack) */
+		wt = r->wt + m0 * K;
+	} else {
+		for (int v = 0; v * 16 < mr; v++)
+			pwt_pack16(r->w + (g * M + m0 + 16 * v) * K, K, mr - 16 * v < 16 ? mr - 16 * v : 16, K,
+				   buf + 16 * v, ld);
+	}
 	/* a plane of one position: the items are the columns */
 	int64_t ncol = yv == 1 ? cv->batch : yv, nitem = yv == 1 ? 1 : cv->batch;
 	int64_t xs = cv->cin * cv->xvol, ys = cv->cout * yv, ntile = (ncol + PWT_MAX_P - 1) / PWT_MAX_P;
@@ -170,8 +219,8 @@ static void pwt_unit(const struct pwt_run *r, int64_t g, int64_t m0, float *wt)
 		int64_t ybase = n * ys + (g * M + m0) * yv;
 		for (int64_t c0 = 0, i = 0; c0 < ncol; i++) {
 			int64_t P = (ncol - c0 + (ntile - i) - 1) / (ntile - i); /* tiles of near-equal width */
-			pwt_micro(nv, (int)P, K, wt, x + (yv == 1 ? c0 * xs : c0), cv->xvol, yv == 1 ? xs : 1, bias,
-				  mr, t);
+			pwt_micro(nv, (int)P, K, wt, ldw, mk, x + (yv == 1 ? c0 * xs : c0), cv->xvol,
+				  yv == 1 ? xs : 1, bias, mr, t);
 			for (int64_t p = 0; p < P; p++) {
 				float *y = r->y + ybase + (yv == 1 ? (c0 + p) * ys : c0 + p);
 				for (int l = 0; l < mr; l++)
@@ -191,18 +240,81 @@ static void pwt_range(void *arg, int64_t b, int64_t e, int tid)
 	struct pwt_run *r = arg;
 
 	for (; b < e; b++)
-		pwt_unit(r, b / r->mt, b % r->mt * 16 * r->nv, r->ws + tid * r->per_thread);
+		pwt_unit(r, b / r->mt, b % r->mt * 16 * r->nv, r->per_thread ? r->ws + tid * r->per_thread : NULL);
 }
 #endif
 
 int hp_pwt_wanted(const struct hp_conv *cv, int64_t per_thread)
 {
 #ifdef PWT_X86
-	if (pwt_mode < 0 || cv->wflip || !hp_pw_512() || cv->kdim * 16 > per_thread)
+	if (pwt_mode < 0 || !hp_pw_512() || (!cv->wflip && cv->kdim * 16 > per_thread))
 		return 0;
 	return pwt_mode > 0 || cv->yvol < PWT_MAX_PLANE;
 #else
 	(void)cv, (void)per_thread;
+	return 0;
+#endif
+}
+
+/* The packed run's units: 32 channels where M > 16 (the last one 16 or
+ * fewer: one vector), else one of M. */
+static int pwt_packed_nv(int64_t m)
+{
+	return m > 16 ? 2 : 1;
+}
+
+int64_t hp_pwt_packed_floats(int64_t m, int64_t k)
+{
+	int64_t u = 16 * pwt_packed_nv(m), last = m - (m - 1) / u * u;
+
+	return k * ((m - last) + (last > 16 ? 32 : 16));
+}
+
+void hp_pwt_pack(const float *w, int64_t m, int64_t k, float *dst)
+{
+	int64_t u = 16 * pwt_packed_nv(m);
+
+	for (int64_t m0 = 0; m0 < m; m0 += u) {
+		int64_t mr = m - m0 < u ? m - m0 : u, ld = mr > 16 ? 32 : 16;
+		for (int64_t kk = 0; kk < k; kk++)
+			for (int64_t l = 0; l < ld; l++)
+				dst[m0 * k + kk * ld + l] = l < mr ? w[(m0 + l) * k + kk] : 0.0f;
+	}
+}
+
+int hp_pwt_packs(const struct hp_conv *cv)
+{
+	return cv->direct && !cv->dw && !cv->dot && !cv->kxk && !cv->grp && !cv->shift && !cv->transpose &&
+	       !cv->wflip && cv->group == 1 && hp_pw_available() && hp_pwt_wanted(cv, INT64_MAX);
+}
+
+int hp_pwt_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
+			  struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
+{
+#ifdef PWT_X86
+	struct pwt_run r = { .cv = cv, .x = x, .wt = wt, .b = b, .y = y, .addend = addend };
+	struct hp_epi e;
+	int saved, threads;
+
+	if (!hp_pwt_packs(cv))
+		return 0;
+	if (epi) { /* as hp_conv_forward_epi: an omitted addend, the activation only */
+		e = *epi;
+		if (!addend)
+			e.add = HP_EPI_ADD_NONE;
+		r.epi = e.act == HP_EPI_NONE && e.add == HP_EPI_ADD_NONE ? NULL : &e;
+	}
+	threads = hp_conv_threads_enter(pool, &saved);
+	r.nv = pwt_packed_nv(cv->cout_g);
+	r.mt = (cv->cout_g + 16 * r.nv - 1) / (16 * r.nv);
+	threads = threads < PWT_MAX_TID ? threads : PWT_MAX_TID;
+	if (hp_conv_flops(cv) < PWT_PAR_MIN_FLOPS)
+		threads = 1;
+	hp_conv_steal(pool, threads, r.mt, 1, pwt_range, &r);
+	hp_conv_threads_leave(saved);
+	return 1;
+#else
+	(void)cv, (void)x, (void)wt, (void)b, (void)y, (void)pool, (void)epi, (void)addend;
 	return 0;
 #endif
 }
@@ -215,11 +327,12 @@ void hp_pwt_forward(const struct hp_conv *cv, const float *x, const float *w, co
 	int saved, threads = hp_conv_threads_enter(pool, &saved);
 	int64_t cap = (int64_t)(cv->workspace / sizeof(float)), units;
 
-	r.nv = cv->kdim * 32 <= per_thread && cv->cout_g > 16 ? 2 : 1;
-	r.per_thread = per_thread;
+	/* wflip: no panels (W's rows are read in place), no workspace */
+	r.nv = (cv->wflip || cv->kdim * 32 <= per_thread) && cv->cout_g > 16 ? 2 : 1;
+	r.per_thread = cv->wflip ? 0 : per_thread;
 	r.mt = (cv->cout_g + 16 * r.nv - 1) / (16 * r.nv);
 	units = cv->group * r.mt;
-	if (threads > cap / per_thread)
+	if (!cv->wflip && threads > cap / per_thread)
 		threads = (int)(cap / per_thread);
 	threads = threads < PWT_MAX_TID ? threads : PWT_MAX_TID;
 	if (hp_conv_flops(cv) < PWT_PAR_MIN_FLOPS)

@@ -3,7 +3,7 @@
 
 usage: check_fuse_patterns.py HPDLF_EXEC MAKE_FUSE_MODELS_PY
 
-Five models written here with onnx.helper and seeded NumPy weights, each
+Six models written here with onnx.helper and seeded NumPy weights, each
 with fusable patterns and look-alikes that must NOT fuse because an
 intermediate has a reader outside the pattern (or is a graph output):
 
@@ -19,6 +19,9 @@ intermediate has a reader outside the pattern (or is a graph output):
         x - mean also a graph output (not fused)
   cst   Transposes of weights (rank 2 into a rank-3 MatMul, rank 3 permuted)
         computed once; one whose output is a graph output (not folded)
+  pwt   1x1 Convs at a 2x2 plane and at one position (after a
+        GlobalAveragePool), plain and fused: their weights transposed once
+        (kernels/conv_pwt.c); a weight read by two Convs (not packed)
   attn  attentions reading Q, K, V through Transposes (a causal Where mask
         with Mul scale; an added mask with Div scale; neither, the result
         not transposed; operands whose rows are not contiguous, so that the
@@ -28,7 +31,7 @@ intermediate has a reader outside the pattern (or is a graph output):
 For each: --plan's pattern counts are exactly the expected ones (so the
 look-alikes did not fuse), and under --budget the same without the packed
 weights (the epilogues fused once the graph is cut for the budget); outputs fused and --no-fuse within TOL * max|ref|
-of a float64 NumPy evaluation; the epilogue-only and copy-only models (epi, cst) bitwise equal
+of a float64 NumPy evaluation; the epilogue-only and copy-only models (epi, cst, pwt) bitwise equal
 to --no-fuse (the epilogue computes each element as the unfused nodes do);
 out of core at the smallest budget the planner allows, outputs bitwise the
 in-core fused ones.  Then torch exports (bench/make_fuse_models.py, 2-layer
@@ -326,6 +329,34 @@ def model_attn(path):
         {"Attention": 4, "Packed weights": 3}  # y5's Wq, Wk, Wv
 
 
+def model_pwt(path):
+    m = M(7)
+    x = m.rng.standard_normal((2, 48, 2, 2)).astype(np.float32)
+    for k, sh in (("w1", (40, 48, 1, 1)), ("w2", (40, 40, 1, 1)), ("w3", (20, 40, 1, 1)), ("w4", (70, 40, 1, 1)),
+                  ("w5", (24, 40, 1, 1))):
+        m.w(k, sh)
+    for k, n in (("b1", 40), ("b3", 20), ("b4", 70)):
+        m.w(k, (n,), 0.1)
+    m.op("Conv", ["x", "w1", "b1"], "c1")         # a plain Conv: packed, as a FusedConv without epilogue
+    m.op("Conv", ["c1", "w2"], "c2")
+    m.op("Add", ["c2", "c1"], "a2")
+    m.op("Sigmoid", ["a2"], "y2")                  # a FusedConv with an addend: packed
+    m.op("Conv", ["y2", "w3", "b3"], "y3")         # 20 channels: a second vector of 4
+    m.op("GlobalAveragePool", ["c1"], "p")
+    m.op("Conv", ["p", "w4", "b4"], "c4")          # a plane of one position: the items are the columns
+    m.op("Relu", ["c4"], "y4")
+    m.op("Conv", ["c1", "w5"], "y5")               # w5 read twice: not packed
+    m.op("Conv", ["y2", "w5"], "y6")
+    m.save(path, list(x.shape), ["y3", "y4", "y5", "y6"])
+    d = {k: v.astype(np.float64) for k, v in m.P.items()}
+    c1 = conv(x.astype(np.float64), d["w1"], d["b1"], 0)
+    y2 = sigmoid(conv(c1, d["w2"], None, 0) + c1)
+    c4 = conv(c1.mean(axis=(2, 3), keepdims=True), d["w4"], d["b4"], 0)
+    ref = {"y3": conv(y2, d["w3"], d["b3"], 0), "y4": np.maximum(c4, 0), "y5": conv(c1, d["w5"], None, 0),
+           "y6": conv(y2, d["w5"], None, 0)}
+    return x, ref, {"Conv+Add+Sigmoid": 1, "Conv+Relu": 1, "Packed weights": 4}
+
+
 def plan_counts(out):
     got = {}
     for name, n in re.findall(r"^  ([A-Z][\w+ ()-]*?): (\d+)$", out, re.M):
@@ -379,7 +410,7 @@ def check_model(exe, tmp, name, make):
         ef, en = (float(np.max(np.abs(res[t][k] - ref[k]))) for t in ("f", "n"))
         check(ef <= TOL * scale, "%s %s: fused vs NumPy float64 max err %.2e (unfused %.2e, scale %.3g, tol %.0e)"
               % (name, k, ef, en, scale, TOL))
-        if name in ("epi", "cst"):  # only copies or per-element epilogues: the unfused bits
+        if name in ("epi", "cst", "pwt"):  # only copies or per-element epilogues: the unfused bits
             check(np.array_equal(res["f"][k], res["n"][k]), "%s %s: fused bitwise --no-fuse" % (name, k))
     again = outputs(exe, path, xpath, list(ref), name + "r", ["--threads", "2"])
     if again:
@@ -428,7 +459,7 @@ def main():
     exe, maker = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
         for name, make in (("epi", model_epi), ("mm", model_mm), ("ln", model_ln), ("attn", model_attn),
-                           ("cst", model_cst)):
+                           ("cst", model_cst), ("pwt", model_pwt)):
             check_model(exe, tmp, name, make)
         check_torch(exe, tmp, maker)
     print("%d failed" % len(FAILS))

@@ -892,6 +892,20 @@ static void test_filter_pw(void **state)
 	pf_case(1, 2, 1, 16, 5, I{ 4, 5 });
 	pf_case(1, 1, 3, 32, 9, I{ 12 });
 	pf_case(1, 2, 1, 32, 12, I{ 3, 64 });
+	/* tiny units (chunks of units, the sums in registers between them):
+	 * planes of one position read in place, in auto (48 in; 20 in, the
+	 * second vector masked); forced where auto declines (the sgemm
+	 * path's workspace is below a chunk's): items of 2x2 (40 in: a
+	 * block of 32 and a masked one of 8; 45 out: tiles of 4 and 1), 40
+	 * items of 1x2 (chunks of 32 and 8), 9 items of 3x3 (chunks of 7 and
+	 * 2), rows of 3 at a batch of one, 1-D items of 5 */
+	pf_case(0, 2, 5, 48, 30, I{ 1, 1 });
+	pf_case(0, 2, 3, 20, 9, I{ 1, 1 });
+	pf_case(1, 2, 3, 40, 45, I{ 2, 2 });
+	pf_case(1, 2, 40, 16, 6, I{ 1, 2 });
+	pf_case(1, 2, 9, 24, 10, I{ 3, 3 });
+	pf_case(1, 2, 1, 33, 17, I{ 3, 3 });
+	pf_case(1, 1, 3, 64, 20, I{ 5 });
 }
 
 /* Attribute hpdlf_lean (exec/split.c gives it where a filter gradient's

@@ -1179,6 +1179,16 @@ static void test_conv_grad_pw(void **state)
 		{ 2, 4, 64, 256, 1, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 0, 0 } },
 		{ 3, 2, 9, 24, 1, { 3, 4, 5 }, { 1, 1, 1 }, { 1, 1, 1 }, { 0, 0, 0 } },
 		{ 1, 2, 17, 33, 1, { 150 }, { 1 }, { 1 }, { 0 } },
+		/* tiny planes (conv_pwt.c's tiles, W's rows read in place):
+		 * 45 channels of dX (a unit of 32, a last one of 13: masked),
+		 * 20 with K > 256 (the second vector masked), planes of one
+		 * position (the items as columns: one tile of 5, two of 7;
+		 * 24 and 50 channels), 1-D of 5 positions, 16 channels */
+		{ 2, 2, 45, 70, 1, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 0, 0 } },
+		{ 2, 3, 20, 300, 1, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 0, 0 } },
+		{ 2, 5, 24, 33, 1, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 0, 0 } },
+		{ 2, 14, 50, 17, 1, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 0, 0 } },
+		{ 1, 2, 16, 40, 1, { 5 }, { 1 }, { 1 }, { 0 } },
 	};
 	struct hp_pool *pool;
 
