@@ -199,6 +199,9 @@ void hp_dwc_forward(const struct hp_dw *d, const float *x, const float *w, const
 		    struct hp_pool *pool);
 /* Tests and benchmarks only: 0 auto, 1 whenever eligible, -1 never. */
 void hp_dwc_set_mode(int mode);
+/* Tests and benchmarks only: 1, the eight-channel blocks even where the
+ * CPU has AVX-512 (the same bits); 0, the default. */
+void hp_dwc_set_avx2(int on);
 /* Depthwise KxK forward (conv_dwk.c, AVX2 + FMA): 2-D, K = 3, 5 or 7
  * square, stride 1 or 2, any dilation, but not conv_dw3.c's undilated 3x3;
  * eight output channels per register pass, each output the chain bias +
