@@ -431,8 +431,31 @@ DWZ_TARGET static void dwz_fill(const struct hp_colgeom *g, const float *const *
 				float *xp)
 {
 	int64_t vol = g->img_vol, w = g->img[2], wp = dwz_wp(g), hp = dwz_hp(g), ih = 0, iw = 0;
+	int64_t ph = g->pad[1], pw = g->pad[2];
 	__m512 lo = _mm512_set1_ps(clip ? clip[0] : 0), hi = _mm512_set1_ps(clip ? clip[1] : 0);
 
+	if (ph >= 0 && pw >= 0 && g->img[1] + ph <= hp && w + pw <= wp) { /* every position inside: no tests */
+		float *dst = xp + (ph * wp + pw) * DWZ_L;
+		for (int64_t f = 0; f < vol; f += DWZ_L) {
+			__mmask16 m = vol - f >= DWZ_L ? 0xffff : (__mmask16)((1u << (vol - f)) - 1);
+			__m512 v[DWZ_L];
+			for (int l = 0; l < DWZ_L; l++)
+				v[l] = l < nc ? _mm512_maskz_loadu_ps(m, xs[l] + f) : _mm512_setzero_ps();
+			for (int l = 0; l < nc && clip; l++)
+				v[l] = _mm512_max_ps(lo, _mm512_min_ps(hi, v[l]));
+			hp_tr16_ps(v);
+#pragma GCC unroll 16
+			for (int q = 0; q < DWZ_L; q++) {
+				if (f + q >= vol)
+					break;
+				_mm512_storeu_ps(dst, v[q]);
+				dst += DWZ_L;
+				if (++iw == w)
+					iw = 0, dst += (wp - w) * DWZ_L;
+			}
+		}
+		return;
+	}
 	for (int64_t f = 0; f < vol; f += DWZ_L) {
 		__mmask16 m = vol - f >= DWZ_L ? 0xffff : (__mmask16)((1u << (vol - f)) - 1);
 		__m512 v[DWZ_L];
@@ -521,10 +544,13 @@ DWZ_TARGET static void dwz_block(const struct dwc_run *r, int64_t n, int64_t m0,
 	const struct hp_colgeom *g = &d->g;
 	const struct hp_epi *e = r->fin ? d->epi : NULL;
 	int64_t cout = d->cin * d->mult, ow = g->grid[2], wp = dwz_wp(g), s = g->stride[1], vol = g->grid_vol;
-	float *out = scratch + dwz_hp(g) * wp * DWZ_L, wt[9][DWZ_L] = { { 0 } }, bt[DWZ_L] = { 0 };
+	float *out = scratch + dwz_hp(g) * wp * DWZ_L;
 	const float *xs[DWZ_L], *adds[DWZ_L] = { 0 };
 	float *ys[DWZ_L];
-	__m512 wv[9], b;
+	__mmask16 lanes = (__mmask16)((1u << nc) - 1);
+	__m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+					 _mm512_set1_epi32(9));
+	__m512 wv[9], b, z = _mm512_setzero_ps();
 
 	for (int l = 0; l < nc; l++) {
 		int64_t m = m0 + l, c = m / d->mult;
@@ -532,13 +558,10 @@ DWZ_TARGET static void dwz_block(const struct dwc_run *r, int64_t n, int64_t m0,
 		ys[l] = r->y + (n * cout + m) * vol;
 		if (e && d->epi->add == HP_EPI_ADD_FULL)
 			adds[l] = d->addend + (n * cout + m) * vol;
-		for (int t = 0; t < 9; t++)
-			wt[t][l] = r->w[m * 9 + t];
-		bt[l] = r->b ? r->b[m] : 0.0f;
 	}
-	for (int t = 0; t < 9; t++)
-		wv[t] = _mm512_loadu_ps(wt[t]);
-	b = _mm512_loadu_ps(bt);
+	for (int t = 0; t < 9; t++) /* W[m0 + l][t] into lane l */
+		wv[t] = _mm512_mask_i32gather_ps(z, lanes, idx, r->w + m0 * 9 + t, 4);
+	b = r->b ? _mm512_maskz_loadu_ps(lanes, r->b + m0) : z;
 	dwz_fill(g, xs, nc, d->xclip, scratch);
 	for (int64_t oh = 0; oh < g->grid[1]; oh++) {
 		const float *rows[3];
