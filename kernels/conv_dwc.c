@@ -732,6 +732,7 @@ struct dwc_drun {
 	const float *dy, *w;
 	float *dx, *scratch;     /* dwc_dfloats() per thread */
 	struct hp_colgeom gy;    /* dY's rows as the ring's geometry */
+	int z;                   /* the flat sixteen-channel kernel (dwz_data_on) */
 	int64_t blocks;
 };
 
@@ -752,12 +753,45 @@ static void dwc_dgeom(const struct hp_colgeom *g, struct hp_colgeom *gy)
 	hp_colgeom_finish(gy);
 }
 
+/* The flat sixteen-channel dX (small planes, AVX-512): dY's plane
+ * transposed whole into [Yh][Yw][16] with a zero row above and a zero
+ * column left of it and zeros past it as far as the last dX element's taps
+ * reach, dX's plane [img][16] computed from it, then transposed back. */
+static int64_t dwz_yh(const struct hp_colgeom *g)
+{
+	int64_t last = (g->img[1] - 1 + g->pad[1]) / 2 + 1;
+
+	return (last > g->grid[1] ? last : g->grid[1]) + 1;
+}
+
+static int64_t dwz_yw(const struct hp_colgeom *g)
+{
+	int64_t last = (g->img[2] - 1 + g->pad[2]) / 2 + 1;
+
+	return (last > g->grid[2] ? last : g->grid[2]) + 1;
+}
+
+static size_t dwz_dfloats(const struct hp_colgeom *g)
+{
+	return (size_t)((dwz_yh(g) * dwz_yw(g) + (g->img_vol + DWZ_L - 1) / DWZ_L * DWZ_L) * DWZ_L);
+}
+
+/* Whether the flat dX runs g (geometry and CPU only; pads of 0 or more,
+ * so that a tap's dY row and column are at least -1). */
+static int dwz_data_on(const struct hp_colgeom *g)
+{
+	return !dwz_avx2 && hp_cpu_avx512_fma() && hp_dw3_eligible(g) && g->stride[1] == 2 && g->pad[1] >= 0 &&
+	       g->pad[2] >= 0 && dwz_dfloats(g) <= DWZ_MAX * DWZ_L;
+}
+
 static size_t dwc_dfloats(const struct hp_colgeom *g)
 {
 	struct hp_colgeom gy;
+	size_t a, b = dwz_data_on(g) ? dwz_dfloats(g) : 0;
 
 	dwc_dgeom(g, &gy);
-	return (size_t)((DWC_SLOTS + 1) * dwc_width(&gy) * DWC_L + (g->img[2] + 7) / 8 * 8 * DWC_L);
+	a = (size_t)((DWC_SLOTS + 1) * dwc_width(&gy) * DWC_L + (g->img[2] + 7) / 8 * 8 * DWC_L);
+	return a > b ? a : b;
 }
 
 /* Channels [c0, c0 + nc) of item n. */
@@ -821,12 +855,133 @@ DWC_TARGET static void dwc_dblock(const struct dwc_drun *r, int64_t n, int64_t c
 	}
 }
 
+/* dX columns [j0, j0 + N) of one row (N <= 8) from the K dY rows y[k]
+ * (taps kh[k], in order) of the padded dY plane: per element 0, then per
+ * row its taps kw whose dY column is whole (E: whether j0 + pad is odd),
+ * into out[j][16]. */
+DWZ_TARGET static DWC_INLINE void dwz_dcols(const int N, const int E, int K, const float *const *y, const int *kh,
+					    const __m512 *wv, int64_t j0, int64_t pw, float *out)
+{
+	__m512 acc[8];
+
+	for (int j = 0; j < N; j++)
+		acc[j] = _mm512_setzero_ps();
+	for (int k = 0; k < K; k++) {
+		const __m512 *w = wv + 3 * kh[k];
+		for (int j = 0; j < N; j++) {
+			int64_t b = j0 + j + pw; /* (b - kw) / 2 + 1: the column in the padded plane */
+			if ((E + j) & 1) {
+				acc[j] = _mm512_fmadd_ps(w[1], _mm512_loadu_ps(y[k] + ((b - 1) / 2 + 1) * DWZ_L), acc[j]);
+			} else {
+				acc[j] = _mm512_fmadd_ps(w[0], _mm512_loadu_ps(y[k] + (b / 2 + 1) * DWZ_L), acc[j]);
+				acc[j] = _mm512_fmadd_ps(w[2], _mm512_loadu_ps(y[k] + (b / 2) * DWZ_L), acc[j]);
+			}
+		}
+	}
+	for (int j = 0; j < N; j++)
+		_mm512_storeu_ps(out + (j0 + j) * DWZ_L, acc[j]);
+}
+
+#define DWZ_DCASE(N)                                                                                  \
+	case 2 * N:                                                                                    \
+		dwz_dcols(N, 0, k, y, kh, wv, j0, pw, orow);                                           \
+		break;                                                                                 \
+	case 2 * N + 1:                                                                                \
+		dwz_dcols(N, 1, k, y, kh, wv, j0, pw, orow);                                           \
+		break;
+
+/* Channels [c0, c0 + nc) of item n by the flat kernel (scratch: the padded
+ * dY plane, its margins zero, and dX's). */
+DWZ_TARGET static void dwz_dblock(const struct dwc_drun *r, int64_t n, int64_t c0, int nc, float *scratch)
+{
+	const struct hp_dw *d = r->d;
+	const struct hp_colgeom *g = &d->g;
+	int64_t yw = dwz_yw(g), gw = g->grid[2], iw = g->img[2], vol = g->img_vol, gv = g->grid_vol, ph = g->pad[1];
+	int64_t pw = g->pad[2], gi = 0, gj = 0;
+	float *out = scratch + dwz_yh(g) * yw * DWZ_L, *dst = scratch + (yw + 1) * DWZ_L;
+	const float *dys[DWZ_L];
+	float *dxs[DWZ_L];
+	__mmask16 lanes = (__mmask16)((1u << nc) - 1);
+	__m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+					 _mm512_set1_epi32(9));
+	__m512 wv[9], z = _mm512_setzero_ps();
+
+	for (int l = 0; l < nc; l++) {
+		dys[l] = r->dy + (n * d->cin + c0 + l) * gv;
+		dxs[l] = r->dx + (n * d->cin + c0 + l) * vol;
+	}
+	for (int t = 0; t < 9; t++)
+		wv[t] = _mm512_mask_i32gather_ps(z, lanes, idx, r->w + c0 * 9 + t, 4);
+	for (int64_t f = 0; f < gv; f += DWZ_L) { /* dY into the padded plane, from (1, 1) */
+		__mmask16 m = gv - f >= DWZ_L ? 0xffff : (__mmask16)((1u << (gv - f)) - 1);
+		__m512 v[DWZ_L];
+		for (int l = 0; l < DWZ_L; l++)
+			v[l] = l < nc ? _mm512_maskz_loadu_ps(m, dys[l] + f) : z;
+		hp_tr16_ps(v);
+#pragma GCC unroll 16
+		for (int q = 0; q < DWZ_L; q++) {
+			if (f + q >= gv)
+				break;
+			_mm512_storeu_ps(dst + (gi * yw + gj) * DWZ_L, v[q]);
+			if (++gj == gw)
+				gj = 0, gi++;
+		}
+	}
+	for (int64_t i = 0; i < g->img[1]; i++) {
+		const float *y[2];
+		int kh[2], k = 0;
+		for (int t = 0; t < 3; t++) {
+			int64_t a = i + ph - t;
+			if (a & 1)
+				continue;
+			kh[k] = t;
+			y[k++] = scratch + (a / 2 + 1) * yw * DWZ_L;
+		}
+		float *orow = out + i * iw * DWZ_L;
+		int64_t j0 = 0;
+		if (pw & 1)
+			for (; j0 + 8 <= iw; j0 += 8)
+				dwz_dcols(8, 1, k, y, kh, wv, j0, pw, orow);
+		else
+			for (; j0 + 8 <= iw; j0 += 8)
+				dwz_dcols(8, 0, k, y, kh, wv, j0, pw, orow);
+		switch (j0 < iw ? (int)(iw - j0) * 2 + (int)((j0 + pw) & 1) : 0) { /* the row's tail */
+			DWZ_DCASE(1)
+			DWZ_DCASE(2)
+			DWZ_DCASE(3)
+			DWZ_DCASE(4)
+			DWZ_DCASE(5)
+			DWZ_DCASE(6)
+			DWZ_DCASE(7)
+		default:
+			break;
+		}
+	}
+	for (int64_t q = 0; q < vol; q += DWZ_L) { /* back to the planes, nothing past them written */
+		__mmask16 m = vol - q >= DWZ_L ? 0xffff : (__mmask16)((1u << (vol - q)) - 1);
+		__m512 v[DWZ_L];
+		for (int i = 0; i < DWZ_L; i++)
+			v[i] = _mm512_loadu_ps(out + (q + i) * DWZ_L);
+		hp_tr16_ps(v);
+		for (int l = 0; l < nc; l++)
+			_mm512_mask_storeu_ps(dxs[l] + q, m, v[l]);
+	}
+}
+
 static void dwc_drange(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct dwc_drun *r = arg;
 	float *scratch = r->scratch + (size_t)tid * dwc_dfloats(&r->d->g);
 	int64_t wd = dwc_width(&r->gy) * DWC_L;
 
+	if (r->z) { /* the padded dY plane's margins */
+		memset(scratch, 0, (size_t)(dwz_yh(&r->d->g) * dwz_yw(&r->d->g) * DWZ_L) * sizeof(float));
+		for (int64_t u = b; u < e; u++) {
+			int64_t n = u / r->blocks, c0 = u % r->blocks * DWZ_L;
+			dwz_dblock(r, n, c0, (int)(r->d->cin - c0 < DWZ_L ? r->d->cin - c0 : DWZ_L), scratch);
+		}
+		return;
+	}
 	memset(scratch + DWC_SLOTS * wd, 0, (size_t)wd * sizeof(float)); /* the zero row */
 	for (int64_t u = b; u < e; u++) {
 		int64_t n = u / r->blocks, c0 = u % r->blocks * DWC_L;
@@ -847,6 +1002,16 @@ int hp_dwc_data_eligible(const struct hp_dw *d)
 #endif
 }
 
+int hp_dwc_data_flat(const struct hp_dw *d)
+{
+#ifdef DWC_X86
+	return hp_dwc_data_eligible(d) && dwz_data_on(&d->g);
+#else
+	(void)d;
+	return 0;
+#endif
+}
+
 size_t hp_dwc_data_scratch(const struct hp_colgeom *g)
 {
 #ifdef DWC_X86
@@ -861,8 +1026,9 @@ void hp_dwc_data(const struct hp_dw *d, const float *dy, const float *w, float *
 		 struct hp_pool *pool)
 {
 #ifdef DWC_X86
-	struct dwc_drun r = { .d = d, .dy = dy, .w = w, .dx = dx, .scratch = ws,
-			      .blocks = (d->cin + DWC_L - 1) / DWC_L };
+	struct dwc_drun r = { .d = d, .dy = dy, .w = w, .dx = dx, .scratch = ws, .z = dwz_data_on(&d->g) };
+
+	r.blocks = (d->cin + (r.z ? DWZ_L : DWC_L) - 1) / (r.z ? DWZ_L : DWC_L);
 
 	dwc_dgeom(&d->g, &r.gy);
 	hp_conv_parallel(pool, threads, d->batch * r.blocks, dwc_drange, &r);

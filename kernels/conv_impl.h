@@ -228,6 +228,9 @@ int hp_dwk_data_flip(const struct hp_dw *d, struct hp_dw *f);
  * (kh, kw) order; hp_dwc_data_scratch() floats per thread at ws. */
 int hp_dwc_data_eligible(const struct hp_dw *d);
 size_t hp_dwc_data_scratch(const struct hp_colgeom *g); /* floats */
+/* Whether hp_dwc_data takes d by its flat sixteen-channel planes (small
+ * planes, AVX-512), which then beat conv_dw3.c's dX rows. */
+int hp_dwc_data_flat(const struct hp_dw *d);
 void hp_dwc_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, float *ws, int threads,
 		 struct hp_pool *pool);
 int hp_dwc_filter_eligible(const struct hp_colgeom *g);

@@ -654,6 +654,11 @@ static const struct dc dwd_cases[] = {
 	/* and its 32-column AVX-512 blocks (rows of 48 and more) */
 	{ 2, 1, 3, 1, { 4, 64 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 0 } },
 	{ 2, 1, 2, 1, { 5, 81 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 2 }, { 1, 1 } },
+	/* conv_dwc.c's flat sixteen-channel dX (AVX-512): blocks of 16 and a
+	 * tail, rows of whole steps of 8 and tails, odd and even pads */
+	{ 2, 1, 37, 1, { 14, 14 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 2, 17, 1, { 13, 19 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 2, 1 }, { 0, 2 } },
+	{ 2, 1, 16, 1, { 8, 16 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 0 }, { 1, 1 } },
 };
 
 /* Every dX element is that chain bit for bit, alone and on a pool of 2;
