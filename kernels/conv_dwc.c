@@ -83,14 +83,17 @@ static int64_t dwc_width(const struct hp_colgeom *g)
 
 /* ---- sixteen channels, small planes whole (AVX-512) ----
  * With AVX-512 a block is sixteen output channels, and a plane whose
- * padded input and output fit in L1 (DWZ_MAX positions of 16 floats) is
+ * padded input and output take at most DWZ_MAX positions of 16 floats is
  * transposed as one flat run of positions (a 7x7 plane: four 16 x 16
  * transposes in, four out, where rows of 9 positions took seven 8 x 8
  * ones in and seven out for eight channels) into [Hp][Wp][16] with the
  * padding as zeros; every output is the same nine loads and FMAs whatever
- * the stride.  The chain is the eight-lane one's, so the same bits. */
+ * the stride.  The chain is the eight-lane one's, so the same bits.
+ * DWZ_MAX takes 28x28 at stride 2 (forward 27 -> 30, dX 22 -> 27 GFLOP/s
+ * per CPU-second), not 28x28 at stride 1 (level with conv_dw3.c's rows)
+ * nor 56x56 at stride 2 (a third slower than they). */
 #define DWZ_L 16
-#define DWZ_MAX 512
+#define DWZ_MAX 1088
 
 static int dwz_avx2;
 
