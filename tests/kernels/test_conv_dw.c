@@ -663,6 +663,8 @@ static const struct dc dwd_cases[] = {
 	{ 2, 1, 20, 1, { 28, 28 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
 };
 
+#define DWD_CASES (int)(sizeof dwd_cases / sizeof dwd_cases[0])
+
 /* Every dX element is that chain bit for bit, alone and on a pool of 2;
  * bands of dX rows from the dY rows they need (or one more above) are
  * bitwise the rows of the whole; the band's workspace is its own. */
@@ -674,14 +676,17 @@ static void test_dw_data_flip(void **state)
 	if (!hp_dot_available())
 		skip();
 	assert_int_equal(hp_pool_create(2, &pool), 0);
-	for (int ci = 0; ci < (int)(sizeof dwd_cases / sizeof dwd_cases[0]); ci++) {
-		const struct dc *t = &dwd_cases[ci];
+	/* cases ci >= DWD_CASES again with conv_dwc.c's eight-channel blocks
+	 * (and conv_dw3.c's rows) where the CPU has AVX-512 */
+	for (int ci = 0; ci < 2 * DWD_CASES; ci++) {
+		const struct dc *t = &dwd_cases[ci % DWD_CASES];
 		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), ih = t->in[0], iw = t->in[1];
 		size_t nx = (size_t)(t->n * t->c * ih * iw), ny = (size_t)(t->n * t->c * oh * ow);
 		float *dy = dwc_data(ny, 41 + ci), *w = dwc_data((size_t)t->c * 9, 43 + ci), *ws = malloc((size_t)t->c * 36);
 		float *ref = malloc(nx * 4), *got = malloc(nx * 4), *dyb = malloc(ny * 4);
 		struct hp_dw whole = dwd_geom(t, 0, ih, 0, oh);
 
+		hp_dwc_set_avx2(ci >= DWD_CASES);
 		assert_true(hp_dw_data_ws(&whole) > 0);
 		ws = realloc(ws, hp_dw_data_ws(&whole));
 		dwd_ref(t, dy, w, ref);
@@ -713,6 +718,7 @@ static void test_dw_data_flip(void **state)
 				}
 		free(dy), free(w), free(ws), free(ref), free(got), free(dyb);
 	}
+	hp_dwc_set_avx2(0);
 	hp_pool_destroy(pool);
 }
 
