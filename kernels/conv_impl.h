@@ -189,9 +189,10 @@ void hp_dw_planes(const struct hp_dw *d, const float *x, const float *w, const f
 		  int64_t i1);
 
 /* The same 3x3 geometries with eight output channels per register pass
- * (conv_dwc.c): hp_dw3_plane's chains, so the same bits, over planes of
- * at most 4096 outputs; hp_dw_forward takes it where wanted (stride 2,
- * narrow planes). */
+ * (conv_dwc.c; sixteen with AVX-512 on planes it transposes whole, up to
+ * 28x28 at stride 2): hp_dw3_plane's chains, so the same bits, over planes
+ * of at most 4096 outputs; hp_dw_forward takes it where wanted (stride 2,
+ * narrow planes, the whole-plane ones). */
 int hp_dwc_eligible(const struct hp_colgeom *g);
 int hp_dwc_wanted(const struct hp_colgeom *g, int clip); /* clip: hp_dw.xclip set */
 size_t hp_dwc_scratch(const struct hp_colgeom *g); /* floats */
