@@ -479,7 +479,7 @@ static void data3_range(void *arg, int64_t b, int64_t e, int tid)
  * 35 against 15 GFLOP/s per CPU-second, 14x14: 15 against 10). */
 static int data_rows(const struct hp_dw *d)
 {
-	return d->mult == 1 && hp_dw3_data_eligible(&d->g) && d->g.img[2] >= 8;
+	return d->mult == 1 && hp_dw3_data_eligible(&d->g) && d->g.img[2] >= 8 && !hp_dwc_data_flat(d);
 }
 
 static void data_range(void *arg, int64_t b, int64_t e, int tid)

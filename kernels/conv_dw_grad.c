@@ -221,23 +221,25 @@ DWG_TARGET static DWG_INLINE void dwg_rows(const int S, const int R, int64_t ow,
 
 /* The block's item whole (dwg_flat): xp[Hp][Wp] = X's padded rows, dyp =
  * dY's plane, both transposed. */
-static void dwg_fill_flat(const struct hp_colgeom *g, const float *const *xs, const float *const *dys, int nc,
-			  float *xp, float *dyp)
+DWG_TARGET static void dwg_fill_flat(const struct hp_colgeom *g, const float *const *xs, const float *const *dys,
+				     int nc, float *xp, float *dyp)
 {
 	int64_t hp = dwg_hp(g), wp = dwg_wp(g), vol = g->img_vol, w = g->img[2], ih = 0, iw = 0;
-	float t[DWG_L * DWG_L];
 
-	memset(xp, 0, (size_t)(hp * wp * DWG_L) * sizeof *xp);
+	/* X's positions straight from the transpose's registers to their
+	 * padded places (through a buffer and memcpy they cost more than the
+	 * transposes); the padding's zeros are dwg_range's */
 	for (int64_t f = 0; f < vol; f += DWG_L) {
 		__mmask16 m = dwg_mask(f, 0, vol);
-		if (m == 0xffff && nc == DWG_L)
-			dwg_chunk(xs, f, 0, t);
-		else
-			dwg_chunk_part(xs, nc, f, m, t);
-		for (int q = 0; q < DWG_L && f + q < vol; q++) {
+		__m512 v[DWG_L];
+		for (int l = 0; l < DWG_L; l++)
+			v[l] = l < nc ? _mm512_maskz_loadu_ps(m, xs[l] + f) : _mm512_setzero_ps();
+		hp_tr16_ps(v);
+#pragma GCC unroll 16
+		for (int q = 0; q < DWG_L; q++) {
 			int64_t pr = ih + g->pad[1], pc = iw + g->pad[2];
-			if (pr >= 0 && pr < hp && pc >= 0 && pc < wp)
-				memcpy(xp + (pr * wp + pc) * DWG_L, t + q * DWG_L, DWG_L * sizeof *t);
+			if (f + q < vol && pr >= 0 && pr < hp && pc >= 0 && pc < wp)
+				_mm512_storeu_ps(xp + (pr * wp + pc) * DWG_L, v[q]);
 			if (++iw == w)
 				iw = 0, ih++;
 		}
@@ -369,6 +371,8 @@ static void dwg_range(void *arg, int64_t b, int64_t e, int tid)
 
 	if (!dwg_flat(g)) /* the zero row */
 		memset(scratch + DWG_SLOTS * dwg_width(g) * DWG_L, 0, (size_t)(dwg_width(g) * DWG_L) * sizeof(float));
+	else /* the padded X plane's padding (its image positions are rewritten per item) */
+		memset(scratch, 0, (size_t)(dwg_hp(g) * dwg_wp(g) * DWG_L) * sizeof(float));
 	for (int64_t i = b; i < e; i++)
 		dwg_block(r, i * DWG_L, (int)(cout - i * DWG_L < DWG_L ? cout - i * DWG_L : DWG_L), scratch);
 }

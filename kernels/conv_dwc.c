@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "kernels/conv_impl.h"
+#include "kernels/cpu.h"
 #include "kernels/simd_tr16.h"
 #include "kernels/fused_impl.h"
 
@@ -42,6 +43,7 @@
 #define DWC_MAX_GRID 4096
 
 static int dwc_mode;
+static int dwz_on(const struct hp_colgeom *g);
 
 void hp_dwc_set_mode(int mode)
 {
@@ -60,12 +62,14 @@ int hp_dwc_eligible(const struct hp_colgeom *g)
  * from 56x56: 35 against 28).  With clip (X read through Clip, conv_dw3.c's
  * rows then copy X into padded rows, split into even and odd columns at
  * stride 2): stride 2 and stride-1 rows narrower than 16, as measured
- * before those rows loaded in place. */
+ * before those rows loaded in place.  With AVX-512, every plane the flat
+ * sixteen-channel kernel takes (dwz_on: 7x7 53 against 23, 14x14 68
+ * against 46, stride 2 from 14x14 29 against 20). */
 int hp_dwc_wanted(const struct hp_colgeom *g, int clip)
 {
 	if (dwc_mode < 0 || !hp_dwc_eligible(g))
 		return 0;
-	if (dwc_mode > 0)
+	if (dwc_mode > 0 || dwz_on(g))
 		return 1;
 	return clip ? g->stride[2] == 2 || g->grid[2] < 16 : g->grid[2] < 14;
 }
@@ -77,15 +81,69 @@ static int64_t dwc_width(const struct hp_colgeom *g)
 	return ((g->grid[2] - 1) * g->stride[2] + 3 + 7) / 8 * 8;
 }
 
-/* Floats of a worker's scratch: the ring, a zero row, the output plane. */
-static size_t dwc_floats(const struct hp_colgeom *g)
+/* ---- sixteen channels, small planes whole (AVX-512) ----
+ * With AVX-512 a block is sixteen output channels, and a plane whose
+ * padded input and output take at most DWZ_MAX positions of 16 floats is
+ * transposed as one flat run of positions (a 7x7 plane: four 16 x 16
+ * transposes in, four out, where rows of 9 positions took seven 8 x 8
+ * ones in and seven out for eight channels) into [Hp][Wp][16] with the
+ * padding as zeros; every output is the same nine loads and FMAs whatever
+ * the stride.  The chain is the eight-lane one's, so the same bits.
+ * DWZ_MAX takes 28x28 at stride 2 (forward 27 -> 30, dX 22 -> 27 GFLOP/s
+ * per CPU-second), not 28x28 at stride 1 (level with conv_dw3.c's rows)
+ * nor 56x56 at stride 2 (a third slower than they). */
+#define DWZ_L 16
+#define DWZ_MAX 1088
+
+static int dwz_avx2;
+
+void hp_dwc_set_avx2(int on)
 {
-	return (size_t)((DWC_SLOTS + 1) * dwc_width(g) * DWC_L + (g->grid_vol + 7) / 8 * 8 * DWC_L);
+	dwz_avx2 = on;
 }
 
+/* The padded input plane's rows and columns: up to the last output's taps. */
+static int64_t dwz_hp(const struct hp_colgeom *g)
+{
+	return (g->grid[1] - 1) * g->stride[1] + 3;
+}
+
+static int64_t dwz_wp(const struct hp_colgeom *g)
+{
+	return (g->grid[2] - 1) * g->stride[2] + 3;
+}
+
+/* Floats of the flat kernel's scratch: the padded plane, the output plane
+ * in whole transposes. */
+static size_t dwz_floats(const struct hp_colgeom *g)
+{
+	return (size_t)((dwz_hp(g) * dwz_wp(g) + (g->grid_vol + DWZ_L - 1) / DWZ_L * DWZ_L) * DWZ_L);
+}
+
+/* Whether the flat sixteen-channel kernel runs g (geometry and CPU only). */
+static int dwz_on(const struct hp_colgeom *g)
+{
+	return !dwz_avx2 && hp_cpu_avx512_fma() && hp_dwc_eligible(g) && dwz_floats(g) <= DWZ_MAX * DWZ_L;
+}
+
+/* Floats of a worker's scratch: the ring, a zero row, the output plane;
+ * or the flat kernel's. */
+static size_t dwc_floats(const struct hp_colgeom *g)
+{
+	size_t a = (size_t)((DWC_SLOTS + 1) * dwc_width(g) * DWC_L + (g->grid_vol + 7) / 8 * 8 * DWC_L);
+	size_t b = dwz_on(g) ? dwz_floats(g) : 0;
+
+	return a > b ? a : b;
+}
+
+/* Callers that size one scratch for a node and run it in bands (fused_ir.c)
+ * may run a band by the flat kernel where the node's geometry does not
+ * qualify: room for any flat plane. */
 size_t hp_dwc_scratch(const struct hp_colgeom *g)
 {
-	return dwc_floats(g);
+	size_t a = dwc_floats(g);
+
+	return hp_dwc_eligible(g) && a < DWZ_MAX * DWZ_L ? DWZ_MAX * DWZ_L : a;
 }
 
 struct dwc_run {
@@ -93,7 +151,8 @@ struct dwc_run {
 	const float *x, *w, *b;
 	float *y;
 	int fin;                 /* the epilogue in registers (else per plane after) */
-	int64_t blocks;          /* channel blocks per item */
+	int z;                   /* the flat sixteen-channel kernel (dwz_on) */
+	int64_t lanes, blocks;   /* channels per block, blocks per item */
 	float *scratch;          /* dwc_floats() per thread, zero rows cleared; NULL: none */
 };
 
@@ -365,21 +424,213 @@ DWC_TARGET static void dwc_block(const struct dwc_run *r, int64_t n, int64_t m0,
 		hp_epi_span(d->epi, r->y, d->addend, ys[l] - r->y, ys[l] - r->y + g->grid_vol);
 }
 
+#define DWZ_TARGET __attribute__((target("avx512f,avx2,fma")))
+
+/* The block's nc planes xs[l] into the padded plane xp[Hp][Wp][16]
+ * (clipped as dwc_clip where clip), sixteen positions a transpose; image
+ * positions outside it (cropping pads) are not stored, the padding's
+ * zeros are the caller's. */
+DWZ_TARGET static void dwz_fill(const struct hp_colgeom *g, const float *const *xs, int nc, const float *clip,
+				float *xp)
+{
+	int64_t vol = g->img_vol, w = g->img[2], wp = dwz_wp(g), hp = dwz_hp(g), ih = 0, iw = 0;
+	int64_t ph = g->pad[1], pw = g->pad[2];
+	__m512 lo = _mm512_set1_ps(clip ? clip[0] : 0), hi = _mm512_set1_ps(clip ? clip[1] : 0);
+
+	if (ph >= 0 && pw >= 0 && g->img[1] + ph <= hp && w + pw <= wp) { /* every position inside: no tests */
+		float *dst = xp + (ph * wp + pw) * DWZ_L;
+		for (int64_t f = 0; f < vol; f += DWZ_L) {
+			__mmask16 m = vol - f >= DWZ_L ? 0xffff : (__mmask16)((1u << (vol - f)) - 1);
+			__m512 v[DWZ_L];
+			for (int l = 0; l < DWZ_L; l++)
+				v[l] = l < nc ? _mm512_maskz_loadu_ps(m, xs[l] + f) : _mm512_setzero_ps();
+			for (int l = 0; l < nc && clip; l++)
+				v[l] = _mm512_max_ps(lo, _mm512_min_ps(hi, v[l]));
+			hp_tr16_ps(v);
+#pragma GCC unroll 16
+			for (int q = 0; q < DWZ_L; q++) {
+				if (f + q >= vol)
+					break;
+				_mm512_storeu_ps(dst, v[q]);
+				dst += DWZ_L;
+				if (++iw == w)
+					iw = 0, dst += (wp - w) * DWZ_L;
+			}
+		}
+		return;
+	}
+	for (int64_t f = 0; f < vol; f += DWZ_L) {
+		__mmask16 m = vol - f >= DWZ_L ? 0xffff : (__mmask16)((1u << (vol - f)) - 1);
+		__m512 v[DWZ_L];
+		for (int l = 0; l < DWZ_L; l++)
+			v[l] = l < nc ? _mm512_maskz_loadu_ps(m, xs[l] + f) : _mm512_setzero_ps();
+		for (int l = 0; l < nc && clip; l++)
+			v[l] = _mm512_max_ps(lo, _mm512_min_ps(hi, v[l]));
+		hp_tr16_ps(v);
+#pragma GCC unroll 16
+		for (int q = 0; q < DWZ_L; q++) {
+			int64_t pr = ih + g->pad[1], pc = iw + g->pad[2];
+			if (f + q < vol && pr >= 0 && pr < hp && pc >= 0 && pc < wp)
+				_mm512_storeu_ps(xp + (pr * wp + pc) * DWZ_L, v[q]);
+			if (++iw == w)
+				iw = 0, ih++;
+		}
+	}
+}
+
+/* N outputs of a row from o0, stride S: bias, then the nine taps in
+ * (kh, kw) order (dwc_outs' chain), into out[o][16]. */
+DWZ_TARGET static DWC_INLINE void dwz_outs(const int N, const int S, const float *const *r, const __m512 *wv,
+					   __m512 b, int64_t o0, float *out)
+{
+	__m512 acc[DWC_OB];
+
+	for (int j = 0; j < N; j++)
+		acc[j] = b;
+	for (int kh = 0; kh < 3; kh++)
+		for (int kw = 0; kw < 3; kw++)
+			for (int j = 0; j < N; j++)
+				acc[j] = _mm512_fmadd_ps(wv[3 * kh + kw],
+							 _mm512_loadu_ps(r[kh] + ((o0 + j) * S + kw) * DWZ_L), acc[j]);
+	for (int j = 0; j < N; j++)
+		_mm512_storeu_ps(out + (o0 + j) * DWZ_L, acc[j]);
+}
+
+#define DWZ_CASE(N)                                                                                   \
+	case N:                                                                                        \
+		if (s == 1)                                                                            \
+			dwz_outs(N, 1, r, wv, b, o0, out);                                             \
+		else                                                                                   \
+			dwz_outs(N, 2, r, wv, b, o0, out);                                             \
+		break;
+
+DWZ_TARGET static void dwz_row(int64_t s, int64_t ow, const float *const *r, const __m512 *wv, __m512 b, float *out)
+{
+	for (int64_t o0 = 0; o0 < ow; o0 += DWC_OB) {
+		switch (ow - o0 < DWC_OB ? (int)(ow - o0) : DWC_OB) {
+			DWZ_CASE(1)
+			DWZ_CASE(2)
+			DWZ_CASE(3)
+			DWZ_CASE(4)
+			DWZ_CASE(5)
+			DWZ_CASE(6)
+			DWZ_CASE(7)
+			DWZ_CASE(8)
+		default:
+			break;
+		}
+	}
+}
+
+/* dwc_finish with sixteen lanes (m: the lanes of the addend to read). */
+DWZ_TARGET static DWC_INLINE __m512 dwz_finish(__m512 v, const struct hp_epi *e, const float *add, __mmask16 m)
+{
+	__m512 z = _mm512_setzero_ps();
+
+	if (add)
+		v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, add));
+	if (e->act == HP_EPI_RELU) {
+		v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, z, _CMP_LT_OQ), v, z);
+	} else if (e->act == HP_EPI_CLIP) {
+		__m512 lo = _mm512_set1_ps(e->lo > e->hi ? e->hi : e->lo), hi = _mm512_set1_ps(e->hi);
+		__m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), v, hi);
+		v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), r, lo);
+	}
+	return v;
+}
+
+/* Cache lines [k0, k1) of the next block's sixteen planes (the first at
+ * base, ps floats apart, n floats each) on their way to the cache: the
+ * block's sixteen planes are read a transpose's sixteen positions at a
+ * time, sixteen streams the hardware prefetchers do not follow (cold
+ * 14x14 planes ran 15% slower than conv_dw3.c's rows without this).
+ * Planes of up to DWZ_PF floats (a block's 16 KiB): 28x28 ones so ran the
+ * forward a third slower from L2, the next block evicting this one. */
+#define DWZ_PF 256
+
+static DWC_INLINE void dwz_prefetch(const float *base, int64_t ps, int64_t n, int64_t k0, int64_t k1)
+{
+	int64_t npl = (n + DWZ_L - 1) / DWZ_L, l, j;
+
+	if (npl <= 0) /* a band of no rows */
+		return;
+	l = k0 / npl, j = k0 % npl; /* one division, not one a line (they cost a quarter of 14x14's stride 2) */
+	k1 = k1 < DWZ_L * npl ? k1 : DWZ_L * npl;
+	for (int64_t k = k0; k < k1; k++) {
+		__builtin_prefetch(base + l * ps + j * DWZ_L, 0, 3);
+		if (++j == npl)
+			j = 0, l++;
+	}
+}
+
+/* Output channels [m0, m0 + nc) of item n by the flat kernel: scratch is
+ * the padded plane (its padding zero) and the output plane. */
+DWZ_TARGET static void dwz_block(const struct dwc_run *r, int64_t n, int64_t m0, int nc, float *scratch)
+{
+	const struct hp_dw *d = r->d;
+	const struct hp_colgeom *g = &d->g;
+	const struct hp_epi *e = r->fin ? d->epi : NULL;
+	int64_t cout = d->cin * d->mult, ow = g->grid[2], wp = dwz_wp(g), s = g->stride[1], vol = g->grid_vol;
+	float *out = scratch + dwz_hp(g) * wp * DWZ_L;
+	const float *xs[DWZ_L], *adds[DWZ_L] = { 0 };
+	float *ys[DWZ_L];
+	__mmask16 lanes = (__mmask16)((1u << nc) - 1);
+	__m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+					 _mm512_set1_epi32(9));
+	__m512 wv[9], b, z = _mm512_setzero_ps();
+
+	for (int l = 0; l < nc; l++) {
+		int64_t m = m0 + l, c = m / d->mult;
+		xs[l] = r->x + (n * d->cin + c) * (d->xstride ? d->xstride : g->img_vol);
+		ys[l] = r->y + (n * cout + m) * vol;
+		if (e && d->epi->add == HP_EPI_ADD_FULL)
+			adds[l] = d->addend + (n * cout + m) * vol;
+	}
+	for (int t = 0; t < 9; t++) /* W[m0 + l][t] into lane l */
+		wv[t] = _mm512_mask_i32gather_ps(z, lanes, idx, r->w + m0 * 9 + t, 4);
+	b = r->b ? _mm512_maskz_loadu_ps(lanes, r->b + m0) : z;
+	dwz_fill(g, xs, nc, d->xclip, scratch);
+	for (int64_t oh = 0, ps = d->xstride ? d->xstride : g->img_vol,
+		     pre = g->grid[1] > 0 ? (g->img_vol + g->grid[1] - 1) / g->grid[1] : 0;
+	     oh < g->grid[1]; oh++) {
+		const float *rows[3];
+		for (int kh = 0; kh < 3; kh++)
+			rows[kh] = scratch + (oh * s + kh) * wp * DWZ_L;
+		if (d->mult == 1 && g->img_vol <= DWZ_PF) /* the next block's X, a share per row */
+			dwz_prefetch(xs[0] + DWZ_L * ps, ps, g->img_vol, oh * pre, (oh + 1) * pre);
+		dwz_row(g->stride[2], ow, rows, wv, b, out + oh * ow * DWZ_L);
+	}
+	for (int64_t q = 0; q < vol; q += DWZ_L) { /* back to the planes, nothing past them written */
+		__mmask16 m = vol - q >= DWZ_L ? 0xffff : (__mmask16)((1u << (vol - q)) - 1);
+		__m512 v[DWZ_L];
+		for (int i = 0; i < DWZ_L; i++)
+			v[i] = _mm512_loadu_ps(out + (q + i) * DWZ_L);
+		hp_tr16_ps(v);
+		for (int l = 0; l < nc; l++)
+			_mm512_mask_storeu_ps(ys[l] + q, m, e ? dwz_finish(v[l], e, adds[l] ? adds[l] + q : NULL, m) : v[l]);
+	}
+	for (int l = 0; l < nc && d->epi && !r->fin; l++) /* other epilogues: per plane, in cache */
+		hp_epi_span(d->epi, r->y, d->addend, ys[l] - r->y, ys[l] - r->y + vol);
+}
+
 /* Units are (item, block of output channels); a worker's scratch is its
  * slice of r->scratch (hp_dwc_forward's, or the caller's hp_dw.scratch). */
 static void dwc_range(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct dwc_run *r = arg;
-	int64_t cout = r->d->cin * r->d->mult;
+	int64_t cout = r->d->cin * r->d->mult, L = r->lanes;
 	float *scratch = r->scratch ? r->scratch + (size_t)tid * dwc_floats(&r->d->g) : NULL;
 
 	for (int64_t i = b; i < e && !scratch; i++) { /* conv_dw3.c's planes: less memory, the same bits */
-		int64_t p0 = i / r->blocks * cout + i % r->blocks * DWC_L, m0 = i % r->blocks * DWC_L;
-		hp_dw_planes(r->d, r->x, r->w, r->b, r->y, p0, p0 + (cout - m0 < DWC_L ? cout - m0 : DWC_L));
+		int64_t p0 = i / r->blocks * cout + i % r->blocks * L, m0 = i % r->blocks * L;
+		hp_dw_planes(r->d, r->x, r->w, r->b, r->y, p0, p0 + (cout - m0 < L ? cout - m0 : L));
 	}
 	for (int64_t i = b; i < e && scratch; i++) { /* i = (item, block of output channels) */
-		int64_t n = i / r->blocks, m0 = i % r->blocks * DWC_L;
-		dwc_block(r, n, m0, (int)(cout - m0 < DWC_L ? cout - m0 : DWC_L), scratch);
+		int64_t n = i / r->blocks, m0 = i % r->blocks * L;
+		if (r->z)
+			dwz_block(r, n, m0, (int)(cout - m0 < L ? cout - m0 : L), scratch);
+		else
+			dwc_block(r, n, m0, (int)(cout - m0 < L ? cout - m0 : L), scratch);
 	}
 }
 #endif
@@ -512,6 +763,7 @@ struct dwc_drun {
 	const float *dy, *w;
 	float *dx, *scratch;     /* dwc_dfloats() per thread */
 	struct hp_colgeom gy;    /* dY's rows as the ring's geometry */
+	int z;                   /* the flat sixteen-channel kernel (dwz_data_on) */
 	int64_t blocks;
 };
 
@@ -532,12 +784,45 @@ static void dwc_dgeom(const struct hp_colgeom *g, struct hp_colgeom *gy)
 	hp_colgeom_finish(gy);
 }
 
+/* The flat sixteen-channel dX (small planes, AVX-512): dY's plane
+ * transposed whole into [Yh][Yw][16] with a zero row above and a zero
+ * column left of it and zeros past it as far as the last dX element's taps
+ * reach, dX's plane [img][16] computed from it, then transposed back. */
+static int64_t dwz_yh(const struct hp_colgeom *g)
+{
+	int64_t last = (g->img[1] - 1 + g->pad[1]) / 2 + 1;
+
+	return (last > g->grid[1] ? last : g->grid[1]) + 1;
+}
+
+static int64_t dwz_yw(const struct hp_colgeom *g)
+{
+	int64_t last = (g->img[2] - 1 + g->pad[2]) / 2 + 1;
+
+	return (last > g->grid[2] ? last : g->grid[2]) + 1;
+}
+
+static size_t dwz_dfloats(const struct hp_colgeom *g)
+{
+	return (size_t)((dwz_yh(g) * dwz_yw(g) + (g->img_vol + DWZ_L - 1) / DWZ_L * DWZ_L) * DWZ_L);
+}
+
+/* Whether the flat dX runs g (geometry and CPU only; pads of 0 or more,
+ * so that a tap's dY row and column are at least -1). */
+static int dwz_data_on(const struct hp_colgeom *g)
+{
+	return !dwz_avx2 && hp_cpu_avx512_fma() && hp_dw3_eligible(g) && g->stride[1] == 2 && g->pad[1] >= 0 &&
+	       g->pad[2] >= 0 && dwz_dfloats(g) <= DWZ_MAX * DWZ_L;
+}
+
 static size_t dwc_dfloats(const struct hp_colgeom *g)
 {
 	struct hp_colgeom gy;
+	size_t a, b = dwz_data_on(g) ? dwz_dfloats(g) : 0;
 
 	dwc_dgeom(g, &gy);
-	return (size_t)((DWC_SLOTS + 1) * dwc_width(&gy) * DWC_L + (g->img[2] + 7) / 8 * 8 * DWC_L);
+	a = (size_t)((DWC_SLOTS + 1) * dwc_width(&gy) * DWC_L + (g->img[2] + 7) / 8 * 8 * DWC_L);
+	return a > b ? a : b;
 }
 
 /* Channels [c0, c0 + nc) of item n. */
@@ -601,12 +886,135 @@ DWC_TARGET static void dwc_dblock(const struct dwc_drun *r, int64_t n, int64_t c
 	}
 }
 
+/* dX columns [j0, j0 + N) of one row (N <= 8) from the K dY rows y[k]
+ * (taps kh[k], in order) of the padded dY plane: per element 0, then per
+ * row its taps kw whose dY column is whole (E: whether j0 + pad is odd),
+ * into out[j][16]. */
+DWZ_TARGET static DWC_INLINE void dwz_dcols(const int N, const int E, int K, const float *const *y, const int *kh,
+					    const __m512 *wv, int64_t j0, int64_t pw, float *out)
+{
+	__m512 acc[8];
+
+	for (int j = 0; j < N; j++)
+		acc[j] = _mm512_setzero_ps();
+	for (int k = 0; k < K; k++) {
+		const __m512 *w = wv + 3 * kh[k];
+		for (int j = 0; j < N; j++) {
+			int64_t b = j0 + j + pw; /* (b - kw) / 2 + 1: the column in the padded plane */
+			if ((E + j) & 1) {
+				acc[j] = _mm512_fmadd_ps(w[1], _mm512_loadu_ps(y[k] + ((b - 1) / 2 + 1) * DWZ_L), acc[j]);
+			} else {
+				acc[j] = _mm512_fmadd_ps(w[0], _mm512_loadu_ps(y[k] + (b / 2 + 1) * DWZ_L), acc[j]);
+				acc[j] = _mm512_fmadd_ps(w[2], _mm512_loadu_ps(y[k] + (b / 2) * DWZ_L), acc[j]);
+			}
+		}
+	}
+	for (int j = 0; j < N; j++)
+		_mm512_storeu_ps(out + (j0 + j) * DWZ_L, acc[j]);
+}
+
+#define DWZ_DCASE(N)                                                                                  \
+	case 2 * N:                                                                                    \
+		dwz_dcols(N, 0, k, y, kh, wv, j0, pw, orow);                                           \
+		break;                                                                                 \
+	case 2 * N + 1:                                                                                \
+		dwz_dcols(N, 1, k, y, kh, wv, j0, pw, orow);                                           \
+		break;
+
+/* Channels [c0, c0 + nc) of item n by the flat kernel (scratch: the padded
+ * dY plane, its margins zero, and dX's). */
+DWZ_TARGET static void dwz_dblock(const struct dwc_drun *r, int64_t n, int64_t c0, int nc, float *scratch)
+{
+	const struct hp_dw *d = r->d;
+	const struct hp_colgeom *g = &d->g;
+	int64_t yw = dwz_yw(g), gw = g->grid[2], iw = g->img[2], vol = g->img_vol, gv = g->grid_vol, ph = g->pad[1];
+	int64_t pw = g->pad[2], gi = 0, gj = 0;
+	float *out = scratch + dwz_yh(g) * yw * DWZ_L, *dst = scratch + (yw + 1) * DWZ_L;
+	const float *dys[DWZ_L];
+	float *dxs[DWZ_L];
+	__mmask16 lanes = (__mmask16)((1u << nc) - 1);
+	__m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+					 _mm512_set1_epi32(9));
+	__m512 wv[9], z = _mm512_setzero_ps();
+
+	for (int l = 0; l < nc; l++) {
+		dys[l] = r->dy + (n * d->cin + c0 + l) * gv;
+		dxs[l] = r->dx + (n * d->cin + c0 + l) * vol;
+	}
+	for (int t = 0; t < 9; t++)
+		wv[t] = _mm512_mask_i32gather_ps(z, lanes, idx, r->w + c0 * 9 + t, 4);
+	for (int64_t f = 0; f < gv; f += DWZ_L) { /* dY into the padded plane, from (1, 1) */
+		__mmask16 m = gv - f >= DWZ_L ? 0xffff : (__mmask16)((1u << (gv - f)) - 1);
+		__m512 v[DWZ_L];
+		for (int l = 0; l < DWZ_L; l++)
+			v[l] = l < nc ? _mm512_maskz_loadu_ps(m, dys[l] + f) : z;
+		hp_tr16_ps(v);
+#pragma GCC unroll 16
+		for (int q = 0; q < DWZ_L; q++) {
+			if (f + q >= gv)
+				break;
+			_mm512_storeu_ps(dst + (gi * yw + gj) * DWZ_L, v[q]);
+			if (++gj == gw)
+				gj = 0, gi++;
+		}
+	}
+	for (int64_t i = 0; i < g->img[1]; i++) {
+		const float *y[2];
+		int kh[2], k = 0;
+		for (int t = 0; t < 3; t++) {
+			int64_t a = i + ph - t;
+			if (a & 1)
+				continue;
+			kh[k] = t;
+			y[k++] = scratch + (a / 2 + 1) * yw * DWZ_L;
+		}
+		float *orow = out + i * iw * DWZ_L;
+		int64_t j0 = 0, pre = (gv + g->img[1] - 1) / g->img[1];
+		if (gv <= DWZ_PF) /* the next block's dY */
+			dwz_prefetch(dys[0] + DWZ_L * gv, gv, gv, i * pre, (i + 1) * pre);
+		if (pw & 1)
+			for (; j0 + 8 <= iw; j0 += 8)
+				dwz_dcols(8, 1, k, y, kh, wv, j0, pw, orow);
+		else
+			for (; j0 + 8 <= iw; j0 += 8)
+				dwz_dcols(8, 0, k, y, kh, wv, j0, pw, orow);
+		switch (j0 < iw ? (int)(iw - j0) * 2 + (int)((j0 + pw) & 1) : 0) { /* the row's tail */
+			DWZ_DCASE(1)
+			DWZ_DCASE(2)
+			DWZ_DCASE(3)
+			DWZ_DCASE(4)
+			DWZ_DCASE(5)
+			DWZ_DCASE(6)
+			DWZ_DCASE(7)
+		default:
+			break;
+		}
+	}
+	for (int64_t q = 0; q < vol; q += DWZ_L) { /* back to the planes, nothing past them written */
+		__mmask16 m = vol - q >= DWZ_L ? 0xffff : (__mmask16)((1u << (vol - q)) - 1);
+		__m512 v[DWZ_L];
+		for (int i = 0; i < DWZ_L; i++)
+			v[i] = _mm512_loadu_ps(out + (q + i) * DWZ_L);
+		hp_tr16_ps(v);
+		for (int l = 0; l < nc; l++)
+			_mm512_mask_storeu_ps(dxs[l] + q, m, v[l]);
+	}
+}
+
 static void dwc_drange(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct dwc_drun *r = arg;
 	float *scratch = r->scratch + (size_t)tid * dwc_dfloats(&r->d->g);
 	int64_t wd = dwc_width(&r->gy) * DWC_L;
 
+	if (r->z) { /* the padded dY plane's margins */
+		memset(scratch, 0, (size_t)(dwz_yh(&r->d->g) * dwz_yw(&r->d->g) * DWZ_L) * sizeof(float));
+		for (int64_t u = b; u < e; u++) {
+			int64_t n = u / r->blocks, c0 = u % r->blocks * DWZ_L;
+			dwz_dblock(r, n, c0, (int)(r->d->cin - c0 < DWZ_L ? r->d->cin - c0 : DWZ_L), scratch);
+		}
+		return;
+	}
 	memset(scratch + DWC_SLOTS * wd, 0, (size_t)wd * sizeof(float)); /* the zero row */
 	for (int64_t u = b; u < e; u++) {
 		int64_t n = u / r->blocks, c0 = u % r->blocks * DWC_L;
@@ -627,6 +1035,16 @@ int hp_dwc_data_eligible(const struct hp_dw *d)
 #endif
 }
 
+int hp_dwc_data_flat(const struct hp_dw *d)
+{
+#ifdef DWC_X86
+	return hp_dwc_data_eligible(d) && dwz_data_on(&d->g);
+#else
+	(void)d;
+	return 0;
+#endif
+}
+
 size_t hp_dwc_data_scratch(const struct hp_colgeom *g)
 {
 #ifdef DWC_X86
@@ -641,8 +1059,9 @@ void hp_dwc_data(const struct hp_dw *d, const float *dy, const float *w, float *
 		 struct hp_pool *pool)
 {
 #ifdef DWC_X86
-	struct dwc_drun r = { .d = d, .dy = dy, .w = w, .dx = dx, .scratch = ws,
-			      .blocks = (d->cin + DWC_L - 1) / DWC_L };
+	struct dwc_drun r = { .d = d, .dy = dy, .w = w, .dx = dx, .scratch = ws, .z = dwz_data_on(&d->g) };
+
+	r.blocks = (d->cin + (r.z ? DWZ_L : DWC_L) - 1) / (r.z ? DWZ_L : DWC_L);
 
 	dwc_dgeom(&d->g, &r.gy);
 	hp_conv_parallel(pool, threads, d->batch * r.blocks, dwc_drange, &r);
@@ -704,11 +1123,15 @@ static void dwc_steal(struct dwc_run *r, struct hp_pool *pool, int threads)
 	const struct hp_dw *d = r->d;
 	int64_t units = d->batch * r->blocks, su = units / ((int64_t)threads * DWC_UNITS_PER_THREAD);
 	size_t one = dwc_floats(&d->g), wd = (size_t)(dwc_width(&d->g) * DWC_L);
+	size_t zp = (size_t)(dwz_hp(&d->g) * dwz_wp(&d->g) * DWZ_L);
 	float *own = d->scratch ? NULL : malloc((size_t)threads * one * sizeof(float));
 
 	r->scratch = d->scratch ? d->scratch : own;
-	for (int t = 0; t < threads && r->scratch; t++) /* the zero row */
-		memset(r->scratch + t * one + DWC_SLOTS * wd, 0, wd * sizeof(float));
+	for (int t = 0; t < threads && r->scratch; t++) /* the zero row, or the flat plane's padding */
+		if (r->z)
+			memset(r->scratch + t * one, 0, zp * sizeof(float));
+		else
+			memset(r->scratch + t * one + DWC_SLOTS * wd, 0, wd * sizeof(float));
 	hp_conv_steal(pool, threads, units, su < 1 ? 1 : su, dwc_range, r);
 	free(own);
 }
@@ -721,7 +1144,11 @@ void hp_dwc_forward(const struct hp_dw *d, const float *x, const float *w, const
 	const struct hp_epi *e = d->epi;
 	int saved, threads;
 
-	r.blocks = (d->cin * d->mult + DWC_L - 1) / DWC_L;
+#ifdef DWC_X86
+	r.z = dwz_on(&d->g);
+#endif
+	r.lanes = r.z ? DWZ_L : DWC_L;
+	r.blocks = (d->cin * d->mult + r.lanes - 1) / r.lanes;
 	r.fin = e && (e->add == HP_EPI_ADD_NONE || (e->add == HP_EPI_ADD_FULL && d->addend)) &&
 		(e->act == HP_EPI_NONE || e->act == HP_EPI_RELU || e->act == HP_EPI_CLIP);
 #ifdef DWC_X86

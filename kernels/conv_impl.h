@@ -189,9 +189,10 @@ void hp_dw_planes(const struct hp_dw *d, const float *x, const float *w, const f
 		  int64_t i1);
 
 /* The same 3x3 geometries with eight output channels per register pass
- * (conv_dwc.c): hp_dw3_plane's chains, so the same bits, over planes of
- * at most 4096 outputs; hp_dw_forward takes it where wanted (stride 2,
- * narrow planes). */
+ * (conv_dwc.c; sixteen with AVX-512 on planes it transposes whole, up to
+ * 28x28 at stride 2): hp_dw3_plane's chains, so the same bits, over planes
+ * of at most 4096 outputs; hp_dw_forward takes it where wanted (stride 2,
+ * narrow planes, the whole-plane ones). */
 int hp_dwc_eligible(const struct hp_colgeom *g);
 int hp_dwc_wanted(const struct hp_colgeom *g, int clip); /* clip: hp_dw.xclip set */
 size_t hp_dwc_scratch(const struct hp_colgeom *g); /* floats */
@@ -199,6 +200,9 @@ void hp_dwc_forward(const struct hp_dw *d, const float *x, const float *w, const
 		    struct hp_pool *pool);
 /* Tests and benchmarks only: 0 auto, 1 whenever eligible, -1 never. */
 void hp_dwc_set_mode(int mode);
+/* Tests and benchmarks only: 1, the eight-channel blocks even where the
+ * CPU has AVX-512 (the same bits); 0, the default. */
+void hp_dwc_set_avx2(int on);
 /* Depthwise KxK forward (conv_dwk.c, AVX2 + FMA): 2-D, K = 3, 5 or 7
  * square, stride 1 or 2, any dilation, but not conv_dw3.c's undilated 3x3;
  * eight output channels per register pass, each output the chain bias +
@@ -225,6 +229,9 @@ int hp_dwk_data_flip(const struct hp_dw *d, struct hp_dw *f);
  * (kh, kw) order; hp_dwc_data_scratch() floats per thread at ws. */
 int hp_dwc_data_eligible(const struct hp_dw *d);
 size_t hp_dwc_data_scratch(const struct hp_colgeom *g); /* floats */
+/* Whether hp_dwc_data takes d by its flat sixteen-channel planes (small
+ * planes, AVX-512), which then beat conv_dw3.c's dX rows. */
+int hp_dwc_data_flat(const struct hp_dw *d);
 void hp_dwc_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, float *ws, int threads,
 		 struct hp_pool *pool);
 int hp_dwc_filter_eligible(const struct hp_colgeom *g);

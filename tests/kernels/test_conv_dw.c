@@ -303,6 +303,16 @@ static const struct dc dwc_cases[] = {
 	{ 2, 1, 3, 1, { 6, 17 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
 	{ 2, 1, 3, 1, { 5, 26 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 0, 0 }, { 2, 3 } },
 	{ 2, 1, 2, 1, { 4, 30 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	/* sixteen channels, small planes whole (AVX-512): blocks of 16 and a
+	 * tail, planes of one or more transposes and a partial one, a crop
+	 * (an image column no output reads), multipliers */
+	{ 2, 2, 37, 1, { 7, 7 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 33, 1, { 14, 14 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 20, 1, { 14, 14 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 0 }, { 1, 1 } },
+	{ 2, 1, 16, 1, { 13, 14 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 0 }, { 0, 0 } },
+	{ 2, 1, 9, 2, { 4, 4 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 0, 2 }, { 2, 0 } },
+	{ 2, 1, 17, 1, { 8, 9 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 3, 1 }, { 2, 3 } },
+	{ 2, 1, 20, 1, { 28, 28 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
 };
 
 /* y as one chain per output: bias, then fmaf over (kh, kw), taps in the
@@ -345,6 +355,8 @@ static float *dwc_data(size_t n, unsigned seed)
 	return p;
 }
 
+#define DWC_CASES (int)(sizeof dwc_cases / sizeof dwc_cases[0])
+
 /* Whole node of case t with mode (1 channel blocks, -1 planes) and pool. */
 static void dwc_run(const struct dc *t, int mode, struct hp_pool *pool, const float *x, const float *w,
 		    const float *b, const struct hp_epi *epi, const float *add, float *y)
@@ -359,6 +371,49 @@ static void dwc_run(const struct dc *t, int mode, struct hp_pool *pool, const fl
 	hp_dwc_set_mode(0);
 }
 
+/* Case ci with the eight-channel blocks forced (isa 1) or not. */
+static void dwc_chains(int ci, int isa, struct hp_pool *pool)
+{
+	const struct dc *t = &dwc_cases[ci];
+	int64_t m = t->c * t->mult, ny = t->n * m * out_dim(t, 0) * out_dim(t, 1);
+	size_t nx = (size_t)(t->n * t->c * t->in[0] * t->in[1]);
+	float *x = dwc_data(nx, 3 + ci), *w = dwc_data((size_t)m * 9, 5 + ci), *b = dwc_data((size_t)m, 7 + ci);
+	float *add = dwc_data((size_t)ny, 9 + ci), *ref = malloc((size_t)ny * 4), *y = malloc((size_t)ny * 4);
+	float *y2 = malloc((size_t)ny * 4);
+	struct hp_epi clip = { .act = HP_EPI_CLIP, .add = HP_EPI_ADD_FULL, .lo = 0.0f, .hi = 0.5f };
+	double *dref = calloc((size_t)ny, sizeof *dref);
+	struct refctx rc = { .a = x, .b = w, .out = dref, .pass = 0 };
+
+	int64_t i0, i1;
+	struct hp_dw whole = geom(t, 0, out_dim(t, 0), &i0, &i1);
+
+	assert_true(hp_dwc_eligible(&whole.g));
+	hp_dwc_set_avx2(isa);
+	dwc_run(t, 1, NULL, x, w, b, NULL, NULL, y);
+	chain_ref(t, x, w, b, NULL, 1, 0, ref);
+	if (memcmp(y, ref, (size_t)ny * 4))
+		fail_msg("dwc case %d, isa %d: not the fmaf chain of every output", ci, isa);
+	each(t, ref_visit, &rc);
+	for (int64_t i = 0; i < ny; i++)
+		if (fabs(y[i] - (dref[i] + b[i / (out_dim(t, 0) * out_dim(t, 1)) % m])) > 1e-5 * 8)
+			fail_msg("dwc case %d, isa %d: %g against loops %g at %lld", ci, isa, y[i], dref[i], (long long)i);
+	dwc_run(t, -1, NULL, x, w, b, NULL, NULL, y2);
+	if (memcmp(y, y2, (size_t)ny * 4))
+		fail_msg("dwc case %d, isa %d: channel blocks differ from the plane kernel", ci, isa);
+	dwc_run(t, 1, pool, x, w, b, NULL, NULL, y2);
+	if (memcmp(y, y2, (size_t)ny * 4))
+		fail_msg("dwc case %d, isa %d: a pool of 2 changes the bits", ci, isa);
+	dwc_run(t, 1, pool, x, w, b, &clip, add, y);
+	chain_ref(t, x, w, b, add, 0.0f, 0.5f, ref);
+	if (memcmp(y, ref, (size_t)ny * 4))
+		fail_msg("dwc case %d, isa %d: the fused Add and Clip differ from fused_epi.c's", ci, isa);
+	dwc_run(t, -1, NULL, x, w, b, &clip, add, y2);
+	if (memcmp(y, y2, (size_t)ny * 4))
+		fail_msg("dwc case %d, isa %d: fused channel blocks differ from the plane kernel's", ci, isa);
+	free(x), free(w), free(b), free(add), free(ref), free(y), free(y2), free(dref);
+	hp_dwc_set_avx2(0);
+}
+
 /* Every output is the promised chain bit for bit (and so within 1e-5 of
  * double loops), with and without Clip(0, 6) after an addend; the same
  * bits as the plane kernel and on a pool of 2. */
@@ -370,46 +425,11 @@ static void test_dwc_chains(void **state)
 	if (!hp_dot_available())
 		skip();
 	assert_int_equal(hp_pool_create(2, &pool), 0);
-	for (int ci = 0; ci < (int)(sizeof dwc_cases / sizeof dwc_cases[0]); ci++) {
-		const struct dc *t = &dwc_cases[ci];
-		int64_t m = t->c * t->mult, ny = t->n * m * out_dim(t, 0) * out_dim(t, 1);
-		size_t nx = (size_t)(t->n * t->c * t->in[0] * t->in[1]);
-		float *x = dwc_data(nx, 3 + ci), *w = dwc_data((size_t)m * 9, 5 + ci), *b = dwc_data((size_t)m, 7 + ci);
-		float *add = dwc_data((size_t)ny, 9 + ci), *ref = malloc((size_t)ny * 4), *y = malloc((size_t)ny * 4);
-		float *y2 = malloc((size_t)ny * 4);
-		struct hp_epi clip = { .act = HP_EPI_CLIP, .add = HP_EPI_ADD_FULL, .lo = 0.0f, .hi = 0.5f };
-		double *dref = calloc((size_t)ny, sizeof *dref);
-		struct refctx rc = { .a = x, .b = w, .out = dref, .pass = 0 };
-
-		int64_t i0, i1;
-		struct hp_dw whole = geom(t, 0, out_dim(t, 0), &i0, &i1);
-
-		assert_true(hp_dwc_eligible(&whole.g));
-		dwc_run(t, 1, NULL, x, w, b, NULL, NULL, y);
-		chain_ref(t, x, w, b, NULL, 1, 0, ref);
-		if (memcmp(y, ref, (size_t)ny * 4))
-			fail_msg("dwc case %d: not the fmaf chain of every output", ci);
-		each(t, ref_visit, &rc);
-		for (int64_t i = 0; i < ny; i++)
-			if (fabs(y[i] - (dref[i] + b[i / (out_dim(t, 0) * out_dim(t, 1)) % m])) > 1e-5 * 8)
-				fail_msg("dwc case %d: %g against loops %g at %lld", ci, y[i], dref[i], (long long)i);
-		dwc_run(t, -1, NULL, x, w, b, NULL, NULL, y2);
-		if (memcmp(y, y2, (size_t)ny * 4))
-			fail_msg("dwc case %d: channel blocks differ from the plane kernel", ci);
-		dwc_run(t, 1, pool, x, w, b, NULL, NULL, y2);
-		if (memcmp(y, y2, (size_t)ny * 4))
-			fail_msg("dwc case %d: a pool of 2 changes the bits", ci);
-		dwc_run(t, 1, pool, x, w, b, &clip, add, y);
-		chain_ref(t, x, w, b, add, 0.0f, 0.5f, ref);
-		if (memcmp(y, ref, (size_t)ny * 4))
-			fail_msg("dwc case %d: the fused Add and Clip differ from fused_epi.c's", ci);
-		dwc_run(t, -1, NULL, x, w, b, &clip, add, y2);
-		if (memcmp(y, y2, (size_t)ny * 4))
-			fail_msg("dwc case %d: fused channel blocks differ from the plane kernel's", ci);
-		free(x), free(w), free(b), free(add), free(ref), free(y), free(y2), free(dref);
-	}
+	for (int ci = 0; ci < 2 * DWC_CASES; ci++) /* sixteen channels (where AVX-512 runs), then eight */
+		dwc_chains(ci % DWC_CASES, ci / DWC_CASES, pool);
 	hp_pool_destroy(pool);
 }
+
 
 /* Bands of output rows by channel blocks (their input rows and halo, the
  * band's top pad) are bitwise the rows of the whole. */
@@ -635,7 +655,15 @@ static const struct dc dwd_cases[] = {
 	/* and its 32-column AVX-512 blocks (rows of 48 and more) */
 	{ 2, 1, 3, 1, { 4, 64 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 0 } },
 	{ 2, 1, 2, 1, { 5, 81 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 2 }, { 1, 1 } },
+	/* conv_dwc.c's flat sixteen-channel dX (AVX-512): blocks of 16 and a
+	 * tail, rows of whole steps of 8 and tails, odd and even pads */
+	{ 2, 1, 37, 1, { 14, 14 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 2, 17, 1, { 13, 19 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 2, 1 }, { 0, 2 } },
+	{ 2, 1, 16, 1, { 8, 16 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 0 }, { 1, 1 } },
+	{ 2, 1, 20, 1, { 28, 28 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
 };
+
+#define DWD_CASES (int)(sizeof dwd_cases / sizeof dwd_cases[0])
 
 /* Every dX element is that chain bit for bit, alone and on a pool of 2;
  * bands of dX rows from the dY rows they need (or one more above) are
@@ -648,14 +676,17 @@ static void test_dw_data_flip(void **state)
 	if (!hp_dot_available())
 		skip();
 	assert_int_equal(hp_pool_create(2, &pool), 0);
-	for (int ci = 0; ci < (int)(sizeof dwd_cases / sizeof dwd_cases[0]); ci++) {
-		const struct dc *t = &dwd_cases[ci];
+	/* cases ci >= DWD_CASES again with conv_dwc.c's eight-channel blocks
+	 * (and conv_dw3.c's rows) where the CPU has AVX-512 */
+	for (int ci = 0; ci < 2 * DWD_CASES; ci++) {
+		const struct dc *t = &dwd_cases[ci % DWD_CASES];
 		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), ih = t->in[0], iw = t->in[1];
 		size_t nx = (size_t)(t->n * t->c * ih * iw), ny = (size_t)(t->n * t->c * oh * ow);
 		float *dy = dwc_data(ny, 41 + ci), *w = dwc_data((size_t)t->c * 9, 43 + ci), *ws = malloc((size_t)t->c * 36);
 		float *ref = malloc(nx * 4), *got = malloc(nx * 4), *dyb = malloc(ny * 4);
 		struct hp_dw whole = dwd_geom(t, 0, ih, 0, oh);
 
+		hp_dwc_set_avx2(ci >= DWD_CASES);
 		assert_true(hp_dw_data_ws(&whole) > 0);
 		ws = realloc(ws, hp_dw_data_ws(&whole));
 		dwd_ref(t, dy, w, ref);
@@ -687,6 +718,7 @@ static void test_dw_data_flip(void **state)
 				}
 		free(dy), free(w), free(ws), free(ref), free(got), free(dyb);
 	}
+	hp_dwc_set_avx2(0);
 	hp_pool_destroy(pool);
 }
 
