@@ -19,6 +19,8 @@ struct ad {
 	int counter;          /* for unique names */
 	int sched;            /* sched hint of the nodes emitted now: the forward node's */
 	const struct hp_ad_ext *ext; /* a pipeline stage's seeds and outputs, or NULL */
+	int *prod;            /* per value: the last node of [0, prod_nodes) that outputs it, or -1 */
+	int prod_nodes, prod_cap;
 };
 
 /* Attribute constructors (emit copies them). */
