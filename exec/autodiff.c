@@ -10,6 +10,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/kernels.h"
 #include "exec/autodiff_internal.h"
+#include "exec/fuse_internal.h"
 #include "exec/remat.h"
 #include "exec/split_weight.h"
 
@@ -242,23 +243,6 @@ static int need_step(struct ad *ad)
 	return 0;
 }
 
-static int set_op(struct hp_node *n, const char *op)
-{
-	char *t = strdup(op), *d = strdup("ai.hpdlf");
-
-	if (!t || !d) {
-		free(t);
-		free(d);
-		return hp_error(-ENOMEM, "out of memory");
-	}
-	hp_node_release(n);
-	n->op = NULL;
-	free(n->op_type);
-	free(n->domain);
-	n->op_type = t;
-	n->domain = d;
-	return 0;
-}
 
 /* BatchNormalization -> BatchNormTrain(X, scale, B, mean, var) -> Y, mean', var'. */
 static int rewrite_bn(struct ad *ad, int i)
@@ -295,7 +279,7 @@ static int rewrite_bn(struct ad *ad, int i)
 	free(g->nodes[i].outputs);
 	g->nodes[i].outputs = outs;
 	g->nodes[i].noutputs = 3;
-	return set_op(&g->nodes[i], "BatchNormTrain");
+	return hp_fz_set_op(&g->nodes[i], "BatchNormTrain");
 }
 
 /* Dropout(X, ratio?, training_mode?) -> DropoutTrain(X, step) -> Y, mask. */
@@ -331,7 +315,7 @@ static int rewrite_dropout(struct ad *ad, int i)
 	 * so its masks are those of the same node in a 1-rank run */
 	a[1] = ad_int("seed", (int64_t)(ad->spec->seed * 1000003u + (uint64_t)i +
 					(uint64_t)(ad->ext ? ad->ext->node_offset : 0)));
-	if ((rc = set_op(n, "DropoutTrain")) < 0)
+	if ((rc = hp_fz_set_op(n, "DropoutTrain")) < 0)
 		return rc;
 	for (int k = 0; k < 2; k++)
 		if ((rc = hp_graph_add_attr(g, i, &a[k])) < 0)

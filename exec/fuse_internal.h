@@ -83,6 +83,8 @@ int hp_fz_add_node(struct hp_graph *g, const char *name, const char *op, int hpd
 int hp_fz_attr_int(struct hp_graph *g, int node, const char *name, int64_t v);
 int hp_fz_attr_float(struct hp_graph *g, int node, const char *name, float v);
 int hp_fz_attr_str(struct hp_graph *g, int node, const char *name, const char *v);
+/* Node n becomes op of domain ai.hpdlf, its prepared state released. */
+int hp_fz_set_op(struct hp_node *n, const char *op);
 int hp_fz_attr_ints(struct hp_graph *g, int node, const char *name, const int64_t *v, int n);
 /* Remove the nodes listed (indices, any order; -1 entries skipped). */
 void hp_fz_remove(struct hp_graph *g, int *nodes, int n);

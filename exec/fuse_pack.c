@@ -193,21 +193,9 @@ static int pw_tiny(struct hp_graph *g, int i)
 
 static int set_fused_conv(struct hp_graph *g, int i)
 {
-	struct hp_node *n = &g->nodes[i];
-	char *t = strdup("FusedConv"), *d = strdup("ai.hpdlf");
+	int rc = hp_fz_set_op(&g->nodes[i], "FusedConv");
 
-	if (!t || !d) {
-		free(t);
-		free(d);
-		return hp_error(-ENOMEM, "out of memory");
-	}
-	hp_node_release(n);
-	n->op = NULL;
-	free(n->op_type);
-	free(n->domain);
-	n->op_type = t;
-	n->domain = d;
-	return hp_fz_attr_str(g, i, "activation", "");
+	return rc < 0 ? rc : hp_fz_attr_str(g, i, "activation", "");
 }
 
 /* W [m][k] as conv_pwt.c's tiles read it (hp_pwt_pack), a new

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "hpdlf/error.h"
+#include "exec/exec_internal.h"
 #include "exec/fuse_internal.h"
 
 int hp_fz_is(const struct hp_node *n, const char *op)
@@ -132,6 +133,24 @@ int hp_fz_add_node(struct hp_graph *g, const char *name, const char *op, int hpd
 	if (!(g->nodes[i].domain = strdup("ai.hpdlf")))
 		return hp_error(-ENOMEM, "out of memory");
 	return i;
+}
+
+int hp_fz_set_op(struct hp_node *n, const char *op)
+{
+	char *t = strdup(op), *d = strdup("ai.hpdlf");
+
+	if (!t || !d) {
+		free(t);
+		free(d);
+		return hp_error(-ENOMEM, "out of memory");
+	}
+	hp_node_release(n);
+	n->op = NULL;
+	free(n->op_type);
+	free(n->domain);
+	n->op_type = t;
+	n->domain = d;
+	return 0;
 }
 
 int hp_fz_attr_int(struct hp_graph *g, int node, const char *name, int64_t v)
