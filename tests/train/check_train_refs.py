@@ -29,7 +29,8 @@ of infer_x.npy.  Checks, for every model and training:
     the same for a variant written here in which each BatchNorm reads one
     initializer as both bias and running mean, weight and running variance;
     and a checkpoint half way with --resume gives bitwise a straight run's
-    losses and exported model.
+    losses and exported model; so does, for the first model's step-schedule
+    Adam run, a run stopped by SIGTERM at its first checkpoint and resumed.
 """
 import concurrent.futures
 import json
@@ -213,17 +214,30 @@ def check_run(rep, exe, folder, r, tmp, ooc, model=None, name=None):
           % (what, len(want_w), " (differ: %s)" % differ[:6] if differ else ""))
 
 
-def check_resume(rep, exe, folder, r, tmp):
+def check_resume(rep, exe, folder, r, tmp, by_signal=False):
     """Half the steps, a checkpoint, --resume to the end: the losses and the
     exported model (split statistics included) are bitwise those of the
-    straight run check_run just made (tmp/in.json, tmp/trained.onnx)."""
+    straight run check_run just made (tmp/in.json, tmp/trained.onnx).
+    by_signal: the first half is the whole run stopped by a SIGTERM during
+    its first checkpoint (HPDLF_TEST_TERM_IN_CHECKPOINT), as a preempted
+    job is, so that a learning-rate schedule keeps its total steps."""
     name, args, half = os.path.basename(folder), train_args(folder, r), r["steps"] // 2
-    ck, out = os.path.join(tmp, "ck"), os.path.join(tmp, "b.onnx")
+    ck, out = os.path.join(tmp, "ck_sig" if by_signal else "ck"), os.path.join(tmp, "b.onnx")
     logs = [os.path.join(tmp, n + ".json") for n in "ab"]
-    for a in (args + ["--steps", str(half), "--checkpoint", ck, "--checkpoint-every", str(half), "--log-json", logs[0]],
-              args + ["--checkpoint", ck, "--resume", "--log-json", logs[1], "--export-onnx", out]):
-        rc, _, err = run(exe, a)
+    first = args + (["--steps", str(half)] if not by_signal else []) + ["--checkpoint", ck, "--checkpoint-every",
+                                                                       str(half), "--log-json", logs[0]]
+    env = dict(os.environ, HPDLF_TEST_TERM_IN_CHECKPOINT="1") if by_signal else None
+    if by_signal:  # check_run exports only runs with statistics or out of core: the straight run here
+        rc, _, err = run(exe, args + ["--log-json", os.path.join(tmp, "in.json"), "--export-onnx",
+                                      os.path.join(tmp, "trained.onnx")])
         if rc != 0:
+            rep.check(False, "%s %s straight run: exit %d %s" % (name, label(r), rc, err.strip()[-300:]))
+            return
+    for a, want in ((first, 143 if by_signal else 0),
+                    (args + ["--checkpoint", ck, "--resume", "--log-json", logs[1], "--export-onnx", out], 0)):
+        p = subprocess.run([exe] + a, capture_output=True, text=True, timeout=300, env=env)
+        rc, err, env = p.returncode, p.stderr, None
+        if rc != want:
             rep.check(False, "%s %s resume: exit %d %s" % (name, label(r), rc, err.strip()[-300:]))
             return
     full = [x["loss"] for x in log_rows(os.path.join(tmp, "in.json"))]
@@ -250,6 +264,8 @@ def check_model(exe, index, folder):
         runs = json.load(f)["runs"]
         for k, r in enumerate(runs):
             check_run(rep, exe, folder, r, tmp, k == ooc_run(index, runs))
+        if index == 0 and "schedule" in runs[-1]:  # a schedule preempted and resumed: the straight run's bits
+            check_resume(rep, exe, folder, runs[-1], tmp, by_signal=True)
         src = os.path.join(folder, "model.onnx")
         if identities(src):  # merged by the exporter: resume, and one initializer in two roles
             check_resume(rep, exe, folder, runs[-1], tmp)
