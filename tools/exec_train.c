@@ -26,6 +26,8 @@
 #include "tools/train_progress.h"
 #include "tools/tune_run.h"
 
+/* stepping: a signal waits for the next step boundary (set when training
+ * starts, and when the run is already leaving with an error) */
 static volatile sig_atomic_t interrupted, stepping, stop_quiet;
 static char stop_tail[768] = " before training started\n";
 
@@ -643,6 +645,7 @@ static void quiet_rank(struct cli *c)
  * ends the others. */
 static int train_fail(int rc)
 {
+	stepping = 1; /* leaving with rc: a launcher's SIGTERM to this rank must not turn it into 143 */
 	if (rc == HP_EUSAGE) {
 		if (hp_comm_rank() == 0)
 			fprintf(stderr, "hpdlf-exec: %s\n", hp_errmsg());
@@ -688,8 +691,10 @@ int exec_train_main(struct cli *c)
 	signal(SIGTERM, on_stop);
 	signal(SIGUSR1, on_stop); /* what batch systems send ahead of a time limit */
 	rc = to_opts(c, &o);
-	if (rc)
+	if (rc) {
+		stepping = 1; /* as train_fail */
 		return rc;
+	}
 	o.graph_only = c->plan || c->plan_dot;
 	if (c->plan && c->pipeline)
 		o.budget = 0; /* the whole step is not planned: each stage is, under the budget (exec_plan_pipe.c) */
