@@ -115,9 +115,7 @@ int exec_store_tiers(const struct cli *c, struct hs_tier_spec *specs, int *n);
  * to zero (saying so unless quiet).  exec_tiers_tidy does it now (before
  * an _exit). */
 void exec_tiers_opened(int quiet);
-void exec_tiers_tidy(void);
-/* The same from a signal handler (async-signal-safe: no message). */
-void exec_tiers_tidy_signal(void);
+void exec_tiers_tidy(void);   /* async-signal-safe: the signal handler calls it too */
 
 struct hp_session;
 struct json_object;

@@ -32,32 +32,10 @@ static struct tier_file {
 } tier_files[16];
 static int ntier_files, tiers_armed, tiers_quiet, tiers_atexit;
 
+/* Removes the tier files the run created, truncates those it was given
+ * (saying so); async-signal-safe (write, no stdio): at exit and from the
+ * signal handler alike. */
 static void tidy_tier_files(void)
-{
-	for (int i = 0; tiers_armed && i < ntier_files; i++) {
-		struct tier_file *f = &tier_files[i];
-		struct stat sb;
-
-		if (lstat(f->path, &sb) < 0 || !S_ISREG(sb.st_mode))
-			continue;
-		if (f->created)
-			unlink(f->path);
-		else if (sb.st_size && truncate(f->path, 0) == 0 && !tiers_quiet)
-			fprintf(stderr, "hpdlf-exec: --tier %s: truncated to 0 bytes (it held this run's scratch "
-				"only)\n", f->path);
-	}
-	tiers_armed = 0;
-}
-
-void exec_tiers_opened(int quiet)
-{
-	if (ntier_files && !tiers_atexit)
-		tiers_atexit = atexit(tidy_tier_files) == 0;
-	tiers_armed = 1;
-	tiers_quiet = quiet;
-}
-
-void exec_tiers_tidy_signal(void)
 {
 	for (int i = 0; tiers_armed && i < ntier_files; i++) {
 		struct stat sb;
@@ -74,6 +52,14 @@ void exec_tiers_tidy_signal(void)
 		}
 	}
 	tiers_armed = 0;
+}
+
+void exec_tiers_opened(int quiet)
+{
+	if (ntier_files && !tiers_atexit)
+		tiers_atexit = atexit(tidy_tier_files) == 0;
+	tiers_armed = 1;
+	tiers_quiet = quiet;
 }
 
 void exec_tiers_tidy(void)

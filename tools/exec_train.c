@@ -43,7 +43,7 @@ static void on_stop(int sig)
 
 	interrupted = sig;
 	if (!stepping) {
-		exec_tiers_tidy_signal();
+		exec_tiers_tidy();
 		/* ranks other than 0 are quiet (a launcher ends them all) */
 		if (!stop_quiet &&
 		    (write(2, sig == SIGTERM ? term : intr, sig == SIGTERM ? sizeof term - 1 : sizeof intr - 1) < 0 ||
