@@ -5,6 +5,7 @@
  * memory management.  Kernels and the API stay the same. */
 #include <errno.h>
 #include <stddef.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -550,6 +551,12 @@ static int session_new(struct hp_graph *g, const struct hp_exec_opts *o, struct 
 	}
 	if ((rc = hp_compile(g, o, &layout)) < 0)
 		return rc;
+	/* Building and planning the graph freed more heap than the run keeps;
+	 * glibc holds such pages resident until trimmed.  Give them back
+	 * before the store's pool is touched, and again once the session is
+	 * made, so that they never sit beside the tensors (training an
+	 * EfficientNet-B0 at a 64 MiB budget peaked at 72.6 MiB without). */
+	malloc_trim(0);
 	s = calloc(1, sizeof *s);
 	if (!s)
 		return hp_error(-ENOMEM, "out of memory");
@@ -581,6 +588,7 @@ static int session_new(struct hp_graph *g, const struct hp_exec_opts *o, struct 
 	for (int i = 0; i < g->nnodes; i++)
 		if (!g->nodes[i].folded && g->nodes[i].op->flops)
 			s->flops += g->nodes[i].op->flops(g, &g->nodes[i]);
+	malloc_trim(0);
 	*out = s;
 	return 0;
 fail:

@@ -25,6 +25,12 @@ first, removed when everything passes), then:
     moments: a tensor peak of about 150 MiB in core) at 64 and 96 MiB: the
     peak RSS is within the budget, the losses those of the in-core run
     (1e-5);
+  * training an EfficientNet-like net of 48 MBConv blocks (1x1 expand,
+    depthwise 3x3, squeeze-excite, SiLU, BatchNorm; about 900 nodes, 4.6
+    MiB of weights) at 64 and 80 MiB: peak RSS within the budget.  Building
+    and planning its training step frees more heap than the run keeps; it
+    peaked at 112% and 107% of those budgets while glibc held those pages
+    (exec/session.c trims them before the store's pool is touched);
   * the smallest budget --plan names: the same at two given budgets; a run
     at it works, one byte less exits 2 naming it.  Once where it is above
     64 MiB (one MatMul with a 64 MiB weight, --no-split: the process's
@@ -117,6 +123,64 @@ def bnconv(path, rng):
                           [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [1, 512, 4, 4])], inits)
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
     return prev
+
+
+def mbconv(path, blocks, c, hw, rng):
+    """EfficientNet's block, 48 times: many small nodes and tensors."""
+    inits, nodes = [], []
+
+    def t(a, name):
+        inits.append(numpy_helper.from_array(a.astype(np.float32), name))
+        return name
+
+    def node(op, ins, out, **kw):
+        nodes.append(helper.make_node(op, ins, [out], **kw))
+        return out
+
+    def bn(src, ch, tag):
+        return node("BatchNormalization", [src, t(np.ones(ch), "bg" + tag), t(np.zeros(ch), "bb" + tag),
+                                           t(np.zeros(ch), "bm" + tag), t(np.ones(ch), "bv" + tag)], "bn" + tag)
+
+    def silu(src, tag):
+        return node("Mul", [src, node("Sigmoid", [src], "sg" + tag)], "si" + tag)
+
+    prev = node("Conv", ["x", t(rng.normal(0, 0.3, (c, 3, 3, 3)), "w_in")], "h_in", pads=[1, 1, 1, 1])
+    for i in range(blocks):
+        e = 4 * c
+        a = silu(bn(node("Conv", [prev, t(rng.normal(0, (2 / c) ** .5, (e, c, 1, 1)), "we%d" % i)], "ex%d" % i), e,
+                    "e%d" % i), "e%d" % i)
+        a = silu(bn(node("Conv", [a, t(rng.normal(0, 0.3, (e, 1, 3, 3)), "wd%d" % i)], "dw%d" % i, pads=[1, 1, 1, 1],
+                         group=e), e, "d%d" % i), "d%d" % i)
+        s = silu(node("Conv", [node("GlobalAveragePool", [a], "gp%d" % i), t(rng.normal(0, 0.1, (8, e, 1, 1)),
+                                                                              "ws1%d" % i),
+                               t(np.zeros(8), "bs1%d" % i)], "s1%d" % i), "s%d" % i)
+        s = node("Sigmoid", [node("Conv", [s, t(rng.normal(0, 0.1, (e, 8, 1, 1)), "ws2%d" % i),
+                                           t(np.zeros(e), "bs2%d" % i)], "s2%d" % i)], "ss%d" % i)
+        p = node("Conv", [node("Mul", [a, s], "se%d" % i), t(rng.normal(0, (1 / e) ** .5, (c, e, 1, 1)), "wp%d" % i)],
+                 "pj%d" % i)
+        prev = node("Add", [bn(p, c, "p%d" % i), prev], "o%d" % i)
+    y = node("MatMul", [node("Flatten", [node("GlobalAveragePool", [prev], "gp")], "fl"),
+                        t(rng.normal(0, 0.1, (c, 10)), "fw")], "y")
+    g = helper.make_graph(nodes, "mbconv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, hw, hw])],
+                          [helper.make_tensor_value_info(y, TensorProto.FLOAT, ["batch", 10])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def mbconv_checks(exe, tmp):
+    rows = []
+    for budget in (64 * MIB, 80 * MIB):
+        st = os.path.join(tmp, "s.json")
+        rc, _, err = run(exe, [os.path.join(tmp, "mb.onnx"), "--train", "--data", os.path.join(tmp, "xmb.npy"),
+                               "--labels", os.path.join(tmp, "ymb.npy"), "--batch", "4", "--steps", "2", "--threads",
+                               "2", "--quiet", "--stats-json", st, "--budget", str(budget)])
+        if not check(rc == 0, "MBConv training at %d B: exit %d %s" % (budget, rc, err.strip()[-300:])):
+            continue
+        s = stats_of(st)
+        rss = s["peak_rss_bytes"]
+        rows.append(("train mbconv", budget, rss, s["tensor_peak_bytes"]))
+        check(rss <= budget, "MBConv training at %d MiB: peak RSS %d B (%.1f MiB) within the budget"
+              % (budget // MIB, rss, rss / MIB))
+    return rows
 
 
 def stats_of(path):
@@ -234,6 +298,9 @@ def main():
     matmul(os.path.join(tmp, "mm.onnx"), rng)
     tmatmul(os.path.join(tmp, "tmm.onnx"), rng)
     bn_out = bnconv(os.path.join(tmp, "bn.onnx"), rng)
+    mbconv(os.path.join(tmp, "mb.onnx"), 48, 48, 24, rng)
+    np.save(os.path.join(tmp, "xmb.npy"), rng.standard_normal((8, 3, 24, 24)).astype(np.float32))
+    np.save(os.path.join(tmp, "ymb.npy"), rng.integers(0, 10, 8).astype(np.int64))
     np.save(os.path.join(tmp, "xb.npy"), rng.standard_normal((1, 512, 4, 4)).astype(np.float32))
     np.save(os.path.join(tmp, "xt.npy"), rng.standard_normal((2, 16, 2048)).astype(np.float32))
     np.save(os.path.join(tmp, "xi.npy"), rng.standard_normal((64, 1792)).astype(np.float32))
@@ -244,6 +311,7 @@ def main():
     rows += infer_checks(exe, tmp, "y", "tmm.onnx", "xt.npy", "transposed W")
     rows += infer_checks(exe, tmp, bn_out, "bn.onnx", "xb.npy", "Conv+BN")
     rows += train_checks(exe, tmp)
+    rows += mbconv_checks(exe, tmp)
     smallest_checks(exe, "MatMul 64 MiB weight, --no-split",
                     [os.path.join(tmp, "mm.onnx"), "--input", "x=" + os.path.join(tmp, "xm.npy"), "--no-split",
                      "--quiet"], (1 << 30, 256 * MIB), True)
