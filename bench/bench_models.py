@@ -4,13 +4,14 @@
 
 usage: bench_models.py BUILD_DIR [--threads N] [--reps N] [--rounds N] [--steps N]
                        [--export-steps N] [--models DIR] [--only NAME[,NAME...]] [--no-train]
-                       [--no-infer] [--spin]
+                       [--no-infer] [--no-zoo] [--spin]
 
 Models: bench/make_bench_models.py's exports (resnet18, mobilenetv2, gpt2,
-bert, unet2d; written to --models DIR, or a temporary folder, when missing)
-and the project's test models (tests/models: mlp, lenet, unet3d_tiny) and
-the 3D U-Net of tools/make_unet3d.py (48^3, as hpdlf-bench-infer and
-hpdlf-bench-train make it).  Inference: BUILD_DIR/bench/hpdlf-bench-infer
+bert, unet2d, and its zoo of eleven more torchvision nets at 96x96;
+written to --models DIR, or a temporary folder, when missing) and the
+project's test models (tests/models: mlp, lenet, unet3d_tiny) and the 3D
+U-Net of tools/make_unet3d.py (48^3, as hpdlf-bench-infer and
+hpdlf-bench-train make it).  --no-zoo leaves the zoo out.  Inference: BUILD_DIR/bench/hpdlf-bench-infer
 (ONNX Runtime through bench/ort_run.js when node finds onnxruntime-node,
 e.g. NODE_PATH=... after `npm install --ignore-scripts
 onnxruntime-node@1.20.1`), medians of --reps runs (default 20) after a
@@ -46,7 +47,10 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(HERE)
-EXPORTS = ["resnet18", "mobilenetv2", "gpt2", "bert", "unet2d"]
+CORE = ["resnet18", "mobilenetv2", "gpt2", "bert", "unet2d"]
+ZOO = ["squeezenet", "googlenet", "densenet", "resnext", "mnasnet", "shufflenet", "effnetb0", "mnv3small", "regnet",
+       "convnext", "deeplabv3"]
+EXPORTS = CORE + ZOO
 TESTS = ["mlp", "lenet", "unet3d_tiny"]
 
 
@@ -145,7 +149,8 @@ def main():
                     "hpdlf-bench-train's)")
     ap.add_argument("--export-steps", type=int, default=12, help="training steps of the exports")
     ap.add_argument("--models", default=None)
-    ap.add_argument("--only", default=",".join(EXPORTS + TESTS + ["unet3d"]))
+    ap.add_argument("--only", default=None, help="models, comma-separated (default: all)")
+    ap.add_argument("--no-zoo", action="store_true", help="leave out make_bench_models.py's zoo")
     ap.add_argument("--no-train", action="store_true")
     ap.add_argument("--no-infer", action="store_true")
     ap.add_argument("--spin", action="store_true", help="leave ORT's and PyTorch's spinning as they default")
@@ -156,7 +161,10 @@ def main():
         os.environ.setdefault("HPDLF_BENCH_NO_SPIN", "1")
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         os.environ.setdefault("HPDLF_POOL_SPIN_US", "0")
-    names = a.only.split(",")
+    names = a.only.split(",") if a.only else CORE + TESTS + ["unet3d"] + ([] if a.no_zoo else ZOO)
+    bad = [n for n in names if n not in EXPORTS + TESTS + ["unet3d"]]
+    if bad:
+        ap.error("unknown model %s (%s)" % (", ".join(bad), ", ".join(EXPORTS + TESTS + ["unet3d"])))
     tmp = tempfile.TemporaryDirectory(prefix="hpdlf-bench-models-")
     mdir = a.models or tmp.name
     log = open(os.path.join(tmp.name, "bench.log"), "w+")
@@ -178,9 +186,22 @@ def main():
     top = {"bench": "models", "threads": a.threads, "reps": a.reps, "rounds": a.rounds, "spin": a.spin, "models": rows,
            "geomean_ratio_vs_ort": geomean([r.get("infer", {}).get("ratio_vs_ort") for r in rows]),
            "geomean_ratio_vs_torch": geomean([r.get("train", {}).get("ratio_vs_torch") for r in rows])}
+    for group, members in (("core", CORE + TESTS + ["unet3d"]), ("zoo", ZOO)):
+        sub = [r for r in rows if r["model"] in members]
+        if sub:
+            for key, side in (("ratio_vs_ort", "infer"), ("ratio_vs_torch", "train")):
+                v = [r.get(side, {}).get(key) for r in sub if r.get(side, {}).get(key)]
+                if v:
+                    top["%s_geomean_%s" % (group, key)] = geomean(v)
+                    top["%s_max_%s" % (group, key)] = max(v)
     print(table(rows), file=sys.stderr)
     print("geometric means: hpdlf/ORT %s, hpdlf/PyTorch %s" % (top["geomean_ratio_vs_ort"],
                                                              top["geomean_ratio_vs_torch"]), file=sys.stderr)
+    for group in ("core", "zoo"):
+        if "%s_geomean_ratio_vs_ort" % group in top or "%s_geomean_ratio_vs_torch" % group in top:
+            print("  %s: hpdlf/ORT geomean %s max %s, hpdlf/PyTorch geomean %s max %s" % tuple(
+                [group] + [top.get("%s_%s_%s" % (group, s, k)) for k in ("ratio_vs_ort", "ratio_vs_torch")
+                           for s in ("geomean", "max")]), file=sys.stderr)
     log.seek(0)
     if any("error" in r.get("infer", {}) or "error" in r.get("train", {}) for r in rows):
         sys.stderr.write(log.read())

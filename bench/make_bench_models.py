@@ -27,6 +27,23 @@ Models:
   unet2d       2-D U-Net: 3 levels, base 16, Conv-BN-ReLU pairs, MaxPool,
                ConvTranspose 2x2 up, skip concatenations; 2 classes per
                pixel, 2x3x128x128
+
+The zoo (ZOO below): more torchvision architectures as users export them,
+at reduced resolution so that the whole benchmark stays within minutes:
+inference at batch 1, 1x3x96x96 (DeepLabV3 1x3x128x128), training at batch
+4, exported with a dynamic batch axis, 10 classes (DeepLabV3: 4 per pixel).  Dropout and stochastic depth are
+set to p=0 so that PyTorch trains the same network as the export:
+  squeezenet   squeezenet1_1 (Fire modules, ceil-mode MaxPool, Concat)
+  googlenet    googlenet without aux heads (inception branches, MaxPool)
+  densenet     densenet121 (BN-ReLU before every conv, growing Concats)
+  resnext      resnext50_32x4d (grouped 3x3, 32 groups)
+  mnasnet      mnasnet0_5 (depthwise 3x3/5x5)
+  shufflenet   shufflenet_v2_x0_5 (channel shuffle, Split)
+  effnetb0     efficientnet_b0 (depthwise, squeeze-excite, SiLU)
+  mnv3small    mobilenet_v3_small (HardSwish, squeeze-excite)
+  regnet       regnet_y_400mf (grouped, squeeze-excite)
+  convnext     convnext_tiny (7x7 depthwise, LayerNorm, GELU)
+  deeplabv3    deeplabv3_mobilenet_v3_large (dilated ASPP, Resize)
 """
 import argparse
 import json
@@ -149,6 +166,49 @@ MODELS = {
 }
 
 
+class SegOut(nn.Module):
+    """torchvision's segmentation models return {"out": ...}: export the tensor."""
+
+    def __init__(s, m):
+        super().__init__()
+        s.m = m
+
+    def forward(s, x):
+        return s.m(x)["out"]
+
+
+def no_drop(m):
+    """Dropout and stochastic depth off: the export (eval) and PyTorch's
+    training module (train mode) are then the same network."""
+    for mod in m.modules():
+        if isinstance(mod, (nn.Dropout, torchvision.ops.StochasticDepth)):
+            mod.p = 0.0
+    return m
+
+
+def tv(name, **kw):
+    return lambda: no_drop(getattr(torchvision.models, name)(**kw))
+
+
+IMG = (1, 3, 96, 96)
+ZOO = {
+    "squeezenet": (tv("squeezenet1_1", num_classes=10), IMG, 4, 0.01, "image", 10, ()),
+    "googlenet": (tv("googlenet", num_classes=10, aux_logits=False, init_weights=True), IMG, 4, 0.01, "image", 10,
+                  ()),
+    "densenet": (tv("densenet121", num_classes=10), IMG, 4, 0.01, "image", 10, ()),
+    "resnext": (tv("resnext50_32x4d", num_classes=10), IMG, 4, 0.01, "image", 10, ()),
+    "mnasnet": (tv("mnasnet0_5", num_classes=10), IMG, 4, 0.01, "image", 10, ()),
+    "shufflenet": (tv("shufflenet_v2_x0_5", num_classes=10), IMG, 4, 0.01, "image", 10, ()),
+    "effnetb0": (tv("efficientnet_b0", num_classes=10), IMG, 4, 0.01, "image", 10, ()),
+    "mnv3small": (tv("mobilenet_v3_small", num_classes=10), IMG, 4, 0.01, "image", 10, ()),
+    "regnet": (tv("regnet_y_400mf", num_classes=10), IMG, 4, 0.01, "image", 10, ()),
+    "convnext": (tv("convnext_tiny", num_classes=10), IMG, 4, 0.01, "image", 10, ()),
+    "deeplabv3": (lambda: SegOut(no_drop(torchvision.models.segmentation.deeplabv3_mobilenet_v3_large(
+        num_classes=4, weights_backbone=None, aux_loss=False))), (1, 3, 128, 128), 4, 0.01, "image", 4, (128, 128)),
+}
+MODELS.update(ZOO)
+
+
 def inputs(kind, shape, g):
     if kind == "image":
         return torch.randn(shape, generator=g)
@@ -170,7 +230,10 @@ def make(name, out, samples):
         warnings.simplefilter("ignore")
         torch.onnx.export(m, (x1,), os.path.join(d, "model.onnx"), opset_version=13, input_names=["input"],
                           output_names=["output"], do_constant_folding=False,
-                          training=torch.onnx.TrainingMode.PRESERVE)
+                          training=torch.onnx.TrainingMode.PRESERVE,
+                          # the zoo as users export: a dynamic batch (ShuffleNet's channel
+                          # shuffle then reshapes by the batch it is given)
+                          dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}} if name in ZOO else None)
         m.train()
         xs = inputs(kind, (batch,) + tuple(shape[1:]), g)
         torch.jit.trace(m, (xs,), check_trace=False).save(os.path.join(d, "model.pt"))
