@@ -442,6 +442,8 @@ int hp_fuse_training(struct hp_graph *g)
 		rc = run_pass(g, hp_fuse_layernorm, &r, &any);
 	if (rc >= 0)
 		rc = run_pass(g, hp_fuse_train_linear, &r, &any);
+	if (rc >= 0)
+		rc = run_pass(g, hp_fuse_train_taps, &r, &any);
 	hp_fuse_report_free(&r);
 	if (rc < 0)
 		return rc;

@@ -33,6 +33,7 @@ int hp_fuse_transpose_gemm(struct hp_graph *g, struct hp_fuse_report *r); /* fus
 int hp_fuse_invres(struct hp_graph *g, struct hp_fuse_report *r);   /* fuse_ir.c, after the epilogues */
 /* Training's MatMul(X, Transpose(W)) into Gemm(X rows, W, transB). */
 int hp_fuse_train_linear(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_train_linear.c */
+int hp_fuse_train_taps(struct hp_graph *g, struct hp_fuse_report *r);   /* fuse_train_taps.c */
 /* Every Transpose of a float constant at once (a cap on the bytes folded):
  * 1 when some folded, 0, or a negative error. */
 int hp_fuse_const_transpose(struct hp_graph *g, struct hp_fuse_report *r, int spill); /* fuse_const.c */
@@ -56,6 +57,9 @@ int hp_fz_user_fed(const struct hp_graph *g, int v);
 /* A new float initializer of shape s held in memory (data, which it owns
  * from then on, freed on failure), named base + suffix (+ "#i" while the
  * name is taken); its value index. */
+/* A new int64 initializer [n] holding v (a Reshape's shape, a Slice's
+ * starts), named base + suffix (made unique); its value index. */
+int hp_fz_i64_init(struct hp_graph *g, const char *base, const char *suffix, const int64_t *v, int n);
 int hp_fz_memory_init(struct hp_graph *g, const char *base, const char *suffix, const struct hp_shape *s, float *data);
 /* Under a budget, weights the fusions compute go to a file, not to memory
  * beside the budget: the graph's spill file (an unlinked file in $TMPDIR,

@@ -49,31 +49,6 @@ static int new_value(struct hp_graph *g, int like, const char *what)
 	return hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
 }
 
-/* An int64 initializer holding y's dims (Reshape's target). */
-static int shape_const(struct hp_graph *g, int y)
-{
-	const struct hp_shape *ys = &g->values[y].shape;
-	struct hp_shape s = { .rank = 1, .dims = { ys->rank } };
-	int64_t *d = malloc((size_t)ys->rank * sizeof *d);
-	char name[512];
-	int v;
-
-	if (!d)
-		return hp_error(-ENOMEM, "out of memory");
-	memcpy(d, ys->dims, (size_t)ys->rank * sizeof *d);
-	snprintf(name, sizeof name, "%s.shape", g->values[y].name);
-	for (int i = 1; hp_graph_find_value(g, name) >= 0; i++)
-		snprintf(name, sizeof name, "%s.shape#%d", g->values[y].name, i);
-	if ((v = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, HP_I64, &s)) < 0) {
-		free(d);
-		return v;
-	}
-	g->values[v].data = d;
-	g->values[v].src = (struct hp_blob){ .kind = HP_BLOB_MEMORY, .length = (uint64_t)ys->rank * sizeof *d };
-	g->values[v].trainable = 0;
-	return v;
-}
-
 /* MatMul node mm (X, Transpose(w)) -> y into the Gemm (and its views). */
 static int rewrite(struct hp_graph *g, int mm, int w, struct hp_fuse_report *r)
 {
@@ -90,7 +65,8 @@ static int rewrite(struct hp_graph *g, int mm, int w, struct hp_fuse_report *r)
 		if ((f = hp_fz_add_node(g, name, "Flatten", 0, 1, &x, rows)) < 0 ||
 		    (rc = hp_fz_attr_int(g, f, "axis", rank - 1)) < 0)
 			return f < 0 ? f : rc;
-		int sv = shape_const(g, y), rin[2] = { y2, sv };
+		const struct hp_shape *ys = &g->values[y].shape;
+		int sv = hp_fz_i64_init(g, g->values[y].name, ".shape", ys->dims, ys->rank), rin[2] = { y2, sv };
 		snprintf(name, sizeof name, "%s/unrows", g->nodes[mm].name);
 		if (sv < 0 || (f = hp_fz_add_node(g, name, "Reshape", 0, 2, rin, y)) < 0)
 			return sv < 0 ? sv : f;

@@ -54,8 +54,9 @@ int hp_fz_user_fed(const struct hp_graph *g, int v)
 	return 0;
 }
 
-/* A new untrained float initializer named base + suffix (made unique). */
-static int new_init(struct hp_graph *g, const char *base, const char *suffix, const struct hp_shape *s)
+/* A new untrained initializer named base + suffix (made unique). */
+static int new_init_of(struct hp_graph *g, const char *base, const char *suffix, enum hp_dtype dt,
+		       const struct hp_shape *s)
 {
 	char name[512];
 	int v;
@@ -63,9 +64,32 @@ static int new_init(struct hp_graph *g, const char *base, const char *suffix, co
 	snprintf(name, sizeof name, "%s%s", base, suffix);
 	for (int i = 1; hp_graph_find_value(g, name) >= 0; i++)
 		snprintf(name, sizeof name, "%s%s#%d", base, suffix, i);
-	if ((v = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, HP_F32, s)) >= 0)
+	if ((v = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, dt, s)) >= 0)
 		g->values[v].trainable = 0;
 	return v;
+}
+
+static int new_init(struct hp_graph *g, const char *base, const char *suffix, const struct hp_shape *s)
+{
+	return new_init_of(g, base, suffix, HP_F32, s);
+}
+
+int hp_fz_i64_init(struct hp_graph *g, const char *base, const char *suffix, const int64_t *v, int n)
+{
+	struct hp_shape s = { .rank = 1, .dims = { n } };
+	int64_t *d = malloc((size_t)(n > 0 ? n : 1) * sizeof *d);
+	int i;
+
+	if (!d)
+		return hp_error(-ENOMEM, "out of memory");
+	memcpy(d, v, (size_t)n * sizeof *d);
+	if ((i = new_init_of(g, base, suffix, HP_I64, &s)) < 0) {
+		free(d);
+		return i;
+	}
+	g->values[i].data = d;
+	g->values[i].src = (struct hp_blob){ .kind = HP_BLOB_MEMORY, .length = (uint64_t)n * sizeof *d };
+	return i;
 }
 
 int hp_fz_file_init(struct hp_graph *g, const char *base, const char *suffix, const struct hp_shape *s, int file,
