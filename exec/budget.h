@@ -80,6 +80,11 @@ void hp_budget_overhead_set(uint64_t bytes);
  * smallest process budget whose tensor budget is at least `tensors`. */
 uint64_t hp_budget_tensors(uint64_t process);
 uint64_t hp_budget_process_for(uint64_t tensors);
+/* The smallest budget of 64 MiB or more (one that bounds the whole
+ * process) whose tensors get `tensors` bytes: with --store's overhead,
+ * budgets between 64 MiB and this one are refused while a smaller one,
+ * bounding tensors only, runs. */
+uint64_t hp_budget_process_bound_for(uint64_t tensors);
 /* The store's frame-pool bookkeeping for `bytes` of tensors, resident
  * beside them (from 64 MiB on the tensor budget leaves room for it). */
 uint64_t hp_budget_pool_meta(uint64_t bytes);

@@ -184,6 +184,13 @@ uint64_t hp_budget_tensors(uint64_t process)
 	return t ? t : 1; /* 1: refused, never "in core" */
 }
 
+uint64_t hp_budget_process_bound_for(uint64_t tensors)
+{
+	uint64_t need = (tensors + HS_PAGE - 1) / HS_PAGE * HS_PAGE + hp_budget_pool_meta(tensors) + hp_budget_overhead();
+
+	return need > HP_BUDGET_PROCESS_FROM ? need : HP_BUDGET_PROCESS_FROM;
+}
+
 uint64_t hp_budget_process_for(uint64_t tensors)
 {
 	uint64_t f = hp_budget_overhead();

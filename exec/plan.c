@@ -1139,11 +1139,20 @@ static int plan_with(const struct hp_graph *g, const struct hp_plan_opts *o, int
 			snprintf(scratch + strlen(scratch), sizeof scratch - strlen(scratch),
 				 ", and %llu bytes of the process's fixed overhead",
 				 (unsigned long long)(hp_plan_needed - p->min_budget));
+		/* below 64 MiB the budget bounds tensors only; where the fixed
+		 * overhead fills those 64 MiB (--store), name the budget that
+		 * bounds the whole process too */
+		char bound[200] = "";
+		uint64_t pb = hp_budget_process_bound_for(p->min_budget);
+		if (hp_plan_needed < HP_BUDGET_PROCESS_FROM && hp_plan_needed + hp_budget_overhead() > HP_BUDGET_PROCESS_FROM)
+			snprintf(bound, sizeof bound, ", or %llu bytes (--budget %lluK) to bound the whole process, "
+				 "its fixed overhead of %llu bytes included", (unsigned long long)pb,
+				 (unsigned long long)((pb + 1023) / 1024), (unsigned long long)hp_budget_overhead());
 		rc = hp_node_error(g, n, HP_EBUDGET_OP, "needs %llu bytes at once (inputs, outputs and workspace)%s, "
 				   "more than the budget for tensors of %llu bytes; the smallest budget that works is "
-				   "%llu bytes (--budget %lluK)", (unsigned long long)step_max, scratch,
+				   "%llu bytes (--budget %lluK)%s", (unsigned long long)step_max, scratch,
 				   (unsigned long long)o->budget, (unsigned long long)hp_plan_needed,
-				   (unsigned long long)((hp_plan_needed + 1023) / 1024));
+				   (unsigned long long)((hp_plan_needed + 1023) / 1024), bound);
 		goto fail;
 	}
 	if (o->comm_ranks > 1 && o->comm_GBps > 0)

@@ -168,6 +168,15 @@ void exec_print_rss_budget(FILE *f, uint64_t rss, uint64_t budget)
 		return;
 	}
 	hp_format_size(HP_BUDGET_PROCESS_FROM, pb, sizeof pb);
+	if (hp_budget_overhead() + HP_BUDGET_PROCESS_FROM / 4 >= HP_BUDGET_PROCESS_FROM) {
+		/* --store's libfabric stack: the overhead alone is near or
+		 * above 64 MiB, and comes on top of the tensors */
+		char o[32];
+		hp_format_size(hp_budget_overhead(), o, sizeof o);
+		fprintf(f, " (budget %s bounds tensors; below %s the process's fixed overhead of %s comes on top)", b,
+			pb, o);
+		return;
+	}
 	fprintf(f, " (budget %s bounds tensors; below %s the process stays under %s: %.0f%%)", b, pb, pb,
 		100.0 * (double)rss / (double)HP_BUDGET_PROCESS_FROM);
 }

@@ -16,6 +16,7 @@ usage: check_spill.py HPDLF_EXEC HPDLF_STORE MODELS_DIR
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -113,6 +114,29 @@ def main():
                 last = json.loads(open(p(tmp, "l2.jsonl")).readlines()[-1])
                 check(any("remote" in n and t.get("bytes_written", 0) > 0 for n, t in last.get("tiers", {}).items()),
                       "training bytes went to the remote tier", json.dumps(last.get("tiers")))
+            # --store's fixed overhead (libfabric's stack) fills 64 MiB: at 64M the
+            # refusal names the tensor budget and the budget that bounds the whole
+            # process; that one runs within it, one byte less is refused
+            remote = ["--store", eps, "--token-file", token]
+            nob = train[:train.index("--budget")]  # train without its budget
+            r = run(nob + ["--budget", "64M"] + remote)
+            m = re.search(r"the smallest budget that works is (\d+) bytes \(--budget \d+K\), or (\d+) bytes "
+                          r"\(--budget \d+K\) to bound the whole process", r.stderr)
+            check(r.returncode == 2 and m is not None, "--store at 64M: refused, naming both budgets",
+                  "exit %d: %s" % (r.returncode, r.stderr.strip()[-400:]))
+            if m:
+                whole = int(m.group(2))
+                r = run(nob + ["--budget", str(whole), "--stats-json", p(tmp, "whole.json")] + remote)
+                ok = r.returncode == 0
+                rss = json.load(open(p(tmp, "whole.json")))["peak_rss_bytes"] if ok else 0
+                check(ok and rss <= whole, "--store at the process budget named (%d B): runs, peak RSS %d B"
+                      % (whole, rss), r.stderr.strip()[-300:])
+                r = run(nob + ["--budget", str(whole - 1)] + remote)
+                check(r.returncode == 2 and ("or %d bytes" % whole) in r.stderr,
+                      "--store one byte below it: refused naming it", r.stderr.strip()[-300:])
+            r = run([a for a in train if a != "--quiet"] + remote)  # --budget 4M: tensors only
+            check(r.returncode == 0 and "stays under" not in r.stderr and "comes on top" in r.stderr,
+                  "--store at 4M: the summary says the overhead comes on top", r.stderr.strip()[-300:])
             # wrong token
             bad = p(tmp, "bad")
             with open(bad, "wb") as f:
