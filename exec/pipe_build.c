@@ -42,6 +42,11 @@ static int chosen_bounds(const struct hp_trainer *t, int P, int *bounds)
 		co.threads = t->o.threads;
 		co.freeze = t->o.freeze;
 		co.nfreeze = t->o.nfreeze;
+		/* a run under a budget never calibrates (its sessions took a
+		 * 2-stage ShuffleNet at 64M to 123 MiB on a fresh cache): the
+		 * cached model or the defaults; --plan measures and caches */
+		if (t->o.budget && !t->o.graph_only)
+			co.recalibrate = -1;
 		rc = hp_pipe_choose(t->g, P, &co, bounds);
 		if (rc < 0 && rc != HP_EBUDGET) {
 			hp_log(HP_LOG_WARN, "pipeline: the planner could not cost this model (%s); stages split evenly "

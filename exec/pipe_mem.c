@@ -74,7 +74,8 @@ static const char *const what[3] = { "backward", "forward", "optimizer" };
 /* The smallest --budget the stage's sessions and slots fit in. */
 static int too_small(const struct hp_pipe *p, uint64_t budget, uint64_t slots, const uint64_t floor[3])
 {
-	uint64_t sum = slots + floor[0] + floor[1] + floor[2];
+	/* in tensor bytes; the budget named is the process's (overhead.c) */
+	uint64_t sum = hp_budget_process_for(slots + floor[0] + floor[1] + floor[2]);
 
 	return hp_error(HP_EBUDGET, "pipeline stage %d: --budget %llu is too small: the micro-batches in flight keep "
 			"%llu bytes, and its sessions hold %llu (backward), %llu (forward) and %llu (optimizer) "
@@ -105,7 +106,13 @@ int hp_pipe_budgets(struct hp_trainer *t, const struct hp_graph *gb, uint64_t b[
 	b[0] = b[1] = b[2] = 0;
 	if (!budget)
 		return 0;
-	if (slots >= budget / 2)
+	/* the shares are of the tensor budget (the process's fixed overhead
+	 * off, once); each session gets the process budget whose tensors are
+	 * its share.  Shares of --budget itself gave each session the
+	 * overhead again below 64 MiB: a 2-stage CNN at 64M peaked at 87 MiB
+	 * with three pools of 22 MiB */
+	uint64_t tensors = hp_budget_tensors(budget);
+	if (slots >= tensors / 2)
 		return hp_error(HP_EBUDGET, "pipeline stage %d: the activations %d micro-batches in flight keep (%llu "
 				"bytes with the rows of the weight gradients computed once per step and the "
 				"packed weights) leave too little of --budget %llu; use more --micro-batches or a "
@@ -118,12 +125,13 @@ int hp_pipe_budgets(struct hp_trainer *t, const struct hp_graph *gb, uint64_t b[
 		sum += floor[k];
 		wsum += need[k];
 	}
-	if (budget - slots < sum)
+	if (tensors - slots < sum)
 		return too_small(p, budget, slots, floor);
-	rest = budget - slots - sum;
+	rest = tensors - slots - sum;
 	for (int k = 0; k < 3; k++)
 		b[k] = !g[k] ? 0
-			     : floor[k] + (wsum ? (uint64_t)((double)rest * (double)need[k] / (double)wsum) : rest / 3);
+			     : hp_budget_process_for(floor[k] + (wsum ? (uint64_t)((double)rest * (double)need[k] / (double)wsum)
+								     : rest / 3));
 	hp_log(HP_LOG_INFO, "pipeline stage %d: --budget %llu: %llu for the micro-batches in flight, %llu for the "
 	       "backward session, %llu forward, %llu optimizer", p->stage, (unsigned long long)budget,
 	       (unsigned long long)slots, (unsigned long long)b[0], (unsigned long long)b[1], (unsigned long long)b[2]);

@@ -216,7 +216,7 @@ int hp_plan_write_dot(const struct hp_graph *g, const struct hp_exec_opts *o, co
 }
 
 int hp_plan_build_speed(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan **p,
-			struct hp_speed_compute *sp)
+			struct hp_speed_compute *sp, int measure)
 {
 	struct speed_model *sm = calloc(1, sizeof *sm);
 	struct hp_plan_opts po;
@@ -225,7 +225,7 @@ int hp_plan_build_speed(const struct hp_graph *g, const struct hp_exec_opts *o, 
 	*p = NULL;
 	if (!sm)
 		return hp_error(-ENOMEM, "out of memory planning");
-	speed_opts(g, o, &po, sm, 1);
+	speed_opts(g, o, &po, sm, measure);
 	rc = hp_plan_build(g, &po, p);
 	*sp = sm->c;
 	free(sm);

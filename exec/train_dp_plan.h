@@ -11,9 +11,11 @@ struct hp_exec_opts;
 struct hp_plan;
 struct hp_speed_compute;
 
-/* A plan of g under o with the measured speed model (plan_api.c). */
+/* A plan of g under o with the speed model (plan_api.c): measured when
+ * not cached if `measure`, else the cached figures or the defaults (a run
+ * under a budget must not pay a calibration's memory). */
 int hp_plan_build_speed(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan **p,
-			struct hp_speed_compute *sp);
+			struct hp_speed_compute *sp, int measure);
 /* The trainer's ranks (the launcher's or --plan's), its link and whether
  * the link was measured (1) or given (0). */
 int hp_dp_plan_link(const struct hp_trainer *t, struct hp_link *l, int *measured);
