@@ -693,6 +693,72 @@ static void test_random_nets_plug(void **state)
 	assert_true(plug_wb_joined > 0);
 }
 
+/* Loads ready together go to as many I/O threads at once: each wake-up
+ * goes to a different idle thread (net.c, wake_one).  Four loads, each
+ * held in fire_io until all four are in it (or 5 s pass), then a kernel
+ * reading them; 1 compute worker (it may take a load itself when no I/O
+ * thread is idle), 4 I/O threads.  Run several times, the threads idle
+ * between runs. */
+static pthread_mutex_t spread_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t spread_cv = PTHREAD_COND_INITIALIZER;
+static int spread_in, spread_most, spread_gen;
+
+static int spread_io(void *arg, int kind, int v, uint64_t first, uint64_t nchunks, int lane)
+{
+	struct timespec dl;
+
+	(void)arg, (void)v, (void)first, (void)nchunks, (void)lane;
+	if (kind != HP_TR_LOAD)
+		return 0;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += 5;
+	pthread_mutex_lock(&spread_mu);
+	int gen = spread_gen;
+	if (++spread_in > spread_most)
+		spread_most = spread_in;
+	if (spread_in == 4) {
+		spread_gen++; /* the four are in: all go on */
+		pthread_cond_broadcast(&spread_cv);
+	}
+	while (gen == spread_gen && pthread_cond_timedwait(&spread_cv, &spread_mu, &dl) != ETIMEDOUT)
+		;
+	spread_in--;
+	pthread_mutex_unlock(&spread_mu);
+	return 0;
+}
+
+static int spread_kernel(void *arg, int step, int worker, int lane)
+{
+	(void)arg, (void)step, (void)worker, (void)lane;
+	return 0;
+}
+
+static void test_io_wakes_spread(void **state)
+{
+	static const struct hp_net_ops ops = { .fire_kernel = spread_kernel, .fire_io = spread_io };
+	uint64_t vsize[5] = { PAGE, PAGE, PAGE, PAGE, PAGE };
+	int in[4] = { 0, 1, 2, 3 }, out[1] = { 4 };
+	struct hp_net_entry e[6];
+	struct hp_net *n;
+
+	(void)state;
+	for (int v = 0; v < 4; v++)
+		e[v] = (struct hp_net_entry){ .kind = HP_TR_LOAD, .value = v };
+	e[4] = (struct hp_net_entry){ .kind = HP_TR_KERNEL, .step = 0, .nin = 4, .in = in, .nout = 1, .out = out };
+	e[5] = (struct hp_net_entry){ .kind = HP_TR_DROP, .value = 4 };
+	struct hp_net_desc d = { .nvalues = 5, .vsize = vsize, .chunk = PAGE, .nentries = 6, .entries = e,
+				 .budget = 64 * PAGE, .workers = 1, .io_threads = 4 };
+	assert_int_equal(hp_net_create(&d, &ops, NULL, &n), 0);
+	for (int r = 0; r < 20; r++) {
+		spread_most = 0;
+		assert_int_equal(run_with_deadline(n, 60, NULL, 0), 0);
+		if (spread_most != 4)
+			fail_msg("run %d: at most %d of the 4 ready loads in flight at once", r, spread_most);
+		usleep(1000); /* the I/O threads go idle */
+	}
+	hp_net_destroy(n);
+}
+
 /* A failing transition stops granting; the run returns its message. */
 static int failing_kernel(void *arg, int step, int worker, int lane)
 {
@@ -777,6 +843,7 @@ int main(void)
 		cmocka_unit_test(test_random_nets_batched),
 		cmocka_unit_test(test_random_nets_inline),
 		cmocka_unit_test(test_random_nets_plug),
+		cmocka_unit_test(test_io_wakes_spread),
 		cmocka_unit_test(test_failure_stops),
 		cmocka_unit_test(test_stuck_run_fails),
 		cmocka_unit_test(test_missing_op),
