@@ -1,0 +1,279 @@
+/* SIMD passes of the pooling row path (see pool_simd.h for the contract).
+ * Why: the row path's tap loop ran one output at a time, 2-3 GFLOP/s
+ * on the 3x3 MaxPools of SqueezeNet and GoogLeNet (a fifth of their
+ * inference).  maxps(v, m) is v > m ? v : m, the scalar select exactly;
+ * the stride-2 passes pick the even elements with permutes and never
+ * read past the last tap. */
+#include "kernels/pool_simd.h"
+
+static int isa_cap = 2;
+
+void hp_pool_test_isa(int cap)
+{
+	isa_cap = cap;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#include <math.h>
+
+int hp_pool_isa(void)
+{
+	static int cached = -1;
+
+	if (cached < 0) {
+		__builtin_cpu_init();
+		cached = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
+	}
+	return cached < isa_cap ? cached : isa_cap;
+}
+
+/* ---- AVX-512F ---------------------------------------------------------- */
+
+__attribute__((target("avx512f"))) static int64_t vmax_512(float *b, const float *r, int64_t n, int first)
+{
+	__m512 ninf = _mm512_set1_ps(-INFINITY);
+	int64_t i = 0;
+
+	for (; i + 16 <= n; i += 16)
+		_mm512_storeu_ps(b + i, _mm512_max_ps(_mm512_loadu_ps(r + i), first ? ninf : _mm512_loadu_ps(b + i)));
+	if (i < n) {
+		__mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+		__m512 m = first ? ninf : _mm512_maskz_loadu_ps(k, b + i);
+		_mm512_mask_storeu_ps(b + i, k, _mm512_max_ps(_mm512_maskz_loadu_ps(k, r + i), m));
+	}
+	return n;
+}
+
+/* p[0], p[2], ..., p[30] from p[0..30]. */
+__attribute__((target("avx512f"))) static inline __m512 even16(const float *p)
+{
+	const __m512i idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+	return _mm512_permutex2var_ps(_mm512_loadu_ps(p), idx, _mm512_loadu_ps(p + 15));
+}
+
+__attribute__((target("avx512f"))) static int64_t hmax_512(const float *b, float *y, int64_t n, int s, int k,
+							      int dl)
+{
+	for (int64_t j = 0; j < n; j += 16) {
+		const float *p = b + s * j;
+		__m512 m = _mm512_set1_ps(-INFINITY);
+		for (int c = 0; c < k; c++)
+			m = _mm512_max_ps(s == 1 ? _mm512_loadu_ps(p + c * dl) : even16(p + c * dl), m);
+		if (j + 16 <= n)
+			_mm512_storeu_ps(y + j, m);
+		else
+			_mm512_mask_storeu_ps(y + j, (__mmask16)((1u << (n - j)) - 1), m);
+	}
+	return n;
+}
+
+__attribute__((target("avx512f"))) static int64_t vsum_512(double *b, const float *r, int64_t n, int first)
+{
+	int64_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		__m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(r + i));
+		_mm512_storeu_pd(b + i, first ? v : _mm512_add_pd(_mm512_loadu_pd(b + i), v));
+	}
+	return i;
+}
+
+/* p[0], p[2], ..., p[14] from p[0..14]. */
+__attribute__((target("avx512f"))) static inline __m512d even8d(const double *p)
+{
+	const __m512i idx = _mm512_setr_epi64(0, 2, 4, 6, 9, 11, 13, 15);
+	return _mm512_permutex2var_pd(_mm512_loadu_pd(p), idx, _mm512_loadu_pd(p + 7));
+}
+
+__attribute__((target("avx512f"))) static int64_t havg_512(const double *b, float *y, int64_t n, int s, int k,
+							      double cnt)
+{
+	__m512d dv = _mm512_set1_pd(cnt);
+	int64_t j = 0;
+
+	for (; j + 8 <= n; j += 8) {
+		const double *p = b + s * j;
+		__m512d acc = _mm512_setzero_pd();
+		for (int c = 0; c < k; c++)
+			acc = _mm512_add_pd(acc, s == 1 ? _mm512_loadu_pd(p + c) : even8d(p + c));
+		_mm256_storeu_ps(y + j, _mm512_cvtpd_ps(_mm512_div_pd(acc, dv)));
+	}
+	return j;
+}
+
+__attribute__((target("avx512f"))) static int64_t max2_512(const float *r0, const float *r1, float *y, int64_t n)
+{
+	const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+	int64_t j = 0;
+
+	for (; j + 16 <= n; j += 16) {
+		const float *q[2] = { r0 + 2 * j, r1 + 2 * j };
+		__m512 m = _mm512_set1_ps(-INFINITY);
+		for (int i = 0; i < 2; i++) {
+			__m512 a = _mm512_loadu_ps(q[i]), c = _mm512_loadu_ps(q[i] + 16);
+			m = _mm512_max_ps(_mm512_permutex2var_ps(a, ev, c), m);
+			m = _mm512_max_ps(_mm512_permutex2var_ps(a, od, c), m);
+		}
+		_mm512_storeu_ps(y + j, m);
+	}
+	return j;
+}
+
+__attribute__((target("avx512f"))) static void fmax_512(const float *x, float *y, int64_t i0, int64_t i1,
+							  const int32_t *off, const uint16_t *mask, int64_t ntaps,
+							  int64_t per)
+{
+	for (int64_t i = i0 / 16 * 16, ci = i / 16 % per; i < i1; i += 16, ci = ci + 1 == per ? 0 : ci + 1) {
+		__mmask16 r = 0xffff;
+		__m512 m = _mm512_set1_ps(-INFINITY);
+		if (i < i0)
+			r &= (__mmask16)(0xffffu << (i0 - i));
+		if (i + 16 > i1)
+			r &= (__mmask16)(0xffffu >> (i + 16 - i1));
+		for (int64_t t = 0; t < ntaps; t++)
+			m = _mm512_max_ps(_mm512_mask_loadu_ps(m, mask[t * per + ci] & r, x + i + off[t]), m);
+		_mm512_mask_storeu_ps(y + i, r, m);
+	}
+}
+
+/* ---- AVX2 --------------------------------------------------------------- */
+
+__attribute__((target("avx2"))) static int64_t vmax_256(float *b, const float *r, int64_t n, int first)
+{
+	__m256 ninf = _mm256_set1_ps(-INFINITY);
+	int64_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(b + i, _mm256_max_ps(_mm256_loadu_ps(r + i), first ? ninf : _mm256_loadu_ps(b + i)));
+	return i;
+}
+
+/* p[0], p[2], ..., p[14] from p[0..14]. */
+__attribute__((target("avx2"))) static inline __m256 even8(const float *p)
+{
+	const __m256i lo = _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0), hi = _mm256_setr_epi32(0, 0, 0, 0, 1, 3, 5, 7);
+	return _mm256_blend_ps(_mm256_permutevar8x32_ps(_mm256_loadu_ps(p), lo),
+			       _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + 7), hi), 0xf0);
+}
+
+__attribute__((target("avx2"))) static int64_t hmax_256(const float *b, float *y, int64_t n, int s, int k, int dl)
+{
+	int64_t j = 0;
+
+	for (; j + 8 <= n; j += 8) {
+		const float *p = b + s * j;
+		__m256 m = _mm256_set1_ps(-INFINITY);
+		for (int c = 0; c < k; c++)
+			m = _mm256_max_ps(s == 1 ? _mm256_loadu_ps(p + c * dl) : even8(p + c * dl), m);
+		_mm256_storeu_ps(y + j, m);
+	}
+	return j;
+}
+
+__attribute__((target("avx2"))) static int64_t max2_256(const float *r0, const float *r1, float *y, int64_t n)
+{
+	int64_t j = 0;
+
+	for (; j + 8 <= n; j += 8) {
+		const float *q[2] = { r0 + 2 * j, r1 + 2 * j };
+		__m256 m = _mm256_set1_ps(-INFINITY);
+		for (int i = 0; i < 2; i++) {
+			__m256 a = _mm256_loadu_ps(q[i]), c = _mm256_loadu_ps(q[i] + 8);
+			__m256d e = _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, c, 0x88)), 0xd8);
+			__m256d o = _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, c, 0xdd)), 0xd8);
+			m = _mm256_max_ps(_mm256_castpd_ps(e), m);
+			m = _mm256_max_ps(_mm256_castpd_ps(o), m);
+		}
+		_mm256_storeu_ps(y + j, m);
+	}
+	return j;
+}
+
+/* ---- dispatch ----------------------------------------------------------- */
+
+int64_t hp_pool_vmax_f32(float *b, const float *r, int64_t n, int first)
+{
+	int isa = hp_pool_isa();
+	return isa == 2 ? vmax_512(b, r, n, first) : isa == 1 ? vmax_256(b, r, n, first) : 0;
+}
+
+int64_t hp_pool_hmax_f32(const float *b, float *y, int64_t n, int s, int k, int dl)
+{
+	int isa = hp_pool_isa();
+	if (s != 1 && s != 2)
+		return 0;
+	return isa == 2 ? hmax_512(b, y, n, s, k, dl) : isa == 1 ? hmax_256(b, y, n, s, k, dl) : 0;
+}
+
+int64_t hp_pool_vsum_f32(double *b, const float *r, int64_t n, int first)
+{
+	return hp_pool_isa() == 2 ? vsum_512(b, r, n, first) : 0;
+}
+
+int64_t hp_pool_havg_f32(const double *b, float *y, int64_t n, int s, int k, double cnt)
+{
+	return hp_pool_isa() == 2 && (s == 1 || s == 2) ? havg_512(b, y, n, s, k, cnt) : 0;
+}
+
+int hp_pool_fmax_f32(const float *x, float *y, int64_t i0, int64_t i1, const int32_t *off, const uint16_t *mask,
+		     int64_t ntaps, int64_t per)
+{
+	if (hp_pool_isa() < 2)
+		return 0;
+	fmax_512(x, y, i0, i1, off, mask, ntaps, per);
+	return 1;
+}
+
+int64_t hp_pool_max2_rows(const float *r0, const float *r1, float *y, int64_t n)
+{
+	int isa = hp_pool_isa();
+	return isa == 2 ? max2_512(r0, r1, y, n) : isa == 1 ? max2_256(r0, r1, y, n) : 0;
+}
+
+#else
+
+int hp_pool_isa(void)
+{
+	return 0;
+}
+
+int64_t hp_pool_vmax_f32(float *b, const float *r, int64_t n, int first)
+{
+	(void)b, (void)r, (void)n, (void)first;
+	return 0;
+}
+
+int64_t hp_pool_hmax_f32(const float *b, float *y, int64_t n, int s, int k, int dl)
+{
+	(void)b, (void)y, (void)n, (void)s, (void)k, (void)dl;
+	return 0;
+}
+
+int64_t hp_pool_vsum_f32(double *b, const float *r, int64_t n, int first)
+{
+	(void)b, (void)r, (void)n, (void)first;
+	return 0;
+}
+
+int64_t hp_pool_havg_f32(const double *b, float *y, int64_t n, int s, int k, double cnt)
+{
+	(void)b, (void)y, (void)n, (void)s, (void)k, (void)cnt;
+	return 0;
+}
+
+int hp_pool_fmax_f32(const float *x, float *y, int64_t i0, int64_t i1, const int32_t *off, const uint16_t *mask,
+		     int64_t ntaps, int64_t per)
+{
+	(void)x, (void)y, (void)i0, (void)i1, (void)off, (void)mask, (void)ntaps, (void)per;
+	return 0;
+}
+
+int64_t hp_pool_max2_rows(const float *r0, const float *r1, float *y, int64_t n)
+{
+	(void)r0, (void)r1, (void)y, (void)n;
+	return 0;
+}
+
+#endif

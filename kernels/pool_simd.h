@@ -1,0 +1,40 @@
+/* SIMD passes of pooling.c's row path (pool_simd.c): AVX-512F, else AVX2,
+ * else none.  Each does a prefix of its work and returns how much; the
+ * caller finishes the rest with its scalar loop.  Every pass performs the
+ * same operations in the same order as that scalar loop, so results are
+ * bitwise those of the scalar code (max: v > m ? v : m from -inf, so NaN
+ * is skipped and the first of equal values, -0 or +0, stays; average:
+ * double sums in tap order, one division). */
+#ifndef HPDLF_KERNELS_POOL_SIMD_H
+#define HPDLF_KERNELS_POOL_SIMD_H
+
+#include <stdint.h>
+
+/* 2 AVX-512F, 1 AVX2, 0 neither; at most the cap that tests set. */
+int hp_pool_isa(void);
+/* Tests: cap the level (0 scalar only, 1 AVX2 at most, 2 all). */
+void hp_pool_test_isa(int cap);
+
+/* b[i] = r[i] > b[i] ? r[i] : b[i] (first: b[i] = -inf); elements done. */
+int64_t hp_pool_vmax_f32(float *b, const float *r, int64_t n, int first);
+/* y[j] = fold over c < k of m = v > m ? v : m from -inf, v = b[s*j + c*dl],
+ * for j < n, s 1 or 2; outputs done.  b must be readable 48 elements past
+ * the last tap (whole vectors are loaded for a last partial one). */
+int64_t hp_pool_hmax_f32(const float *b, float *y, int64_t n, int s, int k, int dl);
+/* b[i] += (double)r[i] (first: b[i] = r[i]); elements done. */
+int64_t hp_pool_vsum_f32(double *b, const float *r, int64_t n, int first);
+/* y[j] = (float)((0 + b[s*j] + ... + b[s*j + k-1]) / cnt), j < n; outputs done. */
+int64_t hp_pool_havg_f32(const double *b, float *y, int64_t n, int s, int k, double cnt);
+/* Stride-1 MaxPool whose output planes are the input planes' size, over
+ * the flat outputs [i0, i1) of all planes (AVX-512F only; 0: not done):
+ * y[i] = fold over taps t < ntaps of m = v > m ? v : m from -inf, with
+ * v = x[i + off[t]] where bit i % 16 of mask[t * per + i / 16 % per] is
+ * set, the tap skipped otherwise (the masks repeat every per chunks of
+ * 16).  A skipped lane keeps m, as skipping does. */
+int hp_pool_fmax_f32(const float *x, float *y, int64_t i0, int64_t i1, const int32_t *off, const uint16_t *mask,
+		     int64_t ntaps, int64_t per);
+/* 2x2 stride-2 MaxPool of rows r0, r1: y[j] = max of r0[2j], r0[2j+1],
+ * r1[2j], r1[2j+1] in that order from -inf; outputs done. */
+int64_t hp_pool_max2_rows(const float *r0, const float *r1, float *y, int64_t n);
+
+#endif
