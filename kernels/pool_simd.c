@@ -119,6 +119,56 @@ __attribute__((target("avx512f"))) static void fmax_512(const float *x, float *y
 	}
 }
 
+/* Column maxima of rows r[0..nr) over input positions [ra, ra + n), -inf
+ * outside [0, W), into b[0..n). */
+__attribute__((target("avx512f"))) static inline void vmax_rows_512(float *b, const float *const *r, int nr,
+								      int64_t ra, int64_t n, int64_t W)
+{
+	const __m512 ninf = _mm512_set1_ps(-INFINITY);
+
+	for (int64_t i = 0; i < n; i += 16) {
+		int64_t p = ra + i;
+		__mmask16 k = 0xffff;
+		__m512 m = ninf;
+		if (p < 0 || p + 16 > W) {
+			/* lanes l with 0 <= p + l < W */
+			int64_t lo = p < 0 ? -p : 0, hi = W - p < 16 ? W - p : 16;
+			k = lo < hi ? (__mmask16)((0xffffu >> (16 - hi)) & (0xffffu << lo)) : 0;
+		}
+		for (int q = 0; q < nr; q++)
+			m = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, k, r[q] + p), m);
+		_mm512_storeu_ps(b + i, m);
+	}
+}
+
+__attribute__((target("avx512f"))) static void plane_max_512(const struct hp_pool_plane *g, const float *x, float *y)
+{
+	float buf[HP_POOL_PLANE_BUF + 64];
+	int64_t W = g->in[2], OW = g->out[2], s = g->s[2], dl = g->dl[2], ext = (g->k[2] - 1) * dl + 1;
+	int64_t blk = (HP_POOL_PLANE_BUF - ext) / s + 1;
+	const float *r[HP_POOL_PLANE_ROWS];
+
+	for (int64_t od = 0; od < g->out[0]; od++)
+		for (int64_t oh = 0; oh < g->out[1]; oh++) {
+			float *yr = y + (od * g->out[1] + oh) * OW;
+			int64_t sd = od * g->s[0] - g->pb[0], sh = oh * g->s[1] - g->pb[1];
+			int nr = 0;
+			for (int64_t a = g->lo[0][od]; a < g->hi[0][od]; a++)
+				for (int64_t b = g->lo[1][oh]; b < g->hi[1][oh]; b++)
+					r[nr++] = x + ((sd + a * g->dl[0]) * g->in[1] + sh + b * g->dl[1]) * W;
+			for (int64_t o0 = 0; o0 < OW; o0 += blk) {
+				int64_t n = o0 + blk < OW ? blk : OW - o0, ra = o0 * s - g->pb[2];
+				if (!nr) {
+					for (int64_t j = 0; j < n; j++)
+						yr[o0 + j] = -INFINITY;
+					continue;
+				}
+				vmax_rows_512(buf, r, nr, ra, (n - 1) * s + ext, W);
+				hmax_512(buf, yr + o0, n, (int)s, (int)g->k[2], (int)dl);
+			}
+		}
+}
+
 /* ---- AVX2 --------------------------------------------------------------- */
 
 __attribute__((target("avx2"))) static int64_t vmax_256(float *b, const float *r, int64_t n, int first)
@@ -198,6 +248,15 @@ int64_t hp_pool_havg_f32(const double *b, float *y, int64_t n, int s, int k, dou
 	return hp_pool_isa() == 2 && (s == 1 || s == 2) ? havg_512(b, y, n, s, k, cnt) : 0;
 }
 
+int hp_pool_plane_max_f32(const struct hp_pool_plane *g, const float *x, float *y)
+{
+	if (hp_pool_isa() < 2 || (g->s[2] != 1 && g->s[2] != 2) || (g->k[2] - 1) * g->dl[2] + 1 > HP_POOL_PLANE_BUF ||
+	    g->k[0] * g->k[1] > HP_POOL_PLANE_ROWS)
+		return 0;
+	plane_max_512(g, x, y);
+	return 1;
+}
+
 int hp_pool_fmax_f32(const float *x, float *y, int64_t i0, int64_t i1, const int32_t *off, const uint16_t *mask,
 		     int64_t ntaps, int64_t per)
 {
@@ -242,6 +301,12 @@ int64_t hp_pool_vsum_f32(double *b, const float *r, int64_t n, int first)
 int64_t hp_pool_havg_f32(const double *b, float *y, int64_t n, int s, int k, double cnt)
 {
 	(void)b, (void)y, (void)n, (void)s, (void)k, (void)cnt;
+	return 0;
+}
+
+int hp_pool_plane_max_f32(const struct hp_pool_plane *g, const float *x, float *y)
+{
+	(void)g, (void)x, (void)y;
 	return 0;
 }
 

@@ -25,6 +25,19 @@ int64_t hp_pool_hmax_f32(const float *b, float *y, int64_t n, int s, int k, int 
 int64_t hp_pool_vsum_f32(double *b, const float *r, int64_t n, int first);
 /* y[j] = (float)((0 + b[s*j] + ... + b[s*j + k-1]) / cnt), j < n; outputs done. */
 int64_t hp_pool_havg_f32(const double *b, float *y, int64_t n, int s, int k, double cnt);
+/* One plane of float32 MaxPool with w stride 1 or 2 (AVX-512F only; 0:
+ * not done): per output row, the column maxima of its valid window rows
+ * (rows in order, d then h) over the row's window extent, -inf in the
+ * padding, then the w taps in order over those, all by vectors.  lo/hi:
+ * each output index's valid tap range in d and h (pooling.c's tables). */
+#define HP_POOL_PLANE_BUF 2048
+#define HP_POOL_PLANE_ROWS 64
+struct hp_pool_plane {
+	int64_t in[3], out[3], k[3], s[3], dl[3], pb[3];
+	const int64_t *lo[2], *hi[2];
+};
+int hp_pool_plane_max_f32(const struct hp_pool_plane *g, const float *x, float *y);
+
 /* Stride-1 MaxPool whose output planes are the input planes' size, over
  * the flat outputs [i0, i1) of all planes (AVX-512F only; 0: not done):
  * y[i] = fold over taps t < ntaps of m = v > m ? v : m from -inf, with

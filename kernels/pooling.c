@@ -631,12 +631,22 @@ static void pool_planes(void *arg, int64_t b, int64_t e, int tid)
 	int64_t ip = p->in[0] * p->in[1] * p->in[2], op = p->out[0] * p->out[1] * p->out[2];
 	size_t z = hp_dtype_size(p->t);
 
+	struct hp_pool_plane pg = { .lo = { p->lo[0], p->lo[1] }, .hi = { p->hi[0], p->hi[1] } };
+	int planes_simd = p->rows && !p->fast2 && p->kind == P_MAX && p->t == HP_F32;
+
 	(void)tid;
 	if (p->foff && hp_pool_fmax_f32(j->x, j->y, b * ip, e * ip, p->foff, p->fmask, p->ftaps, p->fper))
 		return;
+	for (int d = 0; d < 3; d++) {
+		pg.in[d] = p->in[d], pg.out[d] = p->out[d], pg.k[d] = p->k[d];
+		pg.s[d] = p->s[d], pg.dl[d] = p->dl[d], pg.pb[d] = p->pb[d];
+	}
 	for (int64_t pl = b; pl < e; pl++) {
 		const float *x;
 		float *y;
+		if (planes_simd &&
+		    hp_pool_plane_max_f32(&pg, (const float *)j->x + pl * ip, (float *)j->y + pl * op))
+			continue;
 		if (p->rows && !p->fast2 && rows_maxs(p)) {
 			rows_plane_maxs(p, (const float *)j->x + pl * ip, (float *)j->y + pl * op);
 			continue;
