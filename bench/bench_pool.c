@@ -155,8 +155,12 @@ int main(int argc, char **argv)
 	hp_pool_destroy(pool);
 	printf("{\"bench\":\"pool\",\"threads\":1,\"reps\":%d,\"rounds\":%d,\"total_us\":%.2f,\"gbs_all\":%.2f,\"cases\":[",
 	       reps, rounds, total * 1e3, bytes_total / (total * 1e6));
-	for (int i = 0; i < nc; i++)
-		printf("%s{\"name\":\"%s\",\"us\":%.2f,\"gbs\":%.2f}", i ? "," : "", cases[i].name, ms[i] * 1e3, gbs[i]);
+	for (int i = 0, first = 1; i < nc; i++)
+		if (ms[i] > 0) {
+			printf("%s{\"name\":\"%s\",\"us\":%.2f,\"gbs\":%.2f}", first ? "" : ",", cases[i].name,
+			       ms[i] * 1e3, gbs[i]);
+			first = 0;
+		}
 	printf("]}\n");
 	return 0;
 }

@@ -16,6 +16,7 @@ void hp_pool_test_isa(int cap)
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 int hp_pool_isa(void)
 {
@@ -169,6 +170,69 @@ __attribute__((target("avx512f"))) static void plane_max_512(const struct hp_poo
 		}
 }
 
+/* Double column sums of rows r[0..nr) over input positions [ra, ra + n)
+ * (the first row as is, then added in order), 0 outside [0, W), into b. */
+__attribute__((target("avx512f"))) static inline void vsum_rows_512(double *b, const float *const *r, int nr,
+								      int64_t ra, int64_t n, int64_t W)
+{
+	for (int64_t i = 0; i < n; i += 8) {
+		int64_t p = ra + i;
+		__mmask16 k = 0xff;
+		__m512d m;
+		if (p < 0 || p + 8 > W) {
+			int64_t lo = p < 0 ? -p : 0, hi = W - p < 8 ? W - p : 8;
+			k = lo < hi ? (__mmask16)((0xffu >> (8 - hi)) & (0xffu << lo)) : 0;
+		}
+		m = _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_maskz_loadu_ps(k, r[0] + p)));
+		for (int q = 1; q < nr; q++)
+			m = _mm512_add_pd(m, _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_maskz_loadu_ps(k, r[q] + p))));
+		_mm512_storeu_pd(b + i, m);
+	}
+}
+
+__attribute__((target("avx512f"))) static void plane_avg_512(const struct hp_pool_plane *g, const float *x, float *y)
+{
+	double buf[HP_POOL_PLANE_BUF + 32];
+	int64_t W = g->in[2], OW = g->out[2], s = g->s[2], dl = g->dl[2], ext = (g->k[2] - 1) * dl + 1;
+	int64_t blk = (HP_POOL_PLANE_BUF - ext) / s + 1;
+	const float *r[HP_POOL_PLANE_ROWS];
+
+	for (int64_t od = 0; od < g->out[0]; od++)
+		for (int64_t oh = 0; oh < g->out[1]; oh++) {
+			float *yr = y + (od * g->out[1] + oh) * OW;
+			int64_t sd = od * g->s[0] - g->pb[0], sh = oh * g->s[1] - g->pb[1];
+			double rows = g->include_pad ? (double)(g->cpad[0][od] * g->cpad[1][oh])
+						     : (double)((g->hi[0][od] - g->lo[0][od]) * (g->hi[1][oh] - g->lo[1][oh]));
+			__m512d rv = _mm512_set1_pd(rows);
+			int nr = 0;
+			for (int64_t a = g->lo[0][od]; a < g->hi[0][od]; a++)
+				for (int64_t b = g->lo[1][oh]; b < g->hi[1][oh]; b++)
+					r[nr++] = x + ((sd + a * g->dl[0]) * g->in[1] + sh + b * g->dl[1]) * W;
+			for (int64_t o0 = 0; o0 < OW; o0 += blk) {
+				int64_t n = o0 + blk < OW ? blk : OW - o0, ra = o0 * s - g->pb[2];
+				if (nr)
+					vsum_rows_512(buf, r, nr, ra, (n - 1) * s + ext, W);
+				else
+					memset(buf, 0, sizeof(double) * (size_t)((n - 1) * s + ext));
+				for (int64_t j = 0; j < n; j += 8) {
+					const double *p = buf + s * j;
+					__m512d acc = _mm512_setzero_pd(), cnt;
+					float t[8];
+					for (int c = 0; c < g->k[2]; c++)
+						acc = _mm512_add_pd(acc, s == 1 ? _mm512_loadu_pd(p + c * dl) : even8d(p + c * dl));
+					cnt = _mm512_mul_pd(rv, _mm512_loadu_pd(g->hcnt + o0 + j));
+					acc = _mm512_maskz_div_pd(_mm512_cmp_pd_mask(cnt, _mm512_setzero_pd(), _CMP_NEQ_OQ), acc, cnt);
+					if (j + 8 <= n) {
+						_mm256_storeu_ps(yr + o0 + j, _mm512_cvtpd_ps(acc));
+						continue;
+					}
+					_mm256_storeu_ps(t, _mm512_cvtpd_ps(acc));
+					memcpy(yr + o0 + j, t, sizeof(float) * (size_t)(n - j));
+				}
+			}
+		}
+}
+
 /* ---- AVX2 --------------------------------------------------------------- */
 
 __attribute__((target("avx2"))) static int64_t vmax_256(float *b, const float *r, int64_t n, int first)
@@ -257,6 +321,15 @@ int hp_pool_plane_max_f32(const struct hp_pool_plane *g, const float *x, float *
 	return 1;
 }
 
+int hp_pool_plane_avg_f32(const struct hp_pool_plane *g, const float *x, float *y)
+{
+	if (hp_pool_isa() < 2 || (g->s[2] != 1 && g->s[2] != 2) || (g->k[2] - 1) * g->dl[2] + 1 > HP_POOL_PLANE_BUF ||
+	    g->k[0] * g->k[1] > HP_POOL_PLANE_ROWS || !g->hcnt)
+		return 0;
+	plane_avg_512(g, x, y);
+	return 1;
+}
+
 int hp_pool_fmax_f32(const float *x, float *y, int64_t i0, int64_t i1, const int32_t *off, const uint16_t *mask,
 		     int64_t ntaps, int64_t per)
 {
@@ -305,6 +378,12 @@ int64_t hp_pool_havg_f32(const double *b, float *y, int64_t n, int s, int k, dou
 }
 
 int hp_pool_plane_max_f32(const struct hp_pool_plane *g, const float *x, float *y)
+{
+	(void)g, (void)x, (void)y;
+	return 0;
+}
+
+int hp_pool_plane_avg_f32(const struct hp_pool_plane *g, const float *x, float *y)
 {
 	(void)g, (void)x, (void)y;
 	return 0;

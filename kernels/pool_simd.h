@@ -35,8 +35,18 @@ int64_t hp_pool_havg_f32(const double *b, float *y, int64_t n, int s, int k, dou
 struct hp_pool_plane {
 	int64_t in[3], out[3], k[3], s[3], dl[3], pb[3];
 	const int64_t *lo[2], *hi[2];
+	/* average only: count_include_pad, taps inside the padded extent in
+	 * d and h, and each output column's divisor factor (w taps counted) */
+	int include_pad;
+	const int64_t *cpad[2];
+	const double *hcnt;
 };
 int hp_pool_plane_max_f32(const struct hp_pool_plane *g, const float *x, float *y);
+/* The same for float32 AveragePool: double column sums of the valid rows
+ * (the first as is, then added in order; 0 in the padding), the w taps
+ * added to 0 in order, divided by rows * hcnt[ow] (0 where that is 0):
+ * the row path's operations, the padding's zeros adding nothing. */
+int hp_pool_plane_avg_f32(const struct hp_pool_plane *g, const float *x, float *y);
 
 /* Stride-1 MaxPool whose output planes are the input planes' size, over
  * the flat outputs [i0, i1) of all planes (AVX-512F only; 0: not done):

@@ -38,6 +38,7 @@ struct pool_p {
 	int32_t *foff;                     /* flat path (flat_tables): tap offsets, or NULL */
 	uint16_t *fmask;                   /* its lane masks, per tap and chunk of a period */
 	int64_t ftaps, fper;
+	double *hcnt;                      /* average: divisor factor of each output column */
 	enum hp_dtype t;
 	/* per dim and output index: valid tap range [lo, hi) and taps inside the
 	 * padded extent (count_include_pad divisor) */
@@ -274,12 +275,16 @@ static int pool_prepare(struct hp_graph *g, struct hp_node *n)
 	}
 	ntab = 3 * (size_t)(tmp.out[0] + tmp.out[1] + tmp.out[2]);
 	nflat = (size_t)flat_entries(&tmp);
-	p = calloc(1, sizeof *p + sizeof(int64_t) * ntab + (nflat ? sizeof(int32_t) * FLAT_TAPS : 0) +
-			      sizeof(uint16_t) * nflat);
+	p = calloc(1, sizeof *p + sizeof(int64_t) * ntab + sizeof(double) * (size_t)tmp.out[2] +
+			      (nflat ? sizeof(int32_t) * FLAT_TAPS : 0) + sizeof(uint16_t) * nflat);
 	if (!p)
 		return -ENOMEM;
 	*p = tmp;
 	pool_tables(p, (int64_t *)(p + 1));
+	p->hcnt = (double *)((int64_t *)(p + 1) + ntab);
+	for (int64_t ow = 0; ow < p->out[2]; ow++)
+		p->hcnt[ow] = (double)(p->count_include_pad ? p->cnt_pad[2][ow] : p->hi[2][ow] - p->lo[2][ow]);
+	ntab += (size_t)p->out[2];
 	if (nflat) {
 		int32_t *off = (int32_t *)((int64_t *)(p + 1) + ntab);
 		flat_tables(p, off, (uint16_t *)(off + FLAT_TAPS));
@@ -631,8 +636,10 @@ static void pool_planes(void *arg, int64_t b, int64_t e, int tid)
 	int64_t ip = p->in[0] * p->in[1] * p->in[2], op = p->out[0] * p->out[1] * p->out[2];
 	size_t z = hp_dtype_size(p->t);
 
-	struct hp_pool_plane pg = { .lo = { p->lo[0], p->lo[1] }, .hi = { p->hi[0], p->hi[1] } };
-	int planes_simd = p->rows && !p->fast2 && p->kind == P_MAX && p->t == HP_F32;
+	struct hp_pool_plane pg = { .lo = { p->lo[0], p->lo[1] }, .hi = { p->hi[0], p->hi[1] },
+				    .include_pad = p->count_include_pad, .cpad = { p->cnt_pad[0], p->cnt_pad[1] },
+				    .hcnt = p->hcnt };
+	int planes_simd = p->rows && !p->fast2 && p->t == HP_F32 && p->kind != P_LP;
 
 	(void)tid;
 	if (p->foff && hp_pool_fmax_f32(j->x, j->y, b * ip, e * ip, p->foff, p->fmask, p->ftaps, p->fper))
@@ -644,8 +651,8 @@ static void pool_planes(void *arg, int64_t b, int64_t e, int tid)
 	for (int64_t pl = b; pl < e; pl++) {
 		const float *x;
 		float *y;
-		if (planes_simd &&
-		    hp_pool_plane_max_f32(&pg, (const float *)j->x + pl * ip, (float *)j->y + pl * op))
+		if (planes_simd && (p->kind == P_MAX ? hp_pool_plane_max_f32 : hp_pool_plane_avg_f32)(
+					   &pg, (const float *)j->x + pl * ip, (float *)j->y + pl * op))
 			continue;
 		if (p->rows && !p->fast2 && rows_maxs(p)) {
 			rows_plane_maxs(p, (const float *)j->x + pl * ip, (float *)j->y + pl * op);
