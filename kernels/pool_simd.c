@@ -69,38 +69,11 @@ __attribute__((target("avx512f"))) static int64_t hmax_512(const float *b, float
 	return n;
 }
 
-__attribute__((target("avx512f"))) static int64_t vsum_512(double *b, const float *r, int64_t n, int first)
-{
-	int64_t i = 0;
-
-	for (; i + 8 <= n; i += 8) {
-		__m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(r + i));
-		_mm512_storeu_pd(b + i, first ? v : _mm512_add_pd(_mm512_loadu_pd(b + i), v));
-	}
-	return i;
-}
-
 /* p[0], p[2], ..., p[14] from p[0..14]. */
 __attribute__((target("avx512f"))) static inline __m512d even8d(const double *p)
 {
 	const __m512i idx = _mm512_setr_epi64(0, 2, 4, 6, 9, 11, 13, 15);
 	return _mm512_permutex2var_pd(_mm512_loadu_pd(p), idx, _mm512_loadu_pd(p + 7));
-}
-
-__attribute__((target("avx512f"))) static int64_t havg_512(const double *b, float *y, int64_t n, int s, int k,
-							      double cnt)
-{
-	__m512d dv = _mm512_set1_pd(cnt);
-	int64_t j = 0;
-
-	for (; j + 8 <= n; j += 8) {
-		const double *p = b + s * j;
-		__m512d acc = _mm512_setzero_pd();
-		for (int c = 0; c < k; c++)
-			acc = _mm512_add_pd(acc, s == 1 ? _mm512_loadu_pd(p + c) : even8d(p + c));
-		_mm256_storeu_ps(y + j, _mm512_cvtpd_ps(_mm512_div_pd(acc, dv)));
-	}
-	return j;
 }
 
 __attribute__((target("avx512f"))) static void fmax_512(const float *x, float *y, int64_t i0, int64_t i1,
@@ -302,16 +275,6 @@ int64_t hp_pool_hmax_f32(const float *b, float *y, int64_t n, int s, int k, int 
 	return isa == 2 ? hmax_512(b, y, n, s, k, dl) : isa == 1 ? hmax_256(b, y, n, s, k, dl) : 0;
 }
 
-int64_t hp_pool_vsum_f32(double *b, const float *r, int64_t n, int first)
-{
-	return hp_pool_isa() == 2 ? vsum_512(b, r, n, first) : 0;
-}
-
-int64_t hp_pool_havg_f32(const double *b, float *y, int64_t n, int s, int k, double cnt)
-{
-	return hp_pool_isa() == 2 && (s == 1 || s == 2) ? havg_512(b, y, n, s, k, cnt) : 0;
-}
-
 int hp_pool_plane_max_f32(const struct hp_pool_plane *g, const float *x, float *y)
 {
 	if (hp_pool_isa() < 2 || (g->s[2] != 1 && g->s[2] != 2) || (g->k[2] - 1) * g->dl[2] + 1 > HP_POOL_PLANE_BUF ||
@@ -362,18 +325,6 @@ int64_t hp_pool_vmax_f32(float *b, const float *r, int64_t n, int first)
 int64_t hp_pool_hmax_f32(const float *b, float *y, int64_t n, int s, int k, int dl)
 {
 	(void)b, (void)y, (void)n, (void)s, (void)k, (void)dl;
-	return 0;
-}
-
-int64_t hp_pool_vsum_f32(double *b, const float *r, int64_t n, int first)
-{
-	(void)b, (void)r, (void)n, (void)first;
-	return 0;
-}
-
-int64_t hp_pool_havg_f32(const double *b, float *y, int64_t n, int s, int k, double cnt)
-{
-	(void)b, (void)y, (void)n, (void)s, (void)k, (void)cnt;
 	return 0;
 }
 

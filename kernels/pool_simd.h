@@ -1,10 +1,14 @@
-/* SIMD passes of pooling.c's row path (pool_simd.c): AVX-512F, else AVX2,
- * else none.  Each does a prefix of its work and returns how much; the
- * caller finishes the rest with its scalar loop.  Every pass performs the
- * same operations in the same order as that scalar loop, so results are
- * bitwise those of the scalar code (max: v > m ? v : m from -inf, so NaN
- * is skipped and the first of equal values, -0 or +0, stays; average:
- * double sums in tap order, one division). */
+/* SIMD passes of pooling.c (pool_simd.c): AVX-512F, else AVX2, else none.
+ * A pass returns how much it did (0: not at this level) and the caller
+ * does the rest with its scalar loop.  Every pass performs the operations
+ * of that scalar loop in its order, so results are bitwise the scalar
+ * code's.  Max: m = v > m ? v : m from -inf over the taps, w tap
+ * outermost (the row path: column maxima first), so NaN is skipped and
+ * of equal values (-0, +0) the first stays; the order being a fold of an
+ * associative "first maximum", any bracketing of it gives the same bits,
+ * and a padding tap read as -inf selects as a skipped one.  Average:
+ * double column sums, then the columns added to 0 in order, one division
+ * (a padding tap read as 0 adds nothing: the sum starts at +0). */
 #ifndef HPDLF_KERNELS_POOL_SIMD_H
 #define HPDLF_KERNELS_POOL_SIMD_H
 
@@ -21,10 +25,6 @@ int64_t hp_pool_vmax_f32(float *b, const float *r, int64_t n, int first);
  * for j < n, s 1 or 2; outputs done.  b must be readable 48 elements past
  * the last tap (whole vectors are loaded for a last partial one). */
 int64_t hp_pool_hmax_f32(const float *b, float *y, int64_t n, int s, int k, int dl);
-/* b[i] += (double)r[i] (first: b[i] = r[i]); elements done. */
-int64_t hp_pool_vsum_f32(double *b, const float *r, int64_t n, int first);
-/* y[j] = (float)((0 + b[s*j] + ... + b[s*j + k-1]) / cnt), j < n; outputs done. */
-int64_t hp_pool_havg_f32(const double *b, float *y, int64_t n, int s, int k, double cnt);
 /* One plane of float32 MaxPool with w stride 1 or 2 (AVX-512F only; 0:
  * not done): per output row, the column maxima of its valid window rows
  * (rows in order, d then h) over the row's window extent, -inf in the

@@ -474,49 +474,6 @@ static void havg_f32(const struct pool_p *p, const void *vb, int64_t wa, int64_t
 	}
 }
 
-/* Outputs [*ia, *ib) of [o0, o1) whose whole window lies inside the row
- * (dilation 1): the taps the SIMD passes take, lo = 0 and hi = k. */
-static void row_interior(const struct pool_p *p, int64_t o0, int64_t o1, int64_t *ia, int64_t *ib)
-{
-	int64_t s = p->s[2], pb = p->pb[2], lim = p->in[2] + pb - p->k[2];
-	int64_t a = (pb + s - 1) / s, b = lim < 0 ? 0 : lim / s + 1;
-
-	*ia = a > o0 ? a : o0;
-	*ib = b < o1 ? b : o1;
-	*ib = *ib > *ia ? *ib : *ia;
-}
-
-static int row_simd(const struct pool_p *p, int64_t od, int64_t oh)
-{
-	return p->lo[0][od] < p->hi[0][od] && p->lo[1][oh] < p->hi[1][oh] && p->dl[2] == 1 &&
-	       (p->s[2] == 1 || p->s[2] == 2) && hp_pool_isa();
-}
-
-static void vsum_f32s(void *vb, const void *vr, int64_t n, int first)
-{
-	int64_t i = hp_pool_vsum_f32(vb, vr, n, first);
-
-	vsum_f32((double *)vb + i, (const float *)vr + i, n - i, first);
-}
-
-static void havg_f32s(const struct pool_p *p, const void *vb, int64_t wa, int64_t o0, int64_t o1, void *vy,
-		      int64_t od, int64_t oh)
-{
-	int64_t ia, ib, s = p->s[2], k = p->k[2];
-	int64_t nrows = (p->hi[0][od] - p->lo[0][od]) * (p->hi[1][oh] - p->lo[1][oh]);
-	int64_t cnt = p->count_include_pad ? p->cnt_pad[0][od] * p->cnt_pad[1][oh] * k : nrows * k;
-
-	if (!row_simd(p, od, oh)) {
-		havg_f32(p, vb, wa, o0, o1, vy, od, oh);
-		return;
-	}
-	row_interior(p, o0, o1, &ia, &ib);
-	havg_f32(p, vb, wa, o0, ia, vy, od, oh);
-	ib = ia + hp_pool_havg_f32((const double *)vb + ia * s - p->pb[2] - wa, (float *)vy + ia, ib - ia, (int)s,
-				   (int)k, (double)cnt);
-	havg_f32(p, vb, wa, ib, o1, vy, od, oh);
-}
-
 struct rowfns {
 	vrow_fn v;
 	hrow_fn h;
@@ -525,7 +482,7 @@ struct rowfns {
 static struct rowfns rowfns_of(const struct pool_p *p)
 {
 	if (p->kind == P_AVG)
-		return (struct rowfns){ vsum_f32s, havg_f32s };
+		return (struct rowfns){ vsum_f32, havg_f32 };
 	switch (p->t) {
 	case HP_F64: return (struct rowfns){ vmax_f64, hmax_f64 };
 	case HP_I8: return (struct rowfns){ vmax_i8, hmax_i8 };
