@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "kernels/pool_simd.h"
 #include "kernels/train_util.h"
 
 struct pgeom {
@@ -248,7 +249,10 @@ static void maxpool_planes(void *arg, int64_t b, int64_t e, int tid)
 			continue;
 		}
 		if (planar(c)) {
-			maxpool_plane_2d(c, xp, dyp, dxp);
+			struct hp_pool_grad2d g2 = { c->big[0], c->big[1], c->small[0], c->small[1], c->k[0], c->k[1],
+						     c->s[0], c->s[1], c->p[0], c->p[1], c->d[0], c->d[1] };
+			if (!hp_pool_grad_max2d_f32(&g2, xp, dyp, dxp))
+				maxpool_plane_2d(c, xp, dyp, dxp);
 			continue;
 		}
 		for (int64_t j = 0; j < c->svol; j++) {

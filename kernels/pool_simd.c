@@ -206,6 +206,71 @@ __attribute__((target("avx512f"))) static void plane_avg_512(const struct hp_poo
 		}
 }
 
+/* Lanes l of [0, 16) with 0 <= p + l < W. */
+static inline uint32_t range16(int64_t p, int64_t W)
+{
+	int64_t lo = p < 0 ? -p : 0, hi = W - p < 16 ? W - p : 16;
+	return lo < hi ? (0xffffu >> (16 - hi)) & (0xffffu << lo) : 0;
+}
+
+__attribute__((target("avx512f"))) static void grad_max2d_512(const struct hp_pool_grad2d *g, const float *x,
+								 const float *dy, float *dx)
+{
+	const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+	const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+	int64_t W = g->W, s = g->sw;
+	const __m512i step = _mm512_mullo_epi32(iota, _mm512_set1_epi32((int32_t)s));
+	int32_t bi[16];
+
+	for (int64_t oh = 0; oh < g->OH; oh++) {
+		int64_t h0 = oh * g->sh - g->ph;
+		for (int64_t ow0 = 0; ow0 < g->OW; ow0 += 16) {
+			int64_t nl = g->OW - ow0 < 16 ? g->OW - ow0 : 16;
+			__m512 bv = _mm512_setzero_ps();
+			__m512i bidx = _mm512_setzero_si512();
+			__mmask16 have = 0;
+			for (int64_t a = 0; a < g->kh; a++) {
+				int64_t h = h0 + a * g->dh;
+				if (h < 0 || h >= g->H)
+					continue;
+				for (int64_t b = 0; b < g->kw; b++) {
+					int64_t w = ow0 * s - g->pw + b * g->dw; /* lane 0's column */
+					const float *r = x + h * W;
+					__mmask16 valid;
+					__m512 v;
+					if (s == 1) {
+						valid = (__mmask16)range16(w, W);
+						v = _mm512_maskz_loadu_ps(valid, r + w);
+					} else {
+						__m512 lo = _mm512_maskz_loadu_ps((__mmask16)range16(w, W), r + w);
+						__m512 hi = _mm512_maskz_loadu_ps((__mmask16)range16(w + 15, W), r + w + 15);
+						/* lanes l with 0 <= w + 2l < W */
+						int64_t l0 = w < 0 ? (1 - w) / 2 : 0, l1 = W > w ? (W - w + 1) / 2 : 0;
+						l1 = l1 < 16 ? l1 : 16;
+						valid = l0 < l1 ? (__mmask16)((0xffffu >> (16 - l1)) & (0xffffu << l0)) : 0;
+						v = _mm512_permutex2var_ps(lo, ev, hi);
+					}
+					valid &= (__mmask16)((1u << nl) - 1);
+					/* take: the first valid tap, else v beats bv (greater,
+					 * or NaN over a number) */
+					__mmask16 nanb = _mm512_cmp_ps_mask(bv, bv, _CMP_UNORD_Q);
+					__mmask16 beats = _mm512_cmp_ps_mask(v, bv, _CMP_GT_OQ) |
+							  (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) & (__mmask16)~nanb);
+					__mmask16 take = valid & (__mmask16)(~have | beats);
+					__m512i idx = _mm512_add_epi32(_mm512_set1_epi32((int32_t)(h * W + w)), step);
+					bv = _mm512_mask_mov_ps(bv, take, v);
+					bidx = _mm512_mask_mov_epi32(bidx, take, idx);
+					have |= valid;
+				}
+			}
+			_mm512_storeu_si512(bi, bidx);
+			for (int l = 0; l < nl; l++)
+				if (have >> l & 1)
+					dx[bi[l]] += dy[oh * g->OW + ow0 + l];
+		}
+	}
+}
+
 /* ---- AVX2 --------------------------------------------------------------- */
 
 __attribute__((target("avx2"))) static int64_t vmax_256(float *b, const float *r, int64_t n, int first)
@@ -293,6 +358,14 @@ int hp_pool_plane_avg_f32(const struct hp_pool_plane *g, const float *x, float *
 	return 1;
 }
 
+int hp_pool_grad_max2d_f32(const struct hp_pool_grad2d *g, const float *x, const float *dy, float *dx)
+{
+	if (hp_pool_isa() < 2 || (g->sw != 1 && g->sw != 2) || g->H * g->W > INT32_MAX / 2)
+		return 0;
+	grad_max2d_512(g, x, dy, dx);
+	return 1;
+}
+
 int hp_pool_fmax_f32(const float *x, float *y, int64_t i0, int64_t i1, const int32_t *off, const uint16_t *mask,
 		     int64_t ntaps, int64_t per)
 {
@@ -337,6 +410,12 @@ int hp_pool_plane_max_f32(const struct hp_pool_plane *g, const float *x, float *
 int hp_pool_plane_avg_f32(const struct hp_pool_plane *g, const float *x, float *y)
 {
 	(void)g, (void)x, (void)y;
+	return 0;
+}
+
+int hp_pool_grad_max2d_f32(const struct hp_pool_grad2d *g, const float *x, const float *dy, float *dx)
+{
+	(void)g, (void)x, (void)dy, (void)dx;
 	return 0;
 }
 

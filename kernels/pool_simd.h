@@ -56,6 +56,15 @@ int hp_pool_plane_avg_f32(const struct hp_pool_plane *g, const float *x, float *
  * 16).  A skipped lane keeps m, as skipping does. */
 int hp_pool_fmax_f32(const float *x, float *y, int64_t i0, int64_t i1, const int32_t *off, const uint16_t *mask,
 		     int64_t ntaps, int64_t per);
+/* MaxPool's gradient over one 2-D plane (AVX-512F, w stride 1 or 2; 0:
+ * not done), as pool_grad.c's maxpool_plane_2d: per output in order, the
+ * first valid tap in row-major order that beats all before it (greater,
+ * or NaN over a number) gets dx[tap] += dy[output].  The argmax of 16
+ * outputs is found by vectors, the additions stay scalar and in order. */
+struct hp_pool_grad2d {
+	int64_t H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw;
+};
+int hp_pool_grad_max2d_f32(const struct hp_pool_grad2d *g, const float *x, const float *dy, float *dx);
 /* 2x2 stride-2 MaxPool of rows r0, r1: y[j] = max of r0[2j], r0[2j+1],
  * r1[2j], r1[2j+1] in that order from -inf; outputs done. */
 int64_t hp_pool_max2_rows(const float *r0, const float *r1, float *y, int64_t n);

@@ -219,12 +219,74 @@ static void test_threads_bits(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* MaxPoolGrad (2-D planes): dX = 0, then per output in order dX[first
+ * maximum] += dY, the first maximum in row-major tap order where NaN
+ * beats a number; dY holds -0 (0 + -0 is +0: the additions must happen). */
+static void check_grad(const struct geo *g, unsigned seed)
+{
+	int64_t xd[4] = { 2, 3, g->in[0], g->in[1] }, yd[4] = { 2, 3, out_dim(g, 0), out_dim(g, 1) };
+	int64_t P = g->in[0] * g->in[1], OP = yd[2] * yd[3];
+	struct hp_tensor x = kt_tensor(HP_F32, 4, xd), dy = kt_tensor(HP_F32, 4, yd), in[2], got;
+	struct hp_attr at[4] = { kt_ints("kernel_shape", 2, g->k), kt_ints("strides", 2, g->s),
+				 kt_ints("pads", 4, g->pads), kt_ints("dilations", 2, g->dl) };
+	float *want = calloc((size_t)(6 * P), sizeof(float));
+
+	fill_odd(&x, seed, 1);
+	kt_fill_random(&dy, seed + 1, -1, 1);
+	for (int64_t i = 0; i < 6 * OP; i += 5)
+		((float *)dy.data)[i] = -0.0f;
+	in[0] = dy, in[1] = x;
+	for (int64_t pl = 0; pl < 6; pl++)
+		for (int64_t j = 0; j < OP; j++) {
+			const float *xp = (const float *)x.data + pl * P;
+			int64_t best = -1, oh = j / yd[3], ow = j % yd[3];
+			float bv = 0;
+			for (int64_t a = 0; a < g->k[0]; a++)
+				for (int64_t b = 0; b < g->k[1]; b++) {
+					int64_t h = oh * g->s[0] - g->pads[0] + a * g->dl[0];
+					int64_t w = ow * g->s[1] - g->pads[1] + b * g->dl[1];
+					if (h < 0 || h >= g->in[0] || w < 0 || w >= g->in[1])
+						continue;
+					float v = xp[h * g->in[1] + w];
+					if (best < 0 || v > bv || (isnan(v) && !isnan(bv)))
+						best = h * g->in[1] + w, bv = v;
+				}
+			if (best >= 0)
+				want[pl * P + best] += ((const float *)dy.data)[pl * OP + j];
+		}
+	for (int isa = 2; isa >= 0; isa -= 2) {
+		struct kt_case kc = { .domain = "ai.hpdlf", .op = "MaxPoolGrad", .nin = 2, .in = in, .nattrs = 4,
+				      .attrs = at, .nout = 1 };
+		hp_pool_test_isa(isa);
+		assert_int_equal(kt_run(&kc, &got), 0);
+		for (int64_t i = 0; i < 6 * P; i++)
+			if (memcmp(&want[i], (const float *)got.data + i, sizeof(float)))
+				fail_msg("MaxPoolGrad in %lldx%lld k %lld s %lld, isa %d: dX[%lld] = %a, want %a",
+					 (long long)g->in[0], (long long)g->in[1], (long long)g->k[0], (long long)g->s[0],
+					 isa, (long long)i, (double)((const float *)got.data)[i], (double)want[i]);
+		hp_tensor_free(&got);
+	}
+	hp_pool_test_isa(2);
+	free(want);
+	hp_tensor_free(&x);
+	hp_tensor_free(&dy);
+}
+
+static void test_grad_bits(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof geos / sizeof geos[0]; i++)
+		if (geos[i].nsp == 2)
+			check_grad(&geos[i], 200 + (unsigned)i);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_max_bits),
 		cmocka_unit_test(test_avg_bits),
 		cmocka_unit_test(test_threads_bits),
+		cmocka_unit_test(test_grad_bits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
