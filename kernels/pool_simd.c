@@ -271,6 +271,38 @@ __attribute__((target("avx512f"))) static void grad_max2d_512(const struct hp_po
 	}
 }
 
+__attribute__((target("avx512f"))) static void grad_flat_512(const float *x, const float *dy, float *dx, int64_t i0,
+								int64_t i1, const int32_t *off, const uint16_t *mask,
+								int64_t ntaps, int64_t per)
+{
+	int32_t bt[16];
+
+	for (int64_t i = i0 / 16 * 16, ci = i / 16 % per; i < i1; i += 16, ci = ci + 1 == per ? 0 : ci + 1) {
+		__mmask16 r = 0xffff, have = 0;
+		__m512 bv = _mm512_setzero_ps();
+		__m512i btap = _mm512_setzero_si512();
+		if (i < i0)
+			r &= (__mmask16)(0xffffu << (i0 - i));
+		if (i + 16 > i1)
+			r &= (__mmask16)(0xffffu >> (i + 16 - i1));
+		for (int64_t t = 0; t < ntaps; t++) {
+			__mmask16 valid = mask[t * per + ci] & r;
+			__m512 v = _mm512_maskz_loadu_ps(valid, x + i + off[t]);
+			__mmask16 nanb = _mm512_cmp_ps_mask(bv, bv, _CMP_UNORD_Q);
+			__mmask16 beats = _mm512_cmp_ps_mask(v, bv, _CMP_GT_OQ) |
+					  (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) & (__mmask16)~nanb);
+			__mmask16 take = valid & (__mmask16)(~have | beats);
+			bv = _mm512_mask_mov_ps(bv, take, v);
+			btap = _mm512_mask_mov_epi32(btap, take, _mm512_set1_epi32((int32_t)t));
+			have |= valid;
+		}
+		_mm512_storeu_si512(bt, btap);
+		for (int l = 0; l < 16; l++)
+			if (have >> l & 1)
+				dx[i + l + off[bt[l]]] += dy[i + l];
+	}
+}
+
 /* ---- AVX2 --------------------------------------------------------------- */
 
 __attribute__((target("avx2"))) static int64_t vmax_256(float *b, const float *r, int64_t n, int first)
@@ -366,6 +398,15 @@ int hp_pool_grad_max2d_f32(const struct hp_pool_grad2d *g, const float *x, const
 	return 1;
 }
 
+int hp_pool_grad_flat_f32(const float *x, const float *dy, float *dx, int64_t i0, int64_t i1, const int32_t *off,
+			  const uint16_t *mask, int64_t ntaps, int64_t per)
+{
+	if (hp_pool_isa() < 2)
+		return 0;
+	grad_flat_512(x, dy, dx, i0, i1, off, mask, ntaps, per);
+	return 1;
+}
+
 int hp_pool_fmax_f32(const float *x, float *y, int64_t i0, int64_t i1, const int32_t *off, const uint16_t *mask,
 		     int64_t ntaps, int64_t per)
 {
@@ -416,6 +457,13 @@ int hp_pool_plane_avg_f32(const struct hp_pool_plane *g, const float *x, float *
 int hp_pool_grad_max2d_f32(const struct hp_pool_grad2d *g, const float *x, const float *dy, float *dx)
 {
 	(void)g, (void)x, (void)dy, (void)dx;
+	return 0;
+}
+
+int hp_pool_grad_flat_f32(const float *x, const float *dy, float *dx, int64_t i0, int64_t i1, const int32_t *off,
+			  const uint16_t *mask, int64_t ntaps, int64_t per)
+{
+	(void)x, (void)dy, (void)dx, (void)i0, (void)i1, (void)off, (void)mask, (void)ntaps, (void)per;
 	return 0;
 }
 

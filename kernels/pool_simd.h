@@ -65,6 +65,11 @@ struct hp_pool_grad2d {
 	int64_t H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw;
 };
 int hp_pool_grad_max2d_f32(const struct hp_pool_grad2d *g, const float *x, const float *dy, float *dx);
+/* The same for stride-1 windows with dY the size of X, over the flat
+ * outputs [i0, i1) of all planes, taps and masks as hp_pool_fmax_f32's
+ * but in row-major tap order; dx[i + off[tap]] += dy[i] in order of i. */
+int hp_pool_grad_flat_f32(const float *x, const float *dy, float *dx, int64_t i0, int64_t i1, const int32_t *off,
+			  const uint16_t *mask, int64_t ntaps, int64_t per);
 /* 2x2 stride-2 MaxPool of rows r0, r1: y[j] = max of r0[2j], r0[2j+1],
  * r1[2j], r1[2j+1] in that order from -inf; outputs done. */
 int64_t hp_pool_max2_rows(const float *r0, const float *r1, float *y, int64_t n);
