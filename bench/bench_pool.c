@@ -3,7 +3,7 @@
  * 64x64, ResNet-18's stem pool at 64x64 batch 4, the U-Net's 2x2), each
  * a one-node graph run through prepare and run as the executor does, on
  * the calling thread.  Time is this thread's CPU time (robust on a shared
- * machine); GB/s counts the input read once and the output written once.
+ * machine); GB/s counts the inputs read once and the output written once.
  *
  *   hpdlf-bench-pool [--reps N] [--rounds R] [--only SUBSTRING]
  *
@@ -38,6 +38,12 @@ static const struct pcase cases[] = {
 	{ "avg s1p1 1x64x56", "AveragePool", 1, 64, 56, 56, 3, 1, 1, 0, 0, 1 },
 	{ "avg s1p1 incl 1x64x56", "AveragePool", 1, 64, 56, 56, 3, 1, 1, 0, 1, 1 },
 	{ "avg 2x2 s2 2x64x32", "AveragePool", 2, 64, 32, 32, 2, 2, 0, 0, 0, 1 },
+	/* MaxPool's gradient (ai.hpdlf MaxPoolGrad: dY, X -> dX) in a GoogLeNet
+	 * training step at batch 8 */
+	{ "grad goog_mp1 8x64x32 s2", "MaxPoolGrad", 8, 64, 32, 32, 3, 2, 0, 1, 0, 1 },
+	{ "grad goog_mp3 8x480x8 s2", "MaxPoolGrad", 8, 480, 8, 8, 3, 2, 0, 1, 0, 1 },
+	{ "grad goog_br 8x192x8 s1p1", "MaxPoolGrad", 8, 192, 8, 8, 3, 1, 1, 1, 0, 1 },
+	{ "grad goog_br 8x512x4 s1p1", "MaxPoolGrad", 8, 512, 4, 4, 3, 1, 1, 1, 0, 3 },
 };
 
 static double cpu_ms(void)
@@ -55,28 +61,48 @@ static int cmp(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* Output size of one dim (floor or ceil_mode, the last window starting
+ * inside the input or its begin pad). */
+static int64_t out_dim(const struct pcase *pc, int64_t in)
+{
+	int64_t span = in + 2 * pc->pad - pc->k, o = (pc->ceil_mode ? span + pc->s - 1 : span) / pc->s + 1;
+
+	return pc->ceil_mode && (o - 1) * pc->s >= in + pc->pad ? o - 1 : o;
+}
+
 static struct hp_graph *pool_graph(const struct pcase *pc)
 {
 	struct hp_graph *g = hp_graph_new("bench");
 	struct hp_shape xs = { 4, { pc->n, pc->c, pc->h, pc->w } };
+	struct hp_shape ys = { 4, { pc->n, pc->c, out_dim(pc, pc->h), out_dim(pc, pc->w) } };
 	int64_t ks[2] = { pc->k, pc->k }, st[2] = { pc->s, pc->s }, pads[4] = { pc->pad, pc->pad, pc->pad, pc->pad };
-	int in = hp_graph_add_value(g, "x", HP_VALUE_INPUT, HP_F32, &xs), out, node;
+	int grad = !strcmp(pc->op, "MaxPoolGrad"), in[2], out, node;
 	struct hp_attr a;
 
+	in[0] = hp_graph_add_value(g, grad ? "dy" : "x", HP_VALUE_INPUT, HP_F32, grad ? &ys : &xs);
+	if (grad)
+		in[1] = hp_graph_add_value(g, "x", HP_VALUE_INPUT, HP_F32, &xs);
 	out = hp_graph_add_value(g, "y", HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
-	g->inputs = calloc(1, sizeof(int));
+	g->inputs = calloc(2, sizeof(int));
 	g->outputs = calloc(1, sizeof(int));
-	g->inputs[g->ninputs++] = in;
+	for (int i = 0; i <= grad; i++)
+		g->inputs[g->ninputs++] = in[i];
 	g->outputs[g->noutputs++] = out;
-	node = hp_graph_add_node(g, pc->name, pc->op, 1, &in, 1, &out);
+	node = hp_graph_add_node(g, pc->name, pc->op, 1 + grad, in, 1, &out);
+	if (grad) {
+		free(g->nodes[node].domain);
+		g->nodes[node].domain = strdup("ai.hpdlf");
+	}
 	a = (struct hp_attr){ .name = "kernel_shape", .type = HP_ATTR_INTS, .n = 2, .ints = ks };
 	hp_graph_add_attr(g, node, &a);
 	a = (struct hp_attr){ .name = "strides", .type = HP_ATTR_INTS, .n = 2, .ints = st };
 	hp_graph_add_attr(g, node, &a);
 	a = (struct hp_attr){ .name = "pads", .type = HP_ATTR_INTS, .n = 4, .ints = pads };
 	hp_graph_add_attr(g, node, &a);
-	a = (struct hp_attr){ .name = "ceil_mode", .type = HP_ATTR_INT, .i = pc->ceil_mode };
-	hp_graph_add_attr(g, node, &a);
+	if (!grad) {
+		a = (struct hp_attr){ .name = "ceil_mode", .type = HP_ATTR_INT, .i = pc->ceil_mode };
+		hp_graph_add_attr(g, node, &a);
+	}
 	if (!strcmp(pc->op, "AveragePool")) {
 		a = (struct hp_attr){ .name = "count_include_pad", .type = HP_ATTR_INT, .i = pc->include_pad };
 		hp_graph_add_attr(g, node, &a);
@@ -93,17 +119,20 @@ static double time_case(const struct pcase *pc, struct hp_pool *pool, int reps, 
 {
 	struct hp_graph *g = pool_graph(pc);
 	const struct hp_node *n = &g->nodes[0];
-	struct hp_tensor t[2];
-	struct hp_kargs a = { .nin = 1, .in = t, .nout = 1, .out = &t[1], .pool = pool };
+	int nin = n->ninputs;
+	struct hp_tensor t[3];
+	struct hp_kargs a = { .nin = nin, .in = t, .nout = 1, .out = &t[nin], .pool = pool };
 	double ms[64];
 
-	for (int i = 0; i < 2; i++) {
-		const struct hp_value *v = &g->values[i ? n->outputs[0] : n->inputs[0]];
+	for (int i = 0; i <= nin; i++) {
+		const struct hp_value *v = &g->values[i == nin ? n->outputs[0] : n->inputs[i]];
 		hp_tensor_alloc(&t[i], HP_F32, &v->shape);
 		for (int64_t e = 0; e < hp_shape_numel(&v->shape); e++)
 			((float *)t[i].data)[e] = (float)((e * 7919) % 1000) * 1e-3f - 0.5f;
 	}
-	*bytes = (double)(hp_tensor_bytes(&t[0]) + hp_tensor_bytes(&t[1]));
+	*bytes = 0;
+	for (int i = 0; i <= nin; i++)
+		*bytes += (double)hp_tensor_bytes(&t[i]);
 	n->op->run(n, &a);
 	for (int r = 0; r < rounds; r++) {
 		double t0 = cpu_ms();
@@ -111,7 +140,7 @@ static double time_case(const struct pcase *pc, struct hp_pool *pool, int reps, 
 			n->op->run(n, &a);
 		ms[r] = (cpu_ms() - t0) / reps;
 	}
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i <= nin; i++)
 		hp_tensor_free(&t[i]);
 	hp_graph_free(g);
 	qsort(ms, (size_t)rounds, sizeof *ms, cmp);
