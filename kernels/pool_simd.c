@@ -220,9 +220,24 @@ struct grad_pend {
 
 static inline void grad_flush(struct grad_pend *p, float *dx, int flat, const int32_t *off)
 {
+	int64_t prev = -1;
+	float acc = 0;
+
+	/* a run of outputs with the same maximum adds in a register, the same
+	 * additions in the same order as dx[j] += dy one by one */
 	for (int l = 0; l < 16; l++)
-		if (p->have >> l & 1)
-			dx[flat ? p->base + l + off[p->idx[l]] : p->idx[l]] += p->dy[l];
+		if (p->have >> l & 1) {
+			int64_t j = flat ? p->base + l + off[p->idx[l]] : p->idx[l];
+			if (j != prev) {
+				if (prev >= 0)
+					dx[prev] = acc;
+				prev = j;
+				acc = dx[j];
+			}
+			acc += p->dy[l];
+		}
+	if (prev >= 0)
+		dx[prev] = acc;
 	p->have = 0;
 }
 
