@@ -303,6 +303,12 @@ static void maxpool_planes(void *arg, int64_t b, int64_t e, int tid)
 	if (c->ftaps && !m->tiled &&
 	    hp_pool_grad_flat_f32(m->x, m->dy, m->dx, b * c->bvol, e * c->bvol, c->foff, c->fmask, c->ftaps, c->fper))
 		return;
+	if (!m->tiled && planar(c)) {
+		struct hp_pool_grad2d g2 = { c->big[0], c->big[1], c->small[0], c->small[1], c->k[0], c->k[1],
+					     c->s[0], c->s[1], c->p[0], c->p[1], c->d[0], c->d[1] };
+		if (hp_pool_grad_max2d_f32(&g2, m->x + b * c->bvol, m->dy + b * c->svol, m->dx + b * c->bvol, e - b))
+			return;
+	}
 	for (int64_t pl = b; pl < e; pl++) {
 		const float *xp = m->x + pl * c->bvol, *dyp = m->dy + pl * c->svol;
 		float *dxp = m->dx + pl * c->bvol;
@@ -311,10 +317,7 @@ static void maxpool_planes(void *arg, int64_t b, int64_t e, int tid)
 			continue;
 		}
 		if (planar(c)) {
-			struct hp_pool_grad2d g2 = { c->big[0], c->big[1], c->small[0], c->small[1], c->k[0], c->k[1],
-						     c->s[0], c->s[1], c->p[0], c->p[1], c->d[0], c->d[1] };
-			if (!hp_pool_grad_max2d_f32(&g2, xp, dyp, dxp))
-				maxpool_plane_2d(c, xp, dyp, dxp);
+			maxpool_plane_2d(c, xp, dyp, dxp);
 			continue;
 		}
 		for (int64_t j = 0; j < c->svol; j++) {

@@ -432,13 +432,15 @@ int hp_pool_plane_avg_f32(const struct hp_pool_plane *g, const float *x, float *
 	return 1;
 }
 
-int hp_pool_grad_max2d_f32(const struct hp_pool_grad2d *g, const float *x, const float *dy, float *dx)
+int hp_pool_grad_max2d_f32(const struct hp_pool_grad2d *g, const float *x, const float *dy, float *dx,
+			   int64_t planes)
 {
 	/* rows of fewer than 8 outputs fill too few lanes to beat the scalar
 	 * search (GoogLeNet's 8x8 -> 4x4 ran 1.6x slower) */
 	if (hp_pool_isa() < 2 || (g->sw != 1 && g->sw != 2) || g->OW < 8 || g->H * g->W > INT32_MAX / 2)
 		return 0;
-	grad_max2d_512(g, x, dy, dx);
+	for (int64_t pl = 0; pl < planes; pl++)
+		grad_max2d_512(g, x + pl * g->H * g->W, dy + pl * g->OH * g->OW, dx + pl * g->H * g->W);
 	return 1;
 }
 
@@ -498,9 +500,10 @@ int hp_pool_plane_avg_f32(const struct hp_pool_plane *g, const float *x, float *
 	return 0;
 }
 
-int hp_pool_grad_max2d_f32(const struct hp_pool_grad2d *g, const float *x, const float *dy, float *dx)
+int hp_pool_grad_max2d_f32(const struct hp_pool_grad2d *g, const float *x, const float *dy, float *dx,
+			   int64_t planes)
 {
-	(void)g, (void)x, (void)dy, (void)dx;
+	(void)g, (void)x, (void)dy, (void)dx, (void)planes;
 	return 0;
 }
 

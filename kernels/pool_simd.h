@@ -56,7 +56,7 @@ int hp_pool_plane_avg_f32(const struct hp_pool_plane *g, const float *x, float *
  * 16).  A skipped lane keeps m, as skipping does. */
 int hp_pool_fmax_f32(const float *x, float *y, int64_t i0, int64_t i1, const int32_t *off, const uint16_t *mask,
 		     int64_t ntaps, int64_t per);
-/* MaxPool's gradient over one 2-D plane (AVX-512F, w stride 1 or 2; 0:
+/* MaxPool's gradient over `planes` consecutive 2-D planes (AVX-512F, w stride 1 or 2; 0:
  * not done), as pool_grad.c's maxpool_plane_2d: per output in order, the
  * first valid tap in row-major order that beats all before it (greater,
  * or NaN over a number) gets dx[tap] += dy[output].  The argmax of 16
@@ -64,7 +64,8 @@ int hp_pool_fmax_f32(const float *x, float *y, int64_t i0, int64_t i1, const int
 struct hp_pool_grad2d {
 	int64_t H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw;
 };
-int hp_pool_grad_max2d_f32(const struct hp_pool_grad2d *g, const float *x, const float *dy, float *dx);
+int hp_pool_grad_max2d_f32(const struct hp_pool_grad2d *g, const float *x, const float *dy, float *dx,
+			   int64_t planes);
 /* The same for stride-1 windows with dY the size of X, over the flat
  * outputs [i0, i1) of all planes, taps and masks as hp_pool_fmax_f32's
  * but in row-major tap order; dx[i + off[tap]] += dy[i] in order of i. */
