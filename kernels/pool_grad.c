@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "kernels/pool_simd.h"
 #include "kernels/train_util.h"
 
 struct pgeom {
@@ -19,6 +20,11 @@ struct pgeom {
 	int64_t big[3], small[3], k[3], s[3], d[3], p[3], pe[3];
 	int64_t bvol, svol;
 	int include_pad;
+	/* MaxPoolGrad's flat path (flat_tables): tap offsets, lane masks of a
+	 * period of fper chunks of 16 outputs, or ftaps = 0 */
+	int32_t foff[64];
+	const uint16_t *fmask;
+	int64_t ftaps, fper;
 };
 
 static int pgeom_init(struct hp_graph *g, const struct hp_node *n, struct pgeom *c, const struct hp_shape *xs,
@@ -52,13 +58,60 @@ static int pgeom_init(struct hp_graph *g, const struct hp_node *n, struct pgeom 
 	return 0;
 }
 
-static int pool_store(struct hp_graph *g, struct hp_node *n, const struct pgeom *c, const struct hp_shape *xs)
+static int pool_store(struct hp_graph *g, struct hp_node *n, const struct pgeom *c, const struct hp_shape *xs,
+		      size_t extra)
 {
-	if (!(n->priv = malloc(sizeof *c)))
+	if (!(n->priv = malloc(sizeof *c + extra)))
 		return hp_node_error(g, n, -ENOMEM, "out of memory");
 	memcpy(n->priv, c, sizeof *c);
 	tk_set_out(g, n, 0, HP_F32, xs);
 	return 0;
+}
+
+/* Stride-1 windows with dY the size of X (3x3 pads 1: GoogLeNet's
+ * inception branches, planes of 2x2 to 8x8) run over all planes as one
+ * flat row (hp_pool_grad_flat_f32): entries of the mask table, or 0. */
+static int64_t flat_entries(const struct pgeom *c)
+{
+	int64_t taps = c->k[0] * c->k[1] * c->k[2], g = 16, a = c->bvol;
+
+	for (int q = 0; q < 3; q++)
+		if (c->s[q] != 1 || c->small[q] != c->big[q])
+			return 0;
+	while (a % g) /* gcd(bvol, 16) */
+		g /= 2;
+	if (taps < 2 || taps > 64 || c->bvol > INT32_MAX / 2 || taps * (c->bvol / g) > (1 << 16))
+		return 0;
+	return taps * (c->bvol / g);
+}
+
+/* Offsets and lane masks of the taps in row-major order (the order in
+ * which the first maximum is sought). */
+static void flat_tables(struct pgeom *c, uint16_t *mask)
+{
+	int64_t t = 0, g = 16;
+
+	while (c->bvol % g)
+		g /= 2;
+	c->fper = c->bvol / g;
+	c->ftaps = c->k[0] * c->k[1] * c->k[2];
+	c->fmask = mask;
+	for (int64_t a = 0; a < c->k[0]; a++)
+		for (int64_t b = 0; b < c->k[1]; b++)
+			for (int64_t e = 0; e < c->k[2]; e++, t++) {
+				int64_t d0 = a * c->d[0] - c->p[0], d1 = b * c->d[1] - c->p[1], d2 = e * c->d[2] - c->p[2];
+				c->foff[t] = (int32_t)((d0 * c->big[1] + d1) * c->big[2] + d2);
+				for (int64_t ci = 0; ci < c->fper; ci++) {
+					uint16_t m = 0;
+					for (int l = 0; l < 16; l++) {
+						int64_t i = (ci * 16 + l) % c->bvol, i2 = i % c->big[2] + d2;
+						int64_t i1 = i / c->big[2] % c->big[1] + d1, i0 = i / c->big[2] / c->big[1] + d0;
+						if (i0 >= 0 && i0 < c->big[0] && i1 >= 0 && i1 < c->big[1] && i2 >= 0 && i2 < c->big[2])
+							m |= (uint16_t)(1u << l);
+					}
+					mask[t * c->fper + ci] = m;
+				}
+			}
 }
 
 /* ---- MaxPoolGrad(dY, X) -> dX: dY goes to the first maximum of each window */
@@ -66,12 +119,19 @@ static int pool_store(struct hp_graph *g, struct hp_node *n, const struct pgeom 
 static int maxpool_prepare(struct hp_graph *g, struct hp_node *n)
 {
 	struct pgeom c;
+	int64_t nflat;
 	int rc;
 
 	if ((rc = tk_need_f32(g, n, 0, 0)) < 0 || (rc = tk_need_f32(g, n, 1, 0)) < 0 ||
 	    (rc = pgeom_init(g, n, &c, &tk_in(g, n, 1)->shape, &tk_in(g, n, 0)->shape)) < 0)
 		return rc;
-	return pool_store(g, n, &c, &tk_in(g, n, 1)->shape);
+	nflat = flat_entries(&c);
+	c.ftaps = 0;
+	if ((rc = pool_store(g, n, &c, &tk_in(g, n, 1)->shape, sizeof(uint16_t) * (size_t)nflat)) < 0)
+		return rc;
+	if (nflat)
+		flat_tables(n->priv, (uint16_t *)((struct pgeom *)n->priv + 1));
+	return 0;
 }
 
 /* Flat index of the first maximum of the window at output o, or -1. */
@@ -240,6 +300,15 @@ static void maxpool_planes(void *arg, int64_t b, int64_t e, int tid)
 
 	(void)tid;
 	memset(m->dx + b * c->bvol, 0, (size_t)((e - b) * c->bvol) * sizeof(float));
+	if (c->ftaps && !m->tiled &&
+	    hp_pool_grad_flat_f32(m->x, m->dy, m->dx, b * c->bvol, e * c->bvol, c->foff, c->fmask, c->ftaps, c->fper))
+		return;
+	if (!m->tiled && planar(c)) {
+		struct hp_pool_grad2d g2 = { c->big[0], c->big[1], c->small[0], c->small[1], c->k[0], c->k[1],
+					     c->s[0], c->s[1], c->p[0], c->p[1], c->d[0], c->d[1] };
+		if (hp_pool_grad_max2d_f32(&g2, m->x + b * c->bvol, m->dy + b * c->svol, m->dx + b * c->bvol, e - b))
+			return;
+	}
 	for (int64_t pl = b; pl < e; pl++) {
 		const float *xp = m->x + pl * c->bvol, *dyp = m->dy + pl * c->svol;
 		float *dxp = m->dx + pl * c->bvol;
@@ -309,7 +378,7 @@ static int avgpool_prepare(struct hp_graph *g, struct hp_node *n)
 	for (int i = 0; i < 3; i++)
 		if (c.d[i] != 1)
 			return hp_node_error(g, n, HP_EUNSUPPORTED, "AveragePool with dilations is not differentiable here");
-	return pool_store(g, n, &c, &xs);
+	return pool_store(g, n, &c, &xs, 0);
 }
 
 static int avgpool_run(const struct hp_node *n, const struct hp_kargs *a)

@@ -15,6 +15,7 @@
 
 #include "common/checked.h"
 #include "kernels/ops.h"
+#include "kernels/pool_simd.h"
 #include "kernels/shape_util.h"
 #include "kernels/threadpool.h"
 #include "kernels/typegen.h"
@@ -34,6 +35,10 @@ struct pool_p {
 	int fast2;                         /* max, kernel = stride = 2, no pad: fast path */
 	int rows;                          /* max/avg without Indices: row path */
 	int64_t wblock;                    /* output columns per row-path block */
+	int32_t *foff;                     /* flat path (flat_tables): tap offsets, or NULL */
+	uint16_t *fmask;                   /* its lane masks, per tap and chunk of a period */
+	int64_t ftaps, fper;
+	double *hcnt;                      /* average: divisor factor of each output column */
 	enum hp_dtype t;
 	/* per dim and output index: valid tap range [lo, hi) and taps inside the
 	 * padded extent (count_include_pad divisor) */
@@ -163,6 +168,65 @@ static void pool_tables(struct pool_p *p, int64_t *mem)
 	}
 }
 
+/* Stride-1 float32 MaxPool whose output planes are the input planes'
+ * size (3x3 pad 1, GoogLeNet's branch pools) runs over all planes as one
+ * flat row by masked loads (AVX-512): output i takes input i + off[tap]
+ * where the tap lies inside its plane.  Why: planes of 2x2 to 8x8 spent
+ * their time in the row path's per-row work, 7 ns an output. */
+#define FLAT_TAPS 64
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+	while (b) {
+		int64_t t = a % b;
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+/* Entries of the flat path's mask table, 0 where the path does not apply. */
+static int64_t flat_entries(const struct pool_p *p)
+{
+	int64_t P = p->in[0] * p->in[1] * p->in[2], taps = p->k[0] * p->k[1] * p->k[2], per = P / gcd64(P, 16);
+
+	if (p->kind != P_MAX || p->t != HP_F32 || !p->rows || p->fast2 || P > INT32_MAX || taps > FLAT_TAPS ||
+	    taps * per > (1 << 16))
+		return 0;
+	for (int d = 0; d < 3; d++)
+		if (p->s[d] != 1 || p->out[d] != p->in[d])
+			return 0;
+	return taps * per;
+}
+
+/* Offsets and lane masks of every tap (w tap outermost, then d, h: the
+ * row path's order) over one period of 16-output chunks. */
+static void flat_tables(struct pool_p *p, int32_t *off, uint16_t *mask)
+{
+	int64_t P = p->in[0] * p->in[1] * p->in[2], t = 0;
+
+	p->foff = off;
+	p->fmask = mask;
+	p->ftaps = p->k[0] * p->k[1] * p->k[2];
+	p->fper = P / gcd64(P, 16);
+	for (int64_t c = 0; c < p->k[2]; c++)
+		for (int64_t a = 0; a < p->k[0]; a++)
+			for (int64_t b = 0; b < p->k[1]; b++, t++) {
+				int64_t dd = a * p->dl[0] - p->pb[0], dh = b * p->dl[1] - p->pb[1], dw = c * p->dl[2] - p->pb[2];
+				off[t] = (int32_t)((dd * p->in[1] + dh) * p->in[2] + dw);
+				for (int64_t ci = 0; ci < p->fper; ci++) {
+					uint16_t m = 0;
+					for (int l = 0; l < 16; l++) {
+						int64_t i = (ci * 16 + l) % P, w = i % p->in[2] + dw;
+						int64_t h = i / p->in[2] % p->in[1] + dh, d = i / p->in[2] / p->in[1] + dd;
+						if (d >= 0 && d < p->in[0] && h >= 0 && h < p->in[1] && w >= 0 && w < p->in[2])
+							m |= (uint16_t)(1u << l);
+					}
+					mask[t * p->fper + ci] = m;
+				}
+			}
+}
+
 /* Which path runs and which dtypes each takes: the row path (max over
  * float32/float64/int8/uint8, average over float32), else the per-output
  * path (float32: LpPool, MaxPool with Indices, very wide windows). */
@@ -188,6 +252,7 @@ static int pool_prepare(struct hp_graph *g, struct hp_node *n)
 	struct pool_p tmp = { .kind = pool_kind_of(n) }, *p;
 	struct hp_shape os = x->shape;
 	int rc, nsp = x->shape.rank - 2;
+	size_t ntab, nflat;
 
 	if ((rc = pool_attrs(g, n, x, &tmp)) < 0)
 		return rc;
@@ -208,11 +273,22 @@ static int pool_prepare(struct hp_graph *g, struct hp_node *n)
 		if (d >= 3 - nsp)
 			os.dims[2 + d - (3 - nsp)] = tmp.out[d];
 	}
-	p = calloc(1, sizeof *p + 3 * sizeof(int64_t) * (size_t)(tmp.out[0] + tmp.out[1] + tmp.out[2]));
+	ntab = 3 * (size_t)(tmp.out[0] + tmp.out[1] + tmp.out[2]);
+	nflat = (size_t)flat_entries(&tmp);
+	p = calloc(1, sizeof *p + sizeof(int64_t) * ntab + sizeof(double) * (size_t)tmp.out[2] +
+			      (nflat ? sizeof(int32_t) * FLAT_TAPS : 0) + sizeof(uint16_t) * nflat);
 	if (!p)
 		return -ENOMEM;
 	*p = tmp;
 	pool_tables(p, (int64_t *)(p + 1));
+	p->hcnt = (double *)((int64_t *)(p + 1) + ntab);
+	for (int64_t ow = 0; ow < p->out[2]; ow++)
+		p->hcnt[ow] = (double)(p->count_include_pad ? p->cnt_pad[2][ow] : p->hi[2][ow] - p->lo[2][ow]);
+	ntab += (size_t)p->out[2];
+	if (nflat) {
+		int32_t *off = (int32_t *)((int64_t *)(p + 1) + ntab);
+		flat_tables(p, off, (uint16_t *)(off + FLAT_TAPS));
+	}
 	n->priv = p;
 	hpks_set_out(g, n, 0, x->dtype, &os);
 	hpks_set_out(g, n, 1, HP_I64, &os);
@@ -224,57 +300,6 @@ static inline float vmax(float v, float m)
 {
 	return v > m ? v : m;
 }
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
-/* Two window rows of a 2x2 MaxPool, eight outputs a step, from the left:
- * the same selects in the same order as max2_plane's loop (maxps(v, m)
- * is v > m ? v : m, NaN and signed zeros alike); returns the outputs
- * done.  Why: the 2-D case ran the generic loop, about 1.3 GB/s on the
- * U-Net's 128x128 planes. */
-__attribute__((target("avx2"))) static int64_t max2_rows_avx2(const float *r0, const float *r1, float *yo,
-								int64_t OW)
-{
-	int64_t ow = 0;
-
-	for (; ow + 8 <= OW; ow += 8) {
-		const float *q[2] = { r0 + 2 * ow, r1 + 2 * ow };
-		__m256 m = _mm256_set1_ps(-INFINITY);
-		for (int i = 0; i < 2; i++) {
-			__m256 a = _mm256_loadu_ps(q[i]), b = _mm256_loadu_ps(q[i] + 8);
-			__m256d ev = _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xd8);
-			__m256d od = _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xdd)), 0xd8);
-			m = _mm256_max_ps(_mm256_castpd_ps(ev), m);
-			m = _mm256_max_ps(_mm256_castpd_ps(od), m);
-		}
-		_mm256_storeu_ps(yo + ow, m);
-	}
-	return ow;
-}
-
-static int max2_avx2(void)
-{
-	static int cached = -1;
-
-	if (cached < 0) {
-		__builtin_cpu_init();
-		cached = __builtin_cpu_supports("avx2");
-	}
-	return cached;
-}
-#else
-static int64_t max2_rows_avx2(const float *r0, const float *r1, float *yo, int64_t OW)
-{
-	(void)r0, (void)r1, (void)yo, (void)OW;
-	return 0;
-}
-
-static int max2_avx2(void)
-{
-	return 0;
-}
-#endif
 
 /* MaxPool with kernel = stride = 2 on every pooled dim (1 on unit dims). */
 static void max2_plane(const struct pool_p *p, const float *x, float *y)
@@ -304,7 +329,7 @@ static void max2_plane(const struct pool_p *p, const float *x, float *y)
 				}
 				continue;
 			}
-			int64_t ow = nr == 2 && kw == 2 && max2_avx2() ? max2_rows_avx2(r[0], r[1], yo, OW) : 0;
+			int64_t ow = nr == 2 && kw == 2 ? hp_pool_max2_rows(r[0], r[1], yo, OW) : 0;
 			for (; ow < OW; ow++) {
 				float m = -INFINITY;
 				for (int q = 0; q < nr; q++)
@@ -493,6 +518,67 @@ static void rows_plane(const struct pool_p *p, const char *x, char *y)
 		}
 }
 
+/* Room past ROWBUF for the whole vectors the SIMD passes load beyond a
+ * block's last tap. */
+#define ROWPAD 32
+/* Output rows shorter than this stay on the scalar taps: below half a
+ * vector the SIMD passes' calls cost more than they save (SqueezeNet's
+ * 11x11 planes, 5 outputs a row, ran 25% slower). */
+#define ROWS_MIN_OW 8
+
+static int rows_maxs(const struct pool_p *p)
+{
+	return p->kind == P_MAX && p->t == HP_F32 && (p->s[2] == 1 || p->s[2] == 2) && p->out[2] >= ROWS_MIN_OW &&
+	       hp_pool_isa();
+}
+
+/* Float32 MaxPool with w stride 1 or 2 (rows_maxs): the row buffer holds
+ * the window rows' column maxima over the block's whole window extent and
+ * -inf where that lies in the padding, so every output takes all k taps
+ * by SIMD (a -inf tap selects as a skipped one does: -inf > m is never
+ * true) and no edge needs scalar code. */
+static void rows_plane_maxs(const struct pool_p *p, const float *x, float *y)
+{
+	double bufd[ROWBUF + ROWPAD];
+	float *buf = (float *)bufd;
+	int64_t W = p->in[2], OW = p->out[2], s = p->s[2], dl = p->dl[2], ext = (p->k[2] - 1) * dl + 1;
+
+	for (int64_t od = 0; od < p->out[0]; od++)
+		for (int64_t oh = 0; oh < p->out[1]; oh++) {
+			float *yr = y + (od * p->out[1] + oh) * OW;
+			int64_t sd = od * p->s[0] - p->pb[0], sh = oh * p->s[1] - p->pb[1];
+			if (p->lo[0][od] == p->hi[0][od] || p->lo[1][oh] == p->hi[1][oh]) {
+				for (int64_t ow = 0; ow < OW; ow++)
+					yr[ow] = -INFINITY;
+				continue;
+			}
+			for (int64_t o0 = 0; o0 < OW; o0 += p->wblock) {
+				int64_t o1 = o0 + p->wblock < OW ? o0 + p->wblock : OW, j;
+				int64_t ra = o0 * s - p->pb[2], rb = (o1 - 1) * s - p->pb[2] + ext;
+				int64_t wa = ra < 0 ? 0 : ra, wb = rb > W ? W : rb;
+				int first = 1;
+				wb = wb > wa ? wb : wa;
+				for (int64_t i = ra; i < wa; i++)
+					buf[i - ra] = -INFINITY;
+				for (int64_t i = wb > ra ? wb : ra; i < rb; i++)
+					buf[i - ra] = -INFINITY;
+				for (int64_t a = p->lo[0][od]; a < p->hi[0][od] && wb > wa; a++)
+					for (int64_t b = p->lo[1][oh]; b < p->hi[1][oh]; b++, first = 0) {
+						const float *r = x + ((sd + a * p->dl[0]) * p->in[1] + sh + b * p->dl[1]) * W + wa;
+						int64_t i = hp_pool_vmax_f32(buf + wa - ra, r, wb - wa, first);
+						vmax_f32(buf + wa - ra + i, r + i, wb - wa - i, first);
+					}
+				j = hp_pool_hmax_f32(buf, yr + o0, o1 - o0, (int)s, (int)p->k[2], (int)dl);
+				for (; j < o1 - o0; j++) {
+					float m = -INFINITY;
+					for (int64_t c = 0; c < p->k[2]; c++)
+						m = vmax(buf[j * s + c * dl], m);
+					yr[o0 + j] = m;
+				}
+			}
+		}
+}
+
 struct pool_job {
 	const struct pool_p *p;
 	const void *x;
@@ -507,10 +593,28 @@ static void pool_planes(void *arg, int64_t b, int64_t e, int tid)
 	int64_t ip = p->in[0] * p->in[1] * p->in[2], op = p->out[0] * p->out[1] * p->out[2];
 	size_t z = hp_dtype_size(p->t);
 
+	struct hp_pool_plane pg = { .lo = { p->lo[0], p->lo[1] }, .hi = { p->hi[0], p->hi[1] },
+				    .include_pad = p->count_include_pad, .cpad = { p->cnt_pad[0], p->cnt_pad[1] },
+				    .hcnt = p->hcnt };
+	int planes_simd = p->rows && !p->fast2 && p->t == HP_F32 && p->kind != P_LP;
+
 	(void)tid;
+	if (p->foff && hp_pool_fmax_f32(j->x, j->y, b * ip, e * ip, p->foff, p->fmask, p->ftaps, p->fper))
+		return;
+	for (int d = 0; d < 3; d++) {
+		pg.in[d] = p->in[d], pg.out[d] = p->out[d], pg.k[d] = p->k[d];
+		pg.s[d] = p->s[d], pg.dl[d] = p->dl[d], pg.pb[d] = p->pb[d];
+	}
 	for (int64_t pl = b; pl < e; pl++) {
 		const float *x;
 		float *y;
+		if (planes_simd && (p->kind == P_MAX ? hp_pool_plane_max_f32 : hp_pool_plane_avg_f32)(
+					   &pg, (const float *)j->x + pl * ip, (float *)j->y + pl * op))
+			continue;
+		if (p->rows && !p->fast2 && rows_maxs(p)) {
+			rows_plane_maxs(p, (const float *)j->x + pl * ip, (float *)j->y + pl * op);
+			continue;
+		}
 		if (p->rows && !p->fast2) {
 			rows_plane(p, (const char *)j->x + (size_t)(pl * ip) * z, (char *)j->y + (size_t)(pl * op) * z);
 			continue;
