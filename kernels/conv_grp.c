@@ -153,11 +153,39 @@ int hp_grp_wanted(const struct hp_conv *cv)
 	return cv->cin_g <= GR_AUTO_MAX_CH && cv->cout_g <= GR_AUTO_MAX_CH;
 }
 
-/* Per worker: the staged rows and the tap offsets. */
+/* The co-lane forward tiles (gr_cf_block) on planes of at most this many
+ * output positions, the auto choice. */
+#define GR_CF_MAX_PLANE 16
+
+static int gr_cf_mode; /* 0 auto, 1 whenever eligible, -1 never */
+
+void hp_grp_set_cofwd(int mode)
+{
+	gr_cf_mode = mode;
+}
+
+#ifdef GR_X86
+static int gr_512(void);
+#endif
+
+static int gr_cofwd(const struct hp_conv *cv, const struct gr_geom *q)
+{
+#ifdef GR_X86
+	return gr_cf_mode >= 0 && gr_512() && !cv->wflip && cv->group > 1 && cv->cout_g % 16 == 0 &&
+	       (gr_cf_mode > 0 || q->oh * q->ow <= GR_CF_MAX_PLANE);
+#else
+	(void)cv, (void)q;
+	return 0;
+#endif
+}
+
+/* Per worker: the staged rows, the tap offsets, the column tiles' outputs
+ * and, for the co-lane forward tiles, a group's W^T. */
 static size_t gr_per_thread(const struct hp_conv *cv, const struct gr_geom *q)
 {
-	(void)cv;
-	return (size_t)(q->stage + q->kdim + 8 + GR_MR * q->lo);
+	size_t panel = gr_cofwd(cv, q) ? (size_t)(q->kdim * cv->cout_g) : 0;
+
+	return (size_t)(q->stage + q->kdim + 8 + GR_MR * q->lo) + panel;
 }
 
 /* ConvGradData's weights in a Conv's layout, before the workers' parts. */
@@ -500,6 +528,127 @@ static void gr_cl_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh
 }
 #endif
 
+/* ---- co-lane forward tiles: tiny planes ----
+ * ResNeXt's 3x3 grouped convs at 64 pixels run on 4x4 and 2x2 planes (16
+ * and 32 channels a group): a unit's run of columns there is 16 or 6
+ * long, and the column tiles computed 24-48 columns for it (5-8 GF/s a
+ * thread on the 2x2 planes).  Here, as for ConvGradData's 7-column planes,
+ * the lanes are 16 output channels (two vectors where the group has a
+ * multiple of 32) and a tile P output positions of the unit, each a
+ * broadcast of its staged input per tap: the weights of a group as W^T
+ * [k][cout_g], transposed by the unit into its worker's panel.  Every
+ * output is the column tiles' chain (its bias, then one fused
+ * multiply-add per k in order, padding taps as zeros), so the bits do not
+ * change with the path. */
+#define GR_CF_MAX_P 24
+
+#ifdef GR_X86
+/* wt[k][ld] lanes [0, 16) = w[i][k] (rows lda apart), i < 16, k < K. */
+static GR_TARGET512 void gr_cf_pack16(const float *w, int64_t lda, int64_t K, float *wt, int64_t ld)
+{
+	__m512 r[16];
+
+	for (int64_t k0 = 0; k0 < K; k0 += 16) {
+		int kr = K - k0 < 16 ? (int)(K - k0) : 16;
+		__mmask16 mk = (__mmask16)((1u << kr) - 1);
+		for (int i = 0; i < 16; i++)
+			r[i] = _mm512_maskz_loadu_ps(mk, w + i * lda + k0);
+		hp_tr16_ps(r);
+		for (int i = 0; i < kr; i++)
+			_mm512_storeu_ps(wt + (k0 + i) * ld, r[i]);
+	}
+}
+
+/* t[p][16 * NV] = the chains of P positions (staged at s + off[k] +
+ * pos[p]) for the panel's 16 * NV channels (rows ldw apart). */
+static inline __attribute__((always_inline)) GR_TARGET512 void gr_cf_tile(const int NV, const int P,
+									   const float *s, const int32_t *off,
+									   const int32_t *pos, int64_t kdim,
+									   const float *wt, int64_t ldw,
+									   const float *bias, float *t)
+{
+	__m512 a[2][GR_CF_MAX_P];
+
+	for (int v = 0; v < NV; v++) {
+		__m512 b = bias ? _mm512_loadu_ps(bias + 16 * v) : _mm512_setzero_ps();
+		for (int i = 0; i < P; i++)
+			a[v][i] = b;
+	}
+	for (int64_t k = 0; k < kdim; k++) {
+		const float *p = s + off[k];
+		__m512 w[2];
+		for (int v = 0; v < NV; v++)
+			w[v] = _mm512_loadu_ps(wt + k * ldw + 16 * v);
+		for (int i = 0; i < P; i++) {
+			__m512 x = _mm512_set1_ps(p[pos[i]]);
+			for (int v = 0; v < NV; v++)
+				a[v][i] = _mm512_fmadd_ps(w[v], x, a[v][i]);
+		}
+	}
+	for (int i = 0; i < P; i++)
+		for (int v = 0; v < NV; v++)
+			_mm512_storeu_ps(t + (i * NV + v) * 16, a[v][i]);
+}
+
+#define GR_CF_FN(NV, P)                                                                                       \
+	static GR_TARGET512 void gr_cf_##NV##_##P(const float *s, const int32_t *off, const int32_t *pos,      \
+						  int64_t kdim, const float *wt, int64_t ldw, const float *bias,  \
+						  float *t)                                                       \
+	{                                                                                                     \
+		gr_cf_tile(NV, P, s, off, pos, kdim, wt, ldw, bias, t);                                       \
+	}
+GR_CF_FN(2, 4)
+GR_CF_FN(2, 8)
+GR_CF_FN(2, 12)
+GR_CF_FN(1, 4)
+GR_CF_FN(1, 8)
+GR_CF_FN(1, 16)
+GR_CF_FN(1, 24)
+
+/* gr_block's outputs on the co-lane forward tiles: W^T of group g into
+ * the panel, then tiles of the unit's positions (the narrowest tile that
+ * holds what is left, else the widest; positions past the last one
+ * repeat it and are not stored). */
+static void gr_cf_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh0, int64_t oh1, const float *st,
+			const int32_t *off, float *panel)
+{
+	const struct hp_conv *cv = r->cv;
+	const struct gr_geom *q = &r->q;
+	int64_t yv = q->oh * q->ow, mg = cv->cout_g, kdim = q->kdim, len = (oh1 - oh0) * q->ow;
+	int nv = mg % 32 ? 1 : 2;
+	float t[GR_CF_MAX_P * 32];
+	int32_t pos[GR_CF_MAX_P];
+
+	for (int64_t m = 0; m < mg; m += 16)
+		gr_cf_pack16(r->w + (g * mg + m) * kdim, kdim, kdim, panel + m, mg);
+	for (int64_t m = 0; m < mg; m += 16 * nv) {
+		int64_t co = g * mg + m;
+		const float *bias = r->b ? r->b + co : NULL;
+		float *y = r->y + (n * cv->cout + co) * yv + oh0 * q->ow;
+		for (int64_t j0 = 0; j0 < len;) {
+			int64_t left = len - j0;
+			int P = nv == 2 ? (left <= 4 ? 4 : left <= 8 ? 8 : 12) :
+					  (left <= 4 ? 4 : left <= 8 ? 8 : left <= 16 ? 16 : 24);
+			int valid = (int)(left < P ? left : P);
+			for (int i = 0; i < P; i++) {
+				int64_t j = j0 + (i < valid ? i : valid - 1);
+				pos[i] = (int32_t)(j / q->ow * q->phw + j % q->ow);
+			}
+			if (nv == 2)
+				(P == 4 ? gr_cf_2_4 : P == 8 ? gr_cf_2_8 : gr_cf_2_12)(st, off, pos, kdim, panel + m, mg,
+											bias, t);
+			else
+				(P == 4 ? gr_cf_1_4 : P == 8 ? gr_cf_1_8 : P == 16 ? gr_cf_1_16 : gr_cf_1_24)(
+					st, off, pos, kdim, panel + m, mg, bias, t);
+			for (int i = 0; i < valid; i++)
+				for (int l = 0; l < 16 * nv; l++)
+					y[l * yv + j0 + i] = t[i * 16 * nv + l];
+			j0 += valid;
+		}
+	}
+}
+#endif
+
 /* Output rows [oh0, oh1) of item n, group g, all the group's channels,
  * from the staging st: the unit's output rows are one run of columns,
  * column j = row * phw + output column (a row's last phw - ow columns are
@@ -516,6 +665,10 @@ static GR_TARGET void gr_block(const struct gr_run *r, int64_t n, int64_t g, int
 
 	if (gr_colane(cv, q)) {
 		gr_cl_block(r, n, g, oh0, oh1, st, off);
+		return;
+	}
+	if (gr_cofwd(cv, q)) {
+		gr_cf_block(r, n, g, oh0, oh1, st, off, o + GR_MR * q->lo);
 		return;
 	}
 	for (int64_t m = 0; m < cv->cout_g; m += GR_MR) {

@@ -525,6 +525,9 @@ void hp_grp_set_avx2(int on);
 /* Tests only: -1 runs ConvGradData's 7-column planes on the column tiles
  * (conv_grp.c's co-lane tiles off; the same bits), 0 auto. */
 void hp_grp_set_colane(int mode);
+/* Tests: 1, conv_grp.c's co-lane forward tiles on every plane they take
+ * (not only tiny ones); -1, never (the column tiles; the same bits). */
+void hp_grp_set_cofwd(int mode);
 
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
 void hp_convt_setup(struct hp_conv *cv);
