@@ -651,18 +651,32 @@ static void conv_forward_run(const struct hp_conv *cv, struct conv_run *r, struc
 	hp_conv_threads_leave(saved);
 }
 
+/* An omitted addend: the activation only; nothing to do: NULL. */
+static const struct hp_epi *epi_norm(const struct hp_epi *epi, const float *addend, struct hp_epi *e)
+{
+	if (!epi)
+		return NULL;
+	*e = *epi;
+	if (!addend)
+		e->add = HP_EPI_ADD_NONE;
+	return e->act == HP_EPI_NONE && e->add == HP_EPI_ADD_NONE ? NULL : e;
+}
+
+int hp_conv_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
+			   float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
+{
+	struct hp_epi e;
+
+	return hp_grp_forward_packed(cv, x, wt, b, y, ws, pool, epi_norm(epi, addend, &e), addend);
+}
+
 void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y,
 			 float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
 {
 	struct conv_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws, .addend = addend };
 	struct hp_epi e;
 
-	if (epi) { /* an omitted addend: the activation only */
-		e = *epi;
-		if (!addend)
-			e.add = HP_EPI_ADD_NONE;
-		epi = e.act == HP_EPI_NONE && e.add == HP_EPI_ADD_NONE ? NULL : &e;
-	}
+	epi = epi_norm(epi, addend, &e);
 	if (cv->dot) {
 		hp_dot_forward(cv, x, w, b, y, ws, pool, epi, addend);
 		return;

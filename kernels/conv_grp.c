@@ -208,6 +208,7 @@ struct gr_run {
 	const struct hp_conv *cv;
 	struct gr_geom q;
 	const float *x, *w, *b;
+	const float *wt; /* W^T of every group packed once (hp_grp_pack), or NULL */
 	float *y, *ws;
 	const struct hp_epi *epi;
 	const float *addend;
@@ -619,8 +620,11 @@ static void gr_cf_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh
 	float t[GR_CF_MAX_P * 32];
 	int32_t pos[GR_CF_MAX_P];
 
-	for (int64_t m = 0; m < mg; m += 16)
-		gr_cf_pack16(r->w + (g * mg + m) * kdim, kdim, kdim, panel + m, mg);
+	if (r->wt)
+		panel = (float *)r->wt + g * kdim * mg; /* read only */
+	else
+		for (int64_t m = 0; m < mg; m += 16)
+			gr_cf_pack16(r->w + (g * mg + m) * kdim, kdim, kdim, panel + m, mg);
 	for (int64_t m = 0; m < mg; m += 16 * nv) {
 		int64_t co = g * mg + m;
 		const float *bias = r->b ? r->b + co : NULL;
@@ -744,11 +748,47 @@ static void gr_flip(const struct hp_conv *cv, const float *w, float *f, int cl)
 }
 #endif
 
+int hp_grp_packs(const struct hp_conv *cv)
+{
+	struct gr_geom q;
+
+	if (!cv->grp || cv->wflip)
+		return 0;
+	gr_geom(cv, &q);
+	return gr_cofwd(cv, &q);
+}
+
+void hp_grp_pack(const float *w, int64_t group, int64_t mg, int64_t kdim, float *dst)
+{
+	for (int64_t g = 0; g < group; g++)
+		for (int64_t m = 0; m < mg; m++)
+			for (int64_t k = 0; k < kdim; k++)
+				dst[(g * kdim + k) * mg + m] = w[(g * mg + m) * kdim + k];
+}
+
+static void grp_forward(const struct hp_conv *cv, const float *x, const float *w, const float *wt, const float *b,
+			float *y, float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
+
+int hp_grp_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
+			  float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
+{
+	if (!hp_grp_packs(cv))
+		return 0;
+	grp_forward(cv, x, NULL, wt, b, y, ws, pool, epi, addend);
+	return 1;
+}
+
 void hp_grp_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		    struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
 {
+	grp_forward(cv, x, w, NULL, b, y, ws, pool, epi, addend);
+}
+
+static void grp_forward(const struct hp_conv *cv, const float *x, const float *w, const float *wt, const float *b,
+			float *y, float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
+{
 #ifdef GR_X86
-	struct gr_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws, .epi = epi, .addend = addend };
+	struct gr_run r = { .cv = cv, .x = x, .w = w, .wt = wt, .b = b, .y = y, .ws = ws, .epi = epi, .addend = addend };
 	int saved, threads = hp_conv_threads_enter(pool, &saved);
 	size_t flip = gr_flip_floats(cv);
 	int64_t cap;
@@ -765,6 +805,6 @@ void hp_grp_forward(const struct hp_conv *cv, const float *x, const float *w, co
 	hp_conv_steal(pool, threads, cv->batch * cv->group * r.q.nrb, 1, gr_range, &r);
 	hp_conv_threads_leave(saved);
 #else
-	(void)cv, (void)x, (void)w, (void)b, (void)y, (void)ws, (void)pool, (void)epi, (void)addend;
+	(void)cv, (void)x, (void)w, (void)wt, (void)b, (void)y, (void)ws, (void)pool, (void)epi, (void)addend;
 #endif
 }

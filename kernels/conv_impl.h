@@ -340,6 +340,10 @@ void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, c
 struct hp_epi;
 void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y,
 			 float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
+/* The same from W packed once for the node's path (exec/fuse_pack.c:
+ * hp_grp_pack); 0, having done nothing, where its path takes no packed W. */
+int hp_conv_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
+			   float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 
 /* Dot-product path (conv_dot.c): Conv (not transposed, W in its ONNX
  * layout) over patch rows of all batch items, every output summed in an
@@ -474,6 +478,16 @@ int hp_grp_wanted(const struct hp_conv *cv);
 size_t hp_grp_workspace(const struct hp_conv *cv, int threads);
 void hp_grp_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		    struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
+/* Inference in core (exec/fuse_pack.c): where the node runs on the
+ * co-lane forward tiles (hp_grp_packs), W [cout][cin_g * kvol] packed once
+ * by hp_grp_pack into W^T per group, [group][cin_g * kvol][cout_g]
+ * (cout * cin_g * kvol floats); hp_grp_forward_packed runs from it (the
+ * same bits) and returns 1, or returns 0 where the node does not take
+ * those tiles. */
+int hp_grp_packs(const struct hp_conv *cv);
+void hp_grp_pack(const float *w, int64_t group, int64_t mg, int64_t kdim, float *dst);
+int hp_grp_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
+			  float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 /* Tests and benchmarks only: 0 auto, 1 whenever eligible, -1 never; read
  * when a Conv is prepared (and by ConvGradFilter's grouped path: -1 keeps
  * it on the sgemm path). */
