@@ -92,6 +92,8 @@ static const struct cls classes[] = {
 	{ "grouped-t4", "ResNeXt-50 64x64 stage 3, 16 per group at 4x4", 1, 512, 512, 4, 4, 3, 1, 1, 32 },
 	{ "1x1-t2s2", "ResNeXt-50 64x64 stage 4 shortcut, stride 2, 4x4 -> 2x2", 1, 1024, 2048, 4, 4, 1, 2, 0, 1 },
 	{ "1x1-t2r", "ResNeXt-50 64x64 stage 4 reduction at 2x2", 1, 2048, 1024, 2, 2, 1, 1, 0, 1 },
+	{ "1x1-t4r", "ResNeXt-50 64x64 stage 3 reduction at 4x4", 1, 1024, 512, 4, 4, 1, 1, 0, 1 },
+	{ "1x1-t4e", "ResNeXt-50 64x64 stage 3 expansion at 4x4", 1, 512, 1024, 4, 4, 1, 1, 0, 1 },
 	{ "3x3-g5b", "GoogLeNet 64x64 inception5b 3x3 at 2x2", 1, 192, 384, 2, 2, 3, 1, 1, 1 },
 	{ "3x3-g5b-b2", "GoogLeNet 64x64 inception5b 3x3 at 2x2, batch 2", 2, 192, 384, 2, 2, 3, 1, 1, 1 },
 	{ "3x3-t3", "3x3 at 3x3, 256 channels", 1, 256, 256, 3, 3, 3, 1, 1, 1 },
