@@ -422,8 +422,6 @@ static int dot_wanted(const struct hp_conv *cv)
  * path it replaces: the 3-channel stems 3x3-s2-mb 29 against 46 and
  * u-128c3 32 against 53, grouped 8.8 against 9.5; it wins 3x3-tiny 80
  * against 34, 3x3-r4 83 against 36, u-32 77 against 51). */
-#define KXK_DOT_COLS 8
-
 static int kxk_wanted(const struct hp_conv *cv)
 {
 	if (!hp_kxk_eligible(cv))
@@ -433,17 +431,6 @@ static int kxk_wanted(const struct hp_conv *cv)
 	if (hp_conv_kxk_mode() != 0)
 		return hp_conv_kxk_mode() > 0;
 	if (hp_conv_dot_mode() > 0 || hp_conv_shift_mode() > 0)
-		return 0;
-	/* Nodes of at most KXK_DOT_COLS output columns over the batch go to
-	 * the dot path, which reads W in place once where this one packs it
-	 * per call for a few columns' products (bench/bench_conv_libs.c, GF/s
-	 * a thread, kxk against dot, W warm in L3: 3x3-g5b, GoogLeNet's 3x3
-	 * at 2x2, 41 against 89; 1x1-t2s2, ResNeXt's stride-2 shortcut to
-	 * 2x2, 33 against 80; at 8 and 9 columns, 3x3-g5b-b2 and 3x3-t3, 83
-	 * and 83 against 92 and 82; at 16, 3x3-tiny and 3x3-g4e, 152 and 166
-	 * against 73 and 97).  Nodes only: their band copies keep the whole
-	 * node's path (hpdlf_path). */
-	if (cv->node && cv->batch * cv->yvol <= KXK_DOT_COLS && dot_wanted(cv))
 		return 0;
 	/* 2-D, and 3-D where the AVX-512 tiles run: the 3-D U-Net's 3x3x3
 	 * layers (16-128 channels, 48^3 to 6^3) ran at 256.5 GF/s on the
