@@ -165,7 +165,7 @@ static int pack_invres(struct hp_graph *g, uint64_t *left, struct hp_fuse_report
 
 /* Node i, a Conv or a FusedConv of at most 4 inputs whose weight only it
  * reads, a float constant: TINY_PW where conv_pwt.c would run it from W^T
- * packed (hp_pwt_packs, on the node's geometry as it will be prepared),
+ * packed (hp_conv_pwt_packs, on the node's geometry as it will be prepared),
  * TINY_GRP where conv_grp.c's co-lane forward tiles would (hp_grp_packs),
  * else 0. */
 enum { TINY_PW = 1, TINY_GRP = 2 };
@@ -193,7 +193,7 @@ static int pw_tiny(struct hp_graph *g, int i)
 	if (hp_conv_parse(g, &v, 0, &cv) < 0)
 		return 0;
 	hp_conv_setup(&cv);
-	return pw && hp_pwt_packs(&cv) ? TINY_PW : hp_grp_packs(&cv) ? TINY_GRP : 0;
+	return pw && hp_conv_pwt_packs(&cv) ? TINY_PW : hp_grp_packs(&cv) ? TINY_GRP : 0;
 }
 
 static int set_fused_conv(struct hp_graph *g, int i)

@@ -341,7 +341,11 @@ struct hp_epi;
 void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y,
 			 float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 /* The same from W packed once for the node's path (exec/fuse_pack.c:
- * hp_grp_pack); 0, having done nothing, where its path takes no packed W. */
+ * hp_grp_pack, or hp_pwt_pack where hp_conv_pwt_packs: conv_pwt.c's
+ * nodes, and stride-2 1x1s without pads at tiny planes, run by conv_pwt.c
+ * over X subsampled); 0, having done nothing, where its path takes no
+ * packed W. */
+int hp_conv_pwt_packs(const struct hp_conv *cv);
 int hp_conv_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
 			   float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 
