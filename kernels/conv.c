@@ -490,6 +490,10 @@ static void setup_paths(struct hp_conv *cv, int allow_dot)
 		cv->workspace = hp_kxk_workspace(cv, cv->lean ? 1 : hp_conv_ws_threads());
 		if (pw_sub(cv, &v, 0) && cv->workspace < (size_t)(cv->batch * cv->cin * cv->yvol) * sizeof(float))
 			cv->workspace = (size_t)(cv->batch * cv->cin * cv->yvol) * sizeof(float); /* its gather */
+		if (hp_grp_dense(cv)) { /* in core, W packed: conv_grp.c's tiles */
+			size_t gw = hp_grp_workspace(cv, cv->lean ? 1 : hp_conv_ws_threads());
+			cv->workspace = cv->workspace > gw ? cv->workspace : gw;
+		}
 		return;
 	}
 	if ((cv->dot = allow_dot && dot_wanted(cv))) {

@@ -209,6 +209,7 @@ struct gr_run {
 	struct gr_geom q;
 	const float *x, *w, *b;
 	const float *wt; /* W^T of every group packed once (hp_grp_pack), or NULL */
+	int64_t cb, ncb; /* output channels per unit, units per (item, group, row block) */
 	float *y, *ws;
 	const struct hp_epi *epi;
 	const float *addend;
@@ -610,22 +611,22 @@ GR_CF_FN(1, 24)
  * the panel, then tiles of the unit's positions (the narrowest tile that
  * holds what is left, else the widest; positions past the last one
  * repeat it and are not stored). */
-static void gr_cf_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh0, int64_t oh1, const float *st,
-			const int32_t *off, float *panel)
+static void gr_cf_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh0, int64_t oh1, int64_t m0,
+			const float *st, const int32_t *off, float *panel)
 {
 	const struct hp_conv *cv = r->cv;
 	const struct gr_geom *q = &r->q;
 	int64_t yv = q->oh * q->ow, mg = cv->cout_g, kdim = q->kdim, len = (oh1 - oh0) * q->ow;
-	int nv = mg % 32 ? 1 : 2;
+	int nv = r->cb % 32 ? 1 : 2;
 	float t[GR_CF_MAX_P * 32];
 	int32_t pos[GR_CF_MAX_P];
 
-	if (r->wt)
-		panel = (float *)r->wt + g * kdim * mg; /* read only */
+	if (r->wt) /* the unit's panel [k][cb] (hp_grp_pack), read only */
+		panel = (float *)r->wt + (g * mg + m0) * kdim;
 	else
 		for (int64_t m = 0; m < mg; m += 16)
 			gr_cf_pack16(r->w + (g * mg + m) * kdim, kdim, kdim, panel + m, mg);
-	for (int64_t m = 0; m < mg; m += 16 * nv) {
+	for (int64_t m = m0; m < m0 + r->cb; m += 16 * nv) {
 		int64_t co = g * mg + m;
 		const float *bias = r->b ? r->b + co : NULL;
 		float *y = r->y + (n * cv->cout + co) * yv + oh0 * q->ow;
@@ -639,11 +640,11 @@ static void gr_cf_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh
 				pos[i] = (int32_t)(j / q->ow * q->phw + j % q->ow);
 			}
 			if (nv == 2)
-				(P == 4 ? gr_cf_2_4 : P == 8 ? gr_cf_2_8 : gr_cf_2_12)(st, off, pos, kdim, panel + m, mg,
-											bias, t);
+				(P == 4 ? gr_cf_2_4 : P == 8 ? gr_cf_2_8 : gr_cf_2_12)(st, off, pos, kdim, panel + m - m0,
+											r->cb, bias, t);
 			else
 				(P == 4 ? gr_cf_1_4 : P == 8 ? gr_cf_1_8 : P == 16 ? gr_cf_1_16 : gr_cf_1_24)(
-					st, off, pos, kdim, panel + m, mg, bias, t);
+					st, off, pos, kdim, panel + m - m0, r->cb, bias, t);
 			for (int i = 0; i < valid; i++)
 				for (int l = 0; l < 16 * nv; l++)
 					y[l * yv + j0 + i] = t[i * 16 * nv + l];
@@ -660,7 +661,7 @@ static void gr_cf_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh
  * narrow.  The run goes to o and is copied out row by row.  With fewer
  * than 4 channels left, the last one's chain also runs in the spare rows
  * of o. */
-static GR_TARGET void gr_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh0, int64_t oh1,
+static GR_TARGET void gr_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh0, int64_t oh1, int64_t m0,
 			       const float *st, const int32_t *off, float *o)
 {
 	const struct hp_conv *cv = r->cv;
@@ -671,8 +672,8 @@ static GR_TARGET void gr_block(const struct gr_run *r, int64_t n, int64_t g, int
 		gr_cl_block(r, n, g, oh0, oh1, st, off);
 		return;
 	}
-	if (gr_cofwd(cv, q)) {
-		gr_cf_block(r, n, g, oh0, oh1, st, off, o + GR_MR * q->lo);
+	if (gr_cofwd(cv, q) || r->ncb > 1) {
+		gr_cf_block(r, n, g, oh0, oh1, m0, st, off, o + GR_MR * q->lo);
 		return;
 	}
 	for (int64_t m = 0; m < cv->cout_g; m += GR_MR) {
@@ -707,14 +708,15 @@ static void gr_range(void *arg, int64_t b, int64_t e, int tid)
 	int64_t yv = q->oh * q->ow;
 
 	gr_taps(q, cv->cin_g, off);
-	for (int64_t u = b; u < e; u++) { /* u = ((n * group + g) * nrb + row block) */
-		int64_t blk = u % q->nrb, ng = u / q->nrb, n = ng / cv->group, g = ng % cv->group;
+	for (int64_t u = b; u < e; u++) { /* u = ((n * group + g) * nrb + row block) * ncb + channel block */
+		int64_t m0 = u % r->ncb * r->cb, ub = u / r->ncb;
+		int64_t blk = ub % q->nrb, ng = ub / q->nrb, n = ng / cv->group, g = ng % cv->group;
 		int64_t oh0 = blk * q->rb, oh1 = oh0 + q->rb < q->oh ? oh0 + q->rb : q->oh;
 		const float *xc = r->x + (n * cv->cin + g * cv->cin_g) * q->ih * q->iw;
 		gr_stage(q, cv->cin_g, xc, oh0, st);
-		gr_block(r, n, g, oh0, oh1, st, off, o);
+		gr_block(r, n, g, oh0, oh1, m0, st, off, o);
 		if (r->epi)
-			for (int64_t co = g * cv->cout_g; co < (g + 1) * cv->cout_g; co++) {
+			for (int64_t co = g * cv->cout_g + m0; co < g * cv->cout_g + m0 + r->cb; co++) {
 				int64_t at = (n * cv->cout + co) * yv;
 				hp_epi_span(r->epi, r->y, r->addend, at + oh0 * q->ow, at + oh1 * q->ow);
 			}
@@ -748,22 +750,57 @@ static void gr_flip(const struct hp_conv *cv, const float *w, float *f, int cl)
 }
 #endif
 
+/* Dense Convs (one group) at tiny planes on the kxk path, in core: with W^T
+ * packed once, the co-lane forward tiles in units of 32 (or 16) output
+ * channels of the whole plane.  kxk computes each output by the same chain
+ * (from its bias over k = (c, kh, kw) in order, padding taps included), so
+ * packed or not, the bits are the same; but kxk reads W in place, six rows
+ * at a time, and from memory (a net's weights do not stay in cache) that
+ * ran at twice ONNX Runtime's time: GoogLeNet's 3x3 at 2x2 (192 -> 384
+ * channels at 64x64), 24 of them (64 MB of W), 1 thread, 3.1-3.5 ms
+ * against 2.4-2.7. */
+int hp_grp_dense(const struct hp_conv *cv)
+{
+	struct gr_geom q;
+
+	if (!cv->node || !cv->kxk || cv->transpose || cv->wflip || cv->dw || cv->group != 1 || cv->nd != 2 ||
+	    cv->g.img[0] != 1 || cv->g.grid[0] != 1 || cv->g.k[0] != 1 || cv->g.stride[2] > GR_MAX_STRIDE ||
+	    cv->cout % 16 || gr_cf_mode < 0 || !hp_dot_available())
+		return 0;
+	gr_geom(cv, &q);
+#ifdef GR_X86
+	return gr_512() && q.rb == q.oh && q.oh * q.ow <= GR_CF_MAX_PLANE && q.stage + q.kdim < INT32_MAX / 2;
+#else
+	return 0;
+#endif
+}
+
 int hp_grp_packs(const struct hp_conv *cv)
 {
 	struct gr_geom q;
 
+	if (hp_grp_dense(cv))
+		return 1;
 	if (!cv->grp || cv->wflip)
 		return 0;
 	gr_geom(cv, &q);
 	return gr_cofwd(cv, &q);
 }
 
+/* The units' channels: a group's (grouped), or 32 or 16 (dense). */
+static int64_t gr_unit_ch(int64_t group, int64_t mg)
+{
+	return group > 1 ? mg : mg % 32 ? 16 : 32;
+}
+
 void hp_grp_pack(const float *w, int64_t group, int64_t mg, int64_t kdim, float *dst)
 {
-	for (int64_t g = 0; g < group; g++)
-		for (int64_t m = 0; m < mg; m++)
-			for (int64_t k = 0; k < kdim; k++)
-				dst[(g * kdim + k) * mg + m] = w[(g * mg + m) * kdim + k];
+	int64_t cb = gr_unit_ch(group, mg);
+
+	for (int64_t m0 = 0; m0 < group * mg; m0 += cb) /* a unit's panel [k][cb], in order */
+		for (int64_t k = 0; k < kdim; k++)
+			for (int64_t i = 0; i < cb; i++)
+				dst[(m0 * kdim) + k * cb + i] = w[(m0 + i) * kdim + k];
 }
 
 static void grp_forward(const struct hp_conv *cv, const float *x, const float *w, const float *wt, const float *b,
@@ -800,9 +837,14 @@ static void grp_forward(const struct hp_conv *cv, const float *x, const float *w
 		r.ws = ws + flip;
 	}
 	r.per_thread = gr_per_thread(cv, &r.q);
+	r.cb = cv->cout_g, r.ncb = 1;
+	if (wt && hp_grp_dense(cv)) { /* units of 32 or 16 channels */
+		r.cb = gr_unit_ch(1, cv->cout);
+		r.ncb = cv->cout / r.cb;
+	}
 	cap = (int64_t)((cv->workspace / sizeof(float) - flip) / r.per_thread);
 	threads = threads < cap ? threads : (int)cap;
-	hp_conv_steal(pool, threads, cv->batch * cv->group * r.q.nrb, 1, gr_range, &r);
+	hp_conv_steal(pool, threads, cv->batch * cv->group * r.q.nrb * r.ncb, 1, gr_range, &r);
 	hp_conv_threads_leave(saved);
 #else
 	(void)cv, (void)x, (void)w, (void)wt, (void)b, (void)y, (void)ws, (void)pool, (void)epi, (void)addend;

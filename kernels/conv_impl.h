@@ -483,12 +483,16 @@ size_t hp_grp_workspace(const struct hp_conv *cv, int threads);
 void hp_grp_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		    struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 /* Inference in core (exec/fuse_pack.c): where the node runs on the
- * co-lane forward tiles (hp_grp_packs), W [cout][cin_g * kvol] packed once
- * by hp_grp_pack into W^T per group, [group][cin_g * kvol][cout_g]
- * (cout * cin_g * kvol floats); hp_grp_forward_packed runs from it (the
- * same bits) and returns 1, or returns 0 where the node does not take
- * those tiles. */
+ * co-lane forward tiles (hp_grp_packs: grouped nodes at tiny planes, and
+ * hp_grp_dense's), W [cout][cin_g * kvol] packed once by hp_grp_pack into
+ * each unit's W^T in turn, [cin_g * kvol][channels of a unit] (a group's
+ * where group > 1, else 32 or 16; cout * cin_g * kvol floats in all);
+ * hp_grp_forward_packed runs from it (the same bits) and returns 1, or
+ * returns 0 where the node does not take those tiles. */
 int hp_grp_packs(const struct hp_conv *cv);
+/* Whether a kxk node of one group is one hp_grp_packs takes (a tiny plane):
+ * its workspace then holds hp_grp_workspace's. */
+int hp_grp_dense(const struct hp_conv *cv);
 void hp_grp_pack(const float *w, int64_t group, int64_t mg, int64_t kdim, float *dst);
 int hp_grp_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
 			  float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);

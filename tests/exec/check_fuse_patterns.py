@@ -27,7 +27,9 @@ intermediate has a reader outside the pattern (or is a graph output):
         transposed once per group (kernels/conv_grp.c's co-lane forward
         tiles); a weight read by two Convs (not packed); a 1x1 at 4x4
         (packed for kernels/conv_pwt.c); a stride-2 1x1 from 4x4 (packed,
-        conv_pwt.c over X subsampled) and one with pads (not packed)
+        conv_pwt.c over X subsampled); dense Convs of the kxk path at tiny
+        planes, packed for conv_grp.c's co-lane tiles: 3x3s at 2x2 and 4x4
+        (units of 16 and 32 channels), a stride-2 1x1 with pads to 3x3
   attn  attentions reading Q, K, V through Transposes (a causal Where mask
         with Mul scale; an added mask with Div scale; neither, the result
         not transposed; operands whose rows are not contiguous, so that the
@@ -373,9 +375,10 @@ def model_grpt(path):
     m = M(8)
     x = m.rng.standard_normal((1, 64, 4, 4)).astype(np.float32)
     for k, sh in (("w1", (64, 32, 3, 3)), ("w2", (64, 32, 3, 3)), ("w3", (64, 16, 3, 3)), ("w4", (64, 16, 3, 3)),
-                  ("w6", (40, 64, 1, 1)), ("w7", (48, 64, 1, 1)), ("w8", (48, 64, 1, 1))):
+                  ("w6", (40, 64, 1, 1)), ("w7", (48, 64, 1, 1)), ("w8", (48, 64, 1, 1)),
+                  ("w9", (48, 64, 3, 3)), ("w10", (64, 64, 3, 3))):
         m.w(k, sh, 0.1)
-    for k, n in (("b1", 64), ("b3", 64), ("b6", 40), ("b7", 48)):
+    for k, n in (("b1", 64), ("b3", 64), ("b6", 40), ("b7", 48), ("b9", 48)):
         m.w(k, (n,), 0.1)
     g = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     m.op("Conv", ["x", "w1", "b1"], "c1", group=2, strides=[2, 2], **g)  # 4x4 -> 2x2, 32 a group: packed
@@ -387,8 +390,10 @@ def model_grpt(path):
     m.op("Conv", ["x", "w6", "b6"], "y6")               # a 1x1 at 4x4: packed for conv_pwt.c
     m.op("Conv", ["x", "w7", "b7"], "c7", strides=[2, 2])  # a stride-2 1x1 to 2x2: packed, X subsampled
     m.op("Relu", ["c7"], "y7")
-    m.op("Conv", ["x", "w8"], "y8", strides=[2, 2], pads=[1, 1, 1, 1])  # with pads: not packed
-    m.save(path, list(x.shape), ["y2", "y3", "y4", "y5", "y6", "y7", "y8"])
+    m.op("Conv", ["x", "w8"], "y8", strides=[2, 2], pads=[1, 1, 1, 1])  # with pads: kxk's, packed for conv_grp.c
+    m.op("Conv", ["r1", "w9", "b9"], "y9", **g)        # dense 3x3s (kxk's nodes) at 2x2 and 4x4: packed for
+    m.op("Conv", ["x", "w10"], "y10", **g)              # conv_grp.c's tiles, units of 16 and 32 channels
+    m.save(path, list(x.shape), ["y2", "y3", "y4", "y5", "y6", "y7", "y8", "y9", "y10"])
     d = {k: v.astype(np.float64) for k, v in m.P.items()}
     r1 = np.maximum(gconv(x.astype(np.float64), d["w1"], d["b1"], 1, 2, 2), 0)
     y2 = gconv(r1, d["w2"], None, 1, 2)
@@ -396,8 +401,9 @@ def model_grpt(path):
     return x, {"y2": y2, "y3": gconv(y2, d["w3"], d["b3"], 1, 4), "y4": y4, "y5": y4,
                "y6": conv(x.astype(np.float64), d["w6"], d["b6"], 0),
                "y7": np.maximum(conv(x.astype(np.float64), d["w7"], d["b7"], 0)[:, :, ::2, ::2], 0),
-               "y8": conv(x.astype(np.float64), d["w8"], None, 1)[:, :, ::2, ::2]}, \
-        {"Conv+Relu": 2, "Packed weights": 5}
+               "y8": conv(x.astype(np.float64), d["w8"], None, 1)[:, :, ::2, ::2],
+               "y9": conv(r1, d["w9"], d["b9"], 1), "y10": conv(x.astype(np.float64), d["w10"], None, 1)}, \
+        {"Conv+Relu": 2, "Packed weights": 8}
 
 
 def plan_counts(out):
