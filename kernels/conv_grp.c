@@ -210,6 +210,7 @@ struct gr_run {
 	const float *x, *w, *b;
 	const float *wt; /* W^T of every group packed once (hp_grp_pack), or NULL */
 	int64_t cb, ncb; /* output channels per unit, units per (item, group, row block) */
+	int dense;       /* hp_grp_dense's node, W packed: the co-lane forward tiles */
 	float *y, *ws;
 	const struct hp_epi *epi;
 	const float *addend;
@@ -672,7 +673,7 @@ static GR_TARGET void gr_block(const struct gr_run *r, int64_t n, int64_t g, int
 		gr_cl_block(r, n, g, oh0, oh1, st, off);
 		return;
 	}
-	if (gr_cofwd(cv, q) || r->ncb > 1) {
+	if (gr_cofwd(cv, q) || r->dense) {
 		gr_cf_block(r, n, g, oh0, oh1, m0, st, off, o + GR_MR * q->lo);
 		return;
 	}
@@ -841,6 +842,7 @@ static void grp_forward(const struct hp_conv *cv, const float *x, const float *w
 	if (wt && hp_grp_dense(cv)) { /* units of 32 or 16 channels */
 		r.cb = gr_unit_ch(1, cv->cout);
 		r.ncb = cv->cout / r.cb;
+		r.dense = 1;
 	}
 	cap = (int64_t)((cv->workspace / sizeof(float) - flip) / r.per_thread);
 	threads = threads < cap ? threads : (int)cap;

@@ -29,7 +29,7 @@ intermediate has a reader outside the pattern (or is a graph output):
         (packed for kernels/conv_pwt.c); a stride-2 1x1 from 4x4 (packed,
         conv_pwt.c over X subsampled); dense Convs of the kxk path at tiny
         planes, packed for conv_grp.c's co-lane tiles: 3x3s at 2x2 and 4x4
-        (units of 16 and 32 channels), a stride-2 1x1 with pads to 3x3
+        (units of 16 and 32 channels; one unit), a stride-2 1x1 with pads to 3x3
   attn  attentions reading Q, K, V through Transposes (a causal Where mask
         with Mul scale; an added mask with Div scale; neither, the result
         not transposed; operands whose rows are not contiguous, so that the
@@ -376,7 +376,7 @@ def model_grpt(path):
     x = m.rng.standard_normal((1, 64, 4, 4)).astype(np.float32)
     for k, sh in (("w1", (64, 32, 3, 3)), ("w2", (64, 32, 3, 3)), ("w3", (64, 16, 3, 3)), ("w4", (64, 16, 3, 3)),
                   ("w6", (40, 64, 1, 1)), ("w7", (48, 64, 1, 1)), ("w8", (48, 64, 1, 1)),
-                  ("w9", (48, 64, 3, 3)), ("w10", (64, 64, 3, 3))):
+                  ("w9", (48, 64, 3, 3)), ("w10", (64, 64, 3, 3)), ("w11", (32, 64, 3, 3))):
         m.w(k, sh, 0.1)
     for k, n in (("b1", 64), ("b3", 64), ("b6", 40), ("b7", 48), ("b9", 48)):
         m.w(k, (n,), 0.1)
@@ -393,7 +393,8 @@ def model_grpt(path):
     m.op("Conv", ["x", "w8"], "y8", strides=[2, 2], pads=[1, 1, 1, 1])  # with pads: kxk's, packed for conv_grp.c
     m.op("Conv", ["r1", "w9", "b9"], "y9", **g)        # dense 3x3s (kxk's nodes) at 2x2 and 4x4: packed for
     m.op("Conv", ["x", "w10"], "y10", **g)              # conv_grp.c's tiles, units of 16 and 32 channels
-    m.save(path, list(x.shape), ["y2", "y3", "y4", "y5", "y6", "y7", "y8", "y9", "y10"])
+    m.op("Conv", ["r1", "w11"], "y11", **g)             # one unit of 32 channels
+    m.save(path, list(x.shape), ["y2", "y3", "y4", "y5", "y6", "y7", "y8", "y9", "y10", "y11"])
     d = {k: v.astype(np.float64) for k, v in m.P.items()}
     r1 = np.maximum(gconv(x.astype(np.float64), d["w1"], d["b1"], 1, 2, 2), 0)
     y2 = gconv(r1, d["w2"], None, 1, 2)
@@ -402,8 +403,8 @@ def model_grpt(path):
                "y6": conv(x.astype(np.float64), d["w6"], d["b6"], 0),
                "y7": np.maximum(conv(x.astype(np.float64), d["w7"], d["b7"], 0)[:, :, ::2, ::2], 0),
                "y8": conv(x.astype(np.float64), d["w8"], None, 1)[:, :, ::2, ::2],
-               "y9": conv(r1, d["w9"], d["b9"], 1), "y10": conv(x.astype(np.float64), d["w10"], None, 1)}, \
-        {"Conv+Relu": 2, "Packed weights": 8}
+               "y9": conv(r1, d["w9"], d["b9"], 1), "y10": conv(x.astype(np.float64), d["w10"], None, 1),
+               "y11": conv(r1, d["w11"], None, 1)}, {"Conv+Relu": 2, "Packed weights": 9}
 
 
 def plan_counts(out):
