@@ -5,7 +5,7 @@
  *
  *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1]
  *                         [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1]
- *                         [--stem 0|1|-1] [--pwt 0|1|-1] [--fwd]
+ *                         [--stem 0|1|-1] [--pwt 0|1|-1] [--grp-cf 0|1|-1] [--fwd]
  *
  * --shift, --dot, --kxk and --grp force hpdlf's shift, dot, KxK and grouped
  * (conv_grp.c) paths (1), forbid them (-1)
@@ -87,6 +87,17 @@ static const struct cls classes[] = {
 	{ "lenet-c1", "LeNet's first conv, batch 64", 64, 1, 6, 28, 28, 5, 1, 0, 1 },
 	{ "grouped-16", "ResNeXt stage 3, 16 per group", 1, 512, 512, 14, 14, 3, 1, 1, 32 },
 	{ "grouped-32", "ResNeXt stage 4, 32 per group", 1, 1024, 1024, 7, 7, 3, 1, 1, 32 },
+	{ "grouped-t2", "ResNeXt-50 64x64 stage 4, 32 per group at 2x2", 1, 1024, 1024, 2, 2, 3, 1, 1, 32 },
+	{ "grouped-t2s2", "ResNeXt-50 64x64 stage 4 entry, 32 per group, stride 2, 4x4 -> 2x2", 1, 1024, 1024, 4, 4, 3, 2, 1, 32 },
+	{ "grouped-t4", "ResNeXt-50 64x64 stage 3, 16 per group at 4x4", 1, 512, 512, 4, 4, 3, 1, 1, 32 },
+	{ "1x1-t2s2", "ResNeXt-50 64x64 stage 4 shortcut, stride 2, 4x4 -> 2x2", 1, 1024, 2048, 4, 4, 1, 2, 0, 1 },
+	{ "1x1-t2r", "ResNeXt-50 64x64 stage 4 reduction at 2x2", 1, 2048, 1024, 2, 2, 1, 1, 0, 1 },
+	{ "1x1-t4r", "ResNeXt-50 64x64 stage 3 reduction at 4x4", 1, 1024, 512, 4, 4, 1, 1, 0, 1 },
+	{ "1x1-t4e", "ResNeXt-50 64x64 stage 3 expansion at 4x4", 1, 512, 1024, 4, 4, 1, 1, 0, 1 },
+	{ "3x3-g5b", "GoogLeNet 64x64 inception5b 3x3 at 2x2", 1, 192, 384, 2, 2, 3, 1, 1, 1 },
+	{ "3x3-g5b-b2", "GoogLeNet 64x64 inception5b 3x3 at 2x2, batch 2", 2, 192, 384, 2, 2, 3, 1, 1, 1 },
+	{ "3x3-t3", "3x3 at 3x3, 256 channels", 1, 256, 256, 3, 3, 3, 1, 1, 1 },
+	{ "3x3-g4e", "GoogLeNet 64x64 inception4e 3x3 at 4x4", 1, 160, 320, 4, 4, 3, 1, 1, 1 },
 	{ "3x3-r4", "ResNet-18 64x64 stage 3, batch 4", 4, 256, 256, 4, 4, 3, 1, 1, 1 },
 	{ "3x3-r8", "ResNet-18 64x64 stage 2, batch 4", 4, 128, 128, 8, 8, 3, 1, 1, 1 },
 	{ "3x3-r16", "ResNet-18 64x64 stage 1, batch 4", 4, 64, 64, 16, 16, 3, 1, 1, 1 },
@@ -552,6 +563,8 @@ int main(int argc, char **argv)
 			hp_cgp_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--grp") && i + 1 < argc) /* hpdlf's grouped path: auto, always, never */
 			hp_conv_set_grp(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--grp-cf") && i + 1 < argc) /* its co-lane forward tiles: auto, always, never */
+			hp_grp_set_cofwd(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--kxk-run") && i + 1 < argc) /* its row-run blocks: on (1), packed (0) */
 			hp_kxk_set_run(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--pw") && i + 1 < argc) /* 1x1 dW on conv_grad_pw.c: auto, always, never */
@@ -564,7 +577,7 @@ int main(int argc, char **argv)
 			fwd_only = 1;
 		else {
 			fprintf(stderr,
-				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--pwt 0|1|-1] [--fwd]\n",
+				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--pwt 0|1|-1] [--grp-cf 0|1|-1] [--fwd]\n",
 				argv[0]);
 			return 2;
 		}

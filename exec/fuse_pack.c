@@ -164,23 +164,28 @@ static int pack_invres(struct hp_graph *g, uint64_t *left, struct hp_fuse_report
 }
 
 /* Node i, a Conv or a FusedConv of at most 4 inputs whose weight only it
- * reads, a float constant: whether conv_pwt.c would run it from W^T
- * packed (hp_pwt_packs, on the node's geometry as it will be prepared). */
+ * reads, a float constant: TINY_PW where conv_pwt.c would run it from W^T
+ * packed (hp_conv_pwt_packs, on the node's geometry as it will be prepared),
+ * TINY_GRP where conv_grp.c's co-lane forward tiles would (hp_grp_packs),
+ * else 0. */
+enum { TINY_PW = 1, TINY_GRP = 2 };
+
 static int pw_tiny(struct hp_graph *g, int i)
 {
 	struct hp_node v = g->nodes[i];
 	struct hp_conv cv;
-	int w;
+	int w, pw = 1;
 
 	if (!(hp_fz_is(&v, "Conv") || (!strcmp(v.domain, "ai.hpdlf") && !strcmp(v.op_type, "FusedConv"))) ||
 	    v.folded || v.ninputs < 2 || v.ninputs > 4 || (w = v.inputs[1]) < 0 || v.inputs[0] < 0 ||
 	    !hp_fz_const(g, w) || hp_fz_user_fed(g, w) || g->values[w].is_output || hp_fz_only_reader(g, w) != i ||
-	    g->values[w].dtype != HP_F32 || g->values[v.inputs[0]].dtype != HP_F32 || hp_attr_int(&v, "group", 1) != 1 ||
-	    g->values[w].shape.rank < 3)
+	    g->values[w].dtype != HP_F32 || g->values[v.inputs[0]].dtype != HP_F32 || g->values[w].shape.rank < 3)
 		return 0;
 	for (int d = 2; d < g->values[w].shape.rank; d++)
 		if (g->values[w].shape.dims[d] != 1)
-			return 0;
+			pw = 0;
+	if (hp_attr_int(&v, "group", 1) != 1)
+		pw = 0;
 	for (int d = 0; d < g->values[v.inputs[0]].shape.rank; d++)
 		if (g->values[v.inputs[0]].shape.dims[d] < 1) /* not known yet */
 			return 0;
@@ -188,7 +193,7 @@ static int pw_tiny(struct hp_graph *g, int i)
 	if (hp_conv_parse(g, &v, 0, &cv) < 0)
 		return 0;
 	hp_conv_setup(&cv);
-	return hp_pwt_packs(&cv);
+	return pw && hp_conv_pwt_packs(&cv) ? TINY_PW : hp_grp_packs(&cv) ? TINY_GRP : 0;
 }
 
 static int set_fused_conv(struct hp_graph *g, int i)
@@ -198,11 +203,12 @@ static int set_fused_conv(struct hp_graph *g, int i)
 	return rc < 0 ? rc : hp_fz_attr_str(g, i, "activation", "");
 }
 
-/* W [m][k] as conv_pwt.c's tiles read it (hp_pwt_pack), a new
+/* W [m][k] as conv_pwt.c's tiles read it (hp_pwt_pack), or for conv_grp.c
+ * (group > 0: groups of m / group rows) as hp_grp_pack lays it out, a new
  * initializer; its value index. */
-static int add_pwt(struct hp_graph *g, int w, int64_t m, int64_t k)
+static int add_pwt(struct hp_graph *g, int w, int64_t m, int64_t k, int64_t group)
 {
-	int64_t nf = hp_pwt_packed_floats(m, k);
+	int64_t nf = group ? m * k : hp_pwt_packed_floats(m, k);
 	struct hp_shape s = { .rank = 2, .dims = { k, nf / k } };
 	const float *x = g->values[w].data;
 	float *own = NULL, *dst = aligned_alloc(64, (size_t)((nf * 4 + 63) / 64 * 64));
@@ -212,28 +218,38 @@ static int add_pwt(struct hp_graph *g, int w, int64_t m, int64_t k)
 		free(dst);
 		return hp_error(-ENOMEM, "cannot read '%s' to pack it", g->values[w].name);
 	}
-	hp_pwt_pack(x ? x : own, m, k, dst);
+	if (group)
+		hp_grp_pack(x ? x : own, group, m / group, k, dst);
+	else
+		hp_pwt_pack(x ? x : own, m, k, dst);
 	free(own);
-	return hp_fz_memory_init(g, g->values[w].name, ".pwt", &s, dst);
+	return hp_fz_memory_init(g, g->values[w].name, group ? ".grpt" : ".pwt", &s, dst);
 }
 
 /* Pointwise Convs at tiny planes: W [M][K] packed once into the panels
- * of conv_pwt.c's tiles as input 4 of a FusedConv; moving values only,
- * so every output keeps its chain. */
+ * of conv_pwt.c's tiles as input 4 of a FusedConv; grouped ones on
+ * conv_grp.c's co-lane forward tiles (ResNeXt's 3x3s at 2x2 and 4x4, where
+ * transposing W per run cost as long as the products) the same, W^T per
+ * group; moving values only, so every output keeps its chain. */
 static int pack_pw_tiny(struct hp_graph *g, uint64_t *left, struct hp_fuse_report *r)
 {
 	int any = 0, v, rc, *in;
 	char line[512];
 
 	for (int i = 0; i < g->nnodes; i++) {
-		if (!pw_tiny(g, i))
+		int kind = pw_tiny(g, i);
+		if (!kind)
 			continue;
 		int w = g->nodes[i].inputs[1];
-		int64_t m = g->values[w].shape.dims[0], k = g->values[w].shape.dims[1];
-		uint64_t bytes = (uint64_t)hp_pwt_packed_floats(m, k) * sizeof(float);
+		int64_t m = g->values[w].shape.dims[0], k = 1, group = 0;
+		for (int d = 1; d < g->values[w].shape.rank; d++)
+			k *= g->values[w].shape.dims[d];
+		if (kind == TINY_GRP)
+			group = hp_attr_int(&g->nodes[i], "group", 1);
+		uint64_t bytes = (uint64_t)(group ? m * k : hp_pwt_packed_floats(m, k)) * sizeof(float);
 		if (bytes > *left)
 			continue;
-		if ((v = add_pwt(g, w, m, k)) < 0)
+		if ((v = add_pwt(g, w, m, k, group)) < 0)
 			return v;
 		if (hp_fz_is(&g->nodes[i], "Conv") && (rc = set_fused_conv(g, i)) < 0)
 			return rc;

@@ -386,6 +386,7 @@ size_t hp_conv_shift_ws_most(const struct hp_conv *cv)
 
 static int direct_ok(const struct hp_colgeom *c);
 static void setup_paths(struct hp_conv *cv, int allow_dot);
+static int pw_sub(const struct hp_conv *cv, struct hp_conv *v, int check_ws);
 
 /* Whether the dot path suits the node: few output positions over the
  * whole batch (HP_DOT_MAX_COLS), where every sgemm is thin and packs the
@@ -484,8 +485,15 @@ static void setup_paths(struct hp_conv *cv, int allow_dot)
 		return;
 	}
 	if ((cv->kxk = allow_dot && kxk_wanted(cv))) {
+		struct hp_conv v;
 		cv->direct = 0;
 		cv->workspace = hp_kxk_workspace(cv, cv->lean ? 1 : hp_conv_ws_threads());
+		if (pw_sub(cv, &v, 0) && cv->workspace < (size_t)(cv->batch * cv->cin * cv->yvol) * sizeof(float))
+			cv->workspace = (size_t)(cv->batch * cv->cin * cv->yvol) * sizeof(float); /* its gather */
+		if (hp_grp_dense(cv)) { /* in core, W packed: conv_grp.c's tiles */
+			size_t gw = hp_grp_workspace(cv, cv->lean ? 1 : hp_conv_ws_threads());
+			cv->workspace = cv->workspace > gw ? cv->workspace : gw;
+		}
 		return;
 	}
 	if ((cv->dot = allow_dot && dot_wanted(cv))) {
@@ -638,18 +646,85 @@ static void conv_forward_run(const struct hp_conv *cv, struct conv_run *r, struc
 	hp_conv_threads_leave(saved);
 }
 
+/* An omitted addend: the activation only; nothing to do: NULL. */
+static const struct hp_epi *epi_norm(const struct hp_epi *epi, const float *addend, struct hp_epi *e)
+{
+	if (!epi)
+		return NULL;
+	*e = *epi;
+	if (!addend)
+		e->add = HP_EPI_ADD_NONE;
+	return e->act == HP_EPI_NONE && e->add == HP_EPI_ADD_NONE ? NULL : e;
+}
+
+/* A 1x1 Conv of stride 2 or more without pads at a plane conv_pwt.c's
+ * packed tiles take, on the kxk path: as v, the stride-1 1x1 over X
+ * subsampled ([batch][cin][grid], gathered into the workspace), which
+ * conv_pwt.c runs from W^T packed once (exec/fuse_pack.c).  Both paths
+ * compute each output as one chain from its bias over k in order, so
+ * packed or not, the bits are the same.  ResNeXt-50's stride-2 shortcut
+ * at 64x64 (1024 -> 2048, 4x4 -> 2x2, 8 MB of W) had kxk read W in place
+ * per micro-tile of 6 rows from memory: 64 MB of such 1x1s ran in 4.1-4.2
+ * ms (1 thread) against ONNX Runtime's 1.9-2.0. */
+static int pw_sub(const struct hp_conv *cv, struct hp_conv *v, int check_ws)
+{
+	const struct hp_colgeom *c = &cv->g;
+
+	if (!cv->node || !cv->kxk || cv->transpose || cv->wflip || cv->group != 1 || c->kvol != 1 ||
+	    c->stride[1] * c->stride[2] < 2 || c->stride[0] != 1 || c->img[0] != 1 || c->grid[0] != 1)
+		return 0;
+	for (int d = 0; d < 3; d++) /* no pads, and no output past the image's last sample */
+		if (c->pad[d] || (c->img[d] - 1) / c->stride[d] + 1 != c->grid[d])
+			return 0;
+	if (check_ws && (size_t)(cv->batch * cv->cin * cv->yvol) * sizeof(float) > cv->workspace)
+		return 0;
+	*v = *cv;
+	v->kxk = 0;
+	v->direct = 1;
+	v->xvol = cv->yvol;
+	for (int d = 0; d < 3; d++) {
+		v->g.img[d] = c->grid[d];
+		v->g.stride[d] = 1;
+	}
+	v->g.img_vol = c->grid_vol;
+	return hp_pwt_packs(v);
+}
+
+int hp_conv_pwt_packs(const struct hp_conv *cv)
+{
+	struct hp_conv v;
+
+	return hp_pwt_packs(cv) || pw_sub(cv, &v, 1);
+}
+
+int hp_conv_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
+			   float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
+{
+	struct hp_epi e;
+	struct hp_conv v;
+
+	if (pw_sub(cv, &v, 1)) {
+		const struct hp_colgeom *c = &cv->g;
+		int64_t oh = c->grid[1], ow = c->grid[2], iw = c->img[2];
+		for (int64_t nc = 0; nc < cv->batch * cv->cin; nc++) {
+			const float *src = x + nc * cv->xvol;
+			float *dst = ws + nc * cv->yvol;
+			for (int64_t i = 0; i < oh; i++)
+				for (int64_t j = 0; j < ow; j++)
+					dst[i * ow + j] = src[i * c->stride[1] * iw + j * c->stride[2]];
+		}
+		return hp_pwt_forward_packed(&v, ws, wt, b, y, pool, epi, addend);
+	}
+	return hp_grp_forward_packed(cv, x, wt, b, y, ws, pool, epi_norm(epi, addend, &e), addend);
+}
+
 void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y,
 			 float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
 {
 	struct conv_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws, .addend = addend };
 	struct hp_epi e;
 
-	if (epi) { /* an omitted addend: the activation only */
-		e = *epi;
-		if (!addend)
-			e.add = HP_EPI_ADD_NONE;
-		epi = e.act == HP_EPI_NONE && e.add == HP_EPI_ADD_NONE ? NULL : &e;
-	}
+	epi = epi_norm(epi, addend, &e);
 	if (cv->dot) {
 		hp_dot_forward(cv, x, w, b, y, ws, pool, epi, addend);
 		return;

@@ -153,11 +153,39 @@ int hp_grp_wanted(const struct hp_conv *cv)
 	return cv->cin_g <= GR_AUTO_MAX_CH && cv->cout_g <= GR_AUTO_MAX_CH;
 }
 
-/* Per worker: the staged rows and the tap offsets. */
+/* The co-lane forward tiles (gr_cf_block) on planes of at most this many
+ * output positions, the auto choice. */
+#define GR_CF_MAX_PLANE 16
+
+static int gr_cf_mode; /* 0 auto, 1 whenever eligible, -1 never */
+
+void hp_grp_set_cofwd(int mode)
+{
+	gr_cf_mode = mode;
+}
+
+#ifdef GR_X86
+static int gr_512(void);
+#endif
+
+static int gr_cofwd(const struct hp_conv *cv, const struct gr_geom *q)
+{
+#ifdef GR_X86
+	return gr_cf_mode >= 0 && gr_512() && !cv->wflip && cv->group > 1 && cv->cout_g % 16 == 0 &&
+	       (gr_cf_mode > 0 || q->oh * q->ow <= GR_CF_MAX_PLANE);
+#else
+	(void)cv, (void)q;
+	return 0;
+#endif
+}
+
+/* Per worker: the staged rows, the tap offsets, the column tiles' outputs
+ * and, for the co-lane forward tiles, a group's W^T. */
 static size_t gr_per_thread(const struct hp_conv *cv, const struct gr_geom *q)
 {
-	(void)cv;
-	return (size_t)(q->stage + q->kdim + 8 + GR_MR * q->lo);
+	size_t panel = gr_cofwd(cv, q) ? (size_t)(q->kdim * cv->cout_g) : 0;
+
+	return (size_t)(q->stage + q->kdim + 8 + GR_MR * q->lo) + panel;
 }
 
 /* ConvGradData's weights in a Conv's layout, before the workers' parts. */
@@ -180,6 +208,9 @@ struct gr_run {
 	const struct hp_conv *cv;
 	struct gr_geom q;
 	const float *x, *w, *b;
+	const float *wt; /* W^T of every group packed once (hp_grp_pack), or NULL */
+	int64_t cb, ncb; /* output channels per unit, units per (item, group, row block) */
+	int dense;       /* hp_grp_dense's node, W packed: the co-lane forward tiles */
 	float *y, *ws;
 	const struct hp_epi *epi;
 	const float *addend;
@@ -500,6 +531,130 @@ static void gr_cl_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh
 }
 #endif
 
+/* ---- co-lane forward tiles: tiny planes ----
+ * ResNeXt's 3x3 grouped convs at 64 pixels run on 4x4 and 2x2 planes (16
+ * and 32 channels a group): a unit's run of columns there is 16 or 6
+ * long, and the column tiles computed 24-48 columns for it (5-8 GF/s a
+ * thread on the 2x2 planes).  Here, as for ConvGradData's 7-column planes,
+ * the lanes are 16 output channels (two vectors where the group has a
+ * multiple of 32) and a tile P output positions of the unit, each a
+ * broadcast of its staged input per tap: the weights of a group as W^T
+ * [k][cout_g], transposed by the unit into its worker's panel.  Every
+ * output is the column tiles' chain (its bias, then one fused
+ * multiply-add per k in order, padding taps as zeros), so the bits do not
+ * change with the path. */
+#define GR_CF_MAX_P 24
+
+#ifdef GR_X86
+/* wt[k][ld] lanes [0, 16) = w[i][k] (rows lda apart), i < 16, k < K. */
+static GR_TARGET512 void gr_cf_pack16(const float *w, int64_t lda, int64_t K, float *wt, int64_t ld)
+{
+	__m512 r[16];
+
+	for (int64_t k0 = 0; k0 < K; k0 += 16) {
+		int kr = K - k0 < 16 ? (int)(K - k0) : 16;
+		__mmask16 mk = (__mmask16)((1u << kr) - 1);
+		for (int i = 0; i < 16; i++)
+			r[i] = _mm512_maskz_loadu_ps(mk, w + i * lda + k0);
+		hp_tr16_ps(r);
+		for (int i = 0; i < kr; i++)
+			_mm512_storeu_ps(wt + (k0 + i) * ld, r[i]);
+	}
+}
+
+/* t[p][16 * NV] = the chains of P positions (staged at s + off[k] +
+ * pos[p]) for the panel's 16 * NV channels (rows ldw apart). */
+static inline __attribute__((always_inline)) GR_TARGET512 void gr_cf_tile(const int NV, const int P,
+									   const float *s, const int32_t *off,
+									   const int32_t *pos, int64_t kdim,
+									   const float *wt, int64_t ldw,
+									   const float *bias, float *t)
+{
+	__m512 a[2][GR_CF_MAX_P];
+
+	for (int v = 0; v < NV; v++) {
+		__m512 b = bias ? _mm512_loadu_ps(bias + 16 * v) : _mm512_setzero_ps();
+		for (int i = 0; i < P; i++)
+			a[v][i] = b;
+	}
+	for (int64_t k = 0; k < kdim; k++) {
+		const float *p = s + off[k];
+		__m512 w[2];
+		for (int v = 0; v < NV; v++)
+			w[v] = _mm512_loadu_ps(wt + k * ldw + 16 * v);
+		for (int i = 0; i < P; i++) {
+			__m512 x = _mm512_set1_ps(p[pos[i]]);
+			for (int v = 0; v < NV; v++)
+				a[v][i] = _mm512_fmadd_ps(w[v], x, a[v][i]);
+		}
+	}
+	for (int i = 0; i < P; i++)
+		for (int v = 0; v < NV; v++)
+			_mm512_storeu_ps(t + (i * NV + v) * 16, a[v][i]);
+}
+
+#define GR_CF_FN(NV, P)                                                                                       \
+	static GR_TARGET512 void gr_cf_##NV##_##P(const float *s, const int32_t *off, const int32_t *pos,      \
+						  int64_t kdim, const float *wt, int64_t ldw, const float *bias,  \
+						  float *t)                                                       \
+	{                                                                                                     \
+		gr_cf_tile(NV, P, s, off, pos, kdim, wt, ldw, bias, t);                                       \
+	}
+GR_CF_FN(2, 4)
+GR_CF_FN(2, 8)
+GR_CF_FN(2, 12)
+GR_CF_FN(1, 4)
+GR_CF_FN(1, 8)
+GR_CF_FN(1, 16)
+GR_CF_FN(1, 24)
+
+/* gr_block's outputs on the co-lane forward tiles: W^T of group g into
+ * the panel, then tiles of the unit's positions (the narrowest tile that
+ * holds what is left, else the widest; positions past the last one
+ * repeat it and are not stored). */
+static void gr_cf_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh0, int64_t oh1, int64_t m0,
+			const float *st, const int32_t *off, float *panel)
+{
+	const struct hp_conv *cv = r->cv;
+	const struct gr_geom *q = &r->q;
+	int64_t yv = q->oh * q->ow, mg = cv->cout_g, kdim = q->kdim, len = (oh1 - oh0) * q->ow;
+	int nv = r->cb % 32 ? 1 : 2;
+	float t[GR_CF_MAX_P * 32];
+	int32_t pos[GR_CF_MAX_P];
+
+	if (r->wt) /* the unit's panel [k][cb] (hp_grp_pack), read only */
+		panel = (float *)r->wt + (g * mg + m0) * kdim;
+	else
+		for (int64_t m = 0; m < mg; m += 16)
+			gr_cf_pack16(r->w + (g * mg + m) * kdim, kdim, kdim, panel + m, mg);
+	for (int64_t m = m0; m < m0 + r->cb; m += 16 * nv) {
+		int64_t co = g * mg + m;
+		const float *bias = r->b ? r->b + co : NULL;
+		float *y = r->y + (n * cv->cout + co) * yv + oh0 * q->ow;
+		for (int64_t j0 = 0; j0 < len;) {
+			int64_t left = len - j0;
+			int P = nv == 2 ? (left <= 4 ? 4 : left <= 8 ? 8 : 12) :
+					  (left <= 4 ? 4 : left <= 8 ? 8 : left <= 16 ? 16 : 24);
+			int valid = (int)(left < P ? left : P);
+			for (int i = 0; i < P; i++) {
+				int64_t j = j0 + (i < valid ? i : valid - 1);
+				pos[i] = (int32_t)(j / q->ow * q->phw + j % q->ow);
+			}
+			if (nv == 2)
+				(P == 4 ? gr_cf_2_4 : P == 8 ? gr_cf_2_8 : gr_cf_2_12)(st, off, pos, kdim, panel + m - m0,
+											r->cb, bias, t);
+			else
+				(P == 4 ? gr_cf_1_4 : P == 8 ? gr_cf_1_8 : P == 16 ? gr_cf_1_16 : gr_cf_1_24)(
+					st, off, pos, kdim, panel + m - m0, r->cb, bias, t);
+			for (int i = 0; i < valid; i++)
+				for (int l = 0; l < 16 * nv; l++)
+					y[l * yv + j0 + i] = t[i * 16 * nv + l];
+			j0 += valid;
+		}
+	}
+}
+#endif
+
 /* Output rows [oh0, oh1) of item n, group g, all the group's channels,
  * from the staging st: the unit's output rows are one run of columns,
  * column j = row * phw + output column (a row's last phw - ow columns are
@@ -507,7 +662,7 @@ static void gr_cl_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh
  * narrow.  The run goes to o and is copied out row by row.  With fewer
  * than 4 channels left, the last one's chain also runs in the spare rows
  * of o. */
-static GR_TARGET void gr_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh0, int64_t oh1,
+static GR_TARGET void gr_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh0, int64_t oh1, int64_t m0,
 			       const float *st, const int32_t *off, float *o)
 {
 	const struct hp_conv *cv = r->cv;
@@ -516,6 +671,10 @@ static GR_TARGET void gr_block(const struct gr_run *r, int64_t n, int64_t g, int
 
 	if (gr_colane(cv, q)) {
 		gr_cl_block(r, n, g, oh0, oh1, st, off);
+		return;
+	}
+	if (gr_cofwd(cv, q) || r->dense) {
+		gr_cf_block(r, n, g, oh0, oh1, m0, st, off, o + GR_MR * q->lo);
 		return;
 	}
 	for (int64_t m = 0; m < cv->cout_g; m += GR_MR) {
@@ -550,14 +709,15 @@ static void gr_range(void *arg, int64_t b, int64_t e, int tid)
 	int64_t yv = q->oh * q->ow;
 
 	gr_taps(q, cv->cin_g, off);
-	for (int64_t u = b; u < e; u++) { /* u = ((n * group + g) * nrb + row block) */
-		int64_t blk = u % q->nrb, ng = u / q->nrb, n = ng / cv->group, g = ng % cv->group;
+	for (int64_t u = b; u < e; u++) { /* u = ((n * group + g) * nrb + row block) * ncb + channel block */
+		int64_t m0 = u % r->ncb * r->cb, ub = u / r->ncb;
+		int64_t blk = ub % q->nrb, ng = ub / q->nrb, n = ng / cv->group, g = ng % cv->group;
 		int64_t oh0 = blk * q->rb, oh1 = oh0 + q->rb < q->oh ? oh0 + q->rb : q->oh;
 		const float *xc = r->x + (n * cv->cin + g * cv->cin_g) * q->ih * q->iw;
 		gr_stage(q, cv->cin_g, xc, oh0, st);
-		gr_block(r, n, g, oh0, oh1, st, off, o);
+		gr_block(r, n, g, oh0, oh1, m0, st, off, o);
 		if (r->epi)
-			for (int64_t co = g * cv->cout_g; co < (g + 1) * cv->cout_g; co++) {
+			for (int64_t co = g * cv->cout_g + m0; co < g * cv->cout_g + m0 + r->cb; co++) {
 				int64_t at = (n * cv->cout + co) * yv;
 				hp_epi_span(r->epi, r->y, r->addend, at + oh0 * q->ow, at + oh1 * q->ow);
 			}
@@ -591,11 +751,82 @@ static void gr_flip(const struct hp_conv *cv, const float *w, float *f, int cl)
 }
 #endif
 
+/* Dense Convs (one group) at tiny planes on the kxk path, in core: with W^T
+ * packed once, the co-lane forward tiles in units of 32 (or 16) output
+ * channels of the whole plane.  kxk computes each output by the same chain
+ * (from its bias over k = (c, kh, kw) in order, padding taps included), so
+ * packed or not, the bits are the same; but kxk reads W in place, six rows
+ * at a time, and from memory (a net's weights do not stay in cache) that
+ * ran at twice ONNX Runtime's time: GoogLeNet's 3x3 at 2x2 (192 -> 384
+ * channels at 64x64), 24 of them (64 MB of W), 1 thread, 3.1-3.5 ms
+ * against 2.4-2.7. */
+int hp_grp_dense(const struct hp_conv *cv)
+{
+	struct gr_geom q;
+
+	if (!cv->node || !cv->kxk || cv->transpose || cv->wflip || cv->dw || cv->group != 1 || cv->nd != 2 ||
+	    cv->g.img[0] != 1 || cv->g.grid[0] != 1 || cv->g.k[0] != 1 || cv->g.stride[2] > GR_MAX_STRIDE ||
+	    cv->cout % 16 || gr_cf_mode < 0 || !hp_dot_available())
+		return 0;
+	gr_geom(cv, &q);
+#ifdef GR_X86
+	return gr_512() && q.rb == q.oh && q.oh * q.ow <= GR_CF_MAX_PLANE && q.stage + q.kdim < INT32_MAX / 2;
+#else
+	return 0;
+#endif
+}
+
+int hp_grp_packs(const struct hp_conv *cv)
+{
+	struct gr_geom q;
+
+	if (hp_grp_dense(cv))
+		return 1;
+	if (!cv->grp || cv->wflip)
+		return 0;
+	gr_geom(cv, &q);
+	return gr_cofwd(cv, &q);
+}
+
+/* The units' channels: a group's (grouped), or 32 or 16 (dense). */
+static int64_t gr_unit_ch(int64_t group, int64_t mg)
+{
+	return group > 1 ? mg : mg % 32 ? 16 : 32;
+}
+
+void hp_grp_pack(const float *w, int64_t group, int64_t mg, int64_t kdim, float *dst)
+{
+	int64_t cb = gr_unit_ch(group, mg);
+
+	for (int64_t m0 = 0; m0 < group * mg; m0 += cb) /* a unit's panel [k][cb], in order */
+		for (int64_t k = 0; k < kdim; k++)
+			for (int64_t i = 0; i < cb; i++)
+				dst[(m0 * kdim) + k * cb + i] = w[(m0 + i) * kdim + k];
+}
+
+static void grp_forward(const struct hp_conv *cv, const float *x, const float *w, const float *wt, const float *b,
+			float *y, float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
+
+int hp_grp_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
+			  float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
+{
+	if (!hp_grp_packs(cv))
+		return 0;
+	grp_forward(cv, x, NULL, wt, b, y, ws, pool, epi, addend);
+	return 1;
+}
+
 void hp_grp_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		    struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
 {
+	grp_forward(cv, x, w, NULL, b, y, ws, pool, epi, addend);
+}
+
+static void grp_forward(const struct hp_conv *cv, const float *x, const float *w, const float *wt, const float *b,
+			float *y, float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
+{
 #ifdef GR_X86
-	struct gr_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws, .epi = epi, .addend = addend };
+	struct gr_run r = { .cv = cv, .x = x, .w = w, .wt = wt, .b = b, .y = y, .ws = ws, .epi = epi, .addend = addend };
 	int saved, threads = hp_conv_threads_enter(pool, &saved);
 	size_t flip = gr_flip_floats(cv);
 	int64_t cap;
@@ -607,11 +838,17 @@ void hp_grp_forward(const struct hp_conv *cv, const float *x, const float *w, co
 		r.ws = ws + flip;
 	}
 	r.per_thread = gr_per_thread(cv, &r.q);
+	r.cb = cv->cout_g, r.ncb = 1;
+	if (wt && hp_grp_dense(cv)) { /* units of 32 or 16 channels */
+		r.cb = gr_unit_ch(1, cv->cout);
+		r.ncb = cv->cout / r.cb;
+		r.dense = 1;
+	}
 	cap = (int64_t)((cv->workspace / sizeof(float) - flip) / r.per_thread);
 	threads = threads < cap ? threads : (int)cap;
-	hp_conv_steal(pool, threads, cv->batch * cv->group * r.q.nrb, 1, gr_range, &r);
+	hp_conv_steal(pool, threads, cv->batch * cv->group * r.q.nrb * r.ncb, 1, gr_range, &r);
 	hp_conv_threads_leave(saved);
 #else
-	(void)cv, (void)x, (void)w, (void)b, (void)y, (void)ws, (void)pool, (void)epi, (void)addend;
+	(void)cv, (void)x, (void)w, (void)wt, (void)b, (void)y, (void)ws, (void)pool, (void)epi, (void)addend;
 #endif
 }

@@ -340,6 +340,14 @@ void hp_conv_forward(const struct hp_conv *cv, const float *x, const float *w, c
 struct hp_epi;
 void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y,
 			 float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
+/* The same from W packed once for the node's path (exec/fuse_pack.c:
+ * hp_grp_pack, or hp_pwt_pack where hp_conv_pwt_packs: conv_pwt.c's
+ * nodes, and stride-2 1x1s without pads at tiny planes, run by conv_pwt.c
+ * over X subsampled); 0, having done nothing, where its path takes no
+ * packed W. */
+int hp_conv_pwt_packs(const struct hp_conv *cv);
+int hp_conv_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
+			   float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 
 /* Dot-product path (conv_dot.c): Conv (not transposed, W in its ONNX
  * layout) over patch rows of all batch items, every output summed in an
@@ -474,6 +482,20 @@ int hp_grp_wanted(const struct hp_conv *cv);
 size_t hp_grp_workspace(const struct hp_conv *cv, int threads);
 void hp_grp_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
 		    struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
+/* Inference in core (exec/fuse_pack.c): where the node runs on the
+ * co-lane forward tiles (hp_grp_packs: grouped nodes at tiny planes, and
+ * hp_grp_dense's), W [cout][cin_g * kvol] packed once by hp_grp_pack into
+ * each unit's W^T in turn, [cin_g * kvol][channels of a unit] (a group's
+ * where group > 1, else 32 or 16; cout * cin_g * kvol floats in all);
+ * hp_grp_forward_packed runs from it (the same bits) and returns 1, or
+ * returns 0 where the node does not take those tiles. */
+int hp_grp_packs(const struct hp_conv *cv);
+/* Whether a kxk node of one group is one hp_grp_packs takes (a tiny plane):
+ * its workspace then holds hp_grp_workspace's. */
+int hp_grp_dense(const struct hp_conv *cv);
+void hp_grp_pack(const float *w, int64_t group, int64_t mg, int64_t kdim, float *dst);
+int hp_grp_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
+			  float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 /* Tests and benchmarks only: 0 auto, 1 whenever eligible, -1 never; read
  * when a Conv is prepared (and by ConvGradFilter's grouped path: -1 keeps
  * it on the sgemm path). */
@@ -525,6 +547,9 @@ void hp_grp_set_avx2(int on);
 /* Tests only: -1 runs ConvGradData's 7-column planes on the column tiles
  * (conv_grp.c's co-lane tiles off; the same bits), 0 auto. */
 void hp_grp_set_colane(int mode);
+/* Tests: 1, conv_grp.c's co-lane forward tiles on every plane they take
+ * (not only tiny ones); -1, never (the column tiles; the same bits). */
+void hp_grp_set_cofwd(int mode);
 
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
 void hp_convt_setup(struct hp_conv *cv);

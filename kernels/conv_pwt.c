@@ -282,10 +282,25 @@ void hp_pwt_pack(const float *w, int64_t m, int64_t k, float *dst)
 	}
 }
 
+/* Packed once, planes of up to PWT_MAX_PACKED_PLANE positions take the
+ * path too: ResNeXt-50's 1x1s at 4x4 (64x64 input, 512-1024 channels, 2 MB
+ * of W each) streamed W from memory on conv_pw.c's tiles, six rows at a
+ * time, at 1.5x ONNX Runtime's time; here a run reads the panels once, in
+ * order (a chain of 20 such 1x1s, 40 MB of weights, 1 thread: 3.6-3.8 ms
+ * against 2.3-2.5, ONNX Runtime 2.4-2.5).  Unpacked they stay on conv_pw.c,
+ * which was faster there with W warm in cache than transposing it per
+ * run (bench_conv_libs.c 1x1-t4r, -t4e: 171-176 GF/s a thread against
+ * 143-152). */
+#define PWT_MAX_PACKED_PLANE 16
+
 int hp_pwt_packs(const struct hp_conv *cv)
 {
+	int tiny = hp_pwt_wanted(cv, INT64_MAX);
+#ifdef PWT_X86
+	tiny = tiny || (pwt_mode == 0 && hp_pw_512() && cv->yvol <= PWT_MAX_PACKED_PLANE);
+#endif
 	return cv->direct && !cv->dw && !cv->dot && !cv->kxk && !cv->grp && !cv->shift && !cv->transpose &&
-	       !cv->wflip && cv->group == 1 && hp_pw_available() && hp_pwt_wanted(cv, INT64_MAX);
+	       !cv->wflip && cv->group == 1 && hp_pw_available() && tiny;
 }
 
 int hp_pwt_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,

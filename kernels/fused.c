@@ -114,11 +114,15 @@ static int fused_run(const struct hp_node *n, const struct hp_kargs *a)
 	ka.nin = a->nin < f->nin ? a->nin : f->nin;
 	if (!strcmp(f->inner->name, "Conv")) { /* the epilogue inside the conv's output blocks */
 		const struct hp_conv *cv = f->inner_priv;
-		/* input 4: W^T packed once (exec/fuse_pack.c) for conv_pwt.c */
+		/* input 4: W^T packed once (exec/fuse_pack.c) for conv_pwt.c or
+		 * conv_grp.c's co-lane forward tiles */
 		if (a->nin > 4 && a->in[4].data &&
-		    hp_pwt_forward_packed(cv, a->in[0].data, a->in[4].data,
-					  cv->has_bias && ka.nin > 2 ? a->in[2].data : NULL, a->out[0].data, a->pool,
-					  &f->epi, a->in[f->nin].data))
+		    (hp_pwt_forward_packed(cv, a->in[0].data, a->in[4].data,
+					   cv->has_bias && ka.nin > 2 ? a->in[2].data : NULL, a->out[0].data, a->pool,
+					   &f->epi, a->in[f->nin].data) ||
+		     hp_conv_forward_packed(cv, a->in[0].data, a->in[4].data,
+					    cv->has_bias && ka.nin > 2 ? a->in[2].data : NULL, a->out[0].data, a->ws,
+					    a->pool, &f->epi, a->in[f->nin].data)))
 			return 0;
 		hp_conv_forward_epi(cv, a->in[0].data, a->in[1].data, cv->has_bias && ka.nin > 2 ? a->in[2].data : NULL,
 				    a->out[0].data, a->ws, a->pool, &f->epi, a->nin > f->nin ? a->in[f->nin].data : NULL);

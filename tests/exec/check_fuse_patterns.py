@@ -3,7 +3,7 @@
 
 usage: check_fuse_patterns.py HPDLF_EXEC MAKE_FUSE_MODELS_PY
 
-Six models written here with onnx.helper and seeded NumPy weights, each
+Seven models written here with onnx.helper and seeded NumPy weights, each
 with fusable patterns and look-alikes that must NOT fuse because an
 intermediate has a reader outside the pattern (or is a graph output):
 
@@ -22,6 +22,14 @@ intermediate has a reader outside the pattern (or is a graph output):
   pwt   1x1 Convs at a 2x2 plane and at one position (after a
         GlobalAveragePool), plain and fused: their weights transposed once
         (kernels/conv_pwt.c); a weight read by two Convs (not packed)
+  grpt  grouped 3x3 Convs at 2x2 planes (32 and 16 channels a group, one
+        of stride 2 from 4x4), plain and fused: their weights
+        transposed once per group (kernels/conv_grp.c's co-lane forward
+        tiles); a weight read by two Convs (not packed); a 1x1 at 4x4
+        (packed for kernels/conv_pwt.c); a stride-2 1x1 from 4x4 (packed,
+        conv_pwt.c over X subsampled); dense Convs of the kxk path at tiny
+        planes, packed for conv_grp.c's co-lane tiles: 3x3s at 2x2 and 4x4
+        (units of 16 and 32 channels; one unit), a stride-2 1x1 with pads to 3x3
   attn  attentions reading Q, K, V through Transposes (a causal Where mask
         with Mul scale; an added mask with Div scale; neither, the result
         not transposed; operands whose rows are not contiguous, so that the
@@ -31,7 +39,7 @@ intermediate has a reader outside the pattern (or is a graph output):
 For each: --plan's pattern counts are exactly the expected ones (so the
 look-alikes did not fuse), and under --budget the same without the packed
 weights (the epilogues fused once the graph is cut for the budget); outputs fused and --no-fuse within TOL * max|ref|
-of a float64 NumPy evaluation; the epilogue-only and copy-only models (epi, cst, pwt) bitwise equal
+of a float64 NumPy evaluation; the epilogue-only and copy-only models (epi, cst, pwt, grpt) bitwise equal
 to --no-fuse (the epilogue computes each element as the unfused nodes do);
 out of core at the smallest budget the planner allows, outputs bitwise the
 in-core fused ones.  Then torch exports (bench/make_fuse_models.py, 2-layer
@@ -357,6 +365,48 @@ def model_pwt(path):
     return x, ref, {"Conv+Add+Sigmoid": 1, "Conv+Relu": 1, "Packed weights": 4}
 
 
+def gconv(x, w, b, pad, group, stride=1):
+    cg, mg = x.shape[1] // group, w.shape[0] // group
+    y = np.concatenate([conv(x[:, g * cg:(g + 1) * cg], w[g * mg:(g + 1) * mg], None, pad) for g in range(group)], 1)
+    return y[:, :, ::stride, ::stride] + (0 if b is None else b[None, :, None, None])
+
+
+def model_grpt(path):
+    m = M(8)
+    x = m.rng.standard_normal((1, 64, 4, 4)).astype(np.float32)
+    for k, sh in (("w1", (64, 32, 3, 3)), ("w2", (64, 32, 3, 3)), ("w3", (64, 16, 3, 3)), ("w4", (64, 16, 3, 3)),
+                  ("w6", (40, 64, 1, 1)), ("w7", (48, 64, 1, 1)), ("w8", (48, 64, 1, 1)),
+                  ("w9", (48, 64, 3, 3)), ("w10", (64, 64, 3, 3)), ("w11", (32, 64, 3, 3))):
+        m.w(k, sh, 0.1)
+    for k, n in (("b1", 64), ("b3", 64), ("b6", 40), ("b7", 48), ("b9", 48)):
+        m.w(k, (n,), 0.1)
+    g = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    m.op("Conv", ["x", "w1", "b1"], "c1", group=2, strides=[2, 2], **g)  # 4x4 -> 2x2, 32 a group: packed
+    m.op("Relu", ["c1"], "r1")
+    m.op("Conv", ["r1", "w2"], "y2", group=2, **g)      # a plain Conv at 2x2: packed, a FusedConv
+    m.op("Conv", ["y2", "w3", "b3"], "y3", group=4, **g)  # 16 channels a group: one vector
+    m.op("Conv", ["x", "w4"], "y4", group=4, **g)       # w4 read twice: not packed
+    m.op("Conv", ["x", "w4"], "y5", group=4, **g)
+    m.op("Conv", ["x", "w6", "b6"], "y6")               # a 1x1 at 4x4: packed for conv_pwt.c
+    m.op("Conv", ["x", "w7", "b7"], "c7", strides=[2, 2])  # a stride-2 1x1 to 2x2: packed, X subsampled
+    m.op("Relu", ["c7"], "y7")
+    m.op("Conv", ["x", "w8"], "y8", strides=[2, 2], pads=[1, 1, 1, 1])  # with pads: kxk's, packed for conv_grp.c
+    m.op("Conv", ["r1", "w9", "b9"], "y9", **g)        # dense 3x3s (kxk's nodes) at 2x2 and 4x4: packed for
+    m.op("Conv", ["x", "w10"], "y10", **g)              # conv_grp.c's tiles, units of 16 and 32 channels
+    m.op("Conv", ["r1", "w11"], "y11", **g)             # one unit of 32 channels
+    m.save(path, list(x.shape), ["y2", "y3", "y4", "y5", "y6", "y7", "y8", "y9", "y10", "y11"])
+    d = {k: v.astype(np.float64) for k, v in m.P.items()}
+    r1 = np.maximum(gconv(x.astype(np.float64), d["w1"], d["b1"], 1, 2, 2), 0)
+    y2 = gconv(r1, d["w2"], None, 1, 2)
+    y4 = gconv(x.astype(np.float64), d["w4"], None, 1, 4)
+    return x, {"y2": y2, "y3": gconv(y2, d["w3"], d["b3"], 1, 4), "y4": y4, "y5": y4,
+               "y6": conv(x.astype(np.float64), d["w6"], d["b6"], 0),
+               "y7": np.maximum(conv(x.astype(np.float64), d["w7"], d["b7"], 0)[:, :, ::2, ::2], 0),
+               "y8": conv(x.astype(np.float64), d["w8"], None, 1)[:, :, ::2, ::2],
+               "y9": conv(r1, d["w9"], d["b9"], 1), "y10": conv(x.astype(np.float64), d["w10"], None, 1),
+               "y11": conv(r1, d["w11"], None, 1)}, {"Conv+Relu": 2, "Packed weights": 9}
+
+
 def plan_counts(out):
     got = {}
     for name, n in re.findall(r"^  ([A-Z][\w+ ()-]*?): (\d+)$", out, re.M):
@@ -410,7 +460,7 @@ def check_model(exe, tmp, name, make):
         ef, en = (float(np.max(np.abs(res[t][k] - ref[k]))) for t in ("f", "n"))
         check(ef <= TOL * scale, "%s %s: fused vs NumPy float64 max err %.2e (unfused %.2e, scale %.3g, tol %.0e)"
               % (name, k, ef, en, scale, TOL))
-        if name in ("epi", "cst", "pwt"):  # only copies or per-element epilogues: the unfused bits
+        if name in ("epi", "cst", "pwt", "grpt"):  # only copies or per-element epilogues: the unfused bits
             check(np.array_equal(res["f"][k], res["n"][k]), "%s %s: fused bitwise --no-fuse" % (name, k))
     again = outputs(exe, path, xpath, list(ref), name + "r", ["--threads", "2"])
     if again:
@@ -459,7 +509,7 @@ def main():
     exe, maker = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
         for name, make in (("epi", model_epi), ("mm", model_mm), ("ln", model_ln), ("attn", model_attn),
-                           ("cst", model_cst), ("pwt", model_pwt)):
+                           ("cst", model_cst), ("pwt", model_pwt), ("grpt", model_grpt)):
             check_model(exe, tmp, name, make)
         check_torch(exe, tmp, maker)
     print("%d failed" % len(FAILS))

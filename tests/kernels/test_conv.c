@@ -921,7 +921,13 @@ static void test_pwt_bits(void **state)
  * row), a kernel wider than the image with pads of 3 (taps past both
  * edges), SAME_UPPER at stride 2, one without a bias; and stems of one
  * group: ResNet's 7x7 stride 2 on 3 channels, LeNet's 5x5 on 1, a 3x3
- * stride 2 on 4 channels to 32. */
+ * stride 2 on 4 channels to 32.  Then the co-lane forward tiles' planes
+ * (16 and 32 channels per group, multiples of 16): ResNeXt's 2x2 at 32 per
+ * group, its stride-2 4x4 -> 2x2 entry, its 4x4 at 16 per group, a 3x5
+ * plane of 48 output channels per group from 16 input channels with
+ * asymmetric pads and no bias (three 16-channel vectors, a last tile of
+ * 15 of 16 positions), a 3x3 plane of 32 per group, batch 2 (a tile of 9
+ * of 12 positions). */
 static const struct cc grp_cases[] = {
 	{ 2, 0, 2, 16, 16, 4, V3(9, 10, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
 	{ 2, 0, 1, 12, 18, 6, V3(15, 17, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), V3(1, 0, 0), V3(2, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
@@ -937,6 +943,11 @@ static const struct cc grp_cases[] = {
 	{ 2, 0, 1, 3, 13, 1, V3(29, 31, 0), V3(7, 7, 0), V3(2, 2, 0), V3(1, 1, 0), V3(3, 3, 0), V3(3, 3, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
 	{ 2, 0, 3, 1, 6, 1, V3(12, 12, 0), V3(5, 5, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
 	{ 2, 0, 2, 4, 32, 1, V3(16, 10, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 128, 128, 4, V3(2, 2, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 2, 64, 64, 2, V3(4, 4, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 64, 64, 4, V3(4, 4, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 32, 96, 2, V3(3, 5, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 0, 0), V3(1, 2, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
+	{ 2, 0, 2, 64, 64, 2, V3(3, 3, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
 };
 
 /* The chains the grouped path promises, in float: each output from its
@@ -967,7 +978,8 @@ static void grp_chain_ref(const struct cc *t, const struct built *bt, const int6
 }
 
 /* Against the double reference; bitwise the float chains on 1 and 2
- * threads, on the AVX-512 tiles and the AVX2 ones; 1 thread bitwise 2,
+ * threads, on the AVX-512 tiles (the co-lane forward tiles on, forced,
+ * off) and the AVX2 ones; 1 thread bitwise 2,
  * every batch and row band bitwise the whole, FusedConv bitwise the
  * unfused nodes (band_case); and the auto choice takes the path for
  * these groups and leaves wider ones (64 channels per group) and
@@ -994,13 +1006,20 @@ static void test_conv_grp(void **state)
 		o[1] = ref_axis(t, 1, &pb[1]);
 		ref = malloc((size_t)(t->n * t->m * o[0] * o[1]) * sizeof(float));
 		grp_chain_ref(t, &bt, o, pb, ref);
-		for (int th = 0; th < 4; th++) { /* 1 and 2 threads, AVX-512 tiles and AVX2 ones */
-			hp_grp_set_avx2(th >= 2);
+		/* 1 and 2 threads; AVX-512 tiles (the co-lane forward tiles
+		 * where the plane is tiny, everywhere they apply, nowhere) and
+		 * AVX2 ones */
+		for (int th = 0; th < 8; th++) {
+			static const int cfs[4] = { 0, 1, -1, -1 };
+			int cf = cfs[th / 2];
+			hp_grp_set_avx2(th >= 6);
+			hp_grp_set_cofwd(cf);
 			assert_int_equal(run_case(t, &bt, th % 2 ? pool : NULL, &out), 0);
 			hp_grp_set_avx2(0);
+			hp_grp_set_cofwd(0);
 			if (memcmp(out.data, ref, hp_tensor_bytes(&out)))
-				fail_msg("grouped case %zu (%d threads%s): not the float chains", i, th % 2 + 1,
-					 th >= 2 ? ", AVX2" : "");
+				fail_msg("grouped case %zu (%d threads%s, co-lane forward %d): not the float chains", i,
+					 th % 2 + 1, th >= 6 ? ", AVX2" : "", cf);
 			hp_tensor_free(&out);
 		}
 		free(ref);
