@@ -286,7 +286,7 @@ static void kernel_str(char *buf, size_t len, const int64_t *k, const int64_t *d
 		at += snprintf(buf + at, len - (size_t)at, "%s%lld", i ? "x" : " dilation ", (long long)d[i]);
 }
 
-/* Conv node ci becomes a Conv of the cut kernel (appended; ci removed). */
+/* Conv node ci becomes a Conv of the cut kernel, in its place. */
 static int rewrite(struct hp_graph *g, int ci, const struct dil_cut *c, int spill, struct hp_fuse_report *r)
 {
 	int wv = new_weight(g, g->nodes[ci].inputs[1], c, spill), ni, rc = 0;
@@ -323,7 +323,11 @@ static int rewrite(struct hp_graph *g, int ci, const struct dil_cut *c, int spil
 	kernel_str(to, sizeof to, c->k, c->dil, c->nd);
 	snprintf(line, sizeof line, "Conv '%s': %s kernel to %s (taps reading only padding dropped)", n->name, from, to);
 	hp_fz_note(r, "Conv dead taps", line);
-	hp_graph_remove_node(g, ci);
+	/* the new node takes the old one's place (the plan keeps the imported order) */
+	struct hp_node t = g->nodes[ci];
+	g->nodes[ci] = g->nodes[ni];
+	g->nodes[ni] = t;
+	hp_graph_remove_node(g, ni);
 	return 0;
 }
 
@@ -332,23 +336,18 @@ int hp_fuse_dead_taps(struct hp_graph *g, struct hp_fuse_report *r, int spill)
 	uint64_t left = DIL_MAX_BYTES;
 	int any = 0, rc;
 
-	for (int i = 0; i < g->nnodes;) {
+	for (int i = 0; i < g->nnodes; i++) {
 		struct dil_cut c;
 		uint64_t bytes;
-		if (!shrinks(g, &g->nodes[i], &c)) {
-			i++;
+		if (!shrinks(g, &g->nodes[i], &c))
 			continue;
-		}
 		bytes = (uint64_t)g->values[g->nodes[i].inputs[1]].shape.dims[0] *
 			(uint64_t)g->values[g->nodes[i].inputs[1]].shape.dims[1] * 4;
 		for (int a = 0; a < c.nd; a++)
 			bytes *= (uint64_t)c.k[a];
-		if (bytes > left) {
-			i++;
+		if (bytes > left)
 			continue;
-		}
 		left -= bytes;
-		/* node i is replaced by one appended at the end (whose kernel no longer shrinks) */
 		if ((rc = rewrite(g, i, &c, spill, r)) < 0)
 			return rc;
 		any = 1;
