@@ -173,7 +173,7 @@ static int shrinks(const struct hp_graph *g, const struct hp_node *n, struct dil
 	return smaller;
 }
 
-/* Rows [r0, r0 + nr) of W (kvol floats each), sliced by c into dst. */
+/* nr rows of W (kvol floats each) from src, sliced by c into dst. */
 static void slice_rows(const float *src, int64_t nr, const struct dil_cut *c, float *dst)
 {
 	int64_t kin[3] = { 1, 1, 1 }, t0[3] = { 0 }, k[3] = { 1, 1, 1 }, kvol;
