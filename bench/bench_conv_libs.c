@@ -19,7 +19,12 @@
  * default); --fwd times the forward pass only.  The ct-* classes time ConvTranspose
  * (kernel == stride) forward, hpdlf's FMA path (convt_fma.c) in the hpdlf
  * column and its column path (an OpenBLAS sgemm and a scatter) in the
- * OpenBLAS column.
+ * OpenBLAS column.  The aspp-* classes time DeepLabV3's dilated 3x3
+ * convolutions (pad = dilation) forward: hpdlf's kernel for the node as
+ * imported ("full"), for the node after the inference graph optimisation,
+ * which cuts the taps that read only padding (exec/fuse_dil.c; the kernel
+ * it leaves is named), and oneDNN's dilated convolution; their GFLOP/s
+ * count the live taps only.
  * Every figure is GFLOP/s per CPU-second of one thread (the thread's CPU
  * clock, medians of --reps runs after a warm-up), so the comparison holds
  * on a machine shared with other jobs; oneDNN runs with one OpenMP thread
@@ -46,6 +51,7 @@
 #include "kernels/conv_grad_phase.h"
 #include "kernels/conv_grad_stem.h"
 #include "kernels/conv_impl.h"
+#include "exec/fuse.h"
 
 #ifdef HPDLF_HAVE_DNNL
 #include <dnnl.h>
@@ -170,9 +176,15 @@ static float *filled(size_t n, unsigned seed)
 	return p;
 }
 
+/* Output size of an input size i along one axis, dilation d. */
+static int64_t out_dim_d(const struct cls *c, int64_t i, int64_t d)
+{
+	return (i + 2 * c->p - (c->k - 1) * d - 1) / c->s + 1;
+}
+
 static int64_t out_dim(const struct cls *c, int64_t i)
 {
-	return (i + 2 * c->p - c->k) / c->s + 1;
+	return out_dim_d(c, i, 1);
 }
 
 static double flops(const struct cls *c)
@@ -293,9 +305,10 @@ static dnnl_memory_t dn_mem(struct dn *d, const_dnnl_primitive_desc_t pd, int ar
  * prefers (format "any", blocked; the reorders into and out of them not
  * counted: an upper bound for a graph kept in its layout). */
 static double time_dnnl(struct dn *d, const struct cls *c, enum pass pass, int reps, int blocked, char *impl,
-			size_t impl_len)
+			size_t impl_len, int64_t dil)
 {
-	dnnl_dims_t xd = { c->n, c->c, c->h, c->w }, yd = { c->n, c->m, out_dim(c, c->h), out_dim(c, c->w) };
+	dnnl_dims_t xd = { c->n, c->c, c->h, c->w }, yd = { c->n, c->m, out_dim_d(c, c->h, dil), out_dim_d(c, c->w, dil) };
+	dnnl_dims_t dd = { dil - 1, dil - 1 }; /* oneDNN counts the gaps: 0 is undilated */
 	dnnl_dims_t wd = { c->g, c->m / c->g, c->c / c->g, c->k, c->k }, sd = { c->s, c->s }, pd = { c->p, c->p };
 	dnnl_memory_desc_t x, y, w;
 	dnnl_convolution_desc_t fd, bd;
@@ -310,8 +323,8 @@ static double time_dnnl(struct dn *d, const struct cls *c, enum pass pass, int r
 	dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_f32, blocked ? dnnl_format_tag_any : dnnl_nchw);
 	dnnl_memory_desc_init_by_tag(&y, 4, yd, dnnl_f32, blocked ? dnnl_format_tag_any : dnnl_nchw);
 	dnnl_memory_desc_init_by_tag(&w, 5, wd, dnnl_f32, blocked ? dnnl_format_tag_any : dnnl_goihw);
-	if (dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &x, &w, NULL, &y,
-					       sd, pd, pd) != dnnl_success ||
+	if (dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &x, &w,
+						       NULL, &y, sd, dd, pd, pd) != dnnl_success ||
 	    dnnl_primitive_desc_create(&fpd, &fd, NULL, d->eng, NULL) != dnnl_success)
 		goto done;
 	if (pass == FWD) {
@@ -426,8 +439,8 @@ static void row(const struct cls *c, enum pass p, int reps, void *dn, int first)
 
 	(void)dn;
 #ifdef HPDLF_HAVE_DNNL
-	td = time_dnnl(dn, c, p, reps, 0, impl, sizeof impl);
-	tb = time_dnnl(dn, c, p, reps, 1, implb, sizeof implb);
+	td = time_dnnl(dn, c, p, reps, 0, impl, sizeof impl, 1);
+	tb = time_dnnl(dn, c, p, reps, 1, implb, sizeof implb, 1);
 #endif
 	/* one sgemm per (item, group) over the whole output plane: fwd M x N x K,
 	 * dX K x N x M, dW M x K x N (hpdlf's tiles split N further) */
@@ -533,6 +546,130 @@ static void ct_row(const struct ctcls *c, int reps, int first)
 		first ? "" : ",", c->name, f * 1e-9, gf(f, tf), gf(f, tc));
 }
 
+/* ---- dilated 3x3 (ASPP), forward: as imported and with its dead taps cut -- */
+
+/* DeepLabV3's ASPP: 3x3, pad = dilation, stride 1, no groups. */
+struct aspp {
+	struct cls c; /* its p is the dilation */
+};
+
+static const struct aspp aspp_classes[] = {
+	{ { "aspp-6", "DeepLabV3-MobileNetV3 96x96, rate 12 on 6x6 (24, 36 the same)", 1, 960, 256, 6, 6, 3, 1, 12, 1 } },
+	{ { "aspp-32r12", "DeepLabV3-MobileNetV3 512x512, rate 12 on 32x32", 1, 960, 256, 32, 32, 3, 1, 12, 1 } },
+	{ { "aspp-32r24", "DeepLabV3-MobileNetV3 512x512, rate 24 on 32x32", 1, 960, 256, 32, 32, 3, 1, 24, 1 } },
+	{ { "aspp-32r36", "DeepLabV3-MobileNetV3 512x512, rate 36 on 32x32", 1, 960, 256, 32, 32, 3, 1, 36, 1 } },
+};
+
+/* Taps of one axis that read an input position for some output (as exec/fuse_dil.c finds them). */
+static int64_t live_taps(const struct cls *c, int64_t in)
+{
+	int64_t n = 0, out = out_dim_d(c, in, c->p);
+
+	for (int64_t t = 0; t < c->k; t++)
+		for (int64_t o = 0; o < out; o++) {
+			int64_t at = o * c->s - c->p + t * c->p;
+			if (at >= 0 && at < in) {
+				n++;
+				break;
+			}
+		}
+	return n;
+}
+
+/* A one-node Conv graph of class c, its weight an initializer; cut: after
+ * the inference graph optimisation (exec/fuse.c), which cuts its taps. */
+static struct hp_graph *aspp_graph(const struct cls *c, int cut)
+{
+	struct hp_graph *g = hp_graph_new("bench");
+	struct hp_shape xs = { 4, { c->n, c->c, c->h, c->w } }, ws = { 4, { c->m, c->c / c->g, c->k, c->k } };
+	int64_t ks[2] = { c->k, c->k }, dl[2] = { c->p, c->p }, pads[4] = { c->p, c->p, c->p, c->p };
+	int in[2], out, node;
+	struct hp_fuse_report r;
+
+	in[0] = hp_graph_add_value(g, "x", HP_VALUE_INPUT, HP_F32, &xs);
+	in[1] = hp_graph_add_value(g, "w", HP_VALUE_INITIALIZER, HP_F32, &ws);
+	g->values[in[1]].data = filled((size_t)hp_shape_numel(&ws), 4);
+	g->values[in[1]].src = (struct hp_blob){ .kind = HP_BLOB_MEMORY, .length = (uint64_t)hp_shape_numel(&ws) * 4 };
+	out = hp_graph_add_value(g, "y", HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+	g->inputs = calloc(1, sizeof(int));
+	g->outputs = calloc(1, sizeof(int));
+	g->inputs[g->ninputs++] = in[0];
+	g->outputs[g->noutputs++] = out;
+	node = hp_graph_add_node(g, c->name, "Conv", 2, in, 1, &out);
+	attr(g, node, "kernel_shape", 2, ks);
+	attr(g, node, "dilations", 2, dl);
+	attr(g, node, "pads", 4, pads);
+	if (hp_graph_finalize(g) < 0 || hp_graph_infer(g) < 0 || (cut && hp_fuse_inference(g, NULL, &r) < 0)) {
+		fprintf(stderr, "bench: %s: %s\n", c->name, hp_errmsg());
+		exit(1);
+	}
+	if (cut)
+		hp_fuse_report_free(&r);
+	return g;
+}
+
+/* Median ms of the graph's one node on one thread (its constant inputs as they are). */
+static double time_node(struct hp_graph *g, int reps)
+{
+	const struct hp_node *n = &g->nodes[0];
+	struct hp_tensor t[8], y;
+	struct hp_kargs a = { .nin = n->ninputs, .in = t, .nout = 1, .out = &y };
+	double ms[64];
+
+	for (int i = 0; i < n->ninputs && i < 8; i++) {
+		const struct hp_value *v = n->inputs[i] >= 0 ? &g->values[n->inputs[i]] : NULL;
+		memset(&t[i], 0, sizeof t[i]);
+		if (!v)
+			continue;
+		t[i].dtype = v->dtype;
+		t[i].shape = v->shape;
+		t[i].data = v->data ? v->data : filled((size_t)hp_shape_numel(&v->shape), (unsigned)i + 3);
+	}
+	hp_tensor_alloc(&y, HP_F32, &g->values[n->outputs[0]].shape);
+	a.ws_size = n->workspace;
+	a.ws = n->workspace ? aligned_alloc(64, (n->workspace + 63) / 64 * 64) : NULL;
+	hp_blas_threads(1);
+	for (int r = 0; r <= reps; r++) {
+		double t0 = now_ms();
+		n->op->run(n, &a);
+		if (r > 0)
+			ms[r - 1] = now_ms() - t0;
+	}
+	free(a.ws);
+	for (int i = 0; i < n->ninputs && i < 8; i++)
+		if (n->inputs[i] >= 0 && !g->values[n->inputs[i]].data)
+			free(t[i].data);
+	hp_tensor_free(&y);
+	return median(ms, reps);
+}
+
+/* GFLOP/s on the live taps only (the work a cut kernel does): hpdlf as
+ * imported (--no-fuse: the dilated kernel), hpdlf after the cut (the
+ * inference default), oneDNN's dilated convolution (NCHW, blocked). */
+static void aspp_row(const struct cls *c, int reps, void *dn, int first)
+{
+	double f = 2.0 * (double)(c->n * c->m * (c->c / c->g) * live_taps(c, c->h) * live_taps(c, c->w) *
+				  out_dim_d(c, c->h, c->p) * out_dim_d(c, c->w, c->p));
+	struct hp_graph *full = aspp_graph(c, 0), *cut = aspp_graph(c, 1);
+	double tf = time_node(full, reps), tc = time_node(cut, reps), td = -1, tb = -1;
+	char impl[128] = "-", implb[128] = "-", kern[32];
+	const struct hp_value *w = &cut->values[cut->nodes[0].inputs[1]];
+
+	snprintf(kern, sizeof kern, "%lldx%lld", (long long)w->shape.dims[2], (long long)w->shape.dims[3]);
+	(void)dn;
+#ifdef HPDLF_HAVE_DNNL
+	td = time_dnnl(dn, c, FWD, reps, 0, impl, sizeof impl, c->p);
+	tb = time_dnnl(dn, c, FWD, reps, 1, implb, sizeof implb, c->p);
+#endif
+	printf("%-10s fwd %8.4f %8.1f %8.1f %8.1f %8.1f  cut to %s (%s); %s / %s\n", c->name, f * 1e-9, gf(f, tf),
+	       gf(f, tc), gf(f, td), gf(f, tb), kern, cut->nodes[0].op_type, impl, implb);
+	fprintf(js, "%s{\"class\":\"%s\",\"pass\":\"fwd\",\"gflop_live\":%.5f,\"hpdlf_full\":%.2f,\"hpdlf\":%.2f,"
+		"\"dnnl\":%.2f,\"dnnl_blocked\":%.2f,\"cut_kernel\":\"%s\",\"dnnl_impl\":\"%s\",\"dnnl_blocked_impl\":\"%s\"}",
+		first ? "" : ",", c->name, f * 1e-9, gf(f, tf), gf(f, tc), gf(f, td), gf(f, tb), kern, impl, implb);
+	hp_graph_free(full);
+	hp_graph_free(cut);
+}
+
 int main(int argc, char **argv)
 {
 	int reps = 5, nc = (int)(sizeof classes / sizeof classes[0]), first = 1, fwd_only = 0;
@@ -605,9 +742,15 @@ int main(int argc, char **argv)
 		for (int p = 0; p < (fwd_only ? 1 : 3); p++, first = 0)
 			row(&classes[i], (enum pass)p, reps, dn, first);
 	}
-	for (size_t i = 0; i < sizeof ct_classes / sizeof ct_classes[0]; i++, first = 0)
+	for (size_t i = 0; i < sizeof ct_classes / sizeof ct_classes[0]; i++)
 		if (!only || !strcmp(only, ct_classes[i].name))
-			ct_row(&ct_classes[i], reps, first);
+			ct_row(&ct_classes[i], reps, first), first = 0;
+	if (!only || !strncmp(only, "aspp", 4))
+		printf("%-10s %-3s %8s %8s %8s %8s %8s  (GFLOP/s on live taps)\n", "class", "op", "GFLOP", "full", "hpdlf",
+		       "oneDNN", "dnnl-blk");
+	for (size_t i = 0; i < sizeof aspp_classes / sizeof aspp_classes[0]; i++)
+		if (!only || !strcmp(only, aspp_classes[i].c.name))
+			aspp_row(&aspp_classes[i].c, reps, dn, first), first = 0;
 	fclose(js);
 	printf("{\"bench\":\"conv_libs\",\"reps\":%d,\"unit\":\"GFLOP/s per CPU-second, 1 thread\",\"rows\":[%s]}\n",
 	       reps, buf);

@@ -379,6 +379,9 @@ int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struc
 	memset(r, 0, sizeof *r);
 	if ((rc = fold_bn(g, r, &any, opts && opts->splittable)) < 0)
 		return rc;
+	/* on the folded weights, before the epilogues turn Convs into FusedConvs */
+	if ((rc = hp_fuse_dead_taps(g, r, opts && opts->splittable)) < 0 || (rc > 0 && (any = 1) && (rc = hp_graph_finalize(g)) < 0))
+		return rc;
 	for (size_t i = 0; i < sizeof always / sizeof always[0]; i++)
 		if ((rc = run_pass(g, always[i], r, &any)) < 0)
 			return rc;

@@ -6,6 +6,8 @@
  *     Div/Mul/Add into LayerNormalization;
  *   - attention (MatMul [Mul|Div scale] [Add mask|Where] Softmax MatMul),
  *     with the Transposes feeding it, into one FusedAttention;
+ *   - Conv kernels cut to the taps that read input for some output
+ *     (dilated ASPP convs on small maps become 1x1; fuse_dil.c);
  *   - MatMul of a transposed matrix into Gemm with transA/transB;
  *   - unless opts->splittable: Conv/MatMul/Gemm + Add + Relu/Clip/Sigmoid/
  *     HardSwish/Gelu into the product's epilogue (bitwise the unfused

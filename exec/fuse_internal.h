@@ -37,6 +37,10 @@ int hp_fuse_train_taps(struct hp_graph *g, struct hp_fuse_report *r);   /* fuse_
 /* Every Transpose of a float constant at once (a cap on the bytes folded):
  * 1 when some folded, 0, or a negative error. */
 int hp_fuse_const_transpose(struct hp_graph *g, struct hp_fuse_report *r, int spill); /* fuse_const.c */
+/* Conv kernels cut to their taps that read input (not only padding) for
+ * some output: 1 when some were, 0, or a negative error; spill: under a
+ * budget (large sliced weights to the spill file). */
+int hp_fuse_dead_taps(struct hp_graph *g, struct hp_fuse_report *r, int spill); /* fuse_dil.c */
 int hp_fuse_pack_weights(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_pack.c, in core, last */
 
 /* ---- fuse_util.c ---- */

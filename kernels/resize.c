@@ -424,26 +424,112 @@ static void rs_row(const struct rs_priv *p, const char *x, char *y, const int64_
 	}
 }
 
+/* Horizontal passes of n-linear rows, kept while consecutive output rows
+ * read the same input rows (an upscale by 16 reads each input row for 16
+ * output rows): row key's h[ow] = w0 x0 + w1 x1 in double, the value
+ * rs_row's n-linear loop computes inside its sum, so each output element is
+ * the same expression of the same doubles, rounded once: bitwise rs_row. */
+struct rs_hcache {
+	int slots;
+	int64_t key[2 * 8];
+	unsigned char used[2 * 8];
+	double *h; /* [slots][OW] */
+};
+
+#define RS_HCACHE_COMBOS 8
+
+/* Row key's horizontal pass, from the cache or computed into a slot no
+ * combination of the current row has claimed (used). */
+static const double *rs_hrow(const struct rs_priv *p, struct rs_hcache *hc, const float *x, int64_t key)
+{
+	const struct axis_tab *L = &p->ax[p->rank - 1];
+	int64_t OW = p->out[p->rank - 1];
+	int s, v = -1;
+	double *h;
+
+	for (s = 0; s < hc->slots; s++)
+		if (hc->key[s] == key) {
+			hc->used[s] = 1;
+			return hc->h + s * OW;
+		}
+	for (s = 0; s < hc->slots && v < 0; s++)
+		if (!hc->used[s])
+			v = s;
+	hc->key[v] = key;
+	hc->used[v] = 1;
+	h = hc->h + v * OW;
+	for (int64_t ow = 0; ow < OW; ow++)
+		h[ow] = L->w[ow * 4] * x[key + L->off[ow * 4]] + L->w[ow * 4 + 1] * x[key + L->off[ow * 4 + 1]];
+	return h;
+}
+
+static void rs_row_cached(const struct rs_priv *p, struct rs_hcache *hc, const float *x, float *y, const int64_t *idx)
+{
+	int64_t coff[MAX_COMBOS], OW = p->out[p->rank - 1];
+	double cw[MAX_COMBOS];
+	const double *h[RS_HCACHE_COMBOS];
+	int outside, nc = rs_combos(p, idx, coff, cw, &outside);
+
+	memset(hc->used, 0, sizeof hc->used);
+	for (int c = 0; c < nc; c++)
+		h[c] = rs_hrow(p, hc, x, coff[c]);
+	if (nc == 2) {
+		for (int64_t ow = 0; ow < OW; ow++)
+			y[ow] = (float)(0.0 + cw[0] * h[0][ow] + cw[1] * h[1][ow]);
+		return;
+	}
+	for (int64_t ow = 0; ow < OW; ow++) {
+		double acc = 0;
+		for (int c = 0; c < nc; c++)
+			acc += cw[c] * h[c][ow];
+		y[ow] = (float)acc;
+	}
+}
+
+/* The cache for rows [b, e) of p, or slots 0 when rs_row must run: not
+ * n-linear on the last axis, extrapolated, or more combinations than it holds. */
+static void rs_hcache_init(const struct rs_priv *p, int64_t rows, struct rs_hcache *hc)
+{
+	int64_t nc = 1, OW = p->out[p->rank - 1];
+
+	hc->slots = 0;
+	hc->h = NULL;
+	for (int d = 0; d + 1 < p->rank; d++)
+		nc *= p->ax[d].taps;
+	if (p->ax[p->rank - 1].taps != 2 || p->any_outside || p->es != 4 || nc > RS_HCACHE_COMBOS || rows < 2 ||
+	    !(hc->h = malloc((size_t)(2 * nc * OW) * sizeof *hc->h)))
+		return;
+	hc->slots = (int)(2 * nc);
+	for (int s = 0; s < hc->slots; s++)
+		hc->key[s] = -1;
+}
+
 static void rs_rows(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct rs_job *j = arg;
 	const struct rs_priv *p = j->p;
 	int r = p->rank - 1;
 	int64_t idx[HP_MAX_RANK], rem = b, rowb = p->out[r] * (int64_t)p->es;
+	struct rs_hcache hc;
 
 	(void)tid;
 	for (int d = r - 1; d >= 0; d--) {
 		idx[d] = rem % p->out[d];
 		rem /= p->out[d];
 	}
+	rs_hcache_init(p, e - b, &hc);
 	for (int64_t row = b; row < e; row++) {
-		rs_row(p, j->x, j->y + row * rowb, idx);
+		if (hc.slots)
+			rs_row_cached(p, &hc, (const float *)j->x, (float *)(j->y + row * rowb), idx);
+		else
+			rs_row(p, j->x, j->y + row * rowb, idx);
 		for (int d = r - 1; d >= 0; d--) {
 			if (++idx[d] < p->out[d])
 				break;
 			idx[d] = 0;
 		}
 	}
+	free(hc.h);
 }
 
 static int rs_run(const struct hp_node *n, const struct hp_kargs *a)

@@ -275,6 +275,37 @@ static void test_linear(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* Upscales whose output rows share input rows (kernels/resize.c's cache of
+ * horizontal passes): DeepLabV3's 6x6 -> 96x96 over 10 classes, 1x1 -> 6x6,
+ * a 3-D upscale by 4 (four input rows per output row, slots evicted), on one
+ * thread and on two (rows split mid-plane): against the reference, and the
+ * two bitwise equal. */
+static void test_linear_rows_shared(void **state)
+{
+	struct hp_pool *pool;
+	const struct rcase cases[] = {
+		{ "linear", "half_pixel", NULL, 0, 0, 0, 4, { 1, 10, 6, 6 }, { 0 }, { 1, 10, 96, 96 } },
+		{ "linear", "half_pixel", NULL, 0, 0, 0, 4, { 1, 16, 1, 1 }, { 0 }, { 1, 16, 6, 6 } },
+		{ "linear", "align_corners", NULL, 0, 0, 0, 5, { 1, 2, 3, 4, 5 }, { 1, 1, 4, 4, 4 } },
+		{ "linear", "pytorch_half_pixel", NULL, 0, 0, 0, 4, { 2, 3, 5, 7 }, { 1, 1, 3.5f, 2 } },
+	};
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		struct hp_tensor x = kt_tensor(HP_F32, cases[i].rank, cases[i].in), one, two;
+		kt_fill_random(&x, (unsigned)i + 7, -2, 2);
+		check_case(&cases[i], pool);
+		assert_int_equal(run_resize(&cases[i], &x, NULL, &one), 0);
+		assert_int_equal(run_resize(&cases[i], &x, pool, &two), 0);
+		assert_memory_equal(one.data, two.data, (size_t)hp_shape_numel(&one.shape) * sizeof(float));
+		hp_tensor_free(&one);
+		hp_tensor_free(&two);
+		hp_tensor_free(&x);
+	}
+	hp_pool_destroy(pool);
+}
+
 static void test_cubic(void **state)
 {
 	(void)state;
@@ -502,6 +533,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_nearest),
 		cmocka_unit_test(test_linear),
+		cmocka_unit_test(test_linear_rows_shared),
 		cmocka_unit_test(test_cubic),
 		cmocka_unit_test(test_crop),
 		cmocka_unit_test(test_upsample_and_v10),
