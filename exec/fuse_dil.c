@@ -46,11 +46,6 @@
 
 #define DIL_MAX_BYTES (256u << 20)
 
-/* The rewrite of one Conv: per axis the kept taps [t0, t0 + k) and the new pads. */
-struct dil_cut {
-	int nd;
-	int64_t k[3], t0[3], kin[3], dil[3], pb[3], pe[3];
-};
 
 static int64_t floor_div(int64_t a, int64_t b) /* b > 0 */
 {
@@ -116,7 +111,7 @@ static int ints_or_one(const struct hp_node *n, const char *name, int nd, int64_
 /* Axis i's cut: the live hull, grown until the pads are >= 0 and the output
  * size is kept.  1 when it is smaller than the kernel, 0 when not, -1 when
  * no tap is live (left alone: the output is the bias). */
-static int axis_cut(int64_t h, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t out, struct dil_cut *c, int i)
+static int axis_cut(int64_t h, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t out, struct hp_fz_cut *c, int i)
 {
 	int64_t t0 = -1, t1 = -1, npb, pe;
 
@@ -142,9 +137,7 @@ static int axis_cut(int64_t h, int64_t k, int64_t s, int64_t d, int64_t pb, int6
 	return c->k[i] < k;
 }
 
-/* Node n is a float Conv of a constant weight and concrete shapes whose
- * kernel shrinks: fills *c. */
-static int shrinks(const struct hp_graph *g, const struct hp_node *n, struct dil_cut *c)
+int hp_fz_conv_cut(const struct hp_graph *g, const struct hp_node *n, struct hp_fz_cut *c)
 {
 	const struct hp_value *x, *w;
 	int64_t s[3], d[3];
@@ -156,8 +149,8 @@ static int shrinks(const struct hp_graph *g, const struct hp_node *n, struct dil
 	x = &g->values[n->inputs[0]];
 	w = &g->values[n->inputs[1]];
 	c->nd = x->shape.rank - 2;
-	if (c->nd < 1 || c->nd > 3 || w->shape.rank != x->shape.rank || x->dtype != HP_F32 || !hp_fz_const(g, n->inputs[1]) ||
-	    hp_fz_user_fed(g, n->inputs[1]) || !ints_or_one(n, "strides", c->nd, s) ||
+	if (c->nd < 1 || c->nd > 3 || w->shape.rank != x->shape.rank || x->dtype != HP_F32 || w->dtype != HP_F32 ||
+	    !ints_or_one(n, "strides", c->nd, s) ||
 	    !ints_or_one(n, "dilations", c->nd, d))
 		return 0;
 	for (int i = 0; i < x->shape.rank; i++)
@@ -174,7 +167,7 @@ static int shrinks(const struct hp_graph *g, const struct hp_node *n, struct dil
 }
 
 /* nr rows of W (kvol floats each) from src, sliced by c into dst. */
-static void slice_rows(const float *src, int64_t nr, const struct dil_cut *c, float *dst)
+static void slice_rows(const float *src, int64_t nr, const struct hp_fz_cut *c, float *dst)
 {
 	int64_t kin[3] = { 1, 1, 1 }, t0[3] = { 0 }, k[3] = { 1, 1, 1 }, kvol;
 	int off = 3 - c->nd;
@@ -194,7 +187,7 @@ static void slice_rows(const float *src, int64_t nr, const struct dil_cut *c, fl
 
 /* W's sliced copy: into memory (*out), or with spill_fd >= 0 into that
  * file at `at`, a block of rows at a time; W read from memory or its file. */
-static int slice_weight(const struct hp_graph *g, int wv, const struct dil_cut *c, float **out, int spill_fd,
+static int slice_weight(const struct hp_graph *g, int wv, const struct hp_fz_cut *c, float **out, int spill_fd,
 			uint64_t at)
 {
 	const struct hp_value *w = &g->values[wv];
@@ -244,7 +237,7 @@ out:
 }
 
 /* The sliced weight as a new initializer: its value index. */
-static int new_weight(struct hp_graph *g, int wv, const struct dil_cut *c, int spill)
+static int new_weight(struct hp_graph *g, int wv, const struct hp_fz_cut *c, int spill)
 {
 	struct hp_shape s = g->values[wv].shape;
 	const struct hp_value *w = &g->values[wv];
@@ -286,15 +279,12 @@ static void kernel_str(char *buf, size_t len, const int64_t *k, const int64_t *d
 		at += snprintf(buf + at, len - (size_t)at, "%s%lld", i ? "x" : " dilation ", (long long)d[i]);
 }
 
-/* Conv node ci becomes a Conv of the cut kernel, in its place. */
-static int rewrite(struct hp_graph *g, int ci, const struct dil_cut *c, int spill, struct hp_fuse_report *r)
+int hp_fz_conv_recut(struct hp_graph *g, int ci, int wv, const struct hp_fz_cut *c, struct hp_fuse_report *r,
+		     const char *pattern)
 {
-	int wv = new_weight(g, g->nodes[ci].inputs[1], c, spill), ni, rc = 0;
+	int ni, rc = 0;
 	int64_t pads[6], d_old[3], kin[3];
 	char line[512], from[96], to[96];
-
-	if (wv < 0)
-		return wv;
 	const struct hp_node *n = &g->nodes[ci];
 	int in[3] = { n->inputs[0], wv, n->ninputs > 2 ? n->inputs[2] : -1 };
 	if ((ni = hp_fz_add_node(g, n->name, "Conv", 0, n->ninputs > 2 ? 3 : 2, in, n->outputs[0])) < 0)
@@ -322,7 +312,7 @@ static int rewrite(struct hp_graph *g, int ci, const struct dil_cut *c, int spil
 	kernel_str(from, sizeof from, kin, d_old, c->nd);
 	kernel_str(to, sizeof to, c->k, c->dil, c->nd);
 	snprintf(line, sizeof line, "Conv '%s': %s kernel to %s (taps reading only padding dropped)", n->name, from, to);
-	hp_fz_note(r, "Conv dead taps", line);
+	hp_fz_note(r, pattern, line);
 	/* the new node takes the old one's place (the plan keeps the imported order) */
 	struct hp_node t = g->nodes[ci];
 	g->nodes[ci] = g->nodes[ni];
@@ -337,9 +327,10 @@ int hp_fuse_dead_taps(struct hp_graph *g, struct hp_fuse_report *r, int spill)
 	int any = 0, rc;
 
 	for (int i = 0; i < g->nnodes; i++) {
-		struct dil_cut c;
+		struct hp_fz_cut c;
 		uint64_t bytes;
-		if (!shrinks(g, &g->nodes[i], &c))
+		int w = g->nodes[i].ninputs > 1 ? g->nodes[i].inputs[1] : -1, wv;
+		if (w < 0 || !hp_fz_const(g, w) || hp_fz_user_fed(g, w) || !hp_fz_conv_cut(g, &g->nodes[i], &c))
 			continue;
 		bytes = (uint64_t)g->values[g->nodes[i].inputs[1]].shape.dims[0] *
 			(uint64_t)g->values[g->nodes[i].inputs[1]].shape.dims[1] * 4;
@@ -348,7 +339,9 @@ int hp_fuse_dead_taps(struct hp_graph *g, struct hp_fuse_report *r, int spill)
 		if (bytes > left)
 			continue;
 		left -= bytes;
-		if ((rc = rewrite(g, i, &c, spill, r)) < 0)
+		if ((wv = new_weight(g, w, &c, spill)) < 0)
+			return wv;
+		if ((rc = hp_fz_conv_recut(g, i, wv, &c, r, "Conv dead taps")) < 0)
 			return rc;
 		any = 1;
 	}

@@ -34,6 +34,20 @@ int hp_fuse_invres(struct hp_graph *g, struct hp_fuse_report *r);   /* fuse_ir.c
 /* Training's MatMul(X, Transpose(W)) into Gemm(X rows, W, transB). */
 int hp_fuse_train_linear(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_train_linear.c */
 int hp_fuse_train_taps(struct hp_graph *g, struct hp_fuse_report *r);   /* fuse_train_taps.c */
+/* A Conv cut to the taps that read its input (fuse_dil.c): per spatial
+ * axis the kept taps [t0, t0 + k) of kin, the new pads and dilations
+ * (1 where one tap is left). */
+struct hp_fz_cut {
+	int nd;
+	int64_t k[3], t0[3], kin[3], dil[3], pb[3], pe[3];
+};
+/* 1 when node n, a float Conv of concrete shapes, has taps that read only
+ * padding for every output and a cut that keeps the output: fills *c. */
+int hp_fz_conv_cut(const struct hp_graph *g, const struct hp_node *n, struct hp_fz_cut *c);
+/* Conv node ci becomes a Conv of the cut kernel on weight wv, in its
+ * place (its attributes but the geometry), noted under `pattern`. */
+int hp_fz_conv_recut(struct hp_graph *g, int ci, int wv, const struct hp_fz_cut *c, struct hp_fuse_report *r,
+		     const char *pattern);
 /* Every Transpose of a float constant at once (a cap on the bytes folded):
  * 1 when some folded, 0, or a negative error. */
 int hp_fuse_const_transpose(struct hp_graph *g, struct hp_fuse_report *r, int spill); /* fuse_const.c */
