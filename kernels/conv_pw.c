@@ -481,11 +481,35 @@ PW_TARGET static void pw_pack(const float *x, int64_t ldx, int64_t k0, int64_t k
  * product and sum rounded one by one as kernels/norm.c's affine (built
  * without contraction: c11), Relu as the Relu kernel's compare and select
  * (NaN and -0 pass); zeros past nc. */
+PW_TARGET512 static void pw_pack_pro512(const float *x, int64_t ldx, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
+					int64_t ps, float *bp, const struct hp_pw_pro *pro)
+{
+	__m512 zero = _mm512_setzero_ps();
+
+	for (int64_t p = 0; p * PW_NR < nc; p++) {
+		int w = (int)min64(PW_NR, nc - p * PW_NR);
+		__mmask16 mk = (__mmask16)((1u << w) - 1);
+		float *dst = bp + p * ps;
+		const float *src = x + k0 * ldx + j0 + p * PW_NR;
+		for (int64_t k = k0; k < k0 + kc; k++, dst += PW_NR, src += ldx) {
+			__m512 v = _mm512_sub_ps(_mm512_maskz_loadu_ps(mk, src), _mm512_set1_ps(pro->mean[k]));
+			v = _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(pro->scale[k])), _mm512_set1_ps(pro->shift[k]));
+			if (pro->relu)
+				v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
+			_mm512_storeu_ps(dst, _mm512_maskz_mov_ps(mk, v));
+		}
+	}
+}
+
 PW_TARGET static void pw_pack_pro(const float *x, int64_t ldx, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
 				  int64_t ps, float *bp, const struct hp_pw_pro *pro)
 {
 	__m256 zero = _mm256_setzero_ps();
 
+	if (pw_512()) { /* a panel's row in one vector; the same operations */
+		pw_pack_pro512(x, ldx, k0, kc, j0, nc, ps, bp, pro);
+		return;
+	}
 	for (int64_t p = 0; p * PW_NR < nc; p++) {
 		int w = (int)min64(PW_NR, nc - p * PW_NR);
 		float *dst = bp + p * ps;
