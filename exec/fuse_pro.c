@@ -55,6 +55,9 @@ static int match_at(struct hp_graph *g, int ci, struct pro_match *m)
 	if (!(hp_fz_is(&v, "Conv") || (!strcmp(v.domain, "ai.hpdlf") && !strcmp(v.op_type, "FusedConv"))) ||
 	    v.folded || v.ninputs < 2 || v.ninputs > 4 || (y = v.inputs[0]) < 0 || v.noutputs != 1)
 		return 0;
+	for (int j = 1; j < v.ninputs; j++) /* X read again (as the addend) stays X */
+		if (v.inputs[j] == y)
+			return 0;
 	*m = (struct pro_match){ .relu = -1, .conv = ci };
 	if ((r = hp_fz_producer(g, y, "Relu")) >= 0) {
 		if (hp_fz_only_reader(g, y) != ci || g->nodes[r].ninputs != 1 || (y = g->nodes[r].inputs[0]) < 0)
