@@ -73,6 +73,11 @@
  * per CPU-second); elsewhere 8 rows were slower than 6 (tails of 3 or 4
  * spill, and wide planes lost 3-8%). */
 #define PW_MR512 8
+/* Rows of the AVX-512 tile where a plane is one panel of 16 columns
+ * (4x4 planes: DenseNet-121's third block at 64 pixels): 12 chains of
+ * one vector each instead of 6, so that the two FMA pipes are not left
+ * waiting on a chain's latency. */
+#define PW_MR1 12
 
 /* Tests and benchmarks: 1, the AVX2 tiles only; 0, AVX-512 where the CPU
  * has it. */
@@ -207,6 +212,55 @@ PW_TARGET512 static PW_INLINE void pw_tile512(const int mr, const int np, int64_
 	if (part < 16)
 		for (int r = 0; r < mr; r++)
 			memcpy(y + r * ldy + 16 * (np - 1), t[r], (size_t)part * sizeof(float));
+}
+
+/* One panel (ncols 1..16), rows r < mr (1..PW_MR1), one zmm each: the
+ * chains of pw_tile512 (from the bias or the stored sums, k in order). */
+PW_TARGET512 static PW_INLINE void pw_tile512r(const int mr, int64_t kc, const float *a, int64_t lda, const float *bp,
+					       int64_t ldb, float *y, int64_t ldy, int ncols, int first, const float *bias)
+{
+	__m512 acc[PW_MR1];
+	__mmask16 mk = (__mmask16)((1u << ncols) - 1);
+	float t[16];
+
+	for (int r = 0; r < mr; r++)
+		acc[r] = first ? (bias ? _mm512_set1_ps(bias[r]) : _mm512_setzero_ps())
+			: ncols == 16 ? _mm512_loadu_ps(y + r * ldy) : _mm512_maskz_loadu_ps(mk, y + r * ldy);
+	for (int64_t k = 0; k < kc; k++) {
+		__m512 b0 = _mm512_loadu_ps(bp + k * ldb);
+		for (int r = 0; r < mr; r++)
+			acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + k]), b0, acc[r]);
+	}
+	for (int r = 0; r < mr; r++) {
+		if (ncols == 16) {
+			_mm512_storeu_ps(y + r * ldy, acc[r]);
+			continue;
+		}
+		_mm512_storeu_ps(t, acc[r]);
+		memcpy(y + r * ldy, t, (size_t)ncols * sizeof(float));
+	}
+}
+
+PW_TARGET512 static void pw_micro512(int mr, int np, int64_t kc, const float *a, int64_t lda, const float *bp,
+				     int64_t ldb, int64_t ps, float *y, int64_t ldy, int ncols, int first,
+				     const float *bias, const struct hp_fma_fin *f, const float *add);
+
+/* pw_tile512r's tile, then the epilogue f as pw_micro512's. */
+PW_TARGET512 static void pw_micro512r(int mr, int64_t kc, const float *a, int64_t lda, const float *bp, int64_t ldb,
+				      float *y, int64_t ldy, int ncols, int first, const float *bias,
+				      const struct hp_fma_fin *f, const float *add)
+{
+	switch (mr) {
+	case 7: pw_tile512r(7, kc, a, lda, bp, ldb, y, ldy, ncols, first, bias); break;
+	case 8: pw_tile512r(8, kc, a, lda, bp, ldb, y, ldy, ncols, first, bias); break;
+	case 9: pw_tile512r(9, kc, a, lda, bp, ldb, y, ldy, ncols, first, bias); break;
+	case 10: pw_tile512r(10, kc, a, lda, bp, ldb, y, ldy, ncols, first, bias); break;
+	case 11: pw_tile512r(11, kc, a, lda, bp, ldb, y, ldy, ncols, first, bias); break;
+	case 12: pw_tile512r(12, kc, a, lda, bp, ldb, y, ldy, ncols, first, bias); break;
+	default: pw_micro512(mr, 1, kc, a, lda, bp, ldb, PW_NR, y, ldy, ncols, first, bias, NULL, NULL); break;
+	}
+	if (f)
+		fma_finish_tile(mr, ncols > 8 ? 2 : 1, y, ldy, ncols, f, add);
 }
 
 #define PW_CASE512(R)                                                                                 \
@@ -610,6 +664,12 @@ static void pw_block(struct pw_run *r, int64_t bg, int64_t j0, int64_t nc, int64
 				 * place, the full ones 16 apart and the packed tail alone */
 				np = r->inplace ? ((p + 1) * PW_NR > nc ? 1 : min64(3, nfull / PW_NR - p))
 						: min64(3, (nc - p * PW_NR + PW_NR - 1) / PW_NR);
+				if (r->mr == PW_MR1) { /* a plane of one panel: pw_tile512r */
+					pw_micro512r((int)mr, kc, w + m0 * K + k0, K, src, ldb, r->y + off, cv->yvol, (int)nc,
+						     k0 == 0, bias ? bias + m0 : NULL, fin,
+						     fin && r->fin_add ? r->addend + off : NULL);
+					continue;
+				}
 				if (!fuse) { /* pw_micro512 itself: 5% on short K (1x1 at 56x56) */
 					pw_micro512((int)mr, (int)np, kc, w + m0 * K + k0, K, src, ldb,
 						    r->inplace ? PW_NR : (r->whole ? K : kc) * PW_NR, r->y + off, cv->yvol,
@@ -915,6 +975,8 @@ static void pw_forward(const struct hp_conv *cv, const float *x, const float *w,
 	r.whole = pro && cv->kdim * ((min64(cv->yvol, PW_NB) + PW_NR - 1) / PW_NR * PW_NR) <= r.per_thread;
 	/* in place, a plane is one block of columns: its tail is every tile's */
 	r.mr = pw_tile_rows(r.inplace && pw_fuse_tail(cv->yvol / PW_NR * PW_NR, cv->yvol % PW_NR), cv->yvol % PW_NR);
+	if (pw_512() && cv->yvol <= PW_NR)
+		r.mr = PW_MR1;
 	if (cv->wflip) { /* pwf_block: packed panels, PW_MR rows */
 		threads = pw_flip_fit(&r, cap, threads);
 		r.per_thread = min64(cv->kdim, r.kc) * PW_NB;
