@@ -942,12 +942,13 @@ static int pw_inplace(const struct hp_conv *cv, int64_t per_thread)
 
 /* Micro-tiles per stolen unit (pw_run's units above): PW_UNITS_PER_THREAD
  * units a thread, not fewer than PW_MIN_PACKED_TILES rows (or a whole
- * block) per unit where units pack their panels. */
+ * block) per unit where units pack their panels (not where a thread packs a
+ * block once for its units: r->whole). */
 static int64_t pw_steal_unit(const struct pw_run *r, int64_t units, int threads)
 {
 	int64_t su = units / ((int64_t)threads * PW_UNITS_PER_THREAD);
 
-	if (!r->inplace && su < min64(r->mt, PW_MIN_PACKED_TILES))
+	if (!r->inplace && !r->whole && su < min64(r->mt, PW_MIN_PACKED_TILES))
 		su = min64(r->mt, PW_MIN_PACKED_TILES);
 	return su < 1 ? 1 : su;
 }
@@ -975,7 +976,7 @@ static void pw_forward(const struct hp_conv *cv, const float *x, const float *w,
 	r.whole = pro && cv->kdim * ((min64(cv->yvol, PW_NB) + PW_NR - 1) / PW_NR * PW_NR) <= r.per_thread;
 	/* in place, a plane is one block of columns: its tail is every tile's */
 	r.mr = pw_tile_rows(r.inplace && pw_fuse_tail(cv->yvol / PW_NR * PW_NR, cv->yvol % PW_NR), cv->yvol % PW_NR);
-	if (pw_512() && cv->yvol <= PW_NR)
+	if (pw_512() && cv->yvol <= PW_NR && (r.inplace || r.whole)) /* X's panel kept for all the block's tiles */
 		r.mr = PW_MR1;
 	if (cv->wflip) { /* pwf_block: packed panels, PW_MR rows */
 		threads = pw_flip_fit(&r, cap, threads);
