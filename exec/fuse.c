@@ -392,6 +392,8 @@ int hp_fuse_inference(struct hp_graph *g, const struct hp_fuse_opts *opts, struc
 		return rc;
 	if (!(opts && opts->splittable) && (rc = run_pass(g, hp_fuse_invres, r, &any)) < 0)
 		return rc;
+	if (!(opts && opts->splittable) && (rc = run_pass(g, hp_fuse_prologue, r, &any)) < 0)
+		return rc;
 	/* last: the products' B as the passes above left them */
 	if (!(opts && opts->splittable) && (rc = hp_fuse_pack_weights(g, r)) < 0)
 		return rc;

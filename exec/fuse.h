@@ -16,6 +16,9 @@
  *     residual blocks (1x1 + Clip, depthwise 3x3 + Clip, 1x1 [+ Add]) on
  *     planes of 14x14 and more into one FusedInvRes, run in bands of rows
  *     (bitwise the three nodes).
+ *   - unless opts->splittable: an inference BatchNormalization (+ Relu)
+ *     before a 1x1 Conv into the conv's prologue, applied as it packs X
+ *     (DenseNet's layers; bitwise the unfused nodes).
  * Call after hp_graph_infer and before hp_session_create. */
 #ifndef HPDLF_EXEC_FUSE_H
 #define HPDLF_EXEC_FUSE_H

@@ -31,6 +31,8 @@ struct hp_fuse_cap {
 int hp_fuse_epilogue_within(struct hp_graph *g, struct hp_fuse_report *r, const struct hp_fuse_cap *cap);
 int hp_fuse_transpose_gemm(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_transpose.c */
 int hp_fuse_invres(struct hp_graph *g, struct hp_fuse_report *r);   /* fuse_ir.c, after the epilogues */
+/* BatchNormalization (+ Relu) before a 1x1 Conv into its prologue. */
+int hp_fuse_prologue(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_pro.c, after the epilogues */
 /* Training's MatMul(X, Transpose(W)) into Gemm(X rows, W, transB). */
 int hp_fuse_train_linear(struct hp_graph *g, struct hp_fuse_report *r); /* fuse_train_linear.c */
 int hp_fuse_train_taps(struct hp_graph *g, struct hp_fuse_report *r);   /* fuse_train_taps.c */

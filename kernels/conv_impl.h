@@ -395,6 +395,24 @@ void hp_pw_gemm(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, co
 int hp_pw_gemm_epi(int64_t M, int64_t N, int64_t K, const float *w, int64_t lda, const float *b, int64_t ldb,
 		   const float *bias, float *y, int64_t ldy, const struct hp_epi *epi, const float *add);
 #define HP_PW_GEMM_MAX_K 256
+/* A per-input-channel prologue applied to X as the pointwise path packs
+ * it (exec/fuse_pro.c: an inference BatchNormalization, and the Relu
+ * after it, in front of a 1x1 Conv): x' = (x - mean[k]) * scale[k] +
+ * shift[k], then x' < 0 ? 0 : x' with relu, each step rounded as
+ * kernels/norm.c's and the Relu kernel's are, so the product reads the
+ * bits those nodes would have written. */
+struct hp_pw_pro {
+	const float *mean, *scale, *shift;
+	int relu;
+};
+/* Whether hp_pw_forward runs cv on its packing tiles (not conv_pwt.c's,
+ * not wflip, ungrouped), so that hp_pw_forward_pro applies. */
+int hp_pw_pro_ok(const struct hp_conv *cv);
+/* hp_pw_forward of pro(X): each output the chain hp_pw_forward computes
+ * on the prologue's values (X packed, never read in place). */
+void hp_pw_forward_pro(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		       struct hp_pool *pool, const struct hp_epi *epi, const float *addend,
+		       const struct hp_pw_pro *pro);
 /* Tests and benchmarks only: 1, the AVX2 micro-tiles even where the CPU
  * has AVX-512 (the same bits: each output the same chain); 0, the
  * default. */

@@ -73,6 +73,11 @@
  * per CPU-second); elsewhere 8 rows were slower than 6 (tails of 3 or 4
  * spill, and wide planes lost 3-8%). */
 #define PW_MR512 8
+/* Rows of the AVX-512 tile where a plane is one panel of 16 columns
+ * (4x4 planes: DenseNet-121's third block at 64 pixels): 12 chains of
+ * one vector each instead of 6, so that the two FMA pipes are not left
+ * waiting on a chain's latency. */
+#define PW_MR1 12
 
 /* Tests and benchmarks: 1, the AVX2 tiles only; 0, AVX-512 where the CPU
  * has it. */
@@ -113,6 +118,8 @@ struct pw_run {
 	int64_t per_thread;      /* floats of a worker's panel buffer */
 	int64_t kc;              /* wflip: k per cache block (pw_flip_fit) */
 	int inplace;             /* full panels read from X in place (pw_inplace) */
+	const struct hp_pw_pro *pro; /* X's prologue, applied as it is packed (or NULL) */
+	int whole;               /* with pro: a block's panels packed once for all of K */
 	int64_t tail_of[PW_MAX_TID]; /* in place: the (item, group) whose tail panel tid's buffer holds, or -1 */
 };
 
@@ -205,6 +212,55 @@ PW_TARGET512 static PW_INLINE void pw_tile512(const int mr, const int np, int64_
 	if (part < 16)
 		for (int r = 0; r < mr; r++)
 			memcpy(y + r * ldy + 16 * (np - 1), t[r], (size_t)part * sizeof(float));
+}
+
+/* One panel (ncols 1..16), rows r < mr (1..PW_MR1), one zmm each: the
+ * chains of pw_tile512 (from the bias or the stored sums, k in order). */
+PW_TARGET512 static PW_INLINE void pw_tile512r(const int mr, int64_t kc, const float *a, int64_t lda, const float *bp,
+					       int64_t ldb, float *y, int64_t ldy, int ncols, int first, const float *bias)
+{
+	__m512 acc[PW_MR1];
+	__mmask16 mk = (__mmask16)((1u << ncols) - 1);
+	float t[16];
+
+	for (int r = 0; r < mr; r++)
+		acc[r] = first ? (bias ? _mm512_set1_ps(bias[r]) : _mm512_setzero_ps())
+			: ncols == 16 ? _mm512_loadu_ps(y + r * ldy) : _mm512_maskz_loadu_ps(mk, y + r * ldy);
+	for (int64_t k = 0; k < kc; k++) {
+		__m512 b0 = _mm512_loadu_ps(bp + k * ldb);
+		for (int r = 0; r < mr; r++)
+			acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + k]), b0, acc[r]);
+	}
+	for (int r = 0; r < mr; r++) {
+		if (ncols == 16) {
+			_mm512_storeu_ps(y + r * ldy, acc[r]);
+			continue;
+		}
+		_mm512_storeu_ps(t, acc[r]);
+		memcpy(y + r * ldy, t, (size_t)ncols * sizeof(float));
+	}
+}
+
+PW_TARGET512 static void pw_micro512(int mr, int np, int64_t kc, const float *a, int64_t lda, const float *bp,
+				     int64_t ldb, int64_t ps, float *y, int64_t ldy, int ncols, int first,
+				     const float *bias, const struct hp_fma_fin *f, const float *add);
+
+/* pw_tile512r's tile, then the epilogue f as pw_micro512's. */
+PW_TARGET512 static void pw_micro512r(int mr, int64_t kc, const float *a, int64_t lda, const float *bp, int64_t ldb,
+				      float *y, int64_t ldy, int ncols, int first, const float *bias,
+				      const struct hp_fma_fin *f, const float *add)
+{
+	switch (mr) {
+	case 7: pw_tile512r(7, kc, a, lda, bp, ldb, y, ldy, ncols, first, bias); break;
+	case 8: pw_tile512r(8, kc, a, lda, bp, ldb, y, ldy, ncols, first, bias); break;
+	case 9: pw_tile512r(9, kc, a, lda, bp, ldb, y, ldy, ncols, first, bias); break;
+	case 10: pw_tile512r(10, kc, a, lda, bp, ldb, y, ldy, ncols, first, bias); break;
+	case 11: pw_tile512r(11, kc, a, lda, bp, ldb, y, ldy, ncols, first, bias); break;
+	case 12: pw_tile512r(12, kc, a, lda, bp, ldb, y, ldy, ncols, first, bias); break;
+	default: pw_micro512(mr, 1, kc, a, lda, bp, ldb, PW_NR, y, ldy, ncols, first, bias, NULL, NULL); break;
+	}
+	if (f)
+		fma_finish_tile(mr, ncols > 8 ? 2 : 1, y, ldy, ncols, f, add);
 }
 
 #define PW_CASE512(R)                                                                                 \
@@ -474,10 +530,75 @@ PW_TARGET static void pw_pack(const float *x, int64_t ldx, int64_t k0, int64_t k
 			}
 	}
 }
+
+/* pw_pack of pro(x) (hp_pw_pro), panels ps floats apart: the subtraction,
+ * product and sum rounded one by one as kernels/norm.c's affine (built
+ * without contraction: c11), Relu as the Relu kernel's compare and select
+ * (NaN and -0 pass); zeros past nc. */
+PW_TARGET512 static void pw_pack_pro512(const float *x, int64_t ldx, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
+					int64_t ps, float *bp, const struct hp_pw_pro *pro)
+{
+	__m512 zero = _mm512_setzero_ps();
+
+	for (int64_t p = 0; p * PW_NR < nc; p++) {
+		int w = (int)min64(PW_NR, nc - p * PW_NR);
+		__mmask16 mk = (__mmask16)((1u << w) - 1);
+		float *dst = bp + p * ps;
+		const float *src = x + k0 * ldx + j0 + p * PW_NR;
+		for (int64_t k = k0; k < k0 + kc; k++, dst += PW_NR, src += ldx) {
+			__m512 v = _mm512_sub_ps(_mm512_maskz_loadu_ps(mk, src), _mm512_set1_ps(pro->mean[k]));
+			v = _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(pro->scale[k])), _mm512_set1_ps(pro->shift[k]));
+			if (pro->relu)
+				v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
+			_mm512_storeu_ps(dst, _mm512_maskz_mov_ps(mk, v));
+		}
+	}
+}
+
+PW_TARGET static void pw_pack_pro(const float *x, int64_t ldx, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
+				  int64_t ps, float *bp, const struct hp_pw_pro *pro)
+{
+	__m256 zero = _mm256_setzero_ps();
+
+	if (pw_512()) { /* a panel's row in one vector; the same operations */
+		pw_pack_pro512(x, ldx, k0, kc, j0, nc, ps, bp, pro);
+		return;
+	}
+	for (int64_t p = 0; p * PW_NR < nc; p++) {
+		int w = (int)min64(PW_NR, nc - p * PW_NR);
+		float *dst = bp + p * ps;
+		const float *src = x + k0 * ldx + j0 + p * PW_NR;
+		__m256i m0 = fma_mask(w), m1 = fma_mask(w - 8);
+		for (int64_t k = k0; k < k0 + kc; k++, dst += PW_NR, src += ldx) {
+			__m256 mu = _mm256_set1_ps(pro->mean[k]), a = _mm256_set1_ps(pro->scale[k]);
+			__m256 b = _mm256_set1_ps(pro->shift[k]);
+			__m256 v0 = w == PW_NR ? _mm256_loadu_ps(src) : _mm256_maskload_ps(src, m0);
+			__m256 v1 = w == PW_NR ? _mm256_loadu_ps(src + 8) : _mm256_maskload_ps(src + 8, m1);
+			v0 = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(v0, mu), a), b);
+			v1 = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(v1, mu), a), b);
+			if (pro->relu) {
+				v0 = _mm256_blendv_ps(v0, zero, _mm256_cmp_ps(v0, zero, _CMP_LT_OQ));
+				v1 = _mm256_blendv_ps(v1, zero, _mm256_cmp_ps(v1, zero, _CMP_LT_OQ));
+			}
+			if (w < PW_NR) {
+				v0 = _mm256_and_ps(v0, _mm256_castsi256_ps(m0));
+				v1 = _mm256_and_ps(v1, _mm256_castsi256_ps(m1));
+			}
+			_mm256_storeu_ps(dst, v0);
+			_mm256_storeu_ps(dst + 8, v1);
+		}
+	}
+}
 #else
 static void pw_pack(const float *x, int64_t ldx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float *bp)
 {
 	(void)x, (void)ldx, (void)k0, (void)kc, (void)j0, (void)nc, (void)bp;
+}
+
+static void pw_pack_pro(const float *x, int64_t ldx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t ps,
+			float *bp, const struct hp_pw_pro *pro)
+{
+	(void)x, (void)ldx, (void)k0, (void)kc, (void)j0, (void)nc, (void)ps, (void)bp, (void)pro;
 }
 #endif
 
@@ -488,6 +609,8 @@ static const float *pw_panel(const struct pw_run *r, const float *x, const float
 			     int64_t j0, int64_t nc, int64_t p, int64_t *ldb)
 {
 	*ldb = PW_NR;
+	if (r->whole) /* [p][K][16], packed once for the block */
+		return bp + (p * r->cv->kdim + k0) * PW_NR;
 	if (!r->inplace)
 		return bp + p * kc * PW_NR;
 	if ((p + 1) * PW_NR > nc)
@@ -512,11 +635,17 @@ static void pw_block(struct pw_run *r, int64_t bg, int64_t j0, int64_t nc, int64
 		pw_pack(x, cv->xvol, 0, K, j0 + nfull, nc - nfull, bp);
 		r->tail_of[tid] = bg;
 	}
+	if (r->whole && r->tail_of[tid] != bg * r->nblk + j0 / PW_NB) { /* and here the block's panels */
+		pw_pack_pro(x, cv->xvol, 0, K, j0, nc, K * PW_NR, bp, r->pro);
+		r->tail_of[tid] = bg * r->nblk + j0 / PW_NB;
+	}
 	for (int64_t k0 = 0; k0 < K; k0 += PW_KC) {
 		int64_t kc = min64(PW_KC, K - k0);
 		const struct hp_fma_fin *fin = r->fin_ok && k0 + kc == K ? &r->fin : NULL;
 		(void)fin, (void)ldb; /* without PW_X86 */
-		if (!r->inplace)
+		if (r->pro && !r->whole)
+			pw_pack_pro(x, cv->xvol, k0, kc, j0, nc, kc * PW_NR, bp, r->pro);
+		else if (!r->inplace && !r->pro)
 			pw_pack(x, cv->xvol, k0, kc, j0, nc, bp);
 		for (int64_t t = t0; t < t1; t++) {
 			int64_t m0 = t * r->mr, mr = min64(r->mr, M - m0);
@@ -535,9 +664,15 @@ static void pw_block(struct pw_run *r, int64_t bg, int64_t j0, int64_t nc, int64
 				 * place, the full ones 16 apart and the packed tail alone */
 				np = r->inplace ? ((p + 1) * PW_NR > nc ? 1 : min64(3, nfull / PW_NR - p))
 						: min64(3, (nc - p * PW_NR + PW_NR - 1) / PW_NR);
+				if (r->mr == PW_MR1) { /* a plane of one panel: pw_tile512r */
+					pw_micro512r((int)mr, kc, w + m0 * K + k0, K, src, ldb, r->y + off, cv->yvol, (int)nc,
+						     k0 == 0, bias ? bias + m0 : NULL, fin,
+						     fin && r->fin_add ? r->addend + off : NULL);
+					continue;
+				}
 				if (!fuse) { /* pw_micro512 itself: 5% on short K (1x1 at 56x56) */
 					pw_micro512((int)mr, (int)np, kc, w + m0 * K + k0, K, src, ldb,
-						    r->inplace ? PW_NR : kc * PW_NR, r->y + off, cv->yvol,
+						    r->inplace ? PW_NR : (r->whole ? K : kc) * PW_NR, r->y + off, cv->yvol,
 						    (int)min64(np * PW_NR, nc - p * PW_NR), k0 == 0, bias ? bias + m0 : NULL,
 						    fin, fin && r->fin_add ? r->addend + off : NULL);
 					continue;
@@ -807,24 +942,26 @@ static int pw_inplace(const struct hp_conv *cv, int64_t per_thread)
 
 /* Micro-tiles per stolen unit (pw_run's units above): PW_UNITS_PER_THREAD
  * units a thread, not fewer than PW_MIN_PACKED_TILES rows (or a whole
- * block) per unit where units pack their panels. */
+ * block) per unit where units pack their panels (not where a thread packs a
+ * block once for its units: r->whole). */
 static int64_t pw_steal_unit(const struct pw_run *r, int64_t units, int threads)
 {
 	int64_t su = units / ((int64_t)threads * PW_UNITS_PER_THREAD);
 
-	if (!r->inplace && su < min64(r->mt, PW_MIN_PACKED_TILES))
+	if (!r->inplace && !r->whole && su < min64(r->mt, PW_MIN_PACKED_TILES))
 		su = min64(r->mt, PW_MIN_PACKED_TILES);
 	return su < 1 ? 1 : su;
 }
 
-void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
-		   struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
+static void pw_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		       struct hp_pool *pool, const struct hp_epi *epi, const float *addend, const struct hp_pw_pro *pro)
 {
-	struct pw_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws, .epi = epi, .addend = addend };
+	struct pw_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws, .epi = epi, .addend = addend,
+			    .pro = pro };
 	int64_t cap = (int64_t)(cv->workspace / sizeof(float)), units;
 	int saved, threads;
 
-	if (hp_pwt_wanted(cv, min64(cv->kdim, PW_KC) * PW_NB)) { /* tiny planes: conv_pwt.c */
+	if (!pro && hp_pwt_wanted(cv, min64(cv->kdim, PW_KC) * PW_NB)) { /* tiny planes: conv_pwt.c */
 		hp_pwt_forward(cv, x, w, b, y, ws, min64(cv->kdim, PW_KC) * PW_NB, pool, epi, addend);
 		return;
 	}
@@ -833,9 +970,14 @@ void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, con
 	pw_fin_plan(&r);
 	r.nblk = (cv->yvol + PW_NB - 1) / PW_NB;
 	r.per_thread = min64(cv->kdim, PW_KC) * PW_NB;
-	r.inplace = pw_inplace(cv, r.per_thread);
+	r.inplace = !pro && pw_inplace(cv, r.per_thread);
+	/* a prologue packs a block's panels once for all of K where they fit
+	 * (the 1x1s of DenseNet's 8x8 and 4x4 blocks, read in place without) */
+	r.whole = pro && cv->kdim * ((min64(cv->yvol, PW_NB) + PW_NR - 1) / PW_NR * PW_NR) <= r.per_thread;
 	/* in place, a plane is one block of columns: its tail is every tile's */
 	r.mr = pw_tile_rows(r.inplace && pw_fuse_tail(cv->yvol / PW_NR * PW_NR, cv->yvol % PW_NR), cv->yvol % PW_NR);
+	if (pw_512() && cv->yvol <= PW_NR && (r.inplace || r.whole)) /* X's panel kept for all the block's tiles */
+		r.mr = PW_MR1;
 	if (cv->wflip) { /* pwf_block: packed panels, PW_MR rows */
 		threads = pw_flip_fit(&r, cap, threads);
 		r.per_thread = min64(cv->kdim, r.kc) * PW_NB;
@@ -853,4 +995,24 @@ void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, con
 		threads = 1;
 	hp_conv_steal(pool, threads, units, pw_steal_unit(&r, units, threads), pw_range, &r);
 	hp_conv_threads_leave(saved);
+}
+
+void hp_pw_forward(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		   struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
+{
+	pw_forward(cv, x, w, b, y, ws, pool, epi, addend, NULL);
+}
+
+int hp_pw_pro_ok(const struct hp_conv *cv)
+{
+	return cv->direct && !cv->dw && !cv->dot && !cv->kxk && !cv->grp && !cv->shift && !cv->transpose &&
+	       !cv->wflip && cv->group == 1 && hp_pw_available() &&
+	       !hp_pwt_wanted(cv, min64(cv->kdim, PW_KC) * PW_NB);
+}
+
+void hp_pw_forward_pro(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y, float *ws,
+		       struct hp_pool *pool, const struct hp_epi *epi, const float *addend,
+		       const struct hp_pw_pro *pro)
+{
+	pw_forward(cv, x, w, b, y, ws, pool, epi, addend, pro);
 }

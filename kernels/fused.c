@@ -1,7 +1,7 @@
 /* Fused inference operators (domain ai.hpdlf) that exec/fuse*.c puts in
  * place of a product and the element-wise nodes after it:
  *
- *   FusedConv(X, W, B?, addend?)    Conv, then act(y + addend)
+ *   FusedConv(X, W, B?, addend?, W^T?, P?)  [pro(X)], Conv, then act(y + addend)
  *   FusedMatMul(A, B, addend?)      MatMul, then act(y + addend)
  *   FusedGemm(A, B, C?, addend?)    Gemm, then act(y + addend)
  *   FusedGelu(X)                    GELU (attribute approximate: none|tanh)
@@ -13,7 +13,12 @@
  * instead of one node (and one tensor) per element-wise op.  These nodes
  * are never split out of core (their domain is not ai.onnx): under a
  * budget exec/fuse.c makes them once the graph is split, of the band
- * nodes, whose attributes (hpdlf_path) the product's kernel reads here. */
+ * nodes, whose attributes (hpdlf_path) the product's kernel reads here.
+ * A FusedConv's input 5, P [3, C] (exec/fuse_pro.c, in core only), is a
+ * BatchNormalization before it as mean, scale and shift per input
+ * channel, with a Relu after it where attribute prologue_relu is 1: the
+ * pointwise path applies it as it packs X (hp_pw_forward_pro), the only
+ * path that takes it. */
 #include <errno.h>
 #include <float.h>
 #include <stdlib.h>
@@ -28,7 +33,10 @@ struct fused {
 	int nin;                   /* its inputs; the addend is input nin */
 	void *inner_priv;
 	struct hp_epi epi;
+	int pro_relu;              /* input 5, the prologue: its Relu */
 };
+
+#define FUSED_PRO_INPUT 5
 
 static int inner_inputs(const char *op)
 {
@@ -60,6 +68,23 @@ static int epi_prepare(struct hp_graph *g, struct hp_node *n, struct fused *f)
 	if (a && (a->dtype != HP_F32 || hp_epi_add_of(&y->shape, &a->shape, &f->epi) < 0))
 		return hp_node_error(g, n, HP_ESHAPE, "the addend does not broadcast onto the output as a "
 						      "scalar, a full tensor or one range of axes");
+	return 0;
+}
+
+/* The prologue's P: float [3, C] of X's channels, on the pointwise path. */
+static int pro_prepare(const struct hp_graph *g, const struct hp_node *n, struct fused *f)
+{
+	const struct hp_value *x = &g->values[n->inputs[0]], *p = &g->values[n->inputs[FUSED_PRO_INPUT]];
+	const struct hp_conv *cv = f->inner_priv;
+
+	if (p->dtype != HP_F32 || x->shape.rank < 2 || hp_shape_numel(&p->shape) != 3 * x->shape.dims[1])
+		return hp_node_error(g, n, HP_ESHAPE, "the prologue '%s' is not float [3, %lld]", p->name,
+				     x->shape.rank < 2 ? 0LL : (long long)x->shape.dims[1]);
+	if (n->ninputs > 4 && n->inputs[4] >= 0)
+		return hp_node_error(g, n, HP_EMODEL, "a prologue and W^T packed for conv_pwt.c");
+	if (!hp_pw_pro_ok(cv))
+		return hp_node_error(g, n, HP_EUNSUPPORTED, "a prologue needs the pointwise path (1x1, ungrouped)");
+	f->pro_relu = hp_attr_int(n, "prologue_relu", 0) != 0;
 	return 0;
 }
 
@@ -101,7 +126,24 @@ static int fused_prepare(struct hp_graph *g, struct hp_node *n)
 	n->priv = f;
 	if (rc == 0)
 		rc = epi_prepare(g, n, f);
+	if (rc == 0 && !strcmp(n->op_type, "FusedConv") && n->ninputs > FUSED_PRO_INPUT && n->inputs[FUSED_PRO_INPUT] >= 0)
+		rc = pro_prepare(g, n, f);
 	return rc;
+}
+
+/* FusedConv with its prologue (pro_prepare chose the path). */
+static int pro_run(const struct hp_conv *cv, const struct fused *f, const struct hp_kargs *a)
+{
+	const float *p = a->in[FUSED_PRO_INPUT].data, *add = a->nin > f->nin ? a->in[f->nin].data : NULL;
+	struct hp_pw_pro pro = { .mean = p, .scale = p + cv->cin, .shift = p + 2 * cv->cin, .relu = f->pro_relu };
+	struct hp_epi e = f->epi;
+
+	if (!add) /* as hp_conv_forward_epi: an omitted addend, the activation only */
+		e.add = HP_EPI_ADD_NONE;
+	hp_pw_forward_pro(cv, a->in[0].data, a->in[1].data, cv->has_bias && a->nin > 2 ? a->in[2].data : NULL,
+			  a->out[0].data, a->ws, a->pool, e.act == HP_EPI_NONE && e.add == HP_EPI_ADD_NONE ? NULL : &e,
+			  add, &pro);
+	return 0;
 }
 
 static int fused_run(const struct hp_node *n, const struct hp_kargs *a)
@@ -114,6 +156,8 @@ static int fused_run(const struct hp_node *n, const struct hp_kargs *a)
 	ka.nin = a->nin < f->nin ? a->nin : f->nin;
 	if (!strcmp(f->inner->name, "Conv")) { /* the epilogue inside the conv's output blocks */
 		const struct hp_conv *cv = f->inner_priv;
+		if (a->nin > FUSED_PRO_INPUT && a->in[FUSED_PRO_INPUT].data)
+			return pro_run(cv, f, a);
 		/* input 4: W^T packed once (exec/fuse_pack.c) for conv_pwt.c or
 		 * conv_grp.c's co-lane forward tiles */
 		if (a->nin > 4 && a->in[4].data &&
@@ -153,7 +197,9 @@ static double fused_flops(const struct hp_graph *g, const struct hp_node *n)
 		return 0;
 	v = inner_view(n, f);
 	return (f->inner->flops ? f->inner->flops(g, &v) : 0) +
-	       (double)hp_shape_numel(&g->values[n->outputs[0]].shape) * (f->epi.act >= HP_EPI_SIGMOID ? 16 : 2);
+	       (double)hp_shape_numel(&g->values[n->outputs[0]].shape) * (f->epi.act >= HP_EPI_SIGMOID ? 16 : 2) +
+	       (n->ninputs > FUSED_PRO_INPUT && n->inputs[FUSED_PRO_INPUT] >= 0
+			? 4.0 * (double)hp_shape_numel(&g->values[n->inputs[0]].shape) : 0);
 }
 
 #define FUSED_OP(VAR, NAME, MAXIN)                                                                         \
@@ -163,7 +209,7 @@ static double fused_flops(const struct hp_graph *g, const struct hp_node *n)
 		.flops = fused_flops,                                                                      \
 	}
 
-FUSED_OP(op_fconv, "FusedConv", 5); /* x, w, b, addend, W^T packed (exec/fuse_pack.c) */
+FUSED_OP(op_fconv, "FusedConv", 6); /* x, w, b, addend, W^T packed (exec/fuse_pack.c), prologue */
 FUSED_OP(op_fmatmul, "FusedMatMul", 3);
 FUSED_OP(op_fgemm, "FusedGemm", 4);
 

@@ -30,6 +30,10 @@ intermediate has a reader outside the pattern (or is a graph output):
         conv_pwt.c over X subsampled); dense Convs of the kxk path at tiny
         planes, packed for conv_grp.c's co-lane tiles: 3x3s at 2x2 and 4x4
         (units of 16 and 32 channels; one unit), a stride-2 1x1 with pads to 3x3
+  dense DenseNet's layer: BatchNorm, Relu and a 1x1 Conv (one with a Relu
+        epilogue, one reading a Concat, statistics through an Identity) into
+        the conv's prologue (exec/fuse_pro.c), and a BatchNorm without Relu;
+        a Relu that is also a graph output and a 3x3 Conv (not fused)
   attn  attentions reading Q, K, V through Transposes (a causal Where mask
         with Mul scale; an added mask with Div scale; neither, the result
         not transposed; operands whose rows are not contiguous, so that the
@@ -39,7 +43,7 @@ intermediate has a reader outside the pattern (or is a graph output):
 For each: --plan's pattern counts are exactly the expected ones (so the
 look-alikes did not fuse), and under --budget the same without the packed
 weights (the epilogues fused once the graph is cut for the budget); outputs fused and --no-fuse within TOL * max|ref|
-of a float64 NumPy evaluation; the epilogue-only and copy-only models (epi, cst, pwt, grpt) bitwise equal
+of a float64 NumPy evaluation; the epilogue-only and copy-only models (epi, cst, pwt, grpt, dense) bitwise equal
 to --no-fuse (the epilogue computes each element as the unfused nodes do);
 out of core at the smallest budget the planner allows, outputs bitwise the
 in-core fused ones.  Then torch exports (bench/make_fuse_models.py, 2-layer
@@ -405,6 +409,54 @@ def model_grpt(path):
                "y8": conv(x.astype(np.float64), d["w8"], None, 1)[:, :, ::2, ::2],
                "y9": conv(r1, d["w9"], d["b9"], 1), "y10": conv(x.astype(np.float64), d["w10"], None, 1),
                "y11": conv(r1, d["w11"], None, 1)}, {"Conv+Relu": 2, "Packed weights": 9}
+def bn(x, s, b, m, v, eps):
+    c = lambda a: a[None, :, None, None]
+    return (x - c(m)) / np.sqrt(c(v) + eps) * c(s) + c(b)
+
+
+def model_dense(path):
+    m = M(8)
+    x = m.rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
+    for k, c in (("1", 16), ("3", 24), ("4", 24), ("5", 24), ("6", 24)):
+        m.w("s" + k, (c,), 1.0)
+        m.w("b" + k, (c,), 0.5)
+        m.w("m" + k, (c,), 0.5)
+        m.w("v" + k, (c,), a=m.rng.uniform(0.3, 2.0, c))
+    for k, sh in (("w1", (24, 16, 1, 1)), ("w2", (8, 24, 3, 3)), ("w3", (12, 24, 1, 1)), ("w4", (6, 24, 1, 1)),
+                  ("w5", (6, 24, 1, 1)), ("w6", (4, 24, 3, 3))):
+        m.w(k, sh)
+    m.w("cb1", (24,), 0.1)
+    m.w("b5c", (6,), 0.1)
+    bnk = lambda k, x, out, eps=1e-5, mean=None: m.op("BatchNormalization", [x, "s" + k, "b" + k, mean or "m" + k,
+                                                                            "v" + k], out, epsilon=eps)
+    bnk("1", "x", "n1", 1e-3)
+    m.op("Relu", ["n1"], "r1")
+    m.op("Conv", ["r1", "w1", "cb1"], "c1")
+    m.op("Relu", ["c1"], "e1")                          # an epilogue and a prologue on one conv
+    m.op("Conv", ["e1", "w2"], "c2", pads=[1, 1, 1, 1])
+    m.op("Concat", ["x", "c2"], "cat", axis=1)
+    m.op("Identity", ["m3"], "m3i")                     # torch hands shared statistics through Identity
+    bnk("3", "cat", "n3", mean="m3i")
+    m.op("Relu", ["n3"], "r3")
+    m.op("Conv", ["r3", "w3"], "y1")
+    bnk("4", "cat", "n4")
+    m.op("Relu", ["n4"], "r4")                          # also a graph output: not fused
+    m.op("Conv", ["r4", "w4"], "y4")
+    bnk("5", "cat", "n5")
+    m.op("Conv", ["n5", "w5", "b5c"], "y5")             # no Relu: BatchNormalization+Conv
+    bnk("6", "cat", "n6")
+    m.op("Relu", ["n6"], "r6")
+    m.op("Conv", ["r6", "w6"], "y6", pads=[1, 1, 1, 1])  # 3x3: not fused
+    m.save(path, list(x.shape), ["y1", "r4", "y4", "y5", "y6"])
+    d = {k: v.astype(np.float64) for k, v in m.P.items()}
+    B = lambda k, x, eps=1e-5: bn(x, d["s" + k], d["b" + k], d["m" + k], d["v" + k], eps)
+    x64 = x.astype(np.float64)
+    e1 = np.maximum(conv(np.maximum(B("1", x64, 1e-3), 0), d["w1"], d["cb1"], 0), 0)
+    cat = np.concatenate([x64, conv(e1, d["w2"], None, 1)], axis=1)
+    r4 = np.maximum(B("4", cat), 0)
+    ref = {"y1": conv(np.maximum(B("3", cat), 0), d["w3"], None, 0), "r4": r4, "y4": conv(r4, d["w4"], None, 0),
+           "y5": conv(B("5", cat), d["w5"], d["b5c"], 0), "y6": conv(np.maximum(B("6", cat), 0), d["w6"], None, 1)}
+    return x, ref, {"Conv+Relu": 1, "BatchNormalization+Relu+Conv": 2, "BatchNormalization+Conv": 1}
 
 
 def plan_counts(out):
@@ -448,7 +500,9 @@ def check_model(exe, tmp, name, make):
     # under a budget operators may be split: the epilogues (bitwise the unfused nodes) are fused
     # once the graph is cut (at 1G nothing is: the same ones as in core), the fusions that round
     # differently the same as in core (weights are packed in core only: a packed B cannot be cut)
-    keep = {k: v for k, v in want.items() if k != "Packed weights"}
+    # (nor prologues: in core only, the unfused nodes' bits out of core)
+    keep = {k: v for k, v in want.items()
+            if k not in ("Packed weights", "BatchNormalization+Relu+Conv", "BatchNormalization+Conv")}
     rc, out, _ = run(exe, [path, "--plan", "--budget", "1G"])
     check(rc == 0 and plan_counts(out) == keep, "%s: --plan --budget 1G fuses %s, got %s" % (name, keep, plan_counts(out)))
     res = {t: outputs(exe, path, xpath, list(ref), name + t, e + ["--threads", "2"])
@@ -460,7 +514,7 @@ def check_model(exe, tmp, name, make):
         ef, en = (float(np.max(np.abs(res[t][k] - ref[k]))) for t in ("f", "n"))
         check(ef <= TOL * scale, "%s %s: fused vs NumPy float64 max err %.2e (unfused %.2e, scale %.3g, tol %.0e)"
               % (name, k, ef, en, scale, TOL))
-        if name in ("epi", "cst", "pwt", "grpt"):  # only copies or per-element epilogues: the unfused bits
+        if name in ("epi", "cst", "pwt", "grpt", "dense"):  # only copies or per-element epilogues: the unfused bits
             check(np.array_equal(res["f"][k], res["n"][k]), "%s %s: fused bitwise --no-fuse" % (name, k))
     again = outputs(exe, path, xpath, list(ref), name + "r", ["--threads", "2"])
     if again:
@@ -509,7 +563,8 @@ def main():
     exe, maker = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
         for name, make in (("epi", model_epi), ("mm", model_mm), ("ln", model_ln), ("attn", model_attn),
-                           ("cst", model_cst), ("pwt", model_pwt), ("grpt", model_grpt)):
+                           ("cst", model_cst), ("pwt", model_pwt), ("grpt", model_grpt),
+                           ("dense", model_dense)):
             check_model(exe, tmp, name, make)
         check_torch(exe, tmp, maker)
     print("%d failed" % len(FAILS))

@@ -662,6 +662,8 @@ static const struct cc pw_cases[] = {
 	{ 2, 0, 1, 64, 1, 1, V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
 	{ 2, 0, 4, 96, 144, 1, V3(12, 12, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 0, 1, 0, 0 },
 	{ 2, 0, 1, 270, 20, 1, V3(5, 10, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
+	/* 4x4: a plane of one panel, 12-row tiles (the last of 9 rows), K past 256 */
+	{ 2, 0, 2, 300, 45, 1, V3(4, 4, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, {0}, {0}, NULL, 1, 1, 0, 0 },
 	/* tiny planes (conv_pwt.c): 2x2 with K and M off 16 (units of 32
 	 * channels and a last one of 13), 3x3 with K past 256, 3x5 (two tiles
 	 * of positions), planes of one position (items as columns, 14 of them
