@@ -51,37 +51,6 @@ static int const_f32(const struct hp_graph *g, int v, int64_t n)
 	return x->kind == HP_VALUE_INITIALIZER && x->src.kind == HP_BLOB_FILE;
 }
 
-/* The value v stands for: exporters (torch's, for MobileNetV2's last
- * BatchNorm) may hand a node its statistics through Identity nodes of an
- * initializer, which foldable_conv would otherwise not see as constant;
- * the fold reads the value at the chain's start (at most 16 hops). */
-static int through_identity(const struct hp_graph *g, int v)
-{
-	for (int hops = 0; hops < 16 && v >= 0; hops++) {
-		int p = g->values[v].producer;
-		const struct hp_node *n = p >= 0 ? &g->nodes[p] : NULL;
-		if (!n || !is_op(n, "Identity") || n->ninputs != 1 || n->inputs[0] < 0)
-			break;
-		v = n->inputs[0];
-	}
-	return v;
-}
-
-/* v's floats: its data, or a copy read from the file into *own (to free). */
-static const float *load_f32(const struct hp_graph *g, int v, float **own)
-{
-	*own = NULL;
-	if (g->values[v].data)
-		return g->values[v].data;
-	if (!(*own = malloc((size_t)hp_shape_numel(&g->values[v].shape) * sizeof **own + 1)))
-		return NULL;
-	if (hp_graph_read_init(g, v, *own) < 0) {
-		free(*own);
-		return *own = NULL;
-	}
-	return *own;
-}
-
 /* Output channels of product node c (Conv or Gemm) when its weight input
  * is constant and its bias fits the fold: the per-channel weight layout in
  * *cols (0: channel-major rows, 1: Gemm's B [K, N], channels in columns). */
@@ -119,7 +88,7 @@ static int foldable_conv(const struct hp_graph *g, const struct hp_node *b, uint
 	if (m < 1 || product_channels(g, c, m, &cols) < 0)
 		return -1;
 	for (int i = 1; i < 5; i++)
-		if (!const_f32(g, through_identity(g, b->inputs[i]), m))
+		if (!const_f32(g, hp_fz_past_identity(g, b->inputs[i]), m))
 			return -1;
 	uint64_t bytes = (uint64_t)(hp_shape_numel(&g->values[c->inputs[1]].shape) + m) * sizeof(float);
 	if (bytes > *budget)
@@ -215,9 +184,9 @@ static int fold_values(struct hp_graph *g, int ci, int bi, int *wv, int *bv, int
 	const struct hp_node *c = &g->nodes[ci], *b = &g->nodes[bi];
 	const struct hp_value *w = &g->values[c->inputs[1]];
 	struct fold_geom fg = { .beta = 1.0 };
-	int src[6] = { c->inputs[1], c->ninputs > 2 ? c->inputs[2] : -1, through_identity(g, b->inputs[1]),
-		       through_identity(g, b->inputs[2]), through_identity(g, b->inputs[3]),
-		       through_identity(g, b->inputs[4]) };
+	int src[6] = { c->inputs[1], c->ninputs > 2 ? c->inputs[2] : -1, hp_fz_past_identity(g, b->inputs[1]),
+		       hp_fz_past_identity(g, b->inputs[2]), hp_fz_past_identity(g, b->inputs[3]),
+		       hp_fz_past_identity(g, b->inputs[4]) };
 	const float *p[6] = { 0 };
 	float *own[6] = { 0 };
 	int rc = fold_geom_of(g, c, b, &fg);
@@ -232,7 +201,7 @@ static int fold_values(struct hp_graph *g, int ci, int bi, int *wv, int *bv, int
 		rc = hp_error(-ENOMEM, "out of memory");
 
 	for (int i = spilled ? 1 : 0; i < 6 && rc == 0; i++)
-		if (src[i] >= 0 && !(p[i] = load_f32(g, src[i], &own[i])))
+		if (src[i] >= 0 && !(p[i] = hp_fz_load_f32(g, src[i], &own[i])))
 			rc = hp_error(-ENOMEM, "cannot read '%s' to fold it", g->values[src[i]].name);
 	if (rc == 0 && !spilled)
 		fold_math(p, &fg, hp_attr_float(b, "epsilon", 1e-5f), nw, nb);

@@ -77,6 +77,13 @@ int hp_fz_user_fed(const struct hp_graph *g, int v);
 /* A new float initializer of shape s held in memory (data, which it owns
  * from then on, freed on failure), named base + suffix (+ "#i" while the
  * name is taken); its value index. */
+/* The value v stands for past Identity nodes (at most 16 hops): exporters
+ * (torch's, for MobileNetV2's last BatchNorm) hand a node its statistics
+ * through Identity nodes of an initializer. */
+int hp_fz_past_identity(const struct hp_graph *g, int v);
+/* v's floats: its data, or a copy read from the model's file into *own
+ * (for the caller to free); NULL when out of memory or unreadable. */
+const float *hp_fz_load_f32(const struct hp_graph *g, int v, float **own);
 /* A new int64 initializer [n] holding v (a Reshape's shape, a Slice's
  * starts), named base + suffix (made unique); its value index. */
 int hp_fz_i64_init(struct hp_graph *g, const char *base, const char *suffix, const int64_t *v, int n);

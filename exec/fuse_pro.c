@@ -24,19 +24,6 @@
 #include "exec/fuse_internal.h"
 #include "kernels/conv_impl.h"
 
-/* The value v stands for past Identity nodes of a constant (torch's
- * exports hand BatchNorm its statistics so; fuse.c's through_identity). */
-static int past_identity(const struct hp_graph *g, int v)
-{
-	for (int hops = 0; hops < 16 && v >= 0; hops++) {
-		int p = hp_fz_producer(g, v, "Identity");
-		if (p < 0 || g->nodes[p].ninputs != 1 || g->nodes[p].inputs[0] < 0)
-			break;
-		v = g->nodes[p].inputs[0];
-	}
-	return v;
-}
-
 struct pro_match {
 	int bn, relu, conv; /* node indices (relu -1: none) */
 	int x;              /* the BatchNorm's input, the conv's from now on */
@@ -81,7 +68,7 @@ static int match_at(struct hp_graph *g, int ci, struct pro_match *m)
 			return 0;
 	m->c = x->shape.dims[1];
 	for (int i = 1; i < 5; i++) {
-		int s = past_identity(g, b->inputs[i]);
+		int s = hp_fz_past_identity(g, b->inputs[i]);
 		if (s < 0 || !hp_fz_const(g, s) || hp_fz_user_fed(g, s) || hp_shape_numel(&g->values[s].shape) != m->c)
 			return 0;
 	}
@@ -90,21 +77,6 @@ static int match_at(struct hp_graph *g, int ci, struct pro_match *m)
 		return 0;
 	hp_conv_setup(&cv);
 	return hp_pw_pro_ok(&cv);
-}
-
-/* v's floats: its data, or a copy read from the model's file into *own. */
-static const float *floats_of(const struct hp_graph *g, int v, float **own)
-{
-	*own = NULL;
-	if (g->values[v].data)
-		return g->values[v].data;
-	if (!(*own = malloc((size_t)hp_shape_numel(&g->values[v].shape) * sizeof **own + 1)))
-		return NULL;
-	if (hp_graph_read_init(g, v, *own) < 0) {
-		free(*own);
-		return *own = NULL;
-	}
-	return *own;
 }
 
 /* P [3, C]: mean, gamma / sqrt(var + eps) as norm.c's bn_apply rounds it,
@@ -119,7 +91,7 @@ static int add_params(struct hp_graph *g, const struct pro_match *m)
 	int rc = d ? 0 : hp_error(-ENOMEM, "out of memory");
 
 	for (int i = 0; i < 4 && rc == 0; i++)
-		if (!(p[i] = floats_of(g, past_identity(g, b->inputs[i + 1]), &own[i])))
+		if (!(p[i] = hp_fz_load_f32(g, hp_fz_past_identity(g, b->inputs[i + 1]), &own[i])))
 			rc = hp_error(-ENOMEM, "cannot read the statistics of BatchNormalization '%s'", b->name);
 	for (int64_t c = 0; c < m->c && rc == 0; c++) {
 		double v = p[3][c];

@@ -329,3 +329,28 @@ int hp_fz_write_at(int fd, uint64_t at, const void *src, size_t len, const char 
 	}
 	return 0;
 }
+
+int hp_fz_past_identity(const struct hp_graph *g, int v)
+{
+	for (int hops = 0; hops < 16 && v >= 0; hops++) {
+		int p = hp_fz_producer(g, v, "Identity");
+		if (p < 0 || g->nodes[p].ninputs != 1 || g->nodes[p].inputs[0] < 0)
+			break;
+		v = g->nodes[p].inputs[0];
+	}
+	return v;
+}
+
+const float *hp_fz_load_f32(const struct hp_graph *g, int v, float **own)
+{
+	*own = NULL;
+	if (g->values[v].data)
+		return g->values[v].data;
+	if (!(*own = malloc((size_t)hp_shape_numel(&g->values[v].shape) * sizeof **own + 1)))
+		return NULL;
+	if (hp_graph_read_init(g, v, *own) < 0) {
+		free(*own);
+		return *own = NULL;
+	}
+	return *own;
+}
