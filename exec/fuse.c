@@ -28,11 +28,6 @@
 #include "exec/fuse_internal.h"
 #include "exec/plan.h"
 
-static int is_op(const struct hp_node *n, const char *op)
-{
-	return !strcmp(n->op_type, op) && (!n->domain[0] || !strcmp(n->domain, "ai.onnx"));
-}
-
 /* Folded weights live in memory (the graph's), beside any budget: at most
  * this many bytes of them, whatever the mode, so that in core and out of
  * core fold the same nodes and give the same bits. */
@@ -57,7 +52,7 @@ static int const_f32(const struct hp_graph *g, int v, int64_t n)
 static int64_t product_channels(const struct hp_graph *g, const struct hp_node *c, int64_t m, int *cols)
 {
 	const struct hp_value *w = c->ninputs > 1 && c->inputs[1] >= 0 ? &g->values[c->inputs[1]] : NULL;
-	int gemm = is_op(c, "Gemm"), bias = c->ninputs > 2 ? c->inputs[2] : -1;
+	int gemm = hp_fz_is(c, "Gemm"), bias = c->ninputs > 2 ? c->inputs[2] : -1;
 
 	*cols = gemm && !hp_attr_int(c, "transB", 0);
 	if (!w || w->shape.rank < (gemm ? 2 : 1) || w->shape.dims[*cols ? 1 : 0] != m ||
@@ -80,7 +75,7 @@ static int foldable_conv(const struct hp_graph *g, const struct hp_node *b, uint
 		if (b->outputs[o] >= 0)
 			return -1;
 	p = g->values[x].producer;
-	if (p < 0 || !(is_op(&g->nodes[p], "Conv") || (is_op(&g->nodes[p], "Gemm") && g->values[x].shape.rank == 2)) ||
+	if (p < 0 || !(hp_fz_is(&g->nodes[p], "Conv") || (hp_fz_is(&g->nodes[p], "Gemm") && g->values[x].shape.rank == 2)) ||
 	    g->nodes[p].noutputs != 1)
 		return -1;
 	c = &g->nodes[p];
@@ -127,9 +122,9 @@ static int fold_geom_of(const struct hp_graph *g, const struct hp_node *c, const
 
 	fg->m = g->values[b->inputs[1]].shape.rank ? hp_shape_numel(&g->values[b->inputs[1]].shape) : 1;
 	fg->per = n / fg->m;
-	fg->cols = is_op(c, "Gemm") && !hp_attr_int(c, "transB", 0);
+	fg->cols = hp_fz_is(c, "Gemm") && !hp_attr_int(c, "transB", 0);
 	fg->scalar_bias = c->ninputs > 2 && c->inputs[2] >= 0 && hp_shape_numel(&g->values[c->inputs[2]].shape) == 1;
-	fg->beta = is_op(c, "Gemm") ? hp_attr_float(c, "beta", 1.0f) : 1.0;
+	fg->beta = hp_fz_is(c, "Gemm") ? hp_attr_float(c, "beta", 1.0f) : 1.0;
 	return 0;
 }
 
@@ -268,7 +263,7 @@ static void note(struct hp_fuse_report *r, const struct hp_node *b, const struct
 	char line[512];
 
 	snprintf(line, sizeof line, "BatchNormalization '%s' into %s '%s'", b->name, c->op_type, c->name);
-	hp_fz_note(r, is_op(c, "Conv") ? "Conv+BatchNormalization" : "Gemm+BatchNormalization", line);
+	hp_fz_note(r, hp_fz_is(c, "Conv") ? "Conv+BatchNormalization" : "Gemm+BatchNormalization", line);
 	r->nodes_removed++;
 }
 
@@ -276,7 +271,7 @@ static void note(struct hp_fuse_report *r, const struct hp_node *b, const struct
 static int next_fold(const struct hp_graph *g, int *ci, uint64_t *budget)
 {
 	for (int i = 0; i < g->nnodes; i++)
-		if (is_op(&g->nodes[i], "BatchNormalization") && (*ci = foldable_conv(g, &g->nodes[i], budget)) >= 0)
+		if (hp_fz_is(&g->nodes[i], "BatchNormalization") && (*ci = foldable_conv(g, &g->nodes[i], budget)) >= 0)
 			return i;
 	return -1;
 }
@@ -293,7 +288,7 @@ static int drop_dead_identities(struct hp_graph *g)
 		for (int i = g->nnodes - 1; i >= 0; i--) {
 			const struct hp_node *n = &g->nodes[i];
 			int o = n->noutputs == 1 ? n->outputs[0] : -1;
-			if (!is_op(n, "Identity") || o < 0 || g->values[o].nconsumers || g->values[o].is_output)
+			if (!hp_fz_is(n, "Identity") || o < 0 || g->values[o].nconsumers || g->values[o].is_output)
 				continue;
 			hp_graph_remove_node(g, i);
 			removed = 1;
