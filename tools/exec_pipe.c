@@ -18,9 +18,9 @@
 static int say(const char *fmt, const char *a, const char *b)
 {
 	if (hp_comm_rank() == 0) {
-		fprintf(stderr, "hpdlf-exec: ");
-		fprintf(stderr, fmt, a, b);
-		fprintf(stderr, "\n");
+		char msg[2048];
+		snprintf(msg, sizeof msg, fmt, a, b); /* one write (exec_usage_error) */
+		fprintf(stderr, "hpdlf-exec: %s\n", msg);
 	}
 	return 2;
 }

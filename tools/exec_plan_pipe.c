@@ -14,9 +14,10 @@
 
 static int bad(const char *fmt, const char *arg)
 {
-	fprintf(stderr, "hpdlf-exec: ");
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\n");
+	char msg[2048];
+
+	snprintf(msg, sizeof msg, fmt, arg); /* one write (exec_usage_error) */
+	fprintf(stderr, "hpdlf-exec: %s\n", msg);
 	return 2;
 }
 

@@ -56,10 +56,7 @@ static void on_stop(int sig)
 
 static int usage(const char *msg, const char *arg)
 {
-	fprintf(stderr, "hpdlf-exec: ");
-	fprintf(stderr, msg, arg);
-	fprintf(stderr, "\n(see hpdlf-exec --help)\n");
-	return 2;
+	return exec_usage_error(msg, arg);
 }
 
 static int parse_loss(const char *s, struct hp_train_spec *sp)

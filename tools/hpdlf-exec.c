@@ -41,11 +41,15 @@ static int fail(int rc)
 	return hp_exit_status(rc);
 }
 
+/* One write for the whole message: under mpirun the ranks' lines and the
+ * launcher's banner share a pipe, and a line written in pieces came out
+ * as "hpdlf-exec: -----..." with the banner in its middle. */
 int exec_usage_error(const char *fmt, const char *arg)
 {
-	fprintf(stderr, "hpdlf-exec: ");
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\n(see hpdlf-exec --help)\n");
+	char msg[2048];
+
+	snprintf(msg, sizeof msg, fmt, arg);
+	fprintf(stderr, "hpdlf-exec: %s\n(see hpdlf-exec --help)\n", msg);
 	return 2;
 }
 

@@ -43,12 +43,7 @@ static int nlaunched; /* ranks under a launcher (0: none) */
 
 static int usage(const char *msg, const char *arg)
 {
-	if (!lead)
-		return 2;
-	fprintf(stderr, "hpdlf-exec: ");
-	fprintf(stderr, msg, arg);
-	fprintf(stderr, "\n(see hpdlf-exec --help)\n");
-	return 2;
+	return lead ? exec_usage_error(msg, arg) : 2;
 }
 
 /* Flags the runner sets for every trial itself. */
