@@ -81,6 +81,9 @@ int hp_fz_user_fed(const struct hp_graph *g, int v);
  * (torch's, for MobileNetV2's last BatchNorm) hand a node its statistics
  * through Identity nodes of an initializer. */
 int hp_fz_past_identity(const struct hp_graph *g, int v);
+/* A new activation named like's name + "." + what (made unique), its
+ * dtype and shape left to shape inference; its value index. */
+int hp_fz_new_value(struct hp_graph *g, int like, const char *what);
 /* v's floats: its data, or a copy read from the model's file into *own
  * (for the caller to free); NULL when out of memory or unreadable. */
 const float *hp_fz_load_f32(const struct hp_graph *g, int v, float **own);

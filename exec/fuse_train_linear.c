@@ -39,16 +39,6 @@ static int weight_of(const struct hp_graph *g, int v, int by)
 	return w;
 }
 
-static int new_value(struct hp_graph *g, int like, const char *what)
-{
-	char name[512];
-
-	snprintf(name, sizeof name, "%s.%s", g->values[like].name, what);
-	for (int i = 1; hp_graph_find_value(g, name) >= 0; i++)
-		snprintf(name, sizeof name, "%s.%s#%d", g->values[like].name, what, i);
-	return hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
-}
-
 /* MatMul node mm (X, Transpose(w)) -> y into the Gemm (and its views). */
 static int rewrite(struct hp_graph *g, int mm, int w, struct hp_fuse_report *r)
 {
@@ -59,7 +49,7 @@ static int rewrite(struct hp_graph *g, int mm, int w, struct hp_fuse_report *r)
 	snprintf(line, sizeof line, "MatMul '%s' of a transposed weight '%s' into a Gemm (transB)", g->nodes[mm].name,
 		 g->values[w].name);
 	if (rank > 2) {
-		if ((rows = new_value(g, y, "rows")) < 0 || (y2 = new_value(g, y, "2d")) < 0)
+		if ((rows = hp_fz_new_value(g, y, "rows")) < 0 || (y2 = hp_fz_new_value(g, y, "2d")) < 0)
 			return rows < 0 ? rows : y2;
 		snprintf(name, sizeof name, "%s/rows", g->nodes[mm].name);
 		if ((f = hp_fz_add_node(g, name, "Flatten", 0, 1, &x, rows)) < 0 ||

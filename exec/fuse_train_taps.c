@@ -31,10 +31,7 @@ static int slice_taps(struct hp_graph *g, int ci, int w, const struct hp_fz_cut 
 	    (in[2] = hp_fz_i64_init(g, g->values[w].name, ".taps_to", ends, c->nd)) < 0 ||
 	    (in[3] = hp_fz_i64_init(g, g->values[w].name, ".taps_axes", axes, c->nd)) < 0)
 		return in[1] < 0 ? in[1] : in[2] < 0 ? in[2] : in[3];
-	snprintf(name, sizeof name, "%s.taps", g->values[w].name);
-	for (int k = 1; hp_graph_find_value(g, name) >= 0; k++)
-		snprintf(name, sizeof name, "%s.taps#%d", g->values[w].name, k);
-	if ((sl = hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL)) < 0)
+	if ((sl = hp_fz_new_value(g, w, "taps")) < 0)
 		return sl;
 	snprintf(name, sizeof name, "%s/taps", g->nodes[ci].name);
 	return (rc = hp_fz_add_node(g, name, "Slice", 0, 4, in, sl)) < 0 ? rc : sl;

@@ -354,3 +354,13 @@ const float *hp_fz_load_f32(const struct hp_graph *g, int v, float **own)
 	}
 	return *own;
 }
+
+int hp_fz_new_value(struct hp_graph *g, int like, const char *what)
+{
+	char name[512];
+
+	snprintf(name, sizeof name, "%s.%s", g->values[like].name, what);
+	for (int i = 1; hp_graph_find_value(g, name) >= 0; i++)
+		snprintf(name, sizeof name, "%s.%s#%d", g->values[like].name, what, i);
+	return hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+}

@@ -193,10 +193,5 @@ uint64_t hp_budget_process_bound_for(uint64_t tensors)
 
 uint64_t hp_budget_process_for(uint64_t tensors)
 {
-	uint64_t f = hp_budget_overhead();
-	uint64_t need = (tensors + HS_PAGE - 1) / HS_PAGE * HS_PAGE + hp_budget_pool_meta(tensors) + f;
-
-	if (tensors <= small_cap(f))
-		return tensors;
-	return need > HP_BUDGET_PROCESS_FROM ? need : HP_BUDGET_PROCESS_FROM;
+	return tensors <= small_cap(hp_budget_overhead()) ? tensors : hp_budget_process_bound_for(tensors);
 }
