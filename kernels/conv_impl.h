@@ -637,6 +637,18 @@ void hp_conv_parallel(struct hp_pool *pool, int threads, int64_t n, hp_range_fn 
  * units of a late one, so no thread waits for a worker's wake-up to run
  * that worker's share. */
 void hp_conv_steal(struct hp_pool *pool, int threads, int64_t n, int64_t unit, hp_range_fn fn, void *arg);
+/* Columns per block of a product cut into blocks of at most nb columns
+ * (whole panels of nr) over a column space of `cols`, with `others`
+ * independent copies of it (batch items, groups): nb, unless that gives
+ * fewer than HP_CONV_EVEN_BLOCKS blocks in all and more than one per copy;
+ * then an even number of blocks per copy, of whole panels as equal as
+ * they come.  A node's threads take whole blocks where there are few (a
+ * block's panels are packed once), so 144 columns cut 128 + 16 left one
+ * thread with 8/9 of a 12x12 plane (GoogLeNet's inception 3 at 96x96:
+ * 1.2x from the second thread); 80 + 64 share it.  Depends on the node's
+ * shape only (the workspace is sized from it), never on the threads. */
+#define HP_CONV_EVEN_BLOCKS 8
+int64_t hp_conv_even_block(int64_t cols, int64_t nb, int64_t nr, int64_t others);
 
 
 /* ConvGradFilter of an ungrouped convolution in 1-3 spatial dims

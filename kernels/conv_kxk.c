@@ -165,7 +165,12 @@ static int64_t kx_colspace(const struct hp_conv *cv)
  * convolution's tiles cut again (halo Slices), where it ran 8. */
 static int64_t kx_block_cols(const struct hp_conv *cv)
 {
-	return cv->narrow && kx_colspace(cv) <= 2 * KX_NB ? KX_NB / 2 : KX_NB;
+	int64_t cols = kx_colspace(cv);
+
+	if (cv->narrow && cols <= 2 * KX_NB)
+		return KX_NB / 2;
+	/* few blocks: an even number of equal ones (hp_conv_even_block) */
+	return hp_conv_even_block(cols, KX_NB, KX_NR, (kx_span(cv) ? 1 : cv->batch) * cv->group);
 }
 
 /* Columns of a worker's block area: a block's, or fewer when the column

@@ -113,6 +113,7 @@ struct pw_run {
 	const struct hp_epi *epi;
 	const float *addend;
 	int64_t mr, mt, nblk;    /* rows per micro-tile, micro-tiles of rows, column blocks per item */
+	int64_t nbw;             /* columns per block: PW_NB, or fewer (hp_conv_even_block) */
 	struct hp_fma_fin fin;       /* the epilogue in registers, when fin_ok */
 	int fin_ok, fin_add;     /* epi done as tiles are stored; with a full addend */
 	int64_t per_thread;      /* floats of a worker's panel buffer */
@@ -635,9 +636,9 @@ static void pw_block(struct pw_run *r, int64_t bg, int64_t j0, int64_t nc, int64
 		pw_pack(x, cv->xvol, 0, K, j0 + nfull, nc - nfull, bp);
 		r->tail_of[tid] = bg;
 	}
-	if (r->whole && r->tail_of[tid] != bg * r->nblk + j0 / PW_NB) { /* and here the block's panels */
+	if (r->whole && r->tail_of[tid] != bg * r->nblk + j0 / r->nbw) { /* and here the block's panels */
 		pw_pack_pro(x, cv->xvol, 0, K, j0, nc, K * PW_NR, bp, r->pro);
-		r->tail_of[tid] = bg * r->nblk + j0 / PW_NB;
+		r->tail_of[tid] = bg * r->nblk + j0 / r->nbw;
 	}
 	for (int64_t k0 = 0; k0 < K; k0 += PW_KC) {
 		int64_t kc = min64(PW_KC, K - k0);
@@ -851,11 +852,11 @@ static void pw_range(void *arg, int64_t b, int64_t e, int tid)
 
 	while (b < e) {
 		int64_t blk = b / r->mt, t0 = b % r->mt, t1 = min64(r->mt, t0 + (e - b));
-		int64_t bg = blk / r->nblk, j0 = blk % r->nblk * PW_NB;
+		int64_t bg = blk / r->nblk, j0 = blk % r->nblk * r->nbw;
 		if (r->cv->wflip)
-			pwf_block(r, bg, j0, min64(PW_NB, r->cv->yvol - j0), t0, t1, bp);
+			pwf_block(r, bg, j0, min64(r->nbw, r->cv->yvol - j0), t0, t1, bp);
 		else
-			pw_block(r, bg, j0, min64(PW_NB, r->cv->yvol - j0), t0, t1, bp, tid);
+			pw_block(r, bg, j0, min64(r->nbw, r->cv->yvol - j0), t0, t1, bp, tid);
 		b += t1 - t0;
 	}
 }
@@ -946,8 +947,11 @@ static int pw_inplace(const struct hp_conv *cv, int64_t per_thread)
  * block once for its units: r->whole). */
 static int64_t pw_steal_unit(const struct pw_run *r, int64_t units, int threads)
 {
-	int64_t su = units / ((int64_t)threads * PW_UNITS_PER_THREAD);
+	int64_t su = units / ((int64_t)threads * PW_UNITS_PER_THREAD), blocks = units / r->mt;
 
+	/* evened blocks (r->nbw < PW_NB): each thread's share whole blocks */
+	if (r->nbw < PW_NB && blocks % threads == 0)
+		return blocks / threads * r->mt;
 	if (!r->inplace && !r->whole && su < min64(r->mt, PW_MIN_PACKED_TILES))
 		su = min64(r->mt, PW_MIN_PACKED_TILES);
 	return su < 1 ? 1 : su;
@@ -968,7 +972,9 @@ static void pw_forward(const struct hp_conv *cv, const float *x, const float *w,
 	threads = hp_conv_threads_enter(pool, &saved);
 
 	pw_fin_plan(&r);
-	r.nblk = (cv->yvol + PW_NB - 1) / PW_NB;
+	/* few blocks: an even number of equal ones (144 columns: 80 + 64) */
+	r.nbw = hp_conv_even_block(cv->yvol, PW_NB, PW_NR, cv->batch * cv->group);
+	r.nblk = (cv->yvol + r.nbw - 1) / r.nbw;
 	r.per_thread = min64(cv->kdim, PW_KC) * PW_NB;
 	r.inplace = !pro && pw_inplace(cv, r.per_thread);
 	/* a prologue packs a block's panels once for all of K where they fit

@@ -3,7 +3,8 @@
  * place on small planes, the tail panel shared by a thread's units; packed
  * panels on large ones), the depthwise kernels (conv_dwc.c's channel
  * blocks, conv_dw.c's planes over conv_dw3.c or its own padded rows) and
- * the im2col tiles (conv.c: MobileNetV2's 3-channel stem), with and without
+ * the im2col tiles (conv.c: MobileNetV2's 3-channel stem), the KxK chains
+ * (conv_kxk.c) and products on evened column blocks (hp_conv_even_block), with and without
  * a fused epilogue (FusedConv: Clip, Relu, a full addend).
  *
  * Each case against plain double loops (tolerance), and bitwise: one
@@ -25,6 +26,7 @@
 #include <cmocka.h>
 
 #include "hpdlf/error.h"
+#include "kernels/conv_impl.h"
 #include "kernels/threadpool.h"
 #include "tests/kernels/harness.h"
 
@@ -45,6 +47,11 @@ static const struct sc cases[] = {
 	/* pointwise, several column blocks: packed panels */
 	{ "1x1 20x23 64->30, batch 2", 2, 64, 30, 20, 23, 1, 1, 0, 1, 1, "Relu", 1, 1 },
 	{ "1x1 28x28 300->44", 1, 300, 44, 28, 28, 1, 1, 0, 1, 1, NULL, 0, 1 },
+	/* column blocks evened (hp_conv_even_block): 144 columns as 80 + 64,
+	 * 576 as six of 96, each thread's share whole blocks */
+	{ "1x1 12x12 192->64 (GoogLeNet's inception 3a, blocks 80 + 64)", 1, 192, 64, 12, 12, 1, 1, 0, 1, 1, "Relu", 0, 1 },
+	{ "3x3 12x12 32->96 (kxk, blocks 80 + 64)", 1, 32, 96, 12, 12, 3, 1, 1, 1, 1, "Relu", 0, 1 },
+	{ "3x3 24x24 64->40 + add (kxk, six blocks of 96)", 1, 64, 40, 24, 24, 3, 1, 1, 1, 1, "", 1, 1 },
 	/* depthwise */
 	{ "dw 7x7 s1 960 (channel blocks)", 1, 960, 960, 7, 7, 3, 1, 1, 1, 960, "Clip", 0, 1 },
 	{ "dw 14x14 s2 100, batch 2 (channel blocks)", 2, 100, 100, 14, 14, 3, 2, 1, 1, 100, NULL, 0, 1 },
@@ -179,9 +186,24 @@ static void test_steal(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* The evened widths: an even number of blocks of whole panels where a
+ * node has few, KX_NB/PW_NB's 128 columns elsewhere. */
+static void test_even_block(void **state)
+{
+	(void)state;
+	assert_int_equal(hp_conv_even_block(144, 128, 16, 1), 80);   /* 128 + 16 -> 80 + 64 */
+	assert_int_equal(hp_conv_even_block(576, 128, 16, 1), 96);   /* 5 blocks -> 6 of 96 */
+	assert_int_equal(hp_conv_even_block(529, 128, 16, 1), 96);   /* 34 panels: 6 blocks */
+	assert_int_equal(hp_conv_even_block(256, 128, 16, 1), 128);  /* already 2 equal ones */
+	assert_int_equal(hp_conv_even_block(100, 128, 16, 1), 128);  /* one block: cut by rows */
+	assert_int_equal(hp_conv_even_block(144, 128, 16, 4), 128);  /* 8 blocks with the batch */
+	assert_int_equal(hp_conv_even_block(4096, 128, 16, 1), 128);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_even_block),
 		cmocka_unit_test(test_steal),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
