@@ -144,11 +144,11 @@ void hp_conv_steal(struct hp_pool *pool, int threads, int64_t n, int64_t unit, h
 	hp_parallel_steal(pool, n, unit, threads, fn, arg);
 }
 
-int64_t hp_conv_even_block(int64_t cols, int64_t nb, int64_t nr, int64_t others)
+int64_t hp_conv_even_block(int64_t cols, int64_t nb, int64_t nr, int64_t others, int one)
 {
 	int64_t nblk = (cols + nb - 1) / nb, panels = (cols + nr - 1) / nr;
 
-	if (nblk < 2 || others * nblk >= HP_CONV_EVEN_BLOCKS)
+	if ((nblk < 2 && !(one && others == 1 && panels >= HP_CONV_EVEN_PANELS)) || others * nblk >= HP_CONV_EVEN_BLOCKS)
 		return nb;
 	nblk += nblk & 1;
 	return (panels + nblk - 1) / nblk * nr;

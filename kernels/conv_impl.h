@@ -645,10 +645,16 @@ void hp_conv_steal(struct hp_pool *pool, int threads, int64_t n, int64_t unit, h
  * they come.  A node's threads take whole blocks where there are few (a
  * block's panels are packed once), so 144 columns cut 128 + 16 left one
  * thread with 8/9 of a 12x12 plane (GoogLeNet's inception 3 at 96x96:
- * 1.2x from the second thread); 80 + 64 share it.  Depends on the node's
- * shape only (the workspace is sized from it), never on the threads. */
+ * 1.2x from the second thread); 80 + 64 share it.  With `one`, a single
+ * block of HP_CONV_EVEN_PANELS panels or more (and no other copies) is
+ * cut in two as well: where the panels are packed per unit (conv_kxk.c),
+ * threads sharing one block by rows each packed all of its panels
+ * (SqueezeNet's 3x3s at 11x11: 1.46x from a second thread).  Depends on
+ * the node's shape only (the workspace is sized from it), never on the
+ * threads. */
 #define HP_CONV_EVEN_BLOCKS 8
-int64_t hp_conv_even_block(int64_t cols, int64_t nb, int64_t nr, int64_t others);
+#define HP_CONV_EVEN_PANELS 6
+int64_t hp_conv_even_block(int64_t cols, int64_t nb, int64_t nr, int64_t others, int one);
 
 
 /* ConvGradFilter of an ungrouped convolution in 1-3 spatial dims

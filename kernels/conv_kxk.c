@@ -169,8 +169,10 @@ static int64_t kx_block_cols(const struct hp_conv *cv)
 
 	if (cv->narrow && cols <= 2 * KX_NB)
 		return KX_NB / 2;
-	/* few blocks: an even number of equal ones (hp_conv_even_block) */
-	return hp_conv_even_block(cols, KX_NB, KX_NR, (kx_span(cv) ? 1 : cv->batch) * cv->group);
+	/* few blocks: an even number of equal ones (hp_conv_even_block); a
+	 * Conv node's single block cut too (not a gradient's: kx_flip_lazy
+	 * packs its W' per micro-tile where one block takes every weight) */
+	return hp_conv_even_block(cols, KX_NB, KX_NR, (kx_span(cv) ? 1 : cv->batch) * cv->group, !cv->wflip);
 }
 
 /* Columns of a worker's block area: a block's, or fewer when the column

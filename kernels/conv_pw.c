@@ -973,7 +973,7 @@ static void pw_forward(const struct hp_conv *cv, const float *x, const float *w,
 
 	pw_fin_plan(&r);
 	/* few blocks: an even number of equal ones (144 columns: 80 + 64) */
-	r.nbw = hp_conv_even_block(cv->yvol, PW_NB, PW_NR, cv->batch * cv->group);
+	r.nbw = hp_conv_even_block(cv->yvol, PW_NB, PW_NR, cv->batch * cv->group, 0);
 	r.nblk = (cv->yvol + r.nbw - 1) / r.nbw;
 	r.per_thread = min64(cv->kdim, PW_KC) * PW_NB;
 	r.inplace = !pro && pw_inplace(cv, r.per_thread);

@@ -52,6 +52,7 @@ static const struct sc cases[] = {
 	{ "1x1 12x12 192->64 (GoogLeNet's inception 3a, blocks 80 + 64)", 1, 192, 64, 12, 12, 1, 1, 0, 1, 1, "Relu", 0, 1 },
 	{ "3x3 12x12 32->96 (kxk, blocks 80 + 64)", 1, 32, 96, 12, 12, 3, 1, 1, 1, 1, "Relu", 0, 1 },
 	{ "3x3 24x24 64->40 + add (kxk, six blocks of 96)", 1, 64, 40, 24, 24, 3, 1, 1, 1, 1, "", 1, 1 },
+	{ "3x3 11x11 32->128 (kxk, one block cut in two: 64 + 57)", 1, 32, 128, 11, 11, 3, 1, 1, 1, 1, "Relu", 0, 1 },
 	/* depthwise */
 	{ "dw 7x7 s1 960 (channel blocks)", 1, 960, 960, 7, 7, 3, 1, 1, 1, 960, "Clip", 0, 1 },
 	{ "dw 14x14 s2 100, batch 2 (channel blocks)", 2, 100, 100, 14, 14, 3, 2, 1, 1, 100, NULL, 0, 1 },
@@ -191,13 +192,18 @@ static void test_steal(void **state)
 static void test_even_block(void **state)
 {
 	(void)state;
-	assert_int_equal(hp_conv_even_block(144, 128, 16, 1), 80);   /* 128 + 16 -> 80 + 64 */
-	assert_int_equal(hp_conv_even_block(576, 128, 16, 1), 96);   /* 5 blocks -> 6 of 96 */
-	assert_int_equal(hp_conv_even_block(529, 128, 16, 1), 96);   /* 34 panels: 6 blocks */
-	assert_int_equal(hp_conv_even_block(256, 128, 16, 1), 128);  /* already 2 equal ones */
-	assert_int_equal(hp_conv_even_block(100, 128, 16, 1), 128);  /* one block: cut by rows */
-	assert_int_equal(hp_conv_even_block(144, 128, 16, 4), 128);  /* 8 blocks with the batch */
-	assert_int_equal(hp_conv_even_block(4096, 128, 16, 1), 128);
+	assert_int_equal(hp_conv_even_block(144, 128, 16, 1, 0), 80);   /* 128 + 16 -> 80 + 64 */
+	assert_int_equal(hp_conv_even_block(576, 128, 16, 1, 0), 96);   /* 5 blocks -> 6 of 96 */
+	assert_int_equal(hp_conv_even_block(529, 128, 16, 1, 0), 96);   /* 34 panels: 6 blocks */
+	assert_int_equal(hp_conv_even_block(256, 128, 16, 1, 0), 128);  /* already 2 equal ones */
+	assert_int_equal(hp_conv_even_block(100, 128, 16, 1, 0), 128);  /* one block: cut by rows */
+	assert_int_equal(hp_conv_even_block(144, 128, 16, 4, 0), 128);  /* 8 blocks with the batch */
+	assert_int_equal(hp_conv_even_block(4096, 128, 16, 1, 0), 128);
+	/* one block cut in two where asked (kxk): 121 columns, 8 panels */
+	assert_int_equal(hp_conv_even_block(121, 128, 16, 1, 1), 64);
+	assert_int_equal(hp_conv_even_block(81, 128, 16, 1, 1), 48);   /* 6 panels */
+	assert_int_equal(hp_conv_even_block(49, 128, 16, 1, 1), 128);  /* 4 panels: by rows */
+	assert_int_equal(hp_conv_even_block(121, 128, 16, 2, 1), 128); /* a batch of 2 */
 }
 
 int main(void)
