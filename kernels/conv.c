@@ -144,6 +144,13 @@ void hp_conv_steal(struct hp_pool *pool, int threads, int64_t n, int64_t unit, h
 	hp_parallel_steal(pool, n, unit, threads, fn, arg);
 }
 
+int hp_conv_par_threads(struct hp_pool *pool, int threads, double flops)
+{
+	if (flops >= HP_CONV_PAR_MIN_FLOPS || (flops >= HP_CONV_PAR_MIN_POLLING && hp_pool_polling(pool)))
+		return threads;
+	return 1;
+}
+
 int64_t hp_conv_even_block(int64_t cols, int64_t nb, int64_t nr, int64_t others, int one)
 {
 	int64_t nblk = (cols + nb - 1) / nb, panels = (cols + nr - 1) / nr;

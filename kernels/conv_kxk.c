@@ -53,8 +53,6 @@
 #define KX_INLINE __attribute__((always_inline)) inline
 #endif
 
-/* Below this many flops a node runs on the caller alone (as conv_pw.c). */
-#define KX_PAR_MIN_FLOPS 2e6
 /* Row stride of a micro-tile's W' packed per k chunk (kx_flip_tile512). */
 #define KX_FLIP_LD (KX_KC + 16)
 /* Flipped weights of at least this many floats are packed by all workers. */
@@ -684,8 +682,7 @@ void hp_kxk_forward(const struct hp_conv *cv, const float *x, const float *w, co
 		r.fin_ok = 0; /* the epilogue after the scatter */
 	if (threads > cap / r.per_thread)
 		threads = (int)(cap / r.per_thread);
-	if (hp_conv_flops(cv) < KX_PAR_MIN_FLOPS)
-		threads = 1;
+	threads = hp_conv_par_threads(pool, threads, hp_conv_flops(cv));
 	/* each thread takes its share's units front to back, then the
 	 * units a late thread has not begun (hp_conv_steal) */
 	hp_conv_steal(pool, threads, r.blocks * r.mt, kx_unit(&r, threads), kx_range, &r);

@@ -48,9 +48,6 @@
 #define PW_KC 256   /* k per cache block */
 #define PW_NB 128   /* columns per unit (a multiple of PW_NR) */
 #define PW_MIN_KC 16 /* wflip: k per cache block at least, where a workspace is tight */
-/* Below this many flops a node runs on the caller alone: waking the pool
- * costs more than the second thread gains. */
-#define PW_PAR_MIN_FLOPS 2e6
 /* Stealing (hp_conv_steal): about this many units per thread, so that a
  * thread done early takes work from a late one in small pieces; and at
  * least this many micro-tiles of rows per unit where a unit packs its own
@@ -997,8 +994,7 @@ static void pw_forward(const struct hp_conv *cv, const float *x, const float *w,
 	if (threads > cap / r.per_thread)
 		threads = (int)(cap / r.per_thread);
 	threads = threads < PW_MAX_TID ? threads : PW_MAX_TID;
-	if (hp_conv_flops(cv) < PW_PAR_MIN_FLOPS)
-		threads = 1;
+	threads = hp_conv_par_threads(pool, threads, hp_conv_flops(cv));
 	hp_conv_steal(pool, threads, units, pw_steal_unit(&r, units, threads), pw_range, &r);
 	hp_conv_threads_leave(saved);
 }

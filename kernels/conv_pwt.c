@@ -50,8 +50,6 @@
 #define PWT_MAX_TID 8
 /* Rows of W ahead that the tiles reading W in place (wflip) prefetch. */
 #define PWT_PFD 16
-/* as conv_pw.c's PW_PAR_MIN_FLOPS */
-#define PWT_PAR_MIN_FLOPS 2e6
 
 static int pwt_mode;
 
@@ -323,8 +321,7 @@ int hp_pwt_forward_packed(const struct hp_conv *cv, const float *x, const float 
 	r.nv = pwt_packed_nv(cv->cout_g);
 	r.mt = (cv->cout_g + 16 * r.nv - 1) / (16 * r.nv);
 	threads = threads < PWT_MAX_TID ? threads : PWT_MAX_TID;
-	if (hp_conv_flops(cv) < PWT_PAR_MIN_FLOPS)
-		threads = 1;
+	threads = hp_conv_par_threads(pool, threads, hp_conv_flops(cv));
 	hp_conv_steal(pool, threads, r.mt, 1, pwt_range, &r);
 	hp_conv_threads_leave(saved);
 	return 1;
@@ -350,8 +347,7 @@ void hp_pwt_forward(const struct hp_conv *cv, const float *x, const float *w, co
 	if (!cv->wflip && threads > cap / per_thread)
 		threads = (int)(cap / per_thread);
 	threads = threads < PWT_MAX_TID ? threads : PWT_MAX_TID;
-	if (hp_conv_flops(cv) < PWT_PAR_MIN_FLOPS)
-		threads = 1;
+	threads = hp_conv_par_threads(pool, threads, hp_conv_flops(cv));
 	hp_conv_steal(pool, threads, units, 1, pwt_range, &r);
 	hp_conv_threads_leave(saved);
 #else

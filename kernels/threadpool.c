@@ -50,7 +50,7 @@ struct hp_pool {
 	int pending;           /* startup handshake */
 	int parts, next;       /* shares of the current job: count, next unclaimed */
 	_Atomic int finished;  /* shares done; changed under mu, polled without it */
-	int sleepers;          /* workers blocked on go */
+	_Atomic int sleepers;  /* workers blocked on go; changed under mu, read without it */
 	int waiting;           /* the caller is blocked on done */
 	int quit;
 	int64_t spin_ns;
@@ -246,9 +246,9 @@ static void await_job(struct hp_pool *p, uint64_t seen)
 	spin_until(p, gen_moved, seen, p->spin_ns);
 	pthread_mutex_lock(&p->mu);
 	while (atomic_load(&p->generation) == seen && !p->quit) {
-		p->sleepers++;
+		atomic_fetch_add(&p->sleepers, 1);
 		pthread_cond_wait(&p->go, &p->mu);
-		p->sleepers--;
+		atomic_fetch_sub(&p->sleepers, 1);
 	}
 }
 
@@ -361,6 +361,11 @@ void hp_pool_destroy(struct hp_pool *p)
 	free(p);
 }
 
+int hp_pool_polling(struct hp_pool *p)
+{
+	return p && p->n > 1 && !atomic_load_explicit(&p->sleepers, memory_order_relaxed);
+}
+
 int hp_pool_size(const struct hp_pool *p)
 {
 	return p ? p->n : 1;
@@ -384,7 +389,7 @@ static void run_job(struct hp_pool *p, int64_t n, int64_t chunk, int64_t unit, h
 	p->next = 1;
 	atomic_store(&p->finished, 0);
 	atomic_fetch_add(&p->generation, 1);
-	if (p->sleepers)
+	if (atomic_load(&p->sleepers))
 		pthread_cond_broadcast(&p->go);
 	pthread_mutex_unlock(&p->mu);
 	test_sleep(0);

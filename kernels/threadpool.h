@@ -25,6 +25,13 @@ int64_t hp_pool_spin_ns(void);
  * 2^32. */
 void hp_parallel_steal(struct hp_pool *p, int64_t n, int64_t unit, int parts, hp_range_fn fn, void *arg);
 
+/* Whether the pool has workers and none of them sleeps (each runs a job
+ * or polls for the next one): handing a job to polling workers costs
+ * about 0.5 us on 2 threads (an empty hp_parallel_steal, median of
+ * 20000), waking a sleeping one a futex call and a trip through the
+ * scheduler on both sides.  A hint, read without the lock. */
+int hp_pool_polling(struct hp_pool *p);
+
 /* Tests: a worker sleeps us microseconds before it starts its share of
  * a stealing job (0: never, the default; below 0: until the other threads
  * have taken every unit of the job), so that the other threads take its

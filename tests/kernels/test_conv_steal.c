@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -206,10 +207,32 @@ static void test_even_block(void **state)
 	assert_int_equal(hp_conv_even_block(121, 128, 16, 2, 1), 128); /* a batch of 2 */
 }
 
+/* hp_conv_par_threads: the threads from HP_CONV_PAR_MIN_FLOPS; from
+ * HP_CONV_PAR_MIN_POLLING only while no worker sleeps; else one. */
+static void test_par_threads(void **state)
+{
+	struct hp_pool *pool;
+	int tries;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (tries = 0; tries < 2000 && hp_pool_polling(pool); tries++) {
+		struct timespec t = { 0, 1000000 };
+		nanosleep(&t, NULL);
+	}
+	assert_false(hp_pool_polling(pool));
+	assert_int_equal(hp_conv_par_threads(pool, 2, HP_CONV_PAR_MIN_FLOPS), 2);
+	assert_int_equal(hp_conv_par_threads(pool, 2, HP_CONV_PAR_MIN_POLLING), 1); /* asleep */
+	assert_int_equal(hp_conv_par_threads(pool, 2, 1e4), 1);
+	assert_int_equal(hp_conv_par_threads(NULL, 1, 1e4), 1);
+	hp_pool_destroy(pool);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_even_block),
+		cmocka_unit_test(test_par_threads),
 		cmocka_unit_test(test_steal),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

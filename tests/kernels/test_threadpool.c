@@ -6,7 +6,8 @@
  * in calls of one unit each, tids below the shares, and a late share's
  * units taken from its back by the other thread.  The suite runs this file twice: as it comes
  * (polling for HPDLF_POOL_SPIN_US's default) and with
- * HPDLF_POOL_SPIN_US=0 (workers sleep at once). */
+ * HPDLF_POOL_SPIN_US=0 (workers sleep at once).  hp_pool_polling: whether
+ * no worker sleeps. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -293,6 +294,42 @@ static void test_steal_delay_hook(void **state)
 	hp_pool_destroy(p);
 }
 
+/* hp_pool_polling: no workers, none; workers asleep after a pause longer
+ * than any spin, none (a small job is not worth waking them); right after
+ * jobs, where workers poll at all, some time within 2 s of tries. */
+static void spin_fn(void *arg, int64_t b, int64_t e, int tid)
+{
+	struct timespec t0, t1;
+
+	(void)arg, (void)b, (void)e, (void)tid;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+	while ((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec) < 20000);
+}
+
+static void test_polling(void **state)
+{
+	struct hp_pool *p;
+	int tries, seen = 0;
+
+	(void)state;
+	assert_false(hp_pool_polling(NULL));
+	assert_int_equal(hp_pool_create(1, &p), 0);
+	assert_false(hp_pool_polling(p));
+	hp_pool_destroy(p);
+	assert_int_equal(hp_pool_create(2, &p), 0);
+	for (tries = 0; tries < 2000 && hp_pool_polling(p); tries++)
+		pause_ms(1);
+	assert_false(hp_pool_polling(p));
+	for (tries = 0; tries < 20000 && !seen && hp_pool_spin_ns() > 0; tries++) {
+		hp_parallel_for(p, 2, 1, spin_fn, NULL);
+		seen = hp_pool_polling(p);
+	}
+	assert_true(seen || hp_pool_spin_ns() == 0);
+	hp_pool_destroy(p);
+}
+
 static void test_spin_setting(void **state)
 {
 	const char *e = getenv("HPDLF_POOL_SPIN_US");
@@ -310,6 +347,7 @@ int main(void)
 		cmocka_unit_test(test_fixed_shares),
 		cmocka_unit_test(test_back_to_back),
 		cmocka_unit_test(test_spin_setting),
+		cmocka_unit_test(test_polling),
 		cmocka_unit_test(test_steal_cover),
 		cmocka_unit_test(test_steal_late),
 		cmocka_unit_test(test_steal_stall_hook),
