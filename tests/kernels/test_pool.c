@@ -455,6 +455,47 @@ static void test_pool_threads(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* A MaxPool below POOL_PAR_MIN_TAPS (GoogLeNet's first at 96x96: 64x48x48,
+ * 3x3 stride 2, ceil: 330K taps) takes the pool's workers while they poll
+ * (hp_pool_polling), the same bits as on one thread; a worker held back
+ * until the caller took every unit shows the node went to the pool
+ * (hp_pool_stolen_units), within 2000 tries. */
+static void nop_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	(void)arg, (void)b, (void)e, (void)tid;
+}
+
+static void test_pool_polling(void **state)
+{
+	int64_t dims[] = { 1, 64, 48, 48 };
+	struct hp_attr at[3] = { kt_ints("kernel_shape", 2, (int64_t[]){ 3, 3 }),
+				 kt_ints("strides", 2, (int64_t[]){ 2, 2 }), kt_int("ceil_mode", 1) };
+	struct hp_tensor x = kt_tensor(HP_F32, 4, dims), y1, y2;
+	struct kt_case c = { .op = "MaxPool", .nin = 1, .in = &x, .nattrs = 3, .attrs = at, .nout = 1 };
+	struct hp_pool *pool;
+	int moved = 0;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	kt_fill_random(&x, 78, -4, 4);
+	assert_int_equal(kt_run(&c, &y1), 0);
+	c.pool = pool;
+	for (int t = 0; t < 2000 && !moved; t++) {
+		uint64_t stolen = hp_pool_stolen_units();
+		hp_parallel_for(pool, 2, 1, nop_range, NULL); /* the worker up and polling */
+		hp_pool_set_steal_stall_us(-1);
+		assert_int_equal(kt_run(&c, &y2), 0);
+		hp_pool_set_steal_stall_us(0);
+		assert_memory_equal(y1.data, y2.data, hp_tensor_bytes(&y1));
+		hp_tensor_free(&y2);
+		moved = hp_pool_stolen_units() != stolen;
+	}
+	assert_true(moved || hp_pool_spin_ns() == 0);
+	hp_tensor_free(&y1);
+	hp_tensor_free(&x);
+	hp_pool_destroy(pool);
+}
+
 static void test_global(void **state)
 {
 	static const char *ops[] = { "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool" };
@@ -513,6 +554,7 @@ int main(void)
 		cmocka_unit_test(test_pool_steal),
 		cmocka_unit_test(test_maxpool_int),
 		cmocka_unit_test(test_pool_threads),
+		cmocka_unit_test(test_pool_polling),
 		cmocka_unit_test(test_global),
 		cmocka_unit_test(test_pool_errors),
 	};
