@@ -189,6 +189,11 @@ static void test_fused_pro(void **state)
 		{ 1, 64, 5, 7, 30, 0, "Relu", 1 },
 		/* a tail of 1 past 3 panels (7x7) */
 		{ 1, 72, 7, 7, 16, 1, "", 0 },
+		/* DenseNet-121 at 96x96: block 2's fifth bottleneck (144 columns, evened blocks 80 + 64,
+		 * hp_conv_even_block) and block 3's last bottleneck (K past the
+		 * buffer, 22 micro-tiles: one unit a thread) */
+		{ 1, 256, 12, 12, 128, 1, "Relu", 0 },
+		{ 1, 992, 6, 6, 128, 1, "Relu", 0 },
 	};
 	struct hp_pool *pool;
 
