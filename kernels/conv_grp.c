@@ -97,10 +97,23 @@ struct gr_geom {
 	int64_t stage, lo;  /* floats of the staging (with slack), of a micro-tile row's outputs in o */
 };
 
+/* The parts of q that follow from rb output rows per unit. */
+static void gr_geom_rows(struct gr_geom *q, int64_t cin_g, int64_t rb)
+{
+	int64_t tw = 8 * GR_NV;
+
+	q->rb = rb;
+	q->nrp = q->rb + (q->kh - 1) * q->dh / q->sh;
+	q->plane = q->nrp * q->phw;
+	q->nrb = (q->oh + q->rb - 1) / q->rb;
+	q->stage = cin_g * q->sh * q->sw * q->plane + tw + 16;
+	q->lo = (q->rb * q->phw + tw - 1) / tw * tw;
+}
+
 static void gr_geom(const struct hp_conv *cv, struct gr_geom *q)
 {
 	const struct hp_colgeom *c = &cv->g;
-	int64_t per_row, tw = 8 * GR_NV;
+	int64_t per_row;
 
 	q->ih = c->img[1], q->iw = c->img[2], q->oh = c->grid[1], q->ow = c->grid[2];
 	q->kh = c->k[1], q->kw = c->k[2], q->sh = c->stride[1], q->sw = c->stride[2];
@@ -114,12 +127,7 @@ static void gr_geom(const struct hp_conv *cv, struct gr_geom *q)
 		(q->kh - 1) * q->dh / q->sh;
 	if (q->rb > GR_OUT_FLOATS / q->phw) /* the outputs of a micro-tile row, too */
 		q->rb = GR_OUT_FLOATS / q->phw;
-	q->rb = q->rb < 1 ? 1 : q->rb > q->oh ? q->oh : q->rb;
-	q->nrp = q->rb + (q->kh - 1) * q->dh / q->sh;
-	q->plane = q->nrp * q->phw;
-	q->nrb = (q->oh + q->rb - 1) / q->rb;
-	q->stage = cv->cin_g * q->sh * q->sw * q->plane + tw + 16;
-	q->lo = (q->rb * q->phw + tw - 1) / tw * tw;
+	gr_geom_rows(q, cv->cin_g, q->rb < 1 ? 1 : q->rb > q->oh ? q->oh : q->rb);
 }
 
 int hp_grp_eligible(const struct hp_conv *cv)
@@ -168,7 +176,16 @@ int hp_grp_wanted(const struct hp_conv *cv)
  * 256 -> 256 at 14x14 178 -> 235 (the kxk path gathers patches per
  * column block and runs AVX2 tiles on panels of fewer than 16 columns,
  * most of these planes' panels). */
-#define GR_CF_DENSE_MAX_PLANE 1000
+#define GR_CF_DENSE_MAX_PLANE 1024
+/* Dense Convs whose plane's staging does not fit take blocks of rows of
+ * at least this many positions (DenseNet's 128 channels at 24x24 in
+ * blocks of 21 rows: 125 -> 209 GF/s). */
+#define GR_DENSE_MIN_BLOCK 64
+/* With several threads, dense nodes of fewer units than this per thread
+ * take blocks of fewer rows too, of at least GR_DENSE_MIN_POS positions
+ * (DenseNet's 32 channels at 6x6 and 12x12 were one unit: one thread). */
+#define GR_DENSE_UNITS 4
+#define GR_DENSE_MIN_POS 16
 
 static int gr_cf_mode; /* 0 auto, 1 whenever eligible, -1 never */
 
@@ -830,7 +847,8 @@ int hp_grp_dense(const struct hp_conv *cv)
 		return 0;
 	gr_geom(cv, &q);
 #ifdef GR_X86
-	return gr_512() && q.rb == q.oh && q.oh * q.ow <= GR_CF_DENSE_MAX_PLANE && q.stage + q.kdim < INT32_MAX / 2;
+	return gr_512() && cv->cout >= 32 && (q.rb == q.oh || q.rb * q.ow >= GR_DENSE_MIN_BLOCK) &&
+	       q.oh * q.ow <= GR_CF_DENSE_MAX_PLANE && q.stage + q.kdim < INT32_MAX / 2;
 #else
 	return 0;
 #endif
@@ -906,6 +924,15 @@ static void grp_forward(const struct hp_conv *cv, const float *x, const float *w
 		r.cb = gr_unit_ch(1, cv->cout);
 		r.ncb = (cv->cout + r.cb - 1) / r.cb;
 		r.dense = 1;
+		if (threads > 1 && r.q.nrb * r.ncb < GR_DENSE_UNITS * threads) {
+			int64_t nrb = (GR_DENSE_UNITS * threads + r.ncb - 1) / r.ncb;
+			int64_t most = r.q.oh / ((GR_DENSE_MIN_POS + r.q.ow - 1) / r.q.ow);
+			nrb = nrb < most ? nrb : most;
+			if (nrb > r.q.nrb) { /* fewer rows a unit: less staging and output area */
+				gr_geom_rows(&r.q, cv->cin_g, (r.q.oh + nrb - 1) / nrb);
+				r.per_thread = gr_per_thread(cv, &r.q);
+			}
+		}
 	}
 	cap = (int64_t)((cv->workspace / sizeof(float) - flip) / r.per_thread);
 	threads = threads < cap ? threads : (int)cap;

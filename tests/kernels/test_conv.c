@@ -1461,11 +1461,13 @@ static void test_steal_bits(void **state)
 
 /* Dense KxK Convs at small planes on conv_grp.c's co-lane forward tiles
  * from W packed once (hp_grp_pack, as exec/fuse_pack.c does in core):
- * SqueezeNet's, GoogLeNet's and DenseNet's 3x3 shapes (5x5 to 23x23
+ * SqueezeNet's, GoogLeNet's and DenseNet's 3x3 shapes (5x5 to 24x24
  * planes; 48 and 208 output channels end in a unit of 16; 25 and 36
  * positions split into uneven tiles; several channel units share one
- * staging), a stride-2 one and one without bias.  The auto choice takes
- * them (hp_grp_dense); each output is the float chain (bias, then fmaf per
+ * staging; 128 channels at 24x24 in blocks of rows; one unit of 32
+ * channels, cut into blocks of rows on 2 threads), a stride-2 one and
+ * ones without bias.  The auto choice takes them (hp_grp_dense) but not
+ * 16 output channels; each output is the float chain (bias, then fmaf per
  * tap in order, padding taps as zeros), bitwise, on 1 and 2 threads, and
  * bitwise the unpacked kxk path's. */
 static void test_grp_dense_packed(void **state)
@@ -1475,6 +1477,7 @@ static void test_grp_dense_packed(void **state)
 	} cases[] = {
 		{ 16, 64, 23, 23, 1, 1 }, { 32, 128, 11, 11, 1, 1 }, { 48, 192, 5, 5, 1, 1 }, { 64, 48, 5, 5, 1, 0 },
 		{ 96, 208, 6, 6, 1, 1 },  { 128, 32, 12, 12, 1, 1 }, { 16, 96, 9, 13, 1, 1 }, { 24, 80, 11, 11, 2, 1 },
+		{ 128, 32, 24, 24, 1, 1 }, { 64, 32, 6, 6, 1, 0 },
 	};
 	struct hp_pool *pool;
 	size_t ran = 0;
@@ -1542,8 +1545,19 @@ static void test_grp_dense_packed(void **state)
 		}
 		free(x), free(w), free(wt), free(b), free(ref), free(y), free(ws);
 	}
-	if (hp_kxk_wide_ok()) /* every case on the co-lane tiles where they run */
+	if (hp_kxk_wide_ok()) { /* every case on the co-lane tiles where they run; 16 channels not */
+		struct hp_conv cv = { .node = 1, .nd = 2, .batch = 1, .cin = 16, .cout = 16, .group = 1, .cin_g = 16,
+				      .cout_g = 16, .path = -1 };
 		assert_int_equal(ran, sizeof cases / sizeof cases[0]);
+		cv.g = (struct hp_colgeom){ .img = { 1, 12, 12 }, .grid = { 1, 12, 12 }, .k = { 1, 3, 3 },
+					    .stride = { 1, 1, 1 }, .dil = { 1, 1, 1 }, .pad = { 0, 1, 1 } };
+		hp_colgeom_finish(&cv.g);
+		cv.xvol = cv.yvol = cv.g.img_vol;
+		cv.kdim = 16 * 9;
+		hp_conv_setup(&cv);
+		assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_KXK);
+		assert_false(hp_grp_dense(&cv));
+	}
 	hp_pool_destroy(pool);
 }
 
