@@ -833,17 +833,19 @@ static void gr_flip(const struct hp_conv *cv, const float *w, float *f, int cl)
  * at a time, and from memory (a net's weights do not stay in cache) that
  * ran at twice ONNX Runtime's time: GoogLeNet's 3x3 at 2x2 (192 -> 384
  * channels at 64x64), 24 of them (64 MB of W), 1 thread, 3.1-3.5 ms
- * against 2.4-2.7.  At batch 1 only: the tiles run item by item, reading
- * W once per item, where kxk reads it once for all the batch's columns
- * (ResNet-18's 3x3s of 512 channels at 2x2, batch 4: 0.29 ms on kxk, 0.95
- * on the tiles). */
+ * against 2.4-2.7.  At larger batches only on planes of 64 positions and
+ * more: the tiles run item by item, reading W once per item, where kxk
+ * reads it once for all the batch's columns (ResNet-18's 3x3s of 512
+ * channels at 2x2, batch 4: 0.29 ms on kxk, 0.95 on the tiles; its 64
+ * channels at 16x16 and 128 at 8x8, batch 4: 184 -> 212 and 163 -> 221
+ * GF/s on the tiles, 1 thread, task-clock). */
 int hp_grp_dense(const struct hp_conv *cv)
 {
 	struct gr_geom q;
 
 	if (!cv->node || !cv->kxk || cv->transpose || cv->wflip || cv->dw || cv->group != 1 || cv->nd != 2 ||
 	    cv->g.img[0] != 1 || cv->g.grid[0] != 1 || cv->g.k[0] != 1 || cv->g.stride[2] > GR_MAX_STRIDE ||
-	    cv->cout % 16 || gr_cf_mode < 0 || !hp_dot_available() || cv->batch != 1)
+	    cv->cout % 16 || gr_cf_mode < 0 || !hp_dot_available() || (cv->batch != 1 && cv->yvol < 64))
 		return 0;
 	gr_geom(cv, &q);
 #ifdef GR_X86

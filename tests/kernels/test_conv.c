@@ -1465,19 +1465,20 @@ static void test_steal_bits(void **state)
  * planes; 48 and 208 output channels end in a unit of 16; 25 and 36
  * positions split into uneven tiles; several channel units share one
  * staging; 128 channels at 24x24 in blocks of rows; one unit of 32
- * channels, cut into blocks of rows on 2 threads), a stride-2 one and
- * ones without bias.  The auto choice takes them (hp_grp_dense) but not
+ * channels, cut into blocks of rows on 2 threads), stride-2 ones, ones
+ * without bias, batches of 2 and 3 (planes of 64 positions and more).  The auto choice takes them (hp_grp_dense) but not
  * 16 output channels; each output is the float chain (bias, then fmaf per
  * tap in order, padding taps as zeros), bitwise, on 1 and 2 threads, and
  * bitwise the unpacked kxk path's. */
 static void test_grp_dense_packed(void **state)
 {
 	static const struct {
-		int64_t cin, cout, h, w, stride, bias;
+		int64_t cin, cout, h, w, stride, bias, n;
 	} cases[] = {
-		{ 16, 64, 23, 23, 1, 1 }, { 32, 128, 11, 11, 1, 1 }, { 48, 192, 5, 5, 1, 1 }, { 64, 48, 5, 5, 1, 0 },
-		{ 96, 208, 6, 6, 1, 1 },  { 128, 32, 12, 12, 1, 1 }, { 16, 96, 9, 13, 1, 1 }, { 24, 80, 11, 11, 2, 1 },
-		{ 128, 32, 24, 24, 1, 1 }, { 64, 32, 6, 6, 1, 0 },
+		{ 16, 64, 23, 23, 1, 1, 1 },  { 32, 128, 11, 11, 1, 1, 1 }, { 48, 192, 5, 5, 1, 1, 1 },
+		{ 64, 48, 5, 5, 1, 0, 1 },    { 96, 208, 6, 6, 1, 1, 1 },   { 128, 32, 12, 12, 1, 1, 1 },
+		{ 16, 96, 9, 13, 1, 1, 3 },   { 24, 80, 11, 11, 2, 1, 1 },  { 128, 32, 24, 24, 1, 1, 1 },
+		{ 64, 32, 6, 6, 1, 0, 1 },    { 64, 64, 16, 16, 2, 1, 2 },
 	};
 	struct hp_pool *pool;
 	size_t ran = 0;
@@ -1488,8 +1489,8 @@ static void test_grp_dense_packed(void **state)
 	assert_int_equal(hp_pool_create(2, &pool), 0);
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		int64_t ci = cases[i].cin, co = cases[i].cout, s = cases[i].stride;
-		struct hp_conv cv = { .node = 1, .nd = 2, .batch = 1, .cin = ci, .cout = co, .group = 1, .cin_g = ci,
-				      .cout_g = co, .path = -1 };
+		struct hp_conv cv = { .node = 1, .nd = 2, .batch = cases[i].n, .cin = ci, .cout = co, .group = 1,
+				      .cin_g = ci, .cout_g = co, .path = -1 };
 		struct hp_colgeom *g = &cv.g;
 		int64_t oh = (cases[i].h + 2 - 3) / s + 1, ow = (cases[i].w + 2 - 3) / s + 1;
 		*g = (struct hp_colgeom){ .img = { 1, cases[i].h, cases[i].w }, .grid = { 1, oh, ow }, .k = { 1, 3, 3 },
@@ -1505,7 +1506,7 @@ static void test_grp_dense_packed(void **state)
 			continue;
 		assert_true(hp_grp_packs(&cv));
 		ran++;
-		int64_t nx = ci * cv.xvol, nw = co * cv.kdim, ny = co * cv.yvol;
+		int64_t nb = cases[i].n, nx = nb * ci * cv.xvol, nw = co * cv.kdim, ny = nb * co * cv.yvol;
 		float *x = malloc((size_t)nx * sizeof *x), *w = malloc((size_t)nw * sizeof *w);
 		float *wt = malloc((size_t)nw * sizeof *wt), *b = malloc((size_t)co * sizeof *b);
 		float *ref = malloc((size_t)ny * sizeof *ref), *y = malloc((size_t)ny * sizeof *y);
@@ -1518,19 +1519,23 @@ static void test_grp_dense_packed(void **state)
 			w[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
 		for (int64_t j = 0; j < co; j++)
 			b[j] = (float)j / 16.0f - 1.0f;
-		for (int64_t m = 0; m < co; m++)
-			for (int64_t p = 0; p < cv.yvol; p++) {
-				float acc = bias ? bias[m] : 0.0f;
-				for (int64_t c = 0; c < ci; c++)
-					for (int64_t kh = 0; kh < 3; kh++)
-						for (int64_t kw = 0; kw < 3; kw++) {
-							int64_t ih = p / ow * s - 1 + kh, iw = p % ow * s - 1 + kw;
-							int in = ih >= 0 && ih < cases[i].h && iw >= 0 && iw < cases[i].w;
-							float xv = in ? x[(c * cases[i].h + ih) * cases[i].w + iw] : 0.0f;
-							acc = fmaf(w[(m * ci + c) * 9 + kh * 3 + kw], xv, acc);
-						}
-				ref[m * cv.yvol + p] = acc;
-			}
+		for (int64_t n = 0; n < nb; n++)
+			for (int64_t m = 0; m < co; m++)
+				for (int64_t p = 0; p < cv.yvol; p++) {
+					float acc = bias ? bias[m] : 0.0f;
+					for (int64_t c = 0; c < ci; c++)
+						for (int64_t kh = 0; kh < 3; kh++)
+							for (int64_t kw = 0; kw < 3; kw++) {
+								int64_t ih = p / ow * s - 1 + kh, iw = p % ow * s - 1 + kw;
+								int in = ih >= 0 && ih < cases[i].h && iw >= 0 &&
+									 iw < cases[i].w;
+								float xv = in ? x[((n * ci + c) * cases[i].h + ih) * cases[i].w +
+										   iw]
+									      : 0.0f;
+								acc = fmaf(w[(m * ci + c) * 9 + kh * 3 + kw], xv, acc);
+							}
+					ref[(n * co + m) * cv.yvol + p] = acc;
+				}
 		hp_grp_pack(w, 1, co, cv.kdim, wt);
 		for (int th = 0; th < 3; th++) {
 			memset(y, 0xff, (size_t)ny * sizeof *y);
