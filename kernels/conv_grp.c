@@ -54,6 +54,7 @@
 #define GR_STEM_MAX_CIN 4
 #define GR_MAX_STRIDE 8       /* column strides the staging takes */
 #define GR_STAGE_FLOATS 8192 /* staged input per unit, about half of L1 and L2's share */
+#define GR_DENSE_STAGE_FLOATS 65536 /* the same, dense Convs on the co-lane tiles (hp_grp_dense) */
 #define GR_OUT_FLOATS 1024   /* output columns per unit (a micro-tile row's run in o) */
 
 /* Tests and benchmarks: 1, gr_run's AVX2 tiles only. */
@@ -96,10 +97,23 @@ struct gr_geom {
 	int64_t stage, lo;  /* floats of the staging (with slack), of a micro-tile row's outputs in o */
 };
 
+/* The parts of q that follow from rb output rows per unit. */
+static void gr_geom_rows(struct gr_geom *q, int64_t cin_g, int64_t rb)
+{
+	int64_t tw = 8 * GR_NV;
+
+	q->rb = rb;
+	q->nrp = q->rb + (q->kh - 1) * q->dh / q->sh;
+	q->plane = q->nrp * q->phw;
+	q->nrb = (q->oh + q->rb - 1) / q->rb;
+	q->stage = cin_g * q->sh * q->sw * q->plane + tw + 16;
+	q->lo = (q->rb * q->phw + tw - 1) / tw * tw;
+}
+
 static void gr_geom(const struct hp_conv *cv, struct gr_geom *q)
 {
 	const struct hp_colgeom *c = &cv->g;
-	int64_t per_row, tw = 8 * GR_NV;
+	int64_t per_row;
 
 	q->ih = c->img[1], q->iw = c->img[2], q->oh = c->grid[1], q->ow = c->grid[2];
 	q->kh = c->k[1], q->kw = c->k[2], q->sh = c->stride[1], q->sw = c->stride[2];
@@ -109,15 +123,11 @@ static void gr_geom(const struct hp_conv *cv, struct gr_geom *q)
 	q->phw = q->ow + (q->kw - 1) * q->dw / q->sw;
 	q->kdim = cv->cin_g * q->kh * q->kw;
 	per_row = cv->cin_g * q->sh * q->sw * q->phw;
-	q->rb = (GR_STAGE_FLOATS / per_row) - (q->kh - 1) * q->dh / q->sh;
+	q->rb = ((cv->kxk && cv->group == 1 ? GR_DENSE_STAGE_FLOATS : GR_STAGE_FLOATS) / per_row) -
+		(q->kh - 1) * q->dh / q->sh;
 	if (q->rb > GR_OUT_FLOATS / q->phw) /* the outputs of a micro-tile row, too */
 		q->rb = GR_OUT_FLOATS / q->phw;
-	q->rb = q->rb < 1 ? 1 : q->rb > q->oh ? q->oh : q->rb;
-	q->nrp = q->rb + (q->kh - 1) * q->dh / q->sh;
-	q->plane = q->nrp * q->phw;
-	q->nrb = (q->oh + q->rb - 1) / q->rb;
-	q->stage = cv->cin_g * q->sh * q->sw * q->plane + tw + 16;
-	q->lo = (q->rb * q->phw + tw - 1) / tw * tw;
+	gr_geom_rows(q, cv->cin_g, q->rb < 1 ? 1 : q->rb > q->oh ? q->oh : q->rb);
 }
 
 int hp_grp_eligible(const struct hp_conv *cv)
@@ -156,6 +166,26 @@ int hp_grp_wanted(const struct hp_conv *cv)
 /* The co-lane forward tiles (gr_cf_block) on planes of at most this many
  * output positions, the auto choice. */
 #define GR_CF_MAX_PLANE 16
+/* The same for dense Convs on the kxk path (hp_grp_dense), whose
+ * staging of the whole plane must also fit GR_DENSE_STAGE_FLOATS: 1
+ * thread, perf stat task-clock, base (planes of 16 at most) -> this,
+ * GF/s: SqueezeNet 1.1's 3x3s at 96 pixels, 16 -> 64 at 23x23 120 -> 177,
+ * 32 -> 128 at 11x11 123 -> 196, 64 -> 256 at 5x5 79 -> 181; GoogLeNet's
+ * 96 -> 128 at 12x12 161 -> 220, 144 -> 288 at 6x6 135 -> 216;
+ * DenseNet's 128 -> 32 at 12x12 85 -> 182; 64 -> 64 at 28x28 108 -> 136;
+ * 256 -> 256 at 14x14 178 -> 235 (the kxk path gathers patches per
+ * column block and runs AVX2 tiles on panels of fewer than 16 columns,
+ * most of these planes' panels). */
+#define GR_CF_DENSE_MAX_PLANE 1024
+/* Dense Convs whose plane's staging does not fit take blocks of rows of
+ * at least this many positions (DenseNet's 128 channels at 24x24 in
+ * blocks of 21 rows: 125 -> 209 GF/s). */
+#define GR_DENSE_MIN_BLOCK 64
+/* With several threads, dense nodes of fewer units than this per thread
+ * take blocks of fewer rows too, of at least GR_DENSE_MIN_POS positions
+ * (DenseNet's 32 channels at 6x6 and 12x12 were one unit: one thread). */
+#define GR_DENSE_UNITS 4
+#define GR_DENSE_MIN_POS 16
 
 static int gr_cf_mode; /* 0 auto, 1 whenever eligible, -1 never */
 
@@ -601,24 +631,70 @@ static inline __attribute__((always_inline)) GR_TARGET512 void gr_cf_tile(const 
 		gr_cf_tile(NV, P, s, off, pos, kdim, wt, ldw, bias, t);                                       \
 	}
 GR_CF_FN(2, 4)
+GR_CF_FN(2, 5)
+GR_CF_FN(2, 6)
+GR_CF_FN(2, 7)
 GR_CF_FN(2, 8)
+GR_CF_FN(2, 9)
+GR_CF_FN(2, 10)
+GR_CF_FN(2, 11)
 GR_CF_FN(2, 12)
 GR_CF_FN(1, 4)
 GR_CF_FN(1, 8)
+GR_CF_FN(1, 12)
 GR_CF_FN(1, 16)
+GR_CF_FN(1, 20)
 GR_CF_FN(1, 24)
 
+typedef void (*gr_cf_fn)(const float *, const int32_t *, const int32_t *, int64_t, const float *, int64_t,
+			 const float *, float *);
+
+/* The tile of at least p positions (p <= 12 with two vectors, <= 24 with one). */
+static gr_cf_fn gr_cf_pick(int nv, int p, int *P)
+{
+	static const gr_cf_fn two[13] = { gr_cf_2_4, gr_cf_2_4, gr_cf_2_4, gr_cf_2_4, gr_cf_2_4,
+					  gr_cf_2_5, gr_cf_2_6, gr_cf_2_7, gr_cf_2_8, gr_cf_2_9,
+					  gr_cf_2_10, gr_cf_2_11, gr_cf_2_12 };
+	static const gr_cf_fn one[7] = { gr_cf_1_4, gr_cf_1_4, gr_cf_1_8, gr_cf_1_12, gr_cf_1_16, gr_cf_1_20, gr_cf_1_24 };
+
+	if (nv == 2) {
+		*P = p < 4 ? 4 : p;
+		return two[p];
+	}
+	*P = p <= 4 ? 4 : (p + 3) / 4 * 4;
+	return one[(p + 3) / 4];
+}
+
+/* y[l * yv + i] = t[i][l] for lanes l < 16 * nv, positions i < valid:
+ * 16 x 16 transposes, each channel's run of positions one masked store
+ * (the scalar copies cost a fifth of SqueezeNet's 5x5 convs). */
+static GR_TARGET512 void gr_cf_put(const float *t, int nv, int valid, float *y, int64_t yv)
+{
+	for (int v = 0; v < nv; v++)
+		for (int i0 = 0; i0 < valid; i0 += 16) {
+			__m512 r[16];
+			int n = valid - i0 < 16 ? valid - i0 : 16;
+			for (int i = 0; i < 16; i++)
+				r[i] = i < n ? _mm512_loadu_ps(t + ((i0 + i) * nv + v) * 16) : _mm512_setzero_ps();
+			hp_tr16_ps(r);
+			__mmask16 mk = (__mmask16)((1u << n) - 1);
+			for (int l = 0; l < 16; l++)
+				_mm512_mask_storeu_ps(y + (16 * v + l) * yv + i0, mk, r[l]);
+		}
+}
+
 /* gr_block's outputs on the co-lane forward tiles: W^T of group g into
- * the panel, then tiles of the unit's positions (the narrowest tile that
- * holds what is left, else the widest; positions past the last one
- * repeat it and are not stored). */
+ * the panel, then tiles of the unit's positions (as even as the widest
+ * tile allows; positions past the last one repeat it and are not
+ * stored). */
 static void gr_cf_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh0, int64_t oh1, int64_t m0,
 			const float *st, const int32_t *off, float *panel)
 {
 	const struct hp_conv *cv = r->cv;
 	const struct gr_geom *q = &r->q;
 	int64_t yv = q->oh * q->ow, mg = cv->cout_g, kdim = q->kdim, len = (oh1 - oh0) * q->ow;
-	int nv = r->cb % 32 ? 1 : 2;
+	int64_t cb = mg - m0 < r->cb ? mg - m0 : r->cb; /* the unit's channels */
+	int nv = cb % 32 ? 1 : 2;
 	float t[GR_CF_MAX_P * 32];
 	int32_t pos[GR_CF_MAX_P];
 
@@ -627,28 +703,22 @@ static void gr_cf_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh
 	else
 		for (int64_t m = 0; m < mg; m += 16)
 			gr_cf_pack16(r->w + (g * mg + m) * kdim, kdim, kdim, panel + m, mg);
-	for (int64_t m = m0; m < m0 + r->cb; m += 16 * nv) {
+	for (int64_t m = m0; m < m0 + cb; m += 16 * nv) {
 		int64_t co = g * mg + m;
 		const float *bias = r->b ? r->b + co : NULL;
 		float *y = r->y + (n * cv->cout + co) * yv + oh0 * q->ow;
-		for (int64_t j0 = 0; j0 < len;) {
-			int64_t left = len - j0;
-			int P = nv == 2 ? (left <= 4 ? 4 : left <= 8 ? 8 : 12) :
-					  (left <= 4 ? 4 : left <= 8 ? 8 : left <= 16 ? 16 : 24);
-			int valid = (int)(left < P ? left : P);
+		/* tiles as even as the widest allows (25 positions: 9, 8, 8,
+		 * not 12, 12 and a tile of 4 for one) */
+		int64_t pmax = nv == 2 ? 12 : 24, ntile = (len + pmax - 1) / pmax;
+		for (int64_t j0 = 0, tl = 0; j0 < len; tl++) {
+			int valid = (int)((len - j0 + (ntile - tl) - 1) / (ntile - tl)), P;
+			gr_cf_fn fn = gr_cf_pick(nv, valid, &P);
 			for (int i = 0; i < P; i++) {
 				int64_t j = j0 + (i < valid ? i : valid - 1);
 				pos[i] = (int32_t)(j / q->ow * q->phw + j % q->ow);
 			}
-			if (nv == 2)
-				(P == 4 ? gr_cf_2_4 : P == 8 ? gr_cf_2_8 : gr_cf_2_12)(st, off, pos, kdim, panel + m - m0,
-											r->cb, bias, t);
-			else
-				(P == 4 ? gr_cf_1_4 : P == 8 ? gr_cf_1_8 : P == 16 ? gr_cf_1_16 : gr_cf_1_24)(
-					st, off, pos, kdim, panel + m - m0, r->cb, bias, t);
-			for (int i = 0; i < valid; i++)
-				for (int l = 0; l < 16 * nv; l++)
-					y[l * yv + j0 + i] = t[i * 16 * nv + l];
+			fn(st, off, pos, kdim, panel + m - m0, cb, bias, t);
+			gr_cf_put(t, nv, valid, y + j0, yv);
 			j0 += valid;
 		}
 	}
@@ -709,15 +779,19 @@ static void gr_range(void *arg, int64_t b, int64_t e, int tid)
 	int64_t yv = q->oh * q->ow;
 
 	gr_taps(q, cv->cin_g, off);
-	for (int64_t u = b; u < e; u++) { /* u = ((n * group + g) * nrb + row block) * ncb + channel block */
-		int64_t m0 = u % r->ncb * r->cb, ub = u / r->ncb;
+	for (int64_t u = b, staged = -1; u < e; u++) { /* u = ((n * group + g) * nrb + row block) * ncb + channel block */
+		int64_t m0 = u % r->ncb * r->cb, ub = u / r->ncb, cb = cv->cout_g - m0 < r->cb ? cv->cout_g - m0 : r->cb;
 		int64_t blk = ub % q->nrb, ng = ub / q->nrb, n = ng / cv->group, g = ng % cv->group;
 		int64_t oh0 = blk * q->rb, oh1 = oh0 + q->rb < q->oh ? oh0 + q->rb : q->oh;
 		const float *xc = r->x + (n * cv->cin + g * cv->cin_g) * q->ih * q->iw;
-		gr_stage(q, cv->cin_g, xc, oh0, st);
+		/* the channel blocks of one staging share it (dense: a 5x5
+		 * plane's 256 channels staged it 8 times, 13% of the node) */
+		if (ub != staged)
+			gr_stage(q, cv->cin_g, xc, oh0, st);
+		staged = ub;
 		gr_block(r, n, g, oh0, oh1, m0, st, off, o);
 		if (r->epi)
-			for (int64_t co = g * cv->cout_g + m0; co < g * cv->cout_g + m0 + r->cb; co++) {
+			for (int64_t co = g * cv->cout_g + m0; co < g * cv->cout_g + m0 + cb; co++) {
 				int64_t at = (n * cv->cout + co) * yv;
 				hp_epi_span(r->epi, r->y, r->addend, at + oh0 * q->ow, at + oh1 * q->ow);
 			}
@@ -751,7 +825,7 @@ static void gr_flip(const struct hp_conv *cv, const float *w, float *f, int cl)
 }
 #endif
 
-/* Dense Convs (one group) at tiny planes on the kxk path, in core: with W^T
+/* Dense Convs (one group) at small planes on the kxk path, in core: with W^T
  * packed once, the co-lane forward tiles in units of 32 (or 16) output
  * channels of the whole plane.  kxk computes each output by the same chain
  * (from its bias over k = (c, kh, kw) in order, padding taps included), so
@@ -759,21 +833,24 @@ static void gr_flip(const struct hp_conv *cv, const float *w, float *f, int cl)
  * at a time, and from memory (a net's weights do not stay in cache) that
  * ran at twice ONNX Runtime's time: GoogLeNet's 3x3 at 2x2 (192 -> 384
  * channels at 64x64), 24 of them (64 MB of W), 1 thread, 3.1-3.5 ms
- * against 2.4-2.7.  At batch 1 only: the tiles run item by item, reading
- * W once per item, where kxk reads it once for all the batch's columns
- * (ResNet-18's 3x3s of 512 channels at 2x2, batch 4: 0.29 ms on kxk, 0.95
- * on the tiles). */
+ * against 2.4-2.7.  At larger batches only on planes of 64 positions and
+ * more: the tiles run item by item, reading W once per item, where kxk
+ * reads it once for all the batch's columns (ResNet-18's 3x3s of 512
+ * channels at 2x2, batch 4: 0.29 ms on kxk, 0.95 on the tiles; its 64
+ * channels at 16x16 and 128 at 8x8, batch 4: 184 -> 212 and 163 -> 221
+ * GF/s on the tiles, 1 thread, task-clock). */
 int hp_grp_dense(const struct hp_conv *cv)
 {
 	struct gr_geom q;
 
 	if (!cv->node || !cv->kxk || cv->transpose || cv->wflip || cv->dw || cv->group != 1 || cv->nd != 2 ||
 	    cv->g.img[0] != 1 || cv->g.grid[0] != 1 || cv->g.k[0] != 1 || cv->g.stride[2] > GR_MAX_STRIDE ||
-	    cv->cout % 16 || gr_cf_mode < 0 || !hp_dot_available() || cv->batch != 1)
+	    cv->cout % 16 || gr_cf_mode < 0 || !hp_dot_available() || (cv->batch != 1 && cv->yvol < 64))
 		return 0;
 	gr_geom(cv, &q);
 #ifdef GR_X86
-	return gr_512() && q.rb == q.oh && q.oh * q.ow <= GR_CF_MAX_PLANE && q.stage + q.kdim < INT32_MAX / 2;
+	return gr_512() && cv->cout >= 32 && (q.rb == q.oh || q.rb * q.ow >= GR_DENSE_MIN_BLOCK) &&
+	       q.oh * q.ow <= GR_CF_DENSE_MAX_PLANE && q.stage + q.kdim < INT32_MAX / 2;
 #else
 	return 0;
 #endif
@@ -791,20 +868,23 @@ int hp_grp_packs(const struct hp_conv *cv)
 	return gr_cofwd(cv, &q);
 }
 
-/* The units' channels: a group's (grouped), or 32 or 16 (dense). */
+/* The units' channels: a group's (grouped), or 32 (dense; the last unit
+ * 16 where mg is an odd multiple of 16: units of 16 throughout ran
+ * GoogLeNet's 208-channel 3x3 at 6x6 at 94 GF/s, the 32-channel ones of
+ * its neighbours at 215). */
 static int64_t gr_unit_ch(int64_t group, int64_t mg)
 {
-	return group > 1 ? mg : mg % 32 ? 16 : 32;
+	return group > 1 ? mg : 32;
 }
 
 void hp_grp_pack(const float *w, int64_t group, int64_t mg, int64_t kdim, float *dst)
 {
-	int64_t cb = gr_unit_ch(group, mg);
-
-	for (int64_t m0 = 0; m0 < group * mg; m0 += cb) /* a unit's panel [k][cb], in order */
+	for (int64_t m0 = 0, cb; m0 < group * mg; m0 += cb) { /* a unit's panel [k][cb], in order */
+		cb = group > 1 ? mg : group * mg - m0 < 32 ? group * mg - m0 : 32;
 		for (int64_t k = 0; k < kdim; k++)
 			for (int64_t i = 0; i < cb; i++)
 				dst[(m0 * kdim) + k * cb + i] = w[(m0 + i) * kdim + k];
+	}
 }
 
 static void grp_forward(const struct hp_conv *cv, const float *x, const float *w, const float *wt, const float *b,
@@ -844,8 +924,17 @@ static void grp_forward(const struct hp_conv *cv, const float *x, const float *w
 	r.cb = cv->cout_g, r.ncb = 1;
 	if (wt && hp_grp_dense(cv)) { /* units of 32 or 16 channels */
 		r.cb = gr_unit_ch(1, cv->cout);
-		r.ncb = cv->cout / r.cb;
+		r.ncb = (cv->cout + r.cb - 1) / r.cb;
 		r.dense = 1;
+		if (threads > 1 && r.q.nrb * r.ncb < GR_DENSE_UNITS * threads) {
+			int64_t nrb = (GR_DENSE_UNITS * threads + r.ncb - 1) / r.ncb;
+			int64_t most = r.q.oh / ((GR_DENSE_MIN_POS + r.q.ow - 1) / r.q.ow);
+			nrb = nrb < most ? nrb : most;
+			if (nrb > r.q.nrb) { /* fewer rows a unit: less staging and output area */
+				gr_geom_rows(&r.q, cv->cin_g, (r.q.oh + nrb - 1) / nrb);
+				r.per_thread = gr_per_thread(cv, &r.q);
+			}
+		}
 	}
 	cap = (int64_t)((cv->workspace / sizeof(float) - flip) / r.per_thread);
 	threads = threads < cap ? threads : (int)cap;

@@ -1459,6 +1459,113 @@ static void test_steal_bits(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* Dense KxK Convs at small planes on conv_grp.c's co-lane forward tiles
+ * from W packed once (hp_grp_pack, as exec/fuse_pack.c does in core):
+ * SqueezeNet's, GoogLeNet's and DenseNet's 3x3 shapes (5x5 to 24x24
+ * planes; 48 and 208 output channels end in a unit of 16; 25 and 36
+ * positions split into uneven tiles; several channel units share one
+ * staging; 128 channels at 24x24 in blocks of rows; one unit of 32
+ * channels, cut into blocks of rows on 2 threads), stride-2 ones, ones
+ * without bias, batches of 2 and 3 (planes of 64 positions and more).  The auto choice takes them (hp_grp_dense) but not
+ * 16 output channels; each output is the float chain (bias, then fmaf per
+ * tap in order, padding taps as zeros), bitwise, on 1 and 2 threads, and
+ * bitwise the unpacked kxk path's. */
+static void test_grp_dense_packed(void **state)
+{
+	static const struct {
+		int64_t cin, cout, h, w, stride, bias, n;
+	} cases[] = {
+		{ 16, 64, 23, 23, 1, 1, 1 },  { 32, 128, 11, 11, 1, 1, 1 }, { 48, 192, 5, 5, 1, 1, 1 },
+		{ 64, 48, 5, 5, 1, 0, 1 },    { 96, 208, 6, 6, 1, 1, 1 },   { 128, 32, 12, 12, 1, 1, 1 },
+		{ 16, 96, 9, 13, 1, 1, 3 },   { 24, 80, 11, 11, 2, 1, 1 },  { 128, 32, 24, 24, 1, 1, 1 },
+		{ 64, 32, 6, 6, 1, 0, 1 },    { 64, 64, 16, 16, 2, 1, 2 },
+	};
+	struct hp_pool *pool;
+	size_t ran = 0;
+
+	(void)state;
+	if (!hp_kxk_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		int64_t ci = cases[i].cin, co = cases[i].cout, s = cases[i].stride;
+		struct hp_conv cv = { .node = 1, .nd = 2, .batch = cases[i].n, .cin = ci, .cout = co, .group = 1,
+				      .cin_g = ci, .cout_g = co, .path = -1 };
+		struct hp_colgeom *g = &cv.g;
+		int64_t oh = (cases[i].h + 2 - 3) / s + 1, ow = (cases[i].w + 2 - 3) / s + 1;
+		*g = (struct hp_colgeom){ .img = { 1, cases[i].h, cases[i].w }, .grid = { 1, oh, ow }, .k = { 1, 3, 3 },
+					  .stride = { 1, s, s }, .dil = { 1, 1, 1 }, .pad = { 0, 1, 1 } };
+		hp_colgeom_finish(g);
+		cv.xvol = g->img_vol;
+		cv.yvol = g->grid_vol;
+		cv.kdim = ci * 9;
+		hp_conv_set_kxk(0);
+		hp_conv_setup(&cv);
+		assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_KXK);
+		if (!hp_grp_dense(&cv)) /* no AVX-512 */
+			continue;
+		assert_true(hp_grp_packs(&cv));
+		ran++;
+		int64_t nb = cases[i].n, nx = nb * ci * cv.xvol, nw = co * cv.kdim, ny = nb * co * cv.yvol;
+		float *x = malloc((size_t)nx * sizeof *x), *w = malloc((size_t)nw * sizeof *w);
+		float *wt = malloc((size_t)nw * sizeof *wt), *b = malloc((size_t)co * sizeof *b);
+		float *ref = malloc((size_t)ny * sizeof *ref), *y = malloc((size_t)ny * sizeof *y);
+		float *ws = malloc(cv.workspace + 64);
+		const float *bias = cases[i].bias ? b : NULL;
+		unsigned st = 77 + (unsigned)i;
+		for (int64_t j = 0; j < nx; j++)
+			x[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
+		for (int64_t j = 0; j < nw; j++)
+			w[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
+		for (int64_t j = 0; j < co; j++)
+			b[j] = (float)j / 16.0f - 1.0f;
+		for (int64_t n = 0; n < nb; n++)
+			for (int64_t m = 0; m < co; m++)
+				for (int64_t p = 0; p < cv.yvol; p++) {
+					float acc = bias ? bias[m] : 0.0f;
+					for (int64_t c = 0; c < ci; c++)
+						for (int64_t kh = 0; kh < 3; kh++)
+							for (int64_t kw = 0; kw < 3; kw++) {
+								int64_t ih = p / ow * s - 1 + kh, iw = p % ow * s - 1 + kw;
+								int in = ih >= 0 && ih < cases[i].h && iw >= 0 &&
+									 iw < cases[i].w;
+								float xv = in ? x[((n * ci + c) * cases[i].h + ih) * cases[i].w +
+										   iw]
+									      : 0.0f;
+								acc = fmaf(w[(m * ci + c) * 9 + kh * 3 + kw], xv, acc);
+							}
+					ref[(n * co + m) * cv.yvol + p] = acc;
+				}
+		hp_grp_pack(w, 1, co, cv.kdim, wt);
+		for (int th = 0; th < 3; th++) {
+			memset(y, 0xff, (size_t)ny * sizeof *y);
+			if (th < 2)
+				assert_int_equal(hp_conv_forward_packed(&cv, x, wt, bias, y, ws, th ? pool : NULL, NULL,
+									NULL), 1);
+			else
+				hp_conv_forward(&cv, x, w, bias, y, ws, NULL);
+			if (memcmp(y, ref, (size_t)ny * sizeof *y))
+				fail_msg("dense case %zu (%s): not the float chains", i,
+					 th == 2 ? "unpacked kxk" : th ? "packed, 2 threads" : "packed, 1 thread");
+		}
+		free(x), free(w), free(wt), free(b), free(ref), free(y), free(ws);
+	}
+	if (hp_kxk_wide_ok()) { /* every case on the co-lane tiles where they run; 16 channels not */
+		struct hp_conv cv = { .node = 1, .nd = 2, .batch = 1, .cin = 16, .cout = 16, .group = 1, .cin_g = 16,
+				      .cout_g = 16, .path = -1 };
+		assert_int_equal(ran, sizeof cases / sizeof cases[0]);
+		cv.g = (struct hp_colgeom){ .img = { 1, 12, 12 }, .grid = { 1, 12, 12 }, .k = { 1, 3, 3 },
+					    .stride = { 1, 1, 1 }, .dil = { 1, 1, 1 }, .pad = { 0, 1, 1 } };
+		hp_colgeom_finish(&cv.g);
+		cv.xvol = cv.yvol = cv.g.img_vol;
+		cv.kdim = 16 * 9;
+		hp_conv_setup(&cv);
+		assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_KXK);
+		assert_false(hp_grp_dense(&cv));
+	}
+	hp_pool_destroy(pool);
+}
+
 /* The auto choice: KxK convolutions take the kxk path, 1x1 stride-1 ones
  * the pointwise path, depthwise ones theirs, and band copies the path
  * they are pinned to. */
@@ -1682,6 +1789,7 @@ int main(void)
 		cmocka_unit_test(test_kxk_tall),
 		cmocka_unit_test(test_convt_fma),
 		cmocka_unit_test(test_steal_bits),
+		cmocka_unit_test(test_grp_dense_packed),
 		cmocka_unit_test(test_kxk_choice),
 		cmocka_unit_test(test_kxk3_choice),
 		cmocka_unit_test(test_errors),
