@@ -141,23 +141,26 @@ static int64_t pick_window(const struct pg *o, uint64_t pages, uint64_t n)
 	int64_t best = -1;
 	size_t nfs = 0;
 	/* the kinds alone (a byte a page where o takes 24: every pass below
-	 * reads the whole pool), the free stretches once (each window tried
-	 * splits at most one) */
+	 * reads the whole pool), and the free stretches once, as many as there
+	 * are (each window tried splits at most one: h holds one more) */
 	uint8_t *kind = malloc(pages ? pages : 1);
 	uint64_t *cost = malloc((pages ? pages : 1) * sizeof *cost);
-	struct hole *fs = malloc((pages / 2 + 2) * sizeof *fs), *h = malloc((pages / 2 + 3) * sizeof *h);
+	struct hole *fs = NULL, *h;
 
-	if (!kind || !cost || !fs || !h) { /* (no window: compact_for slides) */
-		free(kind);
-		free(cost);
-		free(fs);
-		free(h);
-		return -1;
-	}
-	for (uint64_t q = 0; q < pages; q++) {
+	for (uint64_t q = 0; kind && q < pages; q++) {
 		kind[q] = o[q].kind;
 		nfree += kind[q] == PG_FREE;
+		nfs += kind[q] == PG_FREE && (!q || kind[q - 1] != PG_FREE);
 	}
+	if (kind && cost)
+		fs = malloc((2 * nfs + 1) * sizeof *fs);
+	if (!fs) { /* (no window: compact_for slides) */
+		free(kind);
+		free(cost);
+		return -1;
+	}
+	h = fs + nfs;
+	nfs = 0;
 	for (uint64_t q = 0; q < pages;) {
 		if (kind[q] != PG_FREE) {
 			q++;
@@ -208,7 +211,6 @@ static int64_t pick_window(const struct pg *o, uint64_t pages, uint64_t n)
 	free(kind);
 	free(cost);
 	free(fs);
-	free(h);
 	return best;
 }
 
