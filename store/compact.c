@@ -91,24 +91,27 @@ struct hole {
  * movable chunks, in page order, each to the first free pages outside it
  * that hold it whole (hs_frames_find_run, the window's own free pages
  * held), so the same first fit over the free stretches outside the window
- * tells (pages a discarded chunk frees are not counted: they only help). */
-static int window_fits(const struct pg *o, uint64_t pages, uint64_t w, uint64_t n, struct hole *h)
+ * tells (pages a discarded chunk frees are not counted: they only help).
+ * fs[0..nfs): the pool's free stretches in page order; h: room for
+ * nfs + 1 (the window splits one at most in two). */
+static int window_fits(const struct pg *o, const uint8_t *kind, uint64_t w, uint64_t n, const struct hole *fs,
+		       size_t nfs, struct hole *h)
 {
 	size_t nh = 0;
 
-	for (uint64_t q = 0; q < pages;) {
-		if (o[q].kind != PG_FREE || (q >= w && q < w + n)) {
-			q++;
+	for (size_t j = 0; j < nfs; j++) { /* the stretches with the window's pages taken out */
+		uint64_t s = fs[j].s, e = fs[j].s + fs[j].n;
+		if (e <= w || s >= w + n) {
+			h[nh++] = fs[j];
 			continue;
 		}
-		uint64_t e = q;
-		while (e < pages && o[e].kind == PG_FREE && !(e >= w && e < w + n))
-			e++;
-		h[nh++] = (struct hole){ q, e - q };
-		q = e;
+		if (s < w)
+			h[nh++] = (struct hole){ s, w - s };
+		if (e > w + n)
+			h[nh++] = (struct hole){ w + n, e - (w + n) };
 	}
 	for (uint64_t q = w; q < w + n; q++) {
-		if (o[q].kind != PG_MOVE || (q > w && o[q].t == o[q - 1].t && o[q].i == o[q - 1].i))
+		if (kind[q] != PG_MOVE || (q > w && o[q].t == o[q - 1].t && o[q].i == o[q - 1].i))
 			continue;
 		uint64_t len = o[q].t->ch[o[q].i].one.n;
 		size_t k = 0;
@@ -136,29 +139,57 @@ static int64_t pick_window(const struct pg *o, uint64_t pages, uint64_t n)
 {
 	uint64_t fixed = 0, move = 0, nfree = 0, best_move = UINT64_MAX;
 	int64_t best = -1;
+	size_t nfs = 0;
+	/* the kinds alone (a byte a page where o takes 24: every pass below
+	 * reads the whole pool), and the free stretches once, as many as there
+	 * are (each window tried splits at most one: h holds one more) */
+	uint8_t *kind = malloc(pages ? pages : 1);
 	uint64_t *cost = malloc((pages ? pages : 1) * sizeof *cost);
-	struct hole *h = malloc((pages / 2 + 2) * sizeof *h); /* free stretches, one split by the window */
+	struct hole *fs = NULL, *h;
 
-	for (uint64_t q = 0; q < pages; q++)
-		nfree += o[q].kind == PG_FREE;
+	for (uint64_t q = 0; kind && q < pages; q++) {
+		kind[q] = o[q].kind;
+		nfree += kind[q] == PG_FREE;
+		nfs += kind[q] == PG_FREE && (!q || kind[q - 1] != PG_FREE);
+	}
+	if (kind && cost)
+		fs = malloc((2 * nfs + 1) * sizeof *fs);
+	if (!fs) { /* (no window: compact_for slides) */
+		free(kind);
+		free(cost);
+		return -1;
+	}
+	h = fs + nfs;
+	nfs = 0;
+	for (uint64_t q = 0; q < pages;) {
+		if (kind[q] != PG_FREE) {
+			q++;
+			continue;
+		}
+		uint64_t e = q + 1;
+		while (e < pages && kind[e] == PG_FREE)
+			e++;
+		fs[nfs++] = (struct hole){ q, e - q };
+		q = e;
+	}
 	for (uint64_t q = 0, wfree = 0; q < pages; q++) {
-		fixed += o[q].kind == PG_FIXED;
-		move += o[q].kind == PG_MOVE;
-		wfree += o[q].kind == PG_FREE;
+		fixed += kind[q] == PG_FIXED;
+		move += kind[q] == PG_MOVE;
+		wfree += kind[q] == PG_FREE;
 		if (q >= n) {
-			fixed -= o[q - n].kind == PG_FIXED;
-			move -= o[q - n].kind == PG_MOVE;
-			wfree -= o[q - n].kind == PG_FREE;
+			fixed -= kind[q - n] == PG_FIXED;
+			move -= kind[q - n] == PG_MOVE;
+			wfree -= kind[q - n] == PG_FREE;
 		}
 		int ok = q + 1 >= n && !fixed && nfree - wfree >= move;
-		if (cost && q + 1 >= n)
+		if (q + 1 >= n)
 			cost[q + 1 - n] = ok ? move : UINT64_MAX;
 		if (ok && move < best_move) {
 			best = (int64_t)(q + 1 - n);
 			best_move = move;
 		}
 	}
-	for (int k = 0; k < FIT_TRIES && best >= 0 && cost && h; k++) {
+	for (int k = 0; k < FIT_TRIES && best >= 0; k++) {
 		uint64_t w = UINT64_MAX, c = UINT64_MAX;
 		for (uint64_t q = 0; k && q + n <= pages; q++) /* (the first try: the cheapest, best) */
 			if (cost[q] < c) {
@@ -169,7 +200,7 @@ static int64_t pick_window(const struct pg *o, uint64_t pages, uint64_t n)
 			w = (uint64_t)best;
 		if (w == UINT64_MAX)
 			break;
-		if (window_fits(o, pages, w, n, h)) {
+		if (window_fits(o, kind, w, n, fs, nfs, h)) {
 			best = (int64_t)w;
 			break;
 		}
@@ -177,8 +208,9 @@ static int64_t pick_window(const struct pg *o, uint64_t pages, uint64_t n)
 		for (uint64_t q = w > n / 4 ? w - n / 4 : 0; q <= w + n / 4 && q + n <= pages; q++)
 			cost[q] = UINT64_MAX;
 	}
+	free(kind);
 	free(cost);
-	free(h);
+	free(fs);
 	return best;
 }
 
@@ -187,12 +219,21 @@ struct win {
 	uint8_t *mine;          /* window pages taken here, given back at the end */
 };
 
-/* Take the window's free pages, out of reach of the chunks moved out of it. */
+/* Take the window's free pages, out of reach of the chunks moved out of
+ * it: each stretch of them at once (page by page, every take split the
+ * buddy block around it again, and every page went back on its own). */
 static void hold_free(struct hs_frames *f, struct win *w)
 {
-	for (uint64_t q = w->s; q < w->s + w->n; q++)
-		if (hs_frames_is_free(f, q) && hs_frames_take(f, q, 1) == 0)
-			w->mine[q - w->s] = 1;
+	for (uint64_t q = w->s, e; q < w->s + w->n; q = e) {
+		if (!hs_frames_is_free(f, q)) {
+			e = q + 1;
+			continue;
+		}
+		for (e = q + 1; e < w->s + w->n && hs_frames_is_free(f, e); e++)
+			;
+		if (hs_frames_take(f, q, e - q) == 0)
+			memset(w->mine + (q - w->s), 1, e - q);
+	}
 }
 
 /* Empty chunk (t, i) out of the window: dropped if discarded, else copied
@@ -233,11 +274,16 @@ static int empty_window(struct hs_store *st, const struct pg *o, uint64_t s, uin
 	for (uint64_t q = s; q < s + n && rc == 0; q++)
 		if (o[q].kind != PG_FREE && (q == s || o[q].t != o[q - 1].t || o[q].i != o[q - 1].i))
 			rc = evacuate(st, o[q].t, o[q].i, &w);
-	for (uint64_t q = 0; q < n; q++)
-		if (w.mine[q]) {
-			struct hs_piece p = { (uint32_t)(s + q), 1 };
+	for (uint64_t q = 0, e; q < n; q = e) {
+		for (e = q; e < n && w.mine[e]; e++)
+			;
+		if (e > q) {
+			struct hs_piece p = { (uint32_t)(s + q), (uint32_t)(e - q) };
 			hs_frames_free(st->frames, &p, NULL, 1);
+		} else {
+			e++;
 		}
+	}
 	free(w.mine);
 	return rc;
 }

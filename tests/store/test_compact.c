@@ -162,6 +162,39 @@ static void test_window_that_fits(void **state)
 	finish(st, u, n);
 }
 
+/* A window that cuts a free stretch in two: the part outside it is where
+ * its chunk goes.  Windows of 8 pages lie in [2, 14) (walls at [0, 2) and
+ * [14, 16)): [6, 14) is the cheapest by count (2 pages of C) but C, 4
+ * pages, fits no hole outside it ([2, 4) is 2); so is [5, 13).  [2, 10)
+ * (C whole, 4 pages) leaves [10, 14) of the stretch [8, 14) outside it,
+ * and C fits there: it is emptied, nothing slides. */
+static void test_window_cuts_a_stretch(void **state)
+{
+	struct unit u[] = {
+		{ 2, WALL, NULL }, { 2, HOLE, NULL }, { 4, MOVE, NULL }, /* [0,2) [2,4) C [4,8) */
+		{ 4, HOLE, NULL }, { 2, HOLE, NULL }, { 2, WALL, NULL }, /* [8,12) [12,14) [14,16) */
+		{ 4, MOVE, NULL }, { 4, MOVE, NULL }, { 4, MOVE, NULL }, { 4, MOVE, NULL },
+		{ 4, MOVE, NULL }, { 4, MOVE, NULL }, { 4, MOVE, NULL }, { 4, MOVE, NULL }, /* [16, 48) */
+	};
+	int n = (int)(sizeof u / sizeof *u);
+	struct hs_store *st = layout(u, n);
+	struct hs_frame_stats f0 = frame_stats(st);
+	uint64_t page = 0;
+
+	(void)state;
+	pthread_mutex_lock(&st->mu);
+	assert_int_equal(hs_frames_find_run(st->frames, 8, &page), -ENOMEM);
+	assert_int_equal(hs_frames_compact_for(st, 8), 0);
+	assert_int_equal(hs_frames_find_run(st->frames, 8, &page), 0);
+	assert_int_equal(page, 2);
+	pthread_mutex_unlock(&st->mu);
+	expect_counted(f0, frame_stats(st), 1, 0, 4 * 4096); /* C alone */
+	assert_int_equal(page_of(&u[2]), 10); /* the stretch's part outside the window */
+	for (int k = 6; k < n; k++)
+		assert_int_equal(page_of(&u[k]), 16 + 4 * (k - 6)); /* no slide */
+	finish(st, u, n);
+}
+
 /* No window of 6 pages has chunks that fit the 2-page holes, so the pool
  * slides.  In [0, 16) (walled at [16, 20)) the last free page is 11: B
  * moves down onto A, the free pages gather at [8, 12), and C, with no free
@@ -222,6 +255,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_window_that_fits),
+		cmocka_unit_test(test_window_cuts_a_stretch),
 		cmocka_unit_test(test_slide_keeps_the_top),
 		cmocka_unit_test(test_frame_stats_size),
 	};
