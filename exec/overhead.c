@@ -89,13 +89,25 @@ static uint64_t io_copies(const struct hp_graph *g)
 /* One file per model, mode and version: the most kept (pruned oldest
  * first, exec/speed_cache.c). */
 #define OVERHEAD_FILES 256
+/* A process started with a preloaded library (valgrind's tools,
+ * sanitizers, profilers: LD_PRELOAD) holds more at start-up than a plain
+ * one, and the most kept would hold every later run of the model to it (a
+ * valgrind run once had plain runs refuse budgets 50 MiB above what they
+ * needed).  Such a process uses its own figure and leaves the cache alone;
+ * HPDLF_RECALIBRATE=1 replaces the kept figure with its start-up's. */
+static int preloaded(void)
+{
+	const char *p = getenv("LD_PRELOAD");
+
+	return p && *p;
+}
 static uint64_t rss_settled(const struct hp_graph *g, uint64_t now, uint64_t cpus, int remote, const char *mode)
 {
 	char key[1200], path[512];
 	double kept = 0;
 	struct stat st;
 
-	if (!g || !g->path || stat(g->path, &st) < 0 || !now)
+	if (!g || !g->path || stat(g->path, &st) < 0 || !now || preloaded())
 		return now;
 	snprintf(key, sizeof key, "version=%s rev=%s cpus=%llu remote=%d ranks=%d mode=%s nodes=%d model=%s size=%lld mtime=%lld",
 		 HPDLF_VERSION, HPDLF_SPEED_REV, (unsigned long long)cpus, remote, hp_comm_size(), mode ? mode : "", g->nnodes, g->path,
@@ -104,7 +116,7 @@ static uint64_t rss_settled(const struct hp_graph *g, uint64_t now, uint64_t cpu
 		return now;
 	/* the file names its key: another model whose key hashes alike
 	 * never lends its figure; in pages (the cache keeps 9 digits) */
-	if (hp_speed_cache_read(path, key, &kept, 1) == 0 && kept * 4096 >= (double)now) {
+	if (!hp_speed_recalibrate_env() && hp_speed_cache_read(path, key, &kept, 1) == 0 && kept * 4096 >= (double)now) {
 		utime(path, NULL); /* in use: the newest are the ones kept */
 		return (uint64_t)kept * 4096;
 	}
