@@ -91,9 +91,9 @@ static uint64_t io_copies(const struct hp_graph *g)
 #define OVERHEAD_FILES 256
 /* A process started with a preloaded library (valgrind's tools,
  * sanitizers, profilers: LD_PRELOAD) holds more at start-up than a plain
- * one, and the most kept would hold every later run of the model to it (a
- * valgrind run once had plain runs refuse budgets 50 MiB above what they
- * needed).  Such a process uses its own figure and leaves the cache alone;
+ * one, and the most kept would hold every later run of the model to it
+ * (after a valgrind run, plain ones were refused with a smallest budget of
+ * 94 MB).  Such a process uses its own figure and leaves the cache alone;
  * HPDLF_RECALIBRATE=1 replaces the kept figure with its start-up's. */
 static int preloaded(void)
 {
