@@ -303,37 +303,35 @@ DWK_TARGET static void dwk_row(const struct hp_colgeom *g, const float *const *r
 	}
 }
 
-/* v = act(v + add) as fused_epi.c computes it, operation for operation
- * (compares and selects, so NaN passes as there; Clip's lo already
- * min(lo, hi); HardSwish v * sat01(v * (1/6) + 0.5) without contraction). */
-DWK_TARGET static DWK_INLINE __m256 dwk_finish(__m256 v, const struct hp_epi *e, const float *add, int64_t n)
+/* v = act(v) as fused_epi.c computes it, operation for operation: Relu
+ * as max(0, v) (v where v is NaN or -0, as v < 0 ? 0 : v), Clip by
+ * compares and selects (NaN passes; lo already min(lo, hi)), HardSwish
+ * v * sat01(v * (1/6) + 0.5) without contraction. */
+DWK_TARGET static DWK_INLINE __m256 dwk_act(const int act, __m256 v, __m256 lo, __m256 hi)
 {
-	__m256 z = _mm256_setzero_ps();
+	__m256 z = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f), t;
 
-	if (add)
-		v = _mm256_add_ps(v, n >= 8 ? _mm256_loadu_ps(add) : _mm256_maskload_ps(add, dwk_in(0, 0, n)));
-	if (e->act == HP_EPI_RELU) {
-		v = _mm256_blendv_ps(v, z, _mm256_cmp_ps(v, z, _CMP_LT_OQ));
-	} else if (e->act == HP_EPI_CLIP) {
-		__m256 lo = _mm256_set1_ps(e->lo > e->hi ? e->hi : e->lo), hi = _mm256_set1_ps(e->hi);
-		__m256 r = _mm256_blendv_ps(v, hi, _mm256_cmp_ps(v, hi, _CMP_GT_OQ));
-		v = _mm256_blendv_ps(r, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
-	} else if (e->act == HP_EPI_HSWISH) {
-		__m256 one = _mm256_set1_ps(1.0f);
-		__m256 t = _mm256_add_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.0f / 6.0f)), _mm256_set1_ps(0.5f));
+	switch (act) {
+	case HP_EPI_RELU: return _mm256_max_ps(z, v);
+	case HP_EPI_CLIP:
+		t = _mm256_blendv_ps(v, hi, _mm256_cmp_ps(v, hi, _CMP_GT_OQ));
+		return _mm256_blendv_ps(t, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
+	case HP_EPI_HSWISH:
+		t = _mm256_add_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.0f / 6.0f)), _mm256_set1_ps(0.5f));
 		t = _mm256_blendv_ps(t, z, _mm256_cmp_ps(t, z, _CMP_LT_OQ));
 		t = _mm256_blendv_ps(t, one, _mm256_cmp_ps(t, one, _CMP_GT_OQ));
-		v = _mm256_mul_ps(v, t);
+		return _mm256_mul_ps(v, t);
+	default: return v;
 	}
-	return v;
 }
 
 /* Transposed outputs out[q][8], q < cnt, back to the nc planes ys[l] at
- * positions q0 + q (through the epilogue e with the addends adds[l] when
- * e), eight at a time; a last partial vector lane by lane, so nothing
- * past a plane is written (the next may be another worker's). */
-DWK_TARGET static void dwk_store(const float *out, int64_t cnt, int nc, float *const *ys, int64_t q0,
-				 const struct hp_epi *e, const float *const *adds)
+ * positions q0 + q as act(v + adds[l][q0 + q]) (ADD: the addends), eight
+ * at a time; a last partial vector lane by lane, so nothing past a plane
+ * is written (the next may be another worker's). */
+DWK_TARGET static DWK_INLINE void dwk_store_as(const int act, const int add, const float *out, int64_t cnt, int nc,
+					       float *const *ys, int64_t q0, __m256 lo, __m256 hi,
+					       const float *const *adds)
 {
 	for (int64_t q = 0; q < cnt; q += 8) {
 		__m256 v[8];
@@ -342,7 +340,11 @@ DWK_TARGET static void dwk_store(const float *out, int64_t cnt, int nc, float *c
 			v[i] = _mm256_loadu_ps(out + (q + i) * DWK_L);
 		dwk_transpose(v);
 		for (int l = 0; l < nc; l++) {
-			__m256 o = e ? dwk_finish(v[l], e, adds[l] ? adds[l] + q0 + q : NULL, n) : v[l];
+			__m256 o = v[l];
+			if (add)
+				o = _mm256_add_ps(o, n >= 8 ? _mm256_loadu_ps(adds[l] + q0 + q)
+							    : _mm256_maskload_ps(adds[l] + q0 + q, dwk_in(0, 0, n)));
+			o = dwk_act(act, o, lo, hi);
 			if (n >= 8) {
 				_mm256_storeu_ps(ys[l] + q0 + q, o);
 			} else {
@@ -352,6 +354,36 @@ DWK_TARGET static void dwk_store(const float *out, int64_t cnt, int nc, float *c
 					ys[l][q0 + q + i] = t[i];
 			}
 		}
+	}
+}
+
+#define DWK_STORE_ACT(A)                                                                                         \
+	DWK_TARGET static void dwk_store_##A(int add, const float *out, int64_t cnt, int nc, float *const *ys,  \
+					     int64_t q0, __m256 lo, __m256 hi, const float *const *adds)         \
+	{                                                                                                        \
+		if (add)                                                                                         \
+			dwk_store_as(A, 1, out, cnt, nc, ys, q0, lo, hi, adds);                                  \
+		else                                                                                             \
+			dwk_store_as(A, 0, out, cnt, nc, ys, q0, lo, hi, adds);                                  \
+	}
+DWK_STORE_ACT(HP_EPI_NONE)
+DWK_STORE_ACT(HP_EPI_RELU)
+DWK_STORE_ACT(HP_EPI_CLIP)
+DWK_STORE_ACT(HP_EPI_HSWISH)
+
+/* The outputs back to the planes through the epilogue e (NULL: none; its
+ * addends adds[l] when it adds them). */
+DWK_TARGET static void dwk_store(const float *out, int64_t cnt, int nc, float *const *ys, int64_t q0,
+				 const struct hp_epi *e, const float *const *adds)
+{
+	int add = e && e->add == HP_EPI_ADD_FULL;
+	__m256 lo = _mm256_set1_ps(!e ? 0.0f : e->lo > e->hi ? e->hi : e->lo), hi = _mm256_set1_ps(e ? e->hi : 0.0f);
+
+	switch (e ? e->act : HP_EPI_NONE) {
+	case HP_EPI_RELU: dwk_store_HP_EPI_RELU(add, out, cnt, nc, ys, q0, lo, hi, adds); break;
+	case HP_EPI_CLIP: dwk_store_HP_EPI_CLIP(add, out, cnt, nc, ys, q0, lo, hi, adds); break;
+	case HP_EPI_HSWISH: dwk_store_HP_EPI_HSWISH(add, out, cnt, nc, ys, q0, lo, hi, adds); break;
+	default: dwk_store_HP_EPI_NONE(add, out, cnt, nc, ys, q0, lo, hi, adds); break;
 	}
 }
 
