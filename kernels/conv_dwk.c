@@ -28,10 +28,11 @@
  * every geometry hp_dwk_eligible() names, whatever the batch or a band's
  * rows, so in core and out of core agree.
  *
- * Planes narrower than a step (MnasNet's and EfficientNet's 5x5 at 3x3 and
- * 6x6) hold the block's padded input and output planes whole and step
- * eight or nine outputs at a time across rows (dwk_flat): a row of three
- * outputs had been three dependent chains of 25 FMAs, latency-bound.  The
+ * Small planes (MnasNet's and EfficientNet's 5x5 at 3x3 to 12x12) hold
+ * the block's padded input and output planes whole and run the outputs
+ * past a row's last step of eight eight or nine at a time across rows
+ * (dwk_flat): a row of three outputs had been three dependent chains of 25
+ * FMAs, latency-bound, a 12x12 plane's a third of its FMAs in four.  The
  * weights are transposed per block (no per-call pass).  The epilogue
  * (Relu, Clip, HardSwish, after an optional full addend) is fused_epi.c's
  * expression in registers as the planes are stored, others per plane
@@ -60,10 +61,9 @@
  * output in the scratch (64x64: 128 KiB) and go back to the planes in one
  * pass; larger ones row by row with a carry. */
 #define DWK_MAX_GRID 4096
-/* Small planes whose padded transposed input fits in this many floats
- * (64 KiB) take it whole and run their outputs eight positions at a time
- * whatever the rows (dwk_flat). */
-#define DWK_MAX_FLAT 16384
+/* Planes whose padded transposed input fits in this many floats (128 KiB)
+ * take it whole and run their rows' tails across rows (dwk_flat). */
+#define DWK_MAX_FLAT 32768
 #define DWK_STEP 9 /* outputs of a flat step at most */
 
 static int dwk_mode;
@@ -112,14 +112,15 @@ static int64_t dwk_prows(const struct hp_colgeom *g)
 	return (g->grid[1] - 1) * g->stride[1] + (g->k[1] - 1) * g->dil[1] + 1;
 }
 
-/* Planes narrower than a step of eight outputs, small enough to hold
- * their padded input whole: a row's last outputs would be chains of four,
- * two or one (a 3x3 plane's rows three chains of 25 dependent FMAs), so
- * outputs go eight at a time across rows instead.  Every output is the
- * same chain either way. */
+/* Rows whose last outputs are not a whole step of eight, in planes small
+ * enough to hold their padded input whole: those outputs would be chains
+ * of four, two or one (a 3x3 plane's rows three chains of 25 dependent
+ * FMAs, a 12x12 plane's a third of its FMAs in four chains), so they go
+ * eight at a time across rows instead.  Every output is the same chain
+ * either way. */
 static int dwk_flat(const struct hp_colgeom *g)
 {
-	return dwk_whole(g) && g->grid[2] < 8 && g->pad[1] >= 0 &&
+	return dwk_whole(g) && g->grid[2] % 8 && g->pad[1] >= 0 &&
 	       dwk_prows(g) * dwk_width(g) * DWK_L <= DWK_MAX_FLAT;
 }
 
@@ -274,22 +275,21 @@ DWK_KS(5, 2)
 DWK_KS(7, 1)
 DWK_KS(7, 2)
 
-DWK_TARGET static void dwk_row_d(const struct hp_colgeom *g, const float *const *r, const float *wt, __m256 b,
-				 float *out)
+DWK_TARGET static void dwk_row_d(const struct hp_colgeom *g, int64_t ow, const float *const *r, const float *wt,
+				 __m256 b, float *out)
 {
-	int64_t ow = g->grid[2], k = g->k[2], s = g->stride[2], dil = g->dil[2];
+	int64_t k = g->k[2], s = g->stride[2], dil = g->dil[2];
 #define DWK_CALL_D(N) dwk_outs_d(N, k, s, dil, r, wt, b, o0, out)
 	DWK_ROW(DWK_CALL_D);
 #undef DWK_CALL_D
 }
 
-/* One output row: out[o][8] for o < ow. */
-DWK_TARGET static void dwk_row(const struct hp_colgeom *g, const float *const *r, const float *wt, __m256 b, float *out)
+/* Outputs [0, ow) of a row: out[o][8]. */
+DWK_TARGET static void dwk_row(const struct hp_colgeom *g, int64_t ow, const float *const *r, const float *wt, __m256 b,
+			       float *out)
 {
-	int64_t ow = g->grid[2];
-
 	if (g->dil[2] != 1) {
-		dwk_row_d(g, r, wt, b, out);
+		dwk_row_d(g, ow, r, wt, b, out);
 		return;
 	}
 	switch (g->k[2] * 4 + g->stride[2]) {
@@ -425,10 +425,10 @@ static const float *dwk_get(const struct hp_colgeom *g, const float *const *xs, 
 }
 
 /* N outputs at base[j] (their windows' first input in the padded plane,
- * rows wd floats apart): bias, then the taps in (kh, kw) order, one
- * weight vector for the N chains. */
-DWK_TARGET static DWK_INLINE void dwk_step(const int N, const int K, int64_t dil, int64_t wd, const float *const *base,
-					   const float *wt, __m256 b, float *out)
+ * rows wd floats apart; dil[0] rows, dil[1] columns) into out[j]: bias, then the taps in (kh, kw)
+ * order, one weight vector for the N chains. */
+DWK_TARGET static DWK_INLINE void dwk_step(const int N, const int K, const int64_t *dil, int64_t wd, const float *const *base,
+					   const float *wt, __m256 b, float *const *out)
 {
 	__m256 acc[DWK_STEP];
 
@@ -439,53 +439,63 @@ DWK_TARGET static DWK_INLINE void dwk_step(const int N, const int K, int64_t dil
 #pragma GCC unroll 7
 		for (int kw = 0; kw < K; kw++) {
 			__m256 wv = _mm256_loadu_ps(wt + (kh * K + kw) * DWK_L);
-			int64_t off = kh * dil * wd + kw * dil * DWK_L;
+			int64_t off = kh * dil[0] * wd + kw * dil[1] * DWK_L;
 #pragma GCC unroll 9
 			for (int j = 0; j < N; j++)
 				acc[j] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(base[j] + off), acc[j]);
 		}
 #pragma GCC unroll 9
 	for (int j = 0; j < N; j++)
-		_mm256_storeu_ps(out + j * DWK_L, acc[j]);
+		_mm256_storeu_ps(out[j], acc[j]);
 }
 
-#define DWK_STEPS(K)                                                                                      \
-	DWK_TARGET static void dwk_steps_##K(int n, int64_t dil, int64_t wd, const float *const *base,      \
-					     const float *wt, __m256 b, float *out)                       \
-	{                                                                                                 \
-		if (n == 9)                                                                               \
-			dwk_step(9, K, dil, wd, base, wt, b, out);                                        \
-		else                                                                                      \
-			dwk_step(8, K, dil, wd, base, wt, b, out);                                        \
+#define DWK_STEPS(K)                                                                                  \
+	DWK_TARGET static void dwk_steps_##K(int n, const int64_t *dil, int64_t wd, const float *const *base, \
+					     const float *wt, __m256 b, float *const *out)            \
+	{                                                                                             \
+		if (n == 9)                                                                           \
+			dwk_step(9, K, dil, wd, base, wt, b, out);                                    \
+		else                                                                                  \
+			dwk_step(8, K, dil, wd, base, wt, b, out);                                    \
 	}
 DWK_STEPS(3)
 DWK_STEPS(5)
 DWK_STEPS(7)
 
 /* The flat path's block: the padded plane xt (rows outside the image
- * zero since the scratch was cleared), then the outputs eight positions
- * at a time into out[q][8] (nine where that divides the plane and eight
- * does not: 3x3 and 6x6 planes); steps past the plane's end repeat its
- * last position into the slack. */
+ * zero since the scratch was cleared), each row's outputs by steps of
+ * eight (dwk_row), then the rows' last ow % 8 outputs (all of them where
+ * ow < 8) eight at a time across rows, nine where that divides them and
+ * eight does not (3x3 and 6x6 planes); a last step repeats the last
+ * output (the same bits twice). */
 DWK_TARGET static void dwk_flat_block(const struct hp_colgeom *g, const float *const *xs, int nc, const float *wt,
 				      __m256 b, float *xt, float *out)
 {
 	int64_t wd = dwk_width(g) * DWK_L, pr = dwk_prows(g), ow = g->grid[2], s = g->stride[1];
-	int n = g->grid_vol % 8 && g->grid_vol % 9 == 0 ? 9 : 8;
+	int64_t ow8 = ow / 8 * 8, tw = ow - ow8, tails = g->grid[1] * tw;
+	int n = tails % 8 && tails % 9 == 0 ? 9 : 8;
 
 	for (int64_t ih = 0; ih < g->img[1]; ih++)
 		if (ih + g->pad[1] < pr)
 			dwk_fill(g, xs, nc, ih, xt + (ih + g->pad[1]) * wd);
-	for (int64_t q0 = 0; q0 < g->grid_vol; q0 += n) {
+	for (int64_t oh = 0; oh < g->grid[1] && ow8; oh++) {
+		const float *rows[DWK_MAXK];
+		for (int64_t kh = 0; kh < g->k[1]; kh++)
+			rows[kh] = xt + (oh * s + kh * g->dil[1]) * wd;
+		dwk_row(g, ow8, rows, wt, b, out + oh * ow * DWK_L);
+	}
+	for (int64_t t0 = 0; t0 < tails; t0 += n) {
 		const float *base[DWK_STEP];
+		float *outs[DWK_STEP];
 		for (int j = 0; j < n; j++) {
-			int64_t q = q0 + j < g->grid_vol ? q0 + j : g->grid_vol - 1;
-			base[j] = xt + q / ow * s * wd + q % ow * g->stride[2] * DWK_L;
+			int64_t t = t0 + j < tails ? t0 + j : tails - 1, oh = t / tw, o = ow8 + t % tw;
+			base[j] = xt + oh * s * wd + o * g->stride[2] * DWK_L;
+			outs[j] = out + (oh * ow + o) * DWK_L;
 		}
 		switch (g->k[1]) {
-		case 3: dwk_steps_3(n, g->dil[1], wd, base, wt, b, out + q0 * DWK_L); break;
-		case 5: dwk_steps_5(n, g->dil[1], wd, base, wt, b, out + q0 * DWK_L); break;
-		default: dwk_steps_7(n, g->dil[1], wd, base, wt, b, out + q0 * DWK_L); break;
+		case 3: dwk_steps_3(n, g->dil + 1, wd, base, wt, b, outs); break;
+		case 5: dwk_steps_5(n, g->dil + 1, wd, base, wt, b, outs); break;
+		default: dwk_steps_7(n, g->dil + 1, wd, base, wt, b, outs); break;
 		}
 	}
 }
@@ -525,7 +535,7 @@ DWK_TARGET static void dwk_block(const struct dwk_run *r, int64_t n, int64_t m0,
 		for (int64_t kh = 0; kh < g->k[1]; kh++)
 			rows[kh] = dwk_get(g, xs, nc, oh * g->stride[1] - g->pad[1] + kh * g->dil[1], scratch, tags,
 					   zero);
-		dwk_row(g, rows, wt, b, out + (whole ? oh * ow : carry) * DWK_L);
+		dwk_row(g, ow, rows, wt, b, out + (whole ? oh * ow : carry) * DWK_L);
 		if (whole)
 			continue;
 		carry += ow;

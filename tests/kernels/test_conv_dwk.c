@@ -50,6 +50,11 @@ static const struct kc cases[] = {
 	{ 1, 19, 1, { 11, 11 }, 5, 2, { 1, 1 }, { 2, 2 }, { 2, 2 } },
 	{ 1, 9, 1, { 5, 5 }, 7, 1, { 1, 1 }, { 3, 3 }, { 3, 3 } },
 	{ 1, 10, 1, { 7, 7 }, 3, 1, { 2, 2 }, { 2, 2 }, { 2, 2 } },
+	/* rows of eight and a tail (12x12: the tails eight at a time across
+	 * rows), and a plane too large to hold whole (the ring, row by row) */
+	{ 1, 11, 1, { 12, 12 }, 5, 1, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 1, 9, 1, { 24, 24 }, 5, 2, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 1, 3, 1, { 60, 61 }, 5, 1, { 1, 1 }, { 2, 2 }, { 2, 2 } },
 };
 
 static int64_t out_dim(const struct kc *t, int i)
