@@ -8,7 +8,7 @@
 
 static const char *const act_names[] = {
 	[HP_EPI_NONE] = "", [HP_EPI_RELU] = "Relu", [HP_EPI_CLIP] = "Clip", [HP_EPI_SIGMOID] = "Sigmoid",
-	[HP_EPI_HSWISH] = "HardSwish", [HP_EPI_GELU] = "Gelu", [HP_EPI_GELU_TANH] = "GeluTanh",
+	[HP_EPI_HSWISH] = "HardSwish", [HP_EPI_GELU] = "Gelu", [HP_EPI_GELU_TANH] = "GeluTanh", [HP_EPI_SILU] = "Silu",
 };
 
 int hp_epi_act_of(const char *name)
@@ -88,11 +88,13 @@ ACT_LOOP(act_sigmoid, hpk_sigmoidf(v))
 ACT_LOOP(act_hswish, v * sat01(v * (1.0f / 6.0f) + 0.5f))
 ACT_LOOP(act_gelu, gelu_erf(v))
 ACT_LOOP(act_gelu_tanh, gelu_tanh(v))
+ACT_LOOP(act_silu, v * hpk_sigmoidf(v))
 
 typedef void (*act_fn)(const struct hp_epi *e, float *y, int64_t n);
 static const act_fn acts[] = {
 	[HP_EPI_RELU] = act_relu, [HP_EPI_CLIP] = act_clip, [HP_EPI_SIGMOID] = act_sigmoid,
 	[HP_EPI_HSWISH] = act_hswish, [HP_EPI_GELU] = act_gelu, [HP_EPI_GELU_TANH] = act_gelu_tanh,
+	[HP_EPI_SILU] = act_silu,
 };
 
 struct epi_job {
