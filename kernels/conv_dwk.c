@@ -547,8 +547,8 @@ DWK_TARGET static void dwk_block(const struct dwk_run *r, int64_t n, int64_t m0,
 	}
 	if (whole)
 		dwk_store(out, g->grid_vol, nc, ys, 0, e, adds);
-	for (int l = 0; l < nc && d->epi && !r->fin; l++) /* other epilogues: per plane, in cache */
-		hp_epi_span(d->epi, r->y, d->addend, ys[l] - r->y, ys[l] - r->y + g->grid_vol);
+	if (d->epi && !r->fin) /* other epilogues: the block's adjacent planes at once, in cache */
+		hp_epi_span(d->epi, r->y, d->addend, ys[0] - r->y, ys[nc - 1] - r->y + g->grid_vol);
 }
 
 /* Units are (item, block of output channels). */

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "kernels/conv_impl.h"
+#include "kernels/eltwise_impl.h"
 #include "kernels/fused_impl.h"
 #include "tests/kernels/harness.h"
 
@@ -115,6 +116,8 @@ static void chain_ref(const struct kc *t, const float *x, const float *w, const 
 					float s = v * (1.0f / 6.0f) + 0.5f;
 					s = s < 0.0f ? 0.0f : s;
 					v = v * (s > 1.0f ? 1.0f : s);
+				} else if (act == HP_EPI_SILU) {
+					v = v * hpk_sigmoidf(v);
 				}
 				y[yi] = v;
 				if (dbl)
@@ -186,14 +189,18 @@ static void test_chains(void **state)
 		chain_ref(t, x, w, b, add, HP_EPI_CLIP, 0.0f, 0.5f, ref, NULL);
 		if (memcmp(y, ref, (size_t)ny * 4))
 			fail_msg("case %d: the fused Add and Clip differ from fused_epi.c's", ci);
-		for (int a = 0; a < 2; a++) { /* Relu and HardSwish, alone and after the Add */
-			struct hp_epi e = { .act = a ? HP_EPI_HSWISH : HP_EPI_RELU, .add = ci % 2 ? HP_EPI_ADD_FULL : HP_EPI_ADD_NONE };
+		/* Relu and HardSwish (in registers), SiLU (over the block's planes
+		 * after it, its last n % 16 in vectors), alone and after the Add */
+		for (int a = 0; a < 3; a++) {
+			static const enum hp_epi_act acts[] = { HP_EPI_RELU, HP_EPI_HSWISH, HP_EPI_SILU };
+			struct hp_epi e = { .act = acts[a], .add = ci % 2 ? HP_EPI_ADD_FULL : HP_EPI_ADD_NONE };
 			for (int64_t i = 0; i < ny; i += 7) /* some lanes exactly 0, some NaN: as the scalars treat them */
 				add[i] = i % 3 ? -y2[i] : NAN;
 			run(t, 0, ci % 3 ? pool : NULL, x, w, b, &e, ci % 2 ? add : NULL, y);
 			chain_ref(t, x, w, b, ci % 2 ? add : NULL, e.act, 0, 0, ref, NULL);
 			if (memcmp(y, ref, (size_t)ny * 4))
-				fail_msg("case %d: the fused %s differs from fused_epi.c's", ci, a ? "HardSwish" : "Relu");
+				fail_msg("case %d: the fused %s differs from fused_epi.c's", ci,
+					 a == 2 ? "SiLU" : a ? "HardSwish" : "Relu");
 		}
 		free(x), free(w), free(b), free(add), free(ref), free(y), free(y2), free(dref);
 	}
