@@ -116,8 +116,8 @@ static void chain_ref(const struct kc *t, const float *x, const float *w, const 
 					float s = v * (1.0f / 6.0f) + 0.5f;
 					s = s < 0.0f ? 0.0f : s;
 					v = v * (s > 1.0f ? 1.0f : s);
-				} else if (act == HP_EPI_SILU) {
-					v = v * hpk_sigmoidf(v);
+				} else if (act == HP_EPI_SIGMOID) {
+					v = hpk_sigmoidf(v);
 				}
 				y[yi] = v;
 				if (dbl)
@@ -189,10 +189,11 @@ static void test_chains(void **state)
 		chain_ref(t, x, w, b, add, HP_EPI_CLIP, 0.0f, 0.5f, ref, NULL);
 		if (memcmp(y, ref, (size_t)ny * 4))
 			fail_msg("case %d: the fused Add and Clip differ from fused_epi.c's", ci);
-		/* Relu and HardSwish (in registers), SiLU (over the block's planes
-		 * after it, its last n % 16 in vectors), alone and after the Add */
+		/* Relu and HardSwish (in registers), Sigmoid (over the block's
+		 * planes after it, its last n % 16 in vectors), alone and after
+		 * the Add */
 		for (int a = 0; a < 3; a++) {
-			static const enum hp_epi_act acts[] = { HP_EPI_RELU, HP_EPI_HSWISH, HP_EPI_SILU };
+			static const enum hp_epi_act acts[] = { HP_EPI_RELU, HP_EPI_HSWISH, HP_EPI_SIGMOID };
 			struct hp_epi e = { .act = acts[a], .add = ci % 2 ? HP_EPI_ADD_FULL : HP_EPI_ADD_NONE };
 			for (int64_t i = 0; i < ny; i += 7) /* some lanes exactly 0, some NaN: as the scalars treat them */
 				add[i] = i % 3 ? -y2[i] : NAN;
@@ -200,7 +201,7 @@ static void test_chains(void **state)
 			chain_ref(t, x, w, b, ci % 2 ? add : NULL, e.act, 0, 0, ref, NULL);
 			if (memcmp(y, ref, (size_t)ny * 4))
 				fail_msg("case %d: the fused %s differs from fused_epi.c's", ci,
-					 a == 2 ? "SiLU" : a ? "HardSwish" : "Relu");
+					 a == 2 ? "Sigmoid" : a ? "HardSwish" : "Relu");
 		}
 		free(x), free(w), free(b), free(add), free(ref), free(y), free(y2), free(dref);
 	}
