@@ -420,8 +420,8 @@ DWC_TARGET static void dwc_block(const struct dwc_run *r, int64_t n, int64_t m0,
 		dwc_row(g->stride[2], ow, rows, wv, b, out + oh * ow * DWC_L);
 	}
 	dwc_store(r, g->grid_vol, out, nc, ys, adds);
-	for (int l = 0; l < nc && d->epi && !r->fin; l++) /* other epilogues: per plane, in cache */
-		hp_epi_span(d->epi, r->y, d->addend, ys[l] - r->y, ys[l] - r->y + g->grid_vol);
+	if (d->epi && !r->fin) /* other epilogues: the block's adjacent planes at once, in cache */
+		hp_epi_span(d->epi, r->y, d->addend, ys[0] - r->y, ys[nc - 1] - r->y + g->grid_vol);
 }
 
 #define DWZ_TARGET __attribute__((target("avx512f,avx2,fma")))
@@ -609,8 +609,8 @@ DWZ_TARGET static void dwz_block(const struct dwc_run *r, int64_t n, int64_t m0,
 		for (int l = 0; l < nc; l++)
 			_mm512_mask_storeu_ps(ys[l] + q, m, e ? dwz_finish(v[l], e, adds[l] ? adds[l] + q : NULL, m) : v[l]);
 	}
-	for (int l = 0; l < nc && d->epi && !r->fin; l++) /* other epilogues: per plane, in cache */
-		hp_epi_span(d->epi, r->y, d->addend, ys[l] - r->y, ys[l] - r->y + vol);
+	if (d->epi && !r->fin) /* other epilogues: the block's adjacent planes at once, in cache */
+		hp_epi_span(d->epi, r->y, d->addend, ys[0] - r->y, ys[nc - 1] - r->y + vol);
 }
 
 /* Units are (item, block of output channels); a worker's scratch is its

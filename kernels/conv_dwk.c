@@ -26,8 +26,17 @@
  * whole node's bits.  These are not conv_dw.c's generic bits (it rounds
  * every product, skips the padding): hp_dw_forward takes this path for
  * every geometry hp_dwk_eligible() names, whatever the batch or a band's
- * rows, so in core and out of core agree.  The epilogue runs per plane
- * after the block (fused_epi.c's hp_epi_span, as conv_dw.c runs it). */
+ * rows, so in core and out of core agree.
+ *
+ * Small planes (MnasNet's and EfficientNet's 5x5 at 3x3 to 12x12) hold
+ * the block's padded input and output planes whole and run the outputs
+ * past a row's last step of eight eight or nine at a time across rows
+ * (dwk_flat): a row of three outputs had been three dependent chains of 25
+ * FMAs, latency-bound, a 12x12 plane's a third of its FMAs in four.  The
+ * weights are transposed per block (no per-call pass).  The epilogue
+ * (Relu, Clip, HardSwish, after an optional full addend) is fused_epi.c's
+ * expression in registers as the planes are stored, others per plane
+ * after the block (hp_epi_span, as conv_dw.c runs it). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +57,14 @@
 #define DWK_MAXK 7
 #define DWK_MAXSPAN 32 /* ring slots at most: (K - 1) * dil + 1 rows */
 #define DWK_UNITS_PER_THREAD 8
+/* Planes up to this many positions keep the block's whole transposed
+ * output in the scratch (64x64: 128 KiB) and go back to the planes in one
+ * pass; larger ones row by row with a carry. */
+#define DWK_MAX_GRID 4096
+/* Planes whose padded transposed input fits in this many floats (128 KiB)
+ * take it whole and run their rows' tails across rows (dwk_flat). */
+#define DWK_MAX_FLAT 32768
+#define DWK_STEP 9 /* outputs of a flat step at most */
 
 static int dwk_mode;
 
@@ -84,11 +101,39 @@ static int64_t dwk_slots(const struct hp_colgeom *g)
 	return (g->k[1] - 1) * g->dil[1] + 1;
 }
 
-/* Floats of a worker's scratch: the ring, a zero row, a row of outputs
- * with the carry (and a vector's slack for the last transposes). */
+static int dwk_whole(const struct hp_colgeom *g)
+{
+	return g->grid_vol <= DWK_MAX_GRID;
+}
+
+/* Rows of the padded input plane the outputs reach (the top pad first). */
+static int64_t dwk_prows(const struct hp_colgeom *g)
+{
+	return (g->grid[1] - 1) * g->stride[1] + (g->k[1] - 1) * g->dil[1] + 1;
+}
+
+/* Rows whose last outputs are not a whole step of eight, in planes small
+ * enough to hold their padded input whole: those outputs would be chains
+ * of four, two or one (a 3x3 plane's rows three chains of 25 dependent
+ * FMAs, a 12x12 plane's a third of its FMAs in four chains), so they go
+ * eight at a time across rows instead.  Every output is the same chain
+ * either way. */
+static int dwk_flat(const struct hp_colgeom *g)
+{
+	return dwk_whole(g) && g->grid[2] % 8 && g->pad[1] >= 0 &&
+	       dwk_prows(g) * dwk_width(g) * DWK_L <= DWK_MAX_FLAT;
+}
+
+/* Floats of a worker's scratch: the padded input plane (flat) or the ring
+ * and a zero row, then the block's output plane or a row of outputs with
+ * the carry (and a vector's slack for the last transposes and the flat
+ * steps past the plane's end). */
 static size_t dwk_floats(const struct hp_colgeom *g)
 {
-	return (size_t)((dwk_slots(g) + 1) * dwk_width(g) * DWK_L + (g->grid[2] + 2 * DWK_L) * DWK_L);
+	int64_t outs = dwk_whole(g) ? (g->grid_vol + 7) / 8 * 8 + DWK_L : g->grid[2] + 2 * DWK_L;
+	int64_t in = dwk_flat(g) ? dwk_prows(g) : dwk_slots(g) + 1;
+
+	return (size_t)(in * dwk_width(g) * DWK_L + outs * DWK_L);
 }
 
 struct dwk_run {
@@ -97,7 +142,7 @@ struct dwk_run {
 	float *y;
 	int64_t blocks;          /* channel blocks per item */
 	float *scratch;          /* dwk_floats() per thread, zero rows cleared */
-	float *wp;               /* per block: W as [kvol][8], then the bias [8] (lanes past cout 0) */
+	int fin;                 /* the epilogue in registers as the planes are stored (else per plane after) */
 };
 
 /* The lanes l with column i - left + l in [0, n). */
@@ -230,22 +275,21 @@ DWK_KS(5, 2)
 DWK_KS(7, 1)
 DWK_KS(7, 2)
 
-DWK_TARGET static void dwk_row_d(const struct hp_colgeom *g, const float *const *r, const float *wt, __m256 b,
-				 float *out)
+DWK_TARGET static void dwk_row_d(const struct hp_colgeom *g, int64_t ow, const float *const *r, const float *wt,
+				 __m256 b, float *out)
 {
-	int64_t ow = g->grid[2], k = g->k[2], s = g->stride[2], dil = g->dil[2];
+	int64_t k = g->k[2], s = g->stride[2], dil = g->dil[2];
 #define DWK_CALL_D(N) dwk_outs_d(N, k, s, dil, r, wt, b, o0, out)
 	DWK_ROW(DWK_CALL_D);
 #undef DWK_CALL_D
 }
 
-/* One output row: out[o][8] for o < ow. */
-DWK_TARGET static void dwk_row(const struct hp_colgeom *g, const float *const *r, const float *wt, __m256 b, float *out)
+/* Outputs [0, ow) of a row: out[o][8]. */
+DWK_TARGET static void dwk_row(const struct hp_colgeom *g, int64_t ow, const float *const *r, const float *wt, __m256 b,
+			       float *out)
 {
-	int64_t ow = g->grid[2];
-
 	if (g->dil[2] != 1) {
-		dwk_row_d(g, r, wt, b, out);
+		dwk_row_d(g, ow, r, wt, b, out);
 		return;
 	}
 	switch (g->k[2] * 4 + g->stride[2]) {
@@ -259,10 +303,35 @@ DWK_TARGET static void dwk_row(const struct hp_colgeom *g, const float *const *r
 	}
 }
 
+/* v = act(v) as fused_epi.c computes it, operation for operation: Relu
+ * as max(0, v) (v where v is NaN or -0, as v < 0 ? 0 : v), Clip by
+ * compares and selects (NaN passes; lo already min(lo, hi)), HardSwish
+ * v * sat01(v * (1/6) + 0.5) without contraction. */
+DWK_TARGET static DWK_INLINE __m256 dwk_act(const int act, __m256 v, __m256 lo, __m256 hi)
+{
+	__m256 z = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f), t;
+
+	switch (act) {
+	case HP_EPI_RELU: return _mm256_max_ps(z, v);
+	case HP_EPI_CLIP:
+		t = _mm256_blendv_ps(v, hi, _mm256_cmp_ps(v, hi, _CMP_GT_OQ));
+		return _mm256_blendv_ps(t, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
+	case HP_EPI_HSWISH:
+		t = _mm256_add_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.0f / 6.0f)), _mm256_set1_ps(0.5f));
+		t = _mm256_blendv_ps(t, z, _mm256_cmp_ps(t, z, _CMP_LT_OQ));
+		t = _mm256_blendv_ps(t, one, _mm256_cmp_ps(t, one, _CMP_GT_OQ));
+		return _mm256_mul_ps(v, t);
+	default: return v;
+	}
+}
+
 /* Transposed outputs out[q][8], q < cnt, back to the nc planes ys[l] at
- * positions q0 + q, eight at a time; a last partial vector lane by lane,
- * so nothing past a plane is written (the next may be another worker's). */
-DWK_TARGET static void dwk_store(const float *out, int64_t cnt, int nc, float *const *ys, int64_t q0)
+ * positions q0 + q as act(v + adds[l][q0 + q]) (ADD: the addends), eight
+ * at a time; a last partial vector lane by lane, so nothing past a plane
+ * is written (the next may be another worker's). */
+DWK_TARGET static DWK_INLINE void dwk_store_as(const int act, const int add, const float *out, int64_t cnt, int nc,
+					       float *const *ys, int64_t q0, __m256 lo, __m256 hi,
+					       const float *const *adds)
 {
 	for (int64_t q = 0; q < cnt; q += 8) {
 		__m256 v[8];
@@ -271,16 +340,72 @@ DWK_TARGET static void dwk_store(const float *out, int64_t cnt, int nc, float *c
 			v[i] = _mm256_loadu_ps(out + (q + i) * DWK_L);
 		dwk_transpose(v);
 		for (int l = 0; l < nc; l++) {
+			__m256 o = v[l];
+			if (add)
+				o = _mm256_add_ps(o, n >= 8 ? _mm256_loadu_ps(adds[l] + q0 + q)
+							    : _mm256_maskload_ps(adds[l] + q0 + q, dwk_in(0, 0, n)));
+			o = dwk_act(act, o, lo, hi);
 			if (n >= 8) {
-				_mm256_storeu_ps(ys[l] + q0 + q, v[l]);
+				_mm256_storeu_ps(ys[l] + q0 + q, o);
 			} else {
 				float t[8];
-				_mm256_storeu_ps(t, v[l]);
+				_mm256_storeu_ps(t, o);
 				for (int64_t i = 0; i < n; i++)
 					ys[l][q0 + q + i] = t[i];
 			}
 		}
 	}
+}
+
+#define DWK_STORE_ACT(A)                                                                                         \
+	DWK_TARGET static void dwk_store_##A(int add, const float *out, int64_t cnt, int nc, float *const *ys,  \
+					     int64_t q0, __m256 lo, __m256 hi, const float *const *adds)         \
+	{                                                                                                        \
+		if (add)                                                                                         \
+			dwk_store_as(A, 1, out, cnt, nc, ys, q0, lo, hi, adds);                                  \
+		else                                                                                             \
+			dwk_store_as(A, 0, out, cnt, nc, ys, q0, lo, hi, adds);                                  \
+	}
+DWK_STORE_ACT(HP_EPI_NONE)
+DWK_STORE_ACT(HP_EPI_RELU)
+DWK_STORE_ACT(HP_EPI_CLIP)
+DWK_STORE_ACT(HP_EPI_HSWISH)
+
+/* The outputs back to the planes through the epilogue e (NULL: none; its
+ * addends adds[l] when it adds them). */
+DWK_TARGET static void dwk_store(const float *out, int64_t cnt, int nc, float *const *ys, int64_t q0,
+				 const struct hp_epi *e, const float *const *adds)
+{
+	int add = e && e->add == HP_EPI_ADD_FULL;
+	__m256 lo = _mm256_set1_ps(!e ? 0.0f : e->lo > e->hi ? e->hi : e->lo), hi = _mm256_set1_ps(e ? e->hi : 0.0f);
+
+	switch (e ? e->act : HP_EPI_NONE) {
+	case HP_EPI_RELU: dwk_store_HP_EPI_RELU(add, out, cnt, nc, ys, q0, lo, hi, adds); break;
+	case HP_EPI_CLIP: dwk_store_HP_EPI_CLIP(add, out, cnt, nc, ys, q0, lo, hi, adds); break;
+	case HP_EPI_HSWISH: dwk_store_HP_EPI_HSWISH(add, out, cnt, nc, ys, q0, lo, hi, adds); break;
+	default: dwk_store_HP_EPI_NONE(add, out, cnt, nc, ys, q0, lo, hi, adds); break;
+	}
+}
+
+/* The block's weights as [kvol][8] and its bias [8] (lanes past nc 0),
+ * eight taps of eight channels a transpose. */
+DWK_TARGET static void dwk_pack(const struct dwk_run *r, int64_t m0, int nc, float *wp)
+{
+	int64_t kk = r->d->g.kvol;
+	float bt[DWK_L] = { 0 };
+
+	for (int64_t t0 = 0; t0 < kk; t0 += 8) {
+		__m256i in = dwk_in(0, 0, kk - t0);
+		__m256 v[8];
+		for (int l = 0; l < 8; l++)
+			v[l] = l < nc ? _mm256_maskload_ps(r->w + (m0 + l) * kk + t0, in) : _mm256_setzero_ps();
+		dwk_transpose(v);
+		for (int q = 0; q < 8 && t0 + q < kk; q++)
+			_mm256_storeu_ps(wp + (t0 + q) * DWK_L, v[q]);
+	}
+	for (int l = 0; l < nc && r->b; l++)
+		bt[l] = r->b[m0 + l];
+	memcpy(wp + kk * DWK_L, bt, sizeof bt);
 }
 
 /* The transposed row of image row ih (a zero row outside the image), from
@@ -299,6 +424,82 @@ static const float *dwk_get(const struct hp_colgeom *g, const float *const *xs, 
 	return ring + s * wd;
 }
 
+/* N outputs at base[j] (their windows' first input in the padded plane,
+ * rows wd floats apart; dil[0] rows, dil[1] columns) into out[j]: bias, then the taps in (kh, kw)
+ * order, one weight vector for the N chains. */
+DWK_TARGET static DWK_INLINE void dwk_step(const int N, const int K, const int64_t *dil, int64_t wd, const float *const *base,
+					   const float *wt, __m256 b, float *const *out)
+{
+	__m256 acc[DWK_STEP];
+
+#pragma GCC unroll 9
+	for (int j = 0; j < N; j++)
+		acc[j] = b;
+	for (int kh = 0; kh < K; kh++)
+#pragma GCC unroll 7
+		for (int kw = 0; kw < K; kw++) {
+			__m256 wv = _mm256_loadu_ps(wt + (kh * K + kw) * DWK_L);
+			int64_t off = kh * dil[0] * wd + kw * dil[1] * DWK_L;
+#pragma GCC unroll 9
+			for (int j = 0; j < N; j++)
+				acc[j] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(base[j] + off), acc[j]);
+		}
+#pragma GCC unroll 9
+	for (int j = 0; j < N; j++)
+		_mm256_storeu_ps(out[j], acc[j]);
+}
+
+#define DWK_STEPS(K)                                                                                  \
+	DWK_TARGET static void dwk_steps_##K(int n, const int64_t *dil, int64_t wd, const float *const *base, \
+					     const float *wt, __m256 b, float *const *out)            \
+	{                                                                                             \
+		if (n == 9)                                                                           \
+			dwk_step(9, K, dil, wd, base, wt, b, out);                                    \
+		else                                                                                  \
+			dwk_step(8, K, dil, wd, base, wt, b, out);                                    \
+	}
+DWK_STEPS(3)
+DWK_STEPS(5)
+DWK_STEPS(7)
+
+/* The flat path's block: the padded plane xt (rows outside the image
+ * zero since the scratch was cleared), each row's outputs by steps of
+ * eight (dwk_row), then the rows' last ow % 8 outputs (all of them where
+ * ow < 8) eight at a time across rows, nine where that divides them and
+ * eight does not (3x3 and 6x6 planes); a last step repeats the last
+ * output (the same bits twice). */
+DWK_TARGET static void dwk_flat_block(const struct hp_colgeom *g, const float *const *xs, int nc, const float *wt,
+				      __m256 b, float *xt, float *out)
+{
+	int64_t wd = dwk_width(g) * DWK_L, pr = dwk_prows(g), ow = g->grid[2], s = g->stride[1];
+	int64_t ow8 = ow / 8 * 8, tw = ow - ow8, tails = g->grid[1] * tw;
+	int n = tails % 8 && tails % 9 == 0 ? 9 : 8;
+
+	for (int64_t ih = 0; ih < g->img[1]; ih++)
+		if (ih + g->pad[1] < pr)
+			dwk_fill(g, xs, nc, ih, xt + (ih + g->pad[1]) * wd);
+	for (int64_t oh = 0; oh < g->grid[1] && ow8; oh++) {
+		const float *rows[DWK_MAXK];
+		for (int64_t kh = 0; kh < g->k[1]; kh++)
+			rows[kh] = xt + (oh * s + kh * g->dil[1]) * wd;
+		dwk_row(g, ow8, rows, wt, b, out + oh * ow * DWK_L);
+	}
+	for (int64_t t0 = 0; t0 < tails; t0 += n) {
+		const float *base[DWK_STEP];
+		float *outs[DWK_STEP];
+		for (int j = 0; j < n; j++) {
+			int64_t t = t0 + j < tails ? t0 + j : tails - 1, oh = t / tw, o = ow8 + t % tw;
+			base[j] = xt + oh * s * wd + o * g->stride[2] * DWK_L;
+			outs[j] = out + (oh * ow + o) * DWK_L;
+		}
+		switch (g->k[1]) {
+		case 3: dwk_steps_3(n, g->dil + 1, wd, base, wt, b, outs); break;
+		case 5: dwk_steps_5(n, g->dil + 1, wd, base, wt, b, outs); break;
+		default: dwk_steps_7(n, g->dil + 1, wd, base, wt, b, outs); break;
+		}
+	}
+}
+
 /* Output channels [m0, m0 + nc) of item n. */
 DWK_TARGET static void dwk_block(const struct dwk_run *r, int64_t n, int64_t m0, int nc, float *scratch)
 {
@@ -307,33 +508,47 @@ DWK_TARGET static void dwk_block(const struct dwk_run *r, int64_t n, int64_t m0,
 	int64_t cout = d->cin * d->mult, wd = dwk_width(g) * DWK_L, slots = dwk_slots(g), kk = g->kvol;
 	int64_t tags[DWK_MAXSPAN], ow = g->grid[2], carry = 0, done = 0;
 	float *zero = scratch + slots * wd, *out = zero + wd;
-	const float *xs[8], *wt = r->wp + m0 / DWK_L * (kk + 1) * DWK_L;
-	float *ys[8];
-	__m256 b = _mm256_loadu_ps(wt + kk * DWK_L);
+	const float *xs[8], *adds[8] = { 0 };
+	const struct hp_epi *e = r->fin ? d->epi : NULL;
+	float *ys[8], wt[(DWK_MAXK * DWK_MAXK + 1) * DWK_L];
+	int whole = dwk_whole(g);
+	__m256 b;
 
+	dwk_pack(r, m0, nc, wt);
+	b = _mm256_loadu_ps(wt + kk * DWK_L);
 	for (int l = 0; l < nc; l++) {
 		int64_t m = m0 + l, c = m / d->mult;
 		xs[l] = r->x + (n * d->cin + c) * (d->xstride ? d->xstride : g->img_vol);
 		ys[l] = r->y + (n * cout + m) * g->grid_vol;
+		if (e && e->add == HP_EPI_ADD_FULL)
+			adds[l] = d->addend + (n * cout + m) * g->grid_vol;
+	}
+	if (dwk_flat(g)) {
+		out = scratch + dwk_prows(g) * wd;
+		dwk_flat_block(g, xs, nc, wt, b, scratch, out);
 	}
 	for (int i = 0; i < DWK_MAXSPAN; i++)
 		tags[i] = -1;
-	for (int64_t oh = 0; oh < g->grid[1]; oh++) {
+	for (int64_t oh = 0; oh < g->grid[1] && !dwk_flat(g); oh++) {
 		const float *rows[DWK_MAXK];
 		int64_t f;
 		for (int64_t kh = 0; kh < g->k[1]; kh++)
 			rows[kh] = dwk_get(g, xs, nc, oh * g->stride[1] - g->pad[1] + kh * g->dil[1], scratch, tags,
 					   zero);
-		dwk_row(g, rows, wt, b, out + carry * DWK_L);
+		dwk_row(g, ow, rows, wt, b, out + (whole ? oh * ow : carry) * DWK_L);
+		if (whole)
+			continue;
 		carry += ow;
 		f = oh + 1 == g->grid[1] ? carry : carry / 8 * 8; /* whole vectors, the plane's end */
-		dwk_store(out, f, nc, ys, done);
+		dwk_store(out, f, nc, ys, done, e, adds);
 		done += f;
 		carry -= f;
 		memmove(out, out + f * DWK_L, (size_t)(carry * DWK_L) * sizeof *out);
 	}
-	for (int l = 0; l < nc && d->epi; l++) /* the epilogue per plane, in cache */
-		hp_epi_span(d->epi, r->y, d->addend, ys[l] - r->y, ys[l] - r->y + g->grid_vol);
+	if (whole)
+		dwk_store(out, g->grid_vol, nc, ys, 0, e, adds);
+	if (d->epi && !r->fin) /* other epilogues: the block's adjacent planes at once, in cache */
+		hp_epi_span(d->epi, r->y, d->addend, ys[0] - r->y, ys[nc - 1] - r->y + g->grid_vol);
 }
 
 /* Units are (item, block of output channels). */
@@ -372,34 +587,29 @@ int hp_dwk_forward(const struct hp_dw *d, const float *x, const float *w, const 
 {
 #ifdef DWK_X86
 	struct dwk_run r = { .d = d, .x = x, .w = w, .b = b, .y = y };
+	const struct hp_epi *e = d->epi;
 	int saved, threads;
-	int64_t units, su, kk = d->g.kvol, cout = d->cin * d->mult;
+	int64_t units, su, cout = d->cin * d->mult;
 	size_t one = dwk_floats(&d->g), wd = (size_t)(dwk_width(&d->g) * DWK_L);
 
 	r.blocks = (cout + DWK_L - 1) / DWK_L;
-	r.wp = malloc((size_t)(r.blocks * (kk + 1) * DWK_L) * sizeof(float));
-	if (!r.wp)
-		return -1;
-	for (int64_t m = 0; m < r.blocks * DWK_L; m++) { /* the weights once per call, not per (item, block) */
-		float *q = r.wp + m / DWK_L * (kk + 1) * DWK_L + m % DWK_L;
-		for (int64_t t = 0; t < kk; t++)
-			q[t * DWK_L] = m < cout ? w[m * kk + t] : 0.0f;
-		q[kk * DWK_L] = m < cout && b ? b[m] : 0.0f;
-	}
+	r.fin = e && (e->add == HP_EPI_ADD_NONE || (e->add == HP_EPI_ADD_FULL && d->addend)) &&
+		(e->act == HP_EPI_NONE || e->act == HP_EPI_RELU || e->act == HP_EPI_CLIP || e->act == HP_EPI_HSWISH);
 	threads = hp_conv_threads_enter(pool, &saved);
 	units = d->batch * r.blocks;
 	su = units / ((int64_t)threads * DWK_UNITS_PER_THREAD);
 	r.scratch = malloc((size_t)threads * one * sizeof(float));
 	if (!r.scratch) {
-		free(r.wp);
 		hp_conv_threads_leave(saved);
 		return -1;
 	}
-	for (int t = 0; t < threads; t++) /* the zero row */
-		memset(r.scratch + t * one + (size_t)dwk_slots(&d->g) * wd, 0, wd * sizeof(float));
+	for (int t = 0; t < threads; t++) /* the zero row, or the flat plane's padding rows */
+		if (dwk_flat(&d->g))
+			memset(r.scratch + t * one, 0, (size_t)dwk_prows(&d->g) * wd * sizeof(float));
+		else
+			memset(r.scratch + t * one + (size_t)dwk_slots(&d->g) * wd, 0, wd * sizeof(float));
 	hp_conv_steal(pool, threads, units, su < 1 ? 1 : su, dwk_range, &r);
 	free(r.scratch);
-	free(r.wp);
 	hp_conv_threads_leave(saved);
 	return 0;
 #else

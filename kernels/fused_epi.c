@@ -122,6 +122,27 @@ static void add_mid(const struct hp_epi *e, float *y, const float *add, int64_t 
 	}
 }
 
+/* The activation over y[0, n).  The transcendental ones take the last
+ * n % 16 elements through a buffer of 16, so that they run in the loops'
+ * vectors (the same operations, the same bits) rather than in their
+ * scalar remainders: kernels call this per plane or per tile row (a
+ * fused Sigmoid on 3x3 planes had run one element at a time). */
+static void act_span(const struct hp_epi *e, float *y, int64_t n)
+{
+	int64_t m = n / 16 * 16;
+	float t[16] = { 0 };
+
+	if (e->act < HP_EPI_SIGMOID || n == m) {
+		acts[e->act](e, y, n);
+		return;
+	}
+	if (m)
+		acts[e->act](e, y, m);
+	memcpy(t, y + m, (size_t)(n - m) * sizeof *t);
+	acts[e->act](e, t, 16);
+	memcpy(y + m, t, (size_t)(n - m) * sizeof *t);
+}
+
 /* Elements [b, e): the add, then the activation over the same range while
  * it is in cache. */
 void hp_epi_span(const struct hp_epi *e, float *y, const float *addend, int64_t b, int64_t end)
@@ -135,7 +156,7 @@ void hp_epi_span(const struct hp_epi *e, float *y, const float *addend, int64_t 
 	else if (e->add == HP_EPI_ADD_MID)
 		add_mid(e, y, addend, b, end);
 	if (e->act != HP_EPI_NONE)
-		acts[e->act](e, y + b, end - b);
+		act_span(e, y + b, end - b);
 }
 
 static void epi_range(void *arg, int64_t b, int64_t end, int tid)

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "kernels/conv_impl.h"
+#include "kernels/eltwise_impl.h"
 #include "kernels/fused_impl.h"
 #include "tests/kernels/harness.h"
 
@@ -42,6 +43,19 @@ static const struct kc cases[] = {
 	{ 1, 10, 1, { 15, 19 }, 3, 1, { 2, 2 }, { 2, 2 }, { 2, 2 } },
 	{ 2, 7, 1, { 12, 16 }, 3, 2, { 1, 3 }, { 1, 3 }, { 0, 2 } },
 	{ 1, 9, 1, { 12, 11 }, 5, 1, { 2, 1 }, { 4, 2 }, { 3, 2 } },
+	/* planes narrower than eight outputs (the flat steps across rows):
+	 * 3x3 and 6x6 planes (steps of nine), 5x5 (eight, the last past the
+	 * plane), a dilated 3x3 on a 7x7 plane */
+	{ 1, 20, 1, { 3, 3 }, 5, 1, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 2, 12, 1, { 6, 6 }, 5, 1, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 1, 19, 1, { 11, 11 }, 5, 2, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 1, 9, 1, { 5, 5 }, 7, 1, { 1, 1 }, { 3, 3 }, { 3, 3 } },
+	{ 1, 10, 1, { 7, 7 }, 3, 1, { 2, 2 }, { 2, 2 }, { 2, 2 } },
+	/* rows of eight and a tail (12x12: the tails eight at a time across
+	 * rows), and a plane too large to hold whole (the ring, row by row) */
+	{ 1, 11, 1, { 12, 12 }, 5, 1, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 1, 9, 1, { 24, 24 }, 5, 2, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 1, 3, 1, { 60, 61 }, 5, 1, { 1, 1 }, { 2, 2 }, { 2, 2 } },
 };
 
 static int64_t out_dim(const struct kc *t, int i)
@@ -69,11 +83,11 @@ static struct hp_dw geom(const struct kc *t, int64_t r0, int64_t r1, int64_t *i0
 }
 
 /* y as one chain per output: bias, then fmaf over (kh, kw), taps in the
- * padding as w * 0; then act(y + addend) with Clip (add NULL: none;
- * lo > hi: no activation).  dbl: the taps in double instead, padding
- * skipped (the loops the chains approximate). */
-static void chain_ref(const struct kc *t, const float *x, const float *w, const float *b, const float *add, float lo,
-		      float hi, float *y, double *dbl)
+ * padding as w * 0; then act(y + addend) as fused_epi.c computes it (add
+ * NULL: none; Clip to [lo, hi]).  dbl: the taps in double instead,
+ * padding skipped (the loops the chains approximate). */
+static void chain_ref(const struct kc *t, const float *x, const float *w, const float *b, const float *add,
+		      enum hp_epi_act act, float lo, float hi, float *y, double *dbl)
 {
 	int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), m = t->c * t->mult, kk = t->k * t->k;
 
@@ -94,8 +108,17 @@ static void chain_ref(const struct kc *t, const float *x, const float *w, const 
 				}
 				if (add)
 					v = v + add[yi];
-				if (lo <= hi)
+				if (act == HP_EPI_CLIP)
 					v = v < lo ? lo : v > hi ? hi : v;
+				else if (act == HP_EPI_RELU)
+					v = v < 0.0f ? 0.0f : v;
+				else if (act == HP_EPI_HSWISH) {
+					float s = v * (1.0f / 6.0f) + 0.5f;
+					s = s < 0.0f ? 0.0f : s;
+					v = v * (s > 1.0f ? 1.0f : s);
+				} else if (act == HP_EPI_SIGMOID) {
+					v = hpk_sigmoidf(v);
+				}
 				y[yi] = v;
 				if (dbl)
 					dbl[yi] = dv;
@@ -149,7 +172,7 @@ static void test_chains(void **state)
 
 		assert_true(hp_dwk_eligible(&whole.g));
 		run(t, 0, NULL, x, w, b, NULL, NULL, y);
-		chain_ref(t, x, w, b, NULL, 1, 0, ref, dref);
+		chain_ref(t, x, w, b, NULL, HP_EPI_NONE, 0, 0, ref, dref);
 		if (memcmp(y, ref, (size_t)ny * 4))
 			fail_msg("case %d: not the fmaf chain of every output", ci);
 		for (int64_t i = 0; i < ny; i++)
@@ -163,9 +186,23 @@ static void test_chains(void **state)
 		if (memcmp(y, y2, (size_t)ny * 4))
 			fail_msg("case %d: a pool of 2 changes the bits", ci);
 		run(t, 0, pool, x, w, b, &clip, add, y);
-		chain_ref(t, x, w, b, add, 0.0f, 0.5f, ref, NULL);
+		chain_ref(t, x, w, b, add, HP_EPI_CLIP, 0.0f, 0.5f, ref, NULL);
 		if (memcmp(y, ref, (size_t)ny * 4))
 			fail_msg("case %d: the fused Add and Clip differ from fused_epi.c's", ci);
+		/* Relu and HardSwish (in registers), Sigmoid (over the block's
+		 * planes after it, its last n % 16 in vectors), alone and after
+		 * the Add */
+		for (int a = 0; a < 3; a++) {
+			static const enum hp_epi_act acts[] = { HP_EPI_RELU, HP_EPI_HSWISH, HP_EPI_SIGMOID };
+			struct hp_epi e = { .act = acts[a], .add = ci % 2 ? HP_EPI_ADD_FULL : HP_EPI_ADD_NONE };
+			for (int64_t i = 0; i < ny; i += 7) /* some lanes exactly 0, some NaN: as the scalars treat them */
+				add[i] = i % 3 ? -y2[i] : NAN;
+			run(t, 0, ci % 3 ? pool : NULL, x, w, b, &e, ci % 2 ? add : NULL, y);
+			chain_ref(t, x, w, b, ci % 2 ? add : NULL, e.act, 0, 0, ref, NULL);
+			if (memcmp(y, ref, (size_t)ny * 4))
+				fail_msg("case %d: the fused %s differs from fused_epi.c's", ci,
+					 a == 2 ? "Sigmoid" : a ? "HardSwish" : "Relu");
+		}
 		free(x), free(w), free(b), free(add), free(ref), free(y), free(y2), free(dref);
 	}
 	hp_pool_destroy(pool);
