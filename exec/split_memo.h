@@ -1,0 +1,28 @@
+/* Split candidates remembered by their graph (split.c): a candidate is the
+ * graph cut into bands, then inferred, finished (autodiff) and measured;
+ * the band cut is cheap, the rest is most of planning a big net.  The
+ * same cut graph under the same finish (ctx: the hash of the unsplit
+ * graph finished, which carries the trainer's options) comes to the same
+ * figures, so its figures are looked up instead of built again; only the
+ * candidate kept is built. */
+#ifndef HPDLF_EXEC_SPLIT_MEMO_H
+#define HPDLF_EXEC_SPLIT_MEMO_H
+
+#include <stdint.h>
+
+#include "hpdlf/graph.h"
+#include "exec/split.h"
+
+/* A hash of everything a candidate's figures depend on: values (names,
+ * kinds, shapes, small constant data), nodes (ops, edges, attributes,
+ * workspace, hints); never 0. */
+uint64_t hp_split_graph_hash(const struct hp_graph *g);
+
+/* The figures of cut graph `graph` under ctx at `budget` (1: found):
+ * an entry of that budget, or one valid at every budget below its
+ * min_after (its ms is then -1: not predicted).  ctx 0: never found. */
+int hp_split_memo_find(uint64_t ctx, uint64_t graph, uint64_t budget, struct hp_split_info *out);
+void hp_split_memo_add(uint64_t ctx, uint64_t graph, uint64_t budget, int any_below,
+		       const struct hp_split_info *info);
+
+#endif
