@@ -257,7 +257,8 @@ static int candidate(const struct hp_graph *g, const struct recipe *r, const str
 	struct hp_graph *c;
 	struct hp_split_info found;
 	uint64_t h = 0;
-	int rc = graph_clone(g, &c), any_below = 0;
+	uint64_t cut = r->k > 1 ? r->cut : 0; /* unsplit: any target */
+	int rc, any_below = 0, known;
 
 	*out = NULL;
 	info->k = r->k;
@@ -267,6 +268,15 @@ static int candidate(const struct hp_graph *g, const struct recipe *r, const str
 	info->nsplit = 0;
 	info->ahead = 0;
 	info->ms = -1;
+	known = ctx && !build && hp_split_memo_cut_find(ctx, r->k, r->lean, r->ahead, r->rejoin, cut, &h);
+	if (known && !h)
+		return 0; /* a rejoin that joins nothing back */
+	if (known && hp_split_memo_find(ctx, h, r->budget, &found) &&
+	    (!want_ms || found.ms >= 0 || found.min_after > r->budget)) {
+		*info = found;
+		return 0;
+	}
+	rc = graph_clone(g, &c);
 	/* not in training: the fixed model preferred the cut ahead for the
 	 * U-Net of bench_ooc_targets.py at 22323K by 1 ms of 858, and the run
 	 * then read 124.2 MiB a step where it read 87.3 (the plans of the
@@ -275,11 +285,14 @@ static int candidate(const struct hp_graph *g, const struct recipe *r, const str
 		rc = hp_split_bands(c, r->k, so->training, r->lean, r->ahead && !so->training, r->cut, &info->nsplit,
 				    &info->axis, &info->ahead, r->rejoin ? &info->rejoined : NULL);
 	if (rc == 0 && r->rejoin && !info->rejoined) { /* the same graph as without */
+		hp_split_memo_cut_add(ctx, r->k, r->lean, r->ahead, r->rejoin, cut, 0);
 		hp_graph_free(c);
 		return 0;
 	}
-	if (rc == 0 && ctx)
+	if (rc == 0 && ctx && !known) {
 		h = hp_split_graph_hash(c);
+		hp_split_memo_cut_add(ctx, r->k, r->lean, r->ahead, r->rejoin, cut, h);
+	}
 	if (rc == 0 && ctx && !build && hp_split_memo_find(ctx, h, r->budget, &found) &&
 	    (!want_ms || found.ms >= 0 || found.min_after > r->budget)) {
 		*info = found;

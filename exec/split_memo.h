@@ -25,4 +25,10 @@ int hp_split_memo_find(uint64_t ctx, uint64_t graph, uint64_t budget, struct hp_
 void hp_split_memo_add(uint64_t ctx, uint64_t graph, uint64_t budget, int any_below,
 		       const struct hp_split_info *info);
 
+/* The hash of g cut by a recipe (hp_split_bands' arguments) under ctx,
+ * whose forward graph it includes; 0: the cut left the graph as it was
+ * (a rejoin that joined nothing back). */
+int hp_split_memo_cut_find(uint64_t ctx, int k, int lean, int ahead, int rejoin, uint64_t cut, uint64_t *graph);
+void hp_split_memo_cut_add(uint64_t ctx, int k, int lean, int ahead, int rejoin, uint64_t cut, uint64_t graph);
+
 #endif
