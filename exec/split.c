@@ -246,6 +246,20 @@ static int candidate_finish(struct hp_graph *c, const struct recipe *r, const st
 	return 0;
 }
 
+/* Whether the band pass's lean flag can change g's cut: it marks Conv,
+ * ConvTranspose and pooling nodes only (split_band.c); without them a
+ * lean recipe cuts as the plain one. */
+static int lean_cuts(const struct hp_graph *g)
+{
+	static const char *const marked[] = { "Conv", "ConvTranspose", "MaxPool", "AveragePool" };
+
+	for (int i = 0; i < g->nnodes; i++)
+		for (size_t j = 0; !g->nodes[i].domain[0] && j < sizeof marked / sizeof *marked; j++)
+			if (!strcmp(g->nodes[i].op_type, marked[j]))
+				return 1;
+	return 0;
+}
+
 /* Candidate r of g into *out with its figures in *info.  *out is NULL
  * when its figures were found in the memo under ctx (build 0: they may
  * be; 1: the graph is wanted), and for a rejoin that joined nothing back
@@ -258,7 +272,7 @@ static int candidate(const struct hp_graph *g, const struct recipe *r, const str
 	struct hp_split_info found;
 	uint64_t h = 0;
 	uint64_t cut = r->k > 1 ? r->cut : 0; /* unsplit: any target */
-	int rc, any_below = 0, known;
+	int rc, any_below = 0, known, lean = r->lean && lean_cuts(g);
 
 	*out = NULL;
 	info->k = r->k;
@@ -268,12 +282,12 @@ static int candidate(const struct hp_graph *g, const struct recipe *r, const str
 	info->nsplit = 0;
 	info->ahead = 0;
 	info->ms = -1;
-	known = ctx && !build && hp_split_memo_cut_find(ctx, r->k, r->lean, r->ahead, r->rejoin, cut, &h);
+	known = ctx && !build && hp_split_memo_cut_find(ctx, r->k, lean, r->ahead, r->rejoin, cut, &h, info);
 	if (known && !h)
 		return 0; /* a rejoin that joins nothing back */
-	if (known && hp_split_memo_find(ctx, h, r->budget, &found) &&
-	    (!want_ms || found.ms >= 0 || found.min_after > r->budget)) {
-		*info = found;
+	if (known && hp_split_memo_find(ctx, h, r->budget, want_ms, &found)) {
+		info->min_after = found.min_after;
+		info->ms = found.ms;
 		return 0;
 	}
 	rc = graph_clone(g, &c);
@@ -285,17 +299,17 @@ static int candidate(const struct hp_graph *g, const struct recipe *r, const str
 		rc = hp_split_bands(c, r->k, so->training, r->lean, r->ahead && !so->training, r->cut, &info->nsplit,
 				    &info->axis, &info->ahead, r->rejoin ? &info->rejoined : NULL);
 	if (rc == 0 && r->rejoin && !info->rejoined) { /* the same graph as without */
-		hp_split_memo_cut_add(ctx, r->k, r->lean, r->ahead, r->rejoin, cut, 0);
+		hp_split_memo_cut_add(ctx, r->k, lean, r->ahead, r->rejoin, cut, 0, info);
 		hp_graph_free(c);
 		return 0;
 	}
 	if (rc == 0 && ctx && !known) {
 		h = hp_split_graph_hash(c);
-		hp_split_memo_cut_add(ctx, r->k, r->lean, r->ahead, r->rejoin, cut, h);
+		hp_split_memo_cut_add(ctx, r->k, lean, r->ahead, r->rejoin, cut, h, info);
 	}
-	if (rc == 0 && ctx && !build && hp_split_memo_find(ctx, h, r->budget, &found) &&
-	    (!want_ms || found.ms >= 0 || found.min_after > r->budget)) {
-		*info = found;
+	if (rc == 0 && ctx && !build && hp_split_memo_find(ctx, h, r->budget, want_ms, &found)) {
+		info->min_after = found.min_after;
+		info->ms = found.ms;
 		hp_graph_free(c);
 		return 0;
 	}
@@ -305,8 +319,7 @@ static int candidate(const struct hp_graph *g, const struct recipe *r, const str
 		hp_graph_free(c);
 		return rc;
 	}
-	/* a figure without its predicted time is not kept where one is wanted */
-	if (ctx && (info->ms >= 0 || info->min_after > r->budget))
+	if (ctx) /* (one that fits without its predicted time is not taken where that is wanted) */
 		hp_split_memo_add(ctx, h, r->budget, any_below, info);
 	*out = c;
 	return 0;

@@ -150,6 +150,7 @@ uint64_t hp_split_graph_hash(const struct hp_graph *g)
 struct cut_entry {
 	uint64_t ctx, cut, graph;
 	int k, lean, ahead, rejoin;
+	struct hp_split_info bands; /* what the band pass reported */
 };
 
 struct memo_entry {
@@ -183,7 +184,8 @@ static void *grow(void *a, int n, int *cap, size_t sz)
 	return m;
 }
 
-int hp_split_memo_cut_find(uint64_t ctx, int k, int lean, int ahead, int rejoin, uint64_t cut, uint64_t *graph)
+int hp_split_memo_cut_find(uint64_t ctx, int k, int lean, int ahead, int rejoin, uint64_t cut, uint64_t *graph,
+			   struct hp_split_info *bands)
 {
 	int found = 0;
 
@@ -195,6 +197,10 @@ int hp_split_memo_cut_find(uint64_t ctx, int k, int lean, int ahead, int rejoin,
 		if (e->ctx == ctx && e->k == k && e->lean == lean && e->ahead == ahead && e->rejoin == rejoin &&
 		    e->cut == cut) {
 			*graph = e->graph;
+			bands->nsplit = e->bands.nsplit;
+			bands->axis = e->bands.axis;
+			bands->ahead = e->bands.ahead;
+			bands->rejoined = e->bands.rejoined;
 			found = 1;
 		}
 	}
@@ -202,7 +208,8 @@ int hp_split_memo_cut_find(uint64_t ctx, int k, int lean, int ahead, int rejoin,
 	return found;
 }
 
-void hp_split_memo_cut_add(uint64_t ctx, int k, int lean, int ahead, int rejoin, uint64_t cut, uint64_t graph)
+void hp_split_memo_cut_add(uint64_t ctx, int k, int lean, int ahead, int rejoin, uint64_t cut, uint64_t graph,
+			   const struct hp_split_info *bands)
 {
 	if (!ctx)
 		return;
@@ -210,11 +217,11 @@ void hp_split_memo_cut_add(uint64_t ctx, int k, int lean, int ahead, int rejoin,
 	struct cut_entry *m = grow(cuts, ncuts, &cuts_cap, sizeof *cuts);
 	if (m)
 		(cuts = m)[ncuts++] = (struct cut_entry){ .ctx = ctx, .cut = cut, .graph = graph, .k = k, .lean = lean,
-						    .ahead = ahead, .rejoin = rejoin };
+						    .ahead = ahead, .rejoin = rejoin, .bands = *bands };
 	pthread_mutex_unlock(&memo_lock);
 }
 
-int hp_split_memo_find(uint64_t ctx, uint64_t graph, uint64_t budget, struct hp_split_info *out)
+int hp_split_memo_find(uint64_t ctx, uint64_t graph, uint64_t budget, int want_ms, struct hp_split_info *out)
 {
 	int found = 0;
 
@@ -225,7 +232,7 @@ int hp_split_memo_find(uint64_t ctx, uint64_t graph, uint64_t budget, struct hp_
 		const struct memo_entry *e = &memo[i];
 		if (e->ctx != ctx || e->graph != graph)
 			continue;
-		if (e->budget == budget) {
+		if (e->budget == budget && (!want_ms || e->info.ms >= 0 || e->info.min_after > budget)) {
 			*out = e->info;
 			found = 1;
 		} else if (e->any_below && budget < e->info.min_after) {
