@@ -163,15 +163,21 @@ static int prepare_again(struct hp_graph *g, struct hp_node *n)
  * kept.)  Deterministic in the budget: a smaller budget leans the same
  * nodes first, so the smallest budget named still runs. */
 #define LEAN_TRIES 64
-static int lean_where_needed(struct hp_graph *c, uint64_t budget, uint64_t *minb, int *changed)
+static uint64_t split_min_node(const struct hp_graph *g, int *node)
 {
 	struct hp_plan_opts po = { .align = HP_BUDGET_ALIGN, .reserve_for = hp_budget_staging };
+
+	return hp_plan_min_budget_node(g, &po, node);
+}
+
+/* *minb: the smallest budget of c, node s the one that sets it
+ * (split_min_node); *changed: a node was given the attribute. */
+static int lean_where_needed(struct hp_graph *c, uint64_t budget, uint64_t *minb, int s, int *changed)
+{
 	struct hp_attr on = { .name = "hpdlf_lean", .type = HP_ATTR_INT, .i = 1 };
 	int rc = 0;
 
 	for (int i = 0; i < LEAN_TRIES && rc == 0 && *minb > budget; i++) {
-		int s;
-		hp_plan_min_budget_node(c, &po, &s);
 		if (s < 0)
 			break;
 		struct hp_node *n = &c->nodes[s];
@@ -188,7 +194,7 @@ static int lean_where_needed(struct hp_graph *c, uint64_t budget, uint64_t *minb
 			rc = prepare_again(c, n);
 			break;
 		}
-		*minb = hp_split_min_budget(c);
+		*minb = split_min_node(c, &s);
 	}
 	return rc;
 }
@@ -226,7 +232,7 @@ static void kept_set(struct kept *k, struct hp_graph *c, const struct recipe *r,
 static int candidate_finish(struct hp_graph *c, const struct recipe *r, const struct hp_split_opts *so, int want_ms,
 			    struct hp_split_info *info, int *any_below, uint64_t *fin)
 {
-	int rc = hp_graph_infer(c), changed = 0; /* the copy's kernels are not prepared yet */
+	int rc = hp_graph_infer(c), changed = 0, s; /* the copy's kernels are not prepared yet */
 
 	/* a second pass (weights of big matrix products) slots in here */
 	if (rc == 0 && so->finish)
@@ -235,10 +241,10 @@ static int candidate_finish(struct hp_graph *c, const struct recipe *r, const st
 		return rc;
 	if (fin)
 		*fin = hp_split_graph_hash(c);
-	info->min_after = hp_split_min_budget(c);
+	info->min_after = split_min_node(c, &s);
 	*any_below = 0;
 	if (r->budget && info->min_after > r->budget) {
-		if ((rc = lean_where_needed(c, r->budget, &info->min_after, &changed)) < 0)
+		if ((rc = lean_where_needed(c, r->budget, &info->min_after, s, &changed)) < 0)
 			return rc;
 		*any_below = !changed;
 	}
