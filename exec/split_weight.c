@@ -662,23 +662,31 @@ static int rewrite(struct hp_graph *g, const struct ws_cand *c, int64_t r)
  * parameter, and the node reads their Concat (axis 0): exact copies, so
  * forward, gradients and updates are bitwise those of the whole weight,
  * and the update steps hold one block at a time.  Returns 1 when cut. */
-static int cut_for_update(struct hp_graph *g, int node, int slot, uint64_t budget, uint64_t avail, int copies)
+static int update_wanted(const struct hp_graph *g, int node, int slot, uint64_t budget, int copies)
 {
-	int w = g->nodes[node].inputs[slot], cat, *parts, rc = 0;
+	int w = g->nodes[node].inputs[slot];
 	const char *op = g->nodes[node].op_type;
-	const struct hp_value *wv;
-	int64_t rows, r, k;
-	uint64_t row;
 
 	/* Gemm and MatMul weights are the pass above's (cut there or not) */
 	if (w < 0 || !movable(g, w) || !g->values[w].trainable || g->values[w].shape.rank < 2 ||
 	    (!g->nodes[node].domain[0] && (!strcmp(op, "Gemm") || !strcmp(op, "MatMul"))))
 		return 0;
+	return (uint64_t)copies * al(vbytes(g, w)) + (copies == 7 ? WS_ALIGN : 0) > budget &&
+	       g->values[w].shape.dims[0] >= 2;
+}
+
+static int cut_for_update(struct hp_graph *g, int node, int slot, uint64_t budget, uint64_t avail, int copies)
+{
+	int w = g->nodes[node].inputs[slot], cat, *parts, rc = 0;
+	const struct hp_value *wv;
+	int64_t rows, r, k;
+	uint64_t row;
+
+	if (!update_wanted(g, node, slot, budget, copies))
+		return 0;
 	wv = &g->values[w];
 	rows = wv->shape.dims[0];
 	row = vbytes(g, w) / (uint64_t)rows;
-	if ((uint64_t)copies * al(vbytes(g, w)) + (copies == 7 ? WS_ALIGN : 0) <= budget || rows < 2)
-		return 0;
 	for (k = 2; k < rows && k < WS_MAX_PARTS; k++)
 		if ((uint64_t)copies * al(row * (uint64_t)((rows + k - 1) / k)) + (copies == 7 ? WS_ALIGN : 0) <= avail)
 			break;
@@ -705,7 +713,7 @@ static int cut_for_update(struct hp_graph *g, int node, int slot, uint64_t budge
 }
 
 static int split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec,
-			 int update_cut)
+			 int update_cut, int *would_cut)
 {
 	int n0 = g->nnodes, done = 0, rc, copies = update_copies(spec);
 	uint64_t budget, avail;
@@ -734,6 +742,10 @@ static int split_weights(struct hp_graph *g, const struct hp_budget_layout *l, c
 			return hp_error_prefix(rc, "partitioning weight '%s'", g->values[c.w].name);
 		done++;
 	}
+	/* without update_cut: whether the pass below would cut, on this graph */
+	for (int i = 0; spec && !update_cut && would_cut && !*would_cut && i < n0; i++)
+		for (int slot = 0; !g->nodes[i].folded && slot < g->nodes[i].ninputs && !*would_cut; slot++)
+			*would_cut = update_wanted(g, i, slot, budget, copies);
 	for (int i = 0; spec && update_cut && i < n0; i++) /* g->nodes moves as nodes are added */
 		for (int slot = 0; !g->nodes[i].folded && slot < g->nodes[i].ninputs; slot++) {
 			int w = g->nodes[i].inputs[slot];
@@ -751,11 +763,19 @@ static int split_weights(struct hp_graph *g, const struct hp_budget_layout *l, c
 int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec,
 		     int update_cut)
 {
+	return hp_split_weights_ext(g, l, spec, update_cut, NULL);
+}
+
+int hp_split_weights_ext(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec,
+			 int update_cut, int *would_cut)
+{
 	struct names t = { .g = g }, *outer = cut_names;
 	int rc;
 
+	if (would_cut)
+		*would_cut = 0;
 	cut_names = &t;
-	rc = split_weights(g, l, spec, update_cut);
+	rc = split_weights(g, l, spec, update_cut, would_cut);
 	cut_names = outer;
 	free(t.slot);
 	return rc;
