@@ -13,7 +13,7 @@ loaded machine stretches the clock, hardly the CPU):
   - `--plan` exits 0 within PLAN_CPU_S and names a smallest budget;
   - `--plan --budget 1` is refused with exit 2 within PLAN_CPU_S, naming
     the same figure.
-The speed model is cached first by a --plan of a small MLP (not timed),
+The speed models are cached first by --plans of a small MLP (not timed),
 and each run is stopped by RLIMIT_CPU at twice the bound.
 
 usage: check_plan_speed.py HPDLF_EXEC WORKDIR
@@ -96,9 +96,10 @@ def main():
     write_mlp(small, 4)
     n = write_mlp(big, LAYERS)
     check(n >= 10000, f"the MLP has {n} nodes")
-    rc, out = plan(exe, small, [])
-    if not check(rc == 0, f"--plan of a 4-layer MLP (caches the speed model): exit {rc}"):
-        print(out)
+    for extra in ([], ["--budget", "64K"]):
+        rc, out = plan(exe, small, extra)
+        if not check(rc == 0, f"--plan {' '.join(extra)} of a 4-layer MLP (caches the speed models): exit {rc}"):
+            print(out)
     rc, out, cpu = timed_plan(exe, big, [])
     m = NAMED_RE.search(out)
     if not check(rc == 0 and m, f"--plan of {n} nodes: exit {rc}, names a smallest budget"):
