@@ -331,7 +331,10 @@ static int candidate(const struct hp_graph *g, const struct recipe *r, const str
 	return 0;
 }
 
-/* The kept candidate's graph, built from its recipe if it has none. */
+/* The kept candidate's graph, built from its recipe if it has none.  It
+ * comes to the figures remembered (a candidate is a function of its cut
+ * graph and ctx); should it not, its own figures are taken, those of the
+ * graph that runs, and the log says so. */
 static int kept_build(const struct hp_graph *g, const struct hp_split_opts *so, uint64_t ctx, struct kept *k)
 {
 	struct hp_split_info i = k->i;
@@ -340,9 +343,13 @@ static int kept_build(const struct hp_graph *g, const struct hp_split_opts *so, 
 	if (k->g)
 		return 0;
 	rc = candidate(g, &k->r, so, ctx, 1, 0, &k->g, &i, NULL);
-	if (rc == 0 && (!k->g || i.min_after != k->i.min_after))
-		rc = hp_error(HP_EINTERNAL, "split candidate of %d bands came to %llu bytes where %llu were remembered",
-			      k->r.k, (unsigned long long)i.min_after, (unsigned long long)k->i.min_after);
+	if (rc == 0 && !k->g)
+		return hp_error(HP_EINTERNAL, "split candidate of %d bands was not built", k->r.k);
+	if (rc == 0 && i.min_after != k->i.min_after) {
+		hp_log(HP_LOG_WARN, "%s: split candidate of %d bands came to %llu bytes where %llu were remembered",
+		       g->path, k->r.k, (unsigned long long)i.min_after, (unsigned long long)k->i.min_after);
+		k->i.min_after = i.min_after;
+	}
 	return rc;
 }
 
