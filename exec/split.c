@@ -14,6 +14,7 @@
 #include "exec/exec_internal.h"
 #include "exec/plan.h"
 #include "exec/split.h"
+#include "exec/split_memo.h"
 #include "hpdlf/exec.h"
 
 /* Band counts tried, in order. */
@@ -162,15 +163,21 @@ static int prepare_again(struct hp_graph *g, struct hp_node *n)
  * kept.)  Deterministic in the budget: a smaller budget leans the same
  * nodes first, so the smallest budget named still runs. */
 #define LEAN_TRIES 64
-static int lean_where_needed(struct hp_graph *c, uint64_t budget, uint64_t *minb)
+static uint64_t split_min_node(const struct hp_graph *g, int *node)
 {
 	struct hp_plan_opts po = { .align = HP_BUDGET_ALIGN, .reserve_for = hp_budget_staging };
+
+	return hp_plan_min_budget_node(g, &po, node);
+}
+
+/* *minb: the smallest budget of c, node s the one that sets it
+ * (split_min_node); *changed: a node was given the attribute. */
+static int lean_where_needed(struct hp_graph *c, uint64_t budget, uint64_t *minb, int s, int *changed)
+{
 	struct hp_attr on = { .name = "hpdlf_lean", .type = HP_ATTR_INT, .i = 1 };
 	int rc = 0;
 
 	for (int i = 0; i < LEAN_TRIES && rc == 0 && *minb > budget; i++) {
-		int s;
-		hp_plan_min_budget_node(c, &po, &s);
 		if (s < 0)
 			break;
 		struct hp_node *n = &c->nodes[s];
@@ -179,6 +186,7 @@ static int lean_where_needed(struct hp_graph *c, uint64_t budget, uint64_t *minb
 		    (strcmp(n->op_type, "ConvGradFilter") && strcmp(n->op_type, "ConvGradData")) ||
 		    hp_attr_int(n, "hpdlf_lean", -1) >= 0)
 			break;
+		*changed = 1;
 		if ((rc = hp_graph_add_attr(c, s, &on)) < 0 || (rc = prepare_again(c, n)) < 0)
 			break;
 		if (n->workspace >= ws) { /* one worker already: as it was */
@@ -186,57 +194,163 @@ static int lean_where_needed(struct hp_graph *c, uint64_t budget, uint64_t *minb
 			rc = prepare_again(c, n);
 			break;
 		}
-		*minb = hp_split_min_budget(c);
+		*minb = split_min_node(c, &s);
 	}
 	return rc;
 }
 
-/* The graph cut into k bands (k = 1: as is), inferred and finished, and
- * made lean where that fits it into the budget (0: none); ahead: producers
- * cut ahead of their band-cut readers (inference); rejoin: with the bands
+/* A candidate: the graph cut into k bands (k = 1: as is) with cut as the
+ * target, made lean where that fits it into budget; ahead: producers cut
+ * ahead of their band-cut readers (inference); rejoin: with the bands
  * joined back where weights outweigh them (hp_split_bands). */
-static int candidate(const struct hp_graph *g, int k, int lean, int ahead, int rejoin, uint64_t target,
-		     uint64_t budget,
-		     const struct hp_split_opts *so, struct hp_graph **out, struct hp_split_info *info)
+struct recipe {
+	int k, lean, ahead, rejoin;
+	uint64_t cut, budget;
+};
+
+/* The candidate kept so far: its graph, or (g NULL) the recipe that
+ * builds it, with its figures. */
+struct kept {
+	struct hp_graph *g;
+	struct recipe r;
+	struct hp_split_info i;
+};
+
+static void kept_set(struct kept *k, struct hp_graph *c, const struct recipe *r, const struct hp_split_info *i)
+{
+	hp_graph_free(k->g);
+	k->g = c;
+	k->r = *r;
+	k->i = *i;
+}
+
+/* The candidate's figures after the band cut: inferred, finished, its
+ * smallest budget taken and made lean where that fits it into the budget
+ * (*any_below: as lean at every budget below its figure), and with want_ms
+ * its predicted time where it fits (consider); *fin (may be NULL): the
+ * hash of the graph finished. */
+static int candidate_finish(struct hp_graph *c, const struct recipe *r, const struct hp_split_opts *so, int want_ms,
+			    struct hp_split_info *info, int *any_below, uint64_t *fin)
+{
+	int rc = hp_graph_infer(c), changed = 0, s; /* the copy's kernels are not prepared yet */
+
+	/* a second pass (weights of big matrix products) slots in here */
+	if (rc == 0 && so->finish)
+		rc = so->finish(c, so->arg);
+	if (rc < 0)
+		return rc;
+	if (fin)
+		*fin = hp_split_graph_hash(c);
+	info->min_after = split_min_node(c, &s);
+	*any_below = 0;
+	if (r->budget && info->min_after > r->budget) {
+		if ((rc = lean_where_needed(c, r->budget, &info->min_after, s, &changed)) < 0)
+			return rc;
+		*any_below = !changed;
+	}
+	info->ms = want_ms && r->budget && info->min_after <= r->budget ? hp_split_predicted_ms(c, r->budget) : -1;
+	return 0;
+}
+
+/* Whether the band pass's lean flag can change g's cut: it marks Conv,
+ * ConvTranspose and pooling nodes only (split_band.c); without them a
+ * lean recipe cuts as the plain one. */
+static int lean_cuts(const struct hp_graph *g)
+{
+	static const char *const marked[] = { "Conv", "ConvTranspose", "MaxPool", "AveragePool" };
+
+	for (int i = 0; i < g->nnodes; i++)
+		for (size_t j = 0; !g->nodes[i].domain[0] && j < sizeof marked / sizeof *marked; j++)
+			if (!strcmp(g->nodes[i].op_type, marked[j]))
+				return 1;
+	return 0;
+}
+
+/* Candidate r of g into *out with its figures in *info.  *out is NULL
+ * when its figures were found in the memo under ctx (build 0: they may
+ * be; 1: the graph is wanted), and for a rejoin that joined nothing back
+ * (info->rejoined 0: the same graph as without).  want_ms: its predicted
+ * time at the budget where it fits; *fin as candidate_finish. */
+static int candidate(const struct hp_graph *g, const struct recipe *r, const struct hp_split_opts *so, uint64_t ctx,
+		     int build, int want_ms, struct hp_graph **out, struct hp_split_info *info, uint64_t *fin)
 {
 	struct hp_graph *c;
-	int rc = graph_clone(g, &c);
+	struct hp_split_info found;
+	uint64_t h = 0;
+	uint64_t cut = r->k > 1 ? r->cut : 0; /* unsplit: any target */
+	int rc, any_below = 0, known, lean = r->lean && lean_cuts(g);
 
 	*out = NULL;
-	info->k = k;
-	info->lean = lean;
+	info->k = r->k;
+	info->lean = r->lean;
 	info->rejoined = 0;
 	info->axis = -1;
 	info->nsplit = 0;
 	info->ahead = 0;
 	info->ms = -1;
+	known = ctx && !build && hp_split_memo_cut_find(ctx, r->k, lean, r->ahead, r->rejoin, cut, &h, info);
+	if (known && !h)
+		return 0; /* a rejoin that joins nothing back */
+	if (known && hp_split_memo_find(ctx, h, r->budget, want_ms, &found)) {
+		info->min_after = found.min_after;
+		info->ms = found.ms;
+		return 0;
+	}
+	rc = graph_clone(g, &c);
 	/* not in training: the fixed model preferred the cut ahead for the
 	 * U-Net of bench_ooc_targets.py at 22323K by 1 ms of 858, and the run
 	 * then read 124.2 MiB a step where it read 87.3 (the plans of the
 	 * forward graph and of the run differ there) */
-	if (rc == 0 && k > 1)
-		rc = hp_split_bands(c, k, so->training, lean, ahead && !so->training, target, &info->nsplit,
-				    &info->axis, &info->ahead, rejoin ? &info->rejoined : NULL);
-	if (rc == 0 && rejoin && !info->rejoined) { /* the same graph as without */
+	if (rc == 0 && r->k > 1)
+		rc = hp_split_bands(c, r->k, so->training, r->lean, r->ahead && !so->training, r->cut, &info->nsplit,
+				    &info->axis, &info->ahead, r->rejoin ? &info->rejoined : NULL);
+	if (rc == 0 && r->rejoin && !info->rejoined) { /* the same graph as without */
+		hp_split_memo_cut_add(ctx, r->k, lean, r->ahead, r->rejoin, cut, 0, info);
 		hp_graph_free(c);
 		return 0;
 	}
-	/* a second pass (weights of big matrix products) slots in here */
+	if (rc == 0 && ctx && !known) {
+		h = hp_split_graph_hash(c);
+		hp_split_memo_cut_add(ctx, r->k, lean, r->ahead, r->rejoin, cut, h, info);
+	}
+	if (rc == 0 && ctx && !build && hp_split_memo_find(ctx, h, r->budget, want_ms, &found)) {
+		info->min_after = found.min_after;
+		info->ms = found.ms;
+		hp_graph_free(c);
+		return 0;
+	}
 	if (rc == 0)
-		rc = hp_graph_infer(c); /* the copy's kernels are not prepared yet */
-	if (rc == 0 && so->finish)
-		rc = so->finish(c, so->arg);
+		rc = candidate_finish(c, r, so, want_ms, info, &any_below, fin);
 	if (rc < 0) {
 		hp_graph_free(c);
 		return rc;
 	}
-	info->min_after = hp_split_min_budget(c);
-	if (budget && info->min_after > budget && (rc = lean_where_needed(c, budget, &info->min_after)) < 0) {
-		hp_graph_free(c);
-		return rc;
-	}
+	if (ctx) /* (one that fits without its predicted time is not taken where that is wanted) */
+		hp_split_memo_add(ctx, h, r->budget, any_below, info);
 	*out = c;
 	return 0;
+}
+
+/* The kept candidate's graph, built from its recipe if it has none.  It
+ * comes to the figures remembered (a candidate is a function of its cut
+ * graph and ctx); should it not, its own figures are taken, those of the
+ * graph that runs, and the log says so. */
+static int kept_build(const struct hp_graph *g, const struct hp_split_opts *so, uint64_t ctx, struct kept *k)
+{
+	struct hp_split_info i = k->i;
+	int rc;
+
+	if (k->g)
+		return 0;
+	rc = candidate(g, &k->r, so, ctx, 1, 0, &k->g, &i, NULL);
+	if (rc == 0 && !k->g)
+		return hp_error(HP_EINTERNAL, "split candidate of %d bands was not built", k->r.k);
+	if (rc == 0 && i.min_after != k->i.min_after) {
+		hp_log(HP_LOG_WARN, "%s: split candidate of %d bands came to %llu bytes where %llu were remembered",
+		       g->path, k->r.k, (unsigned long long)i.min_after, (unsigned long long)k->i.min_after);
+		k->i.min_after = i.min_after;
+	}
+	return rc;
 }
 
 /* g takes c's contents; c (now the old graph) is freed. */
@@ -314,37 +428,44 @@ double hp_split_predicted_ms(const struct hp_graph *c, uint64_t budget)
  * while none fits, the smallest.  LeNet training at a quarter of its peak
  * fits with 4 bands but not within the target, and ran 1.6-1.9x faster so
  * than with the 8 bands that are. */
-static void consider(struct hp_graph **keep, struct hp_split_info *ki, struct hp_graph *c, struct hp_split_info *ci,
+static void consider(struct kept *keep, struct hp_graph *c, const struct hp_split_info *ci, const struct recipe *r,
 		     uint64_t budget)
 {
+	const struct hp_split_info *ki = &keep->i;
 	int better = ki->min_after > budget ? ci->min_after < ki->min_after : 0;
 
-	ci->ms = budget && ci->min_after <= budget ? hp_split_predicted_ms(c, budget) : -1;
 	if (ci->min_after <= budget && ki->min_after <= budget)
 		better = ki->ms < 0 || ci->ms < ki->ms;
 	if (!better) {
 		hp_graph_free(c);
 		return;
 	}
-	hp_graph_free(*keep);
-	*keep = c;
-	*ki = *ci;
+	kept_set(keep, c, r, ci);
 }
 
+/* The graphs a search tries are the forward graph g cut; ctx keys their
+ * figures in the memo (split_memo.h). */
+struct search {
+	const struct hp_graph *g;
+	const struct hp_split_opts *so;
+	uint64_t ctx;
+};
+
 /* One pass over the band counts, splitting what needs more than cut (the
- * target, or below it: split_deeper); *keep and *ki hold the best graph so
+ * target, or below it: split_deeper); *keep holds the best candidate so
  * far (the unsplit one on the first pass).  rejoin: each candidate that
  * fits the budget is also tried with its bands joined back where weights
  * outweigh them (hp_split_bands), kept when predicted faster.  Only the
  * pass at the budget given does: the smallest budget named (named_floor,
  * fall_back) is the plain cut's, whatever the budget. */
-static int split_pass(const struct hp_graph *g, const struct hp_split_opts *so, uint64_t budget, uint64_t target,
-		      uint64_t cut, int rejoin, struct hp_graph **keep, struct hp_split_info *ki)
+static int split_pass(const struct search *x, uint64_t budget, uint64_t target, uint64_t cut, int rejoin,
+		      struct kept *keep)
 {
 	size_t nbc = sizeof band_counts / sizeof *band_counts;
+	const struct hp_split_opts *so = x->so;
 	struct hp_split_info ci;
 	struct hp_graph *c;
-	int rc = 0, within = ki->min_after <= target, kw = 0;
+	int rc = 0, within = keep->i.min_after <= target, kw = 0;
 
 	/* band counts with workspaces for every worker, then (while none is
 	 * within the target) with one worker's: the kernels then run their
@@ -360,7 +481,7 @@ static int split_pass(const struct hp_graph *g, const struct hp_split_opts *so, 
 	 * the plain cut read 58.3, and ran slower. */
 	for (size_t i = 0; i < 2 * nbc && budget && (!within || kw); i++) {
 		int lean = i >= nbc, k = band_counts[i % nbc];
-		if (ki->k == 1 && ki->min_after <= budget)
+		if (keep->i.k == 1 && keep->i.min_after <= budget)
 			break; /* fits unsplit */
 		if (kw && !lean)
 			continue;
@@ -370,10 +491,11 @@ static int split_pass(const struct hp_graph *g, const struct hp_split_opts *so, 
 		 * that cut any) not: more bands can cost as well as save; each
 		 * that fits also with its bands joined back (rejoin) */
 		for (int ahead = 1, cut_any = 1; ahead >= 0 && cut_any && rc == 0; ahead--) {
-			rc = candidate(g, k, lean, ahead, 0, cut, budget, so, &c, &ci);
+			struct recipe r = { .k = k, .lean = lean, .ahead = ahead, .cut = cut, .budget = budget };
+			rc = candidate(x->g, &r, so, x->ctx, 0, 1, &c, &ci, NULL);
 			if (rc < 0)
 				break;
-			ci.min_before = ki->min_before;
+			ci.min_before = keep->i.min_before;
 			if (ci.min_after <= target && !within && !lean && so->training)
 				kw = k;
 			else if (ci.min_after <= target && lean)
@@ -381,15 +503,16 @@ static int split_pass(const struct hp_graph *g, const struct hp_split_opts *so, 
 			within |= ci.min_after <= target;
 			cut_any = ci.ahead > 0;
 			int fits = ci.min_after <= budget;
-			consider(keep, ki, c, &ci, budget);
+			consider(keep, c, &ci, &r, budget);
 			if (!rejoin || !fits || so->training) /* inference only: hp_split_bands */
 				continue;
-			rc = candidate(g, k, lean, ahead, 1, cut, budget, so, &c, &ci);
+			r.rejoin = 1;
+			rc = candidate(x->g, &r, so, x->ctx, 0, 1, &c, &ci, NULL);
 			if (rc < 0)
 				break;
-			if (c) {
-				ci.min_before = ki->min_before;
-				consider(keep, ki, c, &ci, budget);
+			if (ci.rejoined) {
+				ci.min_before = keep->i.min_before;
+				consider(keep, c, &ci, &r, budget);
 			}
 		}
 	}
@@ -397,16 +520,19 @@ static int split_pass(const struct hp_graph *g, const struct hp_split_opts *so, 
 }
 
 /* The graph a run at budget b splits to (b's own target), in *keep. */
-static int pass_at(const struct hp_graph *g, const struct hp_split_opts *so, uint64_t b, struct hp_graph **keep,
-		   struct hp_split_info *ki)
+static int pass_at(const struct search *x, uint64_t b, struct kept *keep)
 {
 	uint64_t target = b - b / 4; /* split_target of a layout of b */
-	int rc = candidate(g, 1, 0, 0, 0, target, b, so, keep, ki);
+	struct recipe r = { .k = 1, .cut = target, .budget = b };
+	struct hp_split_info ci;
+	struct hp_graph *c;
+	int rc = candidate(x->g, &r, x->so, x->ctx, 0, 0, &c, &ci, NULL);
 
 	if (rc < 0)
 		return rc;
-	ki->min_before = ki->min_after;
-	return split_pass(g, so, b, target, target, 0, keep, ki);
+	kept_set(keep, c, &r, &ci);
+	keep->i.min_before = keep->i.min_after;
+	return split_pass(x, b, target, target, 0, keep);
 }
 
 /* Nothing fits the budget: the smallest candidate's figure may not be one
@@ -417,52 +543,50 @@ static int pass_at(const struct hp_graph *g, const struct hp_split_opts *so, uin
  * refusal and --plan (a 1-byte budget) then name a budget that runs, with
  * the graph a run at it uses. */
 #define FIXPOINT_TRIES 8
-static int fall_back(const struct hp_graph *g, const struct hp_split_opts *so, struct hp_graph **keep,
-		     struct hp_split_info *ki)
+static int fall_back(const struct search *x, struct kept *keep)
 {
-	uint64_t b = ki->min_after, before = ki->min_before;
+	uint64_t b = keep->i.min_after, before = keep->i.min_before;
 	int rc = 0;
 
 	for (int i = 0; i < FIXPOINT_TRIES && rc == 0; i++) {
-		struct hp_graph *c = NULL;
-		struct hp_split_info ci;
-		rc = pass_at(g, so, b, &c, &ci);
+		struct kept c = { 0 };
+		rc = pass_at(x, b, &c);
 		if (rc < 0) {
-			hp_graph_free(c);
+			hp_graph_free(c.g);
 			break;
 		}
-		hp_graph_free(*keep);
+		hp_graph_free(keep->g);
 		*keep = c;
-		*ki = ci;
-		ki->min_before = before;
-		if (ci.min_after == b)
+		keep->i.min_before = before;
+		if (c.i.min_after == b)
 			break; /* a run at b splits to this graph, which needs b */
-		b = ci.min_after;
+		b = c.i.min_after;
 	}
 	return rc;
 }
 
 /* The smallest budget named (what --plan names: the split for one byte,
- * followed to its fixpoint by fall_back), 0 on error; its graph in *out
- * when out is not NULL (the caller frees it). */
-static uint64_t named_floor(const struct hp_graph *g, const struct hp_split_opts *so, struct hp_graph **out,
-			    struct hp_split_info *oi)
+ * followed to its fixpoint by fall_back), 0 on error; its candidate in
+ * *out when out is not NULL (the caller frees its graph). */
+static uint64_t named_floor(const struct search *x, struct kept *out)
 {
-	struct hp_graph *keep = NULL;
-	struct hp_split_info ki;
+	struct recipe r = { .k = 1, .cut = 1, .budget = 1 };
+	struct kept keep = { 0 };
+	struct hp_split_info ci;
+	struct hp_graph *c;
 	uint64_t floor = 0;
 
-	if (candidate(g, 1, 0, 0, 0, 1, 1, so, &keep, &ki) == 0) {
-		ki.min_before = ki.min_after;
-		if (split_pass(g, so, 1, 1, 1, 0, &keep, &ki) == 0 && fall_back(g, so, &keep, &ki) == 0)
-			floor = ki.min_after;
+	if (candidate(x->g, &r, x->so, x->ctx, 0, 0, &c, &ci, NULL) == 0) {
+		kept_set(&keep, c, &r, &ci);
+		keep.i.min_before = keep.i.min_after;
+		if (split_pass(x, 1, 1, 1, 0, &keep) == 0 && fall_back(x, &keep) == 0)
+			floor = keep.i.min_after;
 	}
 	if (out && floor) {
 		*out = keep;
-		*oi = ki;
 		return floor;
 	}
-	hp_graph_free(keep);
+	hp_graph_free(keep.g);
 	return floor;
 }
 
@@ -479,59 +603,66 @@ static uint64_t named_floor(const struct hp_graph *g, const struct hp_split_opts
  * So every budget from the figure named up runs, and one byte less is
  * refused as before. */
 #define DEEPER_TRIES 6
-static int split_deeper(const struct hp_graph *g, const struct hp_split_opts *so, uint64_t budget,
-			uint64_t target, struct hp_graph **keep, struct hp_split_info *ki)
+static int split_deeper(const struct search *x, uint64_t budget, uint64_t target, struct kept *keep)
 {
 	uint64_t cut = target, floor;
-	struct hp_graph *fg = NULL;
-	struct hp_split_info fi;
+	struct kept f = { 0 };
 	int rc = 0;
 
-	if (!budget || ki->min_after <= budget)
+	if (!budget || keep->i.min_after <= budget)
 		return 0;
-	floor = named_floor(g, so, &fg, &fi);
+	floor = named_floor(x, &f);
 	if (!floor || budget < floor) {
-		hp_graph_free(fg);
+		hp_graph_free(f.g);
 		return 0;
 	}
-	for (int i = 0; i < DEEPER_TRIES && rc == 0 && ki->min_after > budget; i++) {
+	for (int i = 0; i < DEEPER_TRIES && rc == 0 && keep->i.min_after > budget; i++) {
 		cut /= 2;
-		rc = split_pass(g, so, budget, target, cut, 0, keep, ki);
+		rc = split_pass(x, budget, target, cut, 0, keep);
 	}
-	if (rc == 0 && ki->min_after > budget && fi.min_after <= budget) {
-		fi.min_before = ki->min_before;
-		hp_graph_free(*keep);
-		*keep = fg;
-		*ki = fi;
+	if (rc == 0 && keep->i.min_after > budget && f.i.min_after <= budget) {
+		f.i.min_before = keep->i.min_before;
+		hp_graph_free(keep->g);
+		*keep = f;
 		return 0;
 	}
-	hp_graph_free(fg);
+	hp_graph_free(f.g);
 	return rc;
 }
 
+/* The unsplit candidate is built first: the hash of its finished graph
+ * keys the memo (a trainer's options show in its training graph). */
 int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, struct hp_split_info *info)
 {
-	struct hp_graph *keep = NULL;
+	uint64_t budget = so->layout->budget, target = split_target(so->layout), fin = 0;
+	struct recipe r = { .k = 1, .cut = target, .budget = budget };
+	struct search x = { .g = g, .so = so };
+	struct kept keep = { 0 };
 	struct hp_split_info ki;
-	uint64_t budget = so->layout->budget, target = split_target(so->layout);
+	struct hp_graph *c;
 	int rc;
 
-	rc = candidate(g, 1, 0, 0, 0, target, budget, so, &keep, &ki);
+	rc = candidate(g, &r, so, 0, 1, 0, &c, &ki, &fin);
 	if (rc < 0)
 		return rc;
-	ki.min_before = ki.min_after;
-	rc = split_pass(g, so, budget, target, target, 1, &keep, &ki);
+	x.ctx = fin ^ hp_split_graph_hash(g);
+	x.ctx = x.ctx ? x.ctx : 1;
+	kept_set(&keep, c, &r, &ki);
+	keep.i.min_before = keep.i.min_after;
+	rc = split_pass(&x, budget, target, target, 1, &keep);
 	if (rc == 0)
-		rc = split_deeper(g, so, budget, target, &keep, &ki);
-	if (rc == 0 && budget && ki.min_after > budget)
-		rc = fall_back(g, so, &keep, &ki);
+		rc = split_deeper(&x, budget, target, &keep);
+	if (rc == 0 && budget && keep.i.min_after > budget)
+		rc = fall_back(&x, &keep);
+	if (rc == 0)
+		rc = kept_build(g, so, x.ctx, &keep);
 	if (rc < 0) {
-		hp_graph_free(keep);
+		hp_graph_free(keep.g);
 		return rc;
 	}
-	adopt(g, keep);
+	adopt(g, keep.g);
 	if (info)
-		*info = ki;
+		*info = keep.i;
 	return 0;
 }
 

@@ -292,10 +292,83 @@ static int candidate(struct hp_graph *g, int i, struct ws_cand *c, int train)
 	return 1;
 }
 
+/* The value names of the graph hp_split_weights cuts, in an open-addressed
+ * table of value index + 1 that takes in the values appended since the
+ * last look (this pass only appends values, and renames none): each block's
+ * fresh_name looked through every value, and a 3,334-layer MLP's cut spent
+ * two thirds of its --plan there. */
+struct names {
+	const struct hp_graph *g;
+	int seen, cap; /* values taken in; slots (a power of 2) */
+	int *slot;
+};
+
+static _Thread_local struct names *cut_names;
+
+static uint64_t name_hash(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return h;
+}
+
+/* i: slot of `name` (its index + 1 there) or of the empty slot where it goes */
+static int names_slot(const struct names *t, const char *name)
+{
+	unsigned i = (unsigned)name_hash(name) & (unsigned)(t->cap - 1);
+
+	while (t->slot[i] && strcmp(t->g->values[t->slot[i] - 1].name, name))
+		i = (i + 1) & (unsigned)(t->cap - 1);
+	return (int)i;
+}
+
+static int names_grow(struct names *t, int want)
+{
+	int cap = t->cap ? t->cap : 1024, *old = t->slot, ocap = t->cap;
+
+	while (cap < 2 * want)
+		cap *= 2;
+	if (cap == t->cap)
+		return 0;
+	if (!(t->slot = calloc((size_t)cap, sizeof *t->slot))) {
+		t->slot = old;
+		return -ENOMEM;
+	}
+	t->cap = cap;
+	for (int i = 0; i < ocap; i++)
+		if (old[i])
+			t->slot[names_slot(t, t->g->values[old[i] - 1].name)] = old[i];
+	free(old);
+	return 0;
+}
+
+/* Whether a value is named `name`: -1 when the table cannot say (no
+ * memory), then the caller searches. */
+static int names_has(struct names *t, const char *name)
+{
+	if (names_grow(t, t->g->nvalues) < 0)
+		return -1;
+	for (; t->seen < t->g->nvalues; t->seen++) {
+		int i = names_slot(t, t->g->values[t->seen].name);
+		if (!t->slot[i])
+			t->slot[i] = t->seen + 1;
+	}
+	return t->slot[names_slot(t, name)] != 0;
+}
+
+static int name_taken(const struct hp_graph *g, const char *name)
+{
+	int has = cut_names && cut_names->g == g ? names_has(cut_names, name) : -1;
+
+	return has >= 0 ? has : hp_graph_find_value(g, name) >= 0;
+}
+
 static int fresh_name(const struct hp_graph *g, char *buf, size_t len, const char *base, const char *what, int k)
 {
 	snprintf(buf, len, "%s.%s%d", base, what, k);
-	for (int s = 1; hp_graph_find_value(g, buf) >= 0; s++)
+	for (int s = 1; name_taken(g, buf); s++)
 		snprintf(buf, len, "%s.%s%d_%d", base, what, k, s);
 	return 0;
 }
@@ -589,23 +662,31 @@ static int rewrite(struct hp_graph *g, const struct ws_cand *c, int64_t r)
  * parameter, and the node reads their Concat (axis 0): exact copies, so
  * forward, gradients and updates are bitwise those of the whole weight,
  * and the update steps hold one block at a time.  Returns 1 when cut. */
-static int cut_for_update(struct hp_graph *g, int node, int slot, uint64_t budget, uint64_t avail, int copies)
+static int update_wanted(const struct hp_graph *g, int node, int slot, uint64_t budget, int copies)
 {
-	int w = g->nodes[node].inputs[slot], cat, *parts, rc = 0;
+	int w = g->nodes[node].inputs[slot];
 	const char *op = g->nodes[node].op_type;
-	const struct hp_value *wv;
-	int64_t rows, r, k;
-	uint64_t row;
 
 	/* Gemm and MatMul weights are the pass above's (cut there or not) */
 	if (w < 0 || !movable(g, w) || !g->values[w].trainable || g->values[w].shape.rank < 2 ||
 	    (!g->nodes[node].domain[0] && (!strcmp(op, "Gemm") || !strcmp(op, "MatMul"))))
 		return 0;
+	return (uint64_t)copies * al(vbytes(g, w)) + (copies == 7 ? WS_ALIGN : 0) > budget &&
+	       g->values[w].shape.dims[0] >= 2;
+}
+
+static int cut_for_update(struct hp_graph *g, int node, int slot, uint64_t budget, uint64_t avail, int copies)
+{
+	int w = g->nodes[node].inputs[slot], cat, *parts, rc = 0;
+	const struct hp_value *wv;
+	int64_t rows, r, k;
+	uint64_t row;
+
+	if (!update_wanted(g, node, slot, budget, copies))
+		return 0;
 	wv = &g->values[w];
 	rows = wv->shape.dims[0];
 	row = vbytes(g, w) / (uint64_t)rows;
-	if ((uint64_t)copies * al(vbytes(g, w)) + (copies == 7 ? WS_ALIGN : 0) <= budget || rows < 2)
-		return 0;
 	for (k = 2; k < rows && k < WS_MAX_PARTS; k++)
 		if ((uint64_t)copies * al(row * (uint64_t)((rows + k - 1) / k)) + (copies == 7 ? WS_ALIGN : 0) <= avail)
 			break;
@@ -631,8 +712,8 @@ static int cut_for_update(struct hp_graph *g, int node, int slot, uint64_t budge
 	return rc < 0 ? rc : 1;
 }
 
-int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec,
-		     int update_cut)
+static int split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec,
+			 int update_cut, int *would_cut)
 {
 	int n0 = g->nnodes, done = 0, rc, copies = update_copies(spec);
 	uint64_t budget, avail;
@@ -661,6 +742,10 @@ int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const
 			return hp_error_prefix(rc, "partitioning weight '%s'", g->values[c.w].name);
 		done++;
 	}
+	/* without update_cut: whether the pass below would cut, on this graph */
+	for (int i = 0; spec && !update_cut && would_cut && !*would_cut && i < n0; i++)
+		for (int slot = 0; !g->nodes[i].folded && slot < g->nodes[i].ninputs && !*would_cut; slot++)
+			*would_cut = update_wanted(g, i, slot, budget, copies);
 	for (int i = 0; spec && update_cut && i < n0; i++) /* g->nodes moves as nodes are added */
 		for (int slot = 0; !g->nodes[i].folded && slot < g->nodes[i].ninputs; slot++) {
 			int w = g->nodes[i].inputs[slot];
@@ -673,6 +758,27 @@ int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const
 	if ((rc = hp_graph_finalize(g)) < 0 || (rc = hp_graph_infer(g)) < 0)
 		return rc;
 	return done;
+}
+
+int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec,
+		     int update_cut)
+{
+	return hp_split_weights_ext(g, l, spec, update_cut, NULL);
+}
+
+int hp_split_weights_ext(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec,
+			 int update_cut, int *would_cut)
+{
+	struct names t = { .g = g }, *outer = cut_names;
+	int rc;
+
+	if (would_cut)
+		*would_cut = 0;
+	cut_names = &t;
+	rc = split_weights(g, l, spec, update_cut, would_cut);
+	cut_names = outer;
+	free(t.slot);
+	return rc;
 }
 
 int hp_split_count(const struct hp_graph *g)

@@ -46,6 +46,12 @@ struct hp_trainer;
 int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec,
 		     int update_cut);
 
+/* hp_split_weights; *would_cut (training without update_cut): 1 when
+ * update_cut would have cut a weight more, else 0 (a build with update_cut
+ * is then this one again). */
+int hp_split_weights_ext(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec,
+			 int update_cut, int *would_cut);
+
 /* Weights partitioned in g (wholes with parts). */
 int hp_split_count(const struct hp_graph *g);
 /* Weights the trainer partitioned. */

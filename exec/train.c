@@ -391,7 +391,7 @@ static int build(struct hp_trainer *t)
 	if ((rc = measure_overhead(t)) < 0)
 		return rc;
 	hp_budget_layout_init(&l, t->o.budget);
-	if (!no_split(t) && (rc = hp_split_weights(t->g, &l, &t->o.spec, t->update_cut)) < 0)
+	if (!no_split(t) && (rc = hp_split_weights_ext(t->g, &l, &t->o.spec, t->update_cut, &t->update_would_cut)) < 0)
 		return rc;
 	if ((rc = make_training_graph(t, &l)) < 0 || (rc = fit_labels(t)) < 0 || (rc = recompute(t)) < 0)
 		return rc;
@@ -463,8 +463,10 @@ static int create_once(const char *model, const struct hp_trainer_opts *o, int u
 		rc = hp_pipe_setup(t); /* this rank's stage and pipeline */
 	if (rc == 0)
 		rc = build(t);
-	if (rc == 0 && !update_cut && t->o.graph_only && t->o.budget && t->nranks <= 1 && !t->pipe && !fits(t))
+	if (rc == 0 && !update_cut && t->o.graph_only && t->o.budget && t->nranks <= 1 && !t->pipe && !fits(t)) {
+		t->fits_refused = 1;
 		rc = HP_EBUDGET_OP; /* --plan: the run would be refused (and retry) */
+	}
 	return rc;
 }
 
@@ -551,7 +553,13 @@ int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct
 	if ((rc = check_lr(o)) < 0)
 		return rc;
 	rc = create_once(model, o, 0, &t);
-	if ((rc == HP_EBUDGET || rc == HP_EBUDGET_OP) && t->o.budget && t->nranks <= 1 && !t->pipe) {
+	if ((rc == HP_EBUDGET || rc == HP_EBUDGET_OP) && t->o.budget && t->nranks <= 1 && !t->pipe &&
+	    !t->update_would_cut && t->fits_refused) {
+		/* no weight to keep in blocks: the retry below would build this
+		 * graph again, and take it without fits() */
+		t->update_cut = 1;
+		rc = 0;
+	} else if ((rc == HP_EBUDGET || rc == HP_EBUDGET_OP) && t->o.budget && t->nranks <= 1 && !t->pipe) {
 		/* refused for the budget: once more with the weights whose
 		 * optimizer update does not fit kept in blocks */
 		hp_trainer_destroy(t);

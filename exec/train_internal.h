@@ -47,6 +47,8 @@ void hp_dataset_close(struct hp_dataset *d);
 struct hp_trainer {
 	struct hp_trainer_opts o;
 	int update_cut;         /* weights kept in blocks for their update (split_weight.h) */
+	int update_would_cut;   /* without update_cut: it would cut a weight more */
+	int fits_refused;       /* --plan: built, and refused by fits() */
 	char *model;
 	struct hp_graph *g;
 	struct hp_session *s;
