@@ -73,7 +73,13 @@ static void print_plan(const struct hp_plan_summary *p, const char *what, const 
 int (*exec_floor_probe)(uint64_t b, char *node, size_t n, void *arg);
 void *exec_floor_arg;
 
-#define FLOOR_PROBE_SECONDS 3.0
+/* Probes of a search: a complete one takes at most 2 log2(pages) + 2 of
+ * them (46 from 4 GiB), so the figure named does not depend on the
+ * machine's speed or load; a search that runs out of them, or of
+ * FLOOR_PROBE_SECONDS of CPU on a graph whose probes take seconds, keeps
+ * the best found. */
+#define FLOOR_PROBES 48
+#define FLOOR_PROBE_SECONDS 60.0
 
 /* Below gmin's figure: a run splits for its own budget, and may fit a
  * smaller one than the graph split for 1 byte (lenet training: 131072
@@ -83,11 +89,10 @@ void *exec_floor_arg;
  * figure named runs and one page less (any budget one byte less) is
  * refused.  The floor lies close below the figure (ResNet-18 training:
  * 6 pages below 5208), where a bisection from 0 spent its
- * FLOOR_PROBE_SECONDS on probes far below and named 5208.  A big model
- * keeps the best found within FLOOR_PROBE_SECONDS of the process's CPU
- * time, not of the clock: on a loaded machine a mobile net's search ran
- * out of wall time at 2.4 MiB and its refusal named that, while --plan,
- * run when the load fell, named 1.6 MiB. */
+ * time on probes far below and named 5208.  The search is bounded by a
+ * count of probes, not by time: bounded by 3 s of CPU, efficientnet_b0's
+ * training named 8.1 MiB in one run and 4.6 in another on a loaded
+ * machine (its floor is 3.2 MiB, 21 probes down). */
 static int floor_fits(uint64_t pages, struct hp_plan_summary *p, char *node, size_t n)
 {
 	char at[1024];
@@ -100,10 +105,12 @@ static int floor_fits(uint64_t pages, struct hp_plan_summary *p, char *node, siz
 	return 1;
 }
 
-static int floor_time_up(const struct timespec *t0)
+static int floor_time_up(const struct timespec *t0, int *probes)
 {
 	struct timespec t;
 
+	if (++*probes >= FLOOR_PROBES)
+		return 1;
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
 	return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec) > FLOOR_PROBE_SECONDS;
 }
@@ -112,6 +119,7 @@ static void floor_below(struct hp_plan_summary *p, char *node, size_t n)
 {
 	uint64_t lo = 0, hi = p->min_budget / HP_BUDGET_ALIGN, step = 1;
 	struct timespec t0;
+	int probes = 0;
 
 	if (!exec_floor_probe)
 		return;
@@ -123,15 +131,17 @@ static void floor_below(struct hp_plan_summary *p, char *node, size_t n)
 		}
 		hi -= step;
 		step *= 2;
-		if (floor_time_up(&t0))
+		if (floor_time_up(&t0, &probes))
 			return;
 	}
-	while (hi - lo > 1 && !floor_time_up(&t0)) {
+	while (hi - lo > 1) {
 		uint64_t mid = lo + (hi - lo) / 2;
 		if (floor_fits(mid, p, node, n))
 			hi = mid;
 		else
 			lo = mid;
+		if (floor_time_up(&t0, &probes))
+			return;
 	}
 }
 
