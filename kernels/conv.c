@@ -746,11 +746,11 @@ void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *
 		hp_dot_forward(cv, x, w, b, y, ws, pool, epi, addend);
 		return;
 	}
-	if (cv->kxk) {
+	if (cv->kxk && !hp_grp_dense_unpacked(cv)) {
 		hp_kxk_forward(cv, x, w, b, y, ws, pool, epi, addend);
 		return;
 	}
-	if (cv->grp) {
+	if (cv->grp || cv->kxk) {
 		hp_grp_forward(cv, x, w, b, y, ws, pool, epi, addend);
 		return;
 	}

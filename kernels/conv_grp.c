@@ -213,7 +213,7 @@ static int gr_cofwd(const struct hp_conv *cv, const struct gr_geom *q)
  * and, for the co-lane forward tiles, a group's W^T. */
 static size_t gr_per_thread(const struct hp_conv *cv, const struct gr_geom *q)
 {
-	size_t panel = gr_cofwd(cv, q) ? (size_t)(q->kdim * cv->cout_g) : 0;
+	size_t panel = gr_cofwd(cv, q) ? (size_t)(q->kdim * cv->cout_g) : hp_grp_dense(cv) ? (size_t)(q->kdim * 32) : 0;
 
 	return (size_t)(q->stage + q->kdim + 8 + GR_MR * q->lo) + panel;
 }
@@ -700,6 +700,9 @@ static void gr_cf_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh
 
 	if (r->wt) /* the unit's panel [k][cb] (hp_grp_pack), read only */
 		panel = (float *)r->wt + (g * mg + m0) * kdim;
+	else if (r->dense) /* the unit's alone, as hp_grp_pack lays it out */
+		for (int64_t m = m0; m < m0 + cb; m += 16)
+			gr_cf_pack16(r->w + m * kdim, kdim, kdim, panel + m - m0, cb);
 	else
 		for (int64_t m = 0; m < mg; m += 16)
 			gr_cf_pack16(r->w + (g * mg + m) * kdim, kdim, kdim, panel + m, mg);
@@ -856,6 +859,17 @@ int hp_grp_dense(const struct hp_conv *cv)
 #endif
 }
 
+/* W packed per run, each unit's W^T for each block of rows it computes
+ * (hp_grp_dense's nodes without W packed once: under a budget, in
+ * training): the copy is worth it where a block reuses each packed float
+ * for GR_DENSE_UNPACKED_POS positions or more (ResNet-18's 3x3s at 28x28
+ * and 14x14, batch 32, out of core: the tiles instead of kxk). */
+#define GR_DENSE_UNPACKED_POS 64
+int hp_grp_dense_unpacked(const struct hp_conv *cv)
+{
+	return cv->yvol >= GR_DENSE_UNPACKED_POS && hp_grp_dense(cv);
+}
+
 int hp_grp_packs(const struct hp_conv *cv)
 {
 	struct gr_geom q;
@@ -922,7 +936,7 @@ static void grp_forward(const struct hp_conv *cv, const float *x, const float *w
 	}
 	r.per_thread = gr_per_thread(cv, &r.q);
 	r.cb = cv->cout_g, r.ncb = 1;
-	if (wt && hp_grp_dense(cv)) { /* units of 32 or 16 channels */
+	if (hp_grp_dense(cv)) { /* units of 32 or 16 channels */
 		r.cb = gr_unit_ch(1, cv->cout);
 		r.ncb = (cv->cout + r.cb - 1) / r.cb;
 		r.dense = 1;

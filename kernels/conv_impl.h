@@ -511,6 +511,9 @@ int hp_grp_packs(const struct hp_conv *cv);
 /* Whether a kxk node of one group is one hp_grp_packs takes (a tiny plane):
  * its workspace then holds hp_grp_workspace's. */
 int hp_grp_dense(const struct hp_conv *cv);
+/* Whether such a node runs on those tiles without W packed once too
+ * (hp_grp_forward packs each unit's W^T as it goes; the same bits). */
+int hp_grp_dense_unpacked(const struct hp_conv *cv);
 void hp_grp_pack(const float *w, int64_t group, int64_t mg, int64_t kdim, float *dst);
 int hp_grp_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
 			  float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);

@@ -1469,7 +1469,10 @@ static void test_steal_bits(void **state)
  * without bias, batches of 2 and 3 (planes of 64 positions and more).  The auto choice takes them (hp_grp_dense) but not
  * 16 output channels; each output is the float chain (bias, then fmaf per
  * tap in order, padding taps as zeros), bitwise, on 1 and 2 threads, and
- * bitwise the unpacked kxk path's. */
+ * bitwise the kxk path's; so are the tiles from W unpacked (packing each
+ * unit's W^T as they go) where the plane has 64 positions or more: under a
+ * budget and in training (80 channels at 10x10, batch 2: a last unit of
+ * 16). */
 static void test_grp_dense_packed(void **state)
 {
 	static const struct {
@@ -1478,7 +1481,7 @@ static void test_grp_dense_packed(void **state)
 		{ 16, 64, 23, 23, 1, 1, 1 },  { 32, 128, 11, 11, 1, 1, 1 }, { 48, 192, 5, 5, 1, 1, 1 },
 		{ 64, 48, 5, 5, 1, 0, 1 },    { 96, 208, 6, 6, 1, 1, 1 },   { 128, 32, 12, 12, 1, 1, 1 },
 		{ 16, 96, 9, 13, 1, 1, 3 },   { 24, 80, 11, 11, 2, 1, 1 },  { 128, 32, 24, 24, 1, 1, 1 },
-		{ 64, 32, 6, 6, 1, 0, 1 },    { 64, 64, 16, 16, 2, 1, 2 },
+		{ 64, 32, 6, 6, 1, 0, 1 },    { 64, 64, 16, 16, 2, 1, 2 },  { 16, 80, 10, 10, 1, 1, 2 },
 	};
 	struct hp_pool *pool;
 	size_t ran = 0;
@@ -1537,17 +1540,21 @@ static void test_grp_dense_packed(void **state)
 					ref[(n * co + m) * cv.yvol + p] = acc;
 				}
 		hp_grp_pack(w, 1, co, cv.kdim, wt);
-		for (int th = 0; th < 3; th++) {
+		static const char *const how[] = { "packed, 1 thread", "packed, 2 threads", "unpacked, 1 thread",
+						   "unpacked, 2 threads", "kxk" };
+		for (int th = 0; th < 5; th++) {
 			memset(y, 0xff, (size_t)ny * sizeof *y);
 			if (th < 2)
 				assert_int_equal(hp_conv_forward_packed(&cv, x, wt, bias, y, ws, th ? pool : NULL, NULL,
 									NULL), 1);
+			else if (th < 4) /* the tiles packing as they go where the plane has 64 positions */
+				hp_conv_forward(&cv, x, w, bias, y, ws, th == 3 ? pool : NULL);
 			else
-				hp_conv_forward(&cv, x, w, bias, y, ws, NULL);
+				hp_kxk_forward(&cv, x, w, bias, y, ws, NULL, NULL, NULL);
 			if (memcmp(y, ref, (size_t)ny * sizeof *y))
-				fail_msg("dense case %zu (%s): not the float chains", i,
-					 th == 2 ? "unpacked kxk" : th ? "packed, 2 threads" : "packed, 1 thread");
+				fail_msg("dense case %zu (%s): not the float chains", i, how[th]);
 		}
+		assert_int_equal(hp_grp_dense_unpacked(&cv), cv.yvol >= 64);
 		free(x), free(w), free(wt), free(b), free(ref), free(y), free(ws);
 	}
 	if (hp_kxk_wide_ok()) { /* every case on the co-lane tiles where they run; 16 channels not */
