@@ -16,7 +16,10 @@
  * transposed into that path's panels, as a FusedConv's input 4 (a plain Conv becomes
  * a FusedConv without epilogue); their tiles transposed W at every run
  * before (6-15% of MNASNet's, MobileNetV3's and EfficientNet-B0's
- * inference at 64-96 pixels). */
+ * inference at 64-96 pixels).  Convs on conv_grp.c's co-lane tiles
+ * (grouped ones at tiny planes, dense ones at small planes) get W^T as
+ * input 4 and as input 1 both, in W's shape: W is then read by no node and
+ * not kept (GoogLeNet had held 8 MiB of weights twice). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,7 +212,9 @@ static int set_fused_conv(struct hp_graph *g, int i)
 static int add_pwt(struct hp_graph *g, int w, int64_t m, int64_t k, int64_t group)
 {
 	int64_t nf = group ? m * k : hp_pwt_packed_floats(m, k);
-	struct hp_shape s = { .rank = 2, .dims = { k, nf / k } };
+	/* conv_grp.c's layout holds W's floats: W's shape, so that it can
+	 * stand for W too (pack_pw_tiny) */
+	struct hp_shape s = group ? g->values[w].shape : (struct hp_shape){ .rank = 2, .dims = { k, nf / k } };
 	const float *x = g->values[w].data;
 	float *own = NULL, *dst = aligned_alloc(64, (size_t)((nf * 4 + 63) / 64 * 64));
 
@@ -259,6 +264,11 @@ static int pack_pw_tiny(struct hp_graph *g, uint64_t *left, struct hp_fuse_repor
 		for (int j = nd->ninputs; j < 4; j++)
 			in[j] = -1;
 		in[4] = v;
+		/* conv_grp.c's tiles read W^T alone: it takes W's place too, and
+		 * W (its only reader this node) is not kept beside it (kernels/
+		 * fused.c refuses to run such a node on W) */
+		if (kind == TINY_GRP)
+			in[1] = v;
 		nd->inputs = in, nd->ninputs = 5;
 		*left -= bytes;
 		snprintf(line, sizeof line, "weight '%s' of Conv '%s' packed once (tiny planes)", g->values[w].name,

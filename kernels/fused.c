@@ -168,6 +168,8 @@ static int fused_run(const struct hp_node *n, const struct hp_kargs *a)
 					    cv->has_bias && ka.nin > 2 ? a->in[2].data : NULL, a->out[0].data, a->ws,
 					    a->pool, &f->epi, a->in[f->nin].data)))
 			return 0;
+		if (a->nin > 4 && a->in[4].data && a->in[4].data == a->in[1].data) /* W^T stands for W */
+			return hp_node_error(NULL, n, HP_EINTERNAL, "W packed for tiles this node does not take");
 		hp_conv_forward_epi(cv, a->in[0].data, a->in[1].data, cv->has_bias && ka.nin > 2 ? a->in[2].data : NULL,
 				    a->out[0].data, a->ws, a->pool, &f->epi, a->nin > f->nin ? a->in[f->nin].data : NULL);
 		return 0;

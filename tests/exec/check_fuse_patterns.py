@@ -52,6 +52,7 @@ the output within TOL of the same torch model run in float64.
 """
 import importlib.util
 import math
+import json
 import os
 import re
 import subprocess
@@ -516,6 +517,16 @@ def check_model(exe, tmp, name, make):
               % (name, k, ef, en, scale, TOL))
         if name in ("epi", "cst", "pwt", "grpt", "dense"):  # only copies or per-element epilogues: the unfused bits
             check(np.array_equal(res["f"][k], res["n"][k]), "%s %s: fused bitwise --no-fuse" % (name, k))
+    if name == "grpt":  # W^T for conv_grp.c's tiles takes W's place: no weight is held twice
+        peaks = {}
+        for t, e in (("f", []), ("n", ["--no-fuse"])):
+            js = os.path.join(os.path.dirname(path), "grpt_%s_stats.json" % t)
+            rc, _, _ = run(exe, [path, "--input", "x=" + xpath, "--quiet", "--stats-json", js] + e)
+            peaks[t] = json.load(open(js))["tensor_peak_bytes"] if rc == 0 else None
+        twice = 4 * 9 * (2 * 64 * 32 + 64 * 16 + 2 * 48 * 64 + 64 * 64 + 32 * 64)  # w1-w3, w8-w11
+        check(None not in peaks.values() and peaks["f"] - peaks["n"] < twice // 2,
+              "grpt: in-core tensor memory fused %s, unfused %s: the packed weights (%d bytes) are not held "
+              "beside their originals" % (peaks["f"], peaks["n"], twice))
     again = outputs(exe, path, xpath, list(ref), name + "r", ["--threads", "2"])
     if again:
         check(all(np.array_equal(again[k], res["f"][k]) for k in ref), "%s: a second fused run at 2 threads "
