@@ -70,6 +70,13 @@ uint64_t hp_budget_overhead(void);
  * whose start-ups differ apart (training's data set is loaded by then):
  * the figure is kept per model and mode (overhead.c). */
 void hp_budget_overhead_measure(const struct hp_graph *g, int remote, const char *mode);
+/* The most of one OpenBLAS packing buffer the sgemm calls of g's kernels
+ * touch (kernels/blas.h), in inference or also in training (blas_bound.c):
+ * the overhead reserves it per core.  The legacy 6 MiB for a core or an
+ * operator the bound does not model, or g NULL. */
+int64_t hp_budget_blas_per_buffer(const struct hp_graph *g, int training);
+/* The figure per buffer hp_budget_overhead reserved (0 before it). */
+uint64_t hp_budget_blas_bound(void);
 struct hs_tier_spec;
 /* Whether any of the n tiers is remote (daemons). */
 int hp_budget_tiers_remote(const struct hs_tier_spec *tiers, int n);

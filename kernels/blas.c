@@ -1,5 +1,9 @@
 /* The process-wide OpenBLAS thread count, set in one place (kernels/blas.h). */
+#include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <strings.h>
 
 #include <cblas.h>
 
@@ -49,4 +53,134 @@ void hp_blas_serial_leave(void)
 		serial--;
 	apply_locked();
 	pthread_mutex_unlock(&blas_mu);
+}
+
+/* ---- sgemm and what it touches of OpenBLAS's buffers ------------------- */
+
+/* OpenBLAS 0.3.21 for x86-64, sgemm: param.h's SGEMM_DEFAULT_P, _Q,
+ * _UNROLL_M, _UNROLL_N per core (setparam-ref.c keeps P and Q as they are
+ * for these); GEMM_ALIGN 0x3fff and GEMM_OFFSET_A/B 0 for all of them. */
+static const struct hp_blas_core cores[] = {
+	{ .name = "Haswell", .p = 320, .q = 320, .um = 8, .un = 4 },
+	{ .name = "Zen", .p = 320, .q = 320, .um = 8, .un = 4 },
+	{ .name = "SkylakeX", .p = 448, .q = 448, .um = 16, .un = 4 },
+	{ .name = "Cooperlake", .p = 640, .q = 320, .um = 16, .un = 4 },
+	{ .name = "SapphireRapids", .p = 640, .q = 320, .um = 16, .un = 4 },
+	{ .name = "Sandybridge", .p = 768, .q = 384, .um = 16, .un = 4 },
+};
+/* common_x86_64.h's BUFFER_SIZE: each buffer is a mapping of 128 MiB, of
+ * which only the touched pages are resident. */
+#define BUFFER_BYTES (128ll << 20)
+#define GEMM_ALIGN 0x3fffll
+/* interface/gemm.c runs a product of at most SMP_THRESHOLD_MIN *
+ * GEMM_MULTITHREAD_THRESHOLD (65536 * 4) multiply-adds on one thread. */
+#define MNK_ONE_THREAD 262144.0
+/* level3.c packs B for the kernel in pieces of at most 6 x GEMM_UNROLL_N
+ * columns when A's block is a single one (l1stride 0). */
+#define JJ_UNROLLS 6
+#define PAGE 4096ll
+
+static int64_t round_up(int64_t x, int64_t m)
+{
+	return (x + m - 1) / m * m;
+}
+
+static int64_t min_i64(int64_t a, int64_t b)
+{
+	return a < b ? a : b;
+}
+
+int hp_blas_core(struct hp_blas_core *c)
+{
+	const char *name = openblas_get_corename();
+
+	for (size_t i = 0; name && i < sizeof cores / sizeof cores[0]; i++)
+		if (!strcasecmp(name, cores[i].name)) {
+			*c = cores[i];
+			c->b_offset = (c->p * c->q * 4 + GEMM_ALIGN) & ~GEMM_ALIGN;
+			/* setparam-ref.c: GEMM_R fills the buffer after the A block */
+			c->r = ((BUFFER_BYTES - c->b_offset) / (c->q * 4) - 15) & ~15ll;
+			return 0;
+		}
+	return -ENOENT;
+}
+
+/* The column-major driver sees the row-major product transposed: its M is
+ * our n (the columns of C, packed as A blocks of at most GEMM_P) and its N
+ * our m (packed as the B panel).  Resident pages of the A block and the B
+ * panel, which start page-aligned at 0 and at b_offset. */
+static int64_t one_thread_bytes(const struct hp_blas_core *c, int64_t m, int64_t n, int64_t k)
+{
+	int64_t l = min_i64(k, c->q), a = 4 * l * round_up(min_i64(n, c->p), c->um);
+	int64_t cols = n > c->p ? min_i64(m, c->r) : min_i64(m, JJ_UNROLLS * c->un);
+
+	return round_up(a, PAGE) + round_up(4 * l * round_up(cols, c->un), PAGE);
+}
+
+/* level3_thread.c: each thread packs an A block of its rows of the driver's
+ * M and its share of the B panel in two halves, the second GEMM_Q x half
+ * further on; at most all of the panel's columns fall to one thread. */
+static int64_t threaded_bytes(const struct hp_blas_core *c, int64_t m, int64_t n, int64_t k)
+{
+	int64_t l = min_i64(k, c->q), a = 4 * l * round_up(min_i64(n, c->p), c->um);
+	int64_t half = round_up((m + 1) / 2, c->un);
+
+	return round_up(a, PAGE) + 2 * round_up(4 * l * half, PAGE);
+}
+
+int64_t hp_blas_call_bytes(const struct hp_blas_core *c, int64_t m, int64_t n, int64_t k, int threads)
+{
+	int64_t one;
+
+	if (!c || !c->p)
+		return -ENOENT;
+	if (m <= 0 || n <= 0 || k <= 0)
+		return 0;
+	one = one_thread_bytes(c, m, n, k);
+	if (threads <= 1 || (double)m * (double)n * (double)k <= MNK_ONE_THREAD)
+		return one;
+	int64_t t = threaded_bytes(c, m, n, k);
+
+	return t > one ? t : one;
+}
+
+static struct hp_blas_core core;
+static int core_state; /* 0 not read, 1 known, -1 not in the table */
+static pthread_once_t core_once = PTHREAD_ONCE_INIT;
+static _Atomic uint64_t seen_bytes, seen_threaded, seen_calls;
+
+static void core_read(void)
+{
+	core_state = hp_blas_core(&core) == 0 ? 1 : -1;
+}
+
+static void seen_max(uint64_t b)
+{
+	uint64_t cur = atomic_load_explicit(&seen_bytes, memory_order_relaxed);
+
+	while (b > cur && !atomic_compare_exchange_weak_explicit(&seen_bytes, &cur, b, memory_order_relaxed,
+								 memory_order_relaxed))
+		;
+}
+
+void hp_sgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha, const float *a,
+	      int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+	int threads = openblas_get_num_threads();
+
+	pthread_once(&core_once, core_read);
+	if (core_state > 0) {
+		seen_max((uint64_t)hp_blas_call_bytes(&core, m, n, k, threads));
+		if (threads > 1 && (double)m * (double)n * (double)k > MNK_ONE_THREAD)
+			atomic_fetch_add_explicit(&seen_threaded, 1, memory_order_relaxed);
+	}
+	atomic_fetch_add_explicit(&seen_calls, 1, memory_order_relaxed);
+	cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void hp_blas_seen(struct hp_blas_seen *s)
+{
+	s->call_bytes = atomic_load(&seen_bytes);
+	s->threaded_calls = atomic_load(&seen_threaded);
+	s->calls = atomic_load(&seen_calls);
 }

@@ -215,11 +215,11 @@ static void conv_tile(const struct conv_run *r, int64_t item, float *col)
 			row[j] = bias;
 	}
 	if (cv->direct) {
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)cv->cout_g, (int)nc, (int)cv->kdim, 1.0f,
+		hp_sgemm(CblasNoTrans, CblasNoTrans, (int)cv->cout_g, (int)nc, (int)cv->kdim, 1.0f,
 			    w, (int)cv->kdim, x + j0, (int)cv->xvol, r->b ? 1.0f : 0.0f, y, (int)cv->yvol);
 	} else {
 		hp_im2col(&cv->g, cv->cin_g, x, j0, j1, col);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)cv->cout_g, (int)nc, (int)cv->kdim, 1.0f,
+		hp_sgemm(CblasNoTrans, CblasNoTrans, (int)cv->cout_g, (int)nc, (int)cv->kdim, 1.0f,
 			    w, (int)cv->kdim, col, (int)nc, r->b ? 1.0f : 0.0f, y, (int)cv->yvol);
 	}
 	conv_tile_epi(r, nb, g, j0, nc);

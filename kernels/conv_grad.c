@@ -8,13 +8,13 @@
  * operands swapped; its forward is ConvGradData.  The data gradients run
  * the forward kernels of conv.c / conv_transpose.c (threaded, bounded
  * workspace); the filter gradient tiles the same way. */
-#include <cblas.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hpdlf/error.h"
 #include "kernels/band.h"
+#include "kernels/blas.h"
 #include "kernels/conv_grad_phase.h"
 #include "kernels/conv_grad_stem.h"
 #include "kernels/conv_impl.h"
@@ -719,11 +719,11 @@ static void filter_gemm(const struct cg_filter *f, int64_t r0, int64_t r1, int64
 			int64_t ldcol, const float *dy, int64_t lddy, int64_t nc, float *part)
 {
 	if (f->swap) { /* part: dW itself, columns [r0, r1) */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)f->c.csmall, (int)(r1 - r0), (int)nc, 1.0f, dy,
+		hp_sgemm(CblasNoTrans, CblasTrans, (int)f->c.csmall, (int)(r1 - r0), (int)nc, 1.0f, dy,
 			    (int)lddy, col + (r0 - c0 * f->c.kvol) * ldcol, (int)ldcol, 1.0f, part + r0, (int)f->rows);
 		return;
 	}
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)(f->c.csmall / f->c.group), (int)nc,
+	hp_sgemm(CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)(f->c.csmall / f->c.group), (int)nc,
 		    1.0f, col + (r0 - c0 * f->c.kvol) * ldcol, (int)ldcol, dy, (int)lddy, 1.0f, part,
 		    (int)(f->c.csmall / f->c.group));
 }

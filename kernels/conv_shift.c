@@ -17,9 +17,9 @@
  * The same slab serves the filter gradient: a flat im2col of a tile is one
  * contiguous copy per (channel, kernel offset) row.
  */
-#include <cblas.h>
 #include <string.h>
 
+#include "kernels/blas.h"
 #include "kernels/conv_impl.h"
 
 static int64_t max64(int64_t a, int64_t b)
@@ -238,7 +238,7 @@ void hp_shift_tile(const struct hp_shift *s, const float *wk, const float *slab,
 	int64_t ldb = np * s->pplane, w = s->out[2];
 
 	for (int64_t k = 0; k < s->kvol; k++)
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)s->m, (int)n, (int)s->ch, 1.0f,
+		hp_sgemm(CblasNoTrans, CblasNoTrans, (int)s->m, (int)n, (int)s->ch, 1.0f,
 			    wk + k * s->m * s->ch, (int)s->ch, slab + start + shift_of(s, k), (int)ldb,
 			    k ? 1.0f : 0.0f, tmp, (int)n);
 	for (int64_t m = 0; m < s->m; m++) {

@@ -11,12 +11,12 @@
  * accumulation order into each output element is fixed (tile by tile,
  * kernel offset by kernel offset).
  */
-#include <cblas.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "kernels/blas.h"
 #include "kernels/conv_impl.h"
 #include "kernels/ops.h"
 
@@ -77,7 +77,7 @@ static void convt_tile(const struct convt_run *r, int64_t nb, int64_t g, int64_t
 
 	hp_ctile_range(&cv->ct, cv->g.grid, t, &j0, &j1);
 	nc = j1 - j0;
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)((c1 - c0) * kv), (int)nc, (int)cv->cin_g, 1.0f, w,
+	hp_sgemm(CblasTrans, CblasNoTrans, (int)((c1 - c0) * kv), (int)nc, (int)cv->cin_g, 1.0f, w,
 		    (int)cv->kdim, x + j0, (int)cv->xvol, 0.0f, col, (int)nc);
 	if (cv->blocked)
 		scatter_blocked(&cv->g, c1 - c0, col, j0, j1, y, r->b ? r->b + g * cv->cout_g + c0 : NULL);

@@ -304,7 +304,7 @@ static void scores(const struct attn_p *p, struct tile *w, const float *qt, int 
 		return;
 	}
 	memset(w->sb, 0, (size_t)(w->nt * BS) * sizeof *w->sb);
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)w->nt, (int)ns, (int)p->d, p->scale, qt, ldq, kt,
+	hp_sgemm(CblasNoTrans, CblasTrans, (int)w->nt, (int)ns, (int)p->d, p->scale, qt, ldq, kt,
 		    ldk, 1.0f, w->sb, BS);
 }
 
@@ -319,7 +319,7 @@ static void accumulate(const struct attn_p *p, struct tile *w, const float *vt, 
 		hp_fma_gemm(&f, NULL);
 		return;
 	}
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)w->nt, (int)p->dv, (int)ns, 1.0f, w->sb, BS, vt,
+	hp_sgemm(CblasNoTrans, CblasNoTrans, (int)w->nt, (int)p->dv, (int)ns, 1.0f, w->sb, BS, vt,
 		    ldv, 1.0f, w->acc, (int)p->dv);
 }
 

@@ -149,7 +149,7 @@ static void tile_run(const struct gjob *j, int64_t tile)
 		int64_t kk = min64(j->t.kb, j->k - k0);
 		const float *a = j->a + ao + (j->ta ? k0 * j->lda + i0 : i0 * j->lda + k0);
 		const float *b = j->b + bo + (j->tb ? j0 * j->ldb + k0 : k0 * j->ldb + j0);
-		cblas_sgemm(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans, j->tb ? CblasTrans : CblasNoTrans,
+		hp_sgemm(j->ta ? CblasTrans : CblasNoTrans, j->tb ? CblasTrans : CblasNoTrans,
 			    (int)mi, (int)nj, (int)kk, j->alpha, a, (int)j->lda, b, (int)j->ldb,
 			    1.0f, y, (int)j->n);
 	}
@@ -277,7 +277,7 @@ static void tiled_one(const struct hp_gemm_call *c, int64_t i0, int64_t j0)
 		int64_t k0 = (c->reverse_k ? kt - 1 - s : s) * c->t.kb, kk = min64(c->t.kb, c->k - k0);
 		const float *a = c->a + (c->ta ? k0 * c->lda + i0 : i0 * c->lda + k0);
 		const float *b = c->b + (c->tb ? j0 * c->ldb + k0 : k0 * c->ldb + j0);
-		cblas_sgemm(CblasRowMajor, c->ta ? CblasTrans : CblasNoTrans, c->tb ? CblasTrans : CblasNoTrans, (int)mi,
+		hp_sgemm(c->ta ? CblasTrans : CblasNoTrans, c->tb ? CblasTrans : CblasNoTrans, (int)mi,
 			    (int)nj, (int)kk, c->alpha, a, (int)c->lda, b, (int)c->ldb, 1.0f, y,
 			    (int)c->ldy);
 	}

@@ -134,10 +134,10 @@ static void mm_batch_range(void *arg, int64_t b, int64_t e, int tid)
 		int64_t ao = tk_offset(&j->p->yb, j->sa, i) * m * k, bo = tk_offset(&j->p->yb, j->sb, i) * k * nn;
 		const float *dyi = j->dy + i * m * nn;
 		if (j->dx) /* dA += dY B^T */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)k, (int)nn, 1.0f, dyi,
+			hp_sgemm(CblasNoTrans, CblasTrans, (int)m, (int)k, (int)nn, 1.0f, dyi,
 				    (int)nn, j->w + bo, (int)nn, j->bx, j->dx + ao, (int)k);
 		if (j->dw) /* dB += A^T dY */
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)nn, (int)m, 1.0f, j->x + ao,
+			hp_sgemm(CblasTrans, CblasNoTrans, (int)k, (int)nn, (int)m, 1.0f, j->x + ao,
 				    (int)k, dyi, (int)nn, j->bw, j->dw + bo, (int)nn);
 	}
 }
@@ -404,10 +404,10 @@ void tk_gemm_grad_dw(const float *x, const float *dy, float *dw, int64_t rows, i
 	int ldx = ta ? (int)rows : (int)k;
 
 	if (!tb) /* dB = alpha op(A)^T dY */
-		cblas_sgemm(CblasRowMajor, ta ? CblasNoTrans : CblasTrans, CblasNoTrans, (int)k, (int)n, (int)rows,
+		hp_sgemm(ta ? CblasNoTrans : CblasTrans, CblasNoTrans, (int)k, (int)n, (int)rows,
 			    alpha, x, ldx, dy, (int)n, 0.0f, dw, (int)n);
 	else /* dB = alpha dY^T op(A) */
-		cblas_sgemm(CblasRowMajor, CblasTrans, ta ? CblasTrans : CblasNoTrans, (int)n, (int)k, (int)rows,
+		hp_sgemm(CblasTrans, ta ? CblasTrans : CblasNoTrans, (int)n, (int)k, (int)rows,
 			    alpha, dy, (int)n, x, ldx, 0.0f, dw, (int)k);
 }
 

@@ -14,6 +14,7 @@
 #include "hpdlf/exec.h"
 #include "hpdlf/store.h"
 #include "exec/budget.h"
+#include "kernels/blas.h"
 #include "tools/exec_report.h"
 
 static double mono_s(void)
@@ -179,4 +180,15 @@ void exec_print_rss_budget(FILE *f, uint64_t rss, uint64_t budget)
 	}
 	fprintf(f, " (budget %s bounds tensors; below %s the process stays under %s: %.0f%%)", b, pb, pb,
 		100.0 * (double)rss / (double)HP_BUDGET_PROCESS_FROM);
+}
+
+void exec_blas_json(struct json_object *o)
+{
+	struct hp_blas_seen b;
+
+	hp_blas_seen(&b);
+	json_object_object_add(o, "blas_buffer_bound_bytes", json_object_new_int64((int64_t)hp_budget_blas_bound()));
+	json_object_object_add(o, "blas_call_bytes_max", json_object_new_int64((int64_t)b.call_bytes));
+	json_object_object_add(o, "blas_calls", json_object_new_int64((int64_t)b.calls));
+	json_object_object_add(o, "blas_threaded_calls", json_object_new_int64((int64_t)b.threaded_calls));
 }

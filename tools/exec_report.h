@@ -60,5 +60,9 @@ int exec_log_write(FILE *f, const struct exec_sample *x);
  * budget bounds the process; below, it bounds tensors and the process
  * stays under 64 MiB (exec/budget.h), so the share is of that. */
 void exec_print_rss_budget(FILE *f, uint64_t rss, uint64_t budget);
+struct json_object;
+/* --stats-json's OpenBLAS buffer keys into o: the bound per buffer the
+ * overhead reserved and the most one sgemm call touched (kernels/blas.h). */
+void exec_blas_json(struct json_object *o);
 
 #endif

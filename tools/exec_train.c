@@ -427,6 +427,7 @@ static int write_stats(const struct cli *c, struct hp_trainer *t, const struct r
 	json_object_object_add(o, "ms_median", json_object_new_double(med));
 	json_object_object_add(o, "tensor_peak_bytes", json_object_new_int64((int64_t)hp_trainer_peak_bytes(t)));
 	json_object_object_add(o, "peak_rss_bytes", json_object_new_int64((int64_t)exec_peak_rss()));
+	exec_blas_json(o);
 	json_object_object_add(o, "budget_bytes", json_object_new_int64((int64_t)c->budget));
 	json_object_object_add(o, "partitioned_weights", json_object_new_int(hp_trainer_split_count(t)));
 	struct cli quiet = *c; /* the summary printed them already */

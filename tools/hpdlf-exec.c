@@ -985,6 +985,7 @@ static int summarize(struct hp_session *s, const struct hp_graph *g, const struc
 	json_object_object_add(o, "gflops", json_object_new_double(st.flops / med / 1e6));
 	json_object_object_add(o, "tensor_peak_bytes", json_object_new_int64((int64_t)st.peak_bytes));
 	json_object_object_add(o, "peak_rss_bytes", json_object_new_int64((int64_t)exec_peak_rss()));
+	exec_blas_json(o);
 	json_object_object_add(o, "budget_bytes", json_object_new_int64((int64_t)c->budget));
 	json_object_object_add(o, "partitioned_weights", json_object_new_int(weights_split));
 	if (hp_session_run_info(s, &ri) == 0 && ri.transitions) {

@@ -187,6 +187,7 @@ def mbconv_checks(exe, tmp):
         rss = s["peak_rss_bytes"]
         rows.append(("train mbconv" + (" pm" if tier else ""), budget, rss, s["tensor_peak_bytes"]))
         check(rss <= budget, "%s: peak RSS %d B (%.1f MiB) within the budget" % (what, rss, rss / MIB))
+        blas_check(s, what)
         if tier:
             moved = sum(t.get("bytes_written", 0) for t in s.get("tiers", {}).values())
             check(moved > 0, "%s: the pool was used (%d bytes written)" % (what, moved))
@@ -196,6 +197,16 @@ def mbconv_checks(exe, tmp):
 def stats_of(path):
     with open(path) as f:
         return json.load(f)
+
+
+def blas_check(s, what):
+    """The fixed overhead reserved OpenBLAS's buffers by a bound per core
+    (exec/blas_bound.c): no sgemm call of the run touched more of a buffer
+    (kernels/blas.c's model, tests/kernels/test_blas.c holds it to the
+    resident pages), and none ran threaded (one buffer per calling core)."""
+    check(s["blas_call_bytes_max"] <= s["blas_buffer_bound_bytes"] and s["blas_threaded_calls"] == 0,
+          "%s: sgemm touched %d B of a buffer (bound %d B), %d threaded calls of %d"
+          % (what, s["blas_call_bytes_max"], s["blas_buffer_bound_bytes"], s["blas_threaded_calls"], s["blas_calls"]))
 
 
 def infer_checks(exe, tmp, out, model="infer.onnx", x="xi.npy", what="inference"):
@@ -218,6 +229,7 @@ def infer_checks(exe, tmp, out, model="infer.onnx", x="xi.npy", what="inference"
             continue
         check(rss <= budget, "%s at %d MiB: peak RSS %d B (%.1f MiB) within the budget"
               % (what, budget // MIB, rss, rss / MIB))
+        blas_check(s, "%s at %d MiB" % (what, budget // MIB))
         if ref is not None:
             check(np.array_equal(np.load(y), ref), "%s at %d MiB: outputs bitwise the in-core ones"
                   % (what, budget // MIB))
@@ -254,6 +266,7 @@ def train_checks(exe, tmp):
             continue
         check(rss <= budget, "training at %d MiB: peak RSS %d B (%.1f MiB) within the budget"
               % (budget // MIB, rss, rss / MIB))
+        blas_check(s, "training at %d MiB" % (budget // MIB))
         if ref is not None:
             got = losses(log)
             check(len(got) == len(ref) and max(abs(a - b) for a, b in zip(got, ref)) <= 1e-5,
