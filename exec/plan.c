@@ -852,6 +852,39 @@ static uint64_t reserve_at(const struct hp_plan_opts *o)
 	return o->reserve_for && o->budget ? o->reserve_for(o->budget) : 0;
 }
 
+/* Output o of node n may be laid over an input under some graph around
+ * it (hp_plan_inplace_src's rules, without their conditions on the
+ * values' lives). */
+static int may_overlay(const struct hp_node *n, int o)
+{
+	if (o == 0 && (n->op->flags & (HP_OP_INPLACE | HP_OP_ALIAS)))
+		return 1;
+	return (n->op->flags & HP_OP_STATE_INPLACE) || (o > 0 && hp_comm_is_allreduce(n));
+}
+
+uint64_t hp_plan_node_need_floor(const struct hp_graph *g, int i, uint64_t align)
+{
+	const struct hp_node *n = &g->nodes[i];
+	uint64_t need = 0;
+
+	for (int j = 0; j < n->ninputs; j++) {
+		int v = n->inputs[j], dup = 0;
+		for (int k = 0; k < j; k++)
+			dup |= n->inputs[k] == v;
+		if (managed(g, v) && !dup)
+			need += value_size(g, v, align);
+	}
+	for (int o = 0; o < n->noutputs; o++)
+		if (managed(g, n->outputs[o]) && !may_overlay(n, o))
+			need += value_size(g, n->outputs[o], align);
+	return need;
+}
+
+uint64_t hp_plan_budget_for_need(const struct hp_plan_opts *o, uint64_t need)
+{
+	return with_reserve(o, need + o->workspace);
+}
+
 static int min_budget(struct sim *m)
 {
 	for (int s = 0; s < m->p->nsteps; s++) {

@@ -145,6 +145,14 @@ int hp_split_bands(struct hp_graph *g, int k, int training, int lean, int ahead,
  * cost per kernel; HUGE_VAL when c cannot be planned there. */
 double hp_split_predicted_ms(const struct hp_graph *c, uint64_t budget);
 
+/* Tests: candidates that cut_floor (split.c) shows cannot be kept are
+ * finished anyway, and hp_split_for_budget fails (HP_EINTERNAL) where one
+ * needs less than its floor.  hp_split_floor_skips counts the candidates
+ * found unfit by their floor (skipped unless checked).  Not thread-safe:
+ * for single-threaded tests and figures. */
+extern int hp_split_check_floors;
+extern int hp_split_floor_skips;
+
 /* A deep copy of g (values and nodes keep their indices; kernels are
  * prepared again by hp_graph_infer), and g taking a copy's contents over
  * (the copy, now holding the old graph, is freed). */
