@@ -221,6 +221,7 @@ struct kept {
  * figures in the memo (split_memo.h).  g1: the unsplit candidate, built
  * first (at budget b1, figures i1; any1: the lean pass was tried and
  * changed nothing), until the search keeps it (kept_build). */
+#define NBC (int)(sizeof band_counts / sizeof *band_counts)
 struct search {
 	const struct hp_graph *g;
 	const struct hp_split_opts *so;
@@ -229,6 +230,7 @@ struct search {
 	struct hp_split_info i1;
 	uint64_t b1;
 	int any1;
+	uint64_t kept_floor[NBC]; /* per band count: cut_kept_floor, 0 none */
 };
 
 static void kept_set(struct kept *k, struct hp_graph *c, const struct recipe *r, const struct hp_split_info *i)
@@ -268,7 +270,7 @@ static int rewritten_by_finish(const struct hp_node *n)
  * the graph unsplit (the weight blocks' Split of the first layer's input
  * sets both).  hp_split_check_floors (tests): finished anyway, and an
  * error where the floor lies above the figure. */
-static uint64_t cut_floor(const struct hp_graph *c)
+static uint64_t nodes_floor(const struct hp_graph *c, const char *only)
 {
 	struct hp_plan_opts po = { .align = HP_BUDGET_ALIGN, .reserve_for = hp_budget_staging };
 	uint64_t most = 0;
@@ -276,12 +278,33 @@ static uint64_t cut_floor(const struct hp_graph *c)
 	for (int i = 0; i < c->nnodes; i++) {
 		const struct hp_node *n = &c->nodes[i];
 		uint64_t need;
-		if (n->folded || !n->op || rewritten_by_finish(n))
+		if (n->folded || !n->op || rewritten_by_finish(n) || (only && !only[i]))
 			continue;
 		if ((need = hp_plan_node_need_floor(c, i, po.align)) > most)
 			most = need;
 	}
 	return hp_plan_budget_for_need(&po, most);
+}
+
+static uint64_t cut_floor(const struct hp_graph *c)
+{
+	return nodes_floor(c, NULL);
+}
+
+/* A floor under every cut of forward graph g (inferred) in k bands
+ * finished: the band pass keeps the nodes that allow no banding as they
+ * are (hp_split_band_barriers), so cut_floor of those alone holds for
+ * each cut, which need not be made to be skipped (a probe of the MLP's
+ * floor search cut it in 9 band counts, to no use); 0 on error. */
+static uint64_t cut_kept_floor(const struct hp_graph *g, int k, int training)
+{
+	char *barrier = malloc((size_t)g->nnodes + 1);
+	uint64_t floor = 0;
+
+	if (barrier && hp_split_band_barriers(g, k, training, barrier) == 0)
+		floor = nodes_floor(g, barrier);
+	free(barrier);
+	return floor;
 }
 
 /* The candidate's figures after the band cut: inferred, finished, its
@@ -337,6 +360,15 @@ static int lean_cuts(const struct hp_graph *g)
 	return 0;
 }
 
+/* The floor of every cut of x->g in k bands (0: none known). */
+static uint64_t kept_floor_of(const struct search *x, int k)
+{
+	for (int i = 0; i < NBC; i++)
+		if (band_counts[i] == k)
+			return x->kept_floor[i];
+	return 0;
+}
+
 /* The figures of cut graph h (1: found): remembered for r's budget, or a
  * floor (cut_floor) from which it cannot be kept (then its min_after). */
 static int memo_figures(uint64_t ctx, uint64_t h, const struct recipe *r, int want_ms, struct hp_split_info *info)
@@ -361,11 +393,13 @@ static int memo_figures(uint64_t ctx, uint64_t h, const struct recipe *r, int wa
  * be; 1: the graph is wanted), and for a rejoin that joined nothing back
  * (info->rejoined 0: the same graph as without).  want_ms: its predicted
  * time at the budget where it fits. */
-static int candidate(const struct hp_graph *g, const struct recipe *r, const struct hp_split_opts *so, uint64_t ctx,
-		     int build, int want_ms, struct hp_graph **out, struct hp_split_info *info)
+static int candidate(const struct search *x, const struct recipe *r, int build, int want_ms, struct hp_graph **out,
+		     struct hp_split_info *info)
 {
+	const struct hp_graph *g = x->g;
+	const struct hp_split_opts *so = x->so;
 	struct hp_graph *c;
-	uint64_t h = 0;
+	uint64_t h = 0, ctx = x->ctx, kf = r->skip_at ? kept_floor_of(x, r->k) : 0;
 	uint64_t cut = r->k > 1 ? r->cut : 0; /* unsplit: any target */
 	int rc, any_below = 0, known, lean = r->lean && lean_cuts(g);
 
@@ -377,6 +411,13 @@ static int candidate(const struct hp_graph *g, const struct recipe *r, const str
 	info->nsplit = 0;
 	info->ahead = 0;
 	info->ms = -1;
+	if (kf && kf >= r->skip_at) { /* cannot be kept, however cut */
+		hp_split_floor_skips++;
+		if (!hp_split_check_floors) {
+			info->min_after = kf;
+			return 0;
+		}
+	}
 	known = ctx && !build && hp_split_memo_cut_find(ctx, r->k, lean, r->ahead, r->rejoin, cut, &h, info);
 	if (known && !h)
 		return 0; /* a rejoin that joins nothing back */
@@ -410,6 +451,10 @@ static int candidate(const struct hp_graph *g, const struct recipe *r, const str
 		hp_graph_free(c);
 		return 0;
 	}
+	if (rc == 0 && hp_split_check_floors && kf > info->min_after)
+		rc = hp_error(HP_EINTERNAL, "%s: split candidate of %d bands needs %llu bytes, below the floor of its "
+			      "uncut nodes, %llu", g->path, r->k, (unsigned long long)info->min_after,
+			      (unsigned long long)kf);
 	if (rc < 0) {
 		hp_graph_free(c);
 		return rc;
@@ -474,7 +519,7 @@ static int kept_build(struct search *x, struct kept *k)
 		i = x->i1;
 		rc = 0;
 	} else {
-		rc = candidate(g, &k->r, x->so, x->ctx, 1, 0, &k->g, &i);
+		rc = candidate(x, &k->r, 1, 0, &k->g, &i);
 	}
 	if (rc == 0 && !k->g)
 		return hp_error(HP_EINTERNAL, "split candidate of %d bands was not built", k->r.k);
@@ -619,7 +664,7 @@ static int split_pass(const struct search *x, uint64_t budget, uint64_t target, 
 			struct recipe r = { .k = k, .lean = lean, .ahead = ahead, .cut = cut, .budget = budget };
 			if (keep->i.min_after > budget) /* while nothing fits, the smallest is kept */
 				r.skip_at = keep->i.min_after;
-			rc = candidate(x->g, &r, so, x->ctx, 0, 1, &c, &ci);
+			rc = candidate(x, &r, 0, 1, &c, &ci);
 			if (rc < 0)
 				break;
 			ci.min_before = keep->i.min_before;
@@ -635,7 +680,7 @@ static int split_pass(const struct search *x, uint64_t budget, uint64_t target, 
 				continue;
 			r.rejoin = 1;
 			r.skip_at = 0;
-			rc = candidate(x->g, &r, so, x->ctx, 0, 1, &c, &ci);
+			rc = candidate(x, &r, 0, 1, &c, &ci);
 			if (rc < 0)
 				break;
 			if (ci.rejoined) {
@@ -654,7 +699,7 @@ static int pass_at(const struct search *x, uint64_t b, struct kept *keep)
 	struct recipe r = { .k = 1, .cut = target, .budget = b };
 	struct hp_split_info ci;
 	struct hp_graph *c;
-	int rc = candidate(x->g, &r, x->so, x->ctx, 0, 0, &c, &ci);
+	int rc = candidate(x, &r, 0, 0, &c, &ci);
 
 	if (rc < 0)
 		return rc;
@@ -704,7 +749,7 @@ static uint64_t named_floor(const struct search *x, struct kept *out)
 	struct hp_graph *c;
 	uint64_t floor = 0;
 
-	if (candidate(x->g, &r, x->so, x->ctx, 0, 0, &c, &ci) == 0) {
+	if (candidate(x, &r, 0, 0, &c, &ci) == 0) {
 		kept_set(&keep, c, &r, &ci);
 		keep.i.min_before = keep.i.min_after;
 		if (split_pass(x, 1, 1, 1, 0, &keep) == 0 && fall_back(x, &keep) == 0)
@@ -774,6 +819,10 @@ int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, stru
 	}
 	kept_set(&keep, NULL, &r, &x.i1);
 	keep.i.min_before = keep.i.min_after;
+	/* training only: its band pass cuts no producer ahead, so a cut
+	 * not made reports what it would have (split_pass's cut_any) */
+	for (int i = 0; so->training && so->finish && keep.i.min_after > budget && i < NBC; i++)
+		x.kept_floor[i] = cut_kept_floor(g, band_counts[i], so->training);
 	rc = split_pass(&x, budget, target, target, 1, &keep);
 	if (rc == 0)
 		rc = split_deeper(&x, budget, target, &keep);

@@ -139,6 +139,12 @@ uint64_t hp_split_min_budget(const struct hp_graph *g);
 int hp_split_bands(struct hp_graph *g, int k, int training, int lean, int ahead, uint64_t target, int *nsplit,
 		   int *axis, int *nahead, int *rejoined);
 
+/* Nodes of g (inferred) the band pass keeps as they are, whatever the
+ * target and options, cutting in k bands: barrier[i] 1 where node i
+ * allows no banding on the axis (its inputs are joined back whole for
+ * it).  Returns 0 or a negative error. */
+int hp_split_band_barriers(const struct hp_graph *g, int k, int training, char *barrier);
+
 /* The step time the band pass predicts for graph c (inferred) planned
  * under a tensor budget: its plan's time model with fixed figures (not the
  * measured speed model: --plan and runs must choose alike), plus a fixed
