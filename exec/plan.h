@@ -138,6 +138,13 @@ int hp_plan_inplace_at(const struct hp_graph *g, const struct hp_plan *p, int s,
 /* Fails with HP_EBUDGET_OP when a step needs more than o->budget at once;
  * hp_plan_needed (this thread's) is then the plan's min_budget. */
 int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
+/* The same, handing out a copy of the plan last built so (plan_shared.c)
+ * when g's contents and every option are the same: the plan API's
+ * figures of one step (summary, stash, footprint, a trainer's budget
+ * check) plan it once. */
+int hp_plan_build_shared(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
+/* Plans hp_plan_build_shared handed out again (tests). */
+extern int hp_plan_shared_hits;
 extern _Thread_local uint64_t hp_plan_needed;
 void hp_plan_free(struct hp_plan *p);
 /* The tiers' footprint the plan of g under o predicts (0, 0, 0 in core;

@@ -126,7 +126,7 @@ int hp_plan_footprint(const struct hp_graph *g, const struct hp_exec_opts *o, ui
 	if (!l.budget)
 		return 0;
 	hp_plan_default_opts(&l, &po);
-	if ((rc = hp_plan_build(g, &po, &p)) < 0)
+	if ((rc = hp_plan_build_shared(g, &po, &p)) < 0)
 		return rc;
 	rc = hp_plan_footprint_of(g, p, state, swapped, peak);
 	hp_plan_free(p);
