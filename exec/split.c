@@ -821,8 +821,11 @@ int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, stru
 	keep.i.min_before = keep.i.min_after;
 	/* training only: its band pass cuts no producer ahead, so a cut
 	 * not made reports what it would have (split_pass's cut_any) */
-	for (int i = 0; so->training && so->finish && keep.i.min_after > budget && i < NBC; i++)
-		x.kept_floor[i] = cut_kept_floor(g, band_counts[i], so->training);
+	for (int i = 0; so->training && so->finish && keep.i.min_after > budget && i < NBC; i++) {
+		int axis = hp_split_band_axis(g, band_counts[i], so->training);
+		x.kept_floor[i] = i && axis == hp_split_band_axis(g, band_counts[i - 1], so->training)
+					  ? x.kept_floor[i - 1] : cut_kept_floor(g, band_counts[i], so->training);
+	}
 	rc = split_pass(&x, budget, target, target, 1, &keep);
 	if (rc == 0)
 		rc = split_deeper(&x, budget, target, &keep);

@@ -144,6 +144,9 @@ int hp_split_bands(struct hp_graph *g, int k, int training, int lean, int ahead,
  * allows no banding on the axis (its inputs are joined back whole for
  * it).  Returns 0 or a negative error. */
 int hp_split_band_barriers(const struct hp_graph *g, int k, int training, char *barrier);
+/* The axis the band pass cuts g in k bands on (rank of the input: none);
+ * the barriers depend on k through it alone. */
+int hp_split_band_axis(const struct hp_graph *g, int k, int training);
 
 /* The step time the band pass predicts for graph c (inferred) planned
  * under a tensor budget: its plan's time model with fixed figures (not the

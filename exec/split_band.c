@@ -930,6 +930,11 @@ static void mark_params(struct bp *p, const struct hp_node *nodes, int n)
 	}
 }
 
+int hp_split_band_axis(const struct hp_graph *g, int k, int training)
+{
+	return pick_axis(g, k, training);
+}
+
 int hp_split_band_barriers(const struct hp_graph *g, int k, int training, char *barrier)
 {
 	struct bp p = { .g = (struct hp_graph *)g, .k = k, .training = training, .nvals = g->nvalues };
