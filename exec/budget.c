@@ -85,8 +85,9 @@ void hp_budget_layout(const struct hp_graph *g, const struct hp_exec_opts *o, st
 	po.workspace = hp_plan_max_workspace(g) * (uint64_t)l->workers;
 	/* ...unless the budget is too tight for that: then each kernel's
 	 * scratch is its own, counted with the kernel's step */
-	if (po.workspace && l->budget && l->budget < hp_plan_min_budget(g, &po, NULL))
-		po.workspace = 0;
+	if (po.workspace && l->budget && (l->budget < hp_plan_budget_for_need(&po, 0) ||
+					   l->budget < hp_plan_min_budget(g, &po, NULL)))
+		po.workspace = 0; /* (below the scratch and its reserve alone: no graph fits) */
 	l->workspace = po.workspace;
 	set_usable(l);
 }

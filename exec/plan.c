@@ -29,6 +29,8 @@ struct sim {
 	int *use_start, *uses, *cursor; /* CSR of read steps per value */
 	char *resident, *dirty, *below, *pinned, *persist;
 	int *resident_list, nresident;
+	int *resident_at;               /* v's index in resident_list, -1: none */
+	int resident_twice;             /* a value was listed twice: look up by scan */
 	int *last_evict;                /* step of a value's latest eviction, -1 */
 	int *last_pin;                  /* step a value was last pinned, -1 */
 	int *pre;                       /* rec of a value's latest preload, -1 */
@@ -80,19 +82,27 @@ static int next_use(struct sim *m, int v, int step)
 
 static void set_resident(struct sim *m, int v, int on)
 {
+	int i = m->resident_at[v];
+
 	if (on) {
 		m->resident[v] = 1;
+		m->resident_twice |= i >= 0;
+		m->resident_at[v] = m->nresident;
 		m->resident_list[m->nresident++] = v;
 		m->cur += m->size[v];
 		return;
 	}
 	m->resident[v] = 0;
 	m->cur -= m->size[v];
-	for (int i = 0; i < m->nresident; i++)
-		if (m->resident_list[i] == v) {
-			m->resident_list[i] = m->resident_list[--m->nresident];
-			break;
-		}
+	/* the first entry of v leaves, the last takes its place: a scan of
+	 * the list did so in every 10,000-node step's eviction */
+	for (i = m->resident_twice ? 0 : i; m->resident_twice && i < m->nresident && m->resident_list[i] != v; i++)
+		;
+	if (i < 0 || i >= m->nresident)
+		return;
+	m->resident_list[i] = m->resident_list[--m->nresident];
+	m->resident_at[m->resident_list[i]] = i;
+	m->resident_at[v] = -1;
 }
 
 static void release_holds(struct sim *m, int upto, int now);
@@ -852,6 +862,39 @@ static uint64_t reserve_at(const struct hp_plan_opts *o)
 	return o->reserve_for && o->budget ? o->reserve_for(o->budget) : 0;
 }
 
+/* Output o of node n may be laid over an input under some graph around
+ * it (hp_plan_inplace_src's rules, without their conditions on the
+ * values' lives). */
+static int may_overlay(const struct hp_node *n, int o)
+{
+	if (o == 0 && (n->op->flags & (HP_OP_INPLACE | HP_OP_ALIAS)))
+		return 1;
+	return (n->op->flags & HP_OP_STATE_INPLACE) || (o > 0 && hp_comm_is_allreduce(n));
+}
+
+uint64_t hp_plan_node_need_floor(const struct hp_graph *g, int i, uint64_t align)
+{
+	const struct hp_node *n = &g->nodes[i];
+	uint64_t need = 0;
+
+	for (int j = 0; j < n->ninputs; j++) {
+		int v = n->inputs[j], dup = 0;
+		for (int k = 0; k < j; k++)
+			dup |= n->inputs[k] == v;
+		if (managed(g, v) && !dup)
+			need += value_size(g, v, align);
+	}
+	for (int o = 0; o < n->noutputs; o++)
+		if (managed(g, n->outputs[o]) && !may_overlay(n, o))
+			need += value_size(g, n->outputs[o], align);
+	return need;
+}
+
+uint64_t hp_plan_budget_for_need(const struct hp_plan_opts *o, uint64_t need)
+{
+	return with_reserve(o, need + o->workspace);
+}
+
 static int min_budget(struct sim *m)
 {
 	for (int s = 0; s < m->p->nsteps; s++) {
@@ -876,6 +919,7 @@ static void sim_free(struct sim *m)
 	free(m->pinned);
 	free(m->persist);
 	free(m->resident_list);
+	free(m->resident_at);
 	free(m->last_evict);
 	free(m->last_pin);
 	free(m->pre);
@@ -898,6 +942,7 @@ static int sim_alloc(struct sim *m, int nv, int nn)
 	m->pinned = calloc(v, 1);
 	m->persist = calloc(v, 1);
 	m->resident_list = calloc(v, sizeof *m->resident_list);
+	m->resident_at = malloc(v * sizeof *m->resident_at);
 	m->last_evict = calloc(v, sizeof *m->last_evict);
 	m->last_pin = calloc(v, sizeof *m->last_pin);
 	m->pre = malloc(v * sizeof *m->pre);
@@ -905,9 +950,10 @@ static int sim_alloc(struct sim *m, int nv, int nn)
 	m->hold = calloc(v, sizeof *m->hold);
 	m->held = calloc(v, sizeof *m->held);
 	if (!m->size || !m->cursor || !m->resident || !m->dirty || !m->below || !m->pinned || !m->persist ||
-	    !m->resident_list || !m->last_evict || !m->last_pin || !m->step_peak || !m->hold || !m->held || !m->pre)
+	    !m->resident_list || !m->resident_at || !m->last_evict || !m->last_pin || !m->step_peak || !m->hold || !m->held || !m->pre)
 		return hp_error(-ENOMEM, "out of memory planning");
 	memset(m->pre, 0xff, v * sizeof *m->pre); /* -1 */
+	memset(m->resident_at, 0xff, v * sizeof *m->resident_at);
 	return 0;
 }
 

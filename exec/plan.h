@@ -105,6 +105,15 @@ uint64_t hp_plan_min_budget(const struct hp_graph *g, const struct hp_plan_opts 
 /* The same, and in *node (when not NULL) the index in g->nodes of the
  * step with that need, -1 when there is none. */
 uint64_t hp_plan_min_budget_node(const struct hp_graph *g, const struct hp_plan_opts *o, int *node);
+/* A floor under node i's need (step_need) in any graph that holds it with
+ * the same inputs and outputs, read by more nodes or not, with any
+ * workspace: its distinct managed inputs and the outputs that no in-place
+ * rule may lay over an input; the workspace is not counted. */
+uint64_t hp_plan_node_need_floor(const struct hp_graph *g, int i, uint64_t align);
+/* The smallest budget under these options for a largest step's need of
+ * `need` bytes (with the kernel scratch and the staging reserve): what
+ * hp_plan_min_budget returns for such a graph, monotone in need. */
+uint64_t hp_plan_budget_for_need(const struct hp_plan_opts *o, uint64_t need);
 
 /* Step s writes its output 0 into input 0's tensor (the op allows it, the
  * input dies there, same bytes, both activations of this run): the output
@@ -129,6 +138,13 @@ int hp_plan_inplace_at(const struct hp_graph *g, const struct hp_plan *p, int s,
 /* Fails with HP_EBUDGET_OP when a step needs more than o->budget at once;
  * hp_plan_needed (this thread's) is then the plan's min_budget. */
 int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
+/* The same, handing out a copy of the plan last built so (plan_shared.c)
+ * when g's contents and every option are the same: the plan API's
+ * figures of one step (summary, stash, footprint, a trainer's budget
+ * check) plan it once. */
+int hp_plan_build_shared(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
+/* Plans hp_plan_build_shared handed out again (tests). */
+extern int hp_plan_shared_hits;
 extern _Thread_local uint64_t hp_plan_needed;
 void hp_plan_free(struct hp_plan *p);
 /* The tiers' footprint the plan of g under o predicts (0, 0, 0 in core;

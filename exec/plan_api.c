@@ -146,7 +146,7 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 	if (!sm)
 		return hp_error(-ENOMEM, "out of memory planning");
 	speed_opts(g, o, &po, sm, 1);
-	rc = hp_plan_build(g, &po, &p);
+	rc = hp_plan_build_shared(g, &po, &p);
 	if (rc == 0)
 		fill_speed(out, p, &po, sm);
 	free(sm);
@@ -189,7 +189,7 @@ int hp_remat_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, s
 
 	memset(out, 0, sizeof *out);
 	if (rc == 0)
-		rc = hp_plan_build(g, &po, &p);
+		rc = hp_plan_build_shared(g, &po, &p);
 	if (rc == 0)
 		rc = stash_figures(g, p, out);
 	hp_plan_free(p);
@@ -207,7 +207,7 @@ int hp_plan_write_dot(const struct hp_graph *g, const struct hp_exec_opts *o, co
 	if (!sm)
 		return hp_error(-ENOMEM, "out of memory planning");
 	speed_opts(g, o, &po, sm, 1);
-	rc = hp_plan_build(g, &po, &p);
+	rc = hp_plan_build_shared(g, &po, &p);
 	if (rc == 0)
 		rc = hp_plan_dot(g, p, &po, path);
 	hp_plan_free(p);

@@ -206,6 +206,7 @@ static int lean_where_needed(struct hp_graph *c, uint64_t budget, uint64_t *minb
 struct recipe {
 	int k, lean, ahead, rejoin;
 	uint64_t cut, budget;
+	uint64_t skip_at; /* not a recipe's part: see cut_floor (0: build) */
 };
 
 /* The candidate kept so far: its graph, or (g NULL) the recipe that
@@ -216,12 +217,94 @@ struct kept {
 	struct hp_split_info i;
 };
 
+/* The graphs a search tries are the forward graph g cut; ctx keys their
+ * figures in the memo (split_memo.h).  g1: the unsplit candidate, built
+ * first (at budget b1, figures i1; any1: the lean pass was tried and
+ * changed nothing), until the search keeps it (kept_build). */
+#define NBC (int)(sizeof band_counts / sizeof *band_counts)
+struct search {
+	const struct hp_graph *g;
+	const struct hp_split_opts *so;
+	uint64_t ctx;
+	struct hp_graph *g1;
+	struct hp_split_info i1;
+	uint64_t b1;
+	int any1;
+	uint64_t kept_floor[NBC]; /* per band count: cut_kept_floor, 0 none */
+};
+
 static void kept_set(struct kept *k, struct hp_graph *c, const struct recipe *r, const struct hp_split_info *i)
 {
 	hp_graph_free(k->g);
 	k->g = c;
 	k->r = *r;
+	k->r.skip_at = 0; /* built from its recipe: in full */
 	k->i = *i;
+}
+
+int hp_split_check_floors;
+int hp_split_floor_skips;
+
+/* Nodes the training finish rewrites or removes (autodiff.c's
+ * train_rewrite, autodiff_untie.c, autodiff_half.c): their steps in the
+ * forward graph need not be steps of the training graph. */
+static int rewritten_by_finish(const struct hp_node *n)
+{
+	static const char *const ops[] = { "BatchNormalization", "Dropout", "Identity", "Cast" };
+
+	for (size_t j = 0; j < sizeof ops / sizeof *ops; j++)
+		if (!strcmp(n->op_type, ops[j]) && (!n->domain[0] || !strcmp(n->domain, "ai.onnx")))
+			return 1;
+	return 0;
+}
+
+/* A floor under the smallest budget of cut graph c (inferred) finished:
+ * the finish (autodiff) keeps each forward node's inputs and outputs and
+ * adds readers, values and nodes, and the lean pass grows or shrinks only
+ * gradients' workspace, so each forward step needs at least its inputs
+ * and the outputs no in-place rule may lay over them
+ * (hp_plan_node_need_floor).  A candidate whose floor is no smaller than
+ * the smallest budget of the one kept, while that does not fit, cannot
+ * be kept (consider) and is not finished: the band counts of a 10,000-node
+ * MLP trained at one byte were each differentiated, to need no less than
+ * the graph unsplit (the weight blocks' Split of the first layer's input
+ * sets both).  hp_split_check_floors (tests): finished anyway, and an
+ * error where the floor lies above the figure. */
+static uint64_t nodes_floor(const struct hp_graph *c, const char *only)
+{
+	struct hp_plan_opts po = { .align = HP_BUDGET_ALIGN, .reserve_for = hp_budget_staging };
+	uint64_t most = 0;
+
+	for (int i = 0; i < c->nnodes; i++) {
+		const struct hp_node *n = &c->nodes[i];
+		uint64_t need;
+		if (n->folded || !n->op || rewritten_by_finish(n) || (only && !only[i]))
+			continue;
+		if ((need = hp_plan_node_need_floor(c, i, po.align)) > most)
+			most = need;
+	}
+	return hp_plan_budget_for_need(&po, most);
+}
+
+static uint64_t cut_floor(const struct hp_graph *c)
+{
+	return nodes_floor(c, NULL);
+}
+
+/* A floor under every cut of forward graph g (inferred) in k bands
+ * finished: the band pass keeps the nodes that allow no banding as they
+ * are (hp_split_band_barriers), so cut_floor of those alone holds for
+ * each cut, which need not be made to be skipped (a probe of the MLP's
+ * floor search cut it in 9 band counts, to no use); 0 on error. */
+static uint64_t cut_kept_floor(const struct hp_graph *g, int k, int training)
+{
+	char *barrier = malloc((size_t)g->nnodes + 1);
+	uint64_t floor = 0;
+
+	if (barrier && hp_split_band_barriers(g, k, training, barrier) == 0)
+		floor = nodes_floor(g, barrier);
+	free(barrier);
+	return floor;
 }
 
 /* The candidate's figures after the band cut: inferred, finished, its
@@ -233,7 +316,15 @@ static int candidate_finish(struct hp_graph *c, const struct recipe *r, const st
 			    struct hp_split_info *info, int *any_below, uint64_t *fin)
 {
 	int rc = hp_graph_infer(c), changed = 0, s; /* the copy's kernels are not prepared yet */
+	uint64_t floor = rc == 0 && r->skip_at && so->finish ? cut_floor(c) : 0;
 
+	if (floor && floor >= r->skip_at) {
+		hp_split_floor_skips++;
+		if (!hp_split_check_floors) {
+			info->min_after = floor;
+			return 1;
+		}
+	}
 	/* a second pass (weights of big matrix products) slots in here */
 	if (rc == 0 && so->finish)
 		rc = so->finish(c, so->arg);
@@ -249,6 +340,9 @@ static int candidate_finish(struct hp_graph *c, const struct recipe *r, const st
 		*any_below = !changed;
 	}
 	info->ms = want_ms && r->budget && info->min_after <= r->budget ? hp_split_predicted_ms(c, r->budget) : -1;
+	if (hp_split_check_floors && floor > info->min_after)
+		return hp_error(HP_EINTERNAL, "%s: split candidate of %d bands needs %llu bytes, below its floor of %llu",
+				c->path, r->k, (unsigned long long)info->min_after, (unsigned long long)floor);
 	return 0;
 }
 
@@ -266,17 +360,46 @@ static int lean_cuts(const struct hp_graph *g)
 	return 0;
 }
 
+/* The floor of every cut of x->g in k bands (0: none known). */
+static uint64_t kept_floor_of(const struct search *x, int k)
+{
+	for (int i = 0; i < NBC; i++)
+		if (band_counts[i] == k)
+			return x->kept_floor[i];
+	return 0;
+}
+
+/* The figures of cut graph h (1: found): remembered for r's budget, or a
+ * floor (cut_floor) from which it cannot be kept (then its min_after). */
+static int memo_figures(uint64_t ctx, uint64_t h, const struct recipe *r, int want_ms, struct hp_split_info *info)
+{
+	struct hp_split_info found;
+	uint64_t floor;
+
+	if (hp_split_memo_find(ctx, h, r->budget, want_ms, &found)) {
+		info->min_after = found.min_after;
+		info->ms = found.ms;
+		return 1;
+	}
+	if (!r->skip_at || hp_split_check_floors || !hp_split_memo_floor_find(ctx, h, &floor) || floor < r->skip_at)
+		return 0;
+	hp_split_floor_skips++;
+	info->min_after = floor;
+	return 1;
+}
+
 /* Candidate r of g into *out with its figures in *info.  *out is NULL
  * when its figures were found in the memo under ctx (build 0: they may
  * be; 1: the graph is wanted), and for a rejoin that joined nothing back
  * (info->rejoined 0: the same graph as without).  want_ms: its predicted
- * time at the budget where it fits; *fin as candidate_finish. */
-static int candidate(const struct hp_graph *g, const struct recipe *r, const struct hp_split_opts *so, uint64_t ctx,
-		     int build, int want_ms, struct hp_graph **out, struct hp_split_info *info, uint64_t *fin)
+ * time at the budget where it fits. */
+static int candidate(const struct search *x, const struct recipe *r, int build, int want_ms, struct hp_graph **out,
+		     struct hp_split_info *info)
 {
+	const struct hp_graph *g = x->g;
+	const struct hp_split_opts *so = x->so;
 	struct hp_graph *c;
-	struct hp_split_info found;
-	uint64_t h = 0;
+	uint64_t h = 0, ctx = x->ctx, kf = r->skip_at ? kept_floor_of(x, r->k) : 0;
 	uint64_t cut = r->k > 1 ? r->cut : 0; /* unsplit: any target */
 	int rc, any_below = 0, known, lean = r->lean && lean_cuts(g);
 
@@ -288,14 +411,18 @@ static int candidate(const struct hp_graph *g, const struct recipe *r, const str
 	info->nsplit = 0;
 	info->ahead = 0;
 	info->ms = -1;
+	if (kf && kf >= r->skip_at) { /* cannot be kept, however cut */
+		hp_split_floor_skips++;
+		if (!hp_split_check_floors) {
+			info->min_after = kf;
+			return 0;
+		}
+	}
 	known = ctx && !build && hp_split_memo_cut_find(ctx, r->k, lean, r->ahead, r->rejoin, cut, &h, info);
 	if (known && !h)
 		return 0; /* a rejoin that joins nothing back */
-	if (known && hp_split_memo_find(ctx, h, r->budget, want_ms, &found)) {
-		info->min_after = found.min_after;
-		info->ms = found.ms;
+	if (known && memo_figures(ctx, h, r, want_ms, info))
 		return 0;
-	}
 	rc = graph_clone(g, &c);
 	/* not in training: the fixed model preferred the cut ahead for the
 	 * U-Net of bench_ooc_targets.py at 22323K by 1 ms of 858, and the run
@@ -313,14 +440,21 @@ static int candidate(const struct hp_graph *g, const struct recipe *r, const str
 		h = hp_split_graph_hash(c);
 		hp_split_memo_cut_add(ctx, r->k, lean, r->ahead, r->rejoin, cut, h, info);
 	}
-	if (rc == 0 && ctx && !build && hp_split_memo_find(ctx, h, r->budget, want_ms, &found)) {
-		info->min_after = found.min_after;
-		info->ms = found.ms;
+	if (rc == 0 && ctx && !build && memo_figures(ctx, h, r, want_ms, info)) {
 		hp_graph_free(c);
 		return 0;
 	}
 	if (rc == 0)
-		rc = candidate_finish(c, r, so, want_ms, info, &any_below, fin);
+		rc = candidate_finish(c, r, so, want_ms, info, &any_below, NULL);
+	if (rc == 1) { /* not finished: it cannot be kept (cut_floor) */
+		hp_split_memo_floor_add(ctx, h, info->min_after);
+		hp_graph_free(c);
+		return 0;
+	}
+	if (rc == 0 && hp_split_check_floors && kf > info->min_after)
+		rc = hp_error(HP_EINTERNAL, "%s: split candidate of %d bands needs %llu bytes, below the floor of its "
+			      "uncut nodes, %llu", g->path, r->k, (unsigned long long)info->min_after,
+			      (unsigned long long)kf);
 	if (rc < 0) {
 		hp_graph_free(c);
 		return rc;
@@ -331,18 +465,62 @@ static int candidate(const struct hp_graph *g, const struct recipe *r, const str
 	return 0;
 }
 
+/* The unsplit candidate built first is the one at budget b: the same
+ * budget, or one at which the lean pass changes it no more than at b1 (it
+ * tries nothing where the graph fits, and found nothing to change). */
+static int first_is(const struct search *x, uint64_t b)
+{
+	uint64_t m = x->i1.min_after;
+
+	return x->g1 && (b == x->b1 || x->any1 || (x->b1 >= m && b >= m));
+}
+
+/* The unsplit candidate r of g into x->g1, and ctx, the memo's key: the
+ * hash of the forward graph and of it finished (which carries the
+ * finish's options, a trainer's); its figures are remembered so. */
+static int first_candidate(struct search *x, const struct recipe *r)
+{
+	struct hp_split_info *info = &x->i1;
+	uint64_t fin = 0, h;
+	int rc;
+
+	memset(info, 0, sizeof *info);
+	info->k = 1;
+	info->axis = -1;
+	info->ms = -1;
+	x->b1 = r->budget;
+	if ((rc = graph_clone(x->g, &x->g1)) < 0)
+		return rc;
+	h = hp_split_graph_hash(x->g1);
+	if ((rc = candidate_finish(x->g1, r, x->so, 0, info, &x->any1, &fin)) < 0)
+		return rc;
+	x->ctx = fin ^ hp_split_graph_hash(x->g);
+	x->ctx = x->ctx ? x->ctx : 1;
+	hp_split_memo_cut_add(x->ctx, 1, 0, 0, 0, 0, h, info);
+	hp_split_memo_add(x->ctx, h, r->budget, x->any1, info);
+	return 0;
+}
+
 /* The kept candidate's graph, built from its recipe if it has none.  It
  * comes to the figures remembered (a candidate is a function of its cut
  * graph and ctx); should it not, its own figures are taken, those of the
  * graph that runs, and the log says so. */
-static int kept_build(const struct hp_graph *g, const struct hp_split_opts *so, uint64_t ctx, struct kept *k)
+static int kept_build(struct search *x, struct kept *k)
 {
+	const struct hp_graph *g = x->g;
 	struct hp_split_info i = k->i;
 	int rc;
 
 	if (k->g)
 		return 0;
-	rc = candidate(g, &k->r, so, ctx, 1, 0, &k->g, &i, NULL);
+	if (k->r.k == 1 && first_is(x, k->r.budget)) {
+		k->g = x->g1;
+		x->g1 = NULL;
+		i = x->i1;
+		rc = 0;
+	} else {
+		rc = candidate(x, &k->r, 1, 0, &k->g, &i);
+	}
 	if (rc == 0 && !k->g)
 		return hp_error(HP_EINTERNAL, "split candidate of %d bands was not built", k->r.k);
 	if (rc == 0 && i.min_after != k->i.min_after) {
@@ -443,14 +621,6 @@ static void consider(struct kept *keep, struct hp_graph *c, const struct hp_spli
 	kept_set(keep, c, r, ci);
 }
 
-/* The graphs a search tries are the forward graph g cut; ctx keys their
- * figures in the memo (split_memo.h). */
-struct search {
-	const struct hp_graph *g;
-	const struct hp_split_opts *so;
-	uint64_t ctx;
-};
-
 /* One pass over the band counts, splitting what needs more than cut (the
  * target, or below it: split_deeper); *keep holds the best candidate so
  * far (the unsplit one on the first pass).  rejoin: each candidate that
@@ -492,7 +662,9 @@ static int split_pass(const struct search *x, uint64_t budget, uint64_t target, 
 		 * that fits also with its bands joined back (rejoin) */
 		for (int ahead = 1, cut_any = 1; ahead >= 0 && cut_any && rc == 0; ahead--) {
 			struct recipe r = { .k = k, .lean = lean, .ahead = ahead, .cut = cut, .budget = budget };
-			rc = candidate(x->g, &r, so, x->ctx, 0, 1, &c, &ci, NULL);
+			if (keep->i.min_after > budget) /* while nothing fits, the smallest is kept */
+				r.skip_at = keep->i.min_after;
+			rc = candidate(x, &r, 0, 1, &c, &ci);
 			if (rc < 0)
 				break;
 			ci.min_before = keep->i.min_before;
@@ -507,7 +679,8 @@ static int split_pass(const struct search *x, uint64_t budget, uint64_t target, 
 			if (!rejoin || !fits || so->training) /* inference only: hp_split_bands */
 				continue;
 			r.rejoin = 1;
-			rc = candidate(x->g, &r, so, x->ctx, 0, 1, &c, &ci, NULL);
+			r.skip_at = 0;
+			rc = candidate(x, &r, 0, 1, &c, &ci);
 			if (rc < 0)
 				break;
 			if (ci.rejoined) {
@@ -526,7 +699,7 @@ static int pass_at(const struct search *x, uint64_t b, struct kept *keep)
 	struct recipe r = { .k = 1, .cut = target, .budget = b };
 	struct hp_split_info ci;
 	struct hp_graph *c;
-	int rc = candidate(x->g, &r, x->so, x->ctx, 0, 0, &c, &ci, NULL);
+	int rc = candidate(x, &r, 0, 0, &c, &ci);
 
 	if (rc < 0)
 		return rc;
@@ -576,7 +749,7 @@ static uint64_t named_floor(const struct search *x, struct kept *out)
 	struct hp_graph *c;
 	uint64_t floor = 0;
 
-	if (candidate(x->g, &r, x->so, x->ctx, 0, 0, &c, &ci, NULL) == 0) {
+	if (candidate(x, &r, 0, 0, &c, &ci) == 0) {
 		kept_set(&keep, c, &r, &ci);
 		keep.i.min_before = keep.i.min_after;
 		if (split_pass(x, 1, 1, 1, 0, &keep) == 0 && fall_back(x, &keep) == 0)
@@ -634,28 +807,33 @@ static int split_deeper(const struct search *x, uint64_t budget, uint64_t target
  * keys the memo (a trainer's options show in its training graph). */
 int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, struct hp_split_info *info)
 {
-	uint64_t budget = so->layout->budget, target = split_target(so->layout), fin = 0;
+	uint64_t budget = so->layout->budget, target = split_target(so->layout);
 	struct recipe r = { .k = 1, .cut = target, .budget = budget };
 	struct search x = { .g = g, .so = so };
 	struct kept keep = { 0 };
-	struct hp_split_info ki;
-	struct hp_graph *c;
 	int rc;
 
-	rc = candidate(g, &r, so, 0, 1, 0, &c, &ki, &fin);
-	if (rc < 0)
+	if ((rc = first_candidate(&x, &r)) < 0) {
+		hp_graph_free(x.g1);
 		return rc;
-	x.ctx = fin ^ hp_split_graph_hash(g);
-	x.ctx = x.ctx ? x.ctx : 1;
-	kept_set(&keep, c, &r, &ki);
+	}
+	kept_set(&keep, NULL, &r, &x.i1);
 	keep.i.min_before = keep.i.min_after;
+	/* training only: its band pass cuts no producer ahead, so a cut
+	 * not made reports what it would have (split_pass's cut_any) */
+	for (int i = 0; so->training && so->finish && keep.i.min_after > budget && i < NBC; i++) {
+		int axis = hp_split_band_axis(g, band_counts[i], so->training);
+		x.kept_floor[i] = i && axis == hp_split_band_axis(g, band_counts[i - 1], so->training)
+					  ? x.kept_floor[i - 1] : cut_kept_floor(g, band_counts[i], so->training);
+	}
 	rc = split_pass(&x, budget, target, target, 1, &keep);
 	if (rc == 0)
 		rc = split_deeper(&x, budget, target, &keep);
 	if (rc == 0 && budget && keep.i.min_after > budget)
 		rc = fall_back(&x, &keep);
 	if (rc == 0)
-		rc = kept_build(g, so, x.ctx, &keep);
+		rc = kept_build(&x, &keep);
+	hp_graph_free(x.g1);
 	if (rc < 0) {
 		hp_graph_free(keep.g);
 		return rc;

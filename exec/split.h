@@ -139,11 +139,28 @@ uint64_t hp_split_min_budget(const struct hp_graph *g);
 int hp_split_bands(struct hp_graph *g, int k, int training, int lean, int ahead, uint64_t target, int *nsplit,
 		   int *axis, int *nahead, int *rejoined);
 
+/* Nodes of g (inferred) the band pass keeps as they are, whatever the
+ * target and options, cutting in k bands: barrier[i] 1 where node i
+ * allows no banding on the axis (its inputs are joined back whole for
+ * it).  Returns 0 or a negative error. */
+int hp_split_band_barriers(const struct hp_graph *g, int k, int training, char *barrier);
+/* The axis the band pass cuts g in k bands on (rank of the input: none);
+ * the barriers depend on k through it alone. */
+int hp_split_band_axis(const struct hp_graph *g, int k, int training);
+
 /* The step time the band pass predicts for graph c (inferred) planned
  * under a tensor budget: its plan's time model with fixed figures (not the
  * measured speed model: --plan and runs must choose alike), plus a fixed
  * cost per kernel; HUGE_VAL when c cannot be planned there. */
 double hp_split_predicted_ms(const struct hp_graph *c, uint64_t budget);
+
+/* Tests: candidates that cut_floor (split.c) shows cannot be kept are
+ * finished anyway, and hp_split_for_budget fails (HP_EINTERNAL) where one
+ * needs less than its floor.  hp_split_floor_skips counts the candidates
+ * found unfit by their floor (skipped unless checked).  Not thread-safe:
+ * for single-threaded tests and figures. */
+extern int hp_split_check_floors;
+extern int hp_split_floor_skips;
 
 /* A deep copy of g (values and nodes keep their indices; kernels are
  * prepared again by hp_graph_infer), and g taking a copy's contents over

@@ -930,6 +930,25 @@ static void mark_params(struct bp *p, const struct hp_node *nodes, int n)
 	}
 }
 
+int hp_split_band_axis(const struct hp_graph *g, int k, int training)
+{
+	return pick_axis(g, k, training);
+}
+
+int hp_split_band_barriers(const struct hp_graph *g, int k, int training, char *barrier)
+{
+	struct bp p = { .g = (struct hp_graph *)g, .k = k, .training = training, .nvals = g->nvalues };
+
+	p.axis = pick_axis(g, k, training);
+	if (!(p.param = calloc((size_t)p.nvals + 1, 1)))
+		return hp_error(-ENOMEM, "out of memory splitting the graph");
+	mark_params(&p, g->nodes, g->nnodes);
+	for (int i = 0; i < g->nnodes; i++)
+		barrier[i] = kind_of(&p, &g->nodes[i]) == BK_NONE;
+	free(p.param);
+	return 0;
+}
+
 int hp_split_bands(struct hp_graph *g, int k, int training, int lean, int ahead, uint64_t target, int *nsplit,
 		   int *axis, int *nahead, int *rejoined)
 {

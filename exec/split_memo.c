@@ -155,7 +155,10 @@ struct cut_entry {
 
 struct memo_entry {
 	uint64_t ctx, graph, budget;
-	int any_below; /* valid at every budget below info.min_after */
+	int any_below; /* valid at every budget below info.min_after, and (the
+			* lean pass found nothing to change: the graph is the
+			* same at every budget) without a predicted time above */
+	int floor;     /* info.min_after is a floor only (hp_split_memo_floor_add) */
 	struct hp_split_info info;
 };
 
@@ -230,12 +233,12 @@ int hp_split_memo_find(uint64_t ctx, uint64_t graph, uint64_t budget, int want_m
 	pthread_mutex_lock(&memo_lock);
 	for (int i = nmemo - 1; i >= 0 && !found; i--) {
 		const struct memo_entry *e = &memo[i];
-		if (e->ctx != ctx || e->graph != graph)
+		if (e->ctx != ctx || e->graph != graph || e->floor)
 			continue;
 		if (e->budget == budget && (!want_ms || e->info.ms >= 0 || e->info.min_after > budget)) {
 			*out = e->info;
 			found = 1;
-		} else if (e->any_below && budget < e->info.min_after) {
+		} else if (e->any_below && (budget < e->info.min_after || !want_ms)) {
 			*out = e->info;
 			out->ms = -1;
 			found = 1;
@@ -254,5 +257,35 @@ void hp_split_memo_add(uint64_t ctx, uint64_t graph, uint64_t budget, int any_be
 	if (m)
 		(memo = m)[nmemo++] = (struct memo_entry){ .ctx = ctx, .graph = graph, .budget = budget,
 						     .any_below = any_below, .info = *info };
+	pthread_mutex_unlock(&memo_lock);
+}
+
+int hp_split_memo_floor_find(uint64_t ctx, uint64_t graph, uint64_t *floor)
+{
+	int found = 0;
+
+	if (!ctx)
+		return 0;
+	pthread_mutex_lock(&memo_lock);
+	for (int i = 0; i < nmemo; i++) {
+		const struct memo_entry *e = &memo[i];
+		if (e->ctx == ctx && e->graph == graph && e->floor && (!found || e->info.min_after > *floor)) {
+			*floor = e->info.min_after;
+			found = 1;
+		}
+	}
+	pthread_mutex_unlock(&memo_lock);
+	return found;
+}
+
+void hp_split_memo_floor_add(uint64_t ctx, uint64_t graph, uint64_t floor)
+{
+	if (!ctx)
+		return;
+	pthread_mutex_lock(&memo_lock);
+	struct memo_entry *m = grow(memo, nmemo, &memo_cap, sizeof *memo);
+	if (m)
+		(memo = m)[nmemo++] = (struct memo_entry){ .ctx = ctx, .graph = graph, .floor = 1,
+						     .info = { .min_after = floor, .ms = -1 } };
 	pthread_mutex_unlock(&memo_lock);
 }

@@ -26,6 +26,12 @@ int hp_split_memo_find(uint64_t ctx, uint64_t graph, uint64_t budget, int want_m
 void hp_split_memo_add(uint64_t ctx, uint64_t graph, uint64_t budget, int any_below,
 		       const struct hp_split_info *info);
 
+/* A floor under the smallest budget of cut graph `graph` under ctx
+ * (split.c's cut_floor), for candidates not finished (1: found, the
+ * largest remembered). */
+int hp_split_memo_floor_find(uint64_t ctx, uint64_t graph, uint64_t *floor);
+void hp_split_memo_floor_add(uint64_t ctx, uint64_t graph, uint64_t floor);
+
 /* The hash of g cut by a recipe (hp_split_bands' arguments) under ctx,
  * whose forward graph it includes, and what the band pass reported
  * (nsplit, axis, ahead, rejoined of *bands; the rest is left); graph 0:

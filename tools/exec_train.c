@@ -575,10 +575,14 @@ static int plan_step(const struct cli *c, const struct hp_trainer_opts *to, stru
 		int rc;
 		o1.budget = 1;
 		o1.resume = 0;
-		rc = hp_trainer_create(c->model, &o1, &t1);
+		/* --budget 1 (no resume): t is that trainer already (the same
+		 * options build the same step); not built twice */
+		int same = to->budget == 1 && !to->resume;
+		rc = same ? 0 : hp_trainer_create(c->model, &o1, &t1);
 		exec_floor_probe = floor_probe, exec_floor_arg = (void *)to, exec_floor_model = c->model;
 		if (rc == 0)
-			rc = exec_plan_only(hp_trainer_graph(t), &o, c, " (one training step)", hp_trainer_graph(t1));
+			rc = exec_plan_only(hp_trainer_graph(t), &o, c, " (one training step)",
+					    hp_trainer_graph(same ? t : t1));
 		exec_floor_probe = NULL;
 		hp_trainer_destroy(t1);
 		return rc == 0 && c->plan ? exec_plan_comm(t, &o, c->bucket != 0) : rc;

@@ -261,6 +261,56 @@ static void test_victim_policies(void **state)
 	assert_true(fewer >= 1);
 }
 
+/* Two plans are the same plan: acts, steps, figures. */
+static void assert_same_plan(const struct hp_plan *a, const struct hp_plan *b)
+{
+	assert_int_equal(a->nsteps, b->nsteps);
+	assert_int_equal(a->nacts, b->nacts);
+	assert_memory_equal(a->node, b->node, (size_t)a->nsteps * sizeof *a->node);
+	assert_memory_equal(a->acts, b->acts, (size_t)a->nacts * sizeof *a->acts);
+	assert_memory_equal(a->act_begin, b->act_begin, ((size_t)a->nsteps + 1) * sizeof *a->act_begin);
+	assert_true(a->peak_bytes == b->peak_bytes && a->min_budget == b->min_budget);
+	assert_true(a->bytes_loaded == b->bytes_loaded && a->bytes_written == b->bytes_written);
+	assert_true(a->predicted_ms == b->predicted_ms);
+}
+
+/* hp_plan_build_shared hands out the plan hp_plan_build makes, built once
+ * for the same graph and options, and built again where the graph's
+ * contents (a node's workspace) or an option (the budget) changed. */
+static void test_shared(void **state)
+{
+	struct hp_graph *g = build(300, 6, 3);
+	struct hp_plan *p = plan(g, 0), *a, *b, *fresh;
+	uint64_t peak = p->peak_bytes;
+	struct hp_plan_opts o = { .budget = peak / 3, .align = 4096, .gflops = 50, .read_MBps = 2000,
+				  .write_MBps = 1500 };
+	int hits;
+
+	(void)state;
+	hp_plan_free(p);
+	assert_int_equal(hp_plan_build_shared(g, &o, &a), 0);
+	hits = hp_plan_shared_hits;
+	assert_int_equal(hp_plan_build_shared(g, &o, &b), 0);
+	assert_int_equal(hp_plan_shared_hits, hits + 1);
+	assert_int_equal(hp_plan_build(g, &o, &fresh), 0);
+	assert_same_plan(a, fresh);
+	assert_same_plan(b, fresh);
+	hp_plan_free(a), hp_plan_free(b), hp_plan_free(fresh);
+	g->nodes[g->nnodes / 2].workspace += 3 * 4096; /* another graph now */
+	assert_int_equal(hp_plan_build_shared(g, &o, &a), 0);
+	assert_int_equal(hp_plan_shared_hits, hits + 1);
+	assert_int_equal(hp_plan_build(g, &o, &fresh), 0);
+	assert_same_plan(a, fresh);
+	hp_plan_free(a), hp_plan_free(fresh);
+	o.budget = peak / 2;
+	assert_int_equal(hp_plan_build_shared(g, &o, &a), 0);
+	assert_int_equal(hp_plan_shared_hits, hits + 1);
+	assert_int_equal(hp_plan_build(g, &o, &fresh), 0);
+	assert_same_plan(a, fresh);
+	hp_plan_free(a), hp_plan_free(fresh);
+	hp_graph_free(g);
+}
+
 static void test_below_minimum(void **state)
 {
 	struct hp_graph *g = build(50, 3, 9);
@@ -550,6 +600,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_replay),
 		cmocka_unit_test(test_victim_policies),
+		cmocka_unit_test(test_shared),
 		cmocka_unit_test(test_below_minimum),
 		cmocka_unit_test(test_10k_nodes),
 		cmocka_unit_test(test_reductions_in_flight),
