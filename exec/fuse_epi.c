@@ -2,7 +2,8 @@
  * anything that broadcasts onto the product as a scalar, a full tensor or
  * one range of axes) and/or an activation (Relu, Clip with constant bounds,
  * Sigmoid, HardSwish, a FusedGelu; HardSwish also as HardSigmoid(1/6, 1/2)
- * and a Mul of the value and that, MobileNetV3's export) become one FusedConv/FusedMatMul/
+ * and a Mul of the value and that, MobileNetV3's export; SiLU as Sigmoid
+ * and a Mul of the value and that, EfficientNet's) become one FusedConv/FusedMatMul/
  * FusedGemm (kernels/fused.c) that applies them to the product's output
  * in one pass.  Every element is computed as the unfused Add and
  * activation compute it, so the fused node gives the unfused bits.  In
@@ -58,11 +59,14 @@ static const char *act_of(const struct hp_graph *g, const struct hp_node *n, str
 	return NULL;
 }
 
-/* HardSwish as MobileNetV3's exports write it: y read by a HardSigmoid
- * of alpha 1/6 and beta 1/2 and by a Mul of y and that HardSigmoid's
- * output, which nothing else reads.  Mul(y, sat01(alpha y + beta)) is
- * fused_epi.c's HardSwish, y * sat01(y * (1/6) + 0.5), product for
- * product (a NaN y gives its own NaN either way). */
+/* A gated activation: y read by a gate and by a Mul of y and the gate's
+ * output, which nothing else reads.  HardSwish as MobileNetV3's exports
+ * write it, the gate a HardSigmoid of alpha 1/6 and beta 1/2:
+ * Mul(y, sat01(alpha y + beta)) is fused_epi.c's HardSwish,
+ * y * sat01(y * (1/6) + 0.5), product for product (a NaN y gives its own
+ * NaN either way).  SiLU as EfficientNet's write it, the gate a Sigmoid:
+ * fused_epi.c's y * hpk_sigmoidf(y), the Sigmoid node's function (a NaN
+ * y gives y, which the Mul node leaves open). */
 static int gated_of(const struct hp_graph *g, int y, struct epi_match *m)
 {
 	int gate = -1, mul = -1, gv;
@@ -72,15 +76,16 @@ static int gated_of(const struct hp_graph *g, int y, struct epi_match *m)
 	for (int i = 0; i < g->nnodes; i++)
 		for (int j = 0; j < g->nodes[i].ninputs; j++)
 			if (g->nodes[i].inputs[j] == y) {
-				if (hp_fz_is(&g->nodes[i], "HardSigmoid"))
+				if (hp_fz_is(&g->nodes[i], "HardSigmoid") || hp_fz_is(&g->nodes[i], "Sigmoid"))
 					gate = i;
 				else if (hp_fz_is(&g->nodes[i], "Mul"))
 					mul = i;
 				break;
 			}
-	if (gate < 0 || mul < 0 || g->nodes[gate].noutputs != 1 || g->nodes[mul].noutputs != 1 ||
-	    hp_attr_float(&g->nodes[gate], "alpha", 0.2f) != 1.0f / 6.0f ||
-	    hp_attr_float(&g->nodes[gate], "beta", 0.5f) != 0.5f)
+	if (gate < 0 || mul < 0 || g->nodes[gate].noutputs != 1 || g->nodes[mul].noutputs != 1)
+		return 0;
+	if (hp_fz_is(&g->nodes[gate], "HardSigmoid") && (hp_attr_float(&g->nodes[gate], "alpha", 0.2f) != 1.0f / 6.0f ||
+							  hp_attr_float(&g->nodes[gate], "beta", 0.5f) != 0.5f))
 		return 0;
 	gv = g->nodes[gate].outputs[0];
 	if (hp_fz_only_reader(g, gv) != mul || hp_fz_other(&g->nodes[mul], y) != gv ||
@@ -89,7 +94,7 @@ static int gated_of(const struct hp_graph *g, int y, struct epi_match *m)
 		return 0;
 	m->act = gate;
 	m->mul = mul;
-	m->act_name = "HardSwish";
+	m->act_name = hp_fz_is(&g->nodes[gate], "Sigmoid") ? "Silu" : "HardSwish";
 	m->out = g->nodes[mul].outputs[0];
 	return 1;
 }

@@ -168,10 +168,42 @@ static void test_fused_tiles(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* SiLU's epilogue: v * sigmoid(v) as the Sigmoid and Mul nodes compute
+ * it, and a NaN v (either sign, any payload) given back as is, in the
+ * vector loop and in a span's last n % 16 alike. */
+static void test_silu_nan(void **state)
+{
+	const uint32_t nans[] = { 0x7fc00000u, 0xffc00000u, 0x7fc12345u, 0xffd00001u };
+	struct hp_epi e = { .act = HP_EPI_SILU, .add = HP_EPI_ADD_NONE };
+	float y[37], x[37];
+
+	(void)state;
+	assert_int_equal(hp_epi_act_of("Silu"), HP_EPI_SILU);
+	for (int i = 0; i < 37; i++) {
+		x[i] = (float)(i - 18) * 0.7f;
+		if (i % 9 == 4)
+			memcpy(&x[i], &nans[i / 9 % 4], sizeof x[i]);
+	}
+	memcpy(y, x, sizeof y);
+	hp_epi_run(&e, y, NULL, 37, NULL);
+	for (int i = 0; i < 37; i++) {
+		float want = x[i];
+		if (i % 9 != 4) {
+			float s = 1.0f / (1.0f + expf(-x[i]));
+			want = x[i] * s;
+			if (fabsf(y[i] - want) > 1e-6f * (1 + fabsf(want)))
+				fail_msg("silu(%g) = %g, want %g", (double)x[i], (double)y[i], (double)want);
+		} else if (memcmp(&y[i], &want, sizeof want)) {
+			fail_msg("silu of NaN %08x gave other bits", nans[i / 9 % 4]);
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fused_tiles),
+		cmocka_unit_test(test_silu_nan),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
