@@ -5,6 +5,7 @@
 
 #include "kernels/eltwise_impl.h"
 #include "kernels/fused_impl.h"
+#include "kernels/sigmoid512.h"
 
 static const char *const act_names[] = {
 	[HP_EPI_NONE] = "", [HP_EPI_RELU] = "Relu", [HP_EPI_CLIP] = "Clip", [HP_EPI_SIGMOID] = "Sigmoid",
@@ -84,13 +85,28 @@ static inline float gelu_tanh(float x)
 
 ACT_LOOP(act_relu, v < 0.0f ? 0.0f : v)
 ACT_LOOP(act_clip, CLIP(v, lo, hi))
-ACT_LOOP(act_sigmoid, hpk_sigmoidf(v))
+/* Sigmoid and SiLU: whole AVX-512 vectors by sigmoid512.c (the same
+ * bits), the rest here. */
+HPK_SIMD static void act_sigmoid(const struct hp_epi *e, float *y, int64_t n)
+{
+	(void)e;
+	for (int64_t i = hpk_sigmoid512(y, y, n, 0); i < n; i++)
+		y[i] = hpk_sigmoidf(y[i]);
+}
+
 ACT_LOOP(act_hswish, v * sat01(v * (1.0f / 6.0f) + 0.5f))
 ACT_LOOP(act_gelu, gelu_erf(v))
 ACT_LOOP(act_gelu_tanh, gelu_tanh(v))
 /* A NaN v gives v: with both factors NaN, v * s would give whichever one
  * the compiler puts first (the Sigmoid and Mul nodes leave that open). */
-ACT_LOOP(act_silu, v != v ? v : v * hpk_sigmoidf(v))
+HPK_SIMD static void act_silu(const struct hp_epi *e, float *y, int64_t n)
+{
+	(void)e;
+	for (int64_t i = hpk_sigmoid512(y, y, n, 1); i < n; i++) {
+		float v = y[i];
+		y[i] = v != v ? v : v * hpk_sigmoidf(v);
+	}
+}
 
 typedef void (*act_fn)(const struct hp_epi *e, float *y, int64_t n);
 static const act_fn acts[] = {
