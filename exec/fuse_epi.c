@@ -1,7 +1,9 @@
 /* Epilogue fusion: Conv, MatMul or Gemm, then an Add (a residual, a bias:
  * anything that broadcasts onto the product as a scalar, a full tensor or
  * one range of axes) and/or an activation (Relu, Clip with constant bounds,
- * Sigmoid, HardSwish, a FusedGelu) become one FusedConv/FusedMatMul/
+ * Sigmoid, HardSwish, a FusedGelu; HardSwish also as HardSigmoid(1/6, 1/2)
+ * and a Mul of the value and that, MobileNetV3's export; SiLU as Sigmoid
+ * and a Mul of the value and that, EfficientNet's) become one FusedConv/FusedMatMul/
  * FusedGemm (kernels/fused.c) that applies them to the product's output
  * in one pass.  Every element is computed as the unfused Add and
  * activation compute it, so the fused node gives the unfused bits.  In
@@ -18,6 +20,7 @@
 
 struct epi_match {
 	int prod, add, act;     /* node indices (-1: absent) */
+	int mul;                /* the Mul of a gated activation (act its gate), or -1 */
 	int addend, out;        /* values */
 	const char *act_name;   /* as fused_impl.h names it */
 	float lo, hi;
@@ -56,6 +59,46 @@ static const char *act_of(const struct hp_graph *g, const struct hp_node *n, str
 	return NULL;
 }
 
+/* A gated activation: y read by a gate and by a Mul of y and the gate's
+ * output, which nothing else reads.  HardSwish as MobileNetV3's exports
+ * write it, the gate a HardSigmoid of alpha 1/6 and beta 1/2:
+ * Mul(y, sat01(alpha y + beta)) is fused_epi.c's HardSwish,
+ * y * sat01(y * (1/6) + 0.5), product for product (a NaN y gives its own
+ * NaN either way).  SiLU as EfficientNet's write it, the gate a Sigmoid:
+ * fused_epi.c's y * hpk_sigmoidf(y), the Sigmoid node's function (a NaN
+ * y gives y, which the Mul node leaves open). */
+static int gated_of(const struct hp_graph *g, int y, struct epi_match *m)
+{
+	int gate = -1, mul = -1, gv;
+
+	if (y < 0 || g->values[y].is_output || g->values[y].nconsumers != 2)
+		return 0;
+	for (int i = 0; i < g->nnodes; i++)
+		for (int j = 0; j < g->nodes[i].ninputs; j++)
+			if (g->nodes[i].inputs[j] == y) {
+				if (hp_fz_is(&g->nodes[i], "HardSigmoid") || hp_fz_is(&g->nodes[i], "Sigmoid"))
+					gate = i;
+				else if (hp_fz_is(&g->nodes[i], "Mul"))
+					mul = i;
+				break;
+			}
+	if (gate < 0 || mul < 0 || g->nodes[gate].noutputs != 1 || g->nodes[mul].noutputs != 1)
+		return 0;
+	if (hp_fz_is(&g->nodes[gate], "HardSigmoid") && (hp_attr_float(&g->nodes[gate], "alpha", 0.2f) != 1.0f / 6.0f ||
+							  hp_attr_float(&g->nodes[gate], "beta", 0.5f) != 0.5f))
+		return 0;
+	gv = g->nodes[gate].outputs[0];
+	if (hp_fz_only_reader(g, gv) != mul || hp_fz_other(&g->nodes[mul], y) != gv ||
+	    g->values[g->nodes[mul].outputs[0]].dtype != HP_F32 ||
+	    !hp_shape_equal(&g->values[g->nodes[mul].outputs[0]].shape, &g->values[y].shape))
+		return 0;
+	m->act = gate;
+	m->mul = mul;
+	m->act_name = hp_fz_is(&g->nodes[gate], "Sigmoid") ? "Silu" : "HardSwish";
+	m->out = g->nodes[mul].outputs[0];
+	return 1;
+}
+
 /* An Add reading product output y whose other operand broadcasts onto y. */
 static int add_of(const struct hp_graph *g, int node, int y, struct epi_match *m)
 {
@@ -78,7 +121,7 @@ static int match_at(const struct hp_graph *g, int p, struct epi_match *m)
 	const struct hp_node *n = &g->nodes[p];
 	int r;
 
-	*m = (struct epi_match){ .prod = p, .add = -1, .act = -1, .addend = -1 };
+	*m = (struct epi_match){ .prod = p, .add = -1, .act = -1, .mul = -1, .addend = -1 };
 	if (!(hp_fz_is(n, "Conv") || hp_fz_is(n, "MatMul") || hp_fz_is(n, "Gemm")) || n->noutputs != 1 || n->folded ||
 	    g->values[n->outputs[0]].dtype != HP_F32)
 		return 0;
@@ -90,6 +133,8 @@ static int match_at(const struct hp_graph *g, int p, struct epi_match *m)
 	if (r >= 0 && (m->act_name = act_of(g, &g->nodes[r], m))) {
 		m->act = r;
 		m->out = g->nodes[r].outputs[0];
+	} else if (r < 0) {
+		gated_of(g, m->out, m);
 	}
 	return m->add >= 0 || m->act >= 0;
 }
@@ -109,7 +154,7 @@ static int rewrite(struct hp_graph *g, const struct epi_match *m, struct hp_fuse
 {
 	char op[32], pattern[64], line[512];
 	int in[4], nin = fused_inputs(&g->nodes[m->prod], m, in), f, rc = 0;
-	int gone[3] = { m->prod, m->add, m->act };
+	int gone[4] = { m->prod, m->add, m->act, m->mul };
 
 	snprintf(op, sizeof op, "Fused%s", g->nodes[m->prod].op_type);
 	snprintf(pattern, sizeof pattern, "%s%s%s%s", g->nodes[m->prod].op_type, m->add >= 0 ? "+Add" : "",
@@ -128,8 +173,8 @@ static int rewrite(struct hp_graph *g, const struct epi_match *m, struct hp_fuse
 	if (rc < 0)
 		return rc;
 	hp_fz_note(r, pattern, line);
-	r->nodes_removed += (m->add >= 0) + (m->act >= 0);
-	hp_fz_remove(g, gone, 3);
+	r->nodes_removed += (m->add >= 0) + (m->act >= 0) + (m->mul >= 0);
+	hp_fz_remove(g, gone, 4);
 	return 1;
 }
 

@@ -690,8 +690,9 @@ static void pw_block(struct pw_run *r, int64_t bg, int64_t j0, int64_t nc, int64
 	}
 }
 
-/* The fused epilogues done in registers: Relu or Clip after an optional
- * addend of y's shape (MobileNetV2's Clip(0, 6) and residual Adds);
+/* The fused epilogues done in registers: Relu, Clip or HardSwish after an
+ * optional addend of y's shape (MobileNetV2's Clip(0, 6) and residual
+ * Adds, MobileNetV3's HardSwish);
  * others run hp_epi_span on each tile's rows. */
 static void pw_fin_plan(struct pw_run *r)
 {
@@ -701,7 +702,7 @@ static void pw_fin_plan(struct pw_run *r)
 	r->fin_add = 0;
 #ifdef PW_X86
 	if (!e || (e->add != HP_EPI_ADD_NONE && e->add != HP_EPI_ADD_FULL) ||
-	    (e->act != HP_EPI_NONE && e->act != HP_EPI_RELU && e->act != HP_EPI_CLIP))
+	    (e->act != HP_EPI_NONE && e->act != HP_EPI_RELU && e->act != HP_EPI_CLIP && e->act != HP_EPI_HSWISH))
 		return;
 	r->fin_ok = 1;
 	r->fin_add = e->add == HP_EPI_ADD_FULL;

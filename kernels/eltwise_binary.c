@@ -380,6 +380,56 @@ static void div_n(void *arg, int64_t begin, int64_t end, int tid)
 		y[i] /= d;
 }
 
+/* Float Mul of rows by one value each ([N, C, H, W] by [N, C, 1, 1]: the
+ * squeeze-and-excitation blocks' scale): the walker's call per segment of
+ * a plane cost more than the products at planes of 9 to 144 (EfficientNet-
+ * B0's and MobileNetV3's late blocks, ~1 ns an element).  The same
+ * products, each operand on its own side. */
+struct rowmul {
+	float *o;
+	const float *x, *v;  /* rows of n; one value per row */
+	int64_t n;
+	int v_first;         /* Mul(v, x): v * x, as mul_f32 computes a * b */
+};
+
+HPK_SIMD static void rowmul_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct rowmul *r = arg;
+	const int64_t n = r->n;
+
+	(void)tid;
+	for (int64_t row = b; row < e; row++) {
+		const float *x = r->x + row * n, v = r->v[row];
+		float *o = r->o + row * n;
+		if (r->v_first)
+			for (int64_t i = 0; i < n; i++)
+				o[i] = v * x[i];
+		else
+			for (int64_t i = 0; i < n; i++)
+				o[i] = x[i] * v;
+	}
+}
+
+/* The row path for a coalesced [rows, n] plan whose operands are the rows
+ * and one value per row, n below a few vectors; 0 if not. */
+static int rowmul_run(const struct hpk_bcast *p, const struct hp_kargs *a)
+{
+	int k;
+
+	if (p->rank != 2 || p->dims[1] > 256 || p->strides[0][0] != p->dims[1] || p->strides[0][1] != 1)
+		return 0;
+	for (k = 1; k <= 2; k++)
+		if (p->strides[k][0] == 1 && p->strides[k][1] == 0 && p->strides[3 - k][0] == p->dims[1] &&
+		    p->strides[3 - k][1] == 1)
+			break;
+	if (k > 2)
+		return 0;
+	struct rowmul r = { .o = a->out[0].data, .x = a->in[2 - k].data, .v = a->in[k - 1].data, .n = p->dims[1],
+			    .v_first = k == 1 };
+	hp_parallel_for(a->pool, p->dims[0], HPK_GRAIN / p->dims[1] + 1, rowmul_range, &r);
+	return 1;
+}
+
 int hpk_binary_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct bpriv *b = n->priv;
@@ -401,6 +451,8 @@ int hpk_binary_run(const struct hp_node *n, const struct hp_kargs *a)
 	if (f == pow_ff && hp_shape_numel(&a->in[1].shape) == 1 && *(const float *)a->in[1].data == 2.0f)
 		f = pow_f2;
 	hpk_bcast_plan(&plan, &a->out[0].shape, ops, a->nin, hp_dtype_size(a->out[0].dtype));
+	if (f == mul_f32 && a->nin == 2 && rowmul_run(&plan, a))
+		return 0;
 	hpk_bcast_run(a->pool, &plan, a->out[0].data, data, f, b);
 	return 0;
 }

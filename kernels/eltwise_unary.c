@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "kernels/eltwise_impl.h"
+#include "kernels/sigmoid512.h"
 
 struct upar {
 	float alpha, beta, gamma;
@@ -47,7 +48,16 @@ struct upriv {
 /* max(0, x) keeping NaN (as ONNX's np.clip reference): one maxps */
 LOOP_F(relu_f, v < 0.0f ? 0.0f : v)
 LOOP_F(leaky_f, v * (v >= 0.0f ? 1.0f : p->alpha))
-LOOP_F(sigmoid_f, hpk_sigmoidf(v))
+/* AVX-512 vectors by sigmoid512.c (the same bits), the rest here */
+HPK_SIMD static void sigmoid_f(const struct upar *p, const void *vx, void *vy, int64_t n)
+{
+	const float *x = vx;
+	float *y = vy;
+
+	(void)p;
+	for (int64_t i = hpk_sigmoid512(x, y, n, 0); i < n; i++)
+		y[i] = hpk_sigmoidf(x[i]);
+}
 LOOP_F(tanh_f, hpk_tanhf(v))
 /* max(0, min(1, t)) keeping NaN, as selects the compiler vectorizes */
 static inline float sat01(float t)

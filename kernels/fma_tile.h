@@ -8,7 +8,7 @@
 
 /* A micro-tile's epilogue in registers. */
 struct hp_fma_fin {
-	int act;                 /* HP_EPI_NONE, HP_EPI_RELU or HP_EPI_CLIP */
+	int act;                 /* HP_EPI_NONE, HP_EPI_RELU, HP_EPI_CLIP or HP_EPI_HSWISH */
 	float lo, hi;            /* Clip: lo already min(lo, hi) as CLIP() takes it */
 };
 
@@ -41,6 +41,12 @@ FMA_TARGET static FMA_INLINE __m256 fma_finish(__m256 v, const struct hp_fma_fin
 		__m256 lo = _mm256_set1_ps(f->lo), hi = _mm256_set1_ps(f->hi);
 		__m256 r = _mm256_blendv_ps(v, hi, _mm256_cmp_ps(v, hi, _CMP_GT_OQ));
 		v = _mm256_blendv_ps(r, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
+	} else if (f->act == HP_EPI_HSWISH) { /* v * sat01(v * (1/6) + 0.5), fused_epi.c's, uncontracted */
+		__m256 z = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+		__m256 t = _mm256_add_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.0f / 6.0f)), _mm256_set1_ps(0.5f));
+		t = _mm256_blendv_ps(t, z, _mm256_cmp_ps(t, z, _CMP_LT_OQ));
+		t = _mm256_blendv_ps(t, one, _mm256_cmp_ps(t, one, _CMP_GT_OQ));
+		v = _mm256_mul_ps(v, t);
 	}
 	return v;
 }

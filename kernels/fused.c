@@ -146,6 +146,48 @@ static int pro_run(const struct hp_conv *cv, const struct fused *f, const struct
 	return 0;
 }
 
+/* FusedConv without a prologue, the epilogue e inside the conv's output
+ * blocks. */
+static int conv_run(const struct hp_node *n, const struct fused *f, const struct hp_kargs *a, const struct hp_epi *e)
+{
+	const struct hp_conv *cv = f->inner_priv;
+	int nin = a->nin < f->nin ? a->nin : f->nin;
+
+	/* input 4: W^T packed once (exec/fuse_pack.c) for conv_pwt.c or
+	 * conv_grp.c's co-lane forward tiles */
+	if (a->nin > 4 && a->in[4].data &&
+	    (hp_pwt_forward_packed(cv, a->in[0].data, a->in[4].data, cv->has_bias && nin > 2 ? a->in[2].data : NULL,
+				   a->out[0].data, a->pool, e, a->in[f->nin].data) ||
+	     hp_conv_forward_packed(cv, a->in[0].data, a->in[4].data, cv->has_bias && nin > 2 ? a->in[2].data : NULL,
+				    a->out[0].data, a->ws, a->pool, e, a->in[f->nin].data)))
+		return 0;
+	if (a->nin > 4 && a->in[4].data && a->in[4].data == a->in[1].data) /* W^T stands for W */
+		return hp_node_error(NULL, n, HP_EINTERNAL, "W packed for tiles this node does not take");
+	hp_conv_forward_epi(cv, a->in[0].data, a->in[1].data, cv->has_bias && nin > 2 ? a->in[2].data : NULL,
+			    a->out[0].data, a->ws, a->pool, e, a->nin > f->nin ? a->in[f->nin].data : NULL);
+	return 0;
+}
+
+/* SiLU once over the whole output after the product (its Add, if any, in
+ * the tiles): the pointwise tiles would run it per tile row of 9 to 144
+ * floats, each call paying the sigmoid loop's set-up and remainder (a
+ * fused SiLU so was dearer than the Sigmoid and Mul nodes), while the
+ * output is still in cache after the node.  The same function per
+ * element, so the same bits. */
+static int conv_run_silu(const struct hp_node *n, const struct fused *f, const struct hp_kargs *a)
+{
+	struct hp_epi e = f->epi, act = { .act = HP_EPI_SILU, .add = HP_EPI_ADD_NONE };
+	int rc;
+
+	e.act = HP_EPI_NONE;
+	if (a->nin <= f->nin || !a->in[f->nin].data) /* an omitted addend */
+		e.add = HP_EPI_ADD_NONE;
+	if ((rc = conv_run(n, f, a, e.add == HP_EPI_ADD_NONE ? NULL : &e)) < 0)
+		return rc;
+	hp_epi_run(&act, a->out[0].data, NULL, hp_shape_numel(&a->out[0].shape), a->pool);
+	return 0;
+}
+
 static int fused_run(const struct hp_node *n, const struct hp_kargs *a)
 {
 	const struct fused *f = n->priv;
@@ -155,24 +197,9 @@ static int fused_run(const struct hp_node *n, const struct hp_kargs *a)
 
 	ka.nin = a->nin < f->nin ? a->nin : f->nin;
 	if (!strcmp(f->inner->name, "Conv")) { /* the epilogue inside the conv's output blocks */
-		const struct hp_conv *cv = f->inner_priv;
 		if (a->nin > FUSED_PRO_INPUT && a->in[FUSED_PRO_INPUT].data)
-			return pro_run(cv, f, a);
-		/* input 4: W^T packed once (exec/fuse_pack.c) for conv_pwt.c or
-		 * conv_grp.c's co-lane forward tiles */
-		if (a->nin > 4 && a->in[4].data &&
-		    (hp_pwt_forward_packed(cv, a->in[0].data, a->in[4].data,
-					   cv->has_bias && ka.nin > 2 ? a->in[2].data : NULL, a->out[0].data, a->pool,
-					   &f->epi, a->in[f->nin].data) ||
-		     hp_conv_forward_packed(cv, a->in[0].data, a->in[4].data,
-					    cv->has_bias && ka.nin > 2 ? a->in[2].data : NULL, a->out[0].data, a->ws,
-					    a->pool, &f->epi, a->in[f->nin].data)))
-			return 0;
-		if (a->nin > 4 && a->in[4].data && a->in[4].data == a->in[1].data) /* W^T stands for W */
-			return hp_node_error(NULL, n, HP_EINTERNAL, "W packed for tiles this node does not take");
-		hp_conv_forward_epi(cv, a->in[0].data, a->in[1].data, cv->has_bias && ka.nin > 2 ? a->in[2].data : NULL,
-				    a->out[0].data, a->ws, a->pool, &f->epi, a->nin > f->nin ? a->in[f->nin].data : NULL);
-		return 0;
+			return pro_run(f->inner_priv, f, a);
+		return f->epi.act == HP_EPI_SILU ? conv_run_silu(n, f, a) : conv_run(n, f, a, &f->epi);
 	}
 	if (!strcmp(f->inner->name, "MatMul") || !strcmp(f->inner->name, "Gemm")) {
 		struct hp_epi e = f->epi;

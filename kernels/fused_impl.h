@@ -13,7 +13,18 @@
 
 #include "hpdlf/graph.h"
 
-enum hp_epi_act { HP_EPI_NONE, HP_EPI_RELU, HP_EPI_CLIP, HP_EPI_SIGMOID, HP_EPI_HSWISH, HP_EPI_GELU, HP_EPI_GELU_TANH };
+/* HP_EPI_SILU: v * sigmoid(v), as Sigmoid and then Mul(v, s) compute it
+ * (v itself where v is NaN). */
+enum hp_epi_act {
+	HP_EPI_NONE,
+	HP_EPI_RELU,
+	HP_EPI_CLIP,
+	HP_EPI_SIGMOID,
+	HP_EPI_HSWISH,
+	HP_EPI_GELU,
+	HP_EPI_GELU_TANH,
+	HP_EPI_SILU
+};
 
 /* How the addend broadcasts over y (viewed as [outer, mid, inner]). */
 enum hp_epi_add { HP_EPI_ADD_NONE, HP_EPI_ADD_FULL, HP_EPI_ADD_SCALAR, HP_EPI_ADD_MID };

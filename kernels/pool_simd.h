@@ -74,5 +74,10 @@ int hp_pool_grad_flat_f32(const float *x, const float *dy, float *dx, int64_t i0
 /* 2x2 stride-2 MaxPool of rows r0, r1: y[j] = max of r0[2j], r0[2j+1],
  * r1[2j], r1[2j+1] in that order from -inf; outputs done. */
 int64_t hp_pool_max2_rows(const float *r0, const float *r1, float *y, int64_t n);
+/* GlobalAveragePool over np consecutive planes of n floats (AVX2; 0: not
+ * done): y[p] = (float)(s / n), s the double sum of plane p's elements
+ * added to 0 one by one in order, as pooling.c's scalar loop adds them;
+ * planes done (whole groups of 8, the caller does the rest). */
+int64_t hp_pool_gavg_f32(const float *x, float *y, int64_t np, int64_t n);
 
 #endif

@@ -708,6 +708,8 @@ static void global_planes(void *arg, int64_t b, int64_t e, int tid)
 	const struct global_job *j = arg;
 
 	(void)tid;
+	if (j->kind == P_AVG)
+		b += hp_pool_gavg_f32(j->x + b * j->plane, j->y + b, e - b, j->plane);
 	for (int64_t pl = b; pl < e; pl++) {
 		const float *x = j->x + pl * j->plane;
 		double acc = 0;

@@ -338,6 +338,15 @@ HPK_SIMD static void f32_inner_reduced(void *arg, int64_t b, int64_t e, int tid)
 	const struct rplan *p = j->p;
 
 	(void)tid;
+	if (p->nk <= 1 && p->R == 1) { /* a global pool's shape: each output one run, o kst[0] apart */
+		int64_t st = p->nk ? p->kst[0] : 0;
+		for (int64_t o = b; o < e; o++) {
+			float shift = j->a == A_EXP ? lse_shift(j->y[o]) : 0.0f;
+			double acc = combine(j->a, acc_init(j->a), run_acc(j->a, j->x + o * st, p->inner, shift));
+			j->y[o] = finish(p, j->a, acc, shift);
+		}
+		return;
+	}
 	for (int64_t o = b; o < e; o++) {
 		int64_t base = offset(o, p->nk, p->ks, p->kst);
 		float shift = j->a == A_EXP ? lse_shift(j->y[o]) : 0.0f;

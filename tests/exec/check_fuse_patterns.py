@@ -9,7 +9,13 @@ intermediate has a reader outside the pattern (or is a graph output):
 
   epi   Conv+Add+Relu, Conv+Clip(0, 6), Conv+Sigmoid, Conv+HardSwish; a Conv
         whose output is also a graph output (not fused); Conv+Add whose sum
-        is read twice (the Add fuses, its Relu does not)
+        is read twice (the Add fuses, its Relu does not); HardSwish as
+        HardSigmoid(1/6, 1/2) and a Mul of the value and it (either order,
+        after a 1x1 and a depthwise 5x5), and look-alikes: HardSigmoid's
+        default alpha 0.2, a HardSigmoid that is also a graph output; SiLU
+        as Sigmoid and a Mul of the value and it (either order, after a
+        3x3, a 1x1, a depthwise 5x5 and a residual Add), one whose Sigmoid
+        is also a graph output (not fused)
   mm    MatMul+Add+Gelu (erf form, as torch writes F.gelu), Add(bias,
         MatMul)+Relu, Gemm+BatchNormalization+Relu, a tanh-form Gelu (Pow),
         a tanh-form Gelu whose Tanh output is a graph output (not fused),
@@ -122,6 +128,11 @@ def conv(x, w, b, pad):
     return y + (0 if b is None else b[None, :, None, None])
 
 
+def dwconv(x, w, b, pad):
+    """Depthwise (group = channels) stride-1 convolution in float64."""
+    return np.concatenate([conv(x[:, i:i + 1], w[i:i + 1], b[i:i + 1], pad) for i in range(x.shape[1])], axis=1)
+
+
 def sigmoid(x):
     return 1 / (1 + np.exp(-x))
 
@@ -139,8 +150,11 @@ def model_epi(path):
     x = m.rng.standard_normal((2, 4, 10, 10)).astype(np.float32)
     ws = {k: m.w(k, s) for k, s in (("w1", (8, 4, 3, 3)), ("w0", (8, 4, 1, 1)), ("w2", (8, 8, 3, 3)),
                                      ("w3", (8, 8, 3, 3)), ("w4", (8, 8, 1, 1)), ("w5", (8, 8, 3, 3)),
-                                     ("w6", (8, 8, 1, 1)))}
-    bs = {k: m.w(k, (8,), 0.1) for k in ("b1", "b2", "b4", "b5")}
+                                     ("w6", (8, 8, 1, 1)), ("w8", (8, 8, 1, 1)), ("w9", (8, 1, 5, 5)),
+                                     ("w10", (8, 8, 1, 1)), ("w11", (8, 8, 3, 3)), ("w12", (8, 8, 3, 3)),
+                                     ("w13", (8, 8, 1, 1)), ("w14", (8, 8, 1, 1)), ("w15", (8, 1, 5, 5)),
+                                     ("w16", (8, 8, 1, 1)))}
+    bs = {k: m.w(k, (8,), 0.1) for k in ("b1", "b2", "b4", "b5", "b8", "b9", "b12", "b15")}
     pad = dict(pads=[1, 1, 1, 1])
     m.op("Conv", ["x", "w1", "b1"], "c1", **pad)
     m.op("Conv", ["x", "w0"], "c0")
@@ -158,7 +172,35 @@ def model_epi(path):
     m.op("Add", ["c6", "y4"], "a6")                 # a6 read twice: Conv+Add only
     m.op("Relu", ["a6"], "y6")
     m.op("Mul", ["a6", "a6"], "y7")
-    outs = ["y5", "c5", "y6", "y7"]
+    m.op("Conv", ["y4", "w8", "b8"], "c8")         # HardSwish as MobileNetV3 exports it
+    m.op("HardSigmoid", ["c8"], "h8", alpha=1 / 6, beta=0.5)
+    m.op("Mul", ["c8", "h8"], "y8")
+    m.op("Conv", ["y8", "w9", "b9"], "c9", group=8, pads=[2, 2, 2, 2])  # depthwise, Mul the other way
+    m.op("HardSigmoid", ["c9"], "h9", alpha=1 / 6, beta=0.5)
+    m.op("Mul", ["h9", "c9"], "y9")
+    m.op("Conv", ["y9", "w10"], "c10")             # alpha 0.2: not HardSwish
+    m.op("HardSigmoid", ["c10"], "h10")
+    m.op("Mul", ["c10", "h10"], "y10")
+    m.op("Conv", ["y9", "w11"], "c11", **pad)      # h11 is a graph output: not fused
+    m.op("HardSigmoid", ["c11"], "h11", alpha=1 / 6, beta=0.5)
+    m.op("Mul", ["c11", "h11"], "y11")
+    m.op("Conv", ["y4", "w12", "b12"], "c12", **pad)  # SiLU as EfficientNet exports it
+    m.op("Sigmoid", ["c12"], "s12")
+    m.op("Mul", ["c12", "s12"], "y12")
+    m.op("Conv", ["y12", "w13"], "c13")            # the Mul's operands the other way
+    m.op("Sigmoid", ["c13"], "s13")
+    m.op("Mul", ["s13", "c13"], "y13")
+    m.op("Conv", ["y13", "w14"], "c14")            # s14 is a graph output: not fused
+    m.op("Sigmoid", ["c14"], "s14")
+    m.op("Mul", ["c14", "s14"], "y14")
+    m.op("Conv", ["y13", "w15", "b15"], "c15", group=8, pads=[2, 2, 2, 2])  # depthwise
+    m.op("Sigmoid", ["c15"], "s15")
+    m.op("Mul", ["c15", "s15"], "y15")
+    m.op("Conv", ["y13", "w16"], "c16")            # a residual Add, then SiLU
+    m.op("Add", ["c16", "y13"], "a16")
+    m.op("Sigmoid", ["a16"], "s16")
+    m.op("Mul", ["a16", "s16"], "y16")
+    outs = ["y5", "c5", "y6", "y7", "y10", "y11", "h11", "y14", "s14", "y15", "y16"]
     m.save(path, list(x.shape), outs)
     d = {k: v.astype(np.float64) for k, v in m.P.items()}
     X = x.astype(np.float64)
@@ -169,8 +211,21 @@ def model_epi(path):
     y4 = c4 * np.clip(c4 / 6 + 0.5, 0, 1)
     c5 = conv(y4, d["w5"], d["b5"], 1)
     a6 = conv(y4, d["w6"], None, 0) + y4
-    ref = {"y5": np.maximum(c5, 0), "c5": c5, "y6": np.maximum(a6, 0), "y7": a6 * a6}
-    want = {"Conv+Add+Relu": 1, "Conv+Clip": 1, "Conv+Sigmoid": 1, "Conv+HardSwish": 1, "Conv+Add": 1}
+    hsig = lambda v, a=1 / 6: np.clip(a * v + 0.5, 0, 1)
+    y8 = conv(y4, d["w8"], d["b8"], 0)
+    y8 = y8 * hsig(y8)
+    y9 = dwconv(y8, d["w9"], d["b9"], 2)
+    y9 = y9 * hsig(y9)
+    c10, c11 = conv(y9, d["w10"], None, 0), conv(y9, d["w11"], None, 1)
+    silu = lambda v: v * sigmoid(v)
+    y13 = silu(conv(silu(conv(y4, d["w12"], d["b12"], 1)), d["w13"], None, 0))
+    c14 = conv(y13, d["w14"], None, 0)
+    ref = {"y5": np.maximum(c5, 0), "c5": c5, "y6": np.maximum(a6, 0), "y7": a6 * a6,
+           "y10": c10 * hsig(c10, 0.2), "y11": c11 * hsig(c11), "h11": hsig(c11), "y14": silu(c14),
+           "s14": sigmoid(c14), "y15": silu(dwconv(y13, d["w15"], d["b15"], 2)),
+           "y16": silu(conv(y13, d["w16"], None, 0) + y13)}
+    want = {"Conv+Add+Relu": 1, "Conv+Clip": 1, "Conv+Sigmoid": 1, "Conv+HardSwish": 3, "Conv+Add": 1,
+            "Conv+Silu": 3, "Conv+Add+Silu": 1}
     return x, ref, want
 
 

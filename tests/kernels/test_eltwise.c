@@ -838,6 +838,40 @@ static void test_threads(void **state)
 	free_all(1, &x);
 }
 
+/* Mul of planes by one value each ([N, C, H, W] by [N, C, 1, 1], either
+ * operand first: eltwise_binary.c's row path at planes up to 256, the
+ * walker beyond) bitwise the float products, 1 and 2 threads; a scale of
+ * [1, C, 1, 1] over a batch of 2 is no row plan (the walker). */
+static void test_mul_rows(void **state)
+{
+	static const int shp[][6] = { { 1, 1152, 3, 3, 1, 1152 }, { 2, 5, 7, 7, 2, 5 }, { 1, 24, 16, 16, 1, 24 },
+				      { 1, 3, 17, 17, 1, 3 }, { 2, 5, 7, 7, 1, 5 }, { 1, 7, 1, 1, 1, 7 } };
+
+	(void)state;
+	for (size_t t = 0; t < sizeof shp / sizeof shp[0]; t++)
+		for (int first = 0; first < 2; first++)
+			for (int th = 0; th < 2; th++) {
+				const int *d = shp[t];
+				struct hp_tensor in[2], y;
+				in[first] = mk(HP_F32, 4, d[4], d[5], 1, 1);
+				in[1 - first] = mk(HP_F32, 4, d[0], d[1], d[2], d[3]);
+				kt_fill_random(&in[0], 3 + (unsigned)t, -3, 3);
+				kt_fill_random(&in[1], 4 + (unsigned)t, -3, 3);
+				assert_int_equal(run1("Mul", 2, in, 0, NULL, &y, th ? pool2 : NULL), 0);
+				const float *x = in[1 - first].data, *v = in[first].data;
+				int64_t plane = d[2] * d[3];
+				for (int64_t i = 0; i < numel(&y); i++) {
+					int64_t row = i / plane, vr = d[4] == d[0] ? row : row % d[1];
+					float want = first ? x[i] * v[vr] : v[vr] * x[i], got = ((float *)y.data)[i];
+					if (memcmp(&want, &got, sizeof got))
+						fail_msg("shape %zu first %d at %lld: %a, want %a", t, first, (long long)i,
+							 (double)got, (double)want);
+				}
+				free_all(2, in);
+				free_all(1, &y);
+			}
+}
+
 /* Constant inputs fold at inference time: the folded value is checked. */
 static void test_folding(void **state)
 {
@@ -890,6 +924,7 @@ int main(void)
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_inplace),
 		cmocka_unit_test(test_threads),
+		cmocka_unit_test(test_mul_rows),
 		cmocka_unit_test(test_folding),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -18,7 +18,9 @@
 #include <cmocka.h>
 
 #include "hpdlf/error.h"
+#include "kernels/eltwise_impl.h"
 #include "kernels/fused_impl.h"
+#include "kernels/sigmoid512.h"
 #include "tests/kernels/harness.h"
 
 struct fcase {
@@ -168,10 +170,82 @@ static void test_fused_tiles(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* SiLU's epilogue: v * sigmoid(v) as the Sigmoid and Mul nodes compute
+ * it, and a NaN v (either sign, any payload) given back as is, in the
+ * vector loop and in a span's last n % 16 alike. */
+static void test_silu_nan(void **state)
+{
+	const uint32_t nans[] = { 0x7fc00000u, 0xffc00000u, 0x7fc12345u, 0xffd00001u };
+	struct hp_epi e = { .act = HP_EPI_SILU, .add = HP_EPI_ADD_NONE };
+	float y[37], x[37];
+
+	(void)state;
+	assert_int_equal(hp_epi_act_of("Silu"), HP_EPI_SILU);
+	for (int i = 0; i < 37; i++) {
+		x[i] = (float)(i - 18) * 0.7f;
+		if (i % 9 == 4)
+			memcpy(&x[i], &nans[i / 9 % 4], sizeof x[i]);
+	}
+	memcpy(y, x, sizeof y);
+	hp_epi_run(&e, y, NULL, 37, NULL);
+	for (int i = 0; i < 37; i++) {
+		float want = x[i];
+		if (i % 9 != 4) {
+			float s = 1.0f / (1.0f + expf(-x[i]));
+			want = x[i] * s;
+			if (fabsf(y[i] - want) > 1e-6f * (1 + fabsf(want)))
+				fail_msg("silu(%g) = %g, want %g", (double)x[i], (double)y[i], (double)want);
+		} else if (memcmp(&y[i], &want, sizeof want)) {
+			fail_msg("silu of NaN %08x gave other bits", nans[i / 9 % 4]);
+		}
+	}
+}
+
+/* sigmoid512.c bitwise hpk_sigmoidf (and x * that for SiLU) over a
+ * stride through all float bit patterns and the edges of its clamps and
+ * of the 2^128 split (vectors with and without such lanes), NaN in giving
+ * NaN (SiLU: the input itself). */
+static void test_sigmoid512(void **state)
+{
+	static const float edges[] = { 0.0f, -0.0f, 1e-40f, -1e-40f, 87.33654f, -87.33654f, 88.72283f, -88.72283f,
+				       88.0f, -88.0f, 88.5f, -88.5f, 87.4f, -87.4f, 100.0f, -100.0f, 1.0f, -1.0f };
+	enum { N = 4096 };
+	static float x[N], y[N];
+	uint64_t u = 0;
+
+	(void)state;
+	for (int pass = 0; u < (1ull << 32); pass++) {
+		int n = 0;
+		for (; n < N && u < (1ull << 32); n++, u += 1048573) {
+			uint32_t b = (uint32_t)u;
+			memcpy(&x[n], &b, sizeof b);
+		}
+		for (int i = 0; i < (int)(sizeof edges / sizeof edges[0]) && pass == 0; i++) {
+			x[16 * i] = edges[i];
+			x[16 * i + 1] = nextafterf(edges[i], INFINITY);
+			x[16 * i + 2] = nextafterf(edges[i], -INFINITY);
+		}
+		n = n / 16 * 16;
+		for (int silu = 0; silu < 2; silu++) {
+			if (hpk_sigmoid512(x, y, n, silu) == 0)
+				skip();
+			for (int i = 0; i < n; i++) {
+				volatile float v = x[i], s = 1.0f / (1.0f + hpk_expf(-v));
+				float want = silu ? v * s : s;
+				if (v != v ? !(silu ? !memcmp(&y[i], &x[i], 4) : y[i] != y[i]) : !!memcmp(&y[i], &want, 4))
+					fail_msg("%s(%a) = %a, want %a", silu ? "silu" : "sigmoid", (double)x[i],
+						 (double)y[i], (double)want);
+			}
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fused_tiles),
+		cmocka_unit_test(test_silu_nan),
+		cmocka_unit_test(test_sigmoid512),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

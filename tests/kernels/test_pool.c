@@ -1,4 +1,5 @@
 /* Pooling kernels against a naive per-output reference. */
+#include <inttypes.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -525,6 +526,50 @@ static void test_global(void **state)
 	hp_tensor_free(&x);
 }
 
+/* GlobalAveragePool bitwise a plane's double sum in element order (the
+ * AVX2 pass runs planes in groups of 8 and 16 as lanes, the rest scalar):
+ * each run of 8 elements holds a pair +-2^60 v that cancels, the others
+ * are lost while it is in the sum, so that another order of the adds (two
+ * neighbours swapped) gives other float bits; 1 and 2 threads. */
+static void test_global_avg_bits(void **state)
+{
+	static const int64_t shapes[][4] = { { 1, 37, 7, 7 }, { 2, 20, 48, 48 }, { 1, 1152, 3, 3 }, { 1, 16, 2, 2 },
+					     { 3, 9, 1, 1 }, { 1, 24, 12, 12 } };
+	struct hp_pool *pool;
+
+	(void)state;
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+		struct hp_tensor x = kt_tensor(HP_F32, 4, shapes[t]), out;
+		int64_t np = shapes[t][0] * shapes[t][1], n = shapes[t][2] * shapes[t][3];
+		float *xv = x.data;
+		kt_fill_random(&x, 11 + (unsigned)t, -2, 2);
+		srand(5 + (unsigned)t);
+		for (int64_t p = 0; p < np; p++)
+			for (int64_t i = 0; i + 8 <= n; i += 8) {
+				int a = rand() % 8, b = (a + 1 + rand() % 7) % 8;
+				xv[p * n + i + a] = ldexpf(xv[p * n + i + a], 60);
+				xv[p * n + i + b] = -xv[p * n + i + a];
+			}
+		for (int th = 0; th < 2; th++) {
+			struct kt_case c = { .op = "GlobalAveragePool", .nin = 1, .in = &x, .nout = 1,
+					     .pool = th ? pool : NULL };
+			assert_int_equal(kt_run(&c, &out), 0);
+			for (int64_t p = 0; p < np; p++) {
+				double s = 0;
+				for (int64_t i = 0; i < n; i++)
+					s += xv[p * n + i];
+				float want = (float)(s / (double)n), got = ((float *)out.data)[p];
+				if (memcmp(&want, &got, sizeof want))
+					fail_msg("shape %zu plane %" PRId64 ": %a, want %a", t, p, (double)got, (double)want);
+			}
+			hp_tensor_free(&out);
+		}
+		hp_tensor_free(&x);
+	}
+	hp_pool_destroy(pool);
+}
+
 static void test_pool_errors(void **state)
 {
 	int64_t dims[] = { 1, 1, 2, 2 };
@@ -556,6 +601,7 @@ int main(void)
 		cmocka_unit_test(test_pool_threads),
 		cmocka_unit_test(test_pool_polling),
 		cmocka_unit_test(test_global),
+		cmocka_unit_test(test_global_avg_bits),
 		cmocka_unit_test(test_pool_errors),
 	};
 

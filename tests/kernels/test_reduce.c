@@ -205,6 +205,54 @@ static void test_shapes_threads(void **state)
 		}
 }
 
+/* hpk_sum_f's order: eight double lanes over whole vectors of eight, the
+ * rest into the first lanes, then ((0+4)+(1+5))+((2+6)+(3+7)). */
+static double sum8(const float *x, int64_t n)
+{
+	double l[8] = { 0 };
+	int64_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		for (int k = 0; k < 8; k++)
+			l[k] += x[i + k];
+	for (int k = 0; i < n; i++, k++)
+		l[k] += x[i];
+	return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+}
+
+/* ReduceSum and ReduceMean over the trailing axes of [N, C, H, W] (a
+ * global pool's shape: reduce.c's path without offset divisions) bitwise
+ * the documented order, 1 and 2 threads; data whose +-2^60 pairs make
+ * any other order round otherwise. */
+static void test_trailing_bits(void **state)
+{
+	static const int64_t shp[][4] = { { 1, 1280, 3, 3 }, { 2, 37, 3, 3 }, { 3, 5, 4, 5 }, { 1, 7, 1, 1 } };
+	const int64_t axes[2] = { 2, 3 };
+
+	(void)state;
+	for (size_t t = 0; t < sizeof shp / sizeof shp[0]; t++)
+		for (int mean = 0; mean < 2; mean++)
+			for (int th = 0; th < 2; th++) {
+				struct hp_tensor x = kt_tensor(HP_F32, 4, shp[t]), y;
+				int64_t n = shp[t][2] * shp[t][3], np = shp[t][0] * shp[t][1];
+				float *xv = x.data;
+				kt_fill_random(&x, 7 + (unsigned)t, -2, 2);
+				for (int64_t i = 0; i + 1 < np * n; i += 5)
+					xv[i] = ldexpf(xv[i], 60), xv[i + 1] = -xv[i];
+				assert_int_equal(run(mean ? "ReduceMean" : "ReduceSum", &x, 2, axes, 1, 1, 0, &y,
+						     th ? pool2 : NULL), 0);
+				for (int64_t o = 0; o < np; o++) {
+					double sum = sum8(xv + o * n, n);
+					float want = (float)(mean ? sum / (double)n : sum), got = ((float *)y.data)[o];
+					if (memcmp(&want, &got, sizeof got))
+						fail_msg("shape %zu %s output %lld: %a, want %a", t, mean ? "mean" : "sum",
+							 (long long)o, (double)got, (double)want);
+				}
+				hp_tensor_free(&y);
+				hp_tensor_free(&x);
+			}
+}
+
 /* The split path's partition does not depend on the thread count: 1, 2
  * and 3 threads give the same bits. */
 static void test_split_threads(void **state)
@@ -413,6 +461,7 @@ int main(void)
 		cmocka_unit_test(test_all_axes),
 		cmocka_unit_test(test_shapes_threads),
 		cmocka_unit_test(test_split_threads),
+		cmocka_unit_test(test_trailing_bits),
 		cmocka_unit_test(test_accuracy),
 		cmocka_unit_test(test_int),
 		cmocka_unit_test(test_empty_dim),
