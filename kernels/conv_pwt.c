@@ -288,8 +288,13 @@ void hp_pwt_pack(const float *w, int64_t m, int64_t k, float *dst)
  * against 2.3-2.5, ONNX Runtime 2.4-2.5).  Unpacked they stay on conv_pw.c,
  * which was faster there with W warm in cache than transposing it per
  * run (bench_conv_libs.c 1x1-t4r, -t4e: 171-176 GF/s a thread against
- * 143-152). */
-#define PWT_MAX_PACKED_PLANE 16
+ * 143-152).  At 5x5 and 6x6 (SqueezeNet's last fires, GoogLeNet's
+ * inception 4 at 96x96) conv_pw.c's tiles of 16-column panels filled 25
+ * or 36 of 32 or 48 lanes (2 panels and a tail); here every lane is an
+ * output: 480 -> 192 at 6x6 ran at 99 GF/s a thread transposing W per
+ * run against conv_pw.c's 81 (bench_conv_libs.c g-4a-b1), and packed,
+ * GoogLeNet's inference at batch 1 took 8% less CPU, SqueezeNet's 8%. */
+#define PWT_MAX_PACKED_PLANE 36
 
 int hp_pwt_packs(const struct hp_conv *cv)
 {
