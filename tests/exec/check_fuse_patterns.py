@@ -33,8 +33,9 @@ intermediate has a reader outside the pattern (or is a graph output):
   pwt6  1x1 Convs at 6x6 (GoogLeNet's inception 4 at 96x96), packed for
         kernels/conv_pwt.c: 32 and 48 channels, whose panels hold W's
         floats and take its place (in-core tensor memory within half of
-        them of the unfused model's), 40 channels (panels beside W); one at
-        7x7 after a Pad (conv_pw.c's tiles: not packed)
+        them of the unfused model's), 40 channels (panels beside W); at 7x7
+        after a Pad, 48 channels (conv_pw.c's tiles: not packed) and 16
+        from K 64 (packed: narrow nodes at any plane)
   dense DenseNet's layer: BatchNorm, Relu and a 1x1 Conv (one with a Relu
         epilogue, one reading a Concat, statistics through an Identity) into
         the conv's prologue (exec/fuse_pro.c), and a BatchNorm without Relu;
@@ -378,7 +379,8 @@ def model_pwt(path):
 def model_pwt6(path):
     m = M(9)
     x = m.rng.standard_normal((1, 64, 6, 6)).astype(np.float32)
-    for k, sh in (("w1", (32, 64, 1, 1)), ("w2", (48, 32, 1, 1)), ("w3", (40, 64, 1, 1)), ("w4", (32, 64, 1, 1))):
+    for k, sh in (("w1", (32, 64, 1, 1)), ("w2", (48, 32, 1, 1)), ("w3", (40, 64, 1, 1)), ("w4", (48, 64, 1, 1)),
+                  ("w5", (16, 64, 1, 1))):
         m.w(k, sh, 0.1)
     m.w("b1", (32,), 0.1)
     m.op("Conv", ["x", "w1", "b1"], "c1")          # 32 channels at 6x6: packed, W^T in W's place
@@ -387,13 +389,14 @@ def model_pwt6(path):
     m.op("Conv", ["x", "w3"], "y3")                # 40: the last unit padded to 16, beside W
     m.op("Pad", ["x", m.c([0, 0, 0, 0, 0, 0, 1, 1], np.int64)], "p")
     m.op("Conv", ["p", "w4"], "y4")                # 7x7: conv_pw.c's, not packed
-    m.save(path, list(x.shape), ["y2", "y3", "y4"])
+    m.op("Conv", ["p", "w5"], "y5")                # 16 channels from 64 at 7x7: packed, in W's place
+    m.save(path, list(x.shape), ["y2", "y3", "y4", "y5"])
     d = {k: v.astype(np.float64) for k, v in m.P.items()}
     x64 = x.astype(np.float64)
     r1 = np.maximum(conv(x64, d["w1"], d["b1"], 0), 0)
     p = np.pad(x64, ((0, 0), (0, 0), (0, 1), (0, 1)))
     return x, {"y2": conv(r1, d["w2"], None, 0), "y3": conv(x64, d["w3"], None, 0),
-               "y4": conv(p, d["w4"], None, 0)}, {"Conv+Relu": 1, "Packed weights": 3}
+               "y4": conv(p, d["w4"], None, 0), "y5": conv(p, d["w5"], None, 0)}, {"Conv+Relu": 1, "Packed weights": 4}
 
 
 def gconv(x, w, b, pad, group, stride=1):
@@ -552,7 +555,7 @@ def check_model(exe, tmp, name, make):
         if name == "grpt":
             twice, beside = 4 * 9 * (2 * 64 * 32 + 64 * 16 + 2 * 48 * 64 + 64 * 64 + 32 * 64), 0  # w1-w3, w8-w11
         else:
-            twice, beside = 4 * 64 * 32 + 4 * 32 * 48, 4 * 64 * 48  # w1, w2; w3's panels (40 -> 48 channels)
+            twice, beside = 4 * (64 * 32 + 32 * 48 + 64 * 16), 4 * 64 * 48  # w1, w2, w5; w3's panels (40 -> 48)
         check(None not in peaks.values() and peaks["f"] - peaks["n"] < beside + twice // 2,
               "%s: in-core tensor memory fused %s, unfused %s: the packed weights (%d bytes) are not held "
               "beside their originals" % (name, peaks["f"], peaks["n"], twice))

@@ -1463,16 +1463,22 @@ static void test_steal_bits(void **state)
  * fuse_pack.c), at the planes they take packed: up to 36 positions (5x5
  * and 6x6: SqueezeNet's and GoogLeNet's last stages at 96x96, tiles of 9
  * + 8 + 8 and 12 + 12 + 12 positions), not 7x7 (conv_pw.c's tiles of 48
- * columns and a tail); units of 32 channels, a last one of 16 or of 8;
+ * columns and a tail), but any plane for 16 or 32 output channels from K
+ * of 64 or more (SqueezeNet's squeezes at 23x23 and 11x11: units of
+ * positions, the last one short; GoogLeNet's reductions at 12x12, batch
+ * 2), not from K of 16; units of 32 channels, a last one of 16 or of 8;
  * each output the float chain (bias, then fmaf per k in order), bitwise,
- * on 1 and 2 threads, and bitwise conv_pw.c's (the node unpacked). */
+ * on 1 and 2 threads, and bitwise conv_pw.c's (the node unpacked); with a
+ * Relu epilogue over a full addend, bitwise the chains' outputs passed
+ * through hp_epi_span whole. */
 static void test_pwt_packed(void **state)
 {
 	static const struct {
 		int64_t cin, cout, h, w, bias, n;
 	} cases[] = {
 		{ 480, 192, 6, 6, 1, 1 }, { 512, 48, 5, 5, 1, 1 }, { 64, 40, 6, 6, 0, 1 }, { 96, 16, 4, 9, 1, 2 },
-		{ 33, 24, 3, 3, 1, 1 },   { 70, 32, 7, 7, 1, 1 },  { 64, 64, 1, 36, 0, 1 },
+		{ 33, 24, 3, 3, 1, 1 },   { 70, 32, 7, 7, 1, 1 },  { 64, 64, 1, 36, 0, 1 }, { 64, 16, 23, 23, 1, 1 },
+		{ 256, 32, 11, 11, 1, 1 }, { 192, 16, 12, 12, 0, 2 }, { 16, 64, 23, 23, 1, 1 }, { 48, 32, 7, 7, 1, 1 },
 	};
 	struct hp_pool *pool;
 
@@ -1490,14 +1496,16 @@ static void test_pwt_packed(void **state)
 		cv.xvol = cv.yvol = cv.g.img_vol;
 		cv.kdim = ci;
 		hp_conv_setup(&cv);
-		assert_int_equal(hp_pwt_packs(&cv), cv.yvol <= 36);
+		assert_int_equal(hp_pwt_packs(&cv), cv.yvol <= 36 || (co <= 32 && co % 16 == 0 && ci >= 64));
 		int64_t nx = nb * ci * cv.xvol, nw = co * ci, ny = nb * co * cv.yvol;
 		float *x = malloc((size_t)nx * sizeof *x), *w = malloc((size_t)nw * sizeof *w);
 		float *b = malloc((size_t)co * sizeof *b), *wt = malloc((size_t)hp_pwt_packed_floats(co, ci) * sizeof *wt);
 		float *ref = malloc((size_t)ny * sizeof *ref), *y = malloc((size_t)ny * sizeof *y);
-		float *ws = malloc(cv.workspace + 64);
+		float *ws = malloc(cv.workspace + 64), *add = malloc((size_t)ny * sizeof *add);
+		float *want = malloc((size_t)ny * sizeof *want);
 		const float *bias = cases[i].bias ? b : NULL;
 		unsigned st = 91 + (unsigned)i;
+		struct hp_epi relu = { .act = HP_EPI_RELU, .add = HP_EPI_ADD_FULL };
 		for (int64_t j = 0; j < nx; j++)
 			x[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
 		for (int64_t j = 0; j < nw; j++)
@@ -1512,7 +1520,21 @@ static void test_pwt_packed(void **state)
 						acc = fmaf(w[m * ci + c], x[(n * ci + c) * cv.xvol + p], acc);
 					ref[(n * co + m) * cv.yvol + p] = acc;
 				}
+		for (int64_t j = 0; j < ny; j++)
+			add[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
 		hp_pwt_pack(w, co, ci, wt);
+		for (int th = 0; th < 3 && hp_pwt_packs(&cv); th++) { /* the epilogue, then the chains alone */
+			memset(y, 0xff, (size_t)ny * sizeof *y);
+			if (th == 0) {
+				memcpy(y, ref, (size_t)ny * sizeof *y);
+				hp_epi_span(&relu, y, add, 0, ny);
+				memcpy(want, y, (size_t)ny * sizeof *y);
+				continue;
+			}
+			assert_int_equal(hp_pwt_forward_packed(&cv, x, wt, bias, y, th > 1 ? pool : NULL, &relu, add), 1);
+			if (memcmp(y, want, (size_t)ny * sizeof *y))
+				fail_msg("pointwise case %zu (Relu and addend, %d threads): not the epilogue's bits", i, th);
+		}
 		for (int th = 0; th < 3; th++) {
 			memset(y, 0xff, (size_t)ny * sizeof *y);
 			if (th < 2 && !hp_pwt_packs(&cv))
@@ -1525,7 +1547,8 @@ static void test_pwt_packed(void **state)
 				fail_msg("pointwise case %zu (%s): not the float chains", i,
 					 th == 0 ? "packed, 1 thread" : th == 1 ? "packed, 2 threads" : "unpacked");
 		}
-		free(x), free(w), free(wt), free(b), free(ref), free(y), free(ws);
+		free(x), free(w), free(wt), free(b), free(ref), free(y), free(ws), free(add);
+		free(want);
 	}
 	hp_pool_destroy(pool);
 }
