@@ -5,7 +5,7 @@
  *
  *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1]
  *                         [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1]
- *                         [--stem 0|1|-1] [--pwt 0|1|-1] [--grp-cf 0|1|-1] [--fwd]
+ *                         [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--fwd]
  *
  * --shift, --dot, --kxk and --grp force hpdlf's shift, dot, KxK and grouped
  * (conv_grp.c) paths (1), forbid them (-1)
@@ -131,6 +131,30 @@ static const struct cls classes[] = {
 	{ "3x3-s2-224", "ResNet-18 224x224 stage 2 entry, batch 2", 2, 64, 128, 56, 56, 3, 2, 1, 1 },
 	{ "3x3-s2-224r4", "ResNet-18 224x224 stage 4 entry, batch 2", 2, 256, 512, 14, 14, 3, 2, 1, 1 },
 	{ "1x1-s2-224", "ResNet shortcut at 224x224, batch 2", 2, 64, 128, 56, 56, 1, 2, 0, 1 },
+	{ "sq-stem", "SqueezeNet 1.1 stem 96x96, stride 2", 1, 3, 64, 96, 96, 3, 2, 0, 1 },
+	{ "sq-s23", "SqueezeNet 1.1 fire3 squeeze at 23x23", 1, 64, 16, 23, 23, 1, 1, 0, 1 },
+	{ "sq-e1-23", "SqueezeNet 1.1 fire3 expand1x1 at 23x23", 1, 16, 64, 23, 23, 1, 1, 0, 1 },
+	{ "sq-e3-23", "SqueezeNet 1.1 fire3 expand3x3 at 23x23", 1, 16, 64, 23, 23, 3, 1, 1, 1 },
+	{ "sq-s11", "SqueezeNet 1.1 fire6 squeeze at 11x11", 1, 128, 32, 11, 11, 1, 1, 0, 1 },
+	{ "sq-e1-11", "SqueezeNet 1.1 fire6 expand1x1 at 11x11", 1, 32, 128, 11, 11, 1, 1, 0, 1 },
+	{ "sq-e3-11", "SqueezeNet 1.1 fire6 expand3x3 at 11x11", 1, 32, 128, 11, 11, 3, 1, 1, 1 },
+	{ "sq-s5", "SqueezeNet 1.1 fire12 squeeze at 5x5", 1, 512, 64, 5, 5, 1, 1, 0, 1 },
+	{ "sq-e1-5", "SqueezeNet 1.1 fire12 expand1x1 at 5x5", 1, 64, 256, 5, 5, 1, 1, 0, 1 },
+	{ "sq-e3-5", "SqueezeNet 1.1 fire12 expand3x3 at 5x5", 1, 64, 256, 5, 5, 3, 1, 1, 1 },
+	{ "sq-s23b", "SqueezeNet 1.1 fire4 squeeze at 23x23", 1, 128, 16, 23, 23, 1, 1, 0, 1 },
+	{ "sq-s11b", "SqueezeNet 1.1 fire7 squeeze at 11x11", 1, 256, 32, 11, 11, 1, 1, 0, 1 },
+	{ "g-3a-b1", "GoogLeNet 96x96 inception3a 1x1 at 12x12", 1, 192, 64, 12, 12, 1, 1, 0, 1 },
+	{ "g-3a-b3", "GoogLeNet 96x96 inception3a reduce to 16 at 12x12", 1, 192, 16, 12, 12, 1, 1, 0, 1 },
+	{ "g-3a-b4", "GoogLeNet 96x96 inception3a pool projection at 12x12", 1, 192, 32, 12, 12, 1, 1, 0, 1 },
+	{ "g-3b-b1", "GoogLeNet 96x96 inception3b 1x1 at 12x12", 1, 256, 128, 12, 12, 1, 1, 0, 1 },
+	{ "g-2", "GoogLeNet 96x96 conv2 1x1 at 24x24", 1, 64, 64, 24, 24, 1, 1, 0, 1 },
+	{ "g-4a-b1", "GoogLeNet 96x96 inception4a 1x1 at 6x6", 1, 480, 192, 6, 6, 1, 1, 0, 1 },
+	{ "g-4a-b2", "GoogLeNet 96x96 inception4a reduce 1x1 at 6x6", 1, 480, 96, 6, 6, 1, 1, 0, 1 },
+	{ "g-4e-b1", "GoogLeNet 96x96 inception4e 1x1 at 6x6", 1, 528, 256, 6, 6, 1, 1, 0, 1 },
+	{ "g-5b-b1", "GoogLeNet 96x96 inception5b 1x1 at 3x3", 1, 832, 384, 3, 3, 1, 1, 0, 1 },
+	{ "g-4c-3", "GoogLeNet 96x96 inception4c 3x3 at 6x6", 1, 128, 256, 6, 6, 3, 1, 1, 1 },
+	{ "g-5b-3", "GoogLeNet 96x96 inception5b 3x3 at 3x3", 1, 192, 384, 3, 3, 3, 1, 1, 1 },
+	{ "g-3b-3", "GoogLeNet 96x96 inception3b 3x3 at 12x12", 1, 128, 192, 12, 12, 3, 1, 1, 1 },
 	{ "u-128", "2-D U-Net 128x128, batch 2", 2, 16, 16, 128, 128, 3, 1, 1, 1 },
 	{ "u-128c3", "2-D U-Net stem, batch 2", 2, 3, 16, 128, 128, 3, 1, 1, 1 },
 	{ "u-64", "2-D U-Net 64x64, batch 2", 2, 32, 32, 64, 64, 3, 1, 1, 1 },
@@ -245,6 +269,10 @@ static struct hp_graph *conv_graph(const struct cls *c, enum pass pass)
 	return g;
 }
 
+/* --pwt 2: 1x1 forwards on conv_pwt.c's tiles from W^T packed once, as
+ * inference in core runs them (exec/fuse_pack.c), the packing not timed. */
+static int pwt_packed;
+
 static double time_hpdlf(const struct cls *c, enum pass pass, int reps)
 {
 	struct hp_graph *g = conv_graph(c, pass);
@@ -262,13 +290,21 @@ static double time_hpdlf(const struct cls *c, enum pass pass, int reps)
 	a.ws_size = n->workspace;
 	a.ws = n->workspace ? aligned_alloc(64, (n->workspace + 63) / 64 * 64) : NULL;
 	hp_blas_threads(1);
+	const struct hp_conv *cv = n->priv;
+	float *wt = NULL;
+	if (pwt_packed && pass == FWD && c->k == 1 && c->g == 1 && c->s == 1) {
+		wt = malloc((size_t)hp_pwt_packed_floats(c->m, c->c) * sizeof *wt);
+		hp_pwt_pack(t[1].data, c->m, c->c, wt);
+	}
 	for (int r = 0; r <= reps; r++) {
 		double t0 = now_ms();
-		n->op->run(n, &a);
+		if (!wt || !hp_pwt_forward_packed(cv, t[0].data, wt, NULL, t[2].data, NULL, NULL, NULL))
+			n->op->run(n, &a);
 		if (r > 0)
 			ms[r - 1] = now_ms() - t0;
 	}
 	free(a.ws);
+	free(wt);
 	for (int i = 0; i < 3; i++)
 		hp_tensor_free(&t[i]);
 	hp_graph_free(g);
@@ -708,13 +744,15 @@ int main(int argc, char **argv)
 			hp_pfilt_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--stem") && i + 1 < argc) /* dW on conv_grad_stem.c: auto, always, never */
 			hp_sfilt_set_mode(atoi(argv[++i]));
-		else if (!strcmp(argv[i], "--pwt") && i + 1 < argc) /* 1x1 at tiny planes (conv_pwt.c): auto, always, never */
-			hp_pwt_set_mode(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--pwt") && i + 1 < argc) { /* 1x1 on conv_pwt.c: auto, always, never, */
+			pwt_packed = atoi(argv[++i]) == 2;                 /* 2: always, from W^T packed once */
+			hp_pwt_set_mode(pwt_packed ? 1 : atoi(argv[i]));
+		}
 		else if (!strcmp(argv[i], "--fwd"))
 			fwd_only = 1;
 		else {
 			fprintf(stderr,
-				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--pwt 0|1|-1] [--grp-cf 0|1|-1] [--fwd]\n",
+				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--fwd]\n",
 				argv[0]);
 			return 2;
 		}

@@ -19,7 +19,12 @@
  * inference at 64-96 pixels).  Convs on conv_grp.c's co-lane tiles
  * (grouped ones at tiny planes, dense ones at small planes) get W^T as
  * input 4 and as input 1 both, in W's shape: W is then read by no node and
- * not kept (GoogLeNet had held 8 MiB of weights twice). */
+ * not kept (GoogLeNet had held 8 MiB of weights twice); so do conv_pwt.c's
+ * panels where they hold W's floats exactly (M a multiple of 16: no zeros
+ * past M), which since conv_pwt.c took planes of up to 36 positions are
+ * GoogLeNet's 1x1s at 6x6 too (held beside W: 26.9 -> 30.8 MiB of
+ * tensors; in its place 22.8; DenseNet's 34.6 -> 28.8, MNASNet's 7.0 ->
+ * 4.4, whose 1x1s at 3x3 had kept W beside their panels). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,9 +217,10 @@ static int set_fused_conv(struct hp_graph *g, int i)
 static int add_pwt(struct hp_graph *g, int w, int64_t m, int64_t k, int64_t group)
 {
 	int64_t nf = group ? m * k : hp_pwt_packed_floats(m, k);
-	/* conv_grp.c's layout holds W's floats: W's shape, so that it can
-	 * stand for W too (pack_pw_tiny) */
-	struct hp_shape s = group ? g->values[w].shape : (struct hp_shape){ .rank = 2, .dims = { k, nf / k } };
+	/* conv_grp.c's layout holds W's floats, and conv_pwt.c's where M is a
+	 * multiple of 16: W's shape, so that it can stand for W too
+	 * (pack_pw_tiny) */
+	struct hp_shape s = nf == m * k ? g->values[w].shape : (struct hp_shape){ .rank = 2, .dims = { k, nf / k } };
 	const float *x = g->values[w].data;
 	float *own = NULL, *dst = aligned_alloc(64, (size_t)((nf * 4 + 63) / 64 * 64));
 
@@ -264,10 +270,11 @@ static int pack_pw_tiny(struct hp_graph *g, uint64_t *left, struct hp_fuse_repor
 		for (int j = nd->ninputs; j < 4; j++)
 			in[j] = -1;
 		in[4] = v;
-		/* conv_grp.c's tiles read W^T alone: it takes W's place too, and
-		 * W (its only reader this node) is not kept beside it (kernels/
-		 * fused.c refuses to run such a node on W) */
-		if (kind == TINY_GRP)
+		/* conv_grp.c's and conv_pwt.c's tiles read W^T alone: where it
+		 * holds W's floats it takes W's place too, and W (its only
+		 * reader this node) is not kept beside it (kernels/fused.c
+		 * refuses to run such a node on W) */
+		if (kind == TINY_GRP || hp_shape_numel(&g->values[v].shape) == m * k)
 			in[1] = v;
 		nd->inputs = in, nd->ninputs = 5;
 		*left -= bytes;

@@ -66,7 +66,8 @@ struct pwt_run {
 	const struct hp_epi *epi;
 	const float *addend;
 	int nv;             /* vectors of 16 channels per unit */
-	int64_t mt;         /* units per group */
+	int64_t mt;         /* units of channels per group */
+	int64_t pb, npb;    /* positions per unit and units per unit of channels (1: the whole plane) */
 	int64_t per_thread; /* floats of a worker's panel */
 };
 
@@ -184,8 +185,29 @@ PWT_TARGET512 static void pwt_micro(int nv, int P, int64_t K, const float *wt, i
 	}
 }
 
-/* One unit: channels [m0, m0 + mr) of group g for every item. */
-static void pwt_unit(const struct pwt_run *r, int64_t g, int64_t m0, float *buf)
+/* y[l * yv + p] = t[p * ld + l] for channels l < mr and positions p < P
+ * (P <= PWT_MAX_P): 16 x 16 transposes, each channel's run of positions
+ * one masked store, as conv_grp.c's gr_cf_put.  Why: the scalar copies
+ * were as many stores as the tile had fused multiply-adds where K is 16
+ * or 32 (SqueezeNet's expand 1x1s). */
+PWT_TARGET512 static void pwt_put(const float *t, int64_t ld, int mr, int P, float *y, int64_t yv)
+{
+	__mmask16 mk = (__mmask16)((1u << P) - 1);
+
+	for (int v = 0; v * 16 < mr; v++) {
+		__m512 r[16];
+		int nl = mr - 16 * v < 16 ? mr - 16 * v : 16;
+		for (int i = 0; i < 16; i++)
+			r[i] = i < P ? _mm512_loadu_ps(t + i * ld + 16 * v) : _mm512_setzero_ps();
+		pwt_tr16(r);
+		for (int l = 0; l < nl; l++)
+			_mm512_mask_storeu_ps(y + (16 * v + l) * yv, mk, r[l]);
+	}
+}
+
+/* One unit: channels [m0, m0 + mr) of group g at positions [q0, q1) (all
+ * of them where r->npb is 1) for every item. */
+static void pwt_unit(const struct pwt_run *r, int64_t g, int64_t m0, int64_t q0, int64_t q1, float *buf)
 {
 	const struct hp_conv *cv = r->cv;
 	int64_t K = cv->kdim, M = cv->cout_g, yv = cv->yvol;
@@ -210,15 +232,20 @@ static void pwt_unit(const struct pwt_run *r, int64_t g, int64_t m0, float *buf)
 				   buf + 16 * v, ld);
 	}
 	/* a plane of one position: the items are the columns */
-	int64_t ncol = yv == 1 ? cv->batch : yv, nitem = yv == 1 ? 1 : cv->batch;
-	int64_t xs = cv->cin * cv->xvol, ys = cv->cout * yv, ntile = (ncol + PWT_MAX_P - 1) / PWT_MAX_P;
+	int64_t ncol = yv == 1 ? cv->batch : q1, nitem = yv == 1 ? 1 : cv->batch;
+	int64_t xs = cv->cin * cv->xvol, ys = cv->cout * yv, ntile = (ncol - q0 + PWT_MAX_P - 1) / PWT_MAX_P;
 	for (int64_t n = 0; n < nitem; n++) {
 		const float *x = r->x + n * xs + g * cv->cin_g * cv->xvol;
 		int64_t ybase = n * ys + (g * M + m0) * yv;
-		for (int64_t c0 = 0, i = 0; c0 < ncol; i++) {
+		for (int64_t c0 = q0, i = 0; c0 < ncol; i++) {
 			int64_t P = (ncol - c0 + (ntile - i) - 1) / (ntile - i); /* tiles of near-equal width */
 			pwt_micro(nv, (int)P, K, wt, ldw, mk, x + (yv == 1 ? c0 * xs : c0), cv->xvol,
 				  yv == 1 ? xs : 1, bias, mr, t);
+			if (yv > 1) {
+				pwt_put(t, ld, mr, (int)P, r->y + ybase + c0, yv);
+				c0 += P;
+				continue;
+			}
 			for (int64_t p = 0; p < P; p++) {
 				float *y = r->y + ybase + (yv == 1 ? (c0 + p) * ys : c0 + p);
 				for (int l = 0; l < mr; l++)
@@ -228,7 +255,12 @@ static void pwt_unit(const struct pwt_run *r, int64_t g, int64_t m0, float *buf)
 		}
 		for (int64_t i = 0; r->epi && i < (yv == 1 ? cv->batch : 1); i++) {
 			int64_t b = ybase + i * ys;
-			hp_epi_span(r->epi, r->y, r->addend, b, b + mr * yv);
+			if (q0 == 0 && q1 == yv) {
+				hp_epi_span(r->epi, r->y, r->addend, b, b + mr * yv);
+				continue;
+			}
+			for (int l = 0; l < mr; l++) /* each channel's positions of the unit */
+				hp_epi_span(r->epi, r->y, r->addend, b + l * yv + q0, b + l * yv + q1);
 		}
 	}
 }
@@ -237,8 +269,13 @@ static void pwt_range(void *arg, int64_t b, int64_t e, int tid)
 {
 	struct pwt_run *r = arg;
 
-	for (; b < e; b++)
-		pwt_unit(r, b / r->mt, b % r->mt * 16 * r->nv, r->per_thread ? r->ws + tid * r->per_thread : NULL);
+	for (; b < e; b++) {
+		int64_t u = b / r->npb, q0 = b % r->npb * r->pb, q1 = q0 + r->pb < r->cv->yvol ? q0 + r->pb : r->cv->yvol;
+		if (r->npb == 1)
+			q1 = r->cv->yvol;
+		pwt_unit(r, u / r->mt, u % r->mt * 16 * r->nv, q0, q1,
+			 r->per_thread ? r->ws + tid * r->per_thread : NULL);
+	}
 }
 #endif
 
@@ -288,14 +325,38 @@ void hp_pwt_pack(const float *w, int64_t m, int64_t k, float *dst)
  * against 2.3-2.5, ONNX Runtime 2.4-2.5).  Unpacked they stay on conv_pw.c,
  * which was faster there with W warm in cache than transposing it per
  * run (bench_conv_libs.c 1x1-t4r, -t4e: 171-176 GF/s a thread against
- * 143-152). */
-#define PWT_MAX_PACKED_PLANE 16
+ * 143-152).  At 5x5 and 6x6 (SqueezeNet's last fires, GoogLeNet's
+ * inception 4 at 96x96) conv_pw.c's tiles of 16-column panels filled 25
+ * or 36 of 32 or 48 lanes (2 panels and a tail); here every lane is an
+ * output: 480 -> 192 at 6x6 ran at 99 GF/s a thread transposing W per
+ * run against conv_pw.c's 81 (bench_conv_libs.c g-4a-b1), and packed,
+ * GoogLeNet's inference at batch 1 took 8% less CPU, SqueezeNet's 8%. */
+#define PWT_MAX_PACKED_PLANE 36
+/* Packed once, any plane where the node has 16 or 32 output channels
+ * (one unit, every lane an output) and K of at least PWT_NARROW_MIN_K:
+ * SqueezeNet's squeezes and GoogLeNet's reductions to 16 and 32 channels,
+ * where conv_pw.c's tiles of 6 rows left 16 rows as 6 + 6 + 4 (bench_conv
+ * _libs.c --pwt 2 against 0, GF/s a thread: sq-s23 79 -> 95, sq-s23b 77
+ * -> 94, sq-s11 89 -> 100, sq-s11b 87 -> 103, g-3a-b3 78 -> 98, g-3a-b4
+ * 86 -> 101).  With K of 16 or 32 conv_pw.c stays faster (the tiles'
+ * transposes out cost as much as their products: sq-e1-23, 64 channels
+ * from 16, 75 against 62), as with more channels (g-3a-b1, 64 from 192,
+ * 98 and 102: a tie, left to conv_pw.c). */
+#define PWT_NARROW_MIN_K 64
+/* Positions per unit of those planes' runs, a multiple of the tile: a
+ * node of one unit of channels would otherwise run on one thread. */
+#define PWT_POS_BLOCK 96
+
+static int pwt_narrow(const struct hp_conv *cv)
+{
+	return cv->cout_g % 16 == 0 && cv->cout_g <= 32 && cv->kdim >= PWT_NARROW_MIN_K;
+}
 
 int hp_pwt_packs(const struct hp_conv *cv)
 {
 	int tiny = hp_pwt_wanted(cv, INT64_MAX);
 #ifdef PWT_X86
-	tiny = tiny || (pwt_mode == 0 && hp_pw_512() && cv->yvol <= PWT_MAX_PACKED_PLANE);
+	tiny = tiny || (pwt_mode == 0 && hp_pw_512() && (cv->yvol <= PWT_MAX_PACKED_PLANE || pwt_narrow(cv)));
 #endif
 	return cv->direct && !cv->dw && !cv->dot && !cv->kxk && !cv->grp && !cv->shift && !cv->transpose &&
 	       !cv->wflip && cv->group == 1 && hp_pw_available() && tiny;
@@ -320,9 +381,11 @@ int hp_pwt_forward_packed(const struct hp_conv *cv, const float *x, const float 
 	threads = hp_conv_threads_enter(pool, &saved);
 	r.nv = pwt_packed_nv(cv->cout_g);
 	r.mt = (cv->cout_g + 16 * r.nv - 1) / (16 * r.nv);
+	r.pb = PWT_POS_BLOCK;
+	r.npb = cv->yvol > PWT_POS_BLOCK ? (cv->yvol + PWT_POS_BLOCK - 1) / PWT_POS_BLOCK : 1;
 	threads = threads < PWT_MAX_TID ? threads : PWT_MAX_TID;
 	threads = hp_conv_par_threads(pool, threads, hp_conv_flops(cv));
-	hp_conv_steal(pool, threads, r.mt, 1, pwt_range, &r);
+	hp_conv_steal(pool, threads, cv->group * r.mt * r.npb, 1, pwt_range, &r);
 	hp_conv_threads_leave(saved);
 	return 1;
 #else
@@ -343,6 +406,7 @@ void hp_pwt_forward(const struct hp_conv *cv, const float *x, const float *w, co
 	r.nv = (cv->wflip || cv->kdim * 32 <= per_thread) && cv->cout_g > 16 ? 2 : 1;
 	r.per_thread = cv->wflip ? 0 : per_thread;
 	r.mt = (cv->cout_g + 16 * r.nv - 1) / (16 * r.nv);
+	r.npb = 1;
 	units = cv->group * r.mt;
 	if (!cv->wflip && threads > cap / per_thread)
 		threads = (int)(cap / per_thread);

@@ -169,6 +169,62 @@ __attribute__((target("avx512f"))) static void plane_max_grouped(const struct hp
 		}
 }
 
+/* Columns [c, c + 16) of rows r[0..nr) with -inf outside [0, W): their
+ * column maxima, m = v > m ? v : m from -inf, rows in order. */
+__attribute__((target("avx512f"))) static inline __m512 colmax16(const float *const *r, int nr, int64_t c, int64_t W)
+{
+	__mmask16 k = c >= 0 && c + 16 <= W ? 0xffff : c < W ? (__mmask16)((1u << (W - c < 16 ? W - c : 16)) - 1) : 0;
+	__m512 ninf = _mm512_set1_ps(-INFINITY), m = ninf;
+
+	if (c < 0) /* a left pad: lanes from -c on */
+		k = c > -16 ? (__mmask16)(k & (0xffffu << -c)) : 0;
+	for (int q = 0; q < nr; q++)
+		m = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, k, r[q] + c), m);
+	return m;
+}
+
+/* 3-wide, stride-2 windows (SqueezeNet's, GoogLeNet's and ResNet's stem
+ * MaxPools): per 16 outputs, the column maxima of columns [c, c + 48),
+ * c = 2j - the left pad, in three registers, the taps c, c + 1, c + 2
+ * picked from them by permutes, so no column pass goes through a buffer
+ * and a row costs no call; columns in the pads or past the plane's edge
+ * (ceil_mode) read as -inf, which selects as a skipped tap.  The operations and their order
+ * are plane_max_512's (column maxima over the rows, then the w taps in
+ * order), so the bits are. */
+__attribute__((target("avx512f"))) static void plane_max_s2k3(const struct hp_pool_plane *g, const float *x, float *y)
+{
+	const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	const __m512i od1 = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+	int64_t W = g->in[2], OW = g->out[2], pl = g->pb[2];
+	const float *r[HP_POOL_PLANE_ROWS];
+
+	for (int64_t od = 0; od < g->out[0]; od++)
+		for (int64_t oh = 0; oh < g->out[1]; oh++) {
+			float *yr = y + (od * g->out[1] + oh) * OW;
+			int nr = plane_rows(g, x, od, oh, r);
+			for (int64_t j = 0; j < OW; j += 16) {
+				int64_t c0 = 2 * j - pl;
+				__m512 ninf = _mm512_set1_ps(-INFINITY), a = colmax16(r, nr, c0, W);
+				__m512 b = c0 + 16 < W ? colmax16(r, nr, c0 + 16, W) : ninf;
+				__m512 c = c0 + 32 < W ? colmax16(r, nr, c0 + 32, W) : ninf;
+				__m512 a2 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(b),
+										   _mm512_castps_si512(a), 2));
+				__m512 b2 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(c),
+										   _mm512_castps_si512(b), 2));
+				__m512 m = ninf;
+				m = _mm512_max_ps(_mm512_permutex2var_ps(a, ev, b), m);
+				m = _mm512_max_ps(_mm512_permutex2var_ps(a, od1, b), m);
+				m = _mm512_max_ps(_mm512_permutex2var_ps(a2, ev, b2), m);
+				if (!nr)
+					m = ninf;
+				if (j + 16 <= OW)
+					_mm512_storeu_ps(yr + j, m);
+				else
+					_mm512_mask_storeu_ps(yr + j, (__mmask16)((1u << (OW - j)) - 1), m);
+			}
+		}
+}
+
 __attribute__((target("avx512f"))) static void plane_max_512(const struct hp_pool_plane *g, const float *x, float *y)
 {
 	float buf[HP_POOL_PLANE_BUF + 64];
@@ -176,6 +232,10 @@ __attribute__((target("avx512f"))) static void plane_max_512(const struct hp_poo
 	int64_t blk = (HP_POOL_PLANE_BUF - ext) / s + 1, stride, grp = plane_group(g, 16, &stride);
 	const float *r[HP_POOL_PLANE_ROWS];
 
+	if (s == 2 && g->k[2] == 3 && dl == 1 && g->pb[2] < 16) {
+		plane_max_s2k3(g, x, y);
+		return;
+	}
 	if (grp > 1) {
 		plane_max_grouped(g, x, y, grp, stride);
 		return;

@@ -36,6 +36,12 @@ intermediate has a reader outside the pattern (or is a graph output):
         conv_pwt.c over X subsampled); dense Convs of the kxk path at tiny
         planes, packed for conv_grp.c's co-lane tiles: 3x3s at 2x2 and 4x4
         (units of 16 and 32 channels; one unit), a stride-2 1x1 with pads to 3x3
+  pwt6  1x1 Convs at 6x6 (GoogLeNet's inception 4 at 96x96), packed for
+        kernels/conv_pwt.c: 32 and 48 channels, whose panels hold W's
+        floats and take its place (in-core tensor memory within half of
+        them of the unfused model's), 40 channels (panels beside W); at 7x7
+        after a Pad, 48 channels (conv_pw.c's tiles: not packed) and 16
+        from K 64 (packed: narrow nodes at any plane)
   dense DenseNet's layer: BatchNorm, Relu and a 1x1 Conv (one with a Relu
         epilogue, one reading a Concat, statistics through an Identity) into
         the conv's prologue (exec/fuse_pro.c), and a BatchNorm without Relu;
@@ -425,6 +431,29 @@ def model_pwt(path):
     return x, ref, {"Conv+Add+Sigmoid": 1, "Conv+Relu": 1, "Packed weights": 4}
 
 
+def model_pwt6(path):
+    m = M(9)
+    x = m.rng.standard_normal((1, 64, 6, 6)).astype(np.float32)
+    for k, sh in (("w1", (32, 64, 1, 1)), ("w2", (48, 32, 1, 1)), ("w3", (40, 64, 1, 1)), ("w4", (48, 64, 1, 1)),
+                  ("w5", (16, 64, 1, 1))):
+        m.w(k, sh, 0.1)
+    m.w("b1", (32,), 0.1)
+    m.op("Conv", ["x", "w1", "b1"], "c1")          # 32 channels at 6x6: packed, W^T in W's place
+    m.op("Relu", ["c1"], "r1")
+    m.op("Conv", ["r1", "w2"], "y2")               # 48 = 32 + 16: in W's place
+    m.op("Conv", ["x", "w3"], "y3")                # 40: the last unit padded to 16, beside W
+    m.op("Pad", ["x", m.c([0, 0, 0, 0, 0, 0, 1, 1], np.int64)], "p")
+    m.op("Conv", ["p", "w4"], "y4")                # 7x7: conv_pw.c's, not packed
+    m.op("Conv", ["p", "w5"], "y5")                # 16 channels from 64 at 7x7: packed, in W's place
+    m.save(path, list(x.shape), ["y2", "y3", "y4", "y5"])
+    d = {k: v.astype(np.float64) for k, v in m.P.items()}
+    x64 = x.astype(np.float64)
+    r1 = np.maximum(conv(x64, d["w1"], d["b1"], 0), 0)
+    p = np.pad(x64, ((0, 0), (0, 0), (0, 1), (0, 1)))
+    return x, {"y2": conv(r1, d["w2"], None, 0), "y3": conv(x64, d["w3"], None, 0),
+               "y4": conv(p, d["w4"], None, 0), "y5": conv(p, d["w5"], None, 0)}, {"Conv+Relu": 1, "Packed weights": 4}
+
+
 def gconv(x, w, b, pad, group, stride=1):
     cg, mg = x.shape[1] // group, w.shape[0] // group
     y = np.concatenate([conv(x[:, g * cg:(g + 1) * cg], w[g * mg:(g + 1) * mg], None, pad) for g in range(group)], 1)
@@ -570,18 +599,21 @@ def check_model(exe, tmp, name, make):
         ef, en = (float(np.max(np.abs(res[t][k] - ref[k]))) for t in ("f", "n"))
         check(ef <= TOL * scale, "%s %s: fused vs NumPy float64 max err %.2e (unfused %.2e, scale %.3g, tol %.0e)"
               % (name, k, ef, en, scale, TOL))
-        if name in ("epi", "cst", "pwt", "grpt", "dense"):  # only copies or per-element epilogues: the unfused bits
+        if name in ("epi", "cst", "pwt", "pwt6", "grpt", "dense"):  # only copies or per-element epilogues: the unfused bits
             check(np.array_equal(res["f"][k], res["n"][k]), "%s %s: fused bitwise --no-fuse" % (name, k))
-    if name == "grpt":  # W^T for conv_grp.c's tiles takes W's place: no weight is held twice
+    if name in ("grpt", "pwt6"):  # W^T takes W's place where it holds W's floats: not held twice
         peaks = {}
         for t, e in (("f", []), ("n", ["--no-fuse"])):
-            js = os.path.join(os.path.dirname(path), "grpt_%s_stats.json" % t)
+            js = os.path.join(os.path.dirname(path), "%s_%s_stats.json" % (name, t))
             rc, _, _ = run(exe, [path, "--input", "x=" + xpath, "--quiet", "--stats-json", js] + e)
             peaks[t] = json.load(open(js))["tensor_peak_bytes"] if rc == 0 else None
-        twice = 4 * 9 * (2 * 64 * 32 + 64 * 16 + 2 * 48 * 64 + 64 * 64 + 32 * 64)  # w1-w3, w8-w11
-        check(None not in peaks.values() and peaks["f"] - peaks["n"] < twice // 2,
-              "grpt: in-core tensor memory fused %s, unfused %s: the packed weights (%d bytes) are not held "
-              "beside their originals" % (peaks["f"], peaks["n"], twice))
+        if name == "grpt":
+            twice, beside = 4 * 9 * (2 * 64 * 32 + 64 * 16 + 2 * 48 * 64 + 64 * 64 + 32 * 64), 0  # w1-w3, w8-w11
+        else:
+            twice, beside = 4 * (64 * 32 + 32 * 48 + 64 * 16), 4 * 64 * 48  # w1, w2, w5; w3's panels (40 -> 48)
+        check(None not in peaks.values() and peaks["f"] - peaks["n"] < beside + twice // 2,
+              "%s: in-core tensor memory fused %s, unfused %s: the packed weights (%d bytes) are not held "
+              "beside their originals" % (name, peaks["f"], peaks["n"], twice))
     again = outputs(exe, path, xpath, list(ref), name + "r", ["--threads", "2"])
     if again:
         check(all(np.array_equal(again[k], res["f"][k]) for k in ref), "%s: a second fused run at 2 threads "
@@ -629,7 +661,7 @@ def main():
     exe, maker = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
         for name, make in (("epi", model_epi), ("mm", model_mm), ("ln", model_ln), ("attn", model_attn),
-                           ("cst", model_cst), ("pwt", model_pwt), ("grpt", model_grpt),
+                           ("cst", model_cst), ("pwt", model_pwt), ("pwt6", model_pwt6), ("grpt", model_grpt),
                            ("dense", model_dense)):
             check_model(exe, tmp, name, make)
         check_torch(exe, tmp, maker)

@@ -1459,6 +1459,100 @@ static void test_steal_bits(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* Pointwise Convs on conv_pwt.c's tiles from W^T packed once (exec/
+ * fuse_pack.c), at the planes they take packed: up to 36 positions (5x5
+ * and 6x6: SqueezeNet's and GoogLeNet's last stages at 96x96, tiles of 9
+ * + 8 + 8 and 12 + 12 + 12 positions), not 7x7 (conv_pw.c's tiles of 48
+ * columns and a tail), but any plane for 16 or 32 output channels from K
+ * of 64 or more (SqueezeNet's squeezes at 23x23 and 11x11: units of
+ * positions, the last one short; GoogLeNet's reductions at 12x12, batch
+ * 2), not from K of 16; units of 32 channels, a last one of 16 or of 8;
+ * each output the float chain (bias, then fmaf per k in order), bitwise,
+ * on 1 and 2 threads, and bitwise conv_pw.c's (the node unpacked); with a
+ * Relu epilogue over a full addend, bitwise the chains' outputs passed
+ * through hp_epi_span whole. */
+static void test_pwt_packed(void **state)
+{
+	static const struct {
+		int64_t cin, cout, h, w, bias, n;
+	} cases[] = {
+		{ 480, 192, 6, 6, 1, 1 }, { 512, 48, 5, 5, 1, 1 }, { 64, 40, 6, 6, 0, 1 }, { 96, 16, 4, 9, 1, 2 },
+		{ 33, 24, 3, 3, 1, 1 },   { 70, 32, 7, 7, 1, 1 },  { 64, 64, 1, 36, 0, 1 }, { 64, 16, 23, 23, 1, 1 },
+		{ 256, 32, 11, 11, 1, 1 }, { 192, 16, 12, 12, 0, 2 }, { 16, 64, 23, 23, 1, 1 }, { 48, 32, 7, 7, 1, 1 },
+	};
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_pw_available() || !hp_pw_512())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		int64_t ci = cases[i].cin, co = cases[i].cout, nb = cases[i].n;
+		struct hp_conv cv = { .node = 1, .nd = 2, .batch = nb, .cin = ci, .cout = co, .group = 1, .cin_g = ci,
+				      .cout_g = co, .path = -1 };
+		cv.g = (struct hp_colgeom){ .img = { 1, cases[i].h, cases[i].w }, .grid = { 1, cases[i].h, cases[i].w },
+					    .k = { 1, 1, 1 }, .stride = { 1, 1, 1 }, .dil = { 1, 1, 1 }, .pad = { 0, 0, 0 } };
+		hp_colgeom_finish(&cv.g);
+		cv.xvol = cv.yvol = cv.g.img_vol;
+		cv.kdim = ci;
+		hp_conv_setup(&cv);
+		assert_int_equal(hp_pwt_packs(&cv), cv.yvol <= 36 || (co <= 32 && co % 16 == 0 && ci >= 64));
+		int64_t nx = nb * ci * cv.xvol, nw = co * ci, ny = nb * co * cv.yvol;
+		float *x = malloc((size_t)nx * sizeof *x), *w = malloc((size_t)nw * sizeof *w);
+		float *b = malloc((size_t)co * sizeof *b), *wt = malloc((size_t)hp_pwt_packed_floats(co, ci) * sizeof *wt);
+		float *ref = malloc((size_t)ny * sizeof *ref), *y = malloc((size_t)ny * sizeof *y);
+		float *ws = malloc(cv.workspace + 64), *add = malloc((size_t)ny * sizeof *add);
+		float *want = malloc((size_t)ny * sizeof *want);
+		const float *bias = cases[i].bias ? b : NULL;
+		unsigned st = 91 + (unsigned)i;
+		struct hp_epi relu = { .act = HP_EPI_RELU, .add = HP_EPI_ADD_FULL };
+		for (int64_t j = 0; j < nx; j++)
+			x[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
+		for (int64_t j = 0; j < nw; j++)
+			w[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
+		for (int64_t j = 0; j < co; j++)
+			b[j] = (float)j / 16.0f - 1.0f;
+		for (int64_t n = 0; n < nb; n++)
+			for (int64_t m = 0; m < co; m++)
+				for (int64_t p = 0; p < cv.yvol; p++) {
+					float acc = bias ? bias[m] : 0.0f;
+					for (int64_t c = 0; c < ci; c++)
+						acc = fmaf(w[m * ci + c], x[(n * ci + c) * cv.xvol + p], acc);
+					ref[(n * co + m) * cv.yvol + p] = acc;
+				}
+		for (int64_t j = 0; j < ny; j++)
+			add[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
+		hp_pwt_pack(w, co, ci, wt);
+		for (int th = 0; th < 3 && hp_pwt_packs(&cv); th++) { /* the epilogue, then the chains alone */
+			memset(y, 0xff, (size_t)ny * sizeof *y);
+			if (th == 0) {
+				memcpy(y, ref, (size_t)ny * sizeof *y);
+				hp_epi_span(&relu, y, add, 0, ny);
+				memcpy(want, y, (size_t)ny * sizeof *y);
+				continue;
+			}
+			assert_int_equal(hp_pwt_forward_packed(&cv, x, wt, bias, y, th > 1 ? pool : NULL, &relu, add), 1);
+			if (memcmp(y, want, (size_t)ny * sizeof *y))
+				fail_msg("pointwise case %zu (Relu and addend, %d threads): not the epilogue's bits", i, th);
+		}
+		for (int th = 0; th < 3; th++) {
+			memset(y, 0xff, (size_t)ny * sizeof *y);
+			if (th < 2 && !hp_pwt_packs(&cv))
+				continue;
+			if (th < 2)
+				assert_int_equal(hp_pwt_forward_packed(&cv, x, wt, bias, y, th ? pool : NULL, NULL, NULL), 1);
+			else
+				hp_conv_forward(&cv, x, w, bias, y, ws, pool);
+			if (memcmp(y, ref, (size_t)ny * sizeof *y))
+				fail_msg("pointwise case %zu (%s): not the float chains", i,
+					 th == 0 ? "packed, 1 thread" : th == 1 ? "packed, 2 threads" : "unpacked");
+		}
+		free(x), free(w), free(wt), free(b), free(ref), free(y), free(ws), free(add);
+		free(want);
+	}
+	hp_pool_destroy(pool);
+}
+
 /* Dense KxK Convs at small planes on conv_grp.c's co-lane forward tiles
  * from W packed once (hp_grp_pack, as exec/fuse_pack.c does in core):
  * SqueezeNet's, GoogLeNet's and DenseNet's 3x3 shapes (5x5 to 24x24
@@ -1796,6 +1890,7 @@ int main(void)
 		cmocka_unit_test(test_kxk_tall),
 		cmocka_unit_test(test_convt_fma),
 		cmocka_unit_test(test_steal_bits),
+		cmocka_unit_test(test_pwt_packed),
 		cmocka_unit_test(test_grp_dense_packed),
 		cmocka_unit_test(test_kxk_choice),
 		cmocka_unit_test(test_kxk3_choice),

@@ -96,6 +96,19 @@ static const struct geo geos[] = {
 	{ 2, { 47, 47 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0 }, 1 },           /* SqueezeNet */
 	{ 2, { 11, 11 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0 }, 1 },
 	{ 2, { 16, 16 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0 }, 1 },           /* last window in the end pad */
+	/* 3-wide stride-2 windows by permutes (plane_max_s2k3): GoogLeNet's
+	 * 48 -> 24 (a last window one past the edge), outputs past one and
+	 * two vectors, the last one's columns in the third register, a first
+	 * tap on the last column; with a top pad (rows only), left pads of 1
+	 * (ResNet's stem: lanes from the second on) and 2 */
+	{ 2, { 5, 48 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0 }, 1 },
+	{ 2, { 4, 67 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0 }, 1 },
+	{ 2, { 3, 70 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0 }, 0 },
+	{ 2, { 3, 33 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0 }, 1 },
+	{ 2, { 7, 9 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 0, 1, 0 }, 1 },
+	{ 2, { 6, 6 }, { 2, 3 }, { 2, 2 }, { 1, 1 }, { 0 }, 1 },
+	{ 2, { 5, 36 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1, 1, 1 }, 1 },
+	{ 2, { 4, 41 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 2, 0, 2 }, 0 },
 	{ 2, { 9, 33 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1, 1, 1 }, 0 },   /* ResNet stem */
 	{ 2, { 10, 70 }, { 2, 2 }, { 2, 2 }, { 1, 1 }, { 0 }, 0 },           /* U-Net 2x2 */
 	{ 2, { 5, 41 }, { 2, 3 }, { 1, 2 }, { 1, 2 }, { 0, 2, 1, 1 }, 1 },   /* dilated w */
