@@ -35,6 +35,7 @@ struct hp_rt {
 	struct hp_budget_layout layout; /* the session's */
 	int threads;
 	struct hp_trace *trace;
+	double pin_trace_us;         /* pins traced from this long (trace_pin) */
 	struct hp_prof *prof;        /* the session's, or NULL */
 	struct hs_store *store;
 	struct hs_tensor **ten;      /* per value; the task net orders all access */
@@ -571,6 +572,23 @@ static int io_threads(const struct hp_rt *s)
 	return s->workers == 1 && s->layout.budget < INLINE_IO_BELOW ? 0 : 4;
 }
 
+/* Pins and unpins of at least this long get a span on the compute lane
+ * ("pin", "unpin"): under a budget they make room for a kernel's tensors
+ * (compaction copies, mremaps, waits for the store's lock) on the
+ * critical path, where neither "stall" nor the kernel's span shows it;
+ * the short ones, most of them, would only swell the trace.
+ * HPDLF_TRACE_PIN_US sets another threshold (0: every pin). */
+#define PIN_TRACE_US 50.0
+
+static double pin_trace_us(void)
+{
+	const char *e = getenv("HPDLF_TRACE_PIN_US");
+	char *end;
+	double us = e && *e ? strtod(e, &end) : -1;
+
+	return us >= 0 && *end == '\0' ? us : PIN_TRACE_US;
+}
+
 static int rt_create(struct hp_session *ss)
 {
 	const struct hp_graph *g = ss->g;
@@ -586,6 +604,7 @@ static int rt_create(struct hp_session *ss)
 	s->layout = ss->layout;
 	s->threads = ss->threads;
 	s->trace = ss->trace;
+	s->pin_trace_us = pin_trace_us();
 	s->prof = ss->prof;
 	s->workers = s->layout.workers;
 	s->nio = io_threads(s);
@@ -747,6 +766,14 @@ static int take_inplace(struct hp_rt *s, int k, int *src)
 	return any;
 }
 
+static void trace_pin(struct hp_rt *s, int lane, const char *what, const struct hp_node *n, double from_us)
+{
+	double to_us = hp_trace_now_us(s->trace);
+
+	if (s->trace && to_us - from_us >= s->pin_trace_us)
+		hp_trace_span(s->trace, lane, what, n->name, from_us, to_us);
+}
+
 static int rt_fire_kernel(void *arg, int step, int worker, int lane)
 {
 	struct hp_rt *s = arg;
@@ -767,12 +794,14 @@ static int rt_fire_kernel(void *arg, int step, int worker, int lane)
 	 * taken after the inputs' pins, which fix their chunks where they lie,
 	 * the scratch rarely found one and was mapped chunk by chunk into its
 	 * range and home again, several kernels a step */
+	double w0 = hp_trace_now_us(s->trace);
 	if (n->workspace && s->nscratch)
 		a.ws = s->scratch_ptr[worker];
 	else if (n->workspace)
 		rc = pin_workspace(s, n, &ws, &a.ws);
 	if (rc == 0)
 		rc = pin_io(s, n, in, out, inplace);
+	trace_pin(s, lane, "pin", n, w0);
 	if (rc == 0 && !(src[0] == 0 && (n->op->flags & HP_OP_ALIAS))) {
 		double u0 = hp_trace_now_us(s->trace);
 		uint64_t p0 = hp_prof_now_ns(s->prof);
@@ -781,6 +810,7 @@ static int rt_fire_kernel(void *arg, int step, int worker, int lane)
 		if (s->trace)
 			hp_trace_span(s->trace, lane, n->op_type, n->name, u0, hp_trace_now_us(s->trace));
 	}
+	w0 = hp_trace_now_us(s->trace);
 	if (ws) {
 		int r2 = hs_unpin(ws, 0, HS_ALL);
 		r2 = r2 < 0 ? r2 : give_back(s, ws);
@@ -792,6 +822,7 @@ static int rt_fire_kernel(void *arg, int step, int worker, int lane)
 			s->ten[n->inputs[src[o]]] = NULL;
 	if (rc == 0)
 		rc = snap_outputs(s, n);
+	trace_pin(s, lane, "unpin", n, w0);
 	return rc < 0 ? rc : state_read_done(s, step);
 }
 

@@ -349,14 +349,16 @@ static void test_workers(void **state)
 }
 
 /* --tier nvme=PATH:SIZE is the spill tier; --trace has a lane per worker
- * and I/O queue, resident-bytes counters per tier and bytes on I/O spans. */
+ * and I/O queue, resident-bytes counters per tier and bytes on I/O spans,
+ * and with HPDLF_TRACE_PIN_US=0 a "pin" span before every kernel's on the
+ * compute lanes (room made for its tensors). */
 static void test_tier_trace(void **state)
 {
 	char model[4200], in[4200], ref[4200], out[4200], tier[4300], tpath[4200], trace[4300];
 	struct hp_plan_summary p;
 	struct child c;
 	struct stat sb;
-	int counters = 0, io_bytes = 0, lanes = 0;
+	int counters = 0, io_bytes = 0, lanes = 0, pins = 0, kernels = 0;
 
 	(void)state;
 	snprintf(model, sizeof model, "%s/convnet.onnx", dir);
@@ -371,7 +373,9 @@ static void test_tier_trace(void **state)
 	assert_int_equal(c.status, 0);
 	plan_of(model, 0, &p);
 	char *extra[] = { "--tier", tier, "--trace", trace, "--iterations", "2", NULL };
+	setenv("HPDLF_TRACE_PIN_US", "0", 1);
 	c = run_at_x(model, in, out, p.min_budget, "2", extra);
+	unsetenv("HPDLF_TRACE_PIN_US");
 	assert_int_equal(c.status, 0);
 	assert_true(same_file(ref, out));
 	/* the run created the spill file, so it removed it at exit (the trace
@@ -396,12 +400,22 @@ static void test_tier_trace(void **state)
 			io_bytes++;
 		if (!strcmp(k, "M"))
 			lanes++;
+		if (!strcmp(k, "X") && json_object_object_get_ex(e, "tid", &x) && json_object_get_int(x) < 100 &&
+		    json_object_object_get_ex(e, "cat", &x)) {
+			const char *cat = json_object_get_string(x);
+			pins += !strcmp(cat, "pin");
+			kernels += strcmp(cat, "pin") && strcmp(cat, "unpin") && strcmp(cat, "stall") &&
+				   strcmp(cat, "load") && strcmp(cat, "write-back") && strcmp(cat, "evict");
+		}
 	}
 	json_object_put(t);
-	print_message("trace: %d counters, %d I/O spans with bytes, %d lanes\n", counters, io_bytes, lanes);
+	print_message("trace: %d counters, %d I/O spans with bytes, %d lanes, %d pins for %d kernels\n", counters,
+		      io_bytes, lanes, pins, kernels);
 	assert_true(counters > 0);
 	assert_true(io_bytes > 0);
 	assert_true(lanes >= 2);
+	assert_true(kernels > 0);
+	assert_true(pins >= kernels); /* (aliasing kernels pin without a span of their own) */
 }
 
 static int setup(void **state)
