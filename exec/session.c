@@ -572,6 +572,8 @@ static int session_new(struct hp_graph *g, const struct hp_exec_opts *o, struct 
 		s->trace = hp_trace_ref(shared);
 	else if (o->trace_path && (rc = hp_trace_open(o->trace_path, &s->trace)) < 0)
 		goto fail;
+	if (s->trace && !shared)
+		hp_trace_lane(s->trace, HP_LANE_RUN, "session runs");
 	if (o->size >= offsetof(struct hp_exec_opts, profile) + sizeof o->profile && o->profile) {
 		s->prof = calloc(1, sizeof *s->prof);
 		if (!s->prof || !(s->prof->ns = calloc((size_t)g->nnodes + 1, sizeof *s->prof->ns)) ||
@@ -668,10 +670,14 @@ int hp_session_set_input(struct hp_session *s, const char *name, const struct hp
 
 int hp_session_run(struct hp_session *s)
 {
-	double t0 = now_ms();
+	double t0 = now_ms(), u0 = s->trace ? hp_trace_now_us(s->trace) : 0;
 	int rc = s->ex->run(s);
 
 	s->last_ms = now_ms() - t0;
+	/* out of core a training step also waits outside its runs (the next
+	 * batch read from a paged data set): the runs' spans show the gaps */
+	if (s->trace)
+		hp_trace_span(s->trace, HP_LANE_RUN, "run", s->g->path ? s->g->path : "run", u0, hp_trace_now_us(s->trace));
 	return rc;
 }
 

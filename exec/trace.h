@@ -1,13 +1,14 @@
 /* Chrome trace events (internal to exec/): kernels on one lane per compute
- * worker, loads and write-backs on one lane per I/O queue, and a
- * "resident bytes" counter per tier.  Written as the JSON array format
+ * worker, loads and write-backs on one lane per I/O queue, each run of a
+ * session on a lane of its own (what lies between runs is the caller's:
+ * a trainer's batch loading), and a "resident bytes" counter per tier.  Written as the JSON array format
  * that chrome://tracing and Perfetto open. */
 #ifndef HPDLF_EXEC_TRACE_H
 #define HPDLF_EXEC_TRACE_H
 
 #include <stdint.h>
 
-enum hp_trace_lane { HP_LANE_COMPUTE = 1, HP_LANE_IO = 100, HP_LANE_COMM = 200 };
+enum hp_trace_lane { HP_LANE_COMPUTE = 1, HP_LANE_IO = 100, HP_LANE_COMM = 200, HP_LANE_RUN = 300 };
 
 struct hp_trace;
 

@@ -28,7 +28,13 @@
 
 /* Merge ios[0..n) in place: on return ios[0..ret) are the requests to
  * submit, merged ones being wrappers (malloc'ed; if that fails the
- * requests stay apart).  The order of ios[] may change. */
-int hs_io_merge(struct hs_io **ios, int n);
+ * requests stay apart).  The order of ios[] may change.  vectored (the
+ * tier has HS_TIER_F_VECTORED): requests back to back on the tier whose
+ * memory the process reaches now (vbuf) merge wherever that memory lies,
+ * the merged request's memory an iovec of their buffers (neighbours in
+ * memory one piece), without fixed buffers: a batch's small tensors and
+ * the chunks of a tensor whose frames are scattered in the pool each went
+ * as a request of their own. */
+int hs_io_merge(struct hs_io **ios, int n, int vectored);
 
 #endif

@@ -366,7 +366,7 @@ static void submit_batch(struct hs_tier *t, struct hs_io **batch, int k)
 	int rc;
 
 	if (!t->ops->place)
-		k = hs_io_merge(batch, k);
+		k = hs_io_merge(batch, k, (t->flags & HS_TIER_F_VECTORED) != 0);
 	rc = t->ops->submit(t, batch, k);
 
 	for (int j = 0; rc < 0 && j < k; j++) {
@@ -460,6 +460,7 @@ static int wb_start(struct hs_store *st, struct hs_prefetch *g, struct wb_item *
 		int rc = hs_chunk_map(st, t, r->chunk); /* crc and non-fixed tiers read it */
 		hs_chunk_io_mem(st, &t->ch[r->chunk], &r->io);
 		r->io.buf = hs_chunk_addr(st, t, r->chunk);
+		r->io.vbuf = rc == 0 ? r->io.buf : NULL; /* mapped */
 		pthread_mutex_unlock(&st->mu);
 		if (rc == 0)
 			rc = wb_prepare(st, r, target);
@@ -904,6 +905,21 @@ static void prefetch_range(struct hs_store *st, struct hs_tensor *t, uint64_t fi
 	}
 }
 
+/* Where a read's frames are reached now: at buf once mapped (a read
+ * without a fixed buffer is mapped at attach), at home while a fixed
+ * read's mapping waits (one piece: load_done checks its crc32c there);
+ * NULL for several pieces not mapped. */
+static void *read_vbuf(struct hs_store *st, const struct io_req *r)
+{
+	const struct hs_chunk *c = &r->t->ch[r->chunk];
+
+	if (!c->npieces)
+		return NULL;
+	if (c->mapped || !r->io.mem_slot)
+		return r->io.buf;
+	return c->npieces == 1 ? hs_frames_home(st->frames, &c->one) : NULL;
+}
+
 /* Give the prepared reads frames, or undo them all (lock held).  Chunks
  * whose kept frames attach gave back are resident at once: their requests
  * leave the group (never submitted); *nreq is what is left to read. */
@@ -916,6 +932,7 @@ static int prefetch_attach(struct hs_store *st, struct hs_prefetch *g, int *nreq
 		rc = hs_chunk_attach(st, r->t, r->chunk, 0);
 		hs_chunk_io_mem(st, &r->t->ch[r->chunk], &r->io);
 		r->io.buf = hs_chunk_addr(st, r->t, r->chunk);
+		r->io.vbuf = read_vbuf(st, r);
 	}
 	for (int j = 0; rc == 0 && j < *nreq; j++) {
 		struct io_req *r = &g->reqs[j];

@@ -85,6 +85,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "hpdlf/store.h"
 
@@ -111,6 +112,16 @@ struct hs_io {
 	/* Requests of the store this one stands for (merged: store/iomerge.h);
 	 * 0 or 1: itself.  Fault injection counts each (hs_fault_io). */
 	uint32_t nreq;
+	/* niov > 0: the DRAM side is iov[0..niov) in order (each piece
+	 * HS_IO_ALIGN-aligned, len bytes in all), not buf or mem_slot: a
+	 * merged request over chunks back to back on the tier but apart in
+	 * memory (store/iomerge.h).  Only to tiers with HS_TIER_F_VECTORED. */
+	const struct iovec *iov;
+	uint32_t niov;
+	/* Where this process reaches the DRAM side now, set by the store when
+	 * it knows (NULL: not known; the buf of a fixed read may not be mapped
+	 * yet, its frames then lie at home): what an iovec may point at. */
+	void *vbuf;
 };
 
 enum hs_tier_flags {
@@ -120,6 +131,7 @@ enum hs_tier_flags {
 	HS_TIER_F_BUFFERED_OK = 1u << 3, /* config: may fall back to buffered I/O
 	                                    (with a logged warning) if O_DIRECT is refused */
 	HS_TIER_F_READONLY = 1u << 4,    /* an existing file read as it is (tier_uring.h) */
+	HS_TIER_F_VECTORED = 1u << 5,    /* set by the tier: submit serves requests with iov */
 };
 
 /* What a tier constructor gets. Unused fields are ignored by a tier. */

@@ -48,6 +48,7 @@ struct uring_tier {
 	int sparse;                     /* a sparse fixed-buffer table exists */
 	void *regbase[HS_MEM_SLOTS];    /* address each region was registered at */
 	uint64_t fixed_ios;
+	uint64_t requests;              /* requests queued, a merged one once (sq_mu) */
 	int readonly;                   /* a file tier: writes refused, EOF ends the space */
 	uint64_t fsize;                 /* readonly: the file's size */
 };
@@ -234,7 +235,12 @@ static struct queued queue_one(struct uring_tier *u, struct hs_io *io)
 	while (!(sqe = io_uring_get_sqe(&u->ring)))
 		io_uring_submit(&u->ring);
 	unsigned slot = io->mem_slot;
-	if (slot && slot <= HS_MEM_SLOTS && u->regbase[slot - 1]) {
+	u->requests++;
+	if (io->niov && io->op == HS_IO_READ) {
+		io_uring_prep_readv(sqe, 0, io->iov, io->niov, io->addr);
+	} else if (io->niov) {
+		io_uring_prep_writev(sqe, 0, io->iov, io->niov, io->addr);
+	} else if (slot && slot <= HS_MEM_SLOTS && u->regbase[slot - 1]) {
 		char *a = (char *)u->regbase[slot - 1] + io->mem_off;
 		if (io->op == HS_IO_READ)
 			io_uring_prep_read_fixed(sqe, 0, a, io->len, io->addr, (int)slot - 1);
@@ -439,6 +445,19 @@ uint64_t hs_tier_nvme_fixed_ios(struct hs_tier *t)
 	return n;
 }
 
+uint64_t hs_tier_nvme_requests(struct hs_tier *t)
+{
+	struct uring_tier *u = (struct uring_tier *)t;
+	uint64_t n;
+
+	if (t->ops->submit != uring_submit)
+		return 0;
+	pthread_mutex_lock(&u->sq_mu);
+	n = u->requests;
+	pthread_mutex_unlock(&u->sq_mu);
+	return n;
+}
+
 static const struct hs_tier_ops uring_ops = {
 	.kind = "nvme",
 	.close = uring_close,
@@ -596,6 +615,7 @@ int hs_tier_nvme_open(const struct hs_tier_config *cfg, struct hs_tier **out)
 		goto fail;
 	if (cfg->path && cfg->path[0] && !(cfg->flags & (HS_TIER_F_UNLINK | HS_TIER_F_READONLY)))
 		u->base.flags |= HS_TIER_F_PERSISTENT;
+	u->base.flags |= HS_TIER_F_VECTORED; /* READV/WRITEV: one request for frames scattered in the pool */
 	*out = &u->base;
 	return 0;
 fail:

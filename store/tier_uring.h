@@ -28,5 +28,8 @@ int hs_tier_file_direct(struct hs_tier *t);
 void hs_tier_uring_plug(int on);
 /* Requests an nvme tier served from registered buffers (0 for other tiers). */
 uint64_t hs_tier_nvme_fixed_ios(struct hs_tier *t);
+/* Requests an nvme tier queued to the device, a merged one once (0 for
+ * other tiers). */
+uint64_t hs_tier_nvme_requests(struct hs_tier *t);
 
 #endif

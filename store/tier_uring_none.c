@@ -30,6 +30,12 @@ uint64_t hs_tier_nvme_fixed_ios(struct hs_tier *t)
 	return 0;
 }
 
+uint64_t hs_tier_nvme_requests(struct hs_tier *t)
+{
+	(void)t;
+	return 0;
+}
+
 struct file_tier {
 	struct hs_tier base;
 	int fd, direct;

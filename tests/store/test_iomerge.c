@@ -6,7 +6,8 @@
  * four chunks in a run goes out and comes back as one request each way,
  * a fault injected into its third request fails the merged read (nothing
  * lost), and a corrupted chunk inside a merged read is still caught by its
- * own crc32c. */
+ * own crc32c; with an iovec (nvme: READV/WRITEV), requests back to back
+ * on the tier merge wherever their memory lies. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -149,7 +150,7 @@ static void test_merge_model(void **state)
 			ios[i] = ios[j];
 			ios[j] = x;
 		}
-		int m = hs_io_merge(ios, n);
+		int m = hs_io_merge(ios, n, 0);
 		assert_true(m >= 1 && m <= n);
 		check_output(ios, m, r, n, seen);
 		/* complete them: each request once, with its merged one's result */
@@ -164,6 +165,119 @@ static void test_merge_model(void **state)
 		}
 		for (int i = 0; i < n; i++)
 			assert_int_equal(r[i].calls, 1);
+	}
+}
+
+/* sub[0..k) may be one request with an iovec, from scratch: back to back
+ * on the tier, one operation, and one piece of memory throughout or every
+ * one with a vbuf. */
+static int stretch_ref(struct rec *const *sub, int k)
+{
+	int contig = 1, allv = 1;
+
+	for (int i = 0; i < k; i++) {
+		allv &= sub[i]->io.vbuf != NULL;
+		if (i && (sub[i]->io.op != sub[0]->io.op || sub[i - 1]->io.addr + sub[i - 1]->io.len != sub[i]->io.addr))
+			return 0;
+		if (i)
+			contig &= continues(&sub[i - 1]->io, &sub[i]->io);
+	}
+	return contig || allv;
+}
+
+/* Vectored merging (a tier with HS_TIER_F_VECTORED): requests back to back
+ * on the tier merge wherever their memory lies when both have a vbuf, the
+ * merged one's iovec their vbufs in address order (neighbours in memory one
+ * piece) and no fixed buffer; without vbufs only as before. */
+static void test_merge_vectored(void **state)
+{
+	uint64_t s = seed ^ 0x5bd1e995;
+
+	(void)state;
+	for (int round = 0; round < 2000; round++) {
+		struct rec r[NMAX], *sub[NMAX];
+		struct hs_io *ios[NMAX];
+		int seen[NMAX] = { 0 }, n = 1 + (int)(tu_rand(&s) % NMAX), vec = 0;
+		make_batch(&s, r, n);
+		for (int i = 0; i < n; i++) {
+			r[i].io.vbuf = tu_rand(&s) % 4 ? r[i].io.buf : NULL;
+			if (tu_rand(&s) % 3 == 0) /* apart in memory, same place on the tier */
+				r[i].io.buf = r[i].io.vbuf = r[i].io.vbuf ? (char *)r[i].io.buf + (64 << 20) : NULL;
+			if (!r[i].io.buf)
+				r[i].io.buf = (char *)(uintptr_t)(0x40000000 + 0x100000 * (uint64_t)i);
+			if (r[i].io.vbuf && tu_rand(&s) % 2) /* reached elsewhere than buf (a fixed read's frames at home) */
+				r[i].io.vbuf = (char *)r[i].io.vbuf + (1ull << 30);
+			ios[i] = &r[i].io;
+		}
+		for (int i = n - 1; i > 0; i--) {
+			int j = (int)(tu_rand(&s) % (uint64_t)(i + 1));
+			struct hs_io *x = ios[i];
+			ios[i] = ios[j];
+			ios[j] = x;
+		}
+		int m = hs_io_merge(ios, n, 1);
+		assert_true(m >= 1 && m <= n);
+		for (int j = 0; j < m; j++) {
+			const struct hs_io *o = ios[j];
+			int k = subs_of(o, r, n, sub);
+			size_t len = 0;
+			assert_true(k >= 1 && (k == 1 || o->len <= HS_IO_MERGE_MAX));
+			if (k == 1)
+				assert_ptr_equal(o, &sub[0]->io);
+			assert_true(stretch_ref(sub, k));
+			for (int i = 0; i < k; i++) {
+				len += sub[i]->io.len;
+				seen[sub[i] - r]++;
+			}
+			assert_int_equal(o->len, len);
+			if (!o->niov) {
+				for (int i = 1; i < k; i++) /* one piece of memory: as without vectors */
+					assert_true(continues(&sub[i - 1]->io, &sub[i]->io));
+				continue;
+			}
+			vec++;
+			assert_int_equal(o->mem_slot, 0); /* no fixed buffer */
+			uint32_t p = 0;
+			size_t at = 0;
+			for (int i = 0; i < k; i++) { /* the iovec walks the vbufs in order */
+				assert_non_null(sub[i]->io.vbuf);
+				if (at == o->iov[p].iov_len) {
+					p++;
+					at = 0;
+					/* a new piece only where memory breaks */
+					assert_true((char *)sub[i - 1]->io.vbuf + sub[i - 1]->io.len != (char *)sub[i]->io.vbuf);
+				}
+				assert_true(p < o->niov);
+				assert_ptr_equal((char *)o->iov[p].iov_base + at, sub[i]->io.vbuf);
+				at += sub[i]->io.len;
+			}
+			assert_int_equal(p + 1, o->niov);
+			assert_int_equal(at, o->iov[p].iov_len);
+		}
+		for (int i = 0; i < n; i++)
+			assert_int_equal(seen[i], 1);
+		/* maximal: two outputs that meet on the tier could not be one
+		 * stretch, or it would be too long */
+		for (int a = 0; a < m; a++)
+			for (int b = 0; b < m; b++) {
+				struct rec *ab[2 * NMAX];
+				if (a == b || ios[a]->op != ios[b]->op || ios[a]->addr + ios[a]->len != ios[b]->addr)
+					continue;
+				int ka = subs_of(ios[a], r, n, ab);
+				int kb = subs_of(ios[b], r, n, ab + ka);
+				assert_true(!stretch_ref(ab, ka + kb) || ios[a]->len + ios[b]->len > HS_IO_MERGE_MAX);
+			}
+		for (int j = 0; j < m; j++) {
+			ios[j]->res = (j + round) % 3 ? 0 : -EIO;
+			int res = ios[j]->res, k = subs_of(ios[j], r, n, sub);
+			ios[j]->done(ios[j]);
+			for (int i = 0; i < k; i++)
+				assert_int_equal(sub[i]->res, res);
+		}
+		for (int i = 0; i < n; i++)
+			assert_int_equal(r[i].calls, 1);
+		if (round == 1999)
+			print_message("vectored: last batch %d requests, %d merged with an iovec\n", n, vec);
 	}
 }
 
@@ -183,7 +297,7 @@ static void test_merge_cap(void **state)
 					     .len = len, .done = rec_done, .arg = &r[i] } };
 		ios[i] = &r[i].io;
 	}
-	int m = hs_io_merge(ios, NPG + 2);
+	int m = hs_io_merge(ios, NPG + 2, 0);
 	assert_int_equal(m, 3); /* [0, NPG) whole, then NPG alone, then NPG + 1 */
 	assert_int_equal(ios[0]->len, HS_IO_MERGE_MAX);
 	for (int j = 0; j < m; j++)
@@ -276,12 +390,60 @@ static void test_merge_store(void **state)
 	hs_store_close(st);
 }
 
+/* Two one-chunk tensors written back together lie back to back on the nvme
+ * tier with a third between them in DRAM: one READV/WRITEV each way (two
+ * requests without vectors), the bytes and each chunk's crc32c intact. */
+static void test_merge_store_scattered(void **state)
+{
+	const uint64_t cs = 16384;
+	struct hs_store_opts o;
+	struct hs_store *st;
+	struct hs_tensor *t[3];
+	struct hs_prefetch *h = NULL;
+	unsigned char *p;
+
+	(void)state;
+	tu_opts(&o, CFG_NVME, cs, 12, 64, "mergesc");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	struct hs_tensor_info ti = { .bytes = cs, .dtype = HP_U8 };
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(hs_tensor_create(st, &ti, &t[i]), 0);
+		assert_int_equal(hs_pin(t[i], 0, HS_ALL, HS_PIN_OVERWRITE, (void **)&p), 0);
+		fill(p, cs, (unsigned char)(11 * i + 1));
+		assert_int_equal(hs_unpin(t[i], 0, HS_ALL), 0);
+	}
+	struct hs_range r[2] = { { t[0], 0, HS_ALL }, { t[2], 0, HS_ALL } };
+	uint64_t q0 = hs_tier_nvme_requests(st->tiers[0]);
+	assert_int_equal(hs_evict_many(r, 2, HS_TIER_ANY), 2);
+	uint64_t q1 = hs_tier_nvme_requests(st->tiers[0]);
+	assert_int_equal(t[2]->ch[0].addr, t[0]->ch[0].addr + cs); /* back to back on the tier */
+	assert_int_equal(q1 - q0, 1);
+	assert_int_equal(hs_prefetch_many(r, 2, &h), 0);
+	assert_int_equal(hs_prefetch_wait(h), 0);
+	assert_int_equal(hs_tier_nvme_requests(st->tiers[0]) - q1, 1);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(hs_pin(t[i], 0, HS_ALL, HS_PIN_READ, (void **)&p), 0);
+		check(p, cs, (unsigned char)(11 * i + 1));
+		assert_int_equal(hs_unpin(t[i], 0, HS_ALL), 0);
+	}
+	struct hs_store_stats s;
+	hs_store_stats(st, &s);
+	assert_int_equal(s.tier[1].writes, 2); /* the store still counts chunks */
+	assert_int_equal(s.tier[1].reads, 2);
+	assert_int_equal(s.tier[1].crc_errors, 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(hs_tensor_drop(t[i]), 0);
+	hs_store_close(st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_merge_model),
 		cmocka_unit_test(test_merge_cap),
 		cmocka_unit_test(test_merge_store),
+		cmocka_unit_test(test_merge_vectored),
+		cmocka_unit_test(test_merge_store_scattered),
 	};
 	int rc;
 
