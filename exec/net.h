@@ -128,6 +128,7 @@ struct hp_net_stats {
 	double stall_ms;        /* compute workers idle waiting for loads or budget (last run) */
 	double busy_ms;         /* kernel time summed over workers (last run) */
 	uint64_t bytes_loaded;  /* budget taken by loads that read (last run) */
+	uint64_t wakes[2];      /* idle compute workers, I/O threads woken (last run) */
 };
 
 /* Compile the plan order into a net and start its threads (compute
