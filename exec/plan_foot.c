@@ -113,30 +113,3 @@ int hp_plan_footprint_of(const struct hp_graph *g, const struct hp_plan *p, uint
 	return rc;
 }
 
-int hp_plan_footprint(const struct hp_graph *g, const struct hp_exec_opts *o, uint64_t *state, uint64_t *swapped,
-		      uint64_t *peak)
-{
-	struct hp_budget_layout l;
-	struct hp_plan_opts po;
-	struct hp_plan *p = NULL;
-	void *sm = NULL;
-	int rc = 0;
-
-	*state = *swapped = *peak = 0;
-	hp_budget_layout(g, o, &l);
-	if (!l.budget)
-		return 0;
-	hp_plan_default_opts(&l, &po);
-	/* without reductions in flight the acts do not depend on the time
-	 * model: planned with the summary's figures (cached, never measured
-	 * here), this is the plan --plan's summary built, handed out again */
-	if (po.comm_ranks < 2 || po.comm_GBps <= 0)
-		rc = hp_plan_speed_opts(g, o, &po, &sm, 0);
-	if (rc == 0)
-		rc = hp_plan_build_shared(g, &po, &p);
-	if (rc == 0)
-		rc = hp_plan_footprint_of(g, p, state, swapped, peak);
-	hp_plan_free(p);
-	free(sm);
-	return rc;
-}

@@ -36,7 +36,10 @@
  * alike).  When that splits nothing and nothing fits
  * (training: gradients need more than the forward ops the cut sees) at a
  * budget no smaller than the smallest one named, the cut is halved below
- * the target until a candidate fits.  Deterministic. */
+ * the target until a candidate fits.  While nothing fits, a candidate
+ * whose forward steps alone need no less than the one kept (split.c
+ * cut_floor), or whose band count keeps such steps uncut, is neither cut
+ * nor differentiated: it could not be kept.  Deterministic. */
 #ifndef HPDLF_EXEC_SPLIT_H
 #define HPDLF_EXEC_SPLIT_H
 

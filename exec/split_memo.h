@@ -20,8 +20,11 @@ uint64_t hp_split_graph_hash(const struct hp_graph *g);
 
 /* The figures of cut graph `graph` under ctx at `budget` (1: found):
  * an entry of that budget (with want_ms, one with its predicted time
- * where it fits), or one valid at every budget below its min_after (its
- * ms is then -1: not predicted).  ctx 0: never found. */
+ * where it fits), or one whose lean pass found nothing to change (its
+ * graph is then the same at every budget), valid at every budget below
+ * its min_after and, without want_ms, above it too (its ms is then -1:
+ * not predicted).  Floors (hp_split_memo_floor_add) are not figures.
+ * ctx 0: never found. */
 int hp_split_memo_find(uint64_t ctx, uint64_t graph, uint64_t budget, int want_ms, struct hp_split_info *out);
 void hp_split_memo_add(uint64_t ctx, uint64_t graph, uint64_t budget, int any_below,
 		       const struct hp_split_info *info);
