@@ -13,7 +13,8 @@
  * one fused multiply-add per k = 0, 1, ..., K-1 in order, so the path
  * taken (and the threads, the bands of items and rows) never shows in
  * the results.  The fused epilogue (FusedConv) runs as hp_epi_span on
- * each item's rows of a tile once they are stored, as conv_pw.c's
+ * each item's rows of a unit once they are stored (each channel's run of
+ * the unit's positions where a packed run cuts the plane), as conv_pw.c's
  * fallback does; its register epilogue gives those bits too.
  *
  * W^T: a unit (group, 16 or 32 output channels) transposes its rows of W
