@@ -54,13 +54,44 @@ static int known(const struct hp_shape *s, int rank_from)
 	return 1;
 }
 
+/* kernels/conv_transpose.c's chunks of output channels, whole where
+ * the windows tile the image (stride = kernel, no pads, no dilation). */
+#define CONVT_CHUNK_CH 16
+
+/* Whether conv_transpose.c may take the node's geometry as blocked (an
+ * auto_pad or an attribute it cannot read: may). */
+static int maybe_blocked(const struct hp_node *n, const struct hp_shape *w)
+{
+	const int64_t *v;
+	int c;
+
+	if (hp_node_attr(n, "auto_pad") || hp_node_attr(n, "output_padding"))
+		return 1;
+	for (int i = 2; i < w->rank; i++) {
+		int64_t k = w->dims[i], s = 1, d = 1;
+
+		if ((c = hp_attr_ints(n, "strides", &v)) > 0)
+			s = c == w->rank - 2 ? v[i - 2] : -1;
+		if ((c = hp_attr_ints(n, "dilations", &v)) > 0)
+			d = c == w->rank - 2 ? v[i - 2] : -1;
+		if (s != k || (d != 1 && k > 1))
+			return s < 0 || d < 0;
+	}
+	if ((c = hp_attr_ints(n, "pads", &v)) > 0)
+		for (int i = 0; i < c; i++)
+			if (v[i])
+				return 0;
+	return 1;
+}
+
 /* Conv and ConvTranspose, W [out, in / group, k...] (ConvTranspose: [in,
  * out / group, k...]): conv.c and conv_shift.c multiply W's rows of a group
  * by the columns of a tile (m out/group, k in/group x kernel);
- * conv_transpose.c and the data gradient W^T (m in/group x kernel, k
- * out/group); conv_grad.c's filter gradient m rows of W^T by n channels
- * over k columns, or, for group 1, the channels by W^T's rows.  C is the
- * larger channel count: each call's extents are at most these. */
+ * conv_transpose.c and the data gradient W^T (m a chunk of 16 channels x
+ * kernel, all of them when blocked; k in/group); conv_grad.c's filter
+ * gradient m rows of W^T by n channels over k columns, or, for group 1,
+ * the channels by W^T's rows.  C is the larger channel count: each call's
+ * extents are at most these. */
 static int64_t conv_bytes(const struct hp_blas_core *c, const struct hp_graph *g, const struct hp_node *n,
 			  int training)
 {
@@ -78,7 +109,7 @@ static int64_t conv_bytes(const struct hp_blas_core *c, const struct hp_graph *g
 	if (training || !transpose)
 		best = most(c, best, cg, ANY, cg * kvol);
 	if (training || transpose)
-		best = most(c, best, cg * kvol, ANY, cg);
+		best = most(c, best, (maybe_blocked(n, w) ? cg : min64(cg, CONVT_CHUNK_CH)) * kvol, ANY, cg);
 	if (!training)
 		return best;
 	best = most(c, best, cg * kvol, cg, ANY);

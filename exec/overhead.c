@@ -138,7 +138,7 @@ void hp_budget_overhead_measure(const struct hp_graph *g, int remote, const char
 	uint64_t cpus = (uint64_t)hp_cpus_online(), grain = 2ull << 20, f;
 	/* ranks: pipeline stages' deferred weight gradients call a threaded
 	 * sgemm the bound does not model; the legacy figure (g NULL) */
-	int training = mode && strncmp(mode, "infer", 5) != 0;
+	int training = mode && strcmp(mode, "infer") && strcmp(mode, "infer-budget"); /* compile.c's modes */
 	uint64_t blas = (uint64_t)hp_budget_blas_per_buffer(hp_comm_size() > 1 ? NULL : g, training);
 
 	pthread_mutex_lock(&overhead_mu);

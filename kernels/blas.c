@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 #include <strings.h>
 
 #include <cblas.h>
@@ -90,10 +91,16 @@ static int64_t min_i64(int64_t a, int64_t b)
 	return a < b ? a : b;
 }
 
+/* The drivers, the buffer layout and the blocking above are 0.3.21's
+ * (Debian 12's); another release is not assumed to keep them. */
+#define VERSION "OpenBLAS 0.3.21 "
+
 int hp_blas_core(struct hp_blas_core *c)
 {
-	const char *name = openblas_get_corename();
+	const char *name = openblas_get_corename(), *config = openblas_get_config();
 
+	if (!config || strncmp(config, VERSION, strlen(VERSION)))
+		return -ENOENT;
 	for (size_t i = 0; name && i < sizeof cores / sizeof cores[0]; i++)
 		if (!strcasecmp(name, cores[i].name)) {
 			*c = cores[i];

@@ -46,7 +46,8 @@ struct hp_blas_core {
 	int64_t b_offset; /* where the B panel starts in a buffer */
 };
 
-/* The core's blocking: 0, or -ENOENT for a core not in the table. */
+/* The core's blocking: 0, or -ENOENT for a core not in the table or
+ * an OpenBLAS other than 0.3.21. */
 int hp_blas_core(struct hp_blas_core *c);
 
 /* The most bytes of one OpenBLAS buffer (resident pages) a row-major
