@@ -55,6 +55,14 @@ void hp_budget_layout_init(struct hp_budget_layout *l, uint64_t budget)
 	set_usable(l);
 }
 
+void hp_budget_layout_tensors(struct hp_budget_layout *l, uint64_t tensors)
+{
+	l->budget = tensors;
+	l->chunk = hp_budget_chunk(tensors);
+	l->staging = hp_budget_staging(tensors);
+	set_usable(l);
+}
+
 int hp_exec_workers(const struct hp_exec_opts *o, int threads)
 {
 	int w = o && o->size >= offsetof(struct hp_exec_opts, workers) + sizeof o->workers && o->workers > 0 ? o->workers : 1;

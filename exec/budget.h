@@ -105,6 +105,9 @@ uint64_t hp_budget_staging(uint64_t budget);
 
 /* The layout of `budget` with per-kernel scratch (workspace 0). */
 void hp_budget_layout_init(struct hp_budget_layout *l, uint64_t budget);
+/* l as hp_budget_layout_init left it, for a tensor budget of tensors instead
+ * (its chunk, staging and usable bytes with it). */
+void hp_budget_layout_tensors(struct hp_budget_layout *l, uint64_t tensors);
 
 /* Task-net compute workers for these options and thread count. */
 int hp_exec_workers(const struct hp_exec_opts *o, int threads);

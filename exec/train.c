@@ -14,6 +14,7 @@
 #include "exec/exec_internal.h"
 #include "exec/fuse.h"
 #include "exec/pipe.h"
+#include "exec/plan.h"
 #include "exec/remat.h"
 #include "exec/split.h"
 #include "exec/split_weight.h"
@@ -391,6 +392,8 @@ static int build(struct hp_trainer *t)
 	if ((rc = measure_overhead(t)) < 0)
 		return rc;
 	hp_budget_layout_init(&l, t->o.budget);
+	if (t->split_tensors)
+		hp_budget_layout_tensors(&l, t->split_tensors);
 	if (!no_split(t) && (rc = hp_split_weights_ext(t->g, &l, &t->o.spec, t->update_cut, &t->update_would_cut)) < 0)
 		return rc;
 	if ((rc = make_training_graph(t, &l)) < 0 || (rc = fit_labels(t)) < 0 || (rc = recompute(t)) < 0)
@@ -444,7 +447,8 @@ static int fits(struct hp_trainer *t)
 
 /* One trainer from validated options; update_cut: weights kept in blocks
  * for their optimizer update (split_weight.h).  *out even on failure. */
-static int create_once(const char *model, const struct hp_trainer_opts *o, int update_cut, struct hp_trainer **out)
+static int create_once(const char *model, const struct hp_trainer_opts *o, int update_cut, uint64_t split_tensors,
+		       struct hp_trainer **out)
 {
 	struct hp_trainer *t;
 	int rc;
@@ -457,6 +461,7 @@ static int create_once(const char *model, const struct hp_trainer_opts *o, int u
 	if (!t->o.spec.seed)
 		t->o.spec.seed = t->o.seed;
 	t->update_cut = update_cut;
+	t->split_tensors = split_tensors;
 	t->model = strdup(model);
 	rc = t->model ? hp_dp_setup(t) : hp_error(-ENOMEM, "out of memory");
 	if (rc == 0 && t->o.pipeline > 1)
@@ -538,6 +543,47 @@ static void set_lr(struct hp_trainer *t)
 		set_lr_in(t->pipe->go, lr);
 }
 
+static int refused(int rc)
+{
+	return rc == HP_EBUDGET || rc == HP_EBUDGET_OP;
+}
+
+/* Refused by a budget just below what its own splits need: the weights
+ * and operators are split for the budget given (cut at its target), and a
+ * budget's splits can need a little more than it while a smaller budget's
+ * finer ones fit (the test MLP trained at a batch of 64: 286720 bytes ran,
+ * 344064 to 360447 were refused naming 360448).  Then the splits of
+ * smaller tensor budgets are tried, each run under the budget given, so
+ * that every budget from the smallest named up runs.  Only where the need
+ * named is within a sixteenth of the budget: the floor search's probes
+ * below the smallest budget are refused by more, and pay nothing.  *tp
+ * holds rc's trainer; on success the finer one replaces it. */
+#define FINER_TRIES 2
+static int split_finer(const char *model, const struct hp_trainer_opts *o, struct hp_trainer **tp, int rc)
+{
+	uint64_t need = hp_plan_needed, tensors = hp_budget_tensors(o->budget);
+	struct hp_trainer *t = *tp;
+
+	if (!o->budget || !t || t->nranks > 1 || t->pipe || !need || need <= o->budget || need - o->budget > o->budget / 16)
+		return rc;
+	for (int i = 0; i < FINER_TRIES; i++) {
+		struct hp_trainer *f = NULL;
+		tensors -= tensors / 4;
+		int r = create_once(model, o, 1, tensors, &f);
+		if (r == 0 && f->o.graph_only && !fits(f))
+			r = HP_EBUDGET_OP;
+		if (r == 0) {
+			hp_trainer_destroy(t);
+			*tp = f;
+			return 0;
+		}
+		hp_trainer_destroy(f);
+		if (!refused(r))
+			return r;
+	}
+	return rc;
+}
+
 int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct hp_trainer **out)
 {
 	struct hp_trainer *t;
@@ -552,7 +598,7 @@ int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct
 		return rc;
 	if ((rc = check_lr(o)) < 0)
 		return rc;
-	rc = create_once(model, o, 0, &t);
+	rc = create_once(model, o, 0, 0, &t);
 	if ((rc == HP_EBUDGET || rc == HP_EBUDGET_OP) && t->o.budget && t->nranks <= 1 && !t->pipe &&
 	    !t->update_would_cut && t->fits_refused) {
 		/* no weight to keep in blocks: the retry below would build this
@@ -563,8 +609,10 @@ int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct
 		/* refused for the budget: once more with the weights whose
 		 * optimizer update does not fit kept in blocks */
 		hp_trainer_destroy(t);
-		rc = create_once(model, o, 1, &t);
+		rc = create_once(model, o, 1, 0, &t);
 	}
+	if (refused(rc) || (rc == 0 && t->fits_refused))
+		rc = split_finer(model, o, &t, rc);
 	if (rc < 0) {
 		hp_trainer_destroy(t);
 		return rc;

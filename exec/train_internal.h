@@ -49,6 +49,8 @@ struct hp_trainer {
 	int update_cut;         /* weights kept in blocks for their update (split_weight.h) */
 	int update_would_cut;   /* without update_cut: it would cut a weight more */
 	int fits_refused;       /* --plan: built, and refused by fits() */
+	uint64_t split_tensors; /* nonzero: weights and operators split as for this tensor
+				 * budget, below the run's (hp_trainer_create's retry) */
 	char *model;
 	struct hp_graph *g;
 	struct hp_session *s;
