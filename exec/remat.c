@@ -2,6 +2,8 @@
  * choice written into a copy of the graph as recomputation nodes, kept
  * when the planner predicts a faster step (see remat.h). */
 #include <errno.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/exec.h"
 #include "hpdlf/kernels.h"
+#include "hpdlf/store.h"
 #include "exec/comm.h"
 #include "exec/plan.h"
 #include "exec/remat.h"
@@ -27,6 +30,7 @@ struct ctx {
 	char *fwd, *pers, *need;
 	int *item_node, nitems;        /* forward nodes in schedule order */
 	struct hp_remat_item *items;
+	uint64_t room; /* the tiers' capacity (0: not bounded) */
 };
 
 static double now_ms(void)
@@ -187,8 +191,16 @@ static int rewrite(struct hp_graph *g, const char *fwd, const char *rec)
 	return rc < 0 ? rc : hp_graph_infer(g);
 }
 
+/* Plan p of g holds no more below DRAM at once than the tiers' room. */
+static int fits_room(const struct ctx *c, const struct hp_graph *g, const struct hp_plan *p)
+{
+	uint64_t state, swapped, peak;
+
+	return !c->room || (hp_plan_footprint_of(g, p, &state, &swapped, &peak) == 0 && peak <= c->room);
+}
+
 /* The predicted step of g with rec's recomputations (a copy), kept in
- * *best when faster than *best_ms. */
+ * *best when faster than *best_ms and within the tiers' room. */
 static int try_choice(struct ctx *c, const char *rec, double *best_ms, struct hp_graph **best)
 {
 	struct hp_graph *cp = NULL;
@@ -199,7 +211,7 @@ static int try_choice(struct ctx *c, const char *rec, double *best_ms, struct hp
 		rc = rewrite(cp, c->fwd, rec);
 	if (rc == 0)
 		rc = hp_plan_build(cp, &c->po, &p);
-	if (rc == 0 && p->predicted_ms < *best_ms) {
+	if (rc == 0 && p->predicted_ms < *best_ms && fits_room(c, cp, p)) {
 		*best_ms = p->predicted_ms;
 		hp_graph_free(*best);
 		*best = cp;
@@ -236,17 +248,24 @@ static void count(const struct hp_graph *g, struct hp_remat_stats *st)
 /* The DP at a few weights of swap time against recompute time (swaps
  * overlap compute, recomputations do not: how much of a swap shows
  * depends on the step), each choice planned; the fastest is kept. */
+#define ROOM_TRIES 20
 static int choose(struct ctx *c, uint64_t mem, double *best_ms, struct hp_graph **best)
 {
+	/* while the plan without recomputation holds more below DRAM than the
+	 * tiers' room (best_ms infinite then), swaps weighed 2, 4, ... 2^20
+	 * times after these: choices that recompute more, until one fits */
 	static const double lambda[] = { 1, 0.5, 0.25 };
+	size_t nl = sizeof lambda / sizeof *lambda + (isinf(*best_ms) ? ROOM_TRIES : 0);
 	char *choice = malloc((size_t)c->nitems + 1), *rec = malloc((size_t)c->g->nnodes + 1);
 	char *prev = calloc((size_t)c->g->nnodes + 1, 1);
 	int rc = choice && rec && prev ? 0 : hp_error(-ENOMEM, "out of memory planning recomputation");
 
-	for (size_t l = 0; rc == 0 && l < sizeof lambda / sizeof *lambda; l++) {
-		double cost;
+	for (size_t l = 0; rc == 0 && l < nl; l++) {
+		double cost, w = l < 3 ? lambda[l] : (double)(2ull << (l - 3));
 		int any = 0;
-		if (hp_remat_chain(c->items, c->nitems, mem, 32, lambda[l], choice, &cost) < 0)
+		if (l >= 3 && *best)
+			break; /* one fits the room */
+		if (hp_remat_chain(c->items, c->nitems, mem, 32, w, choice, &cost) < 0)
 			break; /* nothing fits the model: the planner swaps */
 		memset(rec, 0, (size_t)c->g->nnodes);
 		for (int k = 0; k < c->nitems; k++)
@@ -317,8 +336,14 @@ static int analyse(struct ctx *c, int loss)
 
 int hp_remat_plan(struct hp_graph *g, int loss, const struct hp_plan_opts *po, struct hp_remat_stats *st)
 {
+	return hp_remat_plan_room(g, loss, po, 0, st);
+}
+
+int hp_remat_plan_room(struct hp_graph *g, int loss, const struct hp_plan_opts *po, uint64_t room,
+		       struct hp_remat_stats *st)
+{
 	struct hp_remat_stats dummy;
-	struct ctx c = { .g = g, .po = *po };
+	struct ctx c = { .g = g, .po = *po, .room = room };
 	struct hp_plan *p0 = NULL;
 	struct hp_graph *best = NULL;
 	double t0 = now_ms();
@@ -332,7 +357,15 @@ int hp_remat_plan(struct hp_graph *g, int loss, const struct hp_plan_opts *po, s
 	if ((rc = eager_updates(&c, &p0)) < 0 || (rc = analyse(&c, loss)) < 0)
 		goto out;
 	st->before_ms = st->after_ms = p0->predicted_ms;
+	if (!fits_room(&c, g, p0))
+		st->after_ms = HUGE_VAL; /* any choice within the room is better */
 	rc = choose(&c, stash_mem(&c.po, p0), &st->after_ms, &best);
+	if (rc == 0 && isinf(st->after_ms)) { /* none fits the room: the fastest, as without
+					       * one (tier_room.c refuses the run) */
+		c.room = 0;
+		st->after_ms = st->before_ms;
+		rc = choose(&c, stash_mem(&c.po, p0), &st->after_ms, &best);
+	}
 	if (rc == 0 && best) {
 		hp_split_graph_adopt(g, best);
 		count(g, st);
@@ -348,6 +381,23 @@ out:
 	return rc;
 }
 
+/* The local tiers' capacity when every tier names its size (0: not
+ * bounded: a default spill file, an existing file's size, a remote tier). */
+static uint64_t tiers_room(const struct hp_exec_opts *o)
+{
+	uint64_t room = 0;
+
+	if (o->size < offsetof(struct hp_exec_opts, tiers) + sizeof o->tiers || !o->ntiers || !o->tiers)
+		return 0;
+	for (int i = 0; i < o->ntiers; i++) {
+		const struct hs_tier_spec *t = &o->tiers[i];
+		if (t->tier || t->kind == HS_TIER_REMOTE || !t->size)
+			return 0;
+		room += t->size;
+	}
+	return room;
+}
+
 int hp_remat(struct hp_graph *g, int loss, const struct hp_exec_opts *o, int measure, struct hp_remat_stats *st)
 {
 	struct hp_plan_opts po;
@@ -360,7 +410,7 @@ int hp_remat(struct hp_graph *g, int loss, const struct hp_exec_opts *o, int mea
 		return 0;
 	rc = hp_plan_speed_opts(g, o, &po, &model, measure);
 	if (rc == 0)
-		rc = hp_remat_plan(g, loss, &po, st);
+		rc = hp_remat_plan_room(g, loss, &po, tiers_room(o), st);
 	free(model);
 	return rc;
 }

@@ -123,5 +123,12 @@ int hp_remat(struct hp_graph *g, int loss, const struct hp_exec_opts *o, int mea
 /* The same with the planner's options given (their speed and tier model). */
 struct hp_plan_opts;
 int hp_remat_plan(struct hp_graph *g, int loss, const struct hp_plan_opts *po, struct hp_remat_stats *st);
+/* The same, choosing only among plans that hold at most room bytes below
+ * DRAM at once (the tiers' capacity; 0: not bounded): while the plan without
+ * recomputation holds more, swaps are weighed 2, 4, ... 2^20 times their
+ * time until a choice recomputes enough to fit; the fastest plan within
+ * the room is kept (none: as without a room). */
+int hp_remat_plan_room(struct hp_graph *g, int loss, const struct hp_plan_opts *po, uint64_t room,
+		       struct hp_remat_stats *st);
 
 #endif

@@ -36,8 +36,9 @@ first, removed when everything passes), then:
     unmaps them after each transfer; it peaked at 137% before).  The pool
     is 1G: how much of the backward's stash the plan swaps rather than
     recomputes follows the measured speeds (196 to 759 MiB of the ~770 MiB
-    stash seen with caches measured under load), and the plan does not
-    yet weigh the tier's size, so a 512M pool was refused now and then;
+    stash seen with caches measured under load); a 512M pool was refused
+    now and then before the recomputation choice weighed the tier's room
+    (exec/remat.c hp_remat_plan_room), and 1G keeps this test about RSS;
   * the smallest budget --plan names: the same at two given budgets; a run
     at it works, one byte less exits 2 naming it.  Once where it is above
     64 MiB (one MatMul with a 64 MiB weight, --no-split: the process's

@@ -281,6 +281,65 @@ static void test_pass_10000(void **state)
 	hp_graph_free(g);
 }
 
+/* The most plan of g holds below DRAM at once. */
+static uint64_t foot_peak(const struct hp_graph *g, const struct hp_plan_opts *po)
+{
+	struct hp_plan *p = NULL;
+	uint64_t state, swapped, peak = 0;
+
+	assert_int_equal(hp_plan_build(g, po, &p), 0);
+	assert_int_equal(hp_plan_footprint_of(g, p, &state, &swapped, &peak), 0);
+	hp_plan_free(p);
+	return peak;
+}
+
+/* A tier so fast that swapping every activation beats recomputing any:
+ * without a room nothing is recomputed; with the tiers' room below what
+ * that plan holds at once, the pass recomputes until its plan fits the
+ * room (a plan that swapped more than a bounded tier held was refused
+ * before the run, where recomputing more fit). */
+static void test_room(void **state)
+{
+	(void)state;
+	struct hp_speed_compute sc = { .threads = 1, .flops = { 1e5, 1e6, 1e7, 1e8 }, .gflops = { 0.5, 1, 1, 1 },
+				       .mem_GBps = 0.5, .dispatch_us = 20 };
+	struct hp_plan_opts po;
+	struct hp_remat_stats st;
+	uint64_t peak0, room;
+
+	for (int bounded = 0; bounded < 2; bounded++) {
+		struct hp_graph *g = long_chain(200);
+		struct hp_train_spec sp;
+		struct hp_exec_opts o;
+		struct hp_budget_layout l;
+		hp_train_spec_init(&sp, sizeof sp);
+		sp.loss = HP_LOSS_MSE;
+		assert_int_equal(hp_autodiff(g, &sp), 0);
+		hp_exec_opts_init(&o, sizeof o);
+		o.threads = 1;
+		o.budget = 200ull * 4096 / 4;
+		hp_budget_layout(g, &o, &l);
+		hp_plan_default_opts(&l, &po);
+		po.speed = &sc;
+		po.read_MBps = po.write_MBps = 1e6;
+		po.read_lat_us = po.write_lat_us = 0.01;
+		peak0 = foot_peak(g, &po);
+		room = bounded ? peak0 / 2 : 0;
+		assert_int_equal(hp_remat_plan_room(g, g->outputs[g->noutputs - 1], &po, room, &st), 0);
+		uint64_t peak = foot_peak(g, &po);
+		print_message("room %llu: %d recomputed, tiers hold %llu at once (%llu without recomputation)\n",
+			      (unsigned long long)room, st.nodes, (unsigned long long)peak, (unsigned long long)peak0);
+		if (!bounded) {
+			assert_int_equal(st.nodes, 0);
+			assert_true(peak0 > 0);
+		} else {
+			assert_true(st.nodes > 0);
+			assert_true(peak <= room);
+		}
+		hp_graph_free(g);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -288,6 +347,7 @@ int main(void)
 		cmocka_unit_test(test_by_hand),
 		cmocka_unit_test(test_dp_time_10000),
 		cmocka_unit_test(test_pass_10000),
+		cmocka_unit_test(test_room),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
