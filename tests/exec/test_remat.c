@@ -246,27 +246,36 @@ static struct hp_graph *long_chain(int n)
  * kernels at 5 GB/s and 2 us each, a tier at 250/500 MB/s and 100 us per
  * request, where recomputing an element-wise activation beats swapping
  * it.  It recomputes, predicts a shorter step, and its time is reported. */
-static void test_pass_10000(void **state)
+/* The chain of n nodes trained (MSE), and *po the plan options of a budget
+ * of a quarter of its stash with the speed model sc. */
+static struct hp_graph *trained_chain(int n, const struct hp_speed_compute *sc, struct hp_plan_opts *po)
 {
-	(void)state;
-	struct hp_graph *g = long_chain(10000);
+	struct hp_graph *g = long_chain(n);
 	struct hp_train_spec sp;
 	struct hp_exec_opts o;
 	struct hp_budget_layout l;
-	struct hp_plan_opts po;
-	struct hp_speed_compute sc = { .threads = 1, .flops = { 1e5, 1e6, 1e7, 1e8 }, .gflops = { 5, 10, 20, 20 },
-				       .mem_GBps = 5, .dispatch_us = 2 };
-	struct hp_remat_stats st;
 
 	hp_train_spec_init(&sp, sizeof sp);
 	sp.loss = HP_LOSS_MSE;
 	assert_int_equal(hp_autodiff(g, &sp), 0);
 	hp_exec_opts_init(&o, sizeof o);
 	o.threads = 1;
-	o.budget = 10000ull * 4096 / 4;
+	o.budget = (uint64_t)n * 4096 / 4;
 	hp_budget_layout(g, &o, &l);
-	hp_plan_default_opts(&l, &po);
-	po.speed = &sc;
+	hp_plan_default_opts(&l, po);
+	po->speed = sc;
+	return g;
+}
+
+static void test_pass_10000(void **state)
+{
+	(void)state;
+	struct hp_plan_opts po;
+	struct hp_speed_compute sc = { .threads = 1, .flops = { 1e5, 1e6, 1e7, 1e8 }, .gflops = { 5, 10, 20, 20 },
+				       .mem_GBps = 5, .dispatch_us = 2 };
+	struct hp_graph *g = trained_chain(10000, &sc, &po);
+	struct hp_remat_stats st;
+
 	po.read_MBps = 500;
 	po.write_MBps = 250;
 	po.read_lat_us = po.write_lat_us = 100;
@@ -308,19 +317,7 @@ static void test_room(void **state)
 	uint64_t peak0, room;
 
 	for (int bounded = 0; bounded < 2; bounded++) {
-		struct hp_graph *g = long_chain(200);
-		struct hp_train_spec sp;
-		struct hp_exec_opts o;
-		struct hp_budget_layout l;
-		hp_train_spec_init(&sp, sizeof sp);
-		sp.loss = HP_LOSS_MSE;
-		assert_int_equal(hp_autodiff(g, &sp), 0);
-		hp_exec_opts_init(&o, sizeof o);
-		o.threads = 1;
-		o.budget = 200ull * 4096 / 4;
-		hp_budget_layout(g, &o, &l);
-		hp_plan_default_opts(&l, &po);
-		po.speed = &sc;
+		struct hp_graph *g = trained_chain(200, &sc, &po);
 		po.read_MBps = po.write_MBps = 1e6;
 		po.read_lat_us = po.write_lat_us = 0.01;
 		peak0 = foot_peak(g, &po);
