@@ -255,15 +255,15 @@ static int choose(struct ctx *c, uint64_t mem, double *best_ms, struct hp_graph 
 	 * tiers' room (best_ms infinite then), swaps weighed 2, 4, ... 2^20
 	 * times after these: choices that recompute more, until one fits */
 	static const double lambda[] = { 1, 0.5, 0.25 };
-	size_t nl = sizeof lambda / sizeof *lambda + (isinf(*best_ms) ? ROOM_TRIES : 0);
+	const size_t nw = sizeof lambda / sizeof *lambda, nl = nw + (isinf(*best_ms) ? ROOM_TRIES : 0);
 	char *choice = malloc((size_t)c->nitems + 1), *rec = malloc((size_t)c->g->nnodes + 1);
 	char *prev = calloc((size_t)c->g->nnodes + 1, 1);
 	int rc = choice && rec && prev ? 0 : hp_error(-ENOMEM, "out of memory planning recomputation");
 
 	for (size_t l = 0; rc == 0 && l < nl; l++) {
-		double cost, w = l < 3 ? lambda[l] : (double)(2ull << (l - 3));
+		double cost, w = l < nw ? lambda[l] : (double)(2ull << (l - nw));
 		int any = 0;
-		if (l >= 3 && *best)
+		if (l >= nw && *best)
 			break; /* one fits the room */
 		if (hp_remat_chain(c->items, c->nitems, mem, 32, w, choice, &cost) < 0)
 			break; /* nothing fits the model: the planner swaps */
