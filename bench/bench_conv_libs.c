@@ -3,7 +3,7 @@
  * primitives, and the sgemm calls of hpdlf's im2col path under OpenBLAS,
  * BLIS and libxsmm, forward, data gradient and weight gradient.
  *
- *   hpdlf-bench-conv-libs [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1]
+ *   hpdlf-bench-conv-libs [--reps N] [--class NAME[,NAME...]] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1]
  *                         [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1]
  *                         [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--fwd]
  *
@@ -34,8 +34,14 @@
  * oneDNN picked.  The gemm columns time one sgemm of the im2col path's
  * shape (M = output channels per group, N = output positions of a tile,
  * K = input channels per group x kernel volume) per library.  Libraries
- * missing at build time (meson options dnnl, blis, xsmm) print "-".  Ends
- * with one JSON line. */
+ * missing at build time (meson options dnnl, blis, xsmm) print "-".
+ * cblas_sgemm 2048^3 on one thread is timed first, in the same run, and
+ * "%sgemm" is hpdlf's figure as a share of it (issue 16: conv layers at
+ * 75% of sgemm peak and more).  Ends with one JSON line, which carries the
+ * peak and, over the dense classes (not depthwise; ConvTranspose and ASPP
+ * rows aside), per pass: the rows at 75% and more, and the FLOP-weighted
+ * share (the classes' FLOP over the time hpdlf takes for all of them, as
+ * a share of the peak). */
 #include <cblas.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -449,6 +455,27 @@ static double time_gemm(int lib, int m, int n, int k, int reps)
 	return median(ms, reps);
 }
 
+/* cblas_sgemm 2048^3 on one thread, GFLOP/s per CPU-second (as
+ * bench_kernels.c measures it): the peak the classes are held to. */
+static double sgemm_peak(int reps)
+{
+	const int n = 2048;
+	float *a = filled((size_t)n * n, 1), *b = filled((size_t)n * n, 2), *c = filled((size_t)n * n, 3);
+	double ms[64];
+
+	hp_blas_threads(1);
+	for (int r = 0; r <= reps; r++) {
+		double t0 = now_ms();
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+		if (r > 0) /* the first call warms up */
+			ms[r - 1] = now_ms() - t0;
+	}
+	free(a);
+	free(b);
+	free(c);
+	return 2.0 * n * n * n / (median(ms, reps) * 1e6);
+}
+
 static void load_blis(void)
 {
 #ifdef HPDLF_HAVE_BLIS
@@ -465,6 +492,19 @@ static double gf(double f, double ms)
 }
 
 static FILE *js; /* the JSON line's rows */
+static double peak; /* sgemm_peak's GFLOP/s */
+
+/* Per pass over the dense classes: rows, rows at 75% of peak and more,
+ * FLOP and hpdlf's ms (for the FLOP-weighted share). */
+static struct {
+	int rows, good;
+	double gflop, ms;
+} tally[3];
+
+static double pct(double gfs)
+{
+	return gfs > 0 && peak > 0 ? 100 * gfs / peak : -1;
+}
 
 static void row(const struct cls *c, enum pass p, int reps, void *dn, int first)
 {
@@ -486,13 +526,20 @@ static void row(const struct cls *c, enum pass p, int reps, void *dn, int first)
 		tg[lib] = time_gemm(lib, gm, gn, gk, reps);
 		tg[lib] = tg[lib] > 0 ? tg[lib] * (double)(c->n * c->g) : -1;
 	}
-	printf("%-10s %-3s %8.4f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f  %s / %s\n", c->name, pass_name[p], f * 1e-9,
-	       gf(f, th), gf(f, td), gf(f, tb), gf(f, tg[0]), gf(f, tg[1]), gf(f, tg[2]), impl, implb);
-	fprintf(js, "%s{\"class\":\"%s\",\"pass\":\"%s\",\"gflop\":%.5f,\"hpdlf\":%.2f,\"dnnl\":%.2f,"
-			"\"dnnl_blocked\":%.2f,\"gemm_openblas\":%.2f,\"gemm_blis\":%.2f,\"gemm_xsmm\":%.2f,"
+	if (c->g == 1 || c->g != c->c) { /* dense: not depthwise */
+		tally[p].rows++;
+		tally[p].good += pct(gf(f, th)) >= 75;
+		tally[p].gflop += f * 1e-9;
+		tally[p].ms += th;
+	}
+	printf("%-10s %-3s %8.4f %8.1f %6.0f %8.1f %8.1f %8.1f %8.1f %8.1f  %s / %s\n", c->name, pass_name[p],
+	       f * 1e-9, gf(f, th), pct(gf(f, th)), gf(f, td), gf(f, tb), gf(f, tg[0]), gf(f, tg[1]), gf(f, tg[2]),
+	       impl, implb);
+	fprintf(js, "%s{\"class\":\"%s\",\"pass\":\"%s\",\"gflop\":%.5f,\"hpdlf\":%.2f,\"pct_sgemm\":%.1f,"
+		"\"dnnl\":%.2f,\"dnnl_blocked\":%.2f,\"gemm_openblas\":%.2f,\"gemm_blis\":%.2f,\"gemm_xsmm\":%.2f,"
 		"\"dnnl_impl\":\"%s\",\"dnnl_blocked_impl\":\"%s\"}",
-		first ? "" : ",", c->name, pass_name[p], f * 1e-9, gf(f, th), gf(f, td), gf(f, tb), gf(f, tg[0]),
-		gf(f, tg[1]), gf(f, tg[2]), impl, implb);
+		first ? "" : ",", c->name, pass_name[p], f * 1e-9, gf(f, th), pct(gf(f, th)), gf(f, td), gf(f, tb),
+		gf(f, tg[0]), gf(f, tg[1]), gf(f, tg[2]), impl, implb);
 }
 
 /* ---- ConvTranspose (kernel == stride, no pad): hpdlf alone ------------- */
@@ -706,6 +753,34 @@ static void aspp_row(const struct cls *c, int reps, void *dn, int first)
 	hp_graph_free(cut);
 }
 
+/* --class takes a comma-separated list of names. */
+static int picked(const char *only, const char *name)
+{
+	size_t n = strlen(name);
+
+	if (!only)
+		return 1;
+	for (const char *p = only; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+		if (!strncmp(p, name, n) && (p[n] == ',' || !p[n]))
+			return 1;
+	return 0;
+}
+
+/* The dense classes' FLOP over hpdlf's time for all of them, as a share of
+ * the peak: what a net made of these layers in these proportions gets. */
+static double tally_pct(int p)
+{
+	return tally[p].ms > 0 ? pct(tally[p].gflop / (tally[p].ms * 1e-3)) : -1;
+}
+
+static void print_tally(void)
+{
+	for (int p = 0; p < 3; p++)
+		if (tally[p].rows)
+			printf("dense %-3s: %d of %d rows at 75%% of sgemm peak or more; FLOP-weighted %.1f%%\n",
+			       pass_name[p], tally[p].good, tally[p].rows, tally_pct(p));
+}
+
 int main(int argc, char **argv)
 {
 	int reps = 5, nc = (int)(sizeof classes / sizeof classes[0]), first = 1, fwd_only = 0;
@@ -752,7 +827,7 @@ int main(int argc, char **argv)
 			fwd_only = 1;
 		else {
 			fprintf(stderr,
-				"usage: %s [--reps N] [--class NAME] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--fwd]\n",
+				"usage: %s [--reps N] [--class NAME[,NAME...]] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--fwd]\n",
 				argv[0]);
 			return 2;
 		}
@@ -768,30 +843,38 @@ int main(int argc, char **argv)
 #ifdef HPDLF_HAVE_XSMM
 	libxsmm_init();
 #endif
+	peak = sgemm_peak(reps < 7 ? reps : 7); /* ~0.17 s a call */
 	printf("GFLOP/s per CPU-second, 1 thread; gemm columns: the im2col path's sgemm alone\n");
-	printf("%-10s %-3s %8s %8s %8s %8s %8s %8s %8s  %s\n", "class", "op", "GFLOP", "hpdlf", "oneDNN", "dnnl-blk",
-	       "OpenBLAS", "BLIS", "libxsmm", "oneDNN impl (NCHW / blocked)");
+	printf("cblas_sgemm 2048^3: %.1f GFLOP/s per CPU-second on 1 thread (%%sgemm: hpdlf's share of it)\n", peak);
+	printf("%-10s %-3s %8s %8s %6s %8s %8s %8s %8s %8s  %s\n", "class", "op", "GFLOP", "hpdlf", "%sgemm", "oneDNN",
+	       "dnnl-blk", "OpenBLAS", "BLIS", "libxsmm", "oneDNN impl (NCHW / blocked)");
 	char *buf = NULL;
 	size_t len = 0;
 	js = open_memstream(&buf, &len);
 	for (int i = 0; i < nc; i++) {
-		if (only && strcmp(only, classes[i].name))
+		if (!picked(only, classes[i].name))
 			continue;
 		for (int p = 0; p < (fwd_only ? 1 : 3); p++, first = 0)
 			row(&classes[i], (enum pass)p, reps, dn, first);
 	}
 	for (size_t i = 0; i < sizeof ct_classes / sizeof ct_classes[0]; i++)
-		if (!only || !strcmp(only, ct_classes[i].name))
+		if (picked(only, ct_classes[i].name))
 			ct_row(&ct_classes[i], reps, first), first = 0;
-	if (!only || !strncmp(only, "aspp", 4))
+	if (!only || strstr(only, "aspp"))
 		printf("%-10s %-3s %8s %8s %8s %8s %8s  (GFLOP/s on live taps)\n", "class", "op", "GFLOP", "full", "hpdlf",
 		       "oneDNN", "dnnl-blk");
 	for (size_t i = 0; i < sizeof aspp_classes / sizeof aspp_classes[0]; i++)
-		if (!only || !strcmp(only, aspp_classes[i].c.name))
+		if (picked(only, aspp_classes[i].c.name))
 			aspp_row(&aspp_classes[i].c, reps, dn, first), first = 0;
 	fclose(js);
-	printf("{\"bench\":\"conv_libs\",\"reps\":%d,\"unit\":\"GFLOP/s per CPU-second, 1 thread\",\"rows\":[%s]}\n",
-	       reps, buf);
+	print_tally();
+	printf("{\"bench\":\"conv_libs\",\"reps\":%d,\"unit\":\"GFLOP/s per CPU-second, 1 thread\",\"sgemm_peak\":%.2f,"
+	       "\"dense\":{",
+	       reps, peak);
+	for (int p = 0; p < 3; p++)
+		printf("%s\"%s\":{\"rows\":%d,\"at75\":%d,\"gflop\":%.5f,\"pct_weighted\":%.1f}", p ? "," : "",
+		       pass_name[p], tally[p].rows, tally[p].good, tally[p].gflop, tally_pct(p));
+	printf("},\"rows\":[%s]}\n", buf);
 	free(buf);
 	return 0;
 }
