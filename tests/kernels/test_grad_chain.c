@@ -582,6 +582,9 @@ static void test_filter_reg(void **state)
 	/* rows of 10 at stride 2 through masked loads of even columns */
 	rf_case(2, 2, 3, 9, I{ 9, 20 }, I{ 5, 5 }, I{ 1, 2 }, I{ 1, 1 }, I{ 2, 1 }, I{ 2, 2 });
 	rf_case(3, 2, 5, 10, I{ 4, 5, 6 }, I{ 3, 3, 2 }, I{ 1, 2, 1 }, I{ 1, 1, 2 }, I{ 1, 1, 0 }, I{ 1, 0, 1 });
+	/* 297 taps: with the tests' chunks the tiles walk panels of 96 taps
+	 * (2 blocks), channel blocks of 8 inside, the last panel short */
+	rf_case(2, 2, 33, 12, I{ 8, 8 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
 }
 
 /* The co-lane tiles (conv_grad_reg.c, few output channels): the same
