@@ -404,6 +404,8 @@ size_t hp_conv_shift_ws_most(const struct hp_conv *cv)
 static int direct_ok(const struct hp_colgeom *c);
 static void setup_paths(struct hp_conv *cv, int allow_dot);
 static int pw_sub(const struct hp_conv *cv, struct hp_conv *v, int check_ws);
+static int pw_strided_geo(const struct hp_conv *cv);
+static size_t pw_strided_ws(const struct hp_conv *cv);
 
 /* Whether the dot path suits the node: few output positions over the
  * whole batch (HP_DOT_MAX_COLS), where every sgemm is thin and packs the
@@ -507,6 +509,8 @@ static void setup_paths(struct hp_conv *cv, int allow_dot)
 		cv->workspace = hp_kxk_workspace(cv, cv->lean ? 1 : hp_conv_ws_threads());
 		if (pw_sub(cv, &v, 0) && cv->workspace < (size_t)(cv->batch * cv->cin * cv->yvol) * sizeof(float))
 			cv->workspace = (size_t)(cv->batch * cv->cin * cv->yvol) * sizeof(float); /* its gather */
+		if (pw_strided_geo(cv) && cv->workspace < pw_strided_ws(cv))
+			cv->workspace = pw_strided_ws(cv);
 		if (hp_grp_dense(cv)) { /* in core, W packed: conv_grp.c's tiles */
 			size_t gw = hp_grp_workspace(cv, cv->lean ? 1 : hp_conv_ws_threads());
 			cv->workspace = cv->workspace > gw ? cv->workspace : gw;
@@ -707,6 +711,105 @@ static int pw_sub(const struct hp_conv *cv, struct hp_conv *v, int check_ws)
 	return hp_pwt_packs(v);
 }
 
+/* A 1x1 Conv of stride 2 or more without pads run unpacked (training's
+ * forward, inference where W is not packed): the batch items' X
+ * subsampled into the workspace, a few items at a time, then conv_pw.c's
+ * product (v: the stride-1 1x1 over them) instead of the kxk path's
+ * micro-tiles.  Both compute each output as one chain from its bias over
+ * k in order (pw_sub), so the bits are the kxk path's.  The kxk path's
+ * workspace grows to an item's subsample and the threads' panels where it
+ * was smaller (pw_strided_ws).  bench_conv_libs.c --fwd, GF/s a
+ * CPU-second, kxk -> here, at a load of 12-20: ResNet's shortcuts 1x1-s2
+ * 46 -> 89, 1x1-s2-224 61 -> 86; ResNeXt-50's at 4x4, 1x1-t2s2, 16 -> 38
+ * (8 MB of W read once for 4 positions an item). */
+static int pw_strided_geo(const struct hp_conv *cv)
+{
+	const struct hp_colgeom *c = &cv->g;
+
+	if (!cv->kxk || hp_conv_kxk_mode() > 0 || !hp_pw_available() || cv->transpose || cv->wflip ||
+	    cv->group != 1 || c->kvol != 1 || c->stride[1] * c->stride[2] < 2 || c->stride[0] != 1 ||
+	    c->img[0] != 1 || c->grid[0] != 1)
+		return 0;
+	for (int d = 0; d < 3; d++) /* no pads, and no output past the image's last sample */
+		if (c->pad[d] || (c->img[d] - 1) / c->stride[d] + 1 != c->grid[d])
+			return 0;
+	return 1;
+}
+
+/* conv_pw.c's panel of X for one thread (PW_KC x PW_NB floats). */
+static int64_t pw_panel_floats(const struct hp_conv *cv)
+{
+	return (cv->kdim < 256 ? cv->kdim : 256) * 128;
+}
+
+/* Bytes pw_strided needs at least: an item's subsample, the threads' panels. */
+static size_t pw_strided_ws(const struct hp_conv *cv)
+{
+	int64_t threads = cv->lean ? 1 : hp_conv_ws_threads();
+
+	return (size_t)(cv->cin * cv->yvol + threads * pw_panel_floats(cv)) * sizeof(float);
+}
+
+/* Sets *items, the items subsampled at a time. */
+static int pw_strided(const struct hp_conv *cv, struct hp_conv *v, int64_t *items)
+{
+	const struct hp_colgeom *c = &cv->g;
+	int64_t wsf = (int64_t)(cv->workspace / sizeof(float)), gi = cv->cin * cv->yvol;
+	int64_t threads = cv->lean ? 1 : hp_conv_ws_threads(), panel = pw_panel_floats(cv);
+
+	if (!pw_strided_geo(cv) || wsf < gi + panel)
+		return 0;
+	int64_t n = (wsf - threads * panel) / gi;
+	*items = n < 1 ? 1 : n < cv->batch ? n : cv->batch;
+	*v = *cv;
+	v->kxk = 0;
+	v->direct = 1;
+	v->batch = *items;
+	v->xvol = cv->yvol;
+	for (int d = 0; d < 3; d++) {
+		v->g.img[d] = c->grid[d];
+		v->g.stride[d] = 1;
+	}
+	v->g.img_vol = c->grid_vol;
+	v->workspace = (size_t)(wsf - *items * gi) * sizeof(float);
+	return 1;
+}
+
+/* dst[c][i][j] = src[c][i * s1][j * s2] over n planes of the image. */
+static void pw_subsample(const struct hp_conv *cv, const float *x, int64_t n, float *dst)
+{
+	const struct hp_colgeom *c = &cv->g;
+	int64_t oh = c->grid[1], ow = c->grid[2], iw = c->img[2], s1 = c->stride[1], s2 = c->stride[2];
+
+	for (int64_t p = 0; p < n; p++, x += cv->xvol)
+		for (int64_t i = 0; i < oh; i++, dst += ow)
+			for (int64_t j = 0; j < ow; j++)
+				dst[j] = x[i * s1 * iw + j * s2];
+}
+
+static void pw_strided_forward(const struct hp_conv *cv, struct hp_conv *v, int64_t items, const float *x,
+			       const float *w, const float *b, float *y, float *ws, struct hp_pool *pool,
+			       const struct hp_epi *epi, const float *addend)
+{
+	int64_t yitem = cv->cout * cv->yvol;
+
+	for (int64_t i0 = 0; i0 < cv->batch; i0 += items) {
+		v->batch = cv->batch - i0 < items ? cv->batch - i0 : items;
+		pw_subsample(cv, x + i0 * cv->cin * cv->xvol, v->batch * cv->cin, ws);
+		/* a per-channel or scalar addend repeats with every item */
+		hp_pw_forward(v, ws, w, b, y + i0 * yitem, ws + items * cv->cin * cv->yvol, pool, epi,
+			      addend && epi && epi->add == HP_EPI_ADD_FULL ? addend + i0 * yitem : addend);
+	}
+}
+
+int hp_conv_pw_strided(const struct hp_conv *cv)
+{
+	struct hp_conv v;
+	int64_t items;
+
+	return pw_strided(cv, &v, &items);
+}
+
 int hp_conv_pwt_packs(const struct hp_conv *cv)
 {
 	struct hp_conv v;
@@ -740,10 +843,16 @@ void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *
 {
 	struct conv_run r = { .cv = cv, .x = x, .w = w, .b = b, .y = y, .ws = ws, .addend = addend };
 	struct hp_epi e;
+	struct hp_conv v;
 
 	epi = epi_norm(epi, addend, &e);
 	if (cv->dot) {
 		hp_dot_forward(cv, x, w, b, y, ws, pool, epi, addend);
+		return;
+	}
+	int64_t items;
+	if (pw_strided(cv, &v, &items)) {
+		pw_strided_forward(cv, &v, items, x, w, b, y, ws, pool, epi, addend);
 		return;
 	}
 	if (cv->kxk && !hp_grp_dense_unpacked(cv)) {

@@ -348,6 +348,11 @@ void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *
 int hp_conv_pwt_packs(const struct hp_conv *cv);
 int hp_conv_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
 			   float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
+/* Whether an unpacked forward of cv runs as a stride-1 1x1 on conv_pw.c
+ * over X subsampled into the workspace (a 1x1 of stride 2 or more without
+ * pads on the kxk path, where its workspace holds an item's subsample and
+ * a thread's panel; each output the kxk path's chain, so the same bits). */
+int hp_conv_pw_strided(const struct hp_conv *cv);
 
 /* Dot-product path (conv_dot.c): Conv (not transposed, W in its ONNX
  * layout) over patch rows of all batch items, every output summed in an

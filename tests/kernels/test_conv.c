@@ -1553,6 +1553,103 @@ static void test_pwt_packed(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* 1x1 Convs of stride 2 or more without pads, unpacked (training's
+ * forward): X subsampled into the workspace, then conv_pw.c's product
+ * (hp_conv_pw_strided), a few items at a time where the workspace holds
+ * fewer than the batch.  Each output the float chain (bias, then fmaf per
+ * k in order over the strided positions), bitwise, on 1 and 2 threads,
+ * and bitwise the kxk path's (forced); with a Relu epilogue over a full
+ * addend and a Clip over a per-channel one, the chains passed through
+ * hp_epi_span (each item's outputs with the addend's right part). */
+static void test_pw_strided(void **state)
+{
+	static const struct {
+		int64_t cin, cout, h, w, s1, s2, n, bias, items;
+	} cases[] = {
+		{ 64, 128, 16, 16, 2, 2, 4, 0, 0 }, { 256, 512, 4, 4, 2, 2, 4, 1, 0 }, { 64, 128, 56, 56, 2, 2, 2, 0, 0 },
+		{ 40, 72, 9, 11, 2, 2, 3, 1, 0 },   { 48, 40, 12, 12, 3, 3, 2, 1, 0 }, { 32, 64, 8, 10, 2, 1, 2, 1, 0 },
+		{ 64, 96, 13, 13, 2, 2, 5, 1, 2 },  { 1024, 64, 4, 4, 2, 2, 3, 0, 1 },
+	};
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_pw_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		int64_t ci = cases[i].cin, co = cases[i].cout, nb = cases[i].n, s1 = cases[i].s1, s2 = cases[i].s2;
+		int64_t oh = (cases[i].h - 1) / s1 + 1, ow = (cases[i].w - 1) / s2 + 1;
+		struct hp_conv cv = { .node = 1, .nd = 2, .batch = nb, .cin = ci, .cout = co, .group = 1, .cin_g = ci,
+				      .cout_g = co, .path = -1 };
+		cv.g = (struct hp_colgeom){ .img = { 1, cases[i].h, cases[i].w }, .grid = { 1, oh, ow },
+					    .k = { 1, 1, 1 }, .stride = { 1, s1, s2 }, .dil = { 1, 1, 1 }, .pad = { 0, 0, 0 } };
+		hp_colgeom_finish(&cv.g);
+		cv.xvol = cv.g.img_vol;
+		cv.yvol = cv.g.grid_vol;
+		cv.kdim = ci;
+		hp_conv_setup(&cv);
+		assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_KXK);
+		size_t kxk_ws = cv.workspace;
+		if (cases[i].items) /* room for that many items' subsample and one thread's panel */
+			cv.workspace = (size_t)(cases[i].items * ci * cv.yvol + (ci < 256 ? ci : 256) * 128) * sizeof(float);
+		if (!hp_conv_pw_strided(&cv))
+			fail_msg("strided 1x1 case %zu: not on conv_pw.c", i);
+		int64_t nx = nb * ci * cv.xvol, nw = co * ci, ny = nb * co * cv.yvol;
+		float *x = malloc((size_t)nx * sizeof *x), *w = malloc((size_t)nw * sizeof *w);
+		float *b = malloc((size_t)co * sizeof *b), *ref = malloc((size_t)ny * sizeof *ref);
+		float *y = malloc((size_t)ny * sizeof *y), *want = malloc((size_t)ny * sizeof *want);
+		float *add = malloc((size_t)ny * sizeof *add);
+		float *ws = malloc((cv.workspace > kxk_ws ? cv.workspace : kxk_ws) + 64);
+		const float *bias = cases[i].bias ? b : NULL;
+		unsigned st = 17 + (unsigned)i;
+		struct hp_epi relu = { .act = HP_EPI_RELU, .add = HP_EPI_ADD_FULL };
+		for (int64_t j = 0; j < nx; j++)
+			x[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
+		for (int64_t j = 0; j < nw; j++)
+			w[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
+		for (int64_t j = 0; j < co; j++)
+			b[j] = (float)j / 16.0f - 1.0f;
+		for (int64_t j = 0; j < ny; j++)
+			add[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
+		for (int64_t n = 0; n < nb; n++)
+			for (int64_t m = 0; m < co; m++)
+				for (int64_t p = 0; p < cv.yvol; p++) {
+					float acc = bias ? bias[m] : 0.0f;
+					int64_t at = p / ow * s1 * cases[i].w + p % ow * s2;
+					for (int64_t c = 0; c < ci; c++)
+						acc = fmaf(w[m * ci + c], x[(n * ci + c) * cv.xvol + at], acc);
+					ref[(n * co + m) * cv.yvol + p] = acc;
+				}
+		struct hp_epi clip = { .act = HP_EPI_CLIP, .add = HP_EPI_ADD_MID, .lo = -0.5f, .hi = 0.75f, .mid = co,
+				       .inner = cv.yvol };
+		float *want_mid = malloc((size_t)ny * sizeof *y);
+		memcpy(want, ref, (size_t)ny * sizeof *y);
+		hp_epi_span(&relu, want, add, 0, ny);
+		memcpy(want_mid, ref, (size_t)ny * sizeof *y);
+		hp_epi_span(&clip, want_mid, add, 0, ny);
+		/* 1, 2 threads; then with the full addend, the per-channel one; then kxk forced */
+		for (int t = 0; t < 8; t++) {
+			int threads = t % 2 ? 2 : 1, epi = t / 2 == 1 ? 1 : t / 2 == 2 ? 2 : 0, kxk = t >= 6;
+			struct hp_conv k = cv;
+			if (kxk) {
+				hp_conv_set_kxk(1);
+				k.workspace = kxk_ws;
+				assert_false(hp_conv_pw_strided(&k));
+			}
+			memset(y, 0xff, (size_t)ny * sizeof *y);
+			hp_conv_forward_epi(&k, x, w, bias, y, ws, threads > 1 ? pool : NULL,
+					    epi == 1 ? &relu : epi == 2 ? &clip : NULL, epi ? add : NULL);
+			hp_conv_set_kxk(0);
+			if (memcmp(y, epi == 1 ? want : epi == 2 ? want_mid : ref, (size_t)ny * sizeof *y))
+				fail_msg("strided 1x1 case %zu (%d threads%s): not the float chains", i, threads,
+					 epi == 1 ? ", Relu and addend" : epi == 2 ? ", Clip and per-channel addend" :
+					 kxk ? ", kxk path" : "");
+		}
+		free(x), free(w), free(b), free(ref), free(y), free(want), free(want_mid), free(add), free(ws);
+	}
+	hp_pool_destroy(pool);
+}
+
 /* Dense KxK Convs at small planes on conv_grp.c's co-lane forward tiles
  * from W packed once (hp_grp_pack, as exec/fuse_pack.c does in core):
  * SqueezeNet's, GoogLeNet's and DenseNet's 3x3 shapes (5x5 to 24x24
@@ -1891,6 +1988,7 @@ int main(void)
 		cmocka_unit_test(test_convt_fma),
 		cmocka_unit_test(test_steal_bits),
 		cmocka_unit_test(test_pwt_packed),
+		cmocka_unit_test(test_pw_strided),
 		cmocka_unit_test(test_grp_dense_packed),
 		cmocka_unit_test(test_kxk_choice),
 		cmocka_unit_test(test_kxk3_choice),
