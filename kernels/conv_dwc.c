@@ -426,14 +426,14 @@ DWC_TARGET static void dwc_block(const struct dwc_run *r, int64_t n, int64_t m0,
 
 #define DWZ_TARGET __attribute__((target("avx512f,avx2,fma")))
 
-/* The block's nc planes xs[l] into the padded plane xp[Hp][Wp][16]
+/* The block's nc planes xs[l] into the padded plane xp[hp][wp][16]
  * (clipped as dwc_clip where clip), sixteen positions a transpose; image
  * positions outside it (cropping pads) are not stored, the padding's
- * zeros are the caller's. */
-DWZ_TARGET static void dwz_fill(const struct hp_colgeom *g, const float *const *xs, int nc, const float *clip,
-				float *xp)
+ * zeros are the caller's.  conv_dwkz.c's planes too. */
+DWZ_TARGET void hp_dwz_fill(const struct hp_colgeom *g, const float *const *xs, int nc, const float *clip, float *xp,
+			    int64_t hp, int64_t wp)
 {
-	int64_t vol = g->img_vol, w = g->img[2], wp = dwz_wp(g), hp = dwz_hp(g), ih = 0, iw = 0;
+	int64_t vol = g->img_vol, w = g->img[2], ih = 0, iw = 0;
 	int64_t ph = g->pad[1], pw = g->pad[2];
 	__m512 lo = _mm512_set1_ps(clip ? clip[0] : 0), hi = _mm512_set1_ps(clip ? clip[1] : 0);
 
@@ -589,7 +589,7 @@ DWZ_TARGET static void dwz_block(const struct dwc_run *r, int64_t n, int64_t m0,
 	for (int t = 0; t < 9; t++) /* W[m0 + l][t] into lane l */
 		wv[t] = _mm512_mask_i32gather_ps(z, lanes, idx, r->w + m0 * 9 + t, 4);
 	b = r->b ? _mm512_maskz_loadu_ps(lanes, r->b + m0) : z;
-	dwz_fill(g, xs, nc, d->xclip, scratch);
+	hp_dwz_fill(g, xs, nc, d->xclip, scratch, dwz_hp(g), wp);
 	for (int64_t oh = 0, ps = d->xstride ? d->xstride : g->img_vol,
 		     pre = g->grid[1] > 0 ? (g->img_vol + g->grid[1] - 1) / g->grid[1] : 0;
 	     oh < g->grid[1]; oh++) {

@@ -592,6 +592,8 @@ int hp_dwk_forward(const struct hp_dw *d, const float *x, const float *w, const 
 	int64_t units, su, cout = d->cin * d->mult;
 	size_t one = dwk_floats(&d->g), wd = (size_t)(dwk_width(&d->g) * DWK_L);
 
+	if (hp_dwkz_on(&d->g) && hp_dwkz_forward(d, x, w, d->wpack, b, y, pool) == 0) /* small planes, AVX-512 */
+		return 0;
 	r.blocks = (cout + DWK_L - 1) / DWK_L;
 	r.fin = e && (e->add == HP_EPI_ADD_NONE || (e->add == HP_EPI_ADD_FULL && d->addend)) &&
 		(e->act == HP_EPI_NONE || e->act == HP_EPI_RELU || e->act == HP_EPI_CLIP || e->act == HP_EPI_HSWISH);

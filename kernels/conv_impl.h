@@ -149,6 +149,9 @@ struct hp_dw {
 	/* forward: hp_dw_scratch() floats for the calling thread, for a call
 	 * without a pool (NULL: the kernels allocate their own) */
 	float *scratch;
+	/* forward: W packed by hp_dwkz_pack once (exec/fuse_pack.c), which
+	 * hp_dwkz_forward reads where it runs; NULL: W as it is */
+	const float *wpack;
 };
 /* Floats of hp_dw.scratch for geometry g (3x3 paths). */
 size_t hp_dw_scratch(const struct hp_colgeom *g);
@@ -214,6 +217,24 @@ int hp_dwk_forward(const struct hp_dw *d, const float *x, const float *w, const 
 		   struct hp_pool *pool);
 /* Tests and benchmarks only: 0 auto, -1 never (conv_dw.c's generic rows). */
 void hp_dwk_set_mode(int mode);
+/* conv_dwk.c's geometries at small planes (at most 256 outputs, 400
+ * padded input positions) with sixteen channels in zmm lanes (conv_dwkz.c,
+ * AVX-512F and FMA): conv_dwk.c's chains, so its bits; hp_dwk_forward
+ * takes it where hp_dwkz_on.  Its weights are [ceil(cout / 16)][kvol][16]
+ * (hp_dwkz_pack, zeros past cout; hp_dwkz_packed_floats() of them), wp,
+ * or W as it is (wp NULL), packed per block.  -1: not taken. */
+int hp_dwkz_on(const struct hp_colgeom *g);
+int64_t hp_dwkz_packed_floats(int64_t cout, int64_t kvol);
+void hp_dwkz_pack(const float *w, int64_t cout, int64_t kvol, float *dst);
+int hp_dwkz_forward(const struct hp_dw *d, const float *x, const float *w, const float *wp, const float *b, float *y,
+		    struct hp_pool *pool);
+/* Tests and benchmarks only: 0 auto, -1 never (conv_dwk.c's blocks). */
+void hp_dwkz_set_mode(int mode);
+/* The block's nc planes xs[l] (X as it is, or Clip(X) with clip {lo, hi})
+ * into the padded plane xp[hp][wp][16] at the pads' offsets (conv_dwc.c,
+ * AVX-512F; the padding's zeros are the caller's). */
+void hp_dwz_fill(const struct hp_colgeom *g, const float *const *xs, int nc, const float *clip, float *xp,
+		 int64_t hp, int64_t wp);
 /* The stride-1 dX of d as a forward of dY with the kernel mirrored (conv_dw.c). */
 void hp_dw_flip(const struct hp_dw *d, struct hp_dw *f);
 /* A stride-1 dX of such a window (multiplier 1) as hp_dwk_forward's
