@@ -367,6 +367,12 @@ void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *
  * over X subsampled); 0, having done nothing, where its path takes no
  * packed W. */
 int hp_conv_pwt_packs(const struct hp_conv *cv);
+/* A depthwise node conv_dwkz.c runs (hp_dw_packs: AVX-512, small planes)
+ * from W packed once by hp_dwkz_pack (wp; W beside it, which the other
+ * depthwise paths read); 0 where cv is not depthwise. */
+int hp_dw_packs(const struct hp_conv *cv);
+int hp_dw_forward_packed(const struct hp_conv *cv, const float *x, const float *w, const float *wp, const float *b,
+			 float *y, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 int hp_conv_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
 			   float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 
