@@ -26,9 +26,10 @@
  * tensors; in its place 22.8; DenseNet's 34.6 -> 28.8, MNASNet's 7.0 ->
  * 4.4, whose 1x1s at 3x3 had kept W beside their panels).  Depthwise
  * Convs that conv_dwkz.c runs (5x5, 7x7 and dilated 3x3 windows at small
- * planes, AVX-512) get W as its sixteen-channel blocks read it, beside W
- * as input 4 (their blocks had transposed W at every run: dw5x5 at 3x3
- * planes 33 -> 40 GFLOP/s per CPU-second). */
+ * planes, AVX-512) or conv_dwc.c's flat 3x3 kernel get W as their
+ * sixteen-channel blocks read it, beside W as input 4 (their blocks had
+ * transposed or gathered W at every run: dw5x5 at 3x3 planes 33 -> 40
+ * GFLOP/s per CPU-second, dw3x3 at 7x7 28 -> 32). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,7 +206,7 @@ static int pw_tiny(struct hp_graph *g, int i)
 	if (hp_conv_parse(g, &v, 0, &cv) < 0)
 		return 0;
 	hp_conv_setup(&cv);
-	if (cv.dw) /* conv_dwkz.c's sixteen-lane planes */
+	if (cv.dw) /* conv_dwkz.c's and conv_dwc.c's sixteen-lane planes */
 		return hp_dw_packs(&cv) ? TINY_DW : 0;
 	return pw && hp_conv_pwt_packs(&cv) ? TINY_PW : hp_grp_packs(&cv) ? TINY_GRP : 0;
 }

@@ -737,7 +737,7 @@ int hp_conv_forward_packed(const struct hp_conv *cv, const float *x, const float
 
 int hp_dw_packs(const struct hp_conv *cv)
 {
-	return cv->dw && cv->g.img[0] == 1 && hp_dwkz_on(&cv->g);
+	return cv->dw && cv->g.img[0] == 1 && (hp_dwkz_on(&cv->g) || hp_dwz_packs(&cv->g));
 }
 
 int hp_dw_forward_packed(const struct hp_conv *cv, const float *x, const float *w, const float *wp, const float *b,

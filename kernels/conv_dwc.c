@@ -126,6 +126,11 @@ static int dwz_on(const struct hp_colgeom *g)
 	return !dwz_avx2 && hp_cpu_avx512_fma() && hp_dwc_eligible(g) && dwz_floats(g) <= DWZ_MAX * DWZ_L;
 }
 
+int hp_dwz_packs(const struct hp_colgeom *g)
+{
+	return hp_dwc_wanted(g, 0) && dwz_on(g);
+}
+
 /* Floats of a worker's scratch: the ring, a zero row, the output plane;
  * or the flat kernel's. */
 static size_t dwc_floats(const struct hp_colgeom *g)
@@ -586,8 +591,9 @@ DWZ_TARGET static void dwz_block(const struct dwc_run *r, int64_t n, int64_t m0,
 		if (e && d->epi->add == HP_EPI_ADD_FULL)
 			adds[l] = d->addend + (n * cout + m) * vol;
 	}
-	for (int t = 0; t < 9; t++) /* W[m0 + l][t] into lane l */
-		wv[t] = _mm512_mask_i32gather_ps(z, lanes, idx, r->w + m0 * 9 + t, 4);
+	for (int t = 0; t < 9; t++) /* W[m0 + l][t] into lane l: packed once (hp_dwkz_pack), or gathered */
+		wv[t] = d->wpack ? _mm512_loadu_ps(d->wpack + (m0 * 9 + t * DWZ_L))
+				 : _mm512_mask_i32gather_ps(z, lanes, idx, r->w + m0 * 9 + t, 4);
 	b = r->b ? _mm512_maskz_loadu_ps(lanes, r->b + m0) : z;
 	hp_dwz_fill(g, xs, nc, d->xclip, scratch, dwz_hp(g), wp);
 	for (int64_t oh = 0, ps = d->xstride ? d->xstride : g->img_vol,

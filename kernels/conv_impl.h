@@ -150,7 +150,8 @@ struct hp_dw {
 	 * without a pool (NULL: the kernels allocate their own) */
 	float *scratch;
 	/* forward: W packed by hp_dwkz_pack once (exec/fuse_pack.c), which
-	 * hp_dwkz_forward reads where it runs; NULL: W as it is */
+	 * hp_dwkz_forward and conv_dwc.c's flat 3x3 blocks read where they
+	 * run; NULL: W as it is */
 	const float *wpack;
 };
 /* Floats of hp_dw.scratch for geometry g (3x3 paths). */
@@ -201,6 +202,10 @@ int hp_dwc_wanted(const struct hp_colgeom *g, int clip); /* clip: hp_dw.xclip se
 size_t hp_dwc_scratch(const struct hp_colgeom *g); /* floats */
 void hp_dwc_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,
 		    struct hp_pool *pool);
+/* Whether hp_dw_forward runs g by the flat sixteen-channel kernel
+ * (AVX-512, no xclip), which reads hp_dw.wpack (hp_dwkz_pack's layout,
+ * kvol 9) for its weights where set, instead of gathering them per block. */
+int hp_dwz_packs(const struct hp_colgeom *g);
 /* Tests and benchmarks only: 0 auto, 1 whenever eligible, -1 never. */
 void hp_dwc_set_mode(int mode);
 /* Tests and benchmarks only: 1, the eight-channel blocks even where the
@@ -367,7 +372,8 @@ void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *
  * over X subsampled); 0, having done nothing, where its path takes no
  * packed W. */
 int hp_conv_pwt_packs(const struct hp_conv *cv);
-/* A depthwise node conv_dwkz.c runs (hp_dw_packs: AVX-512, small planes)
+/* A depthwise node conv_dwkz.c or conv_dwc.c's flat 3x3 kernel runs
+ * (hp_dw_packs: AVX-512, small planes)
  * from W packed once by hp_dwkz_pack (wp; W beside it, which the other
  * depthwise paths read); 0 where cv is not depthwise. */
 int hp_dw_packs(const struct hp_conv *cv);
