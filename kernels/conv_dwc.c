@@ -402,9 +402,11 @@ DWC_TARGET static void dwc_block(const struct dwc_run *r, int64_t n, int64_t m0,
 	const float *xs[8], *adds[8] = { 0 };
 	float *ys[8], wt[9][8] = { { 0 } }, bt[8] = { 0 };
 	__m256 wv[9], b;
+	int64_t cs[8];
 
+	hp_dw_in_channels(m0, nc, d->mult, cs);
 	for (int l = 0; l < nc; l++) {
-		int64_t m = m0 + l, c = m / d->mult;
+		int64_t m = m0 + l, c = cs[l];
 		xs[l] = r->x + (n * d->cin + c) * (d->xstride ? d->xstride : g->img_vol);
 		ys[l] = r->y + (n * cout + m) * g->grid_vol;
 		if (r->fin && d->epi->add == HP_EPI_ADD_FULL)
@@ -583,9 +585,11 @@ DWZ_TARGET static void dwz_block(const struct dwc_run *r, int64_t n, int64_t m0,
 	__m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
 					 _mm512_set1_epi32(9));
 	__m512 wv[9], b, z = _mm512_setzero_ps();
+	int64_t cs[DWZ_L];
 
+	hp_dw_in_channels(m0, nc, d->mult, cs);
 	for (int l = 0; l < nc; l++) {
-		int64_t m = m0 + l, c = m / d->mult;
+		int64_t m = m0 + l, c = cs[l];
 		xs[l] = r->x + (n * d->cin + c) * (d->xstride ? d->xstride : g->img_vol);
 		ys[l] = r->y + (n * cout + m) * vol;
 		if (e && d->epi->add == HP_EPI_ADD_FULL)
@@ -709,10 +713,13 @@ DWC_TARGET static void dwc_fblock(const struct dwc_frun *r, int64_t m0, int nc, 
 			t[k][l] = r->acc ? r->acc[(m0 + l) * 9 + k] : 0.0f;
 	for (int k = 0; k < 9; k++)
 		out[k] = _mm256_loadu_ps(t[k]);
+	int64_t cs[8];
+
+	hp_dw_in_channels(m0, nc, d->mult, cs);
 	for (int64_t n = d->batch - 1; n >= 0; n--) {
 		for (int l = 0; l < nc; l++) {
 			int64_t m = m0 + l;
-			xs[l] = r->x + (n * d->cin + m / d->mult) * g->img_vol;
+			xs[l] = r->x + (n * d->cin + cs[l]) * g->img_vol;
 			dys[l] = r->dy + (n * d->cin * d->mult + m) * g->grid_vol;
 		}
 		for (int i = 0; i < DWC_SLOTS; i++)

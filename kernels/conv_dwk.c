@@ -514,10 +514,13 @@ DWK_TARGET static void dwk_block(const struct dwk_run *r, int64_t n, int64_t m0,
 	int whole = dwk_whole(g);
 	__m256 b;
 
+	int64_t cs[DWK_L];
+
 	dwk_pack(r, m0, nc, wt);
 	b = _mm256_loadu_ps(wt + kk * DWK_L);
+	hp_dw_in_channels(m0, nc, d->mult, cs);
 	for (int l = 0; l < nc; l++) {
-		int64_t m = m0 + l, c = m / d->mult;
+		int64_t m = m0 + l, c = cs[l];
 		xs[l] = r->x + (n * d->cin + c) * (d->xstride ? d->xstride : g->img_vol);
 		ys[l] = r->y + (n * cout + m) * g->grid_vol;
 		if (e && e->add == HP_EPI_ADD_FULL)

@@ -373,13 +373,14 @@ DKG_TARGET static void dkg_block(const struct dkg_run *r, int64_t m0, int nc, fl
 		for (int q = 0; q < DKG_L; q++)
 			out[k0 + q] = v[q];
 	}
+	int64_t cs[DKG_L];
+
+	hp_dw_in_channels(m0, nc, d->mult, cs);
 	for (int64_t n = d->batch - 1; n >= 0; n--) {
-		for (int64_t l = 0, ci = m0 / d->mult, j = m0 % d->mult; l < nc; l++) { /* no division a lane */
+		for (int l = 0; l < nc; l++) {
 			int64_t c = m0 + l;
-			xs[l] = r->x + (n * d->cin + ci) * g->img_vol;
+			xs[l] = r->x + (n * d->cin + cs[l]) * g->img_vol;
 			dys[l] = r->dy + (n * d->cin * d->mult + c) * g->grid_vol;
-			if (++j == d->mult)
-				j = 0, ci++;
 		}
 		dkg_item(r, xs, dys, nc, scratch, out);
 	}

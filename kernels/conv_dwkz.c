@@ -284,11 +284,12 @@ DKZ_TARGET static void dkz_block(const struct dkz_run *r, int64_t n, int64_t m0,
 	__mmask16 lanes = (__mmask16)((1u << nc) - 1);
 	__m512 b = r->b ? _mm512_maskz_loadu_ps(lanes, r->b + m0) : _mm512_setzero_ps();
 
-	for (int64_t l = 0, c = m0 / d->mult, j = m0 % d->mult; l < nc; l++) { /* no division a lane */
+	int64_t cs[DKZ_L];
+
+	hp_dw_in_channels(m0, nc, d->mult, cs);
+	for (int l = 0; l < nc; l++) {
 		int64_t m = m0 + l;
-		xs[l] = r->x + (n * d->cin + c) * (d->xstride ? d->xstride : g->img_vol);
-		if (++j == d->mult)
-			j = 0, c++;
+		xs[l] = r->x + (n * d->cin + cs[l]) * (d->xstride ? d->xstride : g->img_vol);
 		ys[l] = r->y + (n * cout + m) * vol;
 		if (e && e->add == HP_EPI_ADD_FULL)
 			adds[l] = d->addend + (n * cout + m) * vol;

@@ -154,6 +154,18 @@ struct hp_dw {
 	 * run; NULL: W as it is */
 	const float *wpack;
 };
+/* The input channel of each output channel m0 + l, l < nc (multiplier
+ * mult), counted up rather than divided: a 64-bit division a lane had been
+ * up to a tenth of a small plane's block. */
+static inline void hp_dw_in_channels(int64_t m0, int nc, int64_t mult, int64_t *c)
+{
+	for (int64_t l = 0, ci = m0 / mult, j = m0 % mult; l < nc; l++) {
+		c[l] = ci;
+		if (++j == mult)
+			j = 0, ci++;
+	}
+}
+
 /* Floats of hp_dw.scratch for geometry g (3x3 paths). */
 size_t hp_dw_scratch(const struct hp_colgeom *g);
 
