@@ -36,7 +36,11 @@
  * weights are transposed per block (no per-call pass).  The epilogue
  * (Relu, Clip, HardSwish, after an optional full addend) is fused_epi.c's
  * expression in registers as the planes are stored, others per plane
- * after the block (hp_epi_span, as conv_dw.c runs it). */
+ * after the block (hp_epi_span, as conv_dw.c runs it).
+ *
+ * With AVX-512, planes of at most 256 outputs and 400 padded input
+ * positions go to conv_dwkz.c instead (hp_dwkz_on): the same chains on
+ * sixteen lanes, whole planes transposed sixteen positions at a time. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
