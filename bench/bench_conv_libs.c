@@ -5,14 +5,15 @@
  *
  *   hpdlf-bench-conv-libs [--reps N] [--class NAME[,NAME...]] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1]
  *                         [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1]
- *                         [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--fwd]
+ *                         [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--dw-packed] [--fwd]
  *
  * --shift, --dot, --kxk and --grp force hpdlf's shift, dot, KxK and grouped
  * (conv_grp.c) paths (1), forbid them (-1)
  * (--dwc the same for the channel-blocked depthwise 3x3 kernel, conv_dwc.c;
  * --dwk -1 runs 5x5, 7x7 and dilated 3x3 depthwise windows on conv_dw.c's
  * generic rows instead of conv_dwk.c's channel blocks, and their dW on
- * conv_dw.c's generic loops instead of conv_dwk_grad.c's)
+ * conv_dw.c's generic loops instead of conv_dwk_grad.c's; --dw-packed
+ * runs depthwise forwards from W laid out once, as inference in core does)
  * or leave the choice to the planner (0, the default); --kxk-run 0 makes
  * the KxK path pack every block (conv_kxk_run.c's row-run blocks off);
  * --phase 1 runs a strided dX by phases (conv_grad_phase.c; off by
@@ -283,6 +284,10 @@ static struct hp_graph *conv_graph(const struct cls *c, enum pass pass)
 /* --pwt 2: 1x1 forwards on conv_pwt.c's tiles from W^T packed once, as
  * inference in core runs them (exec/fuse_pack.c), the packing not timed. */
 static int pwt_packed;
+/* --dw-packed: depthwise forwards from W laid out once in blocks of
+ * sixteen channels where inference packs it (hp_dw_packs: conv_dwkz.c,
+ * conv_dwc.c's flat 3x3), the packing not timed. */
+static int dw_packed;
 
 static double time_hpdlf(const struct cls *c, enum pass pass, int reps)
 {
@@ -307,15 +312,23 @@ static double time_hpdlf(const struct cls *c, enum pass pass, int reps)
 		wt = malloc((size_t)hp_pwt_packed_floats(c->m, c->c) * sizeof *wt);
 		hp_pwt_pack(t[1].data, c->m, c->c, wt);
 	}
+	float *wd = NULL;
+	if (dw_packed && pass == FWD && hp_dw_packs(cv)) {
+		wd = malloc((size_t)hp_dwkz_packed_floats(c->m, c->k * c->k) * sizeof *wd);
+		hp_dwkz_pack(t[1].data, c->m, c->k * c->k, wd);
+	}
 	for (int r = 0; r <= reps; r++) {
 		double t0 = now_ms();
-		if (!wt || !hp_pwt_forward_packed(cv, t[0].data, wt, NULL, t[2].data, NULL, NULL, NULL))
+		if (wd)
+			hp_dw_forward_packed(cv, t[0].data, t[1].data, wd, NULL, t[2].data, NULL, NULL, NULL);
+		else if (!wt || !hp_pwt_forward_packed(cv, t[0].data, wt, NULL, t[2].data, NULL, NULL, NULL))
 			n->op->run(n, &a);
 		if (r > 0)
 			ms[r - 1] = now_ms() - t0;
 	}
 	free(a.ws);
 	free(wt);
+	free(wd);
 	for (int i = 0; i < 3; i++)
 		hp_tensor_free(&t[i]);
 	hp_graph_free(g);
@@ -851,11 +864,13 @@ int main(int argc, char **argv)
 			pwt_packed = atoi(argv[++i]) == 2;                 /* 2: always, from W^T packed once */
 			hp_pwt_set_mode(pwt_packed ? 1 : atoi(argv[i]));
 		}
+		else if (!strcmp(argv[i], "--dw-packed"))
+			dw_packed = 1;
 		else if (!strcmp(argv[i], "--fwd"))
 			fwd_only = 1;
 		else {
 			fprintf(stderr,
-				"usage: %s [--reps N] [--class NAME[,NAME...]] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--fwd]\n",
+				"usage: %s [--reps N] [--class NAME[,NAME...]] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--dw-packed] [--fwd]\n",
 				argv[0]);
 			return 2;
 		}

@@ -24,7 +24,12 @@
  * past M), which since conv_pwt.c took planes of up to 36 positions are
  * GoogLeNet's 1x1s at 6x6 too (held beside W: 26.9 -> 30.8 MiB of
  * tensors; in its place 22.8; DenseNet's 34.6 -> 28.8, MNASNet's 7.0 ->
- * 4.4, whose 1x1s at 3x3 had kept W beside their panels). */
+ * 4.4, whose 1x1s at 3x3 had kept W beside their panels).  Depthwise
+ * Convs that conv_dwkz.c runs (5x5, 7x7 and dilated 3x3 windows at small
+ * planes, AVX-512) or conv_dwc.c's flat 3x3 kernel get W as their
+ * sixteen-channel blocks read it, beside W as input 4 (their blocks had
+ * transposed or gathered W at every run: dw5x5 at 3x3 planes 33 -> 40
+ * GFLOP/s per CPU-second, dw3x3 at 7x7 28 -> 32). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,7 +181,7 @@ static int pack_invres(struct hp_graph *g, uint64_t *left, struct hp_fuse_report
  * packed (hp_conv_pwt_packs, on the node's geometry as it will be prepared),
  * TINY_GRP where conv_grp.c's co-lane forward tiles would (hp_grp_packs),
  * else 0. */
-enum { TINY_PW = 1, TINY_GRP = 2 };
+enum { TINY_PW = 1, TINY_GRP = 2, TINY_DW = 3 };
 
 static int pw_tiny(struct hp_graph *g, int i)
 {
@@ -201,6 +206,8 @@ static int pw_tiny(struct hp_graph *g, int i)
 	if (hp_conv_parse(g, &v, 0, &cv) < 0)
 		return 0;
 	hp_conv_setup(&cv);
+	if (cv.dw) /* conv_dwkz.c's and conv_dwc.c's sixteen-lane planes */
+		return hp_dw_packs(&cv) ? TINY_DW : 0;
 	return pw && hp_conv_pwt_packs(&cv) ? TINY_PW : hp_grp_packs(&cv) ? TINY_GRP : 0;
 }
 
@@ -237,6 +244,25 @@ static int add_pwt(struct hp_graph *g, int w, int64_t m, int64_t k, int64_t grou
 	return hp_fz_memory_init(g, g->values[w].name, group ? ".grpt" : ".pwt", &s, dst);
 }
 
+/* A depthwise W [m][kvol] as conv_dwkz.c's blocks read it (hp_dwkz_pack:
+ * [m / 16][kvol][16], zeros past m), a new initializer; its value index. */
+static int add_dw(struct hp_graph *g, int w, int64_t m, int64_t k)
+{
+	int64_t nf = hp_dwkz_packed_floats(m, k);
+	struct hp_shape s = { .rank = 3, .dims = { nf / (16 * k), k, 16 } };
+	const float *x = g->values[w].data;
+	float *own = NULL, *dst = aligned_alloc(64, (size_t)((nf * 4 + 63) / 64 * 64));
+
+	if (!dst || (!x && (!(own = malloc((size_t)(k * m) * sizeof *own + 1)) || hp_graph_read_init(g, w, own) < 0))) {
+		free(own);
+		free(dst);
+		return hp_error(-ENOMEM, "cannot read '%s' to pack it", g->values[w].name);
+	}
+	hp_dwkz_pack(x ? x : own, m, k, dst);
+	free(own);
+	return hp_fz_memory_init(g, g->values[w].name, ".dw16", &s, dst);
+}
+
 /* Pointwise Convs at tiny planes: W [M][K] packed once into the panels
  * of conv_pwt.c's tiles as input 4 of a FusedConv; grouped ones on
  * conv_grp.c's co-lane forward tiles (ResNeXt's 3x3s at 2x2 and 4x4, where
@@ -257,10 +283,11 @@ static int pack_pw_tiny(struct hp_graph *g, uint64_t *left, struct hp_fuse_repor
 			k *= g->values[w].shape.dims[d];
 		if (kind == TINY_GRP)
 			group = hp_attr_int(&g->nodes[i], "group", 1);
-		uint64_t bytes = (uint64_t)(group ? m * k : hp_pwt_packed_floats(m, k)) * sizeof(float);
+		int64_t nf = kind == TINY_DW ? hp_dwkz_packed_floats(m, k) : group ? m * k : hp_pwt_packed_floats(m, k);
+		uint64_t bytes = (uint64_t)nf * sizeof(float);
 		if (bytes > *left)
 			continue;
-		if ((v = add_pwt(g, w, m, k, group)) < 0)
+		if ((v = kind == TINY_DW ? add_dw(g, w, m, k) : add_pwt(g, w, m, k, group)) < 0)
 			return v;
 		if (hp_fz_is(&g->nodes[i], "Conv") && (rc = set_fused_conv(g, i)) < 0)
 			return rc;
@@ -274,12 +301,12 @@ static int pack_pw_tiny(struct hp_graph *g, uint64_t *left, struct hp_fuse_repor
 		 * holds W's floats it takes W's place too, and W (its only
 		 * reader this node) is not kept beside it (kernels/fused.c
 		 * refuses to run such a node on W) */
-		if (kind == TINY_GRP || hp_shape_numel(&g->values[v].shape) == m * k)
-			in[1] = v;
+		if (kind == TINY_GRP || (kind == TINY_PW && hp_shape_numel(&g->values[v].shape) == m * k))
+			in[1] = v; /* the depthwise pack stays beside W: conv_dw.c's paths read W */
 		nd->inputs = in, nd->ninputs = 5;
 		*left -= bytes;
-		snprintf(line, sizeof line, "weight '%s' of Conv '%s' packed once (tiny planes)", g->values[w].name,
-			 nd->name);
+		snprintf(line, sizeof line, "weight '%s' of Conv '%s' packed once (%s)", g->values[w].name, nd->name,
+			 kind == TINY_DW ? "depthwise, sixteen channels a block" : "tiny planes");
 		hp_fz_note(r, "Packed weights", line);
 		any = 1;
 	}

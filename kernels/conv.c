@@ -838,6 +838,25 @@ int hp_conv_forward_packed(const struct hp_conv *cv, const float *x, const float
 	return hp_grp_forward_packed(cv, x, wt, b, y, ws, pool, epi_norm(epi, addend, &e), addend);
 }
 
+int hp_dw_packs(const struct hp_conv *cv)
+{
+	return cv->dw && cv->g.img[0] == 1 && (hp_dwkz_on(&cv->g) || hp_dwz_packs(&cv->g));
+}
+
+int hp_dw_forward_packed(const struct hp_conv *cv, const float *x, const float *w, const float *wp, const float *b,
+			 float *y, struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
+{
+	struct hp_epi e;
+	struct hp_dw d = { .g = cv->g, .batch = cv->batch, .cin = cv->cin, .mult = cv->cout / cv->cin,
+			   .addend = addend, .wpack = wp };
+
+	if (!cv->dw)
+		return 0;
+	d.epi = epi_norm(epi, addend, &e);
+	hp_dw_forward(&d, x, w, b, y, pool);
+	return 1;
+}
+
 void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *w, const float *b, float *y,
 			 float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
 {

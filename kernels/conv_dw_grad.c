@@ -347,10 +347,13 @@ DWG_TARGET static void dwg_block(const struct dwg_run *r, int64_t m0, int nc, fl
 	__asm__("" : "+v"(z)); /* as in dwg_rows */
 	for (int k = 0; k < 9; k++) /* acc[m0 + l][k] into lane l */
 		out[k] = r->acc ? _mm512_mask_i32gather_ps(z, m, idx, r->acc + m0 * 9 + k, 4) : z;
+	int64_t cs[16];
+
+	hp_dw_in_channels(m0, nc, d->mult, cs);
 	for (int64_t n = d->batch - 1; n >= 0; n--) {
 		for (int l = 0; l < nc; l++) {
 			int64_t m = m0 + l;
-			xs[l] = r->x + (n * d->cin + m / d->mult) * g->img_vol;
+			xs[l] = r->x + (n * d->cin + cs[l]) * g->img_vol;
 			dys[l] = r->dy + (n * d->cin * d->mult + m) * g->grid_vol;
 		}
 		dwg_item(r, xs, dys, nc, scratch, out);

@@ -126,6 +126,11 @@ static int dwz_on(const struct hp_colgeom *g)
 	return !dwz_avx2 && hp_cpu_avx512_fma() && hp_dwc_eligible(g) && dwz_floats(g) <= DWZ_MAX * DWZ_L;
 }
 
+int hp_dwz_packs(const struct hp_colgeom *g)
+{
+	return hp_dwc_wanted(g, 0) && dwz_on(g);
+}
+
 /* Floats of a worker's scratch: the ring, a zero row, the output plane;
  * or the flat kernel's. */
 static size_t dwc_floats(const struct hp_colgeom *g)
@@ -397,9 +402,11 @@ DWC_TARGET static void dwc_block(const struct dwc_run *r, int64_t n, int64_t m0,
 	const float *xs[8], *adds[8] = { 0 };
 	float *ys[8], wt[9][8] = { { 0 } }, bt[8] = { 0 };
 	__m256 wv[9], b;
+	int64_t cs[8];
 
+	hp_dw_in_channels(m0, nc, d->mult, cs);
 	for (int l = 0; l < nc; l++) {
-		int64_t m = m0 + l, c = m / d->mult;
+		int64_t m = m0 + l, c = cs[l];
 		xs[l] = r->x + (n * d->cin + c) * (d->xstride ? d->xstride : g->img_vol);
 		ys[l] = r->y + (n * cout + m) * g->grid_vol;
 		if (r->fin && d->epi->add == HP_EPI_ADD_FULL)
@@ -426,14 +433,14 @@ DWC_TARGET static void dwc_block(const struct dwc_run *r, int64_t n, int64_t m0,
 
 #define DWZ_TARGET __attribute__((target("avx512f,avx2,fma")))
 
-/* The block's nc planes xs[l] into the padded plane xp[Hp][Wp][16]
+/* The block's nc planes xs[l] into the padded plane xp[hp][wp][16]
  * (clipped as dwc_clip where clip), sixteen positions a transpose; image
  * positions outside it (cropping pads) are not stored, the padding's
- * zeros are the caller's. */
-DWZ_TARGET static void dwz_fill(const struct hp_colgeom *g, const float *const *xs, int nc, const float *clip,
-				float *xp)
+ * zeros are the caller's.  conv_dwkz.c's planes too. */
+DWZ_TARGET void hp_dwz_fill(const struct hp_colgeom *g, const float *const *xs, int nc, const float *clip, float *xp,
+			    int64_t hp, int64_t wp)
 {
-	int64_t vol = g->img_vol, w = g->img[2], wp = dwz_wp(g), hp = dwz_hp(g), ih = 0, iw = 0;
+	int64_t vol = g->img_vol, w = g->img[2], ih = 0, iw = 0;
 	int64_t ph = g->pad[1], pw = g->pad[2];
 	__m512 lo = _mm512_set1_ps(clip ? clip[0] : 0), hi = _mm512_set1_ps(clip ? clip[1] : 0);
 
@@ -578,18 +585,21 @@ DWZ_TARGET static void dwz_block(const struct dwc_run *r, int64_t n, int64_t m0,
 	__m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
 					 _mm512_set1_epi32(9));
 	__m512 wv[9], b, z = _mm512_setzero_ps();
+	int64_t cs[DWZ_L];
 
+	hp_dw_in_channels(m0, nc, d->mult, cs);
 	for (int l = 0; l < nc; l++) {
-		int64_t m = m0 + l, c = m / d->mult;
+		int64_t m = m0 + l, c = cs[l];
 		xs[l] = r->x + (n * d->cin + c) * (d->xstride ? d->xstride : g->img_vol);
 		ys[l] = r->y + (n * cout + m) * vol;
 		if (e && d->epi->add == HP_EPI_ADD_FULL)
 			adds[l] = d->addend + (n * cout + m) * vol;
 	}
-	for (int t = 0; t < 9; t++) /* W[m0 + l][t] into lane l */
-		wv[t] = _mm512_mask_i32gather_ps(z, lanes, idx, r->w + m0 * 9 + t, 4);
+	for (int t = 0; t < 9; t++) /* W[m0 + l][t] into lane l: packed once (hp_dwkz_pack), or gathered */
+		wv[t] = d->wpack ? _mm512_loadu_ps(d->wpack + (m0 * 9 + t * DWZ_L))
+				 : _mm512_mask_i32gather_ps(z, lanes, idx, r->w + m0 * 9 + t, 4);
 	b = r->b ? _mm512_maskz_loadu_ps(lanes, r->b + m0) : z;
-	dwz_fill(g, xs, nc, d->xclip, scratch);
+	hp_dwz_fill(g, xs, nc, d->xclip, scratch, dwz_hp(g), wp);
 	for (int64_t oh = 0, ps = d->xstride ? d->xstride : g->img_vol,
 		     pre = g->grid[1] > 0 ? (g->img_vol + g->grid[1] - 1) / g->grid[1] : 0;
 	     oh < g->grid[1]; oh++) {
@@ -703,10 +713,13 @@ DWC_TARGET static void dwc_fblock(const struct dwc_frun *r, int64_t m0, int nc, 
 			t[k][l] = r->acc ? r->acc[(m0 + l) * 9 + k] : 0.0f;
 	for (int k = 0; k < 9; k++)
 		out[k] = _mm256_loadu_ps(t[k]);
+	int64_t cs[8];
+
+	hp_dw_in_channels(m0, nc, d->mult, cs);
 	for (int64_t n = d->batch - 1; n >= 0; n--) {
 		for (int l = 0; l < nc; l++) {
 			int64_t m = m0 + l;
-			xs[l] = r->x + (n * d->cin + m / d->mult) * g->img_vol;
+			xs[l] = r->x + (n * d->cin + cs[l]) * g->img_vol;
 			dys[l] = r->dy + (n * d->cin * d->mult + m) * g->grid_vol;
 		}
 		for (int i = 0; i < DWC_SLOTS; i++)

@@ -36,7 +36,11 @@
  * weights are transposed per block (no per-call pass).  The epilogue
  * (Relu, Clip, HardSwish, after an optional full addend) is fused_epi.c's
  * expression in registers as the planes are stored, others per plane
- * after the block (hp_epi_span, as conv_dw.c runs it). */
+ * after the block (hp_epi_span, as conv_dw.c runs it).
+ *
+ * With AVX-512, planes of at most 256 outputs and 400 padded input
+ * positions go to conv_dwkz.c instead (hp_dwkz_on): the same chains on
+ * sixteen lanes, whole planes transposed sixteen positions at a time. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -514,10 +518,13 @@ DWK_TARGET static void dwk_block(const struct dwk_run *r, int64_t n, int64_t m0,
 	int whole = dwk_whole(g);
 	__m256 b;
 
+	int64_t cs[DWK_L];
+
 	dwk_pack(r, m0, nc, wt);
 	b = _mm256_loadu_ps(wt + kk * DWK_L);
+	hp_dw_in_channels(m0, nc, d->mult, cs);
 	for (int l = 0; l < nc; l++) {
-		int64_t m = m0 + l, c = m / d->mult;
+		int64_t m = m0 + l, c = cs[l];
 		xs[l] = r->x + (n * d->cin + c) * (d->xstride ? d->xstride : g->img_vol);
 		ys[l] = r->y + (n * cout + m) * g->grid_vol;
 		if (e && e->add == HP_EPI_ADD_FULL)
@@ -592,6 +599,8 @@ int hp_dwk_forward(const struct hp_dw *d, const float *x, const float *w, const 
 	int64_t units, su, cout = d->cin * d->mult;
 	size_t one = dwk_floats(&d->g), wd = (size_t)(dwk_width(&d->g) * DWK_L);
 
+	if (hp_dwkz_on(&d->g) && hp_dwkz_forward(d, x, w, d->wpack, b, y, pool) == 0) /* small planes, AVX-512 */
+		return 0;
 	r.blocks = (cout + DWK_L - 1) / DWK_L;
 	r.fin = e && (e->add == HP_EPI_ADD_NONE || (e->add == HP_EPI_ADD_FULL && d->addend)) &&
 		(e->act == HP_EPI_NONE || e->act == HP_EPI_RELU || e->act == HP_EPI_CLIP || e->act == HP_EPI_HSWISH);

@@ -266,14 +266,15 @@ DKG_TARGET static DKG_INLINE void dkg_rows(const int K, const int S, const int R
 }
 
 /* The block's item whole (dkg_flat): xp[Hp][Wp] = X's padded rows, dyp =
- * dY's plane, both transposed. */
+ * dY's plane, both transposed; xp's padding is zero from dkg_range (the
+ * same positions for every item and block: clearing the plane per item
+ * was a tenth of a 3x3 plane's dW). */
 static void dkg_fill_flat(const struct hp_colgeom *g, const float *const *xs, const float *const *dys, int nc,
 			  float *xp, float *dyp)
 {
 	int64_t hp = dkg_hp(g), wp = dkg_wp(g), vol = g->img_vol, w = g->img[2], ih = 0, iw = 0;
 	float t[DKG_L * DKG_L];
 
-	memset(xp, 0, (size_t)(hp * wp * DKG_L) * sizeof *xp);
 	for (int64_t f = 0; f < vol; f += DKG_L) {
 		__mmask16 m = dkg_mask(f, 0, vol);
 		if (m == 0xffff && nc == DKG_L)
@@ -372,10 +373,13 @@ DKG_TARGET static void dkg_block(const struct dkg_run *r, int64_t m0, int nc, fl
 		for (int q = 0; q < DKG_L; q++)
 			out[k0 + q] = v[q];
 	}
+	int64_t cs[DKG_L];
+
+	hp_dw_in_channels(m0, nc, d->mult, cs);
 	for (int64_t n = d->batch - 1; n >= 0; n--) {
 		for (int l = 0; l < nc; l++) {
 			int64_t c = m0 + l;
-			xs[l] = r->x + (n * d->cin + c / d->mult) * g->img_vol;
+			xs[l] = r->x + (n * d->cin + cs[l]) * g->img_vol;
 			dys[l] = r->dy + (n * d->cin * d->mult + c) * g->grid_vol;
 		}
 		dkg_item(r, xs, dys, nc, scratch, out);
@@ -517,6 +521,8 @@ static void dkg_range(void *arg, int64_t b, int64_t e, int tid)
 
 	if (!dkg_flat(g)) /* the zero row */
 		memset(scratch + DKG_SLOTS * dkg_width(g) * DKG_L, 0, (size_t)(dkg_width(g) * DKG_L) * sizeof(float));
+	else /* the padded plane's padding */
+		memset(scratch, 0, (size_t)(dkg_hp(g) * dkg_wp(g) * DKG_L) * sizeof(float));
 	for (int64_t i = b; i < e; i++)
 		dkg_block(r, i * DKG_L, (int)(cout - i * DKG_L < DKG_L ? cout - i * DKG_L : DKG_L), scratch);
 }

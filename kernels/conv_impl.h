@@ -149,7 +149,23 @@ struct hp_dw {
 	/* forward: hp_dw_scratch() floats for the calling thread, for a call
 	 * without a pool (NULL: the kernels allocate their own) */
 	float *scratch;
+	/* forward: W packed by hp_dwkz_pack once (exec/fuse_pack.c), which
+	 * hp_dwkz_forward and conv_dwc.c's flat 3x3 blocks read where they
+	 * run; NULL: W as it is */
+	const float *wpack;
 };
+/* The input channel of each output channel m0 + l, l < nc (multiplier
+ * mult), counted up rather than divided: a 64-bit division a lane had been
+ * up to a tenth of a small plane's block. */
+static inline void hp_dw_in_channels(int64_t m0, int nc, int64_t mult, int64_t *c)
+{
+	for (int64_t l = 0, ci = m0 / mult, j = m0 % mult; l < nc; l++) {
+		c[l] = ci;
+		if (++j == mult)
+			j = 0, ci++;
+	}
+}
+
 /* Floats of hp_dw.scratch for geometry g (3x3 paths). */
 size_t hp_dw_scratch(const struct hp_colgeom *g);
 
@@ -198,6 +214,10 @@ int hp_dwc_wanted(const struct hp_colgeom *g, int clip); /* clip: hp_dw.xclip se
 size_t hp_dwc_scratch(const struct hp_colgeom *g); /* floats */
 void hp_dwc_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,
 		    struct hp_pool *pool);
+/* Whether hp_dw_forward runs g by the flat sixteen-channel kernel
+ * (AVX-512, no xclip), which reads hp_dw.wpack (hp_dwkz_pack's layout,
+ * kvol 9) for its weights where set, instead of gathering them per block. */
+int hp_dwz_packs(const struct hp_colgeom *g);
 /* Tests and benchmarks only: 0 auto, 1 whenever eligible, -1 never. */
 void hp_dwc_set_mode(int mode);
 /* Tests and benchmarks only: 1, the eight-channel blocks even where the
@@ -214,6 +234,24 @@ int hp_dwk_forward(const struct hp_dw *d, const float *x, const float *w, const 
 		   struct hp_pool *pool);
 /* Tests and benchmarks only: 0 auto, -1 never (conv_dw.c's generic rows). */
 void hp_dwk_set_mode(int mode);
+/* conv_dwk.c's geometries at small planes (at most 256 outputs, 400
+ * padded input positions) with sixteen channels in zmm lanes (conv_dwkz.c,
+ * AVX-512F and FMA): conv_dwk.c's chains, so its bits; hp_dwk_forward
+ * takes it where hp_dwkz_on.  Its weights are [ceil(cout / 16)][kvol][16]
+ * (hp_dwkz_pack, zeros past cout; hp_dwkz_packed_floats() of them), wp,
+ * or W as it is (wp NULL), packed per block.  -1: not taken. */
+int hp_dwkz_on(const struct hp_colgeom *g);
+int64_t hp_dwkz_packed_floats(int64_t cout, int64_t kvol);
+void hp_dwkz_pack(const float *w, int64_t cout, int64_t kvol, float *dst);
+int hp_dwkz_forward(const struct hp_dw *d, const float *x, const float *w, const float *wp, const float *b, float *y,
+		    struct hp_pool *pool);
+/* Tests and benchmarks only: 0 auto, -1 never (conv_dwk.c's blocks). */
+void hp_dwkz_set_mode(int mode);
+/* The block's nc planes xs[l] (X as it is, or Clip(X) with clip {lo, hi})
+ * into the padded plane xp[hp][wp][16] at the pads' offsets (conv_dwc.c,
+ * AVX-512F; the padding's zeros are the caller's). */
+void hp_dwz_fill(const struct hp_colgeom *g, const float *const *xs, int nc, const float *clip, float *xp,
+		 int64_t hp, int64_t wp);
 /* The stride-1 dX of d as a forward of dY with the kernel mirrored (conv_dw.c). */
 void hp_dw_flip(const struct hp_dw *d, struct hp_dw *f);
 /* A stride-1 dX of such a window (multiplier 1) as hp_dwk_forward's
@@ -346,6 +384,13 @@ void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *
  * over X subsampled); 0, having done nothing, where its path takes no
  * packed W. */
 int hp_conv_pwt_packs(const struct hp_conv *cv);
+/* A depthwise node conv_dwkz.c or conv_dwc.c's flat 3x3 kernel runs
+ * (hp_dw_packs: AVX-512, small planes)
+ * from W packed once by hp_dwkz_pack (wp; W beside it, which the other
+ * depthwise paths read); 0 where cv is not depthwise. */
+int hp_dw_packs(const struct hp_conv *cv);
+int hp_dw_forward_packed(const struct hp_conv *cv, const float *x, const float *w, const float *wp, const float *b,
+			 float *y, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 int hp_conv_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
 			   float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);
 /* Whether an unpacked forward of cv runs as a stride-1 1x1 on conv_pw.c

@@ -153,6 +153,11 @@ static int conv_run(const struct hp_node *n, const struct fused *f, const struct
 	const struct hp_conv *cv = f->inner_priv;
 	int nin = a->nin < f->nin ? a->nin : f->nin;
 
+	/* input 4: a depthwise W packed once for conv_dwkz.c (W beside it) */
+	if (a->nin > 4 && a->in[4].data && hp_dw_forward_packed(cv, a->in[0].data, a->in[1].data, a->in[4].data,
+								cv->has_bias && nin > 2 ? a->in[2].data : NULL,
+								a->out[0].data, a->pool, e, a->in[f->nin].data))
+		return 0;
 	/* input 4: W^T packed once (exec/fuse_pack.c) for conv_pwt.c or
 	 * conv_grp.c's co-lane forward tiles */
 	if (a->nin > 4 && a->in[4].data &&

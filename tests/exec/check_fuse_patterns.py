@@ -230,8 +230,9 @@ def model_epi(path):
            "y10": c10 * hsig(c10, 0.2), "y11": c11 * hsig(c11), "h11": hsig(c11), "y14": silu(c14),
            "s14": sigmoid(c14), "y15": silu(dwconv(y13, d["w15"], d["b15"], 2)),
            "y16": silu(conv(y13, d["w16"], None, 0) + y13)}
+    # w9 and w15, depthwise 5x5 at a small plane: packed for conv_dwkz.c's sixteen lanes (AVX-512), W beside
     want = {"Conv+Add+Relu": 1, "Conv+Clip": 1, "Conv+Sigmoid": 1, "Conv+HardSwish": 3, "Conv+Add": 1,
-            "Conv+Silu": 3, "Conv+Add+Silu": 1}
+            "Conv+Silu": 3, "Conv+Add+Silu": 1, "Packed weights": 2}
     return x, ref, want
 
 

@@ -18,6 +18,7 @@
 
 #include "hpdlf/error.h"
 #include "kernels/conv_impl.h"
+#include "kernels/cpu.h"
 #include "kernels/fused_impl.h"
 #include "tests/kernels/harness.h"
 
@@ -357,6 +358,9 @@ static float *dwc_data(size_t n, unsigned seed)
 
 #define DWC_CASES (int)(sizeof dwc_cases / sizeof dwc_cases[0])
 
+/* W packed by hp_dwkz_pack for dwc_run's node (NULL: W as it is). */
+static const float *dwc_wpack;
+
 /* Whole node of case t with mode (1 channel blocks, -1 planes) and pool. */
 static void dwc_run(const struct dc *t, int mode, struct hp_pool *pool, const float *x, const float *w,
 		    const float *b, const struct hp_epi *epi, const float *add, float *y)
@@ -366,10 +370,13 @@ static void dwc_run(const struct dc *t, int mode, struct hp_pool *pool, const fl
 
 	d.epi = epi;
 	d.addend = add;
+	d.wpack = dwc_wpack;
 	hp_dwc_set_mode(mode);
 	hp_dw_forward(&d, x, w, b, y, pool);
 	hp_dwc_set_mode(0);
 }
+
+static int dwc_packed; /* cases run from W packed once */
 
 /* Case ci with the eight-channel blocks forced (isa 1) or not. */
 static void dwc_chains(int ci, int isa, struct hp_pool *pool)
@@ -410,6 +417,21 @@ static void dwc_chains(int ci, int isa, struct hp_pool *pool)
 	dwc_run(t, -1, NULL, x, w, b, &clip, add, y2);
 	if (memcmp(y, y2, (size_t)ny * 4))
 		fail_msg("dwc case %d, isa %d: fused channel blocks differ from the plane kernel's", ci, isa);
+	if (!isa && hp_dwz_packs(&whole.g)) { /* the flat kernel from W packed once (exec/fuse_pack.c) */
+		float *wp = malloc((size_t)hp_dwkz_packed_floats(m, 9) * 4);
+		hp_dwkz_pack(w, m, 9, wp);
+		dwc_wpack = wp;
+		dwc_run(t, 0, pool, x, w, b, &clip, add, y2);
+		if (memcmp(y, y2, (size_t)ny * 4))
+			fail_msg("dwc case %d: W packed once differs from W gathered", ci);
+		dwc_run(t, 0, NULL, x, w, b, NULL, NULL, y2);
+		chain_ref(t, x, w, b, NULL, 1, 0, ref);
+		if (memcmp(y2, ref, (size_t)ny * 4))
+			fail_msg("dwc case %d: W packed once, not the fmaf chain of every output", ci);
+		dwc_wpack = NULL;
+		free(wp);
+		dwc_packed++;
+	}
 	free(x), free(w), free(b), free(add), free(ref), free(y), free(y2), free(dref);
 	hp_dwc_set_avx2(0);
 }
@@ -428,6 +450,7 @@ static void test_dwc_chains(void **state)
 	for (int ci = 0; ci < 2 * DWC_CASES; ci++) /* sixteen channels (where AVX-512 runs), then eight */
 		dwc_chains(ci % DWC_CASES, ci / DWC_CASES, pool);
 	hp_pool_destroy(pool);
+	assert_true(dwc_packed >= 3 || !hp_cpu_avx512_fma()); /* not a vacuous pass */
 }
 
 

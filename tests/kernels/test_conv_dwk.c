@@ -5,7 +5,9 @@
  * within 1e-5 of double loops and of conv_dw.c's generic rows, the same
  * bits on a pool of 2, with the fused Add and Clip after it, and for
  * every band of output rows (its input rows with their halo, the band's
- * top pad, as exec/split_band.c cuts them) the rows of the whole. */
+ * top pad, as exec/split_band.c cuts them) the rows of the whole.
+ * With AVX-512, small planes run on conv_dwkz.c's sixteen lanes (the same
+ * chains); test_flat16 holds them to eight lanes and to W packed once. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -56,6 +58,16 @@ static const struct kc cases[] = {
 	{ 1, 11, 1, { 12, 12 }, 5, 1, { 1, 1 }, { 2, 2 }, { 2, 2 } },
 	{ 1, 9, 1, { 24, 24 }, 5, 2, { 1, 1 }, { 2, 2 }, { 2, 2 } },
 	{ 1, 3, 1, { 60, 61 }, 5, 1, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	/* conv_dwkz.c's sixteen-lane planes: 1x1 planes, 7x7 from 14x14 at
+	 * stride 2 (5x5 and 7x7 windows), 7x7 under a 7x7 window, channels
+	 * past a block of sixteen with a multiplier, a dilated 3x3 at 6x6 */
+	{ 1, 20, 1, { 1, 1 }, 5, 1, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 2, 17, 1, { 1, 1 }, 7, 1, { 1, 1 }, { 3, 3 }, { 3, 3 } },
+	{ 1, 40, 1, { 14, 14 }, 7, 2, { 1, 1 }, { 3, 3 }, { 3, 3 } },
+	{ 1, 33, 1, { 14, 14 }, 5, 2, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 1, 24, 1, { 7, 7 }, 7, 1, { 1, 1 }, { 3, 3 }, { 3, 3 } },
+	{ 2, 18, 2, { 4, 4 }, 5, 2, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 1, 16, 1, { 6, 6 }, 3, 1, { 2, 2 }, { 2, 2 }, { 2, 2 } },
 };
 
 static int64_t out_dim(const struct kc *t, int i)
@@ -625,6 +637,57 @@ static void test_filter(void **state)
 		skip();
 }
 
+/* conv_dwkz.c's sixteen-lane planes: every case it takes gives the
+ * scalar chains bitwise from W as it is (packed per block, or once for
+ * all items), from W packed once (hp_dwkz_pack), and conv_dwk.c's eight
+ * lanes (it off) the same, on a pool of 2 too, with the fused Add and
+ * HardSwish. */
+static void test_flat16(void **state)
+{
+	struct hp_pool *pool;
+	int ran = 0;
+
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int ci = 0; ci < (int)(sizeof cases / sizeof cases[0]); ci++) {
+		const struct kc *t = &cases[ci];
+		int64_t m = t->c * t->mult, ny = t->n * m * out_dim(t, 0) * out_dim(t, 1), i0, i1, kk = t->k * t->k;
+		struct hp_dw d = geom(t, 0, out_dim(t, 0), &i0, &i1);
+		struct hp_epi hs = { .act = HP_EPI_HSWISH, .add = HP_EPI_ADD_FULL };
+		if (!hp_dwkz_on(&d.g))
+			continue;
+		size_t nx = (size_t)(t->n * t->c * t->in[0] * t->in[1]);
+		float *x = data(nx, 23 + ci), *w = data((size_t)(m * kk), 25 + ci), *b = data((size_t)m, 27 + ci);
+		float *add = data((size_t)ny, 29 + ci), *ref = malloc((size_t)ny * 4), *y = malloc((size_t)ny * 4);
+		float *wp = malloc((size_t)hp_dwkz_packed_floats(m, kk) * 4);
+		hp_dwkz_pack(w, m, kk, wp);
+		chain_ref(t, x, w, b, NULL, HP_EPI_NONE, 0, 0, ref, NULL);
+		for (int v = 0; v < 6; v++) { /* W, W packed, eight lanes; alone, on a pool of 2 */
+			hp_dwkz_set_mode(v % 3 == 2 ? -1 : 0);
+			d.wpack = v % 3 == 1 ? wp : NULL;
+			memset(y, 0xff, (size_t)ny * 4);
+			hp_dw_forward(&d, x, w, b, y, v < 3 ? NULL : pool);
+			if (memcmp(y, ref, (size_t)ny * 4))
+				fail_msg("case %d: %s%s differs from the chains", ci,
+					 v % 3 == 2 ? "eight lanes" : v % 3 ? "W packed" : "W", v < 3 ? "" : " on a pool");
+		}
+		hp_dwkz_set_mode(0);
+		d.epi = &hs, d.addend = add, d.wpack = wp;
+		hp_dw_forward(&d, x, w, b, y, pool);
+		chain_ref(t, x, w, b, add, HP_EPI_HSWISH, 0, 0, ref, NULL);
+		if (memcmp(y, ref, (size_t)ny * 4))
+			fail_msg("case %d: W packed, the fused Add and HardSwish differ", ci);
+		ran++;
+		free(x), free(w), free(b), free(add), free(ref), free(y), free(wp);
+	}
+	hp_pool_destroy(pool);
+	if (!ran)
+		skip();
+	assert_true(ran >= 12); /* the small planes above, not a vacuous pass */
+}
+
 /* Which geometries take the path: not the undilated 3x3 (conv_dw3.c),
  * not 3-D, stride 3 or unequal strides, nor 4x4 windows. */
 static void test_eligible(void **state)
@@ -666,6 +729,7 @@ int main(void)
 		cmocka_unit_test(test_filter),
 		cmocka_unit_test(test_data_s2),
 		cmocka_unit_test(test_eligible),
+		cmocka_unit_test(test_flat16),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
