@@ -283,9 +283,12 @@ struct rf_run {
 	int32_t *cols;   /* per packed tap: its channel's offset, its window tap */
 	int shares;      /* the run's workers: blocks of taps in as many shares */
 	int64_t tw, kc;  /* a share's packed taps, positions per chunk */
-	/* hp_rfilt_run_pieces: a share in pieces of `piece` taps, summed in
-	 * the worker's buffer at pbuf + tid * cout * piece, handed to done */
+	/* hp_rfilt_run_pieces: a share in pieces of `piece` taps (then the
+	 * packed rows' stride tw), summed in the worker's buffer (inside: in
+	 * its packing buffer past the taps, else at pbuf + tid * cout *
+	 * piece), handed to done */
 	int64_t piece;
+	int inside;
 	float *pbuf;
 	hp_rfilt_done_fn done;
 	void *arg;
@@ -689,7 +692,8 @@ static void rf_work(void *arg, int64_t b, int64_t e, int tid)
 		}
 		for (ch.t0 = t0; ch.t0 < t1; ch.t0 += r->piece) {
 			ch.t1 = ch.t0 + r->piece < t1 ? ch.t0 + r->piece : t1;
-			ch.out = r->pbuf + (size_t)tid * (size_t)(q->cout * r->piece), ch.ld = r->piece, ch.tbase = ch.t0;
+			ch.out = r->inside ? buf + r->kc * r->piece : r->pbuf + (size_t)tid * (size_t)(q->cout * r->piece);
+			ch.ld = r->piece, ch.tbase = ch.t0;
 			rf_chain(r, &ch);
 			r->done(r->arg, ch.out, ch.t0, ch.t1 < q->rows ? ch.t1 : q->rows, ch.ld);
 		}
@@ -986,24 +990,39 @@ void hp_rfilt_run(const struct hp_rfilt *q, const float *dy, const float *x, con
 	rf_run(&r, ws, pool);
 }
 
-int64_t hp_rfilt_piece(const struct hp_rfilt *q, size_t bytes)
+/* The pieces' sums fit a worker's packing buffer past its taps: a run
+ * packs kc <= q->kc positions of `piece` taps where the whole share's
+ * q->tw were planned (rf_run: a share at least as wide takes as many
+ * fewer positions). */
+static int rf_inside(const struct hp_rfilt *q, int64_t piece)
 {
-	int64_t tw = RF_NV * 16, p = (int64_t)(bytes / sizeof(float)) / (q->cout > 0 ? q->cout : 1) / tw * tw;
+	return piece * (q->kc + q->cout) <= q->kc * q->tw;
+}
 
+int64_t hp_rfilt_piece(const struct hp_rfilt *q)
+{
+	int64_t tw = RF_NV * 16, p = q->kc * q->tw / (q->kc + q->cout) / tw * tw;
+	int64_t share = (q->tw + tw - 1) / tw * tw; /* a worker's taps at most: a piece no wider */
+
+	p = p < share ? p : share;
 	return p > tw ? p : tw;
 }
 
 size_t hp_rfilt_pieces_workspace(const struct hp_rfilt *q, int64_t piece)
 {
+	if (rf_inside(q, piece))
+		return hp_rfilt_workspace(q);
 	return hp_rfilt_workspace(q) + (size_t)q->workers * (size_t)(q->cout * piece) * sizeof(float);
 }
 
 void hp_rfilt_run_pieces(const struct hp_rfilt *q, const float *dy, const float *x, int64_t piece,
 			 hp_rfilt_done_fn done, void *arg, float *ws, struct hp_pool *pool)
 {
-	struct rf_run r = { .q = q, .dy = dy, .x = x, .piece = piece, .done = done, .arg = arg };
+	struct rf_run r = { .q = q, .dy = dy, .x = x, .piece = piece, .inside = rf_inside(q, piece), .done = done, .arg = arg };
 
 	r.pbuf = ws + hp_rfilt_workspace(q) / sizeof(float);
+	if (r.inside)
+		r.pbuf = ws + 2 * q->ldt; /* worker 0's packing buffer (no chain: nothing packed) */
 	if (q->n * q->svol > 0) {
 		rf_run(&r, ws, pool);
 		return;
@@ -1037,6 +1056,8 @@ static void rf_run(struct rf_run *r, float *ws, struct hp_pool *pool)
 		r->tw = q->tw;
 		r->kc = q->kc;
 	}
+	if (r->piece) /* each piece packs its own taps: rows of piece taps */
+		r->tw = r->piece;
 	rf_cols(q, r->cols);
 	/* at most a worker per share (tid < threads): its buffers are the tid's */
 	hp_conv_parallel(pool, threads, r->shares, rf_work, r);

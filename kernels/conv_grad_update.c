@@ -10,7 +10,9 @@
  * layers waited for a serialized write-back.  Here the packed register
  * tiles (conv_grad_reg.c) sum dW in pieces of taps, each piece's sums
  * final for every output channel, and each piece is applied to W (and its
- * state) as soon as it is: the step holds W, the state and a piece.
+ * state) as soon as it is: the step holds W, the state and a piece, the
+ * pieces' sums in the packing buffers the filter gradient has anyway
+ * (hp_rfilt_piece: its workspace, not more).
  *
  * Bits: a piece's sums are hp_rfilt_run's (each element one running sum
  * in one order, whatever the shares and chunks), and the update runs
@@ -28,10 +30,11 @@
 #include "kernels/conv_impl.h"
 #include "kernels/train_util.h"
 
-/* Bytes of a worker's piece of dW: small beside the session's reserved
- * scratch (its largest kernel workspace), and a piece of ResNet-18's 512
- * channels holds 96 taps, so packing dY once a piece costs little. */
-#define CGU_PIECE_BYTES (256u << 10)
+
+size_t tk_conv_update_workspace(const struct hp_rfilt *q)
+{
+	return hp_rfilt_pieces_workspace(q, hp_rfilt_piece(q));
+}
 
 struct cgu {
 	struct hp_rfilt q;
@@ -62,11 +65,11 @@ static int cgu_prepare(struct hp_graph *g, struct hp_node *n)
 		return hp_node_error(g, n, HP_EMODEL, "input 5 must be the int64 step counter");
 	if (!c.adam && hp_attr_float(n, "dampening", 0) != 0)
 		return hp_node_error(g, n, HP_EUNSUPPORTED, "dampening is not supported");
-	c.piece = hp_rfilt_piece(&c.q, CGU_PIECE_BYTES);
+	c.piece = hp_rfilt_piece(&c.q);
 	if (!(n->priv = malloc(sizeof c)))
 		return hp_node_error(g, n, -ENOMEM, "out of memory");
 	memcpy(n->priv, &c, sizeof c);
-	n->workspace = hp_rfilt_pieces_workspace(&c.q, c.piece);
+	n->workspace = tk_conv_update_workspace(&c.q);
 	for (int o = 0; o < n->noutputs; o++)
 		tk_set_out(g, n, o, HP_F32, &dw);
 	return 0;

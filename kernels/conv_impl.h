@@ -730,8 +730,11 @@ void hp_rfilt_run(const struct hp_rfilt *q, const float *dy, const float *x, con
  * Every element is the one running sum of hp_rfilt_run in its order: the
  * same bits.  ws: hp_rfilt_pieces_workspace bytes. */
 typedef void (*hp_rfilt_done_fn)(void *arg, const float *sums, int64_t t0, int64_t t1, int64_t ld);
-/* Taps per piece: a multiple of a tile's 48, its cout sums within `bytes` (48 at least). */
-int64_t hp_rfilt_piece(const struct hp_rfilt *q, size_t bytes);
+/* Taps per piece: a multiple of a tile's 48, no more than a worker's
+ * share, and where it can be, few enough that a worker's sums of a piece
+ * fit its packing buffer beside the piece's packed taps (the workspace is
+ * then hp_rfilt_workspace's: the filter gradient's own). */
+int64_t hp_rfilt_piece(const struct hp_rfilt *q);
 size_t hp_rfilt_pieces_workspace(const struct hp_rfilt *q, int64_t piece);
 void hp_rfilt_run_pieces(const struct hp_rfilt *q, const float *dy, const float *x, int64_t piece,
 			 hp_rfilt_done_fn done, void *arg, float *ws, struct hp_pool *pool);

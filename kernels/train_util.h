@@ -29,6 +29,8 @@ struct hp_rfilt;
  * packed register tiles, which sum dW in pieces (hp_rfilt_run_pieces);
  * 0 when it takes another path; or a negative error. */
 int tk_conv_filter_pieces(struct hp_graph *g, const struct hp_node *n, struct hp_rfilt *q, struct hp_shape *dw);
+/* conv_grad_update.c: the workspace of ConvGradFilterUpdate on plan q. */
+size_t tk_conv_update_workspace(const struct hp_rfilt *q);
 /* pool_grad.c */
 extern const struct hp_op tk_op_maxpool_grad, tk_op_avgpool_grad;
 /* norm_grad.c */
