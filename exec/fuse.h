@@ -80,4 +80,12 @@ int hp_fuse_after_split(struct hp_graph *g, const struct hp_exec_opts *o, struct
  * (fuse_train_linear.c).  0 or a negative error. */
 int hp_fuse_training(struct hp_graph *g);
 
+/* After autodiff (one rank, no --pipeline, not asynchronous): each Conv's
+ * ConvGradFilter whose dW only its optimizer update reads, where the
+ * filter gradient sums in pieces, into one ConvGradFilterUpdate with the
+ * update: dW is never whole, W' and the state bitwise the two nodes'
+ * (fuse_grad_update.c).  HPDLF_FUSE_GRAD_UPDATE=0 in the environment:
+ * none.  The number fused, or a negative error. */
+int hp_fuse_grad_update(struct hp_graph *g);
+
 #endif

@@ -289,7 +289,11 @@ static int choose(struct ctx *c, uint64_t mem, double *best_ms, struct hp_graph 
  * then held together, but the new one goes below DRAM while the data
  * gradient runs.  Kept when that plan fits and is predicted faster than
  * *p0's, which it then replaces (ResNet-18 at 50%: the update in place
- * came last and its write-back stalled the next layer's loads). */
+ * came last and its write-back stalled the next layer's loads).  Not a
+ * filter gradient fused with its update (exec/fuse_grad_update.c): run
+ * before the data gradient it holds W and W' together where the fusion
+ * is there to hold W and a piece of dW (ResNet-18 at 25%: its stage-4
+ * weights' new versions were then written back twice a step). */
 static int eager_updates(struct ctx *c, struct hp_plan **p0)
 {
 	struct hp_graph *cp = NULL;
@@ -298,7 +302,7 @@ static int eager_updates(struct ctx *c, struct hp_plan **p0)
 
 	for (int v = 0; rc == 0 && v < cp->nvalues; v++) {
 		int b = cp->values[v].next, u = b >= 0 ? cp->values[b].producer : -1;
-		if (u >= 0 && cp->nodes[u].sched == -1)
+		if (u >= 0 && cp->nodes[u].sched == -1 && strcmp(cp->nodes[u].op_type, "ConvGradFilterUpdate"))
 			cp->nodes[u].sched = HP_SCHED_EAGER, any = 1;
 	}
 	if (rc == 0 && any && (rc = hp_graph_finalize(cp)) == 0)

@@ -41,7 +41,7 @@ double hp_speed_kernel_bytes(const struct hp_graph *g, const struct hp_node *n)
 static int gemm_bound(const char *op)
 {
 	static const char *const ops[] = { "Conv", "ConvTranspose", "Gemm", "MatMul", "ConvGradData",
-					   "ConvGradFilter", "ConvTransposeGradData", "GemmGrad", "MatMulGrad",
+					   "ConvGradFilter", "ConvGradFilterUpdate", "ConvTransposeGradData", "GemmGrad", "MatMulGrad",
 					   "FusedConv", "FusedMatMul", "FusedGemm", "FusedAttention", "FusedInvRes" };
 
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)

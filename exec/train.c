@@ -266,7 +266,12 @@ static int finish_autodiff(struct hp_graph *g, void *arg)
 		rc = hp_dp_plan_bucket(t, g, &bucket);
 	if (rc == 0)
 		rc = hp_dp_insert_reduce(g, ranks, bucket, &t->nbuckets);
-	return rc < 0 ? rc : hp_shard_insert(g, ranks, t->rank, (enum hp_shard_mode)t->o.shard);
+	if (rc == 0)
+		rc = hp_shard_insert(g, ranks, t->rank, (enum hp_shard_mode)t->o.shard);
+	/* one rank: every update is the plain one the fused kernel repeats */
+	if (rc == 0 && t->nranks <= 1 && !t->o.async_sgd && !t->pipe && (rc = hp_fuse_grad_update(g)) > 0)
+		rc = 0;
+	return rc;
 }
 
 /* The training graph: under a budget, the forward graph is split first so
@@ -525,7 +530,8 @@ static void set_lr_in(struct hp_graph *g, float lr)
 {
 	for (int i = 0; g && i < g->nnodes; i++) {
 		struct hp_node *n = &g->nodes[i];
-		if (strcmp(n->domain, "ai.hpdlf") || (strcmp(n->op_type, "SGDUpdate") && strcmp(n->op_type, "AdamUpdate")))
+		if (strcmp(n->domain, "ai.hpdlf") || (strcmp(n->op_type, "SGDUpdate") && strcmp(n->op_type, "AdamUpdate") &&
+						      strcmp(n->op_type, "ConvGradFilterUpdate")))
 			continue;
 		for (int a = 0; a < n->nattrs; a++)
 			if (!strcmp(n->attrs[a].name, "lr"))

@@ -1068,10 +1068,11 @@ static void grp_colane(struct cg_filter *f, const struct hp_node *n, int64_t uni
 	f->workspace = hp_gfilt_workspace(&q) > f->workspace ? hp_gfilt_workspace(&q) : f->workspace;
 }
 
-static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
+/* The path node n's filter gradient takes (dY input 0, X input 1, the
+ * window attributes), in *f; dW's shape in *ws. */
+static int filter_choose(struct hp_graph *g, const struct hp_node *n, struct cg_filter *f, struct hp_shape *ws)
 {
-	struct hp_shape ks, ws;
-	struct cg_filter f = { 0 };
+	struct hp_shape ks;
 	const struct hp_value *dy = tk_in(g, n, 0), *x = tk_in(g, n, 1);
 	int rc;
 
@@ -1080,36 +1081,60 @@ static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
 		return rc;
 	if (ks.rank != x->shape.rank - 2)
 		return hp_node_error(g, n, HP_ESHAPE, "kernel_shape does not match X's spatial rank");
-	if ((rc = cgeom_init(g, n, &f.c, &x->shape, &dy->shape, ks.dims)) < 0)
+	if ((rc = cgeom_init(g, n, &f->c, &x->shape, &dy->shape, ks.dims)) < 0)
 		return rc;
-	int64_t unit_axis = hp_attr_int(n, "hpdlf_unit_axis", hp_filter_unit_axis(f.c.n));
+	int64_t unit_axis = hp_attr_int(n, "hpdlf_unit_axis", hp_filter_unit_axis(f->c.n));
 	struct hp_dw dw;
-	if ((f.dw = dw_geom(&f.c, &dw))) {
-		dw.unit = filter_unit(&f.c, unit_axis);
-		f.workspace = hp_dw_filter_ws(&dw);
-	} else if (grp_plan(&f, unit_axis)) {
-		f.workspace = hp_gfilt_workspace(&f.gfg);
-	} else if (pw_plan(&f, n, unit_axis)) { /* its workspace set */
-	} else if (lane_plan(&f, n, unit_axis)) { /* its workspace set */
-	} else if (w3_plan(&f, unit_axis)) { /* its workspace set */
-	} else if (reg_plan(&f, unit_axis) && reg_fit(&f, n, unit_axis)) {
+	if ((f->dw = dw_geom(&f->c, &dw))) {
+		dw.unit = filter_unit(&f->c, unit_axis);
+		f->workspace = hp_dw_filter_ws(&dw);
+	} else if (grp_plan(f, unit_axis)) {
+		f->workspace = hp_gfilt_workspace(&f->gfg);
+	} else if (pw_plan(f, n, unit_axis)) { /* its workspace set */
+	} else if (lane_plan(f, n, unit_axis)) { /* its workspace set */
+	} else if (w3_plan(f, unit_axis)) { /* its workspace set */
+	} else if (reg_plan(f, unit_axis) && reg_fit(f, n, unit_axis)) {
 		/* groups: where conv_grad_grp.c does not run, 16-64 output
 		 * channels a group on co-lane tiles */
 	} else {
-		f.lean = hp_attr_int(n, "hpdlf_lean", 0) != 0;
-		filter_plan(&f, unit_axis);
+		f->lean = hp_attr_int(n, "hpdlf_lean", 0) != 0;
+		filter_plan(f, unit_axis);
 	}
-	grp_colane(&f, n, unit_axis);
-	stem_colane(&f, n, unit_axis);
-	f.unit = filter_unit(&f.c, unit_axis);
+	grp_colane(f, n, unit_axis);
+	stem_colane(f, n, unit_axis);
+	f->unit = filter_unit(&f->c, unit_axis);
+	ws->rank = x->shape.rank;
+	ws->dims[0] = f->c.csmall;
+	ws->dims[1] = f->c.cbig / f->c.group;
+	memcpy(ws->dims + 2, ks.dims, (size_t)ks.rank * sizeof ks.dims[0]);
+	return 0;
+}
+
+int tk_conv_filter_pieces(struct hp_graph *g, const struct hp_node *n, struct hp_rfilt *q, struct hp_shape *dw)
+{
+	struct cg_filter f = { 0 };
+	int rc = filter_choose(g, n, &f, dw);
+
+	if (rc < 0)
+		return rc;
+	if (!f.reg || f.rfg.direct || f.dw || f.w3 || f.grp || f.pw || f.stem || f.lane)
+		return 0;
+	*q = f.rfg;
+	return 1;
+}
+
+static int conv_filter_prepare(struct hp_graph *g, struct hp_node *n)
+{
+	struct hp_shape ws;
+	struct cg_filter f = { 0 };
+	int rc = filter_choose(g, n, &f, &ws);
+
+	if (rc < 0)
+		return rc;
 	if (!(n->priv = malloc(sizeof f)))
 		return hp_node_error(g, n, -ENOMEM, "out of memory");
 	memcpy(n->priv, &f, sizeof f);
 	n->workspace = f.workspace;
-	ws.rank = x->shape.rank;
-	ws.dims[0] = f.c.csmall;
-	ws.dims[1] = f.c.cbig / f.c.group;
-	memcpy(ws.dims + 2, ks.dims, (size_t)ks.rank * sizeof ks.dims[0]);
 	if (n->ninputs > 2 && n->inputs[2] >= 0) {
 		const struct hp_value *acc = tk_in(g, n, 2);
 		if (acc->dtype != HP_F32 || !hp_shape_equal(&acc->shape, &ws))

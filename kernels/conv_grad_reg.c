@@ -283,12 +283,23 @@ struct rf_run {
 	int32_t *cols;   /* per packed tap: its channel's offset, its window tap */
 	int shares;      /* the run's workers: blocks of taps in as many shares */
 	int64_t tw, kc;  /* a share's packed taps, positions per chunk */
+	/* hp_rfilt_run_pieces: a share in pieces of `piece` taps (then the
+	 * packed rows' stride tw), summed in the worker's buffer (inside: in
+	 * its packing buffer past the taps, else at pbuf + tid * cout *
+	 * piece), handed to done */
+	int64_t piece;
+	int inside;
+	float *pbuf;
+	hp_rfilt_done_fn done;
+	void *arg;
 };
 
 /* A worker's chunk: chain positions [g0, g0 + kn), taps [t0, t1) packed
  * at taps (row stride tw), dY at dyp, 16 positions' taps rows at tmp. */
 struct rf_chunk {
 	int64_t g0, kn, t0, t1;
+	float *out;            /* the sums: tap t of channel m at out[m * ld + t - tbase] */
+	int64_t ld, tbase;
 	int64_t blen[RF_KMAX]; /* with q->blk: the chunk's blocks' positions */
 	int nblk;
 	float *taps, *dyp, *tmp;
@@ -626,16 +637,15 @@ static void rf_tiles(const struct rf_run *r, const struct rf_chunk *ch)
 				int nv = (int)((taps + 15) / 16), mr = (int)(q->cout - m0 < RF_MR ? q->cout - m0 : RF_MR);
 				int64_t lastn = taps - (int64_t)(nv - 1) * 16;
 				__mmask16 last = (__mmask16)(lastn >= 16 ? 0xffff : (1u << lastn) - 1);
-				const float *src = ch->g0 == 0 ? (r->acc ? r->acc + m0 * q->rows + t0 : NULL)
-							       : r->dw + m0 * q->rows + t0;
+				float *dst = ch->out + m0 * ch->ld + (t0 - ch->tbase);
+				const float *src = ch->g0 == 0 ? (r->acc ? r->acc + m0 * q->rows + t0 : NULL) : dst;
 				const float *tp = ch->taps + (t0 - ch->t0), *dp = ch->dyp + m0 / RF_MR * r->kc * RF_MR;
-				float *dst = r->dw + m0 * q->rows + t0;
 				if (nv == 3)
-					rf_tile3(tp, r->tw, dp, ch->kn, ch->blen, ch->nblk, src, dst, q->rows, mr, last);
+					rf_tile3(tp, r->tw, dp, ch->kn, ch->blen, ch->nblk, src, dst, ch->ld, mr, last);
 				else if (nv == 2)
-					rf_tile2(tp, r->tw, dp, ch->kn, ch->blen, ch->nblk, src, dst, q->rows, mr, last);
+					rf_tile2(tp, r->tw, dp, ch->kn, ch->blen, ch->nblk, src, dst, ch->ld, mr, last);
 				else
-					rf_tile1(tp, r->tw, dp, ch->kn, ch->blen, ch->nblk, src, dst, q->rows, mr, last);
+					rf_tile1(tp, r->tw, dp, ch->kn, ch->blen, ch->nblk, src, dst, ch->ld, mr, last);
 			}
 #else
 	(void)r, (void)ch;
@@ -661,24 +671,46 @@ static void rf_blocks(const struct hp_rfilt *q, struct rf_chunk *ch)
 	ch->kn = g - ch->g0;
 }
 
-/* Workers' shares [b, e): blocks of taps, every chunk of the chain. */
+/* Taps [ch->t0, ch->t1) over every chunk of the chain: their sums final. */
+static void rf_chain(const struct rf_run *r, struct rf_chunk *ch)
+{
+	const struct hp_rfilt *q = r->q;
+	int64_t total = q->n * q->svol;
+
+	for (ch->g0 = 0; ch->g0 < total; ch->g0 += ch->kn) {
+		ch->kn = total - ch->g0 < r->kc ? total - ch->g0 : r->kc;
+		rf_blocks(q, ch);
+		rf_pack(r, ch);
+		rf_tiles(r, ch);
+	}
+}
+
+/* Workers' shares [b, e): blocks of taps, every chunk of the chain; with
+ * pieces, a piece's chain at a time, its sums then handed over.  A tap's
+ * sums are the same either way: the chunks are the same, and each tile
+ * reads back only its own taps' running sums. */
 static void rf_work(void *arg, int64_t b, int64_t e, int tid)
 {
 	const struct rf_run *r = arg;
 	const struct hp_rfilt *q = r->q;
-	int64_t ntb = (q->ldt + RF_NV * 16 - 1) / (RF_NV * 16), total = q->n * q->svol;
+	int64_t ntb = (q->ldt + RF_NV * 16 - 1) / (RF_NV * 16);
 	float *buf = r->ws + (size_t)tid * rf_worker_floats(q); /* sized for q's tw, kc */
 	struct rf_chunk ch = { .taps = buf, .dyp = buf + q->kc * q->tw, .tmp = buf + q->kc * q->tw + q->mb * q->kc * RF_MR };
 
 	for (int64_t s = b; s < e; s++) {
-		ch.t0 = ntb * s / r->shares * RF_NV * 16;
-		ch.t1 = ntb * (s + 1) / r->shares * RF_NV * 16;
-		ch.t1 = ch.t1 < q->ldt ? ch.t1 : q->ldt;
-		for (ch.g0 = 0; ch.g0 < total; ch.g0 += ch.kn) {
-			ch.kn = total - ch.g0 < r->kc ? total - ch.g0 : r->kc;
-			rf_blocks(q, &ch);
-			rf_pack(r, &ch);
-			rf_tiles(r, &ch);
+		int64_t t0 = ntb * s / r->shares * RF_NV * 16, t1 = ntb * (s + 1) / r->shares * RF_NV * 16;
+		t1 = t1 < q->ldt ? t1 : q->ldt;
+		if (!r->piece) {
+			ch.t0 = t0, ch.t1 = t1, ch.out = r->dw, ch.ld = q->rows, ch.tbase = 0;
+			rf_chain(r, &ch);
+			continue;
+		}
+		for (ch.t0 = t0; ch.t0 < t1; ch.t0 += r->piece) {
+			ch.t1 = ch.t0 + r->piece < t1 ? ch.t0 + r->piece : t1;
+			ch.out = r->inside ? buf + r->kc * r->piece : r->pbuf + (size_t)tid * (size_t)(q->cout * r->piece);
+			ch.ld = r->piece, ch.tbase = ch.t0;
+			rf_chain(r, &ch);
+			r->done(r->arg, ch.out, ch.t0, ch.t1 < q->rows ? ch.t1 : q->rows, ch.ld);
 		}
 	}
 }
@@ -953,6 +985,8 @@ static void rd_run(const struct hp_rfilt *q, const float *dy, const float *x, co
 	hp_conv_threads_leave(saved);
 }
 
+static void rf_run(struct rf_run *r, float *ws, struct hp_pool *pool);
+
 void hp_rfilt_run(const struct hp_rfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		  struct hp_pool *pool)
 {
@@ -960,32 +994,87 @@ void hp_rfilt_run(const struct hp_rfilt *q, const float *dy, const float *x, con
 		rd_run(q, dy, x, acc, dw, ws, pool);
 		return;
 	}
-	struct rf_run r = { .q = q, .dy = dy, .x = x, .acc = acc, .dw = dw, .cols = (int32_t *)ws, .ws = ws + 2 * q->ldt };
-	int saved, threads = hp_conv_threads_enter(pool, &saved);
+	struct rf_run r = { .q = q, .dy = dy, .x = x, .acc = acc, .dw = dw };
 
-	threads = threads < q->workers ? threads : q->workers;
-	/* as many shares as threads run (no share packs dY twice on one
-	 * thread): wider shares take chunks as much shorter; neither changes
-	 * a bit */
-	int64_t ntb = (q->ldt + RF_NV * 16 - 1) / (RF_NV * 16);
-	r.shares = threads;
-	r.tw = (ntb + threads - 1) / threads * RF_NV * 16;
-	r.tw = r.tw < q->ldt ? r.tw : q->ldt;
-	r.kc = q->kc * q->tw / r.tw;
-	r.kc = r.kc > 1 ? r.kc : 1;
-	if (r.kc < q->blk && r.kc < q->n * q->svol) { /* no block fits: the plan's shares, in turn */
-		r.shares = q->workers;
-		r.tw = q->tw;
-		r.kc = q->kc;
-	}
 	if (q->n * q->svol == 0) {
 		if (acc)
 			memcpy(dw, acc, (size_t)(q->cout * q->rows) * sizeof *dw);
 		else
 			memset(dw, 0, (size_t)(q->cout * q->rows) * sizeof *dw);
 	}
-	rf_cols(q, r.cols);
+	rf_run(&r, ws, pool);
+}
+
+/* The pieces' sums fit a worker's packing buffer past its taps: a run
+ * packs kc <= q->kc positions of `piece` taps where the whole share's
+ * q->tw were planned (rf_run: a share at least as wide takes as many
+ * fewer positions). */
+static int rf_inside(const struct hp_rfilt *q, int64_t piece)
+{
+	return piece * (q->kc + q->cout) <= q->kc * q->tw;
+}
+
+int64_t hp_rfilt_piece(const struct hp_rfilt *q)
+{
+	int64_t tw = RF_NV * 16, p = q->kc * q->tw / (q->kc + q->cout) / tw * tw;
+	int64_t share = (q->tw + tw - 1) / tw * tw; /* a worker's taps at most: a piece no wider */
+
+	p = p < share ? p : share;
+	return p > tw ? p : tw;
+}
+
+size_t hp_rfilt_pieces_workspace(const struct hp_rfilt *q, int64_t piece)
+{
+	if (rf_inside(q, piece))
+		return hp_rfilt_workspace(q);
+	return hp_rfilt_workspace(q) + (size_t)q->workers * (size_t)(q->cout * piece) * sizeof(float);
+}
+
+void hp_rfilt_run_pieces(const struct hp_rfilt *q, const float *dy, const float *x, int64_t piece,
+			 hp_rfilt_done_fn done, void *arg, float *ws, struct hp_pool *pool)
+{
+	struct rf_run r = { .q = q, .dy = dy, .x = x, .piece = piece, .inside = rf_inside(q, piece), .done = done, .arg = arg };
+
+	r.pbuf = ws + hp_rfilt_workspace(q) / sizeof(float);
+	if (r.inside)
+		r.pbuf = ws + 2 * q->ldt; /* worker 0's packing buffer (no chain: nothing packed) */
+	if (q->n * q->svol > 0) {
+		rf_run(&r, ws, pool);
+		return;
+	}
+	memset(r.pbuf, 0, (size_t)(q->cout * piece) * sizeof *r.pbuf); /* no chain: zero sums */
+	for (int64_t t0 = 0; t0 < q->rows; t0 += piece)
+		done(arg, r.pbuf, t0, t0 + piece < q->rows ? t0 + piece : q->rows, piece);
+}
+
+/* The packed tiles' run over r's shares (the co-lane tiles: rd_run). */
+static void rf_run(struct rf_run *r, float *ws, struct hp_pool *pool)
+{
+	const struct hp_rfilt *q = r->q;
+	int saved, threads = hp_conv_threads_enter(pool, &saved);
+
+	r->cols = (int32_t *)ws;
+	r->ws = ws + 2 * q->ldt;
+
+	threads = threads < q->workers ? threads : q->workers;
+	/* as many shares as threads run (no share packs dY twice on one
+	 * thread): wider shares take chunks as much shorter; neither changes
+	 * a bit */
+	int64_t ntb = (q->ldt + RF_NV * 16 - 1) / (RF_NV * 16);
+	r->shares = threads;
+	r->tw = (ntb + threads - 1) / threads * RF_NV * 16;
+	r->tw = r->tw < q->ldt ? r->tw : q->ldt;
+	r->kc = q->kc * q->tw / r->tw;
+	r->kc = r->kc > 1 ? r->kc : 1;
+	if (r->kc < q->blk && r->kc < q->n * q->svol) { /* no block fits: the plan's shares, in turn */
+		r->shares = q->workers;
+		r->tw = q->tw;
+		r->kc = q->kc;
+	}
+	if (r->piece) /* each piece packs its own taps: rows of piece taps */
+		r->tw = r->piece;
+	rf_cols(q, r->cols);
 	/* at most a worker per share (tid < threads): its buffers are the tid's */
-	hp_conv_parallel(pool, threads, r.shares, rf_work, &r);
+	hp_conv_parallel(pool, threads, r->shares, rf_work, r);
 	hp_conv_threads_leave(saved);
 }

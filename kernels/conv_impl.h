@@ -770,6 +770,24 @@ void hp_rfilt_set_mode(int mode);
 void hp_rfilt_set_direct(int mode);
 void hp_rfilt_run(const struct hp_rfilt *q, const float *dy, const float *x, const float *acc, float *dw, float *ws,
 		  struct hp_pool *pool);
+/* The packed tiles (q->direct 0) with dW never whole, for a kernel that
+ * applies the optimizer update to dW as it is final
+ * (conv_grad_update.c): each worker sums its taps in pieces of `piece`
+ * taps (hp_rfilt_piece), a piece's columns for every output channel over
+ * the whole chain (no running sum given: from 0) in its own buffer, then
+ * calls done(arg, sums, t0, t1, ld) with dW's columns [t0, t1) of output
+ * channel m at sums[m * ld + t - t0], on that worker, once per piece.
+ * Every element is the one running sum of hp_rfilt_run in its order: the
+ * same bits.  ws: hp_rfilt_pieces_workspace bytes. */
+typedef void (*hp_rfilt_done_fn)(void *arg, const float *sums, int64_t t0, int64_t t1, int64_t ld);
+/* Taps per piece: a multiple of a tile's 48, no more than a worker's
+ * share, and where it can be, few enough that a worker's sums of a piece
+ * fit its packing buffer beside the piece's packed taps (the workspace is
+ * then hp_rfilt_workspace's: the filter gradient's own). */
+int64_t hp_rfilt_piece(const struct hp_rfilt *q);
+size_t hp_rfilt_pieces_workspace(const struct hp_rfilt *q, int64_t piece);
+void hp_rfilt_run_pieces(const struct hp_rfilt *q, const float *dy, const float *x, int64_t piece,
+			 hp_rfilt_done_fn done, void *arg, float *ws, struct hp_pool *pool);
 
 /* ConvGradFilter of a stride-1 convolution in 1-2 spatial dims with few
  * output channels and taps, units of whole batch items

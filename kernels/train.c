@@ -619,25 +619,84 @@ static void adam_range(void *arg, int64_t b, int64_t e, int tid)
 	adam_span(arg, b, e);
 }
 
-static int adam_run(const struct hp_node *n, const struct hp_kargs *a)
+/* The job's scalars from the node's attributes and the step (also
+ * tk_update_init's: a fused update computes the same floats). */
+static int adam_scalars(const struct hp_node *n, int64_t step, struct adam_job *j)
 {
-	int64_t step = *(const int64_t *)a->in[4].data;
 	double lr = hp_attr_float(n, "lr", 0.001f), b1 = hp_attr_float(n, "beta1", 0.9f);
 	double b2 = hp_attr_float(n, "beta2", 0.999f), eps = hp_attr_float(n, "epsilon", 1e-8f);
 	double bc1 = 1 - pow(b1, (double)step), bc2 = 1 - pow(b2, (double)step);
 	float wd = hp_attr_float(n, "weight_decay", 0);
+
+	if (step < 1)
+		return hp_error(HP_EINTERNAL, "node '%s' (%s): step %lld < 1", n->name, n->op_type, (long long)step);
+	j->step_size = (float)(lr / bc1), j->bc2_sqrt = (float)sqrt(bc2), j->decay = (float)(1 - lr * wd);
+	j->wd = wd, j->eps = (float)eps, j->b1 = (float)b1, j->b2 = (float)b2;
+	j->decoupled = (int)hp_attr_int(n, "decoupled", 0);
+	return 0;
+}
+
+static int adam_run(const struct hp_node *n, const struct hp_kargs *a)
+{
 	struct adam_job j = {
 		.w = a->in[0].data, .g = a->in[1].data, .m = a->in[2].data, .v = a->in[3].data,
 		.w2 = a->out[0].data, .m2 = a->out[1].data, .v2 = a->out[2].data,
-		.step_size = (float)(lr / bc1), .bc2_sqrt = (float)sqrt(bc2), .decay = (float)(1 - lr * wd),
-		.wd = wd, .eps = (float)eps, .b1 = (float)b1, .b2 = (float)b2,
-		.decoupled = (int)hp_attr_int(n, "decoupled", 0),
 	};
+	int rc = adam_scalars(n, *(const int64_t *)a->in[4].data, &j);
 
-	if (step < 1)
-		return hp_error(HP_EINTERNAL, "node '%s' (AdamUpdate): step %lld < 1", n->name, (long long)step);
+	if (rc < 0)
+		return rc;
 	hp_parallel_for(a->pool, hp_shape_numel(&a->in[0].shape), HPK_GRAIN, adam_range, &j);
 	return 0;
+}
+
+/* ---- an update over pieces of its tensors (train_util.h) ---- */
+
+struct tk_update_job {
+	struct sgd_job s;
+	struct adam_job a;
+};
+
+int tk_update_init(const struct hp_node *n, const struct hp_kargs *a, int adam, int w_in, struct tk_update *u)
+{
+	struct tk_update_job *j = (struct tk_update_job *)u->job;
+	int nst = adam ? 2 : a->nout - 1;
+
+	_Static_assert(sizeof u->job >= sizeof(struct tk_update_job), "tk_update's job too small");
+	memset(u, 0, sizeof *u);
+	u->adam = adam;
+	if (adam) {
+		j->a = (struct adam_job){ .w = a->in[w_in].data, .m = a->in[w_in + 1].data, .v = a->in[w_in + 2].data,
+					  .w2 = a->out[0].data, .m2 = a->out[1].data, .v2 = a->out[2].data };
+		return adam_scalars(n, *(const int64_t *)a->in[w_in + 3].data, &j->a);
+	}
+	j->s = (struct sgd_job){
+		.lr = hp_attr_float(n, "lr", 0.01f), .mu = hp_attr_float(n, "momentum", 0),
+		.wd = hp_attr_float(n, "weight_decay", 0), .nesterov = (int)hp_attr_int(n, "nesterov", 0),
+		.w = a->in[w_in].data, .b = nst ? a->in[w_in + 1].data : NULL,
+		.w2 = a->out[0].data, .b2 = nst ? a->out[1].data : NULL,
+	};
+	return 0;
+}
+
+/* The job's pointers moved to element `at` (the gradient's to g): the
+ * span's loop then runs on [0, len) as the whole update's runs on
+ * [at, at + len), the same operations on the same values. */
+void tk_update_span(const struct tk_update *u, int64_t at, const float *g, int64_t len)
+{
+	struct tk_update_job j = *(const struct tk_update_job *)u->job;
+
+	if (u->adam) {
+		j.a.w += at, j.a.m += at, j.a.v += at, j.a.w2 += at, j.a.m2 += at, j.a.v2 += at;
+		j.a.g = g;
+		adam_span(&j.a, 0, len);
+		return;
+	}
+	j.s.w += at, j.s.w2 += at;
+	if (j.s.b)
+		j.s.b += at, j.s.b2 += at;
+	j.s.g = g;
+	sgd_span(&j.s, 0, len);
 }
 
 const struct hp_op tk_op_adam = {
@@ -652,6 +711,7 @@ const struct hp_op *const hp_ops_train[] = {
 	&tk_op_unary_grad, &tk_op_binary_grad, &tk_op_where_grad, &tk_op_dropout_train, &tk_op_dropout_grad,
 	&tk_op_matmul_grad, &tk_op_gemm_grad,
 	&tk_op_conv_grad_data, &tk_op_conv_grad_filter, &tk_op_convt_grad_data, &tk_op_bias_grad,
+	&tk_op_conv_grad_update,
 	&tk_op_maxpool_grad, &tk_op_avgpool_grad,
 	&tk_op_bn_train, &tk_op_bn_grad, &tk_op_ln_grad, &tk_op_softmax_grad, &tk_op_logsoftmax_grad,
 	&tk_op_reshape_grad, &tk_op_transpose_grad, &tk_op_concat_grad, &tk_op_split_grad,

@@ -21,6 +21,16 @@ extern const struct hp_op tk_op_matmul_grad, tk_op_gemm_grad;
 /* conv_grad.c */
 extern const struct hp_op tk_op_conv_grad_data, tk_op_conv_grad_filter, tk_op_convt_grad_data,
 	tk_op_bias_grad;
+/* conv_grad_update.c: a Conv's filter gradient and its optimizer update in one */
+extern const struct hp_op tk_op_conv_grad_update;
+struct hp_rfilt;
+/* conv_grad.c: 1 and *q (the plan), *dw (dW's shape) when node n's
+ * geometry (dY input 0, X input 1, ConvGradFilter's attributes) takes the
+ * packed register tiles, which sum dW in pieces (hp_rfilt_run_pieces);
+ * 0 when it takes another path; or a negative error. */
+int tk_conv_filter_pieces(struct hp_graph *g, const struct hp_node *n, struct hp_rfilt *q, struct hp_shape *dw);
+/* conv_grad_update.c: the workspace of ConvGradFilterUpdate on plan q. */
+size_t tk_conv_update_workspace(const struct hp_rfilt *q);
 /* pool_grad.c */
 extern const struct hp_op tk_op_maxpool_grad, tk_op_avgpool_grad;
 /* norm_grad.c */
@@ -39,6 +49,21 @@ extern const struct hp_op tk_op_gather_elements_grad, tk_op_scatter_grad, tk_op_
 extern const struct hp_op tk_op_allreduce;
 /* comm_shard_op.c: the collectives and slices of --shard (run by the executors) */
 extern const struct hp_op tk_op_reduce_scatter, tk_op_all_gather, tk_op_shard_slice;
+
+/* train.c: SGDUpdate's or AdamUpdate's loops over pieces of the tensors,
+ * for a kernel that applies the update to each piece of the gradient as
+ * it is final (conv_grad_update.c): every element gets the operations and
+ * the bits of the whole update.  Init from node n (the update's
+ * attributes), W as input w_in and its state after it (SGD: the momentum
+ * buffer when n has 2 outputs; Adam: m, v, then the step), W' and the
+ * state's next versions as outputs 0, 1, ... */
+struct tk_update {
+	int adam;
+	_Alignas(8) unsigned char job[160]; /* train.c's jobs */
+};
+int tk_update_init(const struct hp_node *n, const struct hp_kargs *a, int adam, int w_in, struct tk_update *u);
+/* Elements [at, at + len) of W (and its state), the gradient's at g. */
+void tk_update_span(const struct tk_update *u, int64_t at, const float *g, int64_t len);
 
 /* Input value i of n, or NULL when omitted. */
 static inline struct hp_value *tk_in(struct hp_graph *g, const struct hp_node *n, int i)

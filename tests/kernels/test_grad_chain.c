@@ -6,7 +6,9 @@
  * halos and pads as exec/split_band.c cuts a window op) or the blocks of a
  * Gemm weight cut along N, run from the last to the first each taking the
  * previous result as its running sum, end with exactly the whole node's
- * bits; and one or two pool threads give the same bits. */
+ * bits; and one or two pool threads give the same bits.  Also
+ * ConvGradFilterUpdate: the filter gradient summed in pieces, each applied
+ * to W and its optimizer state at once, bitwise the two nodes. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -585,6 +587,120 @@ static void test_filter_reg(void **state)
 	/* 297 taps: with the tests' chunks the tiles walk panels of 96 taps
 	 * (2 blocks), channel blocks of 8 inside, the last panel short */
 	rf_case(2, 2, 33, 12, I{ 8, 8 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+}
+
+/* ---- ConvGradFilterUpdate (conv_grad_update.c) ---------------------------
+ * The filter gradient summed in pieces and each piece applied to W and
+ * its state at once: W' and the state bitwise ConvGradFilter then
+ * SGDUpdate / AdamUpdate, for SGD, SGD with momentum, weight decay and
+ * Nesterov, Adam and AdamW, in chunks of 1, 5, 16 positions and the
+ * default, a batch and a batch of one (units: planes), one and two
+ * threads. */
+enum { FU_SGD, FU_MOM, FU_ADAM, FU_ADAMW, FU_OPTS };
+
+static int fu_attrs(int opt, struct hp_attr *a)
+{
+	int n = 0;
+
+	a[n++] = kt_float("lr", opt >= FU_ADAM ? 0.001f : 0.05f);
+	a[n++] = kt_float("weight_decay", opt == FU_SGD ? 0.0f : 0.01f);
+	if (opt >= FU_ADAM) {
+		a[n++] = kt_float("beta1", 0.9f);
+		a[n++] = kt_float("beta2", 0.999f);
+		a[n++] = kt_float("epsilon", 1e-8f);
+		a[n++] = kt_int("decoupled", opt == FU_ADAMW);
+	} else {
+		a[n++] = kt_float("momentum", opt == FU_MOM ? 0.9f : 0.0f);
+		a[n++] = kt_int("nesterov", opt == FU_MOM);
+	}
+	return n;
+}
+
+static void fu_check(const struct cgf *c, int opt, struct hp_pool *pool, const char *what)
+{
+	struct cgf_attrs at;
+	struct hp_attr a[16];
+	struct hp_tensor dw, in[6], ref[3], got[3];
+	int64_t one = 1;
+	int nst = opt >= FU_ADAM ? 2 : opt == FU_MOM, na, nin;
+	char w2[240];
+
+	filter(c, &c->dy, &c->x, NULL, -1, 0, -1, pool, &dw);
+	in[0] = tens(HP_F32, dw.shape.rank, dw.shape.dims, 97);
+	in[1] = dw;
+	for (int k = 0; k < nst; k++) {
+		in[2 + k] = tens(HP_F32, dw.shape.rank, dw.shape.dims, 101 + (unsigned)k);
+		if (opt >= FU_ADAM && k == 1) /* v >= 0 */
+			for (int64_t i = 0; i < hp_shape_numel(&dw.shape); i++)
+				((float *)in[3].data)[i] *= ((float *)in[3].data)[i];
+	}
+	nin = 2 + nst;
+	if (opt >= FU_ADAM) {
+		in[4] = kt_tensor(HP_I64, 1, &one);
+		*(int64_t *)in[4].data = 3;
+		nin = 5;
+	}
+	na = fu_attrs(opt, a);
+	grun(opt >= FU_ADAM ? "AdamUpdate" : "SGDUpdate", nin, in, na, a, 1 + nst, ref, pool);
+	cgf_attrs(c, -1, 0, -1, &at);
+	for (int i = 0; i < at.n; i++)
+		a[na++] = at.a[i];
+	a[na++] = kt_int("adam", opt >= FU_ADAM);
+	struct hp_tensor fin[6] = { c->dy, c->x, in[0] };
+	for (int j = 2; j < nin; j++)
+		fin[j + 1] = in[j];
+	grun("ConvGradFilterUpdate", nin + 1, fin, na, a, 1 + nst, got, pool);
+	for (int o = 0; o < 1 + nst; o++) {
+		snprintf(w2, sizeof w2, "%s, optimizer %d, output %d", what, opt, o);
+		same_bits(&got[o], &ref[o], w2);
+		hp_tensor_free(&got[o]);
+		hp_tensor_free(&ref[o]);
+	}
+	for (int i = 0; i < nin; i++)
+		if (i != 1)
+			hp_tensor_free(&in[i]);
+	hp_tensor_free(&dw);
+}
+
+static void fu_case(int nsp, int64_t n, int64_t cx, int64_t cy, const int *xs, const int *k, const int *s,
+		    const int *d, const int *pb, const int *pe)
+{
+	static const int chunks[4] = { 0, 1, 5, 16 };
+
+	hp_sfilt_set_mode(-1); /* the register tiles, not conv_grad_stem.c's */
+	for (int bi = 0; bi < 2; bi++) {
+		struct cgf c;
+		cgf_init(&c, nsp, bi ? 1 : n, cx, cy, 1, xs, k, s, d, pb, pe);
+		for (int ch = 0; ch < 4; ch++)
+			for (int opt = 0; opt < FU_OPTS; opt++)
+				for (int t = 0; t < 2; t++) {
+					char what[160];
+					hp_rfilt_set_mode(chunks[ch] ? chunks[ch] : 1);
+					snprintf(what, sizeof what, "filter+update %dD n=%lld cx=%lld cy=%lld chunks of %d (0: default), %d threads",
+						 nsp, (long long)c.n, (long long)cx, (long long)cy, chunks[ch], t + 1);
+					fu_check(&c, opt, t ? pool2 : NULL, what);
+				}
+		hp_rfilt_set_mode(0);
+		cgf_free(&c);
+	}
+	hp_sfilt_set_mode(0);
+}
+
+static void test_filter_update(void **state)
+{
+	(void)state;
+	if (!__builtin_cpu_supports("avx512f"))
+		skip();
+	/* taps not a multiple of 16 or 48, output channels not of 8 */
+	fu_case(2, 3, 9, 13, I{ 6, 5 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	/* strides, dilations, uneven pads; three tap blocks and a tail */
+	fu_case(2, 2, 12, 20, I{ 9, 8 }, I{ 3, 2 }, I{ 2, 1 }, I{ 1, 2 }, I{ 1, 0 }, I{ 2, 1 });
+	/* units of 16 positions and more: sums in blocks */
+	fu_case(2, 2, 6, 10, I{ 9, 9 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	/* ResNet-18's stage 4 in small: 2x2 planes; 600 channels make pieces
+	 * of 96 taps, 6 of them over 576 */
+	fu_case(2, 2, 64, 600, I{ 2, 2 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	fu_case(3, 2, 5, 10, I{ 4, 5, 6 }, I{ 3, 3, 2 }, I{ 1, 2, 1 }, I{ 1, 1, 2 }, I{ 1, 1, 0 }, I{ 1, 0, 1 });
 }
 
 /* The co-lane tiles (conv_grad_reg.c, few output channels): the same
@@ -1206,7 +1322,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_filter_1d), cmocka_unit_test(test_filter_2d), cmocka_unit_test(test_filter_3d),
-		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_reg), cmocka_unit_test(test_filter_colane), cmocka_unit_test(test_filter_lane), cmocka_unit_test(test_filter_pw), cmocka_unit_test(test_filter_grp_colane), cmocka_unit_test(test_filter_stem), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
+		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_reg), cmocka_unit_test(test_filter_update), cmocka_unit_test(test_filter_colane), cmocka_unit_test(test_filter_lane), cmocka_unit_test(test_filter_pw), cmocka_unit_test(test_filter_grp_colane), cmocka_unit_test(test_filter_stem), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -13,7 +13,10 @@ Model (written here): convolutions down to 256 channels at 4x4, then two
 steps at a batch of 8 in core and at 40% of the in-core tensor peak (the
 smallest budget named when that is more).  From --plan-dot's schedule of
 the budgeted run: for each Conv, its ConvGradFilter runs before its
-ConvGradData, and both exist; the budgeted run is really out of core (it
+ConvGradData, and both exist, or, where the filter gradient is fused
+with the update into a ConvGradFilterUpdate (exec/fuse_grad_update.c:
+dW never whole), the data gradient runs before it (it reads the W the
+update overwrites); the budgeted run is really out of core (it
 loads the heavy weights in the step); the exported weights are byte for
 byte the in-core ones, with 1 and 2 threads.
 
@@ -104,10 +107,16 @@ def main():
         return
     with open(dot) as f:
         text = f.read()
-    steps = {name: int(k) for k, op, name in STEP_RE.findall(text)}
+    found = STEP_RE.findall(text)
+    steps = {name: int(k) for k, op, name in found}
     for c in CONVS:
         gf = [s for n, s in steps.items() if n.startswith(c + "/") and "/ConvGradFilter#" in n]
         gd = [s for n, s in steps.items() if n.startswith(c + "/") and "/ConvGradData#" in n]
+        fu = [int(k) for k, op, n in found if op == "ConvGradFilterUpdate" and n.startswith(c + ".w/")]
+        if fu:  # fused with the update (exec/fuse_grad_update.c): after the data gradient, which reads the old W
+            check(not gf and len(gd) == 1 and gd[0] < fu[0],
+                  "%s: ConvGradData (step %s) before the fused ConvGradFilterUpdate (step %s)" % (c, gd, fu))
+            continue
         if c == "c0":  # the first Conv has no data gradient (x is not trained)
             check(len(gf) == 1, "%s: one ConvGradFilter (%s)" % (c, gf))
             continue
