@@ -1062,14 +1062,43 @@ static int64_t ahead_chunk(struct hs_store *st, struct hs_tensor *t, uint64_t i,
 	if (len > left)
 		return -1;
 	c->state = CH_LOADING;
-	if (hs_chunk_attach(st, t, i, 0) < 0) {
+	if (hs_chunk_attach(st, t, i, HS_ATTACH_DEFER) < 0) {
 		c->state = CH_ABSENT;
 		return -1;
 	}
 	c->ahead = 1;
 	c->last_use = ++st->tick;
-	req_init(&g->reqs[(*nreq)++], t, i, g);
+	g->reqs[*nreq].t = t; /* its request once its range is mapped (ahead_map) */
+	g->reqs[(*nreq)++].chunk = i;
 	return (int64_t)len;
+}
+
+/* Map the chunks reqs[from..*nreq) of range [first, first + n) of t read
+ * ahead, a stretch at a time (one mremap where chunk by chunk took one
+ * each, on the compute lane that issues the read-ahead), and prepare
+ * their requests; if that fails, give them up.  The bytes given up. */
+static uint64_t ahead_map(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n, struct hs_prefetch *g,
+			  int from, int *nreq)
+{
+	uint64_t undone = 0;
+
+	if (from == *nreq)
+		return 0;
+	if (hs_chunks_map(st, t, first, n) == 0) {
+		for (int j = from; j < *nreq; j++)
+			req_init(&g->reqs[j], t, g->reqs[j].chunk, g);
+		return 0;
+	}
+	for (int j = from; j < *nreq; j++) {
+		struct hs_chunk *c = &t->ch[g->reqs[j].chunk];
+		c->ahead = 0;
+		hs_chunk_detach(st, t, g->reqs[j].chunk);
+		c->state = CH_ABSENT;
+		undone += hs_chunk_iolen(t, g->reqs[j].chunk);
+	}
+	*nreq = from;
+	pthread_cond_broadcast(&st->cv);
+	return undone;
 }
 
 int hs_readahead(const struct hs_range *rs, size_t nr, uint64_t room, struct hs_prefetch **h)
@@ -1103,12 +1132,14 @@ int hs_readahead(const struct hs_range *rs, size_t nr, uint64_t room, struct hs_
 	left = left < room ? left : room;
 	for (size_t k = 0; k < nr && !stop; k++) {
 		uint64_t first = rs[k].first, n = rs[k].n;
+		int from = nreq;
 		norm_range(rs[k].tensor, &first, &n, "read-ahead");
 		for (uint64_t i = first; i < first + n && !stop; i++) {
 			int64_t b = ahead_chunk(st, rs[k].tensor, i, g, &nreq, left - need);
 			stop = b < 0;
 			need += b > 0 ? (uint64_t)b : 0;
 		}
+		need -= ahead_map(st, rs[k].tensor, first, n, g, from, &nreq);
 	}
 	st->resident += need;
 	st->ra_loading += need;
