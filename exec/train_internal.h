@@ -35,7 +35,7 @@ struct hp_dataset {
 	struct hs_range *ahead;
 	size_t nahead;
 	int64_t *ahead_rows;
-	struct hs_prefetch *ahead_h;
+	struct hs_prefetch *ahead_h[2]; /* read where the plan has room, the rest at the run's end */
 };
 
 /* Read the headers of data/labels (labels NULL: data is an .npz with x, y). */

@@ -1106,7 +1106,7 @@ int hs_readahead(const struct hs_range *rs, size_t nr, uint64_t room, struct hs_
 	struct hs_store *st;
 	struct hs_prefetch *g;
 	uint64_t total = 0, need = 0, left;
-	int nreq = 0, stop = 0, rc;
+	int nreq = 0, stop = 0, rc, out = 0;
 
 	*h = NULL;
 	if (nr == 0 || !rs[0].tensor)
@@ -1134,12 +1134,15 @@ int hs_readahead(const struct hs_range *rs, size_t nr, uint64_t room, struct hs_
 		uint64_t first = rs[k].first, n = rs[k].n;
 		int from = nreq;
 		norm_range(rs[k].tensor, &first, &n, "read-ahead");
-		for (uint64_t i = first; i < first + n && !stop; i++) {
-			int64_t b = ahead_chunk(st, rs[k].tensor, i, g, &nreq, left - need);
+		for (uint64_t i = first; i < first + n; i++) {
+			int64_t b = stop ? -1 : ahead_chunk(st, rs[k].tensor, i, g, &nreq, left - need);
 			stop = b < 0;
+			out += b < 0 && rs[k].tensor->ch[i].state == CH_ABSENT && !rs[k].tensor->ch[i].cached;
 			need += b > 0 ? (uint64_t)b : 0;
 		}
-		need -= ahead_map(st, rs[k].tensor, first, n, g, from, &nreq);
+		uint64_t undone = ahead_map(st, rs[k].tensor, first, n, g, from, &nreq);
+		out += (int)(undone / st->cs);
+		need -= undone;
 	}
 	st->resident += need;
 	st->ra_loading += need;
@@ -1150,11 +1153,11 @@ int hs_readahead(const struct hs_range *rs, size_t nr, uint64_t room, struct hs_
 	if (!nreq) {
 		free(g->reqs);
 		free(g);
-		return 0;
+		return out;
 	}
 	submit_loads(st, g, g->reqs, nreq);
 	*h = g;
-	return nreq;
+	return out;
 }
 
 int hs_prefetch(struct hs_tensor *t, uint64_t first, uint64_t n, struct hs_prefetch **h)

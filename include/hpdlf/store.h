@@ -230,8 +230,9 @@ int hs_prefetch_many(const struct hs_range *r, size_t nr, struct hs_prefetch **h
  * and a pin or prefetch before then takes them with no read.  Chunks
  * resident, kept or loading already are skipped, and so are chunks read
  * through a staging window (an unaligned offset in an O_DIRECT file: that
- * read is synchronous).  Returns the chunks submitted (0: none, *h NULL);
- * *h is waited on (hs_prefetch_wait: the reads' status, which a pin
+ * read is synchronous).  Returns the chunks left out for want of room (0:
+ * all of them are in DRAM, kept or being read); *h (NULL: nothing was
+ * submitted) is waited on (hs_prefetch_wait: the reads' status, which a pin
  * reading the chunk again would report too) before the tensors are
  * dropped. */
 int hs_readahead(const struct hs_range *r, size_t nr, uint64_t room, struct hs_prefetch **h);

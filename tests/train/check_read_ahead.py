@@ -15,7 +15,9 @@ a half of its in-core tensor peak and at the smallest budget --plan
 names (the data set is larger than the first and the last), 1 and 2
 threads:
   - the losses are bitwise the in-core run's;
-  - bytes_read_ahead_taken (--log-json) grows every steady step: the
+  - every step but the last reads at least the next batch's bytes ahead
+    (where the plan's room was taken, the rest at the run's end), and
+    bytes_read_ahead_taken (--log-json) grows every steady step: the
     read-ahead is taken; at most a quarter of what was read ahead is
     lost (its frames went before the gather: read twice).  With the
     gather in the rows' order a shuffled batch lost three quarters at
@@ -34,6 +36,7 @@ import sys
 
 FAILS = []
 STEPS = 12
+BATCH, ROW = 64, 8 * 8 * 4 + 8  # a sample of x (1x8x8 float32) and its int64 label
 SMALLEST_RE = re.compile(r"smallest budget that works is (\d+)")
 
 
@@ -91,6 +94,12 @@ def main():
                 taken = [s.get("bytes_read_ahead_taken", 0) for s in got]
                 check(all(b > a for a, b in zip(taken[1:], taken[2:])),
                       "%s: every steady step takes read-ahead (cumulative %s)" % (what, taken))
+                # the whole next batch, not the part the store had room
+                # for at the plan's step (2 threads at a quarter: half)
+                ra = [s.get("bytes_read_ahead", 0) for s in got]
+                deltas = [b - a for a, b in zip(ra, ra[1:-1])]
+                check(all(d >= BATCH * ROW for d in deltas),
+                      "%s: each step reads the next batch's %d B ahead (%s)" % (what, BATCH * ROW, deltas))
                 ahead, lost = got[-1].get("bytes_read_ahead", 0), got[-1].get("bytes_read_ahead_lost", 0)
                 check(ahead > 0 and 4 * lost <= ahead, "%s: %d B read ahead, %d B of it lost" % (what, ahead, lost))
                 with open(stf) as f:
