@@ -1140,9 +1140,9 @@ int hs_readahead(const struct hs_range *rs, size_t nr, uint64_t room, struct hs_
 			out += b < 0 && rs[k].tensor->ch[i].state == CH_ABSENT && !rs[k].tensor->ch[i].cached;
 			need += b > 0 ? (uint64_t)b : 0;
 		}
-		uint64_t undone = ahead_map(st, rs[k].tensor, first, n, g, from, &nreq);
-		out += (int)(undone / st->cs);
-		need -= undone;
+		int mapped = nreq;
+		need -= ahead_map(st, rs[k].tensor, first, n, g, from, &nreq);
+		out += mapped - nreq; /* (given up: their mapping failed) */
 	}
 	st->resident += need;
 	st->ra_loading += need;
