@@ -60,6 +60,17 @@ int hp_session_create_traced(struct hp_graph *g, const struct hp_exec_opts *o, s
 
 /* The tensor store of an out-of-core session, else NULL. */
 struct hs_store *hp_session_store(const struct hp_session *s);
+/* Out of core: fn(arg, room) is called during the next run (on a
+ * compute lane, while kernels run), at the first step from which on the
+ * plan leaves `bytes` of the budget free to the run's end (plan.h
+ * room_from), with the bytes it leaves there; if it never does, or fn
+ * returns 0 (it found no room in the store after all), after the last
+ * step, with UINT64_MAX (the store's free room decides).
+ * For reading the next batch ahead into that room: a read then taking
+ * room a planned load needs would make that load wait for it.  One run
+ * only; set it again for the next.  HP_EUNSUPPORTED in core. */
+typedef int (*hp_ahead_fn)(void *arg, uint64_t room);
+int hp_session_set_ahead(struct hp_session *s, uint64_t bytes, hp_ahead_fn fn, void *arg);
 
 /* In core only (HP_EUNSUPPORTED out of core): graph input v reads data in
  * place from now on instead of a copy of its own; the caller keeps data

@@ -719,6 +719,22 @@ static void hoist_loads(struct sim *m)
 			p->peak_bytes = m->step_peak[s];
 }
 
+/* p->room_from from the simulated peaks, hoisted loads included. */
+static int room_from(struct sim *m)
+{
+	struct hp_plan *p = m->p;
+	uint64_t held = p->start_bytes;
+
+	if (!(p->room_from = malloc(((size_t)p->nsteps + 1) * sizeof *p->room_from)))
+		return hp_error(-ENOMEM, "out of memory planning");
+	for (int s = p->nsteps; s >= 0; s--) {
+		if (s < p->nsteps && m->step_peak[s] > held)
+			held = m->step_peak[s];
+		p->room_from[s] = m->budget > held ? m->budget - held : 0;
+	}
+	return 0;
+}
+
 static int cmp_rec(const void *a, const void *b)
 {
 	const struct rec *x = a, *y = b;
@@ -1219,6 +1235,8 @@ static int plan_with(const struct hp_graph *g, const struct hp_plan_opts *o, int
 	if (rc != 0)
 		goto fail;
 	hoist_loads(&m);
+	if ((rc = room_from(&m)) < 0)
+		goto fail;
 	p->peak_bytes += o->workspace;
 	rc = emit_acts(&m);
 	if (rc < 0)
@@ -1336,6 +1354,7 @@ void hp_plan_free(struct hp_plan *p)
 	free(p->uses);
 	free(p->act_begin);
 	free(p->acts);
+	free(p->room_from);
 	free(p);
 }
 

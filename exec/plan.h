@@ -79,6 +79,12 @@ struct hp_plan {
 	struct hp_plan_act_rec *acts;
 	int nacts;
 	uint64_t peak_bytes;   /* simulated high-water mark */
+	/* per step s, 0..nsteps: bytes of the budget the plan leaves free from
+	 * step s to the run's end (the budget less the most it holds at once
+	 * from s on; at nsteps, less what the next run starts with), where a
+	 * caller's read-ahead fits without taking room a planned load needs
+	 * (the trainer's next batch, exec/train_data.c); NULL: none known */
+	uint64_t *room_from;
 	uint64_t min_budget;   /* the largest single-step need */
 	int min_step;          /* the step with that need */
 	uint64_t bytes_loaded, bytes_written;

@@ -84,6 +84,7 @@ static struct hp_plan *plan_copy(const struct hp_plan *p, int nvalues)
 	c->uses = dup_array(p->uses, ((size_t)p->use_start[nv] + 1) * sizeof *p->uses, &bad);
 	c->act_begin = dup_array(p->act_begin, (ns + 2) * sizeof *p->act_begin, &bad);
 	c->acts = dup_array(p->acts, ((size_t)p->nacts + 1) * sizeof *p->acts, &bad);
+	c->room_from = p->room_from ? dup_array(p->room_from, (ns + 1) * sizeof *p->room_from, &bad) : NULL;
 	if (bad) {
 		hp_plan_free(c);
 		return NULL;

@@ -64,6 +64,13 @@ struct hp_rt {
 	struct out_snap *snap;       /* per graph output (g->outputs' order): small ones' bytes */
 	int *snap_of;                /* per value: its slot in snap if a small graph output, else -1 */
 	uint64_t run_gen;            /* runs started */
+	/* hp_session_set_ahead: called once in the next run, after step
+	 * ahead_step - 1 (0: before the first; nsteps: after the last) */
+	hp_ahead_fn ahead_fn;
+	void *ahead_arg;
+	int ahead_step;
+	uint64_t ahead_room;
+	atomic_int ahead_done;
 };
 
 /* A graph output of at most SNAP_BYTES (a training step's loss) is copied
@@ -504,6 +511,7 @@ static int plan_order(const struct hp_rt *s, struct hp_net_entry *e, int *over)
 }
 
 static int rt_fire_kernel(void *arg, int step, int worker, int lane);
+static void fire_ahead(struct hp_rt *s, int lane, uint64_t room);
 static int rt_fire_io(void *arg, int kind, int v, uint64_t first, uint64_t nchunks, int lane);
 static void rt_fire_io_batch(void *arg, struct hp_net_io *ios, int n, int lane);
 static void *rt_start_io_batch(void *arg, struct hp_net_io *ios, int n, int lane);
@@ -823,7 +831,23 @@ static int rt_fire_kernel(void *arg, int step, int worker, int lane)
 	if (rc == 0)
 		rc = snap_outputs(s, n);
 	trace_pin(s, lane, "unpin", n, w0);
+	if (rc == 0 && step + 1 == s->ahead_step)
+		fire_ahead(s, lane, s->ahead_room);
 	return rc < 0 ? rc : state_read_done(s, step);
+}
+
+/* The caller's read-ahead, once a run (hp_session_set_ahead); at the end
+ * again, with the store's room, if it found none where the plan had. */
+static void fire_ahead(struct hp_rt *s, int lane, uint64_t room)
+{
+	double u0 = hp_trace_now_us(s->trace);
+
+	if (!s->ahead_fn || atomic_exchange(&s->ahead_done, 1))
+		return;
+	if (!s->ahead_fn(s->ahead_arg, room))
+		atomic_store(&s->ahead_done, 0);
+	if (s->trace)
+		hp_trace_span(s->trace, lane, "read-ahead", "data", u0, hp_trace_now_us(s->trace));
 }
 
 /* A bucket's reduction, on an I/O thread while backward goes on. */
@@ -1076,7 +1100,12 @@ static int rt_run(struct hp_session *ss)
 	atomic_store(&s->sreleased, 0);
 	hs_store_stats(s->store, &a);
 	s->run_gen++;
+	if (s->ahead_fn && s->ahead_step == 0)
+		fire_ahead(s, 0, s->ahead_room);
 	rc = hp_net_run(s->net);
+	if (rc == 0 && s->ahead_fn)
+		fire_ahead(s, 0, UINT64_MAX); /* its step never came (a reduction's), or had no room after all */
+	s->ahead_fn = NULL;
 	/* the state's previous version is partly gone, its next one not
 	 * complete: nothing is left to continue from but a checkpoint */
 	s->state_gone = rc < 0 && atomic_load(&s->sreleased) > 0;
@@ -1266,9 +1295,37 @@ struct hs_store *hp_session_store(const struct hp_session *ss)
 	return ss->ex == &hp_exec_ooc ? ((const struct hp_rt *)ss->state)->store : NULL;
 }
 
+int hp_session_set_ahead(struct hp_session *ss, uint64_t bytes, hp_ahead_fn fn, void *arg)
+{
+	struct hp_rt *s = ss->ex == &hp_exec_ooc ? ss->state : NULL;
+	const struct hp_plan *p = s ? s->plan : NULL;
+	int k = 0;
+
+	if (!s)
+		return hp_error(HP_EUNSUPPORTED, "read-ahead: the session runs in core");
+	if (p && p->room_from)
+		while (k < p->nsteps && p->room_from[k] < bytes)
+			k++;
+	s->ahead_fn = fn;
+	s->ahead_arg = arg;
+	s->ahead_step = p ? k : 0;
+	/* after the last step nothing of this run needs room: what the store
+	 * has free then (the next run's loads come after the gathers) */
+	s->ahead_room = p && p->room_from && k < p->nsteps ? p->room_from[k] : UINT64_MAX;
+	atomic_store(&s->ahead_done, 0);
+	return 0;
+}
+
 uint64_t hp_session_tier_kept(const struct hp_session *s, int tier)
 {
 	return hs_store_tier_kept(hp_session_store(s), tier);
+}
+
+int hp_session_readahead_stats(const struct hp_session *s, struct hs_readahead_stats *out)
+{
+	struct hs_store *st = hp_session_store(s);
+
+	return st ? hs_store_readahead_stats(st, out) : -ENOENT;
 }
 
 int hp_session_frame_stats(const struct hp_session *s, struct hs_frame_stats *out)

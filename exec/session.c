@@ -572,8 +572,10 @@ static int session_new(struct hp_graph *g, const struct hp_exec_opts *o, struct 
 		s->trace = hp_trace_ref(shared);
 	else if (o->trace_path && (rc = hp_trace_open(o->trace_path, &s->trace)) < 0)
 		goto fail;
-	if (s->trace && !shared)
+	if (s->trace && !shared) {
 		hp_trace_lane(s->trace, HP_LANE_RUN, "session runs");
+		hp_trace_lane(s->trace, HP_LANE_DATA, "training data"); /* a trainer's batches, between the runs */
+	}
 	if (o->size >= offsetof(struct hp_exec_opts, profile) + sizeof o->profile && o->profile) {
 		s->prof = calloc(1, sizeof *s->prof);
 		if (!s->prof || !(s->prof->ns = calloc((size_t)g->nnodes + 1, sizeof *s->prof->ns)) ||

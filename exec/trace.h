@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-enum hp_trace_lane { HP_LANE_COMPUTE = 1, HP_LANE_IO = 100, HP_LANE_COMM = 200, HP_LANE_RUN = 300 };
+enum hp_trace_lane { HP_LANE_COMPUTE = 1, HP_LANE_IO = 100, HP_LANE_COMM = 200, HP_LANE_RUN = 300, HP_LANE_DATA = 301 };
 
 struct hp_trace;
 

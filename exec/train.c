@@ -18,6 +18,7 @@
 #include "exec/remat.h"
 #include "exec/split.h"
 #include "exec/split_weight.h"
+#include "exec/trace.h"
 #include "exec/train_dp.h"
 #include "exec/train_ckpt.h"
 #include "exec/train_shard.h"
@@ -680,6 +681,11 @@ static int epoch_perm(struct hp_trainer *t, int64_t e)
 
 int hp_train_rows(struct hp_trainer *t, int64_t step)
 {
+	return hp_train_rows_into(t, step, t->rows);
+}
+
+int hp_train_rows_into(struct hp_trainer *t, int64_t step, int64_t *rows)
+{
 	int64_t n = t->data.n, b = t->o.batch, first = t->dpr * t->lbatch;
 
 	/* rows [first, first + lbatch) of the global batch, whose positions
@@ -692,24 +698,57 @@ int hp_train_rows(struct hp_trainer *t, int64_t step)
 				return rc;
 			i = t->perm[i];
 		}
-		t->rows[k] = i;
+		rows[k] = i;
 	}
 	return 0;
+}
+
+/* Out of core: the batch after `step` is read during step's run
+ * (hp_dataset_ahead), not between the runs. */
+static int ahead_batch(struct hp_trainer *t, int64_t step)
+{
+	struct hp_dataset *d = &t->data;
+	int rc;
+
+	if (!d->x.ten || step + 1 >= t->total)
+		return 0;
+	if (!d->ahead_rows && !(d->ahead_rows = malloc((size_t)t->lbatch * sizeof *d->ahead_rows)))
+		return hp_error(-ENOMEM, "out of memory");
+	rc = hp_train_rows_into(t, step + 1, d->ahead_rows);
+	return rc < 0 ? rc : hp_dataset_ahead(d, t->s, d->ahead_rows, t->lbatch);
+}
+
+/* A span of the data lane (--trace): the trainer's part of the time
+ * between the runs. */
+static double data_span(struct hp_trainer *t, const char *what, double u0)
+{
+	double u1 = hp_trace_now_us(t->s->trace);
+
+	if (t->s->trace)
+		hp_trace_span(t->s->trace, HP_LANE_DATA, "data", what, u0, u1);
+	return u1;
 }
 
 static int load_batch(struct hp_trainer *t, int64_t step)
 {
 	const char *lname;
 	int rc = hp_train_rows(t, step);
+	double u = hp_trace_now_us(t->s->trace);
 
+	hp_dataset_ahead_wait(&t->data); /* what the run before read ahead for this batch is in */
+	u = data_span(t, "read-ahead wait", u);
 	if (rc == 0)
 		hp_dataset_prefetch(&t->data, hp_session_store(t->s), t->rows, t->lbatch);
+	u = data_span(t, "prefetch", u);
 	if (rc == 0)
 		rc = hp_darray_gather(&t->data.x, t->rows, t->lbatch, t->xb.data);
+	u = data_span(t, "gather", u);
 	if (rc == 0)
 		rc = hp_session_set_input(t->s, t->g->values[t->vin].name, &t->xb);
-	if (rc < 0 || t->vlab < 0)
+	if (rc < 0)
 		return rc;
+	if (t->vlab < 0)
+		return ahead_batch(t, step);
 	lname = t->g->values[t->vlab].name;
 	if (!t->widen_labels) {
 		rc = hp_darray_gather(&t->data.y, t->rows, t->lbatch, t->yb.data);
@@ -719,7 +758,9 @@ static int load_batch(struct hp_trainer *t, int64_t step)
 		for (int64_t i = 0; rc == 0 && i < n; i++)
 			((int64_t *)t->yb.data)[i] = ((const int32_t *)t->ytmp)[i];
 	}
-	return rc < 0 ? rc : hp_session_set_input(t->s, lname, &t->yb);
+	if (rc == 0)
+		rc = hp_session_set_input(t->s, lname, &t->yb);
+	return rc < 0 ? rc : ahead_batch(t, step);
 }
 
 /* Bytes each store tier moved since the last call. */

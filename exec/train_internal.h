@@ -30,6 +30,12 @@ struct hp_darray {
 struct hp_dataset {
 	struct hp_darray x, y;
 	int64_t n;             /* samples */
+	/* out of core: the next batch read ahead during this step's run
+	 * (hp_dataset_ahead), its chunks and rows, and the reads in flight */
+	struct hs_range *ahead;
+	size_t nahead;
+	int64_t *ahead_rows;
+	struct hs_prefetch *ahead_h[2]; /* read where the plan has room, the rest at the run's end */
 };
 
 /* Read the headers of data/labels (labels NULL: data is an .npz with x, y). */
@@ -42,6 +48,15 @@ int hp_darray_gather(struct hp_darray *a, const int64_t *rows, int64_t n, void *
  * rows the gathers of data and labels will copy next (a part of them at
  * most; an optimisation only: the gathers read whatever it did not). */
 void hp_dataset_prefetch(struct hp_dataset *d, struct hs_store *st, const int64_t *rows, int64_t n);
+/* Out of core: have session s read the chunks of rows[0..n) (the next
+ * batch) ahead during its next run, at the step from which its plan
+ * leaves room for them (hp_session_set_ahead), into frames the store
+ * takes back whenever it needs them (hs_readahead): the gathers then find
+ * them in DRAM instead of waiting for a read between the runs.  An
+ * optimisation only, like hp_dataset_prefetch. */
+int hp_dataset_ahead(struct hp_dataset *d, struct hp_session *s, const int64_t *rows, int64_t n);
+/* The read-ahead's reads done (before gathering, or closing). */
+void hp_dataset_ahead_wait(struct hp_dataset *d);
 void hp_dataset_close(struct hp_dataset *d);
 
 struct hp_trainer {
@@ -116,6 +131,8 @@ int hp_dp_sync_bn(struct hp_trainer *t, struct hp_graph *g);
 
 /* This rank's samples of step `step` into t->rows (lbatch of them). */
 int hp_train_rows(struct hp_trainer *t, int64_t step);
+/* The same into rows[0..lbatch) instead of t->rows. */
+int hp_train_rows_into(struct hp_trainer *t, int64_t step, int64_t *rows);
 
 /* Labels input lv, read by the loss over output `on` of g, takes the
  * label file's samples (dtype, sample dims); sets widen_labels (train_data.c). */

@@ -42,6 +42,8 @@ static struct hs_piece *bounce_pieces(struct bounce *b)
  * bytes are at home in the pool (used there, or not mapped yet). */
 static int kind_of(const struct hs_chunk *c)
 {
+	if (c->ahead) /* read ahead for a gather between the runs: reclaim takes it, last */
+		return PG_FIXED;
 	if (c->cached && c->state == CH_ABSENT && !c->pins)
 		return PG_DROP; /* discarded: its frames are freed (moved home first if mapped) */
 	if (c->npieces == 1 && !c->pins && c->state == CH_RESIDENT && (c->home || !c->mapped))

@@ -198,10 +198,17 @@ static void load_finish(struct io_req *r, int rc)
 			   r->tier != NO_TIER ? st->tiers[r->tier]->name : t->bpath,
 			   rc == -ENODATA ? "short read" : hp_strerror(rc));
 	}
+	if (c->ahead)
+		st->ra_loading -= hs_chunk_iolen(t, r->chunk);
 	if (rc < 0) {
 		hs_chunk_detach(st, t, r->chunk);
 		c->state = CH_ABSENT;
 		c->prefetched = 0;
+		st->resident -= hs_chunk_iolen(t, r->chunk);
+	} else if (c->ahead) { /* kept: its frames are the store's to take back from now on */
+		c->state = CH_ABSENT;
+		c->cached = c->kept = 1;
+		st->cached += hs_chunk_iolen(t, r->chunk);
 		st->resident -= hs_chunk_iolen(t, r->chunk);
 	} else {
 		c->state = CH_RESIDENT;
@@ -572,8 +579,26 @@ static int budget_error(struct hs_store *st, const char *what, const struct hs_t
 			st->resident, st->staging, st->o.budget, st->ntiers ? "" : "; no tier below DRAM to write to");
 }
 
+/* Wait (lock held) for some read-ahead to land: once read it is kept,
+ * outside the budget.  Its file tier is polled, as group_wait does. */
+static void ahead_wait(struct hs_store *st)
+{
+	struct hs_tier *ft = st->ra_tier;
+
+	if (!ft || !ft->ops->poll) {
+		pthread_cond_wait(&st->cv, &st->mu);
+		return;
+	}
+	pthread_mutex_unlock(&st->mu);
+	ft->ops->poll(ft, 1);
+	pthread_mutex_lock(&st->mu);
+}
+
 /* Evict until `need` more bytes fit the budget (lock held; released while
- * dirty victims are written back). */
+ * dirty victims are written back).  Read-ahead in flight is waited for
+ * first: it leaves the budget when it lands, and it was only read into
+ * room the plan had left, so whatever it would push out is planned to
+ * stay. */
 static int make_room(struct hs_store *st, uint64_t need, const char *what, const struct hs_tensor *who, uint64_t own)
 {
 	struct cand_set cs = { 0 };
@@ -583,6 +608,10 @@ static int make_room(struct hs_store *st, uint64_t need, const char *what, const
 	while (st->resident + need > st->o.budget) {
 		uint64_t deficit = st->resident + need - st->o.budget, freed = 0;
 		int nwb = 0;
+		if (st->ra_loading) {
+			ahead_wait(st);
+			continue;
+		}
 		rc = collect(st, &cs);
 		if (rc < 0)
 			break;
@@ -659,7 +688,12 @@ static void take_kept(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 
 	c->kept = 0;
 	c->state = CH_RESIDENT;
-	st->bytes_kept[c->tier] += hs_chunk_iolen(t, i);
+	if (c->ahead) { /* read ahead from its file (no tier copy) */
+		c->ahead = 0;
+		st->ra.taken += hs_chunk_iolen(t, i);
+	} else if (c->tier != NO_TIER) {
+		st->bytes_kept[c->tier] += hs_chunk_iolen(t, i);
+	}
 }
 
 /* Wait (lock held) until no chunk of the range is being moved. */
@@ -1012,6 +1046,118 @@ int hs_prefetch_many(const struct hs_range *rs, size_t nr, struct hs_prefetch **
 	submit_loads(st, g, g->reqs, nreq);
 	*h = g;
 	return 0;
+}
+
+/* Chunk i of file-backed t is read ahead into frames of its own, the
+ * group's next request (lock held); -1 if it does not qualify or would
+ * take more than `left` bytes (which the caller stops at), else its bytes. */
+static int64_t ahead_chunk(struct hs_store *st, struct hs_tensor *t, uint64_t i, struct hs_prefetch *g, int *nreq,
+			   uint64_t left)
+{
+	struct hs_chunk *c = &t->ch[i];
+	uint64_t len = hs_chunk_iolen(t, i);
+
+	if (c->state != CH_ABSENT || c->cached || c->pins || stage_bytes(t, i))
+		return 0;
+	if (len > left)
+		return -1;
+	c->state = CH_LOADING;
+	if (hs_chunk_attach(st, t, i, HS_ATTACH_DEFER) < 0) {
+		c->state = CH_ABSENT;
+		return -1;
+	}
+	c->ahead = 1;
+	c->last_use = ++st->tick;
+	g->reqs[*nreq].t = t; /* its request once its range is mapped (ahead_map) */
+	g->reqs[(*nreq)++].chunk = i;
+	return (int64_t)len;
+}
+
+/* Map the chunks reqs[from..*nreq) of range [first, first + n) of t read
+ * ahead, a stretch at a time (one mremap where chunk by chunk took one
+ * each, on the compute lane that issues the read-ahead), and prepare
+ * their requests; if that fails, give them up.  The bytes given up. */
+static uint64_t ahead_map(struct hs_store *st, struct hs_tensor *t, uint64_t first, uint64_t n, struct hs_prefetch *g,
+			  int from, int *nreq)
+{
+	uint64_t undone = 0;
+
+	if (from == *nreq)
+		return 0;
+	if (hs_chunks_map(st, t, first, n) == 0) {
+		for (int j = from; j < *nreq; j++)
+			req_init(&g->reqs[j], t, g->reqs[j].chunk, g);
+		return 0;
+	}
+	for (int j = from; j < *nreq; j++) {
+		struct hs_chunk *c = &t->ch[g->reqs[j].chunk];
+		c->ahead = 0;
+		hs_chunk_detach(st, t, g->reqs[j].chunk);
+		c->state = CH_ABSENT;
+		undone += hs_chunk_iolen(t, g->reqs[j].chunk);
+	}
+	*nreq = from;
+	pthread_cond_broadcast(&st->cv);
+	return undone;
+}
+
+int hs_readahead(const struct hs_range *rs, size_t nr, uint64_t room, struct hs_prefetch **h)
+{
+	struct hs_store *st;
+	struct hs_prefetch *g;
+	uint64_t total = 0, need = 0, left;
+	int nreq = 0, stop = 0, rc, out = 0;
+
+	*h = NULL;
+	if (nr == 0 || !rs[0].tensor)
+		return hp_error(HP_EUSAGE, "store: read-ahead of no ranges");
+	st = rs[0].tensor->st;
+	for (size_t k = 0; k < nr; k++) {
+		uint64_t first = rs[k].first, n = rs[k].n;
+		if (rs[k].tensor->st != st || !rs[k].tensor->bpath)
+			return hp_error(HP_EUSAGE, "store: read-ahead of a tensor %s",
+					rs[k].tensor->st != st ? "of another store" : "not backed by a file");
+		if ((rc = norm_range(rs[k].tensor, &first, &n, "read-ahead")) < 0)
+			return rc;
+		total += n;
+	}
+	g = calloc(1, sizeof *g);
+	if (!g || !(g->reqs = calloc(total ? total : 1, sizeof *g->reqs))) {
+		free(g);
+		return -ENOMEM;
+	}
+	g->st = st;
+	pthread_mutex_lock(&st->mu);
+	left = st->o.budget > st->resident ? st->o.budget - st->resident : 0;
+	left = left < room ? left : room;
+	for (size_t k = 0; k < nr && !stop; k++) {
+		uint64_t first = rs[k].first, n = rs[k].n;
+		int from = nreq;
+		norm_range(rs[k].tensor, &first, &n, "read-ahead");
+		for (uint64_t i = first; i < first + n; i++) {
+			int64_t b = stop ? -1 : ahead_chunk(st, rs[k].tensor, i, g, &nreq, left - need);
+			stop = b < 0;
+			out += b < 0 && rs[k].tensor->ch[i].state == CH_ABSENT && !rs[k].tensor->ch[i].cached;
+			need += b > 0 ? (uint64_t)b : 0;
+		}
+		int mapped = nreq;
+		need -= ahead_map(st, rs[k].tensor, first, n, g, from, &nreq);
+		out += mapped - nreq; /* (given up: their mapping failed) */
+	}
+	st->resident += need;
+	st->ra_loading += need;
+	st->ra.bytes += need;
+	if (nreq)
+		st->ra_tier = g->reqs[nreq - 1].t->bfile->tier;
+	pthread_mutex_unlock(&st->mu);
+	if (!nreq) {
+		free(g->reqs);
+		free(g);
+		return out;
+	}
+	submit_loads(st, g, g->reqs, nreq);
+	*h = g;
+	return out;
 }
 
 int hs_prefetch(struct hs_tensor *t, uint64_t first, uint64_t n, struct hs_prefetch **h)

@@ -218,11 +218,14 @@ int hs_chunk_map(struct hs_store *st, struct hs_tensor *t, uint64_t i)
 struct cached_ref {
 	struct hs_tensor *t;
 	uint64_t i, last_use;
-	int kept;
+	int kept;               /* 1 kept, 2 read ahead (hs_readahead) */
 };
 
 /* Discarded chunks' frames first (their bytes are dead), then kept ones
- * (a load may still take them back), least recently used first. */
+ * (a load may still take them back), then read-ahead (read into room the
+ * plan leaves to the run's end, for a gather that waits on it between the
+ * runs, where a kept chunk's load is a planned one, overlapped), least
+ * recently used first. */
 static int cmp_last_use(const void *a, const void *b)
 {
 	const struct cached_ref *x = a, *y = b;
@@ -248,7 +251,7 @@ static void reclaim(struct hs_store *st, uint64_t len)
 	for (struct hs_tensor *t = st->list; v && t; t = t->next)
 		for (uint64_t i = 0; i < t->nchunks; i++)
 			if (t->ch[i].cached && t->ch[i].state == CH_ABSENT)
-				v[n++] = (struct cached_ref){ t, i, t->ch[i].last_use, t->ch[i].kept };
+				v[n++] = (struct cached_ref){ t, i, t->ch[i].last_use, t->ch[i].kept + t->ch[i].ahead };
 	if (!v) { /* no memory to sort: any order */
 		for (struct hs_tensor *t = st->list; t && hs_frames_avail_bytes(st->frames) < len; t = t->next)
 			for (uint64_t i = 0; i < t->nchunks; i++)
@@ -264,7 +267,8 @@ static void reclaim(struct hs_store *st, uint64_t len)
 
 /* Take over the frames of the least recently discarded chunk of the same
  * length, moved straight from its range into chunk i's (one mremap where
- * freeing and allocating would take two).  0 if there is none. */
+ * freeing and allocating would take two); read-ahead is left to reclaim,
+ * which takes it last.  0 if there is none. */
 static int steal(struct hs_store *st, struct hs_tensor *t, uint64_t i, uint64_t len)
 {
 	struct hs_tensor *vt = NULL;
@@ -276,8 +280,8 @@ static int steal(struct hs_store *st, struct hs_tensor *t, uint64_t i, uint64_t 
 	for (struct hs_tensor *u = st->list; u; u = u->next)
 		for (uint64_t k = 0; k < u->nchunks; k++) {
 			struct hs_chunk *x = &u->ch[k];
-			if (x->cached && x->state == CH_ABSENT && x->mapped && !x->home && hs_chunk_iolen(u, k) == len &&
-			    (!v || x->last_use < v->last_use)) {
+			if (x->cached && x->state == CH_ABSENT && x->mapped && !x->home && !x->ahead &&
+			    hs_chunk_iolen(u, k) == len && (!v || x->last_use < v->last_use)) {
 				v = x;
 				vt = u;
 				vi = k;
@@ -298,6 +302,7 @@ static int steal(struct hs_store *st, struct hs_tensor *t, uint64_t i, uint64_t 
 	v->cached = 0;
 	v->kept = 0;
 	st->cached -= len;
+	hs_ahead_lost(st, v, len);
 	return 1;
 }
 
@@ -346,11 +351,20 @@ int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int fl
 	return 0;
 }
 
+void hs_ahead_lost(struct hs_store *st, struct hs_chunk *c, uint64_t len)
+{
+	if (!c->ahead)
+		return;
+	c->ahead = 0;
+	st->ra.lost += len;
+}
+
 /* The chunk holds no frames any more (they went home, freed, or stranded). */
 static void forget_frames(struct hs_tensor *t, uint64_t i)
 {
 	struct hs_chunk *c = &t->ch[i];
 
+	hs_ahead_lost(t->st, c, hs_chunk_iolen(t, i));
 	c->npieces = 0;
 	c->many = NULL;
 	c->unverified = 0;
@@ -390,9 +404,11 @@ static int continues(const struct hs_store *st, const struct hs_tensor *t, uint6
 	return a->one.n == st->cs / HS_PAGE && b->one.page == a->one.page + a->one.n;
 }
 
+/* (Read-ahead goes one chunk at a time: reclaim wants the frames of
+ * one, and its neighbours are a gather's to take.) */
 static int droppable(const struct hs_chunk *c)
 {
-	return c->cached && c->state == CH_ABSENT && c->npieces == 1 && c->mapped && !c->home && !c->pins;
+	return c->cached && c->state == CH_ABSENT && c->npieces == 1 && c->mapped && !c->home && !c->pins && !c->ahead;
 }
 
 void hs_chunk_detach_stretch(struct hs_store *st, struct hs_tensor *t, uint64_t i)
@@ -936,6 +952,20 @@ uint64_t hs_store_tier_kept(struct hs_store *st, int tier)
 		n += tier == HS_TIER_ANY || tier == k ? st->bytes_kept[k] : 0;
 	pthread_mutex_unlock(&st->mu);
 	return n;
+}
+
+int hs_store_readahead_stats(struct hs_store *st, struct hs_readahead_stats *out)
+{
+	size_t size = out ? out->size : 0;
+
+	if (!st || size < sizeof out->size)
+		return hp_error(HP_EUSAGE, "store: hs_store_readahead_stats needs out->size set");
+	pthread_mutex_lock(&st->mu);
+	struct hs_readahead_stats r = st->ra;
+	pthread_mutex_unlock(&st->mu);
+	r.size = size < sizeof r ? size : sizeof r;
+	memcpy(out, &r, r.size);
+	return 0;
 }
 
 uint64_t hs_store_tier_peak(struct hs_store *st, int tier)

@@ -26,6 +26,7 @@ struct hs_chunk {
 	uint8_t cached;         /* CH_ABSENT, discarded, frames kept for its next pin */
 	uint8_t kept;           /* cached, its frames still holding its copy's bytes (left DRAM clean, keep_clean): a load takes them back, no read */
 	uint8_t home;           /* mapped where its frames live in the pool (hs_chunk_addr) */
+	uint8_t ahead;          /* read ahead (hs_readahead): loading, then kept, until a pin takes it or its frames go */
 	uint32_t pins, wpins;
 	int8_t tier;            /* current copy: tier index or NO_TIER */
 	int8_t ctier;           /* committed copy: tier index or NO_TIER */
@@ -107,6 +108,9 @@ struct hs_store {
 	uint64_t rec_epoch[HS_MAX_TIERS];
 	struct hs_recover_stats rec;
 	struct hs_frame_stats fst;      /* hs_store_frame_stats (mremaps: the pool's own count) */
+	uint64_t ra_loading;            /* bytes of read-ahead chunks being read (in resident) */
+	struct hs_tier *ra_tier;        /* the file tier the last read-ahead went to (polled by make_room) */
+	struct hs_readahead_stats ra;   /* hs_store_readahead_stats */
 };
 
 struct freed_ext {
@@ -134,6 +138,8 @@ enum { HS_ATTACH_MAP = 1, HS_ATTACH_ZERO = 2, HS_ATTACH_DEFER = 4 };
 int hs_chunk_attach(struct hs_store *st, struct hs_tensor *t, uint64_t i, int flags);
 int hs_chunk_map(struct hs_store *st, struct hs_tensor *t, uint64_t i);
 void hs_chunk_detach(struct hs_store *st, struct hs_tensor *t, uint64_t i);
+/* A read-ahead chunk's frames go before a pin took them (lock held). */
+void hs_ahead_lost(struct hs_store *st, struct hs_chunk *c, uint64_t len);
 /* Stretches: chunks of a tensor with no run lie back to back in the pool
  * where they can (attach), so mapping them is one mremap per stretch.
  * HS_ATTACH_DEFER allocates only (no map, no zeroing); hs_chunks_map then

@@ -75,6 +75,11 @@ void exec_sample_fill(struct exec_sampler *sp, struct hp_session *s, struct exec
 		return;
 	}
 	x->resident = st.resident;
+	struct hs_readahead_stats ra = { .size = sizeof ra };
+	x->has_ahead = hp_session_readahead_stats(s, &ra) == 0;
+	x->ahead_bytes = ra.bytes;
+	x->ahead_taken = ra.taken;
+	x->ahead_lost = ra.lost;
 	x->ntiers = st.ntiers <= HS_MAX_TIERS + 1 ? st.ntiers : HS_MAX_TIERS + 1;
 	for (int i = 0; i < x->ntiers; i++) {
 		const struct hs_tier_stats *t = &st.tier[i];
@@ -137,6 +142,11 @@ int exec_log_write(FILE *f, const struct exec_sample *x)
 	add_int(o, "budget_bytes", (int64_t)x->budget);
 	add_int(o, "rss_bytes", (int64_t)x->rss);
 	json_object_object_add(o, "tiers", tiers_json(x));
+	if (x->has_ahead && !strcmp(x->mode, "train")) {
+		add_int(o, "bytes_read_ahead", (int64_t)x->ahead_bytes);
+		add_int(o, "bytes_read_ahead_taken", (int64_t)x->ahead_taken);
+		add_int(o, "bytes_read_ahead_lost", (int64_t)x->ahead_lost);
+	}
 	if (x->has_loss) {
 		json_object_object_add(o, "loss", jnum(x->loss));
 		json_object_object_add(o, "lr", jnum(x->lr));

@@ -36,6 +36,8 @@ struct exec_sample {
 	uint64_t resident, budget, rss; /* tensor bytes in DRAM; --budget (0: none); process RSS */
 	int ntiers;
 	struct exec_tier_sample tier[HS_MAX_TIERS + 1];
+	int has_ahead;                  /* out of core: the data set's read-ahead (hs_readahead_stats), cumulative */
+	uint64_t ahead_bytes, ahead_taken, ahead_lost;
 	int has_val;                    /* validated after this step (--val-data) */
 	double val_loss, val_accuracy;  /* accuracy NaN unless cross-entropy */
 	const char *asgd_json;          /* --sync async: the step's exchange (JSON object), or NULL */

@@ -102,6 +102,10 @@ int hp_session_store_stats(const struct hp_session *s, struct hs_store_stats *ou
 /* Bytes of loads from lower tier `tier` served without a read
  * (hs_store_tier_kept); 0 in core. */
 uint64_t hp_session_tier_kept(const struct hp_session *s, int tier);
+struct hs_readahead_stats;
+/* The data set's read-ahead in the session's store (hs_store_readahead_stats:
+ * set out->size): bytes read ahead, taken by the gathers, lost; -ENOENT in core. */
+int hp_session_readahead_stats(const struct hp_session *s, struct hs_readahead_stats *out);
 struct hs_frame_stats;
 /* The work of the store's DRAM frame pool (hs_store_frame_stats: set
  * out->size): mremaps, compactions, their copies; -ENOENT in core. */

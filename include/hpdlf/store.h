@@ -219,6 +219,31 @@ struct hs_range {
 };
 int hs_prefetch_many(const struct hs_range *r, size_t nr, struct hs_prefetch **h);
 
+/* Read chunks of file-backed tensors ahead of their pins (a data set's
+ * next batch, during the step before it), into frames that take nothing
+ * from the budget: at most `room` bytes, and no more than the budget has
+ * free now; nothing resident is evicted for them (their frames may be
+ * those cached chunks keep, as any chunk's).  While they are read they count as
+ * resident, and a pin or prefetch that needs their room waits for them
+ * instead of evicting; once read they are kept (cached, outside the
+ * budget), so the store takes their frames back whenever it needs frames,
+ * and a pin or prefetch before then takes them with no read.  Chunks
+ * resident, kept or loading already are skipped, and so are chunks read
+ * through a staging window (an unaligned offset in an O_DIRECT file: that
+ * read is synchronous).  Returns the chunks left out for want of room (0:
+ * all of them are in DRAM, kept or being read); *h (NULL: nothing was
+ * submitted) is waited on (hs_prefetch_wait: the reads' status, which a pin
+ * reading the chunk again would report too) before the tensors are
+ * dropped. */
+int hs_readahead(const struct hs_range *r, size_t nr, uint64_t room, struct hs_prefetch **h);
+struct hs_readahead_stats {
+	size_t size;            /* set by the caller: sizeof; fields past it are left alone */
+	uint64_t bytes;         /* read ahead (hs_readahead), since the store opened */
+	uint64_t taken;         /* of them, taken back by a pin or prefetch with no read */
+	uint64_t lost;          /* of them, whose frames went elsewhere first (or whose read failed) */
+};
+int hs_store_readahead_stats(struct hs_store *st, struct hs_readahead_stats *out); /* HP_EUSAGE: size unset */
+
 /* Write dirty unpinned chunks of the range to lower tier `tier` (index in
  * opts.tiers, or HS_TIER_ANY / HS_TIER_NONE) and free their DRAM. Pinned
  * chunks are skipped; returns the number of chunks evicted. */

@@ -27,6 +27,8 @@ COMMON = {"schema": int, "mode": str, "step": int, "steps": int, "time_s": float
           "gflops": float, "stall_ms": float, "resident_bytes": int, "budget_bytes": int, "rss_bytes": int,
           "tiers": dict}
 TRAIN = {"loss": float, "lr": float, "epoch": int, "samples_per_s": float, "checkpoint": bool}
+# training out of core: the data set's read-ahead (exec/train_data.c)
+OOC_TRAIN = {"bytes_read_ahead": int, "bytes_read_ahead_taken": int, "bytes_read_ahead_lost": int}
 TIER = {"used": int, "bytes_read": int, "bytes_written": int, "read_bytes_per_s": float,
         "write_bytes_per_s": float}
 
@@ -47,7 +49,7 @@ def typed(v, t):
 
 
 def check_lines(tag, rows, mode, budget, ooc):
-    want = dict(COMMON, **(TRAIN if mode == "train" else {}))
+    want = dict(COMMON, **(TRAIN if mode == "train" else {}), **(OOC_TRAIN if mode == "train" and ooc else {}))
     bad = [(i, k) for i, r in enumerate(rows) for k, t in want.items() if k not in r or not typed(r[k], t)]
     check(not bad, f"{tag}: every line has the documented keys and types {bad[:5]}")
     extra = [k for r in rows for k in r if k not in want]

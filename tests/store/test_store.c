@@ -1688,6 +1688,107 @@ static void test_backed_to_eof(void **state)
 	hs_store_close(st);
 }
 
+/* hs_readahead: chunks of a file-backed tensor read into free room only
+ * (capped by `room`), kept outside the budget once read, taken back by a
+ * pin with no read, taken last when frames run short (and counted lost);
+ * a pin needing the room of reads in flight waits for them instead of
+ * writing back what is resident. */
+static void ra_stats(struct hs_store *st, struct hs_readahead_stats *r)
+{
+	r->size = sizeof *r;
+	assert_int_equal(hs_store_readahead_stats(st, r), 0);
+}
+
+static void test_readahead(void **state)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	const uint64_t bytes = 6 * CS;
+	unsigned char *file = malloc(bytes + 4096), *p;
+	const char *path = tu_path(tu_disk_dir(), "ahead.bin");
+	struct hs_tensor_info ti = { .bytes = bytes, .dtype = HP_U8 }, one = { .bytes = CS, .dtype = HP_U8 };
+	struct hs_tensor *t, *w, *b[3];
+	struct hs_prefetch *h;
+	struct hs_readahead_stats r;
+	struct hs_store_stats ss;
+	uint64_t s = seed;
+
+	(void)state;
+	for (uint64_t i = 0; i < bytes + 4096; i++)
+		file[i] = (unsigned char)tu_rand(&s);
+	FILE *f = fopen(path, "w");
+	assert_int_equal(fwrite(file, 1, bytes + 4096, f), bytes + 4096);
+	fclose(f);
+	tu_opts(&o, CFG_NVME, CS, 4, 16, "ahead");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_create_backed(st, &ti, path, 4096, &t), 0);
+	assert_int_equal(hs_tensor_create(st, &one, &w), 0);
+	assert_int_equal(hs_readahead(&(struct hs_range){ w, 0, HS_ALL }, 1, UINT64_MAX, &h), HP_EUSAGE);
+	assert_int_equal(hs_pin(w, 0, HS_ALL, HS_PIN_OVERWRITE, (void **)&p), 0);
+	memset(p, 0x77, CS);
+	assert_int_equal(hs_unpin(w, 0, HS_ALL), 0); /* resident and dirty: a quarter of the budget */
+	/* three chunks fit beside w, not six */
+	assert_int_equal(hs_readahead(&(struct hs_range){ t, 0, HS_ALL }, 1, UINT64_MAX, &h), 3); /* 3 left out */
+	assert_non_null(h);
+	assert_int_equal(hs_prefetch_wait(h), 0);
+	assert_int_equal(hs_store_stats(st, &ss), 0);
+	assert_int_equal(ss.resident, CS); /* once read, outside the budget */
+	ra_stats(st, &r);
+	assert_int_equal(r.bytes, 3 * CS);
+	assert_int_equal(r.taken, 0);
+	/* chunks read ahead already are skipped; room caps the rest (its
+	 * frames, in a full pool, are the oldest kept chunk's: 0) */
+	assert_int_equal(hs_readahead(&(struct hs_range){ t, 1, HS_ALL }, 1, CS + 1, &h), 2); /* 4, 5 left out */
+	assert_non_null(h);
+	assert_int_equal(hs_prefetch_wait(h), 0);
+	assert_int_equal(hs_readahead(&(struct hs_range){ t, 1, 3 }, 1, UINT64_MAX, &h), 0);
+	assert_null(h);
+	ra_stats(st, &r);
+	assert_int_equal(r.lost, CS);
+	/* a pin takes chunk 1 back with no read */
+	assert_int_equal(hs_pin(t, 1, 1, HS_PIN_READ, (void **)&p), 0);
+	assert_memory_equal(p, file + 4096 + CS, CS);
+	assert_int_equal(hs_unpin(t, 1, 1), 0);
+	ra_stats(st, &r);
+	assert_int_equal(r.taken, CS);
+	assert_int_equal(r.lost, CS);
+	assert_int_equal(hs_evict(t, 1, 1, HS_TIER_NONE), 1);
+	/* the pool is w and three kept chunks: new tensors take kept frames,
+	 * the read-ahead's last; w stays */
+	for (int k = 0; k < 3; k++) {
+		assert_int_equal(hs_tensor_create(st, &one, &b[k]), 0);
+		assert_int_equal(hs_pin(b[k], 0, HS_ALL, HS_PIN_OVERWRITE, (void **)&p), 0);
+		memset(p, k, CS);
+		assert_int_equal(hs_unpin(b[k], 0, HS_ALL), 0);
+	}
+	ra_stats(st, &r);
+	assert_int_equal(r.lost, 3 * CS); /* 2 and 3 now, after the frames chunk 1 left */
+	assert_int_equal(hs_store_stats(st, &ss), 0);
+	assert_int_equal(ss.tier[1].writes, 0);
+	for (int k = 0; k < 3; k++)
+		assert_int_equal(hs_tensor_drop(b[k]), 0);
+	/* read again, right */
+	assert_int_equal(hs_pin(t, 2, 1, HS_PIN_READ, (void **)&p), 0);
+	assert_memory_equal(p, file + 4096 + 2 * CS, CS);
+	assert_int_equal(hs_unpin(t, 2, 1), 0);
+	assert_int_equal(hs_evict(t, 2, 1, HS_TIER_NONE), 1);
+	/* a pin needing the room of reads in flight waits for them to land
+	 * (then takes their frames) instead of writing w back */
+	assert_int_equal(hs_readahead(&(struct hs_range){ t, 3, 3 }, 1, UINT64_MAX, &h), 0); /* all three */
+	assert_non_null(h);
+	assert_int_equal(hs_tensor_create(st, &ti, &b[0]), 0);
+	assert_int_equal(hs_pin(b[0], 0, 3, HS_PIN_OVERWRITE, (void **)&p), 0);
+	assert_int_equal(hs_unpin(b[0], 0, 3), 0);
+	assert_int_equal(hs_prefetch_wait(h), 0);
+	assert_int_equal(hs_store_stats(st, &ss), 0);
+	assert_int_equal(ss.tier[1].writes, 0);
+	assert_int_equal(ss.resident, 4 * CS);
+	ra_stats(st, &r);
+	assert_int_equal(r.lost, 6 * CS);
+	hs_store_close(st);
+	free(file);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1701,6 +1802,7 @@ int main(void)
 		cmocka_unit_test(test_budget),
 		cmocka_unit_test(test_prefetch_stats),
 		cmocka_unit_test(test_keep_clean),
+		cmocka_unit_test(test_readahead),
 		cmocka_unit_test(test_prefetch_many),
 		cmocka_unit_test(test_rss),
 		cmocka_unit_test(test_threads),
