@@ -10,6 +10,7 @@
 #include "hpdlf/kernels.h"
 #include "exec/comm.h"
 #include "exec/plan.h"
+#include "exec/plan_heap.h"
 #include "exec/speed.h"
 
 #define NEVER HP_PLAN_NEVER
@@ -46,6 +47,10 @@ struct sim {
 	 * hold ends (0: not held), and the held values */
 	int *until, *hold, *held, nheld;
 	int policy;                     /* enum victim_policy */
+	/* the values that may be evicted, clean [0] and dirty [1], by next
+	 * use (cand_push: lazily, stale entries dropped at the top) */
+	struct hp_vheap cand[2];
+	int cand_oom;
 };
 
 static int push(struct sim *m, int step, int order, int value, enum hp_plan_act act, int for_step)
@@ -146,44 +151,74 @@ static double victim_score(const struct sim *m, int pol, int v, int nu, int step
 	return nu;
 }
 
+/* v's next use after step (cached: an answer after step is the answer
+ * still, the cursor has not moved since). */
+static int nu_at(struct sim *m, int v, int step)
+{
+	return m->nu[v] > step ? m->nu[v] : (m->nu[v] = next_use(m, v, step));
+}
+
+static int evictable(const struct sim *m, int v)
+{
+	return m->resident[v] && !m->pinned[v] && !m->hold[v];
+}
+
+/* v among the candidates if it may be evicted now (step): pushed again
+ * wherever it may have become so, or its next use or dirt changed (the
+ * end of a step that read or wrote it, a preload, a hold's end, a run's
+ * start). */
+static void cand_push(struct sim *m, int v, int step)
+{
+	if (managed(m->g, v) && evictable(m, v) && hp_vheap_push(&m->cand[m->dirty[v] != 0], nu_at(m, v, step), v) < 0)
+		m->cand_oom = 1;
+}
+
+/* The first candidate of class c (its next use in *nu), stale entries
+ * dropped; -1 if none. */
+static int cand_top(struct sim *m, int c, int step, int *nu)
+{
+	struct hp_vheap *h = &m->cand[c];
+
+	while (h->n) {
+		struct hp_vent e = h->e[0];
+		if (evictable(m, e.v) && (m->dirty[e.v] != 0) == c && nu_at(m, e.v, step) == e.nu) {
+			*nu = e.nu;
+			return e.v;
+		}
+		hp_vheap_pop(h);
+		cand_push(m, e.v, step); /* evictable under a newer figure: never lost */
+	}
+	return -1;
+}
+
 /* The resident value neither pinned nor held and next read after step
  * `after` that policy pol evicts first, -1 if none; *far its next use.
  * Values never read again (or only by the next run, NEVER - 1) go first in
  * every policy, the farthest first; then the highest victim_score
  * (VICTIM_FARTHEST: Belady's choice, the farthest next use after `step`);
- * ties by value index for determinism. */
+ * ties by value index for determinism.  Each policy's score grows with
+ * the next use among clean values and among dirty ones, so the first of
+ * each class (cand_top) is its best: a scan of every resident value at
+ * each eviction was most of planning the 10,001-node MLP at 200M. */
 static int pick_victim(struct sim *m, int pol, int step, int after, int *far)
 {
-	int victim = -1;
-	double best = -1;
+	int v[2], nu[2] = { -1, -1 }, c;
 
 	*far = -1;
-	for (int i = 0; i < m->nresident; i++) {
-		int v = m->resident_list[i], nu;
-		double sc;
-		if (m->pinned[v] || m->hold[v])
-			continue;
-		/* an answer after step is the answer still: the cursor has not
-		 * moved since (pick_victim alone asks; three loads less a value
-		 * at every eviction's scan) */
-		nu = m->nu[v] > step ? m->nu[v] : (m->nu[v] = next_use(m, v, step));
-		if (nu <= after)
-			continue;
-		if (nu >= NEVER - 1 || *far >= NEVER - 1) {
-			if (nu > *far || (nu == *far && v < victim)) {
-				*far = nu;
-				victim = v;
-			}
-			continue;
-		}
-		sc = victim_score(m, pol, v, nu, step);
-		if (sc > best || (sc == best && v < victim)) {
-			best = sc;
-			*far = nu;
-			victim = v;
-		}
+	for (c = 0; c < 2; c++)
+		if ((v[c] = cand_top(m, c, step, &nu[c])) >= 0 && nu[c] <= after)
+			v[c] = -1;
+	if (v[0] < 0 || v[1] < 0) {
+		c = v[0] < 0;
+	} else if (nu[0] >= NEVER - 1 || nu[1] >= NEVER - 1) {
+		c = nu[1] > nu[0] || (nu[1] == nu[0] && v[1] < v[0]);
+	} else {
+		double s0 = victim_score(m, pol, v[0], nu[0], step), s1 = victim_score(m, pol, v[1], nu[1], step);
+		c = s1 > s0 || (s1 == s0 && v[1] < v[0]);
 	}
-	return victim;
+	if (v[c] >= 0)
+		*far = nu[c];
+	return v[c];
 }
 
 /* A preload not used yet when its value is evicted was wasted: it is
@@ -502,6 +537,7 @@ static int preload(struct sim *m, int s, uint64_t ws)
 		if (v < 0 || !loadable(m, v, s))
 			continue;
 		set_resident(m, v, 1);
+		cand_push(m, v, s);
 		if ((rc = push(m, s, 1, v, HP_ACT_LOAD, t)) < 0)
 			return rc;
 		m->pre[v] = m->nrecs - 1;
@@ -602,6 +638,8 @@ static void release_holds(struct sim *m, int upto, int now)
 			m->last_pin[v] = now - 1; /* its eviction is not hoisted into the hold */
 		if (m->resident[v] && m->p->last_use[v] < now && m->p->last_use[v] < m->p->nsteps)
 			set_resident(m, v, 0);
+		else if (now < NEVER)
+			cand_push(m, v, now);
 	}
 	m->nheld = k;
 }
@@ -671,7 +709,9 @@ static int simulate_step(struct sim *m, int s)
 		if (managed(g, v) && m->resident[v] && p->last_use[v] < 0 && !m->hold[v])
 			set_resident(m, v, 0);
 	}
-	return 0;
+	for (int k = 0; k < n->ninputs + n->noutputs; k++) /* unpinned: next read later, or written */
+		cand_push(m, k < n->ninputs ? n->inputs[k] : n->outputs[k - n->ninputs], s);
+	return m->cand_oom ? hp_error(-ENOMEM, "out of memory planning") : 0;
 }
 
 /* Move each load to the earliest step where the budget leaves room for it,
@@ -935,6 +975,8 @@ static void sim_free(struct sim *m)
 	free(m->until);
 	free(m->hold);
 	free(m->held);
+	hp_vheap_free(&m->cand[0]);
+	hp_vheap_free(&m->cand[1]);
 }
 
 static int sim_alloc(struct sim *m, int nv, int nn)
@@ -1131,6 +1173,9 @@ static int simulate(struct sim *m, int pass)
 		cold_start(m);
 	else
 		warm_start(m);
+	m->cand[0].n = m->cand[1].n = 0; /* the run's next uses anew */
+	for (int i = 0; i < m->nresident; i++)
+		cand_push(m, m->resident_list[i], 0);
 	for (int s = 0; s < m->p->nsteps; s++) {
 		rc = simulate_step(m, s);
 		if (rc == HP_EBUDGET)

@@ -23,6 +23,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/exec.h"
 #include "exec/plan.h"
+#include "exec/plan_heap.h"
 
 static int value(struct hp_graph *g, const char *name, enum hp_value_kind kind, int rows)
 {
@@ -595,11 +596,46 @@ static void test_update_after_readers(void **state)
 	update_after_readers(0, 1);
 }
 
+/* The eviction candidates' heap (exec/plan_heap.h) hands its entries out
+ * in Belady's order with the planner's ties: the later next use first,
+ * equal ones by the smaller value; against a sort of the same entries. */
+static int vent_cmp(const void *a, const void *b)
+{
+	const struct hp_vent *x = a, *y = b;
+
+	return x->nu != y->nu ? (x->nu > y->nu ? -1 : 1) : (x->v > y->v) - (x->v < y->v);
+}
+
+static void test_victim_heap(void **state)
+{
+	enum { N = 3000 };
+	static struct hp_vent want[N];
+	struct hp_vheap h = { 0 };
+	uint64_t x = 88172645463325252ull;
+
+	(void)state;
+	for (int i = 0; i < N; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		want[i] = (struct hp_vent){ (int)(x % 97), (int)((x >> 20) % 50) }; /* many ties */
+		assert_int_equal(hp_vheap_push(&h, want[i].nu, want[i].v), 0);
+	}
+	qsort(want, N, sizeof *want, vent_cmp);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(h.n, N - i);
+		assert_int_equal(h.e[0].nu, want[i].nu);
+		assert_int_equal(h.e[0].v, want[i].v);
+		hp_vheap_pop(&h);
+	}
+	assert_int_equal(h.n, 0);
+	hp_vheap_free(&h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_replay),
 		cmocka_unit_test(test_victim_policies),
+		cmocka_unit_test(test_victim_heap),
 		cmocka_unit_test(test_shared),
 		cmocka_unit_test(test_below_minimum),
 		cmocka_unit_test(test_10k_nodes),
