@@ -1198,35 +1198,36 @@ static int simulate(struct sim *m, int pass)
 
 _Thread_local uint64_t hp_plan_needed;
 
-static int plan_with(const struct hp_graph *g, const struct hp_plan_opts *o, int policy, struct hp_plan **out)
+/* The plan's skeleton in m (its schedule, use lists and smallest budget),
+ * and HP_EBUDGET_OP where the budget is below that (hp_plan_needed the
+ * figure to name); m->p allocated, the caller frees it (and m). */
+static int plan_check(struct sim *m)
 {
-	struct sim m = { .g = g, .o = o, .policy = policy };
+	const struct hp_graph *g = m->g;
+	const struct hp_plan_opts *o = m->o;
 	struct hp_plan *p = calloc(1, sizeof *p);
 	uint64_t reserve, step_max;
 	int rc;
 
-	*out = NULL;
 	if (!p)
 		return hp_error(-ENOMEM, "out of memory planning");
-	m.p = p;
+	m->p = p;
 	p->start_resident = calloc((size_t)g->nvalues + 1, 1);
-	if (!p->start_resident) {
-		free(p);
+	if (!p->start_resident)
 		return hp_error(-ENOMEM, "out of memory planning");
-	}
 	/* the plan owns the use lists; the simulation borrows them */
-	rc = sim_alloc(&m, g->nvalues, g->nnodes);
+	rc = sim_alloc(m, g->nvalues, g->nnodes);
 	if (rc == 0)
-		rc = build_schedule(&m);
-	p->use_start = m.use_start;
-	p->uses = m.uses;
+		rc = build_schedule(m);
+	p->use_start = m->use_start;
+	p->uses = m->uses;
 	if (rc < 0)
-		goto fail;
-	min_budget(&m);
+		return rc;
+	min_budget(m);
 	reserve = reserve_at(o);
-	step_max = m.step_max;
-	m.budget = o->budget ? o->budget - (o->budget > o->workspace + reserve ? o->workspace + reserve : o->budget)
-			     : UINT64_MAX / 2;
+	step_max = m->step_max;
+	m->budget = o->budget ? o->budget - (o->budget > o->workspace + reserve ? o->workspace + reserve : o->budget)
+			      : UINT64_MAX / 2;
 	if (o->budget && (p->min_budget > o->budget || step_max + o->workspace + reserve > o->budget)) {
 		const struct hp_node *n = &g->nodes[p->node[p->min_step]];
 		char scratch[240] = "";
@@ -1248,14 +1249,23 @@ static int plan_with(const struct hp_graph *g, const struct hp_plan_opts *o, int
 			snprintf(bound, sizeof bound, ", or %llu bytes (--budget %lluK) to bound the whole process, "
 				 "its fixed overhead of %llu bytes included", (unsigned long long)pb,
 				 (unsigned long long)((pb + 1023) / 1024), (unsigned long long)hp_budget_overhead());
-		rc = hp_node_error(g, n, HP_EBUDGET_OP, "needs %llu bytes at once (inputs, outputs and workspace)%s, "
-				   "more than the budget for tensors of %llu bytes; the smallest budget that works is "
-				   "%llu bytes (--budget %lluK)%s", (unsigned long long)step_max, scratch,
-				   (unsigned long long)o->budget, (unsigned long long)hp_plan_needed,
-				   (unsigned long long)((hp_plan_needed + 1023) / 1024), bound);
-		goto fail;
+		return hp_node_error(g, n, HP_EBUDGET_OP, "needs %llu bytes at once (inputs, outputs and workspace)%s, "
+				     "more than the budget for tensors of %llu bytes; the smallest budget that works is "
+				     "%llu bytes (--budget %lluK)%s", (unsigned long long)step_max, scratch,
+				     (unsigned long long)o->budget, (unsigned long long)hp_plan_needed,
+				     (unsigned long long)((hp_plan_needed + 1023) / 1024), bound);
 	}
-	if (o->comm_ranks > 1 && o->comm_GBps > 0)
+	return 0;
+}
+
+static int plan_with(const struct hp_graph *g, const struct hp_plan_opts *o, int policy, struct hp_plan **out)
+{
+	struct sim m = { .g = g, .o = o, .policy = policy };
+	int rc;
+
+	*out = NULL;
+	rc = plan_check(&m);
+	if (rc == 0 && o->comm_ranks > 1 && o->comm_GBps > 0)
 		rc = plan_flights(&m);
 	if (rc == 0)
 		rc = simulate(&m, 0);
@@ -1264,17 +1274,34 @@ static int plan_with(const struct hp_graph *g, const struct hp_plan_opts *o, int
 	if (rc != 0)
 		goto fail;
 	hoist_loads(&m);
-	p->peak_bytes += o->workspace;
+	m.p->peak_bytes += o->workspace;
 	rc = emit_acts(&m);
 	if (rc < 0)
 		goto fail;
 	time_model(&m);
 	sim_free(&m);
-	*out = p;
+	*out = m.p;
 	return 0;
 fail:
 	sim_free(&m);
-	hp_plan_free(p);
+	hp_plan_free(m.p);
+	return rc;
+}
+
+int hp_plan_check(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out)
+{
+	struct sim m = { .g = g, .o = o };
+	int rc;
+
+	*out = NULL;
+	if (o->comm_ranks > 1 && o->comm_GBps > 0) /* held buffers can refuse a plan the check passes */
+		return hp_plan_build(g, o, out);
+	rc = plan_check(&m);
+	sim_free(&m);
+	if (rc == 0)
+		*out = m.p;
+	else
+		hp_plan_free(m.p);
 	return rc;
 }
 

@@ -169,10 +169,10 @@ static int smallest_budget(const struct hp_graph *gmin, const struct hp_exec_opt
 		return hp_error(-ENOMEM, "out of memory");
 	o1.budget = 1;
 	o1.no_split = 1;
-	rc = hp_plan_summarize(gmin, &o1, q);
+	rc = hp_plan_summarize_min(gmin, &o1, q);
 	if (rc == HP_EBUDGET_OP) {
 		p->min_budget = o1.budget = hp_exec_min_budget();
-		rc = hp_plan_summarize(gmin, &o1, q);
+		rc = hp_plan_summarize_min(gmin, &o1, q);
 		if (rc == 0 && q->min_budget == p->min_budget) {
 			snprintf(node, sizeof node, "%s", q->min_node);
 			p->min_node = node;

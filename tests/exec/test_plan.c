@@ -332,6 +332,42 @@ static void test_below_minimum(void **state)
 	hp_graph_free(g);
 }
 
+/* hp_plan_check answers as hp_plan_build does without simulating:
+ * refused below the smallest budget with the same figure and message,
+ * and from that figure up a plan is built (each step can evict anything
+ * but its own values), with the same smallest budget and step. */
+static void test_check(void **state)
+{
+	(void)state;
+	for (uint32_t seed = 1; seed <= 4; seed++) {
+		struct hp_graph *g = build(200, 2 + (int)seed * 3, seed);
+		struct hp_plan *p = plan(g, 0), *c = NULL, *b = NULL;
+		uint64_t minb = p->min_budget, budgets[] = { 4096, minb - 4096, minb - 1, minb, minb + 4096, 2 * minb };
+		char msg[1024];
+		hp_plan_free(p);
+		for (size_t i = 0; i < sizeof budgets / sizeof *budgets; i++) {
+			struct hp_plan_opts o = { .align = 4096, .budget = budgets[i] };
+			int rb = hp_plan_build(g, &o, &b);
+			snprintf(msg, sizeof msg, "%s", hp_errmsg());
+			uint64_t nb = hp_plan_needed;
+			int rc = hp_plan_check(g, &o, &c);
+			assert_int_equal(rc, rb);
+			assert_int_equal(rc, budgets[i] < minb ? HP_EBUDGET_OP : 0);
+			if (rc < 0) {
+				assert_string_equal(hp_errmsg(), msg);
+				assert_int_equal(hp_plan_needed, nb);
+				continue;
+			}
+			assert_int_equal(c->min_budget, b->min_budget);
+			assert_int_equal(c->min_step, b->min_step);
+			assert_int_equal(c->nsteps, b->nsteps);
+			hp_plan_free(c);
+			hp_plan_free(b);
+		}
+		hp_graph_free(g);
+	}
+}
+
 static double cpu_s(void)
 {
 	struct timespec ts;
@@ -638,6 +674,7 @@ int main(void)
 		cmocka_unit_test(test_victim_heap),
 		cmocka_unit_test(test_shared),
 		cmocka_unit_test(test_below_minimum),
+		cmocka_unit_test(test_check),
 		cmocka_unit_test(test_10k_nodes),
 		cmocka_unit_test(test_reductions_in_flight),
 		cmocka_unit_test(test_inputs_back_at_end),
