@@ -174,6 +174,12 @@ int hp_plan_summarize_min(const struct hp_graph *g, const struct hp_exec_opts *o
 
 int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out)
 {
+	return hp_plan_summarize_stash(g, o, out, NULL);
+}
+
+int hp_plan_summarize_stash(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out,
+			    struct hp_remat_figures *stash)
+{
 	struct hp_plan_opts po;
 	struct hp_plan *p;
 	int rc;
@@ -181,6 +187,8 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 	struct speed_model *sm = calloc(1, sizeof *sm);
 
 	memset(out, 0, sizeof *out);
+	if (stash)
+		memset(stash, 0, sizeof *stash);
 	if (!sm)
 		return hp_error(-ENOMEM, "out of memory planning");
 	speed_opts(g, o, &po, sm, 1);
@@ -188,6 +196,8 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 	if (rc == 0)
 		fill_speed(out, p, &po, sm);
 	free(sm);
+	if (rc == 0 && stash && (rc = stash_figures(g, p, stash)) < 0)
+		hp_plan_free(p);
 	if (rc < 0)
 		return rc;
 	fill_min(g, o, p, &po, out);
