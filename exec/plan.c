@@ -10,6 +10,7 @@
 #include "hpdlf/kernels.h"
 #include "exec/comm.h"
 #include "exec/plan.h"
+#include "exec/plan_heap.h"
 #include "exec/speed.h"
 
 #define NEVER HP_PLAN_NEVER
@@ -30,6 +31,7 @@ struct sim {
 	int *nu;                        /* per value: next_use's last answer (0: none since
 					 * the cursors were reset) */
 	char *resident, *dirty, *below, *pinned, *persist;
+	char *mgd;                      /* per value: managed() */
 	int *resident_list, nresident;
 	int *resident_at;               /* v's index in resident_list, -1: none */
 	int resident_twice;             /* a value was listed twice: look up by scan */
@@ -46,6 +48,10 @@ struct sim {
 	 * hold ends (0: not held), and the held values */
 	int *until, *hold, *held, nheld;
 	int policy;                     /* enum victim_policy */
+	/* the values that may be evicted, clean [0] and dirty [1], by next
+	 * use (cand_push: lazily, stale entries dropped at the top) */
+	struct hp_vheap cand[2];
+	int cand_oom;
 };
 
 static int push(struct sim *m, int step, int order, int value, enum hp_plan_act act, int for_step)
@@ -68,6 +74,15 @@ static int push(struct sim *m, int step, int order, int value, enum hp_plan_act 
 static int managed(const struct hp_graph *g, int v)
 {
 	return v >= 0 && g->values[v].kind != HP_VALUE_CONSTANT;
+}
+
+/* managed(), from the simulation's own array: the value structs are
+ * scattered cache lines; the passes over every step read this flag for
+ * each input and output (a third of their time on the 10,001-node MLP's
+ * training graph). */
+static int mg(const struct sim *m, int v)
+{
+	return v >= 0 && m->mgd[v];
 }
 
 static int next_use(struct sim *m, int v, int step)
@@ -146,44 +161,74 @@ static double victim_score(const struct sim *m, int pol, int v, int nu, int step
 	return nu;
 }
 
+/* v's next use after step (cached: an answer after step is the answer
+ * still, the cursor has not moved since). */
+static int nu_at(struct sim *m, int v, int step)
+{
+	return m->nu[v] > step ? m->nu[v] : (m->nu[v] = next_use(m, v, step));
+}
+
+static int evictable(const struct sim *m, int v)
+{
+	return m->resident[v] && !m->pinned[v] && !m->hold[v];
+}
+
+/* v among the candidates if it may be evicted now (step): pushed again
+ * wherever it may have become so, or its next use or dirt changed (the
+ * end of a step that read or wrote it, a preload, a hold's end, a run's
+ * start). */
+static void cand_push(struct sim *m, int v, int step)
+{
+	if (mg(m, v) && evictable(m, v) && hp_vheap_push(&m->cand[m->dirty[v] != 0], nu_at(m, v, step), v) < 0)
+		m->cand_oom = 1;
+}
+
+/* The first candidate of class c (its next use in *nu), stale entries
+ * dropped; -1 if none. */
+static int cand_top(struct sim *m, int c, int step, int *nu)
+{
+	struct hp_vheap *h = &m->cand[c];
+
+	while (h->n) {
+		struct hp_vent e = h->e[0];
+		if (evictable(m, e.v) && (m->dirty[e.v] != 0) == c && nu_at(m, e.v, step) == e.nu) {
+			*nu = e.nu;
+			return e.v;
+		}
+		hp_vheap_pop(h);
+		cand_push(m, e.v, step); /* evictable under a newer figure: never lost */
+	}
+	return -1;
+}
+
 /* The resident value neither pinned nor held and next read after step
  * `after` that policy pol evicts first, -1 if none; *far its next use.
  * Values never read again (or only by the next run, NEVER - 1) go first in
  * every policy, the farthest first; then the highest victim_score
  * (VICTIM_FARTHEST: Belady's choice, the farthest next use after `step`);
- * ties by value index for determinism. */
+ * ties by value index for determinism.  Each policy's score grows with
+ * the next use among clean values and among dirty ones, so the first of
+ * each class (cand_top) is its best: a scan of every resident value at
+ * each eviction was most of planning the 10,001-node MLP at 200M. */
 static int pick_victim(struct sim *m, int pol, int step, int after, int *far)
 {
-	int victim = -1;
-	double best = -1;
+	int v[2], nu[2] = { -1, -1 }, c;
 
 	*far = -1;
-	for (int i = 0; i < m->nresident; i++) {
-		int v = m->resident_list[i], nu;
-		double sc;
-		if (m->pinned[v] || m->hold[v])
-			continue;
-		/* an answer after step is the answer still: the cursor has not
-		 * moved since (pick_victim alone asks; three loads less a value
-		 * at every eviction's scan) */
-		nu = m->nu[v] > step ? m->nu[v] : (m->nu[v] = next_use(m, v, step));
-		if (nu <= after)
-			continue;
-		if (nu >= NEVER - 1 || *far >= NEVER - 1) {
-			if (nu > *far || (nu == *far && v < victim)) {
-				*far = nu;
-				victim = v;
-			}
-			continue;
-		}
-		sc = victim_score(m, pol, v, nu, step);
-		if (sc > best || (sc == best && v < victim)) {
-			best = sc;
-			*far = nu;
-			victim = v;
-		}
+	for (c = 0; c < 2; c++)
+		if ((v[c] = cand_top(m, c, step, &nu[c])) >= 0 && nu[c] <= after)
+			v[c] = -1;
+	if (v[0] < 0 || v[1] < 0) {
+		c = v[0] < 0;
+	} else if (nu[0] >= NEVER - 1 || nu[1] >= NEVER - 1) {
+		c = nu[1] > nu[0] || (nu[1] == nu[0] && v[1] < v[0]);
+	} else {
+		double s0 = victim_score(m, pol, v[0], nu[0], step), s1 = victim_score(m, pol, v[1], nu[1], step);
+		c = s1 > s0 || (s1 == s0 && v[1] < v[0]);
 	}
-	return victim;
+	if (v[c] >= 0)
+		*far = nu[c];
+	return v[c];
 }
 
 /* A preload not used yet when its value is evicted was wasted: it is
@@ -275,6 +320,7 @@ static int build_schedule(struct sim *m)
 			p->node[p->nsteps++] = i;
 	for (int v = 0; v < g->nvalues; v++) {
 		const struct hp_value *val = &g->values[v];
+		m->mgd[v] = managed(g, v);
 		m->persist[v] = val->is_output || val->next >= 0 || val->kind == HP_VALUE_INPUT ||
 				val->kind == HP_VALUE_INITIALIZER;
 		m->size[v] = value_size(g, v, m->o->align);
@@ -288,7 +334,7 @@ static int build_schedule(struct sim *m)
 	for (int s = 0; s < p->nsteps; s++) {
 		const struct hp_node *n = &g->nodes[p->node[s]];
 		for (int j = 0; j < n->ninputs; j++)
-			if (managed(g, n->inputs[j])) {
+			if (mg(m, n->inputs[j])) {
 				m->use_start[n->inputs[j] + 1]++;
 				p->last_use[n->inputs[j]] = s;
 				nuses++;
@@ -314,7 +360,7 @@ static int build_schedule(struct sim *m)
 		for (int j = 0; j < n->ninputs; j++) {
 			int v = n->inputs[j];
 			/* a value read twice by one node is one use */
-			if (managed(g, v) && (m->cursor[v] == m->use_start[v] || m->uses[m->cursor[v] - 1] != s))
+			if (mg(m, v) && (m->cursor[v] == m->use_start[v] || m->uses[m->cursor[v] - 1] != s))
 				m->uses[m->cursor[v]++] = s;
 		}
 	}
@@ -406,13 +452,21 @@ static int update_src(const struct hp_graph *g, const struct hp_plan *p, int s, 
 	return -1;
 }
 
-int hp_plan_inplace_src(const struct hp_graph *g, const struct hp_plan *p, int s, int o)
+/* hp_plan_inplace_src with comm = hp_plan_comm_inplace(g, p, s), which
+ * holds for every output past the first: asked once per step, not per
+ * output (a weight split's Split has up to 64). */
+static int inplace_src_with(const struct hp_graph *g, const struct hp_plan *p, int s, int o, int comm)
 {
 	if (o == 0 && hp_plan_inplace(g, p, s))
 		return 0;
-	if (o > 0 && hp_plan_comm_inplace(g, p, s))
+	if (o > 0 && comm)
 		return o;
 	return update_src(g, p, s, o);
+}
+
+int hp_plan_inplace_src(const struct hp_graph *g, const struct hp_plan *p, int s, int o)
+{
+	return inplace_src_with(g, p, s, o, o > 0 && hp_plan_comm_inplace(g, p, s));
 }
 
 int hp_plan_inplace_at(const struct hp_graph *g, const struct hp_plan *p, int s, int o)
@@ -430,11 +484,13 @@ static uint64_t step_need(struct sim *m, int s)
 		int v = n->inputs[j], dup = 0;
 		for (int k = 0; k < j; k++)
 			dup |= n->inputs[k] == v;
-		if (managed(m->g, v) && !dup)
+		if (mg(m, v) && !dup)
 			need += m->size[v];
 	}
+	int comm = n->noutputs > 1 && hp_plan_comm_inplace(m->g, m->p, s);
+
 	for (int o = 0; o < n->noutputs; o++)
-		if (managed(m->g, n->outputs[o]) && !hp_plan_inplace_at(m->g, m->p, s, o))
+		if (mg(m, n->outputs[o]) && inplace_src_with(m->g, m->p, s, o, comm) < 0)
 			need += m->size[n->outputs[o]];
 	return need;
 }
@@ -442,12 +498,12 @@ static uint64_t step_need(struct sim *m, int s)
 static void pin_step(struct sim *m, const struct hp_node *n, int on, int s)
 {
 	for (int j = 0; j < n->ninputs; j++)
-		if (managed(m->g, n->inputs[j])) {
+		if (mg(m, n->inputs[j])) {
 			m->pinned[n->inputs[j]] = (char)on;
 			m->last_pin[n->inputs[j]] = s;
 		}
 	for (int o = 0; o < n->noutputs; o++)
-		if (managed(m->g, n->outputs[o])) {
+		if (mg(m, n->outputs[o])) {
 			m->pinned[n->outputs[o]] = (char)on;
 			m->last_pin[n->outputs[o]] = s;
 		}
@@ -459,7 +515,7 @@ static int loadable(struct sim *m, int v, int s)
 {
 	const struct hp_value *val = &m->g->values[v];
 
-	if (!managed(m->g, v) || m->resident[v])
+	if (!mg(m, v) || m->resident[v])
 		return 0;
 	if (val->kind == HP_VALUE_INITIALIZER || val->kind == HP_VALUE_INPUT)
 		return 1;
@@ -502,6 +558,7 @@ static int preload(struct sim *m, int s, uint64_t ws)
 		if (v < 0 || !loadable(m, v, s))
 			continue;
 		set_resident(m, v, 1);
+		cand_push(m, v, s);
 		if ((rc = push(m, s, 1, v, HP_ACT_LOAD, t)) < 0)
 			return rc;
 		m->pre[v] = m->nrecs - 1;
@@ -578,7 +635,7 @@ static void hold_step(struct sim *m, const struct hp_node *n, int until)
 {
 	for (int k = 0; k < n->ninputs + n->noutputs; k++) {
 		int v = k < n->ninputs ? n->inputs[k] : n->outputs[k - n->ninputs];
-		if (!managed(m->g, v) || !m->resident[v] || m->hold[v])
+		if (!mg(m, v) || !m->resident[v] || m->hold[v])
 			continue;
 		m->hold[v] = until;
 		m->held[m->nheld++] = v;
@@ -602,6 +659,8 @@ static void release_holds(struct sim *m, int upto, int now)
 			m->last_pin[v] = now - 1; /* its eviction is not hoisted into the hold */
 		if (m->resident[v] && m->p->last_use[v] < now && m->p->last_use[v] < m->p->nsteps)
 			set_resident(m, v, 0);
+		else if (now < NEVER)
+			cand_push(m, v, now);
 	}
 	m->nheld = k;
 }
@@ -618,7 +677,7 @@ static int simulate_step(struct sim *m, int s)
 	for (int j = 0; j < n->ninputs; j++) {
 		int v = n->inputs[j];
 		int first = m->nrecs;
-		if (!managed(g, v) || m->resident[v])
+		if (!mg(m, v) || m->resident[v])
 			continue;
 		if ((rc = make_room(m, m->size[v], s)) != 0)
 			return rc;
@@ -630,8 +689,10 @@ static int simulate_step(struct sim *m, int s)
 		p->bytes_loaded += m->size[v];
 		p->loads++;
 	}
+	int comm = n->noutputs > 1 && hp_plan_comm_inplace(g, p, s);
+
 	for (int o = 0; o < n->noutputs; o++) {
-		int j = hp_plan_inplace_src(g, p, s, o);
+		int j = inplace_src_with(g, p, s, o, comm);
 		if (j < 0)
 			continue;
 		/* output o takes input j's bytes over */
@@ -643,7 +704,7 @@ static int simulate_step(struct sim *m, int s)
 	}
 	for (int o = 0; o < n->noutputs; o++) {
 		int v = n->outputs[o];
-		if (!managed(g, v) || m->resident[v])
+		if (!mg(m, v) || m->resident[v])
 			continue;
 		if ((rc = make_room(m, m->size[v], s)) != 0)
 			return rc;
@@ -663,15 +724,17 @@ static int simulate_step(struct sim *m, int s)
 		hold_step(m, n, m->until[s]); /* a reduction in flight keeps its buffers */
 	for (int j = 0; j < n->ninputs; j++) {
 		int v = n->inputs[j];
-		if (managed(g, v) && m->resident[v] && p->last_use[v] == s && !m->hold[v])
+		if (mg(m, v) && m->resident[v] && p->last_use[v] == s && !m->hold[v])
 			set_resident(m, v, 0);
 	}
 	for (int o = 0; o < n->noutputs; o++) {
 		int v = n->outputs[o];
-		if (managed(g, v) && m->resident[v] && p->last_use[v] < 0 && !m->hold[v])
+		if (mg(m, v) && m->resident[v] && p->last_use[v] < 0 && !m->hold[v])
 			set_resident(m, v, 0);
 	}
-	return 0;
+	for (int k = 0; k < n->ninputs + n->noutputs; k++) /* unpinned: next read later, or written */
+		cand_push(m, k < n->ninputs ? n->inputs[k] : n->outputs[k - n->ninputs], s);
+	return m->cand_oom ? hp_error(-ENOMEM, "out of memory planning") : 0;
 }
 
 /* Move each load to the earliest step where the budget leaves room for it,
@@ -941,6 +1004,7 @@ static void sim_free(struct sim *m)
 	free(m->below);
 	free(m->pinned);
 	free(m->persist);
+	free(m->mgd);
 	free(m->resident_list);
 	free(m->resident_at);
 	free(m->last_evict);
@@ -951,6 +1015,8 @@ static void sim_free(struct sim *m)
 	free(m->until);
 	free(m->hold);
 	free(m->held);
+	hp_vheap_free(&m->cand[0]);
+	hp_vheap_free(&m->cand[1]);
 }
 
 static int sim_alloc(struct sim *m, int nv, int nn)
@@ -965,6 +1031,7 @@ static int sim_alloc(struct sim *m, int nv, int nn)
 	m->below = calloc(v, 1);
 	m->pinned = calloc(v, 1);
 	m->persist = calloc(v, 1);
+	m->mgd = calloc(v, 1);
 	m->resident_list = calloc(v, sizeof *m->resident_list);
 	m->resident_at = malloc(v * sizeof *m->resident_at);
 	m->last_evict = calloc(v, sizeof *m->last_evict);
@@ -973,7 +1040,7 @@ static int sim_alloc(struct sim *m, int nv, int nn)
 	m->step_peak = calloc((size_t)nn + 1, sizeof *m->step_peak);
 	m->hold = calloc(v, sizeof *m->hold);
 	m->held = calloc(v, sizeof *m->held);
-	if (!m->size || !m->cursor || !m->nu || !m->resident || !m->dirty || !m->below || !m->pinned || !m->persist ||
+	if (!m->size || !m->cursor || !m->nu || !m->resident || !m->dirty || !m->below || !m->pinned || !m->persist || !m->mgd ||
 	    !m->resident_list || !m->resident_at || !m->last_evict || !m->last_pin || !m->step_peak || !m->hold || !m->held || !m->pre)
 		return hp_error(-ENOMEM, "out of memory planning");
 	memset(m->pre, 0xff, v * sizeof *m->pre); /* -1 */
@@ -1057,7 +1124,7 @@ static void rotate_state(struct sim *m)
 {
 	for (int v = 0; v < m->g->nvalues; v++) {
 		int nx = m->g->values[v].next;
-		if (nx < 0 || !managed(m->g, v) || !managed(m->g, nx))
+		if (nx < 0 || !mg(m, v) || !mg(m, nx))
 			continue;
 		int r = m->resident[nx];
 		if (m->resident[v])
@@ -1079,7 +1146,7 @@ static void count_reconcile(struct sim *m)
 	int fed = fed_each_run(m->g);
 
 	for (int v = 0; v < m->g->nvalues; v++) {
-		int input = fed && m->g->values[v].kind == HP_VALUE_INPUT && managed(m->g, v) && m->persist[v] &&
+		int input = fed && m->g->values[v].kind == HP_VALUE_INPUT && mg(m, v) && m->persist[v] &&
 			    m->use_start[v] < m->use_start[v + 1];
 		if (input) { /* the caller's new batch: resident, dirty */
 			if (!p->start_resident[v])
@@ -1118,7 +1185,7 @@ static int preload_next_run(struct sim *m)
 		/* the input the next run reads first among those left (few) */
 		for (int k = 0; k < g->ninputs; k++) {
 			int u = g->inputs[k];
-			if (!managed(g, u) || !m->persist[u] || m->resident[u] || m->use_start[u] == m->use_start[u + 1] ||
+			if (!mg(m, u) || !m->persist[u] || m->resident[u] || m->use_start[u] == m->use_start[u + 1] ||
 			    m->step_peak[last] + m->size[u] > m->budget)
 				continue;
 			if (best < 0 || m->uses[m->use_start[u]] < m->uses[m->use_start[best]])
@@ -1147,6 +1214,9 @@ static int simulate(struct sim *m, int pass)
 		cold_start(m);
 	else
 		warm_start(m);
+	m->cand[0].n = m->cand[1].n = 0; /* the run's next uses anew */
+	for (int i = 0; i < m->nresident; i++)
+		cand_push(m, m->resident_list[i], 0);
 	for (int s = 0; s < m->p->nsteps; s++) {
 		rc = simulate_step(m, s);
 		if (rc == HP_EBUDGET)
@@ -1169,35 +1239,36 @@ static int simulate(struct sim *m, int pass)
 
 _Thread_local uint64_t hp_plan_needed;
 
-static int plan_with(const struct hp_graph *g, const struct hp_plan_opts *o, int policy, struct hp_plan **out)
+/* The plan's skeleton in m (its schedule, use lists and smallest budget),
+ * and HP_EBUDGET_OP where the budget is below that (hp_plan_needed the
+ * figure to name); m->p allocated, the caller frees it (and m). */
+static int plan_check(struct sim *m)
 {
-	struct sim m = { .g = g, .o = o, .policy = policy };
+	const struct hp_graph *g = m->g;
+	const struct hp_plan_opts *o = m->o;
 	struct hp_plan *p = calloc(1, sizeof *p);
 	uint64_t reserve, step_max;
 	int rc;
 
-	*out = NULL;
 	if (!p)
 		return hp_error(-ENOMEM, "out of memory planning");
-	m.p = p;
+	m->p = p;
 	p->start_resident = calloc((size_t)g->nvalues + 1, 1);
-	if (!p->start_resident) {
-		free(p);
+	if (!p->start_resident)
 		return hp_error(-ENOMEM, "out of memory planning");
-	}
 	/* the plan owns the use lists; the simulation borrows them */
-	rc = sim_alloc(&m, g->nvalues, g->nnodes);
+	rc = sim_alloc(m, g->nvalues, g->nnodes);
 	if (rc == 0)
-		rc = build_schedule(&m);
-	p->use_start = m.use_start;
-	p->uses = m.uses;
+		rc = build_schedule(m);
+	p->use_start = m->use_start;
+	p->uses = m->uses;
 	if (rc < 0)
-		goto fail;
-	min_budget(&m);
+		return rc;
+	min_budget(m);
 	reserve = reserve_at(o);
-	step_max = m.step_max;
-	m.budget = o->budget ? o->budget - (o->budget > o->workspace + reserve ? o->workspace + reserve : o->budget)
-			     : UINT64_MAX / 2;
+	step_max = m->step_max;
+	m->budget = o->budget ? o->budget - (o->budget > o->workspace + reserve ? o->workspace + reserve : o->budget)
+			      : UINT64_MAX / 2;
 	if (o->budget && (p->min_budget > o->budget || step_max + o->workspace + reserve > o->budget)) {
 		const struct hp_node *n = &g->nodes[p->node[p->min_step]];
 		char scratch[240] = "";
@@ -1219,14 +1290,23 @@ static int plan_with(const struct hp_graph *g, const struct hp_plan_opts *o, int
 			snprintf(bound, sizeof bound, ", or %llu bytes (--budget %lluK) to bound the whole process, "
 				 "its fixed overhead of %llu bytes included", (unsigned long long)pb,
 				 (unsigned long long)((pb + 1023) / 1024), (unsigned long long)hp_budget_overhead());
-		rc = hp_node_error(g, n, HP_EBUDGET_OP, "needs %llu bytes at once (inputs, outputs and workspace)%s, "
-				   "more than the budget for tensors of %llu bytes; the smallest budget that works is "
-				   "%llu bytes (--budget %lluK)%s", (unsigned long long)step_max, scratch,
-				   (unsigned long long)o->budget, (unsigned long long)hp_plan_needed,
-				   (unsigned long long)((hp_plan_needed + 1023) / 1024), bound);
-		goto fail;
+		return hp_node_error(g, n, HP_EBUDGET_OP, "needs %llu bytes at once (inputs, outputs and workspace)%s, "
+				     "more than the budget for tensors of %llu bytes; the smallest budget that works is "
+				     "%llu bytes (--budget %lluK)%s", (unsigned long long)step_max, scratch,
+				     (unsigned long long)o->budget, (unsigned long long)hp_plan_needed,
+				     (unsigned long long)((hp_plan_needed + 1023) / 1024), bound);
 	}
-	if (o->comm_ranks > 1 && o->comm_GBps > 0)
+	return 0;
+}
+
+static int plan_with(const struct hp_graph *g, const struct hp_plan_opts *o, int policy, struct hp_plan **out)
+{
+	struct sim m = { .g = g, .o = o, .policy = policy };
+	int rc;
+
+	*out = NULL;
+	rc = plan_check(&m);
+	if (rc == 0 && o->comm_ranks > 1 && o->comm_GBps > 0)
 		rc = plan_flights(&m);
 	if (rc == 0)
 		rc = simulate(&m, 0);
@@ -1237,17 +1317,34 @@ static int plan_with(const struct hp_graph *g, const struct hp_plan_opts *o, int
 	hoist_loads(&m);
 	if ((rc = room_from(&m)) < 0)
 		goto fail;
-	p->peak_bytes += o->workspace;
+	m.p->peak_bytes += o->workspace;
 	rc = emit_acts(&m);
 	if (rc < 0)
 		goto fail;
 	time_model(&m);
 	sim_free(&m);
-	*out = p;
+	*out = m.p;
 	return 0;
 fail:
 	sim_free(&m);
-	hp_plan_free(p);
+	hp_plan_free(m.p);
+	return rc;
+}
+
+int hp_plan_check(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out)
+{
+	struct sim m = { .g = g, .o = o };
+	int rc;
+
+	*out = NULL;
+	if (o->comm_ranks > 1 && o->comm_GBps > 0) /* held buffers can refuse a plan the check passes */
+		return hp_plan_build(g, o, out);
+	rc = plan_check(&m);
+	sim_free(&m);
+	if (rc == 0)
+		*out = m.p;
+	else
+		hp_plan_free(m.p);
 	return rc;
 }
 

@@ -144,6 +144,13 @@ int hp_plan_inplace_at(const struct hp_graph *g, const struct hp_plan *p, int s,
 /* Fails with HP_EBUDGET_OP when a step needs more than o->budget at once;
  * hp_plan_needed (this thread's) is then the plan's min_budget. */
 int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
+/* hp_plan_build's check alone: *out holds the schedule, use lists and
+ * smallest budget (min_budget, min_step; no acts, peak or times), and
+ * HP_EBUDGET_OP as hp_plan_build where a step needs more than o->budget.
+ * Without reductions in flight a plan that passes the check is built
+ * (each step evicts anything not its own), so this is hp_plan_build's
+ * answer without the simulation; with them it builds the plan. */
+int hp_plan_check(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
 /* The same, handing out a copy of the plan last built so (plan_shared.c)
  * when g's contents and every option are the same: the plan API's
  * figures of one step (summary, stash, footprint, a trainer's budget
@@ -163,6 +170,7 @@ void hp_plan_free(struct hp_plan *p);
  * back).  The task net may fire a write-back before a release that the
  * plan's order puts first, so a run can exceed it by such overlaps. */
 struct hp_exec_opts;
+struct hp_plan_summary;
 int hp_plan_footprint(const struct hp_graph *g, const struct hp_exec_opts *o, uint64_t *state, uint64_t *swapped,
 		      uint64_t *peak);
 /* The same of a plan already built. */
@@ -182,5 +190,11 @@ int hp_plan_dot(const struct hp_graph *g, const struct hp_plan *p, const struct 
  * the built-in defaults. */
 int hp_plan_speed_opts(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_opts *po, void **model,
 		       int measure);
+/* hp_plan_summarize's answer and its steps, budget, min_budget and
+ * min_node (the rest 0) from hp_plan_check: no simulation where no
+ * reduction is in flight.  --plan's smallest budget wants no more of the
+ * plan at that figure (the 10,001-node MLP's: two simulations with
+ * thousands of evictions each). */
+int hp_plan_summarize_min(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out);
 
 #endif

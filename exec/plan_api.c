@@ -134,7 +134,51 @@ static int stash_figures(const struct hp_graph *g, const struct hp_plan *p, stru
 	return rc;
 }
 
+/* The summary's steps and smallest budget (the user's figure, and its node)
+ * from plan p of g under po. */
+static void fill_min(const struct hp_graph *g, const struct hp_exec_opts *o, const struct hp_plan *p,
+		     struct hp_plan_opts *po, struct hp_plan_summary *out)
+{
+	out->steps = p->nsteps;
+	out->budget = o ? o->budget : 0;
+	out->min_budget = p->min_budget;
+	out->min_node = p->nsteps ? g->nodes[p->node[p->min_step]].name : "";
+	if (po->workspace) { /* per-kernel scratch may fit a smaller budget */
+		uint64_t ws = po->workspace, m;
+		int step = 0;
+		po->workspace = 0;
+		m = hp_plan_min_budget(g, po, &step);
+		if (m && m < out->min_budget) {
+			out->min_budget = m;
+			out->min_node = g->nodes[p->node[step]].name;
+		}
+		po->workspace = ws;
+	}
+	out->min_budget = hp_budget_process_for(out->min_budget);
+}
+
+int hp_plan_summarize_min(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out)
+{
+	struct hp_plan_opts po;
+	struct hp_plan *p = NULL;
+	void *sm = NULL;
+	int rc = hp_plan_speed_opts(g, o, &po, &sm, 1);
+
+	memset(out, 0, sizeof *out);
+	if (rc == 0 && (rc = hp_plan_check(g, &po, &p)) == 0)
+		fill_min(g, o, p, &po, out);
+	hp_plan_free(p);
+	free(sm);
+	return rc;
+}
+
 int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out)
+{
+	return hp_plan_summarize_stash(g, o, out, NULL);
+}
+
+int hp_plan_summarize_stash(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out,
+			    struct hp_remat_figures *stash)
 {
 	struct hp_plan_opts po;
 	struct hp_plan *p;
@@ -143,6 +187,8 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 	struct speed_model *sm = calloc(1, sizeof *sm);
 
 	memset(out, 0, sizeof *out);
+	if (stash)
+		memset(stash, 0, sizeof *stash);
 	if (!sm)
 		return hp_error(-ENOMEM, "out of memory planning");
 	speed_opts(g, o, &po, sm, 1);
@@ -150,25 +196,12 @@ int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, st
 	if (rc == 0)
 		fill_speed(out, p, &po, sm);
 	free(sm);
+	if (rc == 0 && stash && (rc = stash_figures(g, p, stash)) < 0)
+		hp_plan_free(p);
 	if (rc < 0)
 		return rc;
-	out->steps = p->nsteps;
-	out->budget = o ? o->budget : 0;
+	fill_min(g, o, p, &po, out);
 	out->peak_bytes = p->peak_bytes;
-	out->min_budget = p->min_budget;
-	out->min_node = p->nsteps ? g->nodes[p->node[p->min_step]].name : "";
-	if (po.workspace) { /* per-kernel scratch may fit a smaller budget */
-		uint64_t ws = po.workspace, m;
-		int step = 0;
-		po.workspace = 0;
-		m = hp_plan_min_budget(g, &po, &step);
-		if (m && m < out->min_budget) {
-			out->min_budget = m;
-			out->min_node = g->nodes[p->node[step]].name;
-		}
-		po.workspace = ws;
-	}
-	out->min_budget = hp_budget_process_for(out->min_budget);
 	out->bytes_loaded = p->bytes_loaded;
 	out->bytes_written = p->bytes_written;
 	out->loads = p->loads;

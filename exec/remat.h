@@ -104,6 +104,13 @@ struct hp_remat_figures {
 	int nodes;
 };
 int hp_remat_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_remat_figures *out);
+/* hp_plan_summarize and hp_remat_summarize of g under o from one plan:
+ * in core the plan API shares none (planning costs about what its hash
+ * does), and --plan asked for both (the 10,001-node MLP: two in-core
+ * plans of 27,000 steps). */
+struct hp_plan_summary;
+int hp_plan_summarize_stash(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out,
+			    struct hp_remat_figures *stash);
 
 struct hp_remat_stats {
 	int nodes;              /* forward nodes recomputed */

@@ -307,6 +307,27 @@ static uint64_t cut_kept_floor(const struct hp_graph *g, int k, int training)
 	return floor;
 }
 
+/* cut_kept_floor of forward graph g (training) for each band count;
+ * counts whose band axis is the previous count's share its floor. */
+static void kept_floors(const struct hp_graph *g, uint64_t *floor)
+{
+	for (int i = 0; i < NBC; i++) {
+		int axis = hp_split_band_axis(g, band_counts[i], 1);
+		floor[i] = i && axis == hp_split_band_axis(g, band_counts[i - 1], 1) ? floor[i - 1]
+										     : cut_kept_floor(g, band_counts[i], 1);
+	}
+}
+
+uint64_t hp_split_train_floor(const struct hp_graph *g)
+{
+	uint64_t floor[NBC], least = UINT64_MAX;
+
+	kept_floors(g, floor);
+	for (int i = 0; i < NBC; i++)
+		least = floor[i] < least ? floor[i] : least;
+	return least;
+}
+
 /* The candidate's figures after the band cut: inferred, finished, its
  * smallest budget taken and made lean where that fits it into the budget
  * (*any_below: as lean at every budget below its figure), and with want_ms
@@ -821,11 +842,8 @@ int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, stru
 	keep.i.min_before = keep.i.min_after;
 	/* training only: its band pass cuts no producer ahead, so a cut
 	 * not made reports what it would have (split_pass's cut_any) */
-	for (int i = 0; so->training && so->finish && keep.i.min_after > budget && i < NBC; i++) {
-		int axis = hp_split_band_axis(g, band_counts[i], so->training);
-		x.kept_floor[i] = i && axis == hp_split_band_axis(g, band_counts[i - 1], so->training)
-					  ? x.kept_floor[i - 1] : cut_kept_floor(g, band_counts[i], so->training);
-	}
+	if (so->training && so->finish && keep.i.min_after > budget)
+		kept_floors(g, x.kept_floor);
 	rc = split_pass(&x, budget, target, target, 1, &keep);
 	if (rc == 0)
 		rc = split_deeper(&x, budget, target, &keep);

@@ -151,6 +151,13 @@ int hp_split_band_barriers(const struct hp_graph *g, int k, int training, char *
  * the barriers depend on k through it alone. */
 int hp_split_band_axis(const struct hp_graph *g, int k, int training);
 
+/* A floor under the smallest budget of every training graph
+ * hp_split_for_budget can make of forward graph g (inferred), whatever
+ * the budget: the least, over the band counts, of the forward steps the
+ * band pass keeps as they are at that count (split.c cut_kept_floor; the
+ * graph unsplit keeps them all).  0 on error. */
+uint64_t hp_split_train_floor(const struct hp_graph *g);
+
 /* The step time the band pass predicts for graph c (inferred) planned
  * under a tensor budget: its plan's time model with fixed figures (not the
  * measured speed model: --plan and runs must choose alike), plus a fixed

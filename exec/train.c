@@ -380,27 +380,45 @@ static int recompute(struct hp_trainer *t)
 	return hp_remat(t->g, t->vloss, &eo, t->o.graph_only, NULL);
 }
 
+int hp_train_build_forward(struct hp_trainer *t, struct hp_budget_layout *l)
+{
+	int rc;
+
+	if ((rc = fit_input(t)) < 0 || (rc = train_params(t)) < 0 || (rc = infer_rebatched(t)) < 0 ||
+	    (rc = hp_fuse_training(t->g)) < 0 || (rc = classes_last(t)) < 0)
+		return rc;
+	if ((rc = measure_overhead(t)) < 0)
+		return rc;
+	hp_budget_layout_init(l, t->o.budget);
+	if (t->split_tensors)
+		hp_budget_layout_tensors(l, t->split_tensors);
+	if (!no_split(t) && (rc = hp_split_weights_ext(t->g, l, &t->o.spec, t->update_cut, &t->update_would_cut)) < 0)
+		return rc;
+	return 0;
+}
+
+int hp_train_load(struct hp_trainer *t)
+{
+	int rc;
+
+	if ((rc = hp_dp_agree(t)) < 0)
+		return rc;
+	if ((rc = hp_dataset_open(&t->data, t->o.data, t->o.labels)) < 0)
+		return rc;
+	return hp_graph_load(t->model, &t->g);
+}
+
 static int build(struct hp_trainer *t)
 {
 	struct hp_exec_opts eo;
 	struct hp_budget_layout l;
 	int rc;
 
-	if ((rc = hp_dp_agree(t)) < 0)
-		return rc;
-	if ((rc = hp_dataset_open(&t->data, t->o.data, t->o.labels)) < 0 || (rc = hp_graph_load(t->model, &t->g)) < 0)
+	if ((rc = hp_train_load(t)) < 0)
 		return rc;
 	if (t->pipe)
 		return build_pipeline(t);
-	if ((rc = fit_input(t)) < 0 || (rc = train_params(t)) < 0 || (rc = infer_rebatched(t)) < 0 ||
-	    (rc = hp_fuse_training(t->g)) < 0 || (rc = classes_last(t)) < 0)
-		return rc;
-	if ((rc = measure_overhead(t)) < 0)
-		return rc;
-	hp_budget_layout_init(&l, t->o.budget);
-	if (t->split_tensors)
-		hp_budget_layout_tensors(&l, t->split_tensors);
-	if (!no_split(t) && (rc = hp_split_weights_ext(t->g, &l, &t->o.spec, t->update_cut, &t->update_would_cut)) < 0)
+	if ((rc = hp_train_build_forward(t, &l)) < 0)
 		return rc;
 	if ((rc = make_training_graph(t, &l)) < 0 || (rc = fit_labels(t)) < 0 || (rc = recompute(t)) < 0)
 		return rc;
@@ -453,11 +471,10 @@ static int fits(struct hp_trainer *t)
 
 /* One trainer from validated options; update_cut: weights kept in blocks
  * for their optimizer update (split_weight.h).  *out even on failure. */
-static int create_once(const char *model, const struct hp_trainer_opts *o, int update_cut, uint64_t split_tensors,
-		       struct hp_trainer **out)
+int hp_train_new(const char *model, const struct hp_trainer_opts *o, int update_cut, uint64_t split_tensors,
+		 struct hp_trainer **out)
 {
 	struct hp_trainer *t;
-	int rc;
 
 	if (!(*out = t = calloc(1, sizeof *t)))
 		return hp_error(-ENOMEM, "out of memory");
@@ -469,7 +486,15 @@ static int create_once(const char *model, const struct hp_trainer_opts *o, int u
 	t->update_cut = update_cut;
 	t->split_tensors = split_tensors;
 	t->model = strdup(model);
-	rc = t->model ? hp_dp_setup(t) : hp_error(-ENOMEM, "out of memory");
+	return t->model ? hp_dp_setup(t) : hp_error(-ENOMEM, "out of memory");
+}
+
+static int create_once(const char *model, const struct hp_trainer_opts *o, int update_cut, uint64_t split_tensors,
+		       struct hp_trainer **out)
+{
+	int rc = hp_train_new(model, o, update_cut, split_tensors, out);
+	struct hp_trainer *t = *out;
+
 	if (rc == 0 && t->o.pipeline > 1)
 		rc = hp_pipe_setup(t); /* this rank's stage and pipeline */
 	if (rc == 0)

@@ -8,6 +8,8 @@
 #include "hpdlf/train.h"
 #include "exec/train_hooks.h"
 
+struct hp_budget_layout;
+
 struct hs_store;
 struct hs_tensor;
 
@@ -137,5 +139,16 @@ int hp_train_rows_into(struct hp_trainer *t, int64_t step, int64_t *rows);
 /* Labels input lv, read by the loss over output `on` of g, takes the
  * label file's samples (dtype, sample dims); sets widen_labels (train_data.c). */
 int hp_train_fit_labels(struct hp_trainer *t, const struct hp_graph *g, const struct hp_value *lv, const char *on);
+
+/* A trainer from validated options (hp_trainer_create's), not built:
+ * *out even on failure (hp_trainer_destroy frees it). */
+int hp_train_new(const char *model, const struct hp_trainer_opts *o, int update_cut, uint64_t split_tensors,
+		 struct hp_trainer **out);
+/* Its ranks agreed, its data opened and its model loaded into t->g. */
+int hp_train_load(struct hp_trainer *t);
+/* t->g (loaded) made the forward graph a training graph is made from:
+ * fed the data, its parameters and fusions prepared, its weights split
+ * for the budget (as laid out into *l). */
+int hp_train_build_forward(struct hp_trainer *t, struct hp_budget_layout *l);
 
 #endif

@@ -169,10 +169,10 @@ static int smallest_budget(const struct hp_graph *gmin, const struct hp_exec_opt
 		return hp_error(-ENOMEM, "out of memory");
 	o1.budget = 1;
 	o1.no_split = 1;
-	rc = hp_plan_summarize(gmin, &o1, q);
+	rc = hp_plan_summarize_min(gmin, &o1, q);
 	if (rc == HP_EBUDGET_OP) {
 		p->min_budget = o1.budget = hp_exec_min_budget();
-		rc = hp_plan_summarize(gmin, &o1, q);
+		rc = hp_plan_summarize_min(gmin, &o1, q);
 		if (rc == 0 && q->min_budget == p->min_budget) {
 			snprintf(node, sizeof node, "%s", q->min_node);
 			p->min_node = node;
@@ -185,18 +185,15 @@ static int smallest_budget(const struct hp_graph *gmin, const struct hp_exec_opt
 }
 
 /* A training step's activations by fate: kept, swapped, recomputed (exec/remat.h). */
-static int print_stash(const struct hp_graph *g, const struct hp_exec_opts *o)
+static void print_stash(const struct hp_remat_figures *f)
 {
-	struct hp_remat_figures f;
 	char a[32], b[32], d[32];
-	int rc = hp_remat_summarize(g, o, &f);
 
-	if (rc < 0 || !(f.kept || f.swapped || f.recomputed))
-		return rc;
+	if (!(f->kept || f->swapped || f->recomputed))
+		return;
 	printf("  backward's stash     kept %s, swapped %s, recomputed %s (%d node%s, %.4g MFLOP)\n",
-	       hp_format_size(f.kept, a, sizeof a), hp_format_size(f.swapped, b, sizeof b),
-	       hp_format_size(f.recomputed, d, sizeof d), f.nodes, f.nodes == 1 ? "" : "s", f.flops / 1e6);
-	return 0;
+	       hp_format_size(f->kept, a, sizeof a), hp_format_size(f->swapped, b, sizeof b),
+	       hp_format_size(f->recomputed, d, sizeof d), f->nodes, f->nodes == 1 ? "" : "s", f->flops / 1e6);
 }
 
 int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const struct cli *c, const char *what,
@@ -210,9 +207,10 @@ int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const
 	if (!c->plan)
 		return 0;
 	uint64_t state = 0, swapped = 0, foot = 0;
+	struct hp_remat_figures stash;
 	char a[32], b[32], t[32];
 
-	rc = hp_plan_summarize(g, o, &p);
+	rc = hp_plan_summarize_stash(g, o, &p, &stash);
 	if (rc == 0)
 		rc = hp_plan_footprint(g, o, &state, &swapped, &foot);
 	if (rc == 0 && gmin)
@@ -220,8 +218,7 @@ int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const
 	if (rc < 0)
 		return rc;
 	print_plan(&p, what, c);
-	if ((rc = print_stash(g, o)) < 0)
-		return rc;
+	print_stash(&stash);
 	if (o->budget)
 		printf("  tier footprint       %s at most at once (state %s once, swapped values %s)\n",
 		       hp_format_size(foot, t, sizeof t), hp_format_size(state, a, sizeof a),

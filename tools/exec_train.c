@@ -19,6 +19,7 @@
 #include "exec/comm.h"
 #include "exec/comm_watch.h"
 #include "exec/split_weight.h"
+#include "exec/train_floor.h"
 #include "exec/train_hooks.h"
 #include "tools/exec_cli.h"
 #include "tools/exec_metrics.h"
@@ -544,6 +545,8 @@ static int floor_probe(uint64_t b, char *node, size_t n, void *arg)
 
 	o1.budget = b;
 	o1.resume = 0;
+	if (hp_trainer_sure_refused(model, &o1) == 1)
+		return 0; /* its forward graph shows it: no trainer built */
 	rc = hp_trainer_create(model, &o1, &t);
 	hp_exec_opts_init(&o, sizeof o);
 	o.threads = o1.threads, o.budget = b, o.seed = o1.seed, o.ntiers = o1.ntiers, o.tiers = o1.tiers;

@@ -23,6 +23,7 @@
 #include "hpdlf/error.h"
 #include "hpdlf/exec.h"
 #include "exec/plan.h"
+#include "exec/plan_heap.h"
 
 static int value(struct hp_graph *g, const char *name, enum hp_value_kind kind, int rows)
 {
@@ -331,6 +332,42 @@ static void test_below_minimum(void **state)
 	hp_graph_free(g);
 }
 
+/* hp_plan_check answers as hp_plan_build does without simulating:
+ * refused below the smallest budget with the same figure and message,
+ * and from that figure up a plan is built (each step can evict anything
+ * but its own values), with the same smallest budget and step. */
+static void test_check(void **state)
+{
+	(void)state;
+	for (uint32_t seed = 1; seed <= 4; seed++) {
+		struct hp_graph *g = build(200, 2 + (int)seed * 3, seed);
+		struct hp_plan *p = plan(g, 0), *c = NULL, *b = NULL;
+		uint64_t minb = p->min_budget, budgets[] = { 4096, minb - 4096, minb - 1, minb, minb + 4096, 2 * minb };
+		char msg[1024];
+		hp_plan_free(p);
+		for (size_t i = 0; i < sizeof budgets / sizeof *budgets; i++) {
+			struct hp_plan_opts o = { .align = 4096, .budget = budgets[i] };
+			int rb = hp_plan_build(g, &o, &b);
+			snprintf(msg, sizeof msg, "%s", hp_errmsg());
+			uint64_t nb = hp_plan_needed;
+			int rc = hp_plan_check(g, &o, &c);
+			assert_int_equal(rc, rb);
+			assert_int_equal(rc, budgets[i] < minb ? HP_EBUDGET_OP : 0);
+			if (rc < 0) {
+				assert_string_equal(hp_errmsg(), msg);
+				assert_int_equal(hp_plan_needed, nb);
+				continue;
+			}
+			assert_int_equal(c->min_budget, b->min_budget);
+			assert_int_equal(c->min_step, b->min_step);
+			assert_int_equal(c->nsteps, b->nsteps);
+			hp_plan_free(c);
+			hp_plan_free(b);
+		}
+		hp_graph_free(g);
+	}
+}
+
 static double cpu_s(void)
 {
 	struct timespec ts;
@@ -595,13 +632,49 @@ static void test_update_after_readers(void **state)
 	update_after_readers(0, 1);
 }
 
+/* The eviction candidates' heap (exec/plan_heap.h) hands its entries out
+ * in Belady's order with the planner's ties: the later next use first,
+ * equal ones by the smaller value; against a sort of the same entries. */
+static int vent_cmp(const void *a, const void *b)
+{
+	const struct hp_vent *x = a, *y = b;
+
+	return x->nu != y->nu ? (x->nu > y->nu ? -1 : 1) : (x->v > y->v) - (x->v < y->v);
+}
+
+static void test_victim_heap(void **state)
+{
+	enum { N = 3000 };
+	static struct hp_vent want[N];
+	struct hp_vheap h = { 0 };
+	uint64_t x = 88172645463325252ull;
+
+	(void)state;
+	for (int i = 0; i < N; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		want[i] = (struct hp_vent){ (int)(x % 97), (int)((x >> 20) % 50) }; /* many ties */
+		assert_int_equal(hp_vheap_push(&h, want[i].nu, want[i].v), 0);
+	}
+	qsort(want, N, sizeof *want, vent_cmp);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(h.n, N - i);
+		assert_int_equal(h.e[0].nu, want[i].nu);
+		assert_int_equal(h.e[0].v, want[i].v);
+		hp_vheap_pop(&h);
+	}
+	assert_int_equal(h.n, 0);
+	hp_vheap_free(&h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_replay),
 		cmocka_unit_test(test_victim_policies),
+		cmocka_unit_test(test_victim_heap),
 		cmocka_unit_test(test_shared),
 		cmocka_unit_test(test_below_minimum),
+		cmocka_unit_test(test_check),
 		cmocka_unit_test(test_10k_nodes),
 		cmocka_unit_test(test_reductions_in_flight),
 		cmocka_unit_test(test_inputs_back_at_end),

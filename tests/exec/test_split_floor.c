@@ -8,7 +8,14 @@
  * step's: with hp_split_check_floors every candidate is finished, and
  * hp_split_for_budget fails where one needs less than its floor; the same
  * trainers without the check keep the same graph (its step and smallest
- * budget), and some candidates were skipped. */
+ * budget), and some candidates were skipped.
+ *
+ * The same floors, of the forward graph alone, answer hpdlf-exec's floor
+ * probes (exec/train_floor.h): where hp_trainer_sure_refused says a
+ * trainer is refused it must not fit, and hp_trainer_floor must lie at or
+ * below the smallest budget of the step built.  On these models the floor
+ * lies far below that figure (tens of KiB), so only a gross error fails
+ * here; on plan-speed's MLP it is the figure itself (36864 bytes). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,9 +28,11 @@
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "hpdlf/exec.h"
 #include "hpdlf/train.h"
 #include "exec/plan.h"
 #include "exec/split.h"
+#include "exec/train_floor.h"
 
 struct model {
 	const char *name;
@@ -40,27 +49,37 @@ static void path_of(const char *name, const char *file, char *path, size_t n)
 	snprintf(path, n, "%s/tests/models/%s/%s", src, name, file);
 }
 
+struct paths {
+	char model[1024], x[1024], y[1024];
+};
+
+/* The options of a graph-only trainer of model m at budget b. */
+static void opts_of(const struct model *m, uint64_t b, struct paths *p, struct hp_trainer_opts *o)
+{
+	path_of(m->name, "model.onnx", p->model, sizeof p->model);
+	path_of(m->name, "x.npy", p->x, sizeof p->x);
+	path_of(m->name, "y.npy", p->y, sizeof p->y);
+	hp_trainer_opts_init(o, sizeof *o);
+	o->data = p->x;
+	o->labels = p->y;
+	o->batch = m->batch;
+	o->steps = 1;
+	o->threads = 1;
+	o->budget = b;
+	o->graph_only = 1;
+}
+
 /* A graph-only trainer of model m at budget b: its step's node count and
  * smallest budget (0 and the error where it was refused). */
 static int build(const struct model *m, uint64_t b, int *nnodes, uint64_t *minb)
 {
-	char model[1024], x[1024], y[1024];
+	struct paths p;
 	struct hp_trainer_opts o;
 	struct hp_trainer *t = NULL;
 	int rc;
 
-	path_of(m->name, "model.onnx", model, sizeof model);
-	path_of(m->name, "x.npy", x, sizeof x);
-	path_of(m->name, "y.npy", y, sizeof y);
-	hp_trainer_opts_init(&o, sizeof o);
-	o.data = x;
-	o.labels = y;
-	o.batch = m->batch;
-	o.steps = 1;
-	o.threads = 1;
-	o.budget = b;
-	o.graph_only = 1;
-	rc = hp_trainer_create(model, &o, &t);
+	opts_of(m, b, &p, &o);
+	rc = hp_trainer_create(p.model, &o, &t);
 	*nnodes = 0;
 	*minb = 0;
 	if (rc == 0) {
@@ -101,10 +120,86 @@ static void floors_hold(void **state)
 	assert_true(skips > 0);
 }
 
+/* Whether a graph-only trainer of m at b plans its step at b, as
+ * hpdlf-exec's floor search probes it (tools/exec_train.c floor_probe). */
+static int trainer_fits(const struct model *m, uint64_t b)
+{
+	struct paths p;
+	struct hp_trainer_opts o;
+	struct hp_trainer *t = NULL;
+	struct hp_plan_summary q;
+	struct hp_exec_opts eo;
+	int rc;
+
+	opts_of(m, b, &p, &o);
+	rc = hp_trainer_create(p.model, &o, &t);
+	hp_exec_opts_init(&eo, sizeof eo);
+	eo.threads = 1, eo.budget = b, eo.no_split = 1;
+	if (rc == 0)
+		rc = hp_plan_summarize(hp_trainer_graph(t), &eo, &q);
+	hp_trainer_destroy(t);
+	return rc == 0;
+}
+
+/* hp_trainer_sure_refused (exec/train_floor.h) answers the floor search's
+ * probes from the forward graph: where it says refused, the trainer must
+ * not fit.  Checked at budgets from one byte to the unsplit step's and
+ * around the smallest budget the 1-byte trainer names (its probe lies one
+ * page below); it must know some refusals, and not refuse that figure. */
+static void sure_refusals_hold(void **state)
+{
+	int known = 0;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
+		const struct model *m = &models[i];
+		struct paths p;
+		struct hp_trainer_opts o;
+		struct hp_trainer *t = NULL;
+		int n;
+		uint64_t whole;
+		assert_int_equal(build(m, 0, &n, &whole), 0);
+		opts_of(m, 1, &p, &o);
+		assert_int_equal(hp_trainer_create(p.model, &o, &t), 0);
+		hp_trainer_destroy(t);
+		struct hp_plan_summary q;
+		struct hp_exec_opts eo;
+		hp_exec_opts_init(&eo, sizeof eo);
+		eo.threads = 1, eo.budget = 1, eo.no_split = 1;
+		opts_of(m, 1, &p, &o);
+		assert_int_equal(hp_trainer_create(p.model, &o, &t), 0);
+		assert_int_equal(hp_plan_summarize(hp_trainer_graph(t), &eo, &q), HP_EBUDGET_OP);
+		hp_trainer_destroy(t);
+		uint64_t named = hp_exec_min_budget();
+		const uint64_t budgets[] = { 1, whole / 16, whole / 8, whole / 4, whole / 2, named - 4096, named - 1, named };
+		for (size_t j = 0; j < sizeof budgets / sizeof *budgets; j++) {
+			uint64_t b = budgets[j] ? budgets[j] : 1;
+			opts_of(m, b, &p, &o);
+			int sure = hp_trainer_sure_refused(p.model, &o), fits = trainer_fits(m, b), nn;
+			uint64_t floor = hp_trainer_floor(p.model, &o), minb;
+			int rc = build(m, b, &nn, &minb);
+			print_message("%s at %llu bytes: %s, %s; floor %llu, the step's smallest budget %llu\n", m->name,
+				      (unsigned long long)b, sure ? "sure to be refused" : "not known",
+				      fits ? "fits" : "refused", (unsigned long long)floor, (unsigned long long)minb);
+			if (rc == 0 && floor > minb)
+				fail_msg("%s at %llu bytes: floor %llu above the step's %llu", m->name, (unsigned long long)b,
+					 (unsigned long long)floor, (unsigned long long)minb);
+			assert_int_not_equal(sure, -1);
+			if (sure && fits)
+				fail_msg("%s at %llu bytes: said refused, and fits", m->name, (unsigned long long)b);
+			known += sure;
+		}
+		opts_of(m, named, &p, &o);
+		assert_int_equal(hp_trainer_sure_refused(p.model, &o), 0);
+	}
+	assert_true(known > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(floors_hold),
+		cmocka_unit_test(sure_refusals_hold),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
