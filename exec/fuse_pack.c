@@ -218,6 +218,22 @@ static int set_fused_conv(struct hp_graph *g, int i)
 	return rc < 0 ? rc : hp_fz_attr_str(g, i, "activation", "");
 }
 
+/* W's n floats to pack (*x: its data, or a copy read into *own, which
+ * the caller frees) and the pack's nf floats, 64-byte aligned (*dst). */
+static int pack_source(struct hp_graph *g, int w, int64_t n, int64_t nf, const float **x, float **own, float **dst)
+{
+	*x = g->values[w].data;
+	*own = NULL;
+	*dst = aligned_alloc(64, (size_t)((nf * 4 + 63) / 64 * 64));
+	if (*dst && (*x || ((*own = malloc((size_t)n * sizeof **own + 1)) && hp_graph_read_init(g, w, *own) >= 0))) {
+		*x = *x ? *x : *own;
+		return 0;
+	}
+	free(*own);
+	free(*dst);
+	return hp_error(-ENOMEM, "cannot read '%s' to pack it", g->values[w].name);
+}
+
 /* W [m][k] as conv_pwt.c's tiles read it (hp_pwt_pack), or for conv_grp.c
  * (group > 0: groups of m / group rows) as hp_grp_pack lays it out, a new
  * initializer; its value index. */
@@ -228,18 +244,16 @@ static int add_pwt(struct hp_graph *g, int w, int64_t m, int64_t k, int64_t grou
 	 * multiple of 16: W's shape, so that it can stand for W too
 	 * (pack_pw_tiny) */
 	struct hp_shape s = nf == m * k ? g->values[w].shape : (struct hp_shape){ .rank = 2, .dims = { k, nf / k } };
-	const float *x = g->values[w].data;
-	float *own = NULL, *dst = aligned_alloc(64, (size_t)((nf * 4 + 63) / 64 * 64));
+	const float *x;
+	float *own, *dst;
+	int rc = pack_source(g, w, m * k, nf, &x, &own, &dst);
 
-	if (!dst || (!x && (!(own = malloc((size_t)(k * m) * sizeof *own + 1)) || hp_graph_read_init(g, w, own) < 0))) {
-		free(own);
-		free(dst);
-		return hp_error(-ENOMEM, "cannot read '%s' to pack it", g->values[w].name);
-	}
+	if (rc < 0)
+		return rc;
 	if (group)
-		hp_grp_pack(x ? x : own, group, m / group, k, dst);
+		hp_grp_pack(x, group, m / group, k, dst);
 	else
-		hp_pwt_pack(x ? x : own, m, k, dst);
+		hp_pwt_pack(x, m, k, dst);
 	free(own);
 	return hp_fz_memory_init(g, g->values[w].name, group ? ".grpt" : ".pwt", &s, dst);
 }
@@ -250,15 +264,13 @@ static int add_dw(struct hp_graph *g, int w, int64_t m, int64_t k)
 {
 	int64_t nf = hp_dwkz_packed_floats(m, k);
 	struct hp_shape s = { .rank = 3, .dims = { nf / (16 * k), k, 16 } };
-	const float *x = g->values[w].data;
-	float *own = NULL, *dst = aligned_alloc(64, (size_t)((nf * 4 + 63) / 64 * 64));
+	const float *x;
+	float *own, *dst;
+	int rc = pack_source(g, w, m * k, nf, &x, &own, &dst);
 
-	if (!dst || (!x && (!(own = malloc((size_t)(k * m) * sizeof *own + 1)) || hp_graph_read_init(g, w, own) < 0))) {
-		free(own);
-		free(dst);
-		return hp_error(-ENOMEM, "cannot read '%s' to pack it", g->values[w].name);
-	}
-	hp_dwkz_pack(x ? x : own, m, k, dst);
+	if (rc < 0)
+		return rc;
+	hp_dwkz_pack(x, m, k, dst);
 	free(own);
 	return hp_fz_memory_init(g, g->values[w].name, ".dw16", &s, dst);
 }
