@@ -1,0 +1,468 @@
+/* The planner's simulated runs: each step loads, makes room, preloads
+ * and frees; a cold run, then the warm one the runtime follows, its loads
+ * hoisted and its records sorted into the plan's actions.  See plan_sim.h. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hpdlf/error.h"
+#include "exec/plan.h"
+#include "exec/plan_sim.h"
+
+/* Kernel scratch, rounded like a tensor (the runtime makes it one). */
+static uint64_t ws_size(const struct sim *m, const struct hp_node *n)
+{
+	uint64_t a = m->o->align > 1 ? m->o->align : 1;
+
+	if (m->o->workspace)
+		return 0; /* reserved once for all steps */
+	return (n->workspace + a - 1) / a * a;
+}
+/* Bytes step s needs resident at once: distinct inputs, outputs, workspace. */
+uint64_t hp_sim_step_need(struct sim *m, int s)
+{
+	const struct hp_node *n = &m->g->nodes[m->p->node[s]];
+	uint64_t need = ws_size(m, n);
+
+	for (int j = 0; j < n->ninputs; j++) {
+		int v = n->inputs[j], dup = 0;
+		for (int k = 0; k < j; k++)
+			dup |= n->inputs[k] == v;
+		if (mg(m, v) && !dup)
+			need += m->size[v];
+	}
+	int comm = n->noutputs > 1 && hp_plan_comm_inplace(m->g, m->p, s);
+
+	for (int o = 0; o < n->noutputs; o++)
+		if (mg(m, n->outputs[o]) && hp_plan_inplace_src_with(m->g, m->p, s, o, comm) < 0)
+			need += m->size[n->outputs[o]];
+	return need;
+}
+
+static void pin_step(struct sim *m, const struct hp_node *n, int on, int s)
+{
+	for (int j = 0; j < n->ninputs; j++)
+		if (mg(m, n->inputs[j])) {
+			m->pinned[n->inputs[j]] = (char)on;
+			m->last_pin[n->inputs[j]] = s;
+		}
+	for (int o = 0; o < n->noutputs; o++)
+		if (mg(m, n->outputs[o])) {
+			m->pinned[n->outputs[o]] = (char)on;
+			m->last_pin[n->outputs[o]] = s;
+		}
+}
+
+/* Values below DRAM now that can be read in early (while step s runs):
+ * weights, inputs, and activations this run already produced and wrote. */
+static int loadable(struct sim *m, int v, int s)
+{
+	const struct hp_value *val = &m->g->values[v];
+
+	if (!mg(m, v) || m->resident[v])
+		return 0;
+	if (val->kind == HP_VALUE_INITIALIZER || val->kind == HP_VALUE_INPUT)
+		return 1;
+	return m->below[v] && val->producer >= 0 && val->producer <= m->p->node[s];
+}
+
+/* While step s runs, read in the inputs of the next step that loads
+ * anything, when the budget holds them beside step s's own values by
+ * evicting only values needed after that step (the victim policy's
+ * choice among them, made a step early).  Without this, memory full of
+ * values kept for later runs would leave no room to overlap loads with
+ * compute. */
+static int preload(struct sim *m, int s, uint64_t ws)
+{
+	const struct hp_graph *g = m->g;
+	struct hp_plan *p = m->p;
+	uint64_t bytes = 0;
+	int t, rc, first = m->nrecs;
+
+	for (t = s + 1; t < p->nsteps && t <= s + 8; t++) {
+		const struct hp_node *n = &g->nodes[p->node[t]];
+		for (int j = 0; j < n->ninputs; j++)
+			if (n->inputs[j] >= 0 && loadable(m, n->inputs[j], s))
+				bytes += m->size[n->inputs[j]];
+		if (bytes)
+			break;
+	}
+	if (!bytes || t >= p->nsteps)
+		return 0;
+	const struct hp_node *n = &g->nodes[p->node[t]];
+	while (m->cur + ws + bytes > m->budget) {
+		int far, victim = hp_sim_pick_victim(m, m->policy, s, t, &far);
+		if (victim < 0)
+			return 0; /* evictions made so far were due anyway */
+		if ((rc = hp_sim_drop(m, victim, far, s)) < 0)
+			return rc;
+	}
+	for (int j = 0; j < n->ninputs; j++) {
+		int v = n->inputs[j];
+		if (v < 0 || !loadable(m, v, s))
+			continue;
+		hp_sim_set_resident(m, v, 1);
+		hp_sim_cand_push(m, v, s);
+		if ((rc = hp_sim_push(m, s, 1, v, HP_ACT_LOAD, t)) < 0)
+			return rc;
+		m->pre[v] = m->nrecs - 1;
+		m->recs[m->nrecs - 1].nvictims = m->nrecs - 1 - first;
+		first = m->nrecs;
+		p->bytes_loaded += m->size[v];
+		p->loads++;
+	}
+	return 0;
+}
+static int simulate_step(struct sim *m, int s)
+{
+	const struct hp_graph *g = m->g;
+	struct hp_plan *p = m->p;
+	const struct hp_node *n = &g->nodes[p->node[s]];
+	int rc;
+
+	hp_sim_release_holds(m, s, s);
+	pin_step(m, n, 1, s);
+	for (int j = 0; j < n->ninputs; j++) {
+		int v = n->inputs[j];
+		int first = m->nrecs;
+		if (!mg(m, v) || m->resident[v])
+			continue;
+		if ((rc = hp_sim_make_room(m, m->size[v], s)) != 0)
+			return rc;
+		hp_sim_set_resident(m, v, 1);
+		if ((rc = hp_sim_push(m, s, 1, v, HP_ACT_LOAD, s)) < 0)
+			return rc;
+		m->pre[v] = -1;
+		m->recs[m->nrecs - 1].nvictims = m->nrecs - 1 - first;
+		p->bytes_loaded += m->size[v];
+		p->loads++;
+	}
+	int comm = n->noutputs > 1 && hp_plan_comm_inplace(g, p, s);
+
+	for (int o = 0; o < n->noutputs; o++) {
+		int j = hp_plan_inplace_src_with(g, p, s, o, comm);
+		if (j < 0)
+			continue;
+		/* output o takes input j's bytes over */
+		hp_sim_set_resident(m, n->inputs[j], 0);
+		hp_sim_set_resident(m, n->outputs[o], 1);
+		m->dirty[n->outputs[o]] = 1;
+		m->below[n->outputs[o]] = 0;
+		m->pinned[n->outputs[o]] = 1;
+	}
+	for (int o = 0; o < n->noutputs; o++) {
+		int v = n->outputs[o];
+		if (!mg(m, v) || m->resident[v])
+			continue;
+		if ((rc = hp_sim_make_room(m, m->size[v], s)) != 0)
+			return rc;
+		hp_sim_set_resident(m, v, 1);
+		m->dirty[v] = 1;
+		m->below[v] = 0;
+	}
+	if ((rc = hp_sim_make_room(m, ws_size(m, n), s)) != 0)
+		return rc;
+	if ((rc = preload(m, s, ws_size(m, n))) < 0)
+		return rc;
+	m->step_peak[s] = m->cur + ws_size(m, n);
+	if (m->step_peak[s] > p->peak_bytes)
+		p->peak_bytes = m->step_peak[s];
+	pin_step(m, n, 0, s);
+	if (m->until && m->until[s] > s + 1)
+		hp_sim_hold_step(m, n, m->until[s]); /* a reduction in flight keeps its buffers */
+	for (int j = 0; j < n->ninputs; j++) {
+		int v = n->inputs[j];
+		if (mg(m, v) && m->resident[v] && p->last_use[v] == s && !m->hold[v])
+			hp_sim_set_resident(m, v, 0);
+	}
+	for (int o = 0; o < n->noutputs; o++) {
+		int v = n->outputs[o];
+		if (mg(m, v) && m->resident[v] && p->last_use[v] < 0 && !m->hold[v])
+			hp_sim_set_resident(m, v, 0);
+	}
+	for (int k = 0; k < n->ninputs + n->noutputs; k++) /* unpinned: next read later, or written */
+		hp_sim_cand_push(m, k < n->ninputs ? n->inputs[k] : n->outputs[k - n->ninputs], s);
+	return m->cand_oom ? hp_error(-ENOMEM, "out of memory planning") : 0;
+}
+
+/* Move each load to the earliest step where the budget leaves room for it,
+ * never before the value's latest eviction.  The evictions made to room it
+ * move along when their victims were last pinned earlier still: memory full
+ * of values that wait to be evicted does not keep a load from starting. */
+void hp_sim_hoist_loads(struct sim *m)
+{
+	struct hp_plan *p = m->p;
+
+	/* recs are in simulation order: last_evict tracks evictions seen so far */
+	for (int v = 0; v < m->g->nvalues; v++)
+		m->last_evict[v] = -1;
+	for (int r = 0; r < m->nrecs; r++) {
+		struct rec *x = &m->recs[r];
+		int v = x->a.value, s = x->step, j = s, lo;
+		int64_t delta = (int64_t)m->size[v];
+		if (!x->a.act)
+			continue; /* a preload taken back */
+		if (x->a.act != HP_ACT_LOAD) {
+			m->last_evict[v] = s;
+			continue;
+		}
+		lo = m->last_evict[v] + 1;
+		for (int k = r - x->nvictims; k < r; k++) {
+			if (m->recs[k].free_after + 1 > lo)
+				lo = m->recs[k].free_after + 1;
+			delta -= (int64_t)m->size[m->recs[k].a.value];
+		}
+		if (m->o->max_lookahead > 0 && s - m->o->max_lookahead > lo)
+			lo = s - m->o->max_lookahead;
+		while (j > lo && (int64_t)m->step_peak[j - 1] + delta <= (int64_t)m->budget)
+			j--;
+		for (int k = j; k < s; k++)
+			m->step_peak[k] = (uint64_t)((int64_t)m->step_peak[k] + delta);
+		if (j == s)
+			continue;
+		x->step = j;
+		p->prefetched++;
+		for (int k = r - x->nvictims; k < r; k++)
+			m->recs[k].step = j;
+	}
+	for (int s = 0; s < p->nsteps; s++)
+		if (m->step_peak[s] > p->peak_bytes)
+			p->peak_bytes = m->step_peak[s];
+}
+
+/* p->room_from from the simulated peaks, hoisted loads included. */
+int hp_sim_room_from(struct sim *m)
+{
+	struct hp_plan *p = m->p;
+	uint64_t held = p->start_bytes;
+
+	if (!(p->room_from = malloc(((size_t)p->nsteps + 1) * sizeof *p->room_from)))
+		return hp_error(-ENOMEM, "out of memory planning");
+	for (int s = p->nsteps; s >= 0; s--) {
+		if (s < p->nsteps && m->step_peak[s] > held)
+			held = m->step_peak[s];
+		p->room_from[s] = m->budget > held ? m->budget - held : 0;
+	}
+	return 0;
+}
+
+static int cmp_rec(const void *a, const void *b)
+{
+	const struct rec *x = a, *y = b;
+
+	if (x->step != y->step)
+		return x->step - y->step;
+	if (x->order != y->order)
+		return x->order - y->order;
+	return x->seq - y->seq;
+}
+
+int hp_sim_emit_acts(struct sim *m)
+{
+	struct hp_plan *p = m->p;
+
+	if (m->nrecs) /* recs is NULL when nothing was recorded: qsort wants a pointer */
+		qsort(m->recs, (size_t)m->nrecs, sizeof *m->recs, cmp_rec);
+	p->acts = malloc(((size_t)m->nrecs + 1) * sizeof *p->acts);
+	p->act_begin = calloc((size_t)p->nsteps + 2, sizeof *p->act_begin);
+	if (!p->acts || !p->act_begin)
+		return hp_error(-ENOMEM, "out of memory planning");
+	p->nacts = 0;
+	for (int r = 0; r < m->nrecs; r++) {
+		if (!m->recs[r].a.act)
+			continue;
+		p->acts[p->nacts++] = m->recs[r].a;
+		p->act_begin[m->recs[r].step + 1]++;
+	}
+	for (int s = 0; s <= p->nsteps; s++)
+		p->act_begin[s + 1] += p->act_begin[s];
+	return 0;
+}
+/* Inputs start resident where they fit (the user just wrote them). */
+static void cold_start(struct sim *m)
+{
+	const struct hp_graph *g = m->g;
+
+	for (int i = 0; i < g->ninputs; i++) {
+		int v = g->inputs[i];
+		if (m->persist[v] && !m->resident[v] && m->cur + m->size[v] <= m->budget) {
+			hp_sim_set_resident(m, v, 1);
+			m->dirty[v] = 1;
+		}
+	}
+}
+
+/* A training graph (state values have a next version): the caller writes
+ * its inputs, the next batch, before every run. */
+static int fed_each_run(const struct hp_graph *g)
+{
+	for (int v = 0; v < g->nvalues; v++)
+		if (g->values[v].next >= 0)
+			return 1;
+	return 0;
+}
+
+/* Steady state: the next run starts with what this one kept resident.
+ * The runtime reconciles at the start of each run (loads what the plan
+ * expects resident, writes back or drops what it does not). */
+static void warm_start(struct sim *m)
+{
+	struct hp_plan *p = m->p;
+
+	for (int v = 0; v < m->g->nvalues; v++) {
+		m->last_pin[v] = -1;
+		if (!m->persist[v])
+			m->below[v] = 0; /* this run's activations are written anew */
+		p->start_resident[v] = m->resident[v] && m->persist[v];
+		if (m->resident[v] && !m->persist[v])
+			hp_sim_set_resident(m, v, 0);
+		if (p->start_resident[v])
+			p->start_bytes += m->size[v];
+	}
+	/* A training step's inputs are the next batch, which the caller writes
+	 * before each run (hp_session_set_input: resident and dirty, as in the
+	 * cold run).  Planned absent, the prologue wrote each back and the
+	 * steps read it in again (LeNet at a quarter of its peak: 17 KiB a
+	 * step, two synchronous writes, a load and a stall before the first
+	 * kernel).  Inference reads its inputs back at the run's end instead
+	 * (preload_next_run). */
+	for (int i = 0; i < m->g->ninputs && fed_each_run(m->g); i++) {
+		int u = m->g->inputs[i];
+		if (m->persist[u] && !m->resident[u] && m->use_start[u] < m->use_start[u + 1] &&
+		    m->cur + m->size[u] <= m->budget) {
+			hp_sim_set_resident(m, u, 1);
+			m->dirty[u] = 1;
+			p->start_resident[u] = 1;
+			p->start_bytes += m->size[u];
+		}
+	}
+	memcpy(m->cursor, m->use_start, (size_t)m->g->nvalues * sizeof *m->cursor);
+	memset(m->nu, 0, (size_t)m->g->nvalues * sizeof *m->nu);
+	memset(m->pre, 0xff, (size_t)m->g->nvalues * sizeof *m->pre); /* -1: the recs start anew */
+	m->nrecs = 0;
+	p->peak_bytes = p->bytes_loaded = p->bytes_written = p->loads = 0;
+	memset(m->step_peak, 0, ((size_t)p->nsteps + 1) * sizeof *m->step_peak);
+}
+
+/* What the runtime does between two runs (runtime.c, end of a run): each
+ * state value takes its update's tensor over, and its old tensor is
+ * discarded.  Without this the next run's plan saw the updates resident
+ * and the state absent: its prologue wrote the state back and read the
+ * dead updates, and its first layers read the state again (0.3 of the
+ * parameter bytes per Adam step more than the plan said). */
+static void rotate_state(struct sim *m)
+{
+	for (int v = 0; v < m->g->nvalues; v++) {
+		int nx = m->g->values[v].next;
+		if (nx < 0 || !mg(m, v) || !mg(m, nx))
+			continue;
+		int r = m->resident[nx];
+		if (m->resident[v])
+			hp_sim_set_resident(m, v, 0);
+		if (r) {
+			hp_sim_set_resident(m, nx, 0);
+			hp_sim_set_resident(m, v, 1);
+		}
+		m->dirty[v] = r && m->dirty[nx];
+		m->below[v] = m->below[nx];
+		m->dirty[nx] = m->below[nx] = 0;
+	}
+}
+
+/* What the next run's reconciliation moves, counted into this run. */
+static void count_reconcile(struct sim *m)
+{
+	struct hp_plan *p = m->p;
+	int fed = fed_each_run(m->g);
+
+	for (int v = 0; v < m->g->nvalues; v++) {
+		int input = fed && m->g->values[v].kind == HP_VALUE_INPUT && mg(m, v) && m->persist[v] &&
+			    m->use_start[v] < m->use_start[v + 1];
+		if (input) { /* the caller's new batch: resident, dirty */
+			if (!p->start_resident[v])
+				p->bytes_written += m->size[v]; /* written back by the prologue */
+			continue;
+		}
+		if (m->resident[v] && !p->start_resident[v] && m->dirty[v])
+			p->bytes_written += m->size[v];
+		if (!m->resident[v] && p->start_resident[v]) {
+			p->bytes_loaded += m->size[v];
+			p->loads++;
+		}
+	}
+}
+
+/* The graph inputs of an inference (no state value: nothing has a next
+ * version) that this run's later steps pushed out, read back at its end
+ * where the budget has room, in the order the next run reads them
+ * (hp_sim_hoist_loads then moves each load as early as room allows): the next
+ * run starts with them resident (warm_start) instead of waiting for them
+ * at its first step, a stall with no kernel to hide it (4.6 MiB, 1.5-7 ms
+ * of ResNet-18's batch of 32 at 112x112 out of core).  A load of this run
+ * and no more bytes: the next run's does not happen. */
+static int preload_next_run(struct sim *m)
+{
+	const struct hp_graph *g = m->g;
+	int last = m->p->nsteps - 1, rc;
+
+	if (last < 0)
+		return 0;
+	for (int v = 0; v < g->nvalues; v++)
+		if (g->values[v].next >= 0)
+			return 0;
+	for (int i = 0; i < g->ninputs; i++) {
+		int best = -1;
+		/* the input the next run reads first among those left (few) */
+		for (int k = 0; k < g->ninputs; k++) {
+			int u = g->inputs[k];
+			if (!mg(m, u) || !m->persist[u] || m->resident[u] || m->use_start[u] == m->use_start[u + 1] ||
+			    m->step_peak[last] + m->size[u] > m->budget)
+				continue;
+			if (best < 0 || m->uses[m->use_start[u]] < m->uses[m->use_start[best]])
+				best = u;
+		}
+		if (best < 0)
+			break;
+		hp_sim_set_resident(m, best, 1);
+		m->step_peak[last] += m->size[best]; /* read in before the last step runs */
+		if ((rc = hp_sim_push(m, last, 1, best, HP_ACT_LOAD, last)) < 0)
+			return rc;
+		m->p->bytes_loaded += m->size[best];
+		m->p->loads++;
+	}
+	return 0;
+}
+
+/* One simulated run: cold (pass 0, from the inputs) or warm (pass 1, from
+ * what the cold run left resident: the plan the runtime follows). */
+int hp_sim_simulate(struct sim *m, int pass)
+{
+	const struct hp_graph *g = m->g;
+	int rc;
+
+	if (pass == 0)
+		cold_start(m);
+	else
+		warm_start(m);
+	m->cand[0].n = m->cand[1].n = 0; /* the run's next uses anew */
+	for (int i = 0; i < m->nresident; i++)
+		hp_sim_cand_push(m, m->resident_list[i], 0);
+	for (int s = 0; s < m->p->nsteps; s++) {
+		rc = simulate_step(m, s);
+		if (rc == HP_EBUDGET)
+			return hp_node_error(g, &g->nodes[m->p->node[s]], HP_EBUDGET, "does not fit in the budget (planner)");
+		if (rc != 0)
+			return rc;
+	}
+	hp_sim_release_holds(m, NEVER, NEVER); /* the run's end drains the reductions */
+	if ((rc = preload_next_run(m)) < 0)
+		return rc;
+	rotate_state(m);
+	m->p->peak_bytes = 0; /* exact again after preloads taken back */
+	for (int s = 0; s < m->p->nsteps; s++)
+		if (m->step_peak[s] > m->p->peak_bytes)
+			m->p->peak_bytes = m->step_peak[s];
+	if (pass == 1)
+		count_reconcile(m);
+	return 0;
+}
