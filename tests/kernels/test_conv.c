@@ -1459,6 +1459,14 @@ static void test_steal_bits(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* a[0..n) from the LCG at *st, in [-1, 1): the cases' inputs, weights
+ * and addends, drawn in turn from one state. */
+static void lcg_fill(float *a, int64_t n, unsigned *st)
+{
+	for (int64_t j = 0; j < n; j++)
+		a[j] = (float)((*st = *st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
+}
+
 /* Pointwise Convs on conv_pwt.c's tiles from W^T packed once (exec/
  * fuse_pack.c), at the planes they take packed: up to 36 positions (5x5
  * and 6x6: SqueezeNet's and GoogLeNet's last stages at 96x96, tiles of 9
@@ -1506,10 +1514,8 @@ static void test_pwt_packed(void **state)
 		const float *bias = cases[i].bias ? b : NULL;
 		unsigned st = 91 + (unsigned)i;
 		struct hp_epi relu = { .act = HP_EPI_RELU, .add = HP_EPI_ADD_FULL };
-		for (int64_t j = 0; j < nx; j++)
-			x[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
-		for (int64_t j = 0; j < nw; j++)
-			w[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
+		lcg_fill(x, nx, &st);
+		lcg_fill(w, nw, &st);
 		for (int64_t j = 0; j < co; j++)
 			b[j] = (float)j / 16.0f - 1.0f;
 		for (int64_t n = 0; n < nb; n++)
@@ -1520,8 +1526,7 @@ static void test_pwt_packed(void **state)
 						acc = fmaf(w[m * ci + c], x[(n * ci + c) * cv.xvol + p], acc);
 					ref[(n * co + m) * cv.yvol + p] = acc;
 				}
-		for (int64_t j = 0; j < ny; j++)
-			add[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
+		lcg_fill(add, ny, &st);
 		hp_pwt_pack(w, co, ci, wt);
 		for (int th = 0; th < 3 && hp_pwt_packs(&cv); th++) { /* the epilogue, then the chains alone */
 			memset(y, 0xff, (size_t)ny * sizeof *y);
@@ -1603,14 +1608,11 @@ static void test_pw_strided(void **state)
 		const float *bias = cases[i].bias ? b : NULL;
 		unsigned st = 17 + (unsigned)i;
 		struct hp_epi relu = { .act = HP_EPI_RELU, .add = HP_EPI_ADD_FULL };
-		for (int64_t j = 0; j < nx; j++)
-			x[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
-		for (int64_t j = 0; j < nw; j++)
-			w[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
+		lcg_fill(x, nx, &st);
+		lcg_fill(w, nw, &st);
 		for (int64_t j = 0; j < co; j++)
 			b[j] = (float)j / 16.0f - 1.0f;
-		for (int64_t j = 0; j < ny; j++)
-			add[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
+		lcg_fill(add, ny, &st);
 		for (int64_t n = 0; n < nb; n++)
 			for (int64_t m = 0; m < co; m++)
 				for (int64_t p = 0; p < cv.yvol; p++) {
@@ -1707,10 +1709,8 @@ static void test_grp_dense_packed(void **state)
 		float *ws = malloc(cv.workspace + 64);
 		const float *bias = cases[i].bias ? b : NULL;
 		unsigned st = 77 + (unsigned)i;
-		for (int64_t j = 0; j < nx; j++)
-			x[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
-		for (int64_t j = 0; j < nw; j++)
-			w[j] = (float)((st = st * 1103515245u + 12345u) >> 8 & 0xffff) / 32768.0f - 1.0f;
+		lcg_fill(x, nx, &st);
+		lcg_fill(w, nw, &st);
 		for (int64_t j = 0; j < co; j++)
 			b[j] = (float)j / 16.0f - 1.0f;
 		for (int64_t n = 0; n < nb; n++)
