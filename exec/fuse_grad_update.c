@@ -93,7 +93,7 @@ static int fusable_filter(struct hp_graph *g, int u, size_t ws_max)
 }
 
 /* Update u becomes ConvGradFilterUpdate(dY, X, W, state...) with the
- * filter gradient f's attributes beside its own; f is removed. */
+ * filter gradient f's attributes beside its own (f is removed after). */
 static int rewrite(struct hp_graph *g, int u, int f)
 {
 	struct hp_node *n = &g->nodes[u];
@@ -112,10 +112,12 @@ static int rewrite(struct hp_graph *g, int u, int f)
 	for (int k = 0; k < g->nodes[f].nattrs; k++)
 		if ((rc = hp_graph_add_attr(g, u, &g->nodes[f].attrs[k])) < 0)
 			return rc;
-	if ((rc = hp_fz_attr_int(g, u, "adam", adam)) < 0 || (rc = hp_fz_set_op(&g->nodes[u], "ConvGradFilterUpdate")) < 0)
-		return rc;
-	hp_graph_remove_node(g, f);
-	return 0;
+	return (rc = hp_fz_attr_int(g, u, "adam", adam)) < 0 ? rc : hp_fz_set_op(&g->nodes[u], "ConvGradFilterUpdate");
+}
+
+static int desc(const void *a, const void *b)
+{
+	return *(const int *)b - *(const int *)a;
 }
 
 static int disabled(void)
@@ -134,20 +136,28 @@ int hp_fuse_grad_update(struct hp_graph *g)
 		return 0;
 	for (int i = 0; i < g->nnodes; i++)
 		ws_max = g->nodes[i].workspace > ws_max ? g->nodes[i].workspace : ws_max;
-	for (int u = 0; u < g->nnodes; u++) {
-		int f = fusable_filter(g, u, ws_max);
-		if (f < 0)
-			continue;
-		if ((rc = rewrite(g, u, f)) < 0)
-			return rc;
-		fused++;
-		u = -1; /* indices moved: look again (relinked below) */
-		if ((rc = hp_graph_finalize(g)) < 0)
-			return rc;
-	}
+	/* every pair found and rewritten in one pass, the filter gradients
+	 * removed after it and the graph relinked once: a pair's test reads
+	 * only its own nodes and dW, which no other rewrite touches (once per
+	 * pair, each a relink, was quadratic in the graph's convs) */
+	int *fs = malloc(((size_t)g->nnodes + 1) * sizeof *fs);
+	if (!fs)
+		return hp_error(-ENOMEM, "out of memory");
+	for (int u = 0, f; u < g->nnodes; u++)
+		if ((f = fusable_filter(g, u, ws_max)) >= 0) {
+			if ((rc = rewrite(g, u, f)) < 0) {
+				free(fs);
+				return rc;
+			}
+			fs[fused++] = f;
+		}
+	qsort(fs, (size_t)fused, sizeof *fs, desc); /* the last first: earlier indices stay */
+	for (int k = 0; k < fused; k++)
+		hp_graph_remove_node(g, fs[k]);
+	free(fs);
 	if (!fused)
 		return 0;
-	if ((rc = hp_graph_infer(g)) < 0)
+	if ((rc = hp_graph_finalize(g)) < 0 || (rc = hp_graph_infer(g)) < 0)
 		return rc;
 	return fused;
 }
