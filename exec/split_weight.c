@@ -671,8 +671,12 @@ static int update_wanted(const struct hp_graph *g, int node, int slot, uint64_t 
 	if (w < 0 || !movable(g, w) || !g->values[w].trainable || g->values[w].shape.rank < 2 ||
 	    (!g->nodes[node].domain[0] && (!strcmp(op, "Gemm") || !strcmp(op, "MatMul"))))
 		return 0;
+	/* the Concat holds every block and the whole weight at once: where
+	 * that alone exceeds the budget, a cut could never run (ResNet-18's
+	 * 9-MiB weights at 17 MB: refused where 16 MB ran uncut, the update
+	 * fused into the filter gradient, exec/fuse_grad_update.c) */
 	return (uint64_t)copies * al(vbytes(g, w)) + (copies == 7 ? WS_ALIGN : 0) > budget &&
-	       g->values[w].shape.dims[0] >= 2;
+	       2 * al(vbytes(g, w)) <= budget && g->values[w].shape.dims[0] >= 2;
 }
 
 static int cut_for_update(struct hp_graph *g, int node, int slot, uint64_t budget, uint64_t avail, int copies)
@@ -692,6 +696,8 @@ static int cut_for_update(struct hp_graph *g, int node, int slot, uint64_t budge
 			break;
 	r = (rows + k - 1) / k;
 	k = (rows + r - 1) / r;
+	if ((uint64_t)k * al(row * (uint64_t)r) + al(vbytes(g, w)) > budget)
+		return 0; /* the blocks' Concat would not fit (update_wanted) */
 	if (!(parts = calloc((size_t)k, sizeof *parts)))
 		return hp_error(-ENOMEM, "out of memory");
 	for (int j = 0; j < k && rc >= 0; j++)

@@ -25,4 +25,9 @@ uint64_t hp_trainer_floor(const char *model, const struct hp_trainer_opts *o);
  * graph. */
 int hp_trainer_sure_refused(const char *model, const struct hp_trainer_opts *o);
 
+/* The budget t runs within: the one given, or the smaller figure its
+ * refusal named where the budget given left its step less room
+ * (exec/train.c, create_within). */
+uint64_t hp_trainer_run_budget(const struct hp_trainer *t);
+
 #endif

@@ -708,6 +708,8 @@ int exec_train_main(struct cli *c)
 	if (getenv("HPDLF_TEST_TERM_IN_PLAN")) /* check_signals.py: a signal while the step is planned */
 		raise(SIGTERM);
 	rc = hp_trainer_create(c->model, &o, &t);
+	if (rc == 0) /* runs within a smaller figure where the budget given left its step less room */
+		o.budget = hp_trainer_run_budget(t);
 	if (rc == 0 && !o.graph_only)
 		warn_sizes(c, t);
 	kill_nth = k ? atol(k) : 0;

@@ -2,7 +2,7 @@
 """Every training budget from the smallest the planner names up to the
 in-core peak runs: none is refused in between.
 
-usage: check_budget_range.py HPDLF_EXEC MODEL_DIR [TOOLS_DIR]
+usage: check_budget_range.py HPDLF_EXEC MODEL_DIR [TOOLS_DIR [BENCH_DIR]]
 
 MODEL_DIR holds model.onnx, x.npy and y.npy (tests/models/lenet: two
 convolutions, batch 64); its sibling mlp/ (tests/models/mlp) is scanned
@@ -17,6 +17,12 @@ while 204800-300000 ran).  Checks:
     (geometrically, plus the peak minus one byte) train with exit status 0,
     page (bytes through the tiers), and give the in-core losses (to 1e-5
     relative: band weight gradients are sums over bands, DESIGN.md).
+With BENCH_DIR (the source's bench/, whose make_resnet18.py needs
+PyTorch), a ResNet-18 at 64x64, batch 16, just above the budget where the
+store's chunk doubles (16 MiB: 2 MiB of staging where 1 MiB was, and the
+kernels' scratch held for the session): 16777216-17604607 bytes were
+refused naming 16556032 or 17604608 while 13631488 ran; each must plan
+and one must train, to the in-core loss (exec/train.c, create_within).
 With TOOLS_DIR (the source's tools/), the same for a batch of one cut into
 rows: the 3-D U-Net of tools/make_unet3d.py on one 48^3 volume.  A
 budget's target decides which nodes its band pass cuts, and 7.3-23.3 MB
@@ -95,6 +101,8 @@ def main():
     fails += weight_parts_range(exe, os.path.join(os.path.dirname(os.path.abspath(d)), "mlp"), check)
     if len(sys.argv) > 3:
         fails += rows_range(exe, sys.argv[3], check)
+    if len(sys.argv) > 4:
+        fails += chunk_step_range(exe, sys.argv[4], check)
     print("%d failed" % fails)
     return 1 if fails else 0
 
@@ -120,6 +128,35 @@ def weight_parts_range(exe, d, check):
             refused.append("%d B (exit %d: %s)" % (b, rc, err.strip()[-200:]))
     return not check(not refused, "mlp, batch 64: 17 budgets from the %d B named to 1.5x it run; refused: %s"
                      % (floor, "; ".join(refused) or "none"))
+
+
+def chunk_step_range(exe, bench, check):
+    """Budgets just above the store chunk's step at 16 MiB, ResNet-18."""
+    with tempfile.TemporaryDirectory() as tmp:
+        py = os.environ.get("HPDLF_PYTHON", sys.executable)
+        subprocess.run([py, os.path.join(bench, "make_resnet18.py"), tmp, "--size", "64", "--rows", "16"],
+                       check=True, stdout=subprocess.DEVNULL)
+        args = [os.path.join(tmp, "model.onnx"), "--train", "--data", os.path.join(tmp, "x.npy"), "--labels",
+                os.path.join(tmp, "y.npy"), "--loss", "cross-entropy", "--optimizer", "sgd", "--lr", "0.01",
+                "--batch", "16", "--steps", "1", "--no-shuffle", "--quiet"]
+        bad = 0
+        for b in (16777216, 17039360, 17301504, 17563648):
+            rc, out, err = run(exe, args + ["--budget", str(b), "--plan"])
+            bad += not check(rc == 0 and "plan for" in out, "ResNet-18, batch 16: %d B (the 16 MiB chunk step + "
+                             "%d KiB) planned: exit %d %s" % (b, (b - 16777216) // 1024, rc, err.strip()[-300:]))
+        log, log2 = os.path.join(tmp, "in.json"), os.path.join(tmp, "ooc.json")
+        rc, _, err = run(exe, args + ["--log-json", log])
+        if not check(rc == 0, "ResNet-18, batch 16, in core: exit %d %s" % (rc, err.strip()[-300:])):
+            return bad + 1
+        rc, _, err = run(exe, args + ["--budget", "17039360", "--log-json", log2])
+        if not check(rc == 0, "ResNet-18, batch 16: 17039360 B trains: exit %d %s" % (rc, err.strip()[-300:])):
+            return bad + 1
+        want, got = [r["loss"] for r in rows(log)], [r["loss"] for r in rows(log2)]
+        rel = max(abs(g - w) / abs(w) for g, w in zip(got, want)) if got and len(got) == len(want) else float("inf")
+        bad += not check(rel <= 1e-5 and "runs within" in err,
+                         "ResNet-18 at 17039360 B: runs within the smaller figure named (warned: %s), loss within "
+                         "%.1e of in core" % ("runs within" in err, rel))
+        return bad
 
 
 def rows_range(exe, tools, check):
