@@ -325,11 +325,18 @@ static void warm_start(struct sim *m)
 	 * steps read it in again (LeNet at a quarter of its peak: 17 KiB a
 	 * step, two synchronous writes, a load and a stall before the first
 	 * kernel).  Inference reads its inputs back at the run's end instead
-	 * (preload_next_run). */
+	 * (preload_next_run).  One the cold run left resident is the new
+	 * batch too: dirty, its copy below the old batch's.  Left clean (the
+	 * cold run had written it back and read it again), the plan evicted it
+	 * unwritten and the run wrote it (hs_evict writes what is dirty):
+	 * LeNet at 400000 B, 16 KiB a step more than --plan said. */
 	for (int i = 0; i < m->g->ninputs && fed_each_run(m->g); i++) {
 		int u = m->g->inputs[i];
-		if (m->persist[u] && !m->resident[u] && m->use_start[u] < m->use_start[u + 1] &&
-		    m->cur + m->size[u] <= m->budget) {
+		if (m->persist[u] && m->resident[u]) {
+			m->dirty[u] = 1;
+			m->below[u] = 0;
+		} else if (m->persist[u] && m->use_start[u] < m->use_start[u + 1] &&
+			   m->cur + m->size[u] <= m->budget) {
 			hp_sim_set_resident(m, u, 1);
 			m->dirty[u] = 1;
 			p->start_resident[u] = 1;

@@ -154,12 +154,21 @@ static int child_argv(const struct tune_ctx *x, const struct tune_job *j, const 
 }
 
 /* In the child: die with the runner (a killed runner leaves no orphans
- * training on), its output to trial-N/output.txt, then exec. */
-static void child_exec(const char *out, char **av)
+ * training on), its output to trial-N/output.txt, then exec.  A runner
+ * killed between the fork and the prctl sends no signal: the child then
+ * finds its parent changed and exits.  Such an orphan, slow to start on
+ * a loaded machine, trained its job beside the twin a resumed search
+ * started, in the same checkpoint directory and log. */
+static void child_exec(const char *out, char **av, pid_t runner)
 {
-	int fd = out ? open(out, O_WRONLY | O_CREAT | O_APPEND, 0644) : -1;
+	const char *slow = getenv("HPDLF_TEST_TRIAL_START_US"); /* check_tune.py: a child slow to start */
+	int fd;
 
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (slow)
+		usleep((useconds_t)atol(slow));
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != runner)
+		_exit(127);
+	fd = out ? open(out, O_WRONLY | O_CREAT | O_APPEND, 0644) : -1;
 	if (fd >= 0) {
 		dup2(fd, 1);
 		dup2(fd, 2);
@@ -197,9 +206,10 @@ int tune_child_start(const struct tune_ctx *x, struct tune_job *j, const char *e
 	add_own(&m, trial_path(x, j->trial, "output.txt"));
 	m.av[--m.n] = NULL; /* kept in mem, not an argument */
 	fflush(NULL);
+	pid_t runner = getpid();
 	pid = fork();
 	if (pid == 0)
-		child_exec(m.mem[m.nmem - 1], m.av);
+		child_exec(m.mem[m.nmem - 1], m.av, runner);
 	rc = pid < 0 ? hp_error(-errno, "fork: %s", strerror(errno)) : 0;
 	cmd_free(&m);
 	j->pid = pid > 0 ? (int)pid : 0;

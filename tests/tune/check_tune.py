@@ -6,7 +6,8 @@ its logged figure and its exported weights evaluate to it in PyTorch; the
 process tree's peak memory (proportional set sizes) stays within --budget
 with a data set that K copies would not fit, and strace sees each data
 file opened once; SIGKILL of the runner and a re-run end with the log of
-an uninterrupted search; a diverging configuration is marked failed and
+an uninterrupted search, and the trials of a runner killed before they
+started do not train on; a diverging configuration is marked failed and
 the search goes on; bad SPECs are status 2.  Usage: check_tune.py HPDLF_EXEC"""
 import json
 import os
@@ -235,6 +236,34 @@ def resume_run(e):
     T.check(rc == 0 and open(cut).read() == open(full).read(), "a third run of a finished search adds nothing")
 
 
+def orphan_run(e):
+    """The runner killed while its trials are forked but not yet started (a
+    loaded machine, HPDLF_TEST_TRIAL_START_US): no trial trains on.  Such an
+    orphan trained its job beside the twin a resumed search started, in the
+    same checkpoint directory and log."""
+    d = e.d
+    sp = spec(os.path.join(d, "s6.json"), {"lr": {"log_uniform": [0.01, 0.1]}}, 2, 6)
+    log, slow = os.path.join(d, "t6.jsonl"), 2.0
+    p = subprocess.Popen([e.exe] + e.args(log, sp, 2), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env=dict(os.environ, HPDLF_TEST_TRIAL_START_US=str(int(slow * 1e6))))
+    kids, t0 = [], time.time()
+    while p.poll() is None and time.time() < t0 + 60:
+        before = time.time()  # the trials seen next were forked after this
+        if (kids := children_of(p.pid)):
+            break
+        time.sleep(0.005)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    late = time.time() - before
+    time.sleep(slow)
+    wait_gone(kids)
+    trained = [t for t in os.listdir(log + ".d") if os.path.exists(os.path.join(log + ".d", t, "log.jsonl"))] \
+        if os.path.isdir(log + ".d") else []
+    T.check(bool(kids) and late < slow, f"the runner killed with trials forked and not yet started ({len(kids)}, "
+            f"killed at most {late:.2f} s after their fork)")
+    T.check(not trained, f"no trial of the killed runner trained on: {trained}")
+
+
 def failing_run(e):
     d = e.d
     sp = spec(os.path.join(d, "s4.json"), {"lr": {"choice": [0.05, 1e9]}}, 8, 9)
@@ -318,6 +347,7 @@ def main():
         main_run(e)
         failing_run(e)
         resume_run(e)
+        orphan_run(e)
         open_once(e)
         tty_run(e)
         memory_run(e)
