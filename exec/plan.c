@@ -293,8 +293,7 @@ static int plan_with(const struct hp_graph *g, const struct hp_plan_opts *o, int
 		rc = hp_sim_simulate(&m, 1);
 	if (rc != 0)
 		goto fail;
-	hp_sim_hoist_loads(&m);
-	if ((rc = hp_sim_room_from(&m)) < 0)
+	if ((rc = hp_sim_hoist_loads(&m)) < 0 || (rc = hp_sim_room_from(&m)) < 0)
 		goto fail;
 	m.p->peak_bytes += o->workspace;
 	rc = hp_sim_emit_acts(&m);

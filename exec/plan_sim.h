@@ -90,11 +90,17 @@ void hp_sim_release_holds(struct sim *m, int upto, int now);
 /* plan_sim.c: the simulated runs and the actions they record */
 uint64_t hp_sim_step_need(struct sim *m, int s);
 int hp_sim_simulate(struct sim *m, int pass);
-void hp_sim_hoist_loads(struct sim *m);
+int hp_sim_hoist_loads(struct sim *m);
 int hp_sim_room_from(struct sim *m);
 int hp_sim_emit_acts(struct sim *m);
 
 /* plan_time.c: the time model and the reductions' flights */
+/* Predicted ms of a write-back (write 1) or load of `bytes` alone on the I/O lane. */
+double hp_sim_io_ms(const struct sim *m, int write, uint64_t bytes);
+/* t[s] for s in 0..nsteps: predicted ms from the run's start to step s's
+ * start, the kernels back to back, their work shared by the workers (no
+ * I/O waits); NULL when out of memory; the caller frees it. */
+double *hp_sim_step_clock(const struct sim *m);
 int hp_sim_plan_flights(struct sim *m);
 void hp_sim_time_model(struct sim *m);
 

@@ -39,21 +39,26 @@ static double step_ms(struct sim *m, const struct hp_node *n, struct hp_plan *p)
 	return c;
 }
 
+double hp_sim_io_ms(const struct sim *m, int write, uint64_t bytes)
+{
+	double rd = m->o->read_MBps > 0 ? m->o->read_MBps : 1000, wr = m->o->write_MBps > 0 ? m->o->write_MBps : 1000;
+
+	return (double)bytes / 1e6 / (write ? wr : rd) * 1e3 + (write ? m->o->write_lat_us : m->o->read_lat_us) / 1e3;
+}
+
 /* Issue step s's I/O on the one I/O lane at time `now`: loads make their
  * step ready, write-backs hold step s (they free the budget it needs). */
 static double issue_io(struct sim *m, int s, double now, double *io, double *ready)
 {
 	struct hp_plan *p = m->p;
-	double rd = m->o->read_MBps > 0 ? m->o->read_MBps : 1000, wr = m->o->write_MBps > 0 ? m->o->write_MBps : 1000;
 	double wait = 0;
 
 	for (int a = p->act_begin[s]; a < p->act_begin[s + 1]; a++) {
 		const struct hp_plan_act_rec *x = &p->acts[a];
-		double mb = (double)m->size[x->value] / 1e6, d;
+		double d;
 		if (x->act != HP_ACT_WRITEBACK && x->act != HP_ACT_LOAD)
 			continue;
-		d = mb / (x->act == HP_ACT_WRITEBACK ? wr : rd) * 1e3 +
-		    (x->act == HP_ACT_WRITEBACK ? m->o->write_lat_us : m->o->read_lat_us) / 1e3;
+		d = hp_sim_io_ms(m, x->act == HP_ACT_WRITEBACK, m->size[x->value]);
 		*io = (*io > now ? *io : now) + d;
 		*(x->act == HP_ACT_WRITEBACK ? &p->write_ms : &p->read_ms) += d;
 		if (x->act == HP_ACT_WRITEBACK)
@@ -120,6 +125,23 @@ static double comm_ms(const struct sim *m, const struct hp_node *n)
 	hops = hp_comm_is_shard_op(n) ? N - 1 : 2 * (N - 1);
 	return hops / N * (in > out ? in : out) / (m->o->comm_GBps * 1e6) + hops * m->o->comm_lat_us / 1e3;
 }
+
+/* The clock plan_flights and hp_sim_hoist_loads share (plan_sim.h). */
+double *hp_sim_step_clock(const struct sim *m)
+{
+	const struct hp_plan *p = m->p;
+	double *t0 = calloc((size_t)p->nsteps + 1, sizeof *t0);
+	int w = m->o->workers > 0 ? m->o->workers : 1;
+
+	if (!t0)
+		return NULL;
+	for (int s = 0; s < p->nsteps; s++) {
+		const struct hp_node *n = &m->g->nodes[p->node[s]];
+		t0[s + 1] = t0[s] + (hp_comm_is_allreduce(n) ? 0 : kernel_ms(m, n) / w);
+	}
+	return t0;
+}
+
 /* until[s] for every reduction step s: the kernels back to back on the
  * compute lanes (their work shared by the workers), the reductions one
  * after another from when they are issued (the communication thread's
@@ -132,17 +154,13 @@ static double comm_ms(const struct sim *m, const struct hp_node *n)
 int hp_sim_plan_flights(struct sim *m)
 {
 	const struct hp_plan *p = m->p;
-	double *t0 = calloc((size_t)p->nsteps + 1, sizeof *t0), chain = 0;
-	int w = m->o->workers > 0 ? m->o->workers : 1, prev = -1;
+	double *t0 = hp_sim_step_clock(m), chain = 0;
+	int prev = -1;
 
 	m->until = calloc((size_t)p->nsteps + 1, sizeof *m->until);
 	if (!t0 || !m->until) {
 		free(t0);
 		return hp_error(-ENOMEM, "out of memory planning");
-	}
-	for (int s = 0; s < p->nsteps; s++) {
-		const struct hp_node *n = &m->g->nodes[p->node[s]];
-		t0[s + 1] = t0[s] + (hp_comm_is_allreduce(n) ? 0 : kernel_ms(m, n) / w);
 	}
 	for (int s = 0; s < p->nsteps; s++) {
 		const struct hp_node *n = &m->g->nodes[p->node[s]];
