@@ -328,6 +328,14 @@ static void warm_start(struct sim *m)
 	 * (preload_next_run). */
 	for (int i = 0; i < m->g->ninputs && fed_each_run(m->g); i++) {
 		int u = m->g->inputs[i];
+		/* kept resident to the run's end (read back late in it): the new
+		 * batch overwrites that clean copy, so evicting it writes (LeNet at
+		 * 400000 bytes: "evict input" planned, 16 KiB written a step
+		 * beyond the plan, synchronously, by the evict) */
+		if (m->persist[u] && m->resident[u] && m->use_start[u] < m->use_start[u + 1]) {
+			m->dirty[u] = 1;
+			continue;
+		}
 		if (m->persist[u] && !m->resident[u] && m->use_start[u] < m->use_start[u + 1] &&
 		    m->cur + m->size[u] <= m->budget) {
 			hp_sim_set_resident(m, u, 1);
