@@ -204,10 +204,23 @@ int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, i
 	return 1;
 }
 
-/* Floats of a worker's buffers: packed taps, dY, 16 positions' taps rows. */
+/* Floats of a worker's buffers: packed taps, dY, 16 positions' taps rows
+ * of a segment (rf_pack: at most RF_SEG taps, and never more than a packed
+ * row holds, whatever share a run gives the worker; a segment starts at
+ * its first channel's tap 0, up to kvol - 1 before it). */
 static size_t rf_worker_floats(const struct hp_rfilt *q)
 {
-	return (size_t)(q->kc * q->tw) + (size_t)(q->mb * q->kc * RF_MR) + (size_t)((RF_SEG + q->geo.kvol + 16) * 16);
+	int64_t seg = q->ldt < RF_SEG ? q->ldt : RF_SEG;
+
+	return (size_t)(q->kc * q->tw) + (size_t)(q->mb * q->kc * RF_MR) + (size_t)((seg + q->geo.kvol + 16) * 16);
+}
+
+/* The longest block of a sum (rf_blocks: blocks never cross units, so
+ * with units shorter than RF_BLK a block is a unit); 0 without blocks.
+ * A chunk must hold one. */
+static int64_t rf_block_len(const struct hp_rfilt *q)
+{
+	return q->blk && q->unit < q->blk ? q->unit : q->blk;
 }
 
 /* A co-lane worker's row segments of a chunk: at most one per position
@@ -236,7 +249,7 @@ size_t hp_rfilt_workspace(const struct hp_rfilt *q)
 
 int hp_rfilt_fit(struct hp_rfilt *q, size_t bytes)
 {
-	int64_t floor = q->blk > 16 ? q->blk : 16;
+	int64_t floor = q->blk > 16 ? q->blk : 16, blen = rf_block_len(q);
 
 	if (rf_mode > 1 || (q->direct && rd_mode > 0))
 		return 1;
@@ -249,6 +262,12 @@ int hp_rfilt_fit(struct hp_rfilt *q, size_t bytes)
 		if (hp_rfilt_workspace(&f) > bytes)
 			return 0;
 	}
+	/* the packed tiles' chunks hold whole blocks, not RF_BLK positions:
+	 * LeNet's second Conv (units of 4x4 positions) took 100 KiB in
+	 * chunks of 64 against the sgemm path's 36, in each of its four
+	 * bands' filter gradients at a quarter of its peak */
+	if (!q->direct)
+		floor = blen > 16 ? blen : 16;
 	while (q->kc > floor && hp_rfilt_workspace(q) > bytes) {
 		int64_t kc = q->kc / 2 / 16 * 16;
 		q->kc = kc > floor ? kc : floor;

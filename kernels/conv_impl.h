@@ -752,8 +752,9 @@ int hp_rfilt_plan(struct hp_rfilt *q, const struct hp_colgeom *geo, int64_t n, i
 size_t hp_rfilt_workspace(const struct hp_rfilt *q);
 /* Fewer positions per chunk, so that the workspace is at most `bytes`
  * where chunks of 16 positions and more (a block's, when units sum in
- * blocks) can do it, else the least of those; the chunk size changes no
- * bit.  Not in the tests' chunk mode (hp_rfilt_set_mode k > 1).  0: the
+ * blocks: on the packed tiles a unit's where units are shorter than a
+ * block, the co-lane tiles RF_BLK's) can do it, else the least of those;
+ * the chunk size changes no bit.  Not in the tests' chunk mode (hp_rfilt_set_mode k > 1).  0: the
  * co-lane tiles cannot fit `bytes` (the caller takes the sgemm path). */
 int hp_rfilt_fit(struct hp_rfilt *q, size_t bytes);
 /* Attribute hpdlf_lean: the co-lane tiles with one worker's buffers in

@@ -589,6 +589,43 @@ static void test_filter_reg(void **state)
 	rf_case(2, 2, 33, 12, I{ 8, 8 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
 }
 
+/* LeNet's second Conv in a band of 16 items (16 -> 32, 3x3 at 4x4, pad 1:
+ * units of 16 positions, shorter than a block of RF_BLK): the register
+ * tiles fit the sgemm path's workspace in chunks of one unit, with the
+ * scalar replay's bits and cgf_check's.  Chunks of RF_BLK took 102656
+ * bytes on two threads against the sgemm path's 36864, and each of the
+ * four bands' filter gradients of LeNet trained at a quarter of its peak
+ * held them (its smallest budget was 176128 bytes, 114688 since). */
+static void test_filter_reg_fit(void **state)
+{
+	struct cgf c;
+	struct hp_tensor o;
+	size_t ws, wsg;
+
+	(void)state;
+	if (!__builtin_cpu_supports("avx512f"))
+		skip();
+	hp_sfilt_set_mode(-1); /* the register tiles, not conv_grad_stem.c's */
+	cgf_init(&c, 2, 16, 16, 32, 1, I{ 4, 4 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	float *want = rf_replay(&c);
+	hp_rfilt_set_mode(-1);
+	wsg = filter(&c, &c.dy, &c.x, NULL, -1, 0, -1, NULL, &o);
+	hp_tensor_free(&o);
+	hp_rfilt_set_mode(0);
+	ws = filter(&c, &c.dy, &c.x, NULL, -1, 0, -1, pool2, &o);
+	if (memcmp(o.data, want, hp_tensor_bytes(&o)))
+		fail_msg("LeNet's c2 band: not the scalar replay's bits");
+	/* a unit's chunk holds the packed taps, dY and a segment's rows: a
+	 * little over the sgemm path's (39168 bytes on two threads) */
+	if (2 * ws > 3 * wsg)
+		fail_msg("LeNet's c2 band: workspace %zu bytes, the sgemm path's %zu", ws, wsg);
+	hp_tensor_free(&o);
+	cgf_check(&c, "register tiles, LeNet's c2 band");
+	hp_sfilt_set_mode(0);
+	free(want);
+	cgf_free(&c);
+}
+
 /* ---- ConvGradFilterUpdate (conv_grad_update.c) ---------------------------
  * The filter gradient summed in pieces and each piece applied to W and
  * its state at once: W' and the state bitwise ConvGradFilter then
@@ -1322,7 +1359,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_filter_1d), cmocka_unit_test(test_filter_2d), cmocka_unit_test(test_filter_3d),
-		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_reg), cmocka_unit_test(test_filter_update), cmocka_unit_test(test_filter_colane), cmocka_unit_test(test_filter_lane), cmocka_unit_test(test_filter_pw), cmocka_unit_test(test_filter_grp_colane), cmocka_unit_test(test_filter_stem), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
+		cmocka_unit_test(test_filter_row_units), cmocka_unit_test(test_filter_lean), cmocka_unit_test(test_filter_reg), cmocka_unit_test(test_filter_reg_fit), cmocka_unit_test(test_filter_update), cmocka_unit_test(test_filter_colane), cmocka_unit_test(test_filter_lane), cmocka_unit_test(test_filter_pw), cmocka_unit_test(test_filter_grp_colane), cmocka_unit_test(test_filter_stem), cmocka_unit_test(test_filter_paths), cmocka_unit_test(test_bias), cmocka_unit_test(test_gemm),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
