@@ -170,6 +170,7 @@ static inline __attribute__((always_inline)) PF_TARGET void pf_tile(const float 
 				a[i][1] = _mm512_fmadd_ps(y, x1, a[i][1]);
 		}
 	}
+#pragma GCC unroll 12
 	for (int i = 0; i < MR; i++) {
 		if (NV > 1)
 			_mm512_storeu_ps(w + i * ldw, _mm512_add_ps(_mm512_loadu_ps(w + i * ldw), a[i][0]));
@@ -243,6 +244,7 @@ static inline __attribute__((always_inline)) PF_TARGET void pf_ttile(const float
 			for (int v = 0; v < NV; v++)
 				s[i][v] = _mm512_add_ps(s[i][v], a[i][v]);
 	}
+#pragma GCC unroll 12
 	for (int i = 0; i < MR; i++) {
 		if (NV > 1)
 			_mm512_storeu_ps(w + i * ldw, s[i][0]);
