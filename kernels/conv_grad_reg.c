@@ -814,6 +814,7 @@ static inline __attribute__((always_inline)) RF_TARGET void rd_tile(const int NC
 	/* columns whose window taps all lie in the row */
 	int64_t wlo = (p2 + s2 - 1) / s2, whi = iw - KW + p2 >= 0 ? (iw - KW + p2) / s2 + 1 : 0;
 
+#pragma GCC unroll 32
 	for (int i = 0; i < R * KW * NC; i++) /* rows past nr: none of dW's, none in s */
 		a[i] = chain && i / (KW * NC) < nr ? _mm512_loadu_ps(s + i / NC * ls + i % NC * 16) : _mm512_setzero_ps();
 	for (int sg = 0; sg < nseg; sg++) {
@@ -860,6 +861,7 @@ static inline __attribute__((always_inline)) RF_TARGET void rd_tile(const int NC
 			}
 		}
 	}
+#pragma GCC unroll 32
 	for (int i = 0; i < R * KW * NC; i++) {
 		float *si = s + i / NC * ls + i % NC * 16;
 		if (i / (KW * NC) < nr)
