@@ -543,10 +543,13 @@ static inline __attribute__((always_inline)) RF_TARGET void rf_fma(__m512 a[RF_M
 {
 	for (int64_t k = 0; k < kn; k++) {
 		__m512 c[RF_NV];
+		#pragma GCC unroll 8
 		for (int v = 0; v < nv; v++)
 			c[v] = _mm512_loadu_ps(taps + k * ldt + v * 16);
+		#pragma GCC unroll 8
 		for (int i = 0; i < RF_MR; i++) {
 			__m512 d = _mm512_set1_ps(dyp[k * RF_MR + i]);
+			#pragma GCC unroll 8
 			for (int v = 0; v < nv; v++)
 				a[i][v] = _mm512_fmadd_ps(d, c[v], a[i][v]);
 		}
@@ -566,12 +569,18 @@ static inline __attribute__((always_inline)) RF_TARGET void rf_tile(const int nv
 	if (nblk) { /* blocks: each a chain from 0, then added to the sum in dst */
 		for (int b = 0; b < nblk; b++, taps += blen[b - 1] * ldt, dyp += blen[b - 1] * RF_MR) {
 			const float *run = b ? dst : src;
+			#pragma GCC unroll 8
 			for (int i = 0; i < RF_MR; i++)
+				#pragma GCC unroll 8
 				for (int v = 0; v < nv; v++)
 					a[i][v] = _mm512_setzero_ps();
 			rf_fma(a, nv, taps, ldt, dyp, blen[b]);
-			for (int i = 0; i < mr; i++)
+			#pragma GCC unroll 8
+			for (int i = 0; i < RF_MR; i++)
+				#pragma GCC unroll 8
 				for (int v = 0; v < nv; v++) {
+					if (i >= mr)
+						continue;
 					__mmask16 m = v == nv - 1 ? last : 0xffff;
 					__m512 s = run ? _mm512_maskz_loadu_ps(m, run + i * ld + v * 16) : _mm512_setzero_ps();
 					_mm512_mask_storeu_ps(dst + i * ld + v * 16, m, _mm512_add_ps(s, a[i][v]));
@@ -579,14 +588,19 @@ static inline __attribute__((always_inline)) RF_TARGET void rf_tile(const int nv
 		}
 		return;
 	}
+	#pragma GCC unroll 8
 	for (int i = 0; i < RF_MR; i++)
+		#pragma GCC unroll 8
 		for (int v = 0; v < nv; v++)
 			a[i][v] = src && i < mr ? _mm512_maskz_loadu_ps(v == nv - 1 ? last : 0xffff, src + i * ld + v * 16)
 						: _mm512_setzero_ps();
 	rf_fma(a, nv, taps, ldt, dyp, kn);
-	for (int i = 0; i < mr; i++)
+	#pragma GCC unroll 8
+	for (int i = 0; i < RF_MR; i++)
+		#pragma GCC unroll 8
 		for (int v = 0; v < nv; v++)
-			_mm512_mask_storeu_ps(dst + i * ld + v * 16, v == nv - 1 ? last : 0xffff, a[i][v]);
+			if (i < mr)
+				_mm512_mask_storeu_ps(dst + i * ld + v * 16, v == nv - 1 ? last : 0xffff, a[i][v]);
 }
 
 /* The tile of 3 vectors (every block of 48 taps but a share's last) with
