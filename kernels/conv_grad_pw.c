@@ -151,42 +151,59 @@ static PF_TARGET void pf_pack(const float *x, int64_t ld, int64_t len, int nc, f
 /* dW rows [0, MR) (ldw apart) at NV vectors of input channels (of the
  * last only the lanes of ml; the others read T's next row or the 16
  * floats after T, and are not stored) += the unit's chains: t = fma(dy, x, t) over len positions of T (rows
- * ldt apart), dY's rows ldy apart. */
+ * ldt apart), dY's rows ldy apart.  HALF (with NV 2, ml of 8 lanes at
+ * most): the second vector's sums in 256-bit halves.  A 512-bit FMA takes
+ * both of this machine's 256-bit FMA pipes, so for MobileNetV2's 24 input
+ * channels (a vector and a half) the full second vector spent a quarter of
+ * the tile's multiply-adds on idle lanes; each lane's chain is the same. */
 static inline __attribute__((always_inline)) PF_TARGET void pf_tile(const float *t, int64_t ldt, const float *dy,
 								 int64_t ldy, int64_t len, float *w, int64_t ldw,
-								 __mmask16 ml, int MR, int NV)
+								 __mmask16 ml, int MR, int NV, int HALF)
 {
 	__m512 a[PF_MR][2];
+	__m256 h[PF_MR];
 
-	for (int i = 0; i < MR; i++)
+#pragma GCC unroll 12
+	for (int i = 0; i < MR; i++) {
+		h[i] = _mm256_setzero_ps();
 		for (int v = 0; v < NV; v++)
 			a[i][v] = _mm512_setzero_ps();
+	}
 	for (int64_t p = 0; p < len; p++) {
-		__m512 x0 = _mm512_loadu_ps(t + p * ldt), x1 = NV > 1 ? _mm512_loadu_ps(t + p * ldt + 16) : x0;
+		__m512 x0 = _mm512_loadu_ps(t + p * ldt), x1 = NV > 1 && !HALF ? _mm512_loadu_ps(t + p * ldt + 16) : x0;
+		__m256 xh = HALF ? _mm256_loadu_ps(t + p * ldt + 16) : _mm512_castps512_ps256(x0);
 		for (int i = 0; i < MR; i++) {
 			__m512 y = _mm512_set1_ps(dy[i * ldy + p]);
 			a[i][0] = _mm512_fmadd_ps(y, x0, a[i][0]);
-			if (NV > 1)
+			if (HALF)
+				h[i] = _mm256_fmadd_ps(_mm512_castps512_ps256(y), xh, h[i]);
+			else if (NV > 1)
 				a[i][1] = _mm512_fmadd_ps(y, x1, a[i][1]);
 		}
 	}
+#pragma GCC unroll 12
 	for (int i = 0; i < MR; i++) {
 		if (NV > 1)
 			_mm512_storeu_ps(w + i * ldw, _mm512_add_ps(_mm512_loadu_ps(w + i * ldw), a[i][0]));
 		float *l = w + i * ldw + (NV - 1) * 16;
-		_mm512_mask_storeu_ps(l, ml, _mm512_add_ps(_mm512_maskz_loadu_ps(ml, l), a[i][NV - 1]));
+		__m512 s = _mm512_maskz_loadu_ps(ml, l);
+		if (HALF)
+			_mm512_mask_storeu_ps(l, ml,
+					      _mm512_castps256_ps512(_mm256_add_ps(_mm512_castps512_ps256(s), h[i])));
+		else
+			_mm512_mask_storeu_ps(l, ml, _mm512_add_ps(s, a[i][NV - 1]));
 	}
 }
 
 typedef void (*pf_tile_fn)(const float *t, int64_t ldt, const float *dy, int64_t ldy, int64_t len, float *w,
 			   int64_t ldw, __mmask16 ml);
-#define PF_INST(MR, NV)                                                                                             \
-	static PF_TARGET void pf_tile_##MR##_##NV(const float *t, int64_t ldt, const float *dy, int64_t ldy,          \
-						  int64_t len, float *w, int64_t ldw, __mmask16 ml)                 \
+#define PF_INST(MR, NV, HALF, SFX)                                                                                  \
+	static PF_TARGET void pf_tile_##MR##_##SFX(const float *t, int64_t ldt, const float *dy, int64_t ldy,         \
+						   int64_t len, float *w, int64_t ldw, __mmask16 ml)                \
 	{                                                                                                           \
-		pf_tile(t, ldt, dy, ldy, len, w, ldw, ml, MR, NV);                                                  \
+		pf_tile(t, ldt, dy, ldy, len, w, ldw, ml, MR, NV, HALF);                                            \
 	}
-#define PF_INST2(MR) PF_INST(MR, 1) PF_INST(MR, 2)
+#define PF_INST2(MR) PF_INST(MR, 1, 0, 1) PF_INST(MR, 2, 0, 2) PF_INST(MR, 2, 1, h)
 PF_INST2(1)
 PF_INST2(2)
 PF_INST2(3)
@@ -199,8 +216,9 @@ PF_INST2(9)
 PF_INST2(10)
 PF_INST2(11)
 PF_INST2(12)
-#define PF_ROW(MR) { pf_tile_##MR##_1, pf_tile_##MR##_2 }
-static const pf_tile_fn pf_tiles[PF_MR][2] = { PF_ROW(1), PF_ROW(2), PF_ROW(3), PF_ROW(4),  PF_ROW(5),  PF_ROW(6),
+/* [rows - 1][0: one vector, 1: two, 2: a vector and a half] */
+#define PF_ROW(MR) { pf_tile_##MR##_1, pf_tile_##MR##_2, pf_tile_##MR##_h }
+static const pf_tile_fn pf_tiles[PF_MR][3] = { PF_ROW(1), PF_ROW(2), PF_ROW(3), PF_ROW(4),  PF_ROW(5),  PF_ROW(6),
 					       PF_ROW(7), PF_ROW(8), PF_ROW(9), PF_ROW(10), PF_ROW(11), PF_ROW(12) };
 /* Tiny units: dW rows [0, MR) (ldw apart) at NV vectors of input
  * channels (of the last only the lanes of ml) = src's (the same place
@@ -243,6 +261,7 @@ static inline __attribute__((always_inline)) PF_TARGET void pf_ttile(const float
 			for (int v = 0; v < NV; v++)
 				s[i][v] = _mm512_add_ps(s[i][v], a[i][v]);
 	}
+#pragma GCC unroll 12
 	for (int i = 0; i < MR; i++) {
 		if (NV > 1)
 			_mm512_storeu_ps(w + i * ldw, s[i][0]);
@@ -334,6 +353,7 @@ static void pf_work(void *arg, int64_t b, int64_t e, int tid)
 		int64_t c0 = sh / q->mparts * PF_CB, part = sh % q->mparts;
 		int64_t m0 = tiles * part / q->mparts * PF_MR, m1 = tiles * (part + 1) / q->mparts * PF_MR;
 		int nc = q->cin - c0 < PF_CB ? (int)(q->cin - c0) : PF_CB, nv = (nc + 15) / 16;
+		int col = nv == 2 && nc <= 24 ? 2 : nv - 1; /* pf_tiles' column */
 		__mmask16 ml = (__mmask16)((1u << (nc - (nv - 1) * 16)) - 1);
 		m1 = m1 < q->cout ? m1 : q->cout;
 		if (q->chunk) {
@@ -346,7 +366,7 @@ static void pf_work(void *arg, int64_t b, int64_t e, int tid)
 				pf_pack(r->x + (nb * q->cin + c0) * q->svol + u * L, q->svol, L, nc, t, q->ldt);
 				for (int64_t m = m0; m < m1; m += PF_MR) {
 					int mr = m1 - m < PF_MR ? (int)(m1 - m) : PF_MR;
-					pf_tiles[mr - 1][nv - 1](t, q->ldt, dy + m * q->svol, q->svol, L, r->dw + m * q->cin + c0,
+					pf_tiles[mr - 1][col](t, q->ldt, dy + m * q->svol, q->svol, L, r->dw + m * q->cin + c0,
 								 q->cin, ml);
 				}
 			}

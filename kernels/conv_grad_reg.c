@@ -562,10 +562,13 @@ static inline __attribute__((always_inline)) RF_TARGET void rf_fma(__m512 a[RF_M
 {
 	for (int64_t k = 0; k < kn; k++) {
 		__m512 c[RF_NV];
+		#pragma GCC unroll 8
 		for (int v = 0; v < nv; v++)
 			c[v] = _mm512_loadu_ps(taps + k * ldt + v * 16);
+		#pragma GCC unroll 8
 		for (int i = 0; i < RF_MR; i++) {
 			__m512 d = _mm512_set1_ps(dyp[k * RF_MR + i]);
+			#pragma GCC unroll 8
 			for (int v = 0; v < nv; v++)
 				a[i][v] = _mm512_fmadd_ps(d, c[v], a[i][v]);
 		}
@@ -585,12 +588,18 @@ static inline __attribute__((always_inline)) RF_TARGET void rf_tile(const int nv
 	if (nblk) { /* blocks: each a chain from 0, then added to the sum in dst */
 		for (int b = 0; b < nblk; b++, taps += blen[b - 1] * ldt, dyp += blen[b - 1] * RF_MR) {
 			const float *run = b ? dst : src;
+			#pragma GCC unroll 8
 			for (int i = 0; i < RF_MR; i++)
+				#pragma GCC unroll 8
 				for (int v = 0; v < nv; v++)
 					a[i][v] = _mm512_setzero_ps();
 			rf_fma(a, nv, taps, ldt, dyp, blen[b]);
-			for (int i = 0; i < mr; i++)
+			#pragma GCC unroll 8
+			for (int i = 0; i < RF_MR; i++)
+				#pragma GCC unroll 8
 				for (int v = 0; v < nv; v++) {
+					if (i >= mr)
+						continue;
 					__mmask16 m = v == nv - 1 ? last : 0xffff;
 					__m512 s = run ? _mm512_maskz_loadu_ps(m, run + i * ld + v * 16) : _mm512_setzero_ps();
 					_mm512_mask_storeu_ps(dst + i * ld + v * 16, m, _mm512_add_ps(s, a[i][v]));
@@ -598,20 +607,89 @@ static inline __attribute__((always_inline)) RF_TARGET void rf_tile(const int nv
 		}
 		return;
 	}
+	#pragma GCC unroll 8
 	for (int i = 0; i < RF_MR; i++)
+		#pragma GCC unroll 8
 		for (int v = 0; v < nv; v++)
 			a[i][v] = src && i < mr ? _mm512_maskz_loadu_ps(v == nv - 1 ? last : 0xffff, src + i * ld + v * 16)
 						: _mm512_setzero_ps();
 	rf_fma(a, nv, taps, ldt, dyp, kn);
-	for (int i = 0; i < mr; i++)
+	#pragma GCC unroll 8
+	for (int i = 0; i < RF_MR; i++)
+		#pragma GCC unroll 8
 		for (int v = 0; v < nv; v++)
-			_mm512_mask_storeu_ps(dst + i * ld + v * 16, v == nv - 1 ? last : 0xffff, a[i][v]);
+			if (i < mr)
+				_mm512_mask_storeu_ps(dst + i * ld + v * 16, v == nv - 1 ? last : 0xffff, a[i][v]);
 }
+
+/* The tile of 3 vectors (every block of 48 taps but a share's last) with
+ * its 24 sums in named locals: rf_tile's a[8][3], passed to rf_fma and
+ * indexed up to the runtime row count mr, stays addressable, so GCC 12
+ * keeps it in registers inside the multiply-add loop only and moves all
+ * 24 sums through the stack before and after each chain (48 stores and
+ * 48 loads of 64 bytes around 384 multiply-adds on a 16-position chain:
+ * ResNet-18's stage 4 at 64x64, batch 4).  The same operations in the
+ * same order as rf_tile(3, ...): the same bits. */
+#define RF3_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define RF3_DECL(i) __m512 a##i##0, a##i##1, a##i##2;
+#define RF3_ZERO(i) a##i##0 = a##i##1 = a##i##2 = _mm512_setzero_ps();
+#define RF3_INIT(i)                                                          \
+	if (src && (i) < mr) {                                               \
+		a##i##0 = _mm512_loadu_ps(src + (i) * ld);                   \
+		a##i##1 = _mm512_loadu_ps(src + (i) * ld + 16);              \
+		a##i##2 = _mm512_maskz_loadu_ps(last, src + (i) * ld + 32);  \
+	} else {                                                             \
+		RF3_ZERO(i)                                                  \
+	}
+#define RF3_FMA(i)                                                           \
+	{                                                                    \
+		__m512 d = _mm512_set1_ps(dp[(i)]);                          \
+		a##i##0 = _mm512_fmadd_ps(d, c0, a##i##0);                   \
+		a##i##1 = _mm512_fmadd_ps(d, c1, a##i##1);                   \
+		a##i##2 = _mm512_fmadd_ps(d, c2, a##i##2);                   \
+	}
+#define RF3_STORE(i)                                                         \
+	if ((i) < mr) {                                                      \
+		_mm512_storeu_ps(dst + (i) * ld, a##i##0);                   \
+		_mm512_storeu_ps(dst + (i) * ld + 16, a##i##1);              \
+		_mm512_mask_storeu_ps(dst + (i) * ld + 32, last, a##i##2);   \
+	}
+/* the block's sums added to the running ones at run (src, then dst) or 0 */
+#define RF3_ADD(i)                                                                                   \
+	if ((i) < mr) {                                                                              \
+		__m512 s0 = run ? _mm512_loadu_ps(run + (i) * ld) : _mm512_setzero_ps();             \
+		__m512 s1 = run ? _mm512_loadu_ps(run + (i) * ld + 16) : _mm512_setzero_ps();        \
+		__m512 s2 = run ? _mm512_maskz_loadu_ps(last, run + (i) * ld + 32) : _mm512_setzero_ps(); \
+		_mm512_storeu_ps(dst + (i) * ld, _mm512_add_ps(s0, a##i##0));                        \
+		_mm512_storeu_ps(dst + (i) * ld + 16, _mm512_add_ps(s1, a##i##1));                   \
+		_mm512_mask_storeu_ps(dst + (i) * ld + 32, last, _mm512_add_ps(s2, a##i##2));        \
+	}
+#define RF3_CHAIN(tp, dq, len)                                                       \
+	for (int64_t k = 0; k < (len); k++) {                                        \
+		const float *t = (tp) + k * ldt, *dp = (dq) + k * RF_MR;             \
+		__m512 c0 = _mm512_loadu_ps(t), c1 = _mm512_loadu_ps(t + 16);        \
+		__m512 c2 = _mm512_loadu_ps(t + 32);                                 \
+		RF3_ROWS(RF3_FMA)                                                    \
+	}
 
 static RF_TARGET void rf_tile3(const float *taps, int64_t ldt, const float *dyp, int64_t kn, const int64_t *blen,
 			       int nblk, const float *src, float *dst, int64_t ld, int mr, __mmask16 last)
 {
-	rf_tile(3, taps, ldt, dyp, kn, blen, nblk, src, dst, ld, mr, last);
+	RF3_ROWS(RF3_DECL)
+
+	if (nblk) { /* blocks: each a chain from 0, then added to the sum in dst */
+		for (int b = 0; b < nblk; b++) {
+			const float *run = b ? dst : src;
+			RF3_ROWS(RF3_ZERO)
+			RF3_CHAIN(taps, dyp, blen[b])
+			RF3_ROWS(RF3_ADD)
+			taps += blen[b] * ldt, dyp += blen[b] * RF_MR;
+		}
+		return;
+	}
+	RF3_ROWS(RF3_INIT)
+	RF3_CHAIN(taps, dyp, kn)
+	RF3_ROWS(RF3_STORE)
 }
 
 static RF_TARGET void rf_tile2(const float *taps, int64_t ldt, const float *dyp, int64_t kn, const int64_t *blen,
@@ -769,6 +847,7 @@ static inline __attribute__((always_inline)) RF_TARGET void rd_tile(const int NC
 	/* columns whose window taps all lie in the row */
 	int64_t wlo = (p2 + s2 - 1) / s2, whi = iw - KW + p2 >= 0 ? (iw - KW + p2) / s2 + 1 : 0;
 
+#pragma GCC unroll 32
 	for (int i = 0; i < R * KW * NC; i++) /* rows past nr: none of dW's, none in s */
 		a[i] = chain && i / (KW * NC) < nr ? _mm512_loadu_ps(s + i / NC * ls + i % NC * 16) : _mm512_setzero_ps();
 	for (int sg = 0; sg < nseg; sg++) {
@@ -815,6 +894,7 @@ static inline __attribute__((always_inline)) RF_TARGET void rd_tile(const int NC
 			}
 		}
 	}
+#pragma GCC unroll 32
 	for (int i = 0; i < R * KW * NC; i++) {
 		float *si = s + i / NC * ls + i % NC * 16;
 		if (i / (KW * NC) < nr)

@@ -187,6 +187,7 @@ static inline __attribute__((always_inline)) SF_TARGET void sf_tile(const int R,
 	__m512 a[SF_RMAX * 7];
 	const float *xr[SF_RMAX];
 
+#pragma GCC unroll 32
 	for (int i = 0; i < R * KW; i++)
 		a[i] = chain ? _mm512_loadu_ps(s + i * 16) : _mm512_setzero_ps();
 	for (int e = 0; e < nseg; e++) {
@@ -226,6 +227,7 @@ static inline __attribute__((always_inline)) SF_TARGET void sf_tile(const int R,
 				}
 		}
 	}
+#pragma GCC unroll 32
 	for (int i = 0; i < R * KW; i++)
 		_mm512_storeu_ps(s + i * 16, chain ? a[i] : _mm512_add_ps(_mm512_loadu_ps(s + i * 16), a[i]));
 }

@@ -162,15 +162,19 @@ TD_TARGET static TD_INLINE void td_tile(const struct td_run *r, const int mr, co
 	int64_t kv = t->kvol, nc = 16 * nv;
 	__m512 acc[TD_MR][3];
 
+	#pragma GCC unroll 8
 	for (int i = 0; i < mr; i++)
+		#pragma GCC unroll 8
 		for (int v = 0; v < nv; v++)
 			acc[i][v] = _mm512_setzero_ps();
 	if (m0 > 0) /* the running sums of the chunks before */
 		for (int64_t nb = 0; nb < items; nb++)
+			#pragma GCC unroll 8
 			for (int v = 0; v < nv; v++) {
 				__mmask16 mk = td_mask(t, v, nb);
 				if (!mk)
 					continue;
+				#pragma GCC unroll 8
 				for (int i = 0; i < mr; i++)
 					acc[i][v] = _mm512_mask_loadu_ps(acc[i][v], mk,
 									 dx + (nb * t->cx + c0 + i) * t->xvol -
@@ -190,6 +194,7 @@ TD_TARGET static TD_INLINE void td_tile(const struct td_run *r, const int mr, co
 				b1 = _mm512_loadu_ps(bq + 16);
 			if (nv > 2)
 				b2 = _mm512_loadu_ps(bq + 32);
+			#pragma GCC unroll 8
 			for (int i = 0; i < mr; i++) {
 				__m512 wv = _mm512_set1_ps(wm[i * kv - tap]);
 				acc[i][0] = _mm512_fmadd_ps(wv, b0, acc[i][0]);
@@ -201,10 +206,12 @@ TD_TARGET static TD_INLINE void td_tile(const struct td_run *r, const int mr, co
 		}
 	}
 	for (int64_t nb = 0; nb < items; nb++)
+		#pragma GCC unroll 8
 		for (int v = 0; v < nv; v++) {
 			__mmask16 mk = td_mask(t, v, nb);
 			if (!mk)
 				continue;
+			#pragma GCC unroll 8
 			for (int i = 0; i < mr; i++)
 				_mm512_mask_storeu_ps(dx + (nb * t->cx + c0 + i) * t->xvol - nb * t->xvol + 16 * v, mk,
 						      acc[i][v]);

@@ -602,23 +602,30 @@ static inline __attribute__((always_inline)) GR_TARGET512 void gr_cf_tile(const 
 {
 	__m512 a[2][GR_CF_MAX_P];
 
+	#pragma GCC unroll 16
 	for (int v = 0; v < NV; v++) {
 		__m512 b = bias ? _mm512_loadu_ps(bias + 16 * v) : _mm512_setzero_ps();
+		#pragma GCC unroll 16
 		for (int i = 0; i < P; i++)
 			a[v][i] = b;
 	}
 	for (int64_t k = 0; k < kdim; k++) {
 		const float *p = s + off[k];
 		__m512 w[2];
+		#pragma GCC unroll 16
 		for (int v = 0; v < NV; v++)
 			w[v] = _mm512_loadu_ps(wt + k * ldw + 16 * v);
+		#pragma GCC unroll 16
 		for (int i = 0; i < P; i++) {
 			__m512 x = _mm512_set1_ps(p[pos[i]]);
+			#pragma GCC unroll 16
 			for (int v = 0; v < NV; v++)
 				a[v][i] = _mm512_fmadd_ps(w[v], x, a[v][i]);
 		}
 	}
+	#pragma GCC unroll 16
 	for (int i = 0; i < P; i++)
+		#pragma GCC unroll 16
 		for (int v = 0; v < NV; v++)
 			_mm512_storeu_ps(t + (i * NV + v) * 16, a[v][i]);
 }

@@ -177,7 +177,9 @@ PW_TARGET512 static PW_INLINE void pw_tile512(const int mr, const int np, int64_
 	int part = ncols - 16 * (np - 1); /* columns of the last vector, 1..16 */
 	__mmask16 mk = (__mmask16)((1u << part) - 1);
 
+	#pragma GCC unroll 16
 	for (int r = 0; r < mr; r++)
+		#pragma GCC unroll 16
 		for (int v = 0; v < np; v++)
 			acc[r][v] = first ? (bias ? _mm512_set1_ps(bias[r]) : _mm512_setzero_ps())
 				: v < np - 1 || part == 16 ? _mm512_loadu_ps(y + r * ldy + 16 * v)
@@ -188,6 +190,7 @@ PW_TARGET512 static PW_INLINE void pw_tile512(const int mr, const int np, int64_
 			b1 = _mm512_loadu_ps(bp + ps + k * ldb);
 		if (np > 2)
 			b2 = _mm512_loadu_ps(bp + 2 * ps + k * ldb);
+		#pragma GCC unroll 16
 		for (int r = 0; r < mr; r++) {
 			__m512 w = _mm512_set1_ps(a[r * lda + k]);
 			acc[r][0] = _mm512_fmadd_ps(w, b0, acc[r][0]);
@@ -200,7 +203,9 @@ PW_TARGET512 static PW_INLINE void pw_tile512(const int mr, const int np, int64_
 	/* the partial vectors through t in a loop of their own: a copy loop
 	 * inside this one left the accumulators in memory (GCC 12) */
 	float t[PW_MR][16];
+	#pragma GCC unroll 16
 	for (int r = 0; r < mr; r++)
+		#pragma GCC unroll 16
 		for (int v = 0; v < np; v++) {
 			if (v < np - 1 || part == 16)
 				_mm512_storeu_ps(y + r * ldy + 16 * v, acc[r][v]);
@@ -208,6 +213,7 @@ PW_TARGET512 static PW_INLINE void pw_tile512(const int mr, const int np, int64_
 				_mm512_storeu_ps(t[r], acc[r][v]);
 		}
 	if (part < 16)
+		#pragma GCC unroll 16
 		for (int r = 0; r < mr; r++)
 			memcpy(y + r * ldy + 16 * (np - 1), t[r], (size_t)part * sizeof(float));
 }
@@ -221,14 +227,17 @@ PW_TARGET512 static PW_INLINE void pw_tile512r(const int mr, int64_t kc, const f
 	__mmask16 mk = (__mmask16)((1u << ncols) - 1);
 	float t[16];
 
+	#pragma GCC unroll 16
 	for (int r = 0; r < mr; r++)
 		acc[r] = first ? (bias ? _mm512_set1_ps(bias[r]) : _mm512_setzero_ps())
 			: ncols == 16 ? _mm512_loadu_ps(y + r * ldy) : _mm512_maskz_loadu_ps(mk, y + r * ldy);
 	for (int64_t k = 0; k < kc; k++) {
 		__m512 b0 = _mm512_loadu_ps(bp + k * ldb);
+		#pragma GCC unroll 16
 		for (int r = 0; r < mr; r++)
 			acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + k]), b0, acc[r]);
 	}
+	#pragma GCC unroll 16
 	for (int r = 0; r < mr; r++) {
 		if (ncols == 16) {
 			_mm512_storeu_ps(y + r * ldy, acc[r]);
@@ -726,7 +735,9 @@ PW_TARGET512 static PW_INLINE void pwf_tile(const int mr, const int np, int64_t 
 	__mmask16 mk = (__mmask16)((1u << part) - 1);
 	float t[PW_MR][16];
 
+	#pragma GCC unroll 16
 	for (int r = 0; r < mr; r++)
+		#pragma GCC unroll 16
 		for (int v = 0; v < np; v++)
 			acc[r][v] = first ? _mm512_setzero_ps()
 				: v < np - 1 || part == 16 ? _mm512_loadu_ps(y + r * ldy + 16 * v)
@@ -737,6 +748,7 @@ PW_TARGET512 static PW_INLINE void pwf_tile(const int mr, const int np, int64_t 
 			b1 = _mm512_loadu_ps(bp + ps + k * PW_NR);
 		if (np > 2)
 			b2 = _mm512_loadu_ps(bp + 2 * ps + k * PW_NR);
+		#pragma GCC unroll 16
 		for (int r = 0; r < mr; r++) {
 			__m512 w = _mm512_set1_ps(a[r + k * ka]);
 			acc[r][0] = _mm512_fmadd_ps(w, b0, acc[r][0]);
@@ -746,7 +758,9 @@ PW_TARGET512 static PW_INLINE void pwf_tile(const int mr, const int np, int64_t 
 				acc[r][2] = _mm512_fmadd_ps(w, b2, acc[r][2]);
 		}
 	}
+	#pragma GCC unroll 16
 	for (int r = 0; r < mr; r++)
+		#pragma GCC unroll 16
 		for (int v = 0; v < np; v++) {
 			if (v < np - 1 || part == 16)
 				_mm512_storeu_ps(y + r * ldy + 16 * v, acc[r][v]);
@@ -754,6 +768,7 @@ PW_TARGET512 static PW_INLINE void pwf_tile(const int mr, const int np, int64_t 
 				_mm512_storeu_ps(t[r], acc[r][v]);
 		}
 	if (part < 16)
+		#pragma GCC unroll 16
 		for (int r = 0; r < mr; r++)
 			memcpy(y + r * ldy + 16 * (np - 1), t[r], (size_t)part * sizeof(float));
 }
