@@ -21,6 +21,7 @@
 #include "exec/trace.h"
 #include "exec/train_dp.h"
 #include "exec/train_ckpt.h"
+#include "exec/train_floor.h"
 #include "exec/train_shard.h"
 #include "exec/train_internal.h"
 #include "exec/train_params.h"
@@ -392,9 +393,28 @@ int hp_train_build_forward(struct hp_trainer *t, struct hp_budget_layout *l)
 	hp_budget_layout_init(l, t->o.budget);
 	if (t->split_tensors)
 		hp_budget_layout_tensors(l, t->split_tensors);
-	if (!no_split(t) && (rc = hp_split_weights_ext(t->g, l, &t->o.spec, t->update_cut, &t->update_would_cut)) < 0)
+	if (!no_split(t) && (rc = hp_split_weights_log(t->g, l, &t->o.spec, t->update_cut, &t->update_would_cut,
+							t->ws_log)) < 0)
 		return rc;
 	return 0;
+}
+
+/* The forward graph; --plan's floor probes at other budgets may then
+ * know it without building it (train_floor.h). */
+static int build_forward(struct hp_trainer *t, struct hp_budget_layout *l)
+{
+	struct hp_ws_log log = { 0 };
+	int rc;
+
+	if (!hp_train_floor_noted(t) || no_split(t))
+		return hp_train_build_forward(t, l);
+	t->ws_log = &log;
+	rc = hp_train_build_forward(t, l);
+	t->ws_log = NULL;
+	if (rc == 0)
+		hp_train_floor_note(t, &log, hp_split_train_floor(t->g));
+	hp_ws_log_free(&log);
+	return rc;
 }
 
 int hp_train_load(struct hp_trainer *t)
@@ -418,7 +438,7 @@ static int build(struct hp_trainer *t)
 		return rc;
 	if (t->pipe)
 		return build_pipeline(t);
-	if ((rc = hp_train_build_forward(t, &l)) < 0)
+	if ((rc = build_forward(t, &l)) < 0)
 		return rc;
 	if ((rc = make_training_graph(t, &l)) < 0 || (rc = fit_labels(t)) < 0 || (rc = recompute(t)) < 0)
 		return rc;

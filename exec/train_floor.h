@@ -25,4 +25,24 @@ uint64_t hp_trainer_floor(const char *model, const struct hp_trainer_opts *o);
  * graph. */
 int hp_trainer_sure_refused(const char *model, const struct hp_trainer_opts *o);
 
+/* The forward graphs trainers build (load, weight split) are remembered
+ * for the process by their weight split's choices (split_weight.h
+ * hp_ws_log) and floor: a probe whose options differ in the budget alone,
+ * and whose split would choose alike, is answered without building its
+ * forward graph (--plan's probe one page below the smallest budget named
+ * of the 10,001-node MLP of test plan-speed: a tenth of its CPU, the same
+ * graph as the 1-byte trainer's).  The last one is kept. */
+struct hp_trainer;
+struct hp_ws_log;
+/* Whether trainer t's forward graph is remembered (graph-only, under a
+ * budget, one rank, no pipeline, update_cut 0, its own budget's split). */
+int hp_train_floor_noted(const struct hp_trainer *t);
+/* Remember t's forward graph by its split's choices and its floor
+ * (hp_split_train_floor); the log's contents are taken (*log left empty). */
+void hp_train_floor_note(const struct hp_trainer *t, struct hp_ws_log *log, uint64_t floor);
+/* Tests: forget it; forward graphs answered from it, and built, by
+ * hp_trainer_floor (not thread-safe counters). */
+void hp_train_floor_forget(void);
+extern int hp_train_floor_memo_hits, hp_train_floor_builds;
+
 #endif

@@ -9,6 +9,7 @@
 #include "exec/train_hooks.h"
 
 struct hp_budget_layout;
+struct hp_ws_log;
 
 struct hs_store;
 struct hs_tensor;
@@ -68,6 +69,8 @@ struct hp_trainer {
 	int fits_refused;       /* --plan: built, and refused by fits() */
 	uint64_t split_tensors; /* nonzero: weights and operators split as for this tensor
 				 * budget, below the run's (hp_trainer_create's retry) */
+	struct hp_ws_log *ws_log; /* non-NULL: hp_train_build_forward logs its weight split
+				   * there (split_weight.h, for train_floor.c) */
 	char *model;
 	struct hp_graph *g;
 	struct hp_session *s;
