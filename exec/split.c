@@ -512,10 +512,10 @@ static int first_candidate(struct search *x, const struct recipe *r)
 	x->b1 = r->budget;
 	if ((rc = graph_clone(x->g, &x->g1)) < 0)
 		return rc;
-	h = hp_split_graph_hash(x->g1);
+	h = hp_split_graph_hash(x->g1); /* the clone's is x->g's: it copies every field hashed */
 	if ((rc = candidate_finish(x->g1, r, x->so, 0, info, &x->any1, &fin)) < 0)
 		return rc;
-	x->ctx = fin ^ hp_split_graph_hash(x->g);
+	x->ctx = fin ^ h;
 	x->ctx = x->ctx ? x->ctx : 1;
 	hp_split_memo_cut_add(x->ctx, 1, 0, 0, 0, 0, h, info);
 	hp_split_memo_add(x->ctx, h, r->budget, x->any1, info);
