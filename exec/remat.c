@@ -356,8 +356,13 @@ int hp_remat_plan_room(struct hp_graph *g, int loss, const struct hp_plan_opts *
 	st = st ? st : &dummy;
 	memset(st, 0, sizeof *st);
 	c.po.victims = 0; /* candidates by Belady's plans alone (a plan per policy: 2.3x the CPU at 4) */
-	if (!po->budget || hp_plan_build(g, &c.po, &p0) < 0)
-		goto out; /* in core; or the session reports it */
+	if (!po->budget)
+		goto out; /* in core */
+	if ((rc = hp_plan_build(g, &c.po, &p0)) < 0) {
+		st->refused = rc == HP_EBUDGET || rc == HP_EBUDGET_OP;
+		rc = 0; /* the session reports it */
+		goto out;
+	}
 	if ((rc = eager_updates(&c, &p0)) < 0 || (rc = analyse(&c, loss)) < 0)
 		goto out;
 	st->before_ms = st->after_ms = p0->predicted_ms;

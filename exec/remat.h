@@ -118,6 +118,8 @@ struct hp_remat_stats {
 	double flops;           /* and their FLOPs */
 	double plan_ms;         /* time choosing */
 	double before_ms, after_ms; /* predicted step time without and with */
+	int refused;            /* the plan without recomputation was refused for the
+				 * budget (HP_EBUDGET*: g unchanged, nothing chosen) */
 };
 
 /* Rewrite the training graph g (loss: its loss value) for the budget of

@@ -378,7 +378,11 @@ static int recompute(struct hp_trainer *t)
 	eo.tiers = t->o.tiers;
 	/* a run never measures the speed model (its memory would be beyond the
 	 * budget): --plan (graph_only) does, and caches it for the runs */
-	return hp_remat(t->g, t->vloss, &eo, t->o.graph_only, NULL);
+	struct hp_remat_stats st;
+	int rc = hp_remat(t->g, t->vloss, &eo, t->o.graph_only, &st);
+
+	t->remat_refused = rc == 0 && st.refused && t->o.graph_only;
+	return rc;
 }
 
 int hp_train_build_forward(struct hp_trainer *t, struct hp_budget_layout *l)
@@ -485,6 +489,13 @@ static int fits(struct hp_trainer *t)
 	eo.ntiers = t->o.ntiers;
 	eo.tiers = t->o.tiers;
 	eo.no_split = 1; /* split before autodiff, if at all */
+	/* the recompute search planned this graph with these options (the
+	 * speed model measured alike, victims aside, which a refusal does not
+	 * read) and was refused: so is this plan, with the same message and
+	 * hp_plan_needed, which it left set (a --plan at one byte planned the
+	 * 63,000-node step twice to be refused) */
+	if (t->remat_refused)
+		return 0;
 	int rc = hp_plan_summarize(t->g, &eo, &q);
 	return rc != HP_EBUDGET && rc != HP_EBUDGET_OP;
 }

@@ -337,6 +337,36 @@ static void test_room(void **state)
 	}
 }
 
+/* A budget the step does not fit: the pass changes nothing and says it
+ * was refused, leaving the figure a plan of the graph names (the
+ * trainer's budget check takes that refusal for its own, exec/train.c
+ * fits); a budget it fits is not refused. */
+static void test_refused(void **state)
+{
+	(void)state;
+	struct hp_speed_compute sc = { .threads = 1, .flops = { 1e5, 1e6, 1e7, 1e8 }, .gflops = { 5, 10, 20, 20 },
+				       .mem_GBps = 5, .dispatch_us = 2 };
+	struct hp_plan_opts po;
+	struct hp_remat_stats st;
+	struct hp_plan *p = NULL;
+	struct hp_graph *g = trained_chain(200, &sc, &po);
+	int n0 = g->nnodes, loss = g->outputs[g->noutputs - 1];
+
+	assert_int_equal(hp_remat_plan(g, loss, &po, &st), 0);
+	assert_int_equal(st.refused, 0);
+	n0 = g->nnodes;
+	po.budget = 4096;
+	assert_int_equal(hp_remat_plan(g, loss, &po, &st), 0);
+	assert_int_equal(st.refused, 1);
+	assert_int_equal(g->nnodes, n0);
+	uint64_t named = hp_exec_min_budget();
+	assert_true(named > po.budget);
+	hp_plan_needed = 0;
+	assert_int_equal(hp_plan_build(g, &po, &p), HP_EBUDGET_OP);
+	assert_true(hp_exec_min_budget() == named);
+	hp_graph_free(g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -345,6 +375,7 @@ int main(void)
 		cmocka_unit_test(test_dp_time_10000),
 		cmocka_unit_test(test_pass_10000),
 		cmocka_unit_test(test_room),
+		cmocka_unit_test(test_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
