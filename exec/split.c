@@ -318,14 +318,21 @@ static void kept_floors(const struct hp_graph *g, uint64_t *floor)
 	}
 }
 
-uint64_t hp_split_train_floor(const struct hp_graph *g)
+static uint64_t least_floor(const uint64_t *floor)
 {
-	uint64_t floor[NBC], least = UINT64_MAX;
+	uint64_t least = UINT64_MAX;
 
-	kept_floors(g, floor);
 	for (int i = 0; i < NBC; i++)
 		least = floor[i] < least ? floor[i] : least;
 	return least;
+}
+
+uint64_t hp_split_train_floor(const struct hp_graph *g)
+{
+	uint64_t floor[NBC];
+
+	kept_floors(g, floor);
+	return least_floor(floor);
 }
 
 /* The candidate's figures after the band cut: inferred, finished, its
@@ -844,6 +851,8 @@ int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, stru
 	 * not made reports what it would have (split_pass's cut_any) */
 	if (so->training && so->finish && keep.i.min_after > budget)
 		kept_floors(g, x.kept_floor);
+	if (so->floor)
+		*so->floor = x.kept_floor[0] ? least_floor(x.kept_floor) : hp_split_train_floor(g);
 	rc = split_pass(&x, budget, target, target, 1, &keep);
 	if (rc == 0)
 		rc = split_deeper(&x, budget, target, &keep);

@@ -284,9 +284,11 @@ static int no_split(const struct hp_trainer *t)
 	return t->o.size >= offsetof(struct hp_trainer_opts, no_split) + sizeof t->o.no_split && t->o.no_split;
 }
 
-static int make_training_graph(struct hp_trainer *t, const struct hp_budget_layout *l)
+/* floor (may be NULL): hp_split_train_floor of the forward graph, 0 when
+ * not split for a budget */
+static int make_training_graph(struct hp_trainer *t, const struct hp_budget_layout *l, uint64_t *floor)
 {
-	struct hp_split_opts so = { .layout = l, .training = 1, .finish = finish_autodiff, .arg = t };
+	struct hp_split_opts so = { .layout = l, .training = 1, .finish = finish_autodiff, .arg = t, .floor = floor };
 
 	if (!t->o.budget || no_split(t))
 		return finish_autodiff(t->g, t);
@@ -403,20 +405,23 @@ int hp_train_build_forward(struct hp_trainer *t, struct hp_budget_layout *l)
 	return 0;
 }
 
-/* The forward graph; --plan's floor probes at other budgets may then
- * know it without building it (train_floor.h). */
-static int build_forward(struct hp_trainer *t, struct hp_budget_layout *l)
+/* The forward graph, and the training graph made of it; --plan's floor
+ * probes at other budgets may then know the forward graph without
+ * building it (train_floor.h), by its weight split and its floor, which
+ * the split search takes on the way. */
+static int build_step(struct hp_trainer *t, struct hp_budget_layout *l)
 {
 	struct hp_ws_log log = { 0 };
-	int rc;
+	uint64_t floor = 0;
+	int rc, note = hp_train_floor_noted(t) && !no_split(t);
 
-	if (!hp_train_floor_noted(t) || no_split(t))
-		return hp_train_build_forward(t, l);
-	t->ws_log = &log;
+	t->ws_log = note ? &log : NULL;
 	rc = hp_train_build_forward(t, l);
 	t->ws_log = NULL;
 	if (rc == 0)
-		hp_train_floor_note(t, &log, hp_split_train_floor(t->g));
+		rc = make_training_graph(t, l, note ? &floor : NULL);
+	if (rc == 0 && note)
+		hp_train_floor_note(t, &log, floor);
 	hp_ws_log_free(&log);
 	return rc;
 }
@@ -442,9 +447,7 @@ static int build(struct hp_trainer *t)
 		return rc;
 	if (t->pipe)
 		return build_pipeline(t);
-	if ((rc = build_forward(t, &l)) < 0)
-		return rc;
-	if ((rc = make_training_graph(t, &l)) < 0 || (rc = fit_labels(t)) < 0 || (rc = recompute(t)) < 0)
+	if ((rc = build_step(t, &l)) < 0 || (rc = fit_labels(t)) < 0 || (rc = recompute(t)) < 0)
 		return rc;
 	if (t->o.checkpoint_dir && (rc = hp_ckpt_check_views(t)) < 0)
 		return rc;
