@@ -384,6 +384,7 @@ static int recompute(struct hp_trainer *t)
 	int rc = hp_remat(t->g, t->vloss, &eo, t->o.graph_only, &st);
 
 	t->remat_refused = rc == 0 && st.refused && t->o.graph_only;
+	t->remat_needed = t->remat_refused ? hp_plan_needed : 0;
 	return rc;
 }
 

@@ -167,3 +167,8 @@ int hp_trainer_sure_refused(const char *model, const struct hp_trainer_opts *o)
 
 	return floor > l.budget && need > b && need - b > b / 16;
 }
+
+uint64_t hp_trainer_refused_needs(const struct hp_trainer *t)
+{
+	return t && t->remat_refused ? t->remat_needed : 0;
+}

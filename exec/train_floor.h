@@ -11,6 +11,8 @@
 
 #include "hpdlf/train.h"
 
+struct hp_trainer;
+
 /* A floor under the smallest budget (tensor bytes, split.c's figure)
  * of the step of every trainer hp_trainer_create may build from o at
  * o->budget (graph_only, one rank, no pipeline) before split_finer's
@@ -25,6 +27,13 @@ uint64_t hp_trainer_floor(const char *model, const struct hp_trainer_opts *o);
  * graph. */
 int hp_trainer_sure_refused(const char *model, const struct hp_trainer_opts *o);
 
+/* The figure trainer t's step was refused with at its budget by its own
+ * check (graph-only: the recompute search planned it and was refused,
+ * with hp_exec_min_budget() then this figure): planned again at that
+ * budget with the trainer's threads and tiers, the step is refused naming
+ * it.  0: not known. */
+uint64_t hp_trainer_refused_needs(const struct hp_trainer *t);
+
 /* The forward graphs trainers build (load, weight split) are remembered
  * for the process by their weight split's choices (split_weight.h
  * hp_ws_log) and floor: a probe whose options differ in the budget alone,
@@ -32,7 +41,6 @@ int hp_trainer_sure_refused(const char *model, const struct hp_trainer_opts *o);
  * forward graph (--plan's probe one page below the smallest budget named
  * of the 10,001-node MLP of test plan-speed: a tenth of its CPU, the same
  * graph as the 1-byte trainer's).  The last one is kept. */
-struct hp_trainer;
 struct hp_ws_log;
 /* Whether trainer t's forward graph is remembered (graph-only, under a
  * budget, one rank, no pipeline, update_cut 0, its own budget's split). */

@@ -68,6 +68,7 @@ struct hp_trainer {
 	int update_would_cut;   /* without update_cut: it would cut a weight more */
 	int fits_refused;       /* --plan: built, and refused by fits() */
 	int remat_refused;      /* --plan: the recompute search's plan of the step was refused */
+	uint64_t remat_needed;  /* naming this figure (hp_plan_needed) */
 	uint64_t split_tensors; /* nonzero: weights and operators split as for this tensor
 				 * budget, below the run's (hp_trainer_create's retry) */
 	struct hp_ws_log *ws_log; /* non-NULL: hp_train_build_forward logs its weight split

@@ -145,7 +145,9 @@ static int trainer_fits(const struct model *m, uint64_t b)
  * probes from the forward graph: where it says refused, the trainer must
  * not fit.  Checked at budgets from one byte to the unsplit step's and
  * around the smallest budget the 1-byte trainer names (its probe lies one
- * page below); it must know some refusals, and not refuse that figure. */
+ * page below); it must know some refusals, and not refuse that figure.
+ * The 1-byte trainer knows its step refused naming the figure its plan
+ * names (hpdlf-exec's --plan takes it instead of planning it again). */
 static void sure_refusals_hold(void **state)
 {
 	int known = 0;
@@ -168,9 +170,14 @@ static void sure_refusals_hold(void **state)
 		eo.threads = 1, eo.budget = 1, eo.no_split = 1;
 		opts_of(m, 1, &p, &o);
 		assert_int_equal(hp_trainer_create(p.model, &o, &t), 0);
+		uint64_t trainer_named = hp_trainer_refused_needs(t); /* --plan takes it for the plan below */
+		hp_plan_needed = 0;
 		assert_int_equal(hp_plan_summarize(hp_trainer_graph(t), &eo, &q), HP_EBUDGET_OP);
 		hp_trainer_destroy(t);
 		uint64_t named = hp_exec_min_budget();
+		if (trainer_named != named)
+			fail_msg("%s: the 1-byte trainer was refused naming %llu, its step's plan names %llu", m->name,
+				 (unsigned long long)trainer_named, (unsigned long long)named);
 		const uint64_t budgets[] = { 1, whole / 16, whole / 8, whole / 4, whole / 2, named - 4096, named - 1, named };
 		for (size_t j = 0; j < sizeof budgets / sizeof *budgets; j++) {
 			uint64_t b = budgets[j] ? budgets[j] : 1;
