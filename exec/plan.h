@@ -144,6 +144,12 @@ int hp_plan_inplace_at(const struct hp_graph *g, const struct hp_plan *p, int s,
 /* Fails with HP_EBUDGET_OP when a step needs more than o->budget at once;
  * hp_plan_needed (this thread's) is then the plan's min_budget. */
 int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
+/* The same, with belady (taken: freed or handed out; NULL: none) the plan
+ * of g under o by Belady's policy alone: hp_plan_build of g under o with
+ * victims 0 (the recompute search's), which the other policies' plans are
+ * weighed against. */
+int hp_plan_build_from(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan *belady,
+		       struct hp_plan **out);
 /* hp_plan_build's check alone: *out holds the schedule, use lists and
  * smallest budget (min_budget, min_step; no acts, peak or times), and
  * HP_EBUDGET_OP as hp_plan_build where a step needs more than o->budget.
@@ -156,6 +162,9 @@ int hp_plan_check(const struct hp_graph *g, const struct hp_plan_opts *o, struct
  * figures of one step (summary, stash, footprint, a trainer's budget
  * check) plan it once. */
 int hp_plan_build_shared(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
+/* The same from belady, as hp_plan_build_from. */
+int hp_plan_build_shared_from(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan *belady,
+			      struct hp_plan **out);
 /* Plans hp_plan_build_shared handed out again (tests). */
 extern int hp_plan_shared_hits;
 extern _Thread_local uint64_t hp_plan_needed;
@@ -196,5 +205,9 @@ int hp_plan_speed_opts(const struct hp_graph *g, const struct hp_exec_opts *o, s
  * plan at that figure (the 10,001-node MLP's: two simulations with
  * thousands of evictions each). */
 int hp_plan_summarize_min(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out);
+/* hp_plan_summarize with belady (taken) the plan of g by Belady's policy
+ * alone under the options it plans with (hp_plan_build_from). */
+int hp_plan_summarize_from(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan *belady,
+			   struct hp_plan_summary *out);
 
 #endif

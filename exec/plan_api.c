@@ -172,13 +172,28 @@ int hp_plan_summarize_min(const struct hp_graph *g, const struct hp_exec_opts *o
 	return rc;
 }
 
+static int summarize(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan *belady,
+		     struct hp_plan_summary *out, struct hp_remat_figures *stash);
+
 int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out)
 {
-	return hp_plan_summarize_stash(g, o, out, NULL);
+	return summarize(g, o, NULL, out, NULL);
+}
+
+int hp_plan_summarize_from(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan *belady,
+			   struct hp_plan_summary *out)
+{
+	return summarize(g, o, belady, out, NULL);
 }
 
 int hp_plan_summarize_stash(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out,
 			    struct hp_remat_figures *stash)
+{
+	return summarize(g, o, NULL, out, stash);
+}
+
+static int summarize(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan *belady,
+		     struct hp_plan_summary *out, struct hp_remat_figures *stash)
 {
 	struct hp_plan_opts po;
 	struct hp_plan *p;
@@ -189,10 +204,12 @@ int hp_plan_summarize_stash(const struct hp_graph *g, const struct hp_exec_opts 
 	memset(out, 0, sizeof *out);
 	if (stash)
 		memset(stash, 0, sizeof *stash);
-	if (!sm)
+	if (!sm) {
+		hp_plan_free(belady);
 		return hp_error(-ENOMEM, "out of memory planning");
+	}
 	speed_opts(g, o, &po, sm, 1);
-	rc = hp_plan_build_shared(g, &po, &p);
+	rc = hp_plan_build_shared_from(g, &po, belady, &p);
 	if (rc == 0)
 		fill_speed(out, p, &po, sm);
 	free(sm);

@@ -381,7 +381,7 @@ static int recompute(struct hp_trainer *t)
 	/* a run never measures the speed model (its memory would be beyond the
 	 * budget): --plan (graph_only) does, and caches it for the runs */
 	struct hp_remat_stats st;
-	int rc = hp_remat(t->g, t->vloss, &eo, t->o.graph_only, &st);
+	int rc = hp_remat_ext(t->g, t->vloss, &eo, t->o.graph_only, &st, t->o.graph_only ? &t->remat_plan : NULL);
 
 	t->remat_refused = rc == 0 && st.refused && t->o.graph_only;
 	t->remat_needed = t->remat_refused ? hp_plan_needed : 0;
@@ -500,7 +500,11 @@ static int fits(struct hp_trainer *t)
 	 * 63,000-node step twice to be refused) */
 	if (t->remat_refused)
 		return 0;
-	int rc = hp_plan_summarize(t->g, &eo, &q);
+	/* its plan by Belady's policy is the search's, which it left (the
+	 * other policies are weighed against it) */
+	struct hp_plan *belady = t->remat_plan;
+	t->remat_plan = NULL;
+	int rc = hp_plan_summarize_from(t->g, &eo, belady, &q);
 	return rc != HP_EBUDGET && rc != HP_EBUDGET_OP;
 }
 
@@ -537,6 +541,10 @@ static int create_once(const char *model, const struct hp_trainer_opts *o, int u
 	if (rc == 0 && !update_cut && t->o.graph_only && t->o.budget && t->nranks <= 1 && !t->pipe && !fits(t)) {
 		t->fits_refused = 1;
 		rc = HP_EBUDGET_OP; /* --plan: the run would be refused (and retry) */
+	}
+	if (t) {
+		hp_plan_free(t->remat_plan);
+		t->remat_plan = NULL;
 	}
 	return rc;
 }
@@ -697,6 +705,7 @@ void hp_trainer_destroy(struct hp_trainer *t)
 	hp_dataset_close(&t->data); /* data tensors live in the session's store */
 	hp_pipe_free(t->pipe);
 	hp_session_destroy(t->s);
+	hp_plan_free(t->remat_plan);
 	hp_graph_free(t->g);
 	hp_tensor_free(&t->xb);
 	hp_tensor_free(&t->yb);
