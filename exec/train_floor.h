@@ -48,6 +48,11 @@ int hp_train_floor_noted(const struct hp_trainer *t);
 /* Remember t's forward graph by its split's choices and its floor
  * (hp_split_train_floor); the log's contents are taken (*log left empty). */
 void hp_train_floor_note(const struct hp_trainer *t, struct hp_ws_log *log, uint64_t floor);
+/* The floor of the forward graph of o (update_cut 0, o->budget) when the
+ * one remembered is that graph: the same model and options but the
+ * budget, and a weight split at o's budget that chooses alike; *would_cut
+ * that split's.  0: not known. */
+uint64_t hp_train_floor_known(const char *model, const struct hp_trainer_opts *o, int *would_cut);
 /* Tests: forget it; forward graphs answered from it, and built, by
  * hp_trainer_floor (not thread-safe counters). */
 void hp_train_floor_forget(void);
