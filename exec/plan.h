@@ -182,6 +182,19 @@ struct hp_exec_opts;
 struct hp_plan_summary;
 int hp_plan_footprint(const struct hp_graph *g, const struct hp_exec_opts *o, uint64_t *state, uint64_t *swapped,
 		      uint64_t *peak);
+/* hp_plan_footprint's figures (known 1), or nothing known (0). */
+struct hp_plan_foot {
+	uint64_t state, swapped, peak;
+	int known;
+};
+/* hp_plan_summarize_stash, and the footprint of the plan it summarizes
+ * where that is the plan hp_plan_footprint builds (its speed models read
+ * from the cache; no reduction in flight): --plan's summary and footprint
+ * of a step out of core, from one plan (the footprint planned it again
+ * after two layouts and a hash of the 10,001-node MLP's 27,000 steps). */
+struct hp_remat_figures;
+int hp_plan_summarize_foot(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out,
+			   struct hp_remat_figures *stash, struct hp_plan_foot *foot);
 /* The same of a plan already built. */
 int hp_plan_footprint_of(const struct hp_graph *g, const struct hp_plan *p, uint64_t *state, uint64_t *swapped,
 			 uint64_t *peak);

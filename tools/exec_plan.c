@@ -207,13 +207,14 @@ int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const
 		return rc;
 	if (!c->plan)
 		return 0;
-	uint64_t state = 0, swapped = 0, foot = 0;
+	struct hp_plan_foot f;
 	struct hp_remat_figures stash;
 	char a[32], b[32], t[32];
 
-	rc = hp_plan_summarize_stash(g, o, &p, &stash);
-	if (rc == 0)
-		rc = hp_plan_footprint(g, o, &state, &swapped, &foot);
+	rc = hp_plan_summarize_foot(g, o, &p, &stash, &f);
+	if (rc == 0 && !f.known)
+		rc = hp_plan_footprint(g, o, &f.state, &f.swapped, &f.peak);
+	uint64_t state = f.state, swapped = f.swapped, foot = f.peak;
 	if (rc == 0 && gmin)
 		rc = smallest_budget(gmin, o, &p);
 	if (rc < 0)

@@ -271,12 +271,59 @@ static void floor_memo_agrees(void **state)
 	assert_true(retries > 0);
 }
 
+/* --plan's footprint taken from its summary's plan (exec/plan.h
+ * hp_plan_summarize_foot): where known, hp_plan_footprint's figures.
+ * The test models trained at a quarter and a half of their unsplit step,
+ * the speed models cached by a first summary. */
+static void foot_from_summary(void **state)
+{
+	int known = 0, moved = 0;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
+		const struct model *m = &models[i];
+		int n;
+		uint64_t whole;
+		assert_int_equal(build(m, 0, &n, &whole), 0);
+		for (uint64_t d = 2; d <= 4; d += 2) {
+			struct paths p;
+			struct hp_trainer_opts o;
+			struct hp_trainer *t = NULL;
+			struct hp_plan_summary q;
+			struct hp_plan_foot f;
+			struct hp_exec_opts eo;
+			uint64_t st, sw, pk;
+			opts_of(m, whole / d, &p, &o);
+			if (hp_trainer_create(p.model, &o, &t) < 0)
+				continue;
+			hp_exec_opts_init(&eo, sizeof eo);
+			eo.threads = 1, eo.budget = whole / d, eo.no_split = 1;
+			if (hp_plan_summarize(hp_trainer_graph(t), &eo, &q) == 0) {
+				assert_int_equal(hp_plan_summarize_foot(hp_trainer_graph(t), &eo, &q, NULL, &f), 0);
+				assert_int_equal(hp_plan_footprint(hp_trainer_graph(t), &eo, &st, &sw, &pk), 0);
+				print_message("%s at %llu bytes: footprint %llu %llu %llu%s\n", m->name,
+					      (unsigned long long)eo.budget, (unsigned long long)st, (unsigned long long)sw,
+					      (unsigned long long)pk, f.known ? ", the summary's" : "");
+				if (f.known && (f.state != st || f.swapped != sw || f.peak != pk))
+					fail_msg("%s at %llu bytes: the summary's footprint %llu %llu %llu", m->name,
+						 (unsigned long long)eo.budget, (unsigned long long)f.state,
+						 (unsigned long long)f.swapped, (unsigned long long)f.peak);
+				known += f.known;
+				moved += f.known && sw > 0;
+			}
+			hp_trainer_destroy(t);
+		}
+	}
+	assert_true(known > 0 && moved > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(floors_hold),
 		cmocka_unit_test(sure_refusals_hold),
 		cmocka_unit_test(floor_memo_agrees),
+		cmocka_unit_test(foot_from_summary),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
