@@ -185,8 +185,10 @@ static int check_supported(struct hp_graph *g)
 	char msg[900] = "";
 	int nm = 0, nodes = 0, last = -1;
 
+	/* the op found is kept (infer_node looks it up so), so that each
+	 * node is searched for once */
 	for (int i = 0; i < g->nnodes; i++)
-		if (!g->nodes[i].op && !hp_op_find(g->nodes[i].domain, g->nodes[i].op_type)) {
+		if (!g->nodes[i].op && !(g->nodes[i].op = hp_op_find(g->nodes[i].domain, g->nodes[i].op_type))) {
 			note_missing(m, &nm, 32, &g->nodes[i]);
 			nodes++;
 			last = i;

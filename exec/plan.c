@@ -350,10 +350,12 @@ static double io_cost(const struct hp_plan *p)
 /* The plan of each victim policy (under a budget that makes it move
  * anything), the cheapest by io_cost kept; ties keep the earlier policy
  * (Belady's first). */
-int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out)
+int hp_plan_build_from(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan *belady,
+		       struct hp_plan **out)
 {
-	struct hp_plan *best = NULL;
-	int rc = plan_with(g, o, VICTIM_FARTHEST, &best), npol = o->victims < VICTIM_NPOL ? o->victims : VICTIM_NPOL;
+	struct hp_plan *best = belady;
+	int rc = best ? 0 : plan_with(g, o, VICTIM_FARTHEST, &best);
+	int npol = o->victims < VICTIM_NPOL ? o->victims : VICTIM_NPOL;
 	double cost;
 
 	*out = NULL;
@@ -378,6 +380,11 @@ int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct
 	}
 	*out = best;
 	return 0;
+}
+
+int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out)
+{
+	return hp_plan_build_from(g, o, NULL, out);
 }
 
 static uint64_t min_budget_at(const struct hp_graph *g, const struct hp_plan_opts *o, int *step, int *node)

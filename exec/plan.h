@@ -144,6 +144,12 @@ int hp_plan_inplace_at(const struct hp_graph *g, const struct hp_plan *p, int s,
 /* Fails with HP_EBUDGET_OP when a step needs more than o->budget at once;
  * hp_plan_needed (this thread's) is then the plan's min_budget. */
 int hp_plan_build(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
+/* The same, with belady (taken: freed or handed out; NULL: none) the plan
+ * of g under o by Belady's policy alone: hp_plan_build of g under o with
+ * victims 0 (the recompute search's), which the other policies' plans are
+ * weighed against. */
+int hp_plan_build_from(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan *belady,
+		       struct hp_plan **out);
 /* hp_plan_build's check alone: *out holds the schedule, use lists and
  * smallest budget (min_budget, min_step; no acts, peak or times), and
  * HP_EBUDGET_OP as hp_plan_build where a step needs more than o->budget.
@@ -156,6 +162,9 @@ int hp_plan_check(const struct hp_graph *g, const struct hp_plan_opts *o, struct
  * figures of one step (summary, stash, footprint, a trainer's budget
  * check) plan it once. */
 int hp_plan_build_shared(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan **out);
+/* The same from belady, as hp_plan_build_from. */
+int hp_plan_build_shared_from(const struct hp_graph *g, const struct hp_plan_opts *o, struct hp_plan *belady,
+			      struct hp_plan **out);
 /* Plans hp_plan_build_shared handed out again (tests). */
 extern int hp_plan_shared_hits;
 extern _Thread_local uint64_t hp_plan_needed;
@@ -173,6 +182,19 @@ struct hp_exec_opts;
 struct hp_plan_summary;
 int hp_plan_footprint(const struct hp_graph *g, const struct hp_exec_opts *o, uint64_t *state, uint64_t *swapped,
 		      uint64_t *peak);
+/* hp_plan_footprint's figures (known 1), or nothing known (0). */
+struct hp_plan_foot {
+	uint64_t state, swapped, peak;
+	int known;
+};
+/* hp_plan_summarize_stash, and the footprint of the plan it summarizes
+ * where that is the plan hp_plan_footprint builds (its speed models read
+ * from the cache; no reduction in flight): --plan's summary and footprint
+ * of a step out of core, from one plan (the footprint planned it again
+ * after two layouts and a hash of the 10,001-node MLP's 27,000 steps). */
+struct hp_remat_figures;
+int hp_plan_summarize_foot(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out,
+			   struct hp_remat_figures *stash, struct hp_plan_foot *foot);
 /* The same of a plan already built. */
 int hp_plan_footprint_of(const struct hp_graph *g, const struct hp_plan *p, uint64_t *state, uint64_t *swapped,
 			 uint64_t *peak);
@@ -196,5 +218,9 @@ int hp_plan_speed_opts(const struct hp_graph *g, const struct hp_exec_opts *o, s
  * plan at that figure (the 10,001-node MLP's: two simulations with
  * thousands of evictions each). */
 int hp_plan_summarize_min(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out);
+/* hp_plan_summarize with belady (taken) the plan of g by Belady's policy
+ * alone under the options it plans with (hp_plan_build_from). */
+int hp_plan_summarize_from(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan *belady,
+			   struct hp_plan_summary *out);
 
 #endif

@@ -172,13 +172,50 @@ int hp_plan_summarize_min(const struct hp_graph *g, const struct hp_exec_opts *o
 	return rc;
 }
 
+static int summarize(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan *belady,
+		     struct hp_plan_summary *out, struct hp_remat_figures *stash, struct hp_plan_foot *foot);
+
 int hp_plan_summarize(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out)
 {
-	return hp_plan_summarize_stash(g, o, out, NULL);
+	return summarize(g, o, NULL, out, NULL, NULL);
+}
+
+int hp_plan_summarize_from(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan *belady,
+			   struct hp_plan_summary *out)
+{
+	return summarize(g, o, belady, out, NULL, NULL);
 }
 
 int hp_plan_summarize_stash(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out,
 			    struct hp_remat_figures *stash)
+{
+	return summarize(g, o, NULL, out, stash, NULL);
+}
+
+int hp_plan_summarize_foot(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan_summary *out,
+			   struct hp_remat_figures *stash, struct hp_plan_foot *foot)
+{
+	return summarize(g, o, NULL, out, stash, foot);
+}
+
+/* hp_plan_footprint plans with the cached speed models (never measured)
+ * and, without reductions in flight, the summary's other options: where
+ * the summary's models came from the cache, its plan is that one. */
+static void foot_of(const struct hp_graph *g, const struct hp_plan *p, const struct hp_plan_opts *po,
+		    const struct speed_model *sm, struct hp_plan_foot *foot)
+{
+	memset(foot, 0, sizeof *foot);
+	if (!po->budget) {
+		foot->known = 1; /* in core: none */
+		return;
+	}
+	if ((po->comm_ranks >= 2 && po->comm_GBps > 0) || sm->c.src != HP_SPEED_CACHED || sm->t.src != HP_SPEED_CACHED)
+		return;
+	foot->known = hp_plan_footprint_of(g, p, &foot->state, &foot->swapped, &foot->peak) == 0;
+}
+
+static int summarize(const struct hp_graph *g, const struct hp_exec_opts *o, struct hp_plan *belady,
+		     struct hp_plan_summary *out, struct hp_remat_figures *stash, struct hp_plan_foot *foot)
 {
 	struct hp_plan_opts po;
 	struct hp_plan *p;
@@ -189,12 +226,16 @@ int hp_plan_summarize_stash(const struct hp_graph *g, const struct hp_exec_opts 
 	memset(out, 0, sizeof *out);
 	if (stash)
 		memset(stash, 0, sizeof *stash);
-	if (!sm)
+	if (!sm) {
+		hp_plan_free(belady);
 		return hp_error(-ENOMEM, "out of memory planning");
+	}
 	speed_opts(g, o, &po, sm, 1);
-	rc = hp_plan_build_shared(g, &po, &p);
+	rc = hp_plan_build_shared_from(g, &po, belady, &p);
 	if (rc == 0)
 		fill_speed(out, p, &po, sm);
+	if (rc == 0 && foot)
+		foot_of(g, p, &po, sm, foot);
 	free(sm);
 	if (rc == 0 && stash && (rc = stash_figures(g, p, stash)) < 0)
 		hp_plan_free(p);

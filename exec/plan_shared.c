@@ -130,17 +130,25 @@ static void shared_keep(uint64_t graph, const struct hp_graph *g, const struct h
 	pthread_mutex_unlock(&shared_lock);
 }
 
-int hp_plan_build_shared(const struct hp_graph *g, const struct hp_plan_opts *po, struct hp_plan **out)
+int hp_plan_build_shared_from(const struct hp_graph *g, const struct hp_plan_opts *po, struct hp_plan *belady,
+			      struct hp_plan **out)
 {
 	uint64_t graph;
 	int rc;
 
 	if (!po->budget) /* in core nothing is evicted: planning costs about what the hash does */
-		return hp_plan_build(g, po, out);
+		return hp_plan_build_from(g, po, belady, out);
 	graph = hp_split_graph_hash(g);
-	if (shared_find(graph, g, po, out))
+	if (shared_find(graph, g, po, out)) {
+		hp_plan_free(belady);
 		return 0;
-	if ((rc = hp_plan_build(g, po, out)) == 0)
+	}
+	if ((rc = hp_plan_build_from(g, po, belady, out)) == 0)
 		shared_keep(graph, g, po, *out);
 	return rc;
+}
+
+int hp_plan_build_shared(const struct hp_graph *g, const struct hp_plan_opts *po, struct hp_plan **out)
+{
+	return hp_plan_build_shared_from(g, po, NULL, out);
 }

@@ -343,8 +343,10 @@ int hp_remat_plan(struct hp_graph *g, int loss, const struct hp_plan_opts *po, s
 	return hp_remat_plan_room(g, loss, po, 0, st);
 }
 
-int hp_remat_plan_room(struct hp_graph *g, int loss, const struct hp_plan_opts *po, uint64_t room,
-		       struct hp_remat_stats *st)
+/* belady (may be NULL): the plan of g as left by Belady's policy alone
+ * under po (victims aside), when the search has it (NULL: not). */
+static int plan_room(struct hp_graph *g, int loss, const struct hp_plan_opts *po, uint64_t room,
+		     struct hp_remat_stats *st, struct hp_plan **belady)
 {
 	struct hp_remat_stats dummy;
 	struct ctx c = { .g = g, .po = *po, .room = room };
@@ -356,8 +358,13 @@ int hp_remat_plan_room(struct hp_graph *g, int loss, const struct hp_plan_opts *
 	st = st ? st : &dummy;
 	memset(st, 0, sizeof *st);
 	c.po.victims = 0; /* candidates by Belady's plans alone (a plan per policy: 2.3x the CPU at 4) */
-	if (!po->budget || hp_plan_build(g, &c.po, &p0) < 0)
-		goto out; /* in core; or the session reports it */
+	if (!po->budget)
+		goto out; /* in core */
+	if ((rc = hp_plan_build(g, &c.po, &p0)) < 0) {
+		st->refused = rc == HP_EBUDGET || rc == HP_EBUDGET_OP;
+		rc = 0; /* the session reports it */
+		goto out;
+	}
 	if ((rc = eager_updates(&c, &p0)) < 0 || (rc = analyse(&c, loss)) < 0)
 		goto out;
 	st->before_ms = st->after_ms = p0->predicted_ms;
@@ -373,6 +380,10 @@ int hp_remat_plan_room(struct hp_graph *g, int loss, const struct hp_plan_opts *
 	if (rc == 0 && best) {
 		hp_split_graph_adopt(g, best);
 		count(g, st);
+	}
+	if (rc == 0 && !best && belady) { /* p0 plans g as it stays (the eager updates' when kept) */
+		*belady = p0;
+		p0 = NULL;
 	}
 out:
 	st->plan_ms = now_ms() - t0;
@@ -402,7 +413,14 @@ static uint64_t tiers_room(const struct hp_exec_opts *o)
 	return room;
 }
 
-int hp_remat(struct hp_graph *g, int loss, const struct hp_exec_opts *o, int measure, struct hp_remat_stats *st)
+int hp_remat_plan_room(struct hp_graph *g, int loss, const struct hp_plan_opts *po, uint64_t room,
+		       struct hp_remat_stats *st)
+{
+	return plan_room(g, loss, po, room, st, NULL);
+}
+
+int hp_remat_ext(struct hp_graph *g, int loss, const struct hp_exec_opts *o, int measure, struct hp_remat_stats *st,
+		 struct hp_plan **belady)
 {
 	struct hp_plan_opts po;
 	void *model = NULL;
@@ -410,11 +428,18 @@ int hp_remat(struct hp_graph *g, int loss, const struct hp_exec_opts *o, int mea
 
 	if (st)
 		memset(st, 0, sizeof *st);
+	if (belady)
+		*belady = NULL;
 	if (!o->budget)
 		return 0;
 	rc = hp_plan_speed_opts(g, o, &po, &model, measure);
 	if (rc == 0)
-		rc = hp_remat_plan_room(g, loss, &po, tiers_room(o), st);
+		rc = plan_room(g, loss, &po, tiers_room(o), st, belady);
 	free(model);
 	return rc;
+}
+
+int hp_remat(struct hp_graph *g, int loss, const struct hp_exec_opts *o, int measure, struct hp_remat_stats *st)
+{
+	return hp_remat_ext(g, loss, o, measure, st, NULL);
 }

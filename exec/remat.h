@@ -118,6 +118,8 @@ struct hp_remat_stats {
 	double flops;           /* and their FLOPs */
 	double plan_ms;         /* time choosing */
 	double before_ms, after_ms; /* predicted step time without and with */
+	int refused;            /* the plan without recomputation was refused for the
+				 * budget (HP_EBUDGET*: g unchanged, nothing chosen) */
 };
 
 /* Rewrite the training graph g (loss: its loss value) for the budget of
@@ -126,6 +128,12 @@ struct hp_remat_stats {
  * Nothing in core.  measure: the speed model may be measured now (else the
  * cached figures or the defaults).  st may be NULL. */
 int hp_remat(struct hp_graph *g, int loss, const struct hp_exec_opts *o, int measure, struct hp_remat_stats *st);
+/* The same; *belady (may be NULL): when the search recomputes nothing, its
+ * plan of g by Belady's policy alone under the options hp_plan_summarize
+ * takes from o (victims aside), for hp_plan_summarize_from; else NULL. */
+struct hp_plan;
+int hp_remat_ext(struct hp_graph *g, int loss, const struct hp_exec_opts *o, int measure, struct hp_remat_stats *st,
+		 struct hp_plan **belady);
 
 /* The same with the planner's options given (their speed and tier model). */
 struct hp_plan_opts;

@@ -318,14 +318,21 @@ static void kept_floors(const struct hp_graph *g, uint64_t *floor)
 	}
 }
 
-uint64_t hp_split_train_floor(const struct hp_graph *g)
+static uint64_t least_floor(const uint64_t *floor)
 {
-	uint64_t floor[NBC], least = UINT64_MAX;
+	uint64_t least = UINT64_MAX;
 
-	kept_floors(g, floor);
 	for (int i = 0; i < NBC; i++)
 		least = floor[i] < least ? floor[i] : least;
 	return least;
+}
+
+uint64_t hp_split_train_floor(const struct hp_graph *g)
+{
+	uint64_t floor[NBC];
+
+	kept_floors(g, floor);
+	return least_floor(floor);
 }
 
 /* The candidate's figures after the band cut: inferred, finished, its
@@ -512,10 +519,10 @@ static int first_candidate(struct search *x, const struct recipe *r)
 	x->b1 = r->budget;
 	if ((rc = graph_clone(x->g, &x->g1)) < 0)
 		return rc;
-	h = hp_split_graph_hash(x->g1);
+	h = hp_split_graph_hash(x->g1); /* the clone's is x->g's: it copies every field hashed */
 	if ((rc = candidate_finish(x->g1, r, x->so, 0, info, &x->any1, &fin)) < 0)
 		return rc;
-	x->ctx = fin ^ hp_split_graph_hash(x->g);
+	x->ctx = fin ^ h;
 	x->ctx = x->ctx ? x->ctx : 1;
 	hp_split_memo_cut_add(x->ctx, 1, 0, 0, 0, 0, h, info);
 	hp_split_memo_add(x->ctx, h, r->budget, x->any1, info);
@@ -844,6 +851,8 @@ int hp_split_for_budget(struct hp_graph *g, const struct hp_split_opts *so, stru
 	 * not made reports what it would have (split_pass's cut_any) */
 	if (so->training && so->finish && keep.i.min_after > budget)
 		kept_floors(g, x.kept_floor);
+	if (so->floor)
+		*so->floor = x.kept_floor[0] ? least_floor(x.kept_floor) : hp_split_train_floor(g);
 	rc = split_pass(&x, budget, target, target, 1, &keep);
 	if (rc == 0)
 		rc = split_deeper(&x, budget, target, &keep);

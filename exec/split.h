@@ -57,6 +57,8 @@ struct hp_split_opts {
 	 * training graph); NULL: none.  The graph is always finished once. */
 	int (*finish)(struct hp_graph *g, void *arg);
 	void *arg;
+	uint64_t *floor;        /* non-NULL: hp_split_train_floor of the graph given
+				 * (a training search takes it on the way) */
 };
 
 struct hp_split_info {

@@ -82,32 +82,38 @@ static uint64_t hash_attr(uint64_t h, const struct hp_attr *a)
 	return h;
 }
 
+/* Two 32-bit fields in one word (each kept whole: the pair is told
+ * apart from any other), so that a value or node takes fewer steps. */
+static uint64_t pair(int64_t lo, int64_t hi)
+{
+	return (uint64_t)(uint32_t)lo | (uint64_t)(uint32_t)hi << 32;
+}
+
 static uint64_t hash_value(uint64_t h, const struct hp_value *v)
 {
 	struct hp_tensor t = { .dtype = v->dtype, .shape = v->shape };
 	size_t n = v->shape.rank >= 0 ? hp_tensor_bytes(&t) : 0;
+	uint32_t named = 0; /* the dims with a dim_param, whose names follow */
 
+	for (int d = 0; d < HP_MAX_RANK; d++)
+		named |= (uint32_t)(v->dim_param[d] != NULL) << d;
 	h = mix_s(h, v->name);
-	h = mix_i(h, v->kind);
-	h = mix_i(h, v->dtype);
-	h = mix_i(h, v->shape.rank);
+	h = mix_w(h, pair(v->kind, v->dtype));
+	h = mix_w(h, pair(v->shape.rank, named));
 	for (int d = 0; d < v->shape.rank && d < HP_MAX_RANK; d++)
 		h = mix_i(h, v->shape.dims[d]);
-	for (int d = 0; d < HP_MAX_RANK; d++)
-		h = mix_s(h, v->dim_param[d]);
-	h = mix_i(h, v->data != NULL);
+	for (int d = 0; named && d < HP_MAX_RANK; d++)
+		if (v->dim_param[d])
+			h = mix_s(h, v->dim_param[d]);
+	h = mix_w(h, pair(v->data != NULL, v->src.kind));
 	if (v->data && n <= DATA_HASHED)
 		h = mix(h, v->data, n);
-	h = mix_i(h, v->src.kind);
-	h = mix_i(h, v->src.file);
+	h = mix_w(h, pair(v->src.file, v->producer));
 	h = mix_i(h, (int64_t)v->src.offset);
 	h = mix_i(h, (int64_t)v->src.length);
-	h = mix_i(h, v->producer);
-	h = mix_i(h, v->nconsumers);
-	h = mix_i(h, v->is_output);
-	h = mix_i(h, v->trainable);
-	h = mix_i(h, v->next);
-	h = mix_i(h, v->part_of);
+	h = mix_w(h, pair(v->nconsumers, v->is_output));
+	h = mix_w(h, pair(v->trainable, v->next));
+	h = mix_w(h, pair(v->part_of, 0));
 	return mix_i(h, (int64_t)v->part_offset);
 }
 
@@ -116,13 +122,11 @@ static uint64_t hash_node(uint64_t h, const struct hp_node *n)
 	h = mix_s(h, n->name);
 	h = mix_s(h, n->op_type);
 	h = mix_s(h, n->domain);
-	h = mix_i(h, n->ninputs);
+	h = mix_w(h, pair(n->ninputs, n->noutputs));
 	h = mix(h, n->inputs, (size_t)n->ninputs * sizeof *n->inputs);
-	h = mix_i(h, n->noutputs);
 	h = mix(h, n->outputs, (size_t)n->noutputs * sizeof *n->outputs);
 	h = mix_i(h, (int64_t)n->workspace);
-	h = mix_i(h, n->folded);
-	h = mix_i(h, n->sched);
+	h = mix_w(h, pair(n->folded, n->sched));
 	h = mix_i(h, n->nattrs);
 	for (int a = 0; a < n->nattrs; a++)
 		h = hash_attr(h, &n->attrs[a]);

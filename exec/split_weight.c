@@ -662,21 +662,26 @@ static int rewrite(struct hp_graph *g, const struct ws_cand *c, int64_t r)
  * parameter, and the node reads their Concat (axis 0): exact copies, so
  * forward, gradients and updates are bitwise those of the whole weight,
  * and the update steps hold one block at a time.  Returns 1 when cut. */
-static int update_wanted(const struct hp_graph *g, int node, int slot, uint64_t budget, int copies)
+static uint64_t update_need(const struct hp_graph *g, int node, int slot, int copies)
 {
 	int w = g->nodes[node].inputs[slot];
 	const char *op = g->nodes[node].op_type;
 
 	/* Gemm and MatMul weights are the pass above's (cut there or not) */
 	if (w < 0 || !movable(g, w) || !g->values[w].trainable || g->values[w].shape.rank < 2 ||
-	    (!g->nodes[node].domain[0] && (!strcmp(op, "Gemm") || !strcmp(op, "MatMul"))))
-		return 0;
-	/* the Concat holds every block and the whole weight at once: where
-	 * that alone exceeds the budget, a cut could never run (ResNet-18's
-	 * 9-MiB weights at 17 MB: refused where 16 MB ran uncut, the update
-	 * fused into the filter gradient, exec/fuse_grad_update.c) */
-	return (uint64_t)copies * al(vbytes(g, w)) + (copies == 7 ? WS_ALIGN : 0) > budget &&
-	       2 * al(vbytes(g, w)) <= budget && g->values[w].shape.dims[0] >= 2;
+	    (!g->nodes[node].domain[0] && (!strcmp(op, "Gemm") || !strcmp(op, "MatMul"))) ||
+	    g->values[w].shape.dims[0] < 2)
+		return 0; /* never cut */
+	return (uint64_t)copies * al(vbytes(g, w)) + (copies == 7 ? WS_ALIGN : 0);
+}
+
+/* The Concat holds every block and the whole weight at once: where that
+ * alone exceeds the budget, a cut could never run (ResNet-18's 9-MiB
+ * weights at 17 MB: refused where 16 MB ran uncut, the update fused into
+ * the filter gradient, exec/fuse_grad_update.c). */
+static int update_wanted(const struct hp_graph *g, int node, int slot, uint64_t budget, int copies)
+{
+	return update_need(g, node, slot, copies) > budget && 2 * al(vbytes(g, g->nodes[node].inputs[slot])) <= budget;
 }
 
 static int cut_for_update(struct hp_graph *g, int node, int slot, uint64_t budget, uint64_t avail, int copies)
@@ -718,19 +723,68 @@ static int cut_for_update(struct hp_graph *g, int node, int slot, uint64_t budge
 	return rc < 0 ? rc : 1;
 }
 
+/* The steps get what staging leaves (their scratch counted with them);
+ * blocks aim at 85% of it: room to keep neighbours resident. */
+static void steps_budget(const struct hp_budget_layout *l, uint64_t *budget, uint64_t *avail)
+{
+	*budget = l->budget > l->staging ? l->budget - l->staging : l->budget;
+	*avail = *budget / 20 * 17;
+}
+
+/* The rows block a candidate is cut in, c->rows when it is not cut. */
+static int64_t cut_rows(const struct ws_cand *c, uint64_t budget, uint64_t avail, int copies)
+{
+	int64_t r = choose_rows(c, budget, avail, copies);
+
+	return r < c->rows ? r : c->rows;
+}
+
+struct hp_ws_choice {
+	struct ws_cand c;
+	int64_t r;
+};
+
+static int log_choice(struct hp_ws_log *log, const struct ws_cand *c, int64_t r)
+{
+	if (log->n == log->cap) {
+		int cap = log->cap ? 2 * log->cap : 64;
+		struct hp_ws_choice *m = realloc(log->choice, (size_t)cap * sizeof *m);
+		if (!m)
+			return hp_error(-ENOMEM, "out of memory");
+		log->choice = m;
+		log->cap = cap;
+	}
+	log->choice[log->n].c = *c;
+	log->choice[log->n++].r = r;
+	return 0;
+}
+
+/* The largest update need of a weight of nodes[0, n0) (0: none), which
+ * the update_cut pass cuts at any budget below it. */
+static uint64_t update_max(const struct hp_graph *g, int n0, int copies)
+{
+	uint64_t most = 0;
+
+	for (int i = 0; i < n0; i++)
+		for (int slot = 0; !g->nodes[i].folded && slot < g->nodes[i].ninputs; slot++) {
+			uint64_t u = update_need(g, i, slot, copies);
+			most = u > most ? u : most;
+		}
+	return most;
+}
+
 static int split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec,
-			 int update_cut, int *would_cut)
+			 int update_cut, int *would_cut, struct hp_ws_log *log)
 {
 	int n0 = g->nnodes, done = 0, rc, copies = update_copies(spec);
 	uint64_t budget, avail;
 	struct ws_cand c;
 
+	if (log)
+		log->copies = copies, log->cut = l->budget != 0;
 	if (!l->budget)
 		return 0;
-	/* the steps get what staging leaves (their scratch counted with them);
-	 * blocks aim at 85% of it: room to keep neighbours resident */
-	budget = l->budget > l->staging ? l->budget - l->staging : l->budget;
-	avail = budget / 20 * 17;
+	steps_budget(l, &budget, &avail);
 	for (int i = 0; i < n0; i++) {
 		if (!candidate(g, i, &c, spec != NULL))
 			continue;
@@ -741,13 +795,17 @@ static int split_weights(struct hp_graph *g, const struct hp_budget_layout *l, c
 		if (!c.conv)
 			c.quantum = c.reduce ? c.t.kb : c.t.nb;
 		c.train = spec != NULL;
-		int64_t r = choose_rows(&c, budget, avail, copies);
+		int64_t r = cut_rows(&c, budget, avail, copies);
+		if (log && (rc = log_choice(log, &c, r)) < 0)
+			return rc;
 		if (r >= c.rows)
 			continue;
 		if ((rc = rewrite(g, &c, r)) < 0)
 			return hp_error_prefix(rc, "partitioning weight '%s'", g->values[c.w].name);
 		done++;
 	}
+	if (log)
+		log->update_max = update_max(g, n0, copies);
 	/* without update_cut: whether the pass below would cut, on this graph */
 	for (int i = 0; spec && !update_cut && would_cut && !*would_cut && i < n0; i++)
 		for (int slot = 0; !g->nodes[i].folded && slot < g->nodes[i].ninputs && !*would_cut; slot++)
@@ -772,19 +830,56 @@ int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const
 	return hp_split_weights_ext(g, l, spec, update_cut, NULL);
 }
 
-int hp_split_weights_ext(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec,
-			 int update_cut, int *would_cut)
+int hp_split_weights_log(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec,
+			 int update_cut, int *would_cut, struct hp_ws_log *log)
 {
 	struct names t = { .g = g }, *outer = cut_names;
 	int rc;
 
 	if (would_cut)
 		*would_cut = 0;
+	if (log)
+		memset(log, 0, sizeof *log);
+	if (log && (!spec || update_cut))
+		return hp_error(HP_EUSAGE, "hp_split_weights_log: training without update_cut only");
 	cut_names = &t;
-	rc = split_weights(g, l, spec, update_cut, would_cut);
+	rc = split_weights(g, l, spec, update_cut, would_cut, log);
 	cut_names = outer;
 	free(t.slot);
+	if (rc < 0)
+		hp_ws_log_free(log);
 	return rc;
+}
+
+int hp_split_weights_ext(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec,
+			 int update_cut, int *would_cut)
+{
+	return hp_split_weights_log(g, l, spec, update_cut, would_cut, NULL);
+}
+
+/* The pass cuts candidate i of the graph as the first i - 1 cuts left
+ * it: equal rows chosen for each one, the same graph at every step. */
+int hp_ws_log_same(const struct hp_ws_log *log, const struct hp_budget_layout *l, int *would_cut)
+{
+	uint64_t budget, avail;
+
+	*would_cut = 0;
+	if (!l->budget || !log->cut)
+		return !l->budget && !log->cut;
+	steps_budget(l, &budget, &avail);
+	for (int i = 0; i < log->n; i++)
+		if (cut_rows(&log->choice[i].c, budget, avail, log->copies) != log->choice[i].r)
+			return 0;
+	*would_cut = log->update_max > budget;
+	return 1;
+}
+
+void hp_ws_log_free(struct hp_ws_log *log)
+{
+	if (!log)
+		return;
+	free(log->choice);
+	memset(log, 0, sizeof *log);
 }
 
 int hp_split_count(const struct hp_graph *g)

@@ -52,6 +52,32 @@ int hp_split_weights(struct hp_graph *g, const struct hp_budget_layout *l, const
 int hp_split_weights_ext(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec,
 			 int update_cut, int *would_cut);
 
+/* What a training pass without update_cut chose where the budget decides:
+ * the rows each candidate was cut in (its figures kept with them), and
+ * the largest optimizer update the update_cut pass would weigh.  Which
+ * weights are candidates, and how a cut rewrites the graph, depend on the
+ * graph alone; so a pass over the same graph at another layout that
+ * chooses alike (hp_ws_log_same) makes the same graph.  The floor probes
+ * of --plan know a forward graph so without building it (train_floor.c). */
+struct hp_ws_choice;
+struct hp_ws_log {
+	struct hp_ws_choice *choice;
+	int n, cap;
+	int copies;          /* tensors of a weight's size its update holds */
+	int cut;             /* the layout had a budget (else nothing is cut) */
+	uint64_t update_max; /* would_cut at any steps' budget below this (0: none) */
+};
+
+/* hp_split_weights_ext (training, update_cut 0), its choices into *log
+ * (hp_ws_log_free it; empty on error). */
+int hp_split_weights_log(struct hp_graph *g, const struct hp_budget_layout *l, const struct hp_train_spec *spec,
+			 int update_cut, int *would_cut, struct hp_ws_log *log);
+/* 1 when a pass at layout l over the graph the logged one cut (the same
+ * spec) makes the same choices, and so the same graph; *would_cut: its
+ * would_cut.  0 when any choice differs. */
+int hp_ws_log_same(const struct hp_ws_log *log, const struct hp_budget_layout *l, int *would_cut);
+void hp_ws_log_free(struct hp_ws_log *log);
+
 /* Weights partitioned in g (wholes with parts). */
 int hp_split_count(const struct hp_graph *g);
 /* Weights the trainer partitioned. */

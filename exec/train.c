@@ -21,6 +21,7 @@
 #include "exec/trace.h"
 #include "exec/train_dp.h"
 #include "exec/train_ckpt.h"
+#include "exec/train_floor.h"
 #include "exec/train_shard.h"
 #include "exec/train_floor.h"
 #include "exec/train_internal.h"
@@ -284,9 +285,11 @@ static int no_split(const struct hp_trainer *t)
 	return t->o.size >= offsetof(struct hp_trainer_opts, no_split) + sizeof t->o.no_split && t->o.no_split;
 }
 
-static int make_training_graph(struct hp_trainer *t, const struct hp_budget_layout *l)
+/* floor (may be NULL): hp_split_train_floor of the forward graph, 0 when
+ * not split for a budget */
+static int make_training_graph(struct hp_trainer *t, const struct hp_budget_layout *l, uint64_t *floor)
 {
-	struct hp_split_opts so = { .layout = l, .training = 1, .finish = finish_autodiff, .arg = t };
+	struct hp_split_opts so = { .layout = l, .training = 1, .finish = finish_autodiff, .arg = t, .floor = floor };
 
 	if (!t->o.budget || no_split(t))
 		return finish_autodiff(t->g, t);
@@ -378,7 +381,12 @@ static int recompute(struct hp_trainer *t)
 	eo.tiers = t->o.tiers;
 	/* a run never measures the speed model (its memory would be beyond the
 	 * budget): --plan (graph_only) does, and caches it for the runs */
-	return hp_remat(t->g, t->vloss, &eo, t->o.graph_only, NULL);
+	struct hp_remat_stats st;
+	int rc = hp_remat_ext(t->g, t->vloss, &eo, t->o.graph_only, &st, t->o.graph_only ? &t->remat_plan : NULL);
+
+	t->remat_refused = rc == 0 && st.refused && t->o.graph_only;
+	t->remat_needed = t->remat_refused ? hp_plan_needed : 0;
+	return rc;
 }
 
 int hp_train_build_forward(struct hp_trainer *t, struct hp_budget_layout *l)
@@ -393,9 +401,31 @@ int hp_train_build_forward(struct hp_trainer *t, struct hp_budget_layout *l)
 	hp_budget_layout_init(l, t->o.budget);
 	if (t->split_tensors)
 		hp_budget_layout_tensors(l, t->split_tensors);
-	if (!no_split(t) && (rc = hp_split_weights_ext(t->g, l, &t->o.spec, t->update_cut, &t->update_would_cut)) < 0)
+	if (!no_split(t) && (rc = hp_split_weights_log(t->g, l, &t->o.spec, t->update_cut, &t->update_would_cut,
+							t->ws_log)) < 0)
 		return rc;
 	return 0;
+}
+
+/* The forward graph, and the training graph made of it; --plan's floor
+ * probes at other budgets may then know the forward graph without
+ * building it (train_floor.h), by its weight split and its floor, which
+ * the split search takes on the way. */
+static int build_step(struct hp_trainer *t, struct hp_budget_layout *l)
+{
+	struct hp_ws_log log = { 0 };
+	uint64_t floor = 0;
+	int rc, note = hp_train_floor_noted(t) && !no_split(t);
+
+	t->ws_log = note ? &log : NULL;
+	rc = hp_train_build_forward(t, l);
+	t->ws_log = NULL;
+	if (rc == 0)
+		rc = make_training_graph(t, l, note ? &floor : NULL);
+	if (rc == 0 && note)
+		hp_train_floor_note(t, &log, floor);
+	hp_ws_log_free(&log);
+	return rc;
 }
 
 int hp_train_load(struct hp_trainer *t)
@@ -419,9 +449,7 @@ static int build(struct hp_trainer *t)
 		return rc;
 	if (t->pipe)
 		return build_pipeline(t);
-	if ((rc = hp_train_build_forward(t, &l)) < 0)
-		return rc;
-	if ((rc = make_training_graph(t, &l)) < 0 || (rc = fit_labels(t)) < 0 || (rc = recompute(t)) < 0)
+	if ((rc = build_step(t, &l)) < 0 || (rc = fit_labels(t)) < 0 || (rc = recompute(t)) < 0)
 		return rc;
 	if (t->o.checkpoint_dir && (rc = hp_ckpt_check_views(t)) < 0)
 		return rc;
@@ -466,7 +494,18 @@ static int fits(struct hp_trainer *t)
 	eo.ntiers = t->o.ntiers;
 	eo.tiers = t->o.tiers;
 	eo.no_split = 1; /* split before autodiff, if at all */
-	int rc = hp_plan_summarize(t->g, &eo, &q);
+	/* the recompute search planned this graph with these options (the
+	 * speed model measured alike, victims aside, which a refusal does not
+	 * read) and was refused: so is this plan, with the same message and
+	 * hp_plan_needed, which it left set (a --plan at one byte planned the
+	 * 63,000-node step twice to be refused) */
+	if (t->remat_refused)
+		return 0;
+	/* its plan by Belady's policy is the search's, which it left (the
+	 * other policies are weighed against it) */
+	struct hp_plan *belady = t->remat_plan;
+	t->remat_plan = NULL;
+	int rc = hp_plan_summarize_from(t->g, &eo, belady, &q);
 	return rc != HP_EBUDGET && rc != HP_EBUDGET_OP;
 }
 
@@ -503,6 +542,10 @@ static int create_once(const char *model, const struct hp_trainer_opts *o, int u
 	if (rc == 0 && !update_cut && t->o.graph_only && t->o.budget && t->nranks <= 1 && !t->pipe && !fits(t)) {
 		t->fits_refused = 1;
 		rc = HP_EBUDGET_OP; /* --plan: the run would be refused (and retry) */
+	}
+	if (t) {
+		hp_plan_free(t->remat_plan);
+		t->remat_plan = NULL;
 	}
 	return rc;
 }
@@ -711,6 +754,7 @@ void hp_trainer_destroy(struct hp_trainer *t)
 	hp_dataset_close(&t->data); /* data tensors live in the session's store */
 	hp_pipe_free(t->pipe);
 	hp_session_destroy(t->s);
+	hp_plan_free(t->remat_plan);
 	hp_graph_free(t->g);
 	hp_tensor_free(&t->xb);
 	hp_tensor_free(&t->yb);

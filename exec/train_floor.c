@@ -20,6 +20,7 @@
 
 #include "exec/budget.h"
 #include "exec/split.h"
+#include "exec/split_weight.h"
 #include "exec/train_floor.h"
 #include "exec/train_internal.h"
 
@@ -29,20 +30,30 @@ static uint64_t forward_floor(const char *model, const struct hp_trainer_opts *o
 {
 	struct hp_trainer *t = NULL;
 	struct hp_budget_layout l;
-	uint64_t floor = 0;
-	int rc = hp_train_new(model, o, update_cut, 0, &t);
+	struct hp_ws_log log = { 0 };
+	uint64_t floor = update_cut ? 0 : hp_train_floor_known(model, o, would_cut);
+	int rc;
 
+	if (floor)
+		return floor;
 	*would_cut = 0;
+	hp_train_floor_builds++;
+	rc = hp_train_new(model, o, update_cut, 0, &t);
 	if (rc == 0 && (t->nranks > 1 || t->pipe))
 		rc = -1; /* not one rank's whole step */
 	if (rc == 0)
 		rc = hp_train_load(t);
+	if (rc == 0 && hp_train_floor_noted(t))
+		t->ws_log = &log;
 	if (rc == 0)
 		rc = hp_train_build_forward(t, &l);
 	if (rc == 0) {
 		floor = hp_split_train_floor(t->g);
 		*would_cut = t->update_would_cut;
+		if (t->ws_log)
+			hp_train_floor_note(t, &log, floor);
 	}
+	hp_ws_log_free(&log);
 	hp_trainer_destroy(t);
 	return floor;
 }
@@ -77,4 +88,9 @@ int hp_trainer_sure_refused(const char *model, const struct hp_trainer_opts *o)
 	uint64_t need = hp_budget_process_for(floor);
 
 	return floor > l.budget && need > b && need - b > b / 16;
+}
+
+uint64_t hp_trainer_refused_needs(const struct hp_trainer *t)
+{
+	return t && t->remat_refused ? t->remat_needed : 0;
 }

@@ -9,6 +9,8 @@
 #include "exec/train_hooks.h"
 
 struct hp_budget_layout;
+struct hp_ws_log;
+struct hp_plan;
 
 struct hs_store;
 struct hs_tensor;
@@ -66,8 +68,13 @@ struct hp_trainer {
 	int update_cut;         /* weights kept in blocks for their update (split_weight.h) */
 	int update_would_cut;   /* without update_cut: it would cut a weight more */
 	int fits_refused;       /* --plan: built, and refused by fits() */
+	int remat_refused;      /* --plan: the recompute search's plan of the step was refused */
+	uint64_t remat_needed;  /* naming this figure (hp_plan_needed) */
+	struct hp_plan *remat_plan; /* --plan: its plan of the step by Belady's policy (fits) */
 	uint64_t split_tensors; /* nonzero: weights and operators split as for this tensor
 				 * budget, below the run's (hp_trainer_create's retry) */
+	struct hp_ws_log *ws_log; /* non-NULL: hp_train_build_forward logs its weight split
+				   * there (split_weight.h, for train_floor.c) */
 	char *model;
 	struct hp_graph *g;
 	struct hp_session *s;

@@ -140,6 +140,10 @@ int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const
  * takes (a run splits for its own budget). */
 extern int (*exec_floor_probe)(uint64_t b, char *node, size_t n, void *arg);
 extern void *exec_floor_arg;
+/* Nonzero: gmin's plan at one byte is known to be refused, naming this
+ * figure (its trainer's own budget check planned it so); exec_plan_only
+ * then does not plan it again. */
+extern uint64_t exec_gmin_named;
 /* The smallest budget at or below `from` (a figure a run fits) that a run
  * still fits, searched with exec_floor_probe as --plan searches below its
  * figure (tools/exec_plan.c floor_below); `from` when none below fits. */

@@ -72,6 +72,7 @@ static void print_plan(const struct hp_plan_summary *p, const char *what, const 
 
 int (*exec_floor_probe)(uint64_t b, char *node, size_t n, void *arg);
 void *exec_floor_arg;
+uint64_t exec_gmin_named;
 
 /* Probes of a search: a complete one takes at most 2 log2(pages) + 2 of
  * them (46 from 4 GiB), so the figure named does not depend on the
@@ -169,9 +170,9 @@ static int smallest_budget(const struct hp_graph *gmin, const struct hp_exec_opt
 		return hp_error(-ENOMEM, "out of memory");
 	o1.budget = 1;
 	o1.no_split = 1;
-	rc = hp_plan_summarize_min(gmin, &o1, q);
+	rc = exec_gmin_named ? HP_EBUDGET_OP : hp_plan_summarize_min(gmin, &o1, q);
 	if (rc == HP_EBUDGET_OP) {
-		p->min_budget = o1.budget = hp_exec_min_budget();
+		p->min_budget = o1.budget = exec_gmin_named ? exec_gmin_named : hp_exec_min_budget();
 		rc = hp_plan_summarize_min(gmin, &o1, q);
 		if (rc == 0 && q->min_budget == p->min_budget) {
 			snprintf(node, sizeof node, "%s", q->min_node);
@@ -206,13 +207,14 @@ int exec_plan_only(const struct hp_graph *g, const struct hp_exec_opts *o, const
 		return rc;
 	if (!c->plan)
 		return 0;
-	uint64_t state = 0, swapped = 0, foot = 0;
+	struct hp_plan_foot f;
 	struct hp_remat_figures stash;
 	char a[32], b[32], t[32];
 
-	rc = hp_plan_summarize_stash(g, o, &p, &stash);
-	if (rc == 0)
-		rc = hp_plan_footprint(g, o, &state, &swapped, &foot);
+	rc = hp_plan_summarize_foot(g, o, &p, &stash, &f);
+	if (rc == 0 && !f.known)
+		rc = hp_plan_footprint(g, o, &f.state, &f.swapped, &f.peak);
+	uint64_t state = f.state, swapped = f.swapped, foot = f.peak;
 	if (rc == 0 && gmin)
 		rc = smallest_budget(gmin, o, &p);
 	if (rc < 0)

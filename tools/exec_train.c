@@ -583,10 +583,13 @@ static int plan_step(const struct cli *c, const struct hp_trainer_opts *to, stru
 		int same = to->budget == 1 && !to->resume;
 		rc = same ? 0 : hp_trainer_create(c->model, &o1, &t1);
 		exec_floor_probe = floor_probe, exec_floor_arg = (void *)to, exec_floor_model = c->model;
+		/* its trainer planned the 1-byte step with o's threads and tiers */
+		exec_gmin_named = rc == 0 ? hp_trainer_refused_needs(same ? t : t1) : 0;
 		if (rc == 0)
 			rc = exec_plan_only(hp_trainer_graph(t), &o, c, " (one training step)",
 					    hp_trainer_graph(same ? t : t1));
 		exec_floor_probe = NULL;
+		exec_gmin_named = 0;
 		hp_trainer_destroy(t1);
 		return rc == 0 && c->plan ? exec_plan_comm(t, &o, c->bucket != 0) : rc;
 	}

@@ -337,6 +337,110 @@ static void test_room(void **state)
 	}
 }
 
+/* A budget the step does not fit: the pass changes nothing and says it
+ * was refused, leaving the figure a plan of the graph names (the
+ * trainer's budget check takes that refusal for its own, exec/train.c
+ * fits); a budget it fits is not refused. */
+static void test_refused(void **state)
+{
+	(void)state;
+	struct hp_speed_compute sc = { .threads = 1, .flops = { 1e5, 1e6, 1e7, 1e8 }, .gflops = { 5, 10, 20, 20 },
+				       .mem_GBps = 5, .dispatch_us = 2 };
+	struct hp_plan_opts po;
+	struct hp_remat_stats st;
+	struct hp_plan *p = NULL;
+	struct hp_graph *g = trained_chain(200, &sc, &po);
+	int n0 = g->nnodes, loss = g->outputs[g->noutputs - 1];
+
+	assert_int_equal(hp_remat_plan(g, loss, &po, &st), 0);
+	assert_int_equal(st.refused, 0);
+	n0 = g->nnodes;
+	po.budget = 4096;
+	assert_int_equal(hp_remat_plan(g, loss, &po, &st), 0);
+	assert_int_equal(st.refused, 1);
+	assert_int_equal(g->nnodes, n0);
+	uint64_t named = hp_exec_min_budget();
+	assert_true(named > po.budget);
+	hp_plan_needed = 0;
+	assert_int_equal(hp_plan_build(g, &po, &p), HP_EBUDGET_OP);
+	assert_true(hp_exec_min_budget() == named);
+	hp_graph_free(g);
+}
+
+/* Two plans of one graph alike: schedule, moves and times. */
+static void same_plan(const struct hp_plan *a, const struct hp_plan *b)
+{
+	assert_int_equal(a->nsteps, b->nsteps);
+	assert_int_equal(a->nacts, b->nacts);
+	assert_true(a->bytes_loaded == b->bytes_loaded && a->bytes_written == b->bytes_written);
+	assert_true(a->loads == b->loads && a->prefetched == b->prefetched && a->peak_bytes == b->peak_bytes);
+	assert_true(a->predicted_ms == b->predicted_ms);
+	assert_memory_equal(a->node, b->node, (size_t)a->nsteps * sizeof *a->node);
+	assert_memory_equal(a->acts, b->acts, (size_t)a->nacts * sizeof *a->acts);
+}
+
+/* The search's plan by Belady's policy (hp_remat_ext), which a trainer's
+ * budget check weighs the other policies against (hp_plan_build_from):
+ * handed out only where it recomputes nothing, and then the plan of the
+ * graph it leaves; built from it, the plan is hp_plan_build's.  Under
+ * the built-in speed models (no cache: what it chooses does not depend
+ * on figures measured under some load). */
+static void test_belady_handed(void **state)
+{
+	(void)state;
+	struct hp_speed_compute sc = { .threads = 1, .flops = { 1e5, 1e6, 1e7, 1e8 }, .gflops = { 5, 10, 20, 20 },
+				       .mem_GBps = 5, .dispatch_us = 2 };
+	int compared = 0, moved = 0;
+	char *xdg = getenv("XDG_CACHE_HOME") ? strdup(getenv("XDG_CACHE_HOME")) : NULL;
+	char *home = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
+
+	setenv("XDG_CACHE_HOME", "none", 1); /* relative: no cache (exec/speed_cache.c) */
+	setenv("HOME", "none", 1);
+
+	for (int q = 2; q <= 24; q += 2) {
+		struct hp_plan_opts po;
+		struct hp_exec_opts o;
+		struct hp_remat_stats st;
+		struct hp_plan *b = NULL, *p0 = NULL, *p = NULL, *pf = NULL;
+		void *model = NULL;
+		struct hp_graph *g = trained_chain(200, &sc, &po);
+		hp_exec_opts_init(&o, sizeof o);
+		o.threads = 1;
+		o.budget = po.budget * (uint64_t)q / 4;
+		assert_int_equal(hp_remat_ext(g, g->outputs[g->noutputs - 1], &o, 0, &st, &b), 0);
+		print_message("budget %llu: %d recomputed\n", (unsigned long long)o.budget, st.nodes);
+		if (st.nodes) {
+			assert_null(b);
+			hp_graph_free(g);
+			continue;
+		}
+		assert_non_null(b);
+		assert_int_equal(hp_plan_speed_opts(g, &o, &po, &model, 0), 0);
+		po.victims = 0;
+		assert_int_equal(hp_plan_build(g, &po, &p0), 0);
+		same_plan(b, p0);
+		po.victims = HP_PLAN_VICTIMS;
+		assert_int_equal(hp_plan_build(g, &po, &p), 0);
+		assert_int_equal(hp_plan_build_from(g, &po, b, &pf), 0);
+		same_plan(p, pf);
+		compared++;
+		moved += p->bytes_loaded > 0;
+		hp_plan_free(p0);
+		hp_plan_free(p);
+		hp_plan_free(pf);
+		free(model);
+		hp_graph_free(g);
+	}
+	print_message("%d plans compared, %d moving data\n", compared, moved);
+	if (xdg)
+		setenv("XDG_CACHE_HOME", xdg, 1);
+	if (home)
+		setenv("HOME", home, 1);
+	free(xdg);
+	free(home);
+	assert_true(compared > 0 && moved > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -345,6 +449,8 @@ int main(void)
 		cmocka_unit_test(test_dp_time_10000),
 		cmocka_unit_test(test_pass_10000),
 		cmocka_unit_test(test_room),
+		cmocka_unit_test(test_refused),
+		cmocka_unit_test(test_belady_handed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -145,7 +145,9 @@ static int trainer_fits(const struct model *m, uint64_t b)
  * probes from the forward graph: where it says refused, the trainer must
  * not fit.  Checked at budgets from one byte to the unsplit step's and
  * around the smallest budget the 1-byte trainer names (its probe lies one
- * page below); it must know some refusals, and not refuse that figure. */
+ * page below); it must know some refusals, and not refuse that figure.
+ * The 1-byte trainer knows its step refused naming the figure its plan
+ * names (hpdlf-exec's --plan takes it instead of planning it again). */
 static void sure_refusals_hold(void **state)
 {
 	int known = 0;
@@ -168,9 +170,14 @@ static void sure_refusals_hold(void **state)
 		eo.threads = 1, eo.budget = 1, eo.no_split = 1;
 		opts_of(m, 1, &p, &o);
 		assert_int_equal(hp_trainer_create(p.model, &o, &t), 0);
+		uint64_t trainer_named = hp_trainer_refused_needs(t); /* --plan takes it for the plan below */
+		hp_plan_needed = 0;
 		assert_int_equal(hp_plan_summarize(hp_trainer_graph(t), &eo, &q), HP_EBUDGET_OP);
 		hp_trainer_destroy(t);
 		uint64_t named = hp_exec_min_budget();
+		if (trainer_named != named)
+			fail_msg("%s: the 1-byte trainer was refused naming %llu, its step's plan names %llu", m->name,
+				 (unsigned long long)trainer_named, (unsigned long long)named);
 		const uint64_t budgets[] = { 1, whole / 16, whole / 8, whole / 4, whole / 2, named - 4096, named - 1, named };
 		for (size_t j = 0; j < sizeof budgets / sizeof *budgets; j++) {
 			uint64_t b = budgets[j] ? budgets[j] : 1;
@@ -195,11 +202,128 @@ static void sure_refusals_hold(void **state)
 	assert_true(known > 0);
 }
 
+/* hp_trainer_floor of model m at budget b, with the forward graph
+ * remembered from a graph-only trainer built at b0 (0: none remembered);
+ * *hit: answered from it; *built: forward graphs it built. */
+static uint64_t floor_after(const struct model *m, uint64_t b0, uint64_t b, int *hit, int *built)
+{
+	struct paths p;
+	struct hp_trainer_opts o;
+	struct hp_trainer *t = NULL;
+
+	hp_train_floor_forget();
+	if (b0) {
+		opts_of(m, b0, &p, &o);
+		assert_int_equal(hp_trainer_create(p.model, &o, &t), 0);
+		hp_trainer_destroy(t);
+	}
+	opts_of(m, b, &p, &o);
+	hp_train_floor_memo_hits = hp_train_floor_builds = 0;
+	uint64_t floor = hp_trainer_floor(p.model, &o);
+	*hit = hp_train_floor_memo_hits;
+	*built = hp_train_floor_builds;
+	return floor;
+}
+
+/* A probe's forward graph known from the one a trainer at another budget
+ * built (exec/train_floor.c): only where the weight split chooses alike,
+ * so its floor is the one the probe builds.  From trainers at one byte
+ * and at the unsplit step's budget / 8, probes from one byte to that
+ * budget: each floor the same as with nothing remembered, and the same
+ * retry with update_cut built (its would_cut); some answered from memory,
+ * and some not (their splits differ), some with that retry. */
+static void floor_memo_agrees(void **state)
+{
+	int hits = 0, misses = 0, retries = 0;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
+		const struct model *m = &models[i];
+		int n, hit;
+		uint64_t whole;
+		assert_int_equal(build(m, 0, &n, &whole), 0);
+		const uint64_t from[] = { 1, whole / 8 };
+		const uint64_t budgets[] = { 1, 4096, 40960, whole / 64, whole / 16, whole / 8, whole / 4 };
+		for (size_t a = 0; a < sizeof from / sizeof *from; a++)
+			for (size_t j = 0; j < sizeof budgets / sizeof *budgets; j++) {
+				int built0, built;
+				uint64_t b = budgets[j] ? budgets[j] : 1, fresh = floor_after(m, 0, b, &hit, &built0);
+				uint64_t known = floor_after(m, from[a], b, &hit, &built);
+				print_message("%s at %llu bytes after %llu: floor %llu, %s %llu\n", m->name,
+					      (unsigned long long)b, (unsigned long long)from[a], (unsigned long long)fresh,
+					      hit ? "remembered" : "built", (unsigned long long)known);
+				if (known != fresh)
+					fail_msg("%s at %llu bytes after a trainer at %llu: floor %llu, built %llu", m->name,
+						 (unsigned long long)b, (unsigned long long)from[a], (unsigned long long)known,
+						 (unsigned long long)fresh);
+				if (hit && built != built0 - 1)
+					fail_msg("%s at %llu bytes after a trainer at %llu: %d forward graphs built, %d "
+						 "with nothing remembered", m->name, (unsigned long long)b,
+						 (unsigned long long)from[a], built, built0);
+				hits += hit > 0;
+				misses += !hit;
+				retries += hit && built;
+			}
+	}
+	hp_train_floor_forget();
+	assert_true(hits > 0);
+	assert_true(misses > 0);
+	assert_true(retries > 0);
+}
+
+/* --plan's footprint taken from its summary's plan (exec/plan.h
+ * hp_plan_summarize_foot): where known, hp_plan_footprint's figures.
+ * The test models trained at a quarter and a half of their unsplit step,
+ * the speed models cached by a first summary. */
+static void foot_from_summary(void **state)
+{
+	int known = 0, moved = 0;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
+		const struct model *m = &models[i];
+		int n;
+		uint64_t whole;
+		assert_int_equal(build(m, 0, &n, &whole), 0);
+		for (uint64_t d = 2; d <= 4; d += 2) {
+			struct paths p;
+			struct hp_trainer_opts o;
+			struct hp_trainer *t = NULL;
+			struct hp_plan_summary q;
+			struct hp_plan_foot f;
+			struct hp_exec_opts eo;
+			uint64_t st, sw, pk;
+			opts_of(m, whole / d, &p, &o);
+			if (hp_trainer_create(p.model, &o, &t) < 0)
+				continue;
+			hp_exec_opts_init(&eo, sizeof eo);
+			eo.threads = 1, eo.budget = whole / d, eo.no_split = 1;
+			if (hp_plan_summarize(hp_trainer_graph(t), &eo, &q) == 0) {
+				assert_int_equal(hp_plan_summarize_foot(hp_trainer_graph(t), &eo, &q, NULL, &f), 0);
+				assert_int_equal(hp_plan_footprint(hp_trainer_graph(t), &eo, &st, &sw, &pk), 0);
+				print_message("%s at %llu bytes: footprint %llu %llu %llu%s\n", m->name,
+					      (unsigned long long)eo.budget, (unsigned long long)st, (unsigned long long)sw,
+					      (unsigned long long)pk, f.known ? ", the summary's" : "");
+				if (f.known && (f.state != st || f.swapped != sw || f.peak != pk))
+					fail_msg("%s at %llu bytes: the summary's footprint %llu %llu %llu", m->name,
+						 (unsigned long long)eo.budget, (unsigned long long)f.state,
+						 (unsigned long long)f.swapped, (unsigned long long)f.peak);
+				known += f.known;
+				moved += f.known && sw > 0;
+			}
+			hp_trainer_destroy(t);
+		}
+	}
+	assert_true(known > 0 && moved > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(floors_hold),
 		cmocka_unit_test(sure_refusals_hold),
+		cmocka_unit_test(floor_memo_agrees),
+		cmocka_unit_test(foot_from_summary),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
