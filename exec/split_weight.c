@@ -675,13 +675,9 @@ static uint64_t update_need(const struct hp_graph *g, int node, int slot, int co
 	return (uint64_t)copies * al(vbytes(g, w)) + (copies == 7 ? WS_ALIGN : 0);
 }
 
-/* The Concat holds every block and the whole weight at once: where that
- * alone exceeds the budget, a cut could never run (ResNet-18's 9-MiB
- * weights at 17 MB: refused where 16 MB ran uncut, the update fused into
- * the filter gradient, exec/fuse_grad_update.c). */
 static int update_wanted(const struct hp_graph *g, int node, int slot, uint64_t budget, int copies)
 {
-	return update_need(g, node, slot, copies) > budget && 2 * al(vbytes(g, g->nodes[node].inputs[slot])) <= budget;
+	return update_need(g, node, slot, copies) > budget;
 }
 
 static int cut_for_update(struct hp_graph *g, int node, int slot, uint64_t budget, uint64_t avail, int copies)
@@ -701,8 +697,6 @@ static int cut_for_update(struct hp_graph *g, int node, int slot, uint64_t budge
 			break;
 	r = (rows + k - 1) / k;
 	k = (rows + r - 1) / r;
-	if ((uint64_t)k * al(row * (uint64_t)r) + al(vbytes(g, w)) > budget)
-		return 0; /* the blocks' Concat would not fit (update_wanted) */
 	if (!(parts = calloc((size_t)k, sizeof *parts)))
 		return hp_error(-ENOMEM, "out of memory");
 	for (int j = 0; j < k && rc >= 0; j++)
