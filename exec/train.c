@@ -669,7 +669,8 @@ static int split_finer(const char *model, const struct hp_trainer_opts *o, struc
  * bound, not a target, and every budget from the smallest named up runs.
  * Once: the trainer at the figure named is created as any other (its own
  * retries), and its refusal is the one reported. */
-static int create_within(const char *model, const struct hp_trainer_opts *o, struct hp_trainer **tp, int rc)
+static int create_within(const char *model, const struct hp_trainer_opts *o, struct hp_trainer **tp, int rc,
+			 uint64_t need0)
 {
 	uint64_t need = hp_plan_needed, given = o->budget;
 	struct hp_trainer *t = *tp, *f = NULL;
@@ -683,6 +684,10 @@ static int create_within(const char *model, const struct hp_trainer_opts *o, str
 	 * (plan_step plans it and refuses); check it here */
 	if (rc == 0 && t->update_cut && t->o.graph_only && !fits(t))
 		rc = HP_EBUDGET_OP, need = hp_plan_needed;
+	/* the first build's figure where the retry's was larger (its weights
+	 * kept in blocks whose Concat needs more than the budget) */
+	if (need0 && need0 < given && (!need || need >= given))
+		need = need0;
 	if (!refused(rc) || !need || need >= given)
 		return r0;
 	hp_trainer_opts_init(&o1, sizeof o1);
@@ -694,13 +699,15 @@ static int create_within(const char *model, const struct hp_trainer_opts *o, str
 	depth--;
 	if (r < 0)
 		return r0 < 0 && refused(r) ? r : r0;
-	hp_log(HP_LOG_WARN, "%s: --budget %llu leaves its step less room than %llu bytes would (a larger store chunk's "
+	hp_log(hp_trainer_within_quiet ? HP_LOG_DEBUG : HP_LOG_WARN, "%s: --budget %llu leaves its step less room than %llu bytes would (a larger store chunk's "
 	       "staging, or scratch held for the session): it runs within %llu bytes", model,
 	       (unsigned long long)given, (unsigned long long)need, (unsigned long long)need);
 	hp_trainer_destroy(t);
 	*tp = f;
 	return 0;
 }
+
+int hp_trainer_within_quiet;
 
 uint64_t hp_trainer_run_budget(const struct hp_trainer *t)
 {
@@ -710,6 +717,7 @@ uint64_t hp_trainer_run_budget(const struct hp_trainer *t)
 int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct hp_trainer **out)
 {
 	struct hp_trainer *t;
+	uint64_t need0;
 	int rc;
 
 	*out = NULL;
@@ -722,6 +730,7 @@ int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct
 	if ((rc = check_lr(o)) < 0)
 		return rc;
 	rc = create_once(model, o, 0, 0, &t);
+	need0 = !refused(rc) ? 0 : t && t->remat_refused ? t->remat_needed : hp_plan_needed; /* hp_trainer_refused_needs */
 	if ((rc == HP_EBUDGET || rc == HP_EBUDGET_OP) && t->o.budget && t->nranks <= 1 && !t->pipe &&
 	    !t->update_would_cut && t->fits_refused) {
 		/* no weight to keep in blocks: the retry below would build this
@@ -736,7 +745,7 @@ int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct
 	}
 	if (refused(rc) || (rc == 0 && t->fits_refused))
 		rc = split_finer(model, o, &t, rc);
-	rc = create_within(model, o, &t, rc);
+	rc = create_within(model, o, &t, rc, need0);
 	if (rc < 0) {
 		hp_trainer_destroy(t);
 		return rc;

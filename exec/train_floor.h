@@ -31,6 +31,10 @@ int hp_trainer_sure_refused(const char *model, const struct hp_trainer_opts *o);
  * refusal named where the budget given left its step less room
  * (exec/train.c, create_within). */
 uint64_t hp_trainer_run_budget(const struct hp_trainer *t);
+/* Nonzero: hp_trainer_create runs within a smaller figure without a
+ * warning (the floor probes of --plan and of a refusal: a budget that
+ * runs so runs). */
+extern int hp_trainer_within_quiet;
 
 /* The figure trainer t's step was refused with at its budget by its own
  * check (graph-only: the recompute search planned it and was refused,

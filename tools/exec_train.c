@@ -547,9 +547,12 @@ static int floor_probe(uint64_t b, char *node, size_t n, void *arg)
 	o1.resume = 0;
 	if (hp_trainer_sure_refused(model, &o1) == 1)
 		return 0; /* its forward graph shows it: no trainer built */
+	hp_trainer_within_quiet++;
 	rc = hp_trainer_create(model, &o1, &t);
+	hp_trainer_within_quiet--;
 	hp_exec_opts_init(&o, sizeof o);
-	o.threads = o1.threads, o.budget = b, o.seed = o1.seed, o.ntiers = o1.ntiers, o.tiers = o1.tiers;
+	/* planned at the budget it runs within (b, or a smaller figure) */
+	o.threads = o1.threads, o.budget = rc == 0 ? hp_trainer_run_budget(t) : b, o.seed = o1.seed, o.ntiers = o1.ntiers, o.tiers = o1.tiers;
 	o.no_split = 1;
 	if (rc == 0 && (rc = hp_plan_summarize(hp_trainer_graph(t), &o, &q)) == 0)
 		snprintf(node, n, "%s", q.min_node ? q.min_node : "");
