@@ -22,7 +22,9 @@ PyTorch), a ResNet-18 at 64x64, batch 16, just above the budget where the
 store's chunk doubles (16 MiB: 2 MiB of staging where 1 MiB was, and the
 kernels' scratch held for the session): 16777216-17604607 bytes were
 refused naming 16556032 or 17604608 while 13631488 ran; each must plan
-and one must train, to the in-core loss (exec/train.c, create_within).
+and one must train, to the in-core loss (exec/train.c, create_within);
+and one byte below the smallest budget --plan names is refused naming it
+(main named 17604608, the figure of the step above the chunk's step).
 With TOOLS_DIR (the source's tools/), the same for a batch of one cut into
 rows: the 3-D U-Net of tools/make_unet3d.py on one 48^3 volume.  A
 budget's target decides which nodes its band pass cuts, and 7.3-23.3 MB
@@ -140,6 +142,17 @@ def chunk_step_range(exe, bench, check):
                 os.path.join(tmp, "y.npy"), "--loss", "cross-entropy", "--optimizer", "sgd", "--lr", "0.01",
                 "--batch", "16", "--steps", "1", "--no-shuffle", "--quiet"]
         bad = 0
+        rc, out, err = run(exe, args + ["--plan"])
+        m = re.search(r"smallest budget +\S+ \S+ = (\d+) bytes", out)
+        if check(rc == 0 and m, "ResNet-18, batch 16: --plan names a smallest budget (exit %d)" % rc):
+            floor = int(m.group(1))
+            rc, _, err = run(exe, args + ["--budget", str(floor - 1), "--plan"])
+            m = re.search(r"smallest budget that works is (\d+) bytes", err)
+            bad += not check(rc == 2 and m and int(m.group(1)) == floor,
+                             "ResNet-18: %d B refused naming the %d B --plan names (exit %d, named %s; main "
+                             "named 17604608)" % (floor - 1, floor, rc, m.group(1) if m else "nothing"))
+        else:
+            bad += 1
         for b in (16777216, 17039360, 17301504, 17563648):
             rc, out, err = run(exe, args + ["--budget", str(b), "--plan"])
             bad += not check(rc == 0 and "plan for" in out, "ResNet-18, batch 16: %d B (the 16 MiB chunk step + "
