@@ -688,7 +688,10 @@ static int create_within(const char *model, const struct hp_trainer_opts *o, str
 	 * kept in blocks whose Concat needs more than the budget) */
 	if (need0 && need0 < given && (!need || need >= given))
 		need = need0;
-	if (!refused(rc) || !need || need >= given)
+	/* from 64 MiB the budget bounds the whole process, below it the
+	 * tensors: a figure below 64 MiB does not stand in for one above
+	 * (--store at 64 MiB, its fixed overhead filling them, is refused) */
+	if (!refused(rc) || !need || need >= given || (given >= HP_BUDGET_PROCESS_FROM) != (need >= HP_BUDGET_PROCESS_FROM))
 		return r0;
 	hp_trainer_opts_init(&o1, sizeof o1);
 	memcpy(&o1, o, o->size < sizeof o1 ? o->size : sizeof o1);
