@@ -1789,6 +1789,72 @@ static void test_readahead(void **state)
 	free(file);
 }
 
+/* Read-ahead that landed stays for its pin when a chunk of the same data
+ * set comes first (the trainer's prefetch or gather of rows it did not
+ * read ahead): attaching that chunk took the data set's frames for
+ * discarded ones and freed them all, and under load LeNet's steps took
+ * none of the batch they had read ahead (read-ahead at 531016 B). */
+static void test_readahead_kept(void **state)
+{
+	struct hs_store_opts o;
+	struct hs_store *st;
+	const uint64_t bytes = 6 * CS;
+	unsigned char *file = malloc(bytes + 4096), *p;
+	const char *path = tu_path(tu_disk_dir(), "ahead_kept.bin");
+	struct hs_tensor_info ti = { .bytes = bytes, .dtype = HP_U8 };
+	struct hs_tensor *t, *u;
+	struct hs_prefetch *h;
+	struct hs_readahead_stats r;
+	uint64_t s = seed + 1;
+
+	(void)state;
+	for (uint64_t i = 0; i < bytes + 4096; i++)
+		file[i] = (unsigned char)tu_rand(&s);
+	FILE *f = fopen(path, "w");
+	assert_int_equal(fwrite(file, 1, bytes + 4096, f), bytes + 4096);
+	fclose(f);
+	tu_opts(&o, CFG_NVME, CS, 8, 16, "ahead_kept");
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_create_backed(st, &ti, path, 4096, &t), 0);
+	assert_int_equal(hs_readahead(&(struct hs_range){ t, 0, 2 }, 1, UINT64_MAX, &h), 0);
+	assert_non_null(h);
+	assert_int_equal(hs_prefetch_wait(h), 0); /* landed: kept, outside the budget */
+	/* rows the step did not read ahead, before those it did */
+	assert_int_equal(hs_pin(t, 4, 1, HS_PIN_READ, (void **)&p), 0);
+	assert_memory_equal(p, file + 4096 + 4 * CS, CS);
+	assert_int_equal(hs_unpin(t, 4, 1), 0);
+	ra_stats(st, &r);
+	assert_int_equal(r.lost, 0);
+	assert_int_equal(hs_pin(t, 0, 2, HS_PIN_READ, (void **)&p), 0);
+	assert_memory_equal(p, file + 4096, 2 * CS);
+	assert_int_equal(hs_unpin(t, 0, 2), 0);
+	ra_stats(st, &r);
+	assert_int_equal(r.taken, 2 * CS);
+	assert_int_equal(r.lost, 0);
+	hs_store_close(st);
+	/* nor for the run of another tensor, which asked for room for all of
+	 * it: read-ahead goes only for room a chunk itself needs */
+	assert_int_equal(hs_store_open(&o, &st), 0);
+	assert_int_equal(hs_tensor_create_backed(st, &ti, path, 4096, &t), 0);
+	assert_int_equal(hs_readahead(&(struct hs_range){ t, 0, 2 }, 1, UINT64_MAX, &h), 0);
+	assert_non_null(h);
+	assert_int_equal(hs_prefetch_wait(h), 0);
+	assert_int_equal(hs_tensor_create(st, &(struct hs_tensor_info){ .bytes = 7 * CS, .dtype = HP_U8 }, &u), 0);
+	assert_int_equal(hs_pin(u, 0, 1, HS_PIN_OVERWRITE, (void **)&p), 0);
+	memset(p, 0x5a, CS);
+	assert_int_equal(hs_unpin(u, 0, 1), 0);
+	ra_stats(st, &r);
+	assert_int_equal(r.lost, 0);
+	assert_int_equal(hs_pin(t, 0, 2, HS_PIN_READ, (void **)&p), 0);
+	assert_memory_equal(p, file + 4096, 2 * CS);
+	assert_int_equal(hs_unpin(t, 0, 2), 0);
+	ra_stats(st, &r);
+	assert_int_equal(r.taken, 2 * CS);
+	assert_int_equal(r.lost, 0);
+	hs_store_close(st);
+	free(file);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1803,6 +1869,7 @@ int main(void)
 		cmocka_unit_test(test_prefetch_stats),
 		cmocka_unit_test(test_keep_clean),
 		cmocka_unit_test(test_readahead),
+		cmocka_unit_test(test_readahead_kept),
 		cmocka_unit_test(test_prefetch_many),
 		cmocka_unit_test(test_rss),
 		cmocka_unit_test(test_threads),
