@@ -676,6 +676,7 @@ static int create_within(const char *model, const struct hp_trainer_opts *o, str
 	struct hp_trainer *t = *tp, *f = NULL;
 	struct hp_trainer_opts o1;
 	static int depth;
+	static char msg[4096];
 	int r0 = rc;
 
 	if (depth || !given || !t || t->nranks > 1 || t->pipe)
@@ -697,14 +698,20 @@ static int create_within(const char *model, const struct hp_trainer_opts *o, str
 	memcpy(&o1, o, o->size < sizeof o1 ? o->size : sizeof o1);
 	o1.size = sizeof o1;
 	o1.budget = need;
+	/* failing, the refusal reported is the budget given's, not this one's */
+	snprintf(msg, sizeof msg, "%s", hp_errmsg());
+	uint64_t needed = hp_plan_needed;
 	depth++;
 	int r = hp_trainer_create(model, &o1, &f);
 	depth--;
-	if (r < 0)
-		return r0 < 0 && refused(r) ? r : r0;
-	hp_log(hp_trainer_within_quiet ? HP_LOG_DEBUG : HP_LOG_WARN, "%s: --budget %llu leaves its step less room than %llu bytes would (a larger store chunk's "
-	       "staging, or scratch held for the session): it runs within %llu bytes", model,
-	       (unsigned long long)given, (unsigned long long)need, (unsigned long long)need);
+	if (r < 0) {
+		hp_plan_needed = needed;
+		return r0 < 0 ? hp_error(r0, "%s", msg) : r0;
+	}
+	hp_log(hp_trainer_within_quiet ? HP_LOG_DEBUG : HP_LOG_WARN,
+	       "%s: --budget %llu leaves its step less room than %llu bytes would (a larger store chunk's staging, or "
+	       "scratch held for the session): it runs within %llu bytes",
+	       model, (unsigned long long)given, (unsigned long long)need, (unsigned long long)need);
 	hp_trainer_destroy(t);
 	*tp = f;
 	return 0;
