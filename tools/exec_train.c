@@ -625,6 +625,16 @@ static int refusal_floor(const struct cli *c, const struct hp_trainer_opts *to, 
 	exec_floor_probe = NULL;
 	if (s >= named || s <= to->budget) /* nothing lower fits, or the budget given lies above a fit */
 		return hp_error(rc, "%s", msg);
+	/* the node the message began with is that of the step cut for the
+	 * budget given (ResNet-18 below its 13631488: a Concat needing 18 MB
+	 * of the build with weights in blocks); name the floor's instead */
+	char *nd = node[0] ? strstr(msg, "node '") : NULL;
+	if (nd) {
+		snprintf(nd, sizeof msg - (size_t)(nd - msg), "node '%s' needs more at once than --budget %llu leaves it; "
+			 "the smallest budget that works is %llu bytes (--budget %lluK)", node,
+			 (unsigned long long)to->budget, (unsigned long long)s, (unsigned long long)((s + 1023) / 1024));
+		return hp_error(rc, "%s", msg);
+	}
 	snprintf(at + strlen(tag), sizeof msg - (size_t)(at + strlen(tag) - msg), "%llu bytes (--budget %lluK)",
 		 (unsigned long long)s, (unsigned long long)((s + 1023) / 1024));
 	return hp_error(rc, "%s", msg);
