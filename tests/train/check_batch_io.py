@@ -118,8 +118,12 @@ def at_budgets(exe, args, tmp, ref, env, pre, read_MBps=None):
             check(rd + kept == plan_rd, pre + "at %d step %d read %d B and took %d B back from kept frames, --plan says "
                   "%d B" % (b, s["step"], rd, kept, plan_rd))
         # the write-backs read again before their frames were needed
-        # elsewhere are not read (exec/runtime.c: keep_clean)
-        check(kept_any or b != BUDGETS[0], pre + "at %d some loads took their kept frames back" % b)
+        # elsewhere are not read (exec/runtime.c: keep_clean); whether a
+        # frame is still there when its load comes is the runtime's timing,
+        # so this is expected of the measured model's plan only: under the
+        # pinned slow-memory model a loaded CI run took none back (every
+        # load read, and read + kept still equalled the plan's bytes)
+        check(kept_any or b != BUDGETS[0] or read_MBps, pre + "at %d some loads took their kept frames back" % b)
 
 
 def main():
