@@ -1699,6 +1699,18 @@ static void ra_stats(struct hs_store *st, struct hs_readahead_stats *r)
 	assert_int_equal(hs_store_readahead_stats(st, r), 0);
 }
 
+/* file[0, n) drawn from *s, written to path: a data set's backing file. */
+static void random_file(const char *path, unsigned char *file, uint64_t n, uint64_t *s)
+{
+	FILE *f;
+
+	for (uint64_t i = 0; i < n; i++)
+		file[i] = (unsigned char)tu_rand(s);
+	assert_non_null(f = fopen(path, "w"));
+	assert_int_equal(fwrite(file, 1, n, f), n);
+	fclose(f);
+}
+
 static void test_readahead(void **state)
 {
 	struct hs_store_opts o;
@@ -1714,11 +1726,7 @@ static void test_readahead(void **state)
 	uint64_t s = seed;
 
 	(void)state;
-	for (uint64_t i = 0; i < bytes + 4096; i++)
-		file[i] = (unsigned char)tu_rand(&s);
-	FILE *f = fopen(path, "w");
-	assert_int_equal(fwrite(file, 1, bytes + 4096, f), bytes + 4096);
-	fclose(f);
+	random_file(path, file, bytes + 4096, &s);
 	tu_opts(&o, CFG_NVME, CS, 4, 16, "ahead");
 	assert_int_equal(hs_store_open(&o, &st), 0);
 	assert_int_equal(hs_tensor_create_backed(st, &ti, path, 4096, &t), 0);
@@ -1824,11 +1832,7 @@ static void test_readahead_kept(void **state)
 	uint64_t s = seed + 1;
 
 	(void)state;
-	for (uint64_t i = 0; i < bytes + 4096; i++)
-		file[i] = (unsigned char)tu_rand(&s);
-	FILE *f = fopen(path, "w");
-	assert_int_equal(fwrite(file, 1, bytes + 4096, f), bytes + 4096);
-	fclose(f);
+	random_file(path, file, bytes + 4096, &s);
 	tu_opts(&o, CFG_NVME, CS, 8, 16, "ahead_kept");
 	assert_int_equal(hs_store_open(&o, &st), 0);
 	assert_int_equal(hs_tensor_create_backed(st, &ti, path, 4096, &t), 0);
