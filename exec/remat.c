@@ -31,6 +31,7 @@ struct ctx {
 	int *item_node, nitems;        /* forward nodes in schedule order */
 	struct hp_remat_item *items;
 	uint64_t room; /* the tiers' capacity (0: not bounded) */
+	struct hp_plan *best_plan; /* *best's Belady plan (try_choice), handed on as plan_room's belady */
 };
 
 static double now_ms(void)
@@ -216,6 +217,9 @@ static int try_choice(struct ctx *c, const char *rec, double *best_ms, struct hp
 		hp_graph_free(*best);
 		*best = cp;
 		cp = NULL;
+		hp_plan_free(c->best_plan);
+		c->best_plan = p;
+		p = NULL;
 	}
 	hp_plan_free(p);
 	hp_graph_free(cp);
@@ -380,6 +384,10 @@ static int plan_room(struct hp_graph *g, int loss, const struct hp_plan_opts *po
 	if (rc == 0 && best) {
 		hp_split_graph_adopt(g, best);
 		count(g, st);
+		if (belady) { /* it plans g as adopted: the summary need not plan it again */
+			*belady = c.best_plan;
+			c.best_plan = NULL;
+		}
 	}
 	if (rc == 0 && !best && belady) { /* p0 plans g as it stays (the eager updates' when kept) */
 		*belady = p0;
@@ -388,6 +396,7 @@ static int plan_room(struct hp_graph *g, int loss, const struct hp_plan_opts *po
 out:
 	st->plan_ms = now_ms() - t0;
 	hp_plan_free(p0);
+	hp_plan_free(c.best_plan);
 	free(c.fwd);
 	free(c.pers);
 	free(c.need);
