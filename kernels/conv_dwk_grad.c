@@ -248,7 +248,12 @@ DKG_TARGET static DKG_INLINE void dkg_rows(const int K, const int S, const int R
 {
 	__m512 A[4 * 7], z = _mm512_setzero_ps();
 
+	/* Every loop over A unrolled (the 28 of a 7x7's first pass too, past
+	 * GCC's own limit): one left rolled and GCC keeps A on the stack,
+	 * storing and reloading all R K sums around the position loop (the
+	 * sums stay in registers only inside it) */
 	__asm__("" : "+v"(z)); /* else GCC zeroes A in memory (conv_dw_grad.c's dwg_rows) */
+#pragma GCC unroll 28
 	for (int k = 0; k < R * K; k++)
 		A[k] = z;
 	for (int64_t o = 0; o < ow; o++) {
@@ -257,10 +262,13 @@ DKG_TARGET static DKG_INLINE void dkg_rows(const int K, const int S, const int R
 		int64_t xo = o * S * DKG_L;
 		__asm__("" : "+r"(xo));
 		__m512 g = _mm512_loadu_ps(d + o * DKG_L);
+#pragma GCC unroll 4
 		for (int r = 0; r < R; r++)
+#pragma GCC unroll 7
 			for (int kw = 0; kw < K; kw++)
 				A[r * K + kw] = _mm512_fmadd_ps(g, _mm512_loadu_ps(x[r] + xo + kw * DKG_L), A[r * K + kw]);
 	}
+#pragma GCC unroll 28
 	for (int k = 0; k < R * K; k++)
 		u[k] = _mm512_add_ps(u[k], A[k]);
 }

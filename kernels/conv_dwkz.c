@@ -44,8 +44,11 @@
 #define DKZ_STEP 9     /* outputs of a step at most (independent FMA chains) */
 #define DKZ_MAXK 7
 /* Padded input positions at most: the plane and the outputs stay in L1
- * (a 14x14 plane under a 5x5 window: 324 positions, 20 KiB). */
-#define DKZ_MAX_IN 400
+ * (a 14x14 plane under a 5x5 window: 324 positions, 20 KiB); up to a 5x5
+ * at stride 2 from 24x24 to 12x12 (27x27 positions, 46 KiB: MNASNet's
+ * and EfficientNet-B0's at 96x96, conv_dwk.c's rows 12.5 us, these 9.4
+ * at 48 channels). */
+#define DKZ_MAX_IN 729
 #define DKZ_MAX_OUT 256
 #define DKZ_UNITS_PER_THREAD 8
 

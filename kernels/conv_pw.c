@@ -27,7 +27,8 @@
  * columns of which 15 were wasted; with tails of 1 or 2 those tiles are
  * 8 rows (PW_MR512; 1x1 at 7x7: 175 -> 250 GFLOP/s per CPU-second).  The
  * fused epilogue (FusedConv) runs on each micro-tile's rows after its
- * last k chunk, while they are in cache. */
+ * last k chunk, while they are in cache: in pw_tile512's registers before
+ * the store, elsewhere as a pass over the stored tile. */
 #include <stdint.h>
 #include <string.h>
 
@@ -162,16 +163,63 @@ PW_TARGET static PW_INLINE void pw_tile(const int mr, const int nv, int64_t kc, 
 		fma_finish_tile(mr, nv, y, ldy, ncols, f, add);
 }
 
+/* v = act(v + the addend at add (ADD; lanes in mk)) as fma_finish
+ * computes it on eight lanes, operation for operation (the same compare
+ * and select for Relu and Clip, HardSwish's multiply and add
+ * uncontracted), so the same bits. */
+PW_TARGET512 static PW_INLINE __m512 pw_fin512(const int act, const int add, __m512 v, const float *a, __mmask16 mk,
+					      __m512 lo, __m512 hi)
+{
+	__m512 z = _mm512_setzero_ps(), t;
+
+	if (add)
+		v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, a));
+	switch (act) {
+	case HP_EPI_RELU: return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, z, _CMP_LT_OQ), v, z);
+	case HP_EPI_CLIP:
+		t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), v, hi);
+		return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), t, lo);
+	case HP_EPI_HSWISH:
+		t = _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.0f / 6.0f)), _mm512_set1_ps(0.5f));
+		t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, z, _CMP_LT_OQ), t, z);
+		t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, _mm512_set1_ps(1.0f), _CMP_GT_OQ), t,
+					 _mm512_set1_ps(1.0f));
+		return _mm512_mul_ps(v, t);
+	default: return v;
+	}
+}
+
+/* The epilogue on pw_tile512's accumulators (rows r < mr, np vectors, the
+ * last of `part` lanes), the addend (ADD) at add in y's layout.  Every
+ * loop unrolled: one left rolled and GCC keeps acc in memory. */
+PW_TARGET512 static PW_INLINE void pw_fin_tile512(const int act, const int add, const int mr, const int np,
+						  __m512 (*acc)[3], const float *a, int64_t ldy, int part,
+						  const struct hp_fma_fin *f)
+{
+	__m512 lo = _mm512_set1_ps(f->lo), hi = _mm512_set1_ps(f->hi);
+	__mmask16 mk = (__mmask16)((1u << part) - 1);
+
+	#pragma GCC unroll 16
+	for (int r = 0; r < mr; r++)
+		#pragma GCC unroll 16
+		for (int v = 0; v < np; v++)
+			acc[r][v] = pw_fin512(act, add, acc[r][v], add ? a + r * ldy + 16 * v : NULL,
+					      v < np - 1 ? (__mmask16)0xffff : mk, lo, hi);
+}
+
 /* AVX-512 (this machine's Zen 5 runs a 512-bit FMA per pipe, twice the
  * AVX2 tile's flops a cycle): np (1..3) panels of 16 columns side by side,
  * panel i at bp + i * ps (rows ldb apart), one zmm per row and panel (18
  * accumulators at most), the first ncols (np * 16 - 15 .. np * 16) stored.
  * Every lane is the AVX2 tile's chain (the same fused multiply-adds from
  * the bias, in k's order), so the same bits; tails are loaded masked and
- * stored through a buffer (masked stores are slow on AMD's cores). */
+ * stored through a buffer (masked stores are slow on AMD's cores).  f
+ * (a fused node's last k chunk): its epilogue on the accumulators, with
+ * the addend at add (y's layout), before they are stored. */
 PW_TARGET512 static PW_INLINE void pw_tile512(const int mr, const int np, int64_t kc, const float *a, int64_t lda,
 					      const float *bp, int64_t ldb, int64_t ps, float *y, int64_t ldy,
-					      int ncols, int first, const float *bias)
+					      int ncols, int first, const float *bias, const struct hp_fma_fin *f,
+					      const float *add)
 {
 	__m512 acc[PW_MR][3];
 	int part = ncols - 16 * (np - 1); /* columns of the last vector, 1..16 */
@@ -198,6 +246,23 @@ PW_TARGET512 static PW_INLINE void pw_tile512(const int mr, const int np, int64_
 				acc[r][1] = _mm512_fmadd_ps(w, b1, acc[r][1]);
 			if (np > 2)
 				acc[r][2] = _mm512_fmadd_ps(w, b2, acc[r][2]);
+		}
+	}
+	/* the epilogue (f: a fused node's last k chunk) in registers before
+	 * the store, not as a pass over the stored tile: at K 8-24 (MNASNet's
+	 * expansions at 24x24-48x48) that pass's loads, selects and stores
+	 * on eight lanes cost a third of the products' time */
+	if (f) {
+		switch (f->act * 2 + (add != NULL)) {
+#define PW_FIN(A)                                                                                     \
+	case 2 * (A): pw_fin_tile512(A, 0, mr, np, acc, add, ldy, part, f); break;                    \
+	case 2 * (A) + 1: pw_fin_tile512(A, 1, mr, np, acc, add, ldy, part, f); break;
+			PW_FIN(HP_EPI_NONE)
+			PW_FIN(HP_EPI_RELU)
+			PW_FIN(HP_EPI_CLIP)
+			PW_FIN(HP_EPI_HSWISH)
+#undef PW_FIN
+		default: break;
 		}
 	}
 	/* the partial vectors through t in a loop of their own: a copy loop
@@ -273,15 +338,15 @@ PW_TARGET512 static void pw_micro512r(int mr, int64_t kc, const float *a, int64_
 #define PW_CASE512(R)                                                                                 \
 	case R:                                                                                        \
 		if (np == 1)                                                                           \
-			pw_tile512(R, 1, kc, a, lda, bp, ldb, ps, y, ldy, ncols, first, bias);         \
+			pw_tile512(R, 1, kc, a, lda, bp, ldb, ps, y, ldy, ncols, first, bias, f, add); \
 		else if (np == 2)                                                                      \
-			pw_tile512(R, 2, kc, a, lda, bp, ldb, ps, y, ldy, ncols, first, bias);         \
+			pw_tile512(R, 2, kc, a, lda, bp, ldb, ps, y, ldy, ncols, first, bias, f, add); \
 		else                                                                                   \
-			pw_tile512(R, 3, kc, a, lda, bp, ldb, ps, y, ldy, ncols, first, bias);         \
+			pw_tile512(R, 3, kc, a, lda, bp, ldb, ps, y, ldy, ncols, first, bias, f, add); \
 		break;
 
-/* mr rows by np panels (ncols columns, the epilogue f as pw_tile's, per
- * 16 columns after the store). */
+/* mr (1..PW_MR) rows by np panels (ncols columns), the epilogue f in the
+ * tile's registers. */
 PW_TARGET512 static void pw_micro512(int mr, int np, int64_t kc, const float *a, int64_t lda, const float *bp,
 				     int64_t ldb, int64_t ps, float *y, int64_t ldy, int ncols, int first,
 				     const float *bias, const struct hp_fma_fin *f, const float *add)
@@ -295,10 +360,6 @@ PW_TARGET512 static void pw_micro512(int mr, int np, int64_t kc, const float *a,
 		PW_CASE512(6)
 	default:
 		break;
-	}
-	for (int v = 0; f && v * PW_NR < ncols; v++) {
-		int nc = ncols - v * PW_NR < PW_NR ? ncols - v * PW_NR : PW_NR;
-		fma_finish_tile(mr, nc > 8 ? 2 : 1, y + v * PW_NR, ldy, nc, f, add ? add + v * PW_NR : NULL);
 	}
 }
 

@@ -764,8 +764,10 @@ static void test_pw_bands(void **state)
  * columns, 196's runs of 4, 3 and 2; a tail of 1 to 16) and on its AVX2
  * ones gives, bit for bit, the chains it promises: each output from its
  * bias (or 0), then fmaf(w[m][k], b[k][j], acc) for k = 0, 1, ..., K-1,
- * across the k chunks of 256; and the Clip after an addend as
- * hp_epi_span computes it.  Within 1e-5 of the sum of |terms| of a double
+ * across the k chunks of 256; and each epilogue done in the tiles'
+ * registers (Relu, Clip, HardSwish and none, after a full addend or
+ * without one; the sums pass the Clip's and HardSwish's bounds)
+ * as hp_epi_span computes it.  Within 1e-5 of the sum of |terms| of a double
  * reference.  Shapes: MobileNetV2's 7x7 (49 columns: 3 panels and 1
  * column) and 14x14 planes, rows of 1 to 13 (tails of the 6-row tiles),
  * K past a chunk, X rows wider than N (in place, ldb > N); tails of 1 to
@@ -788,7 +790,15 @@ static void test_pw_isa(void **state)
 		float *bias = malloc((size_t)M * sizeof(float)), *add = malloc((size_t)(M * N) * sizeof(float));
 		float *ref = malloc((size_t)(M * N) * sizeof(float)), *refe = malloc((size_t)(M * N) * sizeof(float));
 		float *y = malloc((size_t)(M * N) * sizeof(float));
-		struct hp_epi epi = { .act = HP_EPI_CLIP, .add = HP_EPI_ADD_FULL, .lo = 0.0f, .hi = 0.5f };
+		static const struct hp_epi epis[] = {
+			{ .act = HP_EPI_CLIP, .add = HP_EPI_ADD_FULL, .lo = 0.0f, .hi = 0.5f },
+			{ .act = HP_EPI_RELU, .add = HP_EPI_ADD_NONE },
+			{ .act = HP_EPI_RELU, .add = HP_EPI_ADD_FULL },
+			{ .act = HP_EPI_CLIP, .add = HP_EPI_ADD_NONE, .lo = -0.25f, .hi = 0.125f },
+			{ .act = HP_EPI_HSWISH, .add = HP_EPI_ADD_NONE },
+			{ .act = HP_EPI_HSWISH, .add = HP_EPI_ADD_FULL },
+			{ .act = HP_EPI_NONE, .add = HP_EPI_ADD_FULL },
+		};
 		float *arr[] = { w, b, bias, add };
 		int64_t len[] = { M * K, K * ldb, M, M * N };
 
@@ -808,20 +818,26 @@ static void test_pw_isa(void **state)
 					d += (double)w[m * K + k] * b[k * ldb + j];
 					mag += fabs((double)w[m * K + k] * b[k * ldb + j]);
 				}
-				ref[m * N + j] = refe[m * N + j] = acc;
+				ref[m * N + j] = acc;
 				assert_true(fabs((double)acc - d) <= 1e-5 * mag + 1e-30);
 			}
-		hp_epi_span(&epi, refe, add, 0, M * N);
 		for (int avx2 = 0; avx2 < 2; avx2++) {
 			hp_pw_set_avx2(avx2);
 			for (int64_t e = 0; e < M * N; e++)
 				y[e] = NAN;
 			hp_pw_gemm(M, N, K, w, K, b, ldb, i % 2 ? NULL : bias, y, N);
 			assert_memory_equal(y, ref, (size_t)(M * N) * sizeof(float));
-			for (int64_t e = 0; e < M * N; e++)
-				y[e] = NAN;
-			assert_int_equal(hp_pw_gemm_epi(M, N, K, w, K, b, ldb, i % 2 ? NULL : bias, y, N, &epi, add), 1);
-			assert_memory_equal(y, refe, (size_t)(M * N) * sizeof(float));
+			for (size_t q = 0; q < sizeof epis / sizeof epis[0]; q++) {
+				const struct hp_epi *epi = &epis[q];
+				memcpy(refe, ref, (size_t)(M * N) * sizeof(float));
+				hp_epi_span(epi, refe, add, 0, M * N);
+				for (int64_t e = 0; e < M * N; e++)
+					y[e] = NAN;
+				assert_int_equal(hp_pw_gemm_epi(M, N, K, w, K, b, ldb, i % 2 ? NULL : bias, y, N, epi,
+								epi->add == HP_EPI_ADD_FULL ? add : NULL), 1);
+				if (memcmp(y, refe, (size_t)(M * N) * sizeof(float)))
+					fail_msg("pw shape %zu, epilogue %zu, avx2 %d: not hp_epi_span's bits", i, q, avx2);
+			}
 		}
 		hp_pw_set_avx2(0);
 		free(w), free(b), free(bias), free(add), free(ref), free(refe), free(y);

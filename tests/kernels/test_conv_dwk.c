@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "kernels/conv_impl.h"
+#include "kernels/cpu.h"
 #include "kernels/eltwise_impl.h"
 #include "kernels/fused_impl.h"
 #include "tests/kernels/harness.h"
@@ -68,6 +69,10 @@ static const struct kc cases[] = {
 	{ 1, 24, 1, { 7, 7 }, 7, 1, { 1, 1 }, { 3, 3 }, { 3, 3 } },
 	{ 2, 18, 2, { 4, 4 }, 5, 2, { 1, 1 }, { 2, 2 }, { 2, 2 } },
 	{ 1, 16, 1, { 6, 6 }, 3, 1, { 2, 2 }, { 2, 2 }, { 2, 2 } },
+	/* its largest planes: 5x5 at stride 2 from 24x24 (27x27 padded, the
+	 * 24x24 above too), 7x7 at 16x16 (22x22 padded, 256 outputs) */
+	{ 2, 21, 1, { 24, 24 }, 5, 2, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 1, 17, 1, { 16, 16 }, 7, 1, { 1, 1 }, { 3, 3 }, { 3, 3 } },
 };
 
 static int64_t out_dim(const struct kc *t, int i)
@@ -689,7 +694,8 @@ static void test_flat16(void **state)
 }
 
 /* Which geometries take the path: not the undilated 3x3 (conv_dw3.c),
- * not 3-D, stride 3 or unequal strides, nor 4x4 windows. */
+ * not 3-D, stride 3 or unequal strides, nor 4x4 windows; and which take
+ * conv_dwkz.c's whole planes. */
 static void test_eligible(void **state)
 {
 	int64_t i0, i1;
@@ -717,6 +723,19 @@ static void test_eligible(void **state)
 	d.g.stride[1] = 2;
 	assert_false(hp_dwk_eligible(&d.g));
 	hp_dwk_set_mode(0);
+	/* conv_dwkz.c's planes: 24x24 -> 12x12 under 5x5 at stride 2 (27x27
+	 * padded), not 26x26 -> 13x13 (29x29) nor 33x31 -> 17x16 (272 outputs) */
+	if (!hp_cpu_avx512_fma())
+		return;
+	t = (struct kc){ 1, 16, 1, { 24, 24 }, 5, 2, { 1, 1 }, { 2, 2 }, { 2, 2 } };
+	d = geom(&t, 0, out_dim(&t, 0), &i0, &i1);
+	assert_true(hp_dwkz_on(&d.g));
+	t.in[0] = t.in[1] = 26;
+	d = geom(&t, 0, out_dim(&t, 0), &i0, &i1);
+	assert_false(hp_dwkz_on(&d.g));
+	t.in[0] = 33, t.in[1] = 31;
+	d = geom(&t, 0, out_dim(&t, 0), &i0, &i1);
+	assert_false(hp_dwkz_on(&d.g));
 }
 
 int main(void)
