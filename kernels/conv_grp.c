@@ -701,14 +701,14 @@ static GR_TARGET512 void gr_cf_put(const float *t, int nv, int valid, float *y, 
  * A 3x3 Conv of stride 1 and pads 1 at 5x5 (SqueezeNet's last expands)
  * spends 40 of every 225 products of a plane on the zero padding, at 3x3
  * (GoogLeNet's inception5) 104 of 225; ONNX Runtime and oneDNN never
- * multiply it.  These tiles are whole rows (or a row's segments) of one
- * row class, R rows x P columns x 32 channels: per (c, kh) the three
- * vectors of W^T's kw taps in registers, then each staged input element
- * of a row broadcast once and multiplied into the (up to three)
- * positions that read it, in order of the element, so that every
- * position still takes its taps in order of k = (c, kh, kw).  A tile
- * runs only the kh whose rows are in the image for some of its rows, and
- * leaves out the element left of column 0 and right of the last column.
+ * multiply it.  These tiles are R whole rows (or a row's segment) x P
+ * columns x 32 channels: per (c, kh) the three vectors of W^T's kw taps
+ * in registers, then each staged input element of a row broadcast once
+ * and multiplied into the (up to three) positions that read it, in order
+ * of the element, so that every position still takes its taps in order
+ * of k = (c, kh, kw).  A row runs only the kh that read rows of the
+ * image (khm, 3 bits a row), and no row the element left of column 0 or
+ * right of the last column.
  *
  * Exactness: a skipped product is w * (+0) = +-0 for finite w, and
  * acc + (+-0) == acc bit for bit unless acc is -0, which a chain started
@@ -721,10 +721,11 @@ static GR_TARGET512 void gr_cf_put(const float *t, int nv, int valid, float *y, 
 
 static inline __attribute__((always_inline)) GR_TARGET512 void gr_cs_tile(const int R, const int P, const float *s,
 									   int64_t cin, int64_t plane, int64_t phw,
-									   int kh0, int kh1, int e0, int e1,
+									   unsigned khm, int e0, int e1,
 									   const float *wt, const float *bias,
 									   float *t)
 {
+	int kh0 = 0, kh1 = 3;
 	__m512 a[2][GR_CS_MAXP];
 
 	#pragma GCC unroll 16
@@ -734,6 +735,10 @@ static inline __attribute__((always_inline)) GR_TARGET512 void gr_cs_tile(const 
 		for (int i = 0; i < R * P; i++)
 			a[v][i] = b;
 	}
+	while (kh0 < 3 && !(khm & (01111u << kh0))) /* the kh some row reads (3 bits a row) */
+		kh0++;
+	while (kh1 > kh0 && !(khm & (01111u << (kh1 - 1))))
+		kh1--;
 	for (int64_t c = 0; c < cin; c++)
 		for (int kh = kh0; kh < kh1; kh++) {
 			const float *p = s + c * plane + kh * phw, *w = wt + (c * 9 + kh * 3) * 32;
@@ -741,7 +746,9 @@ static inline __attribute__((always_inline)) GR_TARGET512 void gr_cs_tile(const 
 			__m512 w10 = _mm512_loadu_ps(w + 32), w11 = _mm512_loadu_ps(w + 48);
 			__m512 w20 = _mm512_loadu_ps(w + 64), w21 = _mm512_loadu_ps(w + 80);
 			#pragma GCC unroll 16
-			for (int r = 0; r < R; r++)
+			for (int r = 0; r < R; r++) {
+				if (!(khm >> (3 * r + kh) & 1)) /* row r's tap kh reads padding */
+					continue;
 				#pragma GCC unroll 16
 				for (int e = 0; e <= P + 1; e++) {
 					if ((e == 0 && e0) || (e == P + 1 && e1))
@@ -757,6 +764,7 @@ static inline __attribute__((always_inline)) GR_TARGET512 void gr_cs_tile(const 
 						q[e - 2] = _mm512_fmadd_ps(w20, x, q[e - 2]),
 						u[e - 2] = _mm512_fmadd_ps(w21, x, u[e - 2]);
 				}
+			}
 		}
 	#pragma GCC unroll 16
 	for (int i = 0; i < R * P; i++) {
@@ -765,15 +773,15 @@ static inline __attribute__((always_inline)) GR_TARGET512 void gr_cs_tile(const 
 	}
 }
 
-typedef void (*gr_cs_fn)(const float *, int64_t, int64_t, int64_t, int, int, int, int, const float *, const float *,
+typedef void (*gr_cs_fn)(const float *, int64_t, int64_t, int64_t, unsigned, int, int, const float *, const float *,
 			 float *);
 
 #define GR_CS_FN(R, P)                                                                                          \
-	static GR_TARGET512 void gr_cs_##R##_##P(const float *s, int64_t cin, int64_t plane, int64_t phw, int kh0, \
-						 int kh1, int e0, int e1, const float *wt, const float *bias,    \
+	static GR_TARGET512 void gr_cs_##R##_##P(const float *s, int64_t cin, int64_t plane, int64_t phw,         \
+						 unsigned khm, int e0, int e1, const float *wt, const float *bias, \
 						 float *t)                                                       \
 	{                                                                                                       \
-		gr_cs_tile(R, P, s, cin, plane, phw, kh0, kh1, e0, e1, wt, bias, t);                           \
+		gr_cs_tile(R, P, s, cin, plane, phw, khm, e0, e1, wt, bias, t);                                \
 	}
 GR_CS_FN(1, 3)
 GR_CS_FN(2, 3)
@@ -824,19 +832,21 @@ static int gr_cs_ok(const struct gr_run *r, int64_t cb, const float *bias)
 	return 1;
 }
 
-/* Input rows of the image that output row oh's taps kh read: [*kh0, *kh1). */
-static void gr_cs_rows(const struct gr_geom *q, int64_t oh, int *kh0, int *kh1)
+/* The taps kh of output row oh that read rows of the image: bit kh. */
+static unsigned gr_cs_rows(const struct gr_geom *q, int64_t oh)
 {
-	int64_t top = q->pt - oh, bot = q->ih + q->pt - oh; /* kh reads row oh - pt + kh */
+	unsigned m = 0;
 
-	*kh0 = (int)(top > 0 ? top : 0);
-	*kh1 = (int)(bot < 3 ? (bot > *kh0 ? bot : *kh0) : 3);
+	for (int64_t kh = 0; kh < 3; kh++) /* kh reads row oh - pt + kh */
+		if (oh - q->pt + kh >= 0 && oh - q->pt + kh < q->ih)
+			m |= 1u << kh;
+	return m;
 }
 
 /* Rows [oh0, oh1) of the 32 channels whose panel is wt (the unit's
- * staging st), into y (channel co's plane): rows grouped by the kh they
- * read, whole rows in tiles of up to GR_CS_MAXP positions, or rows cut
- * into even segments where they are wider. */
+ * staging st), into y (channel co's plane): whole rows in tiles of up to
+ * GR_CS_MAXP positions, as even as the widest allows, each row running
+ * the kh it reads; wider rows cut into even segments. */
 static void gr_cs_block(const struct gr_run *r, int64_t oh0, int64_t oh1, const float *st, const float *wt,
 			const float *bias, float *y)
 {
@@ -844,34 +854,27 @@ static void gr_cs_block(const struct gr_run *r, int64_t oh0, int64_t oh1, const 
 	int64_t yv = q->oh * q->ow, ow = q->ow, cin = r->cv->cin_g;
 	float t[GR_CS_MAXP * 32];
 
-	for (int64_t oh = oh0; oh < oh1;) {
-		int kh0, kh1, a0, a1;
-		int64_t end = oh + 1;
-		gr_cs_rows(q, oh, &kh0, &kh1);
-		for (gr_cs_rows(q, end, &a0, &a1); end < oh1 && a0 == kh0 && a1 == kh1;)
-			gr_cs_rows(q, ++end, &a0, &a1);
-		if (ow <= GR_CS_MAXP) { /* whole rows, as even as the widest tile allows */
-			int64_t rmax = GR_CS_MAXP / ow, n = end - oh, nt = (n + rmax - 1) / rmax;
-			for (int64_t i = 0, h = oh; i < nt; i++) {
-				int R = (int)((end - h + (nt - i) - 1) / (nt - i));
-				gr_cs_pick(R, (int)ow)(st + (h - oh0) * q->phw, cin, q->plane, q->phw, kh0, kh1, 1, 1,
-						       wt, bias, t);
-				gr_cf_put(t, 2, (int)(R * ow), y + h * ow, yv);
-				h += R;
-			}
-		} else
-			for (int64_t h = oh; h < end; h++) {
-				int64_t ns = (ow + GR_CS_MAXP - 1) / GR_CS_MAXP;
-				for (int64_t i = 0, c0 = 0; i < ns; i++) {
-					int P = (int)((ow - c0 + (ns - i) - 1) / (ns - i));
-					gr_cs_pick(1, P)(st + (h - oh0) * q->phw + c0, cin, q->plane, q->phw, kh0, kh1,
-							 c0 == 0, c0 + P == ow, wt, bias, t);
-					gr_cf_put(t, 2, P, y + h * ow + c0, yv);
-					c0 += P;
-				}
-			}
-		oh = end;
+	if (ow <= GR_CS_MAXP) {
+		int64_t rmax = GR_CS_MAXP / ow, nt = (oh1 - oh0 + rmax - 1) / rmax;
+		for (int64_t i = 0, h = oh0; i < nt; i++) {
+			int R = (int)((oh1 - h + (nt - i) - 1) / (nt - i));
+			unsigned khm = 0;
+			for (int j = 0; j < R; j++)
+				khm |= gr_cs_rows(q, h + j) << (3 * j);
+			gr_cs_pick(R, (int)ow)(st + (h - oh0) * q->phw, cin, q->plane, q->phw, khm, 1, 1, wt, bias, t);
+			gr_cf_put(t, 2, (int)(R * ow), y + h * ow, yv);
+			h += R;
+		}
+		return;
 	}
+	for (int64_t h = oh0, ns = (ow + GR_CS_MAXP - 1) / GR_CS_MAXP; h < oh1; h++)
+		for (int64_t i = 0, c0 = 0; i < ns; i++) {
+			int P = (int)((ow - c0 + (ns - i) - 1) / (ns - i));
+			gr_cs_pick(1, P)(st + (h - oh0) * q->phw + c0, cin, q->plane, q->phw, gr_cs_rows(q, h), c0 == 0,
+					 c0 + P == ow, wt, bias, t);
+			gr_cf_put(t, 2, P, y + h * ow + c0, yv);
+			c0 += P;
+		}
 }
 
 /* gr_block's outputs on the co-lane forward tiles: W^T of group g into
