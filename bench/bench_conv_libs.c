@@ -5,7 +5,7 @@
  *
  *   hpdlf-bench-conv-libs [--reps N] [--class NAME[,NAME...]] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1]
  *                         [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1]
- *                         [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--dw-packed] [--fwd]
+ *                         [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--grp-packed] [--grp-skip 0|-1] [--dw-packed] [--fwd]
  *
  * --shift, --dot, --kxk and --grp force hpdlf's shift, dot, KxK and grouped
  * (conv_grp.c) paths (1), forbid them (-1)
@@ -13,7 +13,10 @@
  * --dwk -1 runs 5x5, 7x7 and dilated 3x3 depthwise windows on conv_dw.c's
  * generic rows instead of conv_dwk.c's channel blocks, and their dW on
  * conv_dw.c's generic loops instead of conv_dwk_grad.c's; --dw-packed
- * runs depthwise forwards from W laid out once, as inference in core does)
+ * runs depthwise forwards from W laid out once, as inference in core does;
+ * --grp-packed runs the forwards conv_grp.c's co-lane tiles take from W^T
+ * packed once the same way, --grp-skip -1 without skipping the padding's
+ * products in its 3x3 tiles)
  * or leave the choice to the planner (0, the default); --kxk-run 0 makes
  * the KxK path pack every block (conv_kxk_run.c's row-run blocks off);
  * --phase 1 runs a strided dX by phases (conv_grad_phase.c; off by
@@ -288,6 +291,10 @@ static int pwt_packed;
  * sixteen channels where inference packs it (hp_dw_packs: conv_dwkz.c,
  * conv_dwc.c's flat 3x3), the packing not timed. */
 static int dw_packed;
+/* --grp-packed: forwards that conv_grp.c's co-lane tiles take from W^T
+ * packed once (hp_grp_packs: dense Convs at small planes, grouped ones at
+ * tiny planes), as inference in core runs them, the packing not timed. */
+static int grp_packed;
 
 static double time_hpdlf(const struct cls *c, enum pass pass, int reps)
 {
@@ -312,6 +319,11 @@ static double time_hpdlf(const struct cls *c, enum pass pass, int reps)
 		wt = malloc((size_t)hp_pwt_packed_floats(c->m, c->c) * sizeof *wt);
 		hp_pwt_pack(t[1].data, c->m, c->c, wt);
 	}
+	float *wg = NULL;
+	if (grp_packed && pass == FWD && hp_grp_packs(cv)) {
+		wg = malloc((size_t)c->m * (size_t)(c->c / c->g) * (size_t)(c->k * c->k) * sizeof *wg);
+		hp_grp_pack(t[1].data, c->g, c->m / c->g, c->c / c->g * c->k * c->k, wg);
+	}
 	float *wd = NULL;
 	if (dw_packed && pass == FWD && hp_dw_packs(cv)) {
 		wd = malloc((size_t)hp_dwkz_packed_floats(c->m, c->k * c->k) * sizeof *wd);
@@ -319,7 +331,9 @@ static double time_hpdlf(const struct cls *c, enum pass pass, int reps)
 	}
 	for (int r = 0; r <= reps; r++) {
 		double t0 = now_ms();
-		if (wd)
+		if (wg)
+			hp_grp_forward_packed(cv, t[0].data, wg, NULL, t[2].data, a.ws, NULL, NULL, NULL);
+		else if (wd)
 			hp_dw_forward_packed(cv, t[0].data, t[1].data, wd, NULL, t[2].data, NULL, NULL, NULL);
 		else if (!wt || !hp_pwt_forward_packed(cv, t[0].data, wt, NULL, t[2].data, NULL, NULL, NULL))
 			n->op->run(n, &a);
@@ -329,6 +343,7 @@ static double time_hpdlf(const struct cls *c, enum pass pass, int reps)
 	free(a.ws);
 	free(wt);
 	free(wd);
+	free(wg);
 	for (int i = 0; i < 3; i++)
 		hp_tensor_free(&t[i]);
 	hp_graph_free(g);
@@ -864,13 +879,17 @@ int main(int argc, char **argv)
 			pwt_packed = atoi(argv[++i]) == 2;                 /* 2: always, from W^T packed once */
 			hp_pwt_set_mode(pwt_packed ? 1 : atoi(argv[i]));
 		}
+		else if (!strcmp(argv[i], "--grp-packed"))
+			grp_packed = 1;
+		else if (!strcmp(argv[i], "--grp-skip") && i + 1 < argc) /* -1: packed 3x3s multiply the padding */
+			hp_grp_set_skip(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--dw-packed"))
 			dw_packed = 1;
 		else if (!strcmp(argv[i], "--fwd"))
 			fwd_only = 1;
 		else {
 			fprintf(stderr,
-				"usage: %s [--reps N] [--class NAME[,NAME...]] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--dw-packed] [--fwd]\n",
+				"usage: %s [--reps N] [--class NAME[,NAME...]] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--grp-packed] [--grp-skip 0|-1] [--dw-packed] [--fwd]\n",
 				argv[0]);
 			return 2;
 		}

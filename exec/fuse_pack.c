@@ -31,6 +31,8 @@
  * transposed or gathered W at every run: dw5x5 at 3x3 planes 33 -> 40
  * GFLOP/s per CPU-second, dw3x3 at 7x7 28 -> 32). */
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,9 +236,22 @@ static int pack_source(struct hp_graph *g, int w, int64_t n, int64_t nf, const f
 	return hp_error(-ENOMEM, "cannot read '%s' to pack it", g->values[w].name);
 }
 
+/* Whether x[0 .. n) holds no Inf or NaN. */
+static int all_finite(const float *x, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		if (!isfinite(x[i]))
+			return 0;
+	return 1;
+}
+
 /* W [m][k] as conv_pwt.c's tiles read it (hp_pwt_pack), or for conv_grp.c
  * (group > 0: groups of m / group rows) as hp_grp_pack lays it out, a new
- * initializer; its value index. */
+ * initializer; its value index, or NO_PACK for a W of one group with an
+ * Inf or NaN: conv_grp.c's packed 3x3 tiles skip the padding's products
+ * w * 0, which is exact only for finite w (left unpacked, such a node runs
+ * the full chains, as it would out of core). */
+#define NO_PACK INT_MIN
 static int add_pwt(struct hp_graph *g, int w, int64_t m, int64_t k, int64_t group)
 {
 	int64_t nf = group ? m * k : hp_pwt_packed_floats(m, k);
@@ -250,6 +265,11 @@ static int add_pwt(struct hp_graph *g, int w, int64_t m, int64_t k, int64_t grou
 
 	if (rc < 0)
 		return rc;
+	if (group == 1 && !all_finite(x, m * k)) {
+		free(own);
+		free(dst);
+		return NO_PACK;
+	}
 	if (group)
 		hp_grp_pack(x, group, m / group, k, dst);
 	else
@@ -299,7 +319,9 @@ static int pack_pw_tiny(struct hp_graph *g, uint64_t *left, struct hp_fuse_repor
 		uint64_t bytes = (uint64_t)nf * sizeof(float);
 		if (bytes > *left)
 			continue;
-		if ((v = kind == TINY_DW ? add_dw(g, w, m, k) : add_pwt(g, w, m, k, group)) < 0)
+		if ((v = kind == TINY_DW ? add_dw(g, w, m, k) : add_pwt(g, w, m, k, group)) == NO_PACK)
+			continue;
+		if (v < 0)
 			return v;
 		if (hp_fz_is(&g->nodes[i], "Conv") && (rc = set_fused_conv(g, i)) < 0)
 			return rc;

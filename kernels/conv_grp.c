@@ -22,6 +22,7 @@
  * Units are independent and their bits do not depend on who runs them, so
  * the workers steal (hp_conv_steal): a late worker's rows run on the
  * caller instead of waiting for its wake-up. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -188,6 +189,12 @@ int hp_grp_wanted(const struct hp_conv *cv)
 #define GR_DENSE_MIN_POS 16
 
 static int gr_cf_mode; /* 0 auto, 1 whenever eligible, -1 never */
+static int gr_cs_mode; /* 0 auto, -1 never: the 3x3 tiles that skip the padding (gr_cs_block) */
+
+void hp_grp_set_skip(int mode)
+{
+	gr_cs_mode = mode;
+}
 
 void hp_grp_set_cofwd(int mode)
 {
@@ -690,6 +697,186 @@ static GR_TARGET512 void gr_cf_put(const float *t, int nv, int valid, float *y, 
 		}
 }
 
+/* ---- co-lane 3x3 tiles that skip the padding ----
+ * A 3x3 Conv of stride 1 and pads 1 at 5x5 (SqueezeNet's last expands)
+ * spends 40 of every 225 products of a plane on the zero padding, at 3x3
+ * (GoogLeNet's inception5) 104 of 225; ONNX Runtime and oneDNN never
+ * multiply it.  These tiles are R whole rows (or a row's segment) x P
+ * columns x 32 channels: per (c, kh) the three vectors of W^T's kw taps
+ * in registers, then each staged input element of a row broadcast once
+ * and multiplied into the (up to three) positions that read it, in order
+ * of the element, so that every position still takes its taps in order
+ * of k = (c, kh, kw).  A row runs only the kh that read rows of the
+ * image (khm, 3 bits a row), and no row the element left of column 0 or
+ * right of the last column.
+ *
+ * Exactness: a skipped product is w * (+0) = +-0 for finite w, and
+ * acc + (+-0) == acc bit for bit unless acc is -0, which a chain started
+ * from +0 (no bias) or from a bias other than -0 never is (x + y is -0
+ * only for -0 + -0 in round-to-nearest).  So with W finite, which the
+ * packer promises (exec/fuse_pack.c packs no W with an Inf or NaN), and no
+ * bias of -0 (checked per unit), every output has the bits of the full
+ * chain that the other tiles and paths compute, in core and out of core. */
+#define GR_CS_MAXP 12 /* positions a tile: 24 accumulators, 6 of W, 1 broadcast */
+
+static inline __attribute__((always_inline)) GR_TARGET512 void gr_cs_tile(const int R, const int P, const float *s,
+									   int64_t cin, int64_t plane, int64_t phw,
+									   unsigned khm, int e0, int e1,
+									   const float *wt, const float *bias,
+									   float *t)
+{
+	int kh0 = 0, kh1 = 3;
+	__m512 a[2][GR_CS_MAXP];
+
+	#pragma GCC unroll 16
+	for (int v = 0; v < 2; v++) {
+		__m512 b = bias ? _mm512_loadu_ps(bias + 16 * v) : _mm512_setzero_ps();
+		#pragma GCC unroll 16
+		for (int i = 0; i < R * P; i++)
+			a[v][i] = b;
+	}
+	while (kh0 < 3 && !(khm & (01111u << kh0))) /* the kh some row reads (3 bits a row) */
+		kh0++;
+	while (kh1 > kh0 && !(khm & (01111u << (kh1 - 1))))
+		kh1--;
+	for (int64_t c = 0; c < cin; c++)
+		for (int kh = kh0; kh < kh1; kh++) {
+			const float *p = s + c * plane + kh * phw, *w = wt + (c * 9 + kh * 3) * 32;
+			__m512 w00 = _mm512_loadu_ps(w), w01 = _mm512_loadu_ps(w + 16);
+			__m512 w10 = _mm512_loadu_ps(w + 32), w11 = _mm512_loadu_ps(w + 48);
+			__m512 w20 = _mm512_loadu_ps(w + 64), w21 = _mm512_loadu_ps(w + 80);
+			#pragma GCC unroll 16
+			for (int r = 0; r < R; r++) {
+				if (!(khm >> (3 * r + kh) & 1)) /* row r's tap kh reads padding */
+					continue;
+				#pragma GCC unroll 16
+				for (int e = 0; e <= P + 1; e++) {
+					if ((e == 0 && e0) || (e == P + 1 && e1))
+						continue;
+					__m512 x = _mm512_set1_ps(p[r * phw + e]);
+					__m512 *q = a[0] + r * P, *u = a[1] + r * P;
+					if (e < P) /* kw 0 of position e */
+						q[e] = _mm512_fmadd_ps(w00, x, q[e]), u[e] = _mm512_fmadd_ps(w01, x, u[e]);
+					if (e >= 1 && e - 1 < P) /* kw 1 of position e - 1 */
+						q[e - 1] = _mm512_fmadd_ps(w10, x, q[e - 1]),
+						u[e - 1] = _mm512_fmadd_ps(w11, x, u[e - 1]);
+					if (e >= 2) /* kw 2 of position e - 2 */
+						q[e - 2] = _mm512_fmadd_ps(w20, x, q[e - 2]),
+						u[e - 2] = _mm512_fmadd_ps(w21, x, u[e - 2]);
+				}
+			}
+		}
+	#pragma GCC unroll 16
+	for (int i = 0; i < R * P; i++) {
+		_mm512_storeu_ps(t + i * 32, a[0][i]);
+		_mm512_storeu_ps(t + i * 32 + 16, a[1][i]);
+	}
+}
+
+typedef void (*gr_cs_fn)(const float *, int64_t, int64_t, int64_t, unsigned, int, int, const float *, const float *,
+			 float *);
+
+#define GR_CS_FN(R, P)                                                                                          \
+	static GR_TARGET512 void gr_cs_##R##_##P(const float *s, int64_t cin, int64_t plane, int64_t phw,         \
+						 unsigned khm, int e0, int e1, const float *wt, const float *bias, \
+						 float *t)                                                       \
+	{                                                                                                       \
+		gr_cs_tile(R, P, s, cin, plane, phw, khm, e0, e1, wt, bias, t);                                \
+	}
+GR_CS_FN(1, 3)
+GR_CS_FN(2, 3)
+GR_CS_FN(3, 3)
+GR_CS_FN(4, 3)
+GR_CS_FN(1, 4)
+GR_CS_FN(2, 4)
+GR_CS_FN(3, 4)
+GR_CS_FN(1, 5)
+GR_CS_FN(2, 5)
+GR_CS_FN(1, 6)
+GR_CS_FN(2, 6)
+GR_CS_FN(1, 7)
+GR_CS_FN(1, 8)
+GR_CS_FN(1, 9)
+GR_CS_FN(1, 10)
+GR_CS_FN(1, 11)
+GR_CS_FN(1, 12)
+
+/* The tile of R rows of P columns (R * P <= GR_CS_MAXP, P >= 3). */
+static gr_cs_fn gr_cs_pick(int R, int P)
+{
+	static const gr_cs_fn t[GR_CS_MAXP + 1][5] = {
+		[3] = { NULL, gr_cs_1_3, gr_cs_2_3, gr_cs_3_3, gr_cs_4_3 },
+		[4] = { NULL, gr_cs_1_4, gr_cs_2_4, gr_cs_3_4 },
+		[5] = { NULL, gr_cs_1_5, gr_cs_2_5 },
+		[6] = { NULL, gr_cs_1_6, gr_cs_2_6 },
+		[7] = { NULL, gr_cs_1_7 }, [8] = { NULL, gr_cs_1_8 }, [9] = { NULL, gr_cs_1_9 },
+		[10] = { NULL, gr_cs_1_10 }, [11] = { NULL, gr_cs_1_11 }, [12] = { NULL, gr_cs_1_12 },
+	};
+
+	return t[P][R];
+}
+
+/* The unit's 32 channels from co on these tiles: W^T packed once (and so
+ * finite), a 3x3 window of stride and dilation 1 that pads one column on
+ * each side, at least 3 columns, and no bias lane of -0. */
+static int gr_cs_ok(const struct gr_run *r, int64_t cb, const float *bias)
+{
+	const struct gr_geom *q = &r->q;
+
+	if (gr_cs_mode < 0 || !r->wt || !r->dense || cb != 32 || q->kh != 3 || q->kw != 3 || q->sh != 1 ||
+	    q->sw != 1 || q->dh != 1 || q->dw != 1 || q->pl != 1 || q->ow != q->iw || q->ow < 3)
+		return 0;
+	for (int64_t i = 0; bias && i < cb; i++)
+		if (bias[i] == 0.0f && signbit(bias[i]))
+			return 0;
+	return 1;
+}
+
+/* The taps kh of output row oh that read rows of the image: bit kh. */
+static unsigned gr_cs_rows(const struct gr_geom *q, int64_t oh)
+{
+	unsigned m = 0;
+
+	for (int64_t kh = 0; kh < 3; kh++) /* kh reads row oh - pt + kh */
+		if (oh - q->pt + kh >= 0 && oh - q->pt + kh < q->ih)
+			m |= 1u << kh;
+	return m;
+}
+
+/* Rows [oh0, oh1) of the 32 channels whose panel is wt (the unit's
+ * staging st), into y (channel co's plane): whole rows in tiles of up to
+ * GR_CS_MAXP positions, as even as the widest allows, each row running
+ * the kh it reads; wider rows cut into even segments. */
+static void gr_cs_block(const struct gr_run *r, int64_t oh0, int64_t oh1, const float *st, const float *wt,
+			const float *bias, float *y)
+{
+	const struct gr_geom *q = &r->q;
+	int64_t yv = q->oh * q->ow, ow = q->ow, cin = r->cv->cin_g;
+	float t[GR_CS_MAXP * 32];
+
+	if (ow <= GR_CS_MAXP) {
+		int64_t rmax = GR_CS_MAXP / ow, nt = (oh1 - oh0 + rmax - 1) / rmax;
+		for (int64_t i = 0, h = oh0; i < nt; i++) {
+			int R = (int)((oh1 - h + (nt - i) - 1) / (nt - i));
+			unsigned khm = 0;
+			for (int j = 0; j < R; j++)
+				khm |= gr_cs_rows(q, h + j) << (3 * j);
+			gr_cs_pick(R, (int)ow)(st + (h - oh0) * q->phw, cin, q->plane, q->phw, khm, 1, 1, wt, bias, t);
+			gr_cf_put(t, 2, (int)(R * ow), y + h * ow, yv);
+			h += R;
+		}
+		return;
+	}
+	for (int64_t h = oh0, ns = (ow + GR_CS_MAXP - 1) / GR_CS_MAXP; h < oh1; h++)
+		for (int64_t i = 0, c0 = 0; i < ns; i++) {
+			int P = (int)((ow - c0 + (ns - i) - 1) / (ns - i));
+			gr_cs_pick(1, P)(st + (h - oh0) * q->phw + c0, cin, q->plane, q->phw, gr_cs_rows(q, h), c0 == 0,
+					 c0 + P == ow, wt, bias, t);
+			gr_cf_put(t, 2, P, y + h * ow + c0, yv);
+			c0 += P;
+		}
+}
+
 /* gr_block's outputs on the co-lane forward tiles: W^T of group g into
  * the panel, then tiles of the unit's positions (as even as the widest
  * tile allows; positions past the last one repeat it and are not
@@ -713,6 +900,11 @@ static void gr_cf_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh
 	else
 		for (int64_t m = 0; m < mg; m += 16)
 			gr_cf_pack16(r->w + (g * mg + m) * kdim, kdim, kdim, panel + m, mg);
+	if (gr_cs_ok(r, cb, r->b ? r->b + g * mg + m0 : NULL)) {
+		gr_cs_block(r, oh0, oh1, st, panel, r->b ? r->b + g * mg + m0 : NULL,
+			    r->y + (n * cv->cout + g * mg + m0) * yv);
+		return;
+	}
 	for (int64_t m = m0; m < m0 + cb; m += 16 * nv) {
 		int64_t co = g * mg + m;
 		const float *bias = r->b ? r->b + co : NULL;

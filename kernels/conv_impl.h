@@ -621,6 +621,9 @@ void hp_grp_set_colane(int mode);
 /* Tests: 1, conv_grp.c's co-lane forward tiles on every plane they take
  * (not only tiny ones); -1, never (the column tiles; the same bits). */
 void hp_grp_set_cofwd(int mode);
+/* Tests and benchmarks: -1, the packed 3x3 tiles that skip the padding's
+ * products off (conv_grp.c's gr_cs_block; the same bits). */
+void hp_grp_set_skip(int mode);
 
 /* The same for ConvTranspose (transpose 1); X [batch][cin][xvol]. */
 void hp_convt_setup(struct hp_conv *cv);

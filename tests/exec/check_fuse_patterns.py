@@ -46,6 +46,10 @@ intermediate has a reader outside the pattern (or is a graph output):
         epilogue, one reading a Concat, statistics through an Identity) into
         the conv's prologue (exec/fuse_pro.c), and a BatchNorm without Relu;
         a Relu that is also a graph output and a 3x3 Conv (not fused)
+  grpinf a dense 3x3 at 5x5 (32 channels) packed for conv_grp.c's tiles that
+        skip the padding's products, and one whose W holds an Inf (not packed:
+        its border outputs are NaN, as every product is taken); bitwise
+        --no-fuse, NaNs included
   attn  attentions reading Q, K, V through Transposes (a causal Where mask
         with Mul scale; an added mask with Div scale; neither, the result
         not transposed; operands whose rows are not contiguous, so that the
@@ -455,6 +459,22 @@ def model_pwt6(path):
                "y4": conv(p, d["w4"], None, 0), "y5": conv(p, d["w5"], None, 0)}, {"Conv+Relu": 1, "Packed weights": 4}
 
 
+def model_grpinf(path):
+    m = M(10)
+    x = m.rng.standard_normal((1, 16, 5, 5)).astype(np.float32)
+    m.w("w1", (32, 16, 3, 3), 0.1)
+    w2 = 0.1 * m.rng.standard_normal((32, 16, 3, 3))
+    w2[0, 0, 0, 0] = np.inf  # read only through the padding by output (0, 0)
+    m.w("w2", w2.shape, a=w2)
+    m.w("b1", (32,), 0.1)
+    g = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    m.op("Conv", ["x", "w1", "b1"], "y1", **g)    # packed: conv_grp.c's tiles skip the padding's products
+    m.op("Conv", ["x", "w2", "b1"], "y2", **g)    # an Inf in W: not packed, every product taken (NaN at (0, 0))
+    m.save(path, list(x.shape), ["y1", "y2"])
+    d = {k: v.astype(np.float64) for k, v in m.P.items()}
+    return x, {"y1": conv(x.astype(np.float64), d["w1"], d["b1"], 1)}, {"Packed weights": 1}
+
+
 def gconv(x, w, b, pad, group, stride=1):
     cg, mg = x.shape[1] // group, w.shape[0] // group
     y = np.concatenate([conv(x[:, g * cg:(g + 1) * cg], w[g * mg:(g + 1) * mg], None, pad) for g in range(group)], 1)
@@ -591,7 +611,8 @@ def check_model(exe, tmp, name, make):
             if k not in ("Packed weights", "BatchNormalization+Relu+Conv", "BatchNormalization+Conv")}
     rc, out, _ = run(exe, [path, "--plan", "--budget", "1G"])
     check(rc == 0 and plan_counts(out) == keep, "%s: --plan --budget 1G fuses %s, got %s" % (name, keep, plan_counts(out)))
-    res = {t: outputs(exe, path, xpath, list(ref), name + t, e + ["--threads", "2"])
+    names = list(ref) + (["y2"] if name == "grpinf" else [])  # y2: Inf and NaN, no float64 reference
+    res = {t: outputs(exe, path, xpath, names, name + t, e + ["--threads", "2"])
            for t, e in (("f", []), ("n", ["--no-fuse"]))}
     if not res["f"] or not res["n"]:
         return
@@ -602,6 +623,10 @@ def check_model(exe, tmp, name, make):
               % (name, k, ef, en, scale, TOL))
         if name in ("epi", "cst", "pwt", "pwt6", "grpt", "dense"):  # only copies or per-element epilogues: the unfused bits
             check(np.array_equal(res["f"][k], res["n"][k]), "%s %s: fused bitwise --no-fuse" % (name, k))
+    if name == "grpinf":  # skipped padding products change no bit: W finite, or W not packed
+        for k in names:
+            check(res["f"][k].tobytes() == res["n"][k].tobytes(), "%s %s: fused bitwise --no-fuse" % (name, k))
+        check(bool(np.isnan(res["f"]["y2"][0, 0, 0, 0])), "grpinf y2: the Inf times the padding, NaN at (0, 0)")
     if name in ("grpt", "pwt6"):  # W^T takes W's place where it holds W's floats: not held twice
         peaks = {}
         for t, e in (("f", []), ("n", ["--no-fuse"])):
@@ -663,7 +688,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name, make in (("epi", model_epi), ("mm", model_mm), ("ln", model_ln), ("attn", model_attn),
                            ("cst", model_cst), ("pwt", model_pwt), ("pwt6", model_pwt6), ("grpt", model_grpt),
-                           ("dense", model_dense)):
+                           ("dense", model_dense), ("grpinf", model_grpinf)):
             check_model(exe, tmp, name, make)
         check_torch(exe, tmp, maker)
     print("%d failed" % len(FAILS))

@@ -1780,6 +1780,104 @@ static void test_grp_dense_packed(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* The float chain of every output of a 3x3 Conv of stride 1 and pads 1
+ * (bias, then fmaf per tap (c, kh, kw) in order, padding as zeros). */
+static void chain3x3(const float *x, const float *w, const float *bias, int64_t nb, int64_t ci, int64_t co,
+		     int64_t h, int64_t wd, float *ref)
+{
+	for (int64_t n = 0; n < nb; n++)
+		for (int64_t m = 0; m < co; m++)
+			for (int64_t p = 0; p < h * wd; p++) {
+				float acc = bias ? bias[m] : 0.0f;
+				for (int64_t c = 0; c < ci; c++)
+					for (int64_t kh = 0; kh < 3; kh++)
+						for (int64_t kw = 0; kw < 3; kw++) {
+							int64_t ih = p / wd - 1 + kh, iw = p % wd - 1 + kw;
+							int in = ih >= 0 && ih < h && iw >= 0 && iw < wd;
+							float xv = in ? x[((n * ci + c) * h + ih) * wd + iw] : 0.0f;
+							acc = fmaf(w[(m * ci + c) * 9 + kh * 3 + kw], xv, acc);
+						}
+				ref[(n * co + m) * h * wd + p] = acc;
+			}
+}
+
+/* conv_grp.c's packed 3x3 tiles that skip the padding's products
+ * (gr_cs_block): rows of 3 to 12 columns in tiles of 1 to 4 whole rows
+ * (3 columns: 4 middle rows in one tile, 5 in tiles of 3 and 2), wider
+ * rows in segments (13: 7 + 6, 23: 12 + 11, 25: 9 + 8 + 8), planes of one
+ * row class each and taller ones in blocks of rows (128 channels at
+ * 24x24), batch 2, a last unit of 16 channels (the co-lane tiles that
+ * multiply the padding), no bias; each output the full float chain,
+ * bitwise, on 1 and 2 threads and with the skipping off.  Then a bias
+ * lane of -0: with X zero and W negative but for a first tap of +1, the
+ * full chain of the top-left output turns -0 into +0 at that padding tap
+ * and a chain that skipped it would stay -0, so that unit must not skip. */
+static void test_grp_skip(void **state)
+{
+	static const struct {
+		int64_t cin, cout, h, w, n, bias;
+	} cases[] = {
+		{ 32, 64, 3, 3, 1, 1 },	  { 16, 32, 6, 3, 1, 1 },   { 16, 32, 7, 3, 1, 0 },   { 24, 64, 5, 4, 1, 1 },
+		{ 64, 256, 5, 5, 1, 1 },  { 48, 96, 6, 6, 1, 1 },   { 32, 32, 7, 7, 1, 1 },   { 40, 64, 12, 12, 1, 1 },
+		{ 16, 32, 13, 13, 1, 1 }, { 16, 64, 23, 23, 1, 1 }, { 8, 32, 4, 25, 1, 1 },   { 128, 32, 24, 24, 1, 1 },
+		{ 16, 64, 10, 10, 2, 1 }, { 64, 48, 5, 5, 1, 1 },   { 32, 208, 6, 6, 1, 0 },  { 8, 32, 1, 9, 1, 1 },
+	};
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_kxk_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i <= sizeof cases / sizeof cases[0]; i++) {
+		int last = i == sizeof cases / sizeof cases[0]; /* the -0 bias */
+		int64_t ci = last ? 16 : cases[i].cin, co = last ? 64 : cases[i].cout;
+		int64_t h = last ? 5 : cases[i].h, wd = last ? 5 : cases[i].w, nb = last ? 1 : cases[i].n;
+		struct hp_conv cv = { .node = 1, .nd = 2, .batch = nb, .cin = ci, .cout = co, .group = 1,
+				      .cin_g = ci, .cout_g = co, .path = -1 };
+		cv.g = (struct hp_colgeom){ .img = { 1, h, wd }, .grid = { 1, h, wd }, .k = { 1, 3, 3 },
+					    .stride = { 1, 1, 1 }, .dil = { 1, 1, 1 }, .pad = { 0, 1, 1 } };
+		hp_colgeom_finish(&cv.g);
+		cv.xvol = cv.yvol = cv.g.img_vol;
+		cv.kdim = ci * 9;
+		hp_conv_setup(&cv);
+		if (!hp_grp_dense(&cv)) /* no AVX-512 */
+			continue;
+		int64_t nx = nb * ci * cv.xvol, nw = co * cv.kdim, ny = nb * co * cv.yvol;
+		float *x = malloc((size_t)nx * sizeof *x), *w = malloc((size_t)nw * sizeof *w);
+		float *wt = malloc((size_t)nw * sizeof *wt), *b = malloc((size_t)co * sizeof *b);
+		float *ref = malloc((size_t)ny * sizeof *ref), *y = malloc((size_t)ny * sizeof *y);
+		float *ws = malloc(cv.workspace + 64);
+		const float *bias = last || cases[i].bias ? b : NULL;
+		unsigned st = 301 + (unsigned)i;
+		lcg_fill(x, nx, &st);
+		lcg_fill(w, nw, &st);
+		lcg_fill(b, co, &st);
+		if (last) { /* lane 40 (the second unit) of -0, the first unit's lanes of +0 */
+			memset(x, 0, (size_t)nx * sizeof *x);
+			for (int64_t j = 0; j < nw; j++)
+				w[j] = j % cv.kdim ? -fabsf(w[j]) - 0.5f : 1.0f;
+			for (int64_t j = 0; j < co; j++)
+				b[j] = j == 40 ? -0.0f : j < 32 ? 0.0f : b[j];
+		}
+		chain3x3(x, w, bias, nb, ci, co, h, wd, ref);
+		if (last) /* the case tests what it means to */
+			assert_false(signbit(ref[40 * cv.yvol]));
+		hp_grp_pack(w, 1, co, cv.kdim, wt);
+		for (int run = 0; run < 3; run++) {
+			memset(y, 0xff, (size_t)ny * sizeof *y);
+			hp_grp_set_skip(run == 2 ? -1 : 0);
+			assert_int_equal(hp_conv_forward_packed(&cv, x, wt, bias, y, ws, run == 1 ? pool : NULL, NULL,
+								NULL), 1);
+			hp_grp_set_skip(0);
+			if (memcmp(y, ref, (size_t)ny * sizeof *y))
+				fail_msg("3x3 case %zu%s (%s): not the float chains", i, last ? " (-0 bias)" : "",
+					 run == 0 ? "1 thread" : run == 1 ? "2 threads" : "skipping off");
+		}
+		free(x), free(w), free(wt), free(b), free(ref), free(y), free(ws);
+	}
+	hp_pool_destroy(pool);
+}
+
 /* The auto choice: KxK convolutions take the kxk path, 1x1 stride-1 ones
  * the pointwise path, depthwise ones theirs, and band copies the path
  * they are pinned to. */
@@ -2006,6 +2104,7 @@ int main(void)
 		cmocka_unit_test(test_pwt_packed),
 		cmocka_unit_test(test_pw_strided),
 		cmocka_unit_test(test_grp_dense_packed),
+		cmocka_unit_test(test_grp_skip),
 		cmocka_unit_test(test_kxk_choice),
 		cmocka_unit_test(test_kxk3_choice),
 		cmocka_unit_test(test_errors),
