@@ -956,6 +956,36 @@ static void test_writeback_parts_free_early(void **state)
 	hp_net_destroy(n);
 }
 
+/* A write-back with no load after it before the next kernel goes whole:
+ * no load waits for its room, and a part's frames are less than a load's
+ * run (net.c, load_follows).  Kernel 0 makes w, w is written back, kernel
+ * 1 makes y. */
+static void test_writeback_whole_without_load(void **state)
+{
+	static const struct hp_net_ops ops = { .fire_kernel = spread_kernel, .fire_io = wbp_io };
+	uint64_t vsize[2] = { 4 * PAGE, PAGE };
+	uint32_t nch[2] = { 4, 1 };
+	int w[1] = { 0 }, y[1] = { 1 };
+	struct hp_net_entry e[4] = {
+		{ .kind = HP_TR_KERNEL, .step = 0, .nout = 1, .out = w },
+		{ .kind = HP_TR_WRITEBACK, .value = 0 },
+		{ .kind = HP_TR_KERNEL, .step = 1, .nout = 1, .out = y },
+		{ .kind = HP_TR_DROP, .value = 1 },
+	};
+	struct hp_net_desc d = { .nvalues = 2, .vsize = vsize, .nchunks = nch, .chunk = PAGE, .wb_part = PAGE,
+				 .nentries = 4, .entries = e, .budget = 5 * PAGE, .workers = 1, .io_threads = 4 };
+	struct hp_net *n;
+
+	(void)state;
+	assert_int_equal(hp_net_create(&d, &ops, NULL, &n), 0);
+	wbp_in = wbp_most = wbp_early = wbp_parts = 0;
+	wbp_left = 4;
+	assert_int_equal(run_with_deadline(n, 60, NULL, 0), 0);
+	if (wbp_parts != 1)
+		fail_msg("w written in %d parts with no load after it", wbp_parts);
+	hp_net_destroy(n);
+}
+
 /* A description naming a transition kind without its op is refused. */
 static void test_missing_op(void **state)
 {
@@ -981,6 +1011,7 @@ int main(void)
 		cmocka_unit_test(test_random_nets_plug),
 		cmocka_unit_test(test_io_wakes_spread),
 		cmocka_unit_test(test_writeback_parts_free_early),
+		cmocka_unit_test(test_writeback_whole_without_load),
 		cmocka_unit_test(test_io_batch_wakes),
 		cmocka_unit_test(test_failure_stops),
 		cmocka_unit_test(test_stuck_run_fails),
