@@ -72,6 +72,11 @@ struct hp_net_desc {
 	const uint32_t *nchunks;   /* per value: chunks of `chunk` bytes a load may be
 				    * split in over the I/O threads; NULL: never split */
 	uint64_t chunk;
+	uint64_t wb_part;          /* a write-back of a value of several chunks that a load
+				    * follows before the next kernel goes in parts of at least
+				    * this many bytes, one after another, each giving back its
+				    * bytes when it lands (net.c, add_writeback); 0: whole, as
+				    * does inline I/O */
 	int nentries;
 	const struct hp_net_entry *entries; /* copied: need not outlive the call */
 	uint64_t budget;           /* tokens of the budget place */
@@ -94,7 +99,7 @@ struct hp_net_io {
 
 struct hp_net_ops {
 	int (*fire_kernel)(void *arg, int step, int worker, int lane);
-	/* LOAD (chunks [first, first + nchunks), nchunks 0: all), WRITEBACK, EVICT, DROP */
+	/* LOAD, WRITEBACK (chunks [first, first + nchunks), nchunks 0: all), EVICT, DROP */
 	int (*fire_io)(void *arg, int kind, int value, uint64_t first, uint64_t nchunks, int lane);
 	int (*fire_comm)(void *arg, int step, int lane);
 	int (*fire_recompute)(void *arg, int step, int worker, int lane);

@@ -524,15 +524,21 @@ static const struct hp_net_ops rt_net_ops = { .fire_kernel = rt_fire_kernel, .fi
 					      .fire_io_batch = rt_fire_io_batch, .start_io_batch = rt_start_io_batch,
 					      .io_batch_done = rt_io_batch_done, .io_plug = rt_io_plug };
 
+/* A write-back part's least size (hp_net_desc.wb_part): a transition and
+ * an I/O thread's wake-up each, where a few parts of a large tensor are
+ * what lets a load start early. */
+#define WB_PART (512u << 10)
+
 /* Values' budget bytes (4 KiB pages, at least one; constants are not
- * managed) and chunk counts (tensors that exist now may load in parts). */
+ * managed) and chunk counts (tensors that exist now may load and be
+ * written back in parts). */
 static int create_net(struct hp_rt *s)
 {
 	const struct hp_graph *g = s->g;
 	size_t nv = (size_t)g->nvalues + 1;
 	struct hp_net_desc d = { .nvalues = g->nvalues, .chunk = hs_chunk_size(s->store), .budget = s->layout.budget,
 				 .reserved = s->nscratch ? s->layout.workspace : 0,
-				 .trace = s->trace, .workers = s->workers, .io_threads = s->nio };
+				 .trace = s->trace, .workers = s->workers, .io_threads = s->nio, .wb_part = WB_PART };
 	uint64_t *vsize = calloc(nv, sizeof *vsize);
 	uint32_t *nch = calloc(nv, sizeof *nch);
 	struct hp_net_entry *e = malloc((size_t)order_bound(s) * sizeof *e + sizeof *e);
@@ -911,7 +917,7 @@ static int rt_fire_io(void *arg, int kind, int v, uint64_t first, uint64_t nchun
 	} else if (kind == HP_TR_DROP) {
 		s->ten[v] = NULL;
 		rc = give_back(s, t);
-	} else if ((rc = hs_evict(t, 0, HS_ALL, HS_TIER_ANY)) > 0) {
+	} else if ((rc = hs_evict(t, first, nchunks ? nchunks : HS_ALL, HS_TIER_ANY)) > 0) {
 		rc = 0;
 	}
 	if (rc < 0)
@@ -958,7 +964,7 @@ static void *rt_start_io_batch(void *arg, struct hp_net_io *ios, int n, int lane
 			ld[f->nl++] = (struct hs_range){ t, ios[k].first, ios[k].nchunks ? ios[k].nchunks : HS_ALL };
 		} else {
 			f->fw = f->fw < 0 ? k : f->fw;
-			wb[f->nw++] = (struct hs_range){ t, 0, HS_ALL };
+			wb[f->nw++] = (struct hs_range){ t, ios[k].first, ios[k].nchunks ? ios[k].nchunks : HS_ALL };
 		}
 	}
 	hs_tier_uring_plug(1); /* the reads and writes in one io_uring_enter */

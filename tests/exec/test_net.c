@@ -348,7 +348,7 @@ static uint64_t fake_io_begin(struct fake *f, int kind, int v, uint64_t first, u
 	const struct net_case *c = f->c;
 	uint64_t bytes = c->vsize[v];
 
-	if (nchunks) { /* one part of a split load */
+	if (nchunks) { /* one part of a split load or write-back */
 		uint64_t end = (first + nchunks) * PAGE < bytes ? (first + nchunks) * PAGE : bytes;
 		bytes = end - first * PAGE;
 	}
@@ -364,10 +364,18 @@ static uint64_t fake_io_begin(struct fake *f, int kind, int v, uint64_t first, u
 		pthread_mutex_unlock(&f->mu);
 		return 0;
 	}
-	if (f->loaded[v] != c->vsize[v])
-		fail_fake(f, "removing a value not resident", v);
 	if (f->readers[v])
 		fail_fake(f, "removing a value a running kernel reads", v);
+	if (kind == HP_TR_WRITEBACK && nchunks) { /* one part: after those before it, its bytes back */
+		if (f->loaded[v] != c->vsize[v] - first * PAGE)
+			fail_fake(f, "write-back part of a value not resident, or before the parts ahead of it", v);
+		f->removes[v] += first == 0;
+		f->loaded[v] -= bytes;
+		pthread_mutex_unlock(&f->mu);
+		return bytes;
+	}
+	if (f->loaded[v] != c->vsize[v])
+		fail_fake(f, "removing a value not resident", v);
 	f->removes[v]++;
 	f->loaded[v] = 0;
 	pthread_mutex_unlock(&f->mu);
@@ -583,8 +591,10 @@ static void check_run(struct fake *f, const struct hp_net *n, int seed)
 	}
 	hp_net_stats(n, &st);
 	for (int k = 0; k < HP_TR_NKINDS; k++) {
-		if (k != HP_TR_LOAD)
+		if (k != HP_TR_LOAD && k != HP_TR_WRITEBACK) /* those two: entries, or more in parts */
 			assert_int_equal(f->fired[k], c->expect_fired[k]);
+		else
+			assert_true(f->fired[k] >= c->expect_fired[k]);
 		assert_int_equal(st.fired[k], (uint64_t)f->fired[k]);
 		total += f->fired[k];
 	}
@@ -603,7 +613,7 @@ static void random_nets(const struct hp_net_ops *ops)
 	int inl = ops->start_io_batch != NULL; /* one worker, no I/O threads */
 	struct net_case *c = malloc(sizeof *c);
 	struct fake *f = calloc(1, sizeof *f);
-	long transitions = 0, parts = 0, multi = 0;
+	long transitions = 0, parts = 0, wbparts = 0, multi = 0;
 	double fullest = 0;
 
 	assert_non_null(c);
@@ -616,7 +626,8 @@ static void random_nets(const struct hp_net_ops *ops)
 		check_prefixes(c);
 		struct hp_net_desc d = { .nvalues = c->nvalues, .vsize = c->vsize, .nchunks = c->nchunks,
 					 .chunk = PAGE, .nentries = c->ne, .entries = c->e, .budget = c->budget,
-					 .reserved = c->reserved, .workers = c->workers, .io_threads = c->nio };
+					 .reserved = c->reserved, .workers = c->workers, .io_threads = c->nio,
+					 .wb_part = round % 2 ? PAGE : 0 };
 		if (inl) {
 			c->workers = d.workers = 1;
 			d.io_threads = 0;
@@ -632,15 +643,18 @@ static void random_nets(const struct hp_net_ops *ops)
 			multi += f->multi;
 			transitions += hp_net_transitions(n);
 			parts += f->fired[HP_TR_LOAD] - c->expect_fired[HP_TR_LOAD];
+			wbparts += f->fired[HP_TR_WRITEBACK] - c->expect_fired[HP_TR_WRITEBACK];
 			if ((double)f->max_resident / (double)(c->budget - c->reserved) > fullest)
 				fullest = (double)f->max_resident / (double)(c->budget - c->reserved);
 		}
 		hp_net_destroy(n);
 	}
 	/* the test is only as good as its nets: they must press on the budget */
-	print_message("%ld transitions fired, %ld extra load parts, resident up to %.0f%% of the budget, "
-		      "%ld batches of several loads and write-backs\n", transitions, parts, 100 * fullest, multi);
-	assert_true((inl ? parts == 0 : parts > 0) && fullest > 0.9); /* inline: loads are read whole */
+	print_message("%ld transitions fired, %ld extra load parts, %ld extra write-back parts, resident up to "
+		      "%.0f%% of the budget, %ld batches of several loads and write-backs\n", transitions, parts, wbparts,
+		      100 * fullest, multi);
+	/* inline: loads are read and write-backs written whole */
+	assert_true((inl ? parts == 0 && wbparts == 0 : parts > 0 && wbparts > 0) && fullest > 0.9);
 	if (ops->fire_io_batch)
 		assert_true(multi > 0); /* the batches are exercised */
 	if (inl) { /* and so are flights: several at once, polled before done */
@@ -878,6 +892,100 @@ static void test_stuck_run_fails(void **state)
 	hp_net_destroy(n);
 }
 
+/* A write-back in parts gives back each part's bytes when it lands, so a
+ * load waiting for its room starts before the whole value is out (net.c,
+ * add_writeback).  Kernel 0 makes w (4 pages); w is written back; u (4
+ * pages, on the tier) is loaded for kernel 1; the budget leaves u one page
+ * until w goes.  Each write-back part takes 20 ms: the load's parts that
+ * need w's room must start while w's later parts are still being written,
+ * and no two parts of w may be written at once (parts side by side would
+ * land together). */
+static pthread_mutex_t wbp_mu = PTHREAD_MUTEX_INITIALIZER;
+static int wbp_in, wbp_most, wbp_left, wbp_early, wbp_parts;
+
+static int wbp_io(void *arg, int kind, int v, uint64_t first, uint64_t nchunks, int lane)
+{
+	(void)arg, (void)v, (void)lane;
+	pthread_mutex_lock(&wbp_mu);
+	if (kind == HP_TR_LOAD && first > 0 && wbp_left > 0)
+		wbp_early++; /* a load part granted room w's later parts still hold */
+	if (kind == HP_TR_WRITEBACK) {
+		wbp_parts++;
+		if (++wbp_in > wbp_most)
+			wbp_most = wbp_in;
+	}
+	pthread_mutex_unlock(&wbp_mu);
+	if (kind != HP_TR_WRITEBACK)
+		return 0;
+	usleep(20000);
+	pthread_mutex_lock(&wbp_mu);
+	wbp_in--;
+	wbp_left -= (int)(nchunks ? nchunks : 4);
+	pthread_mutex_unlock(&wbp_mu);
+	return 0;
+}
+
+static void test_writeback_parts_free_early(void **state)
+{
+	static const struct hp_net_ops ops = { .fire_kernel = spread_kernel, .fire_io = wbp_io };
+	uint64_t vsize[3] = { 4 * PAGE, 4 * PAGE, PAGE };
+	uint32_t nch[3] = { 4, 4, 1 };
+	int w[1] = { 0 }, u[1] = { 1 }, y[1] = { 2 };
+	struct hp_net_entry e[6] = {
+		{ .kind = HP_TR_KERNEL, .step = 0, .nout = 1, .out = w },
+		{ .kind = HP_TR_WRITEBACK, .value = 0 },
+		{ .kind = HP_TR_LOAD, .value = 1 },
+		{ .kind = HP_TR_KERNEL, .step = 1, .nin = 1, .in = u, .nout = 1, .out = y },
+		{ .kind = HP_TR_DROP, .value = 1 },
+		{ .kind = HP_TR_DROP, .value = 2 },
+	};
+	struct hp_net_desc d = { .nvalues = 3, .vsize = vsize, .nchunks = nch, .chunk = PAGE, .wb_part = PAGE,
+				 .nentries = 6, .entries = e, .budget = 5 * PAGE, .workers = 1, .io_threads = 4 };
+	struct hp_net *n;
+
+	(void)state;
+	assert_int_equal(hp_net_create(&d, &ops, NULL, &n), 0);
+	for (int r = 0; r < 3; r++) {
+		wbp_in = wbp_most = wbp_early = wbp_parts = 0;
+		wbp_left = 4;
+		assert_int_equal(run_with_deadline(n, 60, NULL, 0), 0);
+		if (wbp_parts < 2 || wbp_early == 0 || wbp_most != 1)
+			fail_msg("run %d: w written in %d parts, %d at most at once; %d of u's load parts started while "
+				 "w's later parts were being written", r, wbp_parts, wbp_most, wbp_early);
+	}
+	hp_net_destroy(n);
+}
+
+/* A write-back with no load after it before the next kernel goes whole:
+ * no load waits for its room, and a part's frames are less than a load's
+ * run (net.c, load_follows).  Kernel 0 makes w, w is written back, kernel
+ * 1 makes y. */
+static void test_writeback_whole_without_load(void **state)
+{
+	static const struct hp_net_ops ops = { .fire_kernel = spread_kernel, .fire_io = wbp_io };
+	uint64_t vsize[2] = { 4 * PAGE, PAGE };
+	uint32_t nch[2] = { 4, 1 };
+	int w[1] = { 0 }, y[1] = { 1 };
+	struct hp_net_entry e[4] = {
+		{ .kind = HP_TR_KERNEL, .step = 0, .nout = 1, .out = w },
+		{ .kind = HP_TR_WRITEBACK, .value = 0 },
+		{ .kind = HP_TR_KERNEL, .step = 1, .nout = 1, .out = y },
+		{ .kind = HP_TR_DROP, .value = 1 },
+	};
+	struct hp_net_desc d = { .nvalues = 2, .vsize = vsize, .nchunks = nch, .chunk = PAGE, .wb_part = PAGE,
+				 .nentries = 4, .entries = e, .budget = 5 * PAGE, .workers = 1, .io_threads = 4 };
+	struct hp_net *n;
+
+	(void)state;
+	assert_int_equal(hp_net_create(&d, &ops, NULL, &n), 0);
+	wbp_in = wbp_most = wbp_early = wbp_parts = 0;
+	wbp_left = 4;
+	assert_int_equal(run_with_deadline(n, 60, NULL, 0), 0);
+	if (wbp_parts != 1)
+		fail_msg("w written in %d parts with no load after it", wbp_parts);
+	hp_net_destroy(n);
+}
+
 /* A description naming a transition kind without its op is refused. */
 static void test_missing_op(void **state)
 {
@@ -902,6 +1010,8 @@ int main(void)
 		cmocka_unit_test(test_random_nets_inline),
 		cmocka_unit_test(test_random_nets_plug),
 		cmocka_unit_test(test_io_wakes_spread),
+		cmocka_unit_test(test_writeback_parts_free_early),
+		cmocka_unit_test(test_writeback_whole_without_load),
 		cmocka_unit_test(test_io_batch_wakes),
 		cmocka_unit_test(test_failure_stops),
 		cmocka_unit_test(test_stuck_run_fails),
