@@ -31,5 +31,9 @@ uint64_t hs_tier_nvme_fixed_ios(struct hs_tier *t);
 /* Requests an nvme tier queued to the device, a merged one once (0 for
  * other tiers). */
 uint64_t hs_tier_nvme_requests(struct hs_tier *t);
+/* SQEs the kernel has taken from an nvme tier's ring (its SQ head, modulo
+ * 2^32; 0 for other tiers): requests and the NOPs that pad a pair of them
+ * to the block layer's plug (tier_uring.c pad_to_plug). */
+uint32_t hs_tier_nvme_sq_head(struct hs_tier *t);
 
 #endif

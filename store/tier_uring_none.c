@@ -36,6 +36,12 @@ uint64_t hs_tier_nvme_requests(struct hs_tier *t)
 	return 0;
 }
 
+uint32_t hs_tier_nvme_sq_head(struct hs_tier *t)
+{
+	(void)t;
+	return 0;
+}
+
 struct file_tier {
 	struct hs_tier base;
 	int fd, direct;
