@@ -39,12 +39,16 @@ static int cmp(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static double ort_ms(const char *model, const char *input, int reps, int threads)
+/* ONNX Runtime's median ms (-1 if it did not run); *cpu_per_wall gets its
+ * CPU time over wall time in the timed runs (bench/ort_run.js), -1 if not
+ * given. */
+static double ort_ms(const char *model, const char *input, int reps, int threads, double *cpu_per_wall)
 {
 	char cmd[8192], line[1024];
 	double ms = -1;
 	FILE *f;
 
+	*cpu_per_wall = -1;
 	snprintf(cmd, sizeof cmd, "node %s/bench/ort_run.js '%s' '%s' %d %d 2>/dev/null", HPDLF_SOURCE_DIR, model,
 		 input, reps, threads);
 	f = popen(cmd, "r");
@@ -54,6 +58,8 @@ static double ort_ms(const char *model, const char *input, int reps, int threads
 		json_object *o = json_tokener_parse(line), *v;
 		if (o && json_object_object_get_ex(o, "ms_median", &v))
 			ms = json_object_get_double(v);
+		if (o && json_object_object_get_ex(o, "cpu_per_wall", &v))
+			*cpu_per_wall = json_object_get_double(v);
 		json_object_put(o);
 	}
 	pclose(f);
@@ -169,7 +175,7 @@ static int bench_model(const char *spec, int reps, int threads, int fuse_gain, j
 	struct hp_session *s = NULL, *s0 = NULL;
 	struct hp_tensor x = { 0 };
 	struct hp_run_stats st, st0;
-	double *ms = calloc((size_t)reps, sizeof *ms), *ms0 = calloc((size_t)reps, sizeof *ms0), med, ort;
+	double *ms = calloc((size_t)reps, sizeof *ms), *ms0 = calloc((size_t)reps, sizeof *ms0), med, ort, ort_cpu = -1;
 	double *cpu = calloc((size_t)reps, sizeof *cpu), *cpu0 = calloc((size_t)reps, sizeof *cpu0);
 	int rc, fd;
 
@@ -209,7 +215,7 @@ static int bench_model(const char *spec, int reps, int threads, int fuse_gain, j
 		close(fd);
 		hp_npy_write(inpath, &x);
 	}
-	ort = fd >= 0 ? ort_ms(path, inpath, reps, threads) : -1;
+	ort = fd >= 0 ? ort_ms(path, inpath, reps, threads, &ort_cpu) : -1;
 	unlink(inpath);
 	json_object *m = json_object_new_object();
 	json_object_object_add(m, "model", json_object_new_string(spec));
@@ -232,6 +238,8 @@ static int bench_model(const char *spec, int reps, int threads, int fuse_gain, j
 		json_object_object_add(m, "ratio_vs_ort", json_object_new_double(med / ort));
 		if (s0)
 			json_object_object_add(m, "unfused_ratio_vs_ort", json_object_new_double(ms0[reps / 2] / ort));
+		if (ort_cpu >= 0) /* about the threads when ORT's workers spun */
+			json_object_object_add(m, "ort_cpu_per_wall", json_object_new_double(ort_cpu));
 	}
 	fprintf(stderr, "%s: %.3f ms median (min %.3f), %.1f GFLOP/s%s", spec, med, ms[0], st.flops / med / 1e6,
 		ort > 0 ? "" : ", ONNX Runtime not found\n");

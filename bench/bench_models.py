@@ -26,13 +26,18 @@ tools/bench_train_torch.py on the TorchScript module each export was made
 from), medians of the steps after the first.  GFLOP/s beside every time use
 hpdlf's count of the model's flops for both sides.
 
-Unless --spin, HPDLF_BENCH_NO_SPIN=1 (ONNX Runtime's workers do not spin,
-bench/ort_run.js), OMP_WAIT_POLICY=PASSIVE (PyTorch's OpenMP workers
+Unless --spin, HPDLF_BENCH_NO_SPIN=1 (asks that ONNX Runtime's workers do
+not spin, bench/ort_run.js), OMP_WAIT_POLICY=PASSIVE (PyTorch's OpenMP workers
 sleep) and HPDLF_POOL_SPIN_US=0 (hpdlf's pool threads sleep at once
 instead of polling for the next kernel) are set: on a machine shared with
 other jobs, spinning workers fight them for the cores (PyTorch's LeNet step
 took 139 ms spinning against 5.5 ms passive, on 2 cores at load 12).  With
 --spin all three run as they come (ORT and hpdlf poll between kernels).
+onnxruntime-node 1.20.1 ignores the request (its binding passes no session
+config entries): its worker spins in both modes, so without --spin the
+inference rows pit a sleeping hpdlf pool against a spinning ORT.  Each row's
+ort_cpu_per_wall (ORT's CPU time over wall time in its timed runs) shows it:
+about the thread count when ORT spun.
 
 Prints a table to stderr and ends with one JSON line on stdout: per model
 the times, GFLOP/s, hpdlf/ORT and hpdlf/PyTorch, and the geometric means.
@@ -84,6 +89,9 @@ def infer(a, name, path, log):
         out.update(ort_ms=median([r["ort_ms"] for r in paired]), ort_gflops=median([r["ort_gflops"] for r in paired]),
                    ratio_vs_ort=median([r["ratio_vs_ort"] for r in paired]),
                    ratios_vs_ort=[r["ratio_vs_ort"] for r in paired])
+        cpu = [r["ort_cpu_per_wall"] for r in paired if "ort_cpu_per_wall" in r]
+        if cpu:
+            out["ort_cpu_per_wall"] = median(cpu)
     return out
 
 
@@ -97,6 +105,8 @@ def infer_once(a, name, path, log):
     if "ort_ms_median" in m:
         out.update(ort_ms=m["ort_ms_median"], ort_gflops=m["gflops"] * m["ms_median"] / m["ort_ms_median"],
                    ratio_vs_ort=m["ratio_vs_ort"])
+        if "ort_cpu_per_wall" in m:
+            out["ort_cpu_per_wall"] = m["ort_cpu_per_wall"]
     return out
 
 

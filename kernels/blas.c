@@ -31,9 +31,34 @@ static void apply_locked(void)
 	}
 }
 
+/* OpenBLAS 0.3.21 starts its worker threads when it loads, and each one
+ * polls with sched_yield for its THREAD_TIMEOUT before it sleeps.  The
+ * first session is made within that time, and the spinning worker took a
+ * core from the kernels' pool (MNASNet 0.5 at batch 1, 2 threads, 200 runs
+ * after 30 warm-up runs: 0.57 ms against 0.42 without it).  Stopping the
+ * workers at the first call, before hpdlf runs any BLAS, ends that;
+ * OpenBLAS starts them again at its next threaded call, as after a fork
+ * (blas_thread_shutdown_ is its fork handler's).  Once per process only:
+ * later, another session's threaded call may be running. */
+#ifdef HP_BLAS_SHUTDOWN
+int blas_thread_shutdown_(void);
+#endif
+static int quieted;
+
+static void quiet_workers_locked(void)
+{
+	if (quieted)
+		return;
+	quieted = 1;
+#ifdef HP_BLAS_SHUTDOWN
+	blas_thread_shutdown_();
+#endif
+}
+
 void hp_blas_threads(int n)
 {
 	pthread_mutex_lock(&blas_mu);
+	quiet_workers_locked();
 	wanted = n < 1 ? 1 : n;
 	apply_locked();
 	pthread_mutex_unlock(&blas_mu);

@@ -1,13 +1,16 @@
 /* kernels/blas.c: the one owner of OpenBLAS's process-wide thread count.
  * Checked against what OpenBLAS itself reports.  hp_blas_call_bytes, the
  * bound of what an sgemm touches of OpenBLAS's buffers, against the
- * resident pages of those buffers after the call, in a fresh process. */
+ * resident pages of those buffers after the call, in a fresh process.
+ * The first hp_blas_threads stops OpenBLAS's idle workers. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +19,61 @@
 #include <cmocka.h>
 
 #include "kernels/blas.h"
+
+/* Threads of this process (/proc/self/task). */
+static int tasks(void)
+{
+	char cmd[64], out[32] = "";
+	FILE *f;
+
+	snprintf(cmd, sizeof cmd, "ls /proc/%d/task | wc -l", (int)getpid());
+	f = popen(cmd, "r");
+	assert_non_null(f);
+	assert_non_null(fgets(out, sizeof out, f));
+	pclose(f);
+	return atoi(out);
+}
+
+/* The first hp_blas_threads stops the workers OpenBLAS started when it
+ * loaded (they spun for a while, taking a core from the kernels' pool);
+ * a threaded sgemm after it still works (OpenBLAS starts them again) and
+ * gives the plain loop's product.  Runs first, before any other call. */
+static void test_first_call_stops_workers(void **state)
+{
+	enum { N = 384 };
+	static float a[N * N], b[N * N], c[N * N];
+	int before = tasks(), after, status;
+	pid_t pid;
+
+	(void)state;
+	hp_blas_threads(2);
+	after = tasks();
+	print_message("threads before the first call %d, after %d\n", before, after);
+#ifdef HP_BLAS_SHUTDOWN
+	if (before > 1) /* OpenBLAS started workers: more than one CPU */
+		assert_int_equal(after, 1);
+#endif
+	pid = fork(); /* in a child: test_call_bytes_measured wants OpenBLAS's buffers untouched */
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int bad = 0;
+		for (int i = 0; i < N * N; i++) {
+			a[i] = (float)(i % 13) - 6.0f;
+			b[i] = (float)(i % 7) * 0.5f;
+		}
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+		for (int i = 0; i < N; i += 37)
+			for (int j = 0; j < N; j += 41) {
+				double want = 0;
+				for (int k = 0; k < N; k++)
+					want += (double)a[i * N + k] * b[k * N + j];
+				bad |= fabs(c[i * N + j] - want) > 1e-3 * (1 + fabs(want));
+			}
+		_exit(bad);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
 
 static void test_threads_set(void **state)
 {
@@ -200,6 +258,7 @@ static void test_sgemm_seen(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_first_call_stops_workers),
 		cmocka_unit_test(test_threads_set),
 		cmocka_unit_test(test_serial_nests),
 		cmocka_unit_test(test_threads_deferred),
