@@ -26,18 +26,20 @@ tools/bench_train_torch.py on the TorchScript module each export was made
 from), medians of the steps after the first.  GFLOP/s beside every time use
 hpdlf's count of the model's flops for both sides.
 
-Unless --spin, HPDLF_BENCH_NO_SPIN=1 (asks that ONNX Runtime's workers do
-not spin, bench/ort_run.js), OMP_WAIT_POLICY=PASSIVE (PyTorch's OpenMP workers
-sleep) and HPDLF_POOL_SPIN_US=0 (hpdlf's pool threads sleep at once
-instead of polling for the next kernel) are set: on a machine shared with
-other jobs, spinning workers fight them for the cores (PyTorch's LeNet step
-took 139 ms spinning against 5.5 ms passive, on 2 cores at load 12).  With
---spin all three run as they come (ORT and hpdlf poll between kernels).
-onnxruntime-node 1.20.1 ignores the request (its binding passes no session
-config entries): its worker spins in both modes, so without --spin the
-inference rows pit a sleeping hpdlf pool against a spinning ORT.  Each row's
-ort_cpu_per_wall (ORT's CPU time over wall time in its timed runs) shows it:
-about the thread count when ORT spun.
+Inference rows run both sides as their users get them: ONNX Runtime's
+worker spins between kernels (onnxruntime-node 1.20.1 drops session config
+entries, so it cannot be asked not to: each row's ort_cpu_per_wall, ORT's
+CPU time over wall time in its timed runs, is about the thread count) and
+hpdlf's pool polls its default HPDLF_POOL_SPIN_US.  Training rows, unless
+--spin, make both sides' workers sleep between kernels: OMP_WAIT_POLICY=
+PASSIVE for PyTorch's OpenMP workers, HPDLF_POOL_SPIN_US=0 for hpdlf's pool
+(on a machine shared with other jobs spinning workers fight them for the
+cores: PyTorch's LeNet step took 139 ms spinning against 5.5 ms passive, on
+2 cores at load 12).  With --spin the training rows run as they come too.
+(Until this stop the inference rows also set HPDLF_POOL_SPIN_US=0 and asked
+ORT not to spin, which it ignored: a sleeping hpdlf pool against a spinning
+ORT, SqueezeNet 1.53x and MNASNet 1.84x ORT where both polling gave 1.08
+and 1.07.)
 
 Prints a table to stderr and ends with one JSON line on stdout: per model
 the times, GFLOP/s, hpdlf/ORT and hpdlf/PyTorch, and the geometric means.
@@ -66,8 +68,8 @@ def last_json(out):
     return None
 
 
-def run(cmd, log):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def run(cmd, log, env=None):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     log.write(p.stderr)
     return last_json(p.stdout)
 
@@ -115,7 +117,8 @@ def train(a, spec, steps, log):
            "--python", sys.executable]
     if steps:
         cmd += ["--steps", str(steps)]
-    r = run(cmd + [spec], log)
+    env = None if a.spin else dict(os.environ, HPDLF_POOL_SPIN_US=os.environ.get("HPDLF_POOL_SPIN_US", "0"))
+    r = run(cmd + [spec], log, env)
     if not r or not r.get("models") or "incore_ms" not in r["models"][0]:
         return {"error": "hpdlf-bench-train failed"}
     m = r["models"][0]
@@ -163,14 +166,12 @@ def main():
     ap.add_argument("--no-zoo", action="store_true", help="leave out make_bench_models.py's zoo")
     ap.add_argument("--no-train", action="store_true")
     ap.add_argument("--no-infer", action="store_true")
-    ap.add_argument("--spin", action="store_true", help="leave ORT's and PyTorch's spinning as they default")
+    ap.add_argument("--spin", action="store_true", help="training rows too: PyTorch's and hpdlf's workers poll as they default")
     a = ap.parse_args()
     if a.rounds < 1 or a.reps < 1:
         ap.error("--rounds and --reps must be at least 1")
     if not a.spin:
-        os.environ.setdefault("HPDLF_BENCH_NO_SPIN", "1")
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        os.environ.setdefault("HPDLF_POOL_SPIN_US", "0")
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # PyTorch's training workers; hpdlf's: train()
     names = a.only.split(",") if a.only else CORE + TESTS + ["unet3d"] + ([] if a.no_zoo else ZOO)
     bad = [n for n in names if n not in EXPORTS + TESTS + ["unet3d"]]
     if bad:
