@@ -34,6 +34,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+#include "kernels/simd_epi16.h"
 #include "kernels/simd_tr16.h"
 #define DKZ_X86 1
 #define DKZ_TARGET __attribute__((target("avx512f,avx2,fma")))
@@ -207,19 +208,12 @@ DKZ_TARGET static void dkz_outputs(const struct hp_colgeom *g, const float *xp, 
 /* v = act(v) as conv_dwk.c's dwk_act computes it, operation for operation. */
 DKZ_TARGET static DKZ_INLINE __m512 dkz_act(const int act, __m512 v, __m512 lo, __m512 hi)
 {
-	__m512 z = _mm512_setzero_ps(), t;
+	__m512 z = _mm512_setzero_ps();
 
 	switch (act) {
 	case HP_EPI_RELU: return _mm512_max_ps(z, v);
-	case HP_EPI_CLIP:
-		t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), v, hi);
-		return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), t, lo);
-	case HP_EPI_HSWISH:
-		t = _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.0f / 6.0f)), _mm512_set1_ps(0.5f));
-		t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, z, _CMP_LT_OQ), t, z);
-		t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, _mm512_set1_ps(1.0f), _CMP_GT_OQ), t,
-					 _mm512_set1_ps(1.0f));
-		return _mm512_mul_ps(v, t);
+	case HP_EPI_CLIP: return hp_clip16_ps(v, lo, hi);
+	case HP_EPI_HSWISH: return hp_hswish16_ps(v);
 	default: return v;
 	}
 }

@@ -35,6 +35,7 @@
 #include "kernels/conv_impl.h"
 #include "kernels/fused_impl.h"
 #include "kernels/fma_tile.h"
+#include "kernels/simd_epi16.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -170,21 +171,14 @@ PW_TARGET static PW_INLINE void pw_tile(const int mr, const int nv, int64_t kc, 
 PW_TARGET512 static PW_INLINE __m512 pw_fin512(const int act, const int add, __m512 v, const float *a, __mmask16 mk,
 					      __m512 lo, __m512 hi)
 {
-	__m512 z = _mm512_setzero_ps(), t;
+	__m512 z = _mm512_setzero_ps();
 
 	if (add)
 		v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, a));
 	switch (act) {
 	case HP_EPI_RELU: return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, z, _CMP_LT_OQ), v, z);
-	case HP_EPI_CLIP:
-		t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), v, hi);
-		return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), t, lo);
-	case HP_EPI_HSWISH:
-		t = _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.0f / 6.0f)), _mm512_set1_ps(0.5f));
-		t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, z, _CMP_LT_OQ), t, z);
-		t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, _mm512_set1_ps(1.0f), _CMP_GT_OQ), t,
-					 _mm512_set1_ps(1.0f));
-		return _mm512_mul_ps(v, t);
+	case HP_EPI_CLIP: return hp_clip16_ps(v, lo, hi);
+	case HP_EPI_HSWISH: return hp_hswish16_ps(v);
 	default: return v;
 	}
 }
