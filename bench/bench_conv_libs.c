@@ -848,6 +848,7 @@ int main(int argc, char **argv)
 		setenv("BLIS_NUM_THREADS", "1", 1);
 		execv("/proc/self/exe", argv);
 	}
+	hp_blas_quiet_workers(); /* as hpdlf-exec does */
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--reps") && i + 1 < argc)
 			reps = atoi(argv[++i]);

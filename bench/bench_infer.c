@@ -27,6 +27,7 @@
 #include "hpdlf/graph.h"
 #include "hpdlf/tensor.h"
 #include "exec/fuse.h"
+#include "kernels/blas.h"
 
 #ifndef HPDLF_SOURCE_DIR
 #define HPDLF_SOURCE_DIR "."
@@ -282,6 +283,8 @@ int main(int argc, char **argv)
 	int reps = 10, threads = 0, o, rc = 0, nspec = 0, fuse_gain = 0;
 	char dir[] = "/tmp/hpdlf-bench-models-XXXXXX", *defaults[2] = { 0 }, **specs = argv;
 	json_object *models = json_object_new_array(), *top = json_object_new_object();
+
+	hp_blas_quiet_workers(); /* as hpdlf-exec does */
 
 	for (o = 1; o < argc; o++) {
 		if (!strcmp(argv[o], "--reps") && o + 1 < argc)

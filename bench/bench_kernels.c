@@ -258,6 +258,8 @@ int main(int argc, char **argv)
 	struct result results[sizeof layers / sizeof layers[0]];
 	struct hp_pool *pool;
 
+	hp_blas_quiet_workers(); /* as hpdlf-exec does */
+
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--reps") && i + 1 < argc)
 			reps = atoi(argv[++i]);

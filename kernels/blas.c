@@ -36,29 +36,38 @@ static void apply_locked(void)
  * first session is made within that time, and the spinning worker took a
  * core from the kernels' pool (MNASNet 0.5 at batch 1, 2 threads, 200 runs
  * after 30 warm-up runs: 0.57 ms against 0.42 without it).  Stopping the
- * workers at the first call, before hpdlf runs any BLAS, ends that;
- * OpenBLAS starts them again at its next threaded call, as after a fork
- * (blas_thread_shutdown_ is its fork handler's).  Once per process only:
- * later, another session's threaded call may be running. */
+ * workers before hpdlf runs any BLAS ends that; OpenBLAS starts them again
+ * at its next threaded call, as after a fork (blas_thread_shutdown_ is its
+ * fork handler's).
+ *
+ * Only a program that knows none of its threads is inside a threaded
+ * OpenBLAS call may do it, so the library never does (hpdlf-exec and the
+ * benches call it first thing in main): blas_thread_shutdown_ stores -1
+ * in each worker's queue word and joins the workers, but a worker running
+ * a job stores 0 there when the job ends, so a shutdown during another
+ * thread's sgemm loses its -1 and the join waits forever (driver/others/
+ * blas_server.c, blas_thread_server and blas_thread_shutdown). */
 #ifdef HP_BLAS_SHUTDOWN
 int blas_thread_shutdown_(void);
 #endif
-static int quieted;
 
-static void quiet_workers_locked(void)
+void hp_blas_quiet_workers(void)
 {
-	if (quieted)
-		return;
-	quieted = 1;
+	static int quieted;
+
+	pthread_mutex_lock(&blas_mu);
+	if (!quieted) {
+		quieted = 1;
 #ifdef HP_BLAS_SHUTDOWN
-	blas_thread_shutdown_();
+		blas_thread_shutdown_();
 #endif
+	}
+	pthread_mutex_unlock(&blas_mu);
 }
 
 void hp_blas_threads(int n)
 {
 	pthread_mutex_lock(&blas_mu);
-	quiet_workers_locked();
 	wanted = n < 1 ? 1 : n;
 	apply_locked();
 	pthread_mutex_unlock(&blas_mu);

@@ -28,6 +28,12 @@
  * the last call wins process-wide. */
 void hp_blas_threads(int n);
 
+/* Stops the idle workers OpenBLAS started at load (they poll a core for a
+ * while), once per process.  Only for a program's main, before it has a
+ * thread that may call threaded OpenBLAS (blas.c says why): hpdlf-exec and
+ * the benches; the library itself never calls it. */
+void hp_blas_quiet_workers(void);
+
 /* BLAS on one thread until the matching leave.  Sections nest and may be
  * open on several threads at once; the last one out restores the count. */
 void hp_blas_serial_enter(void);

@@ -24,6 +24,7 @@
 #include "exec/plan.h"
 #include "exec/remat.h"
 #include "exec/split_weight.h"
+#include "kernels/blas.h"
 #include "onnx/declared.h"
 #include "tools/exec_cli.h"
 #include "tools/exec_metrics.h"
@@ -1102,6 +1103,7 @@ int main(int argc, char **argv)
 	struct hp_fuse_report fr = { 0 };
 	int rc, ntiers = 0;
 
+	hp_blas_quiet_workers(); /* before any thread of ours may call BLAS */
 	if ((rc = exec_log_init()) != 0)
 		return rc;
 	rc = parse_args(argc, argv, &c);
