@@ -200,20 +200,22 @@ static void dwf_range(void *arg, int64_t b, int64_t e, int tid)
 	const struct hp_dw *d = r->d;
 	const struct hp_colgeom *g = &d->g;
 	int64_t cout = d->cin * d->mult, xs = d->xstride ? d->xstride : g->img_vol;
-	int64_t n = b / cout, m = b % cout;
+	int64_t m = b % cout, c = b / d->mult, k = b % d->mult; /* plane i reads input plane i / mult */
 	const float *x[DWF_Q], *w[DWF_Q];
 	float *y[DWF_Q], bias[DWF_Q];
 
 	(void)tid;
 	for (int64_t i = b; i < e; i += DWF_Q) {
 		int nq = e - i < DWF_Q ? (int)(e - i) : DWF_Q;
-		for (int q = 0; q < nq; q++) {
-			x[q] = r->x + (n * d->cin + m / d->mult) * xs;
+		for (int q = 0; q < nq; q++) { /* input plane c (item and channel) counted, not divided */
+			x[q] = r->x + c * xs;
 			w[q] = r->w + m * DWF_KK;
 			bias[q] = r->b ? r->b[m] : 0.0f;
 			y[q] = r->y + (i + q) * g->grid_vol;
 			if (++m == cout)
-				m = 0, n++;
+				m = 0;
+			if (++k == d->mult)
+				k = 0, c++;
 		}
 		dwf_step(r, x, w, bias, y, nq);
 		if (d->epi) /* the planes' epilogue while they are in cache */
