@@ -4,10 +4,10 @@
  * (AVX-512F + FMA): no transposes, no copies.
  *
  * Why: conv_dwc.c (and conv_dwk.c, conv_dwkz.c) put 8 or 16 channels in
- * the lanes and pay NCHW <-> channel-block transposes (a 16 x 16 one costs
- * about 70 multiply-adds' time here, where a 3x3 window over 16 positions
- * is 9); conv_dw3.c puts a row in the lanes, which wastes most of them on
- * rows of 7 or 14.  With Wo == W, output p = oh * W + ow reads input
+ * the lanes and pay NCHW <-> channel-block transposes (a 16 x 16 one about
+ * 70 multiply-adds' time by their reports, where a 3x3 window over 16
+ * positions is 9); conv_dw3.c puts a row in the lanes, which wastes most
+ * of them on rows of 7 or 14.  With Wo == W, output p = oh * W + ow reads input
  * p + (kh - pt) * W + (kw - pl) under tap (kh, kw): one displacement a tap
  * for every position, so sixteen consecutive outputs of the plane, across
  * rows, are one vector and a tap is one unaligned load from X in place.
@@ -17,14 +17,15 @@
  * 14x14 thirteen (196 of 208).  Four planes of four vectors make a step:
  * sixteen independent chains sharing each tap's mask.
  *
- * Measured and not taken (dwflat.md): copying each plane into a padded
- * buffer [Ho + 2][W + 2] instead of masking (the row copies, stored across
- * cache lines and read back at once, cost as much as the taps); loading a
- * window row once and taking its taps by lane shifts (no faster: the
- * shifts compete with the FMAs); 5x5 and 7x7 windows (one load per
- * multiply-add loses to conv_dwkz.c's sixteen channels, which load once
- * per 25 or 49); planes wider than 16 (conv_dw3.c's rows share each load
- * among output rows and lose no lanes at 28 or 56 columns).
+ * Measured and not taken (kernel alone, 1 thread, CPU time): copying each
+ * plane into a padded buffer [Ho + 2][W + 2] instead of masking (the row
+ * copies, stored across cache lines and read back at once, cost as much
+ * as the taps); loading a window row once and taking its taps by lane
+ * shifts, and eight lanes instead of sixteen (neither faster); 5x5 and 7x7
+ * windows (conv_dwkz.c's sixteen-channel blocks load whole 64-byte
+ * positions, aligned, where 15 of 16 tap loads here split a cache line,
+ * and their transposes are spread over 25 or 49 taps); planes wider than
+ * 16 (conv_dw3.c's rows share each load among four output rows).
  *
  * Determinism: a lane's chain is the output's chain of the other depthwise
  * 3x3 kernels, bias + w0 x0 + ... + w8 x8 of fused multiply-adds in
