@@ -25,7 +25,7 @@
  * windows (conv_dwkz.c's sixteen-channel blocks load whole 64-byte
  * positions, aligned, where 15 of 16 tap loads here split a cache line,
  * and their transposes are spread over 25 or 49 taps); planes wider than
- * 16 (conv_dw3.c's rows share each load among four output rows).
+ * 22 (conv_dw3.c's rows share each load among four output rows).
  *
  * Determinism: a lane's chain is the output's chain of the other depthwise
  * 3x3 kernels, bias + w0 x0 + ... + w8 x8 of fused multiply-adds in
@@ -57,11 +57,13 @@
 #define DWF_Q 4  /* planes a step (they share each tap's masks) */
 #define DWF_V 4  /* vectors of a plane a step */
 #define DWF_UNITS_PER_THREAD 8
-/* Output rows up to this wide (auto): 7x7 and 14x14 planes 1.2-1.5x
- * conv_dwc.c's packed sixteen channels; 3x3 planes slower (few lanes
- * used), 28x28 and wider slower than conv_dw3.c's rows. */
+/* Output rows this wide (auto), kernel alone against what ran before
+ * (conv_dwc.c's sixteen channels from packed W, transposed; from 24,
+ * conv_dw3.c's rows): 7 to 22 1.1-1.5x (7x7 1.09, 14x14 1.14, 12x12 1.5,
+ * 18x18 1.42, 22x22 1.15); 3x3 planes slower (9 of 16 lanes), 6x6 level,
+ * 24x24 0.91, 28x28 and wider slower still. */
 #define DWF_MIN_W 7
-#define DWF_MAX_W 16
+#define DWF_MAX_W 22
 
 static int dwf_mode;
 

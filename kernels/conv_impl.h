@@ -257,7 +257,7 @@ void hp_dwz_fill(const struct hp_colgeom *g, const float *const *xs, int nc, con
  * lanes, taps loaded from X in place with the lanes outside the image
  * zeroed (conv_dwf.c, AVX-512F and FMA): conv_dw3.c's chains, so its bits,
  * without transposes.  hp_dw_forward takes it where wanted (rows of 7 to
- * 16; no xclip or scratch), and so does the stride-1 dX flip.  -1: not
+ * 22; no xclip or scratch), and so does the stride-1 dX flip.  -1: not
  * taken (or out of memory). */
 int hp_dwf_eligible(const struct hp_colgeom *g);
 int hp_dwf_wanted(const struct hp_colgeom *g);

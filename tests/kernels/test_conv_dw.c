@@ -879,8 +879,8 @@ static int flat_eligible(int64_t h, int64_t w, int64_t s, int64_t pad)
 }
 
 /* Where the kernel is wanted (auto): MobileNetV2's 7x7 and 14x14 planes
- * and their stride-1 dX flips (hp_dw_data's forward), rows of 7 to 16;
- * not 3x3 planes, 28x28 and wider (conv_dw3.c's rows), stride 2, valid
+ * and their stride-1 dX flips (hp_dw_data's forward), rows of 7 to 22;
+ * not 3x3 planes, 24x24 and wider (conv_dw3.c's rows), stride 2, valid
  * pads (output rows narrower than the input's). */
 static void test_flat_route(void **state)
 {
@@ -898,6 +898,9 @@ static void test_flat_route(void **state)
 	hp_dw_flip(&d, &f);
 	assert_true(hp_dwf_wanted(&f.g));
 	assert_true(flat_wanted(12, 16, 1, 1));
+	assert_true(flat_wanted(20, 22, 1, 1));
+	assert_false(flat_wanted(24, 23, 1, 1));
+	assert_false(flat_wanted(24, 24, 1, 1));
 	assert_false(flat_wanted(3, 3, 1, 1));
 	assert_false(flat_wanted(28, 28, 1, 1));
 	assert_false(flat_wanted(56, 56, 1, 1));
