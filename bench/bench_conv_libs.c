@@ -4,12 +4,14 @@
  * BLIS and libxsmm, forward, data gradient and weight gradient.
  *
  *   hpdlf-bench-conv-libs [--reps N] [--class NAME[,NAME...]] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1]
+ *                         [--dwf 0|1|-1]
  *                         [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1]
  *                         [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--grp-packed] [--grp-skip 0|-1] [--dw-packed] [--fwd]
  *
  * --shift, --dot, --kxk and --grp force hpdlf's shift, dot, KxK and grouped
  * (conv_grp.c) paths (1), forbid them (-1)
- * (--dwc the same for the channel-blocked depthwise 3x3 kernel, conv_dwc.c;
+ * (--dwc the same for the channel-blocked depthwise 3x3 kernel, conv_dwc.c,
+ * --dwf for the flat-plane stride-1 depthwise 3x3 kernel, conv_dwf.c;
  * --dwk -1 runs 5x5, 7x7 and dilated 3x3 depthwise windows on conv_dw.c's
  * generic rows instead of conv_dwk.c's channel blocks, and their dW on
  * conv_dw.c's generic loops instead of conv_dwk_grad.c's; --dw-packed
@@ -860,6 +862,8 @@ int main(int argc, char **argv)
 			hp_conv_set_dot(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--dwc") && i + 1 < argc) /* channel-blocked depthwise: auto, always, never */
 			hp_dwc_set_mode(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--dwf") && i + 1 < argc) /* depthwise stride 1 on flat planes: auto, always, never */
+			hp_dwf_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--dwk") && i + 1 < argc) /* depthwise 5x5/7x7 by channel blocks: auto, never */
 			hp_dwk_set_mode(atoi(argv[i + 1])), hp_dkg_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--kxk") && i + 1 < argc) /* hpdlf's KxK path: auto, always, never */

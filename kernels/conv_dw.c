@@ -21,7 +21,8 @@
  * order, then the columns in order, in one worker.
  *
  * 2-D 3x3 windows at stride 1 or 2 take conv_dw3.c's vector rows or
- * conv_dwc.c's channel blocks instead (with AVX2 and FMA), and so do
+ * conv_dwc.c's channel blocks instead (with AVX2 and FMA; at stride 1 and
+ * rows of 7 to 22, conv_dwf.c's flat planes with AVX-512), and so do
  * their data gradients (stride 1 as a forward, stride 2 as conv_dw3.c's
  * dX rows or conv_dwc.c's blocks: one chain per element either way).
  * The dW of 5x5 and 7x7 windows (undilated, stride 1 or 2) is
@@ -417,6 +418,9 @@ void hp_dw_forward(const struct hp_dw *d, const float *x, const float *w, const 
 
 	if (d->scratch) /* one thread's scratch: the caller alone */
 		pool = NULL;
+	/* 3x3 at stride 1, rows of 7 to 22: lanes along the flattened plane, X in place (conv_dwf.c) */
+	if (!d->scratch && !d->xclip && hp_dwf_wanted(&d->g) && hp_dwf_forward(d, x, w, b, y, pool) == 0)
+		return;
 	if (d->g.img[0] == 1 && hp_dwc_wanted(&d->g, d->xclip != NULL)) { /* narrow planes: channel blocks */
 		hp_dwc_forward(d, x, w, b, y, pool);
 		return;

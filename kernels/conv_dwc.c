@@ -128,7 +128,7 @@ static int dwz_on(const struct hp_colgeom *g)
 
 int hp_dwz_packs(const struct hp_colgeom *g)
 {
-	return hp_dwc_wanted(g, 0) && dwz_on(g);
+	return hp_dwc_wanted(g, 0) && dwz_on(g) && !hp_dwf_wanted(g); /* conv_dwf.c reads W as it is */
 }
 
 /* Floats of a worker's scratch: the ring, a zero row, the output plane;

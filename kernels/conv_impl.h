@@ -252,6 +252,19 @@ void hp_dwkz_set_mode(int mode);
  * AVX-512F; the padding's zeros are the caller's). */
 void hp_dwz_fill(const struct hp_colgeom *g, const float *const *xs, int nc, const float *clip, float *xp,
 		 int64_t hp, int64_t wp);
+/* Depthwise 3x3 at stride 1 (2-D, undilated) with output rows as wide as
+ * the input's, sixteen positions of a channel's flattened plane in the zmm
+ * lanes, taps loaded from X in place with the lanes outside the image
+ * zeroed (conv_dwf.c, AVX-512F and FMA): conv_dw3.c's chains, so its bits,
+ * without transposes.  hp_dw_forward takes it where wanted (rows of 7 to
+ * 22; no xclip or scratch), and so does the stride-1 dX flip.  -1: not
+ * taken (or out of memory). */
+int hp_dwf_eligible(const struct hp_colgeom *g);
+int hp_dwf_wanted(const struct hp_colgeom *g);
+int hp_dwf_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,
+		   struct hp_pool *pool);
+/* Tests and benchmarks only: 0 auto, 1 whenever eligible, -1 never. */
+void hp_dwf_set_mode(int mode);
 /* The stride-1 dX of d as a forward of dY with the kernel mirrored (conv_dw.c). */
 void hp_dw_flip(const struct hp_dw *d, struct hp_dw *f);
 /* A stride-1 dX of such a window (multiplier 1) as hp_dwk_forward's

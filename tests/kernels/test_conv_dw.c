@@ -4,7 +4,8 @@
  * pads and channel multipliers; the path is the one Conv nodes take;
  * results bitwise equal with and without a pool, and a band of output
  * rows (its input rows with their halo, pads cut as exec/split_band.c
- * cuts them) bitwise equal to those rows of the whole. */
+ * cuts them) bitwise equal to those rows of the whole; conv_dwf.c's flat
+ * planes against the fmaf chains, and where they are taken. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -372,8 +373,10 @@ static void dwc_run(const struct dc *t, int mode, struct hp_pool *pool, const fl
 	d.addend = add;
 	d.wpack = dwc_wpack;
 	hp_dwc_set_mode(mode);
+	hp_dwf_set_mode(mode ? -1 : 0); /* forced: conv_dwc.c's blocks or the planes, not conv_dwf.c */
 	hp_dw_forward(&d, x, w, b, y, pool);
 	hp_dwc_set_mode(0);
+	hp_dwf_set_mode(0);
 }
 
 static int dwc_packed; /* cases run from W packed once */
@@ -470,6 +473,7 @@ static void test_dwc_bands(void **state)
 
 		dwc_run(t, 1, NULL, x, w, b, NULL, NULL, y);
 		hp_dwc_set_mode(1);
+		hp_dwf_set_mode(-1);
 		for (int64_t r0 = 0; r0 < oh; r0 += 1 + oh / 9)
 			for (int64_t r1 = r0 + 1; r1 <= oh; r1 += 1 + oh / 7) {
 				struct hp_dw band = geom(t, r0, r1, &i0, &i1);
@@ -483,6 +487,7 @@ static void test_dwc_bands(void **state)
 							 (long long)r0, (long long)r1);
 			}
 		hp_dwc_set_mode(0);
+		hp_dwf_set_mode(0);
 		free(x), free(w), free(b), free(y), free(yb), free(xb);
 	}
 }
@@ -710,6 +715,7 @@ static void test_dw_data_flip(void **state)
 		struct hp_dw whole = dwd_geom(t, 0, ih, 0, oh);
 
 		hp_dwc_set_avx2(ci >= DWD_CASES);
+		hp_dwf_set_mode(ci >= DWD_CASES ? -1 : 0); /* the second pass: not conv_dwf.c either */
 		assert_true(hp_dw_data_ws(&whole) > 0);
 		ws = realloc(ws, hp_dw_data_ws(&whole));
 		dwd_ref(t, dy, w, ref);
@@ -742,7 +748,169 @@ static void test_dw_data_flip(void **state)
 		free(dy), free(w), free(ws), free(ref), free(got), free(dyb);
 	}
 	hp_dwc_set_avx2(0);
+	hp_dwf_set_mode(0);
 	hp_pool_destroy(pool);
+}
+
+/* ---- conv_dwf.c: sixteen positions of a flattened plane a vector ---- */
+
+/* 3x3, stride 1, output rows as wide as the input's (left + right pads 2):
+ * rows of 1 to 20, left pads 0, 1 and 2, top and bottom pads 0 to 3 (rows
+ * whose every tap is outside), planes of less than a vector, exactly one,
+ * steps of four vectors and a tail (14x14: 13 vectors), channel counts
+ * that leave 1 to 3 planes past the steps of four, multipliers, two items:
+ * { nd, n, c, mult, in, k, s, d, pb, pe }. */
+static const struct dc flat_cases[] = {
+	{ 2, 1, 13, 1, { 7, 7 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 2, 9, 1, { 14, 14 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 6, 1, { 4, 4 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 5, 2, { 9, 12 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 0, 0 }, { 2, 2 } },
+	{ 2, 1, 7, 1, { 11, 16 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 2, 2 }, { 0, 0 } },
+	{ 2, 2, 3, 1, { 5, 1 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 3, 1 }, { 3, 1 } },
+	{ 2, 1, 11, 1, { 3, 20 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 4, 3, { 8, 5 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 2, 0 }, { 1, 2 } },
+	{ 2, 1, 17, 1, { 6, 6 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 0, 1 }, { 2, 1 } },
+	{ 2, 1, 2, 1, { 28, 28 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 3, 3, 2, { 7, 10 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+};
+
+#define FLAT_CASES (int)(sizeof flat_cases / sizeof flat_cases[0])
+
+/* Case t through hp_dw_forward with conv_dwf.c forced (mode 1) or kept
+ * out (-1). */
+static void flat_run(const struct dc *t, int mode, struct hp_pool *pool, const float *x, const float *w,
+		     const float *b, const struct hp_epi *epi, const float *add, float *y)
+{
+	int64_t i0, i1;
+	struct hp_dw d = geom(t, 0, out_dim(t, 0), &i0, &i1);
+
+	d.epi = epi;
+	d.addend = add;
+	hp_dwf_set_mode(mode);
+	hp_dw_forward(&d, x, w, b, y, pool);
+	hp_dwf_set_mode(0);
+}
+
+/* Every output of every case the kernel takes is the fmaf chain bit for
+ * bit, alone, on a pool of 2 and with the fused Add and Clip; the same
+ * bits as the other kernels; bands of rows (their input rows and halo,
+ * the band's top pad) are the rows of the whole. */
+static void test_flat_chains(void **state)
+{
+	struct hp_pool *pool;
+	int ran = 0;
+
+	(void)state;
+	if (!hp_dot_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int ci = 0; ci < FLAT_CASES; ci++) {
+		const struct dc *t = &flat_cases[ci];
+		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), m = t->c * t->mult, i0, i1;
+		size_t nx = (size_t)(t->n * t->c * t->in[0] * t->in[1]), ny = (size_t)(t->n * m * oh * ow);
+		float *x = dwc_data(nx, 51 + ci), *w = dwc_data((size_t)m * 9, 53 + ci), *b = dwc_data((size_t)m, 55 + ci);
+		float *add = dwc_data(ny, 57 + ci), *ref = malloc(ny * 4), *y = malloc(ny * 4), *y2 = malloc(ny * 4);
+		float *xb = malloc(nx * 4);
+		struct hp_epi clip = { .act = HP_EPI_CLIP, .add = HP_EPI_ADD_FULL, .lo = -0.25f, .hi = 0.5f };
+		struct hp_dw whole = geom(t, 0, oh, &i0, &i1);
+
+		if (!hp_dwf_eligible(&whole.g)) { /* without AVX-512: none */
+			assert_false(hp_cpu_avx512_fma());
+			goto next;
+		}
+		ran++;
+		chain_ref(t, x, w, b, NULL, 1, 0, ref);
+		flat_run(t, 1, NULL, x, w, b, NULL, NULL, y);
+		if (memcmp(y, ref, ny * 4))
+			fail_msg("flat case %d: not the fmaf chain of every output", ci);
+		flat_run(t, 1, pool, x, w, b, NULL, NULL, y2);
+		if (memcmp(y, y2, ny * 4))
+			fail_msg("flat case %d: a pool of 2 changes the bits", ci);
+		flat_run(t, -1, pool, x, w, b, NULL, NULL, y2);
+		if (memcmp(y, y2, ny * 4))
+			fail_msg("flat case %d: differs from the other kernels", ci);
+		chain_ref(t, x, w, b, add, -0.25f, 0.5f, ref);
+		flat_run(t, 1, pool, x, w, b, &clip, add, y2);
+		if (memcmp(y2, ref, ny * 4))
+			fail_msg("flat case %d: the fused Add and Clip differ from fused_epi.c's", ci);
+		hp_dwf_set_mode(1);
+		for (int64_t r0 = 0; r0 < oh; r0++)
+			for (int64_t r1 = r0 + 1; r1 <= oh; r1 += 1 + oh / 6) {
+				struct hp_dw band = geom(t, r0, r1, &i0, &i1);
+				assert_true(hp_dwf_eligible(&band.g));
+				for (int64_t p = 0; p < t->n * t->c; p++)
+					memcpy(xb + p * (i1 - i0) * t->in[1], x + (p * t->in[0] + i0) * t->in[1],
+					       (size_t)((i1 - i0) * t->in[1]) * 4);
+				hp_dw_forward(&band, xb, w, b, y2, NULL);
+				for (int64_t p = 0; p < t->n * m; p++)
+					if (memcmp(y2 + p * (r1 - r0) * ow, y + (p * oh + r0) * ow, (size_t)((r1 - r0) * ow) * 4))
+						fail_msg("flat case %d: band [%lld, %lld) differs from the whole", ci,
+							 (long long)r0, (long long)r1);
+			}
+		hp_dwf_set_mode(0);
+next:
+		free(x), free(w), free(b), free(add), free(ref), free(y), free(y2), free(xb);
+	}
+	hp_pool_destroy(pool);
+	assert_true(ran == FLAT_CASES || !hp_cpu_avx512_fma()); /* not a vacuous pass */
+}
+
+/* A 2-D 3x3 geometry, same pads, of h x w planes at stride s. */
+static struct hp_dw flat_geom(int64_t h, int64_t w, int64_t s, int64_t pad)
+{
+	struct dc t = { 2, 1, 8, 1, { h, w }, { 3, 3 }, { s, s }, { 1, 1 }, { pad, pad }, { pad, pad } };
+	int64_t i0, i1;
+
+	return geom(&t, 0, out_dim(&t, 0), &i0, &i1);
+}
+
+static int flat_wanted(int64_t h, int64_t w, int64_t s, int64_t pad)
+{
+	struct hp_dw d = flat_geom(h, w, s, pad);
+
+	return hp_dwf_wanted(&d.g);
+}
+
+static int flat_eligible(int64_t h, int64_t w, int64_t s, int64_t pad)
+{
+	struct hp_dw d = flat_geom(h, w, s, pad);
+
+	return hp_dwf_eligible(&d.g);
+}
+
+/* Where the kernel is wanted (auto): MobileNetV2's 7x7 and 14x14 planes
+ * and their stride-1 dX flips (hp_dw_data's forward), rows of 7 to 22;
+ * not 3x3 planes, 24x24 and wider (conv_dw3.c's rows), stride 2, valid
+ * pads (output rows narrower than the input's). */
+static void test_flat_route(void **state)
+{
+	struct hp_dw d, f;
+
+	(void)state;
+	if (!hp_cpu_avx512_fma())
+		skip();
+	d = flat_geom(7, 7, 1, 1);
+	assert_true(hp_dwf_wanted(&d.g));
+	hp_dw_flip(&d, &f);
+	assert_true(hp_dwf_wanted(&f.g));
+	d = flat_geom(14, 14, 1, 1);
+	assert_true(hp_dwf_wanted(&d.g));
+	hp_dw_flip(&d, &f);
+	assert_true(hp_dwf_wanted(&f.g));
+	assert_true(flat_wanted(12, 16, 1, 1));
+	assert_true(flat_wanted(20, 22, 1, 1));
+	assert_false(flat_wanted(24, 23, 1, 1));
+	assert_false(flat_wanted(24, 24, 1, 1));
+	assert_false(flat_wanted(3, 3, 1, 1));
+	assert_false(flat_wanted(28, 28, 1, 1));
+	assert_false(flat_wanted(56, 56, 1, 1));
+	assert_false(flat_eligible(14, 14, 2, 1));
+	assert_false(flat_eligible(14, 14, 1, 0));
+	hp_dwf_set_mode(-1);
+	assert_false(flat_wanted(7, 7, 1, 1));
+	hp_dwf_set_mode(1);
+	assert_true(flat_wanted(56, 56, 1, 1));
+	hp_dwf_set_mode(0);
 }
 
 int main(void)
@@ -755,6 +923,8 @@ int main(void)
 		cmocka_unit_test(test_dwc_bands),
 		cmocka_unit_test(test_dwc_filter),
 		cmocka_unit_test(test_dw_data_flip),
+		cmocka_unit_test(test_flat_chains),
+		cmocka_unit_test(test_flat_route),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
