@@ -213,11 +213,11 @@ static int gr_512(void);
 static int gr_cofwd(const struct hp_conv *cv, const struct gr_geom *q)
 {
 #ifdef GR_X86
-	if (gr_cf_mode < 0 || !gr_512() || cv->wflip || cv->group < 2)
+	if (gr_cf_mode < 0 || !gr_512() || cv->group < 2)
 		return 0;
-	if (cv->cout_g == 8) /* gr_c8_block's tiles */
+	if (cv->cout_g == 8) /* gr_c8_block's tiles, ConvGradData's too (W flipped in place) */
 		return gr_cf_mode > 0 || q->oh * q->ow <= GR_C8_MAX_PLANE;
-	return cv->cout_g % 16 == 0 && (gr_cf_mode > 0 || q->oh * q->ow <= GR_CF_MAX_PLANE);
+	return !cv->wflip && cv->cout_g % 16 == 0 && (gr_cf_mode > 0 || q->oh * q->ow <= GR_CF_MAX_PLANE);
 #else
 	(void)cv, (void)q;
 	return 0;
@@ -760,8 +760,12 @@ static GR_TARGET512VL void gr_c8_pack(const float *w, int64_t kdim, float *wt)
 		for (int i = 0; i < 8; i++)
 			r[i] = _mm256_maskz_loadu_ps(mk, w + i * kdim + k0);
 		hp_tr8_ps(r);
-		for (int i = 0; i < kr; i++)
-			_mm256_storeu_ps(wt + (k0 + i) * 8, r[i]);
+		if (kr == 8) /* unrolled: GCC makes the loop a memcpy from the stack */
+			for (int i = 0; i < 8; i++)
+				_mm256_storeu_ps(wt + (k0 + i) * 8, r[i]);
+		else
+			for (int i = 0; i < kr; i++)
+				_mm256_storeu_ps(wt + (k0 + i) * 8, r[i]);
 	}
 }
 
@@ -1202,6 +1206,31 @@ static void gr_flip(const struct hp_conv *cv, const float *w, float *f, int cl)
 }
 #endif
 
+#ifdef GR_X86
+/* gr_flip's rows (not cl) of kv <= 16 taps in AVX-512: a masked load, a
+ * permute that reverses the kv taps, a whole store (f's rows are written
+ * in address order, so a store's excess is overwritten by the next row's,
+ * and the last one's falls in the workers' part of the workspace, not yet
+ * used).  In scalar the flip cost ConvGradData of RegNet's groups of 8 at
+ * 3x3 planes as much as its products (31% of the node). */
+static GR_TARGET512 void gr_flip512(const struct hp_conv *cv, const float *w, float *f)
+{
+	int64_t kv = cv->g.k[1] * cv->g.k[2];
+	__mmask16 mk = (__mmask16)((1u << kv) - 1);
+	int32_t rev[16];
+
+	for (int t = 0; t < 16; t++)
+		rev[t] = t < kv ? (int32_t)(kv - 1 - t) : t;
+	__m512i idx = _mm512_loadu_si512(rev);
+	for (int64_t m = 0; m < cv->cout; m++) {
+		int64_t g = m / cv->cout_g, mi = m % cv->cout_g;
+		const float *src = w + (g * cv->cin_g * cv->cout_g + mi) * kv;
+		for (int64_t j = 0; j < cv->cin_g; j++, f += kv, src += cv->cout_g * kv)
+			_mm512_storeu_ps(f, _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(mk, src)));
+	}
+}
+#endif
+
 /* Dense Convs (one group) at small planes on the kxk path, in core: with W^T
  * packed once, the co-lane forward tiles in units of 32 (or 16) output
  * channels of the whole plane.  kxk computes each output by the same chain
@@ -1304,7 +1333,10 @@ static void grp_forward(const struct hp_conv *cv, const float *x, const float *w
 
 	gr_geom(cv, &r.q);
 	if (flip) {
-		gr_flip(cv, w, ws, gr_colane(cv, &r.q));
+		if (gr_512() && !gr_colane(cv, &r.q) && cv->g.k[1] * cv->g.k[2] <= 16)
+			gr_flip512(cv, w, ws);
+		else
+			gr_flip(cv, w, ws, gr_colane(cv, &r.q));
 		r.w = ws;
 		r.ws = ws + flip;
 	}
