@@ -31,7 +31,12 @@
  * alternating, medians of 5): ResNeXt 4 a group at 28x28 54 / 132, batch 8
  * 75 / 116, RegNet's 8 a group 59 / 158, stride 2 39 / 111; 16 a group at
  * 14x14 and 32 at 7x7 (before: conv_grad_reg.c's tiles over output
- * channels) 62 / 175 and 52 / 139. */
+ * channels) 62 / 175 and 52 / 139.  A slab is 16 input channels; where
+ * the groups do not fill the last one (RegNetY-400MF's 13 and 55 groups
+ * of 8), its other lanes are staged as zeros and not stored (the tiles
+ * had refused odd counts of groups of 8: pass dW at batch 1, classes
+ * grouped-w8-12 and -w8-3, 12 -> 54 and 3.3 -> 23 GF/s; 55 groups at
+ * 7x7, 7.5 -> 52). */
 #include <stdint.h>
 #include <string.h>
 
@@ -187,7 +192,9 @@ int hp_gfilt_colane(struct hp_gfilt *q, const struct hp_colgeom *geo, int64_t n,
 	ok = 0;
 #endif
 	ok &= gc_mode >= 0 && hp_conv_grp_mode() >= 0 && hp_conv_shift_mode() == 0 && group >= 2 && cg >= 2 && mg >= 1;
-	ok &= cg >= 16 ? cg % 16 == 0 : 16 % cg == 0 && sg * mg <= 16 && group % sg == 0;
+	/* an odd number of groups of 8 (RegNet's 13 and 55) ends in a slab of
+	 * one group: its other lanes staged as zeros and not stored */
+	ok &= cg >= 16 ? cg % 16 == 0 : 16 % cg == 0 && sg * mg <= 16;
 	ok &= geo->img[0] == 1 && geo->grid[0] == 1 && geo->k[0] == 1 && unit % geo->grid[2] == 0 && unit >= 1;
 	ok &= geo->kvol <= 64 && geo->img_vol * 16 < INT32_MAX && geo->grid_vol * 16 < INT32_MAX;
 	ok &= geo->grid[2] / GC_BLK + 2 <= GC_SEGS && geo->pad[1] >= 0 && geo->pad[2] >= 0;
@@ -199,7 +206,7 @@ int hp_gfilt_colane(struct hp_gfilt *q, const struct hp_colgeom *geo, int64_t n,
 	q->unit = unit;
 	q->cl = 1;
 	q->sg = sg;
-	q->slabs = cin / 16;
+	q->slabs = (cin + 15) / 16;
 	q->blk = unit >= GC_BLK_MIN ? GC_BLK : 0;
 	q->pw = (geo->grid[2] - 1) * geo->stride[2] + (geo->k[2] - 1) * geo->dil[2] + 1;
 	/* output rows per chunk: as many as the staging holds, at least one */
@@ -686,8 +693,9 @@ static GC_TARGET void gc_tr16(const float *src, int64_t ld, int n, int nr, float
 }
 
 /* The slab's running sums sb [m][t][16] from dW-shaped w (to_sb) or
- * back: lane l's row of kvol taps at w + m * cg * kvol + off[l]. */
-static GC_TARGET void gc_sums(const struct hp_gfilt *q, float *w, const int64_t *off, float *sb, int to_sb)
+ * back: lane l's row of kvol taps at w + m * cg * kvol + off[l], lanes
+ * l < nl (the others 0 in sb, and not stored). */
+static GC_TARGET void gc_sums(const struct hp_gfilt *q, float *w, const int64_t *off, int nl, float *sb, int to_sb)
 {
 	int64_t kvol = q->geo.kvol;
 
@@ -696,22 +704,24 @@ static GC_TARGET void gc_sums(const struct hp_gfilt *q, float *w, const int64_t 
 		if (kvol > 16) {
 			for (int l = 0; l < 16; l++)
 				for (int64_t t = 0; t < kvol; t++)
-					if (to_sb)
+					if (l >= nl) /* a lane past the channels */
+						sm[t * 16 + l] = to_sb ? 0.0f : sm[t * 16 + l];
+					else if (to_sb)
 						sm[t * 16 + l] = wm[off[l] + t];
 					else
 						wm[off[l] + t] = sm[t * 16 + l];
 		} else if (to_sb) {
-			gc_tr16x(wm, off, (int)kvol, 16, sm, gc_i16, 16);
+			gc_tr16x(wm, off, (int)kvol, nl, sm, gc_i16, 16);
 		} else {
-			gc_tr16x(sm, gc_i16, 16, (int)kvol, wm, off, (int)kvol);
+			gc_tr16x(sm, gc_i16, nl, (int)kvol, wm, off, (int)kvol);
 		}
 	}
 }
 
 /* Stages input rows [y0, y0 + nr) (padded coordinates: row y0 is input
- * row y0 - pad) of slab channels c0.. of item img into st: [row][pw
- * columns][16 channels], zeros outside the input. */
-static GC_TARGET void gc_stage(const struct hp_gfilt *q, const float *img, int64_t y0, int64_t nr, float *st)
+ * row y0 - pad) of the slab's nl channels of item img into st: [row][pw
+ * columns][16 channels], zeros outside the input and in lanes nl.. */
+static GC_TARGET void gc_stage(const struct hp_gfilt *q, const float *img, int nl, int64_t y0, int64_t nr, float *st)
 {
 	const struct hp_colgeom *g = &q->geo;
 	int64_t ih = g->img[1], iw = g->img[2], pl = g->pad[2], pw = q->pw;
@@ -726,7 +736,7 @@ static GC_TARGET void gc_stage(const struct hp_gfilt *q, const float *img, int64
 		}
 		memset(dst, 0, (size_t)(pl * 16) * sizeof *dst);
 		for (int64_t x = 0; x < xe; x += 16)
-			gc_tr16(img + y * iw + x, q->bvol, (int)(xe - x < 16 ? xe - x : 16), 16, dst + (pl + x) * 16);
+			gc_tr16(img + y * iw + x, q->bvol, (int)(xe - x < 16 ? xe - x : 16), nl, dst + (pl + x) * 16);
 		memset(dst + (pl + xe) * 16, 0, (size_t)((pw - pl - xe) * 16) * sizeof *dst);
 	}
 }
@@ -799,6 +809,7 @@ static GC_TARGET void gc_slab(const struct gf_run *r, int64_t s, float *ws)
 	const struct hp_colgeom *g = &q->geo;
 	int64_t kvol = g->k[1] * g->k[2], ow = g->grid[2], oh = g->grid[1], cg = q->cg, mg = q->mg, rb = q->chunk;
 	int64_t urows = q->unit / ow, g0 = s * 16 / cg, nin = gc_in_rows(q, rb);
+	int nl = (int)(q->cin - s * 16 < 16 ? q->cin - s * 16 : 16); /* the slab's channels */
 	struct gc_ctx c = { .q = q };
 	struct gc_seg segs[GC_SEGS];
 	float *st = ws, *dyt = st + nin * q->pw * 16, *sb = dyt + (q->sg > 1 ? rb * ow * 16 : 0), *pb = sb + mg * kvol * 16;
@@ -819,7 +830,7 @@ static GC_TARGET void gc_slab(const struct gf_run *r, int64_t s, float *ws)
 	}
 	float *dwb = r->dw + g0 * mg * cg * kvol; /* the slab's first group's */
 	if (r->acc) /* the running sums from acc or 0 */
-		gc_sums(q, (float *)r->acc + g0 * mg * cg * kvol, off, sb, 1);
+		gc_sums(q, (float *)r->acc + g0 * mg * cg * kvol, off, nl, sb, 1);
 	else
 		memset(sb, 0, (size_t)(mg * kvol * 16) * sizeof *sb);
 	for (int64_t nb = q->n - 1; nb >= 0; nb--) {
@@ -829,10 +840,10 @@ static GC_TARGET void gc_slab(const struct gf_run *r, int64_t s, float *ws)
 		for (int64_t kk = 0; kk < nch; kk++) {
 			/* units of rows: chunks and rows from the last; of items: in order */
 			int64_t k = urows == 1 ? nch - 1 - kk : kk, y0 = k * rb, y1 = y0 + rb < oh ? y0 + rb : oh;
-			gc_stage(q, img, y0 * g->stride[1], gc_in_rows(q, y1 - y0), st);
+			gc_stage(q, img, nl, y0 * g->stride[1], gc_in_rows(q, y1 - y0), st);
 			if (q->sg > 1) /* dY of the slab's groups, [position][channel] */
 				for (int64_t p = y0 * ow; p < y1 * ow; p += 16)
-					gc_tr16(c.dy + p, q->svol, (int)(y1 * ow - p < 16 ? y1 * ow - p : 16), (int)(q->sg * mg),
+					gc_tr16(c.dy + p, q->svol, (int)(y1 * ow - p < 16 ? y1 * ow - p : 16), (int)(nl / cg * mg),
 						dyt + (p - y0 * ow) * 16);
 			int ns = 0;
 			for (int64_t yy = y0; yy < y1; yy++) {
@@ -842,7 +853,7 @@ static GC_TARGET void gc_slab(const struct gf_run *r, int64_t s, float *ws)
 			gc_tiles_run(&c, segs, ns);
 		}
 	}
-	gc_sums(q, dwb, off, sb, 0);
+	gc_sums(q, dwb, off, nl, sb, 0);
 }
 
 static void gc_range(void *arg, int64_t b, int64_t e, int tid)

@@ -167,6 +167,11 @@ int hp_grp_wanted(const struct hp_conv *cv)
 /* The co-lane forward tiles (gr_cf_block) on planes of at most this many
  * output positions, the auto choice. */
 #define GR_CF_MAX_PLANE 16
+/* The same for groups of 8 output channels (gr_c8_block): GF/s a thread,
+ * bench/bench_conv_libs.c's --grp-packed forward, 440 channels in groups
+ * of 8 (RegNetY-400MF's last stage), co-lane / column tiles: 2x2 31 / 13,
+ * 3x3 45 / 27, 4x4 47 / 33-45, 5x5 41-55 / 42; 6x6 49 / 56. */
+#define GR_C8_MAX_PLANE 25
 /* The same for dense Convs on the kxk path (hp_grp_dense), whose
  * staging of the whole plane must also fit GR_DENSE_STAGE_FLOATS: 1
  * thread, perf stat task-clock, base (planes of 16 at most) -> this,
@@ -208,8 +213,12 @@ static int gr_512(void);
 static int gr_cofwd(const struct hp_conv *cv, const struct gr_geom *q)
 {
 #ifdef GR_X86
-	return gr_cf_mode >= 0 && gr_512() && !cv->wflip && cv->group > 1 && cv->cout_g % 16 == 0 &&
-	       (gr_cf_mode > 0 || q->oh * q->ow <= GR_CF_MAX_PLANE);
+	if (gr_cf_mode < 0 || !gr_512() || cv->group < 2)
+		return 0;
+	if (cv->cout_g == 8) /* gr_c8_block's tiles, ConvGradData's too (W flipped in place) */
+		return gr_cf_mode > 0 || q->oh * q->ow <= GR_C8_MAX_PLANE;
+	/* ConvGradData's from W flipped straight into W^T (gr_cf_flip) */
+	return cv->cout_g % 16 == 0 && (gr_cf_mode > 0 || q->oh * q->ow <= GR_CF_MAX_PLANE);
 #else
 	(void)cv, (void)q;
 	return 0;
@@ -317,6 +326,31 @@ static GR_TARGET void gr_even(float *dst, const float *src, int64_t lo, int64_t 
 		dst[i] = src[2 * i];
 }
 
+/* gr_stage at stride 1 in AVX-512: the staging zeroed, then each image
+ * row's columns copied in, masked loads and stores of 16 floats (no fault
+ * on the lanes they skip).  Row by row in zeros, copy and zeros
+ * (gr_fill), the staging cost a small plane's unit more than its products
+ * (RegNet's groups of 8 at 3x3: 5 floats a row, 40 rows; the staging was
+ * 35% of the node's time, its tiles 30%); each row's masked store alone,
+ * without the zeroing, ran slower (33 GF/s against 45 at grouped-w8-3). */
+static GR_TARGET512 void gr_stage1(const struct gr_geom *q, int64_t cin_g, const float *xc, int64_t oh0, float *st)
+{
+	int64_t r0 = oh0 - q->pt, ra = r0 < 0 ? -r0 : 0, rb = q->ih - r0 < q->nrp ? q->ih - r0 : q->nrp;
+	int64_t lo = q->pl < q->phw ? q->pl : q->phw, hi = q->iw + q->pl < q->phw ? q->iw + q->pl : q->phw;
+
+	for (int64_t i = 0, n = cin_g * q->plane; i < n; i += 16) /* into the slack, as gr_fill */
+		_mm512_storeu_ps(st + i, _mm512_setzero_ps());
+	for (int64_t c = 0; c < cin_g; c++)
+		for (int64_t r = ra; r < rb; r++) {
+			const float *src = xc + (c * q->ih + r0 + r) * q->iw - q->pl;
+			float *dst = st + c * q->plane + r * q->phw;
+			for (int64_t i = lo; i < hi; i += 16) {
+				__mmask16 mk = (__mmask16)(hi - i < 16 ? (1u << (hi - i)) - 1 : 0xffff);
+				_mm512_mask_storeu_ps(dst + i, mk, _mm512_maskz_loadu_ps(mk, src + i));
+			}
+		}
+}
+
 /* The staging of output rows from oh0 of channel block xc (cin_g planes):
  * for each channel c, row phase rp < sh and column phase cp < sw, nrp rows
  * of phw floats; row r of (rp, cp) holds the padded input row
@@ -327,6 +361,10 @@ static GR_TARGET void gr_stage(const struct gr_geom *q, int64_t cin_g, const flo
 	int64_t lo[GR_MAX_STRIDE], hi[GR_MAX_STRIDE], r0 = oh0 * q->sh - q->pt;
 	float *dst = st;
 
+	if (q->sh == 1 && q->sw == 1 && gr_512()) {
+		gr_stage1(q, cin_g, xc, oh0, st);
+		return;
+	}
 	for (int64_t p = 0; p < q->sw; p++)
 		gr_bounds(q, p, &lo[p], &hi[p]);
 	for (int64_t c = 0; c < cin_g; c++)
@@ -697,6 +735,141 @@ static GR_TARGET512 void gr_cf_put(const float *t, int nv, int valid, float *y, 
 		}
 }
 
+/* ---- co-lane forward tiles for groups of 8 output channels ----
+ * RegNet's groups of 8 channels at small planes (RegNetY-400MF at 96
+ * pixels: 6x6 and 3x3) ran on the column tiles, whose 24 columns held a
+ * 3x3 plane's run of 13 (9 kept: 23 GF/s a thread in
+ * bench/bench_conv_libs.c, class grouped-w8-3) and a 6x6 plane's 46 in
+ * 48.  Here the lanes are the group's 8 output channels, one ymm vector
+ * (AVX-512VL: 32 of them, and each position's staged input is a
+ * broadcast folded into its fused multiply-add), a tile up to
+ * GR_C8_MAX_P positions of the unit: per tap k, one vector of W^T
+ * ([k][8]) and one FMA per position.  Every output is the column tiles'
+ * chain (its bias, then one fused multiply-add per k in order, padding
+ * taps as zeros), so the bits do not change with the path. */
+#define GR_C8_MAX_P 24
+#define GR_TARGET512VL __attribute__((target("avx512f,avx512vl,avx2,fma")))
+
+/* wt[k][8] = w[i][k] (rows kdim apart), i < 8: 8 x 8 transposes. */
+static GR_TARGET512VL void gr_c8_pack(const float *w, int64_t kdim, float *wt)
+{
+	__m256 r[8];
+
+	for (int64_t k0 = 0; k0 < kdim; k0 += 8) {
+		int kr = kdim - k0 < 8 ? (int)(kdim - k0) : 8;
+		__mmask8 mk = (__mmask8)((1u << kr) - 1);
+		for (int i = 0; i < 8; i++)
+			r[i] = _mm256_maskz_loadu_ps(mk, w + i * kdim + k0);
+		hp_tr8_ps(r);
+		if (kr == 8) /* unrolled: GCC makes the loop a memcpy from the stack */
+			for (int i = 0; i < 8; i++)
+				_mm256_storeu_ps(wt + (k0 + i) * 8, r[i]);
+		else
+			for (int i = 0; i < kr; i++)
+				_mm256_storeu_ps(wt + (k0 + i) * 8, r[i]);
+	}
+}
+
+/* The chains of P positions (staged at s + off[k] + pos[p]) for the 8
+ * channels of panel wt, the first `valid` stored into y (channel l's
+ * plane at y + l * yv) through 8 x 8 transposes and masked stores. */
+static inline __attribute__((always_inline)) GR_TARGET512VL void gr_c8_tile(const int P, const float *s,
+									     const int32_t *off, const int32_t *pos,
+									     int64_t kdim, const float *wt,
+									     const float *bias, float *y, int64_t yv,
+									     int valid)
+{
+	__m256 a[GR_C8_MAX_P], b = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
+
+	#pragma GCC unroll 24
+	for (int i = 0; i < P; i++)
+		a[i] = b;
+	for (int64_t k = 0; k < kdim; k++) {
+		const float *p = s + off[k];
+		__m256 w = _mm256_loadu_ps(wt + 8 * k);
+		#pragma GCC unroll 24
+		for (int i = 0; i < P; i++)
+			a[i] = _mm256_fmadd_ps(w, _mm256_set1_ps(p[pos[i]]), a[i]);
+	}
+	#pragma GCC unroll 3
+	for (int i0 = 0; i0 < P; i0 += 8) {
+		__m256 r[8];
+		int n = valid - i0 < 8 ? valid - i0 : 8;
+		#pragma GCC unroll 8
+		for (int i = 0; i < 8; i++)
+			r[i] = i0 + i < P ? a[i0 + i] : _mm256_setzero_ps();
+		hp_tr8_ps(r);
+		__mmask8 mk = (__mmask8)((1u << n) - 1);
+		#pragma GCC unroll 8
+		for (int l = 0; l < 8; l++)
+			_mm256_mask_storeu_ps(y + l * yv + i0, mk, r[l]);
+	}
+}
+
+typedef void (*gr_c8_fn)(const float *, const int32_t *, const int32_t *, int64_t, const float *, const float *,
+			 float *, int64_t, int);
+
+#define GR_C8_FN(P)                                                                                           \
+	static GR_TARGET512VL void gr_c8_##P(const float *s, const int32_t *off, const int32_t *pos,          \
+					     int64_t kdim, const float *wt, const float *bias, float *y,      \
+					     int64_t yv, int valid)                                           \
+	{                                                                                                     \
+		gr_c8_tile(P, s, off, pos, kdim, wt, bias, y, yv, valid);                                     \
+	}
+GR_C8_FN(1)
+GR_C8_FN(2)
+GR_C8_FN(3)
+GR_C8_FN(4)
+GR_C8_FN(5)
+GR_C8_FN(6)
+GR_C8_FN(7)
+GR_C8_FN(8)
+GR_C8_FN(9)
+GR_C8_FN(10)
+GR_C8_FN(11)
+GR_C8_FN(12)
+GR_C8_FN(13)
+GR_C8_FN(14)
+GR_C8_FN(15)
+GR_C8_FN(16)
+GR_C8_FN(17)
+GR_C8_FN(18)
+GR_C8_FN(19)
+GR_C8_FN(20)
+GR_C8_FN(21)
+GR_C8_FN(22)
+GR_C8_FN(23)
+GR_C8_FN(24)
+
+/* Positions [0, len) of the unit from output row oh0 (staging st, taps
+ * off) for the group's 8 channels (panel wt, W^T [k][8]) into y (the
+ * first channel's plane from row oh0): tiles as even as the widest
+ * allows, each exactly its positions. */
+static void gr_c8_block(const struct gr_geom *q, int64_t len, const float *st, const int32_t *off,
+			const float *wt, const float *bias, float *y)
+{
+	static const gr_c8_fn fns[GR_C8_MAX_P + 1] = {
+		NULL,	  gr_c8_1,  gr_c8_2,  gr_c8_3,	gr_c8_4,  gr_c8_5,  gr_c8_6,  gr_c8_7,	gr_c8_8,
+		gr_c8_9,  gr_c8_10, gr_c8_11, gr_c8_12, gr_c8_13, gr_c8_14, gr_c8_15, gr_c8_16, gr_c8_17,
+		gr_c8_18, gr_c8_19, gr_c8_20, gr_c8_21, gr_c8_22, gr_c8_23, gr_c8_24,
+	};
+	int64_t yv = q->oh * q->ow, ntile = (len + GR_C8_MAX_P - 1) / GR_C8_MAX_P;
+	int32_t pos[GR_C8_MAX_P];
+
+	/* position j0 + i at staged row h, column c: counted, not divided (a
+	 * division per position cost a 3x3 plane's unit a fifth of its products) */
+	for (int64_t j0 = 0, tl = 0, h = 0, c = 0; j0 < len; tl++) {
+		int valid = (int)((len - j0 + (ntile - tl) - 1) / (ntile - tl));
+		for (int i = 0; i < valid; i++) {
+			pos[i] = (int32_t)(h * q->phw + c);
+			if (++c == q->ow)
+				c = 0, h++;
+		}
+		fns[valid](st, off, pos, q->kdim, wt, bias, y + j0, yv, valid);
+		j0 += valid;
+	}
+}
+
 /* ---- co-lane 3x3 tiles that skip the padding ----
  * A 3x3 Conv of stride 1 and pads 1 at 5x5 (SqueezeNet's last expands)
  * spends 40 of every 225 products of a plane on the zero padding, at 3x3
@@ -897,9 +1070,16 @@ static void gr_cf_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh
 	else if (r->dense) /* the unit's alone, as hp_grp_pack lays it out */
 		for (int64_t m = m0; m < m0 + cb; m += 16)
 			gr_cf_pack16(r->w + m * kdim, kdim, kdim, panel + m - m0, cb);
+	else if (mg == 8)
+		gr_c8_pack(r->w + g * mg * kdim, kdim, panel);
 	else
 		for (int64_t m = 0; m < mg; m += 16)
 			gr_cf_pack16(r->w + (g * mg + m) * kdim, kdim, kdim, panel + m, mg);
+	if (!r->dense && mg == 8) {
+		gr_c8_block(q, len, st, off, panel, r->b ? r->b + g * mg : NULL,
+			    r->y + (n * cv->cout + g * mg) * yv + oh0 * q->ow);
+		return;
+	}
 	if (gr_cs_ok(r, cb, r->b ? r->b + g * mg + m0 : NULL)) {
 		gr_cs_block(r, oh0, oh1, st, panel, r->b ? r->b + g * mg + m0 : NULL,
 			    r->y + (n * cv->cout + g * mg + m0) * yv);
@@ -1027,6 +1207,63 @@ static void gr_flip(const struct hp_conv *cv, const float *w, float *f, int cl)
 }
 #endif
 
+#ifdef GR_X86
+/* gr_flip's rows (not cl) of kv <= 16 taps in AVX-512: a masked load, a
+ * permute that reverses the kv taps, a whole store (f's rows are written
+ * in address order, so a store's excess is overwritten by the next row's,
+ * and the last one's falls in the workers' part of the workspace, not yet
+ * used).  In scalar the flip cost ConvGradData of RegNet's groups of 8 at
+ * 3x3 planes as much as its products (31% of the node). */
+static GR_TARGET512 void gr_flip512(const struct hp_conv *cv, const float *w, float *f)
+{
+	int64_t kv = cv->g.k[1] * cv->g.k[2];
+	__mmask16 mk = (__mmask16)((1u << kv) - 1);
+	int32_t rev[16];
+
+	for (int t = 0; t < 16; t++)
+		rev[t] = t < kv ? (int32_t)(kv - 1 - t) : t;
+	__m512i idx = _mm512_loadu_si512(rev);
+	for (int64_t m = 0; m < cv->cout; m++) {
+		int64_t g = m / cv->cout_g, mi = m % cv->cout_g;
+		const float *src = w + (g * cv->cin_g * cv->cout_g + mi) * kv;
+		for (int64_t j = 0; j < cv->cin_g; j++, f += kv, src += cv->cout_g * kv)
+			_mm512_storeu_ps(f, _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(mk, src)));
+	}
+}
+
+/* gr_flip's w'^T [group][cin_g][kv][cout_g] (cout_g a multiple of 16,
+ * kv <= 16) in AVX-512: per (group, input channel) and 16 output
+ * channels, their rows of taps loaded reversed and transposed 16 x 16.
+ * ConvGradData of ResNeXt's 32 channels a group at 2x2 (grouped-t2, pass
+ * dX) spent 39% in gr_flip512 and 38% in column tiles of 24 columns for
+ * a run of 6; here the co-lane forward tiles run from this W^T as from W
+ * packed once. */
+static GR_TARGET512 void gr_cf_flip(const struct hp_conv *cv, const float *w, float *f)
+{
+	int64_t kv = cv->g.k[1] * cv->g.k[2], mg = cv->cout_g, cg = cv->cin_g;
+	__mmask16 mk = (__mmask16)((1u << kv) - 1);
+	int32_t rev[16];
+	__m512 r[16];
+
+	for (int t = 0; t < 16; t++)
+		rev[t] = t < kv ? (int32_t)(kv - 1 - t) : t;
+	__m512i idx = _mm512_loadu_si512(rev);
+	for (int64_t g = 0; g < cv->group; g++)
+		for (int64_t j = 0; j < cg; j++) {
+			const float *src = w + ((g * cg + j) * mg) * kv; /* [mi][kv] rows */
+			float *dst = f + (g * cg + j) * kv * mg;
+			for (int64_t m0 = 0; m0 < mg; m0 += 16) {
+				for (int i = 0; i < 16; i++)
+					r[i] = _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(mk, src + (m0 + i) * kv));
+				hp_tr16_ps(r);
+				for (int64_t t = 0; t < kv; t++)
+					_mm512_storeu_ps(dst + t * mg + m0, r[t]);
+			}
+		}
+}
+
+#endif
+
 /* Dense Convs (one group) at small planes on the kxk path, in core: with W^T
  * packed once, the co-lane forward tiles in units of 32 (or 16) output
  * channels of the whole plane.  kxk computes each output by the same chain
@@ -1129,7 +1366,15 @@ static void grp_forward(const struct hp_conv *cv, const float *x, const float *w
 
 	gr_geom(cv, &r.q);
 	if (flip) {
-		gr_flip(cv, w, ws, gr_colane(cv, &r.q));
+		int kv16 = gr_512() && cv->g.k[1] * cv->g.k[2] <= 16;
+		if (kv16 && cv->cout_g % 16 == 0 && gr_cofwd(cv, &r.q) && !gr_colane(cv, &r.q)) {
+			gr_cf_flip(cv, w, ws);
+			r.wt = ws; /* gr_cf_block's panels, as hp_grp_pack's */
+		} else if (kv16 && !gr_colane(cv, &r.q)) {
+			gr_flip512(cv, w, ws);
+		} else {
+			gr_flip(cv, w, ws, gr_colane(cv, &r.q));
+		}
 		r.w = ws;
 		r.ws = ws + flip;
 	}

@@ -945,7 +945,9 @@ static void test_pwt_bits(void **state)
  * plane of 48 output channels per group from 16 input channels with
  * asymmetric pads and no bias (three 16-channel vectors, a last tile of
  * 15 of 16 positions), a 3x3 plane of 32 per group, batch 2 (a tile of 9
- * of 12 positions). */
+ * of 12 positions); and groups of 8 output channels (gr_c8_block's 8-lane
+ * tiles): RegNet's 3x3 at 5x5, batch 2, and 10 input channels a group
+ * over a 4x6 plane with asymmetric pads and no bias. */
 static const struct cc grp_cases[] = {
 	{ 2, 0, 2, 16, 16, 4, V3(9, 10, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
 	{ 2, 0, 1, 12, 18, 6, V3(15, 17, 0), V3(3, 3, 0), V3(2, 2, 0), V3(1, 1, 0), V3(1, 0, 0), V3(2, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
@@ -966,6 +968,8 @@ static const struct cc grp_cases[] = {
 	{ 2, 0, 1, 64, 64, 4, V3(4, 4, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
 	{ 2, 0, 1, 32, 96, 2, V3(3, 5, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 0, 0), V3(1, 2, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
 	{ 2, 0, 2, 64, 64, 2, V3(3, 3, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 2, 24, 24, 3, V3(5, 5, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), V3(1, 1, 0), {0}, {0}, NULL, 1, 1, 1, 0 },
+	{ 2, 0, 1, 20, 16, 2, V3(4, 6, 0), V3(3, 3, 0), V3(1, 1, 0), V3(1, 1, 0), V3(0, 1, 0), V3(1, 0, 0), {0}, {0}, NULL, 0, 1, 1, 0 },
 };
 
 /* The chains the grouped path promises, in float: each output from its
@@ -1780,6 +1784,96 @@ static void test_grp_dense_packed(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* Grouped Convs of 8 output channels a group on conv_grp.c's 8-lane
+ * co-lane tiles (gr_c8_block), in core from W^T packed once (hp_grp_pack,
+ * as exec/fuse_pack.c does) and packing as they go (training): RegNet's
+ * groups of 8 at 3x3 (batch 2), 2x2, 4x4 and 5x5 (a tile of 25 positions
+ * cut 13 + 12), 1x1 (one position), a 4x5 plane from 6 input channels a
+ * group without bias, a 5x3 plane at stride 2 from 16 input channels (the
+ * staging's phases), 6x6 (36 positions: the auto choice leaves it to the
+ * column tiles, forced it runs in tiles of 18).  Every output is the
+ * float chain (bias, then fmaf per tap (c, kh, kw) in order, padding as
+ * zeros), on 1 and 2 threads; the auto choice takes the tiles up to 25
+ * positions. */
+static void test_grp_c8(void **state)
+{
+	static const struct {
+		int64_t cin_g, group, h, w, stride, bias, n;
+	} cases[] = {
+		{ 8, 55, 3, 3, 1, 1, 2 }, { 8, 6, 2, 2, 1, 1, 1 },  { 8, 13, 4, 4, 1, 1, 1 },	{ 8, 26, 5, 5, 1, 1, 1 },
+		{ 8, 4, 1, 1, 1, 1, 1 },  { 6, 3, 4, 5, 1, 0, 1 },  { 16, 2, 10, 5, 2, 1, 1 }, { 8, 26, 6, 6, 1, 1, 1 },
+	};
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_kxk_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		int64_t cg = cases[i].cin_g, gr = cases[i].group, s = cases[i].stride, h = cases[i].h, wd = cases[i].w;
+		int64_t ci = cg * gr, co = 8 * gr, oh = (h + 2 - 3) / s + 1, ow = (wd + 2 - 3) / s + 1;
+		struct hp_conv cv = { .node = 1, .nd = 2, .batch = cases[i].n, .cin = ci, .cout = co, .group = gr,
+				      .cin_g = cg, .cout_g = 8, .path = -1 };
+		struct hp_colgeom *g = &cv.g;
+		*g = (struct hp_colgeom){ .img = { 1, h, wd }, .grid = { 1, oh, ow }, .k = { 1, 3, 3 },
+					  .stride = { 1, s, s }, .dil = { 1, 1, 1 }, .pad = { 0, 1, 1 } };
+		hp_colgeom_finish(g);
+		cv.xvol = g->img_vol;
+		cv.yvol = g->grid_vol;
+		cv.kdim = cg * 9;
+		hp_conv_setup(&cv);
+		assert_int_equal(hp_conv_path(&cv), HP_CONV_PATH_GRP);
+		if (!hp_grp_packs(&cv) && cv.yvol <= 25) /* no AVX-512 */
+			continue;
+		assert_int_equal(hp_grp_packs(&cv), cv.yvol <= 25);
+		int64_t nb = cases[i].n, nx = nb * ci * cv.xvol, nw = co * cv.kdim, ny = nb * co * cv.yvol;
+		float *x = malloc((size_t)nx * sizeof *x), *w = malloc((size_t)nw * sizeof *w);
+		float *wt = malloc((size_t)nw * sizeof *wt), *b = malloc((size_t)co * sizeof *b);
+		float *ref = malloc((size_t)ny * sizeof *ref), *y = malloc((size_t)ny * sizeof *y);
+		float *ws;
+		const float *bias = cases[i].bias ? b : NULL;
+		unsigned st = 91 + (unsigned)i;
+		lcg_fill(x, nx, &st);
+		lcg_fill(w, nw, &st);
+		for (int64_t j = 0; j < co; j++)
+			b[j] = (float)j / 64.0f - 1.0f;
+		for (int64_t n = 0; n < nb; n++)
+			for (int64_t m = 0; m < co; m++)
+				for (int64_t p = 0; p < cv.yvol; p++) {
+					float acc = bias ? bias[m] : 0.0f;
+					for (int64_t c = 0; c < cg; c++)
+						for (int64_t kh = 0; kh < 3; kh++)
+							for (int64_t kw = 0; kw < 3; kw++) {
+								int64_t ih = p / ow * s - 1 + kh, iw = p % ow * s - 1 + kw;
+								int in = ih >= 0 && ih < h && iw >= 0 && iw < wd;
+								int64_t xc = n * ci + m / 8 * cg + c;
+								float xv = in ? x[(xc * h + ih) * wd + iw] : 0.0f;
+								acc = fmaf(w[(m * cg + c) * 9 + kh * 3 + kw], xv, acc);
+							}
+					ref[(n * co + m) * cv.yvol + p] = acc;
+				}
+		hp_grp_pack(w, gr, 8, cv.kdim, wt);
+		hp_grp_set_cofwd(1); /* 6x6 too */
+		hp_conv_setup(&cv);
+		ws = malloc(cv.workspace + 64);
+		static const char *const how[] = { "packed, 1 thread", "packed, 2 threads", "unpacked, 1 thread",
+						   "unpacked, 2 threads" };
+		for (int th = 0; th < 4; th++) {
+			memset(y, 0xff, (size_t)ny * sizeof *y);
+			if (th < 2)
+				assert_int_equal(hp_conv_forward_packed(&cv, x, wt, bias, y, ws, th ? pool : NULL, NULL,
+									NULL), 1);
+			else
+				hp_conv_forward(&cv, x, w, bias, y, ws, th == 3 ? pool : NULL);
+			if (memcmp(y, ref, (size_t)ny * sizeof *y))
+				fail_msg("groups of 8, case %zu (%s): not the float chains", i, how[th]);
+		}
+		hp_grp_set_cofwd(0);
+		free(x), free(w), free(wt), free(b), free(ref), free(y), free(ws);
+	}
+	hp_pool_destroy(pool);
+}
+
 /* The float chain of every output of a 3x3 Conv of stride 1 and pads 1
  * (bias, then fmaf per tap (c, kh, kw) in order, padding as zeros). */
 static void chain3x3(const float *x, const float *w, const float *bias, int64_t nb, int64_t ci, int64_t co,
@@ -2104,6 +2198,7 @@ int main(void)
 		cmocka_unit_test(test_pwt_packed),
 		cmocka_unit_test(test_pw_strided),
 		cmocka_unit_test(test_grp_dense_packed),
+		cmocka_unit_test(test_grp_c8),
 		cmocka_unit_test(test_grp_skip),
 		cmocka_unit_test(test_kxk_choice),
 		cmocka_unit_test(test_kxk3_choice),

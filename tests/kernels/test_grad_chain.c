@@ -908,6 +908,15 @@ static void test_filter_grp_colane(void **state)
 	gc_case(2, 16, 8, 4, I{ 8, 9 }, I{ 5, 5 }, I{ 1, 1 }, I{ 1, 1 }, I{ 2, 2 }, I{ 2, 2 });
 	/* rows of 70 (two blocks a row) staged in several chunks */
 	gc_case(2, 16, 8, 4, I{ 12, 70 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	/* slabs of fewer groups than 16 channels hold, the last one's other
+	 * lanes zeros, not stored: RegNet's odd numbers of groups of 8 in
+	 * small (3 at 6x6, 5 at stride 2 with uneven pads; 3x3 planes), 5
+	 * groups of 4 (a last slab of one), 9 of 2 */
+	gc_case(2, 24, 24, 3, I{ 6, 6 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	gc_case(3, 40, 40, 5, I{ 7, 8 }, I{ 3, 3 }, I{ 2, 2 }, I{ 1, 1 }, I{ 1, 0 }, I{ 0, 1 });
+	gc_case(2, 40, 40, 5, I{ 3, 3 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	gc_case(2, 20, 20, 5, I{ 5, 9 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
+	gc_case(2, 18, 9, 9, I{ 4, 6 }, I{ 3, 3 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 }, I{ 1, 1 });
 }
 
 /* The co-lane tiles of conv_grad_stem.c (few input taps, lanes over 16

@@ -1107,7 +1107,9 @@ static void test_conv_grad_kxk(void **state)
  * chains are the KxK path's), within 1e-5 of float64, 1 and 2 threads,
  * row bands bitwise the whole (from the dY rows their windows reach:
  * beyond them the path leaves its bands to col2im): row tiles of 2 and 1 (32 a group), of
- * 4 and 3 with a short last one (16 a group), 5x3 and 3x5 windows. */
+ * 4 and 3 with a short last one (16 a group), 5x3 and 3x5 windows; and
+ * groups of 8 at 3x3, 5x4 and 2x6 planes (the 8-lane tiles), of 32 at
+ * 2x2, of 16 at 4x4 and 3x3 (the co-lane forward tiles from W^T). */
 static void test_conv_grad_grp_colane(void **state)
 {
 	const struct kxd cases[] = {
@@ -1116,6 +1118,16 @@ static void test_conv_grad_grp_colane(void **state)
 		{ 2, 1, 32, 16, 2, { 6, 7 }, { 5, 3 }, { 1, 1 }, { 2, 1 } },
 		{ 2, 2, 32, 64, 2, { 5, 7 }, { 3, 5 }, { 1, 1 }, { 1, 2 } },
 		{ 2, 1, 96, 96, 3, { 7, 7 }, { 3, 3 }, { 2, 1 }, { 2, 1 } },
+		/* groups of 8 at planes of 25 positions and fewer: the 8-lane
+		 * co-lane forward tiles (gr_c8_block) over the flipped W */
+		{ 2, 2, 24, 24, 3, { 3, 3 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 1, 40, 40, 5, { 5, 4 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 2, 16, 16, 2, { 2, 6 }, { 3, 5 }, { 1, 1 }, { 1, 2 } },
+		/* 16 and 32 a group at planes of 16 positions and fewer: the
+		 * co-lane forward tiles from W flipped into W^T (gr_cf_flip) */
+		{ 2, 2, 64, 64, 2, { 2, 2 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 1, 48, 48, 3, { 4, 4 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 2, 32, 96, 2, { 3, 3 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
 	};
 	struct hp_pool *pool;
 
