@@ -1,6 +1,7 @@
 /* Depthwise 3x3 and 5x5 weight gradient (ConvGradFilter), 2-D, stride 1
- * or 2, undilated, for grid rows of at least DWP_MINW outputs (DWP_MINW1
- * with units of one row), with sixteen positions of one row in the lanes
+ * or 2, undilated, for grid rows of at least DWP_MINW outputs (with
+ * units of one row DWP_MINW1, or DWP_MINW1S2 for 3x3 at stride 2), with
+ * sixteen positions of one row in the lanes
  * of a zmm register (AVX-512F + FMA) and no transposes: for one channel,
  * X's window rows are read in place in whole vectors j (at stride 2 two
  * vectors split by vpermt2ps into even and odd columns), and dY's row
@@ -54,6 +55,10 @@
 #define DWP_L 16     /* positions per vector (the lanes) */
 #define DWP_MINW 24  /* narrowest grid row taken here, units of several rows */
 #define DWP_MINW1 48 /* the same, units of one row */
+/* and 3x3 at stride 2, rows in pairs (dwp_pair), where the channel lanes
+ * transpose twice the X a row: rows of 28, 28.4 against 23.4 GFLOP/s
+ * (5x5 there: 34 against 40) */
+#define DWP_MINW1S2 28
 #define DWP_MAXKK 25
 
 static int dwp_mode;
@@ -86,8 +91,11 @@ int hp_dwp_eligible(const struct hp_dw *d)
 #ifdef DWP_X86
 	/* units of one row (a batch of one) reduce their K*K vectors a row:
 	 * below DWP_MINW1 that costs more than the channel lanes' transposes
-	 * (rows of 28: 28 against 40 GFLOP/s at 3x3) */
-	int64_t minw = dwp_urows(d) == 1 ? DWP_MINW1 : DWP_MINW;
+	 * (3x3 rows of 28 at stride 1: 28 against 40 GFLOP/s) */
+	int64_t minw = DWP_MINW;
+
+	if (dwp_urows(d) == 1)
+		minw = d->g.stride[2] == 2 && d->g.k[2] == 3 ? DWP_MINW1S2 : DWP_MINW1;
 
 	return dwp_mode >= 0 && dwp_shape(&d->g) && d->g.grid[2] >= minw && hp_cpu_avx512_fma() &&
 	       __builtin_cpu_supports("avx512vl");
@@ -195,6 +203,53 @@ DWP_TARGET static DWP_INLINE void dwp_row(const int K, const int S, const int KH
 	}
 }
 
+/* dwp_row for two grid rows, each a unit of its own (3x3, units of a
+ * row): chains A (dY row d0, X rows xr[0..3)) and B (d1, xr[S..S+3)),
+ * each row's lanes as dwp_row's alone, the window rows the two share
+ * loaded once (4 or 5 X rows for 6, 10 or 14 loads for 18 FMAs). */
+DWP_TARGET static DWP_INLINE void dwp_row2(const int S, const float *const *xr, const struct dwp_ctx *r,
+					   const float *d0, const float *d1, __m512 *A, __m512 *B)
+{
+	const int P0 = S == 1 ? 2 : 1;
+	const __mmask16 *mt = r->masks;
+	const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+
+	for (int64_t j = 0, v = 0; v < r->nv; j += DWP_L, v++) {
+		__m512 ga[3], gb[3];
+		int in = j >= r->jlo && j <= r->jhi;
+#pragma GCC unroll 3
+		for (int a = 0; a <= P0; a++) {
+			ga[a] = in ? _mm512_loadu_ps(d0 + j - a) : _mm512_maskz_loadu_ps(mt[v * 8 + a], d0 + j - a);
+			gb[a] = in ? _mm512_loadu_ps(d1 + j - a) : _mm512_maskz_loadu_ps(mt[v * 8 + a], d1 + j - a);
+		}
+#pragma GCC unroll 5
+		for (int i = 0; i < 3 + S; i++) {
+			__m512 xe, xo;
+			if (S == 1) {
+				xe = in ? _mm512_loadu_ps(xr[i] + j) : _mm512_maskz_loadu_ps(mt[v * 8 + 7], xr[i] + j);
+				xo = xe;
+			} else {
+				const float *x = xr[i] + 2 * j;
+				__m512 a = in ? _mm512_loadu_ps(x) : _mm512_maskz_loadu_ps(mt[v * 8 + 6], x);
+				__m512 b = in ? _mm512_loadu_ps(x + DWP_L) : _mm512_maskz_loadu_ps(mt[v * 8 + 7], x + DWP_L);
+				xe = _mm512_permutex2var_ps(a, ev, b);
+				xo = _mm512_permutex2var_ps(a, od, b);
+			}
+			__asm__("" : "+v"(xe), "+v"(xo)); /* dwp_row's */
+#pragma GCC unroll 3
+			for (int kw = 0; kw < 3; kw++) {
+				__m512 xv = S == 1 || !(kw & 1) ? xe : xo;
+				if (i < 3)
+					A[i * 3 + kw] = _mm512_fmadd_ps(S == 1 ? ga[kw] : ga[kw / 2], xv, A[i * 3 + kw]);
+				if (i >= S)
+					B[(i - S) * 3 + kw] = _mm512_fmadd_ps(S == 1 ? gb[kw] : gb[kw / 2], xv,
+									      B[(i - S) * 3 + kw]);
+			}
+		}
+	}
+}
+
 /* Lane l of the result: the tree sum of v[l]'s sixteen lanes (n <= 16,
  * the rest zeros), p_i = l_i + l_(i+8), r_i = p_i + p_(i+4), s_i = r_i +
  * r_(i+2), s_0 + s_1: four levels, each pairing two registers' halves,
@@ -267,6 +322,32 @@ DWP_TARGET static DWP_INLINE void dwp_unit(const int K, const int S, struct dwp_
 		out[b] = dwp_tree(u + 16 * b, K * K - 16 * b < 16 ? K * K - 16 * b : 16);
 }
 
+/* Grid rows q and q + 1 as units of a row each (3x3): their sums into
+ * out[0] and out[2] (lanes 0-8), one tree for both (a 16-vector tree and
+ * a 2-vector one: 57 shuffles and adds for 72). */
+DWP_TARGET static DWP_INLINE void dwp_pair(const int S, struct dwp_ctx *r, const float *dyp, int64_t q,
+					   __m512 *out)
+{
+	const struct hp_colgeom *g = r->g;
+	int64_t ow = g->grid[2], w = g->img[2];
+	const float *xr[5];
+	__m512 u[18], z = _mm512_setzero_ps();
+
+	__asm__("" : "+v"(z)); /* dwp_chains' */
+#pragma GCC unroll 18
+	for (int k = 0; k < 18; k++)
+		u[k] = z;
+#pragma GCC unroll 5
+	for (int i = 0; i < 3 + S; i++) {
+		int64_t ih = q * S - g->pad[1] + i;
+		xr[i] = ih >= 0 && ih < g->img[1] ? r->plane + ih * w - g->pad[2] : r->zero;
+	}
+	dwp_row2(S, xr, r, dyp + q * ow, dyp + (q + 1) * ow, u, u + 9);
+	__m512 t16 = dwp_tree(u, 16), t2 = dwp_tree(u + 16, 2);
+	out[0] = t16;                                                                   /* row q: lanes 0-8 */
+	out[2] = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(t2), _mm512_castps_si512(t16), 9));
+}
+
 /* Channel m's dW: acc, then the units from the last item's last. */
 DWP_TARGET static DWP_INLINE void dwp_channel(const int K, const int S, const struct dwp_run *run,
 					      struct dwp_ctx *r, int64_t m)
@@ -288,7 +369,11 @@ DWP_TARGET static DWP_INLINE void dwp_channel(const int K, const int S, const st
 		/* the units' sums first to last (rows read upwards, as the
 		 * prefetchers follow: downwards the row copies missed, 3x the
 		 * taps' time at 112x112), added last to first */
-		for (int64_t u = 0; u < nu; u++)
+		int64_t u = 0;
+		if (K == 3 && ur == 1) /* units of a row: two at once */
+			for (; u + 1 < nu; u += 2)
+				dwp_pair(S, r, dyp, u, r->sums + u * 2);
+		for (; u < nu; u++)
 			dwp_unit(K, S, r, dyp, u * ur, u * ur + ur < rows ? u * ur + ur : rows, r->sums + u * 2);
 		for (int64_t u = nu - 1; u >= 0; u--)
 			for (int b = 0; b * 16 < kk; b++)

@@ -306,7 +306,8 @@ size_t hp_dkd_scratch(const struct hp_colgeom *g); /* floats */
 void hp_dkd_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, float *ws, int threads,
 		 struct hp_pool *pool);
 /* dW of 2-D depthwise 3x3 and 5x5 windows, stride 1 or 2, undilated,
- * grid rows of 24 or more (48 with units of one row), with sixteen
+ * grid rows of 24 or more (with units of one row 48, 28 for 3x3 at
+ * stride 2), with sixteen
  * positions of a row in
  * zmm lanes (conv_dwp_grad.c, AVX-512F and FMA): hp_dw_filter's units and
  * their order, each unit's sum per channel and tap sixteen lane chains

@@ -658,7 +658,8 @@ static void dwp_ref(const struct dc *t, const float *dy, const float *x, const f
 		}
 }
 
-/* Rows of 48 and more (units of a row) or 24 and more (units of several),
+/* Rows of 48 and more (units of a row; 28 for 3x3 at stride 2, rows in
+ * pairs and a last alone) or 24 and more (units of several),
  * 3x3 and 5x5 at stride 1 and 2: a row of whole vectors, a tail, 100 and
  * 113 wide, pads 0 to 3 (past the dY shifts), uneven, an image column no
  * output reads, a multiplier, two items; every input row read (geom's
@@ -679,7 +680,7 @@ static const struct dc dwp_cases[] = {
 /* Whether conv_dwp_grad.c takes t with units of ur rows (its rule). */
 static int dwp_takes(const struct dc *t, int64_t ur)
 {
-	return out_dim(t, 1) >= (ur == 1 ? 48 : 24);
+	return out_dim(t, 1) >= (ur > 1 ? 24 : t->k[0] == 3 && t->s[0] == 2 ? 28 : 48);
 }
 
 /* hp_dw_filter of geometry d, conv_dwp_grad.c where it applies. */
