@@ -366,9 +366,10 @@ DWP_TARGET static DWP_INLINE void dwp_channel(const int K, const int S, const st
 		const float *dyp = run->dy + (n * d->cin * d->mult + m) * g->grid_vol;
 		int64_t nu = (rows + ur - 1) / ur;
 		r->plane = run->x + (n * d->cin + m / d->mult) * g->img_vol;
-		/* the units' sums first to last (rows read upwards, as the
-		 * prefetchers follow: downwards the row copies missed, 3x the
-		 * taps' time at 112x112), added last to first */
+		/* the units' sums first to last (X and dY read in memory
+		 * order, as the prefetchers follow: the other way round their
+		 * rows missed, 3x the taps' time at 112x112), added last to
+		 * first */
 		int64_t u = 0;
 		if (K == 3 && ur == 1) /* units of a row: two at once */
 			for (; u + 1 < nu; u += 2)
