@@ -3,7 +3,7 @@
  * primitives, and the sgemm calls of hpdlf's im2col path under OpenBLAS,
  * BLIS and libxsmm, forward, data gradient and weight gradient.
  *
- *   hpdlf-bench-conv-libs [--reps N] [--class NAME[,NAME...]] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1]
+ *   hpdlf-bench-conv-libs [--reps N] [--class NAME[,NAME...]] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--dwp 0|-1]
  *                         [--dwf 0|1|-1]
  *                         [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1]
  *                         [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--grp-packed] [--grp-skip 0|-1] [--dw-packed] [--fwd]
@@ -97,6 +97,10 @@ static const struct cls classes[] = {
 	{ "dw7x7", "ConvNeXt-T depthwise 7x7 14x14", 1, 384, 384, 14, 14, 7, 1, 3, 384 },
 	{ "dw7x7-56", "ConvNeXt-T depthwise 7x7 56x56", 1, 96, 96, 56, 56, 7, 1, 3, 96 },
 	{ "dw7x7-7", "ConvNeXt-T depthwise 7x7 7x7", 1, 768, 768, 7, 7, 7, 1, 3, 768 },
+	/* batches of several: dW units of an item (batch 1: of a row) */
+	{ "dw3x3-b4", "MobileNetV2 depthwise 56x56, batch 4", 4, 144, 144, 56, 56, 3, 1, 1, 144 },
+	{ "dw3x3-s2-b4", "MobileNetV2 depthwise stride 2, 112 -> 56, batch 4", 4, 96, 96, 112, 112, 3, 2, 1, 96 },
+	{ "dw5x5-s2-b4", "MnasNet-style depthwise 5x5 stride 2, 48 -> 24, batch 4", 4, 40, 40, 48, 48, 5, 2, 2, 40 },
 	{ "grouped", "ResNeXt 32 groups", 1, 128, 128, 28, 28, 3, 1, 1, 32 },
 	{ "grouped-b8", "ResNeXt 32 groups, batch 8 (training)", 8, 128, 128, 28, 28, 3, 1, 1, 32 },
 	{ "grouped-s2", "ResNeXt 32 groups, stride 2", 1, 256, 256, 56, 56, 3, 2, 1, 32 },
@@ -871,6 +875,8 @@ int main(int argc, char **argv)
 			hp_dwf_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--dwk") && i + 1 < argc) /* depthwise 5x5/7x7 by channel blocks: auto, never */
 			hp_dwk_set_mode(atoi(argv[i + 1])), hp_dkg_set_mode(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--dwp") && i + 1 < argc) /* depthwise dW by positions in lanes: auto, never */
+			hp_dwp_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--kxk") && i + 1 < argc) /* hpdlf's KxK path: auto, always, never */
 			hp_conv_set_kxk(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--phase") && i + 1 < argc) /* strided dX by phases: off, on */
@@ -899,7 +905,7 @@ int main(int argc, char **argv)
 			fwd_only = 1;
 		else {
 			fprintf(stderr,
-				"usage: %s [--reps N] [--class NAME[,NAME...]] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--grp-packed] [--grp-skip 0|-1] [--dw-packed] [--fwd]\n",
+				"usage: %s [--reps N] [--class NAME[,NAME...]] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--dwp 0|-1] [--dwf 0|1|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--grp-packed] [--grp-skip 0|-1] [--dw-packed] [--fwd]\n",
 				argv[0]);
 			return 2;
 		}

@@ -28,7 +28,10 @@
  * The dW of 5x5 and 7x7 windows (undilated, stride 1 or 2) is
  * conv_dwk_grad.c's where AVX-512 exists, by geometry alone: per unit,
  * the rows' fused multiply-add chains over positions summed in row order
- * (conv_dwc.c's chain), units from the last as here.
+ * (conv_dwc.c's chain), units from the last as here.  Ahead of both, 3x3
+ * and 5x5 rows of 24 outputs or more (48 with units of a row) take
+ * conv_dwp_grad.c's sixteen positions in the lanes: its own chains and
+ * tree per unit, by geometry and unit alone, so bands agree again.
  *
  * The loops are compiled for AVX-512, AVX2 and baseline x86-64 (GCC
  * target_clones); without FMA contraction (-std=c11) every clone computes
@@ -601,8 +604,10 @@ static size_t filter_floats(const struct hp_dw *d)
 	size_t a = (size_t)(d->g.kvol * d->g.grid[2]);
 	size_t b = hp_dwc_filter_eligible(&d->g) ? hp_dwc_filter_scratch(&d->g) : 0;
 	size_t c = hp_dkg_scratch(&d->g); /* 5x5, 7x7: conv_dwk_grad.c's (whether it runs or not) */
+	size_t e = hp_dwp_scratch(&d->g); /* wide rows: conv_dwp_grad.c's (the same) */
 
 	a = a > c ? a : c;
+	a = a > e ? a : e;
 	return a > b ? a : b;
 }
 
@@ -716,7 +721,9 @@ void hp_dw_filter(const struct hp_dw *d, const float *dy, const float *x, const 
 
 	if (threads > hp_conv_ws_threads())
 		threads = hp_conv_ws_threads();
-	if (hp_dwc_filter_eligible(&d->g)) /* conv_dwc.c: eight channels in the lanes */
+	if (hp_dwp_eligible(d)) /* wide rows: conv_dwp_grad.c, sixteen positions in the lanes */
+		hp_dwp_filter(d, dy, x, acc, dw, ws, threads, pool);
+	else if (hp_dwc_filter_eligible(&d->g)) /* conv_dwc.c: eight channels in the lanes */
 		hp_dwc_filter(d, dy, x, acc, dw, ws, threads, pool);
 	else if (hp_dkg_eligible(&d->g)) /* 5x5, 7x7: conv_dwk_grad.c, sixteen channels in the lanes */
 		hp_dkg_filter(d, dy, x, acc, dw, ws, threads, pool);

@@ -318,6 +318,21 @@ int hp_dkd_eligible(const struct hp_dw *d);
 size_t hp_dkd_scratch(const struct hp_colgeom *g); /* floats */
 void hp_dkd_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, float *ws, int threads,
 		 struct hp_pool *pool);
+/* dW of 2-D depthwise 3x3 and 5x5 windows, stride 1 or 2, undilated,
+ * grid rows of 24 or more (with units of one row 48, 28 for 3x3 at
+ * stride 2), with sixteen
+ * positions of a row in
+ * zmm lanes (conv_dwp_grad.c, AVX-512F and FMA): hp_dw_filter's units and
+ * their order, each unit's sum per channel and tap sixteen lane chains
+ * over its rows' positions and a fixed tree (not conv_dwc.c's chain);
+ * hp_dwp_scratch() floats per thread at ws (0 for other geometries,
+ * whatever the CPU).  hp_dw_filter takes it wherever eligible. */
+int hp_dwp_eligible(const struct hp_dw *d);
+size_t hp_dwp_scratch(const struct hp_colgeom *g); /* floats */
+void hp_dwp_filter(const struct hp_dw *d, const float *dy, const float *x, const float *acc, float *dw, float *ws,
+		   int threads, struct hp_pool *pool);
+/* Tests and benchmarks only: 0 auto, -1 never (the channel-lane kernels). */
+void hp_dwp_set_mode(int mode);
 /* Tests only: 1, conv_dwc.c's eight-channel tiles even where the CPU has
  * AVX-512 (the same bits); 0, the default. */
 void hp_dwg_set_avx2(int on);

@@ -550,7 +550,9 @@ static void dwf_run(struct hp_dw d, int64_t unit, const float *dy, const float *
 	float *ws = malloc(hp_dw_filter_ws(&d));
 
 	d.unit = unit;
+	hp_dwp_set_mode(-1); /* the channel lanes' chain (conv_dwp_grad.c: test_dwp_filter) */
 	hp_dw_filter(&d, dy, x, acc, dw, ws, pool);
+	hp_dwp_set_mode(0);
 	free(ws);
 }
 
@@ -611,6 +613,174 @@ static void test_dwc_filter(void **state)
 					 (long long)r, (long long)oh, (long long)r);
 		}
 		free(x), free(dy), free(acc), free(ref), free(got), free(hi), free(xb), free(dyb);
+	}
+	hp_pool_destroy(pool);
+}
+
+/* ---- conv_dwp_grad.c: sixteen positions of a row in the lanes ---- */
+
+/* dW as conv_dwp_grad.c promises: per channel and tap (kh, kw), acc, then
+ * the units (urows grid rows of an item) from the last to the first, each
+ * sixteen lanes from 0, lane (j + a) % 16 taking position j of each row
+ * (rows in order, positions in order; a = kw at stride 1, kw / 2 at 2;
+ * taps in the padding as dY * 0), summed by the tree ((l0 + l8) + (l4 +
+ * l12)) + ((l2 + l10) + (l6 + l14)), plus the same of the odd lanes.
+ * dbl: the sums in double from 0, padding skipped; mag: of |dY X|. */
+static void dwp_ref(const struct dc *t, const float *dy, const float *x, const float *acc, int64_t urows, float *dw,
+		    double *dbl, double *mag)
+{
+	int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), m = t->c * t->mult, K = t->k[0], kk = K * K, s = t->s[0];
+
+	for (int64_t o = 0; o < m; o++)
+		for (int64_t k = 0; k < kk; k++) {
+			int64_t kh = k / K, kw = k % K, a = s == 1 ? kw : kw / 2;
+			float out = acc ? acc[o * kk + k] : 0.0f;
+			double dv = 0.0, mv = 0.0;
+			for (int64_t n = t->n - 1; n >= 0; n--) {
+				const float *xp = x + (n * t->c + o / t->mult) * t->in[0] * t->in[1];
+				const float *dyp = dy + (n * m + o) * oh * ow;
+				for (int64_t q0 = (oh - 1) / urows * urows; q0 >= 0; q0 -= urows) {
+					float l[16] = { 0 }, p[8], r[4];
+					for (int64_t q = q0; q < q0 + urows && q < oh; q++)
+						for (int64_t j = 0; j < ow; j++) {
+							int64_t ih = q * s - t->pb[0] + kh, iw = j * s - t->pb[1] + kw;
+							int in = ih >= 0 && ih < t->in[0] && iw >= 0 && iw < t->in[1];
+							float xv = in ? xp[ih * t->in[1] + iw] : 0.0f, g = dyp[q * ow + j];
+							l[(j + a) % 16] = fmaf(g, xv, l[(j + a) % 16]);
+							dv += (double)g * xv;
+							mv += fabs((double)g * xv);
+						}
+					for (int i = 0; i < 8; i++)
+						p[i] = l[i] + l[i + 8];
+					for (int i = 0; i < 4; i++)
+						r[i] = p[i] + p[i + 4];
+					out = out + ((r[0] + r[2]) + (r[1] + r[3]));
+				}
+			}
+			dw[o * kk + k] = out;
+			dbl[o * kk + k] = dv;
+			mag[o * kk + k] = mv;
+		}
+}
+
+/* Rows of 48 and more (units of a row; 28 for 3x3 at stride 2, rows in
+ * pairs and a last alone) or 24 and more (units of several),
+ * 3x3 and 5x5 at stride 1 and 2: a row of whole vectors, a tail, 100 and
+ * 113 wide, pads 0 to 3 (past the dY shifts), uneven, an image column no
+ * output reads, a multiplier, two items; every input row read (geom's
+ * whole takes the rows read): { nd, n, c, mult, in, k, s, d, pb, pe }. */
+static const struct dc dwp_cases[] = {
+	{ 2, 1, 5, 1, { 9, 56 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 2, 3, 2, { 6, 40 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 4, 1, { 11, 113 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 2, 1, { 7, 50 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 0, 0 }, { 2, 2 } },
+	{ 2, 1, 2, 1, { 6, 64 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 3, 3 }, { 0, 0 } },
+	{ 2, 1, 2, 1, { 6, 112 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 0 }, { 1, 1 } },
+	{ 2, 1, 3, 1, { 8, 100 }, { 5, 5 }, { 1, 1 }, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 2, 2, 3, 1, { 9, 60 }, { 5, 5 }, { 2, 2 }, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 2, 1, 3, 1, { 9, 101 }, { 5, 5 }, { 2, 2 }, { 1, 1 }, { 0, 0 }, { 1, 1 } },
+	{ 2, 1, 17, 1, { 5, 49 }, { 5, 5 }, { 1, 1 }, { 1, 1 }, { 3, 1 }, { 1, 3 } },
+};
+
+/* Whether conv_dwp_grad.c takes t with units of ur rows (its rule). */
+static int dwp_takes(const struct dc *t, int64_t ur)
+{
+	return out_dim(t, 1) >= (ur > 1 ? 24 : t->k[0] == 3 && t->s[0] == 2 ? 28 : 48);
+}
+
+/* hp_dw_filter of geometry d, conv_dwp_grad.c where it applies. */
+static void dwp_run(struct hp_dw d, int64_t unit, const float *dy, const float *x, const float *acc, float *dw,
+		    struct hp_pool *pool)
+{
+	float *ws = malloc(hp_dw_filter_ws(&d));
+
+	d.unit = unit;
+	hp_dw_filter(&d, dy, x, acc, dw, ws, pool);
+	free(ws);
+}
+
+/* Every dW element is the promised lane chains and tree bit for bit
+ * (units of one row, three rows and an item; from a running sum and from
+ * 0; alone and on a pool of 2), within the sum's rounding bound of double
+ * loops (each of a lane's terms, the tree's four levels, the units and
+ * acc adding at most one rounding of the magnitudes); bands of rows
+ * (units of a row) and of items (units of an item) chained as the band
+ * pass chains them are bitwise the whole. */
+static void test_dwp_filter(void **state)
+{
+	struct hp_pool *pool;
+
+	(void)state;
+	if (!hp_cpu_avx512_fma())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int ci = 0; ci < (int)(sizeof dwp_cases / sizeof dwp_cases[0]); ci++) {
+		const struct dc *t = &dwp_cases[ci];
+		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), i0, i1, m = t->c * t->mult, kk = t->k[0] * t->k[0];
+		size_t nx = (size_t)(t->n * t->c * t->in[0] * t->in[1]), ny = (size_t)(t->n * m * oh * ow);
+		size_t nw = (size_t)(m * kk);
+		float *x = dwc_data(nx, 37 + ci), *dy = dwc_data(ny, 41 + ci), *acc = dwc_data(nw, 43 + ci);
+		float *ref = malloc(nw * 4), *got = malloc(nw * 4), *hi = malloc(nw * 4);
+		float *xb = malloc(nx * 4), *dyb = malloc(ny * 4);
+		double *dbl = malloc(nw * sizeof *dbl), *mag = malloc(nw * sizeof *mag);
+		struct hp_dw whole = geom(t, 0, oh, &i0, &i1);
+
+		for (int u = 0; u < 3; u++) {
+			int64_t ur = u == 0 ? 1 : u == 1 ? oh : 3, len = (ur * ow + 15) / 16 + 4 + t->n * oh + 2;
+			whole.unit = u == 1 ? 0 : ur * ow;
+			assert_int_equal(hp_dwp_eligible(&whole), dwp_takes(t, ur));
+			if (!dwp_takes(t, ur))
+				continue;
+			for (int a = 0; a < 2; a++)
+				for (int p = 0; p < 2; p++) {
+					dwp_ref(t, dy, x, a ? acc : NULL, ur, ref, dbl, mag);
+					dwp_run(whole, whole.unit, dy, x, a ? acc : NULL, got, p ? pool : NULL);
+					if (memcmp(ref, got, nw * 4))
+						fail_msg("dwp case %d: dW (units of %lld rows, %s, %s) is not the lane chains", ci,
+							 (long long)ur, a ? "running sum" : "from 0", p ? "pool" : "alone");
+				}
+			dwp_run(whole, whole.unit, dy, x, NULL, got, NULL);
+			for (size_t i = 0; i < nw; i++)
+				if (fabs((double)got[i] - dbl[i]) > (double)len * 0x1p-24 * mag[i])
+					fail_msg("dwp case %d: dW %g against double %g (bound %g) at %zu", ci, got[i], dbl[i],
+						 (double)len * 0x1p-24 * mag[i], i);
+		}
+		whole.unit = ow;
+		dwp_ref(t, dy, x, NULL, 1, ref, dbl, mag);
+		for (int64_t r = 1; t->n == 1 && dwp_takes(t, 1) && r < oh; r += 1 + oh / 5) {
+			struct hp_dw up = geom(t, r, oh, &i0, &i1), lo;
+			for (int64_t pl = 0; pl < t->c; pl++)
+				memcpy(xb + pl * (i1 - i0) * t->in[1], x + (pl * t->in[0] + i0) * t->in[1],
+				       (size_t)((i1 - i0) * t->in[1]) * 4);
+			for (int64_t pl = 0; pl < m; pl++)
+				memcpy(dyb + pl * (oh - r) * ow, dy + (pl * oh + r) * ow, (size_t)((oh - r) * ow) * 4);
+			up.unit = ow;
+			assert_true(hp_dwp_eligible(&up));
+			dwp_run(up, ow, dyb, xb, NULL, hi, NULL);
+			lo = geom(t, 0, r, &i0, &i1);
+			for (int64_t pl = 0; pl < t->c; pl++)
+				memcpy(xb + pl * (i1 - i0) * t->in[1], x + (pl * t->in[0] + i0) * t->in[1],
+				       (size_t)((i1 - i0) * t->in[1]) * 4);
+			for (int64_t pl = 0; pl < m; pl++)
+				memcpy(dyb + pl * r * ow, dy + pl * oh * ow, (size_t)(r * ow) * 4);
+			dwp_run(lo, ow, dyb, xb, hi, got, pool);
+			if (memcmp(ref, got, nw * 4))
+				fail_msg("dwp case %d: bands [%lld, %lld) after [0, %lld) differ from the whole", ci,
+					 (long long)r, (long long)oh, (long long)r);
+		}
+		if (t->n >= 2 && dwp_takes(t, oh)) { /* bands of items, units of an item */
+			struct hp_dw part = whole;
+			int64_t xi = t->c * t->in[0] * t->in[1], yi = m * oh * ow;
+			dwp_ref(t, dy, x, NULL, oh, ref, dbl, mag);
+			part.batch = t->n - 1;
+			dwp_run(part, 0, dy + yi, x + xi, NULL, hi, pool);
+			part.batch = 1;
+			dwp_run(part, 0, dy, x, hi, got, NULL);
+			if (memcmp(ref, got, nw * 4))
+				fail_msg("dwp case %d: items [1, %lld) then item 0 differ from the whole", ci,
+					 (long long)t->n);
+		}
+		free(x), free(dy), free(acc), free(ref), free(got), free(hi), free(xb), free(dyb), free(dbl), free(mag);
 	}
 	hp_pool_destroy(pool);
 }
@@ -922,6 +1092,7 @@ int main(void)
 		cmocka_unit_test(test_dwc_chains),
 		cmocka_unit_test(test_dwc_bands),
 		cmocka_unit_test(test_dwc_filter),
+		cmocka_unit_test(test_dwp_filter),
 		cmocka_unit_test(test_dw_data_flip),
 		cmocka_unit_test(test_flat_chains),
 		cmocka_unit_test(test_flat_route),

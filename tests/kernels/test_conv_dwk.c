@@ -554,7 +554,9 @@ static void dwf_run(struct hp_dw d, int64_t unit, int mode, const float *dy, con
 
 	d.unit = unit;
 	hp_dkg_set_mode(mode);
+	hp_dwp_set_mode(-1); /* rows of 24 and more: conv_dwp_grad.c's own chain (test_conv_dw) */
 	hp_dw_filter(&d, dy, x, acc, dw, ws, pool);
+	hp_dwp_set_mode(0);
 	hp_dkg_set_mode(0);
 	free(ws);
 }

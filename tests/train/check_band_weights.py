@@ -11,6 +11,8 @@ ulp, so this compares the exported ONNX initializers byte for byte:
   - a 2-D conv net, batch 16 (bands of batch items): Conv with bias,
     1x1 Conv, depthwise Conv, ConvTranspose, strided Conv; and one of
     depthwise 5x5 and 7x7 (stride 2) windows, batch 8 and, in rows, 1;
+    and one of depthwise 3x3 and 5x5 windows on rows of 100 and 50
+    outputs (conv_dwp_grad.c's lanes), batch 2 and, in rows, 1;
   - the shipped LeNet with its data (batch 64);
   - a batch of one, cut into rows of the outermost spatial axis: the 2-D
     net at 24x24 and the shipped 3-D U-Net (unet3d_tiny).  A band's data
@@ -108,6 +110,33 @@ def dwk(path, rng, batch=8, side=12):
 
 def dwk_rows(path, rng):
     return dwk(path, rng, 1, 40)
+
+
+def dwp(path, rng, batch=2, side=100):
+    """x [batch,3,side,side] -> Conv 3x3 (16) -> Relu -> depthwise 3x3 -> Relu -> depthwise 3x3 stride 2
+    -> Relu -> depthwise 5x5 pad 2 -> Relu -> Conv 1x1 (2): depthwise weight gradients of rows of 100
+    and 50 outputs, which take sixteen positions of a row in the lanes (conv_dwp_grad.c), with units
+    of an item (batch bands) and, in rows, of a row."""
+    nodes = [conv("c1", "x", "w1", "b1", "a1", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a1"], ["r1"]),
+             conv("dw", "r1", "w2", "b2", "a2", kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=16),
+             helper.make_node("Relu", ["a2"], ["r2"]),
+             conv("ds", "r2", "w3", "b3", "a3", kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2], group=16),
+             helper.make_node("Relu", ["a3"], ["r3"]),
+             conv("dw5", "r3", "w4", "b4", "a4", kernel_shape=[5, 5], pads=[2, 2, 2, 2], group=16),
+             helper.make_node("Relu", ["a4"], ["r4"]),
+             conv("pw", "r4", "w5", "b5", "y", kernel_shape=[1, 1])]
+    inits = [init("w1", (16, 3, 3, 3), rng), init("b1", (16,), rng), init("w2", (16, 1, 3, 3), rng),
+             init("b2", (16,), rng), init("w3", (16, 1, 3, 3), rng), init("b3", (16,), rng),
+             init("w4", (16, 1, 5, 5), rng), init("b4", (16,), rng),
+             init("w5", (2, 16, 1, 1), rng), init("b5", (2,), rng)]
+    xs, ys = [batch, 3, side, side], [batch, 2, side // 2, side // 2]
+    save(path, nodes, inits, xs, ys)
+    return xs, ys
+
+
+def dwp_rows(path, rng):
+    return dwp(path, rng, 1, 100)
 
 
 def pool_rows(path, rng):
@@ -235,7 +264,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name, make, batch in (("net2d", net2d, 16), ("net2d_rows", net2d_rows, 1),
                                   ("pool_rows", pool_rows, 1), ("pool_ceil", pool_ceil, 1),
-                                  ("dwk", dwk, 8), ("dwk_rows", dwk_rows, 1)):
+                                  ("dwk", dwk, 8), ("dwk_rows", dwk_rows, 1),
+                                  ("dwp", dwp, 2), ("dwp_rows", dwp_rows, 1)):
             path = os.path.join(tmp, name + ".onnx")
             xs, ys = make(path, rng)
             x, y = (os.path.join(tmp, name + s) for s in ("_x.npy", "_y.npy"))
