@@ -417,6 +417,10 @@ void hp_dw_forward(const struct hp_dw *d, const float *x, const float *w, const 
 
 	if (d->scratch) /* one thread's scratch: the caller alone */
 		pool = NULL;
+	if (hp_dws_wanted(&d->g)) { /* stride 2, narrow planes: lanes along positions (conv_dws.c) */
+		hp_dws_forward(d, x, w, b, y, pool);
+		return;
+	}
 	if (d->g.img[0] == 1 && hp_dwc_wanted(&d->g, d->xclip != NULL)) { /* narrow planes: channel blocks */
 		hp_dwc_forward(d, x, w, b, y, pool);
 		return;
