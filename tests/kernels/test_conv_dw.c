@@ -767,6 +767,10 @@ static const struct dc dws_cases[] = {
 	{ 2, 1, 3, 1, { 24, 24 }, { 5, 5 }, { 2, 2 }, { 1, 1 }, { 2, 2 }, { 2, 2 } },
 	{ 2, 1, 2, 2, { 11, 20 }, { 5, 5 }, { 2, 2 }, { 1, 1 }, { 1, 3 }, { 3, 1 } },
 	{ 2, 1, 3, 1, { 7, 9 }, { 5, 5 }, { 2, 2 }, { 1, 1 }, { 2, 2 }, { 1, 2 } },
+	/* 3x3 planes of fewer than four vectors (the tails of dws_plane_kh
+	 * alone): 12 -> 6 (three of two rows), 6 x 24 -> 3 x 12 (three of one) */
+	{ 2, 2, 5, 1, { 12, 12 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 3, 1, { 6, 24 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
 };
 
 /* y as one fmaf chain per output from the bias over (kh, kw), taps in the
