@@ -71,9 +71,10 @@ int hp_dws_eligible(const struct hp_colgeom *g)
 /* Auto: 3x3 only.  MobileNetV2's 14 -> 7 (576 channels) 35 -> 23 us and
  * 28 -> 14 (192) 31.5 -> 22.8 us against conv_dwc.c's flat kernel; the
  * 5x5 windows ran slower than conv_dwkz.c (12 -> 6, 96 channels, batch 2:
- * 8.5 against 11.4 us; 24 -> 12, 144: 24.7 against 28.3): 25 weights fill
- * the registers and the few vectors of a 6x6 plane leave the FMA chains'
- * latency exposed. */
+ * 8.5 against 11.4 us; 24 -> 12, 144: 24.7 against 28.3): 25 weights and
+ * the accumulators fill the registers, GCC reloads weights.  (Two 3x3
+ * planes interleaved, six FMA chains where a 6x6 plane has three, gained
+ * 2% on 12 -> 6: not latency there, not kept.) */
 int hp_dws_wanted(const struct hp_colgeom *g)
 {
 	return dws_mode >= 0 && hp_dws_eligible(g) && (dws_mode > 0 || g->k[1] == 3);
