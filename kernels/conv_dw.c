@@ -572,6 +572,10 @@ void hp_dw_data(const struct hp_dw *d, const float *dy, const float *w, float *d
 		hp_dw_forward(&f, dy, ws, NULL, dx, pool);
 		return;
 	}
+	if (hp_dws_data_wanted(d)) { /* stride 2, narrow planes: lanes along positions (conv_dws.c) */
+		hp_dws_data(d, dy, w, dx, pool);
+		return;
+	}
 	threads = hp_conv_threads_enter(pool, &saved);
 	if (ws && hp_dwc_data_eligible(d) && data_rows(d)) {
 		hp_conv_parallel(pool, threads, d->batch * d->cin, data3_range, &r);

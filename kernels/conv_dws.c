@@ -321,10 +321,210 @@ void hp_dws_forward(const struct hp_dw *d, const float *x, const float *w, const
 		dws_range(&r, 0, planes, 0);
 	hp_conv_threads_leave(saved);
 }
+/* ---- the data gradient at stride 2 (3x3, multiplier 1) ----
+ * dX element (i, j) is the chain from 0 of fused multiply-adds over the
+ * taps (kh, kw) whose dY position ((i + p - kh) / 2, (j + q - kw) / 2) is
+ * whole, in (kh, kw) order, those outside dY as w * 0 (conv_dw3.c's
+ * stride-2 dX rows and conv_dwc.c's chain).  Lanes along a dX row: a row
+ * of dY copied with every element twice (u[2 + m] = dY[floor(m / 2)],
+ * zeros outside dY) makes tap kw = 0 of the lanes with j + q even and
+ * tap kw = 1 of the others one load (u from j + q), tap kw = 2 of the
+ * even ones the load two floats before, added under their mask (the odd
+ * lanes keep their sum: no rounding), the first load's weights w(kh, 0)
+ * and w(kh, 1) alternating by lane.  So each lane's chain is its own in
+ * (kh, kw) order, and no phase of dX is interleaved back: the copy is two
+ * permutes per dY row, where conv_dwc.c's flat kernel transposed dY in
+ * and dX out, 16 x 16 at a time. */
+
+#define DWSU_W 48    /* floats of a doubled dY row: 2 zeros, 2 ow, zeros */
+#define DWSU_ROWS 20 /* a zero row, dY's rows, the zero rows below */
+
+int hp_dws_data_eligible(const struct hp_dw *d)
+{
+	const struct hp_colgeom *g = &d->g;
+	int64_t p = g->pad[1], q = g->pad[2];
+
+	return hp_cpu_avx512_fma() && d->mult == 1 && g->img[0] == 1 && g->k[0] == 1 && g->k[1] == 3 &&
+	       g->k[2] == 3 && g->stride[1] == 2 && g->stride[2] == 2 && g->dil[1] == 1 && g->dil[2] == 1 &&
+	       p >= 0 && q >= 0 && q <= 2 && g->img[2] <= 32 && g->grid[2] <= 15 && g->img[1] <= 32 &&
+	       g->grid[1] + 2 <= DWSU_ROWS && (g->img[1] - 1 + p) / 2 + 2 <= DWSU_ROWS;
+}
+
+/* Auto: dX rows of 14 columns and more (a driver of hp_dw_data alone, CPU
+ * time, against conv_dwc.c's flat kernel: 28 x 28 from 14 x 14, 192
+ * channels, 36-38 -> 25 us; 14 x 14 from 7 x 7, 576: 28 -> 26; but 12 x 12
+ * from 6 x 6, 240: 8.7 -> 9.6, twelve of sixteen lanes). */
+int hp_dws_data_wanted(const struct hp_dw *d)
+{
+	return dws_mode >= 0 && hp_dws_data_eligible(d) && (dws_mode > 0 || d->g.img[2] >= 14);
+}
+
+/* dY plane y (oh rows of ow) into buffer rows 1 .. oh, each element
+ * twice from float 2 on; the other rows stay the zeros written once. */
+DWS_TARGET static DWS_INLINE void dwsu_fill(const float *y, int64_t oh, int64_t ow, float *buf)
+{
+	const __m512i i1 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6);
+	const __m512i i2 = _mm512_setr_epi32(7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14);
+	const __m512i i3 = _mm512_set1_epi32(15);
+	__mmask16 m = (__mmask16)((1u << ow) - 1);
+
+	for (int64_t r = 0; r < oh; r++) {
+		__m512 v = _mm512_maskz_loadu_ps(m, y + r * ow);
+		float *u = buf + (1 + r) * DWSU_W;
+		_mm512_storeu_ps(u, _mm512_maskz_permutexvar_ps(0xfffc, i1, v));
+		_mm512_storeu_ps(u + 16, _mm512_permutexvar_ps(i2, v));
+		_mm512_storeu_ps(u + 32, _mm512_maskz_permutexvar_ps(0x0003, i3, v));
+	}
+}
+
+/* N dX rows of row phase rho (NK taps kh: 0 and 2, or 1) from phase row
+ * u0 on, NC vectors of sixteen columns each. */
+DWS_TARGET static DWS_INLINE void dwsu_rows(const int NK, const int N, const int NC, const float *buf,
+					    const __m512 *wa, const __m512 *w2, __mmask16 ev, int64_t i0, int64_t u0,
+					    int64_t p, int64_t q, float *dx, int64_t iw)
+{
+	__m512 acc[4][2];
+
+	for (int j = 0; j < N; j++)
+		for (int c = 0; c < NC; c++)
+			acc[j][c] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+	for (int k = 0; k < NK; k++) {
+		int kh = NK == 2 ? 2 * k : 1;
+#pragma GCC unroll 4
+		for (int j = 0; j < N; j++) {
+			int64_t i = i0 + 2 * (u0 + j);
+			const float *row = buf + ((i + p - kh) / 2 + 1) * DWSU_W + 2 + q;
+#pragma GCC unroll 2
+			for (int c = 0; c < NC; c++) {
+				acc[j][c] = _mm512_fmadd_ps(wa[kh], _mm512_loadu_ps(row + 16 * c), acc[j][c]);
+				acc[j][c] = _mm512_mask3_fmadd_ps(w2[kh], _mm512_loadu_ps(row + 16 * c - 2), acc[j][c], ev);
+			}
+		}
+	}
+	for (int j = 0; j < N; j++) {
+		float *o = dx + (i0 + 2 * (u0 + j)) * iw;
+		for (int c = 0; c < NC; c++)
+			_mm512_mask_storeu_ps(o + 16 * c, (__mmask16)(iw - 16 * c >= 16 ? 0xffff : (1u << (iw - 16 * c)) - 1),
+					      acc[j][c]);
+	}
+}
+
+/* The rows of phase rho, four at a time. */
+DWS_TARGET static DWS_INLINE void dwsu_phase(const int NK, const int NC, const float *buf, const __m512 *wa,
+					     const __m512 *w2, __mmask16 ev, int64_t i0, int64_t nu, int64_t p, int64_t q,
+					     float *dx, int64_t iw)
+{
+	int64_t u0 = 0;
+
+	for (; u0 + 4 <= nu; u0 += 4)
+		dwsu_rows(NK, 4, NC, buf, wa, w2, ev, i0, u0, p, q, dx, iw);
+	switch (nu - u0) {
+	case 3:
+		dwsu_rows(NK, 3, NC, buf, wa, w2, ev, i0, u0, p, q, dx, iw);
+		break;
+	case 2:
+		dwsu_rows(NK, 2, NC, buf, wa, w2, ev, i0, u0, p, q, dx, iw);
+		break;
+	case 1:
+		dwsu_rows(NK, 1, NC, buf, wa, w2, ev, i0, u0, p, q, dx, iw);
+		break;
+	default:
+		break;
+	}
+}
+
+DWS_TARGET static DWS_INLINE void dwsu_plane(const int NC, const struct hp_colgeom *g, const float *buf,
+					     const float *w, float *dx)
+{
+	int64_t p = g->pad[1], q = g->pad[2], ih = g->img[1], iw = g->img[2];
+	/* lanes with j + q even: kw 0 and 2; the others kw 1 */
+	__mmask16 ev = (__mmask16)(q & 1 ? 0xaaaa : 0x5555);
+	__m512 wa[3], w2[3];
+
+	for (int kh = 0; kh < 3; kh++) {
+		wa[kh] = _mm512_mask_blend_ps(ev, _mm512_set1_ps(w[3 * kh + 1]), _mm512_set1_ps(w[3 * kh]));
+		w2[kh] = _mm512_set1_ps(w[3 * kh + 2]);
+	}
+	for (int rho = 0; rho < 2; rho++) {
+		int64_t i0 = (rho - p) & 1, nu = ih > i0 ? (ih - i0 + 1) / 2 : 0;
+		if (rho == 0)
+			dwsu_phase(2, NC, buf, wa, w2, ev, i0, nu, p, q, dx, iw);
+		else
+			dwsu_phase(1, NC, buf, wa, w2, ev, i0, nu, p, q, dx, iw);
+	}
+}
+
+struct dwsu_run {
+	const struct hp_dw *d;
+	const float *dy, *w;
+	float *dx;
+};
+
+/* Planes [b, e), the next plane's dY copied before this plane's taps (as
+ * dws_range_kh does). */
+DWS_TARGET static DWS_INLINE void dwsu_range_c(const int NC, const struct dwsu_run *r, int64_t b, int64_t e)
+{
+	const struct hp_dw *d = r->d;
+	int64_t oh = d->g.grid[1], ow = d->g.grid[2];
+	float buf[2][DWSU_ROWS * DWSU_W] __attribute__((aligned(64)));
+
+	memset(buf, 0, sizeof buf);
+	if (b < e)
+		dwsu_fill(r->dy + b * d->g.grid_vol, oh, ow, buf[0]);
+	for (int64_t i = b; i < e; i++) {
+		if (i + 1 < e)
+			dwsu_fill(r->dy + (i + 1) * d->g.grid_vol, oh, ow, buf[(i - b + 1) & 1]);
+		dwsu_plane(NC, &d->g, buf[(i - b) & 1], r->w + i % d->cin * 9, r->dx + i * d->g.img_vol);
+	}
+}
+
+DWS_TARGET static void dwsu_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	const struct dwsu_run *r = arg;
+
+	(void)tid;
+	if (r->d->g.img[2] <= 16)
+		dwsu_range_c(1, r, b, e);
+	else
+		dwsu_range_c(2, r, b, e);
+}
+
+void hp_dws_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, struct hp_pool *pool)
+{
+	struct dwsu_run r = { .d = d, .dy = dy, .w = w, .dx = dx };
+	int saved, threads;
+	int64_t planes = d->batch * d->cin, su;
+
+	threads = hp_conv_threads_enter(pool, &saved);
+	su = planes / ((int64_t)threads * DWS_UNITS_PER_THREAD);
+	if (threads > 1)
+		hp_conv_steal(pool, threads, planes, su < 1 ? 1 : su, dwsu_range, &r);
+	else
+		dwsu_range(&r, 0, planes, 0);
+	hp_conv_threads_leave(saved);
+}
 #else
 void hp_dws_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,
 		    struct hp_pool *pool)
 {
 	(void)d, (void)x, (void)w, (void)b, (void)y, (void)pool;
+}
+
+int hp_dws_data_eligible(const struct hp_dw *d)
+{
+	(void)d;
+	return 0;
+}
+
+int hp_dws_data_wanted(const struct hp_dw *d)
+{
+	(void)d;
+	return 0;
+}
+
+void hp_dws_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, struct hp_pool *pool)
+{
+	(void)d, (void)dy, (void)w, (void)dx, (void)pool;
 }
 #endif

@@ -236,6 +236,13 @@ void hp_dws_forward(const struct hp_dw *d, const float *x, const float *w, const
 		    struct hp_pool *pool);
 /* Tests and benchmarks only: 0 auto (3x3), 1 whenever eligible, -1 never. */
 void hp_dws_set_mode(int mode);
+/* The stride-2 dX of a 3x3 window (multiplier 1, pads >= 0) on narrow
+ * planes (conv_dws.c, AVX-512F): each element the chain from 0 over its
+ * taps in (kh, kw) order (conv_dw3.c's and conv_dwc.c's), no workspace.
+ * hp_dw_data takes it where hp_dws_data_wanted (mode as above). */
+int hp_dws_data_eligible(const struct hp_dw *d);
+int hp_dws_data_wanted(const struct hp_dw *d);
+void hp_dws_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, struct hp_pool *pool);
 /* Depthwise KxK forward (conv_dwk.c, AVX2 + FMA): 2-D, K = 3, 5 or 7
  * square, stride 1 or 2, any dilation, but not conv_dw3.c's undilated 3x3;
  * eight output channels per register pass, each output the chain bias +

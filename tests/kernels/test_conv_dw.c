@@ -703,6 +703,7 @@ static void test_dw_data_flip(void **state)
 	if (!hp_dot_available())
 		skip();
 	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_dws_set_mode(-1); /* the narrow stride-2 planes are test_dws_data's */
 	/* cases ci >= DWD_CASES again with conv_dwc.c's eight-channel blocks
 	 * (and conv_dw3.c's rows) where the CPU has AVX-512 */
 	for (int ci = 0; ci < 2 * DWD_CASES; ci++) {
@@ -746,6 +747,7 @@ static void test_dw_data_flip(void **state)
 		free(dy), free(w), free(ws), free(ref), free(got), free(dyb);
 	}
 	hp_dwc_set_avx2(0);
+	hp_dws_set_mode(0);
 	hp_pool_destroy(pool);
 }
 
@@ -916,6 +918,86 @@ static void test_dws_chains(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* Its stride-2 dX: two dX rows of a phase a vector (dX 14 wide and
+ * less) and one (up to 30), odd sizes, pads 0 to 2 either side, sixteen
+ * dY rows, a single dY element. */
+static const struct dc dwsd_cases[] = {
+	{ 2, 1, 5, 1, { 14, 14 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 2, 3, 1, { 13, 13 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 3, 1, { 28, 28 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 4, 1, { 15, 16 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 0 }, { 1, 1 } },
+	{ 2, 1, 3, 1, { 9, 30 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 2, 0 }, { 0, 2 } },
+	{ 2, 1, 2, 1, { 2, 2 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 2, 1, { 32, 8 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 3, 1, { 7, 9 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 2 }, { 2, 1 } },
+	{ 2, 1, 3, 1, { 12, 12 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 0 }, { 1, 1 } },
+};
+
+/* conv_dws.c's dX is dwd_ref's chain bit for bit, the other kernels' bits,
+ * on a pool of 2 and in bands of dX rows from the dY rows they need; it
+ * is what auto takes for these planes, and not for wider ones. */
+static void test_dws_data(void **state)
+{
+	struct hp_pool *pool;
+	const struct dc wide = { 2, 1, 2, 1, { 8, 34 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } };
+	const struct dc mult = { 2, 1, 2, 2, { 8, 8 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } };
+	struct hp_dw d;
+
+	(void)state;
+	if (!hp_cpu_avx512_fma())
+		skip();
+	d = dwd_geom(&wide, 0, wide.in[0], 0, out_dim(&wide, 0));
+	assert_false(hp_dws_data_eligible(&d)); /* dY 17 wide */
+	d = dwd_geom(&mult, 0, mult.in[0], 0, out_dim(&mult, 0));
+	d.mult = 2;
+	assert_false(hp_dws_data_eligible(&d));
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int ci = 0; ci < (int)(sizeof dwsd_cases / sizeof dwsd_cases[0]); ci++) {
+		const struct dc *t = &dwsd_cases[ci];
+		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), ih = t->in[0], iw = t->in[1];
+		size_t nx = (size_t)(t->n * t->c * ih * iw), ny = (size_t)(t->n * t->c * oh * ow);
+		float *dy = dwc_data(ny, 61 + ci), *w = dwc_data((size_t)t->c * 9, 63 + ci);
+		float *ref = malloc(nx * 4), *got = malloc(nx * 4), *dyb = malloc(ny * 4), *ws;
+		struct hp_dw whole = dwd_geom(t, 0, ih, 0, oh);
+
+		assert_true(hp_dws_data_eligible(&whole));
+		assert_int_equal(hp_dws_data_wanted(&whole), iw >= 14); /* auto: rows of 14 and more */
+		dwd_ref(t, dy, w, ref);
+		hp_dws_set_mode(-1);
+		ws = malloc(hp_dw_data_ws(&whole) + 4);
+		hp_dw_data(&whole, dy, w, got, ws, NULL);
+		free(ws);
+		if (memcmp(ref, got, nx * 4)) /* the chain the others promise, checked here too */
+			fail_msg("dws dX case %d: the other kernels are not the chain", ci);
+		hp_dws_set_mode(1);
+		for (int p = 0; p < 2; p++) {
+			memset(got, 0xff, nx * 4);
+			hp_dw_data(&whole, dy, w, got, NULL, p ? pool : NULL);
+			if (memcmp(ref, got, nx * 4))
+				fail_msg("dws dX case %d: not the chain (%s)", ci, p ? "pool" : "alone");
+		}
+		for (int64_t r0 = 0; r0 < ih; r0 += 1 + ih / 6)
+			for (int64_t r1 = r0 + 1; r1 <= ih; r1 += 1 + ih / 5) {
+				int64_t lo = r0 + t->pb[0] - 2, y0 = lo < 0 ? 0 : (lo + 1) / 2, y1 = (r1 - 1 + t->pb[0]) / 2 + 1;
+				y1 = y1 > oh ? oh : y1;
+				if (y0 >= y1)
+					continue;
+				struct hp_dw band = dwd_geom(t, r0, r1, y0, y1);
+				if (!hp_dws_data_eligible(&band))
+					fail_msg("dws dX case %d: band [%lld, %lld) not taken", ci, (long long)r0, (long long)r1);
+				for (int64_t pl = 0; pl < t->n * t->c; pl++)
+					memcpy(dyb + pl * (y1 - y0) * ow, dy + (pl * oh + y0) * ow, (size_t)((y1 - y0) * ow) * 4);
+				hp_dw_data(&band, dyb, w, got, NULL, pool);
+				for (int64_t pl = 0; pl < t->n * t->c; pl++)
+					if (memcmp(got + pl * (r1 - r0) * iw, ref + (pl * ih + r0) * iw, (size_t)((r1 - r0) * iw) * 4))
+						fail_msg("dws dX case %d: band [%lld, %lld) differs", ci, (long long)r0, (long long)r1);
+			}
+		hp_dws_set_mode(0);
+		free(dy), free(w), free(ref), free(got), free(dyb);
+	}
+	hp_pool_destroy(pool);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -927,6 +1009,7 @@ int main(void)
 		cmocka_unit_test(test_dwc_filter),
 		cmocka_unit_test(test_dw_data_flip),
 		cmocka_unit_test(test_dws_chains),
+		cmocka_unit_test(test_dws_data),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
