@@ -23,7 +23,11 @@
  * window alone, so planes among workers and bands of rows (halo rows the
  * same image rows, the band's top pad the same zeros) give the whole
  * node's bits.  The epilogue runs per plane after it (hp_epi_span), as
- * conv_dw.c's planes do. */
+ * conv_dw.c's planes do.
+ *
+ * The stride-2 data gradient of 3x3 windows on narrow planes is here too
+ * (below: lanes along a dX row, from a copy of dY with every element
+ * twice). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
