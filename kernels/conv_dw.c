@@ -23,7 +23,9 @@
  * 2-D 3x3 windows at stride 1 or 2 take conv_dw3.c's vector rows or
  * conv_dwc.c's channel blocks instead (with AVX2 and FMA), and so do
  * their data gradients (stride 1 as a forward, stride 2 as conv_dw3.c's
- * dX rows or conv_dwc.c's blocks: one chain per element either way).
+ * dX rows or conv_dwc.c's blocks: one chain per element either way); at
+ * stride 2 on narrow planes with AVX-512 both passes are conv_dws.c's
+ * (lanes along positions, the same chains).
  * The dW of 5x5 and 7x7 windows (undilated, stride 1 or 2) is
  * conv_dwk_grad.c's where AVX-512 exists, by geometry alone: per unit,
  * the rows' fused multiply-add chains over positions summed in row order
