@@ -4,7 +4,7 @@
  * BLIS and libxsmm, forward, data gradient and weight gradient.
  *
  *   hpdlf-bench-conv-libs [--reps N] [--class NAME[,NAME...]] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--dwp 0|-1]
- *                         [--dwf 0|1|-1]
+ *                         [--dwf 0|1|-1] [--dws 0|1|-1]
  *                         [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1]
  *                         [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--grp-packed] [--grp-skip 0|-1] [--dw-packed] [--fwd]
  *
@@ -877,6 +877,8 @@ int main(int argc, char **argv)
 			hp_dwk_set_mode(atoi(argv[i + 1])), hp_dkg_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--dwp") && i + 1 < argc) /* depthwise dW by positions in lanes: auto, never */
 			hp_dwp_set_mode(atoi(argv[++i]));
+		else if (!strcmp(argv[i], "--dws") && i + 1 < argc) /* stride-2 depthwise, lanes along positions: auto, always, never */
+			hp_dws_set_mode(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--kxk") && i + 1 < argc) /* hpdlf's KxK path: auto, always, never */
 			hp_conv_set_kxk(atoi(argv[++i]));
 		else if (!strcmp(argv[i], "--phase") && i + 1 < argc) /* strided dX by phases: off, on */
@@ -905,7 +907,7 @@ int main(int argc, char **argv)
 			fwd_only = 1;
 		else {
 			fprintf(stderr,
-				"usage: %s [--reps N] [--class NAME[,NAME...]] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--dwp 0|-1] [--dwf 0|1|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--grp-packed] [--grp-skip 0|-1] [--dw-packed] [--fwd]\n",
+				"usage: %s [--reps N] [--class NAME[,NAME...]] [--shift 0|1|-1] [--dot 0|1|-1] [--dwc 0|1|-1] [--dwk 0|-1] [--dwp 0|-1] [--dwf 0|1|-1] [--dws 0|1|-1] [--kxk 0|1|-1] [--grp 0|1|-1] [--kxk-run 0|1] [--phase 0|1] [--pw 0|1|-1] [--stem 0|1|-1] [--pwt 0|1|2|-1] [--grp-cf 0|1|-1] [--grp-packed] [--grp-skip 0|-1] [--dw-packed] [--fwd]\n",
 				argv[0]);
 			return 2;
 		}

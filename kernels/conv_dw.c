@@ -24,7 +24,9 @@
  * conv_dwc.c's channel blocks instead (with AVX2 and FMA; at stride 1 and
  * rows of 7 to 22, conv_dwf.c's flat planes with AVX-512), and so do
  * their data gradients (stride 1 as a forward, stride 2 as conv_dw3.c's
- * dX rows or conv_dwc.c's blocks: one chain per element either way).
+ * dX rows or conv_dwc.c's blocks: one chain per element either way); at
+ * stride 2 on narrow planes with AVX-512 both passes are conv_dws.c's
+ * (lanes along positions, the same chains).
  * The dW of 5x5 and 7x7 windows (undilated, stride 1 or 2) is
  * conv_dwk_grad.c's where AVX-512 exists, by geometry alone: per unit,
  * the rows' fused multiply-add chains over positions summed in row order
@@ -424,6 +426,10 @@ void hp_dw_forward(const struct hp_dw *d, const float *x, const float *w, const 
 	/* 3x3 at stride 1, rows of 7 to 22: lanes along the flattened plane, X in place (conv_dwf.c) */
 	if (!d->scratch && !d->xclip && hp_dwf_wanted(&d->g) && hp_dwf_forward(d, x, w, b, y, pool) == 0)
 		return;
+	if (hp_dws_wanted(&d->g)) { /* stride 2, narrow planes: lanes along positions (conv_dws.c) */
+		hp_dws_forward(d, x, w, b, y, pool);
+		return;
+	}
 	if (d->g.img[0] == 1 && hp_dwc_wanted(&d->g, d->xclip != NULL)) { /* narrow planes: channel blocks */
 		hp_dwc_forward(d, x, w, b, y, pool);
 		return;
@@ -573,6 +579,10 @@ void hp_dw_data(const struct hp_dw *d, const float *dy, const float *w, float *d
 			for (int64_t k = 0; k < kk; k++)
 				ws[c * kk + k] = w[c * kk + kk - 1 - k];
 		hp_dw_forward(&f, dy, ws, NULL, dx, pool);
+		return;
+	}
+	if (hp_dws_data_wanted(d)) { /* stride 2, narrow planes: lanes along positions (conv_dws.c) */
+		hp_dws_data(d, dy, w, dx, pool);
 		return;
 	}
 	threads = hp_conv_threads_enter(pool, &saved);

@@ -223,6 +223,26 @@ void hp_dwc_set_mode(int mode);
 /* Tests and benchmarks only: 1, the eight-channel blocks even where the
  * CPU has AVX-512 (the same bits); 0, the default. */
 void hp_dwc_set_avx2(int on);
+/* Depthwise 3x3 and 5x5 forward at stride 2, undilated, 2-D, on planes
+ * of at most 16 output rows of at most 16 - (K - 1) / 2 columns
+ * (conv_dws.c, AVX-512F): lanes along output positions, each output the
+ * chain bias + taps in (kh, kw) order of fused multiply-adds, taps in the
+ * padding as w * 0 (conv_dw3.c's, conv_dwc.c's and conv_dwk.c's chain, so
+ * their bits); reads hp_dw.xclip, needs no scratch, runs hp_dw.epi per
+ * plane.  hp_dw_forward takes it where hp_dws_wanted. */
+int hp_dws_eligible(const struct hp_colgeom *g);
+int hp_dws_wanted(const struct hp_colgeom *g);
+void hp_dws_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,
+		    struct hp_pool *pool);
+/* Tests and benchmarks only: 0 auto (3x3), 1 whenever eligible, -1 never. */
+void hp_dws_set_mode(int mode);
+/* The stride-2 dX of a 3x3 window (multiplier 1, pads >= 0) on narrow
+ * planes (conv_dws.c, AVX-512F): each element the chain from 0 over its
+ * taps in (kh, kw) order (conv_dw3.c's and conv_dwc.c's), no workspace.
+ * hp_dw_data takes it where hp_dws_data_wanted (mode as above). */
+int hp_dws_data_eligible(const struct hp_dw *d);
+int hp_dws_data_wanted(const struct hp_dw *d);
+void hp_dws_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, struct hp_pool *pool);
 /* Depthwise KxK forward (conv_dwk.c, AVX2 + FMA): 2-D, K = 3, 5 or 7
  * square, stride 1 or 2, any dilation, but not conv_dw3.c's undilated 3x3;
  * eight output channels per register pass, each output the chain bias +

@@ -374,7 +374,9 @@ static void dwc_run(const struct dc *t, int mode, struct hp_pool *pool, const fl
 	d.wpack = dwc_wpack;
 	hp_dwc_set_mode(mode);
 	hp_dwf_set_mode(mode ? -1 : 0); /* forced: conv_dwc.c's blocks or the planes, not conv_dwf.c */
+	hp_dws_set_mode(-1); /* conv_dws.c would take the narrow stride-2 planes: test_dws_chains' */
 	hp_dw_forward(&d, x, w, b, y, pool);
+	hp_dws_set_mode(0);
 	hp_dwc_set_mode(0);
 	hp_dwf_set_mode(0);
 }
@@ -474,6 +476,7 @@ static void test_dwc_bands(void **state)
 		dwc_run(t, 1, NULL, x, w, b, NULL, NULL, y);
 		hp_dwc_set_mode(1);
 		hp_dwf_set_mode(-1);
+		hp_dws_set_mode(-1);
 		for (int64_t r0 = 0; r0 < oh; r0 += 1 + oh / 9)
 			for (int64_t r1 = r0 + 1; r1 <= oh; r1 += 1 + oh / 7) {
 				struct hp_dw band = geom(t, r0, r1, &i0, &i1);
@@ -488,6 +491,7 @@ static void test_dwc_bands(void **state)
 			}
 		hp_dwc_set_mode(0);
 		hp_dwf_set_mode(0);
+		hp_dws_set_mode(0);
 		free(x), free(w), free(b), free(y), free(yb), free(xb);
 	}
 }
@@ -874,6 +878,7 @@ static void test_dw_data_flip(void **state)
 	if (!hp_dot_available())
 		skip();
 	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_dws_set_mode(-1); /* the narrow stride-2 planes are test_dws_data's */
 	/* cases ci >= DWD_CASES again with conv_dwc.c's eight-channel blocks
 	 * (and conv_dw3.c's rows) where the CPU has AVX-512 */
 	for (int ci = 0; ci < 2 * DWD_CASES; ci++) {
@@ -919,6 +924,254 @@ static void test_dw_data_flip(void **state)
 	}
 	hp_dwc_set_avx2(0);
 	hp_dwf_set_mode(0);
+	hp_dws_set_mode(0);
+	hp_pool_destroy(pool);
+}
+
+/* ---- conv_dws.c: stride 2, lanes along output positions ---- */
+
+/* 3x3 and 5x5 at stride 2 on narrow planes: two output rows a vector (7
+ * and fewer columns at 3x3, 6 at 5x5) and one (up to 15 and 14), odd and
+ * even sizes, pads 0 to 3 on either side, multipliers, two items, a
+ * single output, sixteen output rows (the most it takes). */
+static const struct dc dws_cases[] = {
+	{ 2, 1, 5, 1, { 14, 14 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 2, 3, 1, { 13, 13 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 3, 2, { 28, 28 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 4, 1, { 15, 16 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 0 }, { 1, 1 } },
+	{ 2, 1, 3, 1, { 9, 30 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 2, 0 }, { 0, 2 } },
+	{ 2, 1, 2, 1, { 2, 2 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 2, 1, { 32, 8 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 2, 4, 1, { 12, 12 }, { 5, 5 }, { 2, 2 }, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 2, 1, 3, 1, { 24, 24 }, { 5, 5 }, { 2, 2 }, { 1, 1 }, { 2, 2 }, { 2, 2 } },
+	{ 2, 1, 2, 2, { 11, 20 }, { 5, 5 }, { 2, 2 }, { 1, 1 }, { 1, 3 }, { 3, 1 } },
+	{ 2, 1, 3, 1, { 7, 9 }, { 5, 5 }, { 2, 2 }, { 1, 1 }, { 2, 2 }, { 1, 2 } },
+	/* 3x3 planes of fewer than four vectors (the tails of dws_plane_kh
+	 * alone): 12 -> 6 (three of two rows), 6 x 24 -> 3 x 12 (three of one) */
+	{ 2, 2, 5, 1, { 12, 12 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 3, 1, { 6, 24 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+};
+
+/* y as one fmaf chain per output from the bias over (kh, kw), taps in the
+ * padding as w * 0, X read as Clip(x) where xc (NaN-free data: the
+ * kernels' compare and select), then act(y + add) as chain_ref's. */
+static void dws_ref(const struct dc *t, const float *x, const float *w, const float *b, const float *xc,
+		    const float *add, float lo, float hi, float *y)
+{
+	int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), m = t->c * t->mult, kv = t->k[0] * t->k[1];
+
+	for (int64_t n = 0; n < t->n; n++)
+		for (int64_t o = 0; o < m; o++)
+			for (int64_t i = 0; i < oh * ow; i++) {
+				const float *xp = x + (n * t->c + o / t->mult) * t->in[0] * t->in[1];
+				int64_t yi = (n * m + o) * oh * ow + i;
+				float v = b[o];
+				for (int64_t k = 0; k < kv; k++) {
+					int64_t ih = i / ow * 2 - t->pb[0] + k / t->k[1], iw = i % ow * 2 - t->pb[1] + k % t->k[1];
+					float xv = ih >= 0 && ih < t->in[0] && iw >= 0 && iw < t->in[1] ? xp[ih * t->in[1] + iw]
+													   : 0.0f;
+					if (xc && ih >= 0 && ih < t->in[0] && iw >= 0 && iw < t->in[1])
+						xv = xv < xc[0] ? xc[0] : xv > xc[1] ? xc[1] : xv;
+					v = fmaf(w[o * kv + k], xv, v);
+				}
+				if (add)
+					v = v + add[yi];
+				if (lo <= hi)
+					v = v < lo ? lo : v > hi ? hi : v;
+				y[yi] = v;
+			}
+}
+
+/* Whole node of case t by mode (1: conv_dws.c, -1: the others). */
+static void dws_run(const struct dc *t, int mode, struct hp_pool *pool, const float *x, const float *w,
+		    const float *b, const struct hp_epi *epi, const float *add, const float *xc, float *y)
+{
+	int64_t i0, i1;
+	struct hp_dw d = geom(t, 0, out_dim(t, 0), &i0, &i1);
+	float *scratch = xc ? malloc(hp_dw_scratch(&d.g) * sizeof(float)) : NULL;
+
+	d.epi = epi;
+	d.addend = add;
+	d.xclip = xc; /* with a thread's scratch, as fused_ir.c calls it */
+	d.scratch = scratch;
+	hp_dws_set_mode(mode);
+	hp_dw_forward(&d, x, w, b, y, pool);
+	hp_dws_set_mode(0);
+	free(scratch);
+}
+
+/* Rows [r0, r1) of case t as a band (its input rows alone, its top pad)
+ * against the whole node's y. */
+static void dws_band(const struct dc *t, int ci, const float *x, const float *w, const float *b, const float *y,
+		     int64_t r0, int64_t r1)
+{
+	int64_t i0, i1, ow = out_dim(t, 1), oh = out_dim(t, 0), m = t->c * t->mult;
+	struct hp_dw band = geom(t, r0, r1, &i0, &i1);
+	float *xb = malloc((size_t)(t->n * t->c * t->in[0] * t->in[1]) * 4), *yb = malloc((size_t)(t->n * m * oh * ow) * 4);
+
+	assert_true(hp_dws_eligible(&band.g));
+	for (int64_t p = 0; p < t->n * t->c; p++)
+		memcpy(xb + p * (i1 - i0) * t->in[1], x + (p * t->in[0] + i0) * t->in[1], (size_t)((i1 - i0) * t->in[1]) * 4);
+	hp_dws_set_mode(1);
+	hp_dw_forward(&band, xb, w, b, yb, NULL);
+	hp_dws_set_mode(0);
+	for (int64_t p = 0; p < t->n * m; p++)
+		if (memcmp(yb + p * (r1 - r0) * ow, y + (p * oh + r0) * ow, (size_t)((r1 - r0) * ow) * 4))
+			fail_msg("dws case %d: band [%lld, %lld) differs from the whole", ci, (long long)r0, (long long)r1);
+	free(xb), free(yb);
+}
+
+static void dws_case(int ci, struct hp_pool *pool)
+{
+	const struct dc *t = &dws_cases[ci];
+	int64_t m = t->c * t->mult, kv = t->k[0] * t->k[1], oh = out_dim(t, 0), i0, i1;
+	int64_t ny = t->n * m * oh * out_dim(t, 1);
+	size_t nx = (size_t)(t->n * t->c * t->in[0] * t->in[1]);
+	float *x = dwc_data(nx, 23 + ci), *w = dwc_data((size_t)(m * kv), 25 + ci), *b = dwc_data((size_t)m, 27 + ci);
+	float *add = dwc_data((size_t)ny, 29 + ci), *ref = malloc((size_t)ny * 4), *y = malloc((size_t)ny * 4);
+	float *y2 = malloc((size_t)ny * 4);
+	const float xc[2] = { -0.25f, 0.5f };
+	struct hp_epi clip = { .act = HP_EPI_CLIP, .add = HP_EPI_ADD_FULL, .lo = 0.0f, .hi = 0.5f };
+	struct hp_dw whole = geom(t, 0, oh, &i0, &i1);
+
+	assert_true(hp_dws_eligible(&whole.g));
+	assert_int_equal(hp_dws_wanted(&whole.g), t->k[0] == 3); /* auto: 3x3 only */
+	dws_run(t, 1, NULL, x, w, b, NULL, NULL, NULL, y);
+	dws_ref(t, x, w, b, NULL, NULL, 1, 0, ref);
+	if (memcmp(y, ref, (size_t)ny * 4))
+		fail_msg("dws case %d: not the fmaf chain of every output", ci);
+	dws_run(t, -1, NULL, x, w, b, NULL, NULL, NULL, y2);
+	if (memcmp(y, y2, (size_t)ny * 4))
+		fail_msg("dws case %d: differs from the other depthwise kernels", ci);
+	dws_run(t, 1, pool, x, w, b, NULL, NULL, NULL, y2);
+	if (memcmp(y, y2, (size_t)ny * 4))
+		fail_msg("dws case %d: a pool of 2 changes the bits", ci);
+	for (int64_t r0 = 0; r0 < oh; r0 += 1 + oh / 5)
+		for (int64_t r1 = r0 + 1; r1 <= oh; r1 += 1 + oh / 4)
+			dws_band(t, ci, x, w, b, y, r0, r1);
+	dws_run(t, 1, pool, x, w, b, &clip, add, NULL, y);
+	dws_ref(t, x, w, b, NULL, add, 0.0f, 0.5f, ref);
+	if (memcmp(y, ref, (size_t)ny * 4))
+		fail_msg("dws case %d: the fused Add and Clip differ from fused_epi.c's", ci);
+	dws_run(t, 1, NULL, x, w, b, NULL, NULL, xc, y);
+	dws_ref(t, x, w, b, xc, NULL, 1, 0, ref);
+	if (memcmp(y, ref, (size_t)ny * 4))
+		fail_msg("dws case %d: X read through Clip, not the chain of the clipped window", ci);
+	if (t->k[0] == 3) { /* conv_dw3.c's and conv_dwc.c's clipped reads */
+		dws_run(t, -1, NULL, x, w, b, NULL, NULL, xc, y2);
+		if (memcmp(y, y2, (size_t)ny * 4))
+			fail_msg("dws case %d: X read through Clip differs from the other kernels", ci);
+	}
+	free(x), free(w), free(b), free(add), free(ref), free(y), free(y2);
+}
+
+/* Every output of conv_dws.c is the promised chain bit for bit, the other
+ * kernels' bits, on a pool of 2 and in bands of rows too; with a fused
+ * epilogue and with X read through Clip; and it takes only the planes it
+ * can (sixteen output rows, 15 or 14 columns at most). */
+static void test_dws_chains(void **state)
+{
+	struct hp_pool *pool;
+	const struct dc no[] = {
+		{ 2, 1, 2, 1, { 34, 8 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } }, /* 17 rows */
+		{ 2, 1, 2, 1, { 8, 32 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } }, /* 16 columns */
+		{ 2, 1, 2, 1, { 8, 30 }, { 5, 5 }, { 2, 2 }, { 1, 1 }, { 2, 2 }, { 2, 2 } }, /* 15 at 5x5 */
+		{ 2, 1, 2, 1, { 8, 8 }, { 3, 3 }, { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },  /* stride 1 */
+		{ 2, 1, 2, 1, { 9, 9 }, { 3, 3 }, { 2, 2 }, { 2, 2 }, { 1, 1 }, { 1, 1 } },  /* dilated */
+		{ 2, 1, 2, 1, { 8, 8 }, { 7, 7 }, { 2, 2 }, { 1, 1 }, { 3, 3 }, { 3, 3 } },  /* 7x7 */
+	};
+	int64_t i0, i1;
+
+	(void)state;
+	if (!hp_cpu_avx512_fma())
+		skip();
+	for (int i = 0; i < (int)(sizeof no / sizeof no[0]); i++) {
+		struct hp_dw d = geom(&no[i], 0, out_dim(&no[i], 0), &i0, &i1);
+		assert_false(hp_dws_eligible(&d.g));
+	}
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int ci = 0; ci < (int)(sizeof dws_cases / sizeof dws_cases[0]); ci++)
+		dws_case(ci, pool);
+	hp_pool_destroy(pool);
+}
+
+/* Its stride-2 dX: two dX rows of a phase a vector (dX 14 wide and
+ * less) and one (up to 30), odd sizes, pads 0 to 2 either side, sixteen
+ * dY rows, a single dY element. */
+static const struct dc dwsd_cases[] = {
+	{ 2, 1, 5, 1, { 14, 14 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 2, 3, 1, { 13, 13 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 3, 1, { 28, 28 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 4, 1, { 15, 16 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 0 }, { 1, 1 } },
+	{ 2, 1, 3, 1, { 9, 30 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 2, 0 }, { 0, 2 } },
+	{ 2, 1, 2, 1, { 2, 2 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 2, 1, { 32, 8 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } },
+	{ 2, 1, 3, 1, { 7, 9 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 2 }, { 2, 1 } },
+	{ 2, 1, 3, 1, { 12, 12 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 0, 0 }, { 1, 1 } },
+};
+
+/* conv_dws.c's dX is dwd_ref's chain bit for bit, the other kernels' bits,
+ * on a pool of 2 and in bands of dX rows from the dY rows they need; it
+ * is what auto takes for these planes, and not for wider ones. */
+static void test_dws_data(void **state)
+{
+	struct hp_pool *pool;
+	const struct dc wide = { 2, 1, 2, 1, { 8, 34 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } };
+	const struct dc mult = { 2, 1, 2, 2, { 8, 8 }, { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } };
+	struct hp_dw d;
+
+	(void)state;
+	if (!hp_cpu_avx512_fma())
+		skip();
+	d = dwd_geom(&wide, 0, wide.in[0], 0, out_dim(&wide, 0));
+	assert_false(hp_dws_data_eligible(&d)); /* dY 17 wide */
+	d = dwd_geom(&mult, 0, mult.in[0], 0, out_dim(&mult, 0));
+	d.mult = 2;
+	assert_false(hp_dws_data_eligible(&d));
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	for (int ci = 0; ci < (int)(sizeof dwsd_cases / sizeof dwsd_cases[0]); ci++) {
+		const struct dc *t = &dwsd_cases[ci];
+		int64_t oh = out_dim(t, 0), ow = out_dim(t, 1), ih = t->in[0], iw = t->in[1];
+		size_t nx = (size_t)(t->n * t->c * ih * iw), ny = (size_t)(t->n * t->c * oh * ow);
+		float *dy = dwc_data(ny, 61 + ci), *w = dwc_data((size_t)t->c * 9, 63 + ci);
+		float *ref = malloc(nx * 4), *got = malloc(nx * 4), *dyb = malloc(ny * 4), *ws;
+		struct hp_dw whole = dwd_geom(t, 0, ih, 0, oh);
+
+		assert_true(hp_dws_data_eligible(&whole));
+		assert_int_equal(hp_dws_data_wanted(&whole), iw >= 14); /* auto: rows of 14 and more */
+		dwd_ref(t, dy, w, ref);
+		hp_dws_set_mode(-1);
+		ws = malloc(hp_dw_data_ws(&whole) + 4);
+		hp_dw_data(&whole, dy, w, got, ws, NULL);
+		free(ws);
+		if (memcmp(ref, got, nx * 4)) /* the chain the others promise, checked here too */
+			fail_msg("dws dX case %d: the other kernels are not the chain", ci);
+		hp_dws_set_mode(1);
+		for (int p = 0; p < 2; p++) {
+			memset(got, 0xff, nx * 4);
+			hp_dw_data(&whole, dy, w, got, NULL, p ? pool : NULL);
+			if (memcmp(ref, got, nx * 4))
+				fail_msg("dws dX case %d: not the chain (%s)", ci, p ? "pool" : "alone");
+		}
+		for (int64_t r0 = 0; r0 < ih; r0 += 1 + ih / 6)
+			for (int64_t r1 = r0 + 1; r1 <= ih; r1 += 1 + ih / 5) {
+				int64_t lo = r0 + t->pb[0] - 2, y0 = lo < 0 ? 0 : (lo + 1) / 2, y1 = (r1 - 1 + t->pb[0]) / 2 + 1;
+				y1 = y1 > oh ? oh : y1;
+				if (y0 >= y1)
+					continue;
+				struct hp_dw band = dwd_geom(t, r0, r1, y0, y1);
+				if (!hp_dws_data_eligible(&band))
+					fail_msg("dws dX case %d: band [%lld, %lld) not taken", ci, (long long)r0, (long long)r1);
+				for (int64_t pl = 0; pl < t->n * t->c; pl++)
+					memcpy(dyb + pl * (y1 - y0) * ow, dy + (pl * oh + y0) * ow, (size_t)((y1 - y0) * ow) * 4);
+				hp_dw_data(&band, dyb, w, got, NULL, pool);
+				for (int64_t pl = 0; pl < t->n * t->c; pl++)
+					if (memcmp(got + pl * (r1 - r0) * iw, ref + (pl * ih + r0) * iw, (size_t)((r1 - r0) * iw) * 4))
+						fail_msg("dws dX case %d: band [%lld, %lld) differs", ci, (long long)r0, (long long)r1);
+			}
+		hp_dws_set_mode(0);
+		free(dy), free(w), free(ref), free(got), free(dyb);
+	}
 	hp_pool_destroy(pool);
 }
 
@@ -1096,6 +1349,8 @@ int main(void)
 		cmocka_unit_test(test_dw_data_flip),
 		cmocka_unit_test(test_flat_chains),
 		cmocka_unit_test(test_flat_route),
+		cmocka_unit_test(test_dws_chains),
+		cmocka_unit_test(test_dws_data),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
