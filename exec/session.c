@@ -641,7 +641,6 @@ static int session_new(struct hp_graph *g, const struct hp_exec_opts *o, struct 
 		hp_exec_opts_init(&def, sizeof def);
 		o = &def;
 	}
-	hp_blas_quiet(); /* before the planning (kernels/blas.h) */
 	if ((rc = hp_compile(g, o, &layout)) < 0)
 		return rc;
 	/* Building and planning the graph freed more heap than the run keeps;

@@ -26,7 +26,6 @@
 #include "exec/train_floor.h"
 #include "exec/train_internal.h"
 #include "exec/train_params.h"
-#include "kernels/blas.h"
 
 void hp_trainer_opts_init(struct hp_trainer_opts *o, size_t size)
 {
@@ -740,7 +739,6 @@ int hp_trainer_create(const char *model, const struct hp_trainer_opts *o, struct
 		return rc;
 	if ((rc = check_lr(o)) < 0)
 		return rc;
-	hp_blas_quiet(); /* before the planning, not at its session (kernels/blas.h) */
 	rc = create_once(model, o, 0, 0, &t);
 	need0 = !refused(rc) ? 0 : t && t->remat_refused ? t->remat_needed : hp_plan_needed; /* hp_trainer_refused_needs */
 	if ((rc == HP_EBUDGET || rc == HP_EBUDGET_OP) && t->o.budget && t->nranks <= 1 && !t->pipe &&

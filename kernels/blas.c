@@ -55,13 +55,6 @@ static void quiet_workers_locked(void)
 #endif
 }
 
-void hp_blas_quiet(void)
-{
-	pthread_mutex_lock(&blas_mu);
-	quiet_workers_locked();
-	pthread_mutex_unlock(&blas_mu);
-}
-
 void hp_blas_threads(int n)
 {
 	pthread_mutex_lock(&blas_mu);

@@ -28,14 +28,6 @@
  * the last call wins process-wide. */
 void hp_blas_threads(int n);
 
-/* OpenBLAS's idle workers stopped now, the thread count left as it is: a
- * trainer or a session plans (for seconds, on a large graph) before its
- * first hp_blas_threads(), and each worker polled a core all the while
- * (the 10,001-node MLP's --plan: about 5% of its CPU in sched_yield).
- * Once per process, as hp_blas_threads() does it; no BLAS result changes
- * (OpenBLAS starts the workers again at its next threaded call). */
-void hp_blas_quiet(void);
-
 /* BLAS on one thread until the matching leave.  Sections nest and may be
  * open on several threads at once; the last one out restores the count. */
 void hp_blas_serial_enter(void);
