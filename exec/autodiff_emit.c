@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "common/name.h"
 #include "exec/autodiff_internal.h"
 
 struct hp_attr ad_int(const char *name, int64_t v)
@@ -49,8 +50,12 @@ int ad_new_value(struct ad *ad, const char *name, enum hp_value_kind kind, enum 
 		     const struct hp_shape *s)
 {
 	char buf[256];
+	struct hp_name b;
 
-	snprintf(buf, sizeof buf, "%s#%d", name, ad->counter++);
+	hp_name_init(&b, buf, sizeof buf); /* "%s#%d" */
+	hp_name_str(&b, name);
+	hp_name_mem(&b, "#", 1);
+	hp_name_int(&b, ad->counter++);
 	return hp_graph_add_value(ad->g, buf, kind, dt, s);
 }
 
@@ -58,6 +63,7 @@ int ad_emit(struct ad *ad, const char *op, int internal, const char *hint, int n
 	    int *out, int nattrs, const struct hp_attr *attrs)
 {
 	char name[256];
+	struct hp_name b;
 	int node, rc;
 
 	for (int o = 0; o < nout; o++) {
@@ -65,12 +71,22 @@ int ad_emit(struct ad *ad, const char *op, int internal, const char *hint, int n
 			out[o] = -1;
 			continue;
 		}
-		snprintf(name, sizeof name, "%s/%s.%d", hint, op, o);
+		hp_name_init(&b, name, sizeof name); /* "%s/%s.%d" */
+		hp_name_str(&b, hint);
+		hp_name_mem(&b, "/", 1);
+		hp_name_str(&b, op);
+		hp_name_mem(&b, ".", 1);
+		hp_name_int(&b, o);
 		out[o] = ad_new_value(ad, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
 		if (out[o] < 0)
 			return out[o];
 	}
-	snprintf(name, sizeof name, "%s/%s#%d", hint, op, ad->counter++);
+	hp_name_init(&b, name, sizeof name); /* "%s/%s#%d" */
+	hp_name_str(&b, hint);
+	hp_name_mem(&b, "/", 1);
+	hp_name_str(&b, op);
+	hp_name_mem(&b, "#", 1);
+	hp_name_int(&b, ad->counter++);
 	node = hp_graph_add_node(ad->g, name, op, nin, in, nout, out);
 	if (node < 0)
 		return node;

@@ -19,6 +19,8 @@
 
 int hp_comm_is_allreduce(const struct hp_node *n)
 {
+	if (n->op_type[0] != 'A' && n->op_type[0] != 'R')
+		return 0; /* neither AllReduce nor a shard op (the planner asks for every step) */
 	return (!strcmp(n->op_type, "AllReduce") && !strcmp(n->domain, "ai.hpdlf")) || hp_comm_is_shard_op(n);
 }
 

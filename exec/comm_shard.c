@@ -57,8 +57,13 @@ static uint64_t stage_floats;
 
 int hp_comm_is_shard_op(const struct hp_node *n)
 {
-	return !strcmp(n->domain, "ai.hpdlf") && (!strcmp(n->op_type, "ReduceScatter") ||
-						  !strcmp(n->op_type, "AllGather"));
+	/* the op first, by its first letter before any strcmp: the planner
+	 * asks for every step of every plan it simulates, and most steps a
+	 * training graph adds are in the domain too */
+	const char *op = n->op_type;
+
+	return ((op[0] == 'R' && !strcmp(op, "ReduceScatter")) || (op[0] == 'A' && !strcmp(op, "AllGather"))) &&
+	       !strcmp(n->domain, "ai.hpdlf");
 }
 
 /* Copy between buf and elements [a, b) of rank q's block. */

@@ -30,7 +30,9 @@
 
 static int is_internal(const struct hp_node *n, const char *op)
 {
-	return !strcmp(n->domain, "ai.hpdlf") && !strcmp(n->op_type, op);
+	/* the op first: every node of a training graph is asked, and most
+	 * are in the domain */
+	return !strcmp(n->op_type, op) && !strcmp(n->domain, "ai.hpdlf");
 }
 
 /* Bytes of value v as a step holds it (rounded as the planner rounds),

@@ -179,16 +179,47 @@ static void note_missing(struct missing *m, int *nm, int cap, const struct hp_no
 	m[k].count++;
 }
 
+/* hp_op_find through the last RECENT ops found: a graph the autodiff
+ * made names a few ops over and over (the 10,001-node MLP's 1-byte step:
+ * 63,000 nodes of about ten), and each search was a dozen strcmp
+ * (the binary search, then the domain's). */
+#define RECENT 4
+struct recent {
+	const struct hp_op *op[RECENT];
+	const char *domain[RECENT], *op_type[RECENT]; /* the node's strings it was found for */
+	int next;
+};
+
+static const struct hp_op *op_find_recent(struct recent *r, const char *domain, const char *op_type)
+{
+	const struct hp_op *op;
+
+	if (!domain || !op_type)
+		return hp_op_find(domain, op_type);
+	for (int k = 0; k < RECENT; k++)
+		if (r->op[k] && !strcmp(r->op_type[k], op_type) && !strcmp(r->domain[k], domain))
+			return r->op[k];
+	if ((op = hp_op_find(domain, op_type))) {
+		r->op[r->next] = op;
+		r->domain[r->next] = domain;
+		r->op_type[r->next] = op_type;
+		r->next = (r->next + 1) % RECENT;
+	}
+	return op;
+}
+
 static int check_supported(struct hp_graph *g)
 {
+	struct recent recent[1];
 	struct missing m[32];
 	char msg[900] = "";
 	int nm = 0, nodes = 0, last = -1;
 
+	memset(recent, 0, sizeof recent);
 	/* the op found is kept (infer_node looks it up so), so that each
 	 * node is searched for once */
 	for (int i = 0; i < g->nnodes; i++)
-		if (!g->nodes[i].op && !(g->nodes[i].op = hp_op_find(g->nodes[i].domain, g->nodes[i].op_type))) {
+		if (!g->nodes[i].op && !(g->nodes[i].op = op_find_recent(recent, g->nodes[i].domain, g->nodes[i].op_type))) {
 			note_missing(m, &nm, 32, &g->nodes[i]);
 			nodes++;
 			last = i;

@@ -13,6 +13,7 @@
 #include "hpdlf/exec.h"
 #include "hpdlf/kernels.h"
 #include "hpdlf/store.h"
+#include "common/name.h"
 #include "exec/comm.h"
 #include "exec/plan.h"
 #include "exec/remat.h"
@@ -133,6 +134,7 @@ static int copy_hint(int s, int i)
 static int add_copy(struct hp_graph *g, int i, int *map)
 {
 	char name[1024];
+	struct hp_name b;
 	int nin = g->nodes[i].ninputs, nout = g->nodes[i].noutputs, node, rc = 0;
 	int *in = malloc((size_t)(nin + nout + 1) * sizeof *in), *out = in + nin;
 
@@ -140,7 +142,9 @@ static int add_copy(struct hp_graph *g, int i, int *map)
 		return hp_error(-ENOMEM, "out of memory");
 	for (int o = 0; o < nout && rc >= 0; o++) {
 		int v = g->nodes[i].outputs[o];
-		snprintf(name, sizeof name, "%s%s", v >= 0 ? g->values[v].name : "", HP_REMAT_SUFFIX);
+		hp_name_init(&b, name, sizeof name); /* "%s%s" */
+		hp_name_str(&b, v >= 0 ? g->values[v].name : "");
+		hp_name_str(&b, HP_REMAT_SUFFIX);
 		out[o] = v < 0 ? -1 : (rc = hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, g->values[v].dtype,
 							      &g->values[v].shape));
 		if (v >= 0)
@@ -150,7 +154,9 @@ static int add_copy(struct hp_graph *g, int i, int *map)
 		int v = g->nodes[i].inputs[j];
 		in[j] = v >= 0 && map[v] >= 0 ? map[v] : v;
 	}
-	snprintf(name, sizeof name, "%s%s", g->nodes[i].name, HP_REMAT_SUFFIX);
+	hp_name_init(&b, name, sizeof name); /* "%s%s" */
+	hp_name_str(&b, g->nodes[i].name);
+	hp_name_str(&b, HP_REMAT_SUFFIX);
 	node = rc < 0 ? rc : hp_graph_add_node(g, name, g->nodes[i].op_type, nin, in, nout, out);
 	free(in);
 	if (node < 0)

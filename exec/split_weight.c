@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "hpdlf/error.h"
+#include "common/name.h"
 #include "exec/exec_internal.h"
 #include "exec/split_weight.h"
 #include "exec/train_internal.h"
@@ -367,7 +368,13 @@ static int name_taken(const struct hp_graph *g, const char *name)
 
 static int fresh_name(const struct hp_graph *g, char *buf, size_t len, const char *base, const char *what, int k)
 {
-	snprintf(buf, len, "%s.%s%d", base, what, k);
+	struct hp_name b;
+
+	hp_name_init(&b, buf, len); /* "%s.%s%d" */
+	hp_name_str(&b, base);
+	hp_name_mem(&b, ".", 1);
+	hp_name_str(&b, what);
+	hp_name_int(&b, k);
 	for (int s = 1; name_taken(g, buf); s++)
 		snprintf(buf, len, "%s.%s%d_%d", base, what, k, s);
 	return 0;

@@ -171,7 +171,9 @@ done:
 
 int imp_is_deferred(const struct hp_node *n)
 {
-	return !strcmp(n->domain, "ai.hpdlf") && (!strcmp(n->op_type, "If") || !strcmp(n->op_type, "Loop")) &&
+	/* the op first: inference asks for every node, and the nodes a
+	 * training graph adds are in the domain too */
+	return (!strcmp(n->op_type, "If") || !strcmp(n->op_type, "Loop")) && !strcmp(n->domain, "ai.hpdlf") &&
 	       hp_node_attr(n, "proto");
 }
 

@@ -184,6 +184,47 @@ static void check_models(const char *const *models)
 	assert_true(seen > 0);
 }
 
+/* A node is looked up by its domain as well as its op: infer.c's memo of
+ * the ops it found last (a graph names a few ops over and over) must not
+ * hand an ai.onnx Relu to a Relu of another domain, before it or after. */
+static void test_op_by_domain(void **state)
+{
+	static const char *const domains[] = { "", "ai.onnx", "com.example", "" };
+	struct hp_shape s = { 2, { 2, 3 } };
+	struct hp_graph *g = hp_graph_new("op-domains");
+	int v, node;
+
+	(void)state;
+	assert_non_null(g);
+	v = hp_graph_add_value(g, "x", HP_VALUE_INPUT, HP_F32, &s);
+	assert_true(v >= 0);
+	g->inputs = malloc(sizeof *g->inputs);
+	assert_non_null(g->inputs);
+	g->inputs[g->ninputs++] = v;
+	for (int k = 0; k < 4; k++) {
+		char name[16];
+		int out;
+		snprintf(name, sizeof name, "y%d", k);
+		out = hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+		assert_true(out >= 0);
+		snprintf(name, sizeof name, "relu%d", k);
+		node = hp_graph_add_node(g, name, "Relu", 1, &v, 1, &out);
+		assert_true(node >= 0);
+		free(g->nodes[node].domain);
+		g->nodes[node].domain = strdup(domains[k]);
+		assert_non_null(g->nodes[node].domain);
+		v = out;
+	}
+	assert_int_equal(hp_graph_finalize(g), 0);
+	assert_int_equal(hp_graph_infer(g), HP_EUNSUPPORTED);
+	assert_non_null(strstr(hp_errmsg(), "com.example"));
+	assert_non_null(g->nodes[0].op);
+	assert_true(g->nodes[1].op == g->nodes[0].op); /* ai.onnx is the default domain */
+	assert_null(g->nodes[2].op);
+	assert_true(g->nodes[3].op == g->nodes[0].op);
+	hp_graph_free(g);
+}
+
 static void test_legacy_resize(void **state)
 {
 	static const char *const m[] = { "up9.onnx", "resize10.onnx", NULL };
@@ -227,6 +268,7 @@ static void test_view_chain(void **state)
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_op_by_domain),
 		cmocka_unit_test(test_legacy_resize),
 		cmocka_unit_test(test_sized_upsample),
 		cmocka_unit_test(test_arange_nonzero),
