@@ -308,22 +308,28 @@ DWS_TARGET static void dws_range(void *arg, int64_t b, int64_t e, int tid)
 		dws_range_kh(5, 16, r, b, e);
 }
 
+/* Planes [0, planes) through fn: stolen among the pool's workers in runs
+ * of about DWS_UNITS_PER_THREAD a worker, or on the caller alone. */
+static void dws_planes(struct hp_pool *pool, int64_t planes, hp_range_fn fn, void *arg)
+{
+	int saved, threads = hp_conv_threads_enter(pool, &saved);
+	int64_t su = planes / ((int64_t)threads * DWS_UNITS_PER_THREAD);
+
+	if (threads > 1)
+		hp_conv_steal(pool, threads, planes, su < 1 ? 1 : su, fn, arg);
+	else
+		fn(arg, 0, planes, 0);
+	hp_conv_threads_leave(saved);
+}
+
 void hp_dws_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,
 		    struct hp_pool *pool)
 {
 	struct dws_run r = { .d = d, .x = x, .w = w, .b = b, .y = y };
-	int saved, threads;
-	int64_t planes = d->batch * d->cin * d->mult, su;
 
 	if (d->scratch) /* one thread's call: the caller alone */
 		pool = NULL;
-	threads = hp_conv_threads_enter(pool, &saved);
-	su = planes / ((int64_t)threads * DWS_UNITS_PER_THREAD);
-	if (threads > 1)
-		hp_conv_steal(pool, threads, planes, su < 1 ? 1 : su, dws_range, &r);
-	else
-		dws_range(&r, 0, planes, 0);
-	hp_conv_threads_leave(saved);
+	dws_planes(pool, d->batch * d->cin * d->mult, dws_range, &r);
 }
 /* ---- the data gradient at stride 2 (3x3, multiplier 1) ----
  * dX element (i, j) is the chain from 0 of fused multiply-adds over the
@@ -497,16 +503,8 @@ DWS_TARGET static void dwsu_range(void *arg, int64_t b, int64_t e, int tid)
 void hp_dws_data(const struct hp_dw *d, const float *dy, const float *w, float *dx, struct hp_pool *pool)
 {
 	struct dwsu_run r = { .d = d, .dy = dy, .w = w, .dx = dx };
-	int saved, threads;
-	int64_t planes = d->batch * d->cin, su;
 
-	threads = hp_conv_threads_enter(pool, &saved);
-	su = planes / ((int64_t)threads * DWS_UNITS_PER_THREAD);
-	if (threads > 1)
-		hp_conv_steal(pool, threads, planes, su < 1 ? 1 : su, dwsu_range, &r);
-	else
-		dwsu_range(&r, 0, planes, 0);
-	hp_conv_threads_leave(saved);
+	dws_planes(pool, d->batch * d->cin, dwsu_range, &r);
 }
 #else
 void hp_dws_forward(const struct hp_dw *d, const float *x, const float *w, const float *b, float *y,
