@@ -128,7 +128,10 @@ static int dwz_on(const struct hp_colgeom *g)
 
 int hp_dwz_packs(const struct hp_colgeom *g)
 {
-	return hp_dwc_wanted(g, 0) && dwz_on(g) && !hp_dwf_wanted(g); /* conv_dwf.c reads W as it is */
+	/* conv_dwf.c and conv_dws.c read W as it is, and hp_dw_forward
+	 * takes them before this kernel: a pack for their planes would be
+	 * bytes of every inference plan that nothing reads */
+	return hp_dwc_wanted(g, 0) && dwz_on(g) && !hp_dwf_wanted(g) && !hp_dws_wanted(g);
 }
 
 /* Floats of a worker's scratch: the ring, a zero row, the output plane;

@@ -1036,6 +1036,8 @@ static void dws_case(int ci, struct hp_pool *pool)
 
 	assert_true(hp_dws_eligible(&whole.g));
 	assert_int_equal(hp_dws_wanted(&whole.g), t->k[0] == 3); /* auto: 3x3 only */
+	if (hp_dws_wanted(&whole.g)) /* inference packs no W for conv_dwc.c on the planes this kernel takes */
+		assert_false(hp_dwz_packs(&whole.g));
 	dws_run(t, 1, NULL, x, w, b, NULL, NULL, NULL, y);
 	dws_ref(t, x, w, b, NULL, NULL, 1, 0, ref);
 	if (memcmp(y, ref, (size_t)ny * 4))
