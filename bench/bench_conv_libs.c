@@ -43,12 +43,21 @@
  * missing at build time (meson options dnnl, blis, xsmm) print "-".
  * cblas_sgemm 2048^3 on one thread is timed first, in the same run, and
  * "%sgemm" is hpdlf's figure as a share of it (issue 16: conv layers at
- * 75% of sgemm peak and more).  Ends with one JSON line, which carries the
+ * 75% of sgemm peak and more).  "floor" is the pass's FLOP over the time
+ * one thread takes to read its two operands once and write its result
+ * once (AVX-512 loads and stores, repeated as the class's calls are, so
+ * from wherever they leave the data): no kernel of that pass can beat it,
+ * so a class whose floor is under 75% of the peak cannot meet the target
+ * on this machine, and one whose floor is far above it is held back by
+ * its kernel, not by memory.  Ends with one JSON line, which carries the
  * peak and, over the dense classes (not depthwise, not the stems' dX;
  * ConvTranspose and ASPP rows aside), per pass: the rows at 75% and more,
  * and the FLOP-weighted share (the classes' FLOP over the time hpdlf
  * takes for all of them, as a share of the peak). */
 #include <cblas.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +73,7 @@
 #include "kernels/conv_grad_phase.h"
 #include "kernels/conv_grad_stem.h"
 #include "kernels/conv_impl.h"
+#include "kernels/cpu.h"
 #include "exec/fuse.h"
 
 #ifdef HPDLF_HAVE_DNNL
@@ -361,6 +371,81 @@ static double time_hpdlf(const struct cls *c, enum pass pass, int reps)
 	return median(ms, reps);
 }
 
+/* ---- the memory floor: a pass's bytes each touched once ------------------ */
+
+/* Sums na floats of a and nb of b and stores the sum's vector over nc
+ * floats of c: the least memory traffic any kernel of the pass has (its
+ * two operands read once, its result written once), at the rate one
+ * thread streams them from where a class's repeated calls leave them. */
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) static float stream_z(const float *a, size_t na, const float *b, size_t nb,
+							  float *c, size_t nc)
+{
+	__m512 s[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+	const float *src[2] = { a, b };
+	size_t len[2] = { na, nb }, i;
+	float t = 0;
+
+	for (int k = 0; k < 2; k++) {
+		for (i = 0; i + 64 <= len[k]; i += 64)
+			for (int j = 0; j < 4; j++)
+				s[j] = _mm512_add_ps(s[j], _mm512_loadu_ps(src[k] + i + 16 * j));
+		for (; i < len[k]; i++)
+			t += src[k][i];
+	}
+	s[0] = _mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3]));
+	for (i = 0; i + 16 <= nc; i += 16)
+		_mm512_storeu_ps(c + i, s[0]);
+	for (; i < nc; i++)
+		c[i] = t;
+	return t + _mm512_reduce_add_ps(s[0]);
+}
+#endif
+
+static float stream_once(const float *a, size_t na, const float *b, size_t nb, float *c, size_t nc)
+{
+	float t = 0;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (hp_cpu_avx512_fma())
+		return stream_z(a, na, b, nb, c, nc);
+#endif
+	for (size_t i = 0; i < na; i++)
+		t += a[i];
+	for (size_t i = 0; i < nb; i++)
+		t += b[i];
+	for (size_t i = 0; i < nc; i++)
+		c[i] = t;
+	return t;
+}
+
+/* ms of one pass's memory floor (medians of reps samples of about 20 MB
+ * streamed each, after a warm-up): fwd reads X and W and writes Y, dX
+ * reads dY and W and writes dX, dW reads X and dY and writes dW. */
+static double time_floor(const struct cls *c, enum pass p, int reps)
+{
+	size_t x = (size_t)(c->n * c->c * c->h * c->w), w = (size_t)(c->m * (c->c / c->g) * c->k * c->k);
+	size_t y = (size_t)(c->n * c->m * out_dim(c, c->h) * out_dim(c, c->w));
+	size_t na = p == BWD_DATA ? y : x, nb = p == BWD_FILTER ? y : w, nc = p == FWD ? y : p == BWD_DATA ? x : w;
+	float *a = filled(na, 5), *b = filled(nb, 6), *o = filled(nc, 7);
+	int calls = (int)(5e6 / (double)(na + nb + nc)) + 1;
+	volatile float sink = 0;
+	double ms[64];
+
+	for (int r = 0; r <= reps; r++) {
+		double t0 = now_ms();
+		for (int i = 0; i < calls; i++)
+			sink += stream_once(a, na, b, nb, o, nc);
+		if (r > 0)
+			ms[r - 1] = (now_ms() - t0) / calls;
+	}
+	(void)sink;
+	free(a);
+	free(b);
+	free(o);
+	return median(ms, reps);
+}
+
 /* ---- oneDNN ------------------------------------------------------------ */
 
 #ifdef HPDLF_HAVE_DNNL
@@ -561,7 +646,7 @@ static double peak; /* sgemm_peak's GFLOP/s */
 /* Per pass over the dense classes: rows, rows at 75% of peak and more,
  * FLOP and hpdlf's ms (for the FLOP-weighted share). */
 static struct {
-	int rows, good;
+	int rows, good, floored, floored_good;
 	double gflop, ms;
 } tally[3];
 
@@ -572,7 +657,7 @@ static double pct(double gfs)
 
 static void row(const struct cls *c, enum pass p, int reps, void *dn, int first)
 {
-	double f = flops(c), th = time_hpdlf(c, p, reps), td = -1, tb = -1, tg[3];
+	double f = flops(c), th = time_hpdlf(c, p, reps), tf = time_floor(c, p, reps), td = -1, tb = -1, tg[3];
 	int64_t oh = out_dim(c, c->h), ow = out_dim(c, c->w), m = c->m / c->g, k = c->c / c->g * c->k * c->k;
 	int64_t cols = oh * ow;
 	char impl[128] = "-", implb[128] = "-";
@@ -596,17 +681,19 @@ static void row(const struct cls *c, enum pass p, int reps, void *dn, int first)
 	if ((c->g == 1 || c->g != c->c) && !(p == BWD_DATA && c->c <= 3)) {
 		tally[p].rows++;
 		tally[p].good += pct(gf(f, th)) >= 75;
+		tally[p].floored += pct(gf(f, tf)) < 75;
+		tally[p].floored_good += pct(gf(f, tf)) < 75 && pct(gf(f, th)) < 75 && gf(f, th) >= 0.75 * gf(f, tf);
 		tally[p].gflop += f * 1e-9;
 		tally[p].ms += th;
 	}
-	printf("%-10s %-3s %8.4f %8.1f %6.0f %8.1f %8.1f %8.1f %8.1f %8.1f  %s / %s\n", c->name, pass_name[p],
+	printf("%-10s %-3s %8.4f %8.1f %6.0f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f  %s / %s\n", c->name, pass_name[p],
 	       f * 1e-9, gf(f, th), pct(gf(f, th)), gf(f, td), gf(f, tb), gf(f, tg[0]), gf(f, tg[1]), gf(f, tg[2]),
-	       impl, implb);
+	       gf(f, tf), impl, implb);
 	fprintf(js, "%s{\"class\":\"%s\",\"pass\":\"%s\",\"gflop\":%.5f,\"hpdlf\":%.2f,\"pct_sgemm\":%.1f,"
 		"\"dnnl\":%.2f,\"dnnl_blocked\":%.2f,\"gemm_openblas\":%.2f,\"gemm_blis\":%.2f,\"gemm_xsmm\":%.2f,"
-		"\"dnnl_impl\":\"%s\",\"dnnl_blocked_impl\":\"%s\"}",
+		"\"floor\":%.2f,\"dnnl_impl\":\"%s\",\"dnnl_blocked_impl\":\"%s\"}",
 		first ? "" : ",", c->name, pass_name[p], f * 1e-9, gf(f, th), pct(gf(f, th)), gf(f, td), gf(f, tb),
-		gf(f, tg[0]), gf(f, tg[1]), gf(f, tg[2]), impl, implb);
+		gf(f, tg[0]), gf(f, tg[1]), gf(f, tg[2]), gf(f, tf), impl, implb);
 }
 
 /* ---- ConvTranspose (kernel == stride, no pad): hpdlf alone ------------- */
@@ -844,8 +931,10 @@ static void print_tally(void)
 {
 	for (int p = 0; p < 3; p++)
 		if (tally[p].rows)
-			printf("dense %-3s: %d of %d rows at 75%% of sgemm peak or more; FLOP-weighted %.1f%%\n",
-			       pass_name[p], tally[p].good, tally[p].rows, tally_pct(p));
+			printf("dense %-3s: %d of %d rows at 75%% of sgemm peak or more; FLOP-weighted %.1f%%; "
+			       "%d rows with a memory floor under 75%% of the peak, %d of them at 75%% of their floor\n",
+			       pass_name[p], tally[p].good, tally[p].rows, tally_pct(p), tally[p].floored,
+			       tally[p].floored_good);
 }
 
 int main(int argc, char **argv)
@@ -926,8 +1015,8 @@ int main(int argc, char **argv)
 	peak = sgemm_peak(reps < 7 ? reps : 7); /* ~0.17 s a call */
 	printf("GFLOP/s per CPU-second, 1 thread; gemm columns: the im2col path's sgemm alone\n");
 	printf("cblas_sgemm 2048^3: %.1f GFLOP/s per CPU-second on 1 thread (%%sgemm: hpdlf's share of it)\n", peak);
-	printf("%-10s %-3s %8s %8s %6s %8s %8s %8s %8s %8s  %s\n", "class", "op", "GFLOP", "hpdlf", "%sgemm", "oneDNN",
-	       "dnnl-blk", "OpenBLAS", "BLIS", "libxsmm", "oneDNN impl (NCHW / blocked)");
+	printf("%-10s %-3s %8s %8s %6s %8s %8s %8s %8s %8s %8s  %s\n", "class", "op", "GFLOP", "hpdlf", "%sgemm", "oneDNN",
+	       "dnnl-blk", "OpenBLAS", "BLIS", "libxsmm", "floor", "oneDNN impl (NCHW / blocked)");
 	char *buf = NULL;
 	size_t len = 0;
 	js = open_memstream(&buf, &len);
@@ -952,8 +1041,10 @@ int main(int argc, char **argv)
 	       "\"dense\":{",
 	       reps, peak);
 	for (int p = 0; p < 3; p++)
-		printf("%s\"%s\":{\"rows\":%d,\"at75\":%d,\"gflop\":%.5f,\"pct_weighted\":%.1f}", p ? "," : "",
-		       pass_name[p], tally[p].rows, tally[p].good, tally[p].gflop, tally_pct(p));
+		printf("%s\"%s\":{\"rows\":%d,\"at75\":%d,\"gflop\":%.5f,\"pct_weighted\":%.1f,\"floor_under75\":%d,"
+		       "\"floor_under75_at75_of_floor\":%d}",
+		       p ? "," : "", pass_name[p], tally[p].rows, tally[p].good, tally[p].gflop, tally_pct(p),
+		       tally[p].floored, tally[p].floored_good);
 	printf("},\"rows\":[%s]}\n", buf);
 	free(buf);
 	return 0;
