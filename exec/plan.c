@@ -202,8 +202,8 @@ static void sim_free(struct sim *m)
 	free(m->until);
 	free(m->hold);
 	free(m->held);
-	hp_vheap_free(&m->cand[0]);
-	hp_vheap_free(&m->cand[1]);
+	for (int c = 0; c < 4; c++)
+		hp_vheap_free(&m->cand[c]);
 }
 
 static int sim_alloc(struct sim *m, int nv, int nn)

@@ -97,7 +97,8 @@ struct hp_plan {
 };
 
 #define HP_PLAN_NEVER (1 << 30)
-#define HP_PLAN_VICTIMS 2 /* victim policies there are (plan.c) */
+#define HP_PLAN_VICTIMS 3 /* victim policies there are (plan.c) */
+#define HP_PLAN_SMALL 8192     /* bytes: values of at most this many are the third policy's last victims */
 
 /* First step after `step` that reads v, or HP_PLAN_NEVER. */
 int hp_plan_next_use(const struct hp_plan *p, int v, int step);

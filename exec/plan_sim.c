@@ -515,7 +515,7 @@ int hp_sim_simulate(struct sim *m, int pass)
 		cold_start(m);
 	else
 		warm_start(m);
-	m->cand[0].n = m->cand[1].n = 0; /* the run's next uses anew */
+	m->cand[0].n = m->cand[1].n = m->cand[2].n = m->cand[3].n = 0; /* the run's next uses anew */
 	for (int i = 0; i < m->nresident; i++)
 		hp_sim_cand_push(m, m->resident_list[i], 0);
 	for (int s = 0; s < m->p->nsteps; s++) {

@@ -48,8 +48,9 @@ struct sim {
 	int *until, *hold, *held, nheld;
 	int policy;                     /* enum victim_policy */
 	/* the values that may be evicted, clean [0] and dirty [1], by next
-	 * use (hp_sim_cand_push: lazily, stale entries dropped at the top) */
-	struct hp_vheap cand[2];
+	 * use (hp_sim_cand_push: lazily, stale entries dropped at the top);
+	 * under VICTIM_SMALL_LAST the small ones apart, clean [2], dirty [3] */
+	struct hp_vheap cand[4];
 	int cand_oom;
 };
 
@@ -74,6 +75,8 @@ static inline int mg(const struct sim *m, int v)
 enum victim_policy {
 	VICTIM_FARTHEST, /* farthest next use */
 	VICTIM_CLEAN,    /* a clean victim's distance counts twice */
+	VICTIM_SMALL_LAST, /* Belady among values of more than HP_PLAN_SMALL bytes; the
+			    * others only when dead or when none of those can go */
 	VICTIM_NPOL
 };
 

@@ -263,6 +263,54 @@ static void test_victim_policies(void **state)
 	assert_true(fewer >= 1);
 }
 
+/* VICTIM_SMALL_LAST: a step that needs more room than a small value
+ * frees.  Belady's farthest next use drops the 4-KiB weight w first (read
+ * again only at the last step), then the 64-KiB h1 anyway, and reads w
+ * back: a request for nothing.  The policies together keep w resident
+ * (h1 alone makes the room) and choose that plan: one load fewer. */
+static void test_small_last(void **state)
+{
+	enum { K = 8 };
+	struct hp_graph *g = hp_graph_new("plan-test");
+	int x = value(g, "x", HP_VALUE_INPUT, 64), w = value(g, "w", HP_VALUE_INITIALIZER, 1), h[K + 2];
+	uint64_t b = 3 * 65536 + 4096 + 8192; /* three large values, w and less than one more */
+	char name[32];
+	int wloads[2] = { 0, 0 };
+
+	(void)state;
+	for (int i = 1; i <= K + 1; i++) {
+		snprintf(name, sizeof name, "h%d", i);
+		h[i] = hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_UNDEFINED, NULL);
+	}
+	for (int i = 1; i <= K + 1; i++) {
+		/* h2, h3: Relu of a value read later (not in place); h4..h(K-1)
+		 * read their two predecessors, so three large values at once */
+		int in[2] = { i == 1 ? x : h[i - 1], i == 1 || i == K + 1 ? w : i == K ? h[1] : h[i - 2] };
+		snprintf(name, sizeof name, "n%d", i);
+		assert_true(hp_graph_add_node(g, name, i == 2 || i == 3 ? "Relu" : "Add", i == 2 || i == 3 ? 1 : 2, in, 1,
+					      &h[i]) >= 0);
+	}
+	g->outputs = malloc(sizeof(int));
+	g->outputs[g->noutputs++] = h[K + 1];
+	assert_int_equal(hp_graph_finalize(g), 0);
+	assert_int_equal(hp_graph_infer(g), 0);
+	struct hp_plan *one = plan(g, b), *all = plan_victims(g, b, HP_PLAN_VICTIMS);
+	replay(g, all, b);
+	for (int a = 0; a < one->nacts; a++)
+		wloads[0] += one->acts[a].value == w && one->acts[a].act == HP_ACT_LOAD;
+	for (int a = 0; a < all->nacts; a++)
+		wloads[1] += all->acts[a].value == w && all->acts[a].act == HP_ACT_LOAD;
+	print_message("loads of w a run: Belady's %d, every policy's %d; loads %llu and %llu\n", wloads[0], wloads[1],
+		      (unsigned long long)one->loads, (unsigned long long)all->loads);
+	assert_int_equal(wloads[0], 1);
+	assert_int_equal(wloads[1], 0);
+	assert_true(all->loads < one->loads);
+	assert_true(moved(all) < moved(one));
+	hp_plan_free(one);
+	hp_plan_free(all);
+	hp_graph_free(g);
+}
+
 /* Two plans are the same plan: acts, steps, figures. */
 static void assert_same_plan(const struct hp_plan *a, const struct hp_plan *b)
 {
@@ -786,6 +834,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_replay),
 		cmocka_unit_test(test_victim_policies),
+		cmocka_unit_test(test_small_last),
 		cmocka_unit_test(test_victim_heap),
 		cmocka_unit_test(test_shared),
 		cmocka_unit_test(test_below_minimum),

@@ -14,8 +14,8 @@ fits, and a batch that does not fit is counted as the prologue's write.
 For the shipped LeNet (batch 64, SGD) at budgets that page, every steady
 step (after the first) must write exactly --plan's bytes written to the
 spill tier and load exactly --plan's bytes read (read, or taken back from
-the frames a clean chunk kept when it left DRAM: bytes_kept, which the
-tightest budget must use), and the losses must be bitwise the in-core
+the frames a clean chunk kept when it left DRAM: bytes_kept, which one
+of the budgets must use), and the losses must be bitwise the in-core
 run's.  (Reads had one 4 KiB block of slack: the
 trainer's read of the loss after the run, which the plan had written back
 and evicted, was a load of its own.  The runtime now keeps a copy of small
@@ -94,6 +94,7 @@ def at_budgets(exe, args, tmp, ref, env, pre, read_MBps=None):
     """At each budget: --plan's spill-tier bytes, then a run's steps moving
     exactly those, with the in-core losses (env: the speed model's cache,
     whose tier reads at read_MBps if given)."""
+    kept_any = False
     for b in BUDGETS:
         r = run(exe, args + ["--plan", "--budget", str(b)], pre + "--plan at %d" % b, env)
         if read_MBps:
@@ -106,7 +107,6 @@ def at_budgets(exe, args, tmp, ref, env, pre, read_MBps=None):
         log = os.path.join(tmp, "b%d.jsonl" % b)
         run(exe, args + ["--budget", str(b), "--log-json", log], pre + "run at %d" % b, env)
         got = steps(log) if os.path.exists(log) else []
-        kept_any = False
         check([s["loss"] for s in got] == ref, pre + "at %d the losses are bitwise the in-core ones" % b)
         for prev, s in zip(got, got[1:]):
             t, t0 = s["tiers"]["nvme0"], prev["tiers"]["nvme0"]
@@ -117,13 +117,15 @@ def at_budgets(exe, args, tmp, ref, env, pre, read_MBps=None):
             check(wr == plan_wr, pre + "at %d step %d wrote %d B, --plan says %d B" % (b, s["step"], wr, plan_wr))
             check(rd + kept == plan_rd, pre + "at %d step %d read %d B and took %d B back from kept frames, --plan says "
                   "%d B" % (b, s["step"], rd, kept, plan_rd))
-        # the write-backs read again before their frames were needed
-        # elsewhere are not read (exec/runtime.c: keep_clean); whether a
-        # frame is still there when its load comes is the runtime's timing,
-        # so this is expected of the measured model's plan only: under the
-        # pinned slow-memory model a loaded CI run took none back (every
-        # load read, and read + kept still equalled the plan's bytes)
-        check(kept_any or b != BUDGETS[0] or read_MBps, pre + "at %d some loads took their kept frames back" % b)
+    # the write-backs read again before their frames were needed elsewhere
+    # are not read (exec/runtime.c: keep_clean); whether a frame is still
+    # there when its load comes is the runtime's timing, so this is expected
+    # of the measured model's plans only: under the pinned slow-memory model
+    # a loaded CI run took none back (every load read, and read + kept still
+    # equalled the plan's bytes).  At some budget, not the tightest: the plan
+    # there now keeps its small values resident (exec/plan_evict.c,
+    # VICTIM_SMALL_LAST), and they were the write-backs read again soon
+    check(kept_any or read_MBps, pre + "at one of the budgets some loads took their kept frames back")
 
 
 def main():
