@@ -630,7 +630,8 @@ double hp_split_predicted_ms(const struct hp_graph *c, uint64_t budget)
 
 /* Keep, of the candidates that fit the budget, the one predicted fastest
  * (hp_split_predicted_ms; the passes stop at the first within the target, which
- * leaves a quarter of the budget for what the planner keeps resident);
+ * leaves a quarter of the budget for what the planner keeps resident, or in
+ * inference at the first after it not predicted faster: split_pass);
  * while none fits, the smallest.  LeNet training at a quarter of its peak
  * fits with 4 bands but not within the target, and ran 1.6-1.9x faster so
  * than with the 8 bands that are. */
@@ -663,7 +664,7 @@ static int split_pass(const struct search *x, uint64_t budget, uint64_t target, 
 	const struct hp_split_opts *so = x->so;
 	struct hp_split_info ci;
 	struct hp_graph *c;
-	int rc = 0, within = keep->i.min_after <= target, kw = 0;
+	int rc = 0, within = keep->i.min_after <= target, kw = 0, more = 0;
 
 	/* band counts with workspaces for every worker, then (while none is
 	 * within the target) with one worker's: the kernels then run their
@@ -676,11 +677,24 @@ static int split_pass(const struct search *x, uint64_t budget, uint64_t target, 
 	 * one-worker bands ran 91, predicted 25.5 against 14.6 ms).  Not in
 	 * inference: the 3-D U-Net of bench_ooc_targets.py at a quarter took
 	 * a one-worker cut predicted faster that read 115.8 MiB a run where
-	 * the plain cut read 58.3, and ran slower. */
-	for (size_t i = 0; i < 2 * nbc && budget && (!within || kw); i++) {
+	 * the plain cut read 58.3, and ran slower.
+	 * more: in inference, at the budget given (rejoin), once a count is
+	 * within the target, the next counts are tried while each is kept
+	 * (predicted faster than all before it): the first count within the
+	 * target may leave the schedule little room.  The 3-D U-Net of
+	 * bench_ooc_targets.py at half its peak (28753412 bytes) took 4 bands
+	 * (predicted 614 ms) that wrote and read back each 8-MiB band of its
+	 * last Concat around the convolution after it (59.6 MB written and
+	 * 63.8 MB read a run, stalls of 22-26 ms); 8 bands (predicted 580 ms)
+	 * write 14.4 MB and read 17.0, stalls 1-2 ms; 12 are predicted slower
+	 * and end the pass.  The smallest budget named is the plain cut's
+	 * (rejoin 0) and does not change. */
+	for (size_t i = 0; i < 2 * nbc && budget && (!within || kw || more); i++) {
 		int lean = i >= nbc, k = band_counts[i % nbc];
 		if (keep->i.k == 1 && keep->i.min_after <= budget)
 			break; /* fits unsplit */
+		if (more && lean)
+			break; /* only more plain bands */
 		if (kw && !lean)
 			continue;
 		if (kw && k >= kw)
@@ -716,6 +730,7 @@ static int split_pass(const struct search *x, uint64_t budget, uint64_t target, 
 				consider(keep, c, &ci, &r, budget);
 			}
 		}
+		more = rejoin && !so->training && !lean && within && keep->r.k == k;
 	}
 	return rc;
 }
