@@ -2,7 +2,8 @@
  * tries (2, 3, 4, 6, ... bands with workspace for every worker, then with
  * one worker's, each with the producers of values read cut cut ahead and,
  * where that cut any, without, up to the first whose smallest budget
- * leaves a quarter of the budget free), those that fit the budget, the one
+ * leaves a quarter of the budget free, then in inference more bands while
+ * each count gives the fastest so far), those that fit the budget, the one
  * whose plan at the
  * budget is predicted fastest (hp_split_predicted_ms).  The candidates are
  * made here one by one with the band pass alone (hp_split_bands), and the
@@ -108,9 +109,12 @@ static void test_fastest_fit(void **state)
 		if (hp_split_min_budget(g) <= b)
 			continue; /* fits unsplit: nothing to choose */
 		/* every worker's workspace first, then one worker's, up to the
-		 * first within the target; each cut ahead, then (if that cut
-		 * any) not */
-		for (int n = 0; n < 2 * NCOUNTS && !within; n++) {
+		 * first within the target, and after it (inference) the next
+		 * counts of every worker's workspace while each gives the best;
+		 * each cut ahead, then (if that cut any) not */
+		for (int n = 0, more = 0; n < 2 * NCOUNTS && (!within || more); n++) {
+			if (more && n >= NCOUNTS)
+				break;
 			for (int a = 1, any = 1; a >= 0 && any; a--) {
 				struct cand *x = &c[nc++];
 				make(g, counts[n % NCOUNTS], n >= NCOUNTS, a, b, target, x);
@@ -123,6 +127,7 @@ static void test_fastest_fit(void **state)
 					old = x;
 				within |= x->min <= target;
 			}
+			more = within && n < NCOUNTS && best && best->k == counts[n] && !best->lean;
 		}
 		assert_non_null(best);
 		old = old ? old : first_fit;
