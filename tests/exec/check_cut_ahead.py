@@ -23,8 +23,8 @@ fixed model predicts fastest.  Checks, on that U-Net at 64^3:
     of the last Concat written and read back around the convolution after
     it: stalls of 18-35 ms a run), the first band count within the
     budget's target, where the search stopped.  Now inference tries more
-    bands while each is predicted faster (exec/split.c, split_pass's
-    `more`): 8 bands, 296 kernels, 14.0 MiB read and 10.0 written, and
+    bands while each is predicted 2% faster (exec/split.c, split_pass's
+    `more`): 6 bands, 235 kernels, 21.7 MiB read and 17.4 written, and
     the escape for fewer kernels is gone.  The plans' kernels and bytes
     follow the band search's fixed model (they were the same after a fresh
     calibration under the suite's load as on a quiet machine); their

@@ -3,7 +3,7 @@
  * one worker's, each with the producers of values read cut cut ahead and,
  * where that cut any, without, up to the first whose smallest budget
  * leaves a quarter of the budget free, then in inference more bands while
- * each count gives the fastest so far), those that fit the budget, the one
+ * each count gives the fastest so far by 2%), those that fit the budget, the one
  * whose plan at the
  * budget is predicted fastest (hp_split_predicted_ms).  The candidates are
  * made here one by one with the band pass alone (hp_split_bands), and the
@@ -110,16 +110,18 @@ static void test_fastest_fit(void **state)
 			continue; /* fits unsplit: nothing to choose */
 		/* every worker's workspace first, then one worker's, up to the
 		 * first within the target, and after it (inference) the next
-		 * counts of every worker's workspace while each gives the best;
+		 * counts of every worker's workspace while each gives the best,
+		 * 2% faster than the best before it;
 		 * each cut ahead, then (if that cut any) not */
 		for (int n = 0, more = 0; n < 2 * NCOUNTS && (!within || more); n++) {
 			if (more && n >= NCOUNTS)
 				break;
+			double bar = more ? best->ms * (1 - 0.02) : HUGE_VAL; /* split.c's MORE_GAIN */
 			for (int a = 1, any = 1; a >= 0 && any; a--) {
 				struct cand *x = &c[nc++];
 				make(g, counts[n % NCOUNTS], n >= NCOUNTS, a, b, target, x);
 				any = x->ahead > 0;
-				if (x->min <= b && (!best || x->ms < best->ms))
+				if (x->min <= b && (!best || x->ms < best->ms) && x->ms < bar)
 					best = x;
 				if (x->min <= b && !first_fit)
 					first_fit = x;
