@@ -695,8 +695,8 @@ static int split_pass(const struct search *x, uint64_t budget, uint64_t target, 
 	 * core took ~200 us each under load, and EfficientNet-B0 at half its
 	 * peak (batch 16) took 4 bands for 0.4% predicted over 3 (13 kernels
 	 * more for the same bytes, ~9% more task-clock in 7 pairs, planning
-	 * included).  The smallest
-	 * budget named is the plain cut's (rejoin 0) and does not change. */
+	 * included).  The smallest budget named is the plain cut's (rejoin 0)
+	 * and does not change. */
 	for (size_t i = 0; i < 2 * nbc && budget && (!within || kw || more); i++) {
 		int lean = i >= nbc, k = band_counts[i % nbc];
 		if (keep->i.k == 1 && keep->i.min_after <= budget)
