@@ -591,6 +591,7 @@ static void adopt(struct hp_graph *g, struct hp_graph *c)
 #define SPLIT_IO_US 100.0
 #define SPLIT_IO_CPU_US 50.0
 #define SPLIT_READ_MBPS 2200.0
+#define MORE_GAIN 0.02
 #define SPLIT_WRITE_MBPS 1500.0
 /* Kernels with one worker's workspace (attribute hpdlf_lean, which a
  * band convolution's gradients share) run their tiles on one thread: their
@@ -630,18 +631,20 @@ double hp_split_predicted_ms(const struct hp_graph *c, uint64_t budget)
 
 /* Keep, of the candidates that fit the budget, the one predicted fastest
  * (hp_split_predicted_ms; the passes stop at the first within the target, which
- * leaves a quarter of the budget for what the planner keeps resident);
+ * leaves a quarter of the budget for what the planner keeps resident, or in
+ * inference at the first after it not predicted faster: split_pass);
  * while none fits, the smallest.  LeNet training at a quarter of its peak
  * fits with 4 bands but not within the target, and ran 1.6-1.9x faster so
- * than with the 8 bands that are. */
+ * than with the 8 bands that are.  bar: a candidate that fits is kept only
+ * when predicted faster than that too (HUGE_VAL: no bar). */
 static void consider(struct kept *keep, struct hp_graph *c, const struct hp_split_info *ci, const struct recipe *r,
-		     uint64_t budget)
+		     uint64_t budget, double bar)
 {
 	const struct hp_split_info *ki = &keep->i;
 	int better = ki->min_after > budget ? ci->min_after < ki->min_after : 0;
 
 	if (ci->min_after <= budget && ki->min_after <= budget)
-		better = ki->ms < 0 || ci->ms < ki->ms;
+		better = (ki->ms < 0 || ci->ms < ki->ms) && ci->ms < bar;
 	if (!better) {
 		hp_graph_free(c);
 		return;
@@ -663,7 +666,7 @@ static int split_pass(const struct search *x, uint64_t budget, uint64_t target, 
 	const struct hp_split_opts *so = x->so;
 	struct hp_split_info ci;
 	struct hp_graph *c;
-	int rc = 0, within = keep->i.min_after <= target, kw = 0;
+	int rc = 0, within = keep->i.min_after <= target, kw = 0, more = 0;
 
 	/* band counts with workspaces for every worker, then (while none is
 	 * within the target) with one worker's: the kernels then run their
@@ -676,11 +679,31 @@ static int split_pass(const struct search *x, uint64_t budget, uint64_t target, 
 	 * one-worker bands ran 91, predicted 25.5 against 14.6 ms).  Not in
 	 * inference: the 3-D U-Net of bench_ooc_targets.py at a quarter took
 	 * a one-worker cut predicted faster that read 115.8 MiB a run where
-	 * the plain cut read 58.3, and ran slower. */
-	for (size_t i = 0; i < 2 * nbc && budget && (!within || kw); i++) {
+	 * the plain cut read 58.3, and ran slower.
+	 * more: in inference, at the budget given (rejoin), once a count is
+	 * within the target, the next counts are tried while each is kept,
+	 * predicted MORE_GAIN faster than the one kept before it: the first
+	 * count within the target may leave the schedule little room.  The
+	 * 3-D U-Net of bench_ooc_targets.py at half its peak (28753412 bytes)
+	 * took 4 bands (predicted 614 ms) that wrote and read back each 8-MiB
+	 * band of its last Concat around the convolution after it (59.6 MB
+	 * written and 63.8 MB read a run, stalls of 18-35 ms a run); it now
+	 * takes 6 bands joined back where weights outweigh them (585 ms:
+	 * 21.7 MiB read and 17.4 written a run, stalls of 3-15 ms); 8 (580)
+	 * fall short of the gain and end the pass.  The gain: the fixed model
+	 * prices a kernel at SPLIT_KERNEL_US where pins and unpins out of
+	 * core took ~200 us each under load, and EfficientNet-B0 at half its
+	 * peak (batch 16) took 4 bands for 0.4% predicted over 3 (13 kernels
+	 * more for the same bytes, ~9% more task-clock in 7 pairs, planning
+	 * included).  The smallest budget named is the plain cut's (rejoin 0)
+	 * and does not change. */
+	for (size_t i = 0; i < 2 * nbc && budget && (!within || kw || more); i++) {
 		int lean = i >= nbc, k = band_counts[i % nbc];
 		if (keep->i.k == 1 && keep->i.min_after <= budget)
 			break; /* fits unsplit */
+		if (more && lean)
+			break; /* only more plain bands */
+		double bar = more ? keep->i.ms * (1 - MORE_GAIN) : HUGE_VAL;
 		if (kw && !lean)
 			continue;
 		if (kw && k >= kw)
@@ -703,7 +726,7 @@ static int split_pass(const struct search *x, uint64_t budget, uint64_t target, 
 			within |= ci.min_after <= target;
 			cut_any = ci.ahead > 0;
 			int fits = ci.min_after <= budget;
-			consider(keep, c, &ci, &r, budget);
+			consider(keep, c, &ci, &r, budget, bar);
 			if (!rejoin || !fits || so->training) /* inference only: hp_split_bands */
 				continue;
 			r.rejoin = 1;
@@ -713,9 +736,10 @@ static int split_pass(const struct search *x, uint64_t budget, uint64_t target, 
 				break;
 			if (ci.rejoined) {
 				ci.min_before = keep->i.min_before;
-				consider(keep, c, &ci, &r, budget);
+				consider(keep, c, &ci, &r, budget, bar);
 			}
 		}
+		more = rejoin && !so->training && !lean && within && keep->r.k == k;
 	}
 	return rc;
 }

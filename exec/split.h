@@ -29,7 +29,9 @@
  * one worker's; in inference each first with the producers that band-cut
  * nodes read cut ahead of them, and, where that cut any, without) up to
  * the first whose smallest budget leaves a quarter of
- * the budget for what the planner keeps resident, and keeps, of those that
+ * the budget for what the planner keeps resident (in inference, then the
+ * counts after it while each is predicted 2% faster than the best before
+ * it), and keeps, of those that
  * fit the budget, the one whose plan at the budget is predicted fastest
  * (hp_split_predicted_ms: kernels, their count and the plan's loads and
  * write-backs, timed with a fixed model so that --plan and runs choose

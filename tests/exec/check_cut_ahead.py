@@ -13,12 +13,19 @@ at half the peak against 64.8 at a quarter.  Now the band pass also tries
 cutting such producers (exec/split_band.c, `ahead`) and keeps what its
 fixed model predicts fastest.  Checks, on that U-Net at 64^3:
   - at half the in-core tensor peak the plan reads and writes no more
-    bytes through the tiers than at a quarter, unless it trades band
-    kernels for that I/O: at most 80% of the quarter's kernels.  At
-    d9cfa7b half the peak read 121.6 MiB in 777 kernels against 64.8 MiB
-    in 788 at a quarter (fails).  Once the 3x3x3 convolutions ran on the
-    AVX-512 tiles, half the peak took 231 kernels reading 44.5 MiB against
-    572 reading 29.3 at a quarter (passes).  The plans' kernels and bytes
+    bytes through the tiers than at a quarter.  At d9cfa7b half the peak
+    read 121.6 MiB in 777 kernels against 64.8 MiB in 788 at a quarter
+    (fails).  Once the 3x3x3 convolutions ran on the AVX-512 tiles, half
+    the peak took 231 kernels (4 bands) reading 44.5 MiB against 572
+    reading 29.3 at a quarter, which passed while a plan of at most 80%
+    of the quarter's kernels was let through; at da8c471 those 4 bands
+    read 58.8 MiB and wrote 52.9 against 30.7 and 22.5 (each 8-MiB band
+    of the last Concat written and read back around the convolution after
+    it: stalls of 18-35 ms a run), the first band count within the
+    budget's target, where the search stopped.  Now inference tries more
+    bands while each is predicted 2% faster (exec/split.c, split_pass's
+    `more`): 6 bands, 235 kernels, 21.7 MiB read and 17.4 written, and
+    the escape for fewer kernels is gone.  The plans' kernels and bytes
     follow the band search's fixed model (they were the same after a fresh
     calibration under the suite's load as on a quiet machine); their
     predicted times follow the speed model measured where the test runs
@@ -94,10 +101,9 @@ def main():
                            env=env_tmp, timeout=600)
         if check(p.returncode == 0, "run at 1/%d (exit %d)" % (frac, p.returncode)):
             check(np.array_equal(np.load(o), np.load(out0)), "outputs at 1/%d bitwise the in-core ones" % frac)
-    fewer = moved[2][2] <= 0.8 * moved[4][2]
-    check(moved[2][0] <= moved[4][0] or fewer, "half the peak reads no more than a quarter or runs at most 80%% of its kernels "
+    check(moved[2][0] <= moved[4][0], "half the peak reads no more than a quarter "
           "(%d vs %d bytes, %d vs %d kernels)" % (moved[2][0], moved[4][0], moved[2][2], moved[4][2]))
-    check(moved[2][1] <= moved[4][1] or fewer, "half the peak writes no more than a quarter or runs at most 80%% of its kernels "
+    check(moved[2][1] <= moved[4][1], "half the peak writes no more than a quarter "
           "(%d vs %d bytes, %d vs %d kernels)" % (moved[2][1], moved[4][1], moved[2][2], moved[4][2]))
     if failures:
         print("%d failure(s)" % len(failures))
