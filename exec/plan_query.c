@@ -64,10 +64,14 @@ int hp_plan_state_released(const struct hp_graph *g, int v)
 static int update_src(const struct hp_graph *g, const struct hp_plan *p, int s, int o)
 {
 	const struct hp_node *n = &g->nodes[p->node[s]];
+
+	/* the op first: the output array is a cache miss a node, and most
+	 * ops never write state (hp_sim_step_need asks for every output) */
+	if (!(n->op->flags & HP_OP_STATE_INPLACE))
+		return -1;
 	int b = n->outputs[o];
 
-	if (!(n->op->flags & HP_OP_STATE_INPLACE) || b < 0 || g->values[b].is_output ||
-	    g->values[b].producer != p->node[s])
+	if (b < 0 || g->values[b].is_output || g->values[b].producer != p->node[s])
 		return -1;
 	for (int j = 0; j < n->ninputs; j++) {
 		int a = n->inputs[j];

@@ -31,6 +31,9 @@ struct sim {
 					 * the cursors were reset) */
 	char *resident, *dirty, *below, *pinned, *persist;
 	char *mgd;                      /* per value: managed() */
+	int *in_start, *in;             /* step s's inputs: in[in_start[s] .. in_start[s + 1])
+					 * (build_schedule), NULL before */
+	int *out_start, *out;           /* its outputs, likewise */
 	int *resident_list, nresident;
 	int *resident_at;               /* v's index in resident_list, -1: none */
 	int resident_twice;             /* a value was listed twice: look up by scan */
