@@ -39,7 +39,7 @@ uint64_t hp_sim_step_need(struct sim *m, int s)
 	int comm = n->noutputs > 1 && hp_plan_comm_inplace(m->g, m->p, s);
 
 	for (int o = 0; o < n->noutputs; o++)
-		if (mg(m, out[o]) && hp_plan_inplace_src_with(m->g, m->p, s, o, comm) < 0)
+		if (mg(m, out[o]) && hp_plan_inplace_src_edges(m->g, m->p, s, o, comm, in, out) < 0)
 			need += m->size[out[o]];
 	return need;
 }

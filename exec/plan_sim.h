@@ -109,5 +109,9 @@ void hp_sim_time_model(struct sim *m);
 
 /* plan_query.c: hp_plan_inplace_src with comm = hp_plan_comm_inplace(g, p, s) */
 int hp_plan_inplace_src_with(const struct hp_graph *g, const struct hp_plan *p, int s, int o, int comm);
+/* ... with step s's edges given: in[j], out[o] for its node's inputs[j],
+ * outputs[o] (the sim's flat copy: its node's arrays are a cache miss) */
+int hp_plan_inplace_src_edges(const struct hp_graph *g, const struct hp_plan *p, int s, int o, int comm, const int *in,
+			      const int *out);
 
 #endif
