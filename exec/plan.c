@@ -27,50 +27,73 @@ static uint64_t value_size(const struct hp_graph *g, int v, uint64_t align)
 
 	return align > 1 ? (b + align - 1) / align * align : b;
 }
-static int build_schedule(struct sim *m)
+/* One pass over the values for what the schedule needs of each (the
+ * value structs are some 230 bytes apart: each pass over them was a
+ * stream of cache misses, five passes in all); *unused_init[v]: an
+ * initializer that is no state and no output (not kept where no step
+ * reads it). */
+static void value_flags(struct sim *m, char *unused_init)
 {
 	const struct hp_graph *g = m->g;
 	struct hp_plan *p = m->p;
-	int nuses = 0, nin = 0, *in_start, *in;
 
-	p->node = malloc(((size_t)g->nnodes + 1) * sizeof *p->node);
-	p->last_use = malloc(((size_t)g->nvalues + 1) * sizeof *p->last_use);
-	m->use_start = calloc((size_t)g->nvalues + 2, sizeof *m->use_start);
-	if (!p->node || !p->last_use || !m->use_start)
-		return hp_error(-ENOMEM, "out of memory planning");
-	for (int i = 0; i < g->nnodes; i++)
-		if (!g->nodes[i].folded)
-			p->node[p->nsteps++] = i;
 	for (int v = 0; v < g->nvalues; v++) {
 		const struct hp_value *val = &g->values[v];
 		m->mgd[v] = managed(g, v);
-		m->persist[v] = val->is_output || val->next >= 0 || val->kind == HP_VALUE_INPUT ||
-				val->kind == HP_VALUE_INITIALIZER;
+		/* |=: an earlier value may have marked it as its next version */
+		m->persist[v] |= val->is_output || val->next >= 0 || val->kind == HP_VALUE_INPUT ||
+				 val->kind == HP_VALUE_INITIALIZER;
+		if (val->next >= 0)
+			m->persist[val->next] = 1;
+		unused_init[v] = val->kind == HP_VALUE_INITIALIZER && val->next < 0 && !val->is_output;
 		m->size[v] = value_size(g, v, m->o->align);
 		m->last_evict[v] = -1;
 		m->last_pin[v] = -1;
 		p->last_use[v] = -1;
 	}
-	for (int v = 0; v < g->nvalues; v++)
-		if (g->values[v].next >= 0)
-			m->persist[g->values[v].next] = 1;
-	/* each step's inputs copied out in the one pass that chases them (a
-	 * cache miss a node: half of this function's time, when both passes
-	 * below read them from the nodes) */
-	for (int s = 0; s < p->nsteps; s++)
-		nin += g->nodes[p->node[s]].ninputs;
-	in_start = malloc(((size_t)p->nsteps + 1) * sizeof *in_start);
-	in = malloc(((size_t)nin + 1) * sizeof *in);
-	if (!in_start || !in) {
-		free(in_start);
-		free(in);
+}
+
+static int build_schedule(struct sim *m)
+{
+	const struct hp_graph *g = m->g;
+	struct hp_plan *p = m->p;
+	int nuses = 0, nin = 0, nout = 0, *in_start, *in;
+	char *unused_init;
+
+	p->node = malloc(((size_t)g->nnodes + 1) * sizeof *p->node);
+	p->last_use = malloc(((size_t)g->nvalues + 1) * sizeof *p->last_use);
+	m->use_start = calloc((size_t)g->nvalues + 2, sizeof *m->use_start);
+	unused_init = malloc((size_t)g->nvalues + 1);
+	if (!p->node || !p->last_use || !m->use_start || !unused_init) {
+		free(unused_init);
 		return hp_error(-ENOMEM, "out of memory planning");
 	}
-	in_start[0] = 0;
+	for (int i = 0; i < g->nnodes; i++)
+		if (!g->nodes[i].folded) {
+			p->node[p->nsteps++] = i;
+			nin += g->nodes[i].ninputs;
+			nout += g->nodes[i].noutputs;
+		}
+	value_flags(m, unused_init); /* persist starts 0 (sim_alloc) */
+	/* each step's inputs and outputs copied out in the one pass that
+	 * chases them (a cache miss a node: half of this function's time, when
+	 * both passes below read them from the nodes), kept for
+	 * hp_sim_step_need (min_budget missed again on each step's outputs) */
+	m->in_start = in_start = malloc(((size_t)p->nsteps + 1) * sizeof *in_start);
+	m->in = in = malloc(((size_t)nin + 1) * sizeof *in);
+	m->out_start = malloc(((size_t)p->nsteps + 1) * sizeof *m->out_start);
+	m->out = malloc(((size_t)nout + 1) * sizeof *m->out);
+	if (!in_start || !in || !m->out_start || !m->out) {
+		free(unused_init);
+		return hp_error(-ENOMEM, "out of memory planning");
+	}
+	in_start[0] = m->out_start[0] = 0;
 	for (int s = 0; s < p->nsteps; s++) {
 		const struct hp_node *n = &g->nodes[p->node[s]];
 		memcpy(in + in_start[s], n->inputs, (size_t)n->ninputs * sizeof *in);
 		in_start[s + 1] = in_start[s] + n->ninputs;
+		memcpy(m->out + m->out_start[s], n->outputs, (size_t)n->noutputs * sizeof *m->out);
+		m->out_start[s + 1] = m->out_start[s] + n->noutputs;
 		for (int k = in_start[s]; k < in_start[s + 1]; k++)
 			if (mg(m, in[k])) {
 				m->use_start[in[k] + 1]++;
@@ -80,21 +103,16 @@ static int build_schedule(struct sim *m)
 	}
 	for (int v = 0; v < g->nvalues; v++) {
 		/* weights only folded away are not the runtime's business */
-		if (g->values[v].kind == HP_VALUE_INITIALIZER && !m->use_start[v + 1] && g->values[v].next < 0 &&
-		    !g->values[v].is_output)
+		if (unused_init[v] && !m->use_start[v + 1])
 			m->persist[v] = 0;
-	}
-	for (int v = 0; v < g->nvalues; v++) {
 		m->use_start[v + 1] += m->use_start[v];
 		if (m->persist[v])
 			p->last_use[v] = p->nsteps;
 	}
+	free(unused_init);
 	m->uses = malloc(((size_t)nuses + 1) * sizeof *m->uses);
-	if (!m->uses) {
-		free(in_start);
-		free(in);
+	if (!m->uses)
 		return hp_error(-ENOMEM, "out of memory planning");
-	}
 	memcpy(m->cursor, m->use_start, (size_t)g->nvalues * sizeof *m->cursor);
 	for (int s = 0; s < p->nsteps; s++)
 		for (int k = in_start[s]; k < in_start[s + 1]; k++) {
@@ -103,8 +121,6 @@ static int build_schedule(struct sim *m)
 			if (mg(m, v) && (m->cursor[v] == m->use_start[v] || m->uses[m->cursor[v] - 1] != s))
 				m->uses[m->cursor[v]++] = s;
 		}
-	free(in_start);
-	free(in);
 	for (int v = 0; v < g->nvalues; v++) {
 		/* compact: duplicates left holes at the end of each range */
 		int end = m->cursor[v];
@@ -202,6 +218,10 @@ static void sim_free(struct sim *m)
 	free(m->until);
 	free(m->hold);
 	free(m->held);
+	free(m->in_start);
+	free(m->in);
+	free(m->out_start);
+	free(m->out);
 	for (int c = 0; c < 4; c++)
 		hp_vheap_free(&m->cand[c]);
 }

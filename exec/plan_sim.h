@@ -31,6 +31,9 @@ struct sim {
 					 * the cursors were reset) */
 	char *resident, *dirty, *below, *pinned, *persist;
 	char *mgd;                      /* per value: managed() */
+	int *in_start, *in;             /* step s's inputs: in[in_start[s] .. in_start[s + 1])
+					 * (build_schedule), NULL before */
+	int *out_start, *out;           /* its outputs, likewise */
 	int *resident_list, nresident;
 	int *resident_at;               /* v's index in resident_list, -1: none */
 	int resident_twice;             /* a value was listed twice: look up by scan */
@@ -109,5 +112,9 @@ void hp_sim_time_model(struct sim *m);
 
 /* plan_query.c: hp_plan_inplace_src with comm = hp_plan_comm_inplace(g, p, s) */
 int hp_plan_inplace_src_with(const struct hp_graph *g, const struct hp_plan *p, int s, int o, int comm);
+/* ... with step s's edges given: in[j], out[o] for its node's inputs[j],
+ * outputs[o] (the sim's flat copy: its node's arrays are a cache miss) */
+int hp_plan_inplace_src_edges(const struct hp_graph *g, const struct hp_plan *p, int s, int o, int comm, const int *in,
+			      const int *out);
 
 #endif

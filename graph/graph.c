@@ -6,6 +6,7 @@
 
 #include "hpdlf/error.h"
 #include "hpdlf/graph.h"
+#include "graph/sort.h"
 
 static char *dupstr(const char *s)
 {
@@ -353,7 +354,8 @@ static void flat_free(struct flat *f)
 	free(f->sched);
 }
 
-static int flat_build(const struct hp_graph *g, int nedges, struct flat *f)
+/* sched (may be NULL): the hints to sort by in place of the nodes' own. */
+static int flat_build(const struct hp_graph *g, const int *sched, int nedges, struct flat *f)
 {
 	int nout = 0;
 
@@ -374,7 +376,7 @@ static int flat_build(const struct hp_graph *g, int nedges, struct flat *f)
 		memcpy(f->out + f->out_start[i], n->outputs, (size_t)n->noutputs * sizeof *n->outputs);
 		f->in_start[i + 1] = f->in_start[i] + n->ninputs;
 		f->out_start[i + 1] = f->out_start[i] + n->noutputs;
-		f->sched[i] = n->sched;
+		f->sched[i] = sched ? sched[i] : n->sched;
 	}
 	for (int v = 0; v < g->nvalues; v++)
 		f->prod[v] = g->values[v].producer;
@@ -433,11 +435,10 @@ static int anti_edges(const struct hp_graph *g, const struct flat *f, int *indeg
  * the wait ResNet-18's stage-4 update ran between its Conv's filter and
  * data gradients, holding W, dW and W' at once).  Order only: no value
  * changes. */
-static int topo_sort_with(struct hp_graph *g, int anti)
+static int sort_queue(const struct hp_graph *g, const int *sched, int anti, int *queue)
 {
-	int *indeg, *start, *adj, *fill, *queue, tail = 0, rc = 0, nedges = 0, nanti = 0;
+	int *indeg, *start, *adj, *fill, tail = 0, rc = 0, nedges = 0, nanti = 0;
 	int *xstart = NULL, *xadj = NULL, *writer = NULL;
-	struct hp_node *sorted;
 	struct ready rd = { 0 };
 	struct flat f = { 0 };
 	int64_t seq = 0;
@@ -445,18 +446,16 @@ static int topo_sort_with(struct hp_graph *g, int anti)
 	indeg = calloc((size_t)g->nnodes + 1, sizeof *indeg);
 	start = calloc((size_t)g->nvalues + 1, sizeof *start);
 	fill = calloc((size_t)g->nvalues + 1, sizeof *fill);
-	queue = calloc((size_t)g->nnodes + 1, sizeof *queue);
-	sorted = malloc(((size_t)g->nnodes + 1) * sizeof *sorted);
 	for (int i = 0; i < g->nnodes; i++)
 		nedges += g->nodes[i].ninputs;
 	adj = calloc((size_t)nedges + 1, sizeof *adj);
 	rd.key = malloc(((size_t)g->nnodes + 1) * sizeof *rd.key);
 	rd.node = malloc(((size_t)g->nnodes + 1) * sizeof *rd.node);
-	if (!indeg || !start || !fill || !queue || !sorted || !adj || !rd.key || !rd.node) {
+	if (!indeg || !start || !fill || !adj || !rd.key || !rd.node) {
 		rc = hp_error(-ENOMEM, "out of memory sorting the graph");
 		goto out;
 	}
-	if ((rc = flat_build(g, nedges, &f)) < 0)
+	if ((rc = flat_build(g, sched, nedges, &f)) < 0)
 		goto out;
 	for (int i = 0; i < g->nnodes; i++)
 		for (int k = f.in_start[i]; k < f.in_start[i + 1]; k++) {
@@ -506,25 +505,11 @@ static int topo_sort_with(struct hp_graph *g, int anti)
 				goto out;
 			}
 	}
-	for (int i = 0; i < g->nnodes; i++)
-		sorted[i] = g->nodes[queue[i]];
-	if (g->nnodes)
-		memcpy(g->nodes, sorted, (size_t)g->nnodes * sizeof *sorted);
-	/* the producers renumbered as link_values would find them again (the
-	 * nodes moved, their edges did not: consumer counts stay); indeg,
-	 * all 0 now, takes the inverse order */
-	for (int i = 0; i < g->nnodes; i++)
-		indeg[queue[i]] = i;
-	for (int v = 0; v < g->nvalues; v++)
-		if (f.prod[v] >= 0)
-			g->values[v].producer = indeg[f.prod[v]];
 out:
 	flat_free(&f);
 	free(indeg);
 	free(start);
 	free(fill);
-	free(queue);
-	free(sorted);
 	free(adj);
 	free(rd.key);
 	free(rd.node);
@@ -534,11 +519,75 @@ out:
 	return rc;
 }
 
+/* The order of sort_queue with the waits, or without them where a reader
+ * depends on the new version. */
+static int sort_order(const struct hp_graph *g, const int *sched, int *queue)
+{
+	int rc = sort_queue(g, sched, 1, queue);
+
+	return rc == 1 ? sort_queue(g, sched, 0, queue) : rc;
+}
+
 static int topo_sort(struct hp_graph *g)
 {
-	int rc = topo_sort_with(g, 1);
+	int *queue = malloc(((size_t)g->nnodes + 1) * sizeof *queue);
+	int *at = malloc(((size_t)g->nnodes + 1) * sizeof *at);
+	struct hp_node *sorted = malloc(((size_t)g->nnodes + 1) * sizeof *sorted);
+	int rc = queue && at && sorted ? sort_order(g, NULL, queue) : hp_error(-ENOMEM, "out of memory sorting the graph");
 
-	return rc == 1 ? topo_sort_with(g, 0) : rc;
+	if (rc == 0) {
+		for (int i = 0; i < g->nnodes; i++)
+			sorted[i] = g->nodes[queue[i]];
+		if (g->nnodes)
+			memcpy(g->nodes, sorted, (size_t)g->nnodes * sizeof *sorted);
+		/* the producers renumbered as link_values would find them again
+		 * (the nodes moved, their edges did not: consumer counts stay) */
+		for (int i = 0; i < g->nnodes; i++)
+			at[queue[i]] = i;
+		for (int v = 0; v < g->nvalues; v++)
+			if (g->values[v].producer >= 0)
+				g->values[v].producer = at[g->values[v].producer];
+	}
+	free(queue);
+	free(at);
+	free(sorted);
+	return rc;
+}
+
+/* g's producers, consumer counts and output flags are as link_values
+ * would leave them (a graph changed since hp_graph_finalize may not be). */
+static int linked(const struct hp_graph *g)
+{
+	int *prod = malloc(((size_t)g->nvalues + 1) * sizeof *prod);
+	int *cons = calloc((size_t)g->nvalues + 1, sizeof *cons), ok = prod && cons;
+
+	for (int v = 0; ok && v < g->nvalues; v++)
+		prod[v] = -1;
+	for (int i = 0; ok && i < g->nnodes; i++) {
+		const struct hp_node *n = &g->nodes[i];
+		for (int o = 0; ok && o < n->noutputs; o++) {
+			int v = n->outputs[o];
+			if (v >= 0 && (ok = v < g->nvalues && prod[v] < 0))
+				prod[v] = i;
+		}
+		for (int j = 0; ok && j < n->ninputs; j++)
+			if ((ok = n->inputs[j] < g->nvalues) && n->inputs[j] >= 0)
+				cons[n->inputs[j]]++;
+	}
+	for (int v = 0; ok && v < g->nvalues; v++)
+		ok = g->values[v].producer == prod[v] && g->values[v].nconsumers == cons[v];
+	for (int i = 0; ok && i < g->noutputs; i++)
+		ok = g->values[g->outputs[i]].is_output;
+	free(prod);
+	free(cons);
+	return ok;
+}
+
+int hp_graph_sort_order(const struct hp_graph *g, const int *sched, int *order)
+{
+	if (!linked(g))
+		return 1;
+	return sort_order(g, sched, order);
 }
 
 int hp_graph_finalize(struct hp_graph *g)

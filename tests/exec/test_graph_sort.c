@@ -7,7 +7,9 @@
  * instead of linking the graph again).  With optimizer-like updates (a
  * value's next version written by a node that reads it): the order is
  * topological, every other reader of the value runs before its writer
- * (unless hinted HP_SCHED_EAGER) and the producers are right. */
+ * (unless hinted HP_SCHED_EAGER) and the producers are right.  The
+ * order asked for without sorting (graph/sort.h) is the one finalize
+ * then gives. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +21,7 @@
 #include <cmocka.h>
 
 #include "hpdlf/graph.h"
+#include "graph/sort.h"
 
 #define MAXN 160
 
@@ -154,35 +157,43 @@ static void test_order_and_links(void **state)
 }
 
 /* Updates: node "u<k>" reads w<k> and a gradient, writes w<k>' (next of
- * w<k>); its other readers run first unless it is hinted eager. */
+ * w<k>), after 3 other readers "r<k>_<r>"; eager[k]: hinted eager. */
+static void add_updates(struct hp_graph *g, unsigned seed, int nw, int *w, int *eager)
+{
+	unsigned s = seed * 77u;
+	char name[32];
+
+	for (int k = 0; k < nw; k++) {
+		snprintf(name, sizeof name, "w%d", k);
+		w[k] = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, HP_F32, NULL);
+		snprintf(name, sizeof name, "w%d'", k);
+		int nx = hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_F32, NULL);
+		g->values[w[k]].next = nx;
+		for (int r = 0; r < 3; r++) {
+			int in[2] = { w[k], 2 }, out;
+			snprintf(name, sizeof name, "r%d_%d.out", k, r);
+			out = hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_F32, NULL);
+			snprintf(name, sizeof name, "r%d_%d", k, r);
+			assert_true(hp_graph_add_node(g, name, "Sum", 2, in, 1, &out) >= 0);
+		}
+		int in[2] = { w[k], 3 }, node;
+		snprintf(name, sizeof name, "u%d", k);
+		node = hp_graph_add_node(g, name, "Sum", 2, in, 1, &nx);
+		assert_true(node >= 0);
+		eager[k] = rnd(&s) % 3 == 0;
+		g->nodes[node].sched = eager[k] ? HP_SCHED_EAGER : -1;
+	}
+}
+
+/* Every other reader of an update's weight runs before it unless it is
+ * hinted eager. */
 static void test_updates_wait(void **state)
 {
 	(void)state;
 	for (unsigned seed = 1; seed <= 30; seed++) {
 		struct hp_graph *g = random_graph(seed, 40);
-		unsigned s = seed * 77u;
 		int nw = 3, w[3], eager[3];
-		char name[32];
-		for (int k = 0; k < nw; k++) {
-			snprintf(name, sizeof name, "w%d", k);
-			w[k] = hp_graph_add_value(g, name, HP_VALUE_INITIALIZER, HP_F32, NULL);
-			snprintf(name, sizeof name, "w%d'", k);
-			int nx = hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_F32, NULL);
-			g->values[w[k]].next = nx;
-			for (int r = 0; r < 3; r++) { /* readers: node "r<k>_<r>" */
-				int in[2] = { w[k], 2 }, out;
-				snprintf(name, sizeof name, "r%d_%d.out", k, r);
-				out = hp_graph_add_value(g, name, HP_VALUE_ACTIVATION, HP_F32, NULL);
-				snprintf(name, sizeof name, "r%d_%d", k, r);
-				assert_true(hp_graph_add_node(g, name, "Sum", 2, in, 1, &out) >= 0);
-			}
-			int in[2] = { w[k], 3 }, node;
-			snprintf(name, sizeof name, "u%d", k);
-			node = hp_graph_add_node(g, name, "Sum", 2, in, 1, &nx);
-			assert_true(node >= 0);
-			eager[k] = rnd(&s) % 3 == 0;
-			g->nodes[node].sched = eager[k] ? HP_SCHED_EAGER : -1;
-		}
+		add_updates(g, seed, nw, w, eager);
 		assert_int_equal(hp_graph_finalize(g), 0);
 		check_links(g);
 		for (int k = 0; k < nw; k++) {
@@ -198,11 +209,58 @@ static void test_updates_wait(void **state)
 	}
 }
 
+/* hp_graph_sort_order (graph/sort.h) gives the order finalize then gives
+ * with the same hints, and leaves the graph as it was: on finalized
+ * random graphs with updates, hints redrawn (updates made eager or not,
+ * other nodes' hints from {-1, 0, 1, 2}); NULL hints keep a sorted graph
+ * where it is; a graph changed since finalize is not answered (1). */
+static void test_sort_order(void **state)
+{
+	(void)state;
+	for (unsigned seed = 1; seed <= 40; seed++) {
+		struct hp_graph *g = random_graph(seed, 50);
+		int nw = 3, w[3], eager[3], order[MAXN + 20], sched[MAXN + 20], prod[4 * MAXN];
+		const char *name[MAXN + 20];
+		unsigned s = seed * 31u;
+		add_updates(g, seed, nw, w, eager);
+		assert_int_equal(hp_graph_finalize(g), 0);
+		assert_true(g->nnodes <= MAXN + 20 && g->nvalues <= 4 * MAXN);
+		assert_int_equal(hp_graph_sort_order(g, NULL, order), 0);
+		for (int i = 0; i < g->nnodes; i++)
+			assert_int_equal(order[i], i);
+		for (int i = 0; i < g->nnodes; i++) {
+			name[i] = g->nodes[i].name;
+			sched[i] = g->nodes[i].sched;
+			if (sched[i] == -1 || sched[i] == HP_SCHED_EAGER)
+				sched[i] = rnd(&s) % 2 ? HP_SCHED_EAGER : -1;
+			else if (rnd(&s) % 4 == 0)
+				sched[i] = (int)(rnd(&s) % 4) - 1;
+		}
+		for (int v = 0; v < g->nvalues; v++)
+			prod[v] = g->values[v].producer;
+		assert_int_equal(hp_graph_sort_order(g, sched, order), 0);
+		for (int i = 0; i < g->nnodes; i++) /* unchanged */
+			assert_ptr_equal(g->nodes[i].name, name[i]);
+		for (int v = 0; v < g->nvalues; v++)
+			assert_int_equal(g->values[v].producer, prod[v]);
+		for (int i = 0; i < g->nnodes; i++)
+			g->nodes[i].sched = sched[i];
+		assert_int_equal(hp_graph_finalize(g), 0);
+		for (int i = 0; i < g->nnodes; i++)
+			assert_ptr_equal(g->nodes[i].name, name[order[i]]);
+		int in[1] = { 0 }, out = hp_graph_add_value(g, "late", HP_VALUE_ACTIVATION, HP_F32, NULL);
+		assert_true(hp_graph_add_node(g, "late", "Relu", 1, in, 1, &out) >= 0);
+		assert_int_equal(hp_graph_sort_order(g, NULL, order), 1); /* not linked since */
+		hp_graph_free(g);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_order_and_links),
 		cmocka_unit_test(test_updates_wait),
+		cmocka_unit_test(test_sort_order),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
