@@ -204,7 +204,9 @@ static int gr_cofwd(const struct hp_conv *cv, const struct gr_geom *q)
  * and, for the co-lane forward tiles, a group's W^T. */
 static size_t gr_per_thread(const struct hp_conv *cv, const struct gr_geom *q)
 {
-	size_t panel = gr_cofwd(cv, q) ? (size_t)(q->kdim * cv->cout_g) : hp_grp_dense(cv) ? (size_t)(q->kdim * 32) : 0;
+	size_t panel = gr_cofwd(cv, q) ? (size_t)(q->kdim * cv->cout_g)
+		       : hp_grp_dense(cv) ? (size_t)(q->kdim * 32)
+					  : 0; /* hp_grp_dense_flip: W^T whole, read in place */
 
 	return (size_t)(q->stage + q->kdim + 8 + GR_MR * q->lo) + panel;
 }
@@ -471,7 +473,8 @@ static int gr_512(void)
 static int gr_colane(const struct hp_conv *cv, const struct gr_geom *q)
 {
 #ifdef GR_X86
-	return gr_cl_mode >= 0 && gr_512() && cv->wflip && cv->cout_g % 16 == 0 && q->ow == GR_CL_OW && q->sw == 1;
+	return gr_cl_mode >= 0 && gr_512() && cv->wflip && cv->group > 1 && cv->cout_g % 16 == 0 && q->ow == GR_CL_OW &&
+	       q->sw == 1;
 #else
 	(void)cv, (void)q;
 	return 0;
@@ -708,13 +711,15 @@ static GR_TARGET512 void gr_flip512(const struct hp_conv *cv, const float *w, fl
  * channels at 2x2, batch 4: 0.29 ms on kxk, 0.95 on the tiles; its 64
  * channels at 16x16 and 128 at 8x8, batch 4: 184 -> 212 and 163 -> 221
  * GF/s on the tiles, 1 thread, task-clock). */
-int hp_grp_dense(const struct hp_conv *cv)
+/* The geometry the dense co-lane tiles take (hp_grp_dense's, and
+ * ConvGradData's stride-1 dX: hp_grp_dense_flip). */
+static int gr_dense_geo(const struct hp_conv *cv)
 {
 	struct gr_geom q;
 
-	if (!cv->node || !cv->kxk || cv->transpose || cv->wflip || cv->dw || cv->group != 1 || cv->nd != 2 ||
-	    cv->g.img[0] != 1 || cv->g.grid[0] != 1 || cv->g.k[0] != 1 || cv->g.stride[2] > GR_MAX_STRIDE ||
-	    cv->cout % 16 || gr_cf_mode < 0 || !hp_dot_available() || (cv->batch != 1 && cv->yvol < 64))
+	if (!cv->kxk || cv->transpose || cv->dw || cv->group != 1 || cv->nd != 2 || cv->g.img[0] != 1 ||
+	    cv->g.grid[0] != 1 || cv->g.k[0] != 1 || cv->g.stride[2] > GR_MAX_STRIDE || cv->cout % 16 ||
+	    gr_cf_mode < 0 || !hp_dot_available())
 		return 0;
 	gr_geom(cv, &q);
 #ifdef GR_X86
@@ -723,6 +728,55 @@ int hp_grp_dense(const struct hp_conv *cv)
 #else
 	return 0;
 #endif
+}
+
+int hp_grp_dense(const struct hp_conv *cv)
+{
+	return cv->node && !cv->wflip && (cv->batch == 1 || cv->yvol >= 64) && gr_dense_geo(cv);
+}
+
+/* ConvGradData's stride-1 dX of a dense Conv (conv_grad.c's KxK plan: a
+ * Conv of dY over W transposed and mirrored) on the same tiles as its
+ * forward, W flipped per call straight into the units' W^T
+ * (hp_grp_cf_flip_dense).  Each dX element is the KxK path's chain (from
+ * 0 over k = (c, kh, kw) of the flipped window in order, padding taps
+ * included, or skipped where W is finite: gr_cs_ok), so which of the two
+ * runs changes no bit.  The KxK path's tiles ran these dX at 35-74 GF/s
+ * a CPU-second where the forward's ran at 52-100 (bench/
+ * bench_conv_libs.c, SqueezeNet's, GoogLeNet's and ResNet's 3x3s): they
+ * gather dY's windows into panels per column block and pack W' per
+ * micro-tile.  At batches above one, planes of 64 positions and more
+ * only, as the forward's (hp_grp_dense).  gr_dflip_mode (tests,
+ * benchmarks): 1 at any batch, -1 never. */
+static int gr_dflip_mode;
+
+void hp_grp_set_dflip(int mode)
+{
+	gr_dflip_mode = mode;
+}
+
+int hp_grp_dflip_mode(void)
+{
+	return gr_dflip_mode;
+}
+
+static long gr_dflip_runs; /* tests: the dX runs on these tiles so far */
+
+long hp_grp_dflip_count(void)
+{
+	return __atomic_load_n(&gr_dflip_runs, __ATOMIC_RELAXED);
+}
+
+int hp_grp_dense_flip(const struct hp_conv *cv)
+{
+	return gr_dflip_mode >= 0 && cv->wflip && !cv->node && cv->g.k[1] * cv->g.k[2] <= 16 &&
+	       cv->g.stride[1] == 1 && cv->g.stride[2] == 1 && gr_dense_geo(cv);
+}
+
+int hp_grp_dense_flip_runs(const struct hp_conv *cv)
+{
+	return hp_grp_dense_flip(cv) && (gr_dflip_mode > 0 || cv->batch == 1 || cv->yvol >= 64) &&
+	       hp_grp_workspace(cv, 1) <= cv->workspace;
 }
 
 /* W packed per run, each unit's W^T for each block of rows it computes
@@ -795,7 +849,14 @@ static void grp_forward(const struct hp_conv *cv, const float *x, const float *w
 	int64_t cap;
 
 	gr_geom(cv, &r.q);
-	if (flip) {
+	r.dense = hp_grp_dense(cv) || hp_grp_dense_flip(cv);
+	if (flip && r.dense) {
+		__atomic_fetch_add(&gr_dflip_runs, 1, __ATOMIC_RELAXED);
+		r.nonfinite = hp_grp_cf_flip_dense(cv, w, ws);
+		r.wt = ws; /* the units' panels, as hp_grp_pack's */
+		r.w = ws;
+		r.ws = ws + flip;
+	} else if (flip) {
 		int kv16 = gr_512() && cv->g.k[1] * cv->g.k[2] <= 16;
 		if (kv16 && cv->cout_g % 16 == 0 && gr_cofwd(cv, &r.q) && !gr_colane(cv, &r.q)) {
 			hp_grp_cf_flip(cv, w, ws);
@@ -810,10 +871,9 @@ static void grp_forward(const struct hp_conv *cv, const float *x, const float *w
 	}
 	r.per_thread = gr_per_thread(cv, &r.q);
 	r.cb = cv->cout_g, r.ncb = 1;
-	if (hp_grp_dense(cv)) { /* units of 32 or 16 channels */
+	if (r.dense) { /* units of 32 or 16 channels */
 		r.cb = gr_unit_ch(1, cv->cout);
 		r.ncb = (cv->cout + r.cb - 1) / r.cb;
-		r.dense = 1;
 		if (threads > 1 && r.q.nrb * r.ncb < GR_DENSE_UNITS * threads) {
 			int64_t nrb = (GR_DENSE_UNITS * threads + r.ncb - 1) / r.ncb;
 			int64_t most = r.q.oh / ((GR_DENSE_MIN_POS + r.q.ow - 1) / r.q.ow);

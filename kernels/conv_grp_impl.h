@@ -34,7 +34,9 @@ struct gr_run {
 	const float *x, *w, *b;
 	const float *wt; /* W^T of every group packed once (hp_grp_pack), or NULL */
 	int64_t cb, ncb; /* output channels per unit, units per (item, group, row block) */
-	int dense;       /* hp_grp_dense's node, W packed: the co-lane forward tiles */
+	int dense;       /* hp_grp_dense's node or hp_grp_dense_flip's dX: the co-lane forward tiles */
+	int nonfinite;   /* W^T flipped per call (hp_grp_dense_flip) holds an Inf or NaN:
+			  * no tile may skip a padding tap (gr_cs_ok) */
 	float *y, *ws;
 	const struct hp_epi *epi;
 	const float *addend;
@@ -49,6 +51,9 @@ void hp_grp_cf_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh0, 
 
 /* ConvGradData's W flipped straight into the co-lane tiles' W^T. */
 void hp_grp_cf_flip(const struct hp_conv *cv, const float *w, float *f);
+/* The same for one group (hp_grp_dense_flip) into the units' panels, as
+ * hp_grp_pack lays them out; 1 where W holds an Inf or a NaN. */
+int hp_grp_cf_flip_dense(const struct hp_conv *cv, const float *w, float *f);
 #endif
 
 #endif

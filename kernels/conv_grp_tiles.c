@@ -406,13 +406,13 @@ static gr_cs_fn gr_cs_pick(int R, int P)
 }
 
 /* The unit's 32 channels from co on these tiles: W^T packed once (and so
- * finite), a 3x3 window of stride and dilation 1 that pads one column on
+ * finite) or flipped per call and seen finite (hp_grp_cf_flip_dense), a 3x3 window of stride and dilation 1 that pads one column on
  * each side, at least 3 columns, and no bias lane of -0. */
 static int gr_cs_ok(const struct gr_run *r, int64_t cb, const float *bias)
 {
 	const struct gr_geom *q = &r->q;
 
-	if (gr_cs_mode < 0 || !r->wt || !r->dense || cb != 32 || q->kh != 3 || q->kw != 3 || q->sh != 1 ||
+	if (gr_cs_mode < 0 || !r->wt || r->nonfinite || !r->dense || cb != 32 || q->kh != 3 || q->kw != 3 || q->sh != 1 ||
 	    q->sw != 1 || q->dh != 1 || q->dw != 1 || q->pl != 1 || q->ow != q->iw || q->ow < 3)
 		return 0;
 	for (int64_t i = 0; bias && i < cb; i++)
@@ -551,5 +551,43 @@ GR_TARGET512 void hp_grp_cf_flip(const struct hp_conv *cv, const float *w, float
 					_mm512_storeu_ps(dst + t * mg + m0, r[t]);
 			}
 		}
+}
+
+/* hp_grp_cf_flip's W^T for one group, into the units' panels of 32
+ * channels (16 for an odd last one) [kdim][cb] at m0 * kdim, as
+ * hp_grp_pack lays out a Conv's W: the flip, transpose and pack of the
+ * KxK path's W' in one pass.  Returns whether a weight is an Inf or a
+ * NaN (its exponent all ones), whose products with padding taps the
+ * skipping tiles must not drop. */
+GR_TARGET512 int hp_grp_cf_flip_dense(const struct hp_conv *cv, const float *w, float *f)
+{
+	int64_t kv = cv->g.k[1] * cv->g.k[2], mg = cv->cout, cg = cv->cin_g, kdim = cg * kv;
+	__mmask16 mk = (__mmask16)((1u << kv) - 1), bad = 0;
+	__m512i idx, ex = _mm512_set1_epi32(0x7f800000);
+	int32_t rev[16];
+	__m512 r[16];
+
+	for (int t = 0; t < 16; t++)
+		rev[t] = t < kv ? (int32_t)(kv - 1 - t) : t;
+	idx = _mm512_loadu_si512(rev);
+	for (int64_t u = 0, cb; u < mg; u += cb) {
+		cb = mg - u < 32 ? mg - u : 32;
+		for (int64_t j = 0; j < cg; j++) {
+			const float *src = w + j * mg * kv; /* [m][kv] rows of input channel j */
+			float *dst = f + u * kdim + j * kv * cb;
+			for (int64_t m0 = u; m0 < u + cb; m0 += 16) {
+				for (int i = 0; i < 16; i++) {
+					__m512 v = _mm512_maskz_loadu_ps(mk, src + (m0 + i) * kv);
+					__m512i e = _mm512_and_si512(_mm512_castps_si512(v), ex);
+					bad |= _mm512_mask_cmpeq_epi32_mask(mk, e, ex);
+					r[i] = _mm512_permutexvar_ps(idx, v);
+				}
+				hp_tr16_ps(r);
+				for (int64_t t = 0; t < kv; t++)
+					_mm512_storeu_ps(dst + t * cb + m0 - u, r[t]);
+			}
+		}
+	}
+	return bad != 0;
 }
 #endif
