@@ -271,10 +271,11 @@ static int kxk_ws_fits(const struct cg_data *d)
 }
 
 /* The KxK plan's workspace grown to what conv_grp.c's dense tiles need
- * (hp_grp_dense_flip: W^T whole, the staging of a block of rows), under
- * the same rule as kxk_ws_fits's (no larger than the replaced path's, or
- * the shift path's largest); neither reads the batch.  Where it does not
- * fit, the KxK path's tiles run (the same chains). */
+ * (hp_grp_dense_flip: W^T whole, or a unit's per worker for one item;
+ * the staging of a block of rows), under the same rule as kxk_ws_fits's
+ * (no larger than the replaced path's, or the shift path's largest).
+ * Where it does not fit, the KxK path's tiles run: the same chains, so a
+ * band of items may take either whatever its whole node takes. */
 static void data_grp_ws(struct cg_data *d)
 {
 	size_t gw;

@@ -200,13 +200,16 @@ static int gr_cofwd(const struct hp_conv *cv, const struct gr_geom *q)
 #endif
 }
 
+static int gr_dflip_lazy(const struct hp_conv *cv);
+
 /* Per worker: the staged rows, the tap offsets, the column tiles' outputs
- * and, for the co-lane forward tiles, a group's W^T. */
+ * and, for the co-lane forward tiles, a group's W^T (a unit's where dense;
+ * hp_grp_dense_flip's W^T whole is read in place unless flipped lazily). */
 static size_t gr_per_thread(const struct hp_conv *cv, const struct gr_geom *q)
 {
-	size_t panel = gr_cofwd(cv, q) ? (size_t)(q->kdim * cv->cout_g)
-		       : hp_grp_dense(cv) ? (size_t)(q->kdim * 32)
-					  : 0; /* hp_grp_dense_flip: W^T whole, read in place */
+	size_t panel = gr_cofwd(cv, q)				  ? (size_t)(q->kdim * cv->cout_g)
+		       : hp_grp_dense(cv) || gr_dflip_lazy(cv) ? (size_t)(q->kdim * 32)
+								  : 0;
 
 	return (size_t)(q->stage + q->kdim + 8 + GR_MR * q->lo) + panel;
 }
@@ -214,7 +217,7 @@ static size_t gr_per_thread(const struct hp_conv *cv, const struct gr_geom *q)
 /* ConvGradData's weights in a Conv's layout, before the workers' parts. */
 static size_t gr_flip_floats(const struct hp_conv *cv)
 {
-	return cv->wflip ? (size_t)(cv->cout * cv->cin_g * cv->g.kvol + 15) / 16 * 16 : 0;
+	return cv->wflip && !gr_dflip_lazy(cv) ? (size_t)(cv->cout * cv->cin_g * cv->g.kvol + 15) / 16 * 16 : 0;
 }
 
 size_t hp_grp_workspace(const struct hp_conv *cv, int threads)
@@ -713,7 +716,7 @@ static GR_TARGET512 void gr_flip512(const struct hp_conv *cv, const float *w, fl
  * GF/s on the tiles, 1 thread, task-clock). */
 /* The geometry the dense co-lane tiles take (hp_grp_dense's, and
  * ConvGradData's stride-1 dX: hp_grp_dense_flip). */
-static int gr_dense_geo(const struct hp_conv *cv)
+static int gr_dense_geo(const struct hp_conv *cv, int64_t least)
 {
 	struct gr_geom q;
 
@@ -723,7 +726,7 @@ static int gr_dense_geo(const struct hp_conv *cv)
 		return 0;
 	gr_geom(cv, &q);
 #ifdef GR_X86
-	return gr_512() && cv->cout >= 32 && (q.rb == q.oh || q.rb * q.ow >= GR_DENSE_MIN_BLOCK) &&
+	return gr_512() && cv->cout >= least && (q.rb == q.oh || q.rb * q.ow >= GR_DENSE_MIN_BLOCK) &&
 	       q.oh * q.ow <= GR_CF_DENSE_MAX_PLANE && q.stage + q.kdim < INT32_MAX / 2;
 #else
 	return 0;
@@ -732,7 +735,7 @@ static int gr_dense_geo(const struct hp_conv *cv)
 
 int hp_grp_dense(const struct hp_conv *cv)
 {
-	return cv->node && !cv->wflip && (cv->batch == 1 || cv->yvol >= 64) && gr_dense_geo(cv);
+	return cv->node && !cv->wflip && (cv->batch == 1 || cv->yvol >= 64) && gr_dense_geo(cv, 32);
 }
 
 /* ConvGradData's stride-1 dX of a dense Conv (conv_grad.c's KxK plan: a
@@ -770,7 +773,22 @@ long hp_grp_dflip_count(void)
 int hp_grp_dense_flip(const struct hp_conv *cv)
 {
 	return gr_dflip_mode >= 0 && cv->wflip && !cv->node && cv->g.k[1] * cv->g.k[2] <= 16 &&
-	       cv->g.stride[1] == 1 && cv->g.stride[2] == 1 && gr_dense_geo(cv);
+	       cv->g.stride[1] == 1 && cv->g.stride[2] == 1 && gr_dense_geo(cv, 16);
+}
+
+/* Whether hp_grp_dense_flip's units flip their own W^T into the worker's
+ * panel as they begin, where each unit runs once (one item, one block of
+ * rows), rather than W^T whole ahead of them: W read once either way, but
+ * its W^T then goes through L2 and not memory (GoogLeNet's 3x3 of 192 ->
+ * 384 channels at 3x3, 2.6 MB of W: the whole flip took 60% of its dX). */
+static int gr_dflip_lazy(const struct hp_conv *cv)
+{
+	struct gr_geom q;
+
+	if (!cv->wflip || cv->batch != 1 || !hp_grp_dense_flip(cv))
+		return 0;
+	gr_geom(cv, &q);
+	return q.nrb == 1;
 }
 
 int hp_grp_dense_flip_runs(const struct hp_conv *cv)
@@ -850,6 +868,9 @@ static void grp_forward(const struct hp_conv *cv, const float *x, const float *w
 
 	gr_geom(cv, &r.q);
 	r.dense = hp_grp_dense(cv) || hp_grp_dense_flip(cv);
+	r.dflip = gr_dflip_lazy(cv);
+	if (r.dflip)
+		__atomic_fetch_add(&gr_dflip_runs, 1, __ATOMIC_RELAXED);
 	if (flip && r.dense) {
 		__atomic_fetch_add(&gr_dflip_runs, 1, __ATOMIC_RELAXED);
 		r.nonfinite = hp_grp_cf_flip_dense(cv, w, ws);

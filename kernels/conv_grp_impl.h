@@ -35,6 +35,7 @@ struct gr_run {
 	const float *wt; /* W^T of every group packed once (hp_grp_pack), or NULL */
 	int64_t cb, ncb; /* output channels per unit, units per (item, group, row block) */
 	int dense;       /* hp_grp_dense's node or hp_grp_dense_flip's dX: the co-lane forward tiles */
+	int dflip;       /* hp_grp_dense_flip's W (w) flipped by each unit into its panel */
 	int nonfinite;   /* W^T flipped per call (hp_grp_dense_flip) holds an Inf or NaN:
 			  * no tile may skip a padding tap (gr_cs_ok) */
 	float *y, *ws;
@@ -54,6 +55,8 @@ void hp_grp_cf_flip(const struct hp_conv *cv, const float *w, float *f);
 /* The same for one group (hp_grp_dense_flip) into the units' panels, as
  * hp_grp_pack lays them out; 1 where W holds an Inf or a NaN. */
 int hp_grp_cf_flip_dense(const struct hp_conv *cv, const float *w, float *f);
+/* Its unit of cb channels from u alone, into dst [kdim][cb]. */
+int hp_grp_cf_flip_unit(const struct hp_conv *cv, const float *w, int64_t u, int64_t cb, float *dst);
 #endif
 
 #endif

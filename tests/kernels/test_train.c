@@ -1168,7 +1168,9 @@ static void test_conv_grad_kxk_grp(void **state)
 		{ 2, 1, 32, 20, 1, { 7, 7 }, { 3, 3 }, { 2, 2 }, { 2, 2 } },
 		{ 2, 2, 16, 12, 1, { 6, 6 }, { 3, 3 }, { 1, 1 }, { 0, 0 } },
 	};
-	const struct kxd inf = { 2, 1, 32, 24, 1, { 4, 5 }, { 3, 3 }, { 1, 1 }, { 1, 1 } };
+	/* one item: each unit flips its W^T (gr_dflip_lazy); two: W^T whole */
+	const struct kxd infs[2] = { { 2, 1, 32, 24, 1, { 4, 5 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+				     { 2, 2, 32, 24, 1, { 4, 5 }, { 3, 3 }, { 1, 1 }, { 1, 1 } } };
 	struct hp_pool *pool;
 	long before;
 
@@ -1186,20 +1188,21 @@ static void test_conv_grad_kxk_grp(void **state)
 			fail_msg("no dX ran on the dense co-lane tiles");
 	}
 	hp_grp_set_skip(0);
-	{
-		int ys[3] = { kxd_out(&inf, 0), kxd_out(&inf, 1), 1 };
-		int64_t xsh[4] = { inf.n, inf.cx, inf.xs[0], inf.xs[1] }, pads[4] = { 1, 1, 1, 1 };
-		struct hp_tensor dy = kxd_tensor(2, inf.n, inf.cy, ys), w = kxd_tensor(2, inf.cy, inf.cx, inf.k), out, ref;
+	for (int i = 0; i < 2; i++) {
+		const struct kxd *inf = &infs[i];
+		int ys[3] = { kxd_out(inf, 0), kxd_out(inf, 1), 1 };
+		int64_t xsh[4] = { inf->n, inf->cx, inf->xs[0], inf->xs[1] }, pads[4] = { 1, 1, 1, 1 };
+		struct hp_tensor dy = kxd_tensor(2, inf->n, inf->cy, ys), w = kxd_tensor(2, inf->cy, inf->cx, inf->k), out, ref;
 		double *want;
 		kt_fill_random(&dy, 140, -1, 1);
 		kt_fill_random(&w, 141, -1, 1);
-		((float *)w.data)[(3 * inf.cx + 5) * 9 + 8] = INFINITY; /* flipped: tap 0, a padding tap of row 0 */
-		ref = kxd_tensor(2, inf.n, inf.cx, inf.xs);
+		((float *)w.data)[(3 * inf->cx + 5) * 9 + 8] = INFINITY; /* flipped: tap 0, a padding tap of row 0 */
+		ref = kxd_tensor(2, inf->n, inf->cx, inf->xs);
 		want = malloc((size_t)numel(&ref) * sizeof *want);
-		kxd_ref(&inf, dy.data, w.data, ref.data, want);
+		kxd_ref(inf, dy.data, w.data, ref.data, want);
 		assert_true(isnan(((const float *)ref.data)[5 * 20]));
-		kxd_run(&inf, &dy, &w, 0, ys[0], xsh, pads, 4, &out);
-		bitwise(&out, &ref, "a W with an Inf against its replay");
+		kxd_run(inf, &dy, &w, 0, ys[0], xsh, pads, 4, &out);
+		bitwise(&out, &ref, i ? "a W with an Inf (two items) against its replay" : "a W with an Inf against its replay");
 		hp_tensor_free(&out);
 		free(want);
 		hp_tensor_free(&ref);
