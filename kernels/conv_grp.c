@@ -741,7 +741,7 @@ int hp_grp_dense(const struct hp_conv *cv)
 /* ConvGradData's stride-1 dX of a dense Conv (conv_grad.c's KxK plan: a
  * Conv of dY over W transposed and mirrored) on the same tiles as its
  * forward, W flipped per call straight into the units' W^T
- * (hp_grp_cf_flip_dense).  Each dX element is the KxK path's chain (from
+ * (hp_grp_cf_flip_unit).  Each dX element is the KxK path's chain (from
  * 0 over k = (c, kh, kw) of the flipped window in order, padding taps
  * included, or skipped where W is finite: gr_cs_ok), so which of the two
  * runs changes no bit.  The KxK path's tiles ran these dX at 35-74 GF/s
@@ -857,6 +857,32 @@ void hp_grp_forward(const struct hp_conv *cv, const float *x, const float *w, co
 	grp_forward(cv, x, w, NULL, b, y, ws, pool, epi, addend);
 }
 
+#ifdef GR_X86
+/* hp_grp_dense_flip's W^T whole: its units of 32 channels (the last one
+ * 16) shared by the workers from this many floats (conv_kxk.c's
+ * KX_FLIP_PAR_MIN); copies, the same on any cut. */
+#define GR_DFLIP_PAR_MIN (1 << 16)
+struct gr_dflip {
+	const struct hp_conv *cv;
+	const float *w;
+	float *f;
+	int bad; /* a weight is an Inf or a NaN */
+};
+
+static void gr_dflip_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	struct gr_dflip *d = arg;
+	int64_t kdim = d->cv->cin_g * d->cv->g.kvol;
+
+	(void)tid;
+	for (int64_t u = b * 32; u < e * 32 && u < d->cv->cout; u += 32) {
+		int64_t cb = d->cv->cout - u < 32 ? d->cv->cout - u : 32;
+		if (hp_grp_cf_flip_unit(d->cv, d->w, u, cb, d->f + u * kdim))
+			__atomic_store_n(&d->bad, 1, __ATOMIC_RELAXED);
+	}
+}
+#endif
+
 static void grp_forward(const struct hp_conv *cv, const float *x, const float *w, const float *wt, const float *b,
 			float *y, float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
 {
@@ -872,8 +898,11 @@ static void grp_forward(const struct hp_conv *cv, const float *x, const float *w
 	if (r.dflip)
 		__atomic_fetch_add(&gr_dflip_runs, 1, __ATOMIC_RELAXED);
 	if (flip && r.dense) {
+		struct gr_dflip f = { .cv = cv, .w = w, .f = ws };
 		__atomic_fetch_add(&gr_dflip_runs, 1, __ATOMIC_RELAXED);
-		r.nonfinite = hp_grp_cf_flip_dense(cv, w, ws);
+		hp_conv_parallel(pool, cv->cout * r.q.kdim >= GR_DFLIP_PAR_MIN ? threads : 1, (cv->cout + 31) / 32,
+				 gr_dflip_range, &f);
+		r.nonfinite = f.bad;
 		r.wt = ws; /* the units' panels, as hp_grp_pack's */
 		r.w = ws;
 		r.ws = ws + flip;

@@ -52,10 +52,9 @@ void hp_grp_cf_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh0, 
 
 /* ConvGradData's W flipped straight into the co-lane tiles' W^T. */
 void hp_grp_cf_flip(const struct hp_conv *cv, const float *w, float *f);
-/* The same for one group (hp_grp_dense_flip) into the units' panels, as
- * hp_grp_pack lays them out; 1 where W holds an Inf or a NaN. */
-int hp_grp_cf_flip_dense(const struct hp_conv *cv, const float *w, float *f);
-/* Its unit of cb channels from u alone, into dst [kdim][cb]. */
+/* The same for one group (hp_grp_dense_flip): the unit of cb channels
+ * from u into dst [kdim][cb], its panel as hp_grp_pack lays it out; 1
+ * where its weights hold an Inf or a NaN. */
 int hp_grp_cf_flip_unit(const struct hp_conv *cv, const float *w, int64_t u, int64_t cb, float *dst);
 #endif
 

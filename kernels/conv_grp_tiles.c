@@ -406,8 +406,9 @@ static gr_cs_fn gr_cs_pick(int R, int P)
 }
 
 /* The unit's 32 channels from co on these tiles: W^T packed once (and so
- * finite) or flipped per call and seen finite (hp_grp_cf_flip_dense), a 3x3 window of stride and dilation 1 that pads one column on
- * each side, at least 3 columns, and no bias lane of -0. */
+ * finite) or flipped per call and seen finite (hp_grp_cf_flip_unit), a
+ * 3x3 window of stride and dilation 1 that pads one column on each side,
+ * at least 3 columns, and no bias lane of -0. */
 static int gr_cs_ok(const struct gr_run *r, int64_t cb, const float *bias, int nonfinite)
 {
 	const struct gr_geom *q = &r->q;
@@ -557,12 +558,12 @@ GR_TARGET512 void hp_grp_cf_flip(const struct hp_conv *cv, const float *w, float
 		}
 }
 
-/* hp_grp_cf_flip's W^T for one group, into the units' panels of 32
- * channels (16 for an odd last one) [kdim][cb] at m0 * kdim, as
- * hp_grp_pack lays out a Conv's W: the flip, transpose and pack of the
- * KxK path's W' in one pass.  Returns whether a weight is an Inf or a
- * NaN (its exponent all ones), whose products with padding taps the
- * skipping tiles must not drop. */
+/* hp_grp_cf_flip's W^T for one group, a unit's panel of cb channels
+ * (32, or 16 for an odd last one) [kdim][cb], as hp_grp_pack lays out a
+ * Conv's W: the flip, transpose and pack of the KxK path's W' in one
+ * pass.  Returns whether a weight is an Inf or a NaN (its exponent all
+ * ones), whose products with padding taps the skipping tiles must not
+ * drop. */
 #define GR_FLIP_AHEAD 4
 GR_TARGET512 int hp_grp_cf_flip_unit(const struct hp_conv *cv, const float *w, int64_t u, int64_t cb, float *dst)
 {
@@ -595,15 +596,4 @@ GR_TARGET512 int hp_grp_cf_flip_unit(const struct hp_conv *cv, const float *w, i
 	return bad != 0;
 }
 
-GR_TARGET512 int hp_grp_cf_flip_dense(const struct hp_conv *cv, const float *w, float *f)
-{
-	int64_t kdim = cv->cin_g * cv->g.k[1] * cv->g.k[2];
-	int bad = 0;
-
-	for (int64_t u = 0, cb; u < cv->cout; u += cb) {
-		cb = cv->cout - u < 32 ? cv->cout - u : 32;
-		bad |= hp_grp_cf_flip_unit(cv, w, u, cb, f + u * kdim);
-	}
-	return bad;
-}
 #endif

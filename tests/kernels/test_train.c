@@ -1154,7 +1154,8 @@ static void test_conv_grad_grp_colane(void **state)
  * from dY rows beyond their windows' reach: the cropped plan); with the
  * 3x3 tiles that skip the padding's products (units of 32 channels, a
  * last one of 16) and without them; windows those tiles do not take
- * (5x3, dilation 2, no pads) on the other co-lane tiles.  Then a W with an
+ * (5x3, dilation 2, no pads) on the other co-lane tiles; a W^T large
+ * enough for the workers to share its flip.  Then a W with an
  * Inf: a skipped padding tap would leave a finite dX where the chain's
  * Inf * 0 makes it NaN, so those tiles must not run. */
 static void test_conv_grad_kxk_grp(void **state)
@@ -1167,6 +1168,8 @@ static void test_conv_grad_kxk_grp(void **state)
 		{ 2, 1, 32, 24, 1, { 6, 7 }, { 5, 3 }, { 1, 1 }, { 2, 1 } },
 		{ 2, 1, 32, 20, 1, { 7, 7 }, { 3, 3 }, { 2, 2 }, { 2, 2 } },
 		{ 2, 2, 16, 12, 1, { 6, 6 }, { 3, 3 }, { 1, 1 }, { 0, 0 } },
+		/* W^T of 128 x 576 floats: flipped by the two workers */
+		{ 2, 2, 128, 64, 1, { 6, 6 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
 	};
 	/* one item: each unit flips its W^T (gr_dflip_lazy); two: W^T whole */
 	const struct kxd infs[2] = { { 2, 1, 32, 24, 1, { 4, 5 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
