@@ -419,15 +419,27 @@ static gr_cs_fn gr_cs_pick(int nv, int R, int P)
 	return t[nv - 1][P][R];
 }
 
+/* Whether any of the n floats (a multiple of 16) is an Inf or a NaN. */
+static GR_TARGET512 int gr_nonfinite(const float *p, int64_t n)
+{
+	__m512i ex = _mm512_set1_epi32(0x7f800000);
+	__mmask16 bad = 0;
+
+	for (int64_t i = 0; i < n; i += 16)
+		bad |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_loadu_si512(p + i), ex), ex);
+	return bad != 0;
+}
+
 /* The unit's 32 (or 16) channels from co on these tiles: W^T packed once (and so
- * finite) or flipped per call and seen finite (hp_grp_cf_flip_unit), a
+ * finite) or per unit (hp_grp_dense_unpacked's nodes: training's
+ * forwards, out of core) or flipped per call, and seen finite, a
  * 3x3 window of stride and dilation 1 that pads one column on each side,
  * at least 3 columns, and no bias lane of -0. */
 static int gr_cs_ok(const struct gr_run *r, int64_t cb, const float *bias, int nonfinite)
 {
 	const struct gr_geom *q = &r->q;
 
-	if (gr_cs_mode < 0 || (!r->wt && !r->dflip) || nonfinite || !r->dense || (cb != 32 && cb != 16) || q->kh != 3 || q->kw != 3 || q->sh != 1 ||
+	if (gr_cs_mode < 0 || nonfinite || !r->dense || (cb != 32 && cb != 16) || q->kh != 3 || q->kw != 3 || q->sh != 1 ||
 	    q->sw != 1 || q->dh != 1 || q->dw != 1 || q->pl != 1 || q->ow != q->iw || q->ow < 3)
 		return 0;
 	for (int64_t i = 0; bias && i < cb; i++)
@@ -502,9 +514,11 @@ void hp_grp_cf_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh0, 
 		panel = (float *)r->wt + (g * mg + m0) * kdim;
 	else if (r->dflip)
 		nonfinite = hp_grp_cf_flip_unit(cv, r->w, m0, cb, panel);
-	else if (r->dense) /* the unit's alone, as hp_grp_pack lays it out */
+	else if (r->dense) { /* the unit's alone, as hp_grp_pack lays it out */
 		for (int64_t m = m0; m < m0 + cb; m += 16)
 			gr_cf_pack16(r->w + m * kdim, kdim, kdim, panel + m - m0, cb);
+		nonfinite = gr_nonfinite(panel, kdim * cb);
+	}
 	else if (mg == 8)
 		gr_c8_pack(r->w + g * mg * kdim, kdim, panel);
 	else
