@@ -700,20 +700,6 @@ static GR_TARGET512 void gr_flip512(const struct hp_conv *cv, const float *w, fl
 
 #endif
 
-/* Dense Convs (one group) at small planes on the kxk path, in core: with W^T
- * packed once, the co-lane forward tiles in units of 32 (or 16) output
- * channels of the whole plane.  kxk computes each output by the same chain
- * (from its bias over k = (c, kh, kw) in order, padding taps included), so
- * packed or not, the bits are the same; but kxk reads W in place, six rows
- * at a time, and from memory (a net's weights do not stay in cache) that
- * ran at twice ONNX Runtime's time: GoogLeNet's 3x3 at 2x2 (192 -> 384
- * channels at 64x64), 24 of them (64 MB of W), 1 thread, 3.1-3.5 ms
- * against 2.4-2.7.  At larger batches only on planes of 64 positions and
- * more: the tiles run item by item, reading W once per item, where kxk
- * reads it once for all the batch's columns (ResNet-18's 3x3s of 512
- * channels at 2x2, batch 4: 0.29 ms on kxk, 0.95 on the tiles; its 64
- * channels at 16x16 and 128 at 8x8, batch 4: 184 -> 212 and 163 -> 221
- * GF/s on the tiles, 1 thread, task-clock). */
 /* The geometry the dense co-lane tiles take (hp_grp_dense's, and
  * ConvGradData's stride-1 dX: hp_grp_dense_flip). */
 static int gr_dense_geo(const struct hp_conv *cv, int64_t least)
@@ -733,6 +719,20 @@ static int gr_dense_geo(const struct hp_conv *cv, int64_t least)
 #endif
 }
 
+/* Dense Convs (one group) at small planes on the kxk path, in core: with W^T
+ * packed once, the co-lane forward tiles in units of 32 (or 16) output
+ * channels of the whole plane.  kxk computes each output by the same chain
+ * (from its bias over k = (c, kh, kw) in order, padding taps included), so
+ * packed or not, the bits are the same; but kxk reads W in place, six rows
+ * at a time, and from memory (a net's weights do not stay in cache) that
+ * ran at twice ONNX Runtime's time: GoogLeNet's 3x3 at 2x2 (192 -> 384
+ * channels at 64x64), 24 of them (64 MB of W), 1 thread, 3.1-3.5 ms
+ * against 2.4-2.7.  At larger batches only on planes of 64 positions and
+ * more: the tiles run item by item, reading W once per item, where kxk
+ * reads it once for all the batch's columns (ResNet-18's 3x3s of 512
+ * channels at 2x2, batch 4: 0.29 ms on kxk, 0.95 on the tiles; its 64
+ * channels at 16x16 and 128 at 8x8, batch 4: 184 -> 212 and 163 -> 221
+ * GF/s on the tiles, 1 thread, task-clock). */
 int hp_grp_dense(const struct hp_conv *cv)
 {
 	return cv->node && !cv->wflip && (cv->batch == 1 || cv->yvol >= 64) && gr_dense_geo(cv, 32);

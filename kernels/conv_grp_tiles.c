@@ -303,7 +303,8 @@ static void gr_c8_block(const struct gr_geom *q, int64_t len, const float *st, c
  * acc + (+-0) == acc bit for bit unless acc is -0, which a chain started
  * from +0 (no bias) or from a bias other than -0 never is (x + y is -0
  * only for -0 + -0 in round-to-nearest).  So with W finite, which the
- * packer promises (exec/fuse_pack.c packs no W with an Inf or NaN), and no
+ * packer promises (exec/fuse_pack.c packs no W with an Inf or NaN) and
+ * the per-unit packs and flips check (gr_nonfinite, hp_grp_cf_flip_unit), and no
  * bias of -0 (checked per unit), every output has the bits of the full
  * chain that the other tiles and paths compute, in core and out of core. */
 #define GR_CS_MAXP 12 /* positions a tile: 24 accumulators, 6 of W, 1 broadcast */
