@@ -874,7 +874,7 @@ void hp_conv_forward_epi(const struct hp_conv *cv, const float *x, const float *
 		pw_strided_forward(cv, &v, items, x, w, b, y, ws, pool, epi, addend);
 		return;
 	}
-	if (cv->kxk && !hp_grp_dense_unpacked(cv)) {
+	if (cv->kxk && !hp_grp_dense_unpacked(cv) && !hp_grp_dense_flip_runs(cv)) {
 		hp_kxk_forward(cv, x, w, b, y, ws, pool, epi, addend);
 		return;
 	}

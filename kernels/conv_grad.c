@@ -242,7 +242,7 @@ static int data_phase(struct cg_data *d, int path)
  * took the shipped LeNet's second Conv (16 <- 32 at 4x4, batch 64: 82 KB
  * for one item, 336 KB for 64, shift's 101 KB) off the tiny path, and
  * its training plan at 265508 bytes from 88 to 172 kernels. */
-static int kxk_ws_fits(const struct cg_data *d)
+static size_t data_yard(const struct cg_data *d)
 {
 	const struct cgeom *c = &d->c;
 	struct cg_data o = { .c = d->c };
@@ -262,7 +262,29 @@ static int kxk_ws_fits(const struct cg_data *d)
 		s = hp_conv_shift_ws_most(&sh);
 		yard = s > yard ? s : yard;
 	}
-	return hp_kxk_workspace_most(&d->cv, hp_conv_ws_threads()) <= yard;
+	return yard;
+}
+
+static int kxk_ws_fits(const struct cg_data *d)
+{
+	return hp_kxk_workspace_most(&d->cv, hp_conv_ws_threads()) <= data_yard(d);
+}
+
+/* The KxK plan's workspace grown to what conv_grp.c's dense tiles need
+ * (hp_grp_dense_flip: W^T whole, or a unit's per worker for one item;
+ * the staging of a block of rows), under the same rule as kxk_ws_fits's
+ * (no larger than the replaced path's, or the shift path's largest).
+ * Where it does not fit, the KxK path's tiles run: the same chains, so a
+ * band of items may take either whatever its whole node takes. */
+static void data_grp_ws(struct cg_data *d)
+{
+	size_t gw;
+
+	if (!hp_grp_dense_flip(&d->cv))
+		return;
+	gw = hp_grp_workspace(&d->cv, d->lean ? 1 : hp_conv_ws_threads());
+	if (gw > d->cv.workspace && (hp_grp_dflip_mode() > 0 || gw <= data_yard(d)))
+		d->cv.workspace = gw;
 }
 
 /* Whether the stride-1 dX d->cv (wflip) runs on the KxK path's AVX-512
@@ -426,6 +448,7 @@ static void data_plan(struct cg_data *d, int path, int allow_kxk)
 			d->cv.kxk = 1;
 			d->cv.lean = d->lean;
 			d->cv.workspace = hp_kxk_workspace(&d->cv, d->lean ? 1 : hp_conv_ws_threads());
+			data_grp_ws(d);
 			d->crop_at = crop ? (d->cv.workspace + 63) / 64 * 64 : 0;
 			return;
 		}

@@ -200,11 +200,16 @@ static int gr_cofwd(const struct hp_conv *cv, const struct gr_geom *q)
 #endif
 }
 
+static int gr_dflip_lazy(const struct hp_conv *cv);
+
 /* Per worker: the staged rows, the tap offsets, the column tiles' outputs
- * and, for the co-lane forward tiles, a group's W^T. */
+ * and, for the co-lane forward tiles, a group's W^T (a unit's where dense;
+ * hp_grp_dense_flip's W^T whole is read in place unless flipped lazily). */
 static size_t gr_per_thread(const struct hp_conv *cv, const struct gr_geom *q)
 {
-	size_t panel = gr_cofwd(cv, q) ? (size_t)(q->kdim * cv->cout_g) : hp_grp_dense(cv) ? (size_t)(q->kdim * 32) : 0;
+	size_t panel = gr_cofwd(cv, q)				  ? (size_t)(q->kdim * cv->cout_g)
+		       : hp_grp_dense(cv) || gr_dflip_lazy(cv) ? (size_t)(q->kdim * 32)
+								  : 0;
 
 	return (size_t)(q->stage + q->kdim + 8 + GR_MR * q->lo) + panel;
 }
@@ -212,7 +217,7 @@ static size_t gr_per_thread(const struct hp_conv *cv, const struct gr_geom *q)
 /* ConvGradData's weights in a Conv's layout, before the workers' parts. */
 static size_t gr_flip_floats(const struct hp_conv *cv)
 {
-	return cv->wflip ? (size_t)(cv->cout * cv->cin_g * cv->g.kvol + 15) / 16 * 16 : 0;
+	return cv->wflip && !gr_dflip_lazy(cv) ? (size_t)(cv->cout * cv->cin_g * cv->g.kvol + 15) / 16 * 16 : 0;
 }
 
 size_t hp_grp_workspace(const struct hp_conv *cv, int threads)
@@ -471,7 +476,8 @@ static int gr_512(void)
 static int gr_colane(const struct hp_conv *cv, const struct gr_geom *q)
 {
 #ifdef GR_X86
-	return gr_cl_mode >= 0 && gr_512() && cv->wflip && cv->cout_g % 16 == 0 && q->ow == GR_CL_OW && q->sw == 1;
+	return gr_cl_mode >= 0 && gr_512() && cv->wflip && cv->group > 1 && cv->cout_g % 16 == 0 && q->ow == GR_CL_OW &&
+	       q->sw == 1;
 #else
 	(void)cv, (void)q;
 	return 0;
@@ -694,6 +700,25 @@ static GR_TARGET512 void gr_flip512(const struct hp_conv *cv, const float *w, fl
 
 #endif
 
+/* The geometry the dense co-lane tiles take (hp_grp_dense's, and
+ * ConvGradData's stride-1 dX: hp_grp_dense_flip). */
+static int gr_dense_geo(const struct hp_conv *cv, int64_t least)
+{
+	struct gr_geom q;
+
+	if (!cv->kxk || cv->transpose || cv->dw || cv->group != 1 || cv->nd != 2 || cv->g.img[0] != 1 ||
+	    cv->g.grid[0] != 1 || cv->g.k[0] != 1 || cv->g.stride[2] > GR_MAX_STRIDE || cv->cout % 16 ||
+	    gr_cf_mode < 0 || !hp_dot_available())
+		return 0;
+	gr_geom(cv, &q);
+#ifdef GR_X86
+	return gr_512() && cv->cout >= least && (q.rb == q.oh || q.rb * q.ow >= GR_DENSE_MIN_BLOCK) &&
+	       q.oh * q.ow <= GR_CF_DENSE_MAX_PLANE && q.stage + q.kdim < INT32_MAX / 2;
+#else
+	return 0;
+#endif
+}
+
 /* Dense Convs (one group) at small planes on the kxk path, in core: with W^T
  * packed once, the co-lane forward tiles in units of 32 (or 16) output
  * channels of the whole plane.  kxk computes each output by the same chain
@@ -710,19 +735,66 @@ static GR_TARGET512 void gr_flip512(const struct hp_conv *cv, const float *w, fl
  * GF/s on the tiles, 1 thread, task-clock). */
 int hp_grp_dense(const struct hp_conv *cv)
 {
+	return cv->node && !cv->wflip && (cv->batch == 1 || cv->yvol >= 64) && gr_dense_geo(cv, 32);
+}
+
+/* ConvGradData's stride-1 dX of a dense Conv (conv_grad.c's KxK plan: a
+ * Conv of dY over W transposed and mirrored) on the same tiles as its
+ * forward, W flipped per call straight into the units' W^T
+ * (hp_grp_cf_flip_unit).  Each dX element is the KxK path's chain (from
+ * 0 over k = (c, kh, kw) of the flipped window in order, padding taps
+ * included, or skipped where W is finite: gr_cs_ok), so which of the two
+ * runs changes no bit.  The KxK path's tiles ran these dX at 35-74 GF/s
+ * a CPU-second where the forward's ran at 52-100 (bench/
+ * bench_conv_libs.c, SqueezeNet's, GoogLeNet's and ResNet's 3x3s): they
+ * gather dY's windows into panels per column block and pack W' per
+ * micro-tile.  At batches above one, planes of 64 positions and more
+ * only, as the forward's (hp_grp_dense).  gr_dflip_mode (tests,
+ * benchmarks): 1 at any batch, -1 never. */
+static int gr_dflip_mode;
+
+void hp_grp_set_dflip(int mode)
+{
+	gr_dflip_mode = mode;
+}
+
+int hp_grp_dflip_mode(void)
+{
+	return gr_dflip_mode;
+}
+
+static long gr_dflip_runs; /* tests: the dX runs on these tiles so far */
+
+long hp_grp_dflip_count(void)
+{
+	return __atomic_load_n(&gr_dflip_runs, __ATOMIC_RELAXED);
+}
+
+int hp_grp_dense_flip(const struct hp_conv *cv)
+{
+	return gr_dflip_mode >= 0 && cv->wflip && !cv->node && cv->g.k[1] * cv->g.k[2] <= 16 &&
+	       cv->g.stride[1] == 1 && cv->g.stride[2] == 1 && gr_dense_geo(cv, 16);
+}
+
+/* Whether hp_grp_dense_flip's units flip their own W^T into the worker's
+ * panel as they begin, where each unit runs once (one item, one block of
+ * rows), rather than W^T whole ahead of them: W read once either way, but
+ * its W^T then goes through L2 and not memory (GoogLeNet's 3x3 of 192 ->
+ * 384 channels at 3x3, 2.6 MB of W: the whole flip took 60% of its dX). */
+static int gr_dflip_lazy(const struct hp_conv *cv)
+{
 	struct gr_geom q;
 
-	if (!cv->node || !cv->kxk || cv->transpose || cv->wflip || cv->dw || cv->group != 1 || cv->nd != 2 ||
-	    cv->g.img[0] != 1 || cv->g.grid[0] != 1 || cv->g.k[0] != 1 || cv->g.stride[2] > GR_MAX_STRIDE ||
-	    cv->cout % 16 || gr_cf_mode < 0 || !hp_dot_available() || (cv->batch != 1 && cv->yvol < 64))
+	if (!cv->wflip || cv->batch != 1 || !hp_grp_dense_flip(cv))
 		return 0;
 	gr_geom(cv, &q);
-#ifdef GR_X86
-	return gr_512() && cv->cout >= 32 && (q.rb == q.oh || q.rb * q.ow >= GR_DENSE_MIN_BLOCK) &&
-	       q.oh * q.ow <= GR_CF_DENSE_MAX_PLANE && q.stage + q.kdim < INT32_MAX / 2;
-#else
-	return 0;
-#endif
+	return q.nrb == 1;
+}
+
+int hp_grp_dense_flip_runs(const struct hp_conv *cv)
+{
+	return hp_grp_dense_flip(cv) && (gr_dflip_mode > 0 || cv->batch == 1 || cv->yvol >= 64) &&
+	       hp_grp_workspace(cv, 1) <= cv->workspace;
 }
 
 /* W packed per run, each unit's W^T for each block of rows it computes
@@ -785,6 +857,32 @@ void hp_grp_forward(const struct hp_conv *cv, const float *x, const float *w, co
 	grp_forward(cv, x, w, NULL, b, y, ws, pool, epi, addend);
 }
 
+#ifdef GR_X86
+/* hp_grp_dense_flip's W^T whole: its units of 32 channels (the last one
+ * 16) shared by the workers from this many floats (conv_kxk.c's
+ * KX_FLIP_PAR_MIN); copies, the same on any cut. */
+#define GR_DFLIP_PAR_MIN (1 << 16)
+struct gr_dflip {
+	const struct hp_conv *cv;
+	const float *w;
+	float *f;
+	int bad; /* a weight is an Inf or a NaN */
+};
+
+static void gr_dflip_range(void *arg, int64_t b, int64_t e, int tid)
+{
+	struct gr_dflip *d = arg;
+	int64_t kdim = d->cv->cin_g * d->cv->g.kvol;
+
+	(void)tid;
+	for (int64_t u = b * 32; u < e * 32 && u < d->cv->cout; u += 32) {
+		int64_t cb = d->cv->cout - u < 32 ? d->cv->cout - u : 32;
+		if (hp_grp_cf_flip_unit(d->cv, d->w, u, cb, d->f + u * kdim))
+			__atomic_store_n(&d->bad, 1, __ATOMIC_RELAXED);
+	}
+}
+#endif
+
 static void grp_forward(const struct hp_conv *cv, const float *x, const float *w, const float *wt, const float *b,
 			float *y, float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend)
 {
@@ -795,7 +893,20 @@ static void grp_forward(const struct hp_conv *cv, const float *x, const float *w
 	int64_t cap;
 
 	gr_geom(cv, &r.q);
-	if (flip) {
+	r.dense = hp_grp_dense(cv) || hp_grp_dense_flip(cv);
+	r.dflip = gr_dflip_lazy(cv);
+	if (r.dflip)
+		__atomic_fetch_add(&gr_dflip_runs, 1, __ATOMIC_RELAXED);
+	if (flip && r.dense) {
+		struct gr_dflip f = { .cv = cv, .w = w, .f = ws };
+		__atomic_fetch_add(&gr_dflip_runs, 1, __ATOMIC_RELAXED);
+		hp_conv_parallel(pool, cv->cout * r.q.kdim >= GR_DFLIP_PAR_MIN ? threads : 1, (cv->cout + 31) / 32,
+				 gr_dflip_range, &f);
+		r.nonfinite = f.bad;
+		r.wt = ws; /* the units' panels, as hp_grp_pack's */
+		r.w = ws;
+		r.ws = ws + flip;
+	} else if (flip) {
 		int kv16 = gr_512() && cv->g.k[1] * cv->g.k[2] <= 16;
 		if (kv16 && cv->cout_g % 16 == 0 && gr_cofwd(cv, &r.q) && !gr_colane(cv, &r.q)) {
 			hp_grp_cf_flip(cv, w, ws);
@@ -810,10 +921,9 @@ static void grp_forward(const struct hp_conv *cv, const float *x, const float *w
 	}
 	r.per_thread = gr_per_thread(cv, &r.q);
 	r.cb = cv->cout_g, r.ncb = 1;
-	if (hp_grp_dense(cv)) { /* units of 32 or 16 channels */
+	if (r.dense) { /* units of 32 or 16 channels */
 		r.cb = gr_unit_ch(1, cv->cout);
 		r.ncb = (cv->cout + r.cb - 1) / r.cb;
-		r.dense = 1;
 		if (threads > 1 && r.q.nrb * r.ncb < GR_DENSE_UNITS * threads) {
 			int64_t nrb = (GR_DENSE_UNITS * threads + r.ncb - 1) / r.ncb;
 			int64_t most = r.q.oh / ((GR_DENSE_MIN_POS + r.q.ow - 1) / r.q.ow);

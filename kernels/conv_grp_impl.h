@@ -34,7 +34,10 @@ struct gr_run {
 	const float *x, *w, *b;
 	const float *wt; /* W^T of every group packed once (hp_grp_pack), or NULL */
 	int64_t cb, ncb; /* output channels per unit, units per (item, group, row block) */
-	int dense;       /* hp_grp_dense's node, W packed: the co-lane forward tiles */
+	int dense;       /* hp_grp_dense's node or hp_grp_dense_flip's dX: the co-lane forward tiles */
+	int dflip;       /* hp_grp_dense_flip's W (w) flipped by each unit into its panel */
+	int nonfinite;   /* W^T flipped per call (hp_grp_dense_flip) holds an Inf or NaN:
+			  * no tile may skip a padding tap (gr_cs_ok) */
 	float *y, *ws;
 	const struct hp_epi *epi;
 	const float *addend;
@@ -49,6 +52,10 @@ void hp_grp_cf_block(const struct gr_run *r, int64_t n, int64_t g, int64_t oh0, 
 
 /* ConvGradData's W flipped straight into the co-lane tiles' W^T. */
 void hp_grp_cf_flip(const struct hp_conv *cv, const float *w, float *f);
+/* The same for one group (hp_grp_dense_flip): the unit of cb channels
+ * from u into dst [kdim][cb], its panel as hp_grp_pack lays it out; 1
+ * where its weights hold an Inf or a NaN. */
+int hp_grp_cf_flip_unit(const struct hp_conv *cv, const float *w, int64_t u, int64_t cb, float *dst);
 #endif
 
 #endif

@@ -612,6 +612,19 @@ int hp_grp_dense(const struct hp_conv *cv);
 /* Whether such a node runs on those tiles without W packed once too
  * (hp_grp_forward packs each unit's W^T as it goes; the same bits). */
 int hp_grp_dense_unpacked(const struct hp_conv *cv);
+/* ConvGradData's stride-1 dX of one group, planned on the KxK path
+ * (conv_grad.c), whose geometry those tiles take (3x3 windows and smaller,
+ * planes as hp_grp_dense's): hp_grp_forward then runs it from W flipped
+ * per call into W^T (hp_grp_workspace's bytes), the KxK path's chains.
+ * _runs: and at this batch, in the workspace it was given. */
+int hp_grp_dense_flip(const struct hp_conv *cv);
+int hp_grp_dense_flip_runs(const struct hp_conv *cv);
+/* Tests and benchmarks: 1, hp_grp_dense_flip's dX at any batch; -1,
+ * never (the KxK path's tiles; the same bits); 0 auto. */
+void hp_grp_set_dflip(int mode);
+int hp_grp_dflip_mode(void);
+/* Tests: how many dX have run on those tiles in this process. */
+long hp_grp_dflip_count(void);
 void hp_grp_pack(const float *w, int64_t group, int64_t mg, int64_t kdim, float *dst);
 int hp_grp_forward_packed(const struct hp_conv *cv, const float *x, const float *wt, const float *b, float *y,
 			  float *ws, struct hp_pool *pool, const struct hp_epi *epi, const float *addend);

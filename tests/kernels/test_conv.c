@@ -1967,6 +1967,21 @@ static void test_grp_skip(void **state)
 				fail_msg("3x3 case %zu%s (%s): not the float chains", i, last ? " (-0 bias)" : "",
 					 run == 0 ? "1 thread" : run == 1 ? "2 threads" : "skipping off");
 		}
+		/* W packed per unit as the tiles go (training, out of core):
+		 * the same chains; then with an Inf at a tap that reads the
+		 * padding, which no tile may skip (the chain's Inf * 0 is NaN) */
+		for (int run = 0; run < 4 && hp_grp_dense_unpacked(&cv); run++) {
+			if (run == 2) {
+				w[5 * 9] = INFINITY; /* channel 0, input channel 5, tap (0, 0) */
+				chain3x3(x, w, bias, nb, ci, co, h, wd, ref);
+				assert_true(isnan(ref[0]));
+			}
+			memset(y, 0xff, (size_t)ny * sizeof *y);
+			hp_conv_forward(&cv, x, w, bias, y, ws, run % 2 ? pool : NULL);
+			if (memcmp(y, ref, (size_t)ny * sizeof *y))
+				fail_msg("3x3 case %zu%s (W packed per unit%s, %d threads): not the float chains", i,
+					 last ? " (-0 bias)" : "", run >= 2 ? ", an Inf" : "", run % 2 + 1);
+		}
 		free(x), free(w), free(wt), free(b), free(ref), free(y), free(ws);
 	}
 	hp_pool_destroy(pool);

@@ -1147,6 +1147,76 @@ static void test_conv_grad_grp_colane(void **state)
 	hp_pool_destroy(pool);
 }
 
+/* ConvGradData of a dense stride-1 Conv planned on the KxK path run on
+ * conv_grp.c's dense co-lane tiles (hp_grp_dense_flip: W flipped per
+ * call into the units' W^T), forced at any batch: the KxK path's chains,
+ * so kxd's replay, 1 and 2 threads, row bands bitwise the whole (also
+ * from dY rows beyond their windows' reach: the cropped plan); with the
+ * 3x3 tiles that skip the padding's products (units of 32 channels, a
+ * last one of 16) and without them; windows those tiles do not take
+ * (5x3, dilation 2, no pads) on the other co-lane tiles; a W^T large
+ * enough for the workers to share its flip.  Then a W with an
+ * Inf: a skipped padding tap would leave a finite dX where the chain's
+ * Inf * 0 makes it NaN, so those tiles must not run. */
+static void test_conv_grad_kxk_grp(void **state)
+{
+	const struct kxd cases[] = {
+		{ 2, 1, 32, 40, 1, { 5, 5 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 2, 48, 24, 1, { 11, 9 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 1, 64, 32, 1, { 3, 3 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 1, 32, 16, 1, { 4, 30 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+		{ 2, 1, 32, 24, 1, { 6, 7 }, { 5, 3 }, { 1, 1 }, { 2, 1 } },
+		{ 2, 1, 32, 20, 1, { 7, 7 }, { 3, 3 }, { 2, 2 }, { 2, 2 } },
+		{ 2, 2, 16, 12, 1, { 6, 6 }, { 3, 3 }, { 1, 1 }, { 0, 0 } },
+		/* W^T of 128 x 576 floats: flipped by the two workers */
+		{ 2, 2, 128, 64, 1, { 6, 6 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+	};
+	/* one item: each unit flips its W^T (gr_dflip_lazy); two: W^T whole */
+	const struct kxd infs[2] = { { 2, 1, 32, 24, 1, { 4, 5 }, { 3, 3 }, { 1, 1 }, { 1, 1 } },
+				     { 2, 2, 32, 24, 1, { 4, 5 }, { 3, 3 }, { 1, 1 }, { 1, 1 } } };
+	struct hp_pool *pool;
+	long before;
+
+	(void)state;
+	if (!hp_kxk_available() || !hp_kxk_wide_ok() || !hp_dot_available())
+		skip();
+	assert_int_equal(hp_pool_create(2, &pool), 0);
+	hp_conv_set_kxk(1);
+	hp_grp_set_dflip(1);
+	for (int m = 0; m < 2; m++) {
+		hp_grp_set_skip(-m);
+		before = hp_grp_dflip_count();
+		kxd_cases(cases, sizeof cases / sizeof cases[0], 4, pool);
+		if (hp_grp_dflip_count() == before) /* hp_kxk_wide_ok: AVX-512F, as gr_512 */
+			fail_msg("no dX ran on the dense co-lane tiles");
+	}
+	hp_grp_set_skip(0);
+	for (int i = 0; i < 2; i++) {
+		const struct kxd *inf = &infs[i];
+		int ys[3] = { kxd_out(inf, 0), kxd_out(inf, 1), 1 };
+		int64_t xsh[4] = { inf->n, inf->cx, inf->xs[0], inf->xs[1] }, pads[4] = { 1, 1, 1, 1 };
+		struct hp_tensor dy = kxd_tensor(2, inf->n, inf->cy, ys), w = kxd_tensor(2, inf->cy, inf->cx, inf->k), out, ref;
+		double *want;
+		kt_fill_random(&dy, 140, -1, 1);
+		kt_fill_random(&w, 141, -1, 1);
+		((float *)w.data)[(3 * inf->cx + 5) * 9 + 8] = INFINITY; /* flipped: tap 0, a padding tap of row 0 */
+		ref = kxd_tensor(2, inf->n, inf->cx, inf->xs);
+		want = malloc((size_t)numel(&ref) * sizeof *want);
+		kxd_ref(inf, dy.data, w.data, ref.data, want);
+		assert_true(isnan(((const float *)ref.data)[5 * 20]));
+		kxd_run(inf, &dy, &w, 0, ys[0], xsh, pads, 4, &out);
+		bitwise(&out, &ref, i ? "a W with an Inf (two items) against its replay" : "a W with an Inf against its replay");
+		hp_tensor_free(&out);
+		free(want);
+		hp_tensor_free(&ref);
+		hp_tensor_free(&dy);
+		hp_tensor_free(&w);
+	}
+	hp_grp_set_dflip(0);
+	hp_conv_set_kxk(0);
+	hp_pool_destroy(pool);
+}
+
 /* ConvGradData of a stride-1 Conv on tiny planes (conv_grad_tiny.c,
  * hpdlf_path HP_CGD_PATH_TINY): the KxK path's chains, so kxd's
  * replay; one to three vectors of columns in blocks of whole batch items
@@ -2714,7 +2784,7 @@ int main(void)
 		cmocka_unit_test(test_conv_grad),
 		cmocka_unit_test(test_conv_grad_slab),
 		cmocka_unit_test(test_conv_grad_grp),
-		cmocka_unit_test(test_conv_grad_kxk),
+		cmocka_unit_test(test_conv_grad_kxk), cmocka_unit_test(test_conv_grad_kxk_grp),
 		cmocka_unit_test(test_conv_grad_lean),
 		cmocka_unit_test(test_convt_grad_items),
 		cmocka_unit_test(test_conv_grad_items),
