@@ -602,8 +602,9 @@ static void adopt(struct hp_graph *g, struct hp_graph *c)
 #define SPLIT_IO_US 100.0
 #define SPLIT_IO_CPU_US 50.0
 #define SPLIT_READ_MBPS 2200.0
-#define MORE_GAIN 0.02
 #define SPLIT_WRITE_MBPS 1500.0
+/* inference's further band counts: kept only this much faster (split_pass) */
+#define MORE_GAIN 0.02
 /* Kernels with one worker's workspace (attribute hpdlf_lean, which a
  * band convolution's gradients share) run their tiles on one thread: their
  * FLOPs again, as on one of the development machine's two. */
